@@ -1,0 +1,30 @@
+# distflow — top-level entry points (the README's contract).
+#   make demo   install what is missing, build, run the embedded default end to end
+#   make test   install what is missing, build, run the test suite
+#   make bench  build and run the benchmarks
+BUILD ?= build
+JOBS  ?= $(shell nproc 2>/dev/null || echo 2)
+ALGO  ?= grpo
+
+.PHONY: all deps build test demo bench clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	@cd $(BUILD) && ctest --output-on-failure -j 1
+
+demo: build
+	@bash scripts/demo.sh $(BUILD)/distflow $(ALGO)
+
+bench: build
+	@bash scripts/bench.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD)

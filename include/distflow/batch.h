@@ -1,0 +1,147 @@
+/*
+ * distflow/batch.h — df_batch, the sample protocol (siiRL's TensorDict / verl's
+ * DataProto analog, DESIGN.md §3).
+ *
+ * A batch holds N samples and a set of named columns. Column kinds:
+ *   DF_COL_I64 / DF_COL_F32  one scalar per sample            data[n]
+ *   DF_COL_STR               one NUL-terminated string per sample
+ *   DF_COL_TOK_I32 / _F32    a ragged per-token array per sample, stored packed:
+ *                            sample i owns data[offsets[i] .. offsets[i+1])
+ * There is no padding anywhere. Ragged columns that describe the same tokens
+ * (response_ids, old_log_probs, advantages, ...) share the same lengths.
+ *
+ * Standard column names (verl / siiRL): prompt_ids, response_ids,
+ * old_log_probs, ref_log_prob, values, token_level_scores, token_level_rewards,
+ * advantages, returns, uid, index, data_source, ground_truth, extra_info.
+ *
+ * Batch-level metadata (siiRL's meta_info) is a small name -> double map.
+ *
+ * Ownership: a batch owns all of its column memory; pointers returned by the
+ * getters stay valid until the column is replaced or the batch is freed.
+ * All functions that can fail return 0 or a DF_E* status (see common.h).
+ */
+#ifndef DISTFLOW_BATCH_H
+#define DISTFLOW_BATCH_H
+
+#include "distflow/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum df_col_kind {
+    DF_COL_I64 = 0,
+    DF_COL_F32 = 1,
+    DF_COL_STR = 2,
+    DF_COL_TOK_I32 = 3,
+    DF_COL_TOK_F32 = 4
+} df_col_kind;
+
+#define DF_COL_NAME_MAX 64
+
+typedef struct df_column {
+    char name[DF_COL_NAME_MAX];
+    df_col_kind kind;
+    int64_t *offsets; /**< ragged kinds only: [n + 1], offsets[0] = 0 */
+    void *data;       /**< I64: int64_t[n]; F32: float[n]; STR: char*[n];
+                           TOK_I32: int32_t[offsets[n]]; TOK_F32: float[offsets[n]] */
+} df_column;
+
+typedef struct df_batch df_batch;
+
+/** Per-sample summary used for balancing and redistribution (siiRL's SampleInfo). */
+typedef struct df_sample_info {
+    int64_t prompt_length;   /**< tokens in prompt_ids (0 if absent) */
+    int64_t response_length; /**< tokens in response_ids (0 if absent) */
+    int64_t sum_tokens;      /**< prompt_length + response_length */
+    const char *uid;         /**< the `uid` column, or NULL if absent */
+} df_sample_info;
+
+/* ---- lifetime ---------------------------------------------------------- */
+
+/** New batch of `n` samples (n >= 0) with no columns. NULL on allocation failure. */
+DF_API df_batch *df_batch_new(int64_t n);
+DF_API void df_batch_free(df_batch *b);
+/** Number of samples. */
+DF_API int64_t df_batch_size(const df_batch *b);
+DF_API int df_batch_num_columns(const df_batch *b);
+/** The i-th column (0 <= i < num_columns), in insertion order. */
+DF_API const df_column *df_batch_column_at(const df_batch *b, int i);
+/** Column by name, or NULL when absent. */
+DF_API const df_column *df_batch_column(const df_batch *b, const char *name);
+DF_API bool df_batch_has(const df_batch *b, const char *name);
+/** Remove a column; no-op if absent. */
+DF_API void df_batch_drop(df_batch *b, const char *name);
+
+/* ---- adding columns (copy the caller's data; replace a same-named column) -- */
+
+DF_API int df_batch_set_i64(df_batch *b, const char *name, const int64_t *vals /* [n] */);
+DF_API int df_batch_set_f32(df_batch *b, const char *name, const float *vals /* [n] */);
+/** Strings are copied; a NULL entry is stored as "". */
+DF_API int df_batch_set_str(df_batch *b, const char *name, const char *const *vals /* [n] */);
+/** offsets: [n + 1] with offsets[0] == 0 and non-decreasing; data: [offsets[n]]. */
+DF_API int df_batch_set_tok_i32(df_batch *b, const char *name, const int64_t *offsets,
+                                const int32_t *data);
+DF_API int df_batch_set_tok_f32(df_batch *b, const char *name, const int64_t *offsets,
+                                const float *data);
+/**
+ * Add (or replace) a zero-filled TOK_F32 column with the same per-sample
+ * lengths as the ragged column `like` (e.g. token_level_scores like
+ * response_ids) and return its writable data through *out ([offsets[n]] floats).
+ */
+DF_API int df_batch_alloc_tok_f32_like(df_batch *b, const char *name, const char *like,
+                                       float **out);
+
+/* ---- typed access (NULL / error when absent or of another kind) ------------ */
+
+DF_API const int64_t *df_batch_i64(const df_batch *b, const char *name);
+DF_API const float *df_batch_f32(const df_batch *b, const char *name);
+/** String of sample i, or NULL when the column is absent. */
+DF_API const char *df_batch_str(const df_batch *b, const char *name, int64_t i);
+/** Writable data of an existing column (any kind), or NULL. */
+DF_API void *df_batch_data_mut(df_batch *b, const char *name);
+/** Sample i's token ids of a TOK_I32 column; *len receives its length. NULL if absent. */
+DF_API const int32_t *df_batch_tok_i32(const df_batch *b, const char *name, int64_t i,
+                                       int64_t *len);
+/** Sample i's values of a TOK_F32 column; *len receives its length. NULL if absent. */
+DF_API const float *df_batch_tok_f32(const df_batch *b, const char *name, int64_t i,
+                                     int64_t *len);
+/** Offsets [n + 1] of a ragged column, or NULL. */
+DF_API const int64_t *df_batch_offsets(const df_batch *b, const char *name);
+
+/* ---- metadata (siiRL meta_info) ------------------------------------------ */
+
+DF_API int df_batch_meta_set(df_batch *b, const char *key, double value);
+/** Returns `dflt` when the key is absent. */
+DF_API double df_batch_meta_get(const df_batch *b, const char *key, double dflt);
+
+/* ---- whole-batch operations (each returns a new batch through *out) -------- */
+
+/** Rows idx[0..k) in that order (repeats allowed). Metadata is copied. */
+DF_API int df_batch_select(const df_batch *b, const int64_t *idx, int64_t k, df_batch **out);
+/** Rows [start, end). */
+DF_API int df_batch_slice(const df_batch *b, int64_t start, int64_t end, df_batch **out);
+/** Concatenate batches with identical column names and kinds (order of a is kept). */
+DF_API int df_batch_concat(const df_batch *const *parts, int n_parts, df_batch **out);
+/** Each row repeated `k` times consecutively (verl's repeat(interleave=True)). */
+DF_API int df_batch_repeat_interleave(const df_batch *b, int64_t k, df_batch **out);
+/**
+ * Split into ceil(n / chunk) consecutive batches of at most `chunk` rows.
+ * *parts receives a malloc'd array of *n_parts batches (free each, then the array).
+ */
+DF_API int df_batch_split(const df_batch *b, int64_t chunk, df_batch ***parts, int *n_parts);
+
+/* ---- serialization (MPI payloads, checkpoints) ---------------------------- */
+
+/** Serialize into a malloc'd little-endian buffer (*buf, *len). */
+DF_API int df_batch_serialize(const df_batch *b, uint8_t **buf, size_t *len);
+/** Inverse of df_batch_serialize; rejects truncated / corrupt buffers with DF_EINVAL. */
+DF_API int df_batch_deserialize(const uint8_t *buf, size_t len, df_batch **out);
+
+/** Per-sample summary (from prompt_ids / response_ids / uid). */
+DF_API df_sample_info df_batch_sample_info(const df_batch *b, int64_t i);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DISTFLOW_BATCH_H */

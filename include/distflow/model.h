@@ -1,0 +1,195 @@
+/*
+ * distflow/model.h — the Qwen2 / Llama decoder: configuration, parameter
+ * layout, Hugging Face file I/O, and training forward / backward on packed
+ * variable-length sequences.
+ *
+ * Parameter layout (llm.c style, DESIGN.md §8): df_model_layout() is the single
+ * source of truth for the order of tensors. Parameters, gradients and AdamW
+ * moments are each one contiguous float32 blob with that same layout, so the
+ * optimizer, clipping, checkpoints and all-reduce are flat loops. Order:
+ *   model.embed_tokens.weight                    [vocab, hidden]
+ *   for each layer i:
+ *     model.layers.i.input_layernorm.weight      [hidden]
+ *     model.layers.i.self_attn.q_proj.weight     [n_heads * head_dim, hidden]
+ *     model.layers.i.self_attn.q_proj.bias       [n_heads * head_dim]      (attention_bias)
+ *     model.layers.i.self_attn.k_proj.weight     [n_kv_heads * head_dim, hidden]
+ *     model.layers.i.self_attn.k_proj.bias       [n_kv_heads * head_dim]   (attention_bias)
+ *     model.layers.i.self_attn.v_proj.weight     [n_kv_heads * head_dim, hidden]
+ *     model.layers.i.self_attn.v_proj.bias       [n_kv_heads * head_dim]   (attention_bias)
+ *     model.layers.i.self_attn.o_proj.weight     [hidden, n_heads * head_dim]
+ *     model.layers.i.post_attention_layernorm.weight [hidden]
+ *     model.layers.i.mlp.gate_proj.weight        [intermediate, hidden]
+ *     model.layers.i.mlp.up_proj.weight          [intermediate, hidden]
+ *     model.layers.i.mlp.down_proj.weight        [hidden, intermediate]
+ *   model.norm.weight                            [hidden]
+ *   lm_head.weight                               [vocab, hidden]  (absent when tied)
+ * Linear weights are stored as in PyTorch: [out_features, in_features], y = x W^T + b.
+ */
+#ifndef DISTFLOW_MODEL_H
+#define DISTFLOW_MODEL_H
+
+#include "distflow/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum df_dtype { DF_DTYPE_F32 = 0, DF_DTYPE_BF16 = 1, DF_DTYPE_F16 = 2 } df_dtype;
+
+#define DF_MAX_EOS 8
+
+/** The fields of HF config.json that define the architecture. */
+typedef struct df_model_config {
+    char model_type[32];             /**< "qwen2" or "llama" */
+    int64_t vocab_size;
+    int64_t hidden_size;
+    int64_t intermediate_size;
+    int64_t num_hidden_layers;
+    int64_t num_attention_heads;
+    int64_t num_key_value_heads;     /**< GQA: divides num_attention_heads */
+    int64_t head_dim;                /**< hidden_size / num_attention_heads unless given */
+    int64_t max_position_embeddings;
+    double rope_theta;
+    double rms_norm_eps;
+    double initializer_range;        /**< std of the normal init (HF default 0.02) */
+    bool tie_word_embeddings;
+    bool attention_bias;             /**< q/k/v biases (true for qwen2) */
+    int64_t bos_token_id;            /**< -1 when absent */
+    int64_t eos_token_ids[DF_MAX_EOS];
+    int n_eos;
+    df_dtype torch_dtype;            /**< dtype written when saving */
+} df_model_config;
+
+/** One tensor of the flat parameter blob. */
+typedef struct df_param_desc {
+    char name[96];   /**< HF tensor name, e.g. "model.layers.0.mlp.up_proj.weight" */
+    int ndim;        /**< 1 or 2 */
+    int64_t shape[2];
+    int64_t numel;
+    int64_t offset;  /**< element offset into the blob */
+} df_param_desc;
+
+/** Views of one layer's tensors inside a blob (params or grads). Biases are NULL without attention_bias. */
+typedef struct df_layer_view {
+    float *ln1, *wq, *bq, *wk, *bk, *wv, *bv, *wo, *ln2, *w_gate, *w_up, *w_down;
+} df_layer_view;
+
+/** Views of a whole blob. lm_head == embed when embeddings are tied. */
+typedef struct df_model_view {
+    float *embed;
+    df_layer_view *layers; /**< [num_hidden_layers], owned by whoever filled the view */
+    float *final_norm;
+    float *lm_head;
+} df_model_view;
+
+typedef struct df_model {
+    df_model_config cfg;
+    int n_tensors;
+    df_param_desc *tensors; /**< [n_tensors] in layout order */
+    int64_t n_params;       /**< total float32 elements */
+    float *params;          /**< [n_params], 64-byte aligned */
+    df_model_view w;        /**< views into params */
+    char *config_json;      /**< config.json text it was loaded from (unknown keys kept on save), or NULL */
+} df_model;
+
+/* ---- configuration ------------------------------------------------------ */
+
+/** Defaults of a Qwen2 config (values of Qwen2Config in transformers). */
+DF_API void df_model_config_defaults(df_model_config *cfg);
+/** Parse HF config.json. Errors name the file and the key (DF_EINVAL / DF_EIO). */
+DF_API int df_model_config_load(const char *path, df_model_config *cfg);
+/** Check internal consistency (heads divide, sizes > 0, ...). */
+DF_API int df_model_config_validate(const df_model_config *cfg);
+
+/* ---- layout ------------------------------------------------------------- */
+
+/**
+ * Compute the tensor table for `cfg` (order documented above).
+ * *descs receives a malloc'd array of *n descriptors; *total the element count.
+ */
+DF_API int df_model_layout(const df_model_config *cfg, df_param_desc **descs, int *n,
+                           int64_t *total);
+/** Fill `view` with pointers into `blob` (any blob with the layout of m). view->layers must hold num_hidden_layers entries. */
+DF_API void df_model_view_of(const df_model *m, float *blob, df_model_view *view);
+/** Descriptor by HF name, or NULL. */
+DF_API const df_param_desc *df_model_find_tensor(const df_model *m, const char *name);
+
+/* ---- lifetime and files --------------------------------------------------- */
+
+/** Allocate a zero-initialised model for cfg. */
+DF_API int df_model_create(const df_model_config *cfg, df_model **out);
+/** Deep copy (e.g. the frozen reference model). */
+DF_API int df_model_clone(const df_model *src, df_model **out);
+DF_API void df_model_free(df_model *m);
+/**
+ * HF-style random init from a seeded generator: Linear and embedding weights
+ * ~ N(0, initializer_range), biases 0, RMSNorm weights 1 (transformers'
+ * Qwen2PreTrainedModel._init_weights).
+ */
+DF_API int df_model_init_random(df_model *m, uint64_t seed);
+/**
+ * Load `dir`/config.json and the weights from `dir`/model.safetensors or the
+ * shards listed in `dir`/model.safetensors.index.json (f32, bf16 or f16;
+ * converted to f32). Missing / extra / mis-shaped tensors are errors naming
+ * the file and tensor.
+ */
+DF_API int df_model_load(const char *dir, df_model **out);
+/**
+ * Write config.json and the weights in `dtype` to `dir` with HF tensor names.
+ * max_shard_bytes > 0 splits into model-0000k-of-0000n.safetensors plus
+ * model.safetensors.index.json; 0 writes a single model.safetensors.
+ * Files are written to temporaries and renamed, so a failure leaves no
+ * half-written output.
+ */
+DF_API int df_model_save(const df_model *m, const char *dir, df_dtype dtype,
+                         int64_t max_shard_bytes);
+
+/* ---- training forward / backward ------------------------------------------- */
+
+/**
+ * Packed variable-length sequences (no padding). Token t of sequence s sits at
+ * row seq_offsets[s] + t and has position t. "Output rows" select the rows
+ * whose next-token distribution is scored: row out_rows[j] predicts
+ * out_targets[j]. Only output rows go through the LM head.
+ */
+typedef struct df_seq_batch {
+    int64_t n_tokens;            /**< T */
+    const int32_t *tokens;       /**< [T] */
+    int64_t n_seqs;
+    const int64_t *seq_offsets;  /**< [n_seqs + 1], seq_offsets[0] = 0, seq_offsets[n_seqs] = T */
+    int64_t n_out;
+    const int64_t *out_rows;     /**< [n_out] row indices, ascending */
+    const int32_t *out_targets;  /**< [n_out] token ids */
+} df_seq_batch;
+
+/** Saved activations and scratch for one micro-batch of at most max_tokens / max_out rows. */
+typedef struct df_acts df_acts;
+
+DF_API int df_acts_create(const df_model_config *cfg, int64_t max_tokens, int64_t max_out,
+                          df_acts **out);
+DF_API void df_acts_free(df_acts *a);
+
+/**
+ * Forward pass. For each output row j:
+ *   logp[j]    = log softmax(logits_j / temperature)[out_targets[j]]
+ *   entropy[j] = -sum_v p_v log p_v of that same distribution (NULL: not computed)
+ * The LM head is evaluated in vocabulary chunks; [n_out, vocab] logits are
+ * never materialised. Activations needed by df_model_backward are kept in `a`.
+ * Errors: DF_EINVAL if the batch exceeds the sizes `a` was created for.
+ */
+DF_API int df_model_forward(const df_model *m, df_acts *a, const df_seq_batch *b,
+                            float temperature, float *logp, float *entropy);
+
+/**
+ * Backward pass of the last df_model_forward on `a`: given dL/dlogp [n_out]
+ * and optionally dL/dentropy [n_out] (NULL = 0), ACCUMULATE dL/dparams into
+ * `grads` ([n_params], layout of m). Zero grads once per optimizer step.
+ */
+DF_API int df_model_backward(const df_model *m, df_acts *a, const df_seq_batch *b,
+                             float temperature, const float *dlogp, const float *dentropy,
+                             float *grads);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DISTFLOW_MODEL_H */

@@ -1,0 +1,241 @@
+/* Parameter layout, the single source of truth for tensor order (model.h). */
+#include "distflow/model.h"
+#include "distflow/rng.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void df_model_config_defaults(df_model_config *c)
+{
+    memset(c, 0, sizeof *c);
+    snprintf(c->model_type, sizeof c->model_type, "qwen2");
+    c->vocab_size = 151936;
+    c->hidden_size = 4096;
+    c->intermediate_size = 22016;
+    c->num_hidden_layers = 32;
+    c->num_attention_heads = 32;
+    c->num_key_value_heads = 32;
+    c->head_dim = 128; /* hidden_size / num_attention_heads; loaders derive it when absent */
+    c->max_position_embeddings = 32768;
+    c->rope_theta = 10000.0;
+    c->rms_norm_eps = 1e-6;
+    c->initializer_range = 0.02;
+    c->tie_word_embeddings = false;
+    c->attention_bias = true;
+    c->bos_token_id = -1;
+    c->n_eos = 0;
+    c->torch_dtype = DF_DTYPE_F32;
+}
+
+int df_model_config_validate(const df_model_config *c)
+{
+    if (strcmp(c->model_type, "qwen2") && strcmp(c->model_type, "llama"))
+        return df_error(DF_EUNSUPPORTED, "model_type \"%s\" is not supported (qwen2, llama)",
+                        c->model_type);
+    struct { const char *k; int64_t v; } pos[] = {
+        {"vocab_size", c->vocab_size},
+        {"hidden_size", c->hidden_size},
+        {"intermediate_size", c->intermediate_size},
+        {"num_hidden_layers", c->num_hidden_layers},
+        {"num_attention_heads", c->num_attention_heads},
+        {"num_key_value_heads", c->num_key_value_heads},
+        {"head_dim", c->head_dim},
+        {"max_position_embeddings", c->max_position_embeddings},
+    };
+    for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
+        if (pos[i].v <= 0)
+            return df_error(DF_EINVAL, "%s must be > 0 (got %lld)", pos[i].k, (long long)pos[i].v);
+    if (c->num_attention_heads % c->num_key_value_heads)
+        return df_error(DF_EINVAL,
+                        "num_attention_heads (%lld) must be a multiple of num_key_value_heads (%lld)",
+                        (long long)c->num_attention_heads, (long long)c->num_key_value_heads);
+    if (c->head_dim % 2)
+        return df_error(DF_EINVAL, "head_dim (%lld) must be even for rotary embeddings",
+                        (long long)c->head_dim);
+    if (!(c->rms_norm_eps > 0) || !(c->rope_theta > 0))
+        return df_error(DF_EINVAL, "rms_norm_eps and rope_theta must be > 0");
+    return DF_OK;
+}
+
+typedef struct {
+    df_param_desc *d;
+    int n, cap;
+    int64_t total;
+} layout_builder;
+
+static int add(layout_builder *lb, const char *name, int64_t d0, int64_t d1)
+{
+    if (lb->n == lb->cap) {
+        int cap = lb->cap ? 2 * lb->cap : 64;
+        df_param_desc *nd = realloc(lb->d, (size_t)cap * sizeof *nd);
+        if (!nd)
+            return df_error(DF_ENOMEM, "out of memory building the parameter layout");
+        lb->d = nd;
+        lb->cap = cap;
+    }
+    df_param_desc *p = &lb->d[lb->n++];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->ndim = d1 > 0 ? 2 : 1;
+    p->shape[0] = d0;
+    p->shape[1] = d1 > 0 ? d1 : 0;
+    p->numel = d1 > 0 ? d0 * d1 : d0;
+    /* keep every tensor 16-float (64-byte) aligned inside the blob */
+    p->offset = lb->total;
+    lb->total += (p->numel + 15) / 16 * 16;
+    return DF_OK;
+}
+
+int df_model_layout(const df_model_config *c, df_param_desc **descs, int *n, int64_t *total)
+{
+    int rc = df_model_config_validate(c);
+    if (rc)
+        return rc;
+    layout_builder lb = {0};
+    int64_t H = c->hidden_size, I = c->intermediate_size, V = c->vocab_size;
+    int64_t q = c->num_attention_heads * c->head_dim, kv = c->num_key_value_heads * c->head_dim;
+    char nm[96];
+    rc = add(&lb, "model.embed_tokens.weight", V, H);
+    for (int64_t i = 0; !rc && i < c->num_hidden_layers; i++) {
+#define L(suffix, d0, d1)                                                        \
+    if (!rc) {                                                                   \
+        snprintf(nm, sizeof nm, "model.layers.%lld." suffix, (long long)i);      \
+        rc = add(&lb, nm, d0, d1);                                               \
+    }
+        L("input_layernorm.weight", H, 0);
+        L("self_attn.q_proj.weight", q, H);
+        if (c->attention_bias) L("self_attn.q_proj.bias", q, 0);
+        L("self_attn.k_proj.weight", kv, H);
+        if (c->attention_bias) L("self_attn.k_proj.bias", kv, 0);
+        L("self_attn.v_proj.weight", kv, H);
+        if (c->attention_bias) L("self_attn.v_proj.bias", kv, 0);
+        L("self_attn.o_proj.weight", H, q);
+        L("post_attention_layernorm.weight", H, 0);
+        L("mlp.gate_proj.weight", I, H);
+        L("mlp.up_proj.weight", I, H);
+        L("mlp.down_proj.weight", H, I);
+#undef L
+    }
+    if (!rc)
+        rc = add(&lb, "model.norm.weight", H, 0);
+    if (!rc && !c->tie_word_embeddings)
+        rc = add(&lb, "lm_head.weight", V, H);
+    if (rc) {
+        free(lb.d);
+        return rc;
+    }
+    *descs = lb.d;
+    *n = lb.n;
+    *total = lb.total;
+    return DF_OK;
+}
+
+void df_model_view_of(const df_model *m, float *blob, df_model_view *v)
+{
+    const df_model_config *c = &m->cfg;
+    const df_param_desc *d = m->tensors;
+    int k = 0;
+    v->embed = blob + d[k++].offset;
+    for (int64_t i = 0; i < c->num_hidden_layers; i++) {
+        df_layer_view *l = &v->layers[i];
+        l->ln1 = blob + d[k++].offset;
+        l->wq = blob + d[k++].offset;
+        l->bq = c->attention_bias ? blob + d[k++].offset : NULL;
+        l->wk = blob + d[k++].offset;
+        l->bk = c->attention_bias ? blob + d[k++].offset : NULL;
+        l->wv = blob + d[k++].offset;
+        l->bv = c->attention_bias ? blob + d[k++].offset : NULL;
+        l->wo = blob + d[k++].offset;
+        l->ln2 = blob + d[k++].offset;
+        l->w_gate = blob + d[k++].offset;
+        l->w_up = blob + d[k++].offset;
+        l->w_down = blob + d[k++].offset;
+    }
+    v->final_norm = blob + d[k++].offset;
+    v->lm_head = c->tie_word_embeddings ? v->embed : blob + d[k++].offset;
+}
+
+const df_param_desc *df_model_find_tensor(const df_model *m, const char *name)
+{
+    for (int i = 0; i < m->n_tensors; i++)
+        if (!strcmp(m->tensors[i].name, name))
+            return &m->tensors[i];
+    return NULL;
+}
+
+int df_model_create(const df_model_config *cfg, df_model **out)
+{
+    df_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return df_error(DF_ENOMEM, "out of memory allocating the model");
+    m->cfg = *cfg;
+    int rc = df_model_layout(cfg, &m->tensors, &m->n_tensors, &m->n_params);
+    if (rc) {
+        free(m);
+        return rc;
+    }
+    size_t bytes = ((size_t)m->n_params * sizeof(float) + 63) / 64 * 64;
+    m->params = aligned_alloc(64, bytes);
+    m->w.layers = calloc((size_t)cfg->num_hidden_layers, sizeof(df_layer_view));
+    if (!m->params || !m->w.layers) {
+        df_model_free(m);
+        return df_error(DF_ENOMEM, "out of memory allocating %lld parameters",
+                        (long long)m->n_params);
+    }
+    memset(m->params, 0, bytes);
+    df_model_view_of(m, m->params, &m->w);
+    *out = m;
+    return DF_OK;
+}
+
+int df_model_clone(const df_model *src, df_model **out)
+{
+    df_model *m;
+    int rc = df_model_create(&src->cfg, &m);
+    if (rc)
+        return rc;
+    memcpy(m->params, src->params, (size_t)src->n_params * sizeof(float));
+    if (src->config_json && !(m->config_json = strdup(src->config_json))) {
+        df_model_free(m);
+        return df_error(DF_ENOMEM, "out of memory cloning the model");
+    }
+    *out = m;
+    return DF_OK;
+}
+
+void df_model_free(df_model *m)
+{
+    if (!m)
+        return;
+    free(m->tensors);
+    free(m->params);
+    free(m->w.layers);
+    free(m->config_json);
+    free(m);
+}
+
+int df_model_init_random(df_model *m, uint64_t seed)
+{
+    /* One generator per tensor so the init does not depend on tensor order. */
+    for (int t = 0; t < m->n_tensors; t++) {
+        const df_param_desc *d = &m->tensors[t];
+        float *p = m->params + d->offset;
+        const char *nm = d->name;
+        size_t len = strlen(nm);
+        bool is_norm = strstr(nm, "layernorm") || !strcmp(nm, "model.norm.weight");
+        bool is_bias = len > 5 && !strcmp(nm + len - 5, ".bias");
+        if (is_norm) {
+            for (int64_t i = 0; i < d->numel; i++)
+                p[i] = 1.0f;
+        } else if (is_bias) {
+            memset(p, 0, (size_t)d->numel * sizeof(float));
+        } else {
+            df_rng r;
+            df_rng_seed(&r, df_rng_key(seed, (uint64_t)t, 0x1417, 0));
+            for (int64_t i = 0; i < d->numel; i++)
+                p[i] = (float)(df_rng_normal(&r) * m->cfg.initializer_range);
+        }
+    }
+    return DF_OK;
+}

@@ -1,0 +1,116 @@
+/*
+ * ops.h (internal) — the model engine's operators as explicit forward /
+ * backward pairs (DESIGN.md §5, llm.c style). All tensors are row-major float32.
+ * T = number of packed tokens, H = hidden size, nh / nkv = query / key-value
+ * heads, hd = head dim. Backward functions ACCUMULATE (+=) into parameter
+ * gradients; activation gradients are documented per function.
+ * Threading: OpenMP inside each op; matmuls go through oneDNN.
+ */
+#ifndef DF_MODEL_OPS_H
+#define DF_MODEL_OPS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* ---- matmul (oneDNN) ----------------------------------------------------- */
+
+/** C[M,N] = alpha * A[M,K] · B[N,K]^T + beta * C. (PyTorch Linear weight layout for B.) */
+void df_gemm_nt(int64_t M, int64_t N, int64_t K, float alpha, const float *A, const float *B,
+                float beta, float *C);
+/** C[M,N] = alpha * A[M,K] · B[K,N] + beta * C. */
+void df_gemm_nn(int64_t M, int64_t N, int64_t K, float alpha, const float *A, const float *B,
+                float beta, float *C);
+/** C[M,N] = alpha * A[K,M]^T · B[K,N] + beta * C. */
+void df_gemm_tn(int64_t M, int64_t N, int64_t K, float alpha, const float *A, const float *B,
+                float beta, float *C);
+
+/** y[M,N] = x[M,K] · W[N,K]^T + b[N] (b may be NULL). */
+void df_linear_fwd(float *y, const float *x, const float *W, const float *b, int64_t M,
+                   int64_t N, int64_t K);
+/**
+ * dx[M,K] += dy · W (dx may be NULL); dW[N,K] += dy^T · x; db[N] += column sums
+ * of dy (db may be NULL).
+ */
+void df_linear_bwd(float *dx, float *dW, float *db, const float *dy, const float *x,
+                   const float *W, int64_t M, int64_t N, int64_t K);
+
+/* ---- embedding ------------------------------------------------------------ */
+
+/** out[T,H] = table[ids[t]]. */
+void df_embedding_fwd(float *out, const int32_t *ids, const float *table, int64_t T, int64_t H);
+/** dtable[ids[t]] += dout[t] (serialised per row so repeated ids are safe). */
+void df_embedding_bwd(float *dtable, const float *dout, const int32_t *ids, int64_t T, int64_t H);
+
+/* ---- RMSNorm (Zhang & Sennrich 2019; HF Qwen2RMSNorm) ----------------------- */
+
+/** out = x * rstd * w, rstd[t] = 1 / sqrt(mean(x[t]^2) + eps). */
+void df_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *w, int64_t T,
+                    int64_t H, float eps);
+/** dx[T,H] += d/dx (dx accumulates: the residual stream); dw[H] += d/dw. */
+void df_rmsnorm_bwd(float *dx, float *dw, const float *dout, const float *x, const float *w,
+                    const float *rstd, int64_t T, int64_t H);
+
+/* ---- rotary position embedding (Su et al. 2021; HF rotate_half convention) -- */
+
+/**
+ * In place on x[T, n_heads * hd]: for each head, pairs (i, i + hd/2) are rotated
+ * by angle pos[t] * theta^(-2i/hd).
+ */
+void df_rope_fwd(float *x, const int32_t *pos, int64_t T, int64_t n_heads, int64_t hd,
+                 double theta);
+/** In place on the gradient: rotation by the negative angle (the transpose). */
+void df_rope_bwd(float *dx, const int32_t *pos, int64_t T, int64_t n_heads, int64_t hd,
+                 double theta);
+
+/* ---- causal attention over packed variable-length sequences ----------------- */
+
+/**
+ * out[T, nh*hd] = softmax(q k^T / sqrt(hd) + causal mask) v, computed per
+ * sequence [seq_offsets[s], seq_offsets[s+1]) and per head, with GQA (query head
+ * h reads kv head h / (nh / nkv)). q: [T, nh*hd], k, v: [T, nkv*hd].
+ * lse[T, nh] receives each row's log-sum-exp (saved for the backward pass); the
+ * [L, L] score matrix is never stored.
+ */
+void df_attention_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
+                      const int64_t *seq_offsets, int64_t n_seqs, int64_t nh, int64_t nkv,
+                      int64_t hd);
+/** dq, dk, dv (same shapes as q, k, v) are OVERWRITTEN. */
+void df_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out,
+                      const float *lse, const float *q, const float *k, const float *v,
+                      const int64_t *seq_offsets, int64_t n_seqs, int64_t nh, int64_t nkv,
+                      int64_t hd);
+
+/* ---- SwiGLU MLP activation (Shazeer 2020) ---------------------------------- */
+
+/** out[n] = silu(gate) * up. */
+void df_swiglu_fwd(float *out, const float *gate, const float *up, int64_t n);
+/** dgate, dup OVERWRITTEN. */
+void df_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate,
+                   const float *up, int64_t n);
+
+/* ---- LM head: log-prob of given tokens and entropy, in vocabulary chunks ---- */
+
+/**
+ * For rows h[n, H] and weights W[V, H], with z = (h W^T) / temperature:
+ *   logp[i] = z[i, target[i]] - logsumexp(z[i])     (lse[i] saved)
+ *   entropy[i] = logsumexp(z[i]) - sum_v softmax(z[i])_v z[i,v]  (NULL = skip)
+ * Streams over vocabulary chunks with an online log-sum-exp, so only
+ * [rows_chunk, vocab_chunk] logits exist at a time. scratch: see
+ * df_lmhead_scratch_floats.
+ */
+void df_lmhead_fwd(float *logp, float *entropy, float *lse, const float *h, const float *W,
+                   const int32_t *target, int64_t n, int64_t V, int64_t H, float temperature,
+                   float *scratch);
+/**
+ * dh[n, H] OVERWRITTEN, dW[V, H] ACCUMULATED, from dlogp[n] and dentropy[n]
+ * (NULL = 0). Recomputes logits chunk by chunk:
+ *   dz_v = dlogp (1[v = target] - p_v) - dentropy p_v (log p_v + entropy).
+ */
+void df_lmhead_bwd(float *dh, float *dW, const float *dlogp, const float *dentropy,
+                   const float *h, const float *W, const int32_t *target, const float *lse,
+                   const float *entropy, int64_t n, int64_t V, int64_t H, float temperature,
+                   float *scratch);
+/** Floats of scratch df_lmhead_fwd / _bwd need for n rows. */
+int64_t df_lmhead_scratch_floats(int64_t n, int64_t V, int64_t H);
+
+#endif /* DF_MODEL_OPS_H */

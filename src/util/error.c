@@ -1,0 +1,39 @@
+/* Thread-local error messages (see include/distflow/common.h). */
+#include "distflow/common.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#define DF_ERR_CAP 4096
+static _Thread_local char g_msg[DF_ERR_CAP];
+
+int df_error(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_msg, sizeof g_msg, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+int df_error_wrap(int code, const char *fmt, ...)
+{
+    char ctx[DF_ERR_CAP], old[DF_ERR_CAP];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx, sizeof ctx, fmt, ap);
+    va_end(ap);
+    memcpy(old, g_msg, sizeof old);
+    if (old[0])
+        snprintf(g_msg, sizeof g_msg, "%s: %s", ctx, old);
+    else
+        snprintf(g_msg, sizeof g_msg, "%s", ctx);
+    return code;
+}
+
+const char *df_last_error(void) { return g_msg; }
+
+void df_clear_error(void) { g_msg[0] = '\0'; }
+
+const char *df_version(void) { return DF_VERSION_STRING; }
