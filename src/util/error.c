@@ -25,10 +25,17 @@ int df_error_wrap(int code, const char *fmt, ...)
     vsnprintf(ctx, sizeof ctx, fmt, ap);
     va_end(ap);
     memcpy(old, g_msg, sizeof old);
-    if (old[0])
-        snprintf(g_msg, sizeof g_msg, "%s: %s", ctx, old);
-    else
-        snprintf(g_msg, sizeof g_msg, "%s", ctx);
+    /* Build "<ctx>: <old>" by pieces; truncation at DF_ERR_CAP is intended. */
+    size_t n = strnlen(ctx, DF_ERR_CAP - 1);
+    memcpy(g_msg, ctx, n);
+    if (old[0] && n + 2 < DF_ERR_CAP) {
+        memcpy(g_msg + n, ": ", 2);
+        n += 2;
+        size_t m = strnlen(old, DF_ERR_CAP - 1 - n);
+        memcpy(g_msg + n, old, m);
+        n += m;
+    }
+    g_msg[n] = '\0';
     return code;
 }
 
