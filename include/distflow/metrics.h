@@ -1,0 +1,46 @@
+/*
+ * distflow/metrics.h — a step's named scalar metrics (siiRL / verl names such
+ * as "critic/score/mean", "actor/pg_loss", "timing_s/gen").
+ *
+ * Values are kept in insertion order. df_metrics_set() replaces a value;
+ * df_metrics_mean() accumulates samples and reports their mean (used for
+ * per-micro-batch losses). Across ranks, a metric is reduced by its name's
+ * suffix: ".../max" -> max, ".../min" -> min, anything else -> mean.
+ */
+#ifndef DISTFLOW_METRICS_H
+#define DISTFLOW_METRICS_H
+
+#include "distflow/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct df_metrics df_metrics;
+
+DF_API df_metrics *df_metrics_new(void);
+DF_API void df_metrics_free(df_metrics *m);
+/** Remove every value (keeps the allocation for the next step). */
+DF_API void df_metrics_clear(df_metrics *m);
+/** Set `name` to `value` (replacing any earlier value or samples). */
+DF_API int df_metrics_set(df_metrics *m, const char *name, double value);
+/** Add one sample to `name`; its reported value is the mean of its samples. */
+DF_API int df_metrics_mean(df_metrics *m, const char *name, double value);
+/** Current value of `name`, or `dflt` when absent. */
+DF_API double df_metrics_get(const df_metrics *m, const char *name, double dflt);
+DF_API bool df_metrics_has(const df_metrics *m, const char *name);
+DF_API int df_metrics_count(const df_metrics *m);
+/** i-th metric in insertion order; returns its name and stores its value. */
+DF_API const char *df_metrics_at(const df_metrics *m, int i, double *value);
+/** Copy every metric of `src` into `dst` (set semantics). */
+DF_API int df_metrics_merge(df_metrics *dst, const df_metrics *src);
+/**
+ * One JSON object on one line, `{"step": step, "<name>": value, ...}` with a
+ * trailing newline, malloc'd into *out. Non-finite values are written as null.
+ */
+DF_API int df_metrics_to_json(const df_metrics *m, int64_t step, char **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DISTFLOW_METRICS_H */
