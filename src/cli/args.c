@@ -1,0 +1,130 @@
+/* Option parsing shared by the commands (cli.h). */
+#include "cli/cli.h"
+
+#include "distflow/common.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void df_cli_usage(const char *cmd, const char *usage, const df_opt *opts)
+{
+    printf("usage: distflow %s %s\n", cmd, usage);
+    bool any = false;
+    for (const df_opt *o = opts; o && o->name; o++) {
+        if (!any)
+            printf("\noptions:\n");
+        any = true;
+        const char *arg = o->kind == DF_OPT_FLAG ? ""
+                          : o->kind == DF_OPT_STR ? " STR"
+                          : o->kind == DF_OPT_INT ? " N"
+                                                  : " X";
+        char left[64];
+        snprintf(left, sizeof left, "--%s%s", o->name, arg);
+        printf("  %-26s %s\n", left, o->help);
+    }
+    printf("  %-26s %s\n", "--help", "show this help");
+}
+
+int df_cli_fail(const char *cmd)
+{
+    fprintf(stderr, "distflow %s: error: %s\n", cmd, df_last_error());
+    return 1;
+}
+
+static int set_value(const char *cmd, df_opt *o, const char *val)
+{
+    char *end = NULL;
+    errno = 0;
+    switch (o->kind) {
+    case DF_OPT_STR:
+        *(const char **)o->dst = val;
+        return 0;
+    case DF_OPT_INT: {
+        long long v = strtoll(val, &end, 10);
+        if (errno || !*val || *end)
+            break;
+        *(int64_t *)o->dst = v;
+        return 0;
+    }
+    case DF_OPT_FLOAT: {
+        double v = strtod(val, &end);
+        if (errno || !*val || *end)
+            break;
+        *(double *)o->dst = v;
+        return 0;
+    }
+    case DF_OPT_FLAG:
+        return 0;
+    }
+    fprintf(stderr, "distflow %s: error: --%s expects %s, got '%s'\n", cmd, o->name,
+            o->kind == DF_OPT_INT ? "an integer" : "a number", val);
+    return 1;
+}
+
+int df_cli_parse(const char *cmd, const char *usage, df_opt *opts, int argc, char **argv,
+                 char **positional, int max_pos, int *n_pos, int *exit_code)
+{
+    *n_pos = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            df_cli_usage(cmd, usage, opts);
+            *exit_code = 0;
+            return 1;
+        }
+        if (strncmp(a, "--", 2) || !a[2]) {
+            if (*n_pos >= max_pos) {
+                fprintf(stderr, "distflow %s: error: unexpected argument '%s' (see --help)\n", cmd, a);
+                *exit_code = 2;
+                return 1;
+            }
+            positional[(*n_pos)++] = argv[i];
+            continue;
+        }
+        const char *name = a + 2, *eq = strchr(name, '=');
+        size_t len = eq ? (size_t)(eq - name) : strlen(name);
+        df_opt *o = opts;
+        for (; o && o->name; o++)
+            if (strlen(o->name) == len && !strncmp(o->name, name, len))
+                break;
+        if (!o || !o->name) {
+            fprintf(stderr, "distflow %s: error: unknown option '--%.*s' (see --help)\n", cmd,
+                    (int)len, name);
+            *exit_code = 2;
+            return 1;
+        }
+        o->seen = true;
+        if (o->kind == DF_OPT_FLAG) {
+            if (eq) {
+                fprintf(stderr, "distflow %s: error: --%s takes no value\n", cmd, o->name);
+                *exit_code = 2;
+                return 1;
+            }
+            *(bool *)o->dst = true;
+            continue;
+        }
+        const char *val = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (!val) {
+            fprintf(stderr, "distflow %s: error: --%s needs a value\n", cmd, o->name);
+            *exit_code = 2;
+            return 1;
+        }
+        if (set_value(cmd, o, val)) {
+            *exit_code = 2;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int df_cli_require(const char *cmd, const df_opt *opts)
+{
+    for (const df_opt *o = opts; o && o->name; o++)
+        if (!o->seen && strstr(o->help, "(required)")) {
+            fprintf(stderr, "distflow %s: error: --%s is required (see --help)\n", cmd, o->name);
+            return 2;
+        }
+    return 0;
+}

@@ -1,0 +1,53 @@
+/* cli.h — the `distflow` command-line front end: commands and option parsing. */
+#ifndef DF_CLI_H
+#define DF_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/** A command: `distflow <name> ...`. Returns the process exit status. */
+typedef struct df_cli_command {
+    const char *name;
+    const char *summary;
+    int (*run)(int argc, char **argv); /* argv[0] is the command name */
+} df_cli_command;
+
+/* ---- option parsing ---------------------------------------------------- */
+
+typedef enum { DF_OPT_FLAG, DF_OPT_STR, DF_OPT_INT, DF_OPT_FLOAT } df_opt_kind;
+
+typedef struct df_opt {
+    const char *name;  /* long name without "--" */
+    df_opt_kind kind;
+    void *dst;         /* bool*, const char**, int64_t*, double* */
+    const char *help;  /* one line; "(required)" in it marks a required option */
+    bool seen;         /* set by the parser */
+} df_opt;
+
+/**
+ * Parse `--name value`, `--name=value` and `--flag` options; everything else is
+ * collected in order into positional[] (at most max_pos). `--help` / `-h` prints
+ * usage and returns 1 with *exit_code = 0. Errors print a message naming the
+ * option and return 1 with *exit_code = 2. Returns 0 to continue.
+ */
+int df_cli_parse(const char *cmd, const char *usage, df_opt *opts, int argc, char **argv,
+                 char **positional, int max_pos, int *n_pos, int *exit_code);
+/** Print the usage text and the option table to stdout. */
+void df_cli_usage(const char *cmd, const char *usage, const df_opt *opts);
+/** Print "distflow <cmd>: error: <df_last_error()>" to stderr and return 1. */
+int df_cli_fail(const char *cmd);
+/** Check required options were given; prints which is missing. */
+int df_cli_require(const char *cmd, const df_opt *opts);
+
+/* ---- commands (cmd_*.c) ------------------------------------------------- */
+
+int df_cmd_train(int argc, char **argv);
+int df_cmd_sft(int argc, char **argv);
+int df_cmd_eval(int argc, char **argv);
+int df_cmd_init_model(int argc, char **argv);
+int df_cmd_tokenize(int argc, char **argv);
+int df_cmd_score(int argc, char **argv);
+int df_cmd_data(int argc, char **argv);
+int df_cmd_config(int argc, char **argv);
+
+#endif

@@ -1,0 +1,50 @@
+/* distflow — command dispatch. */
+#include "cli/cli.h"
+
+#include "distflow/common.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const df_cli_command commands[] = {
+    {"train", "GRPO / PPO-family RL training from a YAML config (siiRL keys)", df_cmd_train},
+    {"sft", "supervised fine-tuning on prompt -> response pairs (verl SFT keys)", df_cmd_sft},
+    {"eval", "accuracy of a model on a dataset (greedy or sampled)", df_cmd_eval},
+    {"init-model", "random-init a Hugging Face model directory from a config.json", df_cmd_init_model},
+    {"tokenize", "print token ids of a text as a JSON array", df_cmd_tokenize},
+    {"score", "log-probabilities of a response given a prompt, as JSON", df_cmd_score},
+    {"data", "prepare datasets and tokenizers (gsm8k, synth, tokenizer)", df_cmd_data},
+    {"config", "show the resolved config or the documented keys", df_cmd_config},
+};
+#define N_COMMANDS (sizeof commands / sizeof commands[0])
+
+static void usage(FILE *f)
+{
+    fprintf(f, "distflow %s — distributed RL post-training for LLMs\n\n", df_version());
+    fprintf(f, "usage: distflow <command> [options]   (distflow <command> --help for details)\n\n");
+    fprintf(f, "commands:\n");
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("distflow %s\n", df_version());
+        return 0;
+    }
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "distflow: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

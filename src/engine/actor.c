@@ -1,0 +1,320 @@
+/* Actor / reference role: log-probs and the PPO / SFT updates (actor.h). */
+#include "engine/actor.h"
+
+#include "distflow/algo.h"
+#include "distflow/optim.h"
+#include "engine/packing.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct df_actor {
+    df_model *model;
+    df_actor_params p;
+    bool trainable;
+    float *grads;     /* [n_params] */
+    df_adamw *opt;
+    df_acts *acts;
+    int64_t acts_tokens, acts_out;
+    df_packed pk;
+    float *buf[4];    /* per-token scratch: logp, entropy, dlogp, dentropy */
+    float *w;         /* aggregation weights */
+    int64_t buf_cap;
+    int64_t steps;
+};
+
+int df_actor_create(df_model *model, const df_actor_params *p, bool trainable, df_actor **out)
+{
+    df_actor *a = calloc(1, sizeof *a);
+    if (!a)
+        return df_error(DF_ENOMEM, "out of memory creating the actor");
+    a->model = model;
+    a->p = *p;
+    a->trainable = trainable;
+    if (trainable) {
+        a->grads = calloc((size_t)model->n_params, sizeof(float));
+        int rc = a->grads ? df_adamw_create(model->n_params, &a->opt)
+                          : df_error(DF_ENOMEM, "out of memory allocating gradients");
+        if (rc) {
+            a->model = NULL;
+            df_actor_free(a);
+            return rc;
+        }
+    }
+    *out = a;
+    return DF_OK;
+}
+
+void df_actor_free(df_actor *a)
+{
+    if (!a)
+        return;
+    df_model_free(a->model);
+    free(a->grads);
+    df_adamw_free(a->opt);
+    df_acts_free(a->acts);
+    df_packed_free(&a->pk);
+    for (int i = 0; i < 4; i++)
+        free(a->buf[i]);
+    free(a->w);
+    free(a);
+}
+
+df_model *df_actor_model(df_actor *a) { return a->model; }
+int64_t df_actor_step_count(const df_actor *a) { return a->steps; }
+
+/* Make sure activations and per-token buffers fit every micro-batch of a plan. */
+static int reserve(df_actor *a, const df_batch *b, const int64_t *bounds, int64_t n_mb)
+{
+    int64_t max_tok, max_out;
+    df_plan_extent(b, bounds, n_mb, &max_tok, &max_out);
+    if (!a->acts || max_tok > a->acts_tokens || max_out > a->acts_out) {
+        df_acts_free(a->acts);
+        a->acts = NULL;
+        a->acts_tokens = max_tok > a->acts_tokens ? max_tok : a->acts_tokens;
+        a->acts_out = max_out > a->acts_out ? max_out : a->acts_out;
+        int rc = df_acts_create(&a->model->cfg, a->acts_tokens, a->acts_out, &a->acts);
+        if (rc)
+            return rc;
+    }
+    if (max_out > a->buf_cap) {
+        for (int i = 0; i < 4; i++) {
+            free(a->buf[i]);
+            a->buf[i] = malloc((size_t)max_out * sizeof(float));
+        }
+        free(a->w);
+        a->w = malloc((size_t)max_out * sizeof(float));
+        a->buf_cap = max_out;
+        for (int i = 0; i < 4; i++)
+            if (!a->buf[i])
+                return df_error(DF_ENOMEM, "out of memory for %lld token buffers", (long long)max_out);
+        if (!a->w)
+            return df_error(DF_ENOMEM, "out of memory for %lld token buffers", (long long)max_out);
+    }
+    return DF_OK;
+}
+
+static int plan(df_actor *a, const df_batch *b, int64_t **bounds, int64_t *n_mb)
+{
+    int rc = df_plan_micro_batches(b, a->p.micro_batch_size, a->p.max_token_len, bounds, n_mb);
+    if (!rc && (rc = reserve(a, b, *bounds, *n_mb)))
+        free(*bounds);
+    return rc;
+}
+
+int df_actor_compute_log_prob(df_actor *a, df_batch *b, const char *out_col, double *entropy_mean)
+{
+    float *dst;
+    int rc = df_batch_alloc_tok_f32_like(b, out_col, "response_ids", &dst);
+    if (rc)
+        return rc;
+    int64_t *bounds, n_mb;
+    if ((rc = plan(a, b, &bounds, &n_mb)))
+        return rc;
+    const int64_t *ro = df_batch_offsets(b, "response_ids");
+    double ent_sum = 0;
+    int64_t ent_n = 0;
+    for (int64_t m = 0; m < n_mb && !rc; m++) {
+        if ((rc = df_pack_responses(&a->pk, b, bounds[m], bounds[m + 1])))
+            break;
+        float *ent = entropy_mean ? a->buf[1] : NULL;
+        rc = df_model_forward(a->model, a->acts, &a->pk.sb, a->p.temperature, dst + ro[bounds[m]], ent);
+        for (int64_t j = 0; ent && j < a->pk.sb.n_out; j++)
+            ent_sum += ent[j];
+        ent_n += a->pk.sb.n_out;
+    }
+    free(bounds);
+    if (entropy_mean)
+        *entropy_mean = ent_n ? ent_sum / (double)ent_n : 0.0;
+    return rc;
+}
+
+static double current_lr(const df_actor *a)
+{
+    df_lr_schedule s = {.base_lr = a->p.lr, .warmup_steps = a->p.warmup_steps,
+                        .total_steps = a->p.total_steps, .min_lr_ratio = a->p.min_lr_ratio,
+                        .num_cycles = a->p.num_cycles,
+                        .cosine = a->p.warmup_style && !strcmp(a->p.warmup_style, "cosine")};
+    return df_lr_at(&s, a->steps);
+}
+
+/* Clip, step, and record grad_norm / lr under `prefix` ("actor" or "train"). */
+static int optimizer_step(df_actor *a, df_metrics *m, const char *prefix)
+{
+    char key[64];
+    double lr = current_lr(a);
+    double norm = df_clip_grad_norm(a->grads, a->model->n_params, a->p.grad_clip);
+    if (isfinite(norm)) {
+        df_adamw_hparams h = {.lr = lr, .beta1 = a->p.beta1, .beta2 = a->p.beta2,
+                              .eps = a->p.adam_eps, .weight_decay = a->p.weight_decay};
+        df_adamw_step(a->opt, a->model->params, a->grads, &h);
+    } /* else: verl skips the update on a non-finite norm */
+    a->steps++;
+    snprintf(key, sizeof key, "%s/grad_norm", prefix);
+    df_metrics_mean(m, key, norm);
+    snprintf(key, sizeof key, "%s/lr", prefix);
+    df_metrics_set(m, key, lr);
+    return DF_OK;
+}
+
+/* Offsets of rows [s, e) of a ragged column, rebased to 0. */
+static int rebased_offsets(const int64_t *ro, int64_t s, int64_t e, int64_t **out)
+{
+    int64_t *o = malloc((size_t)(e - s + 1) * sizeof *o);
+    if (!o)
+        return df_error(DF_ENOMEM, "out of memory");
+    for (int64_t i = s; i <= e; i++)
+        o[i - s] = ro[i] - ro[s];
+    *out = o;
+    return DF_OK;
+}
+
+/* Loss and gradient for one micro-batch of a PPO mini-batch. */
+static int ppo_micro(df_actor *a, const df_batch *b, int64_t s, int64_t e, double global_tokens,
+                     double global_seqs, df_metrics *m)
+{
+    const df_actor_params *p = &a->p;
+    const int64_t *ro = df_batch_offsets(b, "response_ids");
+    int64_t base = ro[s], n_tok = ro[e] - ro[s];
+    float *logp = a->buf[0], *ent = a->buf[1], *dlogp = a->buf[2], *dent = a->buf[3];
+    bool want_ent = true; /* actor/entropy is always reported */
+    int64_t *offs;
+    int rc = df_pack_responses(&a->pk, b, s, e);
+    if (!rc)
+        rc = df_model_forward(a->model, a->acts, &a->pk.sb, p->temperature, logp, want_ent ? ent : NULL);
+    if (rc || (rc = rebased_offsets(ro, s, e, &offs)))
+        return rc;
+    rc = df_loss_agg_weights(p->loss_agg_mode, e - s, offs, global_tokens, global_seqs, a->w);
+    df_policy_loss_fn fn = df_policy_loss_lookup(p->policy_loss);
+    if (!rc && !fn)
+        rc = df_error(DF_ENOTFOUND, "unknown policy loss '%s'", p->policy_loss);
+    df_policy_loss_stats st = {0};
+    if (!rc) {
+        const float *old = df_batch_column(b, "old_log_probs")->data;
+        const float *adv = df_batch_column(b, "advantages")->data;
+        df_policy_loss_input in = {.n = e - s, .offsets = offs, .log_prob = logp,
+                                   .old_log_prob = old + base, .advantages = adv + base,
+                                   .weights = a->w, .clip_ratio_low = p->clip_ratio_low,
+                                   .clip_ratio_high = p->clip_ratio_high, .clip_ratio_c = p->clip_ratio_c};
+        rc = fn(&in, dlogp, &st);
+    }
+    double kl = 0, ent_loss = 0;
+    if (!rc && p->use_kl_loss) {
+        const float *ref = df_batch_column(b, "ref_log_prob")->data;
+        rc = df_kl_loss(p->kl_loss_type, n_tok, logp, ref + base, a->w, p->kl_loss_coef, dlogp, &kl);
+    }
+    for (int64_t j = 0; j < n_tok; j++) {
+        ent_loss += (double)a->w[j] * ent[j];
+        dent[j] = (float)(-p->entropy_coeff * a->w[j]);
+    }
+    free(offs);
+    if (!rc)
+        rc = df_model_backward(a->model, a->acts, &a->pk.sb, p->temperature, dlogp,
+                               p->entropy_coeff != 0 ? dent : NULL, a->grads);
+    if (rc)
+        return rc;
+    /* Losses are normalised by the mini-batch totals, so summing over micro-batches
+       gives the mini-batch loss; statistics are token means, weighted by tokens. */
+    df_metrics_set(m, "_mb/pg_loss", df_metrics_get(m, "_mb/pg_loss", 0) + st.loss);
+    df_metrics_set(m, "_mb/kl_loss", df_metrics_get(m, "_mb/kl_loss", 0) + kl);
+    df_metrics_set(m, "_mb/entropy", df_metrics_get(m, "_mb/entropy", 0) + ent_loss);
+    double frac = (double)n_tok / global_tokens;
+    df_metrics_set(m, "_mb/clipfrac", df_metrics_get(m, "_mb/clipfrac", 0) + st.pg_clipfrac * frac);
+    df_metrics_set(m, "_mb/clipfrac_lower",
+                   df_metrics_get(m, "_mb/clipfrac_lower", 0) + st.pg_clipfrac_lower * frac);
+    df_metrics_set(m, "_mb/ppo_kl", df_metrics_get(m, "_mb/ppo_kl", 0) + st.ppo_kl * frac);
+    return DF_OK;
+}
+
+static double take(df_metrics *scratch, const char *k)
+{
+    double v = df_metrics_get(scratch, k, 0);
+    df_metrics_set(scratch, k, 0);
+    return v;
+}
+
+static int ppo_mini_batch(df_actor *a, const df_batch *mb, df_metrics *m, df_metrics *scratch)
+{
+    int64_t *bounds, n_mb;
+    int rc = plan(a, mb, &bounds, &n_mb);
+    if (rc)
+        return rc;
+    const int64_t *ro = df_batch_offsets(mb, "response_ids");
+    double global_tokens = (double)ro[df_batch_size(mb)];
+    double global_seqs = (double)df_batch_size(mb);
+    memset(a->grads, 0, (size_t)a->model->n_params * sizeof(float));
+    if (global_tokens > 0)
+        for (int64_t k = 0; k < n_mb && !rc; k++)
+            rc = ppo_micro(a, mb, bounds[k], bounds[k + 1], global_tokens, global_seqs, scratch);
+    free(bounds);
+    if (rc)
+        return rc;
+    df_metrics_mean(m, "actor/pg_loss", take(scratch, "_mb/pg_loss"));
+    df_metrics_mean(m, "actor/kl_loss", take(scratch, "_mb/kl_loss"));
+    df_metrics_mean(m, "actor/entropy", take(scratch, "_mb/entropy"));
+    df_metrics_mean(m, "actor/pg_clipfrac", take(scratch, "_mb/clipfrac"));
+    df_metrics_mean(m, "actor/pg_clipfrac_lower", take(scratch, "_mb/clipfrac_lower"));
+    df_metrics_mean(m, "actor/ppo_kl", take(scratch, "_mb/ppo_kl"));
+    return optimizer_step(a, m, "actor");
+}
+
+int df_actor_update_policy(df_actor *a, df_batch *b, df_metrics *m)
+{
+    if (!a->trainable)
+        return df_error(DF_EINVAL, "update_policy called on a frozen model");
+    const char *need[] = {"prompt_ids", "response_ids", "old_log_probs", "advantages"};
+    for (size_t i = 0; i < 4; i++)
+        if (!df_batch_has(b, need[i]))
+            return df_error(DF_EINVAL, "actor update needs column '%s'", need[i]);
+    if (a->p.use_kl_loss && !df_batch_has(b, "ref_log_prob"))
+        return df_error(DF_EINVAL, "use_kl_loss needs column 'ref_log_prob'");
+    int64_t n = df_batch_size(b);
+    int64_t mbs = a->p.mini_batch_size > 0 ? a->p.mini_batch_size : n;
+    df_metrics *scratch = df_metrics_new();
+    if (!scratch)
+        return df_error(DF_ENOMEM, "out of memory");
+    int rc = DF_OK;
+    for (int ep = 0; ep < (a->p.ppo_epochs > 0 ? a->p.ppo_epochs : 1) && !rc; ep++) {
+        for (int64_t s = 0; s < n && !rc; s += mbs) {
+            df_batch *mb;
+            int64_t e = s + mbs < n ? s + mbs : n;
+            if ((rc = df_batch_slice(b, s, e, &mb)))
+                break;
+            rc = ppo_mini_batch(a, mb, m, scratch);
+            df_batch_free(mb);
+        }
+    }
+    df_metrics_free(scratch);
+    return rc;
+}
+
+int df_actor_sft_step(df_actor *a, df_batch *b, df_metrics *m)
+{
+    if (!a->trainable)
+        return df_error(DF_EINVAL, "sft step called on a frozen model");
+    int64_t *bounds, n_mb;
+    int rc = plan(a, b, &bounds, &n_mb);
+    if (rc)
+        return rc;
+    const int64_t *ro = df_batch_offsets(b, "response_ids");
+    double total = (double)ro[df_batch_size(b)], loss = 0;
+    memset(a->grads, 0, (size_t)a->model->n_params * sizeof(float));
+    for (int64_t k = 0; k < n_mb && !rc && total > 0; k++) {
+        if ((rc = df_pack_responses(&a->pk, b, bounds[k], bounds[k + 1])))
+            break;
+        float *logp = a->buf[0], *dlogp = a->buf[2];
+        rc = df_model_forward(a->model, a->acts, &a->pk.sb, 1.0f, logp, NULL);
+        for (int64_t j = 0; !rc && j < a->pk.sb.n_out; j++) {
+            loss -= logp[j] / total;
+            dlogp[j] = (float)(-1.0 / total); /* d(-mean logp) / d logp */
+        }
+        if (!rc)
+            rc = df_model_backward(a->model, a->acts, &a->pk.sb, 1.0f, dlogp, NULL, a->grads);
+    }
+    free(bounds);
+    if (rc)
+        return rc;
+    df_metrics_mean(m, "train/loss", loss);
+    return optimizer_step(a, m, "train");
+}

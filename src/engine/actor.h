@@ -1,0 +1,74 @@
+/*
+ * actor.h (internal) — the actor / reference role (verl's DataParallelPPOActor):
+ * log-probabilities of responses under a model, and the PPO policy update
+ * with mini-batches, micro-batches and gradient accumulation. SFT reuses the
+ * same update with a cross-entropy loss.
+ */
+#ifndef DF_ENGINE_ACTOR_H
+#define DF_ENGINE_ACTOR_H
+
+#include "distflow/batch.h"
+#include "distflow/metrics.h"
+#include "distflow/model.h"
+
+typedef struct df_actor_params {
+    /* optimizer (actor_rollout_ref.actor.optim.*) */
+    double lr, weight_decay, beta1, beta2, adam_eps;
+    int64_t warmup_steps;       /* resolved from lr_warmup_steps / _ratio */
+    int64_t total_steps;        /* for the cosine schedule */
+    const char *warmup_style;   /* "constant" | "cosine" */
+    double min_lr_ratio, num_cycles;
+    double grad_clip;
+    /* batching */
+    int64_t mini_batch_size;    /* samples (responses) per optimizer step; <= 0: whole batch */
+    int64_t micro_batch_size;   /* samples per forward / backward; <= 0: token budget only */
+    int64_t max_token_len;      /* packed tokens per micro-batch when > 0 (use_dynamic_bsz) */
+    int ppo_epochs;
+    /* PPO loss */
+    const char *policy_loss;    /* policy_loss.loss_mode, e.g. "vanilla" */
+    const char *loss_agg_mode;  /* "token-mean", ... */
+    double clip_ratio_low, clip_ratio_high, clip_ratio_c;
+    double entropy_coeff;
+    bool use_kl_loss;
+    double kl_loss_coef;
+    const char *kl_loss_type;
+    float temperature;          /* rollout temperature: logits are divided by it */
+} df_actor_params;
+
+typedef struct df_actor df_actor;
+
+/**
+ * Wrap `model` (ownership passes to the actor). A trainable actor allocates
+ * gradients and AdamW state; a frozen one (the reference) only runs forward.
+ */
+int df_actor_create(df_model *model, const df_actor_params *p, bool trainable, df_actor **out);
+void df_actor_free(df_actor *a);
+df_model *df_actor_model(df_actor *a);
+/** Optimizer steps taken so far. */
+int64_t df_actor_step_count(const df_actor *a);
+
+/**
+ * Forward only: fill TOK_F32 column `out_col` (like response_ids) with each
+ * response token's log-prob at the actor's temperature. When `entropy_mean`
+ * is non-NULL it receives the token-mean entropy (metric actor/entropy).
+ */
+int df_actor_compute_log_prob(df_actor *a, df_batch *b, const char *out_col, double *entropy_mean);
+
+/**
+ * PPO update over `b` (prompt_ids, response_ids, old_log_probs, advantages and,
+ * with use_kl_loss, ref_log_prob): ppo_epochs passes over mini-batches; one
+ * optimizer step per mini-batch. Records actor/pg_loss, actor/pg_clipfrac,
+ * actor/pg_clipfrac_lower, actor/ppo_kl, actor/kl_loss, actor/entropy,
+ * actor/grad_norm, actor/lr.
+ */
+int df_actor_update_policy(df_actor *a, df_batch *b, df_metrics *m);
+
+/**
+ * One supervised step: minimise the token-mean negative log-likelihood of
+ * response_ids given prompt_ids over all of `b` (one optimizer step with
+ * micro-batch gradient accumulation). Records train/loss, train/lr,
+ * train/grad_norm.
+ */
+int df_actor_sft_step(df_actor *a, df_batch *b, df_metrics *m);
+
+#endif
