@@ -1,0 +1,372 @@
+/*
+ * distflow/dag.h — the DAG layer (DESIGN.md §1, §3): nodes, task graphs, the
+ * pipeline builder, built-in pipelines, the executable registry and a small
+ * executor. It mirrors siiRL's siirl/execution/dag/{node.py, task_graph.py,
+ * pipeline.py, builtin_pipelines.py}: an RL algorithm is a DAG of nodes, each
+ * naming the function that runs it; every worker walks its own task graph.
+ *
+ * Ownership: a task graph owns its nodes; a node owns its strings. Arrays of
+ * node pointers returned by queries are malloc'd (free the array, not the
+ * nodes); they stay valid until the graph is changed or freed.
+ * All fallible functions return 0 or a DF_E* status and set df_last_error().
+ */
+#ifndef DISTFLOW_DAG_H
+#define DISTFLOW_DAG_H
+
+#include "distflow/batch.h"
+#include "distflow/common.h"
+#include "distflow/metrics.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ======================================================================
+ * Enums (siiRL NodeType / NodeRole / NodeStatus; names are siiRL's spellings)
+ * ====================================================================== */
+
+typedef enum df_node_type {
+    DF_NODE_COMPUTE = 0,     /**< "COMPUTE": general computing task */
+    DF_NODE_DATA_LOAD,       /**< "DATA_LOAD": load data from the DataLoader */
+    DF_NODE_ENV_INTERACT,    /**< "ENV_INTERACT": interact with an environment */
+    DF_NODE_MODEL_INFERENCE, /**< "MODEL_INFERENCE": model inference (rollout) */
+    DF_NODE_MODEL_TRAIN,     /**< "MODEL_TRAIN": model training or forward-only passes */
+    DF_NODE_PUT_TO_BUFFER,   /**< "PUT_TO_BUFFER": put data into the distributed buffer */
+    DF_NODE_GET_FROM_BUFFER, /**< "GET_FROM_BUFFER": get data from the distributed buffer */
+    DF_NODE_BARRIER_SYNC,    /**< "BARRIER_SYNC": global synchronisation point */
+    DF_NODE_CUSTOM,          /**< "CUSTOM": user-defined, run through its executable */
+    DF_NODE_TYPE_COUNT
+} df_node_type;
+
+typedef enum df_node_role {
+    DF_ROLE_DEFAULT = 0,      /**< "DEFAULT" */
+    DF_ROLE_ACTOR,            /**< "ACTOR" */
+    DF_ROLE_ADVANTAGE,        /**< "ADVANTAGE" */
+    DF_ROLE_CRITIC,           /**< "CRITIC" */
+    DF_ROLE_ROLLOUT,          /**< "ROLLOUT" */
+    DF_ROLE_REFERENCE,        /**< "REFERENCE" */
+    DF_ROLE_REWARD,           /**< "REWARD" */
+    DF_ROLE_DYNAMIC_SAMPLING, /**< "DYNAMIC_SAMPLING": dynamic sampling in the data buffer */
+    DF_NODE_ROLE_COUNT
+} df_node_role;
+
+typedef enum df_node_status {
+    DF_STATUS_PENDING = 0, /**< "PENDING": waiting for dependencies */
+    DF_STATUS_READY,       /**< "READY": dependencies done, about to run */
+    DF_STATUS_RUNNING,     /**< "RUNNING" */
+    DF_STATUS_COMPLETED,   /**< "COMPLETED" */
+    DF_STATUS_FAILED,      /**< "FAILED" */
+    DF_STATUS_SKIPPED,     /**< "SKIPPED": not run (no executable, or an earlier node failed) */
+    DF_NODE_STATUS_COUNT
+} df_node_status;
+
+/** siiRL spelling of an enum value ("MODEL_TRAIN", "ACTOR", "PENDING"); "UNKNOWN" if out of range. */
+DF_API const char *df_node_type_name(df_node_type t);
+DF_API const char *df_node_role_name(df_node_role r);
+DF_API const char *df_node_status_name(df_node_status s);
+
+/**
+ * Parse a siiRL spelling, case-insensitively (siiRL does NodeType[s.upper()]).
+ * Unknown -> DF_EINVAL naming the string and listing the valid ones.
+ */
+DF_API int df_node_type_parse(const char *s, df_node_type *out);
+DF_API int df_node_role_parse(const char *s, df_node_role *out);
+DF_API int df_node_status_parse(const char *s, df_node_status *out);
+
+/* ======================================================================
+ * Node functions
+ * ====================================================================== */
+
+typedef struct df_node df_node;
+
+/** What a node function sees. The executor copies a template and sets `node`. */
+typedef struct df_node_ctx {
+    void *worker;        /**< the df_dag_worker running the graph (opaque here) */
+    const df_node *node; /**< the node being run (its config holds per-node overrides) */
+    int64_t step;        /**< global training step */
+    df_metrics *metrics; /**< step metrics to add to (may be NULL) */
+    void *user;          /**< free for the caller */
+} df_node_ctx;
+
+/** A node's result: set `batch` to hand a new batch downstream (else NULL). */
+typedef struct df_node_output {
+    df_batch *batch;
+} df_node_output;
+
+/**
+ * The one signature of every node function (siiRL DAGWorker methods such as
+ * generate / compute_reward / train_actor). A node either edits `batch` in
+ * place or builds a new batch and stores it in out->batch; the new batch then
+ * replaces `batch` for the nodes downstream. Return 0, DF_ERETRY for a failure
+ * that may succeed if run again, or another DF_E* code (with df_error()).
+ * `batch` may be NULL for the first node of a graph (e.g. a DATA_LOAD node).
+ */
+typedef int (*df_node_fn)(df_node_ctx *ctx, df_batch *batch, df_node_output *out);
+
+/* ======================================================================
+ * df_node (siiRL Node)
+ * ====================================================================== */
+
+/**
+ * A node. Read the fields directly; change them through the functions below
+ * (which own the strings), except status / retries_done / fn / retry_limit /
+ * agent_group / only_forward_compute, which callers may set.
+ */
+struct df_node {
+    char *node_id;             /**< unique within a graph, non-empty */
+    df_node_type node_type;
+    df_node_role node_role;    /**< DEFAULT unless type is COMPUTE / MODEL_TRAIN / MODEL_INFERENCE */
+    bool only_forward_compute; /**< e.g. actor_old_log_prob: forward pass only */
+    int agent_group;           /**< multi-agent group id (0 for single agent) */
+    char **dependencies;       /**< [n_dependencies] ids of upstream nodes, in declared order */
+    int n_dependencies;
+    char **config_keys;        /**< [n_config] per-node overrides: key -> value strings */
+    char **config_values;
+    int n_config;
+    char *executable_ref;      /**< e.g. "DAGWorker.generate", or NULL */
+    df_node_fn fn;             /**< resolved function (df_task_graph_resolve), or NULL */
+    int retry_limit;           /**< extra attempts after a DF_ERETRY failure (default 0) */
+    int retries_done;          /**< retries used in the current run (attempts - 1) */
+    df_node_status status;
+};
+
+/**
+ * New node with no dependencies, status PENDING. As in siiRL's Node, only
+ * COMPUTE, MODEL_TRAIN and MODEL_INFERENCE nodes may have a role other than
+ * DEFAULT. Errors: DF_EINVAL (empty id, enum out of range, role on a non-model
+ * type — the message names the node), DF_ENOMEM.
+ */
+DF_API int df_node_new(const char *node_id, df_node_type type, df_node_role role,
+                       df_node **out);
+DF_API void df_node_free(df_node *node);
+/** Deep copy, including fn, status and retries_done (siiRL Node.copy). */
+DF_API int df_node_copy(const df_node *node, df_node **out);
+/** Add an upstream dependency (no-op if already present). DF_EINVAL for an empty id. */
+DF_API int df_node_add_dependency(df_node *node, const char *dep_id);
+/** Remove a dependency; no-op if absent. */
+DF_API void df_node_remove_dependency(df_node *node, const char *dep_id);
+/** Set (or replace) a config entry; both strings are copied. */
+DF_API int df_node_set_config(df_node *node, const char *key, const char *value);
+/** Config value for key, or NULL when absent. */
+DF_API const char *df_node_get_config(const df_node *node, const char *key);
+/** Set the executable ref (copied; NULL clears) and forget any resolved fn. */
+DF_API int df_node_set_executable_ref(df_node *node, const char *ref);
+
+/* ======================================================================
+ * df_task_graph (siiRL TaskGraph): nodes + adj (node -> dependents) +
+ * rev_adj (node -> dependencies), rebuilt from the nodes' dependency lists
+ * whenever a query needs them, so editing a node's dependencies is safe.
+ * ====================================================================== */
+
+typedef struct df_task_graph df_task_graph;
+
+/** Empty graph. DF_EINVAL for a NULL/empty id, DF_ENOMEM. */
+DF_API int df_task_graph_new(const char *graph_id, df_task_graph **out);
+DF_API void df_task_graph_free(df_task_graph *g);
+DF_API const char *df_task_graph_id(const df_task_graph *g);
+DF_API int df_task_graph_num_nodes(const df_task_graph *g);
+/** i-th node in insertion order (0 <= i < num_nodes), else NULL. */
+DF_API df_node *df_task_graph_node_at(const df_task_graph *g, int i);
+/** Node by id, or NULL. */
+DF_API df_node *df_task_graph_get_node(const df_task_graph *g, const char *node_id);
+
+/**
+ * Add a node; the graph takes ownership in every case (on error the node is
+ * freed). Dependencies may name nodes added later (checked by validate).
+ * Errors: DF_EINVAL for a duplicate id (naming it and the graph), DF_ENOMEM.
+ */
+DF_API int df_task_graph_add_node(df_task_graph *g, df_node *node);
+
+/**
+ * Remove and free a node, and drop it from the dependency lists of the nodes
+ * that depended on it (they become entry nodes if it was their only input).
+ * DF_ENOTFOUND naming the id if absent.
+ */
+DF_API int df_task_graph_remove_node(df_task_graph *g, const char *node_id);
+
+/**
+ * Check the graph (siiRL validate_graph): every node id unique and non-empty;
+ * every dependency exists ("task graph 'g': node 'b' depends on 'x', which is
+ * not in the graph"); no cycle ("... dependency cycle: a -> b -> c -> a", an
+ * arrow meaning "feeds"). Errors: DF_EINVAL, DF_ENOMEM.
+ */
+DF_API int df_task_graph_validate(df_task_graph *g);
+
+/**
+ * Topological order by Kahn's algorithm; among nodes that are ready at the
+ * same time the one added first comes first, so the order is deterministic.
+ * *order receives a malloc'd array of *n node pointers.
+ * Errors: as df_task_graph_validate.
+ */
+DF_API int df_task_graph_topo_order(df_task_graph *g, df_node ***order, int *n);
+
+/** Nodes without dependencies, in insertion order (malloc'd array in *out). */
+DF_API int df_task_graph_entry_nodes(df_task_graph *g, df_node ***out, int *n);
+/** Nodes nothing depends on, in insertion order. */
+DF_API int df_task_graph_exit_nodes(df_task_graph *g, df_node ***out, int *n);
+/** Direct dependents of node_id (siiRL get_downstream_nodes), in insertion order.
+ *  DF_ENOTFOUND for an unknown id. */
+DF_API int df_task_graph_downstream_nodes(df_task_graph *g, const char *node_id,
+                                          df_node ***out, int *n);
+/** Direct dependencies of node_id that exist in the graph, in declared order. */
+DF_API int df_task_graph_upstream_nodes(df_task_graph *g, const char *node_id, df_node ***out,
+                                        int *n);
+/** Nodes with the given role, in insertion order (siiRL get_nodes_by_role). */
+DF_API int df_task_graph_nodes_by_role(df_task_graph *g, df_node_role role, df_node ***out,
+                                       int *n);
+
+/** Deep copy under new_id (NULL keeps the id). */
+DF_API int df_task_graph_copy(const df_task_graph *g, const char *new_id, df_task_graph **out);
+
+/** Every node back to PENDING with retries_done 0 (siiRL reset_nodes_status). */
+DF_API void df_task_graph_reset(df_task_graph *g);
+
+/**
+ * Text picture of the graph (siiRL TaskGraph.__repr__), malloc'd into *out:
+ * a header line, then per node in topological order (insertion order, with
+ * the validation problem in the header, when the graph is invalid):
+ *   [actor_old_log_prob] MODEL_TRAIN role=ACTOR status=PENDING forward-only
+ *     agent_group: 1                    (only when not 0)
+ *     ref: siirl.dag_worker.dagworker:DAGWorker.compute_old_log_prob
+ *     config: key=value, ...            (only when set)
+ *     after: calculate_advantages       ("(entry node)" when none)
+ *     before: reference_log_prob        ("(exit node)" when none)
+ */
+DF_API int df_task_graph_print(df_task_graph *g, char **out);
+
+/* ======================================================================
+ * Executables: name -> df_node_fn
+ * ====================================================================== */
+
+/**
+ * Register (or replace) a node function under a built-in name such as
+ * "DAGWorker.generate", "DAGWorker.compute_reward", "DAGWorker.compute_advantage",
+ * "DAGWorker.compute_old_log_prob", "DAGWorker.compute_ref_log_prob",
+ * "DAGWorker.train_actor", "DAGWorker.compute_value", "DAGWorker.train_critic",
+ * "dapo.dynamic_sampling". Not thread-safe: register at start-up.
+ * DF_EINVAL for an empty name or NULL fn.
+ */
+DF_API int df_exec_register(const char *name, df_node_fn fn);
+/** Remove a registration; no-op if absent. */
+DF_API void df_exec_unregister(const char *name);
+
+/**
+ * Resolve an executable ref to a function. Accepted spellings:
+ *   "DAGWorker.generate"                              a registered name
+ *   "siirl.dag_worker.dagworker:DAGWorker.generate"   siiRL's, = "DAGWorker.generate"
+ *   "siirl.user_interface.filter_interface.dapo.dynamic_sampling"
+ *                                                     siiRL's, = "dapo.dynamic_sampling"
+ *   "path/to/libplugin.so:symbol"                     a plugin: DF_EUNSUPPORTED for now
+ * Errors: DF_ENOTFOUND with the ref in the message; DF_EINVAL for NULL / "".
+ */
+DF_API int df_exec_resolve(const char *ref, df_node_fn *fn);
+
+/**
+ * Resolve the executable_ref of every node whose fn is not yet set. Nodes
+ * without a ref are left alone (the executor skips them). Errors: the first
+ * failure, naming the node and its ref.
+ */
+DF_API int df_task_graph_resolve(df_task_graph *g);
+
+/* ======================================================================
+ * Pipeline builder (siiRL Pipeline)
+ * ====================================================================== */
+
+typedef struct df_pipeline df_pipeline;
+
+/** Everything df_pipeline_add takes; zero-initialise and set what you need. */
+typedef struct df_node_spec {
+    const char *node_id;
+    const char *func_ref;     /**< executable ref (may be NULL when fn is given) */
+    df_node_fn fn;            /**< direct function (siiRL's Callable), or NULL */
+    const char *const *deps;  /**< [n_deps] upstream node ids */
+    int n_deps;
+    df_node_type node_type;   /**< siiRL's default: COMPUTE */
+    df_node_role node_role;   /**< siiRL's default: DEFAULT */
+    bool only_forward_compute;
+    int agent_group;
+    int retry_limit;
+} df_node_spec;
+
+/** New builder; id and description are copied. NULL on allocation failure or a NULL/empty id. */
+DF_API df_pipeline *df_pipeline_new(const char *pipeline_id, const char *description);
+DF_API void df_pipeline_free(df_pipeline *p);
+DF_API const char *df_pipeline_description(const df_pipeline *p);
+
+/**
+ * Add a node (siiRL Pipeline.add_node). Returns its status, and the first
+ * error is also kept and returned again by df_pipeline_build, so a chain of
+ * adds can be checked once. Errors: DF_EINVAL for an empty or duplicate id
+ * ("node 'x' already exists in pipeline 'p'"), a role on a non-model node,
+ * NULL deps with n_deps > 0; DF_ENOMEM.
+ */
+DF_API int df_pipeline_add(df_pipeline *p, const df_node_spec *spec);
+
+/** Shorthand for df_pipeline_add with func_ref, deps, type, role, only_forward_compute. */
+DF_API int df_pipeline_add_node(df_pipeline *p, const char *node_id, const char *func_ref,
+                                const char *const *deps, int n_deps, df_node_type type,
+                                df_node_role role, bool only_forward_compute);
+
+/**
+ * Build and validate the task graph (graph id = pipeline id). Executable refs
+ * are not resolved here (see df_task_graph_resolve): the worker registers its
+ * functions after plans are made. Errors: the first df_pipeline_add error,
+ * or "invalid pipeline 'p': <validation error>".
+ */
+DF_API int df_pipeline_build(df_pipeline *p, df_task_graph **out);
+
+/**
+ * A built-in pipeline (siiRL builtin_pipelines.py), with siiRL's node ids,
+ * executable refs (siiRL spelling), types, roles, only_forward_compute and
+ * dependencies:
+ *   "grpo"      grpo_training_pipeline: rollout_actor -> function_reward ->
+ *               calculate_advantages -> actor_old_log_prob -> reference_log_prob -> actor_train
+ *   "ppo"       ppo_training_pipeline: as grpo with compute_value (CRITIC, forward only)
+ *               before calculate_advantages and critic_train after actor_train
+ *   "dapo"      dapo_training_pipeline: as grpo with dynamic_sampling
+ *               (DYNAMIC_SAMPLING) after function_reward
+ *   "embodied"  embodied_grpo_training_pipeline (siiRL embodied_grpo_pipeline)
+ * Unknown name -> DF_ENOTFOUND listing the known ones.
+ */
+DF_API int df_builtin_pipeline(const char *name, df_task_graph **out);
+
+/* ======================================================================
+ * Executor
+ * ====================================================================== */
+
+/** Frees a batch the executor no longer needs (normally df_batch_free). */
+typedef void (*df_batch_release_fn)(df_batch *b);
+
+typedef struct df_run_opts {
+    /** Called on a batch replaced through out->batch (and on a batch a failing
+     *  node returned). NULL: the executor frees nothing. */
+    df_batch_release_fn release_batch;
+    /** Record each node's wall time as "timing_s/<node_id>" in ctx->metrics. */
+    bool record_timing;
+} df_run_opts;
+
+/**
+ * Run one node: status RUNNING, call its function with a copy of *tmpl
+ * (node set), retry while it returns DF_ERETRY and retries_done < retry_limit,
+ * then COMPLETED or FAILED. A node with no fn but a ref is resolved first; a
+ * node with neither is SKIPPED. When the node sets out->batch, *batch is
+ * released (opts->release_batch) and replaced by it. opts may be NULL.
+ * Errors: the node's code, the message wrapped as
+ * "node 'id' (ref) failed[ after N attempts]: <message>".
+ */
+DF_API int df_node_run(df_node *node, const df_node_ctx *tmpl, df_batch **batch,
+                       const df_run_opts *opts);
+
+/**
+ * Run a whole graph once: validate, reset statuses, then df_node_run in
+ * topological order, each node READY just before it runs. On the first
+ * failure the remaining nodes are marked SKIPPED and the error (prefixed with
+ * "task graph 'g': ") is returned. *batch is the batch in and out.
+ */
+DF_API int df_task_graph_run(df_task_graph *g, const df_node_ctx *tmpl, df_batch **batch,
+                             const df_run_opts *opts);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DISTFLOW_DAG_H */

@@ -1,0 +1,164 @@
+/* Advantage estimators and uid grouping (include/distflow/algo.h). */
+#include "distflow/algo.h"
+
+#include "algo/algo_internal.h"
+#include "util/fn_registry.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+int df_algo_check_offsets(const char *who, int64_t n, const int64_t *offsets)
+{
+    if (n < 0)
+        return df_error(DF_EINVAL, "%s: negative sample count %lld", who, (long long)n);
+    if (!offsets)
+        return df_error(DF_EINVAL, "%s: offsets is NULL", who);
+    if (offsets[0] != 0)
+        return df_error(DF_EINVAL, "%s: offsets[0] is %lld, expected 0", who,
+                        (long long)offsets[0]);
+    for (int64_t i = 0; i < n; i++)
+        if (offsets[i + 1] < offsets[i])
+            return df_error(DF_EINVAL, "%s: offsets decrease at sample %lld (%lld -> %lld)", who,
+                            (long long)i, (long long)offsets[i], (long long)offsets[i + 1]);
+    return DF_OK;
+}
+
+/* ---- uid -> dense group id ----------------------------------------------- */
+
+static uint64_t fnv1a(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+int df_group_ids(const char *const *uids, int64_t n, int64_t *group)
+{
+    if (n < 0)
+        return df_error(DF_EINVAL, "group ids: negative sample count %lld", (long long)n);
+    if (n == 0)
+        return DF_OK;
+    if (!uids || !group)
+        return df_error(DF_EINVAL, "group ids: NULL uids or output");
+    /* Open addressing; a slot holds the first sample index with that uid. */
+    int64_t cap = 16;
+    while (cap < 2 * n)
+        cap *= 2;
+    int64_t *slot = malloc((size_t)cap * sizeof *slot);
+    if (!slot)
+        return df_error(DF_ENOMEM, "group ids: out of memory for %lld samples", (long long)n);
+    memset(slot, 0xff, (size_t)cap * sizeof *slot); /* all -1 */
+    int64_t next = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!uids[i]) {
+            free(slot);
+            return df_error(DF_EINVAL, "group ids: uid of sample %lld is NULL", (long long)i);
+        }
+        int64_t h = (int64_t)(fnv1a(uids[i]) & (uint64_t)(cap - 1));
+        while (slot[h] >= 0 && strcmp(uids[slot[h]], uids[i]) != 0)
+            h = (h + 1) & (cap - 1);
+        if (slot[h] < 0) {
+            slot[h] = i;
+            group[i] = next++;
+        } else {
+            group[i] = group[slot[h]];
+        }
+    }
+    free(slot);
+    return DF_OK;
+}
+
+/* ---- registry --------------------------------------------------------------- */
+
+static const df_fn_entry k_builtin_estimators[] = {
+    {"grpo", (df_any_fn)df_adv_grpo},
+};
+
+static df_fn_registry g_estimators = {
+    .kind = "advantage estimator",
+    .builtins = k_builtin_estimators,
+    .n_builtins = sizeof k_builtin_estimators / sizeof k_builtin_estimators[0],
+};
+
+int df_adv_estimator_lookup(const char *name, df_adv_estimator_fn *fn)
+{
+    df_any_fn f = df_fn_registry_find(&g_estimators, name);
+    if (!f) {
+        char known[1024];
+        df_fn_registry_names(&g_estimators, known, sizeof known);
+        return df_error(DF_EINVAL, "unknown advantage estimator '%s' (known: %s)",
+                        name ? name : "(null)", known);
+    }
+    *fn = (df_adv_estimator_fn)f;
+    return DF_OK;
+}
+
+int df_adv_estimator_register(const char *name, df_adv_estimator_fn fn)
+{
+    return df_fn_registry_add(&g_estimators, name, (df_any_fn)fn);
+}
+
+/* ---- grpo -------------------------------------------------------------------- */
+
+int df_adv_grpo(const df_adv_input *in, float *advantages, float *returns)
+{
+    if (!in)
+        return df_error(DF_EINVAL, "grpo: NULL input");
+    int rc = df_algo_check_offsets("grpo", in->n, in->offsets);
+    if (rc)
+        return rc;
+    const int64_t n = in->n;
+    if (n == 0)
+        return DF_OK;
+    if (!in->group || (in->offsets[n] > 0 && (!in->token_level_rewards || !advantages ||
+                                              !returns)))
+        return df_error(DF_EINVAL, "grpo: NULL group ids, rewards or output arrays");
+    if (!(in->epsilon >= 0))
+        return df_error(DF_EINVAL, "grpo: epsilon must be >= 0, got %g", (double)in->epsilon);
+    for (int64_t i = 0; i < n; i++)
+        if (in->group[i] < 0 || in->group[i] >= n)
+            return df_error(DF_EINVAL, "grpo: group id %lld of sample %lld is outside [0, %lld)",
+                            (long long)in->group[i], (long long)i, (long long)n);
+
+    /* score, then per-group count / sum / sum of squared deviations (two passes). */
+    double *score = malloc((size_t)n * sizeof *score);
+    double *sum = calloc((size_t)n, sizeof *sum);
+    double *ssd = calloc((size_t)n, sizeof *ssd);
+    int64_t *cnt = calloc((size_t)n, sizeof *cnt);
+    if (!score || !sum || !ssd || !cnt) {
+        free(score), free(sum), free(ssd), free(cnt);
+        return df_error(DF_ENOMEM, "grpo: out of memory for %lld samples", (long long)n);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        double s = 0;
+        for (int64_t t = in->offsets[i]; t < in->offsets[i + 1]; t++)
+            s += in->token_level_rewards[t];
+        score[i] = s;
+        sum[in->group[i]] += s;
+        cnt[in->group[i]]++;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        int64_t g = in->group[i];
+        double d = score[i] - sum[g] / (double)cnt[g];
+        ssd[g] += d * d;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        int64_t g = in->group[i];
+        double mean = 0, std = 1; /* verl: a group of one has mean 0, std 1 */
+        if (cnt[g] > 1) {
+            mean = sum[g] / (double)cnt[g];
+            std = sqrt(ssd[g] / (double)(cnt[g] - 1)); /* torch.std is unbiased */
+        }
+        double a = score[i] - mean;
+        if (in->norm_adv_by_std_in_grpo)
+            a /= std + (double)in->epsilon;
+        for (int64_t t = in->offsets[i]; t < in->offsets[i + 1]; t++) {
+            advantages[t] = (float)a;
+            returns[t] = (float)a;
+        }
+    }
+    free(score), free(sum), free(ssd), free(cnt);
+    return DF_OK;
+}

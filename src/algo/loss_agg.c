@@ -1,0 +1,108 @@
+/* Loss aggregation as per-token weights (include/distflow/algo.h; verl agg_loss). */
+#include "distflow/algo.h"
+
+#include "algo/algo_internal.h"
+
+#include <string.h>
+
+/* Each mode is one rule: the weight of every token of a sample of length len. */
+typedef enum { NEED_TOKENS = 1, NEED_SEQS = 2, NEED_NORM = 4 } agg_need;
+
+typedef enum { TOKEN_MEAN, SEQ_TOKEN_SUM, SEQ_TOKEN_MEAN, SEQ_TOKEN_SUM_NORM } agg_kind;
+
+typedef struct agg_mode {
+    const char *name;
+    agg_kind kind;
+    int need;
+} agg_mode;
+
+/* New modes (e.g. verl's token-mean-unbiased) slot in here and in sample_weight. */
+static const agg_mode k_modes[] = {
+    {"token-mean", TOKEN_MEAN, NEED_TOKENS},
+    {"seq-mean-token-sum", SEQ_TOKEN_SUM, NEED_SEQS},
+    {"seq-mean-token-mean", SEQ_TOKEN_MEAN, NEED_SEQS},
+    {"seq-mean-token-sum-norm", SEQ_TOKEN_SUM_NORM, NEED_SEQS | NEED_NORM},
+};
+enum { N_MODES = sizeof k_modes / sizeof k_modes[0] };
+
+static double sample_weight(agg_kind k, int64_t len, int64_t tokens, int64_t seqs, int64_t norm)
+{
+    switch (k) {
+    case TOKEN_MEAN: return 1.0 / (double)tokens;
+    case SEQ_TOKEN_SUM: return 1.0 / (double)seqs;
+    case SEQ_TOKEN_MEAN: return 1.0 / ((double)seqs * (double)len); /* len > 0 here */
+    case SEQ_TOKEN_SUM_NORM: return 1.0 / ((double)seqs * (double)norm);
+    }
+    return 0;
+}
+
+int df_loss_agg_weights_ex(const char *mode, int64_t n, const int64_t *offsets,
+                           int64_t global_tokens, int64_t global_seqs, int64_t norm_length,
+                           float *w)
+{
+    int m = -1;
+    for (int i = 0; mode && i < N_MODES; i++)
+        if (!strcmp(mode, k_modes[i].name))
+            m = i;
+    if (m < 0)
+        return df_error(DF_EINVAL,
+                        "unknown loss_agg_mode '%s' (known: token-mean, seq-mean-token-sum, "
+                        "seq-mean-token-mean, seq-mean-token-sum-norm)",
+                        mode ? mode : "(null)");
+    int rc = df_algo_check_offsets(mode, n, offsets);
+    if (rc)
+        return rc;
+    int need = k_modes[m].need;
+    if ((need & NEED_TOKENS) && global_tokens <= 0)
+        return df_error(DF_EINVAL, "loss_agg_mode %s: global token count must be > 0, got %lld",
+                        mode, (long long)global_tokens);
+    if ((need & NEED_SEQS) && global_seqs <= 0)
+        return df_error(DF_EINVAL,
+                        "loss_agg_mode %s: global sequence count must be > 0, got %lld", mode,
+                        (long long)global_seqs);
+    if ((need & NEED_NORM) && norm_length <= 0)
+        return df_error(DF_EINVAL,
+                        "loss_agg_mode %s: needs a positive constant length normaliser "
+                        "(max response length), got %lld",
+                        mode, (long long)norm_length);
+    /* A micro-batch is part of its mini-batch: more tokens / samples than the
+     * totals means the caller passed micro-batch counts or mixed up batches. */
+    if ((need & NEED_TOKENS) && offsets[n] > global_tokens)
+        return df_error(DF_EINVAL,
+                        "loss_agg_mode %s: %lld tokens here exceed the mini-batch total %lld",
+                        mode, (long long)offsets[n], (long long)global_tokens);
+    if ((need & NEED_SEQS) && n > global_seqs)
+        return df_error(DF_EINVAL,
+                        "loss_agg_mode %s: %lld samples here exceed the mini-batch total %lld",
+                        mode, (long long)n, (long long)global_seqs);
+    if (offsets[n] > 0 && !w)
+        return df_error(DF_EINVAL, "loss_agg_mode %s: NULL weight array", mode);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t len = offsets[i + 1] - offsets[i];
+        if (!len)
+            continue;
+        float wi = (float)sample_weight(k_modes[m].kind, len, global_tokens, global_seqs, norm_length);
+        for (int64_t t = offsets[i]; t < offsets[i + 1]; t++)
+            w[t] = wi;
+    }
+    return DF_OK;
+}
+
+int df_loss_agg_weights(const char *mode, int64_t n, const int64_t *offsets,
+                        int64_t global_tokens, int64_t global_seqs, float *w)
+{
+    return df_loss_agg_weights_ex(mode, n, offsets, global_tokens, global_seqs, 0, w);
+}
+
+double df_loss_agg_apply(int64_t n_tokens, const float *values, const float *w)
+{
+    double s = 0;
+    for (int64_t t = 0; t < n_tokens; t++)
+        s += (double)w[t] * (double)values[t];
+    return s;
+}
+
+double df_entropy_loss(int64_t n_tokens, const float *entropy, const float *w)
+{
+    return df_loss_agg_apply(n_tokens, entropy, w);
+}

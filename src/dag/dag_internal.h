@@ -1,0 +1,11 @@
+/* dag_internal.h (internal) — helpers shared by src/dag/. */
+#ifndef DF_DAG_INTERNAL_H
+#define DF_DAG_INTERNAL_H
+
+#include "distflow/dag.h"
+
+/* siiRL Node.__init__ checks: type / role in range, and only COMPUTE,
+ * MODEL_TRAIN and MODEL_INFERENCE nodes may have a non-DEFAULT role. */
+int df_node_check_kind(const char *node_id, df_node_type type, df_node_role role);
+
+#endif /* DF_DAG_INTERNAL_H */
