@@ -522,8 +522,8 @@ static void test_interpolation(void **state)
     override_fails("trainer.default_local_dir=${trainer.projct_name}/x",
                    "command line: trainer.default_local_dir: '${trainer.projct_name}' names an unknown key "
                    "'trainer.projct_name' (did you mean 'trainer.project_name'?)");
-    override_fails("data.seed=x${trainer.seed}", "command line: 'data.seed=x${trainer.seed}': data.seed: an "
-                                                 "interpolation in int value must be the whole value ('${key}')");
+    override_fails("data.seed=x${trainer.seed}", "command line: 'data.seed=x${trainer.seed}': data.seed: keys of "
+                                                 "type int take an interpolation only as the whole value ('${key}')");
     override_fails("data.train_batch_size=${data.prompt_key}",
                    "command line: data.train_batch_size: expected an integer, got \"prompt\"");
 }

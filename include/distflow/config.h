@@ -46,8 +46,9 @@
  *   cfg.yaml:7: data.train_batch_size: expected an integer, got "abc"
  *   cfg.yaml:3:5: mapping values are not allowed in this context   (YAML syntax)
  *   command line: 'data.train_batch_size=0': data.train_batch_size: must be >= 1, got 0
- * Reading a key that is not in the schema, or with the getter of another type,
- * is a programming error and asserts.
+ * Reading a key that is not in the schema, with the getter of another type, or
+ * reading a null value with an int / float / bool getter is a programming error
+ * and asserts (with NDEBUG the getter returns 0 / false / NULL instead).
  *
  * Thread safety: a df_config is immutable after loading except through
  * df_config_set(); concurrent readers are fine. Schemas are static tables.

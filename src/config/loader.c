@@ -220,8 +220,8 @@ static int assign_node(walker *w, int idx, yaml_node_t *n)
             rc = df_error(DF_EINVAL, "%s: %s: value contains a NUL character", place, e->key);
         else if (!w->src->no_interp && strstr(t, "${")) {
             if (e->type != DF_CFG_STR && !whole_ref(t))
-                rc = df_error(DF_EINVAL,
-                              "%s: %s: an interpolation in %s value must be the whole value ('${key}')",
+                rc = df_error(DF_EINVAL, "%s: %s: keys of type %s take an interpolation only as the "
+                              "whole value ('${key}')",
                               place, e->key, df_config_type_name(e->type));
             else if (!(raw = strdup(t)))
                 rc = df_error(DF_ENOMEM, "%s: out of memory", place);

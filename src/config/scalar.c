@@ -213,8 +213,8 @@ static bool plain_safe(const char *s)
     double fv;
     if (!cfg_parse_bool(s, &bv) || cfg_parse_int(s, &iv) != -1 || cfg_parse_float(s, &fv) != -1)
         return false; /* would read back as another type in generic YAML tools */
-    if (!isalnum((unsigned char)s[0]) && !strchr("_./~", s[0]))
-        return false;
+    if (!isalpha((unsigned char)s[0]) && !strchr("_./~", s[0]))
+        return false; /* digit-led text may be a date or number to other YAML readers */
     for (const char *p = s; *p; p++)
         if (!isalnum((unsigned char)*p) && !strchr("_./~+-", *p))
             return false;

@@ -56,7 +56,8 @@ static const df_config_entry sft[] = {
     KI("optim.lr_warmup_steps", "-1", -INF, INF, "linear warmup steps; <= 0: use lr_warmup_steps_ratio"),
     KF("optim.lr_warmup_steps_ratio", "0.1", 0, 1, "warmup steps as a fraction of all steps"),
     KF("optim.clip_grad", "1.0", 0, INF, "clip the global gradient L2 norm to this value"),
-    KE("optim.lr_scheduler", "cosine", "cosine|wsd", "schedule after warmup: cosine decay or warmup-stable-decay"),
+    KE("optim.lr_scheduler", "cosine", "cosine|wsd",
+       "schedule after warmup: cosine decay or warmup-stable-decay"),
     KF("optim.min_lr_ratio", "0.0", 0, 1, "final lr as a fraction of lr"),
     KF("optim.num_cycles", "0.5", 0, INF, "cosine half-waves (0.5 = one decay)"),
 

@@ -20,19 +20,20 @@
 #define DTYPES "bfloat16|float16|float32"
 
 /* An optimizer block (actor.optim, critic.optim), siiRL's OptimizerArguments. */
-#define OPTIM(p, lr)                                                                                \
-    KF(p "lr", lr, 0, INF, "peak learning rate of AdamW"),                                          \
-    KI(p "lr_warmup_steps", "-1", -INF, INF,                                                        \
-       "linear warmup steps; <= 0 means use lr_warmup_steps_ratio"),                                \
-    KF(p "lr_warmup_steps_ratio", "0.0", 0, 1,                                                      \
-       "warmup steps as a fraction of total_training_steps (used when lr_warmup_steps <= 0)"),     \
-    KE(p "warmup_style", "constant", "constant|cosine",                                             \
-       "schedule after warmup: constant, or cosine decay to min_lr_ratio * lr"),                    \
-    KF(p "min_lr_ratio", "0.0", 0, 1, "cosine schedule: final lr as a fraction of lr"),             \
-    KF(p "num_cycles", "0.5", 0, INF, "cosine schedule: number of cosine half-waves (0.5 = one decay)"), \
-    KF(p "weight_decay", "0.01", 0, INF, "AdamW decoupled weight decay"),                           \
-    KFL(p "betas", "[0.9, 0.999]", 2, 0, 0.999999999, "AdamW (beta1, beta2), each in [0, 1)"),                        \
-    KI(p "total_training_steps", "-1", -1, INF,                                                     \
+#define OPTIM(p, lr)                                                                             \
+    KF(p "lr", lr, 0, INF, "peak learning rate of AdamW"),                                       \
+    KI(p "lr_warmup_steps", "-1", -INF, INF,                                                     \
+       "linear warmup steps; <= 0 means use lr_warmup_steps_ratio"),                             \
+    KF(p "lr_warmup_steps_ratio", "0.0", 0, 1,                                                   \
+       "warmup steps as a fraction of total_training_steps (used when lr_warmup_steps <= 0)"),  \
+    KE(p "warmup_style", "constant", "constant|cosine",                                          \
+       "schedule after warmup: constant, or cosine decay to min_lr_ratio * lr"),                 \
+    KF(p "min_lr_ratio", "0.0", 0, 1, "cosine schedule: final lr as a fraction of lr"),          \
+    KF(p "num_cycles", "0.5", 0, INF,                                                            \
+       "cosine schedule: number of cosine half-waves (0.5 = one decay)"),                        \
+    KF(p "weight_decay", "0.01", 0, INF, "AdamW decoupled weight decay"),                        \
+    KFL(p "betas", "[0.9, 0.999]", 2, 0, 0.999999999, "AdamW (beta1, beta2), each in [0, 1)"),   \
+    KI(p "total_training_steps", "-1", -1, INF,                                                  \
        "optimizer steps for the lr schedule; -1: set by the trainer from trainer.total_training_steps")
 
 static const df_config_entry train[] = {
