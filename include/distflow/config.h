@@ -1,0 +1,199 @@
+/*
+ * distflow/config.h — typed configuration: a YAML file plus Hydra-style dotted
+ * overrides, checked against a per-command schema (siiRL / verl key names).
+ *
+ *   distflow train cfg.yaml actor_rollout_ref.rollout.n=8 data.train_batch_size=64
+ *
+ * Schema. One table per command (df_config_schema_train(), df_config_schema_sft()).
+ * Each entry is one line: dotted key, type, nullable or not, default (as YAML
+ * text), bounds or allowed values, and a one-line help. Keys and defaults follow
+ * siiRL's argument dataclasses (siirl/params/) and verl's ppo_trainer.yaml /
+ * fsdp_sft_trainer.yaml; where the two disagree siiRL's default is used.
+ *
+ * Loading order: schema defaults, then the YAML file, then the overrides in
+ * command-line order (a later one wins), then resolution:
+ *   1. interpolations `${other.key}` (OmegaConf syntax) are replaced by the
+ *      referenced key's resolved value. A value that is exactly `${k}` copies k's
+ *      value whatever its type (int, list, null, ...); inside a longer string the
+ *      value's text is spliced in (`checkpoints/${trainer.project_name}`).
+ *      Resolvers (`${oc.env:X}`) are not supported.
+ *   2. derived defaults: a null value of an entry with `null_from` takes that
+ *      key's value (verl's semantics: rollout.response_length null ->
+ *      data.max_response_length, actor.clip_ratio_low null -> actor.clip_ratio).
+ * Values are checked (type, null, bounds, choices) when assigned and again when
+ * an interpolation or a derived default fills them.
+ *
+ * YAML. Nested mappings become dotted keys (a dotted key inside a mapping,
+ * `actor.optim.lr: 1e-6`, is the same key). Anchors, aliases and `<<` merge keys
+ * resolve. A key given twice in the file is an error. A scalar is typed by the
+ * key it is assigned to, not by its YAML spelling: `1` is fine for a float key,
+ * `"64"` (quoted) for an int key; `1.0` for an int key is not. A plain `~`,
+ * `null` or empty value is null; a quoted "null" is a string. A single scalar is
+ * accepted where a list is expected (a one-item list, as verl does for
+ * data.train_files). A null (or empty) value for a group (`critic:`) sets nothing.
+ * `_target_` keys (verl's dataclass hints in copied configs) are ignored.
+ *
+ * Overrides: `key=value`, `+key=value` and `++key=value` (Hydra's prefixes; the
+ * key must still be in the schema). The value is parsed as one YAML value:
+ * true/false, 64, 1e-6, null, 'quoted', [a,b]; a mapping is accepted for a group
+ * key (`actor_rollout_ref.actor.optim={lr: 1e-5}`). An empty value (`key=`) is
+ * the empty string, as in Hydra. Deleting (`~key`) is not supported.
+ *
+ * Errors: every loader failure returns DF_EINVAL (DF_EIO when the file cannot
+ * be read) with a message that names the place and the key, e.g.
+ *   cfg.yaml:12: unknown key 'actor_rollout_ref.actor.clip_ratoi' (did you mean
+ *     'actor_rollout_ref.actor.clip_ratio'?)
+ *   cfg.yaml:7: data.train_batch_size: expected an integer, got "abc"
+ *   cfg.yaml:3:5: mapping values are not allowed in this context   (YAML syntax)
+ *   command line: 'data.train_batch_size=0': data.train_batch_size: must be >= 1, got 0
+ * Reading a key that is not in the schema, with the getter of another type, or
+ * reading a null value with an int / float / bool getter is a programming error
+ * and asserts (with NDEBUG the getter returns 0 / false / NULL instead).
+ *
+ * Thread safety: a df_config is immutable after loading except through
+ * df_config_set(); concurrent readers are fine. Schemas are static tables.
+ */
+#ifndef DISTFLOW_CONFIG_H
+#define DISTFLOW_CONFIG_H
+
+#include <stdio.h>
+
+#include "distflow/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct df_config df_config;
+typedef struct df_config_schema df_config_schema;
+
+/** Value types of schema entries. */
+typedef enum {
+    DF_CFG_BOOL,       /**< true/false (also yes/no, on/off, any case) */
+    DF_CFG_INT,        /**< int64; decimal, 0x hex, `_` digit separators */
+    DF_CFG_FLOAT,      /**< double; 1e-6, .5, .inf; an integer is accepted */
+    DF_CFG_STR,        /**< any text */
+    DF_CFG_STR_LIST,   /**< list of strings; a single string is a one-item list */
+    DF_CFG_FLOAT_LIST  /**< list of doubles (e.g. optim.betas) */
+} df_config_type;
+
+/**
+ * One schema line. Bounds are inclusive; -INFINITY / INFINITY when open.
+ * For DF_CFG_FLOAT_LIST the bounds apply to each item.
+ */
+typedef struct df_config_entry {
+    const char *key;       /**< dotted key, e.g. "actor_rollout_ref.actor.clip_ratio" */
+    df_config_type type;
+    bool nullable;         /**< may be null (`~`) */
+    const char *dflt;      /**< default as YAML text: "0.2", "null", "[console]" */
+    double min, max;       /**< int / float bounds */
+    int list_len;          /**< lists: exact item count required; 0 = any */
+    const char *choices;   /**< strings / string-list items: "a|b|c"; NULL = any */
+    const char *null_from; /**< null resolves to this key's value after loading */
+    const char *help;      /**< one line; says "no effect" for compatibility keys */
+} df_config_entry;
+
+/** Schema of `distflow train` (siiRL / verl RL trainer keys). Never NULL. */
+DF_API const df_config_schema *df_config_schema_train(void);
+/** Schema of `distflow sft` (verl fsdp_sft_trainer.yaml keys). Never NULL. */
+DF_API const df_config_schema *df_config_schema_sft(void);
+
+/** Schema name: "train" or "sft". */
+DF_API const char *df_config_schema_name(const df_config_schema *s);
+/** Number of entries. */
+DF_API int df_config_schema_count(const df_config_schema *s);
+/** i-th entry in table order (0 <= i < count). */
+DF_API const df_config_entry *df_config_schema_at(const df_config_schema *s, int i);
+/** Entry of `key`, or NULL when the schema has no such key. */
+DF_API const df_config_entry *df_config_schema_find(const df_config_schema *s, const char *key);
+/** "bool", "int", "float", "str", "list[str]", "list[float]". */
+DF_API const char *df_config_type_name(df_config_type t);
+
+/**
+ * Print help for every entry whose key is `prefix` or lies under it (whole
+ * dotted components: "data" matches "data.seed", not "database"); prefix NULL
+ * or "" prints all. Per entry: `key  type [nullable]  default: D  [bounds]`
+ * then the help text indented on the next line.
+ * Returns DF_ENOTFOUND (with a "did you mean" hint) when nothing matches,
+ * DF_EIO when writing fails.
+ */
+DF_API int df_config_schema_print(const df_config_schema *s, const char *prefix, FILE *f);
+
+/**
+ * Self-check of a schema table (used by tests): keys unique and well formed,
+ * no key is also a group (`a.b` and `a.b.c`), every default parses and is in
+ * bounds, null_from names a key of the same type and is only used on nullable
+ * entries. Returns 0 or DF_EINTERNAL naming the bad entry.
+ */
+DF_API int df_config_schema_check(const df_config_schema *s);
+
+/**
+ * Build a config: defaults, then `yaml_path` (NULL: defaults only), then the
+ * overrides, then interpolation and derived defaults (see the file comment).
+ * On success *out owns the result (free with df_config_free); on failure *out
+ * is NULL and the status is DF_EINVAL (bad content), DF_EIO (unreadable file)
+ * or DF_ENOMEM.
+ */
+DF_API int df_config_load(const df_config_schema *s, const char *yaml_path,
+                          const char *const *overrides, int n_overrides, df_config **out);
+
+/**
+ * Same as df_config_load with the YAML given as text; `name` stands for the
+ * file name in messages and df_config_where() (e.g. "checkpoint config").
+ */
+DF_API int df_config_load_text(const df_config_schema *s, const char *yaml_text,
+                               const char *name, const char *const *overrides,
+                               int n_overrides, df_config **out);
+
+DF_API void df_config_free(df_config *c);
+
+/** The schema the config was loaded with. */
+DF_API const df_config_schema *df_config_get_schema(const df_config *c);
+
+/* ---- typed getters (key must exist with that type; asserts otherwise) ---- */
+
+/** Integer value. Asserts the value is not null (check df_config_is_null first). */
+DF_API int64_t df_config_int(const df_config *c, const char *key);
+/** Float value; also reads int keys (converted). Asserts not null. */
+DF_API double df_config_float(const df_config *c, const char *key);
+/** Boolean value. Asserts not null. */
+DF_API bool df_config_bool(const df_config *c, const char *key);
+/** String value, NULL when null. Owned by the config. */
+DF_API const char *df_config_str(const df_config *c, const char *key);
+/** Item count of a list key (string or float list); 0 when null. */
+DF_API int df_config_list_len(const df_config *c, const char *key);
+/** i-th item of a string list (0 <= i < list_len). Owned by the config. */
+DF_API const char *df_config_list_at(const df_config *c, const char *key, int i);
+/** i-th item of a float list (0 <= i < list_len). */
+DF_API double df_config_list_float_at(const df_config *c, const char *key, int i);
+/** Whether the key's resolved value is null. */
+DF_API bool df_config_is_null(const df_config *c, const char *key);
+
+/**
+ * Set `key` from YAML text (same parsing and checks as an override; a mapping
+ * sets the keys of a group). Interpolations in the value resolve against the
+ * current config at once; derived defaults of other keys are NOT recomputed
+ * (they were fixed at load time). Returns DF_EINVAL with a message
+ * "df_config_set: 'key=value': ..." and leaves the value unchanged on failure.
+ */
+DF_API int df_config_set(df_config *c, const char *key, const char *yaml_value);
+
+/**
+ * Where the value came from: "cfg.yaml:12" (file and line), "command line",
+ * "default", "derived from <key>" (null_from), or "set by program"
+ * (df_config_set). Owned by the config.
+ */
+DF_API const char *df_config_where(const df_config *c, const char *key);
+
+/**
+ * Write the resolved config as block YAML (nested mappings in schema order,
+ * lists in flow style, strings quoted when needed), each value not from the
+ * defaults followed by a `# <where>` comment. Loading the output with the same
+ * schema gives the same values. Returns DF_EIO when writing fails.
+ */
+DF_API int df_config_dump(const df_config *c, FILE *f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DISTFLOW_CONFIG_H */

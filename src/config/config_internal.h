@@ -1,0 +1,144 @@
+/*
+ * Internals of the configuration layer (include/distflow/config.h).
+ *
+ *   schema.c        schema accessors, help printing, self-check
+ *   schema_train.c  the `train` table (siiRL / verl RL trainer keys)
+ *   schema_sft.c    the `sft` table (verl fsdp_sft_trainer.yaml keys)
+ *   scalar.c        YAML scalar parsing / formatting, edit-distance hints
+ *   loader.c        libyaml walking, overrides, typed assignment
+ *   config.c        df_config lifetime, resolution, getters, set, where
+ *   dump.c          df_config_dump
+ */
+#ifndef DF_CONFIG_INTERNAL_H
+#define DF_CONFIG_INTERNAL_H
+
+#include <math.h>
+#include <stddef.h>
+
+#include "distflow/config.h"
+
+struct df_config_schema {
+    const char *name;
+    const df_config_entry *entries;
+    int n;
+};
+
+/* ---- one-line table entries (used by schema_*.c) ----
+ * K<type>[N]: N = nullable. Bounds are inclusive doubles, INF for open ends.
+ * K*_FROM: nullable, default null, null resolves to key `from` after loading. */
+#define INF INFINITY
+#define KB(k, d, h) {k, DF_CFG_BOOL, false, d, -INF, INF, 0, NULL, NULL, h}
+#define KI(k, d, lo, hi, h) {k, DF_CFG_INT, false, d, lo, hi, 0, NULL, NULL, h}
+#define KIN(k, d, lo, hi, h) {k, DF_CFG_INT, true, d, lo, hi, 0, NULL, NULL, h}
+#define KF(k, d, lo, hi, h) {k, DF_CFG_FLOAT, false, d, lo, hi, 0, NULL, NULL, h}
+#define KFN(k, d, lo, hi, h) {k, DF_CFG_FLOAT, true, d, lo, hi, 0, NULL, NULL, h}
+#define KS(k, d, h) {k, DF_CFG_STR, false, d, -INF, INF, 0, NULL, NULL, h}
+#define KSN(k, d, h) {k, DF_CFG_STR, true, d, -INF, INF, 0, NULL, NULL, h}
+#define KE(k, d, choices, h) {k, DF_CFG_STR, false, d, -INF, INF, 0, choices, NULL, h}
+#define KL(k, d, h) {k, DF_CFG_STR_LIST, false, d, -INF, INF, 0, NULL, NULL, h}
+#define KLN(k, d, h) {k, DF_CFG_STR_LIST, true, d, -INF, INF, 0, NULL, NULL, h}
+#define KLE(k, d, choices, h) {k, DF_CFG_STR_LIST, false, d, -INF, INF, 0, choices, NULL, h}
+#define KFL(k, d, n, lo, hi, h) {k, DF_CFG_FLOAT_LIST, false, d, lo, hi, n, NULL, NULL, h}
+#define KB_FROM(k, from, h) {k, DF_CFG_BOOL, true, "null", -INF, INF, 0, NULL, from, h}
+#define KI_FROM(k, from, lo, hi, h) {k, DF_CFG_INT, true, "null", lo, hi, 0, NULL, from, h}
+#define KF_FROM(k, from, lo, hi, h) {k, DF_CFG_FLOAT, true, "null", lo, hi, 0, NULL, from, h}
+#define KS_FROM(k, from, h) {k, DF_CFG_STR, true, "null", -INF, INF, 0, NULL, from, h}
+
+/* ---- values ---- */
+
+typedef struct {
+    bool is_null;
+    bool b;
+    int64_t i;
+    double f;
+    char *s;        /* DF_CFG_STR */
+    char **items;   /* DF_CFG_STR_LIST */
+    double *fitems; /* DF_CFG_FLOAT_LIST */
+    int n_items;
+} cfg_value;
+
+enum { CFG_PENDING = 0, CFG_RESOLVING = 1, CFG_DONE = 2 };
+
+typedef struct {
+    cfg_value v;
+    char *raw;     /* unresolved text holding `${...}`, NULL when none */
+    char *where;   /* "cfg.yaml:12", "command line", "default", ... */
+    int file_line; /* >0: set by the YAML file at this line (duplicate check) */
+    int state;     /* CFG_PENDING until interpolation / null_from resolved */
+} cfg_slot;
+
+struct df_config {
+    const df_config_schema *schema;
+    cfg_slot *slots; /* one per schema entry, same order */
+};
+
+/* Where an assignment comes from, for messages and df_config_where(). */
+typedef struct {
+    const char *file;  /* set: places are "<file>:<line>" of the node; else `place` */
+    const char *place; /* fixed message prefix, e.g. "command line: 'k=v'" */
+    const char *where; /* recorded origin; NULL: the node's "<file>:<line>" */
+    bool in_file;      /* check duplicate keys */
+    bool no_interp;    /* take `${` literally (text produced by resolution) */
+} cfg_src;
+
+/* ---- scalar.c ---- */
+
+/* Growable text buffer; on allocation failure `oom` is set and appends stop. */
+typedef struct {
+    char *p;
+    size_t len, cap;
+    bool oom;
+} cfg_buf;
+void cfg_buf_add(cfg_buf *b, const char *s, size_t n);
+void cfg_buf_puts(cfg_buf *b, const char *s);
+void cfg_buf_printf(cfg_buf *b, const char *fmt, ...) DF_PRINTF(2, 3);
+
+bool cfg_is_null_text(const char *s, bool plain);
+/* 0 ok, -1 not that type, -2 out of range */
+int cfg_parse_bool(const char *s, bool *out);
+int cfg_parse_int(const char *s, int64_t *out);
+int cfg_parse_float(const char *s, double *out);
+/* Shortest text that reads back to exactly `x` (".inf" style for infinities). */
+void cfg_format_float(double x, char *buf, size_t cap);
+/* A string as a YAML scalar: plain when unambiguous, else double-quoted. */
+void cfg_quote(cfg_buf *b, const char *s);
+/* The value as YAML text (flow lists). */
+void cfg_format_value(cfg_buf *b, const df_config_entry *e, const cfg_value *v);
+/* Short human text for messages: "abc" quoted and cut at 60 bytes. */
+void cfg_show_text(const char *s, char *buf, size_t cap);
+
+/* Optimal-string-alignment edit distance (transposition = 1). */
+int cfg_edit_distance(const char *a, size_t na, const char *b, size_t nb);
+/* Closest key or group of `s` to `key`, written to buf; false when none close. */
+bool cfg_suggest_key(const df_config_schema *s, const char *key, char *buf, size_t cap);
+/* Closest of the "a|b|c" choices to `text`; false when none close. */
+bool cfg_suggest_choice(const char *choices, const char *text, char *buf, size_t cap);
+bool cfg_choice_ok(const char *choices, const char *text);
+
+/* ---- schema.c ---- */
+int cfg_find(const df_config_schema *s, const char *key);
+/* Whether some key lies under `key` ("data" for "data.seed"). */
+bool cfg_is_group(const df_config_schema *s, const char *key);
+/* "an integer", "a list of strings", ... for messages. */
+const char *cfg_type_desc(df_config_type t);
+/* "[lo, hi]", ">= lo", "<= hi", or "" when unbounded. */
+void cfg_bounds_text(const df_config_entry *e, char *buf, size_t cap);
+
+/* ---- loader.c ---- */
+/* Parse `text` as one YAML value and assign it to slot `idx` (or, when `idx`
+ * is -1, apply it at `key`, which may be a group taking a mapping). */
+int cfg_assign_text(df_config *c, int idx, const char *key, const char *text, const cfg_src *src);
+/* Parse a whole YAML document and apply its mappings. */
+int cfg_apply_document(df_config *c, const char *text, size_t len, const char *name);
+/* Apply one `key=value` command-line override. */
+int cfg_apply_override(df_config *c, const char *arg);
+/* Check null / bounds / choices / length of a built value against its entry. */
+int cfg_check(const df_config_entry *e, const cfg_value *v, const char *place);
+
+/* ---- config.c ---- */
+void cfg_value_clear(cfg_value *v);
+/* Replace slot idx's value (takes ownership of v, raw; copies where). */
+int cfg_commit(df_config *c, int idx, cfg_value *v, char *raw, const char *where);
+int cfg_resolve(df_config *c);
+
+#endif /* DF_CONFIG_INTERNAL_H */

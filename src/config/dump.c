@@ -1,0 +1,72 @@
+/* df_config_dump: the resolved config as nested block YAML (config.h). */
+#include "config/config_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Whether entry i is the first, in table order, to reach component `comp`
+ * (of length n) under `prefix`; later entries with the same component were
+ * already written inside its group. */
+static bool first_of_component(const df_config_schema *s, int i, const char *prefix, size_t plen,
+                               const char *comp, size_t n)
+{
+    for (int j = 0; j < i; j++) {
+        const char *k = s->entries[j].key;
+        if (!strncmp(k, prefix, plen) && !strncmp(k + plen, comp, n) &&
+            (k[plen + n] == '.' || k[plen + n] == '\0'))
+            return false;
+    }
+    return true;
+}
+
+static void emit_group(const df_config *c, cfg_buf *b, const char *prefix, int indent)
+{
+    const df_config_schema *s = c->schema;
+    size_t plen = strlen(prefix);
+    for (int i = 0; i < s->n; i++) {
+        const char *k = s->entries[i].key;
+        if (strncmp(k, prefix, plen))
+            continue;
+        const char *comp = k + plen;
+        size_t n = strcspn(comp, ".");
+        if (!first_of_component(s, i, prefix, plen, comp, n))
+            continue;
+        if (indent == 0 && b->len)
+            cfg_buf_puts(b, "\n"); /* blank line between top-level groups */
+        cfg_buf_printf(b, "%*s%.*s:", indent, "", (int)n, comp);
+        if (comp[n] == '.') { /* a group: recurse with the longer prefix */
+            cfg_buf_puts(b, "\n");
+            char *sub = strndup(k, plen + n + 1);
+            if (!sub) {
+                b->oom = true;
+                return;
+            }
+            emit_group(c, b, sub, indent + 2);
+            free(sub);
+            continue;
+        }
+        const cfg_slot *slot = &c->slots[i];
+        cfg_buf_puts(b, " ");
+        cfg_format_value(b, &s->entries[i], &slot->v);
+        if (strcmp(slot->where, "default"))
+            cfg_buf_printf(b, "  # %s", slot->where);
+        cfg_buf_puts(b, "\n");
+    }
+}
+
+int df_config_dump(const df_config *c, FILE *f)
+{
+    cfg_buf b = {0};
+    cfg_buf_printf(&b, "# distflow %s config (resolved)\n", c->schema->name);
+    emit_group(c, &b, "", 0);
+    if (b.oom) {
+        free(b.p);
+        return df_error(DF_ENOMEM, "out of memory writing the config");
+    }
+    size_t w = fwrite(b.p, 1, b.len, f);
+    free(b.p);
+    if (w != b.len || fflush(f))
+        return df_error(DF_EIO, "writing the config failed");
+    return DF_OK;
+}
