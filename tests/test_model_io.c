@@ -408,6 +408,20 @@ static void test_index_errors(void **state)
     write_text(ix, "{\"weight_map\": ");
     expect_load_error(dir, DF_EINVAL, "invalid JSON", ix);
 
+    /* The same tensor in two shards. */
+    write_weights(in(b, dir, "a.safetensors"), m, NULL, NULL, 0, NULL, NULL);
+    int64_t hs[1] = {32};
+    df_st_writer *w;
+    assert_int_equal(df_st_writer_new(&w), 0);
+    assert_int_equal(df_st_writer_add_borrowed(w, "model.norm.weight", DF_DTYPE_F32, 1, hs,
+                                               m->w.final_norm), 0);
+    assert_int_equal(df_st_writer_write(w, in(b, dir, "b.safetensors")), 0);
+    df_st_writer_free(w);
+    write_text(ix, "{\"weight_map\": {\"model.embed_tokens.weight\": \"a.safetensors\", "
+                   "\"model.norm.weight\": \"b.safetensors\"}}");
+    expect_load_error(dir, DF_EINVAL, "b.safetensors: tensor \"model.norm.weight\" is also in",
+                      "a.safetensors");
+
     /* Back to the original: loads again. */
     write_text(ix, orig);
     df_model *r;

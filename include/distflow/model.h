@@ -55,8 +55,8 @@ typedef struct df_model_config {
     bool tie_word_embeddings;
     bool attention_bias;             /**< q/k/v biases (true for qwen2) */
     int64_t bos_token_id;            /**< -1 when absent */
-    int64_t eos_token_ids[DF_MAX_EOS];
-    int n_eos;
+    int64_t eos_token_ids[DF_MAX_EOS]; /**< eos_token_id: an int gives one entry, a list its entries in order */
+    int n_eos;                       /**< 0 when eos_token_id is absent or null (qwen2 default) */
     df_dtype torch_dtype;            /**< dtype written when saving */
 } df_model_config;
 
@@ -160,18 +160,40 @@ DF_API void df_model_free(df_model *m);
  */
 DF_API int df_model_init_random(df_model *m, uint64_t seed);
 /**
- * Load `dir`/config.json and the weights from `dir`/model.safetensors or the
- * shards listed in `dir`/model.safetensors.index.json (f32, bf16 or f16;
- * converted to f32). Missing / extra / mis-shaped tensors are errors naming
- * the file and tensor.
+ * Load `dir`/config.json (df_model_config_load; its text is kept in
+ * m->config_json) and the weights from `dir`/model.safetensors or, when that
+ * is absent, the shards listed in `dir`/model.safetensors.index.json
+ * ("weight_map"; each shard opened once). Weights may be f32, bf16 or f16 (also
+ * f64 / i32 / i64), converted to f32. Every tensor of the layout must be present
+ * exactly once with its shape. Ignored: lm_head.weight of a tied model and
+ * *.rotary_emb.inv_freq buffers; any other extra tensor is an error.
+ * Errors name the file and the tensor: DF_ENOTFOUND (no config.json, no
+ * weights, a shard named by the index is missing), DF_EINVAL (malformed file,
+ * missing / unexpected / mis-shaped / duplicated tensor), DF_EUNSUPPORTED, DF_EIO.
+ * *out is NULL on error.
  */
 DF_API int df_model_load(const char *dir, df_model **out);
 /**
- * Write config.json and the weights in `dtype` to `dir` with HF tensor names.
- * max_shard_bytes > 0 splits into model-0000k-of-0000n.safetensors plus
- * model.safetensors.index.json; 0 writes a single model.safetensors.
- * Files are written to temporaries and renamed, so a failure leaves no
- * half-written output.
+ * Save m to `dir` (created if missing) in the Hugging Face layout, weights in
+ * `dtype` (F32, BF16 round-to-nearest-even, F16) with HF tensor names and
+ * safetensors metadata {"format": "pt"}; a tied model has no lm_head.weight.
+ *   config.json             df_model_config_save(m->cfg with torch_dtype = dtype,
+ *                           m->config_json)
+ *   generation_config.json  bos_token_id / eos_token_id (an existing file keeps
+ *                           its other keys)
+ *   weights                 max_shard_bytes == 0, or everything fits in one
+ *                           shard: model.safetensors. Otherwise tensors fill
+ *                           shards in layout order up to max_shard_bytes of
+ *                           tensor data (a larger tensor gets its own shard):
+ *                           model-00001-of-0000N.safetensors ... plus
+ *                           model.safetensors.index.json {"metadata":
+ *                           {"total_size": data bytes}, "weight_map": {...}}.
+ * All files are written to temporaries first and renamed into place only when
+ * every one is complete, so a failure leaves the directory as it was. Weight
+ * files of an earlier save that the new one does not overwrite (a stale
+ * model.safetensors, index or shard set) are then removed; other files
+ * (tokenizer, ...) are untouched. Errors: DF_EINVAL (dtype, max_shard_bytes < 0),
+ * DF_EIO naming the file, DF_ENOMEM.
  */
 DF_API int df_model_save(const df_model *m, const char *dir, df_dtype dtype,
                          int64_t max_shard_bytes);

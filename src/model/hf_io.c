@@ -110,7 +110,7 @@ int df_write_file_atomic(const char *path, const void *buf, size_t n)
     if (!rc)
         rc = df_tmpfile_commit(&t);
     df_tmpfile_discard(&t);
-    return rc;
+    return rc ? rc : df_fsync_parent(path);
 }
 
 /* ---- paths and whole files ------------------------------------------------ */
@@ -215,6 +215,18 @@ int df_fsync_dir(const char *dir)
     if (rc && e != EINVAL && e != EROFS)
         return df_error(DF_EIO, "%s: cannot sync directory: %s", dir, strerror(e));
     return DF_OK;
+}
+
+int df_fsync_parent(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char *dir = !slash ? strdup(".") : slash == path ? strdup("/")
+                                                     : strndup(path, (size_t)(slash - path));
+    if (!dir)
+        return df_error(DF_ENOMEM, "out of memory");
+    int rc = df_fsync_dir(dir);
+    free(dir);
+    return rc;
 }
 
 /* ---- JSON output in Python's json.dumps(indent=2, sort_keys=True) style ------ */

@@ -36,7 +36,7 @@ int df_tmpfile_close(df_tmpfile *t);
 int df_tmpfile_commit(df_tmpfile *t);
 /** Close and unlink the temporary (if any) and free the names. */
 void df_tmpfile_discard(df_tmpfile *t);
-/** Write `path` atomically in one call (temporary, fsync, rename). */
+/** Write `path` atomically in one call (temporary, fsync, rename, fsync of the directory). */
 int df_write_file_atomic(const char *path, const void *buf, size_t n);
 
 /* ---- paths and whole files ------------------------------------------------ */
@@ -54,6 +54,8 @@ int df_read_file(const char *path, char **text, size_t *len);
 int df_mkdir_p(const char *dir);
 /** fsync a directory so renames inside it are durable. */
 int df_fsync_dir(const char *dir);
+/** df_fsync_dir on the directory that holds `path`. */
+int df_fsync_parent(const char *path);
 
 /* ---- JSON output ---------------------------------------------------------- */
 

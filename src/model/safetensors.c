@@ -756,5 +756,5 @@ int df_st_writer_write(df_st_writer *w, const char *path)
     if (!rc)
         rc = df_tmpfile_commit(&t);
     df_tmpfile_discard(&t);
-    return rc;
+    return rc ? rc : df_fsync_parent(path);
 }
