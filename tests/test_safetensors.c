@@ -191,6 +191,7 @@ static void test_f16_known_bits(void **state)
     assert_true(isinf(df_f16_to_f32(0x7C00)) && df_f16_to_f32(0x7C00) > 0);
     assert_true(isinf(df_f16_to_f32(0xFC00)) && df_f16_to_f32(0xFC00) < 0);
     assert_true(isnan(df_f16_to_f32(0x7E00)) && isnan(df_f16_to_f32(0x7C01)));
+    assert_int_equal(bits(df_f16_to_f32(0x7C01)), 0x7FC02000u); /* payload kept, quieted */
     assert_int_equal(bits(df_f16_to_f32(0x8000)), 0x80000000u);
     /* Exhaustive: every half survives half -> f32 -> half; NaNs stay NaN. */
     for (uint32_t h = 0; h < 65536; h++) {
@@ -201,6 +202,73 @@ static void test_f16_known_bits(void **state)
         else if (back != h)
             fail_msg("f16 0x%04x -> %a -> 0x%04x", h, (double)f, back);
     }
+}
+
+/* The blocked / vectorised array paths give the scalar converters' exact bits. */
+static void test_bulk_matches_scalar(void **state)
+{
+    const char *path = path_in(state, "bulk.safetensors");
+    enum { NH = 65536, NF = 200003 }; /* odd sizes exercise the vector tails */
+    /* Reading: every half and bfloat16 bit pattern. */
+    uint16_t *h = malloc(NH * sizeof *h);
+    for (int i = 0; i < NH; i++)
+        h[i] = (uint16_t)i;
+    char hdr[256];
+    snprintf(hdr, sizeof hdr, "{\"h\":{\"dtype\":\"F16\",\"shape\":[%d],\"data_offsets\":[0,%d]},"
+             "\"b\":{\"dtype\":\"BF16\",\"shape\":[%d],\"data_offsets\":[%d,%d]}}", NH, 2 * NH,
+             NH, 2 * NH, 4 * NH);
+    unsigned char *data = malloc(4 * NH);
+    memcpy(data, h, 2 * NH);
+    memcpy(data + 2 * NH, h, 2 * NH);
+    write_raw(path, hdr, -1, data, 4 * NH);
+    float *f = malloc(NF * sizeof *f);
+    df_st_file *st;
+    assert_int_equal(df_st_open(path, &st), 0);
+    assert_int_equal(df_st_read_f32(st, "h", f, NH), 0);
+    for (int i = 0; i < NH; i++)
+        if (bits(f[i]) != bits(df_f16_to_f32((uint16_t)i)))
+            fail_msg("f16 0x%04x: bulk 0x%08x, scalar 0x%08x", i, bits(f[i]),
+                     bits(df_f16_to_f32((uint16_t)i)));
+    assert_int_equal(df_st_read_f32(st, "b", f, NH), 0);
+    for (int i = 0; i < NH; i++)
+        assert_int_equal(bits(f[i]), bits(df_bf16_to_f32((uint16_t)i)));
+    df_st_close(st);
+    /* Writing: random bit patterns (all classes, NaNs included) and rounding ties. */
+    df_rng r;
+    df_rng_seed(&r, 11);
+    for (int i = 0; i < NF; i++) {
+        uint32_t u = (uint32_t)df_rng_u64(&r);
+        if (i % 3 == 1) /* near f16's range, with ties: low 13 bits 0x1000 */
+            u = (u & 0x80000000u) | ((0x33000000u + (u % 0x14800000u)) & ~0x1fffu) | 0x1000u;
+        f[i] = from_bits(u);
+    }
+    int64_t shape[1] = {NF};
+    for (int k = 0; k < 2; k++) {
+        df_dtype dt = k ? DF_DTYPE_BF16 : DF_DTYPE_F16;
+        df_st_writer *w;
+        assert_int_equal(df_st_writer_new(&w), 0);
+        assert_int_equal(df_st_writer_add(w, "copied", dt, 1, shape, f), 0);
+        assert_int_equal(df_st_writer_add_borrowed(w, "borrowed", dt, 1, shape, f), 0);
+        assert_int_equal(df_st_writer_write(w, path), 0);
+        df_st_writer_free(w);
+        assert_int_equal(df_st_open(path, &st), 0);
+        for (int j = 0; j < 2; j++) {
+            df_st_tensor t;
+            assert_int_equal(df_st_find(st, j ? "borrowed" : "copied", &t), 0);
+            const unsigned char *raw = t.data;
+            for (int i = 0; i < NF; i++) {
+                uint16_t got, want = dt == DF_DTYPE_F16 ? df_f32_to_f16(f[i]) : df_f32_to_bf16(f[i]);
+                memcpy(&got, raw + 2 * i, 2);
+                if (got != want)
+                    fail_msg("%s of 0x%08x: bulk 0x%04x, scalar 0x%04x",
+                             dt == DF_DTYPE_F16 ? "f16" : "bf16", bits(f[i]), got, want);
+            }
+        }
+        df_st_close(st);
+    }
+    free(h);
+    free(data);
+    free(f);
 }
 
 /* ---- round trips ------------------------------------------------------------------- */
@@ -546,6 +614,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bf16_known_bits),
         cmocka_unit_test(test_f16_known_bits),
+        cmocka_unit_test_setup_teardown(test_bulk_matches_scalar, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_roundtrip_f32_exact, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_roundtrip_bf16, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_roundtrip_f16, setup_dir, teardown_dir),

@@ -11,6 +11,9 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors data is little-endian; this reader assumes a little-endian host"
@@ -20,8 +23,8 @@
 #define MAX_HEADER_BYTES ((uint64_t)100 * 1000 * 1000)
 /* Elements converted per step when streaming borrowed tensors to disk. */
 #define WRITE_CHUNK 65536
-/* Conversions below this many elements stay on one thread. */
-#define PAR_MIN 65536
+/* Elements per conversion block; more than 4 blocks go parallel. */
+#define BLOCK 16384
 
 /* ---- dtypes ----------------------------------------------------------------- */
 
@@ -93,8 +96,8 @@ float df_f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
-    if (exp == 0x1f) /* inf / NaN: widen the payload */
-        return bits_f32(sign | 0x7f800000u | (man << 13));
+    if (exp == 0x1f) /* inf, or NaN with its payload widened and quieted (as F16C does) */
+        return bits_f32(sign | 0x7f800000u | (man ? 0x400000u : 0) | (man << 13));
     if (exp == 0) {
         if (man == 0)
             return bits_f32(sign);
@@ -131,21 +134,77 @@ uint16_t df_f32_to_f16(float f)
 
 /* ---- array conversions --------------------------------------------------------- */
 
+/* Serial kernels on one block; the callers spread blocks over OpenMP threads.
+ * With F16C (x86) half <-> float uses the hardware instructions, which round
+ * to nearest even and handle subnormals, inf and NaN exactly as the scalar code. */
+static void f16_block_to_f32(const unsigned char *s, float *d, int64_t n)
+{
+    int64_t i = 0;
+#if defined(__F16C__)
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + 2 * i))));
+#endif
+    for (; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, s + 2 * i, 2);
+        d[i] = df_f16_to_f32(h);
+    }
+}
+
+static void f32_block_to_f16(const float *s, uint16_t *d, int64_t n)
+{
+    int64_t i = 0;
+#if defined(__F16C__)
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(d + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
+#endif
+    for (; i < n; i++)
+        d[i] = df_f32_to_f16(s[i]);
+}
+
+static void bf16_block_to_f32(const unsigned char *s, float *d, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, s + 2 * i, 2);
+        d[i] = df_bf16_to_f32(h);
+    }
+}
+
+static void f32_block_to_bf16(const float *s, uint16_t *d, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        d[i] = df_f32_to_bf16(s[i]);
+}
+
 static void from_f32(df_dtype dt, const float *src, void *dst, int64_t n)
 {
     if (dt == DF_DTYPE_F32) {
         memcpy(dst, src, (size_t)n * 4);
         return;
     }
-    uint16_t *d = dst;
-    if (dt == DF_DTYPE_BF16) {
-#pragma omp parallel for schedule(static) if (n > PAR_MIN)
-        for (int64_t i = 0; i < n; i++)
-            d[i] = df_f32_to_bf16(src[i]);
-    } else {
-#pragma omp parallel for schedule(static) if (n > PAR_MIN)
-        for (int64_t i = 0; i < n; i++)
-            d[i] = df_f32_to_f16(src[i]);
+    int64_t nb = (n + BLOCK - 1) / BLOCK;
+#pragma omp parallel for schedule(static) if (nb > 4)
+    for (int64_t b = 0; b < nb; b++) {
+        int64_t lo = b * BLOCK, m = n - lo < BLOCK ? n - lo : BLOCK;
+        if (dt == DF_DTYPE_BF16)
+            f32_block_to_bf16(src + lo, (uint16_t *)dst + lo, m);
+        else
+            f32_block_to_f16(src + lo, (uint16_t *)dst + lo, m);
+    }
+}
+
+static void half_to_f32(df_dtype dt, const unsigned char *src, float *dst, int64_t n)
+{
+    int64_t nb = (n + BLOCK - 1) / BLOCK;
+#pragma omp parallel for schedule(static) if (nb > 4)
+    for (int64_t b = 0; b < nb; b++) {
+        int64_t lo = b * BLOCK, m = n - lo < BLOCK ? n - lo : BLOCK;
+        if (dt == DF_DTYPE_BF16)
+            bf16_block_to_f32(src + 2 * lo, dst + lo, m);
+        else
+            f16_block_to_f32(src + 2 * lo, dst + lo, m);
     }
 }
 
@@ -158,20 +217,8 @@ int df_st_tensor_to_f32(const df_st_tensor *t, float *dst)
         memcpy(dst, s, (size_t)n * 4);
         return DF_OK;
     case DF_DTYPE_BF16:
-#pragma omp parallel for schedule(static) if (n > PAR_MIN)
-        for (int64_t i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, s + 2 * i, 2);
-            dst[i] = df_bf16_to_f32(h);
-        }
-        return DF_OK;
     case DF_DTYPE_F16:
-#pragma omp parallel for schedule(static) if (n > PAR_MIN)
-        for (int64_t i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, s + 2 * i, 2);
-            dst[i] = df_f16_to_f32(h);
-        }
+        half_to_f32(t->dtype, s, dst, n);
         return DF_OK;
     case DF_ST_F64:
         for (int64_t i = 0; i < n; i++) {

@@ -62,7 +62,7 @@ float df_bf16_to_f32(uint16_t h);
  * rounds to +-inf.
  */
 uint16_t df_f32_to_bf16(float f);
-/** IEEE binary16 -> float32 (exact, incl. subnormals, inf and NaN payloads). */
+/** IEEE binary16 -> float32 (exact, incl. subnormals and inf; a NaN keeps its payload, quieted). */
 float df_f16_to_f32(uint16_t h);
 /**
  * float32 -> IEEE binary16 with round-to-nearest-even: |x| >= 65520 -> inf,
