@@ -661,6 +661,10 @@ static void test_config_errors(void **state)
                         "Qwen2ForSequenceClassification");
     expect_config_error(CFG(", \"num_attention_heads\": 4, \"eos_token_id\": [1,2,3,4,5,6,7,8,9]"),
                         DF_EUNSUPPORTED, "eos_token_id");
+    expect_config_error("{\"model_type\": \"llama\", \"vocab_size\": 100, \"hidden_size\": 64, "
+                        "\"intermediate_size\": 96, \"num_hidden_layers\": 1, "
+                        "\"num_attention_heads\": 4, \"attention_bias\": true}", DF_EUNSUPPORTED,
+                        "o_proj bias");
     expect_config_error("{\"model_type\": \"gpt2\"}", DF_EUNSUPPORTED, "\"gpt2\" is not supported");
     expect_config_error("{\"model_type\": \"qwen2\",", DF_EINVAL, "invalid JSON");
     expect_config_error("[1]", DF_EINVAL, "not a JSON object");
@@ -748,6 +752,9 @@ static void test_config_fresh_save(void **state)
     assert_int_equal(df_model_config_save(&c, NULL, path), DF_EINVAL);
     c = tiny("qwen2", true);
     assert_int_equal(df_model_config_save(&c, "[1]", path), DF_EINVAL);
+    c = tiny("llama", true);
+    c.attention_bias = true;
+    assert_int_equal(df_model_config_save(&c, NULL, path), DF_EUNSUPPORTED);
 }
 
 int main(void)

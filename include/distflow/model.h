@@ -109,7 +109,8 @@ DF_API void df_model_config_defaults(df_model_config *cfg);
  * (bad JSON, missing required key, wrong type, inconsistent sizes),
  * DF_EUNSUPPORTED (other model_type, rope_scaling other than null or
  * "default", use_sliding_window true, hidden_act other than silu, mlp_bias
- * true, architectures not *ForCausalLM, more than DF_MAX_EOS eos ids).
+ * true, llama attention_bias true (HF adds an o_proj bias then), architectures
+ * not *ForCausalLM, more than DF_MAX_EOS eos ids).
  */
 DF_API int df_model_config_load(const char *path, df_model_config *cfg);
 /** As df_model_config_load, from text; `source` names it in errors (NULL: "config.json"). */
@@ -126,7 +127,8 @@ DF_API int df_model_config_parse(const char *json_text, const char *source,
  * when false), bos_token_id, eos_token_id (an int for one id unless the
  * original held a list), torch_dtype. A fresh file also gets hidden_act,
  * rope_scaling, use_cache and transformers_version.
- * Errors: DF_EINVAL (invalid cfg or original), DF_EIO naming the path.
+ * Errors: DF_EINVAL (invalid cfg or original), DF_EUNSUPPORTED (llama with
+ * attention_bias), DF_EIO naming the path.
  */
 DF_API int df_model_config_save(const df_model_config *cfg, const char *original_json,
                                 const char *path);
@@ -189,7 +191,8 @@ DF_API int df_model_load(const char *dir, df_model **out);
  *                           model.safetensors.index.json {"metadata":
  *                           {"total_size": data bytes}, "weight_map": {...}}.
  * All files are written to temporaries first and renamed into place only when
- * every one is complete, so a failure leaves the directory as it was. Weight
+ * every one is complete, so a failure while writing (disk full, I/O error)
+ * leaves the directory as it was. Weight
  * files of an earlier save that the new one does not overwrite (a stale
  * model.safetensors, index or shard set) are then removed; other files
  * (tokenizer, ...) are untouched. Errors: DF_EINVAL (dtype, max_shard_bytes < 0),

@@ -231,6 +231,10 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
      * "attention_bias": false there only so our own files round-trip. */
     if (!rc)
         rc = get_bool(root, src, "attention_bias", &c->attention_bias);
+    /* LlamaAttention gives o_proj a bias too when attention_bias is set; our layout has none. */
+    if (!rc && llama && c->attention_bias)
+        return df_error(DF_EUNSUPPORTED, "%s: key \"attention_bias\" true is not supported for "
+                        "llama (it adds an o_proj bias)", src);
     if (!rc)
         rc = get_token_ids(root, src, c);
     if (!rc)
@@ -319,6 +323,11 @@ int df_model_config_to_json(const df_model_config *c, const char *original_json,
         return df_error(DF_ENOMEM, "out of memory writing config.json");
     }
     bool llama = !strcmp(c->model_type, "llama");
+    if (llama && c->attention_bias) {
+        json_decref(o);
+        return df_error(DF_EUNSUPPORTED, "llama with attention_bias has no Hugging Face form "
+                        "(LlamaConfig.attention_bias also adds an o_proj bias)");
+    }
     int bad = 0;
     if (!original_json)
         bad |= set_fresh_defaults(o, c, llama);

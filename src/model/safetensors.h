@@ -70,6 +70,14 @@ float df_f16_to_f32(uint16_t h);
  */
 uint16_t df_f32_to_f16(float f);
 
+/**
+ * Convert n float32 values to dtype (F32 copies, BF16 / F16 as the scalar
+ * functions above, bit for bit) into dst (n elements of dtype).
+ */
+void df_half_from_f32_array(df_dtype dtype, const float *src, void *dst, int64_t n);
+/** Convert n F32 / BF16 / F16 values (any alignment) to float32, bit for bit as the scalar functions. */
+void df_half_to_f32_array(df_dtype dtype, const void *src, float *dst, int64_t n);
+
 /* ---- reading --------------------------------------------------------------- */
 
 /**
