@@ -55,8 +55,8 @@ typedef struct df_model_config {
     bool tie_word_embeddings;
     bool attention_bias;             /**< q/k/v biases (true for qwen2) */
     int64_t bos_token_id;            /**< -1 when absent */
-    int64_t eos_token_ids[DF_MAX_EOS];
-    int n_eos;
+    int64_t eos_token_ids[DF_MAX_EOS]; /**< eos_token_id: an int gives one entry, a list its entries in order */
+    int n_eos;                       /**< 0 when eos_token_id is absent or null (qwen2 default) */
     df_dtype torch_dtype;            /**< dtype written when saving */
 } df_model_config;
 
@@ -96,8 +96,42 @@ typedef struct df_model {
 
 /** Defaults of a Qwen2 config (values of Qwen2Config in transformers). */
 DF_API void df_model_config_defaults(df_model_config *cfg);
-/** Parse HF config.json. Errors name the file and the key (DF_EINVAL / DF_EIO). */
+/**
+ * Parse HF config.json. model_type must be "qwen2" or "llama"; vocab_size,
+ * hidden_size, intermediate_size, num_hidden_layers and num_attention_heads
+ * are required; every other key falls back to the default of transformers'
+ * Qwen2Config / LlamaConfig (null counts as absent). num_key_value_heads
+ * defaults to num_attention_heads, head_dim to hidden_size / num_attention_heads.
+ * attention_bias is true for qwen2 (no such HF key) and read for llama (default
+ * false). eos_token_id (int or list) fills eos_token_ids / n_eos in order.
+ * torch_dtype (or "dtype") must be float32 / bfloat16 / float16.
+ * Errors name the file and the key: DF_ENOTFOUND / DF_EIO (file), DF_EINVAL
+ * (bad JSON, missing required key, wrong type, inconsistent sizes),
+ * DF_EUNSUPPORTED (other model_type, rope_scaling other than null or
+ * "default", use_sliding_window true, hidden_act other than silu, mlp_bias
+ * true, llama attention_bias true (HF adds an o_proj bias then), architectures
+ * not *ForCausalLM, more than DF_MAX_EOS eos ids).
+ */
 DF_API int df_model_config_load(const char *path, df_model_config *cfg);
+/** As df_model_config_load, from text; `source` names it in errors (NULL: "config.json"). */
+DF_API int df_model_config_parse(const char *json_text, const char *source,
+                                 df_model_config *cfg);
+/**
+ * Write an HF-compatible config.json to `path` (atomically: temporary + rename),
+ * formatted as transformers does (indent 2, sorted keys). Every key of
+ * `original_json` (the text the model was loaded from; NULL for a fresh file)
+ * is kept and the known ones are updated: architectures ["Qwen2ForCausalLM"] /
+ * ["LlamaForCausalLM"], model_type, the sizes, head_dim (qwen2: only when it
+ * differs from hidden_size / num_attention_heads), rope_theta, rms_norm_eps,
+ * initializer_range, tie_word_embeddings, attention_bias (llama; qwen2 only
+ * when false), bos_token_id, eos_token_id (an int for one id unless the
+ * original held a list), torch_dtype. A fresh file also gets hidden_act,
+ * rope_scaling, use_cache and transformers_version.
+ * Errors: DF_EINVAL (invalid cfg or original), DF_EUNSUPPORTED (llama with
+ * attention_bias), DF_EIO naming the path.
+ */
+DF_API int df_model_config_save(const df_model_config *cfg, const char *original_json,
+                                const char *path);
 /** Check internal consistency (heads divide, sizes > 0, ...). */
 DF_API int df_model_config_validate(const df_model_config *cfg);
 
@@ -128,18 +162,41 @@ DF_API void df_model_free(df_model *m);
  */
 DF_API int df_model_init_random(df_model *m, uint64_t seed);
 /**
- * Load `dir`/config.json and the weights from `dir`/model.safetensors or the
- * shards listed in `dir`/model.safetensors.index.json (f32, bf16 or f16;
- * converted to f32). Missing / extra / mis-shaped tensors are errors naming
- * the file and tensor.
+ * Load `dir`/config.json (df_model_config_load; its text is kept in
+ * m->config_json) and the weights from `dir`/model.safetensors or, when that
+ * is absent, the shards listed in `dir`/model.safetensors.index.json
+ * ("weight_map"; each shard opened once). Weights may be f32, bf16 or f16 (also
+ * f64 / i32 / i64), converted to f32. Every tensor of the layout must be present
+ * exactly once with its shape. Ignored: lm_head.weight of a tied model and
+ * *.rotary_emb.inv_freq buffers; any other extra tensor is an error.
+ * Errors name the file and the tensor: DF_ENOTFOUND (no config.json, no
+ * weights, a shard named by the index is missing), DF_EINVAL (malformed file,
+ * missing / unexpected / mis-shaped / duplicated tensor), DF_EUNSUPPORTED, DF_EIO.
+ * *out is NULL on error.
  */
 DF_API int df_model_load(const char *dir, df_model **out);
 /**
- * Write config.json and the weights in `dtype` to `dir` with HF tensor names.
- * max_shard_bytes > 0 splits into model-0000k-of-0000n.safetensors plus
- * model.safetensors.index.json; 0 writes a single model.safetensors.
- * Files are written to temporaries and renamed, so a failure leaves no
- * half-written output.
+ * Save m to `dir` (created if missing) in the Hugging Face layout, weights in
+ * `dtype` (F32, BF16 round-to-nearest-even, F16) with HF tensor names and
+ * safetensors metadata {"format": "pt"}; a tied model has no lm_head.weight.
+ *   config.json             df_model_config_save(m->cfg with torch_dtype = dtype,
+ *                           m->config_json)
+ *   generation_config.json  bos_token_id / eos_token_id (an existing file keeps
+ *                           its other keys)
+ *   weights                 max_shard_bytes == 0, or everything fits in one
+ *                           shard: model.safetensors. Otherwise tensors fill
+ *                           shards in layout order up to max_shard_bytes of
+ *                           tensor data (a larger tensor gets its own shard):
+ *                           model-00001-of-0000N.safetensors ... plus
+ *                           model.safetensors.index.json {"metadata":
+ *                           {"total_size": data bytes}, "weight_map": {...}}.
+ * All files are written to temporaries first and renamed into place only when
+ * every one is complete, so a failure while writing (disk full, I/O error)
+ * leaves the directory as it was. Weight
+ * files of an earlier save that the new one does not overwrite (a stale
+ * model.safetensors, index or shard set) are then removed; other files
+ * (tokenizer, ...) are untouched. Errors: DF_EINVAL (dtype, max_shard_bytes < 0),
+ * DF_EIO naming the file, DF_ENOMEM.
  */
 DF_API int df_model_save(const df_model *m, const char *dir, df_dtype dtype,
                          int64_t max_shard_bytes);
