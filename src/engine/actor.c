@@ -186,23 +186,24 @@ static int ppo_micro(df_actor *a, const df_batch *b, int64_t s, int64_t e, doubl
     if (rc || (rc = rebased_offsets(ro, s, e, &offs)))
         return rc;
     rc = df_loss_agg_weights(p->loss_agg_mode, e - s, offs, global_tokens, global_seqs, a->w);
-    df_policy_loss_fn fn = df_policy_loss_lookup(p->policy_loss);
-    if (!rc && !fn)
-        rc = df_error(DF_ENOTFOUND, "unknown policy loss '%s'", p->policy_loss);
-    df_policy_loss_stats st = {0};
+    df_policy_loss_fn fn = NULL;
+    if (!rc)
+        rc = df_policy_loss_lookup(p->policy_loss, &fn);
+    df_policy_loss_output st = {.grad = dlogp};
     if (!rc) {
         const float *old = df_batch_column(b, "old_log_probs")->data;
         const float *adv = df_batch_column(b, "advantages")->data;
         df_policy_loss_input in = {.n = e - s, .offsets = offs, .log_prob = logp,
                                    .old_log_prob = old + base, .advantages = adv + base,
-                                   .weights = a->w, .clip_ratio_low = p->clip_ratio_low,
-                                   .clip_ratio_high = p->clip_ratio_high, .clip_ratio_c = p->clip_ratio_c};
-        rc = fn(&in, dlogp, &st);
+                                   .weights = a->w, .clip_ratio_low = (float)p->clip_ratio_low,
+                                   .clip_ratio_high = (float)p->clip_ratio_high,
+                                   .clip_ratio_c = (float)p->clip_ratio_c};
+        rc = fn(&in, &st);
     }
     double kl = 0, ent_loss = 0;
     if (!rc && p->use_kl_loss) {
         const float *ref = df_batch_column(b, "ref_log_prob")->data;
-        rc = df_kl_loss(p->kl_loss_type, n_tok, logp, ref + base, a->w, p->kl_loss_coef, dlogp, &kl);
+        rc = df_kl_loss(p->kl_loss_type, n_tok, logp, ref + base, a->w, (float)p->kl_loss_coef, &kl, dlogp);
     }
     for (int64_t j = 0; j < n_tok; j++) {
         ent_loss += (double)a->w[j] * ent[j];

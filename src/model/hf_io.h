@@ -1,7 +1,6 @@
 /*
- * hf_io.h (internal) — plumbing shared by the Hugging Face file readers and
- * writers: atomic files (temporary in the same directory, fsync, rename),
- * whole-file reads, directory creation, JSON text in the exact style of
+ * hf_io.h (internal) — shared by the Hugging Face file readers and writers:
+ * JSON text in the exact style of
  * Python's json.dumps(obj, indent=2, sort_keys=True) (what transformers writes
  * for config.json and the shard index), and config.json serialisation.
  */
@@ -9,53 +8,10 @@
 #define DF_MODEL_HF_IO_H
 
 #include "distflow/model.h"
+#include "util/fsutil.h"
 
 #include <jansson.h>
 #include <stddef.h>
-
-/* ---- atomic files ------------------------------------------------------- */
-
-/**
- * A file being written under a temporary name next to its final path, so the
- * final rename is atomic (same file system). Zero-initialise before use;
- * df_tmpfile_discard is safe on a zeroed, committed or discarded struct.
- */
-typedef struct df_tmpfile {
-    char *path; /**< final path */
-    char *tmp;  /**< temporary path ("<dir>/.<name>.tmp.XXXXXX") */
-    int fd;     /**< -1 once closed */
-} df_tmpfile;
-
-/** Create the temporary for `path`. DF_EIO (naming the directory) on failure. */
-int df_tmpfile_open(df_tmpfile *t, const char *path);
-/** Write all n bytes (retrying short writes). DF_EIO naming the final path. */
-int df_tmpfile_write(df_tmpfile *t, const void *buf, size_t n);
-/** fsync and close the temporary; it keeps its temporary name. */
-int df_tmpfile_close(df_tmpfile *t);
-/** Close if still open, then rename onto the final path. */
-int df_tmpfile_commit(df_tmpfile *t);
-/** Close and unlink the temporary (if any) and free the names. */
-void df_tmpfile_discard(df_tmpfile *t);
-/** Write `path` atomically in one call (temporary, fsync, rename, fsync of the directory). */
-int df_write_file_atomic(const char *path, const void *buf, size_t n);
-
-/* ---- paths and whole files ------------------------------------------------ */
-
-/** malloc'd "dir/name" (NULL when out of memory). */
-char *df_path_join(const char *dir, const char *name);
-/** True if `path` names an existing regular file. */
-bool df_file_exists(const char *path);
-/**
- * Read a whole file into a malloc'd NUL-terminated buffer (*len bytes without
- * the NUL; len may be NULL). DF_ENOTFOUND if it does not exist, DF_EIO otherwise.
- */
-int df_read_file(const char *path, char **text, size_t *len);
-/** mkdir -p (mode 0755). DF_EIO naming the component that failed. */
-int df_mkdir_p(const char *dir);
-/** fsync a directory so renames inside it are durable. */
-int df_fsync_dir(const char *dir);
-/** df_fsync_dir on the directory that holds `path`. */
-int df_fsync_parent(const char *path);
 
 /* ---- JSON output ---------------------------------------------------------- */
 
