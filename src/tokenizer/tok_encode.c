@@ -107,9 +107,49 @@ static void push_pair(enc_ctx *c, int32_t pos)
     int32_t j = c->next[pos];
     if (j < 0)
         return;
-    int64_t slot = tok_pairmap_find(&c->t->pairs, c->sym[pos], c->sym[j]);
-    if (slot >= 0)
-        heap_push(c, (heap_item){c->t->pairs.rank[slot], pos, c->t->pairs.merged[slot]});
+    const tok_pair_slot *m = tok_pairmap_find(&c->t->pairs, c->sym[pos], c->sym[j]);
+    if (m)
+        heap_push(c, (heap_item){m->rank, pos, m->merged});
+}
+
+/* Short words: the same merge order (lowest rank, leftmost) by scanning a small array,
+ * which beats the heap for the few-byte pre-tokens that make up most text. */
+#define TOK_SHORT_WORD 24
+
+static int bpe_short(enc_ctx *c, const int32_t *init, int m)
+{
+    const tok_pairmap *pm = &c->t->pairs;
+    int32_t sym[TOK_SHORT_WORD], rank[TOK_SHORT_WORD], merged[TOK_SHORT_WORD];
+    memcpy(sym, init, (size_t)m * sizeof *sym);
+    for (int i = 0; i + 1 < m; i++) {
+        const tok_pair_slot *sl = tok_pairmap_find(pm, sym[i], sym[i + 1]);
+        rank[i] = sl ? sl->rank : INT32_MAX;
+        merged[i] = sl ? sl->merged : -1;
+    }
+    while (m > 1) {
+        int best = 0;
+        for (int i = 1; i + 1 < m; i++)
+            if (rank[i] < rank[best])
+                best = i;
+        if (rank[best] == INT32_MAX)
+            break;
+        sym[best] = merged[best];
+        m--;
+        memmove(sym + best + 1, sym + best + 2, (size_t)(m - best - 1) * sizeof *sym);
+        memmove(rank + best + 1, rank + best + 2, (size_t)(m > best + 1 ? m - best - 2 : 0) * sizeof *rank);
+        memmove(merged + best + 1, merged + best + 2, (size_t)(m > best + 1 ? m - best - 2 : 0) * sizeof *merged);
+        for (int i = best - 1; i <= best; i++) {
+            if (i < 0 || i + 1 >= m)
+                continue;
+            const tok_pair_slot *sl = tok_pairmap_find(pm, sym[i], sym[i + 1]);
+            rank[i] = sl ? sl->rank : INT32_MAX;
+            merged[i] = sl ? sl->merged : -1;
+        }
+    }
+    for (int i = 0; i < m; i++)
+        if (push_id(c, sym[i]))
+            return DF_ENOMEM;
+    return 0;
 }
 
 static int bpe_word(enc_ctx *c, const char *w, int64_t n)
@@ -136,6 +176,17 @@ static int bpe_word(enc_ctx *c, const char *w, int64_t n)
         int32_t id = tok_strmap_get(&t->vocab, c->vbuf, p - c->vbuf);
         if (id >= 0)
             return push_id(c, id);
+    }
+    if (n <= TOK_SHORT_WORD) {
+        int32_t init[TOK_SHORT_WORD];
+        int m = 0;
+        for (int64_t i = 0; i < n; i++) {
+            int32_t id = t->byte_id[(uint8_t)w[i]];
+            id = id >= 0 ? id : t->unk_id; /* HF drops a symbol with no id and no unk */
+            if (id >= 0)
+                init[m++] = id;
+        }
+        return bpe_short(c, init, m);
     }
     if (n > c->scap) {
         int64_t cap = c->scap, pcap = c->scap, ncap = c->scap;
@@ -165,8 +216,8 @@ static int bpe_word(enc_ctx *c, const char *w, int64_t n)
         int32_t p = top.pos, j;
         if (c->sym[p] < 0 || (j = c->next[p]) < 0)
             continue;
-        int64_t slot = tok_pairmap_find(&t->pairs, c->sym[p], c->sym[j]);
-        if (slot < 0 || t->pairs.merged[slot] != top.new_id)
+        const tok_pair_slot *sl = tok_pairmap_find(&t->pairs, c->sym[p], c->sym[j]);
+        if (!sl || sl->merged != top.new_id)
             continue;
         c->sym[p] = top.new_id;
         c->sym[j] = -1;

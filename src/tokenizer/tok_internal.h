@@ -30,30 +30,35 @@ int tok_strmap_put(tok_strmap *m, const char *key, int64_t len, int32_t val);
 int32_t tok_strmap_get(const tok_strmap *m, const char *key, int64_t len);
 void tok_strmap_free(tok_strmap *m);
 
-/** (left, right) id pair -> (rank, merged id). */
+/** (left, right) id pair -> (rank, merged id); one 16-byte slot per entry so that a
+ *  lookup touches one cache line. */
+typedef struct tok_pair_slot {
+    uint64_t key; /* UINT64_MAX marks an empty slot */
+    int32_t rank;
+    int32_t merged;
+} tok_pair_slot;
+
 typedef struct tok_pairmap {
-    uint64_t *keys; /* UINT64_MAX marks an empty slot */
-    int32_t *rank;
-    int32_t *merged;
+    tok_pair_slot *slots;
     int64_t cap, n;
 } tok_pairmap;
 
 /** Insert or overwrite (HF builds its merge map with collect(): the last duplicate wins). */
 int tok_pairmap_put(tok_pairmap *m, int32_t a, int32_t b, int32_t rank, int32_t merged);
-/** Slot index of (a, b), or -1. */
-static inline int64_t tok_pairmap_find(const tok_pairmap *m, int32_t a, int32_t b)
+/** Slot of (a, b), or NULL. */
+static inline const tok_pair_slot *tok_pairmap_find(const tok_pairmap *m, int32_t a, int32_t b)
 {
     if (m->cap == 0)
-        return -1;
+        return NULL;
     uint64_t k = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
     uint64_t h = k * 0x9E3779B97F4A7C15ull;
     int64_t mask = m->cap - 1, i = (int64_t)(h >> 17) & mask;
-    while (m->keys[i] != UINT64_MAX) {
-        if (m->keys[i] == k)
-            return i;
+    while (m->slots[i].key != UINT64_MAX) {
+        if (m->slots[i].key == k)
+            return &m->slots[i];
         i = (i + 1) & mask;
     }
-    return -1;
+    return NULL;
 }
 void tok_pairmap_free(tok_pairmap *m);
 

@@ -250,7 +250,7 @@ int tok_compile_regex(const char *pattern, bool literal, pcre2_code **out, const
 {
     int err;
     PCRE2_SIZE off;
-    uint32_t opts = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+    uint32_t opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP); /* LITERAL rejects UCP */
     pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, opts, &err, &off, NULL);
     if (!re) {
         PCRE2_UCHAR msg[256];

@@ -104,29 +104,21 @@ void tok_strmap_free(tok_strmap *m)
 static int pairmap_grow(tok_pairmap *m)
 {
     int64_t cap = m->cap ? m->cap * 2 : 1024;
-    uint64_t *keys = malloc((size_t)cap * sizeof *keys);
-    int32_t *rank = malloc((size_t)cap * sizeof *rank);
-    int32_t *merged = malloc((size_t)cap * sizeof *merged);
-    if (!keys || !rank || !merged) {
-        free(keys);
-        free(rank);
-        free(merged);
+    tok_pair_slot *slots = malloc((size_t)cap * sizeof *slots);
+    if (!slots)
         return df_error(DF_ENOMEM, "tokenizer: out of memory growing the merge map");
-    }
-    memset(keys, 0xff, (size_t)cap * sizeof *keys);
+    for (int64_t i = 0; i < cap; i++)
+        slots[i].key = UINT64_MAX;
     tok_pairmap old = *m;
-    m->keys = keys;
-    m->rank = rank;
-    m->merged = merged;
+    m->slots = slots;
     m->cap = cap;
     m->n = 0;
-    for (int64_t i = 0; i < old.cap; i++)
-        if (old.keys[i] != UINT64_MAX)
-            tok_pairmap_put(m, (int32_t)(old.keys[i] >> 32), (int32_t)(uint32_t)old.keys[i],
-                            old.rank[i], old.merged[i]);
-    free(old.keys);
-    free(old.rank);
-    free(old.merged);
+    for (int64_t i = 0; i < old.cap; i++) {
+        uint64_t k = old.slots[i].key;
+        if (k != UINT64_MAX)
+            tok_pairmap_put(m, (int32_t)(k >> 32), (int32_t)(uint32_t)k, old.slots[i].rank, old.slots[i].merged);
+    }
+    free(old.slots);
     return 0;
 }
 
@@ -140,21 +132,17 @@ int tok_pairmap_put(tok_pairmap *m, int32_t a, int32_t b, int32_t rank, int32_t 
     uint64_t k = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
     uint64_t h = k * 0x9E3779B97F4A7C15ull;
     int64_t mask = m->cap - 1, i = (int64_t)(h >> 17) & mask;
-    while (m->keys[i] != UINT64_MAX && m->keys[i] != k)
+    while (m->slots[i].key != UINT64_MAX && m->slots[i].key != k)
         i = (i + 1) & mask;
-    if (m->keys[i] == UINT64_MAX)
+    if (m->slots[i].key == UINT64_MAX)
         m->n++;
-    m->keys[i] = k;
-    m->rank[i] = rank;
-    m->merged[i] = merged;
+    m->slots[i] = (tok_pair_slot){k, rank, merged};
     return 0;
 }
 
 void tok_pairmap_free(tok_pairmap *m)
 {
-    free(m->keys);
-    free(m->rank);
-    free(m->merged);
+    free(m->slots);
     memset(m, 0, sizeof *m);
 }
 

@@ -228,10 +228,10 @@ static heap_e heap_take(trainer *tr)
 /* Add `delta` occurrences of (a, b) in word w; returns the pair index or -1 on error. */
 static int64_t pair_add(trainer *tr, int32_t a, int32_t b, int64_t delta, int32_t w, bool track)
 {
-    int64_t slot = tok_pairmap_find(&tr->pair_idx, a, b);
+    const tok_pair_slot *slot = tok_pairmap_find(&tr->pair_idx, a, b);
     int32_t p;
-    if (slot >= 0) {
-        p = tr->pair_idx.rank[slot];
+    if (slot) {
+        p = slot->rank;
     } else {
         if (reserve((void **)&tr->pairs, &tr->pairs_cap, tr->n_pairs + 1, sizeof *tr->pairs))
             return -1;
@@ -294,7 +294,7 @@ static int apply_merge(trainer *tr, int32_t p, int64_t iter)
             continue;
         int64_t cnt = tr->wcount[w];
         for (int64_t i = 0; i + 1 < s->n; i++) /* every pair of the word exists already */
-            tr->pairs[tr->pair_idx.rank[tok_pairmap_find(&tr->pair_idx, s->v[i], s->v[i + 1])]].count -= cnt;
+            tr->pairs[tok_pairmap_find(&tr->pair_idx, s->v[i], s->v[i + 1])->rank].count -= cnt;
         int64_t o = 0;
         for (int64_t i = 0; i < s->n; i++) {
             if (i + 1 < s->n && s->v[i] == a && s->v[i + 1] == b) {
