@@ -53,10 +53,12 @@ typedef struct df_tokenizer df_tokenizer;
  * added_tokens_decoder, chat_template and clean_up_tokenization_spaces, and
  * generation_config.json (when present) adds its eos_token_id (int or list)
  * to the eos ids, as verl does for stop tokens.
- * Without a tokenizer_config.json: the GPT-2 layout uses `<|endoftext|>` as
- * bos and eos (transformers' GPT2Tokenizer defaults); otherwise bos is the
- * special token that the TemplateProcessing post-processor puts first (if any)
- * and eos / pad are absent (-1).
+ * Defaults, which the config's keys override (a key set to null clears it):
+ * the GPT-2 layout uses `<|endoftext|>` as bos and eos (transformers'
+ * GPT2Tokenizer defaults); otherwise bos is the special token that the
+ * TemplateProcessing post-processor puts first (if any) and eos / pad are
+ * absent (-1). A special token named in the config must exist in the
+ * vocabulary (transformers would silently add it; we report it instead).
  *
  * Errors: DF_ENOTFOUND (no tokenizer files at path), DF_EIO, DF_EINVAL (bad JSON
  * with the file:line:column from jansson, missing "model", a merge naming a token
@@ -76,7 +78,7 @@ DF_API void df_tokenizer_free(df_tokenizer *t);
  * `add_special_tokens` applies the post-processor template (Llama-3: prepends
  * `<|begin_of_text|>`; Qwen / GPT-2: nothing). Added / special tokens written
  * in the text (e.g. "<|im_end|>") are always recognised, as in HF.
- * On success *ids is malloc'd ([*n] int32 ids; may be NULL when *n == 0).
+ * On success *ids is malloc'd ([*n] int32 ids; never NULL, even when *n == 0).
  * Errors: DF_EINVAL for invalid UTF-8 (with the byte offset), DF_ENOMEM,
  * DF_EINTERNAL if PCRE2 fails.
  */

@@ -16,13 +16,17 @@ int tok_token_id_any(const df_tokenizer *t, const char *s)
     return id >= 0 ? id : tok_strmap_get(&t->vocab, s, n);
 }
 
-/* "eos_token": "<|im_end|>" | {"content": "<|im_end|>", ...} | null. */
+/* "eos_token": "<|im_end|>" | {"content": "<|im_end|>", ...} | null (-> -1); an absent
+ * key leaves *id as it was (a class default). */
 static int special_from_config(const df_tokenizer *t, json_t *cfg, const char *key, const char *src,
                                int32_t *id)
 {
     json_t *v = json_object_get(cfg, key);
+    if (!v)
+        return 0;
     if (json_is_object(v))
         v = json_object_get(v, "content");
+    *id = -1;
     if (!v || json_is_null(v))
         return 0;
     const char *s = json_string_value(v);
@@ -123,10 +127,11 @@ static bool exists(const char *p)
 
 int tok_apply_config(df_tokenizer *t, json_t *cfg, const char *src)
 {
-    int32_t eos = -1;
+    int32_t eos = df_tokenizer_eos_id(t);
     int rc = parse_added_decoder(t, json_object_get(cfg, "added_tokens_decoder"), src);
     if (!rc)
         rc = special_from_config(t, cfg, "eos_token", src, &eos);
+    t->n_eos = 0;
     if (!rc && eos >= 0)
         rc = add_eos(t, eos);
     if (!rc)
@@ -150,20 +155,19 @@ int tok_load_config(df_tokenizer *t, const char *dir, bool gpt2_layout)
     if (!path)
         return df_error(DF_ENOMEM, "tokenizer: out of memory");
     int rc = 0;
+    int32_t eot = tok_strmap_get(&t->added_map, "<|endoftext|>", 13);
+    if (gpt2_layout && eot >= 0) { /* GPT2Tokenizer's class defaults, which a config overrides */
+        t->bos_id = eot;
+        rc = add_eos(t, eot);
+    } else if (t->n_post_prefix > 0) {
+        t->bos_id = t->post_prefix[0];
+    }
     snprintf(path, n, "%s/tokenizer_config.json", dir);
-    if (exists(path)) {
+    if (!rc && exists(path)) {
         json_t *cfg = tok_load_json(path, &rc);
         if (cfg)
             rc = tok_apply_config(t, cfg, path);
         json_decref(cfg);
-    } else if (gpt2_layout) { /* GPT2Tokenizer's defaults */
-        int32_t eot = tok_strmap_get(&t->added_map, "<|endoftext|>", 13);
-        if (eot >= 0) {
-            t->bos_id = eot;
-            rc = add_eos(t, eot);
-        }
-    } else if (t->n_post_prefix > 0) {
-        t->bos_id = t->post_prefix[0];
     }
     snprintf(path, n, "%s/generation_config.json", dir);
     if (!rc && exists(path))

@@ -188,12 +188,12 @@ static int bpe_word(enc_ctx *c, const char *w, int64_t n)
         }
         return bpe_short(c, init, m);
     }
-    if (n > c->scap) {
+    if (n > c->scap) { /* the three arrays share one capacity */
         int64_t cap = c->scap, pcap = c->scap, ncap = c->scap;
         if (grow((void **)&c->sym, &cap, n, sizeof *c->sym) || grow((void **)&c->prev, &pcap, n, sizeof *c->prev) ||
             grow((void **)&c->next, &ncap, n, sizeof *c->next))
             return DF_ENOMEM;
-        c->scap = cap < pcap ? (cap < ncap ? cap : ncap) : (pcap < ncap ? pcap : ncap);
+        c->scap = cap; /* grow() doubles from the same start, so cap == pcap == ncap */
     }
     if (grow((void **)&c->heap, &c->hcap, 3 * n, sizeof *c->heap))
         return DF_ENOMEM;

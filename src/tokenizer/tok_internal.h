@@ -26,6 +26,8 @@ typedef struct tok_strmap {
 } tok_strmap;
 
 int tok_strmap_put(tok_strmap *m, const char *key, int64_t len, int32_t val);
+/** Make room for n entries without rehashing. */
+int tok_strmap_reserve(tok_strmap *m, int64_t n);
 /** Value of key, or -1. */
 int32_t tok_strmap_get(const tok_strmap *m, const char *key, int64_t len);
 void tok_strmap_free(tok_strmap *m);
@@ -45,6 +47,8 @@ typedef struct tok_pairmap {
 
 /** Insert or overwrite (HF builds its merge map with collect(): the last duplicate wins). */
 int tok_pairmap_put(tok_pairmap *m, int32_t a, int32_t b, int32_t rank, int32_t merged);
+/** Make room for n entries without rehashing. */
+int tok_pairmap_reserve(tok_pairmap *m, int64_t n);
 /** Slot of (a, b), or NULL. */
 static inline const tok_pair_slot *tok_pairmap_find(const tok_pairmap *m, int32_t a, int32_t b)
 {

@@ -16,9 +16,8 @@ static uint64_t str_hash(const char *s, int64_t n)
     return h ^ (h >> 29);
 }
 
-static int strmap_grow(tok_strmap *m)
+static int strmap_grow_to(tok_strmap *m, int64_t cap)
 {
-    int64_t cap = m->cap ? m->cap * 2 : 64;
     char **keys = calloc((size_t)cap, sizeof *keys);
     int32_t *klen = malloc((size_t)cap * sizeof *klen);
     int32_t *vals = malloc((size_t)cap * sizeof *vals);
@@ -49,10 +48,18 @@ static int strmap_grow(tok_strmap *m)
     return 0;
 }
 
+int tok_strmap_reserve(tok_strmap *m, int64_t n)
+{
+    int64_t cap = m->cap ? m->cap : 64;
+    while (n * 2 > cap)
+        cap *= 2;
+    return cap > m->cap ? strmap_grow_to(m, cap) : 0;
+}
+
 int tok_strmap_put(tok_strmap *m, const char *key, int64_t len, int32_t val)
 {
     if ((m->n + 1) * 2 > m->cap) {
-        int rc = strmap_grow(m);
+        int rc = tok_strmap_reserve(m, m->n + 1);
         if (rc)
             return rc;
     }
@@ -101,9 +108,8 @@ void tok_strmap_free(tok_strmap *m)
 
 /* ---- (a, b) -> (rank, merged) ---------------------------------------------- */
 
-static int pairmap_grow(tok_pairmap *m)
+static int pairmap_grow_to(tok_pairmap *m, int64_t cap)
 {
-    int64_t cap = m->cap ? m->cap * 2 : 1024;
     tok_pair_slot *slots = malloc((size_t)cap * sizeof *slots);
     if (!slots)
         return df_error(DF_ENOMEM, "tokenizer: out of memory growing the merge map");
@@ -122,10 +128,18 @@ static int pairmap_grow(tok_pairmap *m)
     return 0;
 }
 
+int tok_pairmap_reserve(tok_pairmap *m, int64_t n)
+{
+    int64_t cap = m->cap ? m->cap : 1024;
+    while (n * 2 > cap)
+        cap *= 2;
+    return cap > m->cap ? pairmap_grow_to(m, cap) : 0;
+}
+
 int tok_pairmap_put(tok_pairmap *m, int32_t a, int32_t b, int32_t rank, int32_t merged)
 {
     if ((m->n + 1) * 2 > m->cap) {
-        int rc = pairmap_grow(m);
+        int rc = tok_pairmap_reserve(m, m->n + 1);
         if (rc)
             return rc;
     }
