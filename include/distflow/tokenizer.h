@@ -172,7 +172,8 @@ typedef enum df_chat_family {
  *     message renders as `<|im_start|>{role}\n{content}<|im_end|>\n`;
  *     add_generation_prompt appends `<|im_start|>assistant\n`.
  *   Llama-3: `<|begin_of_text|>` once, then per message
- *     `<|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|>`;
+ *     `<|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|>`
+ *     with content whitespace-trimmed (Meta's template applies `| trim`);
  *     the generation prompt is `<|start_header_id|>assistant<|end_header_id|>\n\n`.
  * The rendered text contains special-token strings; encode it with
  * add_special_tokens = false (as verl does) to avoid a second BOS.
@@ -202,15 +203,17 @@ DF_API int df_tokenizer_set_chat_template(df_tokenizer *t, const char *tmpl);
 typedef struct df_bpe_train_options {
     /** Pre-tokenizer regex; NULL = Qwen 2.5's Split regex (single digits). */
     const char *pattern;
-    /** Pairs seen fewer times than this are never merged (>= 1; 0 means 2). */
+    /** Pairs seen fewer times than this are never merged; <= 0 means 2. */
     int64_t min_frequency;
     /** Default system message of the saved ChatML template; NULL = "You are a helpful assistant." */
     const char *system_message;
 } df_bpe_train_options;
 
 /**
- * Train a byte-level BPE tokenizer on texts [n_texts] (HF BpeTrainer with a
- * ByteLevel alphabet): NFC-normalise, pre-tokenise with the regex, start from
+ * Train a byte-level BPE tokenizer on texts [n_texts] (Sennrich et al. 2016,
+ * "Neural Machine Translation of Rare Words with Subword Units", as HF
+ * BpeTrainer with a ByteLevel alphabet): NFC-normalise, cut out occurrences of
+ * the three special-token strings, pre-tokenise with the regex, start from
  * the 256 byte symbols (ids 0..255 in GPT-2 bytes_to_unicode order, "!" = 0),
  * then repeatedly merge the most frequent adjacent pair, never across
  * pre-tokens; ties go to the pair whose (left bytes, right bytes) is
