@@ -349,7 +349,7 @@ static int pre_tokenize(enc_ctx *c, int depth, const char *s, int64_t n)
     if (!st->re) {
         rc = pre_tokenize(c, depth + 1, s, n);
     } else {
-        int64_t k, lo, hi;
+        int64_t k = 0, lo = 0, hi = 0;
         rc = find_spans(c, depth, st->re, st->invert, s, n, &k);
         if (!rc)
             apply_behavior(c->spans[depth], k, st->behavior, &lo, &hi);
