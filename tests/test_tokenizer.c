@@ -844,29 +844,51 @@ static double cpu_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void test_gsm8k_throughput_and_roundtrip(void **state)
+/* FNV-1a over every id of every GSM8K text, in order. */
+static uint64_t gsm8k_hash(const df_tokenizer *t, int64_t *tokens, double *cpu_s, int64_t *bad_roundtrips)
 {
-    (void)state;
-    int64_t tokens = 0, bad = 0;
-    double enc_s = 0;
+    uint64_t h = 1469598103934665603ull;
+    *tokens = *bad_roundtrips = 0;
+    *cpu_s = 0;
     for (int64_t i = 0; i < F.n_texts; i++) {
         int32_t *ids;
         int64_t n;
         double t0 = cpu_now();
-        assert_int_equal(df_tokenizer_encode(F.qwen, F.texts[i], false, &ids, &n), 0);
-        enc_s += cpu_now() - t0;
-        tokens += n;
-        char *s = dec(F.qwen, ids, n, false);
-        bad += strcmp(s, F.texts[i]) != 0;
+        assert_int_equal(df_tokenizer_encode(t, F.texts[i], false, &ids, &n), 0);
+        *cpu_s += cpu_now() - t0;
+        *tokens += n;
+        for (int64_t k = 0; k < n; k++)
+            h = (h ^ (uint32_t)ids[k]) * 1099511628211ull;
+        char *s = dec(t, ids, n, false);
+        *bad_roundtrips += strcmp(s, F.texts[i]) != 0;
         free(s);
         free(ids);
     }
+    return h;
+}
+
+/* The expected counts and hashes come from an independent encoder: tiktoken-style
+ * rank BPE in Python over the original rank files (qwen.tiktoken, Llama-3's
+ * tokenizer.model), which data/tokenizers/SOURCES.md checks against the same texts. */
+static void test_gsm8k_throughput_and_roundtrip(void **state)
+{
+    (void)state;
+    int64_t tokens, bad;
+    double cpu_s;
+    uint64_t h = gsm8k_hash(F.qwen, &tokens, &cpu_s, &bad);
     assert_int_equal(bad, 0);
-    assert_int_equal(tokens, 1355905); /* the same count as the tiktoken-rank reference */
+    assert_int_equal(tokens, 1355905);
+    assert_true(h == 0x6644a2565b6baaa6ull);
     print_message("[ PERF     ] Qwen 2.5 encode of GSM8K train (%.2f MB, %lld texts): %.3f s CPU, %.1f MB/s, %lld tokens\n",
-                  (double)F.n_bytes / 1e6, (long long)F.n_texts, enc_s, (double)F.n_bytes / 1e6 / enc_s,
+                  (double)F.n_bytes / 1e6, (long long)F.n_texts, cpu_s, (double)F.n_bytes / 1e6 / cpu_s,
                   (long long)tokens);
-    assert_true(enc_s < 20.0); /* a guard against pathologies; the target is well under 2 s */
+    assert_true(cpu_s < 20.0); /* a guard against pathologies; the target is well under 2 s */
+    h = gsm8k_hash(F.llama, &tokens, &cpu_s, &bad);
+    assert_int_equal(bad, 0);
+    assert_int_equal(tokens, 1177960);
+    assert_true(h == 0x1ff89d688d1d9e21ull);
+    print_message("[ PERF     ] Llama-3 encode of GSM8K train: %.3f s CPU, %.1f MB/s, %lld tokens\n", cpu_s,
+                  (double)F.n_bytes / 1e6 / cpu_s, (long long)tokens);
 }
 
 int main(void)
