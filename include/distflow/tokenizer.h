@@ -1,0 +1,245 @@
+/*
+ * distflow/tokenizer.h — Hugging Face byte-level BPE tokenizers (Qwen2 / 2.5,
+ * Llama-3, GPT-2), chat templates, and a small BPE trainer.
+ *
+ * Semantics follow the Rust `tokenizers` library (what transformers'
+ * PreTrainedTokenizerFast calls): encode = split out added tokens (Aho-Corasick
+ * leftmost-longest, tokenizers/src/tokenizer/added_vocabulary.rs) -> normalizer
+ * -> pre-tokenizer -> BPE model (merge ranks, models/bpe/word.rs merge_all) ->
+ * post-processor. Decode = ByteLevel decoder followed by lossy UTF-8 (invalid
+ * sequences become U+FFFD, as Rust's String::from_utf8_lossy).
+ *
+ * Supported tokenizer.json components (anything else is DF_EUNSUPPORTED):
+ *   model          BPE (vocab + merges as "a b" or ["a","b"], ignore_merges,
+ *                  unk_token); byte_fallback, dropout, subword prefixes/suffixes
+ *                  are rejected.
+ *   normalizer     null, NFC, NFD, NFKC, NFKD (utf8proc), Sequence of those.
+ *   pre_tokenizer  Split (Regex or String pattern, PCRE2 in UTF + UCP mode;
+ *                  behaviours Isolated / Removed / MergedWithPrevious /
+ *                  MergedWithNext / Contiguous; invert), ByteLevel
+ *                  (add_prefix_space; use_regex = GPT-2 regex), Sequence.
+ *                  ByteLevel must be present and last.
+ *   post_processor null, ByteLevel (no effect on ids), TemplateProcessing
+ *                  (the "single" template: e.g. Llama-3's BOS), Sequence.
+ *   decoder        ByteLevel (or a Sequence holding only ByteLevel).
+ *
+ * Thread safety: a loaded tokenizer is immutable; every const function may be
+ * called from several threads at once. Functions taking a non-const pointer
+ * (setters, free) must not race with anything else on the same tokenizer.
+ *
+ * Ids are int32_t (HF uses u32; no real vocabulary reaches 2^31). Lengths and
+ * counts are int64_t. Every output buffer is malloc'd; the caller frees it.
+ */
+#ifndef DISTFLOW_TOKENIZER_H
+#define DISTFLOW_TOKENIZER_H
+
+#include "distflow/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct df_tokenizer df_tokenizer;
+
+/* ---- loading ------------------------------------------------------------ */
+
+/**
+ * Load a tokenizer from `path`, which is either
+ *   - a tokenizer.json file, or a directory containing one, or
+ *   - a directory with only vocab.json + merges.txt (GPT-2's slow layout):
+ *     GPT-2 regex + ByteLevel, and `<|endoftext|>` as a special added token.
+ * In the directory holding the files, tokenizer_config.json (when present)
+ * supplies eos_token / pad_token / bos_token (a string or {"content": ...}),
+ * added_tokens_decoder, chat_template and clean_up_tokenization_spaces, and
+ * generation_config.json (when present) adds its eos_token_id (int or list)
+ * to the eos ids, as verl does for stop tokens.
+ * Defaults, which the config's keys override (a key set to null clears it):
+ * the GPT-2 layout uses `<|endoftext|>` as bos and eos (transformers'
+ * GPT2Tokenizer defaults); otherwise bos is the special token that the
+ * TemplateProcessing post-processor puts first (if any) and eos / pad are
+ * absent (-1). A special token named in the config must exist in the
+ * vocabulary (transformers would silently add it; we report it instead).
+ *
+ * Errors: DF_ENOTFOUND (no tokenizer files at path), DF_EIO, DF_EINVAL (bad JSON
+ * with the file:line:column from jansson, missing "model", a merge naming a token
+ * not in the vocab, a bad id, a special token not in the vocab, ...),
+ * DF_EUNSUPPORTED (model type, normalizer, pre-tokenizer, decoder, ... that this
+ * implementation does not handle). Messages name the file and the key.
+ */
+DF_API int df_tokenizer_load(const char *path, df_tokenizer **out);
+
+/** Free a tokenizer (NULL is a no-op). */
+DF_API void df_tokenizer_free(df_tokenizer *t);
+
+/* ---- encoding / decoding ------------------------------------------------ */
+
+/**
+ * Encode NUL-terminated UTF-8 `text` into token ids (HF `tokenizer.encode`).
+ * `add_special_tokens` applies the post-processor template (Llama-3: prepends
+ * `<|begin_of_text|>`; Qwen / GPT-2: nothing). Added / special tokens written
+ * in the text (e.g. "<|im_end|>") are always recognised, as in HF.
+ * On success *ids is malloc'd ([*n] int32 ids; never NULL, even when *n == 0).
+ * Errors: DF_EINVAL for invalid UTF-8 (with the byte offset), DF_ENOMEM,
+ * DF_EINTERNAL if PCRE2 fails.
+ */
+DF_API int df_tokenizer_encode(const df_tokenizer *t, const char *text, bool add_special_tokens,
+                               int32_t **ids, int64_t *n);
+
+/** df_tokenizer_encode() on `len` bytes of `text` (need not be NUL-terminated). */
+DF_API int df_tokenizer_encode_n(const df_tokenizer *t, const char *text, int64_t len,
+                                 bool add_special_tokens, int32_t **ids, int64_t *n);
+
+/**
+ * Decode ids [n] to malloc'd NUL-terminated UTF-8 text (HF `tokenizer.decode`):
+ * ByteLevel bytes of each token concatenated, then lossy UTF-8 (U+FFFD for
+ * invalid sequences). Added tokens contribute their content; special ones are
+ * dropped when `skip_special_tokens`. Ids that name no token (e.g. the padding
+ * rows of an embedding larger than the vocabulary) are skipped, as in HF.
+ * When tokenizer_config.json sets clean_up_tokenization_spaces, the
+ * transformers clean-up (" ." -> ".", " n't" -> "n't", ...) is applied.
+ * Errors: DF_ENOMEM.
+ */
+DF_API int df_tokenizer_decode(const df_tokenizer *t, const int32_t *ids, int64_t n,
+                               bool skip_special_tokens, char **text);
+
+/**
+ * Raw bytes of one token, for streaming output: *bytes points into the
+ * tokenizer (valid until df_tokenizer_free), *len bytes, not NUL-terminated and
+ * possibly a partial UTF-8 sequence (a multi-byte character can span tokens).
+ * Added tokens give their content. Returns DF_ENOTFOUND when `id` names no token.
+ */
+DF_API int df_tokenizer_token_bytes(const df_tokenizer *t, int32_t id, const char **bytes,
+                                    int64_t *len);
+
+/* ---- vocabulary ---------------------------------------------------------- */
+
+/** Max id + 1, added tokens included (Qwen 2.5: 151665; Llama-3: 128256; GPT-2: 50257). */
+DF_API int64_t df_tokenizer_vocab_size(const df_tokenizer *t);
+
+/**
+ * Id of `token` written in vocabulary form (byte-level characters, e.g.
+ * "Ġworld" for " world", as HF `convert_tokens_to_ids`) or an added token's
+ * content ("<|im_end|>"). -1 when absent.
+ */
+DF_API int32_t df_tokenizer_token_to_id(const df_tokenizer *t, const char *token);
+
+/** Vocabulary form of `id` (HF `convert_ids_to_tokens`), NULL when absent. Owned by t. */
+DF_API const char *df_tokenizer_id_to_token(const df_tokenizer *t, int32_t id);
+
+/** True when `id` is an added token flagged "special" (skipped by skip_special_tokens). */
+DF_API bool df_tokenizer_is_special(const df_tokenizer *t, int32_t id);
+
+/** The first eos id (tokenizer_config's eos_token when set), -1 when none. */
+DF_API int32_t df_tokenizer_eos_id(const df_tokenizer *t);
+
+/** All eos ids (config eos first, then generation_config's); *n may be 0. Owned by t. */
+DF_API const int32_t *df_tokenizer_eos_ids(const df_tokenizer *t, int *n);
+
+/** True when `id` is one of the eos ids (a stop token for rollout). */
+DF_API bool df_tokenizer_is_eos(const df_tokenizer *t, int32_t id);
+
+/** pad id, -1 when absent. */
+DF_API int32_t df_tokenizer_pad_id(const df_tokenizer *t);
+
+/** bos id, -1 when absent. */
+DF_API int32_t df_tokenizer_bos_id(const df_tokenizer *t);
+
+/**
+ * Replace the eos ids (e.g. from a model's generation_config). Every id must
+ * name a token (DF_EINVAL otherwise). Not thread-safe with other calls on t.
+ */
+DF_API int df_tokenizer_set_eos_ids(df_tokenizer *t, const int32_t *ids, int n);
+
+/* ---- chat template -------------------------------------------------------- */
+
+typedef struct df_chat_message {
+    const char *role;    /**< "system", "user", "assistant", ... */
+    const char *content; /**< UTF-8 text */
+} df_chat_message;
+
+/** Chat template families recognised from the template text. */
+typedef enum df_chat_family {
+    DF_CHAT_CHATML = 0,  /**< contains "<|im_start|>" (Qwen), or no template at all */
+    DF_CHAT_LLAMA3 = 1,  /**< contains "<|start_header_id|>" */
+    DF_CHAT_UNKNOWN = 2  /**< some other Jinja template: apply fails with DF_EUNSUPPORTED */
+} df_chat_family;
+
+/**
+ * Render `msgs` [n] to text (HF `apply_chat_template(..., tokenize=False)`),
+ * without a Jinja engine:
+ *   ChatML: if msgs[0] is not "system" and the template has a default system
+ *     message, `<|im_start|>system\n{default}<|im_end|>\n` comes first; each
+ *     message renders as `<|im_start|>{role}\n{content}<|im_end|>\n`;
+ *     add_generation_prompt appends `<|im_start|>assistant\n`.
+ *   Llama-3: `<|begin_of_text|>` once, then per message
+ *     `<|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|>`
+ *     with content whitespace-trimmed (Meta's template applies `| trim`);
+ *     the generation prompt is `<|start_header_id|>assistant<|end_header_id|>\n\n`.
+ * The rendered text contains special-token strings; encode it with
+ * add_special_tokens = false (as verl does) to avoid a second BOS.
+ * Errors: DF_EINVAL (NULL role / content), DF_EUNSUPPORTED (unknown family), DF_ENOMEM.
+ */
+DF_API int df_tokenizer_apply_chat_template(const df_tokenizer *t, const df_chat_message *msgs,
+                                            int n, bool add_generation_prompt, char **text);
+
+/** Family of the tokenizer's chat template. */
+DF_API df_chat_family df_tokenizer_chat_family(const df_tokenizer *t);
+
+/**
+ * The default system message extracted from the ChatML template (the literal
+ * in `'<|im_start|>system\n...<|im_end|>`), NULL when the template has none.
+ */
+DF_API const char *df_tokenizer_default_system(const df_tokenizer *t);
+
+/**
+ * Replace the chat template with Jinja text `tmpl` (NULL: no template), and
+ * re-detect its family and default system message. Not thread-safe with other
+ * calls on t. Errors: DF_ENOMEM.
+ */
+DF_API int df_tokenizer_set_chat_template(df_tokenizer *t, const char *tmpl);
+
+/* ---- BPE trainer and saving ----------------------------------------------- */
+
+typedef struct df_bpe_train_options {
+    /** Pre-tokenizer regex; NULL = Qwen 2.5's Split regex (single digits). */
+    const char *pattern;
+    /** Pairs seen fewer times than this are never merged; <= 0 means 2. */
+    int64_t min_frequency;
+    /** Default system message of the saved ChatML template; NULL = "You are a helpful assistant." */
+    const char *system_message;
+} df_bpe_train_options;
+
+/**
+ * Train a byte-level BPE tokenizer on texts [n_texts] (Sennrich et al. 2016,
+ * "Neural Machine Translation of Rare Words with Subword Units", as HF
+ * BpeTrainer with a ByteLevel alphabet): NFC-normalise, cut out occurrences of
+ * the three special-token strings, pre-tokenise with the regex, start from
+ * the 256 byte symbols (ids 0..255 in GPT-2 bytes_to_unicode order, "!" = 0),
+ * then repeatedly merge the most frequent adjacent pair, never across
+ * pre-tokens; ties go to the pair whose (left bytes, right bytes) is
+ * lexicographically smallest, so the result is deterministic. Stops at
+ * `vocab_size` (which counts the 256 bytes, the merges and the 3 special
+ * tokens) or when no pair reaches min_frequency. The special tokens
+ * `<|endoftext|>`, `<|im_start|>`, `<|im_end|>` follow as added tokens; eos is
+ * `<|im_end|>`, pad `<|endoftext|>`, no bos, and the chat template is ChatML
+ * with the options' system message. `options` may be NULL.
+ * Errors: DF_EINVAL (vocab_size < 259, bad regex, invalid UTF-8 text), DF_ENOMEM.
+ */
+DF_API int df_tokenizer_train_bpe(const char *const *texts, int64_t n_texts, int64_t vocab_size,
+                                  const df_bpe_train_options *options, df_tokenizer **out);
+
+/**
+ * Write `dir`/tokenizer.json (HF tokenizers format: version, added_tokens,
+ * normalizer, pre_tokenizer, post_processor, decoder, model BPE with vocab and
+ * "a b" merges) and `dir`/tokenizer_config.json (eos / pad / bos tokens,
+ * added_tokens_decoder, chat_template). `dir` is created if missing; each file
+ * is written to a temporary name and renamed, so readers never see half a file.
+ * Components of a loaded tokenizer are written back as they were read.
+ * Errors: DF_EIO (with the path and errno text), DF_ENOMEM.
+ */
+DF_API int df_tokenizer_save(const df_tokenizer *t, const char *dir);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DISTFLOW_TOKENIZER_H */

@@ -1,0 +1,559 @@
+/*
+ * Encoding: added-token split -> normalizer -> pre-tokenizer -> byte-level BPE.
+ *
+ * Everything mutable lives in an enc_ctx on the caller's stack, so a const
+ * tokenizer can be shared by many threads (no caches, PCRE2 match data per call).
+ */
+#include "tokenizer/tok_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <utf8proc.h>
+
+typedef struct span {
+    int64_t s, e;
+    bool m; /* a delimiter (regex match, after `invert`) */
+} span;
+
+typedef struct heap_item {
+    int32_t rank, pos, new_id;
+} heap_item;
+
+typedef struct enc_ctx {
+    const df_tokenizer *t;
+    int32_t *ids;
+    int64_t n, cap;
+    int32_t *sym, *prev, *next; /* BPE symbols of the current word, a linked list */
+    int64_t scap;
+    heap_item *heap;
+    int64_t hn, hcap;
+    char *vbuf; /* vocabulary form of a word (ignore_merges lookup) */
+    int64_t vcap;
+    pcre2_match_data *md;
+    span *spans[TOK_MAX_PRE];
+    int64_t span_cap[TOK_MAX_PRE];
+} enc_ctx;
+
+static int grow(void **p, int64_t *cap, int64_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    int64_t c = *cap ? *cap : 64;
+    while (c < need)
+        c *= 2;
+    void *q = realloc(*p, (size_t)c * elem);
+    if (!q)
+        return df_error(DF_ENOMEM, "tokenizer: out of memory while encoding");
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+static int push_id(enc_ctx *c, int32_t id)
+{
+    if (c->n == c->cap && grow((void **)&c->ids, &c->cap, c->n + 1, sizeof *c->ids))
+        return DF_ENOMEM;
+    c->ids[c->n++] = id;
+    return 0;
+}
+
+/* ---- BPE on one pre-token: lowest-rank pair first, leftmost on ties ------------------
+ * (tokenizers models/bpe/word.rs merge_all: a heap of candidate merges, stale entries
+ * skipped when the pair at their position no longer produces their token). */
+
+static bool heap_less(const heap_item *a, const heap_item *b)
+{
+    return a->rank < b->rank || (a->rank == b->rank && a->pos < b->pos);
+}
+
+static void heap_push(enc_ctx *c, heap_item it)
+{
+    int64_t i = c->hn++;
+    while (i > 0) {
+        int64_t p = (i - 1) / 2;
+        if (!heap_less(&it, &c->heap[p]))
+            break;
+        c->heap[i] = c->heap[p];
+        i = p;
+    }
+    c->heap[i] = it;
+}
+
+static heap_item heap_pop(enc_ctx *c)
+{
+    heap_item top = c->heap[0], last = c->heap[--c->hn];
+    int64_t i = 0;
+    for (;;) {
+        int64_t l = 2 * i + 1, r = l + 1, m = i;
+        const heap_item *best = &last;
+        if (l < c->hn && heap_less(&c->heap[l], best)) {
+            m = l;
+            best = &c->heap[l];
+        }
+        if (r < c->hn && heap_less(&c->heap[r], best))
+            m = r;
+        if (m == i)
+            break;
+        c->heap[i] = c->heap[m];
+        i = m;
+    }
+    if (c->hn > 0)
+        c->heap[i] = last;
+    return top;
+}
+
+static void push_pair(enc_ctx *c, int32_t pos)
+{
+    int32_t j = c->next[pos];
+    if (j < 0)
+        return;
+    const tok_pair_slot *m = tok_pairmap_find(&c->t->pairs, c->sym[pos], c->sym[j]);
+    if (m)
+        heap_push(c, (heap_item){m->rank, pos, m->merged});
+}
+
+/* Short words: the same merge order (lowest rank, leftmost) by scanning a small array,
+ * which beats the heap for the few-byte pre-tokens that make up most text. */
+#define TOK_SHORT_WORD 24
+
+static int bpe_short(enc_ctx *c, const int32_t *init, int m)
+{
+    const tok_pairmap *pm = &c->t->pairs;
+    int32_t sym[TOK_SHORT_WORD], rank[TOK_SHORT_WORD], merged[TOK_SHORT_WORD];
+    memcpy(sym, init, (size_t)m * sizeof *sym);
+    for (int i = 0; i + 1 < m; i++) {
+        const tok_pair_slot *sl = tok_pairmap_find(pm, sym[i], sym[i + 1]);
+        rank[i] = sl ? sl->rank : INT32_MAX;
+        merged[i] = sl ? sl->merged : -1;
+    }
+    while (m > 1) {
+        int best = 0;
+        for (int i = 1; i + 1 < m; i++)
+            if (rank[i] < rank[best])
+                best = i;
+        if (rank[best] == INT32_MAX)
+            break;
+        sym[best] = merged[best];
+        m--;
+        memmove(sym + best + 1, sym + best + 2, (size_t)(m - best - 1) * sizeof *sym);
+        memmove(rank + best + 1, rank + best + 2, (size_t)(m > best + 1 ? m - best - 2 : 0) * sizeof *rank);
+        memmove(merged + best + 1, merged + best + 2, (size_t)(m > best + 1 ? m - best - 2 : 0) * sizeof *merged);
+        for (int i = best - 1; i <= best; i++) {
+            if (i < 0 || i + 1 >= m)
+                continue;
+            const tok_pair_slot *sl = tok_pairmap_find(pm, sym[i], sym[i + 1]);
+            rank[i] = sl ? sl->rank : INT32_MAX;
+            merged[i] = sl ? sl->merged : -1;
+        }
+    }
+    for (int i = 0; i < m; i++)
+        if (push_id(c, sym[i]))
+            return DF_ENOMEM;
+    return 0;
+}
+
+static int bpe_word(enc_ctx *c, const char *w, int64_t n)
+{
+    const df_tokenizer *t = c->t;
+    if (n == 1) {
+        int32_t id = t->byte_id[(uint8_t)w[0]];
+        id = id >= 0 ? id : t->unk_id;
+        return id >= 0 ? push_id(c, id) : 0;
+    }
+    if (t->ignore_merges) { /* Llama-3: a pre-token that is itself a token is emitted whole */
+        if (grow((void **)&c->vbuf, &c->vcap, 2 * n + 1, 1))
+            return DF_ENOMEM;
+        char *p = c->vbuf;
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t cp = tok_byte_to_cp((uint8_t)w[i]);
+            if (cp < 0x80) {
+                *p++ = (char)cp;
+            } else {
+                *p++ = (char)(0xC0 | (cp >> 6));
+                *p++ = (char)(0x80 | (cp & 0x3F));
+            }
+        }
+        int32_t id = tok_strmap_get(&t->vocab, c->vbuf, p - c->vbuf);
+        if (id >= 0)
+            return push_id(c, id);
+    }
+    if (n <= TOK_SHORT_WORD) {
+        int32_t init[TOK_SHORT_WORD];
+        int m = 0;
+        for (int64_t i = 0; i < n; i++) {
+            int32_t id = t->byte_id[(uint8_t)w[i]];
+            id = id >= 0 ? id : t->unk_id; /* HF drops a symbol with no id and no unk */
+            if (id >= 0)
+                init[m++] = id;
+        }
+        return bpe_short(c, init, m);
+    }
+    if (n > c->scap) { /* the three arrays share one capacity */
+        int64_t cap = c->scap, pcap = c->scap, ncap = c->scap;
+        if (grow((void **)&c->sym, &cap, n, sizeof *c->sym) || grow((void **)&c->prev, &pcap, n, sizeof *c->prev) ||
+            grow((void **)&c->next, &ncap, n, sizeof *c->next))
+            return DF_ENOMEM;
+        c->scap = cap; /* grow() doubles from the same start, so cap == pcap == ncap */
+    }
+    if (grow((void **)&c->heap, &c->hcap, 3 * n, sizeof *c->heap))
+        return DF_ENOMEM;
+    int32_t m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int32_t id = t->byte_id[(uint8_t)w[i]];
+        id = id >= 0 ? id : t->unk_id; /* HF drops a symbol with no id and no unk */
+        if (id >= 0)
+            c->sym[m++] = id;
+    }
+    for (int32_t i = 0; i < m; i++) {
+        c->prev[i] = i - 1;
+        c->next[i] = i + 1 < m ? i + 1 : -1;
+    }
+    c->hn = 0;
+    for (int32_t i = 0; i + 1 < m; i++)
+        push_pair(c, i);
+    while (c->hn > 0) {
+        heap_item top = heap_pop(c);
+        int32_t p = top.pos, j;
+        if (c->sym[p] < 0 || (j = c->next[p]) < 0)
+            continue;
+        const tok_pair_slot *sl = tok_pairmap_find(&t->pairs, c->sym[p], c->sym[j]);
+        if (!sl || sl->merged != top.new_id)
+            continue;
+        c->sym[p] = top.new_id;
+        c->sym[j] = -1;
+        c->next[p] = c->next[j];
+        if (c->next[j] >= 0)
+            c->prev[c->next[j]] = p;
+        if (c->prev[p] >= 0)
+            push_pair(c, c->prev[p]);
+        push_pair(c, p);
+    }
+    for (int32_t i = m > 0 ? 0 : -1; i >= 0; i = c->next[i])
+        if (push_id(c, c->sym[i]))
+            return DF_ENOMEM;
+    return 0;
+}
+
+/* ---- pre-tokenizers ---------------------------------------------------------------- */
+
+static int add_span(enc_ctx *c, int depth, int64_t *k, int64_t s, int64_t e, bool m)
+{
+    if (grow((void **)&c->spans[depth], &c->span_cap[depth], *k + 1, sizeof(span)))
+        return DF_ENOMEM;
+    c->spans[depth][(*k)++] = (span){s, e, m};
+    return 0;
+}
+
+static int utf8_len(uint8_t b) { return b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4; }
+
+/* Cut s [n] into match / gap spans covering it (tokenizers Pattern::find_matches). */
+static int find_spans(enc_ctx *c, int depth, const pcre2_code *re, bool invert, const char *s, int64_t n,
+                      int64_t *k)
+{
+    int64_t off = 0, prev = 0;
+    *k = 0;
+    while (off < n) {
+        int rc = pcre2_match(re, (PCRE2_SPTR)s, (PCRE2_SIZE)n, (PCRE2_SIZE)off, PCRE2_NO_UTF_CHECK, c->md, NULL);
+        if (rc == PCRE2_ERROR_JIT_STACKLIMIT) /* long input for the JIT stack: interpret instead */
+            rc = pcre2_match(re, (PCRE2_SPTR)s, (PCRE2_SIZE)n, (PCRE2_SIZE)off,
+                             PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, c->md, NULL);
+        if (rc == PCRE2_ERROR_NOMATCH)
+            break;
+        if (rc < 0) {
+            PCRE2_UCHAR msg[256];
+            pcre2_get_error_message(rc, msg, sizeof msg);
+            return df_error(DF_EINTERNAL, "tokenizer: PCRE2 match failed: %s", (const char *)msg);
+        }
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(c->md);
+        int64_t ms = (int64_t)ov[0], me = (int64_t)ov[1];
+        if (me == ms) { /* an empty match cuts nothing */
+            off = ms + utf8_len((uint8_t)s[ms]);
+            continue;
+        }
+        if ((ms > prev && add_span(c, depth, k, prev, ms, invert)) || add_span(c, depth, k, ms, me, !invert))
+            return DF_ENOMEM;
+        prev = off = me;
+    }
+    if (prev < n && add_span(c, depth, k, prev, n, invert))
+        return DF_ENOMEM;
+    return 0;
+}
+
+/* Apply a SplitDelimiterBehavior in place (tokenizers normalizer.rs split). Returns the
+ * range [*lo, *hi) of output spans. */
+static void apply_behavior(span *v, int64_t k, tok_split_behavior b, int64_t *lo, int64_t *hi)
+{
+    int64_t w = 0;
+    bool prev_m = false;
+    switch (b) {
+    case TOK_SPLIT_ISOLATED:
+        *lo = 0, *hi = k;
+        return;
+    case TOK_SPLIT_REMOVED:
+        for (int64_t i = 0; i < k; i++)
+            if (!v[i].m)
+                v[w++] = v[i];
+        break;
+    case TOK_SPLIT_MERGED_PREV:
+        for (int64_t i = 0; i < k; i++) {
+            if (v[i].m && !prev_m && w > 0)
+                v[w - 1].e = v[i].e;
+            else
+                v[w++] = v[i];
+            prev_m = v[i].m;
+        }
+        break;
+    case TOK_SPLIT_CONTIGUOUS:
+        for (int64_t i = 0; i < k; i++) {
+            if (v[i].m == prev_m && w > 0)
+                v[w - 1].e = v[i].e;
+            else
+                v[w++] = v[i];
+            prev_m = v[i].m;
+        }
+        break;
+    case TOK_SPLIT_MERGED_NEXT: /* the same walk backwards, writing from the end */
+        w = k;
+        for (int64_t i = k - 1; i >= 0; i--) {
+            bool m = v[i].m;
+            if (m && !prev_m && w < k)
+                v[w].s = v[i].s;
+            else
+                v[--w] = v[i];
+            prev_m = m;
+        }
+        *lo = w, *hi = k;
+        return;
+    }
+    *lo = 0, *hi = w;
+}
+
+static int pre_tokenize(enc_ctx *c, int depth, const char *s, int64_t n)
+{
+    const df_tokenizer *t = c->t;
+    if (n == 0)
+        return 0;
+    if (depth == t->n_pre)
+        return bpe_word(c, s, n);
+    const tok_pre_step *st = &t->pre[depth];
+    char *tmp = NULL;
+    int rc = 0;
+    if (st->byte_level && st->add_prefix_space && s[0] != ' ') {
+        if (!(tmp = malloc((size_t)n + 1)))
+            return df_error(DF_ENOMEM, "tokenizer: out of memory while encoding");
+        tmp[0] = ' ';
+        memcpy(tmp + 1, s, (size_t)n);
+        s = tmp;
+        n++;
+    }
+    if (!st->re) {
+        rc = pre_tokenize(c, depth + 1, s, n);
+    } else {
+        int64_t k = 0, lo = 0, hi = 0;
+        rc = find_spans(c, depth, st->re, st->invert, s, n, &k);
+        if (!rc)
+            apply_behavior(c->spans[depth], k, st->behavior, &lo, &hi);
+        for (int64_t i = lo; !rc && i < hi; i++) {
+            span sp = c->spans[depth][i];
+            rc = pre_tokenize(c, depth + 1, s + sp.s, sp.e - sp.s);
+        }
+    }
+    free(tmp);
+    return rc;
+}
+
+/* ---- normalizers ------------------------------------------------------------------- */
+
+int tok_normalize(const df_tokenizer *t, const char *s, int64_t n, char **out, int64_t *out_n)
+{
+    *out = NULL;
+    *out_n = n;
+    if (t->n_norm == 0)
+        return 0;
+    bool ascii = true;
+    for (int64_t i = 0; i < n && ascii; i++)
+        ascii = (uint8_t)s[i] < 0x80;
+    if (ascii) /* every Unicode normal form leaves ASCII alone */
+        return 0;
+    static const int flags[] = {UTF8PROC_COMPOSE, UTF8PROC_DECOMPOSE, UTF8PROC_COMPOSE | UTF8PROC_COMPAT,
+                                UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT};
+    char *cur = NULL;
+    for (int k = 0; k < t->n_norm; k++) {
+        utf8proc_uint8_t *dst = NULL;
+        utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)(cur ? cur : s), cur ? *out_n : n, &dst,
+                                          (utf8proc_option_t)(UTF8PROC_STABLE | flags[t->norm[k]]));
+        free(cur);
+        if (r < 0)
+            return df_error(DF_EINVAL, "tokenizer: normalisation failed: %s", utf8proc_errmsg(r));
+        cur = (char *)dst;
+        *out_n = r;
+    }
+    *out = cur;
+    return 0;
+}
+
+/* ---- added tokens -------------------------------------------------------------------- */
+
+static int32_t prev_cp(const char *s, int64_t i, int64_t *start)
+{
+    int64_t j = i - 1;
+    while (j > 0 && ((uint8_t)s[j] & 0xC0) == 0x80)
+        j--;
+    utf8proc_int32_t cp = -1;
+    utf8proc_iterate((const utf8proc_uint8_t *)s + j, i - j, &cp);
+    *start = j;
+    return cp;
+}
+
+static bool is_space(int32_t cp)
+{
+    if ((cp >= 9 && cp <= 13) || cp == 32 || cp == 0x85)
+        return true;
+    utf8proc_category_t k = utf8proc_category(cp);
+    return k == UTF8PROC_CATEGORY_ZS || k == UTF8PROC_CATEGORY_ZL || k == UTF8PROC_CATEGORY_ZP;
+}
+
+static bool is_word(int32_t cp) /* Rust regex \w: letters, marks, digits, connector punctuation */
+{
+    if (cp < 0)
+        return false;
+    utf8proc_category_t k = utf8proc_category(cp);
+    return (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_ME) || k == UTF8PROC_CATEGORY_ND ||
+           k == UTF8PROC_CATEGORY_PC;
+}
+
+/* Longest added token (of the given pass) starting at s[i]; -1 when none. */
+static int match_added(const df_tokenizer *t, bool norm_pass, const char *s, int64_t n, int64_t i)
+{
+    int best = -1;
+    for (int k = 0; k < t->n_added; k++) {
+        const tok_added *a = &t->added[k];
+        if (a->normalized != norm_pass || a->match_len == 0 || a->match_len > n - i ||
+            a->match[0] != s[i] || (best >= 0 && a->match_len <= t->added[best].match_len))
+            continue;
+        if (memcmp(a->match, s + i, (size_t)a->match_len) == 0)
+            best = k;
+    }
+    return best;
+}
+
+static int split_norm(enc_ctx *c, const char *s, int64_t n);
+
+static int segment(enc_ctx *c, bool norm_pass, const char *s, int64_t n)
+{
+    return norm_pass ? pre_tokenize(c, 0, s, n) : split_norm(c, s, n);
+}
+
+/* Cut out added tokens (leftmost-longest, with single_word / lstrip / rstrip as in
+ * tokenizers AddedVocabulary::find_matches) and pass the text between them on. */
+static int split_added(enc_ctx *c, bool norm_pass, const char *s, int64_t n)
+{
+    const df_tokenizer *t = c->t;
+    const bool *first = norm_pass ? t->first_norm : t->first_raw;
+    int64_t seg = 0, i = 0;
+    int rc = 0;
+    while (i < n && !rc) {
+        if (!first[(uint8_t)s[i]]) {
+            i++;
+            continue;
+        }
+        int k = match_added(t, norm_pass, s, n, i);
+        if (k < 0) {
+            i++;
+            continue;
+        }
+        const tok_added *a = &t->added[k];
+        int64_t start = i, stop = i + a->match_len, tmp;
+        if (a->single_word) {
+            int32_t after = -1;
+            if (stop < n)
+                utf8proc_iterate((const utf8proc_uint8_t *)s + stop, n - stop, &after);
+            if ((start > 0 && is_word(prev_cp(s, start, &tmp))) || is_word(after)) {
+                i = stop; /* the automaton resumes after a discarded match */
+                continue;
+            }
+        }
+        if (a->lstrip)
+            while (start > seg && is_space(prev_cp(s, start, &tmp)))
+                start = tmp;
+        if (a->rstrip) {
+            int32_t cp;
+            utf8proc_ssize_t l;
+            while (stop < n && (l = utf8proc_iterate((const utf8proc_uint8_t *)s + stop, n - stop, &cp)) > 0 &&
+                   is_space(cp))
+                stop += l;
+        }
+        if (start > seg)
+            rc = segment(c, norm_pass, s + seg, start - seg);
+        if (!rc)
+            rc = push_id(c, a->id);
+        seg = i = stop;
+    }
+    if (!rc && seg < n)
+        rc = segment(c, norm_pass, s + seg, n - seg);
+    return rc;
+}
+
+static int split_norm(enc_ctx *c, const char *s, int64_t n)
+{
+    char *norm;
+    int64_t nn;
+    int rc = tok_normalize(c->t, s, n, &norm, &nn);
+    if (rc)
+        return rc;
+    const char *p = norm ? norm : s;
+    rc = c->t->any_norm_added ? split_added(c, true, p, nn) : pre_tokenize(c, 0, p, nn);
+    free(norm);
+    return rc;
+}
+
+/* ---- entry points --------------------------------------------------------------------- */
+
+int df_tokenizer_encode_n(const df_tokenizer *t, const char *text, int64_t len, bool add_special_tokens,
+                          int32_t **ids, int64_t *n)
+{
+    *ids = NULL;
+    *n = 0;
+    if (!text || len < 0)
+        return df_error(DF_EINVAL, "tokenizer: encode needs text and a length >= 0");
+    int64_t bad = tok_utf8_invalid_at(text, len);
+    if (bad >= 0)
+        return df_error(DF_EINVAL, "tokenizer: input text is not valid UTF-8 at byte %lld", (long long)bad);
+    enc_ctx c = {.t = t};
+    int rc = 0;
+    c.md = pcre2_match_data_create(1, NULL);
+    if (!c.md || grow((void **)&c.ids, &c.cap, len / 3 + 16, sizeof *c.ids))
+        rc = df_error(DF_ENOMEM, "tokenizer: out of memory while encoding");
+    for (int k = 0; !rc && add_special_tokens && k < t->n_post_prefix; k++)
+        rc = push_id(&c, t->post_prefix[k]);
+    if (!rc)
+        rc = split_added(&c, false, text, len);
+    for (int k = 0; !rc && add_special_tokens && k < t->n_post_suffix; k++)
+        rc = push_id(&c, t->post_suffix[k]);
+    pcre2_match_data_free(c.md);
+    free(c.sym);
+    free(c.prev);
+    free(c.next);
+    free(c.heap);
+    free(c.vbuf);
+    for (int k = 0; k < TOK_MAX_PRE; k++)
+        free(c.spans[k]);
+    if (rc) {
+        free(c.ids);
+        return rc;
+    }
+    *ids = c.ids;
+    *n = c.n;
+    return 0;
+}
+
+int df_tokenizer_encode(const df_tokenizer *t, const char *text, bool add_special_tokens, int32_t **ids,
+                        int64_t *n)
+{
+    if (!text) {
+        *ids = NULL;
+        *n = 0;
+        return df_error(DF_EINVAL, "tokenizer: encode of a NULL text");
+    }
+    return df_tokenizer_encode_n(t, text, (int64_t)strlen(text), add_special_tokens, ids, n);
+}
