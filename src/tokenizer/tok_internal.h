@@ -196,7 +196,5 @@ int tok_normalize(const df_tokenizer *t, const char *s, int64_t n, char **out, i
 /* tok_train.c / tok_save.c */
 extern const char *const tok_qwen2_pattern;
 extern const char *const tok_gpt2_pattern;
-/** Write `text` to `path` atomically (temp file in the same directory + rename). */
-int tok_write_atomic(const char *path, const char *text, int64_t len);
 
 #endif /* DF_TOK_INTERNAL_H */

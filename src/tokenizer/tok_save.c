@@ -3,6 +3,7 @@
  * tokenizer_config.json for transformers, each written atomically.
  */
 #include "tokenizer/tok_internal.h"
+#include "util/fsutil.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -11,67 +12,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int tok_write_atomic(const char *path, const char *text, int64_t len)
-{
-    size_t n = strlen(path) + 16;
-    char *tmp = malloc(n);
-    if (!tmp)
-        return df_error(DF_ENOMEM, "tokenizer: out of memory");
-    snprintf(tmp, n, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        int rc = df_error(DF_EIO, "%s: cannot create a temporary file: %s", path, strerror(errno));
-        free(tmp);
-        return rc;
-    }
-    int64_t off = 0;
-    int err = 0;
-    while (off < len && !err) {
-        ssize_t w = write(fd, text + off, (size_t)(len - off));
-        if (w > 0)
-            off += w;
-        else if (!(w < 0 && errno == EINTR))
-            err = w < 0 ? errno : EIO;
-    }
-    if (!err && fchmod(fd, 0644) != 0) /* mkstemp makes 0600; tokenizer files are shared */
-        err = errno;
-    if (!err && fsync(fd) != 0)
-        err = errno;
-    if (close(fd) != 0 && !err)
-        err = errno;
-    if (!err && rename(tmp, path) != 0)
-        err = errno;
-    if (err) {
-        unlink(tmp);
-        free(tmp);
-        return df_error(DF_EIO, "%s: write failed: %s", path, strerror(err));
-    }
-    free(tmp);
-    return 0;
-}
-
-static int mkdirs(const char *dir)
-{
-    char *p = strdup(dir);
-    if (!p)
-        return df_error(DF_ENOMEM, "tokenizer: out of memory");
-    int rc = 0;
-    for (char *s = p + 1;; s++) {
-        if (*s && *s != '/')
-            continue;
-        char c = *s;
-        *s = '\0';
-        if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-            rc = df_error(DF_EIO, "%s: cannot create directory: %s", p, strerror(errno));
-            break;
-        }
-        *s = c;
-        if (!c)
-            break;
-    }
-    free(p);
-    return rc;
-}
 
 /* One vocabulary-form string per model id (the first key seen for the id). */
 static const char **model_strings(const df_tokenizer *t)
@@ -218,7 +158,7 @@ static int dump(json_t *j, const char *dir, const char *name)
         rc = df_error(DF_ENOMEM, "tokenizer: out of memory writing %s/%s", dir, name);
     } else {
         snprintf(path, n, "%s/%s", dir, name);
-        rc = tok_write_atomic(path, text, (int64_t)strlen(text));
+        rc = df_write_file_atomic(path, text, strlen(text));
     }
     free(path);
     free(text);
@@ -229,7 +169,7 @@ int df_tokenizer_save(const df_tokenizer *t, const char *dir)
 {
     if (!dir || !dir[0])
         return df_error(DF_EINVAL, "tokenizer: save needs a directory");
-    int rc = mkdirs(dir);
+    int rc = df_mkdir_p(dir);
     if (rc)
         return rc;
     json_t *tj = tokenizer_json(t), *cj = config_json(t);

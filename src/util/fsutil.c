@@ -29,6 +29,11 @@ int df_tmpfile_open(df_tmpfile *t, const char *path)
     }
     snprintf(t->tmp, cap, "%.*s.%s.tmp.XXXXXX", (int)dlen, path, base);
     t->fd = mkstemp(t->tmp);
+    if (t->fd >= 0 && fchmod(t->fd, 0644) != 0) { /* mkstemp makes 0600; outputs are shared */
+        close(t->fd);
+        unlink(t->tmp);
+        t->fd = -1;
+    }
     if (t->fd < 0) {
         int e = errno;
         free(t->tmp); /* nothing was created: do not unlink the template */
