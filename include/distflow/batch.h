@@ -79,6 +79,11 @@ DF_API int df_batch_set_i64(df_batch *b, const char *name, const int64_t *vals /
 DF_API int df_batch_set_f32(df_batch *b, const char *name, const float *vals /* [n] */);
 /** Strings are copied; a NULL entry is stored as "". */
 DF_API int df_batch_set_str(df_batch *b, const char *name, const char *const *vals /* [n] */);
+/**
+ * Replace row i of an existing STR column with a copy of `val` (NULL -> "").
+ * DF_ENOTFOUND when no STR column `name` exists, DF_EINVAL when i is out of range.
+ */
+DF_API int df_batch_set_str_at(df_batch *b, const char *name, int64_t i, const char *val);
 /** offsets: [n + 1] with offsets[0] == 0 and non-decreasing; data: [offsets[n]]. */
 DF_API int df_batch_set_tok_i32(df_batch *b, const char *name, const int64_t *offsets,
                                 const int32_t *data);
@@ -98,7 +103,10 @@ DF_API const int64_t *df_batch_i64(const df_batch *b, const char *name);
 DF_API const float *df_batch_f32(const df_batch *b, const char *name);
 /** String of sample i, or NULL when the column is absent. */
 DF_API const char *df_batch_str(const df_batch *b, const char *name, int64_t i);
-/** Writable data of an existing column (any kind), or NULL. */
+/**
+ * Writable data of an existing column (any kind), or NULL. For STR columns this
+ * is the char*[n] array; replace an entry with df_batch_set_str_at().
+ */
 DF_API void *df_batch_data_mut(df_batch *b, const char *name);
 /** Sample i's token ids of a TOK_I32 column; *len receives its length. NULL if absent. */
 DF_API const int32_t *df_batch_tok_i32(const df_batch *b, const char *name, int64_t i,
@@ -114,6 +122,10 @@ DF_API const int64_t *df_batch_offsets(const df_batch *b, const char *name);
 DF_API int df_batch_meta_set(df_batch *b, const char *key, double value);
 /** Returns `dflt` when the key is absent. */
 DF_API double df_batch_meta_get(const df_batch *b, const char *key, double dflt);
+/** Number of metadata entries. */
+DF_API int df_batch_meta_count(const df_batch *b);
+/** i-th metadata key in insertion order (NULL when out of range); *value receives its value. */
+DF_API const char *df_batch_meta_at(const df_batch *b, int i, double *value);
 
 /* ---- whole-batch operations (each returns a new batch through *out) -------- */
 
