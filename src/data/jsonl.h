@@ -1,0 +1,74 @@
+/*
+ * jsonl.h (internal) — helpers shared by the dataset loader, the GSM8K
+ * converter and the synthetic task: whole-file reads, atomic writes, JSON
+ * lines iteration and jansson value helpers.
+ */
+#ifndef DF_DATA_JSONL_H
+#define DF_DATA_JSONL_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/** Read a whole file into a malloc'd NUL-terminated buffer. DF_EIO naming the path on failure. */
+int df_read_file(const char *path, char **buf, size_t *len);
+
+/**
+ * Write `len` bytes to `path` atomically: write "<path>.tmp.<pid>" in the same
+ * directory, flush and fsync it, then rename over `path`. On any failure the
+ * temporary file is removed and `path` is untouched. DF_EIO naming the path.
+ */
+int df_write_file_atomic(const char *path, const char *data, size_t len);
+
+/** Iterator over the lines of a buffer ('\n' separated, a trailing '\r' removed). */
+typedef struct df_line_iter {
+    const char *p, *end;
+    int64_t line; /**< 1-based number of the line last returned */
+} df_line_iter;
+
+void df_line_iter_init(df_line_iter *it, const char *buf, size_t len);
+/** Next line that is not blank (only spaces / tabs / '\r'); false at the end. */
+bool df_line_next(df_line_iter *it, const char **s, size_t *len);
+
+/**
+ * Parse one JSON line that must hold an object (duplicate keys rejected).
+ * On failure returns DF_EINVAL with "<name>:<line>:<column>: invalid JSON: ...".
+ */
+int df_json_parse_line(const char *s, size_t len, const char *name, int64_t line, json_t **out);
+
+/**
+ * JSON text identical to Python's json.dumps(v) with its defaults
+ * (ensure_ascii, ", " and ": " separators, lowercase \uXXXX, DEL escaped) for
+ * values without reals. malloc'd; NULL on OOM.
+ */
+char *df_json_dumps_py(const json_t *v);
+
+/** "string", "integer", "real", "object", "array", "true", "false", "null". */
+const char *df_json_type_name(const json_t *v);
+
+/**
+ * Text of a JSON value: strings as-is; integers in decimal; reals in the
+ * shortest form that reads back exactly (Python repr style, "2.0" not "2");
+ * true / false; null -> ""; objects and arrays as compact JSON. malloc'd.
+ */
+int df_json_text(const json_t *v, char **out);
+
+/** Compact JSON of a value (insertion order kept, UTF-8 kept as is). malloc'd; NULL on OOM. */
+char *df_json_compact(const json_t *v);
+
+/**
+ * Value at a dotted path ("extra_info.answer", "prompt.0.content": a numeric
+ * segment indexes an array). Borrowed reference; NULL when absent.
+ */
+json_t *df_json_path(json_t *root, const char *path);
+
+/** Append `n` bytes to a growable buffer; false on OOM. */
+typedef struct df_strbuf {
+    char *p;
+    size_t len, cap;
+} df_strbuf;
+bool df_strbuf_add(df_strbuf *b, const char *s, size_t n);
+bool df_strbuf_addf(df_strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif /* DF_DATA_JSONL_H */
