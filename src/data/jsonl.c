@@ -111,7 +111,7 @@ bool df_line_next(df_line_iter *it, const char **s, size_t *len)
 int df_json_parse_line(const char *s, size_t len, const char *name, int64_t line, json_t **out)
 {
     json_error_t err;
-    json_t *v = json_loadb(s, len, JSON_REJECT_DUPLICATES, &err);
+    json_t *v = json_loadb(s, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &err);
     if (!v)
         return df_error(DF_EINVAL, "%s:%lld:%d: invalid JSON: %s", name, (long long)line,
                         err.column, err.text);
