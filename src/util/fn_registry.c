@@ -1,0 +1,101 @@
+/* Name -> function pointer tables (src/util/fn_registry.h). */
+#include "util/fn_registry.h"
+
+#include "distflow/common.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static df_fn_entry *find_extra(const df_fn_registry *r, const char *name)
+{
+    for (size_t i = 0; i < r->n_extra; i++)
+        if (!strcmp(r->extra[i].name, name))
+            return &r->extra[i];
+    return NULL;
+}
+
+df_any_fn df_fn_registry_find(const df_fn_registry *r, const char *name)
+{
+    if (!name)
+        return NULL;
+    const df_fn_entry *e = find_extra(r, name);
+    if (e)
+        return e->fn;
+    for (size_t i = 0; i < r->n_builtins; i++)
+        if (!strcmp(r->builtins[i].name, name))
+            return r->builtins[i].fn;
+    return NULL;
+}
+
+int df_fn_registry_add(df_fn_registry *r, const char *name, df_any_fn fn)
+{
+    if (!name || !name[0])
+        return df_error(DF_EINVAL, "%s registry: empty name", r->kind);
+    if (!fn)
+        return df_error(DF_EINVAL, "%s registry: NULL function for '%s'", r->kind, name);
+    df_fn_entry *e = find_extra(r, name);
+    if (e) {
+        e->fn = fn;
+        return DF_OK;
+    }
+    if (r->n_extra == r->cap_extra) {
+        size_t cap = r->cap_extra ? 2 * r->cap_extra : 16;
+        df_fn_entry *nv = realloc(r->extra, cap * sizeof *nv);
+        if (!nv)
+            return df_error(DF_ENOMEM, "%s registry: out of memory adding '%s'", r->kind, name);
+        r->extra = nv;
+        r->cap_extra = cap;
+    }
+    char *copy = strdup(name);
+    if (!copy)
+        return df_error(DF_ENOMEM, "%s registry: out of memory adding '%s'", r->kind, name);
+    r->extra[r->n_extra].name = copy;
+    r->extra[r->n_extra].fn = fn;
+    r->n_extra++;
+    return DF_OK;
+}
+
+int df_fn_registry_remove(df_fn_registry *r, const char *name)
+{
+    df_fn_entry *e = find_extra(r, name);
+    if (!e)
+        return 0;
+    free((char *)e->name);
+    size_t i = (size_t)(e - r->extra);
+    memmove(e, e + 1, (r->n_extra - i - 1) * sizeof *e);
+    r->n_extra--;
+    return 1;
+}
+
+/* Append s at *len; output past cap is cut (the list is only for messages). */
+static void append(char *buf, size_t cap, size_t *len, const char *s)
+{
+    if (*len + 1 >= cap)
+        return;
+    size_t n = strlen(s), room = cap - 1 - *len;
+    if (n > room)
+        n = room;
+    memcpy(buf + *len, s, n);
+    *len += n;
+    buf[*len] = '\0';
+}
+
+void df_fn_registry_names(const df_fn_registry *r, char *buf, size_t cap)
+{
+    size_t len = 0;
+    if (!cap)
+        return;
+    buf[0] = '\0';
+    for (size_t i = 0; i < r->n_extra; i++) {
+        if (len)
+            append(buf, cap, &len, ", ");
+        append(buf, cap, &len, r->extra[i].name);
+    }
+    for (size_t i = 0; i < r->n_builtins; i++) {
+        if (find_extra(r, r->builtins[i].name))
+            continue; /* shadowed: listed once */
+        if (len)
+            append(buf, cap, &len, ", ");
+        append(buf, cap, &len, r->builtins[i].name);
+    }
+}

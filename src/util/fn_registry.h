@@ -1,0 +1,44 @@
+/*
+ * fn_registry.h (internal) — a name -> function pointer table, the shared
+ * machinery behind distflow's registries (advantage estimators, policy losses,
+ * node executables; DESIGN.md §3). Built-in entries live in a static const
+ * table owned by the caller; runtime registrations go to a growable list that
+ * is consulted first, so a plugin can add names or shadow a built-in.
+ *
+ * Registration is not thread-safe: register during start-up, before threads.
+ */
+#ifndef DF_UTIL_FN_REGISTRY_H
+#define DF_UTIL_FN_REGISTRY_H
+
+#include <stddef.h>
+
+/* Any function pointer type converts to this and back without loss (C11 6.3.2.3p8). */
+typedef void (*df_any_fn)(void);
+
+typedef struct df_fn_entry {
+    const char *name;
+    df_any_fn fn;
+} df_fn_entry;
+
+typedef struct df_fn_registry {
+    const char *kind;             /* for messages: "advantage estimator", ... */
+    const df_fn_entry *builtins;  /* static table, may be NULL */
+    size_t n_builtins;
+    df_fn_entry *extra;           /* runtime registrations (names owned) */
+    size_t n_extra, cap_extra;
+} df_fn_registry;
+
+/* The function registered under `name` (runtime entries first), or NULL. */
+df_any_fn df_fn_registry_find(const df_fn_registry *r, const char *name);
+
+/* Add or replace a runtime entry. DF_EINVAL for an empty name or NULL fn. */
+int df_fn_registry_add(df_fn_registry *r, const char *name, df_any_fn fn);
+
+/* Remove a runtime entry; returns 1 if one was removed, 0 otherwise. */
+int df_fn_registry_remove(df_fn_registry *r, const char *name);
+
+/* Comma-separated list of every known name (runtime first) for error messages,
+ * written into buf (always NUL-terminated, cut at cap). */
+void df_fn_registry_names(const df_fn_registry *r, char *buf, size_t cap);
+
+#endif /* DF_UTIL_FN_REGISTRY_H */
