@@ -31,11 +31,12 @@ static int teardown_tmp(void **state)
     return system(cmd) == 0 ? 0 : -1;
 }
 
+/* g_tmp/name in one of 16 rotating buffers (enough for any one test). */
 static const char *tmp_path(const char *name)
 {
-    static char buf[4][256];
+    static char buf[16][256];
     static int k;
-    k = (k + 1) % 4;
+    k = (k + 1) % 16;
     snprintf(buf[k], sizeof buf[k], "%s/%s", g_tmp, name);
     return buf[k];
 }
@@ -273,7 +274,7 @@ static void test_files_and_filter(void **state)
     /* a missing file / a bad line in the second file */
     const char *missing[] = {a, tmp_path("nope.jsonl")};
     ds = NULL;
-    assert_int_equal(df_dataset_load(missing, 2, NULL, &ds), DF_EIO);
+    assert_int_equal(df_dataset_load(missing, 2, NULL, &ds), DF_ENOTFOUND);
     assert_non_null(strstr(df_last_error(), "nope.jsonl"));
     assert_null(ds);
     write_text(b, "{\"data_source\": \"s\", \"prompt\": \"b0\", \"reward_model\": {\"ground_truth\": \"2\"}}\n{oops}\n");
@@ -639,7 +640,7 @@ static void test_gsm8k_malformed(void **state)
     const char *fresh = tmp_path("never.jsonl");
     assert_int_equal(df_gsm8k_convert(in, fresh, NULL, &n), DF_EINVAL);
     assert_false(file_exists(fresh));
-    assert_int_equal(df_gsm8k_convert(tmp_path("missing.jsonl"), fresh, NULL, &n), DF_EIO);
+    assert_int_equal(df_gsm8k_convert(tmp_path("missing.jsonl"), fresh, NULL, &n), DF_ENOTFOUND);
     assert_false(file_exists(fresh));
     /* unwritable destination */
     write_text(in, "{\"question\": \"Q\", \"answer\": \"#### 1\"}\n");

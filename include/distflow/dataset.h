@@ -44,7 +44,8 @@ typedef struct df_dataset_opts {
 
 /**
  * Load and concatenate JSON-lines files (verl data.train_files is a list), in
- * order. `opts` may be NULL (defaults). Errors: DF_EIO (cannot read a file),
+ * order. `opts` may be NULL (defaults). Errors: DF_ENOTFOUND (no such file),
+ * DF_EIO (cannot read a file),
  * DF_EINVAL (bad JSON with line and column, missing prompt, wrong types; the
  * message names file:line), DF_ENOMEM. *out is untouched on failure.
  */
@@ -84,8 +85,8 @@ DF_API const char *df_dataset_raw_prompt(const df_dataset *ds, int64_t i);
 /** Number of chat messages in row i's prompt (>= 1), -1 when i is out of range. */
 DF_API int df_dataset_num_messages(const df_dataset *ds, int64_t i);
 /**
- * Message j of row i: *role and *content point into the dataset. Layout-
- * compatible callers copy them into the tokenizer's chat message array.
+ * Message j of row i: *role and *content (either may be NULL) point into the
+ * dataset; the worker copies them into the tokenizer's chat message array.
  * DF_EINVAL when i or j is out of range.
  */
 DF_API int df_dataset_message(const df_dataset *ds, int64_t i, int j, const char **role,
@@ -128,7 +129,7 @@ DF_API int64_t df_dataset_filter(df_dataset *ds, const bool *keep);
  * `split` NULL: the input file's base name without extension ("train").
  * The output is written atomically (temp file + rename): a failure leaves no
  * partial file. *n_rows (may be NULL) receives the number of rows written.
- * Errors: DF_EIO, DF_EINVAL naming in_path:line (bad JSON, missing / non-string
+ * Errors: DF_ENOTFOUND (no input file), DF_EIO, DF_EINVAL naming in_path:line (bad JSON, missing / non-string
  * question or answer, an answer without "#### <number>").
  */
 DF_API int df_gsm8k_convert(const char *in_path, const char *out_path, const char *split,

@@ -29,8 +29,9 @@ typedef int (*df_reward_fn)(const char *data_source, const char *solution_str,
 #define DF_REWARD_NAME_MAX 128
 
 /**
- * Register `fn` under `name` (a data_source value), replacing an earlier
- * function of that name, built-ins included. Thread-safe. Errors: DF_EINVAL
+ * Register `fn` under `name` (a data_source value); it shadows a built-in or
+ * replaces an earlier registration of that name. Not thread-safe: register
+ * during start-up (plugin loading), before scoring starts. Errors: DF_EINVAL
  * (NULL / empty / overlong name, NULL fn), DF_ENOMEM.
  */
 DF_API int df_reward_register(const char *name, df_reward_fn fn);

@@ -2,6 +2,7 @@
 #include "distflow/dataset.h"
 
 #include "data/jsonl.h"
+#include "util/fsutil.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -5,6 +5,7 @@
 #include "distflow/dataset.h"
 
 #include "data/jsonl.h"
+#include "util/fsutil.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -4,79 +4,10 @@
 #include "distflow/common.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
-int df_read_file(const char *path, char **buf, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return df_error(DF_EIO, "%s: cannot open: %s", path, strerror(errno));
-    df_strbuf b = {0};
-    char chunk[65536];
-    size_t got;
-    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0)
-        if (!df_strbuf_add(&b, chunk, got)) {
-            fclose(f);
-            free(b.p);
-            return df_error(DF_ENOMEM, "%s: out of memory reading the file", path);
-        }
-    int err = ferror(f);
-    fclose(f);
-    if (err) {
-        free(b.p);
-        return df_error(DF_EIO, "%s: read error", path);
-    }
-    if (!b.p && !df_strbuf_add(&b, "", 0))
-        return df_error(DF_ENOMEM, "%s: out of memory", path);
-    *buf = b.p;
-    *len = b.len;
-    return DF_OK;
-}
-
-int df_write_file_atomic(const char *path, const char *data, size_t len)
-{
-    size_t pl = strlen(path);
-    char *tmp = malloc(pl + 32);
-    if (!tmp)
-        return df_error(DF_ENOMEM, "%s: out of memory", path);
-    snprintf(tmp, pl + 32, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) {
-        int rc = df_error(DF_EIO, "%s: cannot create %s: %s", path, tmp, strerror(errno));
-        free(tmp);
-        return rc;
-    }
-    size_t done = 0;
-    const char *why = NULL;
-    while (done < len) {
-        ssize_t w = write(fd, data + done, len - done);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            why = "write";
-            break;
-        }
-        done += (size_t)w;
-    }
-    if (!why && fsync(fd) != 0)
-        why = "fsync";
-    if (close(fd) != 0 && !why)
-        why = "close";
-    if (!why && rename(tmp, path) != 0)
-        why = "rename";
-    int rc = DF_OK;
-    if (why) {
-        rc = df_error(DF_EIO, "%s: %s failed: %s", path, why, strerror(errno));
-        unlink(tmp);
-    }
-    free(tmp);
-    return rc;
-}
 
 void df_line_iter_init(df_line_iter *it, const char *buf, size_t len)
 {

@@ -1,7 +1,8 @@
 /*
  * jsonl.h (internal) — helpers shared by the dataset loader, the GSM8K
- * converter and the synthetic task: whole-file reads, atomic writes, JSON
- * lines iteration and jansson value helpers.
+ * converter and the synthetic task: JSON-lines iteration, jansson value
+ * helpers and a growable string buffer. (File reads and atomic writes come
+ * from util/fsutil.h.)
  */
 #ifndef DF_DATA_JSONL_H
 #define DF_DATA_JSONL_H
@@ -10,16 +11,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-/** Read a whole file into a malloc'd NUL-terminated buffer. DF_EIO naming the path on failure. */
-int df_read_file(const char *path, char **buf, size_t *len);
-
-/**
- * Write `len` bytes to `path` atomically: write "<path>.tmp.<pid>" in the same
- * directory, flush and fsync it, then rename over `path`. On any failure the
- * temporary file is removed and `path` is untouched. DF_EIO naming the path.
- */
-int df_write_file_atomic(const char *path, const char *data, size_t len);
 
 /** Iterator over the lines of a buffer ('\n' separated, a trailing '\r' removed). */
 typedef struct df_line_iter {

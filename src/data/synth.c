@@ -2,6 +2,7 @@
 #include "distflow/synth.h"
 
 #include "data/jsonl.h"
+#include "util/fsutil.h"
 #include "distflow/rng.h"
 
 #include <stdio.h>
