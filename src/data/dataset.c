@@ -77,7 +77,7 @@ static int opt_string(where w, json_t *v, const char *key, const char **out)
         return DF_OK;
     }
     if (!json_is_string(v))
-        return BAD(w, "%s must be a string, got %s", key, df_json_type_name(v));
+        return BAD(w, "%s must be a string, got %s", key, df_jsonl_type_name(v));
     *out = json_string_value(v);
     return DF_OK;
 }
@@ -93,7 +93,7 @@ static int parse_messages(where w, record *r, json_t *prompt, const char *key)
     }
     if (!json_is_array(prompt))
         return BAD(w, "\"%s\" must be a list of chat messages or a string, got %s", key,
-                   df_json_type_name(prompt));
+                   df_jsonl_type_name(prompt));
     if (json_array_size(prompt) == 0)
         return BAD(w, "\"%s\" is an empty message list", key);
     if (json_array_size(prompt) > 1000000)
@@ -104,14 +104,14 @@ static int parse_messages(where w, record *r, json_t *prompt, const char *key)
     {
         if (!json_is_object(m))
             return BAD(w, "%s[%zu] must be an object {role, content}, got %s", key, j,
-                       df_json_type_name(m));
+                       df_jsonl_type_name(m));
         json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
         if (!role || !json_is_string(role))
             return BAD(w, "%s[%zu].role must be a string, got %s", key, j,
-                       role ? df_json_type_name(role) : "nothing");
+                       role ? df_jsonl_type_name(role) : "nothing");
         if (!content || !json_is_string(content))
             return BAD(w, "%s[%zu].content must be a string, got %s", key, j,
-                       content ? df_json_type_name(content) : "nothing");
+                       content ? df_jsonl_type_name(content) : "nothing");
     }
     r->msgs = prompt;
     return DF_OK;
@@ -130,7 +130,7 @@ static int parse_reward(where w, record *r, json_t *obj, bool optional)
     r->style = "";
     if (rm && !json_is_null(rm)) {
         if (!json_is_object(rm))
-            return BAD(w, "reward_model must be an object, got %s", df_json_type_name(rm));
+            return BAD(w, "reward_model must be an object, got %s", df_jsonl_type_name(rm));
         if ((rc = opt_string(w, json_object_get(rm, "style"), "reward_model.style", &r->style)))
             return rc;
         gt = json_object_get(rm, "ground_truth");
@@ -139,9 +139,9 @@ static int parse_reward(where w, record *r, json_t *obj, bool optional)
         return BAD(w, "missing \"reward_model\": {\"ground_truth\": ...}");
     if (gt && !json_is_string(gt) && !json_is_number(gt) && !json_is_null(gt))
         return BAD(w, "reward_model.ground_truth must be a string or number, got %s",
-                   df_json_type_name(gt));
+                   df_jsonl_type_name(gt));
     if (gt)
-        return df_json_text(gt, &r->ground_truth);
+        return df_jsonl_text(gt, &r->ground_truth);
     r->ground_truth = strdup("");
     return r->ground_truth ? DF_OK : df_error(DF_ENOMEM, "out of memory");
 }
@@ -151,7 +151,7 @@ static int parse_record(where w, json_t *obj, const df_dataset_opts *o, record *
     memset(r, 0, sizeof *r);
     r->line = w.line;
     const char *key = (o && o->prompt_key && o->prompt_key[0]) ? o->prompt_key : "prompt";
-    json_t *prompt = df_json_path(obj, key);
+    json_t *prompt = df_jsonl_path(obj, key);
     if (!prompt)
         return BAD(w, "missing \"%s\"", key);
     int rc = parse_messages(w, r, prompt, key);
@@ -161,9 +161,9 @@ static int parse_record(where w, json_t *obj, const df_dataset_opts *o, record *
         return rc;
     json_t *ei = json_object_get(obj, "extra_info");
     if (ei && !json_is_null(ei) && !json_is_object(ei))
-        return BAD(w, "extra_info must be an object, got %s", df_json_type_name(ei));
-    r->extra_info = (ei && !json_is_null(ei)) ? df_json_compact(ei) : strdup("{}");
-    r->raw_prompt = df_json_compact(r->msgs);
+        return BAD(w, "extra_info must be an object, got %s", df_jsonl_type_name(ei));
+    r->extra_info = (ei && !json_is_null(ei)) ? df_jsonl_compact(ei) : strdup("{}");
+    r->raw_prompt = df_jsonl_compact(r->msgs);
     if (!r->extra_info || !r->raw_prompt)
         return df_error(DF_ENOMEM, "%s:%lld: out of memory", w.file, (long long)w.line);
     return DF_OK;
@@ -204,15 +204,15 @@ static int append_buffer(df_dataset *ds, const char *text, size_t len, const cha
     if (rc)
         return rc;
     const char *fname = ds->files[ds->nfiles - 1];
-    df_line_iter it;
+    df_jsonl_lines it;
     const char *s;
     size_t sl;
-    df_line_iter_init(&it, text, len);
-    while (df_line_next(&it, &s, &sl)) {
+    df_jsonl_lines_init(&it, text, len);
+    while (df_jsonl_lines_next(&it, &s, &sl)) {
         json_t *obj = NULL;
         record r;
         where w = {fname, it.line};
-        if ((rc = df_json_parse_line(s, sl, fname, it.line, &obj)))
+        if ((rc = df_jsonl_parse_line(s, sl, fname, it.line, &obj)))
             return rc;
         rc = parse_record(w, obj, opts, &r);
         r.obj = obj;
@@ -326,11 +326,11 @@ int df_dataset_field(const df_dataset *ds, int64_t i, const char *path, char **o
     if (!r)
         return df_error(DF_EINVAL, "dataset: row %lld out of range [0, %lld)", (long long)i,
                         (long long)(ds ? ds->n : 0));
-    json_t *v = df_json_path(r->obj, path);
+    json_t *v = df_jsonl_path(r->obj, path);
     if (!v)
         return df_error(DF_ENOTFOUND, "%s:%lld: no field \"%s\"", ds->files[r->file],
                         (long long)r->line, path ? path : "(null)");
-    return df_json_text(v, out);
+    return df_jsonl_text(v, out);
 }
 
 int64_t df_dataset_filter(df_dataset *ds, const bool *keep)

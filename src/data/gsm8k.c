@@ -66,14 +66,14 @@ static int get_string(json_t *obj, const char *key, const char *file, int64_t li
         return df_error(DF_EINVAL, "%s:%lld: missing \"%s\"", file, (long long)line, key);
     if (!json_is_string(v))
         return df_error(DF_EINVAL, "%s:%lld: \"%s\" must be a string, got %s", file,
-                        (long long)line, key, df_json_type_name(v));
+                        (long long)line, key, df_jsonl_type_name(v));
     *out = json_string_value(v);
     return DF_OK;
 }
 
 /* One converted row, as a Python json.dumps line, appended to `out`. */
 static int convert_row(json_t *raw, const char *file, int64_t line, const char *split,
-                       int64_t index, df_strbuf *out)
+                       int64_t index, df_jsonl_buf *out)
 {
     const char *q, *a;
     int rc = get_string(raw, "question", file, line, &q);
@@ -88,8 +88,8 @@ static int convert_row(json_t *raw, const char *file, int64_t line, const char *
         return df_error(DF_EINVAL, "%s:%lld: answer has no \"#### <number>\" final answer",
                         file, (long long)line);
     }
-    df_strbuf content = {0};
-    bool ok = df_strbuf_addf(&content, "%s %s", q, DF_GSM8K_INSTRUCTION);
+    df_jsonl_buf content = {0};
+    bool ok = df_jsonl_buf_addf(&content, "%s %s", q, DF_GSM8K_INSTRUCTION);
     json_t *row = ok ? json_pack("{s:s, s:[{s:s, s:s}], s:s, s:{s:s, s:s}, s:{s:s, s:I, s:s, s:s}}",
                                  "data_source", "openai/gsm8k",                //
                                  "prompt", "role", "user", "content", content.p, //
@@ -98,8 +98,8 @@ static int convert_row(json_t *raw, const char *file, int64_t line, const char *
                                  "extra_info", "split", split, "index", (json_int_t)index,
                                  "answer", a, "question", q)
                      : NULL;
-    char *text = row ? df_json_dumps_py(row) : NULL;
-    ok = text && df_strbuf_add(out, text, strlen(text)) && df_strbuf_add(out, "\n", 1);
+    char *text = row ? df_jsonl_dumps_py(row) : NULL;
+    ok = text && df_jsonl_buf_add(out, text, strlen(text)) && df_jsonl_buf_add(out, "\n", 1);
     free(text);
     json_decref(row);
     free(content.p);
@@ -121,15 +121,15 @@ int df_gsm8k_convert(const char *in_path, const char *out_path, const char *spli
         free(text);
         return df_error(DF_ENOMEM, "out of memory");
     }
-    df_strbuf out = {0};
-    df_line_iter it;
+    df_jsonl_buf out = {0};
+    df_jsonl_lines it;
     const char *s;
     size_t sl;
     int64_t index = 0;
-    df_line_iter_init(&it, text, len);
-    while (!rc && df_line_next(&it, &s, &sl)) {
+    df_jsonl_lines_init(&it, text, len);
+    while (!rc && df_jsonl_lines_next(&it, &s, &sl)) {
         json_t *raw = NULL;
-        rc = df_json_parse_line(s, sl, in_path, it.line, &raw);
+        rc = df_jsonl_parse_line(s, sl, in_path, it.line, &raw);
         if (!rc)
             rc = convert_row(raw, in_path, it.line, split, index++, &out);
         json_decref(raw);

@@ -9,14 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-void df_line_iter_init(df_line_iter *it, const char *buf, size_t len)
+void df_jsonl_lines_init(df_jsonl_lines *it, const char *buf, size_t len)
 {
     it->p = buf;
     it->end = buf + len;
     it->line = 0;
 }
 
-bool df_line_next(df_line_iter *it, const char **s, size_t *len)
+bool df_jsonl_lines_next(df_jsonl_lines *it, const char **s, size_t *len)
 {
     while (it->p < it->end) {
         const char *start = it->p;
@@ -39,7 +39,7 @@ bool df_line_next(df_line_iter *it, const char **s, size_t *len)
     return false;
 }
 
-int df_json_parse_line(const char *s, size_t len, const char *name, int64_t line, json_t **out)
+int df_jsonl_parse_line(const char *s, size_t len, const char *name, int64_t line, json_t **out)
 {
     json_error_t err;
     json_t *v = json_loadb(s, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &err);
@@ -48,7 +48,7 @@ int df_json_parse_line(const char *s, size_t len, const char *name, int64_t line
                         err.column, err.text);
     if (!json_is_object(v)) {
         int rc = df_error(DF_EINVAL, "%s:%lld: expected a JSON object, got %s", name,
-                          (long long)line, df_json_type_name(v));
+                          (long long)line, df_jsonl_type_name(v));
         json_decref(v);
         return rc;
     }
@@ -56,7 +56,7 @@ int df_json_parse_line(const char *s, size_t len, const char *name, int64_t line
     return DF_OK;
 }
 
-const char *df_json_type_name(const json_t *v)
+const char *df_jsonl_type_name(const json_t *v)
 {
     switch (json_typeof(v)) {
     case JSON_OBJECT:
@@ -78,12 +78,12 @@ const char *df_json_type_name(const json_t *v)
     }
 }
 
-char *df_json_compact(const json_t *v)
+char *df_jsonl_compact(const json_t *v)
 {
     return json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
 }
 
-char *df_json_dumps_py(const json_t *v)
+char *df_jsonl_dumps_py(const json_t *v)
 {
     char *t = json_dumps(v, JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII | JSON_ENCODE_ANY);
     if (!t)
@@ -135,7 +135,7 @@ static char *real_text(double d)
     return strdup(tmp);
 }
 
-int df_json_text(const json_t *v, char **out)
+int df_jsonl_text(const json_t *v, char **out)
 {
     char *s;
     char tmp[32];
@@ -160,7 +160,7 @@ int df_json_text(const json_t *v, char **out)
         s = strdup("");
         break;
     default:
-        s = df_json_compact(v);
+        s = df_jsonl_compact(v);
     }
     if (!s)
         return df_error(DF_ENOMEM, "out of memory converting a JSON value to text");
@@ -168,7 +168,7 @@ int df_json_text(const json_t *v, char **out)
     return DF_OK;
 }
 
-json_t *df_json_path(json_t *root, const char *path)
+json_t *df_jsonl_path(json_t *root, const char *path)
 {
     if (!path || !*path)
         return NULL;
@@ -199,7 +199,7 @@ json_t *df_json_path(json_t *root, const char *path)
     return p ? NULL : cur; /* p left non-NULL: a trailing '.' */
 }
 
-static bool strbuf_reserve(df_strbuf *b, size_t extra)
+static bool strbuf_reserve(df_jsonl_buf *b, size_t extra)
 {
     if (b->len + extra + 1 <= b->cap)
         return true;
@@ -214,7 +214,7 @@ static bool strbuf_reserve(df_strbuf *b, size_t extra)
     return true;
 }
 
-bool df_strbuf_add(df_strbuf *b, const char *s, size_t n)
+bool df_jsonl_buf_add(df_jsonl_buf *b, const char *s, size_t n)
 {
     if (!strbuf_reserve(b, n))
         return false;
@@ -225,7 +225,7 @@ bool df_strbuf_add(df_strbuf *b, const char *s, size_t n)
     return true;
 }
 
-bool df_strbuf_addf(df_strbuf *b, const char *fmt, ...)
+bool df_jsonl_buf_addf(df_jsonl_buf *b, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);

@@ -78,7 +78,7 @@ static bool applies(char op, int64_t s, const df_synth_cfg *c)
 
 /* One operation on s: appends its sentence and solution line, returns the new value. */
 static int64_t apply_op(df_rng *r, const df_synth_cfg *c, int64_t s, bool she, const char *items,
-                        df_strbuf *q, df_strbuf *sol, bool *ok)
+                        df_jsonl_buf *q, df_jsonl_buf *sol, bool *ok)
 {
     char cand[3];
     int nc = 0;
@@ -91,22 +91,22 @@ static int64_t apply_op(df_rng *r, const df_synth_cfg *c, int64_t s, bool she, c
     if (op == '+') {
         x = uniform(r, 1, min64(c->max_operand, c->max_value - s));
         t = (int64_t)df_rng_below(r, 3);
-        *ok &= df_strbuf_addf(q, " %s %s %lld more.", P, ADD_VERB[t], (long long)x);
-        *ok &= df_strbuf_addf(sol, "%lld + %lld = %lld\n", (long long)s, (long long)x,
+        *ok &= df_jsonl_buf_addf(q, " %s %s %lld more.", P, ADD_VERB[t], (long long)x);
+        *ok &= df_jsonl_buf_addf(sol, "%lld + %lld = %lld\n", (long long)s, (long long)x,
                               (long long)(s + x));
         return s + x;
     }
     if (op == '-') {
         x = s >= 1 ? uniform(r, 1, min64(c->max_operand, s)) : 0;
         t = (int64_t)df_rng_below(r, 3);
-        *ok &= df_strbuf_addf(q, " %s %s %lld.", P, SUB_VERB[t], (long long)x);
-        *ok &= df_strbuf_addf(sol, "%lld - %lld = %lld\n", (long long)s, (long long)x,
+        *ok &= df_jsonl_buf_addf(q, " %s %s %lld.", P, SUB_VERB[t], (long long)x);
+        *ok &= df_jsonl_buf_addf(sol, "%lld - %lld = %lld\n", (long long)s, (long long)x,
                               (long long)(s - x));
         return s - x;
     }
     x = (3 * s <= c->max_value) ? uniform(r, 2, 3) : 2;
-    *ok &= df_strbuf_addf(q, " %s %s %s %s.", P, x == 2 ? "doubles" : "triples", p, items);
-    *ok &= df_strbuf_addf(sol, "%lld * %lld = %lld\n", (long long)s, (long long)x,
+    *ok &= df_jsonl_buf_addf(q, " %s %s %s %s.", P, x == 2 ? "doubles" : "triples", p, items);
+    *ok &= df_jsonl_buf_addf(sol, "%lld * %lld = %lld\n", (long long)s, (long long)x,
                           (long long)(s * x));
     return s * x;
 }
@@ -122,12 +122,12 @@ int df_synth_problem_make(const df_synth_cfg *c, int64_t index, df_synth_problem
     const char *name = NAMES[who], *items = ITEMS[df_rng_below(&r, 20)];
     int64_t s = uniform(&r, 1, c->max_operand);
     int k = (int)uniform(&r, c->min_steps, c->max_steps);
-    df_strbuf q = {0}, sol = {0};
-    bool ok = df_strbuf_addf(&q, "%s has %lld %s.", name, (long long)s, items);
+    df_jsonl_buf q = {0}, sol = {0};
+    bool ok = df_jsonl_buf_addf(&q, "%s has %lld %s.", name, (long long)s, items);
     for (int i = 0; i < k; i++)
         s = apply_op(&r, c, s, who < 10, items, &q, &sol, &ok);
-    ok &= df_strbuf_addf(&q, " How many %s does %s have now?", items, name);
-    ok &= df_strbuf_addf(&sol, "#### %lld", (long long)s);
+    ok &= df_jsonl_buf_addf(&q, " How many %s does %s have now?", items, name);
+    ok &= df_jsonl_buf_addf(&sol, "#### %lld", (long long)s);
     if (!ok) {
         free(q.p);
         free(sol.p);
@@ -149,7 +149,7 @@ void df_synth_problem_free(df_synth_problem *p)
     p->question = p->solution = NULL;
 }
 
-static int append_row(const df_synth_cfg *c, int64_t i, df_strbuf *out)
+static int append_row(const df_synth_cfg *c, int64_t i, df_jsonl_buf *out)
 {
     df_synth_problem p;
     int rc = df_synth_problem_make(c, i, &p);
@@ -164,8 +164,8 @@ static int append_row(const df_synth_cfg *c, int64_t i, df_strbuf *out)
                             "reward_model", "style", "rule", "ground_truth", gt,  //
                             "extra_info", "split", c->split ? c->split : "train", //
                             "index", (json_int_t)i, "answer", p.solution, "steps", p.steps);
-    char *text = row ? df_json_dumps_py(row) : NULL;
-    bool ok = text && df_strbuf_add(out, text, strlen(text)) && df_strbuf_add(out, "\n", 1);
+    char *text = row ? df_jsonl_dumps_py(row) : NULL;
+    bool ok = text && df_jsonl_buf_add(out, text, strlen(text)) && df_jsonl_buf_add(out, "\n", 1);
     free(text);
     json_decref(row);
     df_synth_problem_free(&p);
@@ -179,8 +179,8 @@ int df_synth_jsonl(const df_synth_cfg *cfg, int64_t n, char **text, size_t *len)
         return rc;
     if (n < 0)
         return df_error(DF_EINVAL, "synthetic task: row count %lld < 0", (long long)n);
-    df_strbuf out = {0};
-    if (!df_strbuf_add(&out, "", 0))
+    df_jsonl_buf out = {0};
+    if (!df_jsonl_buf_add(&out, "", 0))
         return df_error(DF_ENOMEM, "synthetic task: out of memory");
     for (int64_t i = 0; !rc && i < n; i++)
         rc = append_row(cfg, i, &out);
