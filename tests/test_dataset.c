@@ -284,6 +284,11 @@ static void test_files_and_filter(void **state)
     if (!strstr(df_last_error(), want))
         fail_msg("'%s' lacks '%s'", df_last_error(), want);
     assert_int_equal(df_dataset_load(paths, 0, NULL, &ds), DF_EINVAL);
+    /* verl's usual Parquet files are recognised and refused with a hint */
+    write_text(b, "PAR1\x15\x04binary");
+    assert_int_equal(df_dataset_load(paths, 2, NULL, &ds), DF_EUNSUPPORTED);
+    assert_non_null(strstr(df_last_error(), "Parquet"));
+    assert_int_equal(df_gsm8k_convert(b, tmp_path("pq.jsonl"), NULL, NULL), DF_EUNSUPPORTED);
 }
 
 /* ---- dataloader ---------------------------------------------------------------- */

@@ -45,7 +45,8 @@ typedef struct df_dataset_opts {
 /**
  * Load and concatenate JSON-lines files (verl data.train_files is a list), in
  * order. `opts` may be NULL (defaults). Errors: DF_ENOTFOUND (no such file),
- * DF_EIO (cannot read a file),
+ * DF_EIO (cannot read a file), DF_EUNSUPPORTED (a Parquet file: convert it to
+ * JSON lines first),
  * DF_EINVAL (bad JSON with line and column, missing prompt, wrong types; the
  * message names file:line), DF_ENOMEM. *out is untouched on failure.
  */
@@ -129,7 +130,8 @@ DF_API int64_t df_dataset_filter(df_dataset *ds, const bool *keep);
  * `split` NULL: the input file's base name without extension ("train").
  * The output is written atomically (temp file + rename): a failure leaves no
  * partial file. *n_rows (may be NULL) receives the number of rows written.
- * Errors: DF_ENOTFOUND (no input file), DF_EIO, DF_EINVAL naming in_path:line (bad JSON, missing / non-string
+ * Errors: DF_ENOTFOUND (no input file), DF_EIO, DF_EUNSUPPORTED (Parquet input),
+ * DF_EINVAL naming in_path:line (bad JSON, missing / non-string
  * question or answer, an answer without "#### <number>").
  */
 DF_API int df_gsm8k_convert(const char *in_path, const char *out_path, const char *split,

@@ -201,7 +201,7 @@ static int append_buffer(df_dataset *ds, const char *text, size_t len, const cha
                          const df_dataset_opts *opts)
 {
     int rc = add_file_name(ds, name);
-    if (rc)
+    if (rc || (rc = df_jsonl_check_text(text, len, name ? name : "<buffer>")))
         return rc;
     const char *fname = ds->files[ds->nfiles - 1];
     df_jsonl_lines it;

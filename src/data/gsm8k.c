@@ -115,6 +115,8 @@ int df_gsm8k_convert(const char *in_path, const char *out_path, const char *spli
     char *text = NULL, *own_split = NULL;
     size_t len = 0;
     int rc = df_read_file(in_path, &text, &len);
+    if (!rc && (rc = df_jsonl_check_text(text, len, in_path)))
+        free(text);
     if (rc)
         return rc;
     if (!split && !(split = own_split = split_from_path(in_path))) {

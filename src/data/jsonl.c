@@ -9,6 +9,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+int df_jsonl_check_text(const char *text, size_t len, const char *name)
+{
+    if (len >= 4 && !memcmp(text, "PAR1", 4))
+        return df_error(DF_EUNSUPPORTED,
+                        "%s: this is a Parquet file; distflow reads JSON lines (convert it, e.g. "
+                        "pandas.read_parquet(path).to_json(out, orient=\"records\", lines=True))",
+                        name);
+    return DF_OK;
+}
+
 void df_jsonl_lines_init(df_jsonl_lines *it, const char *buf, size_t len)
 {
     it->p = buf;

@@ -12,6 +12,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/**
+ * Refuse input that is clearly not JSON lines: a Parquet file (verl's usual
+ * format, "PAR1" magic) gets DF_EUNSUPPORTED with a conversion hint.
+ */
+int df_jsonl_check_text(const char *text, size_t len, const char *name);
+
 /** Iterator over the lines of a buffer ('\n' separated, a trailing '\r' removed). */
 typedef struct df_jsonl_lines {
     const char *p, *end;
