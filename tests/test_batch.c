@@ -260,6 +260,11 @@ static void test_split_repeat(void **state)
         df_batch_free(parts[i]);
     free(parts);
     assert_int_equal(df_batch_split(b, 0, &parts, &np), DF_EINVAL);
+    df_batch *e = df_batch_new(0);
+    assert_int_equal(df_batch_split(e, 4, &parts, &np), 0);
+    assert_int_equal(np, 0);
+    free(parts);
+    df_batch_free(e);
 
     assert_int_equal(df_batch_repeat_interleave(b, 2, &r), 0);
     assert_int_equal(df_batch_size(r), 6);
