@@ -1,4 +1,4 @@
-/* File-system helpers (fsutil.h). */
+/* Atomic files, paths and whole-file reads (fsutil.h). */
 #include "util/fsutil.h"
 
 #include "distflow/common.h"
@@ -11,99 +11,232 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int df_mkdirs(const char *path)
+/* ---- atomic files ------------------------------------------------------- */
+
+int df_tmpfile_open(df_tmpfile *t, const char *path)
 {
-    char buf[4096];
-    size_t n = strlen(path);
-    if (n == 0 || n >= sizeof buf)
-        return df_error(DF_EINVAL, "bad directory path '%s'", path);
-    memcpy(buf, path, n + 1);
-    for (size_t i = 1; i <= n; i++) {
-        if (buf[i] != '/' && buf[i] != '\0')
-            continue;
-        char c = buf[i];
-        buf[i] = '\0';
-        if (mkdir(buf, 0755) && errno != EEXIST)
-            return df_error(DF_EIO, "cannot create directory '%s': %s", buf, strerror(errno));
-        buf[i] = c;
+    memset(t, 0, sizeof *t);
+    t->fd = -1;
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    size_t dlen = slash ? (size_t)(slash - path) + 1 : 0;
+    size_t cap = dlen + strlen(base) + 32;
+    t->path = strdup(path);
+    t->tmp = malloc(cap);
+    if (!t->path || !t->tmp) {
+        df_tmpfile_discard(t);
+        return df_error(DF_ENOMEM, "out of memory creating a temporary for %s", path);
     }
-    if (!df_is_dir(path))
-        return df_error(DF_EIO, "'%s' exists and is not a directory", path);
+    snprintf(t->tmp, cap, "%.*s.%s.tmp.XXXXXX", (int)dlen, path, base);
+    t->fd = mkstemp(t->tmp);
+    if (t->fd >= 0 && fchmod(t->fd, 0644) != 0) { /* mkstemp makes 0600; outputs are shared */
+        close(t->fd);
+        unlink(t->tmp);
+        t->fd = -1;
+    }
+    if (t->fd < 0) {
+        int e = errno;
+        free(t->tmp); /* nothing was created: do not unlink the template */
+        t->tmp = NULL;
+        df_tmpfile_discard(t);
+        return df_error(DF_EIO, "%s: cannot create a temporary file next to it: %s", path,
+                        strerror(e));
+    }
     return DF_OK;
 }
 
-int df_read_file(const char *path, char **data, size_t *len)
+int df_tmpfile_write(df_tmpfile *t, const void *buf, size_t n)
+{
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = write(t->fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return df_error(DF_EIO, "%s: write failed: %s", t->path,
+                            w < 0 ? strerror(errno) : "no progress");
+        p += w;
+        n -= (size_t)w;
+    }
+    return DF_OK;
+}
+
+int df_tmpfile_close(df_tmpfile *t)
+{
+    if (t->fd < 0)
+        return DF_OK;
+    int rc = fsync(t->fd);
+    int e = errno;
+    if (close(t->fd) && !rc) {
+        rc = -1;
+        e = errno;
+    }
+    t->fd = -1;
+    if (rc)
+        return df_error(DF_EIO, "%s: cannot flush the file to disk: %s", t->path, strerror(e));
+    return DF_OK;
+}
+
+int df_tmpfile_commit(df_tmpfile *t)
+{
+    int rc = df_tmpfile_close(t);
+    if (rc)
+        return rc;
+    /* Keep the mode of a file we replace; a new file gets 0644 (mkstemp gives 0600). */
+    struct stat st;
+    mode_t mode = stat(t->path, &st) == 0 ? (st.st_mode & 07777) : 0644;
+    if (chmod(t->tmp, mode))
+        return df_error(DF_EIO, "%s: chmod of the temporary failed: %s", t->path, strerror(errno));
+    if (rename(t->tmp, t->path))
+        return df_error(DF_EIO, "%s: cannot rename the temporary into place: %s", t->path,
+                        strerror(errno));
+    free(t->tmp);
+    t->tmp = NULL;
+    return DF_OK;
+}
+
+void df_tmpfile_discard(df_tmpfile *t)
+{
+    if (t->fd >= 0)
+        close(t->fd);
+    t->fd = -1;
+    if (t->tmp)
+        unlink(t->tmp);
+    free(t->tmp);
+    free(t->path);
+    t->tmp = t->path = NULL;
+}
+
+int df_write_file_atomic(const char *path, const void *buf, size_t n)
+{
+    df_tmpfile t;
+    int rc = df_tmpfile_open(&t, path);
+    if (!rc)
+        rc = df_tmpfile_write(&t, buf, n);
+    if (!rc)
+        rc = df_tmpfile_commit(&t);
+    df_tmpfile_discard(&t);
+    return rc ? rc : df_fsync_parent(path);
+}
+
+/* ---- paths and whole files ------------------------------------------------ */
+
+char *df_path_join(const char *dir, const char *name)
+{
+    size_t a = strlen(dir), b = strlen(name);
+    char *p = malloc(a + b + 2);
+    if (!p)
+        return NULL;
+    memcpy(p, dir, a);
+    size_t k = a;
+    if (a && dir[a - 1] != '/')
+        p[k++] = '/';
+    memcpy(p + k, name, b + 1);
+    return p;
+}
+
+bool df_file_exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int df_read_file(const char *path, char **text, size_t *len)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
-        return df_error(errno == ENOENT ? DF_ENOTFOUND : DF_EIO, "cannot open '%s': %s", path,
+        return df_error(errno == ENOENT ? DF_ENOTFOUND : DF_EIO, "%s: cannot open: %s", path,
                         strerror(errno));
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (cap - n < 65536) {
-            cap = cap ? cap * 2 : 65536 * 2;
-            char *nb = realloc(buf, cap + 1);
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n + 1 >= cap) {
+            char *nb = realloc(buf, cap * 2);
             if (!nb) {
                 free(buf);
-                fclose(f);
-                return df_error(DF_ENOMEM, "out of memory reading '%s'", path);
+                buf = NULL;
+                break;
             }
             buf = nb;
+            cap *= 2;
         }
-        size_t r = fread(buf + n, 1, cap - n, f);
+        size_t r = fread(buf + n, 1, cap - n - 1, f);
         n += r;
         if (r == 0)
             break;
     }
-    int bad = ferror(f);
+    int err = ferror(f);
     fclose(f);
-    if (bad) {
+    if (!buf)
+        return df_error(DF_ENOMEM, "%s: out of memory reading the file", path);
+    if (err) {
         free(buf);
-        return df_error(DF_EIO, "error reading '%s'", path);
+        return df_error(DF_EIO, "%s: read error", path);
     }
     buf[n] = '\0';
-    *data = buf;
+    *text = buf;
     if (len)
         *len = n;
     return DF_OK;
 }
 
-int df_write_file_atomic(const char *path, const void *data, size_t len)
+int df_mkdir_p(const char *dir)
 {
-    char tmp[4200];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path) >= (int)sizeof tmp)
-        return df_error(DF_EINVAL, "path too long: '%s'", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0)
-        return df_error(DF_EIO, "cannot create a temporary file next to '%s': %s", path,
-                        strerror(errno));
-    const char *p = data;
-    size_t left = len;
-    while (left > 0) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            int e = errno;
-            close(fd);
-            unlink(tmp);
-            return df_error(DF_EIO, "cannot write '%s': %s", path, strerror(e));
+    char *p = strdup(dir);
+    if (!p)
+        return df_error(DF_ENOMEM, "out of memory creating %s", dir);
+    size_t n = strlen(p);
+    for (size_t i = 1; i <= n; i++) {
+        if (p[i] != '/' && p[i] != '\0')
+            continue;
+        char c = p[i];
+        p[i] = '\0';
+        struct stat st;
+        if (stat(p, &st) != 0) {
+            if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+                int rc = df_error(DF_EIO, "cannot create directory %s: %s", p, strerror(errno));
+                free(p);
+                return rc;
+            }
+        } else if (!S_ISDIR(st.st_mode)) {
+            int rc = df_error(DF_EIO, "cannot create directory %s: a file of that name exists", p);
+            free(p);
+            return rc;
         }
-        p += w;
-        left -= (size_t)w;
+        p[i] = c;
     }
-    if (fsync(fd) || fchmod(fd, 0644) || close(fd)) {
-        unlink(tmp);
-        return df_error(DF_EIO, "cannot finish writing '%s': %s", path, strerror(errno));
-    }
-    if (rename(tmp, path)) {
-        int e = errno;
-        unlink(tmp);
-        return df_error(DF_EIO, "cannot rename into '%s': %s", path, strerror(e));
-    }
+    free(p);
     return DF_OK;
 }
+
+int df_fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0)
+        return df_error(DF_EIO, "%s: cannot open directory: %s", dir, strerror(errno));
+    int rc = fsync(fd);
+    int e = errno;
+    close(fd);
+    /* Some file systems refuse fsync on directories; that is not a write failure. */
+    if (rc && e != EINVAL && e != EROFS)
+        return df_error(DF_EIO, "%s: cannot sync directory: %s", dir, strerror(e));
+    return DF_OK;
+}
+
+int df_fsync_parent(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char *dir = !slash ? strdup(".") : slash == path ? strdup("/")
+                                                     : strndup(path, (size_t)(slash - path));
+    if (!dir)
+        return df_error(DF_ENOMEM, "out of memory");
+    int rc = df_fsync_dir(dir);
+    free(dir);
+    return rc;
+}
+
+/* ---- JSON output in Python's json.dumps(indent=2, sort_keys=True) style ------ */
+
 
 int df_copy_file(const char *src, const char *dst)
 {
@@ -117,22 +250,8 @@ int df_copy_file(const char *src, const char *dst)
     return rc;
 }
 
-int df_is_file(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-int df_is_dir(const char *path)
+bool df_dir_exists(const char *path)
 {
     struct stat st;
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-int df_path_join(char *dst, size_t cap, const char *dir, const char *name)
-{
-    int n = snprintf(dst, cap, "%s/%s", dir, name);
-    if (n < 0 || (size_t)n >= cap)
-        return df_error(DF_EINVAL, "path too long: '%s/%s'", dir, name);
-    return DF_OK;
 }

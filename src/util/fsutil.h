@@ -1,26 +1,61 @@
-/* fsutil.h (internal) — small file-system helpers shared by every layer. */
+/*
+ * fsutil.h (internal) — file-system plumbing shared by every layer: atomic
+ * files (a temporary in the same directory, fsync, rename), whole-file reads,
+ * directory creation, path joining.
+ */
 #ifndef DF_UTIL_FSUTIL_H
 #define DF_UTIL_FSUTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
-#include <stdint.h>
 
-/** mkdir -p. Errors (DF_EIO) name the path. */
-int df_mkdirs(const char *path);
-/** Read a whole file into a NUL-terminated malloc'd buffer; *len (may be NULL) gets its size. */
-int df_read_file(const char *path, char **data, size_t *len);
+/* ---- atomic files ------------------------------------------------------- */
+
 /**
- * Write `len` bytes to `path` atomically: a temporary file in the same
- * directory, fsync, then rename, so readers see the old file or the new one,
- * never a half-written one.
+ * A file being written under a temporary name next to its final path, so the
+ * final rename is atomic (same file system). Zero-initialise before use;
+ * df_tmpfile_discard is safe on a zeroed, committed or discarded struct.
  */
-int df_write_file_atomic(const char *path, const void *data, size_t len);
-/** Copy a file (atomically at the destination). */
+typedef struct df_tmpfile {
+    char *path; /**< final path */
+    char *tmp;  /**< temporary path ("<dir>/.<name>.tmp.XXXXXX") */
+    int fd;     /**< -1 once closed */
+} df_tmpfile;
+
+/** Create the temporary for `path`. DF_EIO (naming the directory) on failure. */
+int df_tmpfile_open(df_tmpfile *t, const char *path);
+/** Write all n bytes (retrying short writes). DF_EIO naming the final path. */
+int df_tmpfile_write(df_tmpfile *t, const void *buf, size_t n);
+/** fsync and close the temporary; it keeps its temporary name. */
+int df_tmpfile_close(df_tmpfile *t);
+/** Close if still open, then rename onto the final path. */
+int df_tmpfile_commit(df_tmpfile *t);
+/** Close and unlink the temporary (if any) and free the names. */
+void df_tmpfile_discard(df_tmpfile *t);
+/** Write `path` atomically in one call (temporary, fsync, rename, fsync of the directory). */
+int df_write_file_atomic(const char *path, const void *buf, size_t n);
+
+/* ---- paths and whole files ------------------------------------------------ */
+
+/** malloc'd "dir/name" (NULL when out of memory). */
+char *df_path_join(const char *dir, const char *name);
+/** True if `path` names an existing regular file. */
+bool df_file_exists(const char *path);
+/**
+ * Read a whole file into a malloc'd NUL-terminated buffer (*len bytes without
+ * the NUL; len may be NULL). DF_ENOTFOUND if it does not exist, DF_EIO otherwise.
+ */
+int df_read_file(const char *path, char **text, size_t *len);
+/** mkdir -p (mode 0755). DF_EIO naming the component that failed. */
+int df_mkdir_p(const char *dir);
+/** fsync a directory so renames inside it are durable. */
+int df_fsync_dir(const char *dir);
+/** df_fsync_dir on the directory that holds `path`. */
+int df_fsync_parent(const char *path);
+
+/** Copy a file; the destination is written atomically. */
 int df_copy_file(const char *src, const char *dst);
-/** true when `path` exists and is a regular file / a directory. */
-int df_is_file(const char *path);
-int df_is_dir(const char *path);
-/** snprintf(dst, cap, "%s/%s") that reports truncation as DF_EINVAL. */
-int df_path_join(char *dst, size_t cap, const char *dir, const char *name);
+/** True if `path` names an existing directory. */
+bool df_dir_exists(const char *path);
 
 #endif
