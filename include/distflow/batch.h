@@ -59,7 +59,7 @@ typedef struct df_sample_info {
 
 /* ---- lifetime ---------------------------------------------------------- */
 
-/** New batch of `n` samples (n >= 0) with no columns. NULL on allocation failure. */
+/** New batch of `n` samples (n >= 0) with no columns. NULL when n < 0 or on allocation failure. */
 DF_API df_batch *df_batch_new(int64_t n);
 DF_API void df_batch_free(df_batch *b);
 /** Number of samples. */
@@ -73,12 +73,23 @@ DF_API bool df_batch_has(const df_batch *b, const char *name);
 /** Remove a column; no-op if absent. */
 DF_API void df_batch_drop(df_batch *b, const char *name);
 
-/* ---- adding columns (copy the caller's data; replace a same-named column) -- */
+/*
+ * ---- adding columns ---------------------------------------------------------
+ * The setters copy the caller's data. A same-named column is replaced in
+ * place (it keeps its position in the column order). Names are 1 to
+ * DF_COL_NAME_MAX - 1 bytes. Errors: DF_EINVAL (bad name, NULL data for a
+ * non-empty column, bad offsets), DF_ENOMEM; the batch is unchanged on error.
+ */
 
 DF_API int df_batch_set_i64(df_batch *b, const char *name, const int64_t *vals /* [n] */);
 DF_API int df_batch_set_f32(df_batch *b, const char *name, const float *vals /* [n] */);
 /** Strings are copied; a NULL entry is stored as "". */
 DF_API int df_batch_set_str(df_batch *b, const char *name, const char *const *vals /* [n] */);
+/**
+ * Replace row i of an existing STR column with a copy of `val` (NULL -> "").
+ * DF_ENOTFOUND when no STR column `name` exists, DF_EINVAL when i is out of range.
+ */
+DF_API int df_batch_set_str_at(df_batch *b, const char *name, int64_t i, const char *val);
 /** offsets: [n + 1] with offsets[0] == 0 and non-decreasing; data: [offsets[n]]. */
 DF_API int df_batch_set_tok_i32(df_batch *b, const char *name, const int64_t *offsets,
                                 const int32_t *data);
@@ -98,7 +109,10 @@ DF_API const int64_t *df_batch_i64(const df_batch *b, const char *name);
 DF_API const float *df_batch_f32(const df_batch *b, const char *name);
 /** String of sample i, or NULL when the column is absent. */
 DF_API const char *df_batch_str(const df_batch *b, const char *name, int64_t i);
-/** Writable data of an existing column (any kind), or NULL. */
+/**
+ * Writable data of an existing column (any kind), or NULL. For STR columns this
+ * is the char*[n] array; replace an entry with df_batch_set_str_at().
+ */
 DF_API void *df_batch_data_mut(df_batch *b, const char *name);
 /** Sample i's token ids of a TOK_I32 column; *len receives its length. NULL if absent. */
 DF_API const int32_t *df_batch_tok_i32(const df_batch *b, const char *name, int64_t i,
@@ -114,31 +128,66 @@ DF_API const int64_t *df_batch_offsets(const df_batch *b, const char *name);
 DF_API int df_batch_meta_set(df_batch *b, const char *key, double value);
 /** Returns `dflt` when the key is absent. */
 DF_API double df_batch_meta_get(const df_batch *b, const char *key, double dflt);
+/** Number of metadata entries. */
+DF_API int df_batch_meta_count(const df_batch *b);
+/** i-th metadata key in insertion order (NULL when out of range); *value receives its value. */
+DF_API const char *df_batch_meta_at(const df_batch *b, int i, double *value);
 
-/* ---- whole-batch operations (each returns a new batch through *out) -------- */
+/*
+ * ---- whole-batch operations ------------------------------------------------
+ * Each returns a new batch through *out (the input is unchanged), with every
+ * column of the input in the same order and the input's metadata copied.
+ * Errors: DF_EINVAL for bad arguments (named in the message), DF_ENOMEM.
+ */
 
-/** Rows idx[0..k) in that order (repeats allowed). Metadata is copied. */
+/** Rows idx[0..k) in that order (repeats allowed; k = 0 gives an empty batch). */
 DF_API int df_batch_select(const df_batch *b, const int64_t *idx, int64_t k, df_batch **out);
-/** Rows [start, end). */
+/** Rows [start, end), 0 <= start <= end <= n. */
 DF_API int df_batch_slice(const df_batch *b, int64_t start, int64_t end, df_batch **out);
-/** Concatenate batches with identical column names and kinds (order of a is kept). */
+/**
+ * Concatenate n_parts >= 1 batches that have the same set of column names with
+ * the same kinds (their order may differ; parts[0]'s order is kept, and so is
+ * parts[0]'s metadata). A missing column or a kind mismatch is DF_EINVAL.
+ */
 DF_API int df_batch_concat(const df_batch *const *parts, int n_parts, df_batch **out);
-/** Each row repeated `k` times consecutively (verl's repeat(interleave=True)). */
+/** Each row repeated k >= 1 times consecutively (verl DataProto.repeat(k, interleave=True)). */
 DF_API int df_batch_repeat_interleave(const df_batch *b, int64_t k, df_batch **out);
 /**
- * Split into ceil(n / chunk) consecutive batches of at most `chunk` rows.
- * *parts receives a malloc'd array of *n_parts batches (free each, then the array).
+ * Split into ceil(n / chunk) consecutive batches of `chunk` rows, the last one
+ * holding the rest (verl DataProto.split(chunk)). *parts receives a malloc'd
+ * array of *n_parts batches (free each, then the array; for n = 0 it holds
+ * none but must still be freed).
  */
 DF_API int df_batch_split(const df_batch *b, int64_t chunk, df_batch ***parts, int *n_parts);
 
-/* ---- serialization (MPI payloads, checkpoints) ---------------------------- */
+/*
+ * ---- serialization (MPI payloads, checkpoints) --------------------------------
+ * Format version 1, every integer little-endian whatever the host:
+ *   "DFBATCH\0", u32 version, u32 n_cols, i64 n, u32 n_meta, u32 0,
+ *   n_meta x {u32 key_len, key, f64 value},
+ *   n_cols x {u32 name_len, name, u32 kind, payload}, u64 checksum.
+ * Payloads: I64 / F32 n values; STR i64 offsets[n + 1] into a byte blob, then
+ * the blob; TOK_* i64 offsets[n + 1], then offsets[n] values. The checksum
+ * (a 64-bit word hash of every preceding byte) catches any change within one
+ * 8-byte word, so a flipped byte is always detected.
+ */
 
-/** Serialize into a malloc'd little-endian buffer (*buf, *len). */
+/** Serialize into a malloc'd buffer (*buf, *len). Errors: DF_ENOMEM. */
 DF_API int df_batch_serialize(const df_batch *b, uint8_t **buf, size_t *len);
-/** Inverse of df_batch_serialize; rejects truncated / corrupt buffers with DF_EINVAL. */
+/**
+ * Inverse of df_batch_serialize. Rejects with DF_EINVAL (and a message naming
+ * the byte offset or column) a bad checksum, a truncated buffer, trailing
+ * bytes, an unknown version or kind, bad name lengths, duplicate columns or
+ * keys, offsets that do not start at 0, decrease or run past the buffer, and
+ * NULs inside strings. *out is untouched on failure.
+ */
 DF_API int df_batch_deserialize(const uint8_t *buf, size_t len, df_batch **out);
 
-/** Per-sample summary (from prompt_ids / response_ids / uid). */
+/**
+ * Per-sample summary of row i: the lengths of its prompt_ids and response_ids
+ * rows (0 when a column is absent or not per-token) and its `uid` string
+ * (NULL when there is no STR uid column). i outside [0, n) gives zeros.
+ */
 DF_API df_sample_info df_batch_sample_info(const df_batch *b, int64_t i);
 
 #ifdef __cplusplus

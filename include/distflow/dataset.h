@@ -1,0 +1,150 @@
+/*
+ * distflow/dataset.h — RL / SFT datasets in the verl / siiRL JSON-lines schema,
+ * and the GSM8K converter that produces them.
+ *
+ * One JSON object per line (blank lines skipped):
+ *   prompt        list of {"role": str, "content": str} chat messages; a plain
+ *                 string is taken as one user message
+ *   data_source   str, selects the reward function (e.g. "openai/gsm8k")
+ *   reward_model  {"style": str, "ground_truth": str | number}
+ *   extra_info    object (kept as JSON text), optional
+ *   ability       str, optional
+ * This is the row layout verl's RLHFDataset reads from parquet (the
+ * `prompt_key`, `data_source`, `reward_model.ground_truth`, `extra_info`
+ * columns), written as JSON lines. Every record also keeps its whole JSON
+ * object, so any field can be read by dotted path (df_dataset_field).
+ *
+ * Errors name the file and line: "train.jsonl:12:7: invalid JSON: ...",
+ * "train.jsonl:3: missing \"prompt\"", "train.jsonl:5: reward_model.ground_truth
+ * must be a string or number, got array".
+ */
+#ifndef DISTFLOW_DATASET_H
+#define DISTFLOW_DATASET_H
+
+#include "distflow/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct df_dataset df_dataset;
+
+/** Loader options. Zero-initialised fields take the defaults in brackets. */
+typedef struct df_dataset_opts {
+    /** Dotted path of the prompt field (verl data.prompt_key) ["prompt"]. */
+    const char *prompt_key;
+    /**
+     * When true, data_source and reward_model.ground_truth are optional (SFT
+     * data, evaluation-only files); absent ones read as "". [false: RL data
+     * must carry both, so a missing reward is reported at load time rather
+     * than as an unknown data source mid-training]
+     */
+    bool reward_optional;
+} df_dataset_opts;
+
+/**
+ * Load and concatenate JSON-lines files (verl data.train_files is a list), in
+ * order. `opts` may be NULL (defaults). Errors: DF_ENOTFOUND (no such file),
+ * DF_EIO (cannot read a file), DF_EUNSUPPORTED (a Parquet file: convert it to
+ * JSON lines first),
+ * DF_EINVAL (bad JSON with line and column, missing prompt, wrong types; the
+ * message names file:line), DF_ENOMEM. *out is untouched on failure.
+ */
+DF_API int df_dataset_load(const char *const *paths, int n_paths, const df_dataset_opts *opts,
+                           df_dataset **out);
+
+/**
+ * Load JSON lines from memory; `name` stands for the file name in messages and
+ * in df_dataset_source. Same rules and errors as df_dataset_load.
+ */
+DF_API int df_dataset_load_buffer(const char *text, size_t len, const char *name,
+                                  const df_dataset_opts *opts, df_dataset **out);
+
+DF_API void df_dataset_free(df_dataset *ds);
+
+/** Number of rows (after any df_dataset_filter). */
+DF_API int64_t df_dataset_size(const df_dataset *ds);
+
+/*
+ * Row accessors. `i` must be in [0, size); out of range they return NULL / -1.
+ * Returned strings are owned by the dataset and live until it is freed or
+ * filtered.
+ */
+
+/** data_source of row i ("" when absent and reward_optional). */
+DF_API const char *df_dataset_data_source(const df_dataset *ds, int64_t i);
+/** reward_model.ground_truth of row i as text (numbers converted: 18 -> "18", 2.5 -> "2.5"). */
+DF_API const char *df_dataset_ground_truth(const df_dataset *ds, int64_t i);
+/** reward_model.style ("" when absent). */
+DF_API const char *df_dataset_reward_style(const df_dataset *ds, int64_t i);
+/** ability ("" when absent). */
+DF_API const char *df_dataset_ability(const df_dataset *ds, int64_t i);
+/** extra_info as compact JSON text ("{}" when absent or null). */
+DF_API const char *df_dataset_extra_info(const df_dataset *ds, int64_t i);
+/** The prompt's message list as compact JSON text: [{"role":...,"content":...}, ...]. */
+DF_API const char *df_dataset_raw_prompt(const df_dataset *ds, int64_t i);
+/** Number of chat messages in row i's prompt (>= 1), -1 when i is out of range. */
+DF_API int df_dataset_num_messages(const df_dataset *ds, int64_t i);
+/**
+ * Message j of row i: *role and *content (either may be NULL) point into the
+ * dataset; the worker copies them into the tokenizer's chat message array.
+ * DF_EINVAL when i or j is out of range.
+ */
+DF_API int df_dataset_message(const df_dataset *ds, int64_t i, int j, const char **role,
+                              const char **content);
+/** File (as given to the loader) and 1-based line that row i came from; NULL when out of range. */
+DF_API const char *df_dataset_source(const df_dataset *ds, int64_t i, int64_t *line);
+
+/**
+ * Any field of row i's JSON object by dotted path ("extra_info.answer",
+ * "prompt.0.content": numeric segments index arrays), as malloc'd text in
+ * *out: strings as-is, numbers in decimal, true / false, null -> "", objects
+ * and arrays as compact JSON. Used for SFT's data.prompt_key / response_key.
+ * Errors: DF_ENOTFOUND naming the path, file and line; DF_EINVAL for a bad i.
+ */
+DF_API int df_dataset_field(const df_dataset *ds, int64_t i, const char *path, char **out);
+
+/**
+ * Keep only rows with keep[i] true ([size] flags, e.g. prompt length after the
+ * chat template <= data.max_prompt_length, verl's filter_overlong_prompts),
+ * preserving order. Returns the number of rows dropped.
+ */
+DF_API int64_t df_dataset_filter(df_dataset *ds, const bool *keep);
+
+/* ---- GSM8K -------------------------------------------------------------- */
+
+/** The instruction verl's examples/data_preprocess/gsm8k.py appends to each question. */
+#define DF_GSM8K_INSTRUCTION "Let's think step by step and output the final answer after \"####\"."
+
+/**
+ * Convert raw openai/grade-school-math JSON lines ({"question", "answer"})
+ * to the verl RL schema, exactly as verl's examples/data_preprocess/gsm8k.py:
+ *   data_source "openai/gsm8k", ability "math",
+ *   prompt [{"role": "user", "content": question + " " + DF_GSM8K_INSTRUCTION}],
+ *   reward_model {"style": "rule", "ground_truth": the first `#### (-?[0-9.,]+)`
+ *     match of the answer with commas removed (verl's extract_solution)},
+ *   extra_info {"split": split, "index": i (0-based over non-blank lines),
+ *     "answer": raw answer, "question": raw question}.
+ * Keys are written in that order, one object per line, with Python json.dumps
+ * separators (", " / ": ") and non-ASCII escaped as \uXXXX.
+ * `split` NULL: the input file's base name without extension ("train").
+ * The output is written atomically (temp file + rename): a failure leaves no
+ * partial file. *n_rows (may be NULL) receives the number of rows written.
+ * Errors: DF_ENOTFOUND (no input file), DF_EIO, DF_EUNSUPPORTED (Parquet input),
+ * DF_EINVAL naming in_path:line (bad JSON, missing / non-string
+ * question or answer, an answer without "#### <number>").
+ */
+DF_API int df_gsm8k_convert(const char *in_path, const char *out_path, const char *split,
+                            int64_t *n_rows);
+
+/**
+ * verl's extract_solution for GSM8K reference answers: the number after the
+ * first "#### " (pattern `#### (-?[0-9.,]+)`), commas removed, into out[cap].
+ * Returns false when there is no match or it does not fit.
+ */
+DF_API bool df_gsm8k_extract_answer(const char *answer, char *out, size_t cap);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DISTFLOW_DATASET_H */

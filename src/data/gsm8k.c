@@ -1,0 +1,147 @@
+/*
+ * GSM8K raw -> verl RL schema, following verl's examples/data_preprocess/gsm8k.py
+ * (see include/distflow/dataset.h for the row layout).
+ */
+#include "distflow/dataset.h"
+
+#include "data/jsonl.h"
+#include "util/fsutil.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Length of `-?[0-9.,]+` at p (the regex backtracks the '-' when no digit
+ * follows, which fails the match at this position either way); 0 if none. */
+static size_t number_len(const char *p)
+{
+    const char *q = p + (*p == '-');
+    const char *d = q;
+    while ((*q >= '0' && *q <= '9') || *q == '.' || *q == ',')
+        q++;
+    return q == d ? 0 : (size_t)(q - p);
+}
+
+bool df_gsm8k_extract_answer(const char *answer, char *out, size_t cap)
+{
+    for (const char *p = strstr(answer, "#### "); p; p = strstr(p + 1, "#### ")) {
+        size_t n = number_len(p + 5);
+        if (!n)
+            continue;
+        size_t k = 0;
+        for (size_t j = 0; j < n; j++) {
+            if (p[5 + j] == ',')
+                continue;
+            if (k + 1 >= cap)
+                return false;
+            out[k++] = p[5 + j];
+        }
+        if (!cap)
+            return false;
+        out[k] = '\0';
+        return true;
+    }
+    return false;
+}
+
+/* "dir/train.jsonl" -> "train" */
+static char *split_from_path(const char *path)
+{
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    const char *dot = strchr(base, '.');
+    size_t n = dot ? (size_t)(dot - base) : strlen(base);
+    char *s = malloc(n + 1);
+    if (s) {
+        memcpy(s, base, n);
+        s[n] = '\0';
+    }
+    return s;
+}
+
+static int get_string(json_t *obj, const char *key, const char *file, int64_t line,
+                      const char **out)
+{
+    json_t *v = json_object_get(obj, key);
+    if (!v)
+        return df_error(DF_EINVAL, "%s:%lld: missing \"%s\"", file, (long long)line, key);
+    if (!json_is_string(v))
+        return df_error(DF_EINVAL, "%s:%lld: \"%s\" must be a string, got %s", file,
+                        (long long)line, key, df_jsonl_type_name(v));
+    *out = json_string_value(v);
+    return DF_OK;
+}
+
+/* One converted row, as a Python json.dumps line, appended to `out`. */
+static int convert_row(json_t *raw, const char *file, int64_t line, const char *split,
+                       int64_t index, df_jsonl_buf *out)
+{
+    const char *q, *a;
+    int rc = get_string(raw, "question", file, line, &q);
+    if (rc || (rc = get_string(raw, "answer", file, line, &a)))
+        return rc;
+    size_t alen = strlen(a);
+    char *gt = malloc(alen + 1);
+    if (!gt)
+        return df_error(DF_ENOMEM, "out of memory");
+    if (!df_gsm8k_extract_answer(a, gt, alen + 1)) {
+        free(gt);
+        return df_error(DF_EINVAL, "%s:%lld: answer has no \"#### <number>\" final answer",
+                        file, (long long)line);
+    }
+    df_jsonl_buf content = {0};
+    bool ok = df_jsonl_buf_addf(&content, "%s %s", q, DF_GSM8K_INSTRUCTION);
+    json_t *row = ok ? json_pack("{s:s, s:[{s:s, s:s}], s:s, s:{s:s, s:s}, s:{s:s, s:I, s:s, s:s}}",
+                                 "data_source", "openai/gsm8k",                //
+                                 "prompt", "role", "user", "content", content.p, //
+                                 "ability", "math",                            //
+                                 "reward_model", "style", "rule", "ground_truth", gt,
+                                 "extra_info", "split", split, "index", (json_int_t)index,
+                                 "answer", a, "question", q)
+                     : NULL;
+    char *text = row ? df_jsonl_dumps_py(row) : NULL;
+    ok = text && df_jsonl_buf_add(out, text, strlen(text)) && df_jsonl_buf_add(out, "\n", 1);
+    free(text);
+    json_decref(row);
+    free(content.p);
+    free(gt);
+    return ok ? DF_OK : df_error(DF_ENOMEM, "%s:%lld: out of memory", file, (long long)line);
+}
+
+int df_gsm8k_convert(const char *in_path, const char *out_path, const char *split,
+                     int64_t *n_rows)
+{
+    if (!in_path || !out_path)
+        return df_error(DF_EINVAL, "gsm8k: input and output paths are required");
+    char *text = NULL, *own_split = NULL;
+    size_t len = 0;
+    int rc = df_read_file(in_path, &text, &len);
+    if (!rc && (rc = df_jsonl_check_text(text, len, in_path)))
+        free(text);
+    if (rc)
+        return rc;
+    if (!split && !(split = own_split = split_from_path(in_path))) {
+        free(text);
+        return df_error(DF_ENOMEM, "out of memory");
+    }
+    df_jsonl_buf out = {0};
+    df_jsonl_lines it;
+    const char *s;
+    size_t sl;
+    int64_t index = 0;
+    df_jsonl_lines_init(&it, text, len);
+    while (!rc && df_jsonl_lines_next(&it, &s, &sl)) {
+        json_t *raw = NULL;
+        rc = df_jsonl_parse_line(s, sl, in_path, it.line, &raw);
+        if (!rc)
+            rc = convert_row(raw, in_path, it.line, split, index++, &out);
+        json_decref(raw);
+    }
+    if (!rc)
+        rc = df_write_file_atomic(out_path, out.p ? out.p : "", out.len);
+    if (!rc && n_rows)
+        *n_rows = index;
+    free(out.p);
+    free(own_split);
+    free(text);
+    return rc;
+}

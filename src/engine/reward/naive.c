@@ -1,0 +1,81 @@
+/* verl's NaiveRewardManager over a df_batch (include/distflow/reward.h). */
+#include "distflow/reward.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int need_str_col(const df_batch *b, const char *name)
+{
+    const df_column *c = df_batch_column(b, name);
+    if (!c)
+        return df_error(DF_ENOTFOUND, "reward manager: batch has no column %s", name);
+    if (c->kind != DF_COL_STR)
+        return df_error(DF_EINVAL, "reward manager: column %s must hold strings", name);
+    return DF_OK;
+}
+
+int df_reward_naive(const df_reward_manager_cfg *cfg, df_batch *b, const char *const *responses,
+                    float *scores, float *acc, int64_t *n_empty)
+{
+    const char *key = (cfg && cfg->reward_fn_key && cfg->reward_fn_key[0]) ? cfg->reward_fn_key
+                                                                           : "data_source";
+    df_reward_fn custom = cfg ? cfg->compute_score : NULL;
+    int64_t n = df_batch_size(b);
+    if (n > 0 && !responses)
+        return df_error(DF_EINVAL, "reward manager: no decoded responses for %lld rows", (long long)n);
+    const df_column *resp = df_batch_column(b, "response_ids");
+    if (!resp)
+        return df_error(DF_ENOTFOUND, "reward manager: batch has no column response_ids");
+    if (resp->kind != DF_COL_TOK_I32 && resp->kind != DF_COL_TOK_F32)
+        return df_error(DF_EINVAL, "reward manager: response_ids is not a per-token column");
+    int rc = need_str_col(b, key);
+    if (rc || (rc = need_str_col(b, "ground_truth")))
+        return rc;
+    bool has_extra = df_batch_str(b, "extra_info", 0) != NULL;
+
+    /* score every row first, so a failure leaves the batch untouched */
+    double *sc = malloc((size_t)(n ? n : 1) * sizeof *sc);
+    if (!sc)
+        return df_error(DF_ENOMEM, "reward manager: out of memory");
+    const char *last_src = NULL; /* one-entry cache: batches usually hold one data_source */
+    df_reward_fn fn = custom;
+    for (int64_t i = 0; !rc && i < n; i++) {
+        const char *src = df_batch_str(b, key, i);
+        if (!custom && (!last_src || strcmp(src, last_src))) {
+            if ((rc = df_reward_lookup(src, &fn))) {
+                rc = df_error_wrap(rc, "reward manager: row %lld", (long long)i);
+                break;
+            }
+            last_src = src;
+        }
+        sc[i] = 0.0;
+        rc = fn(src, responses[i] ? responses[i] : "", df_batch_str(b, "ground_truth", i),
+                has_extra ? df_batch_str(b, "extra_info", i) : NULL, &sc[i]);
+        if (rc)
+            rc = df_error_wrap(rc, "reward manager: scoring row %lld (data_source %s)",
+                               (long long)i, src);
+    }
+    float *tls = NULL;
+    if (!rc)
+        rc = df_batch_alloc_tok_f32_like(b, "token_level_scores", "response_ids", &tls);
+    if (rc) {
+        free(sc);
+        return rc;
+    }
+    const int64_t *off = df_batch_offsets(b, "token_level_scores");
+    int64_t empty = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (off[i + 1] > off[i])
+            tls[off[i + 1] - 1] = (float)sc[i]; /* verl: reward_tensor[i, valid_response_length - 1] */
+        else
+            empty++;
+        if (scores)
+            scores[i] = (float)sc[i];
+        if (acc)
+            acc[i] = sc[i] == 1.0 ? 1.0f : 0.0f;
+    }
+    free(sc);
+    if (n_empty)
+        *n_empty = empty;
+    return DF_OK;
+}

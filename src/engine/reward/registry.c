@@ -1,0 +1,36 @@
+/* Reward functions keyed by data_source (include/distflow/reward.h). */
+#include "distflow/reward.h"
+
+#include "util/fn_registry.h"
+
+#include <string.h>
+
+static const df_fn_entry BUILTINS[] = {
+    {"openai/gsm8k", (df_any_fn)df_reward_gsm8k},
+    {"synthetic/arithmetic", (df_any_fn)df_reward_synthetic},
+};
+
+/* The registry: the one global this module keeps (DESIGN.md §7). */
+static df_fn_registry g_rewards = {"reward function", BUILTINS,
+                                   sizeof BUILTINS / sizeof BUILTINS[0], NULL, 0, 0};
+
+int df_reward_register(const char *name, df_reward_fn fn)
+{
+    if (name && strlen(name) >= DF_REWARD_NAME_MAX)
+        return df_error(DF_EINVAL, "reward function registry: name '%.40s...' longer than %d bytes",
+                        name, DF_REWARD_NAME_MAX - 1);
+    return df_fn_registry_add(&g_rewards, name, (df_any_fn)fn);
+}
+
+int df_reward_lookup(const char *name, df_reward_fn *out)
+{
+    df_any_fn fn = df_fn_registry_find(&g_rewards, name);
+    if (fn) {
+        *out = (df_reward_fn)fn;
+        return DF_OK;
+    }
+    char known[1024];
+    df_fn_registry_names(&g_rewards, known, sizeof known);
+    return df_error(DF_ENOTFOUND, "no reward function for data_source \"%s\" (registered: %s)",
+                    name ? name : "(null)", known);
+}

@@ -1,0 +1,128 @@
+/*
+ * Rule-based scorers: verl's GSM8K (verl/utils/reward_score/gsm8k.py) and the
+ * synthetic arithmetic task (include/distflow/synth.h).
+ */
+#include "distflow/reward.h"
+
+#include <string.h>
+
+/* Start of the last `n` code points of s (UTF-8; continuation bytes are
+ * 10xxxxxx), i.e. Python's s[-n:] on the decoded string. */
+static const char *last_code_points(const char *s, size_t n)
+{
+    const char *p = s + strlen(s);
+    size_t seen = 0;
+    while (p > s) {
+        const char *q = p - 1;
+        while (q > s && ((unsigned char)*q & 0xC0) == 0x80)
+            q--;
+        if (seen == n)
+            break;
+        p = q;
+        seen++;
+    }
+    return p;
+}
+
+/* Length of `-?[0-9.,]+` at p; 0 when it does not match there. */
+static size_t gsm8k_number_len(const char *p)
+{
+    const char *q = p + (*p == '-');
+    const char *d = q;
+    while ((*q >= '0' && *q <= '9') || *q == '.' || *q == ',')
+        q++;
+    return q == d ? 0 : (size_t)(q - p);
+}
+
+bool df_reward_gsm8k_extract(const char *response, char *out, size_t cap)
+{
+    const char *tail = last_code_points(response, DF_GSM8K_CLIP_CHARS);
+    const char *best = NULL;
+    size_t best_len = 0;
+    /* every "#### " start is a possible match; none can begin inside another
+     * match, so the last one found is re.findall(...)[-1] */
+    for (const char *p = strstr(tail, "#### "); p; p = strstr(p + 1, "#### ")) {
+        size_t n = gsm8k_number_len(p + 5);
+        if (n) {
+            best = p + 5;
+            best_len = n;
+        }
+    }
+    if (!best || cap == 0)
+        return false;
+    size_t k = 0;
+    for (size_t j = 0; j < best_len; j++) {
+        if (best[j] == ',' || best[j] == '$')
+            continue;
+        if (k + 1 >= cap)
+            return false;
+        out[k++] = best[j];
+    }
+    out[k] = '\0';
+    return true;
+}
+
+int df_reward_gsm8k(const char *data_source, const char *solution_str, const char *ground_truth,
+                    const char *extra_info, double *score)
+{
+    (void)data_source;
+    (void)extra_info;
+    char ans[DF_GSM8K_CLIP_CHARS * 4 + 1];
+    *score = 0.0;
+    if (solution_str && df_reward_gsm8k_extract(solution_str, ans, sizeof ans) && ground_truth &&
+        !strcmp(ans, ground_truth))
+        *score = 1.0;
+    return DF_OK;
+}
+
+/* Canonical integer text at p: sign kept unless the value is zero, leading
+ * zeros dropped. Returns the number of bytes read (0: no integer), the
+ * digits via *digits / *nd and the sign via *neg. */
+static size_t int_at(const char *p, bool *neg, const char **digits, size_t *nd)
+{
+    const char *q = p;
+    *neg = *q == '-';
+    q += *neg;
+    const char *d = q;
+    while (*q >= '0' && *q <= '9')
+        q++;
+    if (q == d)
+        return 0;
+    size_t n = (size_t)(q - d);
+    while (n > 1 && *d == '0') {
+        d++;
+        n--;
+    }
+    if (n == 1 && *d == '0')
+        *neg = false;
+    *digits = d;
+    *nd = n;
+    return (size_t)(q - p);
+}
+
+int df_reward_synthetic(const char *data_source, const char *solution_str,
+                        const char *ground_truth, const char *extra_info, double *score)
+{
+    (void)data_source;
+    (void)extra_info;
+    *score = 0.0;
+    if (!solution_str || !ground_truth)
+        return DF_OK;
+    bool gneg, aneg;
+    const char *gd, *ad;
+    size_t gn, an;
+    const char *g = ground_truth;
+    while (*g == ' ')
+        g++;
+    size_t gl = int_at(g, &gneg, &gd, &gn);
+    if (!gl || g[gl] != '\0')
+        return DF_OK; /* not an integer ground truth: nothing can match */
+    for (const char *p = strstr(solution_str, "#### "); p; p = strstr(p + 1, "#### ")) {
+        if (!int_at(p + 5, &aneg, &ad, &an))
+            continue;
+        if (aneg == gneg && an == gn && !memcmp(ad, gd, an))
+            *score = 1.0;
+        return DF_OK; /* the first match decides */
+    }
+    return DF_OK;
+}

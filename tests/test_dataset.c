@@ -1,0 +1,672 @@
+/* Datasets (verl JSONL schema), the partitioned dataloader and GSM8K conversion. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "distflow/dataloader.h"
+#include "distflow/dataset.h"
+
+static char g_tmp[64];
+
+static int setup_tmp(void **state)
+{
+    (void)state;
+    strcpy(g_tmp, "/tmp/df_test_dataset_XXXXXX");
+    return mkdtemp(g_tmp) ? 0 : -1;
+}
+
+static int teardown_tmp(void **state)
+{
+    (void)state;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* g_tmp/name in one of 16 rotating buffers (enough for any one test). */
+static const char *tmp_path(const char *name)
+{
+    static char buf[16][256];
+    static int k;
+    k = (k + 1) % 16;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", g_tmp, name);
+    return buf[k];
+}
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static bool file_exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+static df_dataset *load_text(const char *text, const df_dataset_opts *o)
+{
+    df_dataset *ds = NULL;
+    int rc = df_dataset_load_buffer(text, strlen(text), "mem.jsonl", o, &ds);
+    if (rc)
+        fail_msg("load failed: %s", df_last_error());
+    return ds;
+}
+
+static void expect_load_error(const char *text, int code, const char *msg)
+{
+    df_dataset *ds = NULL;
+    assert_int_equal(df_dataset_load_buffer(text, strlen(text), "bad.jsonl", NULL, &ds), code);
+    assert_null(ds);
+    if (!strstr(df_last_error(), msg))
+        fail_msg("error '%s' lacks '%s'", df_last_error(), msg);
+}
+
+/* ---- dataset ---------------------------------------------------------------- */
+
+static const char *const GOOD =
+    "{\"data_source\": \"openai/gsm8k\", \"prompt\": [{\"role\": \"system\", \"content\": \"Be brief.\"},"
+    " {\"role\": \"user\", \"content\": \"1+1?\"}], \"ability\": \"math\","
+    " \"reward_model\": {\"style\": \"rule\", \"ground_truth\": \"2\"},"
+    " \"extra_info\": {\"split\": \"train\", \"index\": 0, \"answer\": \"1+1=2\\n#### 2\"}}\n"
+    "\n"
+    "   \n"
+    "{\"data_source\": \"x\", \"prompt\": \"caf\\u00e9?\", \"reward_model\": {\"ground_truth\": 18}}\r\n"
+    "{\"data_source\": \"x\", \"prompt\": \"a\", \"reward_model\": {\"ground_truth\": 2.5}, \"extra_info\": null}\n"
+    "{\"data_source\": \"x\", \"prompt\": \"b\", \"reward_model\": {\"ground_truth\": -3.0}}";
+
+static void test_load_rows(void **state)
+{
+    (void)state;
+    df_dataset *ds = load_text(GOOD, NULL);
+    assert_int_equal(df_dataset_size(ds), 4);
+    assert_string_equal(df_dataset_data_source(ds, 0), "openai/gsm8k");
+    assert_string_equal(df_dataset_ground_truth(ds, 0), "2");
+    assert_string_equal(df_dataset_reward_style(ds, 0), "rule");
+    assert_string_equal(df_dataset_ability(ds, 0), "math");
+    assert_string_equal(df_dataset_extra_info(ds, 0),
+                        "{\"split\":\"train\",\"index\":0,\"answer\":\"1+1=2\\n#### 2\"}");
+    assert_string_equal(df_dataset_raw_prompt(ds, 0),
+                        "[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"1+1?\"}]");
+    assert_int_equal(df_dataset_num_messages(ds, 0), 2);
+    const char *role, *content;
+    assert_int_equal(df_dataset_message(ds, 0, 1, &role, &content), 0);
+    assert_string_equal(role, "user");
+    assert_string_equal(content, "1+1?");
+    assert_int_equal(df_dataset_message(ds, 0, 2, &role, &content), DF_EINVAL);
+    /* plain-string prompt -> one user message; numbers as text; blank lines counted */
+    assert_int_equal(df_dataset_num_messages(ds, 1), 1);
+    assert_int_equal(df_dataset_message(ds, 1, 0, &role, &content), 0);
+    assert_string_equal(role, "user");
+    assert_string_equal(content, "caf\xc3\xa9?");
+    assert_string_equal(df_dataset_raw_prompt(ds, 1), "[{\"role\":\"user\",\"content\":\"caf\xc3\xa9?\"}]");
+    assert_string_equal(df_dataset_ground_truth(ds, 1), "18");
+    assert_string_equal(df_dataset_ground_truth(ds, 2), "2.5");
+    assert_string_equal(df_dataset_ground_truth(ds, 3), "-3.0");
+    assert_string_equal(df_dataset_extra_info(ds, 1), "{}");
+    assert_string_equal(df_dataset_extra_info(ds, 2), "{}");
+    assert_string_equal(df_dataset_ability(ds, 1), "");
+    assert_string_equal(df_dataset_reward_style(ds, 1), "");
+    int64_t line = 0;
+    assert_string_equal(df_dataset_source(ds, 1, &line), "mem.jsonl");
+    assert_int_equal(line, 4);
+    df_dataset_source(ds, 3, &line);
+    assert_int_equal(line, 6);
+    assert_null(df_dataset_data_source(ds, 4));
+    assert_null(df_dataset_raw_prompt(ds, -1));
+    assert_int_equal(df_dataset_num_messages(ds, 9), -1);
+    df_dataset_free(ds);
+
+    /* empty input is an empty dataset */
+    ds = load_text("\n\n", NULL);
+    assert_int_equal(df_dataset_size(ds), 0);
+    df_dataset_free(ds);
+}
+
+static void test_field(void **state)
+{
+    (void)state;
+    df_dataset *ds = load_text(GOOD, NULL);
+    char *s = NULL;
+    assert_int_equal(df_dataset_field(ds, 0, "extra_info.answer", &s), 0);
+    assert_string_equal(s, "1+1=2\n#### 2");
+    free(s);
+    assert_int_equal(df_dataset_field(ds, 0, "extra_info.index", &s), 0);
+    assert_string_equal(s, "0");
+    free(s);
+    assert_int_equal(df_dataset_field(ds, 0, "prompt.1.content", &s), 0);
+    assert_string_equal(s, "1+1?");
+    free(s);
+    assert_int_equal(df_dataset_field(ds, 0, "reward_model", &s), 0);
+    assert_string_equal(s, "{\"style\":\"rule\",\"ground_truth\":\"2\"}");
+    free(s);
+    assert_int_equal(df_dataset_field(ds, 2, "reward_model.ground_truth", &s), 0);
+    assert_string_equal(s, "2.5");
+    free(s);
+    assert_int_equal(df_dataset_field(ds, 2, "extra_info", &s), 0);
+    assert_string_equal(s, "");
+    free(s);
+    s = NULL;
+    assert_int_equal(df_dataset_field(ds, 0, "extra_info.missing", &s), DF_ENOTFOUND);
+    assert_non_null(strstr(df_last_error(), "mem.jsonl:1: no field \"extra_info.missing\""));
+    assert_int_equal(df_dataset_field(ds, 0, "prompt.2.content", &s), DF_ENOTFOUND);
+    assert_int_equal(df_dataset_field(ds, 0, "prompt.x", &s), DF_ENOTFOUND);
+    assert_int_equal(df_dataset_field(ds, 0, "extra_info.", &s), DF_ENOTFOUND);
+    assert_int_equal(df_dataset_field(ds, 0, "", &s), DF_ENOTFOUND);
+    assert_int_equal(df_dataset_field(ds, 7, "prompt", &s), DF_EINVAL);
+    assert_null(s);
+    df_dataset_free(ds);
+}
+
+static void test_malformed(void **state)
+{
+    (void)state;
+    const char *ok = "{\"data_source\": \"x\", \"prompt\": \"q\", \"reward_model\": {\"ground_truth\": \"1\"}}\n";
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s\n{\"data_source\": \"x\", \"prompt\": [}\n", ok);
+    expect_load_error(buf, DF_EINVAL, "bad.jsonl:3:");
+    expect_load_error(buf, DF_EINVAL, "invalid JSON");
+    snprintf(buf, sizeof buf, "%s{\"prompt\": \"q\", \"prompt\": \"r\"}", ok);
+    expect_load_error(buf, DF_EINVAL, "bad.jsonl:2:");
+    expect_load_error("[1, 2]\n", DF_EINVAL, "bad.jsonl:1: expected a JSON object, got array");
+    expect_load_error("{\"data_source\": \"x\", \"reward_model\": {\"ground_truth\": \"1\"}}",
+                      DF_EINVAL, "bad.jsonl:1: missing \"prompt\"");
+    expect_load_error("{\"data_source\": \"x\", \"prompt\": 5, \"reward_model\": {\"ground_truth\": \"1\"}}",
+                      DF_EINVAL, "\"prompt\" must be a list of chat messages or a string, got integer");
+    expect_load_error("{\"data_source\": \"x\", \"prompt\": [], \"reward_model\": {\"ground_truth\": \"1\"}}",
+                      DF_EINVAL, "empty message list");
+    expect_load_error("{\"data_source\": \"x\", \"prompt\": [\"hi\"], \"reward_model\": {\"ground_truth\": \"1\"}}",
+                      DF_EINVAL, "prompt[0] must be an object {role, content}, got string");
+    expect_load_error("{\"data_source\": \"x\", \"prompt\": [{\"content\": \"c\"}], \"reward_model\": {\"ground_truth\": \"1\"}}",
+                      DF_EINVAL, "prompt[0].role must be a string, got nothing");
+    expect_load_error("{\"data_source\": \"x\", \"prompt\": [{\"role\": \"user\", \"content\": [1]}], "
+                      "\"reward_model\": {\"ground_truth\": \"1\"}}",
+                      DF_EINVAL, "prompt[0].content must be a string, got array");
+    expect_load_error("{\"prompt\": \"q\", \"reward_model\": {\"ground_truth\": \"1\"}}", DF_EINVAL,
+                      "bad.jsonl:1: missing \"data_source\"");
+    expect_load_error("{\"data_source\": 3, \"prompt\": \"q\", \"reward_model\": {\"ground_truth\": \"1\"}}",
+                      DF_EINVAL, "data_source must be a string, got integer");
+    expect_load_error("{\"data_source\": \"x\", \"prompt\": \"q\"}", DF_EINVAL, "missing \"reward_model\"");
+    expect_load_error("{\"data_source\": \"x\", \"prompt\": \"q\", \"reward_model\": \"1\"}", DF_EINVAL,
+                      "reward_model must be an object, got string");
+    expect_load_error("{\"data_source\": \"x\", \"prompt\": \"q\", \"reward_model\": {\"ground_truth\": [1]}}",
+                      DF_EINVAL, "reward_model.ground_truth must be a string or number, got array");
+    expect_load_error("{\"data_source\": \"x\", \"prompt\": \"q\", \"reward_model\": {\"ground_truth\": \"1\", "
+                      "\"style\": 1}}",
+                      DF_EINVAL, "reward_model.style must be a string");
+    expect_load_error("{\"data_source\": \"x\", \"prompt\": \"q\", \"reward_model\": {\"ground_truth\": \"1\"}, "
+                      "\"extra_info\": \"e\"}",
+                      DF_EINVAL, "extra_info must be an object, got string");
+    expect_load_error("{\"data_source\": \"x\", \"prompt\": \"q\", \"reward_model\": {\"ground_truth\": \"1\"}, "
+                      "\"ability\": 1}",
+                      DF_EINVAL, "ability must be a string, got integer");
+    expect_load_error("{\"data_source\": \"x\", \"prompt\": \"q\", \"reward_model\": {\"ground_truth\": true}}",
+                      DF_EINVAL, "got true");
+}
+
+static void test_sft_options(void **state)
+{
+    (void)state;
+    const char *text = "{\"extra_info\": {\"question\": \"Q1\", \"answer\": \"A1\"}}\n"
+                       "{\"extra_info\": {\"question\": \"Q2\", \"answer\": \"A2\"}}\n";
+    df_dataset_opts o = {.prompt_key = "extra_info.question", .reward_optional = true};
+    df_dataset *ds = load_text(text, &o);
+    assert_int_equal(df_dataset_size(ds), 2);
+    const char *content;
+    df_dataset_message(ds, 1, 0, NULL, &content);
+    assert_string_equal(content, "Q2");
+    assert_string_equal(df_dataset_data_source(ds, 0), "");
+    assert_string_equal(df_dataset_ground_truth(ds, 0), "");
+    char *s;
+    assert_int_equal(df_dataset_field(ds, 1, "extra_info.answer", &s), 0);
+    assert_string_equal(s, "A2");
+    free(s);
+    df_dataset_free(ds);
+    /* without the options the same file is an RL error */
+    expect_load_error(text, DF_EINVAL, "bad.jsonl:1: missing \"prompt\"");
+}
+
+static void test_files_and_filter(void **state)
+{
+    (void)state;
+    const char *a = tmp_path("a.jsonl"), *b = tmp_path("b.jsonl");
+    write_text(a, "{\"data_source\": \"s\", \"prompt\": \"a0\", \"reward_model\": {\"ground_truth\": \"0\"}}\n"
+                  "{\"data_source\": \"s\", \"prompt\": \"a1\", \"reward_model\": {\"ground_truth\": \"1\"}}\n");
+    write_text(b, "\n{\"data_source\": \"s\", \"prompt\": \"b0\", \"reward_model\": {\"ground_truth\": \"2\"}}\n"
+                  "{\"data_source\": \"s\", \"prompt\": \"b1\", \"reward_model\": {\"ground_truth\": \"3\"}}\n"
+                  "{\"data_source\": \"s\", \"prompt\": \"b2\", \"reward_model\": {\"ground_truth\": \"4\"}}\n");
+    const char *paths[] = {a, b};
+    df_dataset *ds = NULL;
+    assert_int_equal(df_dataset_load(paths, 2, NULL, &ds), 0);
+    assert_int_equal(df_dataset_size(ds), 5);
+    int64_t line;
+    assert_string_equal(df_dataset_source(ds, 2, &line), b);
+    assert_int_equal(line, 2);
+    for (int i = 0; i < 5; i++) {
+        char want[2] = {(char)('0' + i), 0};
+        assert_string_equal(df_dataset_ground_truth(ds, i), want);
+    }
+    const bool keep[] = {true, false, false, true, true};
+    assert_int_equal(df_dataset_filter(ds, keep), 2);
+    assert_int_equal(df_dataset_size(ds), 3);
+    assert_string_equal(df_dataset_ground_truth(ds, 0), "0");
+    assert_string_equal(df_dataset_ground_truth(ds, 1), "3");
+    assert_string_equal(df_dataset_ground_truth(ds, 2), "4");
+    assert_string_equal(df_dataset_raw_prompt(ds, 2), "[{\"role\":\"user\",\"content\":\"b2\"}]");
+    assert_string_equal(df_dataset_source(ds, 1, &line), b);
+    assert_int_equal(line, 3);
+    const bool none[] = {false, false, false};
+    assert_int_equal(df_dataset_filter(ds, none), 3);
+    assert_int_equal(df_dataset_size(ds), 0);
+    df_dataset_free(ds);
+
+    /* a missing file / a bad line in the second file */
+    const char *missing[] = {a, tmp_path("nope.jsonl")};
+    ds = NULL;
+    assert_int_equal(df_dataset_load(missing, 2, NULL, &ds), DF_ENOTFOUND);
+    assert_non_null(strstr(df_last_error(), "nope.jsonl"));
+    assert_null(ds);
+    write_text(b, "{\"data_source\": \"s\", \"prompt\": \"b0\", \"reward_model\": {\"ground_truth\": \"2\"}}\n{oops}\n");
+    assert_int_equal(df_dataset_load(paths, 2, NULL, &ds), DF_EINVAL);
+    char want[300];
+    snprintf(want, sizeof want, "%s:2:5: invalid JSON", b);
+    if (!strstr(df_last_error(), want))
+        fail_msg("'%s' lacks '%s'", df_last_error(), want);
+    assert_int_equal(df_dataset_load(paths, 0, NULL, &ds), DF_EINVAL);
+    /* verl's usual Parquet files are recognised and refused with a hint */
+    write_text(b, "PAR1\x15\x04binary");
+    assert_int_equal(df_dataset_load(paths, 2, NULL, &ds), DF_EUNSUPPORTED);
+    assert_non_null(strstr(df_last_error(), "Parquet"));
+    assert_int_equal(df_gsm8k_convert(b, tmp_path("pq.jsonl"), NULL, NULL), DF_EUNSUPPORTED);
+}
+
+/* ---- dataloader ---------------------------------------------------------------- */
+
+/* n rows; row i has prompt "p<i>", ground_truth "<i>", data_source "s<i % 2>". */
+static df_dataset *numbered(int n)
+{
+    char *text = malloc((size_t)n * 128 + 1);
+    size_t at = 0;
+    for (int i = 0; i < n; i++)
+        at += (size_t)sprintf(text + at,
+                              "{\"data_source\": \"s%d\", \"prompt\": \"p%d\", \"reward_model\": "
+                              "{\"ground_truth\": %d}, \"extra_info\": {\"i\": %d}}\n",
+                              i % 2, i, i, i);
+    df_dataset *ds = NULL;
+    assert_int_equal(df_dataset_load_buffer(text, at, "num", NULL, &ds), 0);
+    free(text);
+    return ds;
+}
+
+static int64_t rows_at(const df_dataloader *dl, int64_t e, int64_t s, int64_t *idx)
+{
+    int64_t n = -1;
+    assert_int_equal(df_dataloader_indices(dl, e, s, idx, 64, &n), 0);
+    return n;
+}
+
+static void check_partition(const df_dataset *ds, int64_t gbs, int world, bool drop_last)
+{
+    df_dataloader *all = NULL, *part[4] = {0};
+    assert_int_equal(df_dataloader_create(ds, gbs, 0, 1, true, 7, drop_last, &all), 0);
+    for (int r = 0; r < world; r++)
+        assert_int_equal(df_dataloader_create(ds, gbs, r, world, true, 7, drop_last, &part[r]), 0);
+    int64_t steps = df_dataloader_steps_per_epoch(all);
+    for (int64_t e = 0; e < 2; e++) {
+        for (int64_t s = 0; s < steps; s++) {
+            int64_t g[64], p[64], gn = rows_at(all, e, s, g), got = 0;
+            for (int r = 0; r < world; r++) {
+                assert_int_equal(df_dataloader_steps_per_epoch(part[r]), steps);
+                int64_t pn = rows_at(part[r], e, s, p);
+                if (gn == gbs)
+                    assert_int_equal(pn, gbs / world); /* equal shares of full batches */
+                /* the rank's share is the next contiguous piece of the global batch */
+                for (int64_t k = 0; k < pn; k++)
+                    assert_int_equal(p[k], g[got + k]);
+                got += pn;
+            }
+            assert_int_equal(got, gn); /* disjoint and covering */
+        }
+    }
+    for (int r = 0; r < world; r++)
+        df_dataloader_free(part[r]);
+    df_dataloader_free(all);
+}
+
+static void test_partitions(void **state)
+{
+    (void)state;
+    df_dataset *ds = numbered(20);
+    check_partition(ds, 6, 2, true);
+    check_partition(ds, 6, 3, true);
+    check_partition(ds, 6, 2, false);
+    check_partition(ds, 6, 3, false);
+    check_partition(ds, 12, 3, false);
+    /* the last partial batch of 2 rows over 3 ranks: shares 0, 1, 1 */
+    df_dataloader *dl;
+    int64_t idx[64];
+    int want[3] = {0, 1, 1};
+    for (int r = 0; r < 3; r++) {
+        assert_int_equal(df_dataloader_create(ds, 6, r, 3, false, 0, false, &dl), 0);
+        assert_int_equal(df_dataloader_steps_per_epoch(dl), 4);
+        assert_int_equal(rows_at(dl, 0, 3, idx), want[r]);
+        if (r == 2)
+            assert_int_equal(idx[0], 19);
+        df_dataloader_free(dl);
+    }
+    df_dataset_free(ds);
+}
+
+static void test_order_and_shuffle(void **state)
+{
+    (void)state;
+    df_dataset *ds = numbered(10);
+    df_dataloader *a, *b, *c;
+    int64_t x[64], y[64];
+    /* no shuffle: identity order, rank 1 of 2 takes the second half of each global batch */
+    assert_int_equal(df_dataloader_create(ds, 4, 1, 2, false, 0, true, &a), 0);
+    assert_int_equal(df_dataloader_steps_per_epoch(a), 2);
+    assert_int_equal(rows_at(a, 0, 0, x), 2);
+    assert_int_equal(x[0], 2);
+    assert_int_equal(x[1], 3);
+    assert_int_equal(rows_at(a, 5, 1, x), 2);
+    assert_int_equal(x[0], 6);
+    assert_int_equal(x[1], 7);
+    df_dataloader_free(a);
+
+    /* shuffle: same seed -> same order; epochs and seeds differ; an epoch is a permutation */
+    assert_int_equal(df_dataloader_create(ds, 10, 0, 1, true, 123, true, &a), 0);
+    assert_int_equal(df_dataloader_create(ds, 10, 0, 1, true, 123, true, &b), 0);
+    assert_int_equal(df_dataloader_create(ds, 10, 0, 1, true, 124, true, &c), 0);
+    int same_epoch = 0, same_seed = 0;
+    for (int e = 0; e < 4; e++) {
+        assert_int_equal(rows_at(a, e, 0, x), 10);
+        assert_int_equal(rows_at(b, e, 0, y), 10);
+        assert_memory_equal(x, y, sizeof(int64_t) * 10);
+        int seen[10] = {0};
+        for (int k = 0; k < 10; k++)
+            seen[x[k]]++;
+        for (int k = 0; k < 10; k++)
+            assert_int_equal(seen[k], 1);
+        rows_at(c, e, 0, y);
+        same_seed += !memcmp(x, y, sizeof(int64_t) * 10);
+        rows_at(a, e + 1, 0, y);
+        same_epoch += !memcmp(x, y, sizeof(int64_t) * 10);
+    }
+    assert_int_equal(same_epoch, 0);
+    assert_int_equal(same_seed, 0);
+    df_dataloader_free(a);
+    df_dataloader_free(b);
+    df_dataloader_free(c);
+    df_dataset_free(ds);
+}
+
+static void test_drop_last_and_errors(void **state)
+{
+    (void)state;
+    df_dataset *ds = numbered(10);
+    df_dataloader *dl = NULL;
+    int64_t x[64];
+    assert_int_equal(df_dataloader_create(ds, 4, 0, 1, true, 1, true, &dl), 0);
+    assert_int_equal(df_dataloader_steps_per_epoch(dl), 2);
+    int64_t n;
+    assert_int_equal(df_dataloader_indices(dl, 0, 2, x, 64, &n), DF_EINVAL);
+    df_dataloader_free(dl);
+    assert_int_equal(df_dataloader_create(ds, 4, 0, 1, false, 1, false, &dl), 0);
+    assert_int_equal(df_dataloader_steps_per_epoch(dl), 3);
+    assert_int_equal(rows_at(dl, 0, 2, x), 2);
+    assert_int_equal(x[0], 8);
+    assert_int_equal(x[1], 9);
+    assert_int_equal(df_dataloader_indices(dl, 0, 0, x, 3, &n), DF_EINVAL); /* buffer too small */
+    df_dataloader_free(dl);
+
+    dl = NULL;
+    assert_int_equal(df_dataloader_create(ds, 6, 0, 4, false, 0, true, &dl), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "not divisible"));
+    assert_int_equal(df_dataloader_create(ds, 4, 2, 2, false, 0, true, &dl), DF_EINVAL);
+    assert_int_equal(df_dataloader_create(ds, 4, -1, 2, false, 0, true, &dl), DF_EINVAL);
+    assert_int_equal(df_dataloader_create(ds, 0, 0, 1, false, 0, true, &dl), DF_EINVAL);
+    assert_int_equal(df_dataloader_create(ds, 12, 0, 1, false, 0, true, &dl), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "10 rows give no batch of 12 with drop_last"));
+    assert_null(dl);
+    assert_int_equal(df_dataloader_create(ds, 12, 0, 1, false, 0, false, &dl), 0);
+    assert_int_equal(df_dataloader_steps_per_epoch(dl), 1);
+    df_dataloader_free(dl);
+    df_dataset_free(ds);
+}
+
+static void test_batches_and_resume(void **state)
+{
+    (void)state;
+    df_dataset *ds = numbered(10);
+    df_dataloader *dl, *again;
+    assert_int_equal(df_dataloader_create(ds, 4, 1, 2, true, 99, true, &dl), 0);
+    assert_int_equal(df_dataloader_create(ds, 4, 1, 2, true, 99, true, &again), 0);
+    int64_t seen[5][2];
+    for (int k = 0; k < 5; k++) { /* 2 steps per epoch: crosses two epoch boundaries */
+        assert_int_equal(df_dataloader_epoch(dl), k / 2);
+        assert_int_equal(df_dataloader_step(dl), k % 2);
+        df_batch *b = NULL;
+        assert_int_equal(df_dataloader_next(dl, &b), 0);
+        assert_int_equal(df_batch_size(b), 2);
+        assert_true(df_batch_meta_get(b, "epoch", -1) == k / 2);
+        assert_true(df_batch_meta_get(b, "step", -1) == k % 2);
+        const int64_t *index = df_batch_i64(b, "index");
+        for (int r = 0; r < 2; r++) {
+            int64_t i = index[r];
+            char want[64];
+            seen[k][r] = i;
+            assert_string_equal(df_batch_str(b, "data_source", r), i % 2 ? "s1" : "s0");
+            snprintf(want, sizeof want, "%lld", (long long)i);
+            assert_string_equal(df_batch_str(b, "ground_truth", r), want);
+            snprintf(want, sizeof want, "[{\"role\":\"user\",\"content\":\"p%lld\"}]", (long long)i);
+            assert_string_equal(df_batch_str(b, "raw_prompt", r), want);
+            snprintf(want, sizeof want, "{\"i\":%lld}", (long long)i);
+            assert_string_equal(df_batch_str(b, "extra_info", r), want);
+        }
+        df_batch_free(b);
+    }
+    int64_t e, s;
+    df_dataloader_tell(dl, &e, &s);
+    assert_int_equal(e, 2);
+    assert_int_equal(s, 1);
+    /* resume a fresh loader at a saved position: same rows as the original run */
+    assert_int_equal(df_dataloader_seek(again, 1, 1), 0);
+    for (int k = 3; k < 5; k++) {
+        df_batch *b = NULL;
+        assert_int_equal(df_dataloader_next(again, &b), 0);
+        assert_int_equal(df_batch_i64(b, "index")[0], seen[k][0]);
+        assert_int_equal(df_batch_i64(b, "index")[1], seen[k][1]);
+        df_batch_free(b);
+    }
+    assert_int_equal(df_dataloader_seek(again, 0, 2), 0); /* end of epoch 0 = start of epoch 1 */
+    df_dataloader_tell(again, &e, &s);
+    assert_int_equal(e, 1);
+    assert_int_equal(s, 0);
+    assert_int_equal(df_dataloader_seek(again, 0, 3), DF_EINVAL);
+    assert_int_equal(df_dataloader_seek(again, -1, 0), DF_EINVAL);
+    df_dataloader_free(again);
+    df_dataloader_free(dl);
+    df_dataset_free(ds);
+}
+
+/* ---- GSM8K ------------------------------------------------------------------------ */
+
+static void test_gsm8k_extract(void **state)
+{
+    (void)state;
+    char out[32];
+    assert_true(df_gsm8k_extract_answer("a\n#### 72", out, sizeof out));
+    assert_string_equal(out, "72");
+    assert_true(df_gsm8k_extract_answer("#### 1,234,567", out, sizeof out));
+    assert_string_equal(out, "1234567");
+    assert_true(df_gsm8k_extract_answer("#### -5.5", out, sizeof out));
+    assert_string_equal(out, "-5.5");
+    assert_true(df_gsm8k_extract_answer("#### 3 then #### 4", out, sizeof out)); /* first wins */
+    assert_string_equal(out, "3");
+    assert_true(df_gsm8k_extract_answer("#### x #### 9", out, sizeof out)); /* first that matches */
+    assert_string_equal(out, "9");
+    assert_true(df_gsm8k_extract_answer("#### -x #### 8", out, sizeof out));
+    assert_string_equal(out, "8");
+    assert_false(df_gsm8k_extract_answer("####72", out, sizeof out));
+    assert_false(df_gsm8k_extract_answer("#### $7", out, sizeof out));
+    assert_false(df_gsm8k_extract_answer("no answer", out, sizeof out));
+    assert_false(df_gsm8k_extract_answer("#### 123456", out, 4)); /* does not fit */
+}
+
+static uint64_t fnv1a64_file(const char *path, size_t *bytes)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    uint64_t h = 0xcbf29ce484222325ULL;
+    int c;
+    *bytes = 0;
+    while ((c = fgetc(f)) != EOF) {
+        h = (h ^ (uint64_t)(unsigned char)c) * 0x100000001b3ULL;
+        (*bytes)++;
+    }
+    fclose(f);
+    return h;
+}
+
+static void test_gsm8k_real_files(void **state)
+{
+    (void)state;
+    /* hashes of the rows verl's preprocessing writes, from tests/golden/gsm8k_verl_reference.py */
+    static const struct {
+        const char *split;
+        int64_t rows;
+        size_t bytes;
+        uint64_t fnv;
+    } want[] = {{"train", 7473, 7940014, 0xbde889e611d74477ULL},
+                {"test", 1319, 1420649, 0xe071c9fd59f254bfULL}};
+    for (int k = 0; k < 2; k++) {
+        char in[512];
+        snprintf(in, sizeof in, "%s/data/gsm8k/%s.jsonl", DF_SHARED_DIR, want[k].split);
+        if (!file_exists(in)) {
+            print_message("skipping: %s not found\n", in);
+            skip();
+        }
+        const char *out = tmp_path(k ? "test.jsonl" : "train.jsonl");
+        int64_t n = 0;
+        if (df_gsm8k_convert(in, out, NULL, &n))
+            fail_msg("%s", df_last_error());
+        assert_int_equal(n, want[k].rows);
+        size_t bytes;
+        uint64_t h = fnv1a64_file(out, &bytes);
+        assert_int_equal(bytes, want[k].bytes);
+        assert_true(h == want[k].fnv);
+        df_dataset *ds = NULL;
+        const char *paths[] = {out};
+        assert_int_equal(df_dataset_load(paths, 1, NULL, &ds), 0);
+        assert_int_equal(df_dataset_size(ds), want[k].rows);
+        for (int64_t i = 0; i < df_dataset_size(ds); i++) {
+            assert_string_equal(df_dataset_data_source(ds, i), "openai/gsm8k");
+            assert_true(df_dataset_ground_truth(ds, i)[0] != '\0');
+        }
+        if (k == 0) {
+            const char *content;
+            df_dataset_message(ds, 0, 0, NULL, &content);
+            assert_string_equal(content,
+                                "Natalia sold clips to 48 of her friends in April, and then she sold half as "
+                                "many clips in May. How many clips did Natalia sell altogether in April and "
+                                "May? Let's think step by step and output the final answer after \"####\".");
+            assert_string_equal(df_dataset_ground_truth(ds, 0), "72");
+            assert_string_equal(df_dataset_ability(ds, 0), "math");
+            assert_string_equal(df_dataset_reward_style(ds, 0), "rule");
+            char *s;
+            assert_int_equal(df_dataset_field(ds, 7472, "extra_info.index", &s), 0);
+            assert_string_equal(s, "7472");
+            free(s);
+            assert_int_equal(df_dataset_field(ds, 0, "extra_info.split", &s), 0);
+            assert_string_equal(s, "train");
+            free(s);
+        }
+        df_dataset_free(ds);
+    }
+}
+
+static void test_gsm8k_malformed(void **state)
+{
+    (void)state;
+    const char *in = tmp_path("raw.jsonl"), *out = tmp_path("conv.jsonl");
+    int64_t n = -1;
+    /* a good conversion with an explicit split name and a blank line */
+    write_text(in, "{\"question\": \"Q \\u2019?\", \"answer\": \"work\\n#### 1,000\"}\n\n"
+                   "{\"question\": \"R\", \"answer\": \"#### -2\"}\n");
+    assert_int_equal(df_gsm8k_convert(in, out, "dev", &n), 0);
+    assert_int_equal(n, 2);
+    df_dataset *ds = NULL;
+    const char *paths[] = {out};
+    assert_int_equal(df_dataset_load(paths, 1, NULL, &ds), 0);
+    assert_string_equal(df_dataset_ground_truth(ds, 0), "1000");
+    assert_string_equal(df_dataset_ground_truth(ds, 1), "-2");
+    assert_string_equal(df_dataset_extra_info(ds, 1),
+                        "{\"split\":\"dev\",\"index\":1,\"answer\":\"#### -2\",\"question\":\"R\"}");
+    df_dataset_free(ds);
+    FILE *f = fopen(out, "rb");
+    char line[1024];
+    assert_non_null(fgets(line, sizeof line, f));
+    fclose(f);
+    assert_non_null(strstr(line, "\"content\": \"Q \\u2019? Let's think step by step")); /* Python escaping */
+
+    /* failures name in:line and leave the previous output untouched */
+    static const struct {
+        const char *text, *msg;
+    } bad[] = {
+        {"{\"question\": \"Q\", \"answer\": \"#### 1\"}\n{\"question\": \"Q\"\n", "raw.jsonl:2:"},
+        {"{\"question\": \"Q\", \"answer\": \"#### 1\"}\n\n{\"answer\": \"#### 1\"}\n",
+         "raw.jsonl:3: missing \"question\""},
+        {"{\"question\": \"Q\", \"answer\": 5}\n", "raw.jsonl:1: \"answer\" must be a string, got integer"},
+        {"{\"question\": \"Q\", \"answer\": \"no final line\"}\n",
+         "raw.jsonl:1: answer has no \"#### <number>\" final answer"},
+        {"\"just a string\"\n", "raw.jsonl:1: expected a JSON object"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        write_text(in, bad[k].text);
+        assert_int_equal(df_gsm8k_convert(in, out, NULL, &n), DF_EINVAL);
+        if (!strstr(df_last_error(), bad[k].msg))
+            fail_msg("case %zu: '%s' lacks '%s'", k, df_last_error(), bad[k].msg);
+        assert_int_equal(df_dataset_load(paths, 1, NULL, &ds), 0); /* old output still whole */
+        assert_int_equal(df_dataset_size(ds), 2);
+        df_dataset_free(ds);
+    }
+    const char *fresh = tmp_path("never.jsonl");
+    assert_int_equal(df_gsm8k_convert(in, fresh, NULL, &n), DF_EINVAL);
+    assert_false(file_exists(fresh));
+    assert_int_equal(df_gsm8k_convert(tmp_path("missing.jsonl"), fresh, NULL, &n), DF_ENOTFOUND);
+    assert_false(file_exists(fresh));
+    /* unwritable destination */
+    write_text(in, "{\"question\": \"Q\", \"answer\": \"#### 1\"}\n");
+    assert_int_equal(df_gsm8k_convert(in, tmp_path("no/such/dir.jsonl"), NULL, &n), DF_EIO);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_load_rows),
+        cmocka_unit_test(test_field),
+        cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_sft_options),
+        cmocka_unit_test(test_files_and_filter),
+        cmocka_unit_test(test_partitions),
+        cmocka_unit_test(test_order_and_shuffle),
+        cmocka_unit_test(test_drop_last_and_errors),
+        cmocka_unit_test(test_batches_and_resume),
+        cmocka_unit_test(test_gsm8k_extract),
+        cmocka_unit_test(test_gsm8k_real_files),
+        cmocka_unit_test(test_gsm8k_malformed),
+    };
+    return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
+}
