@@ -1,0 +1,29 @@
+/*
+ * hf_dir.h (internal) — a Hugging Face model directory as a unit: the model
+ * (config.json + safetensors) and its tokenizer files.
+ */
+#ifndef DF_ENGINE_HF_DIR_H
+#define DF_ENGINE_HF_DIR_H
+
+#include "distflow/model.h"
+#include "distflow/tokenizer.h"
+
+/**
+ * Load the model in `model_dir` and the tokenizer in `tokenizer_path`
+ * (NULL: model_dir). Checks the tokenizer's ids fit the embedding; when the
+ * tokenizer names no EOS (e.g. a bare Llama-3 tokenizer.json) the model's
+ * eos_token_id is used for it. Either output may be NULL to skip loading it.
+ */
+int df_hf_dir_load(const char *model_dir, const char *tokenizer_path, df_model **model,
+                   df_tokenizer **tok);
+
+/**
+ * Save `m` into `out_dir` in `dtype` and copy the tokenizer files found in
+ * `tokenizer_dir` (tokenizer.json, tokenizer_config.json, vocab.json,
+ * merges.txt, special_tokens_map.json) next to it, so the directory loads in
+ * transformers as it is. tokenizer_dir may be NULL or equal to out_dir.
+ */
+int df_hf_dir_save(const df_model *m, df_dtype dtype, const char *tokenizer_dir,
+                   const char *out_dir);
+
+#endif
