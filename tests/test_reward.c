@@ -52,10 +52,11 @@ static void test_gsm8k_scorer(void **state)
     assert_true(gsm8k("####18", "18") == 0.0);              /* needs "#### " */
     assert_true(gsm8k("#### ", "18") == 0.0);
     assert_true(gsm8k("", "18") == 0.0);
-    /* several ####: the last match counts (current verl; see reward.h) */
-    assert_true(gsm8k("#### 3\nno wait\n#### 4", "4") == 1.0);
-    assert_true(gsm8k("#### 3\nno wait\n#### 4", "3") == 0.0);
-    assert_true(gsm8k("#### 5 and #### x", "5") == 1.0);    /* "#### x" is no match */
+    /* several ####: the first match counts (re.search; see reward.h) */
+    assert_true(gsm8k("#### 3\nno wait\n#### 4", "3") == 1.0);
+    assert_true(gsm8k("#### 3\nno wait\n#### 4", "4") == 0.0);
+    assert_true(gsm8k("#### x and #### 5", "5") == 1.0);    /* "#### x" is no match */
+    assert_true(gsm8k("So $1,234 in all.\n#### $1,234", "1234") == 0.0); /* '$' cannot start it */
     char out[16];
     assert_true(df_reward_gsm8k_extract("#### -1,000,000 ok", out, sizeof out));
     assert_string_equal(out, "-1000000");
@@ -63,33 +64,15 @@ static void test_gsm8k_scorer(void **state)
     assert_false(df_reward_gsm8k_extract("#### 123456789", out, 4));
 }
 
-static void test_gsm8k_clipping(void **state)
+static void test_gsm8k_long_response(void **state)
 {
     (void)state;
-    /* only the last 300 characters are searched */
-    char *s = repeat("#### 5", "x", 294, "");
-    assert_true(gsm8k(s, "5") == 1.0); /* 300 chars: kept whole */
-    free(s);
-    s = repeat("#### 5", "x", 295, "");
-    assert_true(gsm8k(s, "5") == 0.0); /* 301: the first '#' is cut off */
-    free(s);
-    s = repeat("x#### 5", "x", 294, "");
-    assert_true(gsm8k(s, "5") == 1.0);
-    free(s);
-    /* characters are code points, not bytes: 294 two-byte 'é' still fit */
-    s = repeat("#### 5", "\xc3\xa9", 294, "");
-    assert_true(gsm8k(s, "5") == 1.0);
-    free(s);
-    s = repeat("#### 5", "\xe6\x97\xa5", 295, ""); /* three-byte chars, 301 code points */
-    assert_true(gsm8k(s, "5") == 0.0);
-    free(s);
-    /* a long response whose answer is at the end scores */
-    s = repeat("", "reasoning ", 1000, "#### 42");
+    /* the whole response is searched, however long */
+    char *s = repeat("", "reasoning ", 1000, "#### 42");
     assert_true(gsm8k(s, "42") == 1.0);
     free(s);
-    /* an early answer followed by more than 300 characters does not */
     s = repeat("#### 42\n", "y", 400, "");
-    assert_true(gsm8k(s, "42") == 0.0);
+    assert_true(gsm8k(s, "42") == 1.0);
     free(s);
 }
 
@@ -265,7 +248,7 @@ static void test_naive_errors(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gsm8k_scorer),   cmocka_unit_test(test_gsm8k_clipping),
+        cmocka_unit_test(test_gsm8k_scorer),   cmocka_unit_test(test_gsm8k_long_response),
         cmocka_unit_test(test_synthetic_scorer), cmocka_unit_test(test_registry),
         cmocka_unit_test(test_naive_manager),  cmocka_unit_test(test_naive_errors),
     };

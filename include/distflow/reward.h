@@ -44,16 +44,16 @@ DF_API int df_reward_lookup(const char *name, df_reward_fn *out);
 
 /* ---- built-in scorers ------------------------------------------------------ */
 
-/** Characters (Unicode code points) of the response's tail that verl's GSM8K scorer reads. */
-#define DF_GSM8K_CLIP_CHARS 300
+/** Longest answer (bytes, after removing ',' and '$') the GSM8K scorer compares. */
+#define DF_GSM8K_MAX_ANSWER 255
 
 /**
- * verl's gsm8k extract_solution(method="strict"), current verl: keep the last
- * DF_GSM8K_CLIP_CHARS code points of the response, take the LAST match of
- * `#### (\-?[0-9\.\,]+)` in them, remove ',' and '$'. The result goes to
- * out[cap]; false when there is no match (or it does not fit).
- * (verl before the clipping change took the first match of the whole string;
- * the two agree whenever the response has one "####" near its end.)
+ * verl's gsm8k extract_solution(method="strict") as in verl <= 0.3
+ * (re.search): the FIRST match of `#### (\-?[0-9\.\,]+)` in the response,
+ * with ',' and '$' removed, goes to out[cap]; false when there is no match
+ * or it does not fit. (verl >= 0.4 reads only the last 300 characters and takes
+ * the last match; the two agree whenever a response has one "####" near its
+ * end, which is the format GSM8K training teaches.)
  */
 DF_API bool df_reward_gsm8k_extract(const char *response, char *out, size_t cap);
 

@@ -34,7 +34,9 @@ int df_actor_create(df_model *model, const df_actor_params *p, bool trainable, d
     a->trainable = trainable;
     if (trainable) {
         a->grads = calloc((size_t)model->n_params, sizeof(float));
-        int rc = a->grads ? df_adamw_create(model->n_params, &a->opt)
+        df_adamw_config oc = {.beta1 = p->beta1, .beta2 = p->beta2, .eps = p->adam_eps,
+                              .weight_decay = p->weight_decay};
+        int rc = a->grads ? df_adamw_create(&oc, model->n_params, &a->opt)
                           : df_error(DF_ENOMEM, "out of memory allocating gradients");
         if (rc) {
             a->model = NULL;
@@ -95,9 +97,11 @@ static int reserve(df_actor *a, const df_batch *b, const int64_t *bounds, int64_
     return DF_OK;
 }
 
-static int plan(df_actor *a, const df_batch *b, int64_t **bounds, int64_t *n_mb)
+static int plan(df_actor *a, const df_batch *b, bool forward_only, int64_t **bounds, int64_t *n_mb)
 {
-    int rc = df_plan_micro_batches(b, a->p.micro_batch_size, a->p.max_token_len, bounds, n_mb);
+    int64_t rows = forward_only ? a->p.logprob_micro_batch_size : a->p.micro_batch_size;
+    int64_t toks = forward_only ? a->p.logprob_max_token_len : a->p.max_token_len;
+    int rc = df_plan_micro_batches(b, rows, toks, bounds, n_mb);
     if (!rc && (rc = reserve(a, b, *bounds, *n_mb)))
         free(*bounds);
     return rc;
@@ -110,7 +114,7 @@ int df_actor_compute_log_prob(df_actor *a, df_batch *b, const char *out_col, dou
     if (rc)
         return rc;
     int64_t *bounds, n_mb;
-    if ((rc = plan(a, b, &bounds, &n_mb)))
+    if ((rc = plan(a, b, true, &bounds, &n_mb)))
         return rc;
     const int64_t *ro = df_batch_offsets(b, "response_ids");
     double ent_sum = 0;
@@ -132,25 +136,22 @@ int df_actor_compute_log_prob(df_actor *a, df_batch *b, const char *out_col, dou
 
 static double current_lr(const df_actor *a)
 {
-    df_lr_schedule s = {.base_lr = a->p.lr, .warmup_steps = a->p.warmup_steps,
-                        .total_steps = a->p.total_steps, .min_lr_ratio = a->p.min_lr_ratio,
-                        .num_cycles = a->p.num_cycles,
-                        .cosine = a->p.warmup_style && !strcmp(a->p.warmup_style, "cosine")};
-    return df_lr_at(&s, a->steps);
+    df_lr_schedule s = {.kind = a->p.cosine ? DF_LR_COSINE : DF_LR_CONSTANT,
+                        .warmup_steps = a->p.warmup_steps, .total_steps = a->p.total_steps,
+                        .min_lr_ratio = a->p.min_lr_ratio, .num_cycles = a->p.num_cycles};
+    return a->p.lr * df_lr_schedule_factor(&s, a->steps);
 }
 
-/* Clip, step, and record grad_norm / lr under `prefix` ("actor" or "train"). */
-static int optimizer_step(df_actor *a, df_metrics *m, const char *prefix)
+/* Clip, step at `lr`, and record grad_norm / lr under `prefix` ("actor" or "train"). */
+static int optimizer_step(df_actor *a, double lr, df_metrics *m, const char *prefix)
 {
     char key[64];
-    double lr = current_lr(a);
     double norm = df_clip_grad_norm(a->grads, a->model->n_params, a->p.grad_clip);
     if (isfinite(norm)) {
-        df_adamw_hparams h = {.lr = lr, .beta1 = a->p.beta1, .beta2 = a->p.beta2,
-                              .eps = a->p.adam_eps, .weight_decay = a->p.weight_decay};
-        df_adamw_step(a->opt, a->model->params, a->grads, &h);
+        int rc = df_adamw_step(a->opt, a->model->params, a->grads, lr);
+        if (rc)
+            return rc;
     } /* else: verl skips the update on a non-finite norm */
-    a->steps++;
     snprintf(key, sizeof key, "%s/grad_norm", prefix);
     df_metrics_mean(m, key, norm);
     snprintf(key, sizeof key, "%s/lr", prefix);
@@ -178,7 +179,7 @@ static int ppo_micro(df_actor *a, const df_batch *b, int64_t s, int64_t e, doubl
     const int64_t *ro = df_batch_offsets(b, "response_ids");
     int64_t base = ro[s], n_tok = ro[e] - ro[s];
     float *logp = a->buf[0], *ent = a->buf[1], *dlogp = a->buf[2], *dent = a->buf[3];
-    bool want_ent = true; /* actor/entropy is always reported */
+    bool want_ent = p->entropy_coeff != 0; /* actor/entropy itself comes from old_log_prob */
     int64_t *offs;
     int rc = df_pack_responses(&a->pk, b, s, e);
     if (!rc)
@@ -205,14 +206,14 @@ static int ppo_micro(df_actor *a, const df_batch *b, int64_t s, int64_t e, doubl
         const float *ref = df_batch_column(b, "ref_log_prob")->data;
         rc = df_kl_loss(p->kl_loss_type, n_tok, logp, ref + base, a->w, (float)p->kl_loss_coef, &kl, dlogp);
     }
-    for (int64_t j = 0; j < n_tok; j++) {
+    for (int64_t j = 0; want_ent && j < n_tok; j++) {
         ent_loss += (double)a->w[j] * ent[j];
         dent[j] = (float)(-p->entropy_coeff * a->w[j]);
     }
     free(offs);
     if (!rc)
         rc = df_model_backward(a->model, a->acts, &a->pk.sb, p->temperature, dlogp,
-                               p->entropy_coeff != 0 ? dent : NULL, a->grads);
+                               want_ent ? dent : NULL, a->grads);
     if (rc)
         return rc;
     /* Losses are normalised by the mini-batch totals, so summing over micro-batches
@@ -235,10 +236,11 @@ static double take(df_metrics *scratch, const char *k)
     return v;
 }
 
-static int ppo_mini_batch(df_actor *a, const df_batch *mb, df_metrics *m, df_metrics *scratch)
+static int ppo_mini_batch(df_actor *a, const df_batch *mb, double lr, df_metrics *m,
+                          df_metrics *scratch)
 {
     int64_t *bounds, n_mb;
-    int rc = plan(a, mb, &bounds, &n_mb);
+    int rc = plan(a, mb, false, &bounds, &n_mb);
     if (rc)
         return rc;
     const int64_t *ro = df_batch_offsets(mb, "response_ids");
@@ -253,11 +255,13 @@ static int ppo_mini_batch(df_actor *a, const df_batch *mb, df_metrics *m, df_met
         return rc;
     df_metrics_mean(m, "actor/pg_loss", take(scratch, "_mb/pg_loss"));
     df_metrics_mean(m, "actor/kl_loss", take(scratch, "_mb/kl_loss"));
-    df_metrics_mean(m, "actor/entropy", take(scratch, "_mb/entropy"));
+    double ent = take(scratch, "_mb/entropy");
+    if (a->p.entropy_coeff != 0)
+        df_metrics_mean(m, "actor/entropy_loss", ent);
     df_metrics_mean(m, "actor/pg_clipfrac", take(scratch, "_mb/clipfrac"));
     df_metrics_mean(m, "actor/pg_clipfrac_lower", take(scratch, "_mb/clipfrac_lower"));
     df_metrics_mean(m, "actor/ppo_kl", take(scratch, "_mb/ppo_kl"));
-    return optimizer_step(a, m, "actor");
+    return optimizer_step(a, lr, m, "actor");
 }
 
 int df_actor_update_policy(df_actor *a, df_batch *b, df_metrics *m)
@@ -275,6 +279,7 @@ int df_actor_update_policy(df_actor *a, df_batch *b, df_metrics *m)
     df_metrics *scratch = df_metrics_new();
     if (!scratch)
         return df_error(DF_ENOMEM, "out of memory");
+    double lr = current_lr(a);
     int rc = DF_OK;
     for (int ep = 0; ep < (a->p.ppo_epochs > 0 ? a->p.ppo_epochs : 1) && !rc; ep++) {
         for (int64_t s = 0; s < n && !rc; s += mbs) {
@@ -282,11 +287,12 @@ int df_actor_update_policy(df_actor *a, df_batch *b, df_metrics *m)
             int64_t e = s + mbs < n ? s + mbs : n;
             if ((rc = df_batch_slice(b, s, e, &mb)))
                 break;
-            rc = ppo_mini_batch(a, mb, m, scratch);
+            rc = ppo_mini_batch(a, mb, lr, m, scratch);
             df_batch_free(mb);
         }
     }
     df_metrics_free(scratch);
+    a->steps++;
     return rc;
 }
 
@@ -295,7 +301,7 @@ int df_actor_sft_step(df_actor *a, df_batch *b, df_metrics *m)
     if (!a->trainable)
         return df_error(DF_EINVAL, "sft step called on a frozen model");
     int64_t *bounds, n_mb;
-    int rc = plan(a, b, &bounds, &n_mb);
+    int rc = plan(a, b, false, &bounds, &n_mb);
     if (rc)
         return rc;
     const int64_t *ro = df_batch_offsets(b, "response_ids");
@@ -317,5 +323,7 @@ int df_actor_sft_step(df_actor *a, df_batch *b, df_metrics *m)
     if (rc)
         return rc;
     df_metrics_mean(m, "train/loss", loss);
-    return optimizer_step(a, m, "train");
+    rc = optimizer_step(a, current_lr(a), m, "train");
+    a->steps++;
+    return rc;
 }

@@ -16,13 +16,15 @@ typedef struct df_actor_params {
     double lr, weight_decay, beta1, beta2, adam_eps;
     int64_t warmup_steps;       /* resolved from lr_warmup_steps / _ratio */
     int64_t total_steps;        /* for the cosine schedule */
-    const char *warmup_style;   /* "constant" | "cosine" */
+    bool cosine;                /* warmup_style: cosine decay after warmup, else constant */
     double min_lr_ratio, num_cycles;
     double grad_clip;
     /* batching */
     int64_t mini_batch_size;    /* samples (responses) per optimizer step; <= 0: whole batch */
     int64_t micro_batch_size;   /* samples per forward / backward; <= 0: token budget only */
     int64_t max_token_len;      /* packed tokens per micro-batch when > 0 (use_dynamic_bsz) */
+    int64_t logprob_micro_batch_size; /* the same two limits for forward-only log-prob passes */
+    int64_t logprob_max_token_len;
     int ppo_epochs;
     /* PPO loss */
     const char *policy_loss;    /* policy_loss.loss_mode, e.g. "vanilla" */
@@ -44,7 +46,7 @@ typedef struct df_actor df_actor;
 int df_actor_create(df_model *model, const df_actor_params *p, bool trainable, df_actor **out);
 void df_actor_free(df_actor *a);
 df_model *df_actor_model(df_actor *a);
-/** Optimizer steps taken so far. */
+/** Training steps taken so far (the lr schedule's step: one per update call, as verl). */
 int64_t df_actor_step_count(const df_actor *a);
 
 /**
@@ -57,9 +59,11 @@ int df_actor_compute_log_prob(df_actor *a, df_batch *b, const char *out_col, dou
 /**
  * PPO update over `b` (prompt_ids, response_ids, old_log_probs, advantages and,
  * with use_kl_loss, ref_log_prob): ppo_epochs passes over mini-batches; one
- * optimizer step per mini-batch. Records actor/pg_loss, actor/pg_clipfrac,
- * actor/pg_clipfrac_lower, actor/ppo_kl, actor/kl_loss, actor/entropy,
- * actor/grad_norm, actor/lr.
+ * optimizer step per mini-batch, all at the lr of this training step (the
+ * schedule advances once per call, as verl's lr_scheduler.step() per
+ * update_actor). Records actor/pg_loss, actor/pg_clipfrac,
+ * actor/pg_clipfrac_lower, actor/ppo_kl, actor/kl_loss, actor/grad_norm,
+ * actor/lr (and actor/entropy_loss when entropy_coeff != 0).
  */
 int df_actor_update_policy(df_actor *a, df_batch *b, df_metrics *m);
 

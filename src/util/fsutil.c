@@ -255,3 +255,11 @@ bool df_dir_exists(const char *path)
     struct stat st;
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
+
+char *df_expand_user(const char *path)
+{
+    const char *home = getenv("HOME");
+    if (path[0] != '~' || path[1] != '/' || !home)
+        return strdup(path);
+    return df_path_join(home, path + 2);
+}

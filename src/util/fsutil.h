@@ -53,6 +53,11 @@ int df_fsync_dir(const char *dir);
 /** df_fsync_dir on the directory that holds `path`. */
 int df_fsync_parent(const char *path);
 
+/**
+ * Expand a leading "~/" to $HOME (config files hold paths as the user wrote
+ * them, verl-style). The result is malloc'd; NULL when out of memory.
+ */
+char *df_expand_user(const char *path);
 /** Copy a file; the destination is written atomically. */
 int df_copy_file(const char *src, const char *dst);
 /** True if `path` names an existing directory. */

@@ -6,24 +6,6 @@
 
 #include <string.h>
 
-/* Start of the last `n` code points of s (UTF-8; continuation bytes are
- * 10xxxxxx), i.e. Python's s[-n:] on the decoded string. */
-static const char *last_code_points(const char *s, size_t n)
-{
-    const char *p = s + strlen(s);
-    size_t seen = 0;
-    while (p > s) {
-        const char *q = p - 1;
-        while (q > s && ((unsigned char)*q & 0xC0) == 0x80)
-            q--;
-        if (seen == n)
-            break;
-        p = q;
-        seen++;
-    }
-    return p;
-}
-
 /* Length of `-?[0-9.,]+` at p; 0 when it does not match there. */
 static size_t gsm8k_number_len(const char *p)
 {
@@ -36,12 +18,10 @@ static size_t gsm8k_number_len(const char *p)
 
 bool df_reward_gsm8k_extract(const char *response, char *out, size_t cap)
 {
-    const char *tail = last_code_points(response, DF_GSM8K_CLIP_CHARS);
     const char *best = NULL;
     size_t best_len = 0;
-    /* every "#### " start is a possible match; none can begin inside another
-     * match, so the last one found is re.findall(...)[-1] */
-    for (const char *p = strstr(tail, "#### "); p; p = strstr(p + 1, "#### ")) {
+    /* re.search: the first "#### " followed by a number */
+    for (const char *p = strstr(response, "#### "); p && !best; p = strstr(p + 1, "#### ")) {
         size_t n = gsm8k_number_len(p + 5);
         if (n) {
             best = p + 5;
@@ -67,7 +47,7 @@ int df_reward_gsm8k(const char *data_source, const char *solution_str, const cha
 {
     (void)data_source;
     (void)extra_info;
-    char ans[DF_GSM8K_CLIP_CHARS * 4 + 1];
+    char ans[DF_GSM8K_MAX_ANSWER + 1];
     *score = 0.0;
     if (solution_str && df_reward_gsm8k_extract(solution_str, ans, sizeof ans) && ground_truth &&
         !strcmp(ans, ground_truth))

@@ -1,0 +1,164 @@
+/* distflow data gsm8k | synth | tokenizer */
+#include "cli/cli.h"
+
+#include "distflow/dataset.h"
+#include "distflow/synth.h"
+#include "distflow/tokenizer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *USAGE =
+    "gsm8k | synth | tokenizer [options]   (distflow data <sub> --help)\n\n"
+    "  gsm8k      convert raw GSM8K JSON lines to the verl RL schema (as verl's gsm8k.py)\n"
+    "  synth      generate the synthetic arithmetic word-problem task (the embedded default)\n"
+    "  tokenizer  train a small byte-level BPE tokenizer on a dataset's chat-rendered text";
+
+static int cmd_gsm8k(int argc, char **argv)
+{
+    const char *in = NULL, *out = NULL, *split = NULL;
+    df_opt opts[] = {
+        {"in", DF_OPT_STR, &in, "raw GSM8K file, e.g. ../shared/data/gsm8k/train.jsonl (required)", false},
+        {"out", DF_OPT_STR, &out, "output JSON lines in the verl schema (required)", false},
+        {"split", DF_OPT_STR, &split, "extra_info.split (default: the input's base name)", false},
+        {0}};
+    char *pos[1];
+    int n_pos, code;
+    if (df_cli_parse("data gsm8k", "--in RAW.jsonl --out OUT.jsonl [--split NAME]", opts, argc,
+                     argv, pos, 0, &n_pos, &code))
+        return code;
+    if ((code = df_cli_require("data gsm8k", opts)))
+        return code;
+    int64_t n = 0;
+    if (df_gsm8k_convert(in, out, split, &n))
+        return df_cli_fail("data gsm8k");
+    fprintf(stderr, "distflow data gsm8k: wrote %lld rows to %s\n", (long long)n, out);
+    return 0;
+}
+
+static int cmd_synth(int argc, char **argv)
+{
+    df_synth_cfg cfg;
+    df_synth_cfg_default(&cfg);
+    const char *out = NULL, *split = "train", *ops = NULL;
+    int64_t n = 0, seed = 0, min_steps = cfg.min_steps, max_steps = cfg.max_steps;
+    int64_t max_operand = cfg.max_operand, max_value = cfg.max_value;
+    df_opt opts[] = {
+        {"out", DF_OPT_STR, &out, "output JSON lines (required)", false},
+        {"n", DF_OPT_INT, &n, "number of problems (required)", false},
+        {"seed", DF_OPT_INT, &seed, "generator seed; use different seeds for train and test", false},
+        {"split", DF_OPT_STR, &split, "extra_info.split (default train)", false},
+        {"min-steps", DF_OPT_INT, &min_steps, "fewest operations per problem (default 2)", false},
+        {"max-steps", DF_OPT_INT, &max_steps, "most operations per problem (default 3)", false},
+        {"max-operand", DF_OPT_INT, &max_operand, "largest start value / operand (default 20)", false},
+        {"max-value", DF_OPT_INT, &max_value, "no value ever exceeds this (default 99)", false},
+        {"ops", DF_OPT_STR, &ops, "operations to use, a subset of \"+-*\" (default all)", false},
+        {0}};
+    char *pos[1];
+    int n_pos, code;
+    if (df_cli_parse("data synth", "--out FILE --n N [--seed S] [knobs]", opts, argc, argv, pos, 0,
+                     &n_pos, &code))
+        return code;
+    if ((code = df_cli_require("data synth", opts)))
+        return code;
+    cfg.seed = (uint64_t)seed;
+    cfg.split = split;
+    cfg.min_steps = (int)min_steps;
+    cfg.max_steps = (int)max_steps;
+    cfg.max_operand = (int)max_operand;
+    cfg.max_value = (int)max_value;
+    if (ops)
+        snprintf(cfg.ops, sizeof cfg.ops, "%s", ops);
+    if (df_synth_write(&cfg, n, out))
+        return df_cli_fail("data synth");
+    fprintf(stderr, "distflow data synth: wrote %lld problems to %s\n", (long long)n, out);
+    return 0;
+}
+
+/* The text a model sees for row i: ChatML with system, user and answer turns. */
+static char *chat_text(const df_dataset *ds, int64_t i, const char *system, const char *answer_key)
+{
+    char *answer = NULL;
+    if (answer_key && df_dataset_field(ds, i, answer_key, &answer))
+        answer = NULL;
+    size_t cap = strlen(system) + (answer ? strlen(answer) : 0) + 256;
+    for (int j = 0; j < df_dataset_num_messages(ds, i); j++) {
+        const char *role, *content;
+        if (!df_dataset_message(ds, i, j, &role, &content))
+            cap += strlen(role) + strlen(content) + 32;
+    }
+    char *s = malloc(cap);
+    if (!s) {
+        free(answer);
+        return NULL;
+    }
+    size_t len = (size_t)snprintf(s, cap, "<|im_start|>system\n%s<|im_end|>\n", system);
+    for (int j = 0; j < df_dataset_num_messages(ds, i); j++) {
+        const char *role, *content;
+        if (!df_dataset_message(ds, i, j, &role, &content))
+            len += (size_t)snprintf(s + len, cap - len, "<|im_start|>%s\n%s<|im_end|>\n", role, content);
+    }
+    snprintf(s + len, cap - len, "<|im_start|>assistant\n%s<|im_end|>\n", answer ? answer : "");
+    free(answer);
+    return s;
+}
+
+static int cmd_tokenizer(int argc, char **argv)
+{
+    const char *in = NULL, *out = NULL, *answer_key = "extra_info.answer";
+    const char *system = "You are a helpful assistant.";
+    int64_t vocab = 0;
+    df_opt opts[] = {
+        {"in", DF_OPT_STR, &in, "dataset in the verl schema (JSON lines) (required)", false},
+        {"out", DF_OPT_STR, &out, "output directory for tokenizer.json + tokenizer_config.json (required)", false},
+        {"vocab-size", DF_OPT_INT, &vocab, "vocabulary size incl. 256 bytes and 3 specials (required)", false},
+        {"response-key", DF_OPT_STR, &answer_key, "field with the response text (default extra_info.answer)", false},
+        {"system", DF_OPT_STR, &system, "default system message of the chat template", false},
+        {0}};
+    char *pos[1];
+    int n_pos, code;
+    if (df_cli_parse("data tokenizer", "--in DATA.jsonl --vocab-size N --out DIR", opts, argc, argv,
+                     pos, 0, &n_pos, &code))
+        return code;
+    if ((code = df_cli_require("data tokenizer", opts)))
+        return code;
+    df_dataset *ds;
+    df_dataset_opts dopt = {.reward_optional = true};
+    if (df_dataset_load(&in, 1, &dopt, &ds))
+        return df_cli_fail("data tokenizer");
+    int64_t n = df_dataset_size(ds);
+    char **texts = calloc((size_t)(n ? n : 1), sizeof *texts);
+    int rc = texts ? 0 : df_error(DF_ENOMEM, "out of memory");
+    for (int64_t i = 0; i < n && !rc; i++)
+        if (!(texts[i] = chat_text(ds, i, system, answer_key)))
+            rc = df_error(DF_ENOMEM, "out of memory");
+    df_tokenizer *tok = NULL;
+    df_bpe_train_options bo = {.system_message = system};
+    if (!rc)
+        rc = df_tokenizer_train_bpe((const char *const *)texts, n, vocab, &bo, &tok);
+    if (!rc)
+        rc = df_tokenizer_save(tok, out);
+    if (!rc)
+        fprintf(stderr, "distflow data tokenizer: %lld tokens trained on %lld rows, saved to %s\n",
+                (long long)df_tokenizer_vocab_size(tok), (long long)n, out);
+    for (int64_t i = 0; texts && i < n; i++)
+        free(texts[i]);
+    free(texts);
+    df_tokenizer_free(tok);
+    df_dataset_free(ds);
+    return rc ? df_cli_fail("data tokenizer") : 0;
+}
+
+int df_cmd_data(int argc, char **argv)
+{
+    if (argc >= 2 && !strcmp(argv[1], "gsm8k"))
+        return cmd_gsm8k(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "synth"))
+        return cmd_synth(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "tokenizer"))
+        return cmd_tokenizer(argc - 1, argv + 1);
+    df_cli_usage("data", USAGE, NULL);
+    bool help = argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
+    return help ? 0 : 2;
+}

@@ -1,0 +1,103 @@
+/* distflow eval */
+#include "cli/cli.h"
+
+#include "distflow/dataset.h"
+#include "engine/hf_dir.h"
+#include "worker/evaluate.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *USAGE =
+    "--model DIR --data FILE.jsonl [options]\n\n"
+    "Generate responses for every prompt of a dataset in the verl schema (chat template applied,\n"
+    "as in training) and score them with the reward function of each row's data_source.\n"
+    "Greedy decoding unless --temperature is given. Prints `metric: value` lines on stdout:\n"
+    "accuracy (mean of acc: score == 1), score, n_prompts, n_responses, response_length.";
+
+int df_cmd_eval(int argc, char **argv)
+{
+    const char *model = NULL, *data = NULL, *tokdir = NULL, *output = NULL;
+    int64_t n = 1, top_k = -1, max_resp = 512, max_prompt = 1024, batch = 0, limit = 0, seed = 0;
+    int64_t max_seqs = 512;
+    double temperature = 0, top_p = 1.0;
+    df_opt opts[] = {
+        {"model", DF_OPT_STR, &model, "HF model directory (required)", false},
+        {"data", DF_OPT_STR, &data, "dataset, JSON lines in the verl RL schema (required)", false},
+        {"tokenizer", DF_OPT_STR, &tokdir, "tokenizer directory (default: the model's)", false},
+        {"n", DF_OPT_INT, &n, "responses per prompt (default 1)", false},
+        {"temperature", DF_OPT_FLOAT, &temperature, "sample at this temperature (default 0: greedy)", false},
+        {"top-p", DF_OPT_FLOAT, &top_p, "nucleus sampling mass (default 1: off)", false},
+        {"top-k", DF_OPT_INT, &top_k, "top-k sampling (default -1: off)", false},
+        {"max-response-length", DF_OPT_INT, &max_resp, "tokens per response (default 512)", false},
+        {"max-prompt-length", DF_OPT_INT, &max_prompt, "longer prompts are skipped (default 1024)", false},
+        {"batch", DF_OPT_INT, &batch, "prompts per generation call (default: all)", false},
+        {"max-num-seqs", DF_OPT_INT, &max_seqs, "sequences decoded together (default 512)", false},
+        {"limit", DF_OPT_INT, &limit, "evaluate only the first N prompts", false},
+        {"seed", DF_OPT_INT, &seed, "sampling seed (default 0)", false},
+        {"output", DF_OPT_STR, &output, "write each response as a JSON line here", false},
+        {0}};
+    char *pos[1];
+    int n_pos, code;
+    if (df_cli_parse("eval", USAGE, opts, argc, argv, pos, 0, &n_pos, &code))
+        return code;
+    if ((code = df_cli_require("eval", opts)))
+        return code;
+    df_model *m = NULL;
+    df_tokenizer *tok = NULL;
+    df_dataset *ds = NULL;
+    df_prompt_cache pc = {0};
+    df_rollout_engine *e = NULL;
+    FILE *dump = NULL;
+    int64_t dropped = 0;
+    int rc = df_hf_dir_load(model, tokdir, &m, &tok);
+    df_dataset_opts dopt = {0};
+    if (!rc)
+        rc = df_dataset_load(&data, 1, &dopt, &ds);
+    if (!rc && limit > 0 && limit < df_dataset_size(ds)) {
+        bool *keep = malloc((size_t)df_dataset_size(ds) * sizeof *keep);
+        if (!keep)
+            rc = df_error(DF_ENOMEM, "out of memory");
+        for (int64_t i = 0; keep && i < df_dataset_size(ds); i++)
+            keep[i] = i < limit;
+        if (keep)
+            df_dataset_filter(ds, keep);
+        free(keep);
+    }
+    if (!rc)
+        rc = df_prompts_encode(ds, tok, &pc);
+    if (!rc)
+        rc = df_prompts_limit(ds, &pc, max_prompt, true, "error", &dropped);
+    if (!rc && dropped)
+        fprintf(stderr, "distflow eval: skipped %lld prompts longer than %lld tokens\n",
+                (long long)dropped, (long long)max_prompt);
+    if (!rc)
+        rc = df_rollout_engine_create(&m->cfg, max_seqs, max_prompt + max_resp, &e);
+    if (!rc && output && !(dump = fopen(output, "w")))
+        rc = df_error(DF_EIO, "cannot open %s for writing", output);
+    df_eval_opts o = {.n = n, .seed = (uint64_t)seed, .batch_prompts = batch, .label = "eval", .dump = dump};
+    df_sampling_params_defaults(&o.sp);
+    o.sp.greedy = temperature <= 0;
+    o.sp.temperature = temperature > 0 ? (float)temperature : 1.0f;
+    o.sp.top_p = (float)top_p;
+    o.sp.top_k = (int)top_k;
+    o.sp.max_new_tokens = max_resp;
+    o.sp.stop_ids = tok ? df_tokenizer_eos_ids(tok, &o.sp.n_stop) : NULL;
+    df_eval_result res;
+    if (!rc)
+        rc = df_evaluate(e, m, tok, NULL, ds, &pc, &o, NULL, &res);
+    if (!rc) {
+        printf("accuracy: %.4f\nscore: %.4f\nn_prompts: %lld\nn_responses: %lld\nresponse_length: %.2f\n",
+               res.acc_mean, res.score_mean, (long long)res.n_prompts, (long long)res.n_responses,
+               res.response_length_mean);
+    }
+    if (dump)
+        fclose(dump);
+    df_rollout_engine_free(e);
+    df_prompt_cache_free(&pc);
+    df_dataset_free(ds);
+    df_tokenizer_free(tok);
+    df_model_free(m);
+    return rc ? df_cli_fail("eval") : 0;
+}

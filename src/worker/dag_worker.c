@@ -1,0 +1,313 @@
+/* The DAG worker: setup from the config, the training loop, validation, checkpoints. */
+#include "worker/worker_internal.h"
+
+#include "engine/hf_dir.h"
+#include "util/fsutil.h"
+#include "util/timeutil.h"
+#include "worker/data_metrics.h"
+#include "worker/evaluate.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A config path with "~/" expanded, into a fixed buffer. */
+static int expand_path(const char *in, char *out, size_t cap)
+{
+    char *p = df_expand_user(in);
+    if (!p)
+        return df_error(DF_ENOMEM, "out of memory");
+    int n = snprintf(out, cap, "%s", p);
+    free(p);
+    return n < 0 || (size_t)n >= cap ? df_error(DF_EINVAL, "path too long: %s", in) : DF_OK;
+}
+
+/* Settings distflow cannot honour yet: refuse them instead of silently ignoring them. */
+static int check_supported(const df_config *c)
+{
+    static const char *const off[] = {"algorithm.use_kl_in_reward", "reward_model.enable"};
+    for (size_t i = 0; i < sizeof off / sizeof *off; i++)
+        if (df_config_bool(c, off[i]))
+            return df_error(DF_EUNSUPPORTED, "%s: %s=true is not supported yet", df_config_where(c, off[i]), off[i]);
+    static const char *const null_only[] = {"custom_reward_function.path", "dag.custom_pipeline_fn",
+                                            "dag.workflow_path"};
+    for (size_t i = 0; i < sizeof null_only / sizeof *null_only; i++)
+        if (!df_config_is_null(c, null_only[i]))
+            return df_error(DF_EUNSUPPORTED, "%s: %s is not supported yet",
+                            df_config_where(c, null_only[i]), null_only[i]);
+    return DF_OK;
+}
+
+/* The built-in pipeline siiRL would pick for this config. */
+static int select_pipeline(const df_config *c, const char **name)
+{
+    const char *wf = df_config_str(c, "algorithm.workflow_type");
+    const char *adv = df_config_str(c, "algorithm.adv_estimator");
+    if (!strcasecmp(wf, "dapo"))
+        *name = "dapo";
+    else if (!strcasecmp(wf, "embodied"))
+        *name = "embodied";
+    else if (!strcasecmp(wf, "default"))
+        *name = !strcmp(adv, "gae") ? "ppo" : "grpo";
+    else
+        return df_error(DF_EINVAL, "%s: algorithm.workflow_type '%s' is not one of default, dapo, embodied",
+                        df_config_where(c, "algorithm.workflow_type"), wf);
+    return DF_OK;
+}
+
+static int64_t cfg_int_or(const df_config *c, const char *key, int64_t dflt)
+{
+    return df_config_is_null(c, key) ? dflt : df_config_int(c, key);
+}
+
+static void actor_params(const df_dag_worker *w, df_actor_params *p)
+{
+    const df_config *c = w->cfg;
+#define A "actor_rollout_ref.actor."
+    memset(p, 0, sizeof *p);
+    p->lr = df_config_float(c, A "optim.lr");
+    p->weight_decay = df_config_float(c, A "optim.weight_decay");
+    p->beta1 = df_config_list_float_at(c, A "optim.betas", 0);
+    p->beta2 = df_config_list_float_at(c, A "optim.betas", 1);
+    p->adam_eps = 1e-8;
+    p->cosine = !strcmp(df_config_str(c, A "optim.warmup_style"), "cosine");
+    int64_t total = df_config_int(c, A "optim.total_training_steps");
+    p->total_steps = total > 0 ? total : w->total_steps;
+    int64_t warm = df_config_int(c, A "optim.lr_warmup_steps");
+    p->warmup_steps = warm > 0 ? warm
+                               : (int64_t)(df_config_float(c, A "optim.lr_warmup_steps_ratio") *
+                                           (double)p->total_steps);
+    p->min_lr_ratio = df_config_float(c, A "optim.min_lr_ratio");
+    p->num_cycles = df_config_float(c, A "optim.num_cycles");
+    p->grad_clip = df_config_float(c, A "grad_clip");
+    /* ppo_mini_batch_size counts prompts (verl multiplies it by rollout.n), over all ranks */
+    p->mini_batch_size = df_config_int(c, A "ppo_mini_batch_size") * w->n_samples / w->world;
+    bool dyn = df_config_bool(c, A "use_dynamic_bsz");
+    p->micro_batch_size = dyn ? 0 : cfg_int_or(c, A "ppo_micro_batch_size_per_gpu", 0);
+    p->max_token_len = dyn ? df_config_int(c, A "ppo_max_token_len_per_gpu") : 0;
+    p->logprob_micro_batch_size =
+        dyn ? 0 : cfg_int_or(c, "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+                             p->micro_batch_size);
+    p->logprob_max_token_len = p->max_token_len;
+    p->ppo_epochs = (int)df_config_int(c, A "ppo_epochs");
+    p->policy_loss = df_config_str(c, A "policy_loss.loss_mode");
+    p->loss_agg_mode = df_config_str(c, A "loss_agg_mode");
+    p->clip_ratio_low = df_config_float(c, A "clip_ratio_low");
+    p->clip_ratio_high = df_config_float(c, A "clip_ratio_high");
+    p->clip_ratio_c = df_config_float(c, A "clip_ratio_c");
+    p->entropy_coeff = df_config_float(c, A "entropy_coeff");
+    p->use_kl_loss = df_config_bool(c, A "use_kl_loss");
+    p->kl_loss_coef = df_config_float(c, A "kl_loss_coef");
+    p->kl_loss_type = df_config_str(c, A "kl_loss_type");
+    p->temperature = (float)df_config_float(c, "actor_rollout_ref.rollout.temperature");
+#undef A
+}
+
+static void sampling(const df_dag_worker *w, const char *prefix, df_sampling_params *sp)
+{
+    const df_config *c = w->cfg;
+    char k[128];
+    df_sampling_params_defaults(sp);
+#define KEY(x) (snprintf(k, sizeof k, "%s%s", prefix, x), k)
+    sp->temperature = (float)df_config_float(c, KEY("temperature"));
+    sp->top_k = (int)df_config_int(c, KEY("top_k"));
+    sp->top_p = (float)df_config_float(c, KEY("top_p"));
+    sp->greedy = !df_config_bool(c, KEY("do_sample")) || sp->temperature == 0;
+#undef KEY
+    if (sp->greedy)
+        sp->temperature = 1.0f;
+    sp->max_new_tokens = w->max_response_len;
+    sp->stop_ids = df_tokenizer_eos_ids(w->tok, &sp->n_stop);
+}
+
+/* Load a dataset list, encode its prompts and apply data.max_prompt_length. */
+static int load_data(df_dag_worker *w, const char *key, df_dataset **ds, df_prompt_cache *pc)
+{
+    const df_config *c = w->cfg;
+    int n = df_config_list_len(c, key);
+    char **paths = calloc((size_t)(n ? n : 1), sizeof *paths);
+    int rc = paths ? DF_OK : df_error(DF_ENOMEM, "out of memory");
+    for (int i = 0; i < n && !rc; i++) {
+        char buf[4096];
+        rc = expand_path(df_config_list_at(c, key, i), buf, sizeof buf);
+        if (!rc && !(paths[i] = strdup(buf)))
+            rc = df_error(DF_ENOMEM, "out of memory");
+    }
+    df_dataset_opts o = {.prompt_key = df_config_str(c, "data.prompt_key")};
+    if (!rc)
+        rc = df_dataset_load((const char *const *)paths, n, &o, ds);
+    const char *max_key = strcmp(key, "data.train_files") ? "data.val_max_samples" : "data.train_max_samples";
+    int64_t max_rows = df_config_int(c, max_key);
+    if (!rc && max_rows >= 0 && max_rows < df_dataset_size(*ds)) { /* keep the first max_rows */
+        bool *keep = malloc((size_t)df_dataset_size(*ds) * sizeof *keep);
+        if (!keep)
+            rc = df_error(DF_ENOMEM, "out of memory");
+        for (int64_t i = 0; keep && i < df_dataset_size(*ds); i++)
+            keep[i] = i < max_rows;
+        if (keep)
+            df_dataset_filter(*ds, keep);
+        free(keep);
+    }
+    if (!rc)
+        rc = df_prompts_encode(*ds, w->tok, pc);
+    int64_t dropped = 0, before = rc ? 0 : df_dataset_size(*ds);
+    if (!rc)
+        rc = df_prompts_limit(*ds, pc, w->max_prompt_len, df_config_bool(c, "data.filter_overlong_prompts"),
+                              df_config_str(c, "data.truncation"), &dropped);
+    if (!rc && w->rank == 0)
+        fprintf(stderr, "[distflow] %s: %lld prompts (%lld longer than data.max_prompt_length=%lld filtered)\n",
+                key, (long long)(before - dropped), (long long)dropped, (long long)w->max_prompt_len);
+    for (int i = 0; paths && i < n; i++)
+        free(paths[i]);
+    free(paths);
+    return rc ? df_error_wrap(rc, "%s", key) : DF_OK;
+}
+
+/* Actor (taking ownership of `m`), reference, sampling settings and rollout engine. */
+static int setup_models(df_dag_worker *w, df_model *m)
+{
+    const df_config *c = w->cfg;
+    df_model *ref = NULL;
+    int rc;
+    df_actor_params p;
+    actor_params(w, &p);
+    if (p.use_kl_loss && (rc = df_model_clone(m, &ref))) {
+        df_model_free(m);
+        return rc;
+    }
+    rc = df_actor_create(m, &p, true, &w->actor);
+    if (rc) {
+        df_model_free(m);
+        df_model_free(ref);
+        return rc;
+    }
+    if (ref && (rc = df_actor_create(ref, &p, false, &w->ref))) {
+        df_model_free(ref);
+        return rc;
+    }
+    sampling(w, "actor_rollout_ref.rollout.", &w->sp);
+    sampling(w, "actor_rollout_ref.rollout.val_kwargs.", &w->val_sp);
+    /* KV cache for as many sequences as a step needs, within rollout.max_num_seqs and ~8 GiB */
+    int64_t seq_len = w->max_prompt_len + w->max_response_len;
+    int64_t per_step = df_config_int(c, "data.train_batch_size") / w->world * w->n_samples;
+    int64_t slots = df_config_int(c, "actor_rollout_ref.rollout.max_num_seqs");
+    if (slots > per_step)
+        slots = per_step;
+    while (slots > 1 && df_rollout_engine_bytes(&m->cfg, slots, seq_len) > (8LL << 30))
+        slots /= 2;
+    return df_rollout_engine_create(&m->cfg, slots, seq_len, &w->rollout);
+}
+
+static int setup_graph(df_dag_worker *w)
+{
+    const char *name;
+    int rc = select_pipeline(w->cfg, &name);
+    if (!rc)
+        rc = df_worker_register_nodes();
+    if (!rc)
+        rc = df_builtin_pipeline(name, &w->graph);
+    if (!rc)
+        rc = df_task_graph_resolve(w->graph);
+    if (!rc)
+        rc = df_adv_estimator_lookup(df_config_str(w->cfg, "algorithm.adv_estimator"), &w->adv_fn);
+    df_policy_loss_fn pl;
+    if (!rc)
+        rc = df_policy_loss_lookup(df_config_str(w->cfg, "actor_rollout_ref.actor.policy_loss.loss_mode"), &pl);
+    return rc ? df_error_wrap(rc, "building the %s pipeline", name) : DF_OK;
+}
+
+static int setup_output(df_dag_worker *w)
+{
+    w->console = false;
+    for (int i = 0; i < df_config_list_len(w->cfg, "trainer.logger"); i++)
+        if (!strcmp(df_config_list_at(w->cfg, "trainer.logger", i), "console"))
+            w->console = true;
+    if (w->rank != 0)
+        return DF_OK;
+    int rc = df_mkdir_p(w->out_dir);
+    if (rc)
+        return rc;
+    char *path = df_path_join(w->out_dir, "metrics.jsonl");
+    w->metrics_file = path ? fopen(path, "w") : NULL;
+    rc = w->metrics_file ? DF_OK : df_error(DF_EIO, "cannot open %s for writing", path ? path : w->out_dir);
+    free(path);
+    return rc;
+}
+
+int df_dag_worker_create(const df_config *cfg, int rank, int world, df_dag_worker **out)
+{
+    df_dag_worker *w = calloc(1, sizeof *w);
+    if (!w)
+        return df_error(DF_ENOMEM, "out of memory");
+    w->cfg = cfg;
+    w->rank = rank;
+    w->world = world;
+    w->seed = (uint64_t)df_config_int(cfg, "trainer.seed");
+    w->n_samples = df_config_int(cfg, "actor_rollout_ref.rollout.n");
+    w->val_n = df_config_int(cfg, "actor_rollout_ref.rollout.val_kwargs.n");
+    w->max_prompt_len = df_config_int(cfg, "data.max_prompt_length");
+    w->max_response_len = df_config_int(cfg, "actor_rollout_ref.rollout.response_length");
+    int rc = check_supported(cfg);
+    if (!rc)
+        rc = expand_path(df_config_str(cfg, "actor_rollout_ref.model.path"), w->model_dir, sizeof w->model_dir);
+    if (!rc)
+        rc = expand_path(df_config_is_null(cfg, "data.tokenizer") ? w->model_dir : df_config_str(cfg, "data.tokenizer"),
+                         w->tokenizer_dir, sizeof w->tokenizer_dir);
+    if (!rc)
+        rc = expand_path(df_config_str(cfg, "trainer.default_local_dir"), w->out_dir, sizeof w->out_dir);
+    if (!rc)
+        rc = setup_graph(w);
+    df_model *m = NULL;
+    if (!rc && (rc = df_hf_dir_load(w->model_dir, w->tokenizer_dir, &m, &w->tok)))
+        rc = df_error_wrap(rc, "actor_rollout_ref.model.path");
+    /* the data before the actor: the step count feeds its lr schedule */
+    if (!rc)
+        rc = load_data(w, "data.train_files", &w->train_ds, &w->train_prompts);
+    if (!rc)
+        rc = df_dataloader_create(w->train_ds, df_config_int(cfg, "data.train_batch_size"), rank, world,
+                                  df_config_bool(cfg, "data.shuffle"), (uint64_t)df_config_int(cfg, "data.seed"),
+                                  true, &w->dl);
+    if (!rc) {
+        int64_t per_epoch = df_dataloader_steps_per_epoch(w->dl);
+        w->total_steps = df_config_is_null(cfg, "trainer.total_training_steps")
+                             ? per_epoch * df_config_int(cfg, "trainer.total_epochs")
+                             : df_config_int(cfg, "trainer.total_training_steps");
+    }
+    if (!rc && df_config_list_len(cfg, "data.val_files") > 0)
+        rc = load_data(w, "data.val_files", &w->val_ds, &w->val_prompts);
+    if (!rc) {
+        rc = setup_models(w, m);
+        m = NULL;
+    }
+    df_model_free(m);
+    if (!rc)
+        rc = setup_output(w);
+    if (!rc && !(w->metrics = df_metrics_new()))
+        rc = df_error(DF_ENOMEM, "out of memory");
+    if (rc) {
+        df_dag_worker_free(w);
+        return rc;
+    }
+    *out = w;
+    return DF_OK;
+}
+
+void df_dag_worker_free(df_dag_worker *w)
+{
+    if (!w)
+        return;
+    df_task_graph_free(w->graph);
+    df_rollout_engine_free(w->rollout);
+    df_actor_free(w->actor);
+    df_actor_free(w->ref);
+    df_dataloader_free(w->dl);
+    df_prompt_cache_free(&w->train_prompts);
+    df_prompt_cache_free(&w->val_prompts);
+    df_dataset_free(w->train_ds);
+    df_dataset_free(w->val_ds);
+    df_tokenizer_free(w->tok);
+    df_metrics_free(w->metrics);
+    if (w->metrics_file)
+        fclose(w->metrics_file);
+    free(w);
+}

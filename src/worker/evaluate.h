@@ -1,0 +1,40 @@
+/*
+ * evaluate.h (internal) — generate and score a whole dataset: the validation
+ * pass of training (verl's _validate) and `distflow eval`.
+ */
+#ifndef DF_WORKER_EVALUATE_H
+#define DF_WORKER_EVALUATE_H
+
+#include "distflow/metrics.h"
+#include "worker/prompts.h"
+#include "worker/rollout_batch.h"
+
+#include <stdio.h>
+
+typedef struct df_eval_opts {
+    df_sampling_params sp;
+    int64_t n;             /* responses per prompt */
+    uint64_t seed;
+    int64_t batch_prompts; /* prompts per generation call; <= 0: all at once */
+    const char *label;     /* progress-bar label; NULL: none */
+    FILE *dump;            /* when non-NULL, one JSON line per response is written here */
+} df_eval_opts;
+
+typedef struct df_eval_result {
+    int64_t n_prompts, n_responses;
+    double score_mean, acc_mean;  /* over all responses */
+    double response_length_mean;
+} df_eval_result;
+
+/**
+ * Evaluate rows of `ds` (prompts already encoded in `pc`). With `metrics`,
+ * records verl's validation names per data source:
+ * val-core/<data_source>/reward/mean@<n> and val-core/<data_source>/acc/mean@<n>,
+ * plus val-aux/response_length/mean.
+ */
+int df_evaluate(df_rollout_engine *e, const df_model *m, const df_tokenizer *tok,
+                const df_reward_manager_cfg *rcfg, const df_dataset *ds,
+                const df_prompt_cache *pc, const df_eval_opts *o, df_metrics *metrics,
+                df_eval_result *res);
+
+#endif

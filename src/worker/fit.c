@@ -1,0 +1,176 @@
+/* The DAG worker's training loop: steps over the TaskGraph, validation, logging, checkpoints. */
+#include "worker/worker_internal.h"
+
+#include "engine/hf_dir.h"
+#include "util/fsutil.h"
+#include "util/timeutil.h"
+#include "worker/data_metrics.h"
+#include "worker/evaluate.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One compact console line; the full set goes to metrics.jsonl. */
+static void console_line(const df_dag_worker *w, const df_metrics *m)
+{
+    static const struct {
+        const char *key, *label, *fmt;
+    } cols[] = {
+        {"critic/score/mean", "score", "%.3f"},
+        {"response_length/mean", "resp_len", "%.1f"},
+        {"actor/pg_loss", "pg_loss", "%.4f"},
+        {"actor/kl_loss", "kl_loss", "%.4f"},
+        {"actor/entropy", "entropy", "%.3f"},
+        {"actor/pg_clipfrac", "clipfrac", "%.3f"},
+        {"actor/grad_norm", "grad_norm", "%.3f"},
+        {"actor/lr", "lr", "%.2e"},
+        {"timing_s/gen", "gen", "%.1fs"},
+        {"timing_s/step", "step", "%.1fs"},
+        {"perf/throughput", "tok/s", "%.0f"},
+    };
+    fprintf(stderr, "step %lld/%lld", (long long)w->step, (long long)w->total_steps);
+    for (size_t i = 0; i < sizeof cols / sizeof *cols; i++) {
+        if (!df_metrics_has(m, cols[i].key))
+            continue;
+        fprintf(stderr, " | %s ", cols[i].label);
+        fprintf(stderr, cols[i].fmt, df_metrics_get(m, cols[i].key, 0));
+    }
+    fputc('\n', stderr);
+}
+
+static int log_metrics(df_dag_worker *w, const df_metrics *m)
+{
+    if (w->rank != 0)
+        return DF_OK;
+    char *line;
+    int rc = df_metrics_to_json(m, w->step, &line);
+    if (rc)
+        return rc;
+    if (fputs(line, w->metrics_file) < 0 || fflush(w->metrics_file))
+        rc = df_error(DF_EIO, "cannot write %s/metrics.jsonl", w->out_dir);
+    free(line);
+    return rc;
+}
+
+static int validate(df_dag_worker *w, df_metrics *m)
+{
+    if (!w->val_ds)
+        return DF_OK;
+    double t0 = df_now();
+    int64_t vbs = df_config_is_null(w->cfg, "data.val_batch_size") ? 0
+                                                                   : df_config_int(w->cfg, "data.val_batch_size");
+    df_eval_opts o = {.sp = w->val_sp, .n = w->val_n, .seed = df_rng_key(w->seed, 0x7a1, 0, 0),
+                      .batch_prompts = vbs, .label = w->console ? "validate" : NULL};
+    df_eval_result res;
+    int rc = df_evaluate(w->rollout, df_actor_model(w->actor), w->tok, &w->reward, w->val_ds,
+                         &w->val_prompts, &o, m, &res);
+    if (rc)
+        return df_error_wrap(rc, "validation");
+    df_metrics_set(m, "timing_s/testing", df_now() - t0);
+    if (w->console && w->rank == 0)
+        fprintf(stderr, "validation at step %lld: score %.4f acc %.4f over %lld responses (%.1fs)\n",
+                (long long)w->step, res.score_mean, res.acc_mean, (long long)res.n_responses,
+                df_now() - t0);
+    return DF_OK;
+}
+
+/* <default_local_dir>/global_step_<N>/actor as a Hugging Face directory (verl's layout). */
+static int save_checkpoint(df_dag_worker *w)
+{
+    if (w->rank != 0)
+        return DF_OK;
+    char dir[2048], txt[64];
+    snprintf(dir, sizeof dir, "%s/global_step_%lld/actor", w->out_dir, (long long)w->step);
+    const df_model *m = df_actor_model(w->actor);
+    int rc = df_hf_dir_save(m, m->cfg.torch_dtype, w->tokenizer_dir, dir);
+    int n = snprintf(txt, sizeof txt, "%lld\n", (long long)w->step);
+    char *latest = rc ? NULL : df_path_join(w->out_dir, "latest_checkpointed_iteration.txt");
+    if (!rc)
+        rc = latest ? df_write_file_atomic(latest, txt, (size_t)n) : df_error(DF_ENOMEM, "out of memory");
+    free(latest);
+    if (!rc && w->console)
+        fprintf(stderr, "saved %s\n", dir);
+    return rc;
+}
+
+/* uid per prompt: its dataset row and the step, shared by its n responses. */
+static int add_uids(df_batch *b, int64_t step)
+{
+    int64_t n = df_batch_size(b);
+    const int64_t *idx = df_batch_i64(b, "index");
+    char **uid = calloc((size_t)(n ? n : 1), sizeof *uid);
+    char *buf = malloc((size_t)(n ? n : 1) * 48);
+    if (!uid || !buf) {
+        free(uid);
+        free(buf);
+        return df_error(DF_ENOMEM, "out of memory");
+    }
+    for (int64_t i = 0; i < n; i++) {
+        uid[i] = buf + i * 48;
+        snprintf(uid[i], 48, "s%lld-r%lld", (long long)step, (long long)idx[i]);
+    }
+    int rc = df_batch_set_str(b, "uid", (const char *const *)uid);
+    free(uid);
+    free(buf);
+    return rc;
+}
+
+static int train_step(df_dag_worker *w)
+{
+    double t0 = df_now();
+    df_metrics *m = w->metrics;
+    df_batch *b = NULL;
+    int64_t epoch = df_dataloader_epoch(w->dl);
+    int rc = df_dataloader_next(w->dl, &b);
+    if (!rc)
+        rc = df_prompts_attach(b, &w->train_prompts);
+    if (!rc)
+        rc = add_uids(b, w->step);
+    df_node_ctx ctx = {.worker = w, .step = w->step, .metrics = m};
+    df_run_opts opts = {.release_batch = df_batch_free};
+    if (!rc)
+        rc = df_task_graph_run(w->graph, &ctx, &b, &opts);
+    if (!rc) {
+        double dt = df_now() - t0;
+        df_metrics_set(m, "training/global_step", (double)w->step);
+        df_metrics_set(m, "training/epoch", (double)epoch);
+        df_compute_data_metrics(b, w->max_response_len, w->max_prompt_len, m);
+        df_metrics_set(m, "timing_s/step", dt);
+        df_compute_throughput_metrics(b, dt, w->world, m);
+    }
+    df_batch_free(b);
+    return rc ? df_error_wrap(rc, "step %lld", (long long)w->step) : DF_OK;
+}
+
+int df_dag_worker_fit(df_dag_worker *w)
+{
+    const df_config *c = w->cfg;
+    int64_t test_freq = df_config_int(c, "trainer.test_freq");
+    int64_t save_freq = df_config_int(c, "trainer.save_freq");
+    int rc = DF_OK;
+    w->step = 0;
+    if (df_config_bool(c, "trainer.val_before_train") && w->val_ds) {
+        df_metrics_clear(w->metrics);
+        rc = validate(w, w->metrics);
+        if (!rc)
+            rc = log_metrics(w, w->metrics);
+        if (rc || df_config_bool(c, "trainer.val_only"))
+            return rc;
+    }
+    for (w->step = 1; w->step <= w->total_steps && !rc; w->step++) {
+        bool last = w->step == w->total_steps;
+        df_metrics_clear(w->metrics);
+        rc = train_step(w);
+        if (!rc && test_freq > 0 && (last || w->step % test_freq == 0))
+            rc = validate(w, w->metrics);
+        if (!rc && save_freq > 0 && (last || w->step % save_freq == 0))
+            rc = save_checkpoint(w);
+        if (!rc && w->console && w->rank == 0)
+            console_line(w, w->metrics);
+        if (!rc)
+            rc = log_metrics(w, w->metrics);
+    }
+    return rc;
+}

@@ -1,0 +1,172 @@
+/*
+ * The DAG worker's node functions — siiRL's DAGWorker.generate,
+ * compute_reward, compute_advantage, compute_old_log_prob,
+ * compute_ref_log_prob and train_actor — registered in the executable
+ * registry so any TaskGraph can name them.
+ */
+#include "worker/worker_internal.h"
+
+#include "util/timeutil.h"
+#include "worker/data_metrics.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define W(ctx) ((df_dag_worker *)(ctx)->worker)
+
+/* Record the node's wall time under verl's timing_s/<name>. */
+static void timing(df_node_ctx *ctx, const char *name, double t0)
+{
+    char key[96];
+    snprintf(key, sizeof key, "timing_s/%s", name);
+    if (ctx->metrics)
+        df_metrics_set(ctx->metrics, key, df_now() - t0);
+}
+
+static int need_batch(const df_batch *b, const char *node)
+{
+    return b ? DF_OK : df_error(DF_EINVAL, "%s: no input batch", node);
+}
+
+/* rollout_actor: n responses per prompt from the current policy. */
+static int node_generate(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
+{
+    df_dag_worker *w = W(ctx);
+    double t0 = df_now();
+    int rc = need_batch(batch, "generate");
+    uint64_t seed = df_rng_key(w->seed, 0x6e6, (uint64_t)ctx->step, 0);
+    if (!rc)
+        rc = df_generate_batch(w->rollout, df_actor_model(w->actor), batch, w->n_samples, &w->sp,
+                               seed, w->console ? "rollout" : NULL, &out->batch);
+    timing(ctx, "gen", t0);
+    return rc;
+}
+
+/* function_reward: rule-based scores on the last response token (NaiveRewardManager). */
+static int node_compute_reward(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
+{
+    df_dag_worker *w = W(ctx);
+    double t0 = df_now();
+    int rc = need_batch(batch, "compute_reward");
+    if (!rc)
+        rc = df_score_batch(w->tok, &w->reward, batch, NULL);
+    /* no KL in the reward (algorithm.use_kl_in_reward is refused at setup): rewards = scores */
+    const df_column *sc = rc ? NULL : df_batch_column(batch, "token_level_scores");
+    if (sc)
+        rc = df_batch_set_tok_f32(batch, "token_level_rewards", sc->offsets, sc->data);
+    if (!rc && ctx->metrics) {
+        const float *acc = df_batch_f32(batch, "acc");
+        double s = 0;
+        for (int64_t i = 0; i < df_batch_size(batch); i++)
+            s += acc[i];
+        df_metrics_set(ctx->metrics, "critic/acc/mean",
+                       df_batch_size(batch) ? s / (double)df_batch_size(batch) : 0);
+    }
+    (void)out;
+    timing(ctx, "reward", t0);
+    return rc;
+}
+
+/* calculate_advantages: the configured estimator on group ids from `uid`. */
+static int node_compute_advantage(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
+{
+    df_dag_worker *w = W(ctx);
+    double t0 = df_now();
+    int rc = need_batch(batch, "compute_advantage");
+    int64_t n = rc ? 0 : df_batch_size(batch);
+    const df_column *uid = rc ? NULL : df_batch_column(batch, "uid");
+    const df_column *rew = rc ? NULL : df_batch_column(batch, "token_level_rewards");
+    if (!rc && (!uid || !rew))
+        rc = df_error(DF_EINVAL, "compute_advantage needs the uid and token_level_rewards columns");
+    int64_t *group = rc ? NULL : malloc((size_t)(n ? n : 1) * sizeof *group);
+    if (!rc && !group)
+        rc = df_error(DF_ENOMEM, "out of memory");
+    if (!rc)
+        rc = df_group_ids((const char *const *)uid->data, n, group);
+    float *adv = NULL, *ret = NULL;
+    if (!rc)
+        rc = df_batch_alloc_tok_f32_like(batch, "advantages", "response_ids", &adv);
+    if (!rc)
+        rc = df_batch_alloc_tok_f32_like(batch, "returns", "response_ids", &ret);
+    if (!rc) {
+        const df_config *c = w->cfg;
+        const df_column *val = df_batch_column(batch, "values");
+        df_adv_input in = {.n = n, .offsets = rew->offsets, .token_level_rewards = rew->data,
+                           .values = val ? val->data : NULL, .group = group,
+                           .gamma = (float)df_config_float(c, "algorithm.gamma"),
+                           .lam = (float)df_config_float(c, "algorithm.lam"),
+                           .norm_adv_by_std_in_grpo = df_config_bool(c, "algorithm.norm_adv_by_std_in_grpo"),
+                           .epsilon = 1e-6f};
+        rc = w->adv_fn(&in, adv, ret);
+    }
+    free(group);
+    (void)out;
+    timing(ctx, "adv", t0);
+    return rc;
+}
+
+/* actor_old_log_prob: log-probs of the responses under the policy before the update. */
+static int node_compute_old_log_prob(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
+{
+    df_dag_worker *w = W(ctx);
+    double t0 = df_now(), entropy = 0;
+    int rc = need_batch(batch, "compute_old_log_prob");
+    if (!rc)
+        rc = df_actor_compute_log_prob(w->actor, batch, "old_log_probs", &entropy);
+    if (!rc && ctx->metrics)
+        df_metrics_set(ctx->metrics, "actor/entropy", entropy);
+    (void)out;
+    timing(ctx, "old_log_prob", t0);
+    return rc;
+}
+
+/* reference_log_prob: log-probs under the frozen reference (only when a KL term needs them). */
+static int node_compute_ref_log_prob(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
+{
+    df_dag_worker *w = W(ctx);
+    double t0 = df_now();
+    int rc = need_batch(batch, "compute_ref_log_prob");
+    if (!rc && w->ref)
+        rc = df_actor_compute_log_prob(w->ref, batch, "ref_log_prob", NULL);
+    (void)out;
+    timing(ctx, "ref", t0);
+    return rc;
+}
+
+/*
+ * actor_train: the PPO update. The rollout engine then generates from the
+ * updated weights directly: in one process actor and rollout share one copy
+ * (verl's hybrid engine), so the weight sync is this hand-over of the model.
+ */
+static int node_train_actor(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
+{
+    df_dag_worker *w = W(ctx);
+    double t0 = df_now();
+    int rc = need_batch(batch, "train_actor");
+    if (!rc)
+        rc = df_actor_update_policy(w->actor, batch, ctx->metrics);
+    (void)out;
+    timing(ctx, "update_actor", t0);
+    return rc;
+}
+
+int df_worker_register_nodes(void)
+{
+    static const struct {
+        const char *name;
+        df_node_fn fn;
+    } nodes[] = {
+        {"DAGWorker.generate", node_generate},
+        {"DAGWorker.compute_reward", node_compute_reward},
+        {"DAGWorker.compute_advantage", node_compute_advantage},
+        {"DAGWorker.compute_old_log_prob", node_compute_old_log_prob},
+        {"DAGWorker.compute_ref_log_prob", node_compute_ref_log_prob},
+        {"DAGWorker.train_actor", node_train_actor},
+    };
+    for (size_t i = 0; i < sizeof nodes / sizeof *nodes; i++) {
+        int rc = df_exec_register(nodes[i].name, nodes[i].fn);
+        if (rc)
+            return rc;
+    }
+    return DF_OK;
+}
