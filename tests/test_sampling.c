@@ -216,6 +216,26 @@ static void test_top_p_large_vocab_matches_full_sort(void **state)
     free(w);
 }
 
+/* Equal weights at the nucleus boundary are taken lowest id first. */
+static void test_top_p_ties_take_lower_ids(void **state)
+{
+    (void)state;
+    enum { V = 200 };
+    float x[V] = {0};
+    x[150] = x[170] = 2.0f;
+    void *w = work_for(V);
+    double p[V];
+    df_sampling_params sp = params(1.0f, -1, 0.5f);
+    df_sample_probs(x, V, &sp, w, p);
+    /* mass 2 e^2 + 198; half of it needs both peaks and 92 of the unit weights */
+    double kept = 2.0 * exp(2.0) + 92.0;
+    for (int v = 0; v < V; v++) {
+        double want = v == 150 || v == 170 ? exp(2.0) / kept : (v < 92 ? 1.0 / kept : 0.0);
+        assert_float_equal(p[v], want, 1e-12);
+    }
+    free(w);
+}
+
 static void test_logp_is_before_filtering(void **state)
 {
     (void)state;
@@ -282,6 +302,7 @@ int main(void)
         cmocka_unit_test(test_top_k_keeps_exactly_the_k_largest),
         cmocka_unit_test(test_top_p_keeps_the_smallest_nucleus),
         cmocka_unit_test(test_top_p_large_vocab_matches_full_sort),
+        cmocka_unit_test(test_top_p_ties_take_lower_ids),
         cmocka_unit_test(test_logp_is_before_filtering),
         cmocka_unit_test(test_empirical_frequencies),
     };

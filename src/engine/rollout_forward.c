@@ -3,6 +3,9 @@
 #include "model/ops.h"
 
 #include <math.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,21 +114,49 @@ void df_infer_scratch_release(df_infer_scratch *s)
     memset(s, 0, sizeof *s);
 }
 
-/* Dot product with 16 independent partial sums: vectorisable without
- * reassociation flags, and the summation order depends only on n. */
+#if defined(__AVX512F__)
+/* a . b with two 16-lane FMA accumulators; the order depends only on n. */
 static inline float dot16(const float *a, const float *b, int64_t n)
+{
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+    }
+    for (; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
+        s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), s0);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+}
+#else
+/* a . b with 16 independent partial sums: vectorisable without reassociation
+ * flags, and the summation order depends only on n. */
+static inline float dot16(const float *restrict a, const float *restrict b, int64_t n)
 {
     float acc[16] = {0};
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
+    for (; i + 16 <= n; i += 16) {
+#pragma omp simd
         for (int l = 0; l < 16; l++)
             acc[l] += a[i + l] * b[i + l];
+    }
     for (int l = 0; i < n; i++, l++)
         acc[l] += a[i] * b[i];
     for (int w = 8; w >= 1; w /= 2)
         for (int l = 0; l < w; l++)
             acc[l] += acc[l + w];
     return acc[0];
+}
+#endif
+
+/* o[n] += p * v[n] */
+static inline void axpy(float *restrict o, float p, const float *restrict v, int64_t n)
+{
+#pragma omp simd
+    for (int64_t d = 0; d < n; d++)
+        o[d] += p * v[d];
 }
 
 /* Attention of the `g` query heads sharing kv head `kh` for one row. */
@@ -151,11 +182,8 @@ static void attend_group(float *out, const float *q, const float *K, const float
     }
     for (int64_t j = 0; j < len; j++) {
         const float *vj = v0 + j * kvd;
-        for (int64_t h = 0; h < g; h++) {
-            float p = sc[h * max_len + j], *o = out + h * hd;
-            for (int64_t d = 0; d < hd; d++)
-                o[d] += p * vj[d];
-        }
+        for (int64_t h = 0; h < g; h++)
+            axpy(out + h * hd, sc[h * max_len + j], vj, hd);
     }
 }
 

@@ -107,64 +107,107 @@ static int cmp_cand_desc(const void *pa, const void *pb)
     return (a->id > b->id) - (a->id < b->id);
 }
 
-/* Sort c[0..n) by weight (desc, ties by id) and return the nucleus size. */
-static int64_t nucleus(cand *c, int64_t n, double top_p)
+static int cmp_cand_id(const void *pa, const void *pb)
 {
-    double mass = 0.0;
-    for (int64_t i = 0; i < n; i++)
-        mass += c[i].w;
-    double need = top_p * mass;
-    /* Tokens with w >= 1e-4 rank above all others; if their mass already
-     * reaches `need`, the nucleus lies among them and only they are sorted. */
-    int64_t m = n;
-    if (n > 1024) {
-        double wmax = 0.0, front = 0.0;
-        for (int64_t i = 0; i < n; i++)
-            wmax = c[i].w > wmax ? c[i].w : wmax;
-        int64_t j = 0;
-        for (int64_t i = 0; i < n; i++)
-            if (c[i].w >= 1e-4 * wmax)
-                front += c[i].w, j++;
-        if (front >= need) {
-            for (int64_t i = 0, k = 0; i < n && k < j; i++)
-                if (c[i].w >= 1e-4 * wmax) {
-                    cand t = c[k];
-                    c[k++] = c[i];
-                    c[i] = t;
-                }
-            m = j;
-        }
-    }
-    qsort(c, (size_t)m, sizeof *c, cmp_cand_desc);
-    double cum = 0.0;
-    for (int64_t i = 0; i < m; i++) {
-        cum += c[i].w;
-        if (cum >= need)
+    const cand *a = pa, *b = pb;
+    return (a->id > b->id) - (a->id < b->id);
+}
+
+/* Take tokens of c[0..n) in the given order until have reaches need. */
+static int64_t take_until(const cand *c, int64_t n, double have, double need)
+{
+    for (int64_t i = 0; i < n; i++) {
+        have += c[i].w;
+        if (have >= need)
             return i + 1;
     }
+    return n;
+}
+
+/* Three-way partition of c[0..n) by weight around piv: > piv, == piv, < piv.
+ * Stores the ends of the first two parts in *gt, *eq. */
+static void partition3(cand *c, int64_t n, double piv, int64_t *gt, int64_t *eq)
+{
+    int64_t lo = 0, i = 0, hi = n;
+    while (i < hi) {
+        cand t = c[i];
+        if (t.w > piv) {
+            c[i++] = c[lo];
+            c[lo++] = t;
+        } else if (t.w < piv) {
+            c[i] = c[--hi];
+            c[hi] = t;
+        } else {
+            i++;
+        }
+    }
+    *gt = lo;
+    *eq = hi;
+}
+
+static double mass_of(const cand *c, int64_t n)
+{
+    double m = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        m += c[i].w;
     return m;
 }
 
-/* Kept tokens and weights after temperature / top-k / top-p, in c[0..return). */
-static int64_t filter(const float *logits, int64_t V, const df_sampling_params *sp, void *work)
+/* Move the nucleus to c[0..return): the most probable tokens (ties -> lower
+ * id) whose mass first reaches top_p of the total. Quickselect-style: expected
+ * O(n), no full sort. */
+static int64_t nucleus(cand *c, int64_t n, double top_p)
+{
+    double need = top_p * mass_of(c, n), have = 0.0;
+    int64_t lo = 0, hi = n; /* c[0..lo) kept; the boundary lies in [lo, hi) */
+    while (hi - lo > 16) {
+        cand *r = c + lo;
+        int64_t m = hi - lo, gt, eq;
+        double a = r[0].w, b = r[m / 2].w, d = r[m - 1].w;
+        double piv = (a > b) == (b > d) ? b : ((b > a) == (a > d) ? a : d);
+        partition3(r, m, piv, &gt, &eq);
+        double mg = mass_of(r, gt);
+        if (have + mg >= need) {
+            hi = lo + gt;
+            continue;
+        }
+        have += mg;
+        double me = mass_of(r + gt, eq - gt);
+        if (have + me >= need) { /* boundary among equal weights: lower ids first */
+            qsort(r + gt, (size_t)(eq - gt), sizeof *r, cmp_cand_id);
+            return lo + gt + take_until(r + gt, eq - gt, have, need);
+        }
+        have += me;
+        lo += eq;
+    }
+    qsort(c + lo, (size_t)(hi - lo), sizeof *c, cmp_cand_desc);
+    return lo + take_until(c + lo, hi - lo, have, need);
+}
+
+/* Kept tokens and their weights exp(z - zmax), z = logits / T, in c[0..return)
+ * after top-k and top-p; *lse = log sum_v exp(z_v) over the whole vocabulary. */
+static int64_t filter(const float *logits, int64_t V, const df_sampling_params *sp, void *work,
+                      double *lse)
 {
     cand *c = work;
-    double *tmp = (double *)(c + V);
-    double T = sp->temperature, zmax = -INFINITY;
-    for (int64_t v = 0; v < V; v++)
-        if (logits[v] / T > zmax)
-            zmax = logits[v] / T;
-    int64_t n = 0;
+    double *z = (double *)(c + V);
+    double T = sp->temperature, zmax = -INFINITY, total = 0.0;
+    for (int64_t v = 0; v < V; v++) {
+        z[v] = logits[v] / T;
+        zmax = z[v] > zmax ? z[v] : zmax;
+    }
+    for (int64_t v = 0; v < V; v++) {
+        c[v] = (cand){exp(z[v] - zmax), (int32_t)v};
+        total += c[v].w;
+    }
+    *lse = zmax + log(total);
+    int64_t n = V;
     if (sp->top_k > 0 && sp->top_k < V) {
-        for (int64_t v = 0; v < V; v++)
-            tmp[v] = logits[v] / T;
-        double thr = kth_largest(tmp, V, sp->top_k);
+        double thr = kth_largest(z, V, sp->top_k); /* reorders z */
+        n = 0;
         for (int64_t v = 0; v < V; v++)
             if (logits[v] / T >= thr)
-                c[n++] = (cand){exp(logits[v] / T - zmax), (int32_t)v};
-    } else {
-        for (int64_t v = 0; v < V; v++)
-            c[n++] = (cand){exp(logits[v] / T - zmax), (int32_t)v};
+                c[n++] = c[v];
     }
     if (sp->top_p < 1.0f)
         n = nucleus(c, n, sp->top_p);
@@ -181,7 +224,8 @@ int32_t df_sample_token(const float *logits, int64_t V, const df_sampling_params
         return tok;
     }
     const cand *c = work;
-    int64_t n = filter(logits, V, sp, work);
+    double lse;
+    int64_t n = filter(logits, V, sp, work, &lse);
     double mass = 0.0;
     for (int64_t i = 0; i < n; i++)
         mass += c[i].w;
@@ -195,7 +239,7 @@ int32_t df_sample_token(const float *logits, int64_t V, const df_sampling_params
         }
     }
     if (logp)
-        *logp = (float)log_prob_of(logits, V, sp->temperature, tok);
+        *logp = (float)(logits[tok] / (double)sp->temperature - lse);
     return tok;
 }
 
@@ -208,7 +252,8 @@ void df_sample_probs(const float *logits, int64_t V, const df_sampling_params *s
         return;
     }
     const cand *c = work;
-    int64_t n = filter(logits, V, sp, work);
+    double lse;
+    int64_t n = filter(logits, V, sp, work, &lse);
     double mass = 0.0;
     for (int64_t i = 0; i < n; i++)
         mass += c[i].w;
