@@ -96,8 +96,40 @@ typedef struct df_model {
 
 /** Defaults of a Qwen2 config (values of Qwen2Config in transformers). */
 DF_API void df_model_config_defaults(df_model_config *cfg);
-/** Parse HF config.json. Errors name the file and the key (DF_EINVAL / DF_EIO). */
+/**
+ * Parse HF config.json. model_type must be "qwen2" or "llama"; vocab_size,
+ * hidden_size, intermediate_size, num_hidden_layers and num_attention_heads
+ * are required; every other key falls back to the default of transformers'
+ * Qwen2Config / LlamaConfig (null counts as absent). num_key_value_heads
+ * defaults to num_attention_heads, head_dim to hidden_size / num_attention_heads.
+ * attention_bias is true for qwen2 (no such HF key) and read for llama (default
+ * false). eos_token_id (int or list) fills eos_token_ids / n_eos in order.
+ * torch_dtype (or "dtype") must be float32 / bfloat16 / float16.
+ * Errors name the file and the key: DF_ENOTFOUND / DF_EIO (file), DF_EINVAL
+ * (bad JSON, missing required key, wrong type, inconsistent sizes),
+ * DF_EUNSUPPORTED (other model_type, rope_scaling other than null or
+ * "default", use_sliding_window true, hidden_act other than silu, mlp_bias
+ * true, architectures not *ForCausalLM, more than DF_MAX_EOS eos ids).
+ */
 DF_API int df_model_config_load(const char *path, df_model_config *cfg);
+/** As df_model_config_load, from text; `source` names it in errors (NULL: "config.json"). */
+DF_API int df_model_config_parse(const char *json_text, const char *source,
+                                 df_model_config *cfg);
+/**
+ * Write an HF-compatible config.json to `path` (atomically: temporary + rename),
+ * formatted as transformers does (indent 2, sorted keys). Every key of
+ * `original_json` (the text the model was loaded from; NULL for a fresh file)
+ * is kept and the known ones are updated: architectures ["Qwen2ForCausalLM"] /
+ * ["LlamaForCausalLM"], model_type, the sizes, head_dim (qwen2: only when it
+ * differs from hidden_size / num_attention_heads), rope_theta, rms_norm_eps,
+ * initializer_range, tie_word_embeddings, attention_bias (llama; qwen2 only
+ * when false), bos_token_id, eos_token_id (an int for one id unless the
+ * original held a list), torch_dtype. A fresh file also gets hidden_act,
+ * rope_scaling, use_cache and transformers_version.
+ * Errors: DF_EINVAL (invalid cfg or original), DF_EIO naming the path.
+ */
+DF_API int df_model_config_save(const df_model_config *cfg, const char *original_json,
+                                const char *path);
 /** Check internal consistency (heads divide, sizes > 0, ...). */
 DF_API int df_model_config_validate(const df_model_config *cfg);
 

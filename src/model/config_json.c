@@ -1,0 +1,378 @@
+/*
+ * Hugging Face config.json for Qwen2 / Llama: parse (with the defaults of
+ * transformers' Qwen2Config / LlamaConfig) and write back (keeping unknown keys).
+ */
+#include "distflow/model.h"
+#include "model/hf_io.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *type_name(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a real number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+    }
+    return "?";
+}
+
+/* A key's value, treating null as absent (HF writes null for "use the default"). */
+static json_t *get(json_t *root, const char *key)
+{
+    json_t *v = json_object_get(root, key);
+    return json_is_null(v) ? NULL : v;
+}
+
+static int wrong_type(const char *src, const char *key, const char *want, const json_t *v)
+{
+    return df_error(DF_EINVAL, "%s: key \"%s\" must be %s, got %s", src, key, want, type_name(v));
+}
+
+static int get_int(json_t *root, const char *src, const char *key, bool required, int64_t *out)
+{
+    json_t *v = get(root, key);
+    if (!v)
+        return required ? df_error(DF_EINVAL, "%s: missing required key \"%s\"", src, key) : DF_OK;
+    if (!json_is_integer(v))
+        return wrong_type(src, key, "an integer", v);
+    *out = (int64_t)json_integer_value(v);
+    return DF_OK;
+}
+
+static int get_num(json_t *root, const char *src, const char *key, double *out)
+{
+    json_t *v = get(root, key);
+    if (!v)
+        return DF_OK;
+    if (!json_is_number(v))
+        return wrong_type(src, key, "a number", v);
+    *out = json_number_value(v);
+    return DF_OK;
+}
+
+static int get_bool(json_t *root, const char *src, const char *key, bool *out)
+{
+    json_t *v = get(root, key);
+    if (!v)
+        return DF_OK;
+    if (!json_is_boolean(v))
+        return wrong_type(src, key, "a boolean", v);
+    *out = json_is_true(v);
+    return DF_OK;
+}
+
+static int get_token_ids(json_t *root, const char *src, df_model_config *c)
+{
+    json_t *b = json_object_get(root, "bos_token_id");
+    if (b && json_is_null(b)) {
+        c->bos_token_id = -1;
+    } else if (b) {
+        if (!json_is_integer(b) || json_integer_value(b) < 0)
+            return df_error(DF_EINVAL, "%s: key \"bos_token_id\" must be a non-negative integer "
+                            "or null, got %s", src, type_name(b));
+        c->bos_token_id = (int64_t)json_integer_value(b);
+    }
+    json_t *e = json_object_get(root, "eos_token_id");
+    if (!e)
+        return DF_OK;
+    c->n_eos = 0;
+    if (json_is_null(e))
+        return DF_OK;
+    size_t n = json_is_array(e) ? json_array_size(e) : 1;
+    if (n > DF_MAX_EOS)
+        return df_error(DF_EUNSUPPORTED, "%s: key \"eos_token_id\" lists %zu ids (at most %d)", src,
+                        n, DF_MAX_EOS);
+    for (size_t i = 0; i < n; i++) {
+        json_t *x = json_is_array(e) ? json_array_get(e, i) : e;
+        if (!json_is_integer(x) || json_integer_value(x) < 0)
+            return df_error(DF_EINVAL, "%s: key \"eos_token_id\" must be a non-negative integer "
+                            "or a list of them, got %s", src, type_name(x));
+        c->eos_token_ids[c->n_eos++] = (int64_t)json_integer_value(x);
+    }
+    return DF_OK;
+}
+
+static int parse_dtype(json_t *root, const char *src, df_model_config *c)
+{
+    /* transformers >= 4.56 writes "dtype"; older versions "torch_dtype". */
+    const char *key = get(root, "torch_dtype") ? "torch_dtype" : "dtype";
+    json_t *v = get(root, key);
+    if (!v)
+        return DF_OK;
+    if (!json_is_string(v))
+        return wrong_type(src, key, "a string", v);
+    const char *s = json_string_value(v);
+    if (!strcmp(s, "float32"))
+        c->torch_dtype = DF_DTYPE_F32;
+    else if (!strcmp(s, "bfloat16"))
+        c->torch_dtype = DF_DTYPE_BF16;
+    else if (!strcmp(s, "float16"))
+        c->torch_dtype = DF_DTYPE_F16;
+    else
+        return df_error(DF_EUNSUPPORTED, "%s: key \"%s\": \"%s\" is not supported (float32, "
+                        "bfloat16, float16)", src, key, s);
+    return DF_OK;
+}
+
+/* Keys whose non-default values select features this engine does not have. */
+static int check_unsupported(json_t *root, const char *src)
+{
+    json_t *rs = get(root, "rope_scaling");
+    if (rs) {
+        json_t *t = json_is_object(rs) ? json_object_get(rs, "rope_type") : NULL;
+        if (!t && json_is_object(rs))
+            t = json_object_get(rs, "type");
+        bool plain = json_is_string(t) && !strcmp(json_string_value(t), "default");
+        if (!plain)
+            return df_error(DF_EUNSUPPORTED, "%s: key \"rope_scaling\" (%s) is not supported; "
+                            "only plain RoPE (rope_scaling null)", src,
+                            json_is_string(t) ? json_string_value(t) : type_name(rs));
+    }
+    bool b = false;
+    int rc = get_bool(root, src, "use_sliding_window", &b);
+    if (rc)
+        return rc;
+    if (b)
+        return df_error(DF_EUNSUPPORTED, "%s: key \"use_sliding_window\" true is not supported "
+                        "(sliding-window attention)", src);
+    b = false;
+    if ((rc = get_bool(root, src, "mlp_bias", &b)))
+        return rc;
+    if (b)
+        return df_error(DF_EUNSUPPORTED, "%s: key \"mlp_bias\" true is not supported", src);
+    json_t *act = get(root, "hidden_act");
+    if (act && !json_is_string(act))
+        return wrong_type(src, "hidden_act", "a string", act);
+    if (act && strcmp(json_string_value(act), "silu"))
+        return df_error(DF_EUNSUPPORTED, "%s: key \"hidden_act\": \"%s\" is not supported (silu)",
+                        src, json_string_value(act));
+    json_t *arch = get(root, "architectures");
+    if (arch && !json_is_array(arch))
+        return wrong_type(src, "architectures", "a list of strings", arch);
+    for (size_t i = 0; arch && i < json_array_size(arch); i++) {
+        json_t *a = json_array_get(arch, i);
+        if (!json_is_string(a))
+            return wrong_type(src, "architectures", "a list of strings", a);
+        const char *s = json_string_value(a);
+        size_t n = strlen(s), k = strlen("ForCausalLM");
+        if (n < k || strcmp(s + n - k, "ForCausalLM"))
+            return df_error(DF_EUNSUPPORTED, "%s: key \"architectures\": \"%s\" is not supported "
+                            "(a *ForCausalLM model is needed)", src, s);
+    }
+    return DF_OK;
+}
+
+static int parse_root(json_t *root, const char *src, df_model_config *c)
+{
+    if (!json_is_object(root))
+        return df_error(DF_EINVAL, "%s: config is not a JSON object", src);
+    json_t *mt = get(root, "model_type");
+    if (!mt)
+        return df_error(DF_EINVAL, "%s: missing required key \"model_type\"", src);
+    if (!json_is_string(mt))
+        return wrong_type(src, "model_type", "a string", mt);
+    const char *type = json_string_value(mt);
+    bool llama = !strcmp(type, "llama");
+    if (!llama && strcmp(type, "qwen2"))
+        return df_error(DF_EUNSUPPORTED, "%s: key \"model_type\": \"%s\" is not supported (qwen2, "
+                        "llama)", src, type);
+    df_model_config_defaults(c);
+    snprintf(c->model_type, sizeof c->model_type, "%s", type);
+    if (llama) { /* LlamaConfig defaults where they differ from Qwen2Config */
+        c->vocab_size = 32000;
+        c->intermediate_size = 11008;
+        c->max_position_embeddings = 2048;
+        c->attention_bias = false;
+        c->bos_token_id = 1;
+        c->eos_token_ids[0] = 2;
+        c->n_eos = 1;
+    }
+    int rc = check_unsupported(root, src);
+    /* The sizes that define the tensors have no sensible default: require them. */
+    static const char *const required[] = {"vocab_size", "hidden_size", "intermediate_size",
+                                           "num_hidden_layers", "num_attention_heads"};
+    int64_t *req_dst[] = {&c->vocab_size, &c->hidden_size, &c->intermediate_size,
+                          &c->num_hidden_layers, &c->num_attention_heads};
+    for (int i = 0; i < 5 && !rc; i++)
+        rc = get_int(root, src, required[i], true, req_dst[i]);
+    c->num_key_value_heads = c->num_attention_heads;
+    if (!rc)
+        rc = get_int(root, src, "num_key_value_heads", false, &c->num_key_value_heads);
+    if (!rc)
+        rc = get_int(root, src, "max_position_embeddings", false, &c->max_position_embeddings);
+    c->head_dim = 0;
+    if (!rc)
+        rc = get_int(root, src, "head_dim", false, &c->head_dim);
+    if (!rc && c->head_dim == 0) {
+        if (c->num_attention_heads <= 0 || c->hidden_size % c->num_attention_heads)
+            return df_error(DF_EINVAL, "%s: hidden_size (%lld) is not divisible by "
+                            "num_attention_heads (%lld) and no head_dim is given", src,
+                            (long long)c->hidden_size, (long long)c->num_attention_heads);
+        c->head_dim = c->hidden_size / c->num_attention_heads;
+    }
+    if (!rc)
+        rc = get_num(root, src, "rope_theta", &c->rope_theta);
+    if (!rc)
+        rc = get_num(root, src, "rms_norm_eps", &c->rms_norm_eps);
+    if (!rc)
+        rc = get_num(root, src, "initializer_range", &c->initializer_range);
+    if (!rc)
+        rc = get_bool(root, src, "tie_word_embeddings", &c->tie_word_embeddings);
+    /* Qwen2 always has q/k/v biases and no such key; we honour an explicit
+     * "attention_bias": false there only so our own files round-trip. */
+    if (!rc)
+        rc = get_bool(root, src, "attention_bias", &c->attention_bias);
+    if (!rc)
+        rc = get_token_ids(root, src, c);
+    if (!rc)
+        rc = parse_dtype(root, src, c);
+    if (rc)
+        return rc;
+    rc = df_model_config_validate(c);
+    return rc ? df_error_wrap(rc, "%s", src) : DF_OK;
+}
+
+int df_model_config_parse(const char *json_text, const char *source, df_model_config *cfg)
+{
+    const char *src = source ? source : "config.json";
+    json_error_t jerr;
+    json_t *root = json_loads(json_text, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return df_error(DF_EINVAL, "%s: invalid JSON: %s (line %d, column %d)", src, jerr.text,
+                        jerr.line, jerr.column);
+    int rc = parse_root(root, src, cfg);
+    json_decref(root);
+    return rc;
+}
+
+int df_model_config_load(const char *path, df_model_config *cfg)
+{
+    char *text;
+    int rc = df_read_file(path, &text, NULL);
+    if (rc)
+        return rc;
+    rc = df_model_config_parse(text, path, cfg);
+    free(text);
+    return rc;
+}
+
+/* ---- writing ------------------------------------------------------------------ */
+
+static const char *dtype_str(df_dtype d)
+{
+    return d == DF_DTYPE_BF16 ? "bfloat16" : d == DF_DTYPE_F16 ? "float16" : "float32";
+}
+
+static json_t *eos_json(const df_model_config *c, bool as_list)
+{
+    if (c->n_eos == 1 && !as_list)
+        return json_integer(c->eos_token_ids[0]);
+    json_t *a = json_array();
+    for (int i = 0; a && i < c->n_eos; i++)
+        json_array_append_new(a, json_integer(c->eos_token_ids[i]));
+    return a;
+}
+
+/* Defaults a fresh config.json carries, as transformers writes them. */
+static int set_fresh_defaults(json_t *o, const df_model_config *c, bool llama)
+{
+    int bad = json_object_set_new(o, "hidden_act", json_string("silu"));
+    bad |= json_object_set_new(o, "rope_scaling", json_null());
+    bad |= json_object_set_new(o, "use_cache", json_true());
+    bad |= json_object_set_new(o, "attention_dropout", json_real(0.0));
+    if (llama) {
+        bad |= json_object_set_new(o, "mlp_bias", json_false());
+        bad |= json_object_set_new(o, "pretraining_tp", json_integer(1));
+    } else {
+        bad |= json_object_set_new(o, "use_sliding_window", json_false());
+        bad |= json_object_set_new(o, "sliding_window", json_null());
+        bad |= json_object_set_new(o, "max_window_layers", json_integer(c->num_hidden_layers));
+    }
+    return bad;
+}
+
+int df_model_config_to_json(const df_model_config *c, const char *original_json, char **out)
+{
+    *out = NULL;
+    int rc = df_model_config_validate(c);
+    if (rc)
+        return rc;
+    json_t *o;
+    if (original_json) {
+        json_error_t jerr;
+        o = json_loads(original_json, 0, &jerr);
+        if (!json_is_object(o)) {
+            json_decref(o);
+            return df_error(DF_EINVAL, "original config.json text is not a JSON object (%s)",
+                            jerr.text);
+        }
+    } else if (!(o = json_object())) {
+        return df_error(DF_ENOMEM, "out of memory writing config.json");
+    }
+    bool llama = !strcmp(c->model_type, "llama");
+    int bad = 0;
+    if (!original_json)
+        bad |= set_fresh_defaults(o, c, llama);
+    bad |= json_object_set_new(o, "architectures",
+                               json_pack("[s]", llama ? "LlamaForCausalLM" : "Qwen2ForCausalLM"));
+    bad |= json_object_set_new(o, "model_type", json_string(c->model_type));
+    bad |= json_object_set_new(o, "vocab_size", json_integer(c->vocab_size));
+    bad |= json_object_set_new(o, "hidden_size", json_integer(c->hidden_size));
+    bad |= json_object_set_new(o, "intermediate_size", json_integer(c->intermediate_size));
+    bad |= json_object_set_new(o, "num_hidden_layers", json_integer(c->num_hidden_layers));
+    bad |= json_object_set_new(o, "num_attention_heads", json_integer(c->num_attention_heads));
+    bad |= json_object_set_new(o, "num_key_value_heads", json_integer(c->num_key_value_heads));
+    /* Qwen2Config has no head_dim: write it only when it is not the derived value. */
+    if (llama || json_object_get(o, "head_dim") ||
+        c->head_dim * c->num_attention_heads != c->hidden_size)
+        bad |= json_object_set_new(o, "head_dim", json_integer(c->head_dim));
+    bad |= json_object_set_new(o, "max_position_embeddings",
+                               json_integer(c->max_position_embeddings));
+    bad |= json_object_set_new(o, "rope_theta", json_real(c->rope_theta));
+    bad |= json_object_set_new(o, "rms_norm_eps", json_real(c->rms_norm_eps));
+    bad |= json_object_set_new(o, "initializer_range", json_real(c->initializer_range));
+    bad |= json_object_set_new(o, "tie_word_embeddings", json_boolean(c->tie_word_embeddings));
+    if (llama || !c->attention_bias || json_object_get(o, "attention_bias"))
+        bad |= json_object_set_new(o, "attention_bias", json_boolean(c->attention_bias));
+    if (c->bos_token_id >= 0)
+        bad |= json_object_set_new(o, "bos_token_id", json_integer(c->bos_token_id));
+    else if (json_object_get(o, "bos_token_id"))
+        bad |= json_object_set_new(o, "bos_token_id", json_null());
+    bool eos_list = json_is_array(json_object_get(o, "eos_token_id"));
+    if (c->n_eos > 0)
+        bad |= json_object_set_new(o, "eos_token_id", eos_json(c, eos_list));
+    else if (json_object_get(o, "eos_token_id"))
+        bad |= json_object_set_new(o, "eos_token_id", json_null());
+    bad |= json_object_set_new(o, "torch_dtype", json_string(dtype_str(c->torch_dtype)));
+    if (json_object_get(o, "dtype"))
+        bad |= json_object_set_new(o, "dtype", json_string(dtype_str(c->torch_dtype)));
+    if (!json_object_get(o, "transformers_version"))
+        bad |= json_object_set_new(o, "transformers_version",
+                                   json_string(DF_HF_TRANSFORMERS_VERSION));
+    char *s = bad ? NULL : df_json_dumps_py(o);
+    json_decref(o);
+    if (!s)
+        return df_error(DF_ENOMEM, "out of memory writing config.json");
+    *out = s;
+    return DF_OK;
+}
+
+int df_model_config_save(const df_model_config *cfg, const char *original_json, const char *path)
+{
+    char *text;
+    int rc = df_model_config_to_json(cfg, original_json, &text);
+    if (rc)
+        return df_error_wrap(rc, "%s", path);
+    rc = df_write_file_atomic(path, text, strlen(text));
+    free(text);
+    return rc;
+}
