@@ -292,7 +292,7 @@ static int sample_slots(gen_ctx *g, const int32_t *list, const int64_t *rows, in
 {
     df_rollout_engine *e = g->e;
     int64_t V = e->cfg.vocab_size;
-#pragma omp parallel for schedule(dynamic, 8)
+#pragma omp parallel for schedule(dynamic, 8) if (n * V > 16384)
     for (int64_t k = 0; k < n; k++) {
         slot_state *s = &e->slots[list[k]];
         void *work = g->work + (int64_t)omp_get_thread_num() * g->work_bytes;

@@ -10,6 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Below this many multiply-adds a loop runs on one thread: waking the team
+ * costs more than it saves (and spins when cores are oversubscribed). */
+#define DF_PAR_MIN_WORK 32768
+
 static void *alloc64(int64_t n_bytes)
 {
     size_t b = ((size_t)n_bytes + 63) / 64 * 64;
@@ -75,7 +79,8 @@ int64_t df_infer_scratch_bytes(const df_model_config *cfg, int64_t rows_cap, int
     for (int i = 0; i < NBUF; i++)
         per_row += w[i];
     return rows_cap * (per_row * 4 + 8) +
-           (int64_t)omp_get_max_threads() * scores_floats(cfg, max_len) * 4;
+           (int64_t)omp_get_max_threads() * scores_floats(cfg, max_len) * 4 +
+           max_len * cfg->head_dim * 4;
 }
 
 int df_infer_scratch_init(df_infer_scratch *s, const df_model_config *cfg, int64_t rows_cap,
@@ -94,7 +99,11 @@ int df_infer_scratch_init(df_infer_scratch *s, const df_model_config *cfg, int64
     s->pos = alloc64(rows_cap * 4);
     s->n_threads_cap = omp_get_max_threads();
     s->scores = alloc64(s->n_threads_cap * scores_floats(cfg, max_len) * 4);
-    if (!ok || !s->slot || !s->pos || !s->scores) {
+    s->rope_len = max_len;
+    s->rope_hd = cfg->head_dim;
+    s->rope_cos = alloc64(max_len * (cfg->head_dim / 2) * 4);
+    s->rope_sin = alloc64(max_len * (cfg->head_dim / 2) * 4);
+    if (!ok || !s->slot || !s->pos || !s->scores || !s->rope_cos || !s->rope_sin) {
         df_infer_scratch_release(s);
         return df_error(DF_ENOMEM, "out of memory allocating rollout activations for %lld rows",
                         (long long)rows_cap);
@@ -111,6 +120,8 @@ void df_infer_scratch_release(df_infer_scratch *s)
     free(s->slot);
     free(s->pos);
     free(s->scores);
+    free(s->rope_cos);
+    free(s->rope_sin);
     memset(s, 0, sizeof *s);
 }
 
@@ -191,9 +202,11 @@ void df_kv_attention(float *out, const float *q, const df_kv_cache *kv, int64_t 
                      const int32_t *slot, const int32_t *pos, int64_t n, int64_t nh,
                      int64_t nkv, int64_t hd, float *scores, int n_threads_cap)
 {
-    int64_t g = nh / nkv, qd = nh * hd;
+    int64_t g = nh / nkv, qd = nh * hd, work = 0;
     (void)n_threads_cap;
-#pragma omp parallel for schedule(dynamic, 4)
+    for (int64_t r = 0; r < n; r++)
+        work += ((int64_t)pos[r] + 1) * qd;
+#pragma omp parallel for schedule(dynamic, 4) if (work > DF_PAR_MIN_WORK)
     for (int64_t t = 0; t < n * nkv; t++) {
         int64_t r = t / nkv, kh = t % nkv;
         float *sc = scores + (int64_t)omp_get_thread_num() * g * kv->max_len;
@@ -206,7 +219,7 @@ void df_kv_attention(float *out, const float *q, const df_kv_cache *kv, int64_t 
 
 static void add_inplace(float *x, const float *y, int64_t n)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > DF_PAR_MIN_WORK)
     for (int64_t i = 0; i < n; i++)
         x[i] += y[i];
 }
@@ -244,7 +257,7 @@ static void write_kv(df_kv_cache *kv, const df_infer_scratch *s, const df_infer_
                      int64_t l)
 {
     size_t bytes = (size_t)kv->kv_dim * sizeof(float);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (b->n * kv->kv_dim > DF_PAR_MIN_WORK)
     for (int64_t r = 0; r < b->n; r++) {
         memcpy(df_kv_row(kv, kv->k, l, b->slot[r], b->pos[r]), s->k + r * kv->kv_dim, bytes);
         memcpy(df_kv_row(kv, kv->v, l, b->slot[r], b->pos[r]), s->v + r * kv->kv_dim, bytes);
@@ -265,6 +278,10 @@ int df_infer_forward(const df_model *m, df_kv_cache *kv, df_infer_scratch *s,
     int rc = ensure_threads(s, kv, nh / nkv);
     if (rc)
         return rc;
+    if (s->rope_theta != c->rope_theta) { /* built once per model theta */
+        df_rope_table(s->rope_cos, s->rope_sin, s->rope_len, hd, c->rope_theta);
+        s->rope_theta = c->rope_theta;
+    }
     df_embedding_fwd(s->x, b->tokens, m->w.embed, b->n, H);
     int64_t n = b->n;
     const int32_t *slot = b->slot, *pos = b->pos;
@@ -274,8 +291,8 @@ int df_infer_forward(const df_model *m, df_kv_cache *kv, df_infer_scratch *s,
         df_linear_fwd(s->q, s->xn, w->wq, w->bq, n, qd, H);
         df_linear_fwd(s->k, s->xn, w->wk, w->bk, n, kvd, H);
         df_linear_fwd(s->v, s->xn, w->wv, w->bv, n, kvd, H);
-        df_rope_fwd(s->q, pos, n, nh, hd, c->rope_theta);
-        df_rope_fwd(s->k, pos, n, nkv, hd, c->rope_theta);
+        df_rope_apply(s->q, pos, n, nh, hd, s->rope_cos, s->rope_sin, false);
+        df_rope_apply(s->k, pos, n, nkv, hd, s->rope_cos, s->rope_sin, false);
         write_kv(kv, s, b, l);
         /* The last layer only needs the output rows beyond their K / V. */
         if (l == L - 1 && b->out_rows && b->n_out < n) {

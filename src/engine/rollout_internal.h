@@ -31,6 +31,9 @@ typedef struct df_infer_scratch {
     int32_t *slot, *pos;  /**< [rows_cap] compacted copies for the last layer */
     float *scores;        /**< [n_threads_cap, group, max_len] attention scores */
     int n_threads_cap;
+    float *rope_cos, *rope_sin; /**< [max_len, hd / 2] rotations of positions 0 .. max_len-1 */
+    int64_t rope_len, rope_hd;
+    double rope_theta;          /**< theta the table was built for (0: not built) */
 } df_infer_scratch;
 
 /** One forward call: n rows, of which n_out (ascending rows) need the final hidden state. */
