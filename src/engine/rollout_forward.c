@@ -69,7 +69,7 @@ static void widths(const df_model_config *c, int64_t w[NBUF])
 
 static int64_t scores_floats(const df_model_config *c, int64_t max_len)
 {
-    return c->num_attention_heads / c->num_key_value_heads * max_len;
+    return c->num_attention_heads * max_len;
 }
 
 int64_t df_infer_scratch_bytes(const df_model_config *cfg, int64_t rows_cap, int64_t max_len)
@@ -170,17 +170,18 @@ static inline void axpy(float *restrict o, float p, const float *restrict v, int
         o[d] += p * v[d];
 }
 
-/* Attention of the `g` query heads sharing kv head `kh` for one row. */
-static void attend_group(float *out, const float *q, const float *K, const float *V,
-                         int64_t kvd, int64_t len, int64_t kh, int64_t g, int64_t hd,
-                         float *sc, int64_t max_len)
+/* Attention of all nh query heads of one row over positions [0, len) of its
+ * slot. Positions outer, heads inner: each K / V row is read once, whole. */
+static void attend_row(float *out, const float *q, const float *K, const float *V, int64_t kvd,
+                       int64_t len, int64_t nh, int64_t g, int64_t hd, float *sc, int64_t max_len)
 {
     float scale = 1.0f / sqrtf((float)hd);
-    const float *k0 = K + kh * hd, *v0 = V + kh * hd;
-    for (int64_t j = 0; j < len; j++)
-        for (int64_t h = 0; h < g; h++)
-            sc[h * max_len + j] = dot16(q + h * hd, k0 + j * kvd, hd) * scale;
-    for (int64_t h = 0; h < g; h++) {
+    for (int64_t j = 0; j < len; j++) {
+        const float *kj = K + j * kvd;
+        for (int64_t h = 0; h < nh; h++)
+            sc[h * max_len + j] = dot16(q + h * hd, kj + h / g * hd, hd) * scale;
+    }
+    for (int64_t h = 0; h < nh; h++) {
         float *s = sc + h * max_len, mx = -INFINITY, sum = 0.0f;
         for (int64_t j = 0; j < len; j++)
             mx = s[j] > mx ? s[j] : mx;
@@ -189,12 +190,12 @@ static void attend_group(float *out, const float *q, const float *K, const float
         float inv = 1.0f / sum;
         for (int64_t j = 0; j < len; j++)
             s[j] *= inv;
-        memset(out + h * hd, 0, (size_t)hd * sizeof(float));
     }
+    memset(out, 0, (size_t)(nh * hd) * sizeof(float));
     for (int64_t j = 0; j < len; j++) {
-        const float *vj = v0 + j * kvd;
-        for (int64_t h = 0; h < g; h++)
-            axpy(out + h * hd, sc[h * max_len + j], vj, hd);
+        const float *vj = V + j * kvd;
+        for (int64_t h = 0; h < nh; h++)
+            axpy(out + h * hd, sc[h * max_len + j], vj + h / g * hd, hd);
     }
 }
 
@@ -206,14 +207,13 @@ void df_kv_attention(float *out, const float *q, const df_kv_cache *kv, int64_t 
     (void)n_threads_cap;
     for (int64_t r = 0; r < n; r++)
         work += ((int64_t)pos[r] + 1) * qd;
-#pragma omp parallel for schedule(dynamic, 4) if (work > DF_PAR_MIN_WORK)
-    for (int64_t t = 0; t < n * nkv; t++) {
-        int64_t r = t / nkv, kh = t % nkv;
-        float *sc = scores + (int64_t)omp_get_thread_num() * g * kv->max_len;
+#pragma omp parallel for schedule(dynamic, 2) if (work > DF_PAR_MIN_WORK)
+    for (int64_t r = 0; r < n; r++) {
+        float *sc = scores + (int64_t)omp_get_thread_num() * nh * kv->max_len;
         const float *K = df_kv_row(kv, kv->k, layer, slot[r], 0);
         const float *V = df_kv_row(kv, kv->v, layer, slot[r], 0);
-        attend_group(out + r * qd + kh * g * hd, q + r * qd + kh * g * hd, K, V, kv->kv_dim,
-                     (int64_t)pos[r] + 1, kh, g, hd, sc, kv->max_len);
+        attend_row(out + r * qd, q + r * qd, K, V, kv->kv_dim, (int64_t)pos[r] + 1, nh, g, hd,
+                   sc, kv->max_len);
     }
 }
 
@@ -225,12 +225,12 @@ static void add_inplace(float *x, const float *y, int64_t n)
 }
 
 /* Grow the per-thread score buffers if the caller raised the thread count. */
-static int ensure_threads(df_infer_scratch *s, const df_kv_cache *kv, int64_t g)
+static int ensure_threads(df_infer_scratch *s, const df_kv_cache *kv, int64_t nh)
 {
     int nt = omp_get_max_threads();
     if (nt <= s->n_threads_cap)
         return DF_OK;
-    float *sc = alloc64((int64_t)nt * g * kv->max_len * 4);
+    float *sc = alloc64((int64_t)nt * nh * kv->max_len * 4);
     if (!sc)
         return df_error(DF_ENOMEM, "out of memory growing attention scratch to %d threads", nt);
     free(s->scores);
@@ -275,7 +275,7 @@ int df_infer_forward(const df_model *m, df_kv_cache *kv, df_infer_scratch *s,
     if (b->n > s->rows_cap || b->n < 1)
         return df_error(DF_EINVAL, "rollout forward: %lld rows, capacity %lld",
                         (long long)b->n, (long long)s->rows_cap);
-    int rc = ensure_threads(s, kv, nh / nkv);
+    int rc = ensure_threads(s, kv, nh);
     if (rc)
         return rc;
     if (s->rope_theta != c->rope_theta) { /* built once per model theta */

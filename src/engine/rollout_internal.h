@@ -29,7 +29,7 @@ typedef struct df_infer_scratch {
     int64_t rows_cap;
     float *x, *xn, *rstd, *q, *k, *v, *att, *tmp, *gate, *up, *act; /**< [rows_cap, width] */
     int32_t *slot, *pos;  /**< [rows_cap] compacted copies for the last layer */
-    float *scores;        /**< [n_threads_cap, group, max_len] attention scores */
+    float *scores;        /**< [n_threads_cap, nh, max_len] attention scores */
     int n_threads_cap;
     float *rope_cos, *rope_sin; /**< [max_len, hd / 2] rotations of positions 0 .. max_len-1 */
     int64_t rope_len, rope_hd;
@@ -61,8 +61,9 @@ int64_t df_infer_scratch_bytes(const df_model_config *cfg, int64_t rows_cap, int
 /**
  * out[n, nh*hd] = for each row r and head h: softmax(q_h . K[slot_r][0..pos_r] / sqrt(hd))
  * . V[slot_r][0..pos_r] in layer `layer`, GQA by h / (nh / nkv). q: [n, nh*hd].
- * Each (row, kv head) is computed by one thread in a fixed order, so results do
- * not depend on the thread count or on the other rows.
+ * Each row is computed by one thread in a fixed order, so results do not
+ * depend on the thread count or on the other rows. scores: per thread
+ * [nh, max_len] floats.
  */
 void df_kv_attention(float *out, const float *q, const df_kv_cache *kv, int64_t layer,
                      const int32_t *slot, const int32_t *pos, int64_t n, int64_t nh,
