@@ -386,42 +386,49 @@ static int64_t admit_count(const gen_ctx *g, int64_t nfree)
     return g->req->n_samples > g->e->max_num_seqs ? nfree : 0;
 }
 
+/* Fill e->b_* with the next prompt groups that fit into the free slots and the
+ * prefill token budget; returns the number of admissions, *n_rows the rows. */
+static int64_t plan_prefill(gen_ctx *g, admission *ad, int32_t *aslots, int64_t *n_rows)
+{
+    df_rollout_engine *e = g->e;
+    const df_rollout_request *q = g->req;
+    int64_t nfree = 0, na = 0, rows = 0, ns = 0, scan = 0;
+    for (int64_t s = 0; s < e->max_num_seqs; s++)
+        nfree += !e->slots[s].active;
+    while (g->next_prompt < q->n_prompts) {
+        int64_t i = g->next_prompt, cnt = admit_count(g, nfree);
+        int64_t P = q->prompt_offsets[i + 1] - q->prompt_offsets[i];
+        if (cnt == 0 || rows + P > e->max_batched_tokens)
+            break;
+        ad[na] = (admission){i, g->next_j, cnt, (int32_t)ns};
+        for (int64_t c = 0; c < cnt; c++) {
+            while (e->slots[scan].active)
+                scan++;
+            aslots[ns++] = (int32_t)scan++;
+        }
+        for (int64_t t = 0; t < P; t++) { /* the prompt goes into its first slot */
+            e->b_tok[rows + t] = q->prompt_tokens[q->prompt_offsets[i] + t];
+            e->b_slot[rows + t] = aslots[ad[na].slots_at];
+            e->b_pos[rows + t] = (int32_t)t;
+        }
+        rows += P;
+        e->b_out[na++] = rows - 1;
+        nfree -= cnt;
+        if ((g->next_j += cnt) == q->n_samples) {
+            g->next_prompt++;
+            g->next_j = 0;
+        }
+    }
+    *n_rows = rows;
+    return na;
+}
+
 /* Admit prompt groups into free slots, prefilling them in token-budgeted
  * batches; repeat while slots freed by immediately finished samples allow. */
 static int admit(gen_ctx *g, admission *ad, int32_t *aslots, int32_t *list, int64_t *lrows)
 {
-    df_rollout_engine *e = g->e;
     for (;;) {
-        int64_t nfree = 0, na = 0, rows = 0, ns = 0;
-        for (int64_t s = 0; s < e->max_num_seqs; s++)
-            nfree += !e->slots[s].active;
-        int64_t scan = 0; /* next slot index to consider as free */
-        while (g->next_prompt < g->req->n_prompts) {
-            int64_t cnt = admit_count(g, nfree);
-            int64_t i = g->next_prompt;
-            int64_t P = g->req->prompt_offsets[i + 1] - g->req->prompt_offsets[i];
-            if (cnt == 0 || rows + P > e->max_batched_tokens)
-                break;
-            ad[na] = (admission){i, g->next_j, cnt, (int32_t)ns};
-            for (int64_t c = 0; c < cnt; c++) {
-                while (e->slots[scan].active)
-                    scan++;
-                aslots[ns++] = (int32_t)scan++;
-            }
-            for (int64_t t = 0; t < P; t++) {
-                e->b_tok[rows + t] = g->req->prompt_tokens[g->req->prompt_offsets[i] + t];
-                e->b_slot[rows + t] = aslots[ad[na].slots_at];
-                e->b_pos[rows + t] = (int32_t)t;
-            }
-            rows += P;
-            e->b_out[na++] = rows - 1;
-            nfree -= cnt;
-            g->next_j += cnt;
-            if (g->next_j == g->req->n_samples) {
-                g->next_prompt++;
-                g->next_j = 0;
-            }
-        }
+        int64_t rows, na = plan_prefill(g, ad, aslots, &rows);
         if (na == 0)
             return DF_OK;
         int rc = run_prefill(g, rows, ad, na, aslots, list, lrows);
