@@ -201,10 +201,9 @@ static void attend_row(float *out, const float *q, const float *K, const float *
 
 void df_kv_attention(float *out, const float *q, const df_kv_cache *kv, int64_t layer,
                      const int32_t *slot, const int32_t *pos, int64_t n, int64_t nh,
-                     int64_t nkv, int64_t hd, float *scores, int n_threads_cap)
+                     int64_t nkv, int64_t hd, float *scores)
 {
     int64_t g = nh / nkv, qd = nh * hd, work = 0;
-    (void)n_threads_cap;
     for (int64_t r = 0; r < n; r++)
         work += ((int64_t)pos[r] + 1) * qd;
 #pragma omp parallel for schedule(dynamic, 2) if (work > DF_PAR_MIN_WORK)
@@ -301,8 +300,7 @@ int df_infer_forward(const df_model *m, df_kv_cache *kv, df_infer_scratch *s,
             slot = s->slot;
             pos = s->pos;
         }
-        df_kv_attention(s->att, s->q, kv, l, slot, pos, n, nh, nkv, hd, s->scores,
-                        s->n_threads_cap);
+        df_kv_attention(s->att, s->q, kv, l, slot, pos, n, nh, nkv, hd, s->scores);
         df_linear_fwd(s->tmp, s->att, w->wo, NULL, n, H, qd);
         add_inplace(s->x, s->tmp, n * H);
         df_rmsnorm_fwd(s->xn, s->rstd, s->x, w->ln2, n, H, eps);

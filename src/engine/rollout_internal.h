@@ -67,13 +67,14 @@ int64_t df_infer_scratch_bytes(const df_model_config *cfg, int64_t rows_cap, int
  */
 void df_kv_attention(float *out, const float *q, const df_kv_cache *kv, int64_t layer,
                      const int32_t *slot, const int32_t *pos, int64_t n, int64_t nh,
-                     int64_t nkv, int64_t hd, float *scores, int n_threads_cap);
+                     int64_t nkv, int64_t hd, float *scores);
 
 /**
  * Run b through the model: writes every row's K / V into kv, and leaves the
  * final-RMSNorm'd hidden states of the n_out output rows in s->xn[0 .. n_out, H)
- * (in out_rows order). Errors: DF_EINVAL if b->n > s->rows_cap or the thread
- * count exceeds the scratch's.
+ * (in out_rows order). Errors: DF_EINVAL if b->n is not in [1, s->rows_cap];
+ * DF_ENOMEM if the per-thread scores must grow (more threads than at init) and
+ * cannot.
  */
 int df_infer_forward(const df_model *m, df_kv_cache *kv, df_infer_scratch *s,
                      const df_infer_batch *b);
