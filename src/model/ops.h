@@ -4,13 +4,21 @@
  * T = number of packed tokens, H = hidden size, nh / nkv = query / key-value
  * heads, hd = head dim. Backward functions ACCUMULATE (+=) into parameter
  * gradients; activation gradients are documented per function.
- * Threading: OpenMP inside each op; matmuls go through oneDNN.
+ * Threading: OpenMP inside each op; matmuls go through oneDNN. Ops never
+ * allocate: scratch is passed in (or is a bounded per-thread stack tile).
+ * Indices and sizes are int64_t, so T * vocab and T * hidden never overflow.
  */
 #ifndef DF_MODEL_OPS_H
 #define DF_MODEL_OPS_H
 
 #include <stdbool.h>
 #include <stdint.h>
+
+/** Largest head_dim the attention kernels accept (their per-thread tiles are sized by it). */
+#define DF_MAX_HEAD_DIM 256
+/** LM-head tile: rows x vocabulary columns of logits that exist at one time. */
+#define DF_LMHEAD_ROWS 256
+#define DF_LMHEAD_COLS 4096
 
 /* ---- matmul (oneDNN) ----------------------------------------------------- */
 
@@ -51,11 +59,25 @@ void df_rmsnorm_bwd(float *dx, float *dw, const float *dout, const float *x, con
                     const float *rstd, int64_t T, int64_t H);
 
 /* ---- rotary position embedding (Su et al. 2021; HF rotate_half convention) -- */
-
-/**
- * In place on x[T, n_heads * hd]: for each head, pairs (i, i + hd/2) are rotated
- * by angle pos[t] * theta^(-2i/hd).
+/*
+ * For each head of a row at position p, pairs (i, i + hd/2), i < hd/2, rotate
+ * by angle a = p * inv_freq[i], inv_freq[i] = 1 / theta^(2i / hd):
+ *   x'[i] = x[i] cos a - x[i + hd/2] sin a,  x'[i + hd/2] = x[i + hd/2] cos a + x[i] sin a
+ * (HF apply_rotary_pos_emb with rotate_half). inv_freq and p * inv_freq are
+ * rounded to float32 as HF's Qwen2RotaryEmbedding does, then cos / sin are
+ * taken in double and rounded, so long positions agree with HF to ~1 ulp.
  */
+
+/** cos_t, sin_t [n_pos, hd/2]: the rotation of positions 0 .. n_pos-1. */
+void df_rope_table(float *cos_t, float *sin_t, int64_t n_pos, int64_t hd, double theta);
+/**
+ * In place on x[T, n_heads * hd] with table rows pos[t] (< the table's n_pos).
+ * inverse = true rotates by the negative angle: the backward pass (the
+ * rotation's transpose) applied to a gradient.
+ */
+void df_rope_apply(float *x, const int32_t *pos, int64_t T, int64_t n_heads, int64_t hd,
+                   const float *cos_t, const float *sin_t, bool inverse);
+/** As df_rope_apply(inverse = false) without a table (angles computed per token). */
 void df_rope_fwd(float *x, const int32_t *pos, int64_t T, int64_t n_heads, int64_t hd,
                  double theta);
 /** In place on the gradient: rotation by the negative angle (the transpose). */
@@ -68,13 +90,19 @@ void df_rope_bwd(float *dx, const int32_t *pos, int64_t T, int64_t n_heads, int6
  * out[T, nh*hd] = softmax(q k^T / sqrt(hd) + causal mask) v, computed per
  * sequence [seq_offsets[s], seq_offsets[s+1]) and per head, with GQA (query head
  * h reads kv head h / (nh / nkv)). q: [T, nh*hd], k, v: [T, nkv*hd].
- * lse[T, nh] receives each row's log-sum-exp (saved for the backward pass); the
- * [L, L] score matrix is never stored.
+ * lse[T, nh] receives each row's log-sum-exp of the scaled scores (saved for
+ * the backward pass); the [L, L] score matrix is never stored. Scale
+ * 1 / sqrt(hd) as HF's eager attention. hd <= DF_MAX_HEAD_DIM. Parallel over
+ * (sequence, head). Reference: FlashAttention-2 (Dao 2023), Algorithm 1.
  */
 void df_attention_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
                       const int64_t *seq_offsets, int64_t n_seqs, int64_t nh, int64_t nkv,
                       int64_t hd);
-/** dq, dk, dv (same shapes as q, k, v) are OVERWRITTEN. */
+/**
+ * dq, dk, dv (same shapes as q, k, v) are OVERWRITTEN, given dout and the
+ * forward's out and lse. Recomputes probabilities tile by tile
+ * (FlashAttention-2, Algorithm 2). Parallel over (sequence, kv head).
+ */
 void df_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out,
                       const float *lse, const float *q, const float *k, const float *v,
                       const int64_t *seq_offsets, int64_t n_seqs, int64_t nh, int64_t nkv,
@@ -82,9 +110,9 @@ void df_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const 
 
 /* ---- SwiGLU MLP activation (Shazeer 2020) ---------------------------------- */
 
-/** out[n] = silu(gate) * up. */
+/** out[n] = silu(gate) * up, silu(g) = g * sigmoid(g) (HF Qwen2MLP with act_fn "silu"). */
 void df_swiglu_fwd(float *out, const float *gate, const float *up, int64_t n);
-/** dgate, dup OVERWRITTEN. */
+/** dgate, dup OVERWRITTEN: dgate = dout * up * silu'(gate), dup = dout * silu(gate). */
 void df_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate,
                    const float *up, int64_t n);
 
@@ -94,22 +122,37 @@ void df_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gat
  * For rows h[n, H] and weights W[V, H], with z = (h W^T) / temperature:
  *   logp[i] = z[i, target[i]] - logsumexp(z[i])     (lse[i] saved)
  *   entropy[i] = logsumexp(z[i]) - sum_v softmax(z[i])_v z[i,v]  (NULL = skip)
- * Streams over vocabulary chunks with an online log-sum-exp, so only
- * [rows_chunk, vocab_chunk] logits exist at a time. scratch: see
- * df_lmhead_scratch_floats.
+ * target[i] in [0, V). Streams over [DF_LMHEAD_ROWS, DF_LMHEAD_COLS] tiles of
+ * z with an online log-sum-exp, so the [n, V] logits never exist. Matches
+ * verl's logprobs_from_logits / entropy_from_logits applied to
+ * logits.div(temperature). scratch: df_lmhead_scratch_floats(n, V, H) floats.
  */
 void df_lmhead_fwd(float *logp, float *entropy, float *lse, const float *h, const float *W,
                    const int32_t *target, int64_t n, int64_t V, int64_t H, float temperature,
                    float *scratch);
 /**
  * dh[n, H] OVERWRITTEN, dW[V, H] ACCUMULATED, from dlogp[n] and dentropy[n]
- * (NULL = 0). Recomputes logits chunk by chunk:
- *   dz_v = dlogp (1[v = target] - p_v) - dentropy p_v (log p_v + entropy).
+ * (NULL = 0). Recomputes logits tile by tile from lse (and entropy, needed
+ * only when dentropy is given), with p = softmax(z):
+ *   dz_v = dlogp (1[v = target] - p_v) - dentropy p_v (log p_v + entropy),
+ *   dlogits = dz / temperature,  dh = dlogits W,  dW += dlogits^T h.
  */
 void df_lmhead_bwd(float *dh, float *dW, const float *dlogp, const float *dentropy,
                    const float *h, const float *W, const int32_t *target, const float *lse,
                    const float *entropy, int64_t n, int64_t V, int64_t H, float temperature,
                    float *scratch);
+/**
+ * As df_lmhead_fwd / _bwd with explicit tile sizes (rows_tile <= DF_LMHEAD_ROWS,
+ * any cols_tile >= 1); scratch holds min(n, rows_tile) * min(V, cols_tile)
+ * floats. For tests (small tiles exercise every boundary) and tuning.
+ */
+void df_lmhead_fwd_tiled(float *logp, float *entropy, float *lse, const float *h,
+                         const float *W, const int32_t *target, int64_t n, int64_t V, int64_t H,
+                         float temperature, int64_t rows_tile, int64_t cols_tile, float *scratch);
+void df_lmhead_bwd_tiled(float *dh, float *dW, const float *dlogp, const float *dentropy,
+                         const float *h, const float *W, const int32_t *target, const float *lse,
+                         const float *entropy, int64_t n, int64_t V, int64_t H, float temperature,
+                         int64_t rows_tile, int64_t cols_tile, float *scratch);
 /** Floats of scratch df_lmhead_fwd / _bwd need for n rows. */
 int64_t df_lmhead_scratch_floats(int64_t n, int64_t V, int64_t H);
 

@@ -1,0 +1,157 @@
+/*
+ * distflow/rollout.h — response generation for RL (verl's rollout worker; the
+ * role vLLM plays there) with distflow's own model (distflow/model.h).
+ *
+ * The engine keeps a KV cache for `max_num_seqs` sequences ("slots") of at most
+ * `max_seq_len` tokens (prompt + response) and decodes every active sequence
+ * together, one token per sequence per step. Scheduling (DESIGN.md §5):
+ *   - each prompt is prefilled once and its KV state copied into the slots of
+ *     its n samples (rollout.n);
+ *   - continuous batching: at most max_num_seqs sequences are active; between
+ *     decode steps, as soon as enough slots are free the next prompt group is
+ *     admitted (prefilled). A group is admitted whole when n <= max_num_seqs;
+ *     when n > max_num_seqs it is admitted in parts of whatever is free (its
+ *     prompt is prefilled once per part).
+ *
+ * Determinism: sample j of prompt i draws from its own generator, keyed by
+ * (seed, prompt key, j) and advanced once per generated token (not at all when
+ * greedy), so the outputs do not depend on max_num_seqs, admission order or
+ * the number of OpenMP threads (up to float rounding of the matmuls, which can
+ * differ in the last bits with the batch shape).
+ *
+ * Memory, allocated once by df_rollout_engine_create (float32 = 4 bytes;
+ * H hidden, I intermediate, nh / nkv heads, hd head_dim, kv_dim = nkv * hd):
+ *   KV cache    = 2 (K, V) * num_hidden_layers * max_num_seqs * max_seq_len * kv_dim * 4
+ *                 bytes, laid out per layer as [slot][max_seq_len][kv_dim] (llama2.c)
+ *   activations = R * ((3 H + 2 nh hd + 2 kv_dim + 3 I + 1) * 4 + 28) bytes for
+ *                 R = max(max_num_seqs, max_batched_tokens) rows, where
+ *                 max_batched_tokens = max(max_seq_len, 2048) prompt tokens per
+ *                 prefill batch (vLLM's default max_num_batched_tokens)
+ *   attention   = n_threads * nh * max_seq_len * 4 bytes of scores, plus the RoPE
+ *                 table max_seq_len * hd * 4
+ *   logits      = min(R, max(1, 2^22 / vocab)) * vocab * 4 bytes (rows are chunked)
+ *   outputs     = max_num_seqs * max_seq_len * 8 bytes (tokens and log-probs per slot)
+ * df_rollout_engine_bytes() returns the total. Example: hidden 256, 4 layers,
+ * kv_dim 128, 256 seqs x 192 tokens: KV 201 MB, total 237 MB.
+ *
+ * Threading: OpenMP inside each call (matmuls through oneDNN). One engine runs
+ * one df_rollout_generate at a time; use one engine per thread otherwise.
+ */
+#ifndef DISTFLOW_ROLLOUT_H
+#define DISTFLOW_ROLLOUT_H
+
+#include "distflow/common.h"
+#include "distflow/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Why a response ended. */
+enum { DF_FINISH_STOP = 0, DF_FINISH_LENGTH = 1 };
+
+/**
+ * Sampling parameters (names and meaning as in vLLM's SamplingParams / HF
+ * generate). Filtering order as in HF's logits warpers: temperature, then
+ * top-k, then top-p on the distribution renormalised after top-k.
+ */
+typedef struct df_sampling_params {
+    float temperature;      /**< > 0; logits are divided by it. 0 means greedy (vLLM convention) */
+    int top_k;              /**< keep the tokens whose scaled logit >= the k-th largest
+                                 (ties at the boundary are kept, as HF TopKLogitsWarper); <= 0: off */
+    float top_p;            /**< (0, 1]: keep the smallest set of most probable tokens (ties ->
+                                 lower id first) whose cumulative probability >= top_p, at least
+                                 one token; 1: off */
+    bool greedy;            /**< argmax of the logits (ties -> lowest id); ignores the above */
+    int64_t max_new_tokens; /**< >= 1; also capped by max_seq_len - prompt length */
+    const int32_t *stop_ids;/**< [n_stop] extra stop tokens (each in [0, vocab)) */
+    int n_stop;
+    bool ignore_eos;        /**< false: the model's eos_token_ids stop too (vLLM ignore_eos) */
+} df_sampling_params;
+
+/** temperature 1, top_k -1, top_p 1, greedy false, max_new_tokens 512 (verl's default
+ *  response length), no extra stop ids, ignore_eos false. */
+DF_API void df_sampling_params_defaults(df_sampling_params *sp);
+
+/** Check the parameters against a vocabulary of `vocab` tokens. DF_EINVAL names the field. */
+DF_API int df_sampling_params_validate(const df_sampling_params *sp, int64_t vocab);
+
+/** Prompts to complete, packed without padding. */
+typedef struct df_rollout_request {
+    int64_t n_prompts;
+    const int64_t *prompt_offsets; /**< [n_prompts + 1], prompt i = tokens[offsets[i], offsets[i+1]) */
+    const int32_t *prompt_tokens;  /**< [prompt_offsets[n_prompts]] token ids in [0, vocab) */
+    int64_t n_samples;             /**< responses per prompt (rollout.n), >= 1 */
+    uint64_t seed;                 /**< base seed; callers fold in rank / step (df_rng_key) */
+    const uint64_t *prompt_keys;   /**< optional [n_prompts]: the RNG key of each prompt (e.g. its
+                                        global dataset index, so results do not depend on how
+                                        prompts are split across ranks); NULL: key of prompt i is i */
+} df_rollout_request;
+
+/** Generated responses (owned by the caller; free with df_rollout_result_free). */
+typedef struct df_rollout_result {
+    int64_t n_seqs;        /**< n_prompts * n_samples, prompt-major: sequence i * n + j */
+    int64_t *offsets;      /**< [n_seqs + 1]: response s = tokens[offsets[s], offsets[s+1]) */
+    int32_t *tokens;       /**< [offsets[n_seqs]] response token ids (a stop token is included) */
+    float *log_probs;      /**< [offsets[n_seqs]] log_softmax(logits / temperature)[token] before
+                                top-k / top-p (temperature 1 when greedy): the old_log_probs the
+                                actor recomputes at that temperature */
+    int8_t *finish_reason; /**< [n_seqs] DF_FINISH_STOP or DF_FINISH_LENGTH */
+} df_rollout_result;
+
+/** Counters of the last df_rollout_generate call. */
+typedef struct df_rollout_stats {
+    int64_t prefill_tokens;   /**< prompt tokens run through the model (a prompt once per admission) */
+    int64_t prefill_batches;
+    int64_t decode_steps;
+    int64_t generated_tokens;
+    double mean_active;       /**< mean sequences per decode step (occupancy * max_num_seqs) */
+    double seconds;           /**< wall time of the call */
+} df_rollout_stats;
+
+typedef struct df_rollout_engine df_rollout_engine;
+
+/** Progress callback: sequences finished so far, total sequences, tokens generated so far. */
+typedef void (*df_rollout_progress_fn)(void *user, int64_t done_seqs, int64_t total_seqs,
+                                       int64_t tokens);
+
+/** Bytes df_rollout_engine_create allocates for these sizes (formula in the file comment). */
+DF_API int64_t df_rollout_engine_bytes(const df_model_config *cfg, int64_t max_num_seqs,
+                                       int64_t max_seq_len);
+
+/**
+ * Allocate an engine (KV cache and scratch, see the memory formula above) for
+ * models with configuration `cfg`. max_num_seqs >= 1, max_seq_len >= 2.
+ * Errors: DF_EINVAL (bad sizes or config), DF_ENOMEM.
+ */
+DF_API int df_rollout_engine_create(const df_model_config *cfg, int64_t max_num_seqs,
+                                    int64_t max_seq_len, df_rollout_engine **out);
+DF_API void df_rollout_engine_free(df_rollout_engine *e);
+
+/**
+ * Generate req->n_samples responses for each prompt with the weights of `m`
+ * (whose architecture must equal the engine's config). Fills *res (its arrays
+ * are malloc'd; free with df_rollout_result_free). `progress` (may be NULL) is
+ * called after every prefill batch and decode step.
+ * Response s stops after a stop token (included) or after
+ * min(max_new_tokens, max_seq_len - prompt length) tokens (DF_FINISH_LENGTH).
+ * Errors: DF_EINVAL for an empty prompt, a prompt longer than max_seq_len - 1,
+ * a token id outside [0, vocab), n_samples < 1, bad sampling parameters or a
+ * model whose shapes differ from the engine's; DF_ENOMEM. On error *res is
+ * left empty (all NULL).
+ */
+DF_API int df_rollout_generate(df_rollout_engine *e, const df_model *m,
+                               const df_rollout_request *req, const df_sampling_params *sp,
+                               df_rollout_result *res, df_rollout_progress_fn progress,
+                               void *user);
+
+/** Counters of the last df_rollout_generate on `e`. */
+DF_API void df_rollout_engine_stats(const df_rollout_engine *e, df_rollout_stats *st);
+
+/** Free the arrays of a result and zero it (NULL-safe, idempotent). */
+DF_API void df_rollout_result_free(df_rollout_result *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DISTFLOW_ROLLOUT_H */

@@ -1,0 +1,553 @@
+/* Rollout engine: continuous batching over a KV cache (include/distflow/rollout.h). */
+#include "distflow/rollout.h"
+#include "distflow/rng.h"
+#include "engine/rollout_internal.h"
+#include "engine/sampling.h"
+#include "model/ops.h"
+
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Stream tag separating rollout draws from other users of the same seed. */
+#define ROLLOUT_RNG_TAG 0x726f6c6cULL
+
+typedef struct {
+    bool active;
+    int64_t seq;        /* i * n_samples + j */
+    int64_t prompt_len;
+    int64_t n_gen;
+    int64_t limit;      /* min(max_new_tokens, max_seq_len - prompt_len) */
+    df_rng rng;
+} slot_state;
+
+struct df_rollout_engine {
+    df_model_config cfg;
+    int64_t max_num_seqs, max_seq_len, max_batched_tokens, logit_rows;
+    df_kv_cache kv;
+    df_infer_scratch s;
+    float *logits;            /* [logit_rows, vocab] */
+    slot_state *slots;        /* [max_num_seqs] */
+    int32_t *out_tok;         /* [max_num_seqs, max_seq_len] tokens generated so far */
+    float *out_logp;          /* [max_num_seqs, max_seq_len] */
+    int32_t *b_tok, *b_slot, *b_pos; /* [rows_cap] rows of the next forward */
+    int64_t *b_out;           /* [rows_cap] */
+    df_rollout_stats stats;
+};
+
+/* Everything one df_rollout_generate call needs besides the engine. */
+typedef struct {
+    df_rollout_engine *e;
+    const df_model *m;
+    const df_rollout_request *req;
+    const df_sampling_params *sp;
+    uint8_t *is_stop;         /* [vocab] */
+    char *work;               /* [n_threads, work_bytes] sampler scratch */
+    int64_t work_bytes;
+    int n_threads;
+    /* finished responses, appended in completion order */
+    int32_t *a_tok;
+    float *a_logp;
+    int64_t a_len, a_cap;
+    int64_t *seq_start, *seq_len; /* [n_seqs] into the arena */
+    int8_t *finish;               /* [n_seqs] */
+    int64_t n_seqs, done, tokens;
+    int64_t next_prompt, next_j;  /* admission cursor */
+    df_rollout_progress_fn progress;
+    void *user;
+} gen_ctx;
+
+/* One admission in a prefill batch: prompt i, samples [j0, j0 + cnt) into slots. */
+typedef struct {
+    int64_t prompt, j0, cnt;
+    int32_t slots_at;         /* index into the admission slot list */
+} admission;
+
+static int64_t rows_cap_of(int64_t max_num_seqs, int64_t max_batched)
+{
+    return max_num_seqs > max_batched ? max_num_seqs : max_batched;
+}
+
+static int64_t max_batched_of(int64_t max_seq_len) { return max_seq_len > 2048 ? max_seq_len : 2048; }
+
+static int64_t logit_rows_of(int64_t rows_cap, int64_t V)
+{
+    int64_t r = ((int64_t)1 << 22) / V;
+    r = r < 1 ? 1 : r;
+    return r < rows_cap ? r : rows_cap;
+}
+
+int64_t df_rollout_engine_bytes(const df_model_config *cfg, int64_t max_num_seqs,
+                                int64_t max_seq_len)
+{
+    int64_t kvd = cfg->num_key_value_heads * cfg->head_dim;
+    int64_t R = rows_cap_of(max_num_seqs, max_batched_of(max_seq_len));
+    int64_t kv = 2 * cfg->num_hidden_layers * max_num_seqs * max_seq_len * kvd * 4;
+    int64_t logits = logit_rows_of(R, cfg->vocab_size) * cfg->vocab_size * 4;
+    int64_t outs = max_num_seqs * max_seq_len * 8 + R * 20;
+    return kv + df_infer_scratch_bytes(cfg, R, max_seq_len) + logits + outs;
+}
+
+int df_rollout_engine_create(const df_model_config *cfg, int64_t max_num_seqs,
+                             int64_t max_seq_len, df_rollout_engine **out)
+{
+    *out = NULL;
+    int rc = df_model_config_validate(cfg);
+    if (rc)
+        return df_error_wrap(rc, "rollout engine");
+    if (max_num_seqs < 1 || max_seq_len < 2 || max_seq_len > INT32_MAX)
+        return df_error(DF_EINVAL,
+                        "rollout engine: max_num_seqs must be >= 1 and max_seq_len in [2, 2^31) "
+                        "(got %lld, %lld)",
+                        (long long)max_num_seqs, (long long)max_seq_len);
+    df_rollout_engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return df_error(DF_ENOMEM, "out of memory allocating the rollout engine");
+    e->cfg = *cfg;
+    e->max_num_seqs = max_num_seqs;
+    e->max_seq_len = max_seq_len;
+    e->max_batched_tokens = max_batched_of(max_seq_len);
+    int64_t R = rows_cap_of(max_num_seqs, e->max_batched_tokens);
+    e->logit_rows = logit_rows_of(R, cfg->vocab_size);
+    rc = df_kv_cache_init(&e->kv, cfg, max_num_seqs, max_seq_len);
+    if (!rc)
+        rc = df_infer_scratch_init(&e->s, cfg, R, max_seq_len);
+    if (rc) {
+        df_rollout_engine_free(e);
+        return df_error_wrap(rc, "rollout engine (%lld seqs x %lld tokens)",
+                             (long long)max_num_seqs, (long long)max_seq_len);
+    }
+    size_t st = (size_t)(max_num_seqs * max_seq_len);
+    e->logits = malloc((size_t)(e->logit_rows * cfg->vocab_size) * sizeof(float));
+    e->slots = calloc((size_t)max_num_seqs, sizeof *e->slots);
+    e->out_tok = malloc(st * sizeof(int32_t));
+    e->out_logp = malloc(st * sizeof(float));
+    e->b_tok = malloc((size_t)R * sizeof(int32_t));
+    e->b_slot = malloc((size_t)R * sizeof(int32_t));
+    e->b_pos = malloc((size_t)R * sizeof(int32_t));
+    e->b_out = malloc((size_t)R * sizeof(int64_t));
+    if (!e->logits || !e->slots || !e->out_tok || !e->out_logp || !e->b_tok || !e->b_slot ||
+        !e->b_pos || !e->b_out) {
+        df_rollout_engine_free(e);
+        return df_error(DF_ENOMEM, "out of memory allocating rollout buffers");
+    }
+    *out = e;
+    return DF_OK;
+}
+
+void df_rollout_engine_free(df_rollout_engine *e)
+{
+    if (!e)
+        return;
+    df_kv_cache_release(&e->kv);
+    df_infer_scratch_release(&e->s);
+    free(e->logits);
+    free(e->slots);
+    free(e->out_tok);
+    free(e->out_logp);
+    free(e->b_tok);
+    free(e->b_slot);
+    free(e->b_pos);
+    free(e->b_out);
+    free(e);
+}
+
+void df_rollout_engine_stats(const df_rollout_engine *e, df_rollout_stats *st) { *st = e->stats; }
+
+void df_rollout_result_free(df_rollout_result *r)
+{
+    if (!r)
+        return;
+    free(r->offsets);
+    free(r->tokens);
+    free(r->log_probs);
+    free(r->finish_reason);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---- validation ------------------------------------------------------------ */
+
+static int check_model(const df_rollout_engine *e, const df_model *m)
+{
+    const df_model_config *a = &e->cfg, *b = &m->cfg;
+    if (a->vocab_size != b->vocab_size || a->hidden_size != b->hidden_size ||
+        a->intermediate_size != b->intermediate_size ||
+        a->num_hidden_layers != b->num_hidden_layers ||
+        a->num_attention_heads != b->num_attention_heads ||
+        a->num_key_value_heads != b->num_key_value_heads || a->head_dim != b->head_dim)
+        return df_error(DF_EINVAL,
+                        "rollout: the model's shapes (vocab %lld, hidden %lld, layers %lld, heads "
+                        "%lld/%lld) differ from the engine's (vocab %lld, hidden %lld, layers "
+                        "%lld, heads %lld/%lld)",
+                        (long long)b->vocab_size, (long long)b->hidden_size,
+                        (long long)b->num_hidden_layers, (long long)b->num_attention_heads,
+                        (long long)b->num_key_value_heads, (long long)a->vocab_size,
+                        (long long)a->hidden_size, (long long)a->num_hidden_layers,
+                        (long long)a->num_attention_heads, (long long)a->num_key_value_heads);
+    return DF_OK;
+}
+
+static int check_request(const df_rollout_engine *e, const df_rollout_request *q)
+{
+    if (q->n_prompts < 0 || (q->n_prompts > 0 && (!q->prompt_offsets || !q->prompt_tokens)))
+        return df_error(DF_EINVAL, "rollout request: %lld prompts with NULL offsets or tokens",
+                        (long long)q->n_prompts);
+    if (q->n_samples < 1)
+        return df_error(DF_EINVAL, "rollout request: n_samples must be >= 1 (got %lld)",
+                        (long long)q->n_samples);
+    if (q->n_prompts > 0 && q->prompt_offsets[0] != 0)
+        return df_error(DF_EINVAL, "rollout request: prompt_offsets[0] must be 0 (got %lld)",
+                        (long long)q->prompt_offsets[0]);
+    for (int64_t i = 0; i < q->n_prompts; i++) {
+        int64_t len = q->prompt_offsets[i + 1] - q->prompt_offsets[i];
+        if (len < 1 || len > e->max_seq_len - 1)
+            return df_error(DF_EINVAL,
+                            "rollout request: prompt %lld has %lld tokens; it must have 1 to "
+                            "max_seq_len - 1 = %lld",
+                            (long long)i, (long long)len, (long long)(e->max_seq_len - 1));
+        for (int64_t t = q->prompt_offsets[i]; t < q->prompt_offsets[i + 1]; t++)
+            if (q->prompt_tokens[t] < 0 || q->prompt_tokens[t] >= e->cfg.vocab_size)
+                return df_error(DF_EINVAL,
+                                "rollout request: prompt %lld token %lld is %d, outside [0, %lld)",
+                                (long long)i, (long long)(t - q->prompt_offsets[i]),
+                                q->prompt_tokens[t], (long long)e->cfg.vocab_size);
+    }
+    return DF_OK;
+}
+
+/* ---- per-call state ---------------------------------------------------------- */
+
+static int ctx_init(gen_ctx *g)
+{
+    int64_t V = g->e->cfg.vocab_size;
+    g->n_seqs = g->req->n_prompts * g->req->n_samples;
+    g->is_stop = calloc((size_t)V, 1);
+    g->n_threads = omp_get_max_threads();
+    g->work_bytes = (df_sample_work_bytes(V) + 63) / 64 * 64;
+    g->work = aligned_alloc(64, (size_t)(g->n_threads * g->work_bytes));
+    g->seq_start = calloc((size_t)g->n_seqs + 1, sizeof(int64_t));
+    g->seq_len = calloc((size_t)g->n_seqs + 1, sizeof(int64_t));
+    g->finish = calloc((size_t)g->n_seqs + 1, 1);
+    if (!g->is_stop || !g->work || !g->seq_start || !g->seq_len || !g->finish)
+        return df_error(DF_ENOMEM, "rollout: out of memory for %lld sequences",
+                        (long long)g->n_seqs);
+    for (int i = 0; i < g->sp->n_stop; i++)
+        g->is_stop[g->sp->stop_ids[i]] = 1;
+    const df_model_config *c = &g->m->cfg; /* the model's own eos ids */
+    for (int i = 0; !g->sp->ignore_eos && i < c->n_eos; i++)
+        if (c->eos_token_ids[i] >= 0 && c->eos_token_ids[i] < V)
+            g->is_stop[c->eos_token_ids[i]] = 1;
+    return DF_OK;
+}
+
+static void ctx_release(gen_ctx *g)
+{
+    free(g->is_stop);
+    free(g->work);
+    free(g->seq_start);
+    free(g->seq_len);
+    free(g->finish);
+    free(g->a_tok);
+    free(g->a_logp);
+}
+
+/* Move a finished slot's response into the arena and free the slot. */
+static int retire(gen_ctx *g, int64_t si, int8_t reason)
+{
+    df_rollout_engine *e = g->e;
+    slot_state *s = &e->slots[si];
+    if (g->a_len + s->n_gen > g->a_cap) {
+        int64_t cap = g->a_cap ? g->a_cap : 4096;
+        while (cap < g->a_len + s->n_gen)
+            cap *= 2;
+        int32_t *t = realloc(g->a_tok, (size_t)cap * sizeof(int32_t));
+        if (t)
+            g->a_tok = t;
+        float *p = realloc(g->a_logp, (size_t)cap * sizeof(float));
+        if (p)
+            g->a_logp = p;
+        if (!t || !p)
+            return df_error(DF_ENOMEM, "rollout: out of memory storing %lld tokens",
+                            (long long)cap);
+        g->a_cap = cap;
+    }
+    memcpy(g->a_tok + g->a_len, e->out_tok + si * e->max_seq_len,
+           (size_t)s->n_gen * sizeof(int32_t));
+    memcpy(g->a_logp + g->a_len, e->out_logp + si * e->max_seq_len,
+           (size_t)s->n_gen * sizeof(float));
+    g->seq_start[s->seq] = g->a_len;
+    g->seq_len[s->seq] = s->n_gen;
+    g->finish[s->seq] = reason;
+    g->a_len += s->n_gen;
+    g->done++;
+    s->active = false;
+    return DF_OK;
+}
+
+/* ---- sampling -------------------------------------------------------------------- */
+
+/* Draw the next token of each listed slot from its logits row, then retire
+ * the slots that finished. rows[k] is slot list[k]'s row of e->logits. */
+static int sample_slots(gen_ctx *g, const int32_t *list, const int64_t *rows, int64_t n)
+{
+    df_rollout_engine *e = g->e;
+    int64_t V = e->cfg.vocab_size;
+#pragma omp parallel for schedule(dynamic, 8) if (n * V > 16384)
+    for (int64_t k = 0; k < n; k++) {
+        slot_state *s = &e->slots[list[k]];
+        void *work = g->work + (int64_t)omp_get_thread_num() * g->work_bytes;
+        float lp;
+        int32_t tok = df_sample_token(e->logits + rows[k] * V, V, g->sp, &s->rng, work, &lp);
+        e->out_tok[list[k] * e->max_seq_len + s->n_gen] = tok;
+        e->out_logp[list[k] * e->max_seq_len + s->n_gen] = lp;
+        s->n_gen++;
+    }
+    g->tokens += n;
+    for (int64_t k = 0; k < n; k++) {
+        slot_state *s = &e->slots[list[k]];
+        int32_t last = e->out_tok[list[k] * e->max_seq_len + s->n_gen - 1];
+        int rc = DF_OK;
+        if (g->is_stop[last])
+            rc = retire(g, list[k], DF_FINISH_STOP);
+        else if (s->n_gen >= s->limit)
+            rc = retire(g, list[k], DF_FINISH_LENGTH);
+        if (rc)
+            return rc;
+    }
+    return DF_OK;
+}
+
+/* LM head for rows [r0, r0 + n) of the final hidden states into e->logits. */
+static void logits_of(df_rollout_engine *e, const df_model *m, int64_t r0, int64_t n)
+{
+    int64_t H = e->cfg.hidden_size, V = e->cfg.vocab_size;
+    df_gemm_nt(n, V, H, 1.0f, e->s.xn + r0 * H, m->w.lm_head, 0.0f, e->logits);
+}
+
+/* ---- prefill ---------------------------------------------------------------------- */
+
+static void start_slot(gen_ctx *g, int32_t si, int64_t prompt, int64_t j)
+{
+    df_rollout_engine *e = g->e;
+    const df_rollout_request *q = g->req;
+    slot_state *s = &e->slots[si];
+    uint64_t key = q->prompt_keys ? q->prompt_keys[prompt] : (uint64_t)prompt;
+    int64_t P = q->prompt_offsets[prompt + 1] - q->prompt_offsets[prompt];
+    s->active = true;
+    s->seq = prompt * q->n_samples + j;
+    s->prompt_len = P;
+    s->n_gen = 0;
+    s->limit = g->sp->max_new_tokens < e->max_seq_len - P ? g->sp->max_new_tokens
+                                                           : e->max_seq_len - P;
+    df_rng_seed(&s->rng, df_rng_key(q->seed, key, (uint64_t)j, ROLLOUT_RNG_TAG));
+}
+
+/* Run one prefill batch of `na` admissions (rows already in e->b_*), share each
+ * prompt's KV with the other slots of its admission and draw first tokens.
+ * sl, rows: scratch of max_num_seqs entries. */
+static int run_prefill(gen_ctx *g, int64_t n_rows, const admission *ad, int64_t na,
+                       const int32_t *aslots, int32_t *sl, int64_t *rows)
+{
+    df_rollout_engine *e = g->e;
+    df_infer_batch b = {n_rows, e->b_tok, e->b_slot, e->b_pos, na, e->b_out};
+    int rc = df_infer_forward(g->m, &e->kv, &e->s, &b);
+    if (rc)
+        return rc;
+    e->stats.prefill_tokens += n_rows;
+    e->stats.prefill_batches++;
+    for (int64_t a = 0; a < na; a++) {
+        const admission *x = &ad[a];
+        int64_t P = g->req->prompt_offsets[x->prompt + 1] - g->req->prompt_offsets[x->prompt];
+        for (int64_t c = 1; c < x->cnt; c++)
+            df_kv_cache_copy(&e->kv, aslots[x->slots_at], aslots[x->slots_at + c], P);
+        for (int64_t c = 0; c < x->cnt; c++)
+            start_slot(g, aslots[x->slots_at + c], x->prompt, x->j0 + c);
+    }
+    /* First tokens: every slot of admission a samples from logits row a. */
+    for (int64_t a0 = 0; a0 < na && !rc; a0 += e->logit_rows) {
+        int64_t nr = na - a0 < e->logit_rows ? na - a0 : e->logit_rows, n = 0;
+        logits_of(e, g->m, a0, nr);
+        for (int64_t a = a0; a < a0 + nr; a++)
+            for (int64_t c = 0; c < ad[a].cnt; c++) {
+                sl[n] = aslots[ad[a].slots_at + c];
+                rows[n++] = a - a0;
+            }
+        rc = sample_slots(g, sl, rows, n);
+    }
+    return rc;
+}
+
+/* Samples of the next prompt group to admit given `nfree` free slots (0: wait). */
+static int64_t admit_count(const gen_ctx *g, int64_t nfree)
+{
+    int64_t rem = g->req->n_samples - g->next_j;
+    if (rem <= nfree)
+        return rem;
+    return g->req->n_samples > g->e->max_num_seqs ? nfree : 0;
+}
+
+/* Fill e->b_* with the next prompt groups that fit into the free slots and the
+ * prefill token budget; returns the number of admissions, *n_rows the rows. */
+static int64_t plan_prefill(gen_ctx *g, admission *ad, int32_t *aslots, int64_t *n_rows)
+{
+    df_rollout_engine *e = g->e;
+    const df_rollout_request *q = g->req;
+    int64_t nfree = 0, na = 0, rows = 0, ns = 0, scan = 0;
+    for (int64_t s = 0; s < e->max_num_seqs; s++)
+        nfree += !e->slots[s].active;
+    while (g->next_prompt < q->n_prompts) {
+        int64_t i = g->next_prompt, cnt = admit_count(g, nfree);
+        int64_t P = q->prompt_offsets[i + 1] - q->prompt_offsets[i];
+        if (cnt == 0 || rows + P > e->max_batched_tokens)
+            break;
+        ad[na] = (admission){i, g->next_j, cnt, (int32_t)ns};
+        for (int64_t c = 0; c < cnt; c++) {
+            while (e->slots[scan].active)
+                scan++;
+            aslots[ns++] = (int32_t)scan++;
+        }
+        for (int64_t t = 0; t < P; t++) { /* the prompt goes into its first slot */
+            e->b_tok[rows + t] = q->prompt_tokens[q->prompt_offsets[i] + t];
+            e->b_slot[rows + t] = aslots[ad[na].slots_at];
+            e->b_pos[rows + t] = (int32_t)t;
+        }
+        rows += P;
+        e->b_out[na++] = rows - 1;
+        nfree -= cnt;
+        if ((g->next_j += cnt) == q->n_samples) {
+            g->next_prompt++;
+            g->next_j = 0;
+        }
+    }
+    *n_rows = rows;
+    return na;
+}
+
+/* Admit prompt groups into free slots, prefilling them in token-budgeted
+ * batches; repeat while slots freed by immediately finished samples allow. */
+static int admit(gen_ctx *g, admission *ad, int32_t *aslots, int32_t *list, int64_t *lrows)
+{
+    for (;;) {
+        int64_t rows, na = plan_prefill(g, ad, aslots, &rows);
+        if (na == 0)
+            return DF_OK;
+        int rc = run_prefill(g, rows, ad, na, aslots, list, lrows);
+        if (rc)
+            return rc;
+        if (g->progress)
+            g->progress(g->user, g->done, g->n_seqs, g->tokens);
+    }
+}
+
+/* ---- decode ---------------------------------------------------------------------- */
+
+static int decode_step(gen_ctx *g, int32_t *list, int64_t *rows)
+{
+    df_rollout_engine *e = g->e;
+    int64_t n = 0;
+    for (int64_t si = 0; si < e->max_num_seqs; si++) {
+        slot_state *s = &e->slots[si];
+        if (!s->active)
+            continue;
+        e->b_tok[n] = e->out_tok[si * e->max_seq_len + s->n_gen - 1];
+        e->b_slot[n] = (int32_t)si;
+        e->b_pos[n] = (int32_t)(s->prompt_len + s->n_gen - 1);
+        list[n++] = (int32_t)si;
+    }
+    if (n == 0)
+        return df_error(DF_EINTERNAL, "rollout: no active sequence to decode");
+    df_infer_batch b = {n, e->b_tok, e->b_slot, e->b_pos, n, NULL};
+    int rc = df_infer_forward(g->m, &e->kv, &e->s, &b);
+    e->stats.decode_steps++;
+    e->stats.mean_active += (double)n;
+    for (int64_t r0 = 0; !rc && r0 < n; r0 += e->logit_rows) {
+        int64_t nr = n - r0 < e->logit_rows ? n - r0 : e->logit_rows;
+        logits_of(e, g->m, r0, nr);
+        for (int64_t k = 0; k < nr; k++)
+            rows[k] = k;
+        rc = sample_slots(g, list + r0, rows, nr);
+    }
+    if (!rc && g->progress)
+        g->progress(g->user, g->done, g->n_seqs, g->tokens);
+    return rc;
+}
+
+/* ---- result ----------------------------------------------------------------------- */
+
+static int pack_result(gen_ctx *g, df_rollout_result *res)
+{
+    int64_t n = g->n_seqs, total = g->a_len;
+    res->n_seqs = n;
+    res->offsets = malloc((size_t)(n + 1) * sizeof(int64_t));
+    res->tokens = malloc((size_t)(total ? total : 1) * sizeof(int32_t));
+    res->log_probs = malloc((size_t)(total ? total : 1) * sizeof(float));
+    res->finish_reason = malloc((size_t)(n ? n : 1));
+    if (!res->offsets || !res->tokens || !res->log_probs || !res->finish_reason) {
+        df_rollout_result_free(res);
+        return df_error(DF_ENOMEM, "rollout: out of memory for a result of %lld tokens",
+                        (long long)total);
+    }
+    res->offsets[0] = 0;
+    for (int64_t s = 0; s < n; s++) {
+        int64_t o = res->offsets[s], len = g->seq_len[s];
+        memcpy(res->tokens + o, g->a_tok + g->seq_start[s], (size_t)len * sizeof(int32_t));
+        memcpy(res->log_probs + o, g->a_logp + g->seq_start[s], (size_t)len * sizeof(float));
+        res->finish_reason[s] = g->finish[s];
+        res->offsets[s + 1] = o + len;
+    }
+    return DF_OK;
+}
+
+static int generate_loop(gen_ctx *g)
+{
+    df_rollout_engine *e = g->e;
+    size_t ns = (size_t)e->max_num_seqs;
+    admission *ad = malloc(ns * sizeof *ad);
+    int32_t *aslots = malloc(ns * sizeof *aslots), *list = malloc(ns * sizeof *list);
+    int64_t *rows = malloc(ns * sizeof *rows);
+    int rc = (!ad || !aslots || !list || !rows)
+                 ? df_error(DF_ENOMEM, "rollout: out of memory for the scheduler")
+                 : DF_OK;
+    while (!rc && g->done < g->n_seqs) {
+        rc = admit(g, ad, aslots, list, rows);
+        if (!rc && g->done < g->n_seqs)
+            rc = decode_step(g, list, rows);
+    }
+    free(ad);
+    free(aslots);
+    free(list);
+    free(rows);
+    return rc;
+}
+
+int df_rollout_generate(df_rollout_engine *e, const df_model *m, const df_rollout_request *req,
+                        const df_sampling_params *sp, df_rollout_result *res,
+                        df_rollout_progress_fn progress, void *user)
+{
+    memset(res, 0, sizeof *res);
+    if (!e || !m || !req || !sp)
+        return df_error(DF_EINVAL, "rollout: NULL engine, model, request or params");
+    int rc = check_model(e, m);
+    if (!rc)
+        rc = df_sampling_params_validate(sp, e->cfg.vocab_size);
+    if (!rc)
+        rc = check_request(e, req);
+    if (rc)
+        return rc;
+    double t0 = omp_get_wtime();
+    memset(&e->stats, 0, sizeof e->stats);
+    for (int64_t s = 0; s < e->max_num_seqs; s++)
+        e->slots[s].active = false;
+    gen_ctx g = {.e = e, .m = m, .req = req, .sp = sp, .progress = progress, .user = user};
+    rc = ctx_init(&g);
+    if (!rc)
+        rc = generate_loop(&g);
+    if (!rc)
+        rc = pack_result(&g, res);
+    ctx_release(&g);
+    e->stats.generated_tokens = g.tokens;
+    if (e->stats.decode_steps)
+        e->stats.mean_active /= (double)e->stats.decode_steps;
+    e->stats.seconds = omp_get_wtime() - t0;
+    return rc;
+}

@@ -1,0 +1,58 @@
+/*
+ * acts.h (internal) — the layout of df_acts: activations saved by
+ * df_model_forward for df_model_backward, plus the backward's scratch. Every
+ * buffer is sized once for max_tokens / max_out rows (RL micro-batches vary in
+ * size) and reused; row-major with T = the current batch's n_tokens rows.
+ */
+#ifndef DF_MODEL_ACTS_H
+#define DF_MODEL_ACTS_H
+
+#include "distflow/model.h"
+
+struct df_acts {
+    df_model_config cfg;
+    int64_t max_tokens, max_out;
+    /* Saved per layer l (leading dimension num_hidden_layers, stride max_tokens rows). */
+    float *x;            /* [L + 1][T, H] residual stream entering layer l (x[L]: leaving the last) */
+    float *hmid;         /* [L][T, H] residual after attention */
+    float *xn1, *xn2;    /* [L][T, H] inputs of the q/k/v and gate/up projections */
+    float *rstd1, *rstd2;/* [L][T] */
+    float *q;            /* [L][T, nh * hd] after RoPE */
+    float *k, *v;        /* [L][T, nkv * hd] (k after RoPE) */
+    float *att;          /* [L][T, nh * hd] attention output (o_proj input) */
+    float *att_lse;      /* [L][T, nh] */
+    float *gate, *up;    /* [L][T, I] */
+    /* Output rows (only these go through the final norm and the LM head). */
+    float *xf, *xnf;     /* [max_out, H] */
+    float *rstdf, *lse, *ent; /* [max_out] */
+    /* Positions and RoPE tables. */
+    int32_t *pos;        /* [max_tokens] */
+    float *rope_cos, *rope_sin; /* [max_tokens, hd / 2] */
+    /* Scratch (forward and backward). */
+    float *mlp_a, *mlp_b, *mlp_c; /* [T, I] */
+    float *dres, *dxn;   /* [T, H] */
+    float *dq, *dk, *dv, *dao; /* [T, nh*hd], [T, nkv*hd] x2, [T, nh*hd] */
+    float *dxf, *dxnf;   /* [max_out, H] */
+    float *lm_scratch;   /* df_lmhead_scratch_floats(max_out, V, H) */
+    df_layer_view *gview_layers; /* [L] for views of the gradient blob */
+    /* The last forward, checked by the backward. */
+    int64_t fwd_tokens, fwd_out;
+    float fwd_temperature;
+    int fwd_valid;
+};
+
+/* Per-layer slices. */
+static inline int64_t df_acts_qd(const df_acts *a)
+{
+    return a->cfg.num_attention_heads * a->cfg.head_dim;
+}
+static inline int64_t df_acts_kvd(const df_acts *a)
+{
+    return a->cfg.num_key_value_heads * a->cfg.head_dim;
+}
+
+/** Check a batch against the model and the sizes `a` was created for (DF_EINVAL with the reason). */
+int df_acts_check_batch(const df_acts *a, const df_model_config *cfg, const df_seq_batch *b,
+                        float temperature);
+
+#endif /* DF_MODEL_ACTS_H */

@@ -1,0 +1,89 @@
+/*
+ * Training backward pass (model.h): the reverse of forward.c, layer by layer,
+ * ACCUMULATING parameter gradients into a blob with the model's layout. The
+ * residual-stream gradient lives in a->dres; RMSNorm backwards add into it,
+ * which is how the residual connections' identity paths are carried.
+ */
+#include "model/acts.h"
+#include "model/ops.h"
+
+#include <string.h>
+
+static void layer_backward(const df_model *m, df_acts *a, const df_seq_batch *b, int64_t l,
+                           const df_layer_view *g)
+{
+    const df_model_config *c = &m->cfg;
+    const df_layer_view *w = &m->w.layers[l];
+    const int64_t T = b->n_tokens, H = c->hidden_size, I = c->intermediate_size;
+    const int64_t nh = c->num_attention_heads, nkv = c->num_key_value_heads, hd = c->head_dim;
+    const int64_t qd = nh * hd, kvd = nkv * hd, MT = a->max_tokens;
+    const float *x = a->x + l * MT * H, *h = a->hmid + l * MT * H;
+    const float *xn1 = a->xn1 + l * MT * H, *xn2 = a->xn2 + l * MT * H;
+    const float *q = a->q + l * MT * qd, *k = a->k + l * MT * kvd, *v = a->v + l * MT * kvd;
+    const float *att = a->att + l * MT * qd;
+    const float *gate = a->gate + l * MT * I, *up = a->up + l * MT * I;
+    float *dres = a->dres, *dxn = a->dxn;
+
+    /* MLP: x_next = h + act W_down^T, act = silu(gate) * up (recomputed, not saved). */
+    df_swiglu_fwd(a->mlp_a, gate, up, T * I);
+    df_gemm_tn(H, I, T, 1.0f, dres, a->mlp_a, 1.0f, g->w_down);
+    df_gemm_nn(T, I, H, 1.0f, dres, w->w_down, 0.0f, a->mlp_a); /* dact */
+    df_swiglu_bwd(a->mlp_b, a->mlp_c, a->mlp_a, gate, up, T * I);
+    df_gemm_nn(T, H, I, 1.0f, a->mlp_b, w->w_gate, 0.0f, dxn);
+    df_gemm_nn(T, H, I, 1.0f, a->mlp_c, w->w_up, 1.0f, dxn);
+    df_gemm_tn(I, H, T, 1.0f, a->mlp_b, xn2, 1.0f, g->w_gate);
+    df_gemm_tn(I, H, T, 1.0f, a->mlp_c, xn2, 1.0f, g->w_up);
+    df_rmsnorm_bwd(dres, g->ln2, dxn, h, w->ln2, a->rstd2 + l * MT, T, H);
+
+    /* Attention: h = x + att W_o^T. */
+    df_gemm_tn(H, qd, T, 1.0f, dres, att, 1.0f, g->wo);
+    df_gemm_nn(T, qd, H, 1.0f, dres, w->wo, 0.0f, a->dao);
+    df_attention_bwd(a->dq, a->dk, a->dv, a->dao, att, a->att_lse + l * MT * nh, q, k, v,
+                     b->seq_offsets, b->n_seqs, nh, nkv, hd);
+    df_rope_apply(a->dq, a->pos, T, nh, hd, a->rope_cos, a->rope_sin, true);
+    df_rope_apply(a->dk, a->pos, T, nkv, hd, a->rope_cos, a->rope_sin, true);
+    df_gemm_nn(T, H, qd, 1.0f, a->dq, w->wq, 0.0f, dxn);
+    df_gemm_nn(T, H, kvd, 1.0f, a->dk, w->wk, 1.0f, dxn);
+    df_gemm_nn(T, H, kvd, 1.0f, a->dv, w->wv, 1.0f, dxn);
+    df_linear_bwd(NULL, g->wq, g->bq, a->dq, xn1, w->wq, T, qd, H);
+    df_linear_bwd(NULL, g->wk, g->bk, a->dk, xn1, w->wk, T, kvd, H);
+    df_linear_bwd(NULL, g->wv, g->bv, a->dv, xn1, w->wv, T, kvd, H);
+    df_rmsnorm_bwd(dres, g->ln1, dxn, x, w->ln1, a->rstd1 + l * MT, T, H);
+}
+
+int df_model_backward(const df_model *m, df_acts *a, const df_seq_batch *b, float temperature,
+                      const float *dlogp, const float *dentropy, float *grads)
+{
+    if (!a->fwd_valid)
+        return df_error(DF_EINVAL, "df_model_backward: no forward pass on these activations");
+    if (b->n_tokens != a->fwd_tokens || b->n_out != a->fwd_out ||
+        temperature != a->fwd_temperature)
+        return df_error(DF_EINVAL,
+                        "df_model_backward: batch (%lld tokens, %lld outputs, temperature %g) "
+                        "differs from the forward's (%lld, %lld, %g)",
+                        (long long)b->n_tokens, (long long)b->n_out, (double)temperature,
+                        (long long)a->fwd_tokens, (long long)a->fwd_out,
+                        (double)a->fwd_temperature);
+    const df_model_config *c = &m->cfg;
+    const int64_t T = b->n_tokens, H = c->hidden_size, L = c->num_hidden_layers;
+    df_model_view gv = {.layers = a->gview_layers};
+    df_model_view_of(m, grads, &gv);
+
+    /* LM head and final norm on the output rows; tied embeddings share gv.lm_head. */
+    df_lmhead_bwd(a->dxnf, gv.lm_head, dlogp, dentropy, a->xnf, m->w.lm_head, b->out_targets,
+                  a->lse, a->ent, b->n_out, c->vocab_size, H, temperature, a->lm_scratch);
+    memset(a->dxf, 0, (size_t)(b->n_out * H) * sizeof(float));
+    df_rmsnorm_bwd(a->dxf, gv.final_norm, a->dxnf, a->xf, m->w.final_norm, a->rstdf, b->n_out,
+                   H);
+    memset(a->dres, 0, (size_t)(T * H) * sizeof(float));
+    for (int64_t j = 0; j < b->n_out; j++) {
+        float *dst = a->dres + b->out_rows[j] * H;
+        const float *src = a->dxf + j * H;
+        for (int64_t i = 0; i < H; i++)
+            dst[i] += src[i];
+    }
+    for (int64_t l = L - 1; l >= 0; l--)
+        layer_backward(m, a, b, l, &gv.layers[l]);
+    df_embedding_bwd(gv.embed, a->dres, b->tokens, T, H);
+    return DF_OK;
+}

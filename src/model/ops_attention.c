@@ -1,0 +1,221 @@
+/*
+ * Causal attention over packed variable-length sequences, flash-attention
+ * style (Dao 2023, FlashAttention-2, Alg. 1 forward / Alg. 2 backward): keys are
+ * visited in tiles of BK with an online softmax, the row log-sum-exp is saved,
+ * and the backward pass recomputes probabilities from it. No [L, L] matrix
+ * exists; per-thread scratch is two [hd, BK] tiles on the stack.
+ */
+#include "model/ops.h"
+#include "model/ops_math.h"
+
+#include <assert.h>
+#include <math.h>
+#include <string.h>
+
+#define BK 32 /* keys per tile: scores of one query row fill two AVX-512 registers */
+
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+/* Tile of rows [k0, k0 + nk) of one head of x (row stride ld) transposed to t[hd][BK]. */
+static ALWAYS_INLINE void load_tile_t(float *restrict t, const float *x, int64_t ld, int64_t k0,
+                                      int64_t nk, int64_t hd)
+{
+    for (int64_t j = 0; j < nk; j++) {
+        const float *row = x + (k0 + j) * ld;
+        for (int64_t d = 0; d < hd; d++)
+            t[d * BK + j] = row[d];
+    }
+    for (int64_t j = nk; j < BK; j++)
+        for (int64_t d = 0; d < hd; d++)
+            t[d * BK + j] = 0.0f;
+}
+
+/* s[j] = scale * sum_d a[d] t[d][j] for all BK columns. */
+static ALWAYS_INLINE void row_dot_tile(float *restrict s, const float *restrict a,
+                                       const float *restrict t, int64_t hd, float scale)
+{
+    float acc[BK] = {0};
+    for (int64_t d = 0; d < hd; d++) {
+        float ad = a[d];
+#pragma omp simd
+        for (int j = 0; j < BK; j++)
+            acc[j] += ad * t[d * BK + j];
+    }
+#pragma omp simd
+    for (int j = 0; j < BK; j++)
+        s[j] = acc[j] * scale;
+}
+
+/* ---- forward ------------------------------------------------------------------ */
+
+#define BQ 64 /* query rows whose running max / sum are kept while keys stream by */
+
+/* One (sequence, head): rows [r0, r0 + L). Output rows double as accumulators. */
+static ALWAYS_INLINE void attn_fwd_head(float *out, float *lse, const float *q, const float *k,
+                                        const float *v, int64_t r0, int64_t L, int64_t h,
+                                        int64_t kvh, int64_t nh, int64_t nkv, int64_t hd)
+{
+    const int64_t ldq = nh * hd, ldk = nkv * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float kt[DF_MAX_HEAD_DIM * BK];
+    const float *kh = k + r0 * ldk + kvh * hd, *vh = v + r0 * ldk + kvh * hd;
+    const float *qh = q + r0 * ldq + h * hd;
+    float *oh = out + r0 * ldq + h * hd;
+    for (int64_t q0 = 0; q0 < L; q0 += BQ) {
+        int64_t q1 = q0 + BQ < L ? q0 + BQ : L;
+        float m[BQ], l[BQ];
+        for (int64_t i = q0; i < q1; i++) {
+            m[i - q0] = -INFINITY;
+            l[i - q0] = 0.0f;
+            memset(oh + i * ldq, 0, (size_t)hd * sizeof(float));
+        }
+        for (int64_t k0 = 0; k0 < q1; k0 += BK) {
+            int64_t nk = L - k0 < BK ? L - k0 : BK;
+            load_tile_t(kt, kh, ldk, k0, nk, hd);
+            for (int64_t i = q0 > k0 ? q0 : k0; i < q1; i++) {
+                float *oi = oh + i * ldq;
+                float s[BK];
+                row_dot_tile(s, qh + i * ldq, kt, hd, scale);
+                int64_t nv = i - k0 + 1 < nk ? i - k0 + 1 : nk; /* causal: keys <= i */
+                float mb = -INFINITY;
+                for (int64_t j = 0; j < nv; j++)
+                    mb = s[j] > mb ? s[j] : mb;
+                float m_old = m[i - q0], m_new = mb > m_old ? mb : m_old;
+                float alpha = df_expf(m_old - m_new); /* 0 on the first tile */
+                float psum = 0.0f;
+#pragma omp simd reduction(+ : psum)
+                for (int64_t j = 0; j < nv; j++) {
+                    s[j] = df_expf(s[j] - m_new);
+                    psum += s[j];
+                }
+                l[i - q0] = l[i - q0] * alpha + psum;
+                m[i - q0] = m_new;
+                if (alpha != 1.0f) {
+#pragma omp simd
+                    for (int64_t d = 0; d < hd; d++)
+                        oi[d] *= alpha;
+                }
+                for (int64_t j = 0; j < nv; j++) {
+                    const float *vj = vh + (k0 + j) * ldk;
+                    float pj = s[j];
+#pragma omp simd
+                    for (int64_t d = 0; d < hd; d++)
+                        oi[d] += pj * vj[d];
+                }
+            }
+        }
+        for (int64_t i = q0; i < q1; i++) {
+            float *oi = oh + i * ldq, inv = 1.0f / l[i - q0];
+#pragma omp simd
+            for (int64_t d = 0; d < hd; d++)
+                oi[d] *= inv;
+            lse[(r0 + i) * nh + h] = m[i - q0] + logf(l[i - q0]);
+        }
+    }
+}
+
+/* Compile-time head dims let the compiler keep a row in registers. */
+#define DISPATCH_HD(fn, hd, ...)                                                      \
+    do {                                                                              \
+        switch (hd) {                                                                 \
+        case 32: fn(__VA_ARGS__, 32); break;                                          \
+        case 64: fn(__VA_ARGS__, 64); break;                                          \
+        case 128: fn(__VA_ARGS__, 128); break;                                        \
+        default: fn(__VA_ARGS__, hd); break;                                          \
+        }                                                                             \
+    } while (0)
+
+void df_attention_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
+                      const int64_t *seq_offsets, int64_t n_seqs, int64_t nh, int64_t nkv,
+                      int64_t hd)
+{
+    assert(hd <= DF_MAX_HEAD_DIM && nh % nkv == 0);
+    const int64_t grp = nh / nkv;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t task = 0; task < n_seqs * nh; task++) {
+        int64_t s = task / nh, h = task % nh;
+        int64_t r0 = seq_offsets[s], L = seq_offsets[s + 1] - r0;
+        DISPATCH_HD(attn_fwd_head, hd, out, lse, q, k, v, r0, L, h, h / grp, nh, nkv);
+    }
+}
+
+/* ---- backward ----------------------------------------------------------------- */
+
+/*
+ * One (sequence, kv head) with all query heads of its group, so dk / dv rows
+ * have a single writer. With P = exp(S - lse), D_i = dO_i . O_i:
+ *   dV_j += sum_i P_ij dO_i,  dS_ij = P_ij (dO_i . V_j - D_i),
+ *   dQ_i += scale sum_j dS_ij K_j,  dK_j += scale sum_i dS_ij Q_i.
+ */
+static ALWAYS_INLINE void attn_bwd_group(float *dq, float *dk, float *dv, const float *dout,
+                                         const float *out, const float *lse, const float *q,
+                                         const float *k, const float *v, int64_t r0,
+                                         int64_t L, int64_t kvh, int64_t nh, int64_t nkv,
+                                         int64_t hd)
+{
+    const int64_t ldq = nh * hd, ldk = nkv * hd, grp = nh / nkv;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float kt[DF_MAX_HEAD_DIM * BK], vt[DF_MAX_HEAD_DIM * BK];
+    const float *kh = k + r0 * ldk + kvh * hd, *vh = v + r0 * ldk + kvh * hd;
+    float *dkh = dk + r0 * ldk + kvh * hd, *dvh = dv + r0 * ldk + kvh * hd;
+    for (int64_t i = 0; i < L; i++) {
+        memset(dkh + i * ldk, 0, (size_t)hd * sizeof(float));
+        memset(dvh + i * ldk, 0, (size_t)hd * sizeof(float));
+        for (int64_t h = kvh * grp; h < (kvh + 1) * grp; h++)
+            memset(dq + (r0 + i) * ldq + h * hd, 0, (size_t)hd * sizeof(float));
+    }
+    for (int64_t k0 = 0; k0 < L; k0 += BK) {
+        int64_t nk = L - k0 < BK ? L - k0 : BK;
+        load_tile_t(kt, kh, ldk, k0, nk, hd);
+        load_tile_t(vt, vh, ldk, k0, nk, hd);
+        for (int64_t h = kvh * grp; h < (kvh + 1) * grp; h++) {
+            const float *qh = q + r0 * ldq + h * hd, *oh = out + r0 * ldq + h * hd;
+            const float *doh = dout + r0 * ldq + h * hd;
+            float *dqh = dq + r0 * ldq + h * hd;
+            for (int64_t i = k0; i < L; i++) {
+                const float *qi = qh + i * ldq, *doi = doh + i * ldq, *oi = oh + i * ldq;
+                float *dqi = dqh + i * ldq;
+                float Di = 0.0f;
+#pragma omp simd reduction(+ : Di)
+                for (int64_t d = 0; d < hd; d++)
+                    Di += doi[d] * oi[d];
+                float p[BK], dp[BK];
+                row_dot_tile(p, qi, kt, hd, scale);
+                row_dot_tile(dp, doi, vt, hd, 1.0f);
+                float li = lse[(r0 + i) * nh + h];
+                int64_t nv = i - k0 + 1 < nk ? i - k0 + 1 : nk;
+#pragma omp simd
+                for (int64_t j = 0; j < nv; j++) {
+                    p[j] = df_expf(p[j] - li);
+                    dp[j] = p[j] * (dp[j] - Di) * scale; /* scaled dS */
+                }
+                for (int64_t j = 0; j < nv; j++) {
+                    const float *kj = kh + (k0 + j) * ldk;
+                    float *dkj = dkh + (k0 + j) * ldk, *dvj = dvh + (k0 + j) * ldk;
+                    float pj = p[j], dsj = dp[j];
+#pragma omp simd
+                    for (int64_t d = 0; d < hd; d++) {
+                        dqi[d] += dsj * kj[d];
+                        dkj[d] += dsj * qi[d];
+                        dvj[d] += pj * doi[d];
+                    }
+                }
+            }
+        }
+    }
+}
+
+void df_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out,
+                      const float *lse, const float *q, const float *k, const float *v,
+                      const int64_t *seq_offsets, int64_t n_seqs, int64_t nh, int64_t nkv,
+                      int64_t hd)
+{
+    assert(hd <= DF_MAX_HEAD_DIM && nh % nkv == 0);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t task = 0; task < n_seqs * nkv; task++) {
+        int64_t s = task / nkv, g = task % nkv;
+        int64_t r0 = seq_offsets[s], L = seq_offsets[s + 1] - r0;
+        DISPATCH_HD(attn_bwd_group, hd, dq, dk, dv, dout, out, lse, q, k, v, r0, L, g, nh,
+                    nkv);
+    }
+}

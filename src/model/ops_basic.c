@@ -1,0 +1,195 @@
+/* Elementwise and row-wise ops: embedding, RMSNorm, RoPE, SwiGLU (ops.h). */
+#include "model/ops.h"
+#include "model/ops_math.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- embedding ------------------------------------------------------------ */
+
+void df_embedding_fwd(float *out, const int32_t *ids, const float *table, int64_t T, int64_t H)
+{
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < T; t++)
+        memcpy(out + t * H, table + (int64_t)ids[t] * H, (size_t)H * sizeof(float));
+}
+
+void df_embedding_bwd(float *dtable, const float *dout, const int32_t *ids, int64_t T, int64_t H)
+{
+    /* Threads own disjoint column ranges, so repeated ids never race and the
+     * summation order (token order) is the same for any thread count. */
+    const int64_t blk = 64;
+    int64_t nblk = (H + blk - 1) / blk;
+#pragma omp parallel for schedule(static)
+    for (int64_t cb = 0; cb < nblk; cb++) {
+        int64_t c0 = cb * blk, c1 = c0 + blk < H ? c0 + blk : H;
+        for (int64_t t = 0; t < T; t++) {
+            float *dst = dtable + (int64_t)ids[t] * H;
+            const float *src = dout + t * H;
+#pragma omp simd
+            for (int64_t c = c0; c < c1; c++)
+                dst[c] += src[c];
+        }
+    }
+}
+
+/* ---- RMSNorm ---------------------------------------------------------------- */
+
+void df_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *w, int64_t T,
+                    int64_t H, float eps)
+{
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < T; t++) {
+        const float *xr = x + t * H;
+        float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+        for (int64_t i = 0; i < H; i++)
+            ss += xr[i] * xr[i];
+        float r = 1.0f / sqrtf(ss / (float)H + eps);
+        rstd[t] = r;
+        float *o = out + t * H;
+#pragma omp simd
+        for (int64_t i = 0; i < H; i++)
+            o[i] = w[i] * (xr[i] * r);
+    }
+}
+
+void df_rmsnorm_bwd(float *dx, float *dw, const float *dout, const float *x, const float *w,
+                    const float *rstd, int64_t T, int64_t H)
+{
+    /* With xhat = x * rstd and g = dout * w:
+     *   dx = rstd * (g - xhat * mean(g * xhat)),   dw = sum_t dout * xhat. */
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < T; t++) {
+        const float *xr = x + t * H, *dr = dout + t * H;
+        float r = rstd[t], dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+        for (int64_t i = 0; i < H; i++)
+            dot += dr[i] * w[i] * xr[i];
+        float c = dot * r * r / (float)H;
+        float *dxr = dx + t * H;
+#pragma omp simd
+        for (int64_t i = 0; i < H; i++)
+            dxr[i] += r * (dr[i] * w[i] - xr[i] * c);
+    }
+    if (!dw)
+        return;
+    /* Parameter gradient by column blocks: no reduction across threads. */
+    const int64_t blk = 64;
+    int64_t nblk = (H + blk - 1) / blk;
+#pragma omp parallel for schedule(static)
+    for (int64_t cb = 0; cb < nblk; cb++) {
+        int64_t c0 = cb * blk, c1 = c0 + blk < H ? c0 + blk : H;
+        float acc[64] = {0};
+        for (int64_t t = 0; t < T; t++) {
+            const float *xr = x + t * H, *dr = dout + t * H;
+            float r = rstd[t];
+#pragma omp simd
+            for (int64_t c = c0; c < c1; c++)
+                acc[c - c0] += dr[c] * xr[c] * r;
+        }
+        for (int64_t c = c0; c < c1; c++)
+            dw[c] += acc[c - c0];
+    }
+}
+
+/* ---- RoPE ------------------------------------------------------------------- */
+
+/* inv_freq[i] as HF computes it in float32: 1 / theta^(2i / hd). */
+static float rope_inv_freq(int64_t i, int64_t hd, double theta)
+{
+    float e = (float)(2 * i) / (float)hd;
+    return 1.0f / powf((float)theta, e);
+}
+
+void df_rope_table(float *cos_t, float *sin_t, int64_t n_pos, int64_t hd, double theta)
+{
+    int64_t half = hd / 2;
+#pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < n_pos; p++)
+        for (int64_t i = 0; i < half; i++) {
+            /* float32 product as in HF (inv_freq @ position_ids), then cos / sin. */
+            float ang = (float)p * rope_inv_freq(i, hd, theta);
+            cos_t[p * half + i] = (float)cos((double)ang);
+            sin_t[p * half + i] = (float)sin((double)ang);
+        }
+}
+
+/* Rotate every head of row x[n_heads * hd] by (c, s); sign = -1 applies the inverse. */
+static void rope_row(float *x, const float *c, const float *s, int64_t n_heads, int64_t hd,
+                     float sign)
+{
+    int64_t half = hd / 2;
+    for (int64_t h = 0; h < n_heads; h++) {
+        float *a = x + h * hd, *b = a + half;
+#pragma omp simd
+        for (int64_t i = 0; i < half; i++) {
+            float x0 = a[i], x1 = b[i], sn = sign * s[i];
+            a[i] = x0 * c[i] - x1 * sn;
+            b[i] = x1 * c[i] + x0 * sn;
+        }
+    }
+}
+
+void df_rope_apply(float *x, const int32_t *pos, int64_t T, int64_t n_heads, int64_t hd,
+                   const float *cos_t, const float *sin_t, bool inverse)
+{
+    int64_t half = hd / 2;
+    float sign = inverse ? -1.0f : 1.0f;
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < T; t++)
+        rope_row(x + t * n_heads * hd, cos_t + (int64_t)pos[t] * half,
+                 sin_t + (int64_t)pos[t] * half, n_heads, hd, sign);
+}
+
+/* Without a table: one row of angles per token (the decode path's few tokens). */
+static void rope_direct(float *x, const int32_t *pos, int64_t T, int64_t n_heads, int64_t hd,
+                        double theta, float sign)
+{
+    int64_t half = hd / 2;
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < T; t++) {
+        float c[DF_MAX_HEAD_DIM / 2], s[DF_MAX_HEAD_DIM / 2];
+        for (int64_t i = 0; i < half; i++) {
+            float ang = (float)pos[t] * rope_inv_freq(i, hd, theta);
+            c[i] = (float)cos((double)ang);
+            s[i] = (float)sin((double)ang);
+        }
+        rope_row(x + t * n_heads * hd, c, s, n_heads, hd, sign);
+    }
+}
+
+void df_rope_fwd(float *x, const int32_t *pos, int64_t T, int64_t n_heads, int64_t hd,
+                 double theta)
+{
+    rope_direct(x, pos, T, n_heads, hd, theta, 1.0f);
+}
+
+void df_rope_bwd(float *dx, const int32_t *pos, int64_t T, int64_t n_heads, int64_t hd,
+                 double theta)
+{
+    rope_direct(dx, pos, T, n_heads, hd, theta, -1.0f);
+}
+
+/* ---- SwiGLU ------------------------------------------------------------------- */
+
+void df_swiglu_fwd(float *out, const float *gate, const float *up, int64_t n)
+{
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        float g = gate[i];
+        out[i] = g / (1.0f + df_expf(-g)) * up[i];
+    }
+}
+
+void df_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate,
+                   const float *up, int64_t n)
+{
+    /* silu'(g) = s (1 + g (1 - s)) with s = sigmoid(g). */
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        float g = gate[i], s = 1.0f / (1.0f + df_expf(-g));
+        dup[i] = dout[i] * g * s;
+        dgate[i] = dout[i] * up[i] * s * (1.0f + g * (1.0f - s));
+    }
+}

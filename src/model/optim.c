@@ -1,0 +1,135 @@
+/* AdamW, gradient clipping and LR schedules (include/distflow/optim.h). */
+#include "distflow/optim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void df_adamw_config_defaults(df_adamw_config *c)
+{
+    c->beta1 = 0.9;
+    c->beta2 = 0.999;
+    c->eps = 1e-8;
+    c->weight_decay = 0.01;
+}
+
+int df_adamw_create(const df_adamw_config *c, int64_t n, df_adamw **out)
+{
+    if (n <= 0)
+        return df_error(DF_EINVAL, "AdamW: parameter count must be > 0 (got %lld)", (long long)n);
+    if (!(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1))
+        return df_error(DF_EINVAL, "AdamW: betas must lie in [0, 1) (got %g, %g)", c->beta1,
+                        c->beta2);
+    if (!(c->eps > 0) || !(c->weight_decay >= 0))
+        return df_error(DF_EINVAL, "AdamW: need eps > 0 and weight_decay >= 0 (got %g, %g)",
+                        c->eps, c->weight_decay);
+    df_adamw *o = calloc(1, sizeof *o);
+    size_t bytes = ((size_t)n * sizeof(float) + 63) / 64 * 64;
+    if (o) {
+        o->m = aligned_alloc(64, bytes);
+        o->v = aligned_alloc(64, bytes);
+    }
+    if (!o || !o->m || !o->v) {
+        df_adamw_free(o);
+        return df_error(DF_ENOMEM, "AdamW: out of memory for %lld parameters", (long long)n);
+    }
+    o->cfg = *c;
+    o->n = n;
+    df_adamw_reset(o);
+    *out = o;
+    return DF_OK;
+}
+
+void df_adamw_free(df_adamw *o)
+{
+    if (!o)
+        return;
+    free(o->m);
+    free(o->v);
+    free(o);
+}
+
+void df_adamw_reset(df_adamw *o)
+{
+    memset(o->m, 0, (size_t)o->n * sizeof(float));
+    memset(o->v, 0, (size_t)o->n * sizeof(float));
+    o->step = 0;
+}
+
+int df_adamw_step(df_adamw *o, float *p, const float *g, double lr)
+{
+    if (!(lr >= 0) || !isfinite(lr))
+        return df_error(DF_EINVAL, "AdamW: learning rate must be finite and >= 0 (got %g)", lr);
+    o->step++;
+    const double t = (double)o->step;
+    /* Scalars in double then rounded once, as torch computes them in Python floats. */
+    const float decay = (float)(1.0 - lr * o->cfg.weight_decay);
+    const float b1 = (float)o->cfg.beta1, b2 = (float)o->cfg.beta2;
+    const float omb1 = (float)(1.0 - o->cfg.beta1), omb2 = (float)(1.0 - o->cfg.beta2);
+    const float step_size = (float)(lr / (1.0 - pow(o->cfg.beta1, t)));
+    const float bc2_sqrt = (float)sqrt(1.0 - pow(o->cfg.beta2, t));
+    const float eps = (float)o->cfg.eps;
+    float *m = o->m, *v = o->v;
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < o->n; i++) {
+        float gi = g[i];
+        float pi = p[i] * decay;
+        float mi = m[i] * b1 + gi * omb1;
+        float vi = v[i] * b2 + gi * gi * omb2;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = pi - step_size * (mi / (sqrtf(vi) / bc2_sqrt + eps));
+    }
+    return DF_OK;
+}
+
+double df_grad_norm(const float *g, int64_t n)
+{
+    double ss = 0.0;
+#pragma omp parallel for simd reduction(+ : ss) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        ss += (double)g[i] * (double)g[i];
+    return sqrt(ss);
+}
+
+double df_clip_grad_norm(float *g, int64_t n, double max_norm)
+{
+    double norm = df_grad_norm(g, n);
+    if (!isfinite(norm) || !(max_norm > 0))
+        return norm;
+    double coef = max_norm / (norm + 1e-6);
+    if (coef < 1.0) {
+        const float c = (float)coef;
+#pragma omp parallel for simd schedule(static)
+        for (int64_t i = 0; i < n; i++)
+            g[i] *= c;
+    }
+    return norm;
+}
+
+int df_lr_kind_parse(const char *name, df_lr_kind *out)
+{
+    if (name && !strcmp(name, "constant")) {
+        *out = DF_LR_CONSTANT;
+        return DF_OK;
+    }
+    if (name && !strcmp(name, "cosine")) {
+        *out = DF_LR_COSINE;
+        return DF_OK;
+    }
+    return df_error(DF_EINVAL, "unknown learning-rate schedule \"%s\" (constant, cosine)",
+                    name ? name : "(null)");
+}
+
+double df_lr_schedule_factor(const df_lr_schedule *s, int64_t step)
+{
+    if (step < s->warmup_steps)
+        return (double)step / (double)(s->warmup_steps > 1 ? s->warmup_steps : 1);
+    if (s->kind == DF_LR_CONSTANT)
+        return 1.0;
+    int64_t span = s->total_steps - s->warmup_steps;
+    double progress = (double)(step - s->warmup_steps) / (double)(span > 1 ? span : 1);
+    double coef = (1.0 - s->min_lr_ratio) * 0.5, intercept = (1.0 + s->min_lr_ratio) * 0.5;
+    double f = cos(M_PI * s->num_cycles * 2.0 * progress) * coef + intercept;
+    return f > 0.0 ? f : 0.0;
+}

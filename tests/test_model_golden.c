@@ -1,0 +1,393 @@
+/*
+ * Whole-model test against PyTorch (tests/golden/gen_golden.py, float64
+ * reference of HF modeling_qwen2.py): logits, log-probs and entropies at two
+ * temperatures, the gradient of sum(c logp) + sum(d entropy) w.r.t. every
+ * parameter, the clipped global norm and one AdamW step.
+ *
+ * Can it fail? Unlike llm.c's CPU test it must: test_golden_detects_perturbation
+ * moves a single weight by 1e-3 and a single bias by 1e-2 and asserts that the
+ * same comparisons then exceed their thresholds, and changes rope_theta to
+ * check that position handling is visible. The thresholds (FWD_TOL on
+ * log-probs / entropies / logits, GRAD_TOL on gradients, relative L2) sit about
+ * 10x above the float32 noise measured here (1.1e-7 logp, 2.8e-7 logits,
+ * 1.7e-6 worst gradient tensor) and below the effect of those perturbations
+ * (a 1e-3 change of one of 22k weights moves logp by 9e-6, its gradients by 1e-3).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include "distflow/model.h"
+#include "distflow/optim.h"
+#include "model/acts.h"
+#include "model/ops.h"
+#include "model/safetensors.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GOLDEN_DIR DF_SOURCE_DIR "/tests/golden"
+#define FWD_TOL 2e-6
+#define GRAD_TOL 2e-5
+
+typedef struct {
+    df_model *m;
+    df_st_file *exp;
+    int64_t T, n_seqs, n_out;
+    int32_t *tokens, *targets;
+    int64_t *offsets, *rows;
+    df_seq_batch b;
+} golden;
+
+static float *read_vec(df_st_file *f, const char *name, int64_t *numel)
+{
+    df_st_tensor t;
+    assert_int_equal(df_st_find(f, name, &t), DF_OK);
+    int64_t n = df_st_numel(&t);
+    float *v = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    assert_non_null(v);
+    assert_int_equal(df_st_read_f32(f, name, v, n), DF_OK);
+    if (numel)
+        *numel = n;
+    return v;
+}
+
+static int load_golden(void **state)
+{
+    golden *g = calloc(1, sizeof *g);
+    if (!g || df_model_load(GOLDEN_DIR "/tiny_qwen2", &g->m) ||
+        df_st_open(GOLDEN_DIR "/tiny_qwen2_expected.safetensors", &g->exp)) {
+        fprintf(stderr, "golden fixtures: %s\n", df_last_error());
+        return -1;
+    }
+    int64_t n;
+    float *v = read_vec(g->exp, "batch.tokens", &g->T);
+    g->tokens = malloc(sizeof(int32_t) * (size_t)g->T);
+    for (int64_t i = 0; i < g->T; i++)
+        g->tokens[i] = (int32_t)v[i];
+    free(v);
+    v = read_vec(g->exp, "batch.seq_offsets", &n);
+    g->n_seqs = n - 1;
+    g->offsets = malloc(sizeof(int64_t) * (size_t)n);
+    for (int64_t i = 0; i < n; i++)
+        g->offsets[i] = (int64_t)v[i];
+    free(v);
+    v = read_vec(g->exp, "batch.out_rows", &g->n_out);
+    g->rows = malloc(sizeof(int64_t) * (size_t)g->n_out);
+    for (int64_t i = 0; i < g->n_out; i++)
+        g->rows[i] = (int64_t)v[i];
+    free(v);
+    v = read_vec(g->exp, "batch.out_targets", &n);
+    g->targets = malloc(sizeof(int32_t) * (size_t)n);
+    for (int64_t i = 0; i < n; i++)
+        g->targets[i] = (int32_t)v[i];
+    free(v);
+    g->b = (df_seq_batch){g->T, g->tokens, g->n_seqs, g->offsets, g->n_out, g->rows, g->targets};
+    *state = g;
+    return 0;
+}
+
+static int free_golden(void **state)
+{
+    golden *g = *state;
+    df_model_free(g->m);
+    df_st_close(g->exp);
+    free(g->tokens), free(g->targets), free(g->offsets), free(g->rows), free(g);
+    return 0;
+}
+
+static double rel_err(const float *a, const float *b, int64_t n)
+{
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += (double)b[i] * b[i];
+    }
+    return sqrt(num) / (sqrt(den) + 1e-30);
+}
+
+/* Max relative L2 error of logp / entropy at both temperatures. */
+static double forward_error(const df_model *m, const golden *g)
+{
+    df_acts *a;
+    assert_int_equal(df_acts_create(&m->cfg, g->T, g->n_out, &a), DF_OK);
+    float *lp = malloc(sizeof(float) * (size_t)g->n_out), *en = malloc(sizeof(float) * (size_t)g->n_out);
+    double worst = 0;
+    const char *names[2][2] = {{"logp.t1", "entropy.t1"}, {"logp.t07", "entropy.t07"}};
+    const float temps[2] = {1.0f, 0.7f};
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(df_model_forward(m, a, &g->b, temps[k], lp, en), DF_OK);
+        float *el = read_vec(g->exp, names[k][0], NULL), *ee = read_vec(g->exp, names[k][1], NULL);
+        double e1 = rel_err(lp, el, g->n_out), e2 = rel_err(en, ee, g->n_out);
+        worst = fmax(worst, fmax(e1, e2));
+        free(el), free(ee);
+    }
+    free(lp), free(en);
+    df_acts_free(a);
+    return worst;
+}
+
+static void test_golden_forward(void **state)
+{
+    golden *g = *state;
+    double err = forward_error(g->m, g);
+    print_message("logp/entropy rel err %.2e\n", err);
+    assert_true(err < FWD_TOL);
+
+    /* Full logits of a few output rows: final-normed hidden rows times lm_head. */
+    df_acts *a;
+    assert_int_equal(df_acts_create(&g->m->cfg, g->T, g->n_out, &a), DF_OK);
+    float *lp = malloc(sizeof(float) * (size_t)g->n_out);
+    assert_int_equal(df_model_forward(g->m, a, &g->b, 1.0f, lp, NULL), DF_OK);
+    int64_t nr, nl;
+    float *rows = read_vec(g->exp, "logits.rows", &nr), *want = read_vec(g->exp, "logits", &nl);
+    const int64_t V = g->m->cfg.vocab_size, H = g->m->cfg.hidden_size;
+    assert_int_equal(nl, nr * V);
+    float *got = malloc(sizeof(float) * (size_t)nl);
+    for (int64_t r = 0; r < nr; r++)
+        df_gemm_nt(1, V, H, 1.0f, a->xnf + (int64_t)rows[r] * H, g->m->w.lm_head, 0.0f,
+                   got + r * V);
+    double le = rel_err(got, want, nl);
+    print_message("logits rel err %.2e\n", le);
+    assert_true(le < FWD_TOL);
+    free(lp), free(rows), free(want), free(got);
+    df_acts_free(a);
+}
+
+/* Gradient of the golden loss; returns a malloc'd blob. */
+static float *golden_grads(const df_model *m, const golden *g, int passes)
+{
+    df_acts *a;
+    assert_int_equal(df_acts_create(&m->cfg, g->T + 5, g->n_out + 2, &a), DF_OK);
+    float *lp = malloc(sizeof(float) * (size_t)g->n_out), *en = malloc(sizeof(float) * (size_t)g->n_out);
+    float *c = read_vec(g->exp, "loss.c", NULL), *d = read_vec(g->exp, "loss.d", NULL);
+    float *grads = calloc((size_t)m->n_params, sizeof(float));
+    for (int p = 0; p < passes; p++) {
+        assert_int_equal(df_model_forward(m, a, &g->b, 0.7f, lp, en), DF_OK);
+        assert_int_equal(df_model_backward(m, a, &g->b, 0.7f, c, d, grads), DF_OK);
+    }
+    free(lp), free(en), free(c), free(d);
+    df_acts_free(a);
+    return grads;
+}
+
+static double worst_grad_error(const df_model *m, const golden *g, const float *grads,
+                               float scale, const char **worst_name)
+{
+    double worst = 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const df_param_desc *t = &m->tensors[i];
+        char name[128];
+        snprintf(name, sizeof name, "grad.%s", t->name);
+        float *want = read_vec(g->exp, name, NULL);
+        for (int64_t j = 0; j < t->numel; j++)
+            want[j] *= scale;
+        double e = rel_err(grads + t->offset, want, t->numel);
+        if (e > worst) {
+            worst = e;
+            if (worst_name)
+                *worst_name = t->name;
+        }
+        free(want);
+    }
+    return worst;
+}
+
+static void test_golden_backward(void **state)
+{
+    golden *g = *state;
+    float *grads = golden_grads(g->m, g, 1);
+    const char *wn = "";
+    double err = worst_grad_error(g->m, g, grads, 1.0f, &wn);
+    print_message("worst gradient rel err %.2e (%s)\n", err, wn);
+    assert_true(err < GRAD_TOL);
+    free(grads);
+    /* Backward accumulates: two forward/backward passes give twice the gradient. */
+    grads = golden_grads(g->m, g, 2);
+    assert_true(worst_grad_error(g->m, g, grads, 2.0f, NULL) < GRAD_TOL);
+    free(grads);
+}
+
+static void test_golden_adamw(void **state)
+{
+    golden *g = *state;
+    float *grads = golden_grads(g->m, g, 1);
+    float *want_norm = read_vec(g->exp, "grad_norm", NULL);
+    double norm = df_clip_grad_norm(grads, g->m->n_params, 1.0);
+    assert_true(fabs(norm - want_norm[0]) < 1e-5 * want_norm[0]);
+    assert_true(fabs(df_grad_norm(grads, g->m->n_params) - 1.0) < 1e-5);
+    df_adamw_config oc;
+    df_adamw_config_defaults(&oc);
+    oc.weight_decay = 0.01;
+    df_adamw *opt;
+    assert_int_equal(df_adamw_create(&oc, g->m->n_params, &opt), DF_OK);
+    df_model *m2;
+    assert_int_equal(df_model_clone(g->m, &m2), DF_OK);
+    assert_int_equal(df_adamw_step(opt, m2->params, grads, 1e-3), DF_OK);
+    assert_int_equal(opt->step, 1);
+    /* Compare the update (new - old) so the large unchanged part cannot hide errors. */
+    double worst = 0;
+    for (int i = 0; i < m2->n_tensors; i++) {
+        const df_param_desc *t = &m2->tensors[i];
+        char name[128];
+        snprintf(name, sizeof name, "adamw.%s", t->name);
+        float *want = read_vec(g->exp, name, NULL);
+        float *got = malloc(sizeof(float) * (size_t)t->numel);
+        for (int64_t j = 0; j < t->numel; j++) {
+            float old = g->m->params[t->offset + j];
+            got[j] = m2->params[t->offset + j] - old;
+            want[j] -= old;
+        }
+        worst = fmax(worst, rel_err(got, want, t->numel));
+        free(want), free(got);
+    }
+    print_message("worst AdamW update rel err %.2e\n", worst);
+    assert_true(worst < 1e-3);
+    df_model_free(m2);
+    df_adamw_free(opt);
+    free(grads), free(want_norm);
+}
+
+static void test_golden_detects_perturbation(void **state)
+{
+    golden *g = *state;
+    df_model *m2;
+    /* One q_proj weight of layer 1 moved by 1e-3. */
+    assert_int_equal(df_model_clone(g->m, &m2), DF_OK);
+    m2->w.layers[1].wq[5] += 1e-3f;
+    double fe = forward_error(m2, g);
+    float *grads = golden_grads(m2, g, 1);
+    double ge = worst_grad_error(m2, g, grads, 1.0f, NULL);
+    print_message("perturbed wq: forward %.2e grad %.2e\n", fe, ge);
+    assert_true(fe > FWD_TOL);
+    assert_true(ge > GRAD_TOL);
+    free(grads);
+    df_model_free(m2);
+    /* One v_proj bias of layer 0 moved by 1e-2. */
+    assert_int_equal(df_model_clone(g->m, &m2), DF_OK);
+    m2->w.layers[0].bv[3] += 1e-2f;
+    fe = forward_error(m2, g);
+    print_message("perturbed bv: forward %.2e\n", fe);
+    assert_true(fe > FWD_TOL);
+    df_model_free(m2);
+    /* A different rope_theta changes every position > 0. */
+    df_model_config c = g->m->cfg;
+    c.rope_theta = 1e6;
+    assert_int_equal(df_model_create(&c, &m2), DF_OK);
+    memcpy(m2->params, g->m->params, sizeof(float) * (size_t)g->m->n_params);
+    fe = forward_error(m2, g);
+    print_message("rope_theta 1e6: forward %.2e\n", fe);
+    assert_true(fe > FWD_TOL);
+    df_model_free(m2);
+}
+
+/*
+ * Tied embeddings: the LM-head gradient must land in the embedding gradient.
+ * A tied model equals the untied one with lm_head := embed, so
+ * grad_embed(tied) = grad_embed(untied) + grad_lm_head(untied).
+ */
+static void test_tied_embeddings(void **state)
+{
+    golden *g = *state;
+    df_model_config c = g->m->cfg;
+    c.tie_word_embeddings = true;
+    df_model *tied, *untied;
+    assert_int_equal(df_model_create(&c, &tied), DF_OK);
+    assert_int_equal(df_model_clone(g->m, &untied), DF_OK);
+    const int64_t VH = c.vocab_size * c.hidden_size;
+    memcpy(untied->w.lm_head, untied->w.embed, sizeof(float) * (size_t)VH);
+    /* Same tensors except lm_head: copy by name. */
+    for (int i = 0; i < tied->n_tensors; i++) {
+        const df_param_desc *d = df_model_find_tensor(untied, tied->tensors[i].name);
+        assert_non_null(d);
+        memcpy(tied->params + tied->tensors[i].offset, untied->params + d->offset,
+               sizeof(float) * (size_t)d->numel);
+    }
+    assert_null(df_model_find_tensor(tied, "lm_head.weight"));
+    float *gt = golden_grads(tied, g, 1), *gu = golden_grads(untied, g, 1);
+    df_model_view vt = {.layers = calloc((size_t)c.num_hidden_layers, sizeof(df_layer_view))};
+    df_model_view vu = {.layers = calloc((size_t)c.num_hidden_layers, sizeof(df_layer_view))};
+    df_model_view_of(tied, gt, &vt);
+    df_model_view_of(untied, gu, &vu);
+    assert_ptr_equal(vt.lm_head, vt.embed);
+    float *sum = malloc(sizeof(float) * (size_t)VH);
+    for (int64_t i = 0; i < VH; i++)
+        sum[i] = vu.embed[i] + vu.lm_head[i];
+    assert_true(rel_err(vt.embed, sum, VH) < 1e-5);
+    assert_true(rel_err(vt.layers[0].wq, vu.layers[0].wq,
+                        c.num_attention_heads * c.head_dim * c.hidden_size) < 1e-5);
+    free(sum), free(gt), free(gu), free(vt.layers), free(vu.layers);
+    df_model_free(tied);
+    df_model_free(untied);
+}
+
+/* Activations sized for more rows give the same results after a different batch. */
+static void test_acts_reuse_and_errors(void **state)
+{
+    golden *g = *state;
+    const df_model *m = g->m;
+    df_acts *a;
+    assert_int_equal(df_acts_create(&m->cfg, 64, 40, &a), DF_OK);
+    float lp[64], en[64], lp2[64];
+    int32_t toks[40];
+    int64_t offs[3] = {0, 25, 40}, rows[40];
+    for (int i = 0; i < 40; i++) {
+        toks[i] = (i * 7 + 3) % (int32_t)m->cfg.vocab_size;
+        rows[i] = i;
+    }
+    df_seq_batch big = {40, toks, 2, offs, 40, rows, toks};
+    assert_int_equal(df_model_forward(m, a, &big, 1.0f, lp, en), DF_OK);
+    assert_int_equal(df_model_forward(m, a, &g->b, 1.0f, lp2, NULL), DF_OK);
+    float *want = read_vec(g->exp, "logp.t1", NULL);
+    assert_true(rel_err(lp2, want, g->n_out) < FWD_TOL);
+    free(want);
+
+    /* Backward must match its forward's batch and temperature. */
+    float *grads = calloc((size_t)m->n_params, sizeof(float));
+    assert_int_equal(df_model_backward(m, a, &big, 1.0f, lp, NULL, grads), DF_EINVAL);
+    assert_int_equal(df_model_backward(m, a, &g->b, 0.5f, lp, NULL, grads), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "differs"));
+    free(grads);
+
+    /* Malformed batches are rejected with a reason. */
+    df_seq_batch bad = big;
+    bad.n_tokens = 65;
+    assert_int_equal(df_model_forward(m, a, &bad, 1.0f, lp, en), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "65 tokens"));
+    bad = big;
+    toks[3] = (int32_t)m->cfg.vocab_size;
+    assert_int_equal(df_model_forward(m, a, &bad, 1.0f, lp, en), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "outside the vocabulary"));
+    toks[3] = 0;
+    int64_t bad_offs[3] = {0, 41, 40};
+    bad.seq_offsets = bad_offs;
+    assert_int_equal(df_model_forward(m, a, &bad, 1.0f, lp, en), DF_EINVAL);
+    bad = big;
+    rows[7] = 40;
+    assert_int_equal(df_model_forward(m, a, &bad, 1.0f, lp, en), DF_EINVAL);
+    rows[7] = 7;
+    assert_int_equal(df_model_forward(m, a, &big, 0.0f, lp, en), DF_EINVAL);
+    assert_int_equal(df_model_forward(m, a, &big, 1.0f, NULL, en), DF_EINVAL);
+    df_acts_free(a);
+
+    df_acts *a2;
+    assert_int_equal(df_acts_create(&m->cfg, 8, 9, &a2), DF_EINVAL);
+    assert_int_equal(df_acts_create(&m->cfg, 0, 0, &a2), DF_EINVAL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_golden_forward),
+        cmocka_unit_test(test_golden_backward),
+        cmocka_unit_test(test_golden_adamw),
+        cmocka_unit_test(test_golden_detects_perturbation),
+        cmocka_unit_test(test_tied_embeddings),
+        cmocka_unit_test(test_acts_reuse_and_errors),
+    };
+    return cmocka_run_group_tests(tests, load_golden, free_golden);
+}

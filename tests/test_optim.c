@@ -1,0 +1,135 @@
+/*
+ * Optimizer tests (include/distflow/optim.h): AdamW against values printed by
+ * torch.optim.AdamW (torch 1.13, float32), clipping against
+ * torch.nn.utils.clip_grad_norm_ by hand, and verl's schedules at chosen steps.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include "distflow/optim.h"
+
+#include <math.h>
+#include <string.h>
+
+static void test_adamw_matches_torch(void **state)
+{
+    (void)state;
+    /* torch.optim.AdamW([p], betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1), the lr
+     * changed before each step to 0.01, 0.005, 0.02. */
+    const float g[3][4] = {{0.1f, -0.2f, 3.0f, 0.0f}, {-0.4f, 0.5f, 1.0f, 1e-3f},
+                           {0.2f, 0.2f, -2.0f, 0.0f}};
+    const double lr[3] = {0.01, 0.005, 0.02};
+    const float want[3][4] = {{0.489500105f, -0.989000082f, 1.98800004f, 0.0f},
+                              {0.492297441f, -0.990981281f, 1.98277378f, -0.00391301792f},
+                              {0.493046552f, -1.00066447f, 1.97607148f, -0.0152434539f}};
+    df_adamw_config c = {0.8, 0.99, 1e-6, 0.1};
+    df_adamw *o;
+    assert_int_equal(df_adamw_create(&c, 4, &o), DF_OK);
+    float p[4] = {0.5f, -1.0f, 2.0f, 0.0f};
+    for (int s = 0; s < 3; s++) {
+        assert_int_equal(df_adamw_step(o, p, g[s], lr[s]), DF_OK);
+        for (int i = 0; i < 4; i++)
+            assert_true(fabsf(p[i] - want[s][i]) <= 2e-7f * (fabsf(want[s][i]) + 1e-2f));
+    }
+    assert_int_equal(o->step, 3);
+    /* The state is the checkpoint: m after three steps, by hand for element 0. */
+    double m0 = 0.0;
+    for (int s = 0; s < 3; s++)
+        m0 = 0.8 * m0 + 0.2 * g[s][0];
+    assert_true(fabs(o->m[0] - m0) < 1e-7);
+    df_adamw_reset(o);
+    assert_int_equal(o->step, 0);
+    assert_true(o->m[2] == 0.0f && o->v[2] == 0.0f);
+    assert_int_equal(df_adamw_step(o, p, g[0], -1.0), DF_EINVAL);
+    assert_int_equal(df_adamw_step(o, p, g[0], NAN), DF_EINVAL);
+    df_adamw_free(o);
+}
+
+static void test_adamw_config(void **state)
+{
+    (void)state;
+    df_adamw_config c;
+    df_adamw_config_defaults(&c);
+    assert_true(c.beta1 == 0.9 && c.beta2 == 0.999 && c.eps == 1e-8 && c.weight_decay == 0.01);
+    df_adamw *o = NULL;
+    assert_int_equal(df_adamw_create(&c, 0, &o), DF_EINVAL);
+    c.beta2 = 1.0;
+    assert_int_equal(df_adamw_create(&c, 10, &o), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "betas"));
+    df_adamw_config_defaults(&c);
+    c.eps = 0.0;
+    assert_int_equal(df_adamw_create(&c, 10, &o), DF_EINVAL);
+    assert_null(o);
+}
+
+static void test_clip_grad_norm(void **state)
+{
+    (void)state;
+    float g[3] = {3.0f, 0.0f, -4.0f};
+    double n = df_clip_grad_norm(g, 3, 1.0);
+    assert_true(fabs(n - 5.0) < 1e-12);
+    float c = (float)(1.0 / (5.0 + 1e-6));
+    assert_true(g[0] == 3.0f * c && g[2] == -4.0f * c && g[1] == 0.0f);
+    /* Below the threshold: untouched (torch's clamped coefficient is 1). */
+    float h[2] = {0.3f, 0.4f};
+    assert_true(fabs(df_clip_grad_norm(h, 2, 1.0) - 0.5) < 1e-7);
+    assert_true(h[0] == 0.3f && h[1] == 0.4f);
+    /* Non-finite: reported, grads untouched so the caller can skip the step. */
+    float bad[3] = {1.0f, INFINITY, 2.0f};
+    assert_true(isinf(df_clip_grad_norm(bad, 3, 1.0)));
+    assert_true(bad[0] == 1.0f && bad[2] == 2.0f);
+    bad[1] = NAN;
+    assert_true(isnan(df_clip_grad_norm(bad, 3, 1.0)));
+    assert_true(bad[0] == 1.0f);
+    /* max_norm <= 0: measure only. */
+    float k[2] = {30.0f, 40.0f};
+    assert_true(fabs(df_clip_grad_norm(k, 2, 0.0) - 50.0) < 1e-9 && k[0] == 30.0f);
+}
+
+static void test_schedules(void **state)
+{
+    (void)state;
+    df_lr_schedule s = {DF_LR_CONSTANT, 10, 100, 0.0, 0.5};
+    assert_true(df_lr_schedule_factor(&s, 0) == 0.0);
+    assert_true(fabs(df_lr_schedule_factor(&s, 5) - 0.5) < 1e-15);
+    assert_true(df_lr_schedule_factor(&s, 10) == 1.0);
+    assert_true(df_lr_schedule_factor(&s, 1000) == 1.0);
+    s.warmup_steps = 0; /* no warmup: full lr from the first step */
+    assert_true(df_lr_schedule_factor(&s, 0) == 1.0);
+
+    /* Cosine: warmup 2, 12 steps, floor 0.1, half a cycle. */
+    df_lr_schedule c = {DF_LR_COSINE, 2, 12, 0.1, 0.5};
+    assert_true(fabs(df_lr_schedule_factor(&c, 1) - 0.5) < 1e-15);
+    assert_true(fabs(df_lr_schedule_factor(&c, 2) - 1.0) < 1e-15);
+    assert_true(fabs(df_lr_schedule_factor(&c, 7) - 0.55) < 1e-12);  /* cos(pi/2) = 0 */
+    assert_true(fabs(df_lr_schedule_factor(&c, 12) - 0.1) < 1e-12); /* cos(pi) = -1 */
+    double f4 = 0.45 * cos(M_PI * 0.2) + 0.55;                        /* progress 0.2 */
+    assert_true(fabs(df_lr_schedule_factor(&c, 4) - f4) < 1e-12);
+    /* One full cycle comes back up. */
+    df_lr_schedule w = {DF_LR_COSINE, 0, 10, 0.0, 1.0};
+    assert_true(fabs(df_lr_schedule_factor(&w, 10) - 1.0) < 1e-12);
+    assert_true(fabs(df_lr_schedule_factor(&w, 5)) < 1e-12);
+
+    df_lr_kind k;
+    assert_int_equal(df_lr_kind_parse("cosine", &k), DF_OK);
+    assert_int_equal(k, DF_LR_COSINE);
+    assert_int_equal(df_lr_kind_parse("constant", &k), DF_OK);
+    assert_int_equal(k, DF_LR_CONSTANT);
+    assert_int_equal(df_lr_kind_parse("Cosine ", &k), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "\"Cosine \""));
+    assert_int_equal(df_lr_kind_parse(NULL, &k), DF_EINVAL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_adamw_matches_torch),
+        cmocka_unit_test(test_adamw_config),
+        cmocka_unit_test(test_clip_grad_norm),
+        cmocka_unit_test(test_schedules),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
