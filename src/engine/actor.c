@@ -6,6 +6,7 @@
 #include "engine/packing.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -180,7 +181,7 @@ static int ppo_micro(df_actor *a, const df_batch *b, int64_t s, int64_t e, doubl
     int64_t base = ro[s], n_tok = ro[e] - ro[s];
     float *logp = a->buf[0], *ent = a->buf[1], *dlogp = a->buf[2], *dent = a->buf[3];
     bool want_ent = p->entropy_coeff != 0; /* actor/entropy itself comes from old_log_prob */
-    int64_t *offs;
+    int64_t *offs = NULL;
     int rc = df_pack_responses(&a->pk, b, s, e);
     if (!rc)
         rc = df_model_forward(a->model, a->acts, &a->pk.sb, p->temperature, logp, want_ent ? ent : NULL);

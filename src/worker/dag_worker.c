@@ -200,7 +200,7 @@ static int setup_models(df_dag_worker *w, df_model *m)
 
 static int setup_graph(df_dag_worker *w)
 {
-    const char *name;
+    const char *name = "";
     int rc = select_pipeline(w->cfg, &name);
     if (!rc)
         rc = df_worker_register_nodes();

@@ -7,6 +7,7 @@
 #include "distflow/dag.h"
 #include "distflow/dataloader.h"
 #include "distflow/metrics.h"
+#include "distflow/rng.h"
 #include "distflow/worker.h"
 #include "engine/actor.h"
 #include "worker/prompts.h"
