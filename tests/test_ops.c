@@ -507,6 +507,8 @@ static void test_attention_specialised(void **state)
     check_attention(off, 3, 2, 2, 64, 30, 70);
     const int64_t off1[3] = {0, 1, 20};
     check_attention(off1, 2, 4, 2, 128, 30, 80);
+    const int64_t off2[4] = {0, 70, 71, 100}; /* hd 48: vector kernel, runtime head dim */
+    check_attention(off2, 3, 2, 1, 48, 30, 90);
 }
 
 /* ---- SwiGLU ---------------------------------------------------------------------------- */
