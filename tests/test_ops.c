@@ -509,6 +509,8 @@ static void test_attention_specialised(void **state)
     check_attention(off1, 2, 4, 2, 128, 30, 80);
     const int64_t off2[4] = {0, 70, 71, 100}; /* hd 48: vector kernel, runtime head dim */
     check_attention(off2, 3, 2, 1, 48, 30, 90);
+    const int64_t off3[3] = {0, 150, 151}; /* longer than one 128-row query block */
+    check_attention(off3, 2, 2, 1, 32, 30, 95);
 }
 
 /* ---- SwiGLU ---------------------------------------------------------------------------- */

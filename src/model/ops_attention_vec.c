@@ -15,7 +15,7 @@
 #pragma GCC optimize("fp-contract=fast")
 
 #define BK 32 /* keys per tile: two 16-float vectors per query row */
-#define QB 64 /* query rows per block (their softmax state lives on the stack) */
+#define QB 128 /* query rows per block (their softmax state lives on the stack) */
 #define RB 4  /* query rows per register block */
 #define DC 4  /* 16-float vectors per head-dim chunk held in registers */
 
