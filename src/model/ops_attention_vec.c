@@ -12,7 +12,11 @@
 #include <string.h>
 
 /* ISO C mode (-std=c11) disables FMA contraction; these kernels want it. */
+#if defined(__clang__)
+#pragma clang fp contract(fast)
+#elif defined(__GNUC__)
 #pragma GCC optimize("fp-contract=fast")
+#endif
 
 #define BK 32 /* keys per tile: two 16-float vectors per query row */
 #define QB 128 /* query rows per block (their softmax state lives on the stack) */
