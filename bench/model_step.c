@@ -10,7 +10,9 @@
  *
  * Usage: bench_model_step [--hidden N] [--layers N] [--heads N] [--kv-heads N]
  *        [--inter N] [--vocab N] [--tokens N] [--iters N] [--torch-iters N] [--tied]
- *        [--no-torch]
+ *        [--bf16] [--no-torch]
+ * --bf16 runs the decoder layers' matmuls in bf16 (AMX) against the same float32
+ * PyTorch baseline.
  * Debian's python3-torch links the reference (netlib) BLAS, so its matmuls run
  * at ~1 GFLOP/s: it gets one iteration by default and the GFLOP/s lines give
  * the engine's absolute efficiency. On a machine shared with other jobs, run
@@ -20,6 +22,7 @@
 #include "distflow/model.h"
 #include "distflow/optim.h"
 #include "distflow/rng.h"
+#include "model/acts.h"
 
 #include <omp.h>
 #include <stdio.h>
@@ -29,7 +32,7 @@
 
 typedef struct {
     int64_t hidden, layers, heads, kv, inter, vocab, tokens;
-    int iters, tied, torch, torch_iters;
+    int iters, tied, torch, torch_iters, bf16;
 } bench_cfg;
 
 static double clock_s(clockid_t id)
@@ -45,7 +48,7 @@ static double cpu_s(void) { return clock_s(CLOCK_PROCESS_CPUTIME_ID); }
 
 static int parse_args(int argc, char **argv, bench_cfg *b)
 {
-    *b = (bench_cfg){256, 4, 4, 2, 512, 600, 8192, 5, 0, 1, 1};
+    *b = (bench_cfg){256, 4, 4, 2, 512, 600, 8192, 5, 0, 1, 1, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int64_t *dst = !strcmp(a, "--hidden")     ? &b->hidden
@@ -62,6 +65,8 @@ static int parse_args(int argc, char **argv, bench_cfg *b)
             b->iters = atoi(argv[++i]);
         } else if (!strcmp(a, "--torch-iters") && i + 1 < argc) {
             b->torch_iters = atoi(argv[++i]);
+        } else if (!strcmp(a, "--bf16")) {
+            b->bf16 = 1;
         } else if (!strcmp(a, "--tied")) {
             b->tied = 1;
         } else if (!strcmp(a, "--no-torch")) {
@@ -166,6 +171,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench setup: %s\n", df_last_error());
         return 1;
     }
+    if (bc.bf16 && df_acts_set_bf16_matmul(a, true)) {
+        fprintf(stderr, "bench setup: %s\n", df_last_error());
+        return 1;
+    }
     packed p;
     make_batch(&p, bc.tokens, bc.vocab);
     const int64_t n_out = p.b.n_out;
@@ -176,10 +185,11 @@ int main(int argc, char **argv)
         dl[j] = -1.0f / (float)n_out; /* mean NLL */
         de[j] = 0.01f / (float)n_out;
     }
-    printf("config: hidden %lld layers %lld heads %lld/%lld inter %lld vocab %lld%s params %lld\n",
+    printf("config: hidden %lld layers %lld heads %lld/%lld inter %lld vocab %lld%s params %lld "
+           "matmul %s\n",
            (long long)bc.hidden, (long long)bc.layers, (long long)bc.heads, (long long)bc.kv,
            (long long)bc.inter, (long long)bc.vocab, bc.tied ? " tied" : "",
-           (long long)m->n_params);
+           (long long)m->n_params, bc.bf16 ? "bf16" : "f32");
     printf("batch: %lld tokens in %lld sequences, %lld scored rows, %d threads\n",
            (long long)bc.tokens, (long long)p.b.n_seqs, (long long)n_out, omp_get_max_threads());
 

@@ -47,6 +47,37 @@ void df_linear_fwd(float *y, const float *x, const float *W, const float *b, int
 void df_linear_bwd(float *dx, float *dW, float *db, const float *dy, const float *x,
                    const float *W, int64_t M, int64_t N, int64_t K);
 
+/* ---- bf16 matmuls (oneDNN matmul on AMX / AVX512-BF16) ---------------------- */
+/*
+ * Optional faster path for the model's Linear layers: A and B are rounded to
+ * bfloat16 (round to nearest even), multiplied with float32 accumulation into
+ * a float32 C: the arithmetic of torch.autocast(dtype=torch.bfloat16), so
+ * results carry ~3 significant digits. Parameters, gradients and optimizer state
+ * stay float32. A context owns the conversion scratch and a cache of oneDNN
+ * primitives by shape; it is not thread-safe (one per df_acts).
+ */
+typedef struct df_mm_ctx df_mm_ctx;
+
+/**
+ * Context for operands of at most max_elems elements each (larger calls fall
+ * back to float32). DF_EUNSUPPORTED when oneDNN has no AMX-BF16 / AVX512-BF16
+ * kernel on this CPU (its reference bf16 path would be slower than float32);
+ * DF_ENOMEM; DF_EINTERNAL when oneDNN has no CPU engine.
+ */
+int df_mm_ctx_create(int64_t max_elems, df_mm_ctx **out);
+void df_mm_ctx_free(df_mm_ctx *c);
+/** Calls served by float32 sgemm because a primitive could not be created or run. */
+int64_t df_mm_ctx_fallbacks(const df_mm_ctx *c);
+/** dst[n] = src rounded to bfloat16 (nearest even; NaN stays NaN). */
+void df_bf16_from_f32(uint16_t *dst, const float *src, int64_t n);
+/** As df_gemm_nt / _nn / _tn in bf16; c == NULL is exactly the float32 function. */
+void df_mm_nt(df_mm_ctx *c, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+              const float *B, float beta, float *C);
+void df_mm_nn(df_mm_ctx *c, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+              const float *B, float beta, float *C);
+void df_mm_tn(df_mm_ctx *c, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+              const float *B, float beta, float *C);
+
 /* ---- embedding ------------------------------------------------------------ */
 
 /** out[T,H] = table[ids[t]]. */
