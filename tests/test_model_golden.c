@@ -325,6 +325,59 @@ static void test_tied_embeddings(void **state)
     df_model_free(untied);
 }
 
+/*
+ * bf16 matmuls (opt-in): the same model within bf16 accuracy. Log-probs stay
+ * close (the LM head is float32), every gradient tensor keeps its direction.
+ */
+static void test_bf16_matmul_model(void **state)
+{
+    golden *g = *state;
+    const df_model *m = g->m;
+    df_acts *a;
+    assert_int_equal(df_acts_create(&m->cfg, g->T, g->n_out, &a), DF_OK);
+    int rc = df_acts_set_bf16_matmul(a, true);
+    if (rc == DF_EUNSUPPORTED) {
+        print_message("bf16 matmul unsupported here: %s\n", df_last_error());
+        df_acts_free(a);
+        skip();
+    }
+    assert_int_equal(rc, DF_OK);
+    float *lp = malloc(sizeof(float) * (size_t)g->n_out), *en = malloc(sizeof(float) * (size_t)g->n_out);
+    float *c = read_vec(g->exp, "loss.c", NULL), *d = read_vec(g->exp, "loss.d", NULL);
+    float *grads = calloc((size_t)m->n_params, sizeof(float));
+    assert_int_equal(df_model_forward(m, a, &g->b, 0.7f, lp, en), DF_OK);
+    assert_int_equal(df_model_backward(m, a, &g->b, 0.7f, c, d, grads), DF_OK);
+    assert_int_equal(df_mm_ctx_fallbacks(a->mm), 0);
+    float *want = read_vec(g->exp, "logp.t07", NULL);
+    double fe = rel_err(lp, want, g->n_out);
+    /* Cosine similarity of each gradient tensor with the float64 reference. */
+    double worst_cos = 1.0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const df_param_desc *t = &m->tensors[i];
+        char name[128];
+        snprintf(name, sizeof name, "grad.%s", t->name);
+        float *gw = read_vec(g->exp, name, NULL);
+        double dot = 0, n1 = 0, n2 = 0;
+        for (int64_t j = 0; j < t->numel; j++) {
+            dot += (double)grads[t->offset + j] * gw[j];
+            n1 += (double)grads[t->offset + j] * grads[t->offset + j];
+            n2 += (double)gw[j] * gw[j];
+        }
+        worst_cos = fmin(worst_cos, dot / (sqrt(n1 * n2) + 1e-30));
+        free(gw);
+    }
+    print_message("bf16: logp rel err %.2e, worst gradient cosine %.5f\n", fe, worst_cos);
+    assert_true(fe > FWD_TOL); /* really bf16 */
+    assert_true(fe < 2e-2);
+    assert_true(worst_cos > 0.99);
+    /* Switching back gives float32 results again. */
+    assert_int_equal(df_acts_set_bf16_matmul(a, false), DF_OK);
+    assert_int_equal(df_model_forward(m, a, &g->b, 0.7f, lp, en), DF_OK);
+    assert_true(rel_err(lp, want, g->n_out) < FWD_TOL);
+    free(lp), free(en), free(c), free(d), free(grads), free(want);
+    df_acts_free(a);
+}
+
 /* Activations sized for more rows give the same results after a different batch. */
 static void test_acts_reuse_and_errors(void **state)
 {
@@ -387,6 +440,7 @@ int main(void)
         cmocka_unit_test(test_golden_adamw),
         cmocka_unit_test(test_golden_detects_perturbation),
         cmocka_unit_test(test_tied_embeddings),
+        cmocka_unit_test(test_bf16_matmul_model),
         cmocka_unit_test(test_acts_reuse_and_errors),
     };
     return cmocka_run_group_tests(tests, load_golden, free_golden);

@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "distflow/common.h"
 #include "distflow/rng.h"
 #include "model/ops.h"
 
@@ -219,6 +220,105 @@ static void test_linear(void **state)
     assert_true(rel_err(db, gb, N) < 1e-5);
     free(x), free(W), free(b), free(R), free(y), free(dx), free(dW), free(db);
     free(c.x), free(c.W), free(c.b), free(c.R), free(yr), free(gx), free(gW), free(gb);
+}
+
+/* ---- bf16 matmuls ------------------------------------------------------------------ */
+
+static float bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static void test_bf16_rounding(void **state)
+{
+    (void)state;
+    const uint32_t in[] = {0x3f800000u, 0x3f808000u, 0x3f818000u, 0x3f808001u,
+                           0xbf7fffffu, 0x7f7fffffu, 0x7f800000u, 0x00000001u};
+    const uint16_t want[] = {0x3f80, 0x3f80, 0x3f82, 0x3f81, 0xbf80, 0x7f80, 0x7f80, 0x0000};
+    float f[9];
+    uint16_t h[9];
+    for (int i = 0; i < 8; i++)
+        memcpy(&f[i], &in[i], sizeof f[i]);
+    f[8] = NAN;
+    df_bf16_from_f32(h, f, 9);
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(h[i], want[i]); /* ties to even, overflow to inf */
+    assert_true(isnan(bf16_to_f32(h[8])));
+}
+
+static void test_bf16_matmul(void **state)
+{
+    (void)state;
+    df_mm_ctx *c = NULL;
+    int rc = df_mm_ctx_create(4096, &c);
+    if (rc == DF_EUNSUPPORTED) {
+        print_message("bf16 matmul unsupported here: %s\n", df_last_error());
+        skip();
+    }
+    assert_int_equal(rc, DF_OK);
+    const int64_t M = 37, N = 29, K = 41;
+    float *A = fvec(M * K), *B = fvec(N * K), *C = fvec(M * N), *C0 = fvec(M * N);
+    float *At = fvec(K * M), *Bn = fvec(K * N);
+    uint16_t *a16 = malloc(sizeof(uint16_t) * M * K), *b16 = malloc(sizeof(uint16_t) * N * K);
+    fill(A, M * K, 150, 1.0);
+    fill(B, N * K, 151, 1.0);
+    fill(C0, M * N, 152, 1.0);
+    df_bf16_from_f32(a16, A, M * K);
+    df_bf16_from_f32(b16, B, N * K);
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t k = 0; k < K; k++)
+            At[k * M + i] = A[i * K + k];
+    for (int64_t j = 0; j < N; j++)
+        for (int64_t k = 0; k < K; k++)
+            Bn[k * N + j] = B[j * K + k];
+    /* Reference: products of the bf16-rounded operands, in double. */
+    double *ref = dvec(M * N), *ref32 = dvec(M * N);
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            double s = 0, s32 = 0;
+            for (int64_t k = 0; k < K; k++) {
+                s += (double)bf16_to_f32(a16[i * K + k]) * bf16_to_f32(b16[j * K + k]);
+                s32 += (double)A[i * K + k] * B[j * K + k];
+            }
+            ref[i * N + j] = s + C0[i * N + j];
+            ref32[i * N + j] = s32 + C0[i * N + j];
+        }
+    for (int variant = 0; variant < 3; variant++) {
+        memcpy(C, C0, sizeof(float) * M * N);
+        if (variant == 0)
+            df_mm_nt(c, M, N, K, 1.0f, A, B, 1.0f, C);
+        else if (variant == 1)
+            df_mm_nn(c, M, N, K, 1.0f, A, Bn, 1.0f, C);
+        else
+            df_mm_tn(c, M, N, K, 1.0f, At, Bn, 1.0f, C);
+        assert_true(rel_err(C, ref, M * N) < 1e-6);   /* exactly bf16 inputs, f32 sums */
+        assert_true(rel_err(C, ref32, M * N) > 1e-5); /* and visibly not float32 */
+        assert_true(rel_err(C, ref32, M * N) < 1e-2);
+    }
+    /* beta = 0 and alpha != 1 get their own primitives. */
+    df_mm_nt(c, M, N, K, 0.5f, A, B, 0.0f, C);
+    for (int64_t i = 0; i < M * N; i++)
+        ref[i] = 0.5 * (ref[i] - C0[i]);
+    assert_true(rel_err(C, ref, M * N) < 1e-6);
+    /* Operands larger than the context: float32 fallback, same as df_gemm_nt. */
+    const int64_t M2 = 200;
+    float *A2 = fvec(M2 * K), *C2 = fvec(M2 * N), *C3 = fvec(M2 * N);
+    fill(A2, M2 * K, 153, 1.0);
+    df_mm_nt(c, M2, N, K, 1.0f, A2, B, 0.0f, C2);
+    df_gemm_nt(M2, N, K, 1.0f, A2, B, 0.0f, C3);
+    assert_memory_equal(C2, C3, sizeof(float) * M2 * N);
+    assert_int_equal(df_mm_ctx_fallbacks(c), 0);
+    /* NULL context: float32. */
+    df_mm_nt(NULL, M, N, K, 1.0f, A, B, 0.0f, C);
+    for (int64_t i = 0; i < M * N; i++)
+        ref32[i] -= C0[i];
+    assert_true(rel_err(C, ref32, M * N) < 1e-6);
+    df_mm_ctx_free(c);
+    free(A), free(B), free(C), free(C0), free(At), free(Bn), free(a16), free(b16), free(ref);
+    free(ref32), free(A2), free(C2), free(C3);
 }
 
 /* ---- embedding ------------------------------------------------------------------ */
@@ -507,6 +607,10 @@ static void test_attention_specialised(void **state)
     check_attention(off, 3, 2, 2, 64, 30, 70);
     const int64_t off1[3] = {0, 1, 20};
     check_attention(off1, 2, 4, 2, 128, 30, 80);
+    const int64_t off2[4] = {0, 70, 71, 100}; /* hd 48: vector kernel, runtime head dim */
+    check_attention(off2, 3, 2, 1, 48, 30, 90);
+    const int64_t off3[3] = {0, 150, 151}; /* longer than one 128-row query block */
+    check_attention(off3, 2, 2, 1, 32, 30, 95);
 }
 
 /* ---- SwiGLU ---------------------------------------------------------------------------- */
@@ -681,6 +785,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm),
         cmocka_unit_test(test_linear),
+        cmocka_unit_test(test_bf16_rounding),
+        cmocka_unit_test(test_bf16_matmul),
         cmocka_unit_test(test_embedding),
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_rope),

@@ -8,6 +8,7 @@
 #define DF_MODEL_ACTS_H
 
 #include "distflow/model.h"
+#include "model/ops.h"
 
 struct df_acts {
     df_model_config cfg;
@@ -35,6 +36,7 @@ struct df_acts {
     float *dxf, *dxnf;   /* [max_out, H] */
     float *lm_scratch;   /* df_lmhead_scratch_floats(max_out, V, H) */
     df_layer_view *gview_layers; /* [L] for views of the gradient blob */
+    df_mm_ctx *mm;       /* bf16 matmul context, NULL: float32 matmuls */
     /* The last forward, checked by the backward. */
     int64_t fwd_tokens, fwd_out;
     float fwd_temperature;
@@ -50,6 +52,13 @@ static inline int64_t df_acts_kvd(const df_acts *a)
 {
     return a->cfg.num_key_value_heads * a->cfg.head_dim;
 }
+
+/**
+ * Run the decoder layers' matmuls in bf16 (ops.h df_mm_*; the LM head, norms,
+ * attention and everything else stay float32) or back in float32. Errors as
+ * df_mm_ctx_create (DF_EUNSUPPORTED without AMX-BF16 / AVX512-BF16).
+ */
+int df_acts_set_bf16_matmul(df_acts *a, bool on);
 
 /** Check a batch against the model and the sizes `a` was created for (DF_EINVAL with the reason). */
 int df_acts_check_batch(const df_acts *a, const df_model_config *cfg, const df_seq_batch *b,

@@ -23,31 +23,36 @@ static void layer_backward(const df_model *m, df_acts *a, const df_seq_batch *b,
     const float *att = a->att + l * MT * qd;
     const float *gate = a->gate + l * MT * I, *up = a->up + l * MT * I;
     float *dres = a->dres, *dxn = a->dxn;
+    df_mm_ctx *mm = a->mm;
 
     /* MLP: x_next = h + act W_down^T, act = silu(gate) * up (recomputed, not saved). */
     df_swiglu_fwd(a->mlp_a, gate, up, T * I);
-    df_gemm_tn(H, I, T, 1.0f, dres, a->mlp_a, 1.0f, g->w_down);
-    df_gemm_nn(T, I, H, 1.0f, dres, w->w_down, 0.0f, a->mlp_a); /* dact */
+    df_mm_tn(mm, H, I, T, 1.0f, dres, a->mlp_a, 1.0f, g->w_down);
+    df_mm_nn(mm, T, I, H, 1.0f, dres, w->w_down, 0.0f, a->mlp_a); /* dact */
     df_swiglu_bwd(a->mlp_b, a->mlp_c, a->mlp_a, gate, up, T * I);
-    df_gemm_nn(T, H, I, 1.0f, a->mlp_b, w->w_gate, 0.0f, dxn);
-    df_gemm_nn(T, H, I, 1.0f, a->mlp_c, w->w_up, 1.0f, dxn);
-    df_gemm_tn(I, H, T, 1.0f, a->mlp_b, xn2, 1.0f, g->w_gate);
-    df_gemm_tn(I, H, T, 1.0f, a->mlp_c, xn2, 1.0f, g->w_up);
+    df_mm_nn(mm, T, H, I, 1.0f, a->mlp_b, w->w_gate, 0.0f, dxn);
+    df_mm_nn(mm, T, H, I, 1.0f, a->mlp_c, w->w_up, 1.0f, dxn);
+    df_mm_tn(mm, I, H, T, 1.0f, a->mlp_b, xn2, 1.0f, g->w_gate);
+    df_mm_tn(mm, I, H, T, 1.0f, a->mlp_c, xn2, 1.0f, g->w_up);
     df_rmsnorm_bwd(dres, g->ln2, dxn, h, w->ln2, a->rstd2 + l * MT, T, H);
 
     /* Attention: h = x + att W_o^T. */
-    df_gemm_tn(H, qd, T, 1.0f, dres, att, 1.0f, g->wo);
-    df_gemm_nn(T, qd, H, 1.0f, dres, w->wo, 0.0f, a->dao);
+    df_mm_tn(mm, H, qd, T, 1.0f, dres, att, 1.0f, g->wo);
+    df_mm_nn(mm, T, qd, H, 1.0f, dres, w->wo, 0.0f, a->dao);
     df_attention_bwd(a->dq, a->dk, a->dv, a->dao, att, a->att_lse + l * MT * nh, q, k, v,
                      b->seq_offsets, b->n_seqs, nh, nkv, hd);
     df_rope_apply(a->dq, a->pos, T, nh, hd, a->rope_cos, a->rope_sin, true);
     df_rope_apply(a->dk, a->pos, T, nkv, hd, a->rope_cos, a->rope_sin, true);
-    df_gemm_nn(T, H, qd, 1.0f, a->dq, w->wq, 0.0f, dxn);
-    df_gemm_nn(T, H, kvd, 1.0f, a->dk, w->wk, 1.0f, dxn);
-    df_gemm_nn(T, H, kvd, 1.0f, a->dv, w->wv, 1.0f, dxn);
-    df_linear_bwd(NULL, g->wq, g->bq, a->dq, xn1, w->wq, T, qd, H);
-    df_linear_bwd(NULL, g->wk, g->bk, a->dk, xn1, w->wk, T, kvd, H);
-    df_linear_bwd(NULL, g->wv, g->bv, a->dv, xn1, w->wv, T, kvd, H);
+    df_mm_nn(mm, T, H, qd, 1.0f, a->dq, w->wq, 0.0f, dxn);
+    df_mm_nn(mm, T, H, kvd, 1.0f, a->dk, w->wk, 1.0f, dxn);
+    df_mm_nn(mm, T, H, kvd, 1.0f, a->dv, w->wv, 1.0f, dxn);
+    df_mm_tn(mm, qd, H, T, 1.0f, a->dq, xn1, 1.0f, g->wq);
+    df_mm_tn(mm, kvd, H, T, 1.0f, a->dk, xn1, 1.0f, g->wk);
+    df_mm_tn(mm, kvd, H, T, 1.0f, a->dv, xn1, 1.0f, g->wv);
+    /* Bias gradients: column sums of dq / dk / dv (float32). */
+    df_linear_bwd(NULL, NULL, g->bq, a->dq, NULL, NULL, T, qd, H);
+    df_linear_bwd(NULL, NULL, g->bk, a->dk, NULL, NULL, T, kvd, H);
+    df_linear_bwd(NULL, NULL, g->bv, a->dv, NULL, NULL, T, kvd, H);
     df_rmsnorm_bwd(dres, g->ln1, dxn, x, w->ln1, a->rstd1 + l * MT, T, H);
 }
 

@@ -37,7 +37,27 @@ void df_acts_free(df_acts *a)
         free(bufs[i]);
     free(a->pos);
     free(a->gview_layers);
+    df_mm_ctx_free(a->mm);
     free(a);
+}
+
+int df_acts_set_bf16_matmul(df_acts *a, bool on)
+{
+    if (!on) {
+        df_mm_ctx_free(a->mm);
+        a->mm = NULL;
+        return DF_OK;
+    }
+    if (a->mm)
+        return DF_OK;
+    const df_model_config *c = &a->cfg;
+    int64_t H = c->hidden_size, I = c->intermediate_size;
+    int64_t widest = I > H ? I : H, qd = df_acts_qd(a);
+    widest = qd > widest ? qd : widest;
+    /* Largest operand: [max_tokens, widest] activations or a [widest, H] weight. */
+    int64_t n = a->max_tokens * widest > widest * H ? a->max_tokens * widest : widest * H;
+    int rc = df_mm_ctx_create(n, &a->mm);
+    return rc ? df_error_wrap(rc, "df_acts_set_bf16_matmul") : DF_OK;
 }
 
 int df_acts_create(const df_model_config *cfg, int64_t max_tokens, int64_t max_out,
@@ -149,6 +169,18 @@ int df_acts_check_batch(const df_acts *a, const df_model_config *cfg, const df_s
 
 /* ---- forward ------------------------------------------------------------------- */
 
+/* y = x W^T + b through the activations' matmul precision. */
+static void linear(df_mm_ctx *mm, float *y, const float *x, const float *W, const float *b,
+                   int64_t M, int64_t N, int64_t K)
+{
+    if (b) {
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < M; i++)
+            memcpy(y + i * N, b, (size_t)N * sizeof(float));
+    }
+    df_mm_nt(mm, M, N, K, 1.0f, x, W, b ? 1.0f : 0.0f, y);
+}
+
 static void layer_forward(const df_model *m, df_acts *a, const df_seq_batch *b, int64_t l)
 {
     const df_model_config *c = &m->cfg;
@@ -164,22 +196,22 @@ static void layer_forward(const df_model *m, df_acts *a, const df_seq_batch *b, 
     const float eps = (float)c->rms_norm_eps;
 
     df_rmsnorm_fwd(xn1, a->rstd1 + l * MT, x, w->ln1, T, H, eps);
-    df_linear_fwd(q, xn1, w->wq, w->bq, T, qd, H);
-    df_linear_fwd(k, xn1, w->wk, w->bk, T, kvd, H);
-    df_linear_fwd(v, xn1, w->wv, w->bv, T, kvd, H);
+    linear(a->mm, q, xn1, w->wq, w->bq, T, qd, H);
+    linear(a->mm, k, xn1, w->wk, w->bk, T, kvd, H);
+    linear(a->mm, v, xn1, w->wv, w->bv, T, kvd, H);
     df_rope_apply(q, a->pos, T, nh, hd, a->rope_cos, a->rope_sin, false);
     df_rope_apply(k, a->pos, T, nkv, hd, a->rope_cos, a->rope_sin, false);
     df_attention_fwd(att, a->att_lse + l * MT * nh, q, k, v, b->seq_offsets, b->n_seqs, nh,
                      nkv, hd);
     /* Residual adds ride on the GEMM's beta = 1. */
     memcpy(h, x, (size_t)(T * H) * sizeof(float));
-    df_gemm_nt(T, H, qd, 1.0f, att, w->wo, 1.0f, h);
+    df_mm_nt(a->mm, T, H, qd, 1.0f, att, w->wo, 1.0f, h);
     df_rmsnorm_fwd(xn2, a->rstd2 + l * MT, h, w->ln2, T, H, eps);
-    df_linear_fwd(gate, xn2, w->w_gate, NULL, T, I, H);
-    df_linear_fwd(up, xn2, w->w_up, NULL, T, I, H);
+    linear(a->mm, gate, xn2, w->w_gate, NULL, T, I, H);
+    linear(a->mm, up, xn2, w->w_up, NULL, T, I, H);
     df_swiglu_fwd(a->mlp_a, gate, up, T * I);
     memcpy(xnext, h, (size_t)(T * H) * sizeof(float));
-    df_gemm_nt(T, H, I, 1.0f, a->mlp_a, w->w_down, 1.0f, xnext);
+    df_mm_nt(a->mm, T, H, I, 1.0f, a->mlp_a, w->w_down, 1.0f, xnext);
 }
 
 int df_model_forward(const df_model *m, df_acts *a, const df_seq_batch *b, float temperature,

@@ -21,6 +21,11 @@
 #define DF_LMHEAD_COLS 4096
 
 /* ---- matmul (oneDNN) ----------------------------------------------------- */
+/*
+ * Row-major float32 through dnnl_sgemm (JIT kernels for the host ISA; threads
+ * from OpenMP). Called inside an OpenMP parallel region they run on one thread.
+ * M, N <= 0 is a no-op; K = 0 gives C = beta * C.
+ */
 
 /** C[M,N] = alpha * A[M,K] · B[N,K]^T + beta * C. (PyTorch Linear weight layout for B.) */
 void df_gemm_nt(int64_t M, int64_t N, int64_t K, float alpha, const float *A, const float *B,
@@ -32,7 +37,7 @@ void df_gemm_nn(int64_t M, int64_t N, int64_t K, float alpha, const float *A, co
 void df_gemm_tn(int64_t M, int64_t N, int64_t K, float alpha, const float *A, const float *B,
                 float beta, float *C);
 
-/** y[M,N] = x[M,K] · W[N,K]^T + b[N] (b may be NULL). */
+/** y[M,N] = x[M,K] · W[N,K]^T + b[N] (b may be NULL): torch.nn.functional.linear. */
 void df_linear_fwd(float *y, const float *x, const float *W, const float *b, int64_t M,
                    int64_t N, int64_t K);
 /**
@@ -42,19 +47,57 @@ void df_linear_fwd(float *y, const float *x, const float *W, const float *b, int
 void df_linear_bwd(float *dx, float *dW, float *db, const float *dy, const float *x,
                    const float *W, int64_t M, int64_t N, int64_t K);
 
+/* ---- bf16 matmuls (oneDNN matmul on AMX / AVX512-BF16) ---------------------- */
+/*
+ * Optional faster path for the model's Linear layers: A and B are rounded to
+ * bfloat16 (round to nearest even), multiplied with float32 accumulation into
+ * a float32 C: the arithmetic of torch.autocast(dtype=torch.bfloat16), so
+ * results carry ~3 significant digits. Parameters, gradients and optimizer state
+ * stay float32. A context owns the conversion scratch and a cache of oneDNN
+ * primitives by shape; it is not thread-safe (one per df_acts).
+ */
+typedef struct df_mm_ctx df_mm_ctx;
+
+/**
+ * Context for operands of at most max_elems elements each (larger calls fall
+ * back to float32). DF_EUNSUPPORTED when oneDNN has no AMX-BF16 / AVX512-BF16
+ * kernel on this CPU (its reference bf16 path would be slower than float32);
+ * DF_ENOMEM; DF_EINTERNAL when oneDNN has no CPU engine.
+ */
+int df_mm_ctx_create(int64_t max_elems, df_mm_ctx **out);
+void df_mm_ctx_free(df_mm_ctx *c);
+/** Calls served by float32 sgemm because a primitive could not be created or run. */
+int64_t df_mm_ctx_fallbacks(const df_mm_ctx *c);
+/** dst[n] = src rounded to bfloat16 (nearest even; NaN stays NaN). */
+void df_bf16_from_f32(uint16_t *dst, const float *src, int64_t n);
+/** As df_gemm_nt / _nn / _tn in bf16; c == NULL is exactly the float32 function. */
+void df_mm_nt(df_mm_ctx *c, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+              const float *B, float beta, float *C);
+void df_mm_nn(df_mm_ctx *c, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+              const float *B, float beta, float *C);
+void df_mm_tn(df_mm_ctx *c, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+              const float *B, float beta, float *C);
+
 /* ---- embedding ------------------------------------------------------------ */
 
 /** out[T,H] = table[ids[t]]. */
 void df_embedding_fwd(float *out, const int32_t *ids, const float *table, int64_t T, int64_t H);
-/** dtable[ids[t]] += dout[t] (serialised per row so repeated ids are safe). */
+/**
+ * dtable[ids[t]] += dout[t]. Threads own column ranges and walk the tokens in
+ * order, so repeated ids never race and the sum order is fixed.
+ */
 void df_embedding_bwd(float *dtable, const float *dout, const int32_t *ids, int64_t T, int64_t H);
 
 /* ---- RMSNorm (Zhang & Sennrich 2019; HF Qwen2RMSNorm) ----------------------- */
 
-/** out = x * rstd * w, rstd[t] = 1 / sqrt(mean(x[t]^2) + eps). */
+/** out[T,H] = x * rstd * w, rstd[T] = 1 / sqrt(mean(x[t]^2) + eps) saved for the backward. */
 void df_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *w, int64_t T,
                     int64_t H, float eps);
-/** dx[T,H] += d/dx (dx accumulates: the residual stream); dw[H] += d/dw. */
+/**
+ * dx[T,H] += d/dx (accumulates: the residual stream's gradient), dw[H] += d/dw
+ * (dw may be NULL). With xhat = x rstd, g = dout w:
+ *   dx = rstd (g - xhat mean(g xhat)),  dw = sum_t dout xhat.
+ */
 void df_rmsnorm_bwd(float *dx, float *dw, const float *dout, const float *x, const float *w,
                     const float *rstd, int64_t T, int64_t H);
 

@@ -6,6 +6,7 @@
  * exists; per-thread scratch is two [hd, BK] tiles on the stack.
  */
 #include "model/ops.h"
+#include "model/ops_attention_vec.h"
 #include "model/ops_math.h"
 
 #include <assert.h>
@@ -114,17 +115,6 @@ static ALWAYS_INLINE void attn_fwd_head(float *out, float *lse, const float *q, 
     }
 }
 
-/* Compile-time head dims let the compiler keep a row in registers. */
-#define DISPATCH_HD(fn, hd, ...)                                                      \
-    do {                                                                              \
-        switch (hd) {                                                                 \
-        case 32: fn(__VA_ARGS__, 32); break;                                          \
-        case 64: fn(__VA_ARGS__, 64); break;                                          \
-        case 128: fn(__VA_ARGS__, 128); break;                                        \
-        default: fn(__VA_ARGS__, hd); break;                                          \
-        }                                                                             \
-    } while (0)
-
 void df_attention_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
                       const int64_t *seq_offsets, int64_t n_seqs, int64_t nh, int64_t nkv,
                       int64_t hd)
@@ -135,7 +125,10 @@ void df_attention_fwd(float *out, float *lse, const float *q, const float *k, co
     for (int64_t task = 0; task < n_seqs * nh; task++) {
         int64_t s = task / nh, h = task % nh;
         int64_t r0 = seq_offsets[s], L = seq_offsets[s + 1] - r0;
-        DISPATCH_HD(attn_fwd_head, hd, out, lse, q, k, v, r0, L, h, h / grp, nh, nkv);
+        if (hd % 16 == 0)
+            df_attn_vec_fwd_head(out, lse, q, k, v, r0, L, h, h / grp, nh, nkv, hd);
+        else
+            attn_fwd_head(out, lse, q, k, v, r0, L, h, h / grp, nh, nkv, hd);
     }
 }
 
@@ -215,7 +208,9 @@ void df_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const 
     for (int64_t task = 0; task < n_seqs * nkv; task++) {
         int64_t s = task / nkv, g = task % nkv;
         int64_t r0 = seq_offsets[s], L = seq_offsets[s + 1] - r0;
-        DISPATCH_HD(attn_bwd_group, hd, dq, dk, dv, dout, out, lse, q, k, v, r0, L, g, nh,
-                    nkv);
+        if (hd % 16 == 0)
+            df_attn_vec_bwd_group(dq, dk, dv, dout, out, lse, q, k, v, r0, L, g, nh, nkv, hd);
+        else
+            attn_bwd_group(dq, dk, dv, dout, out, lse, q, k, v, r0, L, g, nh, nkv, hd);
     }
 }

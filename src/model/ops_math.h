@@ -15,7 +15,10 @@ static inline float df_expf(float x)
     const float lo = -87.33654f, hi = 88.72283f;
     float xc = x < lo ? lo : (x > hi ? hi : x);
     /* x = n ln2 + r, |r| <= ln2 / 2; ln2 split in two for an exact n*ln2_hi. */
-    float n = __builtin_roundf(xc * 1.44269504088896341f);
+    /* Round to nearest by adding and removing 1.5 * 2^23 (roundf would be a libm
+     * call that blocks vectorisation; |x log2 e| < 2^22 here). */
+    const float shifter = 12582912.0f;
+    float n = (xc * 1.44269504088896341f + shifter) - shifter;
     float r = xc - n * 0.693359375f;
     r = r - n * -2.12194440e-4f;
     /* Taylor series of e^r to r^7: truncation error < 4e-9 relative on |r| <= 0.347. */
@@ -37,6 +40,73 @@ static inline float df_expf(float x)
     float y = p * s1 * s2;
     y = x < lo ? 0.0f : y;
     return x > hi ? __builtin_inff() : y;
+}
+
+/*
+ * 16-float vectors through GCC vector extensions: one AVX-512 register where
+ * the target has it, lowered to narrower instructions elsewhere. Used by the
+ * register-blocked attention kernels.
+ */
+typedef float df_v16 __attribute__((vector_size(64)));
+typedef int32_t df_v16i __attribute__((vector_size(64)));
+
+static inline df_v16 df_v16_load(const float *p)
+{
+    df_v16 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void df_v16_store(float *p, df_v16 v) { memcpy(p, &v, sizeof v); }
+
+static inline df_v16 df_v16_set1(float x) { return (df_v16){0} + x; }
+
+/* m ? a : b for a comparison mask m (all bits set or clear per lane). */
+static inline df_v16 df_v16_select(df_v16i m, df_v16 a, df_v16 b)
+{
+    return (df_v16)(((df_v16i)a & m) | ((df_v16i)b & ~m));
+}
+
+static inline df_v16 df_v16_max(df_v16 a, df_v16 b) { return df_v16_select(a > b, a, b); }
+
+static inline float df_v16_hsum(df_v16 v)
+{
+    float s = 0.0f;
+    for (int i = 0; i < 16; i++)
+        s += v[i];
+    return s;
+}
+
+static inline float df_v16_hmax(df_v16 v)
+{
+    float m = v[0];
+    for (int i = 1; i < 16; i++)
+        m = v[i] > m ? v[i] : m;
+    return m;
+}
+
+/* df_expf on 16 lanes (same reduction and polynomial). */
+static inline df_v16 df_v16_exp(df_v16 x)
+{
+    const df_v16 lo = df_v16_set1(-87.33654f), hi = df_v16_set1(88.72283f);
+    df_v16 xc = df_v16_select(x < lo, lo, x);
+    xc = df_v16_select(xc > hi, hi, xc);
+    df_v16 n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    df_v16 r = xc - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    df_v16 p = df_v16_set1(1.98412698e-4f);
+    p = p * r + 1.38888889e-3f;
+    p = p * r + 8.33333333e-3f;
+    p = p * r + 4.16666667e-2f;
+    p = p * r + 1.66666667e-1f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    df_v16i ni = __builtin_convertvector(n, df_v16i);
+    df_v16i n1 = ni >> 1, n2 = ni - n1;
+    df_v16 y = p * (df_v16)((n1 + 127) << 23) * (df_v16)((n2 + 127) << 23);
+    y = df_v16_select(x < lo, df_v16_set1(0.0f), y);
+    return df_v16_select(x > hi, df_v16_set1(__builtin_inff()), y);
 }
 
 #endif /* DF_MODEL_OPS_MATH_H */

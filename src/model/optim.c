@@ -70,7 +70,7 @@ int df_adamw_step(df_adamw *o, float *p, const float *g, double lr)
     const float bc2_sqrt = (float)sqrt(1.0 - pow(o->cfg.beta2, t));
     const float eps = (float)o->cfg.eps;
     float *m = o->m, *v = o->v;
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < o->n; i++) {
         float gi = g[i];
         float pi = p[i] * decay;

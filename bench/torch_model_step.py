@@ -1,0 +1,158 @@
+#!/usr/bin/python3
+"""PyTorch baseline for bench/model_step.c: the same Qwen2 config and workload.
+
+Linear layers run on the packed [T, hidden] rows (no padding there); attention
+gathers each sequence into a padded [B, heads, Lmax, head_dim] batch with a
+causal + padding mask (what eager HF attention does without flash-attn); the LM
+head is applied to the scored rows only. Loss: mean NLL + 0.01 * mean entropy.
+Prints `metric: value` lines that model_step.c parses.
+"""
+import argparse
+import math
+import random
+import time
+
+import torch
+import torch.nn.functional as F
+
+
+def build(args):
+    g = torch.Generator().manual_seed(1)
+    H, I, V, nh, nkv = args.hidden, args.inter, args.vocab, args.heads, args.kv_heads
+    hd = H // nh
+
+    def w(*shape):
+        return (torch.randn(*shape, generator=g) * 0.02).requires_grad_(True)
+
+    p = {"embed": w(V, H), "norm": torch.ones(H, requires_grad=True), "layers": []}
+    for _ in range(args.layers):
+        p["layers"].append({
+            "ln1": torch.ones(H, requires_grad=True), "ln2": torch.ones(H, requires_grad=True),
+            "wq": w(nh * hd, H), "bq": torch.zeros(nh * hd, requires_grad=True),
+            "wk": w(nkv * hd, H), "bk": torch.zeros(nkv * hd, requires_grad=True),
+            "wv": w(nkv * hd, H), "bv": torch.zeros(nkv * hd, requires_grad=True),
+            "wo": w(H, nh * hd), "wg": w(I, H), "wu": w(I, H), "wd": w(H, I)})
+    p["lm_head"] = p["embed"] if args.tied else w(V, H)
+    return p
+
+
+def params(p):
+    out = [p["embed"], p["norm"]] + [t for l in p["layers"] for t in l.values()]
+    if p["lm_head"] is not p["embed"]:
+        out.append(p["lm_head"])
+    return out
+
+
+def rms(x, w, eps=1e-6):
+    return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+class Batch:
+    def __init__(self, args):
+        rnd = random.Random(7)
+        T, lens = args.tokens, []
+        while sum(lens) < T:
+            lens.append(min(rnd.randint(64, 128), T - sum(lens)))
+        self.T, self.B, self.Lmax = T, len(lens), max(lens)
+        self.tokens = torch.randint(0, args.vocab, (T,), generator=torch.Generator().manual_seed(3))
+        off = [0]
+        for n in lens:
+            off.append(off[-1] + n)
+        # packed row -> (b, position) in the padded attention layout
+        b_idx = torch.cat([torch.full((n,), i) for i, n in enumerate(lens)])
+        pos = torch.cat([torch.arange(n) for n in lens])
+        self.flat = b_idx * self.Lmax + pos
+        self.pos = pos
+        valid = torch.zeros(self.B, self.Lmax, dtype=torch.bool)
+        valid.view(-1)[self.flat] = True
+        causal = torch.tril(torch.ones(self.Lmax, self.Lmax, dtype=torch.bool))
+        self.mask = (causal[None] & valid[:, None, :])[:, None]  # [B, 1, L, L]
+        rows = [off[s] + t for s, n in enumerate(lens) for t in range(n - 1)]
+        self.rows = torch.tensor(rows)
+        self.targets = self.tokens[self.rows + 1]
+        d = args.hidden // args.heads
+        inv = 1.0 / (10000.0 ** (torch.arange(0, d, 2).float() / d))
+        fr = self.pos.float()[:, None] * inv[None]
+        emb = torch.cat((fr, fr), -1)
+        self.cos, self.sin = emb.cos()[:, None], emb.sin()[:, None]  # [T, 1, d]
+
+
+def forward(p, bt, args):
+    nh, nkv = args.heads, args.kv_heads
+    hd = args.hidden // nh
+    T, B, L = bt.T, bt.B, bt.Lmax
+    x = p["embed"][bt.tokens]
+    for l in p["layers"]:
+        h = rms(x, l["ln1"])
+        q = F.linear(h, l["wq"], l["bq"]).view(T, nh, hd)
+        k = F.linear(h, l["wk"], l["bk"]).view(T, nkv, hd)
+        v = F.linear(h, l["wv"], l["bv"]).view(T, nkv, hd)
+        q = q * bt.cos + rotate_half(q) * bt.sin
+        k = k * bt.cos + rotate_half(k) * bt.sin
+
+        def pad(t, n):
+            out = t.new_zeros(B * L, n, hd)
+            out = out.index_copy(0, bt.flat, t)
+            return out.view(B, L, n, hd).transpose(1, 2)
+
+        qp, kp, vp = pad(q, nh), pad(k, nkv), pad(v, nkv)
+        kp = kp.repeat_interleave(nh // nkv, dim=1)
+        vp = vp.repeat_interleave(nh // nkv, dim=1)
+        s = (qp @ kp.transpose(-1, -2)) * (hd ** -0.5)
+        s = s.masked_fill(~bt.mask, float("-inf"))
+        a = torch.softmax(s, dim=-1) @ vp                       # [B, nh, L, hd]
+        a = a.transpose(1, 2).reshape(B * L, nh * hd)[bt.flat]  # back to packed rows
+        x = x + F.linear(a, l["wo"])
+        h = rms(x, l["ln2"])
+        x = x + F.linear(F.silu(F.linear(h, l["wg"])) * F.linear(h, l["wu"]), l["wd"])
+    hf = rms(x[bt.rows], p["norm"])
+    z = F.linear(hf, p["lm_head"])
+    logp_all = torch.log_softmax(z, dim=-1)
+    logp = logp_all.gather(-1, bt.targets[:, None])[:, 0]
+    ent = -(logp_all.exp() * logp_all).sum(-1)
+    return logp, ent
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    for k, d in [("hidden", 256), ("layers", 4), ("heads", 4), ("kv-heads", 2), ("inter", 512),
+                 ("vocab", 600), ("tokens", 8192), ("iters", 5), ("warmup", 1), ("threads", 2)]:
+        ap.add_argument("--" + k, type=int, default=d)
+    ap.add_argument("--tied", action="store_true")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    p = build(args)
+    bt = Batch(args)
+    ps = params(p)
+    opt = torch.optim.AdamW(ps, lr=1e-4, weight_decay=0.01)
+    t_fwd = t_step = t_opt = 0.0
+    for it in range(-args.warmup, args.iters):
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            forward(p, bt, args)
+        t1 = time.perf_counter()
+        opt.zero_grad(set_to_none=False)
+        logp, ent = forward(p, bt, args)
+        loss = -logp.mean() + 0.01 * ent.mean()
+        loss.backward()
+        t2 = time.perf_counter()
+        torch.nn.utils.clip_grad_norm_(ps, 1.0)
+        opt.step()
+        t3 = time.perf_counter()
+        if it >= 0:
+            t_fwd += t1 - t0
+            t_step += t2 - t1
+            t_opt += t3 - t2
+    n = args.tokens * args.iters
+    print(f"torch_forward_tokens_per_s: {n / t_fwd:.0f}")
+    print(f"torch_fwd_bwd_tokens_per_s: {n / t_step:.0f}")
+    print(f"torch_adamw_ms: {1e3 * t_opt / args.iters:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,247 @@
+/*
+ * bf16 matmuls (ops.h df_mm_*): both operands rounded to bfloat16 into the
+ * context's scratch, multiplied by a oneDNN matmul primitive (AMX or
+ * AVX512-BF16 brgemm kernels) with float32 accumulation and a float32 result —
+ * the arithmetic of torch.autocast(dtype=torch.bfloat16) for Linear layers.
+ * Primitives are cached per (transposes, M, N, K, alpha, beta) in the context.
+ */
+#include "distflow/common.h"
+#include "model/ops.h"
+
+#include <oneapi/dnnl/dnnl.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MM_CACHE 48
+
+typedef struct {
+    char ta, tb;
+    int64_t M, N, K;
+    float alpha, beta;
+    uint64_t last_use;
+    dnnl_primitive_t prim;
+    dnnl_memory_t ma, mb, mc;
+} mm_entry;
+
+struct df_mm_ctx {
+    dnnl_engine_t eng;
+    dnnl_stream_t stream;
+    int64_t max_elems;
+    uint16_t *a16, *b16; /* [max_elems] conversion scratch */
+    mm_entry cache[MM_CACHE];
+    int n_cache;
+    uint64_t clock;
+    int64_t fallbacks; /* calls served by float32 sgemm because a primitive failed */
+};
+
+void df_bf16_from_f32(uint16_t *dst, const float *src, int64_t n)
+{
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &src[i], sizeof u);
+        /* Round to nearest even; NaN stays a (quiet) NaN. */
+        uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+        dst[i] = (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 0x40u) : (uint16_t)r;
+    }
+}
+
+static void entry_free(mm_entry *e)
+{
+    if (e->prim)
+        dnnl_primitive_destroy(e->prim);
+    if (e->ma)
+        dnnl_memory_destroy(e->ma);
+    if (e->mb)
+        dnnl_memory_destroy(e->mb);
+    if (e->mc)
+        dnnl_memory_destroy(e->mc);
+    memset(e, 0, sizeof *e);
+}
+
+/* C[M,N] = alpha op(A) op(B) + beta C, A as [M,K] ('N') or [K,M] ('T'), B as [K,N] ('N') or [N,K] ('T'). */
+static int entry_init(df_mm_ctx *c, mm_entry *e, char ta, char tb, int64_t M, int64_t N,
+                      int64_t K, float alpha, float beta)
+{
+    dnnl_memory_desc_t a, b, d;
+    dnnl_dims_t ad = {M, K}, bd = {K, N}, cd = {M, N};
+    dnnl_dims_t as = {ta == 'N' ? K : 1, ta == 'N' ? 1 : M};
+    dnnl_dims_t bs = {tb == 'N' ? N : 1, tb == 'N' ? 1 : K};
+    dnnl_dims_t cs = {N, 1};
+    dnnl_matmul_desc_t md;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    int ok = dnnl_memory_desc_init_by_strides(&a, 2, ad, dnnl_bf16, as) == dnnl_success &&
+             dnnl_memory_desc_init_by_strides(&b, 2, bd, dnnl_bf16, bs) == dnnl_success &&
+             dnnl_memory_desc_init_by_strides(&d, 2, cd, dnnl_f32, cs) == dnnl_success &&
+             dnnl_matmul_desc_init(&md, &a, &b, NULL, &d) == dnnl_success &&
+             dnnl_primitive_attr_create(&attr) == dnnl_success;
+    if (ok && alpha != 1.0f)
+        ok = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha) == dnnl_success;
+    if (ok && beta != 0.0f)
+        ok = dnnl_post_ops_create(&po) == dnnl_success &&
+             dnnl_post_ops_append_sum(po, beta) == dnnl_success &&
+             dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
+    ok = ok && dnnl_primitive_desc_create(&pd, &md, attr, c->eng, NULL) == dnnl_success &&
+         dnnl_primitive_create(&e->prim, pd) == dnnl_success &&
+         dnnl_memory_create(&e->ma, &a, c->eng, DNNL_MEMORY_NONE) == dnnl_success &&
+         dnnl_memory_create(&e->mb, &b, c->eng, DNNL_MEMORY_NONE) == dnnl_success &&
+         dnnl_memory_create(&e->mc, &d, c->eng, DNNL_MEMORY_NONE) == dnnl_success;
+    if (pd)
+        dnnl_primitive_desc_destroy(pd);
+    if (po)
+        dnnl_post_ops_destroy(po);
+    if (attr)
+        dnnl_primitive_attr_destroy(attr);
+    if (!ok) {
+        entry_free(e);
+        return -1;
+    }
+    e->ta = ta, e->tb = tb, e->M = M, e->N = N, e->K = K, e->alpha = alpha, e->beta = beta;
+    return 0;
+}
+
+static mm_entry *lookup(df_mm_ctx *c, char ta, char tb, int64_t M, int64_t N, int64_t K,
+                        float alpha, float beta)
+{
+    mm_entry *victim = NULL;
+    for (int i = 0; i < c->n_cache; i++) {
+        mm_entry *e = &c->cache[i];
+        if (e->ta == ta && e->tb == tb && e->M == M && e->N == N && e->K == K &&
+            e->alpha == alpha && e->beta == beta) {
+            e->last_use = ++c->clock;
+            return e;
+        }
+        if (!victim || e->last_use < victim->last_use)
+            victim = e;
+    }
+    mm_entry *e = c->n_cache < MM_CACHE ? &c->cache[c->n_cache++] : victim;
+    entry_free(e);
+    if (entry_init(c, e, ta, tb, M, N, K, alpha, beta)) {
+        if (e == &c->cache[c->n_cache - 1])
+            c->n_cache--;
+        return NULL;
+    }
+    e->last_use = ++c->clock;
+    return e;
+}
+
+static void sgemm_f32(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
+                      const float *A, const float *B, float beta, float *C)
+{
+    if (ta == 'N' && tb == 'T')
+        df_gemm_nt(M, N, K, alpha, A, B, beta, C);
+    else if (ta == 'N')
+        df_gemm_nn(M, N, K, alpha, A, B, beta, C);
+    else
+        df_gemm_tn(M, N, K, alpha, A, B, beta, C);
+}
+
+static void mm(df_mm_ctx *c, char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
+               const float *A, const float *B, float beta, float *C)
+{
+    if (!c || M <= 0 || N <= 0 || K <= 0 || M * K > c->max_elems || N * K > c->max_elems) {
+        sgemm_f32(ta, tb, M, N, K, alpha, A, B, beta, C);
+        return;
+    }
+    mm_entry *e = lookup(c, ta, tb, M, N, K, alpha, beta);
+    if (!e) {
+        c->fallbacks++;
+        sgemm_f32(ta, tb, M, N, K, alpha, A, B, beta, C);
+        return;
+    }
+    df_bf16_from_f32(c->a16, A, M * K);
+    df_bf16_from_f32(c->b16, B, N * K);
+    dnnl_memory_set_data_handle(e->ma, c->a16);
+    dnnl_memory_set_data_handle(e->mb, c->b16);
+    dnnl_memory_set_data_handle(e->mc, C);
+    dnnl_exec_arg_t args[3] = {
+        {DNNL_ARG_SRC, e->ma}, {DNNL_ARG_WEIGHTS, e->mb}, {DNNL_ARG_DST, e->mc}};
+    if (dnnl_primitive_execute(e->prim, c->stream, 3, args) != dnnl_success ||
+        dnnl_stream_wait(c->stream) != dnnl_success) {
+        c->fallbacks++;
+        sgemm_f32(ta, tb, M, N, K, alpha, A, B, beta, C);
+    }
+}
+
+void df_mm_nt(df_mm_ctx *c, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+              const float *B, float beta, float *C)
+{
+    mm(c, 'N', 'T', M, N, K, alpha, A, B, beta, C);
+}
+
+void df_mm_nn(df_mm_ctx *c, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+              const float *B, float beta, float *C)
+{
+    mm(c, 'N', 'N', M, N, K, alpha, A, B, beta, C);
+}
+
+void df_mm_tn(df_mm_ctx *c, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+              const float *B, float beta, float *C)
+{
+    mm(c, 'T', 'N', M, N, K, alpha, A, B, beta, C);
+}
+
+int64_t df_mm_ctx_fallbacks(const df_mm_ctx *c) { return c ? c->fallbacks : 0; }
+
+void df_mm_ctx_free(df_mm_ctx *c)
+{
+    if (!c)
+        return;
+    for (int i = 0; i < c->n_cache; i++)
+        entry_free(&c->cache[i]);
+    if (c->stream)
+        dnnl_stream_destroy(c->stream);
+    if (c->eng)
+        dnnl_engine_destroy(c->eng);
+    free(c->a16);
+    free(c->b16);
+    free(c);
+}
+
+/* oneDNN serves bf16 everywhere, but only AMX / AVX512-BF16 kernels are fast. */
+static int native_bf16(df_mm_ctx *c)
+{
+    mm_entry probe = {0};
+    if (entry_init(c, &probe, 'N', 'T', 64, 64, 64, 1.0f, 0.0f))
+        return 0;
+    const_dnnl_primitive_desc_t pd = NULL;
+    const char *impl = "";
+    if (dnnl_primitive_get_primitive_desc(probe.prim, &pd) != dnnl_success ||
+        dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success)
+        impl = "";
+    int ok = strstr(impl, "amx") || strstr(impl, "avx512_core_bf16");
+    entry_free(&probe);
+    return ok;
+}
+
+int df_mm_ctx_create(int64_t max_elems, df_mm_ctx **out)
+{
+    if (max_elems <= 0)
+        return df_error(DF_EINVAL, "bf16 matmul: max_elems must be > 0");
+    df_mm_ctx *c = calloc(1, sizeof *c);
+    if (!c)
+        return df_error(DF_ENOMEM, "bf16 matmul: out of memory");
+    size_t bytes = ((size_t)max_elems * sizeof(uint16_t) + 63) / 64 * 64;
+    c->max_elems = max_elems;
+    c->a16 = aligned_alloc(64, bytes);
+    c->b16 = aligned_alloc(64, bytes);
+    if (!c->a16 || !c->b16) {
+        df_mm_ctx_free(c);
+        return df_error(DF_ENOMEM, "bf16 matmul: out of memory for %lld-element operands",
+                        (long long)max_elems);
+    }
+    if (dnnl_engine_create(&c->eng, dnnl_cpu, 0) != dnnl_success ||
+        dnnl_stream_create(&c->stream, c->eng, dnnl_stream_default_flags) != dnnl_success) {
+        df_mm_ctx_free(c);
+        return df_error(DF_EINTERNAL, "bf16 matmul: oneDNN CPU engine unavailable");
+    }
+    if (!native_bf16(c)) {
+        df_mm_ctx_free(c);
+        return df_error(DF_EUNSUPPORTED,
+                        "bf16 matmul: this CPU has no AMX-BF16 / AVX512-BF16 kernels in oneDNN");
+    }
+    *out = c;
+    return DF_OK;
+}
