@@ -4,6 +4,9 @@
  * visited in tiles of BK with an online softmax, the row log-sum-exp is saved,
  * and the backward pass recomputes probabilities from it. No [L, L] matrix
  * exists; per-thread scratch is two [hd, BK] tiles on the stack.
+ * This file holds the entry points (threading over sequences and heads) and the
+ * generic one-row-at-a-time kernels; head dims that are multiples of 16 go to
+ * the register-blocked kernels of ops_attention_vec.c.
  */
 #include "model/ops.h"
 #include "model/ops_attention_vec.h"
