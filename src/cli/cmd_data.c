@@ -4,6 +4,7 @@
 #include "distflow/dataset.h"
 #include "distflow/synth.h"
 #include "distflow/tokenizer.h"
+#include "util/fsutil.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +32,7 @@ static int cmd_gsm8k(int argc, char **argv)
     if ((code = df_cli_require("data gsm8k", opts)))
         return code;
     int64_t n = 0;
-    if (df_gsm8k_convert(in, out, split, &n))
+    if (df_mkdir_parent(out) || df_gsm8k_convert(in, out, split, &n))
         return df_cli_fail("data gsm8k");
     fprintf(stderr, "distflow data gsm8k: wrote %lld rows to %s\n", (long long)n, out);
     return 0;
@@ -70,7 +71,7 @@ static int cmd_synth(int argc, char **argv)
     cfg.max_value = (int)max_value;
     if (ops)
         snprintf(cfg.ops, sizeof cfg.ops, "%s", ops);
-    if (df_synth_write(&cfg, n, out))
+    if (df_mkdir_parent(out) || df_synth_write(&cfg, n, out))
         return df_cli_fail("data synth");
     fprintf(stderr, "distflow data synth: wrote %lld problems to %s\n", (long long)n, out);
     return 0;

@@ -263,3 +263,16 @@ char *df_expand_user(const char *path)
         return strdup(path);
     return df_path_join(home, path + 2);
 }
+
+int df_mkdir_parent(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash || slash == path)
+        return DF_OK;
+    char *dir = strndup(path, (size_t)(slash - path));
+    if (!dir)
+        return df_error(DF_ENOMEM, "out of memory");
+    int rc = df_mkdir_p(dir);
+    free(dir);
+    return rc;
+}

@@ -48,6 +48,8 @@ bool df_file_exists(const char *path);
 int df_read_file(const char *path, char **text, size_t *len);
 /** mkdir -p (mode 0755). DF_EIO naming the component that failed. */
 int df_mkdir_p(const char *dir);
+/** mkdir -p of the directory that holds `path` (nothing when it has none). */
+int df_mkdir_parent(const char *path);
 /** fsync a directory so renames inside it are durable. */
 int df_fsync_dir(const char *dir);
 /** df_fsync_dir on the directory that holds `path`. */
