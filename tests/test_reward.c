@@ -128,7 +128,7 @@ static void test_registry(void **state)
     assert_int_equal(df_reward_lookup("synthetic/arithmetic", &fn), 0);
     assert_ptr_equal(fn, df_reward_synthetic);
     assert_int_equal(df_reward_lookup("lighteval/MATH", &fn), DF_ENOTFOUND);
-    assert_non_null(strstr(df_last_error(), "\"lighteval/MATH\""));
+    assert_non_null(strstr(df_last_error(), "'lighteval/MATH'"));
     assert_non_null(strstr(df_last_error(), "openai/gsm8k"));
     assert_int_equal(df_reward_register("my/task", half_score), 0);
     assert_int_equal(df_reward_lookup("my/task", &fn), 0);
@@ -217,7 +217,7 @@ static void test_naive_errors(void **state)
     float scores[4];
     assert_int_equal(df_reward_naive(NULL, b, RESPONSES, scores, NULL, NULL), DF_ENOTFOUND);
     assert_non_null(strstr(df_last_error(), "row 3"));
-    assert_non_null(strstr(df_last_error(), "\"my/unknown-task\""));
+    assert_non_null(strstr(df_last_error(), "'my/unknown-task'"));
     assert_false(df_batch_has(b, "token_level_scores")); /* batch untouched */
     assert_int_equal(df_reward_register("my/unknown-task", failing_score), 0);
     assert_int_equal(df_reward_naive(NULL, b, RESPONSES, scores, NULL, NULL), DF_EINVAL);

@@ -111,6 +111,13 @@ DF_API int df_dataset_field(const df_dataset *ds, int64_t i, const char *path, c
  */
 DF_API int64_t df_dataset_filter(df_dataset *ds, const bool *keep);
 
+/**
+ * Keep only the first `n` rows (verl's data.train_max_samples /
+ * val_max_samples); n < 0 or n >= size keeps everything. Returns the number
+ * of rows dropped, or -1 when out of memory (with df_error set).
+ */
+DF_API int64_t df_dataset_head(df_dataset *ds, int64_t n);
+
 /* ---- GSM8K -------------------------------------------------------------- */
 
 /** The instruction verl's examples/data_preprocess/gsm8k.py appends to each question. */

@@ -84,15 +84,11 @@ static df_fn_registry g_estimators = {
 
 int df_adv_estimator_lookup(const char *name, df_adv_estimator_fn *fn)
 {
-    df_any_fn f = df_fn_registry_find(&g_estimators, name);
-    if (!f) {
-        char known[1024];
-        df_fn_registry_names(&g_estimators, known, sizeof known);
-        return df_error(DF_EINVAL, "unknown advantage estimator '%s' (known: %s)",
-                        name ? name : "(null)", known);
-    }
-    *fn = (df_adv_estimator_fn)f;
-    return DF_OK;
+    df_any_fn f;
+    int rc = df_fn_registry_lookup(&g_estimators, name, DF_EINVAL, &f);
+    if (!rc)
+        *fn = (df_adv_estimator_fn)f;
+    return rc;
 }
 
 int df_adv_estimator_register(const char *name, df_adv_estimator_fn fn)

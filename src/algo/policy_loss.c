@@ -21,15 +21,11 @@ static df_fn_registry g_losses = {
 
 int df_policy_loss_lookup(const char *name, df_policy_loss_fn *fn)
 {
-    df_any_fn f = df_fn_registry_find(&g_losses, name);
-    if (!f) {
-        char known[1024];
-        df_fn_registry_names(&g_losses, known, sizeof known);
-        return df_error(DF_EINVAL, "unknown policy loss '%s' (known: %s)",
-                        name ? name : "(null)", known);
-    }
-    *fn = (df_policy_loss_fn)f;
-    return DF_OK;
+    df_any_fn f;
+    int rc = df_fn_registry_lookup(&g_losses, name, DF_EINVAL, &f);
+    if (!rc)
+        *fn = (df_policy_loss_fn)f;
+    return rc;
 }
 
 int df_policy_loss_register(const char *name, df_policy_loss_fn fn)

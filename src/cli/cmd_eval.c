@@ -55,16 +55,8 @@ int df_cmd_eval(int argc, char **argv)
     df_dataset_opts dopt = {0};
     if (!rc)
         rc = df_dataset_load(&data, 1, &dopt, &ds);
-    if (!rc && limit > 0 && limit < df_dataset_size(ds)) {
-        bool *keep = malloc((size_t)df_dataset_size(ds) * sizeof *keep);
-        if (!keep)
-            rc = df_error(DF_ENOMEM, "out of memory");
-        for (int64_t i = 0; keep && i < df_dataset_size(ds); i++)
-            keep[i] = i < limit;
-        if (keep)
-            df_dataset_filter(ds, keep);
-        free(keep);
-    }
+    if (!rc && limit > 0 && df_dataset_head(ds, limit) < 0)
+        rc = DF_ENOMEM;
     if (!rc)
         rc = df_prompts_encode(ds, tok, &pc);
     if (!rc)

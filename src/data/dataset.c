@@ -346,3 +346,20 @@ int64_t df_dataset_filter(df_dataset *ds, const bool *keep)
     ds->n = w;
     return dropped;
 }
+
+int64_t df_dataset_head(df_dataset *ds, int64_t n)
+{
+    int64_t size = df_dataset_size(ds);
+    if (n < 0 || n >= size)
+        return 0;
+    bool *keep = malloc((size_t)size * sizeof *keep);
+    if (!keep) {
+        df_error(DF_ENOMEM, "out of memory");
+        return -1;
+    }
+    for (int64_t i = 0; i < size; i++)
+        keep[i] = i < n;
+    int64_t dropped = df_dataset_filter(ds, keep);
+    free(keep);
+    return dropped;
+}

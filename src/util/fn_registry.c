@@ -99,3 +99,16 @@ void df_fn_registry_names(const df_fn_registry *r, char *buf, size_t cap)
         append(buf, cap, &len, r->builtins[i].name);
     }
 }
+
+int df_fn_registry_lookup(const df_fn_registry *r, const char *name, int code, df_any_fn *out)
+{
+    df_any_fn f = df_fn_registry_find(r, name);
+    if (f) {
+        *out = f;
+        return DF_OK;
+    }
+    char known[1024];
+    df_fn_registry_names(r, known, sizeof known);
+    return df_error(code, "unknown %s '%s' (known: %s)", r->kind, name ? name : "(null)",
+                    known[0] ? known : "none");
+}

@@ -37,6 +37,9 @@ int df_fn_registry_add(df_fn_registry *r, const char *name, df_any_fn fn);
 /* Remove a runtime entry; returns 1 if one was removed, 0 otherwise. */
 int df_fn_registry_remove(df_fn_registry *r, const char *name);
 
+/* Look `name` up into *out; when absent, return `code` with the message
+ * "unknown <kind> 'name' (known: a, b, ...)". */
+int df_fn_registry_lookup(const df_fn_registry *r, const char *name, int code, df_any_fn *out);
 /* Comma-separated list of every known name (runtime first) for error messages,
  * written into buf (always NUL-terminated, cut at cap). */
 void df_fn_registry_names(const df_fn_registry *r, char *buf, size_t cap);

@@ -138,16 +138,8 @@ static int load_data(df_dag_worker *w, const char *key, df_dataset **ds, df_prom
         rc = df_dataset_load((const char *const *)paths, n, &o, ds);
     const char *max_key = strcmp(key, "data.train_files") ? "data.val_max_samples" : "data.train_max_samples";
     int64_t max_rows = df_config_int(c, max_key);
-    if (!rc && max_rows >= 0 && max_rows < df_dataset_size(*ds)) { /* keep the first max_rows */
-        bool *keep = malloc((size_t)df_dataset_size(*ds) * sizeof *keep);
-        if (!keep)
-            rc = df_error(DF_ENOMEM, "out of memory");
-        for (int64_t i = 0; keep && i < df_dataset_size(*ds); i++)
-            keep[i] = i < max_rows;
-        if (keep)
-            df_dataset_filter(*ds, keep);
-        free(keep);
-    }
+    if (!rc && df_dataset_head(*ds, max_rows) < 0)
+        rc = DF_ENOMEM;
     if (!rc)
         rc = df_prompts_encode(*ds, w->tok, pc);
     int64_t dropped = 0, before = rc ? 0 : df_dataset_size(*ds);

@@ -11,7 +11,7 @@ static const df_fn_entry BUILTINS[] = {
 };
 
 /* The registry: the one global this module keeps (DESIGN.md §7). */
-static df_fn_registry g_rewards = {"reward function", BUILTINS,
+static df_fn_registry g_rewards = {"reward function for data_source", BUILTINS,
                                    sizeof BUILTINS / sizeof BUILTINS[0], NULL, 0, 0};
 
 int df_reward_register(const char *name, df_reward_fn fn)
@@ -24,13 +24,9 @@ int df_reward_register(const char *name, df_reward_fn fn)
 
 int df_reward_lookup(const char *name, df_reward_fn *out)
 {
-    df_any_fn fn = df_fn_registry_find(&g_rewards, name);
-    if (fn) {
+    df_any_fn fn;
+    int rc = df_fn_registry_lookup(&g_rewards, name, DF_ENOTFOUND, &fn);
+    if (!rc)
         *out = (df_reward_fn)fn;
-        return DF_OK;
-    }
-    char known[1024];
-    df_fn_registry_names(&g_rewards, known, sizeof known);
-    return df_error(DF_ENOTFOUND, "no reward function for data_source \"%s\" (registered: %s)",
-                    name ? name : "(null)", known);
+    return rc;
 }
