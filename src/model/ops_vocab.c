@@ -1,0 +1,308 @@
+/*
+ * Softmax statistics over the vocabulary (ops.h): the large-vocabulary kernel
+ * behind the LM head and rollout sampling. With a small hidden size the logits
+ * GEMM costs ~2 H flops per logit, so the per-logit work after it (max, exp,
+ * sums) must be a few vector instructions on data still in cache: each thread
+ * computes one [rows, cols] tile of logits into a stack buffer (L2-resident)
+ * and reduces it at once with 16-lane loops (df_v16_exp_softmax, no libm calls).
+ * Tiles of a (row block, column group) work item are folded into the group's
+ * statistics with an online log-sum-exp (Milakov & Gimelshein 2018).
+ */
+#include "model/ops.h"
+#include "model/ops_math.h"
+
+#include <math.h>
+#include <string.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+/* ISO C mode (-std=c11) disables FMA contraction; the exp polynomial wants it. */
+#if defined(__clang__)
+#pragma clang fp contract(fast)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=fast")
+#endif
+
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+df_vocab_tiling df_vocab_tiling_default(void)
+{
+    return (df_vocab_tiling){DF_LMHEAD_ROWS, DF_LMHEAD_COLS, DF_LMHEAD_GROUP};
+}
+
+df_vocab_tiling df_vocab_tiling_clamp(const df_vocab_tiling *t)
+{
+    df_vocab_tiling c = *t;
+    c.rows = c.rows < 1 ? 1 : (c.rows > DF_LMHEAD_ROWS ? DF_LMHEAD_ROWS : c.rows);
+    int64_t max_cols = DF_LMHEAD_TILE_MAX / c.rows;
+    c.cols = c.cols < 1 ? 1 : (c.cols > max_cols ? max_cols : c.cols);
+    c.group = c.group < c.cols ? c.cols : (c.group + c.cols - 1) / c.cols * c.cols;
+    return c;
+}
+
+int64_t df_vocab_groups(int64_t V, const df_vocab_tiling *t)
+{
+    df_vocab_tiling c = df_vocab_tiling_clamp(t);
+    return (V + c.group - 1) / c.group;
+}
+
+/* ---- 16-lane row kernels ------------------------------------------------------ */
+
+float df_row_max(const float *z, int64_t n)
+{
+    df_v16 a = df_v16_set1(-INFINITY), b = a, c = a, d = a;
+    int64_t j = 0;
+    for (; j + 64 <= n; j += 64) { /* four chains hide the compare latency */
+        a = df_v16_max(a, df_v16_load(z + j));
+        b = df_v16_max(b, df_v16_load(z + j + 16));
+        c = df_v16_max(c, df_v16_load(z + j + 32));
+        d = df_v16_max(d, df_v16_load(z + j + 48));
+    }
+    for (; j + 16 <= n; j += 16)
+        a = df_v16_max(a, df_v16_load(z + j));
+    float m = df_v16_hmax(df_v16_max(df_v16_max(a, b), df_v16_max(c, d)));
+    for (; j < n; j++)
+        m = z[j] > m ? z[j] : m;
+    return m;
+}
+
+int64_t df_row_find(const float *z, int64_t n, float m)
+{
+    int64_t j = 0;
+#if defined(__AVX512F__)
+    __m512 mv = _mm512_set1_ps(m);
+    for (; j + 16 <= n; j += 16) {
+        __mmask16 k = _mm512_cmp_ps_mask(_mm512_loadu_ps(z + j), mv, _CMP_EQ_OQ);
+        if (k)
+            return j + __builtin_ctz((unsigned)k);
+    }
+#endif
+    for (; j < n; j++)
+        if (z[j] == m)
+            return j;
+    return n;
+}
+
+/* s0 += sum e^(z - m), and with ENT s1 += sum e^(z - m) (z - m); two chains each. */
+static ALWAYS_INLINE void row_expsum(const float *z, int64_t n, float m, int ent, float *s0,
+                                     float *s1)
+{
+    const df_v16 mv = df_v16_set1(m);
+    df_v16 a0 = df_v16_set1(0.0f), a1 = a0, b0 = a0, b1 = a0;
+    int64_t j = 0;
+    for (; j + 32 <= n; j += 32) {
+        df_v16 d = df_v16_load(z + j) - mv, e = df_v16_exp_softmax(d);
+        df_v16 d2 = df_v16_load(z + j + 16) - mv, e2 = df_v16_exp_softmax(d2);
+        a0 += e;
+        b0 += e2;
+        if (ent) {
+            a1 += e * d;
+            b1 += e2 * d2;
+        }
+    }
+    for (; j + 16 <= n; j += 16) {
+        df_v16 d = df_v16_load(z + j) - mv, e = df_v16_exp_softmax(d);
+        a0 += e;
+        if (ent)
+            a1 += e * d;
+    }
+    float t0 = df_v16_hsum(a0 + b0), t1 = ent ? df_v16_hsum(a1 + b1) : 0.0f;
+    for (; j < n; j++) {
+        float d = z[j] - m, e = df_expf(d);
+        t0 += e;
+        t1 += ent ? e * d : 0.0f;
+    }
+    *s0 = t0;
+    *s1 = t1;
+}
+
+/* ---- statistics of one work item ---------------------------------------------- */
+
+/* Running statistics of one row within a group (double across tiles). */
+typedef struct {
+    double s0, s1;
+    float m;
+    int32_t arg;
+} run_stat;
+
+/* Fold one tile row z[0..ns) (vocabulary columns c0..) into r. */
+static void fold_tile_row(run_stat *r, const float *z, int64_t ns, int64_t c0, unsigned flags)
+{
+    float mb = df_row_max(z, ns);
+    if (mb > r->m) {
+        if (r->s0 > 0.0) { /* rescale to the new max: z - m_new = (z - m_old) + dm */
+            double dm = (double)r->m - (double)mb, a = exp(dm);
+            r->s1 = a * (r->s1 + dm * r->s0);
+            r->s0 *= a;
+        }
+        r->m = mb;
+        if (flags & DF_VSTAT_ARGMAX)
+            r->arg = (int32_t)(c0 + df_row_find(z, ns, mb));
+    }
+    float s0, s1;
+    if (flags & DF_VSTAT_ENTROPY)
+        row_expsum(z, ns, r->m, 1, &s0, &s1);
+    else
+        row_expsum(z, ns, r->m, 0, &s0, &s1);
+    r->s0 += s0;
+    r->s1 += s1;
+}
+
+typedef struct {
+    df_vstat *st;
+    float *zt;
+    const int32_t *target;
+    const float *h, *W;
+    int64_t n, V, H, G;
+    float inv_t;
+    unsigned flags;
+    df_vocab_tiling t;
+} stats_job;
+
+static void stats_item(const stats_job *j, int64_t rb, int64_t g)
+{
+    float tile[DF_LMHEAD_TILE_MAX] __attribute__((aligned(64)));
+    run_stat rs[DF_LMHEAD_ROWS];
+    const int64_t H = j->H, r0 = rb * j->t.rows;
+    const int64_t nr = j->n - r0 < j->t.rows ? j->n - r0 : j->t.rows;
+    const int64_t c0 = g * j->t.group;
+    const int64_t c1 = c0 + j->t.group < j->V ? c0 + j->t.group : j->V;
+    for (int64_t i = 0; i < nr; i++)
+        rs[i] = (run_stat){0.0, 0.0, -INFINITY, (int32_t)c0};
+    for (int64_t cs = c0; cs < c1; cs += j->t.cols) {
+        int64_t ns = c1 - cs < j->t.cols ? c1 - cs : j->t.cols;
+        df_gemm_nt(nr, ns, H, j->inv_t, j->h + r0 * H, j->W + cs * H, 0.0f, tile);
+        for (int64_t i = 0; i < nr; i++) {
+            const float *z = tile + i * ns;
+            fold_tile_row(&rs[i], z, ns, cs, j->flags);
+            if (j->zt) {
+                int64_t tg = j->target[r0 + i];
+                if (tg >= cs && tg < cs + ns)
+                    j->zt[r0 + i] = z[tg - cs];
+            }
+        }
+    }
+    for (int64_t i = 0; i < nr; i++)
+        j->st[(r0 + i) * j->G + g] = (df_vstat){rs[i].s0, rs[i].s1, rs[i].m, rs[i].arg};
+}
+
+void df_vocab_stats(df_vstat *st, float *zt, const int32_t *target, const float *h,
+                    const float *W, int64_t n, int64_t V, int64_t H, float inv_t, unsigned flags,
+                    const df_vocab_tiling *t)
+{
+    stats_job j = {st, zt, target, h, W, n, V, H, 0, inv_t, flags, df_vocab_tiling_clamp(t)};
+    j.G = df_vocab_groups(V, &j.t);
+    const int64_t n_rb = (n + j.t.rows - 1) / j.t.rows, items = n_rb * j.G;
+    /* Items in row-block-major order: neighbours share h rows; each item is
+     * independent, so the schedule cannot change any value. */
+#pragma omp parallel for schedule(dynamic, 1) if (items > 1)
+    for (int64_t it = 0; it < items; it++)
+        stats_item(&j, it / j.G, it % j.G);
+}
+
+void df_vstat_merge(const df_vstat *st, int64_t G, df_vrow *out)
+{
+    double m = -INFINITY, s0 = 0.0, s1 = 0.0;
+    int32_t arg = st[0].arg;
+    for (int64_t g = 0; g < G; g++)
+        if (st[g].m > m) { /* strict: on ties the lower group (lower ids) wins */
+            m = st[g].m;
+            arg = st[g].arg;
+        }
+    for (int64_t g = 0; g < G; g++) {
+        if (!(st[g].s0 > 0.0))
+            continue;
+        double dm = (double)st[g].m - m, a = exp(dm);
+        s0 += a * st[g].s0;
+        s1 += a * (st[g].s1 + dm * st[g].s0);
+    }
+    *out = (df_vrow){m, s0, s1, arg};
+}
+
+/* ---- inverse-CDF draw ------------------------------------------------------------ */
+
+double df_row_exp(float *w, const float *x, int64_t n, float shift)
+{
+    const df_v16 sv = df_v16_set1(shift);
+    double sum = 0.0;
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        df_v16 e = df_v16_exp_softmax(df_v16_load(x + j) - sv);
+        if (w)
+            df_v16_store(w + j, e);
+        sum += (double)df_v16_hsum(e);
+    }
+    for (; j < n; j++) {
+        float e = df_expf(x[j] - shift);
+        if (w)
+            w[j] = e;
+        sum += (double)e;
+    }
+    return sum;
+}
+
+/* Index of the last positive w[j], j < n, or -1. */
+static int64_t last_positive(const float *w, int64_t n)
+{
+    for (int64_t j = n - 1; j >= 0; j--)
+        if (w[j] > 0.0f)
+            return j;
+    return -1;
+}
+
+int64_t df_row_cdf_find(const float *w, int64_t n, double target)
+{
+    double cum = 0.0;
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        double bs = (double)df_v16_hsum(df_v16_load(w + j));
+        if (cum + bs > target) { /* the boundary is in this block: walk it in order */
+            for (int l = 0; l < 16; l++)
+                if ((cum += (double)w[j + l]) > target)
+                    return j + l;
+        } else {
+            cum += bs;
+        }
+    }
+    for (; j < n; j++)
+        if ((cum += (double)w[j]) > target)
+            return j;
+    int64_t last = last_positive(w, n);
+    return last >= 0 ? last : n - 1;
+}
+
+int32_t df_vocab_draw(const df_vstat *st, int64_t G, double u, const float *h_row,
+                      const float *W, int64_t V, int64_t H, float inv_t,
+                      const df_vocab_tiling *t, float *buf, float *z_tok)
+{
+    df_vocab_tiling c = df_vocab_tiling_clamp(t);
+    double M = -INFINITY, total = 0.0, cum = 0.0;
+    for (int64_t g = 0; g < G; g++)
+        M = st[g].m > M ? st[g].m : M;
+    for (int64_t g = 0; g < G; g++)
+        total += st[g].s0 * exp((double)st[g].m - M);
+    double target = u * total;
+    int64_t gs = -1;
+    for (int64_t g = 0; g < G; g++) {
+        double w = st[g].s0 * exp((double)st[g].m - M);
+        if (w > 0.0)
+            gs = g; /* the last group with mass, should rounding leave the sum short */
+        if (cum + w > target) {
+            gs = g;
+            break;
+        }
+        cum += w;
+    }
+    if (gs < 0)
+        gs = 0;
+    /* Within the group, in its own scale e^(z - m_g). */
+    double tg = (target - cum) / exp((double)st[gs].m - M);
+    int64_t c0 = gs * c.group, nc = V - c0 < c.group ? V - c0 : c.group;
+    df_gemm_nt(1, nc, H, inv_t, h_row, W + c0 * H, 0.0f, buf);
+    float *w = buf + c.group; /* weights e^(z - m_g) of the group, in its own scale */
+    df_row_exp(w, buf, nc, st[gs].m);
+    int64_t j = df_row_cdf_find(w, nc, tg);
+    *z_tok = buf[j];
+    return (int32_t)(c0 + j);
+}
