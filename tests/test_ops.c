@@ -715,7 +715,7 @@ static void check_lmhead(int64_t n, int64_t V, int64_t H, float temp, int64_t rt
     lm_ctx c = {n, V, H, temp, tgt, to_d(h, n * H), to_d(W, V * H), to_d(cl, n), to_d(ce, n),
                 dvec(n), dvec(n)};
     ref_lmhead(&c);
-    df_vocab_tiling tl = {rt, ctile, group};
+    df_vocab_tiling tl = {rt, ctile, group, 2 * rt + 1};
     float *scratch = fvec(df_lmhead_scratch_floats_tiled(n, V, H, &tl));
     df_lmhead_fwd_tiled(logp, ent, lse, h, W, tgt, n, V, H, temp, &tl, scratch);
     assert_true(rel_err(logp, c.logp, n) < 1e-5);

@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Columns per tile (and per statistics group) of fused sampling. */
+/* Most columns per tile (and per statistics group) of fused sampling: a draw
+ * recomputes one group of one row. */
 #define DF_SAMPLE_COLS 512
 
 /* Stream tag separating rollout draws from other users of the same seed. */
@@ -245,7 +246,9 @@ static int ctx_init(gen_ctx *g)
     g->fused = sampling_is_fused(g->sp, V);
     if (g->fused) {
         /* Groups of one tile: the draw recomputes a single tile of one row. */
-        g->tiling = (df_vocab_tiling){DF_LMHEAD_ROWS, DF_SAMPLE_COLS, DF_SAMPLE_COLS};
+        g->tiling = df_vocab_tiling_for(V, g->e->cfg.hidden_size);
+        g->tiling.cols = g->tiling.cols < DF_SAMPLE_COLS ? g->tiling.cols : DF_SAMPLE_COLS;
+        g->tiling.group = g->tiling.cols;
         g->tiling = df_vocab_tiling_clamp(&g->tiling);
         g->n_groups = df_vocab_groups(V, &g->tiling);
         g->vstat = malloc((size_t)(g->e->max_num_seqs * g->n_groups) * sizeof(df_vstat));

@@ -18,14 +18,16 @@
 #define DF_MAX_HEAD_DIM 256
 /**
  * Vocabulary tiling of the LM head and of rollout sampling (ops_vocab.c): a
- * thread computes [DF_LMHEAD_ROWS, DF_LMHEAD_COLS] tiles of logits (kept in
- * cache) for one row block over one group of DF_LMHEAD_GROUP columns; groups
- * depend only on the vocabulary size, so results do not depend on the thread
- * count.
+ * work item is DF_LMHEAD_ITEM_ROWS rows x one group of DF_LMHEAD_GROUP
+ * vocabulary columns; inside it a thread computes [DF_LMHEAD_ROWS,
+ * DF_LMHEAD_COLS] tiles of logits into a stack buffer (kept in cache), weight
+ * tile by weight tile, all row blocks of the item for each. Groups depend only
+ * on the vocabulary size, so results do not depend on the thread count.
  */
 #define DF_LMHEAD_ROWS 64
 #define DF_LMHEAD_COLS 1024
 #define DF_LMHEAD_GROUP 8192
+#define DF_LMHEAD_ITEM_ROWS 512
 /** Largest rows * cols of a tile (a per-thread stack buffer of this many floats). */
 #define DF_LMHEAD_TILE_MAX (DF_LMHEAD_ROWS * DF_LMHEAD_COLS)
 
@@ -178,15 +180,20 @@ void df_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gat
  * do not depend on the thread count or schedule.
  */
 
-/** Tile shape: rows per block (<= DF_LMHEAD_ROWS), columns per logits tile, columns per
- *  work item (rounded up to a multiple of cols); rows * cols <= DF_LMHEAD_TILE_MAX. */
+/** Tile shape: rows per block (<= DF_LMHEAD_ROWS), columns per logits tile
+ *  (rows * cols <= DF_LMHEAD_TILE_MAX), columns per work item (rounded up to a
+ *  multiple of cols), rows per work item (rounded up to a multiple of rows). */
 typedef struct df_vocab_tiling {
-    int64_t rows, cols, group;
+    int64_t rows, cols, group, item_rows;
 } df_vocab_tiling;
 
-/** {DF_LMHEAD_ROWS, DF_LMHEAD_COLS, DF_LMHEAD_GROUP}. */
+/** {DF_LMHEAD_ROWS, DF_LMHEAD_COLS, DF_LMHEAD_GROUP, DF_LMHEAD_ITEM_ROWS}. */
 df_vocab_tiling df_vocab_tiling_default(void);
-/** t clamped to the limits above (rows, cols >= 1; group a multiple of cols). */
+/** The default with fewer columns per tile for large H (a weight tile <= 512 KiB)
+ *  and fewer rows per item for large G * H (the backward's scratch <= 16 MiB):
+ *  what df_lmhead_fwd / _bwd and rollout sampling use. */
+df_vocab_tiling df_vocab_tiling_for(int64_t V, int64_t H);
+/** t clamped to the limits above (each >= 1). */
 df_vocab_tiling df_vocab_tiling_clamp(const df_vocab_tiling *t);
 /** Column groups of a vocabulary of V: ceil(V / group) of a clamped tiling. */
 int64_t df_vocab_groups(int64_t V, const df_vocab_tiling *t);
@@ -240,6 +247,10 @@ int64_t df_row_find(const float *x, int64_t n, float m);
 /** w[j] = e^(x[j] - shift) (w NULL: not stored); returns sum_j of them in double.
  *  shift >= max_j x[j] keeps every term in (0, 1]. */
 double df_row_exp(float *w, const float *x, int64_t n, float shift);
+/** w[j] = e^(x[j] * scale - shift) in double (x[j] * scale rounded to double
+ *  first; a few ulp from libm's exp); returns their sum. For samplers that
+ *  keep double-precision weights (top-k / top-p). */
+double df_row_exp_f64(double *w, const float *x, int64_t n, double scale, double shift);
 /** First j whose running sum w[0] + ... + w[j] (double, in order) exceeds
  *  target; when rounding leaves the total <= target, the last j with w[j] > 0
  *  (n - 1 if none): torch.multinomial / a sequential CDF walk. */
@@ -257,7 +268,7 @@ int64_t df_row_cdf_find(const float *w, int64_t n, double target);
  * calculation for softmax") extended with a running sum of p (z - m) for the
  * entropy. Matches verl's logprobs_from_logits / entropy_from_logits applied
  * to logits.div(temperature). scratch: df_lmhead_scratch_floats(n, V, H)
- * floats, 8-byte aligned. Parallel over (row block, column group).
+ * floats, 8-byte aligned. Parallel over (row item, column group).
  */
 void df_lmhead_fwd(float *logp, float *entropy, float *lse, const float *h, const float *W,
                    const int32_t *target, int64_t n, int64_t V, int64_t H, float temperature,
@@ -268,8 +279,9 @@ void df_lmhead_fwd(float *logp, float *entropy, float *lse, const float *h, cons
  * only when dentropy is given), with p = softmax(z):
  *   dz_v = dlogp (1[v = target] - p_v) - dentropy p_v (log p_v + entropy),
  *   dlogits = dz / temperature,  dh = dlogits W,  dW += dlogits^T h.
- * Per row block, column groups run in parallel: each owns its rows of dW and
- * a partial dh in scratch, summed in group order afterwards (deterministic).
+ * Per DF_LMHEAD_ITEM_ROWS rows, column groups run in parallel: each owns its
+ * rows of dW and a partial dh in scratch, summed in group order afterwards
+ * (deterministic).
  */
 void df_lmhead_bwd(float *dh, float *dW, const float *dlogp, const float *dentropy,
                    const float *h, const float *W, const int32_t *target, const float *lse,
@@ -287,7 +299,7 @@ void df_lmhead_bwd_tiled(float *dh, float *dW, const float *dlogp, const float *
                          const float *h, const float *W, const int32_t *target, const float *lse,
                          const float *entropy, int64_t n, int64_t V, int64_t H, float temperature,
                          const df_vocab_tiling *t, float *scratch);
-/** Floats of scratch df_lmhead_fwd / _bwd need for n rows (the default tiling). */
+/** Floats of scratch df_lmhead_fwd / _bwd need for n rows (df_vocab_tiling_for). */
 int64_t df_lmhead_scratch_floats(int64_t n, int64_t V, int64_t H);
 int64_t df_lmhead_scratch_floats_tiled(int64_t n, int64_t V, int64_t H, const df_vocab_tiling *t);
 

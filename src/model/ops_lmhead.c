@@ -24,7 +24,7 @@ int64_t df_lmhead_scratch_floats_tiled(int64_t n, int64_t V, int64_t H, const df
     df_vocab_tiling c = df_vocab_tiling_clamp(t);
     int64_t G = df_vocab_groups(V, &c);
     int64_t fwd = n * G * (int64_t)(sizeof(df_vstat) / sizeof(float)); /* group statistics */
-    int64_t rows = n < c.rows ? n : c.rows;
+    int64_t rows = n < c.item_rows ? n : c.item_rows;
     int64_t bwd = G * (rows > 0 ? rows : 1) * H; /* partial dh per group */
     int64_t f = fwd > bwd ? fwd : bwd;
     return f > 0 ? f : 1;
@@ -32,7 +32,7 @@ int64_t df_lmhead_scratch_floats_tiled(int64_t n, int64_t V, int64_t H, const df
 
 int64_t df_lmhead_scratch_floats(int64_t n, int64_t V, int64_t H)
 {
-    df_vocab_tiling t = df_vocab_tiling_default();
+    df_vocab_tiling t = df_vocab_tiling_for(V, H);
     return df_lmhead_scratch_floats_tiled(n, V, H, &t);
 }
 
@@ -90,30 +90,42 @@ typedef struct {
     df_vocab_tiling t;
 } bwd_job;
 
-/* Column group g of the row block: dW rows of the group (owned) and the
- * group's partial dh (part[g], [nr, H]). */
+/* dL/dlogits of tile rows [rb, rb + nr) x columns [cs, cs + ns), in place. */
+static void dlogits_tile(const bwd_job *j, float *tile, int64_t rb, int64_t nr, int64_t cs,
+                         int64_t ns)
+{
+    for (int64_t i = 0; i < nr; i++) {
+        int64_t r = rb + i;
+        float gl = j->dlogp ? j->dlogp[r] * j->inv_t : 0.0f;
+        float ge = j->dentropy ? j->dentropy[r] * j->inv_t : 0.0f;
+        float ent = ge != 0.0f ? j->entropy[r] : 0.0f;
+        float *z = tile + i * ns;
+        dlogits_row(z, ns, j->lse[r], gl, ge, ent);
+        int64_t tg = j->target[r];
+        if (tg >= cs && tg < cs + ns)
+            z[tg - cs] += gl;
+    }
+}
+
+/* Column group g over the rows of the job: the group's dW rows (owned) and its
+ * partial dh (part[g], [nr, H]). Weight tiles outer, row blocks inner: each W
+ * and dW tile stays in cache while all the rows pass. */
 static void bwd_item(const bwd_job *j, int64_t g)
 {
     float tile[DF_LMHEAD_TILE_MAX] __attribute__((aligned(64)));
-    const int64_t H = j->H, r0 = j->r0, nr = j->nr;
-    const int64_t c0 = g * j->t.group;
+    const int64_t H = j->H, c0 = g * j->t.group;
     const int64_t c1 = c0 + j->t.group < j->V ? c0 + j->t.group : j->V;
     float *part = j->part + g * j->stride;
     for (int64_t cs = c0; cs < c1; cs += j->t.cols) {
-        int64_t ns = c1 - cs < j->t.cols ? c1 - cs : j->t.cols;
-        df_gemm_nt(nr, ns, H, j->inv_t, j->h + r0 * H, j->W + cs * H, 0.0f, tile);
-        for (int64_t i = 0; i < nr; i++) {
-            float gl = j->dlogp ? j->dlogp[r0 + i] * j->inv_t : 0.0f;
-            float ge = j->dentropy ? j->dentropy[r0 + i] * j->inv_t : 0.0f;
-            float ent = ge != 0.0f ? j->entropy[r0 + i] : 0.0f;
-            float *z = tile + i * ns;
-            dlogits_row(z, ns, j->lse[r0 + i], gl, ge, ent);
-            int64_t tg = j->target[r0 + i];
-            if (tg >= cs && tg < cs + ns)
-                z[tg - cs] += gl;
+        const int64_t ns = c1 - cs < j->t.cols ? c1 - cs : j->t.cols;
+        for (int64_t rb = j->r0; rb < j->r0 + j->nr; rb += j->t.rows) {
+            const int64_t nr = j->r0 + j->nr - rb < j->t.rows ? j->r0 + j->nr - rb : j->t.rows;
+            df_gemm_nt(nr, ns, H, j->inv_t, j->h + rb * H, j->W + cs * H, 0.0f, tile);
+            dlogits_tile(j, tile, rb, nr, cs, ns);
+            df_gemm_tn(ns, H, nr, 1.0f, tile, j->h + rb * H, 1.0f, j->dW + cs * H);
+            df_gemm_nn(nr, H, ns, 1.0f, tile, j->W + cs * H, cs == c0 ? 0.0f : 1.0f,
+                       part + (rb - j->r0) * H);
         }
-        df_gemm_tn(ns, H, nr, 1.0f, tile, j->h + r0 * H, 1.0f, j->dW + cs * H);
-        df_gemm_nn(nr, H, ns, 1.0f, tile, j->W + cs * H, cs == c0 ? 0.0f : 1.0f, part);
     }
 }
 
@@ -124,19 +136,19 @@ void df_lmhead_bwd_tiled(float *dh, float *dW, const float *dlogp, const float *
 {
     bwd_job j = {dW, scratch, dlogp, dentropy, h, W, lse, entropy, target, V, H, 0, 0, 0,
                  1.0f / temperature, df_vocab_tiling_clamp(t)};
-    const int64_t G = df_vocab_groups(V, &j.t);
-    j.stride = (n < j.t.rows ? n : j.t.rows) * H;
-    for (j.r0 = 0; j.r0 < n; j.r0 += j.t.rows) {
-        j.nr = n - j.r0 < j.t.rows ? n - j.r0 : j.t.rows;
+    const int64_t G = df_vocab_groups(V, &j.t), IR = j.t.item_rows;
+    j.stride = (n < IR ? n : IR) * H;
+    for (j.r0 = 0; j.r0 < n; j.r0 += IR) {
+        j.nr = n - j.r0 < IR ? n - j.r0 : IR;
         /* Groups own disjoint dW rows; their dh parts are summed in group order. */
 #pragma omp parallel for schedule(dynamic, 1) if (G > 1)
         for (int64_t g = 0; g < G; g++)
             bwd_item(&j, g);
-        const int64_t len = j.nr * H, stride = j.stride;
+        const int64_t len = j.nr * H;
         float *out = dh + j.r0 * H;
         memcpy(out, scratch, (size_t)len * sizeof(float));
         for (int64_t g = 1; g < G; g++) {
-            const float *p = scratch + g * stride;
+            const float *p = scratch + g * j.stride;
 #pragma omp simd
             for (int64_t i = 0; i < len; i++)
                 out[i] += p[i];
@@ -148,7 +160,7 @@ void df_lmhead_fwd(float *logp, float *entropy, float *lse, const float *h, cons
                    const int32_t *target, int64_t n, int64_t V, int64_t H, float temperature,
                    float *scratch)
 {
-    df_vocab_tiling t = df_vocab_tiling_default();
+    df_vocab_tiling t = df_vocab_tiling_for(V, H);
     df_lmhead_fwd_tiled(logp, entropy, lse, h, W, target, n, V, H, temperature, &t, scratch);
 }
 
@@ -157,7 +169,7 @@ void df_lmhead_bwd(float *dh, float *dW, const float *dlogp, const float *dentro
                    const float *entropy, int64_t n, int64_t V, int64_t H, float temperature,
                    float *scratch)
 {
-    df_vocab_tiling t = df_vocab_tiling_default();
+    df_vocab_tiling t = df_vocab_tiling_for(V, H);
     df_lmhead_bwd_tiled(dh, dW, dlogp, dentropy, h, W, target, lse, entropy, n, V, H,
                         temperature, &t, scratch);
 }

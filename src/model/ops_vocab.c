@@ -28,7 +28,22 @@
 
 df_vocab_tiling df_vocab_tiling_default(void)
 {
-    return (df_vocab_tiling){DF_LMHEAD_ROWS, DF_LMHEAD_COLS, DF_LMHEAD_GROUP};
+    return (df_vocab_tiling){DF_LMHEAD_ROWS, DF_LMHEAD_COLS, DF_LMHEAD_GROUP,
+                             DF_LMHEAD_ITEM_ROWS};
+}
+
+df_vocab_tiling df_vocab_tiling_for(int64_t V, int64_t H)
+{
+    df_vocab_tiling t = df_vocab_tiling_default();
+    /* A weight tile (cols x H floats) of at most 512 KiB stays in L2 while the
+     * item's row blocks pass over it. */
+    while (t.cols > 64 && t.cols * H > 131072)
+        t.cols /= 2;
+    /* The backward's partial dh, G x item_rows x H floats, stays under 16 MiB. */
+    int64_t G = (V + t.group - 1) / t.group;
+    while (t.item_rows > t.rows && G * t.item_rows * H > ((int64_t)1 << 22))
+        t.item_rows /= 2;
+    return t;
 }
 
 df_vocab_tiling df_vocab_tiling_clamp(const df_vocab_tiling *t)
@@ -38,6 +53,7 @@ df_vocab_tiling df_vocab_tiling_clamp(const df_vocab_tiling *t)
     int64_t max_cols = DF_LMHEAD_TILE_MAX / c.rows;
     c.cols = c.cols < 1 ? 1 : (c.cols > max_cols ? max_cols : c.cols);
     c.group = c.group < c.cols ? c.cols : (c.group + c.cols - 1) / c.cols * c.cols;
+    c.item_rows = c.item_rows < c.rows ? c.rows : (c.item_rows + c.rows - 1) / c.rows * c.rows;
     return c;
 }
 
@@ -119,15 +135,8 @@ static ALWAYS_INLINE void row_expsum(const float *z, int64_t n, float m, int ent
 
 /* ---- statistics of one work item ---------------------------------------------- */
 
-/* Running statistics of one row within a group (double across tiles). */
-typedef struct {
-    double s0, s1;
-    float m;
-    int32_t arg;
-} run_stat;
-
 /* Fold one tile row z[0..ns) (vocabulary columns c0..) into r. */
-static void fold_tile_row(run_stat *r, const float *z, int64_t ns, int64_t c0, unsigned flags)
+static void fold_tile_row(df_vstat *r, const float *z, int64_t ns, int64_t c0, unsigned flags)
 {
     float mb = df_row_max(z, ns);
     if (mb > r->m) {
@@ -160,31 +169,31 @@ typedef struct {
     df_vocab_tiling t;
 } stats_job;
 
-static void stats_item(const stats_job *j, int64_t rb, int64_t g)
+/* Rows [r0, r1) of group g: tiles outer, row blocks inner, so each weight tile
+ * is read from memory once and stays in cache for all the item's rows. */
+static void stats_item(const stats_job *j, int64_t r0, int64_t r1, int64_t g)
 {
     float tile[DF_LMHEAD_TILE_MAX] __attribute__((aligned(64)));
-    run_stat rs[DF_LMHEAD_ROWS];
-    const int64_t H = j->H, r0 = rb * j->t.rows;
-    const int64_t nr = j->n - r0 < j->t.rows ? j->n - r0 : j->t.rows;
-    const int64_t c0 = g * j->t.group;
+    const int64_t H = j->H, G = j->G, c0 = g * j->t.group;
     const int64_t c1 = c0 + j->t.group < j->V ? c0 + j->t.group : j->V;
-    for (int64_t i = 0; i < nr; i++)
-        rs[i] = (run_stat){0.0, 0.0, -INFINITY, (int32_t)c0};
+    for (int64_t r = r0; r < r1; r++)
+        j->st[r * G + g] = (df_vstat){0.0, 0.0, -INFINITY, (int32_t)c0};
     for (int64_t cs = c0; cs < c1; cs += j->t.cols) {
-        int64_t ns = c1 - cs < j->t.cols ? c1 - cs : j->t.cols;
-        df_gemm_nt(nr, ns, H, j->inv_t, j->h + r0 * H, j->W + cs * H, 0.0f, tile);
-        for (int64_t i = 0; i < nr; i++) {
-            const float *z = tile + i * ns;
-            fold_tile_row(&rs[i], z, ns, cs, j->flags);
-            if (j->zt) {
-                int64_t tg = j->target[r0 + i];
-                if (tg >= cs && tg < cs + ns)
-                    j->zt[r0 + i] = z[tg - cs];
+        const int64_t ns = c1 - cs < j->t.cols ? c1 - cs : j->t.cols;
+        for (int64_t rb = r0; rb < r1; rb += j->t.rows) {
+            const int64_t nr = r1 - rb < j->t.rows ? r1 - rb : j->t.rows;
+            df_gemm_nt(nr, ns, H, j->inv_t, j->h + rb * H, j->W + cs * H, 0.0f, tile);
+            for (int64_t i = 0; i < nr; i++) {
+                const float *z = tile + i * ns;
+                fold_tile_row(&j->st[(rb + i) * G + g], z, ns, cs, j->flags);
+                if (j->zt) {
+                    int64_t tg = j->target[rb + i];
+                    if (tg >= cs && tg < cs + ns)
+                        j->zt[rb + i] = z[tg - cs];
+                }
             }
         }
     }
-    for (int64_t i = 0; i < nr; i++)
-        j->st[(r0 + i) * j->G + g] = (df_vstat){rs[i].s0, rs[i].s1, rs[i].m, rs[i].arg};
 }
 
 void df_vocab_stats(df_vstat *st, float *zt, const int32_t *target, const float *h,
@@ -193,12 +202,14 @@ void df_vocab_stats(df_vstat *st, float *zt, const int32_t *target, const float 
 {
     stats_job j = {st, zt, target, h, W, n, V, H, 0, inv_t, flags, df_vocab_tiling_clamp(t)};
     j.G = df_vocab_groups(V, &j.t);
-    const int64_t n_rb = (n + j.t.rows - 1) / j.t.rows, items = n_rb * j.G;
-    /* Items in row-block-major order: neighbours share h rows; each item is
-     * independent, so the schedule cannot change any value. */
+    const int64_t IR = j.t.item_rows, n_ib = (n + IR - 1) / IR, items = n_ib * j.G;
+    /* Each item owns column g of st for its rows, so the schedule cannot change
+     * any value. */
 #pragma omp parallel for schedule(dynamic, 1) if (items > 1)
-    for (int64_t it = 0; it < items; it++)
-        stats_item(&j, it / j.G, it % j.G);
+    for (int64_t it = 0; it < items; it++) {
+        int64_t r0 = it / j.G * IR, r1 = r0 + IR < n ? r0 + IR : n;
+        stats_item(&j, r0, r1, it % j.G);
+    }
 }
 
 void df_vstat_merge(const df_vstat *st, int64_t G, df_vrow *out)
@@ -238,6 +249,52 @@ double df_row_exp(float *w, const float *x, int64_t n, float shift)
         if (w)
             w[j] = e;
         sum += (double)e;
+    }
+    return sum;
+}
+
+#if defined(__AVX512F__)
+/* e^x on 8 double lanes: Cody-Waite reduction by ln2 (fdlibm's split), Taylor
+ * series to r^12 (truncation < 2e-16 relative on |r| <= ln2 / 2), vscalefpd for
+ * 2^n with gradual underflow. Within a few ulp of libm's exp. */
+static inline __m512d v8d_exp(__m512d x)
+{
+    static const double c[13] = {1.0 / 479001600, 1.0 / 39916800, 1.0 / 3628800, 1.0 / 362880,
+                                 1.0 / 40320,     1.0 / 5040,     1.0 / 720,     1.0 / 120,
+                                 1.0 / 24,        1.0 / 6,        0.5,           1.0,
+                                 1.0};
+    x = _mm512_max_pd(x, _mm512_set1_pd(-746.0));
+    x = _mm512_min_pd(x, _mm512_set1_pd(710.0));
+    __m512d n = _mm512_roundscale_pd(_mm512_mul_pd(x, _mm512_set1_pd(1.4426950408889634)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512d r = _mm512_fnmadd_pd(n, _mm512_set1_pd(6.93147180369123816490e-01), x);
+    r = _mm512_fnmadd_pd(n, _mm512_set1_pd(1.90821492927058770002e-10), r);
+    __m512d p = _mm512_set1_pd(c[0]);
+    for (int i = 1; i < 13; i++)
+        p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(c[i]));
+    return _mm512_scalef_pd(p, n);
+}
+#endif
+
+double df_row_exp_f64(double *w, const float *x, int64_t n, double scale, double shift)
+{
+    double sum = 0.0;
+    int64_t j = 0;
+#if defined(__AVX512F__)
+    __m512d acc = _mm512_setzero_pd();
+    const __m512d sc = _mm512_set1_pd(scale), sh = _mm512_set1_pd(shift);
+    for (; j + 8 <= n; j += 8) {
+        __m512d z = _mm512_mul_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + j)), sc);
+        __m512d e = v8d_exp(_mm512_sub_pd(z, sh));
+        _mm512_storeu_pd(w + j, e);
+        acc = _mm512_add_pd(acc, e);
+    }
+    sum = _mm512_reduce_add_pd(acc);
+#endif
+    for (; j < n; j++) {
+        double z = (double)x[j] * scale;
+        w[j] = exp(z - shift);
+        sum += w[j];
     }
     return sum;
 }
