@@ -253,7 +253,7 @@ double df_row_exp(float *w, const float *x, int64_t n, float shift);
 double df_row_exp_f64(double *w, const float *x, int64_t n, double scale, double shift);
 /** First j whose running sum w[0] + ... + w[j] (double, in order) exceeds
  *  target; when rounding leaves the total <= target, the last j with w[j] > 0
- *  (n - 1 if none): torch.multinomial / a sequential CDF walk. */
+ *  (n - 1 if none): a sequential CDF walk. */
 int64_t df_row_cdf_find(const float *w, int64_t n, double target);
 
 /* ---- LM head: log-prob of given tokens and entropy, in vocabulary tiles ---- */

@@ -310,19 +310,10 @@ static int64_t last_positive(const float *w, int64_t n)
 
 int64_t df_row_cdf_find(const float *w, int64_t n, double target)
 {
+    /* Sequential on purpose: exactly the running sum the doc promises, and a
+     * draw scans only one group. */
     double cum = 0.0;
-    int64_t j = 0;
-    for (; j + 16 <= n; j += 16) {
-        double bs = (double)df_v16_hsum(df_v16_load(w + j));
-        if (cum + bs > target) { /* the boundary is in this block: walk it in order */
-            for (int l = 0; l < 16; l++)
-                if ((cum += (double)w[j + l]) > target)
-                    return j + l;
-        } else {
-            cum += bs;
-        }
-    }
-    for (; j < n; j++)
+    for (int64_t j = 0; j < n; j++)
         if ((cum += (double)w[j]) > target)
             return j;
     int64_t last = last_positive(w, n);
