@@ -209,7 +209,7 @@ static void fused_sample(int32_t *tok, float *lp, const float *h, const float *W
         df_vrow r;
         float zt;
         df_vstat_merge(st + i * G, G, &r);
-        tok[i] = df_vocab_draw(st + i * G, G, u[i], h + i * H, W, V, H, 1.0f, t,
+        tok[i] = df_vocab_draw(st + i * G, G, &r, u[i], h + i * H, W, V, H, 1.0f, t,
                                bufs + (int64_t)omp_get_thread_num() * 2 * gcols, &zt);
         lp[i] = (float)((double)zt - r.m - log(r.s0));
     }

@@ -285,17 +285,17 @@ static void test_draw_is_the_sequential_inverse_cdf(void **state)
             checked++;
             double u = (cum[v] + 0.5 * (cum[v + 1] - cum[v])) / total;
             float zt;
-            int32_t tok = df_vocab_draw(st + i * G, G, u, p.h + i * H, p.W, V, H, inv_t, &t,
+            int32_t tok = df_vocab_draw(st + i * G, G, &r, u, p.h + i * H, p.W, V, H, inv_t, &t,
                                         buf, &zt);
             assert_int_equal(tok, v);
             assert_true(fabs(zt - z[v]) < 1e-5);
         }
         assert_true(checked > 100);
         float zt;
-        assert_int_equal(df_vocab_draw(st + i * G, G, 0.0, p.h + i * H, p.W, V, H, inv_t, &t,
-                                       buf, &zt),
+        assert_int_equal(df_vocab_draw(st + i * G, G, &r, 0.0, p.h + i * H, p.W, V, H, inv_t,
+                                       &t, buf, &zt),
                          0);
-        assert_int_equal(df_vocab_draw(st + i * G, G, 1.0 - 1e-12, p.h + i * H, p.W, V, H,
+        assert_int_equal(df_vocab_draw(st + i * G, G, &r, 1.0 - 1e-12, p.h + i * H, p.W, V, H,
                                        inv_t, &t, buf, &zt),
                          V - 1);
     }

@@ -389,7 +389,8 @@ static int sample_slots_fused(gen_ctx *g, const int32_t *list, const int64_t *ro
         if (!greedy) {
             float *buf = g->draw_buf + (int64_t)omp_get_thread_num() * 2 * g->tiling.group;
             double u = df_rng_uniform(&e->slots[list[k]].rng);
-            tok = df_vocab_draw(st, G, u, xn + rows[k] * H, W, V, H, inv_t, &g->tiling, buf, &z);
+            tok = df_vocab_draw(st, G, &r, u, xn + rows[k] * H, W, V, H, inv_t, &g->tiling, buf,
+                                &z);
         }
         push_token(e, list[k], tok, (float)((double)z - lse));
     }

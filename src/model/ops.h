@@ -230,12 +230,13 @@ void df_vstat_merge(const df_vstat *st, int64_t G, df_vrow *out);
  * probability exceeds u (u in [0, 1), one uniform draw), as a sequential scan
  * over the vocabulary in id order would give (up to float rounding at the
  * boundary). st: the row's G statistics from df_vocab_stats with the same
- * h_row, W, inv_t and tiling. The group holding the boundary is recomputed
- * into buf and scanned. buf: 2 * t->group floats (clamped tiling), 64-byte aligned. *z_tok
- * receives z of the drawn token (logp = z_tok - lse).
+ * h_row, W, inv_t and tiling; row: their df_vstat_merge. The group holding the
+ * boundary is recomputed into buf and scanned. buf: 2 * t->group floats
+ * (clamped tiling), 64-byte aligned. *z_tok receives z of the drawn token
+ * (logp = z_tok - lse).
  */
-int32_t df_vocab_draw(const df_vstat *st, int64_t G, double u, const float *h_row,
-                      const float *W, int64_t V, int64_t H, float inv_t,
+int32_t df_vocab_draw(const df_vstat *st, int64_t G, const df_vrow *row, double u,
+                      const float *h_row, const float *W, int64_t V, int64_t H, float inv_t,
                       const df_vocab_tiling *t, float *buf, float *z_tok);
 
 /* Row helpers (16-lane loops) for sampling from a materialised row of logits. */

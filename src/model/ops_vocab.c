@@ -5,7 +5,7 @@
  * sums) must be a few vector instructions on data still in cache: each thread
  * computes one [rows, cols] tile of logits into a stack buffer (L2-resident)
  * and reduces it at once with 16-lane loops (df_v16_exp_softmax, no libm calls).
- * Tiles of a (row block, column group) work item are folded into the group's
+ * Tiles of a (row item, column group) work item are folded into the group's
  * statistics with an online log-sum-exp (Milakov & Gimelshein 2018).
  */
 #include "model/ops.h"
@@ -133,6 +133,72 @@ static ALWAYS_INLINE void row_expsum(const float *z, int64_t n, float m, int ent
     *s1 = t1;
 }
 
+double df_row_exp(float *w, const float *x, int64_t n, float shift)
+{
+    const df_v16 sv = df_v16_set1(shift);
+    double sum = 0.0;
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        df_v16 e = df_v16_exp_softmax(df_v16_load(x + j) - sv);
+        if (w)
+            df_v16_store(w + j, e);
+        sum += (double)df_v16_hsum(e);
+    }
+    for (; j < n; j++) {
+        float e = df_expf(x[j] - shift);
+        if (w)
+            w[j] = e;
+        sum += (double)e;
+    }
+    return sum;
+}
+
+#if defined(__AVX512F__)
+/* e^x on 8 double lanes: Cody-Waite reduction by ln2 (fdlibm's split), Taylor
+ * series to r^12 (truncation < 2e-16 relative on |r| <= ln2 / 2), vscalefpd for
+ * 2^n with gradual underflow. Within a few ulp of libm's exp. */
+static inline __m512d v8d_exp(__m512d x)
+{
+    static const double c[13] = {1.0 / 479001600, 1.0 / 39916800, 1.0 / 3628800, 1.0 / 362880,
+                                 1.0 / 40320,     1.0 / 5040,     1.0 / 720,     1.0 / 120,
+                                 1.0 / 24,        1.0 / 6,        0.5,           1.0,
+                                 1.0};
+    x = _mm512_max_pd(x, _mm512_set1_pd(-746.0));
+    x = _mm512_min_pd(x, _mm512_set1_pd(710.0));
+    __m512d n = _mm512_roundscale_pd(_mm512_mul_pd(x, _mm512_set1_pd(1.4426950408889634)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512d r = _mm512_fnmadd_pd(n, _mm512_set1_pd(6.93147180369123816490e-01), x);
+    r = _mm512_fnmadd_pd(n, _mm512_set1_pd(1.90821492927058770002e-10), r);
+    __m512d p = _mm512_set1_pd(c[0]);
+    for (int i = 1; i < 13; i++)
+        p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(c[i]));
+    return _mm512_scalef_pd(p, n);
+}
+#endif
+
+double df_row_exp_f64(double *w, const float *x, int64_t n, double scale, double shift)
+{
+    double sum = 0.0;
+    int64_t j = 0;
+#if defined(__AVX512F__)
+    __m512d acc = _mm512_setzero_pd();
+    const __m512d sc = _mm512_set1_pd(scale), sh = _mm512_set1_pd(shift);
+    for (; j + 8 <= n; j += 8) {
+        __m512d z = _mm512_mul_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + j)), sc);
+        __m512d e = v8d_exp(_mm512_sub_pd(z, sh));
+        _mm512_storeu_pd(w + j, e);
+        acc = _mm512_add_pd(acc, e);
+    }
+    sum = _mm512_reduce_add_pd(acc);
+#endif
+    for (; j < n; j++) {
+        double z = (double)x[j] * scale;
+        w[j] = exp(z - shift);
+        sum += w[j];
+    }
+    return sum;
+}
+
 /* ---- statistics of one work item ---------------------------------------------- */
 
 /* Fold one tile row z[0..ns) (vocabulary columns c0..) into r. */
@@ -233,72 +299,6 @@ void df_vstat_merge(const df_vstat *st, int64_t G, df_vrow *out)
 
 /* ---- inverse-CDF draw ------------------------------------------------------------ */
 
-double df_row_exp(float *w, const float *x, int64_t n, float shift)
-{
-    const df_v16 sv = df_v16_set1(shift);
-    double sum = 0.0;
-    int64_t j = 0;
-    for (; j + 16 <= n; j += 16) {
-        df_v16 e = df_v16_exp_softmax(df_v16_load(x + j) - sv);
-        if (w)
-            df_v16_store(w + j, e);
-        sum += (double)df_v16_hsum(e);
-    }
-    for (; j < n; j++) {
-        float e = df_expf(x[j] - shift);
-        if (w)
-            w[j] = e;
-        sum += (double)e;
-    }
-    return sum;
-}
-
-#if defined(__AVX512F__)
-/* e^x on 8 double lanes: Cody-Waite reduction by ln2 (fdlibm's split), Taylor
- * series to r^12 (truncation < 2e-16 relative on |r| <= ln2 / 2), vscalefpd for
- * 2^n with gradual underflow. Within a few ulp of libm's exp. */
-static inline __m512d v8d_exp(__m512d x)
-{
-    static const double c[13] = {1.0 / 479001600, 1.0 / 39916800, 1.0 / 3628800, 1.0 / 362880,
-                                 1.0 / 40320,     1.0 / 5040,     1.0 / 720,     1.0 / 120,
-                                 1.0 / 24,        1.0 / 6,        0.5,           1.0,
-                                 1.0};
-    x = _mm512_max_pd(x, _mm512_set1_pd(-746.0));
-    x = _mm512_min_pd(x, _mm512_set1_pd(710.0));
-    __m512d n = _mm512_roundscale_pd(_mm512_mul_pd(x, _mm512_set1_pd(1.4426950408889634)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512d r = _mm512_fnmadd_pd(n, _mm512_set1_pd(6.93147180369123816490e-01), x);
-    r = _mm512_fnmadd_pd(n, _mm512_set1_pd(1.90821492927058770002e-10), r);
-    __m512d p = _mm512_set1_pd(c[0]);
-    for (int i = 1; i < 13; i++)
-        p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(c[i]));
-    return _mm512_scalef_pd(p, n);
-}
-#endif
-
-double df_row_exp_f64(double *w, const float *x, int64_t n, double scale, double shift)
-{
-    double sum = 0.0;
-    int64_t j = 0;
-#if defined(__AVX512F__)
-    __m512d acc = _mm512_setzero_pd();
-    const __m512d sc = _mm512_set1_pd(scale), sh = _mm512_set1_pd(shift);
-    for (; j + 8 <= n; j += 8) {
-        __m512d z = _mm512_mul_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + j)), sc);
-        __m512d e = v8d_exp(_mm512_sub_pd(z, sh));
-        _mm512_storeu_pd(w + j, e);
-        acc = _mm512_add_pd(acc, e);
-    }
-    sum = _mm512_reduce_add_pd(acc);
-#endif
-    for (; j < n; j++) {
-        double z = (double)x[j] * scale;
-        w[j] = exp(z - shift);
-        sum += w[j];
-    }
-    return sum;
-}
-
 /* Index of the last positive w[j], j < n, or -1. */
 static int64_t last_positive(const float *w, int64_t n)
 {
@@ -320,35 +320,32 @@ int64_t df_row_cdf_find(const float *w, int64_t n, double target)
     return last >= 0 ? last : n - 1;
 }
 
-int32_t df_vocab_draw(const df_vstat *st, int64_t G, double u, const float *h_row,
-                      const float *W, int64_t V, int64_t H, float inv_t,
+int32_t df_vocab_draw(const df_vstat *st, int64_t G, const df_vrow *row, double u,
+                      const float *h_row, const float *W, int64_t V, int64_t H, float inv_t,
                       const df_vocab_tiling *t, float *buf, float *z_tok)
 {
     df_vocab_tiling c = df_vocab_tiling_clamp(t);
-    double M = -INFINITY, total = 0.0, cum = 0.0;
-    for (int64_t g = 0; g < G; g++)
-        M = st[g].m > M ? st[g].m : M;
-    for (int64_t g = 0; g < G; g++)
-        total += st[g].s0 * exp((double)st[g].m - M);
-    double target = u * total;
+    /* Group masses as df_vstat_merge sums them, so their prefix sums reach
+     * row->s0 exactly and any u < 1 lands in some group. */
+    const double M = row->m, target = u * row->s0;
+    double cum = 0.0, scale = 1.0;
     int64_t gs = -1;
     for (int64_t g = 0; g < G; g++) {
-        double w = st[g].s0 * exp((double)st[g].m - M);
-        if (w > 0.0)
-            gs = g; /* the last group with mass, should rounding leave the sum short */
-        if (cum + w > target) {
-            gs = g;
+        if (!(st[g].s0 > 0.0))
+            continue;
+        double a = exp((double)st[g].m - M), w = a * st[g].s0;
+        gs = g, scale = a; /* the last group with mass, should rounding leave u past it */
+        if (cum + w > target)
             break;
-        }
         cum += w;
     }
     if (gs < 0)
         gs = 0;
     /* Within the group, in its own scale e^(z - m_g). */
-    double tg = (target - cum) / exp((double)st[gs].m - M);
+    double tg = (target - cum) / scale;
     int64_t c0 = gs * c.group, nc = V - c0 < c.group ? V - c0 : c.group;
     df_gemm_nt(1, nc, H, inv_t, h_row, W + c0 * H, 0.0f, buf);
-    float *w = buf + c.group; /* weights e^(z - m_g) of the group, in its own scale */
+    float *w = buf + c.group; /* weights e^(z - m_g) of the group */
     df_row_exp(w, buf, nc, st[gs].m);
     int64_t j = df_row_cdf_find(w, nc, tg);
     *z_tok = buf[j];
