@@ -42,7 +42,7 @@
  * materialised and filtered. Each df_rollout_generate call also allocates, for
  * the former, max_num_seqs * ceil(vocab / 512) * 24 bytes of statistics; for
  * the latter, per thread, 24 bytes per vocabulary entry plus a histogram of at
- * most 768 KiB.
+ * most 192 KiB.
  *
  * Threading: OpenMP inside each call (matmuls through oneDNN). One engine runs
  * one df_rollout_generate at a time; use one engine per thread otherwise.

@@ -1,9 +1,9 @@
 /*
  * Token sampling: temperature, top-k, top-p, greedy (src/engine/sampling.h).
  * Weights e^(z - zmax) are double (a vectorised exp, df_row_exp_f64); top-k and
- * top-p become thresholds found with a 65536-bucket histogram of the values'
+ * top-p become thresholds found with a bucket histogram of the values'
  * leading bits plus an exact selection inside the one boundary bucket, so a
- * row costs a few vector passes whatever the vocabulary. Draws walk the kept
+ * row costs a few passes whatever the vocabulary. Draws walk the kept
  * tokens in id order (an inverse CDF over the vocabulary, like
  * torch.multinomial on the filtered probabilities).
  */
@@ -13,6 +13,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 /* A token and its unnormalised weight exp(z - zmax). */
 typedef struct {
@@ -20,30 +23,33 @@ typedef struct {
     int32_t id;
 } cand;
 
-/* Histogram bits for a vocabulary of V: ~log2(V), 4 .. 16. */
+#define NSUB 4 /* interleaved sub-histograms: neighbouring tokens often share a bucket */
+
+/* Histogram bits for a vocabulary of V: ~log2(V) - 3, 4 .. 12. */
 static int bucket_bits(int64_t V)
 {
     int bits = 4;
-    while (bits < 16 && ((int64_t)1 << bits) < V)
+    while (bits < 12 && ((int64_t)8 << bits) < V)
         bits++;
     return bits;
 }
 
-/* Work buffer: double w[V] | cand c[V] (boundary bucket) | double mass[nb] |
- * uint32 count[nb], nb = 2^bucket_bits(V). */
+/* Work buffer: double w[V] | cand c[V] (boundary bucket) | double mass[NSUB][nb + 1] |
+ * uint32 count[NSUB][nb], nb = 2^bucket_bits(V). */
 int64_t df_sample_work_bytes(int64_t V)
 {
+    int64_t nb = (int64_t)1 << bucket_bits(V);
     return V * (int64_t)(sizeof(double) + sizeof(cand)) +
-           ((int64_t)1 << bucket_bits(V)) * (int64_t)(sizeof(double) + sizeof(uint32_t));
+           NSUB * ((nb + 1) * (int64_t)sizeof(double) + nb * (int64_t)sizeof(uint32_t));
 }
 
 typedef struct {
     double *w;
     cand *c;
-    double *bmass;
-    uint32_t *bcount;
-    int64_t nb;  /* buckets in use: ~V rounded up to a power of two, 16 .. 65536 */
-    int shift;   /* bucket = key >> shift */
+    double *bmass;    /* [NSUB][nb + 1] */
+    uint32_t *bcount; /* [NSUB][nb] */
+    int64_t nb;       /* buckets: ~V / 8 rounded to a power of two, 16 .. 4096 */
+    int shift;        /* bucket = key >> shift */
 } work_view;
 
 static work_view view_of(void *work, int64_t V)
@@ -55,7 +61,7 @@ static work_view view_of(void *work, int64_t V)
     v.w = work;
     v.c = (cand *)(v.w + V);
     v.bmass = (double *)(v.c + V);
-    v.bcount = (uint32_t *)(v.bmass + v.nb);
+    v.bcount = (uint32_t *)(v.bmass + NSUB * (v.nb + 1));
     return v;
 }
 
@@ -244,46 +250,134 @@ static int64_t boundary_bucket(const double *part, int64_t nb, double need, doub
     return -1;
 }
 
+/* Whether any of bk[0 .. 16) is b. */
+static inline bool any16(const uint32_t bk[16], uint32_t b)
+{
+#if defined(__AVX512F__)
+    return _mm512_cmpeq_epi32_mask(_mm512_loadu_si512(bk), _mm512_set1_epi32((int)b)) != 0;
+#else
+    uint32_t hit = 0;
+    for (int l = 0; l < 16; l++)
+        hit |= bk[l] == b;
+    return hit != 0;
+#endif
+}
+
+/* Buckets (top bits of the order key) of x[0 .. 16). */
+static inline void xbuckets16(uint32_t bk[16], const float *x, int shift)
+{
+#if defined(__AVX512F__)
+    __m512i u = _mm512_castps_si512(_mm512_loadu_ps(x)); /* key = u ^ (sign ? ~0 : 1 << 31) */
+    __m512i flip = _mm512_or_si512(_mm512_srai_epi32(u, 31), _mm512_set1_epi32((int)0x80000000u));
+    _mm512_storeu_si512(bk, _mm512_srl_epi32(_mm512_xor_si512(u, flip), _mm_cvtsi32_si128(shift)));
+#else
+    for (int l = 0; l < 16; l++)
+        bk[l] = fkey(x[l]) >> shift;
+#endif
+}
+
 /* The k-th largest logit (1 <= k < V): counts per bucket, then an exact
  * selection among the boundary bucket's values. */
 static float kth_largest_logit(const float *x, int64_t V, int64_t k, work_view *wv)
 {
-    memset(wv->bcount, 0, (size_t)wv->nb * sizeof *wv->bcount);
-    for (int64_t v = 0; v < V; v++)
-        wv->bcount[fkey(x[v]) >> wv->shift]++;
+    const int64_t nb = wv->nb;
+    uint32_t *c = wv->bcount, bk[16];
+    memset(c, 0, (size_t)(NSUB * nb) * sizeof *c);
+    int64_t v = 0;
+    for (; v + 16 <= V; v += 16) {
+        xbuckets16(bk, x + v, wv->shift);
+        for (int l = 0; l < 16; l++)
+            c[(l % NSUB) * nb + bk[l]]++;
+    }
+    for (; v < V; v++)
+        c[fkey(x[v]) >> wv->shift]++;
     double *cnt = wv->bmass, above;
-    for (int64_t b = 0; b < wv->nb; b++)
-        cnt[b] = (double)wv->bcount[b];
-    int64_t b = boundary_bucket(cnt, wv->nb, (double)k, &above);
+    for (int64_t b = 0; b < nb; b++) {
+        uint32_t sum = 0;
+        for (int l = 0; l < NSUB; l++)
+            sum += c[l * nb + b];
+        cnt[b] = (double)sum;
+    }
+    int64_t b = boundary_bucket(cnt, nb, (double)k, &above);
     double *vals = (double *)(void *)wv->c; /* the cand area is free here */
     int64_t n = 0;
-    for (int64_t v = 0; v < V; v++)
+    for (v = 0; v + 16 <= V; v += 16) {
+        xbuckets16(bk, x + v, wv->shift);
+        if (!any16(bk, (uint32_t)b))
+            continue;
+        for (int l = 0; l < 16; l++)
+            if (bk[l] == (uint32_t)b)
+                vals[n++] = x[v + l];
+    }
+    for (; v < V; v++)
         if ((int64_t)(fkey(x[v]) >> wv->shift) == b)
             vals[n++] = x[v];
     return (float)kth_largest(vals, n, k - (int64_t)above);
+}
+
+/* Bucket of a weight w >= 0 (its float's order key, top bits). */
+static inline uint32_t wbucket(double w, int shift)
+{
+    float f = (float)w; /* rounding keeps the order of the weights */
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return (u | 0x80000000u) >> shift;
+}
+
+/* Bucket ids of w[0 .. 16) for top-k survivors (x >= x_min), nb (a spare bucket
+ * past the end) for the others. */
+static inline void wbuckets16(uint32_t bk[16], const double *w, const float *x, float x_min,
+                              int shift, uint32_t nb)
+{
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+    __m256 f0 = _mm512_cvtpd_ps(_mm512_loadu_pd(w)), f1 = _mm512_cvtpd_ps(_mm512_loadu_pd(w + 8));
+    __m512i u = _mm512_castps_si512(_mm512_insertf32x8(_mm512_castps256_ps512(f0), f1, 1));
+    u = _mm512_srl_epi32(_mm512_or_si512(u, _mm512_set1_epi32((int)0x80000000u)),
+                         _mm_cvtsi32_si128(shift));
+    __mmask16 keep = _mm512_cmp_ps_mask(_mm512_loadu_ps(x), _mm512_set1_ps(x_min), _CMP_GE_OQ);
+    _mm512_storeu_si512(bk, _mm512_mask_blend_epi32(keep, _mm512_set1_epi32((int)nb), u));
+#else
+    for (int l = 0; l < 16; l++)
+        bk[l] = x[l] >= x_min ? wbucket(w[l], shift) : nb;
+#endif
 }
 
 /* tau / ties of the nucleus among the tokens with x_v >= kr->x_min: the most
  * probable (ties -> lower id) whose mass first reaches top_p of theirs. */
 static void nucleus_rule(const float *x, int64_t V, double top_p, work_view *wv, keep_rule *kr)
 {
-    memset(wv->bmass, 0, (size_t)wv->nb * sizeof *wv->bmass);
-    const double *w = wv->w;
-    double mass = 0.0;
-    for (int64_t v = 0; v < V; v++)
-        if (x[v] >= kr->x_min) {
-            wv->bmass[fkey((float)w[v]) >> wv->shift] += w[v]; /* float(w) keeps w's order */
-            mass += w[v];
-        }
-    double have;
-    int64_t b = boundary_bucket(wv->bmass, wv->nb, top_p * mass, &have);
-    if (b < 0) { /* rounding left the buckets short of the target: keep all */
-        kr->mass = mass;
-        return;
+    const int64_t nb = wv->nb;
+    double *m = wv->bmass;
+    memset(m, 0, (size_t)(NSUB * (nb + 1)) * sizeof *m);
+    const double *w = wv->w, mass = kr->mass; /* of the top-k survivors */
+    uint32_t bk[16];
+    int64_t v = 0;
+    for (; v + 16 <= V; v += 16) { /* sub-histograms of nb + 1 (the last for non-survivors) */
+        wbuckets16(bk, w + v, x + v, kr->x_min, wv->shift, (uint32_t)nb);
+        for (int l = 0; l < 16; l++)
+            m[(l % NSUB) * (nb + 1) + bk[l]] += w[v + l];
     }
+    for (; v < V; v++)
+        if (x[v] >= kr->x_min)
+            m[wbucket(w[v], wv->shift)] += w[v];
+    for (int64_t b = 0; b < nb; b++)
+        for (int l = 1; l < NSUB; l++)
+            m[b] += m[l * (nb + 1) + b];
+    double have;
+    int64_t b = boundary_bucket(m, nb, top_p * mass, &have);
+    if (b < 0) /* rounding left the buckets short of the target: keep all */
+        return;
     int64_t n = 0;
-    for (int64_t v = 0; v < V; v++) /* in id order, as nucleus() wants for ties */
-        if (x[v] >= kr->x_min && (int64_t)(fkey((float)w[v]) >> wv->shift) == b)
+    for (v = 0; v + 16 <= V; v += 16) { /* in id order, as nucleus() wants for ties */
+        wbuckets16(bk, w + v, x + v, kr->x_min, wv->shift, (uint32_t)nb);
+        if (!any16(bk, (uint32_t)b))
+            continue;
+        for (int l = 0; l < 16; l++)
+            if (bk[l] == (uint32_t)b)
+                wv->c[n++] = (cand){w[v + l], (int32_t)(v + l)};
+    }
+    for (; v < V; v++)
+        if (x[v] >= kr->x_min && (int64_t)wbucket(w[v], wv->shift) == b)
             wv->c[n++] = (cand){w[v], (int32_t)v};
     int64_t taken = nucleus(wv->c, n, have, top_p * mass);
     double tau = INFINITY;
@@ -310,9 +404,10 @@ static void filter(const float *logits, int64_t V, const df_sampling_params *sp,
     *kr = (keep_rule){-INFINITY, -1.0, 0, total};
     if (sp->top_k > 0 && sp->top_k < V) {
         kr->x_min = kth_largest_logit(logits, V, sp->top_k, wv);
-        kr->mass = 0.0;
+        double part[4] = {0}; /* independent chains: a double add per token is slow */
         for (int64_t v = 0; v < V; v++)
-            kr->mass += logits[v] >= kr->x_min ? wv->w[v] : 0.0;
+            part[v % 4] += logits[v] >= kr->x_min ? wv->w[v] : 0.0;
+        kr->mass = (part[0] + part[1]) + (part[2] + part[3]);
     }
     if (sp->top_p < 1.0f)
         nucleus_rule(logits, V, sp->top_p, wv, kr);
@@ -332,6 +427,38 @@ static bool kept(const keep_rule *kr, float x, double w, int64_t *ties)
     return false;
 }
 
+/* Inverse CDF over the kept tokens in id order: the first kept v whose running
+ * kept mass exceeds target. Blocks of 8 are summed branch-free and walked one by
+ * one only where the boundary or a tie at tau lies. If rounding leaves target
+ * beyond the sum, the most probable token (always kept). */
+static int64_t draw_kept(const float *x, int64_t V, const double *w, const keep_rule *kr,
+                         double target)
+{
+    double cum = 0.0;
+    int64_t ties = kr->ties, v = 0;
+    for (; v + 8 <= V; v += 8) {
+        double part[8];
+        int tie = 0;
+        for (int l = 0; l < 8; l++) {
+            part[l] = x[v + l] >= kr->x_min && w[v + l] > kr->tau ? w[v + l] : 0.0;
+            tie |= w[v + l] == kr->tau;
+        }
+        double s = ((part[0] + part[1]) + (part[2] + part[3])) +
+                   ((part[4] + part[5]) + (part[6] + part[7]));
+        if (!tie && cum + s <= target) {
+            cum += s;
+            continue;
+        }
+        for (int l = 0; l < 8; l++)
+            if (kept(kr, x[v + l], w[v + l], &ties) && (cum += w[v + l]) > target)
+                return v + l;
+    }
+    for (; v < V; v++)
+        if (kept(kr, x[v], w[v], &ties) && (cum += w[v]) > target)
+            return v;
+    return argmax_lowest(x, V);
+}
+
 int32_t df_sample_token(const float *logits, int64_t V, const df_sampling_params *sp,
                         df_rng *rng, void *work, float *logp)
 {
@@ -345,19 +472,7 @@ int32_t df_sample_token(const float *logits, int64_t V, const df_sampling_params
     double lse;
     keep_rule kr;
     filter(logits, V, sp, &wv, &lse, &kr);
-    /* Inverse CDF over the kept tokens in id order. */
-    double target = df_rng_uniform(rng) * kr.mass, cum = 0.0;
-    int64_t ties = kr.ties, tok = -1, last = 0;
-    for (int64_t v = 0; v < V; v++)
-        if (kept(&kr, logits[v], wv.w[v], &ties)) {
-            last = v;
-            if ((cum += wv.w[v]) > target) {
-                tok = v;
-                break;
-            }
-        }
-    if (tok < 0)
-        tok = last; /* rounding left target beyond the sum */
+    int64_t tok = draw_kept(logits, V, wv.w, &kr, df_rng_uniform(rng) * kr.mass);
     if (logp)
         *logp = (float)((double)logits[tok] * (1.0 / (double)sp->temperature) - lse);
     return (int32_t)tok;
