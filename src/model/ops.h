@@ -175,9 +175,11 @@ void df_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gat
  * For rows h[n, H] and weights W[V, H], z = (h W^T) * inv_t is computed tile by
  * tile (oneDNN sgemm on one thread per tile) and reduced while the tile is in
  * cache; the [n, V] logits never exist. Shared by the LM head and by rollout
- * sampling. Work items are (row block, column group) pairs run in parallel;
- * each group's statistics are merged across groups in group order, so results
- * do not depend on the thread count or schedule.
+ * sampling. Work items are (row item, column group) pairs run in parallel
+ * (dynamic schedule); each owns its (row, group) statistics, merged across
+ * groups in group order, so results do not depend on the thread count or
+ * schedule. Each thread holds one DF_LMHEAD_TILE_MAX-float tile (256 KiB) on
+ * its stack.
  */
 
 /** Tile shape: rows per block (<= DF_LMHEAD_ROWS), columns per logits tile
@@ -212,13 +214,15 @@ enum { DF_VSTAT_ENTROPY = 1, DF_VSTAT_ARGMAX = 2 };
  * st[n, G] (G = df_vocab_groups) = per-group statistics of z = (h W^T) * inv_t,
  * h [n, H], W [V, H]. zt (NULL = skip) [n] receives z[i, target[i]],
  * target[i] in [0, V). The max and exp passes are 16-lane vector loops
- * (df_v16_exp_softmax in ops_math.h: ~2 ulp); sums are float within a tile row, double across tiles.
+ * (df_v16_exp_softmax in ops_math.h: ~2 ulp); sums are float within a tile
+ * row, double across tiles.
  */
 void df_vocab_stats(df_vstat *st, float *zt, const int32_t *target, const float *h,
                     const float *W, int64_t n, int64_t V, int64_t H, float inv_t, unsigned flags,
                     const df_vocab_tiling *t);
 
-/** Whole-row statistics (the same fields over all V), merged in group order. */
+/** Whole-row statistics (the same fields over all V), merged in group order with
+ *  the rescaling of the online softmax (Milakov & Gimelshein 2018). */
 typedef struct df_vrow {
     double m, s0, s1; /**< log-sum-exp = m + log(s0); entropy = log(s0) - s1 / s0 */
     int32_t arg;      /**< lowest argmax (DF_VSTAT_ARGMAX) */
