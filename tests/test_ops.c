@@ -698,7 +698,7 @@ static double lm_loss(void *p)
 }
 
 static void check_lmhead(int64_t n, int64_t V, int64_t H, float temp, int64_t rt, int64_t ctile,
-                         int with_entropy, uint64_t seed)
+                         int64_t group, int with_entropy, uint64_t seed)
 {
     float *h = fvec(n * H), *W = fvec(V * H), *cl = fvec(n), *ce = fvec(n);
     float *logp = fvec(n), *ent = fvec(n), *lse = fvec(n), *dh = fvec(n * H), *dW = fvec(V * H);
@@ -715,9 +715,9 @@ static void check_lmhead(int64_t n, int64_t V, int64_t H, float temp, int64_t rt
     lm_ctx c = {n, V, H, temp, tgt, to_d(h, n * H), to_d(W, V * H), to_d(cl, n), to_d(ce, n),
                 dvec(n), dvec(n)};
     ref_lmhead(&c);
-    int64_t rr = n < rt ? n : rt, cc = V < ctile ? V : ctile;
-    float *scratch = fvec(rr * cc);
-    df_lmhead_fwd_tiled(logp, ent, lse, h, W, tgt, n, V, H, temp, rt, ctile, scratch);
+    df_vocab_tiling tl = {rt, ctile, group, 2 * rt + 1};
+    float *scratch = fvec(df_lmhead_scratch_floats_tiled(n, V, H, &tl));
+    df_lmhead_fwd_tiled(logp, ent, lse, h, W, tgt, n, V, H, temp, &tl, scratch);
     assert_true(rel_err(logp, c.logp, n) < 1e-5);
     assert_true(rel_err(ent, c.ent, n) < 1e-5);
     for (int64_t i = 0; i < V * H; i++)
@@ -725,7 +725,7 @@ static void check_lmhead(int64_t n, int64_t V, int64_t H, float temp, int64_t rt
     for (int64_t i = 0; i < n * H; i++)
         dh[i] = NAN; /* overwritten */
     df_lmhead_bwd_tiled(dh, dW, cl, with_entropy ? ce : NULL, h, W, tgt, lse, ent, n, V, H,
-                        temp, rt, ctile, scratch);
+                        temp, &tl, scratch);
     for (int64_t i = 0; i < V * H; i++)
         dW[i] -= 2.0f;
     double *gh = fd_grad(lm_loss, &c, c.h, n * H), *gW = fd_grad(lm_loss, &c, c.W, V * H);
@@ -739,20 +739,22 @@ static void check_lmhead(int64_t n, int64_t V, int64_t H, float temp, int64_t rt
 static void test_lmhead_tiles(void **state)
 {
     (void)state;
-    /* 11 rows in tiles of 4, vocabulary 50 in tiles of 7: every edge is partial. */
-    check_lmhead(11, 50, 6, 0.7f, 4, 7, 1, 100);
-    check_lmhead(5, 23, 4, 1.0f, 256, 4096, 1, 110); /* one tile */
-    check_lmhead(6, 31, 5, 1.3f, 2, 8, 0, 120);      /* no entropy gradient */
+    /* 11 rows in tiles of 4, vocabulary 50 in tiles of 7 and groups of 14: every
+     * edge is partial, and groups merge across tiles and across each other. */
+    check_lmhead(11, 50, 6, 0.7f, 4, 7, 14, 1, 100);
+    check_lmhead(5, 23, 4, 1.0f, 256, 4096, 8192, 1, 110); /* one tile */
+    check_lmhead(6, 31, 5, 1.3f, 2, 8, 8, 0, 120);         /* no entropy gradient */
+    check_lmhead(7, 53, 3, 0.8f, 3, 16, 10, 1, 150);       /* group rounded up to 16 */
 }
 
 static void test_lmhead_default_tiles(void **state)
 {
     (void)state;
-    /* Default tiles with a vocabulary that is not a multiple of DF_LMHEAD_COLS. */
-    const int64_t n = 3, V = DF_LMHEAD_COLS + 37, H = 3;
+    /* Default tiles with a vocabulary of two groups, not a multiple of DF_LMHEAD_COLS. */
+    const int64_t n = 3, V = DF_LMHEAD_GROUP + DF_LMHEAD_COLS + 37, H = 3;
     float *h = fvec(n * H), *W = fvec(V * H), *logp = fvec(n), *ent = fvec(n), *lse = fvec(n);
     float *scratch = fvec(df_lmhead_scratch_floats(n, V, H));
-    int32_t tgt[3] = {5, (int32_t)V - 1, DF_LMHEAD_COLS};
+    int32_t tgt[3] = {5, (int32_t)V - 1, DF_LMHEAD_GROUP};
     fill(h, n * H, 130, 2.0);
     fill(W, V * H, 131, 1.0);
     lm_ctx c = {n, V, H, 0.7, tgt, to_d(h, n * H), to_d(W, V * H), dvec(n), dvec(n), dvec(n),
@@ -777,7 +779,7 @@ static void test_lmhead_many_rows(void **state)
     (void)state;
     /* More rows than DF_LMHEAD_ROWS: the row-tile loop with the default tile. */
     const int64_t n = DF_LMHEAD_ROWS + 9, V = 17, H = 4;
-    check_lmhead(n, V, H, 0.9f, DF_LMHEAD_ROWS, DF_LMHEAD_COLS, 1, 140);
+    check_lmhead(n, V, H, 0.9f, DF_LMHEAD_ROWS, DF_LMHEAD_COLS, DF_LMHEAD_GROUP, 1, 140);
 }
 
 int main(void)

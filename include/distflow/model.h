@@ -229,7 +229,8 @@ DF_API void df_acts_free(df_acts *a);
 /**
  * Forward pass. For each output row j:
  *   logp[j]    = log softmax(logits_j / temperature)[out_targets[j]]
- *   entropy[j] = -sum_v p_v log p_v of that same distribution (NULL: not computed)
+ *   entropy[j] = -sum_v p_v log p_v of that same distribution (NULL: not computed,
+ *                which saves a multiply-add per logit; the backward then takes no dentropy)
  * The LM head is evaluated in vocabulary chunks; [n_out, vocab] logits are
  * never materialised. Activations needed by df_model_backward are kept in `a`.
  * Errors: DF_EINVAL if the batch exceeds the sizes `a` was created for.
@@ -241,6 +242,8 @@ DF_API int df_model_forward(const df_model *m, df_acts *a, const df_seq_batch *b
  * Backward pass of the last df_model_forward on `a`: given dL/dlogp [n_out]
  * and optionally dL/dentropy [n_out] (NULL = 0), ACCUMULATE dL/dparams into
  * `grads` ([n_params], layout of m). Zero grads once per optimizer step.
+ * Errors: DF_EINVAL without a forward on `a`, for a different batch or
+ * temperature, or for dentropy != NULL after a forward without entropy.
  */
 DF_API int df_model_backward(const df_model *m, df_acts *a, const df_seq_batch *b,
                              float temperature, const float *dlogp, const float *dentropy,

@@ -34,6 +34,16 @@
  * df_rollout_engine_bytes() returns the total. Example: hidden 256, 4 layers,
  * kv_dim 128, 256 seqs x 192 tokens: KV 201 MB, total 237 MB.
  *
+ * Sampling: without top-k / top-p (or when greedy) a token is drawn straight
+ * from the final hidden states: per-group softmax statistics over vocabulary
+ * tiles computed in cache, then an inverse-CDF walk in id order that
+ * recomputes one group of 512 logits of the row (src/model/ops_vocab.c); the
+ * logits buffer is not used. With top-k / top-p each row of logits is
+ * materialised and filtered. Each df_rollout_generate call also allocates, for
+ * the former, max_num_seqs * ceil(vocab / 512) * 24 bytes of statistics; for
+ * the latter, per thread, 24 bytes per vocabulary entry plus a histogram of at
+ * most 192 KiB.
+ *
  * Threading: OpenMP inside each call (matmuls through oneDNN). One engine runs
  * one df_rollout_generate at a time; use one engine per thread otherwise.
  */

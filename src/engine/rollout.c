@@ -5,9 +5,14 @@
 #include "engine/sampling.h"
 #include "model/ops.h"
 
+#include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Most columns per tile (and per statistics group) of fused sampling: a draw
+ * recomputes one group of one row. */
+#define DF_SAMPLE_COLS 512
 
 /* Stream tag separating rollout draws from other users of the same seed. */
 #define ROLLOUT_RNG_TAG 0x726f6c6cULL
@@ -42,9 +47,16 @@ typedef struct {
     const df_rollout_request *req;
     const df_sampling_params *sp;
     uint8_t *is_stop;         /* [vocab] */
-    char *work;               /* [n_threads, work_bytes] sampler scratch */
+    char *work;               /* [n_threads, work_bytes] sampler scratch (filtered sampling) */
     int64_t work_bytes;
     int n_threads;
+    /* Sampling straight from hidden states (no top-k / top-p): per-group softmax
+     * statistics of the rows of one forward, and per-thread draw buffers. */
+    bool fused;
+    df_vocab_tiling tiling;
+    int64_t n_groups;
+    df_vstat *vstat;          /* [max_num_seqs, n_groups] */
+    float *draw_buf;          /* [n_threads, 2 * tiling.group] */
     /* finished responses, appended in completion order */
     int32_t *a_tok;
     float *a_logp;
@@ -217,18 +229,39 @@ static int check_request(const df_rollout_engine *e, const df_rollout_request *q
 
 /* ---- per-call state ---------------------------------------------------------- */
 
+/* Top-k / top-p need a whole row of logits; everything else samples from
+ * per-group statistics of the hidden states (df_vocab_stats / df_vocab_draw). */
+static bool sampling_is_fused(const df_sampling_params *sp, int64_t V)
+{
+    bool greedy = sp->greedy || sp->temperature == 0.0f;
+    return greedy || (!(sp->top_k > 0 && sp->top_k < V) && !(sp->top_p < 1.0f));
+}
+
 static int ctx_init(gen_ctx *g)
 {
     int64_t V = g->e->cfg.vocab_size;
     g->n_seqs = g->req->n_prompts * g->req->n_samples;
     g->is_stop = calloc((size_t)V, 1);
     g->n_threads = omp_get_max_threads();
-    g->work_bytes = (df_sample_work_bytes(V) + 63) / 64 * 64;
-    g->work = aligned_alloc(64, (size_t)(g->n_threads * g->work_bytes));
+    g->fused = sampling_is_fused(g->sp, V);
+    if (g->fused) {
+        /* Groups of one tile: the draw recomputes a single tile of one row. */
+        g->tiling = df_vocab_tiling_for(V, g->e->cfg.hidden_size);
+        g->tiling.cols = g->tiling.cols < DF_SAMPLE_COLS ? g->tiling.cols : DF_SAMPLE_COLS;
+        g->tiling.group = g->tiling.cols;
+        g->tiling = df_vocab_tiling_clamp(&g->tiling);
+        g->n_groups = df_vocab_groups(V, &g->tiling);
+        g->vstat = malloc((size_t)(g->e->max_num_seqs * g->n_groups) * sizeof(df_vstat));
+        g->draw_buf = aligned_alloc(64, (size_t)(g->n_threads * 2 * g->tiling.group) * 4);
+    } else {
+        g->work_bytes = (df_sample_work_bytes(V) + 63) / 64 * 64;
+        g->work = aligned_alloc(64, (size_t)(g->n_threads * g->work_bytes));
+    }
     g->seq_start = calloc((size_t)g->n_seqs + 1, sizeof(int64_t));
     g->seq_len = calloc((size_t)g->n_seqs + 1, sizeof(int64_t));
     g->finish = calloc((size_t)g->n_seqs + 1, 1);
-    if (!g->is_stop || !g->work || !g->seq_start || !g->seq_len || !g->finish)
+    if (!g->is_stop || (g->fused ? !g->vstat || !g->draw_buf : !g->work) || !g->seq_start ||
+        !g->seq_len || !g->finish)
         return df_error(DF_ENOMEM, "rollout: out of memory for %lld sequences",
                         (long long)g->n_seqs);
     for (int i = 0; i < g->sp->n_stop; i++)
@@ -244,6 +277,8 @@ static void ctx_release(gen_ctx *g)
 {
     free(g->is_stop);
     free(g->work);
+    free(g->vstat);
+    free(g->draw_buf);
     free(g->seq_start);
     free(g->seq_len);
     free(g->finish);
@@ -286,22 +321,19 @@ static int retire(gen_ctx *g, int64_t si, int8_t reason)
 
 /* ---- sampling -------------------------------------------------------------------- */
 
-/* Draw the next token of each listed slot from its logits row, then retire
- * the slots that finished. rows[k] is slot list[k]'s row of e->logits. */
-static int sample_slots(gen_ctx *g, const int32_t *list, const int64_t *rows, int64_t n)
+/* Record token `tok` (log-prob lp) for slot si. */
+static void push_token(df_rollout_engine *e, int64_t si, int32_t tok, float lp)
+{
+    slot_state *s = &e->slots[si];
+    e->out_tok[si * e->max_seq_len + s->n_gen] = tok;
+    e->out_logp[si * e->max_seq_len + s->n_gen] = lp;
+    s->n_gen++;
+}
+
+/* Retire the listed slots whose last token stops them or that reached their limit. */
+static int retire_finished(gen_ctx *g, const int32_t *list, int64_t n)
 {
     df_rollout_engine *e = g->e;
-    int64_t V = e->cfg.vocab_size;
-#pragma omp parallel for schedule(dynamic, 8) if (n * V > 16384)
-    for (int64_t k = 0; k < n; k++) {
-        slot_state *s = &e->slots[list[k]];
-        void *work = g->work + (int64_t)omp_get_thread_num() * g->work_bytes;
-        float lp;
-        int32_t tok = df_sample_token(e->logits + rows[k] * V, V, g->sp, &s->rng, work, &lp);
-        e->out_tok[list[k] * e->max_seq_len + s->n_gen] = tok;
-        e->out_logp[list[k] * e->max_seq_len + s->n_gen] = lp;
-        s->n_gen++;
-    }
     g->tokens += n;
     for (int64_t k = 0; k < n; k++) {
         slot_state *s = &e->slots[list[k]];
@@ -315,6 +347,54 @@ static int sample_slots(gen_ctx *g, const int32_t *list, const int64_t *rows, in
             return rc;
     }
     return DF_OK;
+}
+
+/* Draw the next token of each listed slot from its logits row, then retire
+ * the slots that finished. rows[k] is slot list[k]'s row of e->logits. */
+static int sample_slots(gen_ctx *g, const int32_t *list, const int64_t *rows, int64_t n)
+{
+    df_rollout_engine *e = g->e;
+    int64_t V = e->cfg.vocab_size;
+#pragma omp parallel for schedule(dynamic, 8) if (n * V > 16384)
+    for (int64_t k = 0; k < n; k++) {
+        slot_state *s = &e->slots[list[k]];
+        void *work = g->work + (int64_t)omp_get_thread_num() * g->work_bytes;
+        float lp;
+        int32_t tok = df_sample_token(e->logits + rows[k] * V, V, g->sp, &s->rng, work, &lp);
+        push_token(e, list[k], tok, lp);
+    }
+    return retire_finished(g, list, n);
+}
+
+/* As sample_slots from the final hidden states e->s.xn[0 .. n_rows): statistics
+ * of every row once, then per slot a greedy pick or one inverse-CDF draw. */
+static int sample_slots_fused(gen_ctx *g, const int32_t *list, const int64_t *rows, int64_t n,
+                              int64_t n_rows)
+{
+    df_rollout_engine *e = g->e;
+    const int64_t V = e->cfg.vocab_size, H = e->cfg.hidden_size, G = g->n_groups;
+    const bool greedy = g->sp->greedy || g->sp->temperature == 0.0f;
+    const float inv_t = greedy ? 1.0f : 1.0f / g->sp->temperature; /* greedy log-probs at T = 1 */
+    const float *W = g->m->w.lm_head, *xn = e->s.xn;
+    df_vocab_stats(g->vstat, NULL, NULL, xn, W, n_rows, V, H, inv_t,
+                   greedy ? DF_VSTAT_ARGMAX : 0u, &g->tiling);
+#pragma omp parallel for schedule(dynamic, 2) if (n > 1 && !greedy)
+    for (int64_t k = 0; k < n; k++) {
+        const df_vstat *st = g->vstat + rows[k] * G;
+        df_vrow r;
+        df_vstat_merge(st, G, &r);
+        double lse = r.m + log(r.s0);
+        int32_t tok = r.arg;
+        float z = (float)r.m;
+        if (!greedy) {
+            float *buf = g->draw_buf + (int64_t)omp_get_thread_num() * 2 * g->tiling.group;
+            double u = df_rng_uniform(&e->slots[list[k]].rng);
+            tok = df_vocab_draw(st, G, &r, u, xn + rows[k] * H, W, V, H, inv_t, &g->tiling, buf,
+                                &z);
+        }
+        push_token(e, list[k], tok, (float)((double)z - lse));
+    }
+    return retire_finished(g, list, n);
 }
 
 /* LM head for rows [r0, r0 + n) of the final hidden states into e->logits. */
@@ -363,7 +443,16 @@ static int run_prefill(gen_ctx *g, int64_t n_rows, const admission *ad, int64_t 
         for (int64_t c = 0; c < x->cnt; c++)
             start_slot(g, aslots[x->slots_at + c], x->prompt, x->j0 + c);
     }
-    /* First tokens: every slot of admission a samples from logits row a. */
+    /* First tokens: every slot of admission a samples from hidden row a. */
+    if (g->fused) {
+        int64_t n = 0;
+        for (int64_t a = 0; a < na; a++)
+            for (int64_t c = 0; c < ad[a].cnt; c++) {
+                sl[n] = aslots[ad[a].slots_at + c];
+                rows[n++] = a;
+            }
+        return sample_slots_fused(g, sl, rows, n, na);
+    }
     for (int64_t a0 = 0; a0 < na && !rc; a0 += e->logit_rows) {
         int64_t nr = na - a0 < e->logit_rows ? na - a0 : e->logit_rows, n = 0;
         logits_of(e, g->m, a0, nr);
@@ -460,7 +549,12 @@ static int decode_step(gen_ctx *g, int32_t *list, int64_t *rows)
     int rc = df_infer_forward(g->m, &e->kv, &e->s, &b);
     e->stats.decode_steps++;
     e->stats.mean_active += (double)n;
-    for (int64_t r0 = 0; !rc && r0 < n; r0 += e->logit_rows) {
+    if (!rc && g->fused) {
+        for (int64_t k = 0; k < n; k++)
+            rows[k] = k;
+        rc = sample_slots_fused(g, list, rows, n, n);
+    }
+    for (int64_t r0 = 0; !rc && !g->fused && r0 < n; r0 += e->logit_rows) {
         int64_t nr = n - r0 < e->logit_rows ? n - r0 : e->logit_rows;
         logits_of(e, g->m, r0, nr);
         for (int64_t k = 0; k < nr; k++)

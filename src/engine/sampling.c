@@ -1,18 +1,77 @@
-/* Token sampling: temperature, top-k, top-p, greedy (src/engine/sampling.h). */
+/*
+ * Token sampling: temperature, top-k, top-p, greedy (src/engine/sampling.h).
+ * Weights e^(z - zmax) are double (a vectorised exp, df_row_exp_f64); top-k and
+ * top-p become thresholds found with a bucket histogram of the values'
+ * leading bits plus an exact selection inside the one boundary bucket, so a
+ * row costs a few passes whatever the vocabulary. Draws walk the kept
+ * tokens in id order (an inverse CDF over the vocabulary, like
+ * torch.multinomial on the filtered probabilities).
+ */
 #include "engine/sampling.h"
+#include "model/ops.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
-/* A kept token and its unnormalised weight exp(z - zmax). */
+/* A token and its unnormalised weight exp(z - zmax). */
 typedef struct {
     double w;
     int32_t id;
 } cand;
 
-/* Layout of the work buffer: cand[V] then double[V] (selection scratch). */
-int64_t df_sample_work_bytes(int64_t V) { return V * (int64_t)(sizeof(cand) + sizeof(double)); }
+#define NSUB 4 /* interleaved sub-histograms: neighbouring tokens often share a bucket */
+
+/* Histogram bits for a vocabulary of V: ~log2(V) - 3, 4 .. 12. */
+static int bucket_bits(int64_t V)
+{
+    int bits = 4;
+    while (bits < 12 && ((int64_t)8 << bits) < V)
+        bits++;
+    return bits;
+}
+
+/* Work buffer: double w[V] | cand c[V] (boundary bucket) | double mass[NSUB][nb + 1] |
+ * uint32 count[NSUB][nb], nb = 2^bucket_bits(V). */
+int64_t df_sample_work_bytes(int64_t V)
+{
+    int64_t nb = (int64_t)1 << bucket_bits(V);
+    return V * (int64_t)(sizeof(double) + sizeof(cand)) +
+           NSUB * ((nb + 1) * (int64_t)sizeof(double) + nb * (int64_t)sizeof(uint32_t));
+}
+
+typedef struct {
+    double *w;
+    cand *c;
+    double *bmass;    /* [NSUB][nb + 1] */
+    uint32_t *bcount; /* [NSUB][nb] */
+    int64_t nb;       /* buckets: ~V / 8 rounded to a power of two, 16 .. 4096 */
+    int shift;        /* bucket = key >> shift */
+} work_view;
+
+static work_view view_of(void *work, int64_t V)
+{
+    work_view v;
+    int bits = bucket_bits(V);
+    v.nb = (int64_t)1 << bits;
+    v.shift = 32 - bits;
+    v.w = work;
+    v.c = (cand *)(v.w + V);
+    v.bmass = (double *)(v.c + V);
+    v.bcount = (uint32_t *)(v.bmass + NSUB * (v.nb + 1));
+    return v;
+}
+
+/* Which tokens survive top-k then top-p, as thresholds tested token by token. */
+typedef struct {
+    float x_min;  /* top-k: keep x_v >= x_min (-inf: off) */
+    double tau;   /* top-p: keep w_v > tau and the first `ties` ids with w_v == tau (-1: off) */
+    int64_t ties;
+    double mass;  /* sum of the kept weights */
+} keep_rule;
 
 void df_sampling_params_defaults(df_sampling_params *sp)
 {
@@ -48,26 +107,11 @@ int df_sampling_params_validate(const df_sampling_params *sp, int64_t vocab)
 
 static bool is_greedy(const df_sampling_params *sp) { return sp->greedy || sp->temperature == 0.0f; }
 
+/* Lowest index of the largest logit (vector max, then the first lane equal to it). */
 static int32_t argmax_lowest(const float *x, int64_t V)
 {
-    int64_t best = 0;
-    for (int64_t v = 1; v < V; v++)
-        if (x[v] > x[best])
-            best = v;
-    return (int32_t)best;
-}
-
-/* log_softmax(logits / T)[tok] in double, over the whole vocabulary. */
-static double log_prob_of(const float *logits, int64_t V, double T, int32_t tok)
-{
-    double zmax = -INFINITY;
-    for (int64_t v = 0; v < V; v++)
-        if (logits[v] / T > zmax)
-            zmax = logits[v] / T;
-    double s = 0.0;
-    for (int64_t v = 0; v < V; v++)
-        s += exp(logits[v] / T - zmax);
-    return logits[tok] / T - zmax - log(s);
+    int64_t j = df_row_find(x, V, df_row_max(x, V));
+    return j < V ? (int32_t)j : 0; /* all NaN */
 }
 
 /* k-th largest (1-based) of x[0..n), reordering x (Hoare selection). */
@@ -153,12 +197,10 @@ static double mass_of(const cand *c, int64_t n)
     return m;
 }
 
-/* Move the nucleus to c[0..return): the most probable tokens (ties -> lower
- * id) whose mass first reaches top_p of the total. Quickselect-style: expected
- * O(n), no full sort. */
-static int64_t nucleus(cand *c, int64_t n, double top_p)
+/* Move to c[0..return) the most probable tokens of c[0..n) (ties -> lower id)
+ * that bring `have` up to `need`. Quickselect-style: expected O(n), no full sort. */
+static int64_t nucleus(cand *c, int64_t n, double have, double need)
 {
-    double need = top_p * mass_of(c, n), have = 0.0;
     int64_t lo = 0, hi = n; /* c[0..lo) kept; the boundary lies in [lo, hi) */
     while (hi - lo > 16) {
         cand *r = c + lo;
@@ -184,63 +226,256 @@ static int64_t nucleus(cand *c, int64_t n, double top_p)
     return lo + take_until(c + lo, hi - lo, have, need);
 }
 
-/* Kept tokens and their weights exp(z - zmax), z = logits / T, in c[0..return)
- * after top-k and top-p; *lse = log sum_v exp(z_v) over the whole vocabulary. */
-static int64_t filter(const float *logits, int64_t V, const df_sampling_params *sp, void *work,
-                      double *lse)
+/* Order key of a float: a < b <=> key(a) < key(b) (NaN aside). */
+static uint32_t fkey(float x)
 {
-    cand *c = work;
-    double *z = (double *)(c + V);
-    double T = sp->temperature, zmax = -INFINITY, total = 0.0;
-    for (int64_t v = 0; v < V; v++) {
-        z[v] = logits[v] / T;
-        zmax = z[v] > zmax ? z[v] : zmax;
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+/* Highest bucket b < nb with above(b) + part[b] >= need, where above(b) sums
+ * the buckets over b; *above receives it. -1 if the total stays short. */
+static int64_t boundary_bucket(const double *part, int64_t nb, double need, double *above)
+{
+    double a = 0.0;
+    for (int64_t b = nb - 1; b >= 0; b--) {
+        if (a + part[b] >= need) {
+            *above = a;
+            return b;
+        }
+        a += part[b];
     }
-    for (int64_t v = 0; v < V; v++) {
-        c[v] = (cand){exp(z[v] - zmax), (int32_t)v};
-        total += c[v].w;
+    *above = a;
+    return -1;
+}
+
+/* Whether any of bk[0 .. 16) is b. */
+static inline bool any16(const uint32_t bk[16], uint32_t b)
+{
+#if defined(__AVX512F__)
+    return _mm512_cmpeq_epi32_mask(_mm512_loadu_si512(bk), _mm512_set1_epi32((int)b)) != 0;
+#else
+    uint32_t hit = 0;
+    for (int l = 0; l < 16; l++)
+        hit |= bk[l] == b;
+    return hit != 0;
+#endif
+}
+
+/* Buckets (top bits of the order key) of x[0 .. 16). */
+static inline void xbuckets16(uint32_t bk[16], const float *x, int shift)
+{
+#if defined(__AVX512F__)
+    __m512i u = _mm512_castps_si512(_mm512_loadu_ps(x)); /* key = u ^ (sign ? ~0 : 1 << 31) */
+    __m512i flip = _mm512_or_si512(_mm512_srai_epi32(u, 31), _mm512_set1_epi32((int)0x80000000u));
+    _mm512_storeu_si512(bk, _mm512_srl_epi32(_mm512_xor_si512(u, flip), _mm_cvtsi32_si128(shift)));
+#else
+    for (int l = 0; l < 16; l++)
+        bk[l] = fkey(x[l]) >> shift;
+#endif
+}
+
+/* The k-th largest logit (1 <= k < V): counts per bucket, then an exact
+ * selection among the boundary bucket's values. */
+static float kth_largest_logit(const float *x, int64_t V, int64_t k, work_view *wv)
+{
+    const int64_t nb = wv->nb;
+    uint32_t *c = wv->bcount, bk[16];
+    memset(c, 0, (size_t)(NSUB * nb) * sizeof *c);
+    int64_t v = 0;
+    for (; v + 16 <= V; v += 16) {
+        xbuckets16(bk, x + v, wv->shift);
+        for (int l = 0; l < 16; l++)
+            c[(l % NSUB) * nb + bk[l]]++;
     }
+    for (; v < V; v++)
+        c[fkey(x[v]) >> wv->shift]++;
+    double *cnt = wv->bmass, above;
+    for (int64_t b = 0; b < nb; b++) {
+        uint32_t sum = 0;
+        for (int l = 0; l < NSUB; l++)
+            sum += c[l * nb + b];
+        cnt[b] = (double)sum;
+    }
+    int64_t b = boundary_bucket(cnt, nb, (double)k, &above);
+    double *vals = (double *)(void *)wv->c; /* the cand area is free here */
+    int64_t n = 0;
+    for (v = 0; v + 16 <= V; v += 16) {
+        xbuckets16(bk, x + v, wv->shift);
+        if (!any16(bk, (uint32_t)b))
+            continue;
+        for (int l = 0; l < 16; l++)
+            if (bk[l] == (uint32_t)b)
+                vals[n++] = x[v + l];
+    }
+    for (; v < V; v++)
+        if ((int64_t)(fkey(x[v]) >> wv->shift) == b)
+            vals[n++] = x[v];
+    return (float)kth_largest(vals, n, k - (int64_t)above);
+}
+
+/* Bucket of a weight w >= 0 (its float's order key, top bits). */
+static inline uint32_t wbucket(double w, int shift)
+{
+    float f = (float)w; /* rounding keeps the order of the weights */
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return (u | 0x80000000u) >> shift;
+}
+
+/* Bucket ids of w[0 .. 16) for top-k survivors (x >= x_min), nb (a spare bucket
+ * past the end) for the others. */
+static inline void wbuckets16(uint32_t bk[16], const double *w, const float *x, float x_min,
+                              int shift, uint32_t nb)
+{
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+    __m256 f0 = _mm512_cvtpd_ps(_mm512_loadu_pd(w)), f1 = _mm512_cvtpd_ps(_mm512_loadu_pd(w + 8));
+    __m512i u = _mm512_castps_si512(_mm512_insertf32x8(_mm512_castps256_ps512(f0), f1, 1));
+    u = _mm512_srl_epi32(_mm512_or_si512(u, _mm512_set1_epi32((int)0x80000000u)),
+                         _mm_cvtsi32_si128(shift));
+    __mmask16 keep = _mm512_cmp_ps_mask(_mm512_loadu_ps(x), _mm512_set1_ps(x_min), _CMP_GE_OQ);
+    _mm512_storeu_si512(bk, _mm512_mask_blend_epi32(keep, _mm512_set1_epi32((int)nb), u));
+#else
+    for (int l = 0; l < 16; l++)
+        bk[l] = x[l] >= x_min ? wbucket(w[l], shift) : nb;
+#endif
+}
+
+/* tau / ties of the nucleus among the tokens with x_v >= kr->x_min: the most
+ * probable (ties -> lower id) whose mass first reaches top_p of theirs. */
+static void nucleus_rule(const float *x, int64_t V, double top_p, work_view *wv, keep_rule *kr)
+{
+    const int64_t nb = wv->nb;
+    double *m = wv->bmass;
+    memset(m, 0, (size_t)(NSUB * (nb + 1)) * sizeof *m);
+    const double *w = wv->w, mass = kr->mass; /* of the top-k survivors */
+    uint32_t bk[16];
+    int64_t v = 0;
+    for (; v + 16 <= V; v += 16) { /* sub-histograms of nb + 1 (the last for non-survivors) */
+        wbuckets16(bk, w + v, x + v, kr->x_min, wv->shift, (uint32_t)nb);
+        for (int l = 0; l < 16; l++)
+            m[(l % NSUB) * (nb + 1) + bk[l]] += w[v + l];
+    }
+    for (; v < V; v++)
+        if (x[v] >= kr->x_min)
+            m[wbucket(w[v], wv->shift)] += w[v];
+    for (int64_t b = 0; b < nb; b++)
+        for (int l = 1; l < NSUB; l++)
+            m[b] += m[l * (nb + 1) + b];
+    double have;
+    int64_t b = boundary_bucket(m, nb, top_p * mass, &have);
+    if (b < 0) /* rounding left the buckets short of the target: keep all */
+        return;
+    int64_t n = 0;
+    for (v = 0; v + 16 <= V; v += 16) { /* in id order, as nucleus() wants for ties */
+        wbuckets16(bk, w + v, x + v, kr->x_min, wv->shift, (uint32_t)nb);
+        if (!any16(bk, (uint32_t)b))
+            continue;
+        for (int l = 0; l < 16; l++)
+            if (bk[l] == (uint32_t)b)
+                wv->c[n++] = (cand){w[v + l], (int32_t)(v + l)};
+    }
+    for (; v < V; v++)
+        if (x[v] >= kr->x_min && (int64_t)wbucket(w[v], wv->shift) == b)
+            wv->c[n++] = (cand){w[v], (int32_t)v};
+    int64_t taken = nucleus(wv->c, n, have, top_p * mass);
+    double tau = INFINITY;
+    for (int64_t i = 0; i < taken; i++)
+        tau = wv->c[i].w < tau ? wv->c[i].w : tau;
+    kr->tau = tau;
+    kr->ties = 0;
+    for (int64_t i = 0; i < taken; i++)
+        kr->ties += wv->c[i].w == tau;
+    kr->mass = have + mass_of(wv->c, taken);
+}
+
+/* Weights wv->w[v] = exp(z_v - zmax), z = logits * (1 / T) in double, and the
+ * rule for the tokens kept by top-k and top-p; *lse = log sum_v exp(z_v) over
+ * the whole vocabulary. */
+static void filter(const float *logits, int64_t V, const df_sampling_params *sp, work_view *wv,
+                   double *lse, keep_rule *kr)
+{
+    const double inv_t = 1.0 / (double)sp->temperature;
+    /* x -> x * inv_t is monotone, so the max of z is that of the float logits. */
+    double zmax = (double)df_row_max(logits, V) * inv_t;
+    double total = df_row_exp_f64(wv->w, logits, V, inv_t, zmax);
     *lse = zmax + log(total);
-    int64_t n = V;
+    *kr = (keep_rule){-INFINITY, -1.0, 0, total};
     if (sp->top_k > 0 && sp->top_k < V) {
-        double thr = kth_largest(z, V, sp->top_k); /* reorders z */
-        n = 0;
+        kr->x_min = kth_largest_logit(logits, V, sp->top_k, wv);
+        double part[4] = {0}; /* independent chains: a double add per token is slow */
         for (int64_t v = 0; v < V; v++)
-            if (logits[v] / T >= thr)
-                c[n++] = c[v];
+            part[v % 4] += logits[v] >= kr->x_min ? wv->w[v] : 0.0;
+        kr->mass = (part[0] + part[1]) + (part[2] + part[3]);
     }
     if (sp->top_p < 1.0f)
-        n = nucleus(c, n, sp->top_p);
-    return n;
+        nucleus_rule(logits, V, sp->top_p, wv, kr);
+}
+
+/* Whether token v is kept; *ties counts down the tied tokens at tau still allowed. */
+static bool kept(const keep_rule *kr, float x, double w, int64_t *ties)
+{
+    if (!(x >= kr->x_min))
+        return false;
+    if (w > kr->tau)
+        return true;
+    if (w == kr->tau && *ties > 0) {
+        (*ties)--;
+        return true;
+    }
+    return false;
+}
+
+/* Inverse CDF over the kept tokens in id order: the first kept v whose running
+ * kept mass exceeds target. Blocks of 8 are summed branch-free and walked one by
+ * one only where the boundary or a tie at tau lies. If rounding leaves target
+ * beyond the sum, the most probable token (always kept). */
+static int64_t draw_kept(const float *x, int64_t V, const double *w, const keep_rule *kr,
+                         double target)
+{
+    double cum = 0.0;
+    int64_t ties = kr->ties, v = 0;
+    for (; v + 8 <= V; v += 8) {
+        double part[8];
+        int tie = 0;
+        for (int l = 0; l < 8; l++) {
+            part[l] = x[v + l] >= kr->x_min && w[v + l] > kr->tau ? w[v + l] : 0.0;
+            tie |= w[v + l] == kr->tau;
+        }
+        double s = ((part[0] + part[1]) + (part[2] + part[3])) +
+                   ((part[4] + part[5]) + (part[6] + part[7]));
+        if (!tie && cum + s <= target) {
+            cum += s;
+            continue;
+        }
+        for (int l = 0; l < 8; l++)
+            if (kept(kr, x[v + l], w[v + l], &ties) && (cum += w[v + l]) > target)
+                return v + l;
+    }
+    for (; v < V; v++)
+        if (kept(kr, x[v], w[v], &ties) && (cum += w[v]) > target)
+            return v;
+    return argmax_lowest(x, V);
 }
 
 int32_t df_sample_token(const float *logits, int64_t V, const df_sampling_params *sp,
                         df_rng *rng, void *work, float *logp)
 {
+    work_view wv = view_of(work, V);
     if (is_greedy(sp)) {
         int32_t tok = argmax_lowest(logits, V);
-        if (logp)
-            *logp = (float)log_prob_of(logits, V, 1.0, tok);
+        if (logp) /* log_softmax(logits)[argmax] = -log sum_v e^(x_v - max) */
+            *logp = (float)-log(df_row_exp_f64(wv.w, logits, V, 1.0, (double)logits[tok]));
         return tok;
     }
-    const cand *c = work;
     double lse;
-    int64_t n = filter(logits, V, sp, work, &lse);
-    double mass = 0.0;
-    for (int64_t i = 0; i < n; i++)
-        mass += c[i].w;
-    double target = df_rng_uniform(rng) * mass, cum = 0.0;
-    int32_t tok = c[n - 1].id; /* if rounding leaves target beyond the sum */
-    for (int64_t i = 0; i < n; i++) {
-        cum += c[i].w;
-        if (cum > target) {
-            tok = c[i].id;
-            break;
-        }
-    }
+    keep_rule kr;
+    filter(logits, V, sp, &wv, &lse, &kr);
+    int64_t tok = draw_kept(logits, V, wv.w, &kr, df_rng_uniform(rng) * kr.mass);
     if (logp)
-        *logp = (float)(logits[tok] / (double)sp->temperature - lse);
-    return tok;
+        *logp = (float)((double)logits[tok] * (1.0 / (double)sp->temperature) - lse);
+    return (int32_t)tok;
 }
 
 void df_sample_probs(const float *logits, int64_t V, const df_sampling_params *sp, void *work,
@@ -251,12 +486,12 @@ void df_sample_probs(const float *logits, int64_t V, const df_sampling_params *s
         probs[argmax_lowest(logits, V)] = 1.0;
         return;
     }
-    const cand *c = work;
+    work_view wv = view_of(work, V);
     double lse;
-    int64_t n = filter(logits, V, sp, work, &lse);
-    double mass = 0.0;
-    for (int64_t i = 0; i < n; i++)
-        mass += c[i].w;
-    for (int64_t i = 0; i < n; i++)
-        probs[c[i].id] = c[i].w / mass;
+    keep_rule kr;
+    filter(logits, V, sp, &wv, &lse, &kr);
+    int64_t ties = kr.ties;
+    for (int64_t v = 0; v < V; v++)
+        if (kept(&kr, logits[v], wv.w[v], &ties))
+            probs[v] = wv.w[v] / kr.mass;
 }

@@ -16,8 +16,9 @@
 int64_t df_sample_work_bytes(int64_t V);
 
 /**
- * Draw a token from logits[V] (raw LM-head outputs). Consumes exactly one
- * df_rng_uniform draw unless greedy (none). *logp (may be NULL) receives
+ * Draw a token from logits[V] (raw LM-head outputs): the first kept token, in
+ * id order, at which the cumulative filtered probability exceeds one
+ * df_rng_uniform draw (none when greedy). *logp (may be NULL) receives
  * log_softmax(logits / T)[token] over the whole vocabulary, before top-k /
  * top-p filtering (T = 1 when greedy). `work`: df_sample_work_bytes(V) bytes,
  * 8-byte aligned. sp must have passed df_sampling_params_validate.

@@ -40,6 +40,7 @@ struct df_acts {
     /* The last forward, checked by the backward. */
     int64_t fwd_tokens, fwd_out;
     float fwd_temperature;
+    int fwd_entropy; /* entropy computed (the backward needs it for dentropy) */
     int fwd_valid;
 };
 

@@ -69,6 +69,10 @@ int df_model_backward(const df_model *m, df_acts *a, const df_seq_batch *b, floa
                         (long long)b->n_tokens, (long long)b->n_out, (double)temperature,
                         (long long)a->fwd_tokens, (long long)a->fwd_out,
                         (double)a->fwd_temperature);
+    if (dentropy && !a->fwd_entropy)
+        return df_error(DF_EINVAL, "df_model_backward: dentropy given but the forward pass "
+                                   "computed no entropy (pass an entropy buffer to "
+                                   "df_model_forward)");
     const df_model_config *c = &m->cfg;
     const int64_t T = b->n_tokens, H = c->hidden_size, L = c->num_hidden_layers;
     df_model_view gv = {.layers = a->gview_layers};

@@ -237,13 +237,15 @@ int df_model_forward(const df_model *m, df_acts *a, const df_seq_batch *b, float
         memcpy(a->xf + j * H, xl + b->out_rows[j] * H, (size_t)H * sizeof(float));
     df_rmsnorm_fwd(a->xnf, a->rstdf, a->xf, m->w.final_norm, b->n_out, H,
                    (float)c->rms_norm_eps);
-    df_lmhead_fwd(logp, a->ent, a->lse, a->xnf, m->w.lm_head, b->out_targets, b->n_out,
-                  c->vocab_size, H, temperature, a->lm_scratch);
+    /* Entropy only when asked: the backward then takes no dentropy. */
+    df_lmhead_fwd(logp, entropy ? a->ent : NULL, a->lse, a->xnf, m->w.lm_head, b->out_targets,
+                  b->n_out, c->vocab_size, H, temperature, a->lm_scratch);
     if (entropy)
         memcpy(entropy, a->ent, (size_t)b->n_out * sizeof(float));
     a->fwd_tokens = T;
     a->fwd_out = b->n_out;
     a->fwd_temperature = temperature;
+    a->fwd_entropy = entropy != NULL;
     a->fwd_valid = 1;
     return DF_OK;
 }

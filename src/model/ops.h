@@ -16,9 +16,20 @@
 
 /** Largest head_dim the attention kernels accept (their per-thread tiles are sized by it). */
 #define DF_MAX_HEAD_DIM 256
-/** LM-head tile: rows x vocabulary columns of logits that exist at one time. */
-#define DF_LMHEAD_ROWS 256
-#define DF_LMHEAD_COLS 4096
+/**
+ * Vocabulary tiling of the LM head and of rollout sampling (ops_vocab.c): a
+ * work item is DF_LMHEAD_ITEM_ROWS rows x one group of DF_LMHEAD_GROUP
+ * vocabulary columns; inside it a thread computes [DF_LMHEAD_ROWS,
+ * DF_LMHEAD_COLS] tiles of logits into a stack buffer (kept in cache), weight
+ * tile by weight tile, all row blocks of the item for each. Groups depend only
+ * on the vocabulary size, so results do not depend on the thread count.
+ */
+#define DF_LMHEAD_ROWS 64
+#define DF_LMHEAD_COLS 1024
+#define DF_LMHEAD_GROUP 8192
+#define DF_LMHEAD_ITEM_ROWS 512
+/** Largest rows * cols of a tile (a per-thread stack buffer of this many floats). */
+#define DF_LMHEAD_TILE_MAX (DF_LMHEAD_ROWS * DF_LMHEAD_COLS)
 
 /* ---- matmul (oneDNN) ----------------------------------------------------- */
 /*
@@ -159,16 +170,110 @@ void df_swiglu_fwd(float *out, const float *gate, const float *up, int64_t n);
 void df_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate,
                    const float *up, int64_t n);
 
-/* ---- LM head: log-prob of given tokens and entropy, in vocabulary chunks ---- */
+/* ---- softmax statistics over the vocabulary (ops_vocab.c) -------------------- */
+/*
+ * For rows h[n, H] and weights W[V, H], z = (h W^T) * inv_t is computed tile by
+ * tile (oneDNN sgemm on one thread per tile) and reduced while the tile is in
+ * cache; the [n, V] logits never exist. Shared by the LM head and by rollout
+ * sampling. Work items are (row item, column group) pairs run in parallel
+ * (dynamic schedule); each owns its (row, group) statistics, merged across
+ * groups in group order, so results do not depend on the thread count or
+ * schedule. Each thread holds one DF_LMHEAD_TILE_MAX-float tile (256 KiB) on
+ * its stack.
+ */
+
+/** Tile shape: rows per block (<= DF_LMHEAD_ROWS), columns per logits tile
+ *  (rows * cols <= DF_LMHEAD_TILE_MAX), columns per work item (rounded up to a
+ *  multiple of cols), rows per work item (rounded up to a multiple of rows). */
+typedef struct df_vocab_tiling {
+    int64_t rows, cols, group, item_rows;
+} df_vocab_tiling;
+
+/** {DF_LMHEAD_ROWS, DF_LMHEAD_COLS, DF_LMHEAD_GROUP, DF_LMHEAD_ITEM_ROWS}. */
+df_vocab_tiling df_vocab_tiling_default(void);
+/** The default with fewer columns per tile for large H (a weight tile <= 512 KiB)
+ *  and fewer rows per item for large G * H (the backward's scratch <= 16 MiB):
+ *  what df_lmhead_fwd / _bwd and rollout sampling use. */
+df_vocab_tiling df_vocab_tiling_for(int64_t V, int64_t H);
+/** t clamped to the limits above (each >= 1). */
+df_vocab_tiling df_vocab_tiling_clamp(const df_vocab_tiling *t);
+/** Column groups of a vocabulary of V: ceil(V / group) of a clamped tiling. */
+int64_t df_vocab_groups(int64_t V, const df_vocab_tiling *t);
+
+/** Softmax statistics of one row of z over one column group. */
+typedef struct df_vstat {
+    double s0;   /**< sum_v e^(z_v - m) */
+    double s1;   /**< sum_v e^(z_v - m) (z_v - m); DF_VSTAT_ENTROPY only */
+    float m;     /**< max_v z_v */
+    int32_t arg; /**< lowest v with z_v = m (a vocabulary index); DF_VSTAT_ARGMAX only */
+} df_vstat;
+
+enum { DF_VSTAT_ENTROPY = 1, DF_VSTAT_ARGMAX = 2 };
+
+/**
+ * st[n, G] (G = df_vocab_groups) = per-group statistics of z = (h W^T) * inv_t,
+ * h [n, H], W [V, H]. zt (NULL = skip) [n] receives z[i, target[i]],
+ * target[i] in [0, V). The max and exp passes are 16-lane vector loops
+ * (df_v16_exp_softmax in ops_math.h: ~2 ulp); sums are float within a tile
+ * row, double across tiles.
+ */
+void df_vocab_stats(df_vstat *st, float *zt, const int32_t *target, const float *h,
+                    const float *W, int64_t n, int64_t V, int64_t H, float inv_t, unsigned flags,
+                    const df_vocab_tiling *t);
+
+/** Whole-row statistics (the same fields over all V), merged in group order with
+ *  the rescaling of the online softmax (Milakov & Gimelshein 2018). */
+typedef struct df_vrow {
+    double m, s0, s1; /**< log-sum-exp = m + log(s0); entropy = log(s0) - s1 / s0 */
+    int32_t arg;      /**< lowest argmax (DF_VSTAT_ARGMAX) */
+} df_vrow;
+void df_vstat_merge(const df_vstat *st, int64_t G, df_vrow *out);
+
+/**
+ * Inverse-CDF draw from softmax(z) of one row: the smallest v whose cumulative
+ * probability exceeds u (u in [0, 1), one uniform draw), as a sequential scan
+ * over the vocabulary in id order would give (up to float rounding at the
+ * boundary). st: the row's G statistics from df_vocab_stats with the same
+ * h_row, W, inv_t and tiling; row: their df_vstat_merge. The group holding the
+ * boundary is recomputed into buf and scanned. buf: 2 * t->group floats
+ * (clamped tiling), 64-byte aligned. *z_tok receives z of the drawn token
+ * (logp = z_tok - lse).
+ */
+int32_t df_vocab_draw(const df_vstat *st, int64_t G, const df_vrow *row, double u,
+                      const float *h_row, const float *W, int64_t V, int64_t H, float inv_t,
+                      const df_vocab_tiling *t, float *buf, float *z_tok);
+
+/* Row helpers (16-lane loops) for sampling from a materialised row of logits. */
+
+/** max_j x[j] (NaN entries are ignored; -inf for n = 0). */
+float df_row_max(const float *x, int64_t n);
+/** Lowest j with x[j] == m, or n if none. */
+int64_t df_row_find(const float *x, int64_t n, float m);
+/** w[j] = e^(x[j] - shift) (w NULL: not stored); returns sum_j of them in double.
+ *  shift >= max_j x[j] keeps every term in (0, 1]. */
+double df_row_exp(float *w, const float *x, int64_t n, float shift);
+/** w[j] = e^(x[j] * scale - shift) in double (x[j] * scale rounded to double
+ *  first; a few ulp from libm's exp); returns their sum. For samplers that
+ *  keep double-precision weights (top-k / top-p). */
+double df_row_exp_f64(double *w, const float *x, int64_t n, double scale, double shift);
+/** First j whose running sum w[0] + ... + w[j] (double, in order) exceeds
+ *  target; when rounding leaves the total <= target, the last j with w[j] > 0
+ *  (n - 1 if none): a sequential CDF walk. */
+int64_t df_row_cdf_find(const float *w, int64_t n, double target);
+
+/* ---- LM head: log-prob of given tokens and entropy, in vocabulary tiles ---- */
 
 /**
  * For rows h[n, H] and weights W[V, H], with z = (h W^T) / temperature:
  *   logp[i] = z[i, target[i]] - logsumexp(z[i])     (lse[i] saved)
- *   entropy[i] = logsumexp(z[i]) - sum_v softmax(z[i])_v z[i,v]  (NULL = skip)
- * target[i] in [0, V). Streams over [DF_LMHEAD_ROWS, DF_LMHEAD_COLS] tiles of
- * z with an online log-sum-exp, so the [n, V] logits never exist. Matches
- * verl's logprobs_from_logits / entropy_from_logits applied to
- * logits.div(temperature). scratch: df_lmhead_scratch_floats(n, V, H) floats.
+ *   entropy[i] = logsumexp(z[i]) - sum_v softmax(z[i])_v z[i,v]  (NULL = skip;
+ *   the entropy's extra multiply-add per logit is then not done)
+ * target[i] in [0, V). Streams over vocabulary tiles (df_vocab_stats) with an
+ * online log-sum-exp (Milakov & Gimelshein 2018, "Online normalizer
+ * calculation for softmax") extended with a running sum of p (z - m) for the
+ * entropy. Matches verl's logprobs_from_logits / entropy_from_logits applied
+ * to logits.div(temperature). scratch: df_lmhead_scratch_floats(n, V, H)
+ * floats, 8-byte aligned. Parallel over (row item, column group).
  */
 void df_lmhead_fwd(float *logp, float *entropy, float *lse, const float *h, const float *W,
                    const int32_t *target, int64_t n, int64_t V, int64_t H, float temperature,
@@ -179,24 +284,28 @@ void df_lmhead_fwd(float *logp, float *entropy, float *lse, const float *h, cons
  * only when dentropy is given), with p = softmax(z):
  *   dz_v = dlogp (1[v = target] - p_v) - dentropy p_v (log p_v + entropy),
  *   dlogits = dz / temperature,  dh = dlogits W,  dW += dlogits^T h.
+ * Per DF_LMHEAD_ITEM_ROWS rows, column groups run in parallel: each owns its
+ * rows of dW and a partial dh in scratch, summed in group order afterwards
+ * (deterministic).
  */
 void df_lmhead_bwd(float *dh, float *dW, const float *dlogp, const float *dentropy,
                    const float *h, const float *W, const int32_t *target, const float *lse,
                    const float *entropy, int64_t n, int64_t V, int64_t H, float temperature,
                    float *scratch);
 /**
- * As df_lmhead_fwd / _bwd with explicit tile sizes (rows_tile <= DF_LMHEAD_ROWS,
- * any cols_tile >= 1); scratch holds min(n, rows_tile) * min(V, cols_tile)
- * floats. For tests (small tiles exercise every boundary) and tuning.
+ * As df_lmhead_fwd / _bwd with an explicit tiling (clamped as
+ * df_vocab_tiling_clamp); scratch holds df_lmhead_scratch_floats_tiled(n, V,
+ * H, t) floats. For tests (small tiles exercise every boundary) and tuning.
  */
 void df_lmhead_fwd_tiled(float *logp, float *entropy, float *lse, const float *h,
                          const float *W, const int32_t *target, int64_t n, int64_t V, int64_t H,
-                         float temperature, int64_t rows_tile, int64_t cols_tile, float *scratch);
+                         float temperature, const df_vocab_tiling *t, float *scratch);
 void df_lmhead_bwd_tiled(float *dh, float *dW, const float *dlogp, const float *dentropy,
                          const float *h, const float *W, const int32_t *target, const float *lse,
                          const float *entropy, int64_t n, int64_t V, int64_t H, float temperature,
-                         int64_t rows_tile, int64_t cols_tile, float *scratch);
-/** Floats of scratch df_lmhead_fwd / _bwd need for n rows. */
+                         const df_vocab_tiling *t, float *scratch);
+/** Floats of scratch df_lmhead_fwd / _bwd need for n rows (df_vocab_tiling_for). */
 int64_t df_lmhead_scratch_floats(int64_t n, int64_t V, int64_t H);
+int64_t df_lmhead_scratch_floats_tiled(int64_t n, int64_t V, int64_t H, const df_vocab_tiling *t);
 
 #endif /* DF_MODEL_OPS_H */

@@ -1,80 +1,130 @@
 /*
- * LM head: log-probabilities of given tokens and entropies, streamed over
- * [DF_LMHEAD_ROWS, DF_LMHEAD_COLS] tiles of logits with an online log-sum-exp
- * (Milakov & Gimelshein 2018, "Online normalizer calculation for softmax"),
- * extended with a running sum of p * (z - m) for the entropy. Matches verl's
- * logprobs_from_logits + entropy_from_logits on logits / temperature.
+ * LM head: log-probabilities of given tokens and entropies (ops.h). The
+ * forward is df_vocab_stats (per-group online log-sum-exp with a running sum
+ * of p (z - m) for the entropy) and a merge per row; the backward recomputes
+ * each logits tile in cache, turns it into dL/dlogits in place and feeds the
+ * two gradient GEMMs from there. Matches verl's logprobs_from_logits +
+ * entropy_from_logits on logits / temperature.
  */
 #include "model/ops.h"
 #include "model/ops_math.h"
 
 #include <math.h>
+#include <string.h>
+
+/* ISO C mode (-std=c11) disables FMA contraction; the exp polynomial wants it. */
+#if defined(__clang__)
+#pragma clang fp contract(fast)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=fast")
+#endif
+
+int64_t df_lmhead_scratch_floats_tiled(int64_t n, int64_t V, int64_t H, const df_vocab_tiling *t)
+{
+    df_vocab_tiling c = df_vocab_tiling_clamp(t);
+    int64_t G = df_vocab_groups(V, &c);
+    int64_t fwd = n * G * (int64_t)(sizeof(df_vstat) / sizeof(float)); /* group statistics */
+    int64_t rows = n < c.item_rows ? n : c.item_rows;
+    int64_t bwd = G * (rows > 0 ? rows : 1) * H; /* partial dh per group */
+    int64_t f = fwd > bwd ? fwd : bwd;
+    return f > 0 ? f : 1;
+}
 
 int64_t df_lmhead_scratch_floats(int64_t n, int64_t V, int64_t H)
 {
-    (void)H;
-    int64_t r = n < DF_LMHEAD_ROWS ? n : DF_LMHEAD_ROWS;
-    int64_t c = V < DF_LMHEAD_COLS ? V : DF_LMHEAD_COLS;
-    return (r > 0 ? r : 1) * c;
-}
-
-/* Running state of one row: max m, s0 = sum e^(z-m), s1 = sum e^(z-m) (z-m), target logit. */
-typedef struct {
-    double m, s0, s1;
-    float zt;
-} row_state;
-
-static void row_update(row_state *st, const float *z, int64_t nv, int64_t v0, int32_t target)
-{
-    float mb = -INFINITY;
-    for (int64_t j = 0; j < nv; j++)
-        mb = z[j] > mb ? z[j] : mb;
-    if (target >= v0 && target < v0 + nv)
-        st->zt = z[target - v0];
-    double m_new = mb > st->m ? mb : st->m;
-    float mf = (float)m_new;
-    float a0 = 0.0f, a1 = 0.0f;
-#pragma omp simd reduction(+ : a0, a1)
-    for (int64_t j = 0; j < nv; j++) {
-        float d = z[j] - mf, e = df_expf(d);
-        a0 += e;
-        a1 += e * d;
-    }
-    /* Shift the old sums to the new max: e^(z-m_new) = a e^(z-m_old), z - m_new = (z-m_old) + dm. */
-    if (st->s0 > 0.0) {
-        double dm = st->m - m_new, a = exp(dm);
-        st->s1 = a * (st->s1 + dm * st->s0);
-        st->s0 = a * st->s0;
-    }
-    st->s0 += a0;
-    st->s1 += a1;
-    st->m = m_new;
+    df_vocab_tiling t = df_vocab_tiling_for(V, H);
+    return df_lmhead_scratch_floats_tiled(n, V, H, &t);
 }
 
 void df_lmhead_fwd_tiled(float *logp, float *entropy, float *lse, const float *h,
                          const float *W, const int32_t *target, int64_t n, int64_t V, int64_t H,
-                         float temperature, int64_t RT, int64_t CT, float *scratch)
+                         float temperature, const df_vocab_tiling *t, float *scratch)
 {
-    const float inv_t = 1.0f / temperature;
-    RT = RT < DF_LMHEAD_ROWS ? RT : DF_LMHEAD_ROWS; /* bounds the stack row state */
-    for (int64_t r0 = 0; r0 < n; r0 += RT) {
-        int64_t nr = n - r0 < RT ? n - r0 : RT;
-        row_state st[DF_LMHEAD_ROWS];
-        for (int64_t i = 0; i < nr; i++)
-            st[i] = (row_state){-INFINITY, 0.0, 0.0, 0.0f};
-        for (int64_t v0 = 0; v0 < V; v0 += CT) {
-            int64_t nv = V - v0 < CT ? V - v0 : CT;
-            df_gemm_nt(nr, nv, H, inv_t, h + r0 * H, W + v0 * H, 0.0f, scratch);
-#pragma omp parallel for schedule(static)
-            for (int64_t i = 0; i < nr; i++)
-                row_update(&st[i], scratch + i * nv, nv, v0, target[r0 + i]);
+    df_vocab_tiling c = df_vocab_tiling_clamp(t);
+    const int64_t G = df_vocab_groups(V, &c);
+    df_vstat *st = (df_vstat *)(void *)scratch;
+    /* z[i, target[i]] lands in logp first. */
+    df_vocab_stats(st, logp, target, h, W, n, V, H, 1.0f / temperature,
+                   entropy ? DF_VSTAT_ENTROPY : 0u, &c);
+    for (int64_t i = 0; i < n; i++) {
+        df_vrow r;
+        df_vstat_merge(st + i * G, G, &r);
+        double ls = log(r.s0), l = r.m + ls;
+        lse[i] = (float)l;
+        logp[i] = (float)((double)logp[i] - l);
+        if (entropy)
+            entropy[i] = (float)(ls - r.s1 / r.s0);
+    }
+}
+
+/* In place on a tile row: z -> dL/dlogits = dz / temperature (chain rule through
+ * z = logits / t); gl, ge are dlogp, dentropy already divided by t. */
+static void dlogits_row(float *z, int64_t nv, float l, float gl, float ge, float ent)
+{
+    const df_v16 lv = df_v16_set1(l), glv = df_v16_set1(gl), gev = df_v16_set1(ge);
+    const df_v16 entv = df_v16_set1(ent);
+    int64_t j = 0;
+    if (ge != 0.0f) {
+        for (; j + 16 <= nv; j += 16) {
+            df_v16 lp = df_v16_load(z + j) - lv, p = df_v16_exp_softmax(lp);
+            df_v16_store(z + j, -glv * p - gev * p * (lp + entv));
         }
-        for (int64_t i = 0; i < nr; i++) {
-            double l = st[i].m + log(st[i].s0);
-            lse[r0 + i] = (float)l;
-            logp[r0 + i] = (float)(st[i].zt - l);
-            if (entropy)
-                entropy[r0 + i] = (float)(log(st[i].s0) - st[i].s1 / st[i].s0);
+    } else {
+        for (; j + 16 <= nv; j += 16) {
+            df_v16 p = df_v16_exp_softmax(df_v16_load(z + j) - lv);
+            df_v16_store(z + j, -glv * p);
+        }
+    }
+    for (; j < nv; j++) {
+        float lp = z[j] - l, p = df_expf(lp);
+        z[j] = -gl * p - ge * p * (lp + ent);
+    }
+}
+
+typedef struct {
+    float *dW, *part;
+    const float *dlogp, *dentropy, *h, *W, *lse, *entropy;
+    const int32_t *target;
+    int64_t V, H, r0, nr, stride; /* stride: floats between groups' dh parts */
+    float inv_t;
+    df_vocab_tiling t;
+} bwd_job;
+
+/* dL/dlogits of tile rows [rb, rb + nr) x columns [cs, cs + ns), in place. */
+static void dlogits_tile(const bwd_job *j, float *tile, int64_t rb, int64_t nr, int64_t cs,
+                         int64_t ns)
+{
+    for (int64_t i = 0; i < nr; i++) {
+        int64_t r = rb + i;
+        float gl = j->dlogp ? j->dlogp[r] * j->inv_t : 0.0f;
+        float ge = j->dentropy ? j->dentropy[r] * j->inv_t : 0.0f;
+        float ent = ge != 0.0f ? j->entropy[r] : 0.0f;
+        float *z = tile + i * ns;
+        dlogits_row(z, ns, j->lse[r], gl, ge, ent);
+        int64_t tg = j->target[r];
+        if (tg >= cs && tg < cs + ns)
+            z[tg - cs] += gl;
+    }
+}
+
+/* Column group g over the rows of the job: the group's dW rows (owned) and its
+ * partial dh (part[g], [nr, H]). Weight tiles outer, row blocks inner: each W
+ * and dW tile stays in cache while all the rows pass. */
+static void bwd_item(const bwd_job *j, int64_t g)
+{
+    float tile[DF_LMHEAD_TILE_MAX] __attribute__((aligned(64)));
+    const int64_t H = j->H, c0 = g * j->t.group;
+    const int64_t c1 = c0 + j->t.group < j->V ? c0 + j->t.group : j->V;
+    float *part = j->part + g * j->stride;
+    for (int64_t cs = c0; cs < c1; cs += j->t.cols) {
+        const int64_t ns = c1 - cs < j->t.cols ? c1 - cs : j->t.cols;
+        for (int64_t rb = j->r0; rb < j->r0 + j->nr; rb += j->t.rows) {
+            const int64_t nr = j->r0 + j->nr - rb < j->t.rows ? j->r0 + j->nr - rb : j->t.rows;
+            df_gemm_nt(nr, ns, H, j->inv_t, j->h + rb * H, j->W + cs * H, 0.0f, tile);
+            dlogits_tile(j, tile, rb, nr, cs, ns);
+            df_gemm_tn(ns, H, nr, 1.0f, tile, j->h + rb * H, 1.0f, j->dW + cs * H);
+            df_gemm_nn(nr, H, ns, 1.0f, tile, j->W + cs * H, cs == c0 ? 0.0f : 1.0f,
+                       part + (rb - j->r0) * H);
         }
     }
 }
@@ -82,34 +132,26 @@ void df_lmhead_fwd_tiled(float *logp, float *entropy, float *lse, const float *h
 void df_lmhead_bwd_tiled(float *dh, float *dW, const float *dlogp, const float *dentropy,
                          const float *h, const float *W, const int32_t *target, const float *lse,
                          const float *entropy, int64_t n, int64_t V, int64_t H, float temperature,
-                         int64_t RT, int64_t CT, float *scratch)
+                         const df_vocab_tiling *t, float *scratch)
 {
-    const float inv_t = 1.0f / temperature;
-    for (int64_t r0 = 0; r0 < n; r0 += RT) {
-        int64_t nr = n - r0 < RT ? n - r0 : RT;
-        for (int64_t v0 = 0; v0 < V; v0 += CT) {
-            int64_t nv = V - v0 < CT ? V - v0 : CT;
-            df_gemm_nt(nr, nv, H, inv_t, h + r0 * H, W + v0 * H, 0.0f, scratch);
-            /* In place: z -> dL/dlogits = dz / temperature (chain rule through z = logits / t). */
-#pragma omp parallel for schedule(static)
-            for (int64_t i = 0; i < nr; i++) {
-                float *z = scratch + i * nv;
-                float l = lse[r0 + i];
-                float gl = dlogp ? dlogp[r0 + i] * inv_t : 0.0f;
-                float ge = dentropy ? dentropy[r0 + i] * inv_t : 0.0f;
-                float ent = ge != 0.0f ? entropy[r0 + i] : 0.0f;
+    bwd_job j = {dW, scratch, dlogp, dentropy, h, W, lse, entropy, target, V, H, 0, 0, 0,
+                 1.0f / temperature, df_vocab_tiling_clamp(t)};
+    const int64_t G = df_vocab_groups(V, &j.t), IR = j.t.item_rows;
+    j.stride = (n < IR ? n : IR) * H;
+    for (j.r0 = 0; j.r0 < n; j.r0 += IR) {
+        j.nr = n - j.r0 < IR ? n - j.r0 : IR;
+        /* Groups own disjoint dW rows; their dh parts are summed in group order. */
+#pragma omp parallel for schedule(dynamic, 1) if (G > 1)
+        for (int64_t g = 0; g < G; g++)
+            bwd_item(&j, g);
+        const int64_t len = j.nr * H;
+        float *out = dh + j.r0 * H;
+        memcpy(out, scratch, (size_t)len * sizeof(float));
+        for (int64_t g = 1; g < G; g++) {
+            const float *p = scratch + g * j.stride;
 #pragma omp simd
-                for (int64_t j = 0; j < nv; j++) {
-                    float lp = z[j] - l, p = df_expf(lp);
-                    z[j] = -gl * p - ge * p * (lp + ent);
-                }
-                int64_t t = target[r0 + i];
-                if (t >= v0 && t < v0 + nv)
-                    z[t - v0] += gl;
-            }
-            df_gemm_nn(nr, H, nv, 1.0f, scratch, W + v0 * H, v0 == 0 ? 0.0f : 1.0f,
-                       dh + r0 * H);
-            df_gemm_tn(nv, H, nr, 1.0f, scratch, h + r0 * H, 1.0f, dW + v0 * H);
+            for (int64_t i = 0; i < len; i++)
+                out[i] += p[i];
         }
     }
 }
@@ -118,8 +160,8 @@ void df_lmhead_fwd(float *logp, float *entropy, float *lse, const float *h, cons
                    const int32_t *target, int64_t n, int64_t V, int64_t H, float temperature,
                    float *scratch)
 {
-    df_lmhead_fwd_tiled(logp, entropy, lse, h, W, target, n, V, H, temperature, DF_LMHEAD_ROWS,
-                        DF_LMHEAD_COLS, scratch);
+    df_vocab_tiling t = df_vocab_tiling_for(V, H);
+    df_lmhead_fwd_tiled(logp, entropy, lse, h, W, target, n, V, H, temperature, &t, scratch);
 }
 
 void df_lmhead_bwd(float *dh, float *dW, const float *dlogp, const float *dentropy,
@@ -127,6 +169,7 @@ void df_lmhead_bwd(float *dh, float *dW, const float *dlogp, const float *dentro
                    const float *entropy, int64_t n, int64_t V, int64_t H, float temperature,
                    float *scratch)
 {
+    df_vocab_tiling t = df_vocab_tiling_for(V, H);
     df_lmhead_bwd_tiled(dh, dW, dlogp, dentropy, h, W, target, lse, entropy, n, V, H,
-                        temperature, DF_LMHEAD_ROWS, DF_LMHEAD_COLS, scratch);
+                        temperature, &t, scratch);
 }
