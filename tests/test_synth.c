@@ -327,12 +327,79 @@ static void test_golden_row(void **state)
     free(text);
 }
 
+/* bare_answer_frac swaps the demonstration's style, never the problem. */
+static void test_bare_answers(void **state)
+{
+    (void)state;
+    df_synth_cfg worked, mixed;
+    df_synth_cfg_default(&worked);
+    worked.seed = 5;
+    mixed = worked;
+    mixed.bare_answer_frac = 0.5;
+    int bare = 0;
+    for (int64_t i = 0; i < 2000; i++) {
+        df_synth_problem a, b;
+        assert_int_equal(df_synth_problem_make(&worked, i, &a), 0);
+        assert_int_equal(df_synth_problem_make(&mixed, i, &b), 0);
+        assert_string_equal(a.question, b.question);
+        assert_int_equal(a.answer, b.answer);
+        if (strcmp(a.solution, b.solution)) {
+            char want[64];
+            snprintf(want, sizeof want, "The answer is %lld.", (long long)a.answer);
+            assert_string_equal(b.solution, want);
+            bare++;
+        }
+        df_synth_problem_free(&a);
+        df_synth_problem_free(&b);
+    }
+    assert_in_range(bare, 900, 1100); /* binomial(2000, 0.5): 5 standard deviations */
+    mixed.bare_answer_frac = 1.5;
+    df_synth_problem p;
+    assert_int_equal(df_synth_problem_make(&mixed, 0, &p), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "bare_answer_frac"));
+}
+
+/* A test set made with `exclude` shares no problem with the training set. */
+static void test_exclude(void **state)
+{
+    (void)state;
+    df_synth_cfg c;
+    df_synth_cfg_default(&c);
+    c.seed = 1;
+    df_dataset *train, *test;
+    assert_int_equal(df_synth_dataset(&c, 300, &train), 0);
+    c.exclude = train; /* same seed: problems 0..299 are all excluded */
+    assert_int_equal(df_synth_dataset(&c, 50, &test), 0);
+    assert_int_equal(df_dataset_size(test), 50);
+    char *idx;
+    assert_int_equal(df_dataset_field(test, 0, "extra_info.index", &idx), 0);
+    assert_string_equal(idx, "300");
+    free(idx);
+    df_dataset_free(test);
+    /* knobs with only a handful of distinct problems cannot avoid a large set */
+    df_synth_cfg tiny;
+    df_synth_cfg_default(&tiny);
+    tiny.min_steps = tiny.max_steps = 1;
+    tiny.max_operand = 2;
+    tiny.max_value = 2;
+    strcpy(tiny.ops, "-");
+    df_dataset *all;
+    assert_int_equal(df_synth_dataset(&tiny, 40000, &all), 0); /* covers its ~3600 problems */
+    tiny.exclude = all;
+    tiny.seed = 9;
+    assert_int_equal(df_synth_dataset(&tiny, 10, &test), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "excluded"));
+    df_dataset_free(all);
+    df_dataset_free(train);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_default_task), cmocka_unit_test(test_knobs),
         cmocka_unit_test(test_bad_knobs),    cmocka_unit_test(test_determinism),
-        cmocka_unit_test(test_golden_row),
+        cmocka_unit_test(test_golden_row),   cmocka_unit_test(test_bare_answers),
+        cmocka_unit_test(test_exclude),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

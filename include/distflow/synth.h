@@ -25,7 +25,16 @@
  *
  * Determinism: problem i draws from df_rng_key(seed, i, 0, 0) alone, so the
  * same config gives byte-identical output, and the first m rows of n > m rows
- * equal the rows of a run with n = m. Use different seeds for train and test.
+ * equal the rows of a run with n = m. Use different seeds for train and test,
+ * and `exclude` to keep a test set's problems out of the training set.
+ *
+ * Demonstration style (bare_answer_frac): instruction data mixes worked
+ * solutions with bare answers. With probability bare_answer_frac (drawn from
+ * df_rng_key(seed, i, 1, 0), so the problems themselves do not change) a row's
+ * extra_info.answer is the conversational "The answer is {answer}." instead of
+ * the worked solution. The scorer reads only "#### {answer}", so a model that
+ * imitates bare answers scores 0 on those; RL with the scorer's reward can
+ * learn to work the problem out (what `make demo` shows).
  */
 #ifndef DISTFLOW_SYNTH_H
 #define DISTFLOW_SYNTH_H
@@ -48,6 +57,10 @@ typedef struct df_synth_cfg {
     char ops[4];      /**< non-empty set of '+', '-', '*' without repeats ["+-*"] */
     uint64_t seed;    /**< [0] */
     const char *split; /**< written to extra_info.split; NULL -> "train" */
+    double bare_answer_frac; /**< in [0, 1]: share of bare-answer demonstrations [0] */
+    /** Problems whose text equals the first message of a row of this dataset are
+     *  skipped (the row keeps its generator index in extra_info.index) [NULL] */
+    const df_dataset *exclude;
 } df_synth_cfg;
 
 /** The defaults above. */
@@ -59,7 +72,8 @@ DF_API int df_synth_cfg_check(const df_synth_cfg *cfg);
 /** One generated problem (malloc'd strings; free with df_synth_problem_free). */
 typedef struct df_synth_problem {
     char *question; /**< the word problem */
-    char *solution; /**< worked solution ending in "#### {answer}" */
+    char *solution; /**< worked solution ending in "#### {answer}", or the bare
+                         "The answer is {answer}." (see bare_answer_frac) */
     int64_t answer;
     int steps;
 } df_synth_problem;
@@ -68,13 +82,17 @@ typedef struct df_synth_problem {
 DF_API int df_synth_problem_make(const df_synth_cfg *cfg, int64_t index, df_synth_problem *out);
 DF_API void df_synth_problem_free(df_synth_problem *p);
 
-/** Rows 0..n-1 as JSON lines (one object per line, '\n' after each) in a malloc'd string. */
+/**
+ * n rows as JSON lines (one object per line, '\n' after each) in a malloc'd
+ * string: problems 0, 1, 2, ... minus those in cfg->exclude. DF_EINVAL when
+ * the exclusion set leaves too few distinct problems (the knobs are too narrow).
+ */
 DF_API int df_synth_jsonl(const df_synth_cfg *cfg, int64_t n, char **text, size_t *len);
 
-/** Write rows 0..n-1 to `path` atomically (temp file + rename). DF_EIO / DF_EINVAL / DF_ENOMEM. */
+/** Write the rows of df_synth_jsonl to `path` atomically (temp file + rename). */
 DF_API int df_synth_write(const df_synth_cfg *cfg, int64_t n, const char *path);
 
-/** Rows 0..n-1 as an in-memory dataset (named "synthetic:<split>"). */
+/** The rows of df_synth_jsonl as an in-memory dataset (named "synthetic:<split>"). */
 DF_API int df_synth_dataset(const df_synth_cfg *cfg, int64_t n, df_dataset **out);
 
 #ifdef __cplusplus

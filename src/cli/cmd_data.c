@@ -42,7 +42,8 @@ static int cmd_synth(int argc, char **argv)
 {
     df_synth_cfg cfg;
     df_synth_cfg_default(&cfg);
-    const char *out = NULL, *split = "train", *ops = NULL;
+    const char *out = NULL, *split = "train", *ops = NULL, *exclude = NULL;
+    double bare = 0;
     int64_t n = 0, seed = 0, min_steps = cfg.min_steps, max_steps = cfg.max_steps;
     int64_t max_operand = cfg.max_operand, max_value = cfg.max_value;
     df_opt opts[] = {
@@ -55,6 +56,9 @@ static int cmd_synth(int argc, char **argv)
         {"max-operand", DF_OPT_INT, &max_operand, "largest start value / operand (default 20)", false},
         {"max-value", DF_OPT_INT, &max_value, "no value ever exceeds this (default 99)", false},
         {"ops", DF_OPT_STR, &ops, "operations to use, a subset of \"+-*\" (default all)", false},
+        {"bare-answers", DF_OPT_FLOAT, &bare,
+         "share of demonstrations that are bare answers \"The answer is N.\" (default 0)", false},
+        {"exclude", DF_OPT_STR, &exclude, "skip problems that appear in this JSON-lines file", false},
         {0}};
     char *pos[1];
     int n_pos, code;
@@ -71,7 +75,15 @@ static int cmd_synth(int argc, char **argv)
     cfg.max_value = (int)max_value;
     if (ops)
         snprintf(cfg.ops, sizeof cfg.ops, "%s", ops);
-    if (df_mkdir_parent(out) || df_synth_write(&cfg, n, out))
+    cfg.bare_answer_frac = bare;
+    df_dataset *ex = NULL;
+    df_dataset_opts eo = {.reward_optional = true};
+    if (exclude && df_dataset_load(&exclude, 1, &eo, &ex))
+        return df_cli_fail("data synth");
+    cfg.exclude = ex;
+    int rc = df_mkdir_parent(out) || df_synth_write(&cfg, n, out);
+    df_dataset_free(ex);
+    if (rc)
         return df_cli_fail("data synth");
     fprintf(stderr, "distflow data synth: wrote %lld problems to %s\n", (long long)n, out);
     return 0;

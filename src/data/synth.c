@@ -44,6 +44,9 @@ int df_synth_cfg_check(const df_synth_cfg *c)
     if (c->max_value < c->max_operand || c->max_value > 1000000000)
         return df_error(DF_EINVAL, "synthetic task: max_value = %d, must be in [max_operand = %d, 1e9]",
                         c->max_value, c->max_operand);
+    if (!(c->bare_answer_frac >= 0 && c->bare_answer_frac <= 1))
+        return df_error(DF_EINVAL, "synthetic task: bare_answer_frac = %g, must be in [0, 1]",
+                        c->bare_answer_frac);
     size_t n = strnlen(c->ops, sizeof c->ops);
     if (n == 0 || n == sizeof c->ops)
         return df_error(DF_EINVAL, "synthetic task: ops must be 1 to 3 of \"+-*\"");
@@ -127,7 +130,14 @@ int df_synth_problem_make(const df_synth_cfg *c, int64_t index, df_synth_problem
     for (int i = 0; i < k; i++)
         s = apply_op(&r, c, s, who < 10, items, &q, &sol, &ok);
     ok &= df_jsonl_buf_addf(&q, " How many %s does %s have now?", items, name);
-    ok &= df_jsonl_buf_addf(&sol, "#### %lld", (long long)s);
+    df_rng style;
+    df_rng_seed(&style, df_rng_key(c->seed, (uint64_t)index, 1, 0));
+    if (c->bare_answer_frac > 0 && df_rng_uniform(&style) < c->bare_answer_frac) {
+        sol.len = 0; /* a bare demonstration: no working, not the verifier's format */
+        ok &= df_jsonl_buf_addf(&sol, "The answer is %lld.", (long long)s);
+    } else {
+        ok &= df_jsonl_buf_addf(&sol, "#### %lld", (long long)s);
+    }
     if (!ok) {
         free(q.p);
         free(sol.p);
@@ -172,6 +182,43 @@ static int append_row(const df_synth_cfg *c, int64_t i, df_jsonl_buf *out)
     return ok ? DF_OK : df_error(DF_ENOMEM, "synthetic task: out of memory at row %lld", (long long)i);
 }
 
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The first message of every row of `ds`, sorted for bsearch (NULL ds: none). */
+static int sorted_questions(const df_dataset *ds, const char ***out, int64_t *n)
+{
+    *n = ds ? df_dataset_size(ds) : 0;
+    *out = NULL;
+    if (*n == 0)
+        return DF_OK;
+    const char **q = malloc((size_t)*n * sizeof *q);
+    if (!q)
+        return df_error(DF_ENOMEM, "synthetic task: out of memory");
+    for (int64_t i = 0; i < *n; i++) {
+        const char *role;
+        if (df_dataset_message(ds, i, 0, &role, &q[i]))
+            q[i] = "";
+    }
+    qsort(q, (size_t)*n, sizeof *q, cmp_str);
+    *out = q;
+    return DF_OK;
+}
+
+static int is_excluded(const df_synth_cfg *c, int64_t i, const char **excl, int64_t n_excl,
+                       bool *skip)
+{
+    df_synth_problem p;
+    int rc = df_synth_problem_make(c, i, &p);
+    if (rc)
+        return rc;
+    *skip = bsearch(&p.question, excl, (size_t)n_excl, sizeof *excl, cmp_str) != NULL;
+    df_synth_problem_free(&p);
+    return DF_OK;
+}
+
 int df_synth_jsonl(const df_synth_cfg *cfg, int64_t n, char **text, size_t *len)
 {
     int rc = df_synth_cfg_check(cfg);
@@ -179,11 +226,30 @@ int df_synth_jsonl(const df_synth_cfg *cfg, int64_t n, char **text, size_t *len)
         return rc;
     if (n < 0)
         return df_error(DF_EINVAL, "synthetic task: row count %lld < 0", (long long)n);
+    const char **excl = NULL;
+    int64_t n_excl = 0;
+    if ((rc = sorted_questions(cfg->exclude, &excl, &n_excl)))
+        return rc;
     df_jsonl_buf out = {0};
     if (!df_jsonl_buf_add(&out, "", 0))
-        return df_error(DF_ENOMEM, "synthetic task: out of memory");
-    for (int64_t i = 0; !rc && i < n; i++)
-        rc = append_row(cfg, i, &out);
+        rc = df_error(DF_ENOMEM, "synthetic task: out of memory");
+    /* every problem the exclusion set drops is replaced by the next index; the
+       cap only stops knobs so narrow that few distinct problems exist */
+    int64_t written = 0, limit = 10 * n + 1000;
+    for (int64_t i = 0; !rc && written < n; i++) {
+        if (i == limit) {
+            rc = df_error(DF_EINVAL, "synthetic task: only %lld of %lld problems are outside the "
+                          "excluded set after %lld draws; widen the knobs",
+                          (long long)written, (long long)n, (long long)limit);
+            break;
+        }
+        bool skip = false;
+        if (n_excl && (rc = is_excluded(cfg, i, excl, n_excl, &skip)))
+            break;
+        if (!skip && !(rc = append_row(cfg, i, &out)))
+            written++;
+    }
+    free(excl);
     if (rc) {
         free(out.p);
         return rc;
