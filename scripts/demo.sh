@@ -21,9 +21,11 @@ rm -rf "$OUT" && mkdir -p "$OUT"
 
 log "1/6 synthetic task: $(cat $EX/task.args)"
 # shellcheck disable=SC2046
-"$DF" data synth --out "$OUT/data/train.jsonl" --split train --seed 1 $(cat $EX/task.args) --n 20000
+"$DF" data synth --out "$OUT/data/train.jsonl" --split train --seed 1 $(cat $EX/task.args) \
+    --bare-answers 0.5 --n 20000
 # shellcheck disable=SC2046
-"$DF" data synth --out "$OUT/data/test.jsonl" --split test --seed 2 $(cat $EX/task.args) --n 500
+"$DF" data synth --out "$OUT/data/test.jsonl" --split test --seed 2 $(cat $EX/task.args) \
+    --exclude "$OUT/data/train.jsonl" --n 500
 
 log "2/6 tokenizer (byte-level BPE trained on the training set) and a random Qwen2 model"
 "$DF" data tokenizer --in "$OUT/data/train.jsonl" --vocab-size 512 --out "$OUT/tokenizer"
