@@ -4,6 +4,7 @@
 #include "distflow/algo.h"
 #include "distflow/optim.h"
 #include "engine/packing.h"
+#include "util/timeutil.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -23,6 +24,8 @@ struct df_actor {
     float *w;         /* aggregation weights */
     int64_t buf_cap;
     int64_t steps;
+    df_progress bar;  /* update_policy's TTY bar, over samples */
+    int64_t bar_done;
 };
 
 int df_actor_create(df_model *model, const df_actor_params *p, bool trainable, df_actor **out)
@@ -250,7 +253,10 @@ static int ppo_mini_batch(df_actor *a, const df_batch *mb, double lr, df_metrics
     memset(a->grads, 0, (size_t)a->model->n_params * sizeof(float));
     if (global_tokens > 0)
         for (int64_t k = 0; k < n_mb && !rc; k++)
-            rc = ppo_micro(a, mb, bounds[k], bounds[k + 1], global_tokens, global_seqs, scratch);
+            if (!(rc = ppo_micro(a, mb, bounds[k], bounds[k + 1], global_tokens, global_seqs, scratch))) {
+                a->bar_done += bounds[k + 1] - bounds[k];
+                df_progress_update(&a->bar, a->bar_done, NULL);
+            }
     free(bounds);
     if (rc)
         return rc;
@@ -281,8 +287,11 @@ int df_actor_update_policy(df_actor *a, df_batch *b, df_metrics *m)
     if (!scratch)
         return df_error(DF_ENOMEM, "out of memory");
     double lr = current_lr(a);
-    int rc = DF_OK;
-    for (int ep = 0; ep < (a->p.ppo_epochs > 0 ? a->p.ppo_epochs : 1) && !rc; ep++) {
+    int rc = DF_OK, epochs = a->p.ppo_epochs > 0 ? a->p.ppo_epochs : 1;
+    df_progress_begin(&a->bar, a->p.progress_label, (int64_t)epochs * n);
+    a->bar.enabled = a->bar.enabled && a->p.progress_label;
+    a->bar_done = 0;
+    for (int ep = 0; ep < epochs && !rc; ep++) {
         for (int64_t s = 0; s < n && !rc; s += mbs) {
             df_batch *mb;
             int64_t e = s + mbs < n ? s + mbs : n;
@@ -292,6 +301,7 @@ int df_actor_update_policy(df_actor *a, df_batch *b, df_metrics *m)
             df_batch_free(mb);
         }
     }
+    df_progress_end(&a->bar);
     df_metrics_free(scratch);
     a->steps++;
     return rc;

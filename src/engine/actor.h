@@ -35,6 +35,7 @@ typedef struct df_actor_params {
     double kl_loss_coef;
     const char *kl_loss_type;
     float temperature;          /* rollout temperature: logits are divided by it */
+    const char *progress_label; /* non-NULL: update_policy draws a TTY progress bar over samples */
 } df_actor_params;
 
 typedef struct df_actor df_actor;

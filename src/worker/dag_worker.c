@@ -100,6 +100,7 @@ static void actor_params(const df_dag_worker *w, df_actor_params *p)
     p->kl_loss_coef = df_config_float(c, A "kl_loss_coef");
     p->kl_loss_type = df_config_str(c, A "kl_loss_type");
     p->temperature = (float)df_config_float(c, "actor_rollout_ref.rollout.temperature");
+    p->progress_label = "update_actor";
 #undef A
 }
 
