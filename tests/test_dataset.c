@@ -11,6 +11,8 @@
 
 #include <cmocka.h>
 
+#include "tmpdir.h"
+
 #include "distflow/dataloader.h"
 #include "distflow/dataset.h"
 
@@ -26,9 +28,7 @@ static int setup_tmp(void **state)
 static int teardown_tmp(void **state)
 {
     (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
-    return system(cmd) == 0 ? 0 : -1;
+    return df_test_remove_tree(g_tmp);
 }
 
 /* g_tmp/name in one of 16 rotating buffers (enough for any one test). */

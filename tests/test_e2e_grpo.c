@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "tmpdir.h"
+
 #include "distflow/config.h"
 #include "distflow/model.h"
 #include "distflow/reward.h"
@@ -159,9 +161,7 @@ static void test_grpo_steps(void **state)
     df_model_free(after);
     free(d0);
     free(d1);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(df_test_remove_tree(tmp), 0);
 }
 
 int main(void)

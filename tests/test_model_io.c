@@ -5,6 +5,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "tmpdir.h"
+
 #include "distflow/model.h"
 #include "model/hf_io.h"
 #include "model/safetensors.h"
@@ -21,28 +23,6 @@
 #include <unistd.h>
 
 /* ---- helpers ---------------------------------------------------------------- */
-
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    return remove(p);
-}
-
-static int setup_dir(void **state)
-{
-    char *d = strdup("/tmp/df_mio_XXXXXX");
-    if (!mkdtemp(d))
-        return -1;
-    *state = d;
-    return 0;
-}
-
-static int teardown_dir(void **state)
-{
-    nftw(*state, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-    free(*state);
-    return 0;
-}
 
 /* dir/name in a caller buffer. */
 static const char *in(char *buf, const char *dir, const char *name)
@@ -759,7 +739,7 @@ static void test_config_fresh_save(void **state)
 
 int main(void)
 {
-#define T(f) cmocka_unit_test_setup_teardown(f, setup_dir, teardown_dir)
+#define T(f) cmocka_unit_test_setup_teardown(f, df_test_mkdtemp, df_test_rmtree)
     const struct CMUnitTest tests[] = {
         T(test_roundtrip_all),
         T(test_half_precision_saves),

@@ -5,6 +5,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "tmpdir.h"
+
 #include "distflow/rng.h"
 #include "model/hf_io.h"
 #include "model/safetensors.h"
@@ -18,28 +20,6 @@
 #include <unistd.h>
 
 /* ---- helpers ---------------------------------------------------------------- */
-
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    return remove(p);
-}
-
-static int setup_dir(void **state)
-{
-    char *d = strdup("/tmp/df_st_XXXXXX");
-    if (!mkdtemp(d))
-        return -1;
-    *state = d;
-    return 0;
-}
-
-static int teardown_dir(void **state)
-{
-    nftw(*state, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-    free(*state);
-    return 0;
-}
 
 static char *path_in(void **state, const char *name)
 {
@@ -614,15 +594,15 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bf16_known_bits),
         cmocka_unit_test(test_f16_known_bits),
-        cmocka_unit_test_setup_teardown(test_bulk_matches_scalar, setup_dir, teardown_dir),
-        cmocka_unit_test_setup_teardown(test_roundtrip_f32_exact, setup_dir, teardown_dir),
-        cmocka_unit_test_setup_teardown(test_roundtrip_bf16, setup_dir, teardown_dir),
-        cmocka_unit_test_setup_teardown(test_roundtrip_f16, setup_dir, teardown_dir),
-        cmocka_unit_test_setup_teardown(test_reference_bytes, setup_dir, teardown_dir),
-        cmocka_unit_test_setup_teardown(test_other_dtypes, setup_dir, teardown_dir),
-        cmocka_unit_test_setup_teardown(test_malformed, setup_dir, teardown_dir),
-        cmocka_unit_test_setup_teardown(test_writer_errors, setup_dir, teardown_dir),
-        cmocka_unit_test_setup_teardown(test_overwrite, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(test_bulk_matches_scalar, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_roundtrip_f32_exact, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_roundtrip_bf16, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_roundtrip_f16, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_reference_bytes, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_other_dtypes, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_malformed, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_writer_errors, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_overwrite, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test(test_python_json_style),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

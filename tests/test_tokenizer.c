@@ -11,6 +11,8 @@
 
 #include <cmocka.h>
 
+#include "tmpdir.h"
+
 #include <ftw.h>
 #include <jansson.h>
 #include <pthread.h>
@@ -93,12 +95,6 @@ static char *subdir(const char *name)
     return path;
 }
 
-static int rm_entry(const char *p, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st, (void)flag, (void)ftw;
-    return remove(p);
-}
-
 static char *read_all(const char *path)
 {
     FILE *f = fopen(path, "rb");
@@ -151,7 +147,7 @@ static int teardown(void **state)
     for (int64_t i = 0; i < F.n_texts; i++)
         free(F.texts[i]);
     free(F.texts);
-    nftw(F.tmp, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+    df_test_remove_tree(F.tmp);
     return 0;
 }
 

@@ -16,23 +16,9 @@
 #include <math.h>
 #include <string.h>
 
-#define BK 32 /* keys per tile: scores of one query row fill two AVX-512 registers */
+#define BK DF_ATTN_BK
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
-
-/* Tile of rows [k0, k0 + nk) of one head of x (row stride ld) transposed to t[hd][BK]. */
-static ALWAYS_INLINE void load_tile_t(float *restrict t, const float *x, int64_t ld, int64_t k0,
-                                      int64_t nk, int64_t hd)
-{
-    for (int64_t j = 0; j < nk; j++) {
-        const float *row = x + (k0 + j) * ld;
-        for (int64_t d = 0; d < hd; d++)
-            t[d * BK + j] = row[d];
-    }
-    for (int64_t j = nk; j < BK; j++)
-        for (int64_t d = 0; d < hd; d++)
-            t[d * BK + j] = 0.0f;
-}
 
 /* s[j] = scale * sum_d a[d] t[d][j] for all BK columns. */
 static ALWAYS_INLINE void row_dot_tile(float *restrict s, const float *restrict a,
@@ -75,7 +61,7 @@ static ALWAYS_INLINE void attn_fwd_head(float *out, float *lse, const float *q, 
         }
         for (int64_t k0 = 0; k0 < q1; k0 += BK) {
             int64_t nk = L - k0 < BK ? L - k0 : BK;
-            load_tile_t(kt, kh, ldk, k0, nk, hd);
+            df_attn_tile_t(kt, kh, ldk, k0, nk, hd);
             for (int64_t i = q0 > k0 ? q0 : k0; i < q1; i++) {
                 float *oi = oh + i * ldq;
                 float s[BK];
@@ -162,8 +148,8 @@ static ALWAYS_INLINE void attn_bwd_group(float *dq, float *dk, float *dv, const 
     }
     for (int64_t k0 = 0; k0 < L; k0 += BK) {
         int64_t nk = L - k0 < BK ? L - k0 : BK;
-        load_tile_t(kt, kh, ldk, k0, nk, hd);
-        load_tile_t(vt, vh, ldk, k0, nk, hd);
+        df_attn_tile_t(kt, kh, ldk, k0, nk, hd);
+        df_attn_tile_t(vt, vh, ldk, k0, nk, hd);
         for (int64_t h = kvh * grp; h < (kvh + 1) * grp; h++) {
             const float *qh = q + r0 * ldq + h * hd, *oh = out + r0 * ldq + h * hd;
             const float *doh = dout + r0 * ldq + h * hd;

@@ -18,26 +18,12 @@
 #pragma GCC optimize("fp-contract=fast")
 #endif
 
-#define BK 32 /* keys per tile: two 16-float vectors per query row */
+#define BK DF_ATTN_BK
 #define QB 128 /* query rows per block (their softmax state lives on the stack) */
 #define RB 4  /* query rows per register block */
 #define DC 4  /* 16-float vectors per head-dim chunk held in registers */
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
-
-/* Rows [k0, k0 + nk) of one head of x (row stride ld) transposed into t[hd][BK], zero padded. */
-static ALWAYS_INLINE void tile_t(float *restrict t, const float *x, int64_t ld, int64_t k0,
-                                 int64_t nk, int64_t hd)
-{
-    for (int64_t j = 0; j < nk; j++) {
-        const float *row = x + (k0 + j) * ld;
-        for (int64_t d = 0; d < hd; d++)
-            t[d * BK + j] = row[d];
-    }
-    for (int64_t j = nk; j < BK; j++)
-        for (int64_t d = 0; d < hd; d++)
-            t[d * BK + j] = 0.0f;
-}
 
 /* s[r][0..1] = sum_d a_r[d] t[d][0..BK) for RB rows. */
 static ALWAYS_INLINE void scores(df_v16 s[RB][2], const float *const a[RB], const float *t,
@@ -127,7 +113,7 @@ static ALWAYS_INLINE void fwd_head(float *out, float *lse, const float *q, const
         }
         for (int64_t k0 = 0; k0 <= last; k0 += BK) {
             const int64_t nk = L - k0 < BK ? L - k0 : BK;
-            tile_t(kt, kh, ldk, k0, nk, hd);
+            df_attn_tile_t(kt, kh, ldk, k0, nk, hd);
             /* Rows before k0 see nothing of this tile; the rest see at least key k0. */
             for (int64_t i0 = q0 > k0 ? q0 : k0; i0 <= last; i0 += RB) {
                 int64_t row[RB];
@@ -227,8 +213,8 @@ static ALWAYS_INLINE void bwd_group(float *dq, float *dk, float *dv, const float
     }
     for (int64_t k0 = 0; k0 < L; k0 += BK) {
         const int64_t nk = L - k0 < BK ? L - k0 : BK;
-        tile_t(kt, kh, ldk, k0, nk, hd);
-        tile_t(vt, vh, ldk, k0, nk, hd);
+        df_attn_tile_t(kt, kh, ldk, k0, nk, hd);
+        df_attn_tile_t(vt, vh, ldk, k0, nk, hd);
         for (int64_t h = kvh * grp; h < (kvh + 1) * grp; h++) {
             const float *qh = q + r0 * ldq + h * hd, *oh = out + r0 * ldq + h * hd;
             const float *doh = dout + r0 * ldq + h * hd;

@@ -11,6 +11,24 @@
 
 #include "model/ops.h"
 
+#define DF_ATTN_BK 32 /* keys per tile: the scores of one query row fill two 16-float vectors */
+
+/* Rows [k0, k0 + nk) of one head of x (row stride ld) transposed into t[hd][DF_ATTN_BK],
+   zero padded to the full tile. */
+static inline __attribute__((always_inline)) void df_attn_tile_t(float *restrict t, const float *x,
+                                                                  int64_t ld, int64_t k0,
+                                                                  int64_t nk, int64_t hd)
+{
+    for (int64_t j = 0; j < nk; j++) {
+        const float *row = x + (k0 + j) * ld;
+        for (int64_t d = 0; d < hd; d++)
+            t[d * DF_ATTN_BK + j] = row[d];
+    }
+    for (int64_t j = nk; j < DF_ATTN_BK; j++)
+        for (int64_t d = 0; d < hd; d++)
+            t[d * DF_ATTN_BK + j] = 0.0f;
+}
+
 void df_attn_vec_fwd_head(float *out, float *lse, const float *q, const float *k,
                           const float *v, int64_t r0, int64_t L, int64_t h, int64_t kvh,
                           int64_t nh, int64_t nkv, int64_t hd);
