@@ -256,8 +256,12 @@ DF_API void df_exec_unregister(const char *name);
  *   "siirl.dag_worker.dagworker:DAGWorker.generate"   siiRL's, = "DAGWorker.generate"
  *   "siirl.user_interface.filter_interface.dapo.dynamic_sampling"
  *                                                     siiRL's, = "dapo.dynamic_sampling"
- *   "path/to/libplugin.so:symbol"                     a plugin: DF_EUNSUPPORTED for now
- * Errors: DF_ENOTFOUND with the ref in the message; DF_EINVAL for NULL / "".
+ *   "path/to/libplugin.so:symbol"                     a plugin (see "Plugins" below):
+ *                                                     `symbol` from that shared library
+ * Registered names win over plugin refs. A ref counts as a plugin ref when
+ * the part before its last ':' ends in ".so" or contains a '/'.
+ * Errors: DF_ENOTFOUND with the ref in the message; DF_EINVAL for NULL / "";
+ * plugin errors as df_plugin_symbol.
  */
 DF_API int df_exec_resolve(const char *ref, df_node_fn *fn);
 
@@ -267,6 +271,76 @@ DF_API int df_exec_resolve(const char *ref, df_node_fn *fn);
  * failure, naming the node and its ref.
  */
 DF_API int df_task_graph_resolve(df_task_graph *g);
+
+/* ======================================================================
+ * Plugins: node functions and pipelines from shared libraries (the C
+ * counterpart of siiRL's importlib refs "module:function").
+ *
+ * A plugin is a shared library built against include/distflow/ that leaves
+ * the df_* symbols it uses undefined: the host provides them (the `distflow`
+ * CLI exports its public symbols; a program embedding libdistflow.so gets
+ * them from there). A plugin must export
+ *     const int df_plugin_abi_version = DF_PLUGIN_ABI_VERSION;
+ * (write `DF_PLUGIN_DECLARE_ABI;` once), and may export
+ *     int df_plugin_init(void);
+ * which is called once, right after loading, e.g. to df_exec_register() more
+ * names; a non-zero return fails the load. Functions named in refs must be
+ * exported (default visibility; DF_API marks them so).
+ *
+ * Loading is not thread-safe: resolve at start-up, like registration.
+ * ====================================================================== */
+
+/** Version of the plugin ABI (df_node_ctx, df_node_output, df_node_fn,
+ *  df_pipeline_fn layouts); bumped on any incompatible change. */
+#define DF_PLUGIN_ABI_VERSION 1
+
+/** Defines the ABI marker a plugin must export; use once per plugin. */
+#define DF_PLUGIN_DECLARE_ABI DF_API const int df_plugin_abi_version = DF_PLUGIN_ABI_VERSION
+
+/** Optional plugin entry point `df_plugin_init`: 0 or a DF_E* code (with df_error()). */
+typedef int (*df_plugin_init_fn)(void);
+
+/**
+ * A pipeline factory (siiRL dag.custom_pipeline_fn, a function returning a
+ * Pipeline): build a task graph into *out (caller frees it) and return 0, or
+ * return a DF_E* code with df_error().
+ */
+typedef int (*df_pipeline_fn)(df_task_graph **out);
+
+/**
+ * Resolve "path/to/libx.so:symbol" to the address of `symbol` (a function,
+ * cast it to its type). The path is relative to the current directory or
+ * absolute, with a leading "~/" expanded; the symbol is after the last ':'.
+ * The library is loaded once (dlopen RTLD_NOW | RTLD_LOCAL, cached by its
+ * real path), its df_plugin_abi_version checked and its df_plugin_init run.
+ * Errors, each naming the file and the symbol:
+ *   DF_EINVAL      ref without ':' / empty path or symbol; file not loadable
+ *                  (dlerror text, e.g. an undefined symbol); missing
+ *                  df_plugin_abi_version; df_plugin_init failed (its message)
+ *   DF_ENOTFOUND   file missing; symbol not exported
+ *   DF_EUNSUPPORTED df_plugin_abi_version differs from DF_PLUGIN_ABI_VERSION
+ *                  (both numbers in the message)
+ */
+DF_API int df_plugin_symbol(const char *ref, void (**fn)(void));
+
+/**
+ * Build a task graph from a plugin pipeline factory (dag.custom_pipeline_fn):
+ * resolve ref as df_plugin_symbol, call it, and validate the graph it returns
+ * (refs are not resolved). Errors: as df_plugin_symbol; the factory's code
+ * wrapped as "custom pipeline 'ref': ..."; DF_EINVAL if it returned 0 but no
+ * graph, or an invalid graph.
+ */
+DF_API int df_pipeline_from_plugin(const char *ref, df_task_graph **out);
+
+/** Number of plugin libraries currently loaded. */
+DF_API int df_plugin_count(void);
+
+/**
+ * Unregister the names plugins registered in df_plugin_init, dlclose every
+ * plugin and free the cache. Also runs at exit. Function pointers resolved
+ * from plugins (node->fn) dangle afterwards: free or re-resolve such graphs.
+ */
+DF_API void df_exec_unload_plugins(void);
 
 /* ======================================================================
  * Pipeline builder (siiRL Pipeline)

@@ -1,6 +1,6 @@
 /* Executable registry, ref resolution and the node / graph executor
  * (include/distflow/dag.h). */
-#include "distflow/dag.h"
+#include "dag/dag_internal.h"
 
 #include "util/fn_registry.h"
 
@@ -13,7 +13,10 @@ static df_fn_registry g_exec = {.kind = "node executable"};
 
 int df_exec_register(const char *name, df_node_fn fn)
 {
-    return df_fn_registry_add(&g_exec, name, (df_any_fn)fn);
+    int rc = df_fn_registry_add(&g_exec, name, (df_any_fn)fn);
+    if (!rc)
+        df_plugin_note_registration(name);
+    return rc;
 }
 
 void df_exec_unregister(const char *name) { df_fn_registry_remove(&g_exec, name); }
@@ -23,24 +26,6 @@ static const char *const k_siirl_prefixes[] = {
     "siirl.dag_worker.dagworker:",           /* DAGWorker methods */
     "siirl.user_interface.filter_interface.", /* dapo / embodied sampling filters */
 };
-
-/* "path/to/libx.so:symbol" -> a plugin; the dlopen loader slots in here. */
-static int is_plugin_ref(const char *ref)
-{
-    const char *colon = strrchr(ref, ':');
-    if (!colon)
-        return 0;
-    size_t n = (size_t)(colon - ref);
-    return (n > 3 && !strncmp(colon - 3, ".so", 3)) || memchr(ref, '/', n) != NULL;
-}
-
-static int resolve_plugin(const char *ref, df_node_fn *fn)
-{
-    (void)fn;
-    return df_error(DF_EUNSUPPORTED,
-                    "executable '%s': plugin libraries (path.so:symbol) are not supported yet",
-                    ref);
-}
 
 int df_exec_resolve(const char *ref, df_node_fn *fn)
 {
@@ -56,8 +41,13 @@ int df_exec_resolve(const char *ref, df_node_fn *fn)
         *fn = (df_node_fn)f;
         return DF_OK;
     }
-    if (is_plugin_ref(ref))
-        return resolve_plugin(ref, fn);
+    if (df_plugin_is_ref(ref)) {
+        df_any_fn pf = NULL;
+        int rc = df_plugin_symbol(ref, &pf);
+        if (!rc)
+            *fn = (df_node_fn)pf;
+        return rc;
+    }
     char known[1024];
     df_fn_registry_names(&g_exec, known, sizeof known);
     return df_error(DF_ENOTFOUND, "no executable registered for '%s' (registered: %s)", ref,

@@ -29,8 +29,7 @@ static int check_supported(const df_config *c)
     for (size_t i = 0; i < sizeof off / sizeof *off; i++)
         if (df_config_bool(c, off[i]))
             return df_error(DF_EUNSUPPORTED, "%s: %s=true is not supported yet", df_config_where(c, off[i]), off[i]);
-    static const char *const null_only[] = {"custom_reward_function.path", "dag.custom_pipeline_fn",
-                                            "dag.workflow_path"};
+    static const char *const null_only[] = {"custom_reward_function.path", "dag.workflow_path"};
     for (size_t i = 0; i < sizeof null_only / sizeof *null_only; i++)
         if (!df_config_is_null(c, null_only[i]))
             return df_error(DF_EUNSUPPORTED, "%s: %s is not supported yet",
@@ -191,14 +190,26 @@ static int setup_models(df_dag_worker *w, df_model *m)
     return df_rollout_engine_create(&m->cfg, slots, seq_len, &w->rollout);
 }
 
+/* dag.custom_pipeline_fn (siiRL: a function returning a Pipeline) from a plugin, else the built-in. */
+static int build_pipeline(df_dag_worker *w, const char *name)
+{
+    const char *key = "dag.custom_pipeline_fn";
+    if (df_config_is_null(w->cfg, key))
+        return df_builtin_pipeline(name, &w->graph);
+    int rc = df_pipeline_from_plugin(df_config_str(w->cfg, key), &w->graph);
+    return rc ? df_error_wrap(rc, "%s: %s", df_config_where(w->cfg, key), key) : DF_OK;
+}
+
 static int setup_graph(df_dag_worker *w)
 {
     const char *name = "";
     int rc = select_pipeline(w->cfg, &name);
+    if (!rc && !df_config_is_null(w->cfg, "dag.custom_pipeline_fn"))
+        name = "custom";
     if (!rc)
         rc = df_worker_register_nodes();
     if (!rc)
-        rc = df_builtin_pipeline(name, &w->graph);
+        rc = build_pipeline(w, name);
     if (!rc)
         rc = df_task_graph_resolve(w->graph);
     if (!rc)

@@ -1,0 +1,224 @@
+/* Plugin libraries: "path/to/libx.so:symbol" refs loaded with dlopen / dlsym
+ * (include/distflow/dag.h, "Plugins"). One dlopen per file, cached by real
+ * path; the cache is freed by df_exec_unload_plugins() or at exit. */
+#include "dag/dag_internal.h"
+
+#include "util/fsutil.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct plugin {
+    char *path;    /* real path: the cache key */
+    void *handle;
+    char **names;  /* names its df_plugin_init registered, unregistered on unload */
+    int n_names, cap_names;
+} plugin;
+
+/* The plugin registry: loaded libraries, and the one whose init is running. */
+static plugin *g_plugins;
+static int g_n_plugins, g_cap_plugins;
+static plugin *g_initialising;
+static int g_atexit_done;
+
+int df_plugin_is_ref(const char *ref)
+{
+    const char *colon = strrchr(ref, ':');
+    if (!colon)
+        return 0;
+    size_t n = (size_t)(colon - ref);
+    return (n > 3 && !strncmp(colon - 3, ".so", 3)) || memchr(ref, '/', n) != NULL;
+}
+
+/* Remember a name registered by the plugin being initialised, so that unloading
+ * it does not leave a registry entry pointing into unmapped code. */
+void df_plugin_note_registration(const char *name)
+{
+    plugin *p = g_initialising;
+    if (!p)
+        return;
+    for (int i = 0; i < p->n_names; i++)
+        if (!strcmp(p->names[i], name))
+            return;
+    if (p->n_names == p->cap_names) {
+        int cap = p->cap_names ? 2 * p->cap_names : 4;
+        char **nn = realloc(p->names, (size_t)cap * sizeof *nn);
+        if (!nn)
+            return; /* worst case the name outlives the plugin, as with any registration */
+        p->names = nn;
+        p->cap_names = cap;
+    }
+    char *copy = strdup(name);
+    if (copy)
+        p->names[p->n_names++] = copy;
+}
+
+static void plugin_release(plugin *p)
+{
+    for (int i = 0; i < p->n_names; i++) {
+        df_exec_unregister(p->names[i]);
+        free(p->names[i]);
+    }
+    free(p->names);
+    if (p->handle)
+        dlclose(p->handle);
+    free(p->path);
+    memset(p, 0, sizeof *p);
+}
+
+void df_exec_unload_plugins(void)
+{
+    /* newest first: a later plugin may have shadowed an earlier one's names */
+    for (int i = g_n_plugins - 1; i >= 0; i--)
+        plugin_release(&g_plugins[i]);
+    free(g_plugins);
+    g_plugins = NULL;
+    g_n_plugins = g_cap_plugins = 0;
+}
+
+int df_plugin_count(void) { return g_n_plugins; }
+
+/* The ABI marker, then df_plugin_init; p->handle is open. */
+static int plugin_check_and_init(plugin *p, const char *ref)
+{
+    dlerror();
+    const int *abi = dlsym(p->handle, "df_plugin_abi_version");
+    if (!abi)
+        return df_error(DF_EINVAL,
+                        "plugin '%s' (ref '%s'): does not export df_plugin_abi_version "
+                        "(add DF_PLUGIN_DECLARE_ABI; from distflow/dag.h)",
+                        p->path, ref);
+    if (*abi != DF_PLUGIN_ABI_VERSION)
+        return df_error(DF_EUNSUPPORTED,
+                        "plugin '%s' (ref '%s'): built for plugin ABI %d, this distflow has "
+                        "ABI %d; rebuild it against this distflow's headers",
+                        p->path, ref, *abi, DF_PLUGIN_ABI_VERSION);
+    void *init = dlsym(p->handle, "df_plugin_init");
+    if (!init)
+        return DF_OK;
+    df_plugin_init_fn fn;
+    memcpy(&fn, &init, sizeof fn); /* object -> function pointer, as POSIX dlsym allows */
+    g_initialising = p;
+    df_clear_error();
+    int rc = fn();
+    g_initialising = NULL;
+    if (rc)
+        return df_error_wrap(rc, "plugin '%s' (ref '%s'): df_plugin_init failed%s", p->path, ref,
+                             df_last_error()[0] ? "" : " (no message)");
+    return DF_OK;
+}
+
+/* The loaded plugin for `file` (as written in ref), loading it on first use. */
+static int plugin_get(const char *file, const char *ref, plugin **out)
+{
+    char *expanded = df_expand_user(file);
+    if (!expanded)
+        return df_error(DF_ENOMEM, "out of memory");
+    char real[PATH_MAX];
+    if (!realpath(expanded, real)) {
+        int e = errno;
+        int rc = df_error(e == ENOENT ? DF_ENOTFOUND : DF_EIO, "plugin '%s' (ref '%s'): %s",
+                          expanded, ref, e == ENOENT ? "no such file" : strerror(e));
+        free(expanded);
+        return rc;
+    }
+    free(expanded);
+    for (int i = 0; i < g_n_plugins; i++)
+        if (!strcmp(g_plugins[i].path, real)) {
+            *out = &g_plugins[i];
+            return DF_OK;
+        }
+    if (g_n_plugins == g_cap_plugins) {
+        int cap = g_cap_plugins ? 2 * g_cap_plugins : 4;
+        plugin *np = realloc(g_plugins, (size_t)cap * sizeof *np);
+        if (!np)
+            return df_error(DF_ENOMEM, "out of memory");
+        g_plugins = np;
+        g_cap_plugins = cap;
+    }
+    plugin *p = &g_plugins[g_n_plugins];
+    memset(p, 0, sizeof *p);
+    p->path = strdup(real);
+    if (!p->path)
+        return df_error(DF_ENOMEM, "out of memory");
+    dlerror();
+    p->handle = dlopen(real, RTLD_NOW | RTLD_LOCAL);
+    if (!p->handle) {
+        const char *why = dlerror();
+        int rc = df_error(DF_EINVAL, "plugin '%s' (ref '%s'): cannot load: %s", real, ref,
+                          why ? why : "unknown dlopen error");
+        plugin_release(p);
+        return rc;
+    }
+    int rc = plugin_check_and_init(p, ref);
+    if (rc) { /* not cached: a fixed file can be loaded on the next try */
+        plugin_release(p);
+        return rc;
+    }
+    if (!g_atexit_done && atexit(df_exec_unload_plugins) == 0)
+        g_atexit_done = 1;
+    g_n_plugins++;
+    *out = p;
+    return DF_OK;
+}
+
+int df_plugin_symbol(const char *ref, void (**fn)(void))
+{
+    if (!ref || !ref[0])
+        return df_error(DF_EINVAL, "empty plugin ref");
+    const char *colon = strrchr(ref, ':');
+    if (!colon || colon == ref || !colon[1])
+        return df_error(DF_EINVAL,
+                        "plugin ref '%s': expected 'path/to/libname.so:symbol' (file and symbol "
+                        "both non-empty)",
+                        ref);
+    size_t n = (size_t)(colon - ref);
+    char *file = malloc(n + 1);
+    if (!file)
+        return df_error(DF_ENOMEM, "out of memory");
+    memcpy(file, ref, n);
+    file[n] = '\0';
+    plugin *p = NULL;
+    int rc = plugin_get(file, ref, &p);
+    free(file);
+    if (rc)
+        return rc;
+    const char *sym = colon + 1;
+    dlerror();
+    void *addr = dlsym(p->handle, sym);
+    if (!addr)
+        return df_error(DF_ENOTFOUND, "plugin '%s' (ref '%s'): no exported symbol '%s'", p->path,
+                        ref, sym);
+    memcpy(fn, &addr, sizeof *fn);
+    return DF_OK;
+}
+
+int df_pipeline_from_plugin(const char *ref, df_task_graph **out)
+{
+    *out = NULL;
+    void (*any)(void) = NULL;
+    int rc = df_plugin_symbol(ref, &any);
+    if (rc)
+        return rc;
+    df_pipeline_fn make = (df_pipeline_fn)any;
+    df_task_graph *g = NULL;
+    df_clear_error();
+    rc = make(&g);
+    if (rc) {
+        df_task_graph_free(g);
+        return df_error_wrap(rc, "custom pipeline '%s'%s", ref,
+                             df_last_error()[0] ? "" : ": failed (no message)");
+    }
+    if (!g)
+        return df_error(DF_EINVAL, "custom pipeline '%s' returned 0 but no task graph", ref);
+    rc = df_task_graph_validate(g);
+    if (rc) {
+        df_task_graph_free(g);
+        return df_error_wrap(rc, "custom pipeline '%s'", ref);
+    }
+    *out = g;
+    return DF_OK;
+}
