@@ -1,8 +1,14 @@
 /* Plugins: loading node functions and pipelines from shared libraries
  * (src/dag/plugin.c), the example plugins of examples/plugins/ run inside a
  * task graph, and every loader error. DF_PLUGIN_DIR is build/plugins. */
+#include "distflow/config.h"
 #include "distflow/dag.h"
+#include "distflow/model.h"
+#include "distflow/tokenizer.h"
+#include "distflow/worker.h"
+#include "engine/hf_dir.h"
 #include "tmpdir.h"
+#include "util/fsutil.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -266,6 +272,99 @@ static void test_load_errors(void **state)
     assert_null(any);
 }
 
+
+/* A tiny random model, its tokenizer and a dataset under dir. */
+static void make_worker_inputs(const char *dir)
+{
+    char line[512], data[16 * 512] = "";
+    const char *texts[16];
+    char store[16][64];
+    for (int i = 0; i < 16; i++) {
+        snprintf(store[i], sizeof store[i], "Add %d and %d.", i, i + 1);
+        texts[i] = store[i];
+        snprintf(line, sizeof line,
+                 "{\"data_source\": \"openai/gsm8k\", \"prompt\": [{\"role\": \"user\", "
+                 "\"content\": \"Add %d and %d.\"}], \"reward_model\": {\"ground_truth\": \"%d\"}}\n",
+                 i, i + 1, 2 * i + 1);
+        strcat(data, line);
+    }
+    char *p = df_path_join(dir, "train.jsonl");
+    assert_int_equal(df_write_file_atomic(p, data, strlen(data)), 0);
+    free(p);
+    df_tokenizer *tok;
+    assert_int_equal(df_tokenizer_train_bpe(texts, 16, 280, NULL, &tok), 0);
+    char *model_dir = df_path_join(dir, "model");
+    assert_int_equal(df_tokenizer_save(tok, model_dir), 0);
+    df_model_config cfg;
+    df_model_config_defaults(&cfg);
+    cfg.vocab_size = df_tokenizer_vocab_size(tok);
+    cfg.hidden_size = 16;
+    cfg.intermediate_size = 32;
+    cfg.num_hidden_layers = 1;
+    cfg.num_attention_heads = 2;
+    cfg.num_key_value_heads = 1;
+    cfg.head_dim = 8;
+    cfg.max_position_embeddings = 128;
+    cfg.eos_token_ids[0] = df_tokenizer_eos_id(tok);
+    cfg.n_eos = 1;
+    df_model *m;
+    assert_int_equal(df_model_create(&cfg, &m), 0);
+    assert_int_equal(df_model_init_random(m, 3), 0);
+    assert_int_equal(df_hf_dir_save(m, DF_DTYPE_F32, NULL, model_dir), 0);
+    df_model_free(m);
+    df_tokenizer_free(tok);
+    free(model_dir);
+}
+
+/* dag.custom_pipeline_fn in the DAG worker: one GRPO step whose reward is the plugin's. */
+static void test_worker_custom_pipeline(void **state)
+{
+    const char *dir = *state;
+    make_worker_inputs(dir);
+    char yaml[2048];
+    snprintf(yaml, sizeof yaml,
+             "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 4,\n"
+             "       max_prompt_length: 64, max_response_length: 6}\n"
+             "actor_rollout_ref:\n"
+             "  model: {path: %s/model}\n"
+             "  actor: {ppo_mini_batch_size: 4, ppo_micro_batch_size_per_gpu: 8}\n"
+             "  rollout: {n: 2, log_prob_micro_batch_size_per_gpu: 8}\n"
+             "  ref: {log_prob_micro_batch_size_per_gpu: 8}\n"
+             "algorithm: {adv_estimator: grpo}\n"
+             "dag: {custom_pipeline_fn: '%s:length_reward_pipeline'}\n"
+             "trainer: {total_training_steps: 1, save_freq: -1, logger: [], default_local_dir: %s/out}\n",
+             dir, dir, REWARD_SO, dir);
+    df_config *cfg;
+    assert_int_equal(df_config_load_text(df_config_schema_train(), yaml, "plugin.yaml", NULL, 0, &cfg), 0);
+    df_dag_worker *w;
+    int rc = df_dag_worker_create(cfg, 0, 1, &w);
+    if (rc)
+        fail_msg("%s", df_last_error());
+    rc = df_dag_worker_fit(w);
+    if (rc)
+        fail_msg("%s", df_last_error());
+    df_dag_worker_free(w);
+    df_config_free(cfg);
+    char *mpath = df_path_join(dir, "out/metrics.jsonl"), *text;
+    assert_int_equal(df_read_file(mpath, &text, NULL), 0);
+    /* the plugin's metrics reached the step's line: its reward node ran */
+    assert_non_null(strstr(text, "\"reward_length/score_mean\""));
+    assert_non_null(strstr(text, "\"reward_length/response_length_mean\""));
+    free(text);
+    free(mpath);
+
+    /* a broken factory is reported with the config key */
+    snprintf(yaml, sizeof yaml,
+             "actor_rollout_ref: {model: {path: %s/model}}\n"
+             "dag: {custom_pipeline_fn: '%s:no_such_fn'}\n",
+             dir, REWARD_SO);
+    assert_int_equal(df_config_load_text(df_config_schema_train(), yaml, "bad.yaml", NULL, 0, &cfg), 0);
+    assert_error_mentions(df_dag_worker_create(cfg, 0, 1, &w), DF_ENOTFOUND,
+                          "bad.yaml:2: dag.custom_pipeline_fn");
+    assert_non_null(strstr(df_last_error(), "no exported symbol 'no_such_fn'"));
+    df_config_free(cfg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -274,6 +373,7 @@ int main(void)
         cmocka_unit_test_teardown(test_custom_pipeline, unload),
         cmocka_unit_test_teardown(test_plugin_node_errors, unload),
         cmocka_unit_test_setup_teardown(test_load_errors, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_worker_custom_pipeline, df_test_mkdtemp, df_test_rmtree),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     df_exec_unload_plugins();
