@@ -339,6 +339,7 @@ DF_API int df_plugin_count(void);
  * Unregister the names plugins registered in df_plugin_init, dlclose every
  * plugin and free the cache. Also runs at exit. Function pointers resolved
  * from plugins (node->fn) dangle afterwards: free or re-resolve such graphs.
+ * A name a plugin registered is removed, not restored to what it shadowed.
  */
 DF_API void df_exec_unload_plugins(void);
 

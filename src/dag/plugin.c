@@ -18,8 +18,10 @@ typedef struct plugin {
     int n_names, cap_names;
 } plugin;
 
-/* The plugin registry: loaded libraries, and the one whose init is running. */
-static plugin *g_plugins;
+/* The plugin registry: loaded libraries (each allocated on its own so a
+ * df_plugin_init that loads another plugin cannot move it), and the one whose
+ * init is running. */
+static plugin **g_plugins;
 static int g_n_plugins, g_cap_plugins;
 static plugin *g_initialising;
 static int g_atexit_done;
@@ -66,14 +68,15 @@ static void plugin_release(plugin *p)
     if (p->handle)
         dlclose(p->handle);
     free(p->path);
-    memset(p, 0, sizeof *p);
 }
 
 void df_exec_unload_plugins(void)
 {
     /* newest first: a later plugin may have shadowed an earlier one's names */
-    for (int i = g_n_plugins - 1; i >= 0; i--)
-        plugin_release(&g_plugins[i]);
+    for (int i = g_n_plugins - 1; i >= 0; i--) {
+        plugin_release(g_plugins[i]);
+        free(g_plugins[i]);
+    }
     free(g_plugins);
     g_plugins = NULL;
     g_n_plugins = g_cap_plugins = 0;
@@ -101,10 +104,11 @@ static int plugin_check_and_init(plugin *p, const char *ref)
         return DF_OK;
     df_plugin_init_fn fn;
     memcpy(&fn, &init, sizeof fn); /* object -> function pointer, as POSIX dlsym allows */
+    plugin *outer = g_initialising;
     g_initialising = p;
     df_clear_error();
     int rc = fn();
-    g_initialising = NULL;
+    g_initialising = outer;
     if (rc)
         return df_error_wrap(rc, "plugin '%s' (ref '%s'): df_plugin_init failed%s", p->path, ref,
                              df_last_error()[0] ? "" : " (no message)");
@@ -127,40 +131,43 @@ static int plugin_get(const char *file, const char *ref, plugin **out)
     }
     free(expanded);
     for (int i = 0; i < g_n_plugins; i++)
-        if (!strcmp(g_plugins[i].path, real)) {
-            *out = &g_plugins[i];
+        if (!strcmp(g_plugins[i]->path, real)) {
+            *out = g_plugins[i];
             return DF_OK;
         }
     if (g_n_plugins == g_cap_plugins) {
         int cap = g_cap_plugins ? 2 * g_cap_plugins : 4;
-        plugin *np = realloc(g_plugins, (size_t)cap * sizeof *np);
+        plugin **np = realloc(g_plugins, (size_t)cap * sizeof *np);
         if (!np)
             return df_error(DF_ENOMEM, "out of memory");
         g_plugins = np;
         g_cap_plugins = cap;
     }
-    plugin *p = &g_plugins[g_n_plugins];
-    memset(p, 0, sizeof *p);
-    p->path = strdup(real);
-    if (!p->path)
+    plugin *p = calloc(1, sizeof *p);
+    if (p)
+        p->path = strdup(real);
+    if (!p || !p->path) {
+        free(p);
         return df_error(DF_ENOMEM, "out of memory");
+    }
     dlerror();
     p->handle = dlopen(real, RTLD_NOW | RTLD_LOCAL);
+    int rc = DF_OK;
     if (!p->handle) {
         const char *why = dlerror();
-        int rc = df_error(DF_EINVAL, "plugin '%s' (ref '%s'): cannot load: %s", real, ref,
-                          why ? why : "unknown dlopen error");
-        plugin_release(p);
-        return rc;
+        rc = df_error(DF_EINVAL, "plugin '%s' (ref '%s'): cannot load: %s", real, ref,
+                      why ? why : "unknown dlopen error");
     }
-    int rc = plugin_check_and_init(p, ref);
+    if (!rc)
+        rc = plugin_check_and_init(p, ref);
     if (rc) { /* not cached: a fixed file can be loaded on the next try */
         plugin_release(p);
+        free(p);
         return rc;
     }
     if (!g_atexit_done && atexit(df_exec_unload_plugins) == 0)
         g_atexit_done = 1;
-    g_n_plugins++;
+    g_plugins[g_n_plugins++] = p;
     *out = p;
     return DF_OK;
 }
