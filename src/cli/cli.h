@@ -49,5 +49,6 @@ int df_cmd_tokenize(int argc, char **argv);
 int df_cmd_score(int argc, char **argv);
 int df_cmd_data(int argc, char **argv);
 int df_cmd_config(int argc, char **argv);
+int df_cmd_plan(int argc, char **argv);
 
 #endif

@@ -8,6 +8,8 @@
 
 static const df_cli_command commands[] = {
     {"train", "GRPO / PPO-family RL training from a YAML config (siiRL keys)", df_cmd_train},
+    {"plan", "show the DAG plan of a train config: pipeline, subgraphs, rank assignment, process groups",
+     df_cmd_plan},
     {"sft", "supervised fine-tuning on prompt -> response pairs (verl SFT keys)", df_cmd_sft},
     {"eval", "accuracy of a model on a dataset (greedy or sampled)", df_cmd_eval},
     {"init-model", "random-init a Hugging Face model directory from a config.json", df_cmd_init_model},

@@ -1,6 +1,7 @@
 /* The DAG worker: setup from the config, the training loop, validation, checkpoints. */
 #include "worker/worker_internal.h"
 
+#include "distflow/scheduler.h"
 #include "engine/hf_dir.h"
 #include "util/fsutil.h"
 #include "util/timeutil.h"
@@ -34,23 +35,6 @@ static int check_supported(const df_config *c)
         if (!df_config_is_null(c, null_only[i]))
             return df_error(DF_EUNSUPPORTED, "%s: %s is not supported yet",
                             df_config_where(c, null_only[i]), null_only[i]);
-    return DF_OK;
-}
-
-/* The built-in pipeline siiRL would pick for this config. */
-static int select_pipeline(const df_config *c, const char **name)
-{
-    const char *wf = df_config_str(c, "algorithm.workflow_type");
-    const char *adv = df_config_str(c, "algorithm.adv_estimator");
-    if (!strcasecmp(wf, "dapo"))
-        *name = "dapo";
-    else if (!strcasecmp(wf, "embodied"))
-        *name = "embodied";
-    else if (!strcasecmp(wf, "default"))
-        *name = !strcmp(adv, "gae") ? "ppo" : "grpo";
-    else
-        return df_error(DF_EINVAL, "%s: algorithm.workflow_type '%s' is not one of default, dapo, embodied",
-                        df_config_where(c, "algorithm.workflow_type"), wf);
     return DF_OK;
 }
 
@@ -203,7 +187,7 @@ static int build_pipeline(df_dag_worker *w, const char *name)
 static int setup_graph(df_dag_worker *w)
 {
     const char *name = "";
-    int rc = select_pipeline(w->cfg, &name);
+    int rc = df_pipeline_select(w->cfg, &name);
     if (!rc && !df_config_is_null(w->cfg, "dag.custom_pipeline_fn"))
         name = "custom";
     if (!rc)

@@ -1,0 +1,173 @@
+/*
+ * A plan from a train config: pick the built-in pipeline (as siiRL's main_dag),
+ * split it, schedule it over trainer.nnodes x trainer.n_gpus_per_node and
+ * derive the process groups; print it as text or Graphviz DOT.
+ */
+#include "scheduler/sched_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+int df_pipeline_select(const df_config *c, const char **name)
+{
+    const char *wf = df_config_str(c, "algorithm.workflow_type");
+    const char *adv = df_config_str(c, "algorithm.adv_estimator");
+    if (!strcasecmp(wf, "dapo"))
+        *name = "dapo";
+    else if (!strcasecmp(wf, "embodied"))
+        *name = "embodied";
+    else if (!strcasecmp(wf, "default"))
+        *name = !strcmp(adv, "gae") ? "ppo" : "grpo";
+    else
+        return df_error(DF_EINVAL, "%s: algorithm.workflow_type '%s' is not one of default, dapo, embodied",
+                        df_config_where(c, "algorithm.workflow_type"), wf);
+    return DF_OK;
+}
+
+void df_plan_free(df_plan *p)
+{
+    if (!p)
+        return;
+    df_process_groups_free(p->groups);
+    df_schedule_free(p->schedule);
+    df_task_graph_list_free(p->subgraphs, p->n_subgraphs);
+    df_task_graph_free(p->graph);
+    free(p);
+}
+
+int df_plan_create(const df_config *c, df_plan **out)
+{
+    *out = NULL;
+    df_plan *p = calloc(1, sizeof *p);
+    if (!p)
+        return df_error(DF_ENOMEM, "out of memory");
+    int rc = df_pipeline_select(c, &p->pipeline);
+    if (!rc)
+        rc = df_builtin_pipeline(p->pipeline, &p->graph);
+    if (!rc)
+        rc = df_task_graph_split(p->graph, &p->subgraphs, &p->n_subgraphs);
+    int64_t nnodes = df_config_int(c, "trainer.nnodes");
+    int64_t gpus = df_config_int(c, "trainer.n_gpus_per_node");
+    if (!rc && (nnodes > (1 << 20) || gpus > (1 << 20)))
+        rc = df_error(DF_EINVAL, "%s: trainer.nnodes x trainer.n_gpus_per_node is too large",
+                      df_config_where(c, "trainer.nnodes"));
+    if (!rc)
+        rc = df_schedule_create(p->subgraphs, p->n_subgraphs, (int)nnodes, (int)gpus, NULL, &p->schedule);
+    if (!rc)
+        rc = df_process_groups_create(p->schedule, 0, &p->groups);
+    if (rc) {
+        df_plan_free(p);
+        return df_error_wrap(rc, "planning");
+    }
+    *out = p;
+    return DF_OK;
+}
+
+/* "0-7" / "0,2,5" / "0-3,8-11": ascending ranks as compact ranges. */
+static void ranks_text(df_sbuf *b, const int *r, int n)
+{
+    if (!n)
+        df_sbuf_printf(b, "(none)");
+    for (int i = 0; i < n;) {
+        int j = i;
+        while (j + 1 < n && r[j + 1] == r[j] + 1)
+            j++;
+        df_sbuf_printf(b, "%s%d", i ? "," : "", r[i]);
+        if (j > i)
+            df_sbuf_printf(b, "-%d", r[j]);
+        i = j + 1;
+    }
+}
+
+static void plan_text(const df_plan *p, df_sbuf *b)
+{
+    const df_schedule *s = p->schedule;
+    df_sbuf_printf(b, "\n== subgraphs (%d)\n", p->n_subgraphs);
+    for (int i = 0; i < p->n_subgraphs; i++) {
+        df_task_graph *g = p->subgraphs[i];
+        df_sbuf_printf(b, "[%d] %s:", i, df_task_graph_id(g));
+        for (int k = 0; k < df_task_graph_num_nodes(g); k++)
+            df_sbuf_printf(b, " %s", df_task_graph_node_at(g, k)->node_id);
+        df_sbuf_printf(b, "\n");
+    }
+    df_sbuf_printf(b, "\n== assignment (%d nodes x %d ranks = %d workers)\n", s->nnodes, s->gpus_per_node,
+                   s->n_workers);
+    for (int i = 0; i < s->n_graphs; i++) {
+        int *r = NULL, n = 0;
+        if (df_schedule_ranks_of(s, i, &r, &n)) {
+            b->failed = true;
+            return;
+        }
+        df_sbuf_printf(b, "%s: %d workers, ranks ", df_task_graph_id(s->graphs[i]), n);
+        ranks_text(b, r, n);
+        df_sbuf_printf(b, "\n");
+        free(r);
+    }
+    for (int r = 0; r < s->n_workers; r++) {
+        df_task_graph *g = df_schedule_graph_of(s, r);
+        df_sbuf_printf(b, "rank %d (node %d) -> %s\n", r, r / s->gpus_per_node, g ? df_task_graph_id(g) : "(idle)");
+    }
+    df_sbuf_printf(b, "\n== process groups (%d)\n", df_process_groups_count(p->groups));
+    for (int i = 0; i < df_process_groups_count(p->groups); i++) {
+        int n;
+        const int *r = df_process_groups_ranks(p->groups, i, &n);
+        df_sbuf_printf(b, "%s: ranks ", df_process_groups_name(p->groups, i));
+        ranks_text(b, r, n);
+        df_sbuf_printf(b, "\n");
+    }
+    for (int i = 0; i < df_process_groups_num_nodes(p->groups); i++) {
+        const char *id = df_process_groups_node_at(p->groups, i);
+        df_sbuf_printf(b, "node %s -> %s\n", id, df_process_groups_node_group(p->groups, id));
+    }
+}
+
+int df_plan_print(const df_plan *p, FILE *f)
+{
+    char *graph = NULL, *text = NULL;
+    int rc = df_task_graph_print(p->graph, &graph);
+    df_sbuf b = {0};
+    if (!rc) {
+        df_sbuf_printf(&b, "== pipeline %s\n%s", p->pipeline, graph);
+        plan_text(p, &b);
+        rc = df_sbuf_finish(&b, &text);
+    }
+    if (!rc && fputs(text, f) == EOF)
+        rc = df_error(DF_EIO, "cannot write the plan");
+    free(graph);
+    free(text);
+    return rc;
+}
+
+int df_plan_dot(const df_plan *p, char **out)
+{
+    df_sbuf b = {0};
+    df_sbuf_printf(&b, "digraph \"%s\" {\n  rankdir=TB;\n  node [shape=box];\n", df_task_graph_id(p->graph));
+    for (int i = 0; i < p->n_subgraphs; i++) {
+        df_task_graph *g = p->subgraphs[i];
+        int *r = NULL, n = 0;
+        if (df_schedule_ranks_of(p->schedule, i, &r, &n)) {
+            b.failed = true;
+            break;
+        }
+        df_sbuf_printf(&b, "  subgraph \"cluster_%d\" {\n    label=\"%s\\nranks ", i, df_task_graph_id(g));
+        ranks_text(&b, r, n);
+        free(r);
+        df_sbuf_printf(&b, "\";\n");
+        for (int k = 0; k < df_task_graph_num_nodes(g); k++) {
+            const df_node *node = df_task_graph_node_at(g, k);
+            const char *grp = df_process_groups_node_group(p->groups, node->node_id);
+            df_sbuf_printf(&b, "    \"%d:%s\" [label=\"%s\\n%s %s%s%s\"];\n", i, node->node_id, node->node_id,
+                           df_node_type_name(node->node_type), df_node_role_name(node->node_role),
+                           grp ? "\\n" : "", grp ? grp : "");
+        }
+        for (int k = 0; k < df_task_graph_num_nodes(g); k++) {
+            const df_node *node = df_task_graph_node_at(g, k);
+            for (int d = 0; d < node->n_dependencies; d++)
+                df_sbuf_printf(&b, "    \"%d:%s\" -> \"%d:%s\";\n", i, node->dependencies[d], i, node->node_id);
+        }
+        df_sbuf_printf(&b, "  }\n");
+    }
+    df_sbuf_printf(&b, "}\n");
+    return df_sbuf_finish(&b, out);
+}
