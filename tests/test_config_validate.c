@@ -112,7 +112,10 @@ static void test_deprecated_micro_keys(void **state)
                    "log_prob_micro_batch_size_per_gpu=4 instead (8 / 2 ranks)");
     assert_int_equal(VALIDATE(1, ACTOR "ppo_micro_batch_size_per_gpu=null"), DF_EINVAL);
     expect(ACTOR "ppo_micro_batch_size_per_gpu=null (command line): set a micro-batch size");
-    assert_int_equal(VALIDATE(1, "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=null"), DF_EINVAL);
+    assert_int_equal(VALIDATE(1, "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=null"), DF_OK);
+    assert_int_equal(VALIDATE(1, "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=null",
+                              ACTOR "use_kl_loss=true"),
+                     DF_EINVAL);
     expect("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=null (command line)");
 }
 

@@ -201,7 +201,8 @@ DF_API int df_config_dump(const df_config *c, FILE *f);
  *  - data.train_batch_size divisible by world_size (each rank loads
  *    train_batch_size / world prompts, so train_batch_size x rollout.n is too);
  *  - deprecated global micro-batch keys (actor.ppo_micro_batch_size,
- *    rollout / ref log_prob_micro_batch_size) refused, "mutually exclusive"
+ *    rollout / ref log_prob_micro_batch_size; ref only when a KL term uses the
+ *    reference) refused, "mutually exclusive"
  *    when the *_per_gpu key is set too; a *_per_gpu key null without dynamic
  *    batch size refused;
  *  - actor.ppo_mini_batch_size <= data.train_batch_size; ppo_mini_batch_size x

@@ -110,7 +110,8 @@ static int check_batches(const df_config *c, int world)
     if (!rc)
         rc = check_micro(c, ROLLOUT "log_prob_micro_batch_size", ROLLOUT "log_prob_micro_batch_size_per_gpu",
                          df_config_bool(c, ROLLOUT "log_prob_use_dynamic_bsz"), world);
-    if (!rc)
+    bool ref = df_config_bool(c, ACTOR "use_kl_loss") || df_config_bool(c, "algorithm.use_kl_in_reward");
+    if (!rc && ref) /* the reference policy runs only for a KL term */
         rc = check_micro(c, REF "log_prob_micro_batch_size", REF "log_prob_micro_batch_size_per_gpu",
                          df_config_bool(c, REF "log_prob_use_dynamic_bsz"), world);
     if (!rc)
