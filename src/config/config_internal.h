@@ -8,6 +8,7 @@
  *   loader.c        libyaml walking, overrides, typed assignment
  *   config.c        df_config lifetime, resolution, getters, set, where
  *   dump.c          df_config_dump
+ *   validate_train.c  df_config_validate_train (cross-field checks)
  */
 #ifndef DF_CONFIG_INTERNAL_H
 #define DF_CONFIG_INTERNAL_H
