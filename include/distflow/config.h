@@ -193,6 +193,40 @@ DF_API const char *df_config_where(const df_config *c, const char *key);
  */
 DF_API int df_config_dump(const df_config *c, FILE *f);
 
+/**
+ * Cross-field checks of a `train` config for a run on `world_size`
+ * data-parallel ranks, before anything is loaded (verl's
+ * RayPPOTrainer._validate_config / check_mutually_exclusive and the batch
+ * normalisation of its FSDP workers; distflow's data layout). Checks, in order:
+ *  - data.train_batch_size divisible by world_size (each rank loads
+ *    train_batch_size / world prompts, so train_batch_size x rollout.n is too);
+ *  - deprecated global micro-batch keys (actor.ppo_micro_batch_size,
+ *    rollout / ref log_prob_micro_batch_size; ref only when a KL term uses the
+ *    reference) refused, "mutually exclusive"
+ *    when the *_per_gpu key is set too; a *_per_gpu key null without dynamic
+ *    batch size refused;
+ *  - actor.ppo_mini_batch_size <= data.train_batch_size; ppo_mini_batch_size x
+ *    rollout.n divisible by world_size; ppo_micro_batch_size_per_gpu divides
+ *    that per-rank mini-batch (unless use_dynamic_bsz);
+ *  - use_dynamic_bsz: ppo_max_token_len_per_gpu >= prompt_length +
+ *    response_length; rollout.max_model_len (when set) >= the same sum;
+ *  - adv_estimator gae: the same micro / mini rules for critic.*;
+ *  - group estimators (grpo, rloo, opo, gpg, cpgd, ...) and
+ *    algorithm.filter_groups.enable need rollout.n > 1;
+ *  - adv_estimator, policy_loss.loss_mode, loss_agg_mode, kl_loss_type (when
+ *    use_kl_loss) and algorithm.kl_penalty (when use_kl_in_reward) known to
+ *    the algorithm registries (distflow/algo.h);
+ *  - use_kl_loss and use_kl_in_reward not both true (verl only warns; a
+ *    library cannot print, so distflow refuses);
+ *  - clip_ratio_low / clip_ratio_high >= 0, clip_ratio_c > 1 (verl asserts);
+ *  - val_kwargs: do_sample needs temperature > 0; n > 1 needs do_sample.
+ * Returns 0, or DF_EINVAL for the first violation with a message naming each
+ * key involved as `key=value (where)` (where: "file:line", "command line",
+ * "default", ...) and why; also DF_EINVAL when `c` is not a train config or
+ * world_size < 1.
+ */
+DF_API int df_config_validate_train(const df_config *c, int world_size);
+
 #ifdef __cplusplus
 }
 #endif

@@ -8,6 +8,7 @@
  *   loader.c        libyaml walking, overrides, typed assignment
  *   config.c        df_config lifetime, resolution, getters, set, where
  *   dump.c          df_config_dump
+ *   validate_train.c  df_config_validate_train (cross-field checks)
  */
 #ifndef DF_CONFIG_INTERNAL_H
 #define DF_CONFIG_INTERNAL_H
@@ -28,6 +29,7 @@ struct df_config_schema {
  * K*_FROM: nullable, default null, null resolves to key `from` after loading. */
 #define INF INFINITY
 #define KB(k, d, h) {k, DF_CFG_BOOL, false, d, -INF, INF, 0, NULL, NULL, h}
+#define KBN(k, d, h) {k, DF_CFG_BOOL, true, d, -INF, INF, 0, NULL, NULL, h}
 #define KI(k, d, lo, hi, h) {k, DF_CFG_INT, false, d, lo, hi, 0, NULL, NULL, h}
 #define KIN(k, d, lo, hi, h) {k, DF_CFG_INT, true, d, lo, hi, 0, NULL, NULL, h}
 #define KF(k, d, lo, hi, h) {k, DF_CFG_FLOAT, false, d, lo, hi, 0, NULL, NULL, h}

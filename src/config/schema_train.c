@@ -34,7 +34,20 @@
     KF(p "weight_decay", "0.01", 0, INF, "AdamW decoupled weight decay"),                        \
     KFL(p "betas", "[0.9, 0.999]", 2, 0, 0.999999999, "AdamW (beta1, beta2), each in [0, 1)"),   \
     KI(p "total_training_steps", "-1", -1, INF,                                                  \
-       "optimizer steps for the lr schedule; -1: set by the trainer from trainer.total_training_steps")
+       "optimizer steps for the lr schedule; -1: set by the trainer from trainer.total_training_steps"),     \
+    KF(p "min_lr", "0.0", 0, INF, "Megatron scheduler: floor of the lr (no effect; see min_lr_ratio)"),  \
+    KF(p "lr_warmup_init", "0.0", 0, INF, "Megatron scheduler: lr at warmup start (no effect)"),          \
+    KIN(p "lr_decay_steps", "null", 1, INF, "Megatron scheduler: decay steps (no effect)"),               \
+    KE(p "lr_decay_style", "linear", "constant|linear|cosine|inverse-square-root|WSD",                  \
+       "Megatron scheduler: decay style (no effect; see warmup_style)"),                                 \
+    KE(p "weight_decay_incr_style", "constant", "constant|linear|cosine",                               \
+       "Megatron scheduler: weight-decay schedule (no effect)"),                                         \
+    KE(p "lr_wsd_decay_style", "exponential", "exponential|linear|cosine",                              \
+       "Megatron WSD scheduler: decay style (no effect)"),                                               \
+    KIN(p "lr_wsd_decay_steps", "null", 1, INF, "Megatron WSD scheduler: decay steps (no effect)"),      \
+    KB(p "use_checkpoint_opt_param_scheduler", "false",                                                  \
+       "Megatron: take scheduler settings from the checkpoint (no effect)"),                             \
+    KF(p "clip_grad", "1.0", 0, INF, "Megatron optimizer gradient clip (no effect; see grad_clip)")
 
 static const df_config_entry train[] = {
     /* ---- data (siiRL DataArguments, verl data/legacy_data.yaml) ---- */
@@ -62,6 +75,19 @@ static const df_config_entry train[] = {
        "drop prompts longer than max_prompt_length when loading"),
     KE("data.truncation", "error", "error|left|right|middle",
        "over-long prompt: error, or keep the left / right / both ends"),
+    KI("data.filter_overlong_prompts_workers", "1", 1, INF, "processes filtering long prompts (no effect)"),
+    KB("data.return_raw_input_ids", "false", "keep prompt ids of the policy tokenizer for a reward model (no effect)"),
+    KB("data.return_full_prompt", "false", "keep the templated prompt text in the batch (no effect)"),
+    KS("data.image_key", "images", "dataset column holding images (multimodal; no effect)"),
+    KS("data.video_key", "videos", "dataset column holding videos (multimodal; no effect)"),
+    KB("data.use_shm", "false", "load the data through /dev/shm (no effect)"),
+    KB("data.trust_remote_code", "false", "allow tokenizer code from the hub (no effect)"),
+    KI("data.num_loader_workers", "8", 0, INF, "data-loader worker processes (no effect: the loader is in-process)"),
+    KB("data.force_on_the_fly", "false", "load rows lazily instead of into memory (no effect)"),
+    KB("data.auto_repeat", "false", "repeat the training set when it has fewer rows than steps need (not supported yet)"),
+    KB("data.multi_agent", "false", "the pipeline is multi-agent (not supported yet)"),
+    KSN("data.custom_cls.path", "null", "file with a custom dataset class (not supported yet)"),
+    KSN("data.custom_cls.name", "null", "name of the custom dataset class (unused while path is null)"),
 
     /* ---- actor_rollout_ref ---- */
     KB(ARR "hybrid_engine", "true", "actor and rollout share weights (always so in distflow; no effect)"),
@@ -76,6 +102,7 @@ static const df_config_entry train[] = {
     KB(ARR "model.trust_remote_code", "false", "allow model code from the hub (no effect)"),
     KB(ARR "model.use_liger", "false", "Liger kernels (no effect)"),
     KB(ARR "model.use_shm", "false", "load the model through /dev/shm (no effect)"),
+    KB(ARR "model.enable_activation_offload", "false", "offload activations to host memory (no effect)"),
     KI(ARR "model.lora_rank", "0", 0, 0, "LoRA rank; LoRA is not supported yet, must be 0"),
     KF(ARR "model.lora_alpha", "16", 0, INF, "LoRA scaling factor (unused while lora_rank is 0)"),
     KS(ARR "model.target_modules", "all-linear", "LoRA target modules (unused while lora_rank is 0)"),
@@ -124,6 +151,24 @@ static const df_config_entry train[] = {
     KB(ACTOR "use_torch_compile", "true", "torch.compile (no effect)"),
     KB(ACTOR "fsdp_config.param_offload", "false", "offload parameters to host memory (no effect)"),
     KB(ACTOR "fsdp_config.optimizer_offload", "false", "offload optimizer state (no effect)"),
+    KB(ACTOR "fsdp_config.offload_policy", "false", "FSDP2 offload policy (no effect)"),
+    KB(ACTOR "fsdp_config.reshard_after_forward", "true", "FSDP2 reshard after forward (no effect)"),
+    KI(ACTOR "fsdp_config.fsdp_size", "-1", -1, INF, "FSDP sharding group size; -1: all ranks (no effect)"),
+    KB_FROM(ACTOR "use_remove_padding", ARR "model.use_remove_padding", "pack sequences (always so; no effect)"),
+    KB_FROM(ACTOR "use_fused_kernels", ARR "model.use_fused_kernels", "fused kernels (no effect)"),
+    KF(ACTOR "tis_imp_ratio_cap", "-1", -INF, INF,
+       "truncated importance sampling cap on rollout/actor ratios; <= 0: off (not supported yet)"),
+    KB(ACTOR "entropy_checkpointing", "false", "recompute the entropy in backward (no effect)"),
+    KB(ACTOR "entropy_from_logits_with_chunking", "false", "chunked entropy computation (no effect)"),
+    KIN(ACTOR "data_loader_seed", "null", -INF, INF, "seed of the mini-batch shuffle (no effect: trainer.seed is used)"),
+    KB(ACTOR "load_weight", "true", "load pretrained weights (distflow always loads them; no effect)"),
+    KLE(ACTOR "checkpoint.contents", "[model, optimizer, extra]", "model|optimizer|extra|hf_model",
+        "checkpoint parts (distflow saves HF weights, optimizer and state; no effect)"),
+    KLE(ACTOR "checkpoint.save_contents", "[model, optimizer, extra]", "model|optimizer|extra|hf_model",
+        "checkpoint parts to save (no effect)"),
+    KLE(ACTOR "checkpoint.load_contents", "[model, optimizer, extra]", "model|optimizer|extra|hf_model",
+        "checkpoint parts to load (no effect)"),
+    KB(ACTOR "checkpoint.async_save", "false", "save checkpoints asynchronously (no effect)"),
     OPTIM(ACTOR "optim.", "1e-6"),
 
     /* reference policy (siiRL RefArguments) */
@@ -136,6 +181,13 @@ static const df_config_entry train[] = {
     KI_FROM(REF "log_prob_max_token_len_per_gpu", ACTOR "ppo_max_token_len_per_gpu", 1, INF,
             "token budget of one reference micro-batch"),
     KB(REF "fsdp_config.param_offload", "false", "offload reference parameters (no effect)"),
+    KE(REF "strategy", "fsdp", "fsdp|fsdp2|megatron", "reference backend name (no effect)"),
+    KB(REF "fsdp_config.reshard_after_forward", "true", "FSDP2 reshard after forward (no effect)"),
+    KI_FROM(REF "ulysses_sequence_parallel_size", ACTOR "ulysses_sequence_parallel_size", 1, INF,
+            "reference sequence parallel size (no effect)"),
+    KB_FROM(REF "use_torch_compile", ACTOR "use_torch_compile", "torch.compile (no effect)"),
+    KB_FROM(REF "use_remove_padding", ARR "model.use_remove_padding", "pack sequences (always so; no effect)"),
+    KB_FROM(REF "use_fused_kernels", ARR "model.use_fused_kernels", "fused kernels (no effect)"),
 
     /* rollout (siiRL RolloutArguments, verl rollout/rollout.yaml) */
     KE(ROLLOUT "name", "vllm", "vllm|sglang|hf",
@@ -170,6 +222,38 @@ static const df_config_entry train[] = {
     KB(ROLLOUT "free_cache_engine", "true", "free the KV cache after rollout (no effect)"),
     KB(ROLLOUT "enable_chunked_prefill", "true", "chunked prefill (no effect)"),
     KB(ROLLOUT "disable_log_stats", "true", "engine statistics logging (no effect)"),
+    KE(ROLLOUT "mode", "sync", "sync|async", "engine call mode (distflow's engine is in-process; no effect)"),
+    KSN(ROLLOUT "chat_scheduler", "null", "async chat scheduler class (no effect)"),
+    KB(ROLLOUT "use_fire_sampling", "false", "FIRE sampling, arXiv 2410.21236 (not supported yet)"),
+    KS(ROLLOUT "load_format", "dummy_dtensor", "engine weight loading format (no effect: weights are shared)"),
+    KB(ROLLOUT "layered_summon", "false", "gather weights layer by layer (no effect)"),
+    KB(ROLLOUT "trust_remote_code", "false", "allow model code from the hub (no effect)"),
+    KB(ROLLOUT "multi_stage_wake_up", "false", "wake the engine in stages (no effect)"),
+    KIN(ROLLOUT "micro_batch_size", "null", 1, INF, "inference micro-batch size (no effect; see max_num_seqs)"),
+    KIN(ROLLOUT "limit_images", "null", 1, INF, "images per prompt (multimodal; no effect)"),
+    KIN(ROLLOUT "engine_kwargs.vllm.swap_space", "null", 0, INF, "vLLM swap space in GiB (no effect)"),
+    KBN(ROLLOUT "engine_kwargs.vllm.disable_mm_preprocessor_cache", "null", "vLLM option (no effect)"),
+    KSN(ROLLOUT "engine_kwargs.sglang.attention_backend", "null", "SGLang attention backend (no effect)"),
+    KB(ROLLOUT "multi_turn.enable", "false", "multi-turn tool interaction (not supported yet)"),
+    KIN(ROLLOUT "multi_turn.max_assistant_turns", "null", 1, INF, "multi-turn: assistant turn limit"),
+    KIN(ROLLOUT "multi_turn.max_user_turns", "null", 1, INF, "multi-turn: user turn limit"),
+    KSN(ROLLOUT "multi_turn.tool_config_path", "null", "multi-turn: tool config file"),
+    KSN(ROLLOUT "multi_turn.interaction_config_path", "null", "multi-turn: interaction config file"),
+    KSN(ROLLOUT "multi_turn.completion_callback", "null", "multi-turn: completion callback class"),
+    KI(ROLLOUT "multi_turn.max_parallel_calls", "1", 1, INF, "multi-turn: tool calls per turn"),
+    KI(ROLLOUT "multi_turn.max_tool_response_length", "256", 1, INF, "multi-turn: tool response token limit"),
+    KE(ROLLOUT "multi_turn.tool_response_truncate_side", "middle", "left|middle|right",
+       "multi-turn: which end of a long tool response to keep"),
+    KB(ROLLOUT "multi_turn.use_inference_chat_template", "false", "multi-turn: template the model's own way"),
+    KE(ROLLOUT "multi_turn.tokenization_sanity_check_mode", "strict", "disable|strict|ignore_strippable",
+       "multi-turn: turn-by-turn tokenization check"),
+    KS(ROLLOUT "multi_turn.format", "hermes", "multi-turn: tool call format (hermes, llama3_json, ...)"),
+    KB(ROLLOUT "multi_turn.use_all_traj", "false", "multi-turn: train on every round's trajectory"),
+    KS(ROLLOUT "agent.agent_name", "single_turn_agent", "agent loop (no effect: single turn)"),
+    KI(ROLLOUT "agent.num_workers", "8", 1, INF, "agent loop workers (no effect)"),
+    KB(ROLLOUT "agent.rewards_with_env", "false", "agent: take rewards from the environment (no effect)"),
+    KS(ROLLOUT "layer_name_map.qkv_layer_name", "qkv", "Megatron weight-name map (no effect)"),
+    KS(ROLLOUT "layer_name_map.gate_proj_layer_name", "linear_fc1.weight", "Megatron weight-name map (no effect)"),
     KI(ROLLOUT "val_kwargs.n", "1", 1, INF, "validation: responses per prompt"),
     KB(ROLLOUT "val_kwargs.do_sample", "false", "validation: sample; false: greedy"),
     KF(ROLLOUT "val_kwargs.temperature", "0", 0, INF, "validation: sampling temperature"),
@@ -195,6 +279,23 @@ static const df_config_entry train[] = {
     KF("critic.cliprange_value", "0.5", 0, INF, "value clipping range of the critic loss"),
     KE("critic.loss_agg_mode", "token-mean", LOSS_AGG, "critic loss aggregation"),
     KI_FROM("critic.rollout_n", ROLLOUT "n", 1, INF, "responses per prompt seen by the critic"),
+    KIN("critic.forward_micro_batch_size", "null", 1, INF, "deprecated; use forward_micro_batch_size_per_gpu"),
+    KI_FROM("critic.forward_micro_batch_size_per_gpu", "critic.ppo_micro_batch_size_per_gpu", 1, INF,
+            "samples per critic value forward"),
+    KI("critic.ulysses_sequence_parallel_size", "1", 1, INF, "critic sequence parallel size (no effect)"),
+    KB("critic.model.use_shm", "false", "load the critic through /dev/shm (no effect)"),
+    KSN("critic.model.external_lib", "null", "Python module for custom models (no effect)"),
+    KB("critic.model.trust_remote_code", "false", "allow model code from the hub (no effect)"),
+    KB("critic.model.enable_activation_offload", "false", "offload activations (no effect)"),
+    KB("critic.model.fsdp_config.param_offload", "false", "offload critic parameters (no effect)"),
+    KB("critic.model.fsdp_config.optimizer_offload", "false", "offload critic optimizer state (no effect)"),
+    KI("critic.model.fsdp_config.fsdp_size", "-1", -1, INF, "FSDP sharding group size (no effect)"),
+    KI("critic.model.lora_rank", "0", 0, 0, "critic LoRA rank; LoRA is not supported yet, must be 0"),
+    KF("critic.model.lora_alpha", "16", 0, INF, "critic LoRA scaling (unused while lora_rank is 0)"),
+    KS("critic.model.target_modules", "all-linear", "critic LoRA target modules (unused while lora_rank is 0)"),
+    KB("critic.load_weight", "true", "load pretrained critic weights (no effect)"),
+    KIN("critic.data_loader_seed", "null", -INF, INF, "seed of the critic mini-batch shuffle (no effect)"),
+    KB("critic.checkpoint.async_save", "false", "save critic checkpoints asynchronously (no effect)"),
 
     /* ---- reward (siiRL RewardModelArguments, CustomRewardArguments) ---- */
     KB("reward_model.enable", "false", "score with a reward model (not supported yet: rule rewards)"),
@@ -205,6 +306,24 @@ static const df_config_entry train[] = {
     KI("reward_model.overlong_buffer.len", "512", 0, INF, "DAPO: penalty ramp length in tokens"),
     KF("reward_model.overlong_buffer.penalty_factor", "1.0", 0, INF, "DAPO: maximum overlong penalty"),
     KB("reward_model.overlong_buffer.log", "false", "DAPO: log overlong statistics"),
+    KE("reward_model.strategy", "fsdp", "fsdp|fsdp2|megatron", "reward model backend name (no effect)"),
+    KS("reward_model.model.path", "~/models/FsfairX-LLaMA3-RM-v0.1", "reward model (HF directory; used when enable)"),
+    KS_FROM("reward_model.model.input_tokenizer", ARR "model.path",
+            "policy tokenizer to decode responses before re-templating for the reward model"),
+    KSN("reward_model.model.external_lib", "null", "Python module for custom models (no effect)"),
+    KB("reward_model.model.use_remove_padding", "false", "pack sequences (no effect)"),
+    KB("reward_model.model.trust_remote_code", "false", "allow model code from the hub (no effect)"),
+    KB("reward_model.model.fsdp_config.param_offload", "false", "offload reward model parameters (no effect)"),
+    KIN("reward_model.micro_batch_size", "null", 1, INF, "deprecated; use micro_batch_size_per_gpu"),
+    KIN("reward_model.micro_batch_size_per_gpu", "null", 1, INF, "samples per reward model forward"),
+    KIN("reward_model.max_length", "null", 1, INF, "reward model input token limit"),
+    KI("reward_model.ulysses_sequence_parallel_size", "1", 1, INF, "sequence parallel size (no effect)"),
+    KB_FROM("reward_model.use_dynamic_bsz", "critic.use_dynamic_bsz", "micro-batch by token budget"),
+    KI_FROM("reward_model.forward_max_token_len_per_gpu", "critic.forward_max_token_len_per_gpu", 1, INF,
+            "token budget of one reward model micro-batch"),
+    KB("reward_model.load_weight", "true", "load reward model weights (no effect)"),
+    KSN("reward_model.sandbox_fusion.url", "null", "code-execution sandbox URL for code rewards (not supported yet)"),
+    KI("reward_model.sandbox_fusion.max_concurrent", "64", 1, INF, "sandbox: concurrent requests"),
     KSN("custom_reward_function.path", "null",
         "shared library with a custom reward (distflow's counterpart of a Python file)"),
     KS("custom_reward_function.name", "compute_score", "symbol of the custom reward in that library"),
@@ -228,6 +347,11 @@ static const df_config_entry train[] = {
     KS("algorithm.filter_groups.metric", "acc", "DAPO: per-sample metric whose variance is tested"),
     KI("algorithm.filter_groups.max_num_gen_batches", "10", 0, INF,
        "DAPO: generation batches per step before giving up; 0: no limit"),
+    KS("algorithm.algorithm_name", "grpo", "algorithm name in logs (siiRL; the pipeline follows workflow_type)"),
+    KB("algorithm.share_reward_in_agent", "true", "multi-agent: agents share one reward (no effect)"),
+    KB("algorithm.use_pf_ppo", "false", "preference-feedback PPO reweighting (not supported yet)"),
+    KE("algorithm.pf_ppo.reweight_method", "pow", "pow|max_min|max_random", "PF-PPO: sample reweighting"),
+    KF("algorithm.pf_ppo.weight_pow", "2.0", 0, INF, "PF-PPO: exponent of the pow reweighting"),
 
     /* ---- trainer (siiRL TrainingArguments) ---- */
     KS("trainer.project_name", "distflow_examples", "project name in logs"),
@@ -256,12 +380,21 @@ static const df_config_entry train[] = {
     KE("trainer.device", "cpu", "cpu|cuda", "compute device (siiRL / verl default cuda; CUDA comes later)"),
     KSN("trainer.rollout_data_dir", "null", "dump rollouts as JSON lines here; null: no dump"),
     KSN("trainer.validation_data_dir", "null", "dump validation generations here; null: no dump"),
+    KSN("trainer.default_hdfs_dir", "null", "copy checkpoints to HDFS (no effect)"),
+    KB("trainer.del_local_ckpt_after_load", "false", "delete the local checkpoint after loading (no effect)"),
+    KB("trainer.remove_previous_ckpt_in_save", "false", "deprecated; see max_actor_ckpt_to_keep (no effect)"),
+    KI("trainer.ray_wait_register_center_timeout", "300", 0, INF, "Ray start-up timeout in seconds (no effect)"),
+    KB("trainer.should_log", "false", "siiRL debug logging (no effect)"),
+    KB("trainer.should_save", "false", "siiRL: save the tokenized dataset and exit (no effect)"),
 
     /* ---- dag (siiRL DagArguments) ---- */
     KSN("dag.custom_pipeline_fn", "null",
         "custom pipeline 'lib.so:symbol' (siiRL: 'module:function'); null: built-in"),
     KSN("dag.workflow_path", "null", "workflow DAG YAML (siiRL's legacy mode)"),
     KB("dag.enable_perf", "false", "print a per-rank timing table"),
+    KB("dag.env_enable", "false", "attach an environment to the pipeline (embodied; not supported yet)"),
+    KSN("dag.environment_path", "null", "environment config file (not supported yet)"),
+    KI("dag.backend_threshold", "256", 1, INF, "world size from which siiRL switches process-group backend (no effect)"),
 };
 
 static const df_config_schema train_schema = {"train", train, (int)(sizeof train / sizeof train[0])};

@@ -26,15 +26,24 @@ static int expand_path(const char *in, char *out, size_t cap)
 /* Settings distflow cannot honour yet: refuse them instead of silently ignoring them. */
 static int check_supported(const df_config *c)
 {
-    static const char *const off[] = {"algorithm.use_kl_in_reward", "reward_model.enable"};
+    static const char *const off[] = {"algorithm.use_kl_in_reward", "reward_model.enable", "data.auto_repeat",
+                                      "data.multi_agent", "actor_rollout_ref.rollout.use_fire_sampling",
+                                      "actor_rollout_ref.rollout.multi_turn.enable", "algorithm.use_pf_ppo",
+                                      "dag.env_enable"};
     for (size_t i = 0; i < sizeof off / sizeof *off; i++)
         if (df_config_bool(c, off[i]))
             return df_error(DF_EUNSUPPORTED, "%s: %s=true is not supported yet", df_config_where(c, off[i]), off[i]);
-    static const char *const null_only[] = {"custom_reward_function.path", "dag.workflow_path"};
+    static const char *const null_only[] = {"custom_reward_function.path", "dag.workflow_path",
+                                            "data.custom_cls.path", "dag.environment_path",
+                                            "reward_model.sandbox_fusion.url"};
     for (size_t i = 0; i < sizeof null_only / sizeof *null_only; i++)
         if (!df_config_is_null(c, null_only[i]))
             return df_error(DF_EUNSUPPORTED, "%s: %s is not supported yet",
                             df_config_where(c, null_only[i]), null_only[i]);
+    const char *tis = "actor_rollout_ref.actor.tis_imp_ratio_cap";
+    if (df_config_float(c, tis) > 0)
+        return df_error(DF_EUNSUPPORTED, "%s: %s=%g is not supported yet (<= 0 turns it off)",
+                        df_config_where(c, tis), tis, df_config_float(c, tis));
     return DF_OK;
 }
 
@@ -236,6 +245,8 @@ int df_dag_worker_create(const df_config *cfg, int rank, int world, df_dag_worke
     w->max_prompt_len = df_config_int(cfg, "data.max_prompt_length");
     w->max_response_len = df_config_int(cfg, "actor_rollout_ref.rollout.response_length");
     int rc = check_supported(cfg);
+    if (!rc)
+        rc = df_config_validate_train(cfg, world);
     if (!rc)
         rc = expand_path(df_config_str(cfg, "actor_rollout_ref.model.path"), w->model_dir, sizeof w->model_dir);
     if (!rc)

@@ -1,0 +1,360 @@
+/* Tests of df_config_validate_train (src/config/validate_train.c), the schema
+ * keys added from siiRL's argument groups, and the worker refusing a bad
+ * config before it loads anything. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "distflow/config.h"
+#include "distflow/worker.h"
+
+#define ACTOR "actor_rollout_ref.actor."
+#define ROLLOUT "actor_rollout_ref.rollout."
+
+/* A valid GRPO config: 8 prompts x 4 responses, mini-batch 4 prompts (16 samples). */
+static const char *const BASE = "data:\n"
+                                "  train_batch_size: 8\n"
+                                "actor_rollout_ref:\n"
+                                "  actor:\n"
+                                "    ppo_mini_batch_size: 4\n"
+                                "    ppo_micro_batch_size_per_gpu: 4\n"
+                                "  rollout:\n"
+                                "    n: 4\n"
+                                "algorithm:\n"
+                                "  adv_estimator: grpo\n";
+
+static char g_msg[4096];
+
+/* Load BASE + overrides (must succeed), validate on `world` ranks, keep the message. */
+static int validate_ov(const char *const *ov, int n, int world)
+{
+    df_config *c = NULL;
+    int rc = df_config_load_text(df_config_schema_train(), BASE, "base.yaml", ov, n, &c);
+    if (rc)
+        fail_msg("load failed: %s", df_last_error());
+    rc = df_config_validate_train(c, world);
+    snprintf(g_msg, sizeof g_msg, "%s", rc ? df_last_error() : "");
+    df_config_free(c);
+    return rc;
+}
+
+#define VALIDATE(world, ...)                                                                       \
+    validate_ov((const char *const[]){__VA_ARGS__},                                                \
+                (int)(sizeof((const char *const[]){__VA_ARGS__}) / sizeof(const char *)), world)
+
+static void expect(const char *fragment)
+{
+    if (!strstr(g_msg, fragment))
+        fail_msg("message lacks \"%s\":\n  %s", fragment, g_msg);
+}
+
+static void test_base_passes(void **state)
+{
+    (void)state;
+    const char *none[] = {NULL};
+    assert_int_equal(validate_ov(none, 0, 1), DF_OK);
+    assert_int_equal(validate_ov(none, 0, 2), DF_OK);
+    assert_int_equal(validate_ov(none, 0, 4), DF_OK);
+}
+
+static void test_train_batch_divisible(void **state)
+{
+    (void)state;
+    const char *none[] = {NULL};
+    assert_int_equal(validate_ov(none, 0, 3), DF_EINVAL);
+    expect("data.train_batch_size=8 (base.yaml:2) is not divisible by the 3 data-parallel ranks");
+}
+
+static void test_mini_exceeds_train_batch(void **state)
+{
+    (void)state;
+    assert_int_equal(VALIDATE(1, ACTOR "ppo_mini_batch_size=16"), DF_EINVAL);
+    expect(ACTOR "ppo_mini_batch_size=16 (command line) exceeds data.train_batch_size=8 (base.yaml:2)");
+    expect("64 samples > 32");
+}
+
+static void test_mini_divisible_by_world(void **state)
+{
+    (void)state;
+    assert_int_equal(VALIDATE(8, ACTOR "ppo_mini_batch_size=1"), DF_EINVAL);
+    expect(ACTOR "ppo_mini_batch_size=1 (command line) x " ROLLOUT "n=4 (base.yaml:8) = 4 samples per "
+                 "mini-batch is not divisible by the 8 data-parallel ranks");
+}
+
+static void test_micro_divides_mini(void **state)
+{
+    (void)state;
+    assert_int_equal(VALIDATE(1, ACTOR "ppo_micro_batch_size_per_gpu=3"), DF_EINVAL);
+    expect(ACTOR "ppo_micro_batch_size_per_gpu=3 (command line) does not divide the per-rank mini-batch of "
+                 "16 samples");
+    /* on 2 ranks the per-rank mini-batch is 8 */
+    assert_int_equal(VALIDATE(2, ACTOR "ppo_micro_batch_size_per_gpu=16"), DF_EINVAL);
+    expect("per-rank mini-batch of 8 samples");
+    /* dynamic batch size forms micro-batches by tokens */
+    assert_int_equal(VALIDATE(1, ACTOR "ppo_micro_batch_size_per_gpu=3", ACTOR "use_dynamic_bsz=true"), DF_OK);
+}
+
+static void test_deprecated_micro_keys(void **state)
+{
+    (void)state;
+    assert_int_equal(VALIDATE(2, ACTOR "ppo_micro_batch_size=8", ACTOR "ppo_micro_batch_size_per_gpu=1"),
+                     DF_EINVAL);
+    expect(ACTOR "ppo_micro_batch_size=8 (command line) and " ACTOR
+                 "ppo_micro_batch_size_per_gpu=1 (command line) are mutually exclusive");
+    assert_int_equal(VALIDATE(2, ROLLOUT "log_prob_micro_batch_size=8"), DF_EINVAL);
+    expect(ROLLOUT "log_prob_micro_batch_size=8 (command line) is deprecated and not read by distflow: set " ROLLOUT
+                   "log_prob_micro_batch_size_per_gpu=4 instead (8 / 2 ranks)");
+    assert_int_equal(VALIDATE(1, ACTOR "ppo_micro_batch_size_per_gpu=null"), DF_EINVAL);
+    expect(ACTOR "ppo_micro_batch_size_per_gpu=null (command line): set a micro-batch size");
+    assert_int_equal(VALIDATE(1, "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=null"), DF_OK);
+    assert_int_equal(VALIDATE(1, "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=null",
+                              ACTOR "use_kl_loss=true"),
+                     DF_EINVAL);
+    expect("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=null (command line)");
+}
+
+static void test_token_budget(void **state)
+{
+    (void)state;
+    assert_int_equal(VALIDATE(1, ACTOR "use_dynamic_bsz=true", ACTOR "ppo_max_token_len_per_gpu=1000"),
+                     DF_EINVAL);
+    expect(ACTOR "ppo_max_token_len_per_gpu=1000 (command line) is smaller than one sequence ("
+                 ROLLOUT "prompt_length=512 (derived from data.max_prompt_length) + " ROLLOUT
+                 "response_length=512 (derived from data.max_response_length) = 1024 tokens)");
+    assert_int_equal(VALIDATE(1, ROLLOUT "max_model_len=600"), DF_EINVAL);
+    expect(ROLLOUT "max_model_len=600 (command line) is shorter than");
+    assert_int_equal(VALIDATE(1, ROLLOUT "max_model_len=1024"), DF_OK);
+}
+
+static void test_gae_needs_critic(void **state)
+{
+    (void)state;
+    assert_int_equal(VALIDATE(1, "algorithm.adv_estimator=gae"), DF_EINVAL);
+    expect("algorithm.adv_estimator='gae' (command line) needs a critic: critic.ppo_micro_batch_size_per_gpu=null "
+           "(default): set a micro-batch size");
+    assert_int_equal(VALIDATE(1, "algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=4"),
+                     DF_EINVAL);
+    expect("needs a critic: critic.ppo_mini_batch_size=256 (default) exceeds data.train_batch_size=8");
+    /* critic settings fine: the estimator itself is then looked up in the registry */
+    assert_int_equal(VALIDATE(1, "algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=4",
+                              "critic.ppo_mini_batch_size=4"),
+                     DF_EINVAL);
+    expect("algorithm.adv_estimator='gae' (command line): unknown advantage estimator 'gae'");
+}
+
+static void test_group_estimator_needs_n(void **state)
+{
+    (void)state;
+    assert_int_equal(VALIDATE(1, ROLLOUT "n=1"), DF_EINVAL);
+    expect("algorithm.adv_estimator='grpo' (base.yaml:10) needs " ROLLOUT "n=1 (command line) > 1");
+    assert_int_equal(VALIDATE(1, ROLLOUT "n=1", "algorithm.adv_estimator=rloo"), DF_EINVAL);
+    expect("algorithm.adv_estimator='rloo' (command line) needs");
+    assert_int_equal(
+        VALIDATE(1, ROLLOUT "n=1", "algorithm.adv_estimator=mine", "algorithm.filter_groups.enable=true"),
+        DF_EINVAL);
+    expect("algorithm.filter_groups.enable=true (command line) needs " ROLLOUT "n=1 (command line) > 1");
+}
+
+static void test_registry_names(void **state)
+{
+    (void)state;
+    assert_int_equal(VALIDATE(1, "algorithm.adv_estimator=grpoo"), DF_EINVAL);
+    expect("algorithm.adv_estimator='grpoo' (command line): unknown advantage estimator 'grpoo' (known: ");
+    expect("grpo");
+    assert_int_equal(VALIDATE(1, ACTOR "policy_loss.loss_mode=vanila"), DF_EINVAL);
+    expect(ACTOR "policy_loss.loss_mode='vanila' (command line): unknown policy loss 'vanila'");
+    /* "full" passes the schema's choices but the KL registry has no such estimator */
+    assert_int_equal(VALIDATE(1, ACTOR "use_kl_loss=true", ACTOR "kl_loss_type=full"), DF_EINVAL);
+    expect(ACTOR "kl_loss_type='full' (command line)");
+    assert_int_equal(VALIDATE(1, ACTOR "kl_loss_type=full"), DF_OK); /* unused without use_kl_loss */
+    assert_int_equal(VALIDATE(1, "algorithm.use_kl_in_reward=true", "algorithm.kl_penalty=full"), DF_EINVAL);
+    expect("algorithm.kl_penalty='full' (command line)");
+    for (const char *const *m = (const char *const[]){"token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
+                                                      "seq-mean-token-sum-norm", NULL};
+         *m; m++) {
+        char ov[128];
+        snprintf(ov, sizeof ov, ACTOR "loss_agg_mode=%s", *m);
+        assert_int_equal(VALIDATE(1, ov), DF_OK);
+    }
+}
+
+static void test_kl_loss_and_kl_in_reward(void **state)
+{
+    (void)state;
+    assert_int_equal(VALIDATE(1, ACTOR "use_kl_loss=true", "algorithm.use_kl_in_reward=true"), DF_EINVAL);
+    expect(ACTOR "use_kl_loss=true (command line) and algorithm.use_kl_in_reward=true (command line) both "
+                 "penalise KL");
+}
+
+static void test_clip_ratios(void **state)
+{
+    (void)state;
+    assert_int_equal(VALIDATE(1, ACTOR "clip_ratio_c=1"), DF_EINVAL);
+    expect(ACTOR "clip_ratio_c=1 (command line) must be > 1");
+    assert_int_equal(VALIDATE(1, ACTOR "clip_ratio_c=1.5", ACTOR "clip_ratio_high=0.28"), DF_OK);
+    /* negative epsilons are refused by the schema bounds already */
+    df_config *c = NULL;
+    const char *ov[] = {ACTOR "clip_ratio_low=-0.1"};
+    assert_int_equal(df_config_load_text(df_config_schema_train(), BASE, "base.yaml", ov, 1, &c), DF_EINVAL);
+    assert_null(c);
+    assert_non_null(strstr(df_last_error(), ACTOR "clip_ratio_low: must be >= 0.0, got -0.1"));
+}
+
+static void test_val_kwargs(void **state)
+{
+    (void)state;
+    assert_int_equal(VALIDATE(1, ROLLOUT "val_kwargs.do_sample=true"), DF_EINVAL);
+    expect(ROLLOUT "val_kwargs.do_sample=true (command line) needs " ROLLOUT
+                   "val_kwargs.temperature=0 (default) > 0");
+    assert_int_equal(VALIDATE(1, ROLLOUT "val_kwargs.n=4"), DF_EINVAL);
+    expect(ROLLOUT "val_kwargs.n=4 (command line) with " ROLLOUT
+                   "val_kwargs.do_sample=false (default): the 4 greedy responses per prompt would be identical");
+    assert_int_equal(VALIDATE(1, ROLLOUT "val_kwargs.n=4", ROLLOUT "val_kwargs.do_sample=true",
+                              ROLLOUT "val_kwargs.temperature=0.6"),
+                     DF_OK);
+}
+
+static void test_bad_arguments(void **state)
+{
+    (void)state;
+    df_config *c = NULL;
+    assert_int_equal(df_config_load(df_config_schema_sft(), NULL, NULL, 0, &c), DF_OK);
+    assert_int_equal(df_config_validate_train(c, 1), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "not a train config"));
+    df_config_free(c);
+    assert_int_equal(df_config_validate_train(NULL, 1), DF_EINVAL);
+    const char *none[] = {NULL};
+    assert_int_equal(validate_ov(none, 0, 0), DF_EINVAL);
+    expect("world size must be >= 1, got 0");
+}
+
+/* The shipped example configs pass on 1 and 2 ranks. */
+static void test_examples_pass(void **state)
+{
+    (void)state;
+    const char *files[] = {DF_SOURCE_DIR "/examples/grpo_gsm8k.yaml", DF_SOURCE_DIR "/examples/demo/grpo.yaml"};
+    for (int i = 0; i < 2; i++) {
+        df_config *c = NULL;
+        if (df_config_load(df_config_schema_train(), files[i], NULL, 0, &c))
+            fail_msg("%s: %s", files[i], df_last_error());
+        for (int world = 1; world <= 2; world++)
+            if (df_config_validate_train(c, world))
+                fail_msg("%s on %d ranks: %s", files[i], world, df_last_error());
+        df_config_free(c);
+    }
+}
+
+/* Keys added from siiRL's argument groups: defaults, hints, types, bounds. */
+static void test_siirl_keys(void **state)
+{
+    (void)state;
+    const df_config_schema *s = df_config_schema_train();
+    const char *keys[] = {"data.auto_repeat", "data.num_loader_workers", ACTOR "tis_imp_ratio_cap",
+                          ACTOR "checkpoint.contents", ACTOR "optim.lr_decay_style", ROLLOUT "multi_turn.enable",
+                          ROLLOUT "mode", "actor_rollout_ref.ref.strategy", "critic.forward_micro_batch_size_per_gpu",
+                          "reward_model.micro_batch_size_per_gpu", "algorithm.use_pf_ppo",
+                          "trainer.del_local_ckpt_after_load", "dag.backend_threshold"};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+        if (!df_config_schema_find(s, keys[i]))
+            fail_msg("schema lacks %s", keys[i]);
+    df_config *c = NULL;
+    const char *text = "actor_rollout_ref:\n"
+                       "  ref:\n"
+                       "    ulysses_sequence_parallel_size: 2\n"
+                       "  actor:\n"
+                       "    checkpoint:\n"
+                       "      contents: ['model', 'optimizer', 'extra']\n"
+                       "  rollout:\n"
+                       "    mode: sync\n"
+                       "    multi_turn:\n"
+                       "      tool_response_truncate_side: middle\n"
+                       "critic:\n"
+                       "  ppo_micro_batch_size_per_gpu: 2\n"
+                       "dag:\n"
+                       "  backend_threshold: 256\n";
+    assert_int_equal(df_config_load_text(s, text, "siirl.yaml", NULL, 0, &c), DF_OK);
+    assert_int_equal(df_config_int(c, "actor_rollout_ref.ref.ulysses_sequence_parallel_size"), 2);
+    assert_int_equal(df_config_int(c, "critic.forward_micro_batch_size_per_gpu"), 2); /* derived */
+    assert_string_equal(df_config_where(c, "critic.forward_micro_batch_size_per_gpu"),
+                        "derived from critic.ppo_micro_batch_size_per_gpu");
+    assert_int_equal(df_config_list_len(c, ACTOR "checkpoint.contents"), 3);
+    assert_true(df_config_bool(c, "actor_rollout_ref.ref.use_torch_compile")); /* from actor's */
+    assert_false(df_config_bool(c, "data.auto_repeat"));
+    assert_true(df_config_float(c, ACTOR "tis_imp_ratio_cap") == -1.0);
+    df_config_free(c);
+
+    const struct {
+        const char *ov, *frag;
+    } bad[] = {
+        {ROLLOUT "multi_turn.enabel=true", "(did you mean '" ROLLOUT "multi_turn.enable'?)"},
+        {"data.auto_repeat=maybe", "data.auto_repeat: expected"},
+        {"data.num_loader_workers=-1", "data.num_loader_workers: must be >= 0, got -1"},
+        {ROLLOUT "mode=asink", "expected one of sync|async, got \"asink\""},
+        {ACTOR "checkpoint.contents=[model, weights]", "weights"},
+        {"critic.model.lora_rank=8", "critic.model.lora_rank: must be in [0, 0], got 8"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        c = NULL;
+        assert_int_equal(df_config_load(s, NULL, &bad[i].ov, 1, &c), DF_EINVAL);
+        assert_null(c);
+        if (!strstr(df_last_error(), bad[i].frag))
+            fail_msg("'%s': message lacks \"%s\": %s", bad[i].ov, bad[i].frag, df_last_error());
+    }
+}
+
+/* `distflow train` refuses a bad config before touching the model or data. */
+static void test_worker_refuses_before_loading(void **state)
+{
+    (void)state;
+    const char *ov[] = {ROLLOUT "n=1", ACTOR "ppo_mini_batch_size=4", "data.train_batch_size=8",
+                        "algorithm.adv_estimator=grpo", "actor_rollout_ref.model.path=/nonexistent/model"};
+    df_config *c = NULL;
+    assert_int_equal(df_config_load(df_config_schema_train(), NULL, ov, 5, &c), DF_OK);
+    df_dag_worker *w = NULL;
+    assert_int_equal(df_dag_worker_create(c, 0, 1, &w), DF_EINVAL);
+    assert_null(w);
+    assert_non_null(strstr(df_last_error(), ROLLOUT "n=1 (command line) > 1"));
+    df_config_free(c);
+
+    const char *ov2[] = {"data.auto_repeat=true", "actor_rollout_ref.model.path=/nonexistent/model"};
+    assert_int_equal(df_config_load(df_config_schema_train(), NULL, ov2, 2, &c), DF_OK);
+    assert_int_equal(df_dag_worker_create(c, 0, 1, &w), DF_EUNSUPPORTED);
+    assert_non_null(strstr(df_last_error(), "command line: data.auto_repeat=true is not supported yet"));
+    df_config_free(c);
+
+    const char *ov3[] = {ACTOR "tis_imp_ratio_cap=2"};
+    assert_int_equal(df_config_load(df_config_schema_train(), NULL, ov3, 1, &c), DF_OK);
+    assert_int_equal(df_dag_worker_create(c, 0, 1, &w), DF_EUNSUPPORTED);
+    assert_non_null(strstr(df_last_error(), ACTOR "tis_imp_ratio_cap=2 is not supported yet"));
+    df_config_free(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_base_passes),
+        cmocka_unit_test(test_train_batch_divisible),
+        cmocka_unit_test(test_mini_exceeds_train_batch),
+        cmocka_unit_test(test_mini_divisible_by_world),
+        cmocka_unit_test(test_micro_divides_mini),
+        cmocka_unit_test(test_deprecated_micro_keys),
+        cmocka_unit_test(test_token_budget),
+        cmocka_unit_test(test_gae_needs_critic),
+        cmocka_unit_test(test_group_estimator_needs_n),
+        cmocka_unit_test(test_registry_names),
+        cmocka_unit_test(test_kl_loss_and_kl_in_reward),
+        cmocka_unit_test(test_clip_ratios),
+        cmocka_unit_test(test_val_kwargs),
+        cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_examples_pass),
+        cmocka_unit_test(test_siirl_keys),
+        cmocka_unit_test(test_worker_refuses_before_loading),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
