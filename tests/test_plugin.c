@@ -355,8 +355,9 @@ static void test_worker_custom_pipeline(void **state)
 
     /* a broken factory is reported with the config key */
     snprintf(yaml, sizeof yaml,
-             "actor_rollout_ref: {model: {path: %s/model}}\n"
-             "dag: {custom_pipeline_fn: '%s:no_such_fn'}\n",
+             "actor_rollout_ref: {model: {path: %s/model}, rollout: {n: 2}}\n"
+             "dag: {custom_pipeline_fn: '%s:no_such_fn'}\n"
+             "algorithm: {adv_estimator: grpo}\n",
              dir, REWARD_SO);
     assert_int_equal(df_config_load_text(df_config_schema_train(), yaml, "bad.yaml", NULL, 0, &cfg), 0);
     assert_error_mentions(df_dag_worker_create(cfg, 0, 1, &w), DF_ENOTFOUND,
