@@ -1,0 +1,283 @@
+/* Unit tests for workflow files (df_workflow_load, include/distflow/dag.h) and
+ * per-node config overrides (df_config_with_overrides, include/distflow/config.h). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "distflow/config.h"
+#include "distflow/dag.h"
+
+#define WF_DIR DF_SOURCE_DIR "/examples/workflows/"
+#define FIXTURE DF_SOURCE_DIR "/tests/fixtures/workflow_grpo_siirl.yaml"
+
+#define assert_error_mentions(rc, code, text)                                                    \
+    do {                                                                                         \
+        assert_int_equal((rc), (code));                                                          \
+        if (!strstr(df_last_error(), (text)))                                                    \
+            fail_msg("error '%s' does not mention '%s'", df_last_error(), (text));               \
+    } while (0)
+
+/* Warnings collected by the callback. */
+typedef struct {
+    char msgs[8][512];
+    int n;
+} warnings;
+
+static void collect(void *user, const char *msg)
+{
+    warnings *w = user;
+    if (w->n < 8)
+        snprintf(w->msgs[w->n], sizeof w->msgs[0], "%s", msg);
+    w->n++;
+}
+
+static df_node *node(df_task_graph *g, const char *id)
+{
+    df_node *n = df_task_graph_get_node(g, id);
+    if (!n)
+        fail_msg("node '%s' missing", id);
+    return n;
+}
+
+/* Same ids (in order), types, roles, flags, groups, refs and dependencies. */
+static void assert_same_graph(const df_task_graph *a, const df_task_graph *b)
+{
+    assert_string_equal(df_task_graph_id(a), df_task_graph_id(b));
+    assert_int_equal(df_task_graph_num_nodes(a), df_task_graph_num_nodes(b));
+    for (int i = 0; i < df_task_graph_num_nodes(a); i++) {
+        const df_node *x = df_task_graph_node_at(a, i), *y = df_task_graph_node_at(b, i);
+        assert_string_equal(x->node_id, y->node_id);
+        assert_int_equal(x->node_type, y->node_type);
+        assert_int_equal(x->node_role, y->node_role);
+        assert_int_equal(x->only_forward_compute, y->only_forward_compute);
+        assert_int_equal(x->agent_group, y->agent_group);
+        assert_int_equal(x->retry_limit, y->retry_limit);
+        assert_string_equal(x->executable_ref, y->executable_ref);
+        assert_int_equal(x->n_dependencies, y->n_dependencies);
+        for (int d = 0; d < x->n_dependencies; d++)
+            assert_string_equal(x->dependencies[d], y->dependencies[d]);
+        assert_int_equal(x->n_config, 0);
+    }
+}
+
+/* ====================================================================== examples */
+
+static void test_examples_match_builtins(void **state)
+{
+    (void)state;
+    static const char *const names[] = {"grpo", "ppo", "dapo", "embodied_srpo"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char path[512];
+        snprintf(path, sizeof path, WF_DIR "%s.yaml", names[i]);
+        df_task_graph *file, *builtin;
+        warnings w = {0};
+        if (df_workflow_load_ex(path, collect, &w, &file))
+            fail_msg("%s: %s", path, df_last_error());
+        assert_int_equal(w.n, 0);
+        assert_int_equal(df_builtin_pipeline(names[i], &builtin), 0);
+        assert_same_graph(file, builtin);
+        df_task_graph_free(file);
+        df_task_graph_free(builtin);
+    }
+    /* the old name stays an alias */
+    df_task_graph *a, *b;
+    assert_int_equal(df_builtin_pipeline("embodied", &a), 0);
+    assert_int_equal(df_builtin_pipeline("embodied_srpo", &b), 0);
+    assert_same_graph(a, b);
+    assert_string_equal(df_task_graph_id(a), "embodied_grpo_training_pipeline");
+    df_task_graph_free(a);
+    df_task_graph_free(b);
+}
+
+/* siiRL's own style: anchors, merge keys, aliases, lower-case enum names, no refs. */
+static void test_siirl_fixture(void **state)
+{
+    (void)state;
+    df_task_graph *g;
+    warnings w = {0};
+    if (df_workflow_load_ex(FIXTURE, collect, &w, &g))
+        fail_msg("%s", df_last_error());
+    assert_int_equal(w.n, 0);
+    assert_string_equal(df_task_graph_id(g), "grpo_training_pipeline");
+    assert_int_equal(df_task_graph_num_nodes(g), 6);
+    df_node *r = node(g, "rollout");
+    assert_int_equal(r->node_type, DF_NODE_MODEL_INFERENCE);
+    assert_int_equal(r->node_role, DF_ROLE_ROLLOUT);
+    assert_null(r->executable_ref);
+    assert_int_equal(r->n_dependencies, 0);
+    /* explicit rollout.n wins over the merged one; nested mapping flattened */
+    assert_string_equal(df_node_get_config(r, "rollout.n"), "8");
+    assert_string_equal(df_node_get_config(r, "model.path"), "Qwen/Qwen2.5-7B-Instruct");
+    assert_string_equal(df_node_get_config(r, "rollout.log_prob_micro_batch_size_per_gpu"), "16");
+    assert_string_equal(df_node_get_config(r, "rollout.temperature"), "0.7");
+    assert_string_equal(df_node_get_config(r, "rollout.stop"), "[\"</answer>\", \"x\"]");
+    assert_int_equal(r->n_config, 5);
+    df_node *adv = node(g, "calculate_advantages");
+    assert_int_equal(adv->node_type, DF_NODE_COMPUTE);
+    assert_int_equal(adv->node_role, DF_ROLE_ADVANTAGE);
+    df_node *old = node(g, "actor_old_log_prob");
+    assert_int_equal(old->node_type, DF_NODE_MODEL_TRAIN);
+    assert_int_equal(old->node_role, DF_ROLE_ACTOR);
+    assert_true(old->only_forward_compute);
+    assert_string_equal(old->dependencies[0], "calculate_advantages");
+    df_node *tr = node(g, "actor_train");
+    assert_int_equal(tr->node_role, DF_ROLE_ACTOR);
+    assert_false(tr->only_forward_compute);
+    assert_string_equal(df_node_get_config(tr, "rollout.n"), "16");
+    assert_int_equal(tr->n_config, 3);
+    df_node **order;
+    int n;
+    assert_int_equal(df_task_graph_topo_order(g, &order, &n), 0);
+    assert_int_equal(n, 6);
+    assert_string_equal(order[0]->node_id, "rollout");
+    assert_string_equal(order[5]->node_id, "actor_train");
+    free(order);
+    df_task_graph_free(g);
+}
+
+static void test_fields_and_refs(void **state)
+{
+    (void)state;
+    const char *text = "dag_id: d\n"
+                       "global_config:\n"
+                       "  sampling: {temp: 0.25}\n"
+                       "nodes:\n"
+                       "  - node_id: a\n"
+                       "    node_type: DATA_LOAD\n"
+                       "    func: my.loader\n"
+                       "    agent_group: 2\n"
+                       "    retry_limit: 3\n"
+                       "  - node_id: b\n"
+                       "    node_type: MODEL_INFERENCE\n"
+                       "    node_role: ROLLOUT\n"
+                       "    dependencies: [a]\n"
+                       "    config:\n"
+                       "      rollout.temperature: !Ref global_config.sampling.temp\n"
+                       "      trainer.project_name: 'null'\n"
+                       "      rollout.top_k:\n";
+    df_task_graph *g;
+    if (df_workflow_load_text(text, "t.yaml", NULL, NULL, &g))
+        fail_msg("%s", df_last_error());
+    df_node *a = node(g, "a");
+    assert_int_equal(a->node_type, DF_NODE_DATA_LOAD);
+    assert_string_equal(a->executable_ref, "my.loader");
+    assert_int_equal(a->agent_group, 2);
+    assert_int_equal(a->retry_limit, 3);
+    df_node *b = node(g, "b");
+    assert_string_equal(df_node_get_config(b, "rollout.temperature"), "0.25");
+    assert_string_equal(df_node_get_config(b, "trainer.project_name"), "\"null\"");
+    assert_string_equal(df_node_get_config(b, "rollout.top_k"), "null");
+    df_task_graph_free(g);
+}
+
+/* ====================================================================== warnings */
+
+static void test_python_only_options_warn(void **state)
+{
+    (void)state;
+    const char *text = "dag_id: d\n"
+                       "nodes:\n"
+                       "  - node_id: a\n"
+                       "    node_type: COMPUTE\n"
+                       "    agent_options:\n"
+                       "      process_path: my.module.fn\n"
+                       "    user_hook: 3\n";
+    df_task_graph *g;
+    warnings w = {0};
+    assert_int_equal(df_workflow_load_text(text, "w.yaml", collect, &w, &g), 0);
+    assert_int_equal(w.n, 2);
+    assert_non_null(strstr(w.msgs[0], "w.yaml:5: node 'a': agent_options"));
+    assert_non_null(strstr(w.msgs[0], "ignored"));
+    assert_non_null(strstr(w.msgs[1], "w.yaml:7: node 'a': unknown node option 'user_hook'"));
+    df_task_graph_free(g);
+    /* without a callback the warnings are dropped, the load still succeeds */
+    assert_int_equal(df_workflow_load_text(text, "w.yaml", NULL, NULL, &g), 0);
+    df_task_graph_free(g);
+}
+
+/* ====================================================================== errors */
+
+static void expect_error(const char *text, int code, const char *msg)
+{
+    df_task_graph *g = (df_task_graph *)1;
+    int rc = df_workflow_load_text(text, "bad.yaml", NULL, NULL, &g);
+    assert_null(g);
+    assert_error_mentions(rc, code, msg);
+}
+
+#define HEAD "dag_id: d\nnodes:\n"
+#define NODE_A "  - node_id: a\n    node_type: COMPUTE\n"
+
+static void test_malformed(void **state)
+{
+    (void)state;
+    expect_error("", DF_EINVAL, "bad.yaml: the workflow file is empty");
+    expect_error("- a\n- b\n", DF_EINVAL, "bad.yaml:1: a workflow file is a mapping");
+    expect_error("nodes: []\n", DF_EINVAL, "missing dag_id");
+    expect_error("dag_id: d\n", DF_EINVAL, "bad.yaml: the 'nodes' list is missing");
+    expect_error("dag_id: d\nnodes: {a: 1}\n", DF_EINVAL, "bad.yaml:2: 'nodes' must be a list");
+    expect_error("dag_id: d\nnodes: [\n", DF_EINVAL, "bad.yaml:3:");
+    expect_error(HEAD "  - just_a_string\n", DF_EINVAL, "bad.yaml:3: node #1: each entry");
+    expect_error(HEAD NODE_A "  - node_type: COMPUTE\n", DF_EINVAL,
+                 "bad.yaml:5: node #2: missing node_id");
+    expect_error(HEAD NODE_A NODE_A, DF_EINVAL,
+                 "bad.yaml:5: node 'a': duplicate node id (node #1 has it too)");
+    expect_error(HEAD "  - node_id: a\n    node_role: ACTOR\n", DF_EINVAL,
+                 "bad.yaml:3: node 'a': missing node_type");
+    expect_error(HEAD "  - node_id: a\n    node_type: TRAIN\n", DF_EINVAL,
+                 "bad.yaml:4: node 'a': unknown node type 'TRAIN'");
+    expect_error(HEAD "  - node_id: a\n    node_type: COMPUTE\n    node_role: ACTR\n", DF_EINVAL,
+                 "bad.yaml:5: node 'a': unknown node role 'ACTR'");
+    expect_error(HEAD "  - node_id: a\n    node_type: DATA_LOAD\n    node_role: ACTOR\n",
+                 DF_EINVAL, "bad.yaml:5: node 'a':");
+    expect_error(HEAD NODE_A "    only_forward_compute: maybe\n", DF_EINVAL,
+                 "bad.yaml:5: node 'a': only_forward_compute must be true or false, got 'maybe'");
+    expect_error(HEAD NODE_A "    agent_group: -1\n", DF_EINVAL,
+                 "bad.yaml:5: node 'a': agent_group must be a non-negative integer");
+    expect_error(HEAD NODE_A "    retry_limit: [1]\n", DF_EINVAL,
+                 "bad.yaml:5: node 'a': retry_limit must be a non-negative integer");
+    expect_error(HEAD NODE_A "    dependencies: b\n", DF_EINVAL,
+                 "bad.yaml:5: node 'a': dependencies must be a list");
+    expect_error(HEAD NODE_A "    dependencies:\n      - zz\n", DF_EINVAL,
+                 "bad.yaml:6: node 'a': depends on 'zz', which is not a node of this workflow");
+    expect_error(HEAD NODE_A "    config: [1, 2]\n", DF_EINVAL,
+                 "bad.yaml:5: node 'a': config must be a mapping");
+    expect_error(HEAD NODE_A "    executable_ref: {x: 1}\n", DF_EINVAL,
+                 "bad.yaml:5: node 'a': executable_ref must be a string");
+    expect_error(HEAD NODE_A "    executable_ref: x\n    func: y\n", DF_EINVAL,
+                 "bad.yaml:6: node 'a': give either executable_ref or func");
+    expect_error(HEAD NODE_A "    config:\n      k: !Ref global_config.nope\n", DF_EINVAL,
+                 "bad.yaml:6: node 'a': unresolved reference 'global_config.nope'");
+    expect_error(HEAD NODE_A "    config:\n      k: !Ref other.x\n", DF_EINVAL,
+                 "bad.yaml:6: node 'a': !Ref 'other.x': only global_config");
+    expect_error(HEAD NODE_A "    config:\n      k: [{a: 1}]\n", DF_EINVAL,
+                 "bad.yaml:6: node 'a': config lists may not hold mappings");
+    /* a cycle: validated after loading, named with the file */
+    expect_error(HEAD "  - node_id: a\n    node_type: COMPUTE\n    dependencies: [b]\n"
+                      "  - node_id: b\n    node_type: COMPUTE\n    dependencies: [a]\n",
+                 DF_EINVAL, "bad.yaml: task graph 'd'");
+    expect_error(HEAD "  - node_id: a\n    node_type: COMPUTE\n    dependencies: [a]\n",
+                 DF_EINVAL, "cycle");
+    df_task_graph *g = (df_task_graph *)1;
+    assert_error_mentions(df_workflow_load("/nonexistent/wf.yaml", &g), DF_EIO,
+                          "/nonexistent/wf.yaml: cannot open workflow file");
+    assert_null(g);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_examples_match_builtins),
+        cmocka_unit_test(test_siirl_fixture),
+        cmocka_unit_test(test_fields_and_refs),
+        cmocka_unit_test(test_python_only_options_warn),
+        cmocka_unit_test(test_malformed),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
