@@ -12,6 +12,8 @@
 
 #include "distflow/config.h"
 #include "distflow/dag.h"
+#include "tmpdir.h"
+#include "worker/worker_internal.h"
 
 #define WF_DIR DF_SOURCE_DIR "/examples/workflows/"
 #define FIXTURE DF_SOURCE_DIR "/tests/fixtures/workflow_grpo_siirl.yaml"
@@ -270,6 +272,143 @@ static void test_malformed(void **state)
     assert_null(g);
 }
 
+
+/* ====================================================================== overrides */
+
+static df_config *train_config(void)
+{
+    df_config *c;
+    const char *yaml = "actor_rollout_ref:\n  rollout:\n    temperature: 1.0\n    top_p: 0.9\n";
+    if (df_config_load_text(df_config_schema_train(), yaml, "cfg.yaml", NULL, 0, &c))
+        fail_msg("%s", df_last_error());
+    return c;
+}
+
+static void test_config_with_overrides(void **state)
+{
+    (void)state;
+    df_config *base = train_config(), *m;
+    const char *keys[] = {"actor_rollout_ref.rollout.temperature", "actor_rollout_ref.actor.optim",
+                          "trainer.project_name"};
+    const char *vals[] = {"0.7", "{lr: 2e-5}", "${actor_rollout_ref.rollout.top_p}"};
+    if (df_config_with_overrides(base, keys, vals, 3, "wf.yaml node 'rollout_actor'", &m))
+        fail_msg("%s", df_last_error());
+    assert_float_equal(df_config_float(m, "actor_rollout_ref.rollout.temperature"), 0.7, 1e-12);
+    assert_float_equal(df_config_float(m, "actor_rollout_ref.actor.optim.lr"), 2e-5, 1e-18);
+    assert_string_equal(df_config_str(m, "trainer.project_name"), "0.9");
+    assert_string_equal(df_config_where(m, "actor_rollout_ref.rollout.temperature"),
+                        "wf.yaml node 'rollout_actor'");
+    assert_string_equal(df_config_where(m, "actor_rollout_ref.rollout.top_p"), "cfg.yaml:4");
+    /* the base is untouched */
+    assert_float_equal(df_config_float(base, "actor_rollout_ref.rollout.temperature"), 1.0, 0);
+    df_config_free(m);
+
+    const char *bad_key[] = {"actor_rollout_ref.rollout.temprature"};
+    const char *one[] = {"0.5"};
+    m = (df_config *)1;
+    assert_error_mentions(df_config_with_overrides(base, bad_key, one, 1, "wf.yaml node 'gen'", &m),
+                          DF_EINVAL,
+                          "wf.yaml node 'gen': 'actor_rollout_ref.rollout.temprature=0.5': "
+                          "unknown key");
+    assert_non_null(strstr(df_last_error(), "did you mean 'actor_rollout_ref.rollout.temperature'"));
+    assert_null(m);
+    const char *bad_val[] = {"hot"};
+    assert_error_mentions(df_config_with_overrides(base, keys, bad_val, 1, "wf.yaml node 'gen'", &m),
+                          DF_EINVAL, "actor_rollout_ref.rollout.temperature");
+    assert_float_equal(df_config_float(base, "actor_rollout_ref.rollout.temperature"), 1.0, 0);
+    df_config *copy;
+    assert_int_equal(df_config_copy(base, &copy), 0);
+    assert_float_equal(df_config_float(copy, "actor_rollout_ref.rollout.top_p"), 0.9, 1e-12);
+    df_config_free(copy);
+    df_config_free(base);
+}
+
+/* The worker's per-node configs: relative keys, honoured keys, refusals. */
+static int load_in_worker(const char *dir, const char *yaml, df_dag_worker *w)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/wf.yaml", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(yaml, f);
+    fclose(f);
+    memset(w, 0, sizeof *w);
+    w->cfg = train_config();
+    w->rank = 1; /* no warnings printed */
+    w->world = 1;
+    w->n_samples = 4;
+    assert_int_equal(df_worker_register_nodes(), 0);
+    return df_worker_load_workflow(w, path);
+}
+
+static void unload(df_dag_worker *w)
+{
+    df_worker_free_node_configs(w);
+    df_task_graph_free(w->graph);
+    df_config_free((df_config *)w->cfg);
+}
+
+#define GEN_NODE "  - node_id: gen\n    node_type: MODEL_INFERENCE\n    node_role: ROLLOUT\n"
+#define TRAIN_NODE                                                                               \
+    "  - node_id: train\n    node_type: MODEL_TRAIN\n    node_role: ACTOR\n    dependencies: [gen]\n"
+
+static void test_worker_node_overrides(void **state)
+{
+    df_dag_worker w;
+    int rc = load_in_worker(*state,
+                            "dag_id: d\nnodes:\n" GEN_NODE
+                            "    config:\n      rollout.temperature: 0.7\n"
+                            "      actor_rollout_ref.rollout.top_k: 5\n" TRAIN_NODE
+                            "    config: {actor.clip_ratio_high: 0.28, actor.ppo_epochs: 2}\n",
+                            &w);
+    if (rc)
+        fail_msg("%s", df_last_error());
+    df_node *gen = df_task_graph_get_node(w.graph, "gen"), *tr = df_task_graph_get_node(w.graph, "train");
+    /* default executables by role */
+    assert_string_equal(gen->executable_ref, "DAGWorker.generate");
+    assert_string_equal(tr->executable_ref, "DAGWorker.train_actor");
+    const df_config *gc = df_worker_node_config(&w, gen), *tc = df_worker_node_config(&w, tr);
+    assert_ptr_not_equal(gc, w.cfg);
+    assert_float_equal(df_config_float(gc, "actor_rollout_ref.rollout.temperature"), 0.7, 1e-12);
+    assert_int_equal(df_config_int(gc, "actor_rollout_ref.rollout.top_k"), 5);
+    assert_float_equal(df_config_float(tc, "actor_rollout_ref.rollout.temperature"), 1.0, 0);
+    assert_float_equal(df_config_float(tc, "actor_rollout_ref.actor.clip_ratio_high"), 0.28, 1e-12);
+    assert_int_equal(df_config_int(tc, "actor_rollout_ref.actor.ppo_epochs"), 2);
+    df_actor_params p;
+    df_worker_actor_params(&w, tc, &p);
+    assert_float_equal(p.clip_ratio_high, 0.28, 1e-12);
+    assert_int_equal(p.ppo_epochs, 2);
+    assert_float_equal(p.clip_ratio_low, 0.2, 1e-12); /* not overridden: the global value */
+    unload(&w);
+
+    /* unknown key: file, node and a hint */
+    rc = load_in_worker(*state, "dag_id: d\nnodes:\n" GEN_NODE "    config:\n      rollout.temprature: 0.7\n", &w);
+    assert_error_mentions(rc, DF_EINVAL, "wf.yaml node 'gen': 'rollout.temprature=0.7': unknown key 'rollout.temprature' "
+                          "(did you mean 'actor_rollout_ref.rollout.temperature'?)");
+    assert_non_null(strstr(df_last_error(), "dag.workflow_path"));
+    unload(&w);
+    /* a key that exists but cannot change per node */
+    rc = load_in_worker(*state, "dag_id: d\nnodes:\n" GEN_NODE "    config:\n      rollout.n: 8\n", &w);
+    assert_error_mentions(rc, DF_EUNSUPPORTED,
+                          "wf.yaml node 'gen': actor_rollout_ref.rollout.n cannot be changed per node "
+                          "(this node honours: actor_rollout_ref.rollout.temperature");
+    unload(&w);
+    /* a loss mode that does not exist */
+    rc = load_in_worker(*state, "dag_id: d\nnodes:\n" GEN_NODE TRAIN_NODE
+                        "    config:\n      actor.policy_loss.loss_mode: nope\n", &w);
+    assert_error_mentions(rc, DF_EINVAL, "wf.yaml node 'train'");
+    assert_non_null(strstr(df_last_error(), "nope"));
+    unload(&w);
+    /* a node whose function reads nothing per node */
+    rc = load_in_worker(*state, "dag_id: d\nnodes:\n" GEN_NODE
+                        "  - node_id: rw\n    node_type: COMPUTE\n    node_role: REWARD\n"
+                        "    dependencies: [gen]\n    config: {algorithm.gamma: 0.5}\n", &w);
+    assert_error_mentions(rc, DF_EUNSUPPORTED,
+                          "node 'rw': algorithm.gamma cannot be changed per node (this node's "
+                          "function reads no per-node keys)");
+    unload(&w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -278,6 +417,8 @@ int main(void)
         cmocka_unit_test(test_fields_and_refs),
         cmocka_unit_test(test_python_only_options_warn),
         cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_config_with_overrides),
+        cmocka_unit_test_setup_teardown(test_worker_node_overrides, df_test_mkdtemp, df_test_rmtree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

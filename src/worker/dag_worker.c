@@ -29,8 +29,7 @@ static int check_supported(const df_config *c)
     for (size_t i = 0; i < sizeof off / sizeof *off; i++)
         if (df_config_bool(c, off[i]))
             return df_error(DF_EUNSUPPORTED, "%s: %s=true is not supported yet", df_config_where(c, off[i]), off[i]);
-    static const char *const null_only[] = {"custom_reward_function.path", "dag.custom_pipeline_fn",
-                                            "dag.workflow_path"};
+    static const char *const null_only[] = {"custom_reward_function.path", "dag.custom_pipeline_fn"};
     for (size_t i = 0; i < sizeof null_only / sizeof *null_only; i++)
         if (!df_config_is_null(c, null_only[i]))
             return df_error(DF_EUNSUPPORTED, "%s: %s is not supported yet",
@@ -45,8 +44,8 @@ static int select_pipeline(const df_config *c, const char **name)
     const char *adv = df_config_str(c, "algorithm.adv_estimator");
     if (!strcasecmp(wf, "dapo"))
         *name = "dapo";
-    else if (!strcasecmp(wf, "embodied"))
-        *name = "embodied";
+    else if (!strcasecmp(wf, "embodied") || !strcasecmp(wf, "embodied_srpo"))
+        *name = "embodied_srpo";
     else if (!strcasecmp(wf, "default"))
         *name = !strcmp(adv, "gae") ? "ppo" : "grpo";
     else
@@ -60,9 +59,8 @@ static int64_t cfg_int_or(const df_config *c, const char *key, int64_t dflt)
     return df_config_is_null(c, key) ? dflt : df_config_int(c, key);
 }
 
-static void actor_params(const df_dag_worker *w, df_actor_params *p)
+void df_worker_actor_params(const df_dag_worker *w, const df_config *c, df_actor_params *p)
 {
-    const df_config *c = w->cfg;
 #define A "actor_rollout_ref.actor."
     memset(p, 0, sizeof *p);
     p->lr = df_config_float(c, A "optim.lr");
@@ -104,9 +102,9 @@ static void actor_params(const df_dag_worker *w, df_actor_params *p)
 #undef A
 }
 
-static void sampling(const df_dag_worker *w, const char *prefix, df_sampling_params *sp)
+void df_worker_sampling(const df_dag_worker *w, const df_config *c, const char *prefix,
+                        df_sampling_params *sp)
 {
-    const df_config *c = w->cfg;
     char k[128];
     df_sampling_params_defaults(sp);
 #define KEY(x) (snprintf(k, sizeof k, "%s%s", prefix, x), k)
@@ -163,7 +161,7 @@ static int setup_models(df_dag_worker *w, df_model *m)
     df_model *ref = NULL;
     int rc;
     df_actor_params p;
-    actor_params(w, &p);
+    df_worker_actor_params(w, c, &p);
     if (p.use_kl_loss && (rc = df_model_clone(m, &ref))) {
         df_model_free(m);
         return rc;
@@ -178,8 +176,8 @@ static int setup_models(df_dag_worker *w, df_model *m)
         df_model_free(ref);
         return rc;
     }
-    sampling(w, "actor_rollout_ref.rollout.", &w->sp);
-    sampling(w, "actor_rollout_ref.rollout.val_kwargs.", &w->val_sp);
+    df_worker_sampling(w, c, "actor_rollout_ref.rollout.", &w->sp);
+    df_worker_sampling(w, c, "actor_rollout_ref.rollout.val_kwargs.", &w->val_sp);
     /* KV cache for as many sequences as a step needs, within rollout.max_num_seqs and ~8 GiB */
     int64_t seq_len = w->max_prompt_len + w->max_response_len;
     int64_t per_step = df_config_int(c, "data.train_batch_size") / w->world * w->n_samples;
@@ -191,16 +189,21 @@ static int setup_models(df_dag_worker *w, df_model *m)
     return df_rollout_engine_create(&m->cfg, slots, seq_len, &w->rollout);
 }
 
+/* The workflow file of dag.workflow_path, else the built-in pipeline for the algorithm. */
 static int setup_graph(df_dag_worker *w)
 {
-    const char *name = "";
-    int rc = select_pipeline(w->cfg, &name);
-    if (!rc)
-        rc = df_worker_register_nodes();
-    if (!rc)
-        rc = df_builtin_pipeline(name, &w->graph);
-    if (!rc)
-        rc = df_task_graph_resolve(w->graph);
+    const char *name = "", *wf_path = df_config_str(w->cfg, "dag.workflow_path");
+    int rc = df_worker_register_nodes();
+    if (!rc && wf_path) {
+        name = "workflow";
+        rc = df_worker_load_workflow(w, wf_path);
+    } else if (!rc) {
+        rc = select_pipeline(w->cfg, &name);
+        if (!rc)
+            rc = df_builtin_pipeline(name, &w->graph);
+        if (!rc)
+            rc = df_task_graph_resolve(w->graph);
+    }
     if (!rc)
         rc = df_adv_estimator_lookup(df_config_str(w->cfg, "algorithm.adv_estimator"), &w->adv_fn);
     df_policy_loss_fn pl;
@@ -289,6 +292,7 @@ void df_dag_worker_free(df_dag_worker *w)
 {
     if (!w)
         return;
+    df_worker_free_node_configs(w);
     df_task_graph_free(w->graph);
     df_rollout_engine_free(w->rollout);
     df_actor_free(w->actor);
