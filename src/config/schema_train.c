@@ -260,7 +260,9 @@ static const df_config_entry train[] = {
     /* ---- dag (siiRL DagArguments) ---- */
     KSN("dag.custom_pipeline_fn", "null",
         "custom pipeline 'lib.so:symbol' (siiRL: 'module:function'); null: built-in"),
-    KSN("dag.workflow_path", "null", "workflow DAG YAML (siiRL's legacy mode)"),
+    KSN("dag.workflow_path", "null",
+        "workflow DAG YAML in siiRL's format (examples/workflows/); replaces the built-in "
+        "pipeline of algorithm.workflow_type; null: built-in"),
     KB("dag.enable_perf", "false", "print a per-rank timing table"),
 };
 
