@@ -164,8 +164,68 @@ static void test_grpo_steps(void **state)
     assert_int_equal(df_test_remove_tree(tmp), 0);
 }
 
+/* One step from a workflow file in siiRL's style (no executable refs, role-relative
+ * per-node config): a greedy rollout node gives every group identical responses,
+ * so every GRPO advantage is exactly 0 — the node's override took effect. */
+static void test_workflow_file_step(void **state)
+{
+    (void)state;
+    snprintf(tmp, sizeof tmp, "/tmp/df_e2e_XXXXXX");
+    assert_non_null(mkdtemp(tmp));
+    make_inputs();
+    assert_int_equal(df_reward_register("test/digits", digit_share), 0);
+    write_text("wf.yaml",
+               "dag_id: wf_grpo\n"
+               "nodes:\n"
+               "  - {node_id: rollout, node_type: MODEL_INFERENCE, node_role: ROLLOUT,\n"
+               "     config: {rollout.do_sample: false}}\n"
+               "  - {node_id: reward, node_type: COMPUTE, node_role: REWARD, dependencies: [rollout]}\n"
+               "  - {node_id: adv, node_type: COMPUTE, node_role: ADVANTAGE, dependencies: [reward]}\n"
+               "  - {node_id: old, node_type: MODEL_TRAIN, node_role: ACTOR, only_forward_compute: true,\n"
+               "     dependencies: [adv]}\n"
+               "  - {node_id: train, node_type: MODEL_TRAIN, node_role: ACTOR, dependencies: [old],\n"
+               "     config: {actor.ppo_epochs: 2}}\n");
+    char yaml[2048];
+    snprintf(yaml, sizeof yaml,
+             "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 8,\n"
+             "       max_prompt_length: 128, max_response_length: 8}\n"
+             "actor_rollout_ref:\n"
+             "  model: {path: %s/model}\n"
+             "  actor: {optim: {lr: 0.01}, ppo_mini_batch_size: 8, ppo_micro_batch_size_per_gpu: 8}\n"
+             "  rollout: {n: 4, log_prob_micro_batch_size_per_gpu: 16}\n"
+             "algorithm: {adv_estimator: grpo}\n"
+             "dag: {workflow_path: %s/wf.yaml}\n"
+             "trainer: {total_training_steps: 1, save_freq: -1, logger: [], default_local_dir: %s/out}\n",
+             tmp, tmp, tmp, tmp);
+    df_config *cfg;
+    assert_int_equal(df_config_load_text(df_config_schema_train(), yaml, "e2e.yaml", NULL, 0, &cfg), 0);
+    df_dag_worker *w;
+    int rc = df_dag_worker_create(cfg, 0, 1, &w);
+    if (!rc)
+        rc = df_dag_worker_fit(w);
+    if (rc)
+        fail_msg("%s", df_last_error());
+    df_dag_worker_free(w);
+    df_config_free(cfg);
+    char *mpath = df_path_join(tmp, "out/metrics.jsonl"), *text;
+    assert_int_equal(df_read_file(mpath, &text, NULL), 0);
+    json_t *o = json_loads(text, 0, NULL);
+    assert_non_null(o);
+    assert_int_equal(json_integer_value(json_object_get(o, "step")), 1);
+    assert_true(json_is_number(json_object_get(o, "timing_s/update_actor")));
+    assert_true(json_is_number(json_object_get(o, "critic/advantages/max")));
+    assert_true(json_is_number(json_object_get(o, "critic/advantages/min")));
+    assert_true(json_number_value(json_object_get(o, "critic/advantages/min")) == 0.0);
+    assert_true(json_number_value(json_object_get(o, "critic/advantages/max")) == 0.0);
+    json_decref(o);
+    free(text);
+    free(mpath);
+    assert_int_equal(df_test_remove_tree(tmp), 0);
+}
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_grpo_steps)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_grpo_steps),
+                                       cmocka_unit_test(test_workflow_file_step)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -178,6 +178,25 @@ DF_API bool df_config_is_null(const df_config *c, const char *key);
  */
 DF_API int df_config_set(df_config *c, const char *key, const char *yaml_value);
 
+/** Deep copy (same schema, values and origins). DF_ENOMEM. */
+DF_API int df_config_copy(const df_config *c, df_config **out);
+
+/**
+ * A copy of `base` with `keys[i]` set to `values[i]` (YAML text, as the right
+ * of a command-line `key=value`), checked exactly like command-line overrides:
+ * the key must be in the schema (a group key takes a mapping), the value must
+ * have the key's type, bounds and choices; interpolations resolve against the
+ * copy. Derived defaults (null_from) of other keys are not recomputed. Each
+ * overridden key's df_config_where() becomes `where` (e.g. "wf.yaml node
+ * 'rollout_actor'"), and errors read "<where>: 'key=value': unknown key ...
+ * (did you mean ...)". Used for per-node overrides of workflow files (siiRL
+ * graph_updater merges a node's config over the global one).
+ * Errors: DF_EINVAL (base untouched, *out NULL), DF_ENOMEM.
+ */
+DF_API int df_config_with_overrides(const df_config *base, const char *const *keys,
+                                    const char *const *values, int n, const char *where,
+                                    df_config **out);
+
 /**
  * Where the value came from: "cfg.yaml:12" (file and line), "command line",
  * "default", "derived from <key>" (null_from), or "set by program"

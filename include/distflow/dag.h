@@ -400,10 +400,63 @@ DF_API int df_pipeline_build(df_pipeline *p, df_task_graph **out);
  *               before calculate_advantages and critic_train after actor_train
  *   "dapo"      dapo_training_pipeline: as grpo with dynamic_sampling
  *               (DYNAMIC_SAMPLING) after function_reward
- *   "embodied"  embodied_grpo_training_pipeline (siiRL embodied_grpo_pipeline)
+ *   "embodied_srpo" (alias "embodied") embodied_grpo_training_pipeline (siiRL
+ *               embodied_grpo_pipeline)
  * Unknown name -> DF_ENOTFOUND listing the known ones.
  */
 DF_API int df_builtin_pipeline(const char *name, df_task_graph **out);
+
+/* ======================================================================
+ * Workflow files (siiRL DAGConfigLoader, siirl/execution/dag/config_loader.py)
+ * ====================================================================== */
+
+/** Receives one warning (a complete sentence naming file:line and node). */
+typedef void (*df_warn_fn)(void *user, const char *message);
+
+/**
+ * Load a task graph from a workflow YAML file in siiRL's format:
+ *
+ *   dag_id: grpo_training_pipeline          # required; becomes the graph id
+ *   description: ...                        # optional, not kept
+ *   global_config: {...}                    # optional; target of `!Ref global_config.a.b`
+ *   nodes:                                  # required list
+ *     - node_id: rollout_actor              # required, unique
+ *       node_type: MODEL_INFERENCE          # required; NodeType name, any case
+ *       node_role: ROLLOUT                  # default DEFAULT; NodeRole name, any case
+ *       dependencies: [other_node]          # default []; ids of nodes in the file
+ *       executable_ref: siirl.dag_worker.dagworker:DAGWorker.generate   # or `func:`
+ *       only_forward_compute: false         # default false
+ *       agent_group: 0                      # default 0
+ *       retry_limit: 0                      # default 0 (distflow extension)
+ *       config: {rollout.temperature: 0.7}  # per-node overrides, see below
+ *
+ * Other top-level keys are ignored (siiRL files use them to hold anchors).
+ * Anchors, aliases and `<<` merge keys (a mapping or a list of mappings;
+ * explicit keys win) work everywhere. `config` is flattened to dotted keys
+ * (`rollout: {n: 8}` gives `rollout.n`); each value is stored as YAML text, as
+ * the right-hand side of a command-line override would be: plain scalars
+ * verbatim, quoted ones double-quoted, lists in flow style, empty as "null";
+ * `!Ref global_config.x.y` values are replaced by what they name.
+ * Executable refs are not resolved here (df_task_graph_resolve does that).
+ * Unknown per-node options (e.g. siiRL's Python-only `agent_options`) are not
+ * errors: each produces a warning through `warn` (NULL: dropped).
+ *
+ * Errors (DF_EINVAL unless noted), each "<file>:<line>: node '<id>': ..." when
+ * about a node: YAML syntax ("<file>:<line>:<col>: ..."), empty file, missing
+ * dag_id / nodes, an entry that is not a mapping or has no node_id ("node #3"),
+ * duplicate node id, missing or unknown node_type, unknown node_role, a role on
+ * a non-model node type, wrong value types (bool, non-negative int, list,
+ * mapping), a dependency not in the file, an unresolved !Ref; a cycle or other
+ * validation failure is "<file>: task graph '<id>': ... dependency cycle: ...".
+ * DF_EIO when the file cannot be read, DF_ENOMEM. The graph is validated.
+ */
+DF_API int df_workflow_load_ex(const char *path, df_warn_fn warn, void *user,
+                               df_task_graph **out);
+/** df_workflow_load_ex without warnings. */
+DF_API int df_workflow_load(const char *path, df_task_graph **out);
+/** As df_workflow_load_ex with the YAML given as text; `name` stands for the file in messages. */
+DF_API int df_workflow_load_text(const char *text, const char *name, df_warn_fn warn, void *user,
+                                 df_task_graph **out);
 
 /* ======================================================================
  * Executor

@@ -196,9 +196,21 @@ DF_API const char *df_process_groups_node_group(const df_process_groups *pg, con
  */
 DF_API int df_pipeline_select(const df_config *c, const char **name);
 
+/**
+ * The task graph a train config runs (the DAG worker and `distflow plan` both
+ * use this): the workflow file of dag.workflow_path (df_workflow_load_ex,
+ * `~` expanded, warnings to `warn`, which may be NULL), else the factory of
+ * dag.custom_pipeline_fn (df_pipeline_from_plugin), else the built-in of
+ * df_pipeline_select. *name is "workflow", "custom" or the built-in's name.
+ * Executable refs are not resolved. Errors: those of the source, prefixed
+ * with the key's file:line for the first two.
+ */
+DF_API int df_pipeline_from_config(const df_config *c, df_warn_fn warn, void *user,
+                                   const char **name, df_task_graph **out);
+
 /** A whole plan: the pipeline, its subgraphs, the schedule, the groups. */
 typedef struct df_plan {
-    const char *pipeline;       /**< built-in name ("grpo", ...) */
+    const char *pipeline;       /**< built-in name ("grpo", ...), "workflow" or "custom" */
     df_task_graph *graph;       /**< the resolved pipeline (owned) */
     df_task_graph **subgraphs;  /**< [n_subgraphs] owned */
     int n_subgraphs;
@@ -207,7 +219,7 @@ typedef struct df_plan {
 } df_plan;
 
 /**
- * Plan a train config: df_pipeline_select, df_builtin_pipeline, split,
+ * Plan a train config: df_pipeline_from_config, split,
  * schedule over trainer.nnodes x trainer.n_gpus_per_node with the default
  * options, process groups with the default types. Loads no model or data.
  * Errors: those of the steps, wrapped with "planning".

@@ -434,3 +434,44 @@ int df_config_set(df_config *c, const char *key, const char *yaml_value)
     slots_free(saved, c->schema->n);
     return DF_OK;
 }
+
+/* ---- copies with overrides (per-node configs of workflow files) ---- */
+
+int df_config_copy(const df_config *c, df_config **out)
+{
+    *out = NULL;
+    df_config *d = calloc(1, sizeof *d);
+    if (!d || !(d->slots = slots_copy(c))) {
+        free(d);
+        return df_error(DF_ENOMEM, "out of memory copying a config");
+    }
+    d->schema = c->schema;
+    *out = d;
+    return DF_OK;
+}
+
+int df_config_with_overrides(const df_config *base, const char *const *keys,
+                             const char *const *values, int n, const char *where,
+                             df_config **out)
+{
+    *out = NULL;
+    if (n < 0 || (n > 0 && (!keys || !values)))
+        return df_error(DF_EINVAL, "df_config_with_overrides: bad override list");
+    const char *origin = where && where[0] ? where : "override";
+    df_config *c;
+    int rc = df_config_copy(base, &c);
+    for (int i = 0; !rc && i < n; i++) {
+        char place[PLACE_CAP];
+        snprintf(place, sizeof place, "%s: '%s=%s'", origin, keys[i], values[i]);
+        cfg_src src = {.place = place, .where = origin};
+        rc = cfg_assign_text(c, -1, keys[i], values[i][0] ? values[i] : "''", &src);
+    }
+    if (!rc)
+        rc = cfg_resolve(c);
+    if (rc) {
+        df_config_free(c);
+        return rc;
+    }
+    *out = c;
+    return DF_OK;
+}

@@ -390,7 +390,9 @@ static const df_config_entry train[] = {
     /* ---- dag (siiRL DagArguments) ---- */
     KSN("dag.custom_pipeline_fn", "null",
         "custom pipeline 'lib.so:symbol' (siiRL: 'module:function'); null: built-in"),
-    KSN("dag.workflow_path", "null", "workflow DAG YAML (siiRL's legacy mode)"),
+    KSN("dag.workflow_path", "null",
+        "workflow DAG YAML in siiRL's format (examples/workflows/); replaces the built-in "
+        "pipeline of algorithm.workflow_type; null: built-in"),
     KB("dag.enable_perf", "false", "print a per-rank timing table"),
     KB("dag.env_enable", "false", "attach an environment to the pipeline (embodied; not supported yet)"),
     KSN("dag.environment_path", "null", "environment config file (not supported yet)"),

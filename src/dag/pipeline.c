@@ -261,16 +261,17 @@ static const builtin_node k_embodied[] = {
      DF_ROLE_ACTOR, false},
 };
 
-#define BUILTIN(name, id, desc, table) {name, id, desc, table, sizeof table / sizeof table[0]}
+#define BUILTIN(name, alias, id, desc, table) \
+    {name, alias, id, desc, table, sizeof table / sizeof table[0]}
 static const struct {
-    const char *name, *id, *description;
+    const char *name, *alias, *id, *description;
     const builtin_node *nodes;
     size_t n;
 } k_builtins[] = {
-    BUILTIN("grpo", "grpo_training_pipeline", "Standard GRPO workflow", k_grpo),
-    BUILTIN("ppo", "ppo_training_pipeline", "Standard PPO workflow", k_ppo),
-    BUILTIN("dapo", "dapo_training_pipeline", "DAPO workflow", k_dapo),
-    BUILTIN("embodied", "embodied_grpo_training_pipeline",
+    BUILTIN("grpo", NULL, "grpo_training_pipeline", "Standard GRPO workflow", k_grpo),
+    BUILTIN("ppo", NULL, "ppo_training_pipeline", "Standard PPO workflow", k_ppo),
+    BUILTIN("dapo", NULL, "dapo_training_pipeline", "DAPO workflow", k_dapo),
+    BUILTIN("embodied_srpo", "embodied", "embodied_grpo_training_pipeline",
             "Embodied AI GRPO training workflow with data filtering", k_embodied),
 };
 
@@ -278,7 +279,8 @@ int df_builtin_pipeline(const char *name, df_task_graph **out)
 {
     *out = NULL;
     for (size_t b = 0; name && b < sizeof k_builtins / sizeof k_builtins[0]; b++) {
-        if (strcmp(name, k_builtins[b].name) != 0)
+        if (strcmp(name, k_builtins[b].name) != 0 &&
+            !(k_builtins[b].alias && !strcmp(name, k_builtins[b].alias)))
             continue;
         df_pipeline *p = df_pipeline_new(k_builtins[b].id, k_builtins[b].description);
         if (!p)
@@ -293,6 +295,6 @@ int df_builtin_pipeline(const char *name, df_task_graph **out)
         return rc;
     }
     return df_error(DF_ENOTFOUND, "unknown built-in pipeline '%s' (known: grpo, ppo, dapo, "
-                                  "embodied)",
+                                  "embodied_srpo, embodied)",
                     name ? name : "(null)");
 }

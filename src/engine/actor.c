@@ -67,6 +67,19 @@ void df_actor_free(df_actor *a)
     free(a);
 }
 
+void df_actor_set_loss_params(df_actor *a, const df_actor_params *p)
+{
+    a->p.policy_loss = p->policy_loss;
+    a->p.loss_agg_mode = p->loss_agg_mode;
+    a->p.clip_ratio_low = p->clip_ratio_low;
+    a->p.clip_ratio_high = p->clip_ratio_high;
+    a->p.clip_ratio_c = p->clip_ratio_c;
+    a->p.entropy_coeff = p->entropy_coeff;
+    a->p.kl_loss_coef = p->kl_loss_coef;
+    a->p.kl_loss_type = p->kl_loss_type;
+    a->p.ppo_epochs = p->ppo_epochs;
+}
+
 df_model *df_actor_model(df_actor *a) { return a->model; }
 int64_t df_actor_step_count(const df_actor *a) { return a->steps; }
 

@@ -46,6 +46,14 @@ typedef struct df_actor df_actor;
  */
 int df_actor_create(df_model *model, const df_actor_params *p, bool trainable, df_actor **out);
 void df_actor_free(df_actor *a);
+/**
+ * Replace the PPO loss settings used by the following updates: policy_loss,
+ * loss_agg_mode, clip_ratio_low / high / c, entropy_coeff, kl_loss_coef,
+ * kl_loss_type and ppo_epochs (per-node overrides of a workflow's train node).
+ * The optimizer, batching, use_kl_loss and temperature stay as created. The
+ * strings are borrowed: they must outlive the updates.
+ */
+void df_actor_set_loss_params(df_actor *a, const df_actor_params *p);
 df_model *df_actor_model(df_actor *a);
 /** Training steps taken so far (the lr schedule's step: one per update call, as verl). */
 int64_t df_actor_step_count(const df_actor *a);

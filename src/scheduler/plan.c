@@ -4,6 +4,7 @@
  * derive the process groups; print it as text or Graphviz DOT.
  */
 #include "scheduler/sched_internal.h"
+#include "util/fsutil.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -15,14 +16,36 @@ int df_pipeline_select(const df_config *c, const char **name)
     const char *adv = df_config_str(c, "algorithm.adv_estimator");
     if (!strcasecmp(wf, "dapo"))
         *name = "dapo";
-    else if (!strcasecmp(wf, "embodied"))
-        *name = "embodied";
+    else if (!strcasecmp(wf, "embodied") || !strcasecmp(wf, "embodied_srpo"))
+        *name = "embodied_srpo";
     else if (!strcasecmp(wf, "default"))
         *name = !strcmp(adv, "gae") ? "ppo" : "grpo";
     else
         return df_error(DF_EINVAL, "%s: algorithm.workflow_type '%s' is not one of default, dapo, embodied",
                         df_config_where(c, "algorithm.workflow_type"), wf);
     return DF_OK;
+}
+
+int df_pipeline_from_config(const df_config *c, df_warn_fn warn, void *user, const char **name,
+                            df_task_graph **out)
+{
+    const char *wf = "dag.workflow_path", *fn = "dag.custom_pipeline_fn";
+    const char *key = !df_config_is_null(c, wf) ? wf : !df_config_is_null(c, fn) ? fn : NULL;
+    if (!key) {
+        int rc = df_pipeline_select(c, name);
+        return rc ? rc : df_builtin_pipeline(*name, out);
+    }
+    int rc;
+    if (key == wf) {
+        *name = "workflow";
+        char *path = df_expand_user(df_config_str(c, wf));
+        rc = path ? df_workflow_load_ex(path, warn, user, out) : df_error(DF_ENOMEM, "out of memory");
+        free(path);
+    } else {
+        *name = "custom";
+        rc = df_pipeline_from_plugin(df_config_str(c, fn), out);
+    }
+    return rc ? df_error_wrap(rc, "%s: %s", df_config_where(c, key), key) : DF_OK;
 }
 
 void df_plan_free(df_plan *p)
@@ -42,9 +65,7 @@ int df_plan_create(const df_config *c, df_plan **out)
     df_plan *p = calloc(1, sizeof *p);
     if (!p)
         return df_error(DF_ENOMEM, "out of memory");
-    int rc = df_pipeline_select(c, &p->pipeline);
-    if (!rc)
-        rc = df_builtin_pipeline(p->pipeline, &p->graph);
+    int rc = df_pipeline_from_config(c, NULL, NULL, &p->pipeline, &p->graph);
     if (!rc)
         rc = df_task_graph_split(p->graph, &p->subgraphs, &p->n_subgraphs);
     int64_t nnodes = df_config_int(c, "trainer.nnodes");

@@ -33,9 +33,8 @@ static int check_supported(const df_config *c)
     for (size_t i = 0; i < sizeof off / sizeof *off; i++)
         if (df_config_bool(c, off[i]))
             return df_error(DF_EUNSUPPORTED, "%s: %s=true is not supported yet", df_config_where(c, off[i]), off[i]);
-    static const char *const null_only[] = {"custom_reward_function.path", "dag.workflow_path",
-                                            "data.custom_cls.path", "dag.environment_path",
-                                            "reward_model.sandbox_fusion.url"};
+    static const char *const null_only[] = {"custom_reward_function.path", "data.custom_cls.path",
+                                            "dag.environment_path", "reward_model.sandbox_fusion.url"};
     for (size_t i = 0; i < sizeof null_only / sizeof *null_only; i++)
         if (!df_config_is_null(c, null_only[i]))
             return df_error(DF_EUNSUPPORTED, "%s: %s is not supported yet",
@@ -52,9 +51,8 @@ static int64_t cfg_int_or(const df_config *c, const char *key, int64_t dflt)
     return df_config_is_null(c, key) ? dflt : df_config_int(c, key);
 }
 
-static void actor_params(const df_dag_worker *w, df_actor_params *p)
+void df_worker_actor_params(const df_dag_worker *w, const df_config *c, df_actor_params *p)
 {
-    const df_config *c = w->cfg;
 #define A "actor_rollout_ref.actor."
     memset(p, 0, sizeof *p);
     p->lr = df_config_float(c, A "optim.lr");
@@ -96,9 +94,9 @@ static void actor_params(const df_dag_worker *w, df_actor_params *p)
 #undef A
 }
 
-static void sampling(const df_dag_worker *w, const char *prefix, df_sampling_params *sp)
+void df_worker_sampling(const df_dag_worker *w, const df_config *c, const char *prefix,
+                        df_sampling_params *sp)
 {
-    const df_config *c = w->cfg;
     char k[128];
     df_sampling_params_defaults(sp);
 #define KEY(x) (snprintf(k, sizeof k, "%s%s", prefix, x), k)
@@ -155,7 +153,7 @@ static int setup_models(df_dag_worker *w, df_model *m)
     df_model *ref = NULL;
     int rc;
     df_actor_params p;
-    actor_params(w, &p);
+    df_worker_actor_params(w, c, &p);
     if (p.use_kl_loss && (rc = df_model_clone(m, &ref))) {
         df_model_free(m);
         return rc;
@@ -170,8 +168,8 @@ static int setup_models(df_dag_worker *w, df_model *m)
         df_model_free(ref);
         return rc;
     }
-    sampling(w, "actor_rollout_ref.rollout.", &w->sp);
-    sampling(w, "actor_rollout_ref.rollout.val_kwargs.", &w->val_sp);
+    df_worker_sampling(w, c, "actor_rollout_ref.rollout.", &w->sp);
+    df_worker_sampling(w, c, "actor_rollout_ref.rollout.val_kwargs.", &w->val_sp);
     /* KV cache for as many sequences as a step needs, within rollout.max_num_seqs and ~8 GiB */
     int64_t seq_len = w->max_prompt_len + w->max_response_len;
     int64_t per_step = df_config_int(c, "data.train_batch_size") / w->world * w->n_samples;
@@ -183,28 +181,21 @@ static int setup_models(df_dag_worker *w, df_model *m)
     return df_rollout_engine_create(&m->cfg, slots, seq_len, &w->rollout);
 }
 
-/* dag.custom_pipeline_fn (siiRL: a function returning a Pipeline) from a plugin, else the built-in. */
-static int build_pipeline(df_dag_worker *w, const char *name)
+/* The graph to run (df_pipeline_from_config), finished and resolved. */
+static int build_pipeline(df_dag_worker *w, const char **name)
 {
-    const char *key = "dag.custom_pipeline_fn";
-    if (df_config_is_null(w->cfg, key))
-        return df_builtin_pipeline(name, &w->graph);
-    int rc = df_pipeline_from_plugin(df_config_str(w->cfg, key), &w->graph);
-    return rc ? df_error_wrap(rc, "%s: %s", df_config_where(w->cfg, key), key) : DF_OK;
+    int rc = df_pipeline_from_config(w->cfg, df_worker_warn, w, name, &w->graph);
+    if (!rc && !strcmp(*name, "workflow"))
+        rc = df_worker_setup_workflow(w);
+    return rc ? rc : df_task_graph_resolve(w->graph);
 }
 
 static int setup_graph(df_dag_worker *w)
 {
     const char *name = "";
-    int rc = df_pipeline_select(w->cfg, &name);
-    if (!rc && !df_config_is_null(w->cfg, "dag.custom_pipeline_fn"))
-        name = "custom";
+    int rc = df_worker_register_nodes();
     if (!rc)
-        rc = df_worker_register_nodes();
-    if (!rc)
-        rc = build_pipeline(w, name);
-    if (!rc)
-        rc = df_task_graph_resolve(w->graph);
+        rc = build_pipeline(w, &name);
     if (!rc)
         rc = df_adv_estimator_lookup(df_config_str(w->cfg, "algorithm.adv_estimator"), &w->adv_fn);
     df_policy_loss_fn pl;
@@ -295,6 +286,7 @@ void df_dag_worker_free(df_dag_worker *w)
 {
     if (!w)
         return;
+    df_worker_free_node_configs(w);
     df_task_graph_free(w->graph);
     df_rollout_engine_free(w->rollout);
     df_actor_free(w->actor);

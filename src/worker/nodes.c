@@ -35,8 +35,12 @@ static int node_generate(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
     double t0 = df_now();
     int rc = need_batch(batch, "generate");
     uint64_t seed = df_rng_key(w->seed, 0x6e6, (uint64_t)ctx->step, 0);
+    df_sampling_params node_sp = w->sp; /* a workflow node may override the sampling keys */
+    const df_config *nc = df_worker_node_config(w, ctx->node);
+    if (nc != w->cfg)
+        df_worker_sampling(w, nc, "actor_rollout_ref.rollout.", &node_sp);
     if (!rc)
-        rc = df_generate_batch(w->rollout, df_actor_model(w->actor), batch, w->n_samples, &w->sp,
+        rc = df_generate_batch(w->rollout, df_actor_model(w->actor), batch, w->n_samples, &node_sp,
                                seed, w->console ? "rollout" : NULL, &out->batch);
     timing(ctx, "gen", t0);
     return rc;
@@ -143,8 +147,19 @@ static int node_train_actor(df_node_ctx *ctx, df_batch *batch, df_node_output *o
     df_dag_worker *w = W(ctx);
     double t0 = df_now();
     int rc = need_batch(batch, "train_actor");
+    /* a workflow node may override the loss settings: set them for this update only */
+    const df_config *nc = df_worker_node_config(w, ctx->node);
+    df_actor_params p;
+    if (!rc && nc != w->cfg) {
+        df_worker_actor_params(w, nc, &p);
+        df_actor_set_loss_params(w->actor, &p);
+    }
     if (!rc)
         rc = df_actor_update_policy(w->actor, batch, ctx->metrics);
+    if (nc != w->cfg) {
+        df_worker_actor_params(w, w->cfg, &p);
+        df_actor_set_loss_params(w->actor, &p);
+    }
     (void)out;
     timing(ctx, "update_actor", t0);
     return rc;

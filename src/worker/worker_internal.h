@@ -31,6 +31,8 @@ struct df_dag_worker {
     df_reward_manager_cfg reward;
     df_adv_estimator_fn adv_fn;
     df_task_graph *graph;
+    df_config **node_cfg; /* [n_node_cfg], parallel to graph nodes: merged per-node config or NULL */
+    int n_node_cfg;
 
     df_sampling_params sp, val_sp;
     int64_t n_samples, val_n;
@@ -42,6 +44,28 @@ struct df_dag_worker {
     FILE *metrics_file;
     bool console;
 };
+
+/**
+ * Finish w->graph loaded from dag.workflow_path: nodes without an executable
+ * get siiRL's default for their role (ROLLOUT -> generate, ACTOR ->
+ * train_actor or, forward-only, compute_old_log_prob, ...), refs are resolved,
+ * and every node's `config:` is merged over w->cfg (relative keys under the
+ * role's branch, e.g. `rollout.temperature` on a ROLLOUT node means
+ * actor_rollout_ref.rollout.temperature). Keys a node's function does not read
+ * per node are refused (DF_EUNSUPPORTED naming the file, node and the keys it
+ * honours).
+ */
+int df_worker_setup_workflow(df_dag_worker *w);
+/** df_warn_fn for workflow warnings: stderr, rank 0 only (user = the worker). */
+void df_worker_warn(void *user, const char *msg);
+/** The node's merged config, or w->cfg when it has no overrides. */
+const df_config *df_worker_node_config(const df_dag_worker *w, const df_node *n);
+void df_worker_free_node_configs(df_dag_worker *w);
+/** Actor settings from config c (w->cfg or a node's merged config). */
+void df_worker_actor_params(const df_dag_worker *w, const df_config *c, df_actor_params *p);
+/** Sampling settings under `prefix` (e.g. "actor_rollout_ref.rollout.") of config c. */
+void df_worker_sampling(const df_dag_worker *w, const df_config *c, const char *prefix,
+                        df_sampling_params *sp);
 
 /** Register the built-in node functions under their DAGWorker.* names (idempotent). */
 int df_worker_register_nodes(void);
