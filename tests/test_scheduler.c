@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "distflow/config.h"
 #include "distflow/scheduler.h"
 #include "tmpdir.h"
 #include "util/fsutil.h"
@@ -515,6 +516,26 @@ static void test_cli_plan(void **state)
     assert_has(dot, "\"0:function_reward\" -> \"0:calculate_advantages\";");
     free(dot);
 
+    /* a workflow file; DOT quotes and backslashes in ids are escaped */
+    snprintf(path, sizeof path, "%s/wf.yaml", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("dag_id: q\"g\nnodes:\n"
+          "  - {node_id: 'gen \"a\"', node_type: MODEL_INFERENCE, node_role: ROLLOUT}\n"
+          "  - {node_id: 'rew\\b', node_type: COMPUTE, node_role: REWARD, dependencies: ['gen \"a\"']}\n",
+          f);
+    fclose(f);
+    snprintf(args, sizeof args, "%s/examples/grpo_gsm8k.yaml dag.workflow_path=%s trainer.nnodes=1 "
+             "trainer.n_gpus_per_node=2 --dot %s/wf.dot", DF_SOURCE_DIR, path, dir);
+    assert_int_equal(run_cli(args, &out), 0);
+    assert_has(out, "== pipeline workflow\n");
+    free(out);
+    snprintf(path, sizeof path, "%s/wf.dot", dir);
+    assert_int_equal(df_read_file(path, &dot, NULL), 0);
+    assert_has(dot, "digraph \"q\\\"g\" {");
+    assert_has(dot, "\"0:gen \\\"a\\\"\" -> \"0:rew\\\\b\";");
+    free(dot);
+
     /* PPO by adv_estimator=gae; an unknown workflow is refused */
     snprintf(args, sizeof args, "%s/examples/grpo_gsm8k.yaml algorithm.adv_estimator=gae trainer.nnodes=1",
              DF_SOURCE_DIR);
@@ -526,6 +547,50 @@ static void test_cli_plan(void **state)
     assert_int_equal(run_cli(args, &out), 1);
     assert_has(out, "bogus");
     free(out);
+}
+
+static df_config *config_of(const char *yaml)
+{
+    df_config *c;
+    if (df_config_load_text(df_config_schema_train(), yaml, "m.yaml", NULL, 0, &c))
+        fail_msg("%s", df_last_error());
+    return c;
+}
+
+static void assert_model_check(df_task_graph *g, const char *yaml, const char *msg)
+{
+    df_config *c = config_of(yaml);
+    int rc = df_task_graph_check_models(g, c);
+    if (!msg)
+        assert_int_equal(rc, DF_OK);
+    else {
+        assert_int_equal(rc, DF_EINVAL);
+        if (!strstr(df_last_error(), msg))
+            fail_msg("'%s' lacks '%s'", df_last_error(), msg);
+    }
+    df_config_free(c);
+}
+
+/* Every model node's role needs a model in the config. */
+static void test_check_models(void **state)
+{
+    (void)state;
+    df_task_graph *g;
+    assert_int_equal(df_builtin_pipeline("ppo", &g), 0);
+    assert_model_check(g, "trainer: {seed: 1}\n", NULL);
+    assert_model_check(g, "critic: {model: {path: ''}}\n",
+                       "MODEL_TRAIN node 'compute_value' has role CRITIC, but critic.model.path: the key is not set");
+    df_task_graph_free(g);
+
+    const char *specs[] = {"gen:I:", "score:I:gen"};
+    g = graph_of("g", specs, 2);
+    assert_model_check(g, "trainer: {seed: 1}\n", "MODEL_INFERENCE node 'gen' has role DEFAULT, but that role has no model");
+    df_task_graph_get_node(g, "gen")->node_role = DF_ROLE_ROLLOUT;
+    df_task_graph_get_node(g, "score")->node_role = DF_ROLE_REWARD;
+    assert_model_check(g, "trainer: {seed: 1}\n",
+                       "node 'score' has role REWARD, but reward_model.model.path: reward_model.enable is false");
+    assert_model_check(g, "reward_model: {enable: true}\n", NULL);
+    df_task_graph_free(g);
 }
 
 int main(void)
@@ -546,6 +611,7 @@ int main(void)
         cmocka_unit_test(test_schedule_even_remainder_by_id),
         cmocka_unit_test(test_schedule_errors),
         cmocka_unit_test(test_process_groups),
+        cmocka_unit_test(test_check_models),
         cmocka_unit_test_setup_teardown(test_cli_plan, df_test_mkdtemp, df_test_rmtree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

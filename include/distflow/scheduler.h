@@ -202,11 +202,22 @@ DF_API int df_pipeline_select(const df_config *c, const char **name);
  * `~` expanded, warnings to `warn`, which may be NULL), else the factory of
  * dag.custom_pipeline_fn (df_pipeline_from_plugin), else the built-in of
  * df_pipeline_select. *name is "workflow", "custom" or the built-in's name.
- * Executable refs are not resolved. Errors: those of the source, prefixed
- * with the key's file:line for the first two.
+ * The graph is checked with df_task_graph_check_models; executable refs are
+ * not resolved. Errors: those of the source, prefixed with the key's
+ * file:line for the first two, or of the check.
  */
 DF_API int df_pipeline_from_config(const df_config *c, df_warn_fn warn, void *user,
                                    const char **name, df_task_graph **out);
+
+/**
+ * Check that the role of every MODEL_TRAIN / MODEL_INFERENCE node has a model
+ * in the config (siiRL builds one model worker per role): ACTOR, ROLLOUT and
+ * REFERENCE use actor_rollout_ref.model.path, CRITIC critic.model.path, REWARD
+ * reward_model.model.path with reward_model.enable=true; other roles have
+ * none. df_pipeline_from_config runs it on the graph it returns.
+ * Errors: DF_EINVAL naming the node, its type and role, and the key.
+ */
+DF_API int df_task_graph_check_models(df_task_graph *g, const df_config *c);
 
 /** A whole plan: the pipeline, its subgraphs, the schedule, the groups. */
 typedef struct df_plan {

@@ -26,6 +26,49 @@ int df_pipeline_select(const df_config *c, const char **name)
     return DF_OK;
 }
 
+/* The config key holding the model of a model node's role, or NULL when the role has none. */
+static const char *role_model_key(df_node_role r)
+{
+    switch (r) {
+    case DF_ROLE_ACTOR:
+    case DF_ROLE_ROLLOUT:
+    case DF_ROLE_REFERENCE: return "actor_rollout_ref.model.path";
+    case DF_ROLE_CRITIC: return "critic.model.path";
+    case DF_ROLE_REWARD: return "reward_model.model.path";
+    default: return NULL;
+    }
+}
+
+int df_task_graph_check_models(df_task_graph *g, const df_config *c)
+{
+    for (int i = 0; i < df_task_graph_num_nodes(g); i++) {
+        const df_node *n = df_task_graph_node_at(g, i);
+        if (n->node_type != DF_NODE_MODEL_TRAIN && n->node_type != DF_NODE_MODEL_INFERENCE)
+            continue;
+        const char *key = role_model_key(n->node_role);
+        const char *why = !key ? "that role has no model"
+                          : df_config_is_null(c, key) || !*df_config_str(c, key) ? "the key is not set"
+                          : n->node_role == DF_ROLE_REWARD && !df_config_bool(c, "reward_model.enable")
+                              ? "reward_model.enable is false"
+                              : NULL;
+        if (why)
+            return df_error(DF_EINVAL, "task graph '%s': %s node '%s' has role %s, but %s%s%s",
+                            df_task_graph_id(g), df_node_type_name(n->node_type), n->node_id,
+                            df_node_role_name(n->node_role), key ? key : "", key ? ": " : "", why);
+    }
+    return DF_OK;
+}
+
+/* rc, else df_task_graph_check_models; the graph is freed on failure. */
+static int checked(int rc, const df_config *c, df_task_graph **g)
+{
+    if (!rc && (rc = df_task_graph_check_models(*g, c))) {
+        df_task_graph_free(*g);
+        *g = NULL;
+    }
+    return rc;
+}
+
 int df_pipeline_from_config(const df_config *c, df_warn_fn warn, void *user, const char **name,
                             df_task_graph **out)
 {
@@ -33,7 +76,7 @@ int df_pipeline_from_config(const df_config *c, df_warn_fn warn, void *user, con
     const char *key = !df_config_is_null(c, wf) ? wf : !df_config_is_null(c, fn) ? fn : NULL;
     if (!key) {
         int rc = df_pipeline_select(c, name);
-        return rc ? rc : df_builtin_pipeline(*name, out);
+        return rc ? rc : checked(df_builtin_pipeline(*name, out), c, out);
     }
     int rc;
     if (key == wf) {
@@ -45,7 +88,9 @@ int df_pipeline_from_config(const df_config *c, df_warn_fn warn, void *user, con
         *name = "custom";
         rc = df_pipeline_from_plugin(df_config_str(c, fn), out);
     }
-    return rc ? df_error_wrap(rc, "%s: %s", df_config_where(c, key), key) : DF_OK;
+    if (rc)
+        return df_error_wrap(rc, "%s: %s", df_config_where(c, key), key);
+    return checked(DF_OK, c, out);
 }
 
 void df_plan_free(df_plan *p)
@@ -160,10 +205,27 @@ int df_plan_print(const df_plan *p, FILE *f)
     return rc;
 }
 
+/* s as the inside of a DOT quoted string: '"' and '\\' escaped. */
+static void dot_text(df_sbuf *b, const char *s)
+{
+    for (; *s; s++)
+        df_sbuf_printf(b, "%s%c", *s == '"' || *s == '\\' ? "\\" : "", *s);
+}
+
+/* A node's DOT id: "<subgraph index>:<node id>", quoted. */
+static void dot_node(df_sbuf *b, int i, const char *id)
+{
+    df_sbuf_printf(b, "\"%d:", i);
+    dot_text(b, id);
+    df_sbuf_printf(b, "\"");
+}
+
 int df_plan_dot(const df_plan *p, char **out)
 {
     df_sbuf b = {0};
-    df_sbuf_printf(&b, "digraph \"%s\" {\n  rankdir=TB;\n  node [shape=box];\n", df_task_graph_id(p->graph));
+    df_sbuf_printf(&b, "digraph \"");
+    dot_text(&b, df_task_graph_id(p->graph));
+    df_sbuf_printf(&b, "\" {\n  rankdir=TB;\n  node [shape=box];\n");
     for (int i = 0; i < p->n_subgraphs; i++) {
         df_task_graph *g = p->subgraphs[i];
         int *r = NULL, n = 0;
@@ -171,21 +233,31 @@ int df_plan_dot(const df_plan *p, char **out)
             b.failed = true;
             break;
         }
-        df_sbuf_printf(&b, "  subgraph \"cluster_%d\" {\n    label=\"%s\\nranks ", i, df_task_graph_id(g));
+        df_sbuf_printf(&b, "  subgraph \"cluster_%d\" {\n    label=\"", i);
+        dot_text(&b, df_task_graph_id(g));
+        df_sbuf_printf(&b, "\\nranks ");
         ranks_text(&b, r, n);
         free(r);
         df_sbuf_printf(&b, "\";\n");
         for (int k = 0; k < df_task_graph_num_nodes(g); k++) {
             const df_node *node = df_task_graph_node_at(g, k);
             const char *grp = df_process_groups_node_group(p->groups, node->node_id);
-            df_sbuf_printf(&b, "    \"%d:%s\" [label=\"%s\\n%s %s%s%s\"];\n", i, node->node_id, node->node_id,
-                           df_node_type_name(node->node_type), df_node_role_name(node->node_role),
-                           grp ? "\\n" : "", grp ? grp : "");
+            df_sbuf_printf(&b, "    ");
+            dot_node(&b, i, node->node_id);
+            df_sbuf_printf(&b, " [label=\"");
+            dot_text(&b, node->node_id);
+            df_sbuf_printf(&b, "\\n%s %s%s%s\"];\n", df_node_type_name(node->node_type),
+                           df_node_role_name(node->node_role), grp ? "\\n" : "", grp ? grp : "");
         }
         for (int k = 0; k < df_task_graph_num_nodes(g); k++) {
             const df_node *node = df_task_graph_node_at(g, k);
-            for (int d = 0; d < node->n_dependencies; d++)
-                df_sbuf_printf(&b, "    \"%d:%s\" -> \"%d:%s\";\n", i, node->dependencies[d], i, node->node_id);
+            for (int d = 0; d < node->n_dependencies; d++) {
+                df_sbuf_printf(&b, "    ");
+                dot_node(&b, i, node->dependencies[d]);
+                df_sbuf_printf(&b, " -> ");
+                dot_node(&b, i, node->node_id);
+                df_sbuf_printf(&b, ";\n");
+            }
         }
         df_sbuf_printf(&b, "  }\n");
     }
