@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "distflow/config.h"
+#include "distflow/model.h"
 #include "distflow/scheduler.h"
 #include "tmpdir.h"
 #include "util/fsutil.h"
@@ -593,6 +594,56 @@ static void test_check_models(void **state)
     df_task_graph_free(g);
 }
 
+static double params_of(const char *dir)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    df_model_config mc;
+    df_param_desc *d;
+    int n;
+    int64_t total;
+    assert_int_equal(df_model_config_load(path, &mc), 0);
+    assert_int_equal(df_model_layout(&mc, &d, &n, &total), 0);
+    free(d);
+    return (double)total;
+}
+
+/* param_aware sizes from config.json of each model node's role, or its model_params. */
+static void test_plan_sizes_from_config(void **state)
+{
+    const char *dir = *state;
+    char wf[512], yaml[2048];
+    snprintf(wf, sizeof wf, "%s/fan.yaml", dir);
+    FILE *f = fopen(wf, "w");
+    assert_non_null(f);
+    fputs("dag_id: fan\nnodes:\n"
+          "  - {node_id: gen, node_type: MODEL_INFERENCE, node_role: ROLLOUT}\n"
+          "  - {node_id: act, node_type: MODEL_TRAIN, node_role: ACTOR, dependencies: [gen]}\n"
+          "  - {node_id: cri, node_type: MODEL_TRAIN, node_role: CRITIC, dependencies: [gen]}\n"
+          "  - {node_id: cri2, node_type: MODEL_TRAIN, node_role: CRITIC, dependencies: [gen],\n"
+          "     config: {model_params: 2M}}\n",
+          f);
+    fclose(f);
+    const char *actor = DF_SOURCE_DIR "/tests/golden/tiny_qwen2";
+    snprintf(yaml, sizeof yaml,
+             "actor_rollout_ref: {model: {path: %s}}\ncritic: {model: {path: %s/missing}}\n"
+             "dag: {workflow_path: %s}\ntrainer: {nnodes: 1, n_gpus_per_node: 4}\n",
+             actor, dir, wf);
+    df_config *c = config_of(yaml);
+    df_plan *p;
+    if (df_plan_create(c, &p))
+        fail_msg("%s", df_last_error());
+    /* fan-out of gen to three exits: {gen, act}, {gen, cri}, {gen, cri2} */
+    assert_int_equal(p->n_subgraphs, 3);
+    double a = params_of(actor);
+    assert_true(a > 1000);
+    double want[3] = {2 * a, a /* critic config.json missing: 0 */, a + 2e6};
+    for (int i = 0; i < 3; i++)
+        assert_float_equal(p->schedule->sizes[i], want[i], 0.5);
+    df_plan_free(p);
+    df_config_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -612,6 +663,7 @@ int main(void)
         cmocka_unit_test(test_schedule_errors),
         cmocka_unit_test(test_process_groups),
         cmocka_unit_test(test_check_models),
+        cmocka_unit_test_setup_teardown(test_plan_sizes_from_config, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_cli_plan, df_test_mkdtemp, df_test_rmtree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

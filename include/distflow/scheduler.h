@@ -230,9 +230,12 @@ typedef struct df_plan {
 } df_plan;
 
 /**
- * Plan a train config: df_pipeline_from_config, split,
- * schedule over trainer.nnodes x trainer.n_gpus_per_node with the default
- * options, process groups with the default types. Loads no model or data.
+ * Plan a train config: df_pipeline_from_config, split, schedule over
+ * trainer.nnodes x trainer.n_gpus_per_node (param_aware; a model node's size
+ * is its `model_params` config as in siiRL, else the parameter count of its
+ * role's model from that directory's config.json, 0 when unreadable), process
+ * groups with the default types. Reads config.json files only: no weights,
+ * no data.
  * Errors: those of the steps, wrapped with "planning".
  */
 DF_API int df_plan_create(const df_config *c, df_plan **out);

@@ -4,6 +4,7 @@
  * derive the process groups; print it as text or Graphviz DOT.
  */
 #include "scheduler/sched_internal.h"
+#include "distflow/model.h"
 #include "util/fsutil.h"
 
 #include <stdlib.h>
@@ -93,6 +94,46 @@ int df_pipeline_from_config(const df_config *c, df_warn_fn warn, void *user, con
     return checked(DF_OK, c, out);
 }
 
+/* Parameters of the model at dir/config.json, or 0 when it cannot be read (a plan needs no files). */
+static double model_dir_params(const char *dir)
+{
+    char *d = df_expand_user(dir), *path = d ? df_path_join(d, "config.json") : NULL;
+    df_model_config mc;
+    df_param_desc *descs = NULL;
+    int n = 0;
+    int64_t total = 0;
+    if (!path || df_model_config_load(path, &mc) || df_model_layout(&mc, &descs, &n, &total))
+        df_clear_error(), total = 0;
+    free(descs);
+    free(path);
+    free(d);
+    return (double)total;
+}
+
+/* Size of a subgraph for param_aware: each model node's `model_params` config
+   (siiRL), else the parameter count of its role's model from config.json. */
+static double config_graph_size(const df_task_graph *g, void *user)
+{
+    const df_config *c = user;
+    double total = 0;
+    bool model = false;
+    for (int i = 0; i < df_task_graph_num_nodes(g); i++) {
+        const df_node *n = df_task_graph_node_at(g, i);
+        const char *key = role_model_key(n->node_role);
+        if (n->node_type != DF_NODE_MODEL_TRAIN && n->node_type != DF_NODE_MODEL_INFERENCE)
+            continue;
+        model = true;
+        double p = 0;
+        const char *v = df_node_get_config(n, "model_params");
+        if (v && df_parse_model_params(v, &p))
+            df_clear_error(), p = 0;
+        else if (!v && key && !df_config_is_null(c, key))
+            p = model_dir_params(df_config_str(c, key));
+        total += p > 0 ? p : 0;
+    }
+    return model ? total : (double)df_task_graph_num_nodes(g);
+}
+
 void df_plan_free(df_plan *p)
 {
     if (!p)
@@ -118,8 +159,9 @@ int df_plan_create(const df_config *c, df_plan **out)
     if (!rc && (nnodes > (1 << 20) || gpus > (1 << 20)))
         rc = df_error(DF_EINVAL, "%s: trainer.nnodes x trainer.n_gpus_per_node is too large",
                       df_config_where(c, "trainer.nnodes"));
+    df_schedule_opts so = {.size_fn = config_graph_size, .size_user = (void *)c};
     if (!rc)
-        rc = df_schedule_create(p->subgraphs, p->n_subgraphs, (int)nnodes, (int)gpus, NULL, &p->schedule);
+        rc = df_schedule_create(p->subgraphs, p->n_subgraphs, (int)nnodes, (int)gpus, &so, &p->schedule);
     if (!rc)
         rc = df_process_groups_create(p->schedule, 0, &p->groups);
     if (rc) {
