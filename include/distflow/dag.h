@@ -47,6 +47,8 @@ typedef enum df_node_role {
     DF_ROLE_REFERENCE,        /**< "REFERENCE" */
     DF_ROLE_REWARD,           /**< "REWARD" */
     DF_ROLE_DYNAMIC_SAMPLING, /**< "DYNAMIC_SAMPLING": dynamic sampling in the data buffer */
+    DF_ROLE_DATA_REBALANCE,   /**< "DATA_REBALANCE": redistribute samples across workers
+                                   (newer siiRL, e.g. its workflow_embodied_srpo.yaml) */
     DF_NODE_ROLE_COUNT
 } df_node_role;
 

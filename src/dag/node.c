@@ -14,6 +14,7 @@ static const char *const k_type_names[DF_NODE_TYPE_COUNT] = {
 static const char *const k_role_names[DF_NODE_ROLE_COUNT] = {
     "DEFAULT", "ACTOR", "ADVANTAGE", "CRITIC", "ROLLOUT", "REFERENCE", "REWARD",
     "DYNAMIC_SAMPLING",
+    "DATA_REBALANCE",
 };
 static const char *const k_status_names[DF_NODE_STATUS_COUNT] = {
     "PENDING", "READY", "RUNNING", "COMPLETED", "FAILED", "SKIPPED",
