@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "testutil.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,12 +22,6 @@
             fail_msg("%s = %.9g, expected %.9g (tol %g)", #a, a_, b_, (double)(tol));            \
     } while (0)
 
-#define assert_error_mentions(rc, code, text)                                                    \
-    do {                                                                                         \
-        assert_int_equal((rc), (code));                                                          \
-        if (!strstr(df_last_error(), (text)))                                                    \
-            fail_msg("error '%s' does not mention '%s'", df_last_error(), (text));               \
-    } while (0)
 
 /* ====================================================================== grouping */
 

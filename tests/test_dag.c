@@ -6,17 +6,13 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "testutil.h"
+
 #include <stdlib.h>
 #include <string.h>
 
 #include "distflow/dag.h"
 
-#define assert_error_mentions(rc, code, text)                                                    \
-    do {                                                                                         \
-        assert_int_equal((rc), (code));                                                          \
-        if (!strstr(df_last_error(), (text)))                                                    \
-            fail_msg("error '%s' does not mention '%s'", df_last_error(), (text));               \
-    } while (0)
 
 static df_node *node(df_task_graph *g, const char *id)
 {

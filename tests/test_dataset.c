@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "tmpdir.h"
+#include "testutil.h"
 
 #include "distflow/dataloader.h"
 #include "distflow/dataset.h"

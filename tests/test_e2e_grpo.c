@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
-#include "tmpdir.h"
+#include "testutil.h"
 
 #include "distflow/config.h"
 #include "distflow/model.h"
@@ -66,29 +66,7 @@ static void make_inputs(void)
     }
     write_text("train.jsonl", data);
     free(data);
-    df_tokenizer *tok;
-    assert_int_equal(df_tokenizer_train_bpe(texts, 64, 300, NULL, &tok), 0);
-    char *model_dir = df_path_join(tmp, "model");
-    assert_int_equal(df_tokenizer_save(tok, model_dir), 0);
-    df_model_config cfg;
-    df_model_config_defaults(&cfg);
-    cfg.vocab_size = df_tokenizer_vocab_size(tok);
-    cfg.hidden_size = 32;
-    cfg.intermediate_size = 64;
-    cfg.num_hidden_layers = 2;
-    cfg.num_attention_heads = 4;
-    cfg.num_key_value_heads = 2;
-    cfg.head_dim = 8;
-    cfg.max_position_embeddings = 256;
-    cfg.eos_token_ids[0] = df_tokenizer_eos_id(tok);
-    cfg.n_eos = 1;
-    df_model *m;
-    assert_int_equal(df_model_create(&cfg, &m), 0);
-    assert_int_equal(df_model_init_random(m, 7), 0);
-    assert_int_equal(df_hf_dir_save(m, DF_DTYPE_F32, NULL, model_dir), 0);
-    df_model_free(m);
-    df_tokenizer_free(tok);
-    free(model_dir);
+    df_test_tiny_model(tmp, texts, 64, 300, 32, 2, 7);
 }
 
 static void test_grpo_steps(void **state)

@@ -7,7 +7,7 @@
 #include "distflow/tokenizer.h"
 #include "distflow/worker.h"
 #include "engine/hf_dir.h"
-#include "tmpdir.h"
+#include "testutil.h"
 #include "util/fsutil.h"
 
 #include <setjmp.h>
@@ -24,12 +24,6 @@
 #define FILTER_SO DF_PLUGIN_DIR "/libfilter_nonzero_std.so"
 #define BAD_SO(v) DF_PLUGIN_DIR "/test/libbad_" v ".so"
 
-#define assert_error_mentions(rc, code, text)                                                    \
-    do {                                                                                         \
-        assert_int_equal((rc), (code));                                                          \
-        if (!strstr(df_last_error(), (text)))                                                    \
-            fail_msg("error '%s' does not mention '%s'", df_last_error(), (text));               \
-    } while (0)
 
 static int unload(void **state)
 {
@@ -291,29 +285,7 @@ static void make_worker_inputs(const char *dir)
     char *p = df_path_join(dir, "train.jsonl");
     assert_int_equal(df_write_file_atomic(p, data, strlen(data)), 0);
     free(p);
-    df_tokenizer *tok;
-    assert_int_equal(df_tokenizer_train_bpe(texts, 16, 280, NULL, &tok), 0);
-    char *model_dir = df_path_join(dir, "model");
-    assert_int_equal(df_tokenizer_save(tok, model_dir), 0);
-    df_model_config cfg;
-    df_model_config_defaults(&cfg);
-    cfg.vocab_size = df_tokenizer_vocab_size(tok);
-    cfg.hidden_size = 16;
-    cfg.intermediate_size = 32;
-    cfg.num_hidden_layers = 1;
-    cfg.num_attention_heads = 2;
-    cfg.num_key_value_heads = 1;
-    cfg.head_dim = 8;
-    cfg.max_position_embeddings = 128;
-    cfg.eos_token_ids[0] = df_tokenizer_eos_id(tok);
-    cfg.n_eos = 1;
-    df_model *m;
-    assert_int_equal(df_model_create(&cfg, &m), 0);
-    assert_int_equal(df_model_init_random(m, 3), 0);
-    assert_int_equal(df_hf_dir_save(m, DF_DTYPE_F32, NULL, model_dir), 0);
-    df_model_free(m);
-    df_tokenizer_free(tok);
-    free(model_dir);
+    df_test_tiny_model(dir, texts, 16, 280, 16, 1, 3);
 }
 
 /* dag.custom_pipeline_fn in the DAG worker: one GRPO step whose reward is the plugin's. */

@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "tmpdir.h"
+#include "testutil.h"
 
 #include "distflow/rng.h"
 #include "model/hf_io.h"

@@ -15,7 +15,7 @@
 #include "distflow/config.h"
 #include "distflow/model.h"
 #include "distflow/scheduler.h"
-#include "tmpdir.h"
+#include "testutil.h"
 #include "util/fsutil.h"
 
 /* Build a graph from "id:TYPE:dep1,dep2" specs (TYPE: C compute, T train, I inference). */

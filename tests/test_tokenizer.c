@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "tmpdir.h"
+#include "testutil.h"
 
 #include <ftw.h>
 #include <jansson.h>

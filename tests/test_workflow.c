@@ -13,18 +13,12 @@
 #include "distflow/config.h"
 #include "distflow/dag.h"
 #include "distflow/scheduler.h"
-#include "tmpdir.h"
+#include "testutil.h"
 #include "worker/worker_internal.h"
 
 #define WF_DIR DF_SOURCE_DIR "/examples/workflows/"
 #define FIXTURE DF_SOURCE_DIR "/tests/fixtures/workflow_grpo_siirl.yaml"
 
-#define assert_error_mentions(rc, code, text)                                                    \
-    do {                                                                                         \
-        assert_int_equal((rc), (code));                                                          \
-        if (!strstr(df_last_error(), (text)))                                                    \
-            fail_msg("error '%s' does not mention '%s'", df_last_error(), (text));               \
-    } while (0)
 
 /* Warnings collected by the callback. */
 typedef struct {

@@ -1,0 +1,100 @@
+/*
+ * testutil.h — helpers shared by the cmocka tests:
+ * error assertions, a fresh temporary directory per test (cmocka fixtures:
+ * cmocka_unit_test_setup_teardown(t, df_test_mkdtemp, df_test_rmtree); the test
+ * receives the path in *state), and a tiny tokenizer + random Qwen2 model.
+ */
+#ifndef DF_TESTS_TESTUTIL_H
+#define DF_TESTS_TESTUTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "distflow/common.h"
+#include "distflow/model.h"
+#include "distflow/tokenizer.h"
+#include "engine/hf_dir.h"
+#include "util/fsutil.h"
+
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static inline int df_test_rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    return remove(p);
+}
+
+/** Remove `dir` and everything below it; 0 on success. */
+static inline int df_test_remove_tree(const char *dir)
+{
+    return nftw(dir, df_test_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/** Fixture: *state = a new malloc'd directory /tmp/df_test_XXXXXX. */
+static inline int df_test_mkdtemp(void **state)
+{
+    char *d = strdup("/tmp/df_test_XXXXXX");
+    if (!d || !mkdtemp(d)) {
+        free(d);
+        return -1;
+    }
+    *state = d;
+    return 0;
+}
+
+/** Fixture: remove the directory of df_test_mkdtemp and free its path. */
+static inline int df_test_rmtree(void **state)
+{
+    df_test_remove_tree(*state);
+    free(*state);
+    return 0;
+}
+
+/* rc must be `code` and df_last_error() must contain `text`. */
+#define assert_error_mentions(rc, code, text)                                                    \
+    do {                                                                                         \
+        assert_int_equal((rc), (code));                                                          \
+        if (!strstr(df_last_error(), (text)))                                                    \
+            fail_msg("error '%s' does not mention '%s'", df_last_error(), (text));               \
+    } while (0)
+
+/**
+ * A tokenizer (byte-level BPE of `vocab` tokens trained on texts[n]) and a
+ * random Qwen2 using it (hidden, layers; head_dim 8, hidden / 8 heads, half as
+ * many KV heads, intermediate 2 x hidden), saved as an HF directory dir/model.
+ */
+static inline void df_test_tiny_model(const char *dir, const char *const *texts, int n, int vocab,
+                                      int hidden, int layers, uint64_t seed)
+{
+    df_tokenizer *tok;
+    assert_int_equal(df_tokenizer_train_bpe(texts, n, vocab, NULL, &tok), 0);
+    char *model_dir = df_path_join(dir, "model");
+    assert_int_equal(df_tokenizer_save(tok, model_dir), 0);
+    df_model_config cfg;
+    df_model_config_defaults(&cfg);
+    cfg.vocab_size = df_tokenizer_vocab_size(tok);
+    cfg.hidden_size = hidden;
+    cfg.intermediate_size = 2 * hidden;
+    cfg.num_hidden_layers = layers;
+    cfg.num_attention_heads = hidden / 8;
+    cfg.num_key_value_heads = hidden / 16;
+    cfg.head_dim = 8;
+    cfg.max_position_embeddings = 256;
+    cfg.eos_token_ids[0] = df_tokenizer_eos_id(tok);
+    cfg.n_eos = 1;
+    df_model *m;
+    assert_int_equal(df_model_create(&cfg, &m), 0);
+    assert_int_equal(df_model_init_random(m, seed), 0);
+    assert_int_equal(df_hf_dir_save(m, DF_DTYPE_F32, NULL, model_dir), 0);
+    df_model_free(m);
+    df_tokenizer_free(tok);
+    free(model_dir);
+}
+
+#endif
