@@ -262,8 +262,8 @@ static void test_malformed(void **state)
     expect_error(HEAD "  - node_id: a\n    node_type: COMPUTE\n    dependencies: [a]\n",
                  DF_EINVAL, "cycle");
     df_task_graph *g = (df_task_graph *)1;
-    assert_error_mentions(df_workflow_load("/nonexistent/wf.yaml", &g), DF_EIO,
-                          "/nonexistent/wf.yaml: cannot open workflow file");
+    assert_error_mentions(df_workflow_load("/nonexistent/wf.yaml", &g), DF_ENOTFOUND,
+                          "workflow file: /nonexistent/wf.yaml: cannot open");
     assert_null(g);
 }
 

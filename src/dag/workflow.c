@@ -7,6 +7,8 @@
 #include "distflow/dag.h"
 
 #include "dag/dag_internal.h"
+#include "util/fsutil.h"
+#include "util/sbuf.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -184,34 +186,6 @@ static int get_count(wf *w, yaml_node_t *v, const char *id, const char *field, i
 
 /* ---- per-node config: flatten to dotted keys, values as YAML text ----------- */
 
-typedef struct {
-    char *p;
-    size_t len, cap;
-    bool oom;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 64;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *np = realloc(b->p, cap);
-        if (!np) {
-            b->oom = true;
-            return;
-        }
-        b->p = np;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-static void sb_puts(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-
 /* !Ref global_config.a.b (siiRL resolve_refs): the node at that path. */
 static int resolve_ref(wf *w, yaml_node_t *v, const char *id, yaml_node_t **out)
 {
@@ -238,7 +212,7 @@ static bool is_ref(const yaml_node_t *v)
 }
 
 /* A scalar or list as YAML text: plain scalars verbatim, quoted ones re-quoted. */
-static int value_text(wf *w, yaml_node_t *v, const char *id, sbuf *b, int depth)
+static int value_text(wf *w, yaml_node_t *v, const char *id, df_sbuf *b, int depth)
 {
     if (is_ref(v) && resolve_ref(w, v, id, &v))
         return DF_EINVAL;
@@ -247,24 +221,24 @@ static int value_text(wf *w, yaml_node_t *v, const char *id, sbuf *b, int depth)
     if (v->type == YAML_SCALAR_NODE) {
         const char *s = scalar(v);
         if (v->data.scalar.style == YAML_PLAIN_SCALAR_STYLE) {
-            sb_puts(b, s[0] ? s : "null");
+            df_sbuf_puts(b, s[0] ? s : "null");
             return DF_OK;
         }
-        sb_puts(b, "\"");
+        df_sbuf_puts(b, "\"");
         for (const char *c = s; *c; c++) {
             if (*c == '"' || *c == '\\')
-                sb_puts(b, "\\");
-            sb_put(b, c, 1);
+                df_sbuf_puts(b, "\\");
+            df_sbuf_put(b, c, 1);
         }
-        sb_puts(b, "\"");
+        df_sbuf_puts(b, "\"");
         return DF_OK;
     }
     if (v->type == YAML_SEQUENCE_NODE) {
-        sb_puts(b, "[");
+        df_sbuf_puts(b, "[");
         for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top;
              it++) {
             if (it != v->data.sequence.items.start)
-                sb_puts(b, ", ");
+                df_sbuf_puts(b, ", ");
             yaml_node_t *item = node_at(w, *it);
             if (item->type == YAML_MAPPING_NODE)
                 return node_err(w, item, id, "config lists may not hold mappings");
@@ -272,7 +246,7 @@ static int value_text(wf *w, yaml_node_t *v, const char *id, sbuf *b, int depth)
             if (rc)
                 return rc;
         }
-        sb_puts(b, "]");
+        df_sbuf_puts(b, "]");
         return DF_OK;
     }
     return node_err(w, v, id, "unexpected mapping in a config value");
@@ -304,13 +278,13 @@ static int flatten_key(wf *w, const char *key, yaml_node_t *kn, void *argp)
         return flatten(w, a->node, v, full, a->depth + 1);
     if (df_node_get_config(a->node, full))
         return DF_OK; /* seen already: an explicit key before a merged one */
-    sbuf b = {0};
+    df_sbuf b = {0};
     int rc = value_text(w, v, id, &b, 0);
-    if (!rc && b.oom)
+    if (!rc && b.failed)
         rc = df_error(DF_ENOMEM, "out of memory");
     if (!rc)
-        rc = df_node_set_config(a->node, full, b.p);
-    free(b.p);
+        rc = df_node_set_config(a->node, full, b.s);
+    free(b.s);
     return rc;
 }
 
@@ -547,20 +521,12 @@ int df_workflow_load_ex(const char *path, df_warn_fn warn, void *user, df_task_g
     *out = NULL;
     if (!path || !path[0])
         return df_error(DF_EINVAL, "workflow file: empty path");
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return df_error(DF_EIO, "%s: cannot open workflow file: %s", path, strerror(errno));
-    sbuf b = {0};
-    char chunk[4096];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
-        sb_put(&b, chunk, n);
-    bool bad = ferror(f);
-    fclose(f);
-    int rc = bad    ? df_error(DF_EIO, "%s: read error", path)
-             : b.oom ? df_error(DF_ENOMEM, "%s: out of memory", path)
-                     : df_workflow_load_text(b.p ? b.p : "", path, warn, user, out);
-    free(b.p);
+    char *text;
+    int rc = df_read_file(path, &text, NULL);
+    if (rc)
+        return df_error_wrap(rc, "workflow file");
+    rc = df_workflow_load_text(text, path, warn, user, out);
+    free(text);
     return rc;
 }
 
