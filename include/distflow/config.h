@@ -51,7 +51,8 @@
  * Overrides: `key=value`, `+key=value` and `++key=value` (Hydra's prefixes; the
  * key must still be in the schema). The value is parsed as one YAML value:
  * true/false, 64, 1e-6, null, 'quoted', [a,b]; a mapping is accepted for a group
- * key (`actor_rollout_ref.actor.optim={lr: 1e-5}`). An empty value (`key=`) is
+ * key (`actor_rollout_ref.actor.optim={lr: 1e-5}`) and for a map key
+ * (`ray_init={num_cpus: 8}`). An empty value (`key=`) is
  * the empty string, as in Hydra. Deleting (`~key`) is not supported.
  *
  * Errors: every loader failure returns DF_EINVAL (DF_EIO when the file cannot
@@ -174,7 +175,7 @@ DF_API int64_t df_config_int(const df_config *c, const char *key);
 DF_API double df_config_float(const df_config *c, const char *key);
 /** Boolean value. Asserts not null. */
 DF_API bool df_config_bool(const df_config *c, const char *key);
-/** String value, NULL when null. Owned by the config. */
+/** String value, NULL when null. Owned by the config. Map keys: df_config_map_text. */
 DF_API const char *df_config_str(const df_config *c, const char *key);
 /**
  * Canonical flow-YAML text of a map key (`{}` when empty), NULL when null.
