@@ -582,6 +582,7 @@ static void assert_same_config(const df_config *a, const df_config *b)
                 fail_msg("%s: %.17g != %.17g", k, df_config_float(a, k), df_config_float(b, k));
             break;
         case DF_CFG_STR: assert_string_equal(df_config_str(a, k), df_config_str(b, k)); break;
+        case DF_CFG_MAP: assert_string_equal(df_config_map_text(a, k), df_config_map_text(b, k)); break;
         case DF_CFG_STR_LIST:
         case DF_CFG_FLOAT_LIST:
             assert_int_equal(df_config_list_len(a, k), df_config_list_len(b, k));

@@ -33,10 +33,26 @@
  * data.train_files). A null (or empty) value for a group (`critic:`) sets nothing.
  * `_target_` keys (verl's dataclass hints in copied configs) are ignored.
  *
+ * Map keys (DF_CFG_MAP). siiRL's free-form dict arguments (model.override_config,
+ * fsdp_config.wrap_policy, rollout.engine_kwargs.vllm, megatron blocks, ...)
+ * take any mapping (nested, lists inside) or null; nothing under them is
+ * checked and nothing under them is an "unknown key". The content is kept as
+ * canonical flow YAML text (df_config_map_text): `{a: 1, b: [x, "y z"], c: null}`
+ * -- keys in file order, `, ` between items, plain scalars kept as written
+ * when they need no quotes in flow context, otherwise double-quoted; quoted
+ * scalars stay strings (quoted unless unambiguous). `${...}` inside a map is
+ * kept as literal text (a whole-value `${map.key}` at the map key itself does
+ * resolve). A scalar or list at a map key, or a mapping at a scalar key, is an
+ * error naming the place. A dotted key that reaches below a map key
+ * (`actor_rollout_ref.model.override_config.attention_dropout=0.1`, Hydra's way
+ * of editing a dict) sets that entry inside the map, creating nested mappings
+ * as needed and replacing a non-mapping on the way.
+ *
  * Overrides: `key=value`, `+key=value` and `++key=value` (Hydra's prefixes; the
  * key must still be in the schema). The value is parsed as one YAML value:
  * true/false, 64, 1e-6, null, 'quoted', [a,b]; a mapping is accepted for a group
- * key (`actor_rollout_ref.actor.optim={lr: 1e-5}`). An empty value (`key=`) is
+ * key (`actor_rollout_ref.actor.optim={lr: 1e-5}`) and for a map key
+ * (`ray_init={num_cpus: 8}`). An empty value (`key=`) is
  * the empty string, as in Hydra. Deleting (`~key`) is not supported.
  *
  * Errors: every loader failure returns DF_EINVAL (DF_EIO when the file cannot
@@ -74,7 +90,8 @@ typedef enum {
     DF_CFG_FLOAT,      /**< double; 1e-6, .5, .inf; an integer is accepted */
     DF_CFG_STR,        /**< any text */
     DF_CFG_STR_LIST,   /**< list of strings; a single string is a one-item list */
-    DF_CFG_FLOAT_LIST  /**< list of doubles (e.g. optim.betas) */
+    DF_CFG_FLOAT_LIST, /**< list of doubles (e.g. optim.betas) */
+    DF_CFG_MAP         /**< any YAML mapping or null; content kept as text, not validated */
 } df_config_type;
 
 /**
@@ -106,7 +123,7 @@ DF_API int df_config_schema_count(const df_config_schema *s);
 DF_API const df_config_entry *df_config_schema_at(const df_config_schema *s, int i);
 /** Entry of `key`, or NULL when the schema has no such key. */
 DF_API const df_config_entry *df_config_schema_find(const df_config_schema *s, const char *key);
-/** "bool", "int", "float", "str", "list[str]", "list[float]". */
+/** "bool", "int", "float", "str", "list[str]", "list[float]", "map". */
 DF_API const char *df_config_type_name(df_config_type t);
 
 /**
@@ -158,8 +175,13 @@ DF_API int64_t df_config_int(const df_config *c, const char *key);
 DF_API double df_config_float(const df_config *c, const char *key);
 /** Boolean value. Asserts not null. */
 DF_API bool df_config_bool(const df_config *c, const char *key);
-/** String value, NULL when null. Owned by the config. */
+/** String value, NULL when null. Owned by the config. Map keys: df_config_map_text. */
 DF_API const char *df_config_str(const df_config *c, const char *key);
+/**
+ * Canonical flow-YAML text of a map key (`{}` when empty), NULL when null.
+ * Owned by the config. Asserts the key is a DF_CFG_MAP key.
+ */
+DF_API const char *df_config_map_text(const df_config *c, const char *key);
 /** Item count of a list key (string or float list); 0 when null. */
 DF_API int df_config_list_len(const df_config *c, const char *key);
 /** i-th item of a string list (0 <= i < list_len). Owned by the config. */

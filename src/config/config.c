@@ -338,6 +338,12 @@ const char *df_config_str(const df_config *c, const char *key)
     return s && !s->v.is_null ? s->v.s : NULL;
 }
 
+const char *df_config_map_text(const df_config *c, const char *key)
+{
+    const cfg_slot *s = slot_of(c, key, DF_CFG_MAP, DF_CFG_MAP);
+    return s && !s->v.is_null ? s->v.s : NULL;
+}
+
 int df_config_list_len(const df_config *c, const char *key)
 {
     const cfg_slot *s = slot_of(c, key, DF_CFG_STR_LIST, DF_CFG_FLOAT_LIST);

@@ -7,6 +7,7 @@
  *   scalar.c        YAML scalar parsing / formatting, edit-distance hints
  *   loader.c        libyaml walking, overrides, typed assignment
  *   config.c        df_config lifetime, resolution, getters, set, where
+ *   map.c           DF_CFG_MAP values: canonical flow text, entry patching
  *   dump.c          df_config_dump
  *   validate_train.c  df_config_validate_train (cross-field checks)
  */
@@ -41,6 +42,8 @@ struct df_config_schema {
 #define KLN(k, d, h) {k, DF_CFG_STR_LIST, true, d, -INF, INF, 0, NULL, NULL, h}
 #define KLE(k, d, choices, h) {k, DF_CFG_STR_LIST, false, d, -INF, INF, 0, choices, NULL, h}
 #define KFL(k, d, n, lo, hi, h) {k, DF_CFG_FLOAT_LIST, false, d, lo, hi, n, NULL, NULL, h}
+/* KM: a free-form mapping (always nullable); d is flow YAML, e.g. "{}" or "{min_num_params: 0}". */
+#define KM(k, d, h) {k, DF_CFG_MAP, true, d, -INF, INF, 0, NULL, NULL, h}
 #define KB_FROM(k, from, h) {k, DF_CFG_BOOL, true, "null", -INF, INF, 0, NULL, from, h}
 #define KI_FROM(k, from, lo, hi, h) {k, DF_CFG_INT, true, "null", lo, hi, 0, NULL, from, h}
 #define KF_FROM(k, from, lo, hi, h) {k, DF_CFG_FLOAT, true, "null", lo, hi, 0, NULL, from, h}
@@ -53,7 +56,7 @@ typedef struct {
     bool b;
     int64_t i;
     double f;
-    char *s;        /* DF_CFG_STR */
+    char *s;        /* DF_CFG_STR; DF_CFG_MAP: canonical flow YAML */
     char **items;   /* DF_CFG_STR_LIST */
     double *fitems; /* DF_CFG_FLOAT_LIST */
     int n_items;
@@ -136,6 +139,16 @@ int cfg_apply_document(df_config *c, const char *text, size_t len, const char *n
 int cfg_apply_override(df_config *c, const char *arg);
 /* Check null / bounds / choices / length of a built value against its entry. */
 int cfg_check(const df_config_entry *e, const cfg_value *v, const char *place);
+
+/* ---- map.c (DF_CFG_MAP values) ---- */
+struct yaml_document_s;
+struct yaml_node_s;
+/* Canonical flow-YAML text of node `map` (any node kind) into *out (malloc'd). */
+int cfg_map_text(struct yaml_document_s *doc, struct yaml_node_s *map, const char *place, char **out);
+/* `old` (canonical map text; NULL: null) with the entry at dotted path `sub`
+ * set to node `val` of `vdoc`; missing or non-mapping steps become mappings. */
+int cfg_map_patch(const char *old, const char *sub, struct yaml_document_s *vdoc, struct yaml_node_s *val,
+                  const char *place, char **out);
 
 /* ---- config.c ---- */
 void cfg_value_clear(cfg_value *v);

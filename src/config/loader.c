@@ -80,6 +80,7 @@ int cfg_check(const df_config_entry *e, const cfg_value *v, const char *place)
     int rc = DF_OK;
     switch (e->type) {
     case DF_CFG_BOOL:
+    case DF_CFG_MAP: /* free-form: content not validated */
         return DF_OK;
     case DF_CFG_INT:
         return check_number(e, e->key, (double)v->i, true, place);
@@ -185,11 +186,71 @@ static bool whole_ref(const char *t)
            strchr(t, '}') == t + n - 1;
 }
 
+/* A DF_CFG_MAP key: a mapping (kept as canonical text), null, or `${key}`. */
+static int assign_map(walker *w, int idx, yaml_node_t *n, const char *place)
+{
+    const df_config_entry *e = &w->c->schema->entries[idx];
+    cfg_value v = {0};
+    char *raw = NULL;
+    int rc = DF_OK;
+    bool scalar = n->type == YAML_SCALAR_NODE;
+    if (n->type == YAML_MAPPING_NODE) {
+        rc = cfg_map_text(w->doc, n, place, &v.s);
+    } else if (scalar && cfg_is_null_text(text_of(n), plain_of(n))) {
+        v.is_null = true;
+    } else if (scalar && !w->src->no_interp && whole_ref(text_of(n))) {
+        if (!(raw = strdup(text_of(n))))
+            rc = df_error(DF_ENOMEM, "%s: out of memory", place);
+    } else if (scalar) {
+        char shown[80];
+        cfg_show_text(text_of(n), shown, sizeof shown);
+        return df_error(DF_EINVAL, "%s: %s: expected a mapping (or null), got a scalar %s", place, e->key,
+                        shown);
+    } else {
+        return df_error(DF_EINVAL, "%s: %s: expected a mapping (or null), got %s", place, e->key, kind_of(n));
+    }
+    if (rc) {
+        cfg_value_clear(&v);
+        free(raw);
+        return rc;
+    }
+    return cfg_commit(w->c, idx, &v, raw, w->src->where ? w->src->where : place);
+}
+
+/* Map key `idx` with the entry at dotted path `sub` inside it set to `val`. */
+static int assign_map_entry(walker *w, int idx, const char *sub, yaml_node_t *val, const char *place)
+{
+    cfg_slot *slot = &w->c->slots[idx];
+    const char *key = w->c->schema->entries[idx].key;
+    if (slot->raw)
+        return df_error(DF_EINVAL, "%s: cannot set '%s' inside '%s' while that is the interpolation '%s'",
+                        place, sub, key, slot->raw);
+    cfg_value v = {0};
+    int rc = cfg_map_patch(slot->v.is_null ? NULL : slot->v.s, sub, w->doc, val, place, &v.s);
+    if (rc)
+        return rc;
+    return cfg_commit(w->c, idx, &v, NULL, w->src->where ? w->src->where : place);
+}
+
+/* Index of the map key that `full` lies under ("a.m" for "a.m.x.y"), or -1. */
+static int map_owner(const df_config_schema *s, const char *full)
+{
+    for (int i = 0; i < s->n; i++) {
+        const char *k = s->entries[i].key;
+        size_t n = strlen(k);
+        if (s->entries[i].type == DF_CFG_MAP && !strncmp(full, k, n) && full[n] == '.')
+            return i;
+    }
+    return -1;
+}
+
 static int assign_node(walker *w, int idx, yaml_node_t *n)
 {
     const df_config_entry *e = &w->c->schema->entries[idx];
     char place[PLACE_CAP];
     node_place(w, n, place, sizeof place);
+    if (e->type == DF_CFG_MAP)
+        return assign_map(w, idx, n, place);
     cfg_value v = {0};
     char *raw = NULL;
     int rc = DF_OK;
@@ -289,6 +350,9 @@ static int apply_at(walker *w, const char *full, yaml_node_t *key_node, yaml_nod
         return df_error(DF_EINVAL, "%s: '%s' is a group of settings: expected a mapping, got %s", place,
                         full, kind_of(val));
     }
+    int m = map_owner(s, full);
+    if (m >= 0) /* below a free-form map: an entry of its content */
+        return assign_map_entry(w, m, full + strlen(s->entries[m].key) + 1, val, place);
     char hint[256];
     if (cfg_suggest_key(s, full, hint, sizeof hint))
         return df_error(DF_EINVAL, "%s: unknown key '%s' (did you mean '%s'?)", place, full, hint);

@@ -267,6 +267,9 @@ void cfg_format_value(cfg_buf *b, const df_config_entry *e, const cfg_value *v)
     case DF_CFG_STR:
         cfg_quote(b, v->s);
         break;
+    case DF_CFG_MAP: /* already canonical flow YAML */
+        cfg_buf_puts(b, v->s);
+        break;
     case DF_CFG_STR_LIST:
     case DF_CFG_FLOAT_LIST:
         cfg_buf_puts(b, "[");

@@ -47,6 +47,7 @@ const char *df_config_type_name(df_config_type t)
     case DF_CFG_STR: return "str";
     case DF_CFG_STR_LIST: return "list[str]";
     case DF_CFG_FLOAT_LIST: return "list[float]";
+    case DF_CFG_MAP: return "map";
     }
     return "?";
 }
@@ -60,6 +61,7 @@ const char *cfg_type_desc(df_config_type t)
     case DF_CFG_STR: return "a string";
     case DF_CFG_STR_LIST: return "a list of strings";
     case DF_CFG_FLOAT_LIST: return "a list of numbers";
+    case DF_CFG_MAP: return "a mapping";
     }
     return "?";
 }

@@ -28,7 +28,8 @@
        "warmup steps as a fraction of total_training_steps (used when lr_warmup_steps <= 0)"),  \
     KE(p "warmup_style", "constant", "constant|cosine",                                          \
        "schedule after warmup: constant, or cosine decay to min_lr_ratio * lr"),                 \
-    KF(p "min_lr_ratio", "0.0", 0, 1, "cosine schedule: final lr as a fraction of lr"),          \
+    KFN(p "min_lr_ratio", "0.0", 0, 1,                                                           \
+        "cosine schedule: final lr as a fraction of lr; null (siiRL's critic default): 0"),       \
     KF(p "num_cycles", "0.5", 0, INF,                                                            \
        "cosine schedule: number of cosine half-waves (0.5 = one decay)"),                        \
     KF(p "weight_decay", "0.01", 0, INF, "AdamW decoupled weight decay"),                        \
@@ -47,7 +48,8 @@
     KIN(p "lr_wsd_decay_steps", "null", 1, INF, "Megatron WSD scheduler: decay steps (no effect)"),      \
     KB(p "use_checkpoint_opt_param_scheduler", "false",                                                  \
        "Megatron: take scheduler settings from the checkpoint (no effect)"),                             \
-    KF(p "clip_grad", "1.0", 0, INF, "Megatron optimizer gradient clip (no effect; see grad_clip)")
+    KF(p "clip_grad", "1.0", 0, INF, "Megatron optimizer gradient clip (no effect; see grad_clip)"),  \
+    KM(p "override_optimizer_config", "null", "Megatron optimizer overrides (accepted for compatibility; no effect)")
 
 static const df_config_entry train[] = {
     /* ---- data (siiRL DataArguments, verl data/legacy_data.yaml) ---- */
@@ -88,6 +90,10 @@ static const df_config_entry train[] = {
     KB("data.multi_agent", "false", "the pipeline is multi-agent (not supported yet)"),
     KSN("data.custom_cls.path", "null", "file with a custom dataset class (not supported yet)"),
     KSN("data.custom_cls.name", "null", "name of the custom dataset class (unused while path is null)"),
+    KM("data.processor",
+       "{image_max_pixels: 589824, image_min_pixels: 1024, video_max_pixels: 65536, video_min_pixels: 256, "
+       "video_fps: 2.0, video_maxlen: 128}",
+       "image / video processor settings, siiRL's ProcessorArguments (multimodal; accepted for compatibility; no effect)"),
 
     /* ---- actor_rollout_ref ---- */
     KB(ARR "hybrid_engine", "true", "actor and rollout share weights (always so in distflow; no effect)"),
@@ -106,6 +112,9 @@ static const df_config_entry train[] = {
     KI(ARR "model.lora_rank", "0", 0, 0, "LoRA rank; LoRA is not supported yet, must be 0"),
     KF(ARR "model.lora_alpha", "16", 0, INF, "LoRA scaling factor (unused while lora_rank is 0)"),
     KS(ARR "model.target_modules", "all-linear", "LoRA target modules (unused while lora_rank is 0)"),
+    KM(ARR "model.override_config", "{}",
+       "overrides of the model's config.json (accepted for compatibility; no effect: config.json is used as is)"),
+    KM(ARR "model.gradient_checkpointing_kwargs", "{}", "gradient checkpointing options (accepted for compatibility; no effect)"),
 
     /* actor (siiRL ActorArguments, verl actor/dp_actor.yaml) */
     KE(ACTOR "strategy", "fsdp", "fsdp|fsdp2|megatron",
@@ -154,6 +163,10 @@ static const df_config_entry train[] = {
     KB(ACTOR "fsdp_config.offload_policy", "false", "FSDP2 offload policy (no effect)"),
     KB(ACTOR "fsdp_config.reshard_after_forward", "true", "FSDP2 reshard after forward (no effect)"),
     KI(ACTOR "fsdp_config.fsdp_size", "-1", -1, INF, "FSDP sharding group size; -1: all ranks (no effect)"),
+    KM(ACTOR "fsdp_config.wrap_policy", "{min_num_params: 0}", "FSDP wrapping policy (accepted for compatibility; no effect)"),
+    KM(ACTOR "megatron", "{}",
+       "Megatron-LM settings, siiRL's MegatronArguments (strategy megatron; accepted for compatibility; no effect)"),
+    KM(ACTOR "profile", "{}", "actor profiler settings (accepted for compatibility; no effect)"),
     KB_FROM(ACTOR "use_remove_padding", ARR "model.use_remove_padding", "pack sequences (always so; no effect)"),
     KB_FROM(ACTOR "use_fused_kernels", ARR "model.use_fused_kernels", "fused kernels (no effect)"),
     KF(ACTOR "tis_imp_ratio_cap", "-1", -INF, INF,
@@ -183,6 +196,9 @@ static const df_config_entry train[] = {
     KB(REF "fsdp_config.param_offload", "false", "offload reference parameters (no effect)"),
     KE(REF "strategy", "fsdp", "fsdp|fsdp2|megatron", "reference backend name (no effect)"),
     KB(REF "fsdp_config.reshard_after_forward", "true", "FSDP2 reshard after forward (no effect)"),
+    KM(REF "fsdp_config.wrap_policy", "{min_num_params: 0}", "FSDP wrapping policy (accepted for compatibility; no effect)"),
+    KM(REF "megatron", "{}", "Megatron-LM settings of the reference (accepted for compatibility; no effect)"),
+    KM(REF "profile", "{}", "reference profiler settings (accepted for compatibility; no effect)"),
     KI_FROM(REF "ulysses_sequence_parallel_size", ACTOR "ulysses_sequence_parallel_size", 1, INF,
             "reference sequence parallel size (no effect)"),
     KB_FROM(REF "use_torch_compile", ACTOR "use_torch_compile", "torch.compile (no effect)"),
@@ -231,9 +247,10 @@ static const df_config_entry train[] = {
     KB(ROLLOUT "multi_stage_wake_up", "false", "wake the engine in stages (no effect)"),
     KIN(ROLLOUT "micro_batch_size", "null", 1, INF, "inference micro-batch size (no effect; see max_num_seqs)"),
     KIN(ROLLOUT "limit_images", "null", 1, INF, "images per prompt (multimodal; no effect)"),
-    KIN(ROLLOUT "engine_kwargs.vllm.swap_space", "null", 0, INF, "vLLM swap space in GiB (no effect)"),
-    KBN(ROLLOUT "engine_kwargs.vllm.disable_mm_preprocessor_cache", "null", "vLLM option (no effect)"),
-    KSN(ROLLOUT "engine_kwargs.sglang.attention_backend", "null", "SGLang attention backend (no effect)"),
+    KM(ROLLOUT "engine_kwargs.vllm", "{swap_space: null, disable_mm_preprocessor_cache: null}",
+       "vLLM engine keyword arguments (accepted for compatibility; no effect)"),
+    KM(ROLLOUT "engine_kwargs.sglang", "{attention_backend: null}",
+       "SGLang engine keyword arguments (accepted for compatibility; no effect)"),
     KB(ROLLOUT "multi_turn.enable", "false", "multi-turn tool interaction (not supported yet)"),
     KIN(ROLLOUT "multi_turn.max_assistant_turns", "null", 1, INF, "multi-turn: assistant turn limit"),
     KIN(ROLLOUT "multi_turn.max_user_turns", "null", 1, INF, "multi-turn: user turn limit"),
@@ -252,6 +269,10 @@ static const df_config_entry train[] = {
     KS(ROLLOUT "agent.agent_name", "single_turn_agent", "agent loop (no effect: single turn)"),
     KI(ROLLOUT "agent.num_workers", "8", 1, INF, "agent loop workers (no effect)"),
     KB(ROLLOUT "agent.rewards_with_env", "false", "agent: take rewards from the environment (no effect)"),
+    KSN(ROLLOUT "agent.custom_async_server.path", "null", "agent: custom async server file (no effect)"),
+    KSN(ROLLOUT "agent.custom_async_server.name", "null", "agent: custom async server class (no effect)"),
+    KM(ROLLOUT "agent.pre_process_kwargs", "{}", "agent: pre-process function arguments (accepted for compatibility; no effect)"),
+    KM(ROLLOUT "agent.post_process_kwargs", "{}", "agent: post-process function arguments (accepted for compatibility; no effect)"),
     KS(ROLLOUT "layer_name_map.qkv_layer_name", "qkv", "Megatron weight-name map (no effect)"),
     KS(ROLLOUT "layer_name_map.gate_proj_layer_name", "linear_fc1.weight", "Megatron weight-name map (no effect)"),
     KI(ROLLOUT "val_kwargs.n", "1", 1, INF, "validation: responses per prompt"),
@@ -290,12 +311,23 @@ static const df_config_entry train[] = {
     KB("critic.model.fsdp_config.param_offload", "false", "offload critic parameters (no effect)"),
     KB("critic.model.fsdp_config.optimizer_offload", "false", "offload critic optimizer state (no effect)"),
     KI("critic.model.fsdp_config.fsdp_size", "-1", -1, INF, "FSDP sharding group size (no effect)"),
+    KB("critic.model.fsdp_config.offload_policy", "false", "FSDP2 offload policy (no effect)"),
+    KB("critic.model.fsdp_config.reshard_after_forward", "true", "FSDP2 reshard after forward (no effect)"),
+    KM("critic.model.fsdp_config.wrap_policy", "{min_num_params: 0}", "FSDP wrapping policy (accepted for compatibility; no effect)"),
+    KM("critic.model.override_config", "{}", "overrides of the critic's config.json (accepted for compatibility; no effect)"),
     KI("critic.model.lora_rank", "0", 0, 0, "critic LoRA rank; LoRA is not supported yet, must be 0"),
     KF("critic.model.lora_alpha", "16", 0, INF, "critic LoRA scaling (unused while lora_rank is 0)"),
     KS("critic.model.target_modules", "all-linear", "critic LoRA target modules (unused while lora_rank is 0)"),
     KB("critic.load_weight", "true", "load pretrained critic weights (no effect)"),
     KIN("critic.data_loader_seed", "null", -INF, INF, "seed of the critic mini-batch shuffle (no effect)"),
     KB("critic.checkpoint.async_save", "false", "save critic checkpoints asynchronously (no effect)"),
+    KLE("critic.checkpoint.contents", "[model, optimizer, extra]", "model|optimizer|extra|hf_model",
+        "critic checkpoint parts (no effect)"),
+    KLE("critic.checkpoint.save_contents", "[model, optimizer, extra]", "model|optimizer|extra|hf_model",
+        "critic checkpoint parts to save (no effect)"),
+    KLE("critic.checkpoint.load_contents", "[model, optimizer, extra]", "model|optimizer|extra|hf_model",
+        "critic checkpoint parts to load (no effect)"),
+    KM("critic.megatron", "{}", "Megatron-LM settings of the critic (accepted for compatibility; no effect)"),
 
     /* ---- reward (siiRL RewardModelArguments, CustomRewardArguments) ---- */
     KB("reward_model.enable", "false", "score with a reward model (not supported yet: rule rewards)"),
@@ -314,6 +346,15 @@ static const df_config_entry train[] = {
     KB("reward_model.model.use_remove_padding", "false", "pack sequences (no effect)"),
     KB("reward_model.model.trust_remote_code", "false", "allow model code from the hub (no effect)"),
     KB("reward_model.model.fsdp_config.param_offload", "false", "offload reward model parameters (no effect)"),
+    KB("reward_model.model.fsdp_config.reshard_after_forward", "true", "FSDP2 reshard after forward (no effect)"),
+    KI("reward_model.model.fsdp_config.fsdp_size", "-1", -1, INF, "FSDP sharding group size (no effect)"),
+    KM("reward_model.model.fsdp_config.wrap_policy", "{min_num_params: 0}",
+       "FSDP wrapping policy (accepted for compatibility; no effect)"),
+    KB("reward_model.model.use_shm", "false", "load the reward model through /dev/shm (no effect)"),
+    KB_FROM("reward_model.model.use_fused_kernels", ARR "model.use_fused_kernels", "fused kernels (no effect)"),
+    KM("reward_model.megatron", "{}", "Megatron-LM settings of the reward model (accepted for compatibility; no effect)"),
+    KM("reward_model.reward_kwargs", "{}",
+       "extra keyword arguments of the reward manager (accepted for compatibility; no effect)"),
     KIN("reward_model.micro_batch_size", "null", 1, INF, "deprecated; use micro_batch_size_per_gpu"),
     KIN("reward_model.micro_batch_size_per_gpu", "null", 1, INF, "samples per reward model forward"),
     KIN("reward_model.max_length", "null", 1, INF, "reward model input token limit"),
@@ -397,6 +438,13 @@ static const df_config_entry train[] = {
     KB("dag.env_enable", "false", "attach an environment to the pipeline (embodied; not supported yet)"),
     KSN("dag.environment_path", "null", "environment config file (not supported yet)"),
     KI("dag.backend_threshold", "256", 1, INF, "world size from which siiRL switches process-group backend (no effect)"),
+
+    /* ---- free-form top-level blocks of siiRL's trainer YAML ---- */
+    KM("ray_init", "{num_cpus: null, timeline_json_file: null}",
+       "ray.init() options (accepted for compatibility; no effect: distflow runs under MPI)"),
+    KM("profiler", "{enable: false}",
+       "siiRL's NPU / torch profiler settings (accepted for compatibility; no effect; see dag.enable_perf)"),
+    KM("hydra", "{}", "Hydra's own settings, e.g. run.dir (accepted for compatibility; no effect)"),
 };
 
 static const df_config_schema train_schema = {"train", train, (int)(sizeof train / sizeof train[0])};

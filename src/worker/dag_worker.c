@@ -67,7 +67,9 @@ void df_worker_actor_params(const df_dag_worker *w, const df_config *c, df_actor
     p->warmup_steps = warm > 0 ? warm
                                : (int64_t)(df_config_float(c, A "optim.lr_warmup_steps_ratio") *
                                            (double)p->total_steps);
-    p->min_lr_ratio = df_config_float(c, A "optim.min_lr_ratio");
+    /* siiRL's OptimizerArguments.min_lr_ratio is Optional; null means the 0.0 default */
+    p->min_lr_ratio = df_config_is_null(c, A "optim.min_lr_ratio") ? 0.0
+                                                                    : df_config_float(c, A "optim.min_lr_ratio");
     p->num_cycles = df_config_float(c, A "optim.num_cycles");
     p->grad_clip = df_config_float(c, A "grad_clip");
     /* ppo_mini_batch_size counts prompts (verl multiplies it by rollout.n), over all ranks */
