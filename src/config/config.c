@@ -1,5 +1,6 @@
 /* df_config: loading order, resolution of `${...}` and null_from, getters (config.h). */
 #include "config/config_internal.h"
+#include "util/fsutil.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -113,15 +114,15 @@ static int lookup_ref(df_config *c, int owner, const char *ref, size_t n, int *o
 /* Assign the resolved value of slot j to slot i as YAML text (checks i's type). */
 static int copy_from(df_config *c, int i, int j, const char *place, const char *where)
 {
-    cfg_buf b = {0};
+    df_sbuf b = {0};
     cfg_format_value(&b, &c->schema->entries[j], &c->slots[j].v);
-    if (b.oom) {
-        free(b.p);
+    if (b.failed) {
+        free(b.s);
         return df_error(DF_ENOMEM, "%s: out of memory", place);
     }
     cfg_src src = {.place = place, .where = where, .no_interp = true};
-    int rc = cfg_assign_text(c, i, NULL, b.p, &src);
-    free(b.p);
+    int rc = cfg_assign_text(c, i, NULL, b.s, &src);
+    free(b.s);
     return rc;
 }
 
@@ -129,15 +130,15 @@ static int copy_from(df_config *c, int i, int j, const char *place, const char *
 static int splice(df_config *c, int i, const char *raw, const char *where)
 {
     const df_config_entry *e = &c->schema->entries[i];
-    cfg_buf b = {0};
+    df_sbuf b = {0};
     int rc = DF_OK;
     for (const char *p = raw; *p && !rc;) {
         const char *open = strstr(p, "${");
         if (!open) {
-            cfg_buf_puts(&b, p);
+            df_sbuf_puts(&b, p);
             break;
         }
-        cfg_buf_add(&b, p, (size_t)(open - p));
+        df_sbuf_put(&b, p, (size_t)(open - p));
         const char *close = strchr(open + 2, '}');
         if (!close) {
             rc = df_error(DF_EINVAL, "%s: %s: unterminated '${' in \"%s\"", where, e->key, raw);
@@ -148,15 +149,15 @@ static int splice(df_config *c, int i, const char *raw, const char *where)
         if (!rc) {
             const cfg_slot *r = &c->slots[j];
             if (c->schema->entries[j].type == DF_CFG_STR && !r->v.is_null)
-                cfg_buf_puts(&b, r->v.s);
+                df_sbuf_puts(&b, r->v.s);
             else
                 cfg_format_value(&b, &c->schema->entries[j], &r->v);
         }
         p = close + 1;
     }
-    if (!rc && b.oom)
+    if (!rc && b.failed)
         rc = df_error(DF_ENOMEM, "%s: out of memory", where);
-    cfg_value v = {.s = b.p ? b.p : strdup("")};
+    cfg_value v = {.s = b.s ? b.s : strdup("")};
     if (!rc && !v.s)
         rc = df_error(DF_ENOMEM, "%s: out of memory", where);
     if (!rc)
@@ -273,23 +274,13 @@ int df_config_load(const df_config_schema *s, const char *yaml_path, const char 
     *out = NULL;
     if (!yaml_path)
         return load(s, NULL, 0, NULL, overrides, n_overrides, out);
-    FILE *f = fopen(yaml_path, "rb");
-    if (!f)
-        return df_error(DF_EIO, "cannot open config %s: %s", yaml_path, strerror(errno));
-    cfg_buf b = {0};
-    char chunk[8192];
-    size_t got;
-    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0)
-        cfg_buf_add(&b, chunk, got);
-    int err = ferror(f);
-    fclose(f);
-    if (err || b.oom) {
-        free(b.p);
-        return err ? df_error(DF_EIO, "cannot read config %s", yaml_path)
-                   : df_error(DF_ENOMEM, "out of memory reading %s", yaml_path);
-    }
-    int rc = load(s, b.p ? b.p : "", b.len, yaml_path, overrides, n_overrides, out);
-    free(b.p);
+    char *text;
+    size_t len;
+    int rc = df_read_file(yaml_path, &text, &len);
+    if (rc)
+        return df_error_wrap(rc, "config");
+    rc = load(s, text, len, yaml_path, overrides, n_overrides, out);
+    free(text);
     return rc;
 }
 

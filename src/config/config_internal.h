@@ -18,6 +18,7 @@
 #include <stddef.h>
 
 #include "distflow/config.h"
+#include "util/sbuf.h"
 
 struct df_config_schema {
     const char *name;
@@ -88,15 +89,6 @@ typedef struct {
 
 /* ---- scalar.c ---- */
 
-/* Growable text buffer; on allocation failure `oom` is set and appends stop. */
-typedef struct {
-    char *p;
-    size_t len, cap;
-    bool oom;
-} cfg_buf;
-void cfg_buf_add(cfg_buf *b, const char *s, size_t n);
-void cfg_buf_puts(cfg_buf *b, const char *s);
-void cfg_buf_printf(cfg_buf *b, const char *fmt, ...) DF_PRINTF(2, 3);
 
 bool cfg_is_null_text(const char *s, bool plain);
 /* 0 ok, -1 not that type, -2 out of range */
@@ -106,9 +98,9 @@ int cfg_parse_float(const char *s, double *out);
 /* Shortest text that reads back to exactly `x` (".inf" style for infinities). */
 void cfg_format_float(double x, char *buf, size_t cap);
 /* A string as a YAML scalar: plain when unambiguous, else double-quoted. */
-void cfg_quote(cfg_buf *b, const char *s);
+void cfg_quote(df_sbuf *b, const char *s);
 /* The value as YAML text (flow lists). */
-void cfg_format_value(cfg_buf *b, const df_config_entry *e, const cfg_value *v);
+void cfg_format_value(df_sbuf *b, const df_config_entry *e, const cfg_value *v);
 /* Short human text for messages: "abc" quoted and cut at 60 bytes. */
 void cfg_show_text(const char *s, char *buf, size_t cap);
 

@@ -20,7 +20,7 @@ static bool first_of_component(const df_config_schema *s, int i, const char *pre
     return true;
 }
 
-static void emit_group(const df_config *c, cfg_buf *b, const char *prefix, int indent)
+static void emit_group(const df_config *c, df_sbuf *b, const char *prefix, int indent)
 {
     const df_config_schema *s = c->schema;
     size_t plen = strlen(prefix);
@@ -33,13 +33,13 @@ static void emit_group(const df_config *c, cfg_buf *b, const char *prefix, int i
         if (!first_of_component(s, i, prefix, plen, comp, n))
             continue;
         if (indent == 0 && b->len)
-            cfg_buf_puts(b, "\n"); /* blank line between top-level groups */
-        cfg_buf_printf(b, "%*s%.*s:", indent, "", (int)n, comp);
+            df_sbuf_puts(b, "\n"); /* blank line between top-level groups */
+        df_sbuf_printf(b, "%*s%.*s:", indent, "", (int)n, comp);
         if (comp[n] == '.') { /* a group: recurse with the longer prefix */
-            cfg_buf_puts(b, "\n");
+            df_sbuf_puts(b, "\n");
             char *sub = strndup(k, plen + n + 1);
             if (!sub) {
-                b->oom = true;
+                b->failed = true;
                 return;
             }
             emit_group(c, b, sub, indent + 2);
@@ -47,25 +47,25 @@ static void emit_group(const df_config *c, cfg_buf *b, const char *prefix, int i
             continue;
         }
         const cfg_slot *slot = &c->slots[i];
-        cfg_buf_puts(b, " ");
+        df_sbuf_puts(b, " ");
         cfg_format_value(b, &s->entries[i], &slot->v);
         if (strcmp(slot->where, "default"))
-            cfg_buf_printf(b, "  # %s", slot->where);
-        cfg_buf_puts(b, "\n");
+            df_sbuf_printf(b, "  # %s", slot->where);
+        df_sbuf_puts(b, "\n");
     }
 }
 
 int df_config_dump(const df_config *c, FILE *f)
 {
-    cfg_buf b = {0};
-    cfg_buf_printf(&b, "# distflow %s config (resolved)\n", c->schema->name);
+    df_sbuf b = {0};
+    df_sbuf_printf(&b, "# distflow %s config (resolved)\n", c->schema->name);
     emit_group(c, &b, "", 0);
-    if (b.oom) {
-        free(b.p);
+    if (b.failed) {
+        free(b.s);
         return df_error(DF_ENOMEM, "out of memory writing the config");
     }
-    size_t w = fwrite(b.p, 1, b.len, f);
-    free(b.p);
+    size_t w = fwrite(b.s, 1, b.len, f);
+    free(b.s);
     if (w != b.len || fflush(f))
         return df_error(DF_EIO, "writing the config failed");
     return DF_OK;

@@ -32,12 +32,12 @@ static bool flow_plain_ok(const char *s)
     return true;
 }
 
-static void emit_scalar(cfg_buf *b, const char *t, bool plain)
+static void emit_scalar(df_sbuf *b, const char *t, bool plain)
 {
     if (plain && cfg_is_null_text(t, true))
-        cfg_buf_puts(b, "null");
+        df_sbuf_puts(b, "null");
     else if (plain && flow_plain_ok(t))
-        cfg_buf_puts(b, t); /* keeps its YAML type: 1, 1e-6, true, text */
+        df_sbuf_puts(b, t); /* keeps its YAML type: 1, 1e-6, true, text */
     else
         cfg_quote(b, t);    /* a string: plain only when unambiguous */
 }
@@ -53,7 +53,7 @@ static int too_big(const char *place)
                     MAP_MAX_TEXT);
 }
 
-static int emit(cfg_buf *b, yaml_document_t *doc, yaml_node_t *n, int depth, const char *place)
+static int emit(df_sbuf *b, yaml_document_t *doc, yaml_node_t *n, int depth, const char *place)
 {
     if (depth > MAP_MAX_DEPTH)
         return df_error(DF_EINVAL, "%s: mapping nested deeper than %d levels", place, MAP_MAX_DEPTH);
@@ -66,28 +66,28 @@ static int emit(cfg_buf *b, yaml_document_t *doc, yaml_node_t *n, int depth, con
             return df_error(DF_EINVAL, "%s: value contains a NUL character", place);
         emit_scalar(b, t, is_plain(n));
     } else if (n->type == YAML_SEQUENCE_NODE) {
-        cfg_buf_puts(b, "[");
+        df_sbuf_puts(b, "[");
         for (yaml_node_item_t *it = n->data.sequence.items.start; !rc && it < n->data.sequence.items.top; it++) {
             if (it > n->data.sequence.items.start)
-                cfg_buf_puts(b, ", ");
+                df_sbuf_puts(b, ", ");
             rc = emit(b, doc, yaml_document_get_node(doc, *it), depth + 1, place);
         }
-        cfg_buf_puts(b, "]");
+        df_sbuf_puts(b, "]");
     } else if (n->type == YAML_MAPPING_NODE) {
-        cfg_buf_puts(b, "{");
+        df_sbuf_puts(b, "{");
         for (yaml_node_pair_t *p = n->data.mapping.pairs.start; !rc && p < n->data.mapping.pairs.top; p++) {
             yaml_node_t *k = yaml_document_get_node(doc, p->key);
             if (p > n->data.mapping.pairs.start)
-                cfg_buf_puts(b, ", ");
+                df_sbuf_puts(b, ", ");
             if (k->type != YAML_SCALAR_NODE)
                 return df_error(DF_EINVAL, "%s: a key inside a mapping value must be a scalar, got %s",
                                 place, k->type == YAML_MAPPING_NODE ? "a mapping" : "a list");
             rc = emit(b, doc, k, depth + 1, place);
-            cfg_buf_puts(b, ": ");
+            df_sbuf_puts(b, ": ");
             if (!rc)
                 rc = emit(b, doc, yaml_document_get_node(doc, p->value), depth + 1, place);
         }
-        cfg_buf_puts(b, "}");
+        df_sbuf_puts(b, "}");
     }
     return rc;
 }
@@ -95,34 +95,34 @@ static int emit(cfg_buf *b, yaml_document_t *doc, yaml_node_t *n, int depth, con
 int cfg_map_text(struct yaml_document_s *doc, struct yaml_node_s *map, const char *place, char **out)
 {
     *out = NULL;
-    cfg_buf b = {0};
+    df_sbuf b = {0};
     int rc = emit(&b, doc, map, 0, place);
     if (!rc && b.len > MAP_MAX_TEXT)
         rc = too_big(place);
-    if (!rc && b.oom)
+    if (!rc && b.failed)
         rc = df_error(DF_ENOMEM, "%s: out of memory", place);
     if (rc) {
-        free(b.p);
+        free(b.s);
         return rc;
     }
-    *out = b.p;
+    *out = b.s;
     return DF_OK;
 }
 
 /* `on` (a mapping of `od`, or NULL for none) with path[0..np) set to `vn`. */
-static int emit_patched(cfg_buf *b, yaml_document_t *od, yaml_node_t *on, char *const *path, int np,
+static int emit_patched(df_sbuf *b, yaml_document_t *od, yaml_node_t *on, char *const *path, int np,
                         yaml_document_t *vd, yaml_node_t *vn, const char *place)
 {
     int rc = DF_OK;
     bool found = false;
-    cfg_buf_puts(b, "{");
+    df_sbuf_puts(b, "{");
     for (yaml_node_pair_t *p = on ? on->data.mapping.pairs.start : NULL; on && !rc && p < on->data.mapping.pairs.top;
          p++) {
         yaml_node_t *k = yaml_document_get_node(od, p->key), *v = yaml_document_get_node(od, p->value);
         if (p > on->data.mapping.pairs.start)
-            cfg_buf_puts(b, ", ");
+            df_sbuf_puts(b, ", ");
         rc = emit(b, od, k, 1, place);
-        cfg_buf_puts(b, ": ");
+        df_sbuf_puts(b, ": ");
         bool hit = !found && k->type == YAML_SCALAR_NODE && !strcmp((const char *)k->data.scalar.value, path[0]);
         if (rc)
             break;
@@ -136,12 +136,12 @@ static int emit_patched(cfg_buf *b, yaml_document_t *od, yaml_node_t *on, char *
     }
     if (!rc && !found) {
         if (on && on->data.mapping.pairs.top > on->data.mapping.pairs.start)
-            cfg_buf_puts(b, ", ");
+            df_sbuf_puts(b, ", ");
         emit_scalar(b, path[0], true);
-        cfg_buf_puts(b, ": ");
+        df_sbuf_puts(b, ": ");
         rc = np > 1 ? emit_patched(b, od, NULL, path + 1, np - 1, vd, vn, place) : emit(b, vd, vn, 1, place);
     }
-    cfg_buf_puts(b, "}");
+    df_sbuf_puts(b, "}");
     return rc;
 }
 
@@ -170,7 +170,7 @@ int cfg_map_patch(const char *old, const char *sub, struct yaml_document_s *vdoc
         if (!loaded)
             rc = df_error(DF_EINTERNAL, "%s: stored mapping text does not parse", place);
     }
-    cfg_buf b = {0};
+    df_sbuf b = {0};
     if (!rc) {
         yaml_node_t *root = yaml_document_get_root_node(&od);
         rc = emit_patched(&b, &od, root && root->type == YAML_MAPPING_NODE ? root : NULL, path, np, vdoc, val,
@@ -182,13 +182,13 @@ int cfg_map_patch(const char *old, const char *sub, struct yaml_document_s *vdoc
         yaml_parser_delete(&p);
     if (!rc && b.len > MAP_MAX_TEXT)
         rc = too_big(place);
-    if (!rc && b.oom)
+    if (!rc && b.failed)
         rc = df_error(DF_ENOMEM, "%s: out of memory", place);
     free(dup);
     if (rc) {
-        free(b.p);
+        free(b.s);
         return rc;
     }
-    *out = b.p;
+    *out = b.s;
     return DF_OK;
 }

@@ -10,56 +10,6 @@
 #include <string.h>
 #include <strings.h>
 
-/* ---- text buffer ---- */
-
-void cfg_buf_add(cfg_buf *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-void cfg_buf_puts(cfg_buf *b, const char *s) { cfg_buf_add(b, s, strlen(s)); }
-
-void cfg_buf_printf(cfg_buf *b, const char *fmt, ...)
-{
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return;
-    if ((size_t)n < sizeof tmp) {
-        cfg_buf_add(b, tmp, (size_t)n);
-        return;
-    }
-    char *big = malloc((size_t)n + 1);
-    if (!big) {
-        b->oom = true;
-        return;
-    }
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    cfg_buf_add(b, big, (size_t)n);
-    free(big);
-}
-
 /* ---- parsing (YAML 1.2 core schema, plus 1.1's yes/no/on/off and `_`) ---- */
 
 bool cfg_is_null_text(const char *s, bool plain)
@@ -222,68 +172,68 @@ static bool plain_safe(const char *s)
     return true;
 }
 
-void cfg_quote(cfg_buf *b, const char *s)
+void cfg_quote(df_sbuf *b, const char *s)
 {
     if (plain_safe(s)) {
-        cfg_buf_puts(b, s);
+        df_sbuf_puts(b, s);
         return;
     }
-    cfg_buf_puts(b, "\"");
+    df_sbuf_puts(b, "\"");
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         if (*p == '"' || *p == '\\') {
             char e[2] = {'\\', (char)*p};
-            cfg_buf_add(b, e, 2);
+            df_sbuf_put(b, e, 2);
         } else if (*p == '\n') {
-            cfg_buf_puts(b, "\\n");
+            df_sbuf_puts(b, "\\n");
         } else if (*p == '\t') {
-            cfg_buf_puts(b, "\\t");
+            df_sbuf_puts(b, "\\t");
         } else if (*p < 0x20 || *p == 0x7f) {
-            cfg_buf_printf(b, "\\x%02x", *p);
+            df_sbuf_printf(b, "\\x%02x", *p);
         } else {
-            cfg_buf_add(b, (const char *)p, 1);
+            df_sbuf_put(b, (const char *)p, 1);
         }
     }
-    cfg_buf_puts(b, "\"");
+    df_sbuf_puts(b, "\"");
 }
 
-void cfg_format_value(cfg_buf *b, const df_config_entry *e, const cfg_value *v)
+void cfg_format_value(df_sbuf *b, const df_config_entry *e, const cfg_value *v)
 {
     char num[48];
     if (v->is_null) {
-        cfg_buf_puts(b, "null");
+        df_sbuf_puts(b, "null");
         return;
     }
     switch (e->type) {
     case DF_CFG_BOOL:
-        cfg_buf_puts(b, v->b ? "true" : "false");
+        df_sbuf_puts(b, v->b ? "true" : "false");
         break;
     case DF_CFG_INT:
-        cfg_buf_printf(b, "%" PRId64, v->i);
+        df_sbuf_printf(b, "%" PRId64, v->i);
         break;
     case DF_CFG_FLOAT:
         cfg_format_float(v->f, num, sizeof num);
-        cfg_buf_puts(b, num);
+        df_sbuf_puts(b, num);
         break;
     case DF_CFG_STR:
         cfg_quote(b, v->s);
         break;
     case DF_CFG_MAP: /* already canonical flow YAML */
-        cfg_buf_puts(b, v->s);
+        df_sbuf_puts(b, v->s);
         break;
     case DF_CFG_STR_LIST:
     case DF_CFG_FLOAT_LIST:
-        cfg_buf_puts(b, "[");
+        df_sbuf_puts(b, "[");
         for (int i = 0; i < v->n_items; i++) {
             if (i)
-                cfg_buf_puts(b, ", ");
+                df_sbuf_puts(b, ", ");
             if (e->type == DF_CFG_STR_LIST) {
                 cfg_quote(b, v->items[i]);
             } else {
                 cfg_format_float(v->fitems[i], num, sizeof num);
-                cfg_buf_puts(b, num);
+                df_sbuf_puts(b, num);
             }
         }
-        cfg_buf_puts(b, "]");
+        df_sbuf_puts(b, "]");
         break;
     }
 }
