@@ -89,17 +89,7 @@ static void test_grpo_steps(void **state)
              "algorithm: {adv_estimator: grpo}\n"
              "trainer: {total_training_steps: 3, save_freq: 3, logger: [], default_local_dir: %s/out}\n",
              tmp, tmp, tmp);
-    df_config *cfg;
-    assert_int_equal(df_config_load_text(df_config_schema_train(), yaml, "e2e.yaml", NULL, 0, &cfg), 0);
-    df_dag_worker *w;
-    int rc = df_dag_worker_create(cfg, 0, 1, &w);
-    if (rc)
-        fail_msg("%s", df_last_error());
-    rc = df_dag_worker_fit(w);
-    if (rc)
-        fail_msg("%s", df_last_error());
-    df_dag_worker_free(w);
-    df_config_free(cfg);
+    df_test_fit(yaml, "e2e.yaml");
 
     /* three lines of metrics with the standard names */
     char *mpath = df_path_join(tmp, "out/metrics.jsonl"), *text;
@@ -175,16 +165,7 @@ static void test_workflow_file_step(void **state)
              "dag: {workflow_path: %s/wf.yaml}\n"
              "trainer: {total_training_steps: 1, save_freq: -1, logger: [], default_local_dir: %s/out}\n",
              tmp, tmp, tmp, tmp);
-    df_config *cfg;
-    assert_int_equal(df_config_load_text(df_config_schema_train(), yaml, "e2e.yaml", NULL, 0, &cfg), 0);
-    df_dag_worker *w;
-    int rc = df_dag_worker_create(cfg, 0, 1, &w);
-    if (!rc)
-        rc = df_dag_worker_fit(w);
-    if (rc)
-        fail_msg("%s", df_last_error());
-    df_dag_worker_free(w);
-    df_config_free(cfg);
+    df_test_fit(yaml, "e2e.yaml");
     char *mpath = df_path_join(tmp, "out/metrics.jsonl"), *text;
     assert_int_equal(df_read_file(mpath, &text, NULL), 0);
     json_t *o = json_loads(text, 0, NULL);

@@ -306,17 +306,7 @@ static void test_worker_custom_pipeline(void **state)
              "dag: {custom_pipeline_fn: '%s:length_reward_pipeline'}\n"
              "trainer: {total_training_steps: 1, save_freq: -1, logger: [], default_local_dir: %s/out}\n",
              dir, dir, REWARD_SO, dir);
-    df_config *cfg;
-    assert_int_equal(df_config_load_text(df_config_schema_train(), yaml, "plugin.yaml", NULL, 0, &cfg), 0);
-    df_dag_worker *w;
-    int rc = df_dag_worker_create(cfg, 0, 1, &w);
-    if (rc)
-        fail_msg("%s", df_last_error());
-    rc = df_dag_worker_fit(w);
-    if (rc)
-        fail_msg("%s", df_last_error());
-    df_dag_worker_free(w);
-    df_config_free(cfg);
+    df_test_fit(yaml, "plugin.yaml");
     char *mpath = df_path_join(dir, "out/metrics.jsonl"), *text;
     assert_int_equal(df_read_file(mpath, &text, NULL), 0);
     /* the plugin's metrics reached the step's line: its reward node ran */
@@ -331,6 +321,8 @@ static void test_worker_custom_pipeline(void **state)
              "dag: {custom_pipeline_fn: '%s:no_such_fn'}\n"
              "algorithm: {adv_estimator: grpo}\n",
              dir, REWARD_SO);
+    df_config *cfg;
+    df_dag_worker *w;
     assert_int_equal(df_config_load_text(df_config_schema_train(), yaml, "bad.yaml", NULL, 0, &cfg), 0);
     assert_error_mentions(df_dag_worker_create(cfg, 0, 1, &w), DF_ENOTFOUND,
                           "bad.yaml:2: dag.custom_pipeline_fn");

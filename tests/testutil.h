@@ -14,8 +14,10 @@
 #include <cmocka.h>
 
 #include "distflow/common.h"
+#include "distflow/config.h"
 #include "distflow/model.h"
 #include "distflow/tokenizer.h"
+#include "distflow/worker.h"
 #include "engine/hf_dir.h"
 #include "util/fsutil.h"
 
@@ -95,6 +97,23 @@ static inline void df_test_tiny_model(const char *dir, const char *const *texts,
     df_model_free(m);
     df_tokenizer_free(tok);
     free(model_dir);
+}
+
+/** Run `distflow train` in-process on a train config given as YAML text (`name` in
+    errors): create the DAG worker on rank 0 of 1, fit, free. Fails the test on error. */
+static inline void df_test_fit(const char *yaml, const char *name)
+{
+    df_config *cfg;
+    if (df_config_load_text(df_config_schema_train(), yaml, name, NULL, 0, &cfg))
+        fail_msg("%s", df_last_error());
+    df_dag_worker *w = NULL;
+    int rc = df_dag_worker_create(cfg, 0, 1, &w);
+    if (!rc)
+        rc = df_dag_worker_fit(w);
+    if (rc)
+        fail_msg("%s", df_last_error());
+    df_dag_worker_free(w);
+    df_config_free(cfg);
 }
 
 #endif
