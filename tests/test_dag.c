@@ -70,6 +70,8 @@ static void test_enum_names(void **state)
     assert_int_equal(r, DF_ROLE_REFERENCE);
     assert_int_equal(df_node_role_parse("DATA_REBALANCE", &r), 0); /* newer siiRL workflow files */
     assert_int_equal(r, DF_ROLE_DATA_REBALANCE);
+    assert_int_equal(df_node_role_parse("postprocess_sampling", &r), 0);
+    assert_int_equal(r, DF_ROLE_POSTPROCESS_SAMPLING);
     assert_int_equal(df_node_status_parse("COMPLETED", &s), 0);
     assert_int_equal(s, DF_STATUS_COMPLETED);
     assert_error_mentions(df_node_type_parse("TRAIN", &t), DF_EINVAL, "'TRAIN'");

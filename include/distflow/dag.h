@@ -49,6 +49,8 @@ typedef enum df_node_role {
     DF_ROLE_DYNAMIC_SAMPLING, /**< "DYNAMIC_SAMPLING": dynamic sampling in the data buffer */
     DF_ROLE_DATA_REBALANCE,   /**< "DATA_REBALANCE": redistribute samples across workers
                                    (newer siiRL, e.g. its workflow_embodied_srpo.yaml) */
+    DF_ROLE_POSTPROCESS_SAMPLING, /**< "POSTPROCESS_SAMPLING": after DAPO's dynamic sampling
+                                       (siiRL's workflow_dapo.yaml) */
     DF_NODE_ROLE_COUNT
 } df_node_role;
 

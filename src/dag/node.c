@@ -15,6 +15,7 @@ static const char *const k_role_names[DF_NODE_ROLE_COUNT] = {
     "DEFAULT", "ACTOR", "ADVANTAGE", "CRITIC", "ROLLOUT", "REFERENCE", "REWARD",
     "DYNAMIC_SAMPLING",
     "DATA_REBALANCE",
+    "POSTPROCESS_SAMPLING",
 };
 static const char *const k_status_names[DF_NODE_STATUS_COUNT] = {
     "PENDING", "READY", "RUNNING", "COMPLETED", "FAILED", "SKIPPED",
