@@ -631,7 +631,7 @@ static void test_plan_sizes_from_config(void **state)
              actor, dir, wf);
     df_config *c = config_of(yaml);
     df_plan *p;
-    if (df_plan_create(c, &p))
+    if (df_plan_create(c, NULL, NULL, &p))
         fail_msg("%s", df_last_error());
     /* fan-out of gen to three exits: {gen, act}, {gen, cri}, {gen, cri2} */
     assert_int_equal(p->n_subgraphs, 3);

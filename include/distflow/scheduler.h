@@ -235,10 +235,10 @@ typedef struct df_plan {
  * is its `model_params` config as in siiRL, else the parameter count of its
  * role's model from that directory's config.json, 0 when unreadable), process
  * groups with the default types. Reads config.json files only: no weights,
- * no data.
+ * no data. Workflow-file warnings go to `warn` (may be NULL).
  * Errors: those of the steps, wrapped with "planning".
  */
-DF_API int df_plan_create(const df_config *c, df_plan **out);
+DF_API int df_plan_create(const df_config *c, df_warn_fn warn, void *user, df_plan **out);
 DF_API void df_plan_free(df_plan *p);
 
 /**

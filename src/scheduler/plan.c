@@ -145,13 +145,13 @@ void df_plan_free(df_plan *p)
     free(p);
 }
 
-int df_plan_create(const df_config *c, df_plan **out)
+int df_plan_create(const df_config *c, df_warn_fn warn, void *user, df_plan **out)
 {
     *out = NULL;
     df_plan *p = calloc(1, sizeof *p);
     if (!p)
         return df_error(DF_ENOMEM, "out of memory");
-    int rc = df_pipeline_from_config(c, NULL, NULL, &p->pipeline, &p->graph);
+    int rc = df_pipeline_from_config(c, warn, user, &p->pipeline, &p->graph);
     if (!rc)
         rc = df_task_graph_split(p->graph, &p->subgraphs, &p->n_subgraphs);
     int64_t nnodes = df_config_int(c, "trainer.nnodes");
