@@ -49,12 +49,20 @@ typedef struct df_column {
 
 typedef struct df_batch df_batch;
 
-/** Per-sample summary used for balancing and redistribution (siiRL's SampleInfo). */
+/**
+ * Per-sample summary used for balancing and redistribution (siiRL's SampleInfo,
+ * siirl/data_coordinator/sample.py). Small and fixed-size apart from `uid`, so
+ * ranks can allgather it (see coordinator.h for the wire form).
+ */
 typedef struct df_sample_info {
     int64_t prompt_length;   /**< tokens in prompt_ids (0 if absent) */
     int64_t response_length; /**< tokens in response_ids (0 if absent) */
     int64_t sum_tokens;      /**< prompt_length + response_length */
-    const char *uid;         /**< the `uid` column, or NULL if absent */
+    const char *uid;         /**< the `uid` column, or NULL if absent (borrowed) */
+    int64_t group;           /**< the I64 `index` column (integer group id), -1 if absent */
+    double score;            /**< the F32 `score` column (sequence reward), NaN if absent */
+    int32_t src_rank;        /**< rank (in the source stage) that holds the sample; 0 here */
+    int64_t src_index;       /**< row of the sample within that rank's batch */
 } df_sample_info;
 
 /* ---- lifetime ---------------------------------------------------------- */
@@ -185,8 +193,10 @@ DF_API int df_batch_deserialize(const uint8_t *buf, size_t len, df_batch **out);
 
 /**
  * Per-sample summary of row i: the lengths of its prompt_ids and response_ids
- * rows (0 when a column is absent or not per-token) and its `uid` string
- * (NULL when there is no STR uid column). i outside [0, n) gives zeros.
+ * rows (0 when a column is absent or not per-token), its `uid` string (NULL
+ * when there is no STR uid column), its I64 `index` (-1 when absent), its F32
+ * `score` (NaN when absent), src_rank 0 and src_index i. i outside [0, n)
+ * gives zero lengths, no uid, group -1.
  */
 DF_API df_sample_info df_batch_sample_info(const df_batch *b, int64_t i);
 

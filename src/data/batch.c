@@ -1,6 +1,7 @@
 /* df_batch: columns, typed access, metadata and row operations (include/distflow/batch.h). */
 #include "data/batch_internal.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -643,5 +644,12 @@ df_sample_info df_batch_sample_info(const df_batch *b, int64_t i)
     s.response_length = row_len(b, "response_ids", i);
     s.sum_tokens = s.prompt_length + s.response_length;
     s.uid = df_batch_str(b, "uid", i);
+    const int64_t *grp = df_batch_i64(b, "index");
+    const float *score = df_batch_f32(b, "score");
+    bool in = i >= 0 && i < b->n;
+    s.group = grp && in ? grp[i] : -1;
+    s.score = score && in ? (double)score[i] : (double)NAN;
+    s.src_rank = 0;
+    s.src_index = i;
     return s;
 }
