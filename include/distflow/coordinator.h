@@ -141,7 +141,7 @@ typedef struct df_redist_plan {
  * A unit's workload is its sum_tokens (summed over the group). Units are split
  * by df_kk_partition into equal-count parts (when the count is not a multiple
  * of dest_dp_size, zero-workload placeholders pad it, so counts differ by at
- * most one; destinations with more units come first); part p goes to
+ * most one); part p (parts numbered heaviest first) goes to
  * destination p. Within a destination, units are ordered longest first as in
  * siiRL's LPT reordering (ties in canonical order), a group's samples kept
  * together in canonical order.
