@@ -16,6 +16,9 @@
  *      mpiexec / srun);
  *   3. otherwise the single backend: a plain `distflow train` never touches
  *      MPI, so it starts fast and works where no MPI runtime is configured.
+ * A build without MPI started by a launcher (case 2) fails with
+ * DF_EUNSUPPORTED rather than run N independent one-rank jobs; DF_COMM=single
+ * allows that explicitly.
  *
  * Collective rules (as in MPI): every rank of a communicator calls the same
  * collectives in the same order with matching arguments (same count, dtype,
@@ -71,7 +74,8 @@ typedef enum df_comm_backend { DF_COMM_SINGLE = 0, DF_COMM_MPI = 1 } df_comm_bac
  * The world communicator (all processes of the job), initialising the backend
  * on first use (see the header comment for how it is chosen). `*out` is
  * borrowed: do not df_comm_free it; it stays valid until df_comm_shutdown().
- * Errors: DF_EUNSUPPORTED (DF_COMM=mpi without MPI, or a call after
+ * Errors: DF_EUNSUPPORTED (DF_COMM=mpi or an mpirun launch in a build
+ * without MPI, or a call after
  * df_comm_shutdown() finalised MPI, which cannot start twice), DF_EINVAL (bad
  * DF_COMM value), DF_EINTERNAL (MPI_Init failed).
  */

@@ -53,7 +53,8 @@ static int launched_by_mpi(void) {
 static int choose_backend(df_comm_backend *out) {
     const char *force = getenv("DF_COMM");
     int want_mpi;
-    if (force && *force) {
+    if (force && !*force) force = NULL;
+    if (force) {
         if (strcmp(force, "mpi") == 0) want_mpi = 1;
         else if (strcmp(force, "single") == 0) want_mpi = 0;
         else
@@ -72,6 +73,12 @@ static int choose_backend(df_comm_backend *out) {
         return df_comm_fail(NULL, DF_EUNSUPPORTED, "world",
                             "DF_COMM=mpi but distflow was built without MPI "
                             "(configure with MPI installed and -DDF_WITH_MPI=ON)");
+    /* N copies each believing it is the whole job would each train alone. */
+    if (!force && launched_by_mpi())
+        return df_comm_fail(NULL, DF_EUNSUPPORTED, "world",
+                            "started by mpirun but distflow was built without MPI (rebuild "
+                            "with libopenmpi-dev and -DDF_WITH_MPI=ON, or set DF_COMM=single "
+                            "to run every process alone)");
 #endif
     *out = want_mpi ? DF_COMM_MPI : DF_COMM_SINGLE;
     return 0;
