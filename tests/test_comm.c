@@ -21,7 +21,10 @@ static df_comm *W;
 static int R, N;
 
 static int group_setup(void **state) {
-    if (df_comm_world(&W) != 0) return -1;
+    if (df_comm_world(&W) != 0) {
+        print_error("df_comm_world: %s\n", df_last_error());
+        return -1;
+    }
     R = df_comm_rank(W);
     N = df_comm_size(W);
     return 0;
