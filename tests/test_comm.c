@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "comm/comm_internal.h"
 #include "distflow/comm.h"
 
 static df_comm *W;
@@ -119,6 +120,27 @@ static void test_allgather(void **state) {
     assert_mentions("allgather");
     assert_mentions("INT_MAX");
     free(recv);
+}
+
+/* Chunked broadcast / allreduce (chunks of 3 elements stand in for INT_MAX):
+ * 10 elements = chunks of 3, 3, 3, 1, each landing at its own offset. */
+static void test_chunked(void **state) {
+    df_comm_set_max_chunk(W, 3);
+    double d[10];
+    unsigned char b[10];
+    for (int i = 0; i < 10; i++) {
+        d[i] = (R + 1) * (i + 1);
+        b[i] = R == 0 ? (unsigned char)(200 + i) : 0;
+    }
+    int rc1 = df_comm_allreduce(W, d, 10, DF_COMM_FLOAT64, DF_COMM_SUM);
+    int rc2 = df_comm_broadcast(W, b, 10, 0);
+    df_comm_set_max_chunk(W, 0); /* back to INT_MAX */
+    assert_int_equal(rc1, 0);
+    assert_int_equal(rc2, 0);
+    for (int i = 0; i < 10; i++) {
+        assert_float_equal(d[i], (double)N * (N + 1) / 2 * (i + 1), 0);
+        assert_int_equal(b[i], 200 + i);
+    }
 }
 
 /* Rank r contributes r+1 bytes when r is even, nothing when odd. */
@@ -292,7 +314,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_world),           cmocka_unit_test(test_broadcast),
         cmocka_unit_test(test_allreduce_float), cmocka_unit_test(test_allreduce_int64),
-        cmocka_unit_test(test_allgather),       cmocka_unit_test(test_allgatherv),
+        cmocka_unit_test(test_allgather),       cmocka_unit_test(test_chunked),
+        cmocka_unit_test(test_allgatherv),
         cmocka_unit_test(test_allgatherv_overflow), cmocka_unit_test(test_alltoallv),
         cmocka_unit_test(test_split),           cmocka_unit_test(test_from_ranks),
     };

@@ -39,7 +39,12 @@ df_comm *df_comm_new(const df_comm_ops *ops, df_comm_backend backend, void *impl
     c->impl = impl;
     c->rank = rank;
     c->size = size;
+    c->max_chunk = INT_MAX;
     return c;
+}
+
+void df_comm_set_max_chunk(df_comm *c, int64_t max_chunk) {
+    c->max_chunk = max_chunk > 0 && max_chunk < INT_MAX ? max_chunk : INT_MAX;
 }
 
 static int launched_by_mpi(void) {
@@ -111,6 +116,7 @@ int df_comm_world(df_comm **out) {
 #endif
     }
     g_world.comm.is_world = 1;
+    g_world.comm.max_chunk = INT_MAX;
     g_world.state = WORLD_LIVE;
     *out = &g_world.comm;
     return 0;
@@ -145,8 +151,8 @@ int df_comm_broadcast(df_comm *c, void *buf, int64_t nbytes, int root) {
         return df_comm_fail(c, DF_EINVAL, "broadcast", "bad buffer (%lld bytes, buf %s)",
                             (long long)nbytes, buf ? "set" : "NULL");
     /* Every rank passes the same nbytes, so every rank cuts the same chunks. */
-    for (int64_t off = 0; off < nbytes; off += INT_MAX) {
-        int64_t n = nbytes - off < INT_MAX ? nbytes - off : INT_MAX;
+    for (int64_t off = 0; off < nbytes; off += c->max_chunk) {
+        int64_t n = nbytes - off < c->max_chunk ? nbytes - off : c->max_chunk;
         int rc = c->ops->bcast(c, (char *)buf + off, (int)n, root);
         if (rc) return rc;
     }
@@ -172,8 +178,8 @@ int df_comm_allreduce(df_comm *c, void *buf, int64_t count, df_comm_dtype dtype,
     if (count < 0 || (!buf && count > 0))
         return df_comm_fail(c, DF_EINVAL, "allreduce", "bad buffer (%lld elements, buf %s)",
                             (long long)count, buf ? "set" : "NULL");
-    for (int64_t off = 0; off < count; off += INT_MAX) {
-        int64_t n = count - off < INT_MAX ? count - off : INT_MAX;
+    for (int64_t off = 0; off < count; off += c->max_chunk) {
+        int64_t n = count - off < c->max_chunk ? count - off : c->max_chunk;
         int rc = c->ops->allreduce(c, (char *)buf + off * (int64_t)es, (int)n, dtype, op);
         if (rc) return rc;
     }

@@ -33,6 +33,7 @@ struct df_comm {
     int rank, size;
     df_comm_backend backend;
     int is_world;
+    int64_t max_chunk; /* broadcast / allreduce chunk, elements; INT_MAX (tests lower it) */
 };
 
 /* Sets the error "comm <what> (rank r of n): <message>" and returns code. */
@@ -42,6 +43,10 @@ int df_comm_fail(const df_comm *c, int code, const char *what, const char *fmt, 
 /* A new communicator shell (ops, impl, rank, size set); NULL on ENOMEM. */
 df_comm *df_comm_new(const df_comm_ops *ops, df_comm_backend backend, void *impl, int rank,
                      int size);
+
+/* Lower the broadcast / allreduce chunk size of `c` (> 0) so tests can check
+ * chunking without 2 GiB buffers; children do not inherit it. */
+void df_comm_set_max_chunk(df_comm *c, int64_t max_chunk);
 
 extern const df_comm_ops df_comm_single_ops;
 
