@@ -332,8 +332,9 @@ int df_comm_alltoallv(df_comm *c, const void *send, const int64_t *send_counts, 
     if (rc) goto done;
     int *sc = ints, *sd = ints + n, *rcn = ints + 2 * n, *rd = ints + 3 * n;
     int64_t rtotal, s2;
-    int bad = (to_int_layout(send_counts, n, sc, sd, &s2) != 0) |
-              (to_int_layout(rcounts, n, rcn, rd, &rtotal) != 0);
+    /* both layouts are needed, so no short-circuit */
+    int bad = to_int_layout(send_counts, n, sc, sd, &s2) != 0;
+    if (to_int_layout(rcounts, n, rcn, rd, &rtotal) != 0) bad = 1;
     /* Every rank must learn that some rank overflowed, or the others would
      * wait in the alltoallv forever. */
     int64_t any_bad = bad;
