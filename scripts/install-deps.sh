@@ -12,6 +12,8 @@ PKGS=(
   libutf8proc-dev     # NFC normalisation
   libcmocka-dev       # unit tests
   libomp-dev          # OpenMP for clang builds (gcc ships its own)
+  libopenmpi-dev      # MPI comm backend (without it: single-process build)
+  openmpi-bin         # mpirun / mpiexec: multi-rank runs and the test_comm_mpi_np* tests
 )
 
 missing=()
