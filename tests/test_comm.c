@@ -21,7 +21,8 @@
 static df_comm *W;
 static int R, N;
 
-static int group_setup(void **state) {
+static int group_setup(void **state)
+{
     if (df_comm_world(&W) != 0) {
         print_error("df_comm_world: %s\n", df_last_error());
         return -1;
@@ -31,19 +32,26 @@ static int group_setup(void **state) {
     return 0;
 }
 
-static int group_teardown(void **state) { return df_comm_shutdown(); }
+static int group_teardown(void **state)
+{
+    return df_comm_shutdown();
+}
 
-static void assert_mentions(const char *needle) {
+static void assert_mentions(const char *needle)
+{
     if (!strstr(df_last_error(), needle))
         fail_msg("error \"%s\" does not mention \"%s\"", df_last_error(), needle);
 }
 
-static void test_world(void **state) {
+static void test_world(void **state)
+{
     assert_true(N >= 1);
     assert_true(R >= 0 && R < N);
     const char *want = getenv("DF_TEST_EXPECT_SIZE");
-    if (want) assert_int_equal(N, atoi(want));
-    if (N > 1) assert_int_equal(df_comm_backend_of(W), DF_COMM_MPI);
+    if (want)
+        assert_int_equal(N, atoi(want));
+    if (N > 1)
+        assert_int_equal(df_comm_backend_of(W), DF_COMM_MPI);
     df_comm *again = NULL;
     assert_int_equal(df_comm_world(&again), 0);
     assert_ptr_equal(again, W);
@@ -51,12 +59,15 @@ static void test_world(void **state) {
     assert_int_equal(df_comm_barrier(W), 0);
 }
 
-static void test_broadcast(void **state) {
+static void test_broadcast(void **state)
+{
     int root = N - 1;
     unsigned char buf[37];
-    for (int i = 0; i < 37; i++) buf[i] = R == root ? (unsigned char)(i * 7 + 3) : 0;
+    for (int i = 0; i < 37; i++)
+        buf[i] = R == root ? (unsigned char)(i * 7 + 3) : 0;
     assert_int_equal(df_comm_broadcast(W, buf, 37, root), 0);
-    for (int i = 0; i < 37; i++) assert_int_equal(buf[i], (unsigned char)(i * 7 + 3));
+    for (int i = 0; i < 37; i++)
+        assert_int_equal(buf[i], (unsigned char)(i * 7 + 3));
     assert_int_equal(df_comm_broadcast(W, NULL, 0, 0), 0);
 
     assert_int_equal(df_comm_broadcast(W, buf, 37, N), DF_EINVAL);
@@ -65,7 +76,8 @@ static void test_broadcast(void **state) {
     assert_int_equal(df_comm_broadcast(W, buf, -1, 0), DF_EINVAL);
 }
 
-static void test_allreduce_float(void **state) {
+static void test_allreduce_float(void **state)
+{
     enum { n = 5 };
     float f[n], fmx[n], fmn[n];
     double d[n];
@@ -86,10 +98,12 @@ static void test_allreduce_float(void **state) {
     }
 }
 
-static void test_allreduce_int64(void **state) {
+static void test_allreduce_int64(void **state)
+{
     const int64_t T = 1000000000000LL; /* beyond int32: checks the 64-bit type */
     int64_t s[3], mx[3], mn[3];
-    for (int i = 0; i < 3; i++) s[i] = mx[i] = mn[i] = (R + 1) * T + i - 7 * R;
+    for (int i = 0; i < 3; i++)
+        s[i] = mx[i] = mn[i] = (R + 1) * T + i - 7 * R;
     assert_int_equal(df_comm_allreduce(W, s, 3, DF_COMM_INT64, DF_COMM_SUM), 0);
     assert_int_equal(df_comm_allreduce(W, mx, 3, DF_COMM_INT64, DF_COMM_MAX), 0);
     assert_int_equal(df_comm_allreduce(W, mn, 3, DF_COMM_INT64, DF_COMM_MIN), 0);
@@ -107,7 +121,8 @@ static void test_allreduce_int64(void **state) {
     assert_int_equal(df_comm_allreduce(W, s, -2, DF_COMM_INT64, DF_COMM_SUM), DF_EINVAL);
 }
 
-static void test_allgather(void **state) {
+static void test_allgather(void **state)
+{
     unsigned char send[3] = {(unsigned char)R, (unsigned char)(R + 100), (unsigned char)(2 * R)};
     unsigned char *recv = malloc((size_t)N * 3);
     assert_int_equal(df_comm_allgather(W, send, 3, recv), 0);
@@ -124,7 +139,8 @@ static void test_allgather(void **state) {
 
 /* Chunked broadcast / allreduce (chunks of 3 elements stand in for INT_MAX):
  * 10 elements = chunks of 3, 3, 3, 1, each landing at its own offset. */
-static void test_chunked(void **state) {
+static void test_chunked(void **state)
+{
     df_comm_set_max_chunk(W, 3);
     double d[10];
     unsigned char b[10];
@@ -144,10 +160,12 @@ static void test_chunked(void **state) {
 }
 
 /* Rank r contributes r+1 bytes when r is even, nothing when odd. */
-static void test_allgatherv(void **state) {
+static void test_allgatherv(void **state)
+{
     int64_t mine = R % 2 == 0 ? R + 1 : 0;
     unsigned char send[8];
-    for (int k = 0; k < 8; k++) send[k] = (unsigned char)(R * 10 + k);
+    for (int k = 0; k < 8; k++)
+        send[k] = (unsigned char)(R * 10 + k);
     void *recv = NULL;
     int64_t *counts = NULL, *displs = NULL;
     assert_int_equal(df_comm_allgatherv(W, mine ? send : NULL, mine, &recv, &counts, &displs), 0);
@@ -168,14 +186,16 @@ static void test_allgatherv(void **state) {
     recv = NULL;
     assert_int_equal(df_comm_allgatherv(W, NULL, 0, &recv, &counts, NULL), 0);
     assert_non_null(recv);
-    for (int r = 0; r < N; r++) assert_true(counts[r] == 0);
+    for (int r = 0; r < N; r++)
+        assert_true(counts[r] == 0);
     free(recv);
     free(counts);
 }
 
 /* The byte counts are checked before any payload moves, so a small buffer
  * can claim a huge size: every rank must get the same error. */
-static void test_allgatherv_overflow(void **state) {
+static void test_allgatherv_overflow(void **state)
+{
     char small[4] = {0};
     void *recv = (void *)1;
     int64_t each = (int64_t)INT_MAX / N + 1; /* N * each > INT_MAX for every N */
@@ -184,8 +204,7 @@ static void test_allgatherv_overflow(void **state) {
     assert_mentions("allgatherv");
     assert_mentions("INT_MAX");
     /* one rank alone too big */
-    assert_int_equal(df_comm_allgatherv(W, small, R == 0 ? (int64_t)INT_MAX + 5 : 1, &recv, NULL,
-                                        NULL),
+    assert_int_equal(df_comm_allgatherv(W, small, R == 0 ? (int64_t)INT_MAX + 5 : 1, &recv, NULL, NULL),
                      DF_EINVAL);
     assert_int_equal(df_comm_allgatherv(W, NULL, 3, &recv, NULL, NULL), DF_EINVAL);
     /* the communicator still works afterwards */
@@ -196,13 +215,15 @@ static void test_allgatherv_overflow(void **state) {
 
 /* Rank s sends (s + 2d) % 3 bytes to rank d (uneven, some zero), byte k of
  * the block being 16s + 4d + k. */
-static void test_alltoallv(void **state) {
+static void test_alltoallv(void **state)
+{
     int64_t *sc = malloc((size_t)N * sizeof *sc);
     unsigned char *send = malloc((size_t)N * 3 + 1);
     int64_t off = 0;
     for (int d = 0; d < N; d++) {
         sc[d] = (R + 2 * d) % 3;
-        for (int k = 0; k < sc[d]; k++) send[off + k] = (unsigned char)(16 * R + 4 * d + k);
+        for (int k = 0; k < sc[d]; k++)
+            send[off + k] = (unsigned char)(16 * R + 4 * d + k);
         off += sc[d];
     }
     void *recv = NULL;
@@ -222,11 +243,13 @@ static void test_alltoallv(void **state) {
     free(rd);
 
     /* nothing to anyone */
-    for (int d = 0; d < N; d++) sc[d] = 0;
+    for (int d = 0; d < N; d++)
+        sc[d] = 0;
     recv = NULL;
     assert_int_equal(df_comm_alltoallv(W, NULL, sc, &recv, &rc, NULL), 0);
     assert_non_null(recv);
-    for (int s = 0; s < N; s++) assert_true(rc[s] == 0);
+    for (int s = 0; s < N; s++)
+        assert_true(rc[s] == 0);
     free(recv);
     free(rc);
 
@@ -245,19 +268,22 @@ static void test_alltoallv(void **state) {
 }
 
 /* Even and odd ranks form two groups, each ordered by descending parent rank. */
-static void test_split(void **state) {
+static void test_split(void **state)
+{
     df_comm *g = NULL;
     assert_int_equal(df_comm_split(W, R % 2, -R, &g), 0);
     assert_non_null(g);
     int same = (N - R % 2 + 1) / 2; /* ranks of my parity */
     int above = 0;                  /* ranks of my parity above me */
-    for (int r = R + 1; r < N; r++) above += r % 2 == R % 2;
+    for (int r = R + 1; r < N; r++)
+        above += r % 2 == R % 2;
     assert_int_equal(df_comm_size(g), same);
     assert_int_equal(df_comm_rank(g), above);
     int64_t v = R;
     assert_int_equal(df_comm_allreduce(g, &v, 1, DF_COMM_INT64, DF_COMM_SUM), 0);
     int64_t want = 0;
-    for (int r = R % 2; r < N; r += 2) want += r;
+    for (int r = R % 2; r < N; r += 2)
+        want += r;
     assert_true(v == want);
     /* a split of the split: everyone in g alone */
     df_comm *solo = NULL;
@@ -282,10 +308,12 @@ static void test_split(void **state) {
 }
 
 /* The even ranks, listed in descending order. */
-static void test_from_ranks(void **state) {
+static void test_from_ranks(void **state)
+{
     int ranks[8], n = 0;
     for (int r = N - 1; r >= 0; r--)
-        if (r % 2 == 0) ranks[n++] = r;
+        if (r % 2 == 0)
+            ranks[n++] = r;
     df_comm *g = (df_comm *)1;
     assert_int_equal(df_comm_from_ranks(W, ranks, n, &g), 0);
     if (R % 2 == 1) {
@@ -310,14 +338,15 @@ static void test_from_ranks(void **state) {
     assert_int_equal(df_comm_from_ranks(W, ranks, 0, &g), DF_EINVAL);
 }
 
-int main(void) {
+int main(void)
+{
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_world),           cmocka_unit_test(test_broadcast),
         cmocka_unit_test(test_allreduce_float), cmocka_unit_test(test_allreduce_int64),
         cmocka_unit_test(test_allgather),       cmocka_unit_test(test_chunked),
-        cmocka_unit_test(test_allgatherv),
-        cmocka_unit_test(test_allgatherv_overflow), cmocka_unit_test(test_alltoallv),
-        cmocka_unit_test(test_split),           cmocka_unit_test(test_from_ranks),
+        cmocka_unit_test(test_allgatherv),      cmocka_unit_test(test_allgatherv_overflow),
+        cmocka_unit_test(test_alltoallv),       cmocka_unit_test(test_split),
+        cmocka_unit_test(test_from_ranks),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -117,8 +117,7 @@ DF_API int df_comm_broadcast(df_comm *c, void *buf, int64_t nbytes, int root);
  * picks the reduction order) but are identical on every rank.
  * Errors: DF_EINVAL (count < 0, buf NULL with count > 0, unknown dtype / op).
  */
-DF_API int df_comm_allreduce(df_comm *c, void *buf, int64_t count, df_comm_dtype dtype,
-                             df_comm_op op);
+DF_API int df_comm_allreduce(df_comm *c, void *buf, int64_t count, df_comm_dtype dtype, df_comm_op op);
 
 /**
  * Gather `nbytes` bytes from every rank into `recv` ([size * nbytes] bytes,
@@ -157,9 +156,8 @@ DF_API int df_comm_allgatherv(df_comm *c, const void *send, int64_t send_bytes, 
  * non-zero total, any send or receive total above INT_MAX bytes on any rank —
  * reported on every rank), DF_ENOMEM.
  */
-DF_API int df_comm_alltoallv(df_comm *c, const void *send, const int64_t *send_counts,
-                             void **recv_out, int64_t **recv_counts_out,
-                             int64_t **recv_displs_out);
+DF_API int df_comm_alltoallv(df_comm *c, const void *send, const int64_t *send_counts, void **recv_out,
+                             int64_t **recv_counts_out, int64_t **recv_displs_out);
 
 /**
  * Split `parent` into disjoint groups (MPI_Comm_split): ranks passing the same

@@ -18,8 +18,8 @@ typedef struct df_comm_ops {
     int (*allgather)(df_comm *c, const void *send, int nbytes, void *recv);
     int (*allgatherv)(df_comm *c, const void *send, int nbytes, void *recv, const int *counts,
                       const int *displs);
-    int (*alltoallv)(df_comm *c, const void *send, const int *scounts, const int *sdispls,
-                     void *recv, const int *rcounts, const int *rdispls);
+    int (*alltoallv)(df_comm *c, const void *send, const int *scounts, const int *sdispls, void *recv,
+                     const int *rcounts, const int *rdispls);
     /* *child left NULL when this rank joins no group */
     int (*split)(df_comm *c, int color, int key, df_comm **child);
     /* called only by members; ranks validated */
@@ -37,12 +37,10 @@ struct df_comm {
 };
 
 /* Sets the error "comm <what> (rank r of n): <message>" and returns code. */
-int df_comm_fail(const df_comm *c, int code, const char *what, const char *fmt, ...)
-    DF_PRINTF(4, 5);
+int df_comm_fail(const df_comm *c, int code, const char *what, const char *fmt, ...) DF_PRINTF(4, 5);
 
 /* A new communicator shell (ops, impl, rank, size set); NULL on ENOMEM. */
-df_comm *df_comm_new(const df_comm_ops *ops, df_comm_backend backend, void *impl, int rank,
-                     int size);
+df_comm *df_comm_new(const df_comm_ops *ops, df_comm_backend backend, void *impl, int rank, int size);
 
 /* Lower the broadcast / allreduce chunk size of `c` (> 0) so tests can check
  * chunking without 2 GiB buffers; children do not inherit it. */

@@ -11,21 +11,25 @@
 
 #define MCOMM(c) (*(MPI_Comm *)(c)->impl)
 
-static int mpi_fail(df_comm *c, const char *what, const char *call, int err) {
+static int mpi_fail(df_comm *c, const char *what, const char *call, int err)
+{
     char s[MPI_MAX_ERROR_STRING];
     int len = 0;
-    if (MPI_Error_string(err, s, &len) != MPI_SUCCESS) len = 0;
+    if (MPI_Error_string(err, s, &len) != MPI_SUCCESS)
+        len = 0;
     s[len] = '\0';
     return df_comm_fail(c, DF_EINTERNAL, what, "%s failed: %s", call, len ? s : "unknown error");
 }
 
-#define MPI_TRY(c, what, call)                                                                 \
-    do {                                                                                       \
-        int err_ = (call);                                                                     \
-        if (err_ != MPI_SUCCESS) return mpi_fail((c), (what), #call, err_);                    \
+#define MPI_TRY(c, what, call)                                                                               \
+    do {                                                                                                     \
+        int err_ = (call);                                                                                   \
+        if (err_ != MPI_SUCCESS)                                                                             \
+            return mpi_fail((c), (what), #call, err_);                                                       \
     } while (0)
 
-static MPI_Datatype mpi_dtype(df_comm_dtype dt) {
+static MPI_Datatype mpi_dtype(df_comm_dtype dt)
+{
     switch (dt) {
     case DF_COMM_FLOAT32: return MPI_FLOAT;
     case DF_COMM_FLOAT64: return MPI_DOUBLE;
@@ -34,7 +38,8 @@ static MPI_Datatype mpi_dtype(df_comm_dtype dt) {
     return MPI_DATATYPE_NULL;
 }
 
-static MPI_Op mpi_op(df_comm_op op) {
+static MPI_Op mpi_op(df_comm_op op)
+{
     switch (op) {
     case DF_COMM_SUM: return MPI_SUM;
     case DF_COMM_MAX: return MPI_MAX;
@@ -43,46 +48,51 @@ static MPI_Op mpi_op(df_comm_op op) {
     return MPI_OP_NULL;
 }
 
-static int m_barrier(df_comm *c) {
+static int m_barrier(df_comm *c)
+{
     MPI_TRY(c, "barrier", MPI_Barrier(MCOMM(c)));
     return 0;
 }
 
-static int m_bcast(df_comm *c, void *buf, int nbytes, int root) {
+static int m_bcast(df_comm *c, void *buf, int nbytes, int root)
+{
     MPI_TRY(c, "broadcast", MPI_Bcast(buf, nbytes, MPI_BYTE, root, MCOMM(c)));
     return 0;
 }
 
-static int m_allreduce(df_comm *c, void *buf, int count, df_comm_dtype dt, df_comm_op op) {
-    MPI_TRY(c, "allreduce",
-            MPI_Allreduce(MPI_IN_PLACE, buf, count, mpi_dtype(dt), mpi_op(op), MCOMM(c)));
+static int m_allreduce(df_comm *c, void *buf, int count, df_comm_dtype dt, df_comm_op op)
+{
+    MPI_TRY(c, "allreduce", MPI_Allreduce(MPI_IN_PLACE, buf, count, mpi_dtype(dt), mpi_op(op), MCOMM(c)));
     return 0;
 }
 
-static int m_allgather(df_comm *c, const void *send, int nbytes, void *recv) {
-    MPI_TRY(c, "allgather",
-            MPI_Allgather(send, nbytes, MPI_BYTE, recv, nbytes, MPI_BYTE, MCOMM(c)));
+static int m_allgather(df_comm *c, const void *send, int nbytes, void *recv)
+{
+    MPI_TRY(c, "allgather", MPI_Allgather(send, nbytes, MPI_BYTE, recv, nbytes, MPI_BYTE, MCOMM(c)));
     return 0;
 }
 
 static int m_allgatherv(df_comm *c, const void *send, int nbytes, void *recv, const int *counts,
-                        const int *displs) {
+                        const int *displs)
+{
     MPI_TRY(c, "allgatherv",
             MPI_Allgatherv(send, nbytes, MPI_BYTE, recv, counts, displs, MPI_BYTE, MCOMM(c)));
     return 0;
 }
 
-static int m_alltoallv(df_comm *c, const void *send, const int *scounts, const int *sdispls,
-                       void *recv, const int *rcounts, const int *rdispls) {
+static int m_alltoallv(df_comm *c, const void *send, const int *scounts, const int *sdispls, void *recv,
+                       const int *rcounts, const int *rdispls)
+{
     MPI_TRY(c, "alltoallv",
-            MPI_Alltoallv(send, scounts, sdispls, MPI_BYTE, recv, rcounts, rdispls, MPI_BYTE,
-                          MCOMM(c)));
+            MPI_Alltoallv(send, scounts, sdispls, MPI_BYTE, recv, rcounts, rdispls, MPI_BYTE, MCOMM(c)));
     return 0;
 }
 
 /* Wrap a fresh MPI communicator (MPI_COMM_NULL -> *child stays NULL). */
-static int wrap(df_comm *parent, const char *what, MPI_Comm mc, df_comm **child) {
-    if (mc == MPI_COMM_NULL) return 0;
+static int wrap(df_comm *parent, const char *what, MPI_Comm mc, df_comm **child)
+{
+    if (mc == MPI_COMM_NULL)
+        return 0;
     MPI_Comm *h = malloc(sizeof *h);
     int rank = 0, size = 0;
     if (h) {
@@ -100,34 +110,41 @@ static int wrap(df_comm *parent, const char *what, MPI_Comm mc, df_comm **child)
     return 0;
 }
 
-static int m_split(df_comm *c, int color, int key, df_comm **child) {
+static int m_split(df_comm *c, int color, int key, df_comm **child)
+{
     MPI_Comm mc = MPI_COMM_NULL;
     int mcolor = color == DF_COMM_UNDEFINED ? MPI_UNDEFINED : color;
     MPI_TRY(c, "split", MPI_Comm_split(MCOMM(c), mcolor, key, &mc));
     return wrap(c, "split", mc, child);
 }
 
-static int m_from_ranks(df_comm *c, const int *ranks, int n, df_comm **child) {
+static int m_from_ranks(df_comm *c, const int *ranks, int n, df_comm **child)
+{
     MPI_Group parent_group = MPI_GROUP_NULL, group = MPI_GROUP_NULL;
     MPI_Comm mc = MPI_COMM_NULL;
     MPI_TRY(c, "from_ranks", MPI_Comm_group(MCOMM(c), &parent_group));
     int err = MPI_Group_incl(parent_group, n, ranks, &group);
     MPI_Group_free(&parent_group);
-    if (err != MPI_SUCCESS) return mpi_fail(c, "from_ranks", "MPI_Group_incl", err);
+    if (err != MPI_SUCCESS)
+        return mpi_fail(c, "from_ranks", "MPI_Group_incl", err);
     /* A fixed tag: groups created concurrently from one parent must be
      * created in the same order on their common members, as in MPI. */
     err = MPI_Comm_create_group(MCOMM(c), group, 0x4446, &mc);
     MPI_Group_free(&group);
-    if (err != MPI_SUCCESS) return mpi_fail(c, "from_ranks", "MPI_Comm_create_group", err);
+    if (err != MPI_SUCCESS)
+        return mpi_fail(c, "from_ranks", "MPI_Comm_create_group", err);
     return wrap(c, "from_ranks", mc, child);
 }
 
-static void m_free(df_comm *c) {
+static void m_free(df_comm *c)
+{
     MPI_Comm *h = c->impl;
-    if (!h) return;
+    if (!h)
+        return;
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized && *h != MPI_COMM_NULL && *h != MPI_COMM_WORLD) MPI_Comm_free(h);
+    if (!finalized && *h != MPI_COMM_NULL && *h != MPI_COMM_WORLD)
+        MPI_Comm_free(h);
     free(h);
     c->impl = NULL;
 }
@@ -144,14 +161,16 @@ const df_comm_ops df_comm_mpi_ops = {
     .free_impl = m_free,
 };
 
-int df_comm_mpi_initialized(void) {
+int df_comm_mpi_initialized(void)
+{
     int init = 0, fin = 0;
     MPI_Initialized(&init);
     MPI_Finalized(&fin);
     return init && !fin;
 }
 
-int df_comm_mpi_world(df_comm *world, int *owned) {
+int df_comm_mpi_world(df_comm *world, int *owned)
+{
     int fin = 0;
     MPI_Finalized(&fin);
     if (fin)
@@ -167,8 +186,10 @@ int df_comm_mpi_world(df_comm *world, int *owned) {
     /* Our own duplicate of MPI_COMM_WORLD: its error handler is ours to set and
      * our collectives cannot match an embedding program's messages. */
     MPI_Comm *h = malloc(sizeof *h);
-    if (!h) return df_comm_fail(NULL, DF_ENOMEM, "world", "out of memory");
-    if (*owned) MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    if (!h)
+        return df_comm_fail(NULL, DF_ENOMEM, "world", "out of memory");
+    if (*owned)
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     int err = MPI_Comm_dup(MPI_COMM_WORLD, h);
     if (err != MPI_SUCCESS) {
         free(h);
@@ -183,7 +204,8 @@ int df_comm_mpi_world(df_comm *world, int *owned) {
     return 0;
 }
 
-int df_comm_mpi_shutdown(df_comm *world, int owned) {
+int df_comm_mpi_shutdown(df_comm *world, int owned)
+{
     m_free(world);
     if (owned && MPI_Finalize() != MPI_SUCCESS)
         return df_comm_fail(NULL, DF_EINTERNAL, "shutdown", "MPI_Finalize failed");

@@ -7,40 +7,52 @@
 
 #include <string.h>
 
-static int single_barrier(df_comm *c) { return 0; }
+static int single_barrier(df_comm *c)
+{
+    return 0;
+}
 
-static int single_bcast(df_comm *c, void *buf, int nbytes, int root) { return 0; }
+static int single_bcast(df_comm *c, void *buf, int nbytes, int root)
+{
+    return 0;
+}
 
-static int single_allreduce(df_comm *c, void *buf, int count, df_comm_dtype dt, df_comm_op op) {
+static int single_allreduce(df_comm *c, void *buf, int count, df_comm_dtype dt, df_comm_op op)
+{
     return 0; /* op over one rank leaves every element as it is */
 }
 
-static int single_allgather(df_comm *c, const void *send, int nbytes, void *recv) {
+static int single_allgather(df_comm *c, const void *send, int nbytes, void *recv)
+{
     memmove(recv, send, (size_t)nbytes);
     return 0;
 }
 
-static int single_allgatherv(df_comm *c, const void *send, int nbytes, void *recv,
-                             const int *counts, const int *displs) {
+static int single_allgatherv(df_comm *c, const void *send, int nbytes, void *recv, const int *counts,
+                             const int *displs)
+{
     memmove((char *)recv + displs[0], send, (size_t)counts[0]);
     return 0;
 }
 
-static int single_alltoallv(df_comm *c, const void *send, const int *scounts,
-                            const int *sdispls, void *recv, const int *rcounts,
-                            const int *rdispls) {
+static int single_alltoallv(df_comm *c, const void *send, const int *scounts, const int *sdispls, void *recv,
+                            const int *rcounts, const int *rdispls)
+{
     if (scounts[0] > 0)
         memmove((char *)recv + rdispls[0], (const char *)send + sdispls[0], (size_t)scounts[0]);
     return 0;
 }
 
-static int single_split(df_comm *c, int color, int key, df_comm **child) {
-    if (color == DF_COMM_UNDEFINED) return 0;
+static int single_split(df_comm *c, int color, int key, df_comm **child)
+{
+    if (color == DF_COMM_UNDEFINED)
+        return 0;
     *child = df_comm_new(&df_comm_single_ops, DF_COMM_SINGLE, NULL, 0, 1);
     return *child ? 0 : df_comm_fail(c, DF_ENOMEM, "split", "out of memory");
 }
 
-static int single_from_ranks(df_comm *c, const int *ranks, int n, df_comm **child) {
+static int single_from_ranks(df_comm *c, const int *ranks, int n, df_comm **child)
+{
     *child = df_comm_new(&df_comm_single_ops, DF_COMM_SINGLE, NULL, 0, 1);
     return *child ? 0 : df_comm_fail(c, DF_ENOMEM, "from_ranks", "out of memory");
 }
