@@ -57,13 +57,18 @@ static int check_tokens(const char *type, int64_t n_tokens, const float *lp, con
     return DF_OK;
 }
 
+/* The KL kind of `type` and the checks of its token arrays. */
+static int prepare(const char *type, int64_t n_tokens, const float *lp, const float *ref, kl_kind *k)
+{
+    int rc = parse_kl(type, k);
+    return rc ? rc : check_tokens(type, n_tokens, lp, ref);
+}
+
 int df_kl_penalty(const char *type, int64_t n_tokens, const float *log_prob,
                   const float *ref_log_prob, float *out_kl, float *out_dkl_dlogp)
 {
     kl_kind k;
-    int rc = parse_kl(type, &k);
-    if (!rc)
-        rc = check_tokens(type, n_tokens, log_prob, ref_log_prob);
+    int rc = prepare(type, n_tokens, log_prob, ref_log_prob, &k);
     if (rc)
         return rc;
     for (int64_t t = 0; t < n_tokens; t++) {
@@ -82,9 +87,7 @@ int df_kl_loss(const char *type, int64_t n_tokens, const float *log_prob,
                float *grad)
 {
     kl_kind k;
-    int rc = parse_kl(type, &k);
-    if (!rc)
-        rc = check_tokens(type, n_tokens, log_prob, ref_log_prob);
+    int rc = prepare(type, n_tokens, log_prob, ref_log_prob, &k);
     if (rc)
         return rc;
     if (n_tokens > 0 && !w)

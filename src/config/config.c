@@ -227,6 +227,19 @@ int cfg_resolve(df_config *c)
 
 /* ---- loading ---- */
 
+/* Finish a config built with status rc: resolve interpolations into *out, or free it. */
+static int resolved(df_config *c, int rc, df_config **out)
+{
+    if (!rc)
+        rc = cfg_resolve(c);
+    if (rc) {
+        df_config_free(c);
+        return rc;
+    }
+    *out = c;
+    return DF_OK;
+}
+
 static int load(const df_config_schema *s, const char *text, size_t len, const char *name,
                 const char *const *overrides, int n_overrides, df_config **out)
 {
@@ -251,14 +264,7 @@ static int load(const df_config_schema *s, const char *text, size_t len, const c
         rc = cfg_apply_document(c, text, len, name);
     for (int i = 0; i < n_overrides && !rc; i++)
         rc = cfg_apply_override(c, overrides[i]);
-    if (!rc)
-        rc = cfg_resolve(c);
-    if (rc) {
-        df_config_free(c);
-        return rc;
-    }
-    *out = c;
-    return DF_OK;
+    return resolved(c, rc, out);
 }
 
 int df_config_load_text(const df_config_schema *s, const char *yaml_text, const char *name,
@@ -455,7 +461,7 @@ int df_config_with_overrides(const df_config *base, const char *const *keys,
     if (n < 0 || (n > 0 && (!keys || !values)))
         return df_error(DF_EINVAL, "df_config_with_overrides: bad override list");
     const char *origin = where && where[0] ? where : "override";
-    df_config *c;
+    df_config *c = NULL;
     int rc = df_config_copy(base, &c);
     for (int i = 0; !rc && i < n; i++) {
         char place[PLACE_CAP];
@@ -463,12 +469,5 @@ int df_config_with_overrides(const df_config *base, const char *const *keys,
         cfg_src src = {.place = place, .where = origin};
         rc = cfg_assign_text(c, -1, keys[i], values[i][0] ? values[i] : "''", &src);
     }
-    if (!rc)
-        rc = cfg_resolve(c);
-    if (rc) {
-        df_config_free(c);
-        return rc;
-    }
-    *out = c;
-    return DF_OK;
+    return resolved(c, rc, out);
 }

@@ -51,15 +51,6 @@ static bool ends_with(const char *s, const char *suffix)
     return n >= k && !strcmp(s + n - k, suffix);
 }
 
-static void shape_str(char *buf, size_t cap, int ndim, const int64_t *shape)
-{
-    size_t k = (size_t)snprintf(buf, cap, "[");
-    for (int i = 0; i < ndim && k < cap; i++)
-        k += (size_t)snprintf(buf + k, cap - k, "%s%lld", i ? ", " : "", (long long)shape[i]);
-    if (k < cap)
-        snprintf(buf + k, cap - k, "]");
-}
-
 static int load_tensor(loader *L, const char *path, const df_st_tensor *t)
 {
     df_model *m = L->m;
@@ -82,8 +73,8 @@ static int load_tensor(loader *L, const char *path, const df_st_tensor *t)
         same = t->shape[i] == d->shape[i];
     if (!same) {
         char got[160], want[160];
-        shape_str(got, sizeof got, t->ndim, t->shape);
-        shape_str(want, sizeof want, d->ndim, d->shape);
+        df_st_shape_str(got, sizeof got, t->ndim, t->shape);
+        df_st_shape_str(want, sizeof want, d->ndim, d->shape);
         return df_error(DF_EINVAL, "%s: tensor \"%s\" has shape %s, config.json implies %s", path,
                         t->name, got, want);
     }

@@ -133,7 +133,7 @@ int64_t df_st_numel(const df_st_tensor *t)
     return n;
 }
 
-static void shape_str(char *buf, size_t cap, int ndim, const int64_t *shape)
+void df_st_shape_str(char *buf, size_t cap, int ndim, const int64_t *shape)
 {
     size_t k = (size_t)snprintf(buf, cap, "[");
     for (int i = 0; i < ndim && k < cap; i++)
@@ -183,7 +183,7 @@ static int parse_entry(const char *path, const char *name, json_t *v, st_entry *
     e->end = (uint64_t)json_integer_value(en);
     uint64_t need;
     char sh[160];
-    shape_str(sh, sizeof sh, e->ndim, e->shape);
+    df_st_shape_str(sh, sizeof sh, e->ndim, e->shape);
     if (__builtin_mul_overflow(numel, (uint64_t)df_st_dtype_size(e->dtype), &need) ||
         need != e->end - e->begin)
         return df_error(DF_EINVAL,
@@ -444,7 +444,7 @@ int df_st_read_f32(const df_st_file *f, const char *name, float *dst, int64_t nu
         return rc;
     if (df_st_numel(&t) != numel) {
         char sh[160];
-        shape_str(sh, sizeof sh, t.ndim, t.shape);
+        df_st_shape_str(sh, sizeof sh, t.ndim, t.shape);
         return df_error(DF_EINVAL, "%s: tensor \"%s\" has shape %s (%lld elements), expected %lld",
                         f->path, name, sh, (long long)df_st_numel(&t), (long long)numel);
     }

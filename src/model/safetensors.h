@@ -99,6 +99,8 @@ int df_st_find(const df_st_file *f, const char *name, df_st_tensor *t);
 const char *df_st_metadata(const df_st_file *f, const char *key);
 /** Element count of t (product of its shape; 1 for a scalar). */
 int64_t df_st_numel(const df_st_tensor *t);
+/** A shape as text, "[2, 3]", into buf (truncated to cap), for error messages. */
+void df_st_shape_str(char *buf, size_t cap, int ndim, const int64_t *shape);
 /**
  * Convert t to float32 into dst[numel(t)]. F32 / BF16 / F16 exactly as stored;
  * F64 rounds, I32 / I64 convert. DF_EUNSUPPORTED for other dtypes.
