@@ -1,7 +1,8 @@
 /*
  * test_comm.c — the comm layer. Runs as a plain ctest (single backend, or MPI
- * with one rank) and again under `mpiexec -np 2/3/4` (CMakeLists.txt), where
+ * with one rank) and again under `mpiexec -np 2/3/4` (the mpi-test line below), where
  * every rank checks rank-dependent inputs against closed-form results.
+ * mpi-test: np 2 3 4
  * DF_TEST_EXPECT_SIZE (set by the mpiexec tests) makes a world of the wrong
  * size fail instead of passing trivially as one rank.
  */

@@ -89,6 +89,14 @@ DF_API int df_comm_world(df_comm **out);
  */
 DF_API int df_comm_shutdown(void);
 
+/**
+ * End the whole job now with exit status `code` (MPI_Abort on MPI_COMM_WORLD:
+ * the launcher kills every rank, including ranks blocked in a collective).
+ * For the CLI after a fatal error on one rank; library code returns errors
+ * instead. Without a live MPI world it returns and the caller exits.
+ */
+DF_API void df_comm_abort(int code);
+
 /** This process's rank in `c`, 0 .. size-1. */
 DF_API int df_comm_rank(const df_comm *c);
 

@@ -147,6 +147,16 @@ int df_comm_shutdown(void)
     return rc;
 }
 
+void df_comm_abort(int code)
+{
+#ifdef DF_HAVE_MPI
+    if (g_world.state == WORLD_LIVE && g_world.comm.backend == DF_COMM_MPI)
+        df_comm_mpi_abort(code);
+#else
+    (void)code;
+#endif
+}
+
 int df_comm_rank(const df_comm *c)
 {
     return c->rank;
