@@ -317,20 +317,20 @@ static void test_worker_refuses_before_loading(void **state)
     df_config *c = NULL;
     assert_int_equal(df_config_load(df_config_schema_train(), NULL, ov, 5, &c), DF_OK);
     df_dag_worker *w = NULL;
-    assert_int_equal(df_dag_worker_create(c, 0, 1, &w), DF_EINVAL);
+    assert_int_equal(df_dag_worker_create(c, NULL, &w), DF_EINVAL);
     assert_null(w);
     assert_non_null(strstr(df_last_error(), ROLLOUT "n=1 (command line) > 1"));
     df_config_free(c);
 
     const char *ov2[] = {"data.auto_repeat=true", "actor_rollout_ref.model.path=/nonexistent/model"};
     assert_int_equal(df_config_load(df_config_schema_train(), NULL, ov2, 2, &c), DF_OK);
-    assert_int_equal(df_dag_worker_create(c, 0, 1, &w), DF_EUNSUPPORTED);
+    assert_int_equal(df_dag_worker_create(c, NULL, &w), DF_EUNSUPPORTED);
     assert_non_null(strstr(df_last_error(), "command line: data.auto_repeat=true is not supported yet"));
     df_config_free(c);
 
     const char *ov3[] = {ACTOR "tis_imp_ratio_cap=2"};
     assert_int_equal(df_config_load(df_config_schema_train(), NULL, ov3, 1, &c), DF_OK);
-    assert_int_equal(df_dag_worker_create(c, 0, 1, &w), DF_EUNSUPPORTED);
+    assert_int_equal(df_dag_worker_create(c, NULL, &w), DF_EUNSUPPORTED);
     assert_non_null(strstr(df_last_error(), ACTOR "tis_imp_ratio_cap=2 is not supported yet"));
     df_config_free(c);
 }

@@ -324,7 +324,7 @@ static void test_worker_custom_pipeline(void **state)
     df_config *cfg;
     df_dag_worker *w;
     assert_int_equal(df_config_load_text(df_config_schema_train(), yaml, "bad.yaml", NULL, 0, &cfg), 0);
-    assert_error_mentions(df_dag_worker_create(cfg, 0, 1, &w), DF_ENOTFOUND,
+    assert_error_mentions(df_dag_worker_create(cfg, NULL, &w), DF_ENOTFOUND,
                           "bad.yaml:2: dag.custom_pipeline_fn");
     assert_non_null(strstr(df_last_error(), "no exported symbol 'no_such_fn'"));
     df_config_free(cfg);

@@ -107,7 +107,7 @@ static inline void df_test_fit(const char *yaml, const char *name)
     if (df_config_load_text(df_config_schema_train(), yaml, name, NULL, 0, &cfg))
         fail_msg("%s", df_last_error());
     df_dag_worker *w = NULL;
-    int rc = df_dag_worker_create(cfg, 0, 1, &w);
+    int rc = df_dag_worker_create(cfg, NULL, &w);
     if (!rc)
         rc = df_dag_worker_fit(w);
     if (rc)

@@ -475,6 +475,13 @@ typedef struct df_run_opts {
     df_batch_release_fn release_batch;
     /** Record each node's wall time as "timing_s/<node_id>" in ctx->metrics. */
     bool record_timing;
+    /** Called by df_task_graph_run before each node runs, with the batch the
+     *  node will receive: the DAG worker moves data between stages here
+     *  (siiRL's put_data_to_buffers / get_data_from_buffers). It may replace
+     *  *batch (freeing the old one itself). A non-zero return fails the node
+     *  ("node 'id': <message>") without calling it. NULL: nothing. */
+    int (*before_node)(void *user, df_node *node, df_batch **batch);
+    void *hook_user; /**< passed to before_node */
 } df_run_opts;
 
 /**

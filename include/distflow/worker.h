@@ -10,6 +10,7 @@
 #ifndef DISTFLOW_WORKER_H
 #define DISTFLOW_WORKER_H
 
+#include "distflow/comm.h"
 #include "distflow/config.h"
 
 #ifdef __cplusplus
@@ -19,14 +20,22 @@ extern "C" {
 typedef struct df_dag_worker df_dag_worker;
 
 /**
- * Set up rank `rank` of `world` from a resolved `train` config: tokenizer and
- * model (actor_rollout_ref.model.path), reference model when the KL loss
- * needs it, rollout engine, datasets (prompts chat-templated and encoded once,
- * over-long ones filtered or truncated per data.*), dataloader, reward manager
- * and the TaskGraph with every node resolved. `cfg` must outlive the worker.
- * Errors name the config key or file at fault.
+ * Set up this rank's worker from a resolved `train` config. `comm` is the
+ * job's world (df_comm_world(); NULL means that) and is borrowed: every rank
+ * of it calls this collectively. Each rank plans the job the same way
+ * (df_plan_create over trainer.nnodes machines sharing the launched ranks),
+ * takes its own TaskGraph and the communicator of the ranks sharing it, gives
+ * every node a data-parallel layout (DP size = group size / the role's
+ * model-parallel size: rollout.tensor_model_parallel_size,
+ * actor / ref / critic ulysses_sequence_parallel_size; other nodes inherit
+ * the layout of the node before them), then loads: tokenizer and model
+ * (actor_rollout_ref.model.path; every rank reads the files itself), the
+ * reference model when the KL loss needs it, rollout engine, this rank's
+ * shard of the datasets (prompts chat-templated and encoded once, over-long
+ * ones filtered or truncated per data.*), dataloader, reward manager. `cfg`
+ * must outlive the worker. Errors name the config key or file at fault.
  */
-DF_API int df_dag_worker_create(const df_config *cfg, int rank, int world, df_dag_worker **out);
+DF_API int df_dag_worker_create(const df_config *cfg, df_comm *comm, df_dag_worker **out);
 
 /**
  * Train: optional validation before the first step (trainer.val_before_train),

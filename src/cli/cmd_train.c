@@ -49,7 +49,7 @@ int df_cmd_train(int argc, char **argv)
     int code;
     if (load("train", TRAIN_USAGE, df_config_schema_train(), argc, argv, &cfg, &code))
         return code;
-    int rc = df_dag_worker_create(cfg, 0, 1, &w);
+    int rc = df_dag_worker_create(cfg, NULL, &w);
     if (!rc)
         rc = df_dag_worker_fit(w);
     if (rc)

@@ -156,7 +156,12 @@ int df_task_graph_run(df_task_graph *g, const df_node_ctx *tmpl, df_batch **batc
             continue;
         }
         order[i]->status = DF_STATUS_READY;
-        rc = df_node_run(order[i], tmpl, batch, opts);
+        if (opts && opts->before_node && (rc = opts->before_node(opts->hook_user, order[i], batch))) {
+            order[i]->status = DF_STATUS_FAILED;
+            df_error_wrap(rc, "node '%s'", order[i]->node_id);
+        } else {
+            rc = df_node_run(order[i], tmpl, batch, opts);
+        }
         if (rc)
             df_error_wrap(rc, "task graph '%s'", df_task_graph_id(g));
     }

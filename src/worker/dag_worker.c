@@ -73,7 +73,7 @@ void df_worker_actor_params(const df_dag_worker *w, const df_config *c, df_actor
     p->num_cycles = df_config_float(c, A "optim.num_cycles");
     p->grad_clip = df_config_float(c, A "grad_clip");
     /* ppo_mini_batch_size counts prompts (verl multiplies it by rollout.n), over all ranks */
-    p->mini_batch_size = df_config_int(c, A "ppo_mini_batch_size") * w->n_samples / w->world;
+    p->mini_batch_size = df_config_int(c, A "ppo_mini_batch_size") * w->n_samples / w->actor_layout.dp_size;
     bool dyn = df_config_bool(c, A "use_dynamic_bsz");
     p->micro_batch_size = dyn ? 0 : cfg_int_or(c, A "ppo_micro_batch_size_per_gpu", 0);
     p->max_token_len = dyn ? df_config_int(c, A "ppo_max_token_len_per_gpu") : 0;
@@ -174,7 +174,7 @@ static int setup_models(df_dag_worker *w, df_model *m)
     df_worker_sampling(w, c, "actor_rollout_ref.rollout.val_kwargs.", &w->val_sp);
     /* KV cache for as many sequences as a step needs, within rollout.max_num_seqs and ~8 GiB */
     int64_t seq_len = w->max_prompt_len + w->max_response_len;
-    int64_t per_step = df_config_int(c, "data.train_batch_size") / w->world * w->n_samples;
+    int64_t per_step = df_config_int(c, "data.train_batch_size") / w->data_layout.dp_size * w->n_samples;
     int64_t slots = df_config_int(c, "actor_rollout_ref.rollout.max_num_seqs");
     if (slots > per_step)
         slots = per_step;
@@ -183,13 +183,18 @@ static int setup_models(df_dag_worker *w, df_model *m)
     return df_rollout_engine_create(&m->cfg, slots, seq_len, &w->rollout);
 }
 
-/* The graph to run (df_pipeline_from_config), finished and resolved. */
+/* This rank's graph from the plan, finished and resolved, and its nodes' layouts. */
 static int build_pipeline(df_dag_worker *w, const char **name)
 {
-    int rc = df_pipeline_from_config(w->cfg, df_worker_warn, w, name, &w->graph);
-    if (!rc && !strcmp(*name, "workflow"))
+    int rc = df_worker_setup_parallel(w);
+    if (rc)
+        return rc;
+    *name = w->plan->pipeline;
+    if (!strcmp(*name, "workflow"))
         rc = df_worker_setup_workflow(w);
-    return rc ? rc : df_task_graph_resolve(w->graph);
+    if (!rc)
+        rc = df_task_graph_resolve(w->graph);
+    return rc ? rc : df_worker_setup_layouts(w);
 }
 
 static int setup_graph(df_dag_worker *w)
@@ -224,22 +229,22 @@ static int setup_output(df_dag_worker *w)
     return rc;
 }
 
-int df_dag_worker_create(const df_config *cfg, int rank, int world, df_dag_worker **out)
+int df_dag_worker_create(const df_config *cfg, df_comm *comm, df_dag_worker **out)
 {
-    df_dag_worker *w = calloc(1, sizeof *w);
+    int rc = comm ? DF_OK : df_comm_world(&comm);
+    df_dag_worker *w = rc ? NULL : calloc(1, sizeof *w);
     if (!w)
-        return df_error(DF_ENOMEM, "out of memory");
+        return rc ? rc : df_error(DF_ENOMEM, "out of memory");
     w->cfg = cfg;
-    w->rank = rank;
-    w->world = world;
+    w->comm = comm;
+    w->rank = df_comm_rank(comm);
+    w->world = df_comm_size(comm);
     w->seed = (uint64_t)df_config_int(cfg, "trainer.seed");
     w->n_samples = df_config_int(cfg, "actor_rollout_ref.rollout.n");
     w->val_n = df_config_int(cfg, "actor_rollout_ref.rollout.val_kwargs.n");
     w->max_prompt_len = df_config_int(cfg, "data.max_prompt_length");
     w->max_response_len = df_config_int(cfg, "actor_rollout_ref.rollout.response_length");
-    int rc = check_supported(cfg);
-    if (!rc)
-        rc = df_config_validate_train(cfg, world);
+    rc = check_supported(cfg);
     if (!rc)
         rc = expand_path(df_config_str(cfg, "actor_rollout_ref.model.path"), w->model_dir, sizeof w->model_dir);
     if (!rc)
@@ -249,6 +254,8 @@ int df_dag_worker_create(const df_config *cfg, int rank, int world, df_dag_worke
         rc = expand_path(df_config_str(cfg, "trainer.default_local_dir"), w->out_dir, sizeof w->out_dir);
     if (!rc)
         rc = setup_graph(w);
+    if (!rc) /* the actor's DP size is world / its model-parallel size */
+        rc = df_config_validate_train(cfg, w->actor_layout.dp_size);
     df_model *m = NULL;
     if (!rc && (rc = df_hf_dir_load(w->model_dir, w->tokenizer_dir, &m, &w->tok)))
         rc = df_error_wrap(rc, "actor_rollout_ref.model.path");
@@ -256,7 +263,8 @@ int df_dag_worker_create(const df_config *cfg, int rank, int world, df_dag_worke
     if (!rc)
         rc = load_data(w, "data.train_files", &w->train_ds, &w->train_prompts);
     if (!rc)
-        rc = df_dataloader_create(w->train_ds, df_config_int(cfg, "data.train_batch_size"), rank, world,
+        rc = df_dataloader_create(w->train_ds, df_config_int(cfg, "data.train_batch_size"),
+                                  w->data_layout.dp_rank, w->data_layout.dp_size,
                                   df_config_bool(cfg, "data.shuffle"), (uint64_t)df_config_int(cfg, "data.seed"),
                                   true, &w->dl);
     if (!rc) {
@@ -290,6 +298,7 @@ void df_dag_worker_free(df_dag_worker *w)
         return;
     df_worker_free_node_configs(w);
     df_task_graph_free(w->graph);
+    df_worker_free_parallel(w);
     df_rollout_engine_free(w->rollout);
     df_actor_free(w->actor);
     df_actor_free(w->ref);

@@ -3,11 +3,13 @@
 #define DF_WORKER_INTERNAL_H
 
 #include "distflow/algo.h"
+#include "distflow/comm.h"
 #include "distflow/config.h"
 #include "distflow/dag.h"
 #include "distflow/dataloader.h"
 #include "distflow/metrics.h"
 #include "distflow/rng.h"
+#include "distflow/scheduler.h"
 #include "distflow/worker.h"
 #include "engine/actor.h"
 #include "worker/prompts.h"
@@ -15,9 +17,24 @@
 
 #include <stdio.h>
 
+/* A node's data-parallel layout within its group (siiRL _get_node_dp_info):
+ * dp_size DP ranks of mp consecutive group ranks each; distflow does not shard
+ * models, so the mp ranks of a DP rank hold the same data and compute the same. */
+typedef struct df_node_layout {
+    int dp_size, mp, dp_rank, mp_rank;
+} df_node_layout;
+
 struct df_dag_worker {
     const df_config *cfg;
+    df_comm *comm; /* the world (borrowed) */
     int rank, world;
+    df_plan *plan;
+    df_comm *group;             /* the ranks running this rank's subgraph: comm or owned */
+    int group_rank, group_size;
+    df_node_layout *layouts;    /* [graph nodes], parallel to the graph's nodes */
+    df_node_layout data_layout; /* the first node's: the dataloader shards by it */
+    df_node_layout actor_layout;
+    df_comm *actor_dp;          /* the actor's data-parallel group (owned), NULL on one rank */
     char model_dir[1024], tokenizer_dir[1024], out_dir[1024];
 
     df_tokenizer *tok;
@@ -66,6 +83,15 @@ void df_worker_actor_params(const df_dag_worker *w, const df_config *c, df_actor
 /** Sampling settings under `prefix` (e.g. "actor_rollout_ref.rollout.") of config c. */
 void df_worker_sampling(const df_dag_worker *w, const df_config *c, const char *prefix,
                         df_sampling_params *sp);
+
+/** Plan (every rank the same), take this rank's TaskGraph and its group communicator. */
+int df_worker_setup_parallel(df_dag_worker *w);
+/** Each node's layout and the actor's DP communicator (after the node configs exist). */
+int df_worker_setup_layouts(df_dag_worker *w);
+void df_worker_free_parallel(df_dag_worker *w);
+/** Index of `node` among w->graph's nodes, -1 when not there. */
+int df_worker_node_index(const df_dag_worker *w, const df_node *node);
+const df_node_layout *df_worker_node_layout(const df_dag_worker *w, const df_node *node);
 
 /** Register the built-in node functions under their DAGWorker.* names (idempotent). */
 int df_worker_register_nodes(void);

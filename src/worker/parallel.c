@@ -1,0 +1,183 @@
+/*
+ * The worker's place in the plan: every rank plans the same way (the planner
+ * is deterministic), takes its own TaskGraph from the rank -> subgraph map,
+ * builds the communicator of the ranks that share it, and gives each node a
+ * data-parallel layout (siiRL DAGWorker._get_node_dp_info).
+ */
+#include "worker/worker_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The model-parallel key of a role's model, or NULL when the role has no model. */
+static const char *mp_key(df_node_role role)
+{
+    switch (role) {
+    case DF_ROLE_ROLLOUT:
+        return "actor_rollout_ref.rollout.tensor_model_parallel_size";
+    case DF_ROLE_ACTOR:
+        return "actor_rollout_ref.actor.ulysses_sequence_parallel_size";
+    case DF_ROLE_REFERENCE:
+        return "actor_rollout_ref.ref.ulysses_sequence_parallel_size";
+    case DF_ROLE_CRITIC:
+        return "critic.ulysses_sequence_parallel_size";
+    default:
+        return NULL;
+    }
+}
+
+static bool is_model_node(const df_node *n)
+{
+    return n->node_type == DF_NODE_MODEL_INFERENCE || n->node_type == DF_NODE_MODEL_TRAIN;
+}
+
+/*
+ * Layouts in topological order: a model node's model-parallel size comes from
+ * its role's key; every other node inherits the layout of the node before it
+ * (siiRL resolves a COMPUTE node through its first non-compute ancestor), the
+ * first node 1.
+ */
+static int node_layouts(df_dag_worker *w)
+{
+    df_node **order;
+    int n, rc = df_task_graph_topo_order(w->graph, &order, &n);
+    if (rc)
+        return rc;
+    int mp = 1;
+    for (int i = 0; i < n && !rc; i++) {
+        const char *key = is_model_node(order[i]) ? mp_key(order[i]->node_role) : NULL;
+        const df_config *c = df_worker_node_config(w, order[i]);
+        if (key)
+            mp = (int)df_config_int(c, key);
+        if (w->group_size % mp) {
+            rc = df_error(DF_EINVAL, "%s: %s=%d does not divide the %d ranks running node '%s'",
+                          df_config_where(c, key), key, mp, w->group_size, order[i]->node_id);
+            break;
+        }
+        int k = df_worker_node_index(w, order[i]);
+        w->layouts[k] = (df_node_layout){.dp_size = w->group_size / mp, .mp = mp,
+                                         .dp_rank = w->group_rank / mp, .mp_rank = w->group_rank % mp};
+        if (i == 0)
+            w->data_layout = w->layouts[k]; /* the dataloader feeds the first node */
+    }
+    free(order);
+    return rc;
+}
+
+int df_worker_node_index(const df_dag_worker *w, const df_node *node)
+{
+    for (int i = 0; i < df_task_graph_num_nodes(w->graph); i++)
+        if (df_task_graph_node_at(w->graph, i) == node)
+            return i;
+    return -1;
+}
+
+const df_node_layout *df_worker_node_layout(const df_dag_worker *w, const df_node *node)
+{
+    int i = df_worker_node_index(w, node);
+    return i >= 0 ? &w->layouts[i] : NULL;
+}
+
+/* The plan for this job: trainer.nnodes machines sharing the ranks that were launched. */
+static int make_plan(df_dag_worker *w)
+{
+    const df_config *c = w->cfg;
+    int64_t nnodes = df_config_int(c, "trainer.nnodes");
+    int64_t gpus = df_config_int(c, "trainer.n_gpus_per_node");
+    if (w->world % nnodes)
+        return df_error(DF_EINVAL, "%s: trainer.nnodes=%lld does not divide the %d launched ranks",
+                        df_config_where(c, "trainer.nnodes"), (long long)nnodes, w->world);
+    char val[32];
+    snprintf(val, sizeof val, "%lld", (long long)(w->world / nnodes));
+    if (w->world > 1 && nnodes * gpus != w->world && w->rank == 0)
+        fprintf(stderr, "[distflow] trainer.nnodes x trainer.n_gpus_per_node = %lld but %d ranks were launched: "
+                        "planning for %lld x %s\n", (long long)(nnodes * gpus), w->world, (long long)nnodes, val);
+    const char *key = "trainer.n_gpus_per_node", *v = val;
+    df_config *pc = NULL;
+    int rc = df_config_with_overrides(c, &key, &v, 1, "the launched ranks", &pc);
+    if (!rc)
+        rc = df_plan_create(pc, df_worker_warn, w, &w->plan);
+    df_config_free(pc);
+    return rc;
+}
+
+/* This rank's subgraph (a copy it owns) and the communicator of the ranks sharing it. */
+static int take_graph(df_dag_worker *w)
+{
+    const df_schedule *s = w->plan->schedule;
+    int gi = s->rank_graph[w->rank];
+    if (gi < 0)
+        return df_error(DF_EUNSUPPORTED, "rank %d has no task graph in the plan (%d subgraphs over %d ranks); "
+                                         "idle ranks are not supported",
+                        w->rank, s->n_graphs, w->world);
+    int rc = df_task_graph_copy(s->graphs[gi], NULL, &w->graph);
+    int *ranks = NULL, n = 0;
+    if (!rc)
+        rc = df_schedule_ranks_of(s, gi, &ranks, &n);
+    /* every rank creates the groups of every subgraph in the same order (collective per group) */
+    for (int g = 0; g < s->n_graphs && !rc && s->n_graphs > 1; g++) {
+        int *gr = NULL, gn = 0;
+        df_comm *child = NULL;
+        rc = df_schedule_ranks_of(s, g, &gr, &gn);
+        if (!rc)
+            rc = df_comm_from_ranks(w->comm, gr, gn, &child);
+        if (!rc && g == gi)
+            w->group = child;
+        else
+            df_comm_free(child);
+        free(gr);
+    }
+    free(ranks);
+    if (!rc && !w->group)
+        w->group = w->comm; /* the subgraph runs on every rank */
+    if (!rc) {
+        w->group_rank = df_comm_rank(w->group);
+        w->group_size = df_comm_size(w->group);
+    }
+    return rc;
+}
+
+/* The actor's data-parallel communicator: the actor ranks with the same model-parallel rank. */
+static int actor_comm(df_dag_worker *w)
+{
+    const df_node_layout *a = NULL;
+    for (int i = 0; i < df_task_graph_num_nodes(w->graph); i++) {
+        const df_node *n = df_task_graph_node_at(w->graph, i);
+        if (n->node_type == DF_NODE_MODEL_TRAIN && n->node_role == DF_ROLE_ACTOR && !n->only_forward_compute)
+            a = &w->layouts[i];
+    }
+    w->actor_layout = a ? *a : (df_node_layout){.dp_size = w->group_size, .mp = 1, .dp_rank = w->group_rank};
+    if (w->group_size == 1)
+        return DF_OK;
+    return df_comm_split(w->group, w->actor_layout.mp_rank, w->actor_layout.dp_rank, &w->actor_dp);
+}
+
+int df_worker_setup_parallel(df_dag_worker *w)
+{
+    int rc = make_plan(w);
+    if (!rc)
+        rc = take_graph(w);
+    return rc ? df_error_wrap(rc, "rank %d of %d", w->rank, w->world) : DF_OK;
+}
+
+int df_worker_setup_layouts(df_dag_worker *w)
+{
+    int n = df_task_graph_num_nodes(w->graph);
+    w->layouts = calloc((size_t)(n ? n : 1), sizeof *w->layouts);
+    if (!w->layouts)
+        return df_error(DF_ENOMEM, "out of memory");
+    int rc = node_layouts(w);
+    if (!rc)
+        rc = actor_comm(w);
+    return rc;
+}
+
+void df_worker_free_parallel(df_dag_worker *w)
+{
+    df_comm_free(w->actor_dp);
+    if (w->group != w->comm)
+        df_comm_free(w->group);
+    free(w->layouts);
+    df_plan_free(w->plan);
+}
