@@ -52,21 +52,7 @@ static void write_text(const char *name, const char *text)
 /* Dataset, tokenizer and a tiny model in tmp/. */
 static void make_inputs(void)
 {
-    char line[512], *data = calloc(1, 64 * 512);
-    const char *texts[64];
-    char store[64][128];
-    for (int i = 0; i < 64; i++) {
-        snprintf(store[i], sizeof store[i], "Add %d and %d. What do you get?", i, 2 * i + 1);
-        texts[i] = store[i];
-        snprintf(line, sizeof line,
-                 "{\"data_source\": \"test/digits\", \"prompt\": [{\"role\": \"user\", \"content\": "
-                 "\"%s\"}], \"reward_model\": {\"style\": \"rule\", \"ground_truth\": \"%d\"}}\n",
-                 store[i], 3 * i + 1);
-        strcat(data, line);
-    }
-    write_text("train.jsonl", data);
-    free(data);
-    df_test_tiny_model(tmp, texts, 64, 300, 32, 2, 7);
+    df_test_digits_inputs(tmp, "train.jsonl", 64, "test/digits", true);
 }
 
 static void test_grpo_steps(void **state)

@@ -99,6 +99,36 @@ static inline void df_test_tiny_model(const char *dir, const char *const *texts,
     free(model_dir);
 }
 
+/**
+ * GRPO test inputs in `dir`: `name` (e.g. "train.jsonl") with n <= 64 arithmetic
+ * prompts "Add i and 2i+1. What do you get?" (ground truth 3i+1, data_source
+ * `source`), and — when with_model — a tiny model trained on those prompts
+ * (vocab 300, hidden 32, 2 layers, seed 7) in dir/model.
+ */
+static inline void df_test_digits_inputs(const char *dir, const char *name, int n, const char *source,
+                                         bool with_model)
+{
+    char line[512], *data = calloc(1, 64 * 512);
+    const char *texts[64];
+    char store[64][128];
+    assert_true(data && n <= 64);
+    for (int i = 0; i < n; i++) {
+        snprintf(store[i], sizeof store[i], "Add %d and %d. What do you get?", i, 2 * i + 1);
+        texts[i] = store[i];
+        snprintf(line, sizeof line,
+                 "{\"data_source\": \"%s\", \"prompt\": [{\"role\": \"user\", \"content\": "
+                 "\"%s\"}], \"reward_model\": {\"style\": \"rule\", \"ground_truth\": \"%d\"}}\n",
+                 source, store[i], 3 * i + 1);
+        strcat(data, line);
+    }
+    char *path = df_path_join(dir, name);
+    assert_int_equal(df_write_file_atomic(path, data, strlen(data)), 0);
+    free(path);
+    free(data);
+    if (with_model)
+        df_test_tiny_model(dir, texts, n, 300, 32, 2, 7);
+}
+
 /** Run `distflow train` in-process on a train config given as YAML text (`name` in
     errors): create the DAG worker on rank 0 of 1, fit, free. Fails the test on error. */
 static inline void df_test_fit(const char *yaml, const char *name)

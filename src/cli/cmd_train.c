@@ -1,6 +1,7 @@
 /* distflow train | sft */
 #include "cli/cli.h"
 
+#include "distflow/comm.h"
 #include "distflow/config.h"
 #include "distflow/worker.h"
 
@@ -23,7 +24,7 @@ static const char *SFT_USAGE =
 
 /* Parse CONFIG + overrides into a resolved config. */
 static int load(const char *cmd, const char *usage, const df_config_schema *schema, int argc,
-                char **argv, df_config **cfg, int *code)
+                char **argv, df_config **cfg, int *code, bool report)
 {
     char *pos[512];
     int n_pos;
@@ -31,31 +32,51 @@ static int load(const char *cmd, const char *usage, const df_config_schema *sche
     if (df_cli_parse(cmd, usage, opts, argc, argv, pos, 512, &n_pos, code))
         return 1;
     if (n_pos < 1) {
-        fprintf(stderr, "distflow %s: error: missing CONFIG.yaml (see --help)\n", cmd);
+        if (report)
+            fprintf(stderr, "distflow %s: error: missing CONFIG.yaml (see --help)\n", cmd);
         *code = 2;
         return 1;
     }
     if (df_config_load(schema, pos[0], (const char *const *)pos + 1, n_pos - 1, cfg)) {
-        *code = df_cli_fail(cmd);
+        *code = report ? df_cli_fail(cmd) : 1;
         return 1;
     }
     return 0;
 }
 
+/*
+ * Under mpirun every rank runs this. A config error is the same on every rank,
+ * so rank 0 alone reports it and every rank exits. An error inside the worker
+ * may hit one rank while the others wait in a collective: that rank reports
+ * it (rank, node, message) and ends the whole job with MPI_Abort.
+ */
 int df_cmd_train(int argc, char **argv)
 {
+    df_comm *world = NULL;
+    if (df_comm_world(&world))
+        return df_cli_fail("train");
+    int rank = df_comm_rank(world), size = df_comm_size(world);
     df_config *cfg;
     df_dag_worker *w = NULL;
     int code;
-    if (load("train", TRAIN_USAGE, df_config_schema_train(), argc, argv, &cfg, &code))
+    if (load("train", TRAIN_USAGE, df_config_schema_train(), argc, argv, &cfg, &code, rank == 0)) {
+        df_comm_shutdown();
         return code;
-    int rc = df_dag_worker_create(cfg, NULL, &w);
+    }
+    int rc = df_dag_worker_create(cfg, world, &w);
     if (!rc)
         rc = df_dag_worker_fit(w);
+    if (rc && size > 1) {
+        fprintf(stderr, "distflow train: error on rank %d of %d: %s\n", rank, size, df_last_error());
+        fflush(stderr);
+        df_comm_abort(1);
+    }
     if (rc)
         df_cli_fail("train");
     df_dag_worker_free(w);
     df_config_free(cfg);
+    if (df_comm_shutdown() && !rc)
+        rc = df_cli_fail("train");
     return rc ? 1 : 0;
 }
 
@@ -63,7 +84,7 @@ int df_cmd_sft(int argc, char **argv)
 {
     df_config *cfg;
     int code;
-    if (load("sft", SFT_USAGE, df_config_schema_sft(), argc, argv, &cfg, &code))
+    if (load("sft", SFT_USAGE, df_config_schema_sft(), argc, argv, &cfg, &code, true))
         return code;
     int rc = df_sft_run(cfg);
     if (rc)

@@ -92,7 +92,7 @@ void df_worker_actor_params(const df_dag_worker *w, const df_config *c, df_actor
     p->kl_loss_coef = df_config_float(c, A "kl_loss_coef");
     p->kl_loss_type = df_config_str(c, A "kl_loss_type");
     p->temperature = (float)df_config_float(c, "actor_rollout_ref.rollout.temperature");
-    p->progress_label = "update_actor";
+    p->progress_label = w->rank == 0 ? "update_actor" : NULL;
 #undef A
 }
 

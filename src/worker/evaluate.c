@@ -2,6 +2,7 @@
 #include "worker/evaluate.h"
 
 #include "distflow/dataloader.h"
+#include "util/sbuf.h"
 
 #include <jansson.h>
 #include <stdlib.h>
@@ -15,7 +16,7 @@ typedef struct {
     int64_t n;
 } source_sum;
 
-static void add_source(source_sum *s, int *n_src, const char *name, double score, double acc)
+static void add_source(source_sum *s, int *n_src, const char *name, double score, double acc, int64_t n)
 {
     int k = 0;
     while (k < *n_src && strcmp(s[k].name, name))
@@ -28,7 +29,7 @@ static void add_source(source_sum *s, int *n_src, const char *name, double score
     }
     s[k].score += score;
     s[k].acc += acc;
-    s[k].n++;
+    s[k].n += n;
 }
 
 static int dump_rows(FILE *f, const df_tokenizer *tok, const df_dataset *ds, const df_batch *b)
@@ -56,6 +57,53 @@ static int dump_rows(FILE *f, const df_tokenizer *tok, const df_dataset *ds, con
     return DF_OK;
 }
 
+/*
+ * Totals over the ranks of `c`: the scalar sums by allreduce, the per-source
+ * sums by an allgather of "name\tscore\tacc\tn" lines merged by name (the
+ * ranks may have seen different data sources). The merged names live in *names.
+ */
+static int reduce_sums(df_comm *c, double *score, double *acc, double *resp_len, int64_t *n_resp,
+                       int64_t *n_rows, source_sum *src, int *n_src, char **names)
+{
+    double d[3] = {*score, *acc, *resp_len};
+    int64_t k[2] = {*n_resp, *n_rows};
+    int rc = df_comm_allreduce(c, d, 3, DF_COMM_FLOAT64, DF_COMM_SUM);
+    if (!rc)
+        rc = df_comm_allreduce(c, k, 2, DF_COMM_INT64, DF_COMM_SUM);
+    df_sbuf b = {0};
+    for (int i = 0; i < *n_src; i++)
+        df_sbuf_printf(&b, "%s\t%.17g\t%.17g\t%lld\n", src[i].name, src[i].score, src[i].acc, (long long)src[i].n);
+    char *text = NULL;
+    int64_t *counts = NULL, *displs = NULL;
+    if (!rc)
+        rc = df_sbuf_finish(&b, &text);
+    else
+        df_sbuf_free(&b);
+    if (!rc)
+        rc = df_comm_allgatherv(c, text, (int64_t)strlen(text), (void **)names, &counts, &displs);
+    free(text);
+    if (!rc) {
+        *score = d[0], *acc = d[1], *resp_len = d[2], *n_resp = k[0], *n_rows = k[1];
+        *n_src = 0;
+        int64_t total = displs[df_comm_size(c) - 1] + counts[df_comm_size(c) - 1];
+        for (char *p = *names, *end = *names + total; p < end;) {
+            char *nl = memchr(p, '\n', (size_t)(end - p));
+            char *f1 = nl ? memchr(p, '\t', (size_t)(nl - p)) : NULL;
+            if (!f1)
+                return df_error(DF_EINTERNAL, "malformed validation totals from another rank");
+            *f1 = *nl = '\0';
+            char *q;
+            double sc = strtod(f1 + 1, &q), ac = strtod(q, &q);
+            int64_t n = strtoll(q, NULL, 10);
+            add_source(src, n_src, p, sc, ac, n);
+            p = nl + 1;
+        }
+    }
+    free(counts);
+    free(displs);
+    return rc;
+}
+
 int df_evaluate(df_rollout_engine *e, const df_model *m, const df_tokenizer *tok,
                 const df_reward_manager_cfg *rcfg, const df_dataset *ds,
                 const df_prompt_cache *pc, const df_eval_opts *o, df_metrics *metrics,
@@ -68,6 +116,7 @@ int df_evaluate(df_rollout_engine *e, const df_model *m, const df_tokenizer *tok
                         : df_error(DF_EINVAL, "evaluation dataset is empty");
     source_sum src[MAX_SOURCES];
     int n_src = 0;
+    char *names = NULL; /* backs src[].name after reduce_sums */
     double score = 0, acc = 0, resp_len = 0;
     int64_t n_resp = 0;
     for (int64_t s = 0; !rc && s < df_dataloader_steps_per_epoch(dl); s++) {
@@ -89,14 +138,20 @@ int df_evaluate(df_rollout_engine *e, const df_model *m, const df_tokenizer *tok
             acc += ac;
             resp_len += (double)len;
             n_resp++;
-            add_source(src, &n_src, df_dataset_data_source(ds, df_batch_i64(b, "index")[i]), sc, ac);
+            add_source(src, &n_src, df_dataset_data_source(ds, df_batch_i64(b, "index")[i]), sc, ac, 1);
         }
         df_batch_free(prompts);
         df_batch_free(b);
     }
     df_dataloader_free(dl);
-    if (rc)
+    if (!rc && o->replica)
+        score = acc = resp_len = 0, n_resp = 0, n_src = 0, n_rows = 0;
+    if (!rc && o->comm && df_comm_size(o->comm) > 1)
+        rc = reduce_sums(o->comm, &score, &acc, &resp_len, &n_resp, &n_rows, src, &n_src, &names);
+    if (rc) {
+        free(names);
         return rc;
+    }
     *res = (df_eval_result){.n_prompts = n_rows, .n_responses = n_resp,
                             .score_mean = n_resp ? score / (double)n_resp : 0,
                             .acc_mean = n_resp ? acc / (double)n_resp : 0,
@@ -110,5 +165,6 @@ int df_evaluate(df_rollout_engine *e, const df_model *m, const df_tokenizer *tok
     }
     if (metrics)
         df_metrics_set(metrics, "val-aux/response_length/mean", res->response_length_mean);
+    free(names);
     return DF_OK;
 }

@@ -5,6 +5,7 @@
 #ifndef DF_WORKER_EVALUATE_H
 #define DF_WORKER_EVALUATE_H
 
+#include "distflow/comm.h"
 #include "distflow/metrics.h"
 #include "worker/prompts.h"
 #include "worker/rollout_batch.h"
@@ -18,6 +19,8 @@ typedef struct df_eval_opts {
     int64_t batch_prompts; /* prompts per generation call; <= 0: all at once */
     const char *label;     /* progress-bar label; NULL: none */
     FILE *dump;            /* when non-NULL, one JSON line per response is written here */
+    df_comm *comm;         /* ranks evaluating disjoint shards: results are their totals; NULL: this rank's */
+    bool replica;          /* this rank repeats another rank's shard: it adds nothing to the totals */
 } df_eval_opts;
 
 typedef struct df_eval_result {

@@ -6,6 +6,7 @@
 #include "util/timeutil.h"
 #include "worker/data_metrics.h"
 #include "worker/evaluate.h"
+#include "worker/metrics_reduce.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -61,8 +62,10 @@ static int validate(df_dag_worker *w, df_metrics *m)
     double t0 = df_now();
     int64_t vbs = df_config_is_null(w->cfg, "data.val_batch_size") ? 0
                                                                    : df_config_int(w->cfg, "data.val_batch_size");
+    /* each DP rank of the first stage validates its shard; its model-parallel replicas repeat it */
     df_eval_opts o = {.sp = w->val_sp, .n = w->val_n, .seed = df_rng_key(w->seed, 0x7a1, 0, 0),
-                      .batch_prompts = vbs, .label = w->console ? "validate" : NULL};
+                      .batch_prompts = vbs, .label = w->console && w->rank == 0 ? "validate" : NULL,
+                      .comm = w->group, .replica = w->data_layout.mp_rank != 0};
     df_eval_result res;
     int rc = df_evaluate(w->rollout, df_actor_model(w->actor), w->tok, &w->reward, w->val_ds,
                          &w->val_prompts, &o, m, &res);
@@ -117,6 +120,16 @@ static int add_uids(df_batch *b, int64_t step)
     return rc;
 }
 
+/* Aggregate across ranks, then throughput per rank from the job's tokens and the slowest rank. */
+static int reduce_step_metrics(df_dag_worker *w, df_metrics *m)
+{
+    int rc = df_metrics_reduce(w->group, m);
+    double tok = df_metrics_get(m, "perf/total_num_tokens", 0), t = df_metrics_get(m, "perf/time_per_step", 0);
+    if (!rc && t > 0)
+        df_metrics_set(m, "perf/throughput", tok / (t * w->group_size));
+    return rc;
+}
+
 static int train_step(df_dag_worker *w)
 {
     double t0 = df_now();
@@ -139,8 +152,12 @@ static int train_step(df_dag_worker *w)
         df_compute_data_metrics(b, w->max_response_len, w->max_prompt_len, m);
         df_metrics_set(m, "timing_s/step", dt);
         df_compute_throughput_metrics(b, dt, w->world, m);
+        if (w->cur_layout.mp_rank != 0) /* a model-parallel replica: its tokens are counted once */
+            df_metrics_set(m, "perf/total_num_tokens", 0);
     }
     df_batch_free(b);
+    if (!rc)
+        rc = reduce_step_metrics(w, m);
     return rc ? df_error_wrap(rc, "step %lld", (long long)w->step) : DF_OK;
 }
 

@@ -41,7 +41,7 @@ static int node_generate(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
         df_worker_sampling(w, nc, "actor_rollout_ref.rollout.", &node_sp);
     if (!rc)
         rc = df_generate_batch(w->rollout, df_actor_model(w->actor), batch, w->n_samples, &node_sp,
-                               seed, w->console ? "rollout" : NULL, &out->batch);
+                               seed, w->console && w->rank == 0 ? "rollout" : NULL, &out->batch);
     timing(ctx, "gen", t0);
     return rc;
 }

@@ -90,7 +90,8 @@ static int make_plan(df_dag_worker *w)
                         df_config_where(c, "trainer.nnodes"), (long long)nnodes, w->world);
     char val[32];
     snprintf(val, sizeof val, "%lld", (long long)(w->world / nnodes));
-    if (w->world > 1 && nnodes * gpus != w->world && w->rank == 0)
+    bool set = strcmp(df_config_where(c, "trainer.n_gpus_per_node"), "default") != 0;
+    if (set && nnodes * gpus != w->world && w->rank == 0)
         fprintf(stderr, "[distflow] trainer.nnodes x trainer.n_gpus_per_node = %lld but %d ranks were launched: "
                         "planning for %lld x %s\n", (long long)(nnodes * gpus), w->world, (long long)nnodes, val);
     const char *key = "trainer.n_gpus_per_node", *v = val;

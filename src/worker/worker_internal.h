@@ -20,6 +20,8 @@
 /* A node's data-parallel layout within its group (siiRL _get_node_dp_info):
  * dp_size DP ranks of mp consecutive group ranks each; distflow does not shard
  * models, so the mp ranks of a DP rank hold the same data and compute the same. */
+typedef struct df_data_buffers df_data_buffers; /* TEMP until coordinator.h */
+
 typedef struct df_node_layout {
     int dp_size, mp, dp_rank, mp_rank;
 } df_node_layout;
@@ -35,6 +37,10 @@ struct df_dag_worker {
     df_node_layout data_layout; /* the first node's: the dataloader shards by it */
     df_node_layout actor_layout;
     df_comm *actor_dp;          /* the actor's data-parallel group (owned), NULL on one rank */
+    df_node_layout cur_layout;  /* layout of the batch the step holds now */
+    df_node_role prev_role;     /* role of the node that ran last in this step */
+    bool balance_batch;         /* trainer.balance_batch */
+    df_data_buffers *buffers;   /* this rank's Data Coordinator buffers */
     char model_dir[1024], tokenizer_dir[1024], out_dir[1024];
 
     df_tokenizer *tok;
@@ -92,6 +98,17 @@ void df_worker_free_parallel(df_dag_worker *w);
 /** Index of `node` among w->graph's nodes, -1 when not there. */
 int df_worker_node_index(const df_dag_worker *w, const df_node *node);
 const df_node_layout *df_worker_node_layout(const df_dag_worker *w, const df_node *node);
+
+/**
+ * df_run_opts.before_node for the worker (user = the worker): bring the batch
+ * to `node`'s layout — a local hand-off when the layouts match, else a
+ * redistribution through w->buffers (also forced before a DATA_REBALANCE node
+ * and, with trainer.balance_batch, after the rollout). Collective over the
+ * group when it redistributes.
+ */
+int df_worker_before_node(void *user, df_node *node, df_batch **batch);
+/** Reset the hand-off state at the start of a step (the batch has the dataloader's layout). */
+void df_worker_begin_step(df_dag_worker *w);
 
 /** Register the built-in node functions under their DAGWorker.* names (idempotent). */
 int df_worker_register_nodes(void);
