@@ -53,7 +53,10 @@ static df_dataset *numbered_shard(int n, int k, int count)
     return ds;
 }
 
-static df_dataset *numbered(int n) { return numbered_shard(n, 0, 0); }
+static df_dataset *numbered(int n)
+{
+    return numbered_shard(n, 0, 0);
+}
 
 static df_dataloader *make(const df_dataset *ds, int64_t gbs, int rank, int world, bool shuffle,
                            uint64_t seed, bool drop_last)
@@ -65,8 +68,7 @@ static df_dataloader *make(const df_dataset *ds, int64_t gbs, int rank, int worl
 }
 
 /* Global row numbers of a loader's (epoch, step). */
-static int64_t globals_at(const df_dataloader *dl, const df_dataset *ds, int64_t e, int64_t s,
-                          int64_t *g)
+static int64_t globals_at(const df_dataloader *dl, const df_dataset *ds, int64_t e, int64_t s, int64_t *g)
 {
     int64_t n = -1, rows[MAXB];
     assert_int_equal(df_dataloader_indices(dl, e, s, rows, MAXB, &n), 0);
@@ -82,8 +84,8 @@ static int64_t old_steps(int64_t n, int64_t gbs, bool drop_last)
     return drop_last ? n / gbs : (n + gbs - 1) / gbs;
 }
 
-static int64_t old_indices(int64_t n, int64_t gbs, bool shuffle, uint64_t seed, int64_t epoch,
-                           int64_t step, int64_t *idx)
+static int64_t old_indices(int64_t n, int64_t gbs, bool shuffle, uint64_t seed, int64_t epoch, int64_t step,
+                           int64_t *idx)
 {
     int64_t *perm = malloc((size_t)n * sizeof *perm);
     for (int64_t i = 0; i < n; i++)
@@ -325,7 +327,8 @@ static void test_filtered(void **state)
                     /* `row` is the position in each loader's own dataset */
                     assert_int_equal(df_dataset_global_index(ds, df_batch_i64(a, "row")[i]), g);
                     assert_int_equal(df_dataset_global_index(all, df_batch_i64(b, "row")[i]), g);
-                    assert_string_equal(df_batch_str(a, "ground_truth", i), df_batch_str(b, "ground_truth", i));
+                    assert_string_equal(df_batch_str(a, "ground_truth", i),
+                                        df_batch_str(b, "ground_truth", i));
                 }
                 df_batch_free(a);
                 df_batch_free(b);
@@ -487,10 +490,10 @@ static int group_teardown(void **state)
     return df_comm_shutdown();
 }
 
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond) && !bad++)                                                                     \
-            snprintf(why, sizeof why, "rank %d: %s (line %d)", R, #cond, __LINE__);                \
+#define CHECK(cond)                                                                                          \
+    do {                                                                                                     \
+        if (!(cond) && !bad++)                                                                               \
+            snprintf(why, sizeof why, "rank %d: %s (line %d)", R, #cond, __LINE__);                          \
     } while (0)
 
 /*

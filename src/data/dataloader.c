@@ -8,11 +8,11 @@
 
 struct df_dataloader {
     const df_dataset *ds;
-    int64_t *pos;        /* local position -> dataset row; NULL: the identity */
-    int64_t avail;       /* rows of this rank's shard in ds */
-    int64_t rows;        /* rows per rank actually used (<= avail) */
-    int64_t gbs, per;    /* global batch, rows per rank per step (gbs / world) */
-    int64_t steps;       /* per epoch */
+    int64_t *pos;     /* local position -> dataset row; NULL: the identity */
+    int64_t avail;    /* rows of this rank's shard in ds */
+    int64_t rows;     /* rows per rank actually used (<= avail) */
+    int64_t gbs, per; /* global batch, rows per rank per step (gbs / world) */
+    int64_t steps;    /* per epoch */
     int rank, world;
     bool shuffle, drop_last;
     uint64_t seed;
@@ -62,8 +62,8 @@ static int choose_rows(df_dataloader *dl, int64_t *default_rows)
     if (dl->world > 1 && sc == 1)
         return select_rows(dl, default_rows);
     if (dl->world > 1 && (sc != dl->world || si != dl->rank))
-        return df_error(DF_EINVAL, "dataloader: rank %d of %d cannot read dataset shard %d of %d",
-                        dl->rank, dl->world, si, sc);
+        return df_error(DF_EINVAL, "dataloader: rank %d of %d cannot read dataset shard %d of %d", dl->rank,
+                        dl->world, si, sc);
     dl->avail = *default_rows = df_dataset_size(dl->ds); /* its own shard, or world 1 */
     return DF_OK;
 }
@@ -83,16 +83,22 @@ static int check_args(const df_dataset *ds, int64_t gbs, int rank, int world)
     return DF_OK;
 }
 
-int df_dataloader_create(const df_dataset *ds, int64_t global_batch_size, int rank, int world,
-                         bool shuffle, uint64_t seed, bool drop_last, df_dataloader **out)
+int df_dataloader_create(const df_dataset *ds, int64_t global_batch_size, int rank, int world, bool shuffle,
+                         uint64_t seed, bool drop_last, df_dataloader **out)
 {
     int rc = check_args(ds, global_batch_size, rank, world);
     df_dataloader *dl = rc ? NULL : calloc(1, sizeof *dl);
     if (rc || !dl)
         return rc ? rc : df_error(DF_ENOMEM, "dataloader: out of memory");
-    *dl = (df_dataloader){.ds = ds, .gbs = global_batch_size, .per = global_batch_size / world,
-                          .rank = rank, .world = world, .shuffle = shuffle,
-                          .drop_last = drop_last, .seed = seed, .perm_epoch = -1};
+    *dl = (df_dataloader){.ds = ds,
+                          .gbs = global_batch_size,
+                          .per = global_batch_size / world,
+                          .rank = rank,
+                          .world = world,
+                          .shuffle = shuffle,
+                          .drop_last = drop_last,
+                          .seed = seed,
+                          .perm_epoch = -1};
     int64_t rows = 0;
     if (!(rc = choose_rows(dl, &rows)) && shuffle &&
         !(dl->perm = malloc((size_t)(dl->avail ? dl->avail : 1) * sizeof *dl->perm)))
@@ -124,8 +130,14 @@ void df_dataloader_free(df_dataloader *dl)
     free(dl);
 }
 
-int64_t df_dataloader_rows_available(const df_dataloader *dl) { return dl->avail; }
-int64_t df_dataloader_rows_per_rank(const df_dataloader *dl) { return dl->rows; }
+int64_t df_dataloader_rows_available(const df_dataloader *dl)
+{
+    return dl->avail;
+}
+int64_t df_dataloader_rows_per_rank(const df_dataloader *dl)
+{
+    return dl->rows;
+}
 
 int df_dataloader_set_rows_per_rank(df_dataloader *dl, int64_t rows)
 {
@@ -134,8 +146,8 @@ int df_dataloader_set_rows_per_rank(df_dataloader *dl, int64_t rows)
                         (long long)rows, (long long)dl->avail, dl->rank);
     int64_t steps = steps_for(dl, rows);
     if (steps == 0)
-        return df_error(DF_EINVAL, "dataloader: %lld rows per rank give no batch of %lld%s",
-                        (long long)rows, (long long)dl->per, dl->drop_last ? " with drop_last" : "");
+        return df_error(DF_EINVAL, "dataloader: %lld rows per rank give no batch of %lld%s", (long long)rows,
+                        (long long)dl->per, dl->drop_last ? " with drop_last" : "");
     if (dl->step >= steps)
         return df_error(DF_EINVAL, "dataloader: position step %lld is past the %lld steps of %lld rows",
                         (long long)dl->step, (long long)steps, (long long)rows);
@@ -145,9 +157,18 @@ int df_dataloader_set_rows_per_rank(df_dataloader *dl, int64_t rows)
     return DF_OK;
 }
 
-int64_t df_dataloader_steps_per_epoch(const df_dataloader *dl) { return dl->steps; }
-int64_t df_dataloader_epoch(const df_dataloader *dl) { return dl->epoch; }
-int64_t df_dataloader_step(const df_dataloader *dl) { return dl->step; }
+int64_t df_dataloader_steps_per_epoch(const df_dataloader *dl)
+{
+    return dl->steps;
+}
+int64_t df_dataloader_epoch(const df_dataloader *dl)
+{
+    return dl->epoch;
+}
+int64_t df_dataloader_step(const df_dataloader *dl)
+{
+    return dl->step;
+}
 
 void df_dataloader_tell(const df_dataloader *dl, int64_t *epoch, int64_t *step)
 {
@@ -183,8 +204,8 @@ static void draw_perm(const df_dataloader *dl, int64_t epoch, int64_t *perm)
     df_rng_shuffle_i64(&r, perm, dl->rows);
 }
 
-int df_dataloader_indices(const df_dataloader *dl, int64_t epoch, int64_t step, int64_t *idx,
-                          int64_t cap, int64_t *n)
+int df_dataloader_indices(const df_dataloader *dl, int64_t epoch, int64_t step, int64_t *idx, int64_t cap,
+                          int64_t *n)
 {
     if (epoch < 0 || step < 0 || step >= dl->steps)
         return df_error(DF_EINVAL, "dataloader: no batch at epoch %lld step %lld (%lld steps per epoch)",
@@ -213,8 +234,8 @@ int df_dataloader_indices(const df_dataloader *dl, int64_t epoch, int64_t step, 
     return DF_OK;
 }
 
-static int build_batch(const df_dataloader *dl, const int64_t *rows, int64_t k, int64_t epoch,
-                       int64_t step, df_batch **out)
+static int build_batch(const df_dataloader *dl, const int64_t *rows, int64_t k, int64_t epoch, int64_t step,
+                       df_batch **out)
 {
     df_batch *b = df_batch_new(k);
     const char **s = malloc((size_t)(k ? k : 1) * sizeof *s);
@@ -226,8 +247,7 @@ static int build_batch(const df_dataloader *dl, const int64_t *rows, int64_t k, 
         rc = df_batch_set_i64(b, "row", rows);
     static const char *const names[] = {"data_source", "ground_truth", "raw_prompt", "extra_info"};
     const char *(*const get[])(const df_dataset *, int64_t) = {
-        df_dataset_data_source, df_dataset_ground_truth, df_dataset_raw_prompt,
-        df_dataset_extra_info};
+        df_dataset_data_source, df_dataset_ground_truth, df_dataset_raw_prompt, df_dataset_extra_info};
     for (int c = 0; !rc && c < 4; c++) {
         for (int64_t r = 0; r < k; r++)
             s[r] = get[c](dl->ds, rows[r]);
