@@ -1,4 +1,4 @@
-/* Datasets (verl JSONL schema), the partitioned dataloader and GSM8K conversion. */
+/* Datasets (verl JSONL schema), their shards, and GSM8K conversion (the dataloader: test_dataloader.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,7 +13,6 @@
 
 #include "testutil.h"
 
-#include "distflow/dataloader.h"
 #include "distflow/dataset.h"
 
 static char g_tmp[64];
@@ -291,213 +290,176 @@ static void test_files_and_filter(void **state)
     assert_int_equal(df_gsm8k_convert(b, tmp_path("pq.jsonl"), NULL, NULL), DF_EUNSUPPORTED);
 }
 
-/* ---- dataloader ---------------------------------------------------------------- */
+/* ---- shards -------------------------------------------------------------------- */
 
-/* n rows; row i has prompt "p<i>", ground_truth "<i>", data_source "s<i % 2>". */
-static df_dataset *numbered(int n)
+/* Row text with prompt "p<g>" and ground truth "<g>". */
+static void add_row(char *buf, size_t cap, int g)
 {
-    char *text = malloc((size_t)n * 128 + 1);
-    size_t at = 0;
-    for (int i = 0; i < n; i++)
-        at += (size_t)sprintf(text + at,
-                              "{\"data_source\": \"s%d\", \"prompt\": \"p%d\", \"reward_model\": "
-                              "{\"ground_truth\": %d}, \"extra_info\": {\"i\": %d}}\n",
-                              i % 2, i, i, i);
+    size_t at = strlen(buf);
+    snprintf(buf + at, cap - at,
+             "{\"data_source\": \"s\", \"prompt\": \"p%d\", \"reward_model\": {\"ground_truth\": %d}}\n", g,
+             g);
+}
+
+/* 11 rows over three files, with blank lines: a (rows 0-3), b (4-8), c (9-10). */
+static void write_three(const char *paths[3])
+{
+    static const int first[4] = {0, 4, 9, 11};
+    for (int f = 0; f < 3; f++) {
+        char text[2048] = "";
+        for (int g = first[f]; g < first[f + 1]; g++) {
+            if (g % 3 == 1)
+                strcat(text, "\n  \r\n"); /* blank lines are not rows */
+            add_row(text, sizeof text, g);
+        }
+        write_text(paths[f], text);
+    }
+}
+
+static df_dataset *load_shard(const char *const *paths, int n, int k, int count)
+{
+    df_dataset_opts o = {.shard_index = k, .shard_count = count};
     df_dataset *ds = NULL;
-    assert_int_equal(df_dataset_load_buffer(text, at, "num", NULL, &ds), 0);
-    free(text);
+    if (df_dataset_load(paths, n, &o, &ds))
+        fail_msg("shard %d of %d: %s", k, count, df_last_error());
     return ds;
 }
 
-static int64_t rows_at(const df_dataloader *dl, int64_t e, int64_t s, int64_t *idx)
+static void test_shards(void **state)
 {
-    int64_t n = -1;
-    assert_int_equal(df_dataloader_indices(dl, e, s, idx, 64, &n), 0);
-    return n;
-}
-
-static void check_partition(const df_dataset *ds, int64_t gbs, int world, bool drop_last)
-{
-    df_dataloader *all = NULL, *part[4] = {0};
-    assert_int_equal(df_dataloader_create(ds, gbs, 0, 1, true, 7, drop_last, &all), 0);
-    for (int r = 0; r < world; r++)
-        assert_int_equal(df_dataloader_create(ds, gbs, r, world, true, 7, drop_last, &part[r]), 0);
-    int64_t steps = df_dataloader_steps_per_epoch(all);
-    for (int64_t e = 0; e < 2; e++) {
-        for (int64_t s = 0; s < steps; s++) {
-            int64_t g[64], p[64], gn = rows_at(all, e, s, g), got = 0;
-            for (int r = 0; r < world; r++) {
-                assert_int_equal(df_dataloader_steps_per_epoch(part[r]), steps);
-                int64_t pn = rows_at(part[r], e, s, p);
-                if (gn == gbs)
-                    assert_int_equal(pn, gbs / world); /* equal shares of full batches */
-                /* the rank's share is the next contiguous piece of the global batch */
-                for (int64_t k = 0; k < pn; k++)
-                    assert_int_equal(p[k], g[got + k]);
-                got += pn;
+    (void)state;
+    const char *paths[3] = {tmp_path("a.jsonl"), tmp_path("b.jsonl"), tmp_path("c.jsonl")};
+    write_three(paths);
+    df_dataset *all = load_shard(paths, 3, 0, 0);
+    assert_int_equal(df_dataset_size(all), 11);
+    assert_int_equal(df_dataset_global_size(all), 11);
+    int si = -1, sc = -1;
+    df_dataset_shard(all, &si, &sc);
+    assert_int_equal(si, 0);
+    assert_int_equal(sc, 1);
+    for (int count = 1; count <= 12; count++) {
+        int seen[11] = {0};
+        for (int k = 0; k < count; k++) {
+            df_dataset *ds = load_shard(paths, 3, k, count);
+            assert_int_equal(df_dataset_global_size(ds), 11);
+            assert_int_equal(df_dataset_size(ds), (11 - k + count - 1) / count);
+            df_dataset_shard(ds, &si, &sc);
+            assert_int_equal(si, k);
+            assert_int_equal(sc, count);
+            for (int64_t i = 0; i < df_dataset_size(ds); i++) {
+                int64_t g = df_dataset_global_index(ds, i), line, want_line;
+                assert_int_equal(g, k + i * count); /* strided, in file order */
+                char want[16];
+                snprintf(want, sizeof want, "%lld", (long long)g);
+                assert_string_equal(df_dataset_ground_truth(ds, i), want);
+                /* same file and line as in the unsharded load */
+                assert_string_equal(df_dataset_source(ds, i, &line), df_dataset_source(all, g, &want_line));
+                assert_int_equal(line, want_line);
+                seen[g]++;
             }
-            assert_int_equal(got, gn); /* disjoint and covering */
+            assert_int_equal(df_dataset_global_index(ds, df_dataset_size(ds)), -1);
+            assert_int_equal(df_dataset_global_index(ds, -1), -1);
+            df_dataset_free(ds);
         }
+        for (int g = 0; g < 11; g++)
+            assert_int_equal(seen[g], 1); /* every row in exactly one shard */
     }
-    for (int r = 0; r < world; r++)
-        df_dataloader_free(part[r]);
-    df_dataloader_free(all);
-}
+    int64_t line;
+    assert_string_equal(df_dataset_source(all, 7, &line), paths[1]);
+    assert_int_equal(line, 8); /* b: a blank pair before rows 4 and 7 */
+    df_dataset_free(all);
 
-static void test_partitions(void **state)
-{
-    (void)state;
-    df_dataset *ds = numbered(20);
-    check_partition(ds, 6, 2, true);
-    check_partition(ds, 6, 3, true);
-    check_partition(ds, 6, 2, false);
-    check_partition(ds, 6, 3, false);
-    check_partition(ds, 12, 3, false);
-    /* the last partial batch of 2 rows over 3 ranks: shares 0, 1, 1 */
-    df_dataloader *dl;
-    int64_t idx[64];
-    int want[3] = {0, 1, 1};
-    for (int r = 0; r < 3; r++) {
-        assert_int_equal(df_dataloader_create(ds, 6, r, 3, false, 0, false, &dl), 0);
-        assert_int_equal(df_dataloader_steps_per_epoch(dl), 4);
-        assert_int_equal(rows_at(dl, 0, 3, idx), want[r]);
-        if (r == 2)
-            assert_int_equal(idx[0], 19);
-        df_dataloader_free(dl);
-    }
+    /* the same shard from a buffer */
+    df_dataset_opts o = {.shard_index = 2, .shard_count = 3};
+    df_dataset *ds = load_text(GOOD, &o);
+    assert_int_equal(df_dataset_size(ds), 1);
+    assert_int_equal(df_dataset_global_size(ds), 4);
+    assert_int_equal(df_dataset_global_index(ds, 0), 2);
+    assert_string_equal(df_dataset_ground_truth(ds, 0), "2.5");
     df_dataset_free(ds);
 }
 
-static void test_order_and_shuffle(void **state)
+static void test_shard_errors(void **state)
 {
     (void)state;
-    df_dataset *ds = numbered(10);
-    df_dataloader *a, *b, *c;
-    int64_t x[64], y[64];
-    /* no shuffle: identity order, rank 1 of 2 takes the second half of each global batch */
-    assert_int_equal(df_dataloader_create(ds, 4, 1, 2, false, 0, true, &a), 0);
-    assert_int_equal(df_dataloader_steps_per_epoch(a), 2);
-    assert_int_equal(rows_at(a, 0, 0, x), 2);
-    assert_int_equal(x[0], 2);
-    assert_int_equal(x[1], 3);
-    assert_int_equal(rows_at(a, 5, 1, x), 2);
-    assert_int_equal(x[0], 6);
-    assert_int_equal(x[1], 7);
-    df_dataloader_free(a);
-
-    /* shuffle: same seed -> same order; epochs and seeds differ; an epoch is a permutation */
-    assert_int_equal(df_dataloader_create(ds, 10, 0, 1, true, 123, true, &a), 0);
-    assert_int_equal(df_dataloader_create(ds, 10, 0, 1, true, 123, true, &b), 0);
-    assert_int_equal(df_dataloader_create(ds, 10, 0, 1, true, 124, true, &c), 0);
-    int same_epoch = 0, same_seed = 0;
-    for (int e = 0; e < 4; e++) {
-        assert_int_equal(rows_at(a, e, 0, x), 10);
-        assert_int_equal(rows_at(b, e, 0, y), 10);
-        assert_memory_equal(x, y, sizeof(int64_t) * 10);
-        int seen[10] = {0};
-        for (int k = 0; k < 10; k++)
-            seen[x[k]]++;
-        for (int k = 0; k < 10; k++)
-            assert_int_equal(seen[k], 1);
-        rows_at(c, e, 0, y);
-        same_seed += !memcmp(x, y, sizeof(int64_t) * 10);
-        rows_at(a, e + 1, 0, y);
-        same_epoch += !memcmp(x, y, sizeof(int64_t) * 10);
-    }
-    assert_int_equal(same_epoch, 0);
-    assert_int_equal(same_seed, 0);
-    df_dataloader_free(a);
-    df_dataloader_free(b);
-    df_dataloader_free(c);
+    const char *a = tmp_path("a.jsonl"), *b = tmp_path("b.jsonl");
+    char text[2048] = "";
+    for (int g = 0; g < 3; g++)
+        add_row(text, sizeof text, g);
+    write_text(a, text);
+    /* b: global row 3 fine, row 4 bad JSON at b:3, row 5 without a prompt at b:4, row 6 fine */
+    text[0] = '\0';
+    add_row(text, sizeof text, 3);
+    strcat(text, "\n{\"data_source\": \"s\", oops}\n{\"data_source\": \"s\", \"reward_model\": {\"ground_truth\": 5}}\n");
+    add_row(text, sizeof text, 6);
+    write_text(b, text);
+    const char *paths[] = {a, b};
+    char want[300];
+    df_dataset *ds = NULL;
+    df_dataset_opts o = {.shard_index = 1, .shard_count = 3};
+    /* shard 1 of 3 holds rows 1 and 4: row 4's error, with its file:line:column */
+    assert_int_equal(df_dataset_load(paths, 2, &o, &ds), DF_EINVAL);
+    assert_null(ds);
+    snprintf(want, sizeof want, "%s:3:", b);
+    if (!strstr(df_last_error(), want) || !strstr(df_last_error(), "invalid JSON"))
+        fail_msg("'%s' lacks '%s' / invalid JSON", df_last_error(), want);
+    o.shard_index = 2; /* rows 2 and 5: the missing prompt */
+    assert_int_equal(df_dataset_load(paths, 2, &o, &ds), DF_EINVAL);
+    snprintf(want, sizeof want, "%s:4: missing \"prompt\"", b);
+    if (!strstr(df_last_error(), want))
+        fail_msg("'%s' lacks '%s'", df_last_error(), want);
+    o.shard_index = 0; /* rows 0, 3, 6: the bad lines are another rank's */
+    ds = load_shard(paths, 2, 0, 3);
+    assert_int_equal(df_dataset_size(ds), 3);
+    assert_int_equal(df_dataset_global_size(ds), 7);
+    assert_int_equal(df_dataset_global_index(ds, 2), 6);
+    assert_string_equal(df_dataset_ground_truth(ds, 2), "6");
+    int64_t line;
+    assert_string_equal(df_dataset_source(ds, 2, &line), b);
+    assert_int_equal(line, 5);
     df_dataset_free(ds);
+    /* not a shard */
+    const int bad[][2] = {{-1, 2}, {2, 2}, {0, -1}, {1, 0}, {1, 1}};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        o = (df_dataset_opts){.shard_index = bad[k][0], .shard_count = bad[k][1]};
+        ds = NULL;
+        assert_int_equal(df_dataset_load(paths, 2, &o, &ds), DF_EINVAL);
+        assert_null(ds);
+        assert_non_null(strstr(df_last_error(), "shard"));
+        assert_int_equal(df_dataset_load_buffer("", 0, "x", &o, &ds), DF_EINVAL);
+    }
 }
 
-static void test_drop_last_and_errors(void **state)
+static void test_head_is_global(void **state)
 {
     (void)state;
-    df_dataset *ds = numbered(10);
-    df_dataloader *dl = NULL;
-    int64_t x[64];
-    assert_int_equal(df_dataloader_create(ds, 4, 0, 1, true, 1, true, &dl), 0);
-    assert_int_equal(df_dataloader_steps_per_epoch(dl), 2);
-    int64_t n;
-    assert_int_equal(df_dataloader_indices(dl, 0, 2, x, 64, &n), DF_EINVAL);
-    df_dataloader_free(dl);
-    assert_int_equal(df_dataloader_create(ds, 4, 0, 1, false, 1, false, &dl), 0);
-    assert_int_equal(df_dataloader_steps_per_epoch(dl), 3);
-    assert_int_equal(rows_at(dl, 0, 2, x), 2);
-    assert_int_equal(x[0], 8);
-    assert_int_equal(x[1], 9);
-    assert_int_equal(df_dataloader_indices(dl, 0, 0, x, 3, &n), DF_EINVAL); /* buffer too small */
-    df_dataloader_free(dl);
+    char text[4096] = "";
+    for (int g = 0; g < 20; g++)
+        add_row(text, sizeof text, g);
+    df_dataset *all = load_text(text, NULL);
+    assert_int_equal(df_dataset_head(all, -1), 0);
+    assert_int_equal(df_dataset_head(all, 25), 0);
+    assert_int_equal(df_dataset_head(all, 12), 8); /* unsharded: the first 12 rows */
+    assert_int_equal(df_dataset_size(all), 12);
+    assert_string_equal(df_dataset_ground_truth(all, 11), "11");
+    assert_int_equal(df_dataset_global_size(all), 20);
+    df_dataset_free(all);
 
-    dl = NULL;
-    assert_int_equal(df_dataloader_create(ds, 6, 0, 4, false, 0, true, &dl), DF_EINVAL);
-    assert_non_null(strstr(df_last_error(), "not divisible"));
-    assert_int_equal(df_dataloader_create(ds, 4, 2, 2, false, 0, true, &dl), DF_EINVAL);
-    assert_int_equal(df_dataloader_create(ds, 4, -1, 2, false, 0, true, &dl), DF_EINVAL);
-    assert_int_equal(df_dataloader_create(ds, 0, 0, 1, false, 0, true, &dl), DF_EINVAL);
-    assert_int_equal(df_dataloader_create(ds, 12, 0, 1, false, 0, true, &dl), DF_EINVAL);
-    assert_non_null(strstr(df_last_error(), "10 rows give no batch of 12 with drop_last"));
-    assert_null(dl);
-    assert_int_equal(df_dataloader_create(ds, 12, 0, 1, false, 0, false, &dl), 0);
-    assert_int_equal(df_dataloader_steps_per_epoch(dl), 1);
-    df_dataloader_free(dl);
-    df_dataset_free(ds);
-}
-
-static void test_batches_and_resume(void **state)
-{
-    (void)state;
-    df_dataset *ds = numbered(10);
-    df_dataloader *dl, *again;
-    assert_int_equal(df_dataloader_create(ds, 4, 1, 2, true, 99, true, &dl), 0);
-    assert_int_equal(df_dataloader_create(ds, 4, 1, 2, true, 99, true, &again), 0);
-    int64_t seen[5][2];
-    for (int k = 0; k < 5; k++) { /* 2 steps per epoch: crosses two epoch boundaries */
-        assert_int_equal(df_dataloader_epoch(dl), k / 2);
-        assert_int_equal(df_dataloader_step(dl), k % 2);
-        df_batch *b = NULL;
-        assert_int_equal(df_dataloader_next(dl, &b), 0);
-        assert_int_equal(df_batch_size(b), 2);
-        assert_true(df_batch_meta_get(b, "epoch", -1) == k / 2);
-        assert_true(df_batch_meta_get(b, "step", -1) == k % 2);
-        const int64_t *index = df_batch_i64(b, "index");
-        for (int r = 0; r < 2; r++) {
-            int64_t i = index[r];
-            char want[64];
-            seen[k][r] = i;
-            assert_string_equal(df_batch_str(b, "data_source", r), i % 2 ? "s1" : "s0");
-            snprintf(want, sizeof want, "%lld", (long long)i);
-            assert_string_equal(df_batch_str(b, "ground_truth", r), want);
-            snprintf(want, sizeof want, "[{\"role\":\"user\",\"content\":\"p%lld\"}]", (long long)i);
-            assert_string_equal(df_batch_str(b, "raw_prompt", r), want);
-            snprintf(want, sizeof want, "{\"i\":%lld}", (long long)i);
-            assert_string_equal(df_batch_str(b, "extra_info", r), want);
-        }
-        df_batch_free(b);
-    }
-    int64_t e, s;
-    df_dataloader_tell(dl, &e, &s);
-    assert_int_equal(e, 2);
-    assert_int_equal(s, 1);
-    /* resume a fresh loader at a saved position: same rows as the original run */
-    assert_int_equal(df_dataloader_seek(again, 1, 1), 0);
-    for (int k = 3; k < 5; k++) {
-        df_batch *b = NULL;
-        assert_int_equal(df_dataloader_next(again, &b), 0);
-        assert_int_equal(df_batch_i64(b, "index")[0], seen[k][0]);
-        assert_int_equal(df_batch_i64(b, "index")[1], seen[k][1]);
-        df_batch_free(b);
-    }
-    assert_int_equal(df_dataloader_seek(again, 0, 2), 0); /* end of epoch 0 = start of epoch 1 */
-    df_dataloader_tell(again, &e, &s);
-    assert_int_equal(e, 1);
-    assert_int_equal(s, 0);
-    assert_int_equal(df_dataloader_seek(again, 0, 3), DF_EINVAL);
-    assert_int_equal(df_dataloader_seek(again, -1, 0), DF_EINVAL);
-    df_dataloader_free(again);
-    df_dataloader_free(dl);
+    df_dataset_opts o = {.shard_index = 1, .shard_count = 3};
+    df_dataset *ds = load_text(text, &o); /* rows 1, 4, 7, 10, 13, 16, 19 */
+    assert_int_equal(df_dataset_head(ds, 11), 3); /* keeps 1, 4, 7, 10 */
+    assert_int_equal(df_dataset_size(ds), 4);
+    assert_int_equal(df_dataset_global_index(ds, 3), 10);
+    const bool keep[] = {true, false, true, true}; /* 1, 7, 10 */
+    assert_int_equal(df_dataset_filter(ds, keep), 1);
+    assert_int_equal(df_dataset_head(ds, 8), 1); /* global < 8, not the first 8 left */
+    assert_int_equal(df_dataset_size(ds), 2);
+    assert_int_equal(df_dataset_global_index(ds, 1), 7);
+    assert_string_equal(df_dataset_ground_truth(ds, 1), "7");
+    assert_int_equal(df_dataset_head(ds, 0), 2);
+    assert_int_equal(df_dataset_size(ds), 0);
+    assert_int_equal(df_dataset_head(ds, 5), 0);
+    assert_int_equal(df_dataset_global_size(ds), 20);
     df_dataset_free(ds);
 }
 
@@ -660,10 +622,9 @@ int main(void)
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_sft_options),
         cmocka_unit_test(test_files_and_filter),
-        cmocka_unit_test(test_partitions),
-        cmocka_unit_test(test_order_and_shuffle),
-        cmocka_unit_test(test_drop_last_and_errors),
-        cmocka_unit_test(test_batches_and_resume),
+        cmocka_unit_test(test_shards),
+        cmocka_unit_test(test_shard_errors),
+        cmocka_unit_test(test_head_is_global),
         cmocka_unit_test(test_gsm8k_extract),
         cmocka_unit_test(test_gsm8k_real_files),
         cmocka_unit_test(test_gsm8k_malformed),

@@ -17,6 +17,15 @@
  * Errors name the file and line: "train.jsonl:12:7: invalid JSON: ...",
  * "train.jsonl:3: missing \"prompt\"", "train.jsonl:5: reward_model.ground_truth
  * must be a string or number, got array".
+ *
+ * Shards (the partitioned dataset of siiRL / DistFlow: each data-parallel rank
+ * holds only its part). The rows of all files, in order, are numbered 0, 1, ...
+ * (global row i = the i-th non-blank line). Shard k of K keeps the rows with
+ * i % K == k: strided, so the consecutive rows of a global batch spread evenly
+ * over the ranks. Lines of other shards are only counted (newline scan), never
+ * parsed, so a malformed line fails only the shard that holds it. Local row
+ * positions [0, size) index the accessors below; df_dataset_global_index maps
+ * them back to global row numbers.
  */
 #ifndef DISTFLOW_DATASET_H
 #define DISTFLOW_DATASET_H
@@ -40,15 +49,23 @@ typedef struct df_dataset_opts {
      * than as an unknown data source mid-training]
      */
     bool reward_optional;
+    /**
+     * Keep only shard `shard_index` of `shard_count` (global rows i with
+     * i % shard_count == shard_index). [0 / 0: every row; count 1 is the same]
+     * DF_EINVAL unless 0 <= shard_index < max(shard_count, 1).
+     */
+    int shard_index, shard_count;
 } df_dataset_opts;
 
 /**
  * Load and concatenate JSON-lines files (verl data.train_files is a list), in
- * order. `opts` may be NULL (defaults). Errors: DF_ENOTFOUND (no such file),
+ * order, keeping this shard's rows (opts->shard_*). `opts` may be NULL
+ * (defaults: every row). Errors: DF_ENOTFOUND (no such file),
  * DF_EIO (cannot read a file), DF_EUNSUPPORTED (a Parquet file: convert it to
  * JSON lines first),
- * DF_EINVAL (bad JSON with line and column, missing prompt, wrong types; the
- * message names file:line), DF_ENOMEM. *out is untouched on failure.
+ * DF_EINVAL (bad JSON with line and column, missing prompt, wrong types, in a
+ * kept row; the message names file:line; or a bad shard), DF_ENOMEM. *out is
+ * untouched on failure.
  */
 DF_API int df_dataset_load(const char *const *paths, int n_paths, const df_dataset_opts *opts,
                            df_dataset **out);
@@ -62,8 +79,24 @@ DF_API int df_dataset_load_buffer(const char *text, size_t len, const char *name
 
 DF_API void df_dataset_free(df_dataset *ds);
 
-/** Number of rows (after any df_dataset_filter). */
+/** Number of rows this dataset holds: its shard, after any df_dataset_filter / head. */
 DF_API int64_t df_dataset_size(const df_dataset *ds);
+
+/**
+ * Number of rows in the files, over all shards (non-blank lines), fixed at
+ * load time: neither filter nor head changes it.
+ */
+DF_API int64_t df_dataset_global_size(const df_dataset *ds);
+
+/**
+ * Global row number of local row i (its position over all files, all shards;
+ * see the shard paragraph above), -1 when i is out of range. Increasing in i.
+ * The dataloader's `index` column carries it.
+ */
+DF_API int64_t df_dataset_global_index(const df_dataset *ds, int64_t i);
+
+/** The shard this dataset holds: *count >= 1 (1: every row), 0 <= *index < *count. Either may be NULL. */
+DF_API void df_dataset_shard(const df_dataset *ds, int *index, int *count);
 
 /*
  * Row accessors. `i` must be in [0, size); out of range they return NULL / -1.
@@ -112,9 +145,12 @@ DF_API int df_dataset_field(const df_dataset *ds, int64_t i, const char *path, c
 DF_API int64_t df_dataset_filter(df_dataset *ds, const bool *keep);
 
 /**
- * Keep only the first `n` rows (verl's data.train_max_samples /
- * val_max_samples); n < 0 or n >= size keeps everything. Returns the number
- * of rows dropped, or -1 when out of memory (with df_error set).
+ * Keep only the rows whose global row number is < n (verl's
+ * data.train_max_samples / val_max_samples: the first n rows of the files),
+ * so the same n selects the same rows on every world size; on an unsharded,
+ * unfiltered dataset these are the first n rows. n < 0 keeps everything.
+ * Returns the number of rows dropped, or -1 when out of memory (with df_error
+ * set).
  */
 DF_API int64_t df_dataset_head(df_dataset *ds, int64_t n);
 

@@ -19,6 +19,7 @@ typedef struct {
     const char *data_source, *style, *ability; /* borrowed from obj, or "" */
     int32_t file;
     int64_t line;
+    int64_t global; /* row number over all files, all shards */
 } record;
 
 struct df_dataset {
@@ -26,6 +27,8 @@ struct df_dataset {
     int64_t n, cap;
     char **files;
     int nfiles;
+    int64_t global_n;             /* non-blank lines seen in all files */
+    int shard_index, shard_count; /* count >= 1 */
 };
 
 static void record_free(record *r)
@@ -209,6 +212,9 @@ static int append_buffer(df_dataset *ds, const char *text, size_t len, const cha
     size_t sl;
     df_jsonl_lines_init(&it, text, len);
     while (df_jsonl_lines_next(&it, &s, &sl)) {
+        int64_t g = ds->global_n++;
+        if (g % ds->shard_count != ds->shard_index)
+            continue; /* another rank's row: not even parsed */
         json_t *obj = NULL;
         record r;
         where w = {fname, it.line};
@@ -217,6 +223,7 @@ static int append_buffer(df_dataset *ds, const char *text, size_t len, const cha
         rc = parse_record(w, obj, opts, &r);
         r.obj = obj;
         r.file = ds->nfiles - 1;
+        r.global = g;
         if (rc || (rc = push_row(ds, &r))) {
             record_free(&r);
             return rc;
@@ -225,15 +232,29 @@ static int append_buffer(df_dataset *ds, const char *text, size_t len, const cha
     return DF_OK;
 }
 
-static df_dataset *dataset_new(void) { return calloc(1, sizeof(df_dataset)); }
+static int dataset_new(const df_dataset_opts *o, df_dataset **out)
+{
+    int idx = o ? o->shard_index : 0, count = o ? o->shard_count : 0;
+    if (count < 0 || idx < 0 || (count <= 1 && idx != 0) || (count > 1 && idx >= count))
+        return df_error(DF_EINVAL, "dataset: shard %d of %d is not a shard (want 0 <= index < count)",
+                        idx, count);
+    df_dataset *ds = calloc(1, sizeof(df_dataset));
+    if (!ds)
+        return df_error(DF_ENOMEM, "out of memory");
+    ds->shard_index = idx;
+    ds->shard_count = count > 1 ? count : 1;
+    *out = ds;
+    return DF_OK;
+}
 
 int df_dataset_load_buffer(const char *text, size_t len, const char *name,
                            const df_dataset_opts *opts, df_dataset **out)
 {
-    df_dataset *ds = dataset_new();
-    if (!ds)
-        return df_error(DF_ENOMEM, "out of memory");
-    int rc = append_buffer(ds, text ? text : "", text ? len : 0, name, opts);
+    df_dataset *ds = NULL;
+    int rc = dataset_new(opts, &ds);
+    if (rc)
+        return rc;
+    rc = append_buffer(ds, text ? text : "", text ? len : 0, name, opts);
     if (rc) {
         df_dataset_free(ds);
         return rc;
@@ -247,10 +268,8 @@ int df_dataset_load(const char *const *paths, int n_paths, const df_dataset_opts
 {
     if (n_paths < 1 || !paths)
         return df_error(DF_EINVAL, "dataset: no files given");
-    df_dataset *ds = dataset_new();
-    if (!ds)
-        return df_error(DF_ENOMEM, "out of memory");
-    int rc = DF_OK;
+    df_dataset *ds = NULL;
+    int rc = dataset_new(opts, &ds);
     for (int f = 0; !rc && f < n_paths; f++) {
         char *text = NULL;
         size_t len = 0;
@@ -271,6 +290,15 @@ int df_dataset_load(const char *const *paths, int n_paths, const df_dataset_opts
 /* ---- access -------------------------------------------------------------------- */
 
 int64_t df_dataset_size(const df_dataset *ds) { return ds->n; }
+int64_t df_dataset_global_size(const df_dataset *ds) { return ds->global_n; }
+
+void df_dataset_shard(const df_dataset *ds, int *index, int *count)
+{
+    if (index)
+        *index = ds->shard_index;
+    if (count)
+        *count = ds->shard_count;
+}
 
 static const record *row(const df_dataset *ds, int64_t i)
 {
@@ -289,6 +317,12 @@ ROW_FIELD(df_dataset_reward_style, style)
 ROW_FIELD(df_dataset_ability, ability)
 ROW_FIELD(df_dataset_extra_info, extra_info)
 ROW_FIELD(df_dataset_raw_prompt, raw_prompt)
+
+int64_t df_dataset_global_index(const df_dataset *ds, int64_t i)
+{
+    const record *r = row(ds, i);
+    return r ? r->global : -1;
+}
 
 int df_dataset_num_messages(const df_dataset *ds, int64_t i)
 {
@@ -350,15 +384,15 @@ int64_t df_dataset_filter(df_dataset *ds, const bool *keep)
 int64_t df_dataset_head(df_dataset *ds, int64_t n)
 {
     int64_t size = df_dataset_size(ds);
-    if (n < 0 || n >= size)
-        return 0;
+    if (n < 0 || size == 0 || ds->rows[size - 1].global < n)
+        return 0; /* rows are in global order: the last one decides */
     bool *keep = malloc((size_t)size * sizeof *keep);
     if (!keep) {
         df_error(DF_ENOMEM, "out of memory");
         return -1;
     }
     for (int64_t i = 0; i < size; i++)
-        keep[i] = i < n;
+        keep[i] = ds->rows[i].global < n;
     int64_t dropped = df_dataset_filter(ds, keep);
     free(keep);
     return dropped;

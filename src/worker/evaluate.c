@@ -34,7 +34,7 @@ static void add_source(source_sum *s, int *n_src, const char *name, double score
 
 static int dump_rows(FILE *f, const df_tokenizer *tok, const df_dataset *ds, const df_batch *b)
 {
-    const int64_t *idx = df_batch_i64(b, "index");
+    const int64_t *idx = df_batch_i64(b, "index"), *pos = df_batch_i64(b, "row");
     const float *score = df_batch_f32(b, "score");
     for (int64_t i = 0; i < df_batch_size(b); i++) {
         int64_t len;
@@ -44,8 +44,8 @@ static int dump_rows(FILE *f, const df_tokenizer *tok, const df_dataset *ds, con
         if (rc)
             return rc;
         json_t *row = json_pack("{s:I, s:s, s:s, s:s, s:f}", "index", (json_int_t)idx[i],
-                                "data_source", df_dataset_data_source(ds, idx[i]),
-                                "ground_truth", df_dataset_ground_truth(ds, idx[i]), "response",
+                                "data_source", df_dataset_data_source(ds, pos[i]),
+                                "ground_truth", df_dataset_ground_truth(ds, pos[i]), "response",
                                 text, "score", (double)score[i]);
         free(text);
         if (!row)
@@ -138,7 +138,7 @@ int df_evaluate(df_rollout_engine *e, const df_model *m, const df_tokenizer *tok
             acc += ac;
             resp_len += (double)len;
             n_resp++;
-            add_source(src, &n_src, df_dataset_data_source(ds, df_batch_i64(b, "index")[i]), sc, ac, 1);
+            add_source(src, &n_src, df_dataset_data_source(ds, df_batch_i64(b, "row")[i]), sc, ac, 1);
         }
         df_batch_free(prompts);
         df_batch_free(b);

@@ -153,10 +153,10 @@ int df_prompts_limit(df_dataset *ds, df_prompt_cache *c, int64_t max_len, bool f
 
 int df_prompts_attach(df_batch *b, const df_prompt_cache *c)
 {
-    const int64_t *idx = df_batch_i64(b, "index");
+    const int64_t *idx = df_batch_i64(b, "row");
     int64_t n = df_batch_size(b);
     if (!idx)
-        return df_error(DF_EINVAL, "batch has no 'index' column to look prompts up by");
+        return df_error(DF_EINVAL, "batch has no 'row' column to look prompts up by");
     int64_t *off = malloc((size_t)(n + 1) * sizeof *off);
     if (!off)
         return df_error(DF_ENOMEM, "out of memory");

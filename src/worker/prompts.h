@@ -30,7 +30,7 @@ void df_prompt_cache_free(df_prompt_cache *c);
 int df_prompts_limit(df_dataset *ds, df_prompt_cache *c, int64_t max_len, bool filter,
                      const char *truncation, int64_t *n_dropped);
 
-/** Add the ragged `prompt_ids` column to `b` from the cache rows named by its `index` column. */
+/** Add the ragged `prompt_ids` column to `b` from the cache rows named by its `row` column (dataset positions). */
 int df_prompts_attach(df_batch *b, const df_prompt_cache *c);
 
 /**

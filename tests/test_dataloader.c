@@ -1,0 +1,592 @@
+/*
+ * test_dataloader.c — the partitioned dataloader over dataset shards.
+ * One rank must reproduce the loader as it was before shards (a copy of its
+ * index logic is the reference below); W ranks read strided rows whose union
+ * per step is the global batch. The last test also runs under mpiexec, where
+ * each rank loads only its shard from files and the ranks agree on
+ * rows_per_rank with an allreduce.
+ * mpi-test: np 2 3 4
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "testutil.h"
+
+#include "distflow/comm.h"
+#include "distflow/dataloader.h"
+#include "distflow/dataset.h"
+#include "distflow/rng.h"
+
+#define MAXB 64
+
+/* Rows [0, n): prompt "p<g>", ground_truth "<g>", data_source "s<g % 2>", extra_info {"i": g}. */
+static char *numbered_text(int n)
+{
+    char *text = malloc((size_t)n * 128 + 1);
+    size_t at = 0;
+    text[0] = '\0';
+    for (int i = 0; i < n; i++)
+        at += (size_t)sprintf(text + at,
+                              "{\"data_source\": \"s%d\", \"prompt\": \"p%d\", \"reward_model\": "
+                              "{\"ground_truth\": %d}, \"extra_info\": {\"i\": %d}}\n%s",
+                              i % 2, i, i, i, i % 5 == 3 ? "\n" : "");
+    return text;
+}
+
+/* Shard k of count of numbered_text(n) (count 0: every row). */
+static df_dataset *numbered_shard(int n, int k, int count)
+{
+    char *text = numbered_text(n);
+    df_dataset_opts o = {.shard_index = k, .shard_count = count};
+    df_dataset *ds = NULL;
+    int rc = df_dataset_load_buffer(text, strlen(text), "num", &o, &ds);
+    free(text);
+    if (rc)
+        fail_msg("load: %s", df_last_error());
+    return ds;
+}
+
+static df_dataset *numbered(int n)
+{
+    return numbered_shard(n, 0, 0);
+}
+
+static df_dataloader *make(const df_dataset *ds, int64_t gbs, int rank, int world, bool shuffle,
+                           uint64_t seed, bool drop_last)
+{
+    df_dataloader *dl = NULL;
+    if (df_dataloader_create(ds, gbs, rank, world, shuffle, seed, drop_last, &dl))
+        fail_msg("create: %s", df_last_error());
+    return dl;
+}
+
+/* Global row numbers of a loader's (epoch, step). */
+static int64_t globals_at(const df_dataloader *dl, const df_dataset *ds, int64_t e, int64_t s, int64_t *g)
+{
+    int64_t n = -1, rows[MAXB];
+    assert_int_equal(df_dataloader_indices(dl, e, s, rows, MAXB, &n), 0);
+    for (int64_t k = 0; k < n; k++)
+        g[k] = df_dataset_global_index(ds, rows[k]);
+    return n;
+}
+
+/* ---- the loader before shards: the reference for one rank --------------------- */
+
+static int64_t old_steps(int64_t n, int64_t gbs, bool drop_last)
+{
+    return drop_last ? n / gbs : (n + gbs - 1) / gbs;
+}
+
+static int64_t old_indices(int64_t n, int64_t gbs, bool shuffle, uint64_t seed, int64_t epoch, int64_t step,
+                           int64_t *idx)
+{
+    int64_t *perm = malloc((size_t)n * sizeof *perm);
+    for (int64_t i = 0; i < n; i++)
+        perm[i] = i;
+    if (shuffle) {
+        df_rng r;
+        df_rng_seed(&r, df_rng_key(seed, (uint64_t)epoch, 0, 0));
+        df_rng_shuffle_i64(&r, perm, n);
+    }
+    int64_t start = step * gbs, m = n - start < gbs ? n - start : gbs;
+    for (int64_t k = 0; k < m; k++)
+        idx[k] = perm[start + k];
+    free(perm);
+    return m;
+}
+
+static void check_like_old(const df_dataset *ds, int64_t gbs, bool shuffle, uint64_t seed, bool drop_last)
+{
+    int64_t n = df_dataset_size(ds), want[MAXB], got[MAXB], k = 0;
+    df_dataloader *dl = NULL;
+    int rc = df_dataloader_create(ds, gbs, 0, 1, shuffle, seed, drop_last, &dl);
+    int64_t steps = old_steps(n, gbs, drop_last);
+    if (steps == 0) {
+        assert_int_equal(rc, DF_EINVAL);
+        assert_null(dl);
+        return;
+    }
+    assert_int_equal(rc, 0);
+    assert_int_equal(df_dataloader_steps_per_epoch(dl), steps);
+    assert_int_equal(df_dataloader_rows_per_rank(dl), n);
+    for (int64_t e = 0; e < 3; e++)
+        for (int64_t s = 0; s < steps; s++) {
+            int64_t m = old_indices(n, gbs, shuffle, seed, e, s, want);
+            assert_int_equal(df_dataloader_indices(dl, e, s, got, MAXB, &k), 0);
+            assert_int_equal(k, m);
+            assert_memory_equal(got, want, (size_t)m * sizeof *got);
+            /* next(): the same rows, and `index` = `row` = the old index column */
+            df_batch *b = NULL;
+            assert_int_equal(df_dataloader_next(dl, &b), 0);
+            assert_int_equal(df_batch_size(b), m);
+            for (int64_t i = 0; i < m; i++) {
+                assert_int_equal(df_batch_i64(b, "index")[i], want[i]);
+                assert_int_equal(df_batch_i64(b, "row")[i], want[i]);
+            }
+            df_batch_free(b);
+        }
+    df_dataloader_free(dl);
+}
+
+static void test_one_rank_is_the_old_loader(void **state)
+{
+    (void)state;
+    static const int sizes[] = {1, 7, 20, 33};
+    static const int64_t batches[] = {1, 3, 4, 10, 33};
+    static const uint64_t seeds[] = {0, 1, 7, 123, 42, (1ull << 40) + 5};
+    for (size_t a = 0; a < 4; a++) {
+        df_dataset *ds = numbered(sizes[a]);
+        for (size_t b = 0; b < 5; b++)
+            for (size_t c = 0; c < 6; c++)
+                for (int f = 0; f < 4; f++)
+                    check_like_old(ds, batches[b], f & 1, seeds[c], f & 2);
+        df_dataset_free(ds);
+    }
+    /* data.train_max_samples: head keeps the first rows, as before */
+    df_dataset *ds = numbered(30);
+    assert_int_equal(df_dataset_head(ds, 17), 13);
+    check_like_old(ds, 4, true, 5, true);
+    check_like_old(ds, 5, true, 9, false);
+    df_dataset_free(ds);
+}
+
+/* ---- W ranks --------------------------------------------------------------------- */
+
+/* Without shuffle the ranks' step s is the global batch [s G, (s + 1) G), from shards or from every row. */
+static void check_union(int n, int64_t gbs, int world, bool drop_last)
+{
+    df_dataset *all = numbered(n), *shard[4];
+    df_dataloader *full[4], *part[4];
+    int64_t min_rows = INT64_MAX;
+    for (int r = 0; r < world; r++) {
+        shard[r] = numbered_shard(n, r, world);
+        full[r] = make(all, gbs, r, world, false, 3, drop_last);
+        part[r] = make(shard[r], gbs, r, world, false, 3, drop_last);
+        assert_int_equal(df_dataloader_rows_available(part[r]), df_dataset_size(shard[r]));
+        assert_int_equal(df_dataloader_rows_available(full[r]), df_dataset_size(shard[r]));
+        if (df_dataloader_rows_available(part[r]) < min_rows)
+            min_rows = df_dataloader_rows_available(part[r]);
+    }
+    int64_t per = gbs / world, steps = drop_last ? min_rows / per : (min_rows + per - 1) / per;
+    for (int r = 0; r < world; r++) {
+        assert_int_equal(df_dataloader_rows_per_rank(full[r]), min_rows); /* computed alike by all */
+        assert_int_equal(df_dataloader_set_rows_per_rank(part[r], min_rows), 0);
+        assert_int_equal(df_dataloader_steps_per_epoch(part[r]), steps);
+        assert_int_equal(df_dataloader_steps_per_epoch(full[r]), steps);
+    }
+    for (int64_t s = 0; s < steps; s++) {
+        int64_t g[MAXB], h[MAXB], lo = s * gbs, left = (min_rows - s * per) * world;
+        int64_t want = left < gbs ? left : gbs;
+        int hit[128] = {0}, total = 0;
+        for (int r = 0; r < world; r++) {
+            int64_t k = globals_at(part[r], shard[r], 1, s, g);
+            assert_int_equal(globals_at(full[r], all, 1, s, h), k);
+            assert_memory_equal(g, h, (size_t)k * sizeof *g); /* shard = every row, picked */
+            assert_int_equal(k, want / world);
+            for (int64_t i = 0; i < k; i++) {
+                assert_int_equal(g[i] % world, r);
+                assert_in_range(g[i], lo, lo + want - 1);
+                hit[g[i]]++;
+                total++;
+            }
+        }
+        assert_int_equal(total, want);
+        for (int64_t i = lo; i < lo + want; i++)
+            assert_int_equal(hit[i], 1); /* disjoint and covering */
+    }
+    for (int r = 0; r < world; r++) {
+        df_dataloader_free(full[r]);
+        df_dataloader_free(part[r]);
+        df_dataset_free(shard[r]);
+    }
+    df_dataset_free(all);
+}
+
+static void test_union_is_the_global_batch(void **state)
+{
+    (void)state;
+    check_union(24, 6, 1, true);
+    check_union(24, 6, 2, true);
+    check_union(24, 6, 3, true);
+    check_union(24, 8, 4, false);
+    check_union(25, 6, 2, true);  /* 13 + 12 rows: row 24 is never read */
+    check_union(22, 6, 3, false); /* 8 + 7 + 7: a last step of one row per rank */
+    check_union(22, 6, 3, true);
+    check_union(31, 12, 4, false);
+}
+
+static void test_partial_last_step(void **state)
+{
+    (void)state;
+    df_dataset *ds = numbered(22);
+    for (int r = 0; r < 3; r++) {
+        df_dataloader *dl = make(ds, 6, r, 3, false, 0, false);
+        assert_int_equal(df_dataloader_rows_per_rank(dl), 7);
+        assert_int_equal(df_dataloader_steps_per_epoch(dl), 4);
+        int64_t g[MAXB];
+        assert_int_equal(globals_at(dl, ds, 0, 3, g), 1);
+        assert_int_equal(g[0], 18 + r);
+        assert_int_equal(globals_at(dl, ds, 0, 1, g), 2);
+        assert_int_equal(g[0], 6 + r);
+        assert_int_equal(g[1], 9 + r);
+        df_dataloader_free(dl);
+    }
+    df_dataset_free(ds);
+}
+
+/* Shuffled epochs: one permutation of local positions shared by the ranks, new each epoch. */
+static void test_shuffled_epochs(void **state)
+{
+    (void)state;
+    enum { NR = 40, GB = 8, NW = 4 }; /* rows, global batch, ranks */
+    df_dataset *ds[NW];
+    df_dataloader *dl[NW], *other_seed = NULL;
+    for (int r = 0; r < NW; r++) {
+        ds[r] = numbered_shard(NR, r, NW);
+        dl[r] = make(ds[r], GB, r, NW, true, 11, true);
+        assert_int_equal(df_dataloader_steps_per_epoch(dl[r]), 5);
+    }
+    other_seed = make(ds[1], GB, 1, NW, true, 12, true);
+    int64_t first[5][2], g[MAXB], h[MAXB];
+    int differs_epoch = 0, differs_seed = 0;
+    for (int64_t e = 0; e < 3; e++) {
+        int hit[NR] = {0};
+        for (int64_t s = 0; s < 5; s++)
+            for (int r = 0; r < NW; r++) {
+                assert_int_equal(globals_at(dl[r], ds[r], e, s, g), 2);
+                for (int k = 0; k < 2; k++) {
+                    assert_int_equal(g[k] % NW, r);
+                    hit[g[k]]++;
+                    if (r == 0 && e == 0)
+                        first[s][k] = g[k];
+                    /* the same local position on every rank */
+                    if (r > 0) {
+                        int64_t g0[MAXB];
+                        globals_at(dl[0], ds[0], e, s, g0);
+                        assert_int_equal((g[k] - r) / NW, g0[k] / NW);
+                    }
+                    if (r == 0 && e > 0)
+                        differs_epoch += g[k] != first[s][k];
+                }
+                if (r == 1) {
+                    globals_at(other_seed, ds[1], e, s, h);
+                    differs_seed += memcmp(g, h, 2 * sizeof *g) != 0;
+                }
+            }
+        for (int i = 0; i < NR; i++)
+            assert_int_equal(hit[i], 1); /* an epoch reads every row once */
+    }
+    assert_true(differs_epoch > 0);
+    assert_true(differs_seed > 0);
+    for (int r = 0; r < NW; r++) {
+        df_dataloader_free(dl[r]);
+        df_dataset_free(ds[r]);
+    }
+    df_dataloader_free(other_seed);
+}
+
+/* After the same per-row filter, a shard and every row give the same batches. */
+static void test_filtered(void **state)
+{
+    (void)state;
+    df_dataset *all = numbered(30);
+    bool keep[30];
+    for (int i = 0; i < 30; i++)
+        keep[i] = i % 7 != 0; /* drops 0, 7, 14, 21, 28: 12 even rows left, 13 odd */
+    assert_int_equal(df_dataset_filter(all, keep), 5);
+    for (int r = 0; r < 2; r++) {
+        df_dataset *ds = numbered_shard(30, r, 2);
+        bool k2[15];
+        for (int64_t i = 0; i < 15; i++)
+            k2[i] = df_dataset_global_index(ds, i) % 7 != 0;
+        df_dataset_filter(ds, k2);
+        df_dataloader *part = make(ds, 4, r, 2, true, 5, false), *full = make(all, 4, r, 2, true, 5, false);
+        assert_int_equal(df_dataloader_rows_available(part), r ? 13 : 12);
+        assert_int_equal(df_dataloader_rows_available(full), r ? 13 : 12);
+        assert_int_equal(df_dataloader_rows_per_rank(full), 12);
+        assert_int_equal(df_dataloader_steps_per_epoch(part), r ? 7 : 6); /* before the agreement */
+        assert_int_equal(df_dataloader_set_rows_per_rank(part, 12), 0);
+        assert_int_equal(df_dataloader_steps_per_epoch(part), 6);
+        for (int64_t e = 0; e < 2; e++)
+            for (int64_t s = 0; s < 6; s++) {
+                df_batch *a = NULL, *b = NULL;
+                assert_int_equal(df_dataloader_next(part, &a), 0);
+                assert_int_equal(df_dataloader_next(full, &b), 0);
+                assert_int_equal(df_batch_size(a), 2);
+                assert_memory_equal(df_batch_i64(a, "index"), df_batch_i64(b, "index"), 2 * sizeof(int64_t));
+                for (int64_t i = 0; i < 2; i++) {
+                    int64_t g = df_batch_i64(a, "index")[i];
+                    assert_true(g % 7 != 0 && g % 2 == r);
+                    /* `row` is the position in each loader's own dataset */
+                    assert_int_equal(df_dataset_global_index(ds, df_batch_i64(a, "row")[i]), g);
+                    assert_int_equal(df_dataset_global_index(all, df_batch_i64(b, "row")[i]), g);
+                    assert_string_equal(df_batch_str(a, "ground_truth", i),
+                                        df_batch_str(b, "ground_truth", i));
+                }
+                df_batch_free(a);
+                df_batch_free(b);
+            }
+        df_dataloader_free(part);
+        df_dataloader_free(full);
+        df_dataset_free(ds);
+    }
+    df_dataset_free(all);
+}
+
+static void test_batches_and_resume(void **state)
+{
+    (void)state;
+    df_dataset *ds = numbered_shard(21, 1, 2); /* rows 1, 3, ..., 19 */
+    df_dataloader *dl = make(ds, 4, 1, 2, true, 99, true), *again = make(ds, 4, 1, 2, true, 99, true);
+    assert_int_equal(df_dataloader_set_rows_per_rank(dl, 10), 0);
+    assert_int_equal(df_dataloader_set_rows_per_rank(again, 10), 0);
+    assert_int_equal(df_dataloader_steps_per_epoch(dl), 5);
+    int64_t seen[12][2];
+    for (int k = 0; k < 12; k++) { /* 5 steps per epoch: crosses two epoch boundaries */
+        assert_int_equal(df_dataloader_epoch(dl), k / 5);
+        assert_int_equal(df_dataloader_step(dl), k % 5);
+        df_batch *b = NULL;
+        assert_int_equal(df_dataloader_next(dl, &b), 0);
+        assert_int_equal(df_batch_size(b), 2);
+        assert_true(df_batch_meta_get(b, "epoch", -1) == k / 5);
+        assert_true(df_batch_meta_get(b, "step", -1) == k % 5);
+        for (int r = 0; r < 2; r++) {
+            int64_t i = df_batch_i64(b, "index")[r];
+            char want[64];
+            seen[k][r] = i;
+            assert_int_equal(i % 2, 1);
+            assert_int_equal(df_batch_i64(b, "row")[r], i / 2);
+            assert_string_equal(df_batch_str(b, "data_source", r), "s1");
+            snprintf(want, sizeof want, "%lld", (long long)i);
+            assert_string_equal(df_batch_str(b, "ground_truth", r), want);
+            snprintf(want, sizeof want, "[{\"role\":\"user\",\"content\":\"p%lld\"}]", (long long)i);
+            assert_string_equal(df_batch_str(b, "raw_prompt", r), want);
+            snprintf(want, sizeof want, "{\"i\":%lld}", (long long)i);
+            assert_string_equal(df_batch_str(b, "extra_info", r), want);
+        }
+        df_batch_free(b);
+    }
+    int64_t e, s;
+    df_dataloader_tell(dl, &e, &s);
+    assert_int_equal(e, 2);
+    assert_int_equal(s, 2);
+    /* resume a fresh loader at a saved position: same rows as the original run */
+    assert_int_equal(df_dataloader_seek(again, 1, 3), 0);
+    for (int k = 8; k < 12; k++) {
+        df_batch *b = NULL;
+        assert_int_equal(df_dataloader_next(again, &b), 0);
+        assert_int_equal(df_batch_i64(b, "index")[0], seen[k][0]);
+        assert_int_equal(df_batch_i64(b, "index")[1], seen[k][1]);
+        df_batch_free(b);
+    }
+    assert_int_equal(df_dataloader_seek(again, 0, 5), 0); /* end of epoch 0 = start of epoch 1 */
+    df_dataloader_tell(again, &e, &s);
+    assert_int_equal(e, 1);
+    assert_int_equal(s, 0);
+    assert_int_equal(df_dataloader_seek(again, 0, 6), DF_EINVAL);
+    assert_int_equal(df_dataloader_seek(again, -1, 0), DF_EINVAL);
+    df_batch *b = NULL;
+    assert_int_equal(df_dataloader_batch_at(again, 1, 2, &b), 0); /* batch_at does not move */
+    assert_int_equal(df_batch_i64(b, "index")[0], seen[7][0]);
+    df_batch_free(b);
+    df_dataloader_tell(again, &e, &s);
+    assert_int_equal(e * 10 + s, 10);
+    /* a position past a smaller epoch refuses the new row count */
+    assert_int_equal(df_dataloader_seek(again, 0, 4), 0);
+    assert_int_equal(df_dataloader_set_rows_per_rank(again, 6), DF_EINVAL);
+    df_dataloader_free(again);
+    df_dataloader_free(dl);
+    df_dataset_free(ds);
+}
+
+static void test_errors(void **state)
+{
+    (void)state;
+    df_dataset *ds = numbered(10);
+    df_dataloader *dl = NULL;
+    int64_t x[MAXB], n;
+    dl = make(ds, 4, 0, 1, true, 1, true);
+    assert_int_equal(df_dataloader_steps_per_epoch(dl), 2);
+    assert_int_equal(df_dataloader_indices(dl, 0, 2, x, MAXB, &n), DF_EINVAL);
+    assert_int_equal(df_dataloader_indices(dl, -1, 0, x, MAXB, &n), DF_EINVAL);
+    assert_int_equal(df_dataloader_indices(dl, 0, 0, x, 3, &n), DF_EINVAL); /* buffer too small */
+    assert_non_null(strstr(df_last_error(), "index buffer"));
+    df_dataloader_free(dl);
+
+    dl = NULL;
+    assert_int_equal(df_dataloader_create(ds, 6, 0, 4, false, 0, true, &dl), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "not divisible"));
+    assert_int_equal(df_dataloader_create(ds, 4, 2, 2, false, 0, true, &dl), DF_EINVAL);
+    assert_int_equal(df_dataloader_create(ds, 4, -1, 2, false, 0, true, &dl), DF_EINVAL);
+    assert_int_equal(df_dataloader_create(ds, 0, 0, 1, false, 0, true, &dl), DF_EINVAL);
+    assert_int_equal(df_dataloader_create(NULL, 4, 0, 1, false, 0, true, &dl), DF_EINVAL);
+    assert_int_equal(df_dataloader_create(ds, 12, 0, 1, false, 0, true, &dl), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "10 rows give no batch of 12 with drop_last"));
+    assert_int_equal(df_dataloader_create(ds, 12, 1, 2, false, 0, true, &dl), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "5 rows per rank give no batch of 6 with drop_last"));
+    assert_null(dl);
+    dl = make(ds, 12, 0, 1, false, 0, false);
+    assert_int_equal(df_dataloader_steps_per_epoch(dl), 1);
+    df_dataloader_free(dl);
+
+    /* a shard only fits its own rank; one rank reads any dataset whole */
+    df_dataset *sh = numbered_shard(10, 1, 3); /* rows 1, 4, 7 */
+    assert_int_equal(df_dataloader_create(sh, 3, 0, 3, false, 0, true, &dl), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "rank 0 of 3 cannot read dataset shard 1 of 3"));
+    assert_int_equal(df_dataloader_create(sh, 2, 1, 2, false, 0, true, &dl), DF_EINVAL);
+    dl = make(sh, 3, 0, 1, false, 0, true);
+    assert_int_equal(globals_at(dl, sh, 0, 0, x), 3);
+    assert_int_equal(x[2], 7);
+    df_dataloader_free(dl);
+
+    /* a rank's own shard too small: no error before the agreement, then on every rank */
+    dl = make(sh, 9, 1, 3, false, 0, true);
+    assert_int_equal(df_dataloader_steps_per_epoch(dl), 1);
+    assert_int_equal(df_dataloader_set_rows_per_rank(dl, 4), DF_EINVAL); /* more than it has */
+    assert_non_null(strstr(df_last_error(), "rows per rank 4 outside [0, 3]"));
+    assert_int_equal(df_dataloader_set_rows_per_rank(dl, -1), DF_EINVAL);
+    assert_int_equal(df_dataloader_set_rows_per_rank(dl, 2), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "2 rows per rank give no batch of 3 with drop_last"));
+    assert_int_equal(df_dataloader_rows_per_rank(dl), 3); /* unchanged by a refused set */
+    df_dataloader_free(dl);
+    dl = make(sh, 12, 1, 3, false, 0, true); /* 3 rows, P = 4: deferred */
+    assert_int_equal(df_dataloader_steps_per_epoch(dl), 0);
+    df_batch *b = NULL;
+    assert_int_equal(df_dataloader_next(dl, &b), DF_EINVAL);
+    assert_null(b);
+    assert_int_equal(df_dataloader_set_rows_per_rank(dl, 3), DF_EINVAL);
+    df_dataloader_free(dl);
+    df_dataset_free(sh);
+    df_dataset_free(ds);
+}
+
+/* ---- real ranks (mpiexec) ------------------------------------------------------------ */
+
+static df_comm *W;
+static int R, N;
+
+static int group_setup(void **state)
+{
+    (void)state;
+    if (df_comm_world(&W) != 0) {
+        print_error("df_comm_world: %s\n", df_last_error());
+        return -1;
+    }
+    R = df_comm_rank(W);
+    N = df_comm_size(W);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    return df_comm_shutdown();
+}
+
+#define CHECK(cond)                                                                                          \
+    do {                                                                                                     \
+        if (!(cond) && !bad++)                                                                               \
+            snprintf(why, sizeof why, "rank %d: %s (line %d)", R, #cond, __LINE__);                          \
+    } while (0)
+
+/*
+ * Every rank loads only its shard of three files, the ranks agree on
+ * rows_per_rank (allreduce MIN), and each step's rows are gathered: their
+ * union must be the rows that one process picks for all ranks from the whole
+ * dataset (and, unshuffled, the global rows [s G, (s + 1) G)). Failures are
+ * counted and agreed on before asserting, so no rank is left in a collective.
+ */
+static void test_mpi_shards(void **state)
+{
+    const char *want_size = getenv("DF_TEST_EXPECT_SIZE");
+    if (want_size)
+        assert_int_equal(N, atoi(want_size));
+    assert_in_range(N, 1, 4); /* the buffers below; every rank fails alike */
+    const char *dir = *state;
+    enum { ROWS = 53 };
+    char *text = numbered_text(ROWS), paths[3][256];
+    const char *pp[3];
+    const size_t cut[4] = {0, strlen(text) / 3, 2 * strlen(text) / 3, strlen(text)};
+    for (int f = 0; f < 3; f++) { /* split at line ends: three files, rows numbered across them */
+        size_t a = cut[f], b = cut[f + 1];
+        while (f > 0 && a < cut[3] && text[a - 1] != '\n')
+            a++;
+        while (f < 2 && b < cut[3] && text[b - 1] != '\n')
+            b++;
+        snprintf(paths[f], sizeof paths[f], "%s/part%d.jsonl", dir, f);
+        FILE *fp = fopen(paths[f], "wb");
+        assert_non_null(fp);
+        fwrite(text + a, 1, b - a, fp);
+        fclose(fp);
+        pp[f] = paths[f];
+    }
+    int bad = 0;
+    char why[256] = "";
+    df_dataset_opts o = {.shard_index = R, .shard_count = N};
+    df_dataset *ds = NULL, *all = numbered(ROWS);
+    CHECK(df_dataset_load(pp, 3, &o, &ds) == 0);
+    int64_t per = 2, gbs = per * N;
+    for (int shuffle = 0; shuffle < 2 && ds; shuffle++) {
+        df_dataloader *dl = make(ds, gbs, R, N, shuffle, 17, true);
+        int64_t rows = df_dataloader_rows_available(dl);
+        CHECK(rows == (ROWS - R + N - 1) / N);
+        CHECK(df_dataset_global_size(ds) == ROWS);
+        assert_int_equal(df_comm_allreduce(W, &rows, 1, DF_COMM_INT64, DF_COMM_MIN), 0);
+        CHECK(rows == ROWS / N);
+        CHECK(df_dataloader_set_rows_per_rank(dl, rows) == 0);
+        int64_t steps = df_dataloader_steps_per_epoch(dl);
+        CHECK(steps == rows / per);
+        df_dataloader *ref[4];
+        for (int r = 0; r < N; r++)
+            ref[r] = make(all, gbs, r, N, shuffle, 17, true);
+        for (int64_t e = 0; e < 2; e++)
+            for (int64_t s = 0; s < steps; s++) {
+                df_batch *b = NULL;
+                int64_t mine[2] = {-1, -1}, got[8], want[2];
+                if (df_dataloader_next(dl, &b) == 0 && df_batch_size(b) == per)
+                    memcpy(mine, df_batch_i64(b, "index"), sizeof mine);
+                df_batch_free(b);
+                assert_int_equal(df_comm_allgather(W, mine, sizeof mine, got), 0);
+                for (int r = 0; r < N; r++) {
+                    globals_at(ref[r], all, e, s, want);
+                    CHECK(got[2 * r] == want[0] && got[2 * r + 1] == want[1]);
+                    CHECK(!shuffle || (got[2 * r] % N == r && got[2 * r + 1] % N == r));
+                    CHECK(shuffle || (got[2 * r] == s * gbs + r && got[2 * r + 1] == s * gbs + r + N));
+                }
+            }
+        for (int r = 0; r < N; r++)
+            df_dataloader_free(ref[r]);
+        df_dataloader_free(dl);
+    }
+    df_dataset_free(ds);
+    df_dataset_free(all);
+    free(text);
+    int64_t any = bad;
+    assert_int_equal(df_comm_allreduce(W, &any, 1, DF_COMM_INT64, DF_COMM_MAX), 0);
+    if (bad)
+        fail_msg("%s", why);
+    if (any)
+        fail_msg("another rank failed");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_one_rank_is_the_old_loader),
+        cmocka_unit_test(test_union_is_the_global_batch),
+        cmocka_unit_test(test_partial_last_step),
+        cmocka_unit_test(test_shuffled_epochs),
+        cmocka_unit_test(test_filtered),
+        cmocka_unit_test(test_batches_and_resume),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test_setup_teardown(test_mpi_shards, df_test_mkdtemp, df_test_rmtree),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

@@ -1,0 +1,210 @@
+/*
+ * test_dist_train.c — GRPO on several ranks follows the one-rank trajectory.
+ *
+ * mpi-test: np 2 4
+ * (as a plain ctest it runs with one rank and checks the run against itself.)
+ *
+ * Rank 0 first trains alone (a one-rank communicator split from the world) for
+ * the reference; then every rank trains the same job together: the same global
+ * batch (data.train_batch_size prompts x rollout.n) split over the ranks, the
+ * same seeds (each prompt's sampling stream is keyed by its dataset row, so it
+ * does not depend on which rank generates it). The per-step metrics (score,
+ * lengths, losses, gradient norm, validation) and the final weights must match
+ * the reference up to float summation order. Variants: plain data parallelism,
+ * trainer.balance_batch (samples move between ranks after the rollout), and an
+ * actor on half as many DP ranks as the rollout (ulysses_sequence_parallel_size
+ * 2: every rollout shard is redistributed to the actor's DP ranks).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "testutil.h"
+
+#include "distflow/comm.h"
+#include "distflow/reward.h"
+
+#include <jansson.h>
+#include <math.h>
+
+static df_comm *world;
+static char dir[256];
+
+static int digit_share(const char *data_source, const char *s, const char *gt, const char *extra, double *score)
+{
+    (void)data_source, (void)gt, (void)extra;
+    size_t n = strlen(s), d = 0;
+    for (size_t i = 0; i < n; i++)
+        d += s[i] >= '0' && s[i] <= '9';
+    *score = n ? (double)d / (double)n : 0.0;
+    return 0;
+}
+
+/* Train on `comm` into dir/<out>, with one dotted override. */
+static void train(df_comm *comm, const char *out, const char *override)
+{
+    char yaml[4096];
+    snprintf(yaml, sizeof yaml,
+             "data: {train_files: [%s/train.jsonl], val_files: [%s/val.jsonl], train_batch_size: 8,\n"
+             "       shuffle: false, max_prompt_length: 128, max_response_length: 12}\n"
+             "actor_rollout_ref:\n"
+             "  model: {path: %s/model}\n"
+             "  actor: {optim: {lr: 0.01, weight_decay: 0.0}, ppo_mini_batch_size: 8,\n"
+             "          ppo_micro_batch_size_per_gpu: 8, use_kl_loss: true, kl_loss_coef: 0.01}\n"
+             "  rollout: {n: 4, log_prob_micro_batch_size_per_gpu: 8}\n"
+             "  ref: {log_prob_micro_batch_size_per_gpu: 8}\n"
+             "algorithm: {adv_estimator: grpo}\n"
+             "trainer: {total_training_steps: 3, save_freq: 3, test_freq: 3, logger: [],\n"
+             "          default_local_dir: %s/%s}\n",
+             dir, dir, dir, dir, out);
+    df_config *cfg;
+    if (df_config_load_text(df_config_schema_train(), yaml, "dist.yaml", &override, 1, &cfg))
+        fail_msg("%s", df_last_error());
+    df_dag_worker *w = NULL;
+    int rc = df_dag_worker_create(cfg, comm, &w);
+    if (!rc)
+        rc = df_dag_worker_fit(w);
+    if (rc)
+        fail_msg("rank %d: %s", df_comm_rank(world), df_last_error());
+    df_dag_worker_free(w);
+    df_config_free(cfg);
+}
+
+static json_t *metrics_of(const char *out)
+{
+    char path[512], *text;
+    snprintf(path, sizeof path, "%s/%s/metrics.jsonl", dir, out);
+    assert_int_equal(df_read_file(path, &text, NULL), 0);
+    json_t *lines = json_array();
+    for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n"))
+        json_array_append_new(lines, json_loads(l, 0, NULL));
+    free(text);
+    return lines;
+}
+
+static void expect_close(json_t *a, json_t *b, const char *key, double tol, int line)
+{
+    json_t *x = json_object_get(a, key), *y = json_object_get(b, key);
+    if (!json_is_number(x) || !json_is_number(y))
+        fail_msg("line %d: %s missing", line, key);
+    double u = json_number_value(x), v = json_number_value(y);
+    if (fabs(u - v) > tol * (1 + fabs(u)))
+        fail_msg("line %d: %s = %.9g on one rank, %.9g distributed", line, key, u, v);
+}
+
+/* Rank 0: the distributed run's metrics and weights equal the one-rank run's. */
+static void compare_with_reference(const char *out)
+{
+    if (df_comm_rank(world) != 0)
+        return;
+    json_t *ref = metrics_of("ref"), *got = metrics_of(out);
+    assert_int_equal(json_array_size(ref), 4); /* validation before training, 3 steps (the last validates) */
+    assert_int_equal(json_array_size(got), json_array_size(ref));
+    static const struct {
+        const char *key;
+        double tol;
+    } keys[] = {{"critic/score/mean", 1e-6},   {"critic/score/max", 1e-6},  {"response_length/mean", 1e-9},
+                {"response_length/max", 1e-9}, {"actor/pg_loss", 1e-4},     {"actor/kl_loss", 1e-4},
+                {"actor/entropy", 1e-4},       {"actor/grad_norm", 1e-3},   {"actor/lr", 1e-12},
+                {"perf/total_num_tokens", 1e-9}};
+    for (size_t i = 1; i < json_array_size(ref); i++) {
+        json_t *a = json_array_get(ref, i), *b = json_array_get(got, i);
+        for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
+            expect_close(a, b, keys[k].key, keys[k].tol, (int)i);
+        assert_true(json_number_value(json_object_get(b, "actor/weights_in_sync")) == 1.0);
+    }
+    expect_close(json_array_get(ref, 0), json_array_get(got, 0), "val-core/test/digits/reward/mean@1", 1e-6, 0);
+    expect_close(json_array_get(ref, 3), json_array_get(got, 3), "val-core/test/digits/reward/mean@1", 1e-4, 3);
+    json_decref(ref);
+    json_decref(got);
+
+    char p0[512], p1[512];
+    snprintf(p0, sizeof p0, "%s/ref/global_step_3/actor", dir);
+    snprintf(p1, sizeof p1, "%s/%s/global_step_3/actor", dir, out);
+    df_model *m0, *m1;
+    assert_int_equal(df_model_load(p0, &m0), 0);
+    assert_int_equal(df_model_load(p1, &m1), 0);
+    double diff = 0;
+    for (int64_t i = 0; i < m0->n_params; i++)
+        diff = fmax(diff, fabs((double)m0->params[i] - m1->params[i]));
+    print_message("%s: max |w_1rank - w_dist| = %.3g\n", out, diff);
+    assert_true(diff < 1e-4);
+    df_model_free(m0);
+    df_model_free(m1);
+}
+
+static void test_data_parallel(void **state)
+{
+    (void)state;
+    train(world, "dp", "trainer.balance_batch=false");
+    assert_int_equal(df_comm_barrier(world), 0);
+    compare_with_reference("dp");
+}
+
+static void test_balance_batch(void **state)
+{
+    (void)state;
+    train(world, "balanced", "trainer.balance_batch=true");
+    assert_int_equal(df_comm_barrier(world), 0);
+    compare_with_reference("balanced");
+}
+
+static void test_actor_on_fewer_dp_ranks(void **state)
+{
+    (void)state;
+    if (df_comm_size(world) % 2) {
+        skip();
+        return;
+    }
+    train(world, "actor_sp2", "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2");
+    assert_int_equal(df_comm_barrier(world), 0);
+    compare_with_reference("actor_sp2");
+}
+
+/* Inputs on rank 0, the directory broadcast, then the one-rank reference run. */
+static int setup(void **state)
+{
+    (void)state;
+    if (df_comm_world(&world) || df_reward_register("test/digits", digit_share))
+        return -1;
+    const char *want = getenv("DF_TEST_EXPECT_SIZE");
+    if (want && atoi(want) != df_comm_size(world))
+        return -1;
+    if (df_comm_rank(world) == 0) {
+        snprintf(dir, sizeof dir, "/tmp/df_dist_XXXXXX");
+        if (!mkdtemp(dir))
+            return -1;
+        df_test_digits_inputs(dir, "train.jsonl", 64, "test/digits", true);
+        df_test_digits_inputs(dir, "val.jsonl", 16, "test/digits", false);
+    }
+    if (df_comm_broadcast(world, dir, sizeof dir, 0))
+        return -1;
+    df_comm *self = NULL;
+    if (df_comm_split(world, df_comm_rank(world), 0, &self))
+        return -1;
+    if (df_comm_rank(world) == 0)
+        train(self, "ref", "trainer.balance_batch=false");
+    df_comm_free(self);
+    return df_comm_barrier(world);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    df_comm_barrier(world);
+    if (df_comm_rank(world) == 0)
+        df_test_remove_tree(dir);
+    df_comm_shutdown();
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_data_parallel),
+        cmocka_unit_test(test_balance_batch),
+        cmocka_unit_test(test_actor_on_fewer_dp_ranks),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
