@@ -71,7 +71,10 @@ static double all_max(double x)
     return x;
 }
 
-static double all_min(double x) { return -all_max(-x); }
+static double all_min(double x)
+{
+    return -all_max(-x);
+}
 
 static df_model *tiny_model(void)
 {
@@ -93,13 +96,26 @@ static df_model *tiny_model(void)
 
 static df_actor_params params(const char *agg, int64_t mini, int64_t micro)
 {
-    df_actor_params p = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.999, .adam_eps = 1e-8,
-                         .weight_decay = 0.01, .grad_clip = 1.0, .mini_batch_size = mini,
-                         .micro_batch_size = micro, .logprob_micro_batch_size = micro,
-                         .ppo_epochs = 1, .policy_loss = "vanilla", .loss_agg_mode = agg,
-                         .clip_ratio_low = 0.2, .clip_ratio_high = 0.28, .clip_ratio_c = 3.0,
-                         .entropy_coeff = 0.01, .use_kl_loss = true, .kl_loss_coef = 0.1,
-                         .kl_loss_type = "low_var_kl", .temperature = 0.8f};
+    df_actor_params p = {.lr = 1e-2,
+                         .beta1 = 0.9,
+                         .beta2 = 0.999,
+                         .adam_eps = 1e-8,
+                         .weight_decay = 0.01,
+                         .grad_clip = 1.0,
+                         .mini_batch_size = mini,
+                         .micro_batch_size = micro,
+                         .logprob_micro_batch_size = micro,
+                         .ppo_epochs = 1,
+                         .policy_loss = "vanilla",
+                         .loss_agg_mode = agg,
+                         .clip_ratio_low = 0.2,
+                         .clip_ratio_high = 0.28,
+                         .clip_ratio_c = 3.0,
+                         .entropy_coeff = 0.01,
+                         .use_kl_loss = true,
+                         .kl_loss_coef = 0.1,
+                         .kl_loss_type = "low_var_kl",
+                         .temperature = 0.8f};
     return p;
 }
 
@@ -152,8 +168,8 @@ static void add_ppo_columns(df_batch *b, uint64_t seed)
  * ranks' k-th local mini-batches, rank by rank. Fills this rank's row indices
  * (*mine, local order) and the global mini-batch bounds (*bounds, *n_mini).
  */
-static void layout(const int *count, int64_t mbs, int64_t **mine, int64_t *n_mine,
-                   int64_t *bounds, int *n_mini)
+static void layout(const int *count, int64_t mbs, int64_t **mine, int64_t *n_mine, int64_t *bounds,
+                   int *n_mini)
 {
     int max_k = 0;
     for (int r = 0; r < N; r++)
@@ -249,9 +265,9 @@ static void run_ppo(const scenario *sc)
                 assert_int_equal(df_actor_update_policy(alone, mb, ma), 0);
                 df_batch_free(mb);
             }
-        const char *keys[] = {"actor/pg_loss",     "actor/kl_loss",          "actor/entropy_loss",
-                              "actor/pg_clipfrac", "actor/pg_clipfrac_lower", "actor/ppo_kl",
-                              "actor/grad_norm",   "actor/lr"};
+        const char *keys[] = {
+            "actor/pg_loss",           "actor/kl_loss", "actor/entropy_loss", "actor/pg_clipfrac",
+            "actor/pg_clipfrac_lower", "actor/ppo_kl",  "actor/grad_norm",    "actor/lr"};
         for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
             worst_m = fmax(worst_m, check_metric(md, ma, keys[i]));
         double d = all_max(max_abs_diff(df_actor_model(dp), df_actor_model(alone)));
@@ -265,8 +281,8 @@ static void run_ppo(const scenario *sc)
     /* the updates did something, and clipping was exercised */
     assert_true(all_min(max_abs_diff(df_actor_model(dp), init)) > 1e-2);
     if (R == 0)
-        print_message("[ %s, %d ranks ] max |w_dp - w_whole| %.3g, max metric rel diff %.3g\n",
-                      sc->agg, N, worst_w, worst_m);
+        print_message("[ %s, %d ranks ] max |w_dp - w_whole| %.3g, max metric rel diff %.3g\n", sc->agg, N,
+                      worst_w, worst_m);
     df_model_free(init);
     df_actor_free(dp);
     df_actor_free(alone);
@@ -421,10 +437,12 @@ static void test_failure_agreement(void **state)
 static void test_checksum_golden(void **state)
 {
     (void)state;
-    static const struct { int64_t n; uint64_t want; } cases[] = {
-        {0, 0x0000000000000000ULL},      {1, 0x5C3D77E4E6A060F9ULL},
-        {5, 0x936AC9B90872898AULL},      {8, 0xAE8C219A36CA3C8DULL},
-        {300001, 0x7EC3EEECE4CC4962ULL}, /* two 1 MiB blocks and a half word */
+    static const struct {
+        int64_t n;
+        uint64_t want;
+    } cases[] = {
+        {0, 0x0000000000000000ULL}, {1, 0x5C3D77E4E6A060F9ULL},      {5, 0x936AC9B90872898AULL},
+        {8, 0xAE8C219A36CA3C8DULL}, {300001, 0x7EC3EEECE4CC4962ULL}, /* two 1 MiB blocks and a half word */
     };
     int threads0 = omp_get_max_threads();
     float *buf = malloc(300001 * sizeof *buf);
@@ -437,8 +455,8 @@ static void test_checksum_golden(void **state)
             uint64_t got = 1;
             assert_int_equal(df_model_param_checksum(&m, &got), 0);
             if (got != cases[c].want)
-                fail_msg("n %lld: 0x%016llX, want 0x%016llX", (long long)cases[c].n,
-                         (unsigned long long)got, (unsigned long long)cases[c].want);
+                fail_msg("n %lld: 0x%016llX, want 0x%016llX", (long long)cases[c].n, (unsigned long long)got,
+                         (unsigned long long)cases[c].want);
         }
     }
     omp_set_num_threads(threads0);

@@ -354,7 +354,7 @@ static int ppo_mini_batch(df_actor *a, const df_batch *mb, double lr, df_metrics
     double sums[N_SUMS] = {0};
     rc = ppo_mini_local(a, mb, (int64_t)tot[0], (int64_t)tot[1], sums);
     if ((rc = dp_reduce(a, sums, N_SUMS, DF_COMM_SUM, rc, "the loss statistics")) ||
-        (rc = dp_allreduce_grads(a)))
+        (tot[0] > 0 && (rc = dp_allreduce_grads(a)))) /* no tokens anywhere: zero gradient */
         return rc;
     df_metrics_mean(m, "actor/pg_loss", sums[S_PG_LOSS]);
     df_metrics_mean(m, "actor/kl_loss", sums[S_KL_LOSS]);
@@ -446,7 +446,7 @@ int df_actor_sft_step(df_actor *a, df_batch *b, df_metrics *m)
     double loss = 0;
     rc = sft_local(a, b, total, &loss);
     if ((rc = dp_reduce(a, &loss, 1, DF_COMM_SUM, rc, "the SFT loss")) ||
-        (rc = dp_allreduce_grads(a)))
+        (total > 0 && (rc = dp_allreduce_grads(a))))
         return rc;
     df_metrics_mean(m, "train/loss", loss);
     rc = optimizer_step(a, current_lr(a), m, "train");

@@ -75,7 +75,10 @@ void df_actor_set_loss_params(df_actor *a, const df_actor_params *p);
  * and the numbers are exactly those of a lone actor. Every rank of `dp` must
  * start from identical weights (df_model_param_checksum checks it). The
  * mini-batch size stays per rank (the caller divides ppo_mini_batch_size by
- * the DP size, as verl does).
+ * the DP size, as verl does). `dp` holds one rank per DP group: gradients are
+ * summed over all of its ranks, so with mp > 1 replicas per group (which hold
+ * the same rows) build one DP comm per mp_rank (df_comm_split with color
+ * mp_rank, key dp_rank); each replica then computes the same update.
  */
 void df_actor_set_comm(df_actor *a, df_comm *dp);
 df_model *df_actor_model(df_actor *a);

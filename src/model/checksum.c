@@ -9,7 +9,10 @@ enum { BLOCK_WORDS = 1 << 17, LANES = 4 };
 
 static const uint64_t P1 = 0x9E3779B185EBCA87ULL, P2 = 0xC2B2AE3D27D4EB4FULL;
 
-static inline uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+static inline uint64_t rotl(uint64_t x, int r)
+{
+    return (x << r) | (x >> (64 - r));
+}
 
 /* MurmurHash3's 64-bit finaliser: every input bit reaches every output bit. */
 static inline uint64_t fmix64(uint64_t x)
