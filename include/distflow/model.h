@@ -201,6 +201,23 @@ DF_API int df_model_load(const char *dir, df_model **out);
 DF_API int df_model_save(const df_model *m, const char *dir, df_dtype dtype,
                          int64_t max_shard_bytes);
 
+/**
+ * A 64-bit checksum of the parameter bytes (m->params, n_params float32 in
+ * native byte order), for checking that the ranks of a data-parallel group
+ * hold bit-identical weights (allgather it and compare) at the cost of one
+ * pass over memory. Not cryptographic; equal weights give equal checksums, and
+ * any change of bits (including 0.0 versus -0.0, or NaN payloads) almost
+ * surely changes it. Definition (src/model/checksum.c): the bytes are cut into
+ * 1 MiB blocks; a block is read as 8-byte words (a last partial word
+ * zero-padded) fed round-robin into four xxHash64-style lanes seeded with the
+ * block index, folded and finalised with MurmurHash3's fmix64 and the block's
+ * length; block hashes are summed mod 2^64 and the sum, xor the total byte
+ * count, goes through fmix64 again. Blocks are hashed in parallel (OpenMP);
+ * the result does not depend on the thread count.
+ * Errors: DF_EINVAL when m, m->params or out is NULL.
+ */
+DF_API int df_model_param_checksum(const df_model *m, uint64_t *out);
+
 /* ---- training forward / backward ------------------------------------------- */
 
 /**

@@ -2,10 +2,12 @@
 #include "engine/actor.h"
 
 #include "distflow/algo.h"
+#include "distflow/comm.h"
 #include "distflow/optim.h"
 #include "engine/packing.h"
 #include "util/timeutil.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +28,11 @@ struct df_actor {
     int64_t steps;
     df_progress bar;  /* update_policy's TTY bar, over samples */
     int64_t bar_done;
+    df_comm *dp;      /* data-parallel group (borrowed); NULL: this rank alone */
 };
+
+/* Gradient all-reduce bucket: 8 Mi floats (32 MiB) per collective call. */
+enum { GRAD_BUCKET = 8 << 20, DP_MAX_VALS = 8 };
 
 int df_actor_create(df_model *model, const df_actor_params *p, bool trainable, df_actor **out)
 {
@@ -80,6 +86,11 @@ void df_actor_set_loss_params(df_actor *a, const df_actor_params *p)
     a->p.ppo_epochs = p->ppo_epochs;
 }
 
+void df_actor_set_comm(df_actor *a, df_comm *dp)
+{
+    a->dp = dp && df_comm_size(dp) > 1 ? dp : NULL;
+}
+
 df_model *df_actor_model(df_actor *a) { return a->model; }
 int64_t df_actor_step_count(const df_actor *a) { return a->steps; }
 
@@ -88,6 +99,8 @@ static int reserve(df_actor *a, const df_batch *b, const int64_t *bounds, int64_
 {
     int64_t max_tok, max_out;
     df_plan_extent(b, bounds, n_mb, &max_tok, &max_out);
+    if (max_tok == 0) /* an empty batch (a DP rank's empty shard) needs nothing */
+        return DF_OK;
     if (!a->acts || max_tok > a->acts_tokens || max_out > a->acts_out) {
         df_acts_free(a->acts);
         a->acts = NULL;
@@ -124,7 +137,50 @@ static int plan(df_actor *a, const df_batch *b, bool forward_only, int64_t **bou
     return rc;
 }
 
-int df_actor_compute_log_prob(df_actor *a, df_batch *b, const char *out_col, double *entropy_mean)
+/*
+ * Reduce v[0..n) over the DP group with `op`. `rc` is this rank's status so far and
+ * travels with the values as a flag, so when any rank failed every rank returns an
+ * error here rather than waiting for it in a later collective. No-op without DP.
+ */
+static int dp_reduce(df_actor *a, double *v, int n, df_comm_op op, int rc, const char *where)
+{
+    if (!a->dp)
+        return rc;
+    assert(n < DP_MAX_VALS);
+    double buf[DP_MAX_VALS];
+    memcpy(buf, v, (size_t)n * sizeof *v);
+    buf[n] = rc ? 1.0 : 0.0; /* SUM counts failed ranks, MAX flags any */
+    int crc = df_comm_allreduce(a->dp, buf, n + 1, DF_COMM_FLOAT64, op);
+    if (rc)
+        return rc;
+    if (crc)
+        return df_error_wrap(crc, "actor: data-parallel all-reduce of %s", where);
+    if (buf[n] > 0)
+        return df_error(DF_EINTERNAL,
+                        "actor: another rank of the data-parallel group (%d ranks) failed before "
+                        "the all-reduce of %s; its own error says why",
+                        df_comm_size(a->dp), where);
+    memcpy(v, buf, (size_t)n * sizeof *v);
+    return DF_OK;
+}
+
+/* Sum the gradient blob over the DP group in buckets (flat layout, DESIGN.md §8). */
+static int dp_allreduce_grads(df_actor *a)
+{
+    int64_t n = a->model->n_params;
+    for (int64_t off = 0; a->dp && off < n; off += GRAD_BUCKET) {
+        int64_t k = n - off < GRAD_BUCKET ? n - off : GRAD_BUCKET;
+        int rc = df_comm_allreduce(a->dp, a->grads + off, k, DF_COMM_FLOAT32, DF_COMM_SUM);
+        if (rc)
+            return df_error_wrap(rc, "actor: gradient all-reduce of elements %lld..%lld of %lld",
+                                 (long long)off, (long long)(off + k), (long long)n);
+    }
+    return DF_OK;
+}
+
+/* Log-probs of this rank's rows, and the entropy sum and token count when `ent_sum`. */
+static int log_prob_local(df_actor *a, df_batch *b, const char *out_col, double *ent_sum,
+                          int64_t *ent_n)
 {
     float *dst;
     int rc = df_batch_alloc_tok_f32_like(b, out_col, "response_ids", &dst);
@@ -134,21 +190,31 @@ int df_actor_compute_log_prob(df_actor *a, df_batch *b, const char *out_col, dou
     if ((rc = plan(a, b, true, &bounds, &n_mb)))
         return rc;
     const int64_t *ro = df_batch_offsets(b, "response_ids");
-    double ent_sum = 0;
-    int64_t ent_n = 0;
     for (int64_t m = 0; m < n_mb && !rc; m++) {
         if ((rc = df_pack_responses(&a->pk, b, bounds[m], bounds[m + 1])))
             break;
-        float *ent = entropy_mean ? a->buf[1] : NULL;
+        float *ent = ent_sum ? a->buf[1] : NULL;
         rc = df_model_forward(a->model, a->acts, &a->pk.sb, a->p.temperature, dst + ro[bounds[m]], ent);
         for (int64_t j = 0; ent && j < a->pk.sb.n_out; j++)
-            ent_sum += ent[j];
-        ent_n += a->pk.sb.n_out;
+            *ent_sum += ent[j];
+        *ent_n += a->pk.sb.n_out;
     }
     free(bounds);
-    if (entropy_mean)
-        *entropy_mean = ent_n ? ent_sum / (double)ent_n : 0.0;
     return rc;
+}
+
+int df_actor_compute_log_prob(df_actor *a, df_batch *b, const char *out_col, double *entropy_mean)
+{
+    double ent[2] = {0, 0}; /* entropy sum, tokens */
+    int64_t n_tok = 0;
+    int rc = log_prob_local(a, b, out_col, entropy_mean ? &ent[0] : NULL, &n_tok);
+    if (!entropy_mean)
+        return rc;
+    ent[1] = (double)n_tok;
+    if ((rc = dp_reduce(a, ent, 2, DF_COMM_SUM, rc, "the entropy mean")))
+        return rc;
+    *entropy_mean = ent[1] > 0 ? ent[0] / ent[1] : 0.0;
+    return DF_OK;
 }
 
 static double current_lr(const df_actor *a)
@@ -188,9 +254,14 @@ static int rebased_offsets(const int64_t *ro, int64_t s, int64_t e, int64_t **ou
     return DF_OK;
 }
 
-/* Loss and gradient for one micro-batch of a PPO mini-batch. */
-static int ppo_micro(df_actor *a, const df_batch *b, int64_t s, int64_t e, double global_tokens,
-                     double global_seqs, df_metrics *m)
+/* A mini-batch's loss statistics: sums over micro-batches (and DP ranks) of terms
+   already normalised by the mini-batch totals. */
+enum { S_PG_LOSS, S_KL_LOSS, S_ENTROPY, S_CLIPFRAC, S_CLIPFRAC_LOWER, S_PPO_KL, N_SUMS };
+
+/* Loss and gradient for one micro-batch [s, e) of a PPO mini-batch of
+   global_tokens / global_seqs (over the whole DP group). */
+static int ppo_micro(df_actor *a, const df_batch *b, int64_t s, int64_t e, int64_t global_tokens,
+                     int64_t global_seqs, double *sums)
 {
     const df_actor_params *p = &a->p;
     const int64_t *ro = df_batch_offsets(b, "response_ids");
@@ -235,56 +306,67 @@ static int ppo_micro(df_actor *a, const df_batch *b, int64_t s, int64_t e, doubl
         return rc;
     /* Losses are normalised by the mini-batch totals, so summing over micro-batches
        gives the mini-batch loss; statistics are token means, weighted by tokens. */
-    df_metrics_set(m, "_mb/pg_loss", df_metrics_get(m, "_mb/pg_loss", 0) + st.loss);
-    df_metrics_set(m, "_mb/kl_loss", df_metrics_get(m, "_mb/kl_loss", 0) + kl);
-    df_metrics_set(m, "_mb/entropy", df_metrics_get(m, "_mb/entropy", 0) + ent_loss);
-    double frac = (double)n_tok / global_tokens;
-    df_metrics_set(m, "_mb/clipfrac", df_metrics_get(m, "_mb/clipfrac", 0) + st.pg_clipfrac * frac);
-    df_metrics_set(m, "_mb/clipfrac_lower",
-                   df_metrics_get(m, "_mb/clipfrac_lower", 0) + st.pg_clipfrac_lower * frac);
-    df_metrics_set(m, "_mb/ppo_kl", df_metrics_get(m, "_mb/ppo_kl", 0) + st.ppo_kl * frac);
+    double frac = (double)n_tok / (double)global_tokens;
+    sums[S_PG_LOSS] += st.loss;
+    sums[S_KL_LOSS] += kl;
+    sums[S_ENTROPY] += ent_loss;
+    sums[S_CLIPFRAC] += st.pg_clipfrac * frac;
+    sums[S_CLIPFRAC_LOWER] += st.pg_clipfrac_lower * frac;
+    sums[S_PPO_KL] += st.ppo_kl * frac;
     return DF_OK;
 }
 
-static double take(df_metrics *scratch, const char *k)
+/* This rank's part of one mini-batch's gradient into a->grads (zeroed first). */
+static int ppo_mini_local(df_actor *a, const df_batch *mb, int64_t tokens, int64_t seqs,
+                          double *sums)
 {
-    double v = df_metrics_get(scratch, k, 0);
-    df_metrics_set(scratch, k, 0);
-    return v;
-}
-
-static int ppo_mini_batch(df_actor *a, const df_batch *mb, double lr, df_metrics *m,
-                          df_metrics *scratch)
-{
+    memset(a->grads, 0, (size_t)a->model->n_params * sizeof(float));
+    if (!mb || tokens <= 0)
+        return DF_OK;
     int64_t *bounds, n_mb;
     int rc = plan(a, mb, false, &bounds, &n_mb);
     if (rc)
         return rc;
-    const int64_t *ro = df_batch_offsets(mb, "response_ids");
-    double global_tokens = (double)ro[df_batch_size(mb)];
-    double global_seqs = (double)df_batch_size(mb);
-    memset(a->grads, 0, (size_t)a->model->n_params * sizeof(float));
-    if (global_tokens > 0)
-        for (int64_t k = 0; k < n_mb && !rc; k++)
-            if (!(rc = ppo_micro(a, mb, bounds[k], bounds[k + 1], global_tokens, global_seqs, scratch))) {
-                a->bar_done += bounds[k + 1] - bounds[k];
-                df_progress_update(&a->bar, a->bar_done, NULL);
-            }
+    for (int64_t k = 0; !rc && k < n_mb; k++)
+        if (!(rc = ppo_micro(a, mb, bounds[k], bounds[k + 1], tokens, seqs, sums))) {
+            a->bar_done += bounds[k + 1] - bounds[k];
+            df_progress_update(&a->bar, a->bar_done, NULL);
+        }
     free(bounds);
-    if (rc)
+    return rc;
+}
+
+/*
+ * One optimizer step on mini-batch `mb` (this rank's rows; NULL when it has none).
+ * `rc` carries an earlier local failure into the first collective. Normalisers
+ * are the DP group's totals, so summing the ranks' gradients gives the gradient
+ * of the global mini-batch loss (verl agg_loss with global batch info).
+ */
+static int ppo_mini_batch(df_actor *a, const df_batch *mb, double lr, df_metrics *m, int rc)
+{
+    double tot[2] = {0, 0}; /* response tokens, responses */
+    if (mb) {
+        tot[0] = (double)df_batch_offsets(mb, "response_ids")[df_batch_size(mb)];
+        tot[1] = (double)df_batch_size(mb);
+    }
+    if ((rc = dp_reduce(a, tot, 2, DF_COMM_SUM, rc, "the mini-batch sizes")))
         return rc;
-    df_metrics_mean(m, "actor/pg_loss", take(scratch, "_mb/pg_loss"));
-    df_metrics_mean(m, "actor/kl_loss", take(scratch, "_mb/kl_loss"));
-    double ent = take(scratch, "_mb/entropy");
+    double sums[N_SUMS] = {0};
+    rc = ppo_mini_local(a, mb, (int64_t)tot[0], (int64_t)tot[1], sums);
+    if ((rc = dp_reduce(a, sums, N_SUMS, DF_COMM_SUM, rc, "the loss statistics")) ||
+        (tot[0] > 0 && (rc = dp_allreduce_grads(a)))) /* no tokens anywhere: zero gradient */
+        return rc;
+    df_metrics_mean(m, "actor/pg_loss", sums[S_PG_LOSS]);
+    df_metrics_mean(m, "actor/kl_loss", sums[S_KL_LOSS]);
     if (a->p.entropy_coeff != 0)
-        df_metrics_mean(m, "actor/entropy_loss", ent);
-    df_metrics_mean(m, "actor/pg_clipfrac", take(scratch, "_mb/clipfrac"));
-    df_metrics_mean(m, "actor/pg_clipfrac_lower", take(scratch, "_mb/clipfrac_lower"));
-    df_metrics_mean(m, "actor/ppo_kl", take(scratch, "_mb/ppo_kl"));
+        df_metrics_mean(m, "actor/entropy_loss", sums[S_ENTROPY]);
+    df_metrics_mean(m, "actor/pg_clipfrac", sums[S_CLIPFRAC]);
+    df_metrics_mean(m, "actor/pg_clipfrac_lower", sums[S_CLIPFRAC_LOWER]);
+    df_metrics_mean(m, "actor/ppo_kl", sums[S_PPO_KL]);
     return optimizer_step(a, lr, m, "actor");
 }
 
-int df_actor_update_policy(df_actor *a, df_batch *b, df_metrics *m)
+static int check_ppo_batch(const df_actor *a, const df_batch *b)
 {
     if (!a->trainable)
         return df_error(DF_EINVAL, "update_policy called on a frozen model");
@@ -294,57 +376,77 @@ int df_actor_update_policy(df_actor *a, df_batch *b, df_metrics *m)
             return df_error(DF_EINVAL, "actor update needs column '%s'", need[i]);
     if (a->p.use_kl_loss && !df_batch_has(b, "ref_log_prob"))
         return df_error(DF_EINVAL, "use_kl_loss needs column 'ref_log_prob'");
+    return DF_OK;
+}
+
+int df_actor_update_policy(df_actor *a, df_batch *b, df_metrics *m)
+{
+    int rc = check_ppo_batch(a, b);
     int64_t n = df_batch_size(b);
-    int64_t mbs = a->p.mini_batch_size > 0 ? a->p.mini_batch_size : n;
-    df_metrics *scratch = df_metrics_new();
-    if (!scratch)
-        return df_error(DF_ENOMEM, "out of memory");
+    int64_t mbs = a->p.mini_batch_size > 0 ? a->p.mini_batch_size : (n > 0 ? n : 1);
+    /* Every rank takes as many optimizer steps as the rank with the most mini-batches;
+       ranks that ran out of rows join them with zero gradients. */
+    double n_mini = rc ? 0 : (double)((n + mbs - 1) / mbs);
+    if ((rc = dp_reduce(a, &n_mini, 1, DF_COMM_MAX, rc, "the mini-batch count")))
+        return rc;
     double lr = current_lr(a);
-    int rc = DF_OK, epochs = a->p.ppo_epochs > 0 ? a->p.ppo_epochs : 1;
+    int epochs = a->p.ppo_epochs > 0 ? a->p.ppo_epochs : 1;
     df_progress_begin(&a->bar, a->p.progress_label, (int64_t)epochs * n);
     a->bar.enabled = a->bar.enabled && a->p.progress_label;
     a->bar_done = 0;
     for (int ep = 0; ep < epochs && !rc; ep++) {
-        for (int64_t s = 0; s < n && !rc; s += mbs) {
-            df_batch *mb;
-            int64_t e = s + mbs < n ? s + mbs : n;
-            if ((rc = df_batch_slice(b, s, e, &mb)))
-                break;
-            rc = ppo_mini_batch(a, mb, lr, m, scratch);
+        for (int64_t k = 0; k < (int64_t)n_mini && !rc; k++) {
+            int64_t s = k * mbs < n ? k * mbs : n, e = s + mbs < n ? s + mbs : n;
+            df_batch *mb = NULL;
+            if (e > s)
+                rc = df_batch_slice(b, s, e, &mb);
+            rc = ppo_mini_batch(a, mb, lr, m, rc);
             df_batch_free(mb);
         }
     }
     df_progress_end(&a->bar);
-    df_metrics_free(scratch);
     a->steps++;
     return rc;
 }
 
-int df_actor_sft_step(df_actor *a, df_batch *b, df_metrics *m)
+/* This rank's part of the SFT loss and gradient; `total` is the group's token count. */
+static int sft_local(df_actor *a, df_batch *b, double total, double *loss)
 {
-    if (!a->trainable)
-        return df_error(DF_EINVAL, "sft step called on a frozen model");
+    memset(a->grads, 0, (size_t)a->model->n_params * sizeof(float));
+    if (df_batch_size(b) == 0)
+        return DF_OK;
     int64_t *bounds, n_mb;
     int rc = plan(a, b, false, &bounds, &n_mb);
     if (rc)
         return rc;
-    const int64_t *ro = df_batch_offsets(b, "response_ids");
-    double total = (double)ro[df_batch_size(b)], loss = 0;
-    memset(a->grads, 0, (size_t)a->model->n_params * sizeof(float));
     for (int64_t k = 0; k < n_mb && !rc && total > 0; k++) {
         if ((rc = df_pack_responses(&a->pk, b, bounds[k], bounds[k + 1])))
             break;
         float *logp = a->buf[0], *dlogp = a->buf[2];
         rc = df_model_forward(a->model, a->acts, &a->pk.sb, 1.0f, logp, NULL);
         for (int64_t j = 0; !rc && j < a->pk.sb.n_out; j++) {
-            loss -= logp[j] / total;
+            *loss -= logp[j] / total;
             dlogp[j] = (float)(-1.0 / total); /* d(-mean logp) / d logp */
         }
         if (!rc)
             rc = df_model_backward(a->model, a->acts, &a->pk.sb, 1.0f, dlogp, NULL, a->grads);
     }
     free(bounds);
-    if (rc)
+    return rc;
+}
+
+int df_actor_sft_step(df_actor *a, df_batch *b, df_metrics *m)
+{
+    int rc = a->trainable ? DF_OK : df_error(DF_EINVAL, "sft step called on a frozen model");
+    if (!rc && (!df_batch_has(b, "prompt_ids") || !df_batch_has(b, "response_ids")))
+        rc = df_error(DF_EINVAL, "sft step needs columns 'prompt_ids' and 'response_ids'");
+    double total = rc ? 0 : (double)df_batch_offsets(b, "response_ids")[df_batch_size(b)];
+    if ((rc = dp_reduce(a, &total, 1, DF_COMM_SUM, rc, "the SFT token count")))
+        return rc;
+    double loss = 0;
+    rc = sft_local(a, b, total, &loss);
+    if ((rc = dp_reduce(a, &loss, 1, DF_COMM_SUM, rc, "the SFT loss")) ||
+        (total > 0 && (rc = dp_allreduce_grads(a))))
         return rc;
     df_metrics_mean(m, "train/loss", loss);
     rc = optimizer_step(a, current_lr(a), m, "train");

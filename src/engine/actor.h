@@ -3,11 +3,26 @@
  * log-probabilities of responses under a model, and the PPO policy update
  * with mini-batches, micro-batches and gradient accumulation. SFT reuses the
  * same update with a cross-entropy loss.
+ *
+ * Data parallelism (df_actor_set_comm): the D ranks of a DP group hold the same
+ * weights and each its own shard of the batch. The loss normalisers (token and
+ * sequence counts of each mini-batch) are summed over the group, each rank
+ * back-propagates its rows' share of the global loss, and the gradient blob is
+ * summed over the group (all-reduce in buckets of 8 Mi floats) before clipping;
+ * so D ranks x B samples take the same step as one rank x D*B samples, up to
+ * float summation order (verl's DataParallelPPOActor with global batch info;
+ * the gradient is summed, not averaged, because the normalisers are already
+ * global). Every rank of the group must make the same calls in the same order
+ * (each one below says which are collective). A rank that fails locally still
+ * joins the next all-reduce with a failure flag, and then every rank returns
+ * an error (DF_EINTERNAL on the others, naming the data-parallel group) instead
+ * of waiting in a collective.
  */
 #ifndef DF_ENGINE_ACTOR_H
 #define DF_ENGINE_ACTOR_H
 
 #include "distflow/batch.h"
+#include "distflow/comm.h"
 #include "distflow/metrics.h"
 #include "distflow/model.h"
 
@@ -54,6 +69,18 @@ void df_actor_free(df_actor *a);
  * strings are borrowed: they must outlive the updates.
  */
 void df_actor_set_loss_params(df_actor *a, const df_actor_params *p);
+/**
+ * Train data-parallel over `dp` (borrowed; it must outlive the actor's use of
+ * it). NULL or a communicator of size 1 means no DP: no collective is called
+ * and the numbers are exactly those of a lone actor. Every rank of `dp` must
+ * start from identical weights (df_model_param_checksum checks it). The
+ * mini-batch size stays per rank (the caller divides ppo_mini_batch_size by
+ * the DP size, as verl does). `dp` holds one rank per DP group: gradients are
+ * summed over all of its ranks, so with mp > 1 replicas per group (which hold
+ * the same rows) build one DP comm per mp_rank (df_comm_split with color
+ * mp_rank, key dp_rank); each replica then computes the same update.
+ */
+void df_actor_set_comm(df_actor *a, df_comm *dp);
 df_model *df_actor_model(df_actor *a);
 /** Training steps taken so far (the lr schedule's step: one per update call, as verl). */
 int64_t df_actor_step_count(const df_actor *a);
@@ -61,7 +88,10 @@ int64_t df_actor_step_count(const df_actor *a);
 /**
  * Forward only: fill TOK_F32 column `out_col` (like response_ids) with each
  * response token's log-prob at the actor's temperature. When `entropy_mean`
- * is non-NULL it receives the token-mean entropy (metric actor/entropy).
+ * is non-NULL it receives the token-mean entropy (metric actor/entropy); with
+ * a DP comm that is the mean over the whole group's tokens (sum and count
+ * all-reduced), so it is collective exactly when entropy_mean is non-NULL
+ * (every rank passes NULL or every rank does not). An empty shard is fine.
  */
 int df_actor_compute_log_prob(df_actor *a, df_batch *b, const char *out_col, double *entropy_mean);
 
@@ -73,6 +103,16 @@ int df_actor_compute_log_prob(df_actor *a, df_batch *b, const char *out_col, dou
  * update_actor). Records actor/pg_loss, actor/pg_clipfrac,
  * actor/pg_clipfrac_lower, actor/ppo_kl, actor/kl_loss, actor/grad_norm,
  * actor/lr (and actor/entropy_loss when entropy_coeff != 0).
+ * Metrics are means over the optimizer steps of the call.
+ *
+ * Data parallel (collective over the DP comm): every rank takes as many
+ * optimizer steps as the rank with the most mini-batches (an all-reduce max),
+ * mini-batch k of the group being the union of the ranks' k-th local
+ * mini-batches; a rank with no rows left joins with zero gradient. Per step it
+ * all-reduces the token / sequence totals (the normalisers of every
+ * loss_agg_mode: token-mean divides by the group's tokens, seq-mean-* by its
+ * sequences), the loss statistics, then the gradient. The metrics above are
+ * then global values, identical on every rank (grad_norm included).
  */
 int df_actor_update_policy(df_actor *a, df_batch *b, df_metrics *m);
 
@@ -80,7 +120,9 @@ int df_actor_update_policy(df_actor *a, df_batch *b, df_metrics *m);
  * One supervised step: minimise the token-mean negative log-likelihood of
  * response_ids given prompt_ids over all of `b` (one optimizer step with
  * micro-batch gradient accumulation). Records train/loss, train/lr,
- * train/grad_norm.
+ * train/grad_norm. Collective with a DP comm: the mean is over the group's
+ * tokens, the gradient is summed over the group, train/loss is global.
+ * `b` may have no rows on some ranks.
  */
 int df_actor_sft_step(df_actor *a, df_batch *b, df_metrics *m);
 
