@@ -126,7 +126,9 @@ static int load_data(df_dag_worker *w, const char *key, df_dataset **ds, df_prom
         if (!rc && !(paths[i] = strdup(buf)))
             rc = df_error(DF_ENOMEM, "out of memory");
     }
-    df_dataset_opts o = {.prompt_key = df_config_str(c, "data.prompt_key")};
+    /* this rank's shard: the first stage's DP rank (its model-parallel replicas read the same) */
+    df_dataset_opts o = {.prompt_key = df_config_str(c, "data.prompt_key"),
+                         .shard_index = w->data_layout.dp_rank, .shard_count = w->data_layout.dp_size};
     if (!rc)
         rc = df_dataset_load((const char *const *)paths, n, &o, ds);
     const char *max_key = strcmp(key, "data.train_files") ? "data.val_max_samples" : "data.train_max_samples";
@@ -139,13 +141,25 @@ static int load_data(df_dag_worker *w, const char *key, df_dataset **ds, df_prom
     if (!rc)
         rc = df_prompts_limit(*ds, pc, w->max_prompt_len, df_config_bool(c, "data.filter_overlong_prompts"),
                               df_config_str(c, "data.truncation"), &dropped);
+    int64_t counts[2] = {before - dropped, dropped}; /* over the job: each shard counted once */
+    if (w->data_layout.mp_rank != 0)
+        counts[0] = counts[1] = 0;
+    if (!rc)
+        rc = df_comm_allreduce(w->group, counts, 2, DF_COMM_INT64, DF_COMM_SUM);
     if (!rc && w->rank == 0)
         fprintf(stderr, "[distflow] %s: %lld prompts (%lld longer than data.max_prompt_length=%lld filtered)\n",
-                key, (long long)(before - dropped), (long long)dropped, (long long)w->max_prompt_len);
+                key, (long long)counts[0], (long long)counts[1], (long long)w->max_prompt_len);
     for (int i = 0; paths && i < n; i++)
         free(paths[i]);
     free(paths);
     return rc ? df_error_wrap(rc, "%s", key) : DF_OK;
+}
+
+static int agree_rows(df_dag_worker *w)
+{
+    int64_t r = df_dataloader_rows_available(w->dl);
+    int rc = df_comm_allreduce(w->group, &r, 1, DF_COMM_INT64, DF_COMM_MIN);
+    return rc ? rc : df_dataloader_set_rows_per_rank(w->dl, r);
 }
 
 /* Actor (taking ownership of `m`), reference, sampling settings and rollout engine. */
@@ -161,6 +175,8 @@ static int setup_models(df_dag_worker *w, df_model *m)
         return rc;
     }
     rc = df_actor_create(m, &p, true, &w->actor);
+    if (!rc)
+        df_actor_set_comm(w->actor, w->actor_dp);
     if (rc) {
         df_model_free(m);
         df_model_free(ref);
@@ -267,6 +283,8 @@ int df_dag_worker_create(const df_config *cfg, df_comm *comm, df_dag_worker **ou
                                   w->data_layout.dp_rank, w->data_layout.dp_size,
                                   df_config_bool(cfg, "data.shuffle"), (uint64_t)df_config_int(cfg, "data.seed"),
                                   true, &w->dl);
+    if (!rc) /* every rank draws as many rows as the smallest shard holds */
+        rc = agree_rows(w);
     if (!rc) {
         int64_t per_epoch = df_dataloader_steps_per_epoch(w->dl);
         w->total_steps = df_config_is_null(cfg, "trainer.total_training_steps")

@@ -120,6 +120,29 @@ static int add_uids(df_batch *b, int64_t step)
     return rc;
 }
 
+/*
+ * actor/weights_in_sync: 1 when the actor's parameter checksum is the same on
+ * every rank of the group (data-parallel ranks and model-parallel replicas all
+ * hold the whole actor). Different weights mean a broken all-reduce: an error.
+ */
+static int check_weights(df_dag_worker *w, df_metrics *m)
+{
+    uint64_t h;
+    int rc = df_model_param_checksum(df_actor_model(w->actor), &h);
+    int64_t hi = (int64_t)h, lo = (int64_t)h;
+    if (!rc)
+        rc = df_comm_allreduce(w->group, &hi, 1, DF_COMM_INT64, DF_COMM_MAX);
+    if (!rc)
+        rc = df_comm_allreduce(w->group, &lo, 1, DF_COMM_INT64, DF_COMM_MIN);
+    if (rc)
+        return rc;
+    df_metrics_set(m, "actor/weights_in_sync", hi == lo);
+    if (hi != lo)
+        return df_error(DF_EINTERNAL, "the actor's weights differ across the %d ranks (checksums %016llx .. %016llx)",
+                        w->group_size, (unsigned long long)lo, (unsigned long long)hi);
+    return DF_OK;
+}
+
 /* Aggregate across ranks, then throughput per rank from the job's tokens and the slowest rank. */
 static int reduce_step_metrics(df_dag_worker *w, df_metrics *m)
 {
@@ -158,6 +181,8 @@ static int train_step(df_dag_worker *w)
     df_batch_free(b);
     if (!rc)
         rc = reduce_step_metrics(w, m);
+    if (!rc)
+        rc = check_weights(w, m);
     return rc ? df_error_wrap(rc, "step %lld", (long long)w->step) : DF_OK;
 }
 
