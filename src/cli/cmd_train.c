@@ -82,6 +82,16 @@ int df_cmd_train(int argc, char **argv)
 
 int df_cmd_sft(int argc, char **argv)
 {
+    df_comm *world = NULL;
+    if (df_comm_world(&world))
+        return df_cli_fail("sft");
+    if (df_comm_size(world) > 1) { /* each rank would write the same checkpoints */
+        if (df_comm_rank(world) == 0)
+            fprintf(stderr, "distflow sft: error: supervised fine-tuning runs on one rank; "
+                            "start it without mpirun (%d ranks were launched)\n", df_comm_size(world));
+        df_comm_shutdown();
+        return 1;
+    }
     df_config *cfg;
     int code;
     if (load("sft", SFT_USAGE, df_config_schema_sft(), argc, argv, &cfg, &code, true))
