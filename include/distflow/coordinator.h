@@ -1,5 +1,5 @@
 /*
- * distflow/coordinator.h — the planning half of the Data Coordinator (DESIGN.md §1):
+ * distflow/coordinator.h — the Data Coordinator (DESIGN.md §1):
  * length-balanced redistribution of samples between pipeline stages whose
  * data-parallel (DP) sizes differ, with no central process.
  *
@@ -14,7 +14,9 @@
  *      rows to send (df_redist_plan_send), each destination for its receive
  *      counts and the order in which the received rows form its batch
  *      (df_redist_plan_recv); the payloads are df_batch_serialize'd rows.
- * Nothing here talks MPI: the functions are pure and deterministic.
+ * The planning functions talk no MPI: they are pure and deterministic. The
+ * data buffers at the end of this header (df_data_buffers_put / _get) run
+ * the whole protocol over a df_comm.
  *
  * Sources: siiRL's DataCoordinator.get_batch / _apply_length_balancing
  * (siirl/data_coordinator/data_buffer.py: equal-count partitions balanced on
@@ -29,6 +31,7 @@
 #define DISTFLOW_COORDINATOR_H
 
 #include "distflow/batch.h"
+#include "distflow/comm.h"
 #include "distflow/common.h"
 
 #ifdef __cplusplus
@@ -178,6 +181,141 @@ DF_API int df_redist_plan_send(const df_redist_plan *p, int src_rank, int64_t *s
  */
 DF_API int df_redist_plan_recv(const df_redist_plan *p, int dest, int n_src,
                                int64_t *recv_counts, int64_t **perm, int64_t *n_rows);
+
+
+/* ---- data buffers: put / get with redistribution ---------------------------
+ *
+ * siiRL's DAGWorker.put_data_to_buffers / get_data_from_buffers without the
+ * DataCoordinator actor: every rank owns a df_data_buffers (key -> batch) and
+ * a put that changes the data-parallel layout is one collective over the
+ * world communicator that runs the protocol above (allgather of SampleInfo
+ * wire forms, the same plan on every rank, one alltoallv of row payloads).
+ */
+
+/**
+ * Data-parallel layout of a node: dp_size DP ranks, each a group of `mp`
+ * consecutive world ranks (siiRL's tensor-parallel group; distflow does not
+ * shard models, so the mp ranks of a group hold the same rows). World rank r
+ * has dp_rank = r / mp and mp_rank = r % mp. The layout covers world ranks
+ * [0, dp_size * mp), which must not exceed the world size; ranks beyond it
+ * are outside the layout (a node that runs on a prefix of the world).
+ */
+typedef struct df_dp_layout {
+    int dp_size; /**< >= 1 */
+    int mp;      /**< >= 1, world ranks per DP rank */
+} df_dp_layout;
+
+/** Options of df_data_buffers_put; a zeroed struct (or NULL) means none. */
+typedef struct df_put_opts {
+    /** Redistribute even when source and destination layouts are equal (siiRL's
+     *  enforce_buffer: DATA_REBALANCE nodes, verl's trainer.balance_batch). */
+    bool force;
+    /** Rows sharing a uid (or integer `index` group) land on the same
+     *  destination: GRPO's rollout.n responses of one prompt stay together. */
+    bool keep_groups;
+    /** siiRL's filter_plugin, applied to each source row before planning;
+     *  NULL keeps every row. Must decide the same way on every rank. */
+    df_sample_filter_fn filter;
+    void *filter_user; /**< passed to `filter` unchanged */
+} df_put_opts;
+
+/** What one put did on this rank (all counts are this rank's own). */
+typedef struct df_redist_stats {
+    int64_t rows_in;        /**< rows this rank offered: its batch's rows when it sends
+                                 (mp_rank 0 inside the source layout), else 0 */
+    int64_t rows_dropped;   /**< of rows_in, rows the filter dropped */
+    int64_t rows_out;       /**< rows of the batch stored on this rank (0 if none) */
+    int64_t info_bytes;     /**< bytes this rank put into the SampleInfo allgather */
+    int64_t bytes_sent;     /**< payload bytes sent to other ranks */
+    int64_t bytes_received; /**< payload bytes received from other ranks */
+    int64_t bytes_self;     /**< payload bytes this rank sent to itself (a copy) */
+    int64_t messages_sent;  /**< non-empty payload blocks sent to other ranks */
+    double seconds;         /**< wall time of the put on this rank */
+    bool local;             /**< true for a local hand-off (no communication) */
+} df_redist_stats;
+
+/** One rank's key -> batch store. Opaque. */
+typedef struct df_data_buffers df_data_buffers;
+
+/**
+ * New empty store on `world` (borrowed: it must outlive the store; puts that
+ * redistribute are collective over it). No communication.
+ * Errors: DF_EINVAL (NULL world or out), DF_ENOMEM.
+ */
+DF_API int df_data_buffers_create(df_comm *world, df_data_buffers **out);
+
+/** Free the store and every batch still in it. NULL is a no-op. */
+DF_API void df_data_buffers_free(df_data_buffers *db);
+
+/**
+ * Hand `batch` ([n rows], any columns) from a node laid out as `src` to one
+ * laid out as `dst`, and store on this rank, under `key`, the batch of its
+ * destination DP rank (siiRL DAGWorker.put_data_to_buffers; the storing half
+ * of its DataCoordinator.get_batch with balance_partitions = dst.dp_size).
+ *
+ * `batch` is always consumed: the store owns or frees it, on error too. A
+ * rank outside the source layout may pass NULL; every rank inside must pass
+ * a batch (df_batch_new(0) when it has no rows). A batch stored earlier under
+ * the same key is replaced (siiRL's internal_data_cache[key] = data).
+ *
+ * Local hand-off: when src equals dst and there is neither force nor filter,
+ * each rank stores its own batch as it is, without any communication.
+ *
+ * Otherwise it is collective over the world communicator — every rank calls
+ * it with the same key, layouts and options (the filter must decide alike):
+ *   1. each source rank with mp_rank 0 summarises its rows
+ *      (df_batch_sample_infos with src_rank = its world rank), drops those
+ *      opts->filter rejects, and the summaries are allgathered (mp replicas
+ *      and ranks outside the source layout contribute none: the replicas hold
+ *      the same rows, as in siiRL where only tp rank 0 puts);
+ *   2. every rank computes df_redistribution_plan(dst.dp_size, keep_groups);
+ *   3. each sender serializes (df_batch_serialize) its rows for each
+ *      destination DP rank once and sends the same bytes to each of that DP
+ *      rank's mp world ranks in ONE df_comm_alltoallv;
+ *   4. each rank inside `dst` deserializes its parts, concatenates them in
+ *      source-rank order and reorders them with df_redist_plan_recv's order:
+ *      the rows of destination dp_rank, longest unit first. Replicas of one
+ *      DP rank receive identical batches. Ranks outside `dst` store nothing.
+ * The stored batches have the source batches' columns (column order and
+ * metadata taken from the "reference" source: the lowest-ranked sender whose
+ * batch has rows or columns, or world rank 0 when none has). The reference
+ * sends every destination a part, with zero rows if need be, so a
+ * destination that receives no rows still gets the columns and metadata.
+ *
+ * Errors are agreed: the status is reduced over the world before the
+ * alltoallv and again at the end, so every rank returns the same code and
+ * stores nothing when any rank failed (a rank whose own step failed keeps its
+ * specific message; the others name that rank). Nothing hangs on a bad batch.
+ *   DF_EINVAL — NULL db or empty key; a layout with dp_size or mp < 1 or
+ *     covering more ranks than the world (these return at once, before any
+ *     communication: the arguments are the same on every rank); NULL batch on
+ *     a rank inside the source layout; source batches whose column sets or
+ *     kinds differ (the message names the column and both ranks);
+ *   DF_ENOMEM, DF_EINTERNAL (comm failure or a corrupted payload), and any
+ *     error of the planning functions above.
+ * `st` (may be NULL) receives this rank's counts; it is filled on success.
+ */
+DF_API int df_data_buffers_put(df_data_buffers *db, const char *key, df_batch *batch,
+                               df_dp_layout src, df_dp_layout dst, const df_put_opts *opts,
+                               df_redist_stats *st);
+
+/**
+ * Take the batch stored under `key` (siiRL DAGWorker.get_data_from_buffers,
+ * which pops it): *out receives it and the caller owns it; the key is then
+ * gone. (dp_size, dp_rank) must be the destination DP size and this rank's DP
+ * rank of the put that stored it. No communication.
+ * Errors: DF_EINVAL (NULL arguments, or a dp_size / dp_rank other than the
+ * put's: the batch stays stored), DF_ENOTFOUND (nothing stored under key on
+ * this rank).
+ */
+DF_API int df_data_buffers_get(df_data_buffers *db, const char *key, int dp_size, int dp_rank,
+                               df_batch **out);
+
+/** True when a batch is stored under `key` on this rank. */
+DF_API bool df_data_buffers_has(const df_data_buffers *db, const char *key);
+
+/** Number of keys stored on this rank. */
+DF_API int df_data_buffers_count(const df_data_buffers *db);
 
 #ifdef __cplusplus
 }
