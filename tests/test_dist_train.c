@@ -93,8 +93,9 @@ static void expect_close(json_t *a, json_t *b, const char *key, double tol, int 
         fail_msg("line %d: %s = %.9g on one rank, %.9g distributed", line, key, u, v);
 }
 
-/* Rank 0: the distributed run's metrics and weights equal the one-rank run's. */
-static void compare_with_reference(const char *out)
+/* Rank 0: the distributed run's metrics and weights equal the one-rank run's;
+ * `moves`: samples must have moved between ranks in every step (several ranks). */
+static void compare_with_reference(const char *out, bool moves)
 {
     if (df_comm_rank(world) != 0)
         return;
@@ -113,6 +114,11 @@ static void compare_with_reference(const char *out)
         for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
             expect_close(a, b, keys[k].key, keys[k].tol, (int)i);
         assert_true(json_number_value(json_object_get(b, "actor/weights_in_sync")) == 1.0);
+        double moved = json_number_value(json_object_get(b, "perf/redistributed_bytes"));
+        if (moves && df_comm_size(world) > 1 && !(moved > 0))
+            fail_msg("step %d: no samples moved between ranks", (int)i);
+        if (!moves && moved != 0)
+            fail_msg("step %d: %g bytes moved where the hand-offs are local", (int)i, moved);
     }
     expect_close(json_array_get(ref, 0), json_array_get(got, 0), "val-core/test/digits/reward/mean@1", 1e-6, 0);
     expect_close(json_array_get(ref, 3), json_array_get(got, 3), "val-core/test/digits/reward/mean@1", 1e-4, 3);
@@ -139,7 +145,7 @@ static void test_data_parallel(void **state)
     (void)state;
     train(world, "dp", "trainer.balance_batch=false");
     assert_int_equal(df_comm_barrier(world), 0);
-    compare_with_reference("dp");
+    compare_with_reference("dp", false);
 }
 
 static void test_balance_batch(void **state)
@@ -147,7 +153,7 @@ static void test_balance_batch(void **state)
     (void)state;
     train(world, "balanced", "trainer.balance_batch=true");
     assert_int_equal(df_comm_barrier(world), 0);
-    compare_with_reference("balanced");
+    compare_with_reference("balanced", true);
 }
 
 static void test_actor_on_fewer_dp_ranks(void **state)
@@ -159,7 +165,7 @@ static void test_actor_on_fewer_dp_ranks(void **state)
     }
     train(world, "actor_sp2", "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2");
     assert_int_equal(df_comm_barrier(world), 0);
-    compare_with_reference("actor_sp2");
+    compare_with_reference("actor_sp2", true);
 }
 
 /* Inputs on rank 0, the directory broadcast, then the one-rank reference run. */

@@ -272,6 +272,9 @@ int df_dag_worker_create(const df_config *cfg, df_comm *comm, df_dag_worker **ou
         rc = setup_graph(w);
     if (!rc) /* the actor's DP size is world / its model-parallel size */
         rc = df_config_validate_train(cfg, w->actor_layout.dp_size);
+    if (!rc)
+        rc = df_data_buffers_create(w->group, &w->buffers);
+    w->balance_batch = df_config_bool(cfg, "trainer.balance_batch");
     df_model *m = NULL;
     if (!rc && (rc = df_hf_dir_load(w->model_dir, w->tokenizer_dir, &m, &w->tok)))
         rc = df_error_wrap(rc, "actor_rollout_ref.model.path");
@@ -316,6 +319,7 @@ void df_dag_worker_free(df_dag_worker *w)
         return;
     df_worker_free_node_configs(w);
     df_task_graph_free(w->graph);
+    df_data_buffers_free(w->buffers);
     df_worker_free_parallel(w);
     df_rollout_engine_free(w->rollout);
     df_actor_free(w->actor);

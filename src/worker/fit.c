@@ -165,7 +165,8 @@ static int train_step(df_dag_worker *w)
     if (!rc)
         rc = add_uids(b, w->step);
     df_node_ctx ctx = {.worker = w, .step = w->step, .metrics = m};
-    df_run_opts opts = {.release_batch = df_batch_free};
+    df_run_opts opts = {.release_batch = df_batch_free, .before_node = df_worker_before_node, .hook_user = w};
+    df_worker_begin_step(w);
     if (!rc)
         rc = df_task_graph_run(w->graph, &ctx, &b, &opts);
     if (!rc) {

@@ -5,6 +5,7 @@
 #include "distflow/algo.h"
 #include "distflow/comm.h"
 #include "distflow/config.h"
+#include "distflow/coordinator.h"
 #include "distflow/dag.h"
 #include "distflow/dataloader.h"
 #include "distflow/metrics.h"
@@ -20,8 +21,6 @@
 /* A node's data-parallel layout within its group (siiRL _get_node_dp_info):
  * dp_size DP ranks of mp consecutive group ranks each; distflow does not shard
  * models, so the mp ranks of a DP rank hold the same data and compute the same. */
-typedef struct df_data_buffers df_data_buffers; /* TEMP until coordinator.h */
-
 typedef struct df_node_layout {
     int dp_size, mp, dp_rank, mp_rank;
 } df_node_layout;

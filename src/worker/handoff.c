@@ -1,0 +1,57 @@
+/*
+ * Data hand-off between the stages of a step (siiRL DAGWorker's
+ * put_data_to_buffers / get_data_from_buffers around each node): when the next
+ * node's data-parallel layout equals the current one and nothing forces a
+ * rebalance, the batch stays where it is; otherwise the ranks redistribute it
+ * through the Data Coordinator, with no central process.
+ */
+#include "worker/worker_internal.h"
+
+#include <string.h>
+
+/* Rebalance before this node? DATA_REBALANCE nodes always; verl's trainer.balance_batch right after rollout. */
+static bool forced(const df_dag_worker *w, const df_node *node)
+{
+    if (node->node_role == DF_ROLE_DATA_REBALANCE)
+        return true;
+    return w->balance_batch && w->prev_role == DF_ROLE_ROLLOUT && node->node_role != DF_ROLE_ROLLOUT;
+}
+
+static void add_metric(df_metrics *m, const char *k, double v)
+{
+    if (m)
+        df_metrics_set(m, k, df_metrics_get(m, k, 0) + v);
+}
+
+int df_worker_before_node(void *user, df_node *node, df_batch **batch)
+{
+    df_dag_worker *w = user;
+    const df_node_layout *to = df_worker_node_layout(w, node);
+    bool force = forced(w, node) && to->dp_size > 1;
+    w->prev_role = node->node_role;
+    if (!*batch || (!force && to->dp_size == w->cur_layout.dp_size && to->mp == w->cur_layout.mp)) {
+        w->cur_layout = *to; /* local hand-off: nothing moves */
+        return DF_OK;
+    }
+    df_dp_layout src = {.dp_size = w->cur_layout.dp_size, .mp = w->cur_layout.mp};
+    df_dp_layout dst = {.dp_size = to->dp_size, .mp = to->mp};
+    df_put_opts o = {.force = force, .keep_groups = true};
+    df_redist_stats st = {0};
+    int rc = df_data_buffers_put(w->buffers, node->node_id, *batch, src, dst, &o, &st);
+    *batch = NULL; /* the buffers own it now */
+    if (!rc)
+        rc = df_data_buffers_get(w->buffers, node->node_id, to->dp_size, to->dp_rank, batch);
+    if (rc)
+        return df_error_wrap(rc, "moving the batch from %d x %d to %d x %d ranks", src.dp_size, src.mp,
+                             dst.dp_size, dst.mp);
+    w->cur_layout = *to;
+    add_metric(w->metrics, "timing_s/redistribute", st.seconds);
+    add_metric(w->metrics, "perf/redistributed_bytes", (double)st.bytes_sent);
+    return DF_OK;
+}
+
+void df_worker_begin_step(df_dag_worker *w)
+{
+    w->cur_layout = w->data_layout;
+    w->prev_role = DF_ROLE_DEFAULT;
+}
