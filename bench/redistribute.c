@@ -392,8 +392,8 @@ int main(int argc, char **argv)
     static const struct {
         int64_t S;
         int k;
-    } plans[] = {{8192, 64}, {8192, 1024}, {65536, 1024}, {1048576, 1024}};
-    for (int i = 0; !rc && R == 0 && c.plan && i < 4; i++)
+    } plans[] = {{8192, 4}, {8192, 64}, {8192, 1024}, {4096, 64}, {65536, 1024}, {1048576, 1024}};
+    for (int i = 0; !rc && R == 0 && c.plan && i < (int)(sizeof plans / sizeof plans[0]); i++)
         rc = bench_plan(plans[i].S, plans[i].k);
     df_comm_barrier(W);
     if (rc)
