@@ -201,7 +201,8 @@ static int central_plan(const uint8_t *recv, const int64_t *counts, const int64_
         total += lens[d];
     }
     uint8_t *buf = rc ? NULL : malloc(total + 1);
-    for (int d = 0, o = 0; buf && d < P; o += (int)lens[d], d++) {
+    size_t o = 0;
+    for (int d = 0; buf && d < P; o += lens[d], d++) {
         memcpy(buf + o, bufs[d], lens[d]);
         send_counts[d] = (int64_t)lens[d];
     }

@@ -228,7 +228,8 @@ static int decode_infos(rd *r, const uint8_t *all, const int64_t *counts, const 
     }
     if (!rc && !(r->infos = malloc((size_t)(r->n_infos ? r->n_infos : 1) * sizeof *r->infos)))
         rc = df_error(DF_ENOMEM, "out of memory for %lld sample infos", (long long)r->n_infos);
-    for (int s = 0, o = 0; !rc && s < r->size; o += (int)nb[s], s++)
+    int64_t o = 0;
+    for (int s = 0; !rc && s < r->size; o += nb[s], s++)
         if (nb[s])
             memcpy(r->infos + o, r->blocks[s], (size_t)nb[s] * sizeof *r->infos);
     free(nb);
