@@ -182,7 +182,6 @@ DF_API int df_redist_plan_send(const df_redist_plan *p, int src_rank, int64_t *s
 DF_API int df_redist_plan_recv(const df_redist_plan *p, int dest, int n_src,
                                int64_t *recv_counts, int64_t **perm, int64_t *n_rows);
 
-
 /* ---- data buffers: put / get with redistribution ---------------------------
  *
  * siiRL's DAGWorker.put_data_to_buffers / get_data_from_buffers without the
@@ -255,8 +254,9 @@ DF_API void df_data_buffers_free(df_data_buffers *db);
  *
  * `batch` is always consumed: the store owns or frees it, on error too. A
  * rank outside the source layout may pass NULL; every rank inside must pass
- * a batch (df_batch_new(0) when it has no rows). A batch stored earlier under
- * the same key is replaced (siiRL's internal_data_cache[key] = data).
+ * a batch (df_batch_new(0) when it has no rows). On success a batch stored
+ * earlier under the same key is replaced (siiRL's internal_data_cache[key] =
+ * data), or dropped on a rank that stores nothing; on failure it stays.
  *
  * Local hand-off: when src equals dst and there is neither force nor filter,
  * each rank stores its own batch as it is, without any communication.

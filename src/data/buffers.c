@@ -136,11 +136,12 @@ int df_data_buffers_put(df_data_buffers *db, const char *key, df_batch *batch, d
     }
     bool in_src = df_dp_layout_dp_rank(src, rank) >= 0;
     int dest = df_dp_layout_dp_rank(dst, rank), slot = -1;
-    int local_rc = in_src && !batch ? df_error(DF_EINVAL,
-                                               "put '%s': rank %d is in the source layout (dp_size %d x mp %d) "
-                                               "but passed no batch",
-                                               key, rank, src.dp_size, src.mp)
-                                    : DF_OK;
+    int local_rc = in_src && !batch
+                       ? df_error(DF_EINVAL,
+                                  "put '%s': rank %d is in the source layout (dp_size %d x mp %d) "
+                                  "but passed no batch",
+                                  key, rank, src.dp_size, src.mp)
+                       : DF_OK;
     if (!local_rc)
         local_rc = reserve(db, key, &slot);
     bool local = src.dp_size == dst.dp_size && src.mp == dst.mp && !o->force && !o->filter;
@@ -178,9 +179,10 @@ int df_data_buffers_get(df_data_buffers *db, const char *key, int dp_size, int d
                         df_comm_rank(db->world));
     const entry *e = &db->e[i];
     if (e->dp_size != dp_size || e->dp_rank != dp_rank)
-        return df_error(DF_EINVAL,
-                        "data buffers get '%s': asked for dp_rank %d of %d, but rank %d holds dp_rank %d of %d",
-                        key, dp_rank, dp_size, df_comm_rank(db->world), e->dp_rank, e->dp_size);
+        return df_error(
+            DF_EINVAL,
+            "data buffers get '%s': asked for dp_rank %d of %d, but rank %d holds dp_rank %d of %d", key,
+            dp_rank, dp_size, df_comm_rank(db->world), e->dp_rank, e->dp_size);
     *out = e->batch;
     db->e[i].batch = NULL;
     drop(db, i);

@@ -61,7 +61,8 @@ static int agreed(const rd *r, int my_rc, int code, int who, const char *stage)
         return DF_OK;
     if (my_rc)
         return df_error_wrap(code, "put '%s' (rank %d of %d, %s)", r->key, r->rank, r->size, stage);
-    return df_error(code, "put '%s': rank %d of %d failed %s (its own error says why); no rank stored anything",
+    return df_error(code,
+                    "put '%s': rank %d of %d failed %s (its own error says why); no rank stored anything",
                     r->key, who, r->size, stage);
 }
 
@@ -141,8 +142,8 @@ static int schema_diff(const rd *r, const char *a, int ra, const char *b, int rb
     }
     const char *why = "put '%s': the source batches differ: ";
     if (ha && hb && strcmp(na, nb) == 0)
-        return df_error(DF_EINVAL, "%scolumn '%s' is %s on rank %d but %s on rank %d", why, na, kind_name(ka), ra,
-                        kind_name(kb), rb);
+        return df_error(DF_EINVAL, "%scolumn '%s' is %s on rank %d but %s on rank %d", why, na, kind_name(ka),
+                        ra, kind_name(kb), rb);
     if (ha && (!hb || strcmp(na, nb) < 0))
         return df_error(DF_EINVAL, "%srank %d's batch lacks column '%s' (%s) that rank %d's has", why, rb, na,
                         kind_name(ka), ra);
@@ -227,7 +228,8 @@ static int decode_infos(rd *r, const uint8_t *all, const int64_t *counts, const 
     }
     if (!rc && !(r->infos = malloc((size_t)(r->n_infos ? r->n_infos : 1) * sizeof *r->infos)))
         rc = df_error(DF_ENOMEM, "out of memory for %lld sample infos", (long long)r->n_infos);
-    for (int s = 0, o = 0; !rc && s < r->size; o += (int)nb[s], s++)
+    int64_t o = 0;
+    for (int s = 0; !rc && s < r->size; o += nb[s], s++)
         if (nb[s])
             memcpy(r->infos + o, r->blocks[s], (size_t)nb[s] * sizeof *r->infos);
     free(nb);
@@ -264,7 +266,8 @@ static int gather_infos(rd *r, int my_rc, const uint8_t *msg, size_t len, bool *
             other = s;
     }
     if (!rc && failed >= 0)
-        rc = agreed(r, my_rc, (int)get_u64(a + displs[failed] + 8 * HDR_STATUS), failed, "before the exchange");
+        rc = agreed(r, my_rc, (int)get_u64(a + displs[failed] + 8 * HDR_STATUS), failed,
+                    "before the exchange");
     if (r->ref < 0)
         r->ref = 0; /* nobody has columns: rank 0 still sends every destination its metadata */
     if (!rc && other >= 0)
@@ -338,7 +341,8 @@ static int assemble(rd *r, const uint8_t *recv, const int64_t *bytes, const int6
     for (int s = 0; !rc && s < r->size; s++) {
         if (bytes[s] == 0) {
             if (rows[s] > 0)
-                rc = df_error(DF_EINTERNAL, "rank %d sent no bytes for %lld planned rows", s, (long long)rows[s]);
+                rc = df_error(DF_EINTERNAL, "rank %d sent no bytes for %lld planned rows", s,
+                              (long long)rows[s]);
             continue;
         }
         rc = df_batch_deserialize(recv + displs[s], (size_t)bytes[s], &parts[np]);
@@ -424,8 +428,15 @@ static int exchange(rd *r, int rc, df_batch **out)
 int df_redistribute(df_comm *w, const char *key, const df_batch *in, int local_rc, df_dp_layout src,
                     df_dp_layout dst, const df_put_opts *opts, df_batch **out, df_redist_stats *st)
 {
-    rd r = {.w = w, .rank = df_comm_rank(w), .size = df_comm_size(w), .key = key, .src = src, .dst = dst,
-            .o = opts, .in = in, .st = st};
+    rd r = {.w = w,
+            .rank = df_comm_rank(w),
+            .size = df_comm_size(w),
+            .key = key,
+            .src = src,
+            .dst = dst,
+            .o = opts,
+            .in = in,
+            .st = st};
     *out = NULL;
     uint8_t *msg = NULL;
     size_t len = 0;
