@@ -1,7 +1,7 @@
 /*
  * The worker's place in the plan: every rank plans the same way (the planner
  * is deterministic), takes its own TaskGraph from the rank -> subgraph map,
- * builds the communicator of the ranks that share it, and gives each node a
+ * turns the plan's process groups into communicators, and gives each node a
  * data-parallel layout (siiRL DAGWorker._get_node_dp_info).
  */
 #include "worker/worker_internal.h"
@@ -103,7 +103,41 @@ static int make_plan(df_dag_worker *w)
     return rc;
 }
 
-/* This rank's subgraph (a copy it owns) and the communicator of the ranks sharing it. */
+/*
+ * ProcessGroupManager's groups as communicators: every rank walks the plan's
+ * groups in the same order (df_comm_from_ranks is collective over the listed
+ * ranks only) and keeps the one its model nodes run in; a group of every rank
+ * is the world itself.
+ */
+static int make_groups(df_dag_worker *w)
+{
+    const df_process_groups *pg = w->plan->groups;
+    const char *mine = NULL;
+    for (int i = 0; i < df_task_graph_num_nodes(w->graph) && !mine; i++)
+        mine = df_process_groups_node_group(pg, df_task_graph_node_at(w->graph, i)->node_id);
+    int rc = DF_OK;
+    for (int i = 0; i < df_process_groups_count(pg) && !rc; i++) {
+        int n;
+        const int *ranks = df_process_groups_ranks(pg, i, &n);
+        bool keep = mine && !strcmp(df_process_groups_name(pg, i), mine);
+        df_comm *child = NULL;
+        if (n < w->world)
+            rc = df_comm_from_ranks(w->comm, ranks, n, &child);
+        if (keep && !rc)
+            w->group = n < w->world ? child : w->comm;
+        else
+            df_comm_free(child);
+    }
+    if (!rc && !w->group)
+        w->group = w->comm; /* no model node: the graph's nodes run on every rank */
+    if (!rc) {
+        w->group_rank = df_comm_rank(w->group);
+        w->group_size = df_comm_size(w->group);
+    }
+    return rc;
+}
+
+/* This rank's subgraph (a copy it owns) and its process group's communicator. */
 static int take_graph(df_dag_worker *w)
 {
     const df_schedule *s = w->plan->schedule;
@@ -113,30 +147,7 @@ static int take_graph(df_dag_worker *w)
                                          "idle ranks are not supported",
                         w->rank, s->n_graphs, w->world);
     int rc = df_task_graph_copy(s->graphs[gi], NULL, &w->graph);
-    int *ranks = NULL, n = 0;
-    if (!rc)
-        rc = df_schedule_ranks_of(s, gi, &ranks, &n);
-    /* every rank creates the groups of every subgraph in the same order (collective per group) */
-    for (int g = 0; g < s->n_graphs && !rc && s->n_graphs > 1; g++) {
-        int *gr = NULL, gn = 0;
-        df_comm *child = NULL;
-        rc = df_schedule_ranks_of(s, g, &gr, &gn);
-        if (!rc)
-            rc = df_comm_from_ranks(w->comm, gr, gn, &child);
-        if (!rc && g == gi)
-            w->group = child;
-        else
-            df_comm_free(child);
-        free(gr);
-    }
-    free(ranks);
-    if (!rc && !w->group)
-        w->group = w->comm; /* the subgraph runs on every rank */
-    if (!rc) {
-        w->group_rank = df_comm_rank(w->group);
-        w->group_size = df_comm_size(w->group);
-    }
-    return rc;
+    return rc ? rc : make_groups(w);
 }
 
 /* The actor's data-parallel communicator: the actor ranks with the same model-parallel rank. */

@@ -30,7 +30,7 @@ struct df_dag_worker {
     df_comm *comm; /* the world (borrowed) */
     int rank, world;
     df_plan *plan;
-    df_comm *group;             /* the ranks running this rank's subgraph: comm or owned */
+    df_comm *group;             /* the process group this rank's model nodes run in: comm or owned */
     int group_rank, group_size;
     df_node_layout *layouts;    /* [graph nodes], parallel to the graph's nodes */
     df_node_layout data_layout; /* the first node's: the dataloader shards by it */
@@ -89,7 +89,7 @@ void df_worker_actor_params(const df_dag_worker *w, const df_config *c, df_actor
 void df_worker_sampling(const df_dag_worker *w, const df_config *c, const char *prefix,
                         df_sampling_params *sp);
 
-/** Plan (every rank the same), take this rank's TaskGraph and its group communicator. */
+/** Plan (every rank the same), take this rank's TaskGraph, make the process groups' communicators. */
 int df_worker_setup_parallel(df_dag_worker *w);
 /** Each node's layout and the actor's DP communicator (after the node configs exist). */
 int df_worker_setup_layouts(df_dag_worker *w);
