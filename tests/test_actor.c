@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "testutil.h"
+
 #include "engine/actor.h"
 #include "engine/packing.h"
 
@@ -71,24 +73,6 @@ static void test_plan(void **state)
     df_batch_free(b);
 }
 
-static df_model *tiny_model(void)
-{
-    df_model_config c;
-    df_model_config_defaults(&c);
-    c.vocab_size = 40;
-    c.hidden_size = 16;
-    c.intermediate_size = 32;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 2;
-    c.num_key_value_heads = 1;
-    c.head_dim = 8;
-    c.max_position_embeddings = 64;
-    df_model *m;
-    assert_int_equal(df_model_create(&c, &m), 0);
-    assert_int_equal(df_model_init_random(m, 3), 0);
-    return m;
-}
-
 static df_actor_params params(int64_t micro)
 {
     df_actor_params p = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.999, .adam_eps = 1e-8,
@@ -122,7 +106,7 @@ static void test_log_prob_matches_model(void **state)
     (void)state;
     df_actor *a;
     df_actor_params p = params(2);
-    assert_int_equal(df_actor_create(tiny_model(), &p, false, &a), 0);
+    assert_int_equal(df_actor_create(df_test_micro_model(3), &p, false, &a), 0);
     df_batch *b = make_batch();
     double ent;
     assert_int_equal(df_actor_compute_log_prob(a, b, "lp", &ent), 0);
@@ -152,7 +136,7 @@ static float *update_with(int64_t micro, double *pg_loss)
 {
     df_actor *a;
     df_actor_params p = params(micro);
-    assert_int_equal(df_actor_create(tiny_model(), &p, true, &a), 0);
+    assert_int_equal(df_actor_create(df_test_micro_model(3), &p, true, &a), 0);
     df_batch *b = ppo_batch(a);
     df_metrics *m = df_metrics_new();
     assert_int_equal(df_actor_update_policy(a, b, m), 0);
@@ -173,7 +157,7 @@ static void test_micro_batching_invariant(void **state)
     (void)state;
     double l1, l4;
     float *p1 = update_with(1, &l1), *p4 = update_with(4, &l4);
-    df_model *ref = tiny_model();
+    df_model *ref = df_test_micro_model(3);
     double max_diff = 0, moved = 0;
     for (int64_t i = 0; i < ref->n_params; i++) {
         max_diff = fmax(max_diff, fabs((double)p1[i] - p4[i]));
@@ -194,7 +178,7 @@ static void test_sft_lowers_loss(void **state)
     df_actor_params p = params(2);
     p.lr = 3e-2;
     p.temperature = 1.0f;
-    assert_int_equal(df_actor_create(tiny_model(), &p, true, &a), 0);
+    assert_int_equal(df_actor_create(df_test_micro_model(3), &p, true, &a), 0);
     df_batch *b = make_batch();
     df_metrics *m = df_metrics_new();
     double first = 0, last = 0;
@@ -218,12 +202,12 @@ static void test_errors(void **state)
     (void)state;
     df_actor *a;
     df_actor_params p = params(2);
-    assert_int_equal(df_actor_create(tiny_model(), &p, false, &a), 0);
+    assert_int_equal(df_actor_create(df_test_micro_model(3), &p, false, &a), 0);
     df_batch *b = make_batch();
     df_metrics *m = df_metrics_new();
     assert_int_equal(df_actor_update_policy(a, b, m), DF_EINVAL); /* frozen */
     df_actor_free(a);
-    assert_int_equal(df_actor_create(tiny_model(), &p, true, &a), 0);
+    assert_int_equal(df_actor_create(df_test_micro_model(3), &p, true, &a), 0);
     assert_int_equal(df_actor_update_policy(a, b, m), DF_EINVAL); /* no old_log_probs */
     assert_non_null(strstr(df_last_error(), "old_log_probs"));
     df_metrics_free(m);

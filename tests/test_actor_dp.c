@@ -14,6 +14,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "testmpi.h"
+
 #include "distflow/comm.h"
 #include "distflow/rng.h"
 #include "engine/actor.h"
@@ -25,8 +27,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static df_comm *W;
-static int R, N;
 
 /* Weights of the DP actor and the lone actor differ by float summation order only:
    measured max |diff| ~1e-7 (weights ~0.02-1, each step moves them ~1e-2); wrong
@@ -36,15 +36,8 @@ static int R, N;
 
 static int group_setup(void **state)
 {
-    (void)state;
-    if (df_comm_world(&W)) {
-        print_error("df_comm_world: %s\n", df_last_error());
-        return -1;
-    }
-    R = df_comm_rank(W);
-    N = df_comm_size(W);
     omp_set_num_threads(1); /* a tiny model gains nothing from threads on a shared machine */
-    return 0;
+    return df_test_world_setup(state);
 }
 
 /* DF_TEST_EXPECT_SIZE (set by the mpiexec runs): a world of the wrong size fails. */
@@ -58,12 +51,6 @@ static void test_world(void **state)
         assert_int_equal(df_comm_backend_of(W), DF_COMM_MPI);
 }
 
-static int group_teardown(void **state)
-{
-    (void)state;
-    return df_comm_shutdown();
-}
-
 /* max over ranks, so that all ranks assert on the same value */
 static double all_max(double x)
 {
@@ -74,24 +61,6 @@ static double all_max(double x)
 static double all_min(double x)
 {
     return -all_max(-x);
-}
-
-static df_model *tiny_model(void)
-{
-    df_model_config c;
-    df_model_config_defaults(&c);
-    c.vocab_size = 40;
-    c.hidden_size = 16;
-    c.intermediate_size = 32;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 2;
-    c.num_key_value_heads = 1;
-    c.head_dim = 8;
-    c.max_position_embeddings = 64;
-    df_model *m;
-    assert_int_equal(df_model_create(&c, &m), 0);
-    assert_int_equal(df_model_init_random(m, 11), 0);
-    return m;
 }
 
 static df_actor_params params(const char *agg, int64_t mini, int64_t micro)
@@ -146,7 +115,7 @@ static void add_ppo_columns(df_batch *b, uint64_t seed)
 {
     df_actor *a;
     df_actor_params p = params("token-mean", 0, 4);
-    assert_int_equal(df_actor_create(tiny_model(), &p, false, &a), 0);
+    assert_int_equal(df_actor_create(df_test_micro_model(11), &p, false, &a), 0);
     assert_int_equal(df_actor_compute_log_prob(a, b, "old_log_probs", NULL), 0);
     df_actor_free(a);
     float *old = df_batch_data_mut(b, "old_log_probs"), *ref, *adv;
@@ -243,8 +212,8 @@ static void run_ppo(const scenario *sc)
     df_actor *dp, *alone;
     df_actor_params pd = params(sc->agg, sc->mbs, 2), pa = params(sc->agg, 0, 3);
     pd.ppo_epochs = sc->epochs;
-    assert_int_equal(df_actor_create(tiny_model(), &pd, true, &dp), 0);
-    assert_int_equal(df_actor_create(tiny_model(), &pa, true, &alone), 0);
+    assert_int_equal(df_actor_create(df_test_micro_model(11), &pd, true, &dp), 0);
+    assert_int_equal(df_actor_create(df_test_micro_model(11), &pa, true, &alone), 0);
     df_actor_set_comm(dp, W);
 
     /* the entropy mean of the shards is the whole batch's */
@@ -253,7 +222,7 @@ static void run_ppo(const scenario *sc)
     assert_int_equal(df_actor_compute_log_prob(alone, global, "lp", &ent_all), 0);
     assert_true(all_max(fabs(ent_dp - ent_all)) < 1e-6 && ent_all > 1.0);
 
-    df_model *init = tiny_model();
+    df_model *init = df_test_micro_model(11);
     double worst_w = 0, worst_m = 0;
     for (int u = 0; u < sc->updates; u++) {
         df_metrics *md = df_metrics_new(), *ma = df_metrics_new();
@@ -339,8 +308,8 @@ static void test_without_allreduce_differs(void **state)
     assert_int_equal(df_batch_select(global, mine, n_mine, &shard), 0);
     df_actor *local, *alone;
     df_actor_params p = params("token-mean", 0, 3);
-    assert_int_equal(df_actor_create(tiny_model(), &p, true, &local), 0);
-    assert_int_equal(df_actor_create(tiny_model(), &p, true, &alone), 0);
+    assert_int_equal(df_actor_create(df_test_micro_model(11), &p, true, &local), 0);
+    assert_int_equal(df_actor_create(df_test_micro_model(11), &p, true, &alone), 0);
     df_metrics *m = df_metrics_new();
     assert_int_equal(df_actor_update_policy(local, shard, m), 0);
     assert_int_equal(df_actor_update_policy(alone, global, m), 0);
@@ -370,8 +339,8 @@ static void test_sft(void **state)
     df_actor *dp, *alone;
     df_actor_params pd = params("token-mean", 0, 1), pa = params("token-mean", 0, 3);
     pd.lr = pa.lr = 3e-2;
-    assert_int_equal(df_actor_create(tiny_model(), &pd, true, &dp), 0);
-    assert_int_equal(df_actor_create(tiny_model(), &pa, true, &alone), 0);
+    assert_int_equal(df_actor_create(df_test_micro_model(11), &pd, true, &dp), 0);
+    assert_int_equal(df_actor_create(df_test_micro_model(11), &pa, true, &alone), 0);
     df_actor_set_comm(dp, W);
     double worst = 0, first = 0, last = 0;
     for (int it = 0; it < 4; it++) {
@@ -408,7 +377,7 @@ static void test_failure_agreement(void **state)
     df_batch *bad = synth_batch(3, 4); /* no old_log_probs */
     df_actor *a;
     df_actor_params p = params("token-mean", 0, 2);
-    assert_int_equal(df_actor_create(tiny_model(), &p, true, &a), 0);
+    assert_int_equal(df_actor_create(df_test_micro_model(11), &p, true, &a), 0);
     df_actor_set_comm(a, W);
     df_metrics *m = df_metrics_new();
     bool failer = R == N - 1;
@@ -467,7 +436,7 @@ static void test_checksum_golden(void **state)
 static void test_checksum_sensitive(void **state)
 {
     (void)state;
-    df_model *m = tiny_model(), *c;
+    df_model *m = df_test_micro_model(11), *c;
     assert_int_equal(df_model_clone(m, &c), 0);
     uint64_t h0, h1;
     assert_int_equal(df_model_param_checksum(m, &h0), 0);
@@ -509,5 +478,5 @@ int main(void)
         cmocka_unit_test(test_sft),
         cmocka_unit_test(test_failure_agreement),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, df_test_world_teardown);
 }

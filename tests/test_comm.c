@@ -16,27 +16,11 @@
 
 #include <cmocka.h>
 
+#include "testmpi.h"
+
 #include "comm/comm_internal.h"
 #include "distflow/comm.h"
 
-static df_comm *W;
-static int R, N;
-
-static int group_setup(void **state)
-{
-    if (df_comm_world(&W) != 0) {
-        print_error("df_comm_world: %s\n", df_last_error());
-        return -1;
-    }
-    R = df_comm_rank(W);
-    N = df_comm_size(W);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    return df_comm_shutdown();
-}
 
 static void assert_mentions(const char *needle)
 {
@@ -349,5 +333,5 @@ int main(void)
         cmocka_unit_test(test_alltoallv),       cmocka_unit_test(test_split),
         cmocka_unit_test(test_from_ranks),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, df_test_world_setup, df_test_world_teardown);
 }

@@ -19,28 +19,12 @@
 
 #include <cmocka.h>
 
+#include "testmpi.h"
+
 #include "distflow/batch.h"
 #include "distflow/comm.h"
 #include "distflow/coordinator.h"
 
-static df_comm *W;
-static int R, N;
-
-static int group_setup(void **state)
-{
-    if (df_comm_world(&W) != 0) {
-        print_error("df_comm_world: %s\n", df_last_error());
-        return -1;
-    }
-    R = df_comm_rank(W);
-    N = df_comm_size(W);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    return df_comm_shutdown();
-}
 
 static void assert_mentions(const char *needle)
 {
@@ -692,5 +676,5 @@ int main(void)
         cmocka_unit_test(test_empty),         cmocka_unit_test(test_column_mismatch),
         cmocka_unit_test(test_missing_batch), cmocka_unit_test(test_bad_arguments),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, df_test_world_setup, df_test_world_teardown);
 }

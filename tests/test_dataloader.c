@@ -17,6 +17,8 @@
 
 #include <cmocka.h>
 
+#include "testmpi.h"
+
 #include "testutil.h"
 
 #include "distflow/comm.h"
@@ -469,26 +471,6 @@ static void test_errors(void **state)
 
 /* ---- real ranks (mpiexec) ------------------------------------------------------------ */
 
-static df_comm *W;
-static int R, N;
-
-static int group_setup(void **state)
-{
-    (void)state;
-    if (df_comm_world(&W) != 0) {
-        print_error("df_comm_world: %s\n", df_last_error());
-        return -1;
-    }
-    R = df_comm_rank(W);
-    N = df_comm_size(W);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    return df_comm_shutdown();
-}
 
 #define CHECK(cond)                                                                                          \
     do {                                                                                                     \
@@ -588,5 +570,5 @@ int main(void)
         cmocka_unit_test(test_errors),
         cmocka_unit_test_setup_teardown(test_mpi_shards, df_test_mkdtemp, df_test_rmtree),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, df_test_world_setup, df_test_world_teardown);
 }

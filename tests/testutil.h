@@ -99,6 +99,25 @@ static inline void df_test_tiny_model(const char *dir, const char *const *texts,
     free(model_dir);
 }
 
+/** A random 2-layer Qwen2 with no tokenizer (vocab 40, hidden 16, 2 heads, 1 KV head, head_dim 8). */
+static inline df_model *df_test_micro_model(uint64_t seed)
+{
+    df_model_config c;
+    df_model_config_defaults(&c);
+    c.vocab_size = 40;
+    c.hidden_size = 16;
+    c.intermediate_size = 32;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 2;
+    c.num_key_value_heads = 1;
+    c.head_dim = 8;
+    c.max_position_embeddings = 64;
+    df_model *m;
+    assert_int_equal(df_model_create(&c, &m), 0);
+    assert_int_equal(df_model_init_random(m, seed), 0);
+    return m;
+}
+
 /**
  * GRPO test inputs in `dir`: `name` (e.g. "train.jsonl") with n <= 64 arithmetic
  * prompts "Add i and 2i+1. What do you get?" (ground truth 3i+1, data_source

@@ -9,6 +9,7 @@
  *      the put succeeds or fails on every rank alike.
  */
 #include "data/buffers_internal.h"
+#include "util/le.h"
 #include "util/sbuf.h"
 
 #include <stdio.h>
@@ -36,20 +37,6 @@ typedef struct rd {
     int64_t n_infos;
     df_redist_plan *plan;
 } rd;
-
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
 
 /* ---- agreement ----------------------------------------------------------------- */
 
@@ -197,9 +184,9 @@ static int gather_message(rd *r, int rc, uint8_t **msg, size_t *len)
         rc = df_error(DF_ENOMEM, "out of memory for %zu bytes of sample infos", wlen);
     if (!m)
         m = r->hdr; /* a failing rank still tells the others why they stop */
-    put_u64(m + 8 * HDR_STATUS, (uint64_t)rc);
-    put_u64(m + 8 * HDR_SCHEMA, r->schema != NULL);
-    put_u64(m + 8 * HDR_HASH, r->hash);
+    df_le_put64(m + 8 * HDR_STATUS, (uint64_t)rc);
+    df_le_put64(m + 8 * HDR_SCHEMA, r->schema != NULL);
+    df_le_put64(m + 8 * HDR_HASH, r->hash);
     if (!rc && wlen)
         memcpy(m + HDR_BYTES, wire, wlen);
     free(wire);
@@ -256,17 +243,17 @@ static int gather_infos(rd *r, int my_rc, const uint8_t *msg, size_t len, bool *
             break;
         }
         const uint8_t *h = a + displs[s];
-        if (failed < 0 && get_u64(h + 8 * HDR_STATUS))
+        if (failed < 0 && df_le_get64(h + 8 * HDR_STATUS))
             failed = s;
-        if (!get_u64(h + 8 * HDR_SCHEMA))
+        if (!df_le_get64(h + 8 * HDR_SCHEMA))
             continue;
         if (r->ref < 0)
             r->ref = s;
-        else if (other < 0 && get_u64(h + 8 * HDR_HASH) != get_u64(a + displs[r->ref] + 8 * HDR_HASH))
+        else if (other < 0 && df_le_get64(h + 8 * HDR_HASH) != df_le_get64(a + displs[r->ref] + 8 * HDR_HASH))
             other = s;
     }
     if (!rc && failed >= 0)
-        rc = agreed(r, my_rc, (int)get_u64(a + displs[failed] + 8 * HDR_STATUS), failed,
+        rc = agreed(r, my_rc, (int)df_le_get64(a + displs[failed] + 8 * HDR_STATUS), failed,
                     "before the exchange");
     if (r->ref < 0)
         r->ref = 0; /* nobody has columns: rank 0 still sends every destination its metadata */

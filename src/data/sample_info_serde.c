@@ -4,6 +4,7 @@
  * Little-endian whatever the host, like df_batch_serialize.
  */
 #include "distflow/coordinator.h"
+#include "util/le.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -11,34 +12,6 @@
 #define SINFO_MAGIC "DFSINFO"
 #define SINFO_HEAD 24
 #define SINFO_REC 56
-
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
-static uint32_t get_u32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++)
-        v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
 
 static uint64_t f64_bits(double d)
 {
@@ -70,22 +43,22 @@ int df_sample_infos_serialize(const df_sample_info *infos, int64_t n, uint8_t **
     if (!b)
         return df_error(DF_ENOMEM, "sample infos serialize: out of memory for %zu bytes", total);
     memcpy(b, SINFO_MAGIC, 8);
-    put_u32(b + 8, 1);
-    put_u32(b + 12, 0);
-    put_u64(b + 16, (uint64_t)n);
+    df_le_put32(b + 8, 1);
+    df_le_put32(b + 12, 0);
+    df_le_put64(b + 16, (uint64_t)n);
     uint8_t *blob = b + SINFO_HEAD + (size_t)n * SINFO_REC;
     for (int64_t i = 0; i < n; i++) {
         const df_sample_info *s = &infos[i];
         uint8_t *r = b + SINFO_HEAD + (size_t)i * SINFO_REC;
         int32_t ul = s->uid ? (int32_t)strlen(s->uid) : -1;
-        put_u64(r, (uint64_t)s->prompt_length);
-        put_u64(r + 8, (uint64_t)s->response_length);
-        put_u64(r + 16, (uint64_t)s->sum_tokens);
-        put_u64(r + 24, (uint64_t)s->group);
-        put_u64(r + 32, f64_bits(s->score));
-        put_u32(r + 40, (uint32_t)s->src_rank);
-        put_u32(r + 44, (uint32_t)ul);
-        put_u64(r + 48, (uint64_t)s->src_index);
+        df_le_put64(r, (uint64_t)s->prompt_length);
+        df_le_put64(r + 8, (uint64_t)s->response_length);
+        df_le_put64(r + 16, (uint64_t)s->sum_tokens);
+        df_le_put64(r + 24, (uint64_t)s->group);
+        df_le_put64(r + 32, f64_bits(s->score));
+        df_le_put32(r + 40, (uint32_t)s->src_rank);
+        df_le_put32(r + 44, (uint32_t)ul);
+        df_le_put64(r + 48, (uint64_t)s->src_index);
         if (ul > 0) {
             memcpy(blob, s->uid, (size_t)ul);
             blob += ul;
@@ -102,7 +75,7 @@ static int sinfo_check(const uint8_t *buf, size_t len, int64_t n, size_t *blob)
     size_t need = 0;
     for (int64_t i = 0; i < n; i++) {
         const uint8_t *r = buf + SINFO_HEAD + (size_t)i * SINFO_REC;
-        int32_t ul = (int32_t)get_u32(r + 44);
+        int32_t ul = (int32_t)df_le_get32(r + 44);
         if (ul < -1)
             return df_error(DF_EINVAL, "sample infos: byte %zu: uid length %d of info %lld",
                             (size_t)(r + 44 - buf), ul, (long long)i);
@@ -126,9 +99,9 @@ int df_sample_infos_deserialize(const uint8_t *buf, size_t len, df_sample_info *
         return df_error(DF_EINVAL, "sample infos deserialize: NULL argument");
     if (len < SINFO_HEAD || memcmp(buf, SINFO_MAGIC, 8) != 0)
         return df_error(DF_EINVAL, "sample infos: byte 0: bad magic or truncated header");
-    if (get_u32(buf + 8) != 1)
-        return df_error(DF_EINVAL, "sample infos: byte 8: unknown version %u", get_u32(buf + 8));
-    int64_t n = (int64_t)get_u64(buf + 16);
+    if (df_le_get32(buf + 8) != 1)
+        return df_error(DF_EINVAL, "sample infos: byte 8: unknown version %u", df_le_get32(buf + 8));
+    int64_t n = (int64_t)df_le_get64(buf + 16);
     if (n < 0 || (uint64_t)n > (len - SINFO_HEAD) / SINFO_REC)
         return df_error(DF_EINVAL, "sample infos: byte 16: count %lld does not fit %zu bytes",
                         (long long)n, len);
@@ -145,14 +118,14 @@ int df_sample_infos_deserialize(const uint8_t *buf, size_t len, df_sample_info *
     for (int64_t i = 0; i < n; i++) {
         const uint8_t *r = buf + SINFO_HEAD + (size_t)i * SINFO_REC;
         df_sample_info *s = &v[i];
-        s->prompt_length = (int64_t)get_u64(r);
-        s->response_length = (int64_t)get_u64(r + 8);
-        s->sum_tokens = (int64_t)get_u64(r + 16);
-        s->group = (int64_t)get_u64(r + 24);
-        s->score = bits_f64(get_u64(r + 32));
-        s->src_rank = (int32_t)get_u32(r + 40);
-        int32_t ul = (int32_t)get_u32(r + 44);
-        s->src_index = (int64_t)get_u64(r + 48);
+        s->prompt_length = (int64_t)df_le_get64(r);
+        s->response_length = (int64_t)df_le_get64(r + 8);
+        s->sum_tokens = (int64_t)df_le_get64(r + 16);
+        s->group = (int64_t)df_le_get64(r + 24);
+        s->score = bits_f64(df_le_get64(r + 32));
+        s->src_rank = (int32_t)df_le_get32(r + 40);
+        int32_t ul = (int32_t)df_le_get32(r + 44);
+        s->src_index = (int64_t)df_le_get64(r + 48);
         s->uid = NULL;
         if (ul >= 0) {
             memcpy(str, src, (size_t)ul);
