@@ -9,10 +9,14 @@
 
 #include <string.h>
 
-/* Rebalance before this node? DATA_REBALANCE nodes always; verl's trainer.balance_batch right after rollout. */
+/*
+ * Rebalance before this node? DATA_REBALANCE nodes and the node after DAPO's
+ * dynamic sampling (which leaves ranks with unequal numbers of groups) always;
+ * verl's trainer.balance_batch right after rollout.
+ */
 static bool forced(const df_dag_worker *w, const df_node *node)
 {
-    if (node->node_role == DF_ROLE_DATA_REBALANCE)
+    if (node->node_role == DF_ROLE_DATA_REBALANCE || w->prev_role == DF_ROLE_DYNAMIC_SAMPLING)
         return true;
     return w->balance_batch && w->prev_role == DF_ROLE_ROLLOUT && node->node_role != DF_ROLE_ROLLOUT;
 }

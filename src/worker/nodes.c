@@ -28,44 +28,53 @@ static int need_batch(const df_batch *b, const char *node)
     return b ? DF_OK : df_error(DF_EINVAL, "%s: no input batch", node);
 }
 
+int df_worker_generate(df_dag_worker *w, const df_node *node, const df_batch *prompts, int64_t step, int gen,
+                       df_batch **out)
+{
+    uint64_t seed = df_rng_key(w->seed, 0x6e6, (uint64_t)step, (uint64_t)gen);
+    df_sampling_params node_sp = w->sp; /* a workflow node may override the sampling keys */
+    const df_config *nc = df_worker_node_config(w, node);
+    if (nc != w->cfg)
+        df_worker_sampling(w, nc, "actor_rollout_ref.rollout.", &node_sp);
+    return df_generate_batch(w->rollout, df_actor_model(w->actor), prompts, w->n_samples, &node_sp, seed,
+                             w->console && w->rank == 0 ? "rollout" : NULL, out);
+}
+
 /* rollout_actor: n responses per prompt from the current policy. */
 static int node_generate(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
 {
-    df_dag_worker *w = W(ctx);
     double t0 = df_now();
     int rc = need_batch(batch, "generate");
-    uint64_t seed = df_rng_key(w->seed, 0x6e6, (uint64_t)ctx->step, 0);
-    df_sampling_params node_sp = w->sp; /* a workflow node may override the sampling keys */
-    const df_config *nc = df_worker_node_config(w, ctx->node);
-    if (nc != w->cfg)
-        df_worker_sampling(w, nc, "actor_rollout_ref.rollout.", &node_sp);
     if (!rc)
-        rc = df_generate_batch(w->rollout, df_actor_model(w->actor), batch, w->n_samples, &node_sp,
-                               seed, w->console && w->rank == 0 ? "rollout" : NULL, &out->batch);
+        rc = df_worker_generate(W(ctx), ctx->node, batch, ctx->step, 0, &out->batch);
     timing(ctx, "gen", t0);
+    return rc;
+}
+
+int df_worker_reward(df_dag_worker *w, df_batch *batch, df_metrics *m)
+{
+    int rc = df_score_batch(w->tok, &w->reward, batch, NULL);
+    /* no KL in the reward (algorithm.use_kl_in_reward is refused at setup): rewards = scores */
+    const df_column *sc = rc ? NULL : df_batch_column(batch, "token_level_scores");
+    if (sc)
+        rc = df_batch_set_tok_f32(batch, "token_level_rewards", sc->offsets, sc->data);
+    if (!rc && m) {
+        const float *acc = df_batch_f32(batch, "acc");
+        double s = 0;
+        for (int64_t i = 0; i < df_batch_size(batch); i++)
+            s += acc[i];
+        df_metrics_set(m, "critic/acc/mean", df_batch_size(batch) ? s / (double)df_batch_size(batch) : 0);
+    }
     return rc;
 }
 
 /* function_reward: rule-based scores on the last response token (NaiveRewardManager). */
 static int node_compute_reward(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
 {
-    df_dag_worker *w = W(ctx);
     double t0 = df_now();
     int rc = need_batch(batch, "compute_reward");
     if (!rc)
-        rc = df_score_batch(w->tok, &w->reward, batch, NULL);
-    /* no KL in the reward (algorithm.use_kl_in_reward is refused at setup): rewards = scores */
-    const df_column *sc = rc ? NULL : df_batch_column(batch, "token_level_scores");
-    if (sc)
-        rc = df_batch_set_tok_f32(batch, "token_level_rewards", sc->offsets, sc->data);
-    if (!rc && ctx->metrics) {
-        const float *acc = df_batch_f32(batch, "acc");
-        double s = 0;
-        for (int64_t i = 0; i < df_batch_size(batch); i++)
-            s += acc[i];
-        df_metrics_set(ctx->metrics, "critic/acc/mean",
-                       df_batch_size(batch) ? s / (double)df_batch_size(batch) : 0);
-    }
+        rc = df_worker_reward(W(ctx), batch, ctx->metrics);
     (void)out;
     timing(ctx, "reward", t0);
     return rc;
@@ -183,5 +192,5 @@ int df_worker_register_nodes(void)
         if (rc)
             return rc;
     }
-    return DF_OK;
+    return df_worker_register_dynamic_sampling();
 }

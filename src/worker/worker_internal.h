@@ -109,6 +109,21 @@ int df_worker_before_node(void *user, df_node *node, df_batch **batch);
 /** Reset the hand-off state at the start of a step (the batch has the dataloader's layout). */
 void df_worker_begin_step(df_dag_worker *w);
 
+/**
+ * This rank's next prompts from the dataloader, encoded, with a `uid` per
+ * prompt: "s<step>-r<row>", or "s<step>-g<gen>-r<row>" for the gen-th extra
+ * generation batch of a step (DAPO's dynamic sampling).
+ */
+int df_worker_next_prompts(df_dag_worker *w, int gen, df_batch **out);
+/** Rollout: rollout.n responses per prompt of `prompts` (seeded by step and gen) into *out. */
+int df_worker_generate(df_dag_worker *w, const df_node *node, const df_batch *prompts, int64_t step, int gen,
+                       df_batch **out);
+/** Reward: scores, token_level_scores / _rewards, `acc`; critic/acc/mean into m (may be NULL). */
+int df_worker_reward(df_dag_worker *w, df_batch *b, df_metrics *m);
+
+/** Register DAPO's dynamic_sampling node function (DAGWorker.dynamic_sampling and siiRL's name). */
+int df_worker_register_dynamic_sampling(void);
+
 /** Register the built-in node functions under their DAGWorker.* names (idempotent). */
 int df_worker_register_nodes(void);
 

@@ -1,0 +1,202 @@
+/*
+ * DAPO's dynamic sampling (Yu et al. 2025, arXiv 2503.14476, §3.2; verl
+ * RayDAPOTrainer.fit with algorithm.filter_groups, siiRL's
+ * filter_interface.dapo.dynamic_sampling): keep only the prompt groups whose
+ * metric varies (a group that is all right or all wrong has zero GRPO
+ * advantage and teaches nothing), and generate more batches until the kept
+ * groups fill data.train_batch_size prompts — counted over every rank — or
+ * algorithm.filter_groups.max_num_gen_batches is reached. The surplus is cut
+ * in rank order, so every rank knows which of its groups survive.
+ */
+#include "worker/worker_internal.h"
+
+#include "util/timeutil.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Per-sample value of filter_groups.metric: acc, score, seq_reward or seq_final_reward. */
+static int metric_values(const df_batch *b, const char *metric, double *v)
+{
+    int64_t n = df_batch_size(b);
+    const char *col = !strcmp(metric, "acc") || !strcmp(metric, "score") ? metric
+                      : !strcmp(metric, "seq_reward")                    ? "token_level_rewards"
+                      : !strcmp(metric, "seq_final_reward")              ? "token_level_scores"
+                                                                         : NULL;
+    if (!col)
+        return df_error(DF_EINVAL, "algorithm.filter_groups.metric=%s: expected acc, score, seq_reward or "
+                                   "seq_final_reward", metric);
+    const df_column *c = df_batch_column(b, col);
+    if (!c)
+        return df_error(DF_EINVAL, "dynamic sampling: the batch has no %s column", col);
+    for (int64_t i = 0; i < n; i++) {
+        if (c->kind == DF_COL_F32) {
+            v[i] = ((const float *)c->data)[i];
+            continue;
+        }
+        double s = 0; /* per-token column: the response's sum */
+        for (int64_t t = c->offsets[i]; t < c->offsets[i + 1]; t++)
+            s += ((const float *)c->data)[t];
+        v[i] = s;
+    }
+    return DF_OK;
+}
+
+/*
+ * Rows of the groups to keep, in batch order, into keep[] (*n_keep rows) and
+ * the number of kept groups into *groups: a group of one, or one whose metric
+ * has non-zero population std (np.std as verl).
+ */
+static int kept_rows(const df_batch *b, const char *metric, int64_t *keep, int64_t *n_keep, int64_t *groups)
+{
+    int64_t n = df_batch_size(b);
+    const df_column *uid = df_batch_column(b, "uid");
+    if (!uid)
+        return df_error(DF_EINVAL, "dynamic sampling needs the uid column");
+    double *v = malloc((size_t)(n ? n : 1) * sizeof *v), *sum = calloc((size_t)(n ? n : 1), 3 * sizeof *sum);
+    int64_t *g = malloc((size_t)(n ? n : 1) * sizeof *g);
+    int rc = v && sum && g ? DF_OK : df_error(DF_ENOMEM, "out of memory");
+    if (!rc)
+        rc = metric_values(b, metric, v);
+    if (!rc)
+        rc = df_group_ids((const char *const *)uid->data, n, g);
+    for (int64_t i = 0; !rc && i < n; i++) {
+        sum[3 * g[i]] += 1, sum[3 * g[i] + 1] += v[i], sum[3 * g[i] + 2] += v[i] * v[i];
+    }
+    *n_keep = *groups = 0;
+    for (int64_t i = 0; !rc && i < n; i++) {
+        double *gs = &sum[3 * g[i]], k = fabs(gs[0]), mean = gs[1] / k;
+        if (!(k == 1 || gs[2] / k - mean * mean > 1e-12 * (1 + mean * mean)))
+            continue;
+        keep[(*n_keep)++] = i;
+        if (gs[0] > 0) { /* the group's first row: count it once */
+            (*groups)++;
+            gs[0] = -gs[0];
+        }
+    }
+    free(v);
+    free(sum);
+    free(g);
+    return rc;
+}
+
+/* Append the kept rows of `b` to *acc (taking neither). */
+static int accumulate(df_batch **acc, const df_batch *b, const int64_t *keep, int64_t n_keep)
+{
+    df_batch *part = NULL, *joined = NULL;
+    int rc = df_batch_select(b, keep, n_keep, &part);
+    if (rc || !*acc) {
+        *acc = rc ? *acc : part;
+        return rc;
+    }
+    const df_batch *parts[2] = {*acc, part};
+    rc = df_batch_concat(parts, 2, &joined);
+    df_batch_free(part);
+    if (!rc) {
+        df_batch_free(*acc);
+        *acc = joined;
+    }
+    return rc;
+}
+
+/* Keep this rank's share of the first `target` groups in rank order (groups stay whole). */
+static int trim(df_dag_worker *w, df_batch **acc, int64_t mine, int64_t target)
+{
+    int size = df_comm_size(w->group);
+    int64_t *counts = malloc((size_t)size * sizeof *counts);
+    if (!counts)
+        return df_error(DF_ENOMEM, "out of memory");
+    int rc = df_comm_allgather(w->group, &mine, sizeof mine, counts);
+    int64_t before = 0;
+    for (int r = 0; r < w->group_rank; r++)
+        before += counts[r];
+    free(counts);
+    int64_t take = target - before < 0 ? 0 : target - before < mine ? target - before : mine;
+    if (rc || take == mine)
+        return rc;
+    df_batch *cut = NULL;
+    rc = df_batch_slice(*acc, 0, take * w->n_samples, &cut); /* groups are whole and in order */
+    if (!rc) {
+        df_batch_free(*acc);
+        *acc = cut;
+    }
+    return rc;
+}
+
+/* One more generation batch: prompts, rollout, reward. */
+static int generate_more(df_dag_worker *w, const df_node *node, int gen, df_batch **out)
+{
+    df_batch *prompts = NULL;
+    int rc = df_worker_next_prompts(w, gen, &prompts);
+    if (!rc)
+        rc = df_worker_generate(w, node, prompts, w->step, gen, out);
+    if (!rc)
+        rc = df_worker_reward(w, *out, NULL);
+    df_batch_free(prompts);
+    return rc;
+}
+
+static int node_dynamic_sampling(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
+{
+    df_dag_worker *w = ctx->worker;
+    const df_config *c = w->cfg;
+    if (!batch)
+        return df_error(DF_EINVAL, "dynamic_sampling: no input batch");
+    if (!df_config_bool(c, "algorithm.filter_groups.enable"))
+        return DF_OK; /* DAPO without filtering: the batch passes through */
+    double t0 = df_now();
+    const char *metric = df_config_str(c, "algorithm.filter_groups.metric");
+    int64_t target = df_config_int(c, "data.train_batch_size");
+    int64_t max_gen = df_config_int(c, "algorithm.filter_groups.max_num_gen_batches");
+    /* replicas hold the same rows as their DP rank: only model-parallel rank 0 counts */
+    int64_t counted = 0, mine = 0, global = 0;
+    df_batch *acc = NULL, *cur = batch;
+    int gen = 0, rc = DF_OK;
+    for (;;) {
+        int64_t n = df_batch_size(cur), n_keep = 0, groups = 0;
+        int64_t *keep = malloc((size_t)(n ? n : 1) * sizeof *keep);
+        rc = keep ? kept_rows(cur, metric, keep, &n_keep, &groups) : df_error(DF_ENOMEM, "out of memory");
+        if (!rc)
+            rc = accumulate(&acc, cur, keep, n_keep);
+        free(keep);
+        if (cur != batch)
+            df_batch_free(cur);
+        cur = NULL;
+        mine += rc ? 0 : groups;
+        counted = w->cur_layout.mp_rank == 0 ? groups : 0;
+        if (!rc)
+            rc = df_comm_allreduce(w->group, &counted, 1, DF_COMM_INT64, DF_COMM_SUM);
+        global += counted;
+        if (rc || global >= target)
+            break;
+        if (max_gen > 0 && gen + 1 >= max_gen) {
+            rc = df_error(DF_EINVAL, "dynamic sampling: %lld of %lld prompts have a varying %s after %d generation "
+                                     "batches (algorithm.filter_groups.max_num_gen_batches=%lld); the data may "
+                                     "be too easy or too hard for the model",
+                          (long long)global, (long long)target, metric, gen + 1, (long long)max_gen);
+            break;
+        }
+        rc = generate_more(w, ctx->node, ++gen, &cur);
+        if (rc)
+            break;
+    }
+    if (!rc)
+        rc = trim(w, &acc, mine, target);
+    if (rc) {
+        df_batch_free(acc);
+        return rc;
+    }
+    out->batch = acc;
+    if (ctx->metrics) {
+        df_metrics_set(ctx->metrics, "train/num_gen_batches", gen + 1);
+        df_metrics_set(ctx->metrics, "timing_s/dynamic_sampling", df_now() - t0);
+    }
+    return DF_OK;
+}
+
+int df_worker_register_dynamic_sampling(void)
+{
+    int rc = df_exec_register("DAGWorker.dynamic_sampling", node_dynamic_sampling);
+    return rc ? rc : df_exec_register("siirl.user_interface.filter_interface.dapo.dynamic_sampling", node_dynamic_sampling);
+}
