@@ -65,9 +65,11 @@ int df_adv_reinforce_plus_plus_baseline(const df_adv_input *in, float *advantage
         free(a);
         return df_error(DF_ENOMEM, "%s: out of memory for %lld tokens", who, (long long)n_tok);
     }
-    for (int64_t i = 0; i < in->n; i++)
+    for (int64_t i = 0; i < in->n; i++) {
+        a[i] = g.score[i] - g.mean[in->group[i]];
         for (int64_t t = in->offsets[i]; t < in->offsets[i + 1]; t++)
-            tok[t] = g.score[i] - g.mean[in->group[i]];
+            tok[t] = a[i];
+    }
     /* whiten the broadcast values over tokens, as verl does after tiling to the response length */
     df_adv_whiten_d(n_tok, tok, advantages);
     if (n_tok > 0)
