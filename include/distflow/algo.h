@@ -58,6 +58,13 @@ typedef struct df_adv_input {
     float lam;                        /**< GAE lambda */
     bool norm_adv_by_std_in_grpo;     /**< grpo: divide by the group std (false: Dr.GRPO) */
     float epsilon;                    /**< grpo: std guard, verl default 1e-6 */
+    /* -- fields added for the estimators of the advest block below (0 / NULL = unused) -- */
+    const float *reward_baselines;    /**< [n] remax: reward of each prompt's greedy response
+                                           (verl data.batch["reward_baselines"]); required by remax */
+    const char *cpgd_weight_factor;   /**< cpgd: "STD_weight" (NULL), "clip_filter_like_weight"
+                                           or "naive" (algorithm.weight_factor_in_cpgd) */
+    float cpgd_weight_clip;           /**< cpgd clip_filter_like_weight: largest weight; 0 means 3
+                                           (MM-EUREKA's clip_filter_like_weight_clip_eps) */
 } df_adv_input;
 
 /**
@@ -92,6 +99,143 @@ DF_API int df_adv_estimator_register(const char *name, df_adv_estimator_fn fn);
  * [0, n), epsilon < 0.
  */
 DF_API int df_adv_grpo(const df_adv_input *in, float *advantages, float *returns);
+
+/* ---------------------------------------------------------------------------
+ * advest: the other advantage estimators of verl / siiRL (registered under
+ * these names next to "grpo"). References: verl
+ * verl/trainer/ppo/core_algos.py at commit 012be9d9dcb7c38499f23616142870d2682757fc,
+ * masked_whiten in verl/utils/torch_functional.py; siiRL
+ * siirl/dag_worker/core_algos.py at commit 171e8d44b3b7d55a1895ad8e528cd4dbcd73e3b4.
+ *
+ * Conventions shared by the estimators below:
+ *   score_i    = sum of sample i's token_level_rewards (outcome estimators)
+ *   group g    = the samples with group id g; k_g its size
+ *   flat group = k_g >= 2 and every score of the group equal (its centred
+ *                scores are all 0: the "invalid" samples of GPG / CPGD)
+ *   a group of one has mean 0 (and std 1), as verl's group estimators do
+ *   whiten(x)  = (x - mean) / sqrt(var + 1e-8) over ALL tokens passed in,
+ *                var unbiased (divisor T - 1) — verl masked_whiten. With one
+ *                token the result is 0 (verl raises); with none it is a no-op.
+ *                The statistics are those of the batch passed in: the worker
+ *                passes its rank's batch, as siiRL's DAG workers do (verl's
+ *                driver whitens the whole step batch).
+ * Common errors (DF_EINVAL, naming the estimator and the sample / token):
+ * NULL input, n < 0, bad offsets, NULL arrays an estimator needs (output
+ * arrays may be NULL only when there are no tokens), a group id outside
+ * [0, n), a non-finite reward / value / baseline, gamma or lam outside [0, 1].
+ * DF_ENOMEM when scratch memory runs out. Outputs are [offsets[n]] floats,
+ * computed in double.
+ * ------------------------------------------------------------------------- */
+
+/**
+ * Unbiased whitening of n_tokens values, verl masked_whiten with every token
+ * valid: out_t = (x_t - mean) / sqrt(var + 1e-8), var = sum (x - mean)^2 / (T - 1).
+ * T = 1 gives 0; T = 0 does nothing. out may alias x.
+ * Errors: DF_EINVAL for n_tokens < 0, NULL arrays with n_tokens > 0.
+ */
+DF_API int df_adv_whiten(int64_t n_tokens, const float *x, float *out);
+
+/**
+ * "gae" — verl compute_gae_advantage_return; Schulman et al. 2016, "High-
+ * Dimensional Continuous Control Using Generalized Advantage Estimation"
+ * (arXiv 1506.02438), eq. 16. Needs values (a critic). Per sample, from its
+ * last token backwards (V after the last token is 0):
+ *   delta_t = r_t + gamma V_{t+1} - V_t
+ *   G_t     = delta_t + gamma lam G_{t+1}          (G after the last token: 0)
+ *   returns_t    = G_t + V_t                       (critic targets, unwhitened)
+ *   advantages_t = whiten(G)_t                     (whitened over the batch's tokens)
+ * With gamma = lam = 1 and V = 0, returns are the rewards-to-go.
+ * Errors: the common ones; values NULL ("gae needs a critic").
+ */
+DF_API int df_adv_gae(const df_adv_input *in, float *advantages, float *returns);
+
+/**
+ * "rloo" — verl compute_rloo_outcome_advantage; REINFORCE Leave-One-Out,
+ * Kool et al. 2019 and Ahmadian et al. 2024 (arXiv 2402.14740, §3.3):
+ *   A_i = score_i - (sum_{j in g, j != i} score_j) / (k_g - 1)   (k_g >= 2)
+ *   A_i = score_i                                               (group of one:
+ *                                                                no other sample)
+ *   every token of sample i gets A_i; returns = advantages.
+ * Needs group ids.
+ */
+DF_API int df_adv_rloo(const df_adv_input *in, float *advantages, float *returns);
+
+/**
+ * "reinforce_plus_plus" — verl compute_reinforce_plus_plus_outcome_advantage;
+ * REINFORCE++, Hu 2025 (arXiv 2501.03262), §3 (token-level discounted return,
+ * global advantage normalisation):
+ *   returns_t    = sum_{u >= t in the same sample} gamma^(u - t) r_u
+ *   advantages_t = whiten(returns)_t   (over the batch's tokens)
+ * Uses gamma; no group ids.
+ */
+DF_API int df_adv_reinforce_plus_plus(const df_adv_input *in, float *advantages,
+                                      float *returns);
+
+/**
+ * "reinforce_plus_plus_baseline" — verl
+ * compute_reinforce_plus_plus_baseline_outcome_advantage; REINFORCE++-baseline
+ * (Hu 2025, arXiv 2501.03262, group-mean baseline then global normalisation):
+ *   a_i = score_i - mean_g   (mean of the group; 0 for a group of one)
+ *   every token of sample i gets a_i, then advantages = whiten(a) over the
+ *   batch's tokens (so longer responses weigh more in the statistics, as in
+ *   verl); returns = advantages.
+ */
+DF_API int df_adv_reinforce_plus_plus_baseline(const df_adv_input *in, float *advantages,
+                                               float *returns);
+
+/**
+ * "remax" — verl compute_remax_outcome_advantage; ReMax, Li et al. 2023
+ * (arXiv 2310.10505), Algorithm 1: the baseline is the reward of the greedy
+ * response to the same prompt.
+ *   returns_t    = sum_{u >= t in the same sample} r_u     (reward-to-go, no discount)
+ *   advantages_t = returns_t - reward_baselines[i]
+ * Errors: the common ones; reward_baselines NULL (the greedy baseline
+ * generation must fill it).
+ */
+DF_API int df_adv_remax(const df_adv_input *in, float *advantages, float *returns);
+
+/**
+ * "gpg" — Group Policy Gradient, Chu et al. 2025 (arXiv 2504.02546, §3,
+ * advantage with the gradient-estimation correction):
+ *   A_i = alpha (score_i - mean_g) / F_norm,  F_norm = 1,
+ *   alpha = B / (B - M), B = n samples in the batch, M = samples in flat
+ *   groups (their advantage is 0 and they carry no gradient); alpha = 1 when
+ *   every sample is in a flat group (B = M).
+ *   every token of sample i gets A_i; returns = advantages.
+ * Disagreement: verl compute_gpg_outcome_advantage counts M as the samples
+ * whose *score* is 0 (alpha = B / max(#nonzero scores, 1)), which differs from
+ * the paper whenever a group is all-correct or a mixed group has zero scores
+ * (e.g. groups {1, 0}, {1, 1}: paper alpha = 4 / 2 = 2, verl 4 / 3). This
+ * follows the paper. Like verl, a group of one has mean 0 (the paper's groups
+ * always have several samples) and is not flat. The paper's F_norm = std
+ * variant is not offered (verl fixes F_norm = 1).
+ */
+DF_API int df_adv_gpg(const df_adv_input *in, float *advantages, float *returns);
+
+/**
+ * "cpgd" — advantage of CPGD, Liu et al. 2025, "CPGD: Toward Stable Rule-based
+ * Reinforcement Learning for Language Models" (arXiv 2505.12504): group-
+ * centred scores times a weighting factor chosen by cpgd_weight_factor
+ * (algorithm.weight_factor_in_cpgd):
+ *   "STD_weight" (default)      A_i = (score_i - mean_g) / (std_g + epsilon)
+ *                               (std unbiased; group of one: mean 0, std 1)
+ *   "clip_filter_like_weight"   A_i = w (score_i - mean_g),
+ *                               w = min(P / (P - P_flat), cpgd_weight_clip)
+ *                               with P the number of groups and P_flat the
+ *                               flat ones (w = 1 if all are flat) — the
+ *                               weight of the paper's code (MM-EUREKA
+ *                               clip_filter_like_weight_func, rows = prompts)
+ *   "naive"                     A_i = score_i - mean_g
+ *   every token of sample i gets A_i; returns = advantages.
+ * siiRL's compute_cpgd_outcome_advantage is broken for the clip-filter-like
+ * weight: it divides the number of *samples* by the number of *groups* with a
+ * non-zero std, so the weight is about rollout.n times too large and nearly
+ * always sits at the clamp of 3 (and groups of one count as valid). This
+ * follows the paper's code (a ratio of groups to groups) instead.
+ * Errors: the common ones; an unknown cpgd_weight_factor (named, with the
+ * known ones); epsilon < 0; cpgd_weight_clip < 0 (0 means 3).
+ */
+DF_API int df_adv_cpgd(const df_adv_input *in, float *advantages, float *returns);
 
 /* ======================================================================
  * Loss aggregation (verl agg_loss, expressed as per-token weights)

@@ -74,6 +74,14 @@ int df_group_ids(const char *const *uids, int64_t n, int64_t *group)
 
 static const df_fn_entry k_builtin_estimators[] = {
     {"grpo", (df_any_fn)df_adv_grpo},
+    /* advest: adv_token.c, adv_group.c */
+    {"gae", (df_any_fn)df_adv_gae},
+    {"rloo", (df_any_fn)df_adv_rloo},
+    {"reinforce_plus_plus", (df_any_fn)df_adv_reinforce_plus_plus},
+    {"reinforce_plus_plus_baseline", (df_any_fn)df_adv_reinforce_plus_plus_baseline},
+    {"remax", (df_any_fn)df_adv_remax},
+    {"gpg", (df_any_fn)df_adv_gpg},
+    {"cpgd", (df_any_fn)df_adv_cpgd},
 };
 
 static df_fn_registry g_estimators = {

@@ -373,7 +373,8 @@ static const df_config_entry train[] = {
     KF("algorithm.gamma", "1.0", 0, 1, "discount factor"),
     KF("algorithm.lam", "1.0", 0, 1, "GAE lambda (Schulman et al. 2016)"),
     KS("algorithm.adv_estimator", "gae",
-       "advantage estimator from the registry (gae, grpo, rloo, reinforce_plus_plus, cpgd, ...)"),
+       "advantage estimator from the registry (gae, grpo, rloo, reinforce_plus_plus, "
+       "reinforce_plus_plus_baseline, remax, gpg, cpgd, or a plugin's)"),
     KB("algorithm.norm_adv_by_std_in_grpo", "true", "GRPO: divide group-relative advantages by the std"),
     KB("algorithm.use_kl_in_reward", "false", "subtract a KL(actor || ref) penalty from the reward"),
     KE("algorithm.kl_penalty", "kl", KL_TYPES, "KL estimator of the in-reward penalty"),
@@ -383,7 +384,7 @@ static const df_config_entry train[] = {
     KF("algorithm.kl_ctrl.horizon", "1000", 1, INF, "adaptive controller: horizon (siiRL; verl: 10000)"),
     KS("algorithm.workflow_type", "default", "built-in workflow: default (PPO / GRPO), dapo, embodied"),
     KE("algorithm.weight_factor_in_cpgd", "STD_weight", "STD_weight|clip_filter_like_weight|naive",
-       "CPGD advantage weighting (siiRL)"),
+       "CPGD advantage weighting: group std, the paper's clip-filter-like weight (capped at 3), or none"),
     KB("algorithm.filter_groups.enable", "false", "DAPO dynamic sampling: drop zero-variance groups"),
     KS("algorithm.filter_groups.metric", "acc", "DAPO: per-sample metric whose variance is tested"),
     KI("algorithm.filter_groups.max_num_gen_batches", "10", 0, INF,

@@ -145,11 +145,11 @@ static int check_critic(const df_config *c, int world)
     return rc ? df_error_wrap(rc, "%s needs a critic", kv(c, "algorithm.adv_estimator", kb[0])) : DF_OK;
 }
 
-/* Estimators that normalise within a group of rollout.n responses. */
+/* Estimators whose baseline comes from the other responses to the same prompt (a group of rollout.n). */
 static bool group_estimator(const char *name)
 {
     static const char *const family[] = {"grpo", "grpo_passk", "grpo_vectorized", "rloo", "rloo_vectorized",
-                                         "opo", "gpg", "cpgd", "drgrpo"};
+                                         "opo", "gpg", "cpgd", "drgrpo", "reinforce_plus_plus_baseline"};
     for (size_t i = 0; i < sizeof family / sizeof *family; i++)
         if (!strcmp(name, family[i]))
             return true;
@@ -163,8 +163,8 @@ static int check_algorithm(const df_config *c)
     const char *adv = df_config_str(c, "algorithm.adv_estimator");
     if (group_estimator(adv) && df_config_int(c, ROLLOUT "n") < 2)
         return df_error(DF_EINVAL,
-                        "%s needs %s > 1: its advantage compares responses within a group of rollout.n "
-                        "(with one response every advantage is 0)",
+                        "%s needs %s > 1: its baseline is taken from the other responses to the same "
+                        "prompt (with one response there is none)",
                         kv(c, "algorithm.adv_estimator", kb[0]), kv(c, ROLLOUT "n", kb[1]));
     if (df_config_bool(c, "algorithm.filter_groups.enable") && df_config_int(c, ROLLOUT "n") < 2)
         return df_error(DF_EINVAL, "%s needs %s > 1: a group of one response has no variance to filter on",

@@ -104,12 +104,17 @@ static int node_compute_advantage(df_node_ctx *ctx, df_batch *batch, df_node_out
     if (!rc) {
         const df_config *c = w->cfg;
         const df_column *val = df_batch_column(batch, "values");
+        /* per-sample reward of the greedy response, when a ReMax baseline step filled it */
+        const float *baselines = df_batch_has(batch, "reward_baselines") ? df_batch_f32(batch, "reward_baselines")
+                                                                          : NULL;
         df_adv_input in = {.n = n, .offsets = rew->offsets, .token_level_rewards = rew->data,
                            .values = val ? val->data : NULL, .group = group,
                            .gamma = (float)df_config_float(c, "algorithm.gamma"),
                            .lam = (float)df_config_float(c, "algorithm.lam"),
                            .norm_adv_by_std_in_grpo = df_config_bool(c, "algorithm.norm_adv_by_std_in_grpo"),
-                           .epsilon = 1e-6f};
+                           .epsilon = 1e-6f,
+                           .reward_baselines = baselines,
+                           .cpgd_weight_factor = df_config_str(c, "algorithm.weight_factor_in_cpgd")};
         rc = w->adv_fn(&in, adv, ret);
     }
     free(group);

@@ -1,0 +1,148 @@
+/*
+ * Outcome estimators that compare the responses to one prompt: rloo,
+ * reinforce_plus_plus_baseline, gpg, cpgd (include/distflow/algo.h, advest
+ * block; formulas, sources and the differences from verl / siiRL there).
+ */
+#include "algo/adv_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Check the input, compute group statistics and a per-sample buffer a[n]. */
+static int begin(const char *who, const df_adv_input *in, const float *adv, const float *ret,
+                 df_adv_groups *g, double **a)
+{
+    *a = NULL;
+    int rc = df_adv_check(who, in, DF_ADV_NEED_GROUP, adv, ret);
+    if (!rc)
+        rc = df_adv_groups_compute(who, in, g);
+    if (rc)
+        return rc;
+    *a = malloc((size_t)(in->n > 0 ? in->n : 1) * sizeof **a);
+    if (!*a) {
+        df_adv_groups_free(g);
+        return df_error(DF_ENOMEM, "%s: out of memory for %lld samples", who, (long long)in->n);
+    }
+    return DF_OK;
+}
+
+static int finish(const df_adv_input *in, df_adv_groups *g, double *a, float *adv, float *ret)
+{
+    df_adv_broadcast(in, a, adv, ret);
+    df_adv_groups_free(g);
+    free(a);
+    return DF_OK;
+}
+
+int df_adv_rloo(const df_adv_input *in, float *advantages, float *returns)
+{
+    df_adv_groups g;
+    double *a;
+    int rc = begin("rloo", in, advantages, returns, &g, &a);
+    if (rc)
+        return rc;
+    for (int64_t i = 0; i < in->n; i++) {
+        const int64_t k = in->group[i], c = g.count[k];
+        /* the mean of the other c - 1 scores; none for a group of one (verl keeps the score) */
+        a[i] = c > 1 ? g.score[i] - (g.sum[k] - g.score[i]) / (double)(c - 1) : g.score[i];
+    }
+    return finish(in, &g, a, advantages, returns);
+}
+
+int df_adv_reinforce_plus_plus_baseline(const df_adv_input *in, float *advantages, float *returns)
+{
+    const char *who = "reinforce_plus_plus_baseline";
+    df_adv_groups g;
+    double *a;
+    int rc = begin(who, in, advantages, returns, &g, &a);
+    if (rc)
+        return rc;
+    const int64_t n_tok = in->offsets[in->n];
+    double *tok = malloc((size_t)(n_tok > 0 ? n_tok : 1) * sizeof *tok);
+    if (!tok) {
+        df_adv_groups_free(&g);
+        free(a);
+        return df_error(DF_ENOMEM, "%s: out of memory for %lld tokens", who, (long long)n_tok);
+    }
+    for (int64_t i = 0; i < in->n; i++) {
+        a[i] = g.score[i] - g.mean[in->group[i]];
+        for (int64_t t = in->offsets[i]; t < in->offsets[i + 1]; t++)
+            tok[t] = a[i];
+    }
+    /* whiten the broadcast values over tokens, as verl does after tiling to the response length */
+    df_adv_whiten_d(n_tok, tok, advantages);
+    if (n_tok > 0)
+        memcpy(returns, advantages, (size_t)n_tok * sizeof *returns);
+    free(tok);
+    df_adv_groups_free(&g);
+    free(a);
+    return DF_OK;
+}
+
+int df_adv_gpg(const df_adv_input *in, float *advantages, float *returns)
+{
+    df_adv_groups g;
+    double *a;
+    int rc = begin("gpg", in, advantages, returns, &g, &a);
+    if (rc)
+        return rc;
+    /* alpha = B / (B - M): rescale so the flat groups' zero gradients do not dilute the batch */
+    const int64_t valid = in->n - g.n_flat_samples;
+    const double alpha = valid > 0 ? (double)in->n / (double)valid : 1.0;
+    for (int64_t i = 0; i < in->n; i++)
+        a[i] = alpha * (g.score[i] - g.mean[in->group[i]]); /* F_norm = 1 */
+    return finish(in, &g, a, advantages, returns);
+}
+
+enum cpgd_weight { CPGD_STD, CPGD_CLIP_FILTER, CPGD_NAIVE };
+
+static int cpgd_options(const df_adv_input *in, enum cpgd_weight *mode, double *clip)
+{
+    const char *f = in->cpgd_weight_factor;
+    if (!f || !strcmp(f, "STD_weight"))
+        *mode = CPGD_STD;
+    else if (!strcmp(f, "clip_filter_like_weight"))
+        *mode = CPGD_CLIP_FILTER;
+    else if (!strcmp(f, "naive"))
+        *mode = CPGD_NAIVE;
+    else
+        return df_error(DF_EINVAL,
+                        "cpgd: unknown weight factor '%s' (known: STD_weight, "
+                        "clip_filter_like_weight, naive)",
+                        f);
+    if (!(in->epsilon >= 0))
+        return df_error(DF_EINVAL, "cpgd: epsilon must be >= 0, got %g", (double)in->epsilon);
+    if (!(in->cpgd_weight_clip >= 0))
+        return df_error(DF_EINVAL, "cpgd: cpgd_weight_clip must be >= 0 (0: 3), got %g",
+                        (double)in->cpgd_weight_clip);
+    *clip = in->cpgd_weight_clip > 0 ? in->cpgd_weight_clip : 3.0;
+    return DF_OK;
+}
+
+int df_adv_cpgd(const df_adv_input *in, float *advantages, float *returns)
+{
+    enum cpgd_weight mode = CPGD_STD;
+    double clip = 3;
+    int rc = in ? cpgd_options(in, &mode, &clip) : DF_OK;
+    df_adv_groups g;
+    double *a;
+    if (!rc)
+        rc = begin("cpgd", in, advantages, returns, &g, &a);
+    if (rc)
+        return rc;
+    /* clip-filter-like weight: groups over non-flat groups (MM-EUREKA's prompts ratio), capped */
+    const int64_t valid_groups = g.n_groups - g.n_flat_groups;
+    double w = valid_groups > 0 ? (double)g.n_groups / (double)valid_groups : 1.0;
+    w = fmin(w, clip);
+    for (int64_t i = 0; i < in->n; i++) {
+        const int64_t k = in->group[i];
+        const double centred = g.score[i] - g.mean[k];
+        switch (mode) {
+        case CPGD_STD: a[i] = centred / (g.std[k] + (double)in->epsilon); break;
+        case CPGD_CLIP_FILTER: a[i] = g.flat[k] ? centred : w * centred; break;
+        case CPGD_NAIVE: a[i] = centred; break;
+        }
+    }
+    return finish(in, &g, a, advantages, returns);
+}

@@ -1,0 +1,644 @@
+/* Unit tests for the advantage estimators of include/distflow/algo.h (advest
+ * block): hand-computed cases with the arithmetic in comments, edge cases,
+ * invariance to the order of samples, and malformed input. grpo's own cases
+ * live in test_algo.c. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "distflow/algo.h"
+
+#define assert_near(a, b, tol)                                                                               \
+    do {                                                                                                     \
+        double a_ = (double)(a), b_ = (double)(b);                                                           \
+        if (!(fabs(a_ - b_) <= (tol)))                                                                       \
+            fail_msg("%s = %.9g, expected %.9g (tol %g)", #a, a_, b_, (double)(tol));                        \
+    } while (0)
+
+static void assert_all_near(const float *got, const double *want, int n, double tol)
+{
+    for (int t = 0; t < n; t++)
+        if (!(fabs((double)got[t] - want[t]) <= tol))
+            fail_msg("token %d: %.9g, expected %.9g (tol %g)", t, (double)got[t], want[t], tol);
+}
+
+/* returns must equal advantages bit for bit (outcome estimators) */
+static void assert_same(const float *ret, const float *adv, int n)
+{
+    for (int t = 0; t < n; t++)
+        if (ret[t] != adv[t])
+            fail_msg("token %d: returns %.9g != advantages %.9g", t, (double)ret[t], (double)adv[t]);
+}
+
+/* ====================================================================== registry */
+
+static void test_registry_names(void **state)
+{
+    (void)state;
+    struct {
+        const char *name;
+        df_adv_estimator_fn fn;
+    } all[] = {
+        {"grpo", df_adv_grpo},
+        {"gae", df_adv_gae},
+        {"rloo", df_adv_rloo},
+        {"reinforce_plus_plus", df_adv_reinforce_plus_plus},
+        {"reinforce_plus_plus_baseline", df_adv_reinforce_plus_plus_baseline},
+        {"remax", df_adv_remax},
+        {"gpg", df_adv_gpg},
+        {"cpgd", df_adv_cpgd},
+    };
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) {
+        df_adv_estimator_fn fn = NULL;
+        assert_int_equal(df_adv_estimator_lookup(all[i].name, &fn), 0);
+        assert_true(fn == all[i].fn);
+    }
+    df_adv_estimator_fn fn = NULL;
+    assert_error_mentions(df_adv_estimator_lookup("reinforce_plus", &fn), DF_EINVAL, "rloo");
+}
+
+/* ====================================================================== whitening */
+
+static void test_whiten(void **state)
+{
+    (void)state;
+    /* x = 1, 2, 3, 6: mean 3, squared deviations 4 + 1 + 0 + 9 = 14, unbiased var 14 / 3,
+     * std 2.1602469; out = (x - 3) / 2.1602469 */
+    const float x[] = {1, 2, 3, 6};
+    float out[4];
+    assert_int_equal(df_adv_whiten(4, x, out), 0);
+    const double want[] = {-0.9258201, -0.4629101, 0, 1.3887302};
+    assert_all_near(out, want, 4, 1e-6);
+    /* in place */
+    float y[] = {1, 2, 3, 6};
+    assert_int_equal(df_adv_whiten(4, y, y), 0);
+    assert_all_near(y, want, 4, 1e-6);
+    /* one token: x - mean = 0 (verl would divide by zero in the Bessel factor) */
+    float one = 5;
+    assert_int_equal(df_adv_whiten(1, &one, &one), 0);
+    assert_near(one, 0, 0);
+    /* equal values: 0 / sqrt(0 + 1e-8) = 0 */
+    float eq[] = {2, 2, 2};
+    assert_int_equal(df_adv_whiten(3, eq, eq), 0);
+    for (int t = 0; t < 3; t++)
+        assert_near(eq[t], 0, 0);
+    assert_int_equal(df_adv_whiten(0, NULL, NULL), 0);
+    assert_int_equal(df_adv_whiten(-1, x, out), DF_EINVAL);
+    assert_int_equal(df_adv_whiten(2, NULL, out), DF_EINVAL);
+}
+
+/* ====================================================================== gae */
+
+static void test_gae_two_samples(void **state)
+{
+    (void)state;
+    /*
+     * gamma = lam = 1.
+     * Sample 0: r = 0, 0, 1; V = 0.5, 0.5, 0.5
+     *   t2: delta = 1 + 0 - 0.5 = 0.5, G = 0.5, ret = 1
+     *   t1: delta = 0 + 0.5 - 0.5 = 0, G = 0 + 0.5 = 0.5, ret = 1
+     *   t0: same, G = 0.5, ret = 1
+     * Sample 1: r = 0, -1; V = 0.2, -0.4
+     *   t1: delta = -1 + 0 + 0.4 = -0.6, G = -0.6, ret = -1
+     *   t0: delta = 0 - 0.4 - 0.2 = -0.6, G = -1.2, ret = -1
+     * G = 0.5, 0.5, 0.5, -1.2, -0.6: mean -0.06, squared deviations
+     *   3 x 0.3136 + 1.2996 + 0.2916 = 2.532, var 0.633, std 0.79561298
+     *   adv = (G + 0.06) / 0.79561298 = 0.70385981 (x3), -1.43285747, -0.67872196
+     */
+    const int64_t off[] = {0, 3, 5};
+    const float r[] = {0, 0, 1, 0, -1};
+    const float v[] = {0.5f, 0.5f, 0.5f, 0.2f, -0.4f};
+    df_adv_input in = {.n = 2, .offsets = off, .token_level_rewards = r, .values = v, .gamma = 1, .lam = 1};
+    float adv[5], ret[5];
+    assert_int_equal(df_adv_gae(&in, adv, ret), 0);
+    const double want_ret[] = {1, 1, 1, -1, -1};
+    const double want_adv[] = {0.70385981, 0.70385981, 0.70385981, -1.43285747, -0.67872196};
+    assert_all_near(ret, want_ret, 5, 1e-6);
+    assert_all_near(adv, want_adv, 5, 1e-6);
+}
+
+static void test_gae_discounted_with_empty(void **state)
+{
+    (void)state;
+    /*
+     * gamma = 0.5, lam = 0.5 (gamma lam = 0.25).
+     * Sample 0: r = 1, 0, 2; V = 1, 2, 0
+     *   t2: delta = 2 + 0 - 0 = 2,          G = 2,                    ret = 2
+     *   t1: delta = 0 + 0.5 * 0 - 2 = -2,   G = -2 + 0.25 * 2 = -1.5,  ret = 0.5
+     *   t0: delta = 1 + 0.5 * 2 - 1 = 1,    G = 1 - 0.25 * 1.5 = 0.625, ret = 1.625
+     * Sample 1: no tokens.
+     * Sample 2: r = 3; V = 1: delta = 2, G = 2, ret = 3 (the last token of a
+     *   response is terminal: nothing carries over from sample 0).
+     * G = 0.625, -1.5, 2, 2: mean 0.78125, squared deviations 0.0244140625 +
+     *   5.2041015625 + 2 x 1.4853515625 = 8.19921875, var 2.73307292, std 1.65320081
+     *   adv = -0.09451362, -1.37989891, 0.73720627, 0.73720627
+     */
+    const int64_t off[] = {0, 3, 3, 4};
+    const float r[] = {1, 0, 2, 3};
+    const float v[] = {1, 2, 0, 1};
+    df_adv_input in = {
+        .n = 3, .offsets = off, .token_level_rewards = r, .values = v, .gamma = 0.5f, .lam = 0.5f};
+    float adv[4], ret[4];
+    assert_int_equal(df_adv_gae(&in, adv, ret), 0);
+    const double want_ret[] = {1.625, 0.5, 2, 3};
+    const double want_adv[] = {-0.09451362, -1.37989891, 0.73720627, 0.73720627};
+    assert_all_near(ret, want_ret, 4, 1e-6);
+    assert_all_near(adv, want_adv, 4, 1e-6);
+}
+
+static void test_gae_is_reward_to_go(void **state)
+{
+    (void)state;
+    /*
+     * gamma = lam = 1, V = 0: delta_t = r_t and G_t = sum_{u >= t} r_u, so the
+     * unwhitened returns are the rewards-to-go, as reinforce_plus_plus computes
+     * them with gamma = 1: r = 1, 2, 3 | 0.5, -1 -> 6, 5, 3 | -0.5, -1.
+     */
+    const int64_t off[] = {0, 3, 5};
+    const float r[] = {1, 2, 3, 0.5f, -1};
+    const float zero[5] = {0};
+    df_adv_input in = {
+        .n = 2, .offsets = off, .token_level_rewards = r, .values = zero, .gamma = 1, .lam = 1};
+    float adv[5], ret[5], adv2[5], ret2[5];
+    assert_int_equal(df_adv_gae(&in, adv, ret), 0);
+    const double rtg[] = {6, 5, 3, -0.5, -1};
+    assert_all_near(ret, rtg, 5, 1e-6);
+    assert_int_equal(df_adv_reinforce_plus_plus(&in, adv2, ret2), 0);
+    for (int t = 0; t < 5; t++) {
+        assert_near(ret2[t], rtg[t], 1e-6);
+        assert_near(adv2[t], adv[t], 1e-6); /* both whiten the same numbers */
+    }
+}
+
+static void test_gae_one_token_and_errors(void **state)
+{
+    (void)state;
+    /* One token: r = 2, V = 0.5 -> G = 1.5, ret = 2, whitened advantage 0. */
+    const int64_t off[] = {0, 1};
+    const float r[] = {2}, v[] = {0.5f};
+    df_adv_input in = {
+        .n = 1, .offsets = off, .token_level_rewards = r, .values = v, .gamma = 1, .lam = 0.95f};
+    float adv[1], ret[1];
+    assert_int_equal(df_adv_gae(&in, adv, ret), 0);
+    assert_near(ret[0], 2, 1e-7);
+    assert_near(adv[0], 0, 0);
+
+    in.values = NULL;
+    assert_error_mentions(df_adv_gae(&in, adv, ret), DF_EINVAL, "values");
+    in.values = v;
+    in.gamma = 1.5f;
+    assert_error_mentions(df_adv_gae(&in, adv, ret), DF_EINVAL, "gamma");
+    in.gamma = 1;
+    in.lam = -0.1f;
+    assert_error_mentions(df_adv_gae(&in, adv, ret), DF_EINVAL, "lam");
+    in.lam = NAN;
+    assert_error_mentions(df_adv_gae(&in, adv, ret), DF_EINVAL, "lam");
+    in.lam = 1;
+    const float bad_v[] = {INFINITY};
+    in.values = bad_v;
+    assert_error_mentions(df_adv_gae(&in, adv, ret), DF_EINVAL, "value of sample 0, token 0");
+}
+
+/* ====================================================================== reinforce++ */
+
+static void test_reinforce_plus_plus(void **state)
+{
+    (void)state;
+    /*
+     * gamma = 0.5. Sample 0: r = 1, 0, 2 -> returns t2 = 2, t1 = 0 + 0.5 * 2 = 1,
+     *   t0 = 1 + 0.5 * 1 = 1.5. Sample 1: no tokens. Sample 2: r = -1 -> -1.
+     * returns = 1.5, 1, 2, -1: mean 0.875, squared deviations 0.390625 +
+     *   0.015625 + 1.265625 + 3.515625 = 5.1875, var 1.72916667, std 1.31497782
+     *   adv = 0.47529319, 0.09505864, 0.85552774, -1.42587956
+     */
+    const int64_t off[] = {0, 3, 3, 4};
+    const float r[] = {1, 0, 2, -1};
+    df_adv_input in = {.n = 3, .offsets = off, .token_level_rewards = r, .gamma = 0.5f};
+    float adv[4], ret[4];
+    assert_int_equal(df_adv_reinforce_plus_plus(&in, adv, ret), 0);
+    const double want_ret[] = {1.5, 1, 2, -1};
+    const double want_adv[] = {0.47529319, 0.09505864, 0.85552774, -1.42587956};
+    assert_all_near(ret, want_ret, 4, 1e-6);
+    assert_all_near(adv, want_adv, 4, 1e-6);
+
+    /* gamma = 0: returns are the token rewards themselves. */
+    in.gamma = 0;
+    assert_int_equal(df_adv_reinforce_plus_plus(&in, adv, ret), 0);
+    const double want0[] = {1, 0, 2, -1};
+    assert_all_near(ret, want0, 4, 0);
+    in.gamma = 2;
+    assert_error_mentions(df_adv_reinforce_plus_plus(&in, adv, ret), DF_EINVAL, "gamma");
+}
+
+static void test_reinforce_plus_plus_baseline(void **state)
+{
+    (void)state;
+    /*
+     * Group 0: sample 0 (r = 0, 1 -> score 1), sample 1 (r = 3 -> 3): mean 2,
+     *   centred -1, +1. Group 1: sample 2 alone (r = 5): mean 0 (verl), centred 5.
+     * Per token: -1, -1, 1, 5: mean 1, squared deviations 4 + 4 + 0 + 16 = 24,
+     *   var 8, std 2.82842713 -> -0.70710678, -0.70710678, 0, 1.41421356;
+     *   returns = advantages.
+     */
+    const int64_t off[] = {0, 2, 3, 4};
+    const float r[] = {0, 1, 3, 5};
+    const int64_t g[] = {0, 0, 1};
+    df_adv_input in = {.n = 3, .offsets = off, .token_level_rewards = r, .group = g};
+    float adv[4], ret[4];
+    assert_int_equal(df_adv_reinforce_plus_plus_baseline(&in, adv, ret), 0);
+    const double want[] = {-0.70710678, -0.70710678, 0, 1.41421356};
+    assert_all_near(adv, want, 4, 1e-6);
+    assert_same(ret, adv, 4);
+
+    /* All-equal scores in every group: every centred value is 0, whitened 0. */
+    const float same[] = {1, 0, 1, 1};
+    const int64_t g2[] = {0, 0, 0};
+    df_adv_input eq = {.n = 3, .offsets = off, .token_level_rewards = same, .group = g2};
+    assert_int_equal(df_adv_reinforce_plus_plus_baseline(&eq, adv, ret), 0);
+    for (int t = 0; t < 4; t++)
+        assert_near(adv[t], 0, 0);
+}
+
+/* ====================================================================== remax */
+
+static void test_remax(void **state)
+{
+    (void)state;
+    /*
+     * Sample 0: r = 0, 0, 1, greedy baseline 0.25: reward-to-go 1, 1, 1;
+     *   advantages 0.75 each. Sample 1: r = 0.5, 1, baseline 2: reward-to-go
+     *   1.5, 1; advantages -0.5, -1. Sample 2: no tokens.
+     */
+    const int64_t off[] = {0, 3, 5, 5};
+    const float r[] = {0, 0, 1, 0.5f, 1};
+    const float base[] = {0.25f, 2, 7};
+    df_adv_input in = {.n = 3,
+                       .offsets = off,
+                       .token_level_rewards = r,
+                       .reward_baselines = base,
+                       .gamma = 0.5f /* remax does not discount, as verl */};
+    float adv[5], ret[5];
+    assert_int_equal(df_adv_remax(&in, adv, ret), 0);
+    const double want_ret[] = {1, 1, 1, 1.5, 1};
+    const double want_adv[] = {0.75, 0.75, 0.75, -0.5, -1};
+    assert_all_near(ret, want_ret, 5, 1e-7);
+    assert_all_near(adv, want_adv, 5, 1e-7);
+
+    in.reward_baselines = NULL;
+    assert_error_mentions(df_adv_remax(&in, adv, ret), DF_EINVAL, "reward_baselines");
+    const float nan_base[] = {0, NAN, 0};
+    in.reward_baselines = nan_base;
+    assert_error_mentions(df_adv_remax(&in, adv, ret), DF_EINVAL, "baseline of sample 1");
+}
+
+/* ====================================================================== rloo */
+
+/*
+ * Shared outcome case. Six samples, token counts 2, 1, 3, 1, 0, 1:
+ *   scores s0 = 0 + 1 = 1, s1 = 0, s2 = 0.5 + 0.5 + 1 = 2, s3 = 4, s4 = 0 (empty),
+ *   s5 = 3; groups A = {0, 1, 2}, B = {3} (one sample), C = {4, 5}.
+ */
+static const int64_t k_off[] = {0, 2, 3, 6, 7, 7, 8};
+static const float k_rew[] = {0, 1, 0, 0.5f, 0.5f, 1, 4, 3};
+static const int64_t k_grp[] = {0, 0, 0, 1, 2, 2};
+
+static void test_rloo(void **state)
+{
+    (void)state;
+    /*
+     * A: s0 = 1 - (0 + 2) / 2 = 0; s1 = 0 - (1 + 2) / 2 = -1.5; s2 = 2 - (1 + 0) / 2 = 1.5
+     *    (= k / (k - 1) (s - mean) = 1.5 (s - 1))
+     * B: one sample, no other to compare with: 4 (verl keeps the score)
+     * C: s4 = 0 - 3 = -3 (no tokens to write); s5 = 3 - 0 = 3
+     */
+    df_adv_input in = {.n = 6, .offsets = k_off, .token_level_rewards = k_rew, .group = k_grp};
+    float adv[8], ret[8];
+    assert_int_equal(df_adv_rloo(&in, adv, ret), 0);
+    const double want[] = {0, 0, -1.5, 1.5, 1.5, 1.5, 4, 3};
+    assert_all_near(adv, want, 8, 1e-6);
+    assert_same(ret, adv, 8);
+
+    /* All-equal scores (2, 2): each leave-one-out baseline is 2, advantage 0. */
+    const int64_t off[] = {0, 1, 3};
+    const float r[] = {2, 1, 1};
+    const int64_t g[] = {1, 1};
+    df_adv_input eq = {.n = 2, .offsets = off, .token_level_rewards = r, .group = g};
+    assert_int_equal(df_adv_rloo(&eq, adv, ret), 0);
+    for (int t = 0; t < 3; t++)
+        assert_near(adv[t], 0, 0);
+}
+
+/* ====================================================================== gpg */
+
+static void test_gpg(void **state)
+{
+    (void)state;
+    /*
+     * Groups {1, 0} (samples 0, 1) and {1, 1} (samples 2, 3, flat).
+     * B = 4, M = 2 (the flat group) -> alpha = 4 / 2 = 2.
+     *   group 0: mean 0.5 -> 2 * 0.5 = 1, 2 * -0.5 = -1; group 1: 0.
+     * (verl counts the non-zero scores instead: alpha = 4 / 3, giving 0.667, -0.667.)
+     */
+    const int64_t off[] = {0, 2, 3, 4, 5};
+    const float r[] = {0, 1, 0, 1, 1};
+    const int64_t g[] = {0, 0, 1, 1};
+    df_adv_input in = {.n = 4, .offsets = off, .token_level_rewards = r, .group = g};
+    float adv[5], ret[5];
+    assert_int_equal(df_adv_gpg(&in, adv, ret), 0);
+    const double want[] = {1, 1, -1, 0, 0};
+    assert_all_near(adv, want, 5, 1e-6);
+    assert_same(ret, adv, 5);
+
+    /*
+     * Shared case: A = {1, 0, 2} mean 1; B = {4} alone (mean 0, not flat);
+     * C = {0, 3} mean 1.5. No flat group: M = 0, alpha = 1.
+     *   A: 0, -1, 1; B: 4; C: -1.5 (no tokens), 1.5
+     */
+    df_adv_input s = {.n = 6, .offsets = k_off, .token_level_rewards = k_rew, .group = k_grp};
+    float a8[8], r8[8];
+    assert_int_equal(df_adv_gpg(&s, a8, r8), 0);
+    const double want8[] = {0, 0, -1, 1, 1, 1, 4, 1.5};
+    assert_all_near(a8, want8, 8, 1e-6);
+
+    /*
+     * Flat group next to a single sample: {1, 1} flat, {0.5} alone, {0, 2}:
+     * B = 5, M = 2, alpha = 5 / 3: 0, 0 | 5/3 * 0.5 = 0.8333333 | -5/3, 5/3.
+     */
+    const int64_t off3[] = {0, 1, 2, 3, 4, 5};
+    const float r3[] = {1, 1, 0.5f, 0, 2};
+    const int64_t g3[] = {0, 0, 1, 2, 2};
+    df_adv_input t3 = {.n = 5, .offsets = off3, .token_level_rewards = r3, .group = g3};
+    assert_int_equal(df_adv_gpg(&t3, adv, ret), 0);
+    const double want3[] = {0, 0, 0.83333333, -1.66666667, 1.66666667};
+    assert_all_near(adv, want3, 5, 1e-6);
+
+    /* Every group flat: B = M, alpha = 1 and every advantage 0 (no division by zero). */
+    const float r4[] = {1, 1, 0, 0, 0};
+    const int64_t g4[] = {0, 0, 1, 1, 1};
+    df_adv_input t4 = {.n = 5, .offsets = off3, .token_level_rewards = r4, .group = g4};
+    assert_int_equal(df_adv_gpg(&t4, adv, ret), 0);
+    for (int t = 0; t < 5; t++)
+        assert_near(adv[t], 0, 0);
+}
+
+/* ====================================================================== cpgd */
+
+static void test_cpgd_weights(void **state)
+{
+    (void)state;
+    /*
+     * Groups: {1, 0, 0} (samples 0-2), {1, 1} (samples 3-4, flat), {2} (sample 5 alone).
+     * Group 0: mean 1/3, squared deviations (2/3)^2 + 2 (1/3)^2 = 2/3,
+     *   unbiased var 1/3, std 0.57735027.
+     */
+    const int64_t off[] = {0, 1, 2, 3, 4, 5, 6};
+    const float r[] = {1, 0, 0, 1, 1, 2};
+    const int64_t g[] = {0, 0, 0, 1, 1, 2};
+    df_adv_input in = {.n = 6, .offsets = off, .token_level_rewards = r, .group = g, .epsilon = 1e-6f};
+    float adv[6], ret[6];
+
+    /* STD_weight (default, NULL): (2/3) / (0.57735027 + 1e-6) = 1.15469854,
+     * (-1/3) / 0.57735127 = -0.57734927; flat group 0; alone: 2 / (1 + 1e-6) = 1.999998 */
+    assert_int_equal(df_adv_cpgd(&in, adv, ret), 0);
+    const double want_std[] = {1.15469854, -0.57734927, -0.57734927, 0, 0, 1.999998};
+    assert_all_near(adv, want_std, 6, 1e-6);
+    assert_same(ret, adv, 6);
+    in.cpgd_weight_factor = "STD_weight";
+    assert_int_equal(df_adv_cpgd(&in, adv, ret), 0);
+    assert_all_near(adv, want_std, 6, 1e-6);
+
+    /* clip_filter_like_weight: P = 3 groups, 1 flat -> w = 3 / 2 = 1.5 (< clip 3):
+     *   1.5 * 2/3 = 1, 1.5 * -1/3 = -0.5 (x2); flat 0; alone 1.5 * 2 = 3.
+     * (siiRL: 6 samples / 2 groups with non-zero std = 3 -> 2, -1, -1, 0, 0, 6.) */
+    in.cpgd_weight_factor = "clip_filter_like_weight";
+    assert_int_equal(df_adv_cpgd(&in, adv, ret), 0);
+    const double want_cf[] = {1, -0.5, -0.5, 0, 0, 3};
+    assert_all_near(adv, want_cf, 6, 1e-6);
+    /* a lower clip caps w: 1.2 * 2/3 = 0.8, 1.2 * -1/3 = -0.4, 1.2 * 2 = 2.4 */
+    in.cpgd_weight_clip = 1.2f;
+    assert_int_equal(df_adv_cpgd(&in, adv, ret), 0);
+    const double want_cap[] = {0.8, -0.4, -0.4, 0, 0, 2.4};
+    assert_all_near(adv, want_cap, 6, 1e-6);
+    in.cpgd_weight_clip = 0;
+
+    /* naive: centred scores 2/3, -1/3, -1/3, 0, 0, 2 */
+    in.cpgd_weight_factor = "naive";
+    assert_int_equal(df_adv_cpgd(&in, adv, ret), 0);
+    const double want_naive[] = {0.66666667, -0.33333333, -0.33333333, 0, 0, 2};
+    assert_all_near(adv, want_naive, 6, 1e-6);
+
+    in.cpgd_weight_factor = "bogus";
+    assert_error_mentions(df_adv_cpgd(&in, adv, ret), DF_EINVAL, "'bogus'");
+    in.cpgd_weight_factor = NULL;
+    in.cpgd_weight_clip = -1;
+    assert_int_equal(df_adv_cpgd(&in, adv, ret), DF_EINVAL);
+    in.cpgd_weight_clip = 0;
+    in.epsilon = -1;
+    assert_int_equal(df_adv_cpgd(&in, adv, ret), DF_EINVAL);
+}
+
+static void test_cpgd_clip_default(void **state)
+{
+    (void)state;
+    /*
+     * Four groups, three flat: w = 4 / (4 - 3) = 4, capped at the default 3.
+     * Group {0, 1}: mean 0.5 -> 3 * -0.5 = -1.5, 3 * 0.5 = 1.5; the flat groups 0.
+     */
+    const int64_t off[] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+    const float r[] = {0, 1, 1, 1, 0, 0, 2, 2};
+    const int64_t g[] = {0, 0, 1, 1, 2, 2, 3, 3};
+    df_adv_input in = {.n = 8,
+                       .offsets = off,
+                       .token_level_rewards = r,
+                       .group = g,
+                       .cpgd_weight_factor = "clip_filter_like_weight"};
+    float adv[8], ret[8];
+    assert_int_equal(df_adv_cpgd(&in, adv, ret), 0);
+    const double want[] = {-1.5, 1.5, 0, 0, 0, 0, 0, 0};
+    assert_all_near(adv, want, 8, 1e-6);
+}
+
+/* ====================================================================== shared properties */
+
+static const char *const k_names[] = {
+    "gae", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "gpg", "cpgd", "grpo"};
+enum { N_NAMES = sizeof k_names / sizeof *k_names };
+
+/* Inputs every estimator accepts (values, baselines, gamma / lam set). */
+static df_adv_input full_input(int64_t n, const int64_t *off, const float *r, const float *v,
+                               const int64_t *g, const float *base)
+{
+    return (df_adv_input){.n = n,
+                          .offsets = off,
+                          .token_level_rewards = r,
+                          .values = v,
+                          .group = g,
+                          .gamma = 0.9f,
+                          .lam = 0.8f,
+                          .norm_adv_by_std_in_grpo = true,
+                          .epsilon = 1e-6f,
+                          .reward_baselines = base};
+}
+
+static void test_zero_length_and_empty(void **state)
+{
+    (void)state;
+    /* Responses with no tokens: nothing to write, no error, outputs may be NULL. */
+    const int64_t off[] = {0, 0, 0};
+    const int64_t g[] = {0, 0};
+    const float base[] = {1, 2};
+    df_adv_input in = full_input(2, off, NULL, NULL, g, base);
+    const int64_t off0[] = {0};
+    df_adv_input none = full_input(0, off0, NULL, NULL, NULL, NULL);
+    for (int k = 0; k < N_NAMES; k++) {
+        df_adv_estimator_fn fn;
+        assert_int_equal(df_adv_estimator_lookup(k_names[k], &fn), 0);
+        if (fn(&in, NULL, NULL) != 0)
+            fail_msg("%s on empty responses: %s", k_names[k], df_last_error());
+        if (fn(&none, NULL, NULL) != 0)
+            fail_msg("%s on no samples: %s", k_names[k], df_last_error());
+    }
+}
+
+static void test_order_invariance(void **state)
+{
+    (void)state;
+    /*
+     * Eight samples in three groups, lengths 3, 0, 2, 1, 4, 2, 1, 3. Reversing
+     * the samples and relabelling the groups must move each sample's
+     * advantages with it (whitening statistics do not depend on order).
+     */
+    enum { N = 8, T = 16 };
+    const int64_t len[N] = {3, 0, 2, 1, 4, 2, 1, 3};
+    const int64_t grp[N] = {0, 1, 2, 0, 1, 2, 0, 1};
+    const float base[N] = {0.5f, 1, -1, 0, 2, 0.25f, 1, 0};
+    int64_t off[N + 1] = {0}, poff[N + 1] = {0}, pgrp[N];
+    float r[T], v[T], pr[T], pv[T], pbase[N];
+    for (int i = 0; i < N; i++)
+        off[i + 1] = off[i] + len[i];
+    for (int t = 0; t < T; t++) {
+        r[t] = (float)((t * 7) % 5) * 0.5f - 1; /* -1 .. 1 */
+        v[t] = (float)((t * 3) % 4) * 0.25f;
+    }
+    /* permuted sample j = original sample N - 1 - j; group ids relabelled g -> (g + 2) % 3 */
+    for (int j = 0; j < N; j++) {
+        int i = N - 1 - j;
+        poff[j + 1] = poff[j] + len[i];
+        pgrp[j] = (grp[i] + 2) % 3;
+        pbase[j] = base[i];
+        memcpy(pr + poff[j], r + off[i], (size_t)len[i] * sizeof *r);
+        memcpy(pv + poff[j], v + off[i], (size_t)len[i] * sizeof *v);
+    }
+    df_adv_input a = full_input(N, off, r, v, grp, base);
+    df_adv_input b = full_input(N, poff, pr, pv, pgrp, pbase);
+    for (int k = 0; k < N_NAMES; k++) {
+        for (int mode = 0; mode < 3; mode++) {
+            if (mode > 0 && strcmp(k_names[k], "cpgd"))
+                break;
+            const char *modes[] = {"STD_weight", "clip_filter_like_weight", "naive"};
+            a.cpgd_weight_factor = b.cpgd_weight_factor = modes[mode];
+            df_adv_estimator_fn fn;
+            assert_int_equal(df_adv_estimator_lookup(k_names[k], &fn), 0);
+            float adv[T], ret[T], padv[T], pret[T];
+            assert_int_equal(fn(&a, adv, ret), 0);
+            assert_int_equal(fn(&b, padv, pret), 0);
+            double energy = 0;
+            for (int j = 0; j < N; j++) {
+                int i = N - 1 - j;
+                for (int64_t u = 0; u < len[i]; u++) {
+                    if (fabs(adv[off[i] + u] - padv[poff[j] + u]) > 1e-5 ||
+                        fabs(ret[off[i] + u] - pret[poff[j] + u]) > 1e-5)
+                        fail_msg("%s (%s): sample %d token %lld differs: %g vs %g", k_names[k], modes[mode],
+                                 i, (long long)u, (double)adv[off[i] + u], (double)padv[poff[j] + u]);
+                    energy += fabs(adv[off[i] + u]);
+                }
+            }
+            if (!(energy > 0.1)) /* the case must not be trivially all-zero */
+                fail_msg("%s: advantages are all ~0", k_names[k]);
+        }
+    }
+}
+
+static void test_bad_input(void **state)
+{
+    (void)state;
+    const int64_t off[] = {0, 2, 3};
+    const float r[] = {1, 0, 1}, v[] = {0, 0, 0};
+    const int64_t g[] = {0, 1};
+    const float base[] = {0, 0};
+    float adv[3], ret[3];
+    for (int k = 0; k < N_NAMES; k++) {
+        df_adv_estimator_fn fn;
+        assert_int_equal(df_adv_estimator_lookup(k_names[k], &fn), 0);
+        df_adv_input in = full_input(2, off, r, v, g, base);
+        assert_int_equal(fn(&in, adv, ret), 0);
+
+        assert_int_equal(fn(NULL, adv, ret), DF_EINVAL);
+        const int64_t bad_off[] = {0, 3, 2};
+        in.offsets = bad_off;
+        assert_error_mentions(fn(&in, adv, ret), DF_EINVAL, "decrease at sample 1");
+        const int64_t bad_off0[] = {1, 2, 3};
+        in.offsets = bad_off0;
+        assert_error_mentions(fn(&in, adv, ret), DF_EINVAL, "offsets[0]");
+        in.offsets = off;
+        in.n = -1;
+        assert_int_equal(fn(&in, adv, ret), DF_EINVAL);
+        in.n = 2;
+        assert_int_equal(fn(&in, NULL, ret), DF_EINVAL); /* tokens but no output */
+        in.token_level_rewards = NULL;
+        assert_int_equal(fn(&in, adv, ret), DF_EINVAL);
+        in.token_level_rewards = r;
+
+        bool grouped = strcmp(k_names[k], "gae") && strcmp(k_names[k], "reinforce_plus_plus") &&
+                       strcmp(k_names[k], "remax");
+        const int64_t bad_g[] = {0, 2};
+        in.group = bad_g;
+        if (grouped)
+            assert_error_mentions(fn(&in, adv, ret), DF_EINVAL, "group id 2 of sample 1");
+        else
+            assert_int_equal(fn(&in, adv, ret), 0); /* group ids unused */
+        in.group = NULL;
+        if (grouped)
+            assert_int_equal(fn(&in, adv, ret), DF_EINVAL);
+        in.group = g;
+
+        if (strcmp(k_names[k], "grpo")) { /* grpo predates the finiteness check */
+            const float nan_r[] = {1, NAN, 1};
+            in.token_level_rewards = nan_r;
+            assert_error_mentions(fn(&in, adv, ret), DF_EINVAL, "reward of sample 0, token 1");
+            in.token_level_rewards = r;
+        }
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_registry_names),
+        cmocka_unit_test(test_whiten),
+        cmocka_unit_test(test_gae_two_samples),
+        cmocka_unit_test(test_gae_discounted_with_empty),
+        cmocka_unit_test(test_gae_is_reward_to_go),
+        cmocka_unit_test(test_gae_one_token_and_errors),
+        cmocka_unit_test(test_reinforce_plus_plus),
+        cmocka_unit_test(test_reinforce_plus_plus_baseline),
+        cmocka_unit_test(test_remax),
+        cmocka_unit_test(test_rloo),
+        cmocka_unit_test(test_gpg),
+        cmocka_unit_test(test_cpgd_weights),
+        cmocka_unit_test(test_cpgd_clip_default),
+        cmocka_unit_test(test_zero_length_and_empty),
+        cmocka_unit_test(test_order_invariance),
+        cmocka_unit_test(test_bad_input),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
