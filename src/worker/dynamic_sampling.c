@@ -43,12 +43,9 @@ static int metric_values(const df_batch *b, const char *metric, double *v)
     return DF_OK;
 }
 
-/*
- * Rows of the groups to keep, in batch order, into keep[] (*n_keep rows) and
- * the number of kept groups into *groups: a group of one, or one whose metric
- * has non-zero population std (np.std as verl).
- */
-static int kept_rows(const df_batch *b, const char *metric, int64_t *keep, int64_t *n_keep, int64_t *groups)
+/* Population std as verl's np.std; a group of one is kept (verl keeps len == 1). */
+int df_dynamic_sampling_kept_rows(const df_batch *b, const char *metric, int64_t *keep, int64_t *n_keep,
+                                  int64_t *groups)
 {
     int64_t n = df_batch_size(b);
     const df_column *uid = df_batch_column(b, "uid");
@@ -156,7 +153,7 @@ static int node_dynamic_sampling(df_node_ctx *ctx, df_batch *batch, df_node_outp
     for (;;) {
         int64_t n = df_batch_size(cur), n_keep = 0, groups = 0;
         int64_t *keep = malloc((size_t)(n ? n : 1) * sizeof *keep);
-        rc = keep ? kept_rows(cur, metric, keep, &n_keep, &groups) : df_error(DF_ENOMEM, "out of memory");
+        rc = keep ? df_dynamic_sampling_kept_rows(cur, metric, keep, &n_keep, &groups) : df_error(DF_ENOMEM, "out of memory");
         if (!rc)
             rc = accumulate(&acc, cur, keep, n_keep);
         free(keep);

@@ -121,6 +121,15 @@ int df_worker_generate(df_dag_worker *w, const df_node *node, const df_batch *pr
 /** Reward: scores, token_level_scores / _rewards, `acc`; critic/acc/mean into m (may be NULL). */
 int df_worker_reward(df_dag_worker *w, df_batch *b, df_metrics *m);
 
+/**
+ * DAPO's group filter: the rows of `b` (columns uid and the metric's) whose
+ * group has one sample or a metric with non-zero population std, in batch
+ * order, into keep[] (capacity = rows) and *n_keep; kept groups into *groups.
+ * metric: acc, score, seq_reward (sum of token_level_rewards) or
+ * seq_final_reward (sum of token_level_scores). Errors: DF_EINVAL, DF_ENOMEM.
+ */
+int df_dynamic_sampling_kept_rows(const df_batch *b, const char *metric, int64_t *keep, int64_t *n_keep,
+                                  int64_t *groups);
 /** Register DAPO's dynamic_sampling node function (DAGWorker.dynamic_sampling and siiRL's name). */
 int df_worker_register_dynamic_sampling(void);
 

@@ -1,0 +1,149 @@
+/*
+ * test_dapo.c — DAPO's dynamic sampling: the group filter on a hand-made
+ * batch, and the dapo pipeline end to end (generating extra batches until
+ * the kept groups fill the train batch, or failing after
+ * max_num_gen_batches).
+ *
+ * mpi-test: np 2
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "testutil.h"
+
+#include "distflow/comm.h"
+#include "distflow/reward.h"
+#include "worker/worker_internal.h"
+
+#include <jansson.h>
+
+static df_comm *world;
+static char dir[256];
+
+/* Groups: a = {1, 1} (all right: dropped), b = {0, 1} (kept), c = {0} (one sample: kept),
+ * d = {0, 0, 0} (all wrong: dropped). Kept rows 2, 3, 4; groups b and c. */
+static void test_filter_keeps_varying_groups(void **state)
+{
+    (void)state;
+    const char *uid[] = {"a", "a", "b", "b", "c", "d", "d", "d"};
+    const float acc[] = {1, 1, 0, 1, 0, 0, 0, 0};
+    df_batch *b = df_batch_new(8);
+    assert_int_equal(df_batch_set_str(b, "uid", uid), 0);
+    assert_int_equal(df_batch_set_f32(b, "acc", acc), 0);
+    int64_t keep[8], n_keep, groups;
+    assert_int_equal(df_dynamic_sampling_kept_rows(b, "acc", keep, &n_keep, &groups), 0);
+    assert_int_equal(n_keep, 3);
+    assert_int_equal(groups, 2);
+    assert_int_equal(keep[0], 2);
+    assert_int_equal(keep[1], 3);
+    assert_int_equal(keep[2], 4);
+    assert_error_mentions(df_dynamic_sampling_kept_rows(b, "accuracy", keep, &n_keep, &groups), DF_EINVAL,
+                          "filter_groups.metric=accuracy");
+    df_batch_free(b);
+}
+
+/* The share of digits in the response: varies between samples of a random model. */
+static int digit_share(const char *data_source, const char *s, const char *gt, const char *extra, double *score)
+{
+    (void)data_source, (void)gt, (void)extra;
+    size_t n = strlen(s), d = 0;
+    for (size_t i = 0; i < n; i++)
+        d += s[i] >= '0' && s[i] <= '9';
+    *score = n ? (double)d / (double)n : 0.0;
+    return 0;
+}
+
+static int train(const char *metric, const char *out)
+{
+    char yaml[4096], m[64];
+    snprintf(yaml, sizeof yaml,
+             "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 4,\n"
+             "       max_prompt_length: 128, max_response_length: 10}\n"
+             "actor_rollout_ref:\n"
+             "  model: {path: %s/model}\n"
+             "  actor: {optim: {lr: 0.01}, ppo_mini_batch_size: 4, ppo_micro_batch_size_per_gpu: 8,\n"
+             "          clip_ratio_low: 0.2, clip_ratio_high: 0.28, loss_agg_mode: token-mean}\n"
+             "  rollout: {n: 4, log_prob_micro_batch_size_per_gpu: 8}\n"
+             "algorithm: {adv_estimator: grpo, workflow_type: dapo,\n"
+             "            filter_groups: {enable: true, max_num_gen_batches: 3}}\n"
+             "trainer: {total_training_steps: 2, logger: [], default_local_dir: %s/%s}\n",
+             dir, dir, dir, out);
+    snprintf(m, sizeof m, "algorithm.filter_groups.metric=%s", metric);
+    const char *ov = m;
+    df_config *cfg;
+    if (df_config_load_text(df_config_schema_train(), yaml, "dapo.yaml", &ov, 1, &cfg))
+        fail_msg("%s", df_last_error());
+    df_dag_worker *w = NULL;
+    int rc = df_dag_worker_create(cfg, world, &w);
+    if (!rc)
+        rc = df_dag_worker_fit(w);
+    df_dag_worker_free(w);
+    df_config_free(cfg);
+    return rc;
+}
+
+/* score varies within most groups: two steps train, each reporting its generation batches */
+static void test_dapo_steps(void **state)
+{
+    (void)state;
+    if (train("score", "score"))
+        fail_msg("%s", df_last_error());
+    if (df_comm_rank(world) != 0)
+        return;
+    char path[512], *text;
+    snprintf(path, sizeof path, "%s/score/metrics.jsonl", dir);
+    assert_int_equal(df_read_file(path, &text, NULL), 0);
+    int lines = 0;
+    for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n"), lines++) {
+        json_t *o = json_loads(l, 0, NULL);
+        double gens = json_number_value(json_object_get(o, "train/num_gen_batches"));
+        assert_true(gens >= 1 && gens <= 3);
+        assert_true(json_is_number(json_object_get(o, "actor/pg_loss")));
+        json_decref(o);
+    }
+    assert_int_equal(lines, 2);
+    free(text);
+}
+
+/* acc is 0 for every response of a random model: no group varies, so the
+ * sampler gives up after max_num_gen_batches, on every rank, with a message */
+static void test_dapo_gives_up(void **state)
+{
+    (void)state;
+    assert_error_mentions(train("acc", "acc"), DF_EINVAL, "max_num_gen_batches=3");
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    if (df_comm_world(&world) || df_reward_register("test/digits", digit_share))
+        return -1;
+    if (df_comm_rank(world) == 0) {
+        snprintf(dir, sizeof dir, "/tmp/df_dapo_XXXXXX");
+        if (!mkdtemp(dir))
+            return -1;
+        df_test_digits_inputs(dir, "train.jsonl", 64, "test/digits", true);
+    }
+    return df_comm_broadcast(world, dir, sizeof dir, 0);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    df_comm_barrier(world);
+    if (df_comm_rank(world) == 0)
+        df_test_remove_tree(dir);
+    return df_comm_shutdown();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_filter_keeps_varying_groups),
+        cmocka_unit_test(test_dapo_steps),
+        cmocka_unit_test(test_dapo_gives_up),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
