@@ -563,6 +563,224 @@ static void test_fd_all_losses(void **state)
     }
 }
 
+/* ====================================================================== KL controllers */
+
+static void test_kl_ctrl_fixed(void **state)
+{
+    (void)state;
+    df_kl_ctrl *c;
+    assert_int_equal(df_kl_ctrl_create("fixed", 0.05, 0, 0, &c), 0); /* target / horizon unused */
+    assert_int_equal(df_kl_ctrl_update(c, 3.0, 64), 0);
+    assert_int_equal(df_kl_ctrl_update(c, 0.0, 64), 0);
+    assert_near(df_kl_ctrl_value(c), 0.05, 0);
+    df_kl_ctrl_free(c);
+}
+
+/*
+ * adaptive, beta0 = 0.1, target 0.5, horizon 100:
+ *   kl 1.0,  n 10: e = clamp(1.0/0.5 - 1 = 1, +-0.2) = 0.2   -> 0.1 (1 + 0.2 * 10/100) = 0.102
+ *   kl 0.25, n 20: e = clamp(-0.5) = -0.2                    -> 0.102 (1 - 0.2 * 0.2) = 0.09792
+ *   kl 0.55, n 50: e = 0.1                                   -> 0.09792 (1 + 0.1 * 0.5) = 0.102816
+ */
+static void test_kl_ctrl_adaptive(void **state)
+{
+    (void)state;
+    df_kl_ctrl *c;
+    assert_int_equal(df_kl_ctrl_create("adaptive", 0.1, 0.5, 100, &c), 0);
+    df_metrics *m = df_metrics_new();
+    assert_int_equal(df_kl_ctrl_step(c, 1.0, 10, m), 0);
+    assert_near(df_kl_ctrl_value(c), 0.102, 1e-15);
+    /* the metrics carry the coefficient that was applied, i.e. before the update */
+    assert_near(df_metrics_get(m, "actor/reward_kl_penalty", -1), 1.0, 0);
+    assert_near(df_metrics_get(m, "actor/reward_kl_penalty_coeff", -1), 0.1, 0);
+    assert_int_equal(df_kl_ctrl_update(c, 0.25, 20), 0);
+    assert_near(df_kl_ctrl_value(c), 0.09792, 1e-15);
+    assert_int_equal(df_kl_ctrl_update(c, 0.55, 50), 0);
+    assert_near(df_kl_ctrl_value(c), 0.102816, 1e-12);
+    assert_int_equal(df_kl_ctrl_update(c, 0.55, 0), 0); /* no samples, no change */
+    assert_near(df_kl_ctrl_value(c), 0.102816, 1e-12);
+    assert_int_equal(df_kl_ctrl_set_value(c, 0.3), 0); /* resume */
+    assert_near(df_kl_ctrl_value(c), 0.3, 0);
+    assert_error_mentions(df_kl_ctrl_update(c, NAN, 1), DF_EINVAL, "not finite");
+    assert_error_mentions(df_kl_ctrl_update(c, 0.1, -1), DF_EINVAL, "negative");
+    assert_error_mentions(df_kl_ctrl_set_value(c, -1), DF_EINVAL, ">= 0");
+    assert_near(df_kl_ctrl_value(c), 0.3, 0);
+    df_kl_ctrl_free(c);
+    df_metrics_free(m);
+}
+
+static void test_kl_ctrl_bad(void **state)
+{
+    (void)state;
+    df_kl_ctrl *c = NULL;
+    assert_error_mentions(df_kl_ctrl_create("pid", 0.1, 0.1, 10, &c), DF_EINVAL, "fixed, adaptive");
+    assert_error_mentions(df_kl_ctrl_create(NULL, 0.1, 0.1, 10, &c), DF_EINVAL, "(null)");
+    assert_error_mentions(df_kl_ctrl_create("fixed", -0.1, 0.1, 10, &c), DF_EINVAL, "kl_coef");
+    assert_error_mentions(df_kl_ctrl_create("adaptive", 0.1, 0, 10, &c), DF_EINVAL, "target_kl");
+    assert_error_mentions(df_kl_ctrl_create("adaptive", 0.1, 0.1, 0, &c), DF_EINVAL, "horizon");
+    assert_null(c);
+}
+
+/* In-reward KL with a controller: rewards use beta, the mean KL drives the update.
+ * k1 per token: [0.5, 0.5] and [-0.2]: sample means 0.5, -0.2 -> current_kl 0.15;
+ * rewards = scores - 0.2 kl; then beta *= 1 + clamp(0.15/0.1 - 1, +-0.2) 3/30 = 1.02. */
+static void test_kl_ctrl_in_reward(void **state)
+{
+    (void)state;
+    const int64_t off[] = {0, 2, 3};
+    const float scores[] = {0, 1, 2}, old[] = {-1, -1, -2}, ref[] = {-1.5f, -1.5f, -1.8f};
+    float rew[3];
+    df_kl_ctrl *c;
+    assert_int_equal(df_kl_ctrl_create("adaptive", 0.2, 0.1, 30, &c), 0);
+    double kl;
+    assert_int_equal(df_kl_apply_in_reward("kl", 2, off, scores, old, ref, (float)df_kl_ctrl_value(c),
+                                           rew, &kl),
+                     0);
+    assert_near(kl, 0.15, 1e-7);
+    assert_near(rew[0], -0.1, 1e-7);
+    assert_near(rew[1], 0.9, 1e-7);
+    assert_near(rew[2], 2.04, 1e-6);
+    assert_int_equal(df_kl_ctrl_step(c, kl, 3, NULL), 0);
+    assert_near(df_kl_ctrl_value(c), 0.2 * 1.02, 1e-8);
+    df_kl_ctrl_free(c);
+}
+
+/* ====================================================================== TIS and mismatch */
+
+/*
+ * x = old - rollout = [0.5, -0.5, 0, 2.5, 1000], cap 2:
+ *   min(e^x, 2) = [1.648721271, 0.606530660, 1, 2 (e^2.5 = 12.18), 2 (no overflow)]
+ *   times w_in [0.1, 0.2, 0.3, 0.4, 1] = [0.164872127, 0.121306132, 0.3, 0.8, 2]
+ */
+static void test_tis_weights(void **state)
+{
+    (void)state;
+    const float old[] = {-1, -1, -2, -0.5f, 0}, ro[] = {-1.5f, -0.5f, -2, -3, -1000};
+    float w[] = {0.1f, 0.2f, 0.3f, 0.4f, 1}, out[5];
+    assert_int_equal(df_tis_weights(5, old, ro, 2.0, NULL, out), 0);
+    const double plain[] = {1.648721271, 0.606530660, 1, 2, 2};
+    for (int t = 0; t < 5; t++)
+        assert_near(out[t], plain[t], 1e-6);
+    assert_int_equal(df_tis_weights(5, old, ro, 2.0, w, w), 0); /* in place */
+    const double scaled[] = {0.164872127, 0.121306132, 0.3, 0.8, 2};
+    for (int t = 0; t < 5; t++)
+        assert_near(w[t], scaled[t], 1e-7);
+    assert_int_equal(df_tis_weights(0, NULL, NULL, 2.0, NULL, NULL), 0);
+    assert_error_mentions(df_tis_weights(5, old, ro, 0, NULL, out), DF_EINVAL, "tis_imp_ratio_cap");
+    assert_error_mentions(df_tis_weights(5, old, ro, NAN, NULL, out), DF_EINVAL, "tis_imp_ratio_cap");
+    assert_error_mentions(df_tis_weights(-1, old, ro, 2, NULL, out), DF_EINVAL, "negative");
+    assert_error_mentions(df_tis_weights(5, old, NULL, 2, NULL, out), DF_EINVAL, "NULL");
+}
+
+/* TIS in a loss: the weights enter as aggregation weights, so the vanilla loss and
+ * its gradient scale token by token (verl multiplies pg_losses by the weight). */
+static void test_tis_in_loss(void **state)
+{
+    (void)state;
+    const int64_t off[] = {0, 2};
+    const float lp[] = {-1.0f, -2.0f}, old[] = {-1.05f, -2.0f}, ro[] = {-1.55f, -1.5f};
+    const float adv[] = {1, -1}, w[] = {0.5f, 0.5f};
+    float wt[2], g0[2], g1[2];
+    assert_int_equal(df_tis_weights(2, old, ro, 1.5, w, wt), 0); /* [0.5 * 1.5 (capped), 0.5 e^-0.5] */
+    assert_near(wt[0], 0.75, 1e-7);
+    assert_near(wt[1], 0.5 * 0.606530660, 1e-7);
+    df_policy_loss_input in = mk_in(1, off, lp, old, adv, w);
+    double l0 = run_loss(df_policy_loss_vanilla, &in, g0);
+    in.weights = wt;
+    double l1 = run_loss(df_policy_loss_vanilla, &in, g1);
+    /* per-token losses: -1 e^0.05 = -1.051271096 and 1 * 1 = 1 */
+    assert_near(l0, 0.5 * (-1.051271096 + 1), 1e-6);
+    assert_near(l1, 0.75 * -1.051271096 + 0.5 * 0.606530660, 1e-6);
+    assert_near(g1[0] / g0[0], 1.5, 1e-6);
+    assert_near(g1[1] / g0[1], 0.606530660, 1e-6);
+}
+
+/*
+ * Samples: old [-1, -2] / rollout [-1.5, -2]; empty; old [-0.5] / rollout [-0.25].
+ * Tokens: |e^ro - e^old| = |0.223130 - 0.367879| = 0.144749, 0, |0.778801 - 0.606531| = 0.172270
+ *   max 0.172270, mean 0.105673, std (n - 1) 0.092544
+ *   kl = mean(ro - old) = (-0.5 + 0 + 0.25) / 3 = -0.083333
+ *   x = old - ro = [0.5, 0, -0.25]: k3 = e^x - x - 1 = [0.148721, 0, 0.028801], mean 0.059174
+ *   rho = [1.648721, 1, 0.778801]: chi2_token = mean rho^2 - 1 = 0.441604, is_mean 1.142507,
+ *   max 1.648721, min 0.778801; cap 1.2 -> fraction high 1/3
+ * Sequences (the empty one skipped): mean old [-1.5, -0.5], mean ro [-1.75, -0.25]
+ *   training_ppl = (e^1.5 + e^0.5) / 2 = 3.065205, training_log_ppl = 1
+ *   rollout_ppl = (e^1.75 + e^0.25) / 2 = 3.519314, rollout_log_ppl = 1
+ *   log_ppl_diff per seq = mean ro - mean old = [-0.25, 0.25]: mean 0, abs 0.25, max 0.25,
+ *   min -0.25, ppl_ratio = (e^-0.25 + e^0.25) / 2 = 1.031413
+ *   chi2_seq = (e^(2 * 0.5) + e^(2 * -0.25)) / 2 - 1 = (2.718282 + 0.606531) / 2 - 1 = 0.662406
+ */
+static void test_mismatch_metrics(void **state)
+{
+    (void)state;
+    const int64_t off[] = {0, 2, 2, 3};
+    const float old[] = {-1, -2, -0.5f}, ro[] = {-1.5f, -2, -0.25f};
+    df_rollout_mismatch mm;
+    assert_int_equal(df_rollout_mismatch_compute(3, off, old, ro, 1.2, &mm), 0);
+    assert_int_equal(mm.n_tokens, 3);
+    assert_int_equal(mm.n_seqs, 2);
+    assert_near(mm.probs_diff_max, 0.172270123, 1e-8);
+    assert_near(mm.probs_diff_mean, 0.105673135, 1e-8);
+    assert_near(mm.probs_diff_std, 0.092544356, 1e-8);
+    assert_near(mm.kl, -0.083333333, 1e-8);
+    assert_near(mm.k3_kl, 0.059174018, 1e-8);
+    assert_near(mm.chi2_token, 0.441604163, 1e-8);
+    assert_near(mm.is_mean, 1.142507351, 1e-8);
+    assert_near(mm.is_max, 1.648721271, 1e-8);
+    assert_near(mm.is_min, 0.778800783, 1e-8);
+    assert_near(mm.is_fraction_high, 1 / 3.0, 1e-12);
+    assert_near(mm.training_ppl, 3.065205171, 1e-8);
+    assert_near(mm.training_log_ppl, 1.0, 1e-12);
+    assert_near(mm.rollout_ppl, 3.519314046, 1e-8);
+    assert_near(mm.rollout_log_ppl, 1.0, 1e-12);
+    assert_near(mm.log_ppl_diff, 0.0, 1e-12);
+    assert_near(mm.log_ppl_abs_diff, 0.25, 1e-12);
+    assert_near(mm.log_ppl_diff_max, 0.25, 1e-12);
+    assert_near(mm.log_ppl_diff_min, -0.25, 1e-12);
+    assert_near(mm.ppl_ratio, 1.031413100, 1e-8);
+    assert_near(mm.chi2_seq, 0.662406244, 1e-8);
+
+    df_metrics *m = df_metrics_new();
+    assert_int_equal(df_rollout_mismatch_record(&mm, m), 0);
+    assert_int_equal(df_metrics_count(m), 20);
+    assert_near(df_metrics_get(m, "training/rollout_probs_diff_max", -1), 0.172270123, 1e-8);
+    assert_near(df_metrics_get(m, "rollout_corr/rollout_log_ppl", -1), 1.0, 1e-12);
+    assert_near(df_metrics_get(m, "rollout_corr/training_log_ppl", -1), 1.0, 1e-12);
+    assert_near(df_metrics_get(m, "rollout_corr/rollout_is_ratio_fraction_high", -1), 1 / 3.0, 1e-12);
+    df_metrics_free(m);
+}
+
+/* Identical streams: no mismatch; no tokens: zeros and nothing recorded; malformed input. */
+static void test_mismatch_edges(void **state)
+{
+    (void)state;
+    const int64_t off[] = {0, 1, 3};
+    const float lp[] = {-0.1f, -2, -3};
+    df_rollout_mismatch mm;
+    assert_int_equal(df_rollout_mismatch_compute(2, off, lp, lp, 2.0, &mm), 0);
+    assert_near(mm.probs_diff_max, 0, 0);
+    assert_near(mm.kl, 0, 0);
+    assert_near(mm.k3_kl, 0, 0);
+    assert_near(mm.chi2_token, 0, 1e-15);
+    assert_near(mm.chi2_seq, 0, 1e-15);
+    assert_near(mm.ppl_ratio, 1, 1e-15);
+    assert_near(mm.is_fraction_high, 0, 0);
+    /* one token: std 0 (torch.std would give nan) */
+    assert_int_equal(df_rollout_mismatch_compute(1, off, lp, lp, 0, &mm), 0);
+    assert_near(mm.probs_diff_std, 0, 0);
+
+    const int64_t empty[] = {0, 0};
+    assert_int_equal(df_rollout_mismatch_compute(1, empty, NULL, NULL, 2.0, &mm), 0);
+    assert_int_equal(mm.n_tokens, 0);
+    df_metrics *m = df_metrics_new();
+    assert_int_equal(df_rollout_mismatch_record(&mm, m), 0);
+    assert_int_equal(df_metrics_count(m), 0);
+    df_metrics_free(m);
+    const int64_t bad[] = {0, 3, 1};
+    assert_int_equal(df_rollout_mismatch_compute(2, bad, lp, lp, 2.0, &mm), DF_EINVAL);
+    assert_error_mentions(df_rollout_mismatch_compute(2, off, lp, NULL, 2.0, &mm), DF_EINVAL, "NULL");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -582,6 +800,14 @@ int main(void)
         cmocka_unit_test(test_losses_no_tokens),
         cmocka_unit_test(test_split_property),
         cmocka_unit_test(test_fd_all_losses),
+        cmocka_unit_test(test_kl_ctrl_fixed),
+        cmocka_unit_test(test_kl_ctrl_adaptive),
+        cmocka_unit_test(test_kl_ctrl_bad),
+        cmocka_unit_test(test_kl_ctrl_in_reward),
+        cmocka_unit_test(test_tis_weights),
+        cmocka_unit_test(test_tis_in_loss),
+        cmocka_unit_test(test_mismatch_metrics),
+        cmocka_unit_test(test_mismatch_edges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
