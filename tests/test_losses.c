@@ -18,6 +18,7 @@
 #include "distflow/algo.h"
 #include "distflow/metrics.h"
 #include "distflow/rng.h"
+#include "engine/actor.h"
 
 #define assert_near(a, b, tol)                                                                   \
     do {                                                                                         \
@@ -781,6 +782,148 @@ static void test_mismatch_edges(void **state)
     assert_error_mentions(df_rollout_mismatch_compute(2, off, lp, NULL, 2.0, &mm), DF_EINVAL, "NULL");
 }
 
+/* ====================================================================== in the actor */
+
+/* 4 samples (prompts 3, 1, 2, 4 tokens; responses 2, 3, 0, 1) with the PPO columns. */
+static df_batch *actor_batch(df_actor *a, bool rollout_lp)
+{
+    static const int64_t po[] = {0, 3, 4, 6, 10}, ro[] = {0, 2, 5, 5, 6};
+    static const int32_t pt[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, rt[] = {11, 12, 13, 14, 15, 16};
+    df_batch *b = df_batch_new(4);
+    assert_int_equal(df_batch_set_tok_i32(b, "prompt_ids", po, pt), 0);
+    assert_int_equal(df_batch_set_tok_i32(b, "response_ids", ro, rt), 0);
+    assert_int_equal(df_actor_compute_log_prob(a, b, "old_log_probs", NULL), 0);
+    float *adv, *rl;
+    assert_int_equal(df_batch_alloc_tok_f32_like(b, "advantages", "response_ids", &adv), 0);
+    const float *old = df_batch_column(b, "old_log_probs")->data;
+    const float sample_adv[] = {0.9f, -0.6f, 0.0f, 1.3f};
+    for (int i = 0; i < 4; i++)
+        for (int64_t t = ro[i]; t < ro[i + 1]; t++)
+            adv[t] = sample_adv[i];
+    if (rollout_lp) { /* the sampler saw slightly different log-probs */
+        assert_int_equal(df_batch_alloc_tok_f32_like(b, "rollout_log_probs", "response_ids", &rl), 0);
+        for (int t = 0; t < 6; t++)
+            rl[t] = old[t] + 0.3f * (float)(t % 3 - 1);
+    }
+    return b;
+}
+
+static df_actor_params actor_params(const char *loss, const char *mode, int64_t micro)
+{
+    df_actor_params p = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.999, .adam_eps = 1e-8, .grad_clip = 1e9,
+                         .micro_batch_size = micro, .logprob_micro_batch_size = micro, .ppo_epochs = 2,
+                         .policy_loss = loss, .loss_agg_mode = mode, .clip_ratio_low = 0.2,
+                         .clip_ratio_high = 0.2, .clip_ratio_c = 3.0, .loss_agg_norm_length = 8,
+                         .policy_drift_coeff = 0.5, .temperature = 1.0f};
+    return p;
+}
+
+/* Parameters after one update (two PPO epochs, so the second sees ratios != 1). */
+static float *actor_update(const df_actor_params *p, bool rollout_lp, double *pg_loss)
+{
+    df_actor *a;
+    assert_int_equal(df_actor_create(df_test_micro_model(5), p, true, &a), 0);
+    df_batch *b = actor_batch(a, rollout_lp);
+    df_metrics *m = df_metrics_new();
+    if (df_actor_update_policy(a, b, m))
+        fail_msg("update: %s", df_last_error());
+    *pg_loss = df_metrics_get(m, "actor/pg_loss", NAN);
+    df_model *mod = df_actor_model(a);
+    float *out = malloc((size_t)mod->n_params * sizeof *out);
+    memcpy(out, mod->params, (size_t)mod->n_params * sizeof *out);
+    df_metrics_free(m);
+    df_batch_free(b);
+    df_actor_free(a);
+    return out;
+}
+
+static double max_param_diff(const float *x, const float *y)
+{
+    df_model *ref = df_test_micro_model(5);
+    double d = 0;
+    for (int64_t i = 0; i < ref->n_params; i++)
+        d = fmax(d, fabs((double)x[i] - y[i]));
+    df_model_free(ref);
+    return d;
+}
+
+/* Every loss and aggregation mode through the actor: micro-batches of 1 sample and
+ * of the whole batch take the same step (seq-mean-token-sum-norm with the actor's
+ * loss_agg_norm_length), with TIS weights as well. */
+static void test_actor_micro_invariant(void **state)
+{
+    (void)state;
+    const char *losses[] = {"vanilla", "gspo", "gpg", "cpgd"};
+    const char *modes[] = {"token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"};
+    for (size_t i = 0; i < 4; i++)
+        for (size_t j = 0; j < 3; j++)
+            for (int tis = 0; tis < 2; tis++) {
+                df_actor_params p1 = actor_params(losses[i], modes[j], 1);
+                df_actor_params p4 = actor_params(losses[i], modes[j], 4);
+                p1.tis_imp_ratio_cap = p4.tis_imp_ratio_cap = tis ? 1.2 : 0;
+                double l1, l4;
+                float *x1 = actor_update(&p1, tis, &l1), *x4 = actor_update(&p4, tis, &l4);
+                if (max_param_diff(x1, x4) > 1e-5 || fabs(l1 - l4) > 1e-6 || !isfinite(l1))
+                    fail_msg("%s / %s / tis %d: param diff %g, pg_loss %g vs %g", losses[i], modes[j],
+                             tis, max_param_diff(x1, x4), l1, l4);
+                free(x1), free(x4);
+            }
+}
+
+/* TIS with rollout == trainer log-probs and cap >= 1 is the identity; a real
+ * mismatch changes the step; the column must be there. */
+static void test_actor_tis(void **state)
+{
+    (void)state;
+    df_actor_params p = actor_params("vanilla", "token-mean", 2);
+    double l0, l1, l2;
+    float *x0 = actor_update(&p, false, &l0);
+    p.tis_imp_ratio_cap = 1.5;
+    float *x2 = actor_update(&p, true, &l2);
+    assert_true(max_param_diff(x0, x2) > 1e-4);
+    df_actor *a;
+    assert_int_equal(df_actor_create(df_test_micro_model(5), &p, true, &a), 0);
+    df_batch *b = actor_batch(a, false);
+    df_metrics *m = df_metrics_new();
+    assert_error_mentions(df_actor_update_policy(a, b, m), DF_EINVAL, "rollout_log_probs");
+    /* identical streams: weights min(e^0, 1.5) = 1 */
+    float *rl;
+    assert_int_equal(df_batch_alloc_tok_f32_like(b, "rollout_log_probs", "response_ids", &rl), 0);
+    memcpy(rl, df_batch_column(b, "old_log_probs")->data, 6 * sizeof *rl);
+    assert_int_equal(df_actor_update_policy(a, b, m), 0);
+    l1 = df_metrics_get(m, "actor/pg_loss", NAN);
+    assert_near(l1, l0, 1e-7);
+    assert_near(max_param_diff(df_actor_model(a)->params, x0), 0, 0);
+    df_metrics_free(m);
+    df_batch_free(b);
+    df_actor_free(a);
+    free(x0), free(x2);
+}
+
+/* seq-mean-token-sum-norm needs the constant length; kl_cov / clip_cov run. */
+static void test_actor_norm_length_and_cov(void **state)
+{
+    (void)state;
+    df_actor_params p = actor_params("vanilla", "seq-mean-token-sum-norm", 2);
+    p.loss_agg_norm_length = 0;
+    df_actor *a;
+    assert_int_equal(df_actor_create(df_test_micro_model(5), &p, true, &a), 0);
+    df_batch *b = actor_batch(a, false);
+    df_metrics *m = df_metrics_new();
+    assert_error_mentions(df_actor_update_policy(a, b, m), DF_EINVAL, "length normaliser");
+    p.loss_agg_norm_length = 8, p.policy_loss = "kl_cov", p.kl_cov_ratio = 0.3, p.ppo_kl_coef = 1;
+    df_actor_set_loss_params(a, &p);
+    assert_int_equal(df_actor_update_policy(a, b, m), 0);
+    assert_true(isfinite(df_metrics_get(m, "actor/pg_loss", NAN)));
+    p.policy_loss = "clip_cov", p.clip_cov_ratio = 0.3, p.clip_cov_lb = -1, p.clip_cov_ub = 5;
+    df_actor_set_loss_params(a, &p);
+    assert_int_equal(df_actor_update_policy(a, b, m), 0);
+    assert_true(df_metrics_get(m, "actor/pg_clipfrac", -1) >= 0);
+    df_metrics_free(m);
+    df_batch_free(b);
+    df_actor_free(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -808,6 +951,9 @@ int main(void)
         cmocka_unit_test(test_tis_in_loss),
         cmocka_unit_test(test_mismatch_metrics),
         cmocka_unit_test(test_mismatch_edges),
+        cmocka_unit_test(test_actor_micro_invariant),
+        cmocka_unit_test(test_actor_tis),
+        cmocka_unit_test(test_actor_norm_length_and_cov),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
