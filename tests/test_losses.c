@@ -20,20 +20,26 @@
 #include "distflow/rng.h"
 #include "engine/actor.h"
 
-#define assert_near(a, b, tol)                                                                   \
-    do {                                                                                         \
-        double a_ = (double)(a), b_ = (double)(b);                                               \
-        if (!(fabs(a_ - b_) <= (tol)))                                                           \
-            fail_msg("%s = %.9g, expected %.9g (tol %g)", #a, a_, b_, (double)(tol));            \
+#define assert_near(a, b, tol)                                                                               \
+    do {                                                                                                     \
+        double a_ = (double)(a), b_ = (double)(b);                                                           \
+        if (!(fabs(a_ - b_) <= (tol)))                                                                       \
+            fail_msg("%s = %.9g, expected %.9g (tol %g)", #a, a_, b_, (double)(tol));                        \
     } while (0)
 
 /* An input over caller arrays with verl's default clip ratios. */
 static df_policy_loss_input mk_in(int64_t n, const int64_t *off, const float *lp, const float *old,
                                   const float *adv, const float *w)
 {
-    df_policy_loss_input in = {.n = n, .offsets = off, .log_prob = lp, .old_log_prob = old,
-                               .advantages = adv, .weights = w, .clip_ratio_low = 0.2f,
-                               .clip_ratio_high = 0.2f, .clip_ratio_c = 3.0f};
+    df_policy_loss_input in = {.n = n,
+                               .offsets = off,
+                               .log_prob = lp,
+                               .old_log_prob = old,
+                               .advantages = adv,
+                               .weights = w,
+                               .clip_ratio_low = 0.2f,
+                               .clip_ratio_high = 0.2f,
+                               .clip_ratio_c = 3.0f};
     return in;
 }
 
@@ -79,10 +85,9 @@ static void test_registry_names(void **state)
 {
     (void)state;
     const char *names[] = {"vanilla", "gspo", "gpg", "cpgd", "clip_cov", "kl_cov", "clip-cov", "kl-cov"};
-    const df_policy_loss_fn want[] = {df_policy_loss_vanilla, df_policy_loss_gspo, df_policy_loss_gpg,
-                                      df_policy_loss_cpgd,    df_policy_loss_clip_cov,
-                                      df_policy_loss_kl_cov,  df_policy_loss_clip_cov,
-                                      df_policy_loss_kl_cov};
+    const df_policy_loss_fn want[] = {df_policy_loss_vanilla,  df_policy_loss_gspo,     df_policy_loss_gpg,
+                                      df_policy_loss_cpgd,     df_policy_loss_clip_cov, df_policy_loss_kl_cov,
+                                      df_policy_loss_clip_cov, df_policy_loss_kl_cov};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         df_policy_loss_fn fn = NULL;
         assert_int_equal(df_policy_loss_lookup(names[i], &fn), 0);
@@ -473,8 +478,8 @@ static void fill_split_data(float *lp, float *old, float *adv)
 }
 
 /* Loss and gradient of samples [s, e) weighted by the mini-batch totals. */
-static double part_loss(df_policy_loss_fn fn, const df_policy_loss_input *full, const char *mode,
-                        int64_t s, int64_t e, float *grad, double *kl_tok)
+static double part_loss(df_policy_loss_fn fn, const df_policy_loss_input *full, const char *mode, int64_t s,
+                        int64_t e, float *grad, double *kl_tok)
 {
     int64_t off[PN + 1];
     for (int64_t i = s; i <= e; i++)
@@ -522,8 +527,8 @@ static void check_split(const char *loss, const char *mode)
             fail_msg("%s / %s split %d: loss %.9g, whole %.9g", loss, mode, k, l, out.loss);
         for (int t = 0; t < PT; t++)
             if (fabs(g_part[t] - g_full[t]) > 1e-7)
-                fail_msg("%s / %s split %d: grad[%d] %.9g, whole %.9g", loss, mode, k, t,
-                         (double)g_part[t], (double)g_full[t]);
+                fail_msg("%s / %s split %d: grad[%d] %.9g, whole %.9g", loss, mode, k, t, (double)g_part[t],
+                         (double)g_full[t]);
         assert_near(kl / PT, out.ppo_kl, 1e-7);
     }
 }
@@ -634,9 +639,8 @@ static void test_kl_ctrl_in_reward(void **state)
     df_kl_ctrl *c;
     assert_int_equal(df_kl_ctrl_create("adaptive", 0.2, 0.1, 30, &c), 0);
     double kl;
-    assert_int_equal(df_kl_apply_in_reward("kl", 2, off, scores, old, ref, (float)df_kl_ctrl_value(c),
-                                           rew, &kl),
-                     0);
+    assert_int_equal(
+        df_kl_apply_in_reward("kl", 2, off, scores, old, ref, (float)df_kl_ctrl_value(c), rew, &kl), 0);
     assert_near(kl, 0.15, 1e-7);
     assert_near(rew[0], -0.1, 1e-7);
     assert_near(rew[1], 0.9, 1e-7);
@@ -810,11 +814,22 @@ static df_batch *actor_batch(df_actor *a, bool rollout_lp)
 
 static df_actor_params actor_params(const char *loss, const char *mode, int64_t micro)
 {
-    df_actor_params p = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.999, .adam_eps = 1e-8, .grad_clip = 1e9,
-                         .micro_batch_size = micro, .logprob_micro_batch_size = micro, .ppo_epochs = 2,
-                         .policy_loss = loss, .loss_agg_mode = mode, .clip_ratio_low = 0.2,
-                         .clip_ratio_high = 0.2, .clip_ratio_c = 3.0, .loss_agg_norm_length = 8,
-                         .policy_drift_coeff = 0.5, .temperature = 1.0f};
+    df_actor_params p = {.lr = 1e-2,
+                         .beta1 = 0.9,
+                         .beta2 = 0.999,
+                         .adam_eps = 1e-8,
+                         .grad_clip = 1e9,
+                         .micro_batch_size = micro,
+                         .logprob_micro_batch_size = micro,
+                         .ppo_epochs = 2,
+                         .policy_loss = loss,
+                         .loss_agg_mode = mode,
+                         .clip_ratio_low = 0.2,
+                         .clip_ratio_high = 0.2,
+                         .clip_ratio_c = 3.0,
+                         .loss_agg_norm_length = 8,
+                         .policy_drift_coeff = 0.5,
+                         .temperature = 1.0f};
     return p;
 }
 
@@ -864,8 +879,8 @@ static void test_actor_micro_invariant(void **state)
                 double l1, l4;
                 float *x1 = actor_update(&p1, tis, &l1), *x4 = actor_update(&p4, tis, &l4);
                 if (max_param_diff(x1, x4) > 1e-5 || fabs(l1 - l4) > 1e-6 || !isfinite(l1))
-                    fail_msg("%s / %s / tis %d: param diff %g, pg_loss %g vs %g", losses[i], modes[j],
-                             tis, max_param_diff(x1, x4), l1, l4);
+                    fail_msg("%s / %s / tis %d: param diff %g, pg_loss %g vs %g", losses[i], modes[j], tis,
+                             max_param_diff(x1, x4), l1, l4);
                 free(x1), free(x4);
             }
 }

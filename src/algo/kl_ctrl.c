@@ -12,8 +12,7 @@ struct df_kl_ctrl {
     double value, target, horizon;
 };
 
-int df_kl_ctrl_create(const char *type, double kl_coef, double target_kl, double horizon,
-                      df_kl_ctrl **out)
+int df_kl_ctrl_create(const char *type, double kl_coef, double target_kl, double horizon, df_kl_ctrl **out)
 {
     bool fixed = type && !strcmp(type, "fixed"), adaptive = type && !strcmp(type, "adaptive");
     if (!fixed && !adaptive)
@@ -35,9 +34,15 @@ int df_kl_ctrl_create(const char *type, double kl_coef, double target_kl, double
     return DF_OK;
 }
 
-void df_kl_ctrl_free(df_kl_ctrl *c) { free(c); }
+void df_kl_ctrl_free(df_kl_ctrl *c)
+{
+    free(c);
+}
 
-double df_kl_ctrl_value(const df_kl_ctrl *c) { return c->value; }
+double df_kl_ctrl_value(const df_kl_ctrl *c)
+{
+    return c->value;
+}
 
 int df_kl_ctrl_set_value(df_kl_ctrl *c, double beta)
 {

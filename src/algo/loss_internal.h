@@ -13,8 +13,8 @@
  * when there are tokens, log_prob, advantages, weights and (need_old)
  * old_log_prob. `who` names the loss in the message.
  */
-int df_loss_check_input(const char *who, const df_policy_loss_input *in,
-                        const df_policy_loss_output *out, bool need_old);
+int df_loss_check_input(const char *who, const df_policy_loss_input *in, const df_policy_loss_output *out,
+                        bool need_old);
 
 /* DF_EINVAL unless both clip ratios are >= 0 (NaN included). */
 int df_loss_check_clip(const char *who, const df_policy_loss_input *in);
@@ -23,7 +23,7 @@ int df_loss_check_clip(const char *who, const df_policy_loss_input *in);
 static inline double df_loss_clamp_log_ratio(double x, bool *live)
 {
     *live = x >= -DF_LOSS_LOG_RATIO_CLAMP && x <= DF_LOSS_LOG_RATIO_CLAMP;
-    return x < -DF_LOSS_LOG_RATIO_CLAMP ? -DF_LOSS_LOG_RATIO_CLAMP
+    return x < -DF_LOSS_LOG_RATIO_CLAMP  ? -DF_LOSS_LOG_RATIO_CLAMP
            : x > DF_LOSS_LOG_RATIO_CLAMP ? DF_LOSS_LOG_RATIO_CLAMP
                                          : x;
 }

@@ -59,14 +59,13 @@ static int check_cov(const char *who, int kind, const df_policy_loss_input *in,
     if (kind == KIND_CLIP)
         return df_loss_check_clip(who, in);
     if (!(in->ppo_kl_coef >= 0))
-        return df_error(DF_EINVAL, "policy loss %s: ppo_kl_coef must be >= 0, got %g", who,
-                        in->ppo_kl_coef);
+        return df_error(DF_EINVAL, "policy loss %s: ppo_kl_coef must be >= 0, got %g", who, in->ppo_kl_coef);
     return DF_OK;
 }
 
 /* Selection key of token t given the means; false when t is not a candidate. */
-static bool candidate_key(int kind, const df_policy_loss_input *in, double adv_mean,
-                          double logp_mean, int64_t t, double *key)
+static bool candidate_key(int kind, const df_policy_loss_input *in, double adv_mean, double logp_mean,
+                          int64_t t, double *key)
 {
     double cov = ((double)in->advantages[t] - adv_mean) * ((double)in->log_prob[t] - logp_mean);
     if (kind == KIND_KL) {
@@ -119,7 +118,7 @@ static int compute_stats(int kind, const df_policy_loss_input *in, df_cov_stats 
 
 int df_cov_stats_compute(const char *loss_mode, const df_policy_loss_input *in, df_cov_stats *out)
 {
-    int kind = !loss_mode                        ? 0
+    int kind = !loss_mode                       ? 0
                : !strcmp(loss_mode, "clip_cov") ? KIND_CLIP
                : !strcmp(loss_mode, "kl_cov")   ? KIND_KL
                                                 : 0;
@@ -139,8 +138,8 @@ static int stats_for(const char *who, int kind, const df_policy_loss_input *in, 
 {
     if (in->cov) {
         if (in->cov->kind != kind)
-            return df_error(DF_EINVAL, "policy loss %s: covariance statistics were computed for %s",
-                            who, in->cov->kind == KIND_CLIP ? "clip_cov" : "kl_cov");
+            return df_error(DF_EINVAL, "policy loss %s: covariance statistics were computed for %s", who,
+                            in->cov->kind == KIND_CLIP ? "clip_cov" : "kl_cov");
         *st = in->cov;
         return DF_OK;
     }

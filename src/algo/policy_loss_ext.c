@@ -9,8 +9,8 @@
 /* verl compute_policy_loss_gspo clamps the sequence log-ratio at this value. */
 #define GSPO_LOG_RATIO_MAX 10.0
 
-int df_loss_check_input(const char *who, const df_policy_loss_input *in,
-                        const df_policy_loss_output *out, bool need_old)
+int df_loss_check_input(const char *who, const df_policy_loss_input *in, const df_policy_loss_output *out,
+                        bool need_old)
 {
     if (!in || !out)
         return df_error(DF_EINVAL, "policy loss %s: NULL input or output", who);
@@ -19,17 +19,16 @@ int df_loss_check_input(const char *who, const df_policy_loss_input *in,
         return rc;
     if (in->offsets[in->n] > 0 &&
         (!in->log_prob || !in->advantages || !in->weights || (need_old && !in->old_log_prob)))
-        return df_error(DF_EINVAL,
-                        "policy loss %s: log_prob, %sadvantages and weights must all be given", who,
-                        need_old ? "old_log_prob, " : "");
+        return df_error(DF_EINVAL, "policy loss %s: log_prob, %sadvantages and weights must all be given",
+                        who, need_old ? "old_log_prob, " : "");
     return DF_OK;
 }
 
 int df_loss_check_clip(const char *who, const df_policy_loss_input *in)
 {
     if (!(in->clip_ratio_low >= 0.0f) || !(in->clip_ratio_high >= 0.0f))
-        return df_error(DF_EINVAL, "policy loss %s: clip ratios must be >= 0, got low %g high %g",
-                        who, (double)in->clip_ratio_low, (double)in->clip_ratio_high);
+        return df_error(DF_EINVAL, "policy loss %s: clip ratios must be >= 0, got low %g high %g", who,
+                        (double)in->clip_ratio_low, (double)in->clip_ratio_high);
     return DF_OK;
 }
 

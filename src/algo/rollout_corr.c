@@ -11,10 +11,13 @@
 /* verl rollout_corr_helper SAFETY_BOUND on log-ratios before exp(). */
 #define SAFETY_BOUND 20.0
 
-static double clampd(double x, double lo, double hi) { return x < lo ? lo : x > hi ? hi : x; }
+static double clampd(double x, double lo, double hi)
+{
+    return x < lo ? lo : x > hi ? hi : x;
+}
 
-int df_tis_weights(int64_t n_tokens, const float *old_log_prob, const float *rollout_log_prob,
-                   double cap, const float *w_in, float *w_out)
+int df_tis_weights(int64_t n_tokens, const float *old_log_prob, const float *rollout_log_prob, double cap,
+                   const float *w_in, float *w_out)
 {
     if (n_tokens < 0)
         return df_error(DF_EINVAL, "TIS weights: negative token count %lld", (long long)n_tokens);
