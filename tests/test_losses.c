@@ -408,6 +408,39 @@ static void test_clip_cov_random_choice(void **state)
     assert_true(diff > 0); /* another seed, another subset */
 }
 
+/*
+ * Extreme log-ratio in the covariance losses: t0 d = 30 (clamped to 20), t1 d = 0;
+ * A = [1, -1], lp = [-1, -2]: cov = [0.5, 0.5] (a tie), w = 0.5 each.
+ * kl_cov (ratio 0.5 -> k = 1, the tie goes to t0, coef 0.1):
+ *   l0 = -e^20 + 0.1 * 20 = -485165193.4, l1 = 1: loss = 0.5 (l0 + l1) = -242582596.2
+ *   grad = [0 (clamped), 0.5]; ppo_kl = (20 + 0) / 2 = 10
+ * clip_cov (window (1, 5)): t0 is PPO-clipped (r = e^20 > 1.2: l = -1.2), t1's cov is
+ *   outside the window: nothing dropped; loss = 0.5 (-1.2 + 1) = -0.1, grad = [0, 0.5],
+ *   ppo_kl = (-20 + 0) / 2 = -10
+ */
+static void test_cov_extreme(void **state)
+{
+    (void)state;
+    const int64_t off[] = {0, 2};
+    const float lp[] = {-1, -2}, old[] = {-31, -2}, adv[] = {1, -1}, w[] = {0.5f, 0.5f};
+    df_policy_loss_input in = mk_in(1, off, lp, old, adv, w);
+    in.kl_cov_ratio = 0.5, in.ppo_kl_coef = 0.1;
+    in.clip_cov_ratio = 0.5, in.clip_cov_lb = 1, in.clip_cov_ub = 5;
+    float g[2];
+    df_policy_loss_output out = {.grad = g};
+    assert_int_equal(df_policy_loss_kl_cov(&in, &out), 0);
+    assert_near(out.loss, -242582596.2, 1e-1);
+    assert_near(g[0], 0.0, 0);
+    assert_near(g[1], 0.5, 1e-7);
+    assert_near(out.ppo_kl, 10.0, 1e-6);
+    assert_int_equal(df_policy_loss_clip_cov(&in, &out), 0);
+    assert_near(out.loss, -0.1, 1e-7);
+    assert_near(g[0], 0.0, 0);
+    assert_near(g[1], 0.5, 1e-7);
+    assert_near(out.ppo_kl, -10.0, 1e-6);
+    assert_near(out.pg_clipfrac, 0.0, 0);
+}
+
 static void test_cov_bad_input(void **state)
 {
     (void)state;
@@ -942,33 +975,20 @@ static void test_actor_norm_length_and_cov(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_registry_names),
-        cmocka_unit_test(test_gspo_hand),
-        cmocka_unit_test(test_gspo_extreme),
-        cmocka_unit_test(test_gspo_fd),
-        cmocka_unit_test(test_gpg_hand),
-        cmocka_unit_test(test_cpgd_hand),
-        cmocka_unit_test(test_cpgd_edges),
-        cmocka_unit_test(test_cpgd_fd),
-        cmocka_unit_test(test_clip_cov_hand),
-        cmocka_unit_test(test_kl_cov_hand),
-        cmocka_unit_test(test_cov_all_equal),
-        cmocka_unit_test(test_clip_cov_random_choice),
-        cmocka_unit_test(test_cov_bad_input),
-        cmocka_unit_test(test_losses_no_tokens),
-        cmocka_unit_test(test_split_property),
-        cmocka_unit_test(test_fd_all_losses),
-        cmocka_unit_test(test_kl_ctrl_fixed),
-        cmocka_unit_test(test_kl_ctrl_adaptive),
-        cmocka_unit_test(test_kl_ctrl_bad),
-        cmocka_unit_test(test_kl_ctrl_in_reward),
-        cmocka_unit_test(test_tis_weights),
-        cmocka_unit_test(test_tis_in_loss),
-        cmocka_unit_test(test_mismatch_metrics),
-        cmocka_unit_test(test_mismatch_edges),
-        cmocka_unit_test(test_actor_micro_invariant),
-        cmocka_unit_test(test_actor_tis),
-        cmocka_unit_test(test_actor_norm_length_and_cov),
+        cmocka_unit_test(test_registry_names),    cmocka_unit_test(test_gspo_hand),
+        cmocka_unit_test(test_gspo_extreme),      cmocka_unit_test(test_gspo_fd),
+        cmocka_unit_test(test_gpg_hand),          cmocka_unit_test(test_cpgd_hand),
+        cmocka_unit_test(test_cpgd_edges),        cmocka_unit_test(test_cpgd_fd),
+        cmocka_unit_test(test_clip_cov_hand),     cmocka_unit_test(test_kl_cov_hand),
+        cmocka_unit_test(test_cov_all_equal),     cmocka_unit_test(test_clip_cov_random_choice),
+        cmocka_unit_test(test_cov_extreme),       cmocka_unit_test(test_cov_bad_input),
+        cmocka_unit_test(test_losses_no_tokens),  cmocka_unit_test(test_split_property),
+        cmocka_unit_test(test_fd_all_losses),     cmocka_unit_test(test_kl_ctrl_fixed),
+        cmocka_unit_test(test_kl_ctrl_adaptive),  cmocka_unit_test(test_kl_ctrl_bad),
+        cmocka_unit_test(test_kl_ctrl_in_reward), cmocka_unit_test(test_tis_weights),
+        cmocka_unit_test(test_tis_in_loss),       cmocka_unit_test(test_mismatch_metrics),
+        cmocka_unit_test(test_mismatch_edges),    cmocka_unit_test(test_actor_micro_invariant),
+        cmocka_unit_test(test_actor_tis),         cmocka_unit_test(test_actor_norm_length_and_cov),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
