@@ -19,6 +19,9 @@
 #include "distflow/metrics.h"
 #include "distflow/rng.h"
 #include "engine/actor.h"
+#include "worker/worker_internal.h"
+
+#define ACTOR_KEY "actor_rollout_ref.actor."
 
 #define assert_near(a, b, tol)                                                                               \
     do {                                                                                                     \
@@ -972,23 +975,74 @@ static void test_actor_norm_length_and_cov(void **state)
     df_actor_free(a);
 }
 
+/* The worker's actor settings: loss_scale_factor else data.max_response_length; CPGD
+ * selected by use_cpgd_loss or adv_estimator=cpgd; the policy_loss.* keys; TIS cap. */
+static void test_worker_actor_params(void **state)
+{
+    (void)state;
+    df_dag_worker w;
+    memset(&w, 0, sizeof w);
+    w.n_samples = 1, w.actor_layout.dp_size = 1, w.seed = 9;
+    const char *ov[] = {"data.max_response_length=96", ACTOR_KEY "policy_drift_coeff=0.01",
+                        ACTOR_KEY "policy_loss.kl_cov_ratio=0.002", ACTOR_KEY "tis_imp_ratio_cap=2.5"};
+    df_config *c = NULL;
+    assert_int_equal(df_config_load(df_config_schema_train(), NULL, ov, 4, &c), DF_OK);
+    df_actor_params p;
+    df_worker_actor_params(&w, c, &p);
+    assert_int_equal(p.loss_agg_norm_length, 96);
+    assert_string_equal(p.policy_loss, "vanilla");
+    assert_near(p.policy_drift_coeff, 0.01, 1e-12);
+    assert_near(p.kl_cov_ratio, 0.002, 1e-12);
+    assert_near(p.clip_cov_lb, 1.0, 0);
+    assert_near(p.clip_cov_ub, 5.0, 0);
+    assert_near(p.tis_imp_ratio_cap, 2.5, 0);
+    assert_true(p.seed == 9);
+    df_config_free(c);
+    const char *ov2[] = {ACTOR_KEY "loss_scale_factor=4096", ACTOR_KEY "use_cpgd_loss=true"};
+    assert_int_equal(df_config_load(df_config_schema_train(), NULL, ov2, 2, &c), DF_OK);
+    df_worker_actor_params(&w, c, &p);
+    assert_int_equal(p.loss_agg_norm_length, 4096);
+    assert_string_equal(p.policy_loss, "cpgd");
+    df_config_free(c);
+    const char *ov3[] = {ACTOR_KEY "use_cpgd_loss=true", ACTOR_KEY "policy_loss.loss_mode=gspo"};
+    assert_int_equal(df_config_load(df_config_schema_train(), NULL, ov3, 2, &c), DF_OK);
+    df_worker_actor_params(&w, c, &p);
+    assert_string_equal(p.policy_loss, "gspo"); /* an explicit loss_mode wins */
+    df_config_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_registry_names),    cmocka_unit_test(test_gspo_hand),
-        cmocka_unit_test(test_gspo_extreme),      cmocka_unit_test(test_gspo_fd),
-        cmocka_unit_test(test_gpg_hand),          cmocka_unit_test(test_cpgd_hand),
-        cmocka_unit_test(test_cpgd_edges),        cmocka_unit_test(test_cpgd_fd),
-        cmocka_unit_test(test_clip_cov_hand),     cmocka_unit_test(test_kl_cov_hand),
-        cmocka_unit_test(test_cov_all_equal),     cmocka_unit_test(test_clip_cov_random_choice),
-        cmocka_unit_test(test_cov_extreme),       cmocka_unit_test(test_cov_bad_input),
-        cmocka_unit_test(test_losses_no_tokens),  cmocka_unit_test(test_split_property),
-        cmocka_unit_test(test_fd_all_losses),     cmocka_unit_test(test_kl_ctrl_fixed),
-        cmocka_unit_test(test_kl_ctrl_adaptive),  cmocka_unit_test(test_kl_ctrl_bad),
-        cmocka_unit_test(test_kl_ctrl_in_reward), cmocka_unit_test(test_tis_weights),
-        cmocka_unit_test(test_tis_in_loss),       cmocka_unit_test(test_mismatch_metrics),
-        cmocka_unit_test(test_mismatch_edges),    cmocka_unit_test(test_actor_micro_invariant),
-        cmocka_unit_test(test_actor_tis),         cmocka_unit_test(test_actor_norm_length_and_cov),
+        cmocka_unit_test(test_registry_names),
+        cmocka_unit_test(test_gspo_hand),
+        cmocka_unit_test(test_gspo_extreme),
+        cmocka_unit_test(test_gspo_fd),
+        cmocka_unit_test(test_gpg_hand),
+        cmocka_unit_test(test_cpgd_hand),
+        cmocka_unit_test(test_cpgd_edges),
+        cmocka_unit_test(test_cpgd_fd),
+        cmocka_unit_test(test_clip_cov_hand),
+        cmocka_unit_test(test_kl_cov_hand),
+        cmocka_unit_test(test_cov_all_equal),
+        cmocka_unit_test(test_clip_cov_random_choice),
+        cmocka_unit_test(test_cov_extreme),
+        cmocka_unit_test(test_cov_bad_input),
+        cmocka_unit_test(test_losses_no_tokens),
+        cmocka_unit_test(test_split_property),
+        cmocka_unit_test(test_fd_all_losses),
+        cmocka_unit_test(test_kl_ctrl_fixed),
+        cmocka_unit_test(test_kl_ctrl_adaptive),
+        cmocka_unit_test(test_kl_ctrl_bad),
+        cmocka_unit_test(test_kl_ctrl_in_reward),
+        cmocka_unit_test(test_tis_weights),
+        cmocka_unit_test(test_tis_in_loss),
+        cmocka_unit_test(test_mismatch_metrics),
+        cmocka_unit_test(test_mismatch_edges),
+        cmocka_unit_test(test_actor_micro_invariant),
+        cmocka_unit_test(test_actor_tis),
+        cmocka_unit_test(test_actor_norm_length_and_cov),
+        cmocka_unit_test(test_worker_actor_params),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
