@@ -25,6 +25,7 @@
 #define DISTFLOW_ALGO_H
 
 #include "distflow/common.h"
+#include "distflow/metrics.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -302,6 +303,20 @@ typedef struct df_policy_loss_input {
     float clip_ratio_low;       /**< epsilon_low  (actor.clip_ratio_low, default 0.2) */
     float clip_ratio_high;      /**< epsilon_high (actor.clip_ratio_high, default 0.2) */
     float clip_ratio_c;         /**< dual-clip constant c > 1 (actor.clip_ratio_c, default 3) */
+    /* ---- losses block (gspo, gpg, cpgd, clip_cov, kl_cov): fields a loss does not
+     * use may stay 0; each loss's docstring below says which it reads. ---- */
+    double policy_drift_coeff;  /**< cpgd: alpha >= 0 (actor.policy_drift_coeff) */
+    double cpgd_drift_clip;     /**< cpgd: bound c on the drift weight r - 1; <= 0: unbounded */
+    double clip_cov_ratio;      /**< clip_cov: fraction of tokens dropped, > 0 (policy_loss.clip_cov_ratio) */
+    double clip_cov_lb;         /**< clip_cov: lower covariance bound (policy_loss.clip_cov_lb, 1.0) */
+    double clip_cov_ub;         /**< clip_cov: upper covariance bound (policy_loss.clip_cov_ub, 5.0) */
+    double kl_cov_ratio;        /**< kl_cov: fraction of tokens penalised, > 0 (policy_loss.kl_cov_ratio) */
+    double ppo_kl_coef;         /**< kl_cov: weight of |log-ratio| (policy_loss.ppo_kl_coef) */
+    uint64_t seed;              /**< clip_cov: seed of the random choice among candidate tokens */
+    int64_t token_base;         /**< clip_cov / kl_cov: index of this call's first token in the
+                                     batch `cov` describes (0 when cov is NULL) */
+    const struct df_cov_stats *cov; /**< clip_cov / kl_cov: token selection of the whole mini-batch
+                                     (df_cov_stats_compute); NULL: select within this call */
 } df_policy_loss_input;
 
 typedef struct df_policy_loss_output {
@@ -385,6 +400,233 @@ DF_API int df_kl_apply_in_reward(const char *type, int64_t n, const int64_t *off
                                  const float *token_level_scores, const float *old_log_prob,
                                  const float *ref_log_prob, float beta,
                                  float *token_level_rewards, double *mean_kl);
+
+/* ======================================================================
+ * ---- losses block: policy losses beyond vanilla, KL controllers,
+ * rollout-training mismatch (truncated importance sampling) ----
+ * verl commits read: core_algos.py 012be9d9dcb7c38499f23616142870d2682757fc
+ * (policy losses, KL controllers, agg_loss), rollout_corr_helper.py
+ * e1904109a3a83d7c911baaf8998b9188b4cf7874 (mismatch metrics); TIS is verl
+ * PR #2953 (tis_imp_ratio_cap in compute_policy_loss_vanilla).
+ * ====================================================================== */
+
+/**
+ * "gspo" — GSPO (Zheng et al. 2025, arXiv 2507.18071: the objective on the
+ * length-normalised sequence ratio s_i), in the token-level stop-gradient form
+ * of verl compute_policy_loss_gspo (the paper's GSPO-token variant). Per
+ * sample i with n_i > 0 tokens:
+ *   s_i     = exp(min(mean_{t in i}(log_prob_t - old_log_prob_t), 10))
+ *   l_t     = max(-A_t s_i, -A_t clamp(s_i, 1 - clip_ratio_low, 1 + clip_ratio_high))
+ *   loss    = sum_t w_t l_t
+ *   grad_t  = w_t (-A_t s_i) where l_t takes the unclipped branch and the mean
+ *             log-ratio is <= 10; 0 otherwise (verl's sg[s_i] pi_t / sg[pi_t]
+ *             differentiates to s_i per token)
+ *   pg_clipfrac = token mean of [clipped branch > unclipped]; pg_clipfrac_lower = 0;
+ *   ppo_kl = token mean of (old_log_prob - log_prob).
+ * With advantages and weights constant over each sample (outcome advantages)
+ * grad is the exact derivative of loss. The paper averages over sequences
+ * (1/G sum_i) and verl forces "seq-mean-token-mean"; distflow uses the
+ * caller's weights: pass seq-mean-token-mean weights for the paper's loss.
+ * The paper's clip ranges are tiny (3e-4, 4e-4; §5.1). Errors as vanilla
+ * (clip_ratio_c is not read).
+ */
+DF_API int df_policy_loss_gspo(const df_policy_loss_input *in, df_policy_loss_output *out);
+
+/**
+ * "gpg" — GPG (Chu et al. 2025, arXiv 2504.02546, its policy loss), verl
+ * compute_policy_loss_gpg: l_t = -A_t log_prob_t, loss = sum_t w_t l_t,
+ * grad_t = -w_t A_t. A plain policy gradient (no ratio, no clipping), so
+ * old_log_prob may be NULL; every statistic is 0 as in verl. GPG's alpha
+ * rescaling lives in its advantage estimator. Errors: NULL arrays, bad offsets.
+ */
+DF_API int df_policy_loss_gpg(const df_policy_loss_input *in, df_policy_loss_output *out);
+
+/**
+ * "cpgd" — CPGD (Liu et al. 2025, arXiv 2505.12504, the CPGD objective): a policy
+ * gradient on the clipped log-ratio plus the policy-drift regulariser
+ * alpha * KL(pi_old || pi_theta). Per token, d = clamp(log_prob - old_log_prob, -20, 20):
+ *   A > 0:  pg_t = -A min(d, ln(1 + clip_ratio_high))
+ *   A < 0:  pg_t = -A max(d, ln(1 - clip_ratio_low))   (no lower bound when clip_ratio_low >= 1)
+ *   drift_t = k3 estimate of KL(pi_old || pi_theta) on samples of pi_old:
+ *           e^d - 1 - d, with gradient e^d - 1; when cpgd_drift_clip c > 0 and
+ *           e^d - 1 > c the term continues linearly, D(d0) + c (d - d0) with
+ *           d0 = ln(1 + c), so its gradient is min(e^d - 1, c)
+ *   l_t = pg_t + policy_drift_coeff * drift_t;  loss = sum_t w_t l_t
+ *   grad_t = w_t (-A [pg unclipped] + alpha dD/dd), 0 where d is clamped
+ *   pg_clipfrac = token mean of [pg clipped]; pg_clipfrac_lower = 0;
+ *   ppo_kl = token mean of -d.
+ * The clip acts per token, as in the paper's implementation. siiRL's CPGD
+ * path does not compute this (it keeps PPO's ratio clipping, adds
+ * clamp(r - 1, max 2) * log_prob and zeroes the drift when on-policy), so
+ * distflow follows the paper; cpgd_drift_clip = 2 reproduces siiRL's bound on
+ * the drift weight. Errors: NULL arrays, bad offsets, negative clip ratios or
+ * policy_drift_coeff.
+ */
+DF_API int df_policy_loss_cpgd(const df_policy_loss_input *in, df_policy_loss_output *out);
+
+/**
+ * Token selection of the covariance losses (Cui et al. 2025, "The Entropy
+ * Mechanism of RL for Reasoning LMs", arXiv 2505.22617, §4: Clip-Cov and
+ * KL-Cov). For a batch of N tokens, with means over that batch,
+ *   cov_t = (A_t - mean A) (log_prob_t - mean log_prob)
+ * kl_cov selects the k = max(floor(kl_cov_ratio N), 1) tokens of largest
+ * cov_t; clip_cov selects k = max(floor(clip_cov_ratio N), 1) tokens at random
+ * among the candidates (clip_cov_lb < cov_t < clip_cov_ub and not already
+ * clipped by PPO's ratio clip), as verl does with torch.randperm. distflow's
+ * random choice is deterministic: token g (index in the batch) gets the key
+ * u_g = uniform from df_rng_key(seed, g, 0, 0), and the k candidates of smallest
+ * (u_g, g) are chosen, which is a uniform random k-subset. A token is then
+ * selected iff it is a candidate whose (key, index) does not come after
+ * (key, index) of the k-th choice, so a micro-batch or a data-parallel shard
+ * given the mini-batch's statistics selects exactly the tokens the whole
+ * mini-batch would. verl computes all of this per micro-batch (cov = NULL).
+ */
+typedef struct df_cov_stats {
+    double adv_mean;        /**< token mean of advantages over the batch */
+    double logp_mean;       /**< token mean of log_prob over the batch */
+    int64_t n_tokens;       /**< N */
+    int64_t n_select;       /**< tokens selected: min(k, candidates) */
+    double key_threshold;   /**< key of the last selected token (kl_cov: cov_t; clip_cov: u_t) */
+    int64_t index_threshold;/**< its index, which breaks ties */
+    int kind;               /**< 1 clip_cov, 2 kl_cov (set by df_cov_stats_compute) */
+} df_cov_stats;
+
+/**
+ * Selection statistics of `loss_mode` ("clip_cov" or "kl_cov") over all the
+ * tokens of `in` (the whole mini-batch; in->cov is ignored and token indices
+ * start at in->token_base). Reads log_prob, old_log_prob, advantages, the
+ * ratio of its mode and, for clip_cov, the clip ratios, clip_cov_lb / ub and seed.
+ * Errors: DF_EINVAL for another mode, NULL arrays, bad offsets, ratio <= 0;
+ * DF_ENOMEM.
+ */
+DF_API int df_cov_stats_compute(const char *loss_mode, const df_policy_loss_input *in,
+                                df_cov_stats *out);
+
+/**
+ * "clip_cov" — Clip-Cov (arXiv 2505.22617), verl
+ * compute_policy_loss_clip_cov. Per token, d = clamp(log_prob - old_log_prob,
+ * -20, 20) (verl does not clamp; identical for |d| <= 20), r = e^d:
+ *   l_t = max(-A r, -A clamp(r, 1 - clip_ratio_low, 1 + clip_ratio_high)), or 0
+ *         for a selected token (df_cov_stats: selected tokens lose their gradient)
+ *   grad_t = w_t (-A r) on the unclipped branch of an unselected token, else 0
+ *   pg_clipfrac = fraction of this call's tokens selected; pg_clipfrac_lower = 0;
+ *   ppo_kl = token mean of -d.
+ * Selection statistics come from in->cov, or from this call's tokens when NULL.
+ * Errors: NULL arrays, bad offsets, clip_cov_ratio <= 0, negative clip ratios,
+ * a cov of the other kind; DF_ENOMEM.
+ */
+DF_API int df_policy_loss_clip_cov(const df_policy_loss_input *in, df_policy_loss_output *out);
+
+/**
+ * "kl_cov" — KL-Cov (arXiv 2505.22617), verl
+ * compute_policy_loss_kl_cov. Per token, d = clamp(log_prob - old_log_prob,
+ * -20, 20), r = e^d:
+ *   l_t = -A r + (selected ? ppo_kl_coef |d| : 0)     (no ratio clipping)
+ *   grad_t = w_t (-A r + selected ppo_kl_coef sign(d)), 0 where d is clamped
+ *   ppo_kl = token mean of |d| (verl's ppo_kl_abs); clip fractions are 0.
+ * Selection as clip_cov. Errors: NULL arrays, bad offsets, kl_cov_ratio <= 0,
+ * ppo_kl_coef < 0, a cov of the other kind; DF_ENOMEM.
+ */
+DF_API int df_policy_loss_kl_cov(const df_policy_loss_input *in, df_policy_loss_output *out);
+
+/* ---- KL coefficient controllers (algorithm.kl_ctrl; verl FixedKLController,
+ * AdaptiveKLController) for the in-reward penalty ---- */
+
+typedef struct df_kl_ctrl df_kl_ctrl;
+
+/**
+ * A controller of the in-reward KL coefficient beta. type "fixed": beta stays
+ * kl_coef. type "adaptive" (Ziegler et al. 2019, arXiv 1909.08593, eq. 2, as
+ * verl AdaptiveKLController): after each batch,
+ *   e = clamp(current_kl / target_kl - 1, -0.2, 0.2)
+ *   beta <- beta (1 + e n_steps / horizon)
+ * (the paper's K_beta = 0.1 per step becomes n_steps / horizon, n_steps being
+ * the batch's samples). Errors: DF_EINVAL for an unknown type (named),
+ * kl_coef < 0, and for adaptive target_kl <= 0 or horizon <= 0; DF_ENOMEM.
+ */
+DF_API int df_kl_ctrl_create(const char *type, double kl_coef, double target_kl, double horizon,
+                             df_kl_ctrl **out);
+DF_API void df_kl_ctrl_free(df_kl_ctrl *c);
+/** Current beta. */
+DF_API double df_kl_ctrl_value(const df_kl_ctrl *c);
+/** Restore beta (checkpoint resume). DF_EINVAL when negative or not finite. */
+DF_API int df_kl_ctrl_set_value(df_kl_ctrl *c, double beta);
+/** Apply one batch's mean KL (see create). DF_EINVAL for a non-finite KL or n_steps < 0. */
+DF_API int df_kl_ctrl_update(df_kl_ctrl *c, double current_kl, int64_t n_steps);
+
+/**
+ * verl apply_kl_penalty's bookkeeping after df_kl_apply_in_reward ran with
+ * beta = df_kl_ctrl_value(c): records actor/reward_kl_penalty = current_kl and
+ * actor/reward_kl_penalty_coeff = beta (the value used), then updates the
+ * controller with (current_kl, n_samples). With data parallelism pass the
+ * global values (every rank the same) so all controllers stay equal.
+ * m may be NULL. Errors as df_kl_ctrl_update.
+ */
+DF_API int df_kl_ctrl_step(df_kl_ctrl *c, double current_kl, int64_t n_samples, df_metrics *m);
+
+/* ---- Rollout-training mismatch: truncated importance sampling (TIS) ---- */
+
+/**
+ * Truncated importance weights for rollout log-probs that differ from the
+ * trainer's (verl actor.tis_imp_ratio_cap, PR #2953; Yao et al. 2025, "Your
+ * Efficient RL Framework Secretly Brings You Off-Policy RL Training"):
+ *   w_out_t = (w_in ? w_in_t : 1) * min(exp(old_log_prob_t - rollout_log_prob_t), cap)
+ * The weight is data (no gradient). Pass the aggregation weights as w_in and
+ * use w_out as the policy loss's `weights` (verl multiplies pg_losses only:
+ * keep plain weights for the KL and entropy terms). w_out may alias w_in.
+ * Errors: DF_EINVAL for n_tokens < 0, NULL arrays, cap <= 0 or not finite.
+ */
+DF_API int df_tis_weights(int64_t n_tokens, const float *old_log_prob,
+                          const float *rollout_log_prob, double cap, const float *w_in,
+                          float *w_out);
+
+/** Mismatch statistics between the trainer's and the rollout's log-probs. */
+typedef struct df_rollout_mismatch {
+    int64_t n_tokens;          /**< tokens measured */
+    int64_t n_seqs;            /**< non-empty responses measured */
+    /* training/rollout_probs_diff_{max,mean,std}: |exp(rollout) - exp(old)| per
+     * token (verl ray_trainer; std unbiased, 0 below two tokens) */
+    double probs_diff_max, probs_diff_mean, probs_diff_std;
+    /* rollout_corr/... (verl compute_offpolicy_metrics); per-sequence means skip
+     * empty responses (verl counts them as 0) */
+    double training_ppl;       /**< mean_i exp(-mean_t old_i) */
+    double training_log_ppl;   /**< mean_i (-mean_t old_i), the actor's log-perplexity */
+    double rollout_ppl;        /**< mean_i exp(-mean_t rollout_i) */
+    double rollout_log_ppl;    /**< mean_i (-mean_t rollout_i) */
+    double kl;                 /**< token mean of rollout - old: k1 of KL(rollout || training) */
+    double k3_kl;              /**< token mean of e^x - x - 1, x = old - rollout (clamped +-20) */
+    double log_ppl_diff;       /**< mean_i (mean_t rollout_i - mean_t old_i) */
+    double log_ppl_abs_diff;   /**< mean_i |...| */
+    double log_ppl_diff_max, log_ppl_diff_min;
+    double ppl_ratio;          /**< mean_i exp(log_ppl_diff_i) */
+    double chi2_token;         /**< token mean of rho^2 - 1, rho = e^x (x clamped +-20) */
+    double chi2_seq;           /**< mean_i exp(2 clamp(sum_t x, +-20)) - 1 */
+    /* rollout_corr/rollout_is_*: the raw ratio rho (before the cap) */
+    double is_mean, is_max, is_min;
+    double is_fraction_high;   /**< token fraction with rho > cap (0 when cap <= 0) */
+} df_rollout_mismatch;
+
+/**
+ * Compute the statistics above for n responses (packed layout, old_log_prob =
+ * the trainer's recomputed log-probs, rollout_log_prob = the sampler's).
+ * cap: tis_imp_ratio_cap for is_fraction_high (<= 0: not measured). No tokens
+ * gives all zeros. Errors: DF_EINVAL for bad offsets or NULL arrays.
+ */
+DF_API int df_rollout_mismatch_compute(int64_t n, const int64_t *offsets, const float *old_log_prob,
+                                       const float *rollout_log_prob, double cap,
+                                       df_rollout_mismatch *out);
+
+/**
+ * Record `mm` under verl's names: training/rollout_probs_diff_{max,mean,std},
+ * rollout_corr/{training_ppl, training_log_ppl, rollout_ppl, rollout_log_ppl,
+ * kl, k3_kl, log_ppl_diff, log_ppl_abs_diff, log_ppl_diff_max, log_ppl_diff_min,
+ * ppl_ratio, chi2_token, chi2_seq, rollout_is_mean, rollout_is_max,
+ * rollout_is_min, rollout_is_ratio_fraction_high}. Nothing when mm has no
+ * tokens. Errors: DF_ENOMEM from df_metrics.
+ */
+DF_API int df_rollout_mismatch_record(const df_rollout_mismatch *mm, df_metrics *m);
+
+/* ---- end of losses block ---- */
 
 #ifdef __cplusplus
 }

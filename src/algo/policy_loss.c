@@ -11,6 +11,15 @@
 
 static const df_fn_entry k_builtin_losses[] = {
     {"vanilla", (df_any_fn)df_policy_loss_vanilla},
+    /* losses block (policy_loss_ext.c, policy_loss_cov.c); verl registers the
+       underscore names, its config comments spell clip-cov / kl-cov */
+    {"gspo", (df_any_fn)df_policy_loss_gspo},
+    {"gpg", (df_any_fn)df_policy_loss_gpg},
+    {"cpgd", (df_any_fn)df_policy_loss_cpgd},
+    {"clip_cov", (df_any_fn)df_policy_loss_clip_cov},
+    {"kl_cov", (df_any_fn)df_policy_loss_kl_cov},
+    {"clip-cov", (df_any_fn)df_policy_loss_clip_cov},
+    {"kl-cov", (df_any_fn)df_policy_loss_kl_cov},
 };
 
 static df_fn_registry g_losses = {

@@ -4,6 +4,7 @@
 #include "distflow/algo.h"
 #include "distflow/comm.h"
 #include "distflow/optim.h"
+#include "distflow/rng.h"
 #include "engine/packing.h"
 #include "util/timeutil.h"
 
@@ -24,6 +25,8 @@ struct df_actor {
     df_packed pk;
     float *buf[4];    /* per-token scratch: logp, entropy, dlogp, dentropy */
     float *w;         /* aggregation weights */
+    float *wpg;       /* policy-loss weights: w times the TIS weights */
+    int64_t n_micro;  /* micro-batches of this update so far: keys clip_cov's random choice */
     int64_t buf_cap;
     int64_t steps;
     df_progress bar;  /* update_policy's TTY bar, over samples */
@@ -70,6 +73,7 @@ void df_actor_free(df_actor *a)
     for (int i = 0; i < 4; i++)
         free(a->buf[i]);
     free(a->w);
+    free(a->wpg);
     free(a);
 }
 
@@ -84,6 +88,14 @@ void df_actor_set_loss_params(df_actor *a, const df_actor_params *p)
     a->p.kl_loss_coef = p->kl_loss_coef;
     a->p.kl_loss_type = p->kl_loss_type;
     a->p.ppo_epochs = p->ppo_epochs;
+    a->p.loss_agg_norm_length = p->loss_agg_norm_length;
+    a->p.policy_drift_coeff = p->policy_drift_coeff;
+    a->p.cpgd_drift_clip = p->cpgd_drift_clip;
+    a->p.clip_cov_ratio = p->clip_cov_ratio;
+    a->p.clip_cov_lb = p->clip_cov_lb;
+    a->p.clip_cov_ub = p->clip_cov_ub;
+    a->p.kl_cov_ratio = p->kl_cov_ratio;
+    a->p.ppo_kl_coef = p->ppo_kl_coef;
 }
 
 void df_actor_set_comm(df_actor *a, df_comm *dp)
@@ -116,12 +128,14 @@ static int reserve(df_actor *a, const df_batch *b, const int64_t *bounds, int64_
             a->buf[i] = malloc((size_t)max_out * sizeof(float));
         }
         free(a->w);
+        free(a->wpg);
         a->w = malloc((size_t)max_out * sizeof(float));
+        a->wpg = malloc((size_t)max_out * sizeof(float));
         a->buf_cap = max_out;
         for (int i = 0; i < 4; i++)
             if (!a->buf[i])
                 return df_error(DF_ENOMEM, "out of memory for %lld token buffers", (long long)max_out);
-        if (!a->w)
+        if (!a->w || !a->wpg)
             return df_error(DF_ENOMEM, "out of memory for %lld token buffers", (long long)max_out);
     }
     return DF_OK;
@@ -258,6 +272,40 @@ static int rebased_offsets(const int64_t *ro, int64_t s, int64_t e, int64_t **ou
    already normalised by the mini-batch totals. */
 enum { S_PG_LOSS, S_KL_LOSS, S_ENTROPY, S_CLIPFRAC, S_CLIPFRAC_LOWER, S_PPO_KL, N_SUMS };
 
+/* The policy loss of one micro-batch (n samples from token `base` of b) into *st. */
+static int policy_loss(df_actor *a, const df_batch *b, int64_t n, const int64_t *offs,
+                       int64_t base, const float *logp, df_policy_loss_output *st)
+{
+    const df_actor_params *p = &a->p;
+    df_policy_loss_fn fn = NULL;
+    int rc = df_policy_loss_lookup(p->policy_loss, &fn);
+    if (rc)
+        return rc;
+    const float *old = (const float *)df_batch_column(b, "old_log_probs")->data + base;
+    const float *adv = (const float *)df_batch_column(b, "advantages")->data + base;
+    const float *w = a->w;
+    if (p->tis_imp_ratio_cap > 0) { /* verl weights pg_losses only */
+        const float *ro = (const float *)df_batch_column(b, "rollout_log_probs")->data + base;
+        if ((rc = df_tis_weights(offs[n], old, ro, p->tis_imp_ratio_cap, a->w, a->wpg)))
+            return rc;
+        w = a->wpg;
+    }
+    /* clip_cov's random choice: one stream per (step, micro-batch, DP rank) */
+    uint64_t rank = (uint64_t)(a->dp ? df_comm_rank(a->dp) : 0);
+    uint64_t key = df_rng_key(p->seed, (uint64_t)a->steps, (uint64_t)a->n_micro++, rank);
+    df_policy_loss_input in = {.n = n, .offsets = offs, .log_prob = logp, .old_log_prob = old,
+                               .advantages = adv,
+                               .weights = w, .clip_ratio_low = (float)p->clip_ratio_low,
+                               .clip_ratio_high = (float)p->clip_ratio_high,
+                               .clip_ratio_c = (float)p->clip_ratio_c,
+                               .policy_drift_coeff = p->policy_drift_coeff,
+                               .cpgd_drift_clip = p->cpgd_drift_clip,
+                               .clip_cov_ratio = p->clip_cov_ratio, .clip_cov_lb = p->clip_cov_lb,
+                               .clip_cov_ub = p->clip_cov_ub, .kl_cov_ratio = p->kl_cov_ratio,
+                               .ppo_kl_coef = p->ppo_kl_coef, .seed = key};
+    return fn(&in, st);
+}
+
 /* Loss and gradient for one micro-batch [s, e) of a PPO mini-batch of
    global_tokens / global_seqs (over the whole DP group). */
 static int ppo_micro(df_actor *a, const df_batch *b, int64_t s, int64_t e, int64_t global_tokens,
@@ -274,21 +322,11 @@ static int ppo_micro(df_actor *a, const df_batch *b, int64_t s, int64_t e, int64
         rc = df_model_forward(a->model, a->acts, &a->pk.sb, p->temperature, logp, want_ent ? ent : NULL);
     if (rc || (rc = rebased_offsets(ro, s, e, &offs)))
         return rc;
-    rc = df_loss_agg_weights(p->loss_agg_mode, e - s, offs, global_tokens, global_seqs, a->w);
-    df_policy_loss_fn fn = NULL;
-    if (!rc)
-        rc = df_policy_loss_lookup(p->policy_loss, &fn);
+    rc = df_loss_agg_weights_ex(p->loss_agg_mode, e - s, offs, global_tokens, global_seqs,
+                                p->loss_agg_norm_length, a->w);
     df_policy_loss_output st = {.grad = dlogp};
-    if (!rc) {
-        const float *old = df_batch_column(b, "old_log_probs")->data;
-        const float *adv = df_batch_column(b, "advantages")->data;
-        df_policy_loss_input in = {.n = e - s, .offsets = offs, .log_prob = logp,
-                                   .old_log_prob = old + base, .advantages = adv + base,
-                                   .weights = a->w, .clip_ratio_low = (float)p->clip_ratio_low,
-                                   .clip_ratio_high = (float)p->clip_ratio_high,
-                                   .clip_ratio_c = (float)p->clip_ratio_c};
-        rc = fn(&in, &st);
-    }
+    if (!rc)
+        rc = policy_loss(a, b, e - s, offs, base, logp, &st);
     double kl = 0, ent_loss = 0;
     if (!rc && p->use_kl_loss) {
         const float *ref = df_batch_column(b, "ref_log_prob")->data;
@@ -376,6 +414,10 @@ static int check_ppo_batch(const df_actor *a, const df_batch *b)
             return df_error(DF_EINVAL, "actor update needs column '%s'", need[i]);
     if (a->p.use_kl_loss && !df_batch_has(b, "ref_log_prob"))
         return df_error(DF_EINVAL, "use_kl_loss needs column 'ref_log_prob'");
+    if (a->p.tis_imp_ratio_cap > 0 && !df_batch_has(b, "rollout_log_probs"))
+        return df_error(DF_EINVAL,
+                        "tis_imp_ratio_cap=%g needs column 'rollout_log_probs' (the sampler's log-probs)",
+                        a->p.tis_imp_ratio_cap);
     return DF_OK;
 }
 
@@ -394,6 +436,7 @@ int df_actor_update_policy(df_actor *a, df_batch *b, df_metrics *m)
     df_progress_begin(&a->bar, a->p.progress_label, (int64_t)epochs * n);
     a->bar.enabled = a->bar.enabled && a->p.progress_label;
     a->bar_done = 0;
+    a->n_micro = 0;
     for (int ep = 0; ep < epochs && !rc; ep++) {
         for (int64_t k = 0; k < (int64_t)n_mini && !rc; k++) {
             int64_t s = k * mbs < n ? k * mbs : n, e = s + mbs < n ? s + mbs : n;

@@ -49,6 +49,16 @@ typedef struct df_actor_params {
     bool use_kl_loss;
     double kl_loss_coef;
     const char *kl_loss_type;
+    /* losses block: aggregation length, the extra policy losses, TIS */
+    int64_t loss_agg_norm_length; /* seq-mean-token-sum-norm's constant length: the worker sets
+                                     actor.loss_scale_factor, else data.max_response_length */
+    double policy_drift_coeff;    /* cpgd: alpha (actor.policy_drift_coeff) */
+    double cpgd_drift_clip;       /* cpgd: bound on the drift weight r - 1; <= 0: none (the paper) */
+    double clip_cov_ratio, clip_cov_lb, clip_cov_ub; /* policy_loss.clip_cov_* */
+    double kl_cov_ratio, ppo_kl_coef;                /* policy_loss.kl_cov_ratio, ppo_kl_coef */
+    double tis_imp_ratio_cap;     /* > 0: weight the policy loss by min(exp(old - rollout), cap),
+                                     from column rollout_log_probs (verl PR #2953) */
+    uint64_t seed;                /* clip_cov's random token choice, keyed per micro-batch */
     float temperature;          /* rollout temperature: logits are divided by it */
     const char *progress_label; /* non-NULL: update_policy draws a TTY progress bar over samples */
 } df_actor_params;
@@ -64,7 +74,9 @@ void df_actor_free(df_actor *a);
 /**
  * Replace the PPO loss settings used by the following updates: policy_loss,
  * loss_agg_mode, clip_ratio_low / high / c, entropy_coeff, kl_loss_coef,
- * kl_loss_type and ppo_epochs (per-node overrides of a workflow's train node).
+ * kl_loss_type, ppo_epochs, loss_agg_norm_length and the parameters of the
+ * extra policy losses (policy_drift_coeff, cpgd_drift_clip, clip_cov_*,
+ * kl_cov_ratio, ppo_kl_coef) (per-node overrides of a workflow's train node).
  * The optimizer, batching, use_kl_loss and temperature stay as created. The
  * strings are borrowed: they must outlive the updates.
  */
@@ -96,8 +108,10 @@ int64_t df_actor_step_count(const df_actor *a);
 int df_actor_compute_log_prob(df_actor *a, df_batch *b, const char *out_col, double *entropy_mean);
 
 /**
- * PPO update over `b` (prompt_ids, response_ids, old_log_probs, advantages and,
- * with use_kl_loss, ref_log_prob): ppo_epochs passes over mini-batches; one
+ * PPO update over `b` (prompt_ids, response_ids, old_log_probs, advantages,
+ * with use_kl_loss ref_log_prob, with tis_imp_ratio_cap > 0 rollout_log_probs;
+ * TIS weights scale the policy loss only, not the KL or entropy terms, as in
+ * verl): ppo_epochs passes over mini-batches; one
  * optimizer step per mini-batch, all at the lr of this training step (the
  * schedule advances once per call, as verl's lr_scheduler.step() per
  * update_actor). Records actor/pg_loss, actor/pg_clipfrac,
@@ -113,6 +127,8 @@ int df_actor_compute_log_prob(df_actor *a, df_batch *b, const char *out_col, dou
  * loss_agg_mode: token-mean divides by the group's tokens, seq-mean-* by its
  * sequences), the loss statistics, then the gradient. The metrics above are
  * then global values, identical on every rank (grad_norm included).
+ * clip_cov / kl_cov select their tokens within each micro-batch, as verl does
+ * (so, unlike the other losses, their update depends on the micro-batching).
  */
 int df_actor_update_policy(df_actor *a, df_batch *b, df_metrics *m);
 

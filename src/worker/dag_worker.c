@@ -39,10 +39,6 @@ static int check_supported(const df_config *c)
         if (!df_config_is_null(c, null_only[i]))
             return df_error(DF_EUNSUPPORTED, "%s: %s is not supported yet",
                             df_config_where(c, null_only[i]), null_only[i]);
-    const char *tis = "actor_rollout_ref.actor.tis_imp_ratio_cap";
-    if (df_config_float(c, tis) > 0)
-        return df_error(DF_EUNSUPPORTED, "%s: %s=%g is not supported yet (<= 0 turns it off)",
-                        df_config_where(c, tis), tis, df_config_float(c, tis));
     return DF_OK;
 }
 
@@ -91,6 +87,21 @@ void df_worker_actor_params(const df_dag_worker *w, const df_config *c, df_actor
     p->use_kl_loss = df_config_bool(c, A "use_kl_loss");
     p->kl_loss_coef = df_config_float(c, A "kl_loss_coef");
     p->kl_loss_type = df_config_str(c, A "kl_loss_type");
+    /* siiRL turns use_cpgd_loss on for adv_estimator=cpgd; distflow's CPGD is a policy loss */
+    bool cpgd = df_config_bool(c, A "use_cpgd_loss") ||
+                !strcmp(df_config_str(c, "algorithm.adv_estimator"), "cpgd");
+    if (cpgd && !strcmp(p->policy_loss, "vanilla"))
+        p->policy_loss = "cpgd";
+    p->policy_drift_coeff = df_config_float(c, A "policy_drift_coeff");
+    p->loss_agg_norm_length =
+        cfg_int_or(c, A "loss_scale_factor", df_config_int(c, "data.max_response_length"));
+    p->clip_cov_ratio = df_config_float(c, A "policy_loss.clip_cov_ratio");
+    p->clip_cov_lb = df_config_float(c, A "policy_loss.clip_cov_lb");
+    p->clip_cov_ub = df_config_float(c, A "policy_loss.clip_cov_ub");
+    p->kl_cov_ratio = df_config_float(c, A "policy_loss.kl_cov_ratio");
+    p->ppo_kl_coef = df_config_float(c, A "policy_loss.ppo_kl_coef");
+    p->tis_imp_ratio_cap = df_config_float(c, A "tis_imp_ratio_cap");
+    p->seed = w->seed;
     p->temperature = (float)df_config_float(c, "actor_rollout_ref.rollout.temperature");
     p->progress_label = w->rank == 0 ? "update_actor" : NULL;
 #undef A

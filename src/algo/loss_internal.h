@@ -1,0 +1,31 @@
+/* loss_internal.h (internal) — checks and helpers shared by the policy losses
+ * of src/algo/ beyond vanilla (policy_loss_ext.c, policy_loss_cov.c). */
+#ifndef DF_ALGO_LOSS_INTERNAL_H
+#define DF_ALGO_LOSS_INTERNAL_H
+
+#include "distflow/algo.h"
+
+/* verl clamps log-ratios to this range before exp() for stability. */
+#define DF_LOSS_LOG_RATIO_CLAMP 20.0
+
+/*
+ * Check a policy loss's input: non-NULL in / out, a valid packed layout and,
+ * when there are tokens, log_prob, advantages, weights and (need_old)
+ * old_log_prob. `who` names the loss in the message.
+ */
+int df_loss_check_input(const char *who, const df_policy_loss_input *in, const df_policy_loss_output *out,
+                        bool need_old);
+
+/* DF_EINVAL unless both clip ratios are >= 0 (NaN included). */
+int df_loss_check_clip(const char *who, const df_policy_loss_input *in);
+
+/* Clamp a log-ratio to +-DF_LOSS_LOG_RATIO_CLAMP; *live = false when clamped. */
+static inline double df_loss_clamp_log_ratio(double x, bool *live)
+{
+    *live = x >= -DF_LOSS_LOG_RATIO_CLAMP && x <= DF_LOSS_LOG_RATIO_CLAMP;
+    return x < -DF_LOSS_LOG_RATIO_CLAMP  ? -DF_LOSS_LOG_RATIO_CLAMP
+           : x > DF_LOSS_LOG_RATIO_CLAMP ? DF_LOSS_LOG_RATIO_CLAMP
+                                         : x;
+}
+
+#endif /* DF_ALGO_LOSS_INTERNAL_H */

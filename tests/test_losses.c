@@ -1,0 +1,618 @@
+/* Unit tests for the policy losses of include/distflow/algo.h's losses block: gspo,
+ * gpg, cpgd, clip_cov, kl_cov (hand-computed cases, finite differences, the
+ * micro-batch / data-parallel split property for every loss and aggregation mode).
+ * KL controllers, TIS and the losses inside the actor: test_losses_train.c. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "distflow/algo.h"
+#include "distflow/metrics.h"
+#include "distflow/rng.h"
+
+#define assert_near(a, b, tol)                                                                               \
+    do {                                                                                                     \
+        double a_ = (double)(a), b_ = (double)(b);                                                           \
+        if (!(fabs(a_ - b_) <= (tol)))                                                                       \
+            fail_msg("%s = %.9g, expected %.9g (tol %g)", #a, a_, b_, (double)(tol));                        \
+    } while (0)
+
+/* An input over caller arrays with verl's default clip ratios. */
+static df_policy_loss_input mk_in(int64_t n, const int64_t *off, const float *lp, const float *old,
+                                  const float *adv, const float *w)
+{
+    df_policy_loss_input in = {.n = n,
+                               .offsets = off,
+                               .log_prob = lp,
+                               .old_log_prob = old,
+                               .advantages = adv,
+                               .weights = w,
+                               .clip_ratio_low = 0.2f,
+                               .clip_ratio_high = 0.2f,
+                               .clip_ratio_c = 3.0f};
+    return in;
+}
+
+static double run_loss(df_policy_loss_fn fn, const df_policy_loss_input *in, float *grad)
+{
+    df_policy_loss_output out = {.grad = grad};
+    int rc = fn(in, &out);
+    if (rc)
+        fail_msg("policy loss failed: %s", df_last_error());
+    return out.loss;
+}
+
+/*
+ * Central differences of loss(log_prob) against the analytic gradient, token by
+ * token. The step is the difference of the two float inputs actually used.
+ */
+static void check_fd(df_policy_loss_fn fn, const df_policy_loss_input *in0, double tol)
+{
+    const int64_t T = in0->offsets[in0->n];
+    float *lp = malloc((size_t)T * sizeof *lp), *g = malloc((size_t)T * sizeof *g);
+    memcpy(lp, in0->log_prob, (size_t)T * sizeof *lp);
+    df_policy_loss_input in = *in0;
+    in.log_prob = lp;
+    run_loss(fn, &in, g);
+    for (int64_t t = 0; t < T; t++) {
+        float x = lp[t];
+        float xp = x + 1e-3f, xm = x - 1e-3f;
+        lp[t] = xp;
+        double lpl = run_loss(fn, &in, NULL);
+        lp[t] = xm;
+        double lmi = run_loss(fn, &in, NULL);
+        lp[t] = x;
+        double fd = (lpl - lmi) / ((double)xp - (double)xm);
+        if (!(fabs(fd - g[t]) <= tol * (1.0 + fabs(fd))))
+            fail_msg("token %lld: analytic %.9g, finite difference %.9g", (long long)t, (double)g[t], fd);
+    }
+    free(lp), free(g);
+}
+
+/* ====================================================================== registry */
+
+static void test_registry_names(void **state)
+{
+    (void)state;
+    const char *names[] = {"vanilla", "gspo", "gpg", "cpgd", "clip_cov", "kl_cov", "clip-cov", "kl-cov"};
+    const df_policy_loss_fn want[] = {df_policy_loss_vanilla,  df_policy_loss_gspo,     df_policy_loss_gpg,
+                                      df_policy_loss_cpgd,     df_policy_loss_clip_cov, df_policy_loss_kl_cov,
+                                      df_policy_loss_clip_cov, df_policy_loss_kl_cov};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        df_policy_loss_fn fn = NULL;
+        assert_int_equal(df_policy_loss_lookup(names[i], &fn), 0);
+        assert_true(fn == want[i]);
+    }
+    df_policy_loss_fn fn;
+    assert_error_mentions(df_policy_loss_lookup("geo_mean", &fn), DF_EINVAL, "kl_cov");
+}
+
+/* ====================================================================== gspo */
+
+/*
+ * Sample 0: 2 tokens, log-ratios 0.1, 0.1, A = 1, w = 0.25
+ *   s_0 = exp(0.1) = 1.105170918, inside [0.8, 1.2]: l = -1.105170918 per token
+ *   grad = 0.25 * -1.105170918 = -0.276292730
+ * Sample 1: 3 tokens, log-ratios 0.5, 0.3, 0.1 (mean 0.3), A = 2, w = 1/6
+ *   s_1 = exp(0.3) = 1.349858808 > 1.2: l1 = -2.699717615 < l2 = -2 * 1.2 = -2.4
+ *   -> clipped, l = -2.4, grad 0
+ * Sample 2: empty.
+ * loss = 2 * 0.25 * -1.105170918 + 3 * (1/6) * -2.4 = -0.552585459 - 1.2 = -1.752585459
+ * pg_clipfrac = 3 / 5; ppo_kl = mean(old - lp) = -(0.1 + 0.1 + 0.5 + 0.3 + 0.1) / 5 = -0.22
+ */
+static void test_gspo_hand(void **state)
+{
+    (void)state;
+    const int64_t off[] = {0, 2, 5, 5};
+    const float lp[] = {-1.0f, -2.0f, -0.5f, -0.5f, -0.5f};
+    const float old[] = {-1.1f, -2.1f, -1.0f, -0.8f, -0.6f};
+    const float adv[] = {1, 1, 2, 2, 2};
+    const float w[] = {0.25f, 0.25f, 1 / 6.0f, 1 / 6.0f, 1 / 6.0f};
+    df_policy_loss_input in = mk_in(3, off, lp, old, adv, w);
+    float g[5];
+    df_policy_loss_output out = {.grad = g};
+    assert_int_equal(df_policy_loss_gspo(&in, &out), 0);
+    assert_near(out.loss, -1.752585459, 1e-6);
+    assert_near(g[0], -0.276292730, 1e-6);
+    assert_near(g[1], -0.276292730, 1e-6);
+    for (int t = 2; t < 5; t++)
+        assert_near(g[t], 0.0, 0);
+    assert_near(out.pg_clipfrac, 0.6, 1e-12);
+    assert_near(out.pg_clipfrac_lower, 0.0, 0);
+    assert_near(out.ppo_kl, -0.22, 1e-6);
+}
+
+/*
+ * Extreme log-ratio: one sample, log-ratios 12, 12 (mean 12 > 10), A = -1, w = 0.5:
+ *   s = exp(10) = 22026.46579 (the clamp), l1 = 22026.46579 > l2 = 1.2 -> unclipped
+ *   loss = 2 * 0.5 * 22026.46579; gradient 0 (the clamp stops it)
+ */
+static void test_gspo_extreme(void **state)
+{
+    (void)state;
+    const int64_t off[] = {0, 2};
+    const float lp[] = {-1, -2}, old[] = {-13, -14}, adv[] = {-1, -1}, w[] = {0.5f, 0.5f};
+    df_policy_loss_input in = mk_in(1, off, lp, old, adv, w);
+    float g[2];
+    assert_near(run_loss(df_policy_loss_gspo, &in, g), 22026.46579, 1e-4);
+    assert_near(g[0], 0.0, 0);
+    assert_near(g[1], 0.0, 0);
+}
+
+/* Outcome advantages (constant per sample): the stop-gradient form's gradient is
+ * the derivative of the loss. Ratios inside and outside the clip range. */
+static void test_gspo_fd(void **state)
+{
+    (void)state;
+    const int64_t off[] = {0, 3, 4, 4, 7};
+    const float lp[] = {-1.2f, -0.4f, -2.0f, -0.7f, -1.0f, -1.5f, -0.3f};
+    const float old[] = {-1.0f, -0.5f, -2.1f, -0.3f, -1.1f, -1.4f, -0.2f};
+    const float adv[] = {0.7f, 0.7f, 0.7f, -1.3f, 0.4f, 0.4f, 0.4f};
+    const float w[] = {0.1f, 0.1f, 0.1f, 0.25f, 0.05f, 0.05f, 0.05f};
+    df_policy_loss_input in = mk_in(4, off, lp, old, adv, w);
+    check_fd(df_policy_loss_gspo, &in, 1e-3);
+}
+
+/* ====================================================================== gpg */
+
+/*
+ * l = -A log_prob: -1 * -0.5 = 0.5, -1 * -1.5 = 1.5, 0.5 * -2 = -1
+ * loss = (0.5 + 1.5 - 1) / 3 = 1/3; grad = -w A = -1/3, -1/3, 1/6; stats 0
+ * (old_log_prob may be NULL).
+ */
+static void test_gpg_hand(void **state)
+{
+    (void)state;
+    const int64_t off[] = {0, 2, 3};
+    const float lp[] = {-0.5f, -1.5f, -2.0f}, adv[] = {1, 1, -0.5f};
+    const float w[] = {1 / 3.0f, 1 / 3.0f, 1 / 3.0f};
+    df_policy_loss_input in = mk_in(2, off, lp, NULL, adv, w);
+    float g[3];
+    df_policy_loss_output out = {.grad = g, .ppo_kl = 7, .pg_clipfrac = 7};
+    assert_int_equal(df_policy_loss_gpg(&in, &out), 0);
+    assert_near(out.loss, 1 / 3.0, 1e-7);
+    assert_near(g[0], -1 / 3.0, 1e-7);
+    assert_near(g[1], -1 / 3.0, 1e-7);
+    assert_near(g[2], 1 / 6.0, 1e-7);
+    assert_near(out.ppo_kl, 0, 0);
+    assert_near(out.pg_clipfrac, 0, 0);
+    check_fd(df_policy_loss_gpg, &in, 1e-3);
+}
+
+/* ====================================================================== cpgd */
+
+/*
+ * clip 0.2: up = ln 1.2 = 0.182321557, down = ln 0.8 = -0.223143551; alpha = 0.1;
+ * w = 0.25 each; drift D(d) = e^d - 1 - d, D'(d) = e^d - 1.
+ *   t0 d =  0.1, A =  1: unclipped, pg = -0.1; D = 0.005170918
+ *      l = -0.1 + 0.1 * 0.005170918 = -0.099482908; g = 0.25 (-1 + 0.1 * 0.105170918) = -0.247370727
+ *   t1 d =  0.3, A =  1: d > up, clipped, pg = -0.182321557; D = 0.049858808
+ *      l = -0.177335676; g = 0.25 (0.1 * 0.349858808) = 0.008746470
+ *   t2 d = -0.3, A = -2: d < down, clipped, pg = 2 * -0.223143551 = -0.446287103; D = 0.040818221
+ *      l = -0.442205281; g = 0.25 (0.1 * -0.259181779) = -0.006479544
+ *   t3 d = -0.1, A = -2: unclipped, pg = 2 * -0.1 = -0.2; D = 0.004837418
+ *      l = -0.199516258; g = 0.25 (2 + 0.1 * -0.095162582) = 0.497620935
+ * loss = 0.25 (-0.099482908 - 0.177335676 - 0.442205281 - 0.199516258) = -0.229635031
+ * pg_clipfrac = 2/4; ppo_kl = -(0.1 + 0.3 - 0.3 - 0.1) / 4 = 0
+ */
+static void test_cpgd_hand(void **state)
+{
+    (void)state;
+    const int64_t off[] = {0, 2, 4};
+    const float lp[] = {-1.0f, -0.5f, -1.3f, -2.1f}, old[] = {-1.1f, -0.8f, -1.0f, -2.0f};
+    const float adv[] = {1, 1, -2, -2}, w[] = {0.25f, 0.25f, 0.25f, 0.25f};
+    df_policy_loss_input in = mk_in(2, off, lp, old, adv, w);
+    in.policy_drift_coeff = 0.1;
+    float g[4];
+    df_policy_loss_output out = {.grad = g};
+    assert_int_equal(df_policy_loss_cpgd(&in, &out), 0);
+    assert_near(out.loss, -0.229635031, 2e-7);
+    const double want[] = {-0.247370727, 0.008746470, -0.006479544, 0.497620935};
+    for (int t = 0; t < 4; t++)
+        assert_near(g[t], want[t], 2e-7);
+    assert_near(out.pg_clipfrac, 0.5, 1e-12);
+    assert_near(out.ppo_kl, 0.0, 1e-7);
+
+    /* drift bound c = 0.2 on t1 (e^0.3 - 1 = 0.349858808 > 0.2): d0 = ln 1.2,
+     * D = (0.2 - 0.182321557) + 0.2 (0.3 - 0.182321557) = 0.041214132, D' = 0.2
+     * loss moves by 0.25 * 0.1 * (0.041214132 - 0.049858808) = -0.000216117 */
+    in.cpgd_drift_clip = 0.2;
+    assert_int_equal(df_policy_loss_cpgd(&in, &out), 0);
+    assert_near(out.loss, -0.229635031 - 0.000216117, 2e-7);
+    assert_near(g[1], 0.25 * 0.1 * 0.2, 1e-8);
+    assert_near(g[0], -0.247370727, 2e-7); /* e^0.1 - 1 < 0.2: unchanged */
+}
+
+/* No drift: the plain clipped log-ratio policy gradient; extreme ratios clamp. */
+static void test_cpgd_edges(void **state)
+{
+    (void)state;
+    const int64_t off[] = {0, 3};
+    /* t0: d = 30 -> 20, A = -1: A < 0 and d > down, unclipped: l = -(-1) 20 = 20
+     * t1: d = -25 -> -20, A = -1: d < down, clipped: l = 1 * ln 0.8 = -0.223143551
+     * t2: A = 0: l = 0.   loss = 19.776856449, pg_clipfrac = 1/3; every gradient
+     * is 0 (clamped, clipped, A = 0) */
+    const float lp[] = {-1, -26, -1}, old[] = {-31, -1, -2}, adv[] = {-1, -1, 0}, w[] = {1, 1, 1};
+    df_policy_loss_input in = mk_in(1, off, lp, old, adv, w);
+    float g[3];
+    df_policy_loss_output out = {.grad = g};
+    assert_int_equal(df_policy_loss_cpgd(&in, &out), 0);
+    assert_near(out.loss, 19.776856449, 1e-8);
+    assert_near(out.pg_clipfrac, 1 / 3.0, 1e-12);
+    for (int t = 0; t < 3; t++)
+        assert_near(g[t], 0.0, 0);
+    /* clip_ratio_low >= 1 removes the lower bound: t1 is unclipped, l = 1 * -20: loss 0 */
+    in.clip_ratio_low = 1.0f;
+    assert_int_equal(df_policy_loss_cpgd(&in, &out), 0);
+    assert_near(out.loss, 0.0, 1e-9);
+    assert_near(out.pg_clipfrac, 0.0, 0);
+    in.policy_drift_coeff = -1;
+    assert_error_mentions(df_policy_loss_cpgd(&in, &out), DF_EINVAL, "policy_drift_coeff");
+    in.policy_drift_coeff = 0, in.clip_ratio_high = -0.1f;
+    assert_error_mentions(df_policy_loss_cpgd(&in, &out), DF_EINVAL, "clip ratios");
+}
+
+static void test_cpgd_fd(void **state)
+{
+    (void)state;
+    const int64_t off[] = {0, 2, 2, 6};
+    const float lp[] = {-1.0f, -0.5f, -1.3f, -2.1f, -0.2f, -0.9f};
+    const float old[] = {-1.1f, -0.8f, -1.0f, -2.0f, -1.2f, -0.6f};
+    const float adv[] = {1, 0.5f, -2, -2, 0.3f, -0.7f};
+    const float w[] = {0.2f, 0.2f, 0.1f, 0.1f, 0.1f, 0.1f};
+    df_policy_loss_input in = mk_in(3, off, lp, old, adv, w);
+    in.policy_drift_coeff = 0.3;
+    check_fd(df_policy_loss_cpgd, &in, 1e-3);
+    in.cpgd_drift_clip = 0.5; /* token 4 (d = 1, e - 1 > 0.5) is on the linear part */
+    check_fd(df_policy_loss_cpgd, &in, 1e-3);
+}
+
+/* ====================================================================== clip_cov / kl_cov */
+
+/*
+ * Four tokens, A = [1, 1, -1, -1] (mean 0), log_prob = [-0.2, -3.0, -0.4, -3.4]
+ * (mean -1.75): cov = A (lp + 1.75) = [1.55, -1.25, -1.35, 1.65].
+ * old = lp except t0 (old -0.3: d = 0.1) and t3 (old -3.0: d = -0.4).
+ */
+static const int64_t kc_off[] = {0, 2, 4};
+static const float kc_lp[] = {-0.2f, -3.0f, -0.4f, -3.4f};
+static const float kc_old[] = {-0.3f, -3.0f, -0.4f, -3.0f};
+static const float kc_adv[] = {1, 1, -1, -1};
+static const float kc_w[] = {0.25f, 0.25f, 0.25f, 0.25f};
+
+/*
+ * clip_cov, window (1, 5), ratio 0.25 -> k = max(int(0.25 * 4), 1) = 1.
+ * t3: A < 0, r = e^-0.4 = 0.670320 < 0.8 -> PPO-clipped, not a candidate.
+ * Candidates: t0 (cov 1.55) only -> t0 selected whatever the seed.
+ * t0: r = e^0.1 = 1.105171 inside [0.8, 1.2] but selected: l = 0, g = 0
+ * t1: r = 1: l = -1, g = 0.25 * -1;  t2: r = 1, A = -1: l = 1, g = 0.25
+ * t3: clipped: l = max(0.670320, 0.8) = 0.8, g = 0
+ * loss = 0.25 (0 - 1 + 1 + 0.8) = 0.2; pg_clipfrac = 1/4;
+ * ppo_kl = mean(-d) = (-0.1 + 0 + 0 + 0.4) / 4 = 0.075
+ */
+static void test_clip_cov_hand(void **state)
+{
+    (void)state;
+    df_policy_loss_input in = mk_in(2, kc_off, kc_lp, kc_old, kc_adv, kc_w);
+    in.clip_cov_ratio = 0.25, in.clip_cov_lb = 1.0, in.clip_cov_ub = 5.0, in.seed = 7;
+    float g[4];
+    df_policy_loss_output out = {.grad = g};
+    assert_int_equal(df_policy_loss_clip_cov(&in, &out), 0);
+    assert_near(out.loss, 0.2, 1e-7);
+    const double want[] = {0, -0.25, 0.25, 0};
+    for (int t = 0; t < 4; t++)
+        assert_near(g[t], want[t], 1e-7);
+    assert_near(out.pg_clipfrac, 0.25, 1e-12);
+    assert_near(out.ppo_kl, 0.075, 1e-7);
+
+    df_cov_stats st;
+    assert_int_equal(df_cov_stats_compute("clip_cov", &in, &st), 0);
+    assert_near(st.adv_mean, 0.0, 0);
+    assert_near(st.logp_mean, -1.75, 1e-7);
+    assert_int_equal(st.n_tokens, 4);
+    assert_int_equal(st.n_select, 1);
+    assert_int_equal(st.index_threshold, 0);
+
+    /* narrower window (1.6, 5): no candidate, nothing dropped: loss 0.25 (-1.105171 - 1 + 1 + 0.8) */
+    in.clip_cov_lb = 1.6;
+    assert_int_equal(df_policy_loss_clip_cov(&in, &out), 0);
+    assert_near(out.loss, 0.25 * (-1.105170918 - 1 + 1 + 0.8), 1e-6);
+    assert_near(out.pg_clipfrac, 0.0, 0);
+}
+
+/*
+ * kl_cov, ratio 0.5 -> k = 2: the largest covariances t3 (1.65), t0 (1.55); coef 1.
+ *   t0: r = 1.105171: l = -1.105171 + |0.1| = -1.005171; g = 0.25 (-1.105171 + 1) = -0.026292730
+ *   t1: l = -1, g = -0.25;  t2: l = 1, g = 0.25
+ *   t3: r = 0.670320: l = 0.670320 + 0.4 = 1.070320; g = 0.25 (0.670320 - 1) = -0.082419988
+ * loss = 0.25 (-1.005171 - 1 + 1 + 1.070320) = 0.016287282; ppo_kl = (0.1 + 0.4) / 4 = 0.125
+ */
+static void test_kl_cov_hand(void **state)
+{
+    (void)state;
+    df_policy_loss_input in = mk_in(2, kc_off, kc_lp, kc_old, kc_adv, kc_w);
+    in.kl_cov_ratio = 0.5, in.ppo_kl_coef = 1.0;
+    float g[4];
+    df_policy_loss_output out = {.grad = g};
+    assert_int_equal(df_policy_loss_kl_cov(&in, &out), 0);
+    assert_near(out.loss, 0.016287282, 2e-7);
+    const double want[] = {-0.026292730, -0.25, 0.25, -0.082419988};
+    for (int t = 0; t < 4; t++)
+        assert_near(g[t], want[t], 2e-7);
+    assert_near(out.ppo_kl, 0.125, 1e-7);
+    assert_near(out.pg_clipfrac, 0.0, 0);
+    check_fd(df_policy_loss_kl_cov, &in, 1e-3);
+}
+
+/* All-equal advantages: every cov is 0. clip_cov has no candidate in (1, 5);
+ * kl_cov still takes k = 1 token, the tie going to the first index. */
+static void test_cov_all_equal(void **state)
+{
+    (void)state;
+    const float adv[] = {0.5f, 0.5f, 0.5f, 0.5f};
+    df_policy_loss_input in = mk_in(2, kc_off, kc_lp, kc_old, adv, kc_w);
+    in.clip_cov_ratio = 0.25, in.clip_cov_lb = 1.0, in.clip_cov_ub = 5.0;
+    in.kl_cov_ratio = 0.01, in.ppo_kl_coef = 2.0;
+    df_cov_stats st;
+    assert_int_equal(df_cov_stats_compute("clip_cov", &in, &st), 0);
+    assert_int_equal(st.n_select, 0);
+    assert_int_equal(df_cov_stats_compute("kl_cov", &in, &st), 0);
+    assert_int_equal(st.n_select, 1);
+    assert_int_equal(st.index_threshold, 0);
+    /* kl_cov loss: -0.5 (e^0.1 + 1 + 1 + e^-0.4) / 4 + 2 * |0.1| / 4 (t0 selected) */
+    float g[4];
+    double want = 0.25 * (-0.5 * (1.105170918 + 1 + 1 + 0.670320046) + 2 * 0.1);
+    assert_near(run_loss(df_policy_loss_kl_cov, &in, g), want, 1e-6);
+    assert_near(g[0], 0.25 * (-0.5 * 1.105170918 + 2), 1e-6);
+}
+
+/* clip_cov picks exactly k of many candidates, the same ones for the same seed. */
+static void test_clip_cov_random_choice(void **state)
+{
+    (void)state;
+    enum { T = 200 };
+    int64_t off[] = {0, T};
+    float lp[T], adv[T], w[T];
+    for (int t = 0; t < T; t++) { /* half A = 1 high lp, half A = -1 low lp: cov = 4 for all */
+        adv[t] = t % 2 ? 1.0f : -1.0f;
+        lp[t] = t % 2 ? -1.0f : -5.0f;
+        w[t] = 1.0f / T;
+    }
+    df_policy_loss_input in = mk_in(1, off, lp, lp, adv, w);
+    in.clip_cov_ratio = 0.05, in.clip_cov_lb = 1.0, in.clip_cov_ub = 5.0, in.seed = 11;
+    float g1[T], g2[T], g3[T];
+    df_policy_loss_output o = {.grad = g1};
+    assert_int_equal(df_policy_loss_clip_cov(&in, &o), 0);
+    assert_near(o.pg_clipfrac, 10.0 / T, 1e-12); /* k = int(0.05 * 200) = 10 */
+    run_loss(df_policy_loss_clip_cov, &in, g2);
+    in.seed = 12;
+    run_loss(df_policy_loss_clip_cov, &in, g3);
+    int zeros = 0, same = 0, diff = 0;
+    for (int t = 0; t < T; t++) {
+        zeros += g1[t] == 0;
+        same += g1[t] == g2[t];
+        diff += (g1[t] == 0) != (g3[t] == 0);
+    }
+    assert_int_equal(zeros, 10);
+    assert_int_equal(same, T);
+    assert_true(diff > 0); /* another seed, another subset */
+}
+
+/*
+ * Extreme log-ratio in the covariance losses: t0 d = 30 (clamped to 20), t1 d = 0;
+ * A = [1, -1], lp = [-1, -2]: cov = [0.5, 0.5] (a tie), w = 0.5 each.
+ * kl_cov (ratio 0.5 -> k = 1, the tie goes to t0, coef 0.1):
+ *   l0 = -e^20 + 0.1 * 20 = -485165193.4, l1 = 1: loss = 0.5 (l0 + l1) = -242582596.2
+ *   grad = [0 (clamped), 0.5]; ppo_kl = (20 + 0) / 2 = 10
+ * clip_cov (window (1, 5)): t0 is PPO-clipped (r = e^20 > 1.2: l = -1.2), t1's cov is
+ *   outside the window: nothing dropped; loss = 0.5 (-1.2 + 1) = -0.1, grad = [0, 0.5],
+ *   ppo_kl = (-20 + 0) / 2 = -10
+ */
+static void test_cov_extreme(void **state)
+{
+    (void)state;
+    const int64_t off[] = {0, 2};
+    const float lp[] = {-1, -2}, old[] = {-31, -2}, adv[] = {1, -1}, w[] = {0.5f, 0.5f};
+    df_policy_loss_input in = mk_in(1, off, lp, old, adv, w);
+    in.kl_cov_ratio = 0.5, in.ppo_kl_coef = 0.1;
+    in.clip_cov_ratio = 0.5, in.clip_cov_lb = 1, in.clip_cov_ub = 5;
+    float g[2];
+    df_policy_loss_output out = {.grad = g};
+    assert_int_equal(df_policy_loss_kl_cov(&in, &out), 0);
+    assert_near(out.loss, -242582596.2, 1e-1);
+    assert_near(g[0], 0.0, 0);
+    assert_near(g[1], 0.5, 1e-7);
+    assert_near(out.ppo_kl, 10.0, 1e-6);
+    assert_int_equal(df_policy_loss_clip_cov(&in, &out), 0);
+    assert_near(out.loss, -0.1, 1e-7);
+    assert_near(g[0], 0.0, 0);
+    assert_near(g[1], 0.5, 1e-7);
+    assert_near(out.ppo_kl, -10.0, 1e-6);
+    assert_near(out.pg_clipfrac, 0.0, 0);
+}
+
+static void test_cov_bad_input(void **state)
+{
+    (void)state;
+    df_policy_loss_input in = mk_in(2, kc_off, kc_lp, kc_old, kc_adv, kc_w);
+    df_policy_loss_output out = {0};
+    assert_error_mentions(df_policy_loss_clip_cov(&in, &out), DF_EINVAL, "clip_cov_ratio");
+    assert_error_mentions(df_policy_loss_kl_cov(&in, &out), DF_EINVAL, "kl_cov_ratio");
+    in.kl_cov_ratio = 0.1, in.ppo_kl_coef = -1;
+    assert_error_mentions(df_policy_loss_kl_cov(&in, &out), DF_EINVAL, "ppo_kl_coef");
+    in.ppo_kl_coef = 1, in.clip_cov_ratio = 0.1;
+    df_cov_stats st;
+    assert_int_equal(df_cov_stats_compute("kl_cov", &in, &st), 0);
+    in.cov = &st; /* kl_cov statistics handed to clip_cov */
+    assert_error_mentions(df_policy_loss_clip_cov(&in, &out), DF_EINVAL, "kl_cov");
+    assert_error_mentions(df_cov_stats_compute("vanilla", &in, &st), DF_EINVAL, "clip_cov, kl_cov");
+    in.cov = NULL;
+    in.old_log_prob = NULL;
+    assert_error_mentions(df_policy_loss_kl_cov(&in, &out), DF_EINVAL, "old_log_prob");
+}
+
+/* Every loss: no tokens at all (empty responses only) gives 0 and no error. */
+static void test_losses_no_tokens(void **state)
+{
+    (void)state;
+    const int64_t off[] = {0, 0, 0};
+    const char *names[] = {"gspo", "gpg", "cpgd", "clip_cov", "kl_cov"};
+    for (size_t i = 0; i < 5; i++) {
+        df_policy_loss_fn fn;
+        assert_int_equal(df_policy_loss_lookup(names[i], &fn), 0);
+        df_policy_loss_input in = mk_in(2, off, NULL, NULL, NULL, NULL);
+        in.clip_cov_ratio = in.kl_cov_ratio = 0.1;
+        df_policy_loss_output out = {.loss = 9, .ppo_kl = 9, .pg_clipfrac = 9};
+        assert_int_equal(fn(&in, &out), 0);
+        assert_near(out.loss, 0, 0);
+        assert_near(out.ppo_kl, 0, 0);
+        assert_near(out.pg_clipfrac, 0, 0);
+        assert_int_equal(fn(NULL, &out), DF_EINVAL);
+        const int64_t bad[] = {0, 2, 1};
+        in.offsets = bad;
+        assert_int_equal(fn(&in, &out), DF_EINVAL);
+    }
+}
+
+/* ====================================================================== split property */
+
+/*
+ * Six samples (lengths 3, 0, 5, 1, 4, 2; 15 tokens) of pseudo-random data. For every
+ * loss and every aggregation mode, the loss and gradient of the whole mini-batch
+ * equal the sum over a 3-way micro-batch split and over a 2-way "data-parallel"
+ * split, each part weighted with the mini-batch totals (df_loss_agg_weights_ex) and,
+ * for clip_cov / kl_cov, selecting with the mini-batch's df_cov_stats.
+ */
+enum { PN = 6, PT = 15 };
+static const int64_t p_off[PN + 1] = {0, 3, 3, 8, 9, 13, 15};
+
+static void fill_split_data(float *lp, float *old, float *adv)
+{
+    df_rng r;
+    df_rng_seed(&r, df_rng_key(42, 1, 2, 3));
+    for (int i = 0; i < PN; i++) {
+        float a = (float)(df_rng_uniform(&r) * 2 - 1); /* outcome advantage per sample */
+        for (int64_t t = p_off[i]; t < p_off[i + 1]; t++) {
+            lp[t] = (float)(-3 * df_rng_uniform(&r));
+            old[t] = lp[t] + (float)(0.6 * df_rng_uniform(&r) - 0.3);
+            adv[t] = a;
+        }
+    }
+}
+
+/* Loss and gradient of samples [s, e) weighted by the mini-batch totals. */
+static double part_loss(df_policy_loss_fn fn, const df_policy_loss_input *full, const char *mode, int64_t s,
+                        int64_t e, float *grad, double *kl_tok)
+{
+    int64_t off[PN + 1];
+    for (int64_t i = s; i <= e; i++)
+        off[i - s] = p_off[i] - p_off[s];
+    int64_t base = p_off[s];
+    float w[PT];
+    assert_int_equal(df_loss_agg_weights_ex(mode, e - s, off, PT, PN, 7, w), 0);
+    df_policy_loss_input in = *full;
+    in.n = e - s, in.offsets = off, in.log_prob += base, in.old_log_prob += base;
+    in.advantages += base, in.weights = w, in.token_base = base;
+    df_policy_loss_output out = {.grad = grad + base};
+    assert_int_equal(fn(&in, &out), 0);
+    *kl_tok += out.ppo_kl * (double)off[e - s]; /* token means recombine by token counts */
+    return out.loss;
+}
+
+static void check_split(const char *loss, const char *mode)
+{
+    float lp[PT], old[PT], adv[PT], w[PT], g_full[PT], g_part[PT];
+    fill_split_data(lp, old, adv);
+    assert_int_equal(df_loss_agg_weights_ex(mode, PN, p_off, PT, PN, 7, w), 0);
+    df_policy_loss_fn fn;
+    assert_int_equal(df_policy_loss_lookup(loss, &fn), 0);
+    df_policy_loss_input in = mk_in(PN, p_off, lp, old, adv, w);
+    in.policy_drift_coeff = 0.2, in.cpgd_drift_clip = 0.1;
+    in.clip_cov_ratio = 0.2, in.clip_cov_lb = -0.5, in.clip_cov_ub = 5.0, in.seed = 5;
+    in.kl_cov_ratio = 0.2, in.ppo_kl_coef = 0.5;
+    df_cov_stats st;
+    bool cov = !strcmp(loss, "clip_cov") || !strcmp(loss, "kl_cov");
+    if (cov) {
+        assert_int_equal(df_cov_stats_compute(loss, &in, &st), 0);
+        assert_true(st.n_select >= 3); /* the selection matters in this check */
+        in.cov = &st;
+    }
+    df_policy_loss_output out = {.grad = g_full};
+    assert_int_equal(fn(&in, &out), 0);
+    static const int64_t splits[2][4] = {{0, 2, 3, 6}, {0, 4, 6, 6}}; /* micro-batches; DP halves */
+    for (int k = 0; k < 2; k++) {
+        double l = 0, kl = 0;
+        memset(g_part, 0, sizeof g_part);
+        for (int p = 0; p < 3; p++)
+            if (splits[k][p + 1] > splits[k][p])
+                l += part_loss(fn, &in, mode, splits[k][p], splits[k][p + 1], g_part, &kl);
+        if (fabs(l - out.loss) > 1e-6 * (1 + fabs(out.loss)))
+            fail_msg("%s / %s split %d: loss %.9g, whole %.9g", loss, mode, k, l, out.loss);
+        for (int t = 0; t < PT; t++)
+            if (fabs(g_part[t] - g_full[t]) > 1e-7)
+                fail_msg("%s / %s split %d: grad[%d] %.9g, whole %.9g", loss, mode, k, t, (double)g_part[t],
+                         (double)g_full[t]);
+        assert_near(kl / PT, out.ppo_kl, 1e-7);
+    }
+}
+
+static void test_split_property(void **state)
+{
+    (void)state;
+    const char *losses[] = {"vanilla", "gspo", "gpg", "cpgd", "clip_cov", "kl_cov"};
+    const char *modes[] = {"token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
+                           "seq-mean-token-sum-norm"};
+    for (size_t i = 0; i < 6; i++)
+        for (size_t j = 0; j < 4; j++)
+            check_split(losses[i], modes[j]);
+}
+
+/* Finite differences of every loss on the split data, every aggregation mode. */
+static void test_fd_all_losses(void **state)
+{
+    (void)state;
+    const char *losses[] = {"vanilla", "gspo", "gpg", "cpgd", "clip_cov", "kl_cov"};
+    const char *modes[] = {"token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"};
+    float lp[PT], old[PT], adv[PT], w[PT];
+    fill_split_data(lp, old, adv);
+    for (size_t j = 0; j < 3; j++) {
+        assert_int_equal(df_loss_agg_weights_ex(modes[j], PN, p_off, PT, PN, 7, w), 0);
+        for (size_t i = 0; i < 6; i++) {
+            df_policy_loss_fn fn;
+            assert_int_equal(df_policy_loss_lookup(losses[i], &fn), 0);
+            df_policy_loss_input in = mk_in(PN, p_off, lp, old, adv, w);
+            in.policy_drift_coeff = 0.2;
+            in.clip_cov_ratio = 0.2, in.clip_cov_lb = -0.5, in.clip_cov_ub = 5.0, in.seed = 5;
+            in.kl_cov_ratio = 0.2, in.ppo_kl_coef = 0.5;
+            /* cov = NULL: each evaluation selects again, and no token is near enough
+             * to the selection boundary for a 1e-3 step to move it (fixed statistics
+             * would not do: the last selected token defines the threshold) */
+            check_fd(fn, &in, 2e-3);
+        }
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_registry_names),   cmocka_unit_test(test_gspo_hand),
+        cmocka_unit_test(test_gspo_extreme),     cmocka_unit_test(test_gspo_fd),
+        cmocka_unit_test(test_gpg_hand),         cmocka_unit_test(test_cpgd_hand),
+        cmocka_unit_test(test_cpgd_edges),       cmocka_unit_test(test_cpgd_fd),
+        cmocka_unit_test(test_clip_cov_hand),    cmocka_unit_test(test_kl_cov_hand),
+        cmocka_unit_test(test_cov_all_equal),    cmocka_unit_test(test_clip_cov_random_choice),
+        cmocka_unit_test(test_cov_extreme),      cmocka_unit_test(test_cov_bad_input),
+        cmocka_unit_test(test_losses_no_tokens), cmocka_unit_test(test_split_property),
+        cmocka_unit_test(test_fd_all_losses),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
