@@ -18,9 +18,10 @@ df_metric_reduce df_metric_reduce_of(const char *name)
         return DF_METRIC_MAX; /* the slowest rank sets the step's wall time */
     if (!strcmp(name, "perf/total_num_tokens"))
         return DF_METRIC_SUM;
-    if (!strncmp(last, "max", 3))
+    size_t n = strlen(last);
+    if (!strncmp(last, "max", 3) || (n > 4 && !strcmp(last + n - 4, "_max")))
         return DF_METRIC_MAX;
-    if (!strncmp(last, "min", 3))
+    if (!strncmp(last, "min", 3) || (n > 4 && !strcmp(last + n - 4, "_min")))
         return DF_METRIC_MIN;
     return DF_METRIC_MEAN;
 }

@@ -11,7 +11,8 @@ typedef enum { DF_METRIC_MEAN, DF_METRIC_MAX, DF_METRIC_MIN, DF_METRIC_SUM } df_
  * How a metric combines across ranks, from its name: timing_s/<name> and
  * perf/time_per_step take the max (the slowest rank bounds the step),
  * perf/total_num_tokens the sum, a last path component starting with "max" /
- * "min" (response_length/max, critic/score/min) the max / min, everything
+ * "min" or ending in "_max" / "_min" (response_length/max,
+ * training/rollout_probs_diff_max) the max / min, everything
  * else the mean over the ranks that report it (ranks hold equal sample counts
  * in data-parallel stages, so the mean of means is the global mean).
  */

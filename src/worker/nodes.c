@@ -133,6 +133,16 @@ static int node_compute_old_log_prob(df_node_ctx *ctx, df_batch *batch, df_node_
         rc = df_actor_compute_log_prob(w->actor, batch, "old_log_probs", &entropy);
     if (!rc && ctx->metrics)
         df_metrics_set(ctx->metrics, "actor/entropy", entropy);
+    /* how far the rollout engine's log-probs are from the trainer's (verl's rollout-training mismatch) */
+    const df_column *rl = rc ? NULL : df_batch_column(batch, "rollout_log_probs");
+    if (rl && ctx->metrics) {
+        df_rollout_mismatch mm;
+        double cap = df_config_float(w->cfg, "actor_rollout_ref.actor.tis_imp_ratio_cap");
+        rc = df_rollout_mismatch_compute(df_batch_size(batch), rl->offsets, df_batch_column(batch, "old_log_probs")->data,
+                                         rl->data, cap, &mm);
+        if (!rc)
+            rc = df_rollout_mismatch_record(&mm, ctx->metrics);
+    }
     (void)out;
     timing(ctx, "old_log_prob", t0);
     return rc;
