@@ -17,13 +17,6 @@
 
 #include "distflow/algo.h"
 
-#define assert_near(a, b, tol)                                                                               \
-    do {                                                                                                     \
-        double a_ = (double)(a), b_ = (double)(b);                                                           \
-        if (!(fabs(a_ - b_) <= (tol)))                                                                       \
-            fail_msg("%s = %.9g, expected %.9g (tol %g)", #a, a_, b_, (double)(tol));                        \
-    } while (0)
-
 static void assert_all_near(const float *got, const double *want, int n, double tol)
 {
     for (int t = 0; t < n; t++)

@@ -15,14 +15,6 @@
 
 #include "distflow/algo.h"
 
-#define assert_near(a, b, tol)                                                                   \
-    do {                                                                                         \
-        double a_ = (double)(a), b_ = (double)(b);                                               \
-        if (!(fabs(a_ - b_) <= (tol)))                                                           \
-            fail_msg("%s = %.9g, expected %.9g (tol %g)", #a, a_, b_, (double)(tol));            \
-    } while (0)
-
-
 /* ====================================================================== grouping */
 
 static void test_group_ids(void **state)

@@ -44,17 +44,6 @@ static void test_filter_keeps_varying_groups(void **state)
     df_batch_free(b);
 }
 
-/* The share of digits in the response: varies between samples of a random model. */
-static int digit_share(const char *data_source, const char *s, const char *gt, const char *extra, double *score)
-{
-    (void)data_source, (void)gt, (void)extra;
-    size_t n = strlen(s), d = 0;
-    for (size_t i = 0; i < n; i++)
-        d += s[i] >= '0' && s[i] <= '9';
-    *score = n ? (double)d / (double)n : 0.0;
-    return 0;
-}
-
 static int train(const char *metric, const char *out)
 {
     char yaml[4096], m[64];
@@ -118,7 +107,7 @@ static void test_dapo_gives_up(void **state)
 static int setup(void **state)
 {
     (void)state;
-    if (df_comm_world(&world) || df_reward_register("test/digits", digit_share))
+    if (df_comm_world(&world) || df_reward_register("test/digits", df_test_digit_share))
         return -1;
     if (df_comm_rank(world) == 0) {
         snprintf(dir, sizeof dir, "/tmp/df_dapo_XXXXXX");

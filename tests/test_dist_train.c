@@ -31,16 +31,6 @@
 static df_comm *world;
 static char dir[256];
 
-static int digit_share(const char *data_source, const char *s, const char *gt, const char *extra, double *score)
-{
-    (void)data_source, (void)gt, (void)extra;
-    size_t n = strlen(s), d = 0;
-    for (size_t i = 0; i < n; i++)
-        d += s[i] >= '0' && s[i] <= '9';
-    *score = n ? (double)d / (double)n : 0.0;
-    return 0;
-}
-
 /* Train on `comm` into dir/<out>, with one dotted override. */
 static void train(df_comm *comm, const char *out, const char *override)
 {
@@ -172,7 +162,7 @@ static void test_actor_on_fewer_dp_ranks(void **state)
 static int setup(void **state)
 {
     (void)state;
-    if (df_comm_world(&world) || df_reward_register("test/digits", digit_share))
+    if (df_comm_world(&world) || df_reward_register("test/digits", df_test_digit_share))
         return -1;
     const char *want = getenv("DF_TEST_EXPECT_SIZE");
     if (want && atoi(want) != df_comm_size(world))

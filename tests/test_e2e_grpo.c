@@ -27,19 +27,6 @@
 #include <string.h>
 #include <unistd.h>
 
-/* A reward that varies between samples of a random model: the share of digits
- * in the response. Non-zero group variance gives non-zero GRPO advantages. */
-static int digit_share(const char *data_source, const char *s, const char *gt, const char *extra,
-                       double *score)
-{
-    (void)data_source, (void)gt, (void)extra;
-    size_t n = strlen(s), d = 0;
-    for (size_t i = 0; i < n; i++)
-        d += s[i] >= '0' && s[i] <= '9';
-    *score = n ? (double)d / (double)n : 0.0;
-    return 0;
-}
-
 static char tmp[256];
 
 static void write_text(const char *name, const char *text)
@@ -61,7 +48,7 @@ static void test_grpo_steps(void **state)
     snprintf(tmp, sizeof tmp, "/tmp/df_e2e_XXXXXX");
     assert_non_null(mkdtemp(tmp));
     make_inputs();
-    assert_int_equal(df_reward_register("test/digits", digit_share), 0);
+    assert_int_equal(df_reward_register("test/digits", df_test_digit_share), 0);
     char yaml[2048];
     snprintf(yaml, sizeof yaml,
              "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 8,\n"
@@ -127,7 +114,7 @@ static void test_workflow_file_step(void **state)
     snprintf(tmp, sizeof tmp, "/tmp/df_e2e_XXXXXX");
     assert_non_null(mkdtemp(tmp));
     make_inputs();
-    assert_int_equal(df_reward_register("test/digits", digit_share), 0);
+    assert_int_equal(df_reward_register("test/digits", df_test_digit_share), 0);
     write_text("wf.yaml",
                "dag_id: wf_grpo\n"
                "nodes:\n"

@@ -19,13 +19,6 @@
 #include "distflow/metrics.h"
 #include "distflow/rng.h"
 
-#define assert_near(a, b, tol)                                                                               \
-    do {                                                                                                     \
-        double a_ = (double)(a), b_ = (double)(b);                                                           \
-        if (!(fabs(a_ - b_) <= (tol)))                                                                       \
-            fail_msg("%s = %.9g, expected %.9g (tol %g)", #a, a_, b_, (double)(tol));                        \
-    } while (0)
-
 /* An input over caller arrays with verl's default clip ratios. */
 static df_policy_loss_input mk_in(int64_t n, const int64_t *off, const float *lp, const float *old,
                                   const float *adv, const float *w)

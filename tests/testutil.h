@@ -22,6 +22,7 @@
 #include "util/fsutil.h"
 
 #include <ftw.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,26 @@ static inline int df_test_rmtree(void **state)
 {
     df_test_remove_tree(*state);
     free(*state);
+    return 0;
+}
+
+/* |a - b| <= tol, with both values in the message. */
+#define assert_near(a, b, tol)                                                                   \
+    do {                                                                                         \
+        double a_ = (double)(a), b_ = (double)(b);                                               \
+        if (!(fabs(a_ - b_) <= (tol)))                                                           \
+            fail_msg("%s = %.9g, expected %.9g (tol %g)", #a, a_, b_, (double)(tol));            \
+    } while (0)
+
+/** A reward that varies between samples of a random model: the share of digits in the response. */
+static inline int df_test_digit_share(const char *data_source, const char *s, const char *gt, const char *extra,
+                                      double *score)
+{
+    (void)data_source, (void)gt, (void)extra;
+    size_t n = strlen(s), d = 0;
+    for (size_t i = 0; i < n; i++)
+        d += s[i] >= '0' && s[i] <= '9';
+    *score = n ? (double)d / (double)n : 0.0;
     return 0;
 }
 
