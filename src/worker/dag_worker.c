@@ -286,6 +286,7 @@ int df_dag_worker_create(const df_config *cfg, df_comm *comm, df_dag_worker **ou
     if (!rc)
         rc = df_data_buffers_create(w->group, &w->buffers);
     w->balance_batch = df_config_bool(cfg, "trainer.balance_batch");
+    w->reward.reward_fn_key = df_config_str(cfg, "data.reward_fn_key");
     df_model *m = NULL;
     if (!rc && (rc = df_hf_dir_load(w->model_dir, w->tokenizer_dir, &m, &w->tok)))
         rc = df_error_wrap(rc, "actor_rollout_ref.model.path");
