@@ -44,7 +44,7 @@ static void test_filter_keeps_varying_groups(void **state)
     df_batch_free(b);
 }
 
-static int train(const char *metric, const char *out)
+static int train(const char *metric, const char *out, const char *extra)
 {
     char yaml[4096], m[64];
     snprintf(yaml, sizeof yaml,
@@ -60,9 +60,9 @@ static int train(const char *metric, const char *out)
              "trainer: {total_training_steps: 2, logger: [], default_local_dir: %s/%s}\n",
              dir, dir, dir, out);
     snprintf(m, sizeof m, "algorithm.filter_groups.metric=%s", metric);
-    const char *ov = m;
+    const char *ov[2] = {m, extra};
     df_config *cfg;
-    if (df_config_load_text(df_config_schema_train(), yaml, "dapo.yaml", &ov, 1, &cfg))
+    if (df_config_load_text(df_config_schema_train(), yaml, "dapo.yaml", ov, extra ? 2 : 1, &cfg))
         fail_msg("%s", df_last_error());
     df_dag_worker *w = NULL;
     int rc = df_dag_worker_create(cfg, world, &w);
@@ -77,7 +77,7 @@ static int train(const char *metric, const char *out)
 static void test_dapo_steps(void **state)
 {
     (void)state;
-    if (train("score", "score"))
+    if (train("score", "score", NULL))
         fail_msg("%s", df_last_error());
     if (df_comm_rank(world) != 0)
         return;
@@ -101,7 +101,20 @@ static void test_dapo_steps(void **state)
 static void test_dapo_gives_up(void **state)
 {
     (void)state;
-    assert_error_mentions(train("acc", "acc"), DF_EINVAL, "max_num_gen_batches=3");
+    assert_error_mentions(train("acc", "acc", NULL), DF_EINVAL, "max_num_gen_batches=3");
+}
+
+/* rollout replicated over pairs of ranks: the sampler's counts and cut must not count a replica's
+ * groups twice (the worker fails the step if the replicas' weights then differ) */
+static void test_dapo_with_rollout_replicas(void **state)
+{
+    (void)state;
+    if (df_comm_size(world) % 2) {
+        skip();
+        return;
+    }
+    if (train("score", "tp2", "actor_rollout_ref.rollout.tensor_model_parallel_size=2"))
+        fail_msg("%s", df_last_error());
 }
 
 static int setup(void **state)
@@ -133,6 +146,7 @@ int main(void)
         cmocka_unit_test(test_filter_keeps_varying_groups),
         cmocka_unit_test(test_dapo_steps),
         cmocka_unit_test(test_dapo_gives_up),
+        cmocka_unit_test(test_dapo_with_rollout_replicas),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -97,16 +97,20 @@ static int accumulate(df_batch **acc, const df_batch *b, const int64_t *keep, in
     return rc;
 }
 
-/* Keep this rank's share of the first `target` groups in rank order (groups stay whole). */
+/*
+ * Keep this rank's share of the first `target` groups in rank order (groups
+ * stay whole). Model-parallel replicas hold their leader's groups: only
+ * leaders count, and a replica cuts where its leader does.
+ */
 static int trim(df_dag_worker *w, df_batch **acc, int64_t mine, int64_t target)
 {
-    int size = df_comm_size(w->group);
-    int64_t *counts = malloc((size_t)size * sizeof *counts);
+    int size = df_comm_size(w->group), leader = w->group_rank - w->cur_layout.mp_rank;
+    int64_t *counts = malloc((size_t)size * sizeof *counts), counted = w->cur_layout.mp_rank ? 0 : mine;
     if (!counts)
         return df_error(DF_ENOMEM, "out of memory");
-    int rc = df_comm_allgather(w->group, &mine, sizeof mine, counts);
+    int rc = df_comm_allgather(w->group, &counted, sizeof counted, counts);
     int64_t before = 0;
-    for (int r = 0; r < w->group_rank; r++)
+    for (int r = 0; r < leader; r++)
         before += counts[r];
     free(counts);
     int64_t take = target - before < 0 ? 0 : target - before < mine ? target - before : mine;

@@ -148,13 +148,12 @@ static int check_weights(df_dag_worker *w, df_metrics *m)
 {
     uint64_t h;
     int rc = df_model_param_checksum(df_actor_model(w->actor), &h);
-    int64_t hi = (int64_t)h, lo = (int64_t)h;
+    int64_t v[2] = {(int64_t)h, ~(int64_t)h}; /* max of ~h is ~(min of h): one allreduce */
     if (!rc)
-        rc = df_comm_allreduce(w->group, &hi, 1, DF_COMM_INT64, DF_COMM_MAX);
-    if (!rc)
-        rc = df_comm_allreduce(w->group, &lo, 1, DF_COMM_INT64, DF_COMM_MIN);
+        rc = df_comm_allreduce(w->group, v, 2, DF_COMM_INT64, DF_COMM_MAX);
     if (rc)
         return rc;
+    int64_t hi = v[0], lo = ~v[1];
     df_metrics_set(m, "actor/weights_in_sync", hi == lo);
     if (hi != lo)
         return df_error(DF_EINTERNAL, "the actor's weights differ across the %d ranks (checksums %016llx .. %016llx)",

@@ -34,7 +34,7 @@ typedef struct {
 } agg;
 
 /* Fold one rank's "name\tvalue\n" records into aggs (first-seen order). */
-static int fold(char *p, char *end, agg **aggs, int *n, int *cap)
+static int fold(char *p, char *end, df_metric_reduce (*rule)(const char *), agg **aggs, int *n, int *cap)
 {
     while (p < end) {
         char *nl = memchr(p, '\n', (size_t)(end - p)), *tab = memchr(p, '\t', (size_t)(end - p));
@@ -54,7 +54,7 @@ static int fold(char *p, char *end, agg **aggs, int *n, int *cap)
                 *aggs = na;
                 *cap = nc;
             }
-            (*aggs)[(*n)++] = (agg){.name = p, .acc = v, .op = df_metric_reduce_of(p)};
+            (*aggs)[(*n)++] = (agg){.name = p, .acc = v, .op = rule(p)};
         } else {
             agg *a = &(*aggs)[i];
             a->acc = a->op == DF_METRIC_MAX   ? (v > a->acc ? v : a->acc)
@@ -68,6 +68,11 @@ static int fold(char *p, char *end, agg **aggs, int *n, int *cap)
 }
 
 int df_metrics_reduce(df_comm *c, df_metrics *m)
+{
+    return df_metrics_reduce_by(c, m, df_metric_reduce_of);
+}
+
+int df_metrics_reduce_by(df_comm *c, df_metrics *m, df_metric_reduce (*rule)(const char *name))
 {
     if (!c || df_comm_size(c) == 1)
         return DF_OK;
@@ -85,7 +90,7 @@ int df_metrics_reduce(df_comm *c, df_metrics *m)
     agg *aggs = NULL;
     int n = 0, cap = 0;
     for (int r = 0; !rc && r < df_comm_size(c); r++)
-        rc = fold(all + displs[r], all + displs[r] + counts[r], &aggs, &n, &cap);
+        rc = fold(all + displs[r], all + displs[r] + counts[r], rule, &aggs, &n, &cap);
     if (!rc)
         df_metrics_clear(m);
     for (int i = 0; !rc && i < n; i++)

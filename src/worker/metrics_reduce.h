@@ -25,4 +25,7 @@ df_metric_reduce df_metric_reduce_of(const char *name);
  */
 int df_metrics_reduce(df_comm *c, df_metrics *m);
 
+/** df_metrics_reduce with each name's reduction chosen by `rule`. */
+int df_metrics_reduce_by(df_comm *c, df_metrics *m, df_metric_reduce (*rule)(const char *name));
+
 #endif

@@ -164,10 +164,8 @@ int df_worker_setup_workflow(df_dag_worker *w)
 
 const df_config *df_worker_node_config(const df_dag_worker *w, const df_node *n)
 {
-    for (int i = 0; n && i < w->n_node_cfg; i++)
-        if (df_task_graph_node_at(w->graph, i) == n)
-            return w->node_cfg[i] ? w->node_cfg[i] : w->cfg;
-    return w->cfg;
+    int i = n ? df_worker_node_index(w, n) : -1;
+    return i >= 0 && i < w->n_node_cfg && w->node_cfg[i] ? w->node_cfg[i] : w->cfg;
 }
 
 void df_worker_free_node_configs(df_dag_worker *w)
