@@ -1,5 +1,5 @@
 /*
- * Outcome estimators that compare the responses to one prompt: rloo,
+ * Outcome estimators that compare the responses to one prompt: grpo, rloo,
  * reinforce_plus_plus_baseline, gpg, cpgd (include/distflow/algo.h, advest
  * block; formulas, sources and the differences from verl / siiRL there).
  */
@@ -33,6 +33,24 @@ static int finish(const df_adv_input *in, df_adv_groups *g, double *a, float *ad
     df_adv_groups_free(g);
     free(a);
     return DF_OK;
+}
+
+int df_adv_grpo(const df_adv_input *in, float *advantages, float *returns)
+{
+    if (in && !(in->epsilon >= 0))
+        return df_error(DF_EINVAL, "grpo: epsilon must be >= 0, got %g", (double)in->epsilon);
+    df_adv_groups g;
+    double *a;
+    int rc = begin("grpo", in, advantages, returns, &g, &a);
+    if (rc)
+        return rc;
+    for (int64_t i = 0; i < in->n; i++) {
+        const int64_t k = in->group[i];
+        a[i] = g.score[i] - g.mean[k];
+        if (in->norm_adv_by_std_in_grpo)
+            a[i] /= g.std[k] + (double)in->epsilon;
+    }
+    return finish(in, &g, a, advantages, returns);
 }
 
 int df_adv_rloo(const df_adv_input *in, float *advantages, float *returns)

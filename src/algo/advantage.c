@@ -4,7 +4,6 @@
 #include "algo/algo_internal.h"
 #include "util/fn_registry.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -102,67 +101,4 @@ int df_adv_estimator_lookup(const char *name, df_adv_estimator_fn *fn)
 int df_adv_estimator_register(const char *name, df_adv_estimator_fn fn)
 {
     return df_fn_registry_add(&g_estimators, name, (df_any_fn)fn);
-}
-
-/* ---- grpo -------------------------------------------------------------------- */
-
-int df_adv_grpo(const df_adv_input *in, float *advantages, float *returns)
-{
-    if (!in)
-        return df_error(DF_EINVAL, "grpo: NULL input");
-    int rc = df_algo_check_offsets("grpo", in->n, in->offsets);
-    if (rc)
-        return rc;
-    const int64_t n = in->n;
-    if (n == 0)
-        return DF_OK;
-    if (!in->group || (in->offsets[n] > 0 && (!in->token_level_rewards || !advantages ||
-                                              !returns)))
-        return df_error(DF_EINVAL, "grpo: NULL group ids, rewards or output arrays");
-    if (!(in->epsilon >= 0))
-        return df_error(DF_EINVAL, "grpo: epsilon must be >= 0, got %g", (double)in->epsilon);
-    for (int64_t i = 0; i < n; i++)
-        if (in->group[i] < 0 || in->group[i] >= n)
-            return df_error(DF_EINVAL, "grpo: group id %lld of sample %lld is outside [0, %lld)",
-                            (long long)in->group[i], (long long)i, (long long)n);
-
-    /* score, then per-group count / sum / sum of squared deviations (two passes). */
-    double *score = malloc((size_t)n * sizeof *score);
-    double *sum = calloc((size_t)n, sizeof *sum);
-    double *ssd = calloc((size_t)n, sizeof *ssd);
-    int64_t *cnt = calloc((size_t)n, sizeof *cnt);
-    if (!score || !sum || !ssd || !cnt) {
-        free(score), free(sum), free(ssd), free(cnt);
-        return df_error(DF_ENOMEM, "grpo: out of memory for %lld samples", (long long)n);
-    }
-    for (int64_t i = 0; i < n; i++) {
-        double s = 0;
-        for (int64_t t = in->offsets[i]; t < in->offsets[i + 1]; t++)
-            s += in->token_level_rewards[t];
-        score[i] = s;
-        sum[in->group[i]] += s;
-        cnt[in->group[i]]++;
-    }
-    for (int64_t i = 0; i < n; i++) {
-        int64_t g = in->group[i];
-        double d = score[i] - sum[g] / (double)cnt[g];
-        ssd[g] += d * d;
-    }
-    for (int64_t i = 0; i < n; i++) {
-        int64_t g = in->group[i];
-        double mean = 0, std = 1; /* verl: a group of one has mean 0, std 1 */
-        if (cnt[g] > 1) {
-            mean = sum[g] / (double)cnt[g];
-            std = sqrt(ssd[g] / (double)(cnt[g] - 1)); /* torch.std is unbiased */
-        }
-        double a = score[i] - mean;
-        if (in->norm_adv_by_std_in_grpo)
-            a /= std + (double)in->epsilon;
-        for (int64_t t = in->offsets[i]; t < in->offsets[i + 1]; t++) {
-            advantages[t] = (float)a;
-            returns[t] = (float)a;
-        }
-    }
-    free(score), free(sum), free(ssd), free(cnt);
-    return DF_OK;
 }

@@ -2,12 +2,10 @@
 #include "distflow/algo.h"
 
 #include "algo/algo_internal.h"
+#include "algo/loss_internal.h"
 #include "util/fn_registry.h"
 
 #include <math.h>
-
-/* verl clamps the log-ratio to this range before exp() for stability. */
-#define DF_LOG_RATIO_CLAMP 20.0
 
 static const df_fn_entry k_builtin_losses[] = {
     {"vanilla", (df_any_fn)df_policy_loss_vanilla},
@@ -42,23 +40,6 @@ int df_policy_loss_register(const char *name, df_policy_loss_fn fn)
     return df_fn_registry_add(&g_losses, name, (df_any_fn)fn);
 }
 
-static int check_input(const char *who, const df_policy_loss_input *in,
-                       const df_policy_loss_output *out)
-{
-    if (!in || !out)
-        return df_error(DF_EINVAL, "policy loss %s: NULL input or output", who);
-    int rc = df_algo_check_offsets(who, in->n, in->offsets);
-    if (rc)
-        return rc;
-    if (in->offsets[in->n] > 0 &&
-        (!in->log_prob || !in->old_log_prob || !in->advantages || !in->weights))
-        return df_error(DF_EINVAL,
-                        "policy loss %s: log_prob, old_log_prob, advantages and weights "
-                        "must all be given",
-                        who);
-    return DF_OK;
-}
-
 /* One token of the dual-clip PPO loss; grad = dl/dlog_prob before weighting. */
 typedef struct {
     double loss, grad, neg_log_ratio;
@@ -68,8 +49,8 @@ typedef struct {
 static ppo_token vanilla_token(double lp, double old, double a, double lo, double hi, double c)
 {
     ppo_token o;
-    double x = lp - old;
-    double d = fmin(fmax(x, -DF_LOG_RATIO_CLAMP), DF_LOG_RATIO_CLAMP);
+    bool in_range;
+    double d = df_loss_clamp_log_ratio(lp - old, &in_range); /* verl clamps before exp() */
     double r = exp(d);
     double l1 = -a * r;
     double l2 = -a * fmin(fmax(r, 1.0 - lo), 1.0 + hi);
@@ -81,24 +62,22 @@ static ppo_token vanilla_token(double lp, double old, double a, double lo, doubl
     o.loss = a < 0 ? fmin(lc, l3) : lc;
     /* Only the unclipped branch -A r depends on log_prob; the clamp of the
      * log-ratio (inclusive bounds, like torch.clamp's backward) also stops it. */
-    bool live = !o.clipped && !o.clipped_lower && fabs(x) <= DF_LOG_RATIO_CLAMP;
+    bool live = !o.clipped && !o.clipped_lower && in_range;
     o.grad = live ? -a * r : 0.0;
     return o;
 }
 
 int df_policy_loss_vanilla(const df_policy_loss_input *in, df_policy_loss_output *out)
 {
-    int rc = check_input("vanilla", in, out);
+    int rc = df_loss_check_input("vanilla", in, out, true);
     if (rc)
         return rc;
     if (!(in->clip_ratio_c > 1.0f))
         return df_error(DF_EINVAL,
                         "policy loss vanilla: clip_ratio_c must be > 1 for dual-clip PPO, got %g",
                         (double)in->clip_ratio_c);
-    if (!(in->clip_ratio_low >= 0.0f) || !(in->clip_ratio_high >= 0.0f))
-        return df_error(DF_EINVAL,
-                        "policy loss vanilla: clip ratios must be >= 0, got low %g high %g",
-                        (double)in->clip_ratio_low, (double)in->clip_ratio_high);
+    if ((rc = df_loss_check_clip("vanilla", in)))
+        return rc;
     const int64_t T = in->offsets[in->n];
     double loss = 0, kl = 0;
     int64_t n_clip = 0, n_lower = 0;

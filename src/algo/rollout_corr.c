@@ -1,6 +1,7 @@
 /* Rollout-training mismatch: truncated importance sampling weights and the
  * diagnostics verl logs (include/distflow/algo.h, losses block). */
 #include "distflow/algo.h"
+#include "algo/loss_internal.h"
 #include "distflow/metrics.h"
 
 #include "algo/algo_internal.h"
@@ -8,8 +9,8 @@
 #include <math.h>
 #include <string.h>
 
-/* verl rollout_corr_helper SAFETY_BOUND on log-ratios before exp(). */
-#define SAFETY_BOUND 20.0
+/* verl rollout_corr_helper's SAFETY_BOUND on log-ratios before exp(): the same 20 as the losses' clamp. */
+#define SAFETY_BOUND DF_LOSS_LOG_RATIO_CLAMP
 
 static double clampd(double x, double lo, double hi)
 {

@@ -212,12 +212,12 @@ int df_comm_mpi_shutdown(df_comm *world, int owned)
     return 0;
 }
 
-#else
-/* Built without MPI: the single backend is the only one. */
-typedef int df_comm_mpi_unused;
-#endif
-
 void df_comm_mpi_abort(int code)
 {
     MPI_Abort(MPI_COMM_WORLD, code ? code : 1);
 }
+
+#else
+/* Built without MPI: the single backend is the only one. */
+typedef int df_comm_mpi_unused;
+#endif

@@ -34,7 +34,8 @@ struct df_actor {
     df_comm *dp;      /* data-parallel group (borrowed); NULL: this rank alone */
 };
 
-/* Gradient all-reduce bucket: 8 Mi floats (32 MiB) per collective call. */
+/* Gradient all-reduce bucket: 8 Mi floats (32 MiB) per collective call, which bounds the
+   temporary buffer MPI's reduction allocates (a 0.5B model's blob is 2 GiB). */
 enum { GRAD_BUCKET = 8 << 20, DP_MAX_VALS = 8 };
 
 int df_actor_create(df_model *model, const df_actor_params *p, bool trainable, df_actor **out)
@@ -434,7 +435,6 @@ int df_actor_update_policy(df_actor *a, df_batch *b, df_metrics *m)
     double lr = current_lr(a);
     int epochs = a->p.ppo_epochs > 0 ? a->p.ppo_epochs : 1;
     df_progress_begin(&a->bar, a->p.progress_label, (int64_t)epochs * n);
-    a->bar.enabled = a->bar.enabled && a->p.progress_label;
     a->bar_done = 0;
     a->n_micro = 0;
     for (int ep = 0; ep < epochs && !rc; ep++) {

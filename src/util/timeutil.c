@@ -17,7 +17,7 @@ void df_progress_begin(df_progress *p, const char *label, int64_t total)
     p->total = total;
     p->start = df_now();
     p->last_draw = 0;
-    p->enabled = isatty(STDERR_FILENO);
+    p->enabled = label && isatty(STDERR_FILENO); /* no label: no bar */
 }
 
 void df_progress_update(df_progress *p, int64_t done, const char *extra)

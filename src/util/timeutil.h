@@ -20,6 +20,7 @@ typedef struct df_progress {
     bool enabled;
 } df_progress;
 
+/* Start a bar; it draws only on a TTY and only with a label (NULL: none). */
 void df_progress_begin(df_progress *p, const char *label, int64_t total);
 /** `extra` (may be NULL) is printed after the counts, e.g. "1234 tok/s". */
 void df_progress_update(df_progress *p, int64_t done, const char *extra);

@@ -230,11 +230,6 @@ static int setup_graph(df_dag_worker *w)
     int rc = df_worker_register_nodes();
     if (!rc)
         rc = build_pipeline(w, &name);
-    if (!rc)
-        rc = df_adv_estimator_lookup(df_config_str(w->cfg, "algorithm.adv_estimator"), &w->adv_fn);
-    df_policy_loss_fn pl;
-    if (!rc)
-        rc = df_policy_loss_lookup(df_config_str(w->cfg, "actor_rollout_ref.actor.policy_loss.loss_mode"), &pl);
     return rc ? df_error_wrap(rc, "building the %s pipeline", name) : DF_OK;
 }
 
@@ -281,8 +276,10 @@ int df_dag_worker_create(const df_config *cfg, df_comm *comm, df_dag_worker **ou
         rc = expand_path(df_config_str(cfg, "trainer.default_local_dir"), w->out_dir, sizeof w->out_dir);
     if (!rc)
         rc = setup_graph(w);
-    if (!rc) /* the actor's DP size is world / its model-parallel size */
+    if (!rc) /* the actor's DP size is world / its model-parallel size; checks the algorithm names too */
         rc = df_config_validate_train(cfg, w->actor_layout.dp_size);
+    if (!rc)
+        rc = df_adv_estimator_lookup(df_config_str(cfg, "algorithm.adv_estimator"), &w->adv_fn);
     if (!rc)
         rc = df_data_buffers_create(w->group, &w->buffers);
     w->balance_batch = df_config_bool(cfg, "trainer.balance_batch");

@@ -31,10 +31,10 @@ int df_worker_before_node(void *user, df_node *node, df_batch **batch)
 {
     df_dag_worker *w = user;
     const df_node_layout *to = df_worker_node_layout(w, node);
-    bool force = forced(w, node) && to->dp_size > 1;
+    bool force = forced(w, node) && to->dp_size > 1; /* one DP rank has nothing to balance */
     w->prev_role = node->node_role;
-    if (!*batch || (!force && to->dp_size == w->cur_layout.dp_size && to->mp == w->cur_layout.mp)) {
-        w->cur_layout = *to; /* local hand-off: nothing moves */
+    if (!*batch) { /* a first node without input */
+        w->cur_layout = *to;
         return DF_OK;
     }
     df_dp_layout src = {.dp_size = w->cur_layout.dp_size, .mp = w->cur_layout.mp};
@@ -49,8 +49,10 @@ int df_worker_before_node(void *user, df_node *node, df_batch **batch)
         return df_error_wrap(rc, "moving the batch from %d x %d to %d x %d ranks", src.dp_size, src.mp,
                              dst.dp_size, dst.mp);
     w->cur_layout = *to;
-    add_metric(w->metrics, "timing_s/redistribute", st.seconds);
-    add_metric(w->metrics, "perf/redistributed_bytes", (double)st.bytes_sent);
+    if (!st.local) {
+        add_metric(w->metrics, "timing_s/redistribute", st.seconds);
+        add_metric(w->metrics, "perf/redistributed_bytes", (double)st.bytes_sent);
+    }
     return DF_OK;
 }
 

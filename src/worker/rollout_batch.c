@@ -40,8 +40,7 @@ int df_generate_batch(df_rollout_engine *e, const df_model *m, const df_batch *p
                               .prompt_keys = keys};
     df_rollout_result res = {0};
     gen_progress g;
-    df_progress_begin(&g.bar, label ? label : "", np * n);
-    g.bar.enabled = g.bar.enabled && label;
+    df_progress_begin(&g.bar, label, np * n);
     int rc = df_rollout_generate(e, m, &req, sp, &res, on_progress, &g);
     df_progress_end(&g.bar);
     free(keys);
