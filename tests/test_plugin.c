@@ -3,6 +3,7 @@
  * task graph, and every loader error. DF_PLUGIN_DIR is build/plugins. */
 #include "distflow/config.h"
 #include "distflow/dag.h"
+#include "distflow/reward.h"
 #include "distflow/model.h"
 #include "distflow/tokenizer.h"
 #include "distflow/worker.h"
@@ -243,6 +244,8 @@ static void test_load_errors(void **state)
                           "df_plugin_init failed: bad_plugin: refusing to start (test)");
     /* what the failed init registered is gone with it */
     assert_int_equal(df_exec_resolve("bad_plugin.registered_then_failed", &f), DF_ENOTFOUND);
+    df_reward_fn rf;
+    assert_int_not_equal(df_reward_lookup("bad_plugin/reward", &rf), 0);
     assert_int_equal(df_plugin_count(), 1); /* only reward_length stayed loaded */
 
     /* not a shared library */

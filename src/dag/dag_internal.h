@@ -11,8 +11,5 @@ int df_node_check_kind(const char *node_id, df_node_type type, df_node_role role
 /* plugin.c: true when ref looks like "path/to/libx.so:symbol" (the part
  * before the last ':' ends in ".so" or contains a '/'). */
 int df_plugin_is_ref(const char *ref);
-/* plugin.c: called by df_exec_register; records the name when a plugin's
- * df_plugin_init is running, so unloading that plugin unregisters it. */
-void df_plugin_note_registration(const char *name);
 
 #endif /* DF_DAG_INTERNAL_H */

@@ -13,10 +13,7 @@ static df_fn_registry g_exec = {.kind = "node executable"};
 
 int df_exec_register(const char *name, df_node_fn fn)
 {
-    int rc = df_fn_registry_add(&g_exec, name, (df_any_fn)fn);
-    if (!rc)
-        df_plugin_note_registration(name);
-    return rc;
+    return df_fn_registry_add(&g_exec, name, (df_any_fn)fn);
 }
 
 void df_exec_unregister(const char *name) { df_fn_registry_remove(&g_exec, name); }

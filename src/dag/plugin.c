@@ -3,6 +3,7 @@
  * path; the cache is freed by df_exec_unload_plugins() or at exit. */
 #include "dag/dag_internal.h"
 
+#include "util/fn_registry.h"
 #include "util/fsutil.h"
 
 #include <dlfcn.h>
@@ -14,8 +15,11 @@
 typedef struct plugin {
     char *path;    /* real path: the cache key */
     void *handle;
-    char **names;  /* names its df_plugin_init registered, unregistered on unload */
-    int n_names, cap_names;
+    struct plugin_reg {
+        df_fn_registry *reg; /* executables, rewards, estimators, losses, ... */
+        char *name;
+    } *regs;               /* what its df_plugin_init registered, removed on unload */
+    int n_regs, cap_regs;
 } plugin;
 
 /* The plugin registry: loaded libraries (each allocated on its own so a
@@ -37,34 +41,35 @@ int df_plugin_is_ref(const char *ref)
 
 /* Remember a name registered by the plugin being initialised, so that unloading
  * it does not leave a registry entry pointing into unmapped code. */
-void df_plugin_note_registration(const char *name)
+/* df_fn_registry hook while a plugin's init runs: remember (registry, name). */
+static void note_registration(df_fn_registry *reg, const char *name)
 {
     plugin *p = g_initialising;
     if (!p)
         return;
-    for (int i = 0; i < p->n_names; i++)
-        if (!strcmp(p->names[i], name))
+    for (int i = 0; i < p->n_regs; i++)
+        if (p->regs[i].reg == reg && !strcmp(p->regs[i].name, name))
             return;
-    if (p->n_names == p->cap_names) {
-        int cap = p->cap_names ? 2 * p->cap_names : 4;
-        char **nn = realloc(p->names, (size_t)cap * sizeof *nn);
-        if (!nn)
+    if (p->n_regs == p->cap_regs) {
+        int cap = p->cap_regs ? 2 * p->cap_regs : 4;
+        struct plugin_reg *nr = realloc(p->regs, (size_t)cap * sizeof *nr);
+        if (!nr)
             return; /* worst case the name outlives the plugin, as with any registration */
-        p->names = nn;
-        p->cap_names = cap;
+        p->regs = nr;
+        p->cap_regs = cap;
     }
     char *copy = strdup(name);
     if (copy)
-        p->names[p->n_names++] = copy;
+        p->regs[p->n_regs++] = (struct plugin_reg){reg, copy};
 }
 
 static void plugin_release(plugin *p)
 {
-    for (int i = 0; i < p->n_names; i++) {
-        df_exec_unregister(p->names[i]);
-        free(p->names[i]);
+    for (int i = 0; i < p->n_regs; i++) {
+        df_fn_registry_remove(p->regs[i].reg, p->regs[i].name);
+        free(p->regs[i].name);
     }
-    free(p->names);
+    free(p->regs);
     if (p->handle)
         dlclose(p->handle);
     free(p->path);
@@ -106,9 +111,12 @@ static int plugin_check_and_init(plugin *p, const char *ref)
     memcpy(&fn, &init, sizeof fn); /* object -> function pointer, as POSIX dlsym allows */
     plugin *outer = g_initialising;
     g_initialising = p;
+    df_fn_registry_set_add_hook(note_registration);
     df_clear_error();
     int rc = fn();
     g_initialising = outer;
+    if (!outer)
+        df_fn_registry_set_add_hook(NULL);
     if (rc)
         return df_error_wrap(rc, "plugin '%s' (ref '%s'): df_plugin_init failed%s", p->path, ref,
                              df_last_error()[0] ? "" : " (no message)");

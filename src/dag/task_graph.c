@@ -1,5 +1,6 @@
 /* df_task_graph (include/distflow/dag.h; siiRL execution/dag/task_graph.py). */
 #include "distflow/dag.h"
+#include "util/sbuf.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -410,61 +411,28 @@ void df_task_graph_reset(df_task_graph *g)
 
 /* ---- text picture ------------------------------------------------------------ */
 
-typedef struct {
-    char *s;
-    size_t len, cap;
-    int oom;
-} strbuf;
-
-static void sb_printf(strbuf *b, const char *fmt, ...) DF_PRINTF(2, 3);
-static void sb_printf(strbuf *b, const char *fmt, ...)
-{
-    if (b->oom)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    int need = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (need < 0 || b->len + (size_t)need + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (need >= 0 && b->len + (size_t)need + 1 > cap)
-            cap *= 2;
-        char *ns = need < 0 ? NULL : realloc(b->s, cap);
-        if (!ns) {
-            b->oom = 1;
-            return;
-        }
-        b->s = ns;
-        b->cap = cap;
-    }
-    va_start(ap, fmt);
-    vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)need;
-}
-
-static void print_node(strbuf *b, const df_task_graph *g, int i)
+static void print_node(df_sbuf *b, const df_task_graph *g, int i)
 {
     const df_node *nd = g->nodes[i];
-    sb_printf(b, "[%s] %s role=%s status=%s%s\n", nd->node_id, df_node_type_name(nd->node_type),
+    df_sbuf_printf(b, "[%s] %s role=%s status=%s%s\n", nd->node_id, df_node_type_name(nd->node_type),
               df_node_role_name(nd->node_role), df_node_status_name(nd->status),
               nd->only_forward_compute ? " forward-only" : "");
     if (nd->agent_group)
-        sb_printf(b, "  agent_group: %d\n", nd->agent_group);
+        df_sbuf_printf(b, "  agent_group: %d\n", nd->agent_group);
     if (nd->executable_ref)
-        sb_printf(b, "  ref: %s\n", nd->executable_ref);
+        df_sbuf_printf(b, "  ref: %s\n", nd->executable_ref);
     for (int k = 0; k < nd->n_config; k++)
-        sb_printf(b, "%s%s=%s%s", k ? ", " : "  config: ", nd->config_keys[k],
+        df_sbuf_printf(b, "%s%s=%s%s", k ? ", " : "  config: ", nd->config_keys[k],
                   nd->config_values[k], k + 1 == nd->n_config ? "\n" : "");
     if (nd->n_dependencies == 0)
-        sb_printf(b, "  after: (entry node)\n");
+        df_sbuf_printf(b, "  after: (entry node)\n");
     for (int k = 0; k < nd->n_dependencies; k++)
-        sb_printf(b, "%s%s%s", k ? ", " : "  after: ", nd->dependencies[k],
+        df_sbuf_printf(b, "%s%s%s", k ? ", " : "  after: ", nd->dependencies[k],
                   k + 1 == nd->n_dependencies ? "\n" : "");
     if (!g->n_built || g->n_adj[i] == 0)
-        sb_printf(b, "  before: (exit node)\n");
+        df_sbuf_printf(b, "  before: (exit node)\n");
     for (int k = 0; g->n_built && k < g->n_adj[i]; k++)
-        sb_printf(b, "%s%s%s", k ? ", " : "  before: ", g->nodes[g->adj[i][k]]->node_id,
+        df_sbuf_printf(b, "%s%s%s", k ? ", " : "  before: ", g->nodes[g->adj[i][k]]->node_id,
                   k + 1 == g->n_adj[i] ? "\n" : "");
 }
 
@@ -474,29 +442,26 @@ int df_task_graph_print(df_task_graph *g, char **out)
     int *order = malloc(((size_t)g->n + 1) * sizeof *order);
     if (!order)
         return df_error(DF_ENOMEM, "task graph '%s': out of memory", g->graph_id);
-    strbuf b = {0};
+    df_sbuf b = {0};
     int bad = check_and_order(g, order);
     if (bad == DF_ENOMEM) {
         free(order);
         return bad;
     }
     if (bad) { /* show the nodes as added, with the problem */
-        sb_printf(&b, "TaskGraph '%s' (%d nodes, invalid: %s)\n", g->graph_id, g->n,
+        df_sbuf_printf(&b, "TaskGraph '%s' (%d nodes, invalid: %s)\n", g->graph_id, g->n,
                   df_last_error());
         for (int i = 0; i < g->n; i++)
             order[i] = i;
         if (refresh(g))
             free_adj(g);
     } else {
-        sb_printf(&b, "TaskGraph '%s' (%d nodes)\n", g->graph_id, g->n);
+        df_sbuf_printf(&b, "TaskGraph '%s' (%d nodes)\n", g->graph_id, g->n);
     }
     for (int k = 0; k < g->n; k++)
         print_node(&b, g, order[k]);
     free(order);
-    if (b.oom || !b.s) {
-        free(b.s);
+    if (df_sbuf_finish(&b, out))
         return df_error(DF_ENOMEM, "task graph '%s': out of memory printing", g->graph_id);
-    }
-    *out = b.s;
     return DF_OK;
 }

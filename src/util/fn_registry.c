@@ -27,6 +27,20 @@ df_any_fn df_fn_registry_find(const df_fn_registry *r, const char *name)
     return NULL;
 }
 
+static df_fn_registry_hook g_add_hook;
+
+void df_fn_registry_set_add_hook(df_fn_registry_hook hook)
+{
+    g_add_hook = hook;
+}
+
+static int added(df_fn_registry *r, const char *name)
+{
+    if (g_add_hook)
+        g_add_hook(r, name);
+    return DF_OK;
+}
+
 int df_fn_registry_add(df_fn_registry *r, const char *name, df_any_fn fn)
 {
     if (!name || !name[0])
@@ -36,7 +50,7 @@ int df_fn_registry_add(df_fn_registry *r, const char *name, df_any_fn fn)
     df_fn_entry *e = find_extra(r, name);
     if (e) {
         e->fn = fn;
-        return DF_OK;
+        return added(r, name);
     }
     if (r->n_extra == r->cap_extra) {
         size_t cap = r->cap_extra ? 2 * r->cap_extra : 16;
@@ -52,7 +66,7 @@ int df_fn_registry_add(df_fn_registry *r, const char *name, df_any_fn fn)
     r->extra[r->n_extra].name = copy;
     r->extra[r->n_extra].fn = fn;
     r->n_extra++;
-    return DF_OK;
+    return added(r, name);
 }
 
 int df_fn_registry_remove(df_fn_registry *r, const char *name)

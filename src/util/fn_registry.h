@@ -34,6 +34,13 @@ df_any_fn df_fn_registry_find(const df_fn_registry *r, const char *name);
 /* Add or replace a runtime entry. DF_EINVAL for an empty name or NULL fn. */
 int df_fn_registry_add(df_fn_registry *r, const char *name, df_any_fn fn);
 
+/* Called after every successful df_fn_registry_add (any registry): the plugin
+ * loader records what a plugin's df_plugin_init registers, to remove it again
+ * before dlclose. */
+typedef void (*df_fn_registry_hook)(df_fn_registry *r, const char *name);
+/* Set (or clear, NULL) the hook; returns nothing. Not thread-safe (start-up). */
+void df_fn_registry_set_add_hook(df_fn_registry_hook hook);
+
 /* Remove a runtime entry; returns 1 if one was removed, 0 otherwise. */
 int df_fn_registry_remove(df_fn_registry *r, const char *name);
 
