@@ -189,7 +189,7 @@ DF_API const char *df_process_groups_node_group(const df_process_groups *pg, con
 
 /**
  * The built-in pipeline for a train config, as siiRL's main_dag picks it:
- * algorithm.workflow_type "dapo" -> "dapo", "embodied" -> "embodied",
+ * algorithm.workflow_type "dapo" -> "dapo", "embodied" (or "embodied_srpo") -> "embodied_srpo",
  * "default" -> "ppo" when algorithm.adv_estimator is "gae", else "grpo"
  * (workflow_type compared case-insensitively). *name is a static string.
  * Errors: DF_EINVAL naming the key's file:line and the value.
