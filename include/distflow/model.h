@@ -58,6 +58,10 @@ typedef struct df_model_config {
     int64_t eos_token_ids[DF_MAX_EOS]; /**< eos_token_id: an int gives one entry, a list its entries in order */
     int n_eos;                       /**< 0 when eos_token_id is absent or null (qwen2 default) */
     df_dtype torch_dtype;            /**< dtype written when saving */
+    int64_t num_labels;              /**< 0: causal LM (lm_head). 1: value model — HF
+                                          *ForTokenClassification with one label, verl's critic:
+                                          no lm_head, a head score.weight [1, hidden] and
+                                          score.bias [1] on the final-norm hidden states */
 } df_model_config;
 
 /** One tensor of the flat parameter blob. */
@@ -79,7 +83,9 @@ typedef struct df_model_view {
     float *embed;
     df_layer_view *layers; /**< [num_hidden_layers], owned by whoever filled the view */
     float *final_norm;
-    float *lm_head;
+    float *lm_head;      /**< NULL in a value model */
+    float *score_weight; /**< value model: [num_labels, hidden]; else NULL */
+    float *score_bias;   /**< value model: [num_labels]; else NULL */
 } df_model_view;
 
 typedef struct df_model {
@@ -265,6 +271,40 @@ DF_API int df_model_forward(const df_model *m, df_acts *a, const df_seq_batch *b
 DF_API int df_model_backward(const df_model *m, df_acts *a, const df_seq_batch *b,
                              float temperature, const float *dlogp, const float *dentropy,
                              float *grads);
+
+/* ---- value model (the PPO critic) ------------------------------------------ */
+
+/**
+ * Turn the causal LM *m into a value model in place (verl's critic: the actor's
+ * checkpoint loaded as AutoModelForTokenClassification with num_labels = 1, so
+ * the trunk is kept, lm_head is dropped and a fresh head is initialised):
+ * cfg.num_labels = 1, score.weight [1, hidden] ~ N(0, initializer_range) drawn
+ * from `seed`, score.bias [1] = 0 (transformers' _init_weights for nn.Linear).
+ * The parameter blob is reallocated (*m is replaced; views are rebuilt). A
+ * model that already has a value head is left as it is.
+ * Errors: DF_EINVAL (NULL), DF_ENOMEM (*m unchanged).
+ */
+DF_API int df_model_to_value_model(df_model **m, uint64_t seed);
+
+/**
+ * Forward pass of a value model (num_labels == 1): for each output row j
+ *   values[j] = score.weight . rmsnorm_final(h_L[out_rows[j]]) + score.bias
+ * (HF Qwen2ForTokenClassification logits[..., 0] at that row; verl's critic
+ * reads the value of response token t at the row that predicts it, i.e. the
+ * same out_rows as df_model_forward). b->out_targets is not used and may be
+ * NULL. Activations for df_model_backward_values are kept in `a`.
+ * Errors: DF_EINVAL (not a value model, batch larger than `a`, bad tokens / rows).
+ */
+DF_API int df_model_forward_values(const df_model *m, df_acts *a, const df_seq_batch *b,
+                                   float *values);
+
+/**
+ * Backward of the last df_model_forward_values on `a`: given dL/dvalues
+ * [n_out], ACCUMULATE dL/dparams into `grads` ([n_params], layout of m).
+ * Errors: DF_EINVAL without a value forward on `a` or for a different batch.
+ */
+DF_API int df_model_backward_values(const df_model *m, df_acts *a, const df_seq_batch *b,
+                                    const float *dvalues, float *grads);
 
 #ifdef __cplusplus
 }
