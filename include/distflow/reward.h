@@ -1,6 +1,8 @@
 /*
  * distflow/reward.h — rule-based reward functions keyed by data_source, and the
- * naive reward manager (verl's NaiveRewardManager).
+ * reward managers selected by reward_model.reward_manager: "naive" (verl's
+ * NaiveRewardManager) and "dapo" (verl's DAPORewardManager: naive scoring plus
+ * DAPO's overlong penalty).
  *
  * A reward function has verl's compute_score(data_source, solution_str,
  * ground_truth, extra_info) shape. Built-in functions:
@@ -75,11 +77,28 @@ DF_API int df_reward_synthetic(const char *data_source, const char *solution_str
 
 /* ---- naive reward manager -------------------------------------------------- */
 
+/**
+ * DAPO's overlong reward shaping (reward_model.overlong_buffer.*; DAPO, Yu et
+ * al. 2025, arXiv 2503.14476, eq. 13). Zero-initialised = disabled.
+ */
+typedef struct df_overlong_buffer_cfg {
+    bool enable;           /**< add the penalty (reward_model.overlong_buffer.enable) */
+    int64_t len;           /**< ramp length in tokens (overlong_buffer.len), >= 0 */
+    double penalty_factor; /**< penalty at the end of the ramp (overlong_buffer.penalty_factor), >= 0 */
+    bool log;              /**< keep per-sample overlong_reward / overlong (overlong_buffer.log) */
+} df_overlong_buffer_cfg;
+
 typedef struct df_reward_manager_cfg {
     /** Column whose value selects the reward function (verl data.reward_fn_key) ["data_source"]. */
     const char *reward_fn_key;
     /** When non-NULL, used for every row instead of the registry (verl custom_reward_function). */
     df_reward_fn compute_score;
+    /** Reward manager (reward_model.reward_manager): "naive" or "dapo"; NULL / "" = "naive". */
+    const char *manager;
+    /** dapo: data.max_response_length, the length the overlong ramp ends at (tokens). */
+    int64_t max_resp_len;
+    /** dapo: the overlong penalty; ignored by naive. */
+    df_overlong_buffer_cfg overlong_buffer;
 } df_reward_manager_cfg;
 
 /**
@@ -106,6 +125,58 @@ typedef struct df_reward_manager_cfg {
 DF_API int df_reward_naive(const df_reward_manager_cfg *cfg, df_batch *b,
                            const char *const *responses, float *scores, float *acc,
                            int64_t *n_empty);
+
+/* ---- DAPO reward manager and manager selection ----------------------------- */
+
+/**
+ * DAPO's overlong penalty for one response of `valid_len` tokens, as verl's
+ * DAPORewardManager.__call__ (verl/workers/reward_manager/dapo.py, commit
+ * 003364bc724da7d6efb63834fa1c496e1a55c888):
+ *   expected_len = max_resp_len - ob->len
+ *   exceed_len   = valid_len - expected_len
+ *   penalty      = min(-exceed_len / ob->len * ob->penalty_factor, 0)
+ * so 0 up to expected_len, then a linear ramp down to -penalty_factor at
+ * max_resp_len (and below that past it, as verl). Returns 0.0 when `ob` is
+ * NULL or not enabled. ob->len == 0 (verl divides by zero) is defined as the
+ * ramp's limit, a step: -penalty_factor when valid_len >= max_resp_len, else 0.
+ */
+DF_API double df_reward_overlong_penalty(const df_overlong_buffer_cfg *ob, int64_t max_resp_len,
+                                         int64_t valid_len);
+
+/**
+ * verl's DAPORewardManager.__call__: df_reward_naive's scoring, then, with
+ * cfg->overlong_buffer.enable, each row's df_reward_overlong_penalty (length =
+ * its response_ids row; max_resp_len = cfg->max_resp_len) added to the reward
+ * on its last token of `token_level_scores`. As in verl the penalty changes
+ * the reward only: scores[i] keeps the scorer's score and acc[i] is 1.0 where
+ * that score equals 1.0 (verl keeps the scorer's "score" / "acc" in its extra
+ * info). overlong_reward[n] (may be NULL) receives each row's penalty (0.0
+ * when disabled); a zero-length response has no token to carry it.
+ * Other outputs, `cfg` NULL and errors as df_reward_naive; also DF_EINVAL when
+ * the buffer is enabled with max_resp_len < 1, a negative len or
+ * penalty_factor (see df_reward_manager_check).
+ */
+DF_API int df_reward_dapo(const df_reward_manager_cfg *cfg, df_batch *b, const char *const *responses,
+                          float *scores, float *acc, float *overlong_reward, int64_t *n_empty);
+
+/**
+ * Check `cfg` before scoring: the manager name is known ("naive", "dapo"; NULL
+ * or "" mean "naive") — else DF_ENOTFOUND with a message naming it and listing
+ * the known ones — and, for dapo with the buffer enabled, max_resp_len >= 1,
+ * overlong_buffer.len >= 0 and penalty_factor >= 0 (DF_EINVAL). NULL cfg: 0.
+ */
+DF_API int df_reward_manager_check(const df_reward_manager_cfg *cfg);
+
+/**
+ * Run the manager cfg->manager selects: df_reward_naive or df_reward_dapo
+ * (same arguments; overlong_reward[n], may be NULL, is all 0.0 for naive).
+ * Errors: those of df_reward_manager_check, then of the manager.
+ */
+DF_API int df_reward_manager_run(const df_reward_manager_cfg *cfg, df_batch *b, const char *const *responses,
+                                 float *scores, float *acc, float *overlong_reward, int64_t *n_empty);
+
+/** True when cfg selects dapo with overlong_buffer.enable and .log: the caller keeps overlong columns. */
+DF_API bool df_reward_manager_logs_overlong(const df_reward_manager_cfg *cfg);
 
 #ifdef __cplusplus
 }

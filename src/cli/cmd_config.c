@@ -1,4 +1,4 @@
-/* distflow config show | help */
+/* distflow config show | check | help */
 #include "cli/cli.h"
 
 #include "distflow/config.h"
@@ -7,16 +7,43 @@
 #include <string.h>
 
 static const char *USAGE =
-    "show CONFIG [key=value ...] | help [PREFIX]\n\n"
+    "show CONFIG [key=value ...] | check CONFIG [key=value ...] | help [PREFIX]\n\n"
     "  show   print the resolved configuration (file + overrides + defaults), with\n"
     "         '# where' comments on values that are not defaults\n"
+    "  check  load a `train` config and run the cross-field checks `distflow train` runs\n"
+    "         (batch sizes against --world ranks, algorithm and reward manager names);\n"
+    "         warnings go to stderr; prints 'ok' and exits 0 when it would start\n"
     "  help   list the documented keys (type, default, help), optionally under PREFIX";
+
+static void warn_stderr(void *user, const char *msg)
+{
+    (void)user;
+    fprintf(stderr, "distflow config: warning: %s\n", msg);
+}
+
+/* `config check`: load, then df_config_validate_train_ex on `world` data-parallel ranks. */
+static int check(const df_config_schema *schema, char **pos, int n_pos, int64_t world)
+{
+    df_config *cfg;
+    if (df_config_load(schema, pos[1], (const char *const *)pos + 2, n_pos - 2, &cfg))
+        return df_cli_fail("config");
+    int rc = world < 1 || world > 1 << 20
+                 ? df_error(DF_EINVAL, "--world must be between 1 and 1048576, got %lld", (long long)world)
+                 : df_config_validate_train_ex(cfg, (int)world, warn_stderr, NULL);
+    df_config_free(cfg);
+    if (rc)
+        return df_cli_fail("config");
+    printf("ok\n");
+    return 0;
+}
 
 int df_cmd_config(int argc, char **argv)
 {
     bool sft = false;
+    int64_t world = 1;
     df_opt opts[] = {
         {"sft", DF_OPT_FLAG, &sft, "use the `distflow sft` schema instead of `train`", false},
+        {"world", DF_OPT_INT, &world, "check: data-parallel ranks of the actor (default 1)", false},
         {0}};
     char *pos[256];
     int n_pos, code;
@@ -28,6 +55,8 @@ int df_cmd_config(int argc, char **argv)
             return df_cli_fail("config");
         return 0;
     }
+    if (n_pos >= 2 && !strcmp(pos[0], "check") && !sft)
+        return check(schema, pos, n_pos, world);
     if (n_pos >= 2 && !strcmp(pos[0], "show")) {
         df_config *cfg;
         if (df_config_load(schema, pos[1], (const char *const *)pos + 2, n_pos - 2, &cfg))

@@ -334,7 +334,7 @@ static const df_config_entry train[] = {
     /* ---- reward (siiRL RewardModelArguments, CustomRewardArguments) ---- */
     KB("reward_model.enable", "false", "score with a reward model (not supported yet: rule rewards)"),
     KS("reward_model.reward_manager", "naive",
-       "reward manager from the registry (naive, batch, dapo, parallel, ...)"),
+       "reward manager: naive (verl NaiveRewardManager) or dapo (DAPORewardManager: adds the overlong penalty)"),
     KB("reward_model.launch_reward_fn_async", "false", "compute rewards during log-prob passes"),
     KB("reward_model.overlong_buffer.enable", "false", "DAPO: penalise responses near the length limit"),
     KI("reward_model.overlong_buffer.len", "512", 0, INF, "DAPO: penalty ramp length in tokens"),

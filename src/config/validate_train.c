@@ -11,7 +11,9 @@
 #include "config/config_internal.h"
 
 #include "distflow/algo.h"
+#include "distflow/reward.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -184,6 +186,9 @@ static int check_algorithm(const df_config *c)
     if (df_config_bool(c, "algorithm.use_kl_in_reward") &&
         df_kl_penalty(df_config_str(c, "algorithm.kl_penalty"), 0, NULL, NULL, NULL, NULL))
         return df_error_wrap(DF_EINVAL, "%s", kv(c, "algorithm.kl_penalty", kb[0]));
+    df_reward_manager_cfg rm = {.manager = df_config_str(c, "reward_model.reward_manager")};
+    if (df_reward_manager_check(&rm))
+        return df_error_wrap(DF_EINVAL, "%s", kv(c, "reward_model.reward_manager", kb[0]));
     if (df_config_bool(c, ACTOR "use_kl_loss") && df_config_bool(c, "algorithm.use_kl_in_reward"))
         return df_error(DF_EINVAL,
                         "%s and %s both penalise KL to the reference policy, counting it twice "
@@ -222,12 +227,56 @@ static int check_sampling(const df_config *c)
     return DF_OK;
 }
 
+static void warnf(df_config_warn_fn warn, void *user, const char *fmt, ...) DF_PRINTF(3, 4);
+static void warnf(df_config_warn_fn warn, void *user, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    warn(user, msg);
+}
+
+/* Valid settings that are probably not what the user meant (see df_config_validate_train_ex). */
+static void warn_suspicious(const df_config *c, df_config_warn_fn warn, void *user)
+{
+    char kb[3][KV_CAP];
+    if (!strcmp(df_config_str(c, ACTOR "policy_loss.loss_mode"), "gspo") &&
+        strcmp(df_config_str(c, ACTOR "loss_agg_mode"), "seq-mean-token-mean"))
+        warnf(warn, user,
+              "%s with %s: GSPO's objective averages the sequence-level ratio loss over sequences "
+              "(arXiv 2507.18071, eq. 7); verl's GSPO recipe sets loss_agg_mode=seq-mean-token-mean",
+              kv(c, ACTOR "policy_loss.loss_mode", kb[0]), kv(c, ACTOR "loss_agg_mode", kb[1]));
+    bool dapo = !strcmp(df_config_str(c, "reward_model.reward_manager"), "dapo");
+    if (df_config_bool(c, "reward_model.overlong_buffer.enable") && !dapo)
+        warnf(warn, user, "%s has no effect with %s: only the dapo reward manager applies the overlong penalty",
+              kv(c, "reward_model.overlong_buffer.enable", kb[0]), kv(c, "reward_model.reward_manager", kb[1]));
+    if (dapo && df_config_bool(c, "reward_model.overlong_buffer.enable") &&
+        df_config_int(c, "reward_model.overlong_buffer.len") > df_config_int(c, "data.max_response_length"))
+        warnf(warn, user, "%s exceeds %s: the penalty ramp starts below 0 tokens, so every response is penalised",
+              kv(c, "reward_model.overlong_buffer.len", kb[0]), kv(c, "data.max_response_length", kb[1]));
+    const char *kw = df_config_map_text(c, "reward_model.reward_kwargs");
+    if (kw && strcmp(kw, "{}"))
+        warnf(warn, user,
+              "%s is not read by distflow: set the overlong buffer with reward_model.overlong_buffer.* and "
+              "max_resp_len with data.max_response_length (siiRL's keys)",
+              kv(c, "reward_model.reward_kwargs", kb[0]));
+}
+
 int df_config_validate_train(const df_config *c, int world_size)
+{
+    return df_config_validate_train_ex(c, world_size, NULL, NULL);
+}
+
+int df_config_validate_train_ex(const df_config *c, int world_size, df_config_warn_fn warn, void *user)
 {
     if (!c || strcmp(df_config_schema_name(df_config_get_schema(c)), "train"))
         return df_error(DF_EINVAL, "df_config_validate_train: not a train config");
     if (world_size < 1)
         return df_error(DF_EINVAL, "df_config_validate_train: world size must be >= 1, got %d", world_size);
+    if (warn)
+        warn_suspicious(c, warn, user);
     int rc = check_batches(c, world_size);
     if (!rc)
         rc = check_critic(c, world_size);

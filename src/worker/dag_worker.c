@@ -277,13 +277,15 @@ int df_dag_worker_create(const df_config *cfg, df_comm *comm, df_dag_worker **ou
     if (!rc)
         rc = setup_graph(w);
     if (!rc) /* the actor's DP size is world / its model-parallel size; checks the algorithm names too */
-        rc = df_config_validate_train(cfg, w->actor_layout.dp_size);
+        rc = df_config_validate_train_ex(cfg, w->actor_layout.dp_size, df_worker_warn, w);
     if (!rc)
         rc = df_adv_estimator_lookup(df_config_str(cfg, "algorithm.adv_estimator"), &w->adv_fn);
     if (!rc)
         rc = df_data_buffers_create(w->group, &w->buffers);
     w->balance_batch = df_config_bool(cfg, "trainer.balance_batch");
     w->reward.reward_fn_key = df_config_str(cfg, "data.reward_fn_key");
+    if (!rc)
+        rc = df_worker_setup_reward(w);
     df_model *m = NULL;
     if (!rc && (rc = df_hf_dir_load(w->model_dir, w->tokenizer_dir, &m, &w->tok)))
         rc = df_error_wrap(rc, "actor_rollout_ref.model.path");

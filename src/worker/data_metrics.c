@@ -58,6 +58,14 @@ static void token_values(const df_batch *b, const char *col, stat *s)
         stat_add(s, v[j]);
 }
 
+/* Per-sample values of an F32 column. */
+static void sample_values(const df_batch *b, const char *col, stat *s)
+{
+    const float *v = df_batch_f32(b, col);
+    for (int64_t i = 0; v && i < df_batch_size(b); i++)
+        stat_add(s, v[i]);
+}
+
 static void lengths(const df_batch *b, const char *col, int64_t limit, df_metrics *m,
                     const char *prefix)
 {
@@ -90,6 +98,12 @@ int df_compute_data_metrics(const df_batch *b, int64_t max_response_length,
     stat_put(m, "critic/rewards", &rew);
     stat_put(m, "critic/advantages", &adv);
     stat_put(m, "critic/returns", &ret);
+    stat over = {0}, flag = {0}; /* DAPO's overlong_buffer.log extra info */
+    sample_values(b, "overlong_reward", &over);
+    sample_values(b, "overlong", &flag);
+    stat_put(m, "critic/overlong_reward", &over);
+    if (flag.n)
+        df_metrics_set(m, "critic/overlong/mean", flag.sum / (double)flag.n);
     lengths(b, "response_ids", max_response_length, m, "response_length");
     lengths(b, "prompt_ids", max_prompt_length, m, "prompt_length");
     return DF_OK;

@@ -11,7 +11,10 @@
  * with verl's names (verl/trainer/ppo/metric_utils.py, compute_data_metrics):
  * critic/score/{mean,max,min}, critic/rewards/{mean,max,min},
  * critic/advantages/{mean,max,min}, critic/returns/{mean,max,min},
- * response_length/{mean,max,min,clip_ratio}, prompt_length/{mean,max,min,clip_ratio}.
+ * response_length/{mean,max,min,clip_ratio}, prompt_length/{mean,max,min,clip_ratio};
+ * with the dapo reward manager's overlong_buffer.log columns also
+ * critic/overlong_reward/{mean,max,min} and critic/overlong/mean (the share of
+ * penalised responses; verl keeps them as reward extra info).
  * Sequence scores are per-sample sums of the token-level values; advantages
  * and returns are token means over response tokens. clip_ratio is the fraction
  * of responses (prompts) whose length reached max_response_length

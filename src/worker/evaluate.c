@@ -44,7 +44,28 @@ static void source_metrics(const df_metrics *t, int64_t n, df_metrics *out)
         df_metrics_set(out, key, sc / cnt);
         snprintf(key, sizeof key, "val-core/%s/acc/mean@%lld", name, (long long)n);
         df_metrics_set(out, key, ac / cnt);
+        static const char *const extra[] = {"overlong_reward", "overlong"}; /* dapo, overlong_buffer.log */
+        for (int e = 0; e < 2; e++) {
+            snprintf(key, sizeof key, "src/%s/%s", name, extra[e]);
+            if (!df_metrics_has(t, key))
+                continue;
+            double v = df_metrics_get(t, key, 0);
+            snprintf(key, sizeof key, "val-aux/%s/%s/mean@%lld", name, extra[e], (long long)n);
+            df_metrics_set(out, key, v / cnt);
+        }
     }
+}
+
+/* The reward of row i as verl's validation sums it: the row's token_level_scores (with dapo's overlong
+ * penalty), or its score when the response is empty and has no token to carry it. */
+static double row_reward(const df_batch *b, int64_t i)
+{
+    int64_t len = 0;
+    const float *t = df_batch_tok_f32(b, "token_level_scores", i, &len);
+    double r = 0;
+    for (int64_t j = 0; t && j < len; j++)
+        r += t[j];
+    return t && len > 0 ? r : df_batch_f32(b, "score")[i];
 }
 
 static int dump_rows(FILE *f, const df_tokenizer *tok, const df_dataset *ds, const df_batch *b)
@@ -97,12 +118,15 @@ int df_evaluate(df_rollout_engine *e, const df_model *m, const df_tokenizer *tok
         if (!rc && o->dump)
             rc = dump_rows(o->dump, tok, ds, b);
         for (int64_t i = 0; !rc && i < df_batch_size(b); i++) {
-            double sc = df_batch_f32(b, "score")[i], ac = df_batch_f32(b, "acc")[i];
+            double sc = row_reward(b, i), ac = df_batch_f32(b, "acc")[i];
             int64_t len;
             df_batch_tok_i32(b, "response_ids", i, &len);
             const char *source = df_dataset_data_source(ds, df_batch_i64(b, "row")[i]);
             add(t, NULL, "score", sc), add(t, NULL, "acc", ac), add(t, NULL, "resp_len", (double)len);
             add(t, NULL, "n", 1), add(t, source, "score", sc), add(t, source, "acc", ac), add(t, source, "n", 1);
+            if (df_batch_has(b, "overlong_reward"))
+                add(t, source, "overlong_reward", df_batch_f32(b, "overlong_reward")[i]),
+                    add(t, source, "overlong", df_batch_f32(b, "overlong")[i]);
         }
         df_batch_free(prompts);
         df_batch_free(b);

@@ -33,7 +33,10 @@ typedef struct df_eval_result {
  * Evaluate rows of `ds` (prompts already encoded in `pc`). With `metrics`,
  * records verl's validation names per data source:
  * val-core/<data_source>/reward/mean@<n> and val-core/<data_source>/acc/mean@<n>,
- * plus val-aux/response_length/mean.
+ * plus val-aux/response_length/mean, and with the dapo manager's
+ * overlong_buffer.log val-aux/<data_source>/{overlong_reward,overlong}/mean@<n>.
+ * A response's reward is the sum of its token_level_scores (verl's
+ * reward_tensor.sum(-1): the score plus dapo's overlong penalty).
  */
 int df_evaluate(df_rollout_engine *e, const df_model *m, const df_tokenizer *tok,
                 const df_reward_manager_cfg *rcfg, const df_dataset *ds,

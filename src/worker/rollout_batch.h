@@ -23,9 +23,11 @@ int df_generate_batch(df_rollout_engine *e, const df_model *m, const df_batch *p
                       df_batch **out);
 
 /**
- * Decode each response (special tokens skipped, as verl) and run the naive
- * reward manager: adds token_level_scores and the per-sample `score` and
- * `acc` columns (F32). *n_empty (may be NULL) counts zero-length responses.
+ * Decode each response (special tokens skipped, as verl) and run the reward
+ * manager rcfg->manager selects (naive or dapo): adds token_level_scores and
+ * the per-sample `score` and `acc` columns (F32), and with dapo's
+ * overlong_buffer.log also `overlong_reward` and `overlong` (F32, 1.0 where
+ * penalised). *n_empty (may be NULL) counts zero-length responses.
  */
 int df_score_batch(const df_tokenizer *tok, const df_reward_manager_cfg *rcfg, df_batch *b,
                    int64_t *n_empty);

@@ -118,6 +118,8 @@ int df_worker_next_prompts(df_dag_worker *w, int gen, df_batch **out);
 /** Rollout: rollout.n responses per prompt of `prompts` (seeded by step and gen) into *out. */
 int df_worker_generate(df_dag_worker *w, const df_node *node, const df_batch *prompts, int64_t step, int gen,
                        df_batch **out);
+/** w->reward from reward_model.reward_manager / overlong_buffer.*; DF_ENOTFOUND for an unknown manager. */
+int df_worker_setup_reward(df_dag_worker *w);
 /** Reward: scores, token_level_scores / _rewards, `acc`; critic/acc/mean into m (may be NULL). */
 int df_worker_reward(df_dag_worker *w, df_batch *b, df_metrics *m);
 

@@ -1,0 +1,93 @@
+/*
+ * verl's DAPORewardManager and the choice between reward managers
+ * (include/distflow/reward.h). Reference: verl
+ * verl/workers/reward_manager/dapo.py at commit
+ * 003364bc724da7d6efb63834fa1c496e1a55c888; DAPO, arXiv 2503.14476, eq. 13.
+ */
+#include "distflow/reward.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const MANAGERS[] = {"naive", "dapo"};
+
+static bool is_dapo(const df_reward_manager_cfg *cfg)
+{
+    return cfg && cfg->manager && !strcmp(cfg->manager, "dapo");
+}
+
+double df_reward_overlong_penalty(const df_overlong_buffer_cfg *ob, int64_t max_resp_len, int64_t valid_len)
+{
+    if (!ob || !ob->enable)
+        return 0.0;
+    if (ob->len <= 0) /* the ramp's limit as its length goes to 0: a step at max_resp_len */
+        return valid_len >= max_resp_len ? -ob->penalty_factor : 0.0;
+    double expected = (double)(max_resp_len - ob->len);
+    double exceed = (double)valid_len - expected;
+    double p = -exceed / (double)ob->len * ob->penalty_factor;
+    return p < 0.0 ? p : 0.0;
+}
+
+int df_reward_manager_check(const df_reward_manager_cfg *cfg)
+{
+    const char *name = cfg && cfg->manager && cfg->manager[0] ? cfg->manager : "naive";
+    bool known = false;
+    for (size_t i = 0; i < sizeof MANAGERS / sizeof *MANAGERS; i++)
+        known |= !strcmp(name, MANAGERS[i]);
+    if (!known)
+        return df_error(DF_ENOTFOUND, "reward_model.reward_manager: unknown reward manager '%s' (known: naive, dapo)",
+                        name);
+    if (!is_dapo(cfg) || !cfg->overlong_buffer.enable)
+        return DF_OK;
+    const df_overlong_buffer_cfg *ob = &cfg->overlong_buffer;
+    if (cfg->max_resp_len < 1)
+        return df_error(DF_EINVAL, "dapo reward manager: the overlong buffer needs max_resp_len >= 1 (got %lld)",
+                        (long long)cfg->max_resp_len);
+    if (ob->len < 0 || !(ob->penalty_factor >= 0))
+        return df_error(DF_EINVAL,
+                        "dapo reward manager: reward_model.overlong_buffer.len=%lld and penalty_factor=%g "
+                        "must be >= 0", (long long)ob->len, ob->penalty_factor);
+    return DF_OK;
+}
+
+int df_reward_dapo(const df_reward_manager_cfg *cfg, df_batch *b, const char *const *responses, float *scores,
+                   float *acc, float *overlong_reward, int64_t *n_empty)
+{
+    int rc = df_reward_manager_check(cfg);
+    if (rc)
+        return rc;
+    rc = df_reward_naive(cfg, b, responses, scores, acc, n_empty);
+    if (rc)
+        return rc;
+    bool on = cfg && cfg->overlong_buffer.enable;
+    const int64_t *off = df_batch_offsets(b, "token_level_scores");
+    float *tls = on ? df_batch_data_mut(b, "token_level_scores") : NULL;
+    for (int64_t i = 0; i < df_batch_size(b); i++) {
+        int64_t len = off[i + 1] - off[i];
+        double p = on ? df_reward_overlong_penalty(&cfg->overlong_buffer, cfg->max_resp_len, len) : 0.0;
+        if (tls && len > 0)
+            tls[off[i + 1] - 1] += (float)p; /* verl: reward = score + overlong_reward */
+        if (overlong_reward)
+            overlong_reward[i] = (float)p;
+    }
+    return DF_OK;
+}
+
+int df_reward_manager_run(const df_reward_manager_cfg *cfg, df_batch *b, const char *const *responses,
+                          float *scores, float *acc, float *overlong_reward, int64_t *n_empty)
+{
+    int rc = df_reward_manager_check(cfg);
+    if (rc)
+        return rc;
+    if (is_dapo(cfg))
+        return df_reward_dapo(cfg, b, responses, scores, acc, overlong_reward, n_empty);
+    rc = df_reward_naive(cfg, b, responses, scores, acc, n_empty);
+    for (int64_t i = 0; !rc && overlong_reward && i < df_batch_size(b); i++)
+        overlong_reward[i] = 0.0f;
+    return rc;
+}
+
+bool df_reward_manager_logs_overlong(const df_reward_manager_cfg *cfg)
+{
+    return is_dapo(cfg) && cfg->overlong_buffer.enable && cfg->overlong_buffer.log;
+}
