@@ -18,5 +18,6 @@ int df_worker_setup_reward(df_dag_worker *w)
                                                          .log = df_config_bool(c, OB "log")};
 #undef OB
     int rc = df_reward_manager_check(&w->reward);
-    return rc ? df_error_wrap(rc, "%s", df_config_where(c, "reward_model.reward_manager")) : DF_OK;
+    return rc ? df_error_wrap(rc, "reward_model.reward_manager (%s)", df_config_where(c, "reward_model.reward_manager"))
+              : DF_OK;
 }

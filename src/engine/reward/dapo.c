@@ -35,8 +35,7 @@ int df_reward_manager_check(const df_reward_manager_cfg *cfg)
     for (size_t i = 0; i < sizeof MANAGERS / sizeof *MANAGERS; i++)
         known |= !strcmp(name, MANAGERS[i]);
     if (!known)
-        return df_error(DF_ENOTFOUND, "reward_model.reward_manager: unknown reward manager '%s' (known: naive, dapo)",
-                        name);
+        return df_error(DF_ENOTFOUND, "unknown reward manager '%s' (known: naive, dapo)", name);
     if (!is_dapo(cfg) || !cfg->overlong_buffer.enable)
         return DF_OK;
     const df_overlong_buffer_cfg *ob = &cfg->overlong_buffer;
