@@ -5,7 +5,7 @@
  * params), 32 prompts x n = 8 = 256 sequences decoded together with top_p 0.95.
  * --qwen2-tiny: the shapes of examples/models/qwen2-tiny.json (vocab 151,936,
  * hidden 64, 2 layers, tied embeddings), 16 prompts x n = 4 as in
- * examples/grpo_gsm8k.yaml, top_p 1 (verl's default): the large-vocabulary
+ * examples/gsm8k/grpo.yaml, top_p 1 (verl's default): the large-vocabulary
  * path, where the LM head and sampling are nearly all the work.
  *
  * Baselines measured in the same run:

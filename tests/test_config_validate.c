@@ -249,7 +249,7 @@ static void test_bad_arguments(void **state)
 static void test_examples_pass(void **state)
 {
     (void)state;
-    const char *files[] = {DF_SOURCE_DIR "/examples/grpo_gsm8k.yaml", DF_SOURCE_DIR "/examples/demo/grpo.yaml"};
+    const char *files[] = {DF_SOURCE_DIR "/examples/gsm8k/grpo.yaml", DF_SOURCE_DIR "/examples/demo/grpo.yaml"};
     for (int i = 0; i < 2; i++) {
         df_config *c = NULL;
         if (df_config_load(df_config_schema_train(), files[i], NULL, 0, &c))

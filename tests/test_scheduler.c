@@ -498,7 +498,7 @@ static void test_cli_plan(void **state)
     const char *dir = *state;
     char args[1024], *out, *dot = NULL;
     snprintf(args, sizeof args,
-             "%s/examples/grpo_gsm8k.yaml trainer.nnodes=2 trainer.n_gpus_per_node=8 --dot %s/plan.dot",
+             "%s/examples/gsm8k/grpo.yaml trainer.nnodes=2 trainer.n_gpus_per_node=8 --dot %s/plan.dot",
              DF_SOURCE_DIR, dir);
     assert_int_equal(run_cli(args, &out), 0);
     assert_has(out, "== pipeline grpo\n");
@@ -526,7 +526,7 @@ static void test_cli_plan(void **state)
           "  - {node_id: 'rew\\b', node_type: COMPUTE, node_role: REWARD, dependencies: ['gen \"a\"']}\n",
           f);
     fclose(f);
-    snprintf(args, sizeof args, "%s/examples/grpo_gsm8k.yaml dag.workflow_path=%s trainer.nnodes=1 "
+    snprintf(args, sizeof args, "%s/examples/gsm8k/grpo.yaml dag.workflow_path=%s trainer.nnodes=1 "
              "trainer.n_gpus_per_node=2 --dot %s/wf.dot", DF_SOURCE_DIR, path, dir);
     assert_int_equal(run_cli(args, &out), 0);
     assert_has(out, "== pipeline workflow\n");
@@ -538,13 +538,13 @@ static void test_cli_plan(void **state)
     free(dot);
 
     /* PPO by adv_estimator=gae; an unknown workflow is refused */
-    snprintf(args, sizeof args, "%s/examples/grpo_gsm8k.yaml algorithm.adv_estimator=gae trainer.nnodes=1",
+    snprintf(args, sizeof args, "%s/examples/gsm8k/grpo.yaml algorithm.adv_estimator=gae trainer.nnodes=1",
              DF_SOURCE_DIR);
     assert_int_equal(run_cli(args, &out), 0);
     assert_has(out, "== pipeline ppo\n");
     assert_has(out, "rank 7 (node 0) -> ppo_training_pipeline_split_1\n");
     free(out);
-    snprintf(args, sizeof args, "%s/examples/grpo_gsm8k.yaml algorithm.workflow_type=bogus", DF_SOURCE_DIR);
+    snprintf(args, sizeof args, "%s/examples/gsm8k/grpo.yaml algorithm.workflow_type=bogus", DF_SOURCE_DIR);
     assert_int_equal(run_cli(args, &out), 1);
     assert_has(out, "bogus");
     free(out);

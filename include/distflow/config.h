@@ -280,8 +280,8 @@ typedef void (*df_config_warn_fn)(void *user, const char *message);
  *  - policy_loss.loss_mode=gspo with loss_agg_mode other than
  *    seq-mean-token-mean (GSPO's objective, Zheng et al. 2025, arXiv
  *    2507.18071 eq. 7, averages over sequences; verl's GSPO recipe sets it);
- *  - reward_model.overlong_buffer.enable with a reward manager other than
- *    dapo (only dapo reads the buffer);
+ *  - reward_model.overlong_buffer.enable with the naive reward manager
+ *    (only dapo reads the buffer);
  *  - dapo with overlong_buffer.len > data.max_response_length (every
  *    response is penalised; verl warns the same);
  *  - a non-empty reward_model.reward_kwargs (newer verl's spelling of the

@@ -248,8 +248,9 @@ static void warn_suspicious(const df_config *c, df_config_warn_fn warn, void *us
               "%s with %s: GSPO's objective averages the sequence-level ratio loss over sequences "
               "(arXiv 2507.18071, eq. 7); verl's GSPO recipe sets loss_agg_mode=seq-mean-token-mean",
               kv(c, ACTOR "policy_loss.loss_mode", kb[0]), kv(c, ACTOR "loss_agg_mode", kb[1]));
-    bool dapo = !strcmp(df_config_str(c, "reward_model.reward_manager"), "dapo");
-    if (df_config_bool(c, "reward_model.overlong_buffer.enable") && !dapo)
+    const char *manager = df_config_str(c, "reward_model.reward_manager");
+    bool dapo = !strcmp(manager, "dapo");
+    if (df_config_bool(c, "reward_model.overlong_buffer.enable") && !strcmp(manager, "naive"))
         warnf(warn, user, "%s has no effect with %s: only the dapo reward manager applies the overlong penalty",
               kv(c, "reward_model.overlong_buffer.enable", kb[0]), kv(c, "reward_model.reward_manager", kb[1]));
     if (dapo && df_config_bool(c, "reward_model.overlong_buffer.enable") &&
