@@ -1,10 +1,13 @@
 # distflow — top-level entry points (the README's contract).
 #   make demo   install what is missing, build, run the embedded default end to end
+#               (ALGO=<name> picks examples/demo/<name>.yaml for the RL step, default grpo;
+#                DEMO_SFT=<dir> reuses the data and SFT model of an earlier run's output dir)
 #   make test   install what is missing, build, run the test suite
 #   make bench  build and run the benchmarks
 BUILD ?= build
 JOBS  ?= $(shell nproc 2>/dev/null || echo 2)
 ALGO  ?= grpo
+DEMO_SFT ?=
 
 .PHONY: all deps build test demo bench clean
 
@@ -21,7 +24,7 @@ test: build
 	@cd $(BUILD) && ctest --output-on-failure -j 1
 
 demo: build
-	@bash scripts/demo.sh $(BUILD)/distflow $(ALGO)
+	@DEMO_SFT="$(DEMO_SFT)" bash scripts/demo.sh $(BUILD)/distflow $(ALGO)
 
 bench: build
 	@bash scripts/bench.sh $(BUILD)

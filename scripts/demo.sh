@@ -1,52 +1,82 @@
 #!/usr/bin/env bash
 # make demo — the embedded default, end to end on synthetic arithmetic word problems:
-#   data -> tokenizer -> random Qwen2 -> SFT warm start -> eval -> GRPO (DAG worker) -> eval
+#   data -> tokenizer -> random Qwen2 -> SFT warm start -> eval -> RL (DAG worker) -> eval
 # Ends with exactly one line:  heldout accuracy: before B after A
+#
+#   scripts/demo.sh [DISTFLOW [ALGO]]   ALGO: an examples/demo/<ALGO>.yaml (default grpo)
+#   DEMO_OUT=dir      where everything goes (default demo_out); step 5 writes DEMO_OUT/ALGO
+#   DEMO_SFT=dir      reuse the data and SFT checkpoint of an earlier run's DEMO_OUT: steps 1-4
+#                     are skipped (dir may be DEMO_OUT itself; only DEMO_OUT/ALGO is replaced)
+#   DEMO_TRAIN_ARGS="key=value ..."  extra overrides for step 5, e.g. a smoke run:
+#                     DEMO_TRAIN_ARGS="trainer.total_training_steps=2 trainer.save_freq=2"
 set -euo pipefail
 DF=${1:-build/distflow}
 ALGO=${2:-grpo}
 cd "$(dirname "$0")/.."
 EX=examples/demo
 OUT=${DEMO_OUT:-demo_out}
+SFT_FROM=${DEMO_SFT:-}
 # OpenMP threads that spin while waiting lose their core when anything else runs; yield instead.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 
-if [ "$ALGO" != grpo ]; then
-  echo "make demo: ALGO=$ALGO is not available yet (grpo)" >&2
+algos() { for f in "$EX"/*.yaml; do f=${f##*/}; [ "$f" = sft.yaml ] || printf ' %s' "${f%.yaml}"; done; }
+if [ ! -f "$EX/$ALGO.yaml" ] || [ "$ALGO" = sft ]; then
+  echo "make demo: unknown ALGO=$ALGO; available:$(algos)" >&2
   exit 2
 fi
 log() { printf '\n[demo] %s\n' "$*" >&2; }
 start=$(date +%s)
-rm -rf "$OUT" && mkdir -p "$OUT"
+EVAL=(--max-response-length 64)
 
-log "1/6 synthetic task: $(cat $EX/task.args)"
-# shellcheck disable=SC2046
-"$DF" data synth --out "$OUT/data/train.jsonl" --split train --seed 1 $(cat $EX/task.args) \
-    --bare-answers 0.5 --n 20000
-# shellcheck disable=SC2046
-"$DF" data synth --out "$OUT/data/test.jsonl" --split test --seed 2 $(cat $EX/task.args) \
-    --exclude "$OUT/data/train.jsonl" --n 500
+if [ -z "$SFT_FROM" ]; then
+  rm -rf "$OUT" && mkdir -p "$OUT"
+  DATA="$OUT/data"
+  log "1/6 synthetic task: $(cat $EX/task.args)"
+  # shellcheck disable=SC2046
+  "$DF" data synth --out "$DATA/train.jsonl" --split train --seed 1 $(cat $EX/task.args) \
+      --bare-answers 0.5 --n 20000
+  # shellcheck disable=SC2046
+  "$DF" data synth --out "$DATA/test.jsonl" --split test --seed 2 $(cat $EX/task.args) \
+      --exclude "$DATA/train.jsonl" --n 500
 
-log "2/6 tokenizer (byte-level BPE trained on the training set) and a random Qwen2 model"
-"$DF" data tokenizer --in "$OUT/data/train.jsonl" --vocab-size 512 --out "$OUT/tokenizer"
-"$DF" init-model --config $EX/model_config.json --tokenizer "$OUT/tokenizer" --out "$OUT/init" --seed 1
+  log "2/6 tokenizer (byte-level BPE trained on the training set) and a random Qwen2 model"
+  "$DF" data tokenizer --in "$DATA/train.jsonl" --vocab-size 512 --out "$OUT/tokenizer"
+  "$DF" init-model --config $EX/model_config.json --tokenizer "$OUT/tokenizer" --out "$OUT/init" --seed 1
 
-log "3/6 SFT warm start"
-"$DF" sft $EX/sft.yaml data.train_files="[$OUT/data/train.jsonl]" model.partial_pretrain="$OUT/init" \
-    trainer.default_local_dir="$OUT/sft"
-SFT="$OUT/sft/global_step_$(tr -d '[:space:]' < "$OUT/sft/latest_checkpointed_iteration.txt")"
+  log "3/6 SFT warm start"
+  "$DF" sft $EX/sft.yaml data.train_files="[$DATA/train.jsonl]" model.partial_pretrain="$OUT/init" \
+      trainer.default_local_dir="$OUT/sft"
+  SFT="$OUT/sft/global_step_$(tr -d '[:space:]' < "$OUT/sft/latest_checkpointed_iteration.txt")"
 
-EVAL=(--data "$OUT/data/test.jsonl" --max-response-length 64)
-log "4/6 held-out accuracy of the SFT model (greedy)"
-before=$("$DF" eval --model "$SFT" "${EVAL[@]}" | awk '/^accuracy:/ {print $2}')
+  log "4/6 held-out accuracy of the SFT model (greedy)"
+  before=$("$DF" eval --model "$SFT" --data "$DATA/test.jsonl" "${EVAL[@]}" | awk '/^accuracy:/ {print $2}')
+  echo "$before" > "$OUT/sft_accuracy.txt"
+else
+  DATA="$SFT_FROM/data"
+  ckpt="$SFT_FROM/sft/latest_checkpointed_iteration.txt"
+  if [ ! -f "$ckpt" ] || [ ! -f "$DATA/train.jsonl" ] || [ ! -f "$DATA/test.jsonl" ]; then
+    echo "make demo: DEMO_SFT=$SFT_FROM holds no earlier demo run (needs data/train.jsonl, data/test.jsonl, sft/)" >&2
+    exit 2
+  fi
+  SFT="$SFT_FROM/sft/global_step_$(tr -d '[:space:]' < "$ckpt")"
+  mkdir -p "$OUT" && rm -rf "${OUT:?}/$ALGO"
+  log "1-4/6 reusing the data and SFT model of $SFT_FROM ($SFT)"
+  if [ -s "$SFT_FROM/sft_accuracy.txt" ]; then
+    before=$(cat "$SFT_FROM/sft_accuracy.txt")
+  else
+    before=$("$DF" eval --model "$SFT" --data "$DATA/test.jsonl" "${EVAL[@]}" | awk '/^accuracy:/ {print $2}')
+    echo "$before" > "$SFT_FROM/sft_accuracy.txt"
+  fi
+fi
 
-log "5/6 GRPO through the DAG worker"
-"$DF" train $EX/grpo.yaml data.train_files="[$OUT/data/train.jsonl]" data.val_files="[$OUT/data/test.jsonl]" \
-    actor_rollout_ref.model.path="$SFT" trainer.default_local_dir="$OUT/grpo"
-GRPO="$OUT/grpo/global_step_$(tr -d '[:space:]' < "$OUT/grpo/latest_checkpointed_iteration.txt")/actor"
+log "5/6 $ALGO through the DAG worker ($EX/$ALGO.yaml)"
+read -r -a EXTRA <<< "${DEMO_TRAIN_ARGS:-}"
+"$DF" train "$EX/$ALGO.yaml" data.train_files="[$DATA/train.jsonl]" data.val_files="[$DATA/test.jsonl]" \
+    actor_rollout_ref.model.path="$SFT" trainer.default_local_dir="$OUT/$ALGO" ${EXTRA[@]+"${EXTRA[@]}"}
+RL="$OUT/$ALGO/global_step_$(tr -d '[:space:]' < "$OUT/$ALGO/latest_checkpointed_iteration.txt")/actor"
 
-log "6/6 held-out accuracy after GRPO (greedy)"
-after=$("$DF" eval --model "$GRPO" "${EVAL[@]}" | awk '/^accuracy:/ {print $2}')
+log "6/6 held-out accuracy after $ALGO (greedy)"
+after=$("$DF" eval --model "$RL" --data "$DATA/test.jsonl" "${EVAL[@]}" | awk '/^accuracy:/ {print $2}')
 
-log "done in $(( $(date +%s) - start )) s; metrics in $OUT/grpo/metrics.jsonl"
+log "done in $(( $(date +%s) - start )) s; metrics in $OUT/$ALGO/metrics.jsonl"
 printf 'heldout accuracy: before %.3f after %.3f\n' "$before" "$after"
