@@ -1,0 +1,401 @@
+/*
+ * Every algorithm of docs/algorithms.md end to end: each examples/demo/<algo>.yaml
+ * is loaded as shipped (so its algorithm keys are the ones tested) with the
+ * paths and sizes scaled down to a tiny random model (tests/testutil.h), runs
+ * 3 training steps through the DAG worker, and must give finite losses, its
+ * algorithm's own metrics, and moved weights. Also: every shipped example
+ * config (demo and GSM8K) passes the validator on 1 and 2 ranks without a
+ * warning.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "testutil.h"
+
+#include "distflow/reward.h"
+
+#include <jansson.h>
+
+#define STEPS 3
+#define TBS 4     /* prompts per step */
+#define N 4       /* responses per prompt */
+#define MAX_RESP 10
+
+static char dir[256];
+
+/* A binary reward that varies within groups of a random model: 1 for an even response length in bytes. */
+static int parity_score(const char *src, const char *s, const char *gt, const char *extra, double *score)
+{
+    (void)src, (void)gt, (void)extra;
+    *score = strlen(s) % 2 == 0 ? 1.0 : 0.0;
+    return 0;
+}
+
+static const char *const ALGOS[] = {"grpo",  "dr_grpo", "dapo", "gspo", "gpg",      "cpgd",   "rloo",
+                                     "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax",
+                                     "clip_cov", "kl_cov", "ppo"};
+#define N_ALGOS (int)(sizeof ALGOS / sizeof *ALGOS)
+
+static char *example(const char *kind, const char *algo)
+{
+    static char path[512];
+    snprintf(path, sizeof path, "%s/examples/%s/%s.yaml", DF_SOURCE_DIR, kind, algo);
+    return path;
+}
+
+typedef struct {
+    int n;
+    char first[1024];
+} warnings;
+
+static void collect(void *user, const char *msg)
+{
+    warnings *w = user;
+    if (w->n++ == 0)
+        snprintf(w->first, sizeof w->first, "%s", msg);
+}
+
+/* The shipped configs, demo and GSM8K, load and validate silently on 1 and 2 ranks. */
+static void test_examples_validate(void **state)
+{
+    (void)state;
+    const char *kinds[] = {"demo", "gsm8k"};
+    for (int k = 0; k < 2; k++)
+        for (int a = 0; a < N_ALGOS; a++) {
+            const char *path = example(kinds[k], ALGOS[a]);
+            df_config *c;
+            if (df_config_load(df_config_schema_train(), path, NULL, 0, &c))
+                fail_msg("%s: %s", path, df_last_error());
+            for (int world = 1; world <= 2; world++) {
+                warnings w = {0};
+                if (df_config_validate_train_ex(c, world, collect, &w))
+                    fail_msg("%s on %d ranks: %s", path, world, df_last_error());
+                if (w.n)
+                    fail_msg("%s on %d ranks: warning: %s", path, world, w.first);
+            }
+            df_config_free(c);
+        }
+}
+
+/* ---- 3 steps of each algorithm ------------------------------------------------ */
+
+static int64_t scaled(int64_t v, int64_t from, int64_t to)
+{
+    int64_t s = v * to / from;
+    return s < 1 ? 1 : s;
+}
+
+/*
+ * The example's config with the test's paths and sizes: mini-batches keep
+ * their share of the train batch (GSPO's four mini-batches stay four), the
+ * overlong buffer its share of the response length.
+ */
+static int load_scaled(const char *algo, df_config **out)
+{
+    char ov[24][512];
+    int n = 0;
+#define OV(...) snprintf(ov[n++], sizeof ov[0], __VA_ARGS__)
+    OV("data.train_files=[%s/train.jsonl]", dir);
+    OV("actor_rollout_ref.model.path=%s/model", dir);
+    const char *ptrs[24];
+    for (int i = 0; i < n; i++)
+        ptrs[i] = ov[i];
+    df_config *y;
+    int rc = df_config_load(df_config_schema_train(), example("demo", algo), ptrs, n, &y);
+    if (rc)
+        return rc;
+    int64_t tbs = df_config_int(y, "data.train_batch_size"), maxr = df_config_int(y, "data.max_response_length");
+    int64_t mini = scaled(df_config_int(y, "actor_rollout_ref.actor.ppo_mini_batch_size"), tbs, TBS);
+    int64_t cmini = scaled(df_config_int(y, "critic.ppo_mini_batch_size"), tbs, TBS);
+    int64_t buf = scaled(df_config_int(y, "reward_model.overlong_buffer.len"), maxr, MAX_RESP);
+    df_config_free(y);
+    OV("data.val_files=[]");
+    OV("data.train_batch_size=%d", TBS);
+    OV("data.max_response_length=%d", MAX_RESP);
+    OV("actor_rollout_ref.rollout.n=%d", N);
+    OV("actor_rollout_ref.actor.ppo_mini_batch_size=%lld", (long long)mini);
+    OV("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=%lld", (long long)(mini * N));
+    OV("critic.ppo_mini_batch_size=%lld", (long long)cmini);
+    OV("critic.ppo_micro_batch_size_per_gpu=%lld", (long long)(cmini * N));
+    OV("reward_model.overlong_buffer.len=%lld", (long long)buf);
+    OV("trainer.total_training_steps=%d", STEPS);
+    OV("trainer.save_freq=%d", STEPS);
+    OV("trainer.test_freq=-1");
+    OV("trainer.val_before_train=false");
+    OV("trainer.logger=[]");
+    OV("trainer.default_local_dir=%s/out_%s", dir, algo);
+#undef OV
+    for (int i = 0; i < n; i++)
+        ptrs[i] = ov[i];
+    return df_config_load(df_config_schema_train(), example("demo", algo), ptrs, n, out);
+}
+
+static int fit(const char *algo)
+{
+    df_config *cfg = NULL;
+    df_dag_worker *w = NULL;
+    int rc = load_scaled(algo, &cfg);
+    if (!rc)
+        rc = df_dag_worker_create(cfg, NULL, &w);
+    if (!rc)
+        rc = df_dag_worker_fit(w);
+    df_dag_worker_free(w);
+    df_config_free(cfg);
+    return rc;
+}
+
+/* The STEPS lines of out_<algo>/metrics.jsonl. */
+static void read_metrics(const char *algo, json_t *lines[STEPS])
+{
+    char path[512], *text;
+    snprintf(path, sizeof path, "%s/out_%s/metrics.jsonl", dir, algo);
+    assert_int_equal(df_read_file(path, &text, NULL), 0);
+    int n = 0;
+    for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n")) {
+        assert_true(n < STEPS);
+        assert_non_null(lines[n] = json_loads(l, 0, NULL));
+        assert_int_equal(json_integer_value(json_object_get(lines[n], "step")), n + 1);
+        n++;
+    }
+    assert_int_equal(n, STEPS);
+    free(text);
+}
+
+static double metric(json_t *line, const char *algo, const char *key)
+{
+    json_t *v = json_object_get(line, key);
+    if (!json_is_number(v))
+        fail_msg("%s: metric %s missing", algo, key);
+    double x = json_number_value(v);
+    if (!isfinite(x))
+        fail_msg("%s: metric %s = %g", algo, key, x);
+    return x;
+}
+
+/* Sum of |trained - initial| over all parameters of the step-STEPS checkpoint. */
+static double weight_change(const char *algo)
+{
+    char d0[512], d1[512];
+    snprintf(d0, sizeof d0, "%s/model", dir);
+    snprintf(d1, sizeof d1, "%s/out_%s/global_step_%d/actor", dir, algo, STEPS);
+    df_model *before, *after;
+    assert_int_equal(df_model_load(d0, &before), 0);
+    assert_int_equal(df_model_load(d1, &after), 0);
+    assert_int_equal(before->n_params, after->n_params);
+    double diff = 0;
+    for (int64_t i = 0; i < before->n_params; i++)
+        diff += fabs((double)before->params[i] - after->params[i]);
+    df_model_free(before);
+    df_model_free(after);
+    return diff;
+}
+
+/* Train `algo`, check what every algorithm reports, return the metric lines (caller frees). */
+static void run(const char *algo, json_t *lines[STEPS])
+{
+    if (fit(algo))
+        fail_msg("%s: %s", algo, df_last_error());
+    read_metrics(algo, lines);
+    const char *common[] = {"actor/pg_loss", "actor/grad_norm", "actor/entropy", "critic/score/mean",
+                            "critic/advantages/mean", "response_length/mean"};
+    double grad = 0;
+    for (int s = 0; s < STEPS; s++) {
+        for (size_t k = 0; k < sizeof common / sizeof *common; k++)
+            metric(lines[s], algo, common[k]);
+        grad += metric(lines[s], algo, "actor/grad_norm");
+    }
+    if (!(grad > 0))
+        fail_msg("%s: no gradient in %d steps", algo, STEPS);
+    double moved = weight_change(algo);
+    if (!(moved > 1e-3)) /* weight decay is 0 in the examples: only gradients move the weights */
+        fail_msg("%s: weights moved by %g only", algo, moved);
+}
+
+static void free_lines(json_t *lines[STEPS])
+{
+    for (int s = 0; s < STEPS; s++)
+        json_decref(lines[s]);
+}
+
+/* Plain algorithms: the common checks, plus each key of `keys` on every step. */
+static void run_with(const char *algo, const char *const *keys, int n_keys)
+{
+    json_t *lines[STEPS] = {0};
+    run(algo, lines);
+    for (int s = 0; s < STEPS; s++)
+        for (int k = 0; k < n_keys; k++)
+            metric(lines[s], algo, keys[k]);
+    free_lines(lines);
+}
+
+/* With use_kl_loss the KL to the reference is 0 before the first update and positive after it. */
+static void check_kl_loss(const char *algo)
+{
+    json_t *lines[STEPS] = {0};
+    run(algo, lines);
+    assert_near(metric(lines[0], algo, "actor/kl_loss"), 0.0, 1e-6);
+    if (!(metric(lines[STEPS - 1], algo, "actor/kl_loss") > 0))
+        fail_msg("%s: no KL to the reference after %d updates", algo, STEPS - 1);
+    free_lines(lines);
+}
+
+static void test_grpo(void **state)
+{
+    (void)state;
+    check_kl_loss("grpo");
+}
+
+/* Dr. GRPO: advantages are centred rewards, not divided by the group std: within [-1, 1] for a 0/1 reward. */
+static void test_dr_grpo(void **state)
+{
+    (void)state;
+    json_t *lines[STEPS] = {0};
+    run("dr_grpo", lines);
+    for (int s = 0; s < STEPS; s++) {
+        assert_true(metric(lines[s], "dr_grpo", "critic/advantages/max") <= 1.0 + 1e-6);
+        assert_true(metric(lines[s], "dr_grpo", "critic/advantages/min") >= -1.0 - 1e-6);
+        assert_near(metric(lines[s], "dr_grpo", "actor/kl_loss"), 0.0, 0); /* no KL term */
+    }
+    free_lines(lines);
+}
+
+/* DAPO: dynamic sampling ran, the overlong penalty (buffer 2 of 10 tokens) was applied and logged. */
+static void test_dapo(void **state)
+{
+    (void)state;
+    json_t *lines[STEPS] = {0};
+    run("dapo", lines);
+    double overlong = 0;
+    for (int s = 0; s < STEPS; s++) {
+        double gens = metric(lines[s], "dapo", "train/num_gen_batches");
+        assert_true(gens >= 1 && gens <= 10);
+        metric(lines[s], "dapo", "timing_s/dynamic_sampling");
+        assert_true(metric(lines[s], "dapo", "critic/overlong_reward/mean") <= 0);
+        assert_true(metric(lines[s], "dapo", "critic/overlong_reward/min") >= -1.0 - 1e-6);
+        double share = metric(lines[s], "dapo", "critic/overlong/mean");
+        assert_true(share >= 0 && share <= 1);
+        overlong += share;
+        /* scores carry the penalty: the mean score is at most the share of rewarded responses */
+        assert_true(metric(lines[s], "dapo", "critic/score/mean") <= 1.0);
+    }
+    assert_true(overlong > 0); /* a random model mostly runs to the length limit */
+    free_lines(lines);
+}
+
+static void test_gspo(void **state)
+{
+    (void)state;
+    json_t *lines[STEPS] = {0};
+    run("gspo", lines);
+    double clipped = 0;
+    for (int s = 0; s < STEPS; s++)
+        clipped += metric(lines[s], "gspo", "actor/pg_clipfrac");
+    /* four mini-batches per step with a 3e-4 / 4e-4 sequence clip: the later ones are clipped */
+    assert_true(clipped > 0);
+    free_lines(lines);
+}
+
+static void test_gpg(void **state)
+{
+    (void)state;
+    run_with("gpg", NULL, 0);
+}
+
+static void test_cpgd(void **state)
+{
+    (void)state;
+    run_with("cpgd", NULL, 0);
+}
+
+static void test_rloo(void **state)
+{
+    (void)state;
+    run_with("rloo", NULL, 0);
+}
+
+static void test_reinforce_plus_plus(void **state)
+{
+    (void)state;
+    check_kl_loss("reinforce_plus_plus");
+}
+
+static void test_reinforce_plus_plus_baseline(void **state)
+{
+    (void)state;
+    check_kl_loss("reinforce_plus_plus_baseline");
+}
+
+/* ReMax needs the greedy baseline (reward_baselines), which the klremax branch adds to the worker:
+ * until it is merged the run stops at the advantage with that message and the test is skipped. */
+static void test_remax(void **state)
+{
+    (void)state;
+    if (fit("remax") && strstr(df_last_error(), "reward_baselines are NULL")) {
+        print_message("remax: skipped until the worker fills reward_baselines (%s)\n", df_last_error());
+        skip();
+        return;
+    }
+    run_with("remax", NULL, 0);
+}
+
+static void test_clip_cov(void **state)
+{
+    (void)state;
+    const char *keys[] = {"actor/pg_clipfrac"};
+    run_with("clip_cov", keys, 1);
+}
+
+static void test_kl_cov(void **state)
+{
+    (void)state;
+    const char *keys[] = {"actor/pg_clipfrac"};
+    run_with("kl_cov", keys, 1);
+}
+
+/*
+ * PPO (adv_estimator gae with the critic of examples/demo/ppo.yaml): to be
+ * added when the critic lands (branch `critic`), e.g.
+ *     const char *keys[] = {"critic/vf_loss", "critic/values/mean"};
+ *     run_with("ppo", keys, 2);
+ * and listed in main() below. test_examples_validate already loads and
+ * validates ppo.yaml.
+ */
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/df_algos_XXXXXX");
+    if (!mkdtemp(dir) || df_reward_register("test/parity", parity_score))
+        return -1;
+    df_test_digits_inputs(dir, "train.jsonl", 64, "test/parity", true);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    return df_test_remove_tree(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_examples_validate),
+        cmocka_unit_test(test_grpo),
+        cmocka_unit_test(test_dr_grpo),
+        cmocka_unit_test(test_dapo),
+        cmocka_unit_test(test_gspo),
+        cmocka_unit_test(test_gpg),
+        cmocka_unit_test(test_cpgd),
+        cmocka_unit_test(test_rloo),
+        cmocka_unit_test(test_reinforce_plus_plus),
+        cmocka_unit_test(test_reinforce_plus_plus_baseline),
+        cmocka_unit_test(test_remax),
+        cmocka_unit_test(test_clip_cov),
+        cmocka_unit_test(test_kl_cov),
+        /* cmocka_unit_test(test_ppo), -- after the critic lands */
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
