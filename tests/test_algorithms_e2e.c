@@ -19,8 +19,8 @@
 #include <jansson.h>
 
 #define STEPS 3
-#define TBS 4     /* prompts per step */
-#define N 4       /* responses per prompt */
+#define TBS 4 /* prompts per step */
+#define N 4   /* responses per prompt */
 #define MAX_RESP 10
 
 static char dir[256];
@@ -33,9 +33,19 @@ static int parity_score(const char *src, const char *s, const char *gt, const ch
     return 0;
 }
 
-static const char *const ALGOS[] = {"grpo",  "dr_grpo", "dapo", "gspo", "gpg",      "cpgd",   "rloo",
-                                     "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax",
-                                     "clip_cov", "kl_cov", "ppo"};
+static const char *const ALGOS[] = {"grpo",
+                                    "dr_grpo",
+                                    "dapo",
+                                    "gspo",
+                                    "gpg",
+                                    "cpgd",
+                                    "rloo",
+                                    "reinforce_plus_plus",
+                                    "reinforce_plus_plus_baseline",
+                                    "remax",
+                                    "clip_cov",
+                                    "kl_cov",
+                                    "ppo"};
 #define N_ALGOS (int)(sizeof ALGOS / sizeof *ALGOS)
 
 static char *example(const char *kind, const char *algo)
@@ -106,7 +116,8 @@ static int load_scaled(const char *algo, df_config **out)
     int rc = df_config_load(df_config_schema_train(), example("demo", algo), ptrs, n, &y);
     if (rc)
         return rc;
-    int64_t tbs = df_config_int(y, "data.train_batch_size"), maxr = df_config_int(y, "data.max_response_length");
+    int64_t tbs = df_config_int(y, "data.train_batch_size"),
+            maxr = df_config_int(y, "data.max_response_length");
     int64_t mini = scaled(df_config_int(y, "actor_rollout_ref.actor.ppo_mini_batch_size"), tbs, TBS);
     int64_t cmini = scaled(df_config_int(y, "critic.ppo_mini_batch_size"), tbs, TBS);
     int64_t buf = scaled(df_config_int(y, "reward_model.overlong_buffer.len"), maxr, MAX_RESP);
@@ -198,8 +209,8 @@ static void run(const char *algo, json_t *lines[STEPS])
     if (fit(algo))
         fail_msg("%s: %s", algo, df_last_error());
     read_metrics(algo, lines);
-    const char *common[] = {"actor/pg_loss", "actor/grad_norm", "actor/entropy", "critic/score/mean",
-                            "critic/advantages/mean", "response_length/mean"};
+    const char *common[] = {"actor/pg_loss",     "actor/grad_norm",        "actor/entropy",
+                            "critic/score/mean", "critic/advantages/mean", "response_length/mean"};
     double grad = 0;
     for (int s = 0; s < STEPS; s++) {
         for (size_t k = 0; k < sizeof common / sizeof *common; k++)

@@ -20,8 +20,8 @@ static void test_penalty_by_length(void **state)
 {
     (void)state;
     assert_near(df_reward_overlong_penalty(&OB, 20, 0), 0.0, 0);
-    assert_near(df_reward_overlong_penalty(&OB, 20, 10), 0.0, 0);  /* below the buffer */
-    assert_near(df_reward_overlong_penalty(&OB, 20, 15), 0.0, 0);  /* at expected_len: exceed 0 */
+    assert_near(df_reward_overlong_penalty(&OB, 20, 10), 0.0, 0);      /* below the buffer */
+    assert_near(df_reward_overlong_penalty(&OB, 20, 15), 0.0, 0);      /* at expected_len: exceed 0 */
     assert_near(df_reward_overlong_penalty(&OB, 20, 16), -0.2, 1e-12); /* inside: -(16-15)/5 */
     assert_near(df_reward_overlong_penalty(&OB, 20, 18), -0.6, 1e-12);
     assert_near(df_reward_overlong_penalty(&OB, 20, 20), -1.0, 1e-12); /* at the limit: -factor */
@@ -87,7 +87,8 @@ static void test_dapo_manager_batch(void **state)
     (void)state;
     df_batch *b = batch4();
     /* max 8, buffer 4: expected 4; lengths 3 -> 0, 6 -> -0.5, 8 -> -1 (factor 1) */
-    df_reward_manager_cfg cfg = {.manager = "dapo", .max_resp_len = 8,
+    df_reward_manager_cfg cfg = {.manager = "dapo",
+                                 .max_resp_len = 8,
                                  .overlong_buffer = {.enable = true, .len = 4, .penalty_factor = 1.0}};
     float scores[4], acc[4], over[4];
     int64_t empty = -1;
@@ -101,8 +102,8 @@ static void test_dapo_manager_batch(void **state)
     assert_near(over[2], 0.0, 0); /* empty: exceed = 0 - 4 < 0 */
     assert_near(over[3], -1.0, 1e-7);
     assert_near(last_token(b, 0), 1.0, 0);
-    assert_near(last_token(b, 1), -0.5, 1e-7);  /* 0 + -0.5 */
-    assert_near(last_token(b, 3), 0.0, 1e-7);   /* 1 + -1 */
+    assert_near(last_token(b, 1), -0.5, 1e-7); /* 0 + -0.5 */
+    assert_near(last_token(b, 3), 0.0, 1e-7);  /* 1 + -1 */
     int64_t len;
     const float *t = df_batch_tok_f32(b, "token_level_scores", 1, &len);
     for (int64_t j = 0; j + 1 < len; j++)
@@ -125,11 +126,13 @@ static void test_dapo_disabled_is_naive(void **state)
     df_batch *a = batch4(), *b = batch4();
     float sa[4], sb[4], over[4] = {9, 9, 9, 9};
     assert_int_equal(df_reward_naive(NULL, a, RESP, sa, NULL, NULL), 0);
-    df_reward_manager_cfg cfg = {.manager = "dapo", .max_resp_len = 8,
+    df_reward_manager_cfg cfg = {.manager = "dapo",
+                                 .max_resp_len = 8,
                                  .overlong_buffer = {.enable = false, .len = 4, .penalty_factor = 1.0}};
     assert_int_equal(df_reward_dapo(&cfg, b, RESP, sb, NULL, over, NULL), 0);
     assert_memory_equal(sa, sb, sizeof sa);
-    const df_column *ca = df_batch_column(a, "token_level_scores"), *cb = df_batch_column(b, "token_level_scores");
+    const df_column *ca = df_batch_column(a, "token_level_scores"),
+                    *cb = df_batch_column(b, "token_level_scores");
     assert_memory_equal(ca->offsets, cb->offsets, 5 * sizeof(int64_t));
     assert_memory_equal(ca->data, cb->data, 17 * sizeof(float));
     for (int i = 0; i < 4; i++)
@@ -144,8 +147,10 @@ static void test_manager_selection(void **state)
     (void)state;
     df_batch *b = batch4();
     float over[4] = {9, 9, 9, 9};
-    df_reward_manager_cfg cfg = {.manager = "naive", .max_resp_len = 8,
-                                 .overlong_buffer = {.enable = true, .len = 4, .penalty_factor = 1.0, .log = true}};
+    df_reward_manager_cfg cfg = {
+        .manager = "naive",
+        .max_resp_len = 8,
+        .overlong_buffer = {.enable = true, .len = 4, .penalty_factor = 1.0, .log = true}};
     /* naive ignores the buffer */
     assert_int_equal(df_reward_manager_run(&cfg, b, RESP, NULL, NULL, over, NULL), 0);
     assert_near(last_token(b, 3), 1.0, 0);
@@ -194,12 +199,11 @@ static void collect(void *user, const char *msg)
     snprintf(w->last, sizeof w->last, "%s", msg);
 }
 
-static const char *BASE =
-    "data: {train_batch_size: 8, max_response_length: 64}\n"
-    "actor_rollout_ref:\n"
-    "  actor: {ppo_mini_batch_size: 8, ppo_micro_batch_size_per_gpu: 8}\n"
-    "  rollout: {n: 4, log_prob_micro_batch_size_per_gpu: 8}\n"
-    "algorithm: {adv_estimator: grpo}\n";
+static const char *BASE = "data: {train_batch_size: 8, max_response_length: 64}\n"
+                          "actor_rollout_ref:\n"
+                          "  actor: {ppo_mini_batch_size: 8, ppo_micro_batch_size_per_gpu: 8}\n"
+                          "  rollout: {n: 4, log_prob_micro_batch_size_per_gpu: 8}\n"
+                          "algorithm: {adv_estimator: grpo}\n";
 
 /* Load BASE with overrides, validate on one rank; returns the status, warnings into *w. */
 static int validate(warnings *w, const char *const *ov, int n_ov)
@@ -254,7 +258,8 @@ static void test_warn_reward_settings(void **state)
                              "reward_model.overlong_buffer.len=16"};
     assert_int_equal(validate(&w, dapo_ok, 3), 0);
     assert_int_equal(w.n, 0);
-    const char *dapo_long[] = {"reward_model.reward_manager=dapo", "reward_model.overlong_buffer.enable=true"};
+    const char *dapo_long[] = {"reward_model.reward_manager=dapo",
+                               "reward_model.overlong_buffer.enable=true"};
     assert_int_equal(validate(&w, dapo_long, 2), 0); /* default len 512 > max_response_length 64 */
     assert_int_equal(w.n, 1);
     assert_non_null(strstr(w.last, "reward_model.overlong_buffer.len=512 (default) exceeds "
@@ -273,9 +278,9 @@ static void test_warn_reward_settings(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_penalty_by_length),      cmocka_unit_test(test_penalty_zero_length_buffer),
-        cmocka_unit_test(test_dapo_manager_batch),     cmocka_unit_test(test_dapo_disabled_is_naive),
-        cmocka_unit_test(test_manager_selection),      cmocka_unit_test(test_warn_gspo_aggregation),
+        cmocka_unit_test(test_penalty_by_length),    cmocka_unit_test(test_penalty_zero_length_buffer),
+        cmocka_unit_test(test_dapo_manager_batch),   cmocka_unit_test(test_dapo_disabled_is_naive),
+        cmocka_unit_test(test_manager_selection),    cmocka_unit_test(test_warn_gspo_aggregation),
         cmocka_unit_test(test_warn_reward_settings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

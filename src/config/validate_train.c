@@ -251,12 +251,14 @@ static void warn_suspicious(const df_config *c, df_config_warn_fn warn, void *us
     const char *manager = df_config_str(c, "reward_model.reward_manager");
     bool dapo = !strcmp(manager, "dapo");
     if (df_config_bool(c, "reward_model.overlong_buffer.enable") && !strcmp(manager, "naive"))
-        warnf(warn, user, "%s has no effect with %s: only the dapo reward manager applies the overlong penalty",
-              kv(c, "reward_model.overlong_buffer.enable", kb[0]), kv(c, "reward_model.reward_manager", kb[1]));
+        warnf(warn, user, "%s has no effect with %s: only the dapo reward manager applies the overlong "
+              "penalty", kv(c, "reward_model.overlong_buffer.enable", kb[0]),
+              kv(c, "reward_model.reward_manager", kb[1]));
     if (dapo && df_config_bool(c, "reward_model.overlong_buffer.enable") &&
         df_config_int(c, "reward_model.overlong_buffer.len") > df_config_int(c, "data.max_response_length"))
-        warnf(warn, user, "%s exceeds %s: the penalty ramp starts below 0 tokens, so every response is penalised",
-              kv(c, "reward_model.overlong_buffer.len", kb[0]), kv(c, "data.max_response_length", kb[1]));
+        warnf(warn, user, "%s exceeds %s: the penalty ramp starts below 0 tokens, so every response is "
+              "penalised", kv(c, "reward_model.overlong_buffer.len", kb[0]),
+              kv(c, "data.max_response_length", kb[1]));
     const char *kw = df_config_map_text(c, "reward_model.reward_kwargs");
     if (kw && strcmp(kw, "{}"))
         warnf(warn, user,

@@ -40,12 +40,14 @@ int df_reward_manager_check(const df_reward_manager_cfg *cfg)
         return DF_OK;
     const df_overlong_buffer_cfg *ob = &cfg->overlong_buffer;
     if (cfg->max_resp_len < 1)
-        return df_error(DF_EINVAL, "dapo reward manager: the overlong buffer needs max_resp_len >= 1 (got %lld)",
+        return df_error(DF_EINVAL,
+                        "dapo reward manager: the overlong buffer needs max_resp_len >= 1 (got %lld)",
                         (long long)cfg->max_resp_len);
     if (ob->len < 0 || !(ob->penalty_factor >= 0))
         return df_error(DF_EINVAL,
                         "dapo reward manager: reward_model.overlong_buffer.len=%lld and penalty_factor=%g "
-                        "must be >= 0", (long long)ob->len, ob->penalty_factor);
+                        "must be >= 0",
+                        (long long)ob->len, ob->penalty_factor);
     return DF_OK;
 }
 
