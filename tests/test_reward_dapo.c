@@ -1,7 +1,8 @@
 /*
  * The dapo reward manager (verl DAPORewardManager: naive scoring plus DAPO's
  * overlong penalty), the choice of manager, and the validator's warnings on
- * algorithm and reward settings (df_config_validate_train_ex).
+ * algorithm and reward settings (df_config_validate_train_ex, and through
+ * `distflow config check`).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,6 +13,8 @@
 
 #include "distflow/config.h"
 #include "distflow/reward.h"
+
+#include <sys/wait.h>
 
 /* max_resp_len 20, buffer 5 tokens, factor 1: no penalty up to 15 tokens, then -0.2 per token. */
 static const df_overlong_buffer_cfg OB = {.enable = true, .len = 5, .penalty_factor = 1.0};
@@ -275,13 +278,51 @@ static void test_warn_reward_settings(void **state)
     assert_non_null(strstr(df_last_error(), "known: naive, dapo"));
 }
 
+/* `distflow config check`: exit 0 and "ok" (warnings on stderr), 1 with the validator's error. */
+static int config_check(const char *args, char *out, size_t cap)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s/distflow config check %s 2>&1", DF_BINARY_DIR, args);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t len = fread(out, 1, cap - 1, p);
+    out[len] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_cli_config_check(void **state)
+{
+    (void)state;
+    char out[8192];
+    assert_int_equal(config_check(DF_SOURCE_DIR "/examples/demo/gspo.yaml", out, sizeof out), 0);
+    assert_string_equal(out, "ok\n");
+    assert_int_equal(config_check(DF_SOURCE_DIR
+                                  "/examples/demo/gspo.yaml actor_rollout_ref.actor.loss_agg_mode="
+                                  "token-mean",
+                                  out, sizeof out),
+                     0);
+    assert_non_null(
+        strstr(out, "distflow config: warning: actor_rollout_ref.actor.policy_loss.loss_mode='gspo'"));
+    assert_non_null(strstr(out, "ok\n"));
+    assert_int_equal(config_check(DF_SOURCE_DIR "/examples/demo/dapo.yaml reward_model.reward_manager=prime",
+                                  out, sizeof out),
+                     1);
+    assert_non_null(strstr(out, "error: reward_model.reward_manager='prime' (command line): unknown reward "
+                                "manager 'prime' (known: naive, dapo)"));
+    assert_int_equal(config_check(DF_SOURCE_DIR "/examples/demo/dapo.yaml --world 3", out, sizeof out), 1);
+    assert_non_null(strstr(out, "not divisible by the 3 data-parallel ranks"));
+    assert_int_equal(config_check(DF_SOURCE_DIR "/examples/demo/dapo.yaml --world 0", out, sizeof out), 1);
+    assert_non_null(strstr(out, "--world must be between 1 and 1048576, got 0"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_penalty_by_length),    cmocka_unit_test(test_penalty_zero_length_buffer),
         cmocka_unit_test(test_dapo_manager_batch),   cmocka_unit_test(test_dapo_disabled_is_naive),
         cmocka_unit_test(test_manager_selection),    cmocka_unit_test(test_warn_gspo_aggregation),
-        cmocka_unit_test(test_warn_reward_settings),
+        cmocka_unit_test(test_warn_reward_settings), cmocka_unit_test(test_cli_config_check),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
