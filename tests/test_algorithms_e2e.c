@@ -102,14 +102,14 @@ static int64_t scaled(int64_t v, int64_t from, int64_t to)
  * their share of the train batch (GSPO's four mini-batches stay four), the
  * overlong buffer its share of the response length.
  */
-static int load_scaled(const char *algo, df_config **out)
+static int load_scaled(const char *algo, const char *const *extra, int n_extra, df_config **out)
 {
-    char ov[24][512];
+    char ov[32][512];
     int n = 0;
 #define OV(...) snprintf(ov[n++], sizeof ov[0], __VA_ARGS__)
     OV("data.train_files=[%s/train.jsonl]", dir);
     OV("actor_rollout_ref.model.path=%s/model", dir);
-    const char *ptrs[24];
+    const char *ptrs[32];
     for (int i = 0; i < n; i++)
         ptrs[i] = ov[i];
     df_config *y;
@@ -140,14 +140,16 @@ static int load_scaled(const char *algo, df_config **out)
 #undef OV
     for (int i = 0; i < n; i++)
         ptrs[i] = ov[i];
-    return df_config_load(df_config_schema_train(), example("demo", algo), ptrs, n, out);
+    for (int i = 0; i < n_extra; i++) /* later overrides win */
+        ptrs[n + i] = extra[i];
+    return df_config_load(df_config_schema_train(), example("demo", algo), ptrs, n + n_extra, out);
 }
 
-static int fit(const char *algo)
+static int fit(const char *algo, const char *const *extra, int n_extra)
 {
     df_config *cfg = NULL;
     df_dag_worker *w = NULL;
-    int rc = load_scaled(algo, &cfg);
+    int rc = load_scaled(algo, extra, n_extra, &cfg);
     if (!rc)
         rc = df_dag_worker_create(cfg, NULL, &w);
     if (!rc)
@@ -204,9 +206,9 @@ static double weight_change(const char *algo)
 }
 
 /* Train `algo`, check what every algorithm reports, return the metric lines (caller frees). */
-static void run(const char *algo, json_t *lines[STEPS])
+static void run_ex(const char *algo, const char *const *extra, int n_extra, json_t *lines[STEPS])
 {
-    if (fit(algo))
+    if (fit(algo, extra, n_extra))
         fail_msg("%s: %s", algo, df_last_error());
     read_metrics(algo, lines);
     const char *common[] = {"actor/pg_loss",     "actor/grad_norm",        "actor/entropy",
@@ -222,6 +224,11 @@ static void run(const char *algo, json_t *lines[STEPS])
     double moved = weight_change(algo);
     if (!(moved > 1e-3)) /* weight decay is 0 in the examples: only gradients move the weights */
         fail_msg("%s: weights moved by %g only", algo, moved);
+}
+
+static void run(const char *algo, json_t *lines[STEPS])
+{
+    run_ex(algo, NULL, 0, lines);
 }
 
 static void free_lines(json_t *lines[STEPS])
@@ -272,12 +279,25 @@ static void test_dr_grpo(void **state)
     free_lines(lines);
 }
 
-/* DAPO: dynamic sampling ran, the overlong penalty (buffer 2 of 10 tokens) was applied and logged. */
+/* DAPO: dynamic sampling ran, the overlong penalty (buffer 2 of 10 tokens) was applied and logged,
+ * in training and in a validation after the last step. */
 static void test_dapo(void **state)
 {
     (void)state;
     json_t *lines[STEPS] = {0};
-    run("dapo", lines);
+    char val[512];
+    snprintf(val, sizeof val, "data.val_files=[%s/train.jsonl]", dir);
+    const char *extra[] = {val, "data.val_max_samples=8", "trainer.test_freq=3"};
+    run_ex("dapo", extra, 3, lines);
+    /* validation reward = score + penalty; the score of this 0/1 reward is acc */
+    json_t *last = lines[STEPS - 1];
+    double reward = metric(last, "dapo", "val-core/test/parity/reward/mean@1");
+    double acc = metric(last, "dapo", "val-core/test/parity/acc/mean@1");
+    double pen = metric(last, "dapo", "val-aux/test/parity/overlong_reward/mean@1");
+    assert_near(reward, acc + pen, 1e-6);
+    assert_true(pen <= 0);
+    double val_share = metric(last, "dapo", "val-aux/test/parity/overlong/mean@1");
+    assert_true(val_share >= 0 && val_share <= 1 && (pen < 0) == (val_share > 0));
     double overlong = 0;
     for (int s = 0; s < STEPS; s++) {
         double gens = metric(lines[s], "dapo", "train/num_gen_batches");
@@ -343,7 +363,7 @@ static void test_reinforce_plus_plus_baseline(void **state)
 static void test_remax(void **state)
 {
     (void)state;
-    if (fit("remax") && strstr(df_last_error(), "reward_baselines are NULL")) {
+    if (fit("remax", NULL, 0) && strstr(df_last_error(), "reward_baselines are NULL")) {
         print_message("remax: skipped until the worker fills reward_baselines (%s)\n", df_last_error());
         skip();
         return;
