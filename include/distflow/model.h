@@ -137,8 +137,8 @@ DF_API int df_model_config_parse(const char *json_text, const char *source,
  * is kept and the known ones are updated: architectures ["Qwen2ForCausalLM"] /
  * ["LlamaForCausalLM"] (a value model: ["Qwen2ForTokenClassification"] /
  * ["LlamaForTokenClassification"], id2label {"0": "LABEL_0"}, label2id
- * {"LABEL_0": 0}, and num_labels when the original has that key), model_type, the sizes, head_dim (qwen2: only when it
- * differs from hidden_size / num_attention_heads), rope_theta, rms_norm_eps,
+ * {"LABEL_0": 0}, and num_labels when the original has that key), model_type,
+ * the sizes, head_dim (qwen2: only when it differs from hidden_size / num_attention_heads), rope_theta, rms_norm_eps,
  * initializer_range, tie_word_embeddings, attention_bias (llama; qwen2 only
  * when false), bos_token_id, eos_token_id (an int for one id unless the
  * original held a list), torch_dtype. A fresh file also gets hidden_act,
