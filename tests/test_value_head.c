@@ -18,6 +18,7 @@
 
 #include "distflow/model.h"
 #include "distflow/rng.h"
+#include "distflow/rollout.h"
 #include "model/acts.h"
 #include "model/safetensors.h"
 
@@ -704,6 +705,17 @@ static void test_wrong_head_errors(void **state)
     assert_error_mentions(df_model_forward(lm, a, &blm, 1.0f, out, NULL), DF_EINVAL,
                           "value model");
     df_acts_free(a);
+    /* The rollout samples from an LM head: a value model is refused. */
+    df_rollout_engine *e;
+    assert_int_equal(df_rollout_engine_create(&lm->cfg, 2, 16, &e), DF_OK);
+    df_sampling_params sp;
+    df_sampling_params_defaults(&sp);
+    int64_t po[2] = {0, 3};
+    df_rollout_request req = {1, po, sb.tokens, 1, 1, NULL};
+    df_rollout_result res;
+    assert_error_mentions(df_rollout_generate(e, v, &req, &sp, &res, NULL, NULL), DF_EINVAL,
+                          "value model");
+    df_rollout_engine_free(e);
     free(gv), free(gl);
     df_model_free(v);
     df_model_free(lm);
