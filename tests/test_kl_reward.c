@@ -166,8 +166,9 @@ static void test_builtin_order(void **state)
     assert_string_equal(s, "rollout_actor function_reward actor_old_log_prob reference_log_prob "
                            "calculate_advantages actor_train");
     order_of("algorithm.use_kl_in_reward=true", "algorithm.adv_estimator=gae", s, sizeof s);
-    assert_string_equal(s, "rollout_actor function_reward compute_value actor_old_log_prob reference_log_prob "
-                           "calculate_advantages actor_train critic_train");
+    assert_string_equal(s,
+                        "rollout_actor function_reward compute_value actor_old_log_prob reference_log_prob "
+                        "calculate_advantages actor_train critic_train");
     order_of("algorithm.use_kl_in_reward=true", "algorithm.workflow_type=dapo", s, sizeof s);
     assert_string_equal(s, "rollout_actor function_reward dynamic_sampling actor_old_log_prob "
                            "reference_log_prob calculate_advantages actor_train");
@@ -214,8 +215,9 @@ static void test_workflow_order(void **state)
     char want[600];
     snprintf(want, sizeof want, "workflow file '%s/siirl_order.yaml': algorithm.use_kl_in_reward=true", dir);
     assert_error_mentions(rc, DF_EINVAL, want);
-    assert_non_null(strstr(df_last_error(), "node 'adv' (ADVANTAGE) does not depend on the old-log-prob node "
-                                            "(role ACTOR, only_forward_compute: true) and the REFERENCE node"));
+    assert_non_null(strstr(df_last_error(),
+                           "node 'adv' (ADVANTAGE) does not depend on the old-log-prob node "
+                           "(role ACTOR, only_forward_compute: true) and the REFERENCE node"));
     assert_non_null(strstr(df_last_error(), "command line: dag.workflow_path"));
     df_config_free(cfg);
     /* the same file without the KL in the reward plans fine; verl's order plans with it */
