@@ -203,8 +203,14 @@ DF_API int df_pipeline_select(const df_config *c, const char **name);
  * dag.custom_pipeline_fn (df_pipeline_from_plugin), else the built-in of
  * df_pipeline_select. *name is "workflow", "custom" or the built-in's name.
  * The graph is checked with df_task_graph_check_models; executable refs are
- * not resolved. Errors: those of the source, prefixed with the key's
- * file:line for the first two, or of the check.
+ * not resolved. With algorithm.use_kl_in_reward the advantage node must come
+ * after the old-log-prob and reference nodes (the penalty needs both): a
+ * built-in takes verl's order (rollout -> reward -> [dynamic_sampling /
+ * compute_value] -> actor_old_log_prob -> reference_log_prob ->
+ * calculate_advantages -> actor_train ...); a workflow file or custom
+ * pipeline without it is refused (DF_EINVAL naming the file and the node).
+ * Errors: those of the source, prefixed with the key's file:line for the
+ * first two, or of the checks.
  */
 DF_API int df_pipeline_from_config(const df_config *c, df_warn_fn warn, void *user,
                                    const char **name, df_task_graph **out);

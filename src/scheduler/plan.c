@@ -70,6 +70,25 @@ static int checked(int rc, const df_config *c, df_task_graph **g)
     return rc;
 }
 
+/*
+ * algorithm.use_kl_in_reward needs both log-probs before the advantage: the
+ * built-in chains take verl's order, other graphs must have it (kl_order.c).
+ * The default graphs are untouched. *g is freed on failure.
+ */
+static int kl_in_reward_order(const df_config *c, bool builtin, const char *source, df_task_graph **g)
+{
+    if (!df_config_bool(c, "algorithm.use_kl_in_reward"))
+        return DF_OK;
+    char what[1300];
+    snprintf(what, sizeof what, "%s%s%s", builtin ? "built-in pipeline '" : "", source, builtin ? "'" : "");
+    int rc = df_task_graph_order_for_kl_in_reward(*g, builtin, what);
+    if (rc) {
+        df_task_graph_free(*g);
+        *g = NULL;
+    }
+    return rc;
+}
+
 int df_pipeline_from_config(const df_config *c, df_warn_fn warn, void *user, const char **name,
                             df_task_graph **out)
 {
@@ -77,7 +96,9 @@ int df_pipeline_from_config(const df_config *c, df_warn_fn warn, void *user, con
     const char *key = !df_config_is_null(c, wf) ? wf : !df_config_is_null(c, fn) ? fn : NULL;
     if (!key) {
         int rc = df_pipeline_select(c, name);
-        return rc ? rc : checked(df_builtin_pipeline(*name, out), c, out);
+        if (!rc)
+            rc = checked(df_builtin_pipeline(*name, out), c, out);
+        return rc ? rc : kl_in_reward_order(c, true, *name, out);
     }
     int rc;
     if (key == wf) {
@@ -88,6 +109,12 @@ int df_pipeline_from_config(const df_config *c, df_warn_fn warn, void *user, con
     } else {
         *name = "custom";
         rc = df_pipeline_from_plugin(df_config_str(c, fn), out);
+    }
+    if (!rc) {
+        char src[1200];
+        snprintf(src, sizeof src, "%s '%s'", key == wf ? "workflow file" : "pipeline of",
+                 df_config_str(c, key));
+        rc = kl_in_reward_order(c, false, src, out);
     }
     if (rc)
         return df_error_wrap(rc, "%s: %s", df_config_where(c, key), key);

@@ -10,4 +10,17 @@
 /* Node indices of g sorted by node id (strcmp, = Python's str order for UTF-8), malloc'd. */
 int *df_sched_sorted_ids(const df_task_graph *g);
 
+/**
+ * Put g's ADVANTAGE nodes after the old-log-prob node (role ACTOR,
+ * only_forward_compute) and the REFERENCE node, as algorithm.use_kl_in_reward
+ * needs (verl RayPPOTrainer.fit: old_log_prob -> ref -> values -> adv). An
+ * advantage node that already depends on both (transitively) is left alone.
+ * With may_reorder (siiRL's built-in chains), a chain advantage -> old ->
+ * reference -> rest becomes old -> reference -> advantage -> rest (the
+ * advantage's own dependency moves to the old-log-prob node). Otherwise, or
+ * for any other shape: DF_EINVAL naming `source` (e.g. "workflow file 'x.yaml'"),
+ * the node and the missing dependency. DF_ENOMEM.
+ */
+int df_task_graph_order_for_kl_in_reward(df_task_graph *g, bool may_reorder, const char *source);
+
 #endif /* DF_SCHED_INTERNAL_H */

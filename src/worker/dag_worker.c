@@ -26,7 +26,7 @@ static int expand_path(const char *in, char *out, size_t cap)
 /* Settings distflow cannot honour yet: refuse them instead of silently ignoring them. */
 static int check_supported(const df_config *c)
 {
-    static const char *const off[] = {"algorithm.use_kl_in_reward", "reward_model.enable", "data.auto_repeat",
+    static const char *const off[] = {"reward_model.enable", "data.auto_repeat",
                                       "data.multi_agent", "actor_rollout_ref.rollout.use_fire_sampling",
                                       "actor_rollout_ref.rollout.multi_turn.enable", "algorithm.use_pf_ppo",
                                       "dag.env_enable"};
@@ -181,10 +181,21 @@ static int setup_models(df_dag_worker *w, df_model *m)
     int rc;
     df_actor_params p;
     df_worker_actor_params(w, c, &p);
-    if (p.use_kl_loss && (rc = df_model_clone(m, &ref))) {
+    bool kl_in_reward = df_config_bool(c, "algorithm.use_kl_in_reward");
+    if ((p.use_kl_loss || kl_in_reward) && (rc = df_model_clone(m, &ref))) {
         df_model_free(m);
         return rc;
     }
+    /* verl get_kl_controller; its state is not checkpointed (no resume yet): the metrics record beta */
+#define KC "algorithm.kl_ctrl."
+    if (kl_in_reward && (rc = df_kl_ctrl_create(df_config_str(c, KC "type"), df_config_float(c, KC "kl_coef"),
+                                                df_config_float(c, KC "target_kl"),
+                                                df_config_float(c, KC "horizon"), &w->kl_ctrl))) {
+        df_model_free(m);
+        df_model_free(ref);
+        return df_error_wrap(rc, "%s", df_config_where(c, KC "type"));
+    }
+#undef KC
     rc = df_actor_create(m, &p, true, &w->actor);
     if (!rc)
         df_actor_set_comm(w->actor, w->actor_dp);
@@ -283,6 +294,7 @@ int df_dag_worker_create(const df_config *cfg, df_comm *comm, df_dag_worker **ou
     if (!rc)
         rc = df_data_buffers_create(w->group, &w->buffers);
     w->balance_batch = df_config_bool(cfg, "trainer.balance_batch");
+    w->remax = !strcmp(df_config_str(cfg, "algorithm.adv_estimator"), "remax");
     w->reward.reward_fn_key = df_config_str(cfg, "data.reward_fn_key");
     if (!rc)
         rc = df_worker_setup_reward(w);
@@ -335,6 +347,7 @@ void df_dag_worker_free(df_dag_worker *w)
     df_rollout_engine_free(w->rollout);
     df_actor_free(w->actor);
     df_actor_free(w->ref);
+    df_kl_ctrl_free(w->kl_ctrl);
     df_dataloader_free(w->dl);
     df_prompt_cache_free(&w->train_prompts);
     df_prompt_cache_free(&w->val_prompts);

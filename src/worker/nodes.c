@@ -36,17 +36,24 @@ int df_worker_generate(df_dag_worker *w, const df_node *node, const df_batch *pr
     const df_config *nc = df_worker_node_config(w, node);
     if (nc != w->cfg)
         df_worker_sampling(w, nc, "actor_rollout_ref.rollout.", &node_sp);
-    return df_generate_batch(w->rollout, df_actor_model(w->actor), prompts, w->n_samples, &node_sp, seed,
-                             w->console && w->rank == 0 ? "rollout" : NULL, out);
+    int rc = df_generate_batch(w->rollout, df_actor_model(w->actor), prompts, w->n_samples, &node_sp, seed,
+                               w->console && w->rank == 0 ? "rollout" : NULL, out);
+    if (!rc && w->remax && (rc = df_worker_remax_baselines(w, node, prompts, step, gen, *out))) {
+        df_batch_free(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 /* rollout_actor: n responses per prompt from the current policy. */
 static int node_generate(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
 {
-    double t0 = df_now();
+    double t0 = df_now(), max0 = ctx->metrics ? df_metrics_get(ctx->metrics, "timing_s/gen_max", 0) : 0;
     int rc = need_batch(batch, "generate");
     if (!rc)
         rc = df_worker_generate(W(ctx), ctx->node, batch, ctx->step, 0, &out->batch);
+    if (ctx->metrics) /* verl's gen leaves out ReMax's greedy pass (its own timing_s/gen_max) */
+        t0 += df_metrics_get(ctx->metrics, "timing_s/gen_max", 0) - max0;
     timing(ctx, "gen", t0);
     return rc;
 }
@@ -54,7 +61,7 @@ static int node_generate(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
 int df_worker_reward(df_dag_worker *w, df_batch *batch, df_metrics *m)
 {
     int rc = df_score_batch(w->tok, &w->reward, batch, NULL);
-    /* no KL in the reward (algorithm.use_kl_in_reward is refused at setup): rewards = scores */
+    /* rewards = scores; with algorithm.use_kl_in_reward the advantage node subtracts the KL penalty */
     const df_column *sc = rc ? NULL : df_batch_column(batch, "token_level_scores");
     if (sc)
         rc = df_batch_set_tok_f32(batch, "token_level_rewards", sc->offsets, sc->data);
@@ -86,6 +93,8 @@ static int node_compute_advantage(df_node_ctx *ctx, df_batch *batch, df_node_out
     df_dag_worker *w = W(ctx);
     double t0 = df_now();
     int rc = need_batch(batch, "compute_advantage");
+    if (!rc) /* algorithm.use_kl_in_reward: rewards = scores - beta * KL, before the estimator */
+        rc = df_worker_kl_in_reward(w, ctx->node, batch, ctx->metrics);
     int64_t n = rc ? 0 : df_batch_size(batch);
     const df_column *uid = rc ? NULL : df_batch_column(batch, "uid");
     const df_column *rew = rc ? NULL : df_batch_column(batch, "token_level_rewards");

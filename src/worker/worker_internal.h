@@ -48,7 +48,9 @@ struct df_dag_worker {
     df_dataloader *dl;
 
     df_actor *actor; /* the policy; the rollout engine reads its weights */
-    df_actor *ref;   /* frozen reference (use_kl_loss), or NULL */
+    df_actor *ref;   /* frozen reference (use_kl_loss or use_kl_in_reward), or NULL */
+    df_kl_ctrl *kl_ctrl; /* algorithm.kl_ctrl when algorithm.use_kl_in_reward, else NULL */
+    bool remax;          /* adv_estimator remax: the rollout adds a greedy reward_baselines */
     df_rollout_engine *rollout;
     df_reward_manager_cfg reward;
     df_adv_estimator_fn adv_fn;
@@ -115,7 +117,8 @@ void df_worker_begin_step(df_dag_worker *w);
  * generation batch of a step (DAPO's dynamic sampling).
  */
 int df_worker_next_prompts(df_dag_worker *w, int gen, df_batch **out);
-/** Rollout: rollout.n responses per prompt of `prompts` (seeded by step and gen) into *out. */
+/** Rollout: rollout.n responses per prompt of `prompts` (seeded by step and gen) into *out;
+ *  with w->remax also their greedy reward_baselines (df_worker_remax_baselines). */
 int df_worker_generate(df_dag_worker *w, const df_node *node, const df_batch *prompts, int64_t step, int gen,
                        df_batch **out);
 /** w->reward from reward_model.reward_manager / overlong_buffer.*; DF_ENOTFOUND for an unknown manager. */
@@ -134,6 +137,43 @@ int df_dynamic_sampling_kept_rows(const df_batch *b, const char *metric, int64_t
                                   int64_t *groups);
 /** Register DAPO's dynamic_sampling node function (DAGWorker.dynamic_sampling and siiRL's name). */
 int df_worker_register_dynamic_sampling(void);
+
+/**
+ * KL penalty in the reward (verl ray_trainer apply_kl_penalty): with beta =
+ * df_kl_ctrl_value(ctrl) before the update, token_level_rewards (replaced) =
+ * token_level_scores - beta * kl(old_log_probs, ref_log_prob) per response
+ * token (df_kl_apply_in_reward, kl estimator `penalty`); then the controller
+ * steps with current_kl = the mean over the group's samples of each sample's
+ * token-mean KL and n_steps = the group's sample count (verl: batch_size),
+ * recording actor/reward_kl_penalty and actor/reward_kl_penalty_coeff in m
+ * (may be NULL). comm: the group the batch is split over (data parallel;
+ * NULL = this batch alone), collective; replica: this rank holds a copy of
+ * another rank's samples (model-parallel rank > 0) and is not counted. Every
+ * rank gets the same current_kl bits. Errors: DF_EINVAL for a missing
+ * token_level_scores / old_log_probs / ref_log_prob column or lengths that
+ * differ, those of df_kl_apply_in_reward / df_kl_ctrl_step, comm errors.
+ */
+int df_kl_reward_apply(df_kl_ctrl *ctrl, const char *penalty, df_batch *b, df_comm *comm, bool replica,
+                       df_metrics *m);
+/** df_kl_reward_apply in the advantage node `node` when w->kl_ctrl is set (over w->group, node's layout). */
+int df_worker_kl_in_reward(df_dag_worker *w, const df_node *node, df_batch *b, df_metrics *m);
+
+/**
+ * ReMax: set F32 column reward_baselines of `out` (rows with `uid`) to the sum
+ * of token_level_scores of the row of `greedy` (one response per prompt) with
+ * the same uid. Errors: DF_EINVAL for missing columns, a uid of out without a
+ * greedy row, a uid twice in greedy; DF_ENOMEM.
+ */
+int df_remax_set_baselines(df_batch *out, const df_batch *greedy);
+/**
+ * ReMax's greedy baseline (verl RayPPOTrainer.fit, adv_estimator remax):
+ * `prompts` (the rollout node's input) generated once more greedily with the
+ * node's other sampling settings, scored by df_worker_reward, then
+ * df_remax_set_baselines(out, ...). Adds the time to timing_s/gen_max of
+ * w->metrics.
+ */
+int df_worker_remax_baselines(df_dag_worker *w, const df_node *node, const df_batch *prompts, int64_t step,
+                              int gen, df_batch *out);
 
 /** Register the built-in node functions under their DAGWorker.* names (idempotent). */
 int df_worker_register_nodes(void);

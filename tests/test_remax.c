@@ -1,0 +1,171 @@
+/*
+ * test_remax.c — ReMax's greedy baseline: reward_baselines matched to rows by
+ * uid on hand-made batches, and three remax steps through the DAG worker,
+ * after which the rollout node's baselines must equal the scores of a separate
+ * greedy generation of the same prompts with the same weights, the same value
+ * for the rollout.n samples of a prompt.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "testutil.h"
+
+#include "distflow/reward.h"
+#include "worker/worker_internal.h"
+
+#include <jansson.h>
+
+static char dir[256];
+
+/* A reward every response of a random model earns something from: its length in characters / 100. */
+static int length_score(const char *data_source, const char *s, const char *gt, const char *extra,
+                        double *score)
+{
+    (void)data_source, (void)gt, (void)extra;
+    *score = (double)strlen(s) / 100.0;
+    return 0;
+}
+
+/* greedy rows: uid a scores [0, 0, 1] (sum 1), uid b [0.25, 0.25] (0.5); rollout rows b a a b */
+static void test_baselines_by_uid(void **state)
+{
+    (void)state;
+    const char *gu[] = {"a", "b"}, *ou[] = {"b", "a", "a", "b"};
+    const int64_t goff[] = {0, 3, 5};
+    const float gs[] = {0, 0, 1, 0.25f, 0.25f};
+    df_batch *g = df_batch_new(2), *o = df_batch_new(4);
+    assert_int_equal(df_batch_set_str(g, "uid", gu), 0);
+    assert_int_equal(df_batch_set_tok_f32(g, "token_level_scores", goff, gs), 0);
+    assert_int_equal(df_batch_set_str(o, "uid", ou), 0);
+    assert_int_equal(df_remax_set_baselines(o, g), 0);
+    const float *rb = df_batch_f32(o, "reward_baselines");
+    assert_non_null(rb);
+    assert_true(rb[0] == 0.5f && rb[1] == 1.0f && rb[2] == 1.0f && rb[3] == 0.5f);
+
+    /* a rollout row whose prompt has no greedy response; a prompt with two */
+    assert_int_equal(df_batch_set_str_at(o, "uid", 3, "c"), 0);
+    assert_error_mentions(df_remax_set_baselines(o, g), DF_EINVAL, "no greedy response for uid 'c' (row 3)");
+    assert_int_equal(df_batch_set_str_at(g, "uid", 1, "a"), 0);
+    assert_error_mentions(df_remax_set_baselines(o, g), DF_EINVAL, "two greedy responses for uid 'a'");
+    df_batch_drop(g, "token_level_scores");
+    assert_error_mentions(df_remax_set_baselines(o, g), DF_EINVAL, "uid and token_level_scores");
+    df_batch_free(g);
+    df_batch_free(o);
+}
+
+/* The rollout node's baselines against a greedy generation made here, with the worker's weights. */
+static void check_baselines(df_dag_worker *w)
+{
+    df_batch *p = NULL, *b = NULL, *g = NULL;
+    const df_node *rollout = df_task_graph_get_node(w->graph, "rollout_actor");
+    assert_non_null(rollout);
+    assert_int_equal(df_worker_next_prompts(w, 0, &p), 0);
+    assert_int_equal(df_worker_generate(w, rollout, p, w->step, 0, &b), 0);
+    assert_int_equal(df_worker_reward(w, b, NULL), 0); /* the sampled responses' own scores */
+    df_sampling_params sp = w->sp;
+    sp.greedy = true;
+    assert_int_equal(df_generate_batch(w->rollout, df_actor_model(w->actor), p, 1, &sp, 12345, NULL, &g), 0);
+    assert_int_equal(df_worker_reward(w, g, NULL), 0);
+    int64_t np = df_batch_size(p), n = w->n_samples;
+    assert_int_equal(df_batch_size(b), np * n);
+    const float *rb = df_batch_f32(b, "reward_baselines");
+    assert_non_null(rb);
+    int distinct_samples = 0, nonzero = 0;
+    for (int64_t i = 0; i < np; i++) {
+        int64_t len;
+        const float *s = df_batch_tok_f32(g, "token_level_scores", i, &len);
+        float sum = 0;
+        for (int64_t t = 0; t < len; t++)
+            sum += s[t];
+        assert_near(sum, df_batch_f32(g, "score")[i], 1e-6); /* the score sits on the last token */
+        nonzero += sum != 0;
+        print_message("prompt %lld: greedy baseline %.6f\n", (long long)i, sum);
+        for (int64_t j = 0; j < n; j++) {
+            assert_string_equal(df_batch_str(b, "uid", i * n + j), df_batch_str(p, "uid", i));
+            if (rb[i * n + j] != sum)
+                fail_msg("prompt %lld sample %lld: reward_baselines %.9g, greedy score %.9g", (long long)i,
+                         (long long)j, rb[i * n + j], sum);
+            distinct_samples += df_batch_f32(b, "score")[i * n + j] != sum;
+        }
+    }
+    print_message("%lld prompts: %d of %lld sampled responses score differently from the greedy one\n",
+                  (long long)np, distinct_samples, (long long)(np * n));
+    assert_true(nonzero > 0 && distinct_samples > 0); /* a real baseline, and not the samples' own scores */
+    df_batch_free(p);
+    df_batch_free(b);
+    df_batch_free(g);
+}
+
+static void test_remax_steps(void **state)
+{
+    (void)state;
+    char yaml[2048];
+    snprintf(yaml, sizeof yaml,
+             "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 4,\n"
+             "       max_prompt_length: 128, max_response_length: 8}\n"
+             "actor_rollout_ref:\n"
+             "  model: {path: %s/model}\n"
+             "  actor: {optim: {lr: 0.01}, ppo_mini_batch_size: 4, ppo_micro_batch_size_per_gpu: 6}\n"
+             "  rollout: {n: 3, log_prob_micro_batch_size_per_gpu: 16}\n"
+             "algorithm: {adv_estimator: remax}\n"
+             "trainer: {total_training_steps: 3, save_freq: -1, logger: [], default_local_dir: %s/out}\n",
+             dir, dir, dir);
+    df_config *cfg;
+    if (df_config_load_text(df_config_schema_train(), yaml, "remax.yaml", NULL, 0, &cfg))
+        fail_msg("%s", df_last_error());
+    df_dag_worker *w = NULL;
+    int rc = df_dag_worker_create(cfg, NULL, &w);
+    if (!rc)
+        rc = df_dag_worker_fit(w);
+    if (rc)
+        fail_msg("%s", df_last_error());
+    check_baselines(w);
+    df_dag_worker_free(w);
+    df_config_free(cfg);
+
+    char path[512], *text;
+    snprintf(path, sizeof path, "%s/out/metrics.jsonl", dir);
+    assert_int_equal(df_read_file(path, &text, NULL), 0);
+    int lines = 0;
+    for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n"), lines++) {
+        json_t *o = json_loads(l, 0, NULL);
+        double gen = json_number_value(json_object_get(o, "timing_s/gen"));
+        double gen_max = json_number_value(json_object_get(o, "timing_s/gen_max"));
+        assert_true(gen > 0 && gen_max > 0);
+        assert_true(json_is_number(json_object_get(o, "actor/pg_loss")));
+        assert_true(json_is_number(json_object_get(o, "critic/advantages/mean")));
+        print_message("step %d: timing_s/gen %.3f s, timing_s/gen_max %.3f s\n", lines + 1, gen, gen_max);
+        json_decref(o);
+    }
+    assert_int_equal(lines, 3);
+    free(text);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    if (df_reward_register("test/length", length_score))
+        return -1;
+    snprintf(dir, sizeof dir, "/tmp/df_remax_XXXXXX");
+    if (!mkdtemp(dir))
+        return -1;
+    df_test_digits_inputs(dir, "train.jsonl", 64, "test/length", true);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    return df_test_remove_tree(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_baselines_by_uid),
+        cmocka_unit_test(test_remax_steps),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
