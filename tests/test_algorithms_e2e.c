@@ -341,10 +341,24 @@ static void test_cpgd(void **state)
     run_with("cpgd", NULL, 0);
 }
 
+/* KL in the reward (verl's RLOO and ReMax recipes): a fixed coefficient 0.001, a KL of 0 before the
+ * first update and positive after it. */
+static void check_kl_in_reward(const char *algo, json_t *lines[STEPS])
+{
+    for (int s = 0; s < STEPS; s++)
+        assert_near(metric(lines[s], algo, "actor/reward_kl_penalty_coeff"), 0.001, 1e-12);
+    assert_near(metric(lines[0], algo, "actor/reward_kl_penalty"), 0.0, 1e-6);
+    if (!(metric(lines[STEPS - 1], algo, "actor/reward_kl_penalty") > 0))
+        fail_msg("%s: no KL to the reference in the reward after %d updates", algo, STEPS - 1);
+}
+
 static void test_rloo(void **state)
 {
     (void)state;
-    run_with("rloo", NULL, 0);
+    json_t *lines[STEPS] = {0};
+    run("rloo", lines);
+    check_kl_in_reward("rloo", lines);
+    free_lines(lines);
 }
 
 static void test_reinforce_plus_plus(void **state)
@@ -359,17 +373,16 @@ static void test_reinforce_plus_plus_baseline(void **state)
     check_kl_loss("reinforce_plus_plus_baseline");
 }
 
-/* ReMax needs the greedy baseline (reward_baselines), which the klremax branch adds to the worker:
- * until it is merged the run stops at the advantage with that message and the test is skipped. */
+/* ReMax: the greedy baseline generation ran each step, and the KL is in the reward as verl's recipe. */
 static void test_remax(void **state)
 {
     (void)state;
-    if (fit("remax", NULL, 0) && strstr(df_last_error(), "reward_baselines are NULL")) {
-        print_message("remax: skipped until the worker fills reward_baselines (%s)\n", df_last_error());
-        skip();
-        return;
-    }
-    run_with("remax", NULL, 0);
+    json_t *lines[STEPS] = {0};
+    run("remax", lines);
+    for (int s = 0; s < STEPS; s++)
+        assert_true(metric(lines[s], "remax", "timing_s/gen_max") > 0);
+    check_kl_in_reward("remax", lines);
+    free_lines(lines);
 }
 
 static void test_clip_cov(void **state)
