@@ -22,7 +22,9 @@
  *     model.layers.i.mlp.up_proj.weight          [intermediate, hidden]
  *     model.layers.i.mlp.down_proj.weight        [hidden, intermediate]
  *   model.norm.weight                            [hidden]
- *   lm_head.weight                               [vocab, hidden]  (absent when tied)
+ *   lm_head.weight                               [vocab, hidden]  (causal LM, absent when tied)
+ *   score.weight                                 [num_labels, hidden] (value model only)
+ *   score.bias                                   [num_labels]         (value model only)
  * Linear weights are stored as in PyTorch: [out_features, in_features], y = x W^T + b.
  */
 #ifndef DISTFLOW_MODEL_H
@@ -78,7 +80,7 @@ typedef struct df_layer_view {
     float *ln1, *wq, *bq, *wk, *bk, *wv, *bv, *wo, *ln2, *w_gate, *w_up, *w_down;
 } df_layer_view;
 
-/** Views of a whole blob. lm_head == embed when embeddings are tied. */
+/** Views of a whole blob. lm_head == embed when embeddings are tied, NULL in a value model. */
 typedef struct df_model_view {
     float *embed;
     df_layer_view *layers; /**< [num_hidden_layers], owned by whoever filled the view */
@@ -113,10 +115,16 @@ DF_API void df_model_config_defaults(df_model_config *cfg);
  * torch_dtype (or "dtype") must be float32 / bfloat16 / float16.
  * Errors name the file and the key: DF_ENOTFOUND / DF_EIO (file), DF_EINVAL
  * (bad JSON, missing required key, wrong type, inconsistent sizes),
+ * architectures: *ForCausalLM (or absent) gives a causal LM, num_labels 0
+ * whatever id2label says; *ForTokenClassification a value model, its label
+ * count taken as transformers' PretrainedConfig does (len(id2label), else the
+ * "num_labels" key, else 2), which must be 1.
  * DF_EUNSUPPORTED (other model_type, rope_scaling other than null or
  * "default", use_sliding_window true, hidden_act other than silu, mlp_bias
  * true, llama attention_bias true (HF adds an o_proj bias then), architectures
- * not *ForCausalLM, more than DF_MAX_EOS eos ids).
+ * neither *ForCausalLM nor *ForTokenClassification or mixing both, a
+ * *ForTokenClassification with other than one label (naming id2label or
+ * num_labels), more than DF_MAX_EOS eos ids).
  */
 DF_API int df_model_config_load(const char *path, df_model_config *cfg);
 /** As df_model_config_load, from text; `source` names it in errors (NULL: "config.json"). */
@@ -127,8 +135,10 @@ DF_API int df_model_config_parse(const char *json_text, const char *source,
  * formatted as transformers does (indent 2, sorted keys). Every key of
  * `original_json` (the text the model was loaded from; NULL for a fresh file)
  * is kept and the known ones are updated: architectures ["Qwen2ForCausalLM"] /
- * ["LlamaForCausalLM"], model_type, the sizes, head_dim (qwen2: only when it
- * differs from hidden_size / num_attention_heads), rope_theta, rms_norm_eps,
+ * ["LlamaForCausalLM"] (a value model: ["Qwen2ForTokenClassification"] /
+ * ["LlamaForTokenClassification"], id2label {"0": "LABEL_0"}, label2id
+ * {"LABEL_0": 0}, and num_labels when the original has that key), model_type,
+ * the sizes, head_dim (qwen2: only when it differs from hidden_size / num_attention_heads), rope_theta, rms_norm_eps,
  * initializer_range, tie_word_embeddings, attention_bias (llama; qwen2 only
  * when false), bos_token_id, eos_token_id (an int for one id unless the
  * original held a list), torch_dtype. A fresh file also gets hidden_act,
@@ -138,7 +148,10 @@ DF_API int df_model_config_parse(const char *json_text, const char *source,
  */
 DF_API int df_model_config_save(const df_model_config *cfg, const char *original_json,
                                 const char *path);
-/** Check internal consistency (heads divide, sizes > 0, ...). */
+/**
+ * Check internal consistency (heads divide, sizes > 0, ...): DF_EINVAL; num_labels
+ * must be 0 or 1 (DF_EINVAL below 0, DF_EUNSUPPORTED above 1).
+ */
 DF_API int df_model_config_validate(const df_model_config *cfg);
 
 /* ---- layout ------------------------------------------------------------- */
@@ -164,7 +177,9 @@ DF_API void df_model_free(df_model *m);
 /**
  * HF-style random init from a seeded generator: Linear and embedding weights
  * ~ N(0, initializer_range), biases 0, RMSNorm weights 1 (transformers'
- * Qwen2PreTrainedModel._init_weights).
+ * Qwen2PreTrainedModel._init_weights). Each tensor draws from its own
+ * generator keyed by (seed, its layout index), so a value model's score head
+ * equals the one df_model_to_value_model draws with the same seed.
  */
 DF_API int df_model_init_random(df_model *m, uint64_t seed);
 /**
@@ -173,7 +188,8 @@ DF_API int df_model_init_random(df_model *m, uint64_t seed);
  * is absent, the shards listed in `dir`/model.safetensors.index.json
  * ("weight_map"; each shard opened once). Weights may be f32, bf16 or f16 (also
  * f64 / i32 / i64), converted to f32. Every tensor of the layout must be present
- * exactly once with its shape. Ignored: lm_head.weight of a tied model and
+ * exactly once with its shape (a *ForTokenClassification checkpoint: score.weight
+ * and score.bias, no lm_head.weight). Ignored: lm_head.weight of a tied model and
  * *.rotary_emb.inv_freq buffers; any other extra tensor is an error.
  * Errors name the file and the tensor: DF_ENOTFOUND (no config.json, no
  * weights, a shard named by the index is missing), DF_EINVAL (malformed file,
@@ -184,7 +200,8 @@ DF_API int df_model_load(const char *dir, df_model **out);
 /**
  * Save m to `dir` (created if missing) in the Hugging Face layout, weights in
  * `dtype` (F32, BF16 round-to-nearest-even, F16) with HF tensor names and
- * safetensors metadata {"format": "pt"}; a tied model has no lm_head.weight.
+ * safetensors metadata {"format": "pt"}; a tied model has no lm_head.weight; a
+ * value model writes score.weight / score.bias and no lm_head.weight.
  *   config.json             df_model_config_save(m->cfg with torch_dtype = dtype,
  *                           m->config_json)
  *   generation_config.json  bos_token_id / eos_token_id (an existing file keeps
@@ -256,7 +273,9 @@ DF_API void df_acts_free(df_acts *a);
  *                which saves a multiply-add per logit; the backward then takes no dentropy)
  * The LM head is evaluated in vocabulary chunks; [n_out, vocab] logits are
  * never materialised. Activations needed by df_model_backward are kept in `a`.
- * Errors: DF_EINVAL if the batch exceeds the sizes `a` was created for.
+ * Errors: DF_EINVAL if the batch exceeds the sizes `a` was created for, for a
+ * value model (m->cfg.num_labels > 0) and for activations created with a value
+ * model's config (they hold no LM-head scratch).
  */
 DF_API int df_model_forward(const df_model *m, df_acts *a, const df_seq_batch *b,
                             float temperature, float *logp, float *entropy);
@@ -265,8 +284,9 @@ DF_API int df_model_forward(const df_model *m, df_acts *a, const df_seq_batch *b
  * Backward pass of the last df_model_forward on `a`: given dL/dlogp [n_out]
  * and optionally dL/dentropy [n_out] (NULL = 0), ACCUMULATE dL/dparams into
  * `grads` ([n_params], layout of m). Zero grads once per optimizer step.
- * Errors: DF_EINVAL without a forward on `a`, for a different batch or
- * temperature, or for dentropy != NULL after a forward without entropy.
+ * Errors: DF_EINVAL without a forward on `a`, after df_model_forward_values,
+ * for a different batch or temperature, or for dentropy != NULL after a
+ * forward without entropy.
  */
 DF_API int df_model_backward(const df_model *m, df_acts *a, const df_seq_batch *b,
                              float temperature, const float *dlogp, const float *dentropy,
@@ -280,9 +300,12 @@ DF_API int df_model_backward(const df_model *m, df_acts *a, const df_seq_batch *
  * the trunk is kept, lm_head is dropped and a fresh head is initialised):
  * cfg.num_labels = 1, score.weight [1, hidden] ~ N(0, initializer_range) drawn
  * from `seed`, score.bias [1] = 0 (transformers' _init_weights for nn.Linear).
- * The parameter blob is reallocated (*m is replaced; views are rebuilt). A
- * model that already has a value head is left as it is.
- * Errors: DF_EINVAL (NULL), DF_ENOMEM (*m unchanged).
+ * Trunk tensors are copied by name, bit for bit; m->config_json is kept, so a
+ * save keeps its unknown keys and writes *ForTokenClassification. The head is
+ * the one df_model_init_random(seed) gives a value model. The old model is
+ * freed and *m replaced (pointers into it become invalid). A model that
+ * already has a value head is left as it is.
+ * Errors: DF_EINVAL (m or *m NULL), DF_ENOMEM (*m unchanged).
  */
 DF_API int df_model_to_value_model(df_model **m, uint64_t seed);
 
@@ -292,16 +315,22 @@ DF_API int df_model_to_value_model(df_model **m, uint64_t seed);
  * (HF Qwen2ForTokenClassification logits[..., 0] at that row; verl's critic
  * reads the value of response token t at the row that predicts it, i.e. the
  * same out_rows as df_model_forward). b->out_targets is not used and may be
- * NULL. Activations for df_model_backward_values are kept in `a`.
- * Errors: DF_EINVAL (not a value model, batch larger than `a`, bad tokens / rows).
+ * NULL. The dot product is summed in double. `a` may come from df_acts_create
+ * with the value model's config or the causal LM's (same shapes). Activations
+ * for df_model_backward_values are kept in `a`.
+ * Errors: DF_EINVAL (not a value model, batch larger than `a`, bad tokens / rows,
+ * values NULL with n_out > 0).
  */
 DF_API int df_model_forward_values(const df_model *m, df_acts *a, const df_seq_batch *b,
                                    float *values);
 
 /**
  * Backward of the last df_model_forward_values on `a`: given dL/dvalues
- * [n_out], ACCUMULATE dL/dparams into `grads` ([n_params], layout of m).
- * Errors: DF_EINVAL without a value forward on `a` or for a different batch.
+ * [n_out], ACCUMULATE dL/dparams into `grads` ([n_params], layout of m):
+ *   d score.weight += sum_j dvalues[j] xnf_j,  d score.bias += sum_j dvalues[j],
+ *   d xnf_j = dvalues[j] score.weight, then the trunk as df_model_backward.
+ * Errors: DF_EINVAL without a forward on `a`, after a df_model_forward
+ * (log-prob) forward, or for a different batch.
  */
 DF_API int df_model_backward_values(const df_model *m, df_acts *a, const df_seq_batch *b,
                                     const float *dvalues, float *grads);

@@ -182,6 +182,9 @@ void df_rollout_result_free(df_rollout_result *r)
 static int check_model(const df_rollout_engine *e, const df_model *m)
 {
     const df_model_config *a = &e->cfg, *b = &m->cfg;
+    if (b->num_labels > 0)
+        return df_error(DF_EINVAL, "rollout: a value model (num_labels %lld) has no LM head to "
+                        "sample from", (long long)b->num_labels);
     if (a->vocab_size != b->vocab_size || a->hidden_size != b->hidden_size ||
         a->intermediate_size != b->intermediate_size ||
         a->num_hidden_layers != b->num_hidden_layers ||

@@ -34,7 +34,7 @@ struct df_acts {
     float *dres, *dxn;   /* [T, H] */
     float *dq, *dk, *dv, *dao; /* [T, nh*hd], [T, nkv*hd] x2, [T, nh*hd] */
     float *dxf, *dxnf;   /* [max_out, H] */
-    float *lm_scratch;   /* df_lmhead_scratch_floats(max_out, V, H) */
+    float *lm_scratch;   /* df_lmhead_scratch_floats(max_out, V, H); 1 float for a value model */
     df_layer_view *gview_layers; /* [L] for views of the gradient blob */
     df_mm_ctx *mm;       /* bf16 matmul context, NULL: float32 matmuls */
     /* The last forward, checked by the backward. */
@@ -42,7 +42,10 @@ struct df_acts {
     float fwd_temperature;
     int fwd_entropy; /* entropy computed (the backward needs it for dentropy) */
     int fwd_valid;
+    int fwd_head;    /* DF_ACTS_HEAD_*: which head ran, so a backward of the other kind fails */
 };
+
+enum { DF_ACTS_HEAD_LM = 0, DF_ACTS_HEAD_VALUE = 1 };
 
 /* Per-layer slices. */
 static inline int64_t df_acts_qd(const df_acts *a)
@@ -61,7 +64,11 @@ static inline int64_t df_acts_kvd(const df_acts *a)
  */
 int df_acts_set_bf16_matmul(df_acts *a, bool on);
 
-/** Check a batch against the model and the sizes `a` was created for (DF_EINVAL with the reason). */
+/**
+ * Check a batch for the LM head against the model and the sizes `a` was created
+ * for (DF_EINVAL with the reason): also the temperature, out_targets and that
+ * `a` was not created for a value model (it then has no LM-head scratch).
+ */
 int df_acts_check_batch(const df_acts *a, const df_model_config *cfg, const df_seq_batch *b,
                         float temperature);
 

@@ -2,7 +2,8 @@
  * Training backward pass (model.h): the reverse of forward.c, layer by layer,
  * ACCUMULATING parameter gradients into a blob with the model's layout. The
  * residual-stream gradient lives in a->dres; RMSNorm backwards add into it,
- * which is how the residual connections' identity paths are carried.
+ * which is how the residual connections' identity paths are carried. The
+ * LM head and a value model's score head share the trunk's backward.
  */
 #include "model/acts.h"
 #include "model/ops.h"
@@ -56,33 +57,31 @@ static void layer_backward(const df_model *m, df_acts *a, const df_seq_batch *b,
     df_rmsnorm_bwd(dres, g->ln1, dxn, x, w->ln1, a->rstd1 + l * MT, T, H);
 }
 
-int df_model_backward(const df_model *m, df_acts *a, const df_seq_batch *b, float temperature,
-                      const float *dlogp, const float *dentropy, float *grads)
+/* Checks common to both heads: a forward of kind `head` on `a` for this batch. */
+static int check_forward(const df_acts *a, const df_seq_batch *b, int head, const char *fn)
 {
     if (!a->fwd_valid)
-        return df_error(DF_EINVAL, "df_model_backward: no forward pass on these activations");
-    if (b->n_tokens != a->fwd_tokens || b->n_out != a->fwd_out ||
-        temperature != a->fwd_temperature)
-        return df_error(DF_EINVAL,
-                        "df_model_backward: batch (%lld tokens, %lld outputs, temperature %g) "
-                        "differs from the forward's (%lld, %lld, %g)",
-                        (long long)b->n_tokens, (long long)b->n_out, (double)temperature,
-                        (long long)a->fwd_tokens, (long long)a->fwd_out,
-                        (double)a->fwd_temperature);
-    if (dentropy && !a->fwd_entropy)
-        return df_error(DF_EINVAL, "df_model_backward: dentropy given but the forward pass "
-                                   "computed no entropy (pass an entropy buffer to "
-                                   "df_model_forward)");
+        return df_error(DF_EINVAL, "%s: no forward pass on these activations", fn);
+    if (a->fwd_head != head)
+        return df_error(DF_EINVAL, "%s: the last forward on these activations was %s", fn,
+                        a->fwd_head == DF_ACTS_HEAD_VALUE ? "df_model_forward_values"
+                                                          : "df_model_forward (log-probs)");
+    if (b->n_tokens != a->fwd_tokens || b->n_out != a->fwd_out)
+        return df_error(DF_EINVAL, "%s: batch (%lld tokens, %lld outputs) differs from the "
+                        "forward's (%lld, %lld)", fn, (long long)b->n_tokens,
+                        (long long)b->n_out, (long long)a->fwd_tokens, (long long)a->fwd_out);
+    return DF_OK;
+}
+
+/* From the head's gradient a->dxnf [n_out, H]: the final norm, the residual stream of the
+ * output rows, every layer and the embedding, accumulated into gv. */
+static void trunk_backward(const df_model *m, df_acts *a, const df_seq_batch *b,
+                           const df_model_view *gv)
+{
     const df_model_config *c = &m->cfg;
     const int64_t T = b->n_tokens, H = c->hidden_size, L = c->num_hidden_layers;
-    df_model_view gv = {.layers = a->gview_layers};
-    df_model_view_of(m, grads, &gv);
-
-    /* LM head and final norm on the output rows; tied embeddings share gv.lm_head. */
-    df_lmhead_bwd(a->dxnf, gv.lm_head, dlogp, dentropy, a->xnf, m->w.lm_head, b->out_targets,
-                  a->lse, a->ent, b->n_out, c->vocab_size, H, temperature, a->lm_scratch);
     memset(a->dxf, 0, (size_t)(b->n_out * H) * sizeof(float));
-    df_rmsnorm_bwd(a->dxf, gv.final_norm, a->dxnf, a->xf, m->w.final_norm, a->rstdf, b->n_out,
+    df_rmsnorm_bwd(a->dxf, gv->final_norm, a->dxnf, a->xf, m->w.final_norm, a->rstdf, b->n_out,
                    H);
     memset(a->dres, 0, (size_t)(T * H) * sizeof(float));
     for (int64_t j = 0; j < b->n_out; j++) {
@@ -92,7 +91,65 @@ int df_model_backward(const df_model *m, df_acts *a, const df_seq_batch *b, floa
             dst[i] += src[i];
     }
     for (int64_t l = L - 1; l >= 0; l--)
-        layer_backward(m, a, b, l, &gv.layers[l]);
-    df_embedding_bwd(gv.embed, a->dres, b->tokens, T, H);
+        layer_backward(m, a, b, l, &gv->layers[l]);
+    df_embedding_bwd(gv->embed, a->dres, b->tokens, T, H);
+}
+
+int df_model_backward(const df_model *m, df_acts *a, const df_seq_batch *b, float temperature,
+                      const float *dlogp, const float *dentropy, float *grads)
+{
+    int rc = check_forward(a, b, DF_ACTS_HEAD_LM, "df_model_backward");
+    if (rc)
+        return rc;
+    if (temperature != a->fwd_temperature)
+        return df_error(DF_EINVAL, "df_model_backward: temperature %g differs from the forward's "
+                        "%g", (double)temperature, (double)a->fwd_temperature);
+    if (dentropy && !a->fwd_entropy)
+        return df_error(DF_EINVAL, "df_model_backward: dentropy given but the forward pass "
+                                   "computed no entropy (pass an entropy buffer to "
+                                   "df_model_forward)");
+    const df_model_config *c = &m->cfg;
+    df_model_view gv = {.layers = a->gview_layers};
+    df_model_view_of(m, grads, &gv);
+    /* LM head on the output rows; tied embeddings share gv.lm_head. */
+    df_lmhead_bwd(a->dxnf, gv.lm_head, dlogp, dentropy, a->xnf, m->w.lm_head, b->out_targets,
+                  a->lse, a->ent, b->n_out, c->vocab_size, c->hidden_size, temperature,
+                  a->lm_scratch);
+    trunk_backward(m, a, b, &gv);
+    return DF_OK;
+}
+
+int df_model_backward_values(const df_model *m, df_acts *a, const df_seq_batch *b,
+                             const float *dvalues, float *grads)
+{
+    int rc = check_forward(a, b, DF_ACTS_HEAD_VALUE, "df_model_backward_values");
+    if (rc)
+        return rc;
+    if (m->cfg.num_labels != 1)
+        return df_error(DF_EINVAL, "df_model_backward_values: not a value model");
+    if (!dvalues && b->n_out > 0)
+        return df_error(DF_EINVAL, "df_model_backward_values: dvalues must not be NULL");
+    const int64_t H = m->cfg.hidden_size, n = b->n_out;
+    df_model_view gv = {.layers = a->gview_layers};
+    df_model_view_of(m, grads, &gv);
+    /* values[j] = w . xnf[j] + bias: dxnf[j] = dv[j] w, dw += sum_j dv[j] xnf[j],
+     * dbias += sum_j dv[j]. Threads own columns of dw; rows summed in order. */
+    const float *w = m->w.score_weight;
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t i = 0; i < H; i++)
+            a->dxnf[j * H + i] = dvalues[j] * w[i];
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < H; i++) {
+        double acc = 0.0;
+        for (int64_t j = 0; j < n; j++)
+            acc += (double)dvalues[j] * a->xnf[j * H + i];
+        gv.score_weight[i] += (float)acc;
+    }
+    double db = 0.0;
+    for (int64_t j = 0; j < n; j++)
+        db += dvalues[j];
+    gv.score_bias[0] += (float)db;
+    trunk_backward(m, a, b, &gv);
     return DF_OK;
 }

@@ -155,19 +155,61 @@ static int check_unsupported(json_t *root, const char *src)
     if (act && strcmp(json_string_value(act), "silu"))
         return df_error(DF_EUNSUPPORTED, "%s: key \"hidden_act\": \"%s\" is not supported (silu)",
                         src, json_string_value(act));
+    return DF_OK;
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+/*
+ * The head: *ForCausalLM (or no architectures) is a causal LM, num_labels 0;
+ * *ForTokenClassification a value model, whose label count follows
+ * PretrainedConfig: len(id2label), else "num_labels", else 2. Only 1 is supported.
+ */
+static int parse_head(json_t *root, const char *src, df_model_config *c)
+{
     json_t *arch = get(root, "architectures");
     if (arch && !json_is_array(arch))
         return wrong_type(src, "architectures", "a list of strings", arch);
+    int kind = 0; /* 1 causal LM, 2 token classification */
     for (size_t i = 0; arch && i < json_array_size(arch); i++) {
         json_t *a = json_array_get(arch, i);
         if (!json_is_string(a))
             return wrong_type(src, "architectures", "a list of strings", a);
         const char *s = json_string_value(a);
-        size_t n = strlen(s), k = strlen("ForCausalLM");
-        if (n < k || strcmp(s + n - k, "ForCausalLM"))
+        int k = ends_with(s, "ForCausalLM") ? 1 : ends_with(s, "ForTokenClassification") ? 2 : 0;
+        if (!k)
             return df_error(DF_EUNSUPPORTED, "%s: key \"architectures\": \"%s\" is not supported "
-                            "(a *ForCausalLM model is needed)", src, s);
+                            "(a *ForCausalLM or *ForTokenClassification model is needed)", src, s);
+        if (kind && k != kind)
+            return df_error(DF_EUNSUPPORTED, "%s: key \"architectures\" mixes *ForCausalLM and "
+                            "*ForTokenClassification", src);
+        kind = k;
     }
+    c->num_labels = 0;
+    if (kind != 2)
+        return DF_OK;
+    const char *key = "id2label";
+    json_t *labels = get(root, key);
+    if (labels && !json_is_object(labels))
+        return wrong_type(src, key, "an object", labels);
+    int64_t n = 2;
+    if (labels) {
+        n = (int64_t)json_object_size(labels);
+    } else {
+        key = "num_labels";
+        int rc = get_int(root, src, key, false, &n);
+        if (rc)
+            return rc;
+    }
+    if (n != 1)
+        return df_error(DF_EUNSUPPORTED, "%s: key \"%s\" gives %lld labels%s; a "
+                        "*ForTokenClassification model is supported only as a value model with one "
+                        "label", src, key, (long long)n, get(root, key) ? "" : " (the default)");
+    c->num_labels = 1;
     return DF_OK;
 }
 
@@ -197,6 +239,8 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
         c->n_eos = 1;
     }
     int rc = check_unsupported(root, src);
+    if (!rc)
+        rc = parse_head(root, src, c);
     /* The sizes that define the tensors have no sensible default: require them. */
     static const char *const required[] = {"vocab_size", "hidden_size", "intermediate_size",
                                            "num_hidden_layers", "num_attention_heads"};
@@ -331,8 +375,19 @@ int df_model_config_to_json(const df_model_config *c, const char *original_json,
     int bad = 0;
     if (!original_json)
         bad |= set_fresh_defaults(o, c, llama);
-    bad |= json_object_set_new(o, "architectures",
-                               json_pack("[s]", llama ? "LlamaForCausalLM" : "Qwen2ForCausalLM"));
+    if (c->num_labels > 0) {
+        /* transformers' form of one label: {"0": "LABEL_0"} and its inverse. */
+        bad |= json_object_set_new(o, "architectures",
+                                   json_pack("[s]", llama ? "LlamaForTokenClassification"
+                                                          : "Qwen2ForTokenClassification"));
+        bad |= json_object_set_new(o, "id2label", json_pack("{s:s}", "0", "LABEL_0"));
+        bad |= json_object_set_new(o, "label2id", json_pack("{s:i}", "LABEL_0", 0));
+        if (json_object_get(o, "num_labels"))
+            bad |= json_object_set_new(o, "num_labels", json_integer(c->num_labels));
+    } else {
+        bad |= json_object_set_new(o, "architectures",
+                                   json_pack("[s]", llama ? "LlamaForCausalLM" : "Qwen2ForCausalLM"));
+    }
     bad |= json_object_set_new(o, "model_type", json_string(c->model_type));
     bad |= json_object_set_new(o, "vocab_size", json_integer(c->vocab_size));
     bad |= json_object_set_new(o, "hidden_size", json_integer(c->hidden_size));

@@ -4,7 +4,8 @@
  *   x = embed(ids); per layer:
  *     h = x + o_proj(attn(rope(q_proj(n1)), rope(k_proj(n1)), v_proj(n1))), n1 = rmsnorm1(x)
  *     x = h + down(silu(gate(n2)) * up(n2)),                                 n2 = rmsnorm2(h)
- *   final rmsnorm and the LM head, for the output rows only.
+ *   final rmsnorm and the head, for the output rows only: the LM head
+ *   (df_model_forward) or a value model's score head (df_model_forward_values).
  */
 #include "model/acts.h"
 #include "model/ops.h"
@@ -115,7 +116,9 @@ int df_acts_create(const df_model_config *cfg, int64_t max_tokens, int64_t max_o
     a->dao = falloc(T * qd, &fail);
     a->dxf = falloc(O * H, &fail);
     a->dxnf = falloc(O * H, &fail);
-    a->lm_scratch = falloc(df_lmhead_scratch_floats(O, cfg->vocab_size, H), &fail);
+    /* A value model never runs the LM head. */
+    a->lm_scratch = falloc(cfg->num_labels > 0 ? 1 : df_lmhead_scratch_floats(O, cfg->vocab_size, H),
+                           &fail);
     a->pos = malloc((size_t)T * sizeof(int32_t));
     a->gview_layers = calloc((size_t)L, sizeof(df_layer_view));
     if (fail || !a->pos || !a->gview_layers) {
@@ -128,8 +131,9 @@ int df_acts_create(const df_model_config *cfg, int64_t max_tokens, int64_t max_o
     return DF_OK;
 }
 
-int df_acts_check_batch(const df_acts *a, const df_model_config *cfg, const df_seq_batch *b,
-                        float temperature)
+/* Checks shared by both heads; `lm` adds those of the LM head. */
+static int check_batch(const df_acts *a, const df_model_config *cfg, const df_seq_batch *b,
+                       bool lm, float temperature)
 {
     const df_model_config *c = &a->cfg;
     if (c->hidden_size != cfg->hidden_size || c->num_hidden_layers != cfg->num_hidden_layers ||
@@ -137,7 +141,10 @@ int df_acts_check_batch(const df_acts *a, const df_model_config *cfg, const df_s
         c->num_attention_heads != cfg->num_attention_heads ||
         c->num_key_value_heads != cfg->num_key_value_heads || c->head_dim != cfg->head_dim)
         return df_error(DF_EINVAL, "activations were created for a different model shape");
-    if (!(temperature > 0.0f))
+    if (lm && c->num_labels > 0)
+        return df_error(DF_EINVAL, "activations were created for a value model (no LM-head "
+                                   "scratch); create them with the causal LM's config");
+    if (lm && !(temperature > 0.0f))
         return df_error(DF_EINVAL, "temperature must be > 0 (got %g)", (double)temperature);
     if (b->n_tokens <= 0 || b->n_tokens > a->max_tokens)
         return df_error(DF_EINVAL, "batch has %lld tokens; activations hold 1 .. %lld",
@@ -160,11 +167,17 @@ int df_acts_check_batch(const df_acts *a, const df_model_config *cfg, const df_s
         if (b->out_rows[j] < 0 || b->out_rows[j] >= b->n_tokens)
             return df_error(DF_EINVAL, "output row %lld is %lld, outside [0, %lld)",
                             (long long)j, (long long)b->out_rows[j], (long long)b->n_tokens);
-        if (b->out_targets[j] < 0 || b->out_targets[j] >= c->vocab_size)
+        if (lm && (b->out_targets[j] < 0 || b->out_targets[j] >= c->vocab_size))
             return df_error(DF_EINVAL, "output %lld targets id %d outside the vocabulary",
                             (long long)j, b->out_targets[j]);
     }
     return DF_OK;
+}
+
+int df_acts_check_batch(const df_acts *a, const df_model_config *cfg, const df_seq_batch *b,
+                        float temperature)
+{
+    return check_batch(a, cfg, b, true, temperature);
 }
 
 /* ---- forward ------------------------------------------------------------------- */
@@ -214,38 +227,84 @@ static void layer_forward(const df_model *m, df_acts *a, const df_seq_batch *b, 
     df_mm_nt(a->mm, T, H, I, 1.0f, a->mlp_a, w->w_down, 1.0f, xnext);
 }
 
-int df_model_forward(const df_model *m, df_acts *a, const df_seq_batch *b, float temperature,
-                     float *logp, float *entropy)
+/* Embedding, decoder layers, and the final norm of the output rows (into a->xnf): the
+ * trunk both heads share. */
+static void trunk_forward(const df_model *m, df_acts *a, const df_seq_batch *b)
 {
-    int rc = df_acts_check_batch(a, &m->cfg, b, temperature);
-    if (rc)
-        return df_error_wrap(rc, "df_model_forward");
-    if (!logp && b->n_out > 0)
-        return df_error(DF_EINVAL, "df_model_forward: logp must not be NULL");
     const df_model_config *c = &m->cfg;
     const int64_t T = b->n_tokens, H = c->hidden_size, L = c->num_hidden_layers;
-    a->fwd_valid = 0;
     for (int64_t s = 0; s < b->n_seqs; s++)
         for (int64_t t = b->seq_offsets[s]; t < b->seq_offsets[s + 1]; t++)
             a->pos[t] = (int32_t)(t - b->seq_offsets[s]);
     df_embedding_fwd(a->x, b->tokens, m->w.embed, T, H);
     for (int64_t l = 0; l < L; l++)
         layer_forward(m, a, b, l);
-    /* Only output rows reach the final norm and the LM head. */
+    /* Only output rows reach the final norm and the head. */
     const float *xl = a->x + L * a->max_tokens * H;
     for (int64_t j = 0; j < b->n_out; j++)
         memcpy(a->xf + j * H, xl + b->out_rows[j] * H, (size_t)H * sizeof(float));
     df_rmsnorm_fwd(a->xnf, a->rstdf, a->xf, m->w.final_norm, b->n_out, H,
                    (float)c->rms_norm_eps);
-    /* Entropy only when asked: the backward then takes no dentropy. */
-    df_lmhead_fwd(logp, entropy ? a->ent : NULL, a->lse, a->xnf, m->w.lm_head, b->out_targets,
-                  b->n_out, c->vocab_size, H, temperature, a->lm_scratch);
-    if (entropy)
-        memcpy(entropy, a->ent, (size_t)b->n_out * sizeof(float));
-    a->fwd_tokens = T;
+}
+
+static void mark_forward(df_acts *a, const df_seq_batch *b, int head, float temperature,
+                         int entropy)
+{
+    a->fwd_tokens = b->n_tokens;
     a->fwd_out = b->n_out;
     a->fwd_temperature = temperature;
-    a->fwd_entropy = entropy != NULL;
+    a->fwd_entropy = entropy;
+    a->fwd_head = head;
     a->fwd_valid = 1;
+}
+
+int df_model_forward(const df_model *m, df_acts *a, const df_seq_batch *b, float temperature,
+                     float *logp, float *entropy)
+{
+    if (m->cfg.num_labels > 0)
+        return df_error(DF_EINVAL, "df_model_forward: a value model (num_labels %lld) has no LM "
+                        "head; use df_model_forward_values", (long long)m->cfg.num_labels);
+    int rc = df_acts_check_batch(a, &m->cfg, b, temperature);
+    if (rc)
+        return df_error_wrap(rc, "df_model_forward");
+    if (!logp && b->n_out > 0)
+        return df_error(DF_EINVAL, "df_model_forward: logp must not be NULL");
+    const df_model_config *c = &m->cfg;
+    a->fwd_valid = 0;
+    trunk_forward(m, a, b);
+    /* Entropy only when asked: the backward then takes no dentropy. */
+    df_lmhead_fwd(logp, entropy ? a->ent : NULL, a->lse, a->xnf, m->w.lm_head, b->out_targets,
+                  b->n_out, c->vocab_size, c->hidden_size, temperature, a->lm_scratch);
+    if (entropy)
+        memcpy(entropy, a->ent, (size_t)b->n_out * sizeof(float));
+    mark_forward(a, b, DF_ACTS_HEAD_LM, temperature, entropy != NULL);
+    return DF_OK;
+}
+
+int df_model_forward_values(const df_model *m, df_acts *a, const df_seq_batch *b, float *values)
+{
+    if (m->cfg.num_labels != 1)
+        return df_error(DF_EINVAL, "df_model_forward_values: not a value model (num_labels %lld; "
+                        "see df_model_to_value_model)", (long long)m->cfg.num_labels);
+    int rc = check_batch(a, &m->cfg, b, false, 1.0f);
+    if (rc)
+        return df_error_wrap(rc, "df_model_forward_values");
+    if (!values && b->n_out > 0)
+        return df_error(DF_EINVAL, "df_model_forward_values: values must not be NULL");
+    const int64_t H = m->cfg.hidden_size;
+    a->fwd_valid = 0;
+    trunk_forward(m, a, b);
+    /* score: one dot product per output row, summed in double (n_out * H is tiny next to
+     * the trunk). */
+    const float *w = m->w.score_weight, bias = m->w.score_bias[0];
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < b->n_out; j++) {
+        const float *x = a->xnf + j * H;
+        double acc = 0.0;
+        for (int64_t i = 0; i < H; i++)
+            acc += (double)x[i] * w[i];
+        values[j] = (float)(acc + bias);
+    }
+    mark_forward(a, b, DF_ACTS_HEAD_VALUE, 1.0f, 0);
     return DF_OK;
 }

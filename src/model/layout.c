@@ -55,6 +55,11 @@ int df_model_config_validate(const df_model_config *c)
                         (long long)c->head_dim);
     if (!(c->rms_norm_eps > 0) || !(c->rope_theta > 0))
         return df_error(DF_EINVAL, "rms_norm_eps and rope_theta must be > 0");
+    if (c->num_labels < 0)
+        return df_error(DF_EINVAL, "num_labels must be >= 0 (got %lld)", (long long)c->num_labels);
+    if (c->num_labels > 1)
+        return df_error(DF_EUNSUPPORTED, "num_labels %lld is not supported (0: causal LM, 1: "
+                        "value model)", (long long)c->num_labels);
     return DF_OK;
 }
 
@@ -119,8 +124,14 @@ int df_model_layout(const df_model_config *c, df_param_desc **descs, int *n, int
     }
     if (!rc)
         rc = add(&lb, "model.norm.weight", H, 0);
-    if (!rc && !c->tie_word_embeddings)
+    /* A value model replaces the LM head by the score head (tying has no effect there). */
+    if (!rc && c->num_labels > 0) {
+        rc = add(&lb, "score.weight", c->num_labels, H);
+        if (!rc)
+            rc = add(&lb, "score.bias", c->num_labels, 0);
+    } else if (!rc && !c->tie_word_embeddings) {
         rc = add(&lb, "lm_head.weight", V, H);
+    }
     if (rc) {
         free(lb.d);
         return rc;
@@ -153,7 +164,13 @@ void df_model_view_of(const df_model *m, float *blob, df_model_view *v)
         l->w_down = blob + d[k++].offset;
     }
     v->final_norm = blob + d[k++].offset;
-    v->lm_head = c->tie_word_embeddings ? v->embed : blob + d[k++].offset;
+    v->lm_head = v->score_weight = v->score_bias = NULL;
+    if (c->num_labels > 0) {
+        v->score_weight = blob + d[k++].offset;
+        v->score_bias = blob + d[k++].offset;
+    } else {
+        v->lm_head = c->tie_word_embeddings ? v->embed : blob + d[k++].offset;
+    }
 }
 
 const df_param_desc *df_model_find_tensor(const df_model *m, const char *name)
@@ -215,27 +232,64 @@ void df_model_free(df_model *m)
     free(m);
 }
 
+/* HF _init_weights for tensor t: norms 1, biases 0, every other weight N(0, initializer_range)
+ * from its own generator (keyed by seed and t), so one tensor can be re-drawn alone. */
+static void init_tensor(df_model *m, int t, uint64_t seed)
+{
+    const df_param_desc *d = &m->tensors[t];
+    float *p = m->params + d->offset;
+    const char *nm = d->name;
+    size_t len = strlen(nm);
+    bool is_norm = strstr(nm, "layernorm") || !strcmp(nm, "model.norm.weight");
+    bool is_bias = len > 5 && !strcmp(nm + len - 5, ".bias");
+    if (is_norm) {
+        for (int64_t i = 0; i < d->numel; i++)
+            p[i] = 1.0f;
+    } else if (is_bias) {
+        memset(p, 0, (size_t)d->numel * sizeof(float));
+    } else {
+        df_rng r;
+        df_rng_seed(&r, df_rng_key(seed, (uint64_t)t, 0x1417, 0));
+        for (int64_t i = 0; i < d->numel; i++)
+            p[i] = (float)(df_rng_normal(&r) * m->cfg.initializer_range);
+    }
+}
+
 int df_model_init_random(df_model *m, uint64_t seed)
 {
-    /* One generator per tensor so the init does not depend on tensor order. */
+    for (int t = 0; t < m->n_tensors; t++)
+        init_tensor(m, t, seed);
+    return DF_OK;
+}
+
+int df_model_to_value_model(df_model **mp, uint64_t seed)
+{
+    if (!mp || !*mp)
+        return df_error(DF_EINVAL, "df_model_to_value_model: no model");
+    df_model *src = *mp;
+    if (src->cfg.num_labels > 0)
+        return DF_OK;
+    df_model_config c = src->cfg;
+    c.num_labels = 1;
+    df_model *m;
+    int rc = df_model_create(&c, &m);
+    if (rc)
+        return df_error_wrap(rc, "df_model_to_value_model");
+    if (src->config_json && !(m->config_json = strdup(src->config_json))) {
+        df_model_free(m);
+        return df_error(DF_ENOMEM, "df_model_to_value_model: out of memory");
+    }
+    /* The trunk by name; the head drawn as df_model_init_random would draw it. */
     for (int t = 0; t < m->n_tensors; t++) {
         const df_param_desc *d = &m->tensors[t];
-        float *p = m->params + d->offset;
-        const char *nm = d->name;
-        size_t len = strlen(nm);
-        bool is_norm = strstr(nm, "layernorm") || !strcmp(nm, "model.norm.weight");
-        bool is_bias = len > 5 && !strcmp(nm + len - 5, ".bias");
-        if (is_norm) {
-            for (int64_t i = 0; i < d->numel; i++)
-                p[i] = 1.0f;
-        } else if (is_bias) {
-            memset(p, 0, (size_t)d->numel * sizeof(float));
-        } else {
-            df_rng r;
-            df_rng_seed(&r, df_rng_key(seed, (uint64_t)t, 0x1417, 0));
-            for (int64_t i = 0; i < d->numel; i++)
-                p[i] = (float)(df_rng_normal(&r) * m->cfg.initializer_range);
-        }
+        const df_param_desc *s = df_model_find_tensor(src, d->name);
+        if (s)
+            memcpy(m->params + d->offset, src->params + s->offset,
+                   (size_t)d->numel * sizeof(float));
+        else
+            init_tensor(m, t, seed);
     }
+    df_model_free(src);
+    *mp = m;
     return DF_OK;
 }

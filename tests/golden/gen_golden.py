@@ -17,6 +17,13 @@ Outputs (not run by CI; rerun by hand with Debian's torch: /usr/bin/python3):
     grad_norm [1]        the global L2 norm of that gradient
     adamw.<hf name>      parameters after clip_grad_norm_(1.0) and one AdamW step
                          (lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0.01)
+  tiny_qwen2_value/config.json, tiny_qwen2_value/model.safetensors
+                         the same trunk as a value model: Qwen2ForTokenClassification
+                         with one label (verl's critic), score.weight [1, H], score.bias [1]
+  tiny_qwen2_value_expected.safetensors                    for tests/test_value_head.c:
+    batch.* as above, values [n] = score(final-normed hidden state) at the output rows,
+    loss.c [n]           the loss sum(c values)
+    grad.<hf name>       its gradient w.r.t. every parameter of the value model
 Integers are stored as F32 (exact below 2^24) so every reader handles the file.
 """
 import json
@@ -163,6 +170,44 @@ def head(c, p, hid, rows, targets, temperature):
     return logits, logp, ent
 
 
+def value_head(p, hid, rows):
+    """Qwen2ForTokenClassification (dropout off) logits[..., 0] at the output rows."""
+    return (hid[rows] @ p["score.weight"].T + p["score.bias"])[:, 0]
+
+
+def write_value_fixtures(c, weights, tokens, offsets, rows):
+    """The trunk of `weights` with a score head instead of lm_head, its values and gradients."""
+    vc = dict(c)
+    vc["architectures"] = ["Qwen2ForTokenClassification"]
+    vc["id2label"] = {"0": "LABEL_0"}
+    vc["label2id"] = {"LABEL_0": 0}
+    H = c["hidden_size"]
+    g = torch.Generator().manual_seed(4321)
+    p = {n: t.clone().requires_grad_(True) for n, t in weights.items() if n != "lm_head.weight"}
+    p["score.weight"] = (torch.randn((1, H), generator=g) / math.sqrt(H)).float().double().requires_grad_(True)
+    p["score.bias"] = (0.1 * torch.randn((1,), generator=g)).float().double().requires_grad_(True)
+    values = value_head(p, final_hidden(vc, p, tokens, offsets), rows)
+    cv = torch.randn(len(rows), generator=g).double()
+    (cv * values).sum().backward()
+    d = os.path.join(HERE, "tiny_qwen2_value")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(vc, f, indent=2)
+        f.write("\n")
+    st_write(os.path.join(d, "model.safetensors"), {n: t for n, t in p.items()}, {"format": "pt"})
+    exp = {
+        "batch.tokens": tokens.double(),
+        "batch.seq_offsets": torch.tensor(offsets).double(),
+        "batch.out_rows": rows.double(),
+        "values": values,
+        "loss.c": cv,
+    }
+    for n, t in p.items():
+        exp["grad." + n] = t.grad
+    st_write(os.path.join(HERE, "tiny_qwen2_value_expected.safetensors"), exp)
+    print(f"value model: values[0]={float(values[0]):.6f}")
+
+
 def st_write(path, tensors, metadata=None):
     """safetensors by hand: u64 header length, JSON header, raw little-endian data."""
     header, blobs, off = {}, [], 0
@@ -241,6 +286,7 @@ def main():
         exp["adamw." + n] = p[n]
     st_write(os.path.join(HERE, "tiny_qwen2_expected.safetensors"), exp)
     print(f"T={T} n_out={n_out} grad_norm={float(norm):.6f} loss={float(loss):.6f}")
+    write_value_fixtures(c, weights, tokens, offsets, rows)
 
 
 if __name__ == "__main__":

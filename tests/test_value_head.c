@@ -1,0 +1,740 @@
+/*
+ * The value model (model.h "value model"): the PPO critic's decoder with a
+ * scalar score head, HF *ForTokenClassification with one label.
+ *   - df_model_backward_values against central finite differences;
+ *   - values and gradients against PyTorch (tests/golden/gen_golden.py, float64
+ *     reference of Qwen2ForTokenClassification);
+ *   - df_model_to_value_model / df_model_init_random heads;
+ *   - save -> load round trips and malformed configs / checkpoints;
+ *   - misuse (wrong head, wrong backward) is DF_EINVAL.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "testutil.h"
+
+#include "distflow/model.h"
+#include "distflow/rng.h"
+#include "distflow/rollout.h"
+#include "model/acts.h"
+#include "model/safetensors.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- helpers ------------------------------------------------------------------ */
+
+/* The config of a tiny value model: vocab 40, hidden 16, 2 layers, 2 heads / 1 KV head. */
+static df_model_config value_config(const char *type)
+{
+    df_model_config c;
+    df_model_config_defaults(&c);
+    snprintf(c.model_type, sizeof c.model_type, "%s", type);
+    c.attention_bias = strcmp(type, "llama") != 0;
+    c.vocab_size = 40;
+    c.hidden_size = 16;
+    c.intermediate_size = 32;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 2;
+    c.num_key_value_heads = 1;
+    c.head_dim = 8;
+    c.max_position_embeddings = 64;
+    c.initializer_range = 0.3;
+    c.num_labels = 1;
+    return c;
+}
+
+/* A tiny value model with O(1) activations: weights N(0, 0.3), norms 1 + N(0, 0.1) and
+ * biases N(0, 0.1) so every path carries signal. */
+static df_model *value_model_of(const char *type, uint64_t seed)
+{
+    df_model_config c = value_config(type);
+    df_model *m;
+    assert_int_equal(df_model_create(&c, &m), DF_OK);
+    assert_int_equal(df_model_init_random(m, seed), DF_OK);
+    df_rng r;
+    df_rng_seed(&r, df_rng_key(seed, 77, 0, 0));
+    for (int t = 0; t < m->n_tensors; t++) {
+        const df_param_desc *d = &m->tensors[t];
+        if (d->ndim == 1)
+            for (int64_t i = 0; i < d->numel; i++)
+                m->params[d->offset + i] += (float)(0.1 * df_rng_normal(&r));
+    }
+    return m;
+}
+
+static df_model *value_model(uint64_t seed) { return value_model_of("qwen2", seed); }
+
+/* Two packed sequences (7 and 5 tokens); output rows 2..5 and 8..10. */
+typedef struct {
+    int32_t tokens[12];
+    int64_t offsets[3];
+    int64_t rows[7];
+    df_seq_batch b;
+} small_batch;
+
+static void small_batch_init(small_batch *s, int64_t vocab)
+{
+    for (int i = 0; i < 12; i++)
+        s->tokens[i] = (int32_t)((i * 13 + 5) % vocab);
+    s->offsets[0] = 0, s->offsets[1] = 7, s->offsets[2] = 12;
+    const int64_t rows[7] = {2, 3, 4, 5, 8, 9, 10};
+    memcpy(s->rows, rows, sizeof rows);
+    s->b = (df_seq_batch){12, s->tokens, 2, s->offsets, 7, s->rows, NULL};
+}
+
+/* sum_j c_j values[j] in double. */
+static double value_loss(const df_model *m, df_acts *a, const df_seq_batch *b, const float *c)
+{
+    float v[64];
+    assert_int_equal(df_model_forward_values(m, a, b, v), DF_OK);
+    double s = 0;
+    for (int64_t j = 0; j < b->n_out; j++)
+        s += (double)c[j] * v[j];
+    return s;
+}
+
+/* ---- finite differences --------------------------------------------------------- */
+
+static void test_backward_values_fd(void **state)
+{
+    (void)state;
+    df_model *m = value_model(11);
+    small_batch sb;
+    small_batch_init(&sb, m->cfg.vocab_size);
+    const df_seq_batch *b = &sb.b;
+    df_acts *a;
+    assert_int_equal(df_acts_create(&m->cfg, 16, 8, &a), DF_OK);
+    float c[7];
+    df_rng r;
+    df_rng_seed(&r, df_rng_key(5, 0, 0, 0));
+    for (int j = 0; j < 7; j++)
+        c[j] = (float)df_rng_normal(&r);
+    float *g = calloc((size_t)m->n_params, sizeof(float));
+    value_loss(m, a, b, c);
+    assert_int_equal(df_model_backward_values(m, a, b, c, g), DF_OK);
+
+    /* Three entries of every tensor (first, middle, last); for the embedding, entries of a
+     * row the batch uses (token 5 sits at row 0). */
+    const float eps = 1e-2f;
+    double worst = 0;
+    int checked = 0;
+    for (int t = 0; t < m->n_tensors; t++) {
+        const df_param_desc *d = &m->tensors[t];
+        int64_t idx[3] = {0, d->numel / 2, d->numel - 1};
+        if (t == 0)
+            for (int k = 0; k < 3; k++)
+                idx[k] = 5 * d->shape[1] + k * 7;
+        for (int k = 0; k < 3; k++) {
+            float *p = m->params + d->offset + idx[k], keep = *p;
+            *p = keep + eps;
+            double lp = value_loss(m, a, b, c);
+            *p = keep - eps;
+            double lm = value_loss(m, a, b, c);
+            *p = keep;
+            double fd = (lp - lm) / (2.0 * (double)eps), an = g[d->offset + idx[k]];
+            double err = fabs(fd - an) / fmax(1.0, fabs(fd));
+            if (err > 2e-3)
+                fail_msg("%s[%lld]: analytic %.7g, finite difference %.7g", d->name,
+                         (long long)idx[k], an, fd);
+            worst = fmax(worst, err);
+            checked++;
+        }
+    }
+    print_message("value head FD: %d entries, worst error %.2e\n", checked, worst);
+    assert_int_equal(checked, 3 * m->n_tensors);
+    /* The whole gradient along a random direction u: (L(p + eps u) - L(p - eps u)) / 2 eps = g . u. */
+    float *p0 = malloc((size_t)m->n_params * sizeof(float)), *u = malloc((size_t)m->n_params * sizeof(float));
+    memcpy(p0, m->params, (size_t)m->n_params * sizeof(float));
+    double gu = 0;
+    for (int64_t i = 0; i < m->n_params; i++) {
+        u[i] = (float)df_rng_normal(&r);
+        gu += (double)g[i] * u[i];
+    }
+    double ls[2];
+    for (int s = 0; s < 2; s++) {
+        for (int64_t i = 0; i < m->n_params; i++)
+            m->params[i] = p0[i] + (s ? -1e-3f : 1e-3f) * u[i];
+        ls[s] = value_loss(m, a, b, c);
+    }
+    memcpy(m->params, p0, (size_t)m->n_params * sizeof(float));
+    double fdu = (ls[0] - ls[1]) / 2e-3;
+    print_message("directional: g.u %.7g, finite difference %.7g\n", gu, fdu);
+    assert_near(fdu, gu, 2e-3 * fabs(gu));
+    free(p0), free(u);
+    /* The head's gradients in closed form: d bias = sum_j c_j. */
+    double csum = 0;
+    for (int j = 0; j < 7; j++)
+        csum += c[j];
+    const df_param_desc *bias = df_model_find_tensor(m, "score.bias");
+    assert_non_null(bias);
+    assert_near(g[bias->offset], csum, 1e-5);
+    /* A token the batch never uses gets no embedding gradient. */
+    const int64_t H = m->cfg.hidden_size;
+    for (int64_t i = 0; i < H; i++)
+        assert_true(g[1 * H + i] == 0.0f);
+
+    /* Backward accumulates: a second pass doubles every gradient. */
+    float *g2 = malloc((size_t)m->n_params * sizeof(float));
+    memcpy(g2, g, (size_t)m->n_params * sizeof(float));
+    value_loss(m, a, b, c);
+    assert_int_equal(df_model_backward_values(m, a, b, c, g2), DF_OK);
+    for (int64_t i = 0; i < m->n_params; i++)
+        assert_near(g2[i], 2.0 * g[i], 1e-5 * fmax(1.0, fabs(g[i])));
+    free(g), free(g2);
+    df_acts_free(a);
+    df_model_free(m);
+}
+
+/* ---- golden values against PyTorch ------------------------------------------------ */
+
+#define GOLDEN_DIR DF_SOURCE_DIR "/tests/golden"
+#define FWD_TOL 2e-6
+#define GRAD_TOL 2e-5
+
+static float *read_vec(df_st_file *f, const char *name, int64_t *numel)
+{
+    df_st_tensor t;
+    if (df_st_find(f, name, &t))
+        fail_msg("%s", df_last_error());
+    int64_t n = df_st_numel(&t);
+    float *v = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    assert_non_null(v);
+    assert_int_equal(df_st_read_f32(f, name, v, n), DF_OK);
+    if (numel)
+        *numel = n;
+    return v;
+}
+
+static double rel_err(const float *a, const float *b, int64_t n)
+{
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += (double)b[i] * b[i];
+    }
+    return sqrt(num) / (sqrt(den) + 1e-30);
+}
+
+typedef struct {
+    df_st_file *exp;
+    int64_t T, n_seqs, n_out;
+    int32_t *tokens;
+    int64_t *offsets, *rows;
+    df_seq_batch b;
+} golden_batch;
+
+static void golden_batch_load(golden_batch *g)
+{
+    memset(g, 0, sizeof *g);
+    if (df_st_open(GOLDEN_DIR "/tiny_qwen2_value_expected.safetensors", &g->exp))
+        fail_msg("%s", df_last_error());
+    int64_t n;
+    float *v = read_vec(g->exp, "batch.tokens", &g->T);
+    g->tokens = malloc(sizeof(int32_t) * (size_t)g->T);
+    for (int64_t i = 0; i < g->T; i++)
+        g->tokens[i] = (int32_t)v[i];
+    free(v);
+    v = read_vec(g->exp, "batch.seq_offsets", &n);
+    g->n_seqs = n - 1;
+    g->offsets = malloc(sizeof(int64_t) * (size_t)n);
+    for (int64_t i = 0; i < n; i++)
+        g->offsets[i] = (int64_t)v[i];
+    free(v);
+    v = read_vec(g->exp, "batch.out_rows", &g->n_out);
+    g->rows = malloc(sizeof(int64_t) * (size_t)g->n_out);
+    for (int64_t i = 0; i < g->n_out; i++)
+        g->rows[i] = (int64_t)v[i];
+    free(v);
+    g->b = (df_seq_batch){g->T, g->tokens, g->n_seqs, g->offsets, g->n_out, g->rows, NULL};
+}
+
+static void golden_batch_free(golden_batch *g)
+{
+    df_st_close(g->exp);
+    free(g->tokens), free(g->offsets), free(g->rows);
+}
+
+/* Relative L2 error of the values against PyTorch's. */
+static double values_error(const df_model *m, const golden_batch *g)
+{
+    df_acts *a;
+    assert_int_equal(df_acts_create(&m->cfg, g->T, g->n_out, &a), DF_OK);
+    float *v = malloc(sizeof(float) * (size_t)g->n_out), *want = read_vec(g->exp, "values", NULL);
+    assert_int_equal(df_model_forward_values(m, a, &g->b, v), DF_OK);
+    double e = rel_err(v, want, g->n_out);
+    free(v), free(want);
+    df_acts_free(a);
+    return e;
+}
+
+static void test_golden_values(void **state)
+{
+    (void)state;
+    golden_batch g;
+    golden_batch_load(&g);
+    /* PyTorch's files: config.json of Qwen2ForTokenClassification, score.* tensors. */
+    df_model *m;
+    if (df_model_load(GOLDEN_DIR "/tiny_qwen2_value", &m))
+        fail_msg("%s", df_last_error());
+    assert_int_equal(m->cfg.num_labels, 1);
+    assert_null(m->w.lm_head);
+    assert_null(df_model_find_tensor(m, "lm_head.weight"));
+    double fe = values_error(m, &g);
+    print_message("values rel err %.2e\n", fe);
+    assert_true(fe < FWD_TOL);
+
+    /* Gradient of sum(c values) w.r.t. every parameter. */
+    df_acts *a;
+    assert_int_equal(df_acts_create(&m->cfg, g.T, g.n_out, &a), DF_OK);
+    float *v = malloc(sizeof(float) * (size_t)g.n_out), *c = read_vec(g.exp, "loss.c", NULL);
+    float *grads = calloc((size_t)m->n_params, sizeof(float));
+    assert_int_equal(df_model_forward_values(m, a, &g.b, v), DF_OK);
+    assert_int_equal(df_model_backward_values(m, a, &g.b, c, grads), DF_OK);
+    double worst = 0;
+    const char *wn = "";
+    for (int i = 0; i < m->n_tensors; i++) {
+        const df_param_desc *t = &m->tensors[i];
+        char name[128];
+        snprintf(name, sizeof name, "grad.%s", t->name);
+        float *want = read_vec(g.exp, name, NULL);
+        double e = rel_err(grads + t->offset, want, t->numel);
+        if (e > worst)
+            worst = e, wn = t->name;
+        free(want);
+    }
+    print_message("worst value-model gradient rel err %.2e (%s)\n", worst, wn);
+    assert_true(worst < GRAD_TOL);
+
+    /* The test can fail: one q_proj weight moved by 1e-3 shows in the values. */
+    m->w.layers[1].wq[5] += 1e-3f;
+    fe = values_error(m, &g);
+    print_message("perturbed wq: values rel err %.2e\n", fe);
+    assert_true(fe > FWD_TOL);
+    m->w.layers[1].wq[5] -= 1e-3f;
+    m->w.score_bias[0] += 1e-4f;
+    assert_true(values_error(m, &g) > FWD_TOL);
+    m->w.score_bias[0] -= 1e-4f;
+
+    /* The causal fixture converted to a value model has bit-identical trunk tensors. */
+    df_model *lm;
+    assert_int_equal(df_model_load(GOLDEN_DIR "/tiny_qwen2", &lm), DF_OK);
+    assert_int_equal(df_model_to_value_model(&lm, 3), DF_OK);
+    assert_int_equal(lm->n_params, m->n_params);
+    const df_param_desc *sw = df_model_find_tensor(m, "score.weight");
+    assert_memory_equal(lm->params, m->params, (size_t)sw->offset * sizeof(float));
+    df_model_free(lm);
+    free(v), free(c), free(grads);
+    df_acts_free(a);
+    df_model_free(m);
+    golden_batch_free(&g);
+}
+
+/* ---- df_model_to_value_model / df_model_init_random ------------------------------------ */
+
+static void test_to_value_model(void **state)
+{
+    (void)state;
+    df_model *m = df_test_micro_model(21), *orig;
+    assert_int_equal(df_model_clone(m, &orig), DF_OK);
+    df_model *before = m;
+    assert_int_equal(df_model_to_value_model(&m, 9), DF_OK);
+    assert_ptr_not_equal(m, before); /* reallocated */
+    assert_int_equal(m->cfg.num_labels, 1);
+    assert_int_equal(m->n_tensors, orig->n_tensors + 1); /* - lm_head + score.weight / bias */
+    assert_null(df_model_find_tensor(m, "lm_head.weight"));
+    assert_null(m->w.lm_head);
+    const int64_t H = m->cfg.hidden_size;
+    const df_param_desc *sw = df_model_find_tensor(m, "score.weight"),
+                        *sb = df_model_find_tensor(m, "score.bias");
+    assert_non_null(sw);
+    assert_non_null(sb);
+    assert_int_equal(sw->ndim, 2);
+    assert_int_equal(sw->shape[0], 1);
+    assert_int_equal(sw->shape[1], H);
+    assert_int_equal(sb->ndim, 1);
+    assert_int_equal(sb->shape[0], 1);
+    assert_ptr_equal(m->w.score_weight, m->params + sw->offset);
+    assert_ptr_equal(m->w.score_bias, m->params + sb->offset);
+    assert_true(m->w.score_bias[0] == 0.0f);
+    /* Every trunk tensor bit-identical, found by name. */
+    for (int t = 0; t < orig->n_tensors; t++) {
+        const df_param_desc *d = &orig->tensors[t];
+        const df_param_desc *e = df_model_find_tensor(m, d->name);
+        if (!strcmp(d->name, "lm_head.weight")) {
+            assert_null(e);
+            continue;
+        }
+        assert_non_null(e);
+        assert_memory_equal(m->params + e->offset, orig->params + d->offset,
+                            (size_t)d->numel * sizeof(float));
+    }
+    /* Head deterministic by seed: same seed same head, another seed another head. */
+    df_model *m2, *m3;
+    assert_int_equal(df_model_clone(orig, &m2), DF_OK);
+    assert_int_equal(df_model_clone(orig, &m3), DF_OK);
+    assert_int_equal(df_model_to_value_model(&m2, 9), DF_OK);
+    assert_int_equal(df_model_to_value_model(&m3, 10), DF_OK);
+    assert_memory_equal(m2->w.score_weight, m->w.score_weight, (size_t)H * sizeof(float));
+    assert_memory_not_equal(m3->w.score_weight, m->w.score_weight, (size_t)H * sizeof(float));
+    for (int64_t i = 0; i < H; i++)
+        assert_true(m->w.score_weight[i] != 0.0f && fabsf(m->w.score_weight[i]) < 0.2f);
+    /* df_model_init_random draws a value model's head the same way. */
+    df_model *fresh;
+    assert_int_equal(df_model_create(&m->cfg, &fresh), DF_OK);
+    assert_int_equal(df_model_init_random(fresh, 9), DF_OK);
+    assert_memory_equal(fresh->w.score_weight, m->w.score_weight, (size_t)H * sizeof(float));
+    assert_true(fresh->w.score_bias[0] == 0.0f);
+    /* A value model is left as it is. */
+    df_model *same = m2;
+    assert_int_equal(df_model_to_value_model(&m2, 123), DF_OK);
+    assert_ptr_equal(m2, same);
+    assert_memory_equal(m2->w.score_weight, m->w.score_weight, (size_t)H * sizeof(float));
+    assert_int_equal(df_model_to_value_model(NULL, 1), DF_EINVAL);
+    df_model *none = NULL;
+    assert_int_equal(df_model_to_value_model(&none, 1), DF_EINVAL);
+    df_model_free(fresh), df_model_free(m3), df_model_free(m2);
+
+    /* Tied embeddings: nothing to drop; the flag is kept and has no effect. */
+    df_model_config tc = orig->cfg;
+    tc.tie_word_embeddings = true;
+    df_model *tied;
+    assert_int_equal(df_model_create(&tc, &tied), DF_OK);
+    assert_int_equal(df_model_init_random(tied, 4), DF_OK);
+    int n_tied = tied->n_tensors;
+    assert_int_equal(df_model_to_value_model(&tied, 4), DF_OK);
+    assert_int_equal(tied->n_tensors, n_tied + 2);
+    assert_true(tied->cfg.tie_word_embeddings);
+    assert_null(tied->w.lm_head);
+    assert_ptr_not_equal(tied->w.score_weight, tied->w.embed);
+    df_model_free(tied);
+    df_model_free(orig);
+    df_model_free(m);
+}
+
+/* With a wide hidden size the head's spread is initializer_range. */
+static void test_head_init_std(void **state)
+{
+    (void)state;
+    df_model_config c;
+    df_model_config_defaults(&c);
+    c.vocab_size = 8;
+    c.hidden_size = 8192;
+    c.intermediate_size = 8;
+    c.num_hidden_layers = 1;
+    c.num_attention_heads = 1;
+    c.num_key_value_heads = 1;
+    c.head_dim = 8;
+    c.max_position_embeddings = 16;
+    c.initializer_range = 0.02;
+    df_model *m;
+    assert_int_equal(df_model_create(&c, &m), DF_OK);
+    assert_int_equal(df_model_init_random(m, 1), DF_OK);
+    assert_int_equal(df_model_to_value_model(&m, 77), DF_OK);
+    double s1 = 0, s2 = 0;
+    for (int64_t i = 0; i < c.hidden_size; i++) {
+        s1 += m->w.score_weight[i];
+        s2 += (double)m->w.score_weight[i] * m->w.score_weight[i];
+    }
+    double mean = s1 / (double)c.hidden_size;
+    double sd = sqrt(s2 / (double)c.hidden_size - mean * mean);
+    print_message("score.weight mean %.2e std %.5f (8192 draws)\n", mean, sd);
+    assert_near(sd, 0.02, 0.001); /* ~4 standard errors */
+    assert_near(mean, 0.0, 0.001);
+    df_model_free(m);
+}
+
+/* ---- files ----------------------------------------------------------------------------- */
+
+static json_t *load_json(const char *path)
+{
+    json_error_t e;
+    json_t *j = json_load_file(path, 0, &e);
+    if (!j)
+        fail_msg("%s: %s", path, e.text);
+    return j;
+}
+
+static void values_of(const df_model *m, const small_batch *sb, float *v)
+{
+    df_acts *a;
+    assert_int_equal(df_acts_create(&m->cfg, 16, 8, &a), DF_OK);
+    assert_int_equal(df_model_forward_values(m, a, &sb->b, v), DF_OK);
+    df_acts_free(a);
+}
+
+static void roundtrip(const char *dir, const char *type)
+{
+    df_model *m = value_model_of(type, 31);
+    bool llama = !strcmp(type, "llama");
+    assert_int_equal(df_model_save(m, dir, DF_DTYPE_F32, 0), DF_OK);
+
+    char *path = df_path_join(dir, "config.json");
+    json_t *cj = load_json(path);
+    free(path);
+    json_t *arch = json_object_get(cj, "architectures");
+    assert_int_equal(json_array_size(arch), 1);
+    assert_string_equal(json_string_value(json_array_get(arch, 0)),
+                        llama ? "LlamaForTokenClassification" : "Qwen2ForTokenClassification");
+    json_t *id2 = json_object_get(cj, "id2label");
+    assert_int_equal(json_object_size(id2), 1);
+    assert_string_equal(json_string_value(json_object_get(id2, "0")), "LABEL_0");
+    json_t *l2 = json_object_get(cj, "label2id");
+    assert_int_equal(json_object_size(l2), 1);
+    assert_int_equal(json_integer_value(json_object_get(l2, "LABEL_0")), 0);
+    json_decref(cj);
+
+    path = df_path_join(dir, "model.safetensors");
+    df_st_file *f;
+    assert_int_equal(df_st_open(path, &f), DF_OK);
+    free(path);
+    df_st_tensor t;
+    assert_int_equal(df_st_find(f, "score.weight", &t), DF_OK);
+    assert_int_equal(t.ndim, 2);
+    assert_int_equal(t.shape[0], 1);
+    assert_int_equal(t.shape[1], m->cfg.hidden_size);
+    assert_int_equal(df_st_find(f, "score.bias", &t), DF_OK);
+    assert_int_equal(t.ndim, 1);
+    assert_int_equal(t.shape[0], 1);
+    assert_int_not_equal(df_st_find(f, "lm_head.weight", &t), DF_OK);
+    assert_int_equal(df_st_count(f), m->n_tensors);
+    df_st_close(f);
+
+    df_model *r;
+    if (df_model_load(dir, &r))
+        fail_msg("%s", df_last_error());
+    assert_int_equal(r->cfg.num_labels, 1);
+    assert_int_equal(r->n_params, m->n_params);
+    assert_memory_equal(r->params, m->params, (size_t)m->n_params * sizeof(float));
+    small_batch sb;
+    small_batch_init(&sb, m->cfg.vocab_size);
+    float v1[7], v2[7];
+    values_of(m, &sb, v1);
+    values_of(r, &sb, v2);
+    assert_memory_equal(v1, v2, sizeof v1);
+    df_model_free(r);
+    df_model_free(m);
+}
+
+static void test_save_load_roundtrip(void **state)
+{
+    char *q = df_path_join(*state, "qwen2"), *l = df_path_join(*state, "llama");
+    roundtrip(q, "qwen2");
+    roundtrip(l, "llama");
+    free(q), free(l);
+}
+
+/* An actor checkpoint converted and saved keeps its unknown config keys. */
+static void test_convert_and_save_keeps_keys(void **state)
+{
+    const char *dir = *state;
+    df_model *m;
+    assert_int_equal(df_model_load(GOLDEN_DIR "/tiny_qwen2", &m), DF_OK);
+    assert_int_equal(df_model_to_value_model(&m, 5), DF_OK);
+    assert_non_null(m->config_json);
+    assert_int_equal(df_model_save(m, dir, DF_DTYPE_BF16, 0), DF_OK);
+    char *path = df_path_join(dir, "config.json");
+    json_t *cj = load_json(path);
+    assert_string_equal(json_string_value(json_array_get(json_object_get(cj, "architectures"), 0)),
+                        "Qwen2ForTokenClassification");
+    assert_true(json_is_false(json_object_get(cj, "use_sliding_window")));
+    assert_string_equal(json_string_value(json_object_get(cj, "torch_dtype")), "bfloat16");
+    json_decref(cj);
+    df_model_config c;
+    assert_int_equal(df_model_config_load(path, &c), DF_OK);
+    assert_int_equal(c.num_labels, 1);
+    free(path);
+    df_model *r;
+    assert_int_equal(df_model_load(dir, &r), DF_OK);
+    assert_int_equal(r->cfg.num_labels, 1);
+    assert_int_equal(r->n_params, m->n_params);
+    df_model_free(r);
+    df_model_free(m);
+}
+
+/* ---- malformed input --------------------------------------------------------------------- */
+
+#define CFG_HEAD                                                                           \
+    "{\"model_type\": \"qwen2\", \"vocab_size\": 40, \"hidden_size\": 16, "               \
+    "\"intermediate_size\": 32, \"num_hidden_layers\": 1, \"num_attention_heads\": 2, "
+
+static int parse(const char *tail, df_model_config *c)
+{
+    char text[1024];
+    snprintf(text, sizeof text, "%s%s}", CFG_HEAD, tail);
+    df_clear_error();
+    return df_model_config_parse(text, "cfg/config.json", c);
+}
+
+static void test_config_labels(void **state)
+{
+    (void)state;
+    df_model_config c;
+    const char *tc = "\"architectures\": [\"Qwen2ForTokenClassification\"]";
+    char t[512];
+    /* id2label's entry count, else num_labels, else 2 (PretrainedConfig). */
+    snprintf(t, sizeof t, "%s, \"id2label\": {\"0\": \"LABEL_0\"}", tc);
+    assert_int_equal(parse(t, &c), DF_OK);
+    assert_int_equal(c.num_labels, 1);
+    snprintf(t, sizeof t, "%s, \"num_labels\": 1", tc);
+    assert_int_equal(parse(t, &c), DF_OK);
+    assert_int_equal(c.num_labels, 1);
+    snprintf(t, sizeof t, "%s, \"id2label\": {\"0\": \"NEG\", \"1\": \"POS\"}", tc);
+    assert_error_mentions(parse(t, &c), DF_EUNSUPPORTED, "\"id2label\" gives 2 labels");
+    assert_non_null(strstr(df_last_error(), "cfg/config.json"));
+    /* id2label wins over num_labels, as in transformers. */
+    snprintf(t, sizeof t, "%s, \"id2label\": {\"0\": \"A\", \"1\": \"B\"}, \"num_labels\": 1", tc);
+    assert_error_mentions(parse(t, &c), DF_EUNSUPPORTED, "id2label");
+    snprintf(t, sizeof t, "%s", tc);
+    assert_error_mentions(parse(t, &c), DF_EUNSUPPORTED, "2 labels (the default)");
+    snprintf(t, sizeof t, "%s, \"num_labels\": 3", tc);
+    assert_error_mentions(parse(t, &c), DF_EUNSUPPORTED, "\"num_labels\" gives 3 labels");
+    snprintf(t, sizeof t, "%s, \"id2label\": [\"LABEL_0\"]", tc);
+    assert_error_mentions(parse(t, &c), DF_EINVAL, "\"id2label\" must be an object");
+    snprintf(t, sizeof t, "%s, \"num_labels\": \"1\"", tc);
+    assert_error_mentions(parse(t, &c), DF_EINVAL, "\"num_labels\" must be an integer");
+    assert_error_mentions(parse("\"architectures\": [\"Qwen2ForCausalLM\", "
+                                "\"Qwen2ForTokenClassification\"], \"num_labels\": 1", &c),
+                          DF_EUNSUPPORTED, "mixes");
+    assert_error_mentions(parse("\"architectures\": [\"Qwen2ForSequenceClassification\"]", &c),
+                          DF_EUNSUPPORTED, "Qwen2ForSequenceClassification");
+    /* A causal LM has no labels whatever id2label says; so has a config without architectures. */
+    assert_int_equal(parse("\"architectures\": [\"Qwen2ForCausalLM\"], "
+                           "\"id2label\": {\"0\": \"A\", \"1\": \"B\"}", &c), DF_OK);
+    assert_int_equal(c.num_labels, 0);
+    assert_int_equal(parse("\"num_labels\": 1", &c), DF_OK);
+    assert_int_equal(c.num_labels, 0);
+    /* Llama too. */
+    assert_int_equal(parse("\"architectures\": [\"LlamaForTokenClassification\"], "
+                           "\"id2label\": {\"0\": \"LABEL_0\"}", &c), DF_OK);
+    assert_int_equal(c.num_labels, 1);
+    /* The config struct itself: 0 or 1. */
+    df_model_config_defaults(&c);
+    c.num_labels = 2;
+    assert_int_equal(df_model_config_validate(&c), DF_EUNSUPPORTED);
+    c.num_labels = -1;
+    assert_int_equal(df_model_config_validate(&c), DF_EINVAL);
+}
+
+static void test_checkpoint_missing_bias(void **state)
+{
+    const char *dir = *state;
+    df_model *m = value_model(3);
+    assert_int_equal(df_model_save(m, dir, DF_DTYPE_F32, 0), DF_OK);
+    char *path = df_path_join(dir, "model.safetensors");
+    /* Rewrite the weights without score.bias, then with an extra lm_head. */
+    for (int pass = 0; pass < 2; pass++) {
+        df_st_writer *w;
+        assert_int_equal(df_st_writer_new(&w), DF_OK);
+        for (int i = 0; i < m->n_tensors; i++) {
+            const df_param_desc *d = &m->tensors[i];
+            if (pass == 0 && !strcmp(d->name, "score.bias"))
+                continue;
+            assert_int_equal(df_st_writer_add_borrowed(w, d->name, DF_DTYPE_F32, d->ndim,
+                                                       d->shape, m->params + d->offset), DF_OK);
+        }
+        int64_t lm[2] = {m->cfg.vocab_size, m->cfg.hidden_size};
+        if (pass == 1)
+            assert_int_equal(df_st_writer_add_borrowed(w, "lm_head.weight", DF_DTYPE_F32, 2, lm,
+                                                       m->w.embed), DF_OK);
+        assert_int_equal(df_st_writer_write(w, path), DF_OK);
+        df_st_writer_free(w);
+        df_model *r = (df_model *)0x1;
+        df_clear_error();
+        if (pass == 0)
+            assert_error_mentions(df_model_load(dir, &r), DF_EINVAL, "missing tensor \"score.bias\"");
+        else
+            assert_error_mentions(df_model_load(dir, &r), DF_EINVAL,
+                                  "unexpected tensor \"lm_head.weight\"");
+        assert_null(r);
+    }
+    free(path);
+    df_model_free(m);
+}
+
+/* ---- misuse ------------------------------------------------------------------------------- */
+
+static void test_wrong_head_errors(void **state)
+{
+    (void)state;
+    df_model *v = value_model(8), *lm = df_test_micro_model(8);
+    small_batch sb;
+    small_batch_init(&sb, v->cfg.vocab_size);
+    int32_t targets[7] = {1, 2, 3, 4, 5, 6, 7};
+    df_seq_batch blm = sb.b;
+    blm.out_targets = targets;
+    df_acts *a;
+    assert_int_equal(df_acts_create(&lm->cfg, 16, 8, &a), DF_OK);
+    float out[8], d[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    float *gv = calloc((size_t)v->n_params, sizeof(float));
+    float *gl = calloc((size_t)lm->n_params, sizeof(float));
+    /* The LM forward on a value model, the value forward on a causal LM. */
+    assert_error_mentions(df_model_forward(v, a, &blm, 1.0f, out, NULL), DF_EINVAL,
+                          "df_model_forward_values");
+    assert_error_mentions(df_model_forward_values(lm, a, &sb.b, out), DF_EINVAL,
+                          "not a value model");
+    /* No forward yet. */
+    assert_error_mentions(df_model_backward_values(v, a, &sb.b, d, gv), DF_EINVAL,
+                          "no forward");
+    /* backward_values after a log-prob forward, and the reverse. */
+    assert_int_equal(df_model_forward(lm, a, &blm, 1.0f, out, NULL), DF_OK);
+    assert_error_mentions(df_model_backward_values(v, a, &sb.b, d, gv), DF_EINVAL,
+                          "df_model_forward (log-probs)");
+    assert_int_equal(df_model_forward_values(v, a, &sb.b, out), DF_OK); /* LM acts serve both */
+    assert_error_mentions(df_model_backward(lm, a, &blm, 1.0f, d, NULL, gl), DF_EINVAL,
+                          "df_model_forward_values");
+    /* A different batch; out_targets are not needed (NULL) nor checked. */
+    df_seq_batch shorter = sb.b;
+    shorter.n_out = 6;
+    assert_error_mentions(df_model_backward_values(v, a, &shorter, d, gv), DF_EINVAL, "differs");
+    assert_int_equal(df_model_backward_values(v, a, &sb.b, d, gv), DF_OK);
+    assert_error_mentions(df_model_forward_values(v, a, &sb.b, NULL), DF_EINVAL, "NULL");
+    df_seq_batch bad = sb.b;
+    int64_t rows[7] = {2, 3, 4, 5, 8, 9, 12};
+    bad.out_rows = rows;
+    assert_error_mentions(df_model_forward_values(v, a, &bad, out), DF_EINVAL, "outside");
+    df_acts_free(a);
+    /* Activations of a value model have no LM-head scratch. */
+    assert_int_equal(df_acts_create(&v->cfg, 16, 8, &a), DF_OK);
+    assert_error_mentions(df_model_forward(lm, a, &blm, 1.0f, out, NULL), DF_EINVAL,
+                          "value model");
+    df_acts_free(a);
+    /* The rollout samples from an LM head: a value model is refused. */
+    df_rollout_engine *e;
+    assert_int_equal(df_rollout_engine_create(&lm->cfg, 2, 16, &e), DF_OK);
+    df_sampling_params sp;
+    df_sampling_params_defaults(&sp);
+    int64_t po[2] = {0, 3};
+    df_rollout_request req = {1, po, sb.tokens, 1, 1, NULL};
+    df_rollout_result res;
+    assert_error_mentions(df_rollout_generate(e, v, &req, &sp, &res, NULL, NULL), DF_EINVAL,
+                          "value model");
+    df_rollout_engine_free(e);
+    free(gv), free(gl);
+    df_model_free(v);
+    df_model_free(lm);
+}
+
+int main(void)
+{
+#define T(f) cmocka_unit_test_setup_teardown(f, df_test_mkdtemp, df_test_rmtree)
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_backward_values_fd),
+        cmocka_unit_test(test_golden_values),
+        cmocka_unit_test(test_to_value_model),
+        cmocka_unit_test(test_head_init_std),
+        T(test_save_load_roundtrip),
+        T(test_convert_and_save_keeps_keys),
+        cmocka_unit_test(test_config_labels),
+        T(test_checkpoint_missing_bias),
+        cmocka_unit_test(test_wrong_head_errors),
+    };
+#undef T
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
