@@ -40,7 +40,10 @@ static double all_max(double x)
     return x;
 }
 
-static double all_min(double x) { return -all_max(-x); }
+static double all_min(double x)
+{
+    return -all_max(-x);
+}
 
 /* A value model from the micro causal LM (vocab 40, hidden 16), head seeded by `seed`. */
 static df_model *value_model(uint64_t seed)
@@ -53,11 +56,19 @@ static df_model *value_model(uint64_t seed)
 
 static df_critic_params params(const char *agg, int64_t mini, int64_t micro)
 {
-    df_critic_params p = {.optim = {.lr = 1e-2, .weight_decay = 0.01, .beta1 = 0.9, .beta2 = 0.999,
-                                    .adam_eps = 1e-8, .grad_clip = 1.0},
-                          .mini_batch_size = mini, .micro_batch_size = micro,
-                          .forward_micro_batch_size = micro, .ppo_epochs = 1, .cliprange_value = 0.2,
-                          .loss_agg_mode = agg, .loss_agg_norm_length = 8};
+    df_critic_params p = {.optim = {.lr = 1e-2,
+                                    .weight_decay = 0.01,
+                                    .beta1 = 0.9,
+                                    .beta2 = 0.999,
+                                    .adam_eps = 1e-8,
+                                    .grad_clip = 1.0},
+                          .mini_batch_size = mini,
+                          .micro_batch_size = micro,
+                          .forward_micro_batch_size = micro,
+                          .ppo_epochs = 1,
+                          .cliprange_value = 0.2,
+                          .loss_agg_mode = agg,
+                          .loss_agg_norm_length = 8};
     return p;
 }
 
@@ -180,15 +191,16 @@ static void test_compute_values(void **state)
     /* sample 0 on its own: prompt p ++ response r, value of r[j] at row |p| - 1 + j */
     const df_model *vm = df_critic_model(c1);
     int64_t np, nr;
-    const int32_t *pt = df_batch_tok_i32(b, "prompt_ids", 0, &np), *rt = df_batch_tok_i32(b, "response_ids", 0, &nr);
+    const int32_t *pt = df_batch_tok_i32(b, "prompt_ids", 0, &np),
+                  *rt = df_batch_tok_i32(b, "response_ids", 0, &nr);
     int32_t toks[16];
     int64_t rows[8], so[2] = {0, np + nr};
     memcpy(toks, pt, (size_t)np * sizeof *toks);
     memcpy(toks + np, rt, (size_t)nr * sizeof *toks);
     for (int64_t j = 0; j < nr; j++)
         rows[j] = np - 1 + j;
-    df_seq_batch sb = {.n_tokens = np + nr, .tokens = toks, .n_seqs = 1, .seq_offsets = so, .n_out = nr,
-                       .out_rows = rows};
+    df_seq_batch sb = {
+        .n_tokens = np + nr, .tokens = toks, .n_seqs = 1, .seq_offsets = so, .n_out = nr, .out_rows = rows};
     df_acts *acts;
     float vals[8];
     assert_int_equal(df_acts_create(&vm->cfg, np + nr, nr, &acts), 0);
@@ -228,7 +240,8 @@ static void test_loss_decreases(void **state)
         last = vf;
         df_metrics_free(m);
     }
-    print_message("[ critic ] vf_loss step 0 %.4g -> step 19 %.4g, max vf_clipfrac %.3f\n", first, last, clip_any);
+    print_message("[ critic ] vf_loss step 0 %.4g -> step 19 %.4g, max vf_clipfrac %.3f\n", first, last,
+                  clip_any);
     assert_true(first > 0.02);
     assert_true(last < 0.5 * first);
     assert_int_equal(df_critic_step_count(c), 20);
@@ -240,7 +253,8 @@ static void test_loss_decreases(void **state)
 static void test_micro_batch_invariant(void **state)
 {
     (void)state;
-    const char *modes[] = {"token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"};
+    const char *modes[] = {"token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                           "seq-mean-token-sum-norm"};
     for (size_t i = 0; i < 4; i++) {
         df_batch *b = synth_batch(11, 12);
         add_value_columns(b, 11);
@@ -257,7 +271,8 @@ static void test_micro_batch_invariant(void **state)
         double d = max_abs_diff(df_critic_model(whole), df_critic_model(micro));
         if (d > 1e-5)
             fail_msg("%s: micro-batched weights differ by %.3g", modes[i], d);
-        const char *keys[] = {"critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm"};
+        const char *keys[] = {"critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean",
+                              "critic/grad_norm"};
         for (size_t k = 0; k < 4; k++)
             assert_near(df_metrics_get(mm, keys[k], NAN), df_metrics_get(mw, keys[k], NAN),
                         1e-5 * fmax(1, fabs(df_metrics_get(mw, keys[k], 0))));
@@ -275,7 +290,8 @@ static void test_micro_batch_invariant(void **state)
  * mini-batch k is the ranks' k-th local mini-batches, rank by rank. Fills this
  * rank's rows (*mine) and the global mini-batch bounds.
  */
-static void layout(const int *count, int64_t mbs, int64_t **mine, int64_t *n_mine, int64_t *bounds, int *n_mini)
+static void layout(const int *count, int64_t mbs, int64_t **mine, int64_t *n_mine, int64_t *bounds,
+                   int *n_mini)
 {
     int max_k = 0;
     for (int r = 0; r < N; r++)
@@ -358,7 +374,8 @@ static void test_dp_equal(void **state)
     run_dp("seq-mean-token-mean", per_rank, 3, 1);
 }
 
-/* Rank 0 has 3 mini-batches, rank 1 one: later steps run on rank 0's rows while the other joins with zero gradient. */
+/* Rank 0 has 3 mini-batches, rank 1 one: later steps run on rank 0's rows while the other joins with zero
+ * gradient. */
 static void test_dp_unequal(void **state)
 {
     (void)state;
@@ -369,9 +386,12 @@ static void test_dp_unequal(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_refuses_causal_lm),    cmocka_unit_test(test_missing_columns),
-        cmocka_unit_test(test_compute_values),       cmocka_unit_test(test_loss_decreases),
-        cmocka_unit_test(test_micro_batch_invariant), cmocka_unit_test(test_dp_equal),
+        cmocka_unit_test(test_refuses_causal_lm),
+        cmocka_unit_test(test_missing_columns),
+        cmocka_unit_test(test_compute_values),
+        cmocka_unit_test(test_loss_decreases),
+        cmocka_unit_test(test_micro_batch_invariant),
+        cmocka_unit_test(test_dp_equal),
         cmocka_unit_test(test_dp_unequal),
     };
     return cmocka_run_group_tests(tests, group_setup, df_test_world_teardown);

@@ -25,8 +25,13 @@ static const float k_ret[] = {2.0f, 1.0f, 3.0f}; /* returns */
 
 static df_value_loss_input input(const float *w, double c)
 {
-    return (df_value_loss_input){.n = 3, .offsets = k_offs, .vpreds = k_v, .values = k_old,
-                                 .returns = k_ret, .weights = w, .cliprange_value = c};
+    return (df_value_loss_input){.n = 3,
+                                 .offsets = k_offs,
+                                 .vpreds = k_v,
+                                 .values = k_old,
+                                 .returns = k_ret,
+                                 .weights = w,
+                                 .cliprange_value = c};
 }
 
 /*
@@ -140,8 +145,13 @@ static void test_finite_difference(void **state)
         ret[t] = (float)(3 * df_rng_uniform(&rng) - 1.5);
     }
     assert_int_equal(df_loss_agg_weights("seq-mean-token-mean", N, offs, T, N, w), 0);
-    df_value_loss_input in = {.n = N, .offsets = offs, .vpreds = v, .values = old, .returns = ret,
-                              .weights = w, .cliprange_value = 0.3};
+    df_value_loss_input in = {.n = N,
+                              .offsets = offs,
+                              .vpreds = v,
+                              .values = old,
+                              .returns = ret,
+                              .weights = w,
+                              .cliprange_value = 0.3};
     df_value_loss_output out = {.grad = g};
     assert_int_equal(df_value_loss(&in, &out), 0);
     assert_true(out.vf_clipfrac > 0.1 && out.vf_clipfrac < 0.9); /* both branches exercised */
@@ -176,10 +186,20 @@ static void test_micro_additive(void **state)
     df_value_loss_output o = {0}, a = {0}, b = {0};
     assert_int_equal(df_value_loss(&all, &o), 0);
     const int64_t o1[] = {0, 2}, o2[] = {0, 0, 1};
-    df_value_loss_input p1 = {.n = 1, .offsets = o1, .vpreds = k_v, .values = k_old, .returns = k_ret,
-                              .weights = w, .cliprange_value = 0.5};
-    df_value_loss_input p2 = {.n = 2, .offsets = o2, .vpreds = k_v + 2, .values = k_old + 2,
-                              .returns = k_ret + 2, .weights = w + 2, .cliprange_value = 0.5};
+    df_value_loss_input p1 = {.n = 1,
+                              .offsets = o1,
+                              .vpreds = k_v,
+                              .values = k_old,
+                              .returns = k_ret,
+                              .weights = w,
+                              .cliprange_value = 0.5};
+    df_value_loss_input p2 = {.n = 2,
+                              .offsets = o2,
+                              .vpreds = k_v + 2,
+                              .values = k_old + 2,
+                              .returns = k_ret + 2,
+                              .weights = w + 2,
+                              .cliprange_value = 0.5};
     assert_int_equal(df_value_loss(&p1, &a), 0);
     assert_int_equal(df_value_loss(&p2, &b), 0);
     assert_near(a.loss + b.loss, o.loss, 1e-9);

@@ -56,9 +56,18 @@ void df_critic_free(df_critic *c)
     free(c);
 }
 
-void df_critic_set_comm(df_critic *c, df_comm *dp) { df_train_core_set_comm(&c->c, dp); }
-df_model *df_critic_model(df_critic *c) { return c->c.model; }
-int64_t df_critic_step_count(const df_critic *c) { return c->c.steps; }
+void df_critic_set_comm(df_critic *c, df_comm *dp)
+{
+    df_train_core_set_comm(&c->c, dp);
+}
+df_model *df_critic_model(df_critic *c)
+{
+    return c->c.model;
+}
+int64_t df_critic_step_count(const df_critic *c)
+{
+    return c->c.steps;
+}
 
 static int need_columns(const df_batch *b, const char *const *cols, int n, const char *what)
 {
@@ -106,10 +115,13 @@ static int value_micro(void *user, const df_batch *b, int64_t s, int64_t e, int6
         return rc;
     rc = df_loss_agg_weights_ex(c->p.loss_agg_mode, e - s, offs, global_tokens, global_seqs,
                                 c->p.loss_agg_norm_length, w);
-    df_value_loss_input in = {.n = e - s, .offsets = offs, .vpreds = v,
+    df_value_loss_input in = {.n = e - s,
+                              .offsets = offs,
+                              .vpreds = v,
                               .values = (const float *)df_batch_column(b, "values")->data + base,
                               .returns = (const float *)df_batch_column(b, "returns")->data + base,
-                              .weights = w, .cliprange_value = c->p.cliprange_value};
+                              .weights = w,
+                              .cliprange_value = c->p.cliprange_value};
     df_value_loss_output st = {.grad = dv};
     if (!rc)
         rc = df_value_loss(&in, &st);
@@ -139,8 +151,12 @@ int df_critic_update(df_critic *c, df_batch *b, df_metrics *m)
 {
     static const char *const cols[] = {"prompt_ids", "response_ids", "values", "returns"};
     int rc = need_columns(b, cols, 4, "critic update");
-    df_core_loss loss = {.n_sums = N_SUMS, .micro_rows = c->p.micro_batch_size,
-                         .micro_tokens = c->p.max_token_len, .micro = value_micro, .record = value_record,
-                         .user = c, .prefix = "critic"};
+    df_core_loss loss = {.n_sums = N_SUMS,
+                         .micro_rows = c->p.micro_batch_size,
+                         .micro_tokens = c->p.max_token_len,
+                         .micro = value_micro,
+                         .record = value_record,
+                         .user = c,
+                         .prefix = "critic"};
     return df_train_core_update(&c->c, b, c->p.mini_batch_size, c->p.ppo_epochs, &loss, m, rc);
 }

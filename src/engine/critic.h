@@ -22,20 +22,20 @@
 #include "engine/train_core.h"
 
 typedef struct df_critic_params {
-    df_core_optim optim;            /* critic.optim.*, critic.grad_clip */
-    int64_t mini_batch_size;        /* samples per optimizer step (ppo_mini_batch_size x rollout.n /
-                                       DP size); <= 0: the whole batch */
-    int64_t micro_batch_size;       /* samples per forward / backward (ppo_micro_batch_size_per_gpu);
-                                       <= 0: token budget only */
-    int64_t max_token_len;          /* packed tokens per training micro-batch when > 0
-                                       (use_dynamic_bsz: ppo_max_token_len_per_gpu) */
+    df_core_optim optim;              /* critic.optim.*, critic.grad_clip */
+    int64_t mini_batch_size;          /* samples per optimizer step (ppo_mini_batch_size x rollout.n /
+                                         DP size); <= 0: the whole batch */
+    int64_t micro_batch_size;         /* samples per forward / backward (ppo_micro_batch_size_per_gpu);
+                                         <= 0: token budget only */
+    int64_t max_token_len;            /* packed tokens per training micro-batch when > 0
+                                         (use_dynamic_bsz: ppo_max_token_len_per_gpu) */
     int64_t forward_micro_batch_size; /* the same two limits for compute_values */
-    int64_t forward_max_token_len;  /* (forward_micro_batch_size_per_gpu, forward_max_token_len_per_gpu) */
-    int ppo_epochs;                 /* critic.ppo_epochs (<= 0: 1) */
-    double cliprange_value;         /* critic.cliprange_value */
-    const char *loss_agg_mode;      /* critic.loss_agg_mode (borrowed) */
-    int64_t loss_agg_norm_length;   /* seq-mean-token-sum-norm's constant length */
-    const char *progress_label;     /* non-NULL: update draws a TTY progress bar over samples */
+    int64_t forward_max_token_len;    /* (forward_micro_batch_size_per_gpu, forward_max_token_len_per_gpu) */
+    int ppo_epochs;                   /* critic.ppo_epochs (<= 0: 1) */
+    double cliprange_value;           /* critic.cliprange_value */
+    const char *loss_agg_mode;        /* critic.loss_agg_mode (borrowed) */
+    int64_t loss_agg_norm_length;     /* seq-mean-token-sum-norm's constant length */
+    const char *progress_label;       /* non-NULL: update draws a TTY progress bar over samples */
 } df_critic_params;
 
 typedef struct df_critic df_critic;

@@ -24,8 +24,8 @@ int df_train_core_init(df_train_core *c, df_model *model, const df_core_optim *o
     if (!trainable)
         return DF_OK;
     c->grads = calloc((size_t)model->n_params, sizeof(float));
-    df_adamw_config oc = {.beta1 = o->beta1, .beta2 = o->beta2, .eps = o->adam_eps,
-                          .weight_decay = o->weight_decay};
+    df_adamw_config oc = {
+        .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->adam_eps, .weight_decay = o->weight_decay};
     int rc = c->grads ? df_adamw_create(&oc, model->n_params, &c->opt)
                       : df_error(DF_ENOMEM, "out of memory allocating the %s's gradients", who);
     if (rc) {
@@ -130,8 +130,10 @@ int df_train_core_allreduce_grads(df_train_core *c)
 double df_train_core_lr(const df_train_core *c)
 {
     df_lr_schedule s = {.kind = c->o.cosine ? DF_LR_COSINE : DF_LR_CONSTANT,
-                        .warmup_steps = c->o.warmup_steps, .total_steps = c->o.total_steps,
-                        .min_lr_ratio = c->o.min_lr_ratio, .num_cycles = c->o.num_cycles};
+                        .warmup_steps = c->o.warmup_steps,
+                        .total_steps = c->o.total_steps,
+                        .min_lr_ratio = c->o.min_lr_ratio,
+                        .num_cycles = c->o.num_cycles};
     return c->o.lr * df_lr_schedule_factor(&s, c->steps);
 }
 
@@ -163,8 +165,8 @@ int df_rebased_offsets(const int64_t *ro, int64_t s, int64_t e, int64_t **out)
 }
 
 /* This rank's part of one mini-batch's gradient into c->grads (zeroed first). */
-static int mini_local(df_train_core *c, const df_batch *mb, int64_t tokens, int64_t seqs, const df_core_loss *l,
-                      double *sums)
+static int mini_local(df_train_core *c, const df_batch *mb, int64_t tokens, int64_t seqs,
+                      const df_core_loss *l, double *sums)
 {
     memset(c->grads, 0, (size_t)c->model->n_params * sizeof(float));
     if (!mb || tokens <= 0)

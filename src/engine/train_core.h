@@ -36,11 +36,11 @@ typedef struct df_core_optim {
 } df_core_optim;
 
 typedef struct df_train_core {
-    df_model *model;          /* owned */
-    const char *who;          /* "actor" / "critic": names the role in errors */
+    df_model *model; /* owned */
+    const char *who; /* "actor" / "critic": names the role in errors */
     bool trainable;
     df_core_optim o;
-    float *grads;             /* [n_params] when trainable */
+    float *grads; /* [n_params] when trainable */
     df_adamw *opt;
     df_acts *acts;
     int64_t acts_tokens, acts_out;
@@ -48,8 +48,8 @@ typedef struct df_train_core {
     float *buf[DF_CORE_MAX_BUFS]; /* n_buf per-token scratch arrays of buf_cap floats */
     int n_buf;
     int64_t buf_cap;
-    int64_t steps;            /* updates taken: the lr schedule's step */
-    df_comm *dp;              /* data-parallel group (borrowed); NULL: this rank alone */
+    int64_t steps;              /* updates taken: the lr schedule's step */
+    df_comm *dp;                /* data-parallel group (borrowed); NULL: this rank alone */
     const char *progress_label; /* non-NULL: updates draw a TTY bar over samples */
     df_progress bar;
     int64_t bar_done;
@@ -96,7 +96,7 @@ int df_train_core_optimizer_step(df_train_core *c, double lr, df_metrics *m, con
 
 /** The loss of an update, called per micro-batch by df_train_core_update. */
 typedef struct df_core_loss {
-    int n_sums;                    /* statistics per mini-batch, < DF_CORE_MAX_SUMS */
+    int n_sums;                       /* statistics per mini-batch, < DF_CORE_MAX_SUMS */
     int64_t micro_rows, micro_tokens; /* micro-batch limits (df_train_core_plan) */
     /* Loss and gradient of rows [s, e) of mini-batch mb (this rank's part of a
        mini-batch of `tokens` response tokens / `seqs` responses over the DP

@@ -10,7 +10,10 @@
  * token_level_rewards, advantages, returns — whichever are present) record,
  * with verl's names (verl/trainer/ppo/metric_utils.py, compute_data_metrics):
  * critic/score/{mean,max,min}, critic/rewards/{mean,max,min},
- * critic/advantages/{mean,max,min}, critic/returns/{mean,max,min},
+ * critic/advantages/{mean,max,min}, critic/returns/{mean,max,min}, with a
+ * critic's `values` column critic/values/{mean,max,min} and
+ * critic/vf_explained_var = 1 - var(returns - values) / (var(returns) + 1e-5)
+ * (unbiased variances over response tokens, as torch.var; at least 2 tokens),
  * response_length/{mean,max,min,clip_ratio}, prompt_length/{mean,max,min,clip_ratio}.
  * Sequence scores are per-sample sums of the token-level values; advantages
  * and returns are token means over response tokens. clip_ratio is the fraction

@@ -13,6 +13,7 @@
 #include "distflow/scheduler.h"
 #include "distflow/worker.h"
 #include "engine/actor.h"
+#include "engine/critic.h"
 #include "worker/prompts.h"
 #include "worker/rollout_batch.h"
 
@@ -50,6 +51,9 @@ struct df_dag_worker {
     df_actor *actor; /* the policy; the rollout engine reads its weights */
     df_actor *ref;   /* frozen reference (use_kl_loss), or NULL */
     df_rollout_engine *rollout;
+    df_critic *critic;          /* the PPO critic when the graph has a CRITIC node, else NULL */
+    df_node_layout critic_layout;
+    df_comm *critic_dp;         /* the critic's data-parallel group (owned), NULL on one rank */
     df_reward_manager_cfg reward;
     df_adv_estimator_fn adv_fn;
     df_task_graph *graph;
@@ -132,6 +136,23 @@ int df_dynamic_sampling_kept_rows(const df_batch *b, const char *metric, int64_t
                                   int64_t *groups);
 /** Register DAPO's dynamic_sampling node function (DAGWorker.dynamic_sampling and siiRL's name). */
 int df_worker_register_dynamic_sampling(void);
+
+/* ---- the PPO critic (critic_setup.c, nodes_critic.c) ---- */
+/** Critic settings (critic.*) from config c. */
+void df_worker_critic_params(const df_dag_worker *w, const df_config *c, df_critic_params *p);
+/** The critic's layout and DP communicator when the graph has a CRITIC node (collective over w->group). */
+int df_worker_setup_critic_comm(df_dag_worker *w);
+/** Load critic.model.path as a value model and create w->critic when the graph has a CRITIC node. */
+int df_worker_setup_critic(df_dag_worker *w);
+void df_worker_free_critic(df_dag_worker *w);
+/** Write the critic (when there is one) to `step_dir`/critic as an HF directory; rank 0 only. */
+int df_worker_save_critic(df_dag_worker *w, const char *step_dir);
+/** critic/weights_in_sync: the critic's checksum agrees over w->group (collective); an error when not. */
+int df_worker_check_critic_weights(df_dag_worker *w, df_metrics *m);
+/** True while trainer.critic_warmup steps train only the critic (steps 1..critic_warmup). */
+bool df_worker_critic_warmup(const df_dag_worker *w, int64_t step);
+/** Register DAGWorker.compute_value and DAGWorker.train_critic. */
+int df_worker_register_critic_nodes(void);
 
 /** Register the built-in node functions under their DAGWorker.* names (idempotent). */
 int df_worker_register_nodes(void);
