@@ -267,12 +267,38 @@ static int teardown(void **state)
     return 0;
 }
 
+/* The critic on half as many DP ranks as the rest (ulysses_sequence_parallel_size 2): batches
+   are redistributed to its layout and its model-parallel replicas compute the same update. */
+static void test_ppo_critic_on_fewer_dp_ranks(void **state)
+{
+    (void)state;
+    if (df_comm_size(world) % 2) {
+        skip();
+        return;
+    }
+    char yaml[4096];
+    yaml_of(yaml, sizeof yaml, "critic_sp2", "model");
+    const char *ovr[] = {"critic.ulysses_sequence_parallel_size=2"};
+    int rc = run(world, yaml, ovr, 1);
+    if (rc)
+        fail_msg("rank %d: %s", R, df_last_error());
+    assert_int_equal(df_comm_barrier(world), 0);
+    if (R != 0)
+        return;
+    check_metrics("critic_sp2");
+    json_t *lines = metrics_of("critic_sp2");
+    for (size_t i = 0; i < json_array_size(lines); i++)
+        assert_true(num(json_array_get(lines, i), "perf/redistributed_bytes") > 0);
+    json_decref(lines);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ppo_critic_warmup),
         cmocka_unit_test(test_critic_from_checkpoint_and_errors),
         cmocka_unit_test(test_ppo_data_parallel),
+        cmocka_unit_test(test_ppo_critic_on_fewer_dp_ranks),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
