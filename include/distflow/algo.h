@@ -628,6 +628,48 @@ DF_API int df_rollout_mismatch_record(const df_rollout_mismatch *mm, df_metrics 
 
 /* ---- end of losses block ---- */
 
+/* ---- critic block: the PPO value loss ---------------------------------- */
+
+/** Inputs of df_value_loss, in the packed layout above. */
+typedef struct df_value_loss_input {
+    int64_t n;               /**< number of samples */
+    const int64_t *offsets;  /**< [n + 1] */
+    const float *vpreds;     /**< [offsets[n]] the critic's current predictions V_theta(s_t) */
+    const float *values;     /**< [offsets[n]] old values (column `values`, before the update) */
+    const float *returns;    /**< [offsets[n]] value targets (column `returns`, e.g. GAE's A + V) */
+    const float *weights;    /**< [offsets[n]] aggregation weights (df_loss_agg_weights(_ex)) */
+    double cliprange_value;  /**< c >= 0 (critic.cliprange_value, default 0.5) */
+} df_value_loss_input;
+
+typedef struct df_value_loss_output {
+    double loss;        /**< 0.5 * sum_t w_t * max(l1_t, l2_t) */
+    float *grad;        /**< caller-allocated [offsets[n]] or NULL: receives (overwrites)
+                             dloss / dvpreds[t] */
+    double vf_clipfrac; /**< plain token mean of [l2_t > l1_t] (0 without tokens) */
+    double vpred_mean;  /**< plain token mean of vpreds (critic/vpred_mean; 0 without tokens) */
+} df_value_loss_output;
+
+/**
+ * PPO's clipped value-function loss — verl core_algos.compute_value_loss
+ * (volcengine/verl commit 012be9d9, itself from TRL's ppo_trainer), the value
+ * clipping of OpenAI baselines ppo2 (Schulman et al. 2017, "Proximal Policy
+ * Optimization Algorithms", sec. 5 / baselines ppo2/model.py). Per token:
+ *   vc_t = clamp(vpred_t, values_t - c, values_t + c)
+ *   l1_t = (vpred_t - returns_t)^2;   l2_t = (vc_t - returns_t)^2
+ *   loss = 0.5 * sum_t w_t * max(l1_t, l2_t)
+ * so with the weights of a loss_agg_mode this is verl's 0.5 * agg_loss(...),
+ * normalised over the whole mini-batch. With c = 0 the old value wins wherever
+ * it is farther from the return than the prediction.
+ * Gradient dloss/dvpred_t = w_t * (vpred_t - returns_t) on the unclipped branch
+ * (l1_t >= l2_t, ties included) and 0 where the clipped branch wins: that only
+ * happens when the clamp is active, and the clamp passes no gradient.
+ * Errors: DF_EINVAL for NULL in / out, bad offsets, NULL arrays when there
+ * are tokens, cliprange_value negative, NaN or infinite.
+ */
+DF_API int df_value_loss(const df_value_loss_input *in, df_value_loss_output *out);
+
+/* ---- end of critic block ---- */
+
 #ifdef __cplusplus
 }
 #endif

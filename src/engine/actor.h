@@ -16,7 +16,8 @@
  * (each one below says which are collective). A rank that fails locally still
  * joins the next all-reduce with a failure flag, and then every rank returns
  * an error (DF_EINTERNAL on the others, naming the data-parallel group) instead
- * of waiting in a collective.
+ * of waiting in a collective. That machinery lives in engine/train_core.h,
+ * shared with the PPO critic (engine/critic.h).
  */
 #ifndef DF_ENGINE_ACTOR_H
 #define DF_ENGINE_ACTOR_H

@@ -324,6 +324,8 @@ int df_dag_worker_create(const df_config *cfg, df_comm *comm, df_dag_worker **ou
         m = NULL;
     }
     df_model_free(m);
+    if (!rc) /* after the actor: the critic's vocabulary must match it */
+        rc = df_worker_setup_critic(w);
     if (!rc)
         rc = setup_output(w);
     if (!rc && !(w->metrics = df_metrics_new()))
@@ -343,6 +345,7 @@ void df_dag_worker_free(df_dag_worker *w)
     df_worker_free_node_configs(w);
     df_task_graph_free(w->graph);
     df_data_buffers_free(w->buffers);
+    df_worker_free_critic(w);
     df_worker_free_parallel(w);
     df_rollout_engine_free(w->rollout);
     df_actor_free(w->actor);

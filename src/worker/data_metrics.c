@@ -86,6 +86,33 @@ static void lengths(const df_batch *b, const char *col, int64_t limit, df_metric
         df_metrics_set(m, k, (double)clipped / (double)s.n);
 }
 
+/* verl's critic/vf_explained_var: 1 - var(returns - values) / (var(returns) + 1e-5) over
+   response tokens, torch.var's unbiased estimates; nothing for fewer than 2 tokens. */
+static void explained_var(const df_batch *b, df_metrics *m)
+{
+    const df_column *v = df_batch_column(b, "values"), *r = df_batch_column(b, "returns");
+    if (!v || !r || v->kind != DF_COL_TOK_F32 || r->kind != DF_COL_TOK_F32)
+        return;
+    int64_t T = r->offsets[df_batch_size(b)];
+    if (T < 2 || v->offsets[df_batch_size(b)] != T)
+        return;
+    const float *vv = v->data, *rv = r->data;
+    double sr = 0, sd = 0;
+    for (int64_t t = 0; t < T; t++) {
+        sr += rv[t];
+        sd += (double)rv[t] - vv[t];
+    }
+    double mr = sr / (double)T, md = sd / (double)T, var_r = 0, var_d = 0;
+    for (int64_t t = 0; t < T; t++) {
+        double dr = rv[t] - mr, dd = (double)rv[t] - vv[t] - md;
+        var_r += dr * dr;
+        var_d += dd * dd;
+    }
+    var_r /= (double)(T - 1);
+    var_d /= (double)(T - 1);
+    df_metrics_set(m, "critic/vf_explained_var", 1.0 - var_d / (var_r + 1e-5));
+}
+
 int df_compute_data_metrics(const df_batch *b, int64_t max_response_length,
                             int64_t max_prompt_length, df_metrics *m)
 {
@@ -104,6 +131,10 @@ int df_compute_data_metrics(const df_batch *b, int64_t max_response_length,
     stat_put(m, "critic/overlong_reward", &over);
     if (flag.n)
         df_metrics_set(m, "critic/overlong/mean", flag.sum / (double)flag.n);
+    stat val = {0}; /* with a critic (verl use_critic) */
+    token_values(b, "values", &val);
+    stat_put(m, "critic/values", &val);
+    explained_var(b, m);
     lengths(b, "response_ids", max_response_length, m, "response_length");
     lengths(b, "prompt_ids", max_prompt_length, m, "prompt_length");
     return DF_OK;

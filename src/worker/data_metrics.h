@@ -12,6 +12,9 @@
  * critic/score/{mean,max,min}, critic/rewards/{mean,max,min},
  * critic/advantages/{mean,max,min}, critic/returns/{mean,max,min},
  * response_length/{mean,max,min,clip_ratio}, prompt_length/{mean,max,min,clip_ratio};
+ * with a critic's `values` column critic/values/{mean,max,min} and
+ * critic/vf_explained_var = 1 - var(returns - values) / (var(returns) + 1e-5)
+ * (unbiased variances over response tokens, as torch.var; at least 2 tokens);
  * with the dapo reward manager's overlong_buffer.log columns also
  * critic/overlong_reward/{mean,max,min} and critic/overlong/mean (the share of
  * penalised responses; verl keeps them as reward extra info).

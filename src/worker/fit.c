@@ -26,6 +26,7 @@ static void console_line(const df_dag_worker *w, const df_metrics *m)
         {"actor/entropy", "entropy", "%.3f"},
         {"actor/pg_clipfrac", "clipfrac", "%.3f"},
         {"actor/grad_norm", "grad_norm", "%.3f"},
+        {"critic/vf_loss", "vf_loss", "%.4f"},
         {"actor/lr", "lr", "%.2e"},
         {"timing_s/gen", "gen", "%.1fs"},
         {"timing_s/step", "step", "%.1fs"},
@@ -88,6 +89,10 @@ static int save_checkpoint(df_dag_worker *w)
     snprintf(dir, sizeof dir, "%s/global_step_%lld/actor", w->out_dir, (long long)w->step);
     const df_model *m = df_actor_model(w->actor);
     int rc = df_hf_dir_save(m, m->cfg.torch_dtype, w->tokenizer_dir, dir);
+    char step_dir[2048];
+    snprintf(step_dir, sizeof step_dir, "%s/global_step_%lld", w->out_dir, (long long)w->step);
+    if (!rc) /* global_step_N/critic as an HF *ForTokenClassification directory */
+        rc = df_worker_save_critic(w, step_dir);
     int n = snprintf(txt, sizeof txt, "%lld\n", (long long)w->step);
     char *latest = rc ? NULL : df_path_join(w->out_dir, "latest_checkpointed_iteration.txt");
     if (!rc)
@@ -198,6 +203,8 @@ static int train_step(df_dag_worker *w)
         rc = reduce_step_metrics(w, m);
     if (!rc)
         rc = check_weights(w, m);
+    if (!rc)
+        rc = df_worker_check_critic_weights(w, m);
     return rc ? df_error_wrap(rc, "step %lld", (long long)w->step) : DF_OK;
 }
 

@@ -178,6 +178,8 @@ static int node_compute_ref_log_prob(df_node_ctx *ctx, df_batch *batch, df_node_
 static int node_train_actor(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
 {
     df_dag_worker *w = W(ctx);
+    if (df_worker_critic_warmup(w, ctx->step)) /* trainer.critic_warmup: the critic trains alone */
+        return DF_OK;
     double t0 = df_now();
     int rc = need_batch(batch, "train_actor");
     /* a workflow node may override the loss settings: set them for this update only */
@@ -216,5 +218,6 @@ int df_worker_register_nodes(void)
         if (rc)
             return rc;
     }
-    return df_worker_register_dynamic_sampling();
+    int rc = df_worker_register_critic_nodes();
+    return rc ? rc : df_worker_register_dynamic_sampling();
 }

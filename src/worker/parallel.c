@@ -182,6 +182,8 @@ int df_worker_setup_layouts(df_dag_worker *w)
     int rc = node_layouts(w);
     if (!rc)
         rc = actor_comm(w);
+    if (!rc)
+        rc = df_worker_setup_critic_comm(w);
     return rc;
 }
 

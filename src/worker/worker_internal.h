@@ -13,6 +13,7 @@
 #include "distflow/scheduler.h"
 #include "distflow/worker.h"
 #include "engine/actor.h"
+#include "engine/critic.h"
 #include "worker/prompts.h"
 #include "worker/rollout_batch.h"
 
@@ -52,6 +53,9 @@ struct df_dag_worker {
     df_kl_ctrl *kl_ctrl; /* algorithm.kl_ctrl when algorithm.use_kl_in_reward, else NULL */
     bool remax;          /* adv_estimator remax: the rollout adds a greedy reward_baselines */
     df_rollout_engine *rollout;
+    df_critic *critic;          /* the PPO critic when the graph has a CRITIC node, else NULL */
+    df_node_layout critic_layout;
+    df_comm *critic_dp;         /* the critic's data-parallel group (owned), NULL on one rank */
     df_reward_manager_cfg reward;
     df_adv_estimator_fn adv_fn;
     df_task_graph *graph;
@@ -174,6 +178,22 @@ int df_remax_set_baselines(df_batch *out, const df_batch *greedy);
  */
 int df_worker_remax_baselines(df_dag_worker *w, const df_node *node, const df_batch *prompts, int64_t step,
                               int gen, df_batch *out);
+/* ---- the PPO critic (critic_setup.c, nodes_critic.c) ---- */
+/** Critic settings (critic.*) from config c. */
+void df_worker_critic_params(const df_dag_worker *w, const df_config *c, df_critic_params *p);
+/** The critic's layout and DP communicator when the graph has a CRITIC node (collective over w->group). */
+int df_worker_setup_critic_comm(df_dag_worker *w);
+/** Load critic.model.path as a value model and create w->critic when the graph has a CRITIC node. */
+int df_worker_setup_critic(df_dag_worker *w);
+void df_worker_free_critic(df_dag_worker *w);
+/** Write the critic (when there is one) to `step_dir`/critic as an HF directory; rank 0 only. */
+int df_worker_save_critic(df_dag_worker *w, const char *step_dir);
+/** critic/weights_in_sync: the critic's checksum agrees over w->group (collective); an error when not. */
+int df_worker_check_critic_weights(df_dag_worker *w, df_metrics *m);
+/** True while trainer.critic_warmup steps train only the critic (steps 1..critic_warmup). */
+bool df_worker_critic_warmup(const df_dag_worker *w, int64_t step);
+/** Register DAGWorker.compute_value and DAGWorker.train_critic. */
+int df_worker_register_critic_nodes(void);
 
 /** Register the built-in node functions under their DAGWorker.* names (idempotent). */
 int df_worker_register_nodes(void);

@@ -1,0 +1,83 @@
+/*
+ * critic.h (internal) — the PPO critic (verl's DataParallelPPOCritic): a
+ * value model (include/distflow/model.h, num_labels 1) that predicts a value
+ * per response token, and its update on the clipped value loss
+ * (df_value_loss) with mini-batches, micro-batches and gradient accumulation.
+ *
+ * The critic shares the actor's training machinery (engine/train_core.h):
+ * the same micro-batch planning and packing, the same data parallelism (the
+ * DP group's token / sequence totals normalise the loss, the gradient blob is
+ * summed over the group before clipping, failures travel as flags so no rank
+ * waits in a collective), the same clipping + AdamW + lr schedule and the same
+ * epoch / mini-batch loop. So D ranks x B samples take the same step as one
+ * rank x D*B samples, up to float summation order.
+ */
+#ifndef DF_ENGINE_CRITIC_H
+#define DF_ENGINE_CRITIC_H
+
+#include "distflow/batch.h"
+#include "distflow/comm.h"
+#include "distflow/metrics.h"
+#include "distflow/model.h"
+#include "engine/train_core.h"
+
+typedef struct df_critic_params {
+    df_core_optim optim;              /* critic.optim.*, critic.grad_clip */
+    int64_t mini_batch_size;          /* samples per optimizer step (ppo_mini_batch_size x rollout.n /
+                                         DP size); <= 0: the whole batch */
+    int64_t micro_batch_size;         /* samples per forward / backward (ppo_micro_batch_size_per_gpu);
+                                         <= 0: token budget only */
+    int64_t max_token_len;            /* packed tokens per training micro-batch when > 0
+                                         (use_dynamic_bsz: ppo_max_token_len_per_gpu) */
+    int64_t forward_micro_batch_size; /* the same two limits for compute_values */
+    int64_t forward_max_token_len;    /* (forward_micro_batch_size_per_gpu, forward_max_token_len_per_gpu) */
+    int ppo_epochs;                   /* critic.ppo_epochs (<= 0: 1) */
+    double cliprange_value;           /* critic.cliprange_value */
+    const char *loss_agg_mode;        /* critic.loss_agg_mode (borrowed) */
+    int64_t loss_agg_norm_length;     /* seq-mean-token-sum-norm's constant length */
+    const char *progress_label;       /* non-NULL: update draws a TTY progress bar over samples */
+} df_critic_params;
+
+typedef struct df_critic df_critic;
+
+/**
+ * Wrap value model `model` (cfg.num_labels == 1; ownership passes to the
+ * critic on success). Errors: DF_EINVAL for a model without a value head
+ * (convert a causal LM with df_model_to_value_model first), an unknown
+ * loss_agg_mode or a bad cliprange_value; DF_ENOMEM. On error the caller
+ * still owns the model.
+ */
+int df_critic_create(df_model *model, const df_critic_params *p, df_critic **out);
+void df_critic_free(df_critic *c);
+/** Train data-parallel over `dp` (borrowed), exactly as df_actor_set_comm. */
+void df_critic_set_comm(df_critic *c, df_comm *dp);
+df_model *df_critic_model(df_critic *c);
+/** Updates taken so far (the lr schedule's step: one per df_critic_update). */
+int64_t df_critic_step_count(const df_critic *c);
+
+/**
+ * Forward only (verl compute_values): fill TOK_F32 column `values` (laid out
+ * like response_ids) with the critic's value of each response token, read at
+ * the row that predicts it (the last prompt token for the first response
+ * token). Micro-batched by forward_micro_batch_size / forward_max_token_len.
+ * Needs prompt_ids (>= 1 token per row) and response_ids. Not collective; an
+ * empty shard is fine.
+ */
+int df_critic_compute_values(df_critic *c, df_batch *b);
+
+/**
+ * Value update (verl update_critic) over `b` (prompt_ids, response_ids,
+ * values — the old predictions from df_critic_compute_values — and returns):
+ * ppo_epochs passes over mini-batches, one optimizer step each at this call's
+ * lr, on loss = df_value_loss with the loss_agg_mode weights of the whole
+ * mini-batch. Records the means over the call's optimizer steps of
+ * critic/vf_loss, critic/vf_clipfrac (token mean), critic/vpred_mean (token
+ * mean of the predictions before each step's update), critic/grad_norm, and
+ * critic/lr. Collective over the DP comm exactly as df_actor_update_policy;
+ * the metrics are global and identical on every rank.
+ * Errors: DF_EINVAL for a missing column; model errors; DF_EINTERNAL when
+ * another rank of the DP group failed.
+ */
+int df_critic_update(df_critic *c, df_batch *b, df_metrics *m);
+
+#endif

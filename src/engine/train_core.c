@@ -1,0 +1,239 @@
+/* What the actor and the critic share: buffers, DP reductions, optimizer step, update loop (train_core.h). */
+#include "engine/train_core.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Gradient all-reduce bucket: 8 Mi floats (32 MiB) per collective call, which bounds the
+   temporary buffer MPI's reduction allocates (a 0.5B model's blob is 2 GiB). */
+enum { GRAD_BUCKET = 8 << 20 };
+
+int df_train_core_init(df_train_core *c, df_model *model, const df_core_optim *o, bool trainable, int n_buf,
+                       const char *who)
+{
+    assert(n_buf >= 0 && n_buf <= DF_CORE_MAX_BUFS);
+    memset(c, 0, sizeof *c);
+    c->model = model;
+    c->who = who;
+    c->trainable = trainable;
+    c->o = *o;
+    c->n_buf = n_buf;
+    if (!trainable)
+        return DF_OK;
+    c->grads = calloc((size_t)model->n_params, sizeof(float));
+    df_adamw_config oc = {
+        .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->adam_eps, .weight_decay = o->weight_decay};
+    int rc = c->grads ? df_adamw_create(&oc, model->n_params, &c->opt)
+                      : df_error(DF_ENOMEM, "out of memory allocating the %s's gradients", who);
+    if (rc) {
+        c->model = NULL; /* the caller keeps it */
+        df_train_core_release(c);
+    }
+    return rc;
+}
+
+void df_train_core_release(df_train_core *c)
+{
+    df_model_free(c->model);
+    free(c->grads);
+    df_adamw_free(c->opt);
+    df_acts_free(c->acts);
+    df_packed_free(&c->pk);
+    for (int i = 0; i < DF_CORE_MAX_BUFS; i++)
+        free(c->buf[i]);
+    memset(c, 0, sizeof *c);
+}
+
+void df_train_core_set_comm(df_train_core *c, df_comm *dp)
+{
+    c->dp = dp && df_comm_size(dp) > 1 ? dp : NULL;
+}
+
+/* Make sure activations and per-token buffers fit every micro-batch of a plan. */
+static int reserve(df_train_core *c, const df_batch *b, const int64_t *bounds, int64_t n_mb)
+{
+    int64_t max_tok, max_out;
+    df_plan_extent(b, bounds, n_mb, &max_tok, &max_out);
+    if (max_tok == 0) /* an empty batch (a DP rank's empty shard) needs nothing */
+        return DF_OK;
+    if (!c->acts || max_tok > c->acts_tokens || max_out > c->acts_out) {
+        df_acts_free(c->acts);
+        c->acts = NULL;
+        c->acts_tokens = max_tok > c->acts_tokens ? max_tok : c->acts_tokens;
+        c->acts_out = max_out > c->acts_out ? max_out : c->acts_out;
+        int rc = df_acts_create(&c->model->cfg, c->acts_tokens, c->acts_out, &c->acts);
+        if (rc)
+            return rc;
+    }
+    if (max_out > c->buf_cap) {
+        bool ok = true;
+        for (int i = 0; i < c->n_buf; i++) {
+            free(c->buf[i]);
+            ok = (c->buf[i] = malloc((size_t)max_out * sizeof(float))) && ok;
+        }
+        c->buf_cap = max_out;
+        if (!ok) {
+            c->buf_cap = 0; /* re-allocate next time */
+            return df_error(DF_ENOMEM, "out of memory for %lld token buffers", (long long)max_out);
+        }
+    }
+    return DF_OK;
+}
+
+int df_train_core_plan(df_train_core *c, const df_batch *b, int64_t rows, int64_t tokens, int64_t **bounds,
+                       int64_t *n_mb)
+{
+    int rc = df_plan_micro_batches(b, rows, tokens, bounds, n_mb);
+    if (!rc && (rc = reserve(c, b, *bounds, *n_mb)))
+        free(*bounds);
+    return rc;
+}
+
+int df_train_core_reduce(df_train_core *c, double *v, int n, df_comm_op op, int rc, const char *where)
+{
+    if (!c->dp)
+        return rc;
+    assert(n < DF_CORE_MAX_SUMS);
+    double buf[DF_CORE_MAX_SUMS];
+    memcpy(buf, v, (size_t)n * sizeof *v);
+    buf[n] = rc ? 1.0 : 0.0; /* SUM counts failed ranks, MAX flags any */
+    int crc = df_comm_allreduce(c->dp, buf, n + 1, DF_COMM_FLOAT64, op);
+    if (rc)
+        return rc;
+    if (crc)
+        return df_error_wrap(crc, "%s: data-parallel all-reduce of %s", c->who, where);
+    if (buf[n] > 0)
+        return df_error(DF_EINTERNAL,
+                        "%s: another rank of the data-parallel group (%d ranks) failed before "
+                        "the all-reduce of %s; its own error says why",
+                        c->who, df_comm_size(c->dp), where);
+    memcpy(v, buf, (size_t)n * sizeof *v);
+    return DF_OK;
+}
+
+int df_train_core_allreduce_grads(df_train_core *c)
+{
+    int64_t n = c->model->n_params;
+    for (int64_t off = 0; c->dp && off < n; off += GRAD_BUCKET) {
+        int64_t k = n - off < GRAD_BUCKET ? n - off : GRAD_BUCKET;
+        int rc = df_comm_allreduce(c->dp, c->grads + off, k, DF_COMM_FLOAT32, DF_COMM_SUM);
+        if (rc)
+            return df_error_wrap(rc, "%s: gradient all-reduce of elements %lld..%lld of %lld", c->who,
+                                 (long long)off, (long long)(off + k), (long long)n);
+    }
+    return DF_OK;
+}
+
+double df_train_core_lr(const df_train_core *c)
+{
+    df_lr_schedule s = {.kind = c->o.cosine ? DF_LR_COSINE : DF_LR_CONSTANT,
+                        .warmup_steps = c->o.warmup_steps,
+                        .total_steps = c->o.total_steps,
+                        .min_lr_ratio = c->o.min_lr_ratio,
+                        .num_cycles = c->o.num_cycles};
+    return c->o.lr * df_lr_schedule_factor(&s, c->steps);
+}
+
+int df_train_core_optimizer_step(df_train_core *c, double lr, df_metrics *m, const char *prefix)
+{
+    char key[64];
+    double norm = df_clip_grad_norm(c->grads, c->model->n_params, c->o.grad_clip);
+    if (isfinite(norm)) {
+        int rc = df_adamw_step(c->opt, c->model->params, c->grads, lr);
+        if (rc)
+            return rc;
+    } /* else: verl skips the update on a non-finite norm */
+    snprintf(key, sizeof key, "%s/grad_norm", prefix);
+    df_metrics_mean(m, key, norm);
+    snprintf(key, sizeof key, "%s/lr", prefix);
+    df_metrics_set(m, key, lr);
+    return DF_OK;
+}
+
+int df_rebased_offsets(const int64_t *ro, int64_t s, int64_t e, int64_t **out)
+{
+    int64_t *o = malloc((size_t)(e - s + 1) * sizeof *o);
+    if (!o)
+        return df_error(DF_ENOMEM, "out of memory");
+    for (int64_t i = s; i <= e; i++)
+        o[i - s] = ro[i] - ro[s];
+    *out = o;
+    return DF_OK;
+}
+
+/* This rank's part of one mini-batch's gradient into c->grads (zeroed first). */
+static int mini_local(df_train_core *c, const df_batch *mb, int64_t tokens, int64_t seqs,
+                      const df_core_loss *l, double *sums)
+{
+    memset(c->grads, 0, (size_t)c->model->n_params * sizeof(float));
+    if (!mb || tokens <= 0)
+        return DF_OK;
+    int64_t *bounds, n_mb;
+    int rc = df_train_core_plan(c, mb, l->micro_rows, l->micro_tokens, &bounds, &n_mb);
+    if (rc)
+        return rc;
+    for (int64_t k = 0; !rc && k < n_mb; k++)
+        if (!(rc = l->micro(l->user, mb, bounds[k], bounds[k + 1], tokens, seqs, sums))) {
+            c->bar_done += bounds[k + 1] - bounds[k];
+            df_progress_update(&c->bar, c->bar_done, NULL);
+        }
+    free(bounds);
+    return rc;
+}
+
+/*
+ * One optimizer step on mini-batch `mb` (this rank's rows; NULL when it has none).
+ * Normalisers are the DP group's totals, so summing the ranks' gradients gives the
+ * gradient of the global mini-batch loss (verl agg_loss with global batch info).
+ */
+static int mini_batch(df_train_core *c, const df_batch *mb, double lr, const df_core_loss *l, df_metrics *m,
+                      int rc)
+{
+    double tot[2] = {0, 0}; /* response tokens, responses */
+    if (mb) {
+        tot[0] = (double)df_batch_offsets(mb, "response_ids")[df_batch_size(mb)];
+        tot[1] = (double)df_batch_size(mb);
+    }
+    if ((rc = df_train_core_reduce(c, tot, 2, DF_COMM_SUM, rc, "the mini-batch sizes")))
+        return rc;
+    double sums[DF_CORE_MAX_SUMS] = {0};
+    rc = mini_local(c, mb, (int64_t)tot[0], (int64_t)tot[1], l, sums);
+    if ((rc = df_train_core_reduce(c, sums, l->n_sums, DF_COMM_SUM, rc, "the loss statistics")) ||
+        (tot[0] > 0 && (rc = df_train_core_allreduce_grads(c)))) /* no tokens anywhere: zero gradient */
+        return rc;
+    l->record(l->user, sums, m);
+    return df_train_core_optimizer_step(c, lr, m, l->prefix);
+}
+
+int df_train_core_update(df_train_core *c, df_batch *b, int64_t mini_batch_size, int epochs,
+                         const df_core_loss *loss, df_metrics *m, int rc)
+{
+    int64_t n = df_batch_size(b);
+    int64_t mbs = mini_batch_size > 0 ? mini_batch_size : (n > 0 ? n : 1);
+    /* Every rank takes as many optimizer steps as the rank with the most mini-batches;
+       ranks that ran out of rows join them with zero gradients. */
+    double n_mini = rc ? 0 : (double)((n + mbs - 1) / mbs);
+    if ((rc = df_train_core_reduce(c, &n_mini, 1, DF_COMM_MAX, rc, "the mini-batch count")))
+        return rc;
+    double lr = df_train_core_lr(c);
+    if (epochs <= 0)
+        epochs = 1;
+    df_progress_begin(&c->bar, c->progress_label, (int64_t)epochs * n);
+    c->bar_done = 0;
+    for (int ep = 0; ep < epochs && !rc; ep++) {
+        for (int64_t k = 0; k < (int64_t)n_mini && !rc; k++) {
+            int64_t s = k * mbs < n ? k * mbs : n, e = s + mbs < n ? s + mbs : n;
+            df_batch *mb = NULL;
+            if (e > s)
+                rc = df_batch_slice(b, s, e, &mb);
+            rc = mini_batch(c, mb, lr, loss, m, rc);
+            df_batch_free(mb);
+        }
+    }
+    df_progress_end(&c->bar);
+    c->steps++;
+    return rc;
+}

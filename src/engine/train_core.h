@@ -1,0 +1,129 @@
+/*
+ * train_core.h (internal) — the machinery every trainable role shares (the
+ * actor in actor.c, the PPO critic in critic.c): the model with its gradient
+ * blob and AdamW state, activations and per-token scratch sized for each
+ * micro-batch plan, packing, the data-parallel reductions that carry failure
+ * flags, the bucketed gradient all-reduce, clipping + AdamW at the scheduled
+ * lr, and the epoch / mini-batch / micro-batch loop of a PPO-style update
+ * with a per-micro-batch loss callback.
+ *
+ * Data parallelism follows actor.h: normalisers and statistics are summed
+ * over the DP group, each rank back-propagates its rows' share of the global
+ * loss, the gradient blob is summed (not averaged) before clipping, and a rank
+ * that failed locally joins the next reduction with a flag so that every rank
+ * returns an error instead of waiting in a collective.
+ */
+#ifndef DF_ENGINE_TRAIN_CORE_H
+#define DF_ENGINE_TRAIN_CORE_H
+
+#include "distflow/batch.h"
+#include "distflow/comm.h"
+#include "distflow/metrics.h"
+#include "distflow/model.h"
+#include "distflow/optim.h"
+#include "engine/packing.h"
+#include "util/timeutil.h"
+
+enum { DF_CORE_MAX_BUFS = 8, DF_CORE_MAX_SUMS = 8 };
+
+/** Optimizer and lr schedule of one role (actor.optim.* / critic.optim.*, grad_clip). */
+typedef struct df_core_optim {
+    double lr, weight_decay, beta1, beta2, adam_eps;
+    int64_t warmup_steps, total_steps;
+    bool cosine; /* cosine decay after warmup, else constant */
+    double min_lr_ratio, num_cycles;
+    double grad_clip;
+} df_core_optim;
+
+typedef struct df_train_core {
+    df_model *model; /* owned */
+    const char *who; /* "actor" / "critic": names the role in errors */
+    bool trainable;
+    df_core_optim o;
+    float *grads; /* [n_params] when trainable */
+    df_adamw *opt;
+    df_acts *acts;
+    int64_t acts_tokens, acts_out;
+    df_packed pk;
+    float *buf[DF_CORE_MAX_BUFS]; /* n_buf per-token scratch arrays of buf_cap floats */
+    int n_buf;
+    int64_t buf_cap;
+    int64_t steps;              /* updates taken: the lr schedule's step */
+    df_comm *dp;                /* data-parallel group (borrowed); NULL: this rank alone */
+    const char *progress_label; /* non-NULL: updates draw a TTY bar over samples */
+    df_progress bar;
+    int64_t bar_done;
+} df_train_core;
+
+/**
+ * Take ownership of `model`; a trainable core allocates gradients and AdamW
+ * state from `o`. n_buf (<= DF_CORE_MAX_BUFS) per-token scratch arrays are
+ * kept as large as the largest micro-batch planned so far. On error the model
+ * is not freed (the caller still owns it) and *c is released.
+ */
+int df_train_core_init(df_train_core *c, df_model *model, const df_core_optim *o, bool trainable, int n_buf,
+                       const char *who);
+/** Free everything, the model included. */
+void df_train_core_release(df_train_core *c);
+/** NULL or a size-1 communicator: no data parallelism (no collective is ever called). */
+void df_train_core_set_comm(df_train_core *c, df_comm *dp);
+
+/**
+ * Micro-batches of rows of at most `rows` samples / `tokens` packed tokens
+ * (<= 0: unlimited; df_plan_micro_batches), with activations and scratch
+ * reserved for the largest. *bounds is malloc'd ([*n_mb + 1]).
+ */
+int df_train_core_plan(df_train_core *c, const df_batch *b, int64_t rows, int64_t tokens, int64_t **bounds,
+                       int64_t *n_mb);
+
+/**
+ * Reduce v[0..n) (n < DF_CORE_MAX_SUMS) over the DP group with `op`; `rc`
+ * (this rank's status so far) travels as a flag, and when any rank failed
+ * every rank returns an error (its own, or DF_EINTERNAL naming the group and
+ * `where`). Returns rc untouched without DP.
+ */
+int df_train_core_reduce(df_train_core *c, double *v, int n, df_comm_op op, int rc, const char *where);
+/** Sum the gradient blob over the DP group in buckets of 8 Mi floats. */
+int df_train_core_allreduce_grads(df_train_core *c);
+/** lr of the current step: o.lr times the warmup / cosine schedule at `steps`. */
+double df_train_core_lr(const df_train_core *c);
+/**
+ * Clip the gradient to o.grad_clip, AdamW step at `lr` (skipped when the norm
+ * is not finite, as verl does), record <prefix>/grad_norm (mean) and
+ * <prefix>/lr into m.
+ */
+int df_train_core_optimizer_step(df_train_core *c, double lr, df_metrics *m, const char *prefix);
+
+/** The loss of an update, called per micro-batch by df_train_core_update. */
+typedef struct df_core_loss {
+    int n_sums;                       /* statistics per mini-batch, < DF_CORE_MAX_SUMS */
+    int64_t micro_rows, micro_tokens; /* micro-batch limits (df_train_core_plan) */
+    /* Loss and gradient of rows [s, e) of mini-batch mb (this rank's part of a
+       mini-batch of `tokens` response tokens / `seqs` responses over the DP
+       group): ACCUMULATE into c->grads, add statistics already normalised by the
+       mini-batch into sums[0..n_sums). */
+    int (*micro)(void *user, const df_batch *mb, int64_t s, int64_t e, int64_t tokens, int64_t seqs,
+                 double *sums);
+    /* Record the mini-batch's global statistics (summed over the group). */
+    void (*record)(void *user, const double *sums, df_metrics *m);
+    void *user;
+    const char *prefix; /* metric prefix of grad_norm / lr ("actor", "critic") */
+} df_core_loss;
+
+/**
+ * epochs passes over `b` in mini-batches of mini_batch_size rows (<= 0: the
+ * whole batch); one optimizer step per mini-batch, all at the lr of this call
+ * (the schedule advances once per call). Collective with DP: every rank takes
+ * as many steps as the rank with the most mini-batches, mini-batch k being the
+ * union of the ranks' k-th local mini-batches (a rank without rows joins with
+ * zero gradient); per step the token / sequence totals, the statistics and the
+ * gradient are all-reduced. `rc` carries a failure of the caller's own checks
+ * into the first collective.
+ */
+int df_train_core_update(df_train_core *c, df_batch *b, int64_t mini_batch_size, int epochs,
+                         const df_core_loss *loss, df_metrics *m, int rc);
+
+/** Offsets of rows [s, e) of a ragged column, rebased to 0 (malloc'd [e - s + 1]). */
+int df_rebased_offsets(const int64_t *ro, int64_t s, int64_t e, int64_t **out);
+
+#endif

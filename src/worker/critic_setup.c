@@ -1,0 +1,197 @@
+/*
+ * The DAG worker's PPO critic: its settings (critic.*), its data-parallel
+ * group, loading critic.model.path as a value model, its checkpoint directory
+ * and trainer.critic_warmup. Created only when the worker's graph has a
+ * CRITIC node (the built-in ppo pipeline, selected by adv_estimator=gae, or a
+ * workflow naming compute_value / train_critic).
+ */
+#include "worker/worker_internal.h"
+
+#include "engine/hf_dir.h"
+#include "util/fsutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define C "critic."
+
+static int64_t int_or(const df_config *c, const char *key, int64_t dflt)
+{
+    return df_config_is_null(c, key) ? dflt : df_config_int(c, key);
+}
+
+void df_worker_critic_params(const df_dag_worker *w, const df_config *c, df_critic_params *p)
+{
+    memset(p, 0, sizeof *p);
+    df_core_optim *o = &p->optim;
+    o->lr = df_config_float(c, C "optim.lr");
+    o->weight_decay = df_config_float(c, C "optim.weight_decay");
+    o->beta1 = df_config_list_float_at(c, C "optim.betas", 0);
+    o->beta2 = df_config_list_float_at(c, C "optim.betas", 1);
+    o->adam_eps = 1e-8;
+    o->cosine = !strcmp(df_config_str(c, C "optim.warmup_style"), "cosine");
+    int64_t total = df_config_int(c, C "optim.total_training_steps");
+    o->total_steps = total > 0 ? total : w->total_steps;
+    int64_t warm = df_config_int(c, C "optim.lr_warmup_steps");
+    o->warmup_steps =
+        warm > 0 ? warm
+                 : (int64_t)(df_config_float(c, C "optim.lr_warmup_steps_ratio") * (double)o->total_steps);
+    o->min_lr_ratio =
+        df_config_is_null(c, C "optim.min_lr_ratio") ? 0.0 : df_config_float(c, C "optim.min_lr_ratio");
+    o->num_cycles = df_config_float(c, C "optim.num_cycles");
+    o->grad_clip = df_config_float(c, C "grad_clip");
+    /* prompts x rollout_n over all ranks, divided by the critic's DP size (verl's fsdp critic worker) */
+    int dp = w->critic_layout.dp_size > 0 ? w->critic_layout.dp_size : 1;
+    p->mini_batch_size = df_config_int(c, C "ppo_mini_batch_size") * df_config_int(c, C "rollout_n") / dp;
+    bool dyn = df_config_bool(c, C "use_dynamic_bsz");
+    p->micro_batch_size = dyn ? 0 : int_or(c, C "ppo_micro_batch_size_per_gpu", 0);
+    p->max_token_len = dyn ? df_config_int(c, C "ppo_max_token_len_per_gpu") : 0;
+    p->forward_micro_batch_size =
+        dyn ? 0 : int_or(c, C "forward_micro_batch_size_per_gpu", p->micro_batch_size);
+    p->forward_max_token_len = dyn ? df_config_int(c, C "forward_max_token_len_per_gpu") : 0;
+    p->ppo_epochs = (int)df_config_int(c, C "ppo_epochs");
+    p->cliprange_value = df_config_float(c, C "cliprange_value");
+    p->loss_agg_mode = df_config_str(c, C "loss_agg_mode");
+    p->loss_agg_norm_length = df_config_int(c, "data.max_response_length");
+    p->progress_label = w->rank == 0 ? "update_critic" : NULL;
+}
+
+/* The critic's training node (else its forward node), or -1 when the graph has no critic. */
+static int critic_node(const df_dag_worker *w)
+{
+    int found = -1;
+    for (int i = 0; i < df_task_graph_num_nodes(w->graph); i++) {
+        const df_node *n = df_task_graph_node_at(w->graph, i);
+        if (n->node_role != DF_ROLE_CRITIC ||
+            (n->node_type != DF_NODE_MODEL_TRAIN && n->node_type != DF_NODE_MODEL_INFERENCE))
+            continue;
+        if (found < 0 || !n->only_forward_compute)
+            found = i;
+    }
+    return found;
+}
+
+/* As the actor's (parallel.c): the critic ranks with the same model-parallel rank. */
+int df_worker_setup_critic_comm(df_dag_worker *w)
+{
+    int k = critic_node(w);
+    if (k < 0)
+        return DF_OK;
+    w->critic_layout = w->layouts[k];
+    if (w->group_size == 1)
+        return DF_OK;
+    return df_comm_split(w->group, w->critic_layout.mp_rank, w->critic_layout.dp_rank, &w->critic_dp);
+}
+
+/* critic.model.path as a value model: a causal LM gets a fresh score head, a
+ *ForTokenClassification checkpoint (a saved critic) is taken as it is. */
+static int load_value_model(df_dag_worker *w, df_model **out)
+{
+    const df_config *c = w->cfg;
+    char *dir = df_expand_user(df_config_str(c, C "model.path"));
+    if (!dir)
+        return df_error(DF_ENOMEM, "out of memory");
+    df_model *m = NULL;
+    int rc = df_hf_dir_load(dir, NULL, &m, NULL);
+    if (rc)
+        rc = df_error_wrap(rc, "%s: critic.model.path", df_config_where(c, C "model.path"));
+    int64_t vocab = df_actor_model(w->actor)->cfg.vocab_size;
+    if (!rc && m->cfg.vocab_size != vocab)
+        rc = df_error(
+            DF_EINVAL,
+            "%s: critic.model.path=%s has vocab_size %lld but the actor (actor_rollout_ref.model.path) "
+            "has %lld: the critic reads the actor's token ids",
+            df_config_where(c, C "model.path"), dir, (long long)m->cfg.vocab_size, (long long)vocab);
+    /* verl loads the critic as AutoModelForTokenClassification(num_labels=1); the head is seeded by
+       trainer.seed, so every rank draws the same one */
+    if (!rc && m->cfg.num_labels == 0)
+        rc = df_model_to_value_model(&m, w->seed);
+    free(dir);
+    if (rc) {
+        df_model_free(m);
+        return rc;
+    }
+    *out = m;
+    return DF_OK;
+}
+
+int df_worker_setup_critic(df_dag_worker *w)
+{
+    const df_config *c = w->cfg;
+    int64_t warmup = df_config_int(c, "trainer.critic_warmup");
+    if (critic_node(w) < 0)
+        return warmup > 0
+                   ? df_error(DF_EINVAL,
+                              "%s: trainer.critic_warmup=%lld needs a critic (algorithm.adv_estimator=gae, "
+                              "or a workflow with CRITIC nodes); this graph has none",
+                              df_config_where(c, "trainer.critic_warmup"), (long long)warmup)
+                   : DF_OK;
+    df_model *m = NULL;
+    int rc = load_value_model(w, &m);
+    if (rc)
+        return rc;
+    df_critic_params p;
+    df_worker_critic_params(w, c, &p);
+    if ((rc = df_critic_create(m, &p, &w->critic))) {
+        df_model_free(m);
+        return df_error_wrap(rc, "creating the critic");
+    }
+    df_critic_set_comm(w->critic, w->critic_dp);
+    return DF_OK;
+}
+
+void df_worker_free_critic(df_dag_worker *w)
+{
+    df_critic_free(w->critic);
+    w->critic = NULL;
+    df_comm_free(w->critic_dp);
+    w->critic_dp = NULL;
+}
+
+int df_worker_save_critic(df_dag_worker *w, const char *step_dir)
+{
+    if (!w->critic || w->rank != 0)
+        return DF_OK;
+    char *dir = df_path_join(step_dir, "critic");
+    if (!dir)
+        return df_error(DF_ENOMEM, "out of memory");
+    const df_model *m = df_critic_model(w->critic);
+    int rc = df_hf_dir_save(m, m->cfg.torch_dtype, w->tokenizer_dir, dir);
+    if (!rc && w->console)
+        fprintf(stderr, "saved %s\n", dir);
+    free(dir);
+    return rc;
+}
+
+int df_worker_check_critic_weights(df_dag_worker *w, df_metrics *m)
+{
+    if (!w->critic)
+        return DF_OK;
+    uint64_t h;
+    int rc = df_model_param_checksum(df_critic_model(w->critic), &h);
+    int64_t v[2] = {(int64_t)h, ~(int64_t)h}; /* max of ~h is ~(min of h): one allreduce */
+    if (!rc)
+        rc = df_comm_allreduce(w->group, v, 2, DF_COMM_INT64, DF_COMM_MAX);
+    if (rc)
+        return rc;
+    int64_t hi = v[0], lo = ~v[1];
+    df_metrics_set(m, "critic/weights_in_sync", hi == lo);
+    if (hi != lo)
+        return df_error(DF_EINTERNAL,
+                        "the critic's weights differ across the %d ranks (checksums %016llx .. %016llx)",
+                        w->group_size, (unsigned long long)lo, (unsigned long long)hi);
+    return DF_OK;
+}
+
+/*
+ * The issue's semantics: the actor's updates start after N critic-only steps,
+ * i.e. steps 1..N train the critic alone. verl's ray_trainer updates the actor
+ * when `critic_warmup <= global_steps` (global_steps from 1), which gives only
+ * N - 1 warmup steps; siiRL's DAG worker turns the actor off for good. Neither
+ * is followed here.
+ */
+bool df_worker_critic_warmup(const df_dag_worker *w, int64_t step)
+{
+    return w->critic && step <= df_config_int(w->cfg, "trainer.critic_warmup");
+}

@@ -1,0 +1,59 @@
+/*
+ * The critic's node functions — siiRL's DAGWorker.compute_value and
+ * DAGWorker.train_critic (verl's critic_wg.compute_values / update_critic),
+ * registered in the executable registry beside the other DAGWorker.* nodes.
+ */
+#include "worker/worker_internal.h"
+
+#include "util/timeutil.h"
+
+#include <stdio.h>
+
+#define W(ctx) ((df_dag_worker *)(ctx)->worker)
+
+static void timing(df_node_ctx *ctx, const char *name, double t0)
+{
+    char key[96];
+    snprintf(key, sizeof key, "timing_s/%s", name);
+    if (ctx->metrics)
+        df_metrics_set(ctx->metrics, key, df_now() - t0);
+}
+
+static int need_critic(df_node_ctx *ctx, const df_batch *b, const char *node)
+{
+    if (!b)
+        return df_error(DF_EINVAL, "%s: no input batch", node);
+    if (!W(ctx)->critic)
+        return df_error(DF_EINVAL, "%s (node '%s'): this worker has no critic", node, ctx->node->node_id);
+    return DF_OK;
+}
+
+/* compute_value: the critic's value of every response token, column `values` (GAE reads it). */
+static int node_compute_value(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
+{
+    double t0 = df_now();
+    int rc = need_critic(ctx, batch, "compute_value");
+    if (!rc)
+        rc = df_critic_compute_values(W(ctx)->critic, batch);
+    (void)out;
+    timing(ctx, "values", t0);
+    return rc;
+}
+
+/* critic_train: the value update on the step's values and returns. */
+static int node_train_critic(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
+{
+    double t0 = df_now();
+    int rc = need_critic(ctx, batch, "train_critic");
+    if (!rc)
+        rc = df_critic_update(W(ctx)->critic, batch, ctx->metrics);
+    (void)out;
+    timing(ctx, "update_critic", t0);
+    return rc;
+}
+
+int df_worker_register_critic_nodes(void)
+{
+    int rc = df_exec_register("DAGWorker.compute_value", node_compute_value);
+    return rc ? rc : df_exec_register("DAGWorker.train_critic", node_train_critic);
+}

@@ -1,0 +1,304 @@
+/*
+ * test_e2e_ppo.c — PPO end to end through the DAG worker: adv_estimator=gae
+ * selects the built-in ppo pipeline (rollout -> reward -> compute_value ->
+ * GAE -> old log-probs -> reference -> train_actor -> train_critic), the
+ * critic starting from the actor's causal-LM checkpoint with a fresh value
+ * head. With trainer.critic_warmup=2 the actor stays as it is for steps 1-2
+ * and trains from step 3, while the critic trains every step; checkpoints
+ * hold global_step_N/critic as an HF *ForTokenClassification directory that
+ * reloads as a value model and can seed a new run. Under mpiexec the same job
+ * runs data-parallel (GAE's whitening is per rank, as in siiRL, so it is not
+ * compared with the one-rank run; the ranks' critics must stay identical):
+ * mpi-test: np 2
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "testutil.h"
+
+#include "distflow/comm.h"
+#include "distflow/reward.h"
+
+#include <jansson.h>
+#include <math.h>
+
+static df_comm *world;
+static int R;
+static char dir[256];
+
+/* The job's YAML: 3 PPO steps, critic from `critic` (a path under dir), into dir/<out>. */
+static void yaml_of(char *yaml, size_t cap, const char *out, const char *critic)
+{
+    snprintf(yaml, cap,
+             "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 8, shuffle: false,\n"
+             "       max_prompt_length: 128, max_response_length: 10}\n"
+             "actor_rollout_ref:\n"
+             "  model: {path: %s/model}\n"
+             "  actor: {optim: {lr: 0.01, weight_decay: 0.0}, ppo_mini_batch_size: 4,\n"
+             "          ppo_micro_batch_size_per_gpu: 4}\n"
+             "  rollout: {n: 2, log_prob_micro_batch_size_per_gpu: 8}\n"
+             "critic:\n"
+             "  model: {path: %s/%s}\n"
+             "  optim: {lr: 0.005, weight_decay: 0.0}\n"
+             "  ppo_mini_batch_size: 4\n"
+             "  ppo_micro_batch_size_per_gpu: 4\n"
+             "algorithm: {adv_estimator: gae, gamma: 1.0, lam: 0.95}\n"
+             "trainer: {total_training_steps: 3, save_freq: 1, critic_warmup: 2, logger: [],\n"
+             "          default_local_dir: %s/%s}\n",
+             dir, dir, dir, critic, dir, out);
+}
+
+/* Create the worker for `yaml` plus overrides on `comm`; returns its status (the worker is fit and freed). */
+static int run(df_comm *comm, const char *yaml, const char **ovr, int n_ovr)
+{
+    df_config *cfg;
+    if (df_config_load_text(df_config_schema_train(), yaml, "ppo.yaml", ovr, n_ovr, &cfg))
+        fail_msg("%s", df_last_error());
+    df_dag_worker *w = NULL;
+    int rc = df_dag_worker_create(cfg, comm, &w);
+    if (!rc)
+        rc = df_dag_worker_fit(w);
+    df_dag_worker_free(w);
+    df_config_free(cfg);
+    return rc;
+}
+
+static df_model *load(const char *sub)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, sub);
+    df_model *m;
+    if (df_model_load(p, &m))
+        fail_msg("%s: %s", p, df_last_error());
+    return m;
+}
+
+static double max_diff(const df_model *a, const df_model *b)
+{
+    assert_true(a->n_params == b->n_params);
+    double d = 0;
+    for (int64_t i = 0; i < a->n_params; i++)
+        d = fmax(d, fabs((double)a->params[i] - b->params[i]));
+    return d;
+}
+
+static json_t *metrics_of(const char *out)
+{
+    char path[512], *text;
+    snprintf(path, sizeof path, "%s/%s/metrics.jsonl", dir, out);
+    assert_int_equal(df_read_file(path, &text, NULL), 0);
+    json_t *lines = json_array();
+    for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n"))
+        json_array_append_new(lines, json_loads(l, 0, NULL));
+    free(text);
+    return lines;
+}
+
+static double num(json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    if (!json_is_number(v))
+        fail_msg("metric %s missing", key);
+    return json_number_value(v);
+}
+
+/* The metrics of every step of run `out`: the critic's every step, the actor's from step 3. */
+static void check_metrics(const char *out)
+{
+    json_t *lines = metrics_of(out);
+    assert_int_equal(json_array_size(lines), 3);
+    for (size_t i = 0; i < 3; i++) {
+        json_t *o = json_array_get(lines, i);
+        const char *keys[] = {"critic/vf_loss",      "critic/vf_clipfrac", "critic/vpred_mean",
+                              "critic/grad_norm",    "critic/lr",          "critic/values/mean",
+                              "critic/values/max",   "critic/values/min",  "critic/vf_explained_var",
+                              "critic/returns/mean", "timing_s/values",    "timing_s/update_critic"};
+        for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
+            assert_true(isfinite(num(o, keys[k])));
+        assert_true(num(o, "critic/vf_loss") > 0);
+        assert_true(num(o, "critic/weights_in_sync") == 1.0);
+        assert_near(num(o, "critic/lr"), 0.005, 1e-12);
+        bool actor_trains = i == 2;
+        if (json_is_number(json_object_get(o, "actor/pg_loss")) != actor_trains ||
+            json_is_number(json_object_get(o, "timing_s/update_actor")) != actor_trains)
+            fail_msg("%s step %d: actor metrics %s during critic_warmup=2", out, (int)i + 1,
+                     actor_trains ? "missing" : "present");
+    }
+    json_decref(lines);
+}
+
+/* Rank 0 alone: metrics, the warmup, the critic checkpoints. */
+static void test_ppo_critic_warmup(void **state)
+{
+    (void)state;
+    if (R != 0)
+        return;
+    check_metrics("ref");
+    df_model *init = load("model"), *critic0 = load("model");
+    assert_int_equal(df_model_to_value_model(&critic0, 1), 0); /* the head trainer.seed=1 draws */
+    df_model *a[3], *c[3];
+    for (int s = 0; s < 3; s++) {
+        char p[64];
+        snprintf(p, sizeof p, "ref/global_step_%d/actor", s + 1);
+        a[s] = load(p);
+        snprintf(p, sizeof p, "ref/global_step_%d/critic", s + 1);
+        c[s] = load(p);
+        assert_int_equal((int)c[s]->cfg.num_labels, 1); /* reloads as a value model */
+        assert_non_null(df_model_find_tensor(c[s], "score.weight"));
+        assert_null(df_model_find_tensor(c[s], "lm_head.weight"));
+    }
+    /* actor: untouched during the warmup (bit for bit), trained at step 3 */
+    assert_true(max_diff(init, a[0]) == 0.0 && max_diff(init, a[1]) == 0.0);
+    assert_true(max_diff(init, a[2]) > 1e-4);
+    /* critic: changed at every step, starting from the actor's trunk and a fresh head */
+    double d0 = max_diff(critic0, c[0]), d1 = max_diff(c[0], c[1]), d2 = max_diff(c[1], c[2]);
+    print_message("critic moved %.3g, %.3g, %.3g per step; actor at step 3 %.3g\n", d0, d1, d2,
+                  max_diff(init, a[2]));
+    assert_true(d0 > 1e-4 && d1 > 1e-4 && d2 > 1e-4);
+    char *cfg_text, p[512];
+    snprintf(p, sizeof p, "%s/ref/global_step_3/critic/config.json", dir);
+    assert_int_equal(df_read_file(p, &cfg_text, NULL), 0);
+    assert_non_null(strstr(cfg_text, "Qwen2ForTokenClassification"));
+    free(cfg_text);
+    snprintf(p, sizeof p, "%s/ref/global_step_3/critic/tokenizer.json", dir);
+    assert_true(df_file_exists(p));
+    for (int s = 0; s < 3; s++) {
+        df_model_free(a[s]);
+        df_model_free(c[s]);
+    }
+    df_model_free(init);
+    df_model_free(critic0);
+}
+
+/* A saved critic (*ForTokenClassification) seeds a new run as it is; a critic of
+   another vocabulary and critic_warmup without a critic are refused. */
+static void test_critic_from_checkpoint_and_errors(void **state)
+{
+    (void)state;
+    df_comm *self = NULL; /* collective: every rank splits, rank 0 runs */
+    assert_int_equal(df_comm_split(world, R, 0, &self), 0);
+    if (R != 0) {
+        df_comm_free(self);
+        return;
+    }
+    char yaml[4096];
+    yaml_of(yaml, sizeof yaml, "resumed", "ref/global_step_3/critic");
+    const char *one[] = {"trainer.total_training_steps=1", "trainer.critic_warmup=0", "trainer.save_freq=-1"};
+    if (run(self, yaml, one, 3))
+        fail_msg("%s", df_last_error());
+    json_t *lines = metrics_of("resumed");
+    assert_true(isfinite(num(json_array_get(lines, 0), "actor/pg_loss")));
+    assert_true(isfinite(num(json_array_get(lines, 0), "critic/vf_loss")));
+    json_decref(lines);
+
+    df_model *small = df_test_micro_model(3); /* vocab 40, the actor's is ~300 */
+    char p[512];
+    snprintf(p, sizeof p, "%s/small", dir);
+    assert_int_equal(df_model_save(small, p, DF_DTYPE_F32, 0), 0);
+    df_model_free(small);
+    yaml_of(yaml, sizeof yaml, "bad", "small");
+    assert_error_mentions(run(self, yaml, one, 3), DF_EINVAL, "vocab_size 40");
+    assert_true(strstr(df_last_error(), "critic.model.path") != NULL);
+    yaml_of(yaml, sizeof yaml, "nocritic", "model");
+    const char *grpo[] = {"algorithm.adv_estimator=grpo", "trainer.critic_warmup=1"};
+    assert_error_mentions(run(self, yaml, grpo, 2), DF_EINVAL, "trainer.critic_warmup=1 needs a critic");
+    df_comm_free(self);
+}
+
+/* Every rank trains the same job together: it runs, the critics stay in sync (the
+   worker checks every step), the warmup holds. */
+static void test_ppo_data_parallel(void **state)
+{
+    (void)state;
+    if (df_comm_size(world) == 1) {
+        skip();
+        return;
+    }
+    char yaml[4096];
+    yaml_of(yaml, sizeof yaml, "dp", "model");
+    int rc = run(world, yaml, NULL, 0);
+    if (rc)
+        fail_msg("rank %d: %s", R, df_last_error());
+    assert_int_equal(df_comm_barrier(world), 0);
+    if (R == 0)
+        check_metrics("dp");
+}
+
+/* Inputs on rank 0, the directory broadcast, then the one-rank run. */
+static int setup(void **state)
+{
+    (void)state;
+    if (df_comm_world(&world) || df_reward_register("test/digits", df_test_digit_share))
+        return -1;
+    R = df_comm_rank(world);
+    const char *want = getenv("DF_TEST_EXPECT_SIZE");
+    if (want && atoi(want) != df_comm_size(world))
+        return -1;
+    if (R == 0) {
+        snprintf(dir, sizeof dir, "/tmp/df_ppo_XXXXXX");
+        if (!mkdtemp(dir))
+            return -1;
+        df_test_digits_inputs(dir, "train.jsonl", 32, "test/digits", true);
+    }
+    if (df_comm_broadcast(world, dir, sizeof dir, 0))
+        return -1;
+    df_comm *self = NULL;
+    if (df_comm_split(world, R, 0, &self))
+        return -1;
+    char yaml[4096];
+    yaml_of(yaml, sizeof yaml, "ref", "model");
+    if (R == 0 && run(self, yaml, NULL, 0)) {
+        print_error("one-rank PPO run: %s\n", df_last_error());
+        return -1;
+    }
+    df_comm_free(self);
+    return df_comm_barrier(world);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    df_comm_barrier(world);
+    if (R == 0)
+        df_test_remove_tree(dir);
+    df_comm_shutdown();
+    return 0;
+}
+
+/* The critic on half as many DP ranks as the rest (ulysses_sequence_parallel_size 2): batches
+   are redistributed to its layout and its model-parallel replicas compute the same update. */
+static void test_ppo_critic_on_fewer_dp_ranks(void **state)
+{
+    (void)state;
+    if (df_comm_size(world) % 2) {
+        skip();
+        return;
+    }
+    char yaml[4096];
+    yaml_of(yaml, sizeof yaml, "critic_sp2", "model");
+    const char *ovr[] = {"critic.ulysses_sequence_parallel_size=2"};
+    int rc = run(world, yaml, ovr, 1);
+    if (rc)
+        fail_msg("rank %d: %s", R, df_last_error());
+    assert_int_equal(df_comm_barrier(world), 0);
+    if (R != 0)
+        return;
+    check_metrics("critic_sp2");
+    json_t *lines = metrics_of("critic_sp2");
+    for (size_t i = 0; i < json_array_size(lines); i++)
+        assert_true(num(json_array_get(lines, i), "perf/redistributed_bytes") > 0);
+    json_decref(lines);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ppo_critic_warmup),
+        cmocka_unit_test(test_critic_from_checkpoint_and_errors),
+        cmocka_unit_test(test_ppo_data_parallel),
+        cmocka_unit_test(test_ppo_critic_on_fewer_dp_ranks),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
