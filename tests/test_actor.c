@@ -75,8 +75,8 @@ static void test_plan(void **state)
 
 static df_actor_params params(int64_t micro)
 {
-    df_actor_params p = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.999, .adam_eps = 1e-8,
-                         .grad_clip = 1e9, .mini_batch_size = 0, .micro_batch_size = micro,
+    df_actor_params p = {.optim.lr = 1e-2, .optim.beta1 = 0.9, .optim.beta2 = 0.999, .optim.adam_eps = 1e-8,
+                         .optim.grad_clip = 1e9, .mini_batch_size = 0, .micro_batch_size = micro,
                          .logprob_micro_batch_size = micro, .ppo_epochs = 1,
                          .policy_loss = "vanilla", .loss_agg_mode = "token-mean",
                          .clip_ratio_low = 0.2, .clip_ratio_high = 0.2, .clip_ratio_c = 3.0,
@@ -176,7 +176,7 @@ static void test_sft_lowers_loss(void **state)
     (void)state;
     df_actor *a;
     df_actor_params p = params(2);
-    p.lr = 3e-2;
+    p.optim.lr = 3e-2;
     p.temperature = 1.0f;
     assert_int_equal(df_actor_create(df_test_micro_model(3), &p, true, &a), 0);
     df_batch *b = make_batch();

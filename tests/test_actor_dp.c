@@ -65,12 +65,12 @@ static double all_min(double x)
 
 static df_actor_params params(const char *agg, int64_t mini, int64_t micro)
 {
-    df_actor_params p = {.lr = 1e-2,
-                         .beta1 = 0.9,
-                         .beta2 = 0.999,
-                         .adam_eps = 1e-8,
-                         .weight_decay = 0.01,
-                         .grad_clip = 1.0,
+    df_actor_params p = {.optim.lr = 1e-2,
+                         .optim.beta1 = 0.9,
+                         .optim.beta2 = 0.999,
+                         .optim.adam_eps = 1e-8,
+                         .optim.weight_decay = 0.01,
+                         .optim.grad_clip = 1.0,
                          .mini_batch_size = mini,
                          .micro_batch_size = micro,
                          .logprob_micro_batch_size = micro,
@@ -338,7 +338,7 @@ static void test_sft(void **state)
     assert_int_equal(df_batch_select(global, mine, n_mine, &shard), 0);
     df_actor *dp, *alone;
     df_actor_params pd = params("token-mean", 0, 1), pa = params("token-mean", 0, 3);
-    pd.lr = pa.lr = 3e-2;
+    pd.optim.lr = pa.optim.lr = 3e-2;
     assert_int_equal(df_actor_create(df_test_micro_model(11), &pd, true, &dp), 0);
     assert_int_equal(df_actor_create(df_test_micro_model(11), &pa, true, &alone), 0);
     df_actor_set_comm(dp, W);

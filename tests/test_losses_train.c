@@ -292,11 +292,11 @@ static df_batch *actor_batch(df_actor *a, bool rollout_lp)
 
 static df_actor_params actor_params(const char *loss, const char *mode, int64_t micro)
 {
-    df_actor_params p = {.lr = 1e-2,
-                         .beta1 = 0.9,
-                         .beta2 = 0.999,
-                         .adam_eps = 1e-8,
-                         .grad_clip = 1e9,
+    df_actor_params p = {.optim.lr = 1e-2,
+                         .optim.beta1 = 0.9,
+                         .optim.beta2 = 0.999,
+                         .optim.adam_eps = 1e-8,
+                         .optim.grad_clip = 1e9,
                          .micro_batch_size = micro,
                          .logprob_micro_batch_size = micro,
                          .ppo_epochs = 2,

@@ -18,22 +18,13 @@ struct df_actor {
     int64_t n_micro;  /* micro-batches of this update so far: keys clip_cov's random choice */
 };
 
-static df_core_optim core_optim(const df_actor_params *p)
-{
-    return (df_core_optim){.lr = p->lr, .weight_decay = p->weight_decay, .beta1 = p->beta1,
-                           .beta2 = p->beta2, .adam_eps = p->adam_eps, .warmup_steps = p->warmup_steps,
-                           .total_steps = p->total_steps, .cosine = p->cosine,
-                           .min_lr_ratio = p->min_lr_ratio, .num_cycles = p->num_cycles,
-                           .grad_clip = p->grad_clip};
-}
-
 int df_actor_create(df_model *model, const df_actor_params *p, bool trainable, df_actor **out)
 {
     df_actor *a = calloc(1, sizeof *a);
     if (!a)
         return df_error(DF_ENOMEM, "out of memory creating the actor");
     a->p = *p;
-    df_core_optim o = core_optim(p);
+    df_core_optim o = p->optim;
     int rc = df_train_core_init(&a->c, model, &o, trainable, N_BUF, "actor");
     if (rc) {
         free(a);

@@ -26,15 +26,10 @@
 #include "distflow/comm.h"
 #include "distflow/metrics.h"
 #include "distflow/model.h"
+#include "engine/train_core.h"
 
 typedef struct df_actor_params {
-    /* optimizer (actor_rollout_ref.actor.optim.*) */
-    double lr, weight_decay, beta1, beta2, adam_eps;
-    int64_t warmup_steps;       /* resolved from lr_warmup_steps / _ratio */
-    int64_t total_steps;        /* for the cosine schedule */
-    bool cosine;                /* warmup_style: cosine decay after warmup, else constant */
-    double min_lr_ratio, num_cycles;
-    double grad_clip;
+    df_core_optim optim;        /* actor_rollout_ref.actor.optim.*, grad_clip */
     /* batching */
     int64_t mini_batch_size;    /* samples (responses) per optimizer step; <= 0: whole batch */
     int64_t micro_batch_size;   /* samples per forward / backward; <= 0: token budget only */

@@ -24,23 +24,7 @@ static int64_t int_or(const df_config *c, const char *key, int64_t dflt)
 void df_worker_critic_params(const df_dag_worker *w, const df_config *c, df_critic_params *p)
 {
     memset(p, 0, sizeof *p);
-    df_core_optim *o = &p->optim;
-    o->lr = df_config_float(c, C "optim.lr");
-    o->weight_decay = df_config_float(c, C "optim.weight_decay");
-    o->beta1 = df_config_list_float_at(c, C "optim.betas", 0);
-    o->beta2 = df_config_list_float_at(c, C "optim.betas", 1);
-    o->adam_eps = 1e-8;
-    o->cosine = !strcmp(df_config_str(c, C "optim.warmup_style"), "cosine");
-    int64_t total = df_config_int(c, C "optim.total_training_steps");
-    o->total_steps = total > 0 ? total : w->total_steps;
-    int64_t warm = df_config_int(c, C "optim.lr_warmup_steps");
-    o->warmup_steps =
-        warm > 0 ? warm
-                 : (int64_t)(df_config_float(c, C "optim.lr_warmup_steps_ratio") * (double)o->total_steps);
-    o->min_lr_ratio =
-        df_config_is_null(c, C "optim.min_lr_ratio") ? 0.0 : df_config_float(c, C "optim.min_lr_ratio");
-    o->num_cycles = df_config_float(c, C "optim.num_cycles");
-    o->grad_clip = df_config_float(c, C "grad_clip");
+    df_worker_optim(w, c, C, &p->optim);
     /* prompts x rollout_n over all ranks, divided by the critic's DP size (verl's fsdp critic worker) */
     int dp = w->critic_layout.dp_size > 0 ? w->critic_layout.dp_size : 1;
     p->mini_batch_size = df_config_int(c, C "ppo_mini_batch_size") * df_config_int(c, C "rollout_n") / dp;
@@ -166,22 +150,7 @@ int df_worker_save_critic(df_dag_worker *w, const char *step_dir)
 
 int df_worker_check_critic_weights(df_dag_worker *w, df_metrics *m)
 {
-    if (!w->critic)
-        return DF_OK;
-    uint64_t h;
-    int rc = df_model_param_checksum(df_critic_model(w->critic), &h);
-    int64_t v[2] = {(int64_t)h, ~(int64_t)h}; /* max of ~h is ~(min of h): one allreduce */
-    if (!rc)
-        rc = df_comm_allreduce(w->group, v, 2, DF_COMM_INT64, DF_COMM_MAX);
-    if (rc)
-        return rc;
-    int64_t hi = v[0], lo = ~v[1];
-    df_metrics_set(m, "critic/weights_in_sync", hi == lo);
-    if (hi != lo)
-        return df_error(DF_EINTERNAL,
-                        "the critic's weights differ across the %d ranks (checksums %016llx .. %016llx)",
-                        w->group_size, (unsigned long long)lo, (unsigned long long)hi);
-    return DF_OK;
+    return w->critic ? df_worker_check_in_sync(w, df_critic_model(w->critic), "critic", m) : DF_OK;
 }
 
 /*

@@ -47,27 +47,36 @@ static int64_t cfg_int_or(const df_config *c, const char *key, int64_t dflt)
     return df_config_is_null(c, key) ? dflt : df_config_int(c, key);
 }
 
+void df_worker_optim(const df_dag_worker *w, const df_config *c, const char *role, df_core_optim *o)
+{
+    char k[128];
+#define K(suffix) (snprintf(k, sizeof k, "%s%s", role, suffix), k)
+    memset(o, 0, sizeof *o);
+    o->lr = df_config_float(c, K("optim.lr"));
+    o->weight_decay = df_config_float(c, K("optim.weight_decay"));
+    o->beta1 = df_config_list_float_at(c, K("optim.betas"), 0);
+    o->beta2 = df_config_list_float_at(c, K("optim.betas"), 1);
+    o->adam_eps = 1e-8;
+    o->cosine = !strcmp(df_config_str(c, K("optim.warmup_style")), "cosine");
+    int64_t total = df_config_int(c, K("optim.total_training_steps"));
+    o->total_steps = total > 0 ? total : w->total_steps;
+    int64_t warm = df_config_int(c, K("optim.lr_warmup_steps"));
+    o->warmup_steps = warm > 0 ? warm
+                               : (int64_t)(df_config_float(c, K("optim.lr_warmup_steps_ratio")) *
+                                           (double)o->total_steps);
+    /* siiRL's OptimizerArguments.min_lr_ratio is Optional; null means the 0.0 default */
+    o->min_lr_ratio = df_config_is_null(c, K("optim.min_lr_ratio")) ? 0.0
+                                                                    : df_config_float(c, K("optim.min_lr_ratio"));
+    o->num_cycles = df_config_float(c, K("optim.num_cycles"));
+    o->grad_clip = df_config_float(c, K("grad_clip"));
+#undef K
+}
+
 void df_worker_actor_params(const df_dag_worker *w, const df_config *c, df_actor_params *p)
 {
 #define A "actor_rollout_ref.actor."
     memset(p, 0, sizeof *p);
-    p->lr = df_config_float(c, A "optim.lr");
-    p->weight_decay = df_config_float(c, A "optim.weight_decay");
-    p->beta1 = df_config_list_float_at(c, A "optim.betas", 0);
-    p->beta2 = df_config_list_float_at(c, A "optim.betas", 1);
-    p->adam_eps = 1e-8;
-    p->cosine = !strcmp(df_config_str(c, A "optim.warmup_style"), "cosine");
-    int64_t total = df_config_int(c, A "optim.total_training_steps");
-    p->total_steps = total > 0 ? total : w->total_steps;
-    int64_t warm = df_config_int(c, A "optim.lr_warmup_steps");
-    p->warmup_steps = warm > 0 ? warm
-                               : (int64_t)(df_config_float(c, A "optim.lr_warmup_steps_ratio") *
-                                           (double)p->total_steps);
-    /* siiRL's OptimizerArguments.min_lr_ratio is Optional; null means the 0.0 default */
-    p->min_lr_ratio = df_config_is_null(c, A "optim.min_lr_ratio") ? 0.0
-                                                                    : df_config_float(c, A "optim.min_lr_ratio");
-    p->num_cycles = df_config_float(c, A "optim.num_cycles");
-    p->grad_clip = df_config_float(c, A "grad_clip");
+    df_worker_optim(w, c, A, &p->optim);
     /* ppo_mini_batch_size counts prompts (verl multiplies it by rollout.n), over all ranks */
     p->mini_batch_size = df_config_int(c, A "ppo_mini_batch_size") * w->n_samples / w->actor_layout.dp_size;
     bool dyn = df_config_bool(c, A "use_dynamic_bsz");

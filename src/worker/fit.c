@@ -145,24 +145,26 @@ int df_worker_next_prompts(df_dag_worker *w, int gen, df_batch **out)
 }
 
 /*
- * actor/weights_in_sync: 1 when the actor's parameter checksum is the same on
+ * <who>/weights_in_sync: 1 when the model's parameter checksum is the same on
  * every rank of the group (data-parallel ranks and model-parallel replicas all
- * hold the whole actor). Different weights mean a broken all-reduce: an error.
+ * hold the whole model). Different weights mean a broken all-reduce: an error.
  */
-static int check_weights(df_dag_worker *w, df_metrics *m)
+int df_worker_check_in_sync(df_dag_worker *w, const df_model *model, const char *who, df_metrics *m)
 {
     uint64_t h;
-    int rc = df_model_param_checksum(df_actor_model(w->actor), &h);
+    int rc = df_model_param_checksum(model, &h);
     int64_t v[2] = {(int64_t)h, ~(int64_t)h}; /* max of ~h is ~(min of h): one allreduce */
     if (!rc)
         rc = df_comm_allreduce(w->group, v, 2, DF_COMM_INT64, DF_COMM_MAX);
     if (rc)
         return rc;
     int64_t hi = v[0], lo = ~v[1];
-    df_metrics_set(m, "actor/weights_in_sync", hi == lo);
+    char key[64];
+    snprintf(key, sizeof key, "%s/weights_in_sync", who);
+    df_metrics_set(m, key, hi == lo);
     if (hi != lo)
-        return df_error(DF_EINTERNAL, "the actor's weights differ across the %d ranks (checksums %016llx .. %016llx)",
-                        w->group_size, (unsigned long long)lo, (unsigned long long)hi);
+        return df_error(DF_EINTERNAL, "the %s's weights differ across the %d ranks (checksums %016llx .. %016llx)",
+                        who, w->group_size, (unsigned long long)lo, (unsigned long long)hi);
     return DF_OK;
 }
 
@@ -202,7 +204,7 @@ static int train_step(df_dag_worker *w)
     if (!rc)
         rc = reduce_step_metrics(w, m);
     if (!rc)
-        rc = check_weights(w, m);
+        rc = df_worker_check_in_sync(w, df_actor_model(w->actor), "actor", m);
     if (!rc)
         rc = df_worker_check_critic_weights(w, m);
     return rc ? df_error_wrap(rc, "step %lld", (long long)w->step) : DF_OK;

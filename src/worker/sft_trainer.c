@@ -185,20 +185,20 @@ static void actor_params(const sft_run *s, df_actor_params *p)
 {
     const df_config *c = s->cfg;
     memset(p, 0, sizeof *p);
-    p->lr = df_config_float(c, "optim.lr");
-    p->weight_decay = df_config_float(c, "optim.weight_decay");
-    p->beta1 = df_config_list_float_at(c, "optim.betas", 0);
-    p->beta2 = df_config_list_float_at(c, "optim.betas", 1);
-    p->adam_eps = 1e-8;
-    p->cosine = !strcmp(df_config_str(c, "optim.lr_scheduler"), "cosine");
-    p->total_steps = s->total_steps;
+    p->optim.lr = df_config_float(c, "optim.lr");
+    p->optim.weight_decay = df_config_float(c, "optim.weight_decay");
+    p->optim.beta1 = df_config_list_float_at(c, "optim.betas", 0);
+    p->optim.beta2 = df_config_list_float_at(c, "optim.betas", 1);
+    p->optim.adam_eps = 1e-8;
+    p->optim.cosine = !strcmp(df_config_str(c, "optim.lr_scheduler"), "cosine");
+    p->optim.total_steps = s->total_steps;
     int64_t warm = df_config_int(c, "optim.lr_warmup_steps");
-    p->warmup_steps = warm > 0 ? warm
+    p->optim.warmup_steps = warm > 0 ? warm
                                : (int64_t)(df_config_float(c, "optim.lr_warmup_steps_ratio") *
                                            (double)s->total_steps);
-    p->min_lr_ratio = df_config_float(c, "optim.min_lr_ratio");
-    p->num_cycles = df_config_float(c, "optim.num_cycles");
-    p->grad_clip = df_config_float(c, "optim.clip_grad");
+    p->optim.min_lr_ratio = df_config_float(c, "optim.min_lr_ratio");
+    p->optim.num_cycles = df_config_float(c, "optim.num_cycles");
+    p->optim.grad_clip = df_config_float(c, "optim.clip_grad");
     p->micro_batch_size = df_config_int(c, "data.micro_batch_size_per_gpu");
     p->logprob_micro_batch_size = p->micro_batch_size;
     p->temperature = 1.0f;

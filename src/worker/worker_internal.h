@@ -89,6 +89,8 @@ void df_worker_warn(void *user, const char *msg);
 /** The node's merged config, or w->cfg when it has no overrides. */
 const df_config *df_worker_node_config(const df_dag_worker *w, const df_node *n);
 void df_worker_free_node_configs(df_dag_worker *w);
+/** Optimizer block `role`optim.* and `role`grad_clip of config c (role: "actor_rollout_ref.actor." or "critic."). */
+void df_worker_optim(const df_dag_worker *w, const df_config *c, const char *role, df_core_optim *o);
 /** Actor settings from config c (w->cfg or a node's merged config). */
 void df_worker_actor_params(const df_dag_worker *w, const df_config *c, df_actor_params *p);
 /** Sampling settings under `prefix` (e.g. "actor_rollout_ref.rollout.") of config c. */
@@ -178,6 +180,9 @@ int df_remax_set_baselines(df_batch *out, const df_batch *greedy);
  */
 int df_worker_remax_baselines(df_dag_worker *w, const df_node *node, const df_batch *prompts, int64_t step,
                               int gen, df_batch *out);
+/** <who>/weights_in_sync: the model's checksum agrees over w->group (collective); DF_EINTERNAL when not. */
+int df_worker_check_in_sync(df_dag_worker *w, const df_model *model, const char *who, df_metrics *m);
+
 /* ---- the PPO critic (critic_setup.c, nodes_critic.c) ---- */
 /** Critic settings (critic.*) from config c. */
 void df_worker_critic_params(const df_dag_worker *w, const df_config *c, df_critic_params *p);
