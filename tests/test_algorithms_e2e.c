@@ -309,8 +309,10 @@ static void test_dapo(void **state)
         double share = metric(lines[s], "dapo", "critic/overlong/mean");
         assert_true(share >= 0 && share <= 1);
         overlong += share;
-        /* scores carry the penalty: the mean score is at most the share of rewarded responses */
-        assert_true(metric(lines[s], "dapo", "critic/score/mean") <= 1.0);
+        /* each score is the sample's 0/1 reward plus its penalty: score - penalty is a count */
+        double rewarded = (metric(lines[s], "dapo", "critic/score/mean") -
+                           metric(lines[s], "dapo", "critic/overlong_reward/mean")) * TBS * N;
+        assert_true(rewarded > -1e-3 && rewarded < TBS * N + 1e-3 && fabs(rewarded - round(rewarded)) < 1e-3);
     }
     assert_true(overlong > 0); /* a random model mostly runs to the length limit */
     free_lines(lines);

@@ -198,9 +198,14 @@ static void test_registry_names(void **state)
 static void test_kl_loss_and_kl_in_reward(void **state)
 {
     (void)state;
-    assert_int_equal(VALIDATE(1, ACTOR "use_kl_loss=true", "algorithm.use_kl_in_reward=true"), DF_EINVAL);
-    expect(ACTOR "use_kl_loss=true (command line) and algorithm.use_kl_in_reward=true (command line) both "
-                 "penalise KL");
+    /* both at once is a warning (test_reward_dapo), as verl's notice */
+    assert_int_equal(VALIDATE(1, ACTOR "use_kl_loss=true", "algorithm.use_kl_in_reward=true"), DF_OK);
+    /* the controller's settings are checked before any model is loaded */
+    assert_int_equal(VALIDATE(1, "algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.type=adaptive",
+                              "algorithm.kl_ctrl.target_kl=0"),
+                     DF_EINVAL);
+    expect("algorithm.kl_ctrl.type='adaptive' (command line)");
+    assert_int_equal(VALIDATE(1, "algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.type=adaptive"), DF_OK);
 }
 
 static void test_clip_ratios(void **state)

@@ -265,8 +265,17 @@ static void test_warn_reward_settings(void **state)
                                "reward_model.overlong_buffer.enable=true"};
     assert_int_equal(validate(&w, dapo_long, 2), 0); /* default len 512 > max_response_length 64 */
     assert_int_equal(w.n, 1);
-    assert_non_null(strstr(w.last, "reward_model.overlong_buffer.len=512 (default) exceeds "
+    assert_non_null(strstr(w.last, "reward_model.overlong_buffer.len=512 (default) is not below "
                                    "data.max_response_length=64 (warn.yaml:1)"));
+    const char *dapo_equal[] = {"reward_model.reward_manager=dapo", "reward_model.overlong_buffer.enable=true",
+                                "reward_model.overlong_buffer.len=64"}; /* expected_len 0: all penalised */
+    assert_int_equal(validate(&w, dapo_equal, 3), 0);
+    assert_int_equal(w.n, 1);
+    /* KL both as a loss and in the reward: verl's notice, as a warning */
+    const char *both_kl[] = {"actor_rollout_ref.actor.use_kl_loss=true", "algorithm.use_kl_in_reward=true"};
+    assert_int_equal(validate(&w, both_kl, 2), 0);
+    assert_int_equal(w.n, 1);
+    assert_non_null(strstr(w.last, "both penalise KL"));
     const char *kwargs[] = {"reward_model.reward_kwargs.overlong_buffer_cfg.enable=true"};
     assert_int_equal(validate(&w, kwargs, 1), 0);
     assert_int_equal(w.n, 1);

@@ -113,12 +113,12 @@ DF_API void df_model_config_defaults(df_model_config *cfg);
  * attention_bias is true for qwen2 (no such HF key) and read for llama (default
  * false). eos_token_id (int or list) fills eos_token_ids / n_eos in order.
  * torch_dtype (or "dtype") must be float32 / bfloat16 / float16.
- * Errors name the file and the key: DF_ENOTFOUND / DF_EIO (file), DF_EINVAL
- * (bad JSON, missing required key, wrong type, inconsistent sizes),
  * architectures: *ForCausalLM (or absent) gives a causal LM, num_labels 0
  * whatever id2label says; *ForTokenClassification a value model, its label
  * count taken as transformers' PretrainedConfig does (len(id2label), else the
  * "num_labels" key, else 2), which must be 1.
+ * Errors name the file and the key: DF_ENOTFOUND / DF_EIO (file), DF_EINVAL
+ * (bad JSON, missing required key, wrong type, inconsistent sizes),
  * DF_EUNSUPPORTED (other model_type, rope_scaling other than null or
  * "default", use_sliding_window true, hidden_act other than silu, mlp_bias
  * true, llama attention_bias true (HF adds an o_proj bias then), architectures

@@ -31,7 +31,7 @@ int df_value_loss(const df_value_loss_input *in, df_value_loss_output *out)
     int64_t n_clip = 0;
     for (int64_t t = 0; t < T; t++) {
         double v = in->vpreds[t], old = in->values[t], ret = in->returns[t];
-        double vc = fmin(fmax(v, old - c), old + c); /* verl clip_by_value: min then max */
+        double vc = fmin(fmax(v, old - c), old + c); /* verl clip_by_value (the same for c >= 0) */
         double l1 = (v - ret) * (v - ret), l2 = (vc - ret) * (vc - ret);
         bool clipped = l2 > l1; /* verl vf_clipfrac: torch.gt(vf_losses2, vf_losses1) */
         loss += (double)in->weights[t] * (clipped ? l2 : l1);

@@ -10,9 +10,10 @@ static const char *USAGE =
     "show CONFIG [key=value ...] | check CONFIG [key=value ...] | help [PREFIX]\n\n"
     "  show   print the resolved configuration (file + overrides + defaults), with\n"
     "         '# where' comments on values that are not defaults\n"
-    "  check  load a `train` config and run the cross-field checks `distflow train` runs\n"
-    "         (batch sizes against --world ranks, algorithm and reward manager names);\n"
-    "         warnings go to stderr; prints 'ok' and exits 0 when it would start\n"
+    "  check  load a `train` config and run the validator `distflow train` runs first\n"
+    "         (batch sizes against --world data-parallel actor ranks, algorithm, KL\n"
+    "         controller and reward manager names; not the pipeline or the models);\n"
+    "         warnings go to stderr; prints 'ok' and exits 0 when it passes\n"
     "  help   list the documented keys (type, default, help), optionally under PREFIX";
 
 static void warn_stderr(void *user, const char *msg)

@@ -189,11 +189,14 @@ static int check_algorithm(const df_config *c)
     df_reward_manager_cfg rm = {.manager = df_config_str(c, "reward_model.reward_manager")};
     if (df_reward_manager_check(&rm))
         return df_error_wrap(DF_EINVAL, "%s", kv(c, "reward_model.reward_manager", kb[0]));
-    if (df_config_bool(c, ACTOR "use_kl_loss") && df_config_bool(c, "algorithm.use_kl_in_reward"))
-        return df_error(DF_EINVAL,
-                        "%s and %s both penalise KL to the reference policy, counting it twice "
-                        "(verl prints a notice; distflow refuses): keep one",
-                        kv(c, ACTOR "use_kl_loss", kb[0]), kv(c, "algorithm.use_kl_in_reward", kb[1]));
+    df_kl_ctrl *kc = NULL; /* the controller's own checks (adaptive needs target_kl > 0, ...) */
+    if (df_config_bool(c, "algorithm.use_kl_in_reward") &&
+        df_kl_ctrl_create(df_config_str(c, "algorithm.kl_ctrl.type"), df_config_float(c, "algorithm.kl_ctrl.kl_coef"),
+                          df_config_float(c, "algorithm.kl_ctrl.target_kl"),
+                          df_config_float(c, "algorithm.kl_ctrl.horizon"), &kc))
+        return df_error_wrap(DF_EINVAL, "%s, %s, %s", kv(c, "algorithm.kl_ctrl.type", kb[0]),
+                             kv(c, "algorithm.kl_ctrl.kl_coef", kb[1]), kv(c, "algorithm.kl_ctrl.target_kl", kb[2]));
+    df_kl_ctrl_free(kc);
     return DF_OK;
 }
 
@@ -255,10 +258,13 @@ static void warn_suspicious(const df_config *c, df_config_warn_fn warn, void *us
               "penalty", kv(c, "reward_model.overlong_buffer.enable", kb[0]),
               kv(c, "reward_model.reward_manager", kb[1]));
     if (dapo && df_config_bool(c, "reward_model.overlong_buffer.enable") &&
-        df_config_int(c, "reward_model.overlong_buffer.len") > df_config_int(c, "data.max_response_length"))
-        warnf(warn, user, "%s exceeds %s: the penalty ramp starts below 0 tokens, so every response is "
-              "penalised", kv(c, "reward_model.overlong_buffer.len", kb[0]),
+        df_config_int(c, "reward_model.overlong_buffer.len") >= df_config_int(c, "data.max_response_length"))
+        warnf(warn, user, "%s is not below %s: the penalty ramp starts at 0 tokens or below, so every "
+              "response is penalised", kv(c, "reward_model.overlong_buffer.len", kb[0]),
               kv(c, "data.max_response_length", kb[1]));
+    if (df_config_bool(c, ACTOR "use_kl_loss") && df_config_bool(c, "algorithm.use_kl_in_reward"))
+        warnf(warn, user, "%s and %s both penalise KL to the reference policy, counting it twice (verl "
+              "prints the same notice)", kv(c, ACTOR "use_kl_loss", kb[0]), kv(c, "algorithm.use_kl_in_reward", kb[1]));
     const char *kw = df_config_map_text(c, "reward_model.reward_kwargs");
     if (kw && strcmp(kw, "{}"))
         warnf(warn, user,

@@ -221,17 +221,14 @@ static int check_ppo_batch(const df_actor *a, const df_batch *b)
 {
     if (!a->c.trainable)
         return df_error(DF_EINVAL, "update_policy called on a frozen model");
-    const char *need[] = {"prompt_ids", "response_ids", "old_log_probs", "advantages"};
-    for (size_t i = 0; i < 4; i++)
-        if (!df_batch_has(b, need[i]))
-            return df_error(DF_EINVAL, "actor update needs column '%s'", need[i]);
-    if (a->p.use_kl_loss && !df_batch_has(b, "ref_log_prob"))
-        return df_error(DF_EINVAL, "use_kl_loss needs column 'ref_log_prob'");
-    if (a->p.tis_imp_ratio_cap > 0 && !df_batch_has(b, "rollout_log_probs"))
-        return df_error(DF_EINVAL,
-                        "tis_imp_ratio_cap=%g needs column 'rollout_log_probs' (the sampler's log-probs)",
-                        a->p.tis_imp_ratio_cap);
-    return DF_OK;
+    static const char *const need[] = {"prompt_ids", "response_ids", "old_log_probs", "advantages"};
+    static const char *const kl[] = {"ref_log_prob"}, *const tis[] = {"rollout_log_probs"};
+    int rc = df_train_core_need_columns(b, need, 4, "actor update");
+    if (!rc && a->p.use_kl_loss)
+        rc = df_train_core_need_columns(b, kl, 1, "actor update with use_kl_loss");
+    if (!rc && a->p.tis_imp_ratio_cap > 0) /* the sampler's log-probs */
+        rc = df_train_core_need_columns(b, tis, 1, "actor update with tis_imp_ratio_cap");
+    return rc;
 }
 
 int df_actor_update_policy(df_actor *a, df_batch *b, df_metrics *m)

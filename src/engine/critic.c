@@ -69,18 +69,10 @@ int64_t df_critic_step_count(const df_critic *c)
     return c->c.steps;
 }
 
-static int need_columns(const df_batch *b, const char *const *cols, int n, const char *what)
-{
-    for (int i = 0; i < n; i++)
-        if (!df_batch_has(b, cols[i]))
-            return df_error(DF_EINVAL, "%s needs column '%s'", what, cols[i]);
-    return DF_OK;
-}
-
 int df_critic_compute_values(df_critic *c, df_batch *b)
 {
     static const char *const cols[] = {"prompt_ids", "response_ids"};
-    int rc = need_columns(b, cols, 2, "critic compute_values");
+    int rc = df_train_core_need_columns(b, cols, 2, "critic compute_values");
     float *dst;
     if (rc || (rc = df_batch_alloc_tok_f32_like(b, "values", "response_ids", &dst)))
         return rc;
@@ -150,7 +142,7 @@ static void value_record(void *user, const double *sums, df_metrics *m)
 int df_critic_update(df_critic *c, df_batch *b, df_metrics *m)
 {
     static const char *const cols[] = {"prompt_ids", "response_ids", "values", "returns"};
-    int rc = need_columns(b, cols, 4, "critic update");
+    int rc = df_train_core_need_columns(b, cols, 4, "critic update");
     df_core_loss loss = {.n_sums = N_SUMS,
                          .micro_rows = c->p.micro_batch_size,
                          .micro_tokens = c->p.max_token_len,

@@ -237,3 +237,21 @@ int df_train_core_update(df_train_core *c, df_batch *b, int64_t mini_batch_size,
     c->steps++;
     return rc;
 }
+
+int df_train_core_need_columns(const df_batch *b, const char *const *cols, int n, const char *what)
+{
+    const df_column *resp = df_batch_column(b, "response_ids");
+    int64_t rows = df_batch_size(b);
+    for (int i = 0; i < n; i++) {
+        const df_column *col = df_batch_column(b, cols[i]);
+        if (!col)
+            return df_error(DF_EINVAL, "%s needs column '%s'", what, cols[i]);
+        if (!strcmp(cols[i], "prompt_ids") || !strcmp(cols[i], "response_ids"))
+            continue;
+        if (col->kind != DF_COL_TOK_F32 || !resp ||
+            memcmp(col->offsets, resp->offsets, (size_t)(rows + 1) * sizeof *col->offsets))
+            return df_error(DF_EINVAL, "%s: column '%s' must hold one float per response token (laid out "
+                                       "like response_ids)", what, cols[i]);
+    }
+    return DF_OK;
+}

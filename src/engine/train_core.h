@@ -65,6 +65,13 @@ int df_train_core_init(df_train_core *c, df_model *model, const df_core_optim *o
                        const char *who);
 /** Free everything, the model included. */
 void df_train_core_release(df_train_core *c);
+/**
+ * `what` needs columns cols[0..n) of b. Every one other than prompt_ids and
+ * response_ids must be a TOK_F32 column laid out like response_ids (the same
+ * offsets): the losses read it at response-token offsets. DF_EINVAL naming
+ * the column otherwise.
+ */
+int df_train_core_need_columns(const df_batch *b, const char *const *cols, int n, const char *what);
 /** NULL or a size-1 communicator: no data parallelism (no collective is ever called). */
 void df_train_core_set_comm(df_train_core *c, df_comm *dp);
 

@@ -382,6 +382,8 @@ int df_model_config_to_json(const df_model_config *c, const char *original_json,
                                                           : "Qwen2ForTokenClassification"));
         bad |= json_object_set_new(o, "id2label", json_pack("{s:s}", "0", "LABEL_0"));
         bad |= json_object_set_new(o, "label2id", json_pack("{s:i}", "LABEL_0", 0));
+        /* as verl's critic: transformers would otherwise put a 0.1 dropout before `score` */
+        bad |= json_object_set_new(o, "classifier_dropout", json_real(0.0));
         if (json_object_get(o, "num_labels"))
             bad |= json_object_set_new(o, "num_labels", json_integer(c->num_labels));
     } else {

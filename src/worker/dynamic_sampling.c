@@ -16,13 +16,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Per-sample value of filter_groups.metric: acc, score, seq_reward or seq_final_reward. */
+/* Per-sample value of filter_groups.metric: acc, score, seq_reward (sum of token_level_scores) or
+   seq_final_reward (sum of token_level_rewards), as verl's dapo_ray_trainer. */
 static int metric_values(const df_batch *b, const char *metric, double *v)
 {
     int64_t n = df_batch_size(b);
     const char *col = !strcmp(metric, "acc") || !strcmp(metric, "score") ? metric
-                      : !strcmp(metric, "seq_reward")                    ? "token_level_rewards"
-                      : !strcmp(metric, "seq_final_reward")              ? "token_level_scores"
+                      : !strcmp(metric, "seq_reward")                    ? "token_level_scores"
+                      : !strcmp(metric, "seq_final_reward")              ? "token_level_rewards"
                                                                          : NULL;
     if (!col)
         return df_error(DF_EINVAL, "algorithm.filter_groups.metric=%s: expected acc, score, seq_reward or "
