@@ -323,6 +323,21 @@ static void test_cli_config_check(void **state)
     assert_non_null(strstr(out, "not divisible by the 3 data-parallel ranks"));
     assert_int_equal(config_check(DF_SOURCE_DIR "/examples/demo/dapo.yaml --world 0", out, sizeof out), 1);
     assert_non_null(strstr(out, "--world must be between 1 and 1048576, got 0"));
+    /* --world is the job's ranks: the actor's DP size is world / ulysses_sequence_parallel_size */
+#define SP " actor_rollout_ref.actor.ulysses_sequence_parallel_size="
+    assert_int_equal(config_check(DF_SOURCE_DIR "/examples/demo/dapo.yaml --world 6" SP "2", out, sizeof out), 1);
+    assert_non_null(strstr(out, "not divisible by the 3 data-parallel ranks"));
+    assert_int_equal(config_check(DF_SOURCE_DIR "/examples/demo/dapo.yaml --world 6" SP "3", out, sizeof out), 0);
+    assert_string_equal(out, "ok\n");
+    assert_int_equal(config_check(DF_SOURCE_DIR "/examples/demo/dapo.yaml --world 6" SP "4", out, sizeof out), 1);
+    assert_non_null(strstr(out, "error: actor_rollout_ref.actor.ulysses_sequence_parallel_size=4 (command line) "
+                                "does not divide --world 6"));
+#undef SP
+    /* --sft and a missing CONFIG say why instead of printing the usage */
+    assert_int_equal(config_check("--sft " DF_SOURCE_DIR "/examples/demo/dapo.yaml", out, sizeof out), 2);
+    assert_non_null(strstr(out, "error: check runs the `train` validator; SFT has none"));
+    assert_int_equal(config_check("", out, sizeof out), 2);
+    assert_non_null(strstr(out, "error: check needs a CONFIG file"));
 }
 
 int main(void)
