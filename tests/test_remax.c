@@ -62,7 +62,7 @@ static void check_baselines(df_dag_worker *w)
     const df_node *rollout = df_task_graph_get_node(w->graph, "rollout_actor");
     assert_non_null(rollout);
     assert_int_equal(df_worker_next_prompts(w, 0, &p), 0);
-    assert_int_equal(df_worker_generate(w, rollout, p, w->step, 0, &b), 0);
+    assert_int_equal(df_worker_generate(w, rollout, p, w->step, 0, &b, NULL), 0);
     assert_int_equal(df_worker_reward(w, b, NULL), 0); /* the sampled responses' own scores */
     df_sampling_params sp = w->sp;
     sp.greedy = true;
