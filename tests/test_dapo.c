@@ -2,7 +2,8 @@
  * test_dapo.c — DAPO's dynamic sampling: the group filter on a hand-made
  * batch, and the dapo pipeline end to end (generating extra batches until
  * the kept groups fill the train batch, or failing after
- * max_num_gen_batches).
+ * max_num_gen_batches), and a rank failing alone: every rank returns an
+ * error, with no hang.
  *
  * mpi-test: np 2
  */
@@ -18,6 +19,7 @@
 #include "worker/worker_internal.h"
 
 #include <jansson.h>
+#include <unistd.h>
 
 static df_comm *world;
 static char dir[256];
@@ -44,7 +46,8 @@ static void test_filter_keeps_varying_groups(void **state)
     df_batch_free(b);
 }
 
-static int train(const char *metric, const char *out, const char *extra)
+/* The dapo config of these tests (metric, output dir and one extra override). */
+static df_config *dapo_config(const char *metric, const char *out, const char *extra)
 {
     char yaml[4096], m[64];
     snprintf(yaml, sizeof yaml,
@@ -64,6 +67,12 @@ static int train(const char *metric, const char *out, const char *extra)
     df_config *cfg;
     if (df_config_load_text(df_config_schema_train(), yaml, "dapo.yaml", ov, extra ? 2 : 1, &cfg))
         fail_msg("%s", df_last_error());
+    return cfg;
+}
+
+static int train(const char *metric, const char *out, const char *extra)
+{
+    df_config *cfg = dapo_config(metric, out, extra);
     df_dag_worker *w = NULL;
     int rc = df_dag_worker_create(cfg, world, &w);
     if (!rc)
@@ -117,6 +126,48 @@ static void test_dapo_with_rollout_replicas(void **state)
         fail_msg("%s", df_last_error());
 }
 
+/* A batch without the metric's column on the last rank only: every rank returns an error, none waits
+ * in the count's all-reduce. */
+static void test_fails_on_one_rank(void **state)
+{
+    (void)state;
+    int rank = df_comm_rank(world), size = df_comm_size(world);
+    if (size < 2) {
+        skip();
+        return;
+    }
+    df_config *cfg = dapo_config("score", "fail", NULL);
+    df_dag_worker *w = NULL;
+    if (df_dag_worker_create(cfg, world, &w))
+        fail_msg("%s", df_last_error());
+    df_node_fn fn = NULL;
+    assert_int_equal(df_exec_resolve("DAGWorker.dynamic_sampling", &fn), 0);
+    /* two groups of rollout.n = 4 whose scores vary: enough for this rank's share */
+    const char *uid[] = {"a", "a", "a", "a", "b", "b", "b", "b"};
+    const float score[] = {0, 1, 0, 0, 1, 0, 1, 1};
+    df_batch *b = df_batch_new(8);
+    assert_int_equal(df_batch_set_str(b, "uid", uid), 0);
+    bool bad = rank == size - 1;
+    if (!bad)
+        assert_int_equal(df_batch_set_f32(b, "score", score), 0);
+    df_node_ctx ctx = {.worker = w, .node = df_task_graph_get_node(w->graph, "dynamic_sampling"), .step = 1};
+    df_node_output out = {NULL};
+    assert_non_null(ctx.node);
+    alarm(60); /* a hang ends the test here rather than at ctest's timeout */
+    int rc = fn(&ctx, b, &out);
+    alarm(0);
+    char want[128];
+    snprintf(want, sizeof want, "1 other rank(s) of the group (%d ranks) failed", size);
+    if (bad)
+        assert_error_mentions(rc, DF_EINVAL, "the batch has no score column");
+    else
+        assert_error_mentions(rc, DF_EINTERNAL, want);
+    assert_null(out.batch);
+    df_batch_free(b);
+    df_dag_worker_free(w);
+    df_config_free(cfg);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -147,6 +198,7 @@ int main(void)
         cmocka_unit_test(test_dapo_steps),
         cmocka_unit_test(test_dapo_gives_up),
         cmocka_unit_test(test_dapo_with_rollout_replicas),
+        cmocka_unit_test(test_fails_on_one_rank),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

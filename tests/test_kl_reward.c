@@ -3,7 +3,8 @@
  * batch (and split over the data-parallel ranks), the node order it needs
  * (built-in pipelines reordered, a workflow file refused), and GRPO steps with
  * the fixed and adaptive controllers, whose coefficient trajectory must be the
- * same on every rank and equal to the one-rank run's.
+ * same on every rank and equal to the one-rank run's. A rank that fails
+ * alone makes every rank return an error, with no hang.
  *
  * mpi-test: np 1 2
  * (as a plain ctest it runs with one rank.)
@@ -21,6 +22,7 @@
 #include "worker/worker_internal.h"
 
 #include <jansson.h>
+#include <unistd.h>
 
 static df_comm *world;
 static int rank, size;
@@ -122,6 +124,40 @@ static void test_penalty_errors(void **state)
     assert_error_mentions(df_kl_reward_apply(c, "kl2", b, NULL, false, NULL), DF_EINVAL, "'kl2'");
     df_batch_free(b);
     df_kl_ctrl_free(c);
+}
+
+/* A malformed batch on the last rank only: every rank returns an error, none waits in the gather. */
+static void test_penalty_fails_on_one_rank(void **state)
+{
+    (void)state;
+    if (size < 2) {
+        skip();
+        return;
+    }
+    bool bad = rank == size - 1;
+    df_batch *b = hand_batch(0, 2, !bad); /* the bad rank's has no ref_log_prob */
+    df_kl_ctrl *ad;
+    assert_int_equal(df_kl_ctrl_create("adaptive", 0.1, 0.1, 10, &ad), 0);
+    alarm(60); /* a hang ends the test here rather than at ctest's timeout */
+    int rc = df_kl_reward_apply(ad, "kl", b, world, false, NULL);
+    alarm(0);
+    char want[128];
+    snprintf(want, sizeof want, "1 other rank(s) of the data-parallel group (%d ranks) failed", size);
+    if (bad)
+        assert_error_mentions(rc, DF_EINVAL, "no per-token ref_log_prob column");
+    else
+        assert_error_mentions(rc, DF_EINTERNAL, want);
+    assert_true(df_kl_ctrl_value(ad) == 0.1); /* not stepped anywhere */
+    /* the ranks are still in step: the next call works on every rank */
+    if (bad)
+        assert_int_equal(df_batch_set_tok_f32(b, "ref_log_prob", k_off, k_ref), 0);
+    alarm(60);
+    rc = df_kl_reward_apply(ad, "kl", b, world, false, NULL);
+    alarm(0);
+    if (rc)
+        fail_msg("rank %d: %s", rank, df_last_error());
+    df_batch_free(b);
+    df_kl_ctrl_free(ad);
 }
 
 /* ---- node order ---------------------------------------------------------------------------- */
@@ -283,7 +319,7 @@ static void probe_penalty(df_dag_worker *w)
     const df_node *rollout = df_task_graph_get_node(w->graph, "rollout_actor");
     const df_node *adv = df_task_graph_get_node(w->graph, "calculate_advantages");
     assert_int_equal(df_worker_next_prompts(w, 0, &p), 0);
-    assert_int_equal(df_worker_generate(w, rollout, p, w->step, 0, &b), 0);
+    assert_int_equal(df_worker_generate(w, rollout, p, w->step, 0, &b, NULL), 0);
     assert_int_equal(df_worker_reward(w, b, NULL), 0);
     assert_int_equal(df_actor_compute_log_prob(w->actor, b, "old_log_probs", NULL), 0);
     assert_int_equal(df_actor_compute_log_prob(w->ref, b, "ref_log_prob", NULL), 0);
@@ -448,6 +484,7 @@ int main(void)
         cmocka_unit_test(test_penalty_hand_computed),
         cmocka_unit_test(test_penalty_replica_counted_once),
         cmocka_unit_test(test_penalty_errors),
+        cmocka_unit_test(test_penalty_fails_on_one_rank),
         cmocka_unit_test(test_builtin_order),
         cmocka_unit_test(test_workflow_order),
         cmocka_unit_test(test_grpo_fixed),

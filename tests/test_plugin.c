@@ -5,6 +5,7 @@
 #include "distflow/dag.h"
 #include "distflow/reward.h"
 #include "distflow/model.h"
+#include "distflow/scheduler.h"
 #include "distflow/tokenizer.h"
 #include "distflow/worker.h"
 #include "engine/hf_dir.h"
@@ -179,6 +180,19 @@ static void test_custom_pipeline(void **state)
     assert_error_mentions(df_pipeline_from_plugin(REWARD_SO ":no_pipeline", &g), DF_ENOTFOUND,
                           "no exported symbol 'no_pipeline'");
     assert_null(g);
+    /* its siiRL node order cannot take the KL in the reward: the error names the custom pipeline */
+    df_config *cfg;
+    assert_int_equal(df_config_load_text(df_config_schema_train(),
+                                         "actor_rollout_ref: {model: {path: /nonexistent}}\n"
+                                         "algorithm: {use_kl_in_reward: true}\n"
+                                         "dag: {custom_pipeline_fn: '" REWARD_SO ":length_reward_pipeline'}\n",
+                                         "kl.yaml", NULL, 0, &cfg),
+                     0);
+    const char *name;
+    assert_error_mentions(df_pipeline_from_config(cfg, NULL, NULL, &name, &g), DF_EINVAL,
+                          "kl.yaml:3: dag.custom_pipeline_fn: custom pipeline '" REWARD_SO
+                          ":length_reward_pipeline': algorithm.use_kl_in_reward=true");
+    df_config_free(cfg);
 }
 
 /* Node config errors and the filter's metric choices. */

@@ -3,7 +3,13 @@
  * uid on hand-made batches, and three remax steps through the DAG worker,
  * after which the rollout node's baselines must equal the scores of a separate
  * greedy generation of the same prompts with the same weights, the same value
- * for the rollout.n samples of a prompt.
+ * for the rollout.n samples of a prompt. Probes around the rollout and
+ * advantage nodes check, every step, that the advantages the actor trains on
+ * are built from those baselines, after trainer.balance_batch has moved the
+ * rows (between ranks under mpiexec -np 2).
+ *
+ * mpi-test: np 2
+ * (as a plain ctest it runs with one rank.)
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,11 +18,14 @@
 
 #include "testutil.h"
 
+#include "distflow/comm.h"
 #include "distflow/reward.h"
 #include "worker/worker_internal.h"
 
 #include <jansson.h>
 
+static df_comm *world;
+static int rank, size;
 static char dir[256];
 
 /* A reward every response of a random model earns something from: its length in characters / 100. */
@@ -62,7 +71,7 @@ static void check_baselines(df_dag_worker *w)
     const df_node *rollout = df_task_graph_get_node(w->graph, "rollout_actor");
     assert_non_null(rollout);
     assert_int_equal(df_worker_next_prompts(w, 0, &p), 0);
-    assert_int_equal(df_worker_generate(w, rollout, p, w->step, 0, &b), 0);
+    assert_int_equal(df_worker_generate(w, rollout, p, w->step, 0, &b, NULL), 0);
     assert_int_equal(df_worker_reward(w, b, NULL), 0); /* the sampled responses' own scores */
     df_sampling_params sp = w->sp;
     sp.greedy = true;
@@ -98,6 +107,140 @@ static void check_baselines(df_dag_worker *w)
     df_batch_free(g);
 }
 
+/* ---- probes around the rollout and advantage nodes ------------------------------------------ */
+
+#define MAX_ROWS 32 /* rollout rows per rank */
+#define MAX_RANKS 4
+
+typedef struct {
+    char uid[40];
+    float baseline;
+    int rank; /* where the rollout made the row */
+} made_row;
+
+static struct {
+    df_node_fn rollout, advantage; /* the nodes' own functions */
+    made_row made[MAX_RANKS * MAX_ROWS]; /* this step's rollout rows of every rank */
+    int steps, rows, moved, nonzero, bad;
+    char first_bad[512];
+} probe;
+
+static void probe_fail(const char *fmt, ...) DF_PRINTF(1, 2);
+static void probe_fail(const char *fmt, ...)
+{
+    /* noted, not asserted: a longjmp out of a node would leave the other rank in a collective */
+    if (!probe.bad++) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(probe.first_bad, sizeof probe.first_bad, fmt, ap);
+        va_end(ap);
+    }
+}
+
+/* The rollout node, then every rank's (uid, reward_baselines) gathered. */
+static int probe_rollout(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
+{
+    int rc = probe.rollout(ctx, batch, out);
+    df_dag_worker *w = ctx->worker;
+    made_row mine[MAX_ROWS];
+    memset(mine, 0, sizeof mine);
+    const df_batch *b = rc ? NULL : out->batch;
+    const float *rb = b ? df_batch_f32(b, "reward_baselines") : NULL;
+    int64_t n = b ? df_batch_size(b) : 0;
+    if (!rc && (!rb || n > MAX_ROWS))
+        probe_fail("rollout: %lld rows, reward_baselines %s", (long long)n, rb ? "set" : "missing");
+    for (int64_t i = 0; rb && i < n && i < MAX_ROWS; i++) {
+        snprintf(mine[i].uid, sizeof mine[i].uid, "%s", df_batch_str(b, "uid", i));
+        mine[i].baseline = rb[i];
+        mine[i].rank = w->group_rank;
+    }
+    int grc = df_comm_allgather(w->group, mine, sizeof mine, probe.made);
+    return rc ? rc : grc;
+}
+
+static const made_row *made_for(const char *uid)
+{
+    for (int i = 0; i < size * MAX_ROWS; i++)
+        if (!strcmp(probe.made[i].uid, uid))
+            return &probe.made[i];
+    return NULL;
+}
+
+/*
+ * The advantage node, then per row: reward_baselines is the rollout's value
+ * for its uid, and remax's advantages are returns - baseline, so at the first
+ * response token sum(token_level_rewards) - reward_baselines.
+ */
+static int probe_advantage(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
+{
+    int rc = probe.advantage(ctx, batch, out);
+    df_dag_worker *w = ctx->worker;
+    const df_batch *b = out->batch ? out->batch : batch;
+    const float *rb = rc ? NULL : df_batch_f32(b, "reward_baselines");
+    const df_column *adv = rc ? NULL : df_batch_column(b, "advantages");
+    const df_column *ret = rc ? NULL : df_batch_column(b, "returns");
+    const df_column *rew = rc ? NULL : df_batch_column(b, "token_level_rewards");
+    if (!rc && (!rb || !adv || !ret || !rew)) {
+        probe_fail("step %lld: the advantage node's batch lacks a column", (long long)ctx->step);
+        return rc;
+    }
+    probe.steps += !rc;
+    for (int64_t i = 0; !rc && i < df_batch_size(b); i++) {
+        const char *uid = df_batch_str(b, "uid", i);
+        const made_row *m = made_for(uid);
+        if (!m || m->baseline != rb[i]) {
+            probe_fail("step %lld row %lld uid %s: reward_baselines %.9g, the rollout's %.9g", (long long)ctx->step,
+                       (long long)i, uid, rb[i], m ? m->baseline : NAN);
+            continue;
+        }
+        int64_t t0 = adv->offsets[i], t1 = adv->offsets[i + 1];
+        double sum = 0;
+        for (int64_t t = rew->offsets[i]; t < rew->offsets[i + 1]; t++)
+            sum += ((const float *)rew->data)[t];
+        const float *a = adv->data, *r = ret->data;
+        if (t1 > t0 && fabs(a[t0] - (sum - rb[i])) > 1e-5)
+            probe_fail("step %lld row %lld: advantage %.9g at the first token, sum of rewards %.9g - baseline %.9g",
+                       (long long)ctx->step, (long long)i, a[t0], sum, rb[i]);
+        for (int64_t t = t0; t < t1; t++)
+            if (fabs(a[t] - (r[t] - rb[i])) > 1e-6)
+                probe_fail("step %lld row %lld token %lld: advantage %.9g != return %.9g - baseline %.9g",
+                           (long long)ctx->step, (long long)i, (long long)(t - t0), a[t], r[t], rb[i]);
+        probe.rows++;
+        probe.moved += m->rank != w->group_rank;
+        probe.nonzero += rb[i] != 0;
+    }
+    return rc;
+}
+
+/* Wrap the two nodes of w's graph with the probes. */
+static void install_probes(df_dag_worker *w)
+{
+    memset(&probe, 0, sizeof probe);
+    df_node *roll = df_task_graph_get_node(w->graph, "rollout_actor");
+    df_node *adv = df_task_graph_get_node(w->graph, "calculate_advantages");
+    assert_non_null(roll);
+    assert_non_null(adv);
+    assert_int_equal(df_exec_resolve(roll->executable_ref, &probe.rollout), 0);
+    assert_int_equal(df_exec_resolve(adv->executable_ref, &probe.advantage), 0);
+    roll->fn = probe_rollout;
+    adv->fn = probe_advantage;
+}
+
+/* After the run: no mismatch anywhere, and (with several ranks) rows that changed rank were checked. */
+static void check_probes(int steps)
+{
+    if (probe.bad)
+        fail_msg("rank %d: %d mismatches; the first: %s", rank, probe.bad, probe.first_bad);
+    assert_int_equal(probe.steps, steps);
+    assert_true(probe.rows > 0 && probe.nonzero > 0);
+    int64_t moved = probe.moved;
+    assert_int_equal(df_comm_allreduce(world, &moved, 1, DF_COMM_INT64, DF_COMM_SUM), 0);
+    print_message("rank %d: %d rows checked over %d steps, %lld moved by balance_batch on all ranks\n", rank,
+                  probe.rows, probe.steps, (long long)moved);
+    if (size > 1)
+        assert_true(moved > 0);
+}
+
 static void test_remax_steps(void **state)
 {
     (void)state;
@@ -116,14 +259,20 @@ static void test_remax_steps(void **state)
     if (df_config_load_text(df_config_schema_train(), yaml, "remax.yaml", NULL, 0, &cfg))
         fail_msg("%s", df_last_error());
     df_dag_worker *w = NULL;
-    int rc = df_dag_worker_create(cfg, NULL, &w);
-    if (!rc)
-        rc = df_dag_worker_fit(w);
+    int rc = df_dag_worker_create(cfg, world, &w);
     if (rc)
-        fail_msg("%s", df_last_error());
+        fail_msg("rank %d: %s", rank, df_last_error());
+    assert_true(w->balance_batch); /* verl's default: the rows move before the reward node */
+    install_probes(w);
+    if (df_dag_worker_fit(w))
+        fail_msg("rank %d: %s", rank, df_last_error());
+    check_probes(3);
     check_baselines(w);
     df_dag_worker_free(w);
     df_config_free(cfg);
+    assert_int_equal(df_comm_barrier(world), 0);
+    if (rank != 0)
+        return;
 
     char path[512], *text;
     snprintf(path, sizeof path, "%s/out/metrics.jsonl", dir);
@@ -146,19 +295,29 @@ static void test_remax_steps(void **state)
 static int setup(void **state)
 {
     (void)state;
-    if (df_reward_register("test/length", length_score))
+    if (df_comm_world(&world) || df_reward_register("test/length", length_score))
         return -1;
-    snprintf(dir, sizeof dir, "/tmp/df_remax_XXXXXX");
-    if (!mkdtemp(dir))
+    rank = df_comm_rank(world);
+    size = df_comm_size(world);
+    const char *want = getenv("DF_TEST_EXPECT_SIZE");
+    if ((want && atoi(want) != size) || size > MAX_RANKS)
         return -1;
-    df_test_digits_inputs(dir, "train.jsonl", 64, "test/length", true);
-    return 0;
+    if (rank == 0) {
+        snprintf(dir, sizeof dir, "/tmp/df_remax_XXXXXX");
+        if (!mkdtemp(dir))
+            return -1;
+        df_test_digits_inputs(dir, "train.jsonl", 64, "test/length", true);
+    }
+    return df_comm_broadcast(world, dir, sizeof dir, 0);
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    return df_test_remove_tree(dir);
+    df_comm_barrier(world);
+    int rc = rank == 0 ? df_test_remove_tree(dir) : 0;
+    df_comm_shutdown();
+    return rc;
 }
 
 int main(void)

@@ -13,6 +13,7 @@
 
 #include "distflow/config.h"
 #include "distflow/reward.h"
+#include "worker/worker_internal.h"
 
 #include <sys/wait.h>
 
@@ -287,6 +288,29 @@ static void test_warn_reward_settings(void **state)
     assert_non_null(strstr(df_last_error(), "known: naive, dapo"));
 }
 
+/* The worker's reward setup reads the keys, and its errors name the key at fault and where it was set. */
+static void test_worker_reward_setup(void **state)
+{
+    (void)state;
+    const char *ov[] = {"reward_model.reward_manager=dapo", "reward_model.overlong_buffer.enable=true",
+                        "reward_model.overlong_buffer.len=7"};
+    df_config *cfg;
+    assert_int_equal(df_config_load_text(df_config_schema_train(),
+                                         "actor_rollout_ref: {model: {path: /nonexistent}}\n"
+                                         "data: {max_response_length: 32}\n",
+                                         "r.yaml", ov, 3, &cfg),
+                     0);
+    df_dag_worker w = {.cfg = cfg};
+    assert_int_equal(df_worker_setup_reward(&w), 0);
+    assert_string_equal(w.reward.manager, "dapo");
+    assert_int_equal(w.reward.max_resp_len, 32);
+    assert_true(w.reward.overlong_buffer.enable && w.reward.overlong_buffer.len == 7);
+    assert_int_equal(df_config_set(cfg, "reward_model.reward_manager", "prime"), 0);
+    assert_error_mentions(df_worker_setup_reward(&w), DF_ENOTFOUND,
+                          "reward_model.reward_manager (set by program): unknown reward manager 'prime'");
+    df_config_free(cfg);
+}
+
 /* `distflow config check`: exit 0 and "ok" (warnings on stderr), 1 with the validator's error. */
 static int config_check(const char *args, char *out, size_t cap)
 {
@@ -323,6 +347,21 @@ static void test_cli_config_check(void **state)
     assert_non_null(strstr(out, "not divisible by the 3 data-parallel ranks"));
     assert_int_equal(config_check(DF_SOURCE_DIR "/examples/demo/dapo.yaml --world 0", out, sizeof out), 1);
     assert_non_null(strstr(out, "--world must be between 1 and 1048576, got 0"));
+    /* --world is the job's ranks: the actor's DP size is world / ulysses_sequence_parallel_size */
+#define SP " actor_rollout_ref.actor.ulysses_sequence_parallel_size="
+    assert_int_equal(config_check(DF_SOURCE_DIR "/examples/demo/dapo.yaml --world 6" SP "2", out, sizeof out), 1);
+    assert_non_null(strstr(out, "not divisible by the 3 data-parallel ranks"));
+    assert_int_equal(config_check(DF_SOURCE_DIR "/examples/demo/dapo.yaml --world 6" SP "3", out, sizeof out), 0);
+    assert_string_equal(out, "ok\n");
+    assert_int_equal(config_check(DF_SOURCE_DIR "/examples/demo/dapo.yaml --world 6" SP "4", out, sizeof out), 1);
+    assert_non_null(strstr(out, "error: actor_rollout_ref.actor.ulysses_sequence_parallel_size=4 (command line) "
+                                "does not divide --world 6"));
+#undef SP
+    /* --sft and a missing CONFIG say why instead of printing the usage */
+    assert_int_equal(config_check("--sft " DF_SOURCE_DIR "/examples/demo/dapo.yaml", out, sizeof out), 2);
+    assert_non_null(strstr(out, "error: check runs the `train` validator; SFT has none"));
+    assert_int_equal(config_check("", out, sizeof out), 2);
+    assert_non_null(strstr(out, "error: check needs a CONFIG file"));
 }
 
 int main(void)
@@ -332,6 +371,7 @@ int main(void)
         cmocka_unit_test(test_dapo_manager_batch),   cmocka_unit_test(test_dapo_disabled_is_naive),
         cmocka_unit_test(test_manager_selection),    cmocka_unit_test(test_warn_gspo_aggregation),
         cmocka_unit_test(test_warn_reward_settings), cmocka_unit_test(test_cli_config_check),
+        cmocka_unit_test(test_worker_reward_setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -58,6 +58,14 @@ DF_API const char *df_last_error(void);
 /** Clear the calling thread's error message. */
 DF_API void df_clear_error(void);
 
+/**
+ * Receives one warning: a complete sentence naming where the problem is
+ * (file:line, node, `key=value (where)`). Library code never prints, so the
+ * config validator and the workflow loader hand warnings to the caller
+ * through this; `user` is the pointer passed along with it.
+ */
+typedef void (*df_warn_fn)(void *user, const char *message);
+
 /** Library version string, e.g. "0.1.0". */
 DF_API const char *df_version(void);
 

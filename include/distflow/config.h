@@ -270,24 +270,22 @@ DF_API int df_config_dump(const df_config *c, FILE *f);
  */
 DF_API int df_config_validate_train(const df_config *c, int world_size);
 
-/** Receives one validation warning: a complete sentence naming each key as `key=value (where)`. */
-typedef void (*df_config_warn_fn)(void *user, const char *message);
-
 /**
- * df_config_validate_train, plus warnings through `warn` (NULL: dropped) for
- * settings that are valid but probably not what was meant; each is sent
- * before the errors are checked, and none changes the result:
+ * df_config_validate_train, plus warnings through `warn` (NULL: dropped;
+ * each a sentence naming every key as `key=value (where)`) for settings that
+ * are valid but probably not what was meant; each is sent before the errors
+ * are checked, and none changes the result:
  *  - policy_loss.loss_mode=gspo with loss_agg_mode other than
  *    seq-mean-token-mean (GSPO's objective, Zheng et al. 2025, arXiv
  *    2507.18071 eq. 7, averages over sequences; verl's GSPO recipe sets it);
  *  - reward_model.overlong_buffer.enable with the naive reward manager
  *    (only dapo reads the buffer);
- *  - dapo with overlong_buffer.len > data.max_response_length (every
+ *  - dapo with overlong_buffer.len >= data.max_response_length (every
  *    response is penalised; verl warns the same);
  *  - a non-empty reward_model.reward_kwargs (newer verl's spelling of the
  *    overlong buffer; distflow reads reward_model.overlong_buffer.*).
  */
-DF_API int df_config_validate_train_ex(const df_config *c, int world_size, df_config_warn_fn warn,
+DF_API int df_config_validate_train_ex(const df_config *c, int world_size, df_warn_fn warn,
                                        void *user);
 
 #ifdef __cplusplus

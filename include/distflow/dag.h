@@ -414,9 +414,6 @@ DF_API int df_builtin_pipeline(const char *name, df_task_graph **out);
  * Workflow files (siiRL DAGConfigLoader, siirl/execution/dag/config_loader.py)
  * ====================================================================== */
 
-/** Receives one warning (a complete sentence naming file:line and node). */
-typedef void (*df_warn_fn)(void *user, const char *message);
-
 /**
  * Load a task graph from a workflow YAML file in siiRL's format:
  *

@@ -230,8 +230,8 @@ static int check_sampling(const df_config *c)
     return DF_OK;
 }
 
-static void warnf(df_config_warn_fn warn, void *user, const char *fmt, ...) DF_PRINTF(3, 4);
-static void warnf(df_config_warn_fn warn, void *user, const char *fmt, ...)
+static void warnf(df_warn_fn warn, void *user, const char *fmt, ...) DF_PRINTF(3, 4);
+static void warnf(df_warn_fn warn, void *user, const char *fmt, ...)
 {
     char msg[1024];
     va_list ap;
@@ -242,7 +242,7 @@ static void warnf(df_config_warn_fn warn, void *user, const char *fmt, ...)
 }
 
 /* Valid settings that are probably not what the user meant (see df_config_validate_train_ex). */
-static void warn_suspicious(const df_config *c, df_config_warn_fn warn, void *user)
+static void warn_suspicious(const df_config *c, df_warn_fn warn, void *user)
 {
     char kb[3][KV_CAP];
     if (!strcmp(df_config_str(c, ACTOR "policy_loss.loss_mode"), "gspo") &&
@@ -278,7 +278,7 @@ int df_config_validate_train(const df_config *c, int world_size)
     return df_config_validate_train_ex(c, world_size, NULL, NULL);
 }
 
-int df_config_validate_train_ex(const df_config *c, int world_size, df_config_warn_fn warn, void *user)
+int df_config_validate_train_ex(const df_config *c, int world_size, df_warn_fn warn, void *user)
 {
     if (!c || strcmp(df_config_schema_name(df_config_get_schema(c)), "train"))
         return df_error(DF_EINVAL, "df_config_validate_train: not a train config");

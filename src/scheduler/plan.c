@@ -112,7 +112,7 @@ int df_pipeline_from_config(const df_config *c, df_warn_fn warn, void *user, con
     }
     if (!rc) {
         char src[1200];
-        snprintf(src, sizeof src, "%s '%s'", key == wf ? "workflow file" : "pipeline of",
+        snprintf(src, sizeof src, "%s '%s'", key == wf ? "workflow file" : "custom pipeline",
                  df_config_str(c, key));
         rc = kl_in_reward_order(c, false, src, out);
     }

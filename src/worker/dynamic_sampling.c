@@ -126,51 +126,79 @@ static int trim(df_dag_worker *w, df_batch **acc, int64_t mine, int64_t target)
     return rc;
 }
 
-/* One more generation batch: prompts, rollout, reward. */
-static int generate_more(df_dag_worker *w, const df_node *node, int gen, df_batch **out)
+/* One more generation batch: prompts, rollout, reward; ReMax's greedy pass adds to timing_s/gen_max. */
+static int generate_more(df_dag_worker *w, const df_node *node, int gen, df_batch **out, df_metrics *m)
 {
     df_batch *prompts = NULL;
+    double gen_max = 0;
     int rc = df_worker_next_prompts(w, gen, &prompts);
     if (!rc)
-        rc = df_worker_generate(w, node, prompts, w->step, gen, out);
+        rc = df_worker_generate(w, node, prompts, w->step, gen, out, &gen_max);
+    if (m && w->remax) /* summed over the step's generation batches, like timing_s/redistribute */
+        df_metrics_set(m, "timing_s/gen_max", df_metrics_get(m, "timing_s/gen_max", 0) + gen_max);
     if (!rc)
         rc = df_worker_reward(w, *out, NULL);
     df_batch_free(prompts);
     return rc;
 }
 
+/* Append the rows of b's varying groups to *acc; their group count into *groups. */
+static int keep_varying(const df_batch *b, const char *metric, df_batch **acc, int64_t *groups)
+{
+    int64_t n = df_batch_size(b), n_keep = 0;
+    int64_t *keep = malloc((size_t)(n ? n : 1) * sizeof *keep);
+    int rc = keep ? df_dynamic_sampling_kept_rows(b, metric, keep, &n_keep, groups)
+                  : df_error(DF_ENOMEM, "out of memory");
+    if (!rc)
+        rc = accumulate(acc, b, keep, n_keep);
+    free(keep);
+    return rc;
+}
+
+/*
+ * The group's kept-group count, summed with a failure flag (as the actor's
+ * df_train_core_reduce): every rank reaches it, failed or not, so a local
+ * error ends the node on every rank instead of leaving the others waiting.
+ * Replicas hold their DP rank's rows: only model-parallel rank 0 counts.
+ */
+static int count_groups(df_dag_worker *w, int rc, int64_t groups, int64_t *global)
+{
+    int64_t v[2] = {!rc && w->cur_layout.mp_rank == 0 ? groups : 0, rc != 0};
+    int crc = df_comm_allreduce(w->group, v, 2, DF_COMM_INT64, DF_COMM_SUM);
+    if (rc)
+        return rc;
+    if (crc)
+        return df_error_wrap(crc, "dynamic sampling: all-reduce of the kept group counts");
+    if (v[1])
+        return df_error(DF_EINTERNAL, "dynamic sampling: %lld other rank(s) of the group (%d ranks) failed; "
+                                      "their own errors say why", (long long)v[1], df_comm_size(w->group));
+    *global += v[0];
+    return DF_OK;
+}
+
 static int node_dynamic_sampling(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
 {
     df_dag_worker *w = ctx->worker;
     const df_config *c = w->cfg;
-    if (!batch)
-        return df_error(DF_EINVAL, "dynamic_sampling: no input batch");
+    int rc = batch ? DF_OK : df_error(DF_EINVAL, "dynamic_sampling: no input batch");
     if (!df_config_bool(c, "algorithm.filter_groups.enable"))
-        return DF_OK; /* DAPO without filtering: the batch passes through */
+        return rc; /* DAPO without filtering: the batch passes through */
     double t0 = df_now();
     const char *metric = df_config_str(c, "algorithm.filter_groups.metric");
     int64_t target = df_config_int(c, "data.train_batch_size");
     int64_t max_gen = df_config_int(c, "algorithm.filter_groups.max_num_gen_batches");
-    /* replicas hold the same rows as their DP rank: only model-parallel rank 0 counts */
-    int64_t counted = 0, mine = 0, global = 0;
+    int64_t mine = 0, global = 0;
     df_batch *acc = NULL, *cur = batch;
-    int gen = 0, rc = DF_OK;
-    for (;;) {
-        int64_t n = df_batch_size(cur), n_keep = 0, groups = 0;
-        int64_t *keep = malloc((size_t)(n ? n : 1) * sizeof *keep);
-        rc = keep ? df_dynamic_sampling_kept_rows(cur, metric, keep, &n_keep, &groups) : df_error(DF_ENOMEM, "out of memory");
+    int gen = 0;
+    for (;;) { /* a local failure skips the work but not the collective */
+        int64_t groups = 0;
         if (!rc)
-            rc = accumulate(&acc, cur, keep, n_keep);
-        free(keep);
+            rc = keep_varying(cur, metric, &acc, &groups);
         if (cur != batch)
             df_batch_free(cur);
         cur = NULL;
         mine += rc ? 0 : groups;
-        counted = w->cur_layout.mp_rank == 0 ? groups : 0;
-        if (!rc)
-            rc = df_comm_allreduce(w->group, &counted, 1, DF_COMM_INT64, DF_COMM_SUM);
-        global += counted;
-        if (rc || global >= target)
+        if ((rc = count_groups(w, rc, groups, &global)) || global >= target)
             break;
         if (max_gen > 0 && gen + 1 >= max_gen) {
             rc = df_error(DF_EINVAL, "dynamic sampling: %lld of %lld prompts have a varying %s after %d generation "
@@ -179,11 +207,9 @@ static int node_dynamic_sampling(df_node_ctx *ctx, df_batch *batch, df_node_outp
                           (long long)global, (long long)target, metric, gen + 1, (long long)max_gen);
             break;
         }
-        rc = generate_more(w, ctx->node, ++gen, &cur);
-        if (rc)
-            break;
+        rc = generate_more(w, ctx->node, ++gen, &cur, ctx->metrics);
     }
-    if (!rc)
+    if (!rc) /* every rank agrees here: the counts and the give-up are the group's */
         rc = trim(w, &acc, mine, target);
     if (rc) {
         df_batch_free(acc);

@@ -35,38 +35,49 @@ static int token_column(const df_batch *b, const char *name, const int64_t *like
 
 /*
  * The group's mean of per-sample KL means and its sample count: every rank's
- * (sum, count) gathered and added in rank order, so the result is the same
- * bits on every rank. Replicas (model-parallel ranks holding a copy of
- * another rank's data) contribute nothing.
+ * (sum, count, failed) gathered and added in rank order, so the result is the
+ * same bits on every rank. Every rank calls this, failed (rc != 0) or not, so
+ * that a local error ends the call on every rank instead of leaving the
+ * others waiting (as the actor's df_train_core_reduce). Replicas
+ * (model-parallel ranks holding a copy of another rank's data) contribute
+ * nothing.
  */
-static int group_mean(df_comm *comm, double sum, double count, double *mean, int64_t *total)
+static int group_mean(df_comm *comm, int rc, double sum, double count, double *mean, int64_t *total)
 {
     int size = comm ? df_comm_size(comm) : 1;
-    double mine[2] = {sum, count}, *all = malloc((size_t)size * sizeof mine);
+    double mine[3] = {sum, count, rc != 0}, *all = malloc((size_t)size * sizeof mine);
     if (!all)
-        return df_error(DF_ENOMEM, "out of memory");
-    int rc = comm ? df_comm_allgather(comm, mine, (int64_t)sizeof mine, all) : DF_OK;
+        return rc ? rc : df_error(DF_ENOMEM, "out of memory");
+    int crc = comm ? df_comm_allgather(comm, mine, (int64_t)sizeof mine, all) : DF_OK;
     if (!comm)
         memcpy(all, mine, sizeof mine);
-    double s = 0, c = 0;
-    for (int r = 0; !rc && r < size; r++) {
-        s += all[2 * r];
-        c += all[2 * r + 1];
+    double s = 0, c = 0, failed = 0;
+    for (int r = 0; !crc && r < size; r++) {
+        s += all[3 * r];
+        c += all[3 * r + 1];
+        failed += all[3 * r + 2];
     }
     free(all);
+    if (rc)
+        return rc;
+    if (crc)
+        return df_error_wrap(crc, "gathering the KL means over %d ranks", size);
+    if (failed > 0)
+        return df_error(DF_EINTERNAL, "%.0f other rank(s) of the data-parallel group (%d ranks) failed; their "
+                                      "own errors say why", failed, size);
     *mean = c > 0 ? s / c : 0.0;
     *total = (int64_t)c;
-    return rc;
+    return DF_OK;
 }
 
 int df_kl_reward_apply(df_kl_ctrl *ctrl, const char *penalty, df_batch *b, df_comm *comm, bool replica,
                        df_metrics *m)
 {
-    if (!ctrl || !b)
-        return df_error(DF_EINVAL, "KL in reward: NULL controller or batch");
-    int64_t n = df_batch_size(b);
+    int64_t n = b ? df_batch_size(b) : 0;
     const df_column *sc = NULL, *old = NULL, *ref = NULL;
-    int rc = token_column(b, "token_level_scores", NULL, &sc);
+    int rc = ctrl && b ? DF_OK : df_error(DF_EINVAL, "KL in reward: NULL controller or batch");
+    if (!rc)
+        rc = token_column(b, "token_level_scores", NULL, &sc);
     if (!rc)
         rc = token_column(b, "old_log_probs", sc->offsets, &old);
     if (!rc)
@@ -82,8 +93,8 @@ int df_kl_reward_apply(df_kl_ctrl *ctrl, const char *penalty, df_batch *b, df_co
                                    df_batch_column(b, "ref_log_prob")->data, (float)beta, rewards, &local);
     double mean = 0;
     int64_t total = 0;
-    if (!rc)
-        rc = group_mean(comm, replica ? 0 : local * (double)n, replica ? 0 : (double)n, &mean, &total);
+    bool counted = !rc && !replica;
+    rc = group_mean(comm, rc, counted ? local * (double)n : 0, counted ? (double)n : 0, &mean, &total);
     /* verl passes the batch size as n_steps: the global number of responses */
     if (!rc)
         rc = df_kl_ctrl_step(ctrl, mean, total, m);

@@ -29,8 +29,10 @@ static int need_batch(const df_batch *b, const char *node)
 }
 
 int df_worker_generate(df_dag_worker *w, const df_node *node, const df_batch *prompts, int64_t step, int gen,
-                       df_batch **out)
+                       df_batch **out, double *gen_max_s)
 {
+    if (gen_max_s)
+        *gen_max_s = 0;
     uint64_t seed = df_rng_key(w->seed, 0x6e6, (uint64_t)step, (uint64_t)gen);
     df_sampling_params node_sp = w->sp; /* a workflow node may override the sampling keys */
     const df_config *nc = df_worker_node_config(w, node);
@@ -38,7 +40,7 @@ int df_worker_generate(df_dag_worker *w, const df_node *node, const df_batch *pr
         df_worker_sampling(w, nc, "actor_rollout_ref.rollout.", &node_sp);
     int rc = df_generate_batch(w->rollout, df_actor_model(w->actor), prompts, w->n_samples, &node_sp, seed,
                                w->console && w->rank == 0 ? "rollout" : NULL, out);
-    if (!rc && w->remax && (rc = df_worker_remax_baselines(w, node, prompts, step, gen, *out))) {
+    if (!rc && w->remax && (rc = df_worker_remax_baselines(w, node, prompts, *out, gen_max_s))) {
         df_batch_free(*out);
         *out = NULL;
     }
@@ -48,13 +50,13 @@ int df_worker_generate(df_dag_worker *w, const df_node *node, const df_batch *pr
 /* rollout_actor: n responses per prompt from the current policy. */
 static int node_generate(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
 {
-    double t0 = df_now(), max0 = ctx->metrics ? df_metrics_get(ctx->metrics, "timing_s/gen_max", 0) : 0;
+    double t0 = df_now(), gen_max = 0;
     int rc = need_batch(batch, "generate");
     if (!rc)
-        rc = df_worker_generate(W(ctx), ctx->node, batch, ctx->step, 0, &out->batch);
-    if (ctx->metrics) /* verl's gen leaves out ReMax's greedy pass (its own timing_s/gen_max) */
-        t0 += df_metrics_get(ctx->metrics, "timing_s/gen_max", 0) - max0;
-    timing(ctx, "gen", t0);
+        rc = df_worker_generate(W(ctx), ctx->node, batch, ctx->step, 0, &out->batch, &gen_max);
+    timing(ctx, "gen", t0 + gen_max); /* verl's gen leaves out ReMax's greedy pass */
+    if (ctx->metrics && W(ctx)->remax)
+        df_metrics_set(ctx->metrics, "timing_s/gen_max", gen_max);
     return rc;
 }
 

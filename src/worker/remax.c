@@ -4,7 +4,8 @@
  * same prompts generated once more with do_sample = False, scored by the
  * reward function; the sum of each greedy response's token_level_scores (the
  * scores, never a KL-penalised reward) is `reward_baselines` of every one of
- * that prompt's rollout.n samples. verl times it as timing_s/gen_max.
+ * that prompt's rollout.n samples. verl times it as timing_s/gen_max; the
+ * seconds go back to the caller, which owns the step's metrics.
  */
 #include "worker/worker_internal.h"
 
@@ -71,8 +72,8 @@ int df_remax_set_baselines(df_batch *out, const df_batch *greedy)
     return rc;
 }
 
-int df_worker_remax_baselines(df_dag_worker *w, const df_node *node, const df_batch *prompts, int64_t step,
-                              int gen, df_batch *out)
+int df_worker_remax_baselines(df_dag_worker *w, const df_node *node, const df_batch *prompts, df_batch *out,
+                              double *seconds)
 {
     double t0 = df_now();
     df_sampling_params sp = w->sp; /* the rollout node's settings, decoded greedily (verl do_sample=False) */
@@ -83,17 +84,15 @@ int df_worker_remax_baselines(df_dag_worker *w, const df_node *node, const df_ba
     sp.temperature = 1.0f;
     sp.top_k = -1;
     sp.top_p = 1.0f;
-    uint64_t seed = df_rng_key(w->seed, 0x6e7, (uint64_t)step, (uint64_t)gen); /* unused by argmax */
-    df_batch *g = NULL;
-    int rc = df_generate_batch(w->rollout, df_actor_model(w->actor), prompts, 1, &sp, seed,
+    df_batch *g = NULL; /* seed 0: argmax draws nothing */
+    int rc = df_generate_batch(w->rollout, df_actor_model(w->actor), prompts, 1, &sp, 0,
                                w->console && w->rank == 0 ? "gen_max" : NULL, &g);
     if (!rc)
         rc = df_worker_reward(w, g, NULL);
     if (!rc)
         rc = df_remax_set_baselines(out, g);
     df_batch_free(g);
-    if (w->metrics) /* summed over DAPO's generation batches, like timing_s/redistribute */
-        df_metrics_set(w->metrics, "timing_s/gen_max",
-                       df_metrics_get(w->metrics, "timing_s/gen_max", 0) + df_now() - t0);
+    if (seconds)
+        *seconds = df_now() - t0;
     return rc ? df_error_wrap(rc, "ReMax greedy baseline (algorithm.adv_estimator=remax)") : DF_OK;
 }

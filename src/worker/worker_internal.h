@@ -124,9 +124,10 @@ void df_worker_begin_step(df_dag_worker *w);
  */
 int df_worker_next_prompts(df_dag_worker *w, int gen, df_batch **out);
 /** Rollout: rollout.n responses per prompt of `prompts` (seeded by step and gen) into *out;
- *  with w->remax also their greedy reward_baselines (df_worker_remax_baselines). */
+ *  with w->remax also their greedy reward_baselines (df_worker_remax_baselines), whose
+ *  seconds go to *gen_max_s (0 without remax; may be NULL) for the caller's timing_s/gen_max. */
 int df_worker_generate(df_dag_worker *w, const df_node *node, const df_batch *prompts, int64_t step, int gen,
-                       df_batch **out);
+                       df_batch **out, double *gen_max_s);
 /** w->reward from reward_model.reward_manager / overlong_buffer.*; DF_ENOTFOUND for an unknown manager. */
 int df_worker_setup_reward(df_dag_worker *w);
 /** Reward: scores, token_level_scores / _rewards, `acc`; critic/acc/mean into m (may be NULL). */
@@ -157,7 +158,9 @@ int df_worker_register_dynamic_sampling(void);
  * another rank's samples (model-parallel rank > 0) and is not counted. Every
  * rank gets the same current_kl bits. Errors: DF_EINVAL for a missing
  * token_level_scores / old_log_probs / ref_log_prob column or lengths that
- * differ, those of df_kl_apply_in_reward / df_kl_ctrl_step, comm errors.
+ * differ, those of df_kl_apply_in_reward / df_kl_ctrl_step, comm errors; a
+ * rank that fails still joins the collective, and the others then return
+ * DF_EINTERNAL (another rank failed), so every rank returns an error.
  */
 int df_kl_reward_apply(df_kl_ctrl *ctrl, const char *penalty, df_batch *b, df_comm *comm, bool replica,
                        df_metrics *m);
@@ -175,11 +178,11 @@ int df_remax_set_baselines(df_batch *out, const df_batch *greedy);
  * ReMax's greedy baseline (verl RayPPOTrainer.fit, adv_estimator remax):
  * `prompts` (the rollout node's input) generated once more greedily with the
  * node's other sampling settings, scored by df_worker_reward, then
- * df_remax_set_baselines(out, ...). Adds the time to timing_s/gen_max of
- * w->metrics.
+ * df_remax_set_baselines(out, ...). The wall time in seconds, also on failure,
+ * into *seconds (may be NULL): verl's timing_s/gen_max, recorded by the caller.
  */
-int df_worker_remax_baselines(df_dag_worker *w, const df_node *node, const df_batch *prompts, int64_t step,
-                              int gen, df_batch *out);
+int df_worker_remax_baselines(df_dag_worker *w, const df_node *node, const df_batch *prompts, df_batch *out,
+                              double *seconds);
 /** <who>/weights_in_sync: the model's checksum agrees over w->group (collective); DF_EINTERNAL when not. */
 int df_worker_check_in_sync(df_dag_worker *w, const df_model *model, const char *who, df_metrics *m);
 
