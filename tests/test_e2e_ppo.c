@@ -28,7 +28,9 @@ static df_comm *world;
 static int R;
 static char dir[256];
 
-/* The job's YAML: 3 PPO steps, critic from `critic` (a path under dir), into dir/<out>. */
+/* The job's YAML: 3 PPO steps, critic from `critic` (a path under dir), into dir/<out>. The critic
+   takes one optimizer step per update (its mini-batch is the whole batch), so its trajectory does
+   not depend on how the batch is split over ranks. */
 static void yaml_of(char *yaml, size_t cap, const char *out, const char *critic)
 {
     snprintf(yaml, cap,
@@ -42,7 +44,7 @@ static void yaml_of(char *yaml, size_t cap, const char *out, const char *critic)
              "critic:\n"
              "  model: {path: %s/%s}\n"
              "  optim: {lr: 0.005, weight_decay: 0.0}\n"
-             "  ppo_mini_batch_size: 4\n"
+             "  ppo_mini_batch_size: 8\n"
              "  ppo_micro_batch_size_per_gpu: 4\n"
              "algorithm: {adv_estimator: gae, gamma: 1.0, lam: 0.95}\n"
              "trainer: {total_training_steps: 3, save_freq: 1, critic_warmup: 2, logger: [],\n"
@@ -207,8 +209,29 @@ static void test_critic_from_checkpoint_and_errors(void **state)
     df_comm_free(self);
 }
 
+/* critic/vf_explained_var of run `out` is the one-rank run's: one number over the whole step
+   batch, not a mean of the ranks' own. The actor stays put during the warmup and rollouts are
+   keyed by dataset row, so every step's batch, values and returns (GAE's returns are not
+   whitened) are the one-rank run's up to float summation order. */
+static void same_explained_var(const char *out)
+{
+    json_t *ref = metrics_of("ref"), *got = metrics_of(out);
+    for (size_t i = 0; i < 3; i++) {
+        double a = num(json_array_get(ref, i), "critic/vf_explained_var");
+        double b = num(json_array_get(got, i), "critic/vf_explained_var");
+        print_message("%s step %d: vf_explained_var %.9f (one rank %.9f)\n", out, (int)i + 1, b, a);
+        /* step 1: the same critic on the same batch (counting a replica's tokens twice moves the
+           number by ~6e-5 relative here); later steps carry the updates' summation order */
+        double tol = i == 0 ? 1e-6 : 1e-4;
+        if (fabs(a - b) > tol * (1 + fabs(a)))
+            fail_msg("%s step %d: vf_explained_var %.9g, one rank %.9g", out, (int)i + 1, b, a);
+    }
+    json_decref(ref);
+    json_decref(got);
+}
+
 /* Every rank trains the same job together: it runs, the critics stay in sync (the
-   worker checks every step), the warmup holds. */
+   worker checks every step), the warmup holds, vf_explained_var is global. */
 static void test_ppo_data_parallel(void **state)
 {
     (void)state;
@@ -222,8 +245,10 @@ static void test_ppo_data_parallel(void **state)
     if (rc)
         fail_msg("rank %d: %s", R, df_last_error());
     assert_int_equal(df_comm_barrier(world), 0);
-    if (R == 0)
+    if (R == 0) {
         check_metrics("dp");
+        same_explained_var("dp");
+    }
 }
 
 /* Inputs on rank 0, the directory broadcast, then the one-rank run. */
@@ -286,6 +311,7 @@ static void test_ppo_critic_on_fewer_dp_ranks(void **state)
     if (R != 0)
         return;
     check_metrics("critic_sp2");
+    same_explained_var("critic_sp2"); /* the critic's replicas are counted once */
     json_t *lines = metrics_of("critic_sp2");
     for (size_t i = 0; i < json_array_size(lines); i++)
         assert_true(num(json_array_get(lines, i), "perf/redistributed_bytes") > 0);
