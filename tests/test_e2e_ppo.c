@@ -6,9 +6,13 @@
  * head. With trainer.critic_warmup=2 the actor stays as it is for steps 1-2
  * and trains from step 3, while the critic trains every step; checkpoints
  * hold global_step_N/critic as an HF *ForTokenClassification directory that
- * reloads as a value model and can seed a new run. Under mpiexec the same job
- * runs data-parallel (GAE's whitening is per rank, as in siiRL, so it is not
- * compared with the one-rank run; the ranks' critics must stay identical):
+ * reloads as a value model and can seed a new run. With critic lr 0 the saved
+ * critic pins the one a run starts from (fresh head from trainer.seed, or a
+ * saved critic as it is); a workflow's train_critic node honours its own loss
+ * settings. Under mpiexec the same job runs data-parallel: GAE's whitening is
+ * per rank, as in siiRL, so the actor is not compared with the one-rank run,
+ * but the ranks' critics must stay identical and critic/vf_explained_var (one
+ * number over the whole batch) must match the one-rank run's:
  * mpi-test: np 2
  */
 #include <setjmp.h>
