@@ -141,6 +141,23 @@ static void test_gae_needs_critic(void **state)
     assert_int_equal(VALIDATE(1, "algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=4"),
                      DF_EINVAL);
     expect("needs a critic: critic.ppo_mini_batch_size=256 (default) exceeds data.train_batch_size=8");
+    /* the deprecated global critic micro-batch keys are refused as the actor's */
+    assert_int_equal(VALIDATE(2, "algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size=8",
+                              "critic.ppo_mini_batch_size=4"),
+                     DF_EINVAL);
+    expect("needs a critic: critic.ppo_micro_batch_size=8 (command line) is deprecated and not read by distflow: "
+           "set critic.ppo_micro_batch_size_per_gpu=4 instead (8 / 2 ranks)");
+    assert_int_equal(VALIDATE(2, "algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=4",
+                              "critic.ppo_mini_batch_size=4", "critic.forward_micro_batch_size=16"),
+                     DF_EINVAL);
+    expect("needs a critic: critic.forward_micro_batch_size=16 (command line) is deprecated and not read by "
+           "distflow: set critic.forward_micro_batch_size_per_gpu=8 instead (16 / 2 ranks)");
+    assert_int_equal(VALIDATE(1, "algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=4",
+                              "critic.ppo_mini_batch_size=4", "critic.forward_micro_batch_size=16",
+                              "critic.forward_micro_batch_size_per_gpu=8"),
+                     DF_EINVAL);
+    expect("critic.forward_micro_batch_size=16 (command line) and critic.forward_micro_batch_size_per_gpu=8 "
+           "(command line) are mutually exclusive");
     /* critic settings fine: the estimator itself is then looked up in the registry, which has gae */
     assert_int_equal(VALIDATE(1, "algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=4",
                               "critic.ppo_mini_batch_size=4"),

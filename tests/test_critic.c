@@ -65,10 +65,8 @@ static df_critic_params params(const char *agg, int64_t mini, int64_t micro)
                           .mini_batch_size = mini,
                           .micro_batch_size = micro,
                           .forward_micro_batch_size = micro,
-                          .ppo_epochs = 1,
-                          .cliprange_value = 0.2,
-                          .loss_agg_mode = agg,
-                          .loss_agg_norm_length = 8};
+                          .loss = {.ppo_epochs = 1, .cliprange_value = 0.2, .loss_agg_mode = agg,
+                                   .loss_agg_norm_length = 8}};
     return p;
 }
 
@@ -136,11 +134,11 @@ static void test_refuses_causal_lm(void **state)
     df_critic *c = NULL;
     df_critic_params p = params("token-mean", 0, 4);
     assert_error_mentions(df_critic_create(lm, &p, &c), DF_EINVAL, "num_labels");
-    p.loss_agg_mode = "token-sum";
+    p.loss.loss_agg_mode = "token-sum";
     df_model *vm = value_model(5);
     assert_error_mentions(df_critic_create(vm, &p, &c), DF_EINVAL, "critic.loss_agg_mode");
     p = params("token-mean", 0, 4);
-    p.cliprange_value = -1;
+    p.loss.cliprange_value = -1;
     assert_error_mentions(df_critic_create(vm, &p, &c), DF_EINVAL, "cliprange_value");
     assert_null(c);
     df_model_free(lm); /* the caller still owns the models after a failed create */
@@ -223,7 +221,7 @@ static void test_loss_decreases(void **state)
     set_returns(b);
     df_critic *c;
     df_critic_params p = params("token-mean", 8, 4);
-    p.ppo_epochs = 2;
+    p.loss.ppo_epochs = 2;
     assert_int_equal(df_critic_create(value_model(5), &p, &c), 0);
     double first = 0, last = 0, clip_any = 0;
     for (int k = 0; k < 20; k++) {
@@ -247,6 +245,43 @@ static void test_loss_decreases(void **state)
     assert_int_equal(df_critic_step_count(c), 20);
     df_batch_free(b);
     df_critic_free(c);
+}
+
+/* df_critic_set_loss: a critic given other loss settings after creation takes the same steps
+   as one created with them; bad settings are refused and leave the current ones. */
+static void test_set_loss(void **state)
+{
+    (void)state;
+    df_batch *b = synth_batch(13, 12);
+    add_value_columns(b, 13);
+    df_critic_params pa = params("token-mean", 6, 3), pb = params("seq-mean-token-sum", 6, 3);
+    pb.loss.cliprange_value = 0.05;
+    pb.loss.ppo_epochs = 2;
+    df_critic *a, *bc, *ref;
+    assert_int_equal(df_critic_create(value_model(5), &pa, &a), 0);
+    assert_int_equal(df_critic_create(value_model(5), &pb, &bc), 0);
+    assert_int_equal(df_critic_create(value_model(5), &pa, &ref), 0);
+    df_critic_loss bad = pb.loss;
+    bad.loss_agg_mode = "nope";
+    assert_error_mentions(df_critic_set_loss(a, &bad), DF_EINVAL, "critic.loss_agg_mode");
+    bad = pb.loss;
+    bad.cliprange_value = NAN;
+    assert_error_mentions(df_critic_set_loss(a, &bad), DF_EINVAL, "critic.cliprange_value");
+    assert_int_equal(df_critic_set_loss(a, &pb.loss), 0);
+    df_metrics *ma = df_metrics_new(), *mb = df_metrics_new(), *mr = df_metrics_new();
+    assert_int_equal(df_critic_update(a, b, ma), 0);
+    assert_int_equal(df_critic_update(bc, b, mb), 0);
+    assert_int_equal(df_critic_update(ref, b, mr), 0);
+    assert_true(max_abs_diff(df_critic_model(a), df_critic_model(bc)) == 0.0);
+    assert_true(df_metrics_get(ma, "critic/vf_loss", NAN) == df_metrics_get(mb, "critic/vf_loss", NAN));
+    assert_true(max_abs_diff(df_critic_model(a), df_critic_model(ref)) > 1e-4); /* the settings matter */
+    df_metrics_free(ma);
+    df_metrics_free(mb);
+    df_metrics_free(mr);
+    df_critic_free(a);
+    df_critic_free(bc);
+    df_critic_free(ref);
+    df_batch_free(b);
 }
 
 /* Micro-batches of 3 rows, or a token budget, take the same step as one micro-batch. */
@@ -324,7 +359,7 @@ static void run_dp(const char *agg, const int *per_rank, int64_t mbs, int epochs
     assert_int_equal(df_batch_select(global, mine, n_mine, &shard), 0);
     df_critic *dp, *alone;
     df_critic_params pd = params(agg, mbs, 2), pa = params(agg, 0, 3);
-    pd.ppo_epochs = epochs;
+    pd.loss.ppo_epochs = epochs;
     assert_int_equal(df_critic_create(value_model(5), &pd, &dp), 0);
     assert_int_equal(df_critic_create(value_model(5), &pa, &alone), 0);
     df_critic_set_comm(dp, W);
@@ -391,6 +426,7 @@ int main(void)
         cmocka_unit_test(test_compute_values),
         cmocka_unit_test(test_loss_decreases),
         cmocka_unit_test(test_micro_batch_invariant),
+        cmocka_unit_test(test_set_loss),
         cmocka_unit_test(test_dp_equal),
         cmocka_unit_test(test_dp_unequal),
     };

@@ -6,9 +6,13 @@
  * head. With trainer.critic_warmup=2 the actor stays as it is for steps 1-2
  * and trains from step 3, while the critic trains every step; checkpoints
  * hold global_step_N/critic as an HF *ForTokenClassification directory that
- * reloads as a value model and can seed a new run. Under mpiexec the same job
- * runs data-parallel (GAE's whitening is per rank, as in siiRL, so it is not
- * compared with the one-rank run; the ranks' critics must stay identical):
+ * reloads as a value model and can seed a new run. With critic lr 0 the saved
+ * critic pins the one a run starts from (fresh head from trainer.seed, or a
+ * saved critic as it is); a workflow's train_critic node honours its own loss
+ * settings. Under mpiexec the same job runs data-parallel: GAE's whitening is
+ * per rank, as in siiRL, so the actor is not compared with the one-rank run,
+ * but the ranks' critics must stay identical and critic/vf_explained_var (one
+ * number over the whole batch) must match the one-rank run's:
  * mpi-test: np 2
  */
 #include <setjmp.h>
@@ -28,7 +32,9 @@ static df_comm *world;
 static int R;
 static char dir[256];
 
-/* The job's YAML: 3 PPO steps, critic from `critic` (a path under dir), into dir/<out>. */
+/* The job's YAML: 3 PPO steps, critic from `critic` (a path under dir), into dir/<out>. The critic
+   takes one optimizer step per update (its mini-batch is the whole batch), so its trajectory does
+   not depend on how the batch is split over ranks. */
 static void yaml_of(char *yaml, size_t cap, const char *out, const char *critic)
 {
     snprintf(yaml, cap,
@@ -42,7 +48,7 @@ static void yaml_of(char *yaml, size_t cap, const char *out, const char *critic)
              "critic:\n"
              "  model: {path: %s/%s}\n"
              "  optim: {lr: 0.005, weight_decay: 0.0}\n"
-             "  ppo_mini_batch_size: 4\n"
+             "  ppo_mini_batch_size: 8\n"
              "  ppo_micro_batch_size_per_gpu: 4\n"
              "algorithm: {adv_estimator: gae, gamma: 1.0, lam: 0.95}\n"
              "trainer: {total_training_steps: 3, save_freq: 1, critic_warmup: 2, logger: [],\n"
@@ -185,13 +191,20 @@ static void test_critic_from_checkpoint_and_errors(void **state)
     }
     char yaml[4096];
     yaml_of(yaml, sizeof yaml, "resumed", "ref/global_step_3/critic");
-    const char *one[] = {"trainer.total_training_steps=1", "trainer.critic_warmup=0", "trainer.save_freq=-1"};
-    if (run(self, yaml, one, 3))
+    /* critic lr 0: an update that moves nothing, so the saved critic is the one it started from */
+    const char *lr0[] = {"trainer.total_training_steps=1", "trainer.critic_warmup=0", "critic.optim.lr=0"};
+    if (run(self, yaml, lr0, 3))
         fail_msg("%s", df_last_error());
     json_t *lines = metrics_of("resumed");
     assert_true(isfinite(num(json_array_get(lines, 0), "actor/pg_loss")));
-    assert_true(isfinite(num(json_array_get(lines, 0), "critic/vf_loss")));
+    assert_true(num(json_array_get(lines, 0), "critic/vf_loss") > 0);
+    assert_true(num(json_array_get(lines, 0), "critic/grad_norm") > 0);
     json_decref(lines);
+    df_model *loaded = load("ref/global_step_3/critic"), *saved = load("resumed/global_step_1/critic");
+    assert_true(max_diff(loaded, saved) == 0.0); /* the checkpoint was taken as it is: no fresh head */
+    df_model_free(loaded);
+    df_model_free(saved);
+    const char *one[] = {"trainer.total_training_steps=1", "trainer.critic_warmup=0", "trainer.save_freq=-1"};
 
     df_model *small = df_test_micro_model(3); /* vocab 40, the actor's is ~300 */
     char p[512];
@@ -201,14 +214,129 @@ static void test_critic_from_checkpoint_and_errors(void **state)
     yaml_of(yaml, sizeof yaml, "bad", "small");
     assert_error_mentions(run(self, yaml, one, 3), DF_EINVAL, "vocab_size 40");
     assert_true(strstr(df_last_error(), "critic.model.path") != NULL);
+    /* a workflow may add a critic to any estimator: the deprecated batch keys are still refused */
+    char wf[600];
+    snprintf(wf, sizeof wf, "dag.workflow_path=%s/examples/workflows/ppo.yaml", DF_SOURCE_DIR);
+    const char *dep[] = {wf, "algorithm.adv_estimator=grpo", "critic.forward_micro_batch_size=8",
+                         "trainer.critic_warmup=0"};
+    assert_error_mentions(run(self, yaml, dep, 4), DF_EINVAL,
+                          "critic.forward_micro_batch_size is deprecated and not read by distflow: set "
+                          "critic.forward_micro_batch_size_per_gpu");
     yaml_of(yaml, sizeof yaml, "nocritic", "model");
     const char *grpo[] = {"algorithm.adv_estimator=grpo", "trainer.critic_warmup=1"};
     assert_error_mentions(run(self, yaml, grpo, 2), DF_EINVAL, "trainer.critic_warmup=1 needs a critic");
     df_comm_free(self);
 }
 
+/* critic/vf_explained_var of run `out` is the one-rank run's: one number over the whole step
+   batch, not a mean of the ranks' own. The actor stays put during the warmup and rollouts are
+   keyed by dataset row, so every step's batch, values and returns (GAE's returns are not
+   whitened) are the one-rank run's up to float summation order. */
+static void same_explained_var(const char *out)
+{
+    json_t *ref = metrics_of("ref"), *got = metrics_of(out);
+    for (size_t i = 0; i < 3; i++) {
+        double a = num(json_array_get(ref, i), "critic/vf_explained_var");
+        double b = num(json_array_get(got, i), "critic/vf_explained_var");
+        print_message("%s step %d: vf_explained_var %.9f (one rank %.9f)\n", out, (int)i + 1, b, a);
+        /* step 1: the same critic on the same batch (counting a replica's tokens twice moves the
+           number by ~6e-5 relative here); later steps carry the updates' summation order */
+        double tol = i == 0 ? 1e-6 : 1e-4;
+        if (fabs(a - b) > tol * (1 + fabs(a)))
+            fail_msg("%s step %d: vf_explained_var %.9g, one rank %.9g", out, (int)i + 1, b, a);
+    }
+    json_decref(ref);
+    json_decref(got);
+}
+
+/* The critic a run starts from is the actor's checkpoint with df_model_to_value_model's head drawn
+   from trainer.seed: with critic lr 0 step 1 saves exactly that (bit for bit). */
+static void test_initial_critic(void **state)
+{
+    (void)state;
+    df_comm *self = NULL;
+    assert_int_equal(df_comm_split(world, R, 0, &self), 0);
+    if (R != 0) {
+        df_comm_free(self);
+        return;
+    }
+    char yaml[4096];
+    yaml_of(yaml, sizeof yaml, "lr0", "model");
+    const char *ovr[] = {"trainer.total_training_steps=1", "trainer.critic_warmup=0", "critic.optim.lr=0",
+                         "trainer.seed=7"};
+    if (run(self, yaml, ovr, 4))
+        fail_msg("%s", df_last_error());
+    json_t *lines = metrics_of("lr0");
+    assert_true(num(json_array_get(lines, 0), "critic/grad_norm") > 0); /* an update ran, with lr 0 */
+    json_decref(lines);
+    df_model *want = load("model"), *other = load("model"), *got = load("lr0/global_step_1/critic");
+    assert_int_equal(df_model_to_value_model(&want, 7), 0);
+    assert_int_equal(df_model_to_value_model(&other, 1), 0);
+    assert_true(max_diff(want, got) == 0.0);
+    assert_true(max_diff(other, got) > 0); /* another seed draws another head */
+    df_model_free(want);
+    df_model_free(other);
+    df_model_free(got);
+    df_comm_free(self);
+}
+
+/* A workflow's train_critic node with its own value-loss settings trains exactly as the built-in
+   pipeline with those settings global, and unlike the run with the global defaults. */
+static void test_critic_node_overrides(void **state)
+{
+    (void)state;
+    df_comm *self = NULL;
+    assert_int_equal(df_comm_split(world, R, 0, &self), 0);
+    if (R != 0) {
+        df_comm_free(self);
+        return;
+    }
+    char p[512], yaml[4096], wf[600];
+    snprintf(p, sizeof p, "%s/wf_ppo.yaml", dir);
+    const char *text =
+        "dag_id: wf_ppo\n"
+        "nodes:\n"
+        "  - {node_id: rollout, node_type: MODEL_INFERENCE, node_role: ROLLOUT}\n"
+        "  - {node_id: reward, node_type: COMPUTE, node_role: REWARD, dependencies: [rollout]}\n"
+        "  - {node_id: value, node_type: MODEL_TRAIN, node_role: CRITIC, only_forward_compute: true,\n"
+        "     dependencies: [reward]}\n"
+        "  - {node_id: adv, node_type: COMPUTE, node_role: ADVANTAGE, dependencies: [value]}\n"
+        "  - {node_id: old, node_type: MODEL_TRAIN, node_role: ACTOR, only_forward_compute: true,\n"
+        "     dependencies: [adv]}\n"
+        "  - {node_id: ref, node_type: MODEL_TRAIN, node_role: REFERENCE, dependencies: [old]}\n"
+        "  - {node_id: train, node_type: MODEL_TRAIN, node_role: ACTOR, dependencies: [ref]}\n"
+        "  - {node_id: vf, node_type: MODEL_TRAIN, node_role: CRITIC, dependencies: [train],\n"
+        "     config: {cliprange_value: 0.05, ppo_epochs: 2, loss_agg_mode: seq-mean-token-sum}}\n";
+    assert_int_equal(df_write_file_atomic(p, text, strlen(text)), 0);
+    snprintf(wf, sizeof wf, "dag.workflow_path=%s", p);
+    yaml_of(yaml, sizeof yaml, "wf_node", "model");
+    const char *node[] = {wf, "trainer.total_training_steps=1", "trainer.critic_warmup=0"};
+    if (run(self, yaml, node, 3))
+        fail_msg("%s", df_last_error());
+    yaml_of(yaml, sizeof yaml, "wf_global", "model");
+    const char *global[] = {"trainer.total_training_steps=1", "trainer.critic_warmup=0",
+                            "critic.cliprange_value=0.05", "critic.ppo_epochs=2",
+                            "critic.loss_agg_mode=seq-mean-token-sum"};
+    if (run(self, yaml, global, 5))
+        fail_msg("%s", df_last_error());
+    df_model *a = load("wf_node/global_step_1/critic"), *b = load("wf_global/global_step_1/critic"),
+             *dflt = load("ref/global_step_1/critic"); /* step 1 of the run with the defaults */
+    double d_same = max_diff(a, b), d_dflt = max_diff(a, dflt);
+    print_message("node overrides vs global settings %.3g, vs defaults %.3g\n", d_same, d_dflt);
+    assert_true(d_same == 0.0);
+    assert_true(d_dflt > 1e-4);
+    json_t *la = metrics_of("wf_node"), *lb = metrics_of("wf_global");
+    assert_true(num(json_array_get(la, 0), "critic/vf_loss") == num(json_array_get(lb, 0), "critic/vf_loss"));
+    json_decref(la);
+    json_decref(lb);
+    df_model_free(a);
+    df_model_free(b);
+    df_model_free(dflt);
+    df_comm_free(self);
+}
+
 /* Every rank trains the same job together: it runs, the critics stay in sync (the
-   worker checks every step), the warmup holds. */
+   worker checks every step), the warmup holds, vf_explained_var is global. */
 static void test_ppo_data_parallel(void **state)
 {
     (void)state;
@@ -222,8 +350,10 @@ static void test_ppo_data_parallel(void **state)
     if (rc)
         fail_msg("rank %d: %s", R, df_last_error());
     assert_int_equal(df_comm_barrier(world), 0);
-    if (R == 0)
+    if (R == 0) {
         check_metrics("dp");
+        same_explained_var("dp");
+    }
 }
 
 /* Inputs on rank 0, the directory broadcast, then the one-rank run. */
@@ -286,6 +416,7 @@ static void test_ppo_critic_on_fewer_dp_ranks(void **state)
     if (R != 0)
         return;
     check_metrics("critic_sp2");
+    same_explained_var("critic_sp2"); /* the critic's replicas are counted once */
     json_t *lines = metrics_of("critic_sp2");
     for (size_t i = 0; i < json_array_size(lines); i++)
         assert_true(num(json_array_get(lines, i), "perf/redistributed_bytes") > 0);
@@ -297,6 +428,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ppo_critic_warmup),
         cmocka_unit_test(test_critic_from_checkpoint_and_errors),
+        cmocka_unit_test(test_initial_critic),
+        cmocka_unit_test(test_critic_node_overrides),
         cmocka_unit_test(test_ppo_data_parallel),
         cmocka_unit_test(test_ppo_critic_on_fewer_dp_ranks),
     };

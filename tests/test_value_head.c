@@ -2,8 +2,10 @@
  * The value model (model.h "value model"): the PPO critic's decoder with a
  * scalar score head, HF *ForTokenClassification with one label.
  *   - df_model_backward_values against central finite differences;
- *   - values and gradients against PyTorch (tests/golden/gen_golden.py, float64
- *     reference of Qwen2ForTokenClassification);
+ *   - values and gradients against a float64 PyTorch reference
+ *     (tests/golden/gen_golden.py: a plain-torch Qwen2 written after
+ *     transformers' modeling_qwen2.py with a score head; transformers itself
+ *     is not installed here, so no file was produced or read by it);
  *   - df_model_to_value_model / df_model_init_random heads;
  *   - save -> load round trips and malformed configs / checkpoints;
  *   - misuse (wrong head, wrong backward) is DF_EINVAL.
@@ -192,7 +194,7 @@ static void test_backward_values_fd(void **state)
     df_model_free(m);
 }
 
-/* ---- golden values against PyTorch ------------------------------------------------ */
+/* ---- golden values against the PyTorch reference (gen_golden.py) ---------------------- */
 
 #define GOLDEN_DIR DF_SOURCE_DIR "/tests/golden"
 #define FWD_TOL 2e-6
@@ -261,7 +263,7 @@ static void golden_batch_free(golden_batch *g)
     free(g->tokens), free(g->offsets), free(g->rows);
 }
 
-/* Relative L2 error of the values against PyTorch's. */
+/* Relative L2 error of the values against the reference's. */
 static double values_error(const df_model *m, const golden_batch *g)
 {
     df_acts *a;
@@ -279,7 +281,8 @@ static void test_golden_values(void **state)
     (void)state;
     golden_batch g;
     golden_batch_load(&g);
-    /* PyTorch's files: config.json of Qwen2ForTokenClassification, score.* tensors. */
+    /* gen_golden.py's files, laid out as transformers' Qwen2ForTokenClassification expects
+       (config.json architectures / id2label, score.* tensors); written by that script, not by transformers. */
     df_model *m;
     if (df_model_load(GOLDEN_DIR "/tiny_qwen2_value", &m))
         fail_msg("%s", df_last_error());

@@ -357,6 +357,9 @@ static void unload(df_dag_worker *w)
 #define TRAIN_NODE                                                                               \
     "  - node_id: train\n    node_type: MODEL_TRAIN\n    node_role: ACTOR\n    dependencies: [gen]\n"
 
+#define CRITIC_NODE                                                                              \
+    "  - node_id: vf\n    node_type: MODEL_TRAIN\n    node_role: CRITIC\n    dependencies: [gen]\n"
+
 static void test_worker_node_overrides(void **state)
 {
     df_dag_worker w;
@@ -402,6 +405,33 @@ static void test_worker_node_overrides(void **state)
     rc = load_in_worker(*state, "dag_id: d\nnodes:\n" GEN_NODE TRAIN_NODE
                         "    config:\n      actor.policy_loss.loss_mode: nope\n", &w);
     assert_error_mentions(rc, DF_EINVAL, "wf.yaml node 'train'");
+    assert_non_null(strstr(df_last_error(), "nope"));
+    unload(&w);
+    /* the critic's train node: its value-loss keys (relative to critic.), nothing else */
+    rc = load_in_worker(*state, "dag_id: d\nnodes:\n" GEN_NODE CRITIC_NODE
+                        "    config: {cliprange_value: 0.1, critic.ppo_epochs: 3, loss_agg_mode: seq-mean-token-sum}\n",
+                        &w);
+    if (rc)
+        fail_msg("%s", df_last_error());
+    df_node *vf = df_task_graph_get_node(w.graph, "vf");
+    assert_string_equal(vf->executable_ref, "DAGWorker.train_critic");
+    df_critic_loss l;
+    df_worker_critic_loss(df_worker_node_config(&w, vf), &l);
+    assert_float_equal(l.cliprange_value, 0.1, 1e-12);
+    assert_int_equal(l.ppo_epochs, 3);
+    assert_string_equal(l.loss_agg_mode, "seq-mean-token-sum");
+    df_worker_critic_loss(w.cfg, &l); /* the global ones stay */
+    assert_float_equal(l.cliprange_value, 0.5, 1e-12);
+    assert_int_equal(l.ppo_epochs, 1);
+    assert_string_equal(l.loss_agg_mode, "token-mean");
+    unload(&w);
+    rc = load_in_worker(*state, "dag_id: d\nnodes:\n" GEN_NODE CRITIC_NODE "    config: {ppo_mini_batch_size: 2}\n", &w);
+    assert_error_mentions(rc, DF_EUNSUPPORTED,
+                          "wf.yaml node 'vf': critic.ppo_mini_batch_size cannot be changed per node (this node "
+                          "honours: critic.cliprange_value, critic.loss_agg_mode, critic.ppo_epochs)");
+    unload(&w);
+    rc = load_in_worker(*state, "dag_id: d\nnodes:\n" GEN_NODE CRITIC_NODE "    config: {loss_agg_mode: nope}\n", &w);
+    assert_error_mentions(rc, DF_EINVAL, "wf.yaml node 'vf'");
     assert_non_null(strstr(df_last_error(), "nope"));
     unload(&w);
     /* a node whose function reads nothing per node */

@@ -43,9 +43,12 @@ static const char *kv(const df_config *c, const char *key, char *b)
     return b;
 }
 
-static bool is_default(const df_config *c, const char *key)
+/* Set by the user: neither the schema's default nor derived from another key (forward_micro_batch_size_per_gpu
+   inherits ppo_micro_batch_size_per_gpu). */
+static bool user_set(const df_config *c, const char *key)
 {
-    return !strcmp(df_config_where(c, key), "default");
+    const char *where = df_config_where(c, key);
+    return strcmp(where, "default") && strncmp(where, "derived from ", 13);
 }
 
 /* verl's check_mutually_exclusive, adapted: distflow reads only the per-GPU
@@ -54,7 +57,7 @@ static int check_micro(const df_config *c, const char *global, const char *per_g
 {
     char kb[3][KV_CAP];
     if (!df_config_is_null(c, global)) {
-        if (!is_default(c, per_gpu) && !df_config_is_null(c, per_gpu))
+        if (user_set(c, per_gpu) && !df_config_is_null(c, per_gpu))
             return df_error(DF_EINVAL,
                             "%s and %s are mutually exclusive: set only %s (the global one is deprecated, as in verl)",
                             kv(c, global, kb[0]), kv(c, per_gpu, kb[1]), per_gpu);
@@ -141,6 +144,8 @@ static int check_critic(const df_config *c, int world)
         return DF_OK;
     bool dyn = df_config_bool(c, "critic.use_dynamic_bsz");
     int rc = check_micro(c, "critic.ppo_micro_batch_size", "critic.ppo_micro_batch_size_per_gpu", dyn, world);
+    if (!rc)
+        rc = check_micro(c, "critic.forward_micro_batch_size", "critic.forward_micro_batch_size_per_gpu", dyn, world);
     if (rc)
         return df_error_wrap(rc, "%s needs a critic", kv(c, "algorithm.adv_estimator", kb[0]));
     rc = check_mini(c, "critic.ppo_mini_batch_size", "critic.ppo_micro_batch_size_per_gpu", dyn, world);

@@ -19,6 +19,18 @@ struct df_critic {
     df_critic_params p;
 };
 
+static int check_loss(const df_critic_loss *l)
+{
+    int64_t off[1] = {0};
+    int rc = df_loss_agg_weights_ex(l->loss_agg_mode, 0, off, 1, 1, 1, NULL);
+    if (rc)
+        return df_error_wrap(rc, "critic.loss_agg_mode");
+    if (!(l->cliprange_value >= 0) || !isfinite(l->cliprange_value))
+        return df_error(DF_EINVAL, "critic.cliprange_value must be a finite number >= 0, got %g",
+                        l->cliprange_value);
+    return DF_OK;
+}
+
 int df_critic_create(df_model *model, const df_critic_params *p, df_critic **out)
 {
     if (!model || !p || !out)
@@ -28,13 +40,9 @@ int df_critic_create(df_model *model, const df_critic_params *p, df_critic **out
                         "the critic needs a value model (num_labels 1, a score head), got num_labels %lld; "
                         "convert a causal LM with df_model_to_value_model",
                         (long long)model->cfg.num_labels);
-    int64_t off[1] = {0};
-    int rc = df_loss_agg_weights_ex(p->loss_agg_mode, 0, off, 1, 1, 1, NULL);
+    int rc = check_loss(&p->loss);
     if (rc)
-        return df_error_wrap(rc, "critic.loss_agg_mode");
-    if (!(p->cliprange_value >= 0) || !isfinite(p->cliprange_value))
-        return df_error(DF_EINVAL, "critic.cliprange_value must be a finite number >= 0, got %g",
-                        p->cliprange_value);
+        return rc;
     df_critic *c = calloc(1, sizeof *c);
     if (!c)
         return df_error(DF_ENOMEM, "out of memory creating the critic");
@@ -54,6 +62,14 @@ void df_critic_free(df_critic *c)
         return;
     df_train_core_release(&c->c);
     free(c);
+}
+
+int df_critic_set_loss(df_critic *c, const df_critic_loss *l)
+{
+    int rc = check_loss(l);
+    if (!rc)
+        c->p.loss = *l;
+    return rc;
 }
 
 void df_critic_set_comm(df_critic *c, df_comm *dp)
@@ -105,15 +121,15 @@ static int value_micro(void *user, const df_batch *b, int64_t s, int64_t e, int6
         rc = df_model_forward_values(k->model, k->acts, &k->pk.sb, v);
     if (rc || (rc = df_rebased_offsets(ro, s, e, &offs)))
         return rc;
-    rc = df_loss_agg_weights_ex(c->p.loss_agg_mode, e - s, offs, global_tokens, global_seqs,
-                                c->p.loss_agg_norm_length, w);
+    rc = df_loss_agg_weights_ex(c->p.loss.loss_agg_mode, e - s, offs, global_tokens, global_seqs,
+                                c->p.loss.loss_agg_norm_length, w);
     df_value_loss_input in = {.n = e - s,
                               .offsets = offs,
                               .vpreds = v,
                               .values = (const float *)df_batch_column(b, "values")->data + base,
                               .returns = (const float *)df_batch_column(b, "returns")->data + base,
                               .weights = w,
-                              .cliprange_value = c->p.cliprange_value};
+                              .cliprange_value = c->p.loss.cliprange_value};
     df_value_loss_output st = {.grad = dv};
     if (!rc)
         rc = df_value_loss(&in, &st);
@@ -150,5 +166,5 @@ int df_critic_update(df_critic *c, df_batch *b, df_metrics *m)
                          .record = value_record,
                          .user = c,
                          .prefix = "critic"};
-    return df_train_core_update(&c->c, b, c->p.mini_batch_size, c->p.ppo_epochs, &loss, m, rc);
+    return df_train_core_update(&c->c, b, c->p.mini_batch_size, c->p.loss.ppo_epochs, &loss, m, rc);
 }

@@ -21,6 +21,15 @@
 #include "distflow/model.h"
 #include "engine/train_core.h"
 
+/* The value-loss settings: set at creation, replaceable per update (df_critic_set_loss) for a
+   workflow's train_critic node with its own critic.* overrides. */
+typedef struct df_critic_loss {
+    int ppo_epochs;               /* critic.ppo_epochs (<= 0: 1) */
+    double cliprange_value;       /* critic.cliprange_value */
+    const char *loss_agg_mode;    /* critic.loss_agg_mode (borrowed) */
+    int64_t loss_agg_norm_length; /* seq-mean-token-sum-norm's constant length */
+} df_critic_loss;
+
 typedef struct df_critic_params {
     df_core_optim optim;              /* critic.optim.*, critic.grad_clip */
     int64_t mini_batch_size;          /* samples per optimizer step (ppo_mini_batch_size x rollout.n /
@@ -31,10 +40,7 @@ typedef struct df_critic_params {
                                          (use_dynamic_bsz: ppo_max_token_len_per_gpu) */
     int64_t forward_micro_batch_size; /* the same two limits for compute_values */
     int64_t forward_max_token_len;    /* (forward_micro_batch_size_per_gpu, forward_max_token_len_per_gpu) */
-    int ppo_epochs;                   /* critic.ppo_epochs (<= 0: 1) */
-    double cliprange_value;           /* critic.cliprange_value */
-    const char *loss_agg_mode;        /* critic.loss_agg_mode (borrowed) */
-    int64_t loss_agg_norm_length;     /* seq-mean-token-sum-norm's constant length */
+    df_critic_loss loss;              /* value-loss settings */
     const char *progress_label;       /* non-NULL: update draws a TTY progress bar over samples */
 } df_critic_params;
 
@@ -49,6 +55,13 @@ typedef struct df_critic df_critic;
  */
 int df_critic_create(df_model *model, const df_critic_params *p, df_critic **out);
 void df_critic_free(df_critic *c);
+/**
+ * Replace the value-loss settings for the following updates (a workflow
+ * node's overrides; the optimizer and batching stay as created). Errors, with
+ * the settings unchanged: DF_EINVAL for an unknown loss_agg_mode or a bad
+ * cliprange_value.
+ */
+int df_critic_set_loss(df_critic *c, const df_critic_loss *l);
 /** Train data-parallel over `dp` (borrowed), exactly as df_actor_set_comm. */
 void df_critic_set_comm(df_critic *c, df_comm *dp);
 df_model *df_critic_model(df_critic *c);

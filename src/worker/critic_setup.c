@@ -21,6 +21,14 @@ static int64_t int_or(const df_config *c, const char *key, int64_t dflt)
     return df_config_is_null(c, key) ? dflt : df_config_int(c, key);
 }
 
+void df_worker_critic_loss(const df_config *c, df_critic_loss *l)
+{
+    l->ppo_epochs = (int)df_config_int(c, C "ppo_epochs");
+    l->cliprange_value = df_config_float(c, C "cliprange_value");
+    l->loss_agg_mode = df_config_str(c, C "loss_agg_mode");
+    l->loss_agg_norm_length = df_config_int(c, "data.max_response_length");
+}
+
 void df_worker_critic_params(const df_dag_worker *w, const df_config *c, df_critic_params *p)
 {
     memset(p, 0, sizeof *p);
@@ -34,10 +42,7 @@ void df_worker_critic_params(const df_dag_worker *w, const df_config *c, df_crit
     p->forward_micro_batch_size =
         dyn ? 0 : int_or(c, C "forward_micro_batch_size_per_gpu", p->micro_batch_size);
     p->forward_max_token_len = dyn ? df_config_int(c, C "forward_max_token_len_per_gpu") : 0;
-    p->ppo_epochs = (int)df_config_int(c, C "ppo_epochs");
-    p->cliprange_value = df_config_float(c, C "cliprange_value");
-    p->loss_agg_mode = df_config_str(c, C "loss_agg_mode");
-    p->loss_agg_norm_length = df_config_int(c, "data.max_response_length");
+    df_worker_critic_loss(c, &p->loss);
     p->progress_label = w->rank == 0 ? "update_critic" : NULL;
 }
 
@@ -112,6 +117,11 @@ static int check_critic_sizes(const df_dag_worker *w)
                         "%s: critic.ppo_mini_batch_size x critic.rollout_n = %lld responses do not split "
                         "evenly over the critic's %d data-parallel ranks",
                         df_config_where(c, C "ppo_mini_batch_size"), (long long)samples, dp);
+    static const char *const deprecated[] = {C "ppo_micro_batch_size", C "forward_micro_batch_size"};
+    for (int i = 0; i < 2; i++) /* the validator refuses them with gae; a workflow may add a critic to any estimator */
+        if (!df_config_is_null(c, deprecated[i]))
+            return df_error(DF_EINVAL, "%s: %s is deprecated and not read by distflow: set %s_per_gpu",
+                            df_config_where(c, deprecated[i]), deprecated[i], deprecated[i]);
     if (!df_config_bool(c, C "use_dynamic_bsz") && df_config_is_null(c, C "ppo_micro_batch_size_per_gpu"))
         return df_error(DF_EINVAL,
                         "%s: set critic.ppo_micro_batch_size_per_gpu (or critic.use_dynamic_bsz=true): the "
@@ -179,8 +189,8 @@ int df_worker_check_critic_weights(df_dag_worker *w, df_metrics *m)
  * The issue's semantics: the actor's updates start after N critic-only steps,
  * i.e. steps 1..N train the critic alone. verl's ray_trainer updates the actor
  * when `critic_warmup <= global_steps` (global_steps from 1), which gives only
- * N - 1 warmup steps; siiRL's DAG worker turns the actor off for good. Neither
- * is followed here.
+ * N - 1 warmup steps; siiRL's DAGWorker.train_actor skips while
+ * `critic_warmup > global_steps` (global_steps = finished steps), as here.
  */
 bool df_worker_critic_warmup(const df_dag_worker *w, int64_t step)
 {

@@ -3,6 +3,7 @@
 
 #include <float.h>
 #include <stdio.h>
+#include <string.h>
 
 typedef struct {
     double sum, min, max;
@@ -86,31 +87,38 @@ static void lengths(const df_batch *b, const char *col, int64_t limit, df_metric
         df_metrics_set(m, k, (double)clipped / (double)s.n);
 }
 
-/* verl's critic/vf_explained_var: 1 - var(returns - values) / (var(returns) + 1e-5) over
-   response tokens, torch.var's unbiased estimates; nothing for fewer than 2 tokens. */
-static void explained_var(const df_batch *b, df_metrics *m)
+void df_explained_var_sums(const df_batch *b, double s[DF_EV_NSUMS])
 {
     const df_column *v = df_batch_column(b, "values"), *r = df_batch_column(b, "returns");
     if (!v || !r || v->kind != DF_COL_TOK_F32 || r->kind != DF_COL_TOK_F32)
         return;
-    int64_t T = r->offsets[df_batch_size(b)];
-    if (T < 2 || v->offsets[df_batch_size(b)] != T)
-        return;
+    int64_t n = df_batch_size(b), T = r->offsets[n];
+    if (memcmp(v->offsets, r->offsets, (size_t)(n + 1) * sizeof *r->offsets))
+        return; /* not laid out alike */
     const float *vv = v->data, *rv = r->data;
-    double sr = 0, sd = 0;
     for (int64_t t = 0; t < T; t++) {
-        sr += rv[t];
-        sd += (double)rv[t] - vv[t];
+        double d = (double)rv[t] - vv[t];
+        s[0] += 1;
+        s[1] += rv[t];
+        s[2] += (double)rv[t] * rv[t];
+        s[3] += d;
+        s[4] += d * d;
     }
-    double mr = sr / (double)T, md = sd / (double)T, var_r = 0, var_d = 0;
-    for (int64_t t = 0; t < T; t++) {
-        double dr = rv[t] - mr, dd = (double)rv[t] - vv[t] - md;
-        var_r += dr * dr;
-        var_d += dd * dd;
-    }
-    var_r /= (double)(T - 1);
-    var_d /= (double)(T - 1);
-    df_metrics_set(m, "critic/vf_explained_var", 1.0 - var_d / (var_r + 1e-5));
+}
+
+/* Unbiased variance from n, sum x and sum x^2 (clamped: rounding may dip below 0). */
+static double var_of(double n, double sx, double sxx)
+{
+    double v = (sxx - sx * sx / n) / (n - 1);
+    return v > 0 ? v : 0;
+}
+
+bool df_explained_var(const double s[DF_EV_NSUMS], double *out)
+{
+    if (s[0] < 2)
+        return false;
+    *out = 1.0 - var_of(s[0], s[3], s[4]) / (var_of(s[0], s[1], s[2]) + 1e-5);
+    return true;
 }
 
 int df_compute_data_metrics(const df_batch *b, int64_t max_response_length,
@@ -134,7 +142,6 @@ int df_compute_data_metrics(const df_batch *b, int64_t max_response_length,
     stat val = {0}; /* with a critic (verl use_critic) */
     token_values(b, "values", &val);
     stat_put(m, "critic/values", &val);
-    explained_var(b, m);
     lengths(b, "response_ids", max_response_length, m, "response_length");
     lengths(b, "prompt_ids", max_prompt_length, m, "prompt_length");
     return DF_OK;

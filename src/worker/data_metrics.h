@@ -5,6 +5,8 @@
 #include "distflow/batch.h"
 #include "distflow/metrics.h"
 
+#include <stdbool.h>
+
 /**
  * From the step batch (response_ids, prompt_ids, token_level_scores,
  * token_level_rewards, advantages, returns — whichever are present) record,
@@ -12,9 +14,8 @@
  * critic/score/{mean,max,min}, critic/rewards/{mean,max,min},
  * critic/advantages/{mean,max,min}, critic/returns/{mean,max,min},
  * response_length/{mean,max,min,clip_ratio}, prompt_length/{mean,max,min,clip_ratio};
- * with a critic's `values` column critic/values/{mean,max,min} and
- * critic/vf_explained_var = 1 - var(returns - values) / (var(returns) + 1e-5)
- * (unbiased variances over response tokens, as torch.var; at least 2 tokens);
+ * with a critic's `values` column critic/values/{mean,max,min} (but not
+ * critic/vf_explained_var, a global number: df_explained_var_sums);
  * with the dapo reward manager's overlong_buffer.log columns also
  * critic/overlong_reward/{mean,max,min} and critic/overlong/mean (the share of
  * penalised responses; verl keeps them as reward extra info).
@@ -25,6 +26,25 @@
  */
 int df_compute_data_metrics(const df_batch *b, int64_t max_response_length,
                             int64_t max_prompt_length, df_metrics *m);
+
+/** Number of sums df_explained_var_sums accumulates. */
+#define DF_EV_NSUMS 5
+
+/**
+ * Add the batch's response tokens to s = (n, sum r, sum r^2, sum d, sum d^2)
+ * with r = returns and d = returns - values (TOK_F32 columns laid out alike;
+ * nothing when either is missing). Sums of several shards (an all-reduce over
+ * data-parallel ranks, each sample counted once) give the whole batch's.
+ */
+void df_explained_var_sums(const df_batch *b, double s[DF_EV_NSUMS]);
+
+/**
+ * verl's critic/vf_explained_var (metric_utils.py compute_data_metrics):
+ * 1 - var(d) / (var(r) + 1e-5) from df_explained_var_sums' s, variances
+ * unbiased as torch.var: (sum x^2 - (sum x)^2 / n) / (n - 1). False (and *out
+ * untouched) for fewer than 2 tokens.
+ */
+bool df_explained_var(const double s[DF_EV_NSUMS], double *out);
 
 /**
  * perf/total_num_tokens (prompt + response tokens of the batch), perf/throughput

@@ -178,8 +178,22 @@ static int reduce_step_metrics(df_dag_worker *w, df_metrics *m)
     return rc;
 }
 
+/* critic/vf_explained_var of the whole step batch, as verl's: the sums of every DP rank (model-parallel
+   replicas pass zeros) all-reduced, then the formula. Collective over w->group when there is a critic. */
+static int global_explained_var(df_dag_worker *w, double s[DF_EV_NSUMS], df_metrics *m)
+{
+    if (!w->critic)
+        return DF_OK;
+    double ev;
+    int rc = df_comm_allreduce(w->group, s, DF_EV_NSUMS, DF_COMM_FLOAT64, DF_COMM_SUM);
+    if (!rc && df_explained_var(s, &ev))
+        df_metrics_set(m, "critic/vf_explained_var", ev);
+    return rc;
+}
+
 static int train_step(df_dag_worker *w)
 {
+    double ev_sums[DF_EV_NSUMS] = {0};
     double t0 = df_now();
     df_metrics *m = w->metrics;
     df_batch *b = NULL;
@@ -199,10 +213,14 @@ static int train_step(df_dag_worker *w)
         df_compute_throughput_metrics(b, dt, w->world, m);
         if (w->cur_layout.mp_rank != 0) /* a model-parallel replica: its tokens are counted once */
             df_metrics_set(m, "perf/total_num_tokens", 0);
+        else
+            df_explained_var_sums(b, ev_sums);
     }
     df_batch_free(b);
     if (!rc)
         rc = reduce_step_metrics(w, m);
+    if (!rc)
+        rc = global_explained_var(w, ev_sums, m);
     if (!rc)
         rc = df_worker_check_in_sync(w, df_actor_model(w->actor), "actor", m);
     if (!rc)

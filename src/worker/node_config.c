@@ -25,6 +25,7 @@ static const struct {
      {AC "clip_ratio_low", AC "clip_ratio_high", AC "clip_ratio_c", AC "entropy_coeff",
       AC "kl_loss_coef", AC "kl_loss_type", AC "loss_agg_mode", AC "policy_loss.loss_mode",
       AC "ppo_epochs"}},
+    {"DAGWorker.train_critic", {"critic.cliprange_value", "critic.loss_agg_mode", "critic.ppo_epochs"}},
 };
 #define N_PER_NODE (sizeof k_per_node / sizeof *k_per_node)
 

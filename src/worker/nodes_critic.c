@@ -40,13 +40,25 @@ static int node_compute_value(df_node_ctx *ctx, df_batch *batch, df_node_output 
     return rc;
 }
 
-/* critic_train: the value update on the step's values and returns. */
+/* critic_train: the value update on the step's values and returns, with the node's own loss
+   settings when its workflow entry overrides them (k_per_node in node_config.c). */
 static int node_train_critic(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
 {
     double t0 = df_now();
+    df_dag_worker *w = W(ctx);
     int rc = need_critic(ctx, batch, "train_critic");
+    const df_config *nc = df_worker_node_config(w, ctx->node);
+    df_critic_loss l;
+    if (!rc && nc != w->cfg) {
+        df_worker_critic_loss(nc, &l);
+        rc = df_critic_set_loss(w->critic, &l);
+    }
     if (!rc)
-        rc = df_critic_update(W(ctx)->critic, batch, ctx->metrics);
+        rc = df_critic_update(w->critic, batch, ctx->metrics);
+    if (w->critic && nc != w->cfg) { /* back to the global settings (valid: the critic was created with them) */
+        df_worker_critic_loss(w->cfg, &l);
+        df_critic_set_loss(w->critic, &l);
+    }
     (void)out;
     timing(ctx, "update_critic", t0);
     return rc;

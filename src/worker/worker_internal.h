@@ -187,6 +187,8 @@ int df_worker_remax_baselines(df_dag_worker *w, const df_node *node, const df_ba
 int df_worker_check_in_sync(df_dag_worker *w, const df_model *model, const char *who, df_metrics *m);
 
 /* ---- the PPO critic (critic_setup.c, nodes_critic.c) ---- */
+/** The critic's value-loss settings (critic.ppo_epochs, cliprange_value, loss_agg_mode) from config c. */
+void df_worker_critic_loss(const df_config *c, df_critic_loss *l);
 /** Critic settings (critic.*) from config c. */
 void df_worker_critic_params(const df_dag_worker *w, const df_config *c, df_critic_params *p);
 /** The critic's layout and DP communicator when the graph has a CRITIC node (collective over w->group). */

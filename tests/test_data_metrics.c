@@ -1,0 +1,133 @@
+/*
+ * test_data_metrics.c — critic/vf_explained_var from sums (worker/data_metrics.h):
+ * a hand-computed case, shards whose sums add up to the whole batch's, and
+ * the cases that give no number.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "distflow/batch.h"
+#include "distflow/common.h"
+#include "worker/data_metrics.h"
+
+#include <string.h>
+
+/* Two responses of 2 and 1 tokens: returns r = [1, 2, 4], values v = [0.5, 2.5, 3]. */
+static df_batch *batch(void)
+{
+    df_batch *b = df_batch_new(2);
+    const int64_t off[] = {0, 2, 3};
+    const int32_t ids[] = {5, 6, 7};
+    const float r[] = {1, 2, 4}, v[] = {0.5f, 2.5f, 3};
+    assert_int_equal(df_batch_set_tok_i32(b, "response_ids", off, ids), 0);
+    assert_int_equal(df_batch_set_tok_f32(b, "returns", off, r), 0);
+    assert_int_equal(df_batch_set_tok_f32(b, "values", off, v), 0);
+    return b;
+}
+
+static void test_hand_computed(void **state)
+{
+    (void)state;
+    df_batch *b = batch();
+    double s[DF_EV_NSUMS] = {0}, ev = -1;
+    df_explained_var_sums(b, s);
+    /* d = r - v = [0.5, -0.5, 1] */
+    assert_float_equal(s[0], 3, 0);
+    assert_float_equal(s[1], 7, 0);
+    assert_float_equal(s[2], 21, 0);
+    assert_float_equal(s[3], 1, 0);
+    assert_float_equal(s[4], 1.5, 0);
+    /* var(r) = ((4/3)^2 + (1/3)^2 + (5/3)^2) / 2 = 7/3; var(d) = (1/36 + 25/36 + 16/36) / 2 = 7/12 */
+    assert_true(df_explained_var(s, &ev));
+    assert_float_equal(ev, 1.0 - (7.0 / 12) / (7.0 / 3 + 1e-5), 1e-12);
+    assert_float_equal(ev, 0.75, 2e-6);
+
+    /* two shards (as two DP ranks): their summed sums are the whole batch's */
+    df_batch *p0, *p1;
+    assert_int_equal(df_batch_slice(b, 0, 1, &p0), 0);
+    assert_int_equal(df_batch_slice(b, 1, 2, &p1), 0);
+    double t[DF_EV_NSUMS] = {0}, u[DF_EV_NSUMS] = {0}, ev0 = -1, ev_sum = -1;
+    df_explained_var_sums(p0, t);
+    df_explained_var_sums(p1, u);
+    assert_true(df_explained_var(t, &ev0)); /* 2 tokens: [1, 2] vs d [0.5, -0.5] */
+    assert_float_equal(ev0, 1.0 - 0.5 / (0.5 + 1e-5), 1e-12);
+    for (int i = 0; i < DF_EV_NSUMS; i++)
+        t[i] += u[i];
+    assert_true(df_explained_var(t, &ev_sum));
+    assert_float_equal(ev_sum, ev, 1e-15);
+    df_batch_free(p0);
+    df_batch_free(p1);
+    df_batch_free(b);
+}
+
+static void test_no_number(void **state)
+{
+    (void)state;
+    double s[DF_EV_NSUMS] = {0}, ev = -7;
+    assert_false(df_explained_var(s, &ev)); /* no tokens */
+    df_batch *b = batch(), *one;
+    assert_int_equal(df_batch_slice(b, 1, 2, &one), 0);
+    df_explained_var_sums(one, s);
+    assert_float_equal(s[0], 1, 0);
+    assert_false(df_explained_var(s, &ev)); /* one token: no unbiased variance */
+    assert_float_equal(ev, -7, 0);
+
+    /* values equal to returns explain everything; a constant return gives 1 - var(d) / 1e-5 */
+    const int64_t off[] = {0, 2, 3};
+    const float r[] = {1, 2, 4}, c[] = {3, 3, 3};
+    df_batch *e = df_batch_new(2);
+    assert_int_equal(df_batch_set_tok_f32(e, "returns", off, r), 0);
+    assert_int_equal(df_batch_set_tok_f32(e, "values", off, r), 0);
+    double se[DF_EV_NSUMS] = {0};
+    df_explained_var_sums(e, se);
+    assert_true(df_explained_var(se, &ev));
+    assert_float_equal(ev, 1.0, 1e-12);
+    df_batch_free(e);
+    e = df_batch_new(2);
+    assert_int_equal(df_batch_set_tok_f32(e, "returns", off, c), 0);
+    assert_int_equal(df_batch_set_tok_f32(e, "values", off, c), 0);
+    memset(se, 0, sizeof se);
+    df_explained_var_sums(e, se);
+    assert_true(df_explained_var(se, &ev));
+    assert_float_equal(ev, 1.0, 0); /* var(d) = var(r) = 0 */
+    df_batch_free(e);
+
+    /* without values (no critic) or with another layout: nothing is added */
+    double z[DF_EV_NSUMS] = {0};
+    df_batch_drop(b, "values");
+    df_explained_var_sums(b, z);
+    const int64_t off2[] = {0, 1, 3};
+    assert_int_equal(df_batch_set_tok_f32(b, "values", off2, r), 0);
+    df_explained_var_sums(b, z);
+    for (int i = 0; i < DF_EV_NSUMS; i++)
+        assert_float_equal(z[i], 0, 0);
+    df_batch_free(one);
+    df_batch_free(b);
+}
+
+/* The step metrics leave vf_explained_var to the worker (it is global) but keep the values' stats. */
+static void test_data_metrics_leave_it_to_the_worker(void **state)
+{
+    (void)state;
+    df_batch *b = batch();
+    df_metrics *m = df_metrics_new();
+    assert_non_null(m);
+    assert_int_equal(df_compute_data_metrics(b, 10, 10, m), 0);
+    assert_false(df_metrics_has(m, "critic/vf_explained_var"));
+    assert_float_equal(df_metrics_get(m, "critic/values/mean", 0), 2.0, 1e-7);
+    assert_float_equal(df_metrics_get(m, "critic/returns/max", 0), 4.0, 0);
+    df_metrics_free(m);
+    df_batch_free(b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hand_computed),
+        cmocka_unit_test(test_no_number),
+        cmocka_unit_test(test_data_metrics_leave_it_to_the_worker),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
