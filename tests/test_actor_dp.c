@@ -131,32 +131,6 @@ static void add_ppo_columns(df_batch *b, uint64_t seed)
     }
 }
 
-/*
- * Rank r holds count[r] rows and cuts them into local mini-batches of `mbs`.
- * The global batch is laid out in mini-batch order: global mini-batch k is the
- * ranks' k-th local mini-batches, rank by rank. Fills this rank's row indices
- * (*mine, local order) and the global mini-batch bounds (*bounds, *n_mini).
- */
-static void layout(const int *count, int64_t mbs, int64_t **mine, int64_t *n_mine, int64_t *bounds,
-                   int *n_mini)
-{
-    int max_k = 0;
-    for (int r = 0; r < N; r++)
-        if ((count[r] + mbs - 1) / mbs > max_k)
-            max_k = (int)((count[r] + mbs - 1) / mbs);
-    *mine = malloc((size_t)(count[R] + 1) * sizeof **mine);
-    *n_mine = 0;
-    int64_t g = 0;
-    bounds[0] = 0;
-    for (int k = 0; k < max_k; k++) {
-        for (int r = 0; r < N; r++)
-            for (int64_t j = k * mbs; j < (k + 1) * mbs && j < count[r]; j++, g++)
-                if (r == R)
-                    (*mine)[(*n_mine)++] = g;
-        bounds[k + 1] = g;
-    }
-    *n_mini = max_k;
-}
 
 static double max_abs_diff(const df_model *x, const df_model *y)
 {
@@ -199,12 +173,12 @@ typedef struct scenario {
 /* Train DP on the shard and alone on the whole batch; compare after each update. */
 static void run_ppo(const scenario *sc)
 {
-    int count[64];
+    int count[64] = {0};
     int64_t bounds[64], *mine, n_mine, G = 0;
     int n_mini;
     for (int r = 0; r < N; r++)
         G += count[r] = sc->count[r % 4];
-    layout(count, sc->mbs, &mine, &n_mine, bounds, &n_mini);
+    df_test_dp_layout(count, sc->mbs, &mine, &n_mine, bounds, &n_mini);
     df_batch *global = synth_batch(42, G), *shard;
     add_ppo_columns(global, 42);
     assert_int_equal(df_batch_select(global, mine, n_mine, &shard), 0);
@@ -297,12 +271,12 @@ static void test_without_allreduce_differs(void **state)
     (void)state;
     if (N == 1)
         skip();
-    int count[64];
+    int count[64] = {0};
     int64_t bounds[64], *mine, n_mine, G = 0;
     int n_mini;
     for (int r = 0; r < N; r++)
         G += count[r] = 6;
-    layout(count, 6, &mine, &n_mine, bounds, &n_mini);
+    df_test_dp_layout(count, 6, &mine, &n_mine, bounds, &n_mini);
     df_batch *global = synth_batch(42, G), *shard;
     add_ppo_columns(global, 42);
     assert_int_equal(df_batch_select(global, mine, n_mine, &shard), 0);
@@ -328,12 +302,12 @@ static void test_without_allreduce_differs(void **state)
 static void test_sft(void **state)
 {
     (void)state;
-    int count[64], per[4] = {4, 2, 0, 3};
+    int count[64] = {0}, per[4] = {4, 2, 0, 3};
     int64_t bounds[64], *mine, n_mine, G = 0;
     int n_mini;
     for (int r = 0; r < N; r++)
         G += count[r] = per[r % 4];
-    layout(count, 100, &mine, &n_mine, bounds, &n_mini);
+    df_test_dp_layout(count, 100, &mine, &n_mine, bounds, &n_mini);
     df_batch *global = synth_batch(5, G), *shard;
     assert_int_equal(df_batch_select(global, mine, n_mine, &shard), 0);
     df_actor *dp, *alone;

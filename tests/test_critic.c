@@ -320,31 +320,6 @@ static void test_micro_batch_invariant(void **state)
     }
 }
 
-/*
- * Rank r holds count[r] rows cut into local mini-batches of `mbs`; global
- * mini-batch k is the ranks' k-th local mini-batches, rank by rank. Fills this
- * rank's rows (*mine) and the global mini-batch bounds.
- */
-static void layout(const int *count, int64_t mbs, int64_t **mine, int64_t *n_mine, int64_t *bounds,
-                   int *n_mini)
-{
-    int max_k = 0;
-    for (int r = 0; r < N; r++)
-        if ((count[r] + mbs - 1) / mbs > max_k)
-            max_k = (int)((count[r] + mbs - 1) / mbs);
-    *mine = malloc((size_t)(count[R] + 1) * sizeof **mine);
-    *n_mine = 0;
-    int64_t g = 0;
-    bounds[0] = 0;
-    for (int k = 0; k < max_k; k++) {
-        for (int r = 0; r < N; r++)
-            for (int64_t j = k * mbs; j < (k + 1) * mbs && j < count[r]; j++, g++)
-                if (r == R)
-                    (*mine)[(*n_mine)++] = g;
-        bounds[k + 1] = g;
-    }
-    *n_mini = max_k;
-}
 
 static void run_dp(const char *agg, const int *per_rank, int64_t mbs, int epochs)
 {
@@ -353,7 +328,7 @@ static void run_dp(const char *agg, const int *per_rank, int64_t mbs, int epochs
     int n_mini;
     for (int r = 0; r < N; r++)
         G += count[r] = per_rank[r % 4];
-    layout(count, mbs, &mine, &n_mine, bounds, &n_mini);
+    df_test_dp_layout(count, mbs, &mine, &n_mine, bounds, &n_mini);
     df_batch *global = synth_batch(42, G), *shard;
     add_value_columns(global, 42);
     assert_int_equal(df_batch_select(global, mine, n_mine, &shard), 0);

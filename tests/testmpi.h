@@ -9,6 +9,8 @@
 
 #include "distflow/comm.h"
 
+#include <stdlib.h>
+
 static df_comm *W;
 static int R, N;
 
@@ -28,6 +30,34 @@ static int df_test_world_teardown(void **state)
 {
     (void)state;
     return df_comm_shutdown();
+}
+
+/*
+ * Rank r holds count[r] rows and cuts them into local mini-batches of `mbs`.
+ * The global batch is laid out in mini-batch order: global mini-batch k is the
+ * ranks' k-th local mini-batches, rank by rank. Fills this rank's row indices
+ * (*mine, local order) and the global mini-batch bounds (*bounds, *n_mini).
+ */
+static inline void df_test_dp_layout(const int *count, int64_t mbs, int64_t **mine, int64_t *n_mine,
+                                     int64_t *bounds,
+                   int *n_mini)
+{
+    int max_k = 0;
+    for (int r = 0; r < N; r++)
+        if ((count[r] + mbs - 1) / mbs > max_k)
+            max_k = (int)((count[r] + mbs - 1) / mbs);
+    *mine = malloc((size_t)(count[R] + 1) * sizeof **mine);
+    *n_mine = 0;
+    int64_t g = 0;
+    bounds[0] = 0;
+    for (int k = 0; k < max_k; k++) {
+        for (int r = 0; r < N; r++)
+            for (int64_t j = k * mbs; j < (k + 1) * mbs && j < count[r]; j++, g++)
+                if (r == R)
+                    (*mine)[(*n_mine)++] = g;
+        bounds[k + 1] = g;
+    }
+    *n_mini = max_k;
 }
 
 #endif
