@@ -66,6 +66,10 @@ typedef struct df_adv_input {
                                            or "naive" (algorithm.weight_factor_in_cpgd) */
     float cpgd_weight_clip;           /**< cpgd clip_filter_like_weight: largest weight; 0 means 3
                                            (MM-EUREKA's clip_filter_like_weight_clip_eps) */
+    bool defer_whiten;                /**< estimators that whiten (df_adv_estimator_whitens): write
+                                           the advantages before whitening, so the caller can whiten
+                                           them over a larger batch (df_adv_whiten_sum / _ssd /
+                                           _stats); the others ignore it. See the advest block. */
 } df_adv_input;
 
 /**
@@ -117,9 +121,15 @@ DF_API int df_adv_grpo(const df_adv_input *in, float *advantages, float *returns
  *   whiten(x)  = (x - mean) / sqrt(var + 1e-8) over ALL tokens passed in,
  *                var unbiased (divisor T - 1) — verl masked_whiten. With one
  *                token the result is 0 (verl raises); with none it is a no-op.
- *                The statistics are those of the batch passed in: the worker
- *                passes its rank's batch, as siiRL's DAG workers do (verl's
- *                driver whitens the whole step batch).
+ *                The statistics are those of the batch passed in. With
+ *                defer_whiten set, gae, reinforce_plus_plus and
+ *                reinforce_plus_plus_baseline skip this step and write the
+ *                values they would whiten (rounded to float); returns are as
+ *                without the flag, except reinforce_plus_plus_baseline's,
+ *                which are its advantages and so are unwhitened too
+ *                (df_adv_estimator_whitens_returns). The DAG worker uses it to
+ *                whiten over the whole data-parallel step batch, as verl's
+ *                driver does (siiRL's DAG workers whiten each rank's shard).
  * Common errors (DF_EINVAL, naming the estimator and the sample / token):
  * NULL input, n < 0, bad offsets, NULL arrays an estimator needs (output
  * arrays may be NULL only when there are no tokens), a group id outside
@@ -135,6 +145,52 @@ DF_API int df_adv_grpo(const df_adv_input *in, float *advantages, float *returns
  * Errors: DF_EINVAL for n_tokens < 0, NULL arrays with n_tokens > 0.
  */
 DF_API int df_adv_whiten(int64_t n_tokens, const float *x, float *out);
+
+/*
+ * Whitening of a batch cut into parts (e.g. one per data-parallel rank), with
+ * the statistics of the whole batch, in two reductions (mean first, then the
+ * sum of squared deviations about it — accurate where a sum of squares is
+ * not):
+ *   1. every part: df_adv_whiten_sum(n_p, x_p, &s_p);
+ *      caller: count = sum_p n_p, sum = sum_p s_p
+ *   2. every part: df_adv_whiten_ssd(n_p, x_p, count, sum, &d_p);
+ *      caller: ssd = sum_p d_p
+ *   3. every part: df_adv_whiten_stats(n_p, x_p, count, sum, ssd, out_p)
+ * giving out = (x - mean) / sqrt(ssd / (count - 1) + 1e-8), mean = sum / count
+ * (0 where count is 1), i.e. df_adv_whiten of the whole batch up to the order
+ * of the additions. With one part (count = n) the result is df_adv_whiten's,
+ * bit for bit. Every part must use the same count, sum and ssd.
+ * Common errors (DF_EINVAL): n_tokens < 0, NULL arrays with n_tokens > 0,
+ * count < n_tokens (a part's count passed for the batch's), a non-finite sum.
+ */
+
+/** Step 1: *sum = sum of x[n_tokens] (double accumulation, in index order). */
+DF_API int df_adv_whiten_sum(int64_t n_tokens, const float *x, double *sum);
+
+/** Step 2: *ssd = sum_t (x_t - sum / count)^2 over this part's n_tokens values (0 when count is 0). */
+DF_API int df_adv_whiten_ssd(int64_t n_tokens, const float *x, int64_t count, double sum, double *ssd);
+
+/**
+ * Step 3: out[n_tokens] = whiten(x) with the batch's count, sum and ssd; out
+ * may alias x. Errors: the common ones; ssd negative or not finite.
+ */
+DF_API int df_adv_whiten_stats(int64_t n_tokens, const float *x, int64_t count, double sum, double ssd,
+                               float *out);
+
+/**
+ * True when `name` is registered as one of the built-in estimators that whiten
+ * their advantages (gae, reinforce_plus_plus, reinforce_plus_plus_baseline),
+ * i.e. honour df_adv_input.defer_whiten; false for the others, unknown names
+ * and estimators registered by plugins (also under those names). Never fails.
+ */
+DF_API bool df_adv_estimator_whitens(const char *name);
+
+/**
+ * True when `name`'s returns are its whitened advantages
+ * (reinforce_plus_plus_baseline, as verl's): under defer_whiten the caller
+ * whitens its returns with the same statistics. False otherwise.
+ */
+DF_API bool df_adv_estimator_whitens_returns(const char *name);
 
 /**
  * "gae" — verl compute_gae_advantage_return; Schulman et al. 2016, "High-

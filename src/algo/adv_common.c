@@ -1,4 +1,4 @@
-/* Shared pieces of the advantage estimators (adv_internal.h) and df_adv_whiten. */
+/* Shared pieces of the advantage estimators (adv_internal.h); whitening is in adv_whiten.c. */
 #include "algo/adv_internal.h"
 
 #include "algo/algo_internal.h"
@@ -6,9 +6,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* verl masked_whiten adds this to the variance before rsqrt. */
-#define DF_WHITEN_EPS 1e-8
 
 static int check_finite(const char *who, const char *what, const df_adv_input *in, const float *x)
 {
@@ -144,39 +141,4 @@ void df_adv_broadcast(const df_adv_input *in, const double *a, float *advantages
             if (returns)
                 returns[t] = (float)a[i];
         }
-}
-
-void df_adv_whiten_d(int64_t n_tokens, const double *x, float *out)
-{
-    if (n_tokens <= 0)
-        return;
-    double sum = 0, ssd = 0;
-    for (int64_t t = 0; t < n_tokens; t++)
-        sum += x[t];
-    const double mean = sum / (double)n_tokens;
-    for (int64_t t = 0; t < n_tokens; t++)
-        ssd += (x[t] - mean) * (x[t] - mean);
-    /* one token: x - mean is exactly 0, so any finite scale gives 0 (verl raises instead) */
-    const double var = n_tokens > 1 ? ssd / (double)(n_tokens - 1) : 0;
-    const double scale = 1.0 / sqrt(var + DF_WHITEN_EPS);
-    for (int64_t t = 0; t < n_tokens; t++)
-        out[t] = (float)((x[t] - mean) * scale);
-}
-
-int df_adv_whiten(int64_t n_tokens, const float *x, float *out)
-{
-    if (n_tokens < 0)
-        return df_error(DF_EINVAL, "whiten: negative token count %lld", (long long)n_tokens);
-    if (n_tokens == 0)
-        return DF_OK;
-    if (!x || !out)
-        return df_error(DF_EINVAL, "whiten: NULL input or output");
-    double *d = malloc((size_t)n_tokens * sizeof *d);
-    if (!d)
-        return df_error(DF_ENOMEM, "whiten: out of memory for %lld tokens", (long long)n_tokens);
-    for (int64_t t = 0; t < n_tokens; t++)
-        d[t] = x[t];
-    df_adv_whiten_d(n_tokens, d, out);
-    free(d);
-    return DF_OK;
 }

@@ -88,8 +88,9 @@ int df_adv_reinforce_plus_plus_baseline(const df_adv_input *in, float *advantage
         for (int64_t t = in->offsets[i]; t < in->offsets[i + 1]; t++)
             tok[t] = a[i];
     }
-    /* whiten the broadcast values over tokens, as verl does after tiling to the response length */
-    df_adv_whiten_d(n_tok, tok, advantages);
+    /* whiten the broadcast values over tokens, as verl does after tiling to the response length;
+       deferred: both outputs unwhitened, the caller whitens both (df_adv_estimator_whitens_returns) */
+    df_adv_finish_whiten(in, n_tok, tok, advantages);
     if (n_tok > 0)
         memcpy(returns, advantages, (size_t)n_tok * sizeof *returns);
     free(tok);

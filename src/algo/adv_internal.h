@@ -1,7 +1,7 @@
 /*
  * adv_internal.h (internal) — pieces shared by the advantage estimators of
  * adv_token.c and adv_group.c: input checks, per-group score statistics,
- * broadcasting a per-sample advantage to its tokens, and whitening.
+ * broadcasting a per-sample advantage to its tokens, and whitening (adv_whiten.c).
  */
 #ifndef DF_ALGO_ADV_INTERNAL_H
 #define DF_ALGO_ADV_INTERNAL_H
@@ -48,5 +48,8 @@ void df_adv_broadcast(const df_adv_input *in, const double *a, float *advantages
 
 /* Whiten n_tokens doubles into out (verl masked_whiten, all tokens valid). */
 void df_adv_whiten_d(int64_t n_tokens, const double *x, float *out);
+/* The last step of a whitening estimator: df_adv_whiten_d, or with in->defer_whiten
+   x rounded to float as it is (the caller whitens over the whole batch). */
+void df_adv_finish_whiten(const df_adv_input *in, int64_t n_tokens, const double *x, float *out);
 
 #endif /* DF_ALGO_ADV_INTERNAL_H */

@@ -37,7 +37,7 @@ int df_adv_gae(const df_adv_input *in, float *advantages, float *returns)
             next_value = v;
         }
     }
-    df_adv_whiten_d(n_tok, gae, advantages);
+    df_adv_finish_whiten(in, n_tok, gae, advantages);
     free(gae);
     return DF_OK;
 }
@@ -67,7 +67,7 @@ int df_adv_reinforce_plus_plus(const df_adv_input *in, float *advantages, float 
     reward_to_go(in, in->gamma, ret);
     for (int64_t t = 0; t < n_tok; t++)
         returns[t] = (float)ret[t];
-    df_adv_whiten_d(n_tok, ret, advantages);
+    df_adv_finish_whiten(in, n_tok, ret, advantages);
     free(ret);
     return DF_OK;
 }

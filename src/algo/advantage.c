@@ -102,3 +102,18 @@ int df_adv_estimator_register(const char *name, df_adv_estimator_fn fn)
 {
     return df_fn_registry_add(&g_estimators, name, (df_any_fn)fn);
 }
+
+/* Only the built-ins are known to honour defer_whiten: a replacement registered under their
+   names is treated as an estimator that does not whiten. */
+bool df_adv_estimator_whitens(const char *name)
+{
+    df_any_fn f = name ? df_fn_registry_find(&g_estimators, name) : NULL;
+    return f && (f == (df_any_fn)df_adv_gae || f == (df_any_fn)df_adv_reinforce_plus_plus ||
+                 f == (df_any_fn)df_adv_reinforce_plus_plus_baseline);
+}
+
+bool df_adv_estimator_whitens_returns(const char *name)
+{
+    df_any_fn f = name ? df_fn_registry_find(&g_estimators, name) : NULL;
+    return f && f == (df_any_fn)df_adv_reinforce_plus_plus_baseline;
+}

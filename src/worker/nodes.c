@@ -108,6 +108,7 @@ static int node_compute_advantage(df_node_ctx *ctx, df_batch *batch, df_node_out
     if (!rc)
         rc = df_group_ids((const char *const *)uid->data, n, group);
     float *adv = NULL, *ret = NULL;
+    const bool defer = df_worker_defers_whiten(w, ctx->node); /* whitened over the DP group below */
     if (!rc)
         rc = df_batch_alloc_tok_f32_like(batch, "advantages", "response_ids", &adv);
     if (!rc)
@@ -125,10 +126,13 @@ static int node_compute_advantage(df_node_ctx *ctx, df_batch *batch, df_node_out
                            .norm_adv_by_std_in_grpo = df_config_bool(c, "algorithm.norm_adv_by_std_in_grpo"),
                            .epsilon = 1e-6f,
                            .reward_baselines = baselines,
-                           .cpgd_weight_factor = df_config_str(c, "algorithm.weight_factor_in_cpgd")};
+                           .cpgd_weight_factor = df_config_str(c, "algorithm.weight_factor_in_cpgd"),
+                           .defer_whiten = defer};
         rc = w->adv_fn(&in, adv, ret);
     }
     free(group);
+    if (defer) /* collective: every rank, failed or not (verl whitens the whole step batch) */
+        rc = df_worker_whiten_advantages(w, ctx->node, rc, batch);
     (void)out;
     timing(ctx, "adv", t0);
     return rc;

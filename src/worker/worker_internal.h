@@ -168,6 +168,33 @@ int df_kl_reward_apply(df_kl_ctrl *ctrl, const char *penalty, df_batch *b, df_co
 int df_worker_kl_in_reward(df_dag_worker *w, const df_node *node, df_batch *b, df_metrics *m);
 
 /**
+ * Whiten adv[n_tokens] in place with the statistics of the tokens of every
+ * rank of `comm` (df_adv_whiten_sum / _ssd / _stats, two collectives: count
+ * and sum, then the squared deviations about the global mean, each summed in
+ * rank order so every rank gets the same bits); copy [n_tokens] (may be NULL)
+ * receives the result too. NULL comm: this batch alone. rc: this rank's status
+ * so far — every rank calls this, failed or not, with an empty shard or not;
+ * a failed rank returns rc, the others DF_EINTERNAL ("other rank(s) ...
+ * failed"), and none is left waiting. replica: this rank holds a copy of
+ * another rank's samples (model-parallel rank > 0): its tokens are not counted
+ * but it is whitened with the group's statistics. Errors: rc, those of
+ * df_adv_whiten_*, comm errors, DF_ENOMEM.
+ */
+int df_worker_whiten_group(df_comm *comm, int rc, bool replica, int64_t n_tokens, float *adv, float *copy);
+/** True when the advantage node `node` whitens over its group: its layout has dp_size > 1 and
+ *  algorithm.adv_estimator whitens (df_adv_estimator_whitens); the estimator then runs with
+ *  defer_whiten. */
+bool df_worker_defers_whiten(const df_dag_worker *w, const df_node *node);
+/**
+ * The advantage node's whitening over w->group (call when df_worker_defers_whiten):
+ * df_worker_whiten_group on b's `advantages` (and `returns` for
+ * reinforce_plus_plus_baseline), replicas by the node's layout. Collective: every
+ * rank calls it with its status rc (b may be NULL when rc != 0). Returns rc, or
+ * the group's error wrapped with the estimator's name.
+ */
+int df_worker_whiten_advantages(df_dag_worker *w, const df_node *node, int rc, df_batch *b);
+
+/**
  * ReMax: set F32 column reward_baselines of `out` (rows with `uid`) to the sum
  * of token_level_scores of the row of `greedy` (one response per prompt) with
  * the same uid. Errors: DF_EINVAL for missing columns, a uid of out without a
