@@ -158,6 +158,32 @@ static void test_actor_on_fewer_dp_ranks(void **state)
     compare_with_reference("actor_sp2", true);
 }
 
+/* A validation set smaller than the number of ranks: some shards are empty, and validation still
+   runs (every rank joins the reduction) with the one-rank run's numbers. */
+static void test_val_set_smaller_than_world(void **state)
+{
+    (void)state;
+    if (df_comm_size(world) < 2) {
+        skip();
+        return;
+    }
+    char ov[512];
+    snprintf(ov, sizeof ov, "data.val_files=[%s/val1.jsonl]", dir);
+    df_comm *self = NULL;
+    assert_int_equal(df_comm_split(world, df_comm_rank(world), 0, &self), 0);
+    if (df_comm_rank(world) == 0)
+        train(self, "val1_ref", ov);
+    df_comm_free(self);
+    train(world, "val1", ov);
+    assert_int_equal(df_comm_barrier(world), 0);
+    if (df_comm_rank(world) != 0)
+        return;
+    json_t *ref = metrics_of("val1_ref"), *got = metrics_of("val1");
+    expect_close(json_array_get(ref, 0), json_array_get(got, 0), "val-core/test/digits/reward/mean@1", 1e-6, 0);
+    json_decref(ref);
+    json_decref(got);
+}
+
 /* Inputs on rank 0, the directory broadcast, then the one-rank reference run. */
 static int setup(void **state)
 {
@@ -173,6 +199,7 @@ static int setup(void **state)
             return -1;
         df_test_digits_inputs(dir, "train.jsonl", 64, "test/digits", true);
         df_test_digits_inputs(dir, "val.jsonl", 16, "test/digits", false);
+        df_test_digits_inputs(dir, "val1.jsonl", 1, "test/digits", false);
     }
     if (df_comm_broadcast(world, dir, sizeof dir, 0))
         return -1;
@@ -201,6 +228,7 @@ int main(void)
         cmocka_unit_test(test_data_parallel),
         cmocka_unit_test(test_balance_batch),
         cmocka_unit_test(test_actor_on_fewer_dp_ranks),
+        cmocka_unit_test(test_val_set_smaller_than_world),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -101,12 +101,12 @@ int df_evaluate(df_rollout_engine *e, const df_model *m, const df_tokenizer *tok
     int64_t n_rows = df_dataset_size(ds);
     int64_t chunk = o->batch_prompts > 0 && o->batch_prompts < n_rows ? o->batch_prompts : n_rows;
     df_dataloader *dl = NULL;
-    int rc = n_rows > 0 ? df_dataloader_create(ds, chunk, 0, 1, false, 0, false, &dl)
-                        : df_error(DF_EINVAL, "evaluation dataset is empty");
+    /* with a comm, a rank's shard may be empty (a small val set on many ranks) */
+    int rc = n_rows > 0 ? df_dataloader_create(ds, chunk, 0, 1, false, 0, false, &dl) : DF_OK;
     df_metrics *t = df_metrics_new(); /* sums: total/<field>, src/<data_source>/<field> */
-    if (!rc && !t)
+    if (!t)
         rc = df_error(DF_ENOMEM, "out of memory");
-    for (int64_t s = 0; !rc && s < df_dataloader_steps_per_epoch(dl); s++) {
+    for (int64_t s = 0; !rc && dl && s < df_dataloader_steps_per_epoch(dl); s++) {
         df_batch *prompts = NULL, *b = NULL;
         rc = df_dataloader_next(dl, &prompts);
         if (!rc)
@@ -132,12 +132,21 @@ int df_evaluate(df_rollout_engine *e, const df_model *m, const df_tokenizer *tok
         df_batch_free(b);
     }
     df_dataloader_free(dl);
-    if (!rc && o->replica) /* it repeats another rank's shard: contribute nothing */
+    if (t && (rc || o->replica)) /* failed, or it repeats another rank's shard: contribute nothing */
         df_metrics_clear(t);
-    if (!rc)
+    if (t) {
         add(t, NULL, "prompts", o->replica ? 0 : (double)n_rows);
-    if (!rc && o->comm)
-        rc = df_metrics_reduce_by(o->comm, t, sum_rule);
+        add(t, NULL, "failed", rc ? 1 : 0); /* every rank joins the reduce, so none waits for a failed one */
+    }
+    if (t && o->comm) {
+        int crc = df_metrics_reduce_by(o->comm, t, sum_rule);
+        rc = rc ? rc : crc;
+    }
+    if (!rc && df_metrics_get(t, "total/failed", 0) > 0)
+        rc = df_error(DF_EINTERNAL, "evaluation: %g other rank(s) failed; their own errors say why",
+                      df_metrics_get(t, "total/failed", 0));
+    if (!rc && df_metrics_get(t, "total/prompts", 0) == 0)
+        rc = df_error(DF_EINVAL, "evaluation dataset is empty");
     if (rc) {
         df_metrics_free(t);
         return rc;

@@ -37,6 +37,11 @@ typedef struct df_eval_result {
  * overlong_buffer.log val-aux/<data_source>/{overlong_reward,overlong}/mean@<n>.
  * A response's reward is the sum of its token_level_scores (verl's
  * reward_tensor.sum(-1): the score plus dapo's overlong penalty).
+ * With o->comm it is collective: every rank joins the one reduction even when
+ * its shard is empty or it failed (then every rank returns an error); an
+ * empty shard is fine as long as the group has prompts. Errors: DF_EINVAL when
+ * there are no prompts at all, those of generation and scoring, DF_EINTERNAL
+ * on the ranks whose peer failed.
  */
 int df_evaluate(df_rollout_engine *e, const df_model *m, const df_tokenizer *tok,
                 const df_reward_manager_cfg *rcfg, const df_dataset *ds,
