@@ -77,11 +77,11 @@ static df_actor_params params(int64_t micro)
 {
     df_actor_params p = {.optim.lr = 1e-2, .optim.beta1 = 0.9, .optim.beta2 = 0.999, .optim.adam_eps = 1e-8,
                          .optim.grad_clip = 1e9, .mini_batch_size = 0, .micro_batch_size = micro,
-                         .logprob_micro_batch_size = micro, .ppo_epochs = 1,
-                         .policy_loss = "vanilla", .loss_agg_mode = "token-mean",
-                         .clip_ratio_low = 0.2, .clip_ratio_high = 0.2, .clip_ratio_c = 3.0,
-                         .entropy_coeff = 0.01, .use_kl_loss = true, .kl_loss_coef = 0.1,
-                         .kl_loss_type = "low_var_kl", .temperature = 0.8f};
+                         .logprob_micro_batch_size = micro, .loss.ppo_epochs = 1,
+                         .loss.policy_loss = "vanilla", .loss.loss_agg_mode = "token-mean",
+                         .loss.clip_ratio_low = 0.2, .loss.clip_ratio_high = 0.2, .loss.clip_ratio_c = 3.0,
+                         .loss.entropy_coeff = 0.01, .use_kl_loss = true, .loss.kl_loss_coef = 0.1,
+                         .loss.kl_loss_type = "low_var_kl", .temperature = 0.8f};
     return p;
 }
 

@@ -74,16 +74,16 @@ static df_actor_params params(const char *agg, int64_t mini, int64_t micro)
                          .mini_batch_size = mini,
                          .micro_batch_size = micro,
                          .logprob_micro_batch_size = micro,
-                         .ppo_epochs = 1,
-                         .policy_loss = "vanilla",
-                         .loss_agg_mode = agg,
-                         .clip_ratio_low = 0.2,
-                         .clip_ratio_high = 0.28,
-                         .clip_ratio_c = 3.0,
-                         .entropy_coeff = 0.01,
+                         .loss.ppo_epochs = 1,
+                         .loss.policy_loss = "vanilla",
+                         .loss.loss_agg_mode = agg,
+                         .loss.clip_ratio_low = 0.2,
+                         .loss.clip_ratio_high = 0.28,
+                         .loss.clip_ratio_c = 3.0,
+                         .loss.entropy_coeff = 0.01,
                          .use_kl_loss = true,
-                         .kl_loss_coef = 0.1,
-                         .kl_loss_type = "low_var_kl",
+                         .loss.kl_loss_coef = 0.1,
+                         .loss.kl_loss_type = "low_var_kl",
                          .temperature = 0.8f};
     return p;
 }
@@ -185,7 +185,7 @@ static void run_ppo(const scenario *sc)
 
     df_actor *dp, *alone;
     df_actor_params pd = params(sc->agg, sc->mbs, 2), pa = params(sc->agg, 0, 3);
-    pd.ppo_epochs = sc->epochs;
+    pd.loss.ppo_epochs = sc->epochs;
     assert_int_equal(df_actor_create(df_test_micro_model(11), &pd, true, &dp), 0);
     assert_int_equal(df_actor_create(df_test_micro_model(11), &pa, true, &alone), 0);
     df_actor_set_comm(dp, W);

@@ -299,14 +299,14 @@ static df_actor_params actor_params(const char *loss, const char *mode, int64_t 
                          .optim.grad_clip = 1e9,
                          .micro_batch_size = micro,
                          .logprob_micro_batch_size = micro,
-                         .ppo_epochs = 2,
-                         .policy_loss = loss,
-                         .loss_agg_mode = mode,
-                         .clip_ratio_low = 0.2,
-                         .clip_ratio_high = 0.2,
-                         .clip_ratio_c = 3.0,
-                         .loss_agg_norm_length = 8,
-                         .policy_drift_coeff = 0.5,
+                         .loss.ppo_epochs = 2,
+                         .loss.policy_loss = loss,
+                         .loss.loss_agg_mode = mode,
+                         .loss.clip_ratio_low = 0.2,
+                         .loss.clip_ratio_high = 0.2,
+                         .loss.clip_ratio_c = 3.0,
+                         .loss.loss_agg_norm_length = 8,
+                         .loss.policy_drift_coeff = 0.5,
                          .temperature = 1.0f};
     return p;
 }
@@ -398,23 +398,50 @@ static void test_actor_norm_length_and_cov(void **state)
 {
     (void)state;
     df_actor_params p = actor_params("vanilla", "seq-mean-token-sum-norm", 2);
-    p.loss_agg_norm_length = 0;
+    p.loss.loss_agg_norm_length = 0;
     df_actor *a;
     assert_int_equal(df_actor_create(df_test_micro_model(5), &p, true, &a), 0);
     df_batch *b = actor_batch(a, false);
     df_metrics *m = df_metrics_new();
     assert_error_mentions(df_actor_update_policy(a, b, m), DF_EINVAL, "length normaliser");
-    p.loss_agg_norm_length = 8, p.policy_loss = "kl_cov", p.kl_cov_ratio = 0.3, p.ppo_kl_coef = 1;
-    df_actor_set_loss_params(a, &p);
+    df_actor_loss l = p.loss;
+    l.loss_agg_norm_length = 8, l.policy_loss = "kl_cov", l.kl_cov_ratio = 0.3, l.ppo_kl_coef = 1;
+    df_actor_set_loss(a, &l);
     assert_int_equal(df_actor_update_policy(a, b, m), 0);
     assert_true(isfinite(df_metrics_get(m, "actor/pg_loss", NAN)));
-    p.policy_loss = "clip_cov", p.clip_cov_ratio = 0.3, p.clip_cov_lb = -1, p.clip_cov_ub = 5;
-    df_actor_set_loss_params(a, &p);
+    l.policy_loss = "clip_cov", l.clip_cov_ratio = 0.3, l.clip_cov_lb = -1, l.clip_cov_ub = 5;
+    df_actor_set_loss(a, &l);
     assert_int_equal(df_actor_update_policy(a, b, m), 0);
     assert_true(df_metrics_get(m, "actor/pg_clipfrac", -1) >= 0);
     df_metrics_free(m);
     df_batch_free(b);
     df_actor_free(a);
+}
+
+/* df_actor_set_loss replaces every loss setting: an actor created with one loss and
+ * switched to another takes exactly the step of an actor created with the second. */
+static void test_actor_set_loss(void **state)
+{
+    (void)state;
+    df_actor_params pa = actor_params("vanilla", "token-mean", 2);
+    df_actor_params pb = actor_params("cpgd", "seq-mean-token-sum-norm", 2);
+    pb.loss.ppo_epochs = 3, pb.loss.clip_ratio_high = 0.3, pb.loss.policy_drift_coeff = 0.2;
+    pb.loss.loss_agg_norm_length = 5, pb.loss.entropy_coeff = 0.01;
+    double lb;
+    float *xb = actor_update(&pb, false, &lb);
+    df_actor *a;
+    assert_int_equal(df_actor_create(df_test_micro_model(5), &pa, true, &a), 0);
+    df_actor_set_loss(a, &pb.loss);
+    df_batch *b = actor_batch(a, false);
+    df_metrics *m = df_metrics_new();
+    assert_int_equal(df_actor_update_policy(a, b, m), 0);
+    assert_true(df_metrics_get(m, "actor/pg_loss", NAN) == lb);
+    assert_true(isfinite(df_metrics_get(m, "actor/entropy_loss", NAN)));
+    assert_true(max_param_diff(df_actor_model(a)->params, xb) == 0);
+    df_metrics_free(m);
+    df_batch_free(b);
+    df_actor_free(a);
+    free(xb);
 }
 
 /* The worker's actor settings: loss_scale_factor else data.max_response_length; CPGD
@@ -431,25 +458,25 @@ static void test_worker_actor_params(void **state)
     assert_int_equal(df_config_load(df_config_schema_train(), NULL, ov, 4, &c), DF_OK);
     df_actor_params p;
     df_worker_actor_params(&w, c, &p);
-    assert_int_equal(p.loss_agg_norm_length, 96);
-    assert_string_equal(p.policy_loss, "vanilla");
-    assert_near(p.policy_drift_coeff, 0.01, 1e-12);
-    assert_near(p.kl_cov_ratio, 0.002, 1e-12);
-    assert_near(p.clip_cov_lb, 1.0, 0);
-    assert_near(p.clip_cov_ub, 5.0, 0);
+    assert_int_equal(p.loss.loss_agg_norm_length, 96);
+    assert_string_equal(p.loss.policy_loss, "vanilla");
+    assert_near(p.loss.policy_drift_coeff, 0.01, 1e-12);
+    assert_near(p.loss.kl_cov_ratio, 0.002, 1e-12);
+    assert_near(p.loss.clip_cov_lb, 1.0, 0);
+    assert_near(p.loss.clip_cov_ub, 5.0, 0);
     assert_near(p.tis_imp_ratio_cap, 2.5, 0);
     assert_true(p.seed == 9);
     df_config_free(c);
     const char *ov2[] = {ACTOR_KEY "loss_scale_factor=4096", ACTOR_KEY "use_cpgd_loss=true"};
     assert_int_equal(df_config_load(df_config_schema_train(), NULL, ov2, 2, &c), DF_OK);
     df_worker_actor_params(&w, c, &p);
-    assert_int_equal(p.loss_agg_norm_length, 4096);
-    assert_string_equal(p.policy_loss, "cpgd");
+    assert_int_equal(p.loss.loss_agg_norm_length, 4096);
+    assert_string_equal(p.loss.policy_loss, "cpgd");
     df_config_free(c);
     const char *ov3[] = {ACTOR_KEY "use_cpgd_loss=true", ACTOR_KEY "policy_loss.loss_mode=gspo"};
     assert_int_equal(df_config_load(df_config_schema_train(), NULL, ov3, 2, &c), DF_OK);
     df_worker_actor_params(&w, c, &p);
-    assert_string_equal(p.policy_loss, "gspo"); /* an explicit loss_mode wins */
+    assert_string_equal(p.loss.policy_loss, "gspo"); /* an explicit loss_mode wins */
     df_config_free(c);
 }
 
@@ -467,6 +494,7 @@ int main(void)
         cmocka_unit_test(test_actor_micro_invariant),
         cmocka_unit_test(test_actor_tis),
         cmocka_unit_test(test_actor_norm_length_and_cov),
+        cmocka_unit_test(test_actor_set_loss),
         cmocka_unit_test(test_worker_actor_params),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

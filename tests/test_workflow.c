@@ -382,11 +382,14 @@ static void test_worker_node_overrides(void **state)
     assert_float_equal(df_config_float(tc, "actor_rollout_ref.rollout.temperature"), 1.0, 0);
     assert_float_equal(df_config_float(tc, "actor_rollout_ref.actor.clip_ratio_high"), 0.28, 1e-12);
     assert_int_equal(df_config_int(tc, "actor_rollout_ref.actor.ppo_epochs"), 2);
-    df_actor_params p;
-    df_worker_actor_params(&w, tc, &p);
-    assert_float_equal(p.clip_ratio_high, 0.28, 1e-12);
-    assert_int_equal(p.ppo_epochs, 2);
-    assert_float_equal(p.clip_ratio_low, 0.2, 1e-12); /* not overridden: the global value */
+    df_actor_loss al;
+    df_worker_actor_loss(tc, &al);
+    assert_float_equal(al.clip_ratio_high, 0.28, 1e-12);
+    assert_int_equal(al.ppo_epochs, 2);
+    assert_float_equal(al.clip_ratio_low, 0.2, 1e-12); /* not overridden: the global value */
+    df_worker_actor_loss(w.cfg, &al); /* the global ones stay */
+    assert_float_equal(al.clip_ratio_high, 0.2, 1e-12);
+    assert_int_equal(al.ppo_epochs, 1);
     unload(&w);
 
     /* unknown key: file, node and a hint */

@@ -43,26 +43,7 @@ void df_actor_free(df_actor *a)
     free(a);
 }
 
-void df_actor_set_loss_params(df_actor *a, const df_actor_params *p)
-{
-    a->p.policy_loss = p->policy_loss;
-    a->p.loss_agg_mode = p->loss_agg_mode;
-    a->p.clip_ratio_low = p->clip_ratio_low;
-    a->p.clip_ratio_high = p->clip_ratio_high;
-    a->p.clip_ratio_c = p->clip_ratio_c;
-    a->p.entropy_coeff = p->entropy_coeff;
-    a->p.kl_loss_coef = p->kl_loss_coef;
-    a->p.kl_loss_type = p->kl_loss_type;
-    a->p.ppo_epochs = p->ppo_epochs;
-    a->p.loss_agg_norm_length = p->loss_agg_norm_length;
-    a->p.policy_drift_coeff = p->policy_drift_coeff;
-    a->p.cpgd_drift_clip = p->cpgd_drift_clip;
-    a->p.clip_cov_ratio = p->clip_cov_ratio;
-    a->p.clip_cov_lb = p->clip_cov_lb;
-    a->p.clip_cov_ub = p->clip_cov_ub;
-    a->p.kl_cov_ratio = p->kl_cov_ratio;
-    a->p.ppo_kl_coef = p->ppo_kl_coef;
-}
+void df_actor_set_loss(df_actor *a, const df_actor_loss *l) { a->p.loss = *l; }
 
 void df_actor_set_comm(df_actor *a, df_comm *dp) { df_train_core_set_comm(&a->c, dp); }
 df_model *df_actor_model(df_actor *a) { return a->c.model; }
@@ -124,8 +105,9 @@ static int policy_loss(df_actor *a, const df_batch *b, int64_t n, const int64_t 
                        int64_t base, const float *logp, df_policy_loss_output *st)
 {
     const df_actor_params *p = &a->p;
+    const df_actor_loss *l = &p->loss;
     df_policy_loss_fn fn = NULL;
-    int rc = df_policy_loss_lookup(p->policy_loss, &fn);
+    int rc = df_policy_loss_lookup(l->policy_loss, &fn);
     if (rc)
         return rc;
     const float *old = (const float *)df_batch_column(b, "old_log_probs")->data + base;
@@ -142,14 +124,14 @@ static int policy_loss(df_actor *a, const df_batch *b, int64_t n, const int64_t 
     uint64_t key = df_rng_key(p->seed, (uint64_t)a->c.steps, (uint64_t)a->n_micro++, rank);
     df_policy_loss_input in = {.n = n, .offsets = offs, .log_prob = logp, .old_log_prob = old,
                                .advantages = adv,
-                               .weights = w, .clip_ratio_low = (float)p->clip_ratio_low,
-                               .clip_ratio_high = (float)p->clip_ratio_high,
-                               .clip_ratio_c = (float)p->clip_ratio_c,
-                               .policy_drift_coeff = p->policy_drift_coeff,
-                               .cpgd_drift_clip = p->cpgd_drift_clip,
-                               .clip_cov_ratio = p->clip_cov_ratio, .clip_cov_lb = p->clip_cov_lb,
-                               .clip_cov_ub = p->clip_cov_ub, .kl_cov_ratio = p->kl_cov_ratio,
-                               .ppo_kl_coef = p->ppo_kl_coef, .seed = key};
+                               .weights = w, .clip_ratio_low = (float)l->clip_ratio_low,
+                               .clip_ratio_high = (float)l->clip_ratio_high,
+                               .clip_ratio_c = (float)l->clip_ratio_c,
+                               .policy_drift_coeff = l->policy_drift_coeff,
+                               .cpgd_drift_clip = l->cpgd_drift_clip,
+                               .clip_cov_ratio = l->clip_cov_ratio, .clip_cov_lb = l->clip_cov_lb,
+                               .clip_cov_ub = l->clip_cov_ub, .kl_cov_ratio = l->kl_cov_ratio,
+                               .ppo_kl_coef = l->ppo_kl_coef, .seed = key};
     return fn(&in, st);
 }
 
@@ -161,30 +143,31 @@ static int ppo_micro(void *user, const df_batch *b, int64_t s, int64_t e, int64_
     df_actor *a = user;
     df_train_core *c = &a->c;
     const df_actor_params *p = &a->p;
+    const df_actor_loss *l = &p->loss;
     const int64_t *ro = df_batch_offsets(b, "response_ids");
     int64_t base = ro[s], n_tok = ro[e] - ro[s];
     float *logp = c->buf[B_LOGP], *ent = c->buf[B_ENT], *dlogp = c->buf[B_DLOGP], *dent = c->buf[B_DENT];
     float *w = c->buf[B_W];
-    bool want_ent = p->entropy_coeff != 0; /* actor/entropy itself comes from old_log_prob */
+    bool want_ent = l->entropy_coeff != 0; /* actor/entropy itself comes from old_log_prob */
     int64_t *offs = NULL;
     int rc = df_pack_responses(&c->pk, b, s, e);
     if (!rc)
         rc = df_model_forward(c->model, c->acts, &c->pk.sb, p->temperature, logp, want_ent ? ent : NULL);
     if (rc || (rc = df_rebased_offsets(ro, s, e, &offs)))
         return rc;
-    rc = df_loss_agg_weights_ex(p->loss_agg_mode, e - s, offs, global_tokens, global_seqs,
-                                p->loss_agg_norm_length, w);
+    rc = df_loss_agg_weights_ex(l->loss_agg_mode, e - s, offs, global_tokens, global_seqs,
+                                l->loss_agg_norm_length, w);
     df_policy_loss_output st = {.grad = dlogp};
     if (!rc)
         rc = policy_loss(a, b, e - s, offs, base, logp, &st);
     double kl = 0, ent_loss = 0;
     if (!rc && p->use_kl_loss) {
         const float *ref = df_batch_column(b, "ref_log_prob")->data;
-        rc = df_kl_loss(p->kl_loss_type, n_tok, logp, ref + base, w, (float)p->kl_loss_coef, &kl, dlogp);
+        rc = df_kl_loss(l->kl_loss_type, n_tok, logp, ref + base, w, (float)l->kl_loss_coef, &kl, dlogp);
     }
     for (int64_t j = 0; want_ent && j < n_tok; j++) {
         ent_loss += (double)w[j] * ent[j];
-        dent[j] = (float)(-p->entropy_coeff * w[j]);
+        dent[j] = (float)(-l->entropy_coeff * w[j]);
     }
     free(offs);
     if (!rc)
@@ -210,7 +193,7 @@ static void ppo_record(void *user, const double *sums, df_metrics *m)
     const df_actor *a = user;
     df_metrics_mean(m, "actor/pg_loss", sums[S_PG_LOSS]);
     df_metrics_mean(m, "actor/kl_loss", sums[S_KL_LOSS]);
-    if (a->p.entropy_coeff != 0)
+    if (a->p.loss.entropy_coeff != 0)
         df_metrics_mean(m, "actor/entropy_loss", sums[S_ENTROPY]);
     df_metrics_mean(m, "actor/pg_clipfrac", sums[S_CLIPFRAC]);
     df_metrics_mean(m, "actor/pg_clipfrac_lower", sums[S_CLIPFRAC_LOWER]);
@@ -238,7 +221,7 @@ int df_actor_update_policy(df_actor *a, df_batch *b, df_metrics *m)
                          .micro_tokens = a->p.max_token_len, .micro = ppo_micro, .record = ppo_record,
                          .user = a, .prefix = "actor"};
     a->n_micro = 0;
-    return df_train_core_update(&a->c, b, a->p.mini_batch_size, a->p.ppo_epochs, &loss, m, rc);
+    return df_train_core_update(&a->c, b, a->p.mini_batch_size, a->p.loss.ppo_epochs, &loss, m, rc);
 }
 
 /* This rank's part of the SFT loss and gradient; `total` is the group's token count. */

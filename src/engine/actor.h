@@ -28,6 +28,27 @@
 #include "distflow/model.h"
 #include "engine/train_core.h"
 
+/* The PPO loss settings: set at creation, replaceable per update (df_actor_set_loss) for a
+   workflow's train_actor node with its own actor.* overrides. Such a node may override
+   clip_ratio_low / high / c, entropy_coeff, kl_loss_coef, kl_loss_type, loss_agg_mode,
+   policy_loss.loss_mode and ppo_epochs (the worker's k_per_node list, node_config.c); the
+   other fields then keep the global config's values. Strings are borrowed. */
+typedef struct df_actor_loss {
+    const char *policy_loss;      /* policy_loss.loss_mode, e.g. "vanilla" (algo registry) */
+    const char *loss_agg_mode;    /* "token-mean", ... */
+    double clip_ratio_low, clip_ratio_high, clip_ratio_c;
+    double entropy_coeff;
+    double kl_loss_coef;          /* used when df_actor_params.use_kl_loss */
+    const char *kl_loss_type;
+    int ppo_epochs;               /* passes over the batch per update */
+    int64_t loss_agg_norm_length; /* seq-mean-token-sum-norm's constant length: the worker sets
+                                     actor.loss_scale_factor, else data.max_response_length */
+    double policy_drift_coeff;    /* cpgd: alpha (actor.policy_drift_coeff) */
+    double cpgd_drift_clip;       /* cpgd: bound on the drift weight r - 1; <= 0: none (the paper) */
+    double clip_cov_ratio, clip_cov_lb, clip_cov_ub; /* policy_loss.clip_cov_* */
+    double kl_cov_ratio, ppo_kl_coef;                /* policy_loss.kl_cov_ratio, ppo_kl_coef */
+} df_actor_loss;
+
 typedef struct df_actor_params {
     df_core_optim optim;        /* actor_rollout_ref.actor.optim.*, grad_clip */
     /* batching */
@@ -36,22 +57,9 @@ typedef struct df_actor_params {
     int64_t max_token_len;      /* packed tokens per micro-batch when > 0 (use_dynamic_bsz) */
     int64_t logprob_micro_batch_size; /* the same two limits for forward-only log-prob passes */
     int64_t logprob_max_token_len;
-    int ppo_epochs;
-    /* PPO loss */
-    const char *policy_loss;    /* policy_loss.loss_mode, e.g. "vanilla" */
-    const char *loss_agg_mode;  /* "token-mean", ... */
-    double clip_ratio_low, clip_ratio_high, clip_ratio_c;
-    double entropy_coeff;
-    bool use_kl_loss;
-    double kl_loss_coef;
-    const char *kl_loss_type;
-    /* losses block: aggregation length, the extra policy losses, TIS */
-    int64_t loss_agg_norm_length; /* seq-mean-token-sum-norm's constant length: the worker sets
-                                     actor.loss_scale_factor, else data.max_response_length */
-    double policy_drift_coeff;    /* cpgd: alpha (actor.policy_drift_coeff) */
-    double cpgd_drift_clip;       /* cpgd: bound on the drift weight r - 1; <= 0: none (the paper) */
-    double clip_cov_ratio, clip_cov_lb, clip_cov_ub; /* policy_loss.clip_cov_* */
-    double kl_cov_ratio, ppo_kl_coef;                /* policy_loss.kl_cov_ratio, ppo_kl_coef */
+    df_actor_loss loss;         /* PPO loss settings */
+    /* fixed at creation (use_kl_loss and the TIS cap decide which columns an update needs) */
+    bool use_kl_loss;             /* add the KL loss against ref_log_prob */
     double tis_imp_ratio_cap;     /* > 0: weight the policy loss by min(exp(old - rollout), cap),
                                      from column rollout_log_probs (verl PR #2953) */
     uint64_t seed;                /* clip_cov's random token choice, keyed per micro-batch */
@@ -68,15 +76,16 @@ typedef struct df_actor df_actor;
 int df_actor_create(df_model *model, const df_actor_params *p, bool trainable, df_actor **out);
 void df_actor_free(df_actor *a);
 /**
- * Replace the PPO loss settings used by the following updates: policy_loss,
- * loss_agg_mode, clip_ratio_low / high / c, entropy_coeff, kl_loss_coef,
- * kl_loss_type, ppo_epochs, loss_agg_norm_length and the parameters of the
- * extra policy losses (policy_drift_coeff, cpgd_drift_clip, clip_cov_*,
- * kl_cov_ratio, ppo_kl_coef) (per-node overrides of a workflow's train node).
- * The optimizer, batching, use_kl_loss and temperature stay as created. The
- * strings are borrowed: they must outlive the updates.
+ * Replace the PPO loss settings (all of df_actor_loss) used by the following
+ * updates: a workflow's train_actor node with its own overrides sets them for
+ * its update, then the worker sets the global ones back. The optimizer,
+ * batching, use_kl_loss, tis_imp_ratio_cap, seed and temperature stay as
+ * created. Nothing is checked here, as at creation: an unknown policy_loss,
+ * loss_agg_mode or (with use_kl_loss) kl_loss_type fails the next update
+ * (DF_EINVAL). The strings are borrowed: they must outlive the updates. Not
+ * collective, but every rank of a DP group must set the same values.
  */
-void df_actor_set_loss_params(df_actor *a, const df_actor_params *p);
+void df_actor_set_loss(df_actor *a, const df_actor_loss *l);
 /**
  * Train data-parallel over `dp` (borrowed; it must outlive the actor's use of
  * it). NULL or a communicator of size 1 means no DP: no collective is called

@@ -72,9 +72,36 @@ void df_worker_optim(const df_dag_worker *w, const df_config *c, const char *rol
 #undef K
 }
 
+#define A "actor_rollout_ref.actor."
+void df_worker_actor_loss(const df_config *c, df_actor_loss *l)
+{
+    memset(l, 0, sizeof *l);
+    l->ppo_epochs = (int)df_config_int(c, A "ppo_epochs");
+    l->policy_loss = df_config_str(c, A "policy_loss.loss_mode");
+    l->loss_agg_mode = df_config_str(c, A "loss_agg_mode");
+    l->clip_ratio_low = df_config_float(c, A "clip_ratio_low");
+    l->clip_ratio_high = df_config_float(c, A "clip_ratio_high");
+    l->clip_ratio_c = df_config_float(c, A "clip_ratio_c");
+    l->entropy_coeff = df_config_float(c, A "entropy_coeff");
+    l->kl_loss_coef = df_config_float(c, A "kl_loss_coef");
+    l->kl_loss_type = df_config_str(c, A "kl_loss_type");
+    /* siiRL turns use_cpgd_loss on for adv_estimator=cpgd; distflow's CPGD is a policy loss */
+    bool cpgd = df_config_bool(c, A "use_cpgd_loss") ||
+                !strcmp(df_config_str(c, "algorithm.adv_estimator"), "cpgd");
+    if (cpgd && !strcmp(l->policy_loss, "vanilla"))
+        l->policy_loss = "cpgd";
+    l->policy_drift_coeff = df_config_float(c, A "policy_drift_coeff");
+    l->loss_agg_norm_length =
+        cfg_int_or(c, A "loss_scale_factor", df_config_int(c, "data.max_response_length"));
+    l->clip_cov_ratio = df_config_float(c, A "policy_loss.clip_cov_ratio");
+    l->clip_cov_lb = df_config_float(c, A "policy_loss.clip_cov_lb");
+    l->clip_cov_ub = df_config_float(c, A "policy_loss.clip_cov_ub");
+    l->kl_cov_ratio = df_config_float(c, A "policy_loss.kl_cov_ratio");
+    l->ppo_kl_coef = df_config_float(c, A "policy_loss.ppo_kl_coef");
+}
+
 void df_worker_actor_params(const df_dag_worker *w, const df_config *c, df_actor_params *p)
 {
-#define A "actor_rollout_ref.actor."
     memset(p, 0, sizeof *p);
     df_worker_optim(w, c, A, &p->optim);
     /* ppo_mini_batch_size counts prompts (verl multiplies it by rollout.n), over all ranks */
@@ -86,35 +113,14 @@ void df_worker_actor_params(const df_dag_worker *w, const df_config *c, df_actor
         dyn ? 0 : cfg_int_or(c, "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
                              p->micro_batch_size);
     p->logprob_max_token_len = p->max_token_len;
-    p->ppo_epochs = (int)df_config_int(c, A "ppo_epochs");
-    p->policy_loss = df_config_str(c, A "policy_loss.loss_mode");
-    p->loss_agg_mode = df_config_str(c, A "loss_agg_mode");
-    p->clip_ratio_low = df_config_float(c, A "clip_ratio_low");
-    p->clip_ratio_high = df_config_float(c, A "clip_ratio_high");
-    p->clip_ratio_c = df_config_float(c, A "clip_ratio_c");
-    p->entropy_coeff = df_config_float(c, A "entropy_coeff");
+    df_worker_actor_loss(c, &p->loss);
     p->use_kl_loss = df_config_bool(c, A "use_kl_loss");
-    p->kl_loss_coef = df_config_float(c, A "kl_loss_coef");
-    p->kl_loss_type = df_config_str(c, A "kl_loss_type");
-    /* siiRL turns use_cpgd_loss on for adv_estimator=cpgd; distflow's CPGD is a policy loss */
-    bool cpgd = df_config_bool(c, A "use_cpgd_loss") ||
-                !strcmp(df_config_str(c, "algorithm.adv_estimator"), "cpgd");
-    if (cpgd && !strcmp(p->policy_loss, "vanilla"))
-        p->policy_loss = "cpgd";
-    p->policy_drift_coeff = df_config_float(c, A "policy_drift_coeff");
-    p->loss_agg_norm_length =
-        cfg_int_or(c, A "loss_scale_factor", df_config_int(c, "data.max_response_length"));
-    p->clip_cov_ratio = df_config_float(c, A "policy_loss.clip_cov_ratio");
-    p->clip_cov_lb = df_config_float(c, A "policy_loss.clip_cov_lb");
-    p->clip_cov_ub = df_config_float(c, A "policy_loss.clip_cov_ub");
-    p->kl_cov_ratio = df_config_float(c, A "policy_loss.kl_cov_ratio");
-    p->ppo_kl_coef = df_config_float(c, A "policy_loss.ppo_kl_coef");
     p->tis_imp_ratio_cap = df_config_float(c, A "tis_imp_ratio_cap");
     p->seed = w->seed;
     p->temperature = (float)df_config_float(c, "actor_rollout_ref.rollout.temperature");
     p->progress_label = w->rank == 0 ? "update_actor" : NULL;
-#undef A
 }
+#undef A
 
 void df_worker_sampling(const df_dag_worker *w, const df_config *c, const char *prefix,
                         df_sampling_params *sp)

@@ -190,16 +190,16 @@ static int node_train_actor(df_node_ctx *ctx, df_batch *batch, df_node_output *o
     int rc = need_batch(batch, "train_actor");
     /* a workflow node may override the loss settings: set them for this update only */
     const df_config *nc = df_worker_node_config(w, ctx->node);
-    df_actor_params p;
+    df_actor_loss l;
     if (!rc && nc != w->cfg) {
-        df_worker_actor_params(w, nc, &p);
-        df_actor_set_loss_params(w->actor, &p);
+        df_worker_actor_loss(nc, &l);
+        df_actor_set_loss(w->actor, &l);
     }
     if (!rc)
         rc = df_actor_update_policy(w->actor, batch, ctx->metrics);
-    if (nc != w->cfg) {
-        df_worker_actor_params(w, w->cfg, &p);
-        df_actor_set_loss_params(w->actor, &p);
+    if (nc != w->cfg) { /* back to the global settings */
+        df_worker_actor_loss(w->cfg, &l);
+        df_actor_set_loss(w->actor, &l);
     }
     (void)out;
     timing(ctx, "update_actor", t0);

@@ -91,7 +91,15 @@ const df_config *df_worker_node_config(const df_dag_worker *w, const df_node *n)
 void df_worker_free_node_configs(df_dag_worker *w);
 /** Optimizer block `role`optim.* and `role`grad_clip of config c (role: "actor_rollout_ref.actor." or "critic."). */
 void df_worker_optim(const df_dag_worker *w, const df_config *c, const char *role, df_core_optim *o);
-/** Actor settings from config c (w->cfg or a node's merged config). */
+/**
+ * The actor's PPO loss settings from config c (w->cfg or a train_actor node's merged config):
+ * actor.ppo_epochs, policy_loss.*, loss_agg_mode, clip ratios, entropy_coeff, kl_loss_*,
+ * policy_drift_coeff (policy_loss "cpgd" when use_cpgd_loss or adv_estimator=cpgd and
+ * loss_mode is vanilla), loss_agg_norm_length = loss_scale_factor else data.max_response_length.
+ * Strings are borrowed from c.
+ */
+void df_worker_actor_loss(const df_config *c, df_actor_loss *l);
+/** All the actor settings from config c (optimizer, batching, df_worker_actor_loss, the rest). */
 void df_worker_actor_params(const df_dag_worker *w, const df_config *c, df_actor_params *p);
 /** Sampling settings under `prefix` (e.g. "actor_rollout_ref.rollout.") of config c. */
 void df_worker_sampling(const df_dag_worker *w, const df_config *c, const char *prefix,
