@@ -26,6 +26,8 @@ DF_API void df_metrics_clear(df_metrics *m);
 DF_API int df_metrics_set(df_metrics *m, const char *name, double value);
 /** Add one sample to `name`; its reported value is the mean of its samples. */
 DF_API int df_metrics_mean(df_metrics *m, const char *name, double value);
+/** Set `name` to its current value (0 when absent) plus `value` (a running total, set semantics). */
+DF_API int df_metrics_add(df_metrics *m, const char *name, double value);
 /** Current value of `name`, or `dflt` when absent. */
 DF_API double df_metrics_get(const df_metrics *m, const char *name, double dflt);
 DF_API bool df_metrics_has(const df_metrics *m, const char *name);

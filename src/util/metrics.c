@@ -75,6 +75,16 @@ int df_metrics_set(df_metrics *m, const char *name, double value)
     return DF_OK;
 }
 
+int df_metrics_add(df_metrics *m, const char *name, double value)
+{
+    metric *e = find_or_add(m, name);
+    if (!e)
+        return df_error(DF_ENOMEM, "out of memory recording metric %s", name);
+    e->sum = (e->count ? e->sum / (double)e->count : 0.0) + value;
+    e->count = 1;
+    return DF_OK;
+}
+
 int df_metrics_mean(df_metrics *m, const char *name, double value)
 {
     metric *e = find_or_add(m, name);

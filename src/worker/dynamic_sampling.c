@@ -135,7 +135,7 @@ static int generate_more(df_dag_worker *w, const df_node *node, int gen, df_batc
     if (!rc)
         rc = df_worker_generate(w, node, prompts, w->step, gen, out, &gen_max);
     if (m && w->remax) /* summed over the step's generation batches, like timing_s/redistribute */
-        df_metrics_set(m, "timing_s/gen_max", df_metrics_get(m, "timing_s/gen_max", 0) + gen_max);
+        df_metrics_add(m, "timing_s/gen_max", gen_max);
     if (!rc)
         rc = df_worker_reward(w, *out, NULL);
     df_batch_free(prompts);

@@ -16,7 +16,7 @@ static void add(df_metrics *t, const char *name, const char *field, double v)
         snprintf(key, sizeof key, "src/%s/%s", name, field);
     else
         snprintf(key, sizeof key, "total/%s", field);
-    df_metrics_set(t, key, df_metrics_get(t, key, 0) + v);
+    df_metrics_add(t, key, v);
 }
 
 static df_metric_reduce sum_rule(const char *name)

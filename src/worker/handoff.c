@@ -21,12 +21,6 @@ static bool forced(const df_dag_worker *w, const df_node *node)
     return w->balance_batch && w->prev_role == DF_ROLE_ROLLOUT && node->node_role != DF_ROLE_ROLLOUT;
 }
 
-static void add_metric(df_metrics *m, const char *k, double v)
-{
-    if (m)
-        df_metrics_set(m, k, df_metrics_get(m, k, 0) + v);
-}
-
 int df_worker_before_node(void *user, df_node *node, df_batch **batch)
 {
     df_dag_worker *w = user;
@@ -50,8 +44,8 @@ int df_worker_before_node(void *user, df_node *node, df_batch **batch)
                              dst.dp_size, dst.mp);
     w->cur_layout = *to;
     if (!st.local) {
-        add_metric(w->metrics, "timing_s/redistribute", st.seconds);
-        add_metric(w->metrics, "perf/redistributed_bytes", (double)st.bytes_sent);
+        df_metrics_add(w->metrics, "timing_s/redistribute", st.seconds);
+        df_metrics_add(w->metrics, "perf/redistributed_bytes", (double)st.bytes_sent);
     }
     return DF_OK;
 }
