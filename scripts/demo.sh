@@ -27,6 +27,8 @@ fi
 log() { printf '\n[demo] %s\n' "$*" >&2; }
 start=$(date +%s)
 EVAL=(--max-response-length 64)
+# greedy held-out accuracy of the model in directory $1
+accuracy() { "$DF" eval --model "$1" --data "$DATA/test.jsonl" "${EVAL[@]}" | awk '/^accuracy:/ {print $2}'; }
 
 if [ -z "$SFT_FROM" ]; then
   rm -rf "$OUT" && mkdir -p "$OUT"
@@ -49,7 +51,7 @@ if [ -z "$SFT_FROM" ]; then
   SFT="$OUT/sft/global_step_$(tr -d '[:space:]' < "$OUT/sft/latest_checkpointed_iteration.txt")"
 
   log "4/6 held-out accuracy of the SFT model (greedy)"
-  before=$("$DF" eval --model "$SFT" --data "$DATA/test.jsonl" "${EVAL[@]}" | awk '/^accuracy:/ {print $2}')
+  before=$(accuracy "$SFT")
   echo "$before" > "$OUT/sft_accuracy.txt"
 else
   DATA="$SFT_FROM/data"
@@ -64,7 +66,7 @@ else
   if [ -s "$SFT_FROM/sft_accuracy.txt" ]; then
     before=$(cat "$SFT_FROM/sft_accuracy.txt")
   else
-    before=$("$DF" eval --model "$SFT" --data "$DATA/test.jsonl" "${EVAL[@]}" | awk '/^accuracy:/ {print $2}')
+    before=$(accuracy "$SFT")
     echo "$before" > "$SFT_FROM/sft_accuracy.txt"
   fi
 fi
@@ -76,7 +78,7 @@ read -r -a EXTRA <<< "${DEMO_TRAIN_ARGS:-}"
 RL="$OUT/$ALGO/global_step_$(tr -d '[:space:]' < "$OUT/$ALGO/latest_checkpointed_iteration.txt")/actor"
 
 log "6/6 held-out accuracy after $ALGO (greedy)"
-after=$("$DF" eval --model "$RL" --data "$DATA/test.jsonl" "${EVAL[@]}" | awk '/^accuracy:/ {print $2}')
+after=$(accuracy "$RL")
 
 log "done in $(( $(date +%s) - start )) s; metrics in $OUT/$ALGO/metrics.jsonl"
 printf 'heldout accuracy: before %.3f after %.3f\n' "$before" "$after"
