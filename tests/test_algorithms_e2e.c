@@ -149,15 +149,8 @@ static int load_scaled(const char *algo, const char *const *extra, int n_extra, 
 static int fit(const char *algo, const char *const *extra, int n_extra)
 {
     df_config *cfg = NULL;
-    df_dag_worker *w = NULL;
     int rc = load_scaled(algo, extra, n_extra, &cfg);
-    if (!rc)
-        rc = df_dag_worker_create(cfg, NULL, &w);
-    if (!rc)
-        rc = df_dag_worker_fit(w);
-    df_dag_worker_free(w);
-    df_config_free(cfg);
-    return rc;
+    return rc ? rc : df_test_run(NULL, cfg);
 }
 
 /* The STEPS lines of out_<algo>/metrics.jsonl. */

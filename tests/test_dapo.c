@@ -64,22 +64,12 @@ static df_config *dapo_config(const char *metric, const char *out, const char *e
              dir, dir, dir, out);
     snprintf(m, sizeof m, "algorithm.filter_groups.metric=%s", metric);
     const char *ov[2] = {m, extra};
-    df_config *cfg;
-    if (df_config_load_text(df_config_schema_train(), yaml, "dapo.yaml", ov, extra ? 2 : 1, &cfg))
-        fail_msg("%s", df_last_error());
-    return cfg;
+    return df_test_config(yaml, "dapo.yaml", ov, extra ? 2 : 1);
 }
 
 static int train(const char *metric, const char *out, const char *extra)
 {
-    df_config *cfg = dapo_config(metric, out, extra);
-    df_dag_worker *w = NULL;
-    int rc = df_dag_worker_create(cfg, world, &w);
-    if (!rc)
-        rc = df_dag_worker_fit(w);
-    df_dag_worker_free(w);
-    df_config_free(cfg);
-    return rc;
+    return df_test_run(world, dapo_config(metric, out, extra));
 }
 
 /* score varies within most groups: two steps train, each reporting its generation batches */

@@ -48,17 +48,8 @@ static void train(df_comm *comm, const char *out, const char *override)
              "trainer: {total_training_steps: 3, save_freq: 3, test_freq: 3, logger: [],\n"
              "          default_local_dir: %s/%s}\n",
              dir, dir, dir, dir, out);
-    df_config *cfg;
-    if (df_config_load_text(df_config_schema_train(), yaml, "dist.yaml", &override, 1, &cfg))
-        fail_msg("%s", df_last_error());
-    df_dag_worker *w = NULL;
-    int rc = df_dag_worker_create(cfg, comm, &w);
-    if (!rc)
-        rc = df_dag_worker_fit(w);
-    if (rc)
+    if (df_test_run(comm, df_test_config(yaml, "dist.yaml", &override, 1)))
         fail_msg("rank %d: %s", df_comm_rank(world), df_last_error());
-    df_dag_worker_free(w);
-    df_config_free(cfg);
 }
 
 static json_t *metrics_of(const char *out)

@@ -61,16 +61,7 @@ static void yaml_of(char *yaml, size_t cap, const char *out, const char *critic)
 /* Create the worker for `yaml` plus overrides on `comm`; returns its status (the worker is fit and freed). */
 static int run(df_comm *comm, const char *yaml, const char **ovr, int n_ovr)
 {
-    df_config *cfg;
-    if (df_config_load_text(df_config_schema_train(), yaml, "ppo.yaml", ovr, n_ovr, &cfg))
-        fail_msg("%s", df_last_error());
-    df_dag_worker *w = NULL;
-    int rc = df_dag_worker_create(cfg, comm, &w);
-    if (!rc)
-        rc = df_dag_worker_fit(w);
-    df_dag_worker_free(w);
-    df_config_free(cfg);
-    return rc;
+    return df_test_run(comm, df_test_config(yaml, "ppo.yaml", ovr, n_ovr));
 }
 
 static df_model *load(const char *sub)

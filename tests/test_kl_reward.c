@@ -165,10 +165,7 @@ static void test_penalty_fails_on_one_rank(void **state)
 static df_config *load(const char *yaml, const char *o1, const char *o2)
 {
     const char *ov[2] = {o1, o2};
-    df_config *cfg;
-    if (df_config_load_text(df_config_schema_train(), yaml, "kl.yaml", ov, o1 ? (o2 ? 2 : 1) : 0, &cfg))
-        fail_msg("%s", df_last_error());
-    return cfg;
+    return df_test_config(yaml, "kl.yaml", ov, o1 ? (o2 ? 2 : 1) : 0);
 }
 
 /* The node ids of the pipeline a config selects, in execution order, joined by spaces. */

@@ -255,9 +255,7 @@ static void test_remax_steps(void **state)
              "algorithm: {adv_estimator: remax}\n"
              "trainer: {total_training_steps: 3, save_freq: -1, logger: [], default_local_dir: %s/out}\n",
              dir, dir, dir);
-    df_config *cfg;
-    if (df_config_load_text(df_config_schema_train(), yaml, "remax.yaml", NULL, 0, &cfg))
-        fail_msg("%s", df_last_error());
+    df_config *cfg = df_test_config(yaml, "remax.yaml", NULL, 0);
     df_dag_worker *w = NULL;
     int rc = df_dag_worker_create(cfg, world, &w);
     if (rc)

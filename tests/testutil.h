@@ -169,21 +169,33 @@ static inline void df_test_digits_inputs(const char *dir, const char *name, int 
         df_test_tiny_model(dir, texts, n, 300, 32, 2, 7);
 }
 
-/** Run `distflow train` in-process on a train config given as YAML text (`name` in
-    errors): create the DAG worker on rank 0 of 1, fit, free. Fails the test on error. */
-static inline void df_test_fit(const char *yaml, const char *name)
+/** A train config from YAML text (`name` in errors) plus n overrides; fails the test on error. */
+static inline df_config *df_test_config(const char *yaml, const char *name, const char *const *ov, int n)
 {
     df_config *cfg;
-    if (df_config_load_text(df_config_schema_train(), yaml, name, NULL, 0, &cfg))
+    if (df_config_load_text(df_config_schema_train(), yaml, name, ov, n, &cfg))
         fail_msg("%s", df_last_error());
+    return cfg;
+}
+
+/** Run `distflow train` in-process on `cfg` (consumed): create the DAG worker on
+    `comm` (NULL: rank 0 of 1), fit, free. Returns the status of create or fit. */
+static inline int df_test_run(df_comm *comm, df_config *cfg)
+{
     df_dag_worker *w = NULL;
-    int rc = df_dag_worker_create(cfg, NULL, &w);
+    int rc = df_dag_worker_create(cfg, comm, &w);
     if (!rc)
         rc = df_dag_worker_fit(w);
-    if (rc)
-        fail_msg("%s", df_last_error());
     df_dag_worker_free(w);
     df_config_free(cfg);
+    return rc;
+}
+
+/** df_test_run on rank 0 of 1 for YAML text (`name` in errors); fails the test on error. */
+static inline void df_test_fit(const char *yaml, const char *name)
+{
+    if (df_test_run(NULL, df_test_config(yaml, name, NULL, 0)))
+        fail_msg("%s", df_last_error());
 }
 
 #endif
