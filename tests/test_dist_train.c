@@ -52,18 +52,6 @@ static void train(df_comm *comm, const char *out, const char *override)
         fail_msg("rank %d: %s", df_comm_rank(world), df_last_error());
 }
 
-static json_t *metrics_of(const char *out)
-{
-    char path[512], *text;
-    snprintf(path, sizeof path, "%s/%s/metrics.jsonl", dir, out);
-    assert_int_equal(df_read_file(path, &text, NULL), 0);
-    json_t *lines = json_array();
-    for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n"))
-        json_array_append_new(lines, json_loads(l, 0, NULL));
-    free(text);
-    return lines;
-}
-
 static void expect_close(json_t *a, json_t *b, const char *key, double tol, int line)
 {
     json_t *x = json_object_get(a, key), *y = json_object_get(b, key);
@@ -80,7 +68,7 @@ static void compare_with_reference(const char *out, bool moves)
 {
     if (df_comm_rank(world) != 0)
         return;
-    json_t *ref = metrics_of("ref"), *got = metrics_of(out);
+    json_t *ref = df_test_metrics(dir, "ref", false), *got = df_test_metrics(dir, out, false);
     assert_int_equal(json_array_size(ref), 4); /* validation before training, 3 steps (the last validates) */
     assert_int_equal(json_array_size(got), json_array_size(ref));
     static const struct {
@@ -169,7 +157,7 @@ static void test_val_set_smaller_than_world(void **state)
     assert_int_equal(df_comm_barrier(world), 0);
     if (df_comm_rank(world) != 0)
         return;
-    json_t *ref = metrics_of("val1_ref"), *got = metrics_of("val1");
+    json_t *ref = df_test_metrics(dir, "val1_ref", false), *got = df_test_metrics(dir, "val1", false);
     expect_close(json_array_get(ref, 0), json_array_get(got, 0), "val-core/test/digits/reward/mean@1", 1e-6, 0);
     json_decref(ref);
     json_decref(got);

@@ -83,18 +83,6 @@ static double max_diff(const df_model *a, const df_model *b)
     return d;
 }
 
-static json_t *metrics_of(const char *out)
-{
-    char path[512], *text;
-    snprintf(path, sizeof path, "%s/%s/metrics.jsonl", dir, out);
-    assert_int_equal(df_read_file(path, &text, NULL), 0);
-    json_t *lines = json_array();
-    for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n"))
-        json_array_append_new(lines, json_loads(l, 0, NULL));
-    free(text);
-    return lines;
-}
-
 static double num(json_t *o, const char *key)
 {
     json_t *v = json_object_get(o, key);
@@ -106,7 +94,7 @@ static double num(json_t *o, const char *key)
 /* The metrics of every step of run `out`: the critic's every step, the actor's from step 3. */
 static void check_metrics(const char *out)
 {
-    json_t *lines = metrics_of(out);
+    json_t *lines = df_test_metrics(dir, out, false);
     assert_int_equal(json_array_size(lines), 3);
     for (size_t i = 0; i < 3; i++) {
         json_t *o = json_array_get(lines, i);
@@ -188,7 +176,7 @@ static void test_critic_from_checkpoint_and_errors(void **state)
     const char *lr0[] = {"trainer.total_training_steps=1", "trainer.critic_warmup=0", "critic.optim.lr=0"};
     if (run(self, yaml, lr0, 3))
         fail_msg("%s", df_last_error());
-    json_t *lines = metrics_of("resumed");
+    json_t *lines = df_test_metrics(dir, "resumed", false);
     assert_true(isfinite(num(json_array_get(lines, 0), "actor/pg_loss")));
     assert_true(num(json_array_get(lines, 0), "critic/vf_loss") > 0);
     assert_true(num(json_array_get(lines, 0), "critic/grad_norm") > 0);
@@ -227,7 +215,7 @@ static void test_critic_from_checkpoint_and_errors(void **state)
    whitened) are the one-rank run's up to float summation order. */
 static void same_explained_var(const char *out)
 {
-    json_t *ref = metrics_of("ref"), *got = metrics_of(out);
+    json_t *ref = df_test_metrics(dir, "ref", false), *got = df_test_metrics(dir, out, false);
     for (size_t i = 0; i < 3; i++) {
         double a = num(json_array_get(ref, i), "critic/vf_explained_var");
         double b = num(json_array_get(got, i), "critic/vf_explained_var");
@@ -260,7 +248,7 @@ static void test_initial_critic(void **state)
                          "trainer.seed=7"};
     if (run(self, yaml, ovr, 4))
         fail_msg("%s", df_last_error());
-    json_t *lines = metrics_of("lr0");
+    json_t *lines = df_test_metrics(dir, "lr0", false);
     assert_true(num(json_array_get(lines, 0), "critic/grad_norm") > 0); /* an update ran, with lr 0 */
     json_decref(lines);
     df_model *want = load("model"), *other = load("model"), *got = load("lr0/global_step_1/critic");
@@ -319,7 +307,7 @@ static void test_critic_node_overrides(void **state)
     print_message("node overrides vs global settings %.3g, vs defaults %.3g\n", d_same, d_dflt);
     assert_true(d_same == 0.0);
     assert_true(d_dflt > 1e-4);
-    json_t *la = metrics_of("wf_node"), *lb = metrics_of("wf_global");
+    json_t *la = df_test_metrics(dir, "wf_node", false), *lb = df_test_metrics(dir, "wf_global", false);
     assert_true(num(json_array_get(la, 0), "critic/vf_loss") == num(json_array_get(lb, 0), "critic/vf_loss"));
     json_decref(la);
     json_decref(lb);
@@ -335,7 +323,7 @@ static void test_critic_node_overrides(void **state)
    the critics. */
 static void same_advantages_and_models(const char *out)
 {
-    json_t *ref = metrics_of("ref"), *got = metrics_of(out);
+    json_t *ref = df_test_metrics(dir, "ref", false), *got = df_test_metrics(dir, out, false);
     const char *keys[] = {"critic/advantages/max", "critic/advantages/min", "critic/returns/max",
                           "critic/returns/min"};
     for (size_t i = 0; i < 3; i++)
@@ -451,7 +439,7 @@ static void test_ppo_critic_on_fewer_dp_ranks(void **state)
         return;
     check_metrics("critic_sp2");
     same_explained_var("critic_sp2"); /* the critic's replicas are counted once */
-    json_t *lines = metrics_of("critic_sp2");
+    json_t *lines = df_test_metrics(dir, "critic_sp2", false);
     for (size_t i = 0; i < json_array_size(lines); i++)
         assert_true(num(json_array_get(lines, i), "perf/redistributed_bytes") > 0);
     json_decref(lines);

@@ -283,26 +283,21 @@ static void train(df_comm *comm, const char *out, const char *ctrl, trajectory *
 /* The metrics of one run (rank 0 reads what it wrote). */
 static void read_trajectory(const char *out, trajectory *tr)
 {
-    char path[512], *text;
-    snprintf(path, sizeof path, "%s/%s/metrics.jsonl", dir, out);
-    assert_int_equal(df_read_file(path, &text, NULL), 0);
-    int i = 0;
-    for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n"), i++) {
-        assert_true(i < STEPS);
-        json_t *o = json_loads(l, 0, NULL);
+    json_t *lines = df_test_metrics(dir, out, false), *o;
+    size_t i;
+    assert_int_equal(json_array_size(lines), STEPS);
+    json_array_foreach(lines, i, o) {
         const char *keys[] = {"actor/reward_kl_penalty", "actor/reward_kl_penalty_coeff", "critic/score/mean",
                               "critic/rewards/mean", "actor/pg_loss"};
         for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
             if (!json_is_number(json_object_get(o, keys[k])))
-                fail_msg("%s step %d: %s missing", out, i + 1, keys[k]);
+                fail_msg("%s step %d: %s missing", out, (int)i + 1, keys[k]);
         tr->kl[i] = json_number_value(json_object_get(o, keys[0]));
         tr->coeff[i] = json_number_value(json_object_get(o, keys[1]));
         tr->score[i] = json_number_value(json_object_get(o, keys[2]));
         tr->rewards[i] = json_number_value(json_object_get(o, keys[3]));
-        json_decref(o);
     }
-    assert_int_equal(i, STEPS);
-    free(text);
+    json_decref(lines);
 }
 
 /*

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "distflow/common.h"
 #include "distflow/config.h"
@@ -167,6 +168,28 @@ static inline void df_test_digits_inputs(const char *dir, const char *name, int 
     free(data);
     if (with_model)
         df_test_tiny_model(dir, texts, n, 300, 32, 2, 7);
+}
+
+/**
+ * The lines of dir/out/metrics.jsonl as a JSON array (caller frees); each line
+ * must parse and, when `numbered`, line i must have "step" i + 1.
+ */
+static inline json_t *df_test_metrics(const char *dir, const char *out, bool numbered)
+{
+    char path[1024], *text;
+    snprintf(path, sizeof path, "%s/%s/metrics.jsonl", dir, out);
+    assert_int_equal(df_read_file(path, &text, NULL), 0);
+    json_t *lines = json_array();
+    for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n")) {
+        json_t *o = json_loads(l, 0, NULL);
+        if (!o)
+            fail_msg("%s line %zu does not parse", path, json_array_size(lines) + 1);
+        if (numbered)
+            assert_int_equal(json_integer_value(json_object_get(o, "step")), json_array_size(lines) + 1);
+        json_array_append_new(lines, o);
+    }
+    free(text);
+    return lines;
 }
 
 /** A train config from YAML text (`name` in errors) plus n overrides; fails the test on error. */
