@@ -100,9 +100,7 @@ static void compare_with_reference(const char *out, bool moves)
     df_model *m0, *m1;
     assert_int_equal(df_model_load(p0, &m0), 0);
     assert_int_equal(df_model_load(p1, &m1), 0);
-    double diff = 0;
-    for (int64_t i = 0; i < m0->n_params; i++)
-        diff = fmax(diff, fabs((double)m0->params[i] - m1->params[i]));
+    double diff = df_test_max_param_diff(m0, m1);
     print_message("%s: max |w_1rank - w_dist| = %.3g\n", out, diff);
     assert_true(diff < 1e-4);
     df_model_free(m0);

@@ -74,15 +74,6 @@ static df_model *load(const char *sub)
     return m;
 }
 
-static double max_diff(const df_model *a, const df_model *b)
-{
-    assert_true(a->n_params == b->n_params);
-    double d = 0;
-    for (int64_t i = 0; i < a->n_params; i++)
-        d = fmax(d, fabs((double)a->params[i] - b->params[i]));
-    return d;
-}
-
 static double num(json_t *o, const char *key)
 {
     json_t *v = json_object_get(o, key);
@@ -137,12 +128,12 @@ static void test_ppo_critic_warmup(void **state)
         assert_null(df_model_find_tensor(c[s], "lm_head.weight"));
     }
     /* actor: untouched during the warmup (bit for bit), trained at step 3 */
-    assert_true(max_diff(init, a[0]) == 0.0 && max_diff(init, a[1]) == 0.0);
-    assert_true(max_diff(init, a[2]) > 1e-4);
+    assert_true(df_test_max_param_diff(init, a[0]) == 0.0 && df_test_max_param_diff(init, a[1]) == 0.0);
+    assert_true(df_test_max_param_diff(init, a[2]) > 1e-4);
     /* critic: changed at every step, starting from the actor's trunk and a fresh head */
-    double d0 = max_diff(critic0, c[0]), d1 = max_diff(c[0], c[1]), d2 = max_diff(c[1], c[2]);
+    double d0 = df_test_max_param_diff(critic0, c[0]), d1 = df_test_max_param_diff(c[0], c[1]), d2 = df_test_max_param_diff(c[1], c[2]);
     print_message("critic moved %.3g, %.3g, %.3g per step; actor at step 3 %.3g\n", d0, d1, d2,
-                  max_diff(init, a[2]));
+                  df_test_max_param_diff(init, a[2]));
     assert_true(d0 > 1e-4 && d1 > 1e-4 && d2 > 1e-4);
     char *cfg_text, p[512];
     snprintf(p, sizeof p, "%s/ref/global_step_3/critic/config.json", dir);
@@ -182,7 +173,7 @@ static void test_critic_from_checkpoint_and_errors(void **state)
     assert_true(num(json_array_get(lines, 0), "critic/grad_norm") > 0);
     json_decref(lines);
     df_model *loaded = load("ref/global_step_3/critic"), *saved = load("resumed/global_step_1/critic");
-    assert_true(max_diff(loaded, saved) == 0.0); /* the checkpoint was taken as it is: no fresh head */
+    assert_true(df_test_max_param_diff(loaded, saved) == 0.0); /* the checkpoint was taken as it is: no fresh head */
     df_model_free(loaded);
     df_model_free(saved);
     const char *one[] = {"trainer.total_training_steps=1", "trainer.critic_warmup=0", "trainer.save_freq=-1"};
@@ -254,8 +245,8 @@ static void test_initial_critic(void **state)
     df_model *want = load("model"), *other = load("model"), *got = load("lr0/global_step_1/critic");
     assert_int_equal(df_model_to_value_model(&want, 7), 0);
     assert_int_equal(df_model_to_value_model(&other, 1), 0);
-    assert_true(max_diff(want, got) == 0.0);
-    assert_true(max_diff(other, got) > 0); /* another seed draws another head */
+    assert_true(df_test_max_param_diff(want, got) == 0.0);
+    assert_true(df_test_max_param_diff(other, got) > 0); /* another seed draws another head */
     df_model_free(want);
     df_model_free(other);
     df_model_free(got);
@@ -303,7 +294,7 @@ static void test_critic_node_overrides(void **state)
         fail_msg("%s", df_last_error());
     df_model *a = load("wf_node/global_step_1/critic"), *b = load("wf_global/global_step_1/critic"),
              *dflt = load("ref/global_step_1/critic"); /* step 1 of the run with the defaults */
-    double d_same = max_diff(a, b), d_dflt = max_diff(a, dflt);
+    double d_same = df_test_max_param_diff(a, b), d_dflt = df_test_max_param_diff(a, dflt);
     print_message("node overrides vs global settings %.3g, vs defaults %.3g\n", d_same, d_dflt);
     assert_true(d_same == 0.0);
     assert_true(d_dflt > 1e-4);
@@ -344,7 +335,7 @@ static void same_advantages_and_models(const char *out)
             df_model *a = load(pa), *b = load(pb);
             /* measured: critic 5e-7, actor 5e-5 after its one update at step 3, which moves it by 1e-2
                (Adam's first step is about lr * sign(g), so tiny gradients magnify summation order) */
-            double d = max_diff(a, b), tol = k == 0 ? 2e-4 : 1e-5;
+            double d = df_test_max_param_diff(a, b), tol = k == 0 ? 2e-4 : 1e-5;
             print_message("%s step %d: %s weights differ from one rank's by %.3g\n", out, s, roles[k], d);
             if (d > tol)
                 fail_msg("%s step %d: %s weights differ from the one-rank run's by %.3g", out, s, roles[k],

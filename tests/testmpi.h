@@ -32,6 +32,19 @@ static int df_test_world_teardown(void **state)
     return df_comm_shutdown();
 }
 
+/* max over ranks, so that all ranks assert on the same value */
+static inline double df_test_all_max(double x)
+{
+    assert_int_equal(df_comm_allreduce(W, &x, 1, DF_COMM_FLOAT64, DF_COMM_MAX), 0);
+    return x;
+}
+
+/* min over ranks */
+static inline double df_test_all_min(double x)
+{
+    return -df_test_all_max(-x);
+}
+
 /*
  * Rank r holds count[r] rows and cuts them into local mini-batches of `mbs`.
  * The global batch is laid out in mini-batch order: global mini-batch k is the

@@ -14,9 +14,11 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "distflow/batch.h"
 #include "distflow/common.h"
 #include "distflow/config.h"
 #include "distflow/model.h"
+#include "distflow/rng.h"
 #include "distflow/tokenizer.h"
 #include "distflow/worker.h"
 #include "engine/hf_dir.h"
@@ -121,6 +123,16 @@ static inline void df_test_tiny_model(const char *dir, const char *const *texts,
     free(model_dir);
 }
 
+/** max |a - b| over the parameters of two models of the same shape. */
+static inline double df_test_max_param_diff(const df_model *a, const df_model *b)
+{
+    assert_int_equal(a->n_params, b->n_params);
+    double d = 0;
+    for (int64_t i = 0; i < a->n_params; i++)
+        d = fmax(d, fabs((double)a->params[i] - b->params[i]));
+    return d;
+}
+
 /** A random 2-layer Qwen2 with no tokenizer (vocab 40, hidden 16, 2 heads, 1 KV head, head_dim 8). */
 static inline df_model *df_test_micro_model(uint64_t seed)
 {
@@ -138,6 +150,28 @@ static inline df_model *df_test_micro_model(uint64_t seed)
     assert_int_equal(df_model_create(&c, &m), 0);
     assert_int_equal(df_model_init_random(m, seed), 0);
     return m;
+}
+
+/** G rows from `seed`: prompts of 1-4 tokens (ids < 40), responses of 0-5 (every fifth empty). */
+static inline df_batch *df_test_synth_batch(uint64_t seed, int64_t G)
+{
+    df_rng rng;
+    df_rng_seed(&rng, df_rng_key(seed, 1, 2, 3));
+    int64_t *po = calloc((size_t)G + 1, sizeof *po), *ro = calloc((size_t)G + 1, sizeof *ro);
+    int32_t *pt = malloc((size_t)G * 4 * sizeof *pt), *rt = malloc((size_t)G * 5 * sizeof *rt + 4);
+    for (int64_t i = 0; i < G; i++) {
+        po[i + 1] = po[i] + 1 + (int64_t)df_rng_below(&rng, 4);
+        ro[i + 1] = ro[i] + (i % 5 == 3 ? 0 : 1 + (int64_t)df_rng_below(&rng, 5));
+        for (int64_t t = po[i]; t < po[i + 1]; t++)
+            pt[t] = (int32_t)df_rng_below(&rng, 40);
+        for (int64_t t = ro[i]; t < ro[i + 1]; t++)
+            rt[t] = (int32_t)df_rng_below(&rng, 40);
+    }
+    df_batch *b = df_batch_new(G);
+    assert_int_equal(df_batch_set_tok_i32(b, "prompt_ids", po, pt), 0);
+    assert_int_equal(df_batch_set_tok_i32(b, "response_ids", ro, rt), 0);
+    free(po), free(ro), free(pt), free(rt);
+    return b;
 }
 
 /**
