@@ -22,31 +22,6 @@
 
 #define ACTOR_KEY "actor_rollout_ref.actor."
 
-/* An input over caller arrays with verl's default clip ratios. */
-static df_policy_loss_input mk_in(int64_t n, const int64_t *off, const float *lp, const float *old,
-                                  const float *adv, const float *w)
-{
-    df_policy_loss_input in = {.n = n,
-                               .offsets = off,
-                               .log_prob = lp,
-                               .old_log_prob = old,
-                               .advantages = adv,
-                               .weights = w,
-                               .clip_ratio_low = 0.2f,
-                               .clip_ratio_high = 0.2f,
-                               .clip_ratio_c = 3.0f};
-    return in;
-}
-
-static double run_loss(df_policy_loss_fn fn, const df_policy_loss_input *in, float *grad)
-{
-    df_policy_loss_output out = {.grad = grad};
-    int rc = fn(in, &out);
-    if (rc)
-        fail_msg("policy loss failed: %s", df_last_error());
-    return out.loss;
-}
-
 /* ====================================================================== KL controllers */
 
 static void test_kl_ctrl_fixed(void **state)
@@ -153,29 +128,6 @@ static void test_tis_weights(void **state)
     assert_error_mentions(df_tis_weights(5, old, ro, NAN, NULL, out), DF_EINVAL, "tis_imp_ratio_cap");
     assert_error_mentions(df_tis_weights(-1, old, ro, 2, NULL, out), DF_EINVAL, "negative");
     assert_error_mentions(df_tis_weights(5, old, NULL, 2, NULL, out), DF_EINVAL, "NULL");
-}
-
-/* TIS in a loss: the weights enter as aggregation weights, so the vanilla loss and
- * its gradient scale token by token (verl multiplies pg_losses by the weight). */
-static void test_tis_in_loss(void **state)
-{
-    (void)state;
-    const int64_t off[] = {0, 2};
-    const float lp[] = {-1.0f, -2.0f}, old[] = {-1.05f, -2.0f}, ro[] = {-1.55f, -1.5f};
-    const float adv[] = {1, -1}, w[] = {0.5f, 0.5f};
-    float wt[2], g0[2], g1[2];
-    assert_int_equal(df_tis_weights(2, old, ro, 1.5, w, wt), 0); /* [0.5 * 1.5 (capped), 0.5 e^-0.5] */
-    assert_near(wt[0], 0.75, 1e-7);
-    assert_near(wt[1], 0.5 * 0.606530660, 1e-7);
-    df_policy_loss_input in = mk_in(1, off, lp, old, adv, w);
-    double l0 = run_loss(df_policy_loss_vanilla, &in, g0);
-    in.weights = wt;
-    double l1 = run_loss(df_policy_loss_vanilla, &in, g1);
-    /* per-token losses: -1 e^0.05 = -1.051271096 and 1 * 1 = 1 */
-    assert_near(l0, 0.5 * (-1.051271096 + 1), 1e-6);
-    assert_near(l1, 0.75 * -1.051271096 + 0.5 * 0.606530660, 1e-6);
-    assert_near(g1[0] / g0[0], 1.5, 1e-6);
-    assert_near(g1[1] / g0[1], 0.606530660, 1e-6);
 }
 
 /*
@@ -477,7 +429,6 @@ int main(void)
         cmocka_unit_test(test_kl_ctrl_bad),
         cmocka_unit_test(test_kl_ctrl_in_reward),
         cmocka_unit_test(test_tis_weights),
-        cmocka_unit_test(test_tis_in_loss),
         cmocka_unit_test(test_mismatch_metrics),
         cmocka_unit_test(test_mismatch_edges),
         cmocka_unit_test(test_actor_micro_invariant),
