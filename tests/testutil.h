@@ -82,12 +82,24 @@ static inline int df_test_digit_share(const char *data_source, const char *s, co
     return 0;
 }
 
+/** Whether df_last_error() contains `text`. */
+static inline bool df_test_error_mentions(const char *text)
+{
+    return strstr(df_last_error(), text) != NULL;
+}
+
+/* df_last_error() must contain `text`. */
+#define assert_last_error_mentions(text)                                                         \
+    do {                                                                                         \
+        if (!df_test_error_mentions(text))                                                       \
+            fail_msg("error '%s' does not mention '%s'", df_last_error(), (text));               \
+    } while (0)
+
 /* rc must be `code` and df_last_error() must contain `text`. */
 #define assert_error_mentions(rc, code, text)                                                    \
     do {                                                                                         \
         assert_int_equal((rc), (code));                                                          \
-        if (!strstr(df_last_error(), (text)))                                                    \
-            fail_msg("error '%s' does not mention '%s'", df_last_error(), (text));               \
+        assert_last_error_mentions(text);                                                        \
     } while (0)
 
 /**
