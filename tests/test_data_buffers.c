@@ -414,13 +414,6 @@ static void run_case(df_dp_layout src, df_dp_layout dst, const df_put_opts *o)
 
 /* ---- tests ------------------------------------------------------------------------------ */
 
-static void test_world(void **state)
-{
-    const char *want = getenv("DF_TEST_EXPECT_SIZE");
-    if (want)
-        assert_int_equal(N, atoi(want));
-}
-
 static void test_local_handoff(void **state)
 {
     df_data_buffers *db = NULL;
@@ -658,11 +651,11 @@ static void test_bad_arguments(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_world),         cmocka_unit_test(test_local_handoff),
-        cmocka_unit_test(test_rebalance),     cmocka_unit_test(test_shrink_grow),
-        cmocka_unit_test(test_three_to_two),  cmocka_unit_test(test_filter),
-        cmocka_unit_test(test_empty),         cmocka_unit_test(test_column_mismatch),
-        cmocka_unit_test(test_missing_batch), cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_local_handoff),   cmocka_unit_test(test_rebalance),
+        cmocka_unit_test(test_shrink_grow),     cmocka_unit_test(test_three_to_two),
+        cmocka_unit_test(test_filter),          cmocka_unit_test(test_empty),
+        cmocka_unit_test(test_column_mismatch), cmocka_unit_test(test_missing_batch),
+        cmocka_unit_test(test_bad_arguments),
     };
     return cmocka_run_group_tests(tests, df_test_world_setup, df_test_world_teardown);
 }

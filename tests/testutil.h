@@ -62,6 +62,21 @@ static inline int df_test_rmtree(void **state)
     return 0;
 }
 
+/**
+ * DF_TEST_EXPECT_SIZE (set by the mpiexec runs of tests/CMakeLists' mpi-test lines):
+ * whether the world has that many ranks (true when unset), so that a world of the
+ * wrong size fails instead of passing trivially as one rank. Says why when not.
+ */
+static inline bool df_test_size_ok(int size)
+{
+    const char *want = getenv("DF_TEST_EXPECT_SIZE");
+    if (want && atoi(want) != size) {
+        print_error("a world of %d ranks, DF_TEST_EXPECT_SIZE=%s\n", size, want);
+        return false;
+    }
+    return true;
+}
+
 /* |a - b| <= tol, with both values in the message. */
 #define assert_near(a, b, tol)                                                                   \
     do {                                                                                         \
