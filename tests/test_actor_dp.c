@@ -40,27 +40,12 @@ static int group_setup(void **state)
     return df_test_world_setup(state);
 }
 
-/* DF_TEST_EXPECT_SIZE (set by the mpiexec runs): a world of the wrong size fails. */
+/* A world of more than one rank is MPI's (its size is checked by df_test_world_setup). */
 static void test_world(void **state)
 {
     (void)state;
-    const char *want = getenv("DF_TEST_EXPECT_SIZE");
-    if (want)
-        assert_int_equal(N, atoi(want));
     if (N > 1)
         assert_int_equal(df_comm_backend_of(W), DF_COMM_MPI);
-}
-
-/* max over ranks, so that all ranks assert on the same value */
-static double all_max(double x)
-{
-    assert_int_equal(df_comm_allreduce(W, &x, 1, DF_COMM_FLOAT64, DF_COMM_MAX), 0);
-    return x;
-}
-
-static double all_min(double x)
-{
-    return -all_max(-x);
 }
 
 static df_actor_params params(const char *agg, int64_t mini, int64_t micro)
@@ -88,28 +73,6 @@ static df_actor_params params(const char *agg, int64_t mini, int64_t micro)
     return p;
 }
 
-/* G rows from `seed`: prompts of 1-4 tokens, responses of 0-5 (some empty). */
-static df_batch *synth_batch(uint64_t seed, int64_t G)
-{
-    df_rng rng;
-    df_rng_seed(&rng, df_rng_key(seed, 1, 2, 3));
-    int64_t *po = calloc((size_t)G + 1, sizeof *po), *ro = calloc((size_t)G + 1, sizeof *ro);
-    int32_t *pt = malloc((size_t)G * 4 * sizeof *pt), *rt = malloc((size_t)G * 5 * sizeof *rt);
-    for (int64_t i = 0; i < G; i++) {
-        po[i + 1] = po[i] + 1 + (int64_t)df_rng_below(&rng, 4);
-        ro[i + 1] = ro[i] + (i % 5 == 3 ? 0 : 1 + (int64_t)df_rng_below(&rng, 5));
-        for (int64_t t = po[i]; t < po[i + 1]; t++)
-            pt[t] = (int32_t)df_rng_below(&rng, 40);
-        for (int64_t t = ro[i]; t < ro[i + 1]; t++)
-            rt[t] = (int32_t)df_rng_below(&rng, 40);
-    }
-    df_batch *b = df_batch_new(G);
-    assert_int_equal(df_batch_set_tok_i32(b, "prompt_ids", po, pt), 0);
-    assert_int_equal(df_batch_set_tok_i32(b, "response_ids", ro, rt), 0);
-    free(po), free(ro), free(pt), free(rt);
-    return b;
-}
-
 /* old_log_probs = the model's log-probs + noise (so some ratios clip), ref, advantages. */
 static void add_ppo_columns(df_batch *b, uint64_t seed)
 {
@@ -132,14 +95,6 @@ static void add_ppo_columns(df_batch *b, uint64_t seed)
 }
 
 
-static double max_abs_diff(const df_model *x, const df_model *y)
-{
-    double d = 0;
-    for (int64_t i = 0; i < x->n_params; i++)
-        d = fmax(d, fabs((double)x->params[i] - y->params[i]));
-    return d;
-}
-
 /* Every rank's checksum of m is the same. */
 static void assert_same_checksum(const df_model *m)
 {
@@ -156,9 +111,9 @@ static double check_metric(const df_metrics *dp, const df_metrics *ref, const ch
 {
     double x = df_metrics_get(dp, key, NAN), y = df_metrics_get(ref, key, NAN);
     assert_true(isfinite(x) && isfinite(y));
-    assert_true(all_max(x) == all_min(x));
+    assert_true(df_test_all_max(x) == df_test_all_min(x));
     double rel = fabs(x - y) / fmax(fabs(y), 1e-3);
-    if (all_max(rel) > METRIC_RTOL)
+    if (df_test_all_max(rel) > METRIC_RTOL)
         fail_msg("%s: DP %.9g vs whole batch %.9g (rank %d)", key, x, y, R);
     return rel;
 }
@@ -179,7 +134,7 @@ static void run_ppo(const scenario *sc)
     for (int r = 0; r < N; r++)
         G += count[r] = sc->count[r % 4];
     df_test_dp_layout(count, sc->mbs, &mine, &n_mine, bounds, &n_mini);
-    df_batch *global = synth_batch(42, G), *shard;
+    df_batch *global = df_test_synth_batch(42, G), *shard;
     add_ppo_columns(global, 42);
     assert_int_equal(df_batch_select(global, mine, n_mine, &shard), 0);
 
@@ -194,13 +149,13 @@ static void run_ppo(const scenario *sc)
     double ent_dp, ent_all;
     assert_int_equal(df_actor_compute_log_prob(dp, shard, "lp", &ent_dp), 0);
     assert_int_equal(df_actor_compute_log_prob(alone, global, "lp", &ent_all), 0);
-    assert_true(all_max(fabs(ent_dp - ent_all)) < 1e-6 && ent_all > 1.0);
+    assert_true(df_test_all_max(fabs(ent_dp - ent_all)) < 1e-6 && ent_all > 1.0);
 
     df_model *init = df_test_micro_model(11);
     double worst_w = 0, worst_m = 0;
     for (int u = 0; u < sc->updates; u++) {
         df_metrics *md = df_metrics_new(), *ma = df_metrics_new();
-        assert_int_equal(all_max(df_actor_update_policy(dp, shard, md)), 0);
+        assert_int_equal(df_test_all_max(df_actor_update_policy(dp, shard, md)), 0);
         for (int ep = 0; ep < sc->epochs; ep++)
             for (int k = 0; k < n_mini; k++) { /* one optimizer step per global mini-batch */
                 df_batch *mb;
@@ -213,7 +168,7 @@ static void run_ppo(const scenario *sc)
             "actor/pg_clipfrac_lower", "actor/ppo_kl",  "actor/grad_norm",    "actor/lr"};
         for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
             worst_m = fmax(worst_m, check_metric(md, ma, keys[i]));
-        double d = all_max(max_abs_diff(df_actor_model(dp), df_actor_model(alone)));
+        double d = df_test_all_max(df_test_max_param_diff(df_actor_model(dp), df_actor_model(alone)));
         worst_w = fmax(worst_w, d);
         if (d > WEIGHT_TOL)
             fail_msg("update %d: DP weights differ from the whole-batch update by %.3g", u, d);
@@ -222,7 +177,7 @@ static void run_ppo(const scenario *sc)
         df_metrics_free(ma);
     }
     /* the updates did something, and clipping was exercised */
-    assert_true(all_min(max_abs_diff(df_actor_model(dp), init)) > 1e-2);
+    assert_true(df_test_all_min(df_test_max_param_diff(df_actor_model(dp), init)) > 1e-2);
     if (R == 0)
         print_message("[ %s, %d ranks ] max |w_dp - w_whole| %.3g, max metric rel diff %.3g\n", sc->agg, N,
                       worst_w, worst_m);
@@ -277,7 +232,7 @@ static void test_without_allreduce_differs(void **state)
     for (int r = 0; r < N; r++)
         G += count[r] = 6;
     df_test_dp_layout(count, 6, &mine, &n_mine, bounds, &n_mini);
-    df_batch *global = synth_batch(42, G), *shard;
+    df_batch *global = df_test_synth_batch(42, G), *shard;
     add_ppo_columns(global, 42);
     assert_int_equal(df_batch_select(global, mine, n_mine, &shard), 0);
     df_actor *local, *alone;
@@ -287,7 +242,7 @@ static void test_without_allreduce_differs(void **state)
     df_metrics *m = df_metrics_new();
     assert_int_equal(df_actor_update_policy(local, shard, m), 0);
     assert_int_equal(df_actor_update_policy(alone, global, m), 0);
-    double d = all_min(max_abs_diff(df_actor_model(local), df_actor_model(alone)));
+    double d = df_test_all_min(df_test_max_param_diff(df_actor_model(local), df_actor_model(alone)));
     if (R == 0)
         print_message("[ no all-reduce ] max |w_local - w_whole| %.3g\n", d);
     assert_true(d > 100 * WEIGHT_TOL);
@@ -308,7 +263,7 @@ static void test_sft(void **state)
     for (int r = 0; r < N; r++)
         G += count[r] = per[r % 4];
     df_test_dp_layout(count, 100, &mine, &n_mine, bounds, &n_mini);
-    df_batch *global = synth_batch(5, G), *shard;
+    df_batch *global = df_test_synth_batch(5, G), *shard;
     assert_int_equal(df_batch_select(global, mine, n_mine, &shard), 0);
     df_actor *dp, *alone;
     df_actor_params pd = params("token-mean", 0, 1), pa = params("token-mean", 0, 3);
@@ -319,13 +274,13 @@ static void test_sft(void **state)
     double worst = 0, first = 0, last = 0;
     for (int it = 0; it < 4; it++) {
         df_metrics *md = df_metrics_new(), *ma = df_metrics_new();
-        assert_int_equal(all_max(df_actor_sft_step(dp, shard, md)), 0);
+        assert_int_equal(df_test_all_max(df_actor_sft_step(dp, shard, md)), 0);
         assert_int_equal(df_actor_sft_step(alone, global, ma), 0);
         check_metric(md, ma, "train/loss");
         check_metric(md, ma, "train/grad_norm");
         last = df_metrics_get(md, "train/loss", 0);
         first = it == 0 ? last : first;
-        double d = all_max(max_abs_diff(df_actor_model(dp), df_actor_model(alone)));
+        double d = df_test_all_max(df_test_max_param_diff(df_actor_model(dp), df_actor_model(alone)));
         worst = fmax(worst, d);
         assert_true(d < WEIGHT_TOL);
         assert_same_checksum(df_actor_model(dp));
@@ -346,9 +301,9 @@ static void test_sft(void **state)
 static void test_failure_agreement(void **state)
 {
     (void)state;
-    df_batch *b = synth_batch(3, 4);
+    df_batch *b = df_test_synth_batch(3, 4);
     add_ppo_columns(b, 3);
-    df_batch *bad = synth_batch(3, 4); /* no old_log_probs */
+    df_batch *bad = df_test_synth_batch(3, 4); /* no old_log_probs */
     df_actor *a;
     df_actor_params p = params("token-mean", 0, 2);
     assert_int_equal(df_actor_create(df_test_micro_model(11), &p, true, &a), 0);

@@ -149,32 +149,20 @@ static int load_scaled(const char *algo, const char *const *extra, int n_extra, 
 static int fit(const char *algo, const char *const *extra, int n_extra)
 {
     df_config *cfg = NULL;
-    df_dag_worker *w = NULL;
     int rc = load_scaled(algo, extra, n_extra, &cfg);
-    if (!rc)
-        rc = df_dag_worker_create(cfg, NULL, &w);
-    if (!rc)
-        rc = df_dag_worker_fit(w);
-    df_dag_worker_free(w);
-    df_config_free(cfg);
-    return rc;
+    return rc ? rc : df_test_run(NULL, cfg);
 }
 
 /* The STEPS lines of out_<algo>/metrics.jsonl. */
 static void read_metrics(const char *algo, json_t *lines[STEPS])
 {
-    char path[512], *text;
-    snprintf(path, sizeof path, "%s/out_%s/metrics.jsonl", dir, algo);
-    assert_int_equal(df_read_file(path, &text, NULL), 0);
-    int n = 0;
-    for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n")) {
-        assert_true(n < STEPS);
-        assert_non_null(lines[n] = json_loads(l, 0, NULL));
-        assert_int_equal(json_integer_value(json_object_get(lines[n], "step")), n + 1);
-        n++;
-    }
-    assert_int_equal(n, STEPS);
-    free(text);
+    char out[256];
+    snprintf(out, sizeof out, "out_%s", algo);
+    json_t *all = df_test_metrics(dir, out, true);
+    assert_int_equal(json_array_size(all), STEPS);
+    for (int s = 0; s < STEPS; s++)
+        lines[s] = json_incref(json_array_get(all, s));
+    json_decref(all);
 }
 
 static double metric(json_t *line, const char *algo, const char *key)

@@ -34,17 +34,6 @@ static int group_setup(void **state)
     return df_test_world_setup(state);
 }
 
-static double all_max(double x)
-{
-    assert_int_equal(df_comm_allreduce(W, &x, 1, DF_COMM_FLOAT64, DF_COMM_MAX), 0);
-    return x;
-}
-
-static double all_min(double x)
-{
-    return -all_max(-x);
-}
-
 /* A value model from the micro causal LM (vocab 40, hidden 16), head seeded by `seed`. */
 static df_model *value_model(uint64_t seed)
 {
@@ -68,28 +57,6 @@ static df_critic_params params(const char *agg, int64_t mini, int64_t micro)
                           .loss = {.ppo_epochs = 1, .cliprange_value = 0.2, .loss_agg_mode = agg,
                                    .loss_agg_norm_length = 8}};
     return p;
-}
-
-/* G rows from `seed`: prompts of 1-4 tokens, responses of 0-5 (every fifth empty). */
-static df_batch *synth_batch(uint64_t seed, int64_t G)
-{
-    df_rng rng;
-    df_rng_seed(&rng, df_rng_key(seed, 1, 2, 3));
-    int64_t *po = calloc((size_t)G + 1, sizeof *po), *ro = calloc((size_t)G + 1, sizeof *ro);
-    int32_t *pt = malloc((size_t)G * 4 * sizeof *pt), *rt = malloc((size_t)G * 5 * sizeof *rt + 4);
-    for (int64_t i = 0; i < G; i++) {
-        po[i + 1] = po[i] + 1 + (int64_t)df_rng_below(&rng, 4);
-        ro[i + 1] = ro[i] + (i % 5 == 3 ? 0 : 1 + (int64_t)df_rng_below(&rng, 5));
-        for (int64_t t = po[i]; t < po[i + 1]; t++)
-            pt[t] = (int32_t)df_rng_below(&rng, 40);
-        for (int64_t t = ro[i]; t < ro[i + 1]; t++)
-            rt[t] = (int32_t)df_rng_below(&rng, 40);
-    }
-    df_batch *b = df_batch_new(G);
-    assert_int_equal(df_batch_set_tok_i32(b, "prompt_ids", po, pt), 0);
-    assert_int_equal(df_batch_set_tok_i32(b, "response_ids", ro, rt), 0);
-    free(po), free(ro), free(pt), free(rt);
-    return b;
 }
 
 /* returns: a learnable function of the response token, (id mod 5) / 5 - 0.4. */
@@ -119,14 +86,6 @@ static void add_value_columns(df_batch *b, uint64_t seed)
     set_returns(b);
 }
 
-static double max_abs_diff(const df_model *x, const df_model *y)
-{
-    double d = 0;
-    for (int64_t i = 0; i < x->n_params; i++)
-        d = fmax(d, fabs((double)x->params[i] - y->params[i]));
-    return d;
-}
-
 static void test_refuses_causal_lm(void **state)
 {
     (void)state;
@@ -151,7 +110,7 @@ static void test_missing_columns(void **state)
     df_critic *c;
     df_critic_params p = params("token-mean", 0, 4);
     assert_int_equal(df_critic_create(value_model(5), &p, &c), 0);
-    df_batch *b = synth_batch(1, 6);
+    df_batch *b = df_test_synth_batch(1, 6);
     assert_int_equal(df_critic_compute_values(c, b), 0);
     df_metrics *m = df_metrics_new();
     assert_error_mentions(df_critic_update(c, b, m), DF_EINVAL, "'returns'");
@@ -168,7 +127,7 @@ static void test_missing_columns(void **state)
 static void test_compute_values(void **state)
 {
     (void)state;
-    df_batch *b = synth_batch(3, 10);
+    df_batch *b = df_test_synth_batch(3, 10);
     df_critic *c1, *c2;
     df_critic_params p1 = params("token-mean", 0, 0), p2 = params("token-mean", 0, 3);
     p2.forward_max_token_len = 9;
@@ -217,7 +176,7 @@ static void test_compute_values(void **state)
 static void test_loss_decreases(void **state)
 {
     (void)state;
-    df_batch *b = synth_batch(7, 16);
+    df_batch *b = df_test_synth_batch(7, 16);
     set_returns(b);
     df_critic *c;
     df_critic_params p = params("token-mean", 8, 4);
@@ -252,7 +211,7 @@ static void test_loss_decreases(void **state)
 static void test_set_loss(void **state)
 {
     (void)state;
-    df_batch *b = synth_batch(13, 12);
+    df_batch *b = df_test_synth_batch(13, 12);
     add_value_columns(b, 13);
     df_critic_params pa = params("token-mean", 6, 3), pb = params("seq-mean-token-sum", 6, 3);
     pb.loss.cliprange_value = 0.05;
@@ -272,9 +231,9 @@ static void test_set_loss(void **state)
     assert_int_equal(df_critic_update(a, b, ma), 0);
     assert_int_equal(df_critic_update(bc, b, mb), 0);
     assert_int_equal(df_critic_update(ref, b, mr), 0);
-    assert_true(max_abs_diff(df_critic_model(a), df_critic_model(bc)) == 0.0);
+    assert_true(df_test_max_param_diff(df_critic_model(a), df_critic_model(bc)) == 0.0);
     assert_true(df_metrics_get(ma, "critic/vf_loss", NAN) == df_metrics_get(mb, "critic/vf_loss", NAN));
-    assert_true(max_abs_diff(df_critic_model(a), df_critic_model(ref)) > 1e-4); /* the settings matter */
+    assert_true(df_test_max_param_diff(df_critic_model(a), df_critic_model(ref)) > 1e-4); /* the settings matter */
     df_metrics_free(ma);
     df_metrics_free(mb);
     df_metrics_free(mr);
@@ -291,7 +250,7 @@ static void test_micro_batch_invariant(void **state)
     const char *modes[] = {"token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
                            "seq-mean-token-sum-norm"};
     for (size_t i = 0; i < 4; i++) {
-        df_batch *b = synth_batch(11, 12);
+        df_batch *b = df_test_synth_batch(11, 12);
         add_value_columns(b, 11);
         df_critic *whole, *micro;
         df_critic_params pw = params(modes[i], 6, 0), pm = params(modes[i], 6, 3);
@@ -303,7 +262,7 @@ static void test_micro_batch_invariant(void **state)
             assert_int_equal(df_critic_update(whole, b, mw), 0);
             assert_int_equal(df_critic_update(micro, b, mm), 0);
         }
-        double d = max_abs_diff(df_critic_model(whole), df_critic_model(micro));
+        double d = df_test_max_param_diff(df_critic_model(whole), df_critic_model(micro));
         if (d > 1e-5)
             fail_msg("%s: micro-batched weights differ by %.3g", modes[i], d);
         const char *keys[] = {"critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean",
@@ -329,7 +288,7 @@ static void run_dp(const char *agg, const int *per_rank, int64_t mbs, int epochs
     for (int r = 0; r < N; r++)
         G += count[r] = per_rank[r % 4];
     df_test_dp_layout(count, mbs, &mine, &n_mine, bounds, &n_mini);
-    df_batch *global = synth_batch(42, G), *shard;
+    df_batch *global = df_test_synth_batch(42, G), *shard;
     add_value_columns(global, 42);
     assert_int_equal(df_batch_select(global, mine, n_mine, &shard), 0);
     df_critic *dp, *alone;
@@ -341,7 +300,7 @@ static void run_dp(const char *agg, const int *per_rank, int64_t mbs, int epochs
     double worst = 0;
     for (int u = 0; u < 2; u++) {
         df_metrics *md = df_metrics_new(), *ma = df_metrics_new();
-        assert_int_equal(all_max(df_critic_update(dp, shard, md)), 0);
+        assert_int_equal(df_test_all_max(df_critic_update(dp, shard, md)), 0);
         for (int ep = 0; ep < epochs; ep++)
             for (int k = 0; k < n_mini; k++) { /* one optimizer step per global mini-batch */
                 df_batch *mb;
@@ -353,11 +312,11 @@ static void run_dp(const char *agg, const int *per_rank, int64_t mbs, int epochs
                               "critic/lr"};
         for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
             double x = df_metrics_get(md, keys[i], NAN), y = df_metrics_get(ma, keys[i], NAN);
-            assert_true(isfinite(x) && all_max(x) == all_min(x)); /* global: the same on every rank */
-            if (all_max(fabs(x - y) / fmax(fabs(y), 1e-3)) > METRIC_RTOL)
+            assert_true(isfinite(x) && df_test_all_max(x) == df_test_all_min(x)); /* global: the same on every rank */
+            if (df_test_all_max(fabs(x - y) / fmax(fabs(y), 1e-3)) > METRIC_RTOL)
                 fail_msg("%s: DP %.9g vs whole batch %.9g", keys[i], x, y);
         }
-        double d = all_max(max_abs_diff(df_critic_model(dp), df_critic_model(alone)));
+        double d = df_test_all_max(df_test_max_param_diff(df_critic_model(dp), df_critic_model(alone)));
         worst = fmax(worst, d);
         if (d > WEIGHT_TOL)
             fail_msg("update %d: DP critic weights differ from the whole-batch update by %.3g", u, d);
@@ -365,7 +324,7 @@ static void run_dp(const char *agg, const int *per_rank, int64_t mbs, int epochs
         df_metrics_free(ma);
     }
     df_model *init = value_model(5);
-    assert_true(all_min(max_abs_diff(df_critic_model(dp), init)) > 1e-2); /* it trained */
+    assert_true(df_test_all_min(df_test_max_param_diff(df_critic_model(dp), init)) > 1e-2); /* it trained */
     if (R == 0)
         print_message("[ critic %s, %d ranks ] max |w_dp - w_whole| %.3g\n", agg, N, worst);
     df_model_free(init);

@@ -64,22 +64,12 @@ static df_config *dapo_config(const char *metric, const char *out, const char *e
              dir, dir, dir, out);
     snprintf(m, sizeof m, "algorithm.filter_groups.metric=%s", metric);
     const char *ov[2] = {m, extra};
-    df_config *cfg;
-    if (df_config_load_text(df_config_schema_train(), yaml, "dapo.yaml", ov, extra ? 2 : 1, &cfg))
-        fail_msg("%s", df_last_error());
-    return cfg;
+    return df_test_config(yaml, "dapo.yaml", ov, extra ? 2 : 1);
 }
 
 static int train(const char *metric, const char *out, const char *extra)
 {
-    df_config *cfg = dapo_config(metric, out, extra);
-    df_dag_worker *w = NULL;
-    int rc = df_dag_worker_create(cfg, world, &w);
-    if (!rc)
-        rc = df_dag_worker_fit(w);
-    df_dag_worker_free(w);
-    df_config_free(cfg);
-    return rc;
+    return df_test_run(world, dapo_config(metric, out, extra));
 }
 
 /* score varies within most groups: two steps train, each reporting its generation batches */
@@ -90,19 +80,15 @@ static void test_dapo_steps(void **state)
         fail_msg("%s", df_last_error());
     if (df_comm_rank(world) != 0)
         return;
-    char path[512], *text;
-    snprintf(path, sizeof path, "%s/score/metrics.jsonl", dir);
-    assert_int_equal(df_read_file(path, &text, NULL), 0);
-    int lines = 0;
-    for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n"), lines++) {
-        json_t *o = json_loads(l, 0, NULL);
+    json_t *lines = df_test_metrics(dir, "score", false), *o;
+    size_t i;
+    json_array_foreach(lines, i, o) {
         double gens = json_number_value(json_object_get(o, "train/num_gen_batches"));
         assert_true(gens >= 1 && gens <= 3);
         assert_true(json_is_number(json_object_get(o, "actor/pg_loss")));
-        json_decref(o);
     }
-    assert_int_equal(lines, 2);
-    free(text);
+    assert_int_equal(json_array_size(lines), 2);
+    json_decref(lines);
 }
 
 /* acc is 0 for every response of a random model: no group varies, so the

@@ -20,17 +20,11 @@
 #include <cmocka.h>
 
 #include "testmpi.h"
+#include "testutil.h"
 
 #include "distflow/batch.h"
 #include "distflow/comm.h"
 #include "distflow/coordinator.h"
-
-
-static void assert_mentions(const char *needle)
-{
-    if (!strstr(df_last_error(), needle))
-        fail_msg("rank %d: error \"%s\" does not mention \"%s\"", R, df_last_error(), needle);
-}
 
 /* Soft checks for code between collectives: a failed CHECK is noted and the rank
  * carries on, so every rank keeps calling the same collectives; agree() then
@@ -62,11 +56,6 @@ static void agree(void)
 static bool streq(const char *a, const char *b)
 {
     return a && b && strcmp(a, b) == 0;
-}
-
-static bool mentions(const char *needle)
-{
-    return strstr(df_last_error(), needle) != NULL;
 }
 
 /* get, or (a failed CHECK) an empty batch, so the checks that follow stay safe. */
@@ -425,13 +414,6 @@ static void run_case(df_dp_layout src, df_dp_layout dst, const df_put_opts *o)
 
 /* ---- tests ------------------------------------------------------------------------------ */
 
-static void test_world(void **state)
-{
-    const char *want = getenv("DF_TEST_EXPECT_SIZE");
-    if (want)
-        assert_int_equal(N, atoi(want));
-}
-
 static void test_local_handoff(void **state)
 {
     df_data_buffers *db = NULL;
@@ -448,14 +430,13 @@ static void test_local_handoff(void **state)
     assert_int_equal(st.rows_out, rows_of(R));
     assert_true(df_data_buffers_has(db, "k"));
     df_batch *got = NULL;
-    assert_int_equal(df_data_buffers_get(db, "k", N, (R + 1) % N + (N == 1), &got), DF_EINVAL);
-    assert_mentions("dp_rank");
+    assert_error_mentions(df_data_buffers_get(db, "k", N, (R + 1) % N + (N == 1), &got), DF_EINVAL,
+                          "dp_rank");
     assert_int_equal(df_data_buffers_get(db, "k", N + 1, R, &got), DF_EINVAL);
     assert_true(df_data_buffers_has(db, "k")); /* a wrong get leaves it */
     assert_int_equal(df_data_buffers_get(db, "k", N, R, &got), 0);
     assert_ptr_equal(got, in); /* the very batch: no copy */
-    assert_int_equal(df_data_buffers_get(db, "k", N, R, &got), DF_ENOTFOUND);
-    assert_mentions("'k'");
+    assert_error_mentions(df_data_buffers_get(db, "k", N, R, &got), DF_ENOTFOUND, "'k'");
     df_batch_free(in);
 
     /* a later put under the same key replaces the earlier batch */
@@ -600,15 +581,15 @@ static void test_column_mismatch(void **state)
           kind = {.rows = -1, .score_i64 = true};
     int rc = df_data_buffers_put(db, "x", make_rows(R, R, R == N - 1 ? lacks : ok), l, one, NULL, NULL);
     CHECK(rc == DF_EINVAL);
-    CHECK(mentions("old_log_probs"));
+    CHECK(df_test_error_mentions("old_log_probs"));
     char who[64];
     snprintf(who, sizeof who, "rank %d's batch lacks", N - 1);
-    CHECK(mentions(who));
+    CHECK(df_test_error_mentions(who));
     CHECK(!df_data_buffers_has(db, "x"));
 
     rc = df_data_buffers_put(db, "x", make_rows(R, R, R == 1 ? kind : ok), l, one, NULL, NULL);
     CHECK(rc == DF_EINVAL);
-    CHECK(mentions("column 'score' is f32 on rank 0 but i64 on rank 1"));
+    CHECK(df_test_error_mentions("column 'score' is f32 on rank 0 but i64 on rank 1"));
     CHECK(!df_data_buffers_has(db, "x"));
 
     /* the store still works afterwards */
@@ -635,11 +616,11 @@ static void test_missing_batch(void **state)
     int rc = df_data_buffers_put(db, "y", R == N - 1 ? NULL : make_rows(R, R, ok), l, l, &o, NULL);
     CHECK(rc == DF_EINVAL);
     if (R == N - 1) {
-        CHECK(mentions("passed no batch"));
+        CHECK(df_test_error_mentions("passed no batch"));
     } else {
         char who[64];
         snprintf(who, sizeof who, "rank %d of %d failed", N - 1, N);
-        CHECK(mentions(who));
+        CHECK(df_test_error_mentions(who));
     }
     CHECK(!df_data_buffers_has(db, "y"));
     df_data_buffers_free(db);
@@ -652,10 +633,10 @@ static void test_bad_arguments(void **state)
     assert_int_equal(df_data_buffers_create(NULL, &db), DF_EINVAL);
     assert_int_equal(df_data_buffers_create(W, &db), 0);
     df_dp_layout ok = {N, 1}, zero = {0, 1}, big = {N + 1, 1}, nomp = {N, 0};
-    assert_int_equal(df_data_buffers_put(db, "k", df_batch_new(1), zero, ok, NULL, NULL), DF_EINVAL);
-    assert_mentions("source layout dp_size 0");
-    assert_int_equal(df_data_buffers_put(db, "k", df_batch_new(1), ok, big, NULL, NULL), DF_EINVAL);
-    assert_mentions("destination layout");
+    assert_error_mentions(df_data_buffers_put(db, "k", df_batch_new(1), zero, ok, NULL, NULL), DF_EINVAL,
+                          "source layout dp_size 0");
+    assert_error_mentions(df_data_buffers_put(db, "k", df_batch_new(1), ok, big, NULL, NULL), DF_EINVAL,
+                          "destination layout");
     assert_int_equal(df_data_buffers_put(db, "k", df_batch_new(1), ok, nomp, NULL, NULL), DF_EINVAL);
     assert_int_equal(df_data_buffers_put(db, "", df_batch_new(1), ok, ok, NULL, NULL), DF_EINVAL);
     assert_int_equal(df_data_buffers_put(NULL, "k", df_batch_new(1), ok, ok, NULL, NULL), DF_EINVAL);
@@ -670,11 +651,11 @@ static void test_bad_arguments(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_world),         cmocka_unit_test(test_local_handoff),
-        cmocka_unit_test(test_rebalance),     cmocka_unit_test(test_shrink_grow),
-        cmocka_unit_test(test_three_to_two),  cmocka_unit_test(test_filter),
-        cmocka_unit_test(test_empty),         cmocka_unit_test(test_column_mismatch),
-        cmocka_unit_test(test_missing_batch), cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_local_handoff),   cmocka_unit_test(test_rebalance),
+        cmocka_unit_test(test_shrink_grow),     cmocka_unit_test(test_three_to_two),
+        cmocka_unit_test(test_filter),          cmocka_unit_test(test_empty),
+        cmocka_unit_test(test_column_mismatch), cmocka_unit_test(test_missing_batch),
+        cmocka_unit_test(test_bad_arguments),
     };
     return cmocka_run_group_tests(tests, df_test_world_setup, df_test_world_teardown);
 }

@@ -48,29 +48,8 @@ static void train(df_comm *comm, const char *out, const char *override)
              "trainer: {total_training_steps: 3, save_freq: 3, test_freq: 3, logger: [],\n"
              "          default_local_dir: %s/%s}\n",
              dir, dir, dir, dir, out);
-    df_config *cfg;
-    if (df_config_load_text(df_config_schema_train(), yaml, "dist.yaml", &override, 1, &cfg))
-        fail_msg("%s", df_last_error());
-    df_dag_worker *w = NULL;
-    int rc = df_dag_worker_create(cfg, comm, &w);
-    if (!rc)
-        rc = df_dag_worker_fit(w);
-    if (rc)
+    if (df_test_run(comm, df_test_config(yaml, "dist.yaml", &override, 1)))
         fail_msg("rank %d: %s", df_comm_rank(world), df_last_error());
-    df_dag_worker_free(w);
-    df_config_free(cfg);
-}
-
-static json_t *metrics_of(const char *out)
-{
-    char path[512], *text;
-    snprintf(path, sizeof path, "%s/%s/metrics.jsonl", dir, out);
-    assert_int_equal(df_read_file(path, &text, NULL), 0);
-    json_t *lines = json_array();
-    for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n"))
-        json_array_append_new(lines, json_loads(l, 0, NULL));
-    free(text);
-    return lines;
 }
 
 static void expect_close(json_t *a, json_t *b, const char *key, double tol, int line)
@@ -89,7 +68,7 @@ static void compare_with_reference(const char *out, bool moves)
 {
     if (df_comm_rank(world) != 0)
         return;
-    json_t *ref = metrics_of("ref"), *got = metrics_of(out);
+    json_t *ref = df_test_metrics(dir, "ref", false), *got = df_test_metrics(dir, out, false);
     assert_int_equal(json_array_size(ref), 4); /* validation before training, 3 steps (the last validates) */
     assert_int_equal(json_array_size(got), json_array_size(ref));
     static const struct {
@@ -121,9 +100,7 @@ static void compare_with_reference(const char *out, bool moves)
     df_model *m0, *m1;
     assert_int_equal(df_model_load(p0, &m0), 0);
     assert_int_equal(df_model_load(p1, &m1), 0);
-    double diff = 0;
-    for (int64_t i = 0; i < m0->n_params; i++)
-        diff = fmax(diff, fabs((double)m0->params[i] - m1->params[i]));
+    double diff = df_test_max_param_diff(m0, m1);
     print_message("%s: max |w_1rank - w_dist| = %.3g\n", out, diff);
     assert_true(diff < 1e-4);
     df_model_free(m0);
@@ -178,7 +155,7 @@ static void test_val_set_smaller_than_world(void **state)
     assert_int_equal(df_comm_barrier(world), 0);
     if (df_comm_rank(world) != 0)
         return;
-    json_t *ref = metrics_of("val1_ref"), *got = metrics_of("val1");
+    json_t *ref = df_test_metrics(dir, "val1_ref", false), *got = df_test_metrics(dir, "val1", false);
     expect_close(json_array_get(ref, 0), json_array_get(got, 0), "val-core/test/digits/reward/mean@1", 1e-6, 0);
     json_decref(ref);
     json_decref(got);
@@ -190,8 +167,7 @@ static int setup(void **state)
     (void)state;
     if (df_comm_world(&world) || df_reward_register("test/digits", df_test_digit_share))
         return -1;
-    const char *want = getenv("DF_TEST_EXPECT_SIZE");
-    if (want && atoi(want) != df_comm_size(world))
+    if (!df_test_size_ok(df_comm_size(world)))
         return -1;
     if (df_comm_rank(world) == 0) {
         snprintf(dir, sizeof dir, "/tmp/df_dist_XXXXXX");

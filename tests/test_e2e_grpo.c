@@ -65,29 +65,23 @@ static void test_grpo_steps(void **state)
     df_test_fit(yaml, "e2e.yaml");
 
     /* three lines of metrics with the standard names */
-    char *mpath = df_path_join(tmp, "out/metrics.jsonl"), *text;
-    assert_int_equal(df_read_file(mpath, &text, NULL), 0);
-    int lines = 0;
+    json_t *lines = df_test_metrics(tmp, "out", true), *o;
+    size_t s;
     double grad_norm_sum = 0;
-    for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n"), lines++) {
-        json_t *o = json_loads(l, 0, NULL);
-        assert_non_null(o);
-        assert_int_equal(json_integer_value(json_object_get(o, "step")), lines + 1);
+    json_array_foreach(lines, s, o) {
         const char *keys[] = {"critic/score/mean", "critic/rewards/mean", "response_length/mean",
                               "actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/pg_clipfrac",
                               "actor/grad_norm", "actor/lr", "timing_s/gen", "timing_s/step",
                               "perf/throughput"};
         for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
             if (!json_is_number(json_object_get(o, keys[k])))
-                fail_msg("step %d: metric %s missing", lines + 1, keys[k]);
+                fail_msg("step %d: metric %s missing", (int)s + 1, keys[k]);
         grad_norm_sum += json_number_value(json_object_get(o, "actor/grad_norm"));
         assert_true(json_number_value(json_object_get(o, "actor/lr")) > 0);
-        json_decref(o);
     }
-    assert_int_equal(lines, 3);
+    assert_int_equal(json_array_size(lines), 3);
     assert_true(grad_norm_sum > 0); /* the digit-share reward varies, so the policy gets a gradient */
-    free(text);
-    free(mpath);
+    json_decref(lines);
 
     /* the saved actor differs from the initial model (weight decay is 0: only gradients move it) */
     df_model *before, *after;
@@ -139,19 +133,14 @@ static void test_workflow_file_step(void **state)
              "trainer: {total_training_steps: 1, save_freq: -1, logger: [], default_local_dir: %s/out}\n",
              tmp, tmp, tmp, tmp);
     df_test_fit(yaml, "e2e.yaml");
-    char *mpath = df_path_join(tmp, "out/metrics.jsonl"), *text;
-    assert_int_equal(df_read_file(mpath, &text, NULL), 0);
-    json_t *o = json_loads(text, 0, NULL);
-    assert_non_null(o);
-    assert_int_equal(json_integer_value(json_object_get(o, "step")), 1);
+    json_t *lines = df_test_metrics(tmp, "out", true), *o = json_array_get(lines, 0);
+    assert_int_equal(json_array_size(lines), 1);
     assert_true(json_is_number(json_object_get(o, "timing_s/update_actor")));
     assert_true(json_is_number(json_object_get(o, "critic/advantages/max")));
     assert_true(json_is_number(json_object_get(o, "critic/advantages/min")));
     assert_true(json_number_value(json_object_get(o, "critic/advantages/min")) == 0.0);
     assert_true(json_number_value(json_object_get(o, "critic/advantages/max")) == 0.0);
-    json_decref(o);
-    free(text);
-    free(mpath);
+    json_decref(lines);
     assert_int_equal(df_test_remove_tree(tmp), 0);
 }
 

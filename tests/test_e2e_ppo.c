@@ -61,16 +61,7 @@ static void yaml_of(char *yaml, size_t cap, const char *out, const char *critic)
 /* Create the worker for `yaml` plus overrides on `comm`; returns its status (the worker is fit and freed). */
 static int run(df_comm *comm, const char *yaml, const char **ovr, int n_ovr)
 {
-    df_config *cfg;
-    if (df_config_load_text(df_config_schema_train(), yaml, "ppo.yaml", ovr, n_ovr, &cfg))
-        fail_msg("%s", df_last_error());
-    df_dag_worker *w = NULL;
-    int rc = df_dag_worker_create(cfg, comm, &w);
-    if (!rc)
-        rc = df_dag_worker_fit(w);
-    df_dag_worker_free(w);
-    df_config_free(cfg);
-    return rc;
+    return df_test_run(comm, df_test_config(yaml, "ppo.yaml", ovr, n_ovr));
 }
 
 static df_model *load(const char *sub)
@@ -81,27 +72,6 @@ static df_model *load(const char *sub)
     if (df_model_load(p, &m))
         fail_msg("%s: %s", p, df_last_error());
     return m;
-}
-
-static double max_diff(const df_model *a, const df_model *b)
-{
-    assert_true(a->n_params == b->n_params);
-    double d = 0;
-    for (int64_t i = 0; i < a->n_params; i++)
-        d = fmax(d, fabs((double)a->params[i] - b->params[i]));
-    return d;
-}
-
-static json_t *metrics_of(const char *out)
-{
-    char path[512], *text;
-    snprintf(path, sizeof path, "%s/%s/metrics.jsonl", dir, out);
-    assert_int_equal(df_read_file(path, &text, NULL), 0);
-    json_t *lines = json_array();
-    for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n"))
-        json_array_append_new(lines, json_loads(l, 0, NULL));
-    free(text);
-    return lines;
 }
 
 static double num(json_t *o, const char *key)
@@ -115,7 +85,7 @@ static double num(json_t *o, const char *key)
 /* The metrics of every step of run `out`: the critic's every step, the actor's from step 3. */
 static void check_metrics(const char *out)
 {
-    json_t *lines = metrics_of(out);
+    json_t *lines = df_test_metrics(dir, out, false);
     assert_int_equal(json_array_size(lines), 3);
     for (size_t i = 0; i < 3; i++) {
         json_t *o = json_array_get(lines, i);
@@ -158,12 +128,12 @@ static void test_ppo_critic_warmup(void **state)
         assert_null(df_model_find_tensor(c[s], "lm_head.weight"));
     }
     /* actor: untouched during the warmup (bit for bit), trained at step 3 */
-    assert_true(max_diff(init, a[0]) == 0.0 && max_diff(init, a[1]) == 0.0);
-    assert_true(max_diff(init, a[2]) > 1e-4);
+    assert_true(df_test_max_param_diff(init, a[0]) == 0.0 && df_test_max_param_diff(init, a[1]) == 0.0);
+    assert_true(df_test_max_param_diff(init, a[2]) > 1e-4);
     /* critic: changed at every step, starting from the actor's trunk and a fresh head */
-    double d0 = max_diff(critic0, c[0]), d1 = max_diff(c[0], c[1]), d2 = max_diff(c[1], c[2]);
+    double d0 = df_test_max_param_diff(critic0, c[0]), d1 = df_test_max_param_diff(c[0], c[1]), d2 = df_test_max_param_diff(c[1], c[2]);
     print_message("critic moved %.3g, %.3g, %.3g per step; actor at step 3 %.3g\n", d0, d1, d2,
-                  max_diff(init, a[2]));
+                  df_test_max_param_diff(init, a[2]));
     assert_true(d0 > 1e-4 && d1 > 1e-4 && d2 > 1e-4);
     char *cfg_text, p[512];
     snprintf(p, sizeof p, "%s/ref/global_step_3/critic/config.json", dir);
@@ -197,13 +167,13 @@ static void test_critic_from_checkpoint_and_errors(void **state)
     const char *lr0[] = {"trainer.total_training_steps=1", "trainer.critic_warmup=0", "critic.optim.lr=0"};
     if (run(self, yaml, lr0, 3))
         fail_msg("%s", df_last_error());
-    json_t *lines = metrics_of("resumed");
+    json_t *lines = df_test_metrics(dir, "resumed", false);
     assert_true(isfinite(num(json_array_get(lines, 0), "actor/pg_loss")));
     assert_true(num(json_array_get(lines, 0), "critic/vf_loss") > 0);
     assert_true(num(json_array_get(lines, 0), "critic/grad_norm") > 0);
     json_decref(lines);
     df_model *loaded = load("ref/global_step_3/critic"), *saved = load("resumed/global_step_1/critic");
-    assert_true(max_diff(loaded, saved) == 0.0); /* the checkpoint was taken as it is: no fresh head */
+    assert_true(df_test_max_param_diff(loaded, saved) == 0.0); /* the checkpoint was taken as it is: no fresh head */
     df_model_free(loaded);
     df_model_free(saved);
     const char *one[] = {"trainer.total_training_steps=1", "trainer.critic_warmup=0", "trainer.save_freq=-1"};
@@ -236,7 +206,7 @@ static void test_critic_from_checkpoint_and_errors(void **state)
    whitened) are the one-rank run's up to float summation order. */
 static void same_explained_var(const char *out)
 {
-    json_t *ref = metrics_of("ref"), *got = metrics_of(out);
+    json_t *ref = df_test_metrics(dir, "ref", false), *got = df_test_metrics(dir, out, false);
     for (size_t i = 0; i < 3; i++) {
         double a = num(json_array_get(ref, i), "critic/vf_explained_var");
         double b = num(json_array_get(got, i), "critic/vf_explained_var");
@@ -269,14 +239,14 @@ static void test_initial_critic(void **state)
                          "trainer.seed=7"};
     if (run(self, yaml, ovr, 4))
         fail_msg("%s", df_last_error());
-    json_t *lines = metrics_of("lr0");
+    json_t *lines = df_test_metrics(dir, "lr0", false);
     assert_true(num(json_array_get(lines, 0), "critic/grad_norm") > 0); /* an update ran, with lr 0 */
     json_decref(lines);
     df_model *want = load("model"), *other = load("model"), *got = load("lr0/global_step_1/critic");
     assert_int_equal(df_model_to_value_model(&want, 7), 0);
     assert_int_equal(df_model_to_value_model(&other, 1), 0);
-    assert_true(max_diff(want, got) == 0.0);
-    assert_true(max_diff(other, got) > 0); /* another seed draws another head */
+    assert_true(df_test_max_param_diff(want, got) == 0.0);
+    assert_true(df_test_max_param_diff(other, got) > 0); /* another seed draws another head */
     df_model_free(want);
     df_model_free(other);
     df_model_free(got);
@@ -324,11 +294,11 @@ static void test_critic_node_overrides(void **state)
         fail_msg("%s", df_last_error());
     df_model *a = load("wf_node/global_step_1/critic"), *b = load("wf_global/global_step_1/critic"),
              *dflt = load("ref/global_step_1/critic"); /* step 1 of the run with the defaults */
-    double d_same = max_diff(a, b), d_dflt = max_diff(a, dflt);
+    double d_same = df_test_max_param_diff(a, b), d_dflt = df_test_max_param_diff(a, dflt);
     print_message("node overrides vs global settings %.3g, vs defaults %.3g\n", d_same, d_dflt);
     assert_true(d_same == 0.0);
     assert_true(d_dflt > 1e-4);
-    json_t *la = metrics_of("wf_node"), *lb = metrics_of("wf_global");
+    json_t *la = df_test_metrics(dir, "wf_node", false), *lb = df_test_metrics(dir, "wf_global", false);
     assert_true(num(json_array_get(la, 0), "critic/vf_loss") == num(json_array_get(lb, 0), "critic/vf_loss"));
     json_decref(la);
     json_decref(lb);
@@ -344,7 +314,7 @@ static void test_critic_node_overrides(void **state)
    the critics. */
 static void same_advantages_and_models(const char *out)
 {
-    json_t *ref = metrics_of("ref"), *got = metrics_of(out);
+    json_t *ref = df_test_metrics(dir, "ref", false), *got = df_test_metrics(dir, out, false);
     const char *keys[] = {"critic/advantages/max", "critic/advantages/min", "critic/returns/max",
                           "critic/returns/min"};
     for (size_t i = 0; i < 3; i++)
@@ -365,7 +335,7 @@ static void same_advantages_and_models(const char *out)
             df_model *a = load(pa), *b = load(pb);
             /* measured: critic 5e-7, actor 5e-5 after its one update at step 3, which moves it by 1e-2
                (Adam's first step is about lr * sign(g), so tiny gradients magnify summation order) */
-            double d = max_diff(a, b), tol = k == 0 ? 2e-4 : 1e-5;
+            double d = df_test_max_param_diff(a, b), tol = k == 0 ? 2e-4 : 1e-5;
             print_message("%s step %d: %s weights differ from one rank's by %.3g\n", out, s, roles[k], d);
             if (d > tol)
                 fail_msg("%s step %d: %s weights differ from the one-rank run's by %.3g", out, s, roles[k],
@@ -406,8 +376,7 @@ static int setup(void **state)
     if (df_comm_world(&world) || df_reward_register("test/digits", df_test_digit_share))
         return -1;
     R = df_comm_rank(world);
-    const char *want = getenv("DF_TEST_EXPECT_SIZE");
-    if (want && atoi(want) != df_comm_size(world))
+    if (!df_test_size_ok(df_comm_size(world)))
         return -1;
     if (R == 0) {
         snprintf(dir, sizeof dir, "/tmp/df_ppo_XXXXXX");
@@ -460,7 +429,7 @@ static void test_ppo_critic_on_fewer_dp_ranks(void **state)
         return;
     check_metrics("critic_sp2");
     same_explained_var("critic_sp2"); /* the critic's replicas are counted once */
-    json_t *lines = metrics_of("critic_sp2");
+    json_t *lines = df_test_metrics(dir, "critic_sp2", false);
     for (size_t i = 0; i < json_array_size(lines); i++)
         assert_true(num(json_array_get(lines, i), "perf/redistributed_bytes") > 0);
     json_decref(lines);

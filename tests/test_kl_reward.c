@@ -165,10 +165,7 @@ static void test_penalty_fails_on_one_rank(void **state)
 static df_config *load(const char *yaml, const char *o1, const char *o2)
 {
     const char *ov[2] = {o1, o2};
-    df_config *cfg;
-    if (df_config_load_text(df_config_schema_train(), yaml, "kl.yaml", ov, o1 ? (o2 ? 2 : 1) : 0, &cfg))
-        fail_msg("%s", df_last_error());
-    return cfg;
+    return df_test_config(yaml, "kl.yaml", ov, o1 ? (o2 ? 2 : 1) : 0);
 }
 
 /* The node ids of the pipeline a config selects, in execution order, joined by spaces. */
@@ -286,26 +283,21 @@ static void train(df_comm *comm, const char *out, const char *ctrl, trajectory *
 /* The metrics of one run (rank 0 reads what it wrote). */
 static void read_trajectory(const char *out, trajectory *tr)
 {
-    char path[512], *text;
-    snprintf(path, sizeof path, "%s/%s/metrics.jsonl", dir, out);
-    assert_int_equal(df_read_file(path, &text, NULL), 0);
-    int i = 0;
-    for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n"), i++) {
-        assert_true(i < STEPS);
-        json_t *o = json_loads(l, 0, NULL);
+    json_t *lines = df_test_metrics(dir, out, false), *o;
+    size_t i;
+    assert_int_equal(json_array_size(lines), STEPS);
+    json_array_foreach(lines, i, o) {
         const char *keys[] = {"actor/reward_kl_penalty", "actor/reward_kl_penalty_coeff", "critic/score/mean",
                               "critic/rewards/mean", "actor/pg_loss"};
         for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
             if (!json_is_number(json_object_get(o, keys[k])))
-                fail_msg("%s step %d: %s missing", out, i + 1, keys[k]);
+                fail_msg("%s step %d: %s missing", out, (int)i + 1, keys[k]);
         tr->kl[i] = json_number_value(json_object_get(o, keys[0]));
         tr->coeff[i] = json_number_value(json_object_get(o, keys[1]));
         tr->score[i] = json_number_value(json_object_get(o, keys[2]));
         tr->rewards[i] = json_number_value(json_object_get(o, keys[3]));
-        json_decref(o);
     }
-    assert_int_equal(i, STEPS);
-    free(text);
+    json_decref(lines);
 }
 
 /*
@@ -456,8 +448,7 @@ static int setup(void **state)
         return -1;
     rank = df_comm_rank(world);
     size = df_comm_size(world);
-    const char *want = getenv("DF_TEST_EXPECT_SIZE");
-    if (want && atoi(want) != size)
+    if (!df_test_size_ok(size))
         return -1;
     if (rank == 0) {
         snprintf(dir, sizeof dir, "/tmp/df_klrew_XXXXXX");

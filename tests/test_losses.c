@@ -1,7 +1,8 @@
 /* Unit tests for the policy losses of include/distflow/algo.h's losses block: gspo,
  * gpg, cpgd, clip_cov, kl_cov (hand-computed cases, finite differences, the
- * micro-batch / data-parallel split property for every loss and aggregation mode).
- * KL controllers, TIS and the losses inside the actor: test_losses_train.c. */
+ * micro-batch / data-parallel split property for every loss and aggregation mode),
+ * TIS weights inside the vanilla loss. KL controllers, the TIS weights themselves
+ * and the losses inside the actor: test_losses_train.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -594,6 +595,29 @@ static void test_fd_all_losses(void **state)
     }
 }
 
+/* TIS in a loss: the weights enter as aggregation weights, so the vanilla loss and
+ * its gradient scale token by token (verl multiplies pg_losses by the weight). */
+static void test_tis_in_loss(void **state)
+{
+    (void)state;
+    const int64_t off[] = {0, 2};
+    const float lp[] = {-1.0f, -2.0f}, old[] = {-1.05f, -2.0f}, ro[] = {-1.55f, -1.5f};
+    const float adv[] = {1, -1}, w[] = {0.5f, 0.5f};
+    float wt[2], g0[2], g1[2];
+    assert_int_equal(df_tis_weights(2, old, ro, 1.5, w, wt), 0); /* [0.5 * 1.5 (capped), 0.5 e^-0.5] */
+    assert_near(wt[0], 0.75, 1e-7);
+    assert_near(wt[1], 0.5 * 0.606530660, 1e-7);
+    df_policy_loss_input in = mk_in(1, off, lp, old, adv, w);
+    double l0 = run_loss(df_policy_loss_vanilla, &in, g0);
+    in.weights = wt;
+    double l1 = run_loss(df_policy_loss_vanilla, &in, g1);
+    /* per-token losses: -1 e^0.05 = -1.051271096 and 1 * 1 = 1 */
+    assert_near(l0, 0.5 * (-1.051271096 + 1), 1e-6);
+    assert_near(l1, 0.75 * -1.051271096 + 0.5 * 0.606530660, 1e-6);
+    assert_near(g1[0] / g0[0], 1.5, 1e-6);
+    assert_near(g1[1] / g0[1], 0.606530660, 1e-6);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -605,7 +629,7 @@ int main(void)
         cmocka_unit_test(test_cov_all_equal),    cmocka_unit_test(test_clip_cov_random_choice),
         cmocka_unit_test(test_cov_extreme),      cmocka_unit_test(test_cov_bad_input),
         cmocka_unit_test(test_losses_no_tokens), cmocka_unit_test(test_split_property),
-        cmocka_unit_test(test_fd_all_losses),
+        cmocka_unit_test(test_fd_all_losses),    cmocka_unit_test(test_tis_in_loss),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

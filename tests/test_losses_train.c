@@ -22,31 +22,6 @@
 
 #define ACTOR_KEY "actor_rollout_ref.actor."
 
-/* An input over caller arrays with verl's default clip ratios. */
-static df_policy_loss_input mk_in(int64_t n, const int64_t *off, const float *lp, const float *old,
-                                  const float *adv, const float *w)
-{
-    df_policy_loss_input in = {.n = n,
-                               .offsets = off,
-                               .log_prob = lp,
-                               .old_log_prob = old,
-                               .advantages = adv,
-                               .weights = w,
-                               .clip_ratio_low = 0.2f,
-                               .clip_ratio_high = 0.2f,
-                               .clip_ratio_c = 3.0f};
-    return in;
-}
-
-static double run_loss(df_policy_loss_fn fn, const df_policy_loss_input *in, float *grad)
-{
-    df_policy_loss_output out = {.grad = grad};
-    int rc = fn(in, &out);
-    if (rc)
-        fail_msg("policy loss failed: %s", df_last_error());
-    return out.loss;
-}
-
 /* ====================================================================== KL controllers */
 
 static void test_kl_ctrl_fixed(void **state)
@@ -153,29 +128,6 @@ static void test_tis_weights(void **state)
     assert_error_mentions(df_tis_weights(5, old, ro, NAN, NULL, out), DF_EINVAL, "tis_imp_ratio_cap");
     assert_error_mentions(df_tis_weights(-1, old, ro, 2, NULL, out), DF_EINVAL, "negative");
     assert_error_mentions(df_tis_weights(5, old, NULL, 2, NULL, out), DF_EINVAL, "NULL");
-}
-
-/* TIS in a loss: the weights enter as aggregation weights, so the vanilla loss and
- * its gradient scale token by token (verl multiplies pg_losses by the weight). */
-static void test_tis_in_loss(void **state)
-{
-    (void)state;
-    const int64_t off[] = {0, 2};
-    const float lp[] = {-1.0f, -2.0f}, old[] = {-1.05f, -2.0f}, ro[] = {-1.55f, -1.5f};
-    const float adv[] = {1, -1}, w[] = {0.5f, 0.5f};
-    float wt[2], g0[2], g1[2];
-    assert_int_equal(df_tis_weights(2, old, ro, 1.5, w, wt), 0); /* [0.5 * 1.5 (capped), 0.5 e^-0.5] */
-    assert_near(wt[0], 0.75, 1e-7);
-    assert_near(wt[1], 0.5 * 0.606530660, 1e-7);
-    df_policy_loss_input in = mk_in(1, off, lp, old, adv, w);
-    double l0 = run_loss(df_policy_loss_vanilla, &in, g0);
-    in.weights = wt;
-    double l1 = run_loss(df_policy_loss_vanilla, &in, g1);
-    /* per-token losses: -1 e^0.05 = -1.051271096 and 1 * 1 = 1 */
-    assert_near(l0, 0.5 * (-1.051271096 + 1), 1e-6);
-    assert_near(l1, 0.75 * -1.051271096 + 0.5 * 0.606530660, 1e-6);
-    assert_near(g1[0] / g0[0], 1.5, 1e-6);
-    assert_near(g1[1] / g0[1], 0.606530660, 1e-6);
 }
 
 /*
@@ -312,7 +264,7 @@ static df_actor_params actor_params(const char *loss, const char *mode, int64_t 
 }
 
 /* Parameters after one update (two PPO epochs, so the second sees ratios != 1). */
-static float *actor_update(const df_actor_params *p, bool rollout_lp, double *pg_loss)
+static df_model *actor_update(const df_actor_params *p, bool rollout_lp, double *pg_loss)
 {
     df_actor *a;
     assert_int_equal(df_actor_create(df_test_micro_model(5), p, true, &a), 0);
@@ -321,23 +273,12 @@ static float *actor_update(const df_actor_params *p, bool rollout_lp, double *pg
     if (df_actor_update_policy(a, b, m))
         fail_msg("update: %s", df_last_error());
     *pg_loss = df_metrics_get(m, "actor/pg_loss", NAN);
-    df_model *mod = df_actor_model(a);
-    float *out = malloc((size_t)mod->n_params * sizeof *out);
-    memcpy(out, mod->params, (size_t)mod->n_params * sizeof *out);
+    df_model *out;
+    assert_int_equal(df_model_clone(df_actor_model(a), &out), 0);
     df_metrics_free(m);
     df_batch_free(b);
     df_actor_free(a);
     return out;
-}
-
-static double max_param_diff(const float *x, const float *y)
-{
-    df_model *ref = df_test_micro_model(5);
-    double d = 0;
-    for (int64_t i = 0; i < ref->n_params; i++)
-        d = fmax(d, fabs((double)x[i] - y[i]));
-    df_model_free(ref);
-    return d;
 }
 
 /* Every loss and aggregation mode through the actor: micro-batches of 1 sample and
@@ -355,11 +296,11 @@ static void test_actor_micro_invariant(void **state)
                 df_actor_params p4 = actor_params(losses[i], modes[j], 4);
                 p1.tis_imp_ratio_cap = p4.tis_imp_ratio_cap = tis ? 1.2 : 0;
                 double l1, l4;
-                float *x1 = actor_update(&p1, tis, &l1), *x4 = actor_update(&p4, tis, &l4);
-                if (max_param_diff(x1, x4) > 1e-5 || fabs(l1 - l4) > 1e-6 || !isfinite(l1))
+                df_model *x1 = actor_update(&p1, tis, &l1), *x4 = actor_update(&p4, tis, &l4);
+                if (df_test_max_param_diff(x1, x4) > 1e-5 || fabs(l1 - l4) > 1e-6 || !isfinite(l1))
                     fail_msg("%s / %s / tis %d: param diff %g, pg_loss %g vs %g", losses[i], modes[j], tis,
-                             max_param_diff(x1, x4), l1, l4);
-                free(x1), free(x4);
+                             df_test_max_param_diff(x1, x4), l1, l4);
+                df_model_free(x1), df_model_free(x4);
             }
 }
 
@@ -370,10 +311,10 @@ static void test_actor_tis(void **state)
     (void)state;
     df_actor_params p = actor_params("vanilla", "token-mean", 2);
     double l0, l1, l2;
-    float *x0 = actor_update(&p, false, &l0);
+    df_model *x0 = actor_update(&p, false, &l0);
     p.tis_imp_ratio_cap = 1.5;
-    float *x2 = actor_update(&p, true, &l2);
-    assert_true(max_param_diff(x0, x2) > 1e-4);
+    df_model *x2 = actor_update(&p, true, &l2);
+    assert_true(df_test_max_param_diff(x0, x2) > 1e-4);
     df_actor *a;
     assert_int_equal(df_actor_create(df_test_micro_model(5), &p, true, &a), 0);
     df_batch *b = actor_batch(a, false);
@@ -386,11 +327,11 @@ static void test_actor_tis(void **state)
     assert_int_equal(df_actor_update_policy(a, b, m), 0);
     l1 = df_metrics_get(m, "actor/pg_loss", NAN);
     assert_near(l1, l0, 1e-7);
-    assert_near(max_param_diff(df_actor_model(a)->params, x0), 0, 0);
+    assert_near(df_test_max_param_diff(df_actor_model(a), x0), 0, 0);
     df_metrics_free(m);
     df_batch_free(b);
     df_actor_free(a);
-    free(x0), free(x2);
+    df_model_free(x0), df_model_free(x2);
 }
 
 /* seq-mean-token-sum-norm needs the constant length; kl_cov / clip_cov run. */
@@ -428,7 +369,7 @@ static void test_actor_set_loss(void **state)
     pb.loss.ppo_epochs = 3, pb.loss.clip_ratio_high = 0.3, pb.loss.policy_drift_coeff = 0.2;
     pb.loss.loss_agg_norm_length = 5, pb.loss.entropy_coeff = 0.01;
     double lb;
-    float *xb = actor_update(&pb, false, &lb);
+    df_model *xb = actor_update(&pb, false, &lb);
     df_actor *a;
     assert_int_equal(df_actor_create(df_test_micro_model(5), &pa, true, &a), 0);
     df_actor_set_loss(a, &pb.loss);
@@ -437,11 +378,11 @@ static void test_actor_set_loss(void **state)
     assert_int_equal(df_actor_update_policy(a, b, m), 0);
     assert_true(df_metrics_get(m, "actor/pg_loss", NAN) == lb);
     assert_true(isfinite(df_metrics_get(m, "actor/entropy_loss", NAN)));
-    assert_true(max_param_diff(df_actor_model(a)->params, xb) == 0);
+    assert_true(df_test_max_param_diff(df_actor_model(a), xb) == 0);
     df_metrics_free(m);
     df_batch_free(b);
     df_actor_free(a);
-    free(xb);
+    df_model_free(xb);
 }
 
 /* The worker's actor settings: loss_scale_factor else data.max_response_length; CPGD
@@ -488,7 +429,6 @@ int main(void)
         cmocka_unit_test(test_kl_ctrl_bad),
         cmocka_unit_test(test_kl_ctrl_in_reward),
         cmocka_unit_test(test_tis_weights),
-        cmocka_unit_test(test_tis_in_loss),
         cmocka_unit_test(test_mismatch_metrics),
         cmocka_unit_test(test_mismatch_edges),
         cmocka_unit_test(test_actor_micro_invariant),

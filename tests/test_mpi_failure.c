@@ -14,11 +14,11 @@
 #include <cmocka.h>
 
 #include "testutil.h"
+#include "util/timeutil.h"
 
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 
 static const char *WORKFLOW = "dag_id: grpo_with_injected_failure\n"
                               "nodes:\n"
@@ -33,13 +33,6 @@ static const char *WORKFLOW = "dag_id: grpo_with_injected_failure\n"
                               "     only_forward_compute: true, dependencies: [calculate_advantages]}\n"
                               "  - {node_id: actor_train, node_type: MODEL_TRAIN, node_role: ACTOR,\n"
                               "     dependencies: [actor_old_log_prob]}\n";
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 /* Run the job with the plugin function `fn`; its combined output into out[cap]. */
 static int run_job(const char *dir, const char *fn, char *out, size_t cap, double *seconds)
@@ -71,7 +64,7 @@ static int run_job(const char *dir, const char *fn, char *out, size_t cap, doubl
              "OMPI_MCA_mpi_yield_when_idle=1 timeout -s KILL 90 %s --oversubscribe -np 2 %s/distflow train "
              "%s 2>&1",
              DF_MPIEXEC, DF_BINARY_DIR, path);
-    double t0 = now();
+    double t0 = df_now();
     FILE *p = popen(cmd, "r");
     assert_non_null(p);
     size_t n = fread(out, 1, cap - 1, p);
@@ -79,7 +72,7 @@ static int run_job(const char *dir, const char *fn, char *out, size_t cap, doubl
         ;
     out[n] = '\0';
     int status = pclose(p);
-    *seconds = now() - t0;
+    *seconds = df_now() - t0;
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 

@@ -255,9 +255,7 @@ static void test_remax_steps(void **state)
              "algorithm: {adv_estimator: remax}\n"
              "trainer: {total_training_steps: 3, save_freq: -1, logger: [], default_local_dir: %s/out}\n",
              dir, dir, dir);
-    df_config *cfg;
-    if (df_config_load_text(df_config_schema_train(), yaml, "remax.yaml", NULL, 0, &cfg))
-        fail_msg("%s", df_last_error());
+    df_config *cfg = df_test_config(yaml, "remax.yaml", NULL, 0);
     df_dag_worker *w = NULL;
     int rc = df_dag_worker_create(cfg, world, &w);
     if (rc)
@@ -274,22 +272,18 @@ static void test_remax_steps(void **state)
     if (rank != 0)
         return;
 
-    char path[512], *text;
-    snprintf(path, sizeof path, "%s/out/metrics.jsonl", dir);
-    assert_int_equal(df_read_file(path, &text, NULL), 0);
-    int lines = 0;
-    for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n"), lines++) {
-        json_t *o = json_loads(l, 0, NULL);
+    json_t *lines = df_test_metrics(dir, "out", false), *o;
+    size_t i;
+    json_array_foreach(lines, i, o) {
         double gen = json_number_value(json_object_get(o, "timing_s/gen"));
         double gen_max = json_number_value(json_object_get(o, "timing_s/gen_max"));
         assert_true(gen > 0 && gen_max > 0);
         assert_true(json_is_number(json_object_get(o, "actor/pg_loss")));
         assert_true(json_is_number(json_object_get(o, "critic/advantages/mean")));
-        print_message("step %d: timing_s/gen %.3f s, timing_s/gen_max %.3f s\n", lines + 1, gen, gen_max);
-        json_decref(o);
+        print_message("step %d: timing_s/gen %.3f s, timing_s/gen_max %.3f s\n", (int)i + 1, gen, gen_max);
     }
-    assert_int_equal(lines, 3);
-    free(text);
+    assert_int_equal(json_array_size(lines), 3);
+    json_decref(lines);
 }
 
 static int setup(void **state)
@@ -299,8 +293,7 @@ static int setup(void **state)
         return -1;
     rank = df_comm_rank(world);
     size = df_comm_size(world);
-    const char *want = getenv("DF_TEST_EXPECT_SIZE");
-    if ((want && atoi(want) != size) || size > MAX_RANKS)
+    if (!df_test_size_ok(size) || size > MAX_RANKS)
         return -1;
     if (rank == 0) {
         snprintf(dir, sizeof dir, "/tmp/df_remax_XXXXXX");

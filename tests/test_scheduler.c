@@ -552,10 +552,7 @@ static void test_cli_plan(void **state)
 
 static df_config *config_of(const char *yaml)
 {
-    df_config *c;
-    if (df_config_load_text(df_config_schema_train(), yaml, "m.yaml", NULL, 0, &c))
-        fail_msg("%s", df_last_error());
-    return c;
+    return df_test_config(yaml, "m.yaml", NULL, 0);
 }
 
 static void assert_model_check(df_task_graph *g, const char *yaml, const char *msg)

@@ -272,11 +272,8 @@ static void test_malformed(void **state)
 
 static df_config *train_config(void)
 {
-    df_config *c;
-    const char *yaml = "actor_rollout_ref:\n  rollout:\n    temperature: 1.0\n    top_p: 0.9\n";
-    if (df_config_load_text(df_config_schema_train(), yaml, "cfg.yaml", NULL, 0, &c))
-        fail_msg("%s", df_last_error());
-    return c;
+    return df_test_config("actor_rollout_ref:\n  rollout:\n    temperature: 1.0\n    top_p: 0.9\n", "cfg.yaml",
+                          NULL, 0);
 }
 
 static void test_config_with_overrides(void **state)

@@ -1,13 +1,15 @@
 /*
  * testmpi.h — the world communicator of tests that also run under mpiexec
  * (a `mpi-test: np ...` line in the test source): W, its rank R and size N,
- * set by the group fixtures df_test_world_setup / df_test_world_teardown.
+ * set by the group fixtures df_test_world_setup / df_test_world_teardown
+ * (the setup fails on a world whose size is not DF_TEST_EXPECT_SIZE).
  * Include after cmocka.h.
  */
 #ifndef DF_TESTS_TESTMPI_H
 #define DF_TESTS_TESTMPI_H
 
 #include "distflow/comm.h"
+#include "testutil.h"
 
 #include <stdlib.h>
 
@@ -23,13 +25,26 @@ static int df_test_world_setup(void **state)
     }
     R = df_comm_rank(W);
     N = df_comm_size(W);
-    return 0;
+    return df_test_size_ok(N) ? 0 : -1;
 }
 
 static int df_test_world_teardown(void **state)
 {
     (void)state;
     return df_comm_shutdown();
+}
+
+/* max over ranks, so that all ranks assert on the same value */
+static inline double df_test_all_max(double x)
+{
+    assert_int_equal(df_comm_allreduce(W, &x, 1, DF_COMM_FLOAT64, DF_COMM_MAX), 0);
+    return x;
+}
+
+/* min over ranks */
+static inline double df_test_all_min(double x)
+{
+    return -df_test_all_max(-x);
 }
 
 /*

@@ -12,10 +12,13 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <jansson.h>
 
+#include "distflow/batch.h"
 #include "distflow/common.h"
 #include "distflow/config.h"
 #include "distflow/model.h"
+#include "distflow/rng.h"
 #include "distflow/tokenizer.h"
 #include "distflow/worker.h"
 #include "engine/hf_dir.h"
@@ -59,6 +62,21 @@ static inline int df_test_rmtree(void **state)
     return 0;
 }
 
+/**
+ * DF_TEST_EXPECT_SIZE (set by the mpiexec runs of tests/CMakeLists' mpi-test lines):
+ * whether the world has that many ranks (true when unset), so that a world of the
+ * wrong size fails instead of passing trivially as one rank. Says why when not.
+ */
+static inline bool df_test_size_ok(int size)
+{
+    const char *want = getenv("DF_TEST_EXPECT_SIZE");
+    if (want && atoi(want) != size) {
+        print_error("a world of %d ranks, DF_TEST_EXPECT_SIZE=%s\n", size, want);
+        return false;
+    }
+    return true;
+}
+
 /* |a - b| <= tol, with both values in the message. */
 #define assert_near(a, b, tol)                                                                   \
     do {                                                                                         \
@@ -79,12 +97,24 @@ static inline int df_test_digit_share(const char *data_source, const char *s, co
     return 0;
 }
 
+/** Whether df_last_error() contains `text`. */
+static inline bool df_test_error_mentions(const char *text)
+{
+    return strstr(df_last_error(), text) != NULL;
+}
+
+/* df_last_error() must contain `text`. */
+#define assert_last_error_mentions(text)                                                         \
+    do {                                                                                         \
+        if (!df_test_error_mentions(text))                                                       \
+            fail_msg("error '%s' does not mention '%s'", df_last_error(), (text));               \
+    } while (0)
+
 /* rc must be `code` and df_last_error() must contain `text`. */
 #define assert_error_mentions(rc, code, text)                                                    \
     do {                                                                                         \
         assert_int_equal((rc), (code));                                                          \
-        if (!strstr(df_last_error(), (text)))                                                    \
-            fail_msg("error '%s' does not mention '%s'", df_last_error(), (text));               \
+        assert_last_error_mentions(text);                                                        \
     } while (0)
 
 /**
@@ -120,6 +150,16 @@ static inline void df_test_tiny_model(const char *dir, const char *const *texts,
     free(model_dir);
 }
 
+/** max |a - b| over the parameters of two models of the same shape. */
+static inline double df_test_max_param_diff(const df_model *a, const df_model *b)
+{
+    assert_int_equal(a->n_params, b->n_params);
+    double d = 0;
+    for (int64_t i = 0; i < a->n_params; i++)
+        d = fmax(d, fabs((double)a->params[i] - b->params[i]));
+    return d;
+}
+
 /** A random 2-layer Qwen2 with no tokenizer (vocab 40, hidden 16, 2 heads, 1 KV head, head_dim 8). */
 static inline df_model *df_test_micro_model(uint64_t seed)
 {
@@ -137,6 +177,28 @@ static inline df_model *df_test_micro_model(uint64_t seed)
     assert_int_equal(df_model_create(&c, &m), 0);
     assert_int_equal(df_model_init_random(m, seed), 0);
     return m;
+}
+
+/** G rows from `seed`: prompts of 1-4 tokens (ids < 40), responses of 0-5 (every fifth empty). */
+static inline df_batch *df_test_synth_batch(uint64_t seed, int64_t G)
+{
+    df_rng rng;
+    df_rng_seed(&rng, df_rng_key(seed, 1, 2, 3));
+    int64_t *po = calloc((size_t)G + 1, sizeof *po), *ro = calloc((size_t)G + 1, sizeof *ro);
+    int32_t *pt = malloc((size_t)G * 4 * sizeof *pt), *rt = malloc((size_t)G * 5 * sizeof *rt + 4);
+    for (int64_t i = 0; i < G; i++) {
+        po[i + 1] = po[i] + 1 + (int64_t)df_rng_below(&rng, 4);
+        ro[i + 1] = ro[i] + (i % 5 == 3 ? 0 : 1 + (int64_t)df_rng_below(&rng, 5));
+        for (int64_t t = po[i]; t < po[i + 1]; t++)
+            pt[t] = (int32_t)df_rng_below(&rng, 40);
+        for (int64_t t = ro[i]; t < ro[i + 1]; t++)
+            rt[t] = (int32_t)df_rng_below(&rng, 40);
+    }
+    df_batch *b = df_batch_new(G);
+    assert_int_equal(df_batch_set_tok_i32(b, "prompt_ids", po, pt), 0);
+    assert_int_equal(df_batch_set_tok_i32(b, "response_ids", ro, rt), 0);
+    free(po), free(ro), free(pt), free(rt);
+    return b;
 }
 
 /**
@@ -169,21 +231,55 @@ static inline void df_test_digits_inputs(const char *dir, const char *name, int 
         df_test_tiny_model(dir, texts, n, 300, 32, 2, 7);
 }
 
-/** Run `distflow train` in-process on a train config given as YAML text (`name` in
-    errors): create the DAG worker on rank 0 of 1, fit, free. Fails the test on error. */
-static inline void df_test_fit(const char *yaml, const char *name)
+/**
+ * The lines of dir/out/metrics.jsonl as a JSON array (caller frees); each line
+ * must parse and, when `numbered`, line i must have "step" i + 1.
+ */
+static inline json_t *df_test_metrics(const char *dir, const char *out, bool numbered)
+{
+    char path[1024], *text;
+    snprintf(path, sizeof path, "%s/%s/metrics.jsonl", dir, out);
+    assert_int_equal(df_read_file(path, &text, NULL), 0);
+    json_t *lines = json_array();
+    for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n")) {
+        json_t *o = json_loads(l, 0, NULL);
+        if (!o)
+            fail_msg("%s line %zu does not parse", path, json_array_size(lines) + 1);
+        if (numbered)
+            assert_int_equal(json_integer_value(json_object_get(o, "step")), json_array_size(lines) + 1);
+        json_array_append_new(lines, o);
+    }
+    free(text);
+    return lines;
+}
+
+/** A train config from YAML text (`name` in errors) plus n overrides; fails the test on error. */
+static inline df_config *df_test_config(const char *yaml, const char *name, const char *const *ov, int n)
 {
     df_config *cfg;
-    if (df_config_load_text(df_config_schema_train(), yaml, name, NULL, 0, &cfg))
+    if (df_config_load_text(df_config_schema_train(), yaml, name, ov, n, &cfg))
         fail_msg("%s", df_last_error());
+    return cfg;
+}
+
+/** Run `distflow train` in-process on `cfg` (consumed): create the DAG worker on
+    `comm` (NULL: rank 0 of 1), fit, free. Returns the status of create or fit. */
+static inline int df_test_run(df_comm *comm, df_config *cfg)
+{
     df_dag_worker *w = NULL;
-    int rc = df_dag_worker_create(cfg, NULL, &w);
+    int rc = df_dag_worker_create(cfg, comm, &w);
     if (!rc)
         rc = df_dag_worker_fit(w);
-    if (rc)
-        fail_msg("%s", df_last_error());
     df_dag_worker_free(w);
     df_config_free(cfg);
+    return rc;
+}
+
+/** df_test_run on rank 0 of 1 for YAML text (`name` in errors); fails the test on error. */
+static inline void df_test_fit(const char *yaml, const char *name)
+{
+    if (df_test_run(NULL, df_test_config(yaml, name, NULL, 0)))
+        fail_msg("%s", df_last_error());
 }
 
 #endif
