@@ -3,6 +3,7 @@
  * helpers (split_by_fan_out_to_exits, split_by_reconverging_paths,
  * split_single_structure, generate_structural_signature), on index masks.
  */
+#include "dag/dag_internal.h"
 #include "scheduler/sched_internal.h"
 
 #include <stdlib.h>
@@ -38,14 +39,6 @@ static int glist_push(glist *l, df_task_graph *g)
     return DF_OK;
 }
 
-static int index_of(const df_task_graph *g, const char *id)
-{
-    for (int i = 0; i < df_task_graph_num_nodes(g); i++)
-        if (!strcmp(df_task_graph_node_at(g, i)->node_id, id))
-            return i;
-    return -1;
-}
-
 static void view_free(gview *v)
 {
     free(v->by_id);
@@ -69,7 +62,7 @@ static int view_init(gview *v, df_task_graph *g)
     for (int c = 0; c < n; c++) {
         const df_node *node = df_task_graph_node_at(g, c);
         for (int d = 0; d < node->n_dependencies; d++) {
-            int p = index_of(g, node->dependencies[d]);
+            int p = df_task_graph_index_of(g, node->dependencies[d]);
             if (p >= 0) {
                 v->adj[(size_t)p * nn + (size_t)c] = 1;
                 v->is_exit[p] = 0;
@@ -119,7 +112,7 @@ static int make_subgraph(const gview *v, const char *mask, const char *id, df_ta
         if ((rc = df_node_copy(orig, &copy)))
             break;
         for (int d = 0; d < orig->n_dependencies; d++) {
-            int p = index_of(v->g, orig->dependencies[d]);
+            int p = df_task_graph_index_of(v->g, orig->dependencies[d]);
             if (p < 0 || !mask[p])
                 df_node_remove_dependency(copy, orig->dependencies[d]);
         }
