@@ -23,11 +23,6 @@ int df_apportion_parse(const char *s, df_apportion *out)
     return DF_OK;
 }
 
-const char *df_apportion_name(df_apportion a)
-{
-    return a == DF_APPORTION_EVEN ? "even" : "param_aware";
-}
-
 int df_parse_model_params(const char *s, double *out)
 {
     *out = 0;
