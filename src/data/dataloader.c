@@ -74,7 +74,8 @@ static int choose_rows(df_dataloader *dl, int64_t *default_rows, int *shard_coun
 static int no_batch_error(const df_dataloader *dl, int64_t rows)
 {
     return df_error(DF_EINVAL, "dataloader: %lld rows%s give no batch of %lld%s", (long long)rows,
-                    dl->world > 1 ? " per rank" : "", (long long)dl->per, dl->drop_last ? " with drop_last" : "");
+                    dl->world > 1 ? " per rank" : "", (long long)dl->per,
+                    dl->drop_last ? " with drop_last" : "");
 }
 
 static int check_args(const df_dataset *ds, int64_t gbs, int rank, int world)
