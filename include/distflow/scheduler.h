@@ -81,7 +81,6 @@ typedef enum df_apportion {
 
 /** "even" / "param_aware" -> enum. DF_EINVAL naming the string otherwise. */
 DF_API int df_apportion_parse(const char *s, df_apportion *out);
-DF_API const char *df_apportion_name(df_apportion a);
 
 /**
  * A model size string as siiRL's _parse_model_params_string reads it:

@@ -3,6 +3,7 @@
 
 #include "algo/algo_internal.h"
 #include "util/fn_registry.h"
+#include "util/hash.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -24,14 +25,6 @@ int df_algo_check_offsets(const char *who, int64_t n, const int64_t *offsets)
 }
 
 /* ---- uid -> dense group id ----------------------------------------------- */
-
-static uint64_t fnv1a(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
 
 int df_group_ids(const char *const *uids, int64_t n, int64_t *group)
 {
@@ -55,7 +48,7 @@ int df_group_ids(const char *const *uids, int64_t n, int64_t *group)
             free(slot);
             return df_error(DF_EINVAL, "group ids: uid of sample %lld is NULL", (long long)i);
         }
-        int64_t h = (int64_t)(fnv1a(uids[i]) & (uint64_t)(cap - 1));
+        int64_t h = (int64_t)(df_fnv1a(uids[i]) & (uint64_t)(cap - 1));
         while (slot[h] >= 0 && strcmp(uids[slot[h]], uids[i]) != 0)
             h = (h + 1) & (cap - 1);
         if (slot[h] < 0) {

@@ -43,18 +43,21 @@ static int single_alltoallv(df_comm *c, const void *send, const int *scounts, co
     return 0;
 }
 
+/* A new one-rank communicator in *child; op names a failure. */
+static int single_child(df_comm *c, const char *op, df_comm **child)
+{
+    *child = df_comm_new(&df_comm_single_ops, DF_COMM_SINGLE, NULL, 0, 1);
+    return *child ? 0 : df_comm_fail(c, DF_ENOMEM, op, "out of memory");
+}
+
 static int single_split(df_comm *c, int color, int key, df_comm **child)
 {
-    if (color == DF_COMM_UNDEFINED)
-        return 0;
-    *child = df_comm_new(&df_comm_single_ops, DF_COMM_SINGLE, NULL, 0, 1);
-    return *child ? 0 : df_comm_fail(c, DF_ENOMEM, "split", "out of memory");
+    return color == DF_COMM_UNDEFINED ? 0 : single_child(c, "split", child);
 }
 
 static int single_from_ranks(df_comm *c, const int *ranks, int n, df_comm **child)
 {
-    *child = df_comm_new(&df_comm_single_ops, DF_COMM_SINGLE, NULL, 0, 1);
-    return *child ? 0 : df_comm_fail(c, DF_ENOMEM, "from_ranks", "out of memory");
+    return single_child(c, "from_ranks", child);
 }
 
 const df_comm_ops df_comm_single_ops = {

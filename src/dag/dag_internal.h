@@ -1,4 +1,4 @@
-/* dag_internal.h (internal) — helpers shared by src/dag/. */
+/* dag_internal.h (internal) — helpers shared by src/dag/ (and src/scheduler/). */
 #ifndef DF_DAG_INTERNAL_H
 #define DF_DAG_INTERNAL_H
 
@@ -11,5 +11,8 @@ int df_node_check_kind(const char *node_id, df_node_type type, df_node_role role
 /* plugin.c: true when ref looks like "path/to/libx.so:symbol" (the part
  * before the last ':' ends in ".so" or contains a '/'). */
 int df_plugin_is_ref(const char *ref);
+
+/* task_graph.c: index of the node with id `id` in g (insertion order), -1 if none or id is NULL. */
+int df_task_graph_index_of(const df_task_graph *g, const char *id);
 
 #endif /* DF_DAG_INTERNAL_H */

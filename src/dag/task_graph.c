@@ -66,7 +66,7 @@ df_node *df_task_graph_node_at(const df_task_graph *g, int i)
     return i >= 0 && i < g->n ? g->nodes[i] : NULL;
 }
 
-static int index_of(const df_task_graph *g, const char *id)
+int df_task_graph_index_of(const df_task_graph *g, const char *id)
 {
     for (int i = 0; id && i < g->n; i++)
         if (!strcmp(g->nodes[i]->node_id, id))
@@ -76,7 +76,7 @@ static int index_of(const df_task_graph *g, const char *id)
 
 df_node *df_task_graph_get_node(const df_task_graph *g, const char *node_id)
 {
-    int i = index_of(g, node_id);
+    int i = df_task_graph_index_of(g, node_id);
     return i < 0 ? NULL : g->nodes[i];
 }
 
@@ -84,7 +84,7 @@ int df_task_graph_add_node(df_task_graph *g, df_node *node)
 {
     if (!node)
         return df_error(DF_EINVAL, "task graph '%s': NULL node", g->graph_id);
-    if (index_of(g, node->node_id) >= 0) {
+    if (df_task_graph_index_of(g, node->node_id) >= 0) {
         int rc = df_error(DF_EINVAL, "task graph '%s': duplicate node id '%s'", g->graph_id,
                           node->node_id);
         df_node_free(node);
@@ -106,7 +106,7 @@ int df_task_graph_add_node(df_task_graph *g, df_node *node)
 
 int df_task_graph_remove_node(df_task_graph *g, const char *node_id)
 {
-    int i = index_of(g, node_id);
+    int i = df_task_graph_index_of(g, node_id);
     if (i < 0)
         return df_error(DF_ENOTFOUND, "task graph '%s': no node '%s' to remove", g->graph_id,
                         node_id ? node_id : "(null)");
@@ -133,7 +133,7 @@ static int refresh(df_task_graph *g)
     g->n_built = n;
     for (int i = 0; i < n; i++)
         for (int d = 0; d < g->nodes[i]->n_dependencies; d++) {
-            int j = index_of(g, g->nodes[i]->dependencies[d]);
+            int j = df_task_graph_index_of(g, g->nodes[i]->dependencies[d]);
             if (j >= 0)
                 g->n_adj[j]++, g->n_rev[i]++;
         }
@@ -146,7 +146,7 @@ static int refresh(df_task_graph *g)
     }
     for (int i = 0; i < n; i++)
         for (int d = 0; d < g->nodes[i]->n_dependencies; d++) {
-            int j = index_of(g, g->nodes[i]->dependencies[d]);
+            int j = df_task_graph_index_of(g, g->nodes[i]->dependencies[d]);
             if (j >= 0) {
                 g->adj[j][g->n_adj[j]++] = i;
                 g->rev_adj[i][g->n_rev[i]++] = j;
@@ -239,7 +239,7 @@ static int check_and_order(df_task_graph *g, int *order_out)
                 return df_error(DF_EINVAL, "task graph '%s': duplicate node id '%s'",
                                 g->graph_id, a->node_id);
         for (int d = 0; d < a->n_dependencies; d++)
-            if (index_of(g, a->dependencies[d]) < 0)
+            if (df_task_graph_index_of(g, a->dependencies[d]) < 0)
                 return df_error(DF_EINVAL,
                                 "task graph '%s': node '%s' depends on '%s', which is not in "
                                 "the graph",
@@ -348,7 +348,7 @@ int df_task_graph_exit_nodes(df_task_graph *g, df_node ***out, int *n)
 int df_task_graph_downstream_nodes(df_task_graph *g, const char *node_id, df_node ***out,
                                    int *n)
 {
-    int t = index_of(g, node_id);
+    int t = df_task_graph_index_of(g, node_id);
     if (t < 0) {
         *out = NULL;
         *n = 0;
@@ -362,7 +362,7 @@ int df_task_graph_upstream_nodes(df_task_graph *g, const char *node_id, df_node 
 {
     *out = NULL;
     *n = 0;
-    int t = index_of(g, node_id);
+    int t = df_task_graph_index_of(g, node_id);
     if (t < 0)
         return df_error(DF_ENOTFOUND, "task graph '%s': no node '%s'", g->graph_id,
                         node_id ? node_id : "(null)");

@@ -1,30 +1,14 @@
 /*
  * Balanced redistribution planning for the Data Coordinator
- * (include/distflow/coordinator.h): sample summaries, filter plugins, the plan
- * and the alltoallv send / receive views of it. Pure and deterministic: every
- * rank computes the same plan from the same gathered infos.
+ * (include/distflow/coordinator.h): filter plugins over the sample summaries
+ * (df_batch_sample_infos, in batch.c), the plan and the alltoallv send / receive
+ * views of it. Pure and deterministic: every rank computes the same plan from
+ * the same gathered infos.
  */
 #include "distflow/coordinator.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-int df_batch_sample_infos(const df_batch *b, int rank, df_sample_info **out)
-{
-    if (!b || !out || rank < 0)
-        return df_error(DF_EINVAL, "sample infos: need a batch, an output and rank >= 0 (rank=%d)",
-                        rank);
-    int64_t n = df_batch_size(b);
-    df_sample_info *v = malloc((size_t)(n ? n : 1) * sizeof *v);
-    if (!v)
-        return df_error(DF_ENOMEM, "sample infos: out of memory for %lld rows", (long long)n);
-    for (int64_t i = 0; i < n; i++) {
-        v[i] = df_batch_sample_info(b, i);
-        v[i].src_rank = rank;
-    }
-    *out = v;
-    return DF_OK;
-}
 
 int df_sample_infos_filter(df_sample_info *infos, int64_t n, df_sample_filter_fn fn, void *user,
                            int64_t *n_kept)

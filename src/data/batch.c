@@ -1,5 +1,6 @@
 /* df_batch: columns, typed access, metadata and row operations (include/distflow/batch.h). */
 #include "data/batch_internal.h"
+#include "distflow/coordinator.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -629,27 +630,63 @@ int df_batch_concat(const df_batch *const *parts, int n_parts, df_batch **out)
 
 /* ---- per-sample summary ------------------------------------------------------------ */
 
-static int64_t row_len(const df_batch *b, const char *name, int64_t i)
+/* The columns a summary reads, each looked up once: NULL where absent (or, but for the
+   ragged lengths, not of the kind read). */
+typedef struct {
+    const df_column *prompt, *response, *uid, *group, *score;
+} sample_cols;
+
+static sample_cols sample_cols_of(const df_batch *b)
 {
-    const df_column *c = df_batch_column(b, name);
+    return (sample_cols){.prompt = df_batch_column(b, "prompt_ids"),
+                         .response = df_batch_column(b, "response_ids"),
+                         .uid = col_of(b, "uid", DF_COL_STR),
+                         .group = col_of(b, "index", DF_COL_I64),
+                         .score = col_of(b, "score", DF_COL_F32)};
+}
+
+static int64_t row_len(const df_batch *b, const df_column *c, int64_t i)
+{
     if (!c || !df_col_is_ragged(c->kind) || i < 0 || i >= b->n)
         return 0;
     return c->offsets[i + 1] - c->offsets[i];
 }
 
-df_sample_info df_batch_sample_info(const df_batch *b, int64_t i)
+static df_sample_info sample_info_at(const df_batch *b, const sample_cols *c, int64_t i)
 {
     df_sample_info s;
-    s.prompt_length = row_len(b, "prompt_ids", i);
-    s.response_length = row_len(b, "response_ids", i);
-    s.sum_tokens = s.prompt_length + s.response_length;
-    s.uid = df_batch_str(b, "uid", i);
-    const int64_t *grp = df_batch_i64(b, "index");
-    const float *score = df_batch_f32(b, "score");
     bool in = i >= 0 && i < b->n;
-    s.group = grp && in ? grp[i] : -1;
-    s.score = score && in ? (double)score[i] : (double)NAN;
+    s.prompt_length = row_len(b, c->prompt, i);
+    s.response_length = row_len(b, c->response, i);
+    s.sum_tokens = s.prompt_length + s.response_length;
+    s.uid = c->uid && in ? ((char **)c->uid->data)[i] : NULL;
+    s.group = c->group && in ? ((const int64_t *)c->group->data)[i] : -1;
+    s.score = c->score && in ? (double)((const float *)c->score->data)[i] : (double)NAN;
     s.src_rank = 0;
     s.src_index = i;
     return s;
+}
+
+df_sample_info df_batch_sample_info(const df_batch *b, int64_t i)
+{
+    sample_cols c = sample_cols_of(b);
+    return sample_info_at(b, &c, i);
+}
+
+int df_batch_sample_infos(const df_batch *b, int rank, df_sample_info **out)
+{
+    if (!b || !out || rank < 0)
+        return df_error(DF_EINVAL, "sample infos: need a batch, an output and rank >= 0 (rank=%d)",
+                        rank);
+    int64_t n = df_batch_size(b);
+    df_sample_info *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+    if (!v)
+        return df_error(DF_ENOMEM, "sample infos: out of memory for %lld rows", (long long)n);
+    sample_cols c = sample_cols_of(b);
+    for (int64_t i = 0; i < n; i++) {
+        v[i] = sample_info_at(b, &c, i);
+        v[i].src_rank = rank;
+    }
+    *out = v;
+    return DF_OK;
 }

@@ -11,7 +11,7 @@ struct df_dataloader {
     int64_t *pos;     /* local position -> dataset row; NULL: the identity */
     int64_t avail;    /* rows of this rank's shard in ds */
     int64_t rows;     /* rows per rank actually used (<= avail) */
-    int64_t gbs, per; /* global batch, rows per rank per step (gbs / world) */
+    int64_t per;      /* rows per rank per step (global batch / world) */
     int64_t steps;    /* per epoch */
     int rank, world;
     bool shuffle, drop_last;
@@ -54,11 +54,13 @@ static int select_rows(df_dataloader *dl, int64_t *min_rows)
     return DF_OK;
 }
 
-/* Which rows of ds this rank reads; DF_EINVAL when ds holds another rank's shard. */
-static int choose_rows(df_dataloader *dl, int64_t *default_rows)
+/* Which rows of ds this rank reads; DF_EINVAL when ds holds another rank's shard.
+ * *shard_count: ds's shard count (1: it holds every shard). */
+static int choose_rows(df_dataloader *dl, int64_t *default_rows, int *shard_count)
 {
     int si, sc;
     df_dataset_shard(dl->ds, &si, &sc);
+    *shard_count = sc;
     if (dl->world > 1 && sc == 1)
         return select_rows(dl, default_rows);
     if (dl->world > 1 && (sc != dl->world || si != dl->rank))
@@ -66,6 +68,14 @@ static int choose_rows(df_dataloader *dl, int64_t *default_rows)
                         dl->world, si, sc);
     dl->avail = *default_rows = df_dataset_size(dl->ds); /* its own shard, or world 1 */
     return DF_OK;
+}
+
+/* "rows give no batch" (world 1) / "rows per rank give no batch". */
+static int no_batch_error(const df_dataloader *dl, int64_t rows)
+{
+    return df_error(DF_EINVAL, "dataloader: %lld rows%s give no batch of %lld%s", (long long)rows,
+                    dl->world > 1 ? " per rank" : "", (long long)dl->per,
+                    dl->drop_last ? " with drop_last" : "");
 }
 
 static int check_args(const df_dataset *ds, int64_t gbs, int rank, int world)
@@ -91,7 +101,6 @@ int df_dataloader_create(const df_dataset *ds, int64_t global_batch_size, int ra
     if (rc || !dl)
         return rc ? rc : df_error(DF_ENOMEM, "dataloader: out of memory");
     *dl = (df_dataloader){.ds = ds,
-                          .gbs = global_batch_size,
                           .per = global_batch_size / world,
                           .rank = rank,
                           .world = world,
@@ -100,19 +109,16 @@ int df_dataloader_create(const df_dataset *ds, int64_t global_batch_size, int ra
                           .seed = seed,
                           .perm_epoch = -1};
     int64_t rows = 0;
-    if (!(rc = choose_rows(dl, &rows)) && shuffle &&
+    int sc = 1;
+    if (!(rc = choose_rows(dl, &rows, &sc)) && shuffle &&
         !(dl->perm = malloc((size_t)(dl->avail ? dl->avail : 1) * sizeof *dl->perm)))
         rc = df_error(DF_ENOMEM, "dataloader: out of memory for %lld rows", (long long)dl->avail);
     dl->rows = rows;
     dl->steps = steps_for(dl, rows);
-    int sc;
-    df_dataset_shard(ds, NULL, &sc);
     /* a rank holding its shard cannot see the others' counts: the check
      * waits for set_rows_per_rank, which all ranks call alike and fail alike */
     if (!rc && dl->steps == 0 && (world == 1 || sc == 1))
-        rc = df_error(DF_EINVAL, "dataloader: %lld rows%s give no batch of %lld%s", (long long)rows,
-                      world > 1 ? " per rank" : "", (long long)(world > 1 ? dl->per : dl->gbs),
-                      drop_last ? " with drop_last" : "");
+        rc = no_batch_error(dl, rows);
     if (rc) {
         df_dataloader_free(dl);
         return rc;
@@ -146,8 +152,7 @@ int df_dataloader_set_rows_per_rank(df_dataloader *dl, int64_t rows)
                         (long long)rows, (long long)dl->avail, dl->rank);
     int64_t steps = steps_for(dl, rows);
     if (steps == 0)
-        return df_error(DF_EINVAL, "dataloader: %lld rows per rank give no batch of %lld%s", (long long)rows,
-                        (long long)dl->per, dl->drop_last ? " with drop_last" : "");
+        return no_batch_error(dl, rows);
     if (dl->step >= steps)
         return df_error(DF_EINVAL, "dataloader: position step %lld is past the %lld steps of %lld rows",
                         (long long)dl->step, (long long)steps, (long long)rows);

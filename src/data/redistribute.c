@@ -9,6 +9,7 @@
  *      the put succeeds or fails on every rank alike.
  */
 #include "data/buffers_internal.h"
+#include "util/hash.h"
 #include "util/le.h"
 #include "util/sbuf.h"
 
@@ -91,10 +92,7 @@ static int schema_text(const df_batch *b, char **out)
 /* FNV-1a, kept below 2^62 so it survives any signed handling. */
 static uint64_t text_hash(const char *s)
 {
-    uint64_t h = 1469598103934665603ULL;
-    for (; *s; s++)
-        h = (h ^ (uint8_t)*s) * 1099511628211ULL;
-    return h & ((1ULL << 62) - 1);
+    return df_fnv1a(s) & ((1ULL << 62) - 1);
 }
 
 static const char *kind_name(int k)

@@ -6,6 +6,7 @@
  * compute the advantage first; they are rewired here, and any other graph is
  * checked instead of silently reordered.
  */
+#include "dag/dag_internal.h"
 #include "scheduler/sched_internal.h"
 
 #include <stdlib.h>
@@ -20,14 +21,6 @@ static bool is_old_log_prob(const df_node *n)
 static bool is_reference(const df_node *n)
 {
     return n->node_role == DF_ROLE_REFERENCE;
-}
-
-static int index_of(const df_task_graph *g, const char *id)
-{
-    for (int i = 0; i < df_task_graph_num_nodes(g); i++)
-        if (!strcmp(df_task_graph_node_at(g, i)->node_id, id))
-            return i;
-    return -1;
 }
 
 /* Which of the two log-prob kinds are among `a`'s transitive dependencies: bit 1 old, bit 2 reference. */
@@ -46,7 +39,7 @@ static int upstream_kinds(const df_task_graph *g, const df_node *a, int *found)
     const df_node *cur = a;
     for (;;) {
         for (int k = 0; k < cur->n_dependencies; k++) {
-            int j = index_of(g, cur->dependencies[k]);
+            int j = df_task_graph_index_of(g, cur->dependencies[k]);
             if (j >= 0 && !seen[j]) {
                 seen[j] = 1;
                 stack[top++] = j;

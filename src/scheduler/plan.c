@@ -137,28 +137,37 @@ static double model_dir_params(const char *dir)
     return (double)total;
 }
 
+/* param_aware sizes of a plan: each model path's parameter count, read at most once per key. */
+typedef struct {
+    const df_config *c;
+    int n;
+    struct {
+        const char *key;
+        double params;
+    } seen[3]; /* role_model_key's keys */
+} plan_sizes;
+
+/* A model node without `model_params`: the parameter count of its role's model from config.json. */
+static double node_model_params(const df_node *n, void *user)
+{
+    plan_sizes *ps = user;
+    const char *key = role_model_key(n->node_role);
+    if (!key || df_config_is_null(ps->c, key))
+        return 0;
+    for (int i = 0; i < ps->n; i++)
+        if (!strcmp(ps->seen[i].key, key))
+            return ps->seen[i].params;
+    double p = model_dir_params(df_config_str(ps->c, key));
+    if (ps->n < (int)(sizeof ps->seen / sizeof ps->seen[0]))
+        ps->seen[ps->n].key = key, ps->seen[ps->n++].params = p;
+    return p;
+}
+
 /* Size of a subgraph for param_aware: each model node's `model_params` config
    (siiRL), else the parameter count of its role's model from config.json. */
 static double config_graph_size(const df_task_graph *g, void *user)
 {
-    const df_config *c = user;
-    double total = 0;
-    bool model = false;
-    for (int i = 0; i < df_task_graph_num_nodes(g); i++) {
-        const df_node *n = df_task_graph_node_at(g, i);
-        const char *key = role_model_key(n->node_role);
-        if (n->node_type != DF_NODE_MODEL_TRAIN && n->node_type != DF_NODE_MODEL_INFERENCE)
-            continue;
-        model = true;
-        double p = 0;
-        const char *v = df_node_get_config(n, "model_params");
-        if (v && df_parse_model_params(v, &p))
-            df_clear_error(), p = 0;
-        else if (!v && key && !df_config_is_null(c, key))
-            p = model_dir_params(df_config_str(c, key));
-        total += p > 0 ? p : 0;
-    }
-    return model ? total : (double)df_task_graph_num_nodes(g);
+    return df_sched_graph_params(g, node_model_params, user);
 }
 
 void df_plan_free(df_plan *p)
@@ -186,7 +195,8 @@ int df_plan_create(const df_config *c, df_warn_fn warn, void *user, df_plan **ou
     if (!rc && (nnodes > (1 << 20) || gpus > (1 << 20)))
         rc = df_error(DF_EINVAL, "%s: trainer.nnodes x trainer.n_gpus_per_node is too large",
                       df_config_where(c, "trainer.nnodes"));
-    df_schedule_opts so = {.size_fn = config_graph_size, .size_user = (void *)c};
+    plan_sizes sizes = {.c = c};
+    df_schedule_opts so = {.size_fn = config_graph_size, .size_user = &sizes};
     if (!rc)
         rc = df_schedule_create(p->subgraphs, p->n_subgraphs, (int)nnodes, (int)gpus, &so, &p->schedule);
     if (!rc)

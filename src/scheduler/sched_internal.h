@@ -23,4 +23,13 @@ int *df_sched_sorted_ids(const df_task_graph *g);
  */
 int df_task_graph_order_for_kl_in_reward(df_task_graph *g, bool may_reorder, const char *source);
 
+/* Parameters of a model node without a `model_params` config (<= 0 counts as none). */
+typedef double (*df_sched_params_fallback)(const df_node *n, void *user);
+
+/* Size of g for param_aware: the sum of its model nodes' `model_params`
+   (siiRL; an unreadable one counts 0, one without it fallback(n, user), or 0
+   when fallback is NULL), or g's node count when it has no model node.
+   df_graph_estimate_params is this with no fallback. */
+double df_sched_graph_params(const df_task_graph *g, df_sched_params_fallback fallback, void *user);
+
 #endif /* DF_SCHED_INTERNAL_H */

@@ -3,6 +3,7 @@
  * helpers (split_by_fan_out_to_exits, split_by_reconverging_paths,
  * split_single_structure, generate_structural_signature), on index masks.
  */
+#include "dag/dag_internal.h"
 #include "scheduler/sched_internal.h"
 
 #include <stdlib.h>
@@ -38,19 +39,13 @@ static int glist_push(glist *l, df_task_graph *g)
     return DF_OK;
 }
 
-static int index_of(const df_task_graph *g, const char *id)
-{
-    for (int i = 0; i < df_task_graph_num_nodes(g); i++)
-        if (!strcmp(df_task_graph_node_at(g, i)->node_id, id))
-            return i;
-    return -1;
-}
-
+/* Frees and clears: safe again after it, or after a failed view_init. */
 static void view_free(gview *v)
 {
     free(v->by_id);
     free(v->adj);
     free(v->is_exit);
+    v->by_id = NULL, v->adj = NULL, v->is_exit = NULL;
 }
 
 static int view_init(gview *v, df_task_graph *g)
@@ -69,7 +64,7 @@ static int view_init(gview *v, df_task_graph *g)
     for (int c = 0; c < n; c++) {
         const df_node *node = df_task_graph_node_at(g, c);
         for (int d = 0; d < node->n_dependencies; d++) {
-            int p = index_of(g, node->dependencies[d]);
+            int p = df_task_graph_index_of(g, node->dependencies[d]);
             if (p >= 0) {
                 v->adj[(size_t)p * nn + (size_t)c] = 1;
                 v->is_exit[p] = 0;
@@ -119,7 +114,7 @@ static int make_subgraph(const gview *v, const char *mask, const char *id, df_ta
         if ((rc = df_node_copy(orig, &copy)))
             break;
         for (int d = 0; d < orig->n_dependencies; d++) {
-            int p = index_of(v->g, orig->dependencies[d]);
+            int p = df_task_graph_index_of(v->g, orig->dependencies[d]);
             if (p < 0 || !mask[p])
                 df_node_remove_dependency(copy, orig->dependencies[d]);
         }
@@ -393,12 +388,10 @@ static int split_reconverging(const gview *v, int k, glist *out)
 
 /* ---- signature and the driver ------------------------------------------- */
 
-int df_task_graph_signature(df_task_graph *g, char **out)
+static int view_signature(const gview *vp, char **out)
 {
-    gview v;
-    int rc = view_init(&v, g);
-    if (rc)
-        return rc;
+    const gview v = *vp;
+    df_task_graph *g = v.g;
     df_sbuf b = {0};
     df_sbuf_printf(&b, "struct_nodes:");
     for (int j = 0; j < v.n; j++) {
@@ -424,8 +417,17 @@ int df_task_graph_signature(df_task_graph *g, char **out)
                                df_task_graph_node_at(g, v.by_id[j])->node_id);
                 first = false;
             }
-    view_free(&v);
     return df_sbuf_finish(&b, out);
+}
+
+int df_task_graph_signature(df_task_graph *g, char **out)
+{
+    gview v;
+    int rc = view_init(&v, g);
+    if (!rc)
+        rc = view_signature(&v, out);
+    view_free(&v);
+    return rc;
 }
 
 void df_task_graph_list_free(df_task_graph **graphs, int n)
@@ -443,16 +445,13 @@ static bool sig_seen(char **sigs, int n, const char *s)
     return false;
 }
 
-/* Split `cur` once (fan-out first, then re-convergence) into queue; *split tells whether it did. */
-static int split_once(df_task_graph *cur, int k, glist *queue, bool *split)
+/* Split the view's graph once (fan-out first, then re-convergence) into queue; *split tells
+   whether it did. */
+static int split_once(const gview *v, int k, glist *queue, bool *split)
 {
-    gview v;
-    int before = queue->n, rc = view_init(&v, cur);
-    if (!rc)
-        rc = split_fan_out(&v, k, queue);
+    int before = queue->n, rc = split_fan_out(v, k, queue);
     if (!rc && queue->n == before)
-        rc = split_reconverging(&v, k, queue);
-    view_free(&v);
+        rc = split_reconverging(v, k, queue);
     *split = queue->n > before;
     return rc;
 }
@@ -477,13 +476,16 @@ int df_task_graph_split(df_task_graph *g, df_task_graph ***out, int *n)
         queue.a[head++] = NULL;
         char *sig = NULL;
         bool split = false;
-        if ((rc = df_task_graph_signature(cur, &sig)) || sig_seen(sigs, n_sigs, sig)) {
+        gview v; /* one view for both the signature and the split */
+        if ((rc = view_init(&v, cur)) || (rc = view_signature(&v, &sig)) || sig_seen(sigs, n_sigs, sig)) {
+            view_free(&v);
             free(sig);
             df_task_graph_free(cur);
             continue;
         }
         char **grown = realloc(sigs, (size_t)(n_sigs + 1) * sizeof *sigs);
         if (!grown) {
+            view_free(&v);
             free(sig);
             df_task_graph_free(cur);
             rc = df_error(DF_ENOMEM, "out of memory");
@@ -491,7 +493,8 @@ int df_task_graph_split(df_task_graph *g, df_task_graph ***out, int *n)
         }
         sigs = grown;
         sigs[n_sigs++] = sig;
-        rc = split_once(cur, ++k, &queue, &split);
+        rc = split_once(&v, ++k, &queue, &split);
+        view_free(&v);
         if (rc || split)
             df_task_graph_free(cur);
         else

@@ -23,11 +23,6 @@ int df_apportion_parse(const char *s, df_apportion *out)
     return DF_OK;
 }
 
-const char *df_apportion_name(df_apportion a)
-{
-    return a == DF_APPORTION_EVEN ? "even" : "param_aware";
-}
-
 int df_parse_model_params(const char *s, double *out)
 {
     *out = 0;
@@ -50,7 +45,7 @@ int df_parse_model_params(const char *s, double *out)
     return DF_OK;
 }
 
-double df_graph_estimate_params(const df_task_graph *g)
+double df_sched_graph_params(const df_task_graph *g, df_sched_params_fallback fallback, void *user)
 {
     int n = df_task_graph_num_nodes(g);
     bool model = false;
@@ -63,11 +58,18 @@ double df_graph_estimate_params(const df_task_graph *g)
         const char *v = df_node_get_config(node, "model_params");
         double p = 0;
         if (v && df_parse_model_params(v, &p))
-            df_clear_error(); /* siiRL counts an unreadable size as 0 */
+            df_clear_error(), p = 0; /* siiRL counts an unreadable size as 0 */
+        else if (!v && fallback)
+            p = fallback(node, user);
         if (p > 0)
             total += p;
     }
     return model ? total : (double)n;
+}
+
+double df_graph_estimate_params(const df_task_graph *g)
+{
+    return df_sched_graph_params(g, NULL, NULL);
 }
 
 void df_schedule_free(df_schedule *s)

@@ -1,5 +1,6 @@
 /* Hash maps, the GPT-2 byte-level alphabet and UTF-8 checks for the tokenizer. */
 #include "tokenizer/tok_internal.h"
+#include "util/hash.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -8,11 +9,7 @@
 
 static uint64_t str_hash(const char *s, int64_t n)
 {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (int64_t i = 0; i < n; i++) {
-        h ^= (uint8_t)s[i];
-        h *= 1099511628211ull;
-    }
+    uint64_t h = df_fnv1a_n(s, (size_t)n);
     return h ^ (h >> 29);
 }
 
