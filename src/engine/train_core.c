@@ -226,11 +226,12 @@ int df_train_core_update(df_train_core *c, df_batch *b, int64_t mini_batch_size,
     for (int ep = 0; ep < epochs && !rc; ep++) {
         for (int64_t k = 0; k < (int64_t)n_mini && !rc; k++) {
             int64_t s = k * mbs < n ? k * mbs : n, e = s + mbs < n ? s + mbs : n;
-            df_batch *mb = NULL;
-            if (e > s)
-                rc = df_batch_slice(b, s, e, &mb);
+            df_batch *sliced = NULL; /* the whole batch is used as is, never copied */
+            const df_batch *mb = e > s && s == 0 && e == n ? b : NULL;
+            if (e > s && !mb && !(rc = df_batch_slice(b, s, e, &sliced)))
+                mb = sliced;
             rc = mini_batch(c, mb, lr, loss, m, rc);
-            df_batch_free(mb);
+            df_batch_free(sliced);
         }
     }
     df_progress_end(&c->bar);
