@@ -77,7 +77,6 @@ int df_adv_groups_compute(const char *who, const df_adv_input *in, df_adv_groups
     const int64_t n = in->n;
     size_t m = (size_t)(n > 0 ? n : 1);
     memset(g, 0, sizeof *g);
-    g->n = n;
     g->score = malloc(m * sizeof *g->score);
     g->count = calloc(m, sizeof *g->count);
     g->sum = calloc(m, sizeof *g->sum);

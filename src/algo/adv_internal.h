@@ -25,9 +25,8 @@ enum {
 int df_adv_check(const char *who, const df_adv_input *in, unsigned needs, const float *advantages,
                  const float *returns);
 
-/* Per-sample scores and per-group statistics, indexed by group id ([n] each). */
+/* Per-sample scores and per-group statistics, indexed by sample / group id ([n] each, n = in->n). */
 typedef struct df_adv_groups {
-    int64_t n;              /* samples */
     double *score;          /* [n] sum of each sample's token rewards */
     int64_t *count;         /* [n] samples per group id */
     double *sum;            /* [n] sum of scores per group */

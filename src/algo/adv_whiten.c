@@ -51,13 +51,17 @@ static void apply(src x, int64_t n, int64_t count, double mean, double ssd, floa
         out[t] = (float)((at(x, t) - mean) * scale);
 }
 
+/* Whiten n > 0 values over themselves: the three steps of the split form on one part. */
+static void whiten(src x, int64_t n, float *out)
+{
+    const double mean = sum_of(x, n) / (double)n;
+    apply(x, n, n, mean, ssd_of(x, n, mean), out);
+}
+
 void df_adv_whiten_d(int64_t n_tokens, const double *x, float *out)
 {
-    if (n_tokens <= 0)
-        return;
-    const src s = {.d = x};
-    const double mean = sum_of(s, n_tokens) / (double)n_tokens;
-    apply(s, n_tokens, n_tokens, mean, ssd_of(s, n_tokens, mean), out);
+    if (n_tokens > 0)
+        whiten((src){.d = x}, n_tokens, out);
 }
 
 void df_adv_finish_whiten(const df_adv_input *in, int64_t n_tokens, const double *x, float *out)
@@ -78,9 +82,7 @@ int df_adv_whiten(int64_t n_tokens, const float *x, float *out)
         return DF_OK;
     if (!x || !out)
         return df_error(DF_EINVAL, "whiten: NULL input or output");
-    const src s = {.f = x};
-    const double mean = sum_of(s, n_tokens) / (double)n_tokens;
-    apply(s, n_tokens, n_tokens, mean, ssd_of(s, n_tokens, mean), out);
+    whiten((src){.f = x}, n_tokens, out);
     return DF_OK;
 }
 

@@ -5,7 +5,8 @@
 
 #include "distflow/algo.h"
 
-/* verl clamps log-ratios to this range before exp() for stability. */
+/* verl clamps log-ratios to this range before exp() for stability (also rollout_corr_helper's
+   SAFETY_BOUND). */
 #define DF_LOSS_LOG_RATIO_CLAMP 20.0
 
 /*
@@ -19,13 +20,19 @@ int df_loss_check_input(const char *who, const df_policy_loss_input *in, const d
 /* DF_EINVAL unless both clip ratios are >= 0 (NaN included). */
 int df_loss_check_clip(const char *who, const df_policy_loss_input *in);
 
-/* Clamp a log-ratio to +-DF_LOSS_LOG_RATIO_CLAMP; *live = false when clamped. */
-static inline double df_loss_clamp_log_ratio(double x, bool *live)
+/* Clamp a log-ratio to +-DF_LOSS_LOG_RATIO_CLAMP (NaN stays NaN). */
+static inline double df_loss_clamp(double x)
 {
-    *live = x >= -DF_LOSS_LOG_RATIO_CLAMP && x <= DF_LOSS_LOG_RATIO_CLAMP;
     return x < -DF_LOSS_LOG_RATIO_CLAMP  ? -DF_LOSS_LOG_RATIO_CLAMP
            : x > DF_LOSS_LOG_RATIO_CLAMP ? DF_LOSS_LOG_RATIO_CLAMP
                                          : x;
+}
+
+/* df_loss_clamp; *live = false when clamped. */
+static inline double df_loss_clamp_log_ratio(double x, bool *live)
+{
+    *live = x >= -DF_LOSS_LOG_RATIO_CLAMP && x <= DF_LOSS_LOG_RATIO_CLAMP;
+    return df_loss_clamp(x);
 }
 
 #endif /* DF_ALGO_LOSS_INTERNAL_H */

@@ -36,11 +36,13 @@ static double token_key(uint64_t seed, int64_t g)
     return (double)(df_rng_key(seed, (uint64_t)g, 0, 0) >> 11) * 0x1.0p-53;
 }
 
-/* PPO's ratio clip of one token, as verl's clip_by_origin (pg_losses2 > pg_losses1). */
-static bool ppo_clipped(const df_policy_loss_input *in, int64_t t, double *l1, double *l2, bool *live)
+/* PPO's ratio clip of one token, as verl's clip_by_origin (pg_losses2 > pg_losses1); *d is the
+   clamped log-ratio. */
+static bool ppo_clipped(const df_policy_loss_input *in, int64_t t, double *l1, double *l2, double *d,
+                        bool *live)
 {
-    double d = df_loss_clamp_log_ratio((double)in->log_prob[t] - (double)in->old_log_prob[t], live);
-    double r = exp(d), A = in->advantages[t];
+    *d = df_loss_clamp_log_ratio((double)in->log_prob[t] - (double)in->old_log_prob[t], live);
+    double r = exp(*d), A = in->advantages[t];
     *l1 = -A * r;
     *l2 = -A * fmin(fmax(r, 1.0 - in->clip_ratio_low), 1.0 + in->clip_ratio_high);
     return *l2 > *l1;
@@ -63,18 +65,17 @@ static int check_cov(const char *who, int kind, const df_policy_loss_input *in,
     return DF_OK;
 }
 
-/* Selection key of token t given the means; false when t is not a candidate. */
+/* Selection key of token t given the means; false when t is not a candidate. `clipped`: t's
+   ppo_clipped (clip_cov only; kl_cov ignores it). */
 static bool candidate_key(int kind, const df_policy_loss_input *in, double adv_mean, double logp_mean,
-                          int64_t t, double *key)
+                          int64_t t, bool clipped, double *key)
 {
     double cov = ((double)in->advantages[t] - adv_mean) * ((double)in->log_prob[t] - logp_mean);
     if (kind == KIND_KL) {
         *key = -cov; /* largest covariance first */
         return true;
     }
-    double l1, l2;
-    bool live;
-    if (ppo_clipped(in, t, &l1, &l2, &live) || !(cov > in->clip_cov_lb && cov < in->clip_cov_ub))
+    if (clipped || !(cov > in->clip_cov_lb && cov < in->clip_cov_ub))
         return false;
     *key = token_key(in->seed, in->token_base + t);
     return true;
@@ -99,9 +100,12 @@ static int compute_stats(int kind, const df_policy_loss_input *in, df_cov_stats 
     if (!keys)
         return df_error(DF_ENOMEM, "out of memory for %lld covariance keys", (long long)T);
     int64_t nc = 0;
-    for (int64_t t = 0; t < T; t++)
-        if (candidate_key(kind, in, st->adv_mean, st->logp_mean, t, &keys[nc].key))
+    for (int64_t t = 0; t < T; t++) {
+        double l1, l2, d;
+        bool live, clipped = kind == KIND_CLIP && ppo_clipped(in, t, &l1, &l2, &d, &live);
+        if (candidate_key(kind, in, st->adv_mean, st->logp_mean, t, clipped, &keys[nc].key))
             keys[nc++].index = in->token_base + t;
+    }
     /* verl: max(int(ratio * n_valid), 1), int() truncating the double product */
     double ratio = kind == KIND_CLIP ? in->clip_cov_ratio : in->kl_cov_ratio;
     int64_t k = (int64_t)(ratio * (double)T);
@@ -147,10 +151,11 @@ static int stats_for(const char *who, int kind, const df_policy_loss_input *in, 
     return compute_stats(kind, in, own);
 }
 
-static bool selected(int kind, const df_policy_loss_input *in, const df_cov_stats *st, int64_t t)
+static bool selected(int kind, const df_policy_loss_input *in, const df_cov_stats *st, int64_t t,
+                     bool clipped)
 {
     double key;
-    if (st->n_select == 0 || !candidate_key(kind, in, st->adv_mean, st->logp_mean, t, &key))
+    if (st->n_select == 0 || !candidate_key(kind, in, st->adv_mean, st->logp_mean, t, clipped, &key))
         return false;
     return key_le(key, in->token_base + t, st->key_threshold, st->index_threshold);
 }
@@ -168,13 +173,13 @@ int df_policy_loss_clip_cov(const df_policy_loss_input *in, df_policy_loss_outpu
     double loss = 0, kl = 0;
     int64_t n_sel = 0;
     for (int64_t t = 0; t < T; t++) {
-        double l1, l2, w = in->weights[t];
-        bool live, clipped = ppo_clipped(in, t, &l1, &l2, &live);
-        bool sel = selected(KIND_CLIP, in, st, t);
+        double l1, l2, d, w = in->weights[t];
+        bool live, clipped = ppo_clipped(in, t, &l1, &l2, &d, &live);
+        bool sel = selected(KIND_CLIP, in, st, t, clipped);
         /* verl multiplies the loss by corr = 0: the token drops out entirely */
         loss += sel ? 0.0 : w * (clipped ? l2 : l1);
         n_sel += sel;
-        kl -= df_loss_clamp_log_ratio((double)in->log_prob[t] - (double)in->old_log_prob[t], &live);
+        kl -= d;
         if (out->grad)
             out->grad[t] = (float)(!sel && !clipped && live ? w * l1 : 0.0);
     }
@@ -200,7 +205,7 @@ int df_policy_loss_kl_cov(const df_policy_loss_input *in, df_policy_loss_output 
         bool live;
         double d = df_loss_clamp_log_ratio((double)in->log_prob[t] - (double)in->old_log_prob[t], &live);
         double A = in->advantages[t], w = in->weights[t], r = exp(d);
-        bool sel = selected(KIND_KL, in, st, t);
+        bool sel = selected(KIND_KL, in, st, t, false);
         double pen = sel ? in->ppo_kl_coef : 0.0;
         loss += w * (-A * r + pen * fabs(d));
         kl_abs += fabs(d);

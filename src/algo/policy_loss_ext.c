@@ -34,7 +34,7 @@ int df_loss_check_clip(const char *who, const df_policy_loss_input *in)
 
 /* Statistics of a loss: token means over this call's tokens. */
 typedef struct {
-    double loss, kl;
+    double loss;
     int64_t n_clip;
 } loss_sums;
 

@@ -9,14 +9,6 @@
 #include <math.h>
 #include <string.h>
 
-/* verl rollout_corr_helper's SAFETY_BOUND on log-ratios before exp(): the same 20 as the losses' clamp. */
-#define SAFETY_BOUND DF_LOSS_LOG_RATIO_CLAMP
-
-static double clampd(double x, double lo, double hi)
-{
-    return x < lo ? lo : x > hi ? hi : x;
-}
-
 int df_tis_weights(int64_t n_tokens, const float *old_log_prob, const float *rollout_log_prob, double cap,
                    const float *w_in, float *w_out)
 {
@@ -50,7 +42,7 @@ static void add_token(mm_sums *s, double old, double ro, double cap)
     s->diff_sum += diff;
     s->diff_sq += diff * diff;
     s->diff_max = fmax(s->diff_max, diff);
-    double x = old - ro, xs = clampd(x, -SAFETY_BOUND, SAFETY_BOUND), rho = exp(xs);
+    double x = old - ro, xs = df_loss_clamp(x), rho = exp(xs);
     s->kl += ro - old;
     s->k3 += rho - xs - 1.0;
     s->chi2 += rho * rho;
@@ -76,7 +68,7 @@ static void add_seq(mm_sums *s, const float *old, const float *ro, int64_t len)
     s->lpd_max = fmax(s->lpd_max, d);
     s->lpd_min = fmin(s->lpd_min, d);
     s->ppl_ratio += exp(d);
-    s->chi2_seq += exp(2.0 * clampd(so - sr, -SAFETY_BOUND, SAFETY_BOUND));
+    s->chi2_seq += exp(2.0 * df_loss_clamp(so - sr));
 }
 
 static void finish(const mm_sums *s, int64_t T, int64_t S, df_rollout_mismatch *o)

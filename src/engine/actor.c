@@ -13,9 +13,10 @@
 enum { B_LOGP, B_ENT, B_DLOGP, B_DENT, B_W, B_WPG, N_BUF };
 
 struct df_actor {
-    df_train_core c;  /* model, gradients, AdamW, activations, DP comm, steps */
+    df_train_core c;           /* model, gradients, AdamW, activations, DP comm, steps */
     df_actor_params p;
-    int64_t n_micro;  /* micro-batches of this update so far: keys clip_cov's random choice */
+    int64_t n_micro;           /* micro-batches of this update so far: keys clip_cov's random choice */
+    df_policy_loss_fn loss_fn; /* p.loss.policy_loss, looked up at this update's first micro-batch */
 };
 
 int df_actor_create(df_model *model, const df_actor_params *p, bool trainable, df_actor **out)
@@ -24,8 +25,7 @@ int df_actor_create(df_model *model, const df_actor_params *p, bool trainable, d
     if (!a)
         return df_error(DF_ENOMEM, "out of memory creating the actor");
     a->p = *p;
-    df_core_optim o = p->optim;
-    int rc = df_train_core_init(&a->c, model, &o, trainable, N_BUF, "actor");
+    int rc = df_train_core_init(&a->c, model, &p->optim, trainable, N_BUF, "actor");
     if (rc) {
         free(a);
         return rc;
@@ -56,9 +56,8 @@ static int plan(df_actor *a, const df_batch *b, bool forward_only, int64_t **bou
     return df_train_core_plan(&a->c, b, rows, toks, bounds, n_mb);
 }
 
-/* Log-probs of this rank's rows, and the entropy sum and token count when `ent_sum`. */
-static int log_prob_local(df_actor *a, df_batch *b, const char *out_col, double *ent_sum,
-                          int64_t *ent_n)
+/* Log-probs of this rank's rows; ent non-NULL: the entropy sum and token count added to ent[0], ent[1]. */
+static int log_prob_local(df_actor *a, df_batch *b, const char *out_col, double *ent)
 {
     df_train_core *c = &a->c;
     float *dst;
@@ -72,11 +71,12 @@ static int log_prob_local(df_actor *a, df_batch *b, const char *out_col, double 
     for (int64_t m = 0; m < n_mb && !rc; m++) {
         if ((rc = df_pack_responses(&c->pk, b, bounds[m], bounds[m + 1])))
             break;
-        float *ent = ent_sum ? c->buf[B_ENT] : NULL;
-        rc = df_model_forward(c->model, c->acts, &c->pk.sb, a->p.temperature, dst + ro[bounds[m]], ent);
+        float *tok_ent = ent ? c->buf[B_ENT] : NULL;
+        rc = df_model_forward(c->model, c->acts, &c->pk.sb, a->p.temperature, dst + ro[bounds[m]], tok_ent);
         for (int64_t j = 0; ent && j < c->pk.sb.n_out; j++)
-            *ent_sum += ent[j];
-        *ent_n += c->pk.sb.n_out;
+            ent[0] += tok_ent[j];
+        if (ent)
+            ent[1] += (double)c->pk.sb.n_out;
     }
     free(bounds);
     return rc;
@@ -85,11 +85,9 @@ static int log_prob_local(df_actor *a, df_batch *b, const char *out_col, double 
 int df_actor_compute_log_prob(df_actor *a, df_batch *b, const char *out_col, double *entropy_mean)
 {
     double ent[2] = {0, 0}; /* entropy sum, tokens */
-    int64_t n_tok = 0;
-    int rc = log_prob_local(a, b, out_col, entropy_mean ? &ent[0] : NULL, &n_tok);
+    int rc = log_prob_local(a, b, out_col, entropy_mean ? ent : NULL);
     if (!entropy_mean)
         return rc;
-    ent[1] = (double)n_tok;
     if ((rc = df_train_core_reduce(&a->c, ent, 2, DF_COMM_SUM, rc, "the entropy mean")))
         return rc;
     *entropy_mean = ent[1] > 0 ? ent[0] / ent[1] : 0.0;
@@ -106,8 +104,7 @@ static int policy_loss(df_actor *a, const df_batch *b, int64_t n, const int64_t 
 {
     const df_actor_params *p = &a->p;
     const df_actor_loss *l = &p->loss;
-    df_policy_loss_fn fn = NULL;
-    int rc = df_policy_loss_lookup(l->policy_loss, &fn);
+    int rc = a->loss_fn ? DF_OK : df_policy_loss_lookup(l->policy_loss, &a->loss_fn);
     if (rc)
         return rc;
     const float *old = (const float *)df_batch_column(b, "old_log_probs")->data + base;
@@ -132,7 +129,7 @@ static int policy_loss(df_actor *a, const df_batch *b, int64_t n, const int64_t 
                                .clip_cov_ratio = l->clip_cov_ratio, .clip_cov_lb = l->clip_cov_lb,
                                .clip_cov_ub = l->clip_cov_ub, .kl_cov_ratio = l->kl_cov_ratio,
                                .ppo_kl_coef = l->ppo_kl_coef, .seed = key};
-    return fn(&in, st);
+    return a->loss_fn(&in, st);
 }
 
 /* Loss and gradient for one micro-batch [s, e) of a PPO mini-batch of
@@ -153,7 +150,7 @@ static int ppo_micro(void *user, const df_batch *b, int64_t s, int64_t e, int64_
     int rc = df_pack_responses(&c->pk, b, s, e);
     if (!rc)
         rc = df_model_forward(c->model, c->acts, &c->pk.sb, p->temperature, logp, want_ent ? ent : NULL);
-    if (rc || (rc = df_rebased_offsets(ro, s, e, &offs)))
+    if (rc || (rc = df_train_core_rebased_offsets(c, ro, s, e, &offs)))
         return rc;
     rc = df_loss_agg_weights_ex(l->loss_agg_mode, e - s, offs, global_tokens, global_seqs,
                                 l->loss_agg_norm_length, w);
@@ -169,7 +166,6 @@ static int ppo_micro(void *user, const df_batch *b, int64_t s, int64_t e, int64_
         ent_loss += (double)w[j] * ent[j];
         dent[j] = (float)(-l->entropy_coeff * w[j]);
     }
-    free(offs);
     if (!rc)
         rc = df_model_backward(c->model, c->acts, &c->pk.sb, p->temperature, dlogp,
                                want_ent ? dent : NULL, c->grads);
@@ -221,6 +217,7 @@ int df_actor_update_policy(df_actor *a, df_batch *b, df_metrics *m)
                          .micro_tokens = a->p.max_token_len, .micro = ppo_micro, .record = ppo_record,
                          .user = a, .prefix = "actor"};
     a->n_micro = 0;
+    a->loss_fn = NULL; /* df_actor_set_loss may have changed the name since the last update */
     return df_train_core_update(&a->c, b, a->p.mini_batch_size, a->p.loss.ppo_epochs, &loss, m, rc);
 }
 

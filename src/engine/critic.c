@@ -119,7 +119,7 @@ static int value_micro(void *user, const df_batch *b, int64_t s, int64_t e, int6
     int rc = df_pack_responses(&k->pk, b, s, e);
     if (!rc)
         rc = df_model_forward_values(k->model, k->acts, &k->pk.sb, v);
-    if (rc || (rc = df_rebased_offsets(ro, s, e, &offs)))
+    if (rc || (rc = df_train_core_rebased_offsets(k, ro, s, e, &offs)))
         return rc;
     rc = df_loss_agg_weights_ex(c->p.loss.loss_agg_mode, e - s, offs, global_tokens, global_seqs,
                                 c->p.loss.loss_agg_norm_length, w);
@@ -133,7 +133,6 @@ static int value_micro(void *user, const df_batch *b, int64_t s, int64_t e, int6
     df_value_loss_output st = {.grad = dv};
     if (!rc)
         rc = df_value_loss(&in, &st);
-    free(offs);
     if (!rc)
         rc = df_model_backward_values(k->model, k->acts, &k->pk.sb, dv, k->grads);
     if (rc)

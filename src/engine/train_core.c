@@ -44,6 +44,7 @@ void df_train_core_release(df_train_core *c)
     df_packed_free(&c->pk);
     for (int i = 0; i < DF_CORE_MAX_BUFS; i++)
         free(c->buf[i]);
+    free(c->offs);
     memset(c, 0, sizeof *c);
 }
 
@@ -153,14 +154,18 @@ int df_train_core_optimizer_step(df_train_core *c, double lr, df_metrics *m, con
     return DF_OK;
 }
 
-int df_rebased_offsets(const int64_t *ro, int64_t s, int64_t e, int64_t **out)
+int df_train_core_rebased_offsets(df_train_core *c, const int64_t *ro, int64_t s, int64_t e, int64_t **out)
 {
-    int64_t *o = malloc((size_t)(e - s + 1) * sizeof *o);
-    if (!o)
-        return df_error(DF_ENOMEM, "out of memory");
+    if (e - s + 1 > c->offs_cap) {
+        int64_t *o = realloc(c->offs, (size_t)(e - s + 1) * sizeof *o);
+        if (!o)
+            return df_error(DF_ENOMEM, "out of memory");
+        c->offs = o;
+        c->offs_cap = e - s + 1;
+    }
     for (int64_t i = s; i <= e; i++)
-        o[i - s] = ro[i] - ro[s];
-    *out = o;
+        c->offs[i - s] = ro[i] - ro[s];
+    *out = c->offs;
     return DF_OK;
 }
 
@@ -226,11 +231,12 @@ int df_train_core_update(df_train_core *c, df_batch *b, int64_t mini_batch_size,
     for (int ep = 0; ep < epochs && !rc; ep++) {
         for (int64_t k = 0; k < (int64_t)n_mini && !rc; k++) {
             int64_t s = k * mbs < n ? k * mbs : n, e = s + mbs < n ? s + mbs : n;
-            df_batch *mb = NULL;
-            if (e > s)
-                rc = df_batch_slice(b, s, e, &mb);
+            df_batch *sliced = NULL; /* the whole batch is used as is, never copied */
+            const df_batch *mb = e > s && s == 0 && e == n ? b : NULL;
+            if (e > s && !mb && !(rc = df_batch_slice(b, s, e, &sliced)))
+                mb = sliced;
             rc = mini_batch(c, mb, lr, loss, m, rc);
-            df_batch_free(mb);
+            df_batch_free(sliced);
         }
     }
     df_progress_end(&c->bar);

@@ -53,6 +53,8 @@ typedef struct df_train_core {
     const char *progress_label; /* non-NULL: updates draw a TTY bar over samples */
     df_progress bar;
     int64_t bar_done;
+    int64_t *offs; /* df_train_core_rebased_offsets' buffer, grown as needed */
+    int64_t offs_cap;
 } df_train_core;
 
 /**
@@ -130,7 +132,10 @@ typedef struct df_core_loss {
 int df_train_core_update(df_train_core *c, df_batch *b, int64_t mini_batch_size, int epochs,
                          const df_core_loss *loss, df_metrics *m, int rc);
 
-/** Offsets of rows [s, e) of a ragged column, rebased to 0 (malloc'd [e - s + 1]). */
-int df_rebased_offsets(const int64_t *ro, int64_t s, int64_t e, int64_t **out);
+/**
+ * Offsets of rows [s, e) of a ragged column, rebased to 0, into c's buffer
+ * ([e - s + 1]; valid until the next call, owned by c).
+ */
+int df_train_core_rebased_offsets(df_train_core *c, const int64_t *ro, int64_t s, int64_t e, int64_t **out);
 
 #endif

@@ -4,6 +4,7 @@
  */
 #include "distflow/model.h"
 #include "model/hf_io.h"
+#include "model/strutil.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -158,12 +159,6 @@ static int check_unsupported(json_t *root, const char *src)
     return DF_OK;
 }
 
-static bool ends_with(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && !strcmp(s + n - k, suffix);
-}
-
 /*
  * The head: *ForCausalLM (or no architectures) is a causal LM, num_labels 0;
  * *ForTokenClassification a value model, whose label count follows
@@ -180,7 +175,7 @@ static int parse_head(json_t *root, const char *src, df_model_config *c)
         if (!json_is_string(a))
             return wrong_type(src, "architectures", "a list of strings", a);
         const char *s = json_string_value(a);
-        int k = ends_with(s, "ForCausalLM") ? 1 : ends_with(s, "ForTokenClassification") ? 2 : 0;
+        int k = df_ends_with(s, "ForCausalLM") ? 1 : df_ends_with(s, "ForTokenClassification") ? 2 : 0;
         if (!k)
             return df_error(DF_EUNSUPPORTED, "%s: key \"architectures\": \"%s\" is not supported "
                             "(a *ForCausalLM or *ForTokenClassification model is needed)", src, s);

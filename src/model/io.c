@@ -4,6 +4,7 @@
  */
 #include "distflow/model.h"
 #include "model/hf_io.h"
+#include "model/strutil.h"
 #include "model/safetensors.h"
 
 #include <dirent.h>
@@ -45,12 +46,6 @@ static int layout_index(const loader *L, const char *name)
     return hit ? hit->idx : -1;
 }
 
-static bool ends_with(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && !strcmp(s + n - k, suffix);
-}
-
 static int load_tensor(loader *L, const char *path, const df_st_tensor *t)
 {
     df_model *m = L->m;
@@ -59,7 +54,7 @@ static int load_tensor(loader *L, const char *path, const df_st_tensor *t)
         /* Tied checkpoints sometimes carry lm_head anyway; old ones save RoPE buffers. */
         if (m->cfg.tie_word_embeddings && !strcmp(t->name, "lm_head.weight"))
             return DF_OK;
-        if (ends_with(t->name, ".rotary_emb.inv_freq"))
+        if (df_ends_with(t->name, ".rotary_emb.inv_freq"))
             return DF_OK;
         return df_error(DF_EINVAL, "%s: unexpected tensor \"%s\" (not in the %s layout of "
                         "config.json)", path, t->name, m->cfg.model_type);

@@ -1,6 +1,7 @@
 /* Parameter layout, the single source of truth for tensor order (model.h). */
 #include "distflow/model.h"
 #include "distflow/rng.h"
+#include "model/strutil.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -239,9 +240,8 @@ static void init_tensor(df_model *m, int t, uint64_t seed)
     const df_param_desc *d = &m->tensors[t];
     float *p = m->params + d->offset;
     const char *nm = d->name;
-    size_t len = strlen(nm);
     bool is_norm = strstr(nm, "layernorm") || !strcmp(nm, "model.norm.weight");
-    bool is_bias = len > 5 && !strcmp(nm + len - 5, ".bias");
+    bool is_bias = df_ends_with(nm, ".bias");
     if (is_norm) {
         for (int64_t i = 0; i < d->numel; i++)
             p[i] = 1.0f;

@@ -51,13 +51,11 @@ int df_reward_manager_check(const df_reward_manager_cfg *cfg)
     return DF_OK;
 }
 
-int df_reward_dapo(const df_reward_manager_cfg *cfg, df_batch *b, const char *const *responses, float *scores,
-                   float *acc, float *overlong_reward, int64_t *n_empty)
+/* df_reward_dapo on a configuration already checked (df_reward_manager_check). */
+static int dapo_apply(const df_reward_manager_cfg *cfg, df_batch *b, const char *const *responses,
+                      float *scores, float *acc, float *overlong_reward, int64_t *n_empty)
 {
-    int rc = df_reward_manager_check(cfg);
-    if (rc)
-        return rc;
-    rc = df_reward_naive(cfg, b, responses, scores, acc, n_empty);
+    int rc = df_reward_naive(cfg, b, responses, scores, acc, n_empty);
     if (rc)
         return rc;
     bool on = cfg && cfg->overlong_buffer.enable;
@@ -74,6 +72,13 @@ int df_reward_dapo(const df_reward_manager_cfg *cfg, df_batch *b, const char *co
     return DF_OK;
 }
 
+int df_reward_dapo(const df_reward_manager_cfg *cfg, df_batch *b, const char *const *responses, float *scores,
+                   float *acc, float *overlong_reward, int64_t *n_empty)
+{
+    int rc = df_reward_manager_check(cfg);
+    return rc ? rc : dapo_apply(cfg, b, responses, scores, acc, overlong_reward, n_empty);
+}
+
 int df_reward_manager_run(const df_reward_manager_cfg *cfg, df_batch *b, const char *const *responses,
                           float *scores, float *acc, float *overlong_reward, int64_t *n_empty)
 {
@@ -81,7 +86,7 @@ int df_reward_manager_run(const df_reward_manager_cfg *cfg, df_batch *b, const c
     if (rc)
         return rc;
     if (is_dapo(cfg))
-        return df_reward_dapo(cfg, b, responses, scores, acc, overlong_reward, n_empty);
+        return dapo_apply(cfg, b, responses, scores, acc, overlong_reward, n_empty);
     rc = df_reward_naive(cfg, b, responses, scores, acc, n_empty);
     for (int64_t i = 0; !rc && overlong_reward && i < df_batch_size(b); i++)
         overlong_reward[i] = 0.0f;
