@@ -9,8 +9,6 @@
  */
 #include "worker/worker_internal.h"
 
-#include <stdlib.h>
-#include <string.h>
 
 /* A per-token column of b with the response's lengths, or an error naming what is missing. */
 static int token_column(const df_batch *b, const char *name, const int64_t *like, const df_column **out)
