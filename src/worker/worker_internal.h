@@ -14,6 +14,7 @@
 #include "distflow/worker.h"
 #include "engine/actor.h"
 #include "engine/critic.h"
+#include "util/timeutil.h"
 #include "worker/prompts.h"
 #include "worker/rollout_batch.h"
 
@@ -251,6 +252,21 @@ int df_worker_check_critic_weights(df_dag_worker *w, df_metrics *m);
 bool df_worker_critic_warmup(const df_dag_worker *w, int64_t step);
 /** Register DAGWorker.compute_value and DAGWorker.train_critic. */
 int df_worker_register_critic_nodes(void);
+
+/* ---- helpers of the node functions (nodes.c, nodes_critic.c) ---- */
+/** The worker running the node function's graph. */
+static inline df_dag_worker *df_node_worker(const df_node_ctx *ctx)
+{
+    return (df_dag_worker *)ctx->worker;
+}
+/** Record the node's wall time since t0 under verl's timing_s/<name> in ctx->metrics (when set). */
+static inline void df_worker_timing(df_node_ctx *ctx, const char *name, double t0)
+{
+    char key[96];
+    snprintf(key, sizeof key, "timing_s/%s", name);
+    if (ctx->metrics)
+        df_metrics_set(ctx->metrics, key, df_now() - t0);
+}
 
 /** Register the built-in node functions under their DAGWorker.* names (idempotent). */
 int df_worker_register_nodes(void);
