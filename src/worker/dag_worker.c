@@ -244,8 +244,8 @@ static int build_pipeline(df_dag_worker *w, const char **name)
         return rc;
     *name = w->plan->pipeline;
     if (!strcmp(*name, "workflow"))
-        rc = df_worker_setup_workflow(w);
-    if (!rc)
+        rc = df_worker_setup_workflow(w); /* resolves the graph itself */
+    else
         rc = df_task_graph_resolve(w->graph);
     return rc ? rc : df_worker_setup_layouts(w);
 }
