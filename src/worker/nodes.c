@@ -29,7 +29,7 @@ int df_worker_generate(df_dag_worker *w, const df_node *node, const df_batch *pr
         df_worker_sampling(w, nc, "actor_rollout_ref.rollout.", &node_sp);
     int rc = df_generate_batch(w->rollout, df_actor_model(w->actor), prompts, w->n_samples, &node_sp, seed,
                                w->console && w->rank == 0 ? "rollout" : NULL, out);
-    if (!rc && w->remax && (rc = df_worker_remax_baselines(w, node, prompts, *out, gen_max_s))) {
+    if (!rc && w->remax && (rc = df_worker_remax_baselines(w, &node_sp, prompts, *out, gen_max_s))) {
         df_batch_free(*out);
         *out = NULL;
     }

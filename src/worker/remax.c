@@ -72,20 +72,17 @@ int df_remax_set_baselines(df_batch *out, const df_batch *greedy)
     return rc;
 }
 
-int df_worker_remax_baselines(df_dag_worker *w, const df_node *node, const df_batch *prompts, df_batch *out,
-                              double *seconds)
+int df_worker_remax_baselines(df_dag_worker *w, const df_sampling_params *sp, const df_batch *prompts,
+                              df_batch *out, double *seconds)
 {
     double t0 = df_now();
-    df_sampling_params sp = w->sp; /* the rollout node's settings, decoded greedily (verl do_sample=False) */
-    const df_config *nc = df_worker_node_config(w, node);
-    if (nc != w->cfg)
-        df_worker_sampling(w, nc, "actor_rollout_ref.rollout.", &sp);
-    sp.greedy = true;
-    sp.temperature = 1.0f;
-    sp.top_k = -1;
-    sp.top_p = 1.0f;
+    df_sampling_params g_sp = *sp; /* the rollout node's settings, decoded greedily (verl do_sample=False) */
+    g_sp.greedy = true;
+    g_sp.temperature = 1.0f;
+    g_sp.top_k = -1;
+    g_sp.top_p = 1.0f;
     df_batch *g = NULL; /* seed 0: argmax draws nothing */
-    int rc = df_generate_batch(w->rollout, df_actor_model(w->actor), prompts, 1, &sp, 0,
+    int rc = df_generate_batch(w->rollout, df_actor_model(w->actor), prompts, 1, &g_sp, 0,
                                w->console && w->rank == 0 ? "gen_max" : NULL, &g);
     if (!rc)
         rc = df_worker_reward(w, g, NULL);

@@ -225,12 +225,12 @@ int df_remax_set_baselines(df_batch *out, const df_batch *greedy);
 /**
  * ReMax's greedy baseline (verl RayPPOTrainer.fit, adv_estimator remax):
  * `prompts` (the rollout node's input) generated once more greedily with the
- * node's other sampling settings, scored by df_worker_reward, then
- * df_remax_set_baselines(out, ...). The wall time in seconds, also on failure,
+ * node's other sampling settings `sp` (as df_worker_generate built them),
+ * scored by df_worker_reward, then df_remax_set_baselines(out, ...). The wall time in seconds, also on failure,
  * into *seconds (may be NULL): verl's timing_s/gen_max, recorded by the caller.
  */
-int df_worker_remax_baselines(df_dag_worker *w, const df_node *node, const df_batch *prompts, df_batch *out,
-                              double *seconds);
+int df_worker_remax_baselines(df_dag_worker *w, const df_sampling_params *sp, const df_batch *prompts,
+                              df_batch *out, double *seconds);
 /** <who>/weights_in_sync: the model's checksum agrees over w->group (collective); DF_EINTERNAL when not. */
 int df_worker_check_in_sync(df_dag_worker *w, const df_model *model, const char *who, df_metrics *m);
 
