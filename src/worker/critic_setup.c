@@ -16,11 +16,6 @@
 
 #define C "critic."
 
-static int64_t int_or(const df_config *c, const char *key, int64_t dflt)
-{
-    return df_config_is_null(c, key) ? dflt : df_config_int(c, key);
-}
-
 void df_worker_critic_loss(const df_config *c, df_critic_loss *l)
 {
     l->ppo_epochs = (int)df_config_int(c, C "ppo_epochs");
@@ -37,10 +32,10 @@ void df_worker_critic_params(const df_dag_worker *w, const df_config *c, df_crit
     int dp = w->critic_layout.dp_size > 0 ? w->critic_layout.dp_size : 1;
     p->mini_batch_size = df_config_int(c, C "ppo_mini_batch_size") * df_config_int(c, C "rollout_n") / dp;
     bool dyn = df_config_bool(c, C "use_dynamic_bsz");
-    p->micro_batch_size = dyn ? 0 : int_or(c, C "ppo_micro_batch_size_per_gpu", 0);
+    p->micro_batch_size = dyn ? 0 : df_worker_int_or(c, C "ppo_micro_batch_size_per_gpu", 0);
     p->max_token_len = dyn ? df_config_int(c, C "ppo_max_token_len_per_gpu") : 0;
     p->forward_micro_batch_size =
-        dyn ? 0 : int_or(c, C "forward_micro_batch_size_per_gpu", p->micro_batch_size);
+        dyn ? 0 : df_worker_int_or(c, C "forward_micro_batch_size_per_gpu", p->micro_batch_size);
     p->forward_max_token_len = dyn ? df_config_int(c, C "forward_max_token_len_per_gpu") : 0;
     df_worker_critic_loss(c, &p->loss);
     p->progress_label = w->rank == 0 ? "update_critic" : NULL;

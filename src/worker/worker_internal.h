@@ -74,6 +74,12 @@ struct df_dag_worker {
     bool console;
 };
 
+/** Integer `key` of config c, or dflt when the key is null. */
+static inline int64_t df_worker_int_or(const df_config *c, const char *key, int64_t dflt)
+{
+    return df_config_is_null(c, key) ? dflt : df_config_int(c, key);
+}
+
 /**
  * Finish w->graph loaded from dag.workflow_path: nodes without an executable
  * get siiRL's default for their role (ROLLOUT -> generate, ACTOR ->
