@@ -129,6 +129,13 @@ void df_worker_free_parallel(df_dag_worker *w);
  */
 int df_worker_group_sum(df_comm *comm, int rc, const double *vals, int k, double *totals, const char *what,
                         const char *group);
+/**
+ * Index of `role`'s training node in w->graph (the last MODEL_TRAIN node of
+ * the role that is not forward-only; with forward_ok also MODEL_INFERENCE
+ * nodes, and, when the role has only forward-only ones, the first of them);
+ * -1 when none.
+ */
+int df_worker_role_node(const df_dag_worker *w, df_node_role role, bool forward_ok);
 /** Index of `node` among w->graph's nodes, -1 when not there. */
 int df_worker_node_index(const df_dag_worker *w, const df_node *node);
 const df_node_layout *df_worker_node_layout(const df_dag_worker *w, const df_node *node);
@@ -245,7 +252,8 @@ int df_worker_check_in_sync(df_dag_worker *w, const df_model *model, const char 
 void df_worker_critic_loss(const df_config *c, df_critic_loss *l);
 /** Critic settings (critic.*) from config c. */
 void df_worker_critic_params(const df_dag_worker *w, const df_config *c, df_critic_params *p);
-/** The critic's layout and DP communicator when the graph has a CRITIC node (collective over w->group). */
+/** The critic's layout and DP communicator when the graph has a CRITIC node (collective over w->group;
+ *  parallel.c, as the actor's). */
 int df_worker_setup_critic_comm(df_dag_worker *w);
 /** Load critic.model.path as a value model and create w->critic when the graph has a CRITIC node. */
 int df_worker_setup_critic(df_dag_worker *w);
