@@ -11,6 +11,7 @@
 #include "worker/worker_internal.h"
 
 #include "util/timeutil.h"
+#include "worker/data_metrics.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -36,10 +37,8 @@ static int metric_values(const df_batch *b, const char *metric, double *v)
             v[i] = ((const float *)c->data)[i];
             continue;
         }
-        double s = 0; /* per-token column: the response's sum */
-        for (int64_t t = c->offsets[i]; t < c->offsets[i + 1]; t++)
-            s += ((const float *)c->data)[t];
-        v[i] = s;
+        /* per-token column: the response's sum */
+        v[i] = df_row_sum_f32((const float *)c->data + c->offsets[i], c->offsets[i + 1] - c->offsets[i]);
     }
     return DF_OK;
 }

@@ -10,6 +10,7 @@
 #include "worker/worker_internal.h"
 
 #include "util/timeutil.h"
+#include "worker/data_metrics.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -34,9 +35,8 @@ static int greedy_baselines(const df_batch *greedy, baseline *v)
                         "ReMax baseline: the greedy batch needs uid and token_level_scores columns");
     const float *s = sc->data;
     for (int64_t i = 0; i < n; i++) {
-        double sum = 0; /* verl: reward_tensor.sum(dim=-1) */
-        for (int64_t t = sc->offsets[i]; t < sc->offsets[i + 1]; t++)
-            sum += s[t];
+        /* verl: reward_tensor.sum(dim=-1) */
+        double sum = df_row_sum_f32(s + sc->offsets[i], sc->offsets[i + 1] - sc->offsets[i]);
         v[i] = (baseline){.uid = df_batch_str(greedy, "uid", i), .value = (float)sum};
     }
     qsort(v, (size_t)n, sizeof *v, by_uid);
