@@ -267,12 +267,15 @@ static int flatten_key(wf *w, const char *key, yaml_node_t *kn, void *argp)
     if (df_node_get_config(a->node, full))
         return DF_OK; /* seen already: an explicit key before a merged one */
     df_sbuf b = {0};
+    char *text = NULL;
     int rc = value_text(w, v, id, &b, 0);
-    if (!rc && b.failed)
-        rc = df_error(DF_ENOMEM, "out of memory");
+    if (rc)
+        df_sbuf_free(&b);
+    else
+        rc = df_sbuf_finish(&b, &text);
     if (!rc)
-        rc = df_node_set_config(a->node, full, b.s);
-    free(b.s);
+        rc = df_node_set_config(a->node, full, text);
+    free(text);
     return rc;
 }
 
