@@ -33,6 +33,11 @@ int df_cli_fail(const char *cmd)
     return 1;
 }
 
+void df_cli_warn(void *user, const char *msg)
+{
+    fprintf(stderr, "distflow %s: warning: %s\n", (const char *)user, msg);
+}
+
 static int set_value(const char *cmd, df_opt *o, const char *val)
 {
     char *end = NULL;

@@ -36,6 +36,8 @@ int df_cli_parse(const char *cmd, const char *usage, df_opt *opts, int argc, cha
 void df_cli_usage(const char *cmd, const char *usage, const df_opt *opts);
 /** Print "distflow <cmd>: error: <df_last_error()>" to stderr and return 1. */
 int df_cli_fail(const char *cmd);
+/** df_warn_fn for the commands: "distflow <cmd>: warning: <msg>" to stderr (user = the command name). */
+void df_cli_warn(void *user, const char *msg);
 /** Check required options were given; prints which is missing. */
 int df_cli_require(const char *cmd, const df_opt *opts);
 

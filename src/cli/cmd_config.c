@@ -19,12 +19,6 @@ static const char *USAGE =
     "         passes. `train` configs only (not with --sft)\n"
     "  help   list the documented keys (type, default, help), optionally under PREFIX";
 
-static void warn_stderr(void *user, const char *msg)
-{
-    (void)user;
-    fprintf(stderr, "distflow config: warning: %s\n", msg);
-}
-
 /* The actor's data-parallel size on `world` ranks, as the worker's layout: world / its sequence-parallel size. */
 static int actor_dp_size(const df_config *cfg, int64_t world, int *dp)
 {
@@ -47,7 +41,7 @@ static int check(const df_config_schema *schema, char **pos, int n_pos, int64_t 
         return df_cli_fail("config");
     int dp = 0, rc = actor_dp_size(cfg, world, &dp);
     if (!rc)
-        rc = df_config_validate_train_ex(cfg, dp, warn_stderr, NULL);
+        rc = df_config_validate_train_ex(cfg, dp, df_cli_warn, "config");
     df_config_free(cfg);
     if (rc)
         return df_cli_fail("config");

@@ -17,12 +17,6 @@ static const char *PLAN_USAGE =
     "trainer.nnodes x trainer.n_gpus_per_node (siiRL TaskScheduler) and the process groups\n"
     "(siiRL ProcessGroupManager). --dot writes the plan as a Graphviz file.";
 
-static void warn_stderr(void *user, const char *msg)
-{
-    (void)user;
-    fprintf(stderr, "distflow plan: warning: %s\n", msg);
-}
-
 int df_cmd_plan(int argc, char **argv)
 {
     const char *dot = NULL;
@@ -43,7 +37,7 @@ int df_cmd_plan(int argc, char **argv)
     char *text = NULL;
     int rc = df_config_load(df_config_schema_train(), pos[0], (const char *const *)pos + 1, n_pos - 1, &cfg);
     if (!rc)
-        rc = df_plan_create(cfg, warn_stderr, NULL, &plan);
+        rc = df_plan_create(cfg, df_cli_warn, "plan", &plan);
     if (!rc)
         rc = df_plan_print(plan, stdout);
     if (!rc && dot && !(rc = df_plan_dot(plan, &text)))

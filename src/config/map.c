@@ -99,14 +99,12 @@ int cfg_map_text(struct yaml_document_s *doc, struct yaml_node_s *map, const cha
     int rc = emit(&b, doc, map, 0, place);
     if (!rc && b.len > MAP_MAX_TEXT)
         rc = too_big(place);
-    if (!rc && b.failed)
-        rc = df_error(DF_ENOMEM, "%s: out of memory", place);
     if (rc) {
-        free(b.s);
+        df_sbuf_free(&b);
         return rc;
     }
-    *out = b.s;
-    return DF_OK;
+    rc = df_sbuf_finish(&b, out);
+    return rc ? df_error_wrap(rc, "%s", place) : DF_OK;
 }
 
 /* `on` (a mapping of `od`, or NULL for none) with path[0..np) set to `vn`. */
@@ -182,13 +180,11 @@ int cfg_map_patch(const char *old, const char *sub, struct yaml_document_s *vdoc
         yaml_parser_delete(&p);
     if (!rc && b.len > MAP_MAX_TEXT)
         rc = too_big(place);
-    if (!rc && b.failed)
-        rc = df_error(DF_ENOMEM, "%s: out of memory", place);
     free(dup);
     if (rc) {
-        free(b.s);
+        df_sbuf_free(&b);
         return rc;
     }
-    *out = b.s;
-    return DF_OK;
+    rc = df_sbuf_finish(&b, out);
+    return rc ? df_error_wrap(rc, "%s", place) : DF_OK;
 }

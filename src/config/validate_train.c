@@ -12,8 +12,8 @@
 
 #include "distflow/algo.h"
 #include "distflow/reward.h"
+#include "util/warn.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -235,47 +235,42 @@ static int check_sampling(const df_config *c)
     return DF_OK;
 }
 
-static void warnf(df_warn_fn warn, void *user, const char *fmt, ...) DF_PRINTF(3, 4);
-static void warnf(df_warn_fn warn, void *user, const char *fmt, ...)
-{
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    warn(user, msg);
-}
-
 /* Valid settings that are probably not what the user meant (see df_config_validate_train_ex). */
 static void warn_suspicious(const df_config *c, df_warn_fn warn, void *user)
 {
     char kb[3][KV_CAP];
     if (!strcmp(df_config_str(c, ACTOR "policy_loss.loss_mode"), "gspo") &&
         strcmp(df_config_str(c, ACTOR "loss_agg_mode"), "seq-mean-token-mean"))
-        warnf(warn, user,
-              "%s with %s: GSPO's objective averages the sequence-level ratio loss over sequences "
-              "(arXiv 2507.18071, eq. 7); verl's GSPO recipe sets loss_agg_mode=seq-mean-token-mean",
-              kv(c, ACTOR "policy_loss.loss_mode", kb[0]), kv(c, ACTOR "loss_agg_mode", kb[1]));
+        df_warnf(warn, user,
+                 "%s with %s: GSPO's objective averages the sequence-level ratio loss over sequences "
+                 "(arXiv 2507.18071, eq. 7); verl's GSPO recipe sets loss_agg_mode=seq-mean-token-mean",
+                 kv(c, ACTOR "policy_loss.loss_mode", kb[0]), kv(c, ACTOR "loss_agg_mode", kb[1]));
     const char *manager = df_config_str(c, "reward_model.reward_manager");
     bool dapo = !strcmp(manager, "dapo");
     if (df_config_bool(c, "reward_model.overlong_buffer.enable") && !strcmp(manager, "naive"))
-        warnf(warn, user, "%s has no effect with %s: only the dapo reward manager applies the overlong "
-              "penalty", kv(c, "reward_model.overlong_buffer.enable", kb[0]),
-              kv(c, "reward_model.reward_manager", kb[1]));
+        df_warnf(warn, user,
+                 "%s has no effect with %s: only the dapo reward manager applies the overlong "
+                 "penalty",
+                 kv(c, "reward_model.overlong_buffer.enable", kb[0]),
+                 kv(c, "reward_model.reward_manager", kb[1]));
     if (dapo && df_config_bool(c, "reward_model.overlong_buffer.enable") &&
         df_config_int(c, "reward_model.overlong_buffer.len") >= df_config_int(c, "data.max_response_length"))
-        warnf(warn, user, "%s is not below %s: the penalty ramp starts at 0 tokens or below, so every "
-              "response is penalised", kv(c, "reward_model.overlong_buffer.len", kb[0]),
-              kv(c, "data.max_response_length", kb[1]));
+        df_warnf(warn, user,
+                 "%s is not below %s: the penalty ramp starts at 0 tokens or below, so every "
+                 "response is penalised",
+                 kv(c, "reward_model.overlong_buffer.len", kb[0]), kv(c, "data.max_response_length", kb[1]));
     if (df_config_bool(c, ACTOR "use_kl_loss") && df_config_bool(c, "algorithm.use_kl_in_reward"))
-        warnf(warn, user, "%s and %s both penalise KL to the reference policy, counting it twice (verl "
-              "prints the same notice)", kv(c, ACTOR "use_kl_loss", kb[0]), kv(c, "algorithm.use_kl_in_reward", kb[1]));
+        df_warnf(warn, user,
+                 "%s and %s both penalise KL to the reference policy, counting it twice (verl "
+                 "prints the same notice)",
+                 kv(c, ACTOR "use_kl_loss", kb[0]), kv(c, "algorithm.use_kl_in_reward", kb[1]));
     const char *kw = df_config_map_text(c, "reward_model.reward_kwargs");
     if (kw && strcmp(kw, "{}"))
-        warnf(warn, user,
-              "%s is not read by distflow: set the overlong buffer with reward_model.overlong_buffer.* and "
-              "max_resp_len with data.max_response_length (siiRL's keys)",
-              kv(c, "reward_model.reward_kwargs", kb[0]));
+        df_warnf(
+            warn, user,
+            "%s is not read by distflow: set the overlong buffer with reward_model.overlong_buffer.* and "
+            "max_resp_len with data.max_response_length (siiRL's keys)",
+            kv(c, "reward_model.reward_kwargs", kb[0]));
 }
 
 int df_config_validate_train(const df_config *c, int world_size)

@@ -9,6 +9,7 @@
 #include "dag/dag_internal.h"
 #include "util/fsutil.h"
 #include "util/sbuf.h"
+#include "util/warn.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -43,19 +44,6 @@ static bool plain_null(const yaml_node_t *n)
         return false;
     const char *s = scalar(n);
     return !s[0] || !strcmp(s, "~") || !strcasecmp(s, "null");
-}
-
-static void warnf(wf *w, const char *fmt, ...) DF_PRINTF(2, 3);
-static void warnf(wf *w, const char *fmt, ...)
-{
-    if (!w->warn)
-        return;
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    w->warn(w->user, msg);
 }
 
 /* "file:line: node 'id': " prefix for messages about a node. */
@@ -279,12 +267,15 @@ static int flatten_key(wf *w, const char *key, yaml_node_t *kn, void *argp)
     if (df_node_get_config(a->node, full))
         return DF_OK; /* seen already: an explicit key before a merged one */
     df_sbuf b = {0};
+    char *text = NULL;
     int rc = value_text(w, v, id, &b, 0);
-    if (!rc && b.failed)
-        rc = df_error(DF_ENOMEM, "out of memory");
+    if (rc)
+        df_sbuf_free(&b);
+    else
+        rc = df_sbuf_finish(&b, &text);
     if (!rc)
-        rc = df_node_set_config(a->node, full, b.s);
-    free(b.s);
+        rc = df_node_set_config(a->node, full, text);
+    free(text);
     return rc;
 }
 
@@ -315,12 +306,13 @@ static int check_key(wf *w, const char *key, yaml_node_t *kn, void *argp)
         if (!strcmp(key, k_node_keys[i]))
             return DF_OK;
     if (!strcmp(key, "agent_options"))
-        warnf(w, "%s:%d: node '%s': agent_options (process_path, ...) are options of siiRL's "
+        df_warnf(w->warn, w->user,
+                 "%s:%d: node '%s': agent_options (process_path, ...) are options of siiRL's "
                  "Python multi-agent code; ignored",
-              w->path, line_of(kn), a->id);
+                 w->path, line_of(kn), a->id);
     else
-        warnf(w, "%s:%d: node '%s': unknown node option '%s' ignored", w->path, line_of(kn),
-              a->id, key);
+        df_warnf(w->warn, w->user, "%s:%d: node '%s': unknown node option '%s' ignored", w->path, line_of(kn),
+                 a->id, key);
     return DF_OK;
 }
 

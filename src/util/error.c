@@ -1,5 +1,6 @@
 /* Thread-local error messages (see include/distflow/common.h). */
 #include "distflow/common.h"
+#include "util/warn.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -44,3 +45,15 @@ const char *df_last_error(void) { return g_msg; }
 void df_clear_error(void) { g_msg[0] = '\0'; }
 
 const char *df_version(void) { return DF_VERSION_STRING; }
+
+void df_warnf(df_warn_fn warn, void *user, const char *fmt, ...)
+{
+    if (!warn)
+        return;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    warn(user, msg);
+}

@@ -13,65 +13,28 @@
 #include <stdlib.h>
 #include <string.h>
 
-/*
- * Element-wise sum over the ranks of `comm` of the k values of `mine` (k <= 3),
- * added in rank order (the same bits everywhere), into `total`. A collective
- * every rank makes; NULL comm: total = mine.
- */
-static int gather_sum(df_comm *comm, const double *mine, int k, double *total)
-{
-    int size = comm ? df_comm_size(comm) : 1;
-    double *all = malloc((size_t)size * (size_t)k * sizeof *all);
-    if (!all)
-        return df_error(DF_ENOMEM, "whitening: out of memory for %d ranks", size);
-    int rc = comm ? df_comm_allgather(comm, mine, (int64_t)k * (int64_t)sizeof *mine, all) : DF_OK;
-    if (!comm)
-        memcpy(all, mine, (size_t)k * sizeof *mine);
-    for (int j = 0; !rc && j < k; j++) {
-        total[j] = 0;
-        for (int r = 0; r < size; r++)
-            total[j] += all[r * k + j];
-    }
-    free(all);
-    return rc ? df_error_wrap(rc, "whitening advantages over %d ranks", size) : DF_OK;
-}
-
-/* A local failure wins; else a failure elsewhere is reported as such. */
-static int merge_status(int rc, double failed, df_comm *comm)
-{
-    if (rc)
-        return rc;
-    if (failed > 0)
-        return df_error(DF_EINTERNAL,
-                        "whitening advantages: %.0f other rank(s) of the data-parallel group (%d ranks) "
-                        "failed; their own errors say why",
-                        failed, comm ? df_comm_size(comm) : 1);
-    return DF_OK;
-}
+#define WHAT "whitening advantages"
+#define GROUP "data-parallel group"
 
 int df_worker_whiten_group(df_comm *comm, int rc, bool replica, int64_t n_tokens, float *adv, float *copy)
 {
-    /* round 1: (failed, count, sum); a replica's tokens are another rank's, counted there */
+    /* round 1: (count, sum) and the failure flag; a replica's tokens are another rank's, counted there */
     double sum = 0;
     if (!rc)
         rc = df_adv_whiten_sum(n_tokens, adv, &sum);
     const bool counts = !rc && !replica;
-    double mine[3] = {rc != 0, counts ? (double)n_tokens : 0, counts ? sum : 0}, tot[3] = {0, 0, 0};
-    int crc = gather_sum(comm, mine, 3, tot);
-    rc = rc ? rc : crc;
-    const int64_t count = (int64_t)tot[1];
-    const double total_sum = tot[2];
-    /* round 2: (failed, sum of squared deviations about the global mean), made by every rank too */
+    double mine[2] = {counts ? (double)n_tokens : 0, counts ? sum : 0}, tot[2] = {0, 0};
+    rc = df_worker_group_sum(comm, rc, mine, 2, tot, WHAT, GROUP); /* the same verdict on every rank */
+    const int64_t count = (int64_t)tot[0];
+    const double total_sum = tot[1];
+    /* round 2: the sum of squared deviations about the global mean, made by every rank too */
     double ssd = 0;
-    rc = merge_status(rc, tot[0], comm); /* the same verdict on every rank */
     if (!rc)
         rc = df_adv_whiten_ssd(n_tokens, adv, count, total_sum, &ssd);
-    double mine2[2] = {rc != 0, counts ? ssd : 0}, tot2[2] = {0, 0};
-    crc = gather_sum(comm, mine2, 2, tot2);
-    rc = rc ? rc : crc;
-    rc = merge_status(rc, tot2[0], comm);
+    double mine2 = counts ? ssd : 0, tot2 = 0;
+    rc = df_worker_group_sum(comm, rc, &mine2, 1, &tot2, WHAT, GROUP);
     if (!rc)
-        rc = df_adv_whiten_stats(n_tokens, adv, count, total_sum, tot2[1], adv);
+        rc = df_adv_whiten_stats(n_tokens, adv, count, total_sum, tot2, adv);
     if (!rc && copy && n_tokens > 0)
         memcpy(copy, adv, (size_t)n_tokens * sizeof *copy);
     return rc;

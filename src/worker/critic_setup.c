@@ -16,11 +16,6 @@
 
 #define C "critic."
 
-static int64_t int_or(const df_config *c, const char *key, int64_t dflt)
-{
-    return df_config_is_null(c, key) ? dflt : df_config_int(c, key);
-}
-
 void df_worker_critic_loss(const df_config *c, df_critic_loss *l)
 {
     l->ppo_epochs = (int)df_config_int(c, C "ppo_epochs");
@@ -37,40 +32,13 @@ void df_worker_critic_params(const df_dag_worker *w, const df_config *c, df_crit
     int dp = w->critic_layout.dp_size > 0 ? w->critic_layout.dp_size : 1;
     p->mini_batch_size = df_config_int(c, C "ppo_mini_batch_size") * df_config_int(c, C "rollout_n") / dp;
     bool dyn = df_config_bool(c, C "use_dynamic_bsz");
-    p->micro_batch_size = dyn ? 0 : int_or(c, C "ppo_micro_batch_size_per_gpu", 0);
+    p->micro_batch_size = dyn ? 0 : df_worker_int_or(c, C "ppo_micro_batch_size_per_gpu", 0);
     p->max_token_len = dyn ? df_config_int(c, C "ppo_max_token_len_per_gpu") : 0;
     p->forward_micro_batch_size =
-        dyn ? 0 : int_or(c, C "forward_micro_batch_size_per_gpu", p->micro_batch_size);
+        dyn ? 0 : df_worker_int_or(c, C "forward_micro_batch_size_per_gpu", p->micro_batch_size);
     p->forward_max_token_len = dyn ? df_config_int(c, C "forward_max_token_len_per_gpu") : 0;
     df_worker_critic_loss(c, &p->loss);
     p->progress_label = w->rank == 0 ? "update_critic" : NULL;
-}
-
-/* The critic's training node (else its forward node), or -1 when the graph has no critic. */
-static int critic_node(const df_dag_worker *w)
-{
-    int found = -1;
-    for (int i = 0; i < df_task_graph_num_nodes(w->graph); i++) {
-        const df_node *n = df_task_graph_node_at(w->graph, i);
-        if (n->node_role != DF_ROLE_CRITIC ||
-            (n->node_type != DF_NODE_MODEL_TRAIN && n->node_type != DF_NODE_MODEL_INFERENCE))
-            continue;
-        if (found < 0 || !n->only_forward_compute)
-            found = i;
-    }
-    return found;
-}
-
-/* As the actor's (parallel.c): the critic ranks with the same model-parallel rank. */
-int df_worker_setup_critic_comm(df_dag_worker *w)
-{
-    int k = critic_node(w);
-    if (k < 0)
-        return DF_OK;
-    w->critic_layout = w->layouts[k];
-    if (w->group_size == 1)
-        return DF_OK;
-    return df_comm_split(w->group, w->critic_layout.mp_rank, w->critic_layout.dp_rank, &w->critic_dp);
 }
 
 /* critic.model.path as a value model: a causal LM gets a fresh score head, a
@@ -134,7 +102,7 @@ int df_worker_setup_critic(df_dag_worker *w)
 {
     const df_config *c = w->cfg;
     int64_t warmup = df_config_int(c, "trainer.critic_warmup");
-    if (critic_node(w) < 0)
+    if (df_worker_role_node(w, DF_ROLE_CRITIC, true) < 0)
         return warmup > 0
                    ? df_error(DF_EINVAL,
                               "%s: trainer.critic_warmup=%lld needs a critic (algorithm.adv_estimator=gae, "

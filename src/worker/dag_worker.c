@@ -42,11 +42,6 @@ static int check_supported(const df_config *c)
     return DF_OK;
 }
 
-static int64_t cfg_int_or(const df_config *c, const char *key, int64_t dflt)
-{
-    return df_config_is_null(c, key) ? dflt : df_config_int(c, key);
-}
-
 void df_worker_optim(const df_dag_worker *w, const df_config *c, const char *role, df_core_optim *o)
 {
     char k[128];
@@ -92,7 +87,7 @@ void df_worker_actor_loss(const df_config *c, df_actor_loss *l)
         l->policy_loss = "cpgd";
     l->policy_drift_coeff = df_config_float(c, A "policy_drift_coeff");
     l->loss_agg_norm_length =
-        cfg_int_or(c, A "loss_scale_factor", df_config_int(c, "data.max_response_length"));
+        df_worker_int_or(c, A "loss_scale_factor", df_config_int(c, "data.max_response_length"));
     l->clip_cov_ratio = df_config_float(c, A "policy_loss.clip_cov_ratio");
     l->clip_cov_lb = df_config_float(c, A "policy_loss.clip_cov_lb");
     l->clip_cov_ub = df_config_float(c, A "policy_loss.clip_cov_ub");
@@ -107,10 +102,10 @@ void df_worker_actor_params(const df_dag_worker *w, const df_config *c, df_actor
     /* ppo_mini_batch_size counts prompts (verl multiplies it by rollout.n), over all ranks */
     p->mini_batch_size = df_config_int(c, A "ppo_mini_batch_size") * w->n_samples / w->actor_layout.dp_size;
     bool dyn = df_config_bool(c, A "use_dynamic_bsz");
-    p->micro_batch_size = dyn ? 0 : cfg_int_or(c, A "ppo_micro_batch_size_per_gpu", 0);
+    p->micro_batch_size = dyn ? 0 : df_worker_int_or(c, A "ppo_micro_batch_size_per_gpu", 0);
     p->max_token_len = dyn ? df_config_int(c, A "ppo_max_token_len_per_gpu") : 0;
     p->logprob_micro_batch_size =
-        dyn ? 0 : cfg_int_or(c, "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+        dyn ? 0 : df_worker_int_or(c, "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
                              p->micro_batch_size);
     p->logprob_max_token_len = p->max_token_len;
     df_worker_actor_loss(c, &p->loss);
@@ -244,8 +239,8 @@ static int build_pipeline(df_dag_worker *w, const char **name)
         return rc;
     *name = w->plan->pipeline;
     if (!strcmp(*name, "workflow"))
-        rc = df_worker_setup_workflow(w);
-    if (!rc)
+        rc = df_worker_setup_workflow(w); /* resolves the graph itself */
+    else
         rc = df_task_graph_resolve(w->graph);
     return rc ? rc : df_worker_setup_layouts(w);
 }

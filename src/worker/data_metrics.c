@@ -33,6 +33,14 @@ static void stat_put(df_metrics *m, const char *prefix, const stat *s)
     df_metrics_set(m, k, s->min);
 }
 
+double df_row_sum_f32(const float *v, int64_t n)
+{
+    double t = 0;
+    for (int64_t j = 0; j < n; j++)
+        t += v[j];
+    return t;
+}
+
 /* Per-sample sums of a TOK_F32 column. */
 static void seq_sums(const df_batch *b, const char *col, stat *s)
 {
@@ -40,12 +48,8 @@ static void seq_sums(const df_batch *b, const char *col, stat *s)
     if (!c || c->kind != DF_COL_TOK_F32)
         return;
     const float *v = c->data;
-    for (int64_t i = 0; i < df_batch_size(b); i++) {
-        double t = 0;
-        for (int64_t j = c->offsets[i]; j < c->offsets[i + 1]; j++)
-            t += v[j];
-        stat_add(s, t);
-    }
+    for (int64_t i = 0; i < df_batch_size(b); i++)
+        stat_add(s, df_row_sum_f32(v + c->offsets[i], c->offsets[i + 1] - c->offsets[i]));
 }
 
 /* Token-level values of a TOK_F32 column. */

@@ -27,6 +27,10 @@
 int df_compute_data_metrics(const df_batch *b, int64_t max_response_length,
                             int64_t max_prompt_length, df_metrics *m);
 
+/** Sum, in double and in order, of the n values of v (a row of a per-token F32 column: verl's
+ *  .sum(dim=-1)); 0 when n <= 0. */
+double df_row_sum_f32(const float *v, int64_t n);
+
 /** Number of sums df_explained_var_sums accumulates. */
 #define DF_EV_NSUMS 5
 

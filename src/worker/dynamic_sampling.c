@@ -11,6 +11,7 @@
 #include "worker/worker_internal.h"
 
 #include "util/timeutil.h"
+#include "worker/data_metrics.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -36,10 +37,8 @@ static int metric_values(const df_batch *b, const char *metric, double *v)
             v[i] = ((const float *)c->data)[i];
             continue;
         }
-        double s = 0; /* per-token column: the response's sum */
-        for (int64_t t = c->offsets[i]; t < c->offsets[i + 1]; t++)
-            s += ((const float *)c->data)[t];
-        v[i] = s;
+        /* per-token column: the response's sum */
+        v[i] = df_row_sum_f32((const float *)c->data + c->offsets[i], c->offsets[i + 1] - c->offsets[i]);
     }
     return DF_OK;
 }
@@ -163,17 +162,12 @@ static int keep_varying(const df_batch *b, const char *metric, df_batch **acc, i
  */
 static int count_groups(df_dag_worker *w, int rc, int64_t groups, int64_t *global)
 {
-    int64_t v[2] = {!rc && w->cur_layout.mp_rank == 0 ? groups : 0, rc != 0};
-    int crc = df_comm_allreduce(w->group, v, 2, DF_COMM_INT64, DF_COMM_SUM);
-    if (rc)
-        return rc;
-    if (crc)
-        return df_error_wrap(crc, "dynamic sampling: all-reduce of the kept group counts");
-    if (v[1])
-        return df_error(DF_EINTERNAL, "dynamic sampling: %lld other rank(s) of the group (%d ranks) failed; "
-                                      "their own errors say why", (long long)v[1], df_comm_size(w->group));
-    *global += v[0];
-    return DF_OK;
+    double mine = !rc && w->cur_layout.mp_rank == 0 ? (double)groups : 0, total = 0;
+    rc = df_worker_group_sum(w->group, rc, &mine, 1, &total, "dynamic sampling: summing the kept group counts",
+                             "group");
+    if (!rc)
+        *global += (int64_t)total;
+    return rc;
 }
 
 static int node_dynamic_sampling(df_node_ctx *ctx, df_batch *batch, df_node_output *out)

@@ -2,6 +2,7 @@
 #include "worker/evaluate.h"
 
 #include "distflow/dataloader.h"
+#include "worker/data_metrics.h"
 #include "worker/metrics_reduce.h"
 
 #include <jansson.h>
@@ -62,10 +63,7 @@ static double row_reward(const df_batch *b, int64_t i)
 {
     int64_t len = 0;
     const float *t = df_batch_tok_f32(b, "token_level_scores", i, &len);
-    double r = 0;
-    for (int64_t j = 0; t && j < len; j++)
-        r += t[j];
-    return t && len > 0 ? r : df_batch_f32(b, "score")[i];
+    return t && len > 0 ? df_row_sum_f32(t, len) : df_batch_f32(b, "score")[i];
 }
 
 static int dump_rows(FILE *f, const df_tokenizer *tok, const df_dataset *ds, const df_batch *b)

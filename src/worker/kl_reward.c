@@ -9,8 +9,6 @@
  */
 #include "worker/worker_internal.h"
 
-#include <stdlib.h>
-#include <string.h>
 
 /* A per-token column of b with the response's lengths, or an error naming what is missing. */
 static int token_column(const df_batch *b, const char *name, const int64_t *like, const df_column **out)
@@ -35,38 +33,22 @@ static int token_column(const df_batch *b, const char *name, const int64_t *like
 
 /*
  * The group's mean of per-sample KL means and its sample count: every rank's
- * (sum, count, failed) gathered and added in rank order, so the result is the
- * same bits on every rank. Every rank calls this, failed (rc != 0) or not, so
- * that a local error ends the call on every rank instead of leaving the
- * others waiting (as the actor's df_train_core_reduce). Replicas
+ * (sum, count) summed in rank order with the failure flag
+ * (df_worker_group_sum), so the result is the same bits on every rank. Every
+ * rank calls this, failed (rc != 0) or not, so that a local error ends the
+ * call on every rank instead of leaving the others waiting. Replicas
  * (model-parallel ranks holding a copy of another rank's data) contribute
  * nothing.
  */
 static int group_mean(df_comm *comm, int rc, double sum, double count, double *mean, int64_t *total)
 {
-    int size = comm ? df_comm_size(comm) : 1;
-    double mine[3] = {sum, count, rc != 0}, *all = malloc((size_t)size * sizeof mine);
-    if (!all)
-        return rc ? rc : df_error(DF_ENOMEM, "out of memory");
-    int crc = comm ? df_comm_allgather(comm, mine, (int64_t)sizeof mine, all) : DF_OK;
-    if (!comm)
-        memcpy(all, mine, sizeof mine);
-    double s = 0, c = 0, failed = 0;
-    for (int r = 0; !crc && r < size; r++) {
-        s += all[3 * r];
-        c += all[3 * r + 1];
-        failed += all[3 * r + 2];
-    }
-    free(all);
+    double mine[2] = {sum, count}, tot[2];
+    rc = df_worker_group_sum(comm, rc, mine, 2, tot, "KL in reward: gathering the KL means",
+                             "data-parallel group");
     if (rc)
         return rc;
-    if (crc)
-        return df_error_wrap(crc, "gathering the KL means over %d ranks", size);
-    if (failed > 0)
-        return df_error(DF_EINTERNAL, "%.0f other rank(s) of the data-parallel group (%d ranks) failed; their "
-                                      "own errors say why", failed, size);
-    *mean = c > 0 ? s / c : 0.0;
-    *total = (int64_t)c;
+    *mean = tot[1] > 0 ? tot[0] / tot[1] : 0.0;
+    *total = (int64_t)tot[1];
     return DF_OK;
 }
 

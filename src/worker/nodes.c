@@ -12,17 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define W(ctx) ((df_dag_worker *)(ctx)->worker)
-
-/* Record the node's wall time under verl's timing_s/<name>. */
-static void timing(df_node_ctx *ctx, const char *name, double t0)
-{
-    char key[96];
-    snprintf(key, sizeof key, "timing_s/%s", name);
-    if (ctx->metrics)
-        df_metrics_set(ctx->metrics, key, df_now() - t0);
-}
-
 static int need_batch(const df_batch *b, const char *node)
 {
     return b ? DF_OK : df_error(DF_EINVAL, "%s: no input batch", node);
@@ -40,7 +29,7 @@ int df_worker_generate(df_dag_worker *w, const df_node *node, const df_batch *pr
         df_worker_sampling(w, nc, "actor_rollout_ref.rollout.", &node_sp);
     int rc = df_generate_batch(w->rollout, df_actor_model(w->actor), prompts, w->n_samples, &node_sp, seed,
                                w->console && w->rank == 0 ? "rollout" : NULL, out);
-    if (!rc && w->remax && (rc = df_worker_remax_baselines(w, node, prompts, *out, gen_max_s))) {
+    if (!rc && w->remax && (rc = df_worker_remax_baselines(w, &node_sp, prompts, *out, gen_max_s))) {
         df_batch_free(*out);
         *out = NULL;
     }
@@ -53,9 +42,10 @@ static int node_generate(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
     double t0 = df_now(), gen_max = 0;
     int rc = need_batch(batch, "generate");
     if (!rc)
-        rc = df_worker_generate(W(ctx), ctx->node, batch, ctx->step, 0, &out->batch, &gen_max);
-    timing(ctx, "gen", t0 + gen_max); /* verl's gen leaves out ReMax's greedy pass */
-    if (ctx->metrics && W(ctx)->remax)
+        rc = df_worker_generate(df_node_worker(ctx), ctx->node, batch, ctx->step, 0, &out->batch,
+                                &gen_max);
+    df_worker_timing(ctx, "gen", t0 + gen_max); /* verl's gen leaves out ReMax's greedy pass */
+    if (ctx->metrics && df_node_worker(ctx)->remax)
         df_metrics_set(ctx->metrics, "timing_s/gen_max", gen_max);
     return rc;
 }
@@ -83,16 +73,16 @@ static int node_compute_reward(df_node_ctx *ctx, df_batch *batch, df_node_output
     double t0 = df_now();
     int rc = need_batch(batch, "compute_reward");
     if (!rc)
-        rc = df_worker_reward(W(ctx), batch, ctx->metrics);
+        rc = df_worker_reward(df_node_worker(ctx), batch, ctx->metrics);
     (void)out;
-    timing(ctx, "reward", t0);
+    df_worker_timing(ctx, "reward", t0);
     return rc;
 }
 
 /* calculate_advantages: the configured estimator on group ids from `uid`. */
 static int node_compute_advantage(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
 {
-    df_dag_worker *w = W(ctx);
+    df_dag_worker *w = df_node_worker(ctx);
     double t0 = df_now();
     int rc = need_batch(batch, "compute_advantage");
     if (!rc) /* algorithm.use_kl_in_reward: rewards = scores - beta * KL, before the estimator */
@@ -134,14 +124,14 @@ static int node_compute_advantage(df_node_ctx *ctx, df_batch *batch, df_node_out
     if (defer) /* collective: every rank, failed or not (verl whitens the whole step batch) */
         rc = df_worker_whiten_advantages(w, ctx->node, rc, batch);
     (void)out;
-    timing(ctx, "adv", t0);
+    df_worker_timing(ctx, "adv", t0);
     return rc;
 }
 
 /* actor_old_log_prob: log-probs of the responses under the policy before the update. */
 static int node_compute_old_log_prob(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
 {
-    df_dag_worker *w = W(ctx);
+    df_dag_worker *w = df_node_worker(ctx);
     double t0 = df_now(), entropy = 0;
     int rc = need_batch(batch, "compute_old_log_prob");
     if (!rc)
@@ -159,20 +149,20 @@ static int node_compute_old_log_prob(df_node_ctx *ctx, df_batch *batch, df_node_
             rc = df_rollout_mismatch_record(&mm, ctx->metrics);
     }
     (void)out;
-    timing(ctx, "old_log_prob", t0);
+    df_worker_timing(ctx, "old_log_prob", t0);
     return rc;
 }
 
 /* reference_log_prob: log-probs under the frozen reference (only when a KL term needs them). */
 static int node_compute_ref_log_prob(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
 {
-    df_dag_worker *w = W(ctx);
+    df_dag_worker *w = df_node_worker(ctx);
     double t0 = df_now();
     int rc = need_batch(batch, "compute_ref_log_prob");
     if (!rc && w->ref)
         rc = df_actor_compute_log_prob(w->ref, batch, "ref_log_prob", NULL);
     (void)out;
-    timing(ctx, "ref", t0);
+    df_worker_timing(ctx, "ref", t0);
     return rc;
 }
 
@@ -183,7 +173,7 @@ static int node_compute_ref_log_prob(df_node_ctx *ctx, df_batch *batch, df_node_
  */
 static int node_train_actor(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
 {
-    df_dag_worker *w = W(ctx);
+    df_dag_worker *w = df_node_worker(ctx);
     if (df_worker_critic_warmup(w, ctx->step)) /* trainer.critic_warmup: the critic trains alone */
         return DF_OK;
     double t0 = df_now();
@@ -202,7 +192,7 @@ static int node_train_actor(df_node_ctx *ctx, df_batch *batch, df_node_output *o
         df_actor_set_loss(w->actor, &l);
     }
     (void)out;
-    timing(ctx, "update_actor", t0);
+    df_worker_timing(ctx, "update_actor", t0);
     return rc;
 }
 

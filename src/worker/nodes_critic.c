@@ -9,21 +9,11 @@
 
 #include <stdio.h>
 
-#define W(ctx) ((df_dag_worker *)(ctx)->worker)
-
-static void timing(df_node_ctx *ctx, const char *name, double t0)
-{
-    char key[96];
-    snprintf(key, sizeof key, "timing_s/%s", name);
-    if (ctx->metrics)
-        df_metrics_set(ctx->metrics, key, df_now() - t0);
-}
-
 static int need_critic(df_node_ctx *ctx, const df_batch *b, const char *node)
 {
     if (!b)
         return df_error(DF_EINVAL, "%s: no input batch", node);
-    if (!W(ctx)->critic)
+    if (!df_node_worker(ctx)->critic)
         return df_error(DF_EINVAL, "%s (node '%s'): this worker has no critic", node, ctx->node->node_id);
     return DF_OK;
 }
@@ -34,9 +24,9 @@ static int node_compute_value(df_node_ctx *ctx, df_batch *batch, df_node_output 
     double t0 = df_now();
     int rc = need_critic(ctx, batch, "compute_value");
     if (!rc)
-        rc = df_critic_compute_values(W(ctx)->critic, batch);
+        rc = df_critic_compute_values(df_node_worker(ctx)->critic, batch);
     (void)out;
-    timing(ctx, "values", t0);
+    df_worker_timing(ctx, "values", t0);
     return rc;
 }
 
@@ -45,7 +35,7 @@ static int node_compute_value(df_node_ctx *ctx, df_batch *batch, df_node_output 
 static int node_train_critic(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
 {
     double t0 = df_now();
-    df_dag_worker *w = W(ctx);
+    df_dag_worker *w = df_node_worker(ctx);
     int rc = need_critic(ctx, batch, "train_critic");
     const df_config *nc = df_worker_node_config(w, ctx->node);
     df_critic_loss l;
@@ -60,7 +50,7 @@ static int node_train_critic(df_node_ctx *ctx, df_batch *batch, df_node_output *
         df_critic_set_loss(w->critic, &l);
     }
     (void)out;
-    timing(ctx, "update_critic", t0);
+    df_worker_timing(ctx, "update_critic", t0);
     return rc;
 }
 

@@ -80,6 +80,40 @@ const df_node_layout *df_worker_node_layout(const df_dag_worker *w, const df_nod
 }
 
 /* The plan for this job: trainer.nnodes machines sharing the ranks that were launched. */
+int df_worker_group_sum(df_comm *comm, int rc, const double *vals, int k, double *totals, const char *what,
+                        const char *group)
+{
+    int size = comm ? df_comm_size(comm) : 1;
+    for (int j = 0; j < k; j++)
+        totals[j] = 0;
+    const size_t row = (size_t)k + 1; /* k values, then the flag */
+    double *mine = malloc(((size_t)size + 1) * row * sizeof *mine);
+    if (!mine)
+        return rc ? rc : df_error(DF_ENOMEM, "%s: out of memory for %d ranks", what, size);
+    double *all = mine + row;
+    memcpy(mine, vals, (size_t)k * sizeof *mine);
+    mine[k] = rc != 0;
+    int crc = comm ? df_comm_allgather(comm, mine, (int64_t)(row * sizeof *mine), all) : DF_OK;
+    if (!comm)
+        memcpy(all, mine, row * sizeof *mine);
+    double failed = 0;
+    for (int r = 0; !crc && r < size; r++) {
+        for (int j = 0; j < k; j++)
+            totals[j] += all[(size_t)r * row + (size_t)j];
+        failed += all[(size_t)r * row + (size_t)k];
+    }
+    free(mine);
+    if (rc)
+        return rc;
+    if (crc)
+        return df_error_wrap(crc, "%s over %d ranks", what, size);
+    if (failed > 0)
+        return df_error(DF_EINTERNAL,
+                        "%s: %.0f other rank(s) of the %s (%d ranks) failed; their own errors say why", what,
+                        failed, group, size);
+    return DF_OK;
+}
+
 static int make_plan(df_dag_worker *w)
 {
     const df_config *c = w->cfg;
@@ -150,19 +184,48 @@ static int take_graph(df_dag_worker *w)
     return rc ? rc : make_groups(w);
 }
 
-/* The actor's data-parallel communicator: the actor ranks with the same model-parallel rank. */
-static int actor_comm(df_dag_worker *w)
+int df_worker_role_node(const df_dag_worker *w, df_node_role role, bool forward_ok)
 {
-    const df_node_layout *a = NULL;
+    int found = -1;
     for (int i = 0; i < df_task_graph_num_nodes(w->graph); i++) {
         const df_node *n = df_task_graph_node_at(w->graph, i);
-        if (n->node_type == DF_NODE_MODEL_TRAIN && n->node_role == DF_ROLE_ACTOR && !n->only_forward_compute)
-            a = &w->layouts[i];
+        bool model = n->node_type == DF_NODE_MODEL_TRAIN ||
+                     (forward_ok && n->node_type == DF_NODE_MODEL_INFERENCE);
+        if (n->node_role != role || !model || (!forward_ok && n->only_forward_compute))
+            continue;
+        if (found < 0 || !n->only_forward_compute)
+            found = i;
     }
-    w->actor_layout = a ? *a : (df_node_layout){.dp_size = w->group_size, .mp = 1, .dp_rank = w->group_rank};
+    return found;
+}
+
+/*
+ * A role's layout (its df_worker_role_node's, else *dflt; without either:
+ * nothing to do) and data-parallel communicator: the group's ranks with the
+ * same model-parallel rank (NULL on one rank).
+ */
+static int role_dp_comm(df_dag_worker *w, df_node_role role, bool forward_ok, const df_node_layout *dflt,
+                        df_node_layout *layout, df_comm **comm)
+{
+    int k = df_worker_role_node(w, role, forward_ok);
+    if (k < 0 && !dflt)
+        return DF_OK;
+    *layout = k >= 0 ? w->layouts[k] : *dflt;
     if (w->group_size == 1)
         return DF_OK;
-    return df_comm_split(w->group, w->actor_layout.mp_rank, w->actor_layout.dp_rank, &w->actor_dp);
+    return df_comm_split(w->group, layout->mp_rank, layout->dp_rank, comm);
+}
+
+/* The actor's: its training node's (else every group rank its own DP rank). */
+static int actor_comm(df_dag_worker *w)
+{
+    const df_node_layout dflt = {.dp_size = w->group_size, .mp = 1, .dp_rank = w->group_rank};
+    return role_dp_comm(w, DF_ROLE_ACTOR, false, &dflt, &w->actor_layout, &w->actor_dp);
+}
+
+int df_worker_setup_critic_comm(df_dag_worker *w)
+{
+    return role_dp_comm(w, DF_ROLE_CRITIC, true, NULL, &w->critic_layout, &w->critic_dp);
 }
 
 int df_worker_setup_parallel(df_dag_worker *w)

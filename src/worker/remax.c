@@ -10,6 +10,7 @@
 #include "worker/worker_internal.h"
 
 #include "util/timeutil.h"
+#include "worker/data_metrics.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -34,9 +35,8 @@ static int greedy_baselines(const df_batch *greedy, baseline *v)
                         "ReMax baseline: the greedy batch needs uid and token_level_scores columns");
     const float *s = sc->data;
     for (int64_t i = 0; i < n; i++) {
-        double sum = 0; /* verl: reward_tensor.sum(dim=-1) */
-        for (int64_t t = sc->offsets[i]; t < sc->offsets[i + 1]; t++)
-            sum += s[t];
+        /* verl: reward_tensor.sum(dim=-1) */
+        double sum = df_row_sum_f32(s + sc->offsets[i], sc->offsets[i + 1] - sc->offsets[i]);
         v[i] = (baseline){.uid = df_batch_str(greedy, "uid", i), .value = (float)sum};
     }
     qsort(v, (size_t)n, sizeof *v, by_uid);
@@ -72,20 +72,17 @@ int df_remax_set_baselines(df_batch *out, const df_batch *greedy)
     return rc;
 }
 
-int df_worker_remax_baselines(df_dag_worker *w, const df_node *node, const df_batch *prompts, df_batch *out,
-                              double *seconds)
+int df_worker_remax_baselines(df_dag_worker *w, const df_sampling_params *sp, const df_batch *prompts,
+                              df_batch *out, double *seconds)
 {
     double t0 = df_now();
-    df_sampling_params sp = w->sp; /* the rollout node's settings, decoded greedily (verl do_sample=False) */
-    const df_config *nc = df_worker_node_config(w, node);
-    if (nc != w->cfg)
-        df_worker_sampling(w, nc, "actor_rollout_ref.rollout.", &sp);
-    sp.greedy = true;
-    sp.temperature = 1.0f;
-    sp.top_k = -1;
-    sp.top_p = 1.0f;
+    df_sampling_params g_sp = *sp; /* the rollout node's settings, decoded greedily (verl do_sample=False) */
+    g_sp.greedy = true;
+    g_sp.temperature = 1.0f;
+    g_sp.top_k = -1;
+    g_sp.top_p = 1.0f;
     df_batch *g = NULL; /* seed 0: argmax draws nothing */
-    int rc = df_generate_batch(w->rollout, df_actor_model(w->actor), prompts, 1, &sp, 0,
+    int rc = df_generate_batch(w->rollout, df_actor_model(w->actor), prompts, 1, &g_sp, 0,
                                w->console && w->rank == 0 ? "gen_max" : NULL, &g);
     if (!rc)
         rc = df_worker_reward(w, g, NULL);

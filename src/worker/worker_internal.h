@@ -14,6 +14,7 @@
 #include "distflow/worker.h"
 #include "engine/actor.h"
 #include "engine/critic.h"
+#include "util/timeutil.h"
 #include "worker/prompts.h"
 #include "worker/rollout_batch.h"
 
@@ -73,6 +74,12 @@ struct df_dag_worker {
     bool console;
 };
 
+/** Integer `key` of config c, or dflt when the key is null. */
+static inline int64_t df_worker_int_or(const df_config *c, const char *key, int64_t dflt)
+{
+    return df_config_is_null(c, key) ? dflt : df_config_int(c, key);
+}
+
 /**
  * Finish w->graph loaded from dag.workflow_path: nodes without an executable
  * get siiRL's default for their role (ROLLOUT -> generate, ACTOR ->
@@ -110,6 +117,25 @@ int df_worker_setup_parallel(df_dag_worker *w);
 /** Each node's layout and the actor's DP communicator (after the node configs exist). */
 int df_worker_setup_layouts(df_dag_worker *w);
 void df_worker_free_parallel(df_dag_worker *w);
+/**
+ * Element-wise sum over the ranks of `comm` of the k values of vals, added in
+ * rank order (the same bits on every rank), into totals[k] (zeroed first),
+ * with a failure flag (rc != 0) summed alongside, as the actor's
+ * df_train_core_reduce. A collective every rank makes, failed or not; NULL
+ * comm: this rank alone. Returns the merged status: rc when this rank failed,
+ * else a comm error wrapped with `what`, else DF_EINTERNAL "<what>: N other
+ * rank(s) of the <group> (S ranks) failed; their own errors say why" when
+ * another rank failed, else DF_OK. Errors also: DF_ENOMEM.
+ */
+int df_worker_group_sum(df_comm *comm, int rc, const double *vals, int k, double *totals, const char *what,
+                        const char *group);
+/**
+ * Index of `role`'s training node in w->graph (the last MODEL_TRAIN node of
+ * the role that is not forward-only; with forward_ok also MODEL_INFERENCE
+ * nodes, and, when the role has only forward-only ones, the first of them);
+ * -1 when none.
+ */
+int df_worker_role_node(const df_dag_worker *w, df_node_role role, bool forward_ok);
 /** Index of `node` among w->graph's nodes, -1 when not there. */
 int df_worker_node_index(const df_dag_worker *w, const df_node *node);
 const df_node_layout *df_worker_node_layout(const df_dag_worker *w, const df_node *node);
@@ -212,12 +238,12 @@ int df_remax_set_baselines(df_batch *out, const df_batch *greedy);
 /**
  * ReMax's greedy baseline (verl RayPPOTrainer.fit, adv_estimator remax):
  * `prompts` (the rollout node's input) generated once more greedily with the
- * node's other sampling settings, scored by df_worker_reward, then
- * df_remax_set_baselines(out, ...). The wall time in seconds, also on failure,
+ * node's other sampling settings `sp` (as df_worker_generate built them),
+ * scored by df_worker_reward, then df_remax_set_baselines(out, ...). The wall time in seconds, also on failure,
  * into *seconds (may be NULL): verl's timing_s/gen_max, recorded by the caller.
  */
-int df_worker_remax_baselines(df_dag_worker *w, const df_node *node, const df_batch *prompts, df_batch *out,
-                              double *seconds);
+int df_worker_remax_baselines(df_dag_worker *w, const df_sampling_params *sp, const df_batch *prompts,
+                              df_batch *out, double *seconds);
 /** <who>/weights_in_sync: the model's checksum agrees over w->group (collective); DF_EINTERNAL when not. */
 int df_worker_check_in_sync(df_dag_worker *w, const df_model *model, const char *who, df_metrics *m);
 
@@ -226,7 +252,8 @@ int df_worker_check_in_sync(df_dag_worker *w, const df_model *model, const char 
 void df_worker_critic_loss(const df_config *c, df_critic_loss *l);
 /** Critic settings (critic.*) from config c. */
 void df_worker_critic_params(const df_dag_worker *w, const df_config *c, df_critic_params *p);
-/** The critic's layout and DP communicator when the graph has a CRITIC node (collective over w->group). */
+/** The critic's layout and DP communicator when the graph has a CRITIC node (collective over w->group;
+ *  parallel.c, as the actor's). */
 int df_worker_setup_critic_comm(df_dag_worker *w);
 /** Load critic.model.path as a value model and create w->critic when the graph has a CRITIC node. */
 int df_worker_setup_critic(df_dag_worker *w);
@@ -239,6 +266,21 @@ int df_worker_check_critic_weights(df_dag_worker *w, df_metrics *m);
 bool df_worker_critic_warmup(const df_dag_worker *w, int64_t step);
 /** Register DAGWorker.compute_value and DAGWorker.train_critic. */
 int df_worker_register_critic_nodes(void);
+
+/* ---- helpers of the node functions (nodes.c, nodes_critic.c) ---- */
+/** The worker running the node function's graph. */
+static inline df_dag_worker *df_node_worker(const df_node_ctx *ctx)
+{
+    return (df_dag_worker *)ctx->worker;
+}
+/** Record the node's wall time since t0 under verl's timing_s/<name> in ctx->metrics (when set). */
+static inline void df_worker_timing(df_node_ctx *ctx, const char *name, double t0)
+{
+    char key[96];
+    snprintf(key, sizeof key, "timing_s/%s", name);
+    if (ctx->metrics)
+        df_metrics_set(ctx->metrics, key, df_now() - t0);
+}
 
 /** Register the built-in node functions under their DAGWorker.* names (idempotent). */
 int df_worker_register_nodes(void);
