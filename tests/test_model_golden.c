@@ -24,6 +24,7 @@
 #include "model/acts.h"
 #include "model/ops.h"
 #include "model/safetensors.h"
+#include "testgolden.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -36,57 +37,17 @@
 
 typedef struct {
     df_model *m;
-    df_st_file *exp;
-    int64_t T, n_seqs, n_out;
-    int32_t *tokens, *targets;
-    int64_t *offsets, *rows;
-    df_seq_batch b;
+    df_golden_batch gb;
 } golden;
-
-static float *read_vec(df_st_file *f, const char *name, int64_t *numel)
-{
-    df_st_tensor t;
-    assert_int_equal(df_st_find(f, name, &t), DF_OK);
-    int64_t n = df_st_numel(&t);
-    float *v = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    assert_non_null(v);
-    assert_int_equal(df_st_read_f32(f, name, v, n), DF_OK);
-    if (numel)
-        *numel = n;
-    return v;
-}
 
 static int load_golden(void **state)
 {
     golden *g = calloc(1, sizeof *g);
-    if (!g || df_model_load(GOLDEN_DIR "/tiny_qwen2", &g->m) ||
-        df_st_open(GOLDEN_DIR "/tiny_qwen2_expected.safetensors", &g->exp)) {
+    if (!g || df_model_load(GOLDEN_DIR "/tiny_qwen2", &g->m)) {
         fprintf(stderr, "golden fixtures: %s\n", df_last_error());
         return -1;
     }
-    int64_t n;
-    float *v = read_vec(g->exp, "batch.tokens", &g->T);
-    g->tokens = malloc(sizeof(int32_t) * (size_t)g->T);
-    for (int64_t i = 0; i < g->T; i++)
-        g->tokens[i] = (int32_t)v[i];
-    free(v);
-    v = read_vec(g->exp, "batch.seq_offsets", &n);
-    g->n_seqs = n - 1;
-    g->offsets = malloc(sizeof(int64_t) * (size_t)n);
-    for (int64_t i = 0; i < n; i++)
-        g->offsets[i] = (int64_t)v[i];
-    free(v);
-    v = read_vec(g->exp, "batch.out_rows", &g->n_out);
-    g->rows = malloc(sizeof(int64_t) * (size_t)g->n_out);
-    for (int64_t i = 0; i < g->n_out; i++)
-        g->rows[i] = (int64_t)v[i];
-    free(v);
-    v = read_vec(g->exp, "batch.out_targets", &n);
-    g->targets = malloc(sizeof(int32_t) * (size_t)n);
-    for (int64_t i = 0; i < n; i++)
-        g->targets[i] = (int32_t)v[i];
-    free(v);
-    g->b = (df_seq_batch){g->T, g->tokens, g->n_seqs, g->offsets, g->n_out, g->rows, g->targets};
+    df_golden_batch_load(&g->gb, GOLDEN_DIR "/tiny_qwen2_expected.safetensors");
     *state = g;
     return 0;
 }
@@ -95,34 +56,24 @@ static int free_golden(void **state)
 {
     golden *g = *state;
     df_model_free(g->m);
-    df_st_close(g->exp);
-    free(g->tokens), free(g->targets), free(g->offsets), free(g->rows), free(g);
+    df_golden_batch_free(&g->gb);
+    free(g);
     return 0;
-}
-
-static double rel_err(const float *a, const float *b, int64_t n)
-{
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += (double)b[i] * b[i];
-    }
-    return sqrt(num) / (sqrt(den) + 1e-30);
 }
 
 /* Max relative L2 error of logp / entropy at both temperatures. */
 static double forward_error(const df_model *m, const golden *g)
 {
     df_acts *a;
-    assert_int_equal(df_acts_create(&m->cfg, g->T, g->n_out, &a), DF_OK);
-    float *lp = malloc(sizeof(float) * (size_t)g->n_out), *en = malloc(sizeof(float) * (size_t)g->n_out);
+    assert_int_equal(df_acts_create(&m->cfg, g->gb.T, g->gb.n_out, &a), DF_OK);
+    float *lp = malloc(sizeof(float) * (size_t)g->gb.n_out), *en = malloc(sizeof(float) * (size_t)g->gb.n_out);
     double worst = 0;
     const char *names[2][2] = {{"logp.t1", "entropy.t1"}, {"logp.t07", "entropy.t07"}};
     const float temps[2] = {1.0f, 0.7f};
     for (int k = 0; k < 2; k++) {
-        assert_int_equal(df_model_forward(m, a, &g->b, temps[k], lp, en), DF_OK);
-        float *el = read_vec(g->exp, names[k][0], NULL), *ee = read_vec(g->exp, names[k][1], NULL);
-        double e1 = rel_err(lp, el, g->n_out), e2 = rel_err(en, ee, g->n_out);
+        assert_int_equal(df_model_forward(m, a, &g->gb.b, temps[k], lp, en), DF_OK);
+        float *el = df_golden_read_vec(g->gb.exp, names[k][0], NULL), *ee = df_golden_read_vec(g->gb.exp, names[k][1], NULL);
+        double e1 = df_golden_rel_err(lp, el, g->gb.n_out), e2 = df_golden_rel_err(en, ee, g->gb.n_out);
         worst = fmax(worst, fmax(e1, e2));
         free(el), free(ee);
     }
@@ -140,18 +91,18 @@ static void test_golden_forward(void **state)
 
     /* Full logits of a few output rows: final-normed hidden rows times lm_head. */
     df_acts *a;
-    assert_int_equal(df_acts_create(&g->m->cfg, g->T, g->n_out, &a), DF_OK);
-    float *lp = malloc(sizeof(float) * (size_t)g->n_out);
-    assert_int_equal(df_model_forward(g->m, a, &g->b, 1.0f, lp, NULL), DF_OK);
+    assert_int_equal(df_acts_create(&g->m->cfg, g->gb.T, g->gb.n_out, &a), DF_OK);
+    float *lp = malloc(sizeof(float) * (size_t)g->gb.n_out);
+    assert_int_equal(df_model_forward(g->m, a, &g->gb.b, 1.0f, lp, NULL), DF_OK);
     int64_t nr, nl;
-    float *rows = read_vec(g->exp, "logits.rows", &nr), *want = read_vec(g->exp, "logits", &nl);
+    float *rows = df_golden_read_vec(g->gb.exp, "logits.rows", &nr), *want = df_golden_read_vec(g->gb.exp, "logits", &nl);
     const int64_t V = g->m->cfg.vocab_size, H = g->m->cfg.hidden_size;
     assert_int_equal(nl, nr * V);
     float *got = malloc(sizeof(float) * (size_t)nl);
     for (int64_t r = 0; r < nr; r++)
         df_gemm_nt(1, V, H, 1.0f, a->xnf + (int64_t)rows[r] * H, g->m->w.lm_head, 0.0f,
                    got + r * V);
-    double le = rel_err(got, want, nl);
+    double le = df_golden_rel_err(got, want, nl);
     print_message("logits rel err %.2e\n", le);
     assert_true(le < FWD_TOL);
     free(lp), free(rows), free(want), free(got);
@@ -162,13 +113,13 @@ static void test_golden_forward(void **state)
 static float *golden_grads(const df_model *m, const golden *g, int passes)
 {
     df_acts *a;
-    assert_int_equal(df_acts_create(&m->cfg, g->T + 5, g->n_out + 2, &a), DF_OK);
-    float *lp = malloc(sizeof(float) * (size_t)g->n_out), *en = malloc(sizeof(float) * (size_t)g->n_out);
-    float *c = read_vec(g->exp, "loss.c", NULL), *d = read_vec(g->exp, "loss.d", NULL);
+    assert_int_equal(df_acts_create(&m->cfg, g->gb.T + 5, g->gb.n_out + 2, &a), DF_OK);
+    float *lp = malloc(sizeof(float) * (size_t)g->gb.n_out), *en = malloc(sizeof(float) * (size_t)g->gb.n_out);
+    float *c = df_golden_read_vec(g->gb.exp, "loss.c", NULL), *d = df_golden_read_vec(g->gb.exp, "loss.d", NULL);
     float *grads = calloc((size_t)m->n_params, sizeof(float));
     for (int p = 0; p < passes; p++) {
-        assert_int_equal(df_model_forward(m, a, &g->b, 0.7f, lp, en), DF_OK);
-        assert_int_equal(df_model_backward(m, a, &g->b, 0.7f, c, d, grads), DF_OK);
+        assert_int_equal(df_model_forward(m, a, &g->gb.b, 0.7f, lp, en), DF_OK);
+        assert_int_equal(df_model_backward(m, a, &g->gb.b, 0.7f, c, d, grads), DF_OK);
     }
     free(lp), free(en), free(c), free(d);
     df_acts_free(a);
@@ -183,10 +134,10 @@ static double worst_grad_error(const df_model *m, const golden *g, const float *
         const df_param_desc *t = &m->tensors[i];
         char name[128];
         snprintf(name, sizeof name, "grad.%s", t->name);
-        float *want = read_vec(g->exp, name, NULL);
+        float *want = df_golden_read_vec(g->gb.exp, name, NULL);
         for (int64_t j = 0; j < t->numel; j++)
             want[j] *= scale;
-        double e = rel_err(grads + t->offset, want, t->numel);
+        double e = df_golden_rel_err(grads + t->offset, want, t->numel);
         if (e > worst) {
             worst = e;
             if (worst_name)
@@ -216,7 +167,7 @@ static void test_golden_adamw(void **state)
 {
     golden *g = *state;
     float *grads = golden_grads(g->m, g, 1);
-    float *want_norm = read_vec(g->exp, "grad_norm", NULL);
+    float *want_norm = df_golden_read_vec(g->gb.exp, "grad_norm", NULL);
     double norm = df_clip_grad_norm(grads, g->m->n_params, 1.0);
     assert_true(fabs(norm - want_norm[0]) < 1e-5 * want_norm[0]);
     assert_true(fabs(df_grad_norm(grads, g->m->n_params) - 1.0) < 1e-5);
@@ -235,14 +186,14 @@ static void test_golden_adamw(void **state)
         const df_param_desc *t = &m2->tensors[i];
         char name[128];
         snprintf(name, sizeof name, "adamw.%s", t->name);
-        float *want = read_vec(g->exp, name, NULL);
+        float *want = df_golden_read_vec(g->gb.exp, name, NULL);
         float *got = malloc(sizeof(float) * (size_t)t->numel);
         for (int64_t j = 0; j < t->numel; j++) {
             float old = g->m->params[t->offset + j];
             got[j] = m2->params[t->offset + j] - old;
             want[j] -= old;
         }
-        worst = fmax(worst, rel_err(got, want, t->numel));
+        worst = fmax(worst, df_golden_rel_err(got, want, t->numel));
         free(want), free(got);
     }
     print_message("worst AdamW update rel err %.2e\n", worst);
@@ -317,8 +268,8 @@ static void test_tied_embeddings(void **state)
     float *sum = malloc(sizeof(float) * (size_t)VH);
     for (int64_t i = 0; i < VH; i++)
         sum[i] = vu.embed[i] + vu.lm_head[i];
-    assert_true(rel_err(vt.embed, sum, VH) < 1e-5);
-    assert_true(rel_err(vt.layers[0].wq, vu.layers[0].wq,
+    assert_true(df_golden_rel_err(vt.embed, sum, VH) < 1e-5);
+    assert_true(df_golden_rel_err(vt.layers[0].wq, vu.layers[0].wq,
                         c.num_attention_heads * c.head_dim * c.hidden_size) < 1e-5);
     free(sum), free(gt), free(gu), free(vt.layers), free(vu.layers);
     df_model_free(tied);
@@ -334,7 +285,7 @@ static void test_bf16_matmul_model(void **state)
     golden *g = *state;
     const df_model *m = g->m;
     df_acts *a;
-    assert_int_equal(df_acts_create(&m->cfg, g->T, g->n_out, &a), DF_OK);
+    assert_int_equal(df_acts_create(&m->cfg, g->gb.T, g->gb.n_out, &a), DF_OK);
     int rc = df_acts_set_bf16_matmul(a, true);
     if (rc == DF_EUNSUPPORTED) {
         print_message("bf16 matmul unsupported here: %s\n", df_last_error());
@@ -342,21 +293,21 @@ static void test_bf16_matmul_model(void **state)
         skip();
     }
     assert_int_equal(rc, DF_OK);
-    float *lp = malloc(sizeof(float) * (size_t)g->n_out), *en = malloc(sizeof(float) * (size_t)g->n_out);
-    float *c = read_vec(g->exp, "loss.c", NULL), *d = read_vec(g->exp, "loss.d", NULL);
+    float *lp = malloc(sizeof(float) * (size_t)g->gb.n_out), *en = malloc(sizeof(float) * (size_t)g->gb.n_out);
+    float *c = df_golden_read_vec(g->gb.exp, "loss.c", NULL), *d = df_golden_read_vec(g->gb.exp, "loss.d", NULL);
     float *grads = calloc((size_t)m->n_params, sizeof(float));
-    assert_int_equal(df_model_forward(m, a, &g->b, 0.7f, lp, en), DF_OK);
-    assert_int_equal(df_model_backward(m, a, &g->b, 0.7f, c, d, grads), DF_OK);
+    assert_int_equal(df_model_forward(m, a, &g->gb.b, 0.7f, lp, en), DF_OK);
+    assert_int_equal(df_model_backward(m, a, &g->gb.b, 0.7f, c, d, grads), DF_OK);
     assert_int_equal(df_mm_ctx_fallbacks(a->mm), 0);
-    float *want = read_vec(g->exp, "logp.t07", NULL);
-    double fe = rel_err(lp, want, g->n_out);
+    float *want = df_golden_read_vec(g->gb.exp, "logp.t07", NULL);
+    double fe = df_golden_rel_err(lp, want, g->gb.n_out);
     /* Cosine similarity of each gradient tensor with the float64 reference. */
     double worst_cos = 1.0;
     for (int i = 0; i < m->n_tensors; i++) {
         const df_param_desc *t = &m->tensors[i];
         char name[128];
         snprintf(name, sizeof name, "grad.%s", t->name);
-        float *gw = read_vec(g->exp, name, NULL);
+        float *gw = df_golden_read_vec(g->gb.exp, name, NULL);
         double dot = 0, n1 = 0, n2 = 0;
         for (int64_t j = 0; j < t->numel; j++) {
             dot += (double)grads[t->offset + j] * gw[j];
@@ -372,8 +323,8 @@ static void test_bf16_matmul_model(void **state)
     assert_true(worst_cos > 0.99);
     /* Switching back gives float32 results again. */
     assert_int_equal(df_acts_set_bf16_matmul(a, false), DF_OK);
-    assert_int_equal(df_model_forward(m, a, &g->b, 0.7f, lp, en), DF_OK);
-    assert_true(rel_err(lp, want, g->n_out) < FWD_TOL);
+    assert_int_equal(df_model_forward(m, a, &g->gb.b, 0.7f, lp, en), DF_OK);
+    assert_true(df_golden_rel_err(lp, want, g->gb.n_out) < FWD_TOL);
     free(lp), free(en), free(c), free(d), free(grads), free(want);
     df_acts_free(a);
 }
@@ -394,15 +345,15 @@ static void test_acts_reuse_and_errors(void **state)
     }
     df_seq_batch big = {40, toks, 2, offs, 40, rows, toks};
     assert_int_equal(df_model_forward(m, a, &big, 1.0f, lp, en), DF_OK);
-    assert_int_equal(df_model_forward(m, a, &g->b, 1.0f, lp2, NULL), DF_OK);
-    float *want = read_vec(g->exp, "logp.t1", NULL);
-    assert_true(rel_err(lp2, want, g->n_out) < FWD_TOL);
+    assert_int_equal(df_model_forward(m, a, &g->gb.b, 1.0f, lp2, NULL), DF_OK);
+    float *want = df_golden_read_vec(g->gb.exp, "logp.t1", NULL);
+    assert_true(df_golden_rel_err(lp2, want, g->gb.n_out) < FWD_TOL);
     free(want);
 
     /* Backward must match its forward's batch and temperature. */
     float *grads = calloc((size_t)m->n_params, sizeof(float));
     assert_int_equal(df_model_backward(m, a, &big, 1.0f, lp, NULL, grads), DF_EINVAL);
-    assert_int_equal(df_model_backward(m, a, &g->b, 0.5f, lp, NULL, grads), DF_EINVAL);
+    assert_int_equal(df_model_backward(m, a, &g->gb.b, 0.5f, lp, NULL, grads), DF_EINVAL);
     assert_non_null(strstr(df_last_error(), "differs"));
     free(grads);
 

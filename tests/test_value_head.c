@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "testgolden.h"
 #include "testutil.h"
 
 #include "distflow/model.h"
@@ -200,67 +201,11 @@ static void test_backward_values_fd(void **state)
 #define FWD_TOL 2e-6
 #define GRAD_TOL 2e-5
 
-static float *read_vec(df_st_file *f, const char *name, int64_t *numel)
-{
-    df_st_tensor t;
-    if (df_st_find(f, name, &t))
-        fail_msg("%s", df_last_error());
-    int64_t n = df_st_numel(&t);
-    float *v = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    assert_non_null(v);
-    assert_int_equal(df_st_read_f32(f, name, v, n), DF_OK);
-    if (numel)
-        *numel = n;
-    return v;
-}
-
-static double rel_err(const float *a, const float *b, int64_t n)
-{
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += (double)b[i] * b[i];
-    }
-    return sqrt(num) / (sqrt(den) + 1e-30);
-}
-
-typedef struct {
-    df_st_file *exp;
-    int64_t T, n_seqs, n_out;
-    int32_t *tokens;
-    int64_t *offsets, *rows;
-    df_seq_batch b;
-} golden_batch;
+typedef df_golden_batch golden_batch;
 
 static void golden_batch_load(golden_batch *g)
 {
-    memset(g, 0, sizeof *g);
-    if (df_st_open(GOLDEN_DIR "/tiny_qwen2_value_expected.safetensors", &g->exp))
-        fail_msg("%s", df_last_error());
-    int64_t n;
-    float *v = read_vec(g->exp, "batch.tokens", &g->T);
-    g->tokens = malloc(sizeof(int32_t) * (size_t)g->T);
-    for (int64_t i = 0; i < g->T; i++)
-        g->tokens[i] = (int32_t)v[i];
-    free(v);
-    v = read_vec(g->exp, "batch.seq_offsets", &n);
-    g->n_seqs = n - 1;
-    g->offsets = malloc(sizeof(int64_t) * (size_t)n);
-    for (int64_t i = 0; i < n; i++)
-        g->offsets[i] = (int64_t)v[i];
-    free(v);
-    v = read_vec(g->exp, "batch.out_rows", &g->n_out);
-    g->rows = malloc(sizeof(int64_t) * (size_t)g->n_out);
-    for (int64_t i = 0; i < g->n_out; i++)
-        g->rows[i] = (int64_t)v[i];
-    free(v);
-    g->b = (df_seq_batch){g->T, g->tokens, g->n_seqs, g->offsets, g->n_out, g->rows, NULL};
-}
-
-static void golden_batch_free(golden_batch *g)
-{
-    df_st_close(g->exp);
-    free(g->tokens), free(g->offsets), free(g->rows);
+    df_golden_batch_load(g, GOLDEN_DIR "/tiny_qwen2_value_expected.safetensors");
 }
 
 /* Relative L2 error of the values against the reference's. */
@@ -268,9 +213,9 @@ static double values_error(const df_model *m, const golden_batch *g)
 {
     df_acts *a;
     assert_int_equal(df_acts_create(&m->cfg, g->T, g->n_out, &a), DF_OK);
-    float *v = malloc(sizeof(float) * (size_t)g->n_out), *want = read_vec(g->exp, "values", NULL);
+    float *v = malloc(sizeof(float) * (size_t)g->n_out), *want = df_golden_read_vec(g->exp, "values", NULL);
     assert_int_equal(df_model_forward_values(m, a, &g->b, v), DF_OK);
-    double e = rel_err(v, want, g->n_out);
+    double e = df_golden_rel_err(v, want, g->n_out);
     free(v), free(want);
     df_acts_free(a);
     return e;
@@ -296,7 +241,7 @@ static void test_golden_values(void **state)
     /* Gradient of sum(c values) w.r.t. every parameter. */
     df_acts *a;
     assert_int_equal(df_acts_create(&m->cfg, g.T, g.n_out, &a), DF_OK);
-    float *v = malloc(sizeof(float) * (size_t)g.n_out), *c = read_vec(g.exp, "loss.c", NULL);
+    float *v = malloc(sizeof(float) * (size_t)g.n_out), *c = df_golden_read_vec(g.exp, "loss.c", NULL);
     float *grads = calloc((size_t)m->n_params, sizeof(float));
     assert_int_equal(df_model_forward_values(m, a, &g.b, v), DF_OK);
     assert_int_equal(df_model_backward_values(m, a, &g.b, c, grads), DF_OK);
@@ -306,8 +251,8 @@ static void test_golden_values(void **state)
         const df_param_desc *t = &m->tensors[i];
         char name[128];
         snprintf(name, sizeof name, "grad.%s", t->name);
-        float *want = read_vec(g.exp, name, NULL);
-        double e = rel_err(grads + t->offset, want, t->numel);
+        float *want = df_golden_read_vec(g.exp, name, NULL);
+        double e = df_golden_rel_err(grads + t->offset, want, t->numel);
         if (e > worst)
             worst = e, wn = t->name;
         free(want);
@@ -336,7 +281,7 @@ static void test_golden_values(void **state)
     free(v), free(c), free(grads);
     df_acts_free(a);
     df_model_free(m);
-    golden_batch_free(&g);
+    df_golden_batch_free(&g);
 }
 
 /* ---- df_model_to_value_model / df_model_init_random ------------------------------------ */

@@ -1,0 +1,98 @@
+/*
+ * testgolden.h — the golden fixtures written by tests/golden/gen_golden.py:
+ * reading float vectors from an expected-values safetensors file, the
+ * packed batch stored in it (batch.tokens, batch.seq_offsets, batch.out_rows
+ * and, when present, batch.out_targets), and the relative L2 error used to
+ * compare against the PyTorch reference. Include after cmocka.h.
+ */
+#ifndef DF_TESTS_TESTGOLDEN_H
+#define DF_TESTS_TESTGOLDEN_H
+
+#include "distflow/model.h"
+#include "model/safetensors.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/** Tensor `name` of f as floats (malloc'd); its element count into *numel when non-NULL. */
+static inline float *df_golden_read_vec(df_st_file *f, const char *name, int64_t *numel)
+{
+    df_st_tensor t;
+    if (df_st_find(f, name, &t))
+        fail_msg("%s", df_last_error());
+    int64_t n = df_st_numel(&t);
+    float *v = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    assert_non_null(v);
+    assert_int_equal(df_st_read_f32(f, name, v, n), DF_OK);
+    if (numel)
+        *numel = n;
+    return v;
+}
+
+/** ||a - b|| / ||b|| over n floats. */
+static inline double df_golden_rel_err(const float *a, const float *b, int64_t n)
+{
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += (double)b[i] * b[i];
+    }
+    return sqrt(num) / (sqrt(den) + 1e-30);
+}
+
+/** An expected-values file and the packed batch it holds. */
+typedef struct df_golden_batch {
+    df_st_file *exp;
+    int64_t T, n_seqs, n_out;
+    int32_t *tokens, *targets; /* targets NULL when the file has no batch.out_targets */
+    int64_t *offsets, *rows;
+    df_seq_batch b;
+} df_golden_batch;
+
+static inline int64_t *df_golden_ids64(df_st_file *f, const char *name, int64_t *n)
+{
+    float *v = df_golden_read_vec(f, name, n);
+    int64_t *out = malloc(sizeof(int64_t) * (size_t)(*n > 0 ? *n : 1));
+    assert_non_null(out);
+    for (int64_t i = 0; i < *n; i++)
+        out[i] = (int64_t)v[i];
+    free(v);
+    return out;
+}
+
+static inline int32_t *df_golden_ids32(df_st_file *f, const char *name, int64_t *n)
+{
+    float *v = df_golden_read_vec(f, name, n);
+    int32_t *out = malloc(sizeof(int32_t) * (size_t)(*n > 0 ? *n : 1));
+    assert_non_null(out);
+    for (int64_t i = 0; i < *n; i++)
+        out[i] = (int32_t)v[i];
+    free(v);
+    return out;
+}
+
+/** Open `path` and read its batch into g (fails the test on error). */
+static inline void df_golden_batch_load(df_golden_batch *g, const char *path)
+{
+    memset(g, 0, sizeof *g);
+    if (df_st_open(path, &g->exp))
+        fail_msg("%s", df_last_error());
+    int64_t n;
+    df_st_tensor t;
+    g->tokens = df_golden_ids32(g->exp, "batch.tokens", &g->T);
+    g->offsets = df_golden_ids64(g->exp, "batch.seq_offsets", &n);
+    g->n_seqs = n - 1;
+    g->rows = df_golden_ids64(g->exp, "batch.out_rows", &g->n_out);
+    if (!df_st_find(g->exp, "batch.out_targets", &t))
+        g->targets = df_golden_ids32(g->exp, "batch.out_targets", &n);
+    g->b = (df_seq_batch){g->T, g->tokens, g->n_seqs, g->offsets, g->n_out, g->rows, g->targets};
+}
+
+static inline void df_golden_batch_free(df_golden_batch *g)
+{
+    df_st_close(g->exp);
+    free(g->tokens), free(g->targets), free(g->offsets), free(g->rows);
+}
+
+#endif
