@@ -4,12 +4,14 @@
 #                DEMO_SFT=<dir> reuses the data and SFT model of an earlier run's output dir)
 #   make test   install what is missing, build, run the test suite
 #   make bench  build and run the benchmarks
+#   make test-variants  the suite with oneDNN restricted to AVX2 / AVX512_CORE and with the
+#               other DF_NATIVE setting (scripts/test-variants.sh, docs/testing.md)
 BUILD ?= build
 JOBS  ?= $(shell nproc 2>/dev/null || echo 2)
 ALGO  ?= grpo
 DEMO_SFT ?=
 
-.PHONY: all deps build test demo bench clean
+.PHONY: all deps build test test-variants demo bench clean
 
 all: build
 
@@ -23,6 +25,9 @@ build: deps
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j 1
 
+test-variants: deps
+	@bash scripts/test-variants.sh $(BUILD)
+
 demo: build
 	@DEMO_SFT="$(DEMO_SFT)" bash scripts/demo.sh $(BUILD)/distflow $(ALGO)
 
@@ -30,4 +35,4 @@ bench: build
 	@bash scripts/bench.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(BUILD)-alt

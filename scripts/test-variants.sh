@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The test suite under the variations that change float32 rounding, so that a
+# tolerance which only holds on one CPU fails here (docs/testing.md):
+#   1. oneDNN restricted to AVX2 kernels        (ONEDNN_MAX_CPU_ISA=AVX2)
+#   2. oneDNN restricted to AVX-512 core kernels (ONEDNN_MAX_CPU_ISA=AVX512_CORE)
+#   3. the other DF_NATIVE build: -march=native on or off, in <build>-alt/
+# Usage: scripts/test-variants.sh [BUILD_DIR]   (default build; configured and built if needed)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${1:-build}
+JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
+
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$BUILD" -j "$JOBS" >/dev/null
+native=$(sed -n 's/^DF_NATIVE:BOOL=//p' "$BUILD/CMakeCache.txt")
+case "$native" in ON | on | 1 | TRUE | true) alt=OFF ;; *) alt=ON ;; esac
+
+failed=()
+run() { # label, build dir, env assignments...
+  local label=$1 dir=$2
+  shift 2
+  echo "== $label" >&2
+  if ! (cd "$dir" && env "$@" ctest -j 1 --output-on-failure | tail -n 3); then
+    failed+=("$label")
+  fi
+}
+run "ONEDNN_MAX_CPU_ISA=AVX2" "$BUILD" ONEDNN_MAX_CPU_ISA=AVX2
+run "ONEDNN_MAX_CPU_ISA=AVX512_CORE" "$BUILD" ONEDNN_MAX_CPU_ISA=AVX512_CORE
+cmake -S . -B "$BUILD-alt" -DCMAKE_BUILD_TYPE=Release -DDF_NATIVE=$alt >/dev/null
+cmake --build "$BUILD-alt" -j "$JOBS" >/dev/null
+run "DF_NATIVE=$alt" "$BUILD-alt"
+
+if [ ${#failed[@]} -ne 0 ]; then
+  echo "test-variants: failed under: ${failed[*]}" >&2
+  exit 1
+fi
+echo "test-variants: the suite passed under every variant" >&2
