@@ -67,4 +67,39 @@ static inline double df_tol_gamma_prob(double n, double lambda, double u)
     return lambda * sqrt(n) * u;
 }
 
+/* ---- algorithms (tolalgo: hand-computed cases, finite differences; test_algo.c, test_losses.c, ...) */
+
+/**
+ * A value worked out by hand against code that reads float32 inputs, computes
+ * in double and returns a double or float32 (src/algo: losses, advantages, KL):
+ *   lit   the hand value's own error: half a unit in its last printed digit (0 for an exact one);
+ *   out   |f| times the number of float32 roundings of the result (|f| for one float32 output,
+ *         0 for a double result);
+ *   cond  sum_i |x_i df/dx_i| over the inputs float32 cannot hold (0.1f, 1e-6f; a float libm
+ *         result such as logf(1.1f) counts twice for its ulp; integers, halves, quarters are
+ *         exact): their DF_U32 |x_i| representation errors carried to f, to first order
+ *         (doubled: the second-order terms);
+ *   mag   the magnitude the double arithmetic works at (|f|, or the sum of |terms| of a sum
+ *         that cancels): gamma_64 of it in double, the hand cases' chains being shorter.
+ * An exact hand value of exact inputs through exact arithmetic (halves, small sums) needs no
+ * bound: compare with 0.
+ */
+static inline double df_tol_hand(double lit, double out, double cond, double mag)
+{
+    return lit + 2.0 * DF_U32 * (out + cond) + df_tol_gamma(64, DF_U64) * mag;
+}
+
+/**
+ * |(f(x + h) - f(x - h)) / (2h) - g| for a central difference whose step 2h is the
+ * exact difference of the two arguments used, against an analytic derivative g
+ * (Taylor with remainder): the truncation h^2/6 m3 (m3 >= |f'''| on [x - h, x + h]);
+ * the shift of the midpoint when x +- h are rounded to float32, mid * m2 (mid =
+ * |midpoint - x| <= DF_U32 (|x| + h), m2 >= |f''|); the rounding of the two
+ * evaluations, 2 ferr / 2h (ferr >= |computed f - f|); the float32 rounding of g.
+ */
+static inline double df_tol_fd(double h, double m3, double mid, double m2, double ferr, double g)
+{
+    return h * h / 6.0 * m3 + mid * m2 + ferr / h + DF_U32 * fabs(g);
+}
+
 #endif
