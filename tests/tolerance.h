@@ -68,3 +68,19 @@ static inline double df_tol_gamma_prob(double n, double lambda, double u)
 }
 
 #endif
+
+/* ---- engine (src/model kernels; tests/test_ops.c, test_vocab.c) ---------------- */
+
+/**
+ * Relative error bound of the kernels' own exp, df_expf / df_v16_exp /
+ * df_v16_exp_softmax (src/model/ops_math.h), for an exact float argument and a
+ * normal result. First-order running error analysis of its evaluation, with
+ * or without FMA: the reduction r = x - n ln2 (n ln2_hi exact, one rounding
+ * of n ln2_lo and of the difference, ln2's split error), the degree-7 Taylor
+ * polynomial in Horner form (at most two roundings per step, float
+ * coefficients) and its truncation, and the exact scaling by 2^n: at most
+ * 2.51 u over |r| <= ln2 / 2 and |n| <= 128 (worst near r = -ln2 / 2),
+ * rounded up to 3 u. test_vocab's test_exp_softmax_accuracy holds the kernel
+ * to it on a sweep.
+ */
+#define DF_TOL_EXPF (3 * DF_U32)
