@@ -84,3 +84,40 @@ static inline double df_tol_gamma_prob(double n, double lambda, double u)
  * to it on a sweep.
  */
 #define DF_TOL_EXPF (3 * DF_U32)
+
+/**
+ * Roundings on the longest path through a pre-norm decoder (Qwen2 / Llama:
+ * RMSNorm, attention with RoPE over at most L keys, SwiGLU MLP) of `layers`
+ * layers, hidden H, intermediate I, nh query heads of hd: the n of
+ * df_tol_gamma_prob for its final hidden state. Per layer: RMSNorm (H squares
+ * summed, 4 more), q / k / v projection (H + bias), RoPE (3), scores (hd + 3),
+ * online softmax over L keys (L + 4), P V (L + 2), o_proj (nh hd), residual,
+ * RMSNorm, gate / up (H), SwiGLU (4), down (I), residual; then the final
+ * RMSNorm. A head (LM head: H + 2, log-softmax: V + 4; value head: H + 2) is
+ * the caller's to add.
+ */
+static inline double df_tol_decoder_fwd_chain(int64_t H, int64_t I, int64_t nh, int64_t hd, int64_t L,
+                                              int64_t layers)
+{
+    double layer = (double)((H + 4) + (H + 1) + 3 + (hd + 3) + (L + 4) + (L + 2) + nh * hd + 1 +
+                            (H + 4) + H + 4 + I + 1);
+    return (double)layers * layer + (double)(H + 4);
+}
+
+/**
+ * Roundings on the longest path of the backward of that decoder, from the
+ * head's gradient to a parameter's: the final RMSNorm's backward (H + 8), per
+ * layer the MLP (down^T: H, SwiGLU: 6, gate^T / up^T summed: 2 I), RMSNorm
+ * (H + 8), o_proj^T (H), attention (D = dO . O: hd, dS: 5, dq / dk / dv sums
+ * over the group's rows: grp L), the q / k / v projections^T summed
+ * ((nh + 2 nkv) hd), RoPE (3), RMSNorm (H + 8), two residual adds; then a
+ * parameter gradient sums T tokens. Add the forward chain (the backward reads
+ * its activations) and the head's backward for the whole n.
+ */
+static inline double df_tol_decoder_bwd_chain(int64_t H, int64_t I, int64_t nh, int64_t nkv, int64_t hd,
+                                              int64_t L, int64_t layers, int64_t T)
+{
+    double layer = (double)(H + 6 + 2 * I + (H + 8) + H + hd + 5 + (nh / nkv) * L +
+                            (nh + 2 * nkv) * hd + 3 + (H + 8) + 2);
+    return (double)(H + 8) + (double)layers * layer + (double)T;
+}
