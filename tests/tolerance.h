@@ -103,3 +103,56 @@ static inline double df_tol_fd(double h, double m3, double mid, double m2, doubl
 }
 
 #endif
+
+/* ---- engine (src/model kernels; tests/test_ops.c, test_vocab.c) ---------------- */
+
+/**
+ * Relative error bound of the kernels' own exp, df_expf / df_v16_exp /
+ * df_v16_exp_softmax (src/model/ops_math.h), for an exact float argument and a
+ * normal result. First-order running error analysis of its evaluation, with
+ * or without FMA: the reduction r = x - n ln2 (n ln2_hi exact, one rounding
+ * of n ln2_lo and of the difference, ln2's split error), the degree-7 Taylor
+ * polynomial in Horner form (at most two roundings per step, float
+ * coefficients) and its truncation, and the exact scaling by 2^n: at most
+ * 2.51 u over |r| <= ln2 / 2 and |n| <= 128 (worst near r = -ln2 / 2),
+ * rounded up to 3 u. test_vocab's test_exp_softmax_accuracy holds the kernel
+ * to it on a sweep.
+ */
+#define DF_TOL_EXPF (3 * DF_U32)
+
+/**
+ * Roundings on the longest path through a pre-norm decoder (Qwen2 / Llama:
+ * RMSNorm, attention with RoPE over at most L keys, SwiGLU MLP) of `layers`
+ * layers, hidden H, intermediate I, nh query heads of hd: the n of
+ * df_tol_gamma_prob for its final hidden state. Per layer: RMSNorm (H squares
+ * summed, 4 more), q / k / v projection (H + bias), RoPE (3), scores (hd + 3),
+ * online softmax over L keys (L + 4), P V (L + 2), o_proj (nh hd), residual,
+ * RMSNorm, gate / up (H), SwiGLU (4), down (I), residual; then the final
+ * RMSNorm. A head (LM head: H + 2, log-softmax: V + 4; value head: H + 2) is
+ * the caller's to add.
+ */
+static inline double df_tol_decoder_fwd_chain(int64_t H, int64_t I, int64_t nh, int64_t hd, int64_t L,
+                                              int64_t layers)
+{
+    double layer = (double)((H + 4) + (H + 1) + 3 + (hd + 3) + (L + 4) + (L + 2) + nh * hd + 1 +
+                            (H + 4) + H + 4 + I + 1);
+    return (double)layers * layer + (double)(H + 4);
+}
+
+/**
+ * Roundings on the longest path of the backward of that decoder, from the
+ * head's gradient to a parameter's: the final RMSNorm's backward (H + 8), per
+ * layer the MLP (down^T: H, SwiGLU: 6, gate^T / up^T summed: 2 I), RMSNorm
+ * (H + 8), o_proj^T (H), attention (D = dO . O: hd, dS: 5, dq / dk / dv sums
+ * over the group's rows: grp L), the q / k / v projections^T summed
+ * ((nh + 2 nkv) hd), RoPE (3), RMSNorm (H + 8), two residual adds; then a
+ * parameter gradient sums T tokens. Add the forward chain (the backward reads
+ * its activations) and the head's backward for the whole n.
+ */
+static inline double df_tol_decoder_bwd_chain(int64_t H, int64_t I, int64_t nh, int64_t nkv, int64_t hd,
+                                              int64_t L, int64_t layers, int64_t T)
+{
+    double layer = (double)(H + 6 + 2 * I + (H + 8) + H + hd + 5 + (nh / nkv) * L +
+                            (nh + 2 * nkv) * hd + 3 + (H + 8) + 2);
+    return (double)(H + 8) + (double)layers * layer + (double)T;
+}
