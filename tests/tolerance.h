@@ -102,8 +102,6 @@ static inline double df_tol_fd(double h, double m3, double mid, double m2, doubl
     return h * h / 6.0 * m3 + mid * m2 + ferr / h + DF_U32 * fabs(g);
 }
 
-#endif
-
 /* ---- engine (src/model kernels; tests/test_ops.c, test_vocab.c) ---------------- */
 
 /**
@@ -156,3 +154,5 @@ static inline double df_tol_decoder_bwd_chain(int64_t H, int64_t I, int64_t nh, 
                             (nh + 2 * nkv) * hd + 3 + (H + 8) + 2);
     return (double)(H + 8) + (double)layers * layer + (double)T;
 }
+
+#endif
