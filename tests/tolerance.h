@@ -67,4 +67,51 @@ static inline double df_tol_gamma_prob(double n, double lambda, double u)
     return lambda * sqrt(n) * u;
 }
 
+/* ---- training: Adam and the decoder's chain of roundings (toltrain) ---- */
+
+/**
+ * Gain of Adam's bias-corrected direction u_t = m^_t / (sqrt(v^_t) + eps) at
+ * step t (1-based) as a function of the gradients g_1..g_t, per coordinate:
+ *   |u_t(g + dg) - u_t(g)| <= df_tol_adam_gain(t, b1, b2) * max_k |dg_k| / eps.
+ * m^ = sum a_k g_k and v^ = sum b_k g_k^2 are averages (a, b >= 0, each summing
+ * to 1), so |dm^| <= max|dg|, |d sqrt(v^)| <= max|dg| (a weighted 2-norm), and
+ * |m^| / sqrt(v^) <= c_t = sqrt(sum a_k^2 / b_k) (Cauchy-Schwarz); the gain is
+ * 1 + c_t, and |u_t| <= c_t. Divided by eps this is Adam's amplification of
+ * gradient rounding: with eps = 1e-8 a parameter whose gradient is rounding
+ * noise moves by up to ~lr either way, so tests that compare weights after
+ * Adam steps take eps well above that noise (the update is then Lipschitz).
+ */
+static inline double df_tol_adam_gain(int t, double beta1, double beta2)
+{
+    double s = 0;
+    for (int k = 1; k <= t; k++) {
+        double a = (1 - beta1) * pow(beta1, t - k) / (1 - pow(beta1, t));
+        double b = (1 - beta2) * pow(beta2, t - k) / (1 - pow(beta2, t));
+        if (a > 0)
+            s += b > 0 ? a * a / b : INFINITY;
+    }
+    return 1 + sqrt(s);
+}
+
+/**
+ * Roundings chained along the deepest path of one forward pass of a
+ * Qwen2/Llama decoder over sequences of at most `pos` tokens, to be used as n
+ * in df_tol_gamma_prob. Per layer: RMSNorm (a sum of `hidden` squares, then
+ * 3 ops), the q/k/v projections (K = hidden), RoPE (3), the scores
+ * (K = head_dim, 1 scale), softmax (exp, a sum of <= pos terms, a division),
+ * P V (K = pos), o_proj (K = heads * head_dim), the residual (1), RMSNorm
+ * again, gate / up (K = hidden), SiLU times up (4), down (K = intermediate),
+ * the residual (1). Then the final RMSNorm, the LM head (K = hidden), the
+ * temperature (1) and log-softmax (exp, a sum of `vocab` terms, log, 2
+ * subtractions). A backward pass retraces the chain, and a weight gradient
+ * adds the sum over the micro-batch's tokens: 2 * chain + tokens.
+ */
+static inline double df_tol_decoder_chain(int64_t hidden, int64_t intermediate, int64_t heads,
+                                          int64_t head_dim, int64_t layers, int64_t vocab, int64_t pos)
+{
+    double layer = 4.0 * (double)hidden + (double)head_dim + 2.0 * (double)pos +
+                   (double)(heads * head_dim) + (double)intermediate + 18.0;
+    return (double)layers * layer + 2.0 * (double)hidden + (double)vocab + 8.0;
+}
+
 #endif
