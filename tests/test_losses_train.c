@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "testutil.h"
+#include "testtrain.h"
 #include "tolerance.h"
 
 #include <math.h>
@@ -308,81 +309,6 @@ static df_model *actor_update(const df_actor_params *p, bool rollout_lp, double 
     return out;
 }
 
-/* ---- the rounding model of an actor update (tests/tolerance.h) ----------------------- */
-
-#define LAMBDA 6.0 /* df_tol_gamma_prob's lambda: exceeded with probability < 2 exp(-18) = 3e-8 */
-
-/* Bound on the logits: z_j = W_j . (n * x / rms(x)) / T with ||x / rms(x)||_2 <= sqrt(hidden), so
-   |z_j| <= sqrt(hidden) ||W_j * n||_2 / T (Cauchy-Schwarz; n the final RMSNorm's weight). */
-static double logit_bound(const df_model *m, float temperature)
-{
-    const int64_t H = m->cfg.hidden_size;
-    double z = 0;
-    for (int64_t j = 0; j < m->cfg.vocab_size; j++) {
-        double s = 0;
-        for (int64_t k = 0; k < H; k++) {
-            double x = (double)m->w.lm_head[j * H + k] * m->w.final_norm[k];
-            s += x * x;
-        }
-        z = fmax(z, sqrt(s));
-    }
-    return sqrt((double)H) * z / temperature;
-}
-
-/* Roundings chained along a forward pass of m over sequences of <= pos tokens. */
-static double forward_chain(const df_model *m, int64_t pos)
-{
-    const df_model_config *c = &m->cfg;
-    return df_tol_decoder_chain(c->hidden_size, c->intermediate_size, c->num_attention_heads, c->head_dim,
-                                c->num_hidden_layers, c->vocab_size, pos);
-}
-
-/* |logp^a - logp^b| for two forward passes of the same weights that block their GEMMs differently
-   (another row count, another CPU): a deep computation (probabilistic bound, LAMBDA) whose last step,
-   log-softmax z_y - lse(z), works on operands of magnitude <= Z and Z + log V; twice one evaluation's. */
-static double forward_bound(const df_model *m, int64_t pos, float temperature)
-{
-    double Z = logit_bound(m, temperature);
-    return 2 * df_tol_gamma_prob(forward_chain(m, pos), LAMBDA, DF_U32) * (2 * Z + log((double)m->cfg.vocab_size));
-}
-
-/* The samples of actor_batch. */
-static const int64_t AB_PO[] = {0, 3, 4, 6, 10}, AB_RO[] = {0, 2, 5, 5, 6};
-static const int32_t AB_PT[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, AB_RT[] = {11, 12, 13, 14, 15, 16};
-
-/* J[t] = ||d log p(y_t | prefix) / d theta||_2 at the weights of m, for the 6 response tokens of
-   actor_batch: the gradient norm of a gpg update (loss -A log p, A = 1, weight 1) on the one-token
-   sample (prompt ++ response[:j], response[j]). */
-static void token_grad_norms(const df_model *m, double J[6])
-{
-    df_actor_params p = actor_params("gpg", "token-mean", 1);
-    p.optim.lr = 0;
-    for (int i = 0; i < 4; i++)
-        for (int64_t j = 0; j < AB_RO[i + 1] - AB_RO[i]; j++) {
-            int32_t toks[16];
-            int64_t np = AB_PO[i + 1] - AB_PO[i];
-            memcpy(toks, AB_PT + AB_PO[i], (size_t)np * sizeof *toks);
-            memcpy(toks + np, AB_RT + AB_RO[i], (size_t)j * sizeof *toks);
-            const int64_t po[] = {0, np + j}, ro[] = {0, 1};
-            const float zero = 0, one = 1;
-            df_batch *b = df_batch_new(1);
-            assert_int_equal(df_batch_set_tok_i32(b, "prompt_ids", po, toks), 0);
-            assert_int_equal(df_batch_set_tok_i32(b, "response_ids", ro, AB_RT + AB_RO[i] + j), 0);
-            assert_int_equal(df_batch_set_tok_f32(b, "old_log_probs", ro, &zero), 0); /* gpg ignores it */
-            assert_int_equal(df_batch_set_tok_f32(b, "advantages", ro, &one), 0);
-            df_model *c;
-            df_actor *a;
-            assert_int_equal(df_model_clone(m, &c), 0);
-            assert_int_equal(df_actor_create(c, &p, true, &a), 0);
-            df_metrics *met = df_metrics_new();
-            assert_int_equal(df_actor_update_policy(a, b, met), 0);
-            J[AB_RO[i] + j] = df_metrics_get(met, "actor/grad_norm", NAN);
-            df_metrics_free(met);
-            df_actor_free(a);
-            df_batch_free(b);
-        }
-}
-
 /* What one optimizer step of the micro-batch-invariance test may differ by (see below). */
 typedef struct step_bound {
     double grad;  /* ||g^1 - g^4||_2 */
@@ -396,7 +322,8 @@ typedef struct step_bound {
  * weight, R >= every ratio exp|log p - old| and >= 1 + clip_ratio_high, alpha cpgd's drift coefficient):
  *   |c_t| and |dc_t / dr_t| <= B_t = w_t tau_t (|A_t| R + alpha R)
  *   (vanilla, gspo -A r or 0; gpg -A; cpgd -A + alpha (e^r - 1)),
- * and the per-token loss |l_t| <= |A_t| (R + |log p_t|) + alpha R. So, with G = sum_t B_t J_t:
+ * and the per-token loss |l_t| <= |A_t| (R + |log p_t|) + alpha R, |log p_t| <= |old_t| + log R.
+ * So, with J_t = ||grad log p_t|| (tt_logp_grad_norms) and G = sum_t B_t J_t:
  *   rounding of the gradient (forward + backward, n = 2 chain + tokens roundings, probabilistic)
  *   in both runs, 2 df_tol_gamma_prob(n) G, plus the micro-1 run's sum of 4 micro-batches
  *   gamma_3 G; the log-ratio r = log p - old moves by <= 2F and the TIS weight by <= F relative, so
@@ -406,10 +333,11 @@ static step_bound update_bound(const df_model *m, const df_actor_params *p, cons
                                const df_batch *b4)
 {
     const int64_t T = 6;
-    double F = forward_bound(m, 5, p->temperature), J[6];
-    token_grad_norms(m, J);
+    double F = tt_forward_bound(m, 5, p->temperature), J[6];
+    tt_logp_grad_norms(m, b4, p->temperature, J);
     float w[6];
-    assert_int_equal(df_loss_agg_weights_ex(p->loss.loss_agg_mode, 4, AB_RO, T, 4, p->loss.loss_agg_norm_length, w),
+    assert_int_equal(df_loss_agg_weights_ex(p->loss.loss_agg_mode, 4, df_batch_offsets(b4, "response_ids"), T, 4,
+                                            p->loss.loss_agg_norm_length, w),
                      0);
     /* R from this step's ratios (log-probs at the current weights) in either run */
     double R = 1 + p->loss.clip_ratio_high;
@@ -433,14 +361,14 @@ static step_bound update_bound(const df_model *m, const df_actor_params *p, cons
     double alpha = !strcmp(p->loss.policy_loss, "cpgd") ? p->loss.policy_drift_coeff : 0;
     double tau = p->tis_imp_ratio_cap > 0 ? p->tis_imp_ratio_cap : 1, G = 0, dL = 0, L = 0;
     for (int64_t t = 0; t < T; t++) {
-        double A = fabs(adv[t]), wt = (double)w[t] * tau, lt = A * (R + fabs(old[t]) + F) + alpha * R;
+        double A = fabs(adv[t]), wt = (double)w[t] * tau, lt = A * (R + fabs(old[t]) + log(R)) + alpha * R;
         G += wt * (A * R + alpha * R) * J[t];
         dL += wt * (2 * F * (A * R + alpha * R) + F * lt);
         L += wt * lt;
     }
-    double n = 2 * forward_chain(m, 5) + 16; /* 16 packed tokens in the micro-batch of 4 */
+    double n = tt_grad_chain(m, 5, 16); /* 16 packed tokens in the micro-batch of 4 */
     /* the loss is summed in double: 2 gamma_T(u64) sum |w l| for the two orders */
-    step_bound sb = {.grad = (2 * df_tol_gamma_prob(n, LAMBDA, DF_U32) + df_tol_gamma(3, DF_U32) + 3 * F) * G,
+    step_bound sb = {.grad = (2 * df_tol_gamma_prob(n, TT_LAMBDA, DF_U32) + df_tol_gamma(3, DF_U32) + 3 * F) * G,
                      .loss = dL + 2 * df_tol_gamma((double)T, DF_U64) * L};
     if (getenv("DF_TOL_DEBUG"))
         print_message("F %.3g R %.4g G %.4g n %.0f grad %.3g loss %.3g\n", F, R, G, n, sb.grad, sb.loss);
@@ -458,14 +386,6 @@ static double update_once(df_actor *a, df_batch *b)
     return l;
 }
 
-static double max_abs(const df_model *m)
-{
-    double x = 0;
-    for (int64_t i = 0; i < m->n_params; i++)
-        x = fmax(x, fabs(m->params[i]));
-    return x;
-}
-
 /*
  * Every loss and aggregation mode through the actor: micro-batches of 1 sample and of the whole
  * batch take the same step (seq-mean-token-sum-norm with the actor's loss_agg_norm_length), with TIS
@@ -478,7 +398,7 @@ static double max_abs(const df_model *m)
  * gradient difference so far, plus the rounding of the AdamW arithmetic and of the weight itself. Before
  * the second step the micro-1 run takes the micro-4 run's weights, so that the bound needs no Hessian:
  * only the Adam moments keep the first step's difference. The log-probs at the initial weights are
- * checked against forward_bound on the way (the two runs compute their old_log_probs with their own
+ * checked against tt_forward_bound on the way (the two runs compute their old_log_probs with their own
  * micro-batches).
  */
 static void test_actor_micro_invariant(void **state)
@@ -503,7 +423,7 @@ static void test_actor_micro_invariant(void **state)
                 }
                 df_model *m0 = df_actor_model(a[1]), *init;
                 assert_int_equal(df_model_clone(m0, &init), 0);
-                double F = forward_bound(m0, 5, 1.0f);
+                double F = tt_forward_bound(m0, 5, 1.0f);
                 const float *o1 = df_batch_column(b[0], "old_log_probs")->data,
                             *o4 = df_batch_column(b[1], "old_log_probs")->data;
                 for (int t = 0; t < 6; t++)
@@ -517,8 +437,7 @@ static void test_actor_micro_invariant(void **state)
                     double gain = df_tol_adam_gain(step, p[0].optim.beta1, p[0].optim.beta2);
                     double l1 = update_once(a[0], b[0]), l4 = update_once(a[1], b[1]);
                     const df_model *x1 = df_actor_model(a[0]), *x4 = df_actor_model(a[1]);
-                    double bound = lr * gain / eps * dg +
-                                   2 * (DF_U32 * max_abs(x4) + df_tol_gamma(8, DF_U32) * lr * (gain - 1));
+                    double bound = tt_adam_inject(lr, eps, gain, dg, tt_max_abs(x4));
                     double d = df_test_max_param_diff(x1, x4), dl = fabs(l1 - l4);
                     if (!(d <= bound) || !(dl <= sb.loss) || !isfinite(l1))
                         fail_msg("%s / %s / tis %d, step %d: param diff %.3g (bound %.3g), pg_loss %.9g vs %.9g "
@@ -532,7 +451,8 @@ static void test_actor_micro_invariant(void **state)
                         moved = df_test_max_param_diff(x4, init);
                         if (getenv("DF_TOL_DEBUG"))
                             print_message("  moved %.3g\n", moved);
-                        /* the comparison can tell a wrong step: the step is far above the bound */
+                        /* the comparison has teeth: a wrong weight on one sample's terms changes the
+                           step by a fair fraction of itself, far above the bound */
                         if (!(moved > 30 * bound))
                             fail_msg("%s / %s / tis %d: the step moved weights by %.3g only (bound %.3g)",
                                      losses[i], modes[j], tis, moved, bound);
