@@ -22,6 +22,7 @@
 #ifndef DF_TESTS_TESTTRAIN_H
 #define DF_TESTS_TESTTRAIN_H
 
+#include "distflow/algo.h"
 #include "distflow/batch.h"
 #include "distflow/metrics.h"
 #include "distflow/model.h"
@@ -48,13 +49,13 @@ static inline double tt_head_bound(const df_model *m, float temperature)
 {
     const int64_t H = m->cfg.hidden_size;
     const bool value = m->cfg.num_labels > 0;
-    const float *W = value ? m->w.score_weight : m->w.lm_head;
+    const float *head = value ? m->w.score_weight : m->w.lm_head;
     int64_t rows = value ? 1 : m->cfg.vocab_size;
     double z = 0;
     for (int64_t j = 0; j < rows; j++) {
         double s = 0;
         for (int64_t k = 0; k < H; k++) {
-            double x = (double)W[j * H + k] * m->w.final_norm[k];
+            double x = (double)head[j * H + k] * m->w.final_norm[k];
             s += x * x;
         }
         z = fmax(z, sqrt(s));
