@@ -245,4 +245,59 @@ static inline double tt_perturb(df_model *m, double eta, uint64_t seed)
     return least;
 }
 
+/*
+ * End-to-end runs (the DAG worker): ||g^a - g^b||_2 for the first training
+ * step's gradient of two runs of the same job on the same rollout, before
+ * clipping, gn its norm: each run's forward + backward (probabilistic,
+ * micro-batches of <= micro_tokens packed tokens, sequences of <= pos) and an
+ * all-reduce over n_ranks, relative to the magnitude G of the gradient's
+ * per-token terms, plus the loss coefficients' sensitivity: -A rho moves by
+ * 2F relative (log p and old each <= F), the backward's softmax weights by
+ * F (1 + 2Z). The worker's batch is not at hand to measure G (as
+ * tt_logp_grad_norms does), so it is modelled: T per-token terms of random
+ * directions sum to a norm of ~ sqrt(sum of squares) >= G / sqrt(T), so
+ * G <= sqrt(T) gn (the same independence model as the rounding errors').
+ */
+static inline double tt_e2e_grad_bound(const df_model *m, int64_t pos, int64_t micro_tokens, int64_t T, int n_ranks,
+                                       double gn, float temperature)
+{
+    double F = tt_forward_bound(m, pos, temperature), Z = tt_head_bound(m, temperature);
+    double rel = 2 * df_tol_gamma_prob(tt_grad_chain(m, pos, micro_tokens), TT_LAMBDA, DF_U32) +
+                 df_tol_gamma(n_ranks > 1 ? n_ranks - 1 : 0, DF_U32) + F * (3 + 2 * Z);
+    return rel * sqrt((double)T) * gn;
+}
+
+/*
+ * Weights a and b after the first AdamW step (weight decay 0, from init) of
+ * two trainings whose gradients differ by <= dg (2-norm, before the clip to
+ * `clip` of a gradient of norm gn). Per parameter the step is lr h / (|h| +
+ * eps) with h = s g, s = min(1, clip / (gn + 1e-6)), so |dh| <= 2 s dg and the
+ * steps differ by <= lr min(2, 2 s dg (1 - x + e)^2 / eps): x = |step| / lr of
+ * the smaller step gives |h| + eps = eps / (1 - x), e bounds the rounding of x
+ * (x = 0 when the two steps have opposite signs). A parameter
+ * whose gradient is rounding noise may thus move by up to lr either way (Adam
+ * normalises it), while the others are held tight. Fails the test naming the
+ * worst parameter; returns the largest observed / bound and, in *free, how
+ * many parameters that moved the bound leaves free (bound >= lr).
+ */
+static inline double tt_adam_first_step_check(const df_model *init, const df_model *a, const df_model *b, double lr,
+                                              double eps, double clip, double gn, double dg, int64_t *free)
+{
+    double s = clip > 0 ? fmin(1.0, clip / (gn + 1e-6)) : 1.0, worst = 0;
+    *free = 0;
+    for (int64_t i = 0; i < init->n_params; i++) {
+        double t0 = init->params[i], da = a->params[i] - t0, db = b->params[i] - t0;
+        double rnd = DF_U32 * (2 * fabs(t0) + fabs(a->params[i]) + fabs(b->params[i])) + df_tol_gamma(8, DF_U32) * lr;
+        /* the sensitivity eps / (|h| + eps)^2 peaks at the smaller |h|, or at h = 0 when the signs differ */
+        double x = fmin(fabs(da), fabs(db)) / lr, e = rnd / lr, q = da * db > 0 ? fmin(1.0, 1 - x + e) : 1.0;
+        double bound = lr * fmin(2.0, 2 * s * dg * q * q / eps) + rnd;
+        *free += bound >= lr && (da != 0 || db != 0);
+        if (!(fabs(da - db) <= bound))
+            fail_msg("parameter %lld: the first step moved it by %.9g and %.9g (bound %.3g)", (long long)i, da, db,
+                     bound);
+        worst = fmax(worst, fabs(da - db) / bound);
+    }
+    return worst;
+}
+
 #endif
