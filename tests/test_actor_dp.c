@@ -5,7 +5,8 @@
  * metrics must match (up to float summation order), and the parameter checksums
  * must agree across ranks. How far they may differ follows from the rounding
  * model of tests/testtrain.h, step by step along the whole-batch training
- * (ref_step), with Adam's eps = 1 so that a step is Lipschitz in the gradient. Runs as one rank (plain ctest) and under mpiexec:
+ * (ref_step), with Adam's eps = 1 so that a step is Lipschitz in the gradient.
+ * Runs as one rank (plain ctest) and under mpiexec:
  * mpi-test: np 2 3
  * Results that differ per rank are reduced (max over ranks) before asserting, so
  * every rank passes or fails together instead of leaving the others waiting.
@@ -29,7 +30,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
 
 static int group_setup(void **state)
 {
@@ -116,11 +116,11 @@ static void assert_same_checksum(const df_model *m)
 #define TEETH 10
 
 enum { K_PG, K_KL, K_ENT, K_CLIP, K_CLIP_LOWER, K_PPO_KL, K_GRAD_NORM, K_LR, N_KEYS };
-static const char *const PPO_KEYS[N_KEYS] = {"actor/pg_loss",     "actor/kl_loss",           "actor/entropy_loss",
-                                             "actor/pg_clipfrac", "actor/pg_clipfrac_lower", "actor/ppo_kl",
-                                             "actor/grad_norm",   "actor/lr"};
-static const char *const SFT_KEYS[N_KEYS] = {"train/loss", NULL, NULL, NULL, NULL, NULL, "train/grad_norm",
-                                             "train/lr"};
+static const char *const PPO_KEYS[N_KEYS] = {
+    "actor/pg_loss",           "actor/kl_loss", "actor/entropy_loss", "actor/pg_clipfrac",
+    "actor/pg_clipfrac_lower", "actor/ppo_kl",  "actor/grad_norm",    "actor/lr"};
+static const char *const SFT_KEYS[N_KEYS] = {"train/loss",      NULL,      NULL, NULL, NULL, NULL,
+                                             "train/grad_norm", "train/lr"};
 
 /*
  * The whole-batch reference (`alone`, one optimizer step per call), its twin
@@ -130,14 +130,14 @@ static const char *const SFT_KEYS[N_KEYS] = {"train/loss", NULL, NULL, NULL, NUL
  */
 typedef struct ref_run {
     df_actor *alone, *twin;
-    double eta;             /* the twin's smallest initial weight move */
-    double inj;             /* sum over steps of tt_adam_inject: the weight bound before amplification */
-    double dg;              /* largest bound on a step's gradient difference so far */
-    double amp;             /* max(1, twin weight difference / eta) so far */
-    int steps;              /* optimizer steps so far */
-    int call_steps;         /* in the current DP call */
-    double round[N_KEYS];   /* the call's sums of per-step metric bounds at equal weights */
-    double twin_least;      /* smallest twin weight difference during the call */
+    double eta;           /* the twin's smallest initial weight move */
+    double inj;           /* sum over steps of tt_adam_inject: the weight bound before amplification */
+    double dg;            /* largest bound on a step's gradient difference so far */
+    double amp;           /* max(1, twin weight difference / eta) so far */
+    int steps;            /* optimizer steps so far */
+    int call_steps;       /* in the current DP call */
+    double round[N_KEYS]; /* the call's sums of per-step metric bounds at equal weights */
+    double twin_least;    /* smallest twin weight difference during the call */
 } ref_run;
 
 static void ref_init(ref_run *r, const df_actor_params *p)
@@ -203,7 +203,8 @@ static void ref_step(ref_run *r, const df_batch *mb, const df_actor_params *p, b
     double F = tt_forward_bound(m, pos, p->temperature), Z = tt_head_bound(m, p->temperature);
     double *J = calloc((size_t)T + 1, sizeof *J), *gn = calloc((size_t)T + 1, sizeof *gn);
     float *w = calloc((size_t)T + 1, sizeof *w);
-    assert_int_equal(df_loss_agg_weights_ex(sft ? "token-mean" : p->loss.loss_agg_mode, S, ro, T, S, 0, w), 0);
+    assert_int_equal(df_loss_agg_weights_ex(sft ? "token-mean" : p->loss.loss_agg_mode, S, ro, T, S, 0, w),
+                     0);
     tt_logp_grad_norms(m, mb, p->temperature, J);
     df_batch *xa, *xt;
     const float *lp = log_probs(r->alone, mb, &xa), *lpt = log_probs(r->twin, mb, &xt);
@@ -221,7 +222,8 @@ static void ref_step(ref_run *r, const df_batch *mb, const df_actor_params *p, b
         pt.optim.lr = 0, pt.mini_batch_size = 0, pt.micro_batch_size = 1, pt.loss.ppo_epochs = 1;
         const char *cols[] = {"old_log_probs", "ref_log_prob", "advantages"};
         tt_actor_token_norms(m, mb, &pt, cols, 3, gn);
-        const float *old = df_batch_column(mb, "old_log_probs")->data, *ref = df_batch_column(mb, "ref_log_prob")->data,
+        const float *old = df_batch_column(mb, "old_log_probs")->data,
+                    *ref = df_batch_column(mb, "ref_log_prob")->data,
                     *adv = df_batch_column(mb, "advantages")->data;
         const double lo = log(1 - p->loss.clip_ratio_low), hi = log(1 + p->loss.clip_ratio_high),
                      dual = log(p->loss.clip_ratio_c), beta = p->loss.kl_loss_coef;
@@ -243,8 +245,9 @@ static void ref_step(ref_run *r, const df_batch *mb, const df_actor_params *p, b
         b[K_CLIP] = b[K_CLIP_LOWER] = n_flip / (double)T;
     }
     double n = tt_grad_chain(m, pos, packed);
-    double dg = (2 * df_tol_gamma_prob(n, TT_LAMBDA, DF_U32) + df_tol_gamma(N - 1, DF_U32) + F * (1 + 2 * Z)) * G +
-                F * Sens + flip;
+    double dg =
+        (2 * df_tol_gamma_prob(n, TT_LAMBDA, DF_U32) + df_tol_gamma(N - 1, DF_U32) + F * (1 + 2 * Z)) * G +
+        F * Sens + flip;
     b[K_GRAD_NORM] = dg;
     for (int k = 0; k < N_KEYS; k++)
         r->round[k] += b[k];
@@ -263,8 +266,8 @@ static void ref_step(ref_run *r, const df_batch *mb, const df_actor_params *p, b
     r->inj += tt_adam_inject(p->optim.lr, p->optim.adam_eps, gain, r->dg, tt_max_abs(m));
     r->amp = fmax(r->amp, df_test_max_param_diff(df_actor_model(r->twin), m) / r->eta);
     if (getenv("DF_TOL_DEBUG") && R == 0)
-        print_message("  step %d: F %.3g G %.3g S %.3g flips %.3g dr %.3g dg %.3g inj %.3g amp %.3g\n", r->steps, F,
-                      G, Sens, b[K_CLIP], dr, dg, r->inj, r->amp);
+        print_message("  step %d: F %.3g G %.3g S %.3g flips %.3g dr %.3g dg %.3g inj %.3g amp %.3g\n",
+                      r->steps, F, G, Sens, b[K_CLIP], dr, dg, r->inj, r->amp);
 }
 
 /* The weight bound so far. */
@@ -280,8 +283,8 @@ static double ref_weight_bound(const ref_run *r)
  * the clip fractions, whose flips are counted instead), plus double rounding. Global, so the same
  * on every rank. Returns observed / bound.
  */
-static double check_metric(const ref_run *r, const df_metrics *dp, const df_metrics *ref, const df_metrics *twin,
-                           const char *const *keys, int k)
+static double check_metric(const ref_run *r, const df_metrics *dp, const df_metrics *ref,
+                           const df_metrics *twin, const char *const *keys, int k)
 {
     double x = df_metrics_get(dp, keys[k], NAN), y = df_metrics_get(ref, keys[k], NAN),
            z = df_metrics_get(twin, keys[k], NAN);
@@ -329,7 +332,8 @@ static void run_ppo(const scenario *sc)
     assert_int_equal(df_actor_compute_log_prob(dp, shard, "lp", &ent_dp), 0);
     assert_int_equal(df_actor_compute_log_prob(ref.alone, global, "lp", &ent_all), 0);
     double F0 = tt_forward_bound(df_actor_model(dp), tt_max_len(global), pa.temperature);
-    assert_true(df_test_all_max(fabs(ent_dp - ent_all)) <= F0 + df_tol_gamma(64, DF_U64) * ent_all && ent_all > 1.0);
+    assert_true(df_test_all_max(fabs(ent_dp - ent_all)) <= F0 + df_tol_gamma(64, DF_U64) * ent_all &&
+                ent_all > 1.0);
 
     df_model *init = df_test_micro_model(11);
     double worst_w = 0, worst_m = 0;
@@ -350,7 +354,8 @@ static void run_ppo(const scenario *sc)
         double bound = ref_weight_bound(&ref);
         worst_w = fmax(worst_w, d / bound);
         if (d > bound)
-            fail_msg("update %d: DP weights differ from the whole-batch update by %.3g (bound %.3g)", u, d, bound);
+            fail_msg("update %d: DP weights differ from the whole-batch update by %.3g (bound %.3g)", u, d,
+                     bound);
         assert_same_checksum(df_actor_model(dp));
         df_metrics_free(md);
         df_metrics_free(ma);
@@ -361,9 +366,10 @@ static void run_ppo(const scenario *sc)
     if (!(moved > TEETH * bound))
         fail_msg("the weights moved by %.3g only, bound %.3g", moved, bound);
     if (R == 0)
-        print_message("[ %s, %d ranks ] max |w_dp - w_whole| / bound %.3g (bound %.3g, moved %.3g), max metric "
-                      "diff / bound %.3g, amplification %.3g\n",
-                      sc->agg, N, worst_w, bound, moved, worst_m, ref.amp);
+        print_message(
+            "[ %s, %d ranks ] max |w_dp - w_whole| / bound %.3g (bound %.3g, moved %.3g), max metric "
+            "diff / bound %.3g, amplification %.3g\n",
+            sc->agg, N, worst_w, bound, moved, worst_m, ref.amp);
     df_model_free(init);
     df_actor_free(dp);
     ref_free(&ref);
@@ -484,8 +490,10 @@ static void test_sft(void **state)
     assert_true(moved > TEETH * ref_weight_bound(&ref));
     df_model_free(init);
     if (R == 0)
-        print_message("[ sft, %d ranks ] max |w_dp - w_whole| / bound %.3g (bound %.3g, moved %.3g), amplification "
-                      "%.3g\n", N, worst, ref_weight_bound(&ref), moved, ref.amp);
+        print_message(
+            "[ sft, %d ranks ] max |w_dp - w_whole| / bound %.3g (bound %.3g, moved %.3g), amplification "
+            "%.3g\n",
+            N, worst, ref_weight_bound(&ref), moved, ref.amp);
     df_actor_free(dp);
     ref_free(&ref);
     df_batch_free(shard);

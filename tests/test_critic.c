@@ -239,7 +239,7 @@ static void test_set_loss(void **state)
     assert_int_equal(df_critic_update(ref, b, mr), 0);
     assert_true(df_test_max_param_diff(df_critic_model(a), df_critic_model(bc)) == 0.0);
     assert_true(df_metrics_get(ma, "critic/vf_loss", NAN) == df_metrics_get(mb, "critic/vf_loss", NAN));
-    /* not rounding: with the settings ignored a and ref would be the same computation (difference exactly 0) */
+    /* not rounding: with the settings ignored a and ref would be the same computation (exactly 0 apart) */
     assert_true(df_test_max_param_diff(df_critic_model(a), df_critic_model(ref)) > 1e-4);
     df_metrics_free(ma);
     df_metrics_free(mb);
@@ -313,7 +313,8 @@ static const float *predict(df_critic *c, const df_batch *b, df_batch **out)
  * <= sum w (|v - R| + dv) dv, vpred_mean by <= F, vf_clipfrac by the flippable share of tokens,
  * grad_norm by the gradient bound, lr not at all.
  */
-static void ref_step(ref_run *r, const df_batch *mb, const df_critic_params *p, df_metrics *ma, df_metrics *mt)
+static void ref_step(ref_run *r, const df_batch *mb, const df_critic_params *p, df_metrics *ma,
+                     df_metrics *mt)
 {
     df_model *m = df_critic_model(r->alone);
     const int64_t S = df_batch_size(mb), *ro = df_batch_offsets(mb, "response_ids"), T = ro[S];
@@ -323,7 +324,8 @@ static void ref_step(ref_run *r, const df_batch *mb, const df_critic_params *p, 
     double F = tt_forward_bound(m, pos, 1.0f);
     double *J = calloc((size_t)T + 1, sizeof *J);
     float *w = calloc((size_t)T + 1, sizeof *w);
-    assert_int_equal(df_loss_agg_weights_ex(p->loss.loss_agg_mode, S, ro, T, S, p->loss.loss_agg_norm_length, w), 0);
+    assert_int_equal(
+        df_loss_agg_weights_ex(p->loss.loss_agg_mode, S, ro, T, S, p->loss.loss_agg_norm_length, w), 0);
     tt_value_grad_norms(m, mb, J);
     df_batch *xa, *xt;
     const float *v = predict(r->alone, mb, &xa), *vt = predict(r->twin, mb, &xt);
@@ -337,7 +339,8 @@ static void ref_step(ref_run *r, const df_batch *mb, const df_critic_params *p, 
         double e = fabs((double)v[t] - ret[t]) + dv;
         G += w[t] * e * J[t];
         Sens += w[t] * J[t];
-        const double edges[] = {old[t] - c, old[t] + c, 2.0 * ret[t] - (old[t] - c), 2.0 * ret[t] - (old[t] + c)};
+        const double edges[] = {old[t] - c, old[t] + c, 2.0 * ret[t] - (old[t] - c),
+                                2.0 * ret[t] - (old[t] + c)};
         bool near = false;
         for (int k = 0; k < 4; k++)
             near |= fabs(v[t] - edges[k]) <= dv;
@@ -348,7 +351,8 @@ static void ref_step(ref_run *r, const df_batch *mb, const df_critic_params *p, 
     b[K_VPRED] = F;
     b[K_CLIP] = n_flip / (double)T;
     double n = tt_grad_chain(m, pos, packed);
-    double dg = (2 * df_tol_gamma_prob(n, TT_LAMBDA, DF_U32) + df_tol_gamma(N - 1, DF_U32)) * G + F * Sens + flip;
+    double dg =
+        (2 * df_tol_gamma_prob(n, TT_LAMBDA, DF_U32) + df_tol_gamma(N - 1, DF_U32)) * G + F * Sens + flip;
     b[K_GRAD_NORM] = dg;
     for (int k = 0; k < N_KEYS; k++)
         r->round[k] += b[k];
@@ -367,8 +371,8 @@ static void ref_step(ref_run *r, const df_batch *mb, const df_critic_params *p, 
     r->inj += tt_adam_inject(p->optim.lr, p->optim.adam_eps, gain, r->dg, tt_max_abs(m));
     r->amp = fmax(r->amp, df_test_max_param_diff(df_critic_model(r->twin), m) / r->eta);
     if (getenv("DF_TOL_DEBUG") && R == 0)
-        print_message("  step %d: F %.3g G %.3g S %.3g flips %.3g dv %.3g dg %.3g inj %.3g amp %.3g\n", r->steps, F,
-                      G, Sens, b[K_CLIP], dv, dg, r->inj, r->amp);
+        print_message("  step %d: F %.3g G %.3g S %.3g flips %.3g dv %.3g dg %.3g inj %.3g amp %.3g\n",
+                      r->steps, F, G, Sens, b[K_CLIP], dv, dg, r->inj, r->amp);
 }
 
 static double ref_weight_bound(const ref_run *r)
@@ -378,8 +382,8 @@ static double ref_weight_bound(const ref_run *r)
 
 /* Metric k of a compared call against the reference's over the same steps (means over the steps), as
    test_actor_dp's check_metric; the same on every rank. Returns observed / bound. */
-static double check_metric(const ref_run *r, const df_metrics *got, const df_metrics *ref, const df_metrics *twin,
-                           int k)
+static double check_metric(const ref_run *r, const df_metrics *got, const df_metrics *ref,
+                           const df_metrics *twin, int k)
 {
     double x = df_metrics_get(got, KEYS[k], NAN), y = df_metrics_get(ref, KEYS[k], NAN),
            z = df_metrics_get(twin, KEYS[k], NAN);
@@ -398,7 +402,8 @@ static double check_weights(const ref_run *r, df_critic *got, const char *what)
 {
     double d = df_test_all_max(df_test_max_param_diff(df_critic_model(got), df_critic_model(r->alone)));
     if (d > ref_weight_bound(r))
-        fail_msg("%s: weights differ from the reference's by %.3g (bound %.3g)", what, d, ref_weight_bound(r));
+        fail_msg("%s: weights differ from the reference's by %.3g (bound %.3g)", what, d,
+                 ref_weight_bound(r));
     return d / ref_weight_bound(r);
 }
 
@@ -461,8 +466,9 @@ static void test_micro_batch_invariant(void **state)
         df_model *init = value_model(5);
         double moved = df_test_max_param_diff(df_critic_model(micro), init);
         assert_true(moved > TEETH * ref_weight_bound(&ref));
-        print_message("[ critic micro %s ] weights / bound %.3g (bound %.3g, moved %.3g), metrics / bound %.3g\n",
-                      modes[i], worst_w, ref_weight_bound(&ref), moved, worst_m);
+        print_message(
+            "[ critic micro %s ] weights / bound %.3g (bound %.3g, moved %.3g), metrics / bound %.3g\n",
+            modes[i], worst_w, ref_weight_bound(&ref), moved, worst_m);
         df_model_free(init);
         df_critic_free(micro);
         ref_free(&ref);
@@ -499,8 +505,9 @@ static void run_dp(const char *agg, const int *per_rank, int64_t mbs, int epochs
     double moved = df_test_all_min(df_test_max_param_diff(df_critic_model(dp), init));
     assert_true(moved > TEETH * ref_weight_bound(&ref)); /* it trained, beyond the bound */
     if (R == 0)
-        print_message("[ critic %s, %d ranks ] weights / bound %.3g (bound %.3g, moved %.3g), metrics / bound %.3g\n",
-                      agg, N, worst, ref_weight_bound(&ref), moved, worst_m);
+        print_message(
+            "[ critic %s, %d ranks ] weights / bound %.3g (bound %.3g, moved %.3g), metrics / bound %.3g\n",
+            agg, N, worst, ref_weight_bound(&ref), moved, worst_m);
     df_model_free(init);
     df_critic_free(dp);
     ref_free(&ref);

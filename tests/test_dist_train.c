@@ -15,10 +15,11 @@
  * after that only what rounding cannot move (the learning rate, the ranks'
  * weights in sync, where samples went). Later rollouts are not compared: the
  * worker's Adam (eps 1e-8) moves a weight whose gradient is rounding noise by
- * up to lr either way, so the two runs' second rollouts may sample other tokens. Variants: plain data parallelism,
- * trainer.balance_batch (samples move between ranks after the rollout), and an
- * actor on half as many DP ranks as the rollout (ulysses_sequence_parallel_size
- * 2: every rollout shard is redistributed to the actor's DP ranks).
+ * up to lr either way, so the two runs' second rollouts may sample other
+ * tokens. Variants: plain data parallelism, trainer.balance_batch (samples
+ * move between ranks after the rollout), and an actor on half as many DP ranks
+ * as the rollout (ulysses_sequence_parallel_size 2: every rollout shard is
+ * redistributed to the actor's DP ranks).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -89,13 +90,14 @@ static void expect_within(json_t *a, json_t *b, const char *key, double bound, i
  *
  * Validation before training (line 0) and the first rollout decode from the same initial weights,
  * so their tokens are the same unless a draw (or a greedy argmax) lies within the logits' rounding
- * of a boundary: log-probs at most F apart (tt_forward_bound, 2e-4 here), a chance of <= F per drawn
- * token, <= 0.1 for the ~400 tokens of a run under this pessimistic F; observed log-prob differences
- * are ~1e-6, which puts the chance near 1e-3. These comparisons thus hold unless rounding flipped a
- * token (no bound survives that: the responses would differ). Given the same tokens, scores and lengths agree but for the order of a mean. At
- * step 1 the losses are at the initial weights: pg_loss = -sum w A rho with rho = e^(log p - old)
- * and each log-prob <= F apart in the two runs, so <= 2F max|A| apart (token-mean: sum w = 1);
- * kl_loss <= 2F (per token |kl| <= F against the same reference); entropy <= F; grad_norm by
+ * of a boundary: log-probs at most F apart (tt_forward_bound, 2e-4 here), a chance of <= F per
+ * drawn token, <= 0.1 for the ~400 tokens of a run under this pessimistic F; observed log-prob
+ * differences are ~1e-6, which puts the chance near 1e-3. These comparisons thus hold unless
+ * rounding flipped a token (no bound survives that: the responses would differ). Given the same
+ * tokens, scores and lengths agree but for the order of a mean. At step 1 the losses are at the
+ * initial weights: pg_loss = -sum w A rho with rho = e^(log p - old) and each log-prob <= F apart
+ * in the two runs, so <= 2F max|A| apart (token-mean: sum w = 1); kl_loss <= 2F (per token
+ * |kl| <= F against the same reference); entropy <= F; grad_norm by
  * tt_e2e_grad_bound. The weights after step 1: tt_adam_first_step_check.
  */
 static void compare_with_reference(const char *out, bool moves)
@@ -113,8 +115,8 @@ static void compare_with_reference(const char *out, bool moves)
 
     expect_within(json_array_get(ref, 0), json_array_get(got, 0), "val-core/test/digits/reward/mean@1", 0, 0);
     json_t *a = json_array_get(ref, 1), *b = json_array_get(got, 1);
-    const char *same[] = {"critic/score/mean", "critic/score/max", "response_length/mean", "response_length/max",
-                          "perf/total_num_tokens", "actor/lr"};
+    const char *same[] = {"critic/score/mean",   "critic/score/max",      "response_length/mean",
+                          "response_length/max", "perf/total_num_tokens", "actor/lr"};
     for (size_t k = 0; k < sizeof same / sizeof *same; k++)
         expect_within(a, b, same[k], 0, 1);
     double max_adv = fmax(fabs(num(a, "critic/advantages/max", 1)), fabs(num(a, "critic/advantages/min", 1)));
@@ -148,7 +150,8 @@ static void compare_with_reference(const char *out, bool moves)
     double worst = tt_adam_first_step_check(m0, w0, w1, LR, ADAM_EPS, GRAD_CLIP, gn, dg, &free_params);
     print_message("%s: step-1 weights: max observed / bound %.3g (%lld of %lld parameters free: gradient at "
                   "rounding level), max |w_1rank - w_dist| %.3g, F %.3g\n",
-                  out, worst, (long long)free_params, (long long)m0->n_params, df_test_max_param_diff(w0, w1), F);
+                  out, worst, (long long)free_params, (long long)m0->n_params, df_test_max_param_diff(w0, w1),
+                  F);
     df_model_free(w0);
     df_model_free(w1);
     df_model_free(m0);

@@ -335,7 +335,8 @@ static void same_as_one_rank(const char *out)
     const double F = tt_forward_bound(critic0, 128 + 10, 1.0f);
     df_model_free(critic0);
     const double T = round(num(a1, "response_length/mean") * 16), c = T / (T - 1);
-    const double vf = num(a1, "critic/vf_loss"), md = num(a1, "critic/returns/mean") - num(a1, "critic/values/mean");
+    const double vf = num(a1, "critic/vf_loss"),
+                 md = num(a1, "critic/returns/mean") - num(a1, "critic/values/mean");
     const double ev = num(a1, "critic/vf_explained_var");
     const double Rmax = fmax(fabs(num(a1, "critic/returns/max")), fabs(num(a1, "critic/returns/min")));
     const double ER = F + 2 * DF_U32 * Rmax, Ed = 2 * F + 2 * DF_U32 * Rmax;
@@ -345,8 +346,10 @@ static void same_as_one_rank(const char *out)
     assert_true(a > da && b > db);
     expect_within(out, 1, "critic/vf_explained_var", num(b1, "critic/vf_explained_var"), ev,
                   (da + (1 - ev) * db) / (b - db + 1e-5));
-    expect_within(out, 1, "critic/returns/max", num(b1, "critic/returns/max"), num(a1, "critic/returns/max"), ER);
-    expect_within(out, 1, "critic/returns/min", num(b1, "critic/returns/min"), num(a1, "critic/returns/min"), ER);
+    expect_within(out, 1, "critic/returns/max", num(b1, "critic/returns/max"), num(a1, "critic/returns/max"),
+                  ER);
+    expect_within(out, 1, "critic/returns/min", num(b1, "critic/returns/min"), num(a1, "critic/returns/min"),
+                  ER);
     const double sd = sqrt(a) - sqrt(c) * Ed;
     const char *adv[] = {"critic/advantages/max", "critic/advantages/min"};
     for (int k = 0; k < 2; k++) {
@@ -356,7 +359,8 @@ static void same_as_one_rank(const char *out)
     }
     expect_within(out, 1, "critic/vf_loss", num(b1, "critic/vf_loss"), vf, sqrt(2 * vf) * 2 * F + 2 * F * F);
     expect_within(out, 1, "critic/vpred_mean", num(b1, "critic/vpred_mean"), num(a1, "critic/vpred_mean"), F);
-    expect_within(out, 1, "critic/vf_clipfrac", num(b1, "critic/vf_clipfrac"), num(a1, "critic/vf_clipfrac"), 0);
+    expect_within(out, 1, "critic/vf_clipfrac", num(b1, "critic/vf_clipfrac"), num(a1, "critic/vf_clipfrac"),
+                  0);
     json_decref(ref);
     json_decref(got);
 }

@@ -72,7 +72,7 @@ static void test_kl_ctrl_adaptive(void **state)
     assert_int_equal(df_kl_ctrl_update(c, 0.55, 0), 0); /* no samples, no change */
     assert_near(df_kl_ctrl_value(c), 0.102816, df_tol_gamma(20, DF_U64) * 0.102816);
     assert_int_equal(df_kl_ctrl_set_value(c, 0.3), 0); /* resume */
-    assert_near(df_kl_ctrl_value(c), 0.3, 0); /* exact: the value set */
+    assert_near(df_kl_ctrl_value(c), 0.3, 0);          /* exact: the value set */
     assert_error_mentions(df_kl_ctrl_update(c, NAN, 1), DF_EINVAL, "not finite");
     assert_error_mentions(df_kl_ctrl_update(c, 0.1, -1), DF_EINVAL, "negative");
     assert_error_mentions(df_kl_ctrl_set_value(c, -1), DF_EINVAL, ">= 0");
@@ -114,7 +114,7 @@ static void test_kl_ctrl_in_reward(void **state)
     double kl;
     assert_int_equal(
         df_kl_apply_in_reward("kl", 2, off, scores, old, ref, (float)df_kl_ctrl_value(c), rew, &kl), 0);
-    const double k1_err = DF_U32 * 1.8; /* token 2's k1 = -2 - (-1.8f) */
+    const double k1_err = DF_U32 * 1.8;                                /* token 2's k1 = -2 - (-1.8f) */
     assert_near(kl, 0.15, k1_err / 2 + df_tol_gamma(6, DF_U64) * 0.5); /* a mean of 2 sample means */
     assert_near(rew[0], -0.1, reward_tol(0.2, 0.5, 0, -0.1));
     assert_near(rew[1], 0.9, reward_tol(0.2, 0.5, 0, 0.9));
@@ -311,8 +311,8 @@ static df_model *actor_update(const df_actor_params *p, bool rollout_lp, double 
 
 /* What one optimizer step of the micro-batch-invariance test may differ by (see below). */
 typedef struct step_bound {
-    double grad;  /* ||g^1 - g^4||_2 */
-    double loss;  /* |pg_loss^1 - pg_loss^4| */
+    double grad; /* ||g^1 - g^4||_2 */
+    double loss; /* |pg_loss^1 - pg_loss^4| */
 } step_bound;
 
 /*
@@ -336,8 +336,8 @@ static step_bound update_bound(const df_model *m, const df_actor_params *p, cons
     double F = tt_forward_bound(m, 5, p->temperature), J[6];
     tt_logp_grad_norms(m, b4, p->temperature, J);
     float w[6];
-    assert_int_equal(df_loss_agg_weights_ex(p->loss.loss_agg_mode, 4, df_batch_offsets(b4, "response_ids"), T, 4,
-                                            p->loss.loss_agg_norm_length, w),
+    assert_int_equal(df_loss_agg_weights_ex(p->loss.loss_agg_mode, 4, df_batch_offsets(b4, "response_ids"), T,
+                                            4, p->loss.loss_agg_norm_length, w),
                      0);
     /* R from this step's ratios (log-probs at the current weights) in either run */
     double R = 1 + p->loss.clip_ratio_high;
@@ -357,7 +357,8 @@ static step_bound update_bound(const df_model *m, const df_actor_params *p, cons
         df_batch_free(x);
     }
     df_actor_free(a);
-    const float *adv = df_batch_column(b4, "advantages")->data, *old = df_batch_column(b4, "old_log_probs")->data;
+    const float *adv = df_batch_column(b4, "advantages")->data,
+                *old = df_batch_column(b4, "old_log_probs")->data;
     double alpha = !strcmp(p->loss.policy_loss, "cpgd") ? p->loss.policy_drift_coeff : 0;
     double tau = p->tis_imp_ratio_cap > 0 ? p->tis_imp_ratio_cap : 1, G = 0, dL = 0, L = 0;
     for (int64_t t = 0; t < T; t++) {
@@ -368,7 +369,8 @@ static step_bound update_bound(const df_model *m, const df_actor_params *p, cons
     }
     double n = tt_grad_chain(m, 5, 16); /* 16 packed tokens in the micro-batch of 4 */
     /* the loss is summed in double: 2 gamma_T(u64) sum |w l| for the two orders */
-    step_bound sb = {.grad = (2 * df_tol_gamma_prob(n, TT_LAMBDA, DF_U32) + df_tol_gamma(3, DF_U32) + 3 * F) * G,
+    step_bound sb = {.grad =
+                         (2 * df_tol_gamma_prob(n, TT_LAMBDA, DF_U32) + df_tol_gamma(3, DF_U32) + 3 * F) * G,
                      .loss = dL + 2 * df_tol_gamma((double)T, DF_U64) * L};
     if (getenv("DF_TOL_DEBUG"))
         print_message("F %.3g R %.4g G %.4g n %.0f grad %.3g loss %.3g\n", F, R, G, n, sb.grad, sb.loss);
@@ -410,7 +412,8 @@ static void test_actor_micro_invariant(void **state)
     for (size_t i = 0; i < 4; i++)
         for (size_t j = 0; j < 3; j++)
             for (int tis = 0; tis < 2; tis++) {
-                df_actor_params p[2] = {actor_params(losses[i], modes[j], 1), actor_params(losses[i], modes[j], 4)};
+                df_actor_params p[2] = {actor_params(losses[i], modes[j], 1),
+                                        actor_params(losses[i], modes[j], 4)};
                 df_actor *a[2];
                 df_batch *b[2];
                 for (int k = 0; k < 2; k++) {
@@ -440,11 +443,14 @@ static void test_actor_micro_invariant(void **state)
                     double bound = tt_adam_inject(lr, eps, gain, dg, tt_max_abs(x4));
                     double d = df_test_max_param_diff(x1, x4), dl = fabs(l1 - l4);
                     if (!(d <= bound) || !(dl <= sb.loss) || !isfinite(l1))
-                        fail_msg("%s / %s / tis %d, step %d: param diff %.3g (bound %.3g), pg_loss %.9g vs %.9g "
-                                 "(bound %.3g)", losses[i], modes[j], tis, step, d, bound, l1, l4, sb.loss);
+                        fail_msg(
+                            "%s / %s / tis %d, step %d: param diff %.3g (bound %.3g), pg_loss %.9g vs %.9g "
+                            "(bound %.3g)",
+                            losses[i], modes[j], tis, step, d, bound, l1, l4, sb.loss);
                     if (getenv("DF_TOL_DEBUG"))
-                        print_message("  %s/%s/tis%d step %d: d %.3g bound %.3g  dl %.3g (l %.4g) bound %.3g\n",
-                                      losses[i], modes[j], tis, step, d, bound, dl, l4, sb.loss);
+                        print_message(
+                            "  %s/%s/tis%d step %d: d %.3g bound %.3g  dl %.3g (l %.4g) bound %.3g\n",
+                            losses[i], modes[j], tis, step, d, bound, dl, l4, sb.loss);
                     worst = fmax(worst, d / bound);
                     worst_loss = fmax(worst_loss, dl / sb.loss);
                     if (step == 1) {
@@ -456,7 +462,8 @@ static void test_actor_micro_invariant(void **state)
                         if (!(moved > 30 * bound))
                             fail_msg("%s / %s / tis %d: the step moved weights by %.3g only (bound %.3g)",
                                      losses[i], modes[j], tis, moved, bound);
-                        memcpy(df_actor_model(a[0])->params, x4->params, (size_t)x4->n_params * sizeof(float));
+                        memcpy(df_actor_model(a[0])->params, x4->params,
+                               (size_t)x4->n_params * sizeof(float));
                     }
                 }
                 df_model_free(init);
@@ -465,7 +472,8 @@ static void test_actor_micro_invariant(void **state)
                     df_batch_free(b[k]);
                 }
             }
-    print_message("[ micro invariance ] worst observed / bound: weights %.3g, pg_loss %.3g\n", worst, worst_loss);
+    print_message("[ micro invariance ] worst observed / bound: weights %.3g, pg_loss %.3g\n", worst,
+                  worst_loss);
 }
 
 /* TIS with rollout == trainer log-probs and cap >= 1 is the identity; a real

@@ -112,7 +112,8 @@ static inline double tt_max_abs(const df_model *m)
  */
 static inline double tt_adam_inject(double lr, double eps, double gain, double grad_diff, double max_weight)
 {
-    return lr * gain / eps * grad_diff + 2 * (2 * DF_U32 * max_weight + df_tol_gamma(6, DF_U32) * lr * (gain - 1));
+    return lr * gain / eps * grad_diff +
+           2 * (2 * DF_U32 * max_weight + df_tol_gamma(6, DF_U32) * lr * (gain - 1));
 }
 
 /* Longest prompt + response of b. */
@@ -132,16 +133,19 @@ static inline int64_t tt_max_len(const df_batch *b)
  * the token the same log-prob there, so an update on it alone measures the
  * token's own term of a gradient.
  */
-static inline df_batch *tt_token_batch(const df_batch *b, int64_t i, int64_t j, const char *const *cols, int n)
+static inline df_batch *tt_token_batch(const df_batch *b, int64_t i, int64_t j, const char *const *cols,
+                                       int n)
 {
     int64_t np, nr;
-    const int32_t *pt = df_batch_tok_i32(b, "prompt_ids", i, &np), *rt = df_batch_tok_i32(b, "response_ids", i, &nr);
+    const int32_t *pt = df_batch_tok_i32(b, "prompt_ids", i, &np),
+                  *rt = df_batch_tok_i32(b, "response_ids", i, &nr);
     int32_t *toks = malloc((size_t)(np + j + 1) * sizeof *toks);
     memcpy(toks, pt, (size_t)np * sizeof *toks);
     memcpy(toks + np, rt, (size_t)j * sizeof *toks);
     const int64_t po[] = {0, np + j}, ro[] = {0, 1};
     df_batch *t = df_batch_new(1);
-    int rc = df_batch_set_tok_i32(t, "prompt_ids", po, toks) || df_batch_set_tok_i32(t, "response_ids", ro, rt + j);
+    int rc = df_batch_set_tok_i32(t, "prompt_ids", po, toks) ||
+             df_batch_set_tok_i32(t, "response_ids", ro, rt + j);
     for (int k = 0; !rc && k < n; k++) {
         int64_t len;
         const float *x = df_batch_tok_f32(b, cols[k], i, &len);
@@ -171,7 +175,8 @@ static inline void tt_actor_token_norms(const df_model *m, const df_batch *b, co
             df_model *c = NULL;
             df_actor *a = NULL;
             df_metrics *met = df_metrics_new();
-            if (!t || df_model_clone(m, &c) || df_actor_create(c, p, true, &a) || df_actor_update_policy(a, t, met))
+            if (!t || df_model_clone(m, &c) || df_actor_create(c, p, true, &a) ||
+                df_actor_update_policy(a, t, met))
                 fail_msg("one-token update: %s", df_last_error());
             gn[ro[i] + j] = df_metrics_get(met, "actor/grad_norm", NAN);
             df_metrics_free(met);
@@ -186,7 +191,8 @@ static inline void tt_logp_grad_norms(const df_model *m, const df_batch *b, floa
 {
     df_batch *x = NULL;
     float *old, *adv;
-    if (df_batch_slice(b, 0, df_batch_size(b), &x) || df_batch_alloc_tok_f32_like(x, "old_log_probs", "response_ids", &old) ||
+    if (df_batch_slice(b, 0, df_batch_size(b), &x) ||
+        df_batch_alloc_tok_f32_like(x, "old_log_probs", "response_ids", &old) ||
         df_batch_alloc_tok_f32_like(x, "advantages", "response_ids", &adv))
         fail_msg("%s", df_last_error());
     for (int64_t t = 0; t < df_batch_offsets(x, "response_ids")[df_batch_size(x)]; t++)
@@ -218,7 +224,8 @@ static inline void tt_value_grad_norms(const df_model *m, const df_batch *b, dou
             df_critic *k = NULL;
             df_metrics *met = df_metrics_new();
             float *ret;
-            if (!t || df_model_clone(m, &c) || df_critic_create(c, &p, &k) || df_critic_compute_values(k, t) ||
+            if (!t || df_model_clone(m, &c) || df_critic_create(c, &p, &k) ||
+                df_critic_compute_values(k, t) ||
                 df_batch_alloc_tok_f32_like(t, "returns", "response_ids", &ret))
                 fail_msg("one-token critic: %s", df_last_error());
             ret[0] = ((float *)df_batch_data_mut(t, "values"))[0] - 1.0f;
@@ -258,8 +265,8 @@ static inline double tt_perturb(df_model *m, double eta, uint64_t seed)
  * directions sum to a norm of ~ sqrt(sum of squares) >= G / sqrt(T), so
  * G <= sqrt(T) gn (the same independence model as the rounding errors').
  */
-static inline double tt_e2e_grad_bound(const df_model *m, int64_t pos, int64_t micro_tokens, int64_t T, int n_ranks,
-                                       double gn, float temperature)
+static inline double tt_e2e_grad_bound(const df_model *m, int64_t pos, int64_t micro_tokens, int64_t T,
+                                       int n_ranks, double gn, float temperature)
 {
     double F = tt_forward_bound(m, pos, temperature), Z = tt_head_bound(m, temperature);
     double rel = 2 * df_tol_gamma_prob(tt_grad_chain(m, pos, micro_tokens), TT_LAMBDA, DF_U32) +
@@ -280,21 +287,23 @@ static inline double tt_e2e_grad_bound(const df_model *m, int64_t pos, int64_t m
  * worst parameter; returns the largest observed / bound and, in *free, how
  * many parameters that moved the bound leaves free (bound >= lr).
  */
-static inline double tt_adam_first_step_check(const df_model *init, const df_model *a, const df_model *b, double lr,
-                                              double eps, double clip, double gn, double dg, int64_t *free)
+static inline double tt_adam_first_step_check(const df_model *init, const df_model *a, const df_model *b,
+                                              double lr, double eps, double clip, double gn, double dg,
+                                              int64_t *free)
 {
     double s = clip > 0 ? fmin(1.0, clip / (gn + 1e-6)) : 1.0, worst = 0;
     *free = 0;
     for (int64_t i = 0; i < init->n_params; i++) {
         double t0 = init->params[i], da = a->params[i] - t0, db = b->params[i] - t0;
-        double rnd = DF_U32 * (2 * fabs(t0) + fabs(a->params[i]) + fabs(b->params[i])) + df_tol_gamma(8, DF_U32) * lr;
+        double rnd =
+            DF_U32 * (2 * fabs(t0) + fabs(a->params[i]) + fabs(b->params[i])) + df_tol_gamma(8, DF_U32) * lr;
         /* the sensitivity eps / (|h| + eps)^2 peaks at the smaller |h|, or at h = 0 when the signs differ */
         double x = fmin(fabs(da), fabs(db)) / lr, e = rnd / lr, q = da * db > 0 ? fmin(1.0, 1 - x + e) : 1.0;
         double bound = lr * fmin(2.0, 2 * s * dg * q * q / eps) + rnd;
         *free += bound >= lr && (da != 0 || db != 0);
         if (!(fabs(da - db) <= bound))
-            fail_msg("parameter %lld: the first step moved it by %.9g and %.9g (bound %.3g)", (long long)i, da, db,
-                     bound);
+            fail_msg("parameter %lld: the first step moved it by %.9g and %.9g (bound %.3g)", (long long)i,
+                     da, db, bound);
         worst = fmax(worst, fabs(da - db) / bound);
     }
     return worst;

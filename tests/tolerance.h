@@ -109,8 +109,8 @@ static inline double df_tol_adam_gain(int t, double beta1, double beta2)
 static inline double df_tol_decoder_chain(int64_t hidden, int64_t intermediate, int64_t heads,
                                           int64_t head_dim, int64_t layers, int64_t vocab, int64_t pos)
 {
-    double layer = 4.0 * (double)hidden + (double)head_dim + 2.0 * (double)pos +
-                   (double)(heads * head_dim) + (double)intermediate + 18.0;
+    double layer = 4.0 * (double)hidden + (double)head_dim + 2.0 * (double)pos + (double)(heads * head_dim) +
+                   (double)intermediate + 18.0;
     return (double)layers * layer + 2.0 * (double)hidden + (double)vocab + 8.0;
 }
 
