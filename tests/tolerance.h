@@ -155,4 +155,30 @@ static inline double df_tol_decoder_bwd_chain(int64_t H, int64_t I, int64_t nh, 
     return (double)(H + 8) + (double)layers * layer + (double)T;
 }
 
+/* ---- training: Adam and the decoder's chain of roundings (toltrain) ---- */
+
+/**
+ * Gain of Adam's bias-corrected direction u_t = m^_t / (sqrt(v^_t) + eps) at
+ * step t (1-based) as a function of the gradients g_1..g_t, per coordinate:
+ *   |u_t(g + dg) - u_t(g)| <= df_tol_adam_gain(t, b1, b2) * max_k |dg_k| / eps.
+ * m^ = sum a_k g_k and v^ = sum b_k g_k^2 are averages (a, b >= 0, each summing
+ * to 1), so |dm^| <= max|dg|, |d sqrt(v^)| <= max|dg| (a weighted 2-norm), and
+ * |m^| / sqrt(v^) <= c_t = sqrt(sum a_k^2 / b_k) (Cauchy-Schwarz); the gain is
+ * 1 + c_t, and |u_t| <= c_t. Divided by eps this is Adam's amplification of
+ * gradient rounding: with eps = 1e-8 a parameter whose gradient is rounding
+ * noise moves by up to ~lr either way, so tests that compare weights after
+ * Adam steps take eps well above that noise (the update is then Lipschitz).
+ */
+static inline double df_tol_adam_gain(int t, double beta1, double beta2)
+{
+    double s = 0;
+    for (int k = 1; k <= t; k++) {
+        double a = (1 - beta1) * pow(beta1, t - k) / (1 - pow(beta1, t));
+        double b = (1 - beta2) * pow(beta2, t - k) / (1 - pow(beta2, t));
+        if (a > 0)
+            s += b > 0 ? a * a / b : INFINITY;
+    }
+    return 1 + sqrt(s);
+}
+
 #endif
