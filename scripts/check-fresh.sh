@@ -381,7 +381,8 @@ mkdir -p "$ROOT/work"
 git clone --quiet --no-hardlinks --no-checkout "$REPO" "$ROOT/work/distflow"
 git -C "$ROOT/work/distflow" checkout --quiet --detach "$HEAD"
 if [ -d "$SHARED" ]; then
-  cp -a "$SHARED" "$ROOT/work/shared"
+  # a copy of what it points to, if ../shared is a symbolic link (as on some CI machines)
+  cp -a "$(readlink -f "$SHARED")" "$ROOT/work/shared"
 else
   note "WARNING: no $SHARED beside the checkout: the tests that read real tokenizers and datasets will fail"
 fi
