@@ -105,17 +105,23 @@ as_user() {
   chroot "$CF_ROOT" /usr/sbin/runuser -l "$CF_USER" -c "$1"
 }
 
+CURRENT='' CURRENT_T0=0
 phase() { # NAME COMMAND...: run, time, record
   local name=$1 t0=$SECONDS rc=0
   shift
   note "== $name"
+  CURRENT=$name CURRENT_T0=$t0
   "$@" || rc=$?
+  CURRENT=''
   TIMES+=("$(printf '%-44s %5d s%s' "$name" $((SECONDS - t0)) "$([ $rc -eq 0 ] || echo "  FAILED (exit $rc)")")")
   return $rc
 }
 
 summary() {
   local t
+  if [ -n "$CURRENT" ]; then
+    TIMES+=("$(printf '%-44s %5d s  interrupted' "$CURRENT" $((SECONDS - CURRENT_T0)))")
+  fi
   [ ${#TIMES[@]} -eq 0 ] && return 0
   note "phases:"
   for t in "${TIMES[@]}"; do note "  $t"; done
@@ -323,8 +329,8 @@ cleanup() {
   exit "$rc"
 }
 trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+trap 'note interrupted; exit 130' INT
+trap 'note terminated; exit 143' TERM
 
 # ---- the cached bootstrap ----
 if [ $REFRESH -eq 1 ] || [ ! -s "$TARBALL" ]; then
