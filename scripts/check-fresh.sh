@@ -384,7 +384,8 @@ printf 'deb %s %s main\ndeb %s %s-security main\ndeb %s %s-updates main\n' \
 
 # The checkout: a clean clone of HEAD, as CI checks out; ../shared beside it, as CI places it.
 mkdir -p "$ROOT/work"
-git clone --quiet --no-hardlinks --no-checkout "$REPO" "$ROOT/work/distflow"
+git clone --quiet --no-hardlinks --no-checkout "$REPO" "$ROOT/work/distflow" ||
+  die "git clone of $REPO failed (git's message above; for 'dubious ownership', run check-fresh with sudo as the checkout's owner)"
 git -C "$ROOT/work/distflow" checkout --quiet --detach "$HEAD"
 if [ -d "$SHARED" ]; then
   # a copy of what it points to, if ../shared is a symbolic link (as on some CI machines)
