@@ -301,8 +301,8 @@ SECURITY=${SECURITY:-http://deb.debian.org/debian-security}
 TARBALL=${DISTFLOW_FRESH_TARBALL:-${XDG_CACHE_HOME:-$HOME/.cache}/distflow/debootstrap-$SUITE-$ARCH.tar.gz}
 TMPBASE=${DISTFLOW_FRESH_TMPDIR:-/var/tmp}
 
-REPO=$(git -C "$(dirname "$SELF")" rev-parse --show-toplevel 2>/dev/null) ||
-  die "$(dirname "$SELF")/.. is not a git checkout: check-fresh tests a clean clone of its HEAD"
+REPO=$(git -C "$(dirname "$SELF")" rev-parse --show-toplevel) ||
+  die "$(dirname "$SELF")/.. is not a git checkout git can read (above): check-fresh tests a clean clone of its HEAD"
 HEAD=$(git -C "$REPO" rev-parse HEAD)
 SHARED=$REPO/../shared
 if [ -n "$(git -C "$REPO" status --porcelain)" ]; then
