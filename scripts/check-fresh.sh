@@ -201,49 +201,10 @@ inner() {
   return $status
 }
 
-if [ "${1:-}" = --inner ]; then
-  inner
-  exit $?
-fi
-
 # ---------------------------------------------------------------------------------------------
 # outside: options, the cached bootstrap, a fresh root, the checkout
 # ---------------------------------------------------------------------------------------------
 usage() { sed -n '2,/^# shellcheck/{/^# shellcheck/d;s/^# \{0,1\}//;p}' "$SELF"; }
-DEMO=0 KEEP=0 REFRESH=0 MODE=root ENTER=
-while [ $# -gt 0 ]; do
-  case $1 in
-    --demo) DEMO=1 ;;
-    --keep) KEEP=1 ;;
-    --refresh) REFRESH=1 ;;
-    --user) MODE=user ;;
-    --enter)
-      [ $# -ge 2 ] || die "--enter needs the directory of a root kept by --keep"
-      ENTER=$2
-      shift
-      ;;
-    -h | --help) usage; exit 0 ;;
-    *) usage >&2; die "unknown option '$1'" ;;
-  esac
-  shift
-done
-
-if ! command -v debootstrap >/dev/null 2>&1; then
-  if [ "$(id -u)" -ne 0 ]; then
-    echo "check-fresh: needs Debian's debootstrap package" >&2
-    echo "run as root:  apt-get update && apt-get install -y --no-install-recommends debootstrap" >&2
-    exit 1
-  fi
-  note "installing debootstrap"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >/dev/null || die "apt-get update failed (apt's messages above)"
-  apt-get install -y -qq --no-install-recommends debootstrap >/dev/null ||
-    die "apt-get install debootstrap failed (apt's messages above)"
-fi
-[ "$(id -u)" -eq 0 ] || die "needs root (debootstrap, mount and chroot): run it as root, e.g. with sudo"
-for c in unshare chroot git tar gzip; do
-  command -v "$c" >/dev/null 2>&1 || die "needs '$c', which is not installed"
-done
 
 # the mount points of DIR and below, in this mount namespace
 mounts_under() {
@@ -254,13 +215,6 @@ mounts_under() {
 namespaced() {
   unshare --mount --pid --fork --propagation private --kill-child -- "$@"
 }
-
-if [ -n "$ENTER" ]; then
-  ENTER=$(readlink -f "$ENTER")
-  [ -x "$ENTER/bin/bash" ] || die "$ENTER is not a root kept by --keep"
-  CF_ROOT=$ENTER CF_MODE=enter namespaced bash "$SELF" --inner
-  exit 0
-fi
 
 # the URI the host's apt uses for SUITE (one-line and deb822 sources), if any
 host_uri() {
@@ -293,24 +247,8 @@ host_uri() {
   } | head -n 1
 }
 
-ARCH=$(dpkg --print-architecture)
-MIRROR=${DISTFLOW_FRESH_MIRROR:-$(host_uri $SUITE)}
-MIRROR=${MIRROR:-http://deb.debian.org/debian}
-SECURITY=${DISTFLOW_FRESH_SECURITY:-$(host_uri $SUITE-security)}
-SECURITY=${SECURITY:-http://deb.debian.org/debian-security}
-TARBALL=${DISTFLOW_FRESH_TARBALL:-${XDG_CACHE_HOME:-$HOME/.cache}/distflow/debootstrap-$SUITE-$ARCH.tar.gz}
-TMPBASE=${DISTFLOW_FRESH_TMPDIR:-/var/tmp}
-
-REPO=$(git -C "$(dirname "$SELF")" rev-parse --show-toplevel) ||
-  die "$(dirname "$SELF")/.. is not a git checkout git can read (above): check-fresh tests a clean clone of its HEAD"
-HEAD=$(git -C "$REPO" rev-parse HEAD)
-SHARED=$REPO/../shared
-if [ -n "$(git -C "$REPO" status --porcelain)" ]; then
-  note "WARNING: $REPO has uncommitted changes or untracked files; they are NOT tested"
-  note "         (the root gets a clean clone of HEAD $(git -C "$REPO" rev-parse --short HEAD))"
-fi
-
 WORK=
+# on every exit: remove the root (unless --keep), never while anything is mounted in it
 cleanup() {
   local rc=$? left
   trap - EXIT INT TERM
@@ -328,78 +266,144 @@ cleanup() {
   fi
   exit "$rc"
 }
-trap cleanup EXIT
-trap 'note interrupted; exit 130' INT
-trap 'note terminated; exit 143' TERM
 
-# ---- the cached bootstrap ----
-if [ $REFRESH -eq 1 ] || [ ! -s "$TARBALL" ]; then
-  mkdir -p "$(dirname "$TARBALL")" "$TMPBASE"
-  WORK=$(mktemp -d "$TMPBASE/distflow-bootstrap.XXXXXX")
-  note "bootstrapping Debian $SUITE ($ARCH) from $MIRROR into $TARBALL (a few minutes, once)"
+# The whole run is in functions: bash reads a script as it goes, and this one runs for many
+# minutes, during which the checkout (this file included) may well be edited.
+main() {
+  DEMO=0 KEEP=0 REFRESH=0 MODE=root ENTER=
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --demo) DEMO=1 ;;
+      --keep) KEEP=1 ;;
+      --refresh) REFRESH=1 ;;
+      --user) MODE=user ;;
+      --enter)
+        [ $# -ge 2 ] || die "--enter needs the directory of a root kept by --keep"
+        ENTER=$2
+        shift
+        ;;
+      -h | --help) usage; exit 0 ;;
+      *) usage >&2; die "unknown option '$1'" ;;
+    esac
+    shift
+  done
+
+  if ! command -v debootstrap >/dev/null 2>&1; then
+    if [ "$(id -u)" -ne 0 ]; then
+      echo "check-fresh: needs Debian's debootstrap package" >&2
+      echo "run as root:  apt-get update && apt-get install -y --no-install-recommends debootstrap" >&2
+      exit 1
+    fi
+    note "installing debootstrap"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null || die "apt-get update failed (apt's messages above)"
+    apt-get install -y -qq --no-install-recommends debootstrap >/dev/null ||
+      die "apt-get install debootstrap failed (apt's messages above)"
+  fi
+  [ "$(id -u)" -eq 0 ] || die "needs root (debootstrap, mount and chroot): run it as root, e.g. with sudo"
+  for c in unshare chroot git tar gzip; do
+    command -v "$c" >/dev/null 2>&1 || die "needs '$c', which is not installed"
+  done
+
+  if [ -n "$ENTER" ]; then
+    ENTER=$(readlink -f "$ENTER")
+    [ -x "$ENTER/bin/bash" ] || die "$ENTER is not a root kept by --keep"
+    CF_ROOT=$ENTER CF_MODE=enter namespaced bash "$SELF" --inner
+    return 0
+  fi
+
+  ARCH=$(dpkg --print-architecture)
+  MIRROR=${DISTFLOW_FRESH_MIRROR:-$(host_uri $SUITE)}
+  MIRROR=${MIRROR:-http://deb.debian.org/debian}
+  SECURITY=${DISTFLOW_FRESH_SECURITY:-$(host_uri $SUITE-security)}
+  SECURITY=${SECURITY:-http://deb.debian.org/debian-security}
+  TARBALL=${DISTFLOW_FRESH_TARBALL:-${XDG_CACHE_HOME:-$HOME/.cache}/distflow/debootstrap-$SUITE-$ARCH.tar.gz}
+  TMPBASE=${DISTFLOW_FRESH_TMPDIR:-/var/tmp}
+
+  REPO=$(git -C "$(dirname "$SELF")" rev-parse --show-toplevel) ||
+    die "$(dirname "$SELF")/.. is not a git checkout git can read (above): check-fresh tests a clean clone of its HEAD"
+  HEAD=$(git -C "$REPO" rev-parse HEAD)
+  SHARED=$REPO/../shared
+  if [ -n "$(git -C "$REPO" status --porcelain)" ]; then
+    note "WARNING: $REPO has uncommitted changes or untracked files; they are NOT tested"
+    note "         (the root gets a clean clone of HEAD $(git -C "$REPO" rev-parse --short HEAD))"
+  fi
+
+  trap cleanup EXIT
+  trap 'note interrupted; exit 130' INT
+  trap 'note terminated; exit 143' TERM
+
+  # ---- the cached bootstrap ----
+  if [ $REFRESH -eq 1 ] || [ ! -s "$TARBALL" ]; then
+    mkdir -p "$(dirname "$TARBALL")" "$TMPBASE"
+    WORK=$(mktemp -d "$TMPBASE/distflow-bootstrap.XXXXXX")
+    note "bootstrapping Debian $SUITE ($ARCH) from $MIRROR into $TARBALL (a few minutes, once)"
+    t0=$SECONDS
+    # The variant: debootstrap's default installs the packages of Priority required and important,
+    # which is what the Debian installer puts on a machine when no task is selected (besides a
+    # kernel and a boot loader): procps, iproute2, less, cron, ... . minbase (required only) is a
+    # container image, smaller than any real machine; buildd would bring build-essential and hide a
+    # missing entry of install-deps.sh; the installer's optional "standard system utilities" task
+    # (openssh-client, python3 through reportbug, ...) is not on every machine (nor on cloud images
+    # built without it), so it is left out: what passes here passes on any installed Debian 12.
+    include=()
+    # an https mirror needs the certificates a machine installed from it has
+    case $MIRROR in https:*) include=(--include=ca-certificates) ;; esac
+    namespaced debootstrap --arch="$ARCH" ${include[@]+"${include[@]}"} "$SUITE" "$WORK/root" "$MIRROR" \
+      >"$WORK/debootstrap.log" 2>&1 || {
+      tail -n 30 "$WORK/debootstrap.log" >&2
+      die "debootstrap failed (last lines above; the log $WORK/debootstrap.log is removed on exit)"
+    }
+    tar -C "$WORK/root" --numeric-owner --xattrs --xattrs-include='*' -czf "$TARBALL.tmp" .
+    mv "$TARBALL.tmp" "$TARBALL"
+    [ -z "$(mounts_under "$WORK")" ] && rm -rf "$WORK"
+    WORK=
+    note "bootstrap: $((SECONDS - t0)) s ($(du -h "$TARBALL" | cut -f1) tarball)"
+  fi
+
+  # ---- a bare root, extracted fresh ----
+  mkdir -p "$TMPBASE"
+  WORK=$(mktemp -d "$TMPBASE/distflow-fresh.XXXXXX")
+  ROOT=$WORK/root
+  mkdir "$ROOT"
   t0=$SECONDS
-  # The variant: debootstrap's default installs the packages of Priority required and important,
-  # which is what the Debian installer puts on a machine when no task is selected (besides a
-  # kernel and a boot loader): procps, iproute2, less, cron, ... . minbase (required only) is a
-  # container image, smaller than any real machine; buildd would bring build-essential and hide a
-  # missing entry of install-deps.sh; the installer's optional "standard system utilities" task
-  # (openssh-client, python3 through reportbug, ...) is not on every machine (nor on cloud images
-  # built without it), so it is left out: what passes here passes on any installed Debian 12.
-  include=()
-  # an https mirror needs the certificates a machine installed from it has
-  case $MIRROR in https:*) include=(--include=ca-certificates) ;; esac
-  namespaced debootstrap --arch="$ARCH" ${include[@]+"${include[@]}"} "$SUITE" "$WORK/root" "$MIRROR" \
-    >"$WORK/debootstrap.log" 2>&1 || {
-    tail -n 30 "$WORK/debootstrap.log" >&2
-    die "debootstrap failed (last lines above; the log $WORK/debootstrap.log is removed on exit)"
-  }
-  tar -C "$WORK/root" --numeric-owner --xattrs --xattrs-include='*' -czf "$TARBALL.tmp" .
-  mv "$TARBALL.tmp" "$TARBALL"
-  [ -z "$(mounts_under "$WORK")" ] && rm -rf "$WORK"
-  WORK=
-  note "bootstrap: $((SECONDS - t0)) s ($(du -h "$TARBALL" | cut -f1) tarball)"
-fi
+  tar -C "$ROOT" --numeric-owner --xattrs --xattrs-include='*' -xpzf "$TARBALL"
+  note "extraction: $((SECONDS - t0)) s ($TARBALL -> $ROOT)"
 
-# ---- a bare root, extracted fresh ----
-mkdir -p "$TMPBASE"
-WORK=$(mktemp -d "$TMPBASE/distflow-fresh.XXXXXX")
-ROOT=$WORK/root
-mkdir "$ROOT"
-t0=$SECONDS
-tar -C "$ROOT" --numeric-owner --xattrs --xattrs-include='*' -xpzf "$TARBALL"
-note "extraction: $((SECONDS - t0)) s ($TARBALL -> $ROOT)"
+  # Differences between a chroot and a machine, made good here (nothing a machine lacks too):
+  # DNS: a machine gets its resolver from the installer / DHCP; apt in the root uses the host's.
+  cp -L /etc/resolv.conf "$ROOT/etc/resolv.conf"
+  # The root shares the host's hostname (same UTS namespace); the installer writes /etc/hostname and
+  # an /etc/hosts naming it, so that the hostname resolves (OpenMPI looks it up).
+  hostname >"$ROOT/etc/hostname"
+  printf '127.0.0.1\tlocalhost\n127.0.1.1\t%s\n\n::1\tlocalhost ip6-localhost ip6-loopback\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n' \
+    "$(hostname)" >"$ROOT/etc/hosts"
+  # apt sources: debootstrap writes only "$SUITE main"; the installer adds the security and updates
+  # suites. Same mirrors as the host.
+  printf 'deb %s %s main\ndeb %s %s-security main\ndeb %s %s-updates main\n' \
+    "$MIRROR" "$SUITE" "$SECURITY" "$SUITE" "$MIRROR" "$SUITE" >"$ROOT/etc/apt/sources.list"
 
-# Differences between a chroot and a machine, made good here (nothing a machine lacks too):
-# DNS: a machine gets its resolver from the installer / DHCP; apt in the root uses the host's.
-cp -L /etc/resolv.conf "$ROOT/etc/resolv.conf"
-# The root shares the host's hostname (same UTS namespace); the installer writes /etc/hostname and
-# an /etc/hosts naming it, so that the hostname resolves (OpenMPI looks it up).
-hostname >"$ROOT/etc/hostname"
-printf '127.0.0.1\tlocalhost\n127.0.1.1\t%s\n\n::1\tlocalhost ip6-localhost ip6-loopback\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n' \
-  "$(hostname)" >"$ROOT/etc/hosts"
-# apt sources: debootstrap writes only "$SUITE main"; the installer adds the security and updates
-# suites. Same mirrors as the host.
-printf 'deb %s %s main\ndeb %s %s-security main\ndeb %s %s-updates main\n' \
-  "$MIRROR" "$SUITE" "$SECURITY" "$SUITE" "$MIRROR" "$SUITE" >"$ROOT/etc/apt/sources.list"
+  # The checkout: a clean clone of HEAD, as CI checks out; ../shared beside it, as CI places it.
+  mkdir -p "$ROOT/work"
+  git clone --quiet --no-hardlinks --no-checkout "$REPO" "$ROOT/work/distflow" ||
+    die "git clone of $REPO failed (git's message above; for 'dubious ownership', run check-fresh with sudo as the checkout's owner)"
+  git -C "$ROOT/work/distflow" checkout --quiet --detach "$HEAD"
+  if [ -d "$SHARED" ]; then
+    # a copy of what it points to, if ../shared is a symbolic link (as on some CI machines)
+    cp -a "$(readlink -f "$SHARED")" "$ROOT/work/shared"
+  else
+    note "WARNING: no $SHARED beside the checkout: the tests that read real tokenizers and datasets will fail"
+  fi
+  note "checkout: $(git -C "$REPO" log -1 --format='%h %s' "$HEAD" | cut -c1-100)"
 
-# The checkout: a clean clone of HEAD, as CI checks out; ../shared beside it, as CI places it.
-mkdir -p "$ROOT/work"
-git clone --quiet --no-hardlinks --no-checkout "$REPO" "$ROOT/work/distflow" ||
-  die "git clone of $REPO failed (git's message above; for 'dubious ownership', run check-fresh with sudo as the checkout's owner)"
-git -C "$ROOT/work/distflow" checkout --quiet --detach "$HEAD"
-if [ -d "$SHARED" ]; then
-  # a copy of what it points to, if ../shared is a symbolic link (as on some CI machines)
-  cp -a "$(readlink -f "$SHARED")" "$ROOT/work/shared"
-else
-  note "WARNING: no $SHARED beside the checkout: the tests that read real tokenizers and datasets will fail"
-fi
-note "checkout: $(git -C "$REPO" log -1 --format='%h %s' "$HEAD" | cut -c1-100)"
+  local rc=0
+  CF_ROOT=$ROOT CF_MODE=$MODE CF_DEMO=$DEMO CF_USER=distflow-user namespaced bash "$SELF" --inner || rc=$?
+  if [ $rc -eq 0 ]; then
+    note "passed on a fresh Debian $SUITE root"
+  else
+    note "FAILED on a fresh Debian $SUITE root (exit $rc)"
+  fi
+  return $rc
+}
 
-rc=0
-CF_ROOT=$ROOT CF_MODE=$MODE CF_DEMO=$DEMO CF_USER=distflow-user namespaced bash "$SELF" --inner || rc=$?
-if [ $rc -eq 0 ]; then
-  note "passed on a fresh Debian $SUITE root"
-else
-  note "FAILED on a fresh Debian $SUITE root (exit $rc)"
-fi
-exit $rc
+if [ "${1:-}" = --inner ]; then inner; else main "$@"; fi; exit $?
