@@ -6,12 +6,15 @@
 #   make bench  build and run the benchmarks
 #   make test-variants  the suite with oneDNN restricted to AVX2 / AVX512_CORE and with the
 #               other DF_NATIVE setting (scripts/test-variants.sh, docs/testing.md)
+#   make check-fresh  install-deps + build + test in a fresh debootstrapped Debian 12 root, as root
+#               (scripts/check-fresh.sh; ARGS="--demo --user --keep --refresh" as needed)
 BUILD ?= build
 JOBS  ?= $(shell nproc 2>/dev/null || echo 2)
 ALGO  ?= grpo
 DEMO_SFT ?=
+ARGS ?=
 
-.PHONY: all deps build test test-variants demo bench clean
+.PHONY: all deps build test test-variants demo bench check-fresh clean
 
 all: build
 
@@ -33,6 +36,9 @@ demo: build
 
 bench: build
 	@bash scripts/bench.sh $(BUILD)
+
+check-fresh:
+	@bash scripts/check-fresh.sh $(ARGS)
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-alt

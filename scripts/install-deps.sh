@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Install the Debian packages distflow builds against, if any are missing.
-# As root it runs apt-get; otherwise it prints the command to run and stops.
+# As root it runs apt-get, quietly: apt's warnings and errors reach the terminal, and if a step
+# fails its whole output is shown. Otherwise it prints the exact command to run as root and exits 1.
+# scripts/check-fresh.sh checks on a fresh Debian 12 root that this is all `make test` and
+# `make demo` need.
 set -euo pipefail
 
 PKGS=(
+  make                # the README's entry point; a fresh Debian has no make (build-essential has it too)
   build-essential cmake pkg-config
   libdnnl-dev         # oneDNN: matmul
   libyaml-dev         # config files
@@ -15,6 +19,12 @@ PKGS=(
   libopenmpi-dev      # MPI comm backend (without it: single-process build)
   openmpi-bin         # mpirun / mpiexec: multi-rank runs and the test_comm_mpi_np* tests
 )
+
+if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
+  echo "install-deps: not a Debian system (no dpkg-query / apt-get); install the equivalents of:" >&2
+  echo "  ${PKGS[*]}" >&2
+  exit 1
+fi
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -28,7 +38,26 @@ if [ "$(id -u)" -ne 0 ]; then
   echo "run as root:  apt-get update && $cmd" >&2
   exit 1
 fi
+
+# Runs apt-get with its progress output (stdout) kept aside; its stderr (W: / E: lines) goes to the
+# terminal as it comes. On a failure the kept output is shown too, then what failed.
+apt_quiet() {
+  local log rc=0
+  log=$(mktemp)
+  apt-get "$@" >"$log" || rc=$?
+  if [ $rc -ne 0 ]; then
+    cat "$log" >&2
+    rm -f "$log"
+    echo "install-deps: 'apt-get $*' failed (exit $rc); apt's messages are above" >&2
+    exit 1
+  fi
+  rm -f "$log"
+}
+
 echo "installing: ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq >/dev/null
-$cmd >/dev/null
+# On a machine that has just booted, apt's daily timer or unattended-upgrades may hold the dpkg
+# lock for a few minutes: wait for it instead of failing at once.
+lock=(-o DPkg::Lock::Timeout=600)
+apt_quiet "${lock[@]}" update -qq
+apt_quiet "${lock[@]}" install -y --no-install-recommends "${missing[@]}"
