@@ -175,7 +175,7 @@ static const float *log_probs(df_actor *a, const df_batch *b, df_batch **out)
  * One optimizer step of the reference on mini-batch mb (the DP group's union of
  * the ranks' k-th mini-batches), with the bound on what the DP step may differ
  * by. At the reference's weights (tests/testtrain.h):
- *   F = tt_forward_bound: two forward passes put a log-prob (or entropy) <= F apart;
+ *   F = tb_forward_bound: two forward passes put a log-prob (or entropy) <= F apart;
  *   gn_t = the norm of token t's own term of the gradient (tt_actor_token_norms: PG, KL and
  *   entropy together), w_t its aggregation weight, G = sum_t w_t gn_t;
  *   J_t = ||grad log p_t|| (tt_logp_grad_norms); the PG and KL coefficients of grad log p_t,
@@ -200,7 +200,7 @@ static void ref_step(ref_run *r, const df_batch *mb, const df_actor_params *p, b
     const int64_t pos = tt_max_len(mb), packed = df_batch_offsets(mb, "prompt_ids")[S] + T;
     double tw = df_test_max_param_diff(df_actor_model(r->twin), m);
     r->twin_least = fmin(r->twin_least, tw);
-    double F = tt_forward_bound(m, pos, p->temperature), Z = tt_head_bound(m, p->temperature);
+    double F = tb_forward_bound(m, pos, p->temperature), Z = tb_head_bound(m, p->temperature);
     double *J = calloc((size_t)T + 1, sizeof *J), *gn = calloc((size_t)T + 1, sizeof *gn);
     float *w = calloc((size_t)T + 1, sizeof *w);
     assert_int_equal(df_loss_agg_weights_ex(sft ? "token-mean" : p->loss.loss_agg_mode, S, ro, T, S, 0, w),
@@ -246,7 +246,8 @@ static void ref_step(ref_run *r, const df_batch *mb, const df_actor_params *p, b
     }
     double n = tt_grad_chain(m, pos, packed);
     double dg =
-        (2 * df_tol_gamma_prob(n, TT_LAMBDA, DF_U32) + df_tol_gamma(N - 1, DF_U32) + F * (1 + 2 * Z)) * G +
+        (2 * df_tol_gamma_prob(n, DF_TOL_LAMBDA, DF_U32) + df_tol_gamma(N - 1, DF_U32) + F * (1 + 2 * Z)) *
+            G +
         F * Sens + flip;
     b[K_GRAD_NORM] = dg;
     for (int k = 0; k < N_KEYS; k++)
@@ -327,11 +328,11 @@ static void run_ppo(const scenario *sc)
     df_actor_set_comm(dp, W);
 
     /* the entropy mean of the shards is the whole batch's: a mean of per-token entropies, each from
-       two forward passes (tt_forward_bound) */
+       two forward passes (tb_forward_bound) */
     double ent_dp, ent_all;
     assert_int_equal(df_actor_compute_log_prob(dp, shard, "lp", &ent_dp), 0);
     assert_int_equal(df_actor_compute_log_prob(ref.alone, global, "lp", &ent_all), 0);
-    double F0 = tt_forward_bound(df_actor_model(dp), tt_max_len(global), pa.temperature);
+    double F0 = tb_forward_bound(df_actor_model(dp), tt_max_len(global), pa.temperature);
     assert_true(df_test_all_max(fabs(ent_dp - ent_all)) <= F0 + df_tol_gamma(64, DF_U64) * ent_all &&
                 ent_all > 1.0);
 

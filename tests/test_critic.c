@@ -142,7 +142,7 @@ static void test_compute_values(void **state)
     const float *v1 = df_batch_data_mut(b, "values"), *v2 = df_batch_data_mut(b2, "values");
     int64_t T = df_batch_offsets(b, "response_ids")[10];
     /* two forward passes of other row blockings */
-    const double F = tt_forward_bound(df_critic_model(c1), tt_max_len(b), 1.0f);
+    const double F = tb_forward_bound(df_critic_model(c1), tt_max_len(b), 1.0f);
     double spread = 0;
     for (int64_t t = 0; t < T; t++) {
         assert_near(v1[t], v2[t], F);
@@ -302,7 +302,7 @@ static const float *predict(df_critic *c, const df_batch *b, df_batch **out)
  * One optimizer step of the reference on mini-batch mb, with the bound on what the compared step
  * may differ by. The gradient is sum_t c_t grad v_t with c_t = w_t (v_t - R_t), or 0 where the
  * clipped branch of 0.5 max((v - R)^2, (v_clip - R)^2) is taken. At the reference's weights:
- * F = tt_forward_bound for two forward passes of a value, J_t = ||grad v_t|| (tt_value_grad_norms),
+ * F = tb_forward_bound for two forward passes of a value, J_t = ||grad v_t|| (tt_value_grad_norms),
  * G = sum_t w_t (|v_t - R_t| + dv) J_t the magnitude of the gradient's terms, and c_t moves by w_t
  * per unit of value error: S = sum_t w_t J_t. The gradients differ by <= (2 gamma_prob(n) +
  * gamma_{N-1}) G + F S (each run's forward + backward, probabilistic; the all-reduce, worst case),
@@ -321,7 +321,7 @@ static void ref_step(ref_run *r, const df_batch *mb, const df_critic_params *p, 
     const int64_t pos = tt_max_len(mb), packed = df_batch_offsets(mb, "prompt_ids")[S] + T;
     double tw = df_test_max_param_diff(df_critic_model(r->twin), m);
     r->twin_least = fmin(r->twin_least, tw);
-    double F = tt_forward_bound(m, pos, 1.0f);
+    double F = tb_forward_bound(m, pos, 1.0f);
     double *J = calloc((size_t)T + 1, sizeof *J);
     float *w = calloc((size_t)T + 1, sizeof *w);
     assert_int_equal(
@@ -352,7 +352,7 @@ static void ref_step(ref_run *r, const df_batch *mb, const df_critic_params *p, 
     b[K_CLIP] = n_flip / (double)T;
     double n = tt_grad_chain(m, pos, packed);
     double dg =
-        (2 * df_tol_gamma_prob(n, TT_LAMBDA, DF_U32) + df_tol_gamma(N - 1, DF_U32)) * G + F * Sens + flip;
+        (2 * df_tol_gamma_prob(n, DF_TOL_LAMBDA, DF_U32) + df_tol_gamma(N - 1, DF_U32)) * G + F * Sens + flip;
     b[K_GRAD_NORM] = dg;
     for (int k = 0; k < N_KEYS; k++)
         r->round[k] += b[k];

@@ -19,6 +19,7 @@
 #include "engine/sampling.h"
 #include "model/ops.h"
 #include "model/ops_math.h"
+#include "testbounds.h"
 #include "tolerance.h"
 
 #include <math.h>
@@ -611,23 +612,13 @@ static void test_fused_rollout_matches_full_logits(void **state)
     /*
      * The same hidden states h (the same forward), two LM heads: the fused statistics
      * (float logits times a float 1 / T, lse from float tile sums) and the full float
-     * logits row with a double log-softmax. h is the final RMSNorm's w (x r) with
-     * ||x r||_2 < sqrt(H), so every |z_v| <= Z = max|w| sqrt(H) max_v ||W_v||_2 / T and
-     * every logit's float error is at most dz = gamma_{H+1} Z (+ u Z for the float 1 / T).
+     * logits row with a double log-softmax. Every |z_v| <= Z (tb_head_bound) and every
+     * logit's float error is at most dz = gamma_{H+1} Z (+ u Z for the float 1 / T).
      * Each log-prob z_t - lse is then off by dz in z_t and dz + u 2Z + the exp + gamma_V
      * in lse (lse_bound of the weights e^(z - m)), plus its rounding to float.
      */
     const int64_t H = c.hidden_size, V = c.vocab_size;
-    double wn = 0, Wn = 0;
-    for (int64_t i = 0; i < H; i++)
-        wn = fmax(wn, fabs(m->w.final_norm[i]));
-    for (int64_t v = 0; v < V; v++) {
-        double r2 = 0;
-        for (int64_t i = 0; i < H; i++)
-            r2 += (double)m->w.lm_head[v * H + i] * m->w.lm_head[v * H + i];
-        Wn = fmax(Wn, sqrt(r2));
-    }
-    const double Z = wn * sqrt((double)H) * Wn / (double)a.temperature;
+    const double Z = tb_head_bound(m, a.temperature);
     const double dz = (g32(H + 1) + DF_U32) * Z;
     const double dlp = 2 * (2 * dz + DF_U32 * 2 * Z + DF_TOL_EXPF + g32(V) + g64(V + 4) * (1 + Z)) +
                        2 * DF_U32 * (2 * Z + log((double)V));

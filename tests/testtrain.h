@@ -10,7 +10,7 @@
  * step (tolerance.h: df_tol_gamma_prob for the deep computations, Higham &
  * Mary; df_tol_adam_gain for Adam) needs
  *   - F: how far two forward passes of the same weights may put a log-prob
- *     (or a value): tt_forward_bound;
+ *     (or a value): tb_forward_bound (tests/testbounds.h);
  *   - the magnitude of the gradient's terms: per-token gradient norms,
  *     measured by one-token updates of the same model (tt_token_batch);
  *   - Adam made Lipschitz in the gradient (eps well above its rounding noise).
@@ -29,72 +29,18 @@
 #include "distflow/rng.h"
 #include "engine/actor.h"
 #include "engine/critic.h"
+#include "testbounds.h"
 #include "tolerance.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* df_tol_gamma_prob's lambda: a bound fails with probability < 2 exp(-18) = 3e-8 */
-#define TT_LAMBDA 6.0
-
-/*
- * Bound on the head's outputs over every input: the head reads n * x / rms(x),
- * whose 2-norm is <= sqrt(hidden) (n the final RMSNorm weight), so by
- * Cauchy-Schwarz a logit |z_j| <= sqrt(hidden) ||W_j * n||_2 / T and a value
- * |v| <= sqrt(hidden) ||w * n||_2 + |b|. These also bound the magnitudes of the
- * terms summed in the head.
- */
-static inline double tt_head_bound(const df_model *m, float temperature)
-{
-    const int64_t H = m->cfg.hidden_size;
-    const bool value = m->cfg.num_labels > 0;
-    const float *head = value ? m->w.score_weight : m->w.lm_head;
-    int64_t rows = value ? 1 : m->cfg.vocab_size;
-    double z = 0;
-    for (int64_t j = 0; j < rows; j++) {
-        double s = 0;
-        for (int64_t k = 0; k < H; k++) {
-            double x = (double)head[j * H + k] * m->w.final_norm[k];
-            s += x * x;
-        }
-        z = fmax(z, sqrt(s));
-    }
-    return value ? sqrt((double)H) * z + fabs(m->w.score_bias[0]) : sqrt((double)H) * z / temperature;
-}
-
-/* Roundings chained along a forward pass of m over sequences of <= pos tokens: the decoder
-   (df_tol_decoder_fwd_chain), then the LM head (K = hidden, 2 more), the temperature (1) and
-   log-softmax (a sum of vocab exps, 4 more); a value head is one dot product of K = hidden plus
-   its bias instead. */
-static inline double tt_forward_chain(const df_model *m, int64_t pos)
-{
-    const df_model_config *c = &m->cfg;
-    double n = df_tol_decoder_fwd_chain(c->hidden_size, c->intermediate_size, c->num_attention_heads,
-                                        c->head_dim, pos, c->num_hidden_layers);
-    double head = (double)c->hidden_size + 2.0;
-    return c->num_labels > 0 ? n + head : n + head + 1.0 + (double)c->vocab_size + 4.0;
-}
-
-/*
- * F: |y^a - y^b| for two forward passes of the same weights that block their
- * GEMMs differently, y a response token's log-prob (or entropy, from the same
- * operands) or value: a deep computation (probabilistic bound, TT_LAMBDA)
- * whose last step works on operands of magnitude <= Z (the head bound) and,
- * for log-softmax z_y - lse(z), Z + log V; twice one evaluation's error.
- */
-static inline double tt_forward_bound(const df_model *m, int64_t pos, float temperature)
-{
-    double Z = tt_head_bound(m, temperature), n = tt_forward_chain(m, pos);
-    double mag = m->cfg.num_labels > 0 ? Z : 2 * Z + log((double)m->cfg.vocab_size);
-    return 2 * df_tol_gamma_prob(n, TT_LAMBDA, DF_U32) * mag;
-}
-
 /* Roundings chained along one training step's gradient: forward, backward, and the sum over the
    micro-batch's `tokens` packed tokens of a weight gradient. */
 static inline double tt_grad_chain(const df_model *m, int64_t pos, int64_t tokens)
 {
-    return 2 * tt_forward_chain(m, pos) + (double)tokens;
+    return 2 * tb_forward_chain(&m->cfg, pos) + (double)tokens;
 }
 
 /* max_i |theta_i| */
@@ -271,8 +217,8 @@ static inline double tt_perturb(df_model *m, double eta, uint64_t seed)
 static inline double tt_e2e_grad_bound(const df_model *m, int64_t pos, int64_t micro_tokens, int64_t T,
                                        int n_ranks, double gn, float temperature)
 {
-    double F = tt_forward_bound(m, pos, temperature), Z = tt_head_bound(m, temperature);
-    double rel = 2 * df_tol_gamma_prob(tt_grad_chain(m, pos, micro_tokens), TT_LAMBDA, DF_U32) +
+    double F = tb_forward_bound(m, pos, temperature), Z = tb_head_bound(m, temperature);
+    double rel = 2 * df_tol_gamma_prob(tt_grad_chain(m, pos, micro_tokens), DF_TOL_LAMBDA, DF_U32) +
                  df_tol_gamma(n_ranks > 1 ? n_ranks - 1 : 0, DF_U32) + F * (3 + 2 * Z);
     return rel * sqrt((double)T) * gn;
 }

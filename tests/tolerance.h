@@ -67,6 +67,9 @@ static inline double df_tol_gamma_prob(double n, double lambda, double u)
     return lambda * sqrt(n) * u;
 }
 
+/* The lambda the tests use with df_tol_gamma_prob: a bound fails with probability < 2 exp(-18) = 3e-8. */
+#define DF_TOL_LAMBDA 6.0
+
 /* ---- algorithms (tolalgo: hand-computed cases, finite differences; test_algo.c, test_losses.c, ...) */
 
 /**
@@ -126,8 +129,8 @@ static inline double df_tol_fd(double h, double m3, double mid, double m2, doubl
  * summed, 4 more), q / k / v projection (H + bias), RoPE (3), scores (hd + 3),
  * online softmax over L keys (L + 4), P V (L + 2), o_proj (nh hd), residual,
  * RMSNorm, gate / up (H), SwiGLU (4), down (I), residual; then the final
- * RMSNorm. A head (LM head: H + 2, log-softmax: V + 4; value head: H + 2) is
- * the caller's to add.
+ * RMSNorm. The heads are added by tests/testbounds.h (tb_head_chain,
+ * tb_logp_chain).
  */
 static inline double df_tol_decoder_fwd_chain(int64_t H, int64_t I, int64_t nh, int64_t hd, int64_t L,
                                               int64_t layers)
@@ -145,7 +148,7 @@ static inline double df_tol_decoder_fwd_chain(int64_t H, int64_t I, int64_t nh, 
  * over the group's rows: grp L), the q / k / v projections^T summed
  * ((nh + 2 nkv) hd), RoPE (3), RMSNorm (H + 8), two residual adds; then a
  * parameter gradient sums T tokens. Add the forward chain (the backward reads
- * its activations) and the head's backward for the whole n.
+ * its activations) and the head's backward for the whole n (tb_grad_chain).
  */
 static inline double df_tol_decoder_bwd_chain(int64_t H, int64_t I, int64_t nh, int64_t nkv, int64_t hd,
                                               int64_t L, int64_t layers, int64_t T)
