@@ -30,9 +30,11 @@
 #include "engine/actor.h"
 #include "engine/critic.h"
 #include "testbounds.h"
+#include "testutil.h"
 #include "tolerance.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -199,6 +201,86 @@ static inline double tt_perturb(df_model *m, double eta, uint64_t seed)
         least = fmin(least, fabs((double)y - x));
     }
     return least;
+}
+
+/*
+ * The running bound of a training compared step by step with a reference training (test_actor_dp,
+ * test_critic), and the reference's twin: the same training from weights moved by +-eta
+ * (tt_perturb), which measures how much the later steps amplify a weight difference.
+ */
+enum { TT_MAX_KEYS = 8 };
+typedef struct tt_track {
+    double eta;                /* the twin's smallest initial weight move */
+    double inj;                /* sum over steps of tt_adam_inject: the weight bound before amplification */
+    double dg;                 /* largest bound on a step's gradient difference so far */
+    double amp;                /* max(1, twin weight difference / eta) so far */
+    int steps;                 /* optimizer steps so far */
+    int call_steps;            /* in the current compared call */
+    double round[TT_MAX_KEYS]; /* the call's sums of per-step metric bounds at equal weights */
+    double twin_least;         /* smallest twin weight difference during the call */
+} tt_track;
+
+static inline void tt_track_init(tt_track *t, double eta)
+{
+    memset(t, 0, sizeof *t);
+    t->eta = eta;
+    t->amp = 1;
+}
+
+/* A compared call (one or more reference steps) begins. */
+static inline void tt_track_call_begin(tt_track *t)
+{
+    t->call_steps = 0;
+    memset(t->round, 0, sizeof t->round);
+    t->twin_least = INFINITY;
+}
+
+/* The weight bound so far. */
+static inline double tt_track_weight_bound(const tt_track *t)
+{
+    return t->amp * t->inj;
+}
+
+/* The twin's weight difference from the reference's model m, kept for the call's metrics. */
+static inline double tt_track_twin(tt_track *t, const df_model *m, const df_model *twin)
+{
+    double tw = df_test_max_param_diff(twin, m);
+    t->twin_least = fmin(t->twin_least, tw);
+    return tw;
+}
+
+/* What the weight difference so far may move an output by: the twin's change of it (ds) per unit
+   of the twin's weight difference (tw), times the weight bound. */
+static inline double tt_track_carry(const tt_track *t, double ds, double tw)
+{
+    return tw > 0 ? ds / tw * tt_track_weight_bound(t) : 0;
+}
+
+/* After a reference step (m and twin updated) whose gradient difference is bounded by dg and
+   whose metrics by b[0..n): the step's Adam injection (tt_adam_inject) and the amplification. */
+static inline void tt_track_step(tt_track *t, const double *b, int n, double dg, const df_core_optim *o,
+                                 const df_model *m, const df_model *twin)
+{
+    for (int k = 0; k < n; k++)
+        t->round[k] += b[k];
+    t->call_steps++;
+    t->steps++;
+    t->dg = fmax(t->dg, dg);
+    double gain = df_tol_adam_gain(t->steps, o->beta1, o->beta2);
+    t->inj += tt_adam_inject(o->lr, o->adam_eps, gain, t->dg, tt_max_abs(m));
+    t->amp = fmax(t->amp, df_test_max_param_diff(twin, m) / t->eta);
+}
+
+/*
+ * Bound on metric k of a compared call against the reference's (y, means over the call's steps;
+ * z the twin's): the per-step bounds at equal weights, averaged, plus, for a metric that moves
+ * with the weights (not clip fractions, whose flips are counted instead, nor the lr), what the
+ * weight difference may move it by (tt_track_carry), plus double rounding.
+ */
+static inline double tt_track_metric_bound(const tt_track *t, int k, double y, double z, bool moves)
+{
+    return t->round[k] / t->call_steps + df_tol_gamma(64, DF_U64) * fabs(y) +
+           (moves ? tt_track_carry(t, fabs(z - y), t->twin_least) : 0);
 }
 
 /*
