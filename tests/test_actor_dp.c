@@ -163,7 +163,7 @@ static const float *log_probs(df_actor *a, const df_batch *b, df_batch **out)
  *   log-prob error: S = sum_t w_t (|A_t| R + beta e^|y_t|) J_t, R >= every ratio;
  *   the token's backward (softmax weights, the entropy's z - mean z <= 2Z) moves by <= F (1 + 2Z)
  *   relative to its size (an assumption for the entropy term, weighted 0.01).
- * So the two gradients differ by <= (2 gamma_prob(n) + gamma_{N-1} + F (1 + 2Z)) G + F S (the
+ * So the two gradients differ by <= (tt_grad_rel + F (1 + 2Z)) G + F S (tt_grad_rel: the
  * rounding of each run's forward + backward, probabilistic; the all-reduce over N ranks, worst
  * case), plus the full term w |A| R J_t of every token that a clip decision could flip: its
  * log-ratio lies within dr of a clip boundary, dr = F plus what the weight difference so far moves
@@ -223,11 +223,7 @@ static void ref_step(ref_run *r, const df_batch *mb, const df_actor_params *p, b
         b[K_PPO_KL] = F;
         b[K_CLIP] = b[K_CLIP_LOWER] = n_flip / (double)T;
     }
-    double n = tt_grad_chain(m, pos, packed);
-    double dg =
-        (2 * df_tol_gamma_prob(n, DF_TOL_LAMBDA, DF_U32) + df_tol_gamma(N - 1, DF_U32) + F * (1 + 2 * Z)) *
-            G +
-        F * Sens + flip;
+    double dg = (tt_grad_rel(m, pos, packed, N) + F * (1 + 2 * Z)) * G + F * Sens + flip;
     b[K_GRAD_NORM] = dg;
     df_batch_free(xa), df_batch_free(xt);
     free(J), free(gn), free(w);

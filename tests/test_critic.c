@@ -292,8 +292,8 @@ static const float *predict(df_critic *c, const df_batch *b, df_batch **out)
  * clipped branch of 0.5 max((v - R)^2, (v_clip - R)^2) is taken. At the reference's weights:
  * F = tb_forward_bound for two forward passes of a value, J_t = ||grad v_t|| (tt_value_grad_norms),
  * G = sum_t w_t (|v_t - R_t| + dv) J_t the magnitude of the gradient's terms, and c_t moves by w_t
- * per unit of value error: S = sum_t w_t J_t. The gradients differ by <= (2 gamma_prob(n) +
- * gamma_{N-1}) G + F S (each run's forward + backward, probabilistic; the all-reduce, worst case),
+ * per unit of value error: S = sum_t w_t J_t. The gradients differ by <= tt_grad_rel G + F S (each
+ * run's forward + backward, probabilistic; the all-reduce over N ranks, worst case),
  * plus the whole term of every token whose clip decision could flip: its value lies within dv of
  * an edge (old +- cliprange, where the clamp starts, or 2R - (old +- cliprange), where the branches
  * cross), dv = F plus what the weight difference so far moves a value by (the twin's value change
@@ -337,9 +337,7 @@ static void ref_step(ref_run *r, const df_batch *mb, const df_critic_params *p, 
     }
     b[K_VPRED] = F;
     b[K_CLIP] = n_flip / (double)T;
-    double n = tt_grad_chain(m, pos, packed);
-    double dg =
-        (2 * df_tol_gamma_prob(n, DF_TOL_LAMBDA, DF_U32) + df_tol_gamma(N - 1, DF_U32)) * G + F * Sens + flip;
+    double dg = tt_grad_rel(m, pos, packed, N) * G + F * Sens + flip;
     b[K_GRAD_NORM] = dg;
     df_batch_free(xa), df_batch_free(xt);
     free(J), free(w);

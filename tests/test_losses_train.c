@@ -324,10 +324,10 @@ typedef struct step_bound {
  *   (vanilla, gspo -A r or 0; gpg -A; cpgd -A + alpha (e^r - 1)),
  * and the per-token loss |l_t| <= |A_t| (R + |log p_t|) + alpha R, |log p_t| <= |old_t| + log R.
  * So, with J_t = ||grad log p_t|| (tt_logp_grad_norms) and G = sum_t B_t J_t:
- *   rounding of the gradient (forward + backward, n = 2 chain + tokens roundings, probabilistic)
- *   in both runs, 2 df_tol_gamma_prob(n) G, plus the micro-1 run's sum of 4 micro-batches
- *   gamma_3 G; the log-ratio r = log p - old moves by <= 2F and the TIS weight by <= F relative, so
- *   c_t by <= 3F B_t: 3F G. The loss: sum_t w_t tau_t (2F (|A| R + alpha R) + F |l_t|).
+ *   rounding of the gradient, tt_grad_rel G: forward + backward in both runs (probabilistic),
+ *   plus the micro-1 run's sum of 4 micro-batches (gamma_3); the log-ratio r = log p - old moves
+ *   by <= 2F and the TIS weight by <= F relative, so c_t by <= 3F B_t: 3F G. The loss:
+ *   sum_t w_t tau_t (2F (|A| R + alpha R) + F |l_t|).
  */
 static step_bound update_bound(const df_model *m, const df_actor_params *p, const df_batch *b1,
                                const df_batch *b4)
@@ -367,13 +367,13 @@ static step_bound update_bound(const df_model *m, const df_actor_params *p, cons
         dL += wt * (2 * F * (A * R + alpha * R) + F * lt);
         L += wt * lt;
     }
-    double n = tt_grad_chain(m, 5, 16); /* 16 packed tokens in the micro-batch of 4 */
-    /* the loss is summed in double: 2 gamma_T(u64) sum |w l| for the two orders */
-    step_bound sb = {
-        .grad = (2 * df_tol_gamma_prob(n, DF_TOL_LAMBDA, DF_U32) + df_tol_gamma(3, DF_U32) + 3 * F) * G,
-        .loss = dL + 2 * df_tol_gamma((double)T, DF_U64) * L};
+    /* 16 packed tokens in the micro-batch of 4; the loss is summed in double: 2 gamma_T(u64) sum |w l|
+       for the two orders */
+    step_bound sb = {.grad = (tt_grad_rel(m, 5, 16, 4) + 3 * F) * G,
+                     .loss = dL + 2 * df_tol_gamma((double)T, DF_U64) * L};
     if (getenv("DF_TOL_DEBUG"))
-        print_message("F %.3g R %.4g G %.4g n %.0f grad %.3g loss %.3g\n", F, R, G, n, sb.grad, sb.loss);
+        print_message("F %.3g R %.4g G %.4g n %.0f grad %.3g loss %.3g\n", F, R, G,
+                      tb_grad_chain(&m->cfg, 5, 16), sb.grad, sb.loss);
     return sb;
 }
 

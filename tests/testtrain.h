@@ -38,11 +38,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Roundings chained along one training step's gradient: forward, backward, and the sum over the
-   micro-batch's `tokens` packed tokens of a weight gradient. */
-static inline double tt_grad_chain(const df_model *m, int64_t pos, int64_t tokens)
+/* Relative difference of two trainings' gradients at equal weights from rounding alone, times the
+   magnitude of the gradient's terms: each run's forward and backward (tb_grad_chain, probabilistic;
+   sequences of <= pos tokens, micro-batches of <= tokens packed tokens), and a sum of `parts`
+   partial gradients (micro-batches, an all-reduce over ranks) in another order, worst case. */
+static inline double tt_grad_rel(const df_model *m, int64_t pos, int64_t tokens, int parts)
 {
-    return 2 * tb_forward_chain(&m->cfg, pos) + (double)tokens;
+    return 2 * df_tol_gamma_prob(tb_grad_chain(&m->cfg, pos, tokens), DF_TOL_LAMBDA, DF_U32) +
+           df_tol_gamma(parts > 1 ? parts - 1 : 0, DF_U32);
 }
 
 /* max_i |theta_i| */
@@ -288,7 +291,7 @@ static inline double tt_track_metric_bound(const tt_track *t, int k, double y, d
  * step's gradient of two runs of the same job on the same rollout, before
  * clipping, gn its norm: each run's forward + backward (probabilistic,
  * micro-batches of <= micro_tokens packed tokens, sequences of <= pos) and an
- * all-reduce over n_ranks, relative to the magnitude G of the gradient's
+ * all-reduce over n_ranks (tt_grad_rel), relative to the magnitude G of the gradient's
  * per-token terms, plus the loss coefficients' sensitivity: -A rho moves by
  * 2F relative (log p and old each <= F), the backward's softmax weights by
  * F (1 + 2Z). The worker's batch is not at hand to measure G (as
@@ -300,8 +303,7 @@ static inline double tt_e2e_grad_bound(const df_model *m, int64_t pos, int64_t m
                                        int n_ranks, double gn, float temperature)
 {
     double F = tb_forward_bound(m, pos, temperature), Z = tb_head_bound(m, temperature);
-    double rel = 2 * df_tol_gamma_prob(tt_grad_chain(m, pos, micro_tokens), DF_TOL_LAMBDA, DF_U32) +
-                 df_tol_gamma(n_ranks > 1 ? n_ranks - 1 : 0, DF_U32) + F * (3 + 2 * Z);
+    double rel = tt_grad_rel(m, pos, micro_tokens, n_ranks) + F * (3 + 2 * Z);
     return rel * sqrt((double)T) * gn;
 }
 
