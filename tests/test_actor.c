@@ -182,14 +182,6 @@ static update_out update_with(int64_t micro)
     return o;
 }
 
-static double norm2(const float *x, int64_t n)
-{
-    double s = 0;
-    for (int64_t i = 0; i < n; i++)
-        s += (double)x[i] * x[i];
-    return sqrt(s);
-}
-
 /*
  * Micro-batches of 1 and 4 samples take the same step. Compared where the error
  * analysis bounds it: the gradient (token-mean PPO + KL + entropy over the mini-batch),
@@ -213,15 +205,14 @@ static void test_micro_batching_invariant(void **state)
     double worst_g = 0;
     for (int t = 0; t < ref->n_tensors; t++) {
         const df_param_desc *d = &ref->tensors[t];
-        double e2 = 0;
-        for (int64_t i = d->offset; i < d->offset + d->numel; i++)
-            e2 += ((double)o1.grads[i] - o4.grads[i]) * ((double)o1.grads[i] - o4.grads[i]);
-        double bound = 2 * eps_g * fmax(norm2(o1.grads + d->offset, d->numel),
-                                        norm2(o4.grads + d->offset, d->numel));
-        if (!(sqrt(e2) <= bound))
-            fail_msg("%s: gradients of 1- and 4-sample micro-batches differ by %.3g, bound %.3g",
-                     d->name, sqrt(e2), bound);
-        worst_g = fmax(worst_g, bound > 0 ? sqrt(e2) / bound : 0);
+        double e = df_test_dist2(o1.grads + d->offset, 1.0, o4.grads + d->offset, d->numel);
+        double bound = 2 * eps_g *
+                       fmax(df_test_norm2(o1.grads + d->offset, d->numel),
+                            df_test_norm2(o4.grads + d->offset, d->numel));
+        if (!(e <= bound))
+            fail_msg("%s: gradients of 1- and 4-sample micro-batches differ by %.3g, bound %.3g", d->name, e,
+                     bound);
+        worst_g = fmax(worst_g, bound > 0 ? e / bound : 0);
     }
     /* The steps: lr m / (sqrt(v) / bc2 + eps) at step 1 is lr phi(g), phi(g) = g / (|g| + eps),
        so p1 - p4 = -lr (phi(g1) - phi(g4)) (computed here in double: up to 2 lr where g is

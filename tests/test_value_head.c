@@ -125,15 +125,6 @@ static double loss_mag(const df_model *m, const df_acts *a, const df_seq_batch *
     return s;
 }
 
-/* ||x||_2 of n floats. */
-static double norm2(const float *x, int64_t n)
-{
-    double s = 0;
-    for (int64_t i = 0; i < n; i++)
-        s += (double)x[i] * x[i];
-    return sqrt(s);
-}
-
 /* sum_j c_j values[j] in double. */
 static double value_loss(const df_model *m, df_acts *a, const df_seq_batch *b, const float *c)
 {
@@ -185,7 +176,7 @@ static void test_backward_values_fd(void **state)
         if (t == 0)
             for (int k = 0; k < 3; k++)
                 idx[k] = 5 * d->shape[1] + k * 7;
-        const double gb = eg * norm2(g + d->offset, d->numel);
+        const double gb = eg * df_test_norm2(g + d->offset, d->numel);
         for (int k = 0; k < 3; k++) {
             float *p = m->params + d->offset + idx[k], keep = *p;
             double D[2];
@@ -237,7 +228,7 @@ static void test_backward_values_fd(void **state)
     memcpy(m->params, p0, (size_t)m->n_params * sizeof(float));
     double fdu = Du[0];
     const double bu = fabs(Du[1] - Du[0]) + (eps_f + 2 * DF_U32 * gp) / 1e-3 +
-                      eg * sqrt(un) * norm2(g, m->n_params) + df_tol_gamma(m->n_params, DF_U64) * gp;
+                      eg * sqrt(un) * df_test_norm2(g, m->n_params) + df_tol_gamma(m->n_params, DF_U64) * gp;
     print_message("directional: g.u %.7g, finite difference %.7g, error / bound %.3f\n", gu, fdu,
                   fabs(fdu - gu) / bu);
     assert_near(fdu, gu, bu);
@@ -264,10 +255,8 @@ static void test_backward_values_fd(void **state)
        per tensor ||g2 - 2 g|| <= ||g2 - 2 g_exact|| + 2 ||g - g_exact|| <= 4 grads_eps ||g||. */
     for (int t = 0; t < m->n_tensors; t++) {
         const df_param_desc *d = &m->tensors[t];
-        double e2 = 0;
-        for (int64_t i = d->offset; i < d->offset + d->numel; i++)
-            e2 += ((double)g2[i] - 2.0 * g[i]) * ((double)g2[i] - 2.0 * g[i]);
-        assert_true(sqrt(e2) <= 4 * eg * norm2(g + d->offset, d->numel));
+        assert_true(df_test_dist2(g2 + d->offset, 2.0, g + d->offset, d->numel) <=
+                    4 * eg * df_test_norm2(g + d->offset, d->numel));
     }
     free(g), free(g2);
     df_acts_free(a);
