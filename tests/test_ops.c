@@ -26,6 +26,7 @@
 #include "distflow/rng.h"
 #include "model/ops.h"
 #include "model/ops_attention_vec.h"
+#include "testbounds.h"
 #include "tolerance.h"
 
 #include <math.h>
@@ -92,17 +93,6 @@ static void check_bound(const char *what, const float *got, const double *ref,
             worst = fmax(worst, e / bound[i]);
     }
     print_message("%-24s worst error / bound %.3f\n", what, worst);
-}
-
-/*
- * |fl(S) - S| for a float sum S of n positive terms in any order whose largest is
- * tmax: each of the n - 1 adds rounds by at most u times its result, and by at most
- * the operand without tmax (the nearest float is no farther than either operand),
- * which is at most S - tmax. So a sum dominated by one term is nearly exact.
- */
-static double pos_sum_err(int64_t n, double S, double tmax)
-{
-    return (double)(n > 1 ? n - 1 : 0) * fmin(DF_U32 * S, S - tmax) * (1 + g32((double)n));
 }
 
 /* A scalar loss of the double reference, over inputs that the FD code perturbs. */
@@ -1090,15 +1080,9 @@ static double lm_loss(void *p)
  * `cols` columns and double across tiles and groups). For row i, with zm_v =
  * sum_e |h_e W_ve| / t:
  *   logit z_v: a GEMM of H terms with alpha = 1/t rounded: dz_v = gamma_{H+2} zm_v;
- *   weight e^(z_v - m): the float difference (u |z_v - m|) and the exp: th_v; 0 for
- *     the max itself when it leads by more than the logits' errors (e^0 = 1 exactly);
- *   s0 = sum of the weights: pos_sum_err over each tile, relative d0;
- *   lse = m + log(s0) in double: sum_v p_v (dz_v + th_v) + d0;
- *     logp = z_t - lse rounded to float; the lse kept for the backward, rounded too;
- *   entropy = log(s0) - s1 / s0, s1 = sum e^(z - m) (z - m) (all terms <= 0, no
- *     cancellation): z errors move it by p_v |z_v - E z| dz_v, weight errors by
- *     p_v th_v (1 + |z_v - E z|); d = z - m, the product, s1's float sum and s0's
- *     d0 act on sum p |z - m|; d0 on log(s0); the float store.
+ *   lse = m + log(s0) and entropy = log(s0) - s1 / s0 from these logits: dlse, dent of
+ *     tb_row_lse_bound (tests/testbounds.h); logp = z_t - lse rounded to float, the lse
+ *     kept for the backward rounded too, the entropy's float store;
  * Backward (dlogits_row): p_v = exp(z_v - lse) from the stored lse:
  *   th_p = dz_v + dlse + u |z_v - lse| + DF_TOL_EXPF; the entropy term's lp + ent
  *   carries dz_v + dlse + dent plus two roundings; g = -gl p - ge p (lp + ent) (+ gl
@@ -1118,12 +1102,11 @@ static lm_bounds lmhead_bounds(const lm_ctx *c, const df_vocab_tiling *tl)
     const int64_t ct = df_vocab_tiling_clamp(tl).cols, cols = ct < V ? ct : V;
     const double u = DF_U32, ex = DF_TOL_EXPF;
     lm_bounds b = {dvec(n), dvec(n), dvec(n * H), dvec(V * H), 0};
-    double *z = dvec(V), *zm = dvec(V), *dz = dvec(V), *th = dvec(V), *gm = dvec(V);
+    double *z = dvec(V), *zm = dvec(V), *dz = dvec(V), *gm = dvec(V);
     double *ge_ = dvec(V), *dWm = dvec(V * H), *dWe = dvec(V * H);
     for (int64_t i = 0; i < n; i++) {
         const double *hi = c->h + i * H;
-        double m = -INFINITY, m2 = -INFINITY;
-        int64_t am = 0;
+        double zmax = 0;
         for (int64_t v = 0; v < V; v++) {
             double d = 0, a = 0;
             for (int64_t e = 0; e < H; e++)
@@ -1131,45 +1114,17 @@ static lm_bounds lmhead_bounds(const lm_ctx *c, const df_vocab_tiling *tl)
             z[v] = d / c->temp;
             zm[v] = a / c->temp;
             dz[v] = g32(H + 2) * zm[v];
-            if (z[v] > m)
-                m2 = m, m = z[v], am = v;
-            else
-                m2 = fmax(m2, z[v]);
-        }
-        double s0 = 0, zmax = 0;
-        for (int64_t v = 0; v < V; v++) {
-            s0 += exp(z[v] - m);
-            th[v] = u * fabs(z[v] - m) + ex;
             zmax = fmax(zmax, zm[v]);
         }
-        if (m - m2 > 2 * g32(H + 2) * zmax)
-            th[am] = 0; /* the kernel's max is this logit too: its weight is e^0 */
-        double d0 = 0;
-        for (int64_t c0 = 0; c0 < V; c0 += cols) {
-            double st = 0, tm = 0;
-            for (int64_t v = c0; v < V && v < c0 + cols; v++)
-                st += exp(z[v] - m), tm = fmax(tm, exp(z[v] - m));
-            d0 += pos_sum_err(V - c0 < cols ? V - c0 : cols, st, tm);
-        }
-        d0 /= s0;
-        const double lse = m + log(s0);
-        double Ez = 0, spdz = 0;
-        for (int64_t v = 0; v < V; v++) {
-            double p = exp(z[v] - lse);
-            Ez += p * z[v];
-            spdz += p * (dz[v] + th[v]);
-        }
-        const double ent = lse - Ez;
+        /* lse and entropy (tb_row_lse_bound) */
+        const tb_lse_bound r = tb_row_lse_bound(z, zm, g32(H + 2), V, cols);
+        const double lse = r.lse, ent = lse - r.Ez;
         /* the double reference: its logits off by g64(H + 2) zm, its sums and logs */
-        const double e64 = g64(H + 2) * zmax * 3 + g64(V + 4) * (1 + fabs(lse) + fabs(Ez));
-        const double dlse_d = spdz + d0 + e64;
+        const double e64 = g64(H + 2) * zmax * 3 + g64(V + 4) * (1 + fabs(lse) + fabs(r.Ez));
+        const double dlse_d = r.dlse + e64;
         const double logp = z[c->tgt[i]] - lse;
         b.logp[i] = dz[c->tgt[i]] + dlse_d + u * fabs(logp) + e64;
-        double de = d0 + u * ent + e64;
-        for (int64_t v = 0; v < V; v++) {
-            double p = exp(z[v] - lse), dev = fabs(z[v] - Ez);
-            de += p * (dev * (dz[v] + th[v]) + th[v] + (2 * u + g32(cols) + d0) * fabs(z[v] - m));
-        }
+        const double de = r.dent + u * ent + e64;
         b.ent[i] = de;
         b.loss_eps += fabs(c->cl[i]) * e64 + fabs(c->ce[i]) * 2 * e64;
         /* backward */
@@ -1205,7 +1160,7 @@ static lm_bounds lmhead_bounds(const lm_ctx *c, const df_vocab_tiling *tl)
     }
     for (int64_t k = 0; k < V * H; k++)
         b.dW[k] = g32(n + 3) * (2 + dWm[k]) + dWe[k];
-    free(z), free(zm), free(dz), free(th), free(gm), free(ge_), free(dWm), free(dWe);
+    free(z), free(zm), free(dz), free(gm), free(ge_), free(dWm), free(dWe);
     return b;
 }
 

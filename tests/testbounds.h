@@ -107,6 +107,74 @@ static inline double tb_forward_bound(const df_model *m, int64_t L, float temper
     return 2 * tb_forward_err(m, L, temperature);
 }
 
+/* ---- the LM head's log-softmax statistics (src/model/ops_vocab.c, ops_lmhead.c) ----------- */
+
+/* |error| of the float sum of e^(z_v - m) over columns [c0, c1), float within tiles of `cols`
+   columns from c0 (df_tol_pos_sum each) and double across them. */
+static inline double tb_tiled_exp_sum_err(const double *z, double m, int64_t c0, int64_t c1, int64_t cols)
+{
+    double err = 0;
+    for (int64_t k0 = c0; k0 < c1; k0 += cols) {
+        double st = 0, tm = 0;
+        for (int64_t v = k0; v < c1 && v < k0 + cols; v++)
+            st += exp(z[v] - m), tm = fmax(tm, exp(z[v] - m));
+        err += df_tol_pos_sum(c1 - k0 < cols ? c1 - k0 : cols, st, tm);
+    }
+    return err;
+}
+
+typedef struct {
+    double lse, Ez; /* of the exact logits, in double */
+    double dzmax;   /* the largest logit error */
+    double dlse, dent;
+} tb_lse_bound;
+
+/*
+ * Bounds on the statistics of one row of float logits as the vocabulary kernels compute them
+ * (m the max, weights e^(z - m), sums float within tiles of `cols` columns and double across),
+ * each logit within dz_v = c zm_v of the exact z (zm_v = sum_e |h_e W_ve| / T the magnitude
+ * behind it, c the GEMM's gamma, doubled for two float computations compared). Weights: the
+ * float difference and the exp, th_v = u |z_v - m| + DF_TOL_EXPF (0 for a max that leads by more
+ * than 2 dzmax: e^0 = 1 exactly); s0 their sum, relative error d0 (tb_tiled_exp_sum_err).
+ *   lse = m + log(s0): sum_v p_v (dz_v + th_v) + d0;
+ *   entropy = log(s0) - s1 / s0, s1 = sum e^(z - m) (z - m) (all terms <= 0, no cancellation):
+ *   z errors move it by p_v |z_v - E z| dz_v, weight errors by p_v th_v (1 + |z_v - E z|);
+ *   d = z - m, the product, s1's float sum (2 u + gamma_cols) and s0's d0 act on
+ *   sum p |z - m|; d0 on log(s0).
+ * The caller adds its reference's double rounding and any float store.
+ */
+static inline tb_lse_bound tb_row_lse_bound(const double *z, const double *zm, double c, int64_t V,
+                                            int64_t cols)
+{
+    const double u = DF_U32;
+    double m = -INFINITY, m2 = -INFINITY, s0 = 0, Ez = 0;
+    int64_t am = 0;
+    tb_lse_bound b = {0};
+    for (int64_t v = 0; v < V; v++) {
+        if (z[v] > m)
+            m2 = m, m = z[v], am = v;
+        else
+            m2 = fmax(m2, z[v]);
+        b.dzmax = fmax(b.dzmax, c * zm[v]);
+    }
+    for (int64_t v = 0; v < V; v++)
+        s0 += exp(z[v] - m);
+    const double d0 = tb_tiled_exp_sum_err(z, m, 0, V, cols) / s0;
+    b.lse = m + log(s0);
+    for (int64_t v = 0; v < V; v++)
+        Ez += exp(z[v] - b.lse) * z[v];
+    b.Ez = Ez;
+    b.dlse = b.dent = d0;
+    for (int64_t v = 0; v < V; v++) {
+        double p = exp(z[v] - b.lse), dz = c * zm[v];
+        double th = v == am && m - m2 > 2 * b.dzmax ? 0 : u * fabs(z[v] - m) + DF_TOL_EXPF;
+        b.dlse += p * (dz + th);
+        b.dent += p * (fabs(z[v] - Ez) * (dz + th) + th +
+                       (2 * u + df_tol_gamma(cols < V ? cols : V, DF_U32) + d0) * fabs(z[v] - m));
+    }
+    return b;
+}
+
 /* ---- per output row, from a forward's final hidden states ------------------------------ */
 
 /*

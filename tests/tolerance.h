@@ -55,6 +55,17 @@ static inline double df_tol_dot(int64_t n, double abs_dot)
 }
 
 /**
+ * |fl(S) - S| for a float32 sum S of n positive terms in any order whose largest is
+ * tmax: each of the n - 1 adds rounds by at most u times its result, and by at most
+ * the operand without tmax (the nearest float is no farther than either operand),
+ * which is at most S - tmax. So a sum dominated by one term is nearly exact.
+ */
+static inline double df_tol_pos_sum(int64_t n, double S, double tmax)
+{
+    return (double)(n > 1 ? n - 1 : 0) * fmin(DF_U32 * S, S - tmax) * (1 + df_tol_gamma((double)n, DF_U32));
+}
+
+/**
  * The probabilistic counterpart of gamma_n (Higham & Mary 2019, Thm 3.1):
  * lambda sqrt(n) u. With rounding errors modelled as independent and
  * mean-independent, a chain of n roundings stays below it with probability
