@@ -167,15 +167,23 @@ static void fd_grad(loss_fn f, void *ctx, double *x, int64_t n, double eps, doub
 
 /* ---- gemm / linear --------------------------------------------------------------- */
 
-/* m[i, j] = sum_k |A[i, k] B[j, k]| (A [M, K], B [N, K]): the magnitude behind a GEMM entry. */
-static double *abs_gemm(const float *A, const float *B, int64_t M, int64_t N, int64_t K)
+/* m[i, j] = sum_k |A(i, k) B(j, k)| over [M, N], inner K, with A(i, k) = A[i ai + k ak] and
+   B(j, k) = B[j bj + k bk]: the magnitude behind each entry of a product, in any layout. */
+static double *abs_prod(const float *A, int64_t ai, int64_t ak, const float *B, int64_t bj, int64_t bk,
+                        int64_t M, int64_t N, int64_t K)
 {
     double *m = dvec(M * N);
     for (int64_t i = 0; i < M; i++)
         for (int64_t j = 0; j < N; j++)
             for (int64_t k = 0; k < K; k++)
-                m[i * N + j] += fabs((double)A[i * K + k] * B[j * K + k]);
+                m[i * N + j] += fabs((double)A[i * ai + k * ak] * B[j * bj + k * bk]);
     return m;
+}
+
+/* m[i, j] = sum_k |A[i, k] B[j, k]| (A [M, K], B [N, K]): the magnitude behind a GEMM entry. */
+static double *abs_gemm(const float *A, const float *B, int64_t M, int64_t N, int64_t K)
+{
+    return abs_prod(A, K, 1, B, K, 1, M, N, K);
 }
 
 static void test_gemm(void **state)
@@ -295,21 +303,14 @@ static void test_linear(void **state)
     fd_grad(lin_loss, &c, c.b, N, eps, gb, eb);
     /* dx = R W (N terms), dW = R^T x (M terms), db = column sums of R (M terms), each
      * accumulated onto 1 and then 1 subtracted: two more roundings of at most 1 + |sum|. */
-    for (int64_t i = 0; i < M; i++)
-        for (int64_t k = 0; k < K; k++) {
-            double m = 1;
-            for (int64_t j = 0; j < N; j++)
-                m += fabs((double)R[i * N + j] * W[j * K + k]);
-            ex[i * K + k] += g32(N + 2) * m;
-        }
+    double *mx = abs_prod(R, N, 1, W, 1, K, M, K, N), *mW = abs_prod(R, 1, N, x, 1, K, N, K, M);
+    for (int64_t i = 0; i < M * K; i++)
+        ex[i] += g32(N + 2) * (1 + mx[i]);
+    for (int64_t i = 0; i < N * K; i++)
+        eW[i] += g32(M + 2) * (1 + mW[i]);
+    free(mx), free(mW);
     for (int64_t j = 0; j < N; j++) {
         double mb = 1;
-        for (int64_t k = 0; k < K; k++) {
-            double m = 1;
-            for (int64_t i = 0; i < M; i++)
-                m += fabs((double)R[i * N + j] * x[i * K + k]);
-            eW[j * K + k] += g32(M + 2) * m;
-        }
         for (int64_t i = 0; i < M; i++)
             mb += fabs(R[i * N + j]);
         eb[j] += g32(M + 2) * mb;
