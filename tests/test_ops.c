@@ -73,6 +73,16 @@ static double dot_fd(const float *a, const double *b, int64_t n)
     return s;
 }
 
+/* a . b in double, and in *mag the magnitude behind it, sum |a_i b_i|. */
+static double dot_mag(const double *a, const double *b, int64_t n, double *mag)
+{
+    double d = 0, m = 0;
+    for (int64_t i = 0; i < n; i++)
+        d += a[i] * b[i], m += fabs(a[i] * b[i]);
+    *mag = m;
+    return d;
+}
+
 static double g32(double n) { return df_tol_gamma(n, DF_U32); }
 static double g64(double n) { return df_tol_gamma(n, DF_U64); }
 
@@ -786,9 +796,8 @@ static att_bounds attention_bounds(const att_ctx *c)
                 double m = -INFINITY, mn = INFINITY, dsmax = 0, smmax = 0;
                 for (int64_t j = j0; j <= i; j++) {
                     const double *kj = c->k + (j * nkv + kh) * hd;
-                    double d = 0, sm = 0;
-                    for (int64_t e = 0; e < hd; e++)
-                        d += qi[e] * kj[e], sm += fabs(qi[e] * kj[e]);
+                    double sm;
+                    const double d = dot_mag(qi, kj, hd, &sm);
                     s[j] = d * isq;
                     ds[j] = g32(hd + 3) * sm * isq;
                     m = fmax(m, s[j]), mn = fmin(mn, s[j]);
@@ -829,9 +838,8 @@ static att_bounds attention_bounds(const att_ctx *c)
                 dD += g32(hd) * Dm;
                 for (int64_t j = j0; j <= i; j++) {
                     const double *vj = c->v + (j * nkv + kh) * hd;
-                    double d = 0, dm = 0;
-                    for (int64_t e = 0; e < hd; e++)
-                        d += Ri[e] * vj[e], dm += fabs(Ri[e] * vj[e]);
+                    double dm;
+                    const double d = dot_mag(Ri, vj, hd, &dm);
                     dp[j] = d;
                     thp[j] = ds[j] + dlse + u * fabs(s[j] - lse) + ex;
                     const double diff = fabs(dp[j] - D);
@@ -1109,9 +1117,8 @@ static lm_bounds lmhead_bounds(const lm_ctx *c, const df_vocab_tiling *tl)
         const double *hi = c->h + i * H;
         double zmax = 0;
         for (int64_t v = 0; v < V; v++) {
-            double d = 0, a = 0;
-            for (int64_t e = 0; e < H; e++)
-                d += hi[e] * c->W[v * H + e], a += fabs(hi[e] * c->W[v * H + e]);
+            double a;
+            const double d = dot_mag(hi, c->W + v * H, H, &a);
             z[v] = d / c->temp;
             zm[v] = a / c->temp;
             dz[v] = g32(H + 2) * zm[v];
