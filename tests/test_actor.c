@@ -13,6 +13,7 @@
 #include "engine/actor.h"
 #include "engine/packing.h"
 #include "engine/train_core.h"
+#include "testbounds.h"
 #include "tolerance.h"
 
 #include <math.h>
@@ -75,47 +76,8 @@ static void test_plan(void **state)
     df_batch_free(b);
 }
 
-/*
- * Error bounds. The model is a deep computation: the probabilistic bound of Higham &
- * Mary (df_tol_gamma_prob, lambda = 6, 1 - 3e-8 per result) over the roundings on the
- * longest path (tests/tolerance.h), relative to the magnitude of each result. A
- * log-prob z_t - lse and an entropy have the magnitude of the logits: h = w (x r) from
- * the final RMSNorm has ||x r||_2 < sqrt(H), so |z_v| <= Z = max|w| sqrt(H) ||W_v||_2 / T,
- * |lse| <= Z + log V, and the entropy moves by at most 2 Z times a logit change.
- */
-#define LAMBDA 6.0
-
-/* Z of the comment above for model m at temperature t. */
-static double logit_bound(const df_model *m, double t)
-{
-    const int64_t H = m->cfg.hidden_size, V = m->cfg.vocab_size;
-    double wn = 0, Wn = 0;
-    for (int64_t i = 0; i < H; i++)
-        wn = fmax(wn, fabs(m->w.final_norm[i]));
-    for (int64_t v = 0; v < V; v++) {
-        double r2 = 0;
-        for (int64_t i = 0; i < H; i++)
-            r2 += (double)m->w.lm_head[v * H + i] * m->w.lm_head[v * H + i];
-        Wn = fmax(Wn, sqrt(r2));
-    }
-    return wn * sqrt((double)H) * Wn / t;
-}
-
-/* Roundings to a log-prob / entropy: the decoder over <= L keys, the LM head, the log-softmax. */
-static double logp_chain(const df_model_config *c, int64_t L)
-{
-    return df_tol_decoder_fwd_chain(c->hidden_size, c->intermediate_size, c->num_attention_heads,
-                                    c->head_dim, L, c->num_hidden_layers) +
-           (double)(c->hidden_size + 2 + c->vocab_size + 6);
-}
-
-/* |error| of one float log-prob or entropy of model m: eps (2 Z + log V). */
-static double logp_err(const df_model *m, int64_t L, double t)
-{
-    double Z = logit_bound(m, t);
-    return df_tol_gamma_prob(logp_chain(&m->cfg, L), LAMBDA, DF_U32) *
-           (2 * Z + log((double)m->cfg.vocab_size));
-}
+/* Error bounds: tests/testbounds.h. tb_forward_err bounds one float log-prob or entropy of the
+   model (eps (2 Z + log V)); the entropy moves by at most 2 Z times a logit change. */
 
 /* The longest sample of make_batch (prompt + response): attention's key count. */
 #define MAX_LEN 5
@@ -165,8 +127,8 @@ static void test_log_prob_matches_model(void **state)
     float lp[6], e[6];
     assert_int_equal(df_model_forward(df_actor_model(a), acts, &pk.sb, 0.8f, lp, e), 0);
     const float *got = df_batch_column(b, "lp")->data;
-    /* two float computations (micro-batches of 2, the whole batch), each within logp_err */
-    const double bound = 2 * logp_err(df_actor_model(a), MAX_LEN, 0.8);
+    /* two float computations (micro-batches of 2, the whole batch), each within tb_forward_err */
+    const double bound = tb_forward_bound(df_actor_model(a), MAX_LEN, 0.8f);
     double emean = 0;
     for (int j = 0; j < 6; j++) {
         assert_true(fabsf(got[j] - lp[j]) <= bound);
@@ -220,14 +182,6 @@ static update_out update_with(int64_t micro)
     return o;
 }
 
-static double norm2(const float *x, int64_t n)
-{
-    double s = 0;
-    for (int64_t i = 0; i < n; i++)
-        s += (double)x[i] * x[i];
-    return sqrt(s);
-}
-
 /*
  * Micro-batches of 1 and 4 samples take the same step. Compared where the error
  * analysis bounds it: the gradient (token-mean PPO + KL + entropy over the mini-batch),
@@ -244,25 +198,21 @@ static void test_micro_batching_invariant(void **state)
     update_out o1 = update_with(1), o4 = update_with(4);
     df_model *ref = df_test_micro_model(3);
     const df_model_config *c = &ref->cfg;
-    /* the forward to each token's loss (ratio, clip, KL, entropy: 30 more operations), the
-       token mean over 6 tokens, the LM head's backward and the decoder's over 16 tokens */
-    const double n = logp_chain(c, MAX_LEN) + 30 + 6 + (double)(c->vocab_size + 8) +
-                     df_tol_decoder_bwd_chain(c->hidden_size, c->intermediate_size,
-                                              c->num_attention_heads, c->num_key_value_heads,
-                                              c->head_dim, MAX_LEN, c->num_hidden_layers, 16);
-    const double eps_g = df_tol_gamma_prob(n, LAMBDA, DF_U32);
+    /* the forward, the LM head's backward and the decoder's over 16 tokens (tb_grad_chain), plus
+       each token's loss (ratio, clip, KL, entropy: 30 more operations) and the mean over 6 tokens */
+    const double n = tb_grad_chain(c, MAX_LEN, 16) + 30 + 6;
+    const double eps_g = df_tol_gamma_prob(n, DF_TOL_LAMBDA, DF_U32);
     double worst_g = 0;
     for (int t = 0; t < ref->n_tensors; t++) {
         const df_param_desc *d = &ref->tensors[t];
-        double e2 = 0;
-        for (int64_t i = d->offset; i < d->offset + d->numel; i++)
-            e2 += ((double)o1.grads[i] - o4.grads[i]) * ((double)o1.grads[i] - o4.grads[i]);
-        double bound = 2 * eps_g * fmax(norm2(o1.grads + d->offset, d->numel),
-                                        norm2(o4.grads + d->offset, d->numel));
-        if (!(sqrt(e2) <= bound))
-            fail_msg("%s: gradients of 1- and 4-sample micro-batches differ by %.3g, bound %.3g",
-                     d->name, sqrt(e2), bound);
-        worst_g = fmax(worst_g, bound > 0 ? sqrt(e2) / bound : 0);
+        double e = df_test_dist2(o1.grads + d->offset, 1.0, o4.grads + d->offset, d->numel);
+        double bound = 2 * eps_g *
+                       fmax(df_test_norm2(o1.grads + d->offset, d->numel),
+                            df_test_norm2(o4.grads + d->offset, d->numel));
+        if (!(e <= bound))
+            fail_msg("%s: gradients of 1- and 4-sample micro-batches differ by %.3g, bound %.3g", d->name, e,
+                     bound);
+        worst_g = fmax(worst_g, bound > 0 ? e / bound : 0);
     }
     /* The steps: lr m / (sqrt(v) / bc2 + eps) at step 1 is lr phi(g), phi(g) = g / (|g| + eps),
        so p1 - p4 = -lr (phi(g1) - phi(g4)) (computed here in double: up to 2 lr where g is
@@ -286,9 +236,9 @@ static void test_micro_batching_invariant(void **state)
     /* the update did something: a first AdamW step moves an entry with |g| >> eps by ~lr */
     assert_true(moved > 0.1 * lr);
     /* pg_loss: token-weighted means of -A ratio (ratio = exp(logp - old_log_prob), clip
-       inactive near 1); each ratio within e^(2 logp_err) - 1 of 1 (the training forward and
+       inactive near 1); each ratio within e^F - 1 of 1 (the training forward and
        the old log-probs are two float computations), the sums of 6 terms in any order */
-    const double dl = 2 * logp_err(ref, MAX_LEN, 0.8);
+    const double dl = tb_forward_bound(ref, MAX_LEN, 0.8f);
     const double lb = 2 * (expm1(dl) + df_tol_gamma(8, DF_U32)) * 1.2 * (1 + expm1(dl));
     print_message("pg_loss %.9g vs %.9g (bound %.3g)\n", o1.pg_loss, o4.pg_loss, lb);
     assert_true(fabs(o1.pg_loss - o4.pg_loss) <= lb);
@@ -306,8 +256,8 @@ static void test_sft_lowers_loss(void **state)
     assert_int_equal(df_actor_create(df_test_micro_model(3), &p, true, &a), 0);
     /* a random model's NLL: lse - z_t with every |z_v| <= Z, so within 2 Z of log V (a sum
        instead of a mean, or another normaliser, lands far outside) */
-    const double Z = logit_bound(df_actor_model(a), 1.0), logV = log(40.0);
-    const double e0 = logp_err(df_actor_model(a), MAX_LEN, 1.0);
+    const double Z = tb_head_bound(df_actor_model(a), 1.0f), logV = log(40.0);
+    const double e0 = tb_forward_err(df_actor_model(a), MAX_LEN, 1.0f);
     df_batch *b = make_batch();
     df_metrics *m = df_metrics_new();
     double first = 0, last = 0;

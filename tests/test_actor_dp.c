@@ -122,45 +122,25 @@ static const char *const PPO_KEYS[N_KEYS] = {
 static const char *const SFT_KEYS[N_KEYS] = {"train/loss",      NULL,      NULL, NULL, NULL, NULL,
                                              "train/grad_norm", "train/lr"};
 
-/*
- * The whole-batch reference (`alone`, one optimizer step per call), its twin
- * (the same training from weights moved by +-eta: how much the later steps
- * amplify a difference in the weights, tt_perturb), and the running bound on
- * how far the DP training may be from the reference.
- */
+/* The whole-batch reference (`alone`, one optimizer step per call), its twin and the running bound
+   on how far the DP training may be from the reference (tt_track). */
 typedef struct ref_run {
     df_actor *alone, *twin;
-    double eta;           /* the twin's smallest initial weight move */
-    double inj;           /* sum over steps of tt_adam_inject: the weight bound before amplification */
-    double dg;            /* largest bound on a step's gradient difference so far */
-    double amp;           /* max(1, twin weight difference / eta) so far */
-    int steps;            /* optimizer steps so far */
-    int call_steps;       /* in the current DP call */
-    double round[N_KEYS]; /* the call's sums of per-step metric bounds at equal weights */
-    double twin_least;    /* smallest twin weight difference during the call */
+    tt_track tr;
 } ref_run;
 
 static void ref_init(ref_run *r, const df_actor_params *p)
 {
-    memset(r, 0, sizeof *r);
     df_model *m = df_test_micro_model(11);
-    r->eta = tt_perturb(m, 1e-5, 77);
+    tt_track_init(&r->tr, tt_perturb(m, 1e-5, 77));
     assert_int_equal(df_actor_create(df_test_micro_model(11), p, true, &r->alone), 0);
     assert_int_equal(df_actor_create(m, p, true, &r->twin), 0);
-    r->amp = 1;
 }
 
 static void ref_free(ref_run *r)
 {
     df_actor_free(r->alone);
     df_actor_free(r->twin);
-}
-
-static void ref_call_begin(ref_run *r)
-{
-    r->call_steps = 0;
-    memset(r->round, 0, sizeof r->round);
-    r->twin_least = INFINITY;
 }
 
 /* Log-probs of the response tokens of b under a (into a copy of b; caller frees out). */
@@ -175,7 +155,7 @@ static const float *log_probs(df_actor *a, const df_batch *b, df_batch **out)
  * One optimizer step of the reference on mini-batch mb (the DP group's union of
  * the ranks' k-th mini-batches), with the bound on what the DP step may differ
  * by. At the reference's weights (tests/testtrain.h):
- *   F = tt_forward_bound: two forward passes put a log-prob (or entropy) <= F apart;
+ *   F = tb_forward_bound: two forward passes put a log-prob (or entropy) <= F apart;
  *   gn_t = the norm of token t's own term of the gradient (tt_actor_token_norms: PG, KL and
  *   entropy together), w_t its aggregation weight, G = sum_t w_t gn_t;
  *   J_t = ||grad log p_t|| (tt_logp_grad_norms); the PG and KL coefficients of grad log p_t,
@@ -183,7 +163,7 @@ static const float *log_probs(df_actor *a, const df_batch *b, df_batch **out)
  *   log-prob error: S = sum_t w_t (|A_t| R + beta e^|y_t|) J_t, R >= every ratio;
  *   the token's backward (softmax weights, the entropy's z - mean z <= 2Z) moves by <= F (1 + 2Z)
  *   relative to its size (an assumption for the entropy term, weighted 0.01).
- * So the two gradients differ by <= (2 gamma_prob(n) + gamma_{N-1} + F (1 + 2Z)) G + F S (the
+ * So the two gradients differ by <= (tt_grad_rel + F (1 + 2Z)) G + F S (tt_grad_rel: the
  * rounding of each run's forward + backward, probabilistic; the all-reduce over N ranks, worst
  * case), plus the full term w |A| R J_t of every token that a clip decision could flip: its
  * log-ratio lies within dr of a clip boundary, dr = F plus what the weight difference so far moves
@@ -198,9 +178,8 @@ static void ref_step(ref_run *r, const df_batch *mb, const df_actor_params *p, b
     df_model *m = df_actor_model(r->alone);
     const int64_t S = df_batch_size(mb), *ro = df_batch_offsets(mb, "response_ids"), T = ro[S];
     const int64_t pos = tt_max_len(mb), packed = df_batch_offsets(mb, "prompt_ids")[S] + T;
-    double tw = df_test_max_param_diff(df_actor_model(r->twin), m);
-    r->twin_least = fmin(r->twin_least, tw);
-    double F = tt_forward_bound(m, pos, p->temperature), Z = tt_head_bound(m, p->temperature);
+    double tw = tt_track_twin(&r->tr, m, df_actor_model(r->twin));
+    double F = tb_forward_bound(m, pos, p->temperature), Z = tb_head_bound(m, p->temperature);
     double *J = calloc((size_t)T + 1, sizeof *J), *gn = calloc((size_t)T + 1, sizeof *gn);
     float *w = calloc((size_t)T + 1, sizeof *w);
     assert_int_equal(df_loss_agg_weights_ex(sft ? "token-mean" : p->loss.loss_agg_mode, S, ro, T, S, 0, w),
@@ -211,7 +190,7 @@ static void ref_step(ref_run *r, const df_batch *mb, const df_actor_params *p, b
     double s_lp = 0;
     for (int64_t t = 0; t < T; t++)
         s_lp = fmax(s_lp, fabs((double)lpt[t] - lp[t]));
-    double dr = F + (tw > 0 ? s_lp / tw : 0) * r->amp * r->inj;
+    double dr = F + tt_track_carry(&r->tr, s_lp, tw);
     double G = 0, Sens = 0, flip = 0, b[N_KEYS] = {0};
     if (sft) { /* -log p: coefficient -w, no ratio */
         for (int64_t t = 0; t < T; t++)
@@ -244,14 +223,8 @@ static void ref_step(ref_run *r, const df_batch *mb, const df_actor_params *p, b
         b[K_PPO_KL] = F;
         b[K_CLIP] = b[K_CLIP_LOWER] = n_flip / (double)T;
     }
-    double n = tt_grad_chain(m, pos, packed);
-    double dg =
-        (2 * df_tol_gamma_prob(n, TT_LAMBDA, DF_U32) + df_tol_gamma(N - 1, DF_U32) + F * (1 + 2 * Z)) * G +
-        F * Sens + flip;
+    double dg = (tt_grad_rel(m, pos, packed, N) + F * (1 + 2 * Z)) * G + F * Sens + flip;
     b[K_GRAD_NORM] = dg;
-    for (int k = 0; k < N_KEYS; k++)
-        r->round[k] += b[k];
-    r->call_steps++;
     df_batch_free(xa), df_batch_free(xt);
     free(J), free(gn), free(w);
 
@@ -260,29 +233,14 @@ static void ref_step(ref_run *r, const df_batch *mb, const df_actor_params *p, b
     assert_int_equal(sft ? df_actor_sft_step(r->alone, x, ma) : df_actor_update_policy(r->alone, x, ma), 0);
     assert_int_equal(sft ? df_actor_sft_step(r->twin, x, mt) : df_actor_update_policy(r->twin, x, mt), 0);
     df_batch_free(x);
-    r->steps++;
-    r->dg = fmax(r->dg, dg);
-    double gain = df_tol_adam_gain(r->steps, p->optim.beta1, p->optim.beta2);
-    r->inj += tt_adam_inject(p->optim.lr, p->optim.adam_eps, gain, r->dg, tt_max_abs(m));
-    r->amp = fmax(r->amp, df_test_max_param_diff(df_actor_model(r->twin), m) / r->eta);
+    tt_track_step(&r->tr, b, N_KEYS, dg, &p->optim, m, df_actor_model(r->twin));
     if (getenv("DF_TOL_DEBUG") && R == 0)
         print_message("  step %d: F %.3g G %.3g S %.3g flips %.3g dr %.3g dg %.3g inj %.3g amp %.3g\n",
-                      r->steps, F, G, Sens, b[K_CLIP], dr, dg, r->inj, r->amp);
+                      r->tr.steps, F, G, Sens, b[K_CLIP], dr, dg, r->tr.inj, r->tr.amp);
 }
 
-/* The weight bound so far. */
-static double ref_weight_bound(const ref_run *r)
-{
-    return r->amp * r->inj;
-}
-
-/*
- * Metric `k` of a DP call against the reference's over the same steps (means over the steps): the
- * per-step bounds at equal weights, averaged, plus what the weight difference may move it by (the
- * twin's change of the metric per unit of its weight difference, times the weight bound; not for
- * the clip fractions, whose flips are counted instead), plus double rounding. Global, so the same
- * on every rank. Returns observed / bound.
- */
+/* Metric `k` of a DP call against the reference's over the same steps (tt_track_metric_bound).
+   Global, so the same on every rank. Returns observed / bound. */
 static double check_metric(const ref_run *r, const df_metrics *dp, const df_metrics *ref,
                            const df_metrics *twin, const char *const *keys, int k)
 {
@@ -290,9 +248,7 @@ static double check_metric(const ref_run *r, const df_metrics *dp, const df_metr
            z = df_metrics_get(twin, keys[k], NAN);
     assert_true(isfinite(x) && isfinite(y) && isfinite(z));
     assert_true(df_test_all_max(x) == df_test_all_min(x));
-    double bound = r->round[k] / r->call_steps + df_tol_gamma(64, DF_U64) * fabs(y);
-    if (k != K_CLIP && k != K_CLIP_LOWER && k != K_LR && r->twin_least > 0)
-        bound += fabs(z - y) / r->twin_least * ref_weight_bound(r);
+    double bound = tt_track_metric_bound(&r->tr, k, y, z, k != K_CLIP && k != K_CLIP_LOWER && k != K_LR);
     if (df_test_all_max(fabs(x - y)) > bound)
         fail_msg("%s: DP %.9g vs whole batch %.9g (bound %.3g, rank %d)", keys[k], x, y, bound, R);
     return bound > 0 ? fabs(x - y) / bound : 0;
@@ -327,11 +283,11 @@ static void run_ppo(const scenario *sc)
     df_actor_set_comm(dp, W);
 
     /* the entropy mean of the shards is the whole batch's: a mean of per-token entropies, each from
-       two forward passes (tt_forward_bound) */
+       two forward passes (tb_forward_bound) */
     double ent_dp, ent_all;
     assert_int_equal(df_actor_compute_log_prob(dp, shard, "lp", &ent_dp), 0);
     assert_int_equal(df_actor_compute_log_prob(ref.alone, global, "lp", &ent_all), 0);
-    double F0 = tt_forward_bound(df_actor_model(dp), tt_max_len(global), pa.temperature);
+    double F0 = tb_forward_bound(df_actor_model(dp), tt_max_len(global), pa.temperature);
     assert_true(df_test_all_max(fabs(ent_dp - ent_all)) <= F0 + df_tol_gamma(64, DF_U64) * ent_all &&
                 ent_all > 1.0);
 
@@ -340,7 +296,7 @@ static void run_ppo(const scenario *sc)
     for (int u = 0; u < sc->updates; u++) {
         df_metrics *md = df_metrics_new(), *ma = df_metrics_new(), *mt = df_metrics_new();
         assert_int_equal(df_test_all_max(df_actor_update_policy(dp, shard, md)), 0);
-        ref_call_begin(&ref);
+        tt_track_call_begin(&ref.tr);
         for (int ep = 0; ep < sc->epochs; ep++)
             for (int k = 0; k < n_mini; k++) { /* one optimizer step per global mini-batch */
                 df_batch *mb;
@@ -351,7 +307,7 @@ static void run_ppo(const scenario *sc)
         for (int k = 0; k < N_KEYS; k++)
             worst_m = fmax(worst_m, check_metric(&ref, md, ma, mt, PPO_KEYS, k));
         double d = df_test_all_max(df_test_max_param_diff(df_actor_model(dp), df_actor_model(ref.alone)));
-        double bound = ref_weight_bound(&ref);
+        double bound = tt_track_weight_bound(&ref.tr);
         worst_w = fmax(worst_w, d / bound);
         if (d > bound)
             fail_msg("update %d: DP weights differ from the whole-batch update by %.3g (bound %.3g)", u, d,
@@ -362,14 +318,14 @@ static void run_ppo(const scenario *sc)
         df_metrics_free(mt);
     }
     double moved = df_test_all_min(df_test_max_param_diff(df_actor_model(dp), init)),
-           bound = ref_weight_bound(&ref);
+           bound = tt_track_weight_bound(&ref.tr);
     if (!(moved > TEETH * bound))
         fail_msg("the weights moved by %.3g only, bound %.3g", moved, bound);
     if (R == 0)
         print_message(
             "[ %s, %d ranks ] max |w_dp - w_whole| / bound %.3g (bound %.3g, moved %.3g), max metric "
             "diff / bound %.3g, amplification %.3g\n",
-            sc->agg, N, worst_w, bound, moved, worst_m, ref.amp);
+            sc->agg, N, worst_w, bound, moved, worst_m, ref.tr.amp);
     df_model_free(init);
     df_actor_free(dp);
     ref_free(&ref);
@@ -431,13 +387,13 @@ static void test_without_allreduce_differs(void **state)
     ref_init(&ref, &p);
     df_metrics *m = df_metrics_new();
     assert_int_equal(df_actor_update_policy(local, shard, m), 0);
-    ref_call_begin(&ref);
+    tt_track_call_begin(&ref.tr);
     ref_step(&ref, global, &p, false, m, m);
     double d = df_test_all_min(df_test_max_param_diff(df_actor_model(local), df_actor_model(ref.alone)));
     if (R == 0)
         print_message("[ no all-reduce ] max |w_local - w_whole| %.3g, bound of a DP step %.3g\n", d,
-                      ref_weight_bound(&ref));
-    assert_true(d > TEETH * ref_weight_bound(&ref));
+                      tt_track_weight_bound(&ref.tr));
+    assert_true(d > TEETH * tt_track_weight_bound(&ref.tr));
     df_metrics_free(m);
     df_actor_free(local);
     ref_free(&ref);
@@ -468,17 +424,17 @@ static void test_sft(void **state)
     for (int it = 0; it < 4; it++) {
         df_metrics *md = df_metrics_new(), *ma = df_metrics_new(), *mt = df_metrics_new();
         assert_int_equal(df_test_all_max(df_actor_sft_step(dp, shard, md)), 0);
-        ref_call_begin(&ref);
+        tt_track_call_begin(&ref.tr);
         ref_step(&ref, global, &pa, true, ma, mt);
         check_metric(&ref, md, ma, mt, SFT_KEYS, K_PG);
         check_metric(&ref, md, ma, mt, SFT_KEYS, K_GRAD_NORM);
         last = df_metrics_get(md, "train/loss", 0);
         first = it == 0 ? last : first;
         double d = df_test_all_max(df_test_max_param_diff(df_actor_model(dp), df_actor_model(ref.alone)));
-        worst = fmax(worst, d / ref_weight_bound(&ref));
-        if (d > ref_weight_bound(&ref))
+        worst = fmax(worst, d / tt_track_weight_bound(&ref.tr));
+        if (d > tt_track_weight_bound(&ref.tr))
             fail_msg("step %d: DP weights differ from the whole-batch step by %.3g (bound %.3g)", it, d,
-                     ref_weight_bound(&ref));
+                     tt_track_weight_bound(&ref.tr));
         assert_same_checksum(df_actor_model(dp));
         df_metrics_free(md);
         df_metrics_free(ma);
@@ -487,13 +443,13 @@ static void test_sft(void **state)
     assert_true(first > 3.0 && last < first - 0.3); /* log(40) ~ 3.7, and it learns */
     df_model *init = df_test_micro_model(11);
     double moved = df_test_max_param_diff(df_actor_model(dp), init);
-    assert_true(moved > TEETH * ref_weight_bound(&ref));
+    assert_true(moved > TEETH * tt_track_weight_bound(&ref.tr));
     df_model_free(init);
     if (R == 0)
         print_message(
             "[ sft, %d ranks ] max |w_dp - w_whole| / bound %.3g (bound %.3g, moved %.3g), amplification "
             "%.3g\n",
-            N, worst, ref_weight_bound(&ref), moved, ref.amp);
+            N, worst, tt_track_weight_bound(&ref.tr), moved, ref.tr.amp);
     df_actor_free(dp);
     ref_free(&ref);
     df_batch_free(shard);

@@ -242,7 +242,7 @@ static void run_with(const char *algo, const char *const *keys, int n_keys)
 }
 
 /* Before the first update actor and reference are the same weights, so a token's log-probs under
-   them are two forward passes of one model: <= F apart (tt_forward_bound; the examples' prompts are
+   them are two forward passes of one model: <= F apart (tb_forward_bound; the examples' prompts are
    <= 128 tokens, temperature 1). Every KL estimator is then <= F per token (k1, abs) or below F^2
    (mse, low_var_kl), and so is a token mean of them. */
 static double first_step_kl_bound(void)
@@ -251,7 +251,7 @@ static double first_step_kl_bound(void)
     snprintf(p, sizeof p, "%s/model", dir);
     df_model *m;
     assert_int_equal(df_model_load(p, &m), 0);
-    double F = tt_forward_bound(m, 128 + MAX_RESP, 1.0f);
+    double F = tb_forward_bound(m, 128 + MAX_RESP, 1.0f);
     df_model_free(m);
     return F + df_tol_gamma(64, DF_U64) * F;
 }

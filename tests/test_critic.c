@@ -142,7 +142,7 @@ static void test_compute_values(void **state)
     const float *v1 = df_batch_data_mut(b, "values"), *v2 = df_batch_data_mut(b2, "values");
     int64_t T = df_batch_offsets(b, "response_ids")[10];
     /* two forward passes of other row blockings */
-    const double F = tt_forward_bound(df_critic_model(c1), tt_max_len(b), 1.0f);
+    const double F = tb_forward_bound(df_critic_model(c1), tt_max_len(b), 1.0f);
     double spread = 0;
     for (int64_t t = 0; t < T; t++) {
         assert_near(v1[t], v2[t], F);
@@ -256,37 +256,25 @@ enum { K_VF, K_CLIP, K_VPRED, K_GRAD_NORM, K_LR, N_KEYS };
 static const char *const KEYS[N_KEYS] = {"critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean",
                                          "critic/grad_norm", "critic/lr"};
 
-/* The reference critic (one optimizer step per call), its twin from weights moved by +-eta
-   (tt_perturb: the later steps' amplification of a weight difference) and the running bound; as
+/* The reference critic (one optimizer step per call), its twin and the running bound (tt_track); as
    test_actor_dp's ref_run. */
 typedef struct ref_run {
     df_critic *alone, *twin;
-    double eta, inj, dg, amp;
-    int steps, call_steps;
-    double round[N_KEYS], twin_least;
+    tt_track tr;
 } ref_run;
 
 static void ref_init(ref_run *r, const df_critic_params *p)
 {
-    memset(r, 0, sizeof *r);
     df_model *m = value_model(5);
-    r->eta = tt_perturb(m, 1e-5, 77);
+    tt_track_init(&r->tr, tt_perturb(m, 1e-5, 77));
     assert_int_equal(df_critic_create(value_model(5), p, &r->alone), 0);
     assert_int_equal(df_critic_create(m, p, &r->twin), 0);
-    r->amp = 1;
 }
 
 static void ref_free(ref_run *r)
 {
     df_critic_free(r->alone);
     df_critic_free(r->twin);
-}
-
-static void ref_call_begin(ref_run *r)
-{
-    r->call_steps = 0;
-    memset(r->round, 0, sizeof r->round);
-    r->twin_least = INFINITY;
 }
 
 /* Values of b's response tokens under c (into a copy of b; caller frees out). */
@@ -302,10 +290,10 @@ static const float *predict(df_critic *c, const df_batch *b, df_batch **out)
  * One optimizer step of the reference on mini-batch mb, with the bound on what the compared step
  * may differ by. The gradient is sum_t c_t grad v_t with c_t = w_t (v_t - R_t), or 0 where the
  * clipped branch of 0.5 max((v - R)^2, (v_clip - R)^2) is taken. At the reference's weights:
- * F = tt_forward_bound for two forward passes of a value, J_t = ||grad v_t|| (tt_value_grad_norms),
+ * F = tb_forward_bound for two forward passes of a value, J_t = ||grad v_t|| (tt_value_grad_norms),
  * G = sum_t w_t (|v_t - R_t| + dv) J_t the magnitude of the gradient's terms, and c_t moves by w_t
- * per unit of value error: S = sum_t w_t J_t. The gradients differ by <= (2 gamma_prob(n) +
- * gamma_{N-1}) G + F S (each run's forward + backward, probabilistic; the all-reduce, worst case),
+ * per unit of value error: S = sum_t w_t J_t. The gradients differ by <= tt_grad_rel G + F S (each
+ * run's forward + backward, probabilistic; the all-reduce over N ranks, worst case),
  * plus the whole term of every token whose clip decision could flip: its value lies within dv of
  * an edge (old +- cliprange, where the clamp starts, or 2R - (old +- cliprange), where the branches
  * cross), dv = F plus what the weight difference so far moves a value by (the twin's value change
@@ -319,9 +307,8 @@ static void ref_step(ref_run *r, const df_batch *mb, const df_critic_params *p, 
     df_model *m = df_critic_model(r->alone);
     const int64_t S = df_batch_size(mb), *ro = df_batch_offsets(mb, "response_ids"), T = ro[S];
     const int64_t pos = tt_max_len(mb), packed = df_batch_offsets(mb, "prompt_ids")[S] + T;
-    double tw = df_test_max_param_diff(df_critic_model(r->twin), m);
-    r->twin_least = fmin(r->twin_least, tw);
-    double F = tt_forward_bound(m, pos, 1.0f);
+    double tw = tt_track_twin(&r->tr, m, df_critic_model(r->twin));
+    double F = tb_forward_bound(m, pos, 1.0f);
     double *J = calloc((size_t)T + 1, sizeof *J);
     float *w = calloc((size_t)T + 1, sizeof *w);
     assert_int_equal(
@@ -333,7 +320,7 @@ static void ref_step(ref_run *r, const df_batch *mb, const df_critic_params *p, 
     double s_v = 0;
     for (int64_t t = 0; t < T; t++)
         s_v = fmax(s_v, fabs((double)vt[t] - v[t]));
-    const double dv = F + (tw > 0 ? s_v / tw : 0) * r->amp * r->inj, c = p->loss.cliprange_value;
+    const double dv = F + tt_track_carry(&r->tr, s_v, tw), c = p->loss.cliprange_value;
     double G = 0, Sens = 0, flip = 0, n_flip = 0, b[N_KEYS] = {0};
     for (int64_t t = 0; t < T; t++) {
         double e = fabs((double)v[t] - ret[t]) + dv;
@@ -350,13 +337,8 @@ static void ref_step(ref_run *r, const df_batch *mb, const df_critic_params *p, 
     }
     b[K_VPRED] = F;
     b[K_CLIP] = n_flip / (double)T;
-    double n = tt_grad_chain(m, pos, packed);
-    double dg =
-        (2 * df_tol_gamma_prob(n, TT_LAMBDA, DF_U32) + df_tol_gamma(N - 1, DF_U32)) * G + F * Sens + flip;
+    double dg = tt_grad_rel(m, pos, packed, N) * G + F * Sens + flip;
     b[K_GRAD_NORM] = dg;
-    for (int k = 0; k < N_KEYS; k++)
-        r->round[k] += b[k];
-    r->call_steps++;
     df_batch_free(xa), df_batch_free(xt);
     free(J), free(w);
 
@@ -365,22 +347,13 @@ static void ref_step(ref_run *r, const df_batch *mb, const df_critic_params *p, 
     assert_int_equal(df_critic_update(r->alone, x, ma), 0);
     assert_int_equal(df_critic_update(r->twin, x, mt), 0);
     df_batch_free(x);
-    r->steps++;
-    r->dg = fmax(r->dg, dg);
-    double gain = df_tol_adam_gain(r->steps, p->optim.beta1, p->optim.beta2);
-    r->inj += tt_adam_inject(p->optim.lr, p->optim.adam_eps, gain, r->dg, tt_max_abs(m));
-    r->amp = fmax(r->amp, df_test_max_param_diff(df_critic_model(r->twin), m) / r->eta);
+    tt_track_step(&r->tr, b, N_KEYS, dg, &p->optim, m, df_critic_model(r->twin));
     if (getenv("DF_TOL_DEBUG") && R == 0)
         print_message("  step %d: F %.3g G %.3g S %.3g flips %.3g dv %.3g dg %.3g inj %.3g amp %.3g\n",
-                      r->steps, F, G, Sens, b[K_CLIP], dv, dg, r->inj, r->amp);
+                      r->tr.steps, F, G, Sens, b[K_CLIP], dv, dg, r->tr.inj, r->tr.amp);
 }
 
-static double ref_weight_bound(const ref_run *r)
-{
-    return r->amp * r->inj;
-}
-
-/* Metric k of a compared call against the reference's over the same steps (means over the steps), as
+/* Metric k of a compared call against the reference's over the same steps (tt_track_metric_bound), as
    test_actor_dp's check_metric; the same on every rank. Returns observed / bound. */
 static double check_metric(const ref_run *r, const df_metrics *got, const df_metrics *ref,
                            const df_metrics *twin, int k)
@@ -389,9 +362,7 @@ static double check_metric(const ref_run *r, const df_metrics *got, const df_met
            z = df_metrics_get(twin, KEYS[k], NAN);
     assert_true(isfinite(x) && isfinite(y) && isfinite(z));
     assert_true(df_test_all_max(x) == df_test_all_min(x));
-    double bound = r->round[k] / r->call_steps + df_tol_gamma(64, DF_U64) * fabs(y);
-    if (k != K_CLIP && k != K_LR && r->twin_least > 0)
-        bound += fabs(z - y) / r->twin_least * ref_weight_bound(r);
+    double bound = tt_track_metric_bound(&r->tr, k, y, z, k != K_CLIP && k != K_LR);
     if (df_test_all_max(fabs(x - y)) > bound)
         fail_msg("%s: %.9g vs the reference's %.9g (bound %.3g, rank %d)", KEYS[k], x, y, bound, R);
     return bound > 0 ? fabs(x - y) / bound : 0;
@@ -401,10 +372,10 @@ static double check_metric(const ref_run *r, const df_metrics *got, const df_met
 static double check_weights(const ref_run *r, df_critic *got, const char *what)
 {
     double d = df_test_all_max(df_test_max_param_diff(df_critic_model(got), df_critic_model(r->alone)));
-    if (d > ref_weight_bound(r))
+    if (d > tt_track_weight_bound(&r->tr))
         fail_msg("%s: weights differ from the reference's by %.3g (bound %.3g)", what, d,
-                 ref_weight_bound(r));
-    return d / ref_weight_bound(r);
+                 tt_track_weight_bound(&r->tr));
+    return d / tt_track_weight_bound(&r->tr);
 }
 
 /* The reference's calls for one compared update over b (mini-batches [bounds[k], bounds[k+1]) of
@@ -414,7 +385,7 @@ static double compare_update(ref_run *r, df_critic *got, const df_metrics *mg, c
                              double *worst_m)
 {
     df_metrics *ma = df_metrics_new(), *mt = df_metrics_new();
-    ref_call_begin(r);
+    tt_track_call_begin(&r->tr);
     for (int ep = 0; ep < epochs; ep++)
         for (int k = 0; k < n_mini; k++) { /* one optimizer step per global mini-batch */
             df_batch *mb;
@@ -465,10 +436,10 @@ static void test_micro_batch_invariant(void **state)
         assert_true(clip > 0); /* clipping exercised */
         df_model *init = value_model(5);
         double moved = df_test_max_param_diff(df_critic_model(micro), init);
-        assert_true(moved > TEETH * ref_weight_bound(&ref));
+        assert_true(moved > TEETH * tt_track_weight_bound(&ref.tr));
         print_message(
             "[ critic micro %s ] weights / bound %.3g (bound %.3g, moved %.3g), metrics / bound %.3g\n",
-            modes[i], worst_w, ref_weight_bound(&ref), moved, worst_m);
+            modes[i], worst_w, tt_track_weight_bound(&ref.tr), moved, worst_m);
         df_model_free(init);
         df_critic_free(micro);
         ref_free(&ref);
@@ -503,11 +474,11 @@ static void run_dp(const char *agg, const int *per_rank, int64_t mbs, int epochs
     }
     df_model *init = value_model(5);
     double moved = df_test_all_min(df_test_max_param_diff(df_critic_model(dp), init));
-    assert_true(moved > TEETH * ref_weight_bound(&ref)); /* it trained, beyond the bound */
+    assert_true(moved > TEETH * tt_track_weight_bound(&ref.tr)); /* it trained, beyond the bound */
     if (R == 0)
         print_message(
             "[ critic %s, %d ranks ] weights / bound %.3g (bound %.3g, moved %.3g), metrics / bound %.3g\n",
-            agg, N, worst, ref_weight_bound(&ref), moved, worst_m);
+            agg, N, worst, tt_track_weight_bound(&ref.tr), moved, worst_m);
     df_model_free(init);
     df_critic_free(dp);
     ref_free(&ref);

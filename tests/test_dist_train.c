@@ -90,7 +90,7 @@ static void expect_within(json_t *a, json_t *b, const char *key, double bound, i
  *
  * Validation before training (line 0) and the first rollout decode from the same initial weights,
  * so their tokens are the same unless a draw (or a greedy argmax) lies within the logits' rounding
- * of a boundary: log-probs at most F apart (tt_forward_bound, 2e-4 here), a chance of <= F per
+ * of a boundary: log-probs at most F apart (tb_forward_bound, 2e-4 here), a chance of <= F per
  * drawn token, <= 0.1 for the ~400 tokens of a run under this pessimistic F; observed log-prob
  * differences are ~1e-6, which puts the chance near 1e-3. These comparisons thus hold unless
  * rounding flipped a token (no bound survives that: the responses would differ). Given the same
@@ -111,7 +111,7 @@ static void compare_with_reference(const char *out, bool moves)
     snprintf(p, sizeof p, "%s/model", dir);
     df_model *m0;
     assert_int_equal(df_model_load(p, &m0), 0);
-    const double F = tt_forward_bound(m0, POS, 1.0f);
+    const double F = tb_forward_bound(m0, POS, 1.0f);
 
     expect_within(json_array_get(ref, 0), json_array_get(got, 0), "val-core/test/digits/reward/mean@1", 0, 0);
     json_t *a = json_array_get(ref, 1), *b = json_array_get(got, 1);

@@ -305,7 +305,7 @@ static void expect_within(const char *out, int step, const char *key, double x, 
  * their tokens are the same (unless a draw lies within the logits' rounding of a boundary, as in
  * test_dist_train: a chance of <= F per token): every step's scores and lengths agree but for the
  * order of a mean. At step 1 the critic is the initial one too, so its values differ by <= F
- * (tt_forward_bound of the value model) and everything computed from them by what follows:
+ * (tb_forward_bound of the value model) and everything computed from them by what follows:
  *   returns R = A + V of GAE (gamma 1, lambda 0.95, in double) telescope to <= F, plus their
  *   rounding to float; the raw advantages R - V to <= 2F;
  *   with d = R - V over the T response tokens: a = var(d) (unbiased) = T/(T-1) (mean d^2 - (mean d)^2),
@@ -332,7 +332,7 @@ static void same_as_one_rank(const char *out)
     json_t *a1 = json_array_get(ref, 0), *b1 = json_array_get(got, 0);
     df_model *critic0 = load("model");
     assert_int_equal(df_model_to_value_model(&critic0, 1), 0); /* the head trainer.seed=1 draws */
-    const double F = tt_forward_bound(critic0, 128 + 10, 1.0f);
+    const double F = tb_forward_bound(critic0, 128 + 10, 1.0f);
     df_model_free(critic0);
     const double T = round(num(a1, "response_length/mean") * 16), c = T / (T - 1);
     const double vf = num(a1, "critic/vf_loss"),

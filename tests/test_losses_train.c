@@ -324,16 +324,16 @@ typedef struct step_bound {
  *   (vanilla, gspo -A r or 0; gpg -A; cpgd -A + alpha (e^r - 1)),
  * and the per-token loss |l_t| <= |A_t| (R + |log p_t|) + alpha R, |log p_t| <= |old_t| + log R.
  * So, with J_t = ||grad log p_t|| (tt_logp_grad_norms) and G = sum_t B_t J_t:
- *   rounding of the gradient (forward + backward, n = 2 chain + tokens roundings, probabilistic)
- *   in both runs, 2 df_tol_gamma_prob(n) G, plus the micro-1 run's sum of 4 micro-batches
- *   gamma_3 G; the log-ratio r = log p - old moves by <= 2F and the TIS weight by <= F relative, so
- *   c_t by <= 3F B_t: 3F G. The loss: sum_t w_t tau_t (2F (|A| R + alpha R) + F |l_t|).
+ *   rounding of the gradient, tt_grad_rel G: forward + backward in both runs (probabilistic),
+ *   plus the micro-1 run's sum of 4 micro-batches (gamma_3); the log-ratio r = log p - old moves
+ *   by <= 2F and the TIS weight by <= F relative, so c_t by <= 3F B_t: 3F G. The loss:
+ *   sum_t w_t tau_t (2F (|A| R + alpha R) + F |l_t|).
  */
 static step_bound update_bound(const df_model *m, const df_actor_params *p, const df_batch *b1,
                                const df_batch *b4)
 {
     const int64_t T = 6;
-    double F = tt_forward_bound(m, 5, p->temperature), J[6];
+    double F = tb_forward_bound(m, 5, p->temperature), J[6];
     tt_logp_grad_norms(m, b4, p->temperature, J);
     float w[6];
     assert_int_equal(df_loss_agg_weights_ex(p->loss.loss_agg_mode, 4, df_batch_offsets(b4, "response_ids"), T,
@@ -367,13 +367,13 @@ static step_bound update_bound(const df_model *m, const df_actor_params *p, cons
         dL += wt * (2 * F * (A * R + alpha * R) + F * lt);
         L += wt * lt;
     }
-    double n = tt_grad_chain(m, 5, 16); /* 16 packed tokens in the micro-batch of 4 */
-    /* the loss is summed in double: 2 gamma_T(u64) sum |w l| for the two orders */
-    step_bound sb = {.grad =
-                         (2 * df_tol_gamma_prob(n, TT_LAMBDA, DF_U32) + df_tol_gamma(3, DF_U32) + 3 * F) * G,
+    /* 16 packed tokens in the micro-batch of 4; the loss is summed in double: 2 gamma_T(u64) sum |w l|
+       for the two orders */
+    step_bound sb = {.grad = (tt_grad_rel(m, 5, 16, 4) + 3 * F) * G,
                      .loss = dL + 2 * df_tol_gamma((double)T, DF_U64) * L};
     if (getenv("DF_TOL_DEBUG"))
-        print_message("F %.3g R %.4g G %.4g n %.0f grad %.3g loss %.3g\n", F, R, G, n, sb.grad, sb.loss);
+        print_message("F %.3g R %.4g G %.4g n %.0f grad %.3g loss %.3g\n", F, R, G,
+                      tb_grad_chain(&m->cfg, 5, 16), sb.grad, sb.loss);
     return sb;
 }
 
@@ -400,7 +400,7 @@ static double update_once(df_actor *a, df_batch *b)
  * gradient difference so far, plus the rounding of the AdamW arithmetic and of the weight itself. Before
  * the second step the micro-1 run takes the micro-4 run's weights, so that the bound needs no Hessian:
  * only the Adam moments keep the first step's difference. The log-probs at the initial weights are
- * checked against tt_forward_bound on the way (the two runs compute their old_log_probs with their own
+ * checked against tb_forward_bound on the way (the two runs compute their old_log_probs with their own
  * micro-batches).
  */
 static void test_actor_micro_invariant(void **state)
@@ -426,7 +426,7 @@ static void test_actor_micro_invariant(void **state)
                 }
                 df_model *m0 = df_actor_model(a[1]), *init;
                 assert_int_equal(df_model_clone(m0, &init), 0);
-                double F = tt_forward_bound(m0, 5, 1.0f);
+                double F = tb_forward_bound(m0, 5, 1.0f);
                 const float *o1 = df_batch_column(b[0], "old_log_probs")->data,
                             *o4 = df_batch_column(b[1], "old_log_probs")->data;
                 for (int t = 0; t < 6; t++)

@@ -11,7 +11,7 @@
  * roundings on the longest path through the model (df_tol_decoder_*_chain:
  * the K of every GEMM, the keys of attention, H of each RMSNorm, V of the
  * log-softmax), plus the reference's rounding to F32 in the fixture (u) and
- * gamma_n of double for its own float64 computation. See fwd_tol / grad_tol.
+ * gamma_n of double for its own float64 computation: df_golden_tol.
  *
  * Can it fail? Unlike llm.c's CPU test it must: test_golden_detects_perturbation
  * moves a single weight by 1e-3 (its gradients move by 1e-3 relative, 70x the
@@ -32,6 +32,7 @@
 #include "model/acts.h"
 #include "model/ops.h"
 #include "model/safetensors.h"
+#include "testbounds.h"
 #include "testgolden.h"
 #include "tolerance.h"
 
@@ -41,58 +42,15 @@
 #include <string.h>
 
 #define GOLDEN_DIR DF_SOURCE_DIR "/tests/golden"
-#define LAMBDA 6.0 /* df_tol_gamma_prob's lambda: 1 - 3e-8 per output */
 
 typedef struct {
     df_model *m;
     df_golden_batch gb;
 } golden;
 
-/* The longest sequence of the golden batch: attention's key count. */
-static int64_t max_len(const df_golden_batch *gb)
-{
-    int64_t L = 1;
-    for (int64_t s = 0; s < gb->n_seqs; s++)
-        L = gb->offsets[s + 1] - gb->offsets[s] > L ? gb->offsets[s + 1] - gb->offsets[s] : L;
-    return L;
-}
-
-/* Roundings from the tokens to the final hidden state. */
-static double trunk_chain(const df_model_config *c, int64_t L)
-{
-    return df_tol_decoder_fwd_chain(c->hidden_size, c->intermediate_size, c->num_attention_heads,
-                                    c->head_dim, L, c->num_hidden_layers);
-}
-
-/* Logits: the trunk, the LM head GEMM (H) and 1 / t. */
-static double logits_tol(const df_model_config *c, int64_t L)
-{
-    double n = trunk_chain(c, L) + (double)(c->hidden_size + 2);
-    return df_tol_gamma_prob(n, LAMBDA, DF_U32) + DF_U32 + df_tol_gamma(n, DF_U64);
-}
-
-/* Log-probs and entropies: the logits, then a log-softmax (or its entropy) over V. */
-static double fwd_tol(const df_model_config *c, int64_t L)
-{
-    double n = trunk_chain(c, L) + (double)(c->hidden_size + 2) + (double)(c->vocab_size + 6);
-    return df_tol_gamma_prob(n, LAMBDA, DF_U32) + DF_U32 + df_tol_gamma(n, DF_U64);
-}
-
-/* Gradients: the forward to the loss, the LM head's backward (dlogits and the sum over V),
-   the decoder's backward to the first layer's parameters and the sum over T tokens. */
-static double grad_tol(const df_model_config *c, int64_t L, int64_t T)
-{
-    double n = trunk_chain(c, L) + (double)(c->hidden_size + 2) + (double)(c->vocab_size + 6) +
-               (double)(c->vocab_size + 8) +
-               df_tol_decoder_bwd_chain(c->hidden_size, c->intermediate_size, c->num_attention_heads,
-                                        c->num_key_value_heads, c->head_dim, L,
-                                        c->num_hidden_layers, T);
-    return df_tol_gamma_prob(n, LAMBDA, DF_U32) + DF_U32 + df_tol_gamma(n, DF_U64);
-}
-
-#define FWD_TOL fwd_tol(&g->m->cfg, max_len(&g->gb))
-#define LOGITS_TOL logits_tol(&g->m->cfg, max_len(&g->gb))
-#define GRAD_TOL grad_tol(&g->m->cfg, max_len(&g->gb), g->gb.T)
+#define FWD_TOL df_golden_tol(tb_logp_chain(&g->m->cfg, df_golden_max_len(&g->gb)))
+#define LOGITS_TOL df_golden_tol(tb_head_chain(&g->m->cfg, df_golden_max_len(&g->gb)))
+#define GRAD_TOL df_golden_tol(tb_grad_chain(&g->m->cfg, df_golden_max_len(&g->gb), g->gb.T))
 
 static int load_golden(void **state)
 {
@@ -429,8 +387,8 @@ static void test_bf16_matmul_model(void **state)
         free(gw);
     }
     const double L = (double)m->cfg.num_hidden_layers;
-    const double fb = df_tol_gamma_prob(8 * L, LAMBDA, DF_U_BF16) + FWD_TOL;
-    const double gb = df_tol_gamma_prob(24 * L, LAMBDA, DF_U_BF16) + GRAD_TOL;
+    const double fb = df_tol_gamma_prob(8 * L, DF_TOL_LAMBDA, DF_U_BF16) + FWD_TOL;
+    const double gb = df_tol_gamma_prob(24 * L, DF_TOL_LAMBDA, DF_U_BF16) + GRAD_TOL;
     print_message("bf16: logp rel err %.2e (bound %.2e), worst gradient cosine %.5f (bound %.5f)\n", fe,
                   fb, worst_cos, sqrt(1 - gb * gb));
     /* really bf16: its roundings (expected size ~u_bf16 = 4e-3 relative) do not all cancel

@@ -26,6 +26,7 @@
 #include "distflow/rng.h"
 #include "model/ops.h"
 #include "model/ops_attention_vec.h"
+#include "testbounds.h"
 #include "tolerance.h"
 
 #include <math.h>
@@ -72,6 +73,16 @@ static double dot_fd(const float *a, const double *b, int64_t n)
     return s;
 }
 
+/* a . b in double, and in *mag the magnitude behind it, sum |a_i b_i|. */
+static double dot_mag(const double *a, const double *b, int64_t n, double *mag)
+{
+    double d = 0, m = 0;
+    for (int64_t i = 0; i < n; i++)
+        d += a[i] * b[i], m += fabs(a[i] * b[i]);
+    *mag = m;
+    return d;
+}
+
 static double g32(double n) { return df_tol_gamma(n, DF_U32); }
 static double g64(double n) { return df_tol_gamma(n, DF_U64); }
 
@@ -92,17 +103,6 @@ static void check_bound(const char *what, const float *got, const double *ref,
             worst = fmax(worst, e / bound[i]);
     }
     print_message("%-24s worst error / bound %.3f\n", what, worst);
-}
-
-/*
- * |fl(S) - S| for a float sum S of n positive terms in any order whose largest is
- * tmax: each of the n - 1 adds rounds by at most u times its result, and by at most
- * the operand without tmax (the nearest float is no farther than either operand),
- * which is at most S - tmax. So a sum dominated by one term is nearly exact.
- */
-static double pos_sum_err(int64_t n, double S, double tmax)
-{
-    return (double)(n > 1 ? n - 1 : 0) * fmin(DF_U32 * S, S - tmax) * (1 + g32((double)n));
 }
 
 /* A scalar loss of the double reference, over inputs that the FD code perturbs. */
@@ -177,15 +177,23 @@ static void fd_grad(loss_fn f, void *ctx, double *x, int64_t n, double eps, doub
 
 /* ---- gemm / linear --------------------------------------------------------------- */
 
-/* m[i, j] = sum_k |A[i, k] B[j, k]| (A [M, K], B [N, K]): the magnitude behind a GEMM entry. */
-static double *abs_gemm(const float *A, const float *B, int64_t M, int64_t N, int64_t K)
+/* m[i, j] = sum_k |A(i, k) B(j, k)| over [M, N], inner K, with A(i, k) = A[i ai + k ak] and
+   B(j, k) = B[j bj + k bk]: the magnitude behind each entry of a product, in any layout. */
+static double *abs_prod(const float *A, int64_t ai, int64_t ak, const float *B, int64_t bj, int64_t bk,
+                        int64_t M, int64_t N, int64_t K)
 {
     double *m = dvec(M * N);
     for (int64_t i = 0; i < M; i++)
         for (int64_t j = 0; j < N; j++)
             for (int64_t k = 0; k < K; k++)
-                m[i * N + j] += fabs((double)A[i * K + k] * B[j * K + k]);
+                m[i * N + j] += fabs((double)A[i * ai + k * ak] * B[j * bj + k * bk]);
     return m;
+}
+
+/* m[i, j] = sum_k |A[i, k] B[j, k]| (A [M, K], B [N, K]): the magnitude behind a GEMM entry. */
+static double *abs_gemm(const float *A, const float *B, int64_t M, int64_t N, int64_t K)
+{
+    return abs_prod(A, K, 1, B, K, 1, M, N, K);
 }
 
 static void test_gemm(void **state)
@@ -305,21 +313,14 @@ static void test_linear(void **state)
     fd_grad(lin_loss, &c, c.b, N, eps, gb, eb);
     /* dx = R W (N terms), dW = R^T x (M terms), db = column sums of R (M terms), each
      * accumulated onto 1 and then 1 subtracted: two more roundings of at most 1 + |sum|. */
-    for (int64_t i = 0; i < M; i++)
-        for (int64_t k = 0; k < K; k++) {
-            double m = 1;
-            for (int64_t j = 0; j < N; j++)
-                m += fabs((double)R[i * N + j] * W[j * K + k]);
-            ex[i * K + k] += g32(N + 2) * m;
-        }
+    double *mx = abs_prod(R, N, 1, W, 1, K, M, K, N), *mW = abs_prod(R, 1, N, x, 1, K, N, K, M);
+    for (int64_t i = 0; i < M * K; i++)
+        ex[i] += g32(N + 2) * (1 + mx[i]);
+    for (int64_t i = 0; i < N * K; i++)
+        eW[i] += g32(M + 2) * (1 + mW[i]);
+    free(mx), free(mW);
     for (int64_t j = 0; j < N; j++) {
         double mb = 1;
-        for (int64_t k = 0; k < K; k++) {
-            double m = 1;
-            for (int64_t i = 0; i < M; i++)
-                m += fabs((double)R[i * N + j] * x[i * K + k]);
-            eW[j * K + k] += g32(M + 2) * m;
-        }
         for (int64_t i = 0; i < M; i++)
             mb += fabs(R[i * N + j]);
         eb[j] += g32(M + 2) * mb;
@@ -795,9 +796,8 @@ static att_bounds attention_bounds(const att_ctx *c)
                 double m = -INFINITY, mn = INFINITY, dsmax = 0, smmax = 0;
                 for (int64_t j = j0; j <= i; j++) {
                     const double *kj = c->k + (j * nkv + kh) * hd;
-                    double d = 0, sm = 0;
-                    for (int64_t e = 0; e < hd; e++)
-                        d += qi[e] * kj[e], sm += fabs(qi[e] * kj[e]);
+                    double sm;
+                    const double d = dot_mag(qi, kj, hd, &sm);
                     s[j] = d * isq;
                     ds[j] = g32(hd + 3) * sm * isq;
                     m = fmax(m, s[j]), mn = fmin(mn, s[j]);
@@ -838,9 +838,8 @@ static att_bounds attention_bounds(const att_ctx *c)
                 dD += g32(hd) * Dm;
                 for (int64_t j = j0; j <= i; j++) {
                     const double *vj = c->v + (j * nkv + kh) * hd;
-                    double d = 0, dm = 0;
-                    for (int64_t e = 0; e < hd; e++)
-                        d += Ri[e] * vj[e], dm += fabs(Ri[e] * vj[e]);
+                    double dm;
+                    const double d = dot_mag(Ri, vj, hd, &dm);
                     dp[j] = d;
                     thp[j] = ds[j] + dlse + u * fabs(s[j] - lse) + ex;
                     const double diff = fabs(dp[j] - D);
@@ -1090,15 +1089,9 @@ static double lm_loss(void *p)
  * `cols` columns and double across tiles and groups). For row i, with zm_v =
  * sum_e |h_e W_ve| / t:
  *   logit z_v: a GEMM of H terms with alpha = 1/t rounded: dz_v = gamma_{H+2} zm_v;
- *   weight e^(z_v - m): the float difference (u |z_v - m|) and the exp: th_v; 0 for
- *     the max itself when it leads by more than the logits' errors (e^0 = 1 exactly);
- *   s0 = sum of the weights: pos_sum_err over each tile, relative d0;
- *   lse = m + log(s0) in double: sum_v p_v (dz_v + th_v) + d0;
- *     logp = z_t - lse rounded to float; the lse kept for the backward, rounded too;
- *   entropy = log(s0) - s1 / s0, s1 = sum e^(z - m) (z - m) (all terms <= 0, no
- *     cancellation): z errors move it by p_v |z_v - E z| dz_v, weight errors by
- *     p_v th_v (1 + |z_v - E z|); d = z - m, the product, s1's float sum and s0's
- *     d0 act on sum p |z - m|; d0 on log(s0); the float store.
+ *   lse = m + log(s0) and entropy = log(s0) - s1 / s0 from these logits: dlse, dent of
+ *     tb_row_lse_bound (tests/testbounds.h); logp = z_t - lse rounded to float, the lse
+ *     kept for the backward rounded too, the entropy's float store;
  * Backward (dlogits_row): p_v = exp(z_v - lse) from the stored lse:
  *   th_p = dz_v + dlse + u |z_v - lse| + DF_TOL_EXPF; the entropy term's lp + ent
  *   carries dz_v + dlse + dent plus two roundings; g = -gl p - ge p (lp + ent) (+ gl
@@ -1118,58 +1111,28 @@ static lm_bounds lmhead_bounds(const lm_ctx *c, const df_vocab_tiling *tl)
     const int64_t ct = df_vocab_tiling_clamp(tl).cols, cols = ct < V ? ct : V;
     const double u = DF_U32, ex = DF_TOL_EXPF;
     lm_bounds b = {dvec(n), dvec(n), dvec(n * H), dvec(V * H), 0};
-    double *z = dvec(V), *zm = dvec(V), *dz = dvec(V), *th = dvec(V), *gm = dvec(V);
+    double *z = dvec(V), *zm = dvec(V), *dz = dvec(V), *gm = dvec(V);
     double *ge_ = dvec(V), *dWm = dvec(V * H), *dWe = dvec(V * H);
     for (int64_t i = 0; i < n; i++) {
         const double *hi = c->h + i * H;
-        double m = -INFINITY, m2 = -INFINITY;
-        int64_t am = 0;
+        double zmax = 0;
         for (int64_t v = 0; v < V; v++) {
-            double d = 0, a = 0;
-            for (int64_t e = 0; e < H; e++)
-                d += hi[e] * c->W[v * H + e], a += fabs(hi[e] * c->W[v * H + e]);
+            double a;
+            const double d = dot_mag(hi, c->W + v * H, H, &a);
             z[v] = d / c->temp;
             zm[v] = a / c->temp;
             dz[v] = g32(H + 2) * zm[v];
-            if (z[v] > m)
-                m2 = m, m = z[v], am = v;
-            else
-                m2 = fmax(m2, z[v]);
-        }
-        double s0 = 0, zmax = 0;
-        for (int64_t v = 0; v < V; v++) {
-            s0 += exp(z[v] - m);
-            th[v] = u * fabs(z[v] - m) + ex;
             zmax = fmax(zmax, zm[v]);
         }
-        if (m - m2 > 2 * g32(H + 2) * zmax)
-            th[am] = 0; /* the kernel's max is this logit too: its weight is e^0 */
-        double d0 = 0;
-        for (int64_t c0 = 0; c0 < V; c0 += cols) {
-            double st = 0, tm = 0;
-            for (int64_t v = c0; v < V && v < c0 + cols; v++)
-                st += exp(z[v] - m), tm = fmax(tm, exp(z[v] - m));
-            d0 += pos_sum_err(V - c0 < cols ? V - c0 : cols, st, tm);
-        }
-        d0 /= s0;
-        const double lse = m + log(s0);
-        double Ez = 0, spdz = 0;
-        for (int64_t v = 0; v < V; v++) {
-            double p = exp(z[v] - lse);
-            Ez += p * z[v];
-            spdz += p * (dz[v] + th[v]);
-        }
-        const double ent = lse - Ez;
+        /* lse and entropy (tb_row_lse_bound) */
+        const tb_lse_bound r = tb_row_lse_bound(z, zm, g32(H + 2), V, cols);
+        const double lse = r.lse, ent = lse - r.Ez;
         /* the double reference: its logits off by g64(H + 2) zm, its sums and logs */
-        const double e64 = g64(H + 2) * zmax * 3 + g64(V + 4) * (1 + fabs(lse) + fabs(Ez));
-        const double dlse_d = spdz + d0 + e64;
+        const double e64 = g64(H + 2) * zmax * 3 + g64(V + 4) * (1 + fabs(lse) + fabs(r.Ez));
+        const double dlse_d = r.dlse + e64;
         const double logp = z[c->tgt[i]] - lse;
         b.logp[i] = dz[c->tgt[i]] + dlse_d + u * fabs(logp) + e64;
-        double de = d0 + u * ent + e64;
-        for (int64_t v = 0; v < V; v++) {
-            double p = exp(z[v] - lse), dev = fabs(z[v] - Ez);
-            de += p * (dev * (dz[v] + th[v]) + th[v] + (2 * u + g32(cols) + d0) * fabs(z[v] - m));
-        }
+        const double de = r.dent + u * ent + e64;
         b.ent[i] = de;
         b.loss_eps += fabs(c->cl[i]) * e64 + fabs(c->ce[i]) * 2 * e64;
         /* backward */
@@ -1205,7 +1168,7 @@ static lm_bounds lmhead_bounds(const lm_ctx *c, const df_vocab_tiling *tl)
     }
     for (int64_t k = 0; k < V * H; k++)
         b.dW[k] = g32(n + 3) * (2 + dWm[k]) + dWe[k];
-    free(z), free(zm), free(dz), free(th), free(gm), free(ge_), free(dWm), free(dWe);
+    free(z), free(zm), free(dz), free(gm), free(ge_), free(dWm), free(dWe);
     return b;
 }
 

@@ -16,44 +16,8 @@
 #include "distflow/model.h"
 #include "distflow/rollout.h"
 #include "model/acts.h"
+#include "testbounds.h"
 #include "tolerance.h"
-
-/*
- * Error bounds. The model is a deep computation: the probabilistic bound of Higham &
- * Mary (df_tol_gamma_prob, lambda = 6, 1 - 3e-8 per result) over the roundings on the
- * longest path (tests/tolerance.h), relative to the magnitude of each result. A
- * log-prob z_t - lse at output row j has the magnitude of its logits: each z_v is off
- * by at most eps zm_v, zm_v = sum_e |h_e W_ve| / T over the final hidden state h, and
- * lse by at most eps max_v zm_v; so |dlogp| <= eps (zm_t + max_v zm_v) plus its
- * rounding to float.
- */
-#define LAMBDA 6.0
-
-/* eps of the comment above: the decoder over <= L keys, the LM head, the log-softmax. */
-static double logp_eps(const df_model_config *c, int64_t L)
-{
-    double n = df_tol_decoder_fwd_chain(c->hidden_size, c->intermediate_size, c->num_attention_heads,
-                                        c->head_dim, L, c->num_hidden_layers) +
-               (double)(c->hidden_size + 2 + c->vocab_size + 6);
-    return df_tol_gamma_prob(n, LAMBDA, DF_U32);
-}
-
-/* zm_t + max_v zm_v for output row j of the last forward in a (its final hidden states). */
-static double row_scale(const df_model *m, const df_acts *a, int64_t j, int32_t tgt, double T)
-{
-    const int64_t H = m->cfg.hidden_size, V = m->cfg.vocab_size;
-    const float *h = a->xnf + j * H;
-    double zt = 0, zmax = 0;
-    for (int64_t v = 0; v < V; v++) {
-        double s = 0;
-        for (int64_t e = 0; e < H; e++)
-            s += fabs((double)h[e] * m->w.lm_head[v * H + e]);
-        zmax = fmax(zmax, s / T);
-        if (v == tgt)
-            zt = s / T;
-    }
-    return zt + zmax;
-}
 
 /* The longest prompt + response of a result: attention's key count. */
 static int64_t longest(const df_rollout_request *q, const df_rollout_result *r)
@@ -139,33 +103,29 @@ static df_rollout_result run(const df_model *m, int64_t max_seqs, int64_t max_le
     return r;
 }
 
-/* Per response token of r: eps S of its log-prob (row_scale, from a teacher-forced forward)
-   plus its float rounding; malloc'd. */
+/* Teacher-forced log-probs of sequence s of r at temperature T into lp, and each one's bound into
+   err (tb_teacher_forced); a holds 128 tokens. */
+static void teacher_forced(const df_model *m, df_acts *a, const df_rollout_request *q,
+                           const df_rollout_result *r, int64_t s, float T, float *lp, double *err)
+{
+    int64_t i = s / q->n_samples, P = q->prompt_offsets[i + 1] - q->prompt_offsets[i];
+    int64_t R = r->offsets[s + 1] - r->offsets[s];
+    assert_true(P + R <= 128);
+    tb_teacher_forced(m, a, q->prompt_tokens + q->prompt_offsets[i], P, r->tokens + r->offsets[s], R, T,
+                      tb_logp_eps(&m->cfg, longest(q, r)), lp, err);
+}
+
+/* Per response token of r: the bound of one float computation of its log-prob (teacher_forced);
+   malloc'd. */
 static double *logp_bounds(const df_model *m, const df_rollout_request *q, const df_rollout_result *r,
                            float T)
 {
     double *b = malloc(sizeof(double) * (size_t)(r->offsets[r->n_seqs] + 1));
     df_acts *a = NULL;
     assert_int_equal(df_acts_create(&m->cfg, 128, 128, &a), 0);
-    const double eps = logp_eps(&m->cfg, longest(q, r));
-    for (int64_t s = 0; s < r->n_seqs; s++) {
-        int64_t i = s / q->n_samples, P = q->prompt_offsets[i + 1] - q->prompt_offsets[i];
-        int64_t R = r->offsets[s + 1] - r->offsets[s];
-        int32_t tok[128], tgt[128];
-        int64_t rows[128], off[2] = {0, P + R};
-        float lp[128];
-        assert_true(P + R <= 128);
-        memcpy(tok, q->prompt_tokens + q->prompt_offsets[i], (size_t)P * 4);
-        memcpy(tok + P, r->tokens + r->offsets[s], (size_t)R * 4);
-        for (int64_t t = 0; t < R; t++) {
-            rows[t] = P - 1 + t;
-            tgt[t] = tok[P + t];
-        }
-        df_seq_batch sb = {P + R, tok, 1, off, R, rows, tgt};
-        assert_int_equal(df_model_forward(m, a, &sb, T, lp, NULL), 0);
-        for (int64_t t = 0; t < R; t++)
-            b[r->offsets[s] + t] = eps * row_scale(m, a, t, tgt[t], T) + DF_U32 * fabs(lp[t]);
-    }
+    float lp[128];
+    for (int64_t s = 0; s < r->n_seqs; s++)
+        teacher_forced(m, a, q, r, s, T, lp, b + r->offsets[s]);
     df_acts_free(a);
     return b;
 }
@@ -185,31 +145,21 @@ static void assert_same(const df_rollout_result *a, const df_rollout_result *b, 
 }
 
 /* Teacher-forced log-probs of every response with df_model_forward at temperature T: two
-   float computations (decode with a KV cache, one prefill), each within eps S + rounding. */
+   float computations (decode with a KV cache, one prefill), each within teacher_forced's bound. */
 static void check_teacher_forced(const df_model *m, const df_rollout_request *q,
                                  const df_rollout_result *r, float T)
 {
-    const double eps = logp_eps(&m->cfg, longest(q, r));
     double worst = 0;
     df_acts *a = NULL;
     assert_int_equal(df_acts_create(&m->cfg, 128, 128, &a), 0);
     for (int64_t s = 0; s < r->n_seqs; s++) {
-        int64_t i = s / q->n_samples, P = q->prompt_offsets[i + 1] - q->prompt_offsets[i];
         int64_t R = r->offsets[s + 1] - r->offsets[s];
-        int32_t tok[128], tgt[128];
-        int64_t rows[128], off[2] = {0, P + R};
         float lp[128];
-        assert_true(P + R <= 128 && R >= 1);
-        memcpy(tok, q->prompt_tokens + q->prompt_offsets[i], (size_t)P * 4);
-        memcpy(tok + P, r->tokens + r->offsets[s], (size_t)R * 4);
+        double err[128];
+        assert_true(R >= 1);
+        teacher_forced(m, a, q, r, s, T, lp, err);
         for (int64_t t = 0; t < R; t++) {
-            rows[t] = P - 1 + t;
-            tgt[t] = tok[P + t];
-        }
-        df_seq_batch b = {P + R, tok, 1, off, R, rows, tgt};
-        assert_int_equal(df_model_forward(m, a, &b, T, lp, NULL), 0);
-        for (int64_t t = 0; t < R; t++) {
-            double bound = 2 * (eps * row_scale(m, a, t, tgt[t], T) + DF_U32 * fabs(lp[t]));
+            double bound = 2 * err[t];
             double d = fabs(r->log_probs[r->offsets[s] + t] - lp[t]);
             assert_true(d <= bound);
             worst = fmax(worst, d / bound);

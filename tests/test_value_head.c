@@ -24,6 +24,7 @@
 #include "distflow/rollout.h"
 #include "model/acts.h"
 #include "model/safetensors.h"
+#include "testbounds.h"
 #include "tolerance.h"
 
 #include <jansson.h>
@@ -94,32 +95,19 @@ static void small_batch_init(small_batch *s, int64_t vocab)
 }
 
 /*
- * Error bounds: a whole model is a deep computation, so they are the probabilistic
- * bound of Higham & Mary (df_tol_gamma_prob, lambda = 6: 1 - 3e-8 per output) over
- * the roundings on the longest path (df_tol_decoder_*_chain), relative to the
- * magnitude of each result: values (the trunk, then the head's H products and the
- * bias), gradients (that, the head's backward and the decoder's).
+ * Error bounds (tests/testbounds.h): the probabilistic bound over the roundings on the longest
+ * path to each result, relative to its magnitude: values (tb_head_chain: the trunk, then the
+ * head's H products and the bias), gradients (tb_grad_chain: that, the head's backward and the
+ * decoder's).
  */
-#define LAMBDA 6.0
-
-static double values_chain(const df_model_config *c, int64_t L)
-{
-    return df_tol_decoder_fwd_chain(c->hidden_size, c->intermediate_size, c->num_attention_heads,
-                                    c->head_dim, L, c->num_hidden_layers) +
-           (double)(c->hidden_size + 2);
-}
-
 static double values_eps(const df_model_config *c, int64_t L)
 {
-    return df_tol_gamma_prob(values_chain(c, L), LAMBDA, DF_U32);
+    return df_tol_gamma_prob(tb_head_chain(c, L), DF_TOL_LAMBDA, DF_U32);
 }
 
 static double grads_eps(const df_model_config *c, int64_t L, int64_t T)
 {
-    double n = values_chain(c, L) + 2 +
-               df_tol_decoder_bwd_chain(c->hidden_size, c->intermediate_size, c->num_attention_heads,
-                                        c->num_key_value_heads, c->head_dim, L, c->num_hidden_layers, T);
-    return df_tol_gamma_prob(n, LAMBDA, DF_U32);
+    return df_tol_gamma_prob(tb_grad_chain(c, L, T), DF_TOL_LAMBDA, DF_U32);
 }
 
 /* sum_j |c_j| S_j, S_j = sum_e |w_e xnf[j, e]| + |bias|: the magnitude behind sum c v, from
@@ -135,15 +123,6 @@ static double loss_mag(const df_model *m, const df_acts *a, const df_seq_batch *
         s += fabs(c[j]) * S;
     }
     return s;
-}
-
-/* ||x||_2 of n floats. */
-static double norm2(const float *x, int64_t n)
-{
-    double s = 0;
-    for (int64_t i = 0; i < n; i++)
-        s += (double)x[i] * x[i];
-    return sqrt(s);
 }
 
 /* sum_j c_j values[j] in double. */
@@ -197,7 +176,7 @@ static void test_backward_values_fd(void **state)
         if (t == 0)
             for (int k = 0; k < 3; k++)
                 idx[k] = 5 * d->shape[1] + k * 7;
-        const double gb = eg * norm2(g + d->offset, d->numel);
+        const double gb = eg * df_test_norm2(g + d->offset, d->numel);
         for (int k = 0; k < 3; k++) {
             float *p = m->params + d->offset + idx[k], keep = *p;
             double D[2];
@@ -249,7 +228,7 @@ static void test_backward_values_fd(void **state)
     memcpy(m->params, p0, (size_t)m->n_params * sizeof(float));
     double fdu = Du[0];
     const double bu = fabs(Du[1] - Du[0]) + (eps_f + 2 * DF_U32 * gp) / 1e-3 +
-                      eg * sqrt(un) * norm2(g, m->n_params) + df_tol_gamma(m->n_params, DF_U64) * gp;
+                      eg * sqrt(un) * df_test_norm2(g, m->n_params) + df_tol_gamma(m->n_params, DF_U64) * gp;
     print_message("directional: g.u %.7g, finite difference %.7g, error / bound %.3f\n", gu, fdu,
                   fabs(fdu - gu) / bu);
     assert_near(fdu, gu, bu);
@@ -276,10 +255,8 @@ static void test_backward_values_fd(void **state)
        per tensor ||g2 - 2 g|| <= ||g2 - 2 g_exact|| + 2 ||g - g_exact|| <= 4 grads_eps ||g||. */
     for (int t = 0; t < m->n_tensors; t++) {
         const df_param_desc *d = &m->tensors[t];
-        double e2 = 0;
-        for (int64_t i = d->offset; i < d->offset + d->numel; i++)
-            e2 += ((double)g2[i] - 2.0 * g[i]) * ((double)g2[i] - 2.0 * g[i]);
-        assert_true(sqrt(e2) <= 4 * eg * norm2(g + d->offset, d->numel));
+        assert_true(df_test_dist2(g2 + d->offset, 2.0, g + d->offset, d->numel) <=
+                    4 * eg * df_test_norm2(g + d->offset, d->numel));
     }
     free(g), free(g2);
     df_acts_free(a);
@@ -292,17 +269,9 @@ static void test_backward_values_fd(void **state)
 
 typedef df_golden_batch golden_batch;
 
-static int64_t max_len(const golden_batch *g)
-{
-    int64_t L = 1;
-    for (int64_t s = 0; s < g->n_seqs; s++)
-        L = g->offsets[s + 1] - g->offsets[s] > L ? g->offsets[s + 1] - g->offsets[s] : L;
-    return L;
-}
-
-/* Against the float64 reference stored as F32 (u more) and its own double rounding. */
-#define FWD_TOL (values_eps(&m->cfg, max_len(&g)) + DF_U32 + df_tol_gamma(1e4, DF_U64))
-#define GRAD_TOL (grads_eps(&m->cfg, max_len(&g), g.T) + DF_U32 + df_tol_gamma(1e4, DF_U64))
+/* Against the float64 reference (df_golden_tol). */
+#define FWD_TOL df_golden_tol(tb_head_chain(&m->cfg, df_golden_max_len(&g)))
+#define GRAD_TOL df_golden_tol(tb_grad_chain(&m->cfg, df_golden_max_len(&g), g.T))
 
 static void golden_batch_load(golden_batch *g)
 {

@@ -19,6 +19,7 @@
 #include "engine/sampling.h"
 #include "model/ops.h"
 #include "model/ops_math.h"
+#include "testbounds.h"
 #include "tolerance.h"
 
 #include <math.h>
@@ -50,59 +51,33 @@ static double g64(double n) { return df_tol_gamma(n, DF_U64); }
 #define EXP64_LIBM (2 * DF_U64)
 #define EXP64_KERNEL (5 * DF_U64)
 
-/* z[i][v] = (h_i . W_v) * inv_t in double. */
-static double *ref_logits(const float *h, const float *W, int64_t n, int64_t V, int64_t H,
-                          double inv_t)
+/* z[i][v] = (h_i . W_v) * inv_t in double, and in *zm the magnitude behind each logit,
+   sum_e |h_ie W_ve| * inv_t. */
+static double *ref_logits(const float *h, const float *W, int64_t n, int64_t V, int64_t H, double inv_t,
+                          double **zm)
 {
     double *z = malloc((size_t)(n * V) * sizeof(double));
+    *zm = malloc((size_t)(n * V) * sizeof(double));
     assert_non_null(z);
+    assert_non_null(*zm);
     for (int64_t i = 0; i < n; i++)
         for (int64_t v = 0; v < V; v++) {
-            double d = 0;
-            for (int64_t e = 0; e < H; e++)
+            double d = 0, a = 0;
+            for (int64_t e = 0; e < H; e++) {
                 d += (double)h[i * H + e] * W[v * H + e];
+                a += fabs((double)h[i * H + e] * W[v * H + e]);
+            }
             z[i * V + v] = d * inv_t;
-        }
-    return z;
-}
-
-/* zm[i][v] = sum_e |h_ie W_ve| * inv_t: the magnitude behind logit (i, v). */
-static double *ref_logit_mags(const float *h, const float *W, int64_t n, int64_t V, int64_t H,
-                              double inv_t)
-{
-    double *z = malloc((size_t)(n * V) * sizeof(double));
-    assert_non_null(z);
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t v = 0; v < V; v++) {
-            double d = 0;
-            for (int64_t e = 0; e < H; e++)
-                d += fabs((double)h[i * H + e] * W[v * H + e]);
-            z[i * V + v] = d * inv_t;
+            (*zm)[i * V + v] = a * inv_t;
         }
     return z;
 }
 
 /*
- * |fl(S) - S| for a float sum S of n positive terms in any order whose largest is
- * tmax: each of the n - 1 adds rounds by at most u times its result and by at most
- * the operand without tmax (<= S - tmax).
- */
-static double pos_sum_err(int64_t n, double S, double tmax)
-{
-    return (double)(n > 1 ? n - 1 : 0) * fmin(DF_U32 * S, S - tmax) * (1 + g32((double)n));
-}
-
-/*
- * Bounds on the row statistics of float logits, each within dz_v = k gamma_{H+1} zm_v
- * of the exact z (k = 1: the kernel against exact logits; k = 2: against another float
- * GEMM of the same logits). Weights e^(z - m): the float difference and the exp,
- * th_v = u |z_v - m| + DF_TOL_EXPF (0 for a max that leads by more than 2 dz: e^0 = 1);
- * sums float within tiles of `cols` columns (pos_sum_err, relative d0), double across.
- *   lse: sum_v p_v (dz_v + th_v) + d0;
- *   entropy = log(s0) - s1 / s0: p_v |z_v - E z| (dz_v + th_v) + p_v th_v for the
- *   weights, (2 u + gamma_cols + d0) sum p |z - m| for d, the products and s1's sum,
- *   d0 for log(s0);
- * plus the double reference's gamma_n of double on its sums and logs.
+ * Bounds on the row statistics of float logits (tb_row_lse_bound), each within
+ * dz_v = k gamma_{H+1} zm_v of the exact z (k = 1: the kernel against exact logits; k = 2:
+ * against another float GEMM of the same logits), plus the double reference's gamma_n of
+ * double on its sums and logs.
  */
 typedef struct {
     double dlse, dent, dmax;
@@ -111,39 +86,12 @@ typedef struct {
 static row_bound stats_bound(const double *z, const double *zm, int64_t V, int64_t H,
                              int64_t cols, double k)
 {
-    const double u = DF_U32;
-    double m = -INFINITY, m2 = -INFINITY, dzmax = 0, s0 = 0, zmx = 0;
-    int64_t am = 0;
-    for (int64_t v = 0; v < V; v++) {
-        if (z[v] > m)
-            m2 = m, m = z[v], am = v;
-        else
-            m2 = fmax(m2, z[v]);
-        dzmax = fmax(dzmax, k * g32(H + 1) * zm[v]);
-        zmx = fmax(zmx, fabs(z[v]));
-    }
-    double d0 = 0;
-    for (int64_t c0 = 0; c0 < V; c0 += cols) {
-        double st = 0, tm = 0;
-        for (int64_t v = c0; v < V && v < c0 + cols; v++)
-            st += exp(z[v] - m), tm = fmax(tm, exp(z[v] - m));
-        d0 += pos_sum_err(V - c0 < cols ? V - c0 : cols, st, tm);
-        s0 += st;
-    }
-    d0 /= s0;
-    const double lse = m + log(s0);
-    double Ez = 0;
+    tb_lse_bound r = tb_row_lse_bound(z, zm, k * g32(H + 1), V, cols);
+    double zmx = 0;
     for (int64_t v = 0; v < V; v++)
-        Ez += exp(z[v] - lse) * z[v];
-    const double e64 = g64(V + 4) * (1 + fabs(lse) + zmx);
-    row_bound b = {d0 + e64, d0 + e64, dzmax};
-    for (int64_t v = 0; v < V; v++) {
-        double p = exp(z[v] - lse), dz = k * g32(H + 1) * zm[v];
-        double th = v == am && m - m2 > 2 * dzmax ? 0 : u * fabs(z[v] - m) + DF_TOL_EXPF;
-        b.dlse += p * (dz + th);
-        b.dent += p * (fabs(z[v] - Ez) * (dz + th) + th +
-                       (2 * u + g32(cols < V ? cols : V) + d0) * fabs(z[v] - m));
-    }
+        zmx = fmax(zmx, fabs(z[v]));
+    const double e64 = g64(V + 4) * (1 + fabs(r.lse) + zmx);
+    row_bound b = {r.dlse + e64, r.dent + e64, r.dzmax};
     return b;
 }
 
@@ -267,8 +215,7 @@ static void check_stats(const problem *p, float inv_t, const df_vocab_tiling *t,
     float *zt = fvec(n);
     df_vocab_stats(st, zt, p->tgt, p->h, p->W, n, V, H, inv_t,
                    DF_VSTAT_ENTROPY | DF_VSTAT_ARGMAX, t);
-    double *z = ref_logits(p->h, p->W, n, V, H, inv_t);
-    double *zm = ref_logit_mags(p->h, p->W, n, V, H, inv_t), w[6] = {0};
+    double *zm, *z = ref_logits(p->h, p->W, n, V, H, inv_t, &zm), w[6] = {0};
     for (int64_t i = 0; i < n; i++) {
         const double *zi = z + i * V, *zmi = zm + i * V;
         /* the target's logit: H products and sums and the inv_t product */
@@ -285,7 +232,7 @@ static void check_stats(const problem *p, float inv_t, const df_vocab_tiling *t,
             }
             /* Each float logit is within dz of the reference; the group max within the
              * largest dz. A weight e^(z - m) is then off by dz_v + dzm (the shift), the float
-             * difference and the exp; s0 sums them (float tiles, pos_sum_err; double
+             * difference and the exp; s0 sums them (float tiles, tb_tiled_exp_sum_err; double
              * rescales). s1 = sum w (z - m), all terms <= 0: w's error times |d|, d's own
              * (dz_v + dzm and its rounding), the product, the float sums. */
             double ds0 = 0, ds1 = 0, aw = 0;
@@ -297,13 +244,7 @@ static void check_stats(const problem *p, float inv_t, const df_vocab_tiling *t,
                 ds1 += e * (fabs(d) * (th + 2 * u) + dz + dzm);
                 aw += e * fabs(d);
             }
-            for (int64_t k0 = c0; k0 < c1; k0 += cols) {
-                double sum = 0, tm = 0;
-                for (int64_t v = k0; v < c1 && v < k0 + cols; v++)
-                    sum += exp(zi[v] - m), tm = fmax(tm, exp(zi[v] - m));
-                ds0 += pos_sum_err(c1 - k0 < cols ? c1 - k0 : cols, sum, tm);
-            }
-            ds0 += g64(c1 - c0 + 8) * s0;
+            ds0 += tb_tiled_exp_sum_err(zi, m, c0, c1, cols) + g64(c1 - c0 + 8) * s0;
             ds1 += (g32(cols) + g64(c1 - c0 + 8)) * aw;
             const df_vstat *s = &st[i * G + g];
             within(s->m - m, dzm, &w[1], "group max");
@@ -402,7 +343,7 @@ static void test_draw_is_the_sequential_inverse_cdf(void **state)
     float *buf = fvec(2 * 64), *z = fvec(V);
     double *cum = malloc((size_t)(V + 1) * sizeof(double));
     df_vocab_stats(st, NULL, NULL, p.h, p.W, n, V, H, inv_t, 0u, &t);
-    double *zx = ref_logits(p.h, p.W, n, V, H, inv_t), *zm = ref_logit_mags(p.h, p.W, n, V, H, inv_t);
+    double *zm, *zx = ref_logits(p.h, p.W, n, V, H, inv_t, &zm);
     const int64_t cols = df_vocab_tiling_clamp(&t).cols;
     for (int64_t i = 0; i < n; i++) {
         /* Three float computations of the logits: the statistics', the draw's recomputed
@@ -611,23 +552,13 @@ static void test_fused_rollout_matches_full_logits(void **state)
     /*
      * The same hidden states h (the same forward), two LM heads: the fused statistics
      * (float logits times a float 1 / T, lse from float tile sums) and the full float
-     * logits row with a double log-softmax. h is the final RMSNorm's w (x r) with
-     * ||x r||_2 < sqrt(H), so every |z_v| <= Z = max|w| sqrt(H) max_v ||W_v||_2 / T and
-     * every logit's float error is at most dz = gamma_{H+1} Z (+ u Z for the float 1 / T).
+     * logits row with a double log-softmax. Every |z_v| <= Z (tb_head_bound) and every
+     * logit's float error is at most dz = gamma_{H+1} Z (+ u Z for the float 1 / T).
      * Each log-prob z_t - lse is then off by dz in z_t and dz + u 2Z + the exp + gamma_V
      * in lse (lse_bound of the weights e^(z - m)), plus its rounding to float.
      */
     const int64_t H = c.hidden_size, V = c.vocab_size;
-    double wn = 0, Wn = 0;
-    for (int64_t i = 0; i < H; i++)
-        wn = fmax(wn, fabs(m->w.final_norm[i]));
-    for (int64_t v = 0; v < V; v++) {
-        double r2 = 0;
-        for (int64_t i = 0; i < H; i++)
-            r2 += (double)m->w.lm_head[v * H + i] * m->w.lm_head[v * H + i];
-        Wn = fmax(Wn, sqrt(r2));
-    }
-    const double Z = wn * sqrt((double)H) * Wn / (double)a.temperature;
+    const double Z = tb_head_bound(m, a.temperature);
     const double dz = (g32(H + 1) + DF_U32) * Z;
     const double dlp = 2 * (2 * dz + DF_U32 * 2 * Z + DF_TOL_EXPF + g32(V) + g64(V + 4) * (1 + Z)) +
                        2 * DF_U32 * (2 * Z + log((double)V));

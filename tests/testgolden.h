@@ -3,13 +3,14 @@
  * reading float vectors from an expected-values safetensors file, the
  * packed batch stored in it (batch.tokens, batch.seq_offsets, batch.out_rows
  * and, when present, batch.out_targets), and the relative L2 error used to
- * compare against the PyTorch reference. Include after cmocka.h.
+ * compare against the PyTorch reference, with its bound. Include after cmocka.h.
  */
 #ifndef DF_TESTS_TESTGOLDEN_H
 #define DF_TESTS_TESTGOLDEN_H
 
 #include "distflow/model.h"
 #include "model/safetensors.h"
+#include "tolerance.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -93,6 +94,25 @@ static inline void df_golden_batch_free(df_golden_batch *g)
 {
     df_st_close(g->exp);
     free(g->tokens), free(g->targets), free(g->offsets), free(g->rows);
+}
+
+/** The longest sequence of g: attention's key count. */
+static inline int64_t df_golden_max_len(const df_golden_batch *g)
+{
+    int64_t L = 1;
+    for (int64_t s = 0; s < g->n_seqs; s++)
+        L = g->offsets[s + 1] - g->offsets[s] > L ? g->offsets[s + 1] - g->offsets[s] : L;
+    return L;
+}
+
+/**
+ * Bound of df_golden_rel_err for a float32 computation of n chained roundings (a deep one:
+ * tests/testbounds.h's chains) against the float64 reference stored as F32: the probabilistic
+ * bound, the reference's rounding to F32 (u) and its own float64 computation (gamma_n of double).
+ */
+static inline double df_golden_tol(double n)
+{
+    return df_tol_gamma_prob(n, DF_TOL_LAMBDA, DF_U32) + DF_U32 + df_tol_gamma(n, DF_U64);
 }
 
 #endif

@@ -10,7 +10,7 @@
  * step (tolerance.h: df_tol_gamma_prob for the deep computations, Higham &
  * Mary; df_tol_adam_gain for Adam) needs
  *   - F: how far two forward passes of the same weights may put a log-prob
- *     (or a value): tt_forward_bound;
+ *     (or a value): tb_forward_bound (tests/testbounds.h);
  *   - the magnitude of the gradient's terms: per-token gradient norms,
  *     measured by one-token updates of the same model (tt_token_batch);
  *   - Adam made Lipschitz in the gradient (eps well above its rounding noise).
@@ -29,72 +29,23 @@
 #include "distflow/rng.h"
 #include "engine/actor.h"
 #include "engine/critic.h"
+#include "testbounds.h"
+#include "testutil.h"
 #include "tolerance.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* df_tol_gamma_prob's lambda: a bound fails with probability < 2 exp(-18) = 3e-8 */
-#define TT_LAMBDA 6.0
-
-/*
- * Bound on the head's outputs over every input: the head reads n * x / rms(x),
- * whose 2-norm is <= sqrt(hidden) (n the final RMSNorm weight), so by
- * Cauchy-Schwarz a logit |z_j| <= sqrt(hidden) ||W_j * n||_2 / T and a value
- * |v| <= sqrt(hidden) ||w * n||_2 + |b|. These also bound the magnitudes of the
- * terms summed in the head.
- */
-static inline double tt_head_bound(const df_model *m, float temperature)
+/* Relative difference of two trainings' gradients at equal weights from rounding alone, times the
+   magnitude of the gradient's terms: each run's forward and backward (tb_grad_chain, probabilistic;
+   sequences of <= pos tokens, micro-batches of <= tokens packed tokens), and a sum of `parts`
+   partial gradients (micro-batches, an all-reduce over ranks) in another order, worst case. */
+static inline double tt_grad_rel(const df_model *m, int64_t pos, int64_t tokens, int parts)
 {
-    const int64_t H = m->cfg.hidden_size;
-    const bool value = m->cfg.num_labels > 0;
-    const float *head = value ? m->w.score_weight : m->w.lm_head;
-    int64_t rows = value ? 1 : m->cfg.vocab_size;
-    double z = 0;
-    for (int64_t j = 0; j < rows; j++) {
-        double s = 0;
-        for (int64_t k = 0; k < H; k++) {
-            double x = (double)head[j * H + k] * m->w.final_norm[k];
-            s += x * x;
-        }
-        z = fmax(z, sqrt(s));
-    }
-    return value ? sqrt((double)H) * z + fabs(m->w.score_bias[0]) : sqrt((double)H) * z / temperature;
-}
-
-/* Roundings chained along a forward pass of m over sequences of <= pos tokens: the decoder
-   (df_tol_decoder_fwd_chain), then the LM head (K = hidden, 2 more), the temperature (1) and
-   log-softmax (a sum of vocab exps, 4 more); a value head is one dot product of K = hidden plus
-   its bias instead. */
-static inline double tt_forward_chain(const df_model *m, int64_t pos)
-{
-    const df_model_config *c = &m->cfg;
-    double n = df_tol_decoder_fwd_chain(c->hidden_size, c->intermediate_size, c->num_attention_heads,
-                                        c->head_dim, pos, c->num_hidden_layers);
-    double head = (double)c->hidden_size + 2.0;
-    return c->num_labels > 0 ? n + head : n + head + 1.0 + (double)c->vocab_size + 4.0;
-}
-
-/*
- * F: |y^a - y^b| for two forward passes of the same weights that block their
- * GEMMs differently, y a response token's log-prob (or entropy, from the same
- * operands) or value: a deep computation (probabilistic bound, TT_LAMBDA)
- * whose last step works on operands of magnitude <= Z (the head bound) and,
- * for log-softmax z_y - lse(z), Z + log V; twice one evaluation's error.
- */
-static inline double tt_forward_bound(const df_model *m, int64_t pos, float temperature)
-{
-    double Z = tt_head_bound(m, temperature), n = tt_forward_chain(m, pos);
-    double mag = m->cfg.num_labels > 0 ? Z : 2 * Z + log((double)m->cfg.vocab_size);
-    return 2 * df_tol_gamma_prob(n, TT_LAMBDA, DF_U32) * mag;
-}
-
-/* Roundings chained along one training step's gradient: forward, backward, and the sum over the
-   micro-batch's `tokens` packed tokens of a weight gradient. */
-static inline double tt_grad_chain(const df_model *m, int64_t pos, int64_t tokens)
-{
-    return 2 * tt_forward_chain(m, pos) + (double)tokens;
+    return 2 * df_tol_gamma_prob(tb_grad_chain(&m->cfg, pos, tokens), DF_TOL_LAMBDA, DF_U32) +
+           df_tol_gamma(parts > 1 ? parts - 1 : 0, DF_U32);
 }
 
 /* max_i |theta_i| */
@@ -256,11 +207,91 @@ static inline double tt_perturb(df_model *m, double eta, uint64_t seed)
 }
 
 /*
+ * The running bound of a training compared step by step with a reference training (test_actor_dp,
+ * test_critic), and the reference's twin: the same training from weights moved by +-eta
+ * (tt_perturb), which measures how much the later steps amplify a weight difference.
+ */
+enum { TT_MAX_KEYS = 8 };
+typedef struct tt_track {
+    double eta;                /* the twin's smallest initial weight move */
+    double inj;                /* sum over steps of tt_adam_inject: the weight bound before amplification */
+    double dg;                 /* largest bound on a step's gradient difference so far */
+    double amp;                /* max(1, twin weight difference / eta) so far */
+    int steps;                 /* optimizer steps so far */
+    int call_steps;            /* in the current compared call */
+    double round[TT_MAX_KEYS]; /* the call's sums of per-step metric bounds at equal weights */
+    double twin_least;         /* smallest twin weight difference during the call */
+} tt_track;
+
+static inline void tt_track_init(tt_track *t, double eta)
+{
+    memset(t, 0, sizeof *t);
+    t->eta = eta;
+    t->amp = 1;
+}
+
+/* A compared call (one or more reference steps) begins. */
+static inline void tt_track_call_begin(tt_track *t)
+{
+    t->call_steps = 0;
+    memset(t->round, 0, sizeof t->round);
+    t->twin_least = INFINITY;
+}
+
+/* The weight bound so far. */
+static inline double tt_track_weight_bound(const tt_track *t)
+{
+    return t->amp * t->inj;
+}
+
+/* The twin's weight difference from the reference's model m, kept for the call's metrics. */
+static inline double tt_track_twin(tt_track *t, const df_model *m, const df_model *twin)
+{
+    double tw = df_test_max_param_diff(twin, m);
+    t->twin_least = fmin(t->twin_least, tw);
+    return tw;
+}
+
+/* What the weight difference so far may move an output by: the twin's change of it (ds) per unit
+   of the twin's weight difference (tw), times the weight bound. */
+static inline double tt_track_carry(const tt_track *t, double ds, double tw)
+{
+    return tw > 0 ? ds / tw * tt_track_weight_bound(t) : 0;
+}
+
+/* After a reference step (m and twin updated) whose gradient difference is bounded by dg and
+   whose metrics by b[0..n): the step's Adam injection (tt_adam_inject) and the amplification. */
+static inline void tt_track_step(tt_track *t, const double *b, int n, double dg, const df_core_optim *o,
+                                 const df_model *m, const df_model *twin)
+{
+    for (int k = 0; k < n; k++)
+        t->round[k] += b[k];
+    t->call_steps++;
+    t->steps++;
+    t->dg = fmax(t->dg, dg);
+    double gain = df_tol_adam_gain(t->steps, o->beta1, o->beta2);
+    t->inj += tt_adam_inject(o->lr, o->adam_eps, gain, t->dg, tt_max_abs(m));
+    t->amp = fmax(t->amp, df_test_max_param_diff(twin, m) / t->eta);
+}
+
+/*
+ * Bound on metric k of a compared call against the reference's (y, means over the call's steps;
+ * z the twin's): the per-step bounds at equal weights, averaged, plus, for a metric that moves
+ * with the weights (not clip fractions, whose flips are counted instead, nor the lr), what the
+ * weight difference may move it by (tt_track_carry), plus double rounding.
+ */
+static inline double tt_track_metric_bound(const tt_track *t, int k, double y, double z, bool moves)
+{
+    return t->round[k] / t->call_steps + df_tol_gamma(64, DF_U64) * fabs(y) +
+           (moves ? tt_track_carry(t, fabs(z - y), t->twin_least) : 0);
+}
+
+/*
  * End-to-end runs (the DAG worker): ||g^a - g^b||_2 for the first training
  * step's gradient of two runs of the same job on the same rollout, before
  * clipping, gn its norm: each run's forward + backward (probabilistic,
  * micro-batches of <= micro_tokens packed tokens, sequences of <= pos) and an
- * all-reduce over n_ranks, relative to the magnitude G of the gradient's
+ * all-reduce over n_ranks (tt_grad_rel), relative to the magnitude G of the gradient's
  * per-token terms, plus the loss coefficients' sensitivity: -A rho moves by
  * 2F relative (log p and old each <= F), the backward's softmax weights by
  * F (1 + 2Z). The worker's batch is not at hand to measure G (as
@@ -271,9 +302,8 @@ static inline double tt_perturb(df_model *m, double eta, uint64_t seed)
 static inline double tt_e2e_grad_bound(const df_model *m, int64_t pos, int64_t micro_tokens, int64_t T,
                                        int n_ranks, double gn, float temperature)
 {
-    double F = tt_forward_bound(m, pos, temperature), Z = tt_head_bound(m, temperature);
-    double rel = 2 * df_tol_gamma_prob(tt_grad_chain(m, pos, micro_tokens), TT_LAMBDA, DF_U32) +
-                 df_tol_gamma(n_ranks > 1 ? n_ranks - 1 : 0, DF_U32) + F * (3 + 2 * Z);
+    double F = tb_forward_bound(m, pos, temperature), Z = tb_head_bound(m, temperature);
+    double rel = tt_grad_rel(m, pos, micro_tokens, n_ranks) + F * (3 + 2 * Z);
     return rel * sqrt((double)T) * gn;
 }
 

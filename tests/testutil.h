@@ -160,6 +160,24 @@ static inline double df_test_max_param_diff(const df_model *a, const df_model *b
     return d;
 }
 
+/** ||x||_2 of n floats, summed in double. */
+static inline double df_test_norm2(const float *x, int64_t n)
+{
+    double s = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += (double)x[i] * x[i];
+    return sqrt(s);
+}
+
+/** ||a - c b||_2 of n floats, in double. */
+static inline double df_test_dist2(const float *a, double c, const float *b, int64_t n)
+{
+    double s = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += ((double)a[i] - c * b[i]) * ((double)a[i] - c * b[i]);
+    return sqrt(s);
+}
+
 /** A random 2-layer Qwen2 with no tokenizer (vocab 40, hidden 16, 2 heads, 1 KV head, head_dim 8). */
 static inline df_model *df_test_micro_model(uint64_t seed)
 {

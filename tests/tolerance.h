@@ -55,6 +55,17 @@ static inline double df_tol_dot(int64_t n, double abs_dot)
 }
 
 /**
+ * |fl(S) - S| for a float32 sum S of n positive terms in any order whose largest is
+ * tmax: each of the n - 1 adds rounds by at most u times its result, and by at most
+ * the operand without tmax (the nearest float is no farther than either operand),
+ * which is at most S - tmax. So a sum dominated by one term is nearly exact.
+ */
+static inline double df_tol_pos_sum(int64_t n, double S, double tmax)
+{
+    return (double)(n > 1 ? n - 1 : 0) * fmin(DF_U32 * S, S - tmax) * (1 + df_tol_gamma((double)n, DF_U32));
+}
+
+/**
  * The probabilistic counterpart of gamma_n (Higham & Mary 2019, Thm 3.1):
  * lambda sqrt(n) u. With rounding errors modelled as independent and
  * mean-independent, a chain of n roundings stays below it with probability
@@ -66,6 +77,9 @@ static inline double df_tol_gamma_prob(double n, double lambda, double u)
 {
     return lambda * sqrt(n) * u;
 }
+
+/* The lambda the tests use with df_tol_gamma_prob: a bound fails with probability < 2 exp(-18) = 3e-8. */
+#define DF_TOL_LAMBDA 6.0
 
 /* ---- algorithms (tolalgo: hand-computed cases, finite differences; test_algo.c, test_losses.c, ...) */
 
@@ -126,8 +140,8 @@ static inline double df_tol_fd(double h, double m3, double mid, double m2, doubl
  * summed, 4 more), q / k / v projection (H + bias), RoPE (3), scores (hd + 3),
  * online softmax over L keys (L + 4), P V (L + 2), o_proj (nh hd), residual,
  * RMSNorm, gate / up (H), SwiGLU (4), down (I), residual; then the final
- * RMSNorm. A head (LM head: H + 2, log-softmax: V + 4; value head: H + 2) is
- * the caller's to add.
+ * RMSNorm. The heads are added by tests/testbounds.h (tb_head_chain,
+ * tb_logp_chain).
  */
 static inline double df_tol_decoder_fwd_chain(int64_t H, int64_t I, int64_t nh, int64_t hd, int64_t L,
                                               int64_t layers)
@@ -145,7 +159,7 @@ static inline double df_tol_decoder_fwd_chain(int64_t H, int64_t I, int64_t nh, 
  * over the group's rows: grp L), the q / k / v projections^T summed
  * ((nh + 2 nkv) hd), RoPE (3), RMSNorm (H + 8), two residual adds; then a
  * parameter gradient sums T tokens. Add the forward chain (the backward reads
- * its activations) and the head's backward for the whole n.
+ * its activations) and the head's backward for the whole n (tb_grad_chain).
  */
 static inline double df_tol_decoder_bwd_chain(int64_t H, int64_t I, int64_t nh, int64_t nkv, int64_t hd,
                                               int64_t L, int64_t layers, int64_t T)
