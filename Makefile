@@ -4,8 +4,9 @@
 #                DEMO_SFT=<dir> reuses the data and SFT model of an earlier run's output dir)
 #   make test   install what is missing, build, run the test suite
 #   make bench  build and run the benchmarks
-#   make test-variants  the suite with oneDNN restricted to AVX2 / AVX512_CORE and with the
-#               other DF_NATIVE setting (scripts/test-variants.sh, docs/testing.md)
+#   make test-variants  the suite with oneDNN restricted to AVX2 / AVX512_CORE, with our kernels
+#               forced to each lower variant (DF_CPU_VARIANT) and with the other DF_NATIVE
+#               setting (scripts/test-variants.sh, docs/testing.md)
 BUILD ?= build
 JOBS  ?= $(shell nproc 2>/dev/null || echo 2)
 ALGO  ?= grpo
