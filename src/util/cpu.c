@@ -70,7 +70,7 @@ static uint64_t read_xcr0(void)
 static void cpuid(unsigned leaf, unsigned sub, unsigned r[4])
 {
     r[0] = r[1] = r[2] = r[3] = 0;
-    unsigned max = __get_cpuid_max(leaf & 0x80000000u, NULL);
+    unsigned max = (unsigned)__get_cpuid_max(leaf & 0x80000000u, NULL);
     if (leaf <= max)
         __cpuid_count(leaf, sub, r[0], r[1], r[2], r[3]);
 }
@@ -78,7 +78,7 @@ static void cpuid(unsigned leaf, unsigned sub, unsigned r[4])
 static void read_brand(df_cpu_info *out)
 {
     unsigned r[12];
-    if (__get_cpuid_max(0x80000000u, NULL) < 0x80000004u)
+    if ((unsigned)__get_cpuid_max(0x80000000u, NULL) < 0x80000004u) /* int in clang, unsigned in gcc */
         return;
     for (unsigned i = 0; i < 3; i++)
         __cpuid(0x80000002u + i, r[4 * i], r[4 * i + 1], r[4 * i + 2], r[4 * i + 3]);
