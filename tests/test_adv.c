@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "testutil.h"
+#include "tolerance.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -22,6 +23,37 @@ static void assert_all_near(const float *got, const double *want, int n, double 
     for (int t = 0; t < n; t++)
         if (!(fabs((double)got[t] - want[t]) <= tol))
             fail_msg("token %d: %.9g, expected %.9g (tol %g)", t, (double)got[t], want[t], tol);
+}
+
+/*
+ * The bound for a whitened value o worked out by hand (df_tol_hand): its printed digits
+ * lit, plus the 1e-8 the whitening adds to the variance var (|o| 1e-8 / (2 var), whether
+ * or not the hand value includes it); one float32 rounding; and the float32 errors of
+ * the n inputs, err = sum_j |x_j| in DF_U32 units, carried through (x_t - mean) / std:
+ * d o_t / d x_j = ((t == j) - 1/n) / std - o_t o_j / ((n - 1) std), so at most
+ * err (1 + max|o|^2 / (n - 1)) / std.
+ */
+static double whiten_tol(double o, double lit, double var, int n, double max_o, double err)
+{
+    double cond = err * (1 + max_o * max_o / (n - 1)) / sqrt(var);
+    return df_tol_hand(lit + fabs(o) * 1e-8 / (2 * var), fabs(o), cond, 1 + fabs(o));
+}
+
+static void assert_whitened(const float *got, const double *want, int n, double lit, double var,
+                            double err)
+{
+    double max_o = 0;
+    for (int t = 0; t < n; t++)
+        max_o = fmax(max_o, fabs(want[t]));
+    for (int t = 0; t < n; t++)
+        assert_near(got[t], want[t], whiten_tol(want[t], lit, var, n, max_o, err));
+}
+
+/* df_tol_hand for float32 outputs of exact inputs: the printed digits and one rounding */
+static void assert_all_hand(const float *got, const double *want, int n, double lit)
+{
+    for (int t = 0; t < n; t++)
+        assert_near(got[t], want[t], df_tol_hand(lit, fabs(want[t]), 0, fabs(want[t])));
 }
 
 /* returns must equal advantages bit for bit (outcome estimators) */
@@ -65,16 +97,16 @@ static void test_whiten(void **state)
 {
     (void)state;
     /* x = 1, 2, 3, 6: mean 3, squared deviations 4 + 1 + 0 + 9 = 14, unbiased var 14 / 3,
-     * std 2.1602469; out = (x - 3) / 2.1602469 */
+     * std 2.1602469; out = (x - 3) / sqrt(14 / 3 + 1e-8) */
     const float x[] = {1, 2, 3, 6};
     float out[4];
     assert_int_equal(df_adv_whiten(4, x, out), 0);
-    const double want[] = {-0.9258201, -0.4629101, 0, 1.3887302};
-    assert_all_near(out, want, 4, 1e-6);
+    const double want[] = {-0.9258200988, -0.4629100494, 0, 1.3887301482};
+    assert_whitened(out, want, 4, 5e-11, 14.0 / 3, 0); /* exact inputs */
     /* in place */
     float y[] = {1, 2, 3, 6};
     assert_int_equal(df_adv_whiten(4, y, y), 0);
-    assert_all_near(y, want, 4, 1e-6);
+    assert_memory_equal(y, out, sizeof y);
     /* one token: x - mean = 0 (verl would divide by zero in the Bessel factor) */
     float one = 5;
     assert_int_equal(df_adv_whiten(1, &one, &one), 0);
@@ -106,6 +138,8 @@ static void test_gae_two_samples(void **state)
      * G = 0.5, 0.5, 0.5, -1.2, -0.6: mean -0.06, squared deviations
      *   3 x 0.3136 + 1.2996 + 0.2916 = 2.532, var 0.633, std 0.79561298
      *   adv = (G + 0.06) / 0.79561298 = 0.70385981 (x3), -1.43285747, -0.67872196
+     * The returns are exact in double (G + V gives back r - ... + V with float32 V); G of
+     * sample 1 carries 0.2f's and 0.4f's errors, err = 0.2 + 0.4 (whiten_tol).
      */
     const int64_t off[] = {0, 3, 5};
     const float r[] = {0, 0, 1, 0, -1};
@@ -115,8 +149,8 @@ static void test_gae_two_samples(void **state)
     assert_int_equal(df_adv_gae(&in, adv, ret), 0);
     const double want_ret[] = {1, 1, 1, -1, -1};
     const double want_adv[] = {0.70385981, 0.70385981, 0.70385981, -1.43285747, -0.67872196};
-    assert_all_near(ret, want_ret, 5, 1e-6);
-    assert_all_near(adv, want_adv, 5, 1e-6);
+    assert_all_near(ret, want_ret, 5, 0);
+    assert_whitened(adv, want_adv, 5, 5e-9, 0.633, 0.2 + 0.4);
 }
 
 static void test_gae_discounted_with_empty(void **state)
@@ -134,6 +168,7 @@ static void test_gae_discounted_with_empty(void **state)
      * G = 0.625, -1.5, 2, 2: mean 0.78125, squared deviations 0.0244140625 +
      *   5.2041015625 + 2 x 1.4853515625 = 8.19921875, var 2.73307292, std 1.65320081
      *   adv = -0.09451362, -1.37989891, 0.73720627, 0.73720627
+     * Exact inputs and dyadic G: the returns are exact.
      */
     const int64_t off[] = {0, 3, 3, 4};
     const float r[] = {1, 0, 2, 3};
@@ -144,8 +179,8 @@ static void test_gae_discounted_with_empty(void **state)
     assert_int_equal(df_adv_gae(&in, adv, ret), 0);
     const double want_ret[] = {1.625, 0.5, 2, 3};
     const double want_adv[] = {-0.09451362, -1.37989891, 0.73720627, 0.73720627};
-    assert_all_near(ret, want_ret, 4, 1e-6);
-    assert_all_near(adv, want_adv, 4, 1e-6);
+    assert_all_near(ret, want_ret, 4, 0);
+    assert_whitened(adv, want_adv, 4, 5e-9, 2.73307292, 0);
 }
 
 static void test_gae_is_reward_to_go(void **state)
@@ -164,11 +199,11 @@ static void test_gae_is_reward_to_go(void **state)
     float adv[5], ret[5], adv2[5], ret2[5];
     assert_int_equal(df_adv_gae(&in, adv, ret), 0);
     const double rtg[] = {6, 5, 3, -0.5, -1};
-    assert_all_near(ret, rtg, 5, 1e-6);
+    assert_all_near(ret, rtg, 5, 0); /* sums of halves: exact */
     assert_int_equal(df_adv_reinforce_plus_plus(&in, adv2, ret2), 0);
     for (int t = 0; t < 5; t++) {
-        assert_near(ret2[t], rtg[t], 1e-6);
-        assert_near(adv2[t], adv[t], 1e-6); /* both whiten the same numbers */
+        assert_near(ret2[t], rtg[t], 0);
+        assert_near(adv2[t], adv[t], 0); /* both whiten the same (exact) numbers the same way */
     }
 }
 
@@ -182,7 +217,7 @@ static void test_gae_one_token_and_errors(void **state)
         .n = 1, .offsets = off, .token_level_rewards = r, .values = v, .gamma = 1, .lam = 0.95f};
     float adv[1], ret[1];
     assert_int_equal(df_adv_gae(&in, adv, ret), 0);
-    assert_near(ret[0], 2, 1e-7);
+    assert_near(ret[0], 2, 0); /* (2 - 0.5) + 0.5, exact */
     assert_near(adv[0], 0, 0);
 
     in.values = NULL;
@@ -220,8 +255,8 @@ static void test_reinforce_plus_plus(void **state)
     assert_int_equal(df_adv_reinforce_plus_plus(&in, adv, ret), 0);
     const double want_ret[] = {1.5, 1, 2, -1};
     const double want_adv[] = {0.47529319, 0.09505864, 0.85552774, -1.42587956};
-    assert_all_near(ret, want_ret, 4, 1e-6);
-    assert_all_near(adv, want_adv, 4, 1e-6);
+    assert_all_near(ret, want_ret, 4, 0); /* exact inputs, dyadic sums */
+    assert_whitened(adv, want_adv, 4, 5e-9, 1.72916667, 0);
 
     /* gamma = 0: returns are the token rewards themselves. */
     in.gamma = 0;
@@ -249,7 +284,7 @@ static void test_reinforce_plus_plus_baseline(void **state)
     float adv[4], ret[4];
     assert_int_equal(df_adv_reinforce_plus_plus_baseline(&in, adv, ret), 0);
     const double want[] = {-0.70710678, -0.70710678, 0, 1.41421356};
-    assert_all_near(adv, want, 4, 1e-6);
+    assert_whitened(adv, want, 4, 5e-9, 8, 0); /* exact inputs */
     assert_same(ret, adv, 4);
 
     /* All-equal scores in every group: every centred value is 0, whitened 0. */
@@ -283,8 +318,8 @@ static void test_remax(void **state)
     assert_int_equal(df_adv_remax(&in, adv, ret), 0);
     const double want_ret[] = {1, 1, 1, 1.5, 1};
     const double want_adv[] = {0.75, 0.75, 0.75, -0.5, -1};
-    assert_all_near(ret, want_ret, 5, 1e-7);
-    assert_all_near(adv, want_adv, 5, 1e-7);
+    assert_all_near(ret, want_ret, 5, 0); /* sums and differences of exact quarters */
+    assert_all_near(adv, want_adv, 5, 0);
 
     in.reward_baselines = NULL;
     assert_error_mentions(df_adv_remax(&in, adv, ret), DF_EINVAL, "reward_baselines");
@@ -317,7 +352,7 @@ static void test_rloo(void **state)
     float adv[8], ret[8];
     assert_int_equal(df_adv_rloo(&in, adv, ret), 0);
     const double want[] = {0, 0, -1.5, 1.5, 1.5, 1.5, 4, 3};
-    assert_all_near(adv, want, 8, 1e-6);
+    assert_all_near(adv, want, 8, 0); /* halves of small integers: exact */
     assert_same(ret, adv, 8);
 
     /* All-equal scores (2, 2): each leave-one-out baseline is 2, advantage 0. */
@@ -348,7 +383,7 @@ static void test_gpg(void **state)
     float adv[5], ret[5];
     assert_int_equal(df_adv_gpg(&in, adv, ret), 0);
     const double want[] = {1, 1, -1, 0, 0};
-    assert_all_near(adv, want, 5, 1e-6);
+    assert_all_near(adv, want, 5, 0); /* alpha 2 and the means exact */
     assert_same(ret, adv, 5);
 
     /*
@@ -360,7 +395,7 @@ static void test_gpg(void **state)
     float a8[8], r8[8];
     assert_int_equal(df_adv_gpg(&s, a8, r8), 0);
     const double want8[] = {0, 0, -1, 1, 1, 1, 4, 1.5};
-    assert_all_near(a8, want8, 8, 1e-6);
+    assert_all_near(a8, want8, 8, 0);
 
     /*
      * Flat group next to a single sample: {1, 1} flat, {0.5} alone, {0, 2}:
@@ -372,7 +407,7 @@ static void test_gpg(void **state)
     df_adv_input t3 = {.n = 5, .offsets = off3, .token_level_rewards = r3, .group = g3};
     assert_int_equal(df_adv_gpg(&t3, adv, ret), 0);
     const double want3[] = {0, 0, 0.83333333, -1.66666667, 1.66666667};
-    assert_all_near(adv, want3, 5, 1e-6);
+    assert_all_hand(adv, want3, 5, 5e-9); /* alpha = 5 / 3 in double */
 
     /* Every group flat: B = M, alpha = 1 and every advantage 0 (no division by zero). */
     const float r4[] = {1, 1, 0, 0, 0};
@@ -400,14 +435,15 @@ static void test_cpgd_weights(void **state)
     float adv[6], ret[6];
 
     /* STD_weight (default, NULL): (2/3) / (0.57735027 + 1e-6) = 1.15469854,
-     * (-1/3) / 0.57735127 = -0.57734927; flat group 0; alone: 2 / (1 + 1e-6) = 1.999998 */
+     * (-1/3) / 0.57735127 = -0.57734927; flat group 0; alone: 2 / (1 + 1e-6) = 1.999998000002
+     * (exact scores; 1e-6f's representation moves these by < 1e-6 DF_U32) */
     assert_int_equal(df_adv_cpgd(&in, adv, ret), 0);
-    const double want_std[] = {1.15469854, -0.57734927, -0.57734927, 0, 0, 1.999998};
-    assert_all_near(adv, want_std, 6, 1e-6);
+    const double want_std[] = {1.15469854, -0.57734927, -0.57734927, 0, 0, 1.999998000002};
+    assert_all_hand(adv, want_std, 6, 5e-9);
     assert_same(ret, adv, 6);
     in.cpgd_weight_factor = "STD_weight";
     assert_int_equal(df_adv_cpgd(&in, adv, ret), 0);
-    assert_all_near(adv, want_std, 6, 1e-6);
+    assert_all_hand(adv, want_std, 6, 5e-9);
 
     /* clip_filter_like_weight: P = 3 groups, 1 flat -> w = 3 / 2 = 1.5 (< clip 3):
      *   1.5 * 2/3 = 1, 1.5 * -1/3 = -0.5 (x2); flat 0; alone 1.5 * 2 = 3.
@@ -415,19 +451,23 @@ static void test_cpgd_weights(void **state)
     in.cpgd_weight_factor = "clip_filter_like_weight";
     assert_int_equal(df_adv_cpgd(&in, adv, ret), 0);
     const double want_cf[] = {1, -0.5, -0.5, 0, 0, 3};
-    assert_all_near(adv, want_cf, 6, 1e-6);
-    /* a lower clip caps w: 1.2 * 2/3 = 0.8, 1.2 * -1/3 = -0.4, 1.2 * 2 = 2.4 */
+    assert_all_hand(adv, want_cf, 6, 0); /* 2/3 and -1/3 are rounded in double */
+    /* a lower clip caps w: 1.2 * 2/3 = 0.8, 1.2 * -1/3 = -0.4, 1.2 * 2 = 2.4; w is 1.2f, whose
+       representation error moves each value by DF_U32 |value| (cond) */
     in.cpgd_weight_clip = 1.2f;
     assert_int_equal(df_adv_cpgd(&in, adv, ret), 0);
     const double want_cap[] = {0.8, -0.4, -0.4, 0, 0, 2.4};
-    assert_all_near(adv, want_cap, 6, 1e-6);
+    for (int t = 0; t < 6; t++) {
+        double f = fabs(want_cap[t]);
+        assert_near(adv[t], want_cap[t], df_tol_hand(0, f, f, f));
+    }
     in.cpgd_weight_clip = 0;
 
     /* naive: centred scores 2/3, -1/3, -1/3, 0, 0, 2 */
     in.cpgd_weight_factor = "naive";
     assert_int_equal(df_adv_cpgd(&in, adv, ret), 0);
     const double want_naive[] = {0.66666667, -0.33333333, -0.33333333, 0, 0, 2};
-    assert_all_near(adv, want_naive, 6, 1e-6);
+    assert_all_hand(adv, want_naive, 6, 5e-9);
 
     in.cpgd_weight_factor = "bogus";
     assert_error_mentions(df_adv_cpgd(&in, adv, ret), DF_EINVAL, "'bogus'");
@@ -457,7 +497,7 @@ static void test_cpgd_clip_default(void **state)
     float adv[8], ret[8];
     assert_int_equal(df_adv_cpgd(&in, adv, ret), 0);
     const double want[] = {-1.5, 1.5, 0, 0, 0, 0, 0, 0};
-    assert_all_near(adv, want, 8, 1e-6);
+    assert_all_near(adv, want, 8, 0); /* w = 3, means of 0 and 1: exact */
 }
 
 /* ====================================================================== shared properties */
@@ -544,12 +584,19 @@ static void test_order_invariance(void **state)
             float adv[T], ret[T], padv[T], pret[T];
             assert_int_equal(fn(&a, adv, ret), 0);
             assert_int_equal(fn(&b, padv, pret), 0);
+            /* Both runs round to float32 (DF_U32 |x| each) a double computation that differs
+               only in its summation order, each within gamma_{8T} of the exact value times the
+               conditioning of (x - mean) / std: (max |x| + |mean|) / std <= 2.5 for these
+               returns and group scores (their spread is of the order of their size), taken as 4 */
+#define ORDER_TOL(x, y)                                                                            \
+    (DF_U32 * (fabs(x) + fabs(y)) + 2 * df_tol_gamma(8 * T, DF_U64) * 5 * (1 + fmax(fabs(x), fabs(y))))
             double energy = 0;
             for (int j = 0; j < N; j++) {
                 int i = N - 1 - j;
                 for (int64_t u = 0; u < len[i]; u++) {
-                    if (fabs(adv[off[i] + u] - padv[poff[j] + u]) > 1e-5 ||
-                        fabs(ret[off[i] + u] - pret[poff[j] + u]) > 1e-5)
+                    float a1 = adv[off[i] + u], a2 = padv[poff[j] + u];
+                    float r1 = ret[off[i] + u], r2 = pret[poff[j] + u];
+                    if (fabs(a1 - a2) > ORDER_TOL(a1, a2) || fabs(r1 - r2) > ORDER_TOL(r1, r2))
                         fail_msg("%s (%s): sample %d token %lld differs: %g vs %g", k_names[k], modes[mode],
                                  i, (long long)u, (double)adv[off[i] + u], (double)padv[poff[j] + u]);
                     energy += fabs(adv[off[i] + u]);
@@ -557,6 +604,7 @@ static void test_order_invariance(void **state)
             }
             if (!(energy > 0.1)) /* the case must not be trivially all-zero */
                 fail_msg("%s: advantages are all ~0", k_names[k]);
+#undef ORDER_TOL
         }
     }
 }

@@ -15,6 +15,16 @@
 #define ACTOR "actor_rollout_ref.actor."
 #define ROLLOUT "actor_rollout_ref.rollout."
 
+/* A parsed float is strtod of its YAML text: the same double as the C literal of that text
+   (both correctly rounded), so compared exactly, as doubles (cmocka's assert_float_equal
+   would compare float32 roundings). */
+#define assert_exact(a, b)                                                                       \
+    do {                                                                                         \
+        double a_ = (double)(a), b_ = (double)(b);                                               \
+        if (a_ != b_)                                                                            \
+            fail_msg("%s = %.17g, expected %.17g", #a, a_, b_);                                  \
+    } while (0)
+
 /* ---- helpers ---- */
 
 static char g_path[512];
@@ -136,12 +146,12 @@ static void test_defaults(void **state)
     assert_null(df_config_str(c, "data.tokenizer"));
     assert_int_equal(df_config_list_len(c, "data.train_files"), 1);
     assert_string_equal(df_config_list_at(c, "data.train_files", 0), "~/data/rlhf/gsm8k/train.parquet");
-    assert_float_equal(df_config_float(c, ACTOR "clip_ratio"), 0.2, 0);
-    assert_float_equal(df_config_float(c, ACTOR "clip_ratio_low"), 0.2, 0);
-    assert_float_equal(df_config_float(c, ACTOR "optim.lr"), 1e-6, 0);
+    assert_exact(df_config_float(c, ACTOR "clip_ratio"), 0.2);
+    assert_exact(df_config_float(c, ACTOR "clip_ratio_low"), 0.2);
+    assert_exact(df_config_float(c, ACTOR "optim.lr"), 1e-6);
     assert_int_equal(df_config_list_len(c, ACTOR "optim.betas"), 2);
-    assert_float_equal(df_config_list_float_at(c, ACTOR "optim.betas", 1), 0.999, 0);
-    assert_float_equal(df_config_float(c, "trainer.total_epochs"), 30.0, 0); /* int read as float */
+    assert_exact(df_config_list_float_at(c, ACTOR "optim.betas", 1), 0.999);
+    assert_exact(df_config_float(c, "trainer.total_epochs"), 30.0); /* int read as float */
     assert_int_equal(df_config_int(c, ROLLOUT "response_length"), 512);
     assert_int_equal(df_config_int(c, "data.seed"), 1);
     assert_string_equal(df_config_str(c, "algorithm.adv_estimator"), "gae");
@@ -152,7 +162,7 @@ static void test_defaults(void **state)
 
     c = load_ok(df_config_schema_sft(), NULL, NULL, 0);
     assert_int_equal(df_config_int(c, "data.micro_batch_size_per_gpu"), 4);
-    assert_float_equal(df_config_list_float_at(c, "optim.betas", 1), 0.95, 0);
+    assert_exact(df_config_list_float_at(c, "optim.betas", 1), 0.95);
     assert_string_equal(df_config_str(c, "trainer.default_local_dir"), "checkpoints/gsm8k-sft/test");
     assert_int_equal(df_config_list_len(c, "trainer.checkpoint.load_contents"), 3);
     assert_string_equal(df_config_list_at(c, "trainer.checkpoint.load_contents", 2), "extra");
@@ -178,8 +188,8 @@ static void test_null_and_derived(void **state)
     df_config *c = load_ok(df_config_schema_train(), p, ov, 1);
     assert_int_equal(df_config_int(c, ROLLOUT "response_length"), 300);
     assert_int_equal(df_config_int(c, ROLLOUT "prompt_length"), 100);
-    assert_float_equal(df_config_float(c, ACTOR "clip_ratio_low"), 0.3, 0);
-    assert_float_equal(df_config_float(c, ACTOR "clip_ratio_high"), 0.28, 0);
+    assert_exact(df_config_float(c, ACTOR "clip_ratio_low"), 0.3);
+    assert_exact(df_config_float(c, ACTOR "clip_ratio_high"), 0.28);
     assert_true(df_config_is_null(c, "data.val_batch_size"));
     assert_string_equal(df_config_str(c, "data.tokenizer"), "null"); /* quoted: a string */
     assert_string_equal(df_config_where(c, ROLLOUT "response_length"), "derived from data.max_response_length");
@@ -215,9 +225,9 @@ static void test_nested_lists_and_where(void **state)
     assert_int_equal(df_config_list_len(c, "data.val_files"), 2);
     assert_string_equal(df_config_list_at(c, "data.val_files", 1), "/d/b c.parquet");
     assert_int_equal(df_config_int(c, "data.train_batch_size"), 64);
-    assert_float_equal(df_config_float(c, ACTOR "optim.lr"), 2e-6, 0);
+    assert_exact(df_config_float(c, ACTOR "optim.lr"), 2e-6);
     assert_int_equal(df_config_int(c, ROLLOUT "n"), 8);
-    assert_float_equal(df_config_float(c, ROLLOUT "temperature"), 0.7, 0);
+    assert_exact(df_config_float(c, ROLLOUT "temperature"), 0.7);
     assert_string_equal(df_config_list_at(c, "trainer.logger", 0), "console");
     assert_string_equal(df_config_list_at(c, "trainer.logger", 1), "file");
     char want[600];
@@ -249,13 +259,13 @@ static void test_anchors_aliases_merge(void **state)
                                          "  _target_: verl.trainer.config.AlgoConfig\n"
                                          "  gamma: 0.99\n");
     df_config *c = load_ok(df_config_schema_train(), p, NULL, 0);
-    assert_float_equal(df_config_float(c, ACTOR "optim.lr"), 3e-6, 0);
-    assert_float_equal(df_config_float(c, "critic.optim.lr"), 1e-5, 0); /* explicit key beats the merge */
-    assert_float_equal(df_config_float(c, "critic.optim.weight_decay"), 0.05, 0);
-    assert_float_equal(df_config_list_float_at(c, "critic.optim.betas", 0), 0.8, 0);
+    assert_exact(df_config_float(c, ACTOR "optim.lr"), 3e-6);
+    assert_exact(df_config_float(c, "critic.optim.lr"), 1e-5); /* explicit key beats the merge */
+    assert_exact(df_config_float(c, "critic.optim.weight_decay"), 0.05);
+    assert_exact(df_config_list_float_at(c, "critic.optim.betas", 0), 0.8);
     assert_int_equal(df_config_int(c, "data.max_response_length"), 256);
     assert_int_equal(df_config_int(c, ROLLOUT "response_length"), 256);
-    assert_float_equal(df_config_float(c, "algorithm.gamma"), 0.99, 0);
+    assert_exact(df_config_float(c, "algorithm.gamma"), 0.99);
     df_config_free(c);
 
     p = yaml_file("alias_cfg", "data: &d\n  train_batch_size: 8\ncritic: *d\n");
@@ -352,13 +362,13 @@ static void test_type_coercion(void **state)
                                         "  total_epochs: 1_000\n"
                                         "  val_before_train: False\n");
     df_config *c = load_ok(df_config_schema_train(), p, NULL, 0);
-    assert_float_equal(df_config_float(c, ACTOR "clip_ratio"), 1.0, 0);
+    assert_exact(df_config_float(c, ACTOR "clip_ratio"), 1.0);
     assert_int_equal(df_config_int(c, ACTOR "ppo_mini_batch_size"), 64);
     assert_int_equal(df_config_int(c, ACTOR "ppo_max_token_len_per_gpu"), 16384);
     assert_true(df_config_bool(c, ACTOR "use_kl_loss"));
-    assert_float_equal(df_config_float(c, ACTOR "optim.lr"), 1e-6, 0);
-    assert_float_equal(df_config_list_float_at(c, ACTOR "optim.betas", 0), 0.0, 0);
-    assert_float_equal(df_config_list_float_at(c, ACTOR "optim.betas", 1), 0.5, 0);
+    assert_exact(df_config_float(c, ACTOR "optim.lr"), 1e-6);
+    assert_exact(df_config_list_float_at(c, ACTOR "optim.betas", 0), 0.0);
+    assert_exact(df_config_list_float_at(c, ACTOR "optim.betas", 1), 0.5);
     assert_string_equal(df_config_str(c, "trainer.experiment_name"), "123");
     assert_int_equal(df_config_int(c, "trainer.total_epochs"), 1000);
     assert_false(df_config_bool(c, "trainer.val_before_train"));
@@ -469,8 +479,8 @@ static void test_overrides_beat_file(void **state)
     assert_int_equal(df_config_list_len(c, "data.train_files"), 2);
     assert_string_equal(df_config_list_at(c, "data.train_files", 0), "/x/one.parquet");
     assert_string_equal(df_config_str(c, "trainer.experiment_name"), "exp 1");
-    assert_float_equal(df_config_float(c, ACTOR "optim.lr"), 5e-7, 0);
-    assert_float_equal(df_config_float(c, ACTOR "optim.weight_decay"), 0.0, 0);
+    assert_exact(df_config_float(c, ACTOR "optim.lr"), 5e-7);
+    assert_exact(df_config_float(c, ACTOR "optim.weight_decay"), 0.0);
     assert_true(df_config_is_null(c, "data.val_batch_size"));
     assert_string_equal(df_config_str(c, "data.tokenizer"), ""); /* `key=` is "" as in Hydra */
     assert_int_equal(df_config_list_len(c, "trainer.logger"), 1);
@@ -508,7 +518,7 @@ static void test_interpolation(void **state)
     df_config *c = load_ok(df_config_schema_train(), p, ov, 2);
     assert_string_equal(df_config_str(c, "trainer.default_local_dir"), "/ckpt/p-7");
     assert_int_equal(df_config_int(c, "critic.ppo_mini_batch_size"), 32);
-    assert_float_equal(df_config_list_float_at(c, "critic.optim.betas", 1), 0.999, 0);
+    assert_exact(df_config_list_float_at(c, "critic.optim.betas", 1), 0.999);
     df_config_free(c);
 
     const char *sov[] = {"trainer.checkpoint.save_contents=[model]"};
@@ -545,10 +555,10 @@ static void test_set_and_where(void **state)
     assert_int_equal(df_config_int(c, "critic.rollout_n"), 4);
 
     assert_int_equal(df_config_set(c, ACTOR "optim.lr", "2e-6"), DF_OK);
-    assert_float_equal(df_config_float(c, ACTOR "optim.lr"), 2e-6, 0);
+    assert_exact(df_config_float(c, ACTOR "optim.lr"), 2e-6);
     assert_string_equal(df_config_where(c, ACTOR "optim.lr"), "set by program");
     assert_int_equal(df_config_set(c, "critic.optim", "{lr: 3e-5, weight_decay: 0.1}"), DF_OK);
-    assert_float_equal(df_config_float(c, "critic.optim.weight_decay"), 0.1, 0);
+    assert_exact(df_config_float(c, "critic.optim.weight_decay"), 0.1);
     assert_int_equal(df_config_set(c, ROLLOUT "response_length", "null"), DF_OK); /* re-derives itself */
     assert_int_equal(df_config_int(c, ROLLOUT "response_length"), 512);
 
@@ -556,7 +566,7 @@ static void test_set_and_where(void **state)
     assert_int_equal(df_config_set(c, "critic.optim", "{lr: 1e-4, weight_decay: -1}"), DF_EINVAL);
     assert_string_equal(df_last_error(), "df_config_set: 'critic.optim={lr: 1e-4, weight_decay: -1}': "
                                          "critic.optim.weight_decay: must be >= 0.0, got -1.0");
-    assert_float_equal(df_config_float(c, "critic.optim.lr"), 3e-5, 0);
+    assert_exact(df_config_float(c, "critic.optim.lr"), 3e-5);
     assert_int_equal(df_config_set(c, "data.train_batch_size", "many"), DF_EINVAL);
     assert_int_equal(df_config_int(c, "data.train_batch_size"), 64);
     assert_int_equal(df_config_set(c, "data.train_batch_sise", "1"), DF_EINVAL);

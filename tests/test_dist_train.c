@@ -8,18 +8,25 @@
  * the reference; then every rank trains the same job together: the same global
  * batch (data.train_batch_size prompts x rollout.n) split over the ranks, the
  * same seeds (each prompt's sampling stream is keyed by its dataset row, so it
- * does not depend on which rank generates it). The per-step metrics (score,
- * lengths, losses, gradient norm, validation) and the final weights must match
- * the reference up to float summation order. Variants: plain data parallelism,
- * trainer.balance_batch (samples move between ranks after the rollout), and an
- * actor on half as many DP ranks as the rollout (ulysses_sequence_parallel_size
- * 2: every rollout shard is redistributed to the actor's DP ranks).
+ * does not depend on which rank generates it). What must match the reference,
+ * and how closely, follows from rounding (tests/testtrain.h): the first step
+ * (validation and rollout from the same initial weights, its losses and
+ * gradient norm, and the weights after its Adam step, parameter by parameter);
+ * after that only what rounding cannot move (the learning rate, the ranks'
+ * weights in sync, where samples went). Later rollouts are not compared: the
+ * worker's Adam (eps 1e-8) moves a weight whose gradient is rounding noise by
+ * up to lr either way, so the two runs' second rollouts may sample other
+ * tokens. Variants: plain data parallelism, trainer.balance_batch (samples
+ * move between ranks after the rollout), and an actor on half as many DP ranks
+ * as the rollout (ulysses_sequence_parallel_size 2: every rollout shard is
+ * redistributed to the actor's DP ranks).
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "testtrain.h"
 #include "testutil.h"
 
 #include "distflow/comm.h"
@@ -45,25 +52,54 @@ static void train(df_comm *comm, const char *out, const char *override)
              "  rollout: {n: 4, log_prob_micro_batch_size_per_gpu: 8}\n"
              "  ref: {log_prob_micro_batch_size_per_gpu: 8}\n"
              "algorithm: {adv_estimator: grpo}\n"
-             "trainer: {total_training_steps: 3, save_freq: 3, test_freq: 3, logger: [],\n"
+             "trainer: {total_training_steps: 3, save_freq: 1, test_freq: 3, logger: [],\n"
              "          default_local_dir: %s/%s}\n",
              dir, dir, dir, dir, out);
     if (df_test_run(comm, df_test_config(yaml, "dist.yaml", &override, 1)))
         fail_msg("rank %d: %s", df_comm_rank(world), df_last_error());
 }
 
-static void expect_close(json_t *a, json_t *b, const char *key, double tol, int line)
+static double num(json_t *o, const char *key, int line)
 {
-    json_t *x = json_object_get(a, key), *y = json_object_get(b, key);
-    if (!json_is_number(x) || !json_is_number(y))
+    json_t *x = json_object_get(o, key);
+    if (!json_is_number(x))
         fail_msg("line %d: %s missing", line, key);
-    double u = json_number_value(x), v = json_number_value(y);
-    if (fabs(u - v) > tol * (1 + fabs(u)))
-        fail_msg("line %d: %s = %.9g on one rank, %.9g distributed", line, key, u, v);
+    return json_number_value(x);
 }
 
-/* Rank 0: the distributed run's metrics and weights equal the one-rank run's;
- * `moves`: samples must have moved between ranks in every step (several ranks). */
+/* |a.key - b.key| <= bound plus the double rounding of a mean of a few dozen values. */
+static void expect_within(json_t *a, json_t *b, const char *key, double bound, int line)
+{
+    double u = num(a, key, line), v = num(b, key, line);
+    bound += df_tol_gamma(64, DF_U64) * fabs(u);
+    if (!(fabs(u - v) <= bound))
+        fail_msg("line %d: %s = %.9g on one rank, %.9g distributed (bound %.3g)", line, key, u, v, bound);
+}
+
+/* The job's sizes (train()): 32 responses of <= 12 tokens to prompts of <= 128, micro-batches of 8. */
+#define POS (128 + 12)
+#define MICRO_TOKENS (8 * POS)
+#define RESPONSES 32
+#define LR 0.01
+#define ADAM_EPS 1e-8 /* the worker's (src/worker/dag_worker.c) */
+#define GRAD_CLIP 1.0 /* actor.grad_clip's default */
+
+/*
+ * Rank 0: the distributed run against the one-rank run; `moves`: samples must have moved between
+ * ranks in every step (several ranks).
+ *
+ * Validation before training (line 0) and the first rollout decode from the same initial weights,
+ * so their tokens are the same unless a draw (or a greedy argmax) lies within the logits' rounding
+ * of a boundary: log-probs at most F apart (tt_forward_bound, 2e-4 here), a chance of <= F per
+ * drawn token, <= 0.1 for the ~400 tokens of a run under this pessimistic F; observed log-prob
+ * differences are ~1e-6, which puts the chance near 1e-3. These comparisons thus hold unless
+ * rounding flipped a token (no bound survives that: the responses would differ). Given the same
+ * tokens, scores and lengths agree but for the order of a mean. At step 1 the losses are at the
+ * initial weights: pg_loss = -sum w A rho with rho = e^(log p - old) and each log-prob <= F apart
+ * in the two runs, so <= 2F max|A| apart (token-mean: sum w = 1); kl_loss <= 2F (per token
+ * |kl| <= F against the same reference); entropy <= F; grad_norm by
+ * tt_e2e_grad_bound. The weights after step 1: tt_adam_first_step_check.
+ */
 static void compare_with_reference(const char *out, bool moves)
 {
     if (df_comm_rank(world) != 0)
@@ -71,40 +107,54 @@ static void compare_with_reference(const char *out, bool moves)
     json_t *ref = df_test_metrics(dir, "ref", false), *got = df_test_metrics(dir, out, false);
     assert_int_equal(json_array_size(ref), 4); /* validation before training, 3 steps (the last validates) */
     assert_int_equal(json_array_size(got), json_array_size(ref));
-    static const struct {
-        const char *key;
-        double tol;
-    } keys[] = {{"critic/score/mean", 1e-6},   {"critic/score/max", 1e-6},  {"response_length/mean", 1e-9},
-                {"response_length/max", 1e-9}, {"actor/pg_loss", 1e-4},     {"actor/kl_loss", 1e-4},
-                {"actor/entropy", 1e-4},       {"actor/grad_norm", 1e-3},   {"actor/lr", 1e-12},
-                {"perf/total_num_tokens", 1e-9}};
+    char p[512];
+    snprintf(p, sizeof p, "%s/model", dir);
+    df_model *m0;
+    assert_int_equal(df_model_load(p, &m0), 0);
+    const double F = tt_forward_bound(m0, POS, 1.0f);
+
+    expect_within(json_array_get(ref, 0), json_array_get(got, 0), "val-core/test/digits/reward/mean@1", 0, 0);
+    json_t *a = json_array_get(ref, 1), *b = json_array_get(got, 1);
+    const char *same[] = {"critic/score/mean",   "critic/score/max",      "response_length/mean",
+                          "response_length/max", "perf/total_num_tokens", "actor/lr"};
+    for (size_t k = 0; k < sizeof same / sizeof *same; k++)
+        expect_within(a, b, same[k], 0, 1);
+    double max_adv = fmax(fabs(num(a, "critic/advantages/max", 1)), fabs(num(a, "critic/advantages/min", 1)));
+    int64_t T = (int64_t)ceil(num(a, "response_length/mean", 1) * RESPONSES);
+    double gn = num(a, "actor/grad_norm", 1),
+           dg = tt_e2e_grad_bound(m0, POS, MICRO_TOKENS, T, df_comm_size(world), gn, 1.0f);
+    expect_within(a, b, "actor/pg_loss", 2 * F * max_adv * exp(2 * F), 1);
+    expect_within(a, b, "actor/kl_loss", 2 * F, 1);
+    expect_within(a, b, "actor/entropy", F, 1);
+    expect_within(a, b, "actor/grad_norm", dg, 1);
     for (size_t i = 1; i < json_array_size(ref); i++) {
-        json_t *a = json_array_get(ref, i), *b = json_array_get(got, i);
-        for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
-            expect_close(a, b, keys[k].key, keys[k].tol, (int)i);
-        assert_true(json_number_value(json_object_get(b, "actor/weights_in_sync")) == 1.0);
-        double moved = json_number_value(json_object_get(b, "perf/redistributed_bytes"));
+        json_t *x = json_array_get(ref, i), *y = json_array_get(got, i);
+        expect_within(x, y, "actor/lr", 0, (int)i); /* the schedule: exact */
+        assert_true(num(y, "actor/weights_in_sync", (int)i) == 1.0);
+        double moved = json_number_value(json_object_get(y, "perf/redistributed_bytes")); /* 0 when absent */
         if (moves && df_comm_size(world) > 1 && !(moved > 0))
             fail_msg("step %d: no samples moved between ranks", (int)i);
         if (!moves && moved != 0)
             fail_msg("step %d: %g bytes moved where the hand-offs are local", (int)i, moved);
     }
-    expect_close(json_array_get(ref, 0), json_array_get(got, 0), "val-core/test/digits/reward/mean@1", 1e-6, 0);
-    expect_close(json_array_get(ref, 3), json_array_get(got, 3), "val-core/test/digits/reward/mean@1", 1e-4, 3);
     json_decref(ref);
     json_decref(got);
 
     char p0[512], p1[512];
-    snprintf(p0, sizeof p0, "%s/ref/global_step_3/actor", dir);
-    snprintf(p1, sizeof p1, "%s/%s/global_step_3/actor", dir, out);
-    df_model *m0, *m1;
-    assert_int_equal(df_model_load(p0, &m0), 0);
-    assert_int_equal(df_model_load(p1, &m1), 0);
-    double diff = df_test_max_param_diff(m0, m1);
-    print_message("%s: max |w_1rank - w_dist| = %.3g\n", out, diff);
-    assert_true(diff < 1e-4);
+    snprintf(p0, sizeof p0, "%s/ref/global_step_1/actor", dir);
+    snprintf(p1, sizeof p1, "%s/%s/global_step_1/actor", dir, out);
+    df_model *w0, *w1;
+    assert_int_equal(df_model_load(p0, &w0), 0);
+    assert_int_equal(df_model_load(p1, &w1), 0);
+    int64_t free_params;
+    double worst = tt_adam_first_step_check(m0, w0, w1, LR, ADAM_EPS, GRAD_CLIP, gn, dg, &free_params);
+    print_message("%s: step-1 weights: max observed / bound %.3g (%lld of %lld parameters free: gradient at "
+                  "rounding level), max |w_1rank - w_dist| %.3g, F %.3g\n",
+                  out, worst, (long long)free_params, (long long)m0->n_params, df_test_max_param_diff(w0, w1),
+                  F);
+    df_model_free(w0);
+    df_model_free(w1);
     df_model_free(m0);
-    df_model_free(m1);
 }
 
 static void test_data_parallel(void **state)
@@ -155,8 +205,9 @@ static void test_val_set_smaller_than_world(void **state)
     assert_int_equal(df_comm_barrier(world), 0);
     if (df_comm_rank(world) != 0)
         return;
+    /* greedy decoding from the same initial weights: the same tokens (see compare_with_reference) */
     json_t *ref = df_test_metrics(dir, "val1_ref", false), *got = df_test_metrics(dir, "val1", false);
-    expect_close(json_array_get(ref, 0), json_array_get(got, 0), "val-core/test/digits/reward/mean@1", 1e-6, 0);
+    expect_within(json_array_get(ref, 0), json_array_get(got, 0), "val-core/test/digits/reward/mean@1", 0, 0);
     json_decref(ref);
     json_decref(got);
 }

@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "testutil.h"
+#include "tolerance.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -45,11 +46,36 @@ static double run_loss(df_policy_loss_fn fn, const df_policy_loss_input *in, flo
     return out.loss;
 }
 
+/* The log-ratio of token t as the losses compute it (0 without old log-probs: gpg). */
+static double log_ratio(const df_policy_loss_input *in, int64_t t)
+{
+    return in->old_log_prob ? (double)in->log_prob[t] - (double)in->old_log_prob[t] : 0.0;
+}
+
+/* Upper bound on sum_t |w_t l_t| of any of these losses: |l_t| <= |A| max(r, 1 + high, c)
+   + alpha (e^|d| + |d|) + kappa |d| (cpgd's drift, kl_cov's penalty), with r <= e^|d|. */
+static double abs_loss_bound(const df_policy_loss_input *in)
+{
+    double s = 0;
+    for (int64_t t = 0; t < in->offsets[in->n]; t++) {
+        double d = fabs(log_ratio(in, t)), e = exp(d);
+        double clip = 1 + in->clip_ratio_high + in->clip_ratio_c;
+        s += fabs(in->weights[t]) * (fabs(in->advantages[t]) * (e + clip) + in->policy_drift_coeff * (e + d) +
+                                     in->ppo_kl_coef * d);
+    }
+    return s;
+}
+
 /*
  * Central differences of loss(log_prob) against the analytic gradient, token by
- * token. The step is the difference of the two float inputs actually used.
+ * token. The step is the difference of the two float inputs actually used. Bound
+ * (df_tol_fd): in token t's log-prob, every loss is a sum over t's sample of terms
+ * -A e^d (gspo: of e^mean(d), each derivative bringing a factor 1/L), terms linear in
+ * d and cpgd's drift alpha (e^d - 1 - d), so |f''| and |f'''| are at most the sum over
+ * t's sample of |w| (|A| + alpha) e^(max |d| + h); an evaluation is a double sum of T
+ * terms of a few operations each, within gamma_{16T} of abs_loss_bound.
  */
-static void check_fd(df_policy_loss_fn fn, const df_policy_loss_input *in0, double tol)
+static void check_fd(df_policy_loss_fn fn, const df_policy_loss_input *in0)
 {
     const int64_t T = in0->offsets[in0->n];
     float *lp = malloc((size_t)T * sizeof *lp), *g = malloc((size_t)T * sizeof *g);
@@ -57,17 +83,27 @@ static void check_fd(df_policy_loss_fn fn, const df_policy_loss_input *in0, doub
     df_policy_loss_input in = *in0;
     in.log_prob = lp;
     run_loss(fn, &in, g);
-    for (int64_t t = 0; t < T; t++) {
-        float x = lp[t];
-        float xp = x + 1e-3f, xm = x - 1e-3f;
-        lp[t] = xp;
-        double lpl = run_loss(fn, &in, NULL);
-        lp[t] = xm;
-        double lmi = run_loss(fn, &in, NULL);
-        lp[t] = x;
-        double fd = (lpl - lmi) / ((double)xp - (double)xm);
-        if (!(fabs(fd - g[t]) <= tol * (1.0 + fabs(fd))))
-            fail_msg("token %lld: analytic %.9g, finite difference %.9g", (long long)t, (double)g[t], fd);
+    const double ferr = df_tol_gamma(16 * (double)T, DF_U64) * abs_loss_bound(&in);
+    for (int64_t i = 0; i < in.n; i++) {
+        const int64_t a = in.offsets[i], b = in.offsets[i + 1];
+        double wa = 0, dmax = 0;
+        for (int64_t t = a; t < b; t++) {
+            wa += fabs(in.weights[t]) * (fabs(in.advantages[t]) + in.policy_drift_coeff);
+            dmax = fmax(dmax, fabs(log_ratio(&in, t)));
+        }
+        for (int64_t t = a; t < b; t++) {
+            float x = lp[t];
+            float xp = x + 1e-3f, xm = x - 1e-3f;
+            lp[t] = xp;
+            double lpl = run_loss(fn, &in, NULL);
+            lp[t] = xm;
+            double lmi = run_loss(fn, &in, NULL);
+            lp[t] = x;
+            double fd = (lpl - lmi) / ((double)xp - (double)xm);
+            double h = ((double)xp - (double)xm) / 2, mid = fabs(((double)xp + (double)xm) / 2 - x);
+            double m = wa * exp(dmax + h);
+            assert_near(g[t], fd, df_tol_fd(h, m, mid, m, ferr, g[t]));
+        }
     }
     free(lp), free(g);
 }
@@ -102,6 +138,10 @@ static void test_registry_names(void **state)
  * Sample 2: empty.
  * loss = 2 * 0.25 * -1.105170918 + 3 * (1/6) * -2.4 = -0.552585459 - 1.2 = -1.752585459
  * pg_clipfrac = 3 / 5; ppo_kl = mean(old - lp) = -(0.1 + 0.1 + 0.5 + 0.3 + 0.1) / 5 = -0.22
+ * Bounds (df_tol_hand): old -1.1f, -2.1f move s_0's log-ratio by (1.1 + 2.1) / 2 DF_U32,
+ * the loss by 0.5 e^0.1 times that, the gradient by 0.25 e^0.1 times it; the clipped
+ * sample's loss is 3 (1/6.0f) 2 (1 + 0.2f), off by those two float32 numbers (0.2 + 1.2);
+ * pg_clipfrac is one double division, as 0.6: exact.
  */
 static void test_gspo_hand(void **state)
 {
@@ -115,20 +155,22 @@ static void test_gspo_hand(void **state)
     float g[5];
     df_policy_loss_output out = {.grad = g};
     assert_int_equal(df_policy_loss_gspo(&in, &out), 0);
-    assert_near(out.loss, -1.752585459, 1e-6);
-    assert_near(g[0], -0.276292730, 1e-6);
-    assert_near(g[1], -0.276292730, 1e-6);
+    const double x_err = (1.1 + 2.1) / 2, e01 = 1.105170918;
+    assert_near(out.loss, -1.752585459, df_tol_hand(5e-10, 0, 0.5 * e01 * x_err + 0.2 + 1.2, 2.3));
+    assert_near(g[0], -0.276292730, df_tol_hand(5e-10, 0.28, 0.25 * e01 * x_err, 0.28));
+    assert_near(g[1], -0.276292730, df_tol_hand(5e-10, 0.28, 0.25 * e01 * x_err, 0.28));
     for (int t = 2; t < 5; t++)
         assert_near(g[t], 0.0, 0);
-    assert_near(out.pg_clipfrac, 0.6, 1e-12);
+    assert_near(out.pg_clipfrac, 0.6, 0);
     assert_near(out.pg_clipfrac_lower, 0.0, 0);
-    assert_near(out.ppo_kl, -0.22, 1e-6);
+    /* a mean of log-ratios: cond = sum |old_t| / 5 over the inexact ones */
+    assert_near(out.ppo_kl, -0.22, df_tol_hand(0, 0, (1.1 + 2.1 + 0.8 + 0.6) / 5, 0.22));
 }
 
 /*
  * Extreme log-ratio: one sample, log-ratios 12, 12 (mean 12 > 10), A = -1, w = 0.5:
- *   s = exp(10) = 22026.46579 (the clamp), l1 = 22026.46579 > l2 = 1.2 -> unclipped
- *   loss = 2 * 0.5 * 22026.46579; gradient 0 (the clamp stops it)
+ *   s = exp(10) = 22026.4657948 (the clamp), l1 = 22026.4657948 > l2 = 1.2 -> unclipped
+ *   loss = 2 * 0.5 * 22026.4657948; gradient 0 (the clamp stops it)
  */
 static void test_gspo_extreme(void **state)
 {
@@ -137,7 +179,8 @@ static void test_gspo_extreme(void **state)
     const float lp[] = {-1, -2}, old[] = {-13, -14}, adv[] = {-1, -1}, w[] = {0.5f, 0.5f};
     df_policy_loss_input in = mk_in(1, off, lp, old, adv, w);
     float g[2];
-    assert_near(run_loss(df_policy_loss_gspo, &in, g), 22026.46579, 1e-4);
+    /* exact inputs, the clamp's e^10 in double: the printed digits and the double arithmetic */
+    assert_near(run_loss(df_policy_loss_gspo, &in, g), 22026.4657948, df_tol_hand(5e-8, 0, 0, 22026.5));
     assert_near(g[0], 0.0, 0);
     assert_near(g[1], 0.0, 0);
 }
@@ -153,7 +196,7 @@ static void test_gspo_fd(void **state)
     const float adv[] = {0.7f, 0.7f, 0.7f, -1.3f, 0.4f, 0.4f, 0.4f};
     const float w[] = {0.1f, 0.1f, 0.1f, 0.25f, 0.05f, 0.05f, 0.05f};
     df_policy_loss_input in = mk_in(4, off, lp, old, adv, w);
-    check_fd(df_policy_loss_gspo, &in, 1e-3);
+    check_fd(df_policy_loss_gspo, &in);
 }
 
 /* ====================================================================== gpg */
@@ -173,13 +216,15 @@ static void test_gpg_hand(void **state)
     float g[3];
     df_policy_loss_output out = {.grad = g, .ppo_kl = 7, .pg_clipfrac = 7};
     assert_int_equal(df_policy_loss_gpg(&in, &out), 0);
-    assert_near(out.loss, 1 / 3.0, 1e-7);
-    assert_near(g[0], -1 / 3.0, 1e-7);
-    assert_near(g[1], -1 / 3.0, 1e-7);
-    assert_near(g[2], 1 / 6.0, 1e-7);
+    /* the weights 1/3.0f are float32 (cond sum |w A lp| = 1, |w A| for the gradient), the
+       gradient is float32 too */
+    assert_near(out.loss, 1 / 3.0, df_tol_hand(0, 0, 1, 1));
+    assert_near(g[0], -1 / 3.0, df_tol_hand(0, 1 / 3.0, 1 / 3.0, 1 / 3.0));
+    assert_near(g[1], -1 / 3.0, df_tol_hand(0, 1 / 3.0, 1 / 3.0, 1 / 3.0));
+    assert_near(g[2], 1 / 6.0, df_tol_hand(0, 1 / 6.0, 1 / 6.0, 1 / 6.0));
     assert_near(out.ppo_kl, 0, 0);
     assert_near(out.pg_clipfrac, 0, 0);
-    check_fd(df_policy_loss_gpg, &in, 1e-3);
+    check_fd(df_policy_loss_gpg, &in);
 }
 
 /* ====================================================================== cpgd */
@@ -197,6 +242,10 @@ static void test_gpg_hand(void **state)
  *      l = -0.199516258; g = 0.25 (2 + 0.1 * -0.095162582) = 0.497620935
  * loss = 0.25 (-0.099482908 - 0.177335676 - 0.442205281 - 0.199516258) = -0.229635031
  * pg_clipfrac = 2/4; ppo_kl = -(0.1 + 0.3 - 0.3 - 0.1) / 4 = 0
+ * Bounds (df_tol_hand): the float32 log-probs -1.1f, -0.8f, -1.3f, -2.1f move d by |x| DF_U32,
+ * the loss by w |dl/dd| |x| (dl/dd = -A + alpha (e^d - 1) unclipped, alpha (e^d - 1) clipped),
+ * the clip bounds ln(1 +- 0.2f) by 0.2 / 1.2 and 0.2 / 0.8 (times w |A|); the gradients
+ * by w alpha e^d |x| <= 0.05; the printed values carry 9 decimals.
  */
 static void test_cpgd_hand(void **state)
 {
@@ -209,21 +258,23 @@ static void test_cpgd_hand(void **state)
     float g[4];
     df_policy_loss_output out = {.grad = g};
     assert_int_equal(df_policy_loss_cpgd(&in, &out), 0);
-    assert_near(out.loss, -0.229635031, 2e-7);
+    const double cond =
+        0.25 * (0.99 * 1.1 + 0.035 * 0.8 + 0.026 * 1.3 + 1.99 * 2.1 + 0.2 / 1.2 + 2 * 0.2 / 0.8);
+    assert_near(out.loss, -0.229635031, df_tol_hand(5e-10, 0, cond, 1));
     const double want[] = {-0.247370727, 0.008746470, -0.006479544, 0.497620935};
     for (int t = 0; t < 4; t++)
-        assert_near(g[t], want[t], 2e-7);
-    assert_near(out.pg_clipfrac, 0.5, 1e-12);
-    assert_near(out.ppo_kl, 0.0, 1e-7);
+        assert_near(g[t], want[t], df_tol_hand(5e-10, fabs(want[t]), 0.05, fabs(want[t])));
+    assert_near(out.pg_clipfrac, 0.5, 0);
+    assert_near(out.ppo_kl, 0.0, df_tol_hand(0, 0, (1.1 + 0.8 + 1.3 + 2.1) / 4, 0.2));
 
     /* drift bound c = 0.2 on t1 (e^0.3 - 1 = 0.349858808 > 0.2): d0 = ln 1.2,
      * D = (0.2 - 0.182321557) + 0.2 (0.3 - 0.182321557) = 0.041214132, D' = 0.2
      * loss moves by 0.25 * 0.1 * (0.041214132 - 0.049858808) = -0.000216117 */
     in.cpgd_drift_clip = 0.2;
     assert_int_equal(df_policy_loss_cpgd(&in, &out), 0);
-    assert_near(out.loss, -0.229635031 - 0.000216117, 2e-7);
-    assert_near(g[1], 0.25 * 0.1 * 0.2, 1e-8);
-    assert_near(g[0], -0.247370727, 2e-7); /* e^0.1 - 1 < 0.2: unchanged */
+    assert_near(out.loss, -0.229635031 - 0.000216117, df_tol_hand(1e-9, 0, cond, 1));
+    assert_near(g[1], 0.25 * 0.1 * 0.2, df_tol_hand(0, 0.005, 0, 0.005)); /* D' = c: no d in it */
+    assert_near(g[0], -0.247370727, df_tol_hand(5e-10, 0.25, 0.05, 0.25)); /* e^0.1 - 1 < 0.2: unchanged */
 }
 
 /* No drift: the plain clipped log-ratio policy gradient; extreme ratios clamp. */
@@ -240,14 +291,15 @@ static void test_cpgd_edges(void **state)
     float g[3];
     df_policy_loss_output out = {.grad = g};
     assert_int_equal(df_policy_loss_cpgd(&in, &out), 0);
-    assert_near(out.loss, 19.776856449, 1e-8);
-    assert_near(out.pg_clipfrac, 1 / 3.0, 1e-12);
+    /* exact inputs but clip_ratio_low 0.2f: ln(1 - 0.2f) moves by 0.2 / 0.8 DF_U32 */
+    assert_near(out.loss, 19.776856449, df_tol_hand(5e-10, 0, 0.2 / 0.8, 20.3));
+    assert_near(out.pg_clipfrac, 1 / 3.0, 0);
     for (int t = 0; t < 3; t++)
         assert_near(g[t], 0.0, 0);
     /* clip_ratio_low >= 1 removes the lower bound: t1 is unclipped, l = 1 * -20: loss 0 */
     in.clip_ratio_low = 1.0f;
     assert_int_equal(df_policy_loss_cpgd(&in, &out), 0);
-    assert_near(out.loss, 0.0, 1e-9);
+    assert_near(out.loss, 0.0, 0); /* 20 - 20 + 0, exact */
     assert_near(out.pg_clipfrac, 0.0, 0);
     in.policy_drift_coeff = -1;
     assert_error_mentions(df_policy_loss_cpgd(&in, &out), DF_EINVAL, "policy_drift_coeff");
@@ -265,9 +317,9 @@ static void test_cpgd_fd(void **state)
     const float w[] = {0.2f, 0.2f, 0.1f, 0.1f, 0.1f, 0.1f};
     df_policy_loss_input in = mk_in(3, off, lp, old, adv, w);
     in.policy_drift_coeff = 0.3;
-    check_fd(df_policy_loss_cpgd, &in, 1e-3);
+    check_fd(df_policy_loss_cpgd, &in);
     in.cpgd_drift_clip = 0.5; /* token 4 (d = 1, e - 1 > 0.5) is on the linear part */
-    check_fd(df_policy_loss_cpgd, &in, 1e-3);
+    check_fd(df_policy_loss_cpgd, &in);
 }
 
 /* ====================================================================== clip_cov / kl_cov */
@@ -292,6 +344,9 @@ static const float kc_w[] = {0.25f, 0.25f, 0.25f, 0.25f};
  * t3: clipped: l = max(0.670320, 0.8) = 0.8, g = 0
  * loss = 0.25 (0 - 1 + 1 + 0.8) = 0.2; pg_clipfrac = 1/4;
  * ppo_kl = mean(-d) = (-0.1 + 0 + 0 + 0.4) / 4 = 0.075
+ * Bounds (df_tol_hand): t1 and t2 have d = 0 exactly; t3's clipped loss -A (1 - 0.2f)
+ * carries 0.2f (cond w 0.2), t0's e^d the rounding of -0.2f, -0.3f (|d e^d| <= 0.5 e^0.1);
+ * ppo_kl and the mean log-prob are means of float32 inputs (cond sum |x| / 4).
  */
 static void test_clip_cov_hand(void **state)
 {
@@ -301,17 +356,17 @@ static void test_clip_cov_hand(void **state)
     float g[4];
     df_policy_loss_output out = {.grad = g};
     assert_int_equal(df_policy_loss_clip_cov(&in, &out), 0);
-    assert_near(out.loss, 0.2, 1e-7);
+    assert_near(out.loss, 0.2, df_tol_hand(0, 0, 0.25 * 0.2, 0.7));
     const double want[] = {0, -0.25, 0.25, 0};
     for (int t = 0; t < 4; t++)
-        assert_near(g[t], want[t], 1e-7);
-    assert_near(out.pg_clipfrac, 0.25, 1e-12);
-    assert_near(out.ppo_kl, 0.075, 1e-7);
+        assert_near(g[t], want[t], 0); /* w (-A) r with r = 1 exactly */
+    assert_near(out.pg_clipfrac, 0.25, 0);
+    assert_near(out.ppo_kl, 0.075, df_tol_hand(0, 0, (0.2 + 0.3 + 3.4) / 4, 0.125));
 
     df_cov_stats st;
     assert_int_equal(df_cov_stats_compute("clip_cov", &in, &st), 0);
     assert_near(st.adv_mean, 0.0, 0);
-    assert_near(st.logp_mean, -1.75, 1e-7);
+    assert_near(st.logp_mean, -1.75, df_tol_hand(0, 0, (0.2 + 0.4 + 3.4) / 4, 1.75));
     assert_int_equal(st.n_tokens, 4);
     assert_int_equal(st.n_select, 1);
     assert_int_equal(st.index_threshold, 0);
@@ -319,7 +374,8 @@ static void test_clip_cov_hand(void **state)
     /* narrower window (1.6, 5): no candidate, nothing dropped: loss 0.25 (-1.105171 - 1 + 1 + 0.8) */
     in.clip_cov_lb = 1.6;
     assert_int_equal(df_policy_loss_clip_cov(&in, &out), 0);
-    assert_near(out.loss, 0.25 * (-1.105170918 - 1 + 1 + 0.8), 1e-6);
+    assert_near(out.loss, 0.25 * (-1.105170918 - 1 + 1 + 0.8),
+                df_tol_hand(0.25 * 5e-10, 0, 0.25 * (1.2 * 0.5 + 0.2), 1));
     assert_near(out.pg_clipfrac, 0.0, 0);
 }
 
@@ -329,6 +385,8 @@ static void test_clip_cov_hand(void **state)
  *   t1: l = -1, g = -0.25;  t2: l = 1, g = 0.25
  *   t3: r = 0.670320: l = 0.670320 + 0.4 = 1.070320; g = 0.25 (0.670320 - 1) = -0.082419988
  * loss = 0.25 (-1.005171 - 1 + 1 + 1.070320) = 0.016287282; ppo_kl = (0.1 + 0.4) / 4 = 0.125
+ * Bounds (df_tol_hand): t0's d is off by (0.2 + 0.3) DF_U32, t3's by 3.4 DF_U32 (-3.4f);
+ * times |dl/dd| = |-A e^d + sign d| <= 0.11, 0.33 for the loss, |w A e^d| for the gradient.
  */
 static void test_kl_cov_hand(void **state)
 {
@@ -338,13 +396,14 @@ static void test_kl_cov_hand(void **state)
     float g[4];
     df_policy_loss_output out = {.grad = g};
     assert_int_equal(df_policy_loss_kl_cov(&in, &out), 0);
-    assert_near(out.loss, 0.016287282, 2e-7);
+    assert_near(out.loss, 0.016287282, df_tol_hand(5e-10, 0, 0.25 * (0.11 * 0.5 + 0.33 * 3.4), 1.02));
     const double want[] = {-0.026292730, -0.25, 0.25, -0.082419988};
+    const double cond[] = {0.25 * 1.11 * 0.5, 0, 0, 0.25 * 0.68 * 3.4};
     for (int t = 0; t < 4; t++)
-        assert_near(g[t], want[t], 2e-7);
-    assert_near(out.ppo_kl, 0.125, 1e-7);
+        assert_near(g[t], want[t], df_tol_hand(t == 1 || t == 2 ? 0 : 5e-10, fabs(want[t]), cond[t], 0.25));
+    assert_near(out.ppo_kl, 0.125, df_tol_hand(0, 0, (0.5 + 3.4) / 4, 0.125));
     assert_near(out.pg_clipfrac, 0.0, 0);
-    check_fd(df_policy_loss_kl_cov, &in, 1e-3);
+    check_fd(df_policy_loss_kl_cov, &in);
 }
 
 /* All-equal advantages: every cov is 0. clip_cov has no candidate in (1, 5);
@@ -362,11 +421,14 @@ static void test_cov_all_equal(void **state)
     assert_int_equal(df_cov_stats_compute("kl_cov", &in, &st), 0);
     assert_int_equal(st.n_select, 1);
     assert_int_equal(st.index_threshold, 0);
-    /* kl_cov loss: -0.5 (e^0.1 + 1 + 1 + e^-0.4) / 4 + 2 * |0.1| / 4 (t0 selected) */
+    /* kl_cov loss: -0.5 (e^0.1 + 1 + 1 + e^-0.4) / 4 + 2 * |0.1| / 4 (t0 selected); t0's d
+       is off by 0.5 DF_U32 (|dl/dd| = |-0.5 e^d + 2| <= 1.5), t3's by 3.4 (0.5 e^-0.4) */
     float g[4];
     double want = 0.25 * (-0.5 * (1.105170918 + 1 + 1 + 0.670320046) + 2 * 0.1);
-    assert_near(run_loss(df_policy_loss_kl_cov, &in, g), want, 1e-6);
-    assert_near(g[0], 0.25 * (-0.5 * 1.105170918 + 2), 1e-6);
+    assert_near(run_loss(df_policy_loss_kl_cov, &in, g), want,
+                df_tol_hand(0.25 * 0.5 * 1e-9, 0, 0.25 * (1.5 * 0.5 + 0.34 * 3.4), 0.5));
+    assert_near(g[0], 0.25 * (-0.5 * 1.105170918 + 2),
+                df_tol_hand(0.25 * 0.5 * 5e-10, 0.37, 0.25 * 0.56 * 0.5, 0.37));
 }
 
 /* clip_cov picks exactly k of many candidates, the same ones for the same seed. */
@@ -386,7 +448,7 @@ static void test_clip_cov_random_choice(void **state)
     float g1[T], g2[T], g3[T];
     df_policy_loss_output o = {.grad = g1};
     assert_int_equal(df_policy_loss_clip_cov(&in, &o), 0);
-    assert_near(o.pg_clipfrac, 10.0 / T, 1e-12); /* k = int(0.05 * 200) = 10 */
+    assert_near(o.pg_clipfrac, 10.0 / T, 0); /* k = int(0.05 * 200) = 10; one division, as here */
     run_loss(df_policy_loss_clip_cov, &in, g2);
     in.seed = 12;
     run_loss(df_policy_loss_clip_cov, &in, g3);
@@ -422,15 +484,17 @@ static void test_cov_extreme(void **state)
     float g[2];
     df_policy_loss_output out = {.grad = g};
     assert_int_equal(df_policy_loss_kl_cov(&in, &out), 0);
-    assert_near(out.loss, -242582596.2, 1e-1);
+    /* exact inputs (the clamp makes t0 independent of them): the printed decimal and the
+       double arithmetic on e^20; t1's gradient and the KL means are exact */
+    assert_near(out.loss, -242582596.2, df_tol_hand(0.05, 0, 0, 2.5e8));
     assert_near(g[0], 0.0, 0);
-    assert_near(g[1], 0.5, 1e-7);
-    assert_near(out.ppo_kl, 10.0, 1e-6);
+    assert_near(g[1], 0.5, 0);
+    assert_near(out.ppo_kl, 10.0, 0);
     assert_int_equal(df_policy_loss_clip_cov(&in, &out), 0);
-    assert_near(out.loss, -0.1, 1e-7);
+    assert_near(out.loss, -0.1, df_tol_hand(0, 0, 0.5 * 0.2, 1.1)); /* 1 + 0.2f */
     assert_near(g[0], 0.0, 0);
-    assert_near(g[1], 0.5, 1e-7);
-    assert_near(out.ppo_kl, -10.0, 1e-6);
+    assert_near(g[1], 0.5, 0);
+    assert_near(out.ppo_kl, -10.0, 0);
     assert_near(out.pg_clipfrac, 0.0, 0);
 }
 
@@ -549,13 +613,19 @@ static void check_split(const char *loss, const char *mode)
         for (int p = 0; p < 3; p++)
             if (splits[k][p + 1] > splits[k][p])
                 l += part_loss(fn, &in, mode, splits[k][p], splits[k][p + 1], g_part, &kl);
-        if (fabs(l - out.loss) > 1e-6 * (1 + fabs(out.loss)))
-            fail_msg("%s / %s split %d: loss %.9g, whole %.9g", loss, mode, k, l, out.loss);
+        /* the parts compute every token's term as the whole does, from the same float32
+           weights: the sums differ only in order (twice gamma_{PT} of sum |w l| in double),
+           the gradients not at all; the KL means recombine with a few more roundings */
+        double abs_kl = 0;
         for (int t = 0; t < PT; t++)
-            if (fabs(g_part[t] - g_full[t]) > 1e-7)
+            abs_kl += fabs(log_ratio(&in, t));
+        if (fabs(l - out.loss) > 2 * df_tol_gamma(PT + 3, DF_U64) * abs_loss_bound(&in))
+            fail_msg("%s / %s split %d: loss %.17g, whole %.17g", loss, mode, k, l, out.loss);
+        for (int t = 0; t < PT; t++)
+            if (g_part[t] != g_full[t])
                 fail_msg("%s / %s split %d: grad[%d] %.9g, whole %.9g", loss, mode, k, t, (double)g_part[t],
                          (double)g_full[t]);
-        assert_near(kl / PT, out.ppo_kl, 1e-7);
+        assert_near(kl / PT, out.ppo_kl, 2 * df_tol_gamma(PT + 8, DF_U64) * abs_kl / PT);
     }
 }
 
@@ -590,7 +660,7 @@ static void test_fd_all_losses(void **state)
             /* cov = NULL: each evaluation selects again, and no token is near enough
              * to the selection boundary for a 1e-3 step to move it (fixed statistics
              * would not do: the last selected token defines the threshold) */
-            check_fd(fn, &in, 2e-3);
+            check_fd(fn, &in);
         }
     }
 }
@@ -605,17 +675,21 @@ static void test_tis_in_loss(void **state)
     const float adv[] = {1, -1}, w[] = {0.5f, 0.5f};
     float wt[2], g0[2], g1[2];
     assert_int_equal(df_tis_weights(2, old, ro, 1.5, w, wt), 0); /* [0.5 * 1.5 (capped), 0.5 e^-0.5] */
-    assert_near(wt[0], 0.75, 1e-7);
-    assert_near(wt[1], 0.5 * 0.606530660, 1e-7);
+    /* float32 weights of exact log-ratios (t0 is capped whatever -1.05f, -1.55f round to) */
+    assert_near(wt[0], 0.75, df_tol_hand(0, 0.75, 0, 0.75));
+    assert_near(wt[1], 0.5 * 0.606530660, df_tol_hand(0.5 * 5e-10, 0.31, 0, 0.31));
     df_policy_loss_input in = mk_in(1, off, lp, old, adv, w);
     double l0 = run_loss(df_policy_loss_vanilla, &in, g0);
     in.weights = wt;
     double l1 = run_loss(df_policy_loss_vanilla, &in, g1);
-    /* per-token losses: -1 e^0.05 = -1.051271096 and 1 * 1 = 1 */
-    assert_near(l0, 0.5 * (-1.051271096 + 1), 1e-6);
-    assert_near(l1, 0.75 * -1.051271096 + 0.5 * 0.606530660, 1e-6);
-    assert_near(g1[0] / g0[0], 1.5, 1e-6);
-    assert_near(g1[1] / g0[1], 0.606530660, 1e-6);
+    /* per-token losses: -1 e^0.05 = -1.051271096 and 1 * 1 = 1; t0's d = 0.05 is off by
+       1.05 DF_U32 (-1.05f), times w e^d; wt[1] enters l1 as a float32 (cond 0.31); the
+       ratios of float32 gradients: two roundings, the log-ratio's error cancels */
+    assert_near(l0, 0.5 * (-1.051271096 + 1), df_tol_hand(0.5 * 5e-10, 0, 0.5 * 1.06 * 1.05, 1.1));
+    assert_near(l1, 0.75 * -1.051271096 + 0.5 * 0.606530660,
+                df_tol_hand(1.25 * 5e-10, 0, 0.75 * 1.06 * 1.05 + 0.31, 1.1));
+    assert_near(g1[0] / g0[0], 1.5, df_tol_hand(0, 2 * 1.5, 0, 1.5));
+    assert_near(g1[1] / g0[1], 0.606530660, df_tol_hand(5e-10, 0.61, 0, 0.61));
 }
 
 int main(void)

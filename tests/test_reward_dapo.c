@@ -20,21 +20,24 @@
 /* max_resp_len 20, buffer 5 tokens, factor 1: no penalty up to 15 tokens, then -0.2 per token. */
 static const df_overlong_buffer_cfg OB = {.enable = true, .len = 5, .penalty_factor = 1.0};
 
+/* The penalty is -(len - expected) / buffer * factor in double: one correctly rounded division
+   of integers (the same double as the decimal literal) times an exact factor (1, 0.5, -0.7
+   copied), so every value below is exact; the rewards add exact halves to 0 or 1. */
 static void test_penalty_by_length(void **state)
 {
     (void)state;
     assert_near(df_reward_overlong_penalty(&OB, 20, 0), 0.0, 0);
-    assert_near(df_reward_overlong_penalty(&OB, 20, 10), 0.0, 0);      /* below the buffer */
-    assert_near(df_reward_overlong_penalty(&OB, 20, 15), 0.0, 0);      /* at expected_len: exceed 0 */
-    assert_near(df_reward_overlong_penalty(&OB, 20, 16), -0.2, 1e-12); /* inside: -(16-15)/5 */
-    assert_near(df_reward_overlong_penalty(&OB, 20, 18), -0.6, 1e-12);
-    assert_near(df_reward_overlong_penalty(&OB, 20, 20), -1.0, 1e-12); /* at the limit: -factor */
-    assert_near(df_reward_overlong_penalty(&OB, 20, 22), -1.4, 1e-12); /* beyond: unclipped, as verl */
+    assert_near(df_reward_overlong_penalty(&OB, 20, 10), 0.0, 0); /* below the buffer */
+    assert_near(df_reward_overlong_penalty(&OB, 20, 15), 0.0, 0); /* at expected_len: exceed 0 */
+    assert_near(df_reward_overlong_penalty(&OB, 20, 16), -0.2, 0); /* inside: -(16-15)/5 */
+    assert_near(df_reward_overlong_penalty(&OB, 20, 18), -0.6, 0);
+    assert_near(df_reward_overlong_penalty(&OB, 20, 20), -1.0, 0); /* at the limit: -factor */
+    assert_near(df_reward_overlong_penalty(&OB, 20, 22), -1.4, 0); /* beyond: unclipped, as verl */
     /* the factor scales the ramp */
     df_overlong_buffer_cfg half = OB;
     half.penalty_factor = 0.5;
-    assert_near(df_reward_overlong_penalty(&half, 20, 18), -0.3, 1e-12);
-    assert_near(df_reward_overlong_penalty(&half, 20, 20), -0.5, 1e-12);
+    assert_near(df_reward_overlong_penalty(&half, 20, 18), -0.3, 0);
+    assert_near(df_reward_overlong_penalty(&half, 20, 20), -0.5, 0);
     half.penalty_factor = 0.0;
     assert_near(df_reward_overlong_penalty(&half, 20, 20), 0.0, 0);
     /* disabled or absent: no penalty at any length */
@@ -44,8 +47,8 @@ static void test_penalty_by_length(void **state)
     assert_near(df_reward_overlong_penalty(NULL, 20, 20), 0.0, 0);
     /* a buffer longer than max_resp_len: expected_len < 0, every response is penalised (verl warns) */
     df_overlong_buffer_cfg big = {.enable = true, .len = 20, .penalty_factor = 1.0};
-    assert_near(df_reward_overlong_penalty(&big, 10, 0), -0.5, 1e-12); /* -(0 - (-10)) / 20 */
-    assert_near(df_reward_overlong_penalty(&big, 10, 10), -1.0, 1e-12);
+    assert_near(df_reward_overlong_penalty(&big, 10, 0), -0.5, 0); /* -(0 - (-10)) / 20 */
+    assert_near(df_reward_overlong_penalty(&big, 10, 10), -1.0, 0);
 }
 
 /* len 0: verl would divide by zero; distflow takes the ramp's limit, a step at max_resp_len. */
@@ -55,8 +58,8 @@ static void test_penalty_zero_length_buffer(void **state)
     df_overlong_buffer_cfg z = {.enable = true, .len = 0, .penalty_factor = 0.7};
     assert_near(df_reward_overlong_penalty(&z, 20, 0), 0.0, 0);
     assert_near(df_reward_overlong_penalty(&z, 20, 19), 0.0, 0);
-    assert_near(df_reward_overlong_penalty(&z, 20, 20), -0.7, 1e-12);
-    assert_near(df_reward_overlong_penalty(&z, 20, 25), -0.7, 1e-12);
+    assert_near(df_reward_overlong_penalty(&z, 20, 20), -0.7, 0);
+    assert_near(df_reward_overlong_penalty(&z, 20, 25), -0.7, 0);
     assert_true(isfinite(df_reward_overlong_penalty(&z, 1, 1)));
 }
 
@@ -102,12 +105,12 @@ static void test_dapo_manager_batch(void **state)
     assert_memory_equal(scores, want_scores, sizeof scores);
     assert_memory_equal(acc, want_scores, sizeof acc); /* acc from the raw score */
     assert_near(over[0], 0.0, 0);
-    assert_near(over[1], -0.5, 1e-7);
+    assert_near(over[1], -0.5, 0);
     assert_near(over[2], 0.0, 0); /* empty: exceed = 0 - 4 < 0 */
-    assert_near(over[3], -1.0, 1e-7);
+    assert_near(over[3], -1.0, 0);
     assert_near(last_token(b, 0), 1.0, 0);
-    assert_near(last_token(b, 1), -0.5, 1e-7); /* 0 + -0.5 */
-    assert_near(last_token(b, 3), 0.0, 1e-7);  /* 1 + -1 */
+    assert_near(last_token(b, 1), -0.5, 0); /* 0 + -0.5 */
+    assert_near(last_token(b, 3), 0.0, 0);  /* 1 + -1 */
     int64_t len;
     const float *t = df_batch_tok_f32(b, "token_level_scores", 1, &len);
     for (int64_t j = 0; j + 1 < len; j++)
@@ -118,8 +121,8 @@ static void test_dapo_manager_batch(void **state)
     /* penalty_factor scales what is added */
     cfg.overlong_buffer.penalty_factor = 2.0;
     assert_int_equal(df_reward_dapo(&cfg, b, RESP, NULL, NULL, over, NULL), 0);
-    assert_near(over[1], -1.0, 1e-7);
-    assert_near(last_token(b, 3), -1.0, 1e-7); /* 1 + -2 */
+    assert_near(over[1], -1.0, 0);
+    assert_near(last_token(b, 3), -1.0, 0); /* 1 + -2 */
     df_batch_free(b);
 }
 
@@ -164,8 +167,8 @@ static void test_manager_selection(void **state)
     cfg.manager = "dapo";
     assert_true(df_reward_manager_logs_overlong(&cfg));
     assert_int_equal(df_reward_manager_run(&cfg, b, RESP, NULL, NULL, over, NULL), 0);
-    assert_near(last_token(b, 3), 0.0, 1e-7);
-    assert_near(over[3], -1.0, 1e-7);
+    assert_near(last_token(b, 3), 0.0, 0);
+    assert_near(over[3], -1.0, 0);
     /* unknown names are refused before anything is scored, listing the known ones */
     df_batch_drop(b, "token_level_scores");
     cfg.manager = "prime";
