@@ -4,8 +4,9 @@
 #                DEMO_SFT=<dir> reuses the data and SFT model of an earlier run's output dir)
 #   make test   install what is missing, build, run the test suite
 #   make bench  build and run the benchmarks
-#   make test-variants  the suite with oneDNN restricted to AVX2 / AVX512_CORE and with the
-#               other DF_NATIVE setting (scripts/test-variants.sh, docs/testing.md)
+#   make test-variants  the suite with oneDNN restricted to AVX2 / AVX512_CORE, with our kernels
+#               forced to each lower variant (DF_CPU_VARIANT) and with the other DF_NATIVE
+#               setting (scripts/test-variants.sh, docs/testing.md)
 #   make check-fresh  install-deps + build + test in a fresh debootstrapped Debian 12 root, as root
 #               (scripts/check-fresh.sh; ARGS="--demo --user --keep --refresh" as needed)
 BUILD ?= build
@@ -13,6 +14,10 @@ JOBS  ?= $(shell nproc 2>/dev/null || echo 2)
 ALGO  ?= grpo
 DEMO_SFT ?=
 ARGS ?=
+# ON: -march=native for this machine only; OFF: runs on any x86-64, kernels picked at run time
+DF_NATIVE ?= OFF
+# cmake --build runs make underneath: no Entering/Leaving directory lines
+MAKEFLAGS += --no-print-directory
 
 .PHONY: all deps build test test-variants demo bench check-fresh clean
 
@@ -22,7 +27,7 @@ deps:
 	@bash scripts/install-deps.sh
 
 build: deps
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DDF_NATIVE=$(DF_NATIVE) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
 test: build

@@ -16,6 +16,7 @@
  *        [--decode-rows R (64)] [--iters N (2)] [--tile ROWS COLS GROUP ITEM_ROWS]
  * Prints `metric: value` lines; ns_per_logit is wall time / (rows * vocab).
  */
+#include "distflow/platform.h"
 #include "distflow/rng.h"
 #include "engine/sampling.h"
 #include "model/ops.h"
@@ -286,6 +287,7 @@ int main(int argc, char **argv)
            "group %lld item_rows %lld\n",
            (long long)n, (long long)V, (long long)H, (long long)R, nt, (long long)tc.rows,
            (long long)tc.cols, (long long)tc.group, (long long)tc.item_rows);
+    printf("kernels: %s (%s)\n", df_kernels_active(), df_kernels_reason());
     const double logits_n = (double)n * (double)V;
     timing t_fwd = {1e30, 1e30}, t_fwd_ne = t_fwd, t_bwd = t_fwd, t_gemm = t_fwd, t_nf = t_fwd;
     timing t_nb = t_fwd;

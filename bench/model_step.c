@@ -21,6 +21,7 @@
  */
 #include "distflow/model.h"
 #include "distflow/optim.h"
+#include "distflow/platform.h"
 #include "distflow/rng.h"
 #include "model/acts.h"
 
@@ -192,6 +193,7 @@ int main(int argc, char **argv)
            (long long)m->n_params, bc.bf16 ? "bf16" : "f32");
     printf("batch: %lld tokens in %lld sequences, %lld scored rows, %d threads\n",
            (long long)bc.tokens, (long long)p.b.n_seqs, (long long)n_out, omp_get_max_threads());
+    printf("kernels: %s (%s)\n", df_kernels_active(), df_kernels_reason());
 
     double t_fwd = 0, t_step = 0, t_opt = 0, c_fwd = 0, c_step = 0;
     for (int it = -1; it < bc.iters; it++) { /* iteration -1 warms up */

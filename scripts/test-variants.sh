@@ -3,9 +3,12 @@
 # tolerance which only holds on one CPU fails here (docs/testing.md):
 #   1. oneDNN restricted to AVX2 kernels        (ONEDNN_MAX_CPU_ISA=AVX2)
 #   2. oneDNN restricted to AVX-512 core kernels (ONEDNN_MAX_CPU_ISA=AVX512_CORE)
-#   3. the other DF_NATIVE build: -march=native on or off, in <build>-alt/
+#   3. our own kernels forced to each lower variant the CPU runs (DF_CPU_VARIANT=generic,
+#      avx2: the build compiles them for generic x86-64, x86-64-v3 and -v4 when DF_NATIVE=OFF)
+#   4. the other DF_NATIVE build: -march=native on or off, in <build>-alt/
 # Usage: scripts/test-variants.sh [BUILD_DIR]   (default build; configured and built if needed)
 set -euo pipefail
+unset DF_CPU_VARIANT # each run below sets what it tests
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
@@ -26,6 +29,17 @@ run() { # label, build dir, env assignments...
 }
 run "ONEDNN_MAX_CPU_ISA=AVX2" "$BUILD" ONEDNN_MAX_CPU_ISA=AVX2
 run "ONEDNN_MAX_CPU_ISA=AVX512_CORE" "$BUILD" ONEDNN_MAX_CPU_ISA=AVX512_CORE
+# Kernel variants: every compiled one this CPU runs, except the default (already run above).
+env_of() { "$BUILD/distflow" env | sed -n "s/^$1: //p"; }
+best=$(DF_CPU_VARIANT= env_of kernel_variant)
+for v in $(env_of kernel_variants_compiled); do
+  [ "$v" = "$best" ] && continue
+  if [ "$(DF_CPU_VARIANT=$v env_of kernel_variant)" != "$v" ]; then
+    echo "== DF_CPU_VARIANT=$v: not supported by this CPU, skipped" >&2
+    continue
+  fi
+  run "DF_CPU_VARIANT=$v" "$BUILD" DF_CPU_VARIANT=$v
+done
 cmake -S . -B "$BUILD-alt" -DCMAKE_BUILD_TYPE=Release -DDF_NATIVE=$alt >/dev/null
 cmake --build "$BUILD-alt" -j "$JOBS" >/dev/null
 run "DF_NATIVE=$alt" "$BUILD-alt"

@@ -97,6 +97,13 @@ DF_API int df_comm_shutdown(void);
  */
 DF_API void df_comm_abort(int code);
 
+/**
+ * The MPI library's version string (MPI_Get_library_version, which MPI allows
+ * before MPI_Init and after MPI_Finalize), first line only, into buf[size].
+ * DF_EUNSUPPORTED in a build without MPI.
+ */
+DF_API int df_comm_mpi_library_version(char *buf, size_t size);
+
 /** This process's rank in `c`, 0 .. size-1. */
 DF_API int df_comm_rank(const df_comm *c);
 

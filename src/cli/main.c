@@ -2,6 +2,7 @@
 #include "cli/cli.h"
 
 #include "distflow/common.h"
+#include "distflow/platform.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -17,6 +18,8 @@ static const df_cli_command commands[] = {
     {"score", "log-probabilities of a response given a prompt, as JSON", df_cmd_score},
     {"data", "prepare datasets and tokenizers (gsm8k, synth, tokenizer)", df_cmd_data},
     {"config", "show the resolved config or the documented keys", df_cmd_config},
+    {"env", "build options, CPU features, kernel variant, MPI, OpenMP, oneDNN (for bug reports)",
+     df_cmd_env},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
@@ -40,12 +43,18 @@ int main(int argc, char **argv)
         return 0;
     }
     if (!strcmp(argv[1], "--version")) {
-        printf("distflow %s\n", df_version());
+        printf("distflow %s\nbuild: %s\n", df_version(), df_build_summary());
         return 0;
     }
     for (size_t i = 0; i < N_COMMANDS; i++)
-        if (!strcmp(argv[1], commands[i].name))
+        if (!strcmp(argv[1], commands[i].name)) {
+            /* A bad DF_CPU_VARIANT stops every command but env, which shows it. */
+            if (df_kernels_init() && strcmp(argv[1], "env")) {
+                fprintf(stderr, "distflow: error: %s\n", df_last_error());
+                return 2;
+            }
             return commands[i].run(argc - 1, argv + 1);
+        }
     fprintf(stderr, "distflow: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;

@@ -157,6 +157,17 @@ void df_comm_abort(int code)
 #endif
 }
 
+int df_comm_mpi_library_version(char *buf, size_t size)
+{
+#ifdef DF_HAVE_MPI
+    return df_comm_mpi_library(buf, size);
+#else
+    if (size)
+        buf[0] = '\0';
+    return df_error(DF_EUNSUPPORTED, "built without MPI (DF_WITH_MPI=OFF or MPI not found)");
+#endif
+}
+
 int df_comm_rank(const df_comm *c)
 {
     return c->rank;

@@ -56,6 +56,8 @@ int df_comm_mpi_initialized(void);
 int df_comm_mpi_world(df_comm *world, int *owned);
 /* MPI_Finalize when owned; frees world's impl. */
 int df_comm_mpi_shutdown(df_comm *world, int owned);
+/* MPI_Get_library_version's first line into buf[size] (callable without MPI_Init). */
+int df_comm_mpi_library(char *buf, size_t size);
 /* MPI_Abort(MPI_COMM_WORLD, code). */
 void df_comm_mpi_abort(int code);
 #endif

@@ -7,7 +7,9 @@
 
 #ifdef DF_HAVE_MPI
 #include <mpi.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define MCOMM(c) (*(MPI_Comm *)(c)->impl)
 
@@ -160,6 +162,18 @@ const df_comm_ops df_comm_mpi_ops = {
     .from_ranks = m_from_ranks,
     .free_impl = m_free,
 };
+
+int df_comm_mpi_library(char *buf, size_t size)
+{
+    char v[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    if (MPI_Get_library_version(v, &len) != MPI_SUCCESS)
+        return df_error(DF_EINTERNAL, "MPI_Get_library_version failed");
+    v[len < MPI_MAX_LIBRARY_VERSION_STRING ? len : MPI_MAX_LIBRARY_VERSION_STRING - 1] = '\0';
+    v[strcspn(v, "\r\n")] = '\0';
+    snprintf(buf, size, "%s", v);
+    return 0;
+}
 
 int df_comm_mpi_initialized(void)
 {

@@ -11,6 +11,10 @@
 
 #include "distflow/model.h"
 
+/* Below this many multiply-adds a loop runs on one thread: waking the team
+ * costs more than it saves (and spins when cores are oversubscribed). */
+#define DF_PAR_MIN_WORK 32768
+
 /** KV cache, per layer [slot][max_len][kv_dim] (llama2.c layout), K and V apart. */
 typedef struct df_kv_cache {
     int64_t n_layers, n_slots, max_len, kv_dim;

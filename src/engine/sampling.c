@@ -7,6 +7,8 @@
  * tokens in id order (an inverse CDF over the vocabulary, like
  * torch.multinomial on the filtered probabilities).
  */
+#include "engine/kernels_rename.h" /* first: a kernel TU (util/kernels.h) */
+
 #include "engine/sampling.h"
 #include "model/ops.h"
 

@@ -8,6 +8,8 @@
  * generic one-row-at-a-time kernels; head dims that are multiples of 16 go to
  * the register-blocked kernels of ops_attention_vec.c.
  */
+#include "model/kernels_rename.h" /* first: a kernel TU (util/kernels.h) */
+
 #include "model/ops.h"
 #include "model/ops_attention_vec.h"
 #include "model/ops_math.h"

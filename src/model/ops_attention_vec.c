@@ -5,6 +5,8 @@
  * processed together against a [hd, BK] transposed key tile, so each loaded
  * key / value vector feeds RB fused multiply-adds and scores stay in registers.
  */
+#include "model/kernels_rename.h" /* first: a kernel TU (util/kernels.h) */
+
 #include "model/ops_attention_vec.h"
 #include "model/ops_math.h"
 

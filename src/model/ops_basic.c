@@ -1,4 +1,6 @@
 /* Elementwise and row-wise ops: embedding, RMSNorm, RoPE, SwiGLU (ops.h). */
+#include "model/kernels_rename.h" /* first: a kernel TU (util/kernels.h) */
+
 #include "model/ops.h"
 #include "model/ops_math.h"
 

@@ -6,6 +6,8 @@
  * two gradient GEMMs from there. Matches verl's logprobs_from_logits +
  * entropy_from_logits on logits / temperature.
  */
+#include "model/kernels_rename.h" /* first: a kernel TU (util/kernels.h) */
+
 #include "model/ops.h"
 #include "model/ops_math.h"
 

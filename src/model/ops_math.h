@@ -10,8 +10,10 @@
 #include <stdint.h>
 #include <string.h>
 /* Without AVX-512 the 64-byte vectors below are passed in memory; these helpers
- * are static inline, so GCC's note that this ABI differs is moot. */
-#if defined(__GNUC__) && !defined(__clang__) && !defined(__AVX512F__)
+ * are static inline, so the compilers' note that this ABI differs is moot. */
+#if defined(__clang__) && !defined(__AVX512F__)
+#pragma clang diagnostic ignored "-Wpsabi"
+#elif defined(__GNUC__) && !defined(__AVX512F__)
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 #if defined(__AVX512F__)

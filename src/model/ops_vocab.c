@@ -8,6 +8,8 @@
  * Tiles of a (row item, column group) work item are folded into the group's
  * statistics with an online log-sum-exp (Milakov & Gimelshein 2018).
  */
+#include "model/kernels_rename.h" /* first: a kernel TU (util/kernels.h) */
+
 #include "model/ops.h"
 #include "model/ops_math.h"
 
