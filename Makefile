@@ -2,9 +2,10 @@
 #   make demo   install what is missing, build, run the embedded default end to end
 #               (ALGO=<name> picks examples/demo/<name>.yaml for the RL step, default grpo;
 #                DEMO_SFT=<dir> reuses the data and SFT model of an earlier run's output dir)
-#   make test   install what is missing, build, run the test suite
+#   make test   install what is missing, build, run the test suite, then again under the
+#               variants that change float rounding (scripts/test-variants.sh)
 #   make bench  build and run the benchmarks
-#   make test-variants  the suite with oneDNN restricted to AVX2 / AVX512_CORE, with our kernels
+#   make test-variants  only the variants: the suite with oneDNN restricted to AVX2 / AVX512_CORE, with our kernels
 #               forced to each lower variant (DF_CPU_VARIANT) and with the other DF_NATIVE
 #               setting (scripts/test-variants.sh, docs/testing.md)
 #   make check-fresh  install-deps + build + test in a fresh debootstrapped Debian 12 root, as root
@@ -32,6 +33,7 @@ build: deps
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j 1
+	@bash scripts/test-variants.sh $(BUILD)
 
 test-variants: deps
 	@bash scripts/test-variants.sh $(BUILD)
