@@ -216,6 +216,10 @@ static void test_plan_samples(void **state)
         }
         assert_int_equal(sum, p->dest_tokens[d]);
     }
+    int64_t all = 0; /* every token lands somewhere, once */
+    for (int i = 0; i < 64; i++)
+        all += v[i].sum_tokens;
+    assert_int_equal(tot, all);
     assert_true((double)p->dest_tokens[0] / (double)p->dest_tokens[1] < 1.02);
     df_redist_plan_free(p);
 

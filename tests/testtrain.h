@@ -177,7 +177,7 @@ static inline void tt_value_grad_norms(const df_model *m, const df_batch *b, dou
             df_model *c = NULL;
             df_critic *k = NULL;
             df_metrics *met = df_metrics_new();
-            float *ret;
+            float *ret = NULL;
             if (!t || df_model_clone(m, &c) || df_critic_create(c, &p, &k) ||
                 df_critic_compute_values(k, t) ||
                 df_batch_alloc_tok_f32_like(t, "returns", "response_ids", &ret))
