@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "testbounds.h"
 #include "testutil.h"
 
 #include "distflow/config.h"
@@ -146,9 +147,104 @@ static void test_workflow_file_step(void **state)
     assert_int_equal(df_test_remove_tree(tmp), 0);
 }
 
+/* A workflow's rollout node samples at its own temperature (0.5 here, 1.0 globally): the actor
+ * and reference must compute old_log_probs at that temperature too, or the PPO ratio compares
+ * log-probs of two different distributions. rollout_corr/log_ppl_abs_diff is the mean over
+ * sequences of |mean over tokens of (rollout - actor log-prob)|; each token's two log-probs
+ * are two float forward passes of the same weights at the same temperature, at most F apart
+ * (testbounds.h), so the metric is <= F. At the global temperature it was 0.018. */
+static void test_workflow_node_temperature(void **state)
+{
+    (void)state;
+    snprintf(tmp, sizeof tmp, "/tmp/df_e2e_XXXXXX");
+    assert_non_null(mkdtemp(tmp));
+    make_inputs();
+    assert_int_equal(df_reward_register("test/digits", df_test_digit_share), 0);
+    write_text("wf.yaml",
+               "dag_id: wf_temperature\n"
+               "nodes:\n"
+               "  - {node_id: rollout, node_type: MODEL_INFERENCE, node_role: ROLLOUT,\n"
+               "     config: {rollout.temperature: 0.5}}\n"
+               "  - {node_id: reward, node_type: COMPUTE, node_role: REWARD, dependencies: [rollout]}\n"
+               "  - {node_id: adv, node_type: COMPUTE, node_role: ADVANTAGE, dependencies: [reward]}\n"
+               "  - {node_id: old, node_type: MODEL_TRAIN, node_role: ACTOR, only_forward_compute: true,\n"
+               "     dependencies: [adv]}\n"
+               "  - {node_id: train, node_type: MODEL_TRAIN, node_role: ACTOR, dependencies: [old]}\n");
+    const int64_t max_prompt = 128, max_response = 8;
+    char yaml[2048];
+    snprintf(yaml, sizeof yaml,
+             "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 8,\n"
+             "       max_prompt_length: %d, max_response_length: %d}\n"
+             "actor_rollout_ref:\n"
+             "  model: {path: %s/model}\n"
+             "  actor: {optim: {lr: 0.01}, ppo_mini_batch_size: 8, ppo_micro_batch_size_per_gpu: 8}\n"
+             "  rollout: {n: 4, temperature: 1.0, log_prob_micro_batch_size_per_gpu: 16}\n"
+             "algorithm: {adv_estimator: grpo}\n"
+             "dag: {workflow_path: %s/wf.yaml}\n"
+             "trainer: {total_training_steps: 1, save_freq: -1, logger: [], default_local_dir: %s/out}\n",
+             tmp, (int)max_prompt, (int)max_response, tmp, tmp, tmp);
+    df_test_fit(yaml, "e2e.yaml");
+    json_t *lines = df_test_metrics(tmp, "out", true), *o = json_array_get(lines, 0);
+    json_t *v = json_object_get(o, "rollout_corr/log_ppl_abs_diff");
+    if (!json_is_number(v))
+        fail_msg("rollout_corr/log_ppl_abs_diff missing");
+    df_model *m;
+    char *dir = df_path_join(tmp, "model");
+    assert_int_equal(df_model_load(dir, &m), 0);
+    double F = tb_forward_bound(m, max_prompt + max_response, 0.5f);
+    print_message("log_ppl_abs_diff %.3g, bound %.3g\n", json_number_value(v), F);
+    if (!(json_number_value(v) <= F))
+        fail_msg("rollout and actor log-probs differ by %.3g per token (bound %.3g): the actor does not "
+                 "compute them at the rollout node's temperature",
+                 json_number_value(v), F);
+    df_model_free(m);
+    free(dir);
+    json_decref(lines);
+    assert_int_equal(df_test_remove_tree(tmp), 0);
+}
+
+/* Two rollout nodes that sample at different temperatures leave the actor no single one to
+ * compute log-probs at: refused before any step, naming both nodes. */
+static void test_rollout_temperatures_disagree(void **state)
+{
+    (void)state;
+    snprintf(tmp, sizeof tmp, "/tmp/df_e2e_XXXXXX");
+    assert_non_null(mkdtemp(tmp));
+    make_inputs();
+    assert_int_equal(df_reward_register("test/digits", df_test_digit_share), 0);
+    write_text("wf.yaml",
+               "dag_id: wf_two_rollouts\n"
+               "nodes:\n"
+               "  - {node_id: hot, node_type: MODEL_INFERENCE, node_role: ROLLOUT,\n"
+               "     config: {rollout.temperature: 0.5}}\n"
+               "  - {node_id: cold, node_type: MODEL_INFERENCE, node_role: ROLLOUT, dependencies: [hot],\n"
+               "     config: {rollout.temperature: 0.7}}\n"
+               "  - {node_id: reward, node_type: COMPUTE, node_role: REWARD, dependencies: [cold]}\n"
+               "  - {node_id: adv, node_type: COMPUTE, node_role: ADVANTAGE, dependencies: [reward]}\n"
+               "  - {node_id: train, node_type: MODEL_TRAIN, node_role: ACTOR, dependencies: [adv]}\n");
+    char yaml[2048];
+    snprintf(yaml, sizeof yaml,
+             "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 8,\n"
+             "       max_prompt_length: 128, max_response_length: 8}\n"
+             "actor_rollout_ref:\n"
+             "  model: {path: %s/model}\n"
+             "  actor: {optim: {lr: 0.01}, ppo_mini_batch_size: 8, ppo_micro_batch_size_per_gpu: 8}\n"
+             "  rollout: {n: 4, log_prob_micro_batch_size_per_gpu: 16}\n"
+             "algorithm: {adv_estimator: grpo}\n"
+             "dag: {workflow_path: %s/wf.yaml}\n"
+             "trainer: {total_training_steps: 1, save_freq: -1, logger: [], default_local_dir: %s/out}\n",
+             tmp, tmp, tmp, tmp);
+    assert_int_equal(df_test_run(NULL, df_test_config(yaml, "e2e.yaml", NULL, 0)), DF_EUNSUPPORTED);
+    assert_last_error_mentions("'hot' and 'cold'");
+    assert_last_error_mentions("temperatures 0.5 and 0.7");
+    assert_int_equal(df_test_remove_tree(tmp), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_grpo_steps),
-                                       cmocka_unit_test(test_workflow_file_step)};
+                                       cmocka_unit_test(test_workflow_file_step),
+                                       cmocka_unit_test(test_workflow_node_temperature),
+                                       cmocka_unit_test(test_rollout_temperatures_disagree)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

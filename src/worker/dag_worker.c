@@ -183,6 +183,36 @@ static int agree_rows(df_dag_worker *w)
     return rc ? rc : df_dataloader_set_rows_per_rank(w->dl, r);
 }
 
+/*
+ * The temperature the actor and reference compute log-probs at: the one the
+ * rollout samples with, which a workflow's rollout node may override
+ * (node_config.c). Log-probs at another temperature would make old_log_probs
+ * and the PPO ratio disagree with the sampler. Rollout nodes that sample at
+ * different temperatures are refused: the actor has one.
+ */
+static int rollout_temperature(const df_dag_worker *w, float *t)
+{
+    const char *key = "actor_rollout_ref.rollout.temperature";
+    const df_node *first = NULL;
+    df_node_fn gen;
+    int rc = df_exec_resolve("DAGWorker.generate", &gen);
+    *t = (float)df_config_float(w->cfg, key);
+    for (int i = 0; !rc && i < df_task_graph_num_nodes(w->graph); i++) {
+        const df_node *n = df_task_graph_node_at(w->graph, i);
+        if (n->fn != gen)
+            continue;
+        float nt = (float)df_config_float(df_worker_node_config(w, n), key);
+        if (first && nt != *t)
+            return df_error(DF_EUNSUPPORTED,
+                            "rollout nodes '%s' and '%s' sample at temperatures %g and %g; the actor "
+                            "computes log-probs at one temperature",
+                            first->node_id, n->node_id, (double)*t, (double)nt);
+        first = n;
+        *t = nt;
+    }
+    return rc;
+}
+
 /* Actor (taking ownership of `m`), reference, sampling settings and rollout engine. */
 static int setup_models(df_dag_worker *w, df_model *m)
 {
@@ -191,6 +221,10 @@ static int setup_models(df_dag_worker *w, df_model *m)
     int rc;
     df_actor_params p;
     df_worker_actor_params(w, c, &p);
+    if ((rc = rollout_temperature(w, &p.temperature))) {
+        df_model_free(m);
+        return rc;
+    }
     bool kl_in_reward = df_config_bool(c, "algorithm.use_kl_in_reward");
     if ((p.use_kl_loss || kl_in_reward) && (rc = df_model_clone(m, &ref))) {
         df_model_free(m);
