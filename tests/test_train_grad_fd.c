@@ -90,13 +90,13 @@
    or one coordinate by H_COORD times its tensor's RMS. */
 #define H_REL 0.005
 #define H_COORD 0.05
-/* The micro model's matrices are scaled by this (std 0.02 -> 0.08): logits of up to ~2.4. */
+/* The micro model's matrices are scaled by this (std 0.02 -> 0.08): logits below ~2.4 in magnitude. */
 #define MAT_SCALE 4.0
 /* The critic's steps relative to the actor's: its values move faster than the log-probs, and its
    clip range (0.25) leaves less room. */
 #define CRITIC_STEP 0.4
 /* Random directions per configuration. */
-#define N_DIRS 4
+#define N_DIRS 6
 
 static float on_grid(double x)
 {
@@ -506,7 +506,7 @@ static df_actor_params actor_params(const actor_case *k, float temperature)
                                   .clip_ratio_low = 0.3,
                                   .clip_ratio_high = 0.4,
                                   .clip_ratio_c = 3.0,
-                                  .entropy_coeff = 0.6,
+                                  .entropy_coeff = 1.5,
                                   .kl_loss_coef = 1.5,
                                   .kl_loss_type = k->kl_type,
                                   .ppo_epochs = 1,
@@ -549,9 +549,17 @@ typedef struct grad_bound {
 
 typedef struct check_stats {
     double worst;          /* max observed / bound */
-    double teeth[N_PARTS]; /* max over directions of |part slope| / bound */
+    double teeth[N_PARTS]; /* max over slopes of |part slope| / bound (merged: the least over cases) */
     int n;
 } check_stats;
+
+static void merge_stats(check_stats *st, const check_stats *one)
+{
+    st->worst = fmax(st->worst, one->worst);
+    for (int j = 0; j < N_PARTS; j++)
+        st->teeth[j] = st->n ? fmin(st->teeth[j], one->teeth[j]) : one->teeth[j];
+    st->n += one->n;
+}
 
 /* One direction: the FD slope against g . p. */
 static void check_dir(loss_eval f, void *ctx, df_model *m, const float *theta0, const float *p,
@@ -810,9 +818,15 @@ static void actor_check(const actor_setup *s, const actor_case *k, uint64_t seed
         print_message(
             "%s: loss %.6g (pg %.4g, -ent %.4g, kl %.4g), G %.3g (entropy %.3g), ||dg|| <= %.3g, zmax %.3g\n",
             label, l0, parts0[0], parts0[1], parts0[2], G, Gent, per_norm, f.zmax0);
-    check_all(actor_loss, &f, df_actor_model(f.ev), g, &gb, 1.0, label, seed, st);
-    if (debug())
-        print_message("  largest log-prob move %.3g\n", f.dlp_max);
+    check_stats one = {0};
+    check_all(actor_loss, &f, df_actor_model(f.ev), g, &gb, 1.0, label, seed, &one);
+    /* the comparison has teeth: each term's slope is more than twice the bound somewhere, so dropping
+       it (an error of one slope, less the true error <= the bound) or flipping it (two) fails */
+    if (!(one.teeth[0] > 2 && one.teeth[1] > 2 && one.teeth[2] > 2))
+        fail_msg("%s: a term's largest slope / bound is only %.2f (pg), %.2f (entropy), %.2f (kl): the check "
+                 "could miss it",
+                 label, one.teeth[0], one.teeth[1], one.teeth[2]);
+    merge_stats(st, &one);
 
     df_actor_free(f.ev);
     df_acts_free(f.acts);
@@ -828,9 +842,10 @@ static const char *const k_agg[] = {"token-mean", "seq-mean-token-mean", "seq-me
 
 static void report(const char *what, const check_stats *st)
 {
-    print_message("[ %s ] %d slopes, worst error / bound %.3f; largest part / bound: pg %.1f, entropy %.1f, "
-                  "kl %.1f\n",
-                  what, st->n, st->worst, st->teeth[0], st->teeth[1], st->teeth[2]);
+    print_message(
+        "[ %s ] %d slopes, worst error / bound %.3f; per case the largest part / bound is at least: "
+        "pg %.1f, entropy %.1f, kl %.1f\n",
+        what, st->n, st->worst, st->teeth[0], st->teeth[1], st->teeth[2]);
 }
 
 /* Every KL type under vanilla, every aggregation mode. */
@@ -847,9 +862,6 @@ static void test_actor_vanilla_kl_types(void **state)
             actor_check(&s, &c, 100 + 10 * a + k, &st);
         }
     report("actor vanilla", &st);
-    /* the comparison has teeth: the entropy and KL terms' slopes exceed the bound in some direction
-       (a flipped or dropped term moves the gradient by one to two times that) */
-    assert_true(st.teeth[1] > 2 && st.teeth[2] > 2 && st.teeth[0] > 2);
     actor_setup_free(&s);
 }
 
@@ -868,7 +880,6 @@ static void test_actor_other_losses(void **state)
             actor_check(&s, &c, 200 + 10 * a + k, &st);
         }
     report("actor gspo / gpg / cpgd", &st);
-    assert_true(st.teeth[1] > 2 && st.teeth[2] > 2 && st.teeth[0] > 2);
     actor_setup_free(&s);
 }
 
@@ -1067,9 +1078,12 @@ static void critic_check(const critic_case *k, uint64_t seed, check_stats *st)
     snprintf(label, sizeof label, "critic %s / cliprange %g", k->agg, k->clip);
     if (debug())
         print_message("%s: loss %.6g, G %.3g, ||dg|| <= %.3g, e %.3g\n", label, l0, G, gb.per_norm, f.e);
-    check_all(critic_loss, &f, df_critic_model(f.ev), g, &gb, CRITIC_STEP, label, seed, st);
-    if (debug())
-        print_message("  largest value move %.3g\n", f.dv_max);
+    check_stats one = {0};
+    check_all(critic_loss, &f, df_critic_model(f.ev), g, &gb, CRITIC_STEP, label, seed, &one);
+    if (!(one.teeth[0] > 2))
+        fail_msg("%s: the largest slope / bound is only %.2f: the check could miss a wrong gradient", label,
+                 one.teeth[0]);
+    merge_stats(st, &one);
     df_critic_free(f.ev);
     df_batch_free(f.x);
     free(f.w), free(f.sig0), free(f.c), free(f.v0), free(J), free(g), free(rec);
@@ -1087,9 +1101,9 @@ static void test_critic(void **state)
             critic_case c = {k_agg[a], k ? 0.25 : 0.5};
             critic_check(&c, 300 + 10 * a + (uint64_t)k, &st);
         }
-    print_message("[ critic ] %d slopes, worst error / bound %.3f, largest slope / bound %.1f\n", st.n,
-                  st.worst, st.teeth[0]);
-    assert_true(st.teeth[0] > 2);
+    print_message("[ critic ] %d slopes, worst error / bound %.3f; per case the largest slope / bound is at "
+                  "least %.1f\n",
+                  st.n, st.worst, st.teeth[0]);
 }
 
 static int group_setup(void **state)
