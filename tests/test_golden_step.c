@@ -444,17 +444,23 @@ static double grad_rel1(const df_model *m, int64_t L, int64_t tokens, int parts)
            df_tol_gamma(parts > 1 ? parts - 1 : 0, DF_U32);
 }
 
-static double override_num(const char *key)
+/* The value the fixture's overrides give `key` (the step ran with them). */
+static const char *override_str(const char *key)
 {
     json_t *ov = jget(G.fx, "overrides");
     size_t n = strlen(key);
     for (size_t i = 0; i < json_array_size(ov); i++) {
         const char *s = json_string_value(json_array_get(ov, i));
         if (!strncmp(s, key, n) && s[n] == '=')
-            return atof(s + n + 1);
+            return s + n + 1;
     }
     fail_msg("fixture: no override %s", key);
-    return NAN;
+    return NULL;
+}
+
+static double override_num(const char *key)
+{
+    return atof(override_str(key));
 }
 
 /* ---- the actor ---------------------------------------------------------------------------------- */
@@ -641,6 +647,172 @@ static void test_grpo_step(void **state)
     free_fixture();
 }
 
+/* ---- PPO: values, GAE, the critic ------------------------------------------------------------------ */
+
+/*
+ * GAE's error from the values' (tests/golden/gen_rl_step.py: gamma 0.875, lam 0.625, exact in float).
+ * Each value V_s of the worker is within eV_s = Ev + u |V_s| of the exact one (one forward pass of the
+ * value model, tb_forward_err). A_t = sum_{s>=t} (gamma lam)^(s-t) (r_s + gamma V_{s+1} - V_s) has
+ * dA_t / dV_t = -1 and dA_t / dV_s = gamma (1 - lam) (gamma lam)^(s-t-1) for s > t, so
+ *   eA_t = eV_t + sum_{s>t} gamma (1 - lam) (gamma lam)^(s-t-1) eV_s,   eR_t = eA_t - eV_t (R = A + V),
+ * plus the estimator's double arithmetic and the float store of R. Whitening W = (A - m) / sd,
+ * sd = sqrt(var + 1e-8) (unbiased var over all T tokens): m moves by <= mean eA, sd by <= ||eA||_2 /
+ * sqrt(T - 1) (centring does not lengthen a vector; sqrt(x^2 + c) is 1-Lipschitz in x), so
+ *   eW_t = (eA_t + mean eA + |W_t| dsd) / (sd - dsd) + u |W_t|.
+ */
+static void gae_bounds(const double *V, const double *rew, const double *A_raw, const double *W, const double *R,
+                       double Ev, double gamma, double lam, double *eR, double *eW)
+{
+    double *eA = malloc((size_t)G.T * sizeof *eA), mA = 0, nA = 0, mean = 0, var = 0;
+    for (int64_t i = 0; i < G.n; i++)
+        for (int64_t t = G.ro[i]; t < G.ro[i + 1]; t++) {
+            double carry = 0, mag = 0, k = gamma * (1 - lam);
+            for (int64_t s = t + 1; s < G.ro[i + 1]; s++, k *= gamma * lam)
+                carry += k * (Ev + DF_U32 * fabs(V[s]));
+            for (int64_t s = t; s < G.ro[i + 1]; s++)
+                mag += fabs(rew[s]) + 2 * fabs(V[s]);
+            const double dbl = df_tol_gamma(4 * (double)(G.ro[i + 1] - t) + 8, DF_U64) * mag;
+            eA[t] = Ev + DF_U32 * fabs(V[t]) + carry + dbl;
+            eR[t] = carry + dbl + DF_U32 * fabs(R[t]);
+            mA += eA[t] / (double)G.T, nA += eA[t] * eA[t];
+        }
+    for (int64_t t = 0; t < G.T; t++)
+        mean += A_raw[t] / (double)G.T;
+    for (int64_t t = 0; t < G.T; t++)
+        var += (A_raw[t] - mean) * (A_raw[t] - mean) / (double)(G.T - 1);
+    const double sd = sqrt(var + 1e-8), dsd = sqrt(nA) / sqrt((double)G.T - 1);
+    assert_true(sd > 2 * dsd);
+    for (int64_t t = 0; t < G.T; t++)
+        eW[t] = (eA[t] + mA + fabs(W[t]) * dsd) / (sd - dsd) + DF_U32 * fabs(W[t]) +
+                df_tol_gamma(4 * (double)G.T + 8, DF_U64) * (1 + fabs(W[t])) * (fabs(mean) + sd) / sd;
+    print_message("  GAE: Ev %.3g, largest advantage error bound %.3g (raw), whitened by sd %.3g\n", Ev,
+                  sqrt(nA), sd);
+    free(eA);
+}
+
+/* |change| of the unbiased variance of T values when each moves by <= e_t: centring does not lengthen
+   the error vector, so sqrt((T-1) var) moves by <= ||e||_2. */
+static double var_move(double var, const double *e)
+{
+    double n2 = 0;
+    for (int64_t t = 0; t < G.T; t++)
+        n2 += e[t] * e[t];
+    const double T1 = (double)G.T - 1;
+    return (2 * sqrt(var * T1) * sqrt(n2) + n2) / T1;
+}
+
+/*
+ * The critic's update, per response token: vpred (its training pass) and values (the worker's column,
+ * then shifted by d_v, a float add) are each within eV = Ev + u |V| of the exact V + 0 / + d_v; returns
+ * within eR (gae_bounds). The clamp vc = clamp(vpred, values - c, values + c) is idle when |d_v| < c (then
+ * vc = vpred: a tie, the unclipped branch), else vc = values -+ c; then the loss takes
+ * max(l1 = (vpred - R)^2, l2 = (vc - R)^2). These decisions hold when |d_v| is more than the two values'
+ * errors from c and |l1 - l2| more than their errors 2 |x - R| e + e^2 (checked). The gradient of the
+ * unclipped branch, dv = w (vpred - R), is off by <= w (eV + eR) (+ its float rounding); the clipped
+ * branch's is 0. One float computation of the critic's gradient is within grad_rel1 G + S, G = sum |dv_t|
+ * Jv_t, S = sum_t w (eV + eR) Jv_t (Jv_t = ||grad v_t||, the reference's). vf_loss = 0.5 sum w max(l1, l2)
+ * moves by the chosen branch's error; vpred_mean by eV; vf_clipfrac not at all.
+ * The data metrics read the batch the last node left: values/mean of the shifted values; explained_var
+ * 1 - var(R - values) / (var(R) + 1e-5) through var_move.
+ */
+static void check_critic(json_t *line, const char *dir, const double *eR)
+{
+    json_t *cols = jget(G.fx, "columns"), *tok = jget(G.fx, "token");
+    double *V = jvec(cols, "values", G.T), *R = jvec(cols, "returns", G.T), *Jv = jvec(tok, "Jv", G.T);
+    df_model *init = load_model(GOLDEN, "tiny_qwen2_value");
+    const double Ev = tb_forward_err(init, longest(), 1.0f), c = override_num("critic.cliprange_value"),
+                 u = DF_U32, w = 1.0 / (double)G.T; /* critic.loss_agg_mode token-mean */
+    assert_string_equal(override_str("critic.loss_agg_mode"), "token-mean");
+    double Gv = 0, Sv = 0, b_vf = 0, b_vp = 0, b_vals = 0, b_ret = 0, room_min = INFINITY, sum_vf = 0;
+    double *e_d = malloc((size_t)G.T * sizeof *e_d), *e_r = malloc((size_t)G.T * sizeof *e_r);
+    double md = 0, mr = 0, vd = 0, vr = 0;
+    for (int64_t t = 0; t < G.T; t++) {
+        const double vs = V[t] + G.d_val[t], eV = Ev + u * fabs(V[t]), eVs = eV + u * fabs(vs);
+        const double e1 = eV + eR[t], l1 = (V[t] - R[t]) * (V[t] - R[t]), dl1 = 2 * fabs(V[t] - R[t]) * e1 + e1 * e1;
+        double room = fabs(fabs(G.d_val[t]) - c) - (eV + eVs + u * (fabs(vs) + c));
+        bool unclipped = true;
+        double loss = l1, dloss = dl1;
+        if (fabs(G.d_val[t]) > c) {
+            const double vc = G.d_val[t] > 0 ? vs - c : vs + c, e2 = eVs + u * fabs(vc) + eR[t];
+            const double l2 = (vc - R[t]) * (vc - R[t]), dl2 = 2 * fabs(vc - R[t]) * e2 + e2 * e2;
+            room = fmin(room, fabs(l1 - l2) - dl1 - dl2);
+            if (l2 > l1)
+                unclipped = false, loss = l2, dloss = dl2;
+        }
+        room_min = fmin(room_min, room);
+        if (!(room > 0))
+            fail_msg("critic token %lld: a value-clip decision is within rounding", (long long)t);
+        const double dv = unclipped ? w * (V[t] - R[t]) : 0;
+        Gv += fabs(dv) * Jv[t];
+        Sv += (unclipped ? w * e1 : 0) * Jv[t] + 4 * u * fabs(dv) * Jv[t];
+        b_vf += 0.5 * w * dloss;
+        sum_vf += 0.5 * w * loss;
+        b_vp += eV / (double)G.T;
+        b_vals += eVs / (double)G.T;
+        b_ret += eR[t] / (double)G.T;
+        e_d[t] = eR[t] + eVs, e_r[t] = eR[t];
+        md += (R[t] - vs) / (double)G.T, mr += R[t] / (double)G.T;
+    }
+    for (int64_t t = 0; t < G.T; t++) {
+        const double d = R[t] - V[t] - G.d_val[t];
+        vd += (d - md) * (d - md) / (double)(G.T - 1), vr += (R[t] - mr) * (R[t] - mr) / (double)(G.T - 1);
+    }
+    int parts;
+    const int64_t mt = micro_tokens(6, &parts);
+    const double dg = grad_rel1(init, longest(), mt, parts) * Gv + Sv, sum_rnd = df_tol_gamma((double)G.T + 4, u);
+    print_message("  critic: Ev %.3g G %.3g S %.3g grad bound %.3g; smallest clip margin %.3g\n", Ev, Gv, Sv, dg,
+                  room_min);
+    check_metric(line, "critic/vf_loss", b_vf + sum_rnd * sum_vf);
+    check_metric(line, "critic/vf_clipfrac", 0);
+    check_metric(line, "critic/vpred_mean", b_vp + sum_rnd * fabs(jnum(jget(G.fx, "metrics"), "critic/vpred_mean")));
+    check_metric(line, "critic/values/mean", b_vals + sum_rnd * fabs(jnum(jget(G.fx, "metrics"), "critic/values/mean")));
+    check_metric(line, "critic/returns/mean", b_ret + sum_rnd * fabs(mr));
+    /* explained var: the worker sums in double over floats (gamma_2T of the squares it adds) */
+    const double k = 1e-5, rnd_d = df_tol_gamma(2 * (double)G.T + 8, DF_U64);
+    const double da = var_move(vd, e_d) + rnd_d * (vd + md * md) * G.T / (G.T - 1.0),
+                 db = var_move(vr, e_r) + rnd_d * (vr + mr * mr) * G.T / (G.T - 1.0);
+    assert_true(vr + k > db);
+    check_metric(line, "critic/vf_explained_var", da / (vr + k - db) + vd * db / ((vr + k) * (vr + k - db)));
+    const double gn = jnum(jget(G.fx, "metrics"), "critic/grad_norm");
+    check_metric(line, "critic/grad_norm", dg + DF_U32 * gn);
+    df_model *got = load_model(dir, "out/global_step_1/critic");
+    float *g = reference_grad(init, "critic.");
+    check_adam_step(init, got, g, override_num("critic.optim.lr"), override_num("critic.grad_clip"), gn, dg, "critic");
+    free(g), free(e_d), free(e_r), free(V), free(R), free(Jv);
+    df_model_free(init), df_model_free(got);
+}
+
+static void test_ppo_step(void **state)
+{
+    const char *dir = *state;
+    load_fixture("ppo");
+    run_step(dir, true);
+    json_t *lines = df_test_metrics(dir, "out", true), *line = json_array_get(lines, 0);
+    assert_int_equal(json_array_size(lines), 1);
+    df_model *init = load_model(GOLDEN, "tiny_qwen2"), *critic = load_model(GOLDEN, "tiny_qwen2_value");
+    check_scores();
+    check_log_probs(init);
+    json_t *cols = jget(G.fx, "columns"), *tok = jget(G.fx, "token");
+    double *V = jvec(cols, "values", G.T), *rew = jvec(cols, "token_level_rewards", G.T),
+           *A = jvec(cols, "advantages", G.T), *R = jvec(cols, "returns", G.T), *A_raw = jvec(tok, "adv_raw", G.T);
+    double *eV = malloc((size_t)G.T * sizeof *eV), *eR = malloc((size_t)G.T * sizeof *eR),
+           *eW = malloc((size_t)G.T * sizeof *eW);
+    const double Ev = tb_forward_err(critic, longest(), 1.0f);
+    for (int64_t t = 0; t < G.T; t++)
+        eV[t] = Ev + DF_U32 * fabs(V[t]);
+    check_column("values", V, eV);
+    gae_bounds(V, rew, A_raw, A, R, Ev, override_num("algorithm.gamma"), override_num("algorithm.lam"), eR, eW);
+    check_column("advantages", A, eW);
+    check_column("returns", R, eR);
+    check_metric(line, "critic/score/mean", df_tol_gamma(64, DF_U64));
+    check_actor(line, dir, eW);
+    check_critic(line, dir, eR);
+    free(V), free(rew), free(A), free(R), free(A_raw), free(eV), free(eR), free(eW);
+    df_model_free(init), df_model_free(critic);
+    json_decref(lines);
+    free_fixture();
+}
+
 int main(void)
 {
     if (df_reward_register("golden/digits", df_test_digit_share) ||
@@ -651,6 +823,7 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_grpo_step, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_ppo_step, df_test_mkdtemp, df_test_rmtree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
