@@ -1,29 +1,33 @@
 /*
  * test_golden_step.c — one GRPO step and one PPO (GAE) step through the DAG worker
- * (df_dag_worker_create / _fit, a workflow file), against values computed independently in
- * float64 by tests/golden/gen_rl_step.py (verl's definitions on the float64 Qwen2 of
- * gen_golden.py; fixtures in tests/golden/rl_step/, how to regenerate in the script).
+ * (df_dag_worker_create / _fit on a workflow file), against values computed independently in
+ * float64 by tests/golden/gen_rl_step.py (verl's definitions around gen_golden.py's float64 Qwen2;
+ * fixtures in tests/golden/rl_step/; the script says how to regenerate them).
  *
  * Sampling cannot differ between CPUs: the workflow's rollout node is this test's
  * golden.fixed_rollout, which checks the prompts the data path encoded and emits fixed responses.
- * Everything else is the worker's own nodes: the reward (the registered golden/digits scorer),
- * the advantage (grpo, or gae with gamma != lam), old log-probs, reference log-probs, the critic's
- * values, the actor's and the critic's updates. golden.shift_and_keep, after the reference, keeps a
- * copy of the batch (the columns checked here) and shifts old_log_probs, ref_log_prob and values by
- * fixed amounts, as a staler policy, an older reference and an older critic would have given them:
- * so the single optimizer step already clips ratios on both sides and by the dual clip, has a KL
- * loss with a non-zero gradient, and clips values (every coefficient is non-zero). One optimizer
- * step per update keeps Adam's first step, whose rounding sensitivity tt_adam_first_step_check
- * bounds parameter by parameter, the only place the weights are compared.
+ * Every other node is the worker's own: the reward (golden/digits, registered here), the advantage
+ * (grpo; gae with gamma != lam), old log-probs, reference log-probs, the critic's values, the actor's
+ * and the critic's updates. golden.shift_and_keep, after the reference, keeps a copy of the batch
+ * (the columns checked here) and shifts old_log_probs, ref_log_prob and values by fixed amounts, as
+ * a staler policy, an older reference and an older critic would have left them: so the one
+ * optimizer step already clips ratios on both sides and by the dual clip, has a KL loss with a
+ * non-zero gradient (at step 1 the reference is the actor) and clips values, with every loss
+ * coefficient non-zero.
  *
- * Checked against the reference: the batch columns (scores, rewards, advantages, returns,
- * old_log_probs, ref_log_prob, values), the step's metrics (actor/pg_loss, kl_loss, entropy,
- * entropy_loss, pg_clipfrac, pg_clipfrac_lower, ppo_kl, grad_norm; critic/vf_loss, vf_clipfrac,
- * vpred_mean, grad_norm, vf_explained_var, values/mean, returns/mean) and the weights after the
- * update. Bounds: one float computation against a float64 reference (docs/testing.md), with the
- * forward error of tests/testbounds.h and the gradient's error built as tests/test_actor_dp.c
- * builds it, from the per-token gradient norms the reference computed; see bounds_actor and
- * bounds_critic.
+ * One optimizer step per update, because Adam (eps 1e-8) moves a weight whose gradient is within
+ * rounding by up to lr either way: a second step would start from weights no rounding analysis
+ * holds close, while the first step's update is bounded here against the reference's gradient
+ * (check_adam_step).
+ *
+ * Checked: the batch columns (scores, rewards, advantages, returns, old_log_probs, ref_log_prob,
+ * values), the step's metrics (actor/pg_loss, kl_loss, entropy, entropy_loss, pg_clipfrac,
+ * pg_clipfrac_lower, ppo_kl, grad_norm; critic/vf_loss, vf_clipfrac, vpred_mean, grad_norm,
+ * vf_explained_var, values/mean, returns/mean; critic/score/mean) and the weights after the
+ * update. Bounds: one float computation against a float64 reference (docs/testing.md): the
+ * forward error of tests/testbounds.h, the gradient's error built as tests/test_actor_dp.c
+ * builds it, from the per-token gradient norms the reference computed (bounds_actor,
+ * check_critic), and each decision (clip, sign) checked to lie outside rounding.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -50,7 +54,6 @@ typedef struct {
     int32_t *pt, *rt;      /* prompt / response token ids */
     float *d_old, *d_ref, *d_val; /* the shifts (binary fractions: exact in float); d_val NULL for GRPO */
     df_batch *kept;        /* the batch as golden.shift_and_keep received it */
-    char dir[256];
 } golden_run;
 
 static golden_run G;
@@ -172,8 +175,8 @@ static int fixed_rollout(df_node_ctx *ctx, df_batch *b, df_node_output *out)
 static int shift(df_batch *b, const char *name, const float *d)
 {
     const df_column *c = df_batch_column(b, name);
-    if (!c || c->kind != DF_COL_TOK_F32 || c->offsets[df_batch_size(b)] != G.T)
-        return df_error(DF_EINVAL, "golden.shift_and_keep: no per-token column '%s'", name);
+    if (!c || c->kind != DF_COL_TOK_F32 || memcmp(c->offsets, G.ro, (size_t)(G.n + 1) * sizeof *G.ro))
+        return df_error(DF_EINVAL, "golden.shift_and_keep: no column '%s' laid out like response_ids", name);
     float *x = df_batch_data_mut(b, name);
     for (int64_t t = 0; t < G.T; t++)
         x[t] += d[t];
@@ -268,8 +271,8 @@ static void within(margin *mg, int64_t i, double got, double want, double bound)
     if (!(err <= bound))
         fail_msg("%s[%lld] = %.9g, reference %.9g (error %.3g > bound %.3g)", mg->what, (long long)i, got, want,
                  err, bound);
-    if (bound > 0 ? err / bound > mg->worst : mg->worst < 0)
-        mg->worst = bound > 0 ? err / bound : 0, mg->at = i;
+    if (bound > 0 && err / bound > mg->worst)
+        mg->worst = err / bound, mg->at = i;
 }
 
 static void report(const margin *mg)
@@ -506,7 +509,7 @@ static actor_bounds bounds_actor(const df_model *m, const double *eA)
     const int64_t L = longest();
     const double E = tb_forward_err(m, L, (float)temp), Z = tb_head_bound(m, (float)temp), u = DF_U32;
     actor_bounds b = {0};
-    double G_ = 0, S = 0, sum_pg = 0, sum_kl = 0, sum_h = 0, worst_margin = INFINITY;
+    double G_ = 0, S = 0, sum_pg = 0, sum_kl = 0, sum_h = 0, sum_x = 0, worst_margin = INFINITY;
     for (int64_t t = 0; t < G.T; t++) {
         const double old = lp[t] + G.d_old[t], ref = lp[t] + G.d_ref[t];
         const double e_old = E + u * fabs(old), e_ref = E + u * fabs(ref), dr = E + e_old;
@@ -538,7 +541,7 @@ static actor_bounds bounds_actor(const df_model *m, const double *eA)
         b.kl += w[t] * (fabs(ey - 1) + ey * expm1(dy)) * dy;
         b.ent_loss += w[t] * E;
         b.ppo_kl += (e_old + E) / (double)G.T;
-        sum_pg += w[t] * fabs(pg), sum_kl += w[t] * k, sum_h += w[t] * H[t];
+        sum_pg += w[t] * fabs(pg), sum_kl += w[t] * k, sum_h += w[t] * H[t], sum_x += fabs(x) / (double)G.T;
     }
     int parts;
     const int64_t mt = micro_tokens(4, &parts);
@@ -552,7 +555,7 @@ static actor_bounds bounds_actor(const df_model *m, const double *eA)
     for (int64_t t = 0; t < G.T; t++)
         mean_h += H[t] / (double)G.T;
     b.ent = E + sum_rnd * mean_h;
-    b.ppo_kl += sum_rnd * 2;
+    b.ppo_kl += sum_rnd * sum_x;
     print_message("  actor: E %.3g Z %.3g G %.3g S %.3g grad bound %.3g; smallest clip / sign margin %.3g\n", E, Z,
                   G_, S, b.dg, worst_margin);
     free(lp), free(H), free(A), free(w), free(J), free(K);
