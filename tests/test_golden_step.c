@@ -313,7 +313,7 @@ static void check_column(const char *name, const double *want, const double *bou
 }
 
 /* The reference's gradient of the step's loss (before clipping) for model m, `prefix`<hf name> in the
-   fixture, as a blob in m's layout (malloc'd). */
+   fixture, as a blob in m's layout (malloc'd; 0 in the alignment gaps between tensors). */
 static float *reference_grad(const df_model *m, const char *prefix)
 {
     char p[512], name[160];
@@ -321,7 +321,7 @@ static float *reference_grad(const df_model *m, const char *prefix)
     df_st_file *f;
     if (df_st_open(p, &f))
         fail_msg("%s", df_last_error());
-    float *g = malloc((size_t)m->n_params * sizeof *g);
+    float *g = calloc((size_t)m->n_params, sizeof *g);
     df_param_desc *d;
     int nd;
     int64_t total;
@@ -379,30 +379,37 @@ static void check_adam_step(const df_model *init, const df_model *got, const flo
     const double s_hi = clip_scale(clip, gn - dg), s_lo = clip_scale(clip, gn + dg);
     const double dh = s_hi * dg + fmax(s_hi - s, s - s_lo) * gn + 2 * u * (clip > 0 ? clip : gn) + u * s * gn;
     double worst = 0, d2 = 0;
-    int64_t worst_i = 0, loose = 0, moved_other_way = 0;
-    for (int64_t i = 0; i < init->n_params; i++) {
-        const double t0 = init->params[i], a = got->params[i], h = s * g[i];
-        const double step = t0 - a, want = lr * adam_u(h, eps);
-        const double rnd = u * (fabs(t0) + fabs(a)) + df_tol_gamma(12, u) * lr * fabs(adam_u(h, eps)) +
-                           df_tol_gamma(12, u) * fabs(step);
-        const double lo = fmax(0, fabs(h) - dh), bound = lr * fmin(2.0, dh * eps / ((lo + eps) * (lo + eps))) + rnd;
-        loose += bound >= lr;
-        if (!(fabs(step - want) <= bound))
-            fail_msg("%s parameter %lld: moved by %.9g, the reference's step %.9g (bound %.3g)", who, (long long)i,
-                     -step, -want, bound);
-        if (fabs(step - want) / bound > worst)
-            worst = fabs(step - want) / bound, worst_i = i;
-        /* (2): the h' that give the observed step, to within its rounding */
-        const double y = step / lr, rho = (u * fabs(a) + df_tol_gamma(12, u) * fabs(step)) / lr;
-        const double lo_h = adam_u_inv(fmax(-1, y - rho), eps), hi_h = adam_u_inv(fmin(1, y + rho), eps);
-        const double dist = h < lo_h ? lo_h - h : h > hi_h ? h - hi_h : 0;
-        d2 += dist * dist;
-        moved_other_way += (y - rho > 0 && h < 0) || (y + rho < 0 && h > 0);
-    }
-    print_message("  %s weights after AdamW: per parameter worst error / bound %.3g (parameter %lld; %lld of %lld "
+    int64_t worst_i = 0, loose = 0, moved_other_way = 0, n = 0;
+    df_param_desc *d;
+    int nd;
+    int64_t total;
+    assert_int_equal(df_model_layout(&init->cfg, &d, &nd, &total), 0);
+    for (int k = 0; k < nd; k++) /* the tensors, not the alignment gaps between them */
+        for (int64_t i = d[k].offset; i < d[k].offset + d[k].numel; i++, n++) {
+            const double t0 = init->params[i], a = got->params[i], h = s * g[i];
+            const double step = t0 - a, want = lr * adam_u(h, eps);
+            const double rnd = u * (fabs(t0) + fabs(a)) + df_tol_gamma(12, u) * lr * fabs(adam_u(h, eps)) +
+                               df_tol_gamma(12, u) * fabs(step);
+            const double lo = fmax(0, fabs(h) - dh),
+                         bound = lr * fmin(2.0, dh * eps / ((lo + eps) * (lo + eps))) + rnd;
+            loose += bound >= lr;
+            if (!(fabs(step - want) <= bound))
+                fail_msg("%s %s[%lld]: moved by %.9g, the reference's step %.9g (bound %.3g)", who, d[k].name,
+                         (long long)(i - d[k].offset), -step, -want, bound);
+            if (fabs(step - want) / bound > worst)
+                worst = fabs(step - want) / bound, worst_i = i;
+            /* (2): the h' that give the observed step, to within its rounding */
+            const double y = step / lr, rho = (u * fabs(a) + df_tol_gamma(12, u) * fabs(step)) / lr;
+            const double lo_h = adam_u_inv(fmax(-1, y - rho), eps), hi_h = adam_u_inv(fmin(1, y + rho), eps);
+            const double dist = h < lo_h ? lo_h - h : h > hi_h ? h - hi_h : 0;
+            d2 += dist * dist;
+            moved_other_way += (y - rho > 0 && h < 0) || (y + rho < 0 && h > 0);
+        }
+    free(d);
+    print_message("  %s weights after AdamW: per parameter worst error / bound %.3g (blob index %lld; %lld of %lld "
                   "left free: gradient within dh = %.3g); as a vector %.3g / %.3g = %.3g (%lld moved against the "
                   "reference's gradient)\n",
-                  who, worst, (long long)worst_i, (long long)loose, (long long)init->n_params, dh, sqrt(d2), dh,
+                  who, worst, (long long)worst_i, (long long)loose, (long long)n, dh, sqrt(d2), dh,
                   sqrt(d2) / dh, (long long)moved_other_way);
     if (!(sqrt(d2) <= dh))
         fail_msg("%s: the update is not one the reference's gradient gives: distance %.3g > %.3g", who, sqrt(d2), dh);
