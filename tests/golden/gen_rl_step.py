@@ -18,7 +18,8 @@ values by the fixed `perturb.*` amounts, as a batch from a staler policy, an old
 an older critic would hold them, so that one optimizer step already clips ratios (both sides and
 the dual clip), has a KL loss with a non-zero gradient and clips values.
 
-Outputs (not run by CI; rerun by hand with Debian's torch: /usr/bin/python3 gen_rl_step.py):
+Outputs (not run by CI; rerun by hand with Debian's torch, `apt-get install python3-torch`:
+/usr/bin/python3 tests/golden/gen_rl_step.py; the outputs change only if this file or the models do):
   rl_step/tokenizer.json, rl_step/tokenizer_config.json   the tokenizer (data.tokenizer)
   rl_step/train.jsonl                                    the three prompts
   rl_step/grpo.json, rl_step/ppo.json                    config overrides, token ids,
@@ -341,6 +342,8 @@ def run(algo):
     logp0, ent0 = actor_out(actor, batch)
     cols = {"token_level_scores": token_scores, "token_level_rewards": token_scores,
             "old_log_probs": flat(logp0), "ref_log_prob": flat(logp0), "entropy": flat(ent0)}
+    # actor/entropy as distflow's old-log-prob node reports it: the token mean (verl's trainer
+    # aggregates it with actor.loss_agg_mode instead; the GRPO step's seq-mean-token-mean tells them apart)
     metrics = {"actor/entropy": float(ent0.mean()), "critic/score/mean": sum(scores) / len(scores)}
     tok = {"J": per_token_grad_norms(actor, logp0), "K": per_token_grad_norms(actor, ent0)}
 
