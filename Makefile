@@ -8,6 +8,8 @@
 #   make test-variants  only the variants: the suite with oneDNN restricted to AVX2 / AVX512_CORE, with our kernels
 #               forced to each lower variant (DF_CPU_VARIANT) and with the other DF_NATIVE
 #               setting (scripts/test-variants.sh, docs/testing.md)
+#   make mutate  mutation testing: the suite against each deliberate bug of scripts/mutations.txt
+#               (scripts/mutate.sh; ARGS="-f REGEX -j N -c" as needed)
 #   make check-fresh  install-deps + build + test in a fresh debootstrapped Debian 12 root, as root
 #               (scripts/check-fresh.sh; ARGS="--demo --user --keep --refresh" as needed)
 BUILD ?= build
@@ -20,7 +22,7 @@ DF_NATIVE ?= OFF
 # cmake --build runs make underneath: no Entering/Leaving directory lines
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all deps build test test-variants demo bench check-fresh clean
+.PHONY: all deps build test test-variants demo bench mutate check-fresh clean
 
 all: build
 
@@ -43,6 +45,9 @@ demo: build
 
 bench: build
 	@bash scripts/bench.sh $(BUILD)
+
+mutate: deps
+	@bash scripts/mutate.sh $(ARGS)
 
 check-fresh:
 	@bash scripts/check-fresh.sh $(ARGS)
