@@ -1,7 +1,7 @@
 /*
  * distflow/algo.h — RL algorithm kernels on flat, packed arrays: advantage
  * estimators, loss aggregation, policy losses, KL penalties and the entropy
- * term (DESIGN.md §3, "Registries"). Names and semantics follow verl's
+ * term (docs/conventions.md §2, registries). Names and semantics follow verl's
  * verl/trainer/ppo/core_algos.py, which siiRL reuses.
  *
  * Layout shared by every function here (no padding anywhere):

@@ -1,6 +1,6 @@
 /*
  * distflow/batch.h — df_batch, the sample protocol (siiRL's TensorDict / verl's
- * DataProto analog, DESIGN.md §3).
+ * DataProto analog, docs/conventions.md §3).
  *
  * A batch holds N samples and a set of named columns. Column kinds:
  *   DF_COL_I64 / DF_COL_F32  one scalar per sample            data[n]

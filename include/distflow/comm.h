@@ -1,7 +1,7 @@
 /*
  * distflow/comm.h — the communication layer: process groups and collectives.
  *
- * One interface, two backends (DESIGN.md §6):
+ * One interface, two backends (docs/conventions.md §5):
  *   - MPI (built when CMake finds MPI and DF_WITH_MPI=ON; compile definition
  *     DF_HAVE_MPI), one df_comm per MPI communicator;
  *   - single process, world size 1, with the same semantics (a collective over
@@ -166,7 +166,7 @@ DF_API int df_comm_allgatherv(df_comm *c, const void *send, int64_t send_bytes, 
  *   *recv_out   — the blocks received, in source-rank order; never NULL;
  *   *recv_counts_out — [size] bytes received from each rank (optional);
  *   *recv_displs_out — [size] offset of each source's block (optional).
- * This is the payload move of the Data Coordinator (DESIGN.md §1).
+ * This is the payload move of the Data Coordinator (docs/architecture.md).
  * Errors: DF_EINVAL (NULL send_counts, a negative count, send NULL with a
  * non-zero total, any send or receive total above INT_MAX bytes on any rank —
  * reported on every rank), DF_ENOMEM.

@@ -2,7 +2,7 @@
  * distflow/common.h — status codes, error reporting and export macros shared by
  * every public header.
  *
- * Convention (DESIGN.md §7): every fallible function returns an int status, 0 on
+ * Convention (docs/conventions.md §1): every fallible function returns an int status, 0 on
  * success, one of the DF_E* codes otherwise, and leaves a human-readable message
  * (naming the file, the place and the problem) retrievable with df_last_error().
  * Library code never prints errors itself and never calls exit().

@@ -1,5 +1,5 @@
 /*
- * distflow/coordinator.h — the Data Coordinator (DESIGN.md §1):
+ * distflow/coordinator.h — the Data Coordinator (docs/architecture.md):
  * length-balanced redistribution of samples between pipeline stages whose
  * data-parallel (DP) sizes differ, with no central process.
  *

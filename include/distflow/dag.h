@@ -1,5 +1,5 @@
 /*
- * distflow/dag.h — the DAG layer (DESIGN.md §1, §3): nodes, task graphs, the
+ * distflow/dag.h — the DAG layer (docs/architecture.md, docs/conventions.md §3): nodes, task graphs, the
  * pipeline builder, built-in pipelines, the executable registry and a small
  * executor. It mirrors siiRL's siirl/execution/dag/{node.py, task_graph.py,
  * pipeline.py, builtin_pipelines.py}: an RL algorithm is a DAG of nodes, each

@@ -1,5 +1,5 @@
 /*
- * distflow/dataloader.h — the per-rank partitioned dataloader (DESIGN.md §1,
+ * distflow/dataloader.h — the per-rank partitioned dataloader (docs/architecture.md,
  * Data Coordinator; siiRL's partitioned dataset + sampler).
  *
  * `rank` / `world` are the data-parallel rank and size (siiRL: dp_rank =

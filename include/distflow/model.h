@@ -3,7 +3,7 @@
  * layout, Hugging Face file I/O, and training forward / backward on packed
  * variable-length sequences.
  *
- * Parameter layout (llm.c style, DESIGN.md §8): df_model_layout() is the single
+ * Parameter layout (llm.c style, docs/conventions.md §4): df_model_layout() is the single
  * source of truth for the order of tensors. Parameters, gradients and AdamW
  * moments are each one contiguous float32 blob with that same layout, so the
  * optimizer, clipping, checkpoints and all-reduce are flat loops. Order:

@@ -1,6 +1,6 @@
 /*
  * distflow/optim.h — AdamW, global-norm gradient clipping and learning-rate
- * schedules over flat float32 blobs (DESIGN.md §8: parameters, gradients and
+ * schedules over flat float32 blobs (docs/conventions.md §4: parameters, gradients and
  * both moments share the model's layout, so every operation is one loop).
  *
  * The usual step, as verl's actor does it:

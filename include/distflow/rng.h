@@ -3,7 +3,7 @@
  *
  * Every random draw in distflow comes from a df_rng whose seed is derived from
  * (config seed, rank, step, sample, ...) with df_rng_key(), so a run is
- * reproducible and independent of thread scheduling (DESIGN.md §7).
+ * reproducible and independent of thread scheduling (docs/conventions.md §6).
  * Generator: xoshiro256** (Blackman & Vigna 2018), seeded through splitmix64.
  */
 #ifndef DISTFLOW_RNG_H

@@ -4,7 +4,7 @@
  *
  * The engine keeps a KV cache for `max_num_seqs` sequences ("slots") of at most
  * `max_seq_len` tokens (prompt + response) and decodes every active sequence
- * together, one token per sequence per step. Scheduling (DESIGN.md §5):
+ * together, one token per sequence per step. Scheduling (docs/conventions.md §4):
  *   - each prompt is prefilled once and its KV state copied into the slots of
  *     its n samples (rollout.n);
  *   - continuous batching: at most max_num_seqs sequences are active; between

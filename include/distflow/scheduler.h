@@ -1,5 +1,5 @@
 /*
- * distflow/scheduler.h — the DAG planner (DESIGN.md §1, §3): split a task graph
+ * distflow/scheduler.h — the DAG planner (docs/architecture.md): split a task graph
  * into irreducible subgraphs, apportion and place ranks on them, and derive the
  * process groups the ranks will need. It mirrors siiRL's
  * siirl/execution/dag/task_loader.py (discover_and_split_parallel_paths),

@@ -1,5 +1,5 @@
 /*
- * distflow/worker.h — the DAG worker (DESIGN.md §1): one per rank, each its
+ * distflow/worker.h — the DAG worker (docs/architecture.md): one per rank, each its
  * own controller. It builds its TaskGraph from the config (the built-in
  * pipeline selected by algorithm.adv_estimator / workflow_type), owns the
  * role workers (actor, reference, rollout, reward) and runs every training

@@ -1,6 +1,6 @@
 /*
  * ops.h (internal) — the model engine's operators as explicit forward /
- * backward pairs (DESIGN.md §5, llm.c style). All tensors are row-major float32.
+ * backward pairs (docs/conventions.md §4, llm.c style). All tensors are row-major float32.
  * T = number of packed tokens, H = hidden size, nh / nkv = query / key-value
  * heads, hd = head dim. Backward functions ACCUMULATE (+=) into parameter
  * gradients; activation gradients are documented per function.

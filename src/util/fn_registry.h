@@ -1,7 +1,7 @@
 /*
  * fn_registry.h (internal) — a name -> function pointer table, the shared
  * machinery behind distflow's registries (advantage estimators, policy losses,
- * node executables; DESIGN.md §3). Built-in entries live in a static const
+ * node executables; docs/conventions.md §2). Built-in entries live in a static const
  * table owned by the caller; runtime registrations go to a growable list that
  * is consulted first, so a plugin can add names or shadow a built-in.
  *

@@ -10,7 +10,7 @@ static const df_fn_entry BUILTINS[] = {
     {"synthetic/arithmetic", (df_any_fn)df_reward_synthetic},
 };
 
-/* The registry: the one global this module keeps (DESIGN.md §7). */
+/* The registry: the one global this module keeps (docs/conventions.md §2). */
 static df_fn_registry g_rewards = {"reward function for data_source", BUILTINS,
                                    sizeof BUILTINS / sizeof BUILTINS[0], NULL, 0, 0};
 
