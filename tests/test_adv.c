@@ -80,6 +80,7 @@ static void test_registry_names(void **state)
         {"reinforce_plus_plus_baseline", df_adv_reinforce_plus_plus_baseline},
         {"remax", df_adv_remax},
         {"gpg", df_adv_gpg},
+        {"gpg_paper", df_adv_gpg_paper},
         {"cpgd", df_adv_cpgd},
     };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) {
@@ -367,14 +368,15 @@ static void test_rloo(void **state)
 
 /* ====================================================================== gpg */
 
+/* verl's alpha = B / max(M', 1), M' = samples with a non-zero score (algo.h "gpg"). */
 static void test_gpg(void **state)
 {
     (void)state;
     /*
-     * Groups {1, 0} (samples 0, 1) and {1, 1} (samples 2, 3, flat).
-     * B = 4, M = 2 (the flat group) -> alpha = 4 / 2 = 2.
-     *   group 0: mean 0.5 -> 2 * 0.5 = 1, 2 * -0.5 = -1; group 1: 0.
-     * (verl counts the non-zero scores instead: alpha = 4 / 3, giving 0.667, -0.667.)
+     * Groups {1, 0} (samples 0, 1) and {1, 1} (samples 2, 3, flat): scores 1, 0, 1, 1.
+     * B = 4, M' = 3 -> alpha = 4 / 3.
+     *   group 0: mean 0.5 -> 4/3 * 0.5 = 0.66666667, -0.66666667; group 1: 0.
+     * (The paper counts the flat group instead: alpha = 4 / 2 = 2, test_gpg_paper.)
      */
     const int64_t off[] = {0, 2, 3, 4, 5};
     const float r[] = {0, 1, 0, 1, 1};
@@ -382,6 +384,66 @@ static void test_gpg(void **state)
     df_adv_input in = {.n = 4, .offsets = off, .token_level_rewards = r, .group = g};
     float adv[5], ret[5];
     assert_int_equal(df_adv_gpg(&in, adv, ret), 0);
+    const double want[] = {0.66666667, 0.66666667, -0.66666667, 0, 0};
+    assert_all_hand(adv, want, 5, 5e-9); /* alpha = 4 / 3 in double */
+    assert_same(ret, adv, 5);
+
+    /*
+     * Shared case: A = {1, 0, 2} mean 1; B = {4} alone (mean 0); C = {0 (no tokens), 3} mean 1.5.
+     * Scores 1, 0, 2, 4, 0, 3: M' = 4 (the empty response scores 0), alpha = 6 / 4 = 1.5.
+     *   A: 0, -1.5, 1.5; B: 6; C: -2.25 (no tokens), 2.25
+     */
+    df_adv_input s = {.n = 6, .offsets = k_off, .token_level_rewards = k_rew, .group = k_grp};
+    float a8[8], r8[8];
+    assert_int_equal(df_adv_gpg(&s, a8, r8), 0);
+    const double want8[] = {0, 0, -1.5, 1.5, 1.5, 1.5, 6, 2.25};
+    assert_all_near(a8, want8, 8, 0); /* alpha 1.5 and the means exact */
+
+    /*
+     * Flat group next to a single sample: {1, 1} flat, {0.5} alone, {0, 2}: scores 1, 1, 0.5, 0, 2.
+     * B = 5, M' = 4, alpha = 1.25: 0, 0 | 1.25 * 0.5 = 0.625 | -1.25, 1.25.
+     */
+    const int64_t off3[] = {0, 1, 2, 3, 4, 5};
+    const float r3[] = {1, 1, 0.5f, 0, 2};
+    const int64_t g3[] = {0, 0, 1, 2, 2};
+    df_adv_input t3 = {.n = 5, .offsets = off3, .token_level_rewards = r3, .group = g3};
+    assert_int_equal(df_adv_gpg(&t3, adv, ret), 0);
+    const double want3[] = {0, 0, 0.625, -1.25, 1.25};
+    assert_all_near(adv, want3, 5, 0); /* exact */
+
+    /* Negative scores count as non-zero: {-1, 1}, {0, 0}: M' = 2, alpha = 2: -2, 2, 0, 0. */
+    const float r5[] = {-1, 1, 0, 0};
+    const int64_t g5[] = {0, 0, 1, 1};
+    df_adv_input t5 = {.n = 4, .offsets = off3, .token_level_rewards = r5, .group = g5};
+    assert_int_equal(df_adv_gpg(&t5, adv, ret), 0);
+    const double want5[] = {-2, 2, 0, 0};
+    assert_all_near(adv, want5, 4, 0);
+
+    /* Every score 0: M' = 0, clamped to 1 as verl; every advantage 0 (no division by zero). */
+    const float r4[] = {0, 0, 0, 0, 0};
+    const int64_t g4[] = {0, 0, 1, 1, 1};
+    df_adv_input t4 = {.n = 5, .offsets = off3, .token_level_rewards = r4, .group = g4};
+    assert_int_equal(df_adv_gpg(&t4, adv, ret), 0);
+    for (int t = 0; t < 5; t++)
+        assert_near(adv[t], 0, 0);
+}
+
+/* The paper's alpha = B / (B - M), M = samples in flat groups (algo.h "gpg_paper"). */
+static void test_gpg_paper(void **state)
+{
+    (void)state;
+    /*
+     * Groups {1, 0} (samples 0, 1) and {1, 1} (samples 2, 3, flat).
+     * B = 4, M = 2 (the flat group) -> alpha = 4 / 2 = 2.
+     *   group 0: mean 0.5 -> 2 * 0.5 = 1, 2 * -0.5 = -1; group 1: 0.
+     * (verl counts the non-zero scores instead: alpha = 4 / 3, test_gpg.)
+     */
+    const int64_t off[] = {0, 2, 3, 4, 5};
+    const float r[] = {0, 1, 0, 1, 1};
+    const int64_t g[] = {0, 0, 1, 1};
+    df_adv_input in = {.n = 4, .offsets = off, .token_level_rewards = r, .group = g};
+    float adv[5], ret[5];
+    assert_int_equal(df_adv_gpg_paper(&in, adv, ret), 0);
     const double want[] = {1, 1, -1, 0, 0};
     assert_all_near(adv, want, 5, 0); /* alpha 2 and the means exact */
     assert_same(ret, adv, 5);
@@ -393,7 +455,7 @@ static void test_gpg(void **state)
      */
     df_adv_input s = {.n = 6, .offsets = k_off, .token_level_rewards = k_rew, .group = k_grp};
     float a8[8], r8[8];
-    assert_int_equal(df_adv_gpg(&s, a8, r8), 0);
+    assert_int_equal(df_adv_gpg_paper(&s, a8, r8), 0);
     const double want8[] = {0, 0, -1, 1, 1, 1, 4, 1.5};
     assert_all_near(a8, want8, 8, 0);
 
@@ -405,7 +467,7 @@ static void test_gpg(void **state)
     const float r3[] = {1, 1, 0.5f, 0, 2};
     const int64_t g3[] = {0, 0, 1, 2, 2};
     df_adv_input t3 = {.n = 5, .offsets = off3, .token_level_rewards = r3, .group = g3};
-    assert_int_equal(df_adv_gpg(&t3, adv, ret), 0);
+    assert_int_equal(df_adv_gpg_paper(&t3, adv, ret), 0);
     const double want3[] = {0, 0, 0.83333333, -1.66666667, 1.66666667};
     assert_all_hand(adv, want3, 5, 5e-9); /* alpha = 5 / 3 in double */
 
@@ -413,7 +475,7 @@ static void test_gpg(void **state)
     const float r4[] = {1, 1, 0, 0, 0};
     const int64_t g4[] = {0, 0, 1, 1, 1};
     df_adv_input t4 = {.n = 5, .offsets = off3, .token_level_rewards = r4, .group = g4};
-    assert_int_equal(df_adv_gpg(&t4, adv, ret), 0);
+    assert_int_equal(df_adv_gpg_paper(&t4, adv, ret), 0);
     for (int t = 0; t < 5; t++)
         assert_near(adv[t], 0, 0);
 }
@@ -503,7 +565,8 @@ static void test_cpgd_clip_default(void **state)
 /* ====================================================================== shared properties */
 
 static const char *const k_names[] = {
-    "gae", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "gpg", "cpgd", "grpo"};
+    "gae", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "gpg", "gpg_paper", "cpgd",
+    "grpo"};
 enum { N_NAMES = sizeof k_names / sizeof *k_names };
 
 /* Inputs every estimator accepts (values, baselines, gamma / lam set). */
@@ -673,6 +736,7 @@ int main(void)
         cmocka_unit_test(test_remax),
         cmocka_unit_test(test_rloo),
         cmocka_unit_test(test_gpg),
+        cmocka_unit_test(test_gpg_paper),
         cmocka_unit_test(test_cpgd_weights),
         cmocka_unit_test(test_cpgd_clip_default),
         cmocka_unit_test(test_zero_length_and_empty),

@@ -171,7 +171,8 @@ static void test_adv_registry(void **state)
 static void test_agg_weights(void **state)
 {
     (void)state;
-    /* Micro-batch of 3 samples (lengths 2, 0, 3) out of a mini-batch of 4 samples, 10 tokens. */
+    /* Micro-batch of 3 samples (lengths 2, 0, 3) out of a mini-batch of 10 tokens in 4 responses
+       that have tokens. */
     const int64_t off[] = {0, 2, 2, 5};
     float w[5];
     /* a weight is one double division rounded to float32: exact for powers of 2, else
@@ -187,7 +188,14 @@ static void test_agg_weights(void **state)
     assert_near(w[1], 0.125, 0);
     for (int t = 2; t < 5; t++)
         assert_near(w[t], 1.0 / 12, df_tol_hand(0, 1.0 / 12, 0, 1.0 / 12)); /* 1 / (4 * 3) */
+    /* verl: the token sum over L = 8, no mean over the responses (the totals are not read) */
     assert_int_equal(df_loss_agg_weights_ex("seq-mean-token-sum-norm", 3, off, 10, 4, 8, w), 0);
+    for (int t = 0; t < 5; t++)
+        assert_near(w[t], 0.125, 0); /* 1 / 8 */
+    assert_int_equal(df_loss_agg_weights_ex("seq-mean-token-sum-norm", 3, off, 0, 0, 8, w), 0);
+    assert_near(w[4], 0.125, 0);
+    /* distflow's mode before issue 12, kept under its own name: also averaged over responses */
+    assert_int_equal(df_loss_agg_weights_ex("seq-mean-token-sum-norm-seqavg", 3, off, 10, 4, 8, w), 0);
     for (int t = 0; t < 5; t++)
         assert_near(w[t], 1.0 / 32, 0); /* 1 / (4 * 8) */
 
@@ -196,13 +204,67 @@ static void test_agg_weights(void **state)
                           "'token_mean'");
     assert_error_mentions(df_loss_agg_weights("seq-mean-token-sum-norm", 3, off, 10, 4, w),
                           DF_EINVAL, "length");
+    assert_error_mentions(df_loss_agg_weights("seq-mean-token-sum-norm-seqavg", 3, off, 10, 4, w),
+                          DF_EINVAL, "length");
+    assert_int_equal(df_loss_agg_weights_ex("seq-mean-token-sum-norm-seqavg", 3, off, 10, 0, 8, w), DF_EINVAL);
     assert_int_equal(df_loss_agg_weights("token-mean", 3, off, 0, 4, w), DF_EINVAL);
     assert_error_mentions(df_loss_agg_weights("token-mean", 3, off, 4, 4, w), DF_EINVAL,
                           "exceed");
-    assert_int_equal(df_loss_agg_weights("seq-mean-token-sum", 3, off, 10, 2, w), DF_EINVAL);
+    /* two non-empty responses here (the empty one does not count): a total of 1 is too few, 2 is not */
+    assert_error_mentions(df_loss_agg_weights("seq-mean-token-sum", 3, off, 10, 1, w), DF_EINVAL, "exceed");
+    assert_int_equal(df_loss_agg_weights("seq-mean-token-sum", 3, off, 10, 2, w), 0);
+    assert_near(w[4], 0.5, 0);
     /* Empty micro-batch is fine. */
     const int64_t off0[] = {0};
     assert_int_equal(df_loss_agg_weights("token-mean", 0, off0, 10, 4, NULL), 0);
+}
+
+/*
+ * A mini-batch with a fully masked (zero-length) response, every mode by hand (verl agg_loss at
+ * b178a3cd: seq-mean modes leave such rows out of the sequence count; seq-mean-token-sum-norm is the
+ * token sum over L with no mean over responses). Lengths 3, 0, 2, 1; losses 1 2 3 | - | 4 5 | 6;
+ * S = 3 responses with tokens (4 rows), L = 8:
+ *   token-mean                      21 / 6                      = 3.5
+ *   seq-mean-token-sum              (6 + 9 + 6) / 3             = 7         (counting the row: 5.25)
+ *   seq-mean-token-mean             (2 + 4.5 + 6) / 3           = 4.1666667 (counting the row: 3.125)
+ *   seq-mean-token-sum-norm         21 / 8                      = 2.625     (before issue 12: 0.65625)
+ *   seq-mean-token-sum-norm-seqavg  21 / (3 * 8)                = 0.875
+ * Bounds: the weights are float32 roundings of 1/6, 1/3, 1/6, 1/24 (DF_U32 relative each) times
+ * exact losses, summed in double: cond = the result (every term positive); lit for 4.1666667.
+ */
+static void test_agg_masked_row(void **state)
+{
+    (void)state;
+    const int64_t off[] = {0, 3, 3, 5, 6};
+    const float l[6] = {1, 2, 3, 4, 5, 6};
+    float w[6];
+    const int64_t S = df_loss_agg_count_seqs(4, off);
+    assert_int_equal(S, 3);
+    assert_int_equal(df_loss_agg_count_seqs(0, off), 0);
+    assert_int_equal(df_loss_agg_count_seqs(2, NULL), 0);
+    static const struct {
+        const char *mode;
+        double want, lit;
+    } k[] = {{"token-mean", 3.5, 0},
+             {"seq-mean-token-sum", 7, 0},
+             {"seq-mean-token-mean", 4.1666667, 5e-8},
+             {"seq-mean-token-sum-norm", 2.625, 0},
+             {"seq-mean-token-sum-norm-seqavg", 0.875, 0}};
+    for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
+        assert_int_equal(df_loss_agg_weights_ex(k[i].mode, 4, off, 6, S, 8, w), 0);
+        double got = df_loss_agg_apply(6, l, w);
+        double tol = df_tol_hand(k[i].lit, 0, k[i].want, k[i].want);
+        if (!(fabs(got - k[i].want) <= tol))
+            fail_msg("%s: %.9g, expected %.9g (tol %.3g)", k[i].mode, got, k[i].want, tol);
+    }
+    /* split into micro-batches {0, 1} and {2, 3}: each counts only its non-empty rows, the sum is S */
+    const int64_t m1[] = {0, 3, 3}, m2[] = {0, 2, 3};
+    assert_int_equal(df_loss_agg_count_seqs(2, m1) + df_loss_agg_count_seqs(2, m2), S);
+    float w1[3], w2[3];
+    assert_int_equal(df_loss_agg_weights("seq-mean-token-mean", 2, m1, 6, S, w1), 0);
+    assert_int_equal(df_loss_agg_weights("seq-mean-token-mean", 2, m2, 6, S, w2), 0);
+    double split = df_loss_agg_apply(3, l, w1) + df_loss_agg_apply(3, l + 3, w2);
+    assert_near(split, 4.1666667, df_tol_hand(5e-8, 0, 4.1666667, 4.1666667));
 }
 
 /* token-mean over a mini-batch split into micro-batches equals one full-batch mean. */
@@ -530,6 +592,7 @@ int main(void)
         cmocka_unit_test(test_grpo_bad_input),
         cmocka_unit_test(test_adv_registry),
         cmocka_unit_test(test_agg_weights),
+        cmocka_unit_test(test_agg_masked_row),
         cmocka_unit_test(test_agg_micro_batch_invariance),
         cmocka_unit_test(test_vanilla_branches),
         cmocka_unit_test(test_vanilla_finite_difference),

@@ -176,8 +176,8 @@ static void test_group_estimator_needs_n(void **state)
         DF_EINVAL);
     expect("algorithm.filter_groups.enable=true (command line) needs " ROLLOUT "n=1 (command line) > 1");
     /* the registered estimators pass; the group-baseline ones need n > 1, the others do not */
-    for (const char *const *e = (const char *const[]){"rloo", "reinforce_plus_plus_baseline", "gpg", "cpgd",
-                                                      "reinforce_plus_plus", "remax", NULL};
+    for (const char *const *e = (const char *const[]){"rloo", "reinforce_plus_plus_baseline", "gpg", "gpg_paper",
+                                                      "cpgd", "reinforce_plus_plus", "remax", NULL};
          *e; e++) {
         char ov[96];
         snprintf(ov, sizeof ov, "algorithm.adv_estimator=%s", *e);
@@ -204,7 +204,8 @@ static void test_registry_names(void **state)
     assert_int_equal(VALIDATE(1, "algorithm.use_kl_in_reward=true", "algorithm.kl_penalty=full"), DF_EINVAL);
     expect("algorithm.kl_penalty='full' (command line)");
     for (const char *const *m = (const char *const[]){"token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
-                                                      "seq-mean-token-sum-norm", NULL};
+                                                      "seq-mean-token-sum-norm",
+                                                      "seq-mean-token-sum-norm-seqavg", NULL};
          *m; m++) {
         char ov[128];
         snprintf(ov, sizeof ov, ACTOR "loss_agg_mode=%s", *m);

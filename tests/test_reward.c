@@ -76,6 +76,42 @@ static void test_gsm8k_long_response(void **state)
     free(s);
 }
 
+/*
+ * An answer of 270 digits (over the 255 bytes distflow used to cap answers at): verl's
+ * compute_score (verl/utils/reward_score/gsm8k.py at b178a3cd, and siiRL's) compares it whole.
+ * The response is 292 characters, inside verl's 300-character window, so every version agrees:
+ * 1.0 for the same digits; 0.0 for a different last digit, a ground truth one digit shorter or
+ * one digit longer (checked against both Python functions).
+ */
+static void test_gsm8k_long_answer(void **state)
+{
+    (void)state;
+    char d[271], r[320], g[272];
+    for (int i = 0; i < 270; i++)
+        d[i] = (char)('0' + (7 * i + 3) % 10);
+    d[270] = '\0';
+    snprintf(r, sizeof r, "So the total is:\n#### %s", d);
+    assert_int_equal(strlen(r), 292);
+    assert_true(gsm8k(r, d) == 1.0);
+    memcpy(g, d, sizeof d);
+    g[269] = '0'; /* d ends in 6 */
+    assert_true(gsm8k(r, g) == 0.0);
+    g[269] = '\0';
+    assert_true(gsm8k(r, g) == 0.0);
+    snprintf(g, sizeof g, "%s1", d);
+    assert_true(gsm8k(r, g) == 0.0);
+    /* commas are dropped before the comparison, however long the answer */
+    char rc[330], dc[280];
+    snprintf(dc, sizeof dc, "%.100s,%.100s,%.70s", d, d + 100, d + 200);
+    snprintf(rc, sizeof rc, "#### %s", dc);
+    assert_true(gsm8k(rc, d) == 1.0);
+    /* extract still needs room in the caller's buffer; the scorer does not */
+    char out[300], small[100];
+    assert_true(df_reward_gsm8k_extract(r, out, sizeof out));
+    assert_string_equal(out, d);
+    assert_false(df_reward_gsm8k_extract(r, small, sizeof small));
+}
+
 static void test_synthetic_scorer(void **state)
 {
     (void)state;
@@ -249,6 +285,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gsm8k_scorer),   cmocka_unit_test(test_gsm8k_long_response),
+        cmocka_unit_test(test_gsm8k_long_answer),
         cmocka_unit_test(test_synthetic_scorer), cmocka_unit_test(test_registry),
         cmocka_unit_test(test_naive_manager),  cmocka_unit_test(test_naive_errors),
     };

@@ -519,10 +519,15 @@ static df_actor_params actor_params(const actor_case *k, float temperature)
     return p;
 }
 
-/* Exact aggregation weights of the whole batch as one mini-batch (algo.h df_loss_agg_weights_ex). */
+/* Exact aggregation weights of the whole batch as one mini-batch (algo.h df_loss_agg_weights_ex; verl
+   agg_loss at b178a3cd): S counts the responses that have tokens (verl leaves fully masked rows out,
+   and df_test_synth_batch makes some responses empty); seq-mean-token-sum-norm is verl's token sum
+   over NORM_LEN, -seqavg that averaged over the S responses. */
 static void agg_weights(const char *mode, int64_t n, const int64_t *ro, double *w)
 {
-    double T = (double)ro[n], S = (double)n;
+    double T = (double)ro[n], S = 0;
+    for (int64_t i = 0; i < n; i++)
+        S += ro[i + 1] > ro[i];
     for (int64_t i = 0; i < n; i++)
         for (int64_t t = ro[i]; t < ro[i + 1]; t++) {
             double len = (double)(ro[i + 1] - ro[i]);
@@ -531,6 +536,8 @@ static void agg_weights(const char *mode, int64_t n, const int64_t *ro, double *
             else if (!strcmp(mode, "seq-mean-token-mean"))
                 w[t] = 1 / (S * len);
             else if (!strcmp(mode, "seq-mean-token-sum-norm"))
+                w[t] = 1.0 / NORM_LEN;
+            else if (!strcmp(mode, "seq-mean-token-sum-norm-seqavg"))
                 w[t] = 1 / (S * NORM_LEN);
             else
                 fail_msg("mode %s", mode);
@@ -838,7 +845,9 @@ static void actor_check(const actor_setup *s, const actor_case *k, uint64_t seed
     free(g), free(rec);
 }
 
-static const char *const k_agg[] = {"token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"};
+static const char *const k_agg[] = {"token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm",
+                                    "seq-mean-token-sum-norm-seqavg"};
+enum { N_AGG = sizeof k_agg / sizeof *k_agg };
 
 static void report(const char *what, const check_stats *st)
 {
@@ -856,7 +865,7 @@ static void test_actor_vanilla_kl_types(void **state)
     actor_setup_init(&s, 0.7f);
     static const char *const kls[] = {"kl", "abs", "mse", "low_var_kl"};
     check_stats st = {0};
-    for (size_t a = 0; a < 3; a++)
+    for (size_t a = 0; a < N_AGG; a++)
         for (size_t k = 0; k < 4; k++) {
             actor_case c = {"vanilla", kls[k], k_agg[a]};
             actor_check(&s, &c, 100 + 10 * a + k, &st);
@@ -874,7 +883,7 @@ static void test_actor_other_losses(void **state)
     static const char *const losses[] = {"gspo", "gpg", "cpgd"};
     static const char *const kls[] = {"k3", "k2", "k1"}; /* the aliases */
     check_stats st = {0};
-    for (size_t a = 0; a < 3; a++)
+    for (size_t a = 0; a < N_AGG; a++)
         for (size_t k = 0; k < 3; k++) {
             actor_case c = {losses[k], kls[(k + a) % 3], k_agg[a]};
             actor_check(&s, &c, 200 + 10 * a + k, &st);
@@ -1096,7 +1105,7 @@ static void test_critic(void **state)
 {
     (void)state;
     check_stats st = {0};
-    for (size_t a = 0; a < 3; a++)
+    for (size_t a = 0; a < N_AGG; a++)
         for (int k = 0; k < 2; k++) {
             critic_case c = {k_agg[a], k ? 0.25 : 0.5};
             critic_check(&c, 300 + 10 * a + (uint64_t)k, &st);

@@ -253,21 +253,35 @@ DF_API int df_adv_remax(const df_adv_input *in, float *advantages, float *return
 
 /**
  * "gpg" — Group Policy Gradient, Chu et al. 2025 (arXiv 2504.02546, §3,
- * advantage with the gradient-estimation correction):
+ * advantage with the gradient-estimation correction), with verl's alpha
+ * (compute_gpg_outcome_advantage, verl/trainer/ppo/core_algos.py at commit
+ * b178a3cd56f58b2d502255daba591e92833930a7):
  *   A_i = alpha (score_i - mean_g) / F_norm,  F_norm = 1,
- *   alpha = B / (B - M), B = n samples in the batch, M = samples in flat
- *   groups (their advantage is 0 and they carry no gradient); alpha = 1 when
- *   every sample is in a flat group (B = M).
+ *   alpha = B / max(M', 1), B = n samples in the batch, M' = samples whose
+ *   score is not 0 (torch.count_nonzero of the scores).
  *   every token of sample i gets A_i; returns = advantages.
- * Disagreement: verl compute_gpg_outcome_advantage counts M as the samples
- * whose *score* is 0 (alpha = B / max(#nonzero scores, 1)), which differs from
- * the paper whenever a group is all-correct or a mixed group has zero scores
- * (e.g. groups {1, 0}, {1, 1}: paper alpha = 4 / 2 = 2, verl 4 / 3). This
- * follows the paper. Like verl, a group of one has mean 0 (the paper's groups
- * always have several samples) and is not flat. The paper's F_norm = std
- * variant is not offered (verl fixes F_norm = 1).
+ * Like verl, a group of one has mean 0 (the paper's groups always have several
+ * samples). The paper's F_norm = std variant is not offered (verl fixes
+ * F_norm = 1). alpha is taken over the samples passed in: the DAG worker
+ * passes each rank's part of the step batch, verl's driver the whole batch.
+ * Errors: the common ones (advest block).
  */
 DF_API int df_adv_gpg(const df_adv_input *in, float *advantages, float *returns);
+
+/**
+ * "gpg_paper" — "gpg" with the paper's alpha (§3, eq. for the corrected
+ * gradient): alpha = B / (B - M), M = samples in flat groups (every score of
+ * the group equal: their centred scores are 0 and they carry no gradient), so
+ * the batch gradient is rescaled to the samples that have one; alpha = 1 when
+ * every sample is in a flat group (then every advantage is 0 anyway).
+ * verl's M' counts zero scores instead, which differs whenever a group is
+ * all-correct or a mixed group has zero scores (groups {1, 0}, {1, 1}: paper
+ * alpha = 4 / 2 = 2, verl 4 / 3). distflow's "gpg" until issue 12; choose it
+ * to follow the paper, or for rewards that are not 0 / 1 (a constant shift of
+ * every reward changes verl's alpha, not the paper's).
+ * Errors: those of "gpg".
+ */
+DF_API int df_adv_gpg_paper(const df_adv_input *in, float *advantages, float *returns);
 
 /**
  * "cpgd" — advantage of CPGD, Liu et al. 2025, "CPGD: Toward Stable Rule-based
@@ -303,35 +317,57 @@ DF_API int df_adv_cpgd(const df_adv_input *in, float *advantages, float *returns
  * aggregated loss is sum_t w_t * l_t, normalised over the whole mini-batch
  * (all micro-batches on all data-parallel ranks), which makes gradient
  * accumulation give exactly the full-batch gradient. Modes (verl agg_loss,
- * loss_agg_mode):
+ * loss_agg_mode; verl/trainer/ppo/core_algos.py at commit
+ * b178a3cd56f58b2d502255daba591e92833930a7, 0.8.0.dev):
  *   "token-mean"            w_t = 1 / global_tokens
  *   "seq-mean-token-sum"    w_t = 1 / global_seqs
  *   "seq-mean-token-mean"   w_t = 1 / (global_seqs * len_i)   (len_i > 0)
- *   "seq-mean-token-sum-norm" needs a constant length: use
- *                           df_loss_agg_weights_ex (here: DF_EINVAL)
+ *   "seq-mean-token-sum-norm", "seq-mean-token-sum-norm-seqavg" need a
+ *                           constant length: use df_loss_agg_weights_ex
+ *                           (here: DF_EINVAL)
  * global_tokens: response tokens in the mini-batch (> 0 for token-mean);
- * global_seqs: responses in the mini-batch (> 0 for seq-mean-*); a zero-length
- * response still counts in global_seqs, as in verl's torch.mean over the batch.
+ * global_seqs: responses with at least one token in the mini-batch
+ * (df_loss_agg_count_seqs summed over the micro-batches and ranks; > 0 for the
+ * seq-mean modes). A zero-length response has no loss terms and is not counted,
+ * as verl's agg_loss leaves fully masked rows out of its sequence count. (Until
+ * issue 12 distflow counted it; that only shrank every other response's weight
+ * by the share of empty ones, which changes from step to step, so no mode keeps it.)
  * Errors: DF_EINVAL for an unknown mode (named, with the known ones), a
- * non-positive normaliser, more local tokens / samples than the given totals
- * (a sign that micro-batch counts were passed), bad offsets.
+ * non-positive normaliser, more local tokens / non-empty responses than the
+ * given totals (a sign that micro-batch counts were passed), bad offsets.
  */
 DF_API int df_loss_agg_weights(const char *mode, int64_t n, const int64_t *offsets,
                                int64_t global_tokens, int64_t global_seqs, float *w);
 
 /**
- * df_loss_agg_weights plus norm_length, the constant length normaliser of
- * "seq-mean-token-sum-norm" (Dr.GRPO's MAX_TOKENS; verl uses the padded
- * response length, i.e. data.max_response_length):
- *   "seq-mean-token-sum-norm"  w_t = 1 / (global_seqs * norm_length)
- * Note: verl's agg_loss divides the token sum by norm_length only (no mean over
- * sequences) and then scales by micro / mini batch size; the form above is the
- * batch-size independent one the mode's name describes (Liu et al. 2025, Dr.GRPO).
+ * df_loss_agg_weights plus norm_length L, the constant length normaliser of
+ * the two token-sum-norm modes (Dr.GRPO's MAX_TOKENS, Liu et al. 2025, arXiv
+ * 2503.20783; verl's loss_scale_factor, by default the padded response length,
+ * i.e. data.max_response_length):
+ *   "seq-mean-token-sum-norm"         w_t = 1 / L   (verl agg_loss: the token
+ *        sum of the whole mini-batch over L, no mean over the responses; verl's
+ *        docs: "turns off seq-dim averaging"). The loss grows with the number of
+ *        responses in the mini-batch. global_tokens and global_seqs are not read.
+ *        verl's trainers then scale each micro-batch's loss again (the legacy
+ *        dp_actor by micro / mini-batch rows, the new engine by 1 / dp_size
+ *        through FSDP's gradient mean), so its step depends on the micro-batch
+ *        size or the DP size; here it is the formula above for any split.
+ *   "seq-mean-token-sum-norm-seqavg"  w_t = 1 / (global_seqs * L): the same,
+ *        averaged over the responses (distflow's "seq-mean-token-sum-norm" until
+ *        issue 12). Keep it to carry a learning rate across batch sizes: the
+ *        loss scale does not grow with the batch. global_seqs as above.
  * norm_length is ignored by the other modes.
  */
 DF_API int df_loss_agg_weights_ex(const char *mode, int64_t n, const int64_t *offsets,
                                   int64_t global_tokens, int64_t global_seqs,
                                   int64_t norm_length, float *w);
+
+/**
+ * The number of responses among n (packed by offsets[n + 1]) that have at
+ * least one token: what a micro-batch contributes to global_seqs. 0 for
+ * NULL offsets or n <= 0.
+ */
+DF_API int64_t df_loss_agg_count_seqs(int64_t n, const int64_t *offsets);
 
 /** sum_t w_t * values_t over n_tokens tokens (double accumulation). */
 DF_API double df_loss_agg_apply(int64_t n_tokens, const float *values, const float *w);
@@ -493,7 +529,7 @@ DF_API int df_policy_loss_gspo(const df_policy_loss_input *in, df_policy_loss_ou
  * compute_policy_loss_gpg: l_t = -A_t log_prob_t, loss = sum_t w_t l_t,
  * grad_t = -w_t A_t. A plain policy gradient (no ratio, no clipping), so
  * old_log_prob may be NULL; every statistic is 0 as in verl. GPG's alpha
- * rescaling lives in its advantage estimator. Errors: NULL arrays, bad offsets.
+ * rescaling lives in its advantage estimators (gpg, gpg_paper). Errors: NULL arrays, bad offsets.
  */
 DF_API int df_policy_loss_gpg(const df_policy_loss_input *in, df_policy_loss_output *out);
 

@@ -46,23 +46,25 @@ DF_API int df_reward_lookup(const char *name, df_reward_fn *out);
 
 /* ---- built-in scorers ------------------------------------------------------ */
 
-/** Longest answer (bytes, after removing ',' and '$') the GSM8K scorer compares. */
-#define DF_GSM8K_MAX_ANSWER 255
-
 /**
- * verl's gsm8k extract_solution(method="strict") as in verl <= 0.3
- * (re.search): the FIRST match of `#### (\-?[0-9\.\,]+)` in the response,
- * with ',' and '$' removed, goes to out[cap]; false when there is no match
- * or it does not fit. (verl >= 0.4 reads only the last 300 characters and takes
- * the last match; the two agree whenever a response has one "####" near its
- * end, which is the format GSM8K training teaches.)
+ * verl's gsm8k extract_solution(method="strict") as in verl <= 0.3 and siiRL
+ * (siirl/utils/reward_score/gsm8k.py; re.search): the FIRST match of
+ * `#### (\-?[0-9\.\,]+)` in the whole response, with ',' and '$' removed, goes
+ * to out[cap]; false when there is no match or it does not fit in out (the
+ * scorer itself needs no buffer and compares answers of any length).
+ * Current verl (verl/utils/reward_score/gsm8k.py at commit
+ * b178a3cd56f58b2d502255daba591e92833930a7, since verl PR #2568) reads only the
+ * last 300 characters and takes the LAST match; the two agree whenever a
+ * response's only "#### <number>" lies in its last 300 characters, the format
+ * GSM8K training teaches (issue 12 leaves this difference open).
  */
 DF_API bool df_reward_gsm8k_extract(const char *response, char *out, size_t cap);
 
 /**
  * verl gsm8k compute_score(method="strict", format_score=0.0, score=1.0):
- * 1.0 when the extracted answer equals ground_truth as a string, else 0.0
- * (also 0.0 with no "#### <number>").
+ * 1.0 when the extracted answer (df_reward_gsm8k_extract's, however long)
+ * equals ground_truth as a string, else 0.0 (also 0.0 with no
+ * "#### <number>" or a NULL ground_truth).
  */
 DF_API int df_reward_gsm8k(const char *data_source, const char *solution_str,
                            const char *ground_truth, const char *extra_info, double *score);

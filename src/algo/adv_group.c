@@ -1,6 +1,6 @@
 /*
  * Outcome estimators that compare the responses to one prompt: grpo, rloo,
- * reinforce_plus_plus_baseline, gpg, cpgd (include/distflow/algo.h, advest
+ * reinforce_plus_plus_baseline, gpg, gpg_paper, cpgd (include/distflow/algo.h, advest
  * block; formulas, sources and the differences from verl / siiRL there).
  */
 #include "algo/adv_internal.h"
@@ -99,19 +99,37 @@ int df_adv_reinforce_plus_plus_baseline(const df_adv_input *in, float *advantage
     return DF_OK;
 }
 
-int df_adv_gpg(const df_adv_input *in, float *advantages, float *returns)
+/* GPG's advantage with a given alpha; F_norm = 1 as verl. */
+static int gpg(const char *who, const df_adv_input *in, bool paper, float *advantages, float *returns)
 {
     df_adv_groups g;
     double *a;
-    int rc = begin("gpg", in, advantages, returns, &g, &a);
+    int rc = begin(who, in, advantages, returns, &g, &a);
     if (rc)
         return rc;
-    /* alpha = B / (B - M): rescale so the flat groups' zero gradients do not dilute the batch */
-    const int64_t valid = in->n - g.n_flat_samples;
-    const double alpha = valid > 0 ? (double)in->n / (double)valid : 1.0;
+    int64_t m;
+    if (paper) { /* B - M: the samples outside flat groups, the only ones with a gradient */
+        m = in->n - g.n_flat_samples;
+    } else { /* verl: the samples with a non-zero score */
+        m = 0;
+        for (int64_t i = 0; i < in->n; i++)
+            m += g.score[i] != 0;
+    }
+    /* m = 0: every centred score is 0, so alpha does not matter (verl clamps m to 1) */
+    const double alpha = (double)in->n / (double)(m > 0 ? m : 1);
     for (int64_t i = 0; i < in->n; i++)
-        a[i] = alpha * (g.score[i] - g.mean[in->group[i]]); /* F_norm = 1 */
+        a[i] = alpha * (g.score[i] - g.mean[in->group[i]]);
     return finish(in, &g, a, advantages, returns);
+}
+
+int df_adv_gpg(const df_adv_input *in, float *advantages, float *returns)
+{
+    return gpg("gpg", in, false, advantages, returns);
+}
+
+int df_adv_gpg_paper(const df_adv_input *in, float *advantages, float *returns)
+{
+    return gpg("gpg_paper", in, true, advantages, returns);
 }
 
 enum cpgd_weight { CPGD_STD, CPGD_CLIP_FILTER, CPGD_NAIVE };

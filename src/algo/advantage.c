@@ -73,6 +73,7 @@ static const df_fn_entry k_builtin_estimators[] = {
     {"reinforce_plus_plus_baseline", (df_any_fn)df_adv_reinforce_plus_plus_baseline},
     {"remax", (df_any_fn)df_adv_remax},
     {"gpg", (df_any_fn)df_adv_gpg},
+    {"gpg_paper", (df_any_fn)df_adv_gpg_paper}, /* the paper's alpha (algo.h) */
     {"cpgd", (df_any_fn)df_adv_cpgd},
 };
 

@@ -8,7 +8,7 @@
 /* Each mode is one rule: the weight of every token of a sample of length len. */
 typedef enum { NEED_TOKENS = 1, NEED_SEQS = 2, NEED_NORM = 4 } agg_need;
 
-typedef enum { TOKEN_MEAN, SEQ_TOKEN_SUM, SEQ_TOKEN_MEAN, SEQ_TOKEN_SUM_NORM } agg_kind;
+typedef enum { TOKEN_MEAN, SEQ_TOKEN_SUM, SEQ_TOKEN_MEAN, SEQ_TOKEN_SUM_NORM, SEQ_TOKEN_SUM_NORM_SEQAVG } agg_kind;
 
 typedef struct agg_mode {
     const char *name;
@@ -21,7 +21,8 @@ static const agg_mode k_modes[] = {
     {"token-mean", TOKEN_MEAN, NEED_TOKENS},
     {"seq-mean-token-sum", SEQ_TOKEN_SUM, NEED_SEQS},
     {"seq-mean-token-mean", SEQ_TOKEN_MEAN, NEED_SEQS},
-    {"seq-mean-token-sum-norm", SEQ_TOKEN_SUM_NORM, NEED_SEQS | NEED_NORM},
+    {"seq-mean-token-sum-norm", SEQ_TOKEN_SUM_NORM, NEED_NORM},
+    {"seq-mean-token-sum-norm-seqavg", SEQ_TOKEN_SUM_NORM_SEQAVG, NEED_SEQS | NEED_NORM},
 };
 enum { N_MODES = sizeof k_modes / sizeof k_modes[0] };
 
@@ -31,9 +32,18 @@ static double sample_weight(agg_kind k, int64_t len, int64_t tokens, int64_t seq
     case TOKEN_MEAN: return 1.0 / (double)tokens;
     case SEQ_TOKEN_SUM: return 1.0 / (double)seqs;
     case SEQ_TOKEN_MEAN: return 1.0 / ((double)seqs * (double)len); /* len > 0 here */
-    case SEQ_TOKEN_SUM_NORM: return 1.0 / ((double)seqs * (double)norm);
+    case SEQ_TOKEN_SUM_NORM: return 1.0 / (double)norm;              /* verl: no mean over sequences */
+    case SEQ_TOKEN_SUM_NORM_SEQAVG: return 1.0 / ((double)seqs * (double)norm);
     }
     return 0;
+}
+
+int64_t df_loss_agg_count_seqs(int64_t n, const int64_t *offsets)
+{
+    int64_t s = 0;
+    for (int64_t i = 0; offsets && i < n; i++)
+        s += offsets[i + 1] > offsets[i];
+    return s;
 }
 
 int df_loss_agg_weights_ex(const char *mode, int64_t n, const int64_t *offsets,
@@ -47,7 +57,7 @@ int df_loss_agg_weights_ex(const char *mode, int64_t n, const int64_t *offsets,
     if (m < 0)
         return df_error(DF_EINVAL,
                         "unknown loss_agg_mode '%s' (known: token-mean, seq-mean-token-sum, "
-                        "seq-mean-token-mean, seq-mean-token-sum-norm)",
+                        "seq-mean-token-mean, seq-mean-token-sum-norm, seq-mean-token-sum-norm-seqavg)",
                         mode ? mode : "(null)");
     int rc = df_algo_check_offsets(mode, n, offsets);
     if (rc)
@@ -65,16 +75,18 @@ int df_loss_agg_weights_ex(const char *mode, int64_t n, const int64_t *offsets,
                         "loss_agg_mode %s: needs a positive constant length normaliser "
                         "(max response length), got %lld",
                         mode, (long long)norm_length);
-    /* A micro-batch is part of its mini-batch: more tokens / samples than the
-     * totals means the caller passed micro-batch counts or mixed up batches. */
+    /* A micro-batch is part of its mini-batch: more tokens / responses than the
+     * totals means the caller passed micro-batch counts or mixed up batches. Only
+     * responses with tokens count (verl agg_loss leaves fully masked rows out). */
     if ((need & NEED_TOKENS) && offsets[n] > global_tokens)
         return df_error(DF_EINVAL,
                         "loss_agg_mode %s: %lld tokens here exceed the mini-batch total %lld",
                         mode, (long long)offsets[n], (long long)global_tokens);
-    if ((need & NEED_SEQS) && n > global_seqs)
+    int64_t seqs_here = (need & NEED_SEQS) ? df_loss_agg_count_seqs(n, offsets) : 0;
+    if (seqs_here > global_seqs)
         return df_error(DF_EINVAL,
-                        "loss_agg_mode %s: %lld samples here exceed the mini-batch total %lld",
-                        mode, (long long)n, (long long)global_seqs);
+                        "loss_agg_mode %s: %lld non-empty responses here exceed the mini-batch total %lld",
+                        mode, (long long)seqs_here, (long long)global_seqs);
     if (offsets[n] > 0 && !w)
         return df_error(DF_EINVAL, "loss_agg_mode %s: NULL weight array", mode);
     for (int64_t i = 0; i < n; i++) {

@@ -16,7 +16,8 @@
 #define ROLLOUT ARR "rollout."
 #define REF ARR "ref."
 #define KL_TYPES "kl|k1|abs|mse|k2|low_var_kl|k3|full"
-#define LOSS_AGG "token-mean|seq-mean-token-sum|seq-mean-token-mean|seq-mean-token-sum-norm"
+#define LOSS_AGG \
+    "token-mean|seq-mean-token-sum|seq-mean-token-mean|seq-mean-token-sum-norm|seq-mean-token-sum-norm-seqavg"
 #define DTYPES "bfloat16|float16|float32"
 
 /* An optimizer block (actor.optim, critic.optim), siiRL's OptimizerArguments. */
@@ -145,9 +146,12 @@ static const df_config_entry train[] = {
     KE(ACTOR "kl_loss_type", "low_var_kl", KL_TYPES,
        "KL estimator of the KL loss: kl (k1), abs, mse (k2), low_var_kl (k3), full"),
     KE(ACTOR "loss_agg_mode", "token-mean", LOSS_AGG,
-       "how token losses are averaged: over all tokens, or per sequence then over sequences"),
+       "how token losses are aggregated (verl agg_loss; docs/losses.md): over all tokens, per response "
+       "then over responses with tokens, or the token sum over a constant length (-seqavg: also "
+       "averaged over responses)"),
     KIN(ACTOR "loss_scale_factor", "null", 1, INF,
-        "seq-mean-token-sum-norm's constant length normaliser; null: data.max_response_length (verl)"),
+        "seq-mean-token-sum-norm(-seqavg)'s constant length normaliser; null: data.max_response_length "
+        "(verl)"),
     KS(ACTOR "policy_loss.loss_mode", "vanilla",
        "policy loss from the policy-loss registry (vanilla, gspo, gpg, clip-cov, kl-cov, cpgd, ...)"),
     KF(ACTOR "policy_loss.clip_cov_ratio", "0.0002", 0, 1, "clip-cov: fraction of tokens clipped"),
@@ -301,7 +305,9 @@ static const df_config_entry train[] = {
     KB("critic.shuffle", "false", "shuffle between critic epochs (no effect: mini-batches keep batch order)"),
     KF("critic.grad_clip", "1.0", 0, INF, "critic global gradient-norm clip"),
     KF("critic.cliprange_value", "0.5", 0, INF, "value clipping range of the critic loss"),
-    KE("critic.loss_agg_mode", "token-mean", LOSS_AGG, "critic loss aggregation"),
+    KE("critic.loss_agg_mode", "token-mean", LOSS_AGG,
+       "critic loss aggregation, as actor.loss_agg_mode (the token-sum-norm modes divide by "
+       "data.max_response_length)"),
     KI_FROM("critic.rollout_n", ROLLOUT "n", 1, INF, "responses per prompt seen by the critic"),
     KIN("critic.forward_micro_batch_size", "null", 1, INF, "deprecated; use forward_micro_batch_size_per_gpu"),
     KI_FROM("critic.forward_micro_batch_size_per_gpu", "critic.ppo_micro_batch_size_per_gpu", 1, INF,
@@ -377,7 +383,7 @@ static const df_config_entry train[] = {
     KF("algorithm.lam", "1.0", 0, 1, "GAE lambda (Schulman et al. 2016)"),
     KS("algorithm.adv_estimator", "gae",
        "advantage estimator from the registry (gae, grpo, rloo, reinforce_plus_plus, "
-       "reinforce_plus_plus_baseline, remax, gpg, cpgd, or a plugin's)"),
+       "reinforce_plus_plus_baseline, remax, gpg, gpg_paper, cpgd, or a plugin's)"),
     KB("algorithm.norm_adv_by_std_in_grpo", "true", "GRPO: divide group-relative advantages by the std"),
     KB("algorithm.use_kl_in_reward", "false", "subtract a KL(actor || ref) penalty from the reward"),
     KE("algorithm.kl_penalty", "kl", KL_TYPES, "KL estimator of the in-reward penalty"),

@@ -156,7 +156,8 @@ static int check_critic(const df_config *c, int world)
 static bool group_estimator(const char *name)
 {
     static const char *const family[] = {"grpo", "grpo_passk", "grpo_vectorized", "rloo", "rloo_vectorized",
-                                         "opo", "gpg", "cpgd", "drgrpo", "reinforce_plus_plus_baseline"};
+                                         "opo", "gpg", "gpg_paper", "cpgd", "drgrpo",
+                                         "reinforce_plus_plus_baseline"};
     for (size_t i = 0; i < sizeof family / sizeof *family; i++)
         if (!strcmp(name, family[i]))
             return true;

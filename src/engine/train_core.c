@@ -1,6 +1,8 @@
 /* What the actor and the critic share: buffers, DP reductions, optimizer step, update loop (train_core.h). */
 #include "engine/train_core.h"
 
+#include "distflow/algo.h"
+
 #include <assert.h>
 #include <math.h>
 #include <stdio.h>
@@ -197,10 +199,11 @@ static int mini_local(df_train_core *c, const df_batch *mb, int64_t tokens, int6
 static int mini_batch(df_train_core *c, const df_batch *mb, double lr, const df_core_loss *l, df_metrics *m,
                       int rc)
 {
-    double tot[2] = {0, 0}; /* response tokens, responses */
+    double tot[2] = {0, 0}; /* response tokens, responses with tokens (verl's seq-mean count) */
     if (mb) {
-        tot[0] = (double)df_batch_offsets(mb, "response_ids")[df_batch_size(mb)];
-        tot[1] = (double)df_batch_size(mb);
+        const int64_t *ro = df_batch_offsets(mb, "response_ids");
+        tot[0] = (double)ro[df_batch_size(mb)];
+        tot[1] = (double)df_loss_agg_count_seqs(df_batch_size(mb), ro);
     }
     if ((rc = df_train_core_reduce(c, tot, 2, DF_COMM_SUM, rc, "the mini-batch sizes")))
         return rc;

@@ -108,7 +108,7 @@ typedef struct df_core_loss {
     int n_sums;                       /* statistics per mini-batch, < DF_CORE_MAX_SUMS */
     int64_t micro_rows, micro_tokens; /* micro-batch limits (df_train_core_plan) */
     /* Loss and gradient of rows [s, e) of mini-batch mb (this rank's part of a
-       mini-batch of `tokens` response tokens / `seqs` responses over the DP
+       mini-batch of `tokens` response tokens / `seqs` non-empty responses over the DP
        group): ACCUMULATE into c->grads, add statistics already normalised by the
        mini-batch into sums[0..n_sums). */
     int (*micro)(void *user, const df_batch *mb, int64_t s, int64_t e, int64_t tokens, int64_t seqs,

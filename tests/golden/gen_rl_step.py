@@ -242,8 +242,10 @@ def grad_and_adamw(p, loss, lr):
 # ---- the algorithms (verl's definitions) ----------------------------------------------------------
 
 def agg_weights(mode, lengths):
-    """Per-token weights of agg_loss over one mini-batch (the whole batch here)."""
-    T, n = sum(lengths), len(lengths)
+    """Per-token weights of agg_loss over one mini-batch (the whole batch here). The seq-mean count
+    leaves out responses without tokens, as verl's agg_loss (b178a3cd) does; the pinned batches
+    have none, so the goldens do not depend on it."""
+    T, n = sum(lengths), sum(1 for L in lengths if L > 0)
     w = []
     for L in lengths:
         if mode == "token-mean":

@@ -16,27 +16,28 @@ static size_t gsm8k_number_len(const char *p)
     return q == d ? 0 : (size_t)(q - p);
 }
 
+/* re.search: the first "#### " followed by a number; its number's start and length. */
+static const char *gsm8k_match(const char *response, size_t *len)
+{
+    for (const char *p = strstr(response, "#### "); p; p = strstr(p + 1, "#### "))
+        if ((*len = gsm8k_number_len(p + 5)))
+            return p + 5;
+    return NULL;
+}
+
 bool df_reward_gsm8k_extract(const char *response, char *out, size_t cap)
 {
-    const char *best = NULL;
-    size_t best_len = 0;
-    /* re.search: the first "#### " followed by a number */
-    for (const char *p = strstr(response, "#### "); p && !best; p = strstr(p + 1, "#### ")) {
-        size_t n = gsm8k_number_len(p + 5);
-        if (n) {
-            best = p + 5;
-            best_len = n;
-        }
-    }
-    if (!best || cap == 0)
+    size_t len = 0;
+    const char *m = response ? gsm8k_match(response, &len) : NULL;
+    if (!m || cap == 0)
         return false;
     size_t k = 0;
-    for (size_t j = 0; j < best_len; j++) {
-        if (best[j] == ',' || best[j] == '$')
+    for (size_t j = 0; j < len; j++) {
+        if (m[j] == ',' || m[j] == '$')
             continue;
         if (k + 1 >= cap)
             return false;
-        out[k++] = best[j];
+        out[k++] = m[j];
     }
     out[k] = '\0';
     return true;
@@ -47,10 +48,20 @@ int df_reward_gsm8k(const char *data_source, const char *solution_str, const cha
 {
     (void)data_source;
     (void)extra_info;
-    char ans[DF_GSM8K_MAX_ANSWER + 1];
     *score = 0.0;
-    if (solution_str && df_reward_gsm8k_extract(solution_str, ans, sizeof ans) && ground_truth &&
-        !strcmp(ans, ground_truth))
+    size_t len = 0;
+    const char *m = solution_str ? gsm8k_match(solution_str, &len) : NULL;
+    if (!m || !ground_truth)
+        return DF_OK;
+    /* compare in place, the ',' (and '$') dropped: no length limit, as verl and siiRL */
+    const char *g = ground_truth;
+    for (size_t j = 0; j < len; j++) {
+        if (m[j] == ',' || m[j] == '$')
+            continue;
+        if (*g++ != m[j])
+            return DF_OK;
+    }
+    if (*g == '\0')
         *score = 1.0;
     return DF_OK;
 }
