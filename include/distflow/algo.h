@@ -85,8 +85,11 @@ typedef int (*df_adv_estimator_fn)(const df_adv_input *in, float *advantages, fl
 DF_API int df_adv_estimator_lookup(const char *name, df_adv_estimator_fn *fn);
 
 /**
- * Register (or replace) an estimator under `name` (verl register_adv_est).
- * Not thread-safe: register at start-up. DF_EINVAL for an empty name / NULL fn.
+ * Register (or replace) an estimator under `name` (verl register_adv_est). Its
+ * descriptor (distflow/algo_desc.h) is the built-in's when fn is a built-in
+ * estimator function, else one with no needs and no flags;
+ * df_adv_estimator_register_desc declares them. Not thread-safe: register at
+ * start-up. DF_EINVAL for an empty name / NULL fn.
  */
 DF_API int df_adv_estimator_register(const char *name, df_adv_estimator_fn fn);
 
@@ -178,16 +181,18 @@ DF_API int df_adv_whiten_stats(int64_t n_tokens, const float *x, int64_t count, 
                                float *out);
 
 /**
- * True when `name` is registered as one of the built-in estimators that whiten
- * their advantages (gae, reinforce_plus_plus, reinforce_plus_plus_baseline),
- * i.e. honour df_adv_input.defer_whiten; false for the others, unknown names
- * and estimators registered by plugins (also under those names). Never fails.
+ * True when the estimator registered under `name` whitens its advantages, i.e.
+ * honours df_adv_input.defer_whiten: its descriptor has DF_ADV_WHITENS
+ * (distflow/algo_desc.h; built-ins gae, reinforce_plus_plus,
+ * reinforce_plus_plus_baseline). False for the others, unknown names, and a
+ * function of a plugin registered without a descriptor
+ * (df_adv_estimator_register), also under a built-in's name. Never fails.
  */
 DF_API bool df_adv_estimator_whitens(const char *name);
 
 /**
- * True when `name`'s returns are its whitened advantages
- * (reinforce_plus_plus_baseline, as verl's): under defer_whiten the caller
+ * True when `name`'s returns are its whitened advantages (DF_ADV_WHITENS_RETURNS;
+ * reinforce_plus_plus_baseline, as verl's): under defer_whiten the caller
  * whitens its returns with the same statistics. False otherwise.
  */
 DF_API bool df_adv_estimator_whitens_returns(const char *name);

@@ -1,5 +1,6 @@
 /* Advantage estimators and uid grouping (include/distflow/algo.h). */
 #include "distflow/algo.h"
+#include "distflow/algo_desc.h"
 
 #include "algo/algo_internal.h"
 #include "util/fn_registry.h"
@@ -62,26 +63,88 @@ int df_group_ids(const char *const *uids, int64_t n, int64_t *group)
     return DF_OK;
 }
 
-/* ---- registry --------------------------------------------------------------- */
+/* ---- registry: one descriptor per estimator (include/distflow/algo_desc.h) ---- */
 
-static const df_fn_entry k_builtin_estimators[] = {
-    {"grpo", (df_any_fn)df_adv_grpo},
-    /* advest: adv_token.c, adv_group.c */
-    {"gae", (df_any_fn)df_adv_gae},
-    {"rloo", (df_any_fn)df_adv_rloo},
-    {"reinforce_plus_plus", (df_any_fn)df_adv_reinforce_plus_plus},
-    {"reinforce_plus_plus_baseline", (df_any_fn)df_adv_reinforce_plus_plus_baseline},
-    {"remax", (df_any_fn)df_adv_remax},
-    {"gpg", (df_any_fn)df_adv_gpg},
-    {"gpg_paper", (df_any_fn)df_adv_gpg_paper}, /* the paper's alpha (algo.h) */
-    {"cpgd", (df_any_fn)df_adv_cpgd},
+#define G DF_ADV_NEEDS_GROUPS
+#define V DF_ADV_NEEDS_VALUES
+#define BL DF_ADV_NEEDS_BASELINES
+#define W DF_ADV_WHITENS
+#define WR (DF_ADV_WHITENS | DF_ADV_WHITENS_RETURNS)
+/* X(id, function, needs, flags, implied policy loss, summary) */
+#define BUILTIN_ESTIMATORS(X)                                                                        \
+    X(grpo, df_adv_grpo, G, 0, NULL, "group-normalised outcome score (DeepSeekMath, verl grpo)")      \
+    X(gae, df_adv_gae, V, W, NULL, "generalised advantage estimation with a critic (Schulman 2016)")  \
+    X(rloo, df_adv_rloo, G, 0, NULL, "leave-one-out group baseline (Ahmadian 2024)")                   \
+    X(reinforce_plus_plus, df_adv_reinforce_plus_plus, 0, W, NULL,                                    \
+      "discounted return, whitened over the batch (REINFORCE++, Hu 2025)")                             \
+    X(reinforce_plus_plus_baseline, df_adv_reinforce_plus_plus_baseline, G, WR, NULL,                  \
+      "group-mean baseline, whitened over the batch (REINFORCE++-baseline)")                           \
+    X(remax, df_adv_remax, BL, 0, NULL, "return minus the greedy response's reward (ReMax, Li 2023)") \
+    X(gpg, df_adv_gpg, G, 0, NULL, "group baseline with GPG's correction, verl's alpha (Chu 2025)")   \
+    X(gpg_paper, df_adv_gpg_paper, G, 0, NULL, "GPG with the paper's alpha (Chu 2025, section 3)")     \
+    X(cpgd, df_adv_cpgd, G, 0, "cpgd", "group baseline for clipped policy gradient (CPGD, Liu 2025)")
+
+#define DESC(id, f, nd, fl, pl, sum) {#id, f, nd, fl, pl, sum},
+static const df_adv_estimator_desc k_builtin_descs[] = {BUILTIN_ESTIMATORS(DESC)};
+#undef DESC
+enum {
+#define IDX(id, ...) IDX_##id,
+    BUILTIN_ESTIMATORS(IDX)
+#undef IDX
 };
+#define ENTRY(id, f, ...) {#id, (df_any_fn)f, &k_builtin_descs[IDX_##id]},
+static const df_fn_entry k_builtin_estimators[] = {BUILTIN_ESTIMATORS(ENTRY)};
+#undef ENTRY
+#undef G
+#undef V
+#undef BL
+#undef W
+#undef WR
 
 static df_fn_registry g_estimators = {
     .kind = "advantage estimator",
     .builtins = k_builtin_estimators,
     .n_builtins = sizeof k_builtin_estimators / sizeof k_builtin_estimators[0],
 };
+
+int df_adv_estimator_register_desc(const df_adv_estimator_desc *d)
+{
+    if (!d)
+        return df_error(DF_EINVAL, "advantage estimator registry: NULL descriptor");
+    const unsigned needs = DF_ADV_NEEDS_GROUPS | DF_ADV_NEEDS_VALUES | DF_ADV_NEEDS_BASELINES;
+    const unsigned flags = DF_ADV_WHITENS | DF_ADV_WHITENS_RETURNS;
+    if ((d->needs & ~needs) || (d->flags & ~flags))
+        return df_error(DF_EINVAL, "advantage estimator '%s': unknown needs / flags bits (0x%x / 0x%x)",
+                        d->name ? d->name : "(null)", d->needs & ~needs, d->flags & ~flags);
+    if ((d->flags & DF_ADV_WHITENS_RETURNS) && !(d->flags & DF_ADV_WHITENS))
+        return df_error(DF_EINVAL, "advantage estimator '%s': DF_ADV_WHITENS_RETURNS without DF_ADV_WHITENS",
+                        d->name ? d->name : "(null)");
+    int rc = df_fn_registry_add_data(&g_estimators, d->name, (df_any_fn)d->fn, d, sizeof *d);
+    if (!rc) { /* the copy names itself with the registry's own copy of the name */
+        const df_fn_entry *e = df_fn_registry_find_entry(&g_estimators, d->name);
+        ((df_adv_estimator_desc *)e->data)->name = e->name;
+    }
+    return rc;
+}
+
+const df_adv_estimator_desc *df_adv_estimator_find(const char *name)
+{
+    const df_fn_entry *e = df_fn_registry_find_entry(&g_estimators, name);
+    return e ? e->data : NULL;
+}
+
+int df_adv_estimator_get(const char *name, const df_adv_estimator_desc **out)
+{
+    df_any_fn f;
+    int rc = df_fn_registry_lookup(&g_estimators, name, DF_EINVAL, &f);
+    *out = rc ? NULL : df_adv_estimator_find(name);
+    return rc;
+}
+
+const char *df_adv_estimator_pipeline(const df_adv_estimator_desc *d)
+{
+    return d && (d->needs & DF_ADV_NEEDS_VALUES) ? "ppo" : "grpo";
+}
 
 int df_adv_estimator_lookup(const char *name, df_adv_estimator_fn *fn)
 {
@@ -92,22 +155,27 @@ int df_adv_estimator_lookup(const char *name, df_adv_estimator_fn *fn)
     return rc;
 }
 
+/* A plain registration of a built-in function (under any name) keeps that function's needs and
+   flags; any other function has none: a replacement of a built-in is not assumed to whiten. */
 int df_adv_estimator_register(const char *name, df_adv_estimator_fn fn)
 {
-    return df_fn_registry_add(&g_estimators, name, (df_any_fn)fn);
+    df_adv_estimator_desc d = {.name = name, .fn = fn};
+    for (size_t i = 0; fn && i < sizeof k_builtin_descs / sizeof *k_builtin_descs; i++)
+        if (k_builtin_descs[i].fn == fn) {
+            d = k_builtin_descs[i];
+            d.name = name;
+        }
+    return df_adv_estimator_register_desc(&d);
 }
 
-/* Only the built-ins are known to honour defer_whiten: a replacement registered under their
-   names is treated as an estimator that does not whiten. */
 bool df_adv_estimator_whitens(const char *name)
 {
-    df_any_fn f = name ? df_fn_registry_find(&g_estimators, name) : NULL;
-    return f && (f == (df_any_fn)df_adv_gae || f == (df_any_fn)df_adv_reinforce_plus_plus ||
-                 f == (df_any_fn)df_adv_reinforce_plus_plus_baseline);
+    const df_adv_estimator_desc *d = df_adv_estimator_find(name);
+    return d && (d->flags & DF_ADV_WHITENS);
 }
 
 bool df_adv_estimator_whitens_returns(const char *name)
 {
-    df_any_fn f = name ? df_fn_registry_find(&g_estimators, name) : NULL;
-    return f && f == (df_any_fn)df_adv_reinforce_plus_plus_baseline;
+    const df_adv_estimator_desc *d = df_adv_estimator_find(name);
+    return d && (d->flags & DF_ADV_WHITENS_RETURNS);
 }

@@ -1,5 +1,6 @@
 /* Policy losses (include/distflow/algo.h; verl core_algos POLICY_LOSS_REGISTRY). */
 #include "distflow/algo.h"
+#include "distflow/algo_desc.h"
 
 #include "algo/algo_internal.h"
 #include "algo/loss_internal.h"
@@ -7,18 +8,27 @@
 
 #include <math.h>
 
-static const df_fn_entry k_builtin_losses[] = {
-    {"vanilla", (df_any_fn)df_policy_loss_vanilla},
-    /* losses block (policy_loss_ext.c, policy_loss_cov.c); verl registers the
-       underscore names, its config comments spell clip-cov / kl-cov */
-    {"gspo", (df_any_fn)df_policy_loss_gspo},
-    {"gpg", (df_any_fn)df_policy_loss_gpg},
-    {"cpgd", (df_any_fn)df_policy_loss_cpgd},
-    {"clip_cov", (df_any_fn)df_policy_loss_clip_cov},
-    {"kl_cov", (df_any_fn)df_policy_loss_kl_cov},
-    {"clip-cov", (df_any_fn)df_policy_loss_clip_cov},
-    {"kl-cov", (df_any_fn)df_policy_loss_kl_cov},
-};
+/* X(index, name, function, the aggregation its objective is defined with, summary); verl
+   registers the underscore names of clip-cov / kl-cov, its config comments spell them with a hyphen */
+#define BUILTIN_LOSSES(X)                                                                                  \
+    X(0, "vanilla", df_policy_loss_vanilla, NULL, "PPO clipped surrogate with dual clip (Schulman 2017)")      \
+    X(1, "gspo", df_policy_loss_gspo, "seq-mean-token-mean", "sequence-level ratio (GSPO, arXiv 2507.18071)") \
+    X(2, "gpg", df_policy_loss_gpg, NULL, "policy gradient without a ratio (GPG, Chu 2025)")                 \
+    X(3, "cpgd", df_policy_loss_cpgd, NULL, "clipped policy gradient with policy drift (CPGD, Liu 2025)")      \
+    X(4, "clip_cov", df_policy_loss_clip_cov, NULL, "Clip-Cov (Cui 2025, arXiv 2505.22617)")                 \
+    X(5, "kl_cov", df_policy_loss_kl_cov, NULL, "KL-Cov (Cui 2025, arXiv 2505.22617)")                       \
+    X(6, "clip-cov", df_policy_loss_clip_cov, NULL, "Clip-Cov (Cui 2025, arXiv 2505.22617)")                 \
+    X(7, "kl-cov", df_policy_loss_kl_cov, NULL, "KL-Cov (Cui 2025, arXiv 2505.22617)")
+
+#define DESC(i, nm, f, agg, sum) [i] = {nm, f, agg, sum},
+static const df_policy_loss_desc k_builtin_descs[] = {BUILTIN_LOSSES(DESC)};
+#undef DESC
+#define ENTRY(i, nm, f, ...) [i] = {nm, (df_any_fn)f, &k_builtin_descs[i]},
+static const df_fn_entry k_builtin_losses[] = {BUILTIN_LOSSES(ENTRY)};
+#undef ENTRY
+_Static_assert(sizeof k_builtin_losses / sizeof *k_builtin_losses ==
+                   sizeof k_builtin_descs / sizeof *k_builtin_descs,
+               "one registry entry per descriptor");
 
 static df_fn_registry g_losses = {
     .kind = "policy loss",
@@ -37,7 +47,25 @@ int df_policy_loss_lookup(const char *name, df_policy_loss_fn *fn)
 
 int df_policy_loss_register(const char *name, df_policy_loss_fn fn)
 {
-    return df_fn_registry_add(&g_losses, name, (df_any_fn)fn);
+    return df_policy_loss_register_desc(&(df_policy_loss_desc){.name = name, .fn = fn});
+}
+
+int df_policy_loss_register_desc(const df_policy_loss_desc *d)
+{
+    if (!d)
+        return df_error(DF_EINVAL, "policy loss registry: NULL descriptor");
+    int rc = df_fn_registry_add_data(&g_losses, d->name, (df_any_fn)d->fn, d, sizeof *d);
+    if (!rc) { /* the copy names itself with the registry's own copy of the name */
+        const df_fn_entry *e = df_fn_registry_find_entry(&g_losses, d->name);
+        ((df_policy_loss_desc *)e->data)->name = e->name;
+    }
+    return rc;
+}
+
+const df_policy_loss_desc *df_policy_loss_find(const char *name)
+{
+    const df_fn_entry *e = df_fn_registry_find_entry(&g_losses, name);
+    return e ? e->data : NULL;
 }
 
 /* One token of the dual-clip PPO loss; grad = dl/dlog_prob before weighting. */

@@ -14,17 +14,23 @@ static df_fn_entry *find_extra(const df_fn_registry *r, const char *name)
     return NULL;
 }
 
-df_any_fn df_fn_registry_find(const df_fn_registry *r, const char *name)
+const df_fn_entry *df_fn_registry_find_entry(const df_fn_registry *r, const char *name)
 {
     if (!name)
         return NULL;
     const df_fn_entry *e = find_extra(r, name);
     if (e)
-        return e->fn;
+        return e;
     for (size_t i = 0; i < r->n_builtins; i++)
         if (!strcmp(r->builtins[i].name, name))
-            return r->builtins[i].fn;
+            return &r->builtins[i];
     return NULL;
+}
+
+df_any_fn df_fn_registry_find(const df_fn_registry *r, const char *name)
+{
+    const df_fn_entry *e = df_fn_registry_find_entry(r, name);
+    return e ? e->fn : NULL;
 }
 
 static df_fn_registry_hook g_add_hook;
@@ -43,28 +49,43 @@ static int added(df_fn_registry *r, const char *name)
 
 int df_fn_registry_add(df_fn_registry *r, const char *name, df_any_fn fn)
 {
+    return df_fn_registry_add_data(r, name, fn, NULL, 0);
+}
+
+int df_fn_registry_add_data(df_fn_registry *r, const char *name, df_any_fn fn, const void *data, size_t size)
+{
     if (!name || !name[0])
         return df_error(DF_EINVAL, "%s registry: empty name", r->kind);
     if (!fn)
         return df_error(DF_EINVAL, "%s registry: NULL function for '%s'", r->kind, name);
+    void *copy_data = NULL;
+    if (data && !(copy_data = malloc(size ? size : 1)))
+        return df_error(DF_ENOMEM, "%s registry: out of memory adding '%s'", r->kind, name);
+    if (data)
+        memcpy(copy_data, data, size);
     df_fn_entry *e = find_extra(r, name);
     if (e) {
+        free((void *)e->data);
         e->fn = fn;
+        e->data = copy_data;
         return added(r, name);
     }
     if (r->n_extra == r->cap_extra) {
         size_t cap = r->cap_extra ? 2 * r->cap_extra : 16;
         df_fn_entry *nv = realloc(r->extra, cap * sizeof *nv);
-        if (!nv)
+        if (!nv) {
+            free(copy_data);
             return df_error(DF_ENOMEM, "%s registry: out of memory adding '%s'", r->kind, name);
+        }
         r->extra = nv;
         r->cap_extra = cap;
     }
     char *copy = strdup(name);
-    if (!copy)
+    if (!copy) {
+        free(copy_data);
         return df_error(DF_ENOMEM, "%s registry: out of memory adding '%s'", r->kind, name);
-    r->extra[r->n_extra].name = copy;
-    r->extra[r->n_extra].fn = fn;
+    }
+    r->extra[r->n_extra] = (df_fn_entry){copy, fn, copy_data};
     r->n_extra++;
     return added(r, name);
 }
@@ -75,6 +96,7 @@ int df_fn_registry_remove(df_fn_registry *r, const char *name)
     if (!e)
         return 0;
     free((char *)e->name);
+    free((void *)e->data);
     size_t i = (size_t)(e - r->extra);
     memmove(e, e + 1, (r->n_extra - i - 1) * sizeof *e);
     r->n_extra--;

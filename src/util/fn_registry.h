@@ -18,6 +18,8 @@ typedef void (*df_any_fn)(void);
 typedef struct df_fn_entry {
     const char *name;
     df_any_fn fn;
+    const void *data; /* what the registry's owner keeps beside the function (an algorithm's
+                         descriptor), or NULL; runtime entries own a copy */
 } df_fn_entry;
 
 typedef struct df_fn_registry {
@@ -30,9 +32,14 @@ typedef struct df_fn_registry {
 
 /* The function registered under `name` (runtime entries first), or NULL. */
 df_any_fn df_fn_registry_find(const df_fn_registry *r, const char *name);
+/* The entry registered under `name` (runtime entries first), or NULL. */
+const df_fn_entry *df_fn_registry_find_entry(const df_fn_registry *r, const char *name);
 
 /* Add or replace a runtime entry. DF_EINVAL for an empty name or NULL fn. */
 int df_fn_registry_add(df_fn_registry *r, const char *name, df_any_fn fn);
+/* The same with `size` bytes of `data` copied beside it (data NULL: none); the copy is freed
+ * when the entry is replaced or removed. Errors as df_fn_registry_add, DF_ENOMEM. */
+int df_fn_registry_add_data(df_fn_registry *r, const char *name, df_any_fn fn, const void *data, size_t size);
 
 /* Called after every successful df_fn_registry_add (any registry): the plugin
  * loader records what a plugin's df_plugin_init registers, to remove it again

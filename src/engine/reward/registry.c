@@ -6,8 +6,8 @@
 #include <string.h>
 
 static const df_fn_entry BUILTINS[] = {
-    {"openai/gsm8k", (df_any_fn)df_reward_gsm8k},
-    {"synthetic/arithmetic", (df_any_fn)df_reward_synthetic},
+    {"openai/gsm8k", (df_any_fn)df_reward_gsm8k, NULL},
+    {"synthetic/arithmetic", (df_any_fn)df_reward_synthetic, NULL},
 };
 
 /* The registry: the one global this module keeps (docs/conventions.md §2). */
