@@ -280,6 +280,13 @@ DF_API void df_exec_unregister(const char *name);
 DF_API int df_exec_resolve(const char *ref, df_node_fn *fn);
 
 /**
+ * The registered function `ref` names (a name, an alias or a siiRL spelling,
+ * as df_exec_resolve), never loading a plugin. Errors: DF_ENOTFOUND for
+ * anything else, plugin refs included.
+ */
+DF_API int df_exec_find(const char *ref, df_node_fn *fn);
+
+/**
  * What df_exec_resolve would decide about `ref`, without loading anything: a
  * registered name, alias or siiRL spelling is accepted; a plugin ref is
  * checked by df_plugin_check (the library's file is read, not loaded, so no

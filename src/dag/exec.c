@@ -110,6 +110,14 @@ int df_exec_resolve(const char *ref, df_node_fn *fn)
     return not_found(ref);
 }
 
+int df_exec_find(const char *ref, df_node_fn *fn)
+{
+    df_any_fn f = ref ? lookup(ref) : NULL;
+    if (f)
+        *fn = (df_node_fn)f;
+    return f ? DF_OK : df_error(DF_ENOTFOUND, "'%s' is not a registered executable", ref ? ref : "(null)");
+}
+
 int df_exec_check(const char *ref)
 {
     if (!ref || !ref[0])

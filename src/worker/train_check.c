@@ -1,4 +1,14 @@
-/* What a workflow node may set per node, and siiRL's default functions (moved from node_config.c). */
+/*
+ * The one validation of a `train` config (include/distflow/worker.h,
+ * df_train_check): what `distflow plan`, `distflow config check` and the DAG
+ * worker's setup all run before anything is loaded, so that no command
+ * accepts what another refuses. The settings distflow cannot honour, the plan
+ * for the job's ranks, the graph (agent groups, every node's executable, each
+ * workflow node's `config:` against the keys its function reads per node,
+ * dynamic sampling's refill), each model node's model-parallel size, then the
+ * cross-field checks of df_config_validate_train_ex for the actor's
+ * data-parallel size.
+ */
 #include "worker/worker_internal.h"
 
 #include <stdlib.h>
@@ -66,3 +76,242 @@ int df_worker_check_node_key(df_node_fn fn, const char *key, const char *where)
 #undef RO
 #undef AC
 
+/* ---- settings and graph shapes distflow does not run -------------------------- */
+
+/* Settings distflow cannot honour yet: refused instead of silently ignored. */
+static int check_supported(const df_config *c)
+{
+    static const char *const off[] = {"reward_model.enable", "data.auto_repeat",
+                                      "data.multi_agent", "actor_rollout_ref.rollout.use_fire_sampling",
+                                      "actor_rollout_ref.rollout.multi_turn.enable", "algorithm.use_pf_ppo",
+                                      "dag.env_enable"};
+    for (size_t i = 0; i < sizeof off / sizeof *off; i++)
+        if (df_config_bool(c, off[i]))
+            return df_error(DF_EUNSUPPORTED, "%s: %s=true is not supported yet", df_config_where(c, off[i]), off[i]);
+    static const char *const null_only[] = {"custom_reward_function.path", "data.custom_cls.path",
+                                            "dag.environment_path", "reward_model.sandbox_fusion.url"};
+    for (size_t i = 0; i < sizeof null_only / sizeof *null_only; i++)
+        if (!df_config_is_null(c, null_only[i]))
+            return df_error(DF_EUNSUPPORTED, "%s: %s is not supported yet",
+                            df_config_where(c, null_only[i]), null_only[i]);
+    return DF_OK;
+}
+
+/* What messages call the graph's source: the workflow file, or the pipeline's name. */
+static void source_of(const df_config *c, const df_plan *p, char *out, size_t cap)
+{
+    if (!strcmp(p->pipeline, "workflow"))
+        snprintf(out, cap, "%s", df_config_str(c, "dag.workflow_path"));
+    else if (!strcmp(p->pipeline, "custom"))
+        snprintf(out, cap, "custom pipeline '%s'", df_config_str(c, "dag.custom_pipeline_fn"));
+    else
+        snprintf(out, cap, "built-in pipeline '%s'", p->pipeline);
+}
+
+/* The function a ref names when it is registered (no plugin is loaded to find out), else NULL. */
+static df_node_fn known_fn(const char *ref)
+{
+    df_node_fn fn = NULL;
+    if (!ref || df_exec_find(ref, &fn))
+        fn = NULL;
+    df_clear_error();
+    return fn;
+}
+
+static int index_of(df_task_graph *g, const df_node *n)
+{
+    for (int i = 0; i < df_task_graph_num_nodes(g); i++)
+        if (df_task_graph_node_at(g, i) == n)
+            return i;
+    return -1;
+}
+
+/* The node's ref: its own, or in a workflow file siiRL's default for its type and role. */
+static const char *ref_of(const df_node *n, bool workflow)
+{
+    return n->executable_ref ? n->executable_ref : workflow ? df_worker_default_exec(n) : NULL;
+}
+
+/*
+ * DAPO's refill (dynamic_sampling.c) draws more prompts and runs generate and
+ * the built-in reward on them, nothing else: any other function upstream of
+ * the sampling node would be missing from the refilled rows (an advantage
+ * node there fails the first refill with a column mismatch; a plugin reward
+ * would score refills differently). Checked only when filtering is on: off,
+ * the node passes the batch through.
+ */
+static int check_refill(const df_config *c, df_task_graph *g, bool workflow, const char *src)
+{
+    df_node_fn ds = NULL, gen = NULL, rew = NULL;
+    if (!df_config_bool(c, "algorithm.filter_groups.enable") || df_exec_resolve("DAGWorker.dynamic_sampling", &ds) ||
+        df_exec_resolve("DAGWorker.generate", &gen) || df_exec_resolve("DAGWorker.compute_reward", &rew)) {
+        df_clear_error();
+        return DF_OK;
+    }
+    int nn = df_task_graph_num_nodes(g);
+    char *seen = malloc((size_t)(nn ? nn : 1));
+    int *stack = malloc((size_t)(nn ? nn : 1) * sizeof *stack);
+    int rc = seen && stack ? DF_OK : df_error(DF_ENOMEM, "out of memory");
+    for (int i = 0; !rc && i < nn; i++) {
+        const df_node *s = df_task_graph_node_at(g, i);
+        if (known_fn(ref_of(s, workflow)) != ds)
+            continue;
+        memset(seen, 0, (size_t)nn);
+        int top = 0;
+        stack[top++] = i;
+        while (!rc && top) {
+            const df_node *n = df_task_graph_node_at(g, stack[--top]);
+            for (int d = 0; !rc && d < n->n_dependencies; d++) {
+                const df_node *up = df_task_graph_get_node(g, n->dependencies[d]);
+                int k = up ? index_of(g, up) : -1;
+                if (k < 0 || seen[k])
+                    continue;
+                seen[k] = 1;
+                stack[top++] = k;
+                const char *ref = ref_of(up, workflow);
+                df_node_fn fn = known_fn(ref);
+                if (ref && fn != gen && fn != rew)
+                    rc = df_error(DF_EUNSUPPORTED,
+                                  "%s node '%s': dynamic sampling refills a step with new prompts through "
+                                  "generate and the built-in reward only, but node '%s' (%s) runs before it "
+                                  "and would be missing from the refilled rows; place the sampling node "
+                                  "right after the rollout and reward nodes (algorithm.filter_groups.enable=true)",
+                                  src, s->node_id, up->node_id, ref);
+            }
+        }
+    }
+    free(seen);
+    free(stack);
+    return rc;
+}
+
+/* Every node: its agent group, its executable, and (workflow files) its `config:`. */
+static int check_nodes(const df_config *c, df_task_graph *g, bool workflow, const char *src)
+{
+    int rc = DF_OK;
+    for (int i = 0; !rc && i < df_task_graph_num_nodes(g); i++) {
+        const df_node *n = df_task_graph_node_at(g, i);
+        if (n->agent_group)
+            return df_error(DF_EUNSUPPORTED,
+                            "%s node '%s': agent_group %d: multi-agent graphs (siiRL's MARFT: one model per "
+                            "agent group) are not supported; distflow trains one actor, so every node must "
+                            "be in agent group 0",
+                            src, n->node_id, n->agent_group);
+    }
+    for (int i = 0; !rc && i < df_task_graph_num_nodes(g); i++) {
+        const df_node *n = df_task_graph_node_at(g, i);
+        const char *ref = ref_of(n, workflow);
+        if (ref && (rc = df_exec_check(ref)))
+            return df_error_wrap(rc, "%s node '%s'", src, n->node_id);
+        if (!workflow || !n->n_config)
+            continue;
+        char where[1200];
+        snprintf(where, sizeof where, "%s node '%s'", src, n->node_id);
+        df_config *merged = NULL;
+        rc = df_worker_node_overrides(c, n, known_fn(ref), where, &merged);
+        df_config_free(merged);
+    }
+    return rc ? rc : check_refill(c, g, workflow, src);
+}
+
+/* ---- the plan and the parallel layout ------------------------------------------- */
+
+int df_worker_plan(const df_config *c, int world, df_warn_fn warn, void *user, df_plan **out)
+{
+    *out = NULL;
+    int64_t nnodes = df_config_int(c, "trainer.nnodes");
+    int64_t gpus = df_config_int(c, "trainer.n_gpus_per_node");
+    if (world < 1 || world % nnodes)
+        return df_error(DF_EINVAL, "%s: trainer.nnodes=%lld does not divide the %d launched ranks",
+                        df_config_where(c, "trainer.nnodes"), (long long)nnodes, world);
+    char val[32];
+    snprintf(val, sizeof val, "%lld", (long long)(world / nnodes));
+    bool set = strcmp(df_config_where(c, "trainer.n_gpus_per_node"), "default") != 0;
+    if (set && nnodes * gpus != world) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "trainer.nnodes x trainer.n_gpus_per_node = %lld but %d ranks were launched: "
+                                  "planning for %lld x %s", (long long)(nnodes * gpus), world, (long long)nnodes, val);
+        if (warn)
+            warn(user, msg);
+    }
+    const char *key = "trainer.n_gpus_per_node", *v = val;
+    df_config *pc = NULL;
+    int rc = df_config_with_overrides(c, &key, &v, 1, "the launched ranks", &pc);
+    if (!rc)
+        rc = df_plan_create(pc, warn, user, out);
+    df_config_free(pc);
+    return rc;
+}
+
+/* Ranks of the process group a rank of subgraph gi joins: its first grouped node's (the worker's make_groups). */
+static int group_size_of(const df_plan *p, int gi, int world)
+{
+    df_task_graph *g = p->subgraphs[gi];
+    for (int i = 0; i < df_task_graph_num_nodes(g); i++) {
+        const char *name = df_process_groups_node_group(p->groups, df_task_graph_node_at(g, i)->node_id);
+        int n = 0;
+        if (name && df_process_groups_find(p->groups, name, &n))
+            return n;
+    }
+    return world; /* no model node: the graph's nodes run on every rank */
+}
+
+/*
+ * The worker's layouts without communicators (parallel.c): every model node's
+ * model-parallel size divides its group; the actor's DP size as rank 0 sees it
+ * (its subgraph's group over the actor's model-parallel size) for the batch
+ * checks, the same on every rank and in every command.
+ */
+static int layouts(const df_config *c, const df_plan *p, int world, int *actor_dp)
+{
+    int rc = DF_OK;
+    *actor_dp = 0;
+    for (int gi = 0; !rc && gi < p->n_subgraphs; gi++) {
+        df_task_graph *g = p->subgraphs[gi];
+        int size = group_size_of(p, gi, world);
+        bool rank0 = p->schedule->rank_graph[0] == gi;
+        for (int i = 0; !rc && i < df_task_graph_num_nodes(g); i++) {
+            const df_node *n = df_task_graph_node_at(g, i);
+            bool model = n->node_type == DF_NODE_MODEL_TRAIN || n->node_type == DF_NODE_MODEL_INFERENCE;
+            const char *key = model ? df_worker_mp_key(n->node_role) : NULL;
+            int mp = key ? (int)df_config_int(c, key) : 1;
+            if (key && size % mp)
+                rc = df_error(DF_EINVAL, "%s=%d (%s) does not divide the %d ranks running node '%s'", key, mp,
+                              df_config_where(c, key), size, n->node_id);
+            if (rank0 && model && n->node_role == DF_ROLE_ACTOR && !n->only_forward_compute)
+                *actor_dp = size / mp;
+        }
+        if (rank0 && !*actor_dp)
+            *actor_dp = size; /* no actor update here: every group rank its own DP rank */
+    }
+    return rc;
+}
+
+int df_train_check(const df_config *cfg, int world, df_warn_fn warn, void *user, df_plan **plan_out)
+{
+    if (plan_out)
+        *plan_out = NULL;
+    if (world < 1 || world > 1 << 20)
+        return df_error(DF_EINVAL, "the job's ranks must be between 1 and 1048576, got %d", world);
+    df_plan *p = NULL;
+    int rc = check_supported(cfg);
+    if (!rc)
+        rc = df_worker_register_nodes();
+    if (!rc)
+        rc = df_worker_plan(cfg, world, warn, user, &p);
+    char src[1300] = "";
+    if (!rc) {
+        source_of(cfg, p, src, sizeof src);
+        rc = check_nodes(cfg, p->graph, !strcmp(p->pipeline, "workflow"), src);
+    }
+    int dp = 0;
+    if (!rc)
+        rc = layouts(cfg, p, world, &dp);
+    if (!rc)
+        rc = df_config_validate_train_ex(cfg, dp, warn, user);
+    if (rc || !plan_out)
+        df_plan_free(p);
+    else
+        *plan_out = p;
+    return rc;
+}

@@ -110,6 +110,11 @@ const char *df_worker_default_exec(const df_node *n);
 int df_worker_check_node_key(df_node_fn fn, const char *key, const char *where);
 /* Node config keys the planner reads (siiRL's model_params; NULL-terminated): not config keys. */
 extern const char *const df_worker_planner_node_keys[];
+/* train_check.c: the plan for a job of `world` ranks: trainer.nnodes machines sharing them
+ * (n_gpus_per_node = world / nnodes, a warning when it was set otherwise). */
+int df_worker_plan(const df_config *c, int world, df_warn_fn warn, void *user, df_plan **out);
+/* parallel.c: the config key of a role's model-parallel size, NULL for a role without a model. */
+const char *df_worker_mp_key(df_node_role role);
 /** df_warn_fn for workflow warnings: stderr, rank 0 only (user = the worker). */
 void df_worker_warn(void *user, const char *msg);
 /** The node's merged config, or w->cfg when it has no overrides. */
