@@ -620,7 +620,14 @@ static void test_registry_aliases_and_closest(void **state)
     assert_ptr_equal(df_fn_registry_find(&r, "other.dynamic_sampling"), fn_b);
     /* by the function's own name first (generate vs dynamic_sampling), then the whole name */
     assert_string_equal(df_fn_registry_closest(&r, "DAGWorker.dynamic_samplin"), "DAGWorker.dynamic_sampling");
-    assert_string_equal(df_fn_registry_closest(&r, "other.dynamic_samplin"), "other.dynamic_sampling");
+    /* a registered name before an alias that spells the same function closer */
+    assert_string_equal(df_fn_registry_closest(&r, "other.dynamic_samplin"), "DAGWorker.dynamic_sampling");
+    static const df_fn_alias only[] = {{"siirl.sample_groups", "DAGWorker.dynamic_sampling"}};
+    r.aliases = only;
+    r.n_aliases = 1;
+    assert_string_equal(df_fn_registry_closest(&r, "x.sample_group"), "siirl.sample_groups");
+    r.aliases = aliases;
+    r.n_aliases = 2;
     assert_string_equal(df_fn_registry_closest(&r, "siirl.generate"), "DAGWorker.generate");
     /* a registered name shadows an alias of the same spelling */
     assert_int_equal(df_fn_registry_add(&r, "siirl.gen", fn_b), 0);

@@ -81,17 +81,20 @@ static const char *last_part(const char *s)
 
 typedef struct {
     const char *name, *tail, *best;
-    int d_tail, d_full;
+    int d_tail, alias, d_full;
 } closest_state;
 
-static void consider(closest_state *st, const char *cand)
+/* (tail distance, alias, whole-name distance) compared in that order: the lowest wins. */
+static void consider(closest_state *st, const char *cand, int alias)
 {
     const char *t = last_part(cand);
     int dt = edit_distance(st->tail, strlen(st->tail), t, strlen(t));
     int df = edit_distance(st->name, strlen(st->name), cand, strlen(cand));
-    if (!st->best || dt < st->d_tail || (dt == st->d_tail && df < st->d_full)) {
+    if (!st->best || dt < st->d_tail || (dt == st->d_tail && (alias < st->alias ||
+                                                             (alias == st->alias && df < st->d_full)))) {
         st->best = cand;
         st->d_tail = dt;
+        st->alias = alias;
         st->d_full = df;
     }
 }
@@ -100,12 +103,12 @@ const char *df_fn_registry_closest(const df_fn_registry *r, const char *name)
 {
     closest_state st = {.name = name ? name : "", .tail = last_part(name ? name : "")};
     for (size_t i = 0; i < r->n_extra; i++)
-        consider(&st, r->extra[i].name);
+        consider(&st, r->extra[i].name, 0);
     for (size_t i = 0; i < r->n_builtins; i++)
-        consider(&st, r->builtins[i].name);
+        consider(&st, r->builtins[i].name, 0);
     for (size_t i = 0; i < r->n_aliases; i++)
         if (find_direct(r, r->aliases[i].target)) /* only spellings of what is there */
-            consider(&st, r->aliases[i].alias);
+            consider(&st, r->aliases[i].alias, 1);
     return st.best;
 }
 

@@ -46,8 +46,9 @@ const char *df_fn_registry_alias_target(const df_fn_registry *r, const char *nam
 
 /* The known name (registered or alias) nearest to `name`, for "closest we have"
  * hints: the smallest Levenshtein distance between the last components (after
- * the last '.' or ':'), ties broken by the distance between the whole names,
- * then by order (runtime, built-in, alias). NULL when the registry is empty. */
+ * the last '.' or ':'), ties broken by a registered name before an alias, then
+ * by the distance between the whole names, then by order (runtime, built-in,
+ * alias). NULL when the registry is empty. */
 const char *df_fn_registry_closest(const df_fn_registry *r, const char *name);
 
 /* Add or replace a runtime entry. DF_EINVAL for an empty name or NULL fn. */

@@ -185,11 +185,14 @@ static int check_refill(const df_config *c, df_task_graph *g, bool workflow, con
     return rc;
 }
 
-/* Every node: its agent group, its executable, and (workflow files) its `config:`. */
+/*
+ * Every node: its agent group, its executable, and (workflow files) its
+ * `config:`; rollout nodes sampling at one temperature, the one the actor
+ * computes log-probs at (dag_worker.c rollout_temperature).
+ */
 static int check_nodes(const df_config *c, df_task_graph *g, bool workflow, const char *src)
 {
-    int rc = DF_OK;
-    for (int i = 0; !rc && i < df_task_graph_num_nodes(g); i++) {
+    for (int i = 0; i < df_task_graph_num_nodes(g); i++) {
         const df_node *n = df_task_graph_node_at(g, i);
         if (n->agent_group)
             return df_error(DF_EUNSUPPORTED,
@@ -198,18 +201,35 @@ static int check_nodes(const df_config *c, df_task_graph *g, bool workflow, cons
                             "be in agent group 0",
                             src, n->node_id, n->agent_group);
     }
+    df_node_fn gen = NULL;
+    if (df_exec_resolve("DAGWorker.generate", &gen))
+        return df_error_wrap(DF_EINTERNAL, "the built-in node functions are not registered");
+    const df_node *first_gen = NULL;
+    double temp = 0;
+    int rc = DF_OK;
     for (int i = 0; !rc && i < df_task_graph_num_nodes(g); i++) {
         const df_node *n = df_task_graph_node_at(g, i);
         const char *ref = ref_of(n, workflow);
         if (ref && (rc = df_exec_check(ref)))
             return df_error_wrap(rc, "%s node '%s'", src, n->node_id);
-        if (!workflow || !n->n_config)
-            continue;
-        char where[1200];
-        snprintf(where, sizeof where, "%s node '%s'", src, n->node_id);
+        df_node_fn fn = known_fn(ref);
         df_config *merged = NULL;
-        rc = df_worker_node_overrides(c, n, known_fn(ref), where, &merged);
+        if (workflow && n->n_config) {
+            char where[1200];
+            snprintf(where, sizeof where, "%s node '%s'", src, n->node_id);
+            rc = df_worker_node_overrides(c, n, fn, where, &merged);
+        }
+        double t = df_config_float(merged ? merged : c, "actor_rollout_ref.rollout.temperature");
         df_config_free(merged);
+        if (rc || fn != gen)
+            continue;
+        if (first_gen && t != temp)
+            rc = df_error(DF_EUNSUPPORTED,
+                          "%s: rollout nodes '%s' and '%s' sample at temperatures %g and %g; the actor computes "
+                          "log-probs at one temperature",
+                          src, first_gen->node_id, n->node_id, temp, t);
+        first_gen = n;
+        temp = t;
     }
     return rc ? rc : check_refill(c, g, workflow, src);
 }
@@ -256,10 +276,56 @@ static int group_size_of(const df_plan *p, int gi, int world)
     return world; /* no model node: the graph's nodes run on every rank */
 }
 
+#define CR "critic."
 /*
- * The worker's layouts without communicators (parallel.c): every model node's
- * model-parallel size divides its group; the actor's DP size as rank 0 sees it
- * (its subgraph's group over the actor's model-parallel size) for the batch
+ * The critic of a subgraph whose ranks form `dp` data-parallel critic ranks
+ * (critic_setup.c creates it on the ranks whose graph has a CRITIC node):
+ * mini-batches split evenly, the micro-batch keys the worker reads set. With
+ * adv_estimator=gae df_config_validate_train checks more (for the actor's DP).
+ */
+static int check_critic(const df_config *c, int dp)
+{
+    int64_t samples = df_config_int(c, CR "ppo_mini_batch_size") * df_config_int(c, CR "rollout_n");
+    if (samples % dp || samples / dp < 1)
+        return df_error(DF_EINVAL,
+                        "%s: critic.ppo_mini_batch_size x critic.rollout_n = %lld responses do not split "
+                        "evenly over the critic's %d data-parallel ranks",
+                        df_config_where(c, CR "ppo_mini_batch_size"), (long long)samples, dp);
+    static const char *const deprecated[] = {CR "ppo_micro_batch_size", CR "forward_micro_batch_size"};
+    for (int i = 0; i < 2; i++) /* the validator refuses them with gae; a workflow may add a critic to any estimator */
+        if (!df_config_is_null(c, deprecated[i]))
+            return df_error(DF_EINVAL, "%s: %s is deprecated and not read by distflow: set %s_per_gpu",
+                            df_config_where(c, deprecated[i]), deprecated[i], deprecated[i]);
+    if (!df_config_bool(c, CR "use_dynamic_bsz") && df_config_is_null(c, CR "ppo_micro_batch_size_per_gpu"))
+        return df_error(DF_EINVAL,
+                        "%s: set critic.ppo_micro_batch_size_per_gpu (or critic.use_dynamic_bsz=true): the "
+                        "critic has no micro-batch size",
+                        df_config_where(c, CR "ppo_micro_batch_size_per_gpu"));
+    return DF_OK;
+}
+#undef CR
+
+/* df_worker_role_node's choice in a subgraph: a model node of the role, its update (not forward-only) first. */
+static const df_node *role_node(df_task_graph *g, df_node_role role, bool forward_ok)
+{
+    const df_node *found = NULL;
+    for (int i = 0; i < df_task_graph_num_nodes(g); i++) {
+        const df_node *n = df_task_graph_node_at(g, i);
+        bool model = n->node_type == DF_NODE_MODEL_TRAIN || (forward_ok && n->node_type == DF_NODE_MODEL_INFERENCE);
+        if (n->node_role != role || !model || (!forward_ok && n->only_forward_compute))
+            continue;
+        if (!found || !n->only_forward_compute)
+            found = n;
+    }
+    return found;
+}
+
+/*
+ * The worker's layouts without communicators (parallel.c, critic_setup.c), for
+ * the ranks of every subgraph: every model node's model-parallel size divides
+ * its group; a subgraph with a critic has a valid critic for its DP size, one
+ * without has no trainer.critic_warmup. *actor_dp: the actor's DP size as rank
+ * 0 sees it (its group over the actor's model-parallel size) for the batch
  * checks, the same on every rank and in every command.
  */
 static int layouts(const df_config *c, const df_plan *p, int world, int *actor_dp)
@@ -269,7 +335,6 @@ static int layouts(const df_config *c, const df_plan *p, int world, int *actor_d
     for (int gi = 0; !rc && gi < p->n_subgraphs; gi++) {
         df_task_graph *g = p->subgraphs[gi];
         int size = group_size_of(p, gi, world);
-        bool rank0 = p->schedule->rank_graph[0] == gi;
         for (int i = 0; !rc && i < df_task_graph_num_nodes(g); i++) {
             const df_node *n = df_task_graph_node_at(g, i);
             bool model = n->node_type == DF_NODE_MODEL_TRAIN || n->node_type == DF_NODE_MODEL_INFERENCE;
@@ -278,11 +343,19 @@ static int layouts(const df_config *c, const df_plan *p, int world, int *actor_d
             if (key && size % mp)
                 rc = df_error(DF_EINVAL, "%s=%d (%s) does not divide the %d ranks running node '%s'", key, mp,
                               df_config_where(c, key), size, n->node_id);
-            if (rank0 && model && n->node_role == DF_ROLE_ACTOR && !n->only_forward_compute)
-                *actor_dp = size / mp;
         }
-        if (rank0 && !*actor_dp)
-            *actor_dp = size; /* no actor update here: every group rank its own DP rank */
+        const df_node *critic = rc ? NULL : role_node(g, DF_ROLE_CRITIC, true);
+        int64_t warmup = df_config_int(c, "trainer.critic_warmup");
+        if (critic)
+            rc = check_critic(c, size / (int)df_config_int(c, df_worker_mp_key(DF_ROLE_CRITIC)));
+        else if (!rc && warmup > 0)
+            rc = df_error(DF_EINVAL,
+                          "%s: trainer.critic_warmup=%lld needs a critic (algorithm.adv_estimator=gae, "
+                          "or a workflow with CRITIC nodes); this graph has none",
+                          df_config_where(c, "trainer.critic_warmup"), (long long)warmup);
+        const df_node *actor = role_node(g, DF_ROLE_ACTOR, false);
+        if (p->schedule->rank_graph[0] == gi) /* no actor update here: every group rank its own DP rank */
+            *actor_dp = actor ? size / (int)df_config_int(c, df_worker_mp_key(DF_ROLE_ACTOR)) : size;
     }
     return rc;
 }
