@@ -175,8 +175,8 @@ static int check_refill(const df_config *c, df_task_graph *g, bool workflow, con
                                   "%s node '%s': dynamic sampling refills a step with new prompts through "
                                   "generate and the built-in reward only, but node '%s' (%s) runs before it "
                                   "and would be missing from the refilled rows; place the sampling node "
-                                  "right after the rollout and reward nodes (algorithm.filter_groups.enable=true)",
-                                  src, s->node_id, up->node_id, ref);
+                                  "right after the rollout and reward nodes (algorithm.filter_groups.enable=true, %s)",
+                                  src, s->node_id, up->node_id, ref, df_config_where(c, "algorithm.filter_groups.enable"));
             }
         }
     }
