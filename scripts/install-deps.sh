@@ -14,6 +14,7 @@ PKGS=(
   libjansson-dev      # JSON: config.json, tokenizer.json, datasets, metrics
   libpcre2-dev        # tokenizer pre-tokenizer regex
   libutf8proc-dev     # NFC normalisation
+  libelf-dev          # plugin refs checked from the library's ELF symbol table, without loading it
   libcmocka-dev       # unit tests
   libomp-dev          # OpenMP for clang builds (gcc ships its own)
   libopenmpi-dev      # MPI comm backend (without it: single-process build)

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "distflow/dag.h"
+#include "util/fn_registry.h"
 
 
 static df_node *node(df_task_graph *g, const char *id)
@@ -598,6 +599,47 @@ static void test_run_resolves_and_skips(void **state)
     df_task_graph_free(g);
 }
 
+/* The registry's aliases and its "closest" hint (src/util/fn_registry.h). */
+static void fn_a(void) {}
+static void fn_b(void) {}
+
+static void test_registry_aliases_and_closest(void **state)
+{
+    (void)state;
+    static const df_fn_entry builtins[] = {{"DAGWorker.generate", fn_a}};
+    static const df_fn_alias aliases[] = {{"siirl.gen", "DAGWorker.generate"},
+                                          {"other.dynamic_sampling", "DAGWorker.dynamic_sampling"}};
+    df_fn_registry r = {.kind = "test", .builtins = builtins, .n_builtins = 1, .aliases = aliases, .n_aliases = 2};
+    assert_ptr_equal(df_fn_registry_find(&r, "siirl.gen"), fn_a);
+    assert_string_equal(df_fn_registry_alias_target(&r, "siirl.gen"), "DAGWorker.generate");
+    assert_null(df_fn_registry_alias_target(&r, "DAGWorker.generate"));
+    /* an alias of nothing registered finds nothing, and is no hint */
+    assert_null(df_fn_registry_find(&r, "other.dynamic_sampling"));
+    assert_string_equal(df_fn_registry_closest(&r, "x.dynamic_samplin"), "DAGWorker.generate");
+    assert_int_equal(df_fn_registry_add(&r, "DAGWorker.dynamic_sampling", fn_b), 0);
+    assert_ptr_equal(df_fn_registry_find(&r, "other.dynamic_sampling"), fn_b);
+    /* by the function's own name first (generate vs dynamic_sampling), then the whole name */
+    assert_string_equal(df_fn_registry_closest(&r, "DAGWorker.dynamic_samplin"), "DAGWorker.dynamic_sampling");
+    /* a registered name before an alias that spells the same function closer */
+    assert_string_equal(df_fn_registry_closest(&r, "other.dynamic_samplin"), "DAGWorker.dynamic_sampling");
+    static const df_fn_alias only[] = {{"siirl.sample_groups", "DAGWorker.dynamic_sampling"}};
+    r.aliases = only;
+    r.n_aliases = 1;
+    assert_string_equal(df_fn_registry_closest(&r, "x.sample_group"), "siirl.sample_groups");
+    r.aliases = aliases;
+    r.n_aliases = 2;
+    assert_string_equal(df_fn_registry_closest(&r, "siirl.generate"), "DAGWorker.generate");
+    /* a registered name shadows an alias of the same spelling */
+    assert_int_equal(df_fn_registry_add(&r, "siirl.gen", fn_b), 0);
+    assert_ptr_equal(df_fn_registry_find(&r, "siirl.gen"), fn_b);
+    assert_null(df_fn_registry_alias_target(&r, "siirl.gen"));
+    df_fn_registry_remove(&r, "siirl.gen");
+    df_fn_registry_remove(&r, "DAGWorker.dynamic_sampling");
+    free(r.extra);
+    df_fn_registry r0 = {.kind = "empty"};
+    assert_null(df_fn_registry_closest(&r0, "x"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -614,6 +656,7 @@ int main(void)
         cmocka_unit_test(test_run_ok_with_retry),
         cmocka_unit_test(test_run_failure),
         cmocka_unit_test(test_run_resolves_and_skips),
+        cmocka_unit_test(test_registry_aliases_and_closest),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -91,6 +91,83 @@ static void test_dapo_steps(void **state)
     json_decref(lines);
 }
 
+/* The lines of a run's metrics.jsonl without timings (which differ between runs), as text. */
+static char *metrics_text(const char *out)
+{
+    json_t *lines = df_test_metrics(dir, out, false), *o;
+    size_t i;
+    json_array_foreach(lines, i, o) {
+        const char *k;
+        void *tmp;
+        json_t *v;
+        json_object_foreach_safe(o, tmp, k, v) {
+            if (json_is_number(v) && (!strncmp(k, "timing_s/", 9) || !strncmp(k, "perf/", 5)))
+                json_object_del(o, k);
+        }
+    }
+    char *text = json_dumps(lines, JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
+    json_decref(lines);
+    return text;
+}
+
+/* A DAPO workflow in siiRL's style: the sampler a plain COMPUTE node named by siiRL's module path (an
+ * alias), followed by `after` (a node, or nothing) before calculate_advantages. */
+static void write_siirl_dapo(const char *path, const char *after)
+{
+    char yaml[4096];
+    snprintf(yaml, sizeof yaml,
+             "dag_id: dapo_training_pipeline\nnodes:\n"
+             "  - {node_id: rollout_actor, node_type: MODEL_INFERENCE, node_role: ROLLOUT}\n"
+             "  - {node_id: function_reward, node_type: COMPUTE, node_role: REWARD, dependencies: [rollout_actor]}\n"
+             "  - {node_id: dynamic_sampling, node_type: COMPUTE, executable_ref: siirl.algorithm.dapo.dynamic_sampling,\n"
+             "     dependencies: [function_reward]}\n"
+             "%s"
+             "  - {node_id: calculate_advantages, node_type: COMPUTE, node_role: ADVANTAGE,\n"
+             "     dependencies: [%s]}\n"
+             "  - {node_id: actor_old_log_prob, node_type: MODEL_TRAIN, node_role: ACTOR, only_forward_compute: true,\n"
+             "     dependencies: [calculate_advantages]}\n"
+             "  - {node_id: reference_log_prob, node_type: MODEL_TRAIN, node_role: REFERENCE,\n"
+             "     dependencies: [actor_old_log_prob]}\n"
+             "  - {node_id: actor_train, node_type: MODEL_TRAIN, node_role: ACTOR, dependencies: [reference_log_prob]}\n",
+             after ? after : "", after ? "postprocess_sampling" : "dynamic_sampling");
+    assert_int_equal(df_write_file_atomic(path, yaml, strlen(yaml)), 0);
+}
+
+/* siiRL's workflow_dapo.yaml shapes: the sampler without the DYNAMIC_SAMPLING role, then a
+ * POSTPROCESS_SAMPLING node (siiRL 2025-08) or the advantage node directly. On several ranks the
+ * sampler's output must be rebalanced as after the built-in pipeline's DYNAMIC_SAMPLING node: the same
+ * training, metric for metric (the redistribution moves whole rows; nothing is summed in another order). */
+static void test_siirl_workflow_shape(void **state)
+{
+    (void)state;
+    char wf[2][512];
+    snprintf(wf[0], sizeof wf[0], "%s/siirl_dapo_postprocess.yaml", dir);
+    snprintf(wf[1], sizeof wf[1], "%s/siirl_dapo_plain.yaml", dir);
+    if (df_comm_rank(world) == 0) {
+        write_siirl_dapo(wf[0], "  - {node_id: postprocess_sampling, node_type: COMPUTE, node_role: POSTPROCESS_SAMPLING,\n"
+                                "     dependencies: [dynamic_sampling]}\n");
+        write_siirl_dapo(wf[1], NULL);
+    }
+    df_comm_barrier(world);
+    if (train("score", "builtin", NULL))
+        fail_msg("%s", df_last_error());
+    char *a = df_comm_rank(world) == 0 ? metrics_text("builtin") : NULL;
+    for (int i = 0; i < 2; i++) {
+        char ov[600], out[32];
+        snprintf(ov, sizeof ov, "dag.workflow_path=%s", wf[i]);
+        snprintf(out, sizeof out, "siirl%d", i);
+        if (train("score", out, ov))
+            fail_msg("%s: %s", wf[i], df_last_error());
+        if (df_comm_rank(world) != 0)
+            continue;
+        char *b = metrics_text(out);
+        if (strcmp(a, b))
+            fail_msg("%s trains differently from the built-in dapo pipeline:\n%s\n%s", wf[i], a, b);
+        free(b);
+    }
+    free(a);
+}
+
 /* acc is 0 for every response of a random model: no group varies, so the
  * sampler gives up after max_num_gen_batches, on every rank, with a message */
 static void test_dapo_gives_up(void **state)
@@ -183,6 +260,7 @@ int main(void)
         cmocka_unit_test(test_filter_keeps_varying_groups),
         cmocka_unit_test(test_dapo_steps),
         cmocka_unit_test(test_dapo_gives_up),
+        cmocka_unit_test(test_siirl_workflow_shape),
         cmocka_unit_test(test_dapo_with_rollout_replicas),
         cmocka_unit_test(test_fails_on_one_rank),
     };

@@ -284,6 +284,64 @@ static void test_load_errors(void **state)
     assert_null(any);
 }
 
+/* df_plugin_check / df_exec_check: the loader's verdicts from the file alone, no plugin code run. */
+static void test_check_without_loading(void **state)
+{
+    const char *dir = *state;
+    int loaded = df_plugin_count();
+    /* its constructor aborts the process: only reading the file can pass here */
+    assert_int_equal(df_plugin_check(BAD_SO("ctor_aborts") ":bad_node"), 0);
+    assert_int_equal(df_exec_check(BAD_SO("ctor_aborts") ":bad_node"), 0);
+    assert_int_equal(df_plugin_count(), loaded);
+    assert_error_mentions(df_plugin_check(BAD_SO("ctor_aborts") ":not_a_function"), DF_EINVAL,
+                          "'not_a_function' is not a function");
+    assert_error_mentions(df_plugin_check(BAD_SO("ctor_aborts") ":nope"), DF_ENOTFOUND,
+                          "no exported symbol 'nope'");
+    assert_non_null(strstr(df_last_error(), "libbad_ctor_aborts.so:nope"));
+    /* what df_exec_resolve refuses, df_plugin_check refuses with the same code and words */
+    assert_error_mentions(df_plugin_check(BAD_SO("bad_abi") ":bad_node"), DF_EUNSUPPORTED,
+                          "built for plugin ABI 99, this distflow has ABI 1");
+    assert_error_mentions(df_plugin_check(BAD_SO("no_abi") ":bad_node"), DF_EINVAL,
+                          "does not export df_plugin_abi_version");
+    assert_error_mentions(df_plugin_check(BAD_SO("undefined_ref") ":bad_node"), DF_EINVAL,
+                          "cannot load: undefined symbol: df_no_such_function_anywhere");
+    assert_error_mentions(df_plugin_check(DF_PLUGIN_DIR "/libmissing.so:node"), DF_ENOTFOUND, "no such file");
+    assert_error_mentions(df_plugin_check("libx.so"), DF_EINVAL, "expected 'path/to/libname.so:symbol'");
+    char path[512], ref[600];
+    snprintf(path, sizeof path, "%s/libtext.so", dir);
+    FILE *fp = fopen(path, "w");
+    assert_non_null(fp);
+    fputs("not an ELF file\n", fp);
+    fclose(fp);
+    snprintf(ref, sizeof ref, "%s:node", path);
+    assert_error_mentions(df_plugin_check(ref), DF_EINVAL, "cannot load: not an ELF file");
+    /* an ELF file that is not a shared object: an object file of this build (ET_REL) */
+    assert_error_mentions(df_plugin_check(DF_BINARY_DIR "/CMakeFiles/distflow_objs.dir/src/util/error.c.o:df_error"),
+                          DF_EINVAL, "cannot load: not a shared object");
+    assert_int_equal(df_plugin_check(REWARD_SO ":compute_length_reward"), 0);
+    assert_int_equal(df_exec_check(FILTER_SO ":filter_nonzero_std"), 0);
+    assert_int_equal(df_plugin_count(), loaded); /* nothing was loaded */
+    /* the loader itself reads the file first: a wrong ABI never reaches dlopen */
+    df_node_fn f;
+    assert_error_mentions(df_exec_resolve(BAD_SO("bad_abi") ":bad_node", &f), DF_EUNSUPPORTED, "ABI 99");
+    assert_int_equal(df_plugin_count(), loaded);
+    /* names, aliases and siiRL spellings need no file; unknown names say what is closest */
+    assert_int_equal(df_exec_register("DAGWorker.dynamic_sampling", fake_generate), 0);
+    assert_int_equal(df_exec_check("siirl.algorithm.dapo.dynamic_sampling"), 0);
+    assert_int_equal(df_exec_check("siirl.user_interface.filter_interface.dapo.dynamic_sampling"), 0);
+    df_node_fn a, b;
+    assert_int_equal(df_exec_resolve("siirl.algorithm.dapo.dapo.dynamic_sampling", &a), 0);
+    assert_int_equal(df_exec_resolve("DAGWorker.dynamic_sampling", &b), 0);
+    assert_ptr_equal(a, b);
+    assert_error_mentions(df_exec_check("siirl.algorithm.dapo.dynamic_sampler"), DF_ENOTFOUND,
+                          "no executable registered for 'siirl.algorithm.dapo.dynamic_sampler' (closest distflow "
+                          "function: 'DAGWorker.dynamic_sampling';");
+    assert_error_mentions(df_exec_check("siirl.algorithm.embodied.embodied_local_rank_sampling"), DF_EUNSUPPORTED,
+                          "is siiRL's embodied (VLA) verification");
+    df_exec_unregister("DAGWorker.dynamic_sampling");
+    /* an alias of a name nobody registered is not found */
+    assert_int_equal(df_exec_check("siirl.algorithm.dapo.dynamic_sampling"), DF_ENOTFOUND);
+}
 
 /* A tiny random model, its tokenizer and a dataset under dir. */
 static void make_worker_inputs(const char *dir)
@@ -356,6 +414,7 @@ int main(void)
         cmocka_unit_test_teardown(test_custom_pipeline, unload),
         cmocka_unit_test_teardown(test_plugin_node_errors, unload),
         cmocka_unit_test_setup_teardown(test_load_errors, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_check_without_loading, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_worker_custom_pipeline, df_test_mkdtemp, df_test_rmtree),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -493,12 +493,14 @@ static void assert_has(const char *text, const char *line)
         fail_msg("output lacks '%s':\n%s", line, text);
 }
 
+#define MICRO "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"
 static void test_cli_plan(void **state)
 {
     const char *dir = *state;
     char args[1024], *out, *dot = NULL;
+    /* plan checks the config as `train` on 16 ranks would: 8 prompts x 4 samples / 16 ranks = 2 per rank */
     snprintf(args, sizeof args,
-             "%s/examples/gsm8k/grpo.yaml trainer.nnodes=2 trainer.n_gpus_per_node=8 --dot %s/plan.dot",
+             "%s/examples/gsm8k/grpo.yaml trainer.nnodes=2 trainer.n_gpus_per_node=8 " MICRO "=2 --dot %s/plan.dot",
              DF_SOURCE_DIR, dir);
     assert_int_equal(run_cli(args, &out), 0);
     assert_has(out, "== pipeline grpo\n");
@@ -538,7 +540,9 @@ static void test_cli_plan(void **state)
     free(dot);
 
     /* PPO by adv_estimator=gae; an unknown workflow is refused */
-    snprintf(args, sizeof args, "%s/examples/gsm8k/grpo.yaml algorithm.adv_estimator=gae trainer.nnodes=1",
+    snprintf(args, sizeof args,
+             "%s/examples/gsm8k/grpo.yaml algorithm.adv_estimator=gae trainer.nnodes=1 " MICRO "=4 "
+             "critic.ppo_micro_batch_size_per_gpu=4 critic.ppo_mini_batch_size=8",
              DF_SOURCE_DIR);
     assert_int_equal(run_cli(args, &out), 0);
     assert_has(out, "== pipeline ppo\n");
@@ -548,7 +552,14 @@ static void test_cli_plan(void **state)
     assert_int_equal(run_cli(args, &out), 1);
     assert_has(out, "bogus");
     free(out);
+    /* what `train` would refuse on those ranks, plan refuses with train's message */
+    snprintf(args, sizeof args, "%s/examples/gsm8k/grpo.yaml trainer.nnodes=1", DF_SOURCE_DIR);
+    assert_int_equal(run_cli(args, &out), 1);
+    assert_has(out, "distflow plan: error: " MICRO "=16 (");
+    assert_has(out, "does not divide the per-rank mini-batch of 4 samples");
+    free(out);
 }
+#undef MICRO
 
 static df_config *config_of(const char *yaml)
 {

@@ -257,17 +257,44 @@ DF_API void df_exec_unregister(const char *name);
 /**
  * Resolve an executable ref to a function. Accepted spellings:
  *   "DAGWorker.generate"                              a registered name
- *   "siirl.dag_worker.dagworker:DAGWorker.generate"   siiRL's, = "DAGWorker.generate"
+ *   "siirl.dag_worker.dagworker:DAGWorker.generate"   siiRL's, = "DAGWorker.generate" (also the
+ *                                                     older module "siirl.workers.dag_worker.dagworker:")
  *   "siirl.user_interface.filter_interface.dapo.dynamic_sampling"
  *                                                     siiRL's, = "dapo.dynamic_sampling"
+ *   an alias: another module path siiRL's workflow files use for a function
+ *             distflow has; today "dapo.dynamic_sampling",
+ *             "siirl.algorithm.dapo.dynamic_sampling" and
+ *             "siirl.algorithm.dapo.dapo.dynamic_sampling", all
+ *             "DAGWorker.dynamic_sampling" (docs/siirl_workflows.md)
  *   "path/to/libplugin.so:symbol"                     a plugin (see "Plugins" below):
  *                                                     `symbol` from that shared library
- * Registered names win over plugin refs. A ref counts as a plugin ref when
- * the part before its last ':' ends in ".so" or contains a '/'.
- * Errors: DF_ENOTFOUND with the ref in the message; DF_EINVAL for NULL / "";
- * plugin errors as df_plugin_symbol.
+ * Registered names win over aliases, aliases over plugin refs. A ref counts as
+ * a plugin ref when the part before its last ':' ends in ".so" or contains a '/'.
+ * Errors: DF_EUNSUPPORTED for a siiRL function distflow knows and lacks (e.g.
+ * "siirl.algorithm.embodied.embodied_local_rank_sampling"), saying why;
+ * DF_ENOTFOUND for any other unknown name; both messages hold the ref, the
+ * closest registered name (df_fn_registry_closest: by the function's own
+ * name, after the last '.' or ':') and, for DF_ENOTFOUND, every registered
+ * name. DF_EINVAL for NULL / ""; plugin errors as df_plugin_symbol.
  */
 DF_API int df_exec_resolve(const char *ref, df_node_fn *fn);
+
+/**
+ * The registered function `ref` names (a name, an alias or a siiRL spelling,
+ * as df_exec_resolve), never loading a plugin. Errors: DF_ENOTFOUND for
+ * anything else, plugin refs included.
+ */
+DF_API int df_exec_find(const char *ref, df_node_fn *fn);
+
+/**
+ * What df_exec_resolve would decide about `ref`, without loading anything: a
+ * registered name, alias or siiRL spelling is accepted; a plugin ref is
+ * checked by df_plugin_check (the library's file is read, not loaded, so no
+ * plugin code runs). A name that only a plugin's df_plugin_init registers is
+ * known only once that plugin is loaded: name such a function by its plugin
+ * ref instead. Errors: those of df_exec_resolve / df_plugin_check.
+ */
+DF_API int df_exec_check(const char *ref);
 
 /**
  * Resolve the executable_ref of every node whose fn is not yet set. Nodes
@@ -316,16 +343,39 @@ typedef int (*df_pipeline_fn)(df_task_graph **out);
  * cast it to its type). The path is relative to the current directory or
  * absolute, with a leading "~/" expanded; the symbol is after the last ':'.
  * The library is loaded once (dlopen RTLD_NOW | RTLD_LOCAL, cached by its
- * real path), its df_plugin_abi_version checked and its df_plugin_init run.
+ * real path) after its file passed df_plugin_check's checks (so a library of
+ * another ABI is refused before its constructors run), its
+ * df_plugin_abi_version checked again in memory and its df_plugin_init run.
  * Errors, each naming the file and the symbol:
  *   DF_EINVAL      ref without ':' / empty path or symbol; file not loadable
- *                  (dlerror text, e.g. an undefined symbol); missing
+ *                  ("cannot load: " + df_plugin_check's reason or the dlerror
+ *                  text, e.g. an undefined symbol); missing
  *                  df_plugin_abi_version; df_plugin_init failed (its message)
  *   DF_ENOTFOUND   file missing; symbol not exported
  *   DF_EUNSUPPORTED df_plugin_abi_version differs from DF_PLUGIN_ABI_VERSION
  *                  (both numbers in the message)
  */
 DF_API int df_plugin_symbol(const char *ref, void (**fn)(void));
+
+/**
+ * Check a plugin ref "path/to/libx.so:symbol" without executing any of the
+ * library's code (dlopen would run its ELF constructors, and loading runs
+ * df_plugin_init): the library's file is read as data with libelf. Checks,
+ * in order: the ref's form; the file exists; it is an ELF shared object of
+ * this program's class, byte order and machine; its dynamic symbol table
+ * exports df_plugin_abi_version, an int whose value in the file equals
+ * DF_PLUGIN_ABI_VERSION; every undefined df_* symbol it needs is exported by
+ * this program (what dlopen would fail on); `symbol` is an exported function.
+ * df_plugin_symbol runs the same checks (but the symbol's) before it loads a
+ * file. Limits: a library whose section headers were stripped (sstrip) is
+ * refused; non-df_* undefined symbols are left to the loader.
+ * Errors, each "plugin '<real path>' (ref '<ref>'): ...", with the codes of
+ * df_plugin_symbol: DF_EINVAL (form, "cannot load: not an ELF file" / not a
+ * shared object / another machine / "undefined symbol: df_x", missing marker,
+ * symbol not a function), DF_ENOTFOUND (no file, symbol not exported),
+ * DF_EUNSUPPORTED (ABI mismatch, both numbers), DF_EIO (unreadable).
+ */
+DF_API int df_plugin_check(const char *ref);
 
 /**
  * Build a task graph from a plugin pipeline factory (dag.custom_pipeline_fn):

@@ -12,6 +12,7 @@
 
 #include "distflow/comm.h"
 #include "distflow/config.h"
+#include "distflow/scheduler.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -20,10 +21,48 @@ extern "C" {
 typedef struct df_dag_worker df_dag_worker;
 
 /**
+ * Everything `distflow train` checks before it reads a model or a dataset, as
+ * the one function `distflow plan`, `distflow config check` and
+ * df_dag_worker_create all call, so that no command accepts a config another
+ * refuses (docs/configuration.md, "Which command checks what"). For a job of
+ * `world` ranks (`mpirun -np`), in order:
+ *  1. settings distflow cannot honour yet (reward_model.enable,
+ *     data.multi_agent, rollout.multi_turn.enable, dag.env_enable,
+ *     custom_reward_function.path, ...): DF_EUNSUPPORTED naming the key;
+ *  2. the plan (df_plan_create) for trainer.nnodes machines sharing the
+ *     `world` ranks (trainer.n_gpus_per_node = world / nnodes; a warning when
+ *     it was set to something else): the graph of dag.workflow_path /
+ *     dag.custom_pipeline_fn / the built-in pipeline, split and scheduled;
+ *  3. the graph: every node in agent group 0 (multi-agent graphs refused);
+ *     every node's executable ref, or in a workflow file siiRL's default for
+ *     its role, known (df_exec_check: names, siiRL aliases, plugin refs read
+ *     from the library's ELF file, no plugin code run); in a workflow file
+ *     each node's `config:` merged over `cfg` and every key one its function
+ *     reads per node (the table in src/worker/train_check.c; siiRL's
+ *     `model_params` is the planner's and always allowed); with
+ *     algorithm.filter_groups.enable, nothing but generate and the built-in
+ *     reward upstream of a dynamic-sampling node (its refill runs only those);
+ *  4. each model node's model-parallel size (rollout.tensor_model_parallel_size,
+ *     actor / ref / critic ulysses_sequence_parallel_size) divides the ranks
+ *     of its process group;
+ *  5. df_config_validate_train_ex for the actor's data-parallel size as rank 0
+ *     lays it out (its process group's ranks / the actor's ulysses size; the
+ *     group's ranks when rank 0 runs no actor update).
+ * Messages name the file, node and key: "<workflow file> node '<id>': ...".
+ * Warnings (workflow options ignored, settings that are probably mistakes) go
+ * to `warn` (NULL: dropped). On success *plan (when plan is not NULL) is the
+ * plan made in step 2 (free with df_plan_free); NULL on failure.
+ * Errors: DF_EINVAL for world outside [1, 2^20] and the failures above, with
+ * the codes of the functions named.
+ */
+DF_API int df_train_check(const df_config *cfg, int world, df_warn_fn warn, void *user, df_plan **plan);
+
+/**
  * Set up this rank's worker from a resolved `train` config. `comm` is the
  * job's world (df_comm_world(); NULL means that) and is borrowed: every rank
- * of it calls this collectively. Each rank plans the job the same way
- * (df_plan_create over trainer.nnodes machines sharing the launched ranks),
+ * of it calls this collectively. First df_train_check for the launched
+ * ranks (every rank reaches the same verdict); each rank then takes the plan
+ * it made (trainer.nnodes machines sharing the launched ranks),
  * takes its own TaskGraph and the communicator of the ranks sharing it, gives
  * every node a data-parallel layout (DP size = group size / the role's
  * model-parallel size: rollout.tensor_model_parallel_size,

@@ -2,6 +2,7 @@
 #include "cli/cli.h"
 
 #include "distflow/config.h"
+#include "distflow/worker.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -10,38 +11,25 @@ static const char *USAGE =
     "show CONFIG [key=value ...] | check CONFIG [key=value ...] | help [PREFIX]\n\n"
     "  show   print the resolved configuration (file + overrides + defaults), with\n"
     "         '# where' comments on values that are not defaults\n"
-    "  check  load a `train` config and run the validator `distflow train` runs first\n"
-    "         (batch sizes, algorithm, KL controller and reward manager names; not the\n"
-    "         pipeline or the models) for a job of --world N ranks (the `mpirun -np`,\n"
-    "         default 1): as in `train`, the actor has N / actor_rollout_ref.actor.\n"
-    "         ulysses_sequence_parallel_size data-parallel ranks, an error when that\n"
-    "         does not divide N; warnings go to stderr; prints 'ok' and exits 0 when it\n"
-    "         passes. `train` configs only (not with --sft)\n"
+    "  check  load a `train` config and run every check `distflow train` (and\n"
+    "         `distflow plan`) runs before loading models or data, for a job of\n"
+    "         --world N ranks (the `mpirun -np`, default 1): unsupported settings, the\n"
+    "         plan, the pipeline or workflow file (executables, plugins read without\n"
+    "         loading them, per-node config keys), model-parallel sizes, batch sizes,\n"
+    "         algorithm, KL controller and reward manager names; warnings go to\n"
+    "         stderr; prints 'ok' and exits 0 when it passes. `train` configs only\n"
+    "         (not with --sft)\n"
     "  help   list the documented keys (type, default, help), optionally under PREFIX";
 
-/* The actor's data-parallel size on `world` ranks, as the worker's layout: world / its sequence-parallel size. */
-static int actor_dp_size(const df_config *cfg, int64_t world, int *dp)
-{
-    const char *key = "actor_rollout_ref.actor.ulysses_sequence_parallel_size";
-    int64_t mp = df_config_int(cfg, key);
-    if (world < 1 || world > 1 << 20)
-        return df_error(DF_EINVAL, "--world must be between 1 and 1048576, got %lld", (long long)world);
-    if (world % mp)
-        return df_error(DF_EINVAL, "%s=%lld (%s) does not divide --world %lld", key, (long long)mp,
-                        df_config_where(cfg, key), (long long)world);
-    *dp = (int)(world / mp);
-    return DF_OK;
-}
-
-/* `config check`: load, then df_config_validate_train_ex on the actor's data-parallel ranks. */
+/* `config check`: load, then what `train` checks on `world` ranks before it loads anything. */
 static int check(const df_config_schema *schema, char **pos, int n_pos, int64_t world)
 {
     df_config *cfg;
     if (df_config_load(schema, pos[1], (const char *const *)pos + 2, n_pos - 2, &cfg))
         return df_cli_fail("config");
-    int dp = 0, rc = actor_dp_size(cfg, world, &dp);
-    if (!rc)
-        rc = df_config_validate_train_ex(cfg, dp, df_cli_warn, "config");
+    int rc = world < 1 || world > 1 << 20
+                 ? df_error(DF_EINVAL, "--world must be between 1 and 1048576, got %lld", (long long)world)
+                 : df_train_check(cfg, (int)world, df_cli_warn, "config", NULL);
     df_config_free(cfg);
     if (rc)
         return df_cli_fail("config");

@@ -3,6 +3,7 @@
 
 #include "distflow/config.h"
 #include "distflow/scheduler.h"
+#include "distflow/worker.h"
 #include "util/fsutil.h"
 
 #include <stdio.h>
@@ -15,7 +16,9 @@ static const char *PLAN_USAGE =
     "built-in pipeline chosen by algorithm.workflow_type / adv_estimator, its irreducible\n"
     "subgraphs (siiRL discover_and_split_parallel_paths), the rank -> subgraph assignment over\n"
     "trainer.nnodes x trainer.n_gpus_per_node (siiRL TaskScheduler) and the process groups\n"
-    "(siiRL ProcessGroupManager). --dot writes the plan as a Graphviz file.";
+    "(siiRL ProcessGroupManager). --dot writes the plan as a Graphviz file.\n"
+    "The config is first checked as `distflow train` checks it on that many ranks\n"
+    "(df_train_check: the same checks and messages as `distflow config check --world N`).";
 
 int df_cmd_plan(int argc, char **argv)
 {
@@ -36,8 +39,12 @@ int df_cmd_plan(int argc, char **argv)
     df_plan *plan = NULL;
     char *text = NULL;
     int rc = df_config_load(df_config_schema_train(), pos[0], (const char *const *)pos + 1, n_pos - 1, &cfg);
-    if (!rc)
-        rc = df_plan_create(cfg, df_cli_warn, "plan", &plan);
+    if (!rc) { /* the job `train` would run: nnodes x n_gpus_per_node ranks */
+        int64_t world = df_config_int(cfg, "trainer.nnodes") * df_config_int(cfg, "trainer.n_gpus_per_node");
+        rc = world > 1 << 20 ? df_error(DF_EINVAL, "%s: trainer.nnodes x trainer.n_gpus_per_node is too large",
+                                        df_config_where(cfg, "trainer.nnodes"))
+                             : df_train_check(cfg, (int)world, df_cli_warn, "plan", &plan);
+    }
     if (!rc)
         rc = df_plan_print(plan, stdout);
     if (!rc && dot && !(rc = df_plan_dot(plan, &text)))

@@ -12,6 +12,11 @@ int df_node_check_kind(const char *node_id, df_node_type type, df_node_role role
  * before the last ':' ends in ".so" or contains a '/'). */
 int df_plugin_is_ref(const char *ref);
 
+/* plugin_elf.c: check the ELF file at `path` (a real path) as df_plugin_check
+ * describes, without loading it; `symbol` NULL checks everything but the
+ * symbol. Errors (no file / ref context: the caller adds it) as df_plugin_check. */
+int df_plugin_elf_check(const char *path, const char *symbol);
+
 /* task_graph.c: index of the node with id `id` in g (insertion order), -1 if none or id is NULL. */
 int df_task_graph_index_of(const df_task_graph *g, const char *id);
 

@@ -9,7 +9,22 @@
 #include <string.h>
 #include <time.h>
 
-static df_fn_registry g_exec = {.kind = "node executable"};
+/*
+ * Other spellings of the functions distflow has, as siiRL's workflow files
+ * write them (siiRL resolves a ref with importlib, so a function is reachable
+ * by each module path that exports it).
+ */
+static const df_fn_alias k_aliases[] = {
+    /* siiRL's filter_interface.dapo once the prefix below is stripped (its builtin dapo pipeline) */
+    {"dapo.dynamic_sampling", "DAGWorker.dynamic_sampling"},
+    /* siiRL 2025-08..10 (siirl/algorithm/dapo/dapo.py, exported by the package): its
+       workflow_dapo.yaml files name it so */
+    {"siirl.algorithm.dapo.dynamic_sampling", "DAGWorker.dynamic_sampling"},
+    {"siirl.algorithm.dapo.dapo.dynamic_sampling", "DAGWorker.dynamic_sampling"},
+};
+
+static df_fn_registry g_exec = {.kind = "node executable", .aliases = k_aliases,
+                                .n_aliases = sizeof k_aliases / sizeof k_aliases[0]};
 
 int df_exec_register(const char *name, df_node_fn fn)
 {
@@ -20,20 +35,67 @@ void df_exec_unregister(const char *name) { df_fn_registry_remove(&g_exec, name)
 
 /* siiRL module prefixes whose remainder is our built-in name. */
 static const char *const k_siirl_prefixes[] = {
-    "siirl.dag_worker.dagworker:",           /* DAGWorker methods */
+    "siirl.dag_worker.dagworker:",            /* DAGWorker methods (siiRL from 2025-09) */
+    "siirl.workers.dag_worker.dagworker:",    /* the same module before siiRL moved it */
     "siirl.user_interface.filter_interface.", /* dapo / embodied sampling filters */
 };
+
+/* siiRL functions distflow does not implement, with the reason (as written and prefix-stripped). */
+#define EMBODIED_WHY                                                                               \
+    "siiRL's embodied (VLA) verification and filtering of environment rollouts; distflow has no "   \
+    "embodied environments"
+static const struct {
+    const char *ref, *why;
+} k_unsupported[] = {
+    {"embodied.embodied_local_rank_sampling", EMBODIED_WHY},
+    {"siirl.algorithm.embodied.embodied_local_rank_sampling", EMBODIED_WHY},
+    {"siirl.algorithm.embodied.sampling.embodied_local_rank_sampling", EMBODIED_WHY},
+};
+
+/* ref with a siiRL module prefix removed (ref itself when it has none). */
+static const char *strip_prefix(const char *ref)
+{
+    for (size_t i = 0; i < sizeof k_siirl_prefixes / sizeof k_siirl_prefixes[0]; i++) {
+        size_t n = strlen(k_siirl_prefixes[i]);
+        if (!strncmp(ref, k_siirl_prefixes[i], n))
+            return ref + n;
+    }
+    return ref;
+}
+
+/* A registered name, an alias, or either after a siiRL prefix; NULL when none. */
+static df_any_fn lookup(const char *ref)
+{
+    df_any_fn f = df_fn_registry_find(&g_exec, ref);
+    return f ? f : df_fn_registry_find(&g_exec, strip_prefix(ref));
+}
+
+/* The error for a ref that names nothing: why, when it is a siiRL function we lack, and what is closest. */
+static int not_found(const char *ref)
+{
+    const char *closest = df_fn_registry_closest(&g_exec, strip_prefix(ref));
+    const char *target = closest ? df_fn_registry_alias_target(&g_exec, closest) : NULL;
+    char hint[400] = "";
+    if (closest)
+        snprintf(hint, sizeof hint, "closest distflow function: '%s'%s%s%s", closest, target ? " (= '" : "",
+                 target ? target : "", target ? "')" : "");
+    for (size_t i = 0; i < sizeof k_unsupported / sizeof k_unsupported[0]; i++)
+        if (!strcmp(ref, k_unsupported[i].ref) || !strcmp(strip_prefix(ref), k_unsupported[i].ref))
+            return df_error(DF_EUNSUPPORTED, "executable '%s' is %s: not supported%s%s%s", ref,
+                            k_unsupported[i].why, hint[0] ? " (" : "", hint, hint[0] ? ")" : "");
+    char known[1024];
+    df_fn_registry_names(&g_exec, known, sizeof known);
+    return df_error(DF_ENOTFOUND,
+                    "no executable registered for '%s' (%s%sregistered: %s; a plugin's function is "
+                    "named 'path/to/libname.so:symbol')",
+                    ref, hint, hint[0] ? "; " : "", known[0] ? known : "none");
+}
 
 int df_exec_resolve(const char *ref, df_node_fn *fn)
 {
     if (!ref || !ref[0])
         return df_error(DF_EINVAL, "empty executable ref");
-    df_any_fn f = df_fn_registry_find(&g_exec, ref);
-    for (size_t i = 0; !f && i < sizeof k_siirl_prefixes / sizeof k_siirl_prefixes[0]; i++) {
-        size_t n = strlen(k_siirl_prefixes[i]);
-        if (!strncmp(ref, k_siirl_prefixes[i], n))
-            f = df_fn_registry_find(&g_exec, ref + n);
-    }
+    df_any_fn f = lookup(ref);
     if (f) {
         *fn = (df_node_fn)f;
         return DF_OK;
@@ -45,10 +107,24 @@ int df_exec_resolve(const char *ref, df_node_fn *fn)
             *fn = (df_node_fn)pf;
         return rc;
     }
-    char known[1024];
-    df_fn_registry_names(&g_exec, known, sizeof known);
-    return df_error(DF_ENOTFOUND, "no executable registered for '%s' (registered: %s)", ref,
-                    known[0] ? known : "none");
+    return not_found(ref);
+}
+
+int df_exec_find(const char *ref, df_node_fn *fn)
+{
+    df_any_fn f = ref ? lookup(ref) : NULL;
+    if (f)
+        *fn = (df_node_fn)f;
+    return f ? DF_OK : df_error(DF_ENOTFOUND, "'%s' is not a registered executable", ref ? ref : "(null)");
+}
+
+int df_exec_check(const char *ref)
+{
+    if (!ref || !ref[0])
+        return df_error(DF_EINVAL, "empty executable ref");
+    if (lookup(ref))
+        return DF_OK;
+    return df_plugin_is_ref(ref) ? df_plugin_check(ref) : not_found(ref);
 }
 
 int df_task_graph_resolve(df_task_graph *g)

@@ -1,6 +1,8 @@
 /* Plugin libraries: "path/to/libx.so:symbol" refs loaded with dlopen / dlsym
  * (include/distflow/dag.h, "Plugins"). One dlopen per file, cached by real
- * path; the cache is freed by df_exec_unload_plugins() or at exit. */
+ * path; the cache is freed by df_exec_unload_plugins() or at exit. Before a
+ * file is opened its ELF symbol table is read as data (plugin_elf.c), so a
+ * library built for another ABI is refused before its constructors run. */
 #include "dag/dag_internal.h"
 
 #include "util/fn_registry.h"
@@ -123,26 +125,37 @@ static int plugin_check_and_init(plugin *p, const char *ref)
     return DF_OK;
 }
 
-/* The loaded plugin for `file` (as written in ref), loading it on first use. */
-static int plugin_get(const char *file, const char *ref, plugin **out)
+/* The real path of `file` (as written in ref: "~/" expanded) into real[PATH_MAX]. */
+static int plugin_real_path(const char *file, const char *ref, char *real)
 {
     char *expanded = df_expand_user(file);
     if (!expanded)
         return df_error(DF_ENOMEM, "out of memory");
-    char real[PATH_MAX];
+    int rc = DF_OK;
     if (!realpath(expanded, real)) {
         int e = errno;
-        int rc = df_error(e == ENOENT ? DF_ENOTFOUND : DF_EIO, "plugin '%s' (ref '%s'): %s",
-                          expanded, ref, e == ENOENT ? "no such file" : strerror(e));
-        free(expanded);
-        return rc;
+        rc = df_error(e == ENOENT ? DF_ENOTFOUND : DF_EIO, "plugin '%s' (ref '%s'): %s", expanded, ref,
+                      e == ENOENT ? "no such file" : strerror(e));
     }
     free(expanded);
+    return rc;
+}
+
+/* The loaded plugin for `file` (as written in ref), loading it on first use. */
+static int plugin_get(const char *file, const char *ref, plugin **out)
+{
+    char real[PATH_MAX];
+    int rc = plugin_real_path(file, ref, real);
+    if (rc)
+        return rc;
     for (int i = 0; i < g_n_plugins; i++)
         if (!strcmp(g_plugins[i]->path, real)) {
             *out = g_plugins[i];
             return DF_OK;
         }
+    /* the file as data first: dlopen runs the library's constructors, even for a wrong ABI */
+    if ((rc = df_plugin_elf_check(real, NULL)))
+        return df_error_wrap(rc, "plugin '%s' (ref '%s')", real, ref);
     if (g_n_plugins == g_cap_plugins) {
         int cap = g_cap_plugins ? 2 * g_cap_plugins : 4;
         plugin **np = realloc(g_plugins, (size_t)cap * sizeof *np);
@@ -160,7 +173,6 @@ static int plugin_get(const char *file, const char *ref, plugin **out)
     }
     dlerror();
     p->handle = dlopen(real, RTLD_NOW | RTLD_LOCAL);
-    int rc = DF_OK;
     if (!p->handle) {
         const char *why = dlerror();
         rc = df_error(DF_EINVAL, "plugin '%s' (ref '%s'): cannot load: %s", real, ref,
@@ -180,7 +192,8 @@ static int plugin_get(const char *file, const char *ref, plugin **out)
     return DF_OK;
 }
 
-int df_plugin_symbol(const char *ref, void (**fn)(void))
+/* "path:symbol" -> a malloc'd path and a pointer to the symbol inside ref. */
+static int split_ref(const char *ref, char **file, const char **sym)
 {
     if (!ref || !ref[0])
         return df_error(DF_EINVAL, "empty plugin ref");
@@ -191,17 +204,39 @@ int df_plugin_symbol(const char *ref, void (**fn)(void))
                         "both non-empty)",
                         ref);
     size_t n = (size_t)(colon - ref);
-    char *file = malloc(n + 1);
-    if (!file)
+    if (!(*file = malloc(n + 1)))
         return df_error(DF_ENOMEM, "out of memory");
-    memcpy(file, ref, n);
-    file[n] = '\0';
+    memcpy(*file, ref, n);
+    (*file)[n] = '\0';
+    *sym = colon + 1;
+    return DF_OK;
+}
+
+int df_plugin_check(const char *ref)
+{
+    char *file = NULL, real[PATH_MAX];
+    const char *sym = NULL;
+    int rc = split_ref(ref, &file, &sym);
+    if (!rc)
+        rc = plugin_real_path(file, ref, real);
+    free(file);
+    if (!rc && (rc = df_plugin_elf_check(real, sym)))
+        df_error_wrap(rc, "plugin '%s' (ref '%s')", real, ref);
+    return rc;
+}
+
+int df_plugin_symbol(const char *ref, void (**fn)(void))
+{
+    char *file = NULL;
+    const char *sym = NULL;
+    int rc = split_ref(ref, &file, &sym);
+    if (rc)
+        return rc;
     plugin *p = NULL;
-    int rc = plugin_get(file, ref, &p);
+    rc = plugin_get(file, ref, &p);
     free(file);
     if (rc)
         return rc;
-    const char *sym = colon + 1;
     dlerror();
     void *addr = dlsym(p->handle, sym);
     if (!addr)

@@ -14,10 +14,9 @@ static df_fn_entry *find_extra(const df_fn_registry *r, const char *name)
     return NULL;
 }
 
-const df_fn_entry *df_fn_registry_find_entry(const df_fn_registry *r, const char *name)
+/* A registered entry (no aliases). */
+static const df_fn_entry *find_direct(const df_fn_registry *r, const char *name)
 {
-    if (!name)
-        return NULL;
     const df_fn_entry *e = find_extra(r, name);
     if (e)
         return e;
@@ -27,10 +26,96 @@ const df_fn_entry *df_fn_registry_find_entry(const df_fn_registry *r, const char
     return NULL;
 }
 
+const df_fn_entry *df_fn_registry_find_entry(const df_fn_registry *r, const char *name)
+{
+    if (!name)
+        return NULL;
+    const df_fn_entry *e = find_direct(r, name);
+    const char *target = e ? NULL : df_fn_registry_alias_target(r, name);
+    return e ? e : target ? find_direct(r, target) : NULL;
+}
+
 df_any_fn df_fn_registry_find(const df_fn_registry *r, const char *name)
 {
     const df_fn_entry *e = df_fn_registry_find_entry(r, name);
     return e ? e->fn : NULL;
+}
+
+const char *df_fn_registry_alias_target(const df_fn_registry *r, const char *name)
+{
+    if (!name || find_direct(r, name))
+        return NULL;
+    for (size_t i = 0; i < r->n_aliases; i++)
+        if (!strcmp(r->aliases[i].alias, name))
+            return r->aliases[i].target;
+    return NULL;
+}
+
+/* Levenshtein distance of a[0..na) and b[0..nb), capped at 64 characters each (hints only). */
+static int edit_distance(const char *a, size_t na, const char *b, size_t nb)
+{
+    na = na > 64 ? 64 : na;
+    nb = nb > 64 ? 64 : nb;
+    int row[65];
+    for (size_t j = 0; j <= nb; j++)
+        row[j] = (int)j;
+    for (size_t i = 1; i <= na; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= nb; j++) {
+            int up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            diag = up;
+            row[j] = best;
+        }
+    }
+    return row[nb];
+}
+
+/* The part of a name after its last '.' or ':' (a function's own name). */
+static const char *last_part(const char *s)
+{
+    const char *p = s;
+    for (const char *c = s; *c; c++)
+        if (*c == '.' || *c == ':')
+            p = c + 1;
+    return p;
+}
+
+typedef struct {
+    const char *name, *tail, *best;
+    int d_tail, alias, d_full;
+} closest_state;
+
+/* (tail distance, alias, whole-name distance) compared in that order: the lowest wins. */
+static void consider(closest_state *st, const char *cand, int alias)
+{
+    const char *t = last_part(cand);
+    int dt = edit_distance(st->tail, strlen(st->tail), t, strlen(t));
+    int df = edit_distance(st->name, strlen(st->name), cand, strlen(cand));
+    if (!st->best || dt < st->d_tail || (dt == st->d_tail && (alias < st->alias ||
+                                                             (alias == st->alias && df < st->d_full)))) {
+        st->best = cand;
+        st->d_tail = dt;
+        st->alias = alias;
+        st->d_full = df;
+    }
+}
+
+const char *df_fn_registry_closest(const df_fn_registry *r, const char *name)
+{
+    closest_state st = {.name = name ? name : "", .tail = last_part(name ? name : "")};
+    for (size_t i = 0; i < r->n_extra; i++)
+        consider(&st, r->extra[i].name, 0);
+    for (size_t i = 0; i < r->n_builtins; i++)
+        consider(&st, r->builtins[i].name, 0);
+    for (size_t i = 0; i < r->n_aliases; i++)
+        if (find_direct(r, r->aliases[i].target)) /* only spellings of what is there */
+            consider(&st, r->aliases[i].alias, 1);
+    return st.best;
 }
 
 static df_fn_registry_hook g_add_hook;

@@ -3,7 +3,9 @@
  * machinery behind distflow's registries (advantage estimators, policy losses,
  * node executables; docs/conventions.md §2). Built-in entries live in a static const
  * table owned by the caller; runtime registrations go to a growable list that
- * is consulted first, so a plugin can add names or shadow a built-in.
+ * is consulted first, so a plugin can add names or shadow a built-in. An
+ * optional static alias table maps other spellings of a name (siiRL's module
+ * paths, e.g. "siirl.algorithm.dapo.dynamic_sampling") to a registered name.
  *
  * Registration is not thread-safe: register during start-up, before threads.
  */
@@ -22,18 +24,36 @@ typedef struct df_fn_entry {
                          descriptor), or NULL; runtime entries own a copy */
 } df_fn_entry;
 
+/* Another spelling of a registered name: looking up `alias` finds `target`. */
+typedef struct df_fn_alias {
+    const char *alias, *target;
+} df_fn_alias;
+
 typedef struct df_fn_registry {
     const char *kind;             /* for messages: "advantage estimator", ... */
     const df_fn_entry *builtins;  /* static table, may be NULL */
     size_t n_builtins;
     df_fn_entry *extra;           /* runtime registrations (names owned) */
     size_t n_extra, cap_extra;
+    const df_fn_alias *aliases;   /* static table, may be NULL; last so positional initialisers hold */
+    size_t n_aliases;
 } df_fn_registry;
 
-/* The function registered under `name` (runtime entries first), or NULL. */
+/* The function registered under `name` (runtime entries first, then built-ins,
+ * then an alias's target, looked up the same way but one level deep), or NULL. */
 df_any_fn df_fn_registry_find(const df_fn_registry *r, const char *name);
-/* The entry registered under `name` (runtime entries first), or NULL. */
+/* The entry registered under `name` (runtime entries first, then built-ins, then an alias's target), or NULL. */
 const df_fn_entry *df_fn_registry_find_entry(const df_fn_registry *r, const char *name);
+
+/* The target name when `name` is an alias (and not itself registered), else NULL. */
+const char *df_fn_registry_alias_target(const df_fn_registry *r, const char *name);
+
+/* The known name (registered or alias) nearest to `name`, for "closest we have"
+ * hints: the smallest Levenshtein distance between the last components (after
+ * the last '.' or ':'), ties broken by a registered name before an alias, then
+ * by the distance between the whole names, then by order (runtime, built-in,
+ * alias). NULL when the registry is empty. */
+const char *df_fn_registry_closest(const df_fn_registry *r, const char *name);
 
 /* Add or replace a runtime entry. DF_EINVAL for an empty name or NULL fn. */
 int df_fn_registry_add(df_fn_registry *r, const char *name, df_any_fn fn);

@@ -73,31 +73,6 @@ static int load_value_model(df_dag_worker *w, df_model **out)
     return DF_OK;
 }
 
-/* The validator checks batch sizes against the actor's DP size; the critic's may differ
-   (critic.ulysses_sequence_parallel_size), and a workflow may add a critic to any estimator. */
-static int check_critic_sizes(const df_dag_worker *w)
-{
-    const df_config *c = w->cfg;
-    int64_t samples = df_config_int(c, C "ppo_mini_batch_size") * df_config_int(c, C "rollout_n");
-    int dp = w->critic_layout.dp_size > 0 ? w->critic_layout.dp_size : 1;
-    if (samples % dp || samples / dp < 1)
-        return df_error(DF_EINVAL,
-                        "%s: critic.ppo_mini_batch_size x critic.rollout_n = %lld responses do not split "
-                        "evenly over the critic's %d data-parallel ranks",
-                        df_config_where(c, C "ppo_mini_batch_size"), (long long)samples, dp);
-    static const char *const deprecated[] = {C "ppo_micro_batch_size", C "forward_micro_batch_size"};
-    for (int i = 0; i < 2; i++) /* the validator refuses them with gae; a workflow may add a critic to any estimator */
-        if (!df_config_is_null(c, deprecated[i]))
-            return df_error(DF_EINVAL, "%s: %s is deprecated and not read by distflow: set %s_per_gpu",
-                            df_config_where(c, deprecated[i]), deprecated[i], deprecated[i]);
-    if (!df_config_bool(c, C "use_dynamic_bsz") && df_config_is_null(c, C "ppo_micro_batch_size_per_gpu"))
-        return df_error(DF_EINVAL,
-                        "%s: set critic.ppo_micro_batch_size_per_gpu (or critic.use_dynamic_bsz=true): the "
-                        "critic has no micro-batch size",
-                        df_config_where(c, C "ppo_micro_batch_size_per_gpu"));
-    return DF_OK;
-}
-
 int df_worker_setup_critic(df_dag_worker *w)
 {
     const df_config *c = w->cfg;
@@ -109,9 +84,10 @@ int df_worker_setup_critic(df_dag_worker *w)
                               "or a workflow with CRITIC nodes); this graph has none",
                               df_config_where(c, "trainer.critic_warmup"), (long long)warmup)
                    : DF_OK;
-    int rc = check_critic_sizes(w);
+    /* the critic's batch sizes were checked by df_train_check (train_check.c), for every rank */
     df_model *m = NULL;
-    if (rc || (rc = load_value_model(w, &m)))
+    int rc = load_value_model(w, &m);
+    if (rc)
         return rc;
     if (warmup >= w->total_steps)
         df_worker_warn(w, "trainer.critic_warmup >= the number of training steps: the actor is never updated");

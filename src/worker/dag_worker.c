@@ -23,25 +23,6 @@ static int expand_path(const char *in, char *out, size_t cap)
     return n < 0 || (size_t)n >= cap ? df_error(DF_EINVAL, "path too long: %s", in) : DF_OK;
 }
 
-/* Settings distflow cannot honour yet: refuse them instead of silently ignoring them. */
-static int check_supported(const df_config *c)
-{
-    static const char *const off[] = {"reward_model.enable", "data.auto_repeat",
-                                      "data.multi_agent", "actor_rollout_ref.rollout.use_fire_sampling",
-                                      "actor_rollout_ref.rollout.multi_turn.enable", "algorithm.use_pf_ppo",
-                                      "dag.env_enable"};
-    for (size_t i = 0; i < sizeof off / sizeof *off; i++)
-        if (df_config_bool(c, off[i]))
-            return df_error(DF_EUNSUPPORTED, "%s: %s=true is not supported yet", df_config_where(c, off[i]), off[i]);
-    static const char *const null_only[] = {"custom_reward_function.path", "data.custom_cls.path",
-                                            "dag.environment_path", "reward_model.sandbox_fusion.url"};
-    for (size_t i = 0; i < sizeof null_only / sizeof *null_only; i++)
-        if (!df_config_is_null(c, null_only[i]))
-            return df_error(DF_EUNSUPPORTED, "%s: %s is not supported yet",
-                            df_config_where(c, null_only[i]), null_only[i]);
-    return DF_OK;
-}
-
 void df_worker_optim(const df_dag_worker *w, const df_config *c, const char *role, df_core_optim *o)
 {
     char k[128];
@@ -321,7 +302,8 @@ int df_dag_worker_create(const df_config *cfg, df_comm *comm, df_dag_worker **ou
     w->val_n = df_config_int(cfg, "actor_rollout_ref.rollout.val_kwargs.n");
     w->max_prompt_len = df_config_int(cfg, "data.max_prompt_length");
     w->max_response_len = df_config_int(cfg, "actor_rollout_ref.rollout.response_length");
-    rc = check_supported(cfg);
+    /* plan, config check and train validate alike: everything before the files */
+    rc = df_train_check(cfg, w->world, df_worker_warn, w, &w->plan);
     if (!rc)
         rc = expand_path(df_config_str(cfg, "actor_rollout_ref.model.path"), w->model_dir, sizeof w->model_dir);
     if (!rc)
@@ -331,8 +313,6 @@ int df_dag_worker_create(const df_config *cfg, df_comm *comm, df_dag_worker **ou
         rc = expand_path(df_config_str(cfg, "trainer.default_local_dir"), w->out_dir, sizeof w->out_dir);
     if (!rc)
         rc = setup_graph(w);
-    if (!rc) /* the actor's DP size is world / its model-parallel size; checks the algorithm names too */
-        rc = df_config_validate_train_ex(cfg, w->actor_layout.dp_size, df_worker_warn, w);
     if (!rc)
         rc = df_adv_estimator_lookup(df_config_str(cfg, "algorithm.adv_estimator"), &w->adv_fn);
     if (!rc)

@@ -219,6 +219,6 @@ static int node_dynamic_sampling(df_node_ctx *ctx, df_batch *batch, df_node_outp
 
 int df_worker_register_dynamic_sampling(void)
 {
-    int rc = df_exec_register("DAGWorker.dynamic_sampling", node_dynamic_sampling);
-    return rc ? rc : df_exec_register("siirl.user_interface.filter_interface.dapo.dynamic_sampling", node_dynamic_sampling);
+    /* siiRL's names for it are aliases in the executable registry (src/dag/exec.c) */
+    return df_exec_register("DAGWorker.dynamic_sampling", node_dynamic_sampling);
 }

@@ -10,15 +10,29 @@
 #include <string.h>
 
 /*
- * Rebalance before this node? DATA_REBALANCE nodes and the node after DAPO's
- * dynamic sampling (which leaves ranks with unequal numbers of groups) always;
- * verl's trainer.balance_batch right after rollout.
+ * Rebalance before this node? DATA_REBALANCE and POSTPROCESS_SAMPLING nodes
+ * (siiRL's postprocess_sampling rebalances within its group) and the node
+ * after DAPO's dynamic sampling (which leaves ranks with unequal numbers of
+ * groups) always; verl's trainer.balance_batch right after rollout.
  */
 static bool forced(const df_dag_worker *w, const df_node *node)
 {
-    if (node->node_role == DF_ROLE_DATA_REBALANCE || w->prev_role == DF_ROLE_DYNAMIC_SAMPLING)
+    if (node->node_role == DF_ROLE_DATA_REBALANCE || node->node_role == DF_ROLE_POSTPROCESS_SAMPLING ||
+        w->prev_role == DF_ROLE_DYNAMIC_SAMPLING)
         return true;
     return w->balance_batch && w->prev_role == DF_ROLE_ROLLOUT && node->node_role != DF_ROLE_ROLLOUT;
+}
+
+/* The node's role for the hand-off: DAPO's sampling function is DYNAMIC_SAMPLING whatever role the
+   workflow gave its node (siiRL's workflow_dapo.yaml files give it none). */
+static df_node_role handoff_role(const df_node *node)
+{
+    df_node_fn ds = NULL;
+    if (node->node_role == DF_ROLE_DEFAULT && node->fn && !df_exec_find("DAGWorker.dynamic_sampling", &ds) &&
+        node->fn == ds)
+        return DF_ROLE_DYNAMIC_SAMPLING;
+    df_clear_error();
+    return node->node_role;
 }
 
 int df_worker_before_node(void *user, df_node *node, df_batch **batch)
@@ -26,7 +40,7 @@ int df_worker_before_node(void *user, df_node *node, df_batch **batch)
     df_dag_worker *w = user;
     const df_node_layout *to = df_worker_node_layout(w, node);
     bool force = forced(w, node) && to->dp_size > 1; /* one DP rank has nothing to balance */
-    w->prev_role = node->node_role;
+    w->prev_role = handoff_role(node);
     if (!*batch) { /* a first node without input */
         w->cur_layout = *to;
         return DF_OK;

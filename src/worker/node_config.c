@@ -3,7 +3,8 @@
  * instead of the built-in pipeline, nodes without an executable get siiRL's
  * default for their type and role, and each node's `config:` entries become a
  * merged config for that node (siiRL graph_updater: the node's keys over the
- * global ones). Which keys a node may override is listed in k_per_node.
+ * global ones). Which keys a node may override is listed in train_check.c,
+ * with the defaults, where df_train_check checks every node before setup.
  */
 #include "worker/worker_internal.h"
 
@@ -12,38 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* The keys each node function reads from its node's merged config. */
-#define RO "actor_rollout_ref.rollout."
-#define AC "actor_rollout_ref.actor."
-static const struct {
-    const char *exec;
-    const char *keys[10];
-} k_per_node[] = {
-    {"DAGWorker.generate", {RO "temperature", RO "top_k", RO "top_p", RO "do_sample"}},
-    {"DAGWorker.train_actor",
-     {AC "clip_ratio_low", AC "clip_ratio_high", AC "clip_ratio_c", AC "entropy_coeff",
-      AC "kl_loss_coef", AC "kl_loss_type", AC "loss_agg_mode", AC "policy_loss.loss_mode",
-      AC "ppo_epochs"}},
-    {"DAGWorker.train_critic", {"critic.cliprange_value", "critic.loss_agg_mode", "critic.ppo_epochs"}},
-};
-#define N_PER_NODE (sizeof k_per_node / sizeof *k_per_node)
-
-/* siiRL's default function for a node without executable_ref (by type, role, forward-only). */
-static const char *default_exec(const df_node *n)
-{
-    bool model = n->node_type == DF_NODE_MODEL_TRAIN || n->node_type == DF_NODE_MODEL_INFERENCE;
-    bool fwd = n->only_forward_compute;
-    switch (n->node_role) {
-    case DF_ROLE_ROLLOUT: return model ? "DAGWorker.generate" : NULL;
-    case DF_ROLE_REWARD: return "DAGWorker.compute_reward";
-    case DF_ROLE_ADVANTAGE: return "DAGWorker.compute_advantage";
-    case DF_ROLE_ACTOR: return fwd ? "DAGWorker.compute_old_log_prob" : "DAGWorker.train_actor";
-    case DF_ROLE_REFERENCE: return "DAGWorker.compute_ref_log_prob";
-    case DF_ROLE_CRITIC: return fwd ? "DAGWorker.compute_value" : "DAGWorker.train_critic";
-    default: return NULL;
-    }
-}
 
 /* siiRL merges a model node's config into the branch of its role: relative keys
  * (`rollout.n`) are found under it; absolute keys are taken as they are. */
@@ -76,60 +45,47 @@ static char *full_key(const df_config_schema *s, const df_node *n, const char *k
     return strdup(key);
 }
 
-/* The k_per_node row of the node's function, or -1. */
-static int exec_row(const df_node *n)
+/* A key the planner reads from the node (siiRL's model_params), not a config key. */
+static bool planner_key(const char *key)
 {
-    for (size_t r = 0; r < N_PER_NODE; r++) {
-        df_node_fn fn;
-        if (n->fn && !df_exec_resolve(k_per_node[r].exec, &fn) && fn == n->fn)
-            return (int)r;
-    }
-    return -1;
+    for (int i = 0; df_worker_planner_node_keys[i]; i++)
+        if (!strcmp(key, df_worker_planner_node_keys[i]))
+            return true;
+    return false;
 }
 
-static int check_allowed(const df_node *n, const char *key, const char *where)
-{
-    int r = exec_row(n);
-    for (int i = 0; r >= 0 && i < 10 && k_per_node[r].keys[i]; i++)
-        if (!strcmp(key, k_per_node[r].keys[i]))
-            return DF_OK;
-    char list[600] = "";
-    for (int i = 0; r >= 0 && i < 10 && k_per_node[r].keys[i]; i++)
-        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
-                 k_per_node[r].keys[i]);
-    return df_error(DF_EUNSUPPORTED, "%s: %s cannot be changed per node (%s%s)", where, key,
-                    r >= 0 ? "this node honours: " : "this node's function reads no per-node keys",
-                    list);
-}
-
-/* Merge one node's overrides; *out stays NULL when it has none. */
-static int node_config(const df_dag_worker *w, const df_node *n, const char *path, df_config **out)
+int df_worker_node_overrides(const df_config *cfg, const df_node *n, df_node_fn fn, const char *where,
+                             df_config **out)
 {
     *out = NULL;
-    if (!n->n_config)
+    int nk = 0;
+    for (int i = 0; i < n->n_config; i++)
+        nk += !planner_key(n->config_keys[i]);
+    if (!nk)
         return DF_OK;
-    char where[1200];
-    snprintf(where, sizeof where, "%s node '%s'", path, n->node_id);
-    char **keys = calloc((size_t)n->n_config, sizeof *keys);
-    int rc = keys ? DF_OK : df_error(DF_ENOMEM, "out of memory");
-    for (int i = 0; !rc && i < n->n_config; i++) {
-        keys[i] = full_key(df_config_get_schema(w->cfg), n, n->config_keys[i]);
-        if (!keys[i])
+    char **keys = calloc((size_t)nk, sizeof *keys);
+    const char **vals = calloc((size_t)nk, sizeof *vals);
+    int rc = keys && vals ? DF_OK : df_error(DF_ENOMEM, "out of memory");
+    for (int i = 0, k = 0; !rc && i < n->n_config; i++) {
+        if (planner_key(n->config_keys[i]))
+            continue;
+        vals[k] = n->config_values[i];
+        keys[k] = full_key(df_config_get_schema(cfg), n, n->config_keys[i]);
+        if (!keys[k++])
             rc = df_error(DF_ENOMEM, "out of memory");
     }
     if (!rc)
-        rc = df_config_with_overrides(w->cfg, (const char *const *)keys,
-                                      (const char *const *)n->config_values, n->n_config, where,
-                                      out);
-    for (int i = 0; !rc && i < n->n_config; i++)
-        rc = check_allowed(n, keys[i], where);
-    const char *loss = rc || !*out ? NULL : df_config_str(*out, AC "policy_loss.loss_mode");
+        rc = df_config_with_overrides(cfg, (const char *const *)keys, vals, nk, where, out);
+    for (int i = 0; !rc && i < nk; i++)
+        rc = df_worker_check_node_key(fn, keys[i], where);
+    const char *loss = rc || !*out ? NULL : df_config_str(*out, "actor_rollout_ref.actor.policy_loss.loss_mode");
     df_policy_loss_fn pl;
     if (loss && (rc = df_policy_loss_lookup(loss, &pl)))
         rc = df_error_wrap(rc, "%s", where);
-    for (int i = 0; keys && i < n->n_config; i++)
+    for (int i = 0; keys && i < nk; i++)
         free(keys[i]);
     free(keys);
+    free(vals);
     if (rc) {
         df_config_free(*out);
         *out = NULL;
@@ -150,16 +106,20 @@ int df_worker_setup_workflow(df_dag_worker *w)
     int rc = DF_OK;
     for (int i = 0; !rc && i < df_task_graph_num_nodes(w->graph); i++) {
         df_node *n = df_task_graph_node_at(w->graph, i);
-        if (!n->executable_ref && default_exec(n))
-            rc = df_node_set_executable_ref(n, default_exec(n));
+        if (!n->executable_ref && df_worker_default_exec(n))
+            rc = df_node_set_executable_ref(n, df_worker_default_exec(n));
     }
     if (!rc)
         rc = df_task_graph_resolve(w->graph);
     int nn = rc ? 0 : df_task_graph_num_nodes(w->graph);
     if (!rc && !(w->node_cfg = calloc((size_t)(nn ? nn : 1), sizeof *w->node_cfg)))
         rc = df_error(DF_ENOMEM, "out of memory");
-    for (int i = 0; !rc && i < nn; i++, w->n_node_cfg++)
-        rc = node_config(w, df_task_graph_node_at(w->graph, i), path, &w->node_cfg[i]);
+    for (int i = 0; !rc && i < nn; i++, w->n_node_cfg++) {
+        const df_node *n = df_task_graph_node_at(w->graph, i);
+        char where[1200];
+        snprintf(where, sizeof where, "%s node '%s'", path, n->node_id);
+        rc = df_worker_node_overrides(w->cfg, n, n->fn, where, &w->node_cfg[i]);
+    }
     return rc ? df_error_wrap(rc, "dag.workflow_path") : DF_OK;
 }
 

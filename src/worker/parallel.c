@@ -10,8 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The model-parallel key of a role's model, or NULL when the role has no model. */
-static const char *mp_key(df_node_role role)
+const char *df_worker_mp_key(df_node_role role)
 {
     switch (role) {
     case DF_ROLE_ROLLOUT:
@@ -46,7 +45,7 @@ static int node_layouts(df_dag_worker *w)
         return rc;
     int mp = 1;
     for (int i = 0; i < n && !rc; i++) {
-        const char *key = is_model_node(order[i]) ? mp_key(order[i]->node_role) : NULL;
+        const char *key = is_model_node(order[i]) ? df_worker_mp_key(order[i]->node_role) : NULL;
         const df_config *c = df_worker_node_config(w, order[i]);
         if (key)
             mp = (int)df_config_int(c, key);
@@ -79,7 +78,6 @@ const df_node_layout *df_worker_node_layout(const df_dag_worker *w, const df_nod
     return i >= 0 ? &w->layouts[i] : NULL;
 }
 
-/* The plan for this job: trainer.nnodes machines sharing the ranks that were launched. */
 int df_worker_group_sum(df_comm *comm, int rc, const double *vals, int k, double *totals, const char *what,
                         const char *group)
 {
@@ -112,29 +110,6 @@ int df_worker_group_sum(df_comm *comm, int rc, const double *vals, int k, double
                         "%s: %.0f other rank(s) of the %s (%d ranks) failed; their own errors say why", what,
                         failed, group, size);
     return DF_OK;
-}
-
-static int make_plan(df_dag_worker *w)
-{
-    const df_config *c = w->cfg;
-    int64_t nnodes = df_config_int(c, "trainer.nnodes");
-    int64_t gpus = df_config_int(c, "trainer.n_gpus_per_node");
-    if (w->world % nnodes)
-        return df_error(DF_EINVAL, "%s: trainer.nnodes=%lld does not divide the %d launched ranks",
-                        df_config_where(c, "trainer.nnodes"), (long long)nnodes, w->world);
-    char val[32];
-    snprintf(val, sizeof val, "%lld", (long long)(w->world / nnodes));
-    bool set = strcmp(df_config_where(c, "trainer.n_gpus_per_node"), "default") != 0;
-    if (set && nnodes * gpus != w->world && w->rank == 0)
-        fprintf(stderr, "[distflow] trainer.nnodes x trainer.n_gpus_per_node = %lld but %d ranks were launched: "
-                        "planning for %lld x %s\n", (long long)(nnodes * gpus), w->world, (long long)nnodes, val);
-    const char *key = "trainer.n_gpus_per_node", *v = val;
-    df_config *pc = NULL;
-    int rc = df_config_with_overrides(c, &key, &v, 1, "the launched ranks", &pc);
-    if (!rc)
-        rc = df_plan_create(pc, df_worker_warn, w, &w->plan);
-    df_config_free(pc);
-    return rc;
 }
 
 /*
@@ -230,7 +205,8 @@ int df_worker_setup_critic_comm(df_dag_worker *w)
 
 int df_worker_setup_parallel(df_dag_worker *w)
 {
-    int rc = make_plan(w);
+    /* df_dag_worker_create takes the plan df_train_check made */
+    int rc = w->plan ? DF_OK : df_worker_plan(w->cfg, w->world, df_worker_warn, w, &w->plan);
     if (!rc)
         rc = take_graph(w);
     return rc ? df_error_wrap(rc, "rank %d of %d", w->rank, w->world) : DF_OK;

@@ -91,6 +91,30 @@ static inline int64_t df_worker_int_or(const df_config *c, const char *key, int6
  * honours).
  */
 int df_worker_setup_workflow(df_dag_worker *w);
+/**
+ * node_config.c: node n's `config:` merged over cfg (relative keys under the
+ * role's branch; the planner's keys, df_worker_planner_node_keys, left out),
+ * each key checked with df_worker_check_node_key against fn (the node's
+ * function, NULL when unknown, e.g. a plugin's), a per-node
+ * policy_loss.loss_mode checked against the registry. *out: the merged config
+ * (caller frees), NULL when the node overrides nothing. Errors start with
+ * `where` ("<file> node '<id>'").
+ */
+int df_worker_node_overrides(const df_config *cfg, const df_node *n, df_node_fn fn, const char *where,
+                             df_config **out);
+/* train_check.c: siiRL's default function for a workflow node without executable_ref
+ * (by role, type and forward-only), or NULL for a node that has none (it is skipped). */
+const char *df_worker_default_exec(const df_node *n);
+/* train_check.c: 0 when function fn reads `key` (a full key) from its node's merged config;
+ * else DF_EUNSUPPORTED "<where>: <key> cannot be changed per node (this node honours: ...)". */
+int df_worker_check_node_key(df_node_fn fn, const char *key, const char *where);
+/* Node config keys the planner reads (siiRL's model_params; NULL-terminated): not config keys. */
+extern const char *const df_worker_planner_node_keys[];
+/* train_check.c: the plan for a job of `world` ranks: trainer.nnodes machines sharing them
+ * (n_gpus_per_node = world / nnodes, a warning when it was set otherwise). */
+int df_worker_plan(const df_config *c, int world, df_warn_fn warn, void *user, df_plan **out);
+/* parallel.c: the config key of a role's model-parallel size, NULL for a role without a model. */
+const char *df_worker_mp_key(df_node_role role);
 /** df_warn_fn for workflow warnings: stderr, rank 0 only (user = the worker). */
 void df_worker_warn(void *user, const char *msg);
 /** The node's merged config, or w->cfg when it has no overrides. */

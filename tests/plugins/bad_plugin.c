@@ -1,9 +1,19 @@
 /* Test-only broken plugins for tests/test_plugin.c, one per compile definition:
  * BAD_PLUGIN_BAD_ABI (wrong df_plugin_abi_version), BAD_PLUGIN_NO_ABI (no
  * marker), BAD_PLUGIN_INIT_FAILS (df_plugin_init returns an error),
- * BAD_PLUGIN_UNDEFINED_REF (needs a symbol no host defines: dlopen fails). */
+ * BAD_PLUGIN_UNDEFINED_REF (needs a symbol no host defines: dlopen fails),
+ * BAD_PLUGIN_CTOR_ABORTS (a valid plugin whose ELF constructor aborts the
+ * process: checking it must not run its code). */
 #include <distflow/dag.h>
 #include <distflow/reward.h>
+
+#if defined(BAD_PLUGIN_CTOR_ABORTS)
+#include <stdlib.h>
+
+__attribute__((constructor)) static void abort_on_load(void) { abort(); }
+
+DF_API const int not_a_function = 3;
+#endif
 
 #if defined(BAD_PLUGIN_BAD_ABI)
 DF_API const int df_plugin_abi_version = DF_PLUGIN_ABI_VERSION + 98;

@@ -11,8 +11,8 @@ static const df_fn_entry BUILTINS[] = {
 };
 
 /* The registry: the one global this module keeps (docs/conventions.md §2). */
-static df_fn_registry g_rewards = {"reward function for data_source", BUILTINS,
-                                   sizeof BUILTINS / sizeof BUILTINS[0], NULL, 0, 0};
+static df_fn_registry g_rewards = {.kind = "reward function for data_source", .builtins = BUILTINS,
+                                   .n_builtins = sizeof BUILTINS / sizeof BUILTINS[0]};
 
 int df_reward_register(const char *name, df_reward_fn fn)
 {

@@ -1,0 +1,390 @@
+/*
+ * The one validation of a `train` config (include/distflow/worker.h,
+ * df_train_check): what `distflow plan`, `distflow config check` and the DAG
+ * worker's setup all run before anything is loaded, so that no command
+ * accepts what another refuses. The settings distflow cannot honour, the plan
+ * for the job's ranks, the graph (agent groups, every node's executable, each
+ * workflow node's `config:` against the keys its function reads per node,
+ * dynamic sampling's refill), each model node's model-parallel size, then the
+ * cross-field checks of df_config_validate_train_ex for the actor's
+ * data-parallel size.
+ */
+#include "worker/worker_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- what a node function reads from its node's `config:` ----------------------- */
+
+#define RO "actor_rollout_ref.rollout."
+#define AC "actor_rollout_ref.actor."
+static const struct {
+    const char *exec;
+    const char *keys[10];
+} k_per_node[] = {
+    {"DAGWorker.generate", {RO "temperature", RO "top_k", RO "top_p", RO "do_sample"}},
+    {"DAGWorker.train_actor",
+     {AC "clip_ratio_low", AC "clip_ratio_high", AC "clip_ratio_c", AC "entropy_coeff",
+      AC "kl_loss_coef", AC "kl_loss_type", AC "loss_agg_mode", AC "policy_loss.loss_mode",
+      AC "ppo_epochs"}},
+    {"DAGWorker.train_critic", {"critic.cliprange_value", "critic.loss_agg_mode", "critic.ppo_epochs"}},
+};
+#define N_PER_NODE (sizeof k_per_node / sizeof *k_per_node)
+
+const char *const df_worker_planner_node_keys[] = {"model_params", NULL};
+
+const char *df_worker_default_exec(const df_node *n)
+{
+    bool model = n->node_type == DF_NODE_MODEL_TRAIN || n->node_type == DF_NODE_MODEL_INFERENCE;
+    bool fwd = n->only_forward_compute;
+    switch (n->node_role) {
+    case DF_ROLE_ROLLOUT: return model ? "DAGWorker.generate" : NULL;
+    case DF_ROLE_REWARD: return "DAGWorker.compute_reward";
+    case DF_ROLE_ADVANTAGE: return "DAGWorker.compute_advantage";
+    case DF_ROLE_ACTOR: return fwd ? "DAGWorker.compute_old_log_prob" : "DAGWorker.train_actor";
+    case DF_ROLE_REFERENCE: return "DAGWorker.compute_ref_log_prob";
+    case DF_ROLE_CRITIC: return fwd ? "DAGWorker.compute_value" : "DAGWorker.train_critic";
+    default: return NULL;
+    }
+}
+
+/* The k_per_node row of function fn, or -1. */
+static int exec_row(df_node_fn fn)
+{
+    for (size_t r = 0; r < N_PER_NODE; r++) {
+        df_node_fn f;
+        if (fn && !df_exec_resolve(k_per_node[r].exec, &f) && f == fn)
+            return (int)r;
+    }
+    return -1;
+}
+
+int df_worker_check_node_key(df_node_fn fn, const char *key, const char *where)
+{
+    int r = exec_row(fn);
+    for (int i = 0; r >= 0 && i < 10 && k_per_node[r].keys[i]; i++)
+        if (!strcmp(key, k_per_node[r].keys[i]))
+            return DF_OK;
+    char list[600] = "";
+    for (int i = 0; r >= 0 && i < 10 && k_per_node[r].keys[i]; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
+                 k_per_node[r].keys[i]);
+    return df_error(DF_EUNSUPPORTED, "%s: %s cannot be changed per node (%s%s)", where, key,
+                    r >= 0 ? "this node honours: " : "this node's function reads no per-node keys",
+                    list);
+}
+#undef RO
+#undef AC
+
+/* ---- settings and graph shapes distflow does not run -------------------------- */
+
+/* Settings distflow cannot honour yet: refused instead of silently ignored. */
+static int check_supported(const df_config *c)
+{
+    static const char *const off[] = {"reward_model.enable", "data.auto_repeat",
+                                      "data.multi_agent", "actor_rollout_ref.rollout.use_fire_sampling",
+                                      "actor_rollout_ref.rollout.multi_turn.enable", "algorithm.use_pf_ppo",
+                                      "dag.env_enable"};
+    for (size_t i = 0; i < sizeof off / sizeof *off; i++)
+        if (df_config_bool(c, off[i]))
+            return df_error(DF_EUNSUPPORTED, "%s: %s=true is not supported yet", df_config_where(c, off[i]), off[i]);
+    static const char *const null_only[] = {"custom_reward_function.path", "data.custom_cls.path",
+                                            "dag.environment_path", "reward_model.sandbox_fusion.url"};
+    for (size_t i = 0; i < sizeof null_only / sizeof *null_only; i++)
+        if (!df_config_is_null(c, null_only[i]))
+            return df_error(DF_EUNSUPPORTED, "%s: %s is not supported yet",
+                            df_config_where(c, null_only[i]), null_only[i]);
+    return DF_OK;
+}
+
+/* What messages call the graph's source: the workflow file, or the pipeline's name. */
+static void source_of(const df_config *c, const df_plan *p, char *out, size_t cap)
+{
+    if (!strcmp(p->pipeline, "workflow"))
+        snprintf(out, cap, "%s", df_config_str(c, "dag.workflow_path"));
+    else if (!strcmp(p->pipeline, "custom"))
+        snprintf(out, cap, "custom pipeline '%s'", df_config_str(c, "dag.custom_pipeline_fn"));
+    else
+        snprintf(out, cap, "built-in pipeline '%s'", p->pipeline);
+}
+
+/* The function a ref names when it is registered (no plugin is loaded to find out), else NULL. */
+static df_node_fn known_fn(const char *ref)
+{
+    df_node_fn fn = NULL;
+    if (!ref || df_exec_find(ref, &fn))
+        fn = NULL;
+    df_clear_error();
+    return fn;
+}
+
+static int index_of(df_task_graph *g, const df_node *n)
+{
+    for (int i = 0; i < df_task_graph_num_nodes(g); i++)
+        if (df_task_graph_node_at(g, i) == n)
+            return i;
+    return -1;
+}
+
+/* The node's ref: its own, or in a workflow file siiRL's default for its type and role. */
+static const char *ref_of(const df_node *n, bool workflow)
+{
+    return n->executable_ref ? n->executable_ref : workflow ? df_worker_default_exec(n) : NULL;
+}
+
+/*
+ * DAPO's refill (dynamic_sampling.c) draws more prompts and runs generate and
+ * the built-in reward on them, nothing else: any other function upstream of
+ * the sampling node would be missing from the refilled rows (an advantage
+ * node there fails the first refill with a column mismatch; a plugin reward
+ * would score refills differently). Checked only when filtering is on: off,
+ * the node passes the batch through.
+ */
+static int check_refill(const df_config *c, df_task_graph *g, bool workflow, const char *src)
+{
+    df_node_fn ds = NULL, gen = NULL, rew = NULL;
+    if (!df_config_bool(c, "algorithm.filter_groups.enable") || df_exec_resolve("DAGWorker.dynamic_sampling", &ds) ||
+        df_exec_resolve("DAGWorker.generate", &gen) || df_exec_resolve("DAGWorker.compute_reward", &rew)) {
+        df_clear_error();
+        return DF_OK;
+    }
+    int nn = df_task_graph_num_nodes(g);
+    char *seen = malloc((size_t)(nn ? nn : 1));
+    int *stack = malloc((size_t)(nn ? nn : 1) * sizeof *stack);
+    int rc = seen && stack ? DF_OK : df_error(DF_ENOMEM, "out of memory");
+    for (int i = 0; !rc && i < nn; i++) {
+        const df_node *s = df_task_graph_node_at(g, i);
+        if (known_fn(ref_of(s, workflow)) != ds)
+            continue;
+        memset(seen, 0, (size_t)nn);
+        int top = 0;
+        stack[top++] = i;
+        while (!rc && top) {
+            const df_node *n = df_task_graph_node_at(g, stack[--top]);
+            for (int d = 0; !rc && d < n->n_dependencies; d++) {
+                const df_node *up = df_task_graph_get_node(g, n->dependencies[d]);
+                int k = up ? index_of(g, up) : -1;
+                if (k < 0 || seen[k])
+                    continue;
+                seen[k] = 1;
+                stack[top++] = k;
+                const char *ref = ref_of(up, workflow);
+                df_node_fn fn = known_fn(ref);
+                if (ref && fn != gen && fn != rew)
+                    rc = df_error(DF_EUNSUPPORTED,
+                                  "%s node '%s': dynamic sampling refills a step with new prompts through "
+                                  "generate and the built-in reward only, but node '%s' (%s) runs before it "
+                                  "and would be missing from the refilled rows; place the sampling node "
+                                  "right after the rollout and reward nodes (algorithm.filter_groups.enable=true, %s)",
+                                  src, s->node_id, up->node_id, ref, df_config_where(c, "algorithm.filter_groups.enable"));
+            }
+        }
+    }
+    free(seen);
+    free(stack);
+    return rc;
+}
+
+/*
+ * Every node: its agent group, its executable, and (workflow files) its
+ * `config:`; rollout nodes sampling at one temperature, the one the actor
+ * computes log-probs at (dag_worker.c rollout_temperature).
+ */
+static int check_nodes(const df_config *c, df_task_graph *g, bool workflow, const char *src)
+{
+    for (int i = 0; i < df_task_graph_num_nodes(g); i++) {
+        const df_node *n = df_task_graph_node_at(g, i);
+        if (n->agent_group)
+            return df_error(DF_EUNSUPPORTED,
+                            "%s node '%s': agent_group %d: multi-agent graphs (siiRL's MARFT: one model per "
+                            "agent group) are not supported; distflow trains one actor, so every node must "
+                            "be in agent group 0",
+                            src, n->node_id, n->agent_group);
+    }
+    df_node_fn gen = NULL;
+    if (df_exec_resolve("DAGWorker.generate", &gen))
+        return df_error_wrap(DF_EINTERNAL, "the built-in node functions are not registered");
+    const df_node *first_gen = NULL;
+    double temp = 0;
+    int rc = DF_OK;
+    for (int i = 0; !rc && i < df_task_graph_num_nodes(g); i++) {
+        const df_node *n = df_task_graph_node_at(g, i);
+        const char *ref = ref_of(n, workflow);
+        if (ref && (rc = df_exec_check(ref)))
+            return df_error_wrap(rc, "%s node '%s'", src, n->node_id);
+        df_node_fn fn = known_fn(ref);
+        df_config *merged = NULL;
+        if (workflow && n->n_config) {
+            char where[1200];
+            snprintf(where, sizeof where, "%s node '%s'", src, n->node_id);
+            rc = df_worker_node_overrides(c, n, fn, where, &merged);
+        }
+        double t = df_config_float(merged ? merged : c, "actor_rollout_ref.rollout.temperature");
+        df_config_free(merged);
+        if (rc || fn != gen)
+            continue;
+        if (first_gen && t != temp)
+            rc = df_error(DF_EUNSUPPORTED,
+                          "%s: rollout nodes '%s' and '%s' sample at temperatures %g and %g; the actor computes "
+                          "log-probs at one temperature",
+                          src, first_gen->node_id, n->node_id, temp, t);
+        first_gen = n;
+        temp = t;
+    }
+    return rc ? rc : check_refill(c, g, workflow, src);
+}
+
+/* ---- the plan and the parallel layout ------------------------------------------- */
+
+int df_worker_plan(const df_config *c, int world, df_warn_fn warn, void *user, df_plan **out)
+{
+    *out = NULL;
+    int64_t nnodes = df_config_int(c, "trainer.nnodes");
+    int64_t gpus = df_config_int(c, "trainer.n_gpus_per_node");
+    if (world < 1 || world % nnodes)
+        return df_error(DF_EINVAL, "%s: trainer.nnodes=%lld does not divide the %d launched ranks",
+                        df_config_where(c, "trainer.nnodes"), (long long)nnodes, world);
+    char val[32];
+    snprintf(val, sizeof val, "%lld", (long long)(world / nnodes));
+    bool set = strcmp(df_config_where(c, "trainer.n_gpus_per_node"), "default") != 0;
+    if (set && nnodes * gpus != world) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "trainer.nnodes x trainer.n_gpus_per_node = %lld but %d ranks were launched: "
+                                  "planning for %lld x %s", (long long)(nnodes * gpus), world, (long long)nnodes, val);
+        if (warn)
+            warn(user, msg);
+    }
+    const char *key = "trainer.n_gpus_per_node", *v = val;
+    df_config *pc = NULL;
+    int rc = df_config_with_overrides(c, &key, &v, 1, "the launched ranks", &pc);
+    if (!rc)
+        rc = df_plan_create(pc, warn, user, out);
+    df_config_free(pc);
+    return rc;
+}
+
+/* Ranks of the process group a rank of subgraph gi joins: its first grouped node's (the worker's make_groups). */
+static int group_size_of(const df_plan *p, int gi, int world)
+{
+    df_task_graph *g = p->subgraphs[gi];
+    for (int i = 0; i < df_task_graph_num_nodes(g); i++) {
+        const char *name = df_process_groups_node_group(p->groups, df_task_graph_node_at(g, i)->node_id);
+        int n = 0;
+        if (name && df_process_groups_find(p->groups, name, &n))
+            return n;
+    }
+    return world; /* no model node: the graph's nodes run on every rank */
+}
+
+#define CR "critic."
+/*
+ * The critic of a subgraph whose ranks form `dp` data-parallel critic ranks
+ * (critic_setup.c creates it on the ranks whose graph has a CRITIC node):
+ * mini-batches split evenly, the micro-batch keys the worker reads set. With
+ * adv_estimator=gae df_config_validate_train checks more (for the actor's DP).
+ */
+static int check_critic(const df_config *c, int dp)
+{
+    int64_t samples = df_config_int(c, CR "ppo_mini_batch_size") * df_config_int(c, CR "rollout_n");
+    if (samples % dp || samples / dp < 1)
+        return df_error(DF_EINVAL,
+                        "%s: critic.ppo_mini_batch_size x critic.rollout_n = %lld responses do not split "
+                        "evenly over the critic's %d data-parallel ranks",
+                        df_config_where(c, CR "ppo_mini_batch_size"), (long long)samples, dp);
+    static const char *const deprecated[] = {CR "ppo_micro_batch_size", CR "forward_micro_batch_size"};
+    for (int i = 0; i < 2; i++) /* the validator refuses them with gae; a workflow may add a critic to any estimator */
+        if (!df_config_is_null(c, deprecated[i]))
+            return df_error(DF_EINVAL, "%s: %s is deprecated and not read by distflow: set %s_per_gpu",
+                            df_config_where(c, deprecated[i]), deprecated[i], deprecated[i]);
+    if (!df_config_bool(c, CR "use_dynamic_bsz") && df_config_is_null(c, CR "ppo_micro_batch_size_per_gpu"))
+        return df_error(DF_EINVAL,
+                        "%s: set critic.ppo_micro_batch_size_per_gpu (or critic.use_dynamic_bsz=true): the "
+                        "critic has no micro-batch size",
+                        df_config_where(c, CR "ppo_micro_batch_size_per_gpu"));
+    return DF_OK;
+}
+#undef CR
+
+/* df_worker_role_node's choice in a subgraph: a model node of the role, its update (not forward-only) first. */
+static const df_node *role_node(df_task_graph *g, df_node_role role, bool forward_ok)
+{
+    const df_node *found = NULL;
+    for (int i = 0; i < df_task_graph_num_nodes(g); i++) {
+        const df_node *n = df_task_graph_node_at(g, i);
+        bool model = n->node_type == DF_NODE_MODEL_TRAIN || (forward_ok && n->node_type == DF_NODE_MODEL_INFERENCE);
+        if (n->node_role != role || !model || (!forward_ok && n->only_forward_compute))
+            continue;
+        if (!found || !n->only_forward_compute)
+            found = n;
+    }
+    return found;
+}
+
+/*
+ * The worker's layouts without communicators (parallel.c, critic_setup.c), for
+ * the ranks of every subgraph: every model node's model-parallel size divides
+ * its group; a subgraph with a critic has a valid critic for its DP size, one
+ * without has no trainer.critic_warmup. *actor_dp: the actor's DP size as rank
+ * 0 sees it (its group over the actor's model-parallel size) for the batch
+ * checks, the same on every rank and in every command.
+ */
+static int layouts(const df_config *c, const df_plan *p, int world, int *actor_dp)
+{
+    int rc = DF_OK;
+    *actor_dp = 0;
+    for (int gi = 0; !rc && gi < p->n_subgraphs; gi++) {
+        df_task_graph *g = p->subgraphs[gi];
+        int size = group_size_of(p, gi, world);
+        for (int i = 0; !rc && i < df_task_graph_num_nodes(g); i++) {
+            const df_node *n = df_task_graph_node_at(g, i);
+            bool model = n->node_type == DF_NODE_MODEL_TRAIN || n->node_type == DF_NODE_MODEL_INFERENCE;
+            const char *key = model ? df_worker_mp_key(n->node_role) : NULL;
+            int mp = key ? (int)df_config_int(c, key) : 1;
+            if (key && size % mp)
+                rc = df_error(DF_EINVAL, "%s=%d (%s) does not divide the %d ranks running node '%s'", key, mp,
+                              df_config_where(c, key), size, n->node_id);
+        }
+        const df_node *critic = rc ? NULL : role_node(g, DF_ROLE_CRITIC, true);
+        int64_t warmup = df_config_int(c, "trainer.critic_warmup");
+        if (critic)
+            rc = check_critic(c, size / (int)df_config_int(c, df_worker_mp_key(DF_ROLE_CRITIC)));
+        else if (!rc && warmup > 0)
+            rc = df_error(DF_EINVAL,
+                          "%s: trainer.critic_warmup=%lld needs a critic (algorithm.adv_estimator=gae, "
+                          "or a workflow with CRITIC nodes); this graph has none",
+                          df_config_where(c, "trainer.critic_warmup"), (long long)warmup);
+        const df_node *actor = role_node(g, DF_ROLE_ACTOR, false);
+        if (p->schedule->rank_graph[0] == gi) /* no actor update here: every group rank its own DP rank */
+            *actor_dp = actor ? size / (int)df_config_int(c, df_worker_mp_key(DF_ROLE_ACTOR)) : size;
+    }
+    return rc;
+}
+
+int df_train_check(const df_config *cfg, int world, df_warn_fn warn, void *user, df_plan **plan_out)
+{
+    if (plan_out)
+        *plan_out = NULL;
+    if (world < 1 || world > 1 << 20)
+        return df_error(DF_EINVAL, "the job's ranks must be between 1 and 1048576, got %d", world);
+    df_plan *p = NULL;
+    int rc = check_supported(cfg);
+    if (!rc)
+        rc = df_worker_register_nodes();
+    if (!rc)
+        rc = df_worker_plan(cfg, world, warn, user, &p);
+    char src[1300] = "";
+    if (!rc) {
+        source_of(cfg, p, src, sizeof src);
+        rc = check_nodes(cfg, p->graph, !strcmp(p->pipeline, "workflow"), src);
+    }
+    int dp = 0;
+    if (!rc)
+        rc = layouts(cfg, p, world, &dp);
+    if (!rc)
+        rc = df_config_validate_train_ex(cfg, dp, warn, user);
+    if (rc || !plan_out)
+        df_plan_free(p);
+    else
+        *plan_out = p;
+    return rc;
+}
