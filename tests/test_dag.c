@@ -606,7 +606,7 @@ static void fn_b(void) {}
 static void test_registry_aliases_and_closest(void **state)
 {
     (void)state;
-    static const df_fn_entry builtins[] = {{"DAGWorker.generate", fn_a}};
+    static const df_fn_entry builtins[] = {{"DAGWorker.generate", fn_a, NULL}};
     static const df_fn_alias aliases[] = {{"siirl.gen", "DAGWorker.generate"},
                                           {"other.dynamic_sampling", "DAGWorker.dynamic_sampling"}};
     df_fn_registry r = {.kind = "test", .builtins = builtins, .n_builtins = 1, .aliases = aliases, .n_aliases = 2};
