@@ -378,6 +378,44 @@ DF_API int df_plugin_symbol(const char *ref, void (**fn)(void));
 DF_API int df_plugin_check(const char *ref);
 
 /**
+ * df_plugin_check for a data object: `symbol` must be an exported object of
+ * exactly `size` bytes; its bytes as stored in the file are copied to `bytes`
+ * [size]. Constants read as written; pointers in the object hold what the
+ * loader would relocate (typically 0), so only its plain fields mean anything.
+ * No code of the library runs. Errors: those of df_plugin_check, and
+ * DF_EINVAL when the symbol is not a data object of that size (or size is 0).
+ */
+DF_API int df_plugin_check_object(const char *ref, size_t size, void *bytes);
+
+/**
+ * The address of an exported data object of `size` bytes (checked in the
+ * file first, as df_plugin_check_object), loading the library as
+ * df_plugin_symbol does. *addr is NULL on failure. Errors: those of
+ * df_plugin_check_object and df_plugin_symbol.
+ */
+DF_API int df_plugin_object(const char *ref, size_t size, const void **addr);
+
+/**
+ * Register an algorithm a plugin declares as an exported descriptor object
+ * (distflow/algo_desc.h), under the name `ref` ("path/to/libx.so:symbol"),
+ * so that algorithm.adv_estimator / actor.policy_loss.loss_mode may name it:
+ *     DF_API const df_adv_estimator_desc my_estimator = {.fn = my_fn,
+ *         .needs = DF_ADV_NEEDS_GROUPS, .summary = "..."};
+ * load false (plan, config check): the descriptor is read from the file
+ * (df_plugin_check_object; no plugin code runs) and registered with its needs
+ * and flags and a function that refuses to run, so that validation asks the
+ * same descriptor train will use; load true (train): the library is loaded
+ * and its descriptor registered (replacing a checked one). The descriptor's
+ * name is ignored (the ref is the name); its policy_loss (estimators) must be
+ * NULL, and is checked when loading. Errors: those of df_plugin_check_object /
+ * df_plugin_object, of the registration (unknown bits, NULL fn), DF_EINVAL
+ * for a policy_loss. Start-up only (not thread-safe).
+ */
+DF_API int df_plugin_adv_estimator(const char *ref, bool load);
+/** The same for a df_policy_loss_desc (its loss_agg_mode is read only when loading). */
+DF_API int df_plugin_policy_loss(const char *ref, bool load);
+
+/**
  * Build a task graph from a plugin pipeline factory (dag.custom_pipeline_fn):
  * resolve ref as df_plugin_symbol, call it, and validate the graph it returns
  * (refs are not resolved). Errors: as df_plugin_symbol; the factory's code

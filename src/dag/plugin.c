@@ -154,7 +154,7 @@ static int plugin_get(const char *file, const char *ref, plugin **out)
             return DF_OK;
         }
     /* the file as data first: dlopen runs the library's constructors, even for a wrong ABI */
-    if ((rc = df_plugin_elf_check(real, NULL)))
+    if ((rc = df_plugin_elf_check(real, NULL, 0, NULL)))
         return df_error_wrap(rc, "plugin '%s' (ref '%s')", real, ref);
     if (g_n_plugins == g_cap_plugins) {
         int cap = g_cap_plugins ? 2 * g_cap_plugins : 4;
@@ -212,7 +212,10 @@ static int split_ref(const char *ref, char **file, const char **sym)
     return DF_OK;
 }
 
-int df_plugin_check(const char *ref)
+static int plugin_address(const char *ref, void **addr, plugin **owner);
+
+/* df_plugin_check, of a function (size 0) or of a data object of `size` bytes copied to obj. */
+static int check_ref(const char *ref, size_t size, void *obj)
 {
     char *file = NULL, real[PATH_MAX];
     const char *sym = NULL;
@@ -220,12 +223,62 @@ int df_plugin_check(const char *ref)
     if (!rc)
         rc = plugin_real_path(file, ref, real);
     free(file);
-    if (!rc && (rc = df_plugin_elf_check(real, sym)))
+    if (!rc && (rc = df_plugin_elf_check(real, sym, size, obj)))
         df_error_wrap(rc, "plugin '%s' (ref '%s')", real, ref);
     return rc;
 }
 
-int df_plugin_symbol(const char *ref, void (**fn)(void))
+int df_plugin_check(const char *ref)
+{
+    return check_ref(ref, 0, NULL);
+}
+
+int df_plugin_check_object(const char *ref, size_t size, void *bytes)
+{
+    if (!size || !bytes)
+        return df_error(DF_EINVAL, "plugin ref '%s': no object size or buffer", ref ? ref : "(null)");
+    return check_ref(ref, size, bytes);
+}
+
+/* df_plugin_object, and the plugin that holds the object. */
+static int object_of(const char *ref, size_t size, const void **addr, plugin **owner)
+{
+    /* the symbol's kind and size from the file first: dlsym would return any symbol's address */
+    void *bytes = size ? malloc(size) : NULL;
+    int rc = bytes ? df_plugin_check_object(ref, size, bytes)
+                   : df_error(DF_EINVAL, "plugin ref '%s': object of size 0", ref ? ref : "(null)");
+    free(bytes);
+    void *a = NULL;
+    if (!rc)
+        rc = plugin_address(ref, &a, owner);
+    *addr = rc ? NULL : a;
+    return rc;
+}
+
+int df_plugin_object(const char *ref, size_t size, const void **addr)
+{
+    return object_of(ref, size, addr, NULL);
+}
+
+int df_plugin_object_register(const char *ref, size_t size, int (*reg)(const void *obj, void *arg), void *arg)
+{
+    const void *obj = NULL;
+    plugin *p = NULL;
+    int rc = object_of(ref, size, &obj, &p);
+    if (rc)
+        return rc;
+    plugin *outer = g_initialising; /* record the registrations as the plugin's own (see note_registration) */
+    g_initialising = p;
+    df_fn_registry_set_add_hook(note_registration);
+    rc = reg(obj, arg);
+    g_initialising = outer;
+    if (!outer)
+        df_fn_registry_set_add_hook(NULL);
+    return rc;
+}
+
+/* The address dlsym gives for ref's symbol, loading its library (*owner, may be NULL) on first use. */
+static int plugin_address(const char *ref, void **addr, plugin **owner)
 {
     char *file = NULL;
     const char *sym = NULL;
@@ -237,13 +290,23 @@ int df_plugin_symbol(const char *ref, void (**fn)(void))
     free(file);
     if (rc)
         return rc;
+    if (owner)
+        *owner = p;
     dlerror();
-    void *addr = dlsym(p->handle, sym);
-    if (!addr)
+    *addr = dlsym(p->handle, sym);
+    if (!*addr)
         return df_error(DF_ENOTFOUND, "plugin '%s' (ref '%s'): no exported symbol '%s'", p->path,
                         ref, sym);
-    memcpy(fn, &addr, sizeof *fn);
     return DF_OK;
+}
+
+int df_plugin_symbol(const char *ref, void (**fn)(void))
+{
+    void *addr = NULL;
+    int rc = plugin_address(ref, &addr, NULL);
+    if (!rc)
+        memcpy(fn, &addr, sizeof *fn); /* POSIX: dlsym's object pointer holds a function's address */
+    return rc;
 }
 
 int df_pipeline_from_plugin(const char *ref, df_task_graph **out)

@@ -116,29 +116,31 @@ static int dynsym(Elf *e, GElf_Shdr *sh, Elf_Data **d)
     return df_error(DF_EINVAL, "no dynamic symbol table (section headers stripped?)");
 }
 
-/* The int a defined object symbol holds in the file (the ABI marker is a constant: no relocation). */
-static int object_int(Elf *e, const GElf_Sym *sym, int *value)
+/* The `size` bytes a defined object symbol holds in the file, as stored: constants are there,
+   pointers wait for relocations the loader would apply (a zero-initialised object reads as zeros). */
+static int object_bytes(Elf *e, const GElf_Sym *sym, const char *name, size_t size, void *out)
 {
-    if (sym->st_size != sizeof(int) || sym->st_shndx == SHN_UNDEF || sym->st_shndx >= SHN_LORESERVE)
-        return df_error(DF_EINVAL, "df_plugin_abi_version is not an int defined in the library (size %llu)",
-                        (unsigned long long)sym->st_size);
+    if (sym->st_size != size || sym->st_shndx == SHN_UNDEF || sym->st_shndx >= SHN_LORESERVE)
+        return df_error(DF_EINVAL, "'%s' is not an object of %zu bytes defined in the library (size %llu)", name,
+                        size, (unsigned long long)sym->st_size);
     Elf_Scn *s = elf_getscn(e, sym->st_shndx);
     GElf_Shdr sh;
     if (!s || !gelf_getshdr(s, &sh))
-        return df_error(DF_EINVAL, "df_plugin_abi_version: unreadable section: %s", elf_errmsg(-1));
-    if (sh.sh_type == SHT_NOBITS) { /* zero-initialised */
-        *value = 0;
+        return df_error(DF_EINVAL, "'%s': unreadable section: %s", name, elf_errmsg(-1));
+    if (sh.sh_type == SHT_NOBITS) {
+        memset(out, 0, size);
         return DF_OK;
     }
     Elf_Data *d = elf_getdata(s, NULL);
-    if (!d || sym->st_value < sh.sh_addr || sym->st_value - sh.sh_addr + sizeof(int) > d->d_size)
-        return df_error(DF_EINVAL, "df_plugin_abi_version lies outside its section");
-    memcpy(value, (const char *)d->d_buf + (sym->st_value - sh.sh_addr), sizeof(int)); /* host byte order */
+    if (!d || sym->st_value < sh.sh_addr || sym->st_value - sh.sh_addr > d->d_size ||
+        size > d->d_size - (sym->st_value - sh.sh_addr))
+        return df_error(DF_EINVAL, "'%s' lies outside its section", name);
+    memcpy(out, (const char *)d->d_buf + (sym->st_value - sh.sh_addr), size); /* host byte order */
     return DF_OK;
 }
 
 /* What the symbol table says: the marker, the symbol, the distflow functions the library needs. */
-static int check_symbols(Elf *e, const char *symbol)
+static int check_symbols(Elf *e, const char *symbol, size_t obj_size, void *obj)
 {
     GElf_Shdr sh;
     Elf_Data *d = NULL;
@@ -159,10 +161,14 @@ static int check_symbols(Elf *e, const char *symbol)
                         GELF_ST_VISIBILITY(s.st_other) != STV_HIDDEN;
         if (exported && !strcmp(name, "df_plugin_abi_version")) {
             have_abi = true;
-            rc = object_int(e, &s, &abi);
+            rc = object_bytes(e, &s, name, sizeof abi, &abi);
         } else if (exported && symbol && !strcmp(name, symbol)) {
-            if (type != STT_FUNC && type != STT_GNU_IFUNC)
+            if (obj_size && type != STT_OBJECT)
+                return df_error(DF_EINVAL, "'%s' is not a data object (ELF symbol type %d)", symbol, type);
+            if (!obj_size && type != STT_FUNC && type != STT_GNU_IFUNC)
                 return df_error(DF_EINVAL, "'%s' is not a function (ELF symbol type %d)", symbol, type);
+            if (obj_size)
+                rc = object_bytes(e, &s, name, obj_size, obj);
             have_sym = true;
         } else if (!defined && bind == STB_GLOBAL && !strncmp(name, "df_", 3) &&
                    !dlsym(RTLD_DEFAULT, name)) {
@@ -186,7 +192,7 @@ static int check_symbols(Elf *e, const char *symbol)
     return DF_OK;
 }
 
-int df_plugin_elf_check(const char *path, const char *symbol)
+int df_plugin_elf_check(const char *path, const char *symbol, size_t obj_size, void *obj)
 {
     int rc = elf_ready();
     int fd = -1;
@@ -196,7 +202,7 @@ int df_plugin_elf_check(const char *path, const char *symbol)
     if (!rc)
         rc = check_header(e);
     if (!rc)
-        rc = check_symbols(e, symbol);
+        rc = check_symbols(e, symbol, obj_size, obj);
     close_elf(fd, e);
     return rc;
 }
