@@ -12,8 +12,11 @@
 
 #include "distflow/algo_desc.h"
 #include "distflow/dag.h"
+#include "distflow/reward.h"
+#include "testutil.h"
 
 #include <string.h>
+#include <sys/wait.h>
 
 #define MEDIAN_REF DF_PLUGIN_DIR "/libadv_median.so:median_baseline"
 
@@ -88,6 +91,98 @@ static void test_unload_removes(void **state)
     assert_null(df_adv_estimator_find(MEDIAN_REF));
 }
 
+/* ---- through config check and train ------------------------------------------------------- */
+
+static char dir[256];
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/df_plugin_algo_XXXXXX");
+    if (!mkdtemp(dir))
+        return -1;
+    df_test_digits_inputs(dir, "train.jsonl", 8, "test/digits", true);
+    return df_reward_register("test/digits", df_test_digit_share);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    df_exec_unload_plugins();
+    return df_test_remove_tree(dir);
+}
+
+/* A train config using the plugin estimator, with rollout.n = n; written to dir/plugin_n<n>.yaml. */
+static void write_config(int n, char *path, size_t cap)
+{
+    char yaml[2048];
+    snprintf(yaml, sizeof yaml,
+             "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 4,\n"
+             "       max_prompt_length: 128, max_response_length: 6}\n"
+             "actor_rollout_ref:\n"
+             "  model: {path: %s/model}\n"
+             "  actor: {optim: {lr: 0.01}, ppo_mini_batch_size: 4, ppo_micro_batch_size_per_gpu: 4}\n"
+             "  rollout: {n: %d, log_prob_micro_batch_size_per_gpu: 4}\n"
+             "  ref: {log_prob_micro_batch_size_per_gpu: 4}\n"
+             "algorithm: {adv_estimator: '%s'}\n"
+             "trainer: {total_training_steps: 2, save_freq: -1, test_freq: -1, val_before_train: false,\n"
+             "          logger: [], default_local_dir: %s/out_n%d}\n",
+             dir, dir, n, MEDIAN_REF, dir, n);
+    snprintf(path, cap, "%s/plugin_n%d.yaml", dir, n);
+    assert_int_equal(df_write_file_atomic(path, yaml, strlen(yaml)), 0);
+}
+
+/* `distflow config check`: accepted with n = 2; refused with n = 1 because the descriptor, read
+   from the file, says the estimator needs groups. */
+static void test_config_check_cli(void **state)
+{
+    (void)state;
+    char path[512], cmd[2048], out[4096];
+    for (int n = 1; n <= 2; n++) {
+        write_config(n, path, sizeof path);
+        snprintf(cmd, sizeof cmd, "%s/distflow config check %s 2>&1", DF_BINARY_DIR, path);
+        FILE *p = popen(cmd, "r");
+        assert_non_null(p);
+        size_t len = fread(out, 1, sizeof out - 1, p);
+        out[len] = 0;
+        int st = pclose(p);
+        assert_true(WIFEXITED(st));
+        if (n == 2) {
+            assert_int_equal(WEXITSTATUS(st), 0);
+            assert_string_equal(out, "ok\n");
+        } else {
+            assert_int_not_equal(WEXITSTATUS(st), 0);
+            assert_non_null(strstr(out, "libadv_median.so:median_baseline"));
+            assert_non_null(strstr(out, "needs actor_rollout_ref.rollout.n"));
+        }
+    }
+}
+
+/* train: the check registers the file's descriptor, the worker loads the library and runs it (the
+   checked stand-in would fail the first step); nothing is loaded by the check alone. */
+static void test_train_uses_plugin(void **state)
+{
+    (void)state;
+    df_exec_unload_plugins();
+    char path[512];
+    write_config(1, path, sizeof path);
+    df_config *c = NULL;
+    assert_int_equal(df_config_load(df_config_schema_train(), path, NULL, 0, &c), 0);
+    assert_int_equal(df_train_check(c, 1, NULL, NULL, NULL), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "needs actor_rollout_ref.rollout.n"));
+    assert_int_equal(df_plugin_count(), 0);
+    df_config_free(c);
+
+    write_config(2, path, sizeof path);
+    assert_int_equal(df_config_load(df_config_schema_train(), path, NULL, 0, &c), 0);
+    assert_int_equal(df_test_run(NULL, c), 0);
+    assert_int_equal(df_plugin_count(), 1);
+    assert_true(df_adv_estimator_find(MEDIAN_REF)->needs == DF_ADV_NEEDS_GROUPS);
+    json_t *lines = df_test_metrics(dir, "out_n2", true);
+    assert_int_equal(json_array_size(lines), 2);
+    json_decref(lines);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -95,8 +190,8 @@ int main(void)
         cmocka_unit_test(test_load_and_run),
         cmocka_unit_test(test_wrong_symbols),
         cmocka_unit_test(test_unload_removes),
+        cmocka_unit_test(test_config_check_cli),
+        cmocka_unit_test(test_train_uses_plugin),
     };
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    df_exec_unload_plugins();
-    return rc;
+    return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -409,7 +409,8 @@ DF_API int df_plugin_object(const char *ref, size_t size, const void **addr);
  * name is ignored (the ref is the name); its policy_loss (estimators) must be
  * NULL, and is checked when loading. Errors: those of df_plugin_check_object /
  * df_plugin_object, of the registration (unknown bits, NULL fn), DF_EINVAL
- * for a policy_loss. Start-up only (not thread-safe).
+ * for a policy_loss. A `ref` that is not a plugin ref (a registry name, or
+ * NULL) is left alone: DF_OK. Start-up only (not thread-safe).
  */
 DF_API int df_plugin_adv_estimator(const char *ref, bool load);
 /** The same for a df_policy_loss_desc (its loss_agg_mode is read only when loading). */

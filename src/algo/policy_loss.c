@@ -12,7 +12,8 @@
    registers the underscore names of clip-cov / kl-cov, its config comments spell them with a hyphen */
 #define BUILTIN_LOSSES(X)                                                                                  \
     X(0, "vanilla", df_policy_loss_vanilla, NULL, "PPO clipped surrogate with dual clip (Schulman 2017)")      \
-    X(1, "gspo", df_policy_loss_gspo, "seq-mean-token-mean", "sequence-level ratio (GSPO, arXiv 2507.18071)") \
+    X(1, "gspo", df_policy_loss_gspo, "seq-mean-token-mean",                                                \
+      "GSPO averages its sequence-level ratio loss over sequences, arXiv 2507.18071 eq. 7; verl's recipe sets it") \
     X(2, "gpg", df_policy_loss_gpg, NULL, "policy gradient without a ratio (GPG, Chu 2025)")                 \
     X(3, "cpgd", df_policy_loss_cpgd, NULL, "clipped policy gradient with policy drift (CPGD, Liu 2025)")      \
     X(4, "clip_cov", df_policy_loss_clip_cov, NULL, "Clip-Cov (Cui 2025, arXiv 2505.22617)")                 \

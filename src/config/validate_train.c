@@ -11,6 +11,7 @@
 #include "config/config_internal.h"
 
 #include "distflow/algo.h"
+#include "distflow/algo_desc.h"
 #include "distflow/reward.h"
 #include "util/warn.h"
 
@@ -136,11 +137,12 @@ static int check_batches(const df_config *c, int world)
     return DF_OK;
 }
 
-/* GAE needs a critic (verl: use_critic when adv_estimator is gae). */
+/* An estimator that needs values needs a critic (verl: use_critic when adv_estimator is gae). */
 static int check_critic(const df_config *c, int world)
 {
     char kb[3][KV_CAP];
-    if (strcmp(df_config_str(c, "algorithm.adv_estimator"), "gae"))
+    const df_adv_estimator_desc *d = df_adv_estimator_find(df_config_str(c, "algorithm.adv_estimator"));
+    if (!d || !(d->needs & DF_ADV_NEEDS_VALUES))
         return DF_OK;
     bool dyn = df_config_bool(c, "critic.use_dynamic_bsz");
     int rc = check_micro(c, "critic.ppo_micro_batch_size", "critic.ppo_micro_batch_size_per_gpu", dyn, world);
@@ -152,24 +154,13 @@ static int check_critic(const df_config *c, int world)
     return rc ? df_error_wrap(rc, "%s needs a critic", kv(c, "algorithm.adv_estimator", kb[0])) : DF_OK;
 }
 
-/* Estimators whose baseline comes from the other responses to the same prompt (a group of rollout.n). */
-static bool group_estimator(const char *name)
-{
-    static const char *const family[] = {"grpo", "grpo_passk", "grpo_vectorized", "rloo", "rloo_vectorized",
-                                         "opo", "gpg", "gpg_paper", "cpgd", "drgrpo",
-                                         "reinforce_plus_plus_baseline"};
-    for (size_t i = 0; i < sizeof family / sizeof *family; i++)
-        if (!strcmp(name, family[i]))
-            return true;
-    return false;
-}
-
 /* Names the algorithm registries must know; the registries' own messages list the known names. */
 static int check_algorithm(const df_config *c)
 {
     char kb[3][KV_CAP];
     const char *adv = df_config_str(c, "algorithm.adv_estimator");
-    if (group_estimator(adv) && df_config_int(c, ROLLOUT "n") < 2)
+    const df_adv_estimator_desc *desc = df_adv_estimator_find(adv);
+    if (desc && (desc->needs & DF_ADV_NEEDS_GROUPS) && df_config_int(c, ROLLOUT "n") < 2)
         return df_error(DF_EINVAL,
                         "%s needs %s > 1: its baseline is taken from the other responses to the same "
                         "prompt (with one response there is none)",
@@ -177,8 +168,7 @@ static int check_algorithm(const df_config *c)
     if (df_config_bool(c, "algorithm.filter_groups.enable") && df_config_int(c, ROLLOUT "n") < 2)
         return df_error(DF_EINVAL, "%s needs %s > 1: a group of one response has no variance to filter on",
                         kv(c, "algorithm.filter_groups.enable", kb[0]), kv(c, ROLLOUT "n", kb[1]));
-    df_adv_estimator_fn adv_fn;
-    if (df_adv_estimator_lookup(adv, &adv_fn))
+    if (!desc && df_adv_estimator_get(adv, &desc))
         return df_error_wrap(DF_EINVAL, "%s", kv(c, "algorithm.adv_estimator", kb[0]));
     df_policy_loss_fn pl;
     if (df_policy_loss_lookup(df_config_str(c, ACTOR "policy_loss.loss_mode"), &pl))
@@ -240,12 +230,11 @@ static int check_sampling(const df_config *c)
 static void warn_suspicious(const df_config *c, df_warn_fn warn, void *user)
 {
     char kb[3][KV_CAP];
-    if (!strcmp(df_config_str(c, ACTOR "policy_loss.loss_mode"), "gspo") &&
-        strcmp(df_config_str(c, ACTOR "loss_agg_mode"), "seq-mean-token-mean"))
-        df_warnf(warn, user,
-                 "%s with %s: GSPO's objective averages the sequence-level ratio loss over sequences "
-                 "(arXiv 2507.18071, eq. 7); verl's GSPO recipe sets loss_agg_mode=seq-mean-token-mean",
-                 kv(c, ACTOR "policy_loss.loss_mode", kb[0]), kv(c, ACTOR "loss_agg_mode", kb[1]));
+    const df_policy_loss_desc *loss = df_policy_loss_find(df_config_str(c, ACTOR "policy_loss.loss_mode"));
+    if (loss && loss->loss_agg_mode && strcmp(df_config_str(c, ACTOR "loss_agg_mode"), loss->loss_agg_mode))
+        df_warnf(warn, user, "%s with %s: the loss's objective is defined with loss_agg_mode=%s (%s)",
+                 kv(c, ACTOR "policy_loss.loss_mode", kb[0]), kv(c, ACTOR "loss_agg_mode", kb[1]),
+                 loss->loss_agg_mode, loss->summary ? loss->summary : "its descriptor");
     const char *manager = df_config_str(c, "reward_model.reward_manager");
     bool dapo = !strcmp(manager, "dapo");
     if (df_config_bool(c, "reward_model.overlong_buffer.enable") && !strcmp(manager, "naive"))

@@ -38,6 +38,8 @@ static int register_loss(const void *obj, void *ref)
 
 int df_plugin_adv_estimator(const char *ref, bool load)
 {
+    if (!ref || !df_plugin_is_ref(ref))
+        return DF_OK; /* a registry name */
     int rc;
     if (load) {
         rc = df_plugin_object_register(ref, sizeof(df_adv_estimator_desc), register_estimator, (void *)ref);
@@ -55,6 +57,8 @@ int df_plugin_adv_estimator(const char *ref, bool load)
 
 int df_plugin_policy_loss(const char *ref, bool load)
 {
+    if (!ref || !df_plugin_is_ref(ref))
+        return DF_OK;
     int rc;
     if (load) {
         rc = df_plugin_object_register(ref, sizeof(df_policy_loss_desc), register_loss, (void *)ref);

@@ -4,6 +4,7 @@
  * derive the process groups; print it as text or Graphviz DOT.
  */
 #include "scheduler/sched_internal.h"
+#include "distflow/algo_desc.h"
 #include "distflow/model.h"
 #include "util/fsutil.h"
 
@@ -20,7 +21,7 @@ int df_pipeline_select(const df_config *c, const char **name)
     else if (!strcasecmp(wf, "embodied") || !strcasecmp(wf, "embodied_srpo"))
         *name = "embodied_srpo";
     else if (!strcasecmp(wf, "default"))
-        *name = !strcmp(adv, "gae") ? "ppo" : "grpo";
+        *name = df_adv_estimator_pipeline(df_adv_estimator_find(adv)); /* a critic's: ppo */
     else
         return df_error(DF_EINVAL, "%s: algorithm.workflow_type '%s' is not one of default, dapo, embodied",
                         df_config_where(c, "algorithm.workflow_type"), wf);

@@ -360,6 +360,18 @@ static int layouts(const df_config *c, const df_plan *p, int world, int *actor_d
     return rc;
 }
 
+int df_worker_algorithm_plugins(const df_config *c, bool load)
+{
+    static const char *const keys[] = {"algorithm.adv_estimator", "actor_rollout_ref.actor.policy_loss.loss_mode"};
+    for (int i = 0; i < 2; i++) {
+        const char *v = df_config_str(c, keys[i]);
+        int rc = i ? df_plugin_policy_loss(v, load) : df_plugin_adv_estimator(v, load);
+        if (rc)
+            return df_error_wrap(rc, "%s: %s", df_config_where(c, keys[i]), keys[i]);
+    }
+    return DF_OK;
+}
+
 int df_train_check(const df_config *cfg, int world, df_warn_fn warn, void *user, df_plan **plan_out)
 {
     if (plan_out)
@@ -368,6 +380,8 @@ int df_train_check(const df_config *cfg, int world, df_warn_fn warn, void *user,
         return df_error(DF_EINVAL, "the job's ranks must be between 1 and 1048576, got %d", world);
     df_plan *p = NULL;
     int rc = check_supported(cfg);
+    if (!rc) /* before planning: the estimator's descriptor picks the pipeline */
+        rc = df_worker_algorithm_plugins(cfg, false);
     if (!rc)
         rc = df_worker_register_nodes();
     if (!rc)
