@@ -18,7 +18,7 @@ static bool forced(const df_dag_worker *w, const df_node *node)
 {
     if (node->node_role == DF_ROLE_DATA_REBALANCE || w->prev_role == DF_ROLE_DYNAMIC_SAMPLING)
         return true;
-    return w->balance_batch && w->prev_role == DF_ROLE_ROLLOUT && node->node_role != DF_ROLE_ROLLOUT;
+    return w->global.cfg.trainer.balance_batch && w->prev_role == DF_ROLE_ROLLOUT && node->node_role != DF_ROLE_ROLLOUT;
 }
 
 int df_worker_before_node(void *user, df_node *node, df_batch **batch)

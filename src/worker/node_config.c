@@ -3,7 +3,8 @@
  * instead of the built-in pipeline, nodes without an executable get siiRL's
  * default for their type and role, and each node's `config:` entries become a
  * merged config for that node (siiRL graph_updater: the node's keys over the
- * global ones). Which keys a node may override is listed in k_per_node.
+ * global ones), resolved once into the node's typed df_node_settings. Which
+ * keys a node may override is listed in k_per_node.
  */
 #include "worker/worker_internal.h"
 
@@ -102,9 +103,11 @@ static int check_allowed(const df_node *n, const char *key, const char *where)
                     list);
 }
 
-/* Merge one node's overrides; *out stays NULL when it has none. */
-static int node_config(const df_dag_worker *w, const df_node *n, const char *path, df_config **out)
+/* Merge one node's overrides and resolve them; *set stays NULL when it has none. */
+static int node_config(const df_dag_worker *w, const df_node *n, const char *path, df_node_settings **set)
 {
+    df_config *cfg = NULL, **out = &cfg;
+    *set = NULL;
     *out = NULL;
     if (!n->n_config)
         return DF_OK;
@@ -123,17 +126,27 @@ static int node_config(const df_dag_worker *w, const df_node *n, const char *pat
                                       out);
     for (int i = 0; !rc && i < n->n_config; i++)
         rc = check_allowed(n, keys[i], where);
-    const char *loss = rc || !*out ? NULL : df_config_str(*out, AC "policy_loss.loss_mode");
+    df_node_settings *s = rc || !*out ? NULL : calloc(1, sizeof *s);
+    if (!rc && *out && !s)
+        rc = df_error(DF_ENOMEM, "out of memory");
+    if (s) {
+        s->owned = *out;
+        *out = NULL;
+        rc = df_worker_settings_init(s, s->owned);
+    }
     df_policy_loss_fn pl;
-    if (loss && (rc = df_policy_loss_lookup(loss, &pl)))
+    if (s && !rc && (rc = df_policy_loss_lookup(s->cfg.actor_rollout_ref.actor.policy_loss.loss_mode, &pl)))
         rc = df_error_wrap(rc, "%s", where);
     for (int i = 0; keys && i < n->n_config; i++)
         free(keys[i]);
     free(keys);
-    if (rc) {
-        df_config_free(*out);
-        *out = NULL;
+    df_config_free(cfg);
+    if (rc && s) {
+        df_config_free(s->owned);
+        free(s);
+        s = NULL;
     }
+    *set = s;
     return rc;
 }
 
@@ -146,7 +159,7 @@ void df_worker_warn(void *user, const char *msg)
 
 int df_worker_setup_workflow(df_dag_worker *w)
 {
-    const char *path = df_config_str(w->cfg, "dag.workflow_path");
+    const char *path = w->global.cfg.dag.workflow_path;
     int rc = DF_OK;
     for (int i = 0; !rc && i < df_task_graph_num_nodes(w->graph); i++) {
         df_node *n = df_task_graph_node_at(w->graph, i);
@@ -156,24 +169,27 @@ int df_worker_setup_workflow(df_dag_worker *w)
     if (!rc)
         rc = df_task_graph_resolve(w->graph);
     int nn = rc ? 0 : df_task_graph_num_nodes(w->graph);
-    if (!rc && !(w->node_cfg = calloc((size_t)(nn ? nn : 1), sizeof *w->node_cfg)))
+    if (!rc && !(w->node_set = calloc((size_t)(nn ? nn : 1), sizeof *w->node_set)))
         rc = df_error(DF_ENOMEM, "out of memory");
-    for (int i = 0; !rc && i < nn; i++, w->n_node_cfg++)
-        rc = node_config(w, df_task_graph_node_at(w->graph, i), path, &w->node_cfg[i]);
+    for (int i = 0; !rc && i < nn; i++, w->n_node_set++)
+        rc = node_config(w, df_task_graph_node_at(w->graph, i), path, &w->node_set[i]);
     return rc ? df_error_wrap(rc, "dag.workflow_path") : DF_OK;
 }
 
-const df_config *df_worker_node_config(const df_dag_worker *w, const df_node *n)
+const df_node_settings *df_worker_node_settings(const df_dag_worker *w, const df_node *n)
 {
     int i = n ? df_worker_node_index(w, n) : -1;
-    return i >= 0 && i < w->n_node_cfg && w->node_cfg[i] ? w->node_cfg[i] : w->cfg;
+    return i >= 0 && i < w->n_node_set && w->node_set[i] ? w->node_set[i] : &w->global;
 }
 
 void df_worker_free_node_configs(df_dag_worker *w)
 {
-    for (int i = 0; i < w->n_node_cfg; i++)
-        df_config_free(w->node_cfg[i]);
-    free(w->node_cfg);
-    w->node_cfg = NULL;
-    w->n_node_cfg = 0;
+    for (int i = 0; i < w->n_node_set; i++) {
+        if (w->node_set[i])
+            df_config_free(w->node_set[i]->owned);
+        free(w->node_set[i]);
+    }
+    free(w->node_set);
+    w->node_set = NULL;
+    w->n_node_set = 0;
 }

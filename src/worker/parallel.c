@@ -10,17 +10,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The model-parallel key of a role's model, or NULL when the role has no model. */
-static const char *mp_key(df_node_role role)
+/* The model-parallel size of a role's model in t, into *mp, and its key (for messages); NULL when
+   the role has no model. */
+static const char *mp_key(df_node_role role, const df_train_config *t, int64_t *mp)
 {
+    const struct df_train_actor_rollout_ref *a = &t->actor_rollout_ref;
     switch (role) {
     case DF_ROLE_ROLLOUT:
+        *mp = a->rollout.tensor_model_parallel_size;
         return "actor_rollout_ref.rollout.tensor_model_parallel_size";
     case DF_ROLE_ACTOR:
+        *mp = a->actor.ulysses_sequence_parallel_size;
         return "actor_rollout_ref.actor.ulysses_sequence_parallel_size";
     case DF_ROLE_REFERENCE:
+        *mp = a->ref.ulysses_sequence_parallel_size;
         return "actor_rollout_ref.ref.ulysses_sequence_parallel_size";
     case DF_ROLE_CRITIC:
+        *mp = t->critic.ulysses_sequence_parallel_size;
         return "critic.ulysses_sequence_parallel_size";
     default:
         return NULL;
@@ -46,13 +52,14 @@ static int node_layouts(df_dag_worker *w)
         return rc;
     int mp = 1;
     for (int i = 0; i < n && !rc; i++) {
-        const char *key = is_model_node(order[i]) ? mp_key(order[i]->node_role) : NULL;
-        const df_config *c = df_worker_node_config(w, order[i]);
+        const df_node_settings *ns = df_worker_node_settings(w, order[i]);
+        int64_t node_mp = 0;
+        const char *key = is_model_node(order[i]) ? mp_key(order[i]->node_role, &ns->cfg, &node_mp) : NULL;
         if (key)
-            mp = (int)df_config_int(c, key);
+            mp = (int)node_mp;
         if (w->group_size % mp) {
             rc = df_error(DF_EINVAL, "%s: %s=%d does not divide the %d ranks running node '%s'",
-                          df_config_where(c, key), key, mp, w->group_size, order[i]->node_id);
+                          df_config_where(ns->src, key), key, mp, w->group_size, order[i]->node_id);
             break;
         }
         int k = df_worker_node_index(w, order[i]);
@@ -117,8 +124,8 @@ int df_worker_group_sum(df_comm *comm, int rc, const double *vals, int k, double
 static int make_plan(df_dag_worker *w)
 {
     const df_config *c = w->cfg;
-    int64_t nnodes = df_config_int(c, "trainer.nnodes");
-    int64_t gpus = df_config_int(c, "trainer.n_gpus_per_node");
+    int64_t nnodes = w->global.cfg.trainer.nnodes;
+    int64_t gpus = w->global.cfg.trainer.n_gpus_per_node;
     if (w->world % nnodes)
         return df_error(DF_EINVAL, "%s: trainer.nnodes=%lld does not divide the %d launched ranks",
                         df_config_where(c, "trainer.nnodes"), (long long)nnodes, w->world);
