@@ -17,7 +17,11 @@
  * own field and changes no other byte of the struct (a resolver that read
  * the wrong slot or wrote the wrong offset fails); hand-written spot checks
  * through member access (an oracle independent of the bindings); a workflow
- * node's override reaches the struct resolved from the node's config.
+ * node's override reaches the struct resolved from the node's config. The
+ * derived values: the actor's temperature from its workflow rollout node in
+ * test_workflow.c (test_worker_actor_temperature; end to end, with the
+ * log-probs, in test_e2e_grpo.c), the loss settings in test_workflow.c and
+ * test_losses_train.c (test_worker_actor_params).
  */
 #include <setjmp.h>
 #include <stdarg.h>

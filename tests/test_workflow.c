@@ -444,6 +444,38 @@ static void test_worker_node_overrides(void **state)
     unload(&w);
 }
 
+/* The actor's log-prob temperature is derived once, from the workflow's rollout node (issue 12:
+   old_log_probs at the sampler's temperature): a node's override reaches it, the global key
+   when no node overrides, and two rollout nodes that disagree are refused. */
+static void test_worker_actor_temperature(void **state)
+{
+    df_dag_worker w;
+    int rc = load_in_worker(*state, "dag_id: d\nnodes:\n" GEN_NODE "    config: {rollout.temperature: 0.5}\n" TRAIN_NODE,
+                            &w);
+    if (rc)
+        fail_msg("%s", df_last_error());
+    float t = 0;
+    assert_int_equal(df_worker_actor_temperature(&w, &t), 0);
+    assert_true(t == 0.5f);
+    assert_true(w.global.cfg.actor_rollout_ref.rollout.temperature == 1.0); /* the global key is not it */
+    unload(&w);
+    rc = load_in_worker(*state, "dag_id: d\nnodes:\n" GEN_NODE TRAIN_NODE, &w);
+    if (rc)
+        fail_msg("%s", df_last_error());
+    assert_int_equal(df_worker_actor_temperature(&w, &t), 0);
+    assert_true(t == 1.0f);
+    unload(&w);
+    rc = load_in_worker(*state,
+                        "dag_id: d\nnodes:\n" GEN_NODE "    config: {rollout.temperature: 0.5}\n"
+                        "  - node_id: gen2\n    node_type: MODEL_INFERENCE\n    node_role: ROLLOUT\n"
+                        "    dependencies: [gen]\n    config: {rollout.temperature: 0.7}\n",
+                        &w);
+    if (rc)
+        fail_msg("%s", df_last_error());
+    assert_error_mentions(df_worker_actor_temperature(&w, &t), DF_EUNSUPPORTED, "temperatures 0.5 and 0.7");
+    unload(&w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -454,6 +486,7 @@ int main(void)
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_config_with_overrides),
         cmocka_unit_test_setup_teardown(test_worker_node_overrides, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_worker_actor_temperature, df_test_mkdtemp, df_test_rmtree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
