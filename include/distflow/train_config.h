@@ -41,6 +41,24 @@
  * mini-batch sizes in samples, the optimizer's schedule steps, ...) are not
  * here: they need the workflow and the data, and the DAG worker resolves them
  * once at setup (src/worker/resolve.c).
+ *
+ * Design choices.
+ *  - The table is an include file (an "X-macro include") rather than one
+ *    macro: it is long, carries comments, and includes the optimizer block
+ *    twice; each includer defines DF_CFG_KEY / _GROUP / _END / _BLOCK to get
+ *    the struct (this header), the schema entries and the resolver bindings
+ *    (src/config/schema_train.c).
+ *  - An entry names its group path and leaf (`actor_rollout_ref.actor,
+ *    clip_ratio`); the key string is their spelling, the field is
+ *    `group.leaf`, its offset offsetof(df_train_config, group.leaf). A key
+ *    and its field cannot disagree, and the resolver walks the table once.
+ *  - Choice keys stay strings: the loader has checked them against the
+ *    table's choices, and the algorithm registries look names up by string
+ *    (a plugin's estimator is a name the table cannot list).
+ *  - Nullable scalars are explicit optional types instead of sentinels, so
+ *    reading one as a plain number does not compile.
+ *  - Strings are borrowed, not copied: the struct is a plain value (no free),
+ *    and a workflow node's struct borrows from the node's own merged config.
  */
 #ifndef DISTFLOW_TRAIN_CONFIG_H
 #define DISTFLOW_TRAIN_CONFIG_H

@@ -106,9 +106,8 @@ static int check_allowed(const df_node *n, const char *key, const char *where)
 /* Merge one node's overrides and resolve them; *set stays NULL when it has none. */
 static int node_config(const df_dag_worker *w, const df_node *n, const char *path, df_node_settings **set)
 {
-    df_config *cfg = NULL, **out = &cfg;
+    df_config *cfg = NULL;
     *set = NULL;
-    *out = NULL;
     if (!n->n_config)
         return DF_OK;
     char where[1200];
@@ -123,15 +122,15 @@ static int node_config(const df_dag_worker *w, const df_node *n, const char *pat
     if (!rc)
         rc = df_config_with_overrides(w->cfg, (const char *const *)keys,
                                       (const char *const *)n->config_values, n->n_config, where,
-                                      out);
+                                      &cfg);
     for (int i = 0; !rc && i < n->n_config; i++)
         rc = check_allowed(n, keys[i], where);
-    df_node_settings *s = rc || !*out ? NULL : calloc(1, sizeof *s);
-    if (!rc && *out && !s)
+    df_node_settings *s = rc ? NULL : calloc(1, sizeof *s);
+    if (!rc && !s)
         rc = df_error(DF_ENOMEM, "out of memory");
-    if (s) {
-        s->owned = *out;
-        *out = NULL;
+    if (s) { /* the node's typed keys and derived loss settings, once (resolve.c) */
+        s->owned = cfg;
+        cfg = NULL;
         rc = df_worker_settings_init(s, s->owned);
     }
     df_policy_loss_fn pl;
