@@ -98,9 +98,9 @@ static void test_schema_check_catches_bad_tables(void **state)
     static const df_config_entry out_of_range[] = {KI("a.b", "-1", 0, INF, "x")};
     static const df_config_entry bad_from[] = {KF_FROM("a.b", "a.c", 0, INF, "x"), KI("a.c", "1", 0, INF, "y")};
     static const df_config_entry bad_key[] = {KI("a..b", "1", 0, INF, "x")};
-    const df_config_schema cases[] = {{"dup", dup, 2},           {"group", group, 2},
-                                      {"bad_default", bad_default, 1}, {"range", out_of_range, 1},
-                                      {"from", bad_from, 2},     {"key", bad_key, 1}};
+    const df_config_schema cases[] = {{"dup", dup, 2, NULL, 0},           {"group", group, 2, NULL, 0},
+                                      {"bad_default", bad_default, 1, NULL, 0}, {"range", out_of_range, 1, NULL, 0},
+                                      {"from", bad_from, 2, NULL, 0},     {"key", bad_key, 1, NULL, 0}};
     const char *want[] = {"duplicate key a.b", "a key cannot also be a group",
                           "expected an integer, got \"abc\"", "must be >= 0, got -1",
                           "null_from 'a.c' must name another key of the same type", "malformed key 'a..b'"};

@@ -561,19 +561,23 @@ static void test_actor_set_loss(void **state)
 }
 
 /* The worker's actor settings: loss_scale_factor else data.max_response_length; CPGD
- * selected by use_cpgd_loss or adv_estimator=cpgd; the policy_loss.* keys; TIS cap. */
+ * selected by use_cpgd_loss or adv_estimator=cpgd; the policy_loss.* keys; TIS cap; the loss
+ * coefficients and clip ratios each from its own key. */
 static void test_worker_actor_params(void **state)
 {
     (void)state;
     df_dag_worker w;
     memset(&w, 0, sizeof w);
-    w.n_samples = 1, w.actor_layout.dp_size = 1, w.seed = 9;
+    w.actor_layout.dp_size = 1; /* rollout.n is 1 by default */
     const char *ov[] = {"data.max_response_length=96", ACTOR_KEY "policy_drift_coeff=0.01",
-                        ACTOR_KEY "policy_loss.kl_cov_ratio=0.002", ACTOR_KEY "tis_imp_ratio_cap=2.5"};
+                        ACTOR_KEY "policy_loss.kl_cov_ratio=0.002", ACTOR_KEY "tis_imp_ratio_cap=2.5",
+                        "trainer.seed=9", ACTOR_KEY "entropy_coeff=0.25", ACTOR_KEY "kl_loss_coef=0.125",
+                        ACTOR_KEY "clip_ratio_low=0.15", ACTOR_KEY "clip_ratio_high=0.3"};
     df_config *c = NULL;
-    assert_int_equal(df_config_load(df_config_schema_train(), NULL, ov, 4, &c), DF_OK);
+    assert_int_equal(df_config_load(df_config_schema_train(), NULL, ov, 9, &c), DF_OK);
     df_actor_params p;
-    df_worker_actor_params(&w, c, &p);
+    assert_int_equal(df_worker_settings_init(&w.global, c), DF_OK);
+    df_worker_actor_params(&w, &p);
     assert_int_equal(p.loss.loss_agg_norm_length, 96);
     assert_string_equal(p.loss.policy_loss, "vanilla");
     /* exact: the config parses "0.01" to the same double as the literal */
@@ -583,16 +587,24 @@ static void test_worker_actor_params(void **state)
     assert_near(p.loss.clip_cov_ub, 5.0, 0);
     assert_near(p.tis_imp_ratio_cap, 2.5, 0);
     assert_true(p.seed == 9);
+    /* each loss coefficient from its own key (distinct values: a swap of two keys fails) */
+    assert_near(p.loss.entropy_coeff, 0.25, 0);
+    assert_near(p.loss.kl_loss_coef, 0.125, 0);
+    assert_near(p.loss.clip_ratio_low, 0.15, 0);
+    assert_near(p.loss.clip_ratio_high, 0.3, 0);
+    assert_string_equal(p.loss.kl_loss_type, "low_var_kl"); /* actor.kl_loss_type, not algorithm.kl_penalty (kl) */
     df_config_free(c);
     const char *ov2[] = {ACTOR_KEY "loss_scale_factor=4096", ACTOR_KEY "use_cpgd_loss=true"};
     assert_int_equal(df_config_load(df_config_schema_train(), NULL, ov2, 2, &c), DF_OK);
-    df_worker_actor_params(&w, c, &p);
+    assert_int_equal(df_worker_settings_init(&w.global, c), DF_OK);
+    df_worker_actor_params(&w, &p);
     assert_int_equal(p.loss.loss_agg_norm_length, 4096);
     assert_string_equal(p.loss.policy_loss, "cpgd");
     df_config_free(c);
     const char *ov3[] = {ACTOR_KEY "use_cpgd_loss=true", ACTOR_KEY "policy_loss.loss_mode=gspo"};
     assert_int_equal(df_config_load(df_config_schema_train(), NULL, ov3, 2, &c), DF_OK);
-    df_worker_actor_params(&w, c, &p);
+    assert_int_equal(df_worker_settings_init(&w.global, c), DF_OK);
+    df_worker_actor_params(&w, &p);
     assert_string_equal(p.loss.policy_loss, "gspo"); /* an explicit loss_mode wins */
     df_config_free(c);
 }

@@ -74,11 +74,11 @@ static void check_baselines(df_dag_worker *w)
     assert_int_equal(df_worker_next_prompts(w, 0, &p), 0);
     assert_int_equal(df_worker_generate(w, rollout, p, w->step, 0, &b, NULL), 0);
     assert_int_equal(df_worker_reward(w, b, NULL), 0); /* the sampled responses' own scores */
-    df_sampling_params sp = w->sp;
+    df_sampling_params sp = w->global.sampling;
     sp.greedy = true;
     assert_int_equal(df_generate_batch(w->rollout, df_actor_model(w->actor), p, 1, &sp, 12345, NULL, &g), 0);
     assert_int_equal(df_worker_reward(w, g, NULL), 0);
-    int64_t np = df_batch_size(p), n = w->n_samples;
+    int64_t np = df_batch_size(p), n = df_worker_n_samples(w);
     assert_int_equal(df_batch_size(b), np * n);
     const float *rb = df_batch_f32(b, "reward_baselines");
     assert_non_null(rb);
@@ -266,7 +266,7 @@ static void test_remax_steps(void **state)
     int rc = df_dag_worker_create(cfg, world, &w);
     if (rc)
         fail_msg("rank %d: %s", rank, df_last_error());
-    assert_true(w->balance_batch); /* verl's default: the rows move before the reward node */
+    assert_true(w->global.cfg.trainer.balance_batch); /* verl's default: the rows move before the reward node */
     install_probes(w);
     if (df_dag_worker_fit(w))
         fail_msg("rank %d: %s", rank, df_last_error());

@@ -335,7 +335,7 @@ static int load_in_worker(const char *dir, const char *yaml, df_dag_worker *w)
     w->rank = 1; /* no warnings printed */
     w->actor_layout.dp_size = 1;
     w->world = 1;
-    w->n_samples = 4;
+    assert_int_equal(df_worker_settings_init(&w->global, w->cfg), 0); /* as df_dag_worker_create does first */
     assert_int_equal(df_worker_register_nodes(), 0);
     const char *name;
     int rc = df_pipeline_from_config(w->cfg, NULL, NULL, &name, &w->graph);
@@ -373,21 +373,21 @@ static void test_worker_node_overrides(void **state)
     /* default executables by role */
     assert_string_equal(gen->executable_ref, "DAGWorker.generate");
     assert_string_equal(tr->executable_ref, "DAGWorker.train_actor");
-    const df_config *gc = df_worker_node_config(&w, gen), *tc = df_worker_node_config(&w, tr);
-    assert_ptr_not_equal(gc, w.cfg);
-    assert_near(df_config_float(gc, "actor_rollout_ref.rollout.temperature"), 0.7, 0); /* strtod: exact */
-    assert_int_equal(df_config_int(gc, "actor_rollout_ref.rollout.top_k"), 5);
-    assert_near(df_config_float(tc, "actor_rollout_ref.rollout.temperature"), 1.0, 0);
-    assert_near(df_config_float(tc, "actor_rollout_ref.actor.clip_ratio_high"), 0.28, 0);
-    assert_int_equal(df_config_int(tc, "actor_rollout_ref.actor.ppo_epochs"), 2);
-    df_actor_loss al;
-    df_worker_actor_loss(tc, &al);
-    assert_near(al.clip_ratio_high, 0.28, 0);
-    assert_int_equal(al.ppo_epochs, 2);
-    assert_near(al.clip_ratio_low, 0.2, 0); /* not overridden: the global value */
-    df_worker_actor_loss(w.cfg, &al); /* the global ones stay */
-    assert_near(al.clip_ratio_high, 0.2, 0);
-    assert_int_equal(al.ppo_epochs, 1);
+    const df_node_settings *gs = df_worker_node_settings(&w, gen), *ts = df_worker_node_settings(&w, tr);
+    assert_ptr_not_equal(gs, &w.global);
+    assert_ptr_not_equal(gs->src, w.cfg);
+    assert_near(gs->cfg.actor_rollout_ref.rollout.temperature, 0.7, 0); /* strtod: exact */
+    assert_int_equal(gs->cfg.actor_rollout_ref.rollout.top_k, 5);
+    assert_near(ts->cfg.actor_rollout_ref.rollout.temperature, 1.0, 0);
+    assert_near(ts->cfg.actor_rollout_ref.actor.clip_ratio_high, 0.28, 0);
+    assert_int_equal(ts->cfg.actor_rollout_ref.actor.ppo_epochs, 2);
+    const df_actor_loss *al = &ts->actor_loss; /* resolved once, when the workflow was set up */
+    assert_near(al->clip_ratio_high, 0.28, 0);
+    assert_int_equal(al->ppo_epochs, 2);
+    assert_near(al->clip_ratio_low, 0.2, 0); /* not overridden: the global value */
+    al = &w.global.actor_loss; /* the global ones stay */
+    assert_near(al->clip_ratio_high, 0.2, 0);
+    assert_int_equal(al->ppo_epochs, 1);
     unload(&w);
 
     /* unknown key: file, node and a hint */
@@ -416,15 +416,14 @@ static void test_worker_node_overrides(void **state)
         fail_msg("%s", df_last_error());
     df_node *vf = df_task_graph_get_node(w.graph, "vf");
     assert_string_equal(vf->executable_ref, "DAGWorker.train_critic");
-    df_critic_loss l;
-    df_worker_critic_loss(df_worker_node_config(&w, vf), &l);
-    assert_near(l.cliprange_value, 0.1, 0);
-    assert_int_equal(l.ppo_epochs, 3);
-    assert_string_equal(l.loss_agg_mode, "seq-mean-token-sum");
-    df_worker_critic_loss(w.cfg, &l); /* the global ones stay */
-    assert_near(l.cliprange_value, 0.5, 0);
-    assert_int_equal(l.ppo_epochs, 1);
-    assert_string_equal(l.loss_agg_mode, "token-mean");
+    const df_critic_loss *l = &df_worker_node_settings(&w, vf)->critic_loss;
+    assert_near(l->cliprange_value, 0.1, 0);
+    assert_int_equal(l->ppo_epochs, 3);
+    assert_string_equal(l->loss_agg_mode, "seq-mean-token-sum");
+    l = &w.global.critic_loss; /* the global ones stay */
+    assert_near(l->cliprange_value, 0.5, 0);
+    assert_int_equal(l->ppo_epochs, 1);
+    assert_string_equal(l->loss_agg_mode, "token-mean");
     unload(&w);
     rc = load_in_worker(*state, "dag_id: d\nnodes:\n" GEN_NODE CRITIC_NODE "    config: {ppo_mini_batch_size: 2}\n", &w);
     assert_error_mentions(rc, DF_EUNSUPPORTED,
@@ -445,6 +444,38 @@ static void test_worker_node_overrides(void **state)
     unload(&w);
 }
 
+/* The actor's log-prob temperature is derived once, from the workflow's rollout node (issue 12:
+   old_log_probs at the sampler's temperature): a node's override reaches it, the global key
+   when no node overrides, and two rollout nodes that disagree are refused. */
+static void test_worker_actor_temperature(void **state)
+{
+    df_dag_worker w;
+    int rc = load_in_worker(*state, "dag_id: d\nnodes:\n" GEN_NODE "    config: {rollout.temperature: 0.5}\n" TRAIN_NODE,
+                            &w);
+    if (rc)
+        fail_msg("%s", df_last_error());
+    float t = 0;
+    assert_int_equal(df_worker_actor_temperature(&w, &t), 0);
+    assert_true(t == 0.5f);
+    assert_true(w.global.cfg.actor_rollout_ref.rollout.temperature == 1.0); /* the global key is not it */
+    unload(&w);
+    rc = load_in_worker(*state, "dag_id: d\nnodes:\n" GEN_NODE TRAIN_NODE, &w);
+    if (rc)
+        fail_msg("%s", df_last_error());
+    assert_int_equal(df_worker_actor_temperature(&w, &t), 0);
+    assert_true(t == 1.0f);
+    unload(&w);
+    rc = load_in_worker(*state,
+                        "dag_id: d\nnodes:\n" GEN_NODE "    config: {rollout.temperature: 0.5}\n"
+                        "  - node_id: gen2\n    node_type: MODEL_INFERENCE\n    node_role: ROLLOUT\n"
+                        "    dependencies: [gen]\n    config: {rollout.temperature: 0.7}\n",
+                        &w);
+    if (rc)
+        fail_msg("%s", df_last_error());
+    assert_error_mentions(df_worker_actor_temperature(&w, &t), DF_EUNSUPPORTED, "temperatures 0.5 and 0.7");
+    unload(&w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -455,6 +486,7 @@ int main(void)
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_config_with_overrides),
         cmocka_unit_test_setup_teardown(test_worker_node_overrides, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_worker_actor_temperature, df_test_mkdtemp, df_test_rmtree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,9 +4,13 @@
  *
  *   distflow train cfg.yaml actor_rollout_ref.rollout.n=8 data.train_batch_size=64
  *
- * Schema. One table per command (df_config_schema_train(), df_config_schema_sft()).
- * Each entry is one line: dotted key, type, nullable or not, default (as YAML
- * text), bounds or allowed values, and a one-line help. Keys and defaults follow
+ * Schema. One table per command (df_config_schema_train(), df_config_schema_sft()),
+ * expanded from the key tables include/distflow/train_config.def and
+ * sft_config.def. Each entry is one line: dotted key, type, nullable or not,
+ * default (as YAML text), bounds or allowed values, and a one-line help. The
+ * same lines generate the typed structs (distflow/train_config.h,
+ * distflow/sft_config.h) through which code reads a loaded config: the string
+ * getters below are the loading layer's, for tools and tests. Keys and defaults follow
  * siiRL's argument dataclasses (siirl/params/) and verl's ppo_trainer.yaml /
  * fsdp_sft_trainer.yaml; where the two disagree siiRL's default is used.
  *
@@ -109,6 +113,35 @@ typedef struct df_config_entry {
     const char *null_from; /**< null resolves to this key's value after loading */
     const char *help;      /**< one line; says "no effect" for compatibility keys */
 } df_config_entry;
+
+/*
+ * Value types of the typed configuration structs (distflow/train_config.h,
+ * distflow/sft_config.h). A nullable int / float / bool key is a
+ * df_config_opt_*: `set` false when the value is null. A string or map key is
+ * a `const char *` (NULL when null; a map holds its canonical flow-YAML text).
+ * Lists point into the df_config they were resolved from.
+ */
+typedef struct df_config_opt_int {
+    bool set;  /**< false: the key is null */
+    int64_t v; /**< the value when set, else 0 */
+} df_config_opt_int;
+typedef struct df_config_opt_float {
+    bool set;
+    double v;
+} df_config_opt_float;
+typedef struct df_config_opt_bool {
+    bool set;
+    bool v;
+} df_config_opt_bool;
+typedef struct df_config_strs {
+    const char *const *items; /**< [n], owned by the df_config */
+    int n;
+    bool null; /**< the key is null (n is 0); an empty list is n 0, null false */
+} df_config_strs;
+typedef struct df_config_floats {
+    const double *items; /**< [n], owned by the df_config */
+    int n;
+} df_config_floats;
 
 /** Schema of `distflow train` (siiRL / verl RL trainer keys). Never NULL. */
 DF_API const df_config_schema *df_config_schema_train(void);

@@ -2,8 +2,10 @@
  * Internals of the configuration layer (include/distflow/config.h).
  *
  *   schema.c        schema accessors, help printing, self-check
- *   schema_train.c  the `train` table (siiRL / verl RL trainer keys)
- *   schema_sft.c    the `sft` table (verl fsdp_sft_trainer.yaml keys)
+ *   schema_train.c  the `train` schema and df_train_config bindings, expanded from
+ *                   include/distflow/train_config.def (siiRL / verl RL trainer keys)
+ *   schema_sft.c    the same for `sft` (include/distflow/sft_config.def)
+ *   typed.c         the typed-struct resolver (train_config.h, sft_config.h)
  *   scalar.c        YAML scalar parsing / formatting, edit-distance hints
  *   loader.c        libyaml walking, overrides, typed assignment
  *   config.c        df_config lifetime, resolution, getters, set, where
@@ -20,13 +22,53 @@
 #include "distflow/config.h"
 #include "util/sbuf.h"
 
+/* C representation of a key's field in a typed config struct (train_config.h). */
+typedef enum {
+    CFG_C_NONE = 0, /* no typed struct (ad-hoc test schemas) */
+    CFG_C_BOOL,
+    CFG_C_INT,
+    CFG_C_FLOAT,
+    CFG_C_STR, /* const char *: strings, choices and maps; NULL when null */
+    CFG_C_STRS,
+    CFG_C_FLOATS,
+    CFG_C_OPT_INT,
+    CFG_C_OPT_FLOAT,
+    CFG_C_OPT_BOOL,
+} cfg_ctype;
+
+/* The cfg_ctype of a field expression, chosen by its C type (unevaluated). */
+#define CFG_CTYPE_OF(x)                                                                                      \
+    _Generic((x), bool: CFG_C_BOOL, int64_t: CFG_C_INT, double: CFG_C_FLOAT, const char *: CFG_C_STR,          \
+             df_config_strs: CFG_C_STRS, df_config_floats: CFG_C_FLOATS, df_config_opt_int: CFG_C_OPT_INT,      \
+             df_config_opt_float: CFG_C_OPT_FLOAT, df_config_opt_bool: CFG_C_OPT_BOOL)
+
+/* Whether a field of C type ct can hold a key of schema type kind: the value
+ * type matches, and an optional field only for a nullable key (a nullable key
+ * with a plain field must be a derived default; cfg_resolve_typed refuses a
+ * null left there). A constant expression, checked by _Static_assert. */
+#define CFG_KIND_FITS(kind, ct, nullable)                                                                    \
+    (((kind) == DF_CFG_BOOL && ((ct) == CFG_C_BOOL || ((ct) == CFG_C_OPT_BOOL && (nullable)))) ||              \
+     ((kind) == DF_CFG_INT && ((ct) == CFG_C_INT || ((ct) == CFG_C_OPT_INT && (nullable)))) ||                 \
+     ((kind) == DF_CFG_FLOAT && ((ct) == CFG_C_FLOAT || ((ct) == CFG_C_OPT_FLOAT && (nullable)))) ||           \
+     (((kind) == DF_CFG_STR || (kind) == DF_CFG_MAP) && (ct) == CFG_C_STR) ||                                 \
+     ((kind) == DF_CFG_STR_LIST && (ct) == CFG_C_STRS) || ((kind) == DF_CFG_FLOAT_LIST && (ct) == CFG_C_FLOATS))
+
+/* Entry i's field in the typed struct: byte offset, size, C type. */
+typedef struct {
+    size_t offset, size;
+    cfg_ctype ctype;
+} cfg_binding;
+
 struct df_config_schema {
     const char *name;
     const df_config_entry *entries;
     int n;
+    const cfg_binding *bind; /* [n], parallel to entries; NULL: no typed struct */
+    size_t struct_size;      /* sizeof the typed struct */
 };
 
-/* ---- one-line table entries (used by schema_*.c) ----
+/* ---- one-line entries for ad-hoc schemas (tests); the real tables are
+ * include/distflow/{train,sft}_config.def ----
  * K<type>[N]: N = nullable. Bounds are inclusive doubles, INF for open ends.
  * K*_FROM: nullable, default null, null resolves to key `from` after loading. */
 #define INF INFINITY
@@ -147,5 +189,9 @@ void cfg_value_clear(cfg_value *v);
 /* Replace slot idx's value (takes ownership of v, raw; copies where). */
 int cfg_commit(df_config *c, int idx, cfg_value *v, char *raw, const char *where);
 int cfg_resolve(df_config *c);
+
+/* ---- typed.c ---- */
+/* Fill the typed struct `out` (s->struct_size bytes) from c, which must have schema s. */
+int cfg_resolve_typed(const df_config *c, const df_config_schema *s, void *out);
 
 #endif /* DF_CONFIG_INTERNAL_H */

@@ -1,462 +1,52 @@
 /*
- * The `distflow train` schema: siiRL's argument groups (siirl/params/) with
- * verl's key names (verl/trainer/config/ppo_trainer.yaml and its actor /
- * rollout / ref / critic sub-configs). Where siiRL and verl disagree on a
- * default, siiRL's is used. Keys marked "no effect" are accepted so that
- * siiRL / verl scripts run unchanged; distflow has nothing they would tune.
- *
- * Adding a key is one line (macros in config_internal.h):
- *   K<type>(key, default YAML text, [min, max,] help)   N suffix: nullable
- *   K<type>_FROM(key, other_key, ...)                   null -> other_key's value
+ * The `distflow train` schema and its typed struct's bindings, both expanded
+ * from the one key table distflow/train_config.def (see there for how to add
+ * a key): entry i of the schema and binding i describe the same key.
  */
 #include "config/config_internal.h"
 
-#define ARR "actor_rollout_ref."
-#define ACTOR ARR "actor."
-#define ROLLOUT ARR "rollout."
-#define REF ARR "ref."
-#define KL_TYPES "kl|k1|abs|mse|k2|low_var_kl|k3|full"
-#define LOSS_AGG \
-    "token-mean|seq-mean-token-sum|seq-mean-token-mean|seq-mean-token-sum-norm|seq-mean-token-sum-norm-seqavg"
-#define DTYPES "bfloat16|float16|float32"
+#include "distflow/train_config.h"
 
-/* An optimizer block (actor.optim, critic.optim), siiRL's OptimizerArguments. */
-#define OPTIM(p, lr)                                                                             \
-    KF(p "lr", lr, 0, INF, "peak learning rate of AdamW"),                                       \
-    KI(p "lr_warmup_steps", "-1", -INF, INF,                                                     \
-       "linear warmup steps; <= 0 means use lr_warmup_steps_ratio"),                             \
-    KF(p "lr_warmup_steps_ratio", "0.0", 0, 1,                                                   \
-       "warmup steps as a fraction of total_training_steps (used when lr_warmup_steps <= 0)"),  \
-    KE(p "warmup_style", "constant", "constant|cosine",                                          \
-       "schedule after warmup: constant, or cosine decay to min_lr_ratio * lr"),                 \
-    KFN(p "min_lr_ratio", "0.0", 0, 1,                                                           \
-        "cosine schedule: final lr as a fraction of lr; null (siiRL's critic default): 0"),       \
-    KF(p "num_cycles", "0.5", 0, INF,                                                            \
-       "cosine schedule: number of cosine half-waves (0.5 = one decay)"),                        \
-    KF(p "weight_decay", "0.01", 0, INF, "AdamW decoupled weight decay"),                        \
-    KFL(p "betas", "[0.9, 0.999]", 2, 0, 0.999999999, "AdamW (beta1, beta2), each in [0, 1)"),   \
-    KI(p "total_training_steps", "-1", -1, INF,                                                  \
-       "optimizer steps for the lr schedule; -1: set by the trainer from trainer.total_training_steps"),     \
-    KF(p "min_lr", "0.0", 0, INF, "Megatron scheduler: floor of the lr (no effect; see min_lr_ratio)"),  \
-    KF(p "lr_warmup_init", "0.0", 0, INF, "Megatron scheduler: lr at warmup start (no effect)"),          \
-    KIN(p "lr_decay_steps", "null", 1, INF, "Megatron scheduler: decay steps (no effect)"),               \
-    KE(p "lr_decay_style", "linear", "constant|linear|cosine|inverse-square-root|WSD",                  \
-       "Megatron scheduler: decay style (no effect; see warmup_style)"),                                 \
-    KE(p "weight_decay_incr_style", "constant", "constant|linear|cosine",                               \
-       "Megatron scheduler: weight-decay schedule (no effect)"),                                         \
-    KE(p "lr_wsd_decay_style", "exponential", "exponential|linear|cosine",                              \
-       "Megatron WSD scheduler: decay style (no effect)"),                                               \
-    KIN(p "lr_wsd_decay_steps", "null", 1, INF, "Megatron WSD scheduler: decay steps (no effect)"),      \
-    KB(p "use_checkpoint_opt_param_scheduler", "false",                                                  \
-       "Megatron: take scheduler settings from the checkpoint (no effect)"),                             \
-    KF(p "clip_grad", "1.0", 0, INF, "Megatron optimizer gradient clip (no effect; see grad_clip)"),  \
-    KM(p "override_optimizer_config", "null", "Megatron optimizer overrides (accepted for compatibility; no effect)")
-
+/* Schema entries. */
+#define DF_CFG_KEY(path, leaf, key, kind, ctype, nullable, dflt, lo, hi, len, choices, from, help) \
+    {key, kind, nullable, dflt, lo, hi, len, choices, from, help},
+#define DF_CFG_GROUP(leaf, tag)
+#define DF_CFG_END(leaf)
+#define DF_CFG_BLOCK(group, leaf, tag)
+#define DF_CFG_EXPAND_BLOCKS 1
 static const df_config_entry train[] = {
-    /* ---- data (siiRL DataArguments, verl data/legacy_data.yaml) ---- */
-    KSN("data.tokenizer", "null", "tokenizer directory; null: the one of actor_rollout_ref.model.path"),
-    KL("data.train_files", "[~/data/rlhf/gsm8k/train.parquet]",
-       "training parquet file(s); a single path is a one-item list"),
-    KL("data.val_files", "[~/data/rlhf/gsm8k/test.parquet]",
-       "validation parquet file(s); a single path is a one-item list"),
-    KS("data.prompt_key", "prompt", "dataset column holding the prompt (chat messages or text)"),
-    KS("data.reward_fn_key", "data_source", "dataset column that selects the reward function"),
-    KI("data.max_prompt_length", "512", 1, INF, "maximum prompt length in tokens"),
-    KI("data.max_response_length", "512", 1, INF, "maximum generated response length in tokens"),
-    KI("data.train_batch_size", "1024", 1, INF, "prompts per training step (before rollout.n)"),
-    KI_FROM("data.gen_batch_size", "data.train_batch_size", 1, INF,
-            "prompts generated per step when dynamic sampling filters groups (DAPO)"),
-    KIN("data.val_batch_size", "null", 1, INF,
-        "prompts per validation batch; null: the whole validation set at once"),
-    KI("data.train_max_samples", "-1", -1, INF, "use at most this many training rows; -1: all"),
-    KI("data.val_max_samples", "-1", -1, INF, "use at most this many validation rows; -1: all"),
-    KB("data.return_raw_chat", "false", "keep the un-templated chat in the batch (no effect)"),
-    KB("data.shuffle", "true", "shuffle the training set every epoch"),
-    KI_FROM("data.seed", "trainer.seed", -INF, INF,
-            "seed of the data shuffle (distflow: null takes trainer.seed; verl: 1)"),
-    KB("data.filter_overlong_prompts", "false",
-       "drop prompts longer than max_prompt_length when loading"),
-    KE("data.truncation", "error", "error|left|right|middle",
-       "over-long prompt: error, or keep the left / right / both ends"),
-    KI("data.filter_overlong_prompts_workers", "1", 1, INF, "processes filtering long prompts (no effect)"),
-    KB("data.return_raw_input_ids", "false", "keep prompt ids of the policy tokenizer for a reward model (no effect)"),
-    KB("data.return_full_prompt", "false", "keep the templated prompt text in the batch (no effect)"),
-    KS("data.image_key", "images", "dataset column holding images (multimodal; no effect)"),
-    KS("data.video_key", "videos", "dataset column holding videos (multimodal; no effect)"),
-    KB("data.use_shm", "false", "load the data through /dev/shm (no effect)"),
-    KB("data.trust_remote_code", "false", "allow tokenizer code from the hub (no effect)"),
-    KI("data.num_loader_workers", "8", 0, INF, "data-loader worker processes (no effect: the loader is in-process)"),
-    KB("data.force_on_the_fly", "false", "load rows lazily instead of into memory (no effect)"),
-    KB("data.auto_repeat", "false", "repeat the training set when it has fewer rows than steps need (not supported yet)"),
-    KB("data.multi_agent", "false", "the pipeline is multi-agent (not supported yet)"),
-    KSN("data.custom_cls.path", "null", "file with a custom dataset class (not supported yet)"),
-    KSN("data.custom_cls.name", "null", "name of the custom dataset class (unused while path is null)"),
-    KM("data.processor",
-       "{image_max_pixels: 589824, image_min_pixels: 1024, video_max_pixels: 65536, video_min_pixels: 256, "
-       "video_fps: 2.0, video_maxlen: 128}",
-       "image / video processor settings, siiRL's ProcessorArguments (multimodal; accepted for compatibility; no effect)"),
-
-    /* ---- actor_rollout_ref ---- */
-    KB(ARR "hybrid_engine", "true", "actor and rollout share weights (always so in distflow; no effect)"),
-    KS(ARR "model.path", "~/models/deepseek-llm-7b-chat",
-       "Hugging Face model directory (config.json, safetensors, tokenizer.json)"),
-    KSN(ARR "model.external_lib", "null", "Python module to import for custom models (no effect)"),
-    KB(ARR "model.enable_gradient_checkpointing", "true",
-       "recompute activations in backward (accepted; distflow keeps activations, no effect)"),
-    KB(ARR "model.use_remove_padding", "false",
-       "pack sequences without padding (distflow always packs; no effect)"),
-    KB(ARR "model.use_fused_kernels", "false", "fused kernels (no effect)"),
-    KB(ARR "model.trust_remote_code", "false", "allow model code from the hub (no effect)"),
-    KB(ARR "model.use_liger", "false", "Liger kernels (no effect)"),
-    KB(ARR "model.use_shm", "false", "load the model through /dev/shm (no effect)"),
-    KB(ARR "model.enable_activation_offload", "false", "offload activations to host memory (no effect)"),
-    KI(ARR "model.lora_rank", "0", 0, 0, "LoRA rank; LoRA is not supported yet, must be 0"),
-    KF(ARR "model.lora_alpha", "16", 0, INF, "LoRA scaling factor (unused while lora_rank is 0)"),
-    KS(ARR "model.target_modules", "all-linear", "LoRA target modules (unused while lora_rank is 0)"),
-    KM(ARR "model.override_config", "{}",
-       "overrides of the model's config.json (accepted for compatibility; no effect: config.json is used as is)"),
-    KM(ARR "model.gradient_checkpointing_kwargs", "{}", "gradient checkpointing options (accepted for compatibility; no effect)"),
-
-    /* actor (siiRL ActorArguments, verl actor/dp_actor.yaml) */
-    KE(ACTOR "strategy", "fsdp", "fsdp|fsdp2|megatron",
-       "training backend name (every value runs distflow's data-parallel engine)"),
-    KI(ACTOR "ppo_mini_batch_size", "256", 1, INF,
-       "prompts per optimizer step (x rollout.n samples); splits each batch into mini-batches"),
-    KIN(ACTOR "ppo_micro_batch_size", "null", 1, INF,
-        "deprecated global micro-batch size; use ppo_micro_batch_size_per_gpu"),
-    KIN(ACTOR "ppo_micro_batch_size_per_gpu", "1", 1, INF,
-        "samples per forward/backward on one rank (gradient accumulation unit)"),
-    KB(ACTOR "use_dynamic_bsz", "false",
-       "form micro-batches by token budget (ppo_max_token_len_per_gpu) instead of sample count"),
-    KI(ACTOR "ppo_max_token_len_per_gpu", "16384", 1, INF,
-       "token budget of one micro-batch per rank when use_dynamic_bsz"),
-    KI(ACTOR "ppo_epochs", "1", 1, INF, "passes over each batch per training step"),
-    KB(ACTOR "shuffle", "false", "shuffle samples between ppo_epochs (no effect: mini-batches keep batch order)"),
-    KF(ACTOR "grad_clip", "1.0", 0, INF, "clip the global gradient L2 norm to this value"),
-    KF(ACTOR "clip_ratio", "0.2", 0, INF, "PPO clip epsilon (Schulman et al. 2017, eq. 7)"),
-    KF_FROM(ACTOR "clip_ratio_low", ACTOR "clip_ratio", 0, INF,
-            "lower clip epsilon (ratio >= 1 - low); null: clip_ratio (DAPO's decoupled clip)"),
-    KF_FROM(ACTOR "clip_ratio_high", ACTOR "clip_ratio", 0, INF,
-            "upper clip epsilon (ratio <= 1 + high); null: clip_ratio (DAPO: 0.28)"),
-    KF(ACTOR "clip_ratio_c", "3.0", 1, INF,
-       "dual-clip constant: bounds the loss of negative-advantage tokens (Ye et al. 2019)"),
-    KF(ACTOR "entropy_coeff", "0", -INF, INF, "weight of the entropy bonus in the policy loss"),
-    KB(ACTOR "use_kl_loss", "false", "add a KL(actor || ref) term to the loss (GRPO)"),
-    KF(ACTOR "kl_loss_coef", "0.001", 0, INF, "weight of the KL loss when use_kl_loss"),
-    KE(ACTOR "kl_loss_type", "low_var_kl", KL_TYPES,
-       "KL estimator of the KL loss: kl (k1), abs, mse (k2), low_var_kl (k3), full"),
-    KE(ACTOR "loss_agg_mode", "token-mean", LOSS_AGG,
-       "how token losses are aggregated (verl agg_loss; docs/losses.md): over all tokens, per response "
-       "then over responses with tokens, or the token sum over a constant length (-seqavg: also "
-       "averaged over responses)"),
-    KIN(ACTOR "loss_scale_factor", "null", 1, INF,
-        "seq-mean-token-sum-norm(-seqavg)'s constant length normaliser; null: data.max_response_length "
-        "(verl)"),
-    KS(ACTOR "policy_loss.loss_mode", "vanilla",
-       "policy loss from the policy-loss registry (vanilla, gspo, gpg, clip-cov, kl-cov, cpgd, ...)"),
-    KF(ACTOR "policy_loss.clip_cov_ratio", "0.0002", 0, 1, "clip-cov: fraction of tokens clipped"),
-    KF(ACTOR "policy_loss.clip_cov_lb", "1.0", -INF, INF, "clip-cov: lower covariance bound"),
-    KF(ACTOR "policy_loss.clip_cov_ub", "5.0", -INF, INF, "clip-cov: upper covariance bound"),
-    KF(ACTOR "policy_loss.kl_cov_ratio", "0.0002", 0, 1, "kl-cov: fraction of tokens penalised"),
-    KF(ACTOR "policy_loss.ppo_kl_coef", "0.1", 0, INF, "kl-cov: KL penalty coefficient"),
-    KB(ACTOR "use_cpgd_loss", "false", "use the CPGD policy loss (siiRL)"),
-    KF(ACTOR "policy_drift_coeff", "0.0", 0, INF, "CPGD policy-drift regulariser weight (siiRL)"),
-    KB(ACTOR "recompute_old_log_prob", "true", "recompute old log-probs with the actor before the update"),
-    KI(ACTOR "ulysses_sequence_parallel_size", "1", 1, INF, "sequence parallel size (no effect)"),
-    KB(ACTOR "use_torch_compile", "true", "torch.compile (no effect)"),
-    KB(ACTOR "fsdp_config.param_offload", "false", "offload parameters to host memory (no effect)"),
-    KB(ACTOR "fsdp_config.optimizer_offload", "false", "offload optimizer state (no effect)"),
-    KB(ACTOR "fsdp_config.offload_policy", "false", "FSDP2 offload policy (no effect)"),
-    KB(ACTOR "fsdp_config.reshard_after_forward", "true", "FSDP2 reshard after forward (no effect)"),
-    KI(ACTOR "fsdp_config.fsdp_size", "-1", -1, INF, "FSDP sharding group size; -1: all ranks (no effect)"),
-    KM(ACTOR "fsdp_config.wrap_policy", "{min_num_params: 0}", "FSDP wrapping policy (accepted for compatibility; no effect)"),
-    KM(ACTOR "megatron", "{}",
-       "Megatron-LM settings, siiRL's MegatronArguments (strategy megatron; accepted for compatibility; no effect)"),
-    KM(ACTOR "profile", "{}", "actor profiler settings (accepted for compatibility; no effect)"),
-    KB_FROM(ACTOR "use_remove_padding", ARR "model.use_remove_padding", "pack sequences (always so; no effect)"),
-    KB_FROM(ACTOR "use_fused_kernels", ARR "model.use_fused_kernels", "fused kernels (no effect)"),
-    KF(ACTOR "tis_imp_ratio_cap", "-1", -INF, INF,
-       "truncated importance sampling: weight the policy loss by min(exp(old - rollout log-prob), cap); <= 0: off"),
-    KB(ACTOR "entropy_checkpointing", "false", "recompute the entropy in backward (no effect)"),
-    KB(ACTOR "entropy_from_logits_with_chunking", "false", "chunked entropy computation (no effect)"),
-    KIN(ACTOR "data_loader_seed", "null", -INF, INF, "seed of the mini-batch shuffle (no effect: trainer.seed is used)"),
-    KB(ACTOR "load_weight", "true", "load pretrained weights (distflow always loads them; no effect)"),
-    KLE(ACTOR "checkpoint.contents", "[model, optimizer, extra]", "model|optimizer|extra|hf_model",
-        "checkpoint parts (distflow saves HF weights, optimizer and state; no effect)"),
-    KLE(ACTOR "checkpoint.save_contents", "[model, optimizer, extra]", "model|optimizer|extra|hf_model",
-        "checkpoint parts to save (no effect)"),
-    KLE(ACTOR "checkpoint.load_contents", "[model, optimizer, extra]", "model|optimizer|extra|hf_model",
-        "checkpoint parts to load (no effect)"),
-    KB(ACTOR "checkpoint.async_save", "false", "save checkpoints asynchronously (no effect)"),
-    OPTIM(ACTOR "optim.", "1e-6"),
-
-    /* reference policy (siiRL RefArguments) */
-    KIN(REF "log_prob_micro_batch_size", "null", 1, INF,
-        "deprecated global micro-batch size; use log_prob_micro_batch_size_per_gpu"),
-    KIN(REF "log_prob_micro_batch_size_per_gpu", "1", 1, INF,
-        "samples per reference forward on one rank"),
-    KB_FROM(REF "log_prob_use_dynamic_bsz", ACTOR "use_dynamic_bsz",
-            "micro-batch the reference forward by token budget"),
-    KI_FROM(REF "log_prob_max_token_len_per_gpu", ACTOR "ppo_max_token_len_per_gpu", 1, INF,
-            "token budget of one reference micro-batch"),
-    KB(REF "fsdp_config.param_offload", "false", "offload reference parameters (no effect)"),
-    KE(REF "strategy", "fsdp", "fsdp|fsdp2|megatron", "reference backend name (no effect)"),
-    KB(REF "fsdp_config.reshard_after_forward", "true", "FSDP2 reshard after forward (no effect)"),
-    KM(REF "fsdp_config.wrap_policy", "{min_num_params: 0}", "FSDP wrapping policy (accepted for compatibility; no effect)"),
-    KM(REF "megatron", "{}", "Megatron-LM settings of the reference (accepted for compatibility; no effect)"),
-    KM(REF "profile", "{}", "reference profiler settings (accepted for compatibility; no effect)"),
-    KI_FROM(REF "ulysses_sequence_parallel_size", ACTOR "ulysses_sequence_parallel_size", 1, INF,
-            "reference sequence parallel size (no effect)"),
-    KB_FROM(REF "use_torch_compile", ACTOR "use_torch_compile", "torch.compile (no effect)"),
-    KB_FROM(REF "use_remove_padding", ARR "model.use_remove_padding", "pack sequences (always so; no effect)"),
-    KB_FROM(REF "use_fused_kernels", ARR "model.use_fused_kernels", "fused kernels (no effect)"),
-
-    /* rollout (siiRL RolloutArguments, verl rollout/rollout.yaml) */
-    KE(ROLLOUT "name", "vllm", "vllm|sglang|hf",
-       "rollout engine name (every value runs distflow's engine: KV cache, continuous batching)"),
-    KF(ROLLOUT "temperature", "1.0", 0, INF, "sampling temperature; 0 is greedy"),
-    KI(ROLLOUT "top_k", "-1", -1, INF, "keep the k most likely tokens; -1 or 0: off"),
-    KF(ROLLOUT "top_p", "1.0", 0, 1, "nucleus sampling mass; 1.0: off"),
-    KB(ROLLOUT "do_sample", "true", "sample; false: greedy decoding"),
-    KI(ROLLOUT "n", "1", 1, INF, "responses per prompt (the group size of GRPO)"),
-    KI_FROM(ROLLOUT "prompt_length", "data.max_prompt_length", 1, INF, "prompt token budget"),
-    KI_FROM(ROLLOUT "response_length", "data.max_response_length", 1, INF,
-            "maximum new tokens per response"),
-    KE(ROLLOUT "dtype", "bfloat16", DTYPES, "compute dtype of rollout matmuls"),
-    KIN(ROLLOUT "log_prob_micro_batch_size", "null", 1, INF,
-        "deprecated global micro-batch size; use log_prob_micro_batch_size_per_gpu"),
-    KIN(ROLLOUT "log_prob_micro_batch_size_per_gpu", "1", 1, INF,
-        "samples per old-log-prob forward on one rank"),
-    KB_FROM(ROLLOUT "log_prob_use_dynamic_bsz", ACTOR "use_dynamic_bsz",
-            "micro-batch the old-log-prob forward by token budget"),
-    KI_FROM(ROLLOUT "log_prob_max_token_len_per_gpu", ACTOR "ppo_max_token_len_per_gpu", 1, INF,
-            "token budget of one old-log-prob micro-batch"),
-    KI(ROLLOUT "max_num_seqs", "1024", 1, INF, "sequences decoded concurrently per rank"),
-    KI(ROLLOUT "max_num_batched_tokens", "8192", 1, INF, "tokens per prefill / decode step per rank"),
-    KIN(ROLLOUT "max_model_len", "null", 1, INF,
-        "KV cache length per sequence; null: prompt_length + response_length"),
-    KB(ROLLOUT "ignore_eos", "false", "keep generating after the end-of-sequence token"),
-    KI(ROLLOUT "seed", "0", -INF, INF, "seed of the rollout sampler (siiRL)"),
-    KB(ROLLOUT "calculate_log_probs", "false", "also record rollout log-probs for debugging"),
-    KF(ROLLOUT "gpu_memory_utilization", "0.5", 0, 1, "KV cache memory fraction (no effect)"),
-    KI(ROLLOUT "tensor_model_parallel_size", "1", 1, INF, "rollout tensor parallel size (no effect)"),
-    KB(ROLLOUT "enforce_eager", "true", "disable CUDA graphs (no effect)"),
-    KB(ROLLOUT "free_cache_engine", "true", "free the KV cache after rollout (no effect)"),
-    KB(ROLLOUT "enable_chunked_prefill", "true", "chunked prefill (no effect)"),
-    KB(ROLLOUT "disable_log_stats", "true", "engine statistics logging (no effect)"),
-    KE(ROLLOUT "mode", "sync", "sync|async", "engine call mode (distflow's engine is in-process; no effect)"),
-    KSN(ROLLOUT "chat_scheduler", "null", "async chat scheduler class (no effect)"),
-    KB(ROLLOUT "use_fire_sampling", "false", "FIRE sampling, arXiv 2410.21236 (not supported yet)"),
-    KS(ROLLOUT "load_format", "dummy_dtensor", "engine weight loading format (no effect: weights are shared)"),
-    KB(ROLLOUT "layered_summon", "false", "gather weights layer by layer (no effect)"),
-    KB(ROLLOUT "trust_remote_code", "false", "allow model code from the hub (no effect)"),
-    KB(ROLLOUT "multi_stage_wake_up", "false", "wake the engine in stages (no effect)"),
-    KIN(ROLLOUT "micro_batch_size", "null", 1, INF, "inference micro-batch size (no effect; see max_num_seqs)"),
-    KIN(ROLLOUT "limit_images", "null", 1, INF, "images per prompt (multimodal; no effect)"),
-    KM(ROLLOUT "engine_kwargs.vllm", "{swap_space: null, disable_mm_preprocessor_cache: null}",
-       "vLLM engine keyword arguments (accepted for compatibility; no effect)"),
-    KM(ROLLOUT "engine_kwargs.sglang", "{attention_backend: null}",
-       "SGLang engine keyword arguments (accepted for compatibility; no effect)"),
-    KB(ROLLOUT "multi_turn.enable", "false", "multi-turn tool interaction (not supported yet)"),
-    KIN(ROLLOUT "multi_turn.max_assistant_turns", "null", 1, INF, "multi-turn: assistant turn limit"),
-    KIN(ROLLOUT "multi_turn.max_user_turns", "null", 1, INF, "multi-turn: user turn limit"),
-    KSN(ROLLOUT "multi_turn.tool_config_path", "null", "multi-turn: tool config file"),
-    KSN(ROLLOUT "multi_turn.interaction_config_path", "null", "multi-turn: interaction config file"),
-    KSN(ROLLOUT "multi_turn.completion_callback", "null", "multi-turn: completion callback class"),
-    KI(ROLLOUT "multi_turn.max_parallel_calls", "1", 1, INF, "multi-turn: tool calls per turn"),
-    KI(ROLLOUT "multi_turn.max_tool_response_length", "256", 1, INF, "multi-turn: tool response token limit"),
-    KE(ROLLOUT "multi_turn.tool_response_truncate_side", "middle", "left|middle|right",
-       "multi-turn: which end of a long tool response to keep"),
-    KB(ROLLOUT "multi_turn.use_inference_chat_template", "false", "multi-turn: template the model's own way"),
-    KE(ROLLOUT "multi_turn.tokenization_sanity_check_mode", "strict", "disable|strict|ignore_strippable",
-       "multi-turn: turn-by-turn tokenization check"),
-    KS(ROLLOUT "multi_turn.format", "hermes", "multi-turn: tool call format (hermes, llama3_json, ...)"),
-    KB(ROLLOUT "multi_turn.use_all_traj", "false", "multi-turn: train on every round's trajectory"),
-    KS(ROLLOUT "agent.agent_name", "single_turn_agent", "agent loop (no effect: single turn)"),
-    KI(ROLLOUT "agent.num_workers", "8", 1, INF, "agent loop workers (no effect)"),
-    KB(ROLLOUT "agent.rewards_with_env", "false", "agent: take rewards from the environment (no effect)"),
-    KSN(ROLLOUT "agent.custom_async_server.path", "null", "agent: custom async server file (no effect)"),
-    KSN(ROLLOUT "agent.custom_async_server.name", "null", "agent: custom async server class (no effect)"),
-    KM(ROLLOUT "agent.pre_process_kwargs", "{}", "agent: pre-process function arguments (accepted for compatibility; no effect)"),
-    KM(ROLLOUT "agent.post_process_kwargs", "{}", "agent: post-process function arguments (accepted for compatibility; no effect)"),
-    KS(ROLLOUT "layer_name_map.qkv_layer_name", "qkv", "Megatron weight-name map (no effect)"),
-    KS(ROLLOUT "layer_name_map.gate_proj_layer_name", "linear_fc1.weight", "Megatron weight-name map (no effect)"),
-    KI(ROLLOUT "val_kwargs.n", "1", 1, INF, "validation: responses per prompt"),
-    KB(ROLLOUT "val_kwargs.do_sample", "false", "validation: sample; false: greedy"),
-    KF(ROLLOUT "val_kwargs.temperature", "0", 0, INF, "validation: sampling temperature"),
-    KI(ROLLOUT "val_kwargs.top_k", "-1", -1, INF, "validation: top-k; -1 or 0: off"),
-    KF(ROLLOUT "val_kwargs.top_p", "1.0", 0, 1, "validation: nucleus mass; 1.0: off"),
-
-    /* ---- critic (siiRL CriticArguments; used by gae) ---- */
-    KE("critic.strategy", "fsdp", "fsdp|fsdp2|megatron", "training backend name (no effect)"),
-    KS("critic.model.path", "~/models/deepseek-llm-7b-chat", "critic initialisation (HF directory)"),
-    KS_FROM("critic.model.tokenizer_path", ARR "model.path", "tokenizer of the critic"),
-    KB("critic.model.enable_gradient_checkpointing", "true", "recompute activations (no effect)"),
-    KB("critic.model.use_remove_padding", "false", "pack sequences (always so; no effect)"),
-    OPTIM("critic.optim.", "1e-5"),
-    KI("critic.ppo_mini_batch_size", "256", 1, INF, "prompts per critic optimizer step"),
-    KIN("critic.ppo_micro_batch_size", "null", 1, INF, "deprecated; use ppo_micro_batch_size_per_gpu"),
-    KIN("critic.ppo_micro_batch_size_per_gpu", "null", 1, INF, "samples per critic micro-batch"),
-    KB("critic.use_dynamic_bsz", "false", "micro-batch the critic by token budget"),
-    KI("critic.ppo_max_token_len_per_gpu", "32768", 1, INF, "critic training token budget"),
-    KI_FROM("critic.forward_max_token_len_per_gpu", "critic.ppo_max_token_len_per_gpu", 1, INF,
-            "critic value forward token budget (verl: defaults to ppo_max_token_len_per_gpu)"),
-    KI("critic.ppo_epochs", "1", 1, INF, "critic passes over each batch"),
-    KB("critic.shuffle", "false", "shuffle between critic epochs (no effect: mini-batches keep batch order)"),
-    KF("critic.grad_clip", "1.0", 0, INF, "critic global gradient-norm clip"),
-    KF("critic.cliprange_value", "0.5", 0, INF, "value clipping range of the critic loss"),
-    KE("critic.loss_agg_mode", "token-mean", LOSS_AGG,
-       "critic loss aggregation, as actor.loss_agg_mode (the token-sum-norm modes divide by "
-       "data.max_response_length)"),
-    KI_FROM("critic.rollout_n", ROLLOUT "n", 1, INF, "responses per prompt seen by the critic"),
-    KIN("critic.forward_micro_batch_size", "null", 1, INF, "deprecated; use forward_micro_batch_size_per_gpu"),
-    KI_FROM("critic.forward_micro_batch_size_per_gpu", "critic.ppo_micro_batch_size_per_gpu", 1, INF,
-            "samples per critic value forward"),
-    KI("critic.ulysses_sequence_parallel_size", "1", 1, INF, "critic sequence parallel size: distflow replicates instead of sharding, so it divides the critic's data-parallel size"),
-    KB("critic.model.use_shm", "false", "load the critic through /dev/shm (no effect)"),
-    KSN("critic.model.external_lib", "null", "Python module for custom models (no effect)"),
-    KB("critic.model.trust_remote_code", "false", "allow model code from the hub (no effect)"),
-    KB("critic.model.enable_activation_offload", "false", "offload activations (no effect)"),
-    KB("critic.model.fsdp_config.param_offload", "false", "offload critic parameters (no effect)"),
-    KB("critic.model.fsdp_config.optimizer_offload", "false", "offload critic optimizer state (no effect)"),
-    KI("critic.model.fsdp_config.fsdp_size", "-1", -1, INF, "FSDP sharding group size (no effect)"),
-    KB("critic.model.fsdp_config.offload_policy", "false", "FSDP2 offload policy (no effect)"),
-    KB("critic.model.fsdp_config.reshard_after_forward", "true", "FSDP2 reshard after forward (no effect)"),
-    KM("critic.model.fsdp_config.wrap_policy", "{min_num_params: 0}", "FSDP wrapping policy (accepted for compatibility; no effect)"),
-    KM("critic.model.override_config", "{}", "overrides of the critic's config.json (accepted for compatibility; no effect)"),
-    KI("critic.model.lora_rank", "0", 0, 0, "critic LoRA rank; LoRA is not supported yet, must be 0"),
-    KF("critic.model.lora_alpha", "16", 0, INF, "critic LoRA scaling (unused while lora_rank is 0)"),
-    KS("critic.model.target_modules", "all-linear", "critic LoRA target modules (unused while lora_rank is 0)"),
-    KB("critic.load_weight", "true", "load pretrained critic weights (no effect)"),
-    KIN("critic.data_loader_seed", "null", -INF, INF, "seed of the critic mini-batch shuffle (no effect)"),
-    KB("critic.checkpoint.async_save", "false", "save critic checkpoints asynchronously (no effect)"),
-    KLE("critic.checkpoint.contents", "[model, optimizer, extra]", "model|optimizer|extra|hf_model",
-        "critic checkpoint parts (no effect)"),
-    KLE("critic.checkpoint.save_contents", "[model, optimizer, extra]", "model|optimizer|extra|hf_model",
-        "critic checkpoint parts to save (no effect)"),
-    KLE("critic.checkpoint.load_contents", "[model, optimizer, extra]", "model|optimizer|extra|hf_model",
-        "critic checkpoint parts to load (no effect)"),
-    KM("critic.megatron", "{}", "Megatron-LM settings of the critic (accepted for compatibility; no effect)"),
-
-    /* ---- reward (siiRL RewardModelArguments, CustomRewardArguments) ---- */
-    KB("reward_model.enable", "false", "score with a reward model (not supported yet: rule rewards)"),
-    KS("reward_model.reward_manager", "naive",
-       "reward manager: naive (verl NaiveRewardManager) or dapo (DAPORewardManager: adds the overlong penalty)"),
-    KB("reward_model.launch_reward_fn_async", "false", "compute rewards during log-prob passes"),
-    KB("reward_model.overlong_buffer.enable", "false", "DAPO: penalise responses near the length limit"),
-    KI("reward_model.overlong_buffer.len", "512", 0, INF, "DAPO: penalty ramp length in tokens"),
-    KF("reward_model.overlong_buffer.penalty_factor", "1.0", 0, INF, "DAPO: maximum overlong penalty"),
-    KB("reward_model.overlong_buffer.log", "false", "DAPO: log overlong statistics"),
-    KE("reward_model.strategy", "fsdp", "fsdp|fsdp2|megatron", "reward model backend name (no effect)"),
-    KS("reward_model.model.path", "~/models/FsfairX-LLaMA3-RM-v0.1", "reward model (HF directory; used when enable)"),
-    KS_FROM("reward_model.model.input_tokenizer", ARR "model.path",
-            "policy tokenizer to decode responses before re-templating for the reward model"),
-    KSN("reward_model.model.external_lib", "null", "Python module for custom models (no effect)"),
-    KB("reward_model.model.use_remove_padding", "false", "pack sequences (no effect)"),
-    KB("reward_model.model.trust_remote_code", "false", "allow model code from the hub (no effect)"),
-    KB("reward_model.model.fsdp_config.param_offload", "false", "offload reward model parameters (no effect)"),
-    KB("reward_model.model.fsdp_config.reshard_after_forward", "true", "FSDP2 reshard after forward (no effect)"),
-    KI("reward_model.model.fsdp_config.fsdp_size", "-1", -1, INF, "FSDP sharding group size (no effect)"),
-    KM("reward_model.model.fsdp_config.wrap_policy", "{min_num_params: 0}",
-       "FSDP wrapping policy (accepted for compatibility; no effect)"),
-    KB("reward_model.model.use_shm", "false", "load the reward model through /dev/shm (no effect)"),
-    KB_FROM("reward_model.model.use_fused_kernels", ARR "model.use_fused_kernels", "fused kernels (no effect)"),
-    KM("reward_model.megatron", "{}", "Megatron-LM settings of the reward model (accepted for compatibility; no effect)"),
-    KM("reward_model.reward_kwargs", "{}",
-       "extra keyword arguments of the reward manager (accepted for compatibility; no effect)"),
-    KIN("reward_model.micro_batch_size", "null", 1, INF, "deprecated; use micro_batch_size_per_gpu"),
-    KIN("reward_model.micro_batch_size_per_gpu", "null", 1, INF, "samples per reward model forward"),
-    KIN("reward_model.max_length", "null", 1, INF, "reward model input token limit"),
-    KI("reward_model.ulysses_sequence_parallel_size", "1", 1, INF, "sequence parallel size (no effect)"),
-    KB_FROM("reward_model.use_dynamic_bsz", "critic.use_dynamic_bsz", "micro-batch by token budget"),
-    KI_FROM("reward_model.forward_max_token_len_per_gpu", "critic.forward_max_token_len_per_gpu", 1, INF,
-            "token budget of one reward model micro-batch"),
-    KB("reward_model.load_weight", "true", "load reward model weights (no effect)"),
-    KSN("reward_model.sandbox_fusion.url", "null", "code-execution sandbox URL for code rewards (not supported yet)"),
-    KI("reward_model.sandbox_fusion.max_concurrent", "64", 1, INF, "sandbox: concurrent requests"),
-    KSN("custom_reward_function.path", "null",
-        "shared library with a custom reward (distflow's counterpart of a Python file)"),
-    KS("custom_reward_function.name", "compute_score", "symbol of the custom reward in that library"),
-
-    /* ---- algorithm (siiRL AlgorithmArguments) ---- */
-    KF("algorithm.gamma", "1.0", 0, 1, "discount factor"),
-    KF("algorithm.lam", "1.0", 0, 1, "GAE lambda (Schulman et al. 2016)"),
-    KS("algorithm.adv_estimator", "gae",
-       "advantage estimator from the registry (gae, grpo, rloo, reinforce_plus_plus, "
-       "reinforce_plus_plus_baseline, remax, gpg, gpg_paper, cpgd, or a plugin's)"),
-    KB("algorithm.norm_adv_by_std_in_grpo", "true", "GRPO: divide group-relative advantages by the std"),
-    KB("algorithm.use_kl_in_reward", "false", "subtract a KL(actor || ref) penalty from the reward"),
-    KE("algorithm.kl_penalty", "kl", KL_TYPES, "KL estimator of the in-reward penalty"),
-    KE("algorithm.kl_ctrl.type", "fixed", "fixed|adaptive", "KL coefficient controller"),
-    KF("algorithm.kl_ctrl.kl_coef", "0.001", 0, INF, "(initial) in-reward KL coefficient"),
-    KF("algorithm.kl_ctrl.target_kl", "0.1", 0, INF, "adaptive controller: target KL"),
-    KF("algorithm.kl_ctrl.horizon", "1000", 1, INF, "adaptive controller: horizon (siiRL; verl: 10000)"),
-    KS("algorithm.workflow_type", "default", "built-in workflow: default (PPO / GRPO), dapo, embodied"),
-    KE("algorithm.weight_factor_in_cpgd", "STD_weight", "STD_weight|clip_filter_like_weight|naive",
-       "CPGD advantage weighting: group std, the paper's clip-filter-like weight (capped at 3), or none"),
-    KB("algorithm.filter_groups.enable", "false", "DAPO dynamic sampling: drop zero-variance groups"),
-    KS("algorithm.filter_groups.metric", "acc", "DAPO: per-sample metric whose variance is tested"),
-    KI("algorithm.filter_groups.max_num_gen_batches", "10", 0, INF,
-       "DAPO: generation batches per step before giving up; 0: no limit"),
-    KS("algorithm.algorithm_name", "grpo", "algorithm name in logs (siiRL; the pipeline follows workflow_type)"),
-    KB("algorithm.share_reward_in_agent", "true", "multi-agent: agents share one reward (no effect)"),
-    KB("algorithm.use_pf_ppo", "false", "preference-feedback PPO reweighting (not supported yet)"),
-    KE("algorithm.pf_ppo.reweight_method", "pow", "pow|max_min|max_random", "PF-PPO: sample reweighting"),
-    KF("algorithm.pf_ppo.weight_pow", "2.0", 0, INF, "PF-PPO: exponent of the pow reweighting"),
-
-    /* ---- trainer (siiRL TrainingArguments) ---- */
-    KS("trainer.project_name", "distflow_examples", "project name in logs"),
-    KS("trainer.experiment_name", "gsm8k", "run name in logs"),
-    KL("trainer.logger", "[console]",
-       "logging backends: console, file (JSON lines); verl's default also lists wandb"),
-    KI("trainer.log_val_generations", "0", 0, INF, "validation samples to print"),
-    KI("trainer.total_epochs", "30", 1, INF, "passes over the training set"),
-    KIN("trainer.total_training_steps", "null", 1, INF, "stop after this many steps; null: from epochs"),
-    KS("trainer.default_local_dir", "checkpoints/${trainer.project_name}/${trainer.experiment_name}",
-       "checkpoint directory"),
-    KE("trainer.resume_mode", "auto", "auto|disable|resume_path",
-       "auto: resume from the latest checkpoint in default_local_dir"),
-    KSN("trainer.resume_from_path", "null", "checkpoint to resume when resume_mode is resume_path"),
-    KI("trainer.seed", "1", -INF, INF, "global seed (not in verl's ppo_trainer.yaml; siiRL's)"),
-    KI("trainer.test_freq", "-1", -1, INF, "validate every this many steps; -1: never"),
-    KB("trainer.val_before_train", "true", "validate before the first step"),
-    KB("trainer.val_only", "false", "validate and exit"),
-    KI("trainer.save_freq", "-1", -1, INF, "checkpoint every this many steps; -1: never"),
-    KIN("trainer.max_actor_ckpt_to_keep", "null", 1, INF, "keep this many actor checkpoints (no effect: every checkpoint is kept)"),
-    KIN("trainer.max_critic_ckpt_to_keep", "null", 1, INF, "keep this many critic checkpoints (no effect: every checkpoint is kept)"),
-    KI("trainer.critic_warmup", "0", 0, INF, "steps that train only the critic"),
-    KB("trainer.balance_batch", "true", "balance tokens across data-parallel ranks (verl's default)"),
-    KI("trainer.nnodes", "1", 1, INF, "machines in the run"),
-    KI("trainer.n_gpus_per_node", "8", 1, INF, "ranks (devices) per machine"),
-    KE("trainer.device", "cpu", "cpu|cuda", "compute device (siiRL / verl default cuda; CUDA comes later)"),
-    KSN("trainer.rollout_data_dir", "null", "dump rollouts as JSON lines here; null: no dump"),
-    KSN("trainer.validation_data_dir", "null", "dump validation generations here; null: no dump"),
-    KSN("trainer.default_hdfs_dir", "null", "copy checkpoints to HDFS (no effect)"),
-    KB("trainer.del_local_ckpt_after_load", "false", "delete the local checkpoint after loading (no effect)"),
-    KB("trainer.remove_previous_ckpt_in_save", "false", "deprecated; see max_actor_ckpt_to_keep (no effect)"),
-    KI("trainer.ray_wait_register_center_timeout", "300", 0, INF, "Ray start-up timeout in seconds (no effect)"),
-    KB("trainer.should_log", "false", "siiRL debug logging (no effect)"),
-    KB("trainer.should_save", "false", "siiRL: save the tokenized dataset and exit (no effect)"),
-
-    /* ---- dag (siiRL DagArguments) ---- */
-    KSN("dag.custom_pipeline_fn", "null",
-        "custom pipeline 'lib.so:symbol' (siiRL: 'module:function'); null: built-in"),
-    KSN("dag.workflow_path", "null",
-        "workflow DAG YAML in siiRL's format (examples/workflows/); replaces the built-in "
-        "pipeline of algorithm.workflow_type; null: built-in"),
-    KB("dag.enable_perf", "false", "print a per-rank timing table"),
-    KB("dag.env_enable", "false", "attach an environment to the pipeline (embodied; not supported yet)"),
-    KSN("dag.environment_path", "null", "environment config file (not supported yet)"),
-    KI("dag.backend_threshold", "256", 1, INF, "world size from which siiRL switches process-group backend (no effect)"),
-
-    /* ---- free-form top-level blocks of siiRL's trainer YAML ---- */
-    KM("ray_init", "{num_cpus: null, timeline_json_file: null}",
-       "ray.init() options (accepted for compatibility; no effect: distflow runs under MPI)"),
-    KM("profiler", "{enable: false}",
-       "siiRL's NPU / torch profiler settings (accepted for compatibility; no effect; see dag.enable_perf)"),
-    KM("hydra", "{}", "Hydra's own settings, e.g. run.dir (accepted for compatibility; no effect)"),
+#include "distflow/train_config.def"
 };
+#undef DF_CFG_KEY
 
-static const df_config_schema train_schema = {"train", train, (int)(sizeof train / sizeof train[0])};
+/* Where each key's value goes in df_train_config, and the field's C type. */
+#define DF_CFG_KEY(path, leaf, key, kind, ctype, ...) \
+    {offsetof(df_train_config, path), sizeof(((df_train_config *)0)->path), CFG_CTYPE_OF(((df_train_config *)0)->path)},
+static const cfg_binding train_bind[] = {
+#include "distflow/train_config.def"
+};
+#undef DF_CFG_KEY
+
+/* Compile-time: each field's C type fits its key's schema type (CFG_KIND_FITS). */
+#define DF_CFG_KEY(path, leaf, key, kind, ctype, nullable, ...) \
+    _Static_assert(CFG_KIND_FITS(kind, CFG_CTYPE_OF(((df_train_config *)0)->path), nullable), \
+                   "C type of " key " does not fit its schema type");
+#include "distflow/train_config.def"
+#undef DF_CFG_KEY
+#undef DF_CFG_GROUP
+#undef DF_CFG_END
+#undef DF_CFG_BLOCK
+#undef DF_CFG_EXPAND_BLOCKS
+
+#define N_TRAIN ((int)(sizeof train / sizeof train[0]))
+_Static_assert(sizeof train / sizeof train[0] == sizeof train_bind / sizeof train_bind[0],
+               "one binding per schema entry");
+
+static const df_config_schema train_schema = {"train", train, N_TRAIN, train_bind, sizeof(df_train_config)};
 
 const df_config_schema *df_config_schema_train(void) { return &train_schema; }
+
+int df_train_config_resolve(const df_config *c, df_train_config *out)
+{
+    return cfg_resolve_typed(c, &train_schema, out);
+}

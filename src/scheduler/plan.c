@@ -6,16 +6,18 @@
 #include "scheduler/sched_internal.h"
 #include "distflow/algo_desc.h"
 #include "distflow/model.h"
+#include "distflow/train_config.h"
 #include "util/fsutil.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-int df_pipeline_select(const df_config *c, const char **name)
+/* The planner reads the typed config; `c` stays for where a value came from in messages. */
+static int pipeline_select(const df_config *c, const df_train_config *t, const char **name)
 {
-    const char *wf = df_config_str(c, "algorithm.workflow_type");
-    const char *adv = df_config_str(c, "algorithm.adv_estimator");
+    const char *wf = t->algorithm.workflow_type;
+    const char *adv = t->algorithm.adv_estimator;
     if (!strcasecmp(wf, "dapo"))
         *name = "dapo";
     else if (!strcasecmp(wf, "embodied") || !strcasecmp(wf, "embodied_srpo"))
@@ -28,29 +30,38 @@ int df_pipeline_select(const df_config *c, const char **name)
     return DF_OK;
 }
 
-/* The config key holding the model of a model node's role, or NULL when the role has none. */
-static const char *role_model_key(df_node_role r)
+int df_pipeline_select(const df_config *c, const char **name)
+{
+    df_train_config t;
+    int rc = df_train_config_resolve(c, &t);
+    return rc ? rc : pipeline_select(c, &t, name);
+}
+
+/* The config key holding the model of a model node's role, or NULL when the role has none;
+   its value in t into *path. */
+static const char *role_model_key(df_node_role r, const df_train_config *t, const char **path)
 {
     switch (r) {
     case DF_ROLE_ACTOR:
     case DF_ROLE_ROLLOUT:
-    case DF_ROLE_REFERENCE: return "actor_rollout_ref.model.path";
-    case DF_ROLE_CRITIC: return "critic.model.path";
-    case DF_ROLE_REWARD: return "reward_model.model.path";
-    default: return NULL;
+    case DF_ROLE_REFERENCE: *path = t->actor_rollout_ref.model.path; return "actor_rollout_ref.model.path";
+    case DF_ROLE_CRITIC: *path = t->critic.model.path; return "critic.model.path";
+    case DF_ROLE_REWARD: *path = t->reward_model.model.path; return "reward_model.model.path";
+    default: *path = NULL; return NULL;
     }
 }
 
-int df_task_graph_check_models(df_task_graph *g, const df_config *c)
+static int check_models(df_task_graph *g, const df_train_config *t)
 {
     for (int i = 0; i < df_task_graph_num_nodes(g); i++) {
         const df_node *n = df_task_graph_node_at(g, i);
         if (n->node_type != DF_NODE_MODEL_TRAIN && n->node_type != DF_NODE_MODEL_INFERENCE)
             continue;
-        const char *key = role_model_key(n->node_role);
+        const char *path;
+        const char *key = role_model_key(n->node_role, t, &path);
         const char *why = !key ? "that role has no model"
-                          : df_config_is_null(c, key) || !*df_config_str(c, key) ? "the key is not set"
-                          : n->node_role == DF_ROLE_REWARD && !df_config_bool(c, "reward_model.enable")
+                          : !path || !*path ? "the key is not set"
+                          : n->node_role == DF_ROLE_REWARD && !t->reward_model.enable
                               ? "reward_model.enable is false"
                               : NULL;
         if (why)
@@ -61,10 +72,17 @@ int df_task_graph_check_models(df_task_graph *g, const df_config *c)
     return DF_OK;
 }
 
-/* rc, else df_task_graph_check_models; the graph is freed on failure. */
-static int checked(int rc, const df_config *c, df_task_graph **g)
+int df_task_graph_check_models(df_task_graph *g, const df_config *c)
 {
-    if (!rc && (rc = df_task_graph_check_models(*g, c))) {
+    df_train_config t;
+    int rc = df_train_config_resolve(c, &t);
+    return rc ? rc : check_models(g, &t);
+}
+
+/* rc, else check_models; the graph is freed on failure. */
+static int checked(int rc, const df_train_config *t, df_task_graph **g)
+{
+    if (!rc && (rc = check_models(*g, t))) {
         df_task_graph_free(*g);
         *g = NULL;
     }
@@ -76,9 +94,9 @@ static int checked(int rc, const df_config *c, df_task_graph **g)
  * built-in chains take verl's order, other graphs must have it (kl_order.c).
  * The default graphs are untouched. *g is freed on failure.
  */
-static int kl_in_reward_order(const df_config *c, bool builtin, const char *source, df_task_graph **g)
+static int kl_in_reward_order(const df_train_config *t, bool builtin, const char *source, df_task_graph **g)
 {
-    if (!df_config_bool(c, "algorithm.use_kl_in_reward"))
+    if (!t->algorithm.use_kl_in_reward)
         return DF_OK;
     char what[1300];
     snprintf(what, sizeof what, "%s%s%s", builtin ? "built-in pipeline '" : "", source, builtin ? "'" : "");
@@ -93,33 +111,36 @@ static int kl_in_reward_order(const df_config *c, bool builtin, const char *sour
 int df_pipeline_from_config(const df_config *c, df_warn_fn warn, void *user, const char **name,
                             df_task_graph **out)
 {
+    df_train_config t;
+    int rc = df_train_config_resolve(c, &t);
+    if (rc)
+        return rc;
     const char *wf = "dag.workflow_path", *fn = "dag.custom_pipeline_fn";
-    const char *key = !df_config_is_null(c, wf) ? wf : !df_config_is_null(c, fn) ? fn : NULL;
+    const char *key = t.dag.workflow_path ? wf : t.dag.custom_pipeline_fn ? fn : NULL;
+    const char *value = key == wf ? t.dag.workflow_path : t.dag.custom_pipeline_fn;
     if (!key) {
-        int rc = df_pipeline_select(c, name);
+        rc = pipeline_select(c, &t, name);
         if (!rc)
-            rc = checked(df_builtin_pipeline(*name, out), c, out);
-        return rc ? rc : kl_in_reward_order(c, true, *name, out);
+            rc = checked(df_builtin_pipeline(*name, out), &t, out);
+        return rc ? rc : kl_in_reward_order(&t, true, *name, out);
     }
-    int rc;
     if (key == wf) {
         *name = "workflow";
-        char *path = df_expand_user(df_config_str(c, wf));
+        char *path = df_expand_user(value);
         rc = path ? df_workflow_load_ex(path, warn, user, out) : df_error(DF_ENOMEM, "out of memory");
         free(path);
     } else {
         *name = "custom";
-        rc = df_pipeline_from_plugin(df_config_str(c, fn), out);
+        rc = df_pipeline_from_plugin(value, out);
     }
     if (!rc) {
         char src[1200];
-        snprintf(src, sizeof src, "%s '%s'", key == wf ? "workflow file" : "custom pipeline",
-                 df_config_str(c, key));
-        rc = kl_in_reward_order(c, false, src, out);
+        snprintf(src, sizeof src, "%s '%s'", key == wf ? "workflow file" : "custom pipeline", value);
+        rc = kl_in_reward_order(&t, false, src, out);
     }
     if (rc)
         return df_error_wrap(rc, "%s: %s", df_config_where(c, key), key);
-    return checked(DF_OK, c, out);
+    return checked(DF_OK, &t, out);
 }
 
 /* Parameters of the model at dir/config.json, or 0 when it cannot be read (a plan needs no files). */
@@ -140,7 +161,7 @@ static double model_dir_params(const char *dir)
 
 /* param_aware sizes of a plan: each model path's parameter count, read at most once per key. */
 typedef struct {
-    const df_config *c;
+    const df_train_config *t;
     int n;
     struct {
         const char *key;
@@ -152,13 +173,14 @@ typedef struct {
 static double node_model_params(const df_node *n, void *user)
 {
     plan_sizes *ps = user;
-    const char *key = role_model_key(n->node_role);
-    if (!key || df_config_is_null(ps->c, key))
+    const char *path;
+    const char *key = role_model_key(n->node_role, ps->t, &path);
+    if (!key || !path)
         return 0;
     for (int i = 0; i < ps->n; i++)
         if (!strcmp(ps->seen[i].key, key))
             return ps->seen[i].params;
-    double p = model_dir_params(df_config_str(ps->c, key));
+    double p = model_dir_params(path);
     if (ps->n < (int)(sizeof ps->seen / sizeof ps->seen[0]))
         ps->seen[ps->n].key = key, ps->seen[ps->n++].params = p;
     return p;
@@ -188,15 +210,18 @@ int df_plan_create(const df_config *c, df_warn_fn warn, void *user, df_plan **ou
     df_plan *p = calloc(1, sizeof *p);
     if (!p)
         return df_error(DF_ENOMEM, "out of memory");
-    int rc = df_pipeline_from_config(c, warn, user, &p->pipeline, &p->graph);
+    df_train_config t;
+    int rc = df_train_config_resolve(c, &t);
+    if (!rc)
+        rc = df_pipeline_from_config(c, warn, user, &p->pipeline, &p->graph);
     if (!rc)
         rc = df_task_graph_split(p->graph, &p->subgraphs, &p->n_subgraphs);
-    int64_t nnodes = df_config_int(c, "trainer.nnodes");
-    int64_t gpus = df_config_int(c, "trainer.n_gpus_per_node");
+    int64_t nnodes = t.trainer.nnodes;
+    int64_t gpus = t.trainer.n_gpus_per_node;
     if (!rc && (nnodes > (1 << 20) || gpus > (1 << 20)))
         rc = df_error(DF_EINVAL, "%s: trainer.nnodes x trainer.n_gpus_per_node is too large",
                       df_config_where(c, "trainer.nnodes"));
-    plan_sizes sizes = {.c = c};
+    plan_sizes sizes = {.t = &t};
     df_schedule_opts so = {.size_fn = config_graph_size, .size_user = &sizes};
     if (!rc)
         rc = df_schedule_create(p->subgraphs, p->n_subgraphs, (int)nnodes, (int)gpus, &so, &p->schedule);

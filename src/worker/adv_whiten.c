@@ -43,7 +43,7 @@ int df_worker_whiten_group(df_comm *comm, int rc, bool replica, int64_t n_tokens
 bool df_worker_defers_whiten(const df_dag_worker *w, const df_node *node)
 {
     const df_node_layout *l = df_worker_node_layout(w, node);
-    return l && l->dp_size > 1 && df_adv_estimator_whitens(df_config_str(w->cfg, "algorithm.adv_estimator"));
+    return l && l->dp_size > 1 && df_adv_estimator_whitens(w->global.cfg.algorithm.adv_estimator);
 }
 
 int df_worker_whiten_advantages(df_dag_worker *w, const df_node *node, int rc, df_batch *b)
@@ -53,7 +53,7 @@ int df_worker_whiten_advantages(df_dag_worker *w, const df_node *node, int rc, d
     const df_column *adv = NULL, *ret = NULL;
     if (!rc && !(adv = b ? df_batch_column(b, "advantages") : NULL))
         rc = df_error(DF_EINVAL, "whitening advantages: the batch has no advantages column");
-    const char *name = df_config_str(w->cfg, "algorithm.adv_estimator");
+    const char *name = w->global.cfg.algorithm.adv_estimator;
     if (!rc && df_adv_estimator_whitens_returns(name) && !(ret = df_batch_column(b, "returns")))
         rc = df_error(DF_EINVAL, "whitening advantages: the batch has no returns column (%s)", name);
     int64_t n_tok = rc ? 0 : adv->offsets[df_batch_size(b)];

@@ -16,37 +16,12 @@
 
 #define C "critic."
 
-void df_worker_critic_loss(const df_config *c, df_critic_loss *l)
-{
-    l->ppo_epochs = (int)df_config_int(c, C "ppo_epochs");
-    l->cliprange_value = df_config_float(c, C "cliprange_value");
-    l->loss_agg_mode = df_config_str(c, C "loss_agg_mode");
-    l->loss_agg_norm_length = df_config_int(c, "data.max_response_length");
-}
-
-void df_worker_critic_params(const df_dag_worker *w, const df_config *c, df_critic_params *p)
-{
-    memset(p, 0, sizeof *p);
-    df_worker_optim(w, c, C, &p->optim);
-    /* prompts x rollout_n over all ranks, divided by the critic's DP size (verl's fsdp critic worker) */
-    int dp = w->critic_layout.dp_size > 0 ? w->critic_layout.dp_size : 1;
-    p->mini_batch_size = df_config_int(c, C "ppo_mini_batch_size") * df_config_int(c, C "rollout_n") / dp;
-    bool dyn = df_config_bool(c, C "use_dynamic_bsz");
-    p->micro_batch_size = dyn ? 0 : df_worker_int_or(c, C "ppo_micro_batch_size_per_gpu", 0);
-    p->max_token_len = dyn ? df_config_int(c, C "ppo_max_token_len_per_gpu") : 0;
-    p->forward_micro_batch_size =
-        dyn ? 0 : df_worker_int_or(c, C "forward_micro_batch_size_per_gpu", p->micro_batch_size);
-    p->forward_max_token_len = dyn ? df_config_int(c, C "forward_max_token_len_per_gpu") : 0;
-    df_worker_critic_loss(c, &p->loss);
-    p->progress_label = w->rank == 0 ? "update_critic" : NULL;
-}
-
 /* critic.model.path as a value model: a causal LM gets a fresh score head, a
  *ForTokenClassification checkpoint (a saved critic) is taken as it is. */
 static int load_value_model(df_dag_worker *w, df_model **out)
 {
     const df_config *c = w->cfg;
-    char *dir = df_expand_user(df_config_str(c, C "model.path"));
+    char *dir = df_expand_user(w->global.cfg.critic.model.path);
     if (!dir)
         return df_error(DF_ENOMEM, "out of memory");
     df_model *m = NULL;
@@ -63,7 +38,7 @@ static int load_value_model(df_dag_worker *w, df_model **out)
     /* verl loads the critic as AutoModelForTokenClassification(num_labels=1); the head is seeded by
        trainer.seed, so every rank draws the same one */
     if (!rc && m->cfg.num_labels == 0)
-        rc = df_model_to_value_model(&m, w->seed);
+        rc = df_model_to_value_model(&m, df_worker_seed(w));
     free(dir);
     if (rc) {
         df_model_free(m);
@@ -76,7 +51,7 @@ static int load_value_model(df_dag_worker *w, df_model **out)
 int df_worker_setup_critic(df_dag_worker *w)
 {
     const df_config *c = w->cfg;
-    int64_t warmup = df_config_int(c, "trainer.critic_warmup");
+    int64_t warmup = w->global.cfg.trainer.critic_warmup;
     if (df_worker_role_node(w, DF_ROLE_CRITIC, true) < 0)
         return warmup > 0
                    ? df_error(DF_EINVAL,
@@ -92,7 +67,7 @@ int df_worker_setup_critic(df_dag_worker *w)
     if (warmup >= w->total_steps)
         df_worker_warn(w, "trainer.critic_warmup >= the number of training steps: the actor is never updated");
     df_critic_params p;
-    df_worker_critic_params(w, c, &p);
+    df_worker_critic_params(w, &p);
     if ((rc = df_critic_create(m, &p, &w->critic))) {
         df_model_free(m);
         return df_error_wrap(rc, "creating the critic");
@@ -138,5 +113,5 @@ int df_worker_check_critic_weights(df_dag_worker *w, df_metrics *m)
  */
 bool df_worker_critic_warmup(const df_dag_worker *w, int64_t step)
 {
-    return w->critic && step <= df_config_int(w->cfg, "trainer.critic_warmup");
+    return w->critic && step <= w->global.cfg.trainer.critic_warmup;
 }

@@ -117,7 +117,7 @@ static int trim(df_dag_worker *w, df_batch **acc, int64_t mine, int64_t target)
     if (rc || take == mine)
         return rc;
     df_batch *cut = NULL;
-    rc = df_batch_slice(*acc, 0, take * w->n_samples, &cut); /* groups are whole and in order */
+    rc = df_batch_slice(*acc, 0, take * df_worker_n_samples(w), &cut); /* groups are whole and in order */
     if (!rc) {
         df_batch_free(*acc);
         *acc = cut;
@@ -173,14 +173,14 @@ static int count_groups(df_dag_worker *w, int rc, int64_t groups, int64_t *globa
 static int node_dynamic_sampling(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
 {
     df_dag_worker *w = ctx->worker;
-    const df_config *c = w->cfg;
+    const df_train_config *t = &w->global.cfg;
     int rc = batch ? DF_OK : df_error(DF_EINVAL, "dynamic_sampling: no input batch");
-    if (!df_config_bool(c, "algorithm.filter_groups.enable"))
+    if (!t->algorithm.filter_groups.enable)
         return rc; /* DAPO without filtering: the batch passes through */
     double t0 = df_now();
-    const char *metric = df_config_str(c, "algorithm.filter_groups.metric");
-    int64_t target = df_config_int(c, "data.train_batch_size");
-    int64_t max_gen = df_config_int(c, "algorithm.filter_groups.max_num_gen_batches");
+    const char *metric = t->algorithm.filter_groups.metric;
+    int64_t target = t->data.train_batch_size;
+    int64_t max_gen = t->algorithm.filter_groups.max_num_gen_batches;
     int64_t mine = 0, global = 0;
     df_batch *acc = NULL, *cur = batch;
     int gen = 0;

@@ -61,10 +61,11 @@ static int validate(df_dag_worker *w, df_metrics *m)
     if (!w->val_ds)
         return DF_OK;
     double t0 = df_now();
-    int64_t vbs = df_config_is_null(w->cfg, "data.val_batch_size") ? 0
-                                                                   : df_config_int(w->cfg, "data.val_batch_size");
+    const df_config_opt_int *val_bs = &w->global.cfg.data.val_batch_size;
+    int64_t vbs = val_bs->set ? val_bs->v : 0;
     /* each DP rank of the first stage validates its shard; its model-parallel replicas repeat it */
-    df_eval_opts o = {.sp = w->val_sp, .n = w->val_n, .seed = df_rng_key(w->seed, 0x7a1, 0, 0),
+    df_eval_opts o = {.sp = w->val_sp, .n = w->global.cfg.actor_rollout_ref.rollout.val_kwargs.n,
+                      .seed = df_rng_key(df_worker_seed(w), 0x7a1, 0, 0),
                       .batch_prompts = vbs, .label = w->console && w->rank == 0 ? "validate" : NULL,
                       .comm = w->group, .replica = w->data_layout.mp_rank != 0};
     df_eval_result res;
@@ -208,7 +209,8 @@ static int train_step(df_dag_worker *w)
         double dt = df_now() - t0;
         df_metrics_set(m, "training/global_step", (double)w->step);
         df_metrics_set(m, "training/epoch", (double)epoch);
-        df_compute_data_metrics(b, w->max_response_len, w->max_prompt_len, m);
+        df_compute_data_metrics(b, w->global.cfg.actor_rollout_ref.rollout.response_length,
+                                w->global.cfg.data.max_prompt_length, m);
         df_metrics_set(m, "timing_s/step", dt);
         df_compute_throughput_metrics(b, dt, w->world, m);
         if (w->cur_layout.mp_rank != 0) /* a model-parallel replica: its tokens are counted once */
@@ -230,17 +232,17 @@ static int train_step(df_dag_worker *w)
 
 int df_dag_worker_fit(df_dag_worker *w)
 {
-    const df_config *c = w->cfg;
-    int64_t test_freq = df_config_int(c, "trainer.test_freq");
-    int64_t save_freq = df_config_int(c, "trainer.save_freq");
+    const struct df_train_trainer *tr = &w->global.cfg.trainer;
+    int64_t test_freq = tr->test_freq;
+    int64_t save_freq = tr->save_freq;
     int rc = DF_OK;
     w->step = 0;
-    if (df_config_bool(c, "trainer.val_before_train") && w->val_ds) {
+    if (tr->val_before_train && w->val_ds) {
         df_metrics_clear(w->metrics);
         rc = validate(w, w->metrics);
         if (!rc)
             rc = log_metrics(w, w->metrics);
-        if (rc || df_config_bool(c, "trainer.val_only"))
+        if (rc || tr->val_only)
             return rc;
     }
     for (w->step = 1; w->step <= w->total_steps && !rc; w->step++) {

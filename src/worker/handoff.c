@@ -20,7 +20,7 @@ static bool forced(const df_dag_worker *w, const df_node *node)
     if (node->node_role == DF_ROLE_DATA_REBALANCE || node->node_role == DF_ROLE_POSTPROCESS_SAMPLING ||
         w->prev_role == DF_ROLE_DYNAMIC_SAMPLING)
         return true;
-    return w->balance_batch && w->prev_role == DF_ROLE_ROLLOUT && node->node_role != DF_ROLE_ROLLOUT;
+    return w->global.cfg.trainer.balance_batch && w->prev_role == DF_ROLE_ROLLOUT && node->node_role != DF_ROLE_ROLLOUT;
 }
 
 /* The node's role for the hand-off: DAPO's sampling function is DYNAMIC_SAMPLING whatever role the

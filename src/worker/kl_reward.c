@@ -89,6 +89,6 @@ int df_worker_kl_in_reward(df_dag_worker *w, const df_node *node, df_batch *b, d
     if (!w->kl_ctrl)
         return DF_OK;
     const df_node_layout *l = df_worker_node_layout(w, node);
-    return df_kl_reward_apply(w->kl_ctrl, df_config_str(w->cfg, "algorithm.kl_penalty"), b, w->group,
+    return df_kl_reward_apply(w->kl_ctrl, w->global.cfg.algorithm.kl_penalty, b, w->group,
                               l && l->mp_rank != 0, m);
 }

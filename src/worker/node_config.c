@@ -3,8 +3,9 @@
  * instead of the built-in pipeline, nodes without an executable get siiRL's
  * default for their type and role, and each node's `config:` entries become a
  * merged config for that node (siiRL graph_updater: the node's keys over the
- * global ones). Which keys a node may override is listed in train_check.c,
- * with the defaults, where df_train_check checks every node before setup.
+ * global ones), resolved once into the node's typed df_node_settings. Which
+ * keys a node may override is listed in train_check.c, with the defaults,
+ * where df_train_check checks every node before setup.
  */
 #include "worker/worker_internal.h"
 
@@ -100,9 +101,33 @@ void df_worker_warn(void *user, const char *msg)
         fprintf(stderr, "[distflow] warning: %s\n", msg);
 }
 
+/* The node's typed settings from its overrides (resolve.c), once; *set stays NULL without overrides. */
+static int node_settings(const df_dag_worker *w, const df_node *n, const char *where, df_node_settings **set)
+{
+    df_config *cfg = NULL;
+    *set = NULL;
+    int rc = df_worker_node_overrides(w->cfg, n, n->fn, where, &cfg);
+    if (rc || !cfg)
+        return rc;
+    df_node_settings *s = calloc(1, sizeof *s);
+    if (!s) {
+        df_config_free(cfg);
+        return df_error(DF_ENOMEM, "out of memory");
+    }
+    s->owned = cfg;
+    rc = df_worker_settings_init(s, s->owned);
+    if (rc) {
+        df_config_free(s->owned);
+        free(s);
+        return df_error_wrap(rc, "%s", where);
+    }
+    *set = s;
+    return DF_OK;
+}
+
 int df_worker_setup_workflow(df_dag_worker *w)
 {
-    const char *path = df_config_str(w->cfg, "dag.workflow_path");
+    const char *path = w->global.cfg.dag.workflow_path;
     int rc = DF_OK;
     for (int i = 0; !rc && i < df_task_graph_num_nodes(w->graph); i++) {
         df_node *n = df_task_graph_node_at(w->graph, i);
@@ -112,28 +137,31 @@ int df_worker_setup_workflow(df_dag_worker *w)
     if (!rc)
         rc = df_task_graph_resolve(w->graph);
     int nn = rc ? 0 : df_task_graph_num_nodes(w->graph);
-    if (!rc && !(w->node_cfg = calloc((size_t)(nn ? nn : 1), sizeof *w->node_cfg)))
+    if (!rc && !(w->node_set = calloc((size_t)(nn ? nn : 1), sizeof *w->node_set)))
         rc = df_error(DF_ENOMEM, "out of memory");
-    for (int i = 0; !rc && i < nn; i++, w->n_node_cfg++) {
+    for (int i = 0; !rc && i < nn; i++, w->n_node_set++) {
         const df_node *n = df_task_graph_node_at(w->graph, i);
         char where[1200];
         snprintf(where, sizeof where, "%s node '%s'", path, n->node_id);
-        rc = df_worker_node_overrides(w->cfg, n, n->fn, where, &w->node_cfg[i]);
+        rc = node_settings(w, n, where, &w->node_set[i]);
     }
     return rc ? df_error_wrap(rc, "dag.workflow_path") : DF_OK;
 }
 
-const df_config *df_worker_node_config(const df_dag_worker *w, const df_node *n)
+const df_node_settings *df_worker_node_settings(const df_dag_worker *w, const df_node *n)
 {
     int i = n ? df_worker_node_index(w, n) : -1;
-    return i >= 0 && i < w->n_node_cfg && w->node_cfg[i] ? w->node_cfg[i] : w->cfg;
+    return i >= 0 && i < w->n_node_set && w->node_set[i] ? w->node_set[i] : &w->global;
 }
 
 void df_worker_free_node_configs(df_dag_worker *w)
 {
-    for (int i = 0; i < w->n_node_cfg; i++)
-        df_config_free(w->node_cfg[i]);
-    free(w->node_cfg);
-    w->node_cfg = NULL;
-    w->n_node_cfg = 0;
+    for (int i = 0; i < w->n_node_set; i++) {
+        if (w->node_set[i])
+            df_config_free(w->node_set[i]->owned);
+        free(w->node_set[i]);
+    }
+    free(w->node_set);
+    w->node_set = NULL;
+    w->n_node_set = 0;
 }

@@ -22,12 +22,10 @@ int df_worker_generate(df_dag_worker *w, const df_node *node, const df_batch *pr
 {
     if (gen_max_s)
         *gen_max_s = 0;
-    uint64_t seed = df_rng_key(w->seed, 0x6e6, (uint64_t)step, (uint64_t)gen);
-    df_sampling_params node_sp = w->sp; /* a workflow node may override the sampling keys */
-    const df_config *nc = df_worker_node_config(w, node);
-    if (nc != w->cfg)
-        df_worker_sampling(w, nc, "actor_rollout_ref.rollout.", &node_sp);
-    int rc = df_generate_batch(w->rollout, df_actor_model(w->actor), prompts, w->n_samples, &node_sp, seed,
+    uint64_t seed = df_rng_key(df_worker_seed(w), 0x6e6, (uint64_t)step, (uint64_t)gen);
+    /* a workflow node may override the sampling keys: its own settings, resolved at setup */
+    const df_sampling_params node_sp = df_worker_node_settings(w, node)->sampling;
+    int rc = df_generate_batch(w->rollout, df_actor_model(w->actor), prompts, df_worker_n_samples(w), &node_sp, seed,
                                w->console && w->rank == 0 ? "rollout" : NULL, out);
     if (!rc && w->remax && (rc = df_worker_remax_baselines(w, &node_sp, prompts, *out, gen_max_s))) {
         df_batch_free(*out);
@@ -104,19 +102,19 @@ static int node_compute_advantage(df_node_ctx *ctx, df_batch *batch, df_node_out
     if (!rc)
         rc = df_batch_alloc_tok_f32_like(batch, "returns", "response_ids", &ret);
     if (!rc) {
-        const df_config *c = w->cfg;
+        const struct df_train_algorithm *alg = &w->global.cfg.algorithm;
         const df_column *val = df_batch_column(batch, "values");
         /* per-sample reward of the greedy response, when a ReMax baseline step filled it */
         const float *baselines = df_batch_has(batch, "reward_baselines") ? df_batch_f32(batch, "reward_baselines")
                                                                           : NULL;
         df_adv_input in = {.n = n, .offsets = rew->offsets, .token_level_rewards = rew->data,
                            .values = val ? val->data : NULL, .group = group,
-                           .gamma = (float)df_config_float(c, "algorithm.gamma"),
-                           .lam = (float)df_config_float(c, "algorithm.lam"),
-                           .norm_adv_by_std_in_grpo = df_config_bool(c, "algorithm.norm_adv_by_std_in_grpo"),
+                           .gamma = (float)alg->gamma,
+                           .lam = (float)alg->lam,
+                           .norm_adv_by_std_in_grpo = alg->norm_adv_by_std_in_grpo,
                            .epsilon = 1e-6f,
                            .reward_baselines = baselines,
-                           .cpgd_weight_factor = df_config_str(c, "algorithm.weight_factor_in_cpgd"),
+                           .cpgd_weight_factor = alg->weight_factor_in_cpgd,
                            .defer_whiten = defer};
         rc = w->adv_fn(&in, adv, ret);
     }
@@ -142,7 +140,7 @@ static int node_compute_old_log_prob(df_node_ctx *ctx, df_batch *batch, df_node_
     const df_column *rl = rc ? NULL : df_batch_column(batch, "rollout_log_probs");
     if (rl && ctx->metrics) {
         df_rollout_mismatch mm;
-        double cap = df_config_float(w->cfg, "actor_rollout_ref.actor.tis_imp_ratio_cap");
+        double cap = w->global.cfg.actor_rollout_ref.actor.tis_imp_ratio_cap;
         rc = df_rollout_mismatch_compute(df_batch_size(batch), rl->offsets, df_batch_column(batch, "old_log_probs")->data,
                                          rl->data, cap, &mm);
         if (!rc)
@@ -179,18 +177,13 @@ static int node_train_actor(df_node_ctx *ctx, df_batch *batch, df_node_output *o
     double t0 = df_now();
     int rc = need_batch(batch, "train_actor");
     /* a workflow node may override the loss settings: set them for this update only */
-    const df_config *nc = df_worker_node_config(w, ctx->node);
-    df_actor_loss l;
-    if (!rc && nc != w->cfg) {
-        df_worker_actor_loss(nc, &l);
-        df_actor_set_loss(w->actor, &l);
-    }
+    const df_node_settings *ns = df_worker_node_settings(w, ctx->node);
+    if (!rc && ns != &w->global)
+        df_actor_set_loss(w->actor, &ns->actor_loss);
     if (!rc)
         rc = df_actor_update_policy(w->actor, batch, ctx->metrics);
-    if (nc != w->cfg) { /* back to the global settings */
-        df_worker_actor_loss(w->cfg, &l);
-        df_actor_set_loss(w->actor, &l);
-    }
+    if (ns != &w->global) /* back to the global settings */
+        df_actor_set_loss(w->actor, &w->global.actor_loss);
     (void)out;
     df_worker_timing(ctx, "update_actor", t0);
     return rc;

@@ -37,18 +37,13 @@ static int node_train_critic(df_node_ctx *ctx, df_batch *batch, df_node_output *
     double t0 = df_now();
     df_dag_worker *w = df_node_worker(ctx);
     int rc = need_critic(ctx, batch, "train_critic");
-    const df_config *nc = df_worker_node_config(w, ctx->node);
-    df_critic_loss l;
-    if (!rc && nc != w->cfg) {
-        df_worker_critic_loss(nc, &l);
-        rc = df_critic_set_loss(w->critic, &l);
-    }
+    const df_node_settings *ns = df_worker_node_settings(w, ctx->node);
+    if (!rc && ns != &w->global)
+        rc = df_critic_set_loss(w->critic, &ns->critic_loss);
     if (!rc)
         rc = df_critic_update(w->critic, batch, ctx->metrics);
-    if (w->critic && nc != w->cfg) { /* back to the global settings (valid: the critic was created with them) */
-        df_worker_critic_loss(w->cfg, &l);
-        df_critic_set_loss(w->critic, &l);
-    }
+    if (w->critic && ns != &w->global) /* back to the global settings (valid: the critic was created with them) */
+        df_critic_set_loss(w->critic, &w->global.critic_loss);
     (void)out;
     df_worker_timing(ctx, "update_critic", t0);
     return rc;

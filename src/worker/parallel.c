@@ -10,16 +10,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *df_worker_mp_key(df_node_role role)
+/* t and mp may be NULL (the key only) */
+const char *df_worker_mp_key(df_node_role role, const df_train_config *t, int64_t *mp)
 {
+    int64_t none;
+    if (!t || !mp)
+        t = NULL, mp = &none;
+    const struct df_train_actor_rollout_ref *a = t ? &t->actor_rollout_ref : NULL;
     switch (role) {
     case DF_ROLE_ROLLOUT:
+        *mp = a ? a->rollout.tensor_model_parallel_size : 0;
         return "actor_rollout_ref.rollout.tensor_model_parallel_size";
     case DF_ROLE_ACTOR:
+        *mp = a ? a->actor.ulysses_sequence_parallel_size : 0;
         return "actor_rollout_ref.actor.ulysses_sequence_parallel_size";
     case DF_ROLE_REFERENCE:
+        *mp = a ? a->ref.ulysses_sequence_parallel_size : 0;
         return "actor_rollout_ref.ref.ulysses_sequence_parallel_size";
     case DF_ROLE_CRITIC:
+        *mp = t ? t->critic.ulysses_sequence_parallel_size : 0;
         return "critic.ulysses_sequence_parallel_size";
     default:
         return NULL;
@@ -45,13 +54,14 @@ static int node_layouts(df_dag_worker *w)
         return rc;
     int mp = 1;
     for (int i = 0; i < n && !rc; i++) {
-        const char *key = is_model_node(order[i]) ? df_worker_mp_key(order[i]->node_role) : NULL;
-        const df_config *c = df_worker_node_config(w, order[i]);
+        const df_node_settings *ns = df_worker_node_settings(w, order[i]);
+        int64_t node_mp = 0;
+        const char *key = is_model_node(order[i]) ? df_worker_mp_key(order[i]->node_role, &ns->cfg, &node_mp) : NULL;
         if (key)
-            mp = (int)df_config_int(c, key);
+            mp = (int)node_mp;
         if (w->group_size % mp) {
             rc = df_error(DF_EINVAL, "%s: %s=%d does not divide the %d ranks running node '%s'",
-                          df_config_where(c, key), key, mp, w->group_size, order[i]->node_id);
+                          df_config_where(ns->src, key), key, mp, w->group_size, order[i]->node_id);
             break;
         }
         int k = df_worker_node_index(w, order[i]);

@@ -20,15 +20,13 @@ static const char *key_at_fault(const df_reward_manager_cfg *r, int rc)
 
 int df_worker_setup_reward(df_dag_worker *w)
 {
-    const df_config *c = w->cfg;
-    w->reward.manager = df_config_str(c, "reward_model.reward_manager");
-    w->reward.max_resp_len = df_config_int(c, "data.max_response_length");
-    w->reward.overlong_buffer =
-        (df_overlong_buffer_cfg){.enable = df_config_bool(c, OB "enable"),
-                                 .len = df_config_int(c, OB "len"),
-                                 .penalty_factor = df_config_float(c, OB "penalty_factor"),
-                                 .log = df_config_bool(c, OB "log")};
+    const df_train_config *t = &w->global.cfg;
+    const struct df_train_reward_model_overlong_buffer *ob = &t->reward_model.overlong_buffer;
+    w->reward.manager = t->reward_model.reward_manager;
+    w->reward.max_resp_len = t->data.max_response_length;
+    w->reward.overlong_buffer = (df_overlong_buffer_cfg){
+        .enable = ob->enable, .len = ob->len, .penalty_factor = ob->penalty_factor, .log = ob->log};
     int rc = df_reward_manager_check(&w->reward);
     const char *key = rc ? key_at_fault(&w->reward, rc) : NULL;
-    return rc ? df_error_wrap(rc, "%s (%s)", key, df_config_where(c, key)) : DF_OK;
+    return rc ? df_error_wrap(rc, "%s (%s)", key, df_config_where(w->cfg, key)) : DF_OK;
 }

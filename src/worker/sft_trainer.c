@@ -4,6 +4,7 @@
  */
 #include "distflow/config.h"
 #include "distflow/dataloader.h"
+#include "distflow/sft_config.h"
 #include "distflow/worker.h"
 #include "engine/actor.h"
 #include "engine/hf_dir.h"
@@ -94,17 +95,19 @@ static int check_lengths(const sft_data *d, int64_t max_len, const char *trunc)
     return DF_OK;
 }
 
-static int load(const df_config *c, const char *key, const df_tokenizer *tok, sft_data *d)
+/* Load the files of list `files` (`key`: its name in messages). */
+static int load(const df_sft_config *t, const char *key, const df_config_strs *files, const df_tokenizer *tok,
+                sft_data *d)
 {
-    int n = df_config_list_len(c, key);
+    int n = files->n;
     const char **paths = calloc((size_t)(n ? n : 1), sizeof *paths);
     if (!paths)
         return df_error(DF_ENOMEM, "out of memory");
     int rc = DF_OK;
     for (int i = 0; i < n && !rc; i++)
-        if (!(paths[i] = df_expand_user(df_config_list_at(c, key, i))))
+        if (!(paths[i] = df_expand_user(files->items[i])))
             rc = df_error(DF_ENOMEM, "out of memory");
-    df_dataset_opts o = {.prompt_key = df_config_str(c, "data.prompt_key"), .reward_optional = true};
+    df_dataset_opts o = {.prompt_key = t->data.prompt_key, .reward_optional = true};
     if (!rc)
         rc = df_dataset_load(paths, n, &o, &d->ds);
     for (int i = 0; i < n; i++)
@@ -113,9 +116,9 @@ static int load(const df_config *c, const char *key, const df_tokenizer *tok, sf
     if (!rc)
         rc = df_prompts_encode(d->ds, tok, &d->prompt);
     if (!rc)
-        rc = encode_responses(d->ds, tok, df_config_str(c, "data.response_key"), &d->response);
+        rc = encode_responses(d->ds, tok, t->data.response_key, &d->response);
     if (!rc)
-        rc = check_lengths(d, df_config_int(c, "data.max_length"), df_config_str(c, "data.truncation"));
+        rc = check_lengths(d, t->data.max_length, t->data.truncation);
     return rc ? df_error_wrap(rc, "%s", key) : DF_OK;
 }
 
@@ -170,7 +173,7 @@ static int make_batch(const sft_data *d, const int64_t *rows, int64_t n, int64_t
 }
 
 typedef struct {
-    const df_config *cfg;
+    df_sft_config t; /* the typed config; strings point into the df_config it was resolved from */
     char model_dir[2048], out_dir[2048];
     df_tokenizer *tok;
     df_actor *actor;
@@ -183,23 +186,21 @@ typedef struct {
 
 static void actor_params(const sft_run *s, df_actor_params *p)
 {
-    const df_config *c = s->cfg;
+    const struct df_sft_optim *o = &s->t.optim;
     memset(p, 0, sizeof *p);
-    p->optim.lr = df_config_float(c, "optim.lr");
-    p->optim.weight_decay = df_config_float(c, "optim.weight_decay");
-    p->optim.beta1 = df_config_list_float_at(c, "optim.betas", 0);
-    p->optim.beta2 = df_config_list_float_at(c, "optim.betas", 1);
+    p->optim.lr = o->lr;
+    p->optim.weight_decay = o->weight_decay;
+    p->optim.beta1 = o->betas.items[0]; /* the schema requires exactly 2 items */
+    p->optim.beta2 = o->betas.items[1];
     p->optim.adam_eps = 1e-8;
-    p->optim.cosine = !strcmp(df_config_str(c, "optim.lr_scheduler"), "cosine");
+    p->optim.cosine = !strcmp(o->lr_scheduler, "cosine");
     p->optim.total_steps = s->total_steps;
-    int64_t warm = df_config_int(c, "optim.lr_warmup_steps");
-    p->optim.warmup_steps = warm > 0 ? warm
-                               : (int64_t)(df_config_float(c, "optim.lr_warmup_steps_ratio") *
-                                           (double)s->total_steps);
-    p->optim.min_lr_ratio = df_config_float(c, "optim.min_lr_ratio");
-    p->optim.num_cycles = df_config_float(c, "optim.num_cycles");
-    p->optim.grad_clip = df_config_float(c, "optim.clip_grad");
-    p->micro_batch_size = df_config_int(c, "data.micro_batch_size_per_gpu");
+    int64_t warm = o->lr_warmup_steps;
+    p->optim.warmup_steps = warm > 0 ? warm : (int64_t)(o->lr_warmup_steps_ratio * (double)s->total_steps);
+    p->optim.min_lr_ratio = o->min_lr_ratio;
+    p->optim.num_cycles = o->num_cycles;
+    p->optim.grad_clip = o->clip_grad;
+    p->micro_batch_size = s->t.data.micro_batch_size_per_gpu;
     p->logprob_micro_batch_size = p->micro_batch_size;
     p->temperature = 1.0f;
 }
@@ -267,11 +268,10 @@ static int log_step(sft_run *s, int64_t step, df_metrics *m, double dt, int64_t 
 
 static int sft_loop(sft_run *s)
 {
-    const df_config *c = s->cfg;
     int64_t per_epoch = df_dataloader_steps_per_epoch(s->dl);
-    int64_t save_freq = df_config_int(c, "trainer.save_freq");
-    int64_t test_freq = df_config_int(c, "trainer.test_freq");
-    int64_t bs = df_config_int(c, "data.train_batch_size");
+    int64_t save_freq = s->t.trainer.save_freq;
+    int64_t test_freq = s->t.trainer.test_freq;
+    int64_t bs = s->t.data.train_batch_size;
     int64_t *rows = malloc((size_t)bs * sizeof *rows);
     df_metrics *m = df_metrics_new();
     int rc = rows && m ? DF_OK : df_error(DF_ENOMEM, "out of memory");
@@ -306,43 +306,48 @@ static int sft_loop(sft_run *s)
     return rc;
 }
 
-static int check_supported(const df_config *c)
+static int check_supported(const df_sft_config *t)
 {
-    if (df_config_bool(c, "data.multiturn.enable"))
+    if (t->data.multiturn.enable)
         return df_error(DF_EUNSUPPORTED, "data.multiturn.enable=true is not supported yet");
-    if (!df_config_is_null(c, "data.prompt_dict_keys") || !df_config_is_null(c, "data.response_dict_keys"))
+    if (!t->data.prompt_dict_keys.null || !t->data.response_dict_keys.null)
         return df_error(DF_EUNSUPPORTED, "data.prompt_dict_keys / response_dict_keys are not supported; "
                                          "give data.prompt_key / response_key as dotted paths instead");
-    if (!strcmp(df_config_str(c, "optim.lr_scheduler"), "wsd"))
+    if (!strcmp(t->optim.lr_scheduler, "wsd"))
         return df_error(DF_EUNSUPPORTED, "optim.lr_scheduler=wsd is not supported yet (cosine)");
     return DF_OK;
 }
 
 int df_sft_run(const df_config *cfg)
 {
-    sft_run s = {.cfg = cfg, .trunc = df_config_str(cfg, "data.truncation"),
-                 .max_len = df_config_int(cfg, "data.max_length")};
-    char *md = df_expand_user(df_config_str(cfg, "model.partial_pretrain"));
-    char *od = df_expand_user(df_config_str(cfg, "trainer.default_local_dir"));
+    sft_run s = {0};
+    int rc = df_sft_config_resolve(cfg, &s.t);
+    if (rc)
+        return rc;
+    const df_sft_config *t = &s.t;
+    s.trunc = t->data.truncation;
+    s.max_len = t->data.max_length;
+    char *md = df_expand_user(t->model.partial_pretrain);
+    char *od = df_expand_user(t->trainer.default_local_dir);
     snprintf(s.model_dir, sizeof s.model_dir, "%s", md ? md : "");
     snprintf(s.out_dir, sizeof s.out_dir, "%s", od ? od : "");
     free(md);
     free(od);
     df_model *m = NULL;
-    int rc = check_supported(cfg);
+    rc = check_supported(t);
     if (!rc && (rc = df_hf_dir_load(s.model_dir, NULL, &m, &s.tok)))
         rc = df_error_wrap(rc, "model.partial_pretrain");
     if (!rc)
-        rc = load(cfg, "data.train_files", s.tok, &s.train);
-    if (!rc && df_config_list_len(cfg, "data.val_files") > 0)
-        rc = load(cfg, "data.val_files", s.tok, &s.val);
+        rc = load(t, "data.train_files", &t->data.train_files, s.tok, &s.train);
+    if (!rc && t->data.val_files.n > 0)
+        rc = load(t, "data.val_files", &t->data.val_files, s.tok, &s.val);
     if (!rc)
-        rc = df_dataloader_create(s.train.ds, df_config_int(cfg, "data.train_batch_size"), 0, 1, true,
-                                  (uint64_t)df_config_int(cfg, "trainer.seed"), true, &s.dl);
+        rc = df_dataloader_create(s.train.ds, t->data.train_batch_size, 0, 1, true, (uint64_t)t->trainer.seed, true,
+                                  &s.dl);
     if (!rc) {
-        s.total_steps = df_config_is_null(cfg, "trainer.total_training_steps")
-                            ? df_dataloader_steps_per_epoch(s.dl) * df_config_int(cfg, "trainer.total_epochs")
-                            : df_config_int(cfg, "trainer.total_training_steps");
+        s.total_steps = t->trainer.total_training_steps.set
+                            ? t->trainer.total_training_steps.v
+                            : df_dataloader_steps_per_epoch(s.dl) * t->trainer.total_epochs;
         df_actor_params p;
         actor_params(&s, &p);
         rc = df_actor_create(m, &p, true, &s.actor);
@@ -358,7 +363,7 @@ int df_sft_run(const df_config *cfg)
     if (!rc) {
         fprintf(stderr, "[distflow] sft: %lld examples, %lld steps of %lld\n",
                 (long long)df_dataset_size(s.train.ds), (long long)s.total_steps,
-                (long long)df_config_int(cfg, "data.train_batch_size"));
+                (long long)t->data.train_batch_size);
         rc = sft_loop(&s);
     }
     if (s.metrics_file)

@@ -338,7 +338,7 @@ static int layouts(const df_config *c, const df_plan *p, int world, int *actor_d
         for (int i = 0; !rc && i < df_task_graph_num_nodes(g); i++) {
             const df_node *n = df_task_graph_node_at(g, i);
             bool model = n->node_type == DF_NODE_MODEL_TRAIN || n->node_type == DF_NODE_MODEL_INFERENCE;
-            const char *key = model ? df_worker_mp_key(n->node_role) : NULL;
+            const char *key = model ? df_worker_mp_key(n->node_role, NULL, NULL) : NULL;
             int mp = key ? (int)df_config_int(c, key) : 1;
             if (key && size % mp)
                 rc = df_error(DF_EINVAL, "%s=%d (%s) does not divide the %d ranks running node '%s'", key, mp,
@@ -347,7 +347,7 @@ static int layouts(const df_config *c, const df_plan *p, int world, int *actor_d
         const df_node *critic = rc ? NULL : role_node(g, DF_ROLE_CRITIC, true);
         int64_t warmup = df_config_int(c, "trainer.critic_warmup");
         if (critic)
-            rc = check_critic(c, size / (int)df_config_int(c, df_worker_mp_key(DF_ROLE_CRITIC)));
+            rc = check_critic(c, size / (int)df_config_int(c, df_worker_mp_key(DF_ROLE_CRITIC, NULL, NULL)));
         else if (!rc && warmup > 0)
             rc = df_error(DF_EINVAL,
                           "%s: trainer.critic_warmup=%lld needs a critic (algorithm.adv_estimator=gae, "
@@ -355,7 +355,7 @@ static int layouts(const df_config *c, const df_plan *p, int world, int *actor_d
                           df_config_where(c, "trainer.critic_warmup"), (long long)warmup);
         const df_node *actor = role_node(g, DF_ROLE_ACTOR, false);
         if (p->schedule->rank_graph[0] == gi) /* no actor update here: every group rank its own DP rank */
-            *actor_dp = actor ? size / (int)df_config_int(c, df_worker_mp_key(DF_ROLE_ACTOR)) : size;
+            *actor_dp = actor ? size / (int)df_config_int(c, df_worker_mp_key(DF_ROLE_ACTOR, NULL, NULL)) : size;
     }
     return rc;
 }

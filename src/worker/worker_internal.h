@@ -11,6 +11,7 @@
 #include "distflow/metrics.h"
 #include "distflow/rng.h"
 #include "distflow/scheduler.h"
+#include "distflow/train_config.h"
 #include "distflow/worker.h"
 #include "engine/actor.h"
 #include "engine/critic.h"
@@ -27,8 +28,24 @@ typedef struct df_node_layout {
     int dp_size, mp, dp_rank, mp_rank;
 } df_node_layout;
 
+/*
+ * The configuration one graph node runs with, resolved once (src/worker/resolve.c):
+ * the typed keys (the global ones, with a workflow node's `config:` merged over them)
+ * and what is derived from them. The worker holds one for the global configuration
+ * (w->global) and one per node that overrides keys; df_worker_node_settings picks.
+ */
+typedef struct df_node_settings {
+    df_config *owned;       /* the node's merged config (node_config.c), NULL for w->global */
+    const df_config *src;   /* what cfg was resolved from: provenance (df_config_where) for messages */
+    df_train_config cfg;    /* typed keys; strings point into src */
+    df_actor_loss actor_loss;   /* df_worker_actor_loss(&cfg) */
+    df_critic_loss critic_loss; /* df_worker_critic_loss(&cfg) */
+    df_sampling_params sampling; /* rollout.* as this node samples (df_worker_resolve; needs the tokenizer) */
+} df_node_settings;
+
 struct df_dag_worker {
-    const df_config *cfg;
+    const df_config *cfg;       /* the loaded config: provenance for messages, the planner's input */
+    df_node_settings global;    /* the global typed config and its derived values */
     df_comm *comm; /* the world (borrowed) */
     int rank, world;
     df_plan *plan;
@@ -40,7 +57,6 @@ struct df_dag_worker {
     df_comm *actor_dp;          /* the actor's data-parallel group (owned), NULL on one rank */
     df_node_layout cur_layout;  /* layout of the batch the step holds now */
     df_node_role prev_role;     /* role of the node that ran last in this step */
-    bool balance_batch;         /* trainer.balance_batch */
     df_data_buffers *buffers;   /* this rank's Data Coordinator buffers */
     char model_dir[1024], tokenizer_dir[1024], out_dir[1024];
 
@@ -60,24 +76,26 @@ struct df_dag_worker {
     df_reward_manager_cfg reward;
     df_adv_estimator_fn adv_fn;
     df_task_graph *graph;
-    df_config **node_cfg; /* [n_node_cfg], parallel to graph nodes: merged per-node config or NULL */
-    int n_node_cfg;
+    df_node_settings **node_set; /* [n_node_set], parallel to graph nodes: a node's own settings or NULL */
+    int n_node_set;
 
-    df_sampling_params sp, val_sp;
-    int64_t n_samples, val_n;
-    int64_t max_prompt_len, max_response_len;
+    df_sampling_params val_sp; /* rollout.val_kwargs.* (df_worker_resolve) */
     int64_t step, total_steps;
-    uint64_t seed;
 
     df_metrics *metrics; /* the current step's */
     FILE *metrics_file;
     bool console;
 };
 
-/** Integer `key` of config c, or dflt when the key is null. */
-static inline int64_t df_worker_int_or(const df_config *c, const char *key, int64_t dflt)
+/** The rollout's responses per prompt (actor_rollout_ref.rollout.n). */
+static inline int64_t df_worker_n_samples(const df_dag_worker *w)
 {
-    return df_config_is_null(c, key) ? dflt : df_config_int(c, key);
+    return w->global.cfg.actor_rollout_ref.rollout.n;
+}
+/** trainer.seed, the root of every seed the worker draws. */
+static inline uint64_t df_worker_seed(const df_dag_worker *w)
+{
+    return (uint64_t)w->global.cfg.trainer.seed;
 }
 
 /**
@@ -86,9 +104,10 @@ static inline int64_t df_worker_int_or(const df_config *c, const char *key, int6
  * train_actor or, forward-only, compute_old_log_prob, ...), refs are resolved,
  * and every node's `config:` is merged over w->cfg (relative keys under the
  * role's branch, e.g. `rollout.temperature` on a ROLLOUT node means
- * actor_rollout_ref.rollout.temperature). Keys a node's function does not read
- * per node are refused (DF_EUNSUPPORTED naming the file, node and the keys it
- * honours).
+ * actor_rollout_ref.rollout.temperature) and resolved into its own
+ * df_node_settings (df_worker_settings_init). Keys a node's function does not
+ * read per node are refused (DF_EUNSUPPORTED naming the file, node and the
+ * keys it honours). Needs w->global resolved.
  */
 int df_worker_setup_workflow(df_dag_worker *w);
 /**
@@ -113,8 +132,9 @@ extern const char *const df_worker_planner_node_keys[];
 /* train_check.c: the plan for a job of `world` ranks: trainer.nnodes machines sharing them
  * (n_gpus_per_node = world / nnodes, a warning when it was set otherwise). */
 int df_worker_plan(const df_config *c, int world, df_warn_fn warn, void *user, df_plan **out);
-/* parallel.c: the config key of a role's model-parallel size, NULL for a role without a model. */
-const char *df_worker_mp_key(df_node_role role);
+/* parallel.c: the config key of a role's model-parallel size, NULL for a role without a model;
+ * with t and mp (both may be NULL) its value in t into *mp. */
+const char *df_worker_mp_key(df_node_role role, const df_train_config *t, int64_t *mp);
 /**
  * algorithm.adv_estimator and actor.policy_loss.loss_mode when they are plugin refs
  * ("path/to/libx.so:symbol", a descriptor object): registered under the ref, read from the
@@ -125,24 +145,56 @@ const char *df_worker_mp_key(df_node_role role);
 int df_worker_algorithm_plugins(const df_config *c, bool load);
 /** df_warn_fn for workflow warnings: stderr, rank 0 only (user = the worker). */
 void df_worker_warn(void *user, const char *msg);
-/** The node's merged config, or w->cfg when it has no overrides. */
-const df_config *df_worker_node_config(const df_dag_worker *w, const df_node *n);
+/** The node's settings, or &w->global when it has no overrides (or n is NULL). */
+const df_node_settings *df_worker_node_settings(const df_dag_worker *w, const df_node *n);
 void df_worker_free_node_configs(df_dag_worker *w);
-/** Optimizer block `role`optim.* and `role`grad_clip of config c (role: "actor_rollout_ref.actor." or "critic."). */
-void df_worker_optim(const df_dag_worker *w, const df_config *c, const char *role, df_core_optim *o);
+
+/* ---- resolve.c: every value derived from the configuration, computed here once ---- */
 /**
- * The actor's PPO loss settings from config c (w->cfg or a train_actor node's merged config):
- * actor.ppo_epochs, policy_loss.*, loss_agg_mode, clip ratios, entropy_coeff, kl_loss_*,
- * policy_drift_coeff (policy_loss "cpgd" when use_cpgd_loss or adv_estimator=cpgd and
- * loss_mode is vanilla), loss_agg_norm_length = loss_scale_factor else data.max_response_length.
- * Strings are borrowed from c.
+ * s from config c: the typed keys (df_train_config_resolve; strings borrowed
+ * from c) and the loss settings derived from them. s->owned is left as it is;
+ * s->sampling is filled later by df_worker_resolve. Errors: those of the resolver.
  */
-void df_worker_actor_loss(const df_config *c, df_actor_loss *l);
-/** All the actor settings from config c (optimizer, batching, df_worker_actor_loss, the rest). */
-void df_worker_actor_params(const df_dag_worker *w, const df_config *c, df_actor_params *p);
-/** Sampling settings under `prefix` (e.g. "actor_rollout_ref.rollout.") of config c. */
-void df_worker_sampling(const df_dag_worker *w, const df_config *c, const char *prefix,
-                        df_sampling_params *sp);
+int df_worker_settings_init(df_node_settings *s, const df_config *c);
+/**
+ * The optimizer block o (actor or critic) with its role's grad_clip: the
+ * schedule's total steps are optim.total_training_steps when > 0, else
+ * trainer_steps (the trainer's step count); warmup steps lr_warmup_steps when
+ * > 0, else lr_warmup_steps_ratio x total; min_lr_ratio null means 0.
+ */
+void df_worker_optim(const struct df_train_optim *o, double grad_clip, int64_t trainer_steps, df_core_optim *out);
+/**
+ * The actor's PPO loss settings from t: actor.ppo_epochs, policy_loss.*, loss_agg_mode, clip
+ * ratios, entropy_coeff, kl_loss_*, policy_drift_coeff (policy_loss "cpgd" when use_cpgd_loss or
+ * adv_estimator=cpgd and loss_mode is vanilla), loss_agg_norm_length = loss_scale_factor else
+ * data.max_response_length. Strings are borrowed from t.
+ */
+void df_worker_actor_loss(const df_train_config *t, df_actor_loss *l);
+/** The critic's value-loss settings (critic.ppo_epochs, cliprange_value, loss_agg_mode) from t. */
+void df_worker_critic_loss(const df_train_config *t, df_critic_loss *l);
+/**
+ * All the actor settings from w->global: optimizer (over w->total_steps),
+ * batching in samples over the actor's DP size, the loss, the seed; the
+ * temperature is the global rollout.temperature (df_worker_resolve replaces it
+ * by the rollout nodes').
+ */
+void df_worker_actor_params(const df_dag_worker *w, df_actor_params *p);
+/** Critic settings (critic.*) from w->global, batching over the critic's DP size. */
+void df_worker_critic_params(const df_dag_worker *w, df_critic_params *p);
+/**
+ * The temperature the actor and reference compute log-probs at: the one the
+ * workflow's rollout nodes sample with (a node may override it), else the
+ * global rollout.temperature. Rollout nodes at different temperatures are
+ * refused (DF_EUNSUPPORTED naming both): the actor has one.
+ */
+int df_worker_actor_temperature(const df_dag_worker *w, float *t);
+/**
+ * The values that need the tokenizer, the data and the layouts, once at setup:
+ * the sampling settings of w->global and of every node with its own settings,
+ * w->val_sp, and *actor (may be NULL): df_worker_actor_params with
+ * df_worker_actor_temperature. Errors: those of df_worker_actor_temperature.
+ */
+int df_worker_resolve(df_dag_worker *w, df_actor_params *actor);
 
 /** Plan (every rank the same), take this rank's TaskGraph, make the process groups' communicators. */
 int df_worker_setup_parallel(df_dag_worker *w);
@@ -280,10 +332,6 @@ int df_worker_remax_baselines(df_dag_worker *w, const df_sampling_params *sp, co
 int df_worker_check_in_sync(df_dag_worker *w, const df_model *model, const char *who, df_metrics *m);
 
 /* ---- the PPO critic (critic_setup.c, nodes_critic.c) ---- */
-/** The critic's value-loss settings (critic.ppo_epochs, cliprange_value, loss_agg_mode) from config c. */
-void df_worker_critic_loss(const df_config *c, df_critic_loss *l);
-/** Critic settings (critic.*) from config c. */
-void df_worker_critic_params(const df_dag_worker *w, const df_config *c, df_critic_params *p);
 /** The critic's layout and DP communicator when the graph has a CRITIC node (collective over w->group;
  *  parallel.c, as the actor's). */
 int df_worker_setup_critic_comm(df_dag_worker *w);

@@ -1,0 +1,27 @@
+/* distflow/config_table_end.h -- undefines the entry forms of config_table_begin.h. */
+#undef DFK_STR_
+#undef DFK_STR
+#undef DFK_INF
+#undef DFK_KEY
+#undef DFK_CALL
+#undef DFK_B
+#undef DFK_I
+#undef DFK_IN
+#undef DFK_F
+#undef DFK_FN
+#undef DFK_S
+#undef DFK_SN
+#undef DFK_E
+#undef DFK_L
+#undef DFK_LN
+#undef DFK_LE
+#undef DFK_FL
+#undef DFK_M
+#undef DFK_B_FROM
+#undef DFK_I_FROM
+#undef DFK_IN_FROM
+#undef DFK_F_FROM
+#undef DFK_S_FROM
+#undef DFK_I0
+#undef DFK_B0
+#undef DFK_M0
