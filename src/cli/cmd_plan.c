@@ -2,6 +2,7 @@
 #include "cli/cli.h"
 
 #include "distflow/config.h"
+#include "distflow/train_config.h"
 #include "distflow/scheduler.h"
 #include "distflow/worker.h"
 #include "util/fsutil.h"
@@ -39,8 +40,11 @@ int df_cmd_plan(int argc, char **argv)
     df_plan *plan = NULL;
     char *text = NULL;
     int rc = df_config_load(df_config_schema_train(), pos[0], (const char *const *)pos + 1, n_pos - 1, &cfg);
+    df_train_config t;
+    if (!rc)
+        rc = df_train_config_resolve(cfg, &t);
     if (!rc) { /* the job `train` would run: nnodes x n_gpus_per_node ranks */
-        int64_t world = df_config_int(cfg, "trainer.nnodes") * df_config_int(cfg, "trainer.n_gpus_per_node");
+        int64_t world = t.trainer.nnodes * t.trainer.n_gpus_per_node;
         rc = world > 1 << 20 ? df_error(DF_EINVAL, "%s: trainer.nnodes x trainer.n_gpus_per_node is too large",
                                         df_config_where(cfg, "trainer.nnodes"))
                              : df_train_check(cfg, (int)world, df_cli_warn, "plan", &plan);

@@ -79,9 +79,10 @@ int df_worker_node_overrides(const df_config *cfg, const df_node *n, df_node_fn 
         rc = df_config_with_overrides(cfg, (const char *const *)keys, vals, nk, where, out);
     for (int i = 0; !rc && i < nk; i++)
         rc = df_worker_check_node_key(fn, keys[i], where);
-    const char *loss = rc || !*out ? NULL : df_config_str(*out, "actor_rollout_ref.actor.policy_loss.loss_mode");
+    df_train_config t; /* a loss the node overrides must be registered (a plugin's only globally) */
     df_policy_loss_fn pl;
-    if (loss && (rc = df_policy_loss_lookup(loss, &pl)))
+    if (!rc && *out && !(rc = df_train_config_resolve(*out, &t)) &&
+        (rc = df_policy_loss_lookup(t.actor_rollout_ref.actor.policy_loss.loss_mode, &pl)))
         rc = df_error_wrap(rc, "%s", where);
     for (int i = 0; keys && i < nk; i++)
         free(keys[i]);

@@ -79,31 +79,42 @@ int df_worker_check_node_key(df_node_fn fn, const char *key, const char *where)
 /* ---- settings and graph shapes distflow does not run -------------------------- */
 
 /* Settings distflow cannot honour yet: refused instead of silently ignored. */
-static int check_supported(const df_config *c)
+static int check_supported(const df_config *c, const df_train_config *t)
 {
-    static const char *const off[] = {"reward_model.enable", "data.auto_repeat",
-                                      "data.multi_agent", "actor_rollout_ref.rollout.use_fire_sampling",
-                                      "actor_rollout_ref.rollout.multi_turn.enable", "algorithm.use_pf_ppo",
-                                      "dag.env_enable"};
+    const struct {
+        bool on;
+        const char *key;
+    } off[] = {{t->reward_model.enable, "reward_model.enable"},
+               {t->data.auto_repeat, "data.auto_repeat"},
+               {t->data.multi_agent, "data.multi_agent"},
+               {t->actor_rollout_ref.rollout.use_fire_sampling, "actor_rollout_ref.rollout.use_fire_sampling"},
+               {t->actor_rollout_ref.rollout.multi_turn.enable, "actor_rollout_ref.rollout.multi_turn.enable"},
+               {t->algorithm.use_pf_ppo, "algorithm.use_pf_ppo"},
+               {t->dag.env_enable, "dag.env_enable"}};
     for (size_t i = 0; i < sizeof off / sizeof *off; i++)
-        if (df_config_bool(c, off[i]))
-            return df_error(DF_EUNSUPPORTED, "%s: %s=true is not supported yet", df_config_where(c, off[i]), off[i]);
-    static const char *const null_only[] = {"custom_reward_function.path", "data.custom_cls.path",
-                                            "dag.environment_path", "reward_model.sandbox_fusion.url"};
+        if (off[i].on)
+            return df_error(DF_EUNSUPPORTED, "%s: %s=true is not supported yet", df_config_where(c, off[i].key),
+                            off[i].key);
+    const struct {
+        const char *value, *key;
+    } null_only[] = {{t->custom_reward_function.path, "custom_reward_function.path"},
+                     {t->data.custom_cls.path, "data.custom_cls.path"},
+                     {t->dag.environment_path, "dag.environment_path"},
+                     {t->reward_model.sandbox_fusion.url, "reward_model.sandbox_fusion.url"}};
     for (size_t i = 0; i < sizeof null_only / sizeof *null_only; i++)
-        if (!df_config_is_null(c, null_only[i]))
-            return df_error(DF_EUNSUPPORTED, "%s: %s is not supported yet",
-                            df_config_where(c, null_only[i]), null_only[i]);
+        if (null_only[i].value)
+            return df_error(DF_EUNSUPPORTED, "%s: %s is not supported yet", df_config_where(c, null_only[i].key),
+                            null_only[i].key);
     return DF_OK;
 }
 
 /* What messages call the graph's source: the workflow file, or the pipeline's name. */
-static void source_of(const df_config *c, const df_plan *p, char *out, size_t cap)
+static void source_of(const df_train_config *t, const df_plan *p, char *out, size_t cap)
 {
     if (!strcmp(p->pipeline, "workflow"))
-        snprintf(out, cap, "%s", df_config_str(c, "dag.workflow_path"));
+        snprintf(out, cap, "%s", t->dag.workflow_path);
     else if (!strcmp(p->pipeline, "custom"))
-        snprintf(out, cap, "custom pipeline '%s'", df_config_str(c, "dag.custom_pipeline_fn"));
+        snprintf(out, cap, "custom pipeline '%s'", t->dag.custom_pipeline_fn);
     else
         snprintf(out, cap, "built-in pipeline '%s'", p->pipeline);
 }
@@ -140,10 +151,11 @@ static const char *ref_of(const df_node *n, bool workflow)
  * would score refills differently). Checked only when filtering is on: off,
  * the node passes the batch through.
  */
-static int check_refill(const df_config *c, df_task_graph *g, bool workflow, const char *src)
+static int check_refill(const df_config *c, const df_train_config *t, df_task_graph *g, bool workflow,
+                        const char *src)
 {
     df_node_fn ds = NULL, gen = NULL, rew = NULL;
-    if (!df_config_bool(c, "algorithm.filter_groups.enable") || df_exec_resolve("DAGWorker.dynamic_sampling", &ds) ||
+    if (!t->algorithm.filter_groups.enable || df_exec_resolve("DAGWorker.dynamic_sampling", &ds) ||
         df_exec_resolve("DAGWorker.generate", &gen) || df_exec_resolve("DAGWorker.compute_reward", &rew)) {
         df_clear_error();
         return DF_OK;
@@ -190,7 +202,8 @@ static int check_refill(const df_config *c, df_task_graph *g, bool workflow, con
  * `config:`; rollout nodes sampling at one temperature, the one the actor
  * computes log-probs at (dag_worker.c rollout_temperature).
  */
-static int check_nodes(const df_config *c, df_task_graph *g, bool workflow, const char *src)
+static int check_nodes(const df_config *c, const df_train_config *t, df_task_graph *g, bool workflow,
+                       const char *src)
 {
     for (int i = 0; i < df_task_graph_num_nodes(g); i++) {
         const df_node *n = df_task_graph_node_at(g, i);
@@ -219,19 +232,22 @@ static int check_nodes(const df_config *c, df_task_graph *g, bool workflow, cons
             snprintf(where, sizeof where, "%s node '%s'", src, n->node_id);
             rc = df_worker_node_overrides(c, n, fn, where, &merged);
         }
-        double t = df_config_float(merged ? merged : c, "actor_rollout_ref.rollout.temperature");
+        df_train_config mt; /* the node's own keys over the global ones */
+        if (!rc && merged)
+            rc = df_train_config_resolve(merged, &mt);
+        double temp_n = (merged ? &mt : t)->actor_rollout_ref.rollout.temperature;
         df_config_free(merged);
         if (rc || fn != gen)
             continue;
-        if (first_gen && t != temp)
+        if (first_gen && temp_n != temp)
             rc = df_error(DF_EUNSUPPORTED,
                           "%s: rollout nodes '%s' and '%s' sample at temperatures %g and %g; the actor computes "
                           "log-probs at one temperature",
-                          src, first_gen->node_id, n->node_id, temp, t);
+                          src, first_gen->node_id, n->node_id, temp, temp_n);
         first_gen = n;
-        temp = t;
+        temp = temp_n;
     }
-    return rc ? rc : check_refill(c, g, workflow, src);
+    return rc ? rc : check_refill(c, t, g, workflow, src);
 }
 
 /* ---- the plan and the parallel layout ------------------------------------------- */
@@ -239,8 +255,11 @@ static int check_nodes(const df_config *c, df_task_graph *g, bool workflow, cons
 int df_worker_plan(const df_config *c, int world, df_warn_fn warn, void *user, df_plan **out)
 {
     *out = NULL;
-    int64_t nnodes = df_config_int(c, "trainer.nnodes");
-    int64_t gpus = df_config_int(c, "trainer.n_gpus_per_node");
+    df_train_config t;
+    int rc = df_train_config_resolve(c, &t);
+    if (rc)
+        return rc;
+    int64_t nnodes = t.trainer.nnodes, gpus = t.trainer.n_gpus_per_node;
     if (world < 1 || world % nnodes)
         return df_error(DF_EINVAL, "%s: trainer.nnodes=%lld does not divide the %d launched ranks",
                         df_config_where(c, "trainer.nnodes"), (long long)nnodes, world);
@@ -256,7 +275,7 @@ int df_worker_plan(const df_config *c, int world, df_warn_fn warn, void *user, d
     }
     const char *key = "trainer.n_gpus_per_node", *v = val;
     df_config *pc = NULL;
-    int rc = df_config_with_overrides(c, &key, &v, 1, "the launched ranks", &pc);
+    rc = df_config_with_overrides(c, &key, &v, 1, "the launched ranks", &pc);
     if (!rc)
         rc = df_plan_create(pc, warn, user, out);
     df_config_free(pc);
@@ -283,20 +302,21 @@ static int group_size_of(const df_plan *p, int gi, int world)
  * mini-batches split evenly, the micro-batch keys the worker reads set. With
  * adv_estimator=gae df_config_validate_train checks more (for the actor's DP).
  */
-static int check_critic(const df_config *c, int dp)
+static int check_critic(const df_config *c, const struct df_train_critic *k, int dp)
 {
-    int64_t samples = df_config_int(c, CR "ppo_mini_batch_size") * df_config_int(c, CR "rollout_n");
+    int64_t samples = k->ppo_mini_batch_size * k->rollout_n;
     if (samples % dp || samples / dp < 1)
         return df_error(DF_EINVAL,
                         "%s: critic.ppo_mini_batch_size x critic.rollout_n = %lld responses do not split "
                         "evenly over the critic's %d data-parallel ranks",
                         df_config_where(c, CR "ppo_mini_batch_size"), (long long)samples, dp);
     static const char *const deprecated[] = {CR "ppo_micro_batch_size", CR "forward_micro_batch_size"};
+    const bool set[] = {k->ppo_micro_batch_size.set, k->forward_micro_batch_size.set};
     for (int i = 0; i < 2; i++) /* the validator refuses them with gae; a workflow may add a critic to any estimator */
-        if (!df_config_is_null(c, deprecated[i]))
+        if (set[i])
             return df_error(DF_EINVAL, "%s: %s is deprecated and not read by distflow: set %s_per_gpu",
                             df_config_where(c, deprecated[i]), deprecated[i], deprecated[i]);
-    if (!df_config_bool(c, CR "use_dynamic_bsz") && df_config_is_null(c, CR "ppo_micro_batch_size_per_gpu"))
+    if (!k->use_dynamic_bsz && !k->ppo_micro_batch_size_per_gpu.set)
         return df_error(DF_EINVAL,
                         "%s: set critic.ppo_micro_batch_size_per_gpu (or critic.use_dynamic_bsz=true): the "
                         "critic has no micro-batch size",
@@ -328,7 +348,7 @@ static const df_node *role_node(df_task_graph *g, df_node_role role, bool forwar
  * 0 sees it (its group over the actor's model-parallel size) for the batch
  * checks, the same on every rank and in every command.
  */
-static int layouts(const df_config *c, const df_plan *p, int world, int *actor_dp)
+static int layouts(const df_config *c, const df_train_config *t, const df_plan *p, int world, int *actor_dp)
 {
     int rc = DF_OK;
     *actor_dp = 0;
@@ -338,16 +358,19 @@ static int layouts(const df_config *c, const df_plan *p, int world, int *actor_d
         for (int i = 0; !rc && i < df_task_graph_num_nodes(g); i++) {
             const df_node *n = df_task_graph_node_at(g, i);
             bool model = n->node_type == DF_NODE_MODEL_TRAIN || n->node_type == DF_NODE_MODEL_INFERENCE;
-            const char *key = model ? df_worker_mp_key(n->node_role, NULL, NULL) : NULL;
-            int mp = key ? (int)df_config_int(c, key) : 1;
+            int64_t node_mp = 1;
+            const char *key = model ? df_worker_mp_key(n->node_role, t, &node_mp) : NULL;
+            int mp = key ? (int)node_mp : 1;
             if (key && size % mp)
                 rc = df_error(DF_EINVAL, "%s=%d (%s) does not divide the %d ranks running node '%s'", key, mp,
                               df_config_where(c, key), size, n->node_id);
         }
         const df_node *critic = rc ? NULL : role_node(g, DF_ROLE_CRITIC, true);
-        int64_t warmup = df_config_int(c, "trainer.critic_warmup");
+        int64_t warmup = t->trainer.critic_warmup, critic_mp = 1, actor_mp = 1;
+        df_worker_mp_key(DF_ROLE_CRITIC, t, &critic_mp);
+        df_worker_mp_key(DF_ROLE_ACTOR, t, &actor_mp);
         if (critic)
-            rc = check_critic(c, size / (int)df_config_int(c, df_worker_mp_key(DF_ROLE_CRITIC, NULL, NULL)));
+            rc = check_critic(c, &t->critic, size / (int)critic_mp);
         else if (!rc && warmup > 0)
             rc = df_error(DF_EINVAL,
                           "%s: trainer.critic_warmup=%lld needs a critic (algorithm.adv_estimator=gae, "
@@ -355,21 +378,21 @@ static int layouts(const df_config *c, const df_plan *p, int world, int *actor_d
                           df_config_where(c, "trainer.critic_warmup"), (long long)warmup);
         const df_node *actor = role_node(g, DF_ROLE_ACTOR, false);
         if (p->schedule->rank_graph[0] == gi) /* no actor update here: every group rank its own DP rank */
-            *actor_dp = actor ? size / (int)df_config_int(c, df_worker_mp_key(DF_ROLE_ACTOR, NULL, NULL)) : size;
+            *actor_dp = actor ? size / (int)actor_mp : size;
     }
     return rc;
 }
 
 int df_worker_algorithm_plugins(const df_config *c, bool load)
 {
-    static const char *const keys[] = {"algorithm.adv_estimator", "actor_rollout_ref.actor.policy_loss.loss_mode"};
-    for (int i = 0; i < 2; i++) {
-        const char *v = df_config_str(c, keys[i]);
-        int rc = i ? df_plugin_policy_loss(v, load) : df_plugin_adv_estimator(v, load);
-        if (rc)
-            return df_error_wrap(rc, "%s: %s", df_config_where(c, keys[i]), keys[i]);
-    }
-    return DF_OK;
+    df_train_config t;
+    int rc = df_train_config_resolve(c, &t);
+    if (!rc && (rc = df_plugin_adv_estimator(t.algorithm.adv_estimator, load)))
+        return df_error_wrap(rc, "%s: algorithm.adv_estimator", df_config_where(c, "algorithm.adv_estimator"));
+    const char *loss_key = "actor_rollout_ref.actor.policy_loss.loss_mode";
+    if (!rc && (rc = df_plugin_policy_loss(t.actor_rollout_ref.actor.policy_loss.loss_mode, load)))
+        return df_error_wrap(rc, "%s: %s", df_config_where(c, loss_key), loss_key);
+    return rc;
 }
 
 int df_train_check(const df_config *cfg, int world, df_warn_fn warn, void *user, df_plan **plan_out)
@@ -379,7 +402,10 @@ int df_train_check(const df_config *cfg, int world, df_warn_fn warn, void *user,
     if (world < 1 || world > 1 << 20)
         return df_error(DF_EINVAL, "the job's ranks must be between 1 and 1048576, got %d", world);
     df_plan *p = NULL;
-    int rc = check_supported(cfg);
+    df_train_config t;
+    int rc = df_train_config_resolve(cfg, &t);
+    if (!rc)
+        rc = check_supported(cfg, &t);
     if (!rc) /* before planning: the estimator's descriptor picks the pipeline */
         rc = df_worker_algorithm_plugins(cfg, false);
     if (!rc)
@@ -388,12 +414,12 @@ int df_train_check(const df_config *cfg, int world, df_warn_fn warn, void *user,
         rc = df_worker_plan(cfg, world, warn, user, &p);
     char src[1300] = "";
     if (!rc) {
-        source_of(cfg, p, src, sizeof src);
-        rc = check_nodes(cfg, p->graph, !strcmp(p->pipeline, "workflow"), src);
+        source_of(&t, p, src, sizeof src);
+        rc = check_nodes(cfg, &t, p->graph, !strcmp(p->pipeline, "workflow"), src);
     }
     int dp = 0;
     if (!rc)
-        rc = layouts(cfg, p, world, &dp);
+        rc = layouts(cfg, &t, p, world, &dp);
     if (!rc)
         rc = df_config_validate_train_ex(cfg, dp, warn, user);
     if (rc || !plan_out)
