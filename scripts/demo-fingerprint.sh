@@ -2,7 +2,7 @@
 # A fingerprint of `make demo`'s numbers, to show that a refactoring changed no bit of what the demo
 # computes: runs scripts/demo.sh with DISTFLOW into DIR and prints one sha256 per stage's output —
 # the SFT and RL metrics.jsonl with every wall-clock metric (timing_s/*, timing_per_token_ms/*,
-# perf/*) removed, and the final checkpoints' weights — plus the accuracy line. Two builds that
+# perf/*, SFT's train/tokens_per_second) removed, and the final checkpoints' weights — plus the accuracy line. Two builds that
 # compute the same bits print the same lines (on the same machine: see docs/demo.md on why the
 # digits differ across CPUs).
 #
@@ -16,7 +16,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 acc=$(cd "$root" && DEMO_OUT="$out" bash scripts/demo.sh "$df" "$algo" 2>"$out.log")
 # one metrics line per step; drop wall-clock keys, keep key order and number text as written
 numbers() {
-  sed -E 's/"(timing_s|timing_per_token_ms|perf)\/[^"]*": *[^,}]*(, *)?//g' "$1" | sha256sum | cut -c1-16
+  sed -E 's/"((timing_s|timing_per_token_ms|perf)\/[^"]*|train\/tokens_per_second)": *[^,}]*(, *)?//g' "$1" |
+    sha256sum | cut -c1-16
 }
 weights() { find "$1" -name '*.safetensors' -print0 | sort -z | xargs -0 cat | sha256sum | cut -c1-16; }
 latest() { echo "$1/global_step_$(tr -d '[:space:]' <"$1/latest_checkpointed_iteration.txt")"; }
