@@ -152,7 +152,13 @@ static void test_workflow_file_step(void **state)
  * log-probs of two different distributions. rollout_corr/log_ppl_abs_diff is the mean over
  * sequences of |mean over tokens of (rollout - actor log-prob)|; each token's two log-probs
  * are two float forward passes of the same weights at the same temperature, at most F apart
- * (testbounds.h), so the metric is <= F. At the global temperature it was 0.018. */
+ * (testbounds.h), so the metric is <= F. At the global temperature it was 0.018.
+ * The train node's own actor.ppo_epochs (2; 1 globally) must reach the update as well:
+ * actor/ppo_kl is the mean over the update's micro-batches of mean(old - current log-prob);
+ * in the first epoch the weights are those old_log_probs came from, so that term is <= F in
+ * magnitude, and with one epoch |ppo_kl| <= F. The second epoch runs after an AdamW step of
+ * lr 0.01 on a tiny model and moves the log-probs far more: |ppo_kl| > 2F says it ran (a check
+ * that fails, rather than passes, if the step were too small to tell). */
 static void test_workflow_node_temperature(void **state)
 {
     (void)state;
@@ -169,7 +175,8 @@ static void test_workflow_node_temperature(void **state)
                "  - {node_id: adv, node_type: COMPUTE, node_role: ADVANTAGE, dependencies: [reward]}\n"
                "  - {node_id: old, node_type: MODEL_TRAIN, node_role: ACTOR, only_forward_compute: true,\n"
                "     dependencies: [adv]}\n"
-               "  - {node_id: train, node_type: MODEL_TRAIN, node_role: ACTOR, dependencies: [old]}\n");
+               "  - {node_id: train, node_type: MODEL_TRAIN, node_role: ACTOR, dependencies: [old],\n"
+               "     config: {actor.ppo_epochs: 2}}\n");
     const int64_t max_prompt = 128, max_response = 8;
     char yaml[2048];
     snprintf(yaml, sizeof yaml,
@@ -197,6 +204,14 @@ static void test_workflow_node_temperature(void **state)
         fail_msg("rollout and actor log-probs differ by %.3g per token (bound %.3g): the actor does not "
                  "compute them at the rollout node's temperature",
                  json_number_value(v), F);
+    json_t *kl = json_object_get(o, "actor/ppo_kl");
+    if (!json_is_number(kl))
+        fail_msg("actor/ppo_kl missing");
+    print_message("ppo_kl %.3g, one-epoch bound %.3g\n", json_number_value(kl), F);
+    if (!(fabs(json_number_value(kl)) > 2 * F))
+        fail_msg("actor/ppo_kl = %.3g is within the one-epoch bound (%.3g): the train node's own "
+                 "actor.ppo_epochs=2 did not reach the update",
+                 json_number_value(kl), 2 * F);
     df_model_free(m);
     free(dir);
     json_decref(lines);
