@@ -373,6 +373,53 @@ static void probe_penalty(df_dag_worker *w)
 }
 
 /*
+ * After the run: the advantage node itself (DAGWorker.compute_advantage) on one more step's
+ * batch puts the KL penalty into token_level_rewards and computes the advantages from those
+ * rewards, not from the scores: its advantages are grpo's of the rewards column it wrote (the
+ * same function on the same floats: equal bits) and differ from grpo's of the scores.
+ */
+static void probe_advantage(df_dag_worker *w)
+{
+    df_batch *b = probe_batch(w);
+    df_node_fn fn = NULL;
+    assert_int_equal(df_exec_resolve("DAGWorker.compute_advantage", &fn), 0);
+    df_node_ctx ctx = {.worker = w, .node = df_task_graph_get_node(w->graph, "calculate_advantages"),
+                       .step = w->step};
+    df_node_output out = {0};
+    assert_int_equal(fn(&ctx, b, &out), 0);
+    assert_null(out.batch);
+    const df_column *rw = df_batch_column(b, "token_level_rewards"), *sc = df_batch_column(b, "token_level_scores"),
+                    *uid = df_batch_column(b, "uid");
+    int64_t n = df_batch_size(b), nt = rw->offsets[n];
+    int64_t *group = malloc((size_t)n * sizeof *group);
+    float *want = malloc((size_t)(4 * nt + 1) * sizeof *want), *ret = want + nt, *from_scores = ret + nt,
+          *ret2 = from_scores + nt;
+    assert_true(group && want);
+    assert_int_equal(df_group_ids((const char *const *)uid->data, n, group), 0);
+    df_adv_input in = {.n = n, .offsets = rw->offsets, .token_level_rewards = rw->data, .group = group,
+                       .norm_adv_by_std_in_grpo = true, .epsilon = 1e-6f};
+    assert_int_equal(df_adv_grpo(&in, want, ret), 0);
+    in.token_level_rewards = sc->data;
+    assert_int_equal(df_adv_grpo(&in, from_scores, ret2), 0);
+    const float *adv = df_batch_column(b, "advantages")->data;
+    double apart = 0;
+    for (int64_t t = 0; t < nt; t++) {
+        assert_true(adv[t] == want[t]);
+        apart += fabs((double)adv[t] - from_scores[t]);
+    }
+    assert_true(apart > 0); /* the penalty changed the advantages: reading the scores would show */
+    free(group);
+    free(want);
+    df_batch_free(b);
+}
+
+static void probe_penalty_and_advantage(df_dag_worker *w)
+{
+    probe_penalty(w);
+    probe_advantage(w);
+}
+
+/*
  * After the run, on every rank: one more step's batch through the advantage node's KL
  * penalty. The KL the controller steps with must be the mean over the whole data-parallel
  * batch of the per-sample token means of old - ref (computed here from the gathered
@@ -469,7 +516,7 @@ static void test_grpo_fixed(void **state)
 {
     (void)state;
     trajectory tr;
-    train(world, "fixed", "fixed", &tr, probe_penalty);
+    train(world, "fixed", "fixed", &tr, probe_penalty_and_advantage);
     expect_same_on_every_rank(tr.final_beta);
     assert_true(tr.final_beta == 0.5);
     if (rank != 0)
