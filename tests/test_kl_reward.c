@@ -404,7 +404,8 @@ static void probe_advantage(df_dag_worker *w)
     const float *adv = df_batch_column(b, "advantages")->data;
     double apart = 0;
     for (int64_t t = 0; t < nt; t++) {
-        assert_true(adv[t] == want[t]);
+        if (adv[t] != want[t])
+            fail_msg("token %lld: advantage %.9g, grpo of the rewards %.9g", (long long)t, adv[t], want[t]);
         apart += fabs((double)adv[t] - from_scores[t]);
     }
     assert_true(apart > 0); /* the penalty changed the advantages: reading the scores would show */
