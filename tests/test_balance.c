@@ -235,6 +235,16 @@ static void test_plan_samples(void **state)
     assert_int_equal(c8, 2);
     assert_int_equal(c7, 2);
     df_redist_plan_free(p);
+
+    /* Equal counts win over equal tokens: one sample of 1000 tokens and seven of 1 split 4 / 4
+       (the best split by tokens alone, {1000} against the rest, would give one rank 1 sample). */
+    for (int i = 0; i < 8; i++)
+        v[i].sum_tokens = i == 3 ? 1000 : 1;
+    assert_int_equal(df_redistribution_plan(v, 8, 2, false, &p), DF_OK);
+    check_plan_cover(p, v, 8);
+    for (int d = 0; d < 2; d++)
+        assert_int_equal(p->dest_offsets[d + 1] - p->dest_offsets[d], 4);
+    df_redist_plan_free(p);
     free(v);
 }
 
