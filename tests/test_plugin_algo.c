@@ -12,6 +12,7 @@
 
 #include "distflow/algo_desc.h"
 #include "distflow/dag.h"
+#include "distflow/node.h"
 #include "distflow/reward.h"
 #include "testutil.h"
 
@@ -183,6 +184,82 @@ static void test_train_uses_plugin(void **state)
     json_decref(lines);
 }
 
+/* Both example plugins in one job, through public headers only: the workflow's reward node is
+   reward_text.c (decodes with the node context's tokenizer), the estimator adv_median.c. The
+   reward node's own mean score is the score the trainer logs: its scores are the ones trained on. */
+static void test_text_reward_node(void **state)
+{
+    (void)state;
+    char wf[1024], path[512], yaml[2048];
+    snprintf(wf, sizeof wf,
+             "dag_id: text_reward\n"
+             "nodes:\n"
+             "  - {node_id: rollout, node_type: MODEL_INFERENCE, node_role: ROLLOUT}\n"
+             "  - {node_id: reward, node_type: COMPUTE, node_role: REWARD, dependencies: [rollout],\n"
+             "     executable_ref: '%s/libreward_text.so:compute_text_reward'}\n"
+             "  - {node_id: adv, node_type: COMPUTE, node_role: ADVANTAGE, dependencies: [reward]}\n"
+             "  - {node_id: old, node_type: MODEL_TRAIN, node_role: ACTOR, only_forward_compute: true,\n"
+             "     dependencies: [adv]}\n"
+             "  - {node_id: train, node_type: MODEL_TRAIN, node_role: ACTOR, dependencies: [old]}\n",
+             DF_PLUGIN_DIR);
+    snprintf(path, sizeof path, "%s/text_reward.yaml", dir);
+    assert_int_equal(df_write_file_atomic(path, wf, strlen(wf)), 0);
+    snprintf(yaml, sizeof yaml,
+             "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 4,\n"
+             "       max_prompt_length: 128, max_response_length: 6}\n"
+             "actor_rollout_ref:\n"
+             "  model: {path: %s/model}\n"
+             "  actor: {optim: {lr: 0.01}, ppo_mini_batch_size: 4, ppo_micro_batch_size_per_gpu: 4}\n"
+             "  rollout: {n: 2, log_prob_micro_batch_size_per_gpu: 4}\n"
+             "algorithm: {adv_estimator: '%s'}\n"
+             "dag: {workflow_path: %s}\n"
+             "trainer: {total_training_steps: 2, save_freq: -1, test_freq: -1, val_before_train: false,\n"
+             "          logger: [], default_local_dir: %s/out_text}\n",
+             dir, dir, MEDIAN_REF, path, dir);
+    df_config *c = NULL;
+    assert_int_equal(df_config_load_text(df_config_schema_train(), yaml, "text.yaml", NULL, 0, &c), 0);
+    df_exec_unload_plugins();
+    assert_int_equal(df_train_check(c, 1, NULL, NULL, NULL), 0); /* config check: nothing loaded */
+    assert_int_equal(df_plugin_count(), 0);
+    assert_int_equal(df_test_run(NULL, c), 0);
+    assert_int_equal(df_plugin_count(), 2);
+    json_t *lines = df_test_metrics(dir, "out_text", true), *o;
+    size_t i;
+    assert_int_equal(json_array_size(lines), 2);
+    json_array_foreach(lines, i, o) {
+        json_t *mine = json_object_get(o, "reward_text/score_mean"), *score = json_object_get(o, "critic/score/mean");
+        json_t *chars = json_object_get(o, "reward_text/chars_mean");
+        if (!json_is_number(mine) || !json_is_number(score) || !json_is_number(chars))
+            fail_msg("step %zu: reward_text/score_mean, critic/score/mean or reward_text/chars_mean missing", i + 1);
+        /* means of the same 0 / 1 scores over the same 8 responses: exact, printed alike */
+        assert_true(json_number_value(mine) == json_number_value(score));
+        assert_true(json_number_value(chars) > 0); /* the responses were decoded */
+    }
+    json_decref(lines);
+}
+
+/* Without a worker behind the context the accessors give the one-rank answers, and the text
+   reward refuses to run. */
+static void test_context_without_worker(void **state)
+{
+    (void)state;
+    df_node_ctx ctx = {0};
+    assert_null(df_node_tokenizer(&ctx));
+    assert_null(df_node_config(&ctx));
+    assert_null(df_node_comm(&ctx));
+    int dp = 0, r = 7, mp = 0, mr = 7;
+    df_node_layout_of(&ctx, &dp, &r, &mp, &mr);
+    assert_int_equal(dp, 1);
+    assert_int_equal(r, 0);
+    assert_int_equal(mp, 1);
+    assert_int_equal(mr, 0);
+    void (*fn)(void) = NULL;
+    assert_int_equal(df_plugin_symbol(DF_PLUGIN_DIR "/libreward_text.so:compute_text_reward", &fn), 0);
+    df_node_output out = {0};
+    assert_int_equal(((df_node_fn)fn)(&ctx, NULL, &out), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "no tokenizer"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -192,6 +269,8 @@ int main(void)
         cmocka_unit_test(test_unload_removes),
         cmocka_unit_test(test_config_check_cli),
         cmocka_unit_test(test_train_uses_plugin),
+        cmocka_unit_test(test_text_reward_node),
+        cmocka_unit_test(test_context_without_worker),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
