@@ -122,20 +122,22 @@ count_in() {
 slurp() {
   IFS= read -r -d '' "$2" <"$1" || true
 }
+# File $1 into $text, and how often mutation $2's snippet occurs in it into $count (0, no file).
+scan() {
+  text='' count=0
+  [ -f "$1" ] || return 0
+  slurp "$1" text
+  count=$(count_in "$text" "${olds[$2]}")
+}
 
 if $check_only; then
   stale=0
   for i in "${selected[@]}"; do
-    f=$root/${files[i]}
-    c=0
-    if [ -f "$f" ]; then
-      slurp "$f" text
-      c=$(count_in "$text" "${olds[i]}")
-    fi
-    if [ "$c" -eq 1 ]; then
+    scan "$root/${files[i]}" "$i"
+    if [ "$count" -eq 1 ]; then
       printf '%-9s %s\n' OK "${names[i]}"
     else
-      printf '%-9s %s (%s: snippet found %s times)\n' STALE "${names[i]}" "${files[i]}" "$c"
+      printf '%-9s %s (%s: snippet found %s times)\n' STALE "${names[i]}" "${files[i]}" "$count"
       stale=$((stale + 1))
     fi
   done
@@ -224,13 +226,10 @@ for i in "${selected[@]}"; do
   name=${names[i]}
   tag=$(printf '[%2d/%d]' "$k" "${#selected[@]}")
   f=$tree/${files[i]}
-  c=0
-  if [ -f "$f" ]; then
-    slurp "$f" original
-    c=$(count_in "$original" "${olds[i]}")
-  fi
-  if [ "$c" -ne 1 ]; then
-    printf '%s %-9s %-34s %s: snippet found %s times\n' "$tag" STALE "$name" "${files[i]}" "$c"
+  scan "$f" "$i"
+  original=$text
+  if [ "$count" -ne 1 ]; then
+    printf '%s %-9s %-34s %s: snippet found %s times\n' "$tag" STALE "$name" "${files[i]}" "$count"
     stale=$((stale + 1))
     continue
   fi

@@ -15,11 +15,11 @@
 #include <cmocka.h>
 
 #include "distflow/platform.h"
+#include "testutil.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
 /* x86-64-v3 (with v2) and v4, as the variants are documented; OS_* = XCR0 state. */
 static const df_cpu_feature V3[] = {DF_CPU_SSE3,  DF_CPU_SSSE3, DF_CPU_SSE41, DF_CPU_SSE42,
@@ -149,17 +149,6 @@ static void test_env_forces_and_refuses(void **state)
     free(saved);
 }
 
-/* Runs a command line, returning its exit status and (at most cap bytes of) its output. */
-static int run(const char *cmd, char *out, size_t cap)
-{
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 /* Every line is `key: value`. */
 static void assert_key_value_lines(const char *s)
 {
@@ -176,7 +165,7 @@ static void test_cli_env(void **state)
     static char out[16384];
     char cmd[1024], want[128];
     snprintf(cmd, sizeof cmd, "%s/distflow env 2>&1", DF_BINARY_DIR);
-    assert_int_equal(run(cmd, out, sizeof out), 0);
+    assert_int_equal(df_test_command(cmd, out, sizeof out), 0);
     assert_key_value_lines(out);
     assert_contains(out, "\nonednn_version: ");
     assert_contains(out, "\nonednn_effective_isa: ");
@@ -189,11 +178,11 @@ static void test_cli_env(void **state)
     snprintf(want, sizeof want, "\nkernel_variant: %s\n", df_kernels_active());
     assert_contains(out, want); /* the same environment selects the same variant */
     snprintf(cmd, sizeof cmd, "%s/distflow --version 2>&1", DF_BINARY_DIR);
-    assert_int_equal(run(cmd, out, sizeof out), 0);
+    assert_int_equal(df_test_command(cmd, out, sizeof out), 0);
     assert_contains(out, "distflow ");
     assert_contains(out, "DF_NATIVE=");
     snprintf(cmd, sizeof cmd, "DF_CPU_VARIANT=avx1024 %s/distflow config help 2>&1", DF_BINARY_DIR);
-    assert_int_equal(run(cmd, out, sizeof out), 2);
+    assert_int_equal(df_test_command(cmd, out, sizeof out), 2);
     assert_contains(out, "DF_CPU_VARIANT=avx1024: unknown kernel variant");
 }
 

@@ -37,19 +37,47 @@ static void write_text(const char *name, const char *text)
     free(p);
 }
 
-/* Dataset, tokenizer and a tiny model in tmp/. */
+/* A fresh tmp/ with the dataset, tokenizer and a tiny model; the digit-share reward registered. */
 static void make_inputs(void)
 {
+    snprintf(tmp, sizeof tmp, "/tmp/df_e2e_XXXXXX");
+    assert_non_null(mkdtemp(tmp));
     df_test_digits_inputs(tmp, "train.jsonl", 64, "test/digits", true);
+    assert_int_equal(df_reward_register("test/digits", df_test_digit_share), 0);
+}
+
+enum { WF_MAX_PROMPT = 128, WF_MAX_RESPONSE = 8 };
+
+/* A GRPO workflow's nodes after its `rollout` node; the train node runs two epochs. */
+#define GRPO_NODES_AFTER_ROLLOUT                                                                       \
+    "  - {node_id: reward, node_type: COMPUTE, node_role: REWARD, dependencies: [rollout]}\n"          \
+    "  - {node_id: adv, node_type: COMPUTE, node_role: ADVANTAGE, dependencies: [reward]}\n"           \
+    "  - {node_id: old, node_type: MODEL_TRAIN, node_role: ACTOR, only_forward_compute: true,\n"       \
+    "     dependencies: [adv]}\n"                                                                     \
+    "  - {node_id: train, node_type: MODEL_TRAIN, node_role: ACTOR, dependencies: [old],\n"           \
+    "     config: {actor.ppo_epochs: 2}}\n"
+
+/* tmp/wf.yaml = `workflow`, and into yaml[cap] one GRPO step's config that runs it. */
+static void workflow_config(const char *workflow, char *yaml, size_t cap)
+{
+    write_text("wf.yaml", workflow);
+    snprintf(yaml, cap,
+             "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 8,\n"
+             "       max_prompt_length: %d, max_response_length: %d}\n"
+             "actor_rollout_ref:\n"
+             "  model: {path: %s/model}\n"
+             "  actor: {optim: {lr: 0.01}, ppo_mini_batch_size: 8, ppo_micro_batch_size_per_gpu: 8}\n"
+             "  rollout: {n: 4, temperature: 1.0, log_prob_micro_batch_size_per_gpu: 16}\n"
+             "algorithm: {adv_estimator: grpo}\n"
+             "dag: {workflow_path: %s/wf.yaml}\n"
+             "trainer: {total_training_steps: 1, save_freq: -1, logger: [], default_local_dir: %s/out}\n",
+             tmp, WF_MAX_PROMPT, WF_MAX_RESPONSE, tmp, tmp, tmp);
 }
 
 static void test_grpo_steps(void **state)
 {
     (void)state;
-    snprintf(tmp, sizeof tmp, "/tmp/df_e2e_XXXXXX");
-    assert_non_null(mkdtemp(tmp));
     make_inputs();
-    assert_int_equal(df_reward_register("test/digits", df_test_digit_share), 0);
     char yaml[2048];
     snprintf(yaml, sizeof yaml,
              "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 8,\n"
@@ -108,33 +136,14 @@ static void test_grpo_steps(void **state)
 static void test_workflow_file_step(void **state)
 {
     (void)state;
-    snprintf(tmp, sizeof tmp, "/tmp/df_e2e_XXXXXX");
-    assert_non_null(mkdtemp(tmp));
     make_inputs();
-    assert_int_equal(df_reward_register("test/digits", df_test_digit_share), 0);
-    write_text("wf.yaml",
-               "dag_id: wf_grpo\n"
-               "nodes:\n"
-               "  - {node_id: rollout, node_type: MODEL_INFERENCE, node_role: ROLLOUT,\n"
-               "     config: {rollout.do_sample: false}}\n"
-               "  - {node_id: reward, node_type: COMPUTE, node_role: REWARD, dependencies: [rollout]}\n"
-               "  - {node_id: adv, node_type: COMPUTE, node_role: ADVANTAGE, dependencies: [reward]}\n"
-               "  - {node_id: old, node_type: MODEL_TRAIN, node_role: ACTOR, only_forward_compute: true,\n"
-               "     dependencies: [adv]}\n"
-               "  - {node_id: train, node_type: MODEL_TRAIN, node_role: ACTOR, dependencies: [old],\n"
-               "     config: {actor.ppo_epochs: 2}}\n");
     char yaml[2048];
-    snprintf(yaml, sizeof yaml,
-             "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 8,\n"
-             "       max_prompt_length: 128, max_response_length: 8}\n"
-             "actor_rollout_ref:\n"
-             "  model: {path: %s/model}\n"
-             "  actor: {optim: {lr: 0.01}, ppo_mini_batch_size: 8, ppo_micro_batch_size_per_gpu: 8}\n"
-             "  rollout: {n: 4, log_prob_micro_batch_size_per_gpu: 16}\n"
-             "algorithm: {adv_estimator: grpo}\n"
-             "dag: {workflow_path: %s/wf.yaml}\n"
-             "trainer: {total_training_steps: 1, save_freq: -1, logger: [], default_local_dir: %s/out}\n",
-             tmp, tmp, tmp, tmp);
+    workflow_config("dag_id: wf_grpo\n"
+                    "nodes:\n"
+                    "  - {node_id: rollout, node_type: MODEL_INFERENCE, node_role: ROLLOUT,\n"
+                    "     config: {rollout.do_sample: false}}\n"
+                    GRPO_NODES_AFTER_ROLLOUT,
+                    yaml, sizeof yaml);
     df_test_fit(yaml, "e2e.yaml");
     json_t *lines = df_test_metrics(tmp, "out", true), *o = json_array_get(lines, 0);
     assert_int_equal(json_array_size(lines), 1);
@@ -162,34 +171,14 @@ static void test_workflow_file_step(void **state)
 static void test_workflow_node_temperature(void **state)
 {
     (void)state;
-    snprintf(tmp, sizeof tmp, "/tmp/df_e2e_XXXXXX");
-    assert_non_null(mkdtemp(tmp));
     make_inputs();
-    assert_int_equal(df_reward_register("test/digits", df_test_digit_share), 0);
-    write_text("wf.yaml",
-               "dag_id: wf_temperature\n"
-               "nodes:\n"
-               "  - {node_id: rollout, node_type: MODEL_INFERENCE, node_role: ROLLOUT,\n"
-               "     config: {rollout.temperature: 0.5}}\n"
-               "  - {node_id: reward, node_type: COMPUTE, node_role: REWARD, dependencies: [rollout]}\n"
-               "  - {node_id: adv, node_type: COMPUTE, node_role: ADVANTAGE, dependencies: [reward]}\n"
-               "  - {node_id: old, node_type: MODEL_TRAIN, node_role: ACTOR, only_forward_compute: true,\n"
-               "     dependencies: [adv]}\n"
-               "  - {node_id: train, node_type: MODEL_TRAIN, node_role: ACTOR, dependencies: [old],\n"
-               "     config: {actor.ppo_epochs: 2}}\n");
-    const int64_t max_prompt = 128, max_response = 8;
     char yaml[2048];
-    snprintf(yaml, sizeof yaml,
-             "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 8,\n"
-             "       max_prompt_length: %d, max_response_length: %d}\n"
-             "actor_rollout_ref:\n"
-             "  model: {path: %s/model}\n"
-             "  actor: {optim: {lr: 0.01}, ppo_mini_batch_size: 8, ppo_micro_batch_size_per_gpu: 8}\n"
-             "  rollout: {n: 4, temperature: 1.0, log_prob_micro_batch_size_per_gpu: 16}\n"
-             "algorithm: {adv_estimator: grpo}\n"
-             "dag: {workflow_path: %s/wf.yaml}\n"
-             "trainer: {total_training_steps: 1, save_freq: -1, logger: [], default_local_dir: %s/out}\n",
-             tmp, (int)max_prompt, (int)max_response, tmp, tmp, tmp);
+    workflow_config("dag_id: wf_temperature\n"
+                    "nodes:\n"
+                    "  - {node_id: rollout, node_type: MODEL_INFERENCE, node_role: ROLLOUT,\n"
+                    "     config: {rollout.temperature: 0.5}}\n"
+                    GRPO_NODES_AFTER_ROLLOUT,
+                    yaml, sizeof yaml);
     df_test_fit(yaml, "e2e.yaml");
     json_t *lines = df_test_metrics(tmp, "out", true), *o = json_array_get(lines, 0);
     json_t *v = json_object_get(o, "rollout_corr/log_ppl_abs_diff");
@@ -198,7 +187,7 @@ static void test_workflow_node_temperature(void **state)
     df_model *m;
     char *dir = df_path_join(tmp, "model");
     assert_int_equal(df_model_load(dir, &m), 0);
-    double F = tb_forward_bound(m, max_prompt + max_response, 0.5f);
+    double F = tb_forward_bound(m, WF_MAX_PROMPT + WF_MAX_RESPONSE, 0.5f);
     print_message("log_ppl_abs_diff %.3g, bound %.3g\n", json_number_value(v), F);
     if (!(json_number_value(v) <= F))
         fail_msg("rollout and actor log-probs differ by %.3g per token (bound %.3g): the actor does not "
@@ -223,32 +212,18 @@ static void test_workflow_node_temperature(void **state)
 static void test_rollout_temperatures_disagree(void **state)
 {
     (void)state;
-    snprintf(tmp, sizeof tmp, "/tmp/df_e2e_XXXXXX");
-    assert_non_null(mkdtemp(tmp));
     make_inputs();
-    assert_int_equal(df_reward_register("test/digits", df_test_digit_share), 0);
-    write_text("wf.yaml",
-               "dag_id: wf_two_rollouts\n"
-               "nodes:\n"
-               "  - {node_id: hot, node_type: MODEL_INFERENCE, node_role: ROLLOUT,\n"
-               "     config: {rollout.temperature: 0.5}}\n"
-               "  - {node_id: cold, node_type: MODEL_INFERENCE, node_role: ROLLOUT, dependencies: [hot],\n"
-               "     config: {rollout.temperature: 0.7}}\n"
-               "  - {node_id: reward, node_type: COMPUTE, node_role: REWARD, dependencies: [cold]}\n"
-               "  - {node_id: adv, node_type: COMPUTE, node_role: ADVANTAGE, dependencies: [reward]}\n"
-               "  - {node_id: train, node_type: MODEL_TRAIN, node_role: ACTOR, dependencies: [adv]}\n");
     char yaml[2048];
-    snprintf(yaml, sizeof yaml,
-             "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 8,\n"
-             "       max_prompt_length: 128, max_response_length: 8}\n"
-             "actor_rollout_ref:\n"
-             "  model: {path: %s/model}\n"
-             "  actor: {optim: {lr: 0.01}, ppo_mini_batch_size: 8, ppo_micro_batch_size_per_gpu: 8}\n"
-             "  rollout: {n: 4, log_prob_micro_batch_size_per_gpu: 16}\n"
-             "algorithm: {adv_estimator: grpo}\n"
-             "dag: {workflow_path: %s/wf.yaml}\n"
-             "trainer: {total_training_steps: 1, save_freq: -1, logger: [], default_local_dir: %s/out}\n",
-             tmp, tmp, tmp, tmp);
+    workflow_config("dag_id: wf_two_rollouts\n"
+                    "nodes:\n"
+                    "  - {node_id: hot, node_type: MODEL_INFERENCE, node_role: ROLLOUT,\n"
+                    "     config: {rollout.temperature: 0.5}}\n"
+                    "  - {node_id: cold, node_type: MODEL_INFERENCE, node_role: ROLLOUT, dependencies: [hot],\n"
+                    "     config: {rollout.temperature: 0.7}}\n"
+                    "  - {node_id: reward, node_type: COMPUTE, node_role: REWARD, dependencies: [cold]}\n"
+                    "  - {node_id: adv, node_type: COMPUTE, node_role: ADVANTAGE, dependencies: [reward]}\n"
+                    "  - {node_id: train, node_type: MODEL_TRAIN, node_role: ACTOR, dependencies: [adv]}\n",
+                    yaml, sizeof yaml);
     assert_int_equal(df_test_run(NULL, df_test_config(yaml, "e2e.yaml", NULL, 0)), DF_EUNSUPPORTED);
     assert_last_error_mentions("'hot' and 'cold'");
     assert_last_error_mentions("temperatures 0.5 and 0.7");

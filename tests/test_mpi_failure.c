@@ -18,7 +18,6 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <sys/wait.h>
 
 static const char *WORKFLOW = "dag_id: grpo_with_injected_failure\n"
                               "nodes:\n"
@@ -65,15 +64,9 @@ static int run_job(const char *dir, const char *fn, char *out, size_t cap, doubl
              "%s 2>&1",
              DF_MPIEXEC, DF_BINARY_DIR, path);
     double t0 = df_now();
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    size_t n = fread(out, 1, cap - 1, p);
-    while (fgetc(p) != EOF) /* drain the rest */
-        ;
-    out[n] = '\0';
-    int status = pclose(p);
+    int status = df_test_command(cmd, out, cap);
     *seconds = df_now() - t0;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return status;
 }
 
 static void test_error_on_one_rank_ends_job(void **state)

@@ -17,7 +17,6 @@
 #include "testutil.h"
 
 #include <string.h>
-#include <sys/wait.h>
 
 #define MEDIAN_REF DF_PLUGIN_DIR "/libadv_median.so:median_baseline"
 
@@ -142,17 +141,12 @@ static void test_config_check_cli(void **state)
     for (int n = 1; n <= 2; n++) {
         write_config(n, path, sizeof path);
         snprintf(cmd, sizeof cmd, "%s/distflow config check %s 2>&1", DF_BINARY_DIR, path);
-        FILE *p = popen(cmd, "r");
-        assert_non_null(p);
-        size_t len = fread(out, 1, sizeof out - 1, p);
-        out[len] = 0;
-        int st = pclose(p);
-        assert_true(WIFEXITED(st));
+        int st = df_test_command(cmd, out, sizeof out);
         if (n == 2) {
-            assert_int_equal(WEXITSTATUS(st), 0);
+            assert_int_equal(st, 0);
             assert_string_equal(out, "ok\n");
         } else {
-            assert_int_not_equal(WEXITSTATUS(st), 0);
+            assert_int_not_equal(st, 0);
             assert_non_null(strstr(out, "libadv_median.so:median_baseline"));
             assert_non_null(strstr(out, "needs actor_rollout_ref.rollout.n"));
         }

@@ -15,7 +15,6 @@
 #include "distflow/reward.h"
 #include "worker/worker_internal.h"
 
-#include <sys/wait.h>
 
 /* max_resp_len 20, buffer 5 tokens, factor 1: no penalty up to 15 tokens, then -0.2 per token. */
 static const df_overlong_buffer_cfg OB = {.enable = true, .len = 5, .penalty_factor = 1.0};
@@ -321,12 +320,7 @@ static int config_check(const char *args, char *out, size_t cap)
 {
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "%s/distflow config check %s 2>&1", DF_BINARY_DIR, args);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    size_t len = fread(out, 1, cap - 1, p);
-    out[len] = 0;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return df_test_command(cmd, out, cap);
 }
 
 static void test_cli_config_check(void **state)

@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
 #define FIX DF_SOURCE_DIR "/tests/fixtures/siirl_workflows/"
 #define PLUGINS DF_BINARY_DIR "/plugins/test/"
@@ -143,13 +142,7 @@ static int run(const char *cmd, const char *name, const char *args, char *msg, s
 {
     char line[8192];
     snprintf(line, sizeof line, "OMP_NUM_THREADS=1 %s/distflow %s %s 2>&1", DF_BINARY_DIR, cmd, args);
-    FILE *p = popen(line, "r");
-    assert_non_null(p);
-    size_t len = fread(all, 1, all_cap - 1, p);
-    while (fgetc(p) != EOF)
-        ;
-    all[len] = 0;
-    int st = pclose(p);
+    int st = df_test_command(line, all, all_cap);
     char tag[64];
     snprintf(tag, sizeof tag, "distflow %s: error: ", name);
     const char *e = strstr(all, tag);
@@ -159,7 +152,7 @@ static int run(const char *cmd, const char *name, const char *args, char *msg, s
         size_t k = strcspn(e, "\n");
         snprintf(msg, cap, "%.*s", (int)(k < cap ? k : cap - 1), e);
     }
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    return st;
 }
 
 /* The three commands on one workflow: the same verdict and message, the expected one; accepted ones train. */

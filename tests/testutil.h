@@ -29,11 +29,29 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 static inline int df_test_rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
 {
     (void)sb, (void)flag, (void)ftw;
     return remove(p);
+}
+
+/**
+ * Run a shell command line: at most cap - 1 bytes of its output into out (NUL-terminated; the
+ * rest is read and dropped, so the command never blocks on a full pipe). Returns its exit status,
+ * or 128 + the signal that killed it.
+ */
+static inline int df_test_command(const char *cmd, char *out, size_t cap)
+{
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t n = fread(out, 1, cap - 1, p);
+    while (fgetc(p) != EOF)
+        ;
+    out[n] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
 /** Remove `dir` and everything below it; 0 on success. */

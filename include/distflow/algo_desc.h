@@ -49,7 +49,7 @@ enum {
 };
 
 typedef struct df_adv_estimator_desc {
-    const char *name;        /**< algorithm.adv_estimator (verl's name); non-empty */
+    const char *name;        /**< algorithm.adv_estimator (verl's name); non-empty; first member (the registry names its copy) */
     df_adv_estimator_fn fn;  /**< the estimator; non-NULL */
     unsigned needs;          /**< DF_ADV_NEEDS_* bits */
     unsigned flags;          /**< DF_ADV_WHITENS* bits; DF_ADV_WHITENS_RETURNS needs DF_ADV_WHITENS */
@@ -87,7 +87,7 @@ DF_API const char *df_adv_estimator_pipeline(const df_adv_estimator_desc *d);
 /* ---- policy losses ------------------------------------------------------------------------ */
 
 typedef struct df_policy_loss_desc {
-    const char *name;          /**< actor.policy_loss.loss_mode (verl's name); non-empty */
+    const char *name;          /**< actor.policy_loss.loss_mode (verl's name); non-empty; first member (as above) */
     df_policy_loss_fn fn;      /**< the loss; non-NULL */
     const char *loss_agg_mode; /**< the aggregation its objective is defined with, or NULL for
                                     any: `config check` warns when actor.loss_agg_mode differs

@@ -388,14 +388,6 @@ DF_API int df_plugin_check(const char *ref);
 DF_API int df_plugin_check_object(const char *ref, size_t size, void *bytes);
 
 /**
- * The address of an exported data object of `size` bytes (checked in the
- * file first, as df_plugin_check_object), loading the library as
- * df_plugin_symbol does. *addr is NULL on failure. Errors: those of
- * df_plugin_check_object and df_plugin_symbol.
- */
-DF_API int df_plugin_object(const char *ref, size_t size, const void **addr);
-
-/**
  * Register an algorithm a plugin declares as an exported descriptor object
  * (distflow/algo_desc.h), under the name `ref` ("path/to/libx.so:symbol"),
  * so that algorithm.adv_estimator / actor.policy_loss.loss_mode may name it:
@@ -408,7 +400,7 @@ DF_API int df_plugin_object(const char *ref, size_t size, const void **addr);
  * and its descriptor registered (replacing a checked one). The descriptor's
  * name is ignored (the ref is the name); its policy_loss (estimators) must be
  * NULL, and is checked when loading. Errors: those of df_plugin_check_object /
- * df_plugin_object, of the registration (unknown bits, NULL fn), DF_EINVAL
+ * df_plugin_symbol, of the registration (unknown bits, NULL fn), DF_EINVAL
  * for a policy_loss. A `ref` that is not a plugin ref (a registry name, or
  * NULL) is left alone: DF_OK. Start-up only (not thread-safe).
  */

@@ -119,12 +119,7 @@ int df_adv_estimator_register_desc(const df_adv_estimator_desc *d)
     if ((d->flags & DF_ADV_WHITENS_RETURNS) && !(d->flags & DF_ADV_WHITENS))
         return df_error(DF_EINVAL, "advantage estimator '%s': DF_ADV_WHITENS_RETURNS without DF_ADV_WHITENS",
                         d->name ? d->name : "(null)");
-    int rc = df_fn_registry_add_data(&g_estimators, d->name, (df_any_fn)d->fn, d, sizeof *d);
-    if (!rc) { /* the copy names itself with the registry's own copy of the name */
-        const df_fn_entry *e = df_fn_registry_find_entry(&g_estimators, d->name);
-        ((df_adv_estimator_desc *)e->data)->name = e->name;
-    }
-    return rc;
+    return df_fn_registry_add_data(&g_estimators, d->name, (df_any_fn)d->fn, d, sizeof *d);
 }
 
 const df_adv_estimator_desc *df_adv_estimator_find(const char *name)
@@ -136,9 +131,8 @@ const df_adv_estimator_desc *df_adv_estimator_find(const char *name)
 int df_adv_estimator_get(const char *name, const df_adv_estimator_desc **out)
 {
     df_any_fn f;
-    int rc = df_fn_registry_lookup(&g_estimators, name, DF_EINVAL, &f);
-    *out = rc ? NULL : df_adv_estimator_find(name);
-    return rc;
+    *out = df_adv_estimator_find(name);
+    return *out ? DF_OK : df_fn_registry_lookup(&g_estimators, name, DF_EINVAL, &f); /* its message */
 }
 
 const char *df_adv_estimator_pipeline(const df_adv_estimator_desc *d)

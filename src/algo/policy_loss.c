@@ -55,12 +55,7 @@ int df_policy_loss_register_desc(const df_policy_loss_desc *d)
 {
     if (!d)
         return df_error(DF_EINVAL, "policy loss registry: NULL descriptor");
-    int rc = df_fn_registry_add_data(&g_losses, d->name, (df_any_fn)d->fn, d, sizeof *d);
-    if (!rc) { /* the copy names itself with the registry's own copy of the name */
-        const df_fn_entry *e = df_fn_registry_find_entry(&g_losses, d->name);
-        ((df_policy_loss_desc *)e->data)->name = e->name;
-    }
-    return rc;
+    return df_fn_registry_add_data(&g_losses, d->name, (df_any_fn)d->fn, d, sizeof *d);
 }
 
 const df_policy_loss_desc *df_policy_loss_find(const char *name)

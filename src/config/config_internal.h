@@ -69,28 +69,11 @@ struct df_config_schema {
 
 /* ---- one-line entries for ad-hoc schemas (tests); the real tables are
  * include/distflow/{train,sft}_config.def ----
- * K<type>[N]: N = nullable. Bounds are inclusive doubles, INF for open ends.
- * K*_FROM: nullable, default null, null resolves to key `from` after loading. */
+ * Bounds are inclusive doubles, INF for open ends. KF_FROM: nullable, default null, which
+ * resolves to key `from` after loading. */
 #define INF INFINITY
-#define KB(k, d, h) {k, DF_CFG_BOOL, false, d, -INF, INF, 0, NULL, NULL, h}
-#define KBN(k, d, h) {k, DF_CFG_BOOL, true, d, -INF, INF, 0, NULL, NULL, h}
 #define KI(k, d, lo, hi, h) {k, DF_CFG_INT, false, d, lo, hi, 0, NULL, NULL, h}
-#define KIN(k, d, lo, hi, h) {k, DF_CFG_INT, true, d, lo, hi, 0, NULL, NULL, h}
-#define KF(k, d, lo, hi, h) {k, DF_CFG_FLOAT, false, d, lo, hi, 0, NULL, NULL, h}
-#define KFN(k, d, lo, hi, h) {k, DF_CFG_FLOAT, true, d, lo, hi, 0, NULL, NULL, h}
-#define KS(k, d, h) {k, DF_CFG_STR, false, d, -INF, INF, 0, NULL, NULL, h}
-#define KSN(k, d, h) {k, DF_CFG_STR, true, d, -INF, INF, 0, NULL, NULL, h}
-#define KE(k, d, choices, h) {k, DF_CFG_STR, false, d, -INF, INF, 0, choices, NULL, h}
-#define KL(k, d, h) {k, DF_CFG_STR_LIST, false, d, -INF, INF, 0, NULL, NULL, h}
-#define KLN(k, d, h) {k, DF_CFG_STR_LIST, true, d, -INF, INF, 0, NULL, NULL, h}
-#define KLE(k, d, choices, h) {k, DF_CFG_STR_LIST, false, d, -INF, INF, 0, choices, NULL, h}
-#define KFL(k, d, n, lo, hi, h) {k, DF_CFG_FLOAT_LIST, false, d, lo, hi, n, NULL, NULL, h}
-/* KM: a free-form mapping (always nullable); d is flow YAML, e.g. "{}" or "{min_num_params: 0}". */
-#define KM(k, d, h) {k, DF_CFG_MAP, true, d, -INF, INF, 0, NULL, NULL, h}
-#define KB_FROM(k, from, h) {k, DF_CFG_BOOL, true, "null", -INF, INF, 0, NULL, from, h}
-#define KI_FROM(k, from, lo, hi, h) {k, DF_CFG_INT, true, "null", lo, hi, 0, NULL, from, h}
 #define KF_FROM(k, from, lo, hi, h) {k, DF_CFG_FLOAT, true, "null", lo, hi, 0, NULL, from, h}
-#define KS_FROM(k, from, h) {k, DF_CFG_STR, true, "null", -INF, INF, 0, NULL, from, h}
 
 /* ---- values ---- */
 

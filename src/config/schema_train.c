@@ -1,52 +1,19 @@
 /*
- * The `distflow train` schema and its typed struct's bindings, both expanded
- * from the one key table distflow/train_config.def (see there for how to add
- * a key): entry i of the schema and binding i describe the same key.
+ * The `distflow train` schema and its typed struct's bindings, expanded from the
+ * one key table distflow/train_config.def (see there for how to add a key).
  */
 #include "config/config_internal.h"
 
 #include "distflow/train_config.h"
 
-/* Schema entries. */
-#define DF_CFG_KEY(path, leaf, key, kind, ctype, nullable, dflt, lo, hi, len, choices, from, help) \
-    {key, kind, nullable, dflt, lo, hi, len, choices, from, help},
-#define DF_CFG_GROUP(leaf, tag)
-#define DF_CFG_END(leaf)
-#define DF_CFG_BLOCK(group, leaf, tag)
-#define DF_CFG_EXPAND_BLOCKS 1
-static const df_config_entry train[] = {
-#include "distflow/train_config.def"
-};
-#undef DF_CFG_KEY
+#define CFG_TABLE "distflow/train_config.def"
+#define CFG_STRUCT df_train_config
+#define CFG_NAME "train"
+#include "config/schema_table.h"
 
-/* Where each key's value goes in df_train_config, and the field's C type. */
-#define DF_CFG_KEY(path, leaf, key, kind, ctype, ...) \
-    {offsetof(df_train_config, path), sizeof(((df_train_config *)0)->path), CFG_CTYPE_OF(((df_train_config *)0)->path)},
-static const cfg_binding train_bind[] = {
-#include "distflow/train_config.def"
-};
-#undef DF_CFG_KEY
-
-/* Compile-time: each field's C type fits its key's schema type (CFG_KIND_FITS). */
-#define DF_CFG_KEY(path, leaf, key, kind, ctype, nullable, ...) \
-    _Static_assert(CFG_KIND_FITS(kind, CFG_CTYPE_OF(((df_train_config *)0)->path), nullable), \
-                   "C type of " key " does not fit its schema type");
-#include "distflow/train_config.def"
-#undef DF_CFG_KEY
-#undef DF_CFG_GROUP
-#undef DF_CFG_END
-#undef DF_CFG_BLOCK
-#undef DF_CFG_EXPAND_BLOCKS
-
-#define N_TRAIN ((int)(sizeof train / sizeof train[0]))
-_Static_assert(sizeof train / sizeof train[0] == sizeof train_bind / sizeof train_bind[0],
-               "one binding per schema entry");
-
-static const df_config_schema train_schema = {"train", train, N_TRAIN, train_bind, sizeof(df_train_config)};
-
-const df_config_schema *df_config_schema_train(void) { return &train_schema; }
+const df_config_schema *df_config_schema_train(void) { return &cfg_schema; }
 
 int df_train_config_resolve(const df_config *c, df_train_config *out)
 {
-    return cfg_resolve_typed(c, &train_schema, out);
+    return cfg_resolve_typed(c, &cfg_schema, out);
 }

@@ -20,9 +20,11 @@ int df_plugin_is_ref(const char *ref);
  * it) as df_plugin_check. */
 int df_plugin_elf_check(const char *path, const char *symbol, size_t obj_size, void *obj);
 
-/* plugin.c: load ref's data object as df_plugin_object, then call reg(object, arg) with what
- * it registers recorded as the plugin's (removed when the plugin is unloaded, as what its
- * df_plugin_init registers). Errors: those of df_plugin_object, reg's. */
+/* plugin.c: ref's exported data object of `size` bytes (checked in the file first, as
+ * df_plugin_check_object; the library loaded as df_plugin_symbol does), then reg(object, arg)
+ * with what it registers recorded as the plugin's (removed when the plugin is unloaded, as what
+ * its df_plugin_init registers). Errors: those of df_plugin_check_object / df_plugin_symbol,
+ * reg's. */
 int df_plugin_object_register(const char *ref, size_t size, int (*reg)(const void *obj, void *arg), void *arg);
 
 /* task_graph.c: index of the node with id `id` in g (insertion order), -1 if none or id is NULL. */

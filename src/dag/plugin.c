@@ -65,6 +65,23 @@ static void note_registration(df_fn_registry *reg, const char *name)
         p->regs[p->n_regs++] = (struct plugin_reg){reg, copy};
 }
 
+/* From here to registrations_end(outer), what is registered belongs to p (note_registration);
+   returns the plugin whose registrations were being recorded before (a plugin loading another). */
+static plugin *registrations_of(plugin *p)
+{
+    plugin *outer = g_initialising;
+    g_initialising = p;
+    df_fn_registry_set_add_hook(note_registration);
+    return outer;
+}
+
+static void registrations_end(plugin *outer)
+{
+    g_initialising = outer;
+    if (!outer)
+        df_fn_registry_set_add_hook(NULL);
+}
+
 static void plugin_release(plugin *p)
 {
     for (int i = 0; i < p->n_regs; i++) {
@@ -111,14 +128,10 @@ static int plugin_check_and_init(plugin *p, const char *ref)
         return DF_OK;
     df_plugin_init_fn fn;
     memcpy(&fn, &init, sizeof fn); /* object -> function pointer, as POSIX dlsym allows */
-    plugin *outer = g_initialising;
-    g_initialising = p;
-    df_fn_registry_set_add_hook(note_registration);
+    plugin *outer = registrations_of(p);
     df_clear_error();
     int rc = fn();
-    g_initialising = outer;
-    if (!outer)
-        df_fn_registry_set_add_hook(NULL);
+    registrations_end(outer);
     if (rc)
         return df_error_wrap(rc, "plugin '%s' (ref '%s'): df_plugin_init failed%s", p->path, ref,
                              df_last_error()[0] ? "" : " (no message)");
@@ -240,8 +253,9 @@ int df_plugin_check_object(const char *ref, size_t size, void *bytes)
     return check_ref(ref, size, bytes);
 }
 
-/* df_plugin_object, and the plugin that holds the object. */
-static int object_of(const char *ref, size_t size, const void **addr, plugin **owner)
+/* The address of ref's exported data object of `size` bytes (checked in the file first), and the
+   plugin that holds it, loading the library on first use. */
+static int plugin_object(const char *ref, size_t size, const void **addr, plugin **owner)
 {
     /* the symbol's kind and size from the file first: dlsym would return any symbol's address */
     void *bytes = size ? malloc(size) : NULL;
@@ -255,25 +269,16 @@ static int object_of(const char *ref, size_t size, const void **addr, plugin **o
     return rc;
 }
 
-int df_plugin_object(const char *ref, size_t size, const void **addr)
-{
-    return object_of(ref, size, addr, NULL);
-}
-
 int df_plugin_object_register(const char *ref, size_t size, int (*reg)(const void *obj, void *arg), void *arg)
 {
     const void *obj = NULL;
     plugin *p = NULL;
-    int rc = object_of(ref, size, &obj, &p);
+    int rc = plugin_object(ref, size, &obj, &p);
     if (rc)
         return rc;
-    plugin *outer = g_initialising; /* record the registrations as the plugin's own (see note_registration) */
-    g_initialising = p;
-    df_fn_registry_set_add_hook(note_registration);
+    plugin *outer = registrations_of(p);
     rc = reg(obj, arg);
-    g_initialising = outer;
-    if (!outer)
-        df_fn_registry_set_add_hook(NULL);
+    registrations_end(outer);
     return rc;
 }
 

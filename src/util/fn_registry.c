@@ -132,6 +132,13 @@ static int added(df_fn_registry *r, const char *name)
     return DF_OK;
 }
 
+/* The data copy's leading name member points at the entry's own name, which lives as long. */
+static void name_data(df_fn_entry *e)
+{
+    if (e->data)
+        memcpy((void *)e->data, &e->name, sizeof e->name);
+}
+
 int df_fn_registry_add(df_fn_registry *r, const char *name, df_any_fn fn)
 {
     return df_fn_registry_add_data(r, name, fn, NULL, 0);
@@ -143,8 +150,10 @@ int df_fn_registry_add_data(df_fn_registry *r, const char *name, df_any_fn fn, c
         return df_error(DF_EINVAL, "%s registry: empty name", r->kind);
     if (!fn)
         return df_error(DF_EINVAL, "%s registry: NULL function for '%s'", r->kind, name);
+    if (data && size < sizeof(const char *))
+        return df_error(DF_EINVAL, "%s registry: data of '%s' too small to start with its name", r->kind, name);
     void *copy_data = NULL;
-    if (data && !(copy_data = malloc(size ? size : 1)))
+    if (data && !(copy_data = malloc(size)))
         return df_error(DF_ENOMEM, "%s registry: out of memory adding '%s'", r->kind, name);
     if (data)
         memcpy(copy_data, data, size);
@@ -153,6 +162,7 @@ int df_fn_registry_add_data(df_fn_registry *r, const char *name, df_any_fn fn, c
         free((void *)e->data);
         e->fn = fn;
         e->data = copy_data;
+        name_data(e);
         return added(r, name);
     }
     if (r->n_extra == r->cap_extra) {
@@ -171,7 +181,7 @@ int df_fn_registry_add_data(df_fn_registry *r, const char *name, df_any_fn fn, c
         return df_error(DF_ENOMEM, "%s registry: out of memory adding '%s'", r->kind, name);
     }
     r->extra[r->n_extra] = (df_fn_entry){copy, fn, copy_data};
-    r->n_extra++;
+    name_data(&r->extra[r->n_extra++]);
     return added(r, name);
 }
 

@@ -57,8 +57,10 @@ const char *df_fn_registry_closest(const df_fn_registry *r, const char *name);
 
 /* Add or replace a runtime entry. DF_EINVAL for an empty name or NULL fn. */
 int df_fn_registry_add(df_fn_registry *r, const char *name, df_any_fn fn);
-/* The same with `size` bytes of `data` copied beside it (data NULL: none); the copy is freed
- * when the entry is replaced or removed. Errors as df_fn_registry_add, DF_ENOMEM. */
+/* The same with `size` bytes of `data` copied beside it (data NULL: none): a descriptor whose
+ * first member is a `const char *` name, which in the copy points at the registry's own copy of
+ * `name`. The copy is freed when the entry is replaced or removed. Errors as
+ * df_fn_registry_add, DF_EINVAL for data smaller than a pointer, DF_ENOMEM. */
 int df_fn_registry_add_data(df_fn_registry *r, const char *name, df_any_fn fn, const void *data, size_t size);
 
 /* Called after every successful df_fn_registry_add (any registry): the plugin

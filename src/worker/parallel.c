@@ -10,25 +10,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* t and mp may be NULL (the key only) */
 const char *df_worker_mp_key(df_node_role role, const df_train_config *t, int64_t *mp)
 {
-    int64_t none;
-    if (!t || !mp)
-        t = NULL, mp = &none;
-    const struct df_train_actor_rollout_ref *a = t ? &t->actor_rollout_ref : NULL;
+    const struct df_train_actor_rollout_ref *a = &t->actor_rollout_ref;
     switch (role) {
     case DF_ROLE_ROLLOUT:
-        *mp = a ? a->rollout.tensor_model_parallel_size : 0;
+        *mp = a->rollout.tensor_model_parallel_size;
         return "actor_rollout_ref.rollout.tensor_model_parallel_size";
     case DF_ROLE_ACTOR:
-        *mp = a ? a->actor.ulysses_sequence_parallel_size : 0;
+        *mp = a->actor.ulysses_sequence_parallel_size;
         return "actor_rollout_ref.actor.ulysses_sequence_parallel_size";
     case DF_ROLE_REFERENCE:
-        *mp = a ? a->ref.ulysses_sequence_parallel_size : 0;
+        *mp = a->ref.ulysses_sequence_parallel_size;
         return "actor_rollout_ref.ref.ulysses_sequence_parallel_size";
     case DF_ROLE_CRITIC:
-        *mp = t ? t->critic.ulysses_sequence_parallel_size : 0;
+        *mp = t->critic.ulysses_sequence_parallel_size;
         return "critic.ulysses_sequence_parallel_size";
     default:
         return NULL;

@@ -383,16 +383,15 @@ static int layouts(const df_config *c, const df_train_config *t, const df_plan *
     return rc;
 }
 
-int df_worker_algorithm_plugins(const df_config *c, bool load)
+int df_worker_algorithm_plugins(const df_config *c, const df_train_config *t, bool load)
 {
-    df_train_config t;
-    int rc = df_train_config_resolve(c, &t);
-    if (!rc && (rc = df_plugin_adv_estimator(t.algorithm.adv_estimator, load)))
+    int rc = df_plugin_adv_estimator(t->algorithm.adv_estimator, load);
+    if (rc)
         return df_error_wrap(rc, "%s: algorithm.adv_estimator", df_config_where(c, "algorithm.adv_estimator"));
     const char *loss_key = "actor_rollout_ref.actor.policy_loss.loss_mode";
-    if (!rc && (rc = df_plugin_policy_loss(t.actor_rollout_ref.actor.policy_loss.loss_mode, load)))
+    if ((rc = df_plugin_policy_loss(t->actor_rollout_ref.actor.policy_loss.loss_mode, load)))
         return df_error_wrap(rc, "%s: %s", df_config_where(c, loss_key), loss_key);
-    return rc;
+    return DF_OK;
 }
 
 int df_train_check(const df_config *cfg, int world, df_warn_fn warn, void *user, df_plan **plan_out)
@@ -407,7 +406,7 @@ int df_train_check(const df_config *cfg, int world, df_warn_fn warn, void *user,
     if (!rc)
         rc = check_supported(cfg, &t);
     if (!rc) /* before planning: the estimator's descriptor picks the pipeline */
-        rc = df_worker_algorithm_plugins(cfg, false);
+        rc = df_worker_algorithm_plugins(cfg, &t, false);
     if (!rc)
         rc = df_worker_register_nodes();
     if (!rc)

@@ -132,17 +132,17 @@ extern const char *const df_worker_planner_node_keys[];
 /* train_check.c: the plan for a job of `world` ranks: trainer.nnodes machines sharing them
  * (n_gpus_per_node = world / nnodes, a warning when it was set otherwise). */
 int df_worker_plan(const df_config *c, int world, df_warn_fn warn, void *user, df_plan **out);
-/* parallel.c: the config key of a role's model-parallel size, NULL for a role without a model;
- * with t and mp (both may be NULL) its value in t into *mp. */
+/* parallel.c: the config key of a role's model-parallel size and its value in t into *mp; NULL
+ * (and *mp unchanged) for a role without a model. */
 const char *df_worker_mp_key(df_node_role role, const df_train_config *t, int64_t *mp);
 /**
- * algorithm.adv_estimator and actor.policy_loss.loss_mode when they are plugin refs
+ * algorithm.adv_estimator and actor.policy_loss.loss_mode of t (c resolved; c for messages) when they are plugin refs
  * ("path/to/libx.so:symbol", a descriptor object): registered under the ref, read from the
  * file without running plugin code (load false: df_train_check) or loaded (load true: the
  * worker, after the check). Names that are not plugin refs are left to the registries.
  * Errors: those of df_plugin_adv_estimator / df_plugin_policy_loss, naming the key.
  */
-int df_worker_algorithm_plugins(const df_config *c, bool load);
+int df_worker_algorithm_plugins(const df_config *c, const df_train_config *t, bool load);
 /** df_warn_fn for workflow warnings: stderr, rank 0 only (user = the worker). */
 void df_worker_warn(void *user, const char *msg);
 /** The node's settings, or &w->global when it has no overrides (or n is NULL). */
