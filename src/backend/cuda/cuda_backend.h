@@ -1,0 +1,228 @@
+/*
+ * backend/cuda/cuda_backend.h — the CUDA backend's operators (docs/cuda.md).
+ *
+ * Built only when CMake finds nvcc and the CUDA toolkit (DF_WITH_CUDA, default ON);
+ * DF_HAVE_CUDA is then defined for the code that links it. Every operator is the
+ * device twin of a CPU operator in src/model/ops.h (or src/engine, src/model/optim_step.c):
+ * same shapes, same row-major layout, same formula, and the conformance tests
+ * (tests/test_cuda_*.c) hold each one to the CPU float32 reference with an error bound
+ * derived from its dtype. When the engine's backend seam (issue 14) lands, its CUDA
+ * vtable wraps these functions.
+ *
+ * Memory: pointers named d_* or documented "device" are device memory from df_cuda_alloc;
+ * everything else is host memory. All operators are asynchronous on the context's
+ * stream; df_cuda_sync waits and reports a failure of any earlier launch.
+ * Errors: every function returns DF_OK or a DF_E* code with df_last_error() naming the
+ * CUDA / cuBLAS call and its message (DF_EINVAL for bad sizes, DF_ENOMEM for device
+ * memory, DF_EUNSUPPORTED when no device is usable, DF_EINTERNAL otherwise).
+ * Sizes and indices are int64_t: T * vocab and T * hidden never overflow.
+ */
+#ifndef DF_BACKEND_CUDA_H
+#define DF_BACKEND_CUDA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "distflow/common.h"
+#include "distflow/optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** One rank's device: its stream, cuBLAS handle and workspace. Not thread-safe. */
+typedef struct df_cuda df_cuda;
+
+typedef struct df_cuda_info {
+    int device;            /**< CUDA ordinal in this process (after CUDA_VISIBLE_DEVICES) */
+    char name[256];        /**< e.g. "NVIDIA H100 80GB HBM3" */
+    int cc_major, cc_minor; /**< compute capability */
+    int n_sm;              /**< multiprocessors */
+    int64_t mem_bytes;     /**< global memory */
+    int64_t l2_bytes;      /**< L2 cache */
+    int runtime_version, driver_version; /**< e.g. 13000 */
+} df_cuda_info;
+
+/* ---- devices and contexts ------------------------------------------------------ */
+
+/** Number of usable devices in *n (0 when there is no driver or no GPU: not an error). */
+int df_cuda_device_count(int *n);
+/**
+ * The device a rank uses: its node-local rank (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID or
+ * SLURM_LOCALID; 0 when none is set) modulo the device count, as one rank per GPU under
+ * `mpirun -np N` expects. DF_EUNSUPPORTED with the reason when no device is usable.
+ */
+int df_cuda_local_device(int *device);
+/** Context on `device` (< 0: df_cuda_local_device). DF_EUNSUPPORTED when no device is usable. */
+int df_cuda_create(int device, df_cuda **out);
+void df_cuda_free(df_cuda *c);
+void df_cuda_get_info(const df_cuda *c, df_cuda_info *out);
+/** Wait for the context's stream; reports the first failure of any earlier launch. */
+int df_cuda_sync(df_cuda *c);
+
+/* ---- buffers --------------------------------------------------------------------- */
+
+/** *d = bytes of device memory (plain cudaMalloc; bytes = 0 gives NULL). DF_ENOMEM names the size. */
+int df_cuda_alloc(df_cuda *c, size_t bytes, void **d);
+/** Free device memory from df_cuda_alloc (NULL is a no-op). */
+void df_cuda_release(df_cuda *c, void *d);
+/** Host → device; the host buffer may be reused when this returns. */
+int df_cuda_upload(df_cuda *c, void *d_dst, const void *src, size_t bytes);
+/** Device → host; waits for the stream first, so earlier launches' results are included. */
+int df_cuda_download(df_cuda *c, void *dst, const void *d_src, size_t bytes);
+/** Device → device on the stream (a colocated weight sync). */
+int df_cuda_copy(df_cuda *c, void *d_dst, const void *d_src, size_t bytes);
+/** d[0 .. n) = value (floats). */
+int df_cuda_fill(df_cuda *c, float *d, int64_t n, float value);
+
+/* ---- dtypes ------------------------------------------------------------------------ */
+
+typedef enum df_cuda_dtype { DF_CUDA_F32 = 0, DF_CUDA_BF16 = 1 } df_cuda_dtype;
+
+/** d_dst[n] = d_src rounded to bfloat16, nearest even (NaN stays NaN): df_bf16_from_f32. */
+int df_cuda_f32_to_bf16(df_cuda *c, uint16_t *d_dst, const float *d_src, int64_t n);
+/** d_dst[n] = d_src widened to float32 (exact). */
+int df_cuda_bf16_to_f32(df_cuda *c, float *d_dst, const uint16_t *d_src, int64_t n);
+
+/* ---- matmul (cuBLAS) ---------------------------------------------------------------- */
+
+/**
+ * Row-major C[M,N] = alpha · op(A) · op(B) + beta · C, C float32.
+ *   op(A) = A [M,K], or A^T with A stored [K,M] when ta;
+ *   op(B) = B [K,N], or B^T with B stored [N,K] when tb (PyTorch Linear weight layout).
+ * (ta, tb) = (0, 1), (0, 0), (1, 0) are df_gemm_nt / _nn / _tn of src/model/ops.h.
+ * dtype DF_CUDA_F32: A, B float32, true float32 arithmetic (TF32 is not allowed);
+ * DF_CUDA_BF16: A, B bfloat16 with float32 accumulation (torch.autocast's bf16 matmul).
+ * M, N <= 0 is a no-op; K = 0 gives C = beta · C. cublasGemmEx, CUBLAS_COMPUTE_32F.
+ */
+int df_cuda_gemm(df_cuda *c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                 const void *d_A, const void *d_B, df_cuda_dtype dtype, float beta, float *d_C);
+
+/* ---- embedding, RMSNorm, RoPE, SwiGLU (elementwise.cu) --------------------------------- */
+
+/** out[T,H] = table[ids[t]] (ids device int32, in [0, rows of table)). df_embedding_fwd. */
+int df_cuda_embedding_fwd(df_cuda *c, float *d_out, const int32_t *d_ids, const float *d_table,
+                          int64_t T, int64_t H);
+/** dtable[ids[t]] += dout[t] (atomic adds: the sum order of repeated ids varies). */
+int df_cuda_embedding_bwd(df_cuda *c, float *d_dtable, const float *d_dout, const int32_t *d_ids,
+                          int64_t T, int64_t H);
+/** out[T,H] = x · rstd · w, rstd[T] = 1 / sqrt(mean(x[t]^2) + eps). df_rmsnorm_fwd. */
+int df_cuda_rmsnorm_fwd(df_cuda *c, float *d_out, float *d_rstd, const float *d_x,
+                        const float *d_w, int64_t T, int64_t H, float eps);
+/** dx[T,H] += ..., dw[H] += ... (dw may be NULL), formulas of df_rmsnorm_bwd. */
+int df_cuda_rmsnorm_bwd(df_cuda *c, float *d_dx, float *d_dw, const float *d_dout,
+                        const float *d_x, const float *d_w, const float *d_rstd, int64_t T,
+                        int64_t H);
+/**
+ * In place on x[T, n_heads * hd], rows rotated by table rows pos[t] (device int32 < n_pos of
+ * the table); cos_t, sin_t [n_pos, hd/2] device copies of df_rope_table's output, so the
+ * angles are bit-identical to the CPU's. inverse: the transpose (the backward). df_rope_apply.
+ */
+int df_cuda_rope_apply(df_cuda *c, float *d_x, const int32_t *d_pos, int64_t T,
+                       int64_t n_heads, int64_t hd, const float *d_cos, const float *d_sin,
+                       bool inverse);
+/** out[n] = silu(gate) · up. df_swiglu_fwd. */
+int df_cuda_swiglu_fwd(df_cuda *c, float *d_out, const float *d_gate, const float *d_up,
+                       int64_t n);
+/** dgate, dup OVERWRITTEN. df_swiglu_bwd. */
+int df_cuda_swiglu_bwd(df_cuda *c, float *d_dgate, float *d_dup, const float *d_dout,
+                       const float *d_gate, const float *d_up, int64_t n);
+
+/* ---- optimizer (optim.cu) ---------------------------------------------------------- */
+
+/**
+ * One AdamW update of p[n] from g[n] with moments m, v (all device float32), t = step (the
+ * update's 1-based count, already incremented by the caller), the schedule's lr: the
+ * formulas and scalar roundings of df_adamw_step (torch.optim.AdamW, single tensor).
+ */
+int df_cuda_adamw_step(df_cuda *c, float *d_p, const float *d_g, float *d_m, float *d_v,
+                       int64_t n, const df_adamw_config *cfg, int64_t step, double lr);
+/** *sumsq = sum_i x[i]^2 in double (host result; a fixed-order two-pass reduction). */
+int df_cuda_sumsq(df_cuda *c, const float *d_x, int64_t n, double *sumsq);
+/** x[n] *= s (gradient clipping). */
+int df_cuda_scale(df_cuda *c, float *d_x, int64_t n, float s);
+
+/* ---- attention (attention.cu) --------------------------------------------------------- */
+
+/**
+ * Causal attention over packed variable-length sequences, as df_attention_fwd:
+ * out[T, nh*hd] and lse[T, nh] from q [T, nh*hd], k, v [T, nkv*hd]; sequences
+ * [seq_offsets[s], seq_offsets[s+1]) (device int64, n_seqs + 1 entries, seq_offsets[n_seqs] = T),
+ * max_len >= the longest sequence; GQA h → h / (nh / nkv); scale 1 / sqrt(hd); hd <= 256.
+ * FlashAttention-2 tiling (Dao 2023, Algorithm 1): the [L, L] scores never reach device memory.
+ */
+int df_cuda_attention_fwd(df_cuda *c, float *d_out, float *d_lse, const float *d_q,
+                          const float *d_k, const float *d_v, const int64_t *d_seq_offsets,
+                          int64_t n_seqs, int64_t T, int64_t max_len, int64_t nh, int64_t nkv,
+                          int64_t hd);
+/** dq, dk, dv OVERWRITTEN from dout and the forward's out, lse (Algorithm 2). df_attention_bwd. */
+int df_cuda_attention_bwd(df_cuda *c, float *d_dq, float *d_dk, float *d_dv, const float *d_dout,
+                          const float *d_out, const float *d_lse, const float *d_q,
+                          const float *d_k, const float *d_v, const int64_t *d_seq_offsets,
+                          int64_t n_seqs, int64_t T, int64_t max_len, int64_t nh, int64_t nkv,
+                          int64_t hd);
+
+/**
+ * Paged KV cache (vLLM's PagedAttention layout): per layer, pages of page_size positions,
+ * k and v [n_layers, n_pages, page_size, kv_dim] float32 in device memory. A sequence (slot)
+ * owns the pages its block-table row lists: position p of slot s lives in page
+ * block_table[s * max_pages + p / page_size] at row p % page_size.
+ */
+typedef struct df_cuda_kv {
+    int64_t n_layers, n_pages, page_size, kv_dim;
+    float *k, *v;
+} df_cuda_kv;
+
+/** Store rows k_new, v_new [n, kv_dim] at (slot[r], pos[r]) of `layer` (all device). */
+int df_cuda_kv_write(df_cuda *c, const df_cuda_kv *kv, int64_t layer, const int32_t *d_block_table,
+                     int64_t max_pages, const int32_t *d_slot, const int32_t *d_pos,
+                     const float *d_k_new, const float *d_v_new, int64_t n);
+/**
+ * out[n, nh*hd]: for row r and head h, softmax(q_h · K[slot_r][0 .. pos_r] / sqrt(hd)) ·
+ * V[slot_r][0 .. pos_r] in `layer`, GQA h → h / (nh / nkv): df_kv_attention over pages.
+ */
+int df_cuda_kv_attention(df_cuda *c, float *d_out, const float *d_q, const df_cuda_kv *kv,
+                         int64_t layer, const int32_t *d_block_table, int64_t max_pages,
+                         const int32_t *d_slot, const int32_t *d_pos, int64_t n, int64_t nh,
+                         int64_t nkv, int64_t hd);
+
+/* ---- vocabulary: log-probs, entropy, sampling (vocab.cu) -------------------------------- */
+
+/** Device floats of scratch df_cuda_lmhead_fwd / _bwd / df_cuda_sample need for n rows. */
+int64_t df_cuda_vocab_scratch_floats(int64_t n, int64_t V, int64_t H);
+/**
+ * With z = (h W^T) / temperature, h [n,H], W [V,H], target [n] (device int32 in [0, V)):
+ * logp[i] = z[i,target[i]] - lse[i], lse[i] = logsumexp(z[i]), entropy[i] (NULL = skip) =
+ * lse[i] - sum_v softmax(z[i])_v z[i,v]. Logits are computed in vocabulary tiles (cuBLAS)
+ * and reduced with an online log-sum-exp; the [n, V] logits never exist. df_lmhead_fwd.
+ */
+int df_cuda_lmhead_fwd(df_cuda *c, float *d_logp, float *d_entropy, float *d_lse,
+                       const float *d_h, const float *d_W, const int32_t *d_target, int64_t n,
+                       int64_t V, int64_t H, float temperature, float *d_scratch);
+/**
+ * dh[n,H] OVERWRITTEN, dW[V,H] ACCUMULATED, from dlogp[n] and dentropy[n] (NULL = 0), with
+ * the formulas of df_lmhead_bwd (entropy needed only when dentropy is given).
+ */
+int df_cuda_lmhead_bwd(df_cuda *c, float *d_dh, float *d_dW, const float *d_dlogp,
+                       const float *d_dentropy, const float *d_h, const float *d_W,
+                       const int32_t *d_target, const float *d_lse, const float *d_entropy,
+                       int64_t n, int64_t V, int64_t H, float temperature, float *d_scratch);
+/**
+ * Draw tok[i] from softmax(z[i]) with z = (h W^T) / temperature restricted as verl / vLLM do:
+ * top_k > 0 keeps the k largest logits, 0 < top_p < 1 the smallest set of the highest
+ * probabilities whose mass reaches top_p (applied after top-k); u [n] host uniforms in
+ * [0, 1) pick by inverse CDF in the order of src/engine/sampling.c, so for the same u the
+ * token is the CPU's up to float rounding at a CDF boundary. temperature = 0: greedy
+ * (lowest argmax). logp[i] (may be NULL) = log-prob of tok[i] under the unrestricted
+ * softmax(z[i]), as the rollout records old log-probs. tok, logp device.
+ */
+int df_cuda_sample(df_cuda *c, int32_t *d_tok, float *d_logp, const float *d_h,
+                   const float *d_W, int64_t n, int64_t V, int64_t H, float temperature,
+                   int64_t top_k, float top_p, const double *u, float *d_scratch);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DF_BACKEND_CUDA_H */

@@ -1,0 +1,46 @@
+/*
+ * backend/cuda/cuda_internal.h — what the CUDA backend's .cu files share: the context
+ * and the checks that turn a failed CUDA / cuBLAS call or launch into df_error.
+ */
+#ifndef DF_BACKEND_CUDA_INTERNAL_H
+#define DF_BACKEND_CUDA_INTERNAL_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_backend.h"
+
+struct df_cuda {
+    int device;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    cudaDeviceProp prop;
+};
+
+/** DF_EINTERNAL (DF_ENOMEM for an out-of-memory) naming the call and where it failed. */
+int df_cuda_fail(cudaError_t e, const char *what, const char *file, int line);
+int df_cublas_fail(cublasStatus_t s, const char *what, const char *file, int line);
+
+/* Return the error of a failed CUDA / cuBLAS call, or of the launch just issued. */
+#define DFC_TRY(call)                                                   \
+    do {                                                                \
+        cudaError_t dfc_e_ = (call);                                    \
+        if (dfc_e_ != cudaSuccess)                                      \
+            return df_cuda_fail(dfc_e_, #call, __FILE__, __LINE__);     \
+    } while (0)
+#define DFC_BLAS(call)                                                  \
+    do {                                                                \
+        cublasStatus_t dfc_s_ = (call);                                 \
+        if (dfc_s_ != CUBLAS_STATUS_SUCCESS)                            \
+            return df_cublas_fail(dfc_s_, #call, __FILE__, __LINE__);   \
+    } while (0)
+#define DFC_LAUNCHED() DFC_TRY(cudaGetLastError())
+
+/** Blocks of `threads` covering n items, capped (grid-stride loops do the rest). */
+static inline unsigned df_cuda_blocks(int64_t n, int threads)
+{
+    int64_t b = (n + threads - 1) / threads;
+    return (unsigned)(b < 1 ? 1 : b > 65535 * 8 ? 65535 * 8 : b);
+}
+
+#endif /* DF_BACKEND_CUDA_INTERNAL_H */
