@@ -71,6 +71,23 @@ static void test_train_batch_divisible(void **state)
     expect("data.train_batch_size=8 (base.yaml:2) is not divisible by the 3 data-parallel ranks");
 }
 
+/* trainer.device=cuda never trains on the CPU silently: refused, naming the key and the way out. */
+static void test_device_cuda_refused(void **state)
+{
+    (void)state;
+    assert_int_equal(VALIDATE(1, "trainer.device=cuda"), DF_EUNSUPPORTED);
+    expect("trainer.device='cuda' (command line): the engine does not run on CUDA yet");
+    expect("use trainer.device=cpu");
+    assert_int_equal(VALIDATE(1, "trainer.device=cpu"), DF_OK);
+    /* sft likewise, before it loads anything */
+    df_config *c = NULL;
+    const char *ov[] = {"trainer.device=cuda"};
+    assert_int_equal(df_config_load(df_config_schema_sft(), NULL, ov, 1, &c), DF_OK);
+    assert_int_equal(df_sft_run(c), DF_EUNSUPPORTED);
+    assert_non_null(strstr(df_last_error(), "trainer.device=cuda: the engine does not run on CUDA yet"));
+    df_config_free(c);
+}
+
 static void test_mini_exceeds_train_batch(void **state)
 {
     (void)state;
@@ -389,6 +406,7 @@ int main(void)
         cmocka_unit_test(test_clip_ratios),
         cmocka_unit_test(test_val_kwargs),
         cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_device_cuda_refused),
         cmocka_unit_test(test_examples_pass),
         cmocka_unit_test(test_siirl_keys),
         cmocka_unit_test(test_worker_refuses_before_loading),

@@ -60,6 +60,19 @@ static bool user_set(const df_config *c, const char *key)
     return strcmp(where, "default") && strncmp(where, "derived from ", 13);
 }
 
+/* trainer.device=cuda is the documented choice (verl's key) but the engine runs only on the CPU
+ * backend so far: refuse it rather than train on the CPU behind the user's back (docs/cuda.md). */
+static int check_device(const df_config *c, const df_train_config *t)
+{
+    char kb[1][KV_CAP];
+    if (strcmp(t->trainer.device, "cpu"))
+        return df_error(DF_EUNSUPPORTED,
+                        "%s: the engine does not run on CUDA yet (the CUDA backend's operators are "
+                        "built and tested on their own, docs/cuda.md); use trainer.device=cpu",
+                        kv(c, "trainer.device", kb[0]));
+    return DF_OK;
+}
+
 /* verl's check_mutually_exclusive, adapted: distflow reads only the per-GPU
  * key, so the deprecated global one is refused whether or not both are set. */
 static int check_micro(const df_config *c, const char *global, df_config_opt_int g_val, const char *per_gpu,
@@ -303,7 +316,9 @@ int df_config_validate_train_ex(const df_config *c, int world_size, df_warn_fn w
         return rc;
     if (warn)
         warn_suspicious(c, &t, warn, user);
-    rc = check_batches(c, &t, world_size);
+    rc = check_device(c, &t);
+    if (!rc)
+        rc = check_batches(c, &t, world_size);
     if (!rc)
         rc = check_critic(c, &t, world_size);
     if (!rc)

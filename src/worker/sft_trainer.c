@@ -315,6 +315,9 @@ static int check_supported(const df_sft_config *t)
                                          "give data.prompt_key / response_key as dotted paths instead");
     if (!strcmp(t->optim.lr_scheduler, "wsd"))
         return df_error(DF_EUNSUPPORTED, "optim.lr_scheduler=wsd is not supported yet (cosine)");
+    if (strcmp(t->trainer.device, "cpu"))
+        return df_error(DF_EUNSUPPORTED, "trainer.device=%s: the engine does not run on CUDA yet "
+                        "(docs/cuda.md); use trainer.device=cpu", t->trainer.device);
     return DF_OK;
 }
 
