@@ -232,6 +232,80 @@ static void test_text_reward_node(void **state)
     json_decref(lines);
 }
 
+/* verl's custom_reward_function: the example scorer, called as the reward manager calls it. */
+static void test_custom_reward_example(void **state)
+{
+    (void)state;
+    void (*fn)(void) = NULL;
+    assert_int_equal(df_plugin_symbol(DF_PLUGIN_DIR "/libscore_gsm8k_format.so:compute_score", &fn), 0);
+    df_reward_fn score = (df_reward_fn)fn;
+    const struct {
+        const char *response, *truth;
+        double want;
+    } cases[] = {{"so 6 * 7 = 42\n#### 42", "42", 1.0}, /* right */
+                 {"#### 1,000", "1000", 1.0},             /* commas dropped, as verl */
+                 {"I think #### 41", "42", 0.1},         /* the format, the wrong answer */
+                 {"the answer is 42", "42", 0.0}};       /* no "#### " */
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        double s = -1;
+        assert_int_equal(score("openai/gsm8k", cases[i].response, cases[i].truth, NULL, &s), 0);
+        if (s != cases[i].want)
+            fail_msg("'%s' vs '%s': %g, want %g", cases[i].response, cases[i].truth, s, cases[i].want);
+    }
+}
+
+/* A job with custom_reward_function: the check reads the library's symbol table (nothing
+   loaded), train loads it and scores every response with it (0.25, whatever the data_source's
+   own scorer would give); a missing symbol is refused by config check, naming the key. */
+static void test_custom_reward_train(void **state)
+{
+    (void)state;
+    char yaml[2048], cmd[2048], out[4096], path[512];
+    const char *lib = DF_BINARY_DIR "/plugins/test/libscore_const.so";
+    for (int bad = 1; bad >= 0; bad--) {
+        snprintf(yaml, sizeof yaml,
+                 "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 4,\n"
+                 "       max_prompt_length: 128, max_response_length: 6}\n"
+                 "actor_rollout_ref:\n"
+                 "  model: {path: %s/model}\n"
+                 "  actor: {optim: {lr: 0.01}, ppo_mini_batch_size: 4, ppo_micro_batch_size_per_gpu: 4}\n"
+                 "  rollout: {n: 2, log_prob_micro_batch_size_per_gpu: 4}\n"
+                 "  ref: {log_prob_micro_batch_size_per_gpu: 4}\n"
+                 "algorithm: {adv_estimator: grpo}\n"
+                 "custom_reward_function: {path: %s, name: %s}\n"
+                 "trainer: {total_training_steps: 2, save_freq: -1, test_freq: -1, val_before_train: false,\n"
+                 "          logger: [], default_local_dir: %s/out_custom}\n",
+                 dir, dir, lib, bad ? "score_half" : "score_quarter", dir);
+        snprintf(path, sizeof path, "%s/custom.yaml", dir);
+        assert_int_equal(df_write_file_atomic(path, yaml, strlen(yaml)), 0);
+        snprintf(cmd, sizeof cmd, "%s/distflow config check %s 2>&1", DF_BINARY_DIR, path);
+        int st = df_test_command(cmd, out, sizeof out);
+        if (bad) {
+            assert_int_not_equal(st, 0);
+            assert_non_null(strstr(out, "custom_reward_function.path / .name"));
+            assert_non_null(strstr(out, "no exported symbol 'score_half'"));
+        } else {
+            assert_int_equal(st, 0);
+        }
+    }
+    df_config *c = NULL;
+    assert_int_equal(df_config_load(df_config_schema_train(), path, NULL, 0, &c), 0);
+    df_exec_unload_plugins();
+    assert_int_equal(df_train_check(c, 1, NULL, NULL, NULL), 0);
+    assert_int_equal(df_plugin_count(), 0);
+    assert_int_equal(df_test_run(NULL, c), 0);
+    assert_int_equal(df_plugin_count(), 1);
+    json_t *lines = df_test_metrics(dir, "out_custom", true), *o;
+    size_t i;
+    assert_int_equal(json_array_size(lines), 2);
+    json_array_foreach(lines, i, o) {
+        json_t *score = json_object_get(o, "critic/score/mean");
+        if (!json_is_number(score) || json_number_value(score) != 0.25)
+            fail_msg("step %zu: critic/score/mean is not the custom reward's 0.25", i + 1);
+    }
+    json_decref(lines);
+}
+
 /* Without a worker behind the context the accessors give the one-rank answers, and the text
    reward refuses to run. */
 static void test_context_without_worker(void **state)
@@ -258,12 +332,14 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_check_reads_descriptor),
+        cmocka_unit_test(test_custom_reward_example),
         cmocka_unit_test(test_load_and_run),
         cmocka_unit_test(test_wrong_symbols),
         cmocka_unit_test(test_unload_removes),
         cmocka_unit_test(test_config_check_cli),
         cmocka_unit_test(test_train_uses_plugin),
         cmocka_unit_test(test_text_reward_node),
+        cmocka_unit_test(test_custom_reward_train),
         cmocka_unit_test(test_context_without_worker),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -28,7 +28,7 @@ typedef struct df_dag_worker df_dag_worker;
  * `world` ranks (`mpirun -np`), in order:
  *  1. settings distflow cannot honour yet (reward_model.enable,
  *     data.multi_agent, rollout.multi_turn.enable, dag.env_enable,
- *     custom_reward_function.path, ...): DF_EUNSUPPORTED naming the key;
+ *     data.custom_cls.path, ...): DF_EUNSUPPORTED naming the key;
  *  2. the plan (df_plan_create) for trainer.nnodes machines sharing the
  *     `world` ranks (trainer.n_gpus_per_node = world / nnodes; a warning when
  *     it was set to something else): the graph of dag.workflow_path /

@@ -174,7 +174,7 @@ int df_dag_worker_create(const df_config *cfg, df_comm *comm, df_dag_worker **ou
     if (!rc) /* plan, config check and train validate alike: everything before the files */
         rc = df_train_check(cfg, w->world, df_worker_warn, w, &w->plan);
     if (!rc) /* checked from their files above; now their code */
-        rc = df_worker_algorithm_plugins(cfg, t, true);
+        rc = df_worker_plugins(cfg, t, true, &w->reward.compute_score);
     if (!rc)
         rc = expand_path(t->actor_rollout_ref.model.path, w->model_dir, sizeof w->model_dir);
     if (!rc)

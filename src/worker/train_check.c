@@ -97,8 +97,7 @@ static int check_supported(const df_config *c, const df_train_config *t)
                             off[i].key);
     const struct {
         const char *value, *key;
-    } null_only[] = {{t->custom_reward_function.path, "custom_reward_function.path"},
-                     {t->data.custom_cls.path, "data.custom_cls.path"},
+    } null_only[] = {{t->data.custom_cls.path, "data.custom_cls.path"},
                      {t->dag.environment_path, "dag.environment_path"},
                      {t->reward_model.sandbox_fusion.url, "reward_model.sandbox_fusion.url"}};
     for (size_t i = 0; i < sizeof null_only / sizeof *null_only; i++)
@@ -383,7 +382,28 @@ static int layouts(const df_config *c, const df_train_config *t, const df_plan *
     return rc;
 }
 
-int df_worker_algorithm_plugins(const df_config *c, const df_train_config *t, bool load)
+/* verl's custom_reward_function: `path` is a shared library here (a Python file there), `name`
+ * the df_reward_fn it exports; checked from the file, or loaded into *score. */
+static int custom_reward(const df_config *c, const df_train_config *t, bool load, df_reward_fn *score)
+{
+    const struct df_train_custom_reward_function *f = &t->custom_reward_function;
+    if (!f->path)
+        return DF_OK;
+    char ref[4200];
+    if (snprintf(ref, sizeof ref, "%s:%s", f->path, f->name) >= (int)sizeof ref)
+        return df_error(DF_EINVAL, "%s: custom_reward_function.path is too long",
+                        df_config_where(c, "custom_reward_function.path"));
+    void (*fn)(void) = NULL;
+    int rc = load ? df_plugin_symbol(ref, &fn) : df_plugin_check(ref);
+    if (rc)
+        return df_error_wrap(rc, "%s: custom_reward_function.path / .name",
+                             df_config_where(c, "custom_reward_function.path"));
+    if (score)
+        *score = (df_reward_fn)fn;
+    return DF_OK;
+}
+
+int df_worker_plugins(const df_config *c, const df_train_config *t, bool load, df_reward_fn *score)
 {
     int rc = df_plugin_adv_estimator(t->algorithm.adv_estimator, load);
     if (rc)
@@ -391,7 +411,7 @@ int df_worker_algorithm_plugins(const df_config *c, const df_train_config *t, bo
     const char *loss_key = "actor_rollout_ref.actor.policy_loss.loss_mode";
     if ((rc = df_plugin_policy_loss(t->actor_rollout_ref.actor.policy_loss.loss_mode, load)))
         return df_error_wrap(rc, "%s: %s", df_config_where(c, loss_key), loss_key);
-    return DF_OK;
+    return custom_reward(c, t, load, score);
 }
 
 int df_train_check(const df_config *cfg, int world, df_warn_fn warn, void *user, df_plan **plan_out)
@@ -406,7 +426,7 @@ int df_train_check(const df_config *cfg, int world, df_warn_fn warn, void *user,
     if (!rc)
         rc = check_supported(cfg, &t);
     if (!rc) /* before planning: the estimator's descriptor picks the pipeline */
-        rc = df_worker_algorithm_plugins(cfg, &t, false);
+        rc = df_worker_plugins(cfg, &t, false, NULL);
     if (!rc)
         rc = df_worker_register_nodes();
     if (!rc)

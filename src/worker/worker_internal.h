@@ -136,13 +136,17 @@ int df_worker_plan(const df_config *c, int world, df_warn_fn warn, void *user, d
  * (and *mp unchanged) for a role without a model. */
 const char *df_worker_mp_key(df_node_role role, const df_train_config *t, int64_t *mp);
 /**
- * algorithm.adv_estimator and actor.policy_loss.loss_mode of t (c resolved; c for messages) when they are plugin refs
- * ("path/to/libx.so:symbol", a descriptor object): registered under the ref, read from the
- * file without running plugin code (load false: df_train_check) or loaded (load true: the
- * worker, after the check). Names that are not plugin refs are left to the registries.
- * Errors: those of df_plugin_adv_estimator / df_plugin_policy_loss, naming the key.
+ * The job's plugins, read from their files without running plugin code (load false:
+ * df_train_check) or loaded (load true: the worker, after the check):
+ * algorithm.adv_estimator and actor.policy_loss.loss_mode when they are plugin refs
+ * ("path/to/libx.so:symbol", a descriptor object), registered under the ref (names that are not
+ * refs are left to the registries); custom_reward_function.path / .name (verl's key: a shared
+ * library exporting a df_reward_fn), stored in *score when loading (score may be NULL; unchanged
+ * when no path is set). c is resolved into t; c names keys in messages.
+ * Errors: those of df_plugin_adv_estimator / df_plugin_policy_loss / df_plugin_check /
+ * df_plugin_symbol, naming the key.
  */
-int df_worker_algorithm_plugins(const df_config *c, const df_train_config *t, bool load);
+int df_worker_plugins(const df_config *c, const df_train_config *t, bool load, df_reward_fn *score);
 /** df_warn_fn for workflow warnings: stderr, rank 0 only (user = the worker). */
 void df_worker_warn(void *user, const char *msg);
 /** The node's settings, or &w->global when it has no overrides (or n is NULL). */
