@@ -15,6 +15,7 @@
 #include "distflow/node.h"
 #include "distflow/reward.h"
 #include "testutil.h"
+#include "worker/worker_internal.h"
 
 #include <string.h>
 
@@ -232,6 +233,93 @@ static void test_text_reward_node(void **state)
     json_decref(lines);
 }
 
+/* What a node function declares it reads: a built-in's registration, a plugin's `<sym>_keys`
+   object read from the file (no plugin loaded), nothing for a plugin that declares nothing. */
+static void test_node_keys_api(void **state)
+{
+    (void)state;
+    df_exec_unload_plugins();
+    assert_int_equal(df_worker_register_nodes(), 0);
+    df_node_keys k;
+    assert_int_equal(df_exec_node_keys("DAGWorker.generate", &k), 0);
+    assert_string_equal(k.global[0], "actor_rollout_ref.rollout.temperature");
+    assert_string_equal(k.global[3], "actor_rollout_ref.rollout.do_sample");
+    assert_string_equal(k.global[4], "");
+    assert_string_equal(k.own[0], "");
+    assert_int_equal(df_exec_node_keys("siirl.dag_worker.dagworker:DAGWorker.train_critic", &k), 0);
+    assert_string_equal(k.global[0], "critic.cliprange_value");
+    assert_int_equal(df_exec_node_keys("DAGWorker.compute_reward", &k), 0);
+    assert_string_equal(k.global[0], "");
+    assert_int_equal(df_exec_node_keys(DF_PLUGIN_DIR "/libreward_length.so:compute_length_reward", &k), 0);
+    assert_string_equal(k.own[0], "target_length");
+    assert_string_equal(k.own[1], "");
+    assert_string_equal(k.global[0], "");
+    assert_int_equal(df_exec_node_keys(DF_PLUGIN_DIR "/libreward_text.so:compute_text_reward", &k), 0);
+    assert_string_equal(k.own[0], "");
+    assert_int_equal(df_plugin_count(), 0);
+    assert_int_equal(df_exec_node_keys("DAGWorker.no_such", &k), DF_ENOTFOUND);
+}
+
+/* A plugin node's own `config:` key, declared by the library (compute_length_reward_keys): read
+   from the file by config check, passed to the node by train (target 1000 makes every score
+   L / 1000, so the node's mean score is its mean length / 1000; the default 16 would give
+   length / 16); a key it does not declare is refused, naming the ones it does. */
+static void test_node_own_keys(void **state)
+{
+    (void)state;
+    char wf[1024], path[512], yaml[2048], cmd[2048], out[4096];
+    for (int bad = 1; bad >= 0; bad--) {
+        snprintf(wf, sizeof wf,
+                 "dag_id: length_reward\n"
+                 "nodes:\n"
+                 "  - {node_id: rollout, node_type: MODEL_INFERENCE, node_role: ROLLOUT}\n"
+                 "  - {node_id: reward, node_type: COMPUTE, node_role: REWARD, dependencies: [rollout],\n"
+                 "     executable_ref: '%s/libreward_length.so:compute_length_reward',\n"
+                 "     config: {%s: 1000}}\n"
+                 "  - {node_id: adv, node_type: COMPUTE, node_role: ADVANTAGE, dependencies: [reward]}\n"
+                 "  - {node_id: old, node_type: MODEL_TRAIN, node_role: ACTOR, only_forward_compute: true,\n"
+                 "     dependencies: [adv]}\n"
+                 "  - {node_id: train, node_type: MODEL_TRAIN, node_role: ACTOR, dependencies: [old]}\n",
+                 DF_PLUGIN_DIR, bad ? "target_lenght" : "target_length");
+        snprintf(path, sizeof path, "%s/length_reward.yaml", dir);
+        assert_int_equal(df_write_file_atomic(path, wf, strlen(wf)), 0);
+        snprintf(yaml, sizeof yaml,
+                 "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 4,\n"
+                 "       max_prompt_length: 128, max_response_length: 6}\n"
+                 "actor_rollout_ref:\n"
+                 "  model: {path: %s/model}\n"
+                 "  actor: {optim: {lr: 0.01}, ppo_mini_batch_size: 4, ppo_micro_batch_size_per_gpu: 4}\n"
+                 "  rollout: {n: 2, log_prob_micro_batch_size_per_gpu: 4}\n"
+                 "algorithm: {adv_estimator: grpo}\n"
+                 "dag: {workflow_path: %s}\n"
+                 "trainer: {total_training_steps: 1, save_freq: -1, test_freq: -1, val_before_train: false,\n"
+                 "          logger: [], default_local_dir: %s/out_length}\n",
+                 dir, dir, path, dir);
+        snprintf(path, sizeof path, "%s/length.yaml", dir);
+        assert_int_equal(df_write_file_atomic(path, yaml, strlen(yaml)), 0);
+        snprintf(cmd, sizeof cmd, "%s/distflow config check %s 2>&1", DF_BINARY_DIR, path);
+        int st = df_test_command(cmd, out, sizeof out);
+        if (bad) {
+            if (!st || !strstr(out, "node 'reward': target_lenght cannot be changed per node (this node "
+                                    "honours: its own keys: target_length)"))
+                fail_msg("config check exit %d: %s", st, out);
+        } else if (st) {
+            fail_msg("config check: %s", out);
+        }
+    }
+    df_config *c = NULL;
+    assert_int_equal(df_config_load(df_config_schema_train(), path, NULL, 0, &c), 0);
+    assert_int_equal(df_test_run(NULL, c), 0);
+    json_t *lines = df_test_metrics(dir, "out_length", true);
+    assert_int_equal(json_array_size(lines), 1);
+    json_t *o = json_array_get(lines, 0);
+    json_t *len = json_object_get(o, "reward_length/response_length_mean");
+    json_t *score = json_object_get(o, "reward_length/score_mean");
+    assert_true(json_is_number(len) && json_is_number(score) && json_number_value(len) > 0);
+    assert_true(fabs(json_number_value(score) * 1000 - json_number_value(len)) < 1e-9);
+    json_decref(lines);
+}
+
 /* verl's custom_reward_function: the example scorer, called as the reward manager calls it. */
 static void test_custom_reward_example(void **state)
 {
@@ -340,6 +428,8 @@ int main(void)
         cmocka_unit_test(test_train_uses_plugin),
         cmocka_unit_test(test_text_reward_node),
         cmocka_unit_test(test_custom_reward_train),
+        cmocka_unit_test(test_node_keys_api),
+        cmocka_unit_test(test_node_own_keys),
         cmocka_unit_test(test_context_without_worker),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -12,6 +12,8 @@
  *
  * Node config (df_node_set_config, or `config:` in a workflow):
  *     target_length   positive integer, default 16
+ * declared in compute_length_reward_keys, so that `distflow config check` (which reads the
+ * declaration from this library's file) refuses any other key on the node.
  *
  * df_plugin_init also registers the function as "length_reward.compute", and
  * length_reward_pipeline is a dag.custom_pipeline_fn: siiRL's GRPO pipeline
@@ -39,6 +41,8 @@ static int config_positive(const df_node *node, const char *key, int64_t dflt, i
     *out = v;
     return DF_OK;
 }
+
+DF_API const df_node_keys compute_length_reward_keys = {.own = {"target_length"}};
 
 DF_API int compute_length_reward(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
 {
@@ -106,5 +110,5 @@ DF_API int length_reward_pipeline(df_task_graph **out)
 
 DF_API int df_plugin_init(void)
 {
-    return df_exec_register("length_reward.compute", compute_length_reward);
+    return df_exec_register_keys("length_reward.compute", compute_length_reward, &compute_length_reward_keys);
 }

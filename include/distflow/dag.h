@@ -254,6 +254,46 @@ DF_API int df_exec_register(const char *name, df_node_fn fn);
 /** Remove a registration; no-op if absent. */
 DF_API void df_exec_unregister(const char *name);
 
+/* ---- what a node function reads from its workflow node's `config:` ------------ */
+
+#define DF_NODE_KEYS_MAX 16 /**< keys per list */
+#define DF_NODE_KEY_LEN 96  /**< bytes per key, NUL included */
+/**
+ * The `config:` keys a node function honours, declared so that plan, config check and train
+ * refuse any other key on its node before anything runs (a key no function reads would be
+ * silently ignored). Plain arrays, no pointers, so that the check can read a plugin's
+ * declaration from its library file without loading it; an empty string ends each list.
+ *   own:    keys of the function's own, read with df_node_get_config (e.g. "target_length");
+ *           they stay on the node and never touch the job's config.
+ *   global: job config keys the function reads per node through its node's typed config
+ *           (df_node_config; full dotted names, e.g. "actor_rollout_ref.rollout.temperature"):
+ *           the node's value overrides the global one for this node only. A workflow may write
+ *           them relative to the node's role branch ("rollout.temperature" on a rollout node).
+ * A plugin declares them by exporting, beside node function `sym`, the object
+ *     DF_API const df_node_keys sym_keys = {.own = {"target_length"}};
+ * (DF_NODE_KEYS_SUFFIX); a function that declares nothing accepts no `config:` keys.
+ */
+typedef struct df_node_keys {
+    char own[DF_NODE_KEYS_MAX][DF_NODE_KEY_LEN];
+    char global[DF_NODE_KEYS_MAX][DF_NODE_KEY_LEN];
+} df_node_keys;
+#define DF_NODE_KEYS_SUFFIX "_keys"
+
+/**
+ * df_exec_register with the keys the function honours (keys NULL: none).
+ * Errors as df_exec_register; DF_ENOMEM.
+ */
+DF_API int df_exec_register_keys(const char *name, df_node_fn fn, const df_node_keys *keys);
+
+/**
+ * The keys `ref`'s function honours into *out (all lists empty when it declares none): for a
+ * registered name (or alias, or siiRL spelling) what its registration declared; for a plugin
+ * ref "lib.so:sym" the object "sym_keys" read from the library file (df_plugin_check_object:
+ * nothing is loaded). Errors: those of df_plugin_check_object for a plugin file that exports
+ * "sym_keys" as something else than a df_node_keys; DF_ENOTFOUND for an unknown name.
+ */
+DF_API int df_exec_node_keys(const char *ref, df_node_keys *out);
+
 /**
  * Resolve an executable ref to a function. Accepted spellings:
  *   "DAGWorker.generate"                              a registered name

@@ -31,6 +31,21 @@ int df_exec_register(const char *name, df_node_fn fn)
     return df_fn_registry_add(&g_exec, name, (df_any_fn)fn);
 }
 
+/* A registration's declared keys, kept by the registry beside the function (its data must
+ * start with a name pointer, which the registry points at its own copy). */
+typedef struct exec_keys {
+    const char *name;
+    df_node_keys keys;
+} exec_keys;
+
+int df_exec_register_keys(const char *name, df_node_fn fn, const df_node_keys *keys)
+{
+    if (!keys)
+        return df_exec_register(name, fn);
+    exec_keys k = {.name = name, .keys = *keys};
+    return df_fn_registry_add_data(&g_exec, name, (df_any_fn)fn, &k, sizeof k);
+}
+
 void df_exec_unregister(const char *name) { df_fn_registry_remove(&g_exec, name); }
 
 /* siiRL module prefixes whose remainder is our built-in name. */
@@ -116,6 +131,40 @@ int df_exec_find(const char *ref, df_node_fn *fn)
     if (f)
         *fn = (df_node_fn)f;
     return f ? DF_OK : df_error(DF_ENOTFOUND, "'%s' is not a registered executable", ref ? ref : "(null)");
+}
+
+int df_exec_node_keys(const char *ref, df_node_keys *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!ref || !ref[0])
+        return df_error(DF_EINVAL, "empty executable ref");
+    const df_fn_entry *e = df_fn_registry_find_entry(&g_exec, ref);
+    if (!e)
+        e = df_fn_registry_find_entry(&g_exec, strip_prefix(ref));
+    if (e) {
+        if (e->data)
+            *out = ((const exec_keys *)e->data)->keys;
+        return DF_OK;
+    }
+    if (!df_plugin_is_ref(ref))
+        return not_found(ref);
+    size_t n = strlen(ref) + sizeof DF_NODE_KEYS_SUFFIX;
+    char *kref = malloc(n);
+    if (!kref)
+        return df_error(DF_ENOMEM, "out of memory");
+    snprintf(kref, n, "%s%s", ref, DF_NODE_KEYS_SUFFIX);
+    int rc = df_plugin_check_object(kref, sizeof *out, out);
+    free(kref);
+    if (rc == DF_ENOTFOUND) { /* no declaration: the function honours no keys */
+        memset(out, 0, sizeof *out);
+        df_clear_error();
+        rc = DF_OK;
+    }
+    for (int i = 0; !rc && i < DF_NODE_KEYS_MAX; i++) /* the file's bytes: every key must end */
+        if (!memchr(out->own[i], 0, DF_NODE_KEY_LEN) || !memchr(out->global[i], 0, DF_NODE_KEY_LEN))
+            rc = df_error(DF_EINVAL, "plugin ref '%s': %s%s holds an unterminated key", ref, ref,
+                          DF_NODE_KEYS_SUFFIX);
+    return rc;
 }
 
 int df_exec_check(const char *ref)

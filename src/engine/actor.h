@@ -31,7 +31,7 @@
 /* The PPO loss settings: set at creation, replaceable per update (df_actor_set_loss) for a
    workflow's train_actor node with its own actor.* overrides. Such a node may override
    clip_ratio_low / high / c, entropy_coeff, kl_loss_coef, kl_loss_type, loss_agg_mode,
-   policy_loss.loss_mode and ppo_epochs (the worker's k_per_node list, node_config.c); the
+   policy_loss.loss_mode and ppo_epochs (the keys DAGWorker.train_actor registers, nodes.c); the
    other fields then keep the global config's values. Strings are borrowed. */
 typedef struct df_actor_loss {
     const char *policy_loss;      /* policy_loss.loss_mode, e.g. "vanilla" (algo registry) */

@@ -4,8 +4,8 @@
  * default for their type and role, and each node's `config:` entries become a
  * merged config for that node (siiRL graph_updater: the node's keys over the
  * global ones), resolved once into the node's typed df_node_settings. Which
- * keys a node may override is listed in train_check.c, with the defaults,
- * where df_train_check checks every node before setup.
+ * keys a node may set is what its function registered (df_exec_register_keys;
+ * a plugin's `<symbol>_keys` object); df_train_check checks every node before setup.
  */
 #include "worker/worker_internal.h"
 
@@ -55,30 +55,69 @@ static bool planner_key(const char *key)
     return false;
 }
 
-int df_worker_node_overrides(const df_config *cfg, const df_node *n, df_node_fn fn, const char *where,
+static bool key_in(const char (*keys)[DF_NODE_KEY_LEN], const char *key)
+{
+    for (int i = 0; i < DF_NODE_KEYS_MAX && keys[i][0]; i++)
+        if (!strcmp(key, keys[i]))
+            return true;
+    return false;
+}
+
+/* "a, b, c" of a key list appended to out. */
+static void key_list(const char (*keys)[DF_NODE_KEY_LEN], char *out, size_t cap)
+{
+    for (int i = 0; i < DF_NODE_KEYS_MAX && keys[i][0]; i++)
+        snprintf(out + strlen(out), cap - strlen(out), "%s%s", i ? ", " : "", keys[i]);
+}
+
+/* DF_EUNSUPPORTED for a key the node's function does not read, saying which it reads. */
+static int refuse_key(const df_node_keys *k, const char *key, const char *where)
+{
+    char list[2 * DF_NODE_KEYS_MAX * DF_NODE_KEY_LEN] = "";
+    key_list(k->global, list, sizeof list);
+    if (k->own[0][0]) {
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%sits own keys: ", list[0] ? "; " : "");
+        key_list(k->own, list, sizeof list);
+    }
+    if (!list[0])
+        return df_error(DF_EUNSUPPORTED, "%s: %s cannot be changed per node (this node's function reads no "
+                        "per-node keys)", where, key);
+    return df_error(DF_EUNSUPPORTED, "%s: %s cannot be changed per node (this node honours: %s)", where, key,
+                    list);
+}
+
+int df_worker_node_overrides(const df_config *cfg, const df_node *n, const char *ref, const char *where,
                              df_config **out)
 {
     *out = NULL;
-    int nk = 0;
+    df_node_keys k = {0};
+    int rc = ref ? df_exec_node_keys(ref, &k) : DF_OK;
+    if (rc)
+        return df_error_wrap(rc, "%s", where);
+    int nk = 0; /* the job config's keys: not the planner's, not the function's own */
     for (int i = 0; i < n->n_config; i++)
-        nk += !planner_key(n->config_keys[i]);
+        nk += !planner_key(n->config_keys[i]) && !key_in(k.own, n->config_keys[i]);
     if (!nk)
         return DF_OK;
     char **keys = calloc((size_t)nk, sizeof *keys);
     const char **vals = calloc((size_t)nk, sizeof *vals);
-    int rc = keys && vals ? DF_OK : df_error(DF_ENOMEM, "out of memory");
-    for (int i = 0, k = 0; !rc && i < n->n_config; i++) {
-        if (planner_key(n->config_keys[i]))
+    rc = keys && vals ? DF_OK : df_error(DF_ENOMEM, "out of memory");
+    for (int i = 0, j = 0; !rc && i < n->n_config; i++) {
+        if (planner_key(n->config_keys[i]) || key_in(k.own, n->config_keys[i]))
             continue;
-        vals[k] = n->config_values[i];
-        keys[k] = full_key(df_config_get_schema(cfg), n, n->config_keys[i]);
-        if (!keys[k++])
+        vals[j] = n->config_values[i];
+        keys[j] = full_key(df_config_get_schema(cfg), n, n->config_keys[i]);
+        if (!keys[j])
             rc = df_error(DF_ENOMEM, "out of memory");
+        else if (k.own[0][0] && !df_config_schema_find(df_config_get_schema(cfg), keys[j]))
+            rc = refuse_key(&k, keys[j], where); /* likelier a misspelt key of the node's own */
+        j++;
     }
-    if (!rc)
+    if (!rc) /* unknown keys and bad values first, with the schema's hints */
         rc = df_config_with_overrides(cfg, (const char *const *)keys, vals, nk, where, out);
     for (int i = 0; !rc && i < nk; i++)
-        rc = df_worker_check_node_key(fn, keys[i], where);
+        if (!key_in(k.global, keys[i]))
+            rc = refuse_key(&k, keys[i], where);
     df_train_config t; /* a loss the node overrides must be registered (a plugin's only globally) */
     df_policy_loss_fn pl;
     if (!rc && *out && !(rc = df_train_config_resolve(*out, &t)) &&
@@ -107,7 +146,7 @@ static int node_settings(const df_dag_worker *w, const df_node *n, const char *w
 {
     df_config *cfg = NULL;
     *set = NULL;
-    int rc = df_worker_node_overrides(w->cfg, n, n->fn, where, &cfg);
+    int rc = df_worker_node_overrides(w->cfg, n, n->executable_ref, where, &cfg);
     if (rc || !cfg)
         return rc;
     df_node_settings *s = calloc(1, sizeof *s);

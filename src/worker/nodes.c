@@ -189,21 +189,35 @@ static int node_train_actor(df_node_ctx *ctx, df_batch *batch, df_node_output *o
     return rc;
 }
 
+#define RO "actor_rollout_ref.rollout."
+#define AC "actor_rollout_ref.actor."
+/* What a rollout node samples with and an actor node's loss and epochs: read from the node's own
+ * typed settings (df_worker_node_settings), so a workflow node may set them. */
+static const df_node_keys k_generate_keys = {
+    .global = {RO "temperature", RO "top_k", RO "top_p", RO "do_sample"}};
+static const df_node_keys k_train_actor_keys = {
+    .global = {AC "clip_ratio_low", AC "clip_ratio_high", AC "clip_ratio_c", AC "entropy_coeff",
+               AC "kl_loss_coef", AC "kl_loss_type", AC "loss_agg_mode", AC "policy_loss.loss_mode",
+               AC "ppo_epochs"}};
+#undef RO
+#undef AC
+
 int df_worker_register_nodes(void)
 {
     static const struct {
         const char *name;
         df_node_fn fn;
+        const df_node_keys *keys;
     } nodes[] = {
-        {"DAGWorker.generate", node_generate},
-        {"DAGWorker.compute_reward", node_compute_reward},
-        {"DAGWorker.compute_advantage", node_compute_advantage},
-        {"DAGWorker.compute_old_log_prob", node_compute_old_log_prob},
-        {"DAGWorker.compute_ref_log_prob", node_compute_ref_log_prob},
-        {"DAGWorker.train_actor", node_train_actor},
+        {"DAGWorker.generate", node_generate, &k_generate_keys},
+        {"DAGWorker.compute_reward", node_compute_reward, NULL},
+        {"DAGWorker.compute_advantage", node_compute_advantage, NULL},
+        {"DAGWorker.compute_old_log_prob", node_compute_old_log_prob, NULL},
+        {"DAGWorker.compute_ref_log_prob", node_compute_ref_log_prob, NULL},
+        {"DAGWorker.train_actor", node_train_actor, &k_train_actor_keys},
     };
     for (size_t i = 0; i < sizeof nodes / sizeof *nodes; i++) {
-        int rc = df_exec_register(nodes[i].name, nodes[i].fn);
+        int rc = df_exec_register_keys(nodes[i].name, nodes[i].fn, nodes[i].keys);
         if (rc)
             return rc;
     }

@@ -31,7 +31,7 @@ static int node_compute_value(df_node_ctx *ctx, df_batch *batch, df_node_output 
 }
 
 /* critic_train: the value update on the step's values and returns, with the node's own loss
-   settings when its workflow entry overrides them (k_per_node in node_config.c). */
+   settings when its workflow entry overrides them (the keys it registers with). */
 static int node_train_critic(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
 {
     double t0 = df_now();
@@ -51,6 +51,8 @@ static int node_train_critic(df_node_ctx *ctx, df_batch *batch, df_node_output *
 
 int df_worker_register_critic_nodes(void)
 {
+    static const df_node_keys train_keys = {
+        .global = {"critic.cliprange_value", "critic.loss_agg_mode", "critic.ppo_epochs"}};
     int rc = df_exec_register("DAGWorker.compute_value", node_compute_value);
-    return rc ? rc : df_exec_register("DAGWorker.train_critic", node_train_critic);
+    return rc ? rc : df_exec_register_keys("DAGWorker.train_critic", node_train_critic, &train_keys);
 }

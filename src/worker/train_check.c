@@ -14,23 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- what a node function reads from its node's `config:` ----------------------- */
-
-#define RO "actor_rollout_ref.rollout."
-#define AC "actor_rollout_ref.actor."
-static const struct {
-    const char *exec;
-    const char *keys[10];
-} k_per_node[] = {
-    {"DAGWorker.generate", {RO "temperature", RO "top_k", RO "top_p", RO "do_sample"}},
-    {"DAGWorker.train_actor",
-     {AC "clip_ratio_low", AC "clip_ratio_high", AC "clip_ratio_c", AC "entropy_coeff",
-      AC "kl_loss_coef", AC "kl_loss_type", AC "loss_agg_mode", AC "policy_loss.loss_mode",
-      AC "ppo_epochs"}},
-    {"DAGWorker.train_critic", {"critic.cliprange_value", "critic.loss_agg_mode", "critic.ppo_epochs"}},
-};
-#define N_PER_NODE (sizeof k_per_node / sizeof *k_per_node)
-
 const char *const df_worker_planner_node_keys[] = {"model_params", NULL};
 
 const char *df_worker_default_exec(const df_node *n)
@@ -47,34 +30,6 @@ const char *df_worker_default_exec(const df_node *n)
     default: return NULL;
     }
 }
-
-/* The k_per_node row of function fn, or -1. */
-static int exec_row(df_node_fn fn)
-{
-    for (size_t r = 0; r < N_PER_NODE; r++) {
-        df_node_fn f;
-        if (fn && !df_exec_resolve(k_per_node[r].exec, &f) && f == fn)
-            return (int)r;
-    }
-    return -1;
-}
-
-int df_worker_check_node_key(df_node_fn fn, const char *key, const char *where)
-{
-    int r = exec_row(fn);
-    for (int i = 0; r >= 0 && i < 10 && k_per_node[r].keys[i]; i++)
-        if (!strcmp(key, k_per_node[r].keys[i]))
-            return DF_OK;
-    char list[600] = "";
-    for (int i = 0; r >= 0 && i < 10 && k_per_node[r].keys[i]; i++)
-        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
-                 k_per_node[r].keys[i]);
-    return df_error(DF_EUNSUPPORTED, "%s: %s cannot be changed per node (%s%s)", where, key,
-                    r >= 0 ? "this node honours: " : "this node's function reads no per-node keys",
-                    list);
-}
-#undef RO
-#undef AC
 
 /* ---- settings and graph shapes distflow does not run -------------------------- */
 
@@ -229,7 +184,7 @@ static int check_nodes(const df_config *c, const df_train_config *t, df_task_gra
         if (workflow && n->n_config) {
             char where[1200];
             snprintf(where, sizeof where, "%s node '%s'", src, n->node_id);
-            rc = df_worker_node_overrides(c, n, fn, where, &merged);
+            rc = df_worker_node_overrides(c, n, ref, where, &merged);
         }
         df_train_config mt; /* the node's own keys over the global ones */
         if (!rc && merged)

@@ -112,21 +112,19 @@ static inline uint64_t df_worker_seed(const df_dag_worker *w)
 int df_worker_setup_workflow(df_dag_worker *w);
 /**
  * node_config.c: node n's `config:` merged over cfg (relative keys under the
- * role's branch; the planner's keys, df_worker_planner_node_keys, left out),
- * each key checked with df_worker_check_node_key against fn (the node's
- * function, NULL when unknown, e.g. a plugin's), a per-node
- * policy_loss.loss_mode checked against the registry. *out: the merged config
- * (caller frees), NULL when the node overrides nothing. Errors start with
- * `where` ("<file> node '<id>'").
+ * role's branch; the planner's keys, df_worker_planner_node_keys, and the
+ * function's own keys left out), every key checked against what ref's function
+ * declared (df_exec_node_keys; ref NULL: none): DF_EUNSUPPORTED "<where>: <key>
+ * cannot be changed per node (this node honours: ...)" for any other; a
+ * per-node policy_loss.loss_mode checked against the registry. *out: the
+ * merged config (caller frees), NULL when the node overrides no job key.
+ * Errors start with `where` ("<file> node '<id>'").
  */
-int df_worker_node_overrides(const df_config *cfg, const df_node *n, df_node_fn fn, const char *where,
+int df_worker_node_overrides(const df_config *cfg, const df_node *n, const char *ref, const char *where,
                              df_config **out);
 /* train_check.c: siiRL's default function for a workflow node without executable_ref
  * (by role, type and forward-only), or NULL for a node that has none (it is skipped). */
 const char *df_worker_default_exec(const df_node *n);
-/* train_check.c: 0 when function fn reads `key` (a full key) from its node's merged config;
- * else DF_EUNSUPPORTED "<where>: <key> cannot be changed per node (this node honours: ...)". */
-int df_worker_check_node_key(df_node_fn fn, const char *key, const char *where);
 /* Node config keys the planner reads (siiRL's model_params; NULL-terminated): not config keys. */
 extern const char *const df_worker_planner_node_keys[];
 /* train_check.c: the plan for a job of `world` ranks: trainer.nnodes machines sharing them
