@@ -320,6 +320,70 @@ static void test_node_own_keys(void **state)
     json_decref(lines);
 }
 
+/* A plugin node asks the job's models for log-probs through the node context: right after the
+   old-log-prob node, the actor's answer equals old_log_probs bit for bit at every step; the
+   reference's equals them at step 1 (nothing trained yet) and differs at step 2 (the actor has
+   been updated, the reference is frozen). */
+static void test_node_model_log_probs(void **state)
+{
+    (void)state;
+    const char *roles[] = {"actor", "reference"};
+    for (int r = 0; r < 2; r++) {
+        char wf[1024], path[512], yaml[2048], out_dir[64];
+        snprintf(wf, sizeof wf,
+                 "dag_id: probe\n"
+                 "nodes:\n"
+                 "  - {node_id: rollout, node_type: MODEL_INFERENCE, node_role: ROLLOUT}\n"
+                 "  - {node_id: reward, node_type: COMPUTE, node_role: REWARD, dependencies: [rollout]}\n"
+                 "  - {node_id: old, node_type: MODEL_TRAIN, node_role: ACTOR, only_forward_compute: true,\n"
+                 "     dependencies: [reward]}\n"
+                 "  - {node_id: ref, node_type: MODEL_TRAIN, node_role: REFERENCE, dependencies: [old]}\n"
+                 "  - {node_id: probe, node_type: COMPUTE, node_role: DEFAULT, dependencies: [ref],\n"
+                 "     executable_ref: '%s/test/libprobe_logp.so:probe_logp', config: {role: %s}}\n"
+                 "  - {node_id: gen, node_type: COMPUTE, node_role: DEFAULT, dependencies: [probe],\n"
+                 "     executable_ref: '%s/test/libprobe_logp.so:probe_generate'}\n"
+                 "  - {node_id: adv, node_type: COMPUTE, node_role: ADVANTAGE, dependencies: [gen]}\n"
+                 "  - {node_id: train, node_type: MODEL_TRAIN, node_role: ACTOR, dependencies: [adv]}\n",
+                 DF_PLUGIN_DIR, roles[r], DF_PLUGIN_DIR);
+        snprintf(path, sizeof path, "%s/probe_%s.yaml", dir, roles[r]);
+        assert_int_equal(df_write_file_atomic(path, wf, strlen(wf)), 0);
+        snprintf(out_dir, sizeof out_dir, "out_probe_%s", roles[r]);
+        snprintf(yaml, sizeof yaml,
+                 "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 4,\n"
+                 "       max_prompt_length: 128, max_response_length: 6}\n"
+                 "actor_rollout_ref:\n"
+                 "  model: {path: %s/model}\n"
+                 "  actor: {optim: {lr: 0.05}, ppo_mini_batch_size: 4, ppo_micro_batch_size_per_gpu: 4,\n"
+                 "          use_kl_loss: true, kl_loss_coef: 0.01}\n"
+                 "  rollout: {n: 2, log_prob_micro_batch_size_per_gpu: 4}\n"
+                 "  ref: {log_prob_micro_batch_size_per_gpu: 4}\n"
+                 "algorithm: {adv_estimator: grpo}\n"
+                 "dag: {workflow_path: %s}\n"
+                 "trainer: {total_training_steps: 2, save_freq: -1, test_freq: -1, val_before_train: false,\n"
+                 "          logger: [], default_local_dir: %s/%s}\n",
+                 dir, dir, path, dir, out_dir);
+        df_config *c = NULL;
+        assert_int_equal(df_config_load_text(df_config_schema_train(), yaml, "probe.yaml", NULL, 0, &c), 0);
+        if (df_test_run(NULL, c))
+            fail_msg("%s: %s", roles[r], df_last_error());
+        json_t *lines = df_test_metrics(dir, out_dir, true);
+        assert_int_equal(json_array_size(lines), 2);
+        for (size_t i = 0; i < 2; i++) {
+            json_t *d = json_object_get(json_array_get(lines, i), "probe/abs_diff_mean");
+            if (!json_is_number(d))
+                fail_msg("%s step %zu: no probe/abs_diff_mean", roles[r], i + 1);
+            double v = json_number_value(d);
+            bool want_zero = r == 0 || i == 0;
+            if (want_zero ? v != 0 : !(v > 0))
+                fail_msg("%s step %zu: probe/abs_diff_mean %g", roles[r], i + 1, v);
+            json_t *g = json_object_get(json_array_get(lines, i), "probe/gen_rows_per_row");
+            if (!json_is_number(g) || json_number_value(g) != 2) /* rollout.n responses per row */
+                fail_msg("%s step %zu: probe/gen_rows_per_row is not 2", roles[r], i + 1);
+        }
+        json_decref(lines);
+    }
+}
+
 /* verl's custom_reward_function: the example scorer, called as the reward manager calls it. */
 static void test_custom_reward_example(void **state)
 {
@@ -414,6 +478,14 @@ static void test_context_without_worker(void **state)
     df_node_output out = {0};
     assert_int_equal(((df_node_fn)fn)(&ctx, NULL, &out), DF_EINVAL);
     assert_non_null(strstr(df_last_error(), "no tokenizer"));
+    assert_false(df_node_has_model(&ctx, DF_ROLE_ACTOR));
+    df_batch *b = df_batch_new(1), *g = NULL;
+    assert_int_equal(df_node_log_probs(&ctx, DF_ROLE_ACTOR, b, "x", NULL), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "no DAG worker behind the node context"));
+    assert_int_equal(df_node_values(&ctx, b), DF_EINVAL);
+    assert_int_equal(df_node_generate(&ctx, b, &g), DF_EINVAL);
+    assert_null(g);
+    df_batch_free(b);
 }
 
 int main(void)
@@ -430,6 +502,7 @@ int main(void)
         cmocka_unit_test(test_custom_reward_train),
         cmocka_unit_test(test_node_keys_api),
         cmocka_unit_test(test_node_own_keys),
+        cmocka_unit_test(test_node_model_log_probs),
         cmocka_unit_test(test_context_without_worker),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
