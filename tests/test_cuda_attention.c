@@ -1,0 +1,427 @@
+/*
+ * test_cuda_attention.c — the CUDA attention operators against the CPU references
+ * (docs/cuda.md): df_cuda_attention_fwd / _bwd vs df_attention_fwd / _bwd on packed
+ * sequences of unequal lengths with GQA, and the paged KV cache (df_cuda_kv_write,
+ * df_cuda_kv_attention) vs df_kv_attention on the equivalent contiguous cache.
+ * Without a GPU: a SKIP line and exit 77 (ctest: skipped).
+ *
+ * Bounds (tests/tolerance.h, the analysis of tests/test_ops.c's attention_bounds widened to
+ * the device's tiles and summation orders): b[i] bounds either implementation's distance to
+ * the exact result on the same float32 inputs, so |gpu - cpu| <= 2 b elementwise and
+ * dfct_check's relative error ||gpu - cpu|| / ||cpu|| is held to 2 ||b|| / ||cpu||. The
+ * magnitudes in b (sums of |terms|, the exact weights) are computed in double from the inputs.
+ */
+#include "cuda_testutil.h"
+#include "engine/rollout_internal.h"
+#include "model/ops.h"
+
+#include <omp.h>
+
+static double g32(double n) { return df_tol_gamma(n, DF_U32); }
+
+/* exp's relative error: CUDA's expf 2 ulp (4 u), the CPU's df_expf 3 u, libm's expf 1 ulp */
+#define EXP_ERR (4 * DF_U32)
+/* logf: 1 ulp on both sides */
+#define LOG_ERR (2 * DF_U32)
+/* fewest keys in a tile on either side (CPU DF_ATTN_BK = 32, device Bc = 32 or 64), so a
+ * row of L keys sees at most ceil(L / 32) online-softmax rescales */
+#define MIN_TILE 32
+
+static float *fvec(int64_t n)
+{
+    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof *p);
+    assert_non_null(p);
+    return p;
+}
+
+static double *dvec(int64_t n)
+{
+    double *p = calloc((size_t)(n > 0 ? n : 1), sizeof *p);
+    assert_non_null(p);
+    return p;
+}
+
+/* 2 ||b||_2 / ||ref||_2: the relative bound on ||gpu - cpu|| when both are within b. */
+static double rel_bound(const double *b, const float *ref, int64_t n)
+{
+    double nb = 0, nr = 0;
+    for (int64_t i = 0; i < n; i++)
+        nb += b[i] * b[i], nr += (double)ref[i] * ref[i];
+    return 2 * sqrt(nb) / sqrt(nr);
+}
+
+/* dfct_check against 2 ||b|| / ||ref||. Where that exceeds 1 the reference is itself rounding
+ * noise (dq, dk of length-1 sequences are exactly 0: dp - D = 0) and the same inequality is
+ * checked and printed in absolute form, ||gpu - cpu|| <= 2 ||b||. */
+static void check_b(const char *what, const float *got, const float *ref, const double *b,
+                    int64_t n)
+{
+    const double rb = rel_bound(b, ref, n);
+    if (rb < 1) {
+        dfct_check(what, got, ref, n, rb);
+        return;
+    }
+    double ne = 0, nb = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(got[i]))
+            fail_msg("%s: element %lld is %g", what, (long long)i, (double)got[i]);
+        ne += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]), nb += b[i] * b[i];
+    }
+    printf("  %-40s abs err %.3e (bound %.3e; the reference is rounding noise)\n", what, sqrt(ne),
+           2 * sqrt(nb));
+    if (!(sqrt(ne) <= 2 * sqrt(nb)))
+        fail_msg("%s: error %.3e exceeds %.3e", what, sqrt(ne), 2 * sqrt(nb));
+}
+
+/*
+ * One query row q against keys K + j ld and values V + j ld, j < L (head dim hd). Fills the
+ * exact scaled scores s[j] and their error bounds ds[j], and bout[hd]; returns the bound on lse.
+ *   score: hd products summed, the scale (sqrtf, the division) and its product:
+ *     ds_j = gamma_{hd+3} sum_e |q_e k_je| / sqrt(hd);
+ *   weight e^(s_j - m) against a common factor: the rounded subtraction (u span), exp
+ *     (EXP_ERR) and, per tile, the rescale factor (the same two plus its product):
+ *     th1 = (nt + 1)(u span + EXP_ERR + u), nt = ceil(L / 32) (a tile whose keys are all
+ *     masked for the row rescales by exp(0) = 1 and adds 0, exactly);
+ *   out = sum_j w_j v_j / sum_j w_j: weights off by th = max ds + th1 move it by at most
+ *     2 th sum_j P_j |v_j| (P the exact softmax); the two sums of L terms with nt rescales,
+ *     the device's 5-step warp sum of l, 1 / l and its product: gamma_{2L + 3nt + 8};
+ *   lse = m + logf(l): log-sum-exp is 1-Lipschitz in the scores (max ds), th1, the sum of l
+ *     (gamma_{L + 2nt + 5}), logf's error on |log l| and the final add.
+ */
+static double row_fwd_bounds(const float *q, const float *K, const float *V, int64_t ld,
+                             int64_t L, int64_t hd, double *s, double *ds, double *bout)
+{
+    const double isq = 1.0 / sqrt((double)hd), u = DF_U32;
+    const int64_t nt = (L + MIN_TILE - 1) / MIN_TILE;
+    double m = -INFINITY, mn = INFINITY, dsmax = 0;
+    for (int64_t j = 0; j < L; j++) {
+        double d = 0, a = 0;
+        for (int64_t e = 0; e < hd; e++) {
+            d += (double)q[e] * K[j * ld + e];
+            a += fabs((double)q[e] * K[j * ld + e]);
+        }
+        s[j] = d * isq, ds[j] = g32((double)hd + 3) * a * isq;
+        m = fmax(m, s[j]), mn = fmin(mn, s[j]), dsmax = fmax(dsmax, ds[j]);
+    }
+    const double th1 = (double)(nt + 1) * (u * (m - mn) + EXP_ERR + u), th = dsmax + th1;
+    double l = 0;
+    for (int64_t j = 0; j < L; j++)
+        l += exp(s[j] - m);
+    const double lse = m + log(l), gl = g32((double)(2 * L + 3 * nt + 8));
+    for (int64_t e = 0; e < hd; e++) {
+        double A = 0;
+        for (int64_t j = 0; j < L; j++)
+            A += exp(s[j] - lse) * fabs((double)V[j * ld + e]);
+        bout[e] = (2 * th + gl) * A;
+    }
+    return dsmax + th1 + g32((double)(L + 2 * nt + 5)) + LOG_ERR * fabs(log(l)) + u * fabs(lse);
+}
+
+/* ---- packed causal attention ------------------------------------------------------------ */
+
+/*
+ * Backward bounds, both sides given the same out, lse and dout (so those are exact inputs):
+ *   P_j = exp(s_j - lse): relative th_p = ds_j + u |s_j - lse| + EXP_ERR;
+ *   D = dO . O: gamma_{hd+5} sum |dO O| (the device's lane sums and 5-step warp sum);
+ *   dp_j = dO . v_j: gamma_hd sum |dO v_j|;
+ *   dS_j = P_j (dp_j - D) scale: P_j / sqrt(hd) (th_p |dp_j - D| + d dp_j + dD
+ *     + gamma_5 |dp_j - D|) (subtraction, two products, the scale's two roundings);
+ *   dq_i = sum_j dS_ij k_j (L_i terms), dk_j = sum over the group's rows i >= j of
+ *   dS_ij q_i and dv_j = sum P_ij dO_i (at most grp L terms): gamma of the count times
+ *   sum |terms|, plus the propagated dS / P errors times |k|, |q|, |dO| (first order).
+ */
+static void attention_case(const int64_t *lens, int64_t n_seqs, int64_t nh, int64_t nkv,
+                           int64_t hd, int64_t extra_len, uint64_t seed)
+{
+    int64_t off[17], maxL = 0;
+    assert_true(n_seqs <= 16);
+    off[0] = 0;
+    for (int64_t s = 0; s < n_seqs; s++) {
+        off[s + 1] = off[s] + lens[s];
+        maxL = lens[s] > maxL ? lens[s] : maxL;
+    }
+    const int64_t T = off[n_seqs], ldq = nh * hd, ldk = nkv * hd, nq = T * ldq, nk = T * ldk;
+    const int64_t grp = nh / nkv;
+    printf(" attention: %lld sequences, T = %lld, nh = %lld, nkv = %lld, hd = %lld\n",
+           (long long)n_seqs, (long long)T, (long long)nh, (long long)nkv, (long long)hd);
+    float *q = fvec(nq), *k = fvec(nk), *v = fvec(nk), *dout = fvec(nq);
+    dfct_rand(q, nq, seed, -1, 1);
+    dfct_rand(k, nk, seed + 1, -1, 1);
+    dfct_rand(v, nk, seed + 2, -1, 1);
+    dfct_rand(dout, nq, seed + 3, -1, 1);
+    float *out = fvec(nq), *lse = fvec(T * nh), *dq = fvec(nq), *dk = fvec(nk), *dv = fvec(nk);
+    df_attention_fwd(out, lse, q, k, v, off, n_seqs, nh, nkv, hd);
+    df_attention_bwd(dq, dk, dv, dout, out, lse, q, k, v, off, n_seqs, nh, nkv, hd);
+
+    float *d_q = dfct_up(q, 4 * nq), *d_k = dfct_up(k, 4 * nk), *d_v = dfct_up(v, 4 * nk);
+    int64_t *d_off = dfct_up(off, 8 * (n_seqs + 1));
+    float *d_out = dfct_alloc(4 * nq), *d_lse = dfct_alloc(4 * T * nh); /* NaN: unwritten shows */
+    DFCT_OK(df_cuda_attention_fwd(dfct_cu, d_out, d_lse, d_q, d_k, d_v, d_off, n_seqs, T,
+                                  maxL + extra_len, nh, nkv, hd));
+    float *g_out = dfct_down(d_out, 4 * nq), *g_lse = dfct_down(d_lse, 4 * T * nh);
+    /* the backward on the CPU forward's out and lse, so both sides see the same inputs */
+    float *d_cout = dfct_up(out, 4 * nq), *d_clse = dfct_up(lse, 4 * T * nh);
+    float *d_dout = dfct_up(dout, 4 * nq);
+    float *d_dq = dfct_alloc(4 * nq), *d_dk = dfct_alloc(4 * nk), *d_dv = dfct_alloc(4 * nk);
+    DFCT_OK(df_cuda_attention_bwd(dfct_cu, d_dq, d_dk, d_dv, d_dout, d_cout, d_clse, d_q, d_k,
+                                  d_v, d_off, n_seqs, T, maxL + extra_len, nh, nkv, hd));
+    float *g_dq = dfct_down(d_dq, 4 * nq), *g_dk = dfct_down(d_dk, 4 * nk);
+    float *g_dv = dfct_down(d_dv, 4 * nk);
+
+    double *bo = dvec(nq), *bl = dvec(T * nh), *bq = dvec(nq), *bk = dvec(nk), *bv = dvec(nk);
+    double *s = dvec(maxL), *ds = dvec(maxL), *P = dvec(maxL), *thp = dvec(maxL);
+    double *dS = dvec(maxL), *edS = dvec(maxL);
+    const double isq = 1.0 / sqrt((double)hd), u = DF_U32;
+    for (int64_t sq = 0; sq < n_seqs; sq++) {
+        const int64_t j0 = off[sq], L = lens[sq];
+        for (int64_t h = 0; h < nh; h++) {
+            const int64_t kh = h / grp;
+            const float *K = k + j0 * ldk + kh * hd, *V = v + j0 * ldk + kh * hd;
+            for (int64_t i = 0; i < L; i++) {
+                const int64_t row = j0 + i, Li = i + 1;
+                const float *qi = q + row * ldq + h * hd, *oi = out + row * ldq + h * hd;
+                const float *gi = dout + row * ldq + h * hd;
+                bl[row * nh + h] = row_fwd_bounds(qi, K, V, ldk, Li, hd, s, ds, bo + row * ldq + h * hd);
+                const double lf = lse[row * nh + h];
+                double D = 0, Dm = 0;
+                for (int64_t e = 0; e < hd; e++)
+                    D += (double)gi[e] * oi[e], Dm += fabs((double)gi[e] * oi[e]);
+                const double eD = g32((double)hd + 5) * Dm;
+                for (int64_t j = 0; j < Li; j++) {
+                    double dp = 0, dm = 0;
+                    for (int64_t e = 0; e < hd; e++)
+                        dp += (double)gi[e] * V[j * ldk + e], dm += fabs((double)gi[e] * V[j * ldk + e]);
+                    const double diff = fabs(dp - D);
+                    P[j] = exp(s[j] - lf);
+                    thp[j] = ds[j] + u * fabs(s[j] - lf) + EXP_ERR;
+                    dS[j] = P[j] * (dp - D) * isq;
+                    edS[j] = P[j] * isq * (thp[j] * diff + g32((double)hd) * dm + eD + g32(5) * diff);
+                }
+                double *bqi = bq + row * ldq + h * hd;
+                for (int64_t j = 0; j < Li; j++) {
+                    const float *kj = K + j * ldk;
+                    double *bkj = bk + (j0 + j) * ldk + kh * hd, *bvj = bv + (j0 + j) * ldk + kh * hd;
+                    for (int64_t e = 0; e < hd; e++) {
+                        bqi[e] += g32((double)Li + 1) * fabs(dS[j] * kj[e]) + edS[j] * fabs(kj[e]);
+                        bkj[e] += g32((double)(grp * L + 1)) * fabs(dS[j] * qi[e]) + edS[j] * fabs(qi[e]);
+                        bvj[e] += (g32((double)(grp * L + 1)) + thp[j]) * P[j] * fabs(gi[e]);
+                    }
+                }
+            }
+        }
+    }
+    check_b("fwd out", g_out, out, bo, nq);
+    check_b("fwd lse", g_lse, lse, bl, T * nh);
+    check_b("bwd dq", g_dq, dq, bq, nq);
+    check_b("bwd dk", g_dk, dk, bk, nk);
+    check_b("bwd dv", g_dv, dv, bv, nk);
+    /* A length-1 sequence attends only to itself: its one weight is exp(0) = 1 exactly and
+     * l = 1, so out is v of its kv head bit for bit, on both sides. */
+    for (int64_t sq = 0; sq < n_seqs; sq++)
+        if (lens[sq] == 1)
+            for (int64_t h = 0; h < nh; h++)
+                for (int64_t e = 0; e < hd; e++)
+                    if (g_out[off[sq] * ldq + h * hd + e] != v[off[sq] * ldk + h / grp * hd + e])
+                        fail_msg("length-1 sequence %lld head %lld: out[%lld] = %.9g, v = %.9g",
+                                 (long long)sq, (long long)h, (long long)e,
+                                 (double)g_out[off[sq] * ldq + h * hd + e],
+                                 (double)v[off[sq] * ldk + h / grp * hd + e]);
+
+    free(q), free(k), free(v), free(dout), free(out), free(lse), free(dq), free(dk), free(dv);
+    free(g_out), free(g_lse), free(g_dq), free(g_dk), free(g_dv);
+    free(bo), free(bl), free(bq), free(bk), free(bv);
+    free(s), free(ds), free(P), free(thp), free(dS), free(edS);
+    dfct_free(d_q), dfct_free(d_k), dfct_free(d_v), dfct_free(d_off), dfct_free(d_out);
+    dfct_free(d_lse), dfct_free(d_cout), dfct_free(d_clse), dfct_free(d_dout);
+    dfct_free(d_dq), dfct_free(d_dk), dfct_free(d_dv);
+}
+
+/* Qwen2.5-0.5B's heads (14 query, 2 kv, hd 64): lengths 1, 17, 64, 130 in one pack. */
+static void test_attention_gqa_hd64(void **state)
+{
+    (void)state;
+    const int64_t lens[4] = {1, 17, 64, 130};
+    attention_case(lens, 4, 14, 2, 64, 0, 101);
+}
+
+/* hd 128 without GQA; max_len above the longest sequence (tiles past every end leave). */
+static void test_attention_mha_hd128(void **state)
+{
+    (void)state;
+    const int64_t lens[4] = {130, 1, 64, 17};
+    attention_case(lens, 4, 4, 4, 128, 37, 202);
+}
+
+/* The third tile shape (hd 256), and head dims that are not multiples of 32 or of 4. */
+static void test_attention_other_head_dims(void **state)
+{
+    (void)state;
+    const int64_t l256[3] = {33, 1, 70};
+    attention_case(l256, 3, 2, 1, 256, 0, 303);
+    const int64_t l50[4] = {5, 96, 1, 40};
+    attention_case(l50, 4, 6, 3, 50, 3, 304);
+    const int64_t l96[3] = {65, 2, 31};
+    attention_case(l96, 3, 4, 2, 96, 0, 305);
+}
+
+/* Every sequence of length 1: each row's softmax has one score. */
+static void test_attention_single_tokens(void **state)
+{
+    (void)state;
+    const int64_t lens[5] = {1, 1, 1, 1, 1};
+    attention_case(lens, 5, 14, 2, 64, 0, 401);
+    attention_case(lens, 5, 4, 4, 128, 100, 402);
+}
+
+/* ---- paged KV cache ------------------------------------------------------------------------ */
+
+enum { KV_LAYERS = 2, KV_LAYER = 1, KV_PAGES = 10, KV_PAGE = 16, KV_SLOTS = 3, KV_MAXP = 4 };
+
+/*
+ * Write every position of three slots through a block table whose pages are out of order
+ * (page 9 is listed but never written: NaN, like layer 0 and the pages' unused rows), in two
+ * calls (a prefill of all but the last position, slots interleaved, then one decode row per
+ * slot); check the cache bit for bit; then decode rows of different lengths (1, a page
+ * boundary, full pages) against df_kv_attention on the contiguous host cache. The bound is
+ * row_fwd_bounds' out bound (the CPU's single pass is the case without rescales).
+ */
+static void kv_case(int64_t nh, int64_t nkv, int64_t hd, uint64_t seed)
+{
+    const int32_t bt[KV_SLOTS * KV_MAXP] = {5, 2, 9, 9, 0, 7, 3, 9, 4, 1, 6, 8};
+    const int64_t len[KV_SLOTS] = {29, 40, 64}, kvd = nkv * hd, maxlen = KV_MAXP * KV_PAGE;
+    printf(" kv cache: nh = %lld, nkv = %lld, hd = %lld, pages of %d\n", (long long)nh,
+           (long long)nkv, (long long)hd, KV_PAGE);
+    int32_t wslot[KV_SLOTS * KV_MAXP * KV_PAGE], wpos[KV_SLOTS * KV_MAXP * KV_PAGE];
+    int64_t nw = 0;
+    for (int64_t p = 0; p < maxlen; p++)
+        for (int64_t s = 0; s < KV_SLOTS; s++)
+            if (p < len[s] - 1)
+                wslot[nw] = (int32_t)s, wpos[nw++] = (int32_t)p;
+    const int64_t n1 = nw;
+    for (int64_t s = 0; s < KV_SLOTS; s++)
+        wslot[nw] = (int32_t)s, wpos[nw++] = (int32_t)(len[s] - 1);
+    float *kn = fvec(nw * kvd), *vn = fvec(nw * kvd);
+    dfct_rand(kn, nw * kvd, seed, -1, 1);
+    dfct_rand(vn, nw * kvd, seed + 1, -1, 1);
+
+    /* the contiguous host cache and the expected paged device cache */
+    const int64_t nc = KV_LAYERS * KV_SLOTS * maxlen * kvd, np = KV_LAYERS * KV_PAGES * KV_PAGE * kvd;
+    df_kv_cache hc = {KV_LAYERS, KV_SLOTS, maxlen, kvd, fvec(nc), fvec(nc)};
+    float *ek = fvec(np), *ev = fvec(np);
+    for (int64_t i = 0; i < nc; i++)
+        hc.k[i] = hc.v[i] = NAN;
+    for (int64_t i = 0; i < np; i++)
+        ek[i] = ev[i] = NAN;
+    for (int64_t r = 0; r < nw; r++) {
+        const int64_t s = wslot[r], p = wpos[r];
+        const int64_t po = ((KV_LAYER * KV_PAGES + bt[s * KV_MAXP + p / KV_PAGE]) * KV_PAGE + p % KV_PAGE) * kvd;
+        memcpy(df_kv_row(&hc, hc.k, KV_LAYER, s, p), kn + r * kvd, (size_t)kvd * 4);
+        memcpy(df_kv_row(&hc, hc.v, KV_LAYER, s, p), vn + r * kvd, (size_t)kvd * 4);
+        memcpy(ek + po, kn + r * kvd, (size_t)kvd * 4);
+        memcpy(ev + po, vn + r * kvd, (size_t)kvd * 4);
+    }
+
+    df_cuda_kv dkv = {KV_LAYERS, KV_PAGES, KV_PAGE, kvd, dfct_alloc(4 * np), dfct_alloc(4 * np)};
+    int32_t *d_bt = dfct_up(bt, sizeof bt), *d_ws = dfct_up(wslot, 4 * nw), *d_wp = dfct_up(wpos, 4 * nw);
+    float *d_kn = dfct_up(kn, 4 * nw * kvd), *d_vn = dfct_up(vn, 4 * nw * kvd);
+    DFCT_OK(df_cuda_kv_write(dfct_cu, &dkv, KV_LAYER, d_bt, KV_MAXP, d_ws, d_wp, d_kn, d_vn, n1));
+    DFCT_OK(df_cuda_kv_write(dfct_cu, &dkv, KV_LAYER, d_bt, KV_MAXP, d_ws + n1, d_wp + n1,
+                             d_kn + n1 * kvd, d_vn + n1 * kvd, nw - n1));
+    float *gk = dfct_down(dkv.k, 4 * np), *gv = dfct_down(dkv.v, 4 * np);
+    for (int64_t i = 0; i < np; i++)
+        if ((isnan(ek[i]) ? !isnan(gk[i]) : gk[i] != ek[i]) ||
+            (isnan(ev[i]) ? !isnan(gv[i]) : gv[i] != ev[i]))
+            fail_msg("kv_write: paged cache element %lld: k %.9g (want %.9g), v %.9g (want %.9g)",
+                     (long long)i, (double)gk[i], (double)ek[i], (double)gv[i], (double)ev[i]);
+
+    enum { NR = 6 };
+    const int32_t qslot[NR] = {0, 1, 2, 1, 2, 0}, qpos[NR] = {28, 39, 63, 0, 16, 15};
+    const int64_t nq = NR * nh * hd;
+    float *q = fvec(nq), *out = fvec(nq);
+    dfct_rand(q, nq, seed + 2, -1, 1);
+    float *scores = fvec((int64_t)omp_get_max_threads() * nh * maxlen);
+    df_kv_attention(out, q, &hc, KV_LAYER, qslot, qpos, NR, nh, nkv, hd, scores);
+    float *d_q = dfct_up(q, 4 * nq), *d_out = dfct_alloc(4 * nq);
+    int32_t *d_qs = dfct_up(qslot, sizeof qslot), *d_qp = dfct_up(qpos, sizeof qpos);
+    DFCT_OK(df_cuda_kv_attention(dfct_cu, d_out, d_q, &dkv, KV_LAYER, d_bt, KV_MAXP, d_qs, d_qp,
+                                 NR, nh, nkv, hd));
+    float *g_out = dfct_down(d_out, 4 * nq);
+
+    double *bo = dvec(nq), *s = dvec(maxlen), *ds = dvec(maxlen);
+    for (int64_t r = 0; r < NR; r++)
+        for (int64_t h = 0; h < nh; h++) {
+            const int64_t g = h / (nh / nkv);
+            const float *K = df_kv_row(&hc, hc.k, KV_LAYER, qslot[r], 0) + g * hd;
+            const float *V = df_kv_row(&hc, hc.v, KV_LAYER, qslot[r], 0) + g * hd;
+            row_fwd_bounds(q + (r * nh + h) * hd, K, V, kvd, (int64_t)qpos[r] + 1, hd, s, ds,
+                           bo + (r * nh + h) * hd);
+            if (qpos[r] == 0) /* one position: out = its v row exactly */
+                for (int64_t e = 0; e < hd; e++)
+                    if (g_out[(r * nh + h) * hd + e] != V[e])
+                        fail_msg("kv attention at position 0: row %lld head %lld col %lld: "
+                                 "%.9g, v = %.9g", (long long)r, (long long)h, (long long)e,
+                                 (double)g_out[(r * nh + h) * hd + e], (double)V[e]);
+        }
+    check_b("kv attention out", g_out, out, bo, nq);
+
+    free(kn), free(vn), free(hc.k), free(hc.v), free(ek), free(ev), free(gk), free(gv);
+    free(q), free(out), free(scores), free(g_out), free(bo), free(s), free(ds);
+    dfct_free(dkv.k), dfct_free(dkv.v), dfct_free(d_bt), dfct_free(d_ws), dfct_free(d_wp);
+    dfct_free(d_kn), dfct_free(d_vn), dfct_free(d_q), dfct_free(d_out), dfct_free(d_qs);
+    dfct_free(d_qp);
+}
+
+static void test_kv_paged(void **state)
+{
+    (void)state;
+    kv_case(14, 2, 64, 501);  /* Qwen2.5-0.5B */
+    kv_case(4, 4, 128, 502);  /* no GQA */
+    kv_case(2, 1, 256, 503);  /* above 48 KB of shared memory */
+    kv_case(6, 3, 50, 504);   /* a head dim that is not a multiple of 4 */
+}
+
+/* ---- argument checks ------------------------------------------------------------------------ */
+
+static void test_attention_errors(void **state)
+{
+    (void)state;
+    float x[4] = {0};
+    const int64_t off[2] = {0, 1};
+    const int32_t i32[4] = {0};
+    /* host pointers: the sizes are refused before anything is launched */
+    assert_int_equal(df_cuda_attention_fwd(dfct_cu, x, x, x, x, x, off, 1, 1, 1, 2, 2, 257), DF_EINVAL);
+    assert_int_equal(df_cuda_attention_fwd(dfct_cu, x, x, x, x, x, off, 1, 1, 1, 5, 2, 64), DF_EINVAL);
+    assert_int_equal(df_cuda_attention_fwd(dfct_cu, x, x, x, x, x, off, 1, -1, 1, 2, 2, 64), DF_EINVAL);
+    assert_int_equal(df_cuda_attention_fwd(dfct_cu, x, x, x, x, x, off, 1, 1, 1, 2, 2, 0), DF_EINVAL);
+    assert_int_equal(df_cuda_attention_bwd(dfct_cu, x, x, x, x, x, x, x, x, x, off, 1, 1, 1, 2, 2,
+                                           300), DF_EINVAL);
+    assert_int_equal(df_cuda_attention_bwd(dfct_cu, x, x, x, x, x, x, x, x, x, off, 1, 1, 1, 6, 4,
+                                           64), DF_EINVAL);
+    /* nothing to do: no launch */
+    DFCT_OK(df_cuda_attention_fwd(dfct_cu, x, x, x, x, x, off, 0, 0, 0, 2, 2, 64));
+    df_cuda_kv kv = {1, 1, 16, 64, x, x};
+    assert_int_equal(df_cuda_kv_attention(dfct_cu, x, x, &kv, 0, i32, 1, i32, i32, 1, 2, 1, 257),
+                     DF_EINVAL);
+    assert_int_equal(df_cuda_kv_attention(dfct_cu, x, x, &kv, 0, i32, 1, i32, i32, 1, 3, 2, 32),
+                     DF_EINVAL);
+    assert_int_equal(df_cuda_kv_attention(dfct_cu, x, x, &kv, 1, i32, 1, i32, i32, 1, 2, 1, 64),
+                     DF_EINVAL);
+    assert_int_equal(df_cuda_kv_attention(dfct_cu, x, x, &kv, 0, i32, 1, i32, i32, 1, 2, 2, 64),
+                     DF_EINVAL); /* nkv * hd > kv_dim */
+    assert_int_equal(df_cuda_kv_write(dfct_cu, &kv, 0, i32, 1, i32, i32, x, x, -1), DF_EINVAL);
+    assert_int_equal(df_cuda_kv_write(dfct_cu, &kv, -1, i32, 1, i32, i32, x, x, 1), DF_EINVAL);
+    DFCT_OK(df_cuda_sync(dfct_cu)); /* the context still works after the errors */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_attention_gqa_hd64),
+        cmocka_unit_test(test_attention_mha_hd128),
+        cmocka_unit_test(test_attention_other_head_dims),
+        cmocka_unit_test(test_attention_single_tokens),
+        cmocka_unit_test(test_kv_paged),
+        cmocka_unit_test(test_attention_errors),
+    };
+    return dfct_main("test_cuda_attention", tests, sizeof tests / sizeof tests[0]);
+}
