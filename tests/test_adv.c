@@ -428,6 +428,67 @@ static void test_gpg(void **state)
         assert_near(adv[t], 0, 0);
 }
 
+/*
+ * The batch-level estimators on one shard of a step batch scale by the whole batch's counts
+ * (df_adv_input.batch_counts), as verl's driver does: groups {1, 0}, {1, 1} on shard A and
+ * {0, 0}, {2, 0} on shard B. Whole batch: B = 8, M' (non-zero scores) = 4, flat samples 4,
+ * groups 4 of which 2 flat. gpg: alpha = 8 / 4 = 2 (shard A alone: 4 / 3); gpg_paper:
+ * 8 / (8 - 4) = 2; cpgd clip_filter_like_weight: 4 / (4 - 2) = 2 (shard A alone gives 2 for
+ * these two as well, so cpgd is also given skewed counts below). Each shard run with the
+ * summed counts equals the whole batch run, bit for bit.
+ */
+static void test_batch_counts(void **state)
+{
+    (void)state;
+    const int64_t off[] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+    const float r[] = {1, 0, 1, 1, 0, 0, 2, 0};
+    const int64_t g_all[] = {0, 0, 1, 1, 2, 2, 3, 3}, g_half[] = {0, 0, 1, 1};
+    df_adv_input all = {.n = 8, .offsets = off, .token_level_rewards = r, .group = g_all, .epsilon = 1e-6f,
+                        .cpgd_weight_factor = "clip_filter_like_weight"};
+    df_adv_batch_counts c;
+    assert_int_equal(df_adv_batch_counts_of(&all, &c), 0);
+    assert_int_equal(c.n_samples, 8);
+    assert_int_equal(c.n_nonzero_score, 4);
+    assert_int_equal(c.n_flat_samples, 4);
+    assert_int_equal(c.n_groups, 4);
+    assert_int_equal(c.n_flat_groups, 2);
+    df_adv_input part[2] = {all, all};
+    df_adv_batch_counts pc[2], sum = {0};
+    for (int h = 0; h < 2; h++) {
+        part[h].n = 4;
+        part[h].offsets = off; /* one token each: the same offsets */
+        part[h].token_level_rewards = r + 4 * h;
+        part[h].group = g_half;
+        assert_int_equal(df_adv_batch_counts_of(&part[h], &pc[h]), 0);
+        sum.n_samples += pc[h].n_samples, sum.n_nonzero_score += pc[h].n_nonzero_score;
+        sum.n_flat_samples += pc[h].n_flat_samples, sum.n_groups += pc[h].n_groups;
+        sum.n_flat_groups += pc[h].n_flat_groups;
+    }
+    assert_memory_equal(&sum, &c, sizeof c);
+    const df_adv_estimator_fn fns[] = {df_adv_gpg, df_adv_gpg_paper, df_adv_cpgd};
+    const double alone_a[] = {2.0 / 3, 1, 1}; /* shard A's first advantage scaled by its own counts */
+    for (int f = 0; f < 3; f++) {
+        float whole[8], wret[8], mine[4], mret[4];
+        assert_int_equal(fns[f](&all, whole, wret), 0);
+        assert_true(whole[0] == 1.0f); /* every weight is 2: 2 * (1 - 0.5) */
+        for (int h = 0; h < 2; h++) {
+            part[h].batch_counts = &c;
+            assert_int_equal(fns[f](&part[h], mine, mret), 0);
+            assert_memory_equal(mine, whole + 4 * h, sizeof mine);
+            part[h].batch_counts = NULL;
+        }
+        assert_int_equal(fns[f](&part[0], mine, mret), 0); /* alone: its own counts */
+        assert_near(mine[0], alone_a[f], 1e-7);
+    }
+    /* cpgd's weight follows the counts it is given: P = 4, P_flat = 3 -> min(4, 3) = 3 */
+    df_adv_batch_counts skew = c;
+    skew.n_flat_groups = 3;
+    part[0].batch_counts = &skew;
+    float mine[4], mret[4];
+    assert_int_equal(df_adv_cpgd(&part[0], mine, mret), 0);
+    assert_true(mine[0] == 1.5f); /* 3 * 0.5 */
+}
+
 /* The paper's alpha = B / (B - M), M = samples in flat groups (algo.h "gpg_paper"). */
 static void test_gpg_paper(void **state)
 {
@@ -737,6 +798,7 @@ int main(void)
         cmocka_unit_test(test_rloo),
         cmocka_unit_test(test_gpg),
         cmocka_unit_test(test_gpg_paper),
+        cmocka_unit_test(test_batch_counts),
         cmocka_unit_test(test_cpgd_weights),
         cmocka_unit_test(test_cpgd_clip_default),
         cmocka_unit_test(test_zero_length_and_empty),

@@ -443,8 +443,8 @@ static const char *k_workflow =
     "     dependencies: [adv]}\n"
     "  - {node_id: train, node_type: MODEL_TRAIN, node_role: ACTOR, dependencies: [old]}\n";
 
-/* One step of reinforce_plus_plus on `comm` into dir/<out>; this rank's captures into dir/<out>_r<R>.json. */
-static void run_rpp(df_comm *comm, const char *out)
+/* One step of `estimator` on `comm` into dir/<out>; this rank's captures into dir/<out>_r<R>.json. */
+static void run_est(df_comm *comm, const char *out, const char *estimator)
 {
     char yaml[4096], wf[512];
     snprintf(wf, sizeof wf, "%s/capture_rpp.yaml", dir);
@@ -456,11 +456,11 @@ static void run_rpp(df_comm *comm, const char *out)
              "  actor: {optim: {lr: 0.01, weight_decay: 0.0}, ppo_mini_batch_size: 4,\n"
              "          ppo_micro_batch_size_per_gpu: 4}\n"
              "  rollout: {n: 2, log_prob_micro_batch_size_per_gpu: 8}\n"
-             "algorithm: {adv_estimator: reinforce_plus_plus, gamma: 0.9}\n"
+             "algorithm: {adv_estimator: %s, gamma: 0.9}\n"
              "dag: {workflow_path: %s}\n"
              "trainer: {total_training_steps: 1, save_freq: -1, logger: [], default_local_dir: %s/%s}\n",
-             dir, dir, wf, dir, out);
-    df_config *cfg = df_test_config(yaml, "rpp.yaml", NULL, 0);
+             dir, dir, estimator, wf, dir, out);
+    df_config *cfg = df_test_config(yaml, "est.yaml", NULL, 0);
     captured = json_object();
     if (df_test_run(comm, cfg))
         fail_msg("rank %d, %s: %s", R, out, df_last_error());
@@ -490,7 +490,7 @@ static void test_worker_rpp_matches_one_rank(void **state)
         return;
     }
     alarm(600);
-    run_rpp(W, "dp");
+    run_est(W, "dp", "reinforce_plus_plus");
     alarm(0);
     assert_int_equal(df_comm_barrier(W), 0);
     if (R != 0)
@@ -550,6 +550,46 @@ static void test_worker_rpp_matches_one_rank(void **state)
     json_decref(got);
 }
 
+/* gpg through the DAG worker on N ranks: alpha = B / M' over the whole step batch (the ranks sum
+   their counts), so every sample's advantage is the one-rank run's bit for bit (the same
+   per-sample arithmetic); with each rank's own counts the ranks' alphas differ. */
+static void test_worker_gpg_matches_one_rank(void **state)
+{
+    (void)state;
+    if (N < 2) {
+        skip();
+        return;
+    }
+    alarm(600);
+    run_est(W, "gpg_dp", "gpg");
+    alarm(0);
+    assert_int_equal(df_comm_barrier(W), 0);
+    if (R != 0)
+        return;
+    json_t *ref = load_json("gpg_ref_r0.json"), *got = json_object();
+    for (int r = 0; r < N; r++) {
+        char name[64];
+        snprintf(name, sizeof name, "gpg_dp_r%d.json", r);
+        json_t *part = load_json(name);
+        json_object_update(got, part);
+        json_decref(part);
+    }
+    assert_int_equal(json_object_size(got), json_object_size(ref));
+    const char *key;
+    json_t *want;
+    int nonzero = 0;
+    json_object_foreach(ref, key, want)
+    {
+        json_t *have = json_object_get(got, key);
+        if (!have || !json_equal(have, want))
+            fail_msg("sample %s: its advantages on %d ranks differ from the one-rank run's", key, N);
+        nonzero += json_real_value(json_array_get(want, 0)) != 0;
+    }
+    assert_true(nonzero > 0); /* not every group flat */
+    json_decref(ref);
+    json_decref(got);
+}
+
 /* The world, the inputs on rank 0 and (with several ranks) the one-rank reference run. */
 static int setup(void **state)
 {
@@ -575,8 +615,10 @@ static int setup(void **state)
     df_comm *self = NULL;
     if (df_comm_split(W, R, 0, &self))
         return -1;
-    if (R == 0)
-        run_rpp(self, "ref");
+    if (R == 0) {
+        run_est(self, "ref", "reinforce_plus_plus");
+        run_est(self, "gpg_ref", "gpg");
+    }
     df_comm_free(self);
     return df_comm_barrier(W);
 }
@@ -598,6 +640,7 @@ int main(void)
         cmocka_unit_test(test_stats_one_part_bit_identical),
         cmocka_unit_test(test_stats_errors),
         cmocka_unit_test(test_defer_split_gae),
+        cmocka_unit_test(test_worker_gpg_matches_one_rank),
         cmocka_unit_test(test_defer_split_reinforce_plus_plus),
         cmocka_unit_test(test_defer_split_reinforce_plus_plus_baseline),
         cmocka_unit_test(test_defer_values),

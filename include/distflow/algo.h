@@ -49,6 +49,21 @@ DF_API int df_group_ids(const char *const *uids, int64_t n, int64_t *group);
  * ====================================================================== */
 
 /** Inputs of an advantage estimator. Fields an estimator does not use may be 0 / NULL. */
+/**
+ * Counts over the whole step batch that the batch-level estimators scale by (gpg's and
+ * gpg_paper's alpha, cpgd's clip_filter_like_weight): verl's driver computes them on the whole
+ * batch, so a data-parallel worker sums its ranks' counts (df_adv_batch_counts_of on each shard,
+ * then a sum over the group) and passes the totals in df_adv_input.batch_counts. Only groups are
+ * counted whole: a group's samples are on one rank (the rollout makes them there).
+ */
+typedef struct df_adv_batch_counts {
+    int64_t n_samples;         /**< B */
+    int64_t n_nonzero_score;   /**< samples whose score is not 0 (gpg, verl's M') */
+    int64_t n_flat_samples;    /**< samples in flat groups: >= 2 samples, all scores equal (gpg_paper's M) */
+    int64_t n_groups;          /**< group ids in use (cpgd's P) */
+    int64_t n_flat_groups;     /**< of which flat (cpgd's P_flat) */
+} df_adv_batch_counts;
+
 typedef struct df_adv_input {
     int64_t n;                        /**< number of samples */
     const int64_t *offsets;           /**< [n + 1] */
@@ -70,7 +85,16 @@ typedef struct df_adv_input {
                                            the advantages before whitening, so the caller can whiten
                                            them over a larger batch (df_adv_whiten_sum / _ssd /
                                            _stats); the others ignore it. See the advest block. */
+    const df_adv_batch_counts *batch_counts; /**< estimators with DF_ADV_BATCH_COUNTS: the whole
+                                           step batch's counts when this input is one shard of it;
+                                           NULL: this input's own (one rank); others ignore it */
 } df_adv_input;
+
+/**
+ * The counts of df_adv_batch_counts over `in` alone (group ids required). Errors: those of the
+ * group estimators' input checks (advest block), DF_ENOMEM.
+ */
+DF_API int df_adv_batch_counts_of(const df_adv_input *in, df_adv_batch_counts *out);
 
 /**
  * An advantage estimator: writes advantages[offsets[n]] and returns[offsets[n]]
@@ -267,8 +291,9 @@ DF_API int df_adv_remax(const df_adv_input *in, float *advantages, float *return
  *   every token of sample i gets A_i; returns = advantages.
  * Like verl, a group of one has mean 0 (the paper's groups always have several
  * samples). The paper's F_norm = std variant is not offered (verl fixes
- * F_norm = 1). alpha is taken over the samples passed in: the DAG worker
- * passes each rank's part of the step batch, verl's driver the whole batch.
+ * F_norm = 1). B and M' are in->batch_counts' when given (the DAG worker
+ * sums them over its data-parallel ranks, so N ranks scale as verl's driver
+ * does on the whole batch), else the input's own.
  * Errors: the common ones (advest block).
  */
 DF_API int df_adv_gpg(const df_adv_input *in, float *advantages, float *returns);
@@ -300,7 +325,8 @@ DF_API int df_adv_gpg_paper(const df_adv_input *in, float *advantages, float *re
  *                               with P the number of groups and P_flat the
  *                               flat ones (w = 1 if all are flat) — the
  *                               weight of the paper's code (MM-EUREKA
- *                               clip_filter_like_weight_func, rows = prompts)
+ *                               clip_filter_like_weight_func, rows = prompts);
+ *                               P, P_flat from in->batch_counts when given
  *   "naive"                     A_i = score_i - mean_g
  *   every token of sample i gets A_i; returns = advantages.
  * siiRL's compute_cpgd_outcome_advantage is broken for the clip-filter-like

@@ -46,13 +46,16 @@ enum {
     DF_ADV_WHITENS = 1u << 0,
     /** Its returns are its advantages, so they are whitened with them (reinforce_plus_plus_baseline). */
     DF_ADV_WHITENS_RETURNS = 1u << 1,
+    /** It scales by counts over the whole step batch (df_adv_batch_counts: gpg, cpgd), which the
+     *  worker sums over the data-parallel group and passes in df_adv_input.batch_counts. */
+    DF_ADV_BATCH_COUNTS = 1u << 2,
 };
 
 typedef struct df_adv_estimator_desc {
     const char *name;        /**< algorithm.adv_estimator (verl's name); non-empty; first member (the registry names its copy) */
     df_adv_estimator_fn fn;  /**< the estimator; non-NULL */
     unsigned needs;          /**< DF_ADV_NEEDS_* bits */
-    unsigned flags;          /**< DF_ADV_WHITENS* bits; DF_ADV_WHITENS_RETURNS needs DF_ADV_WHITENS */
+    unsigned flags;          /**< DF_ADV_WHITENS*, DF_ADV_BATCH_COUNTS bits; DF_ADV_WHITENS_RETURNS needs DF_ADV_WHITENS */
     const char *policy_loss; /**< the policy loss it implies where actor.policy_loss.loss_mode is
                                   "vanilla" (cpgd: siiRL's use_cpgd_loss), or NULL */
     const char *summary;     /**< one line: what it computes and its source, or NULL */

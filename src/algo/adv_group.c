@@ -99,6 +99,38 @@ int df_adv_reinforce_plus_plus_baseline(const df_adv_input *in, float *advantage
     return DF_OK;
 }
 
+static void counts_of(const df_adv_input *in, const df_adv_groups *g, df_adv_batch_counts *c)
+{
+    *c = (df_adv_batch_counts){.n_samples = in->n, .n_flat_samples = g->n_flat_samples,
+                               .n_groups = g->n_groups, .n_flat_groups = g->n_flat_groups};
+    for (int64_t i = 0; i < in->n; i++)
+        c->n_nonzero_score += g->score[i] != 0;
+}
+
+int df_adv_batch_counts_of(const df_adv_input *in, df_adv_batch_counts *out)
+{
+    df_adv_groups g;
+    const float *none = in ? in->token_level_rewards : NULL; /* no outputs: checked for NULL only */
+    int rc = df_adv_check("df_adv_batch_counts_of", in, DF_ADV_NEED_GROUP, none, none);
+    if (!rc)
+        rc = df_adv_groups_compute("df_adv_batch_counts_of", in, &g);
+    if (rc)
+        return rc;
+    counts_of(in, &g, out);
+    df_adv_groups_free(&g);
+    return DF_OK;
+}
+
+/* The whole batch's counts: the caller's, or this input's own. */
+static df_adv_batch_counts batch_counts(const df_adv_input *in, const df_adv_groups *g)
+{
+    df_adv_batch_counts c;
+    if (in->batch_counts)
+        return *in->batch_counts;
+    counts_of(in, g, &c);
+    return c;
+}
+
 /* GPG's advantage with a given alpha; F_norm = 1 as verl. */
 static int gpg(const char *who, const df_adv_input *in, bool paper, float *advantages, float *returns)
 {
@@ -107,16 +139,12 @@ static int gpg(const char *who, const df_adv_input *in, bool paper, float *advan
     int rc = begin(who, in, advantages, returns, &g, &a);
     if (rc)
         return rc;
-    int64_t m;
-    if (paper) { /* B - M: the samples outside flat groups, the only ones with a gradient */
-        m = in->n - g.n_flat_samples;
-    } else { /* verl: the samples with a non-zero score */
-        m = 0;
-        for (int64_t i = 0; i < in->n; i++)
-            m += g.score[i] != 0;
-    }
+    const df_adv_batch_counts c = batch_counts(in, &g);
+    /* paper: B - M, the samples outside flat groups, the only ones with a gradient;
+     * verl: the samples with a non-zero score */
+    const int64_t m = paper ? c.n_samples - c.n_flat_samples : c.n_nonzero_score;
     /* m = 0: every centred score is 0, so alpha does not matter (verl clamps m to 1) */
-    const double alpha = (double)in->n / (double)(m > 0 ? m : 1);
+    const double alpha = (double)c.n_samples / (double)(m > 0 ? m : 1);
     for (int64_t i = 0; i < in->n; i++)
         a[i] = alpha * (g.score[i] - g.mean[in->group[i]]);
     return finish(in, &g, a, advantages, returns);
@@ -169,8 +197,9 @@ int df_adv_cpgd(const df_adv_input *in, float *advantages, float *returns)
     if (rc)
         return rc;
     /* clip-filter-like weight: groups over non-flat groups (MM-EUREKA's prompts ratio), capped */
-    const int64_t valid_groups = g.n_groups - g.n_flat_groups;
-    double w = valid_groups > 0 ? (double)g.n_groups / (double)valid_groups : 1.0;
+    const df_adv_batch_counts c = batch_counts(in, &g);
+    const int64_t valid_groups = c.n_groups - c.n_flat_groups;
+    double w = valid_groups > 0 ? (double)c.n_groups / (double)valid_groups : 1.0;
     w = fmin(w, clip);
     for (int64_t i = 0; i < in->n; i++) {
         const int64_t k = in->group[i];

@@ -70,6 +70,7 @@ int df_group_ids(const char *const *uids, int64_t n, int64_t *group)
 #define BL DF_ADV_NEEDS_BASELINES
 #define W DF_ADV_WHITENS
 #define WR (DF_ADV_WHITENS | DF_ADV_WHITENS_RETURNS)
+#define BC DF_ADV_BATCH_COUNTS
 /* X(id, function, needs, flags, implied policy loss, summary) */
 #define BUILTIN_ESTIMATORS(X)                                                                        \
     X(grpo, df_adv_grpo, G, 0, NULL, "group-normalised outcome score (DeepSeekMath, verl grpo)")      \
@@ -80,9 +81,9 @@ int df_group_ids(const char *const *uids, int64_t n, int64_t *group)
     X(reinforce_plus_plus_baseline, df_adv_reinforce_plus_plus_baseline, G, WR, NULL,                  \
       "group-mean baseline, whitened over the batch (REINFORCE++-baseline)")                           \
     X(remax, df_adv_remax, BL, 0, NULL, "return minus the greedy response's reward (ReMax, Li 2023)") \
-    X(gpg, df_adv_gpg, G, 0, NULL, "group baseline with GPG's correction, verl's alpha (Chu 2025)")   \
-    X(gpg_paper, df_adv_gpg_paper, G, 0, NULL, "GPG with the paper's alpha (Chu 2025, section 3)")     \
-    X(cpgd, df_adv_cpgd, G, 0, "cpgd", "group baseline for clipped policy gradient (CPGD, Liu 2025)")
+    X(gpg, df_adv_gpg, G, BC, NULL, "group baseline with GPG's correction, verl's alpha (Chu 2025)")  \
+    X(gpg_paper, df_adv_gpg_paper, G, BC, NULL, "GPG with the paper's alpha (Chu 2025, section 3)")    \
+    X(cpgd, df_adv_cpgd, G, BC, "cpgd", "group baseline for clipped policy gradient (CPGD, Liu 2025)")
 
 #define DESC(id, f, nd, fl, pl, sum) {#id, f, nd, fl, pl, sum},
 static const df_adv_estimator_desc k_builtin_descs[] = {BUILTIN_ESTIMATORS(DESC)};
@@ -100,6 +101,7 @@ static const df_fn_entry k_builtin_estimators[] = {BUILTIN_ESTIMATORS(ENTRY)};
 #undef BL
 #undef W
 #undef WR
+#undef BC
 
 static df_fn_registry g_estimators = {
     .kind = "advantage estimator",
@@ -112,7 +114,7 @@ int df_adv_estimator_register_desc(const df_adv_estimator_desc *d)
     if (!d)
         return df_error(DF_EINVAL, "advantage estimator registry: NULL descriptor");
     const unsigned needs = DF_ADV_NEEDS_GROUPS | DF_ADV_NEEDS_VALUES | DF_ADV_NEEDS_BASELINES;
-    const unsigned flags = DF_ADV_WHITENS | DF_ADV_WHITENS_RETURNS;
+    const unsigned flags = DF_ADV_WHITENS | DF_ADV_WHITENS_RETURNS | DF_ADV_BATCH_COUNTS;
     if ((d->needs & ~needs) || (d->flags & ~flags))
         return df_error(DF_EINVAL, "advantage estimator '%s': unknown needs / flags bits (0x%x / 0x%x)",
                         d->name ? d->name : "(null)", d->needs & ~needs, d->flags & ~flags);

@@ -1,4 +1,7 @@
 /*
+ * Batch-level statistics of the advantage node over the whole data-parallel step batch:
+ * whitening, and the counts the batch-level estimators scale by (gpg, cpgd).
+ *
  * Advantage whitening over the whole data-parallel step batch. The estimators
  * that whiten (gae, reinforce_plus_plus, reinforce_plus_plus_baseline) would
  * otherwise use their rank's shard, as siiRL's DAG workers do; verl's single
@@ -9,6 +12,8 @@
  * in rank order so every rank applies the same bits.
  */
 #include "worker/worker_internal.h"
+
+#include "distflow/algo_desc.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -62,5 +67,26 @@ int df_worker_whiten_advantages(df_dag_worker *w, const df_node *node, int rc, d
     if (rc && !rc_in)
         return df_error_wrap(rc, "algorithm.adv_estimator=%s over %d data-parallel ranks", name,
                              l ? l->dp_size : 1);
+    return rc;
+}
+
+int df_worker_adv_batch_counts(df_dag_worker *w, const df_node *node, int rc, const df_adv_input *in,
+                               df_adv_batch_counts *out, bool *use)
+{
+    const df_node_layout *l = df_worker_node_layout(w, node);
+    const df_adv_estimator_desc *d = df_adv_estimator_find(w->global.cfg.algorithm.adv_estimator);
+    *use = l && l->dp_size > 1 && d && (d->flags & DF_ADV_BATCH_COUNTS);
+    if (!*use)
+        return rc;
+    df_adv_batch_counts c = {0};
+    if (!rc && l->mp_rank == 0) /* a replica's samples are counted by the rank it copies */
+        rc = df_adv_batch_counts_of(in, &c);
+    /* counts below 2^53: exact as doubles */
+    double mine[5] = {(double)c.n_samples, (double)c.n_nonzero_score, (double)c.n_flat_samples,
+                      (double)c.n_groups, (double)c.n_flat_groups},
+           tot[5] = {0};
+    rc = df_worker_group_sum(w->group, rc, mine, 5, tot, "advantage batch counts", GROUP);
+    *out = (df_adv_batch_counts){(int64_t)tot[0], (int64_t)tot[1], (int64_t)tot[2], (int64_t)tot[3],
+                                 (int64_t)tot[4]};
     return rc;
 }

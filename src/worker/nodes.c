@@ -77,6 +77,25 @@ static int node_compute_reward(df_node_ctx *ctx, df_batch *batch, df_node_output
     return rc;
 }
 
+/* The estimator's input: the batch's rewards, values and ReMax baselines, the algorithm's settings. */
+static df_adv_input adv_input(const df_dag_worker *w, const df_batch *batch, const df_column *rew,
+                              const int64_t *group, bool defer)
+{
+    const struct df_train_algorithm *alg = &w->global.cfg.algorithm;
+    const df_column *val = df_batch_column(batch, "values");
+    /* per-sample reward of the greedy response, when a ReMax baseline step filled it */
+    const float *baselines = df_batch_has(batch, "reward_baselines") ? df_batch_f32(batch, "reward_baselines") : NULL;
+    return (df_adv_input){.n = df_batch_size(batch), .offsets = rew->offsets, .token_level_rewards = rew->data,
+                          .values = val ? val->data : NULL, .group = group,
+                          .gamma = (float)alg->gamma,
+                          .lam = (float)alg->lam,
+                          .norm_adv_by_std_in_grpo = alg->norm_adv_by_std_in_grpo,
+                          .epsilon = 1e-6f,
+                          .reward_baselines = baselines,
+                          .cpgd_weight_factor = alg->weight_factor_in_cpgd,
+                          .defer_whiten = defer};
+}
+
 /* calculate_advantages: the configured estimator on group ids from `uid`. */
 static int node_compute_advantage(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
 {
@@ -101,23 +120,14 @@ static int node_compute_advantage(df_node_ctx *ctx, df_batch *batch, df_node_out
         rc = df_batch_alloc_tok_f32_like(batch, "advantages", "response_ids", &adv);
     if (!rc)
         rc = df_batch_alloc_tok_f32_like(batch, "returns", "response_ids", &ret);
-    if (!rc) {
-        const struct df_train_algorithm *alg = &w->global.cfg.algorithm;
-        const df_column *val = df_batch_column(batch, "values");
-        /* per-sample reward of the greedy response, when a ReMax baseline step filled it */
-        const float *baselines = df_batch_has(batch, "reward_baselines") ? df_batch_f32(batch, "reward_baselines")
-                                                                          : NULL;
-        df_adv_input in = {.n = n, .offsets = rew->offsets, .token_level_rewards = rew->data,
-                           .values = val ? val->data : NULL, .group = group,
-                           .gamma = (float)alg->gamma,
-                           .lam = (float)alg->lam,
-                           .norm_adv_by_std_in_grpo = alg->norm_adv_by_std_in_grpo,
-                           .epsilon = 1e-6f,
-                           .reward_baselines = baselines,
-                           .cpgd_weight_factor = alg->weight_factor_in_cpgd,
-                           .defer_whiten = defer};
+    df_adv_input in = rc ? (df_adv_input){0} : adv_input(w, batch, rew, group, defer);
+    /* gpg / cpgd over several ranks: the whole step batch's counts (collective, failed or not) */
+    df_adv_batch_counts counts;
+    bool whole = false;
+    rc = df_worker_adv_batch_counts(w, ctx->node, rc, &in, &counts, &whole);
+    in.batch_counts = whole ? &counts : NULL;
+    if (!rc)
         rc = w->adv_fn(&in, adv, ret);
-    }
     free(group);
     if (defer) /* collective: every rank, failed or not (verl whitens the whole step batch) */
         rc = df_worker_whiten_advantages(w, ctx->node, rc, batch);

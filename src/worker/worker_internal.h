@@ -313,6 +313,15 @@ bool df_worker_defers_whiten(const df_dag_worker *w, const df_node *node);
  * the group's error wrapped with the estimator's name.
  */
 int df_worker_whiten_advantages(df_dag_worker *w, const df_node *node, int rc, df_batch *b);
+/**
+ * For an estimator with DF_ADV_BATCH_COUNTS run by advantage node `node` over several
+ * data-parallel ranks: the counts of `in` (this rank's shard; a replica's count nothing) summed
+ * over w->group into *out, and *use true; else *use false and nothing is exchanged. Collective
+ * when *use: every rank calls it with its status rc (in may be NULL when rc != 0). Returns the
+ * merged status, as df_worker_group_sum.
+ */
+int df_worker_adv_batch_counts(df_dag_worker *w, const df_node *node, int rc, const df_adv_input *in,
+                               df_adv_batch_counts *out, bool *use);
 
 /**
  * ReMax: set F32 column reward_baselines of `out` (rows with `uid`) to the sum
