@@ -384,6 +384,56 @@ static void test_node_model_log_probs(void **state)
     }
 }
 
+/* DAPO's refill re-enters the graph: the dynamic-sampling node re-runs the nodes before it on new
+   prompts, the workflow's own reward node included. That node scores the step's pass flat (0) and
+   re-runs 0 / 1 per row, so exactly one refill fills the batch and every kept score came from a
+   re-run of the plugin: train/num_gen_batches 2, critic/score/mean 0.5. */
+static void test_refill_reenters_graph(void **state)
+{
+    (void)state;
+    char wf[1024], path[512], yaml[2048];
+    snprintf(wf, sizeof wf,
+             "dag_id: refill\n"
+             "nodes:\n"
+             "  - {node_id: rollout, node_type: MODEL_INFERENCE, node_role: ROLLOUT}\n"
+             "  - {node_id: reward, node_type: COMPUTE, node_role: REWARD, dependencies: [rollout],\n"
+             "     executable_ref: '%s/test/libscore_const.so:pass_reward_node'}\n"
+             "  - {node_id: ds, node_type: COMPUTE, executable_ref: DAGWorker.dynamic_sampling,\n"
+             "     dependencies: [reward]}\n"
+             "  - {node_id: adv, node_type: COMPUTE, node_role: ADVANTAGE, dependencies: [ds]}\n"
+             "  - {node_id: old, node_type: MODEL_TRAIN, node_role: ACTOR, only_forward_compute: true,\n"
+             "     dependencies: [adv]}\n"
+             "  - {node_id: train, node_type: MODEL_TRAIN, node_role: ACTOR, dependencies: [old]}\n",
+             DF_PLUGIN_DIR);
+    snprintf(path, sizeof path, "%s/refill.yaml", dir);
+    assert_int_equal(df_write_file_atomic(path, wf, strlen(wf)), 0);
+    snprintf(yaml, sizeof yaml,
+             "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 2,\n"
+             "       max_prompt_length: 128, max_response_length: 6}\n"
+             "actor_rollout_ref:\n"
+             "  model: {path: %s/model}\n"
+             "  actor: {optim: {lr: 0.01}, ppo_mini_batch_size: 2, ppo_micro_batch_size_per_gpu: 4}\n"
+             "  rollout: {n: 2, log_prob_micro_batch_size_per_gpu: 4}\n"
+             "algorithm: {adv_estimator: grpo, filter_groups: {enable: true, metric: seq_reward}}\n"
+             "dag: {workflow_path: %s}\n"
+             "trainer: {total_training_steps: 1, save_freq: -1, test_freq: -1, val_before_train: false,\n"
+             "          logger: [], default_local_dir: %s/out_refill}\n",
+             dir, dir, path, dir);
+    df_config *c = NULL;
+    assert_int_equal(df_config_load_text(df_config_schema_train(), yaml, "refill.yaml", NULL, 0, &c), 0);
+    if (df_test_run(NULL, c))
+        fail_msg("%s", df_last_error());
+    json_t *lines = df_test_metrics(dir, "out_refill", true);
+    assert_int_equal(json_array_size(lines), 1);
+    json_t *o = json_array_get(lines, 0);
+    json_t *gens = json_object_get(o, "train/num_gen_batches"), *score = json_object_get(o, "critic/score/mean");
+    if (!json_is_number(gens) || json_number_value(gens) != 2)
+        fail_msg("train/num_gen_batches is not 2");
+    if (!json_is_number(score) || json_number_value(score) != 0.5)
+        fail_msg("critic/score/mean is not 0.5: the refill was not scored by the workflow's reward node");
+    json_decref(lines);
+}
+
 /* verl's custom_reward_function: the example scorer, called as the reward manager calls it. */
 static void test_custom_reward_example(void **state)
 {
@@ -503,6 +553,7 @@ int main(void)
         cmocka_unit_test(test_node_keys_api),
         cmocka_unit_test(test_node_own_keys),
         cmocka_unit_test(test_node_model_log_probs),
+        cmocka_unit_test(test_refill_reenters_graph),
         cmocka_unit_test(test_context_without_worker),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -27,7 +27,12 @@
 /* Settings a workflow needs beyond the base config: a critic for the PPO files, DAPO's filter. */
 #define CRITIC "algorithm.adv_estimator=gae critic.model.path=%D/model critic.ppo_micro_batch_size_per_gpu=8 " \
                "critic.ppo_mini_batch_size=4"
-#define FILTER "algorithm.filter_groups.enable=true"
+/* DAPO's filter on, with a score that varies within a group (the random model's GSM8K scores are
+   all 0, which no refill would change) */
+#define FILTER_ON "algorithm.filter_groups.enable=true"
+#define FILTER                                                                                     \
+    FILTER_ON " algorithm.filter_groups.metric=score "                                              \
+    "custom_reward_function.path=%P/libscore_const.so custom_reward_function.name=score_parity"
 
 /* A file's verdict: accepted (msg NULL) or refused with a message containing msg. */
 typedef struct {
@@ -40,9 +45,6 @@ typedef struct {
 #define EMBODIED                                                                                   \
     "node 'embodied_sampling': executable 'siirl.algorithm.embodied.embodied_local_rank_sampling' " \
     "is siiRL's embodied (VLA) verification"
-#define REFILL                                                                                     \
-    "node 'dynamic_sampling': dynamic sampling refills a step with new prompts through generate and " \
-    "the built-in reward only, but node 'calculate_advantages'"
 #define NO_CRITIC_MICRO "set critic.ppo_micro_batch_size_per_gpu (or critic.use_dynamic_bsz=true)"
 
 static const verdict k_siirl[] = {
@@ -55,17 +57,17 @@ static const verdict k_siirl[] = {
      "planning: 2 subgraphs but only 1 workers (trainer.nnodes=1 x trainer.n_gpus_per_node=1)"},
     {"2025-08-08_client_workflow_grpo.yaml", "", NULL},
     {"2025-08-09_client_workflow_dapo.yaml", "", NULL},
-    {"2025-08-09_client_workflow_dapo.yaml", FILTER, REFILL},
+    {"2025-08-09_client_workflow_dapo.yaml", FILTER, NULL},
     {"2025-08-20_marft_workflow_marft.yaml", "", MULTI_AGENT},
     {"2025-09-03_marft_workflow_marft.yaml", "", MULTI_AGENT},
     {"2025-09-11_marft_workflow_marft.yaml", "", MULTI_AGENT},
     {"2025-09-17_marft_workflow_marft_code.yaml", "", MULTI_AGENT},
     {"2025-09-29_global_config_workflow_dapo.yaml", "", NULL},
-    {"2025-09-29_global_config_workflow_dapo.yaml", FILTER, REFILL},
+    {"2025-09-29_global_config_workflow_dapo.yaml", FILTER, NULL},
     {"2025-09-29_global_config_workflow_grpo.yaml", "", NULL},
     {"2025-09-29_global_config_workflow_ppo.yaml", CRITIC, NULL},
     {"2025-10-11_global_config_workflow_dapo.yaml", "", NULL},
-    {"2025-10-11_global_config_workflow_dapo.yaml", FILTER, REFILL},
+    {"2025-10-11_global_config_workflow_dapo.yaml", FILTER, NULL},
     {"2025-10-25_client_workflow_dapo.yaml", "", NULL},
     {"2025-11-07_client_workflow_embodied_grpo.yaml", "", EMBODIED},
     {"2025-12-22_client_workflow_embodied_srpo.yaml", "", EMBODIED},
@@ -84,35 +86,55 @@ static const verdict k_siirl[] = {
 
 typedef struct {
     const char *name, *yaml, *msg;
+    const char *extra; /* more key=value arguments, or NULL */
 } made;
 
 static const made k_made[] = {
     /* siiRL's scheduler key is the planner's, not a config key: accepted and trained */
-    {"model_params", ROLLOUT(", config: {model_params: 500M, rollout.temperature: 0.9}") GRPO_TAIL, NULL},
+    {"model_params", ROLLOUT(", config: {model_params: 500M, rollout.temperature: 0.9}") GRPO_TAIL, NULL, NULL},
     {"per_node_key", ROLLOUT(", config: {rollout.n: 8}") GRPO_TAIL,
      "node 'rollout_actor': actor_rollout_ref.rollout.n cannot be changed per node (this node honours: "
-     "actor_rollout_ref.rollout.temperature"},
+     "actor_rollout_ref.rollout.temperature", NULL},
     {"typo_ref",
      ROLLOUT("") GRPO_TAIL "  - {node_id: ds, node_type: COMPUTE, executable_ref: siirl.algorithm.dapo.dynamic_samplin,\n"
                           "     dependencies: [actor_train]}\n",
      "node 'ds': no executable registered for 'siirl.algorithm.dapo.dynamic_samplin' (closest distflow function: "
-     "'DAGWorker.dynamic_sampling'"},
+     "'DAGWorker.dynamic_sampling'", NULL},
     {"bad_abi_plugin",
      ROLLOUT("") GRPO_TAIL "  - {node_id: p, node_type: CUSTOM, executable_ref: '%P/libbad_bad_abi.so:bad_node',\n"
                           "     dependencies: [actor_train]}\n",
      "node 'p': plugin '%P/libbad_bad_abi.so' (ref '%P/libbad_bad_abi.so:bad_node'): built for plugin ABI 99, "
-     "this distflow has ABI 1"},
+     "this distflow has ABI 1", NULL},
     /* refused from the file: its constructor (which aborts) never runs, in train either */
     {"missing_symbol",
      ROLLOUT("") GRPO_TAIL "  - {node_id: p, node_type: CUSTOM, executable_ref: '%P/libbad_ctor_aborts.so:nope',\n"
                           "     dependencies: [actor_train]}\n",
-     "node 'p': plugin '%P/libbad_ctor_aborts.so' (ref '%P/libbad_ctor_aborts.so:nope'): no exported symbol 'nope'"},
+     "node 'p': plugin '%P/libbad_ctor_aborts.so' (ref '%P/libbad_ctor_aborts.so:nope'): no exported symbol 'nope'", NULL},
+    /* DAPO's refill re-runs the nodes before the sampling node: a training node there is refused */
+    {"trains_before_sampling",
+     ROLLOUT("") GRPO_TAIL "  - {node_id: ds, node_type: COMPUTE, executable_ref: DAGWorker.dynamic_sampling,\n"
+                          "     dependencies: [actor_train]}\n",
+     "node 'ds': dynamic sampling refills a step by re-running every node before it on new prompts, and node "
+     "'actor_train' (DAGWorker.train_actor) trains",
+     FILTER_ON},
+    /* ... and a workflow's own reward node scores the refills too (before, refills were scored by the
+       built-in reward, whose extra columns failed the concatenation) */
+    {"plugin_reward_refill",
+     ROLLOUT("") "  - {node_id: reward, node_type: COMPUTE, node_role: REWARD, dependencies: [rollout_actor],\n"
+                 "     executable_ref: '%P/libscore_const.so:parity_reward_node'}\n"
+                 "  - {node_id: ds, node_type: COMPUTE, executable_ref: DAGWorker.dynamic_sampling,\n"
+                 "     dependencies: [reward]}\n"
+                 "  - {node_id: adv, node_type: COMPUTE, node_role: ADVANTAGE, dependencies: [ds]}\n"
+                 "  - {node_id: old, node_type: MODEL_TRAIN, node_role: ACTOR, only_forward_compute: true,\n"
+                 "     dependencies: [adv]}\n"
+                 "  - {node_id: train, node_type: MODEL_TRAIN, node_role: ACTOR, dependencies: [old]}\n",
+     NULL, FILTER_ON " algorithm.filter_groups.metric=seq_reward"},
     {"two_temperatures",
      "dag_id: t\nnodes:\n"
      "  - {node_id: hot, node_type: MODEL_INFERENCE, node_role: ROLLOUT, config: {rollout.temperature: 0.5}}\n"
      "  - {node_id: rollout_actor, node_type: MODEL_INFERENCE, node_role: ROLLOUT, dependencies: [hot]}\n" GRPO_TAIL,
      "rollout nodes 'hot' and 'rollout_actor' sample at temperatures 0.5 and 1; the actor computes log-probs at "
-     "one temperature"},
+     "one temperature", NULL},
 };
 
 /* s with "%D" -> dir and "%P" -> the test plugins' directory, into out[cap]. */
@@ -223,7 +245,7 @@ static void test_made_workflows(void **state)
         snprintf(wf, sizeof wf, "%s/%s.yaml", dir, k_made[i].name);
         expand(k_made[i].yaml, dir, text, sizeof text);
         assert_int_equal(df_write_file_atomic(wf, text, strlen(text)), 0);
-        check_verdict(dir, wf, "", k_made[i].msg);
+        check_verdict(dir, wf, k_made[i].extra ? k_made[i].extra : "", k_made[i].msg);
     }
 }
 

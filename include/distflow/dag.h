@@ -84,12 +84,21 @@ DF_API int df_node_status_parse(const char *s, df_node_status *out);
 typedef struct df_node df_node;
 
 /** What a node function sees. The executor copies a template and sets `node`. */
+typedef struct df_task_graph df_task_graph;
+typedef struct df_run_opts df_run_opts;
+
 typedef struct df_node_ctx {
     void *worker;        /**< the df_dag_worker running the graph (opaque here) */
     const df_node *node; /**< the node being run (its config holds per-node overrides) */
     int64_t step;        /**< global training step */
     df_metrics *metrics; /**< step metrics to add to (may be NULL) */
     void *user;          /**< free for the caller */
+    /* set by df_task_graph_run, for df_node_rerun_upstream: */
+    df_task_graph *graph;      /**< the graph being run, or NULL */
+    const df_run_opts *opts;   /**< its run options, or NULL */
+    int pass;                  /**< 0 for the step's pass; k for the k-th re-run of this
+                                    node's upstream (df_node_rerun_upstream): generation
+                                    nodes draw a fresh random stream per pass */
 } df_node_ctx;
 
 /** A node's result: set `batch` to hand a new batch downstream (else NULL). */
@@ -161,8 +170,6 @@ DF_API int df_node_set_executable_ref(df_node *node, const char *ref);
  * rev_adj (node -> dependencies), rebuilt from the nodes' dependency lists
  * whenever a query needs them, so editing a node's dependencies is safe.
  * ====================================================================== */
-
-typedef struct df_task_graph df_task_graph;
 
 /** Empty graph. DF_EINVAL for a NULL/empty id, DF_ENOMEM. */
 DF_API int df_task_graph_new(const char *graph_id, df_task_graph **out);
@@ -587,7 +594,7 @@ DF_API int df_workflow_load_text(const char *text, const char *name, df_warn_fn 
 /** Frees a batch the executor no longer needs (normally df_batch_free). */
 typedef void (*df_batch_release_fn)(df_batch *b);
 
-typedef struct df_run_opts {
+struct df_run_opts {
     /** Called on a batch replaced through out->batch (and on a batch a failing
      *  node returned). NULL: the executor frees nothing. */
     df_batch_release_fn release_batch;
@@ -599,8 +606,25 @@ typedef struct df_run_opts {
      *  *batch (freeing the old one itself). A non-zero return fails the node
      *  ("node 'id': <message>") without calling it. NULL: nothing. */
     int (*before_node)(void *user, df_node *node, df_batch **batch);
-    void *hook_user; /**< passed to before_node */
-} df_run_opts;
+    /** Called when a pass over nodes starts with a fresh input batch: df_task_graph_run's,
+     *  and each df_node_rerun_upstream (the DAG worker resets where its data lies). NULL: nothing. */
+    void (*begin_pass)(void *user);
+    void *hook_user; /**< passed to before_node and begin_pass */
+};
+
+/**
+ * Run again, on *batch (a fresh input, e.g. more prompts), the part of the graph that leads to
+ * ctx->node: every ancestor of the node in the graph's topological order, with the run's options
+ * (begin_pass, then before_node before each), then before_node for ctx->node itself, so *batch
+ * comes back as the node would have received it. The ancestors run with ctx->pass + 1 ... (a
+ * caller's k-th re-run passes pass = k: generation draws a new random stream) and without step
+ * metrics (the step's pass recorded them); their statuses stay those of the step's pass. This is
+ * how a node re-enters the graph: DAPO's dynamic sampling refills its batch through the same
+ * rollout and reward nodes (a workflow's own reward node included) as the first batch.
+ * Errors: DF_EINVAL when ctx was not made by df_task_graph_run (no graph); an ancestor's error,
+ * with *batch released (opts->release_batch) and set to NULL.
+ */
+DF_API int df_node_rerun_upstream(const df_node_ctx *ctx, int pass, df_batch **batch);
 
 /**
  * Run one node: status RUNNING, call its function with a copy of *tmpl

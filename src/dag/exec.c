@@ -272,6 +272,12 @@ int df_task_graph_run(df_task_graph *g, const df_node_ctx *tmpl, df_batch **batc
     if (rc)
         return rc;
     df_task_graph_reset(g);
+    df_node_ctx ctx = {0};
+    if (tmpl)
+        ctx = *tmpl;
+    ctx.graph = g, ctx.opts = opts, ctx.pass = 0;
+    if (opts && opts->begin_pass)
+        opts->begin_pass(opts->hook_user);
     for (int i = 0; i < n; i++) {
         if (rc) {
             order[i]->status = DF_STATUS_SKIPPED;
@@ -282,11 +288,70 @@ int df_task_graph_run(df_task_graph *g, const df_node_ctx *tmpl, df_batch **batc
             order[i]->status = DF_STATUS_FAILED;
             df_error_wrap(rc, "node '%s'", order[i]->node_id);
         } else {
-            rc = df_node_run(order[i], tmpl, batch, opts);
+            rc = df_node_run(order[i], &ctx, batch, opts);
         }
         if (rc)
             df_error_wrap(rc, "task graph '%s'", df_task_graph_id(g));
     }
+    free(order);
+    return rc;
+}
+
+/* mark[i] = 1 for every ancestor of order[me] (order: topological, so ancestors come first). */
+static void mark_ancestors(df_task_graph *g, df_node **order, int n, int me, char *mark)
+{
+    mark[me] = 2;
+    for (int i = me; i >= 0; i--) {
+        if (!mark[i])
+            continue;
+        for (int d = 0; d < order[i]->n_dependencies; d++) {
+            const df_node *up = df_task_graph_get_node(g, order[i]->dependencies[d]);
+            for (int j = 0; up && j < i; j++)
+                if (order[j] == up && !mark[j])
+                    mark[j] = 1;
+        }
+    }
+}
+
+int df_node_rerun_upstream(const df_node_ctx *ctx, int pass, df_batch **batch)
+{
+    if (!ctx || !ctx->graph || !ctx->node)
+        return df_error(DF_EINVAL, "df_node_rerun_upstream: the node context has no graph (it was not "
+                                   "made by df_task_graph_run)");
+    const df_run_opts *opts = ctx->opts;
+    df_node **order;
+    int n, rc = df_task_graph_topo_order(ctx->graph, &order, &n), me = -1;
+    if (rc)
+        return rc;
+    for (int i = 0; i < n; i++)
+        me = order[i] == ctx->node ? i : me;
+    char *mark = calloc((size_t)(n ? n : 1), 1);
+    rc = mark ? DF_OK : df_error(DF_ENOMEM, "out of memory");
+    if (!rc && me < 0)
+        rc = df_error(DF_EINVAL, "df_node_rerun_upstream: node '%s' is not in graph '%s'", ctx->node->node_id,
+                      df_task_graph_id(ctx->graph));
+    if (!rc) {
+        mark_ancestors(ctx->graph, order, n, me, mark);
+        if (opts && opts->begin_pass)
+            opts->begin_pass(opts->hook_user);
+    }
+    df_node_ctx sub = *ctx;
+    sub.metrics = NULL, sub.pass = pass;
+    for (int i = 0; !rc && i <= me; i++) {
+        if (!mark[i])
+            continue;
+        df_node_status keep = order[i]->status;
+        if (opts && opts->before_node && (rc = opts->before_node(opts->hook_user, order[i], batch)))
+            df_error_wrap(rc, "node '%s'", order[i]->node_id);
+        else if (i < me && (rc = df_node_run(order[i], &sub, batch, opts)))
+            df_error_wrap(rc, "re-running the nodes before '%s'", ctx->node->node_id);
+        order[i]->status = keep;
+    }
+    if (rc && *batch && opts && opts->release_batch) {
+        opts->release_batch(*batch);
+        *batch = NULL;
+    }
+    free(mark);
     free(order);
     return rc;
 }

@@ -5,8 +5,10 @@
  * metric varies (a group that is all right or all wrong has zero GRPO
  * advantage and teaches nothing), and generate more batches until the kept
  * groups fill data.train_batch_size prompts — counted over every rank — or
- * algorithm.filter_groups.max_num_gen_batches is reached. The surplus is cut
- * in rank order, so every rank knows which of its groups survive.
+ * algorithm.filter_groups.max_num_gen_batches is reached. A new batch re-runs the
+ * graph's nodes before this one on new prompts (df_node_rerun_upstream), so it is
+ * rolled out and scored as the first. The surplus is cut in rank order, so every
+ * rank knows which of its groups survive.
  */
 #include "worker/worker_internal.h"
 
@@ -125,20 +127,12 @@ static int trim(df_dag_worker *w, df_batch **acc, int64_t mine, int64_t target)
     return rc;
 }
 
-/* One more generation batch: prompts, rollout, reward; ReMax's greedy pass adds to timing_s/gen_max. */
-static int generate_more(df_dag_worker *w, const df_node *node, int gen, df_batch **out, df_metrics *m)
+/* One more generation batch: new prompts through the nodes before this one (the step's rollout
+ * and reward nodes, the workflow's own included), as the graph ran them on the first batch. */
+static int generate_more(df_dag_worker *w, df_node_ctx *ctx, int gen, df_batch **out)
 {
-    df_batch *prompts = NULL;
-    double gen_max = 0;
-    int rc = df_worker_next_prompts(w, gen, &prompts);
-    if (!rc)
-        rc = df_worker_generate(w, node, prompts, w->step, gen, out, &gen_max);
-    if (m && w->remax) /* summed over the step's generation batches, like timing_s/redistribute */
-        df_metrics_add(m, "timing_s/gen_max", gen_max);
-    if (!rc)
-        rc = df_worker_reward(w, *out, NULL);
-    df_batch_free(prompts);
-    return rc;
+    int rc = df_worker_next_prompts(w, gen, out);
+    return rc ? rc : df_node_rerun_upstream(ctx, gen, out);
 }
 
 /* Append the rows of b's varying groups to *acc; their group count into *groups. */
@@ -201,7 +195,7 @@ static int node_dynamic_sampling(df_node_ctx *ctx, df_batch *batch, df_node_outp
                           (long long)global, (long long)target, metric, gen + 1, (long long)max_gen);
             break;
         }
-        rc = generate_more(w, ctx->node, ++gen, &cur, ctx->metrics);
+        rc = generate_more(w, ctx, ++gen, &cur);
     }
     if (!rc) /* every rank agrees here: the counts and the give-up are the group's */
         rc = trim(w, &acc, mine, target);

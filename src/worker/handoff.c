@@ -64,8 +64,9 @@ int df_worker_before_node(void *user, df_node *node, df_batch **batch)
     return DF_OK;
 }
 
-void df_worker_begin_step(df_dag_worker *w)
+void df_worker_begin_pass(void *user)
 {
+    df_dag_worker *w = user;
     w->cur_layout = w->data_layout;
     w->prev_role = DF_ROLE_DEFAULT;
 }

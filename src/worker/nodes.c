@@ -40,7 +40,7 @@ static int node_generate(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
     double t0 = df_now(), gen_max = 0;
     int rc = need_batch(batch, "generate");
     if (!rc)
-        rc = df_worker_generate(df_node_worker(ctx), ctx->node, batch, ctx->step, 0, &out->batch,
+        rc = df_worker_generate(df_node_worker(ctx), ctx->node, batch, ctx->step, ctx->pass, &out->batch,
                                 &gen_max);
     df_worker_timing(ctx, "gen", t0 + gen_max); /* verl's gen leaves out ReMax's greedy pass */
     if (ctx->metrics && df_node_worker(ctx)->remax)

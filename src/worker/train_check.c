@@ -98,19 +98,17 @@ static const char *ref_of(const df_node *n, bool workflow)
 }
 
 /*
- * DAPO's refill (dynamic_sampling.c) draws more prompts and runs generate and
- * the built-in reward on them, nothing else: any other function upstream of
- * the sampling node would be missing from the refilled rows (an advantage
- * node there fails the first refill with a column mismatch; a plugin reward
- * would score refills differently). Checked only when filtering is on: off,
- * the node passes the batch through.
+ * DAPO's refill (dynamic_sampling.c) re-runs every node before the sampling
+ * node on new prompts (df_node_rerun_upstream): a node that trains there would
+ * train once per generation batch. Checked only when filtering is on: off, the
+ * node passes the batch through.
  */
 static int check_refill(const df_config *c, const df_train_config *t, df_task_graph *g, bool workflow,
                         const char *src)
 {
-    df_node_fn ds = NULL, gen = NULL, rew = NULL;
+    df_node_fn ds = NULL, ta = NULL, tc = NULL;
     if (!t->algorithm.filter_groups.enable || df_exec_resolve("DAGWorker.dynamic_sampling", &ds) ||
-        df_exec_resolve("DAGWorker.generate", &gen) || df_exec_resolve("DAGWorker.compute_reward", &rew)) {
+        df_exec_resolve("DAGWorker.train_actor", &ta) || df_exec_resolve("DAGWorker.train_critic", &tc)) {
         df_clear_error();
         return DF_OK;
     }
@@ -134,15 +132,15 @@ static int check_refill(const df_config *c, const df_train_config *t, df_task_gr
                     continue;
                 seen[k] = 1;
                 stack[top++] = k;
-                const char *ref = ref_of(up, workflow);
-                df_node_fn fn = known_fn(ref);
-                if (ref && fn != gen && fn != rew)
+                df_node_fn fn = known_fn(ref_of(up, workflow));
+                if (fn && (fn == ta || fn == tc))
                     rc = df_error(DF_EUNSUPPORTED,
-                                  "%s node '%s': dynamic sampling refills a step with new prompts through "
-                                  "generate and the built-in reward only, but node '%s' (%s) runs before it "
-                                  "and would be missing from the refilled rows; place the sampling node "
-                                  "right after the rollout and reward nodes (algorithm.filter_groups.enable=true, %s)",
-                                  src, s->node_id, up->node_id, ref, df_config_where(c, "algorithm.filter_groups.enable"));
+                                  "%s node '%s': dynamic sampling refills a step by re-running every node "
+                                  "before it on new prompts, and node '%s' (%s) trains, so it would train "
+                                  "once per generation batch; place the training nodes after the sampling "
+                                  "node (algorithm.filter_groups.enable=true, %s)",
+                                  src, s->node_id, up->node_id, ref_of(up, workflow),
+                                  df_config_where(c, "algorithm.filter_groups.enable"));
             }
         }
     }

@@ -234,8 +234,9 @@ const df_node_layout *df_worker_node_layout(const df_dag_worker *w, const df_nod
  * group when it redistributes.
  */
 int df_worker_before_node(void *user, df_node *node, df_batch **batch);
-/** Reset the hand-off state at the start of a step (the batch has the dataloader's layout). */
-void df_worker_begin_step(df_dag_worker *w);
+/** df_run_opts.begin_pass for the worker (user = the worker): reset the hand-off state at the
+ *  start of a pass over the graph (the batch has the dataloader's layout). */
+void df_worker_begin_pass(void *user);
 
 /**
  * This rank's next prompts from the dataloader, encoded, with a `uid` per

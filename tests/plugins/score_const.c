@@ -1,5 +1,6 @@
-/* A custom reward function for test_plugin_algo: 0.25 for every response, whatever its
- * data_source, so the trainer's critic/score/mean shows which scorer ran. */
+/* Custom reward functions (custom_reward_function.path / .name) for the tests: score_quarter
+ * gives 0.25 for every response, whatever its data_source, so test_plugin_algo's trainer
+ * metrics show which scorer ran; score_parity varies within a group (test_siirl_workflows). */
 #include <distflow/dag.h>
 
 DF_PLUGIN_DECLARE_ABI;
@@ -10,4 +11,51 @@ DF_API int score_quarter(const char *data_source, const char *solution_str, cons
     (void)data_source, (void)solution_str, (void)ground_truth, (void)extra_info;
     *score = 0.25;
     return DF_OK;
+}
+
+/* 1 for a response of odd length, else 0: the responses to one prompt usually disagree, so
+ * DAPO's dynamic sampling keeps some groups and refills for the rest (test_siirl_workflows). */
+DF_API int score_parity(const char *data_source, const char *solution_str, const char *ground_truth,
+                        const char *extra_info, double *score)
+{
+    (void)data_source, (void)ground_truth, (void)extra_info;
+    size_t n = 0;
+    while (solution_str && solution_str[n])
+        n++;
+    *score = (double)(n % 2);
+    return DF_OK;
+}
+
+/* A reward node scoring each response by the parity of its first token id (on its last token,
+ * as the built-in reward does): varied within a group, from the node graph rather than the
+ * reward manager (test_siirl_workflows' DAPO refill through a workflow's own reward node). */
+DF_API int parity_reward_node(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
+{
+    (void)ctx, (void)out;
+    const df_column *ids = batch ? df_batch_column(batch, "response_ids") : NULL;
+    float *scores = NULL;
+    if (!ids)
+        return df_error(DF_EINVAL, "parity_reward_node: no response_ids");
+    int rc = df_batch_alloc_tok_f32_like(batch, "token_level_scores", "response_ids", &scores);
+    for (int64_t i = 0; !rc && i < df_batch_size(batch); i++)
+        if (ids->offsets[i + 1] > ids->offsets[i])
+            scores[ids->offsets[i + 1] - 1] = (float)(((const int32_t *)ids->data)[ids->offsets[i]] % 2);
+    return rc ? rc : df_batch_set_tok_f32(batch, "token_level_rewards", ids->offsets, scores);
+}
+
+/* A reward node that scores every response 0 on the step's pass and, on a re-run of the graph
+ * (ctx->pass > 0), 1 for odd rows and 0 for even ones: DAPO's filter keeps nothing of the first
+ * batch and every group of the first refill (test_plugin_algo). */
+DF_API int pass_reward_node(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
+{
+    (void)out;
+    const df_column *ids = batch ? df_batch_column(batch, "response_ids") : NULL;
+    float *scores = NULL;
+    if (!ids)
+        return df_error(DF_EINVAL, "pass_reward_node: no response_ids");
+    int rc = df_batch_alloc_tok_f32_like(batch, "token_level_scores", "response_ids", &scores);
+    for (int64_t i = 0; !rc && i < df_batch_size(batch); i++)
+        if (ids->offsets[i + 1] > ids->offsets[i])
+            scores[ids->offsets[i + 1] - 1] = ctx->pass > 0 ? (float)(i % 2) : 0.0f;
+    return rc ? rc : df_batch_set_tok_f32(batch, "token_level_rewards", ids->offsets, scores);
 }
