@@ -22,10 +22,11 @@ static const struct {
     /* group baseline over the rollout.n responses of a prompt */
     {"grpo", DF_ADV_NEEDS_GROUPS, 0, NULL, "grpo"},
     {"rloo", DF_ADV_NEEDS_GROUPS, 0, NULL, "grpo"},
-    {"gpg", DF_ADV_NEEDS_GROUPS, 0, NULL, "grpo"},
-    {"gpg_paper", DF_ADV_NEEDS_GROUPS, 0, NULL, "grpo"},
+    /* alpha / the weight from counts over the whole step batch */
+    {"gpg", DF_ADV_NEEDS_GROUPS, DF_ADV_BATCH_COUNTS, NULL, "grpo"},
+    {"gpg_paper", DF_ADV_NEEDS_GROUPS, DF_ADV_BATCH_COUNTS, NULL, "grpo"},
     /* siiRL sets use_cpgd_loss for adv_estimator=cpgd */
-    {"cpgd", DF_ADV_NEEDS_GROUPS, 0, "cpgd", "grpo"},
+    {"cpgd", DF_ADV_NEEDS_GROUPS, DF_ADV_BATCH_COUNTS, "cpgd", "grpo"},
     /* verl: use_critic for gae; masked_whiten of the advantages */
     {"gae", DF_ADV_NEEDS_VALUES, DF_ADV_WHITENS, NULL, "ppo"},
     {"reinforce_plus_plus", 0, DF_ADV_WHITENS, NULL, "grpo"},
