@@ -5,7 +5,9 @@
 #                                       and the shared libraries they need (not CUDA's own)
 #                                       into .devpack/ (git-ignored, carried to the machine)
 #   scripts/device-cuda.sh run [OUTDIR] there: the conformance tests, then the benchmark and
-#                                       PyTorch on the same ops; logs in OUTDIR; a table last
+#                                       PyTorch on the same ops; logs in OUTDIR; a table last.
+#                                       NO_BENCH=1: tests only; SANITIZE=1: then each test again
+#                                       under compute-sanitizer memcheck
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,39 +16,58 @@ pack() {
   rm -rf .devpack && mkdir -p .devpack/bin .devpack/lib
   grep -qx '/.devpack/' .git/info/exclude 2>/dev/null || echo '/.devpack/' >>.git/info/exclude
   cp "$build"/test_cuda_* "$build"/bench_cuda_backend .devpack/bin/
-  # every non-CUDA, non-libc library the binaries load (the device image has CUDA 13 itself)
+  # every library the binaries load but the device image lacks (it has CUDA 13, a C/C++ runtime
+  # at least as new as Debian 12's, and PyTorch)
   ldd .devpack/bin/* | awk '$3 ~ /^\// {print $3}' | sort -u |
-    grep -v -E '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libcuda[^/]*|libcublas[^/]*|libcudart[^/]*)\.so' |
+    grep -v -E '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|ld-linux[^/]*|libcuda[^/]*|libcublas[^/]*|libcudart[^/]*)\.so' |
     while read -r lib; do cp -L "$lib" .devpack/lib/; done
   xz -T2 -6 .devpack/lib/*.so*
   du -sh .devpack
 }
 
 run() {
-  local out=${1:-${OUT:-/tmp/cuda-out}} rc=0
+  local out=${1:-${OUT:-/tmp/cuda-out}} rc=0 t n
   mkdir -p "$out" .devpack/lib
   for f in .devpack/lib/*.xz; do [ -e "$f" ] && xz -d -f "$f"; done
-  export LD_LIBRARY_PATH="$PWD/.devpack/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv |
-    tee "$out/gpu.txt"
+  # for distflow's binaries only: PyTorch keeps its own libraries. cuBLAS 13 from the toolkit, or
+  # else from wherever the image has it (PyTorch's wheels)
+  local cublas
+  cublas=$(find /usr/local/cuda/lib64 /usr/local /opt /usr/lib -name 'libcublas.so.13' 2>/dev/null | head -1)
+  local libs="$PWD/.devpack/lib:${cublas:+$(dirname "$cublas"):}/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv >"$out/gpu.txt"
+  : >"$out/summary.txt"
+  LD_LIBRARY_PATH=$libs ldd .devpack/bin/test_cuda_ops | grep 'not found' >>"$out/summary.txt"
   for t in .devpack/bin/test_cuda_*; do
-    echo "== $(basename "$t")"
-    timeout 300 "$t" >"$out/$(basename "$t").log" 2>&1
+    n=$(basename "$t")
+    LD_LIBRARY_PATH=$libs timeout 300 "$t" >"$out/$n.log" 2>&1
     local r=$?
-    grep -E 'rel err|err\|\||PASSED|FAILED|SKIP|\[  ERROR|\[  FAILED|Failure|error' "$out/$(basename "$t").log" | head -60
-    echo "== $(basename "$t") exit $r"
+    echo "$n: exit $r" >>"$out/summary.txt"
+    grep -E 'rel err|\|\|err|SKIP|\[  ERROR|\[  FAILED|Failure|failed' "$out/$n.log" >>"$out/summary.txt"
     [ $r -eq 0 ] || rc=1
   done
-  timeout 240 .devpack/bin/bench_cuda_backend ${BENCH_ARGS:-} >"$out/bench.txt" 2>&1 || rc=1
-  timeout 240 python3 bench/torch_cuda_ops.py ${BENCH_ARGS:-} >"$out/torch.txt" 2>&1 || echo "torch baseline failed (see torch.txt)"
-  echo "== benchmark (distflow | PyTorch on the same GPU | PyTorch time / distflow time)"
-  cat "$out/bench.txt"
+  : >"$out/bench.txt"
+  : >"$out/torch.txt"
+  if [ -z "${NO_BENCH:-}" ]; then
+    LD_LIBRARY_PATH=$libs timeout 240 .devpack/bin/bench_cuda_backend ${BENCH_ARGS:-} >"$out/bench.txt" 2>&1 || rc=1
+    timeout 240 python3 bench/torch_cuda_ops.py ${BENCH_ARGS:-} >"$out/torch.txt" 2>&1 ||
+      echo "torch baseline failed (see torch.txt)" >>"$out/torch.txt"
+  fi
+  if [ -n "${SANITIZE:-}" ] && command -v compute-sanitizer >/dev/null; then
+    for t in .devpack/bin/test_cuda_*; do
+      n=$(basename "$t")
+      LD_LIBRARY_PATH=$libs timeout 200 compute-sanitizer --tool memcheck "$t" >"$out/$n.memcheck" 2>&1
+      echo "memcheck $n: $(grep -E 'ERROR SUMMARY' "$out/$n.memcheck" | tail -1)" >>"$out/summary.txt"
+    done
+  fi
+  cat "$out/gpu.txt" "$out/summary.txt" "$out/bench.txt"
   head -1 "$out/torch.txt"
+  echo "== distflow vs PyTorch on the same GPU (PyTorch time / distflow time)"
   grep '_ms:' "$out/bench.txt" | while read -r k v; do
     k=${k%:}
     t=$(grep -E "^torch_${k}:" "$out/torch.txt" | awk '{print $2}')
     [ -n "$t" ] && awk -v k="$k" -v a="$v" -v b="$t" 'BEGIN{printf "%-28s %10.4f ms | torch %10.4f ms | %.2fx\n", k, a, b, b / a}'
   done
+  grep -E '^torch_.*bf16' "$out/torch.txt"
   return $rc
 }
 

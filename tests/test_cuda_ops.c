@@ -96,7 +96,7 @@ static void test_bf16_conversion(void **state)
     enum { N = 4096 };
     float x[N];
     dfct_rand(x, N, 31, -1e4f, 1e4f);
-    const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1.0f + 0x1p-8f,
+    const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 1.0f + 0x1p-8f,
                              1.0f + 0x1p-8f + 0x1p-9f, 1.0f + 3 * 0x1p-8f, 0x1p-130f, 3.4e38f};
     memcpy(x, special, sizeof special);
     uint16_t want[N];
