@@ -7,7 +7,7 @@
 #   scripts/device-cuda.sh run [OUTDIR] there: the conformance tests, then the benchmark and
 #                                       PyTorch on the same ops; logs in OUTDIR; a table last.
 #                                       NO_BENCH=1: tests only; SANITIZE=1: then each test again
-#                                       under compute-sanitizer memcheck
+#                                       under compute-sanitizer memcheck and racecheck
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -55,8 +55,16 @@ run() {
   if [ -n "${SANITIZE:-}" ] && command -v compute-sanitizer >/dev/null; then
     for t in .devpack/bin/test_cuda_*; do
       n=$(basename "$t")
-      LD_LIBRARY_PATH=$libs timeout 200 compute-sanitizer --tool memcheck "$t" >"$out/$n.memcheck" 2>&1
-      echo "memcheck $n: $(grep -E 'ERROR SUMMARY' "$out/$n.memcheck" | tail -1)" >>"$out/summary.txt"
+      for tool in memcheck racecheck; do # logs outside OUT (a lease returns 8 files); a failure's tail in the summary
+        local log=/tmp/sanitizer.$n.$tool
+        LD_LIBRARY_PATH=$libs timeout 200 compute-sanitizer --tool $tool "$t" >"$log" 2>&1
+        local r=$?
+        echo "$tool $n: exit $r $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)" >>"$out/summary.txt"
+        # a failure, or errors reported (also the CUDA API errors an error-path test provokes)
+        if [ $r -ne 0 ] || ! grep -qE 'SUMMARY: 0 (errors|hazards)' "$log"; then
+          grep -E -A3 '^========= (Program hit|Invalid|Race|Error)' "$log" | head -40 >>"$out/summary.txt"
+        fi
+      done
     done
   fi
   cat "$out/gpu.txt" "$out/summary.txt" "$out/bench.txt"
