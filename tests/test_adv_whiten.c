@@ -24,7 +24,7 @@
 
 #include "distflow/algo.h"
 #include "distflow/reward.h"
-#include "worker/worker_internal.h"
+#include "workers/worker_internal.h"
 
 #include <jansson.h>
 #include <math.h>

@@ -16,7 +16,7 @@
 
 #include "distflow/comm.h"
 #include "distflow/reward.h"
-#include "worker/worker_internal.h"
+#include "workers/worker_internal.h"
 
 #include <jansson.h>
 #include <unistd.h>

@@ -81,7 +81,7 @@ static void expect_within(json_t *a, json_t *b, const char *key, double bound, i
 #define MICRO_TOKENS (8 * POS)
 #define RESPONSES 32
 #define LR 0.01
-#define ADAM_EPS 1e-8 /* the worker's (src/worker/dag_worker.c) */
+#define ADAM_EPS 1e-8 /* the worker's (src/workers/dag/dag_worker.c) */
 #define GRAD_CLIP 1.0 /* actor.grad_clip's default */
 
 /*

@@ -20,7 +20,7 @@
 #include "distflow/algo.h"
 #include "distflow/metrics.h"
 #include "engine/actor.h"
-#include "worker/worker_internal.h"
+#include "workers/worker_internal.h"
 
 #define ACTOR_KEY "actor_rollout_ref.actor."
 

@@ -1,5 +1,5 @@
 /* Plugins: loading node functions and pipelines from shared libraries
- * (src/dag/plugin.c), the example plugins of examples/plugins/ run inside a
+ * (src/planner/plugin.c), the example plugins of examples/plugins/ run inside a
  * task graph, and every loader error. DF_PLUGIN_DIR is build/plugins. */
 #include "distflow/config.h"
 #include "distflow/dag.h"

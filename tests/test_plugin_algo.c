@@ -1,6 +1,6 @@
 /*
  * test_plugin_algo.c — algorithms from plugins (df_plugin_adv_estimator /
- * df_plugin_policy_loss, src/dag/plugin_algo.c) with the example estimator
+ * df_plugin_policy_loss, src/planner/plugin_algo.c) with the example estimator
  * examples/plugins/adv_median.c: the descriptor read from the file without
  * running plugin code, then loaded and run on a hand-computed case; refs that
  * name the wrong kind of symbol are refused. DF_PLUGIN_DIR is build/plugins.
@@ -15,7 +15,7 @@
 #include "distflow/node.h"
 #include "distflow/reward.h"
 #include "testutil.h"
-#include "worker/worker_internal.h"
+#include "workers/worker_internal.h"
 
 #include <string.h>
 

@@ -13,7 +13,7 @@
 
 #include "distflow/config.h"
 #include "distflow/reward.h"
-#include "worker/worker_internal.h"
+#include "workers/worker_internal.h"
 
 
 /* max_resp_len 20, buffer 5 tokens, factor 1: no penalty up to 15 tokens, then -0.2 per token. */

@@ -14,7 +14,7 @@
 #include "distflow/dag.h"
 #include "distflow/scheduler.h"
 #include "testutil.h"
-#include "worker/worker_internal.h"
+#include "workers/worker_internal.h"
 
 #define WF_DIR DF_SOURCE_DIR "/examples/workflows/"
 #define FIXTURE DF_SOURCE_DIR "/tests/fixtures/workflow_grpo_siirl.yaml"

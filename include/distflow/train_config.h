@@ -40,7 +40,7 @@
  * Derived values (the actor's temperature from its rollout node, the
  * mini-batch sizes in samples, the optimizer's schedule steps, ...) are not
  * here: they need the workflow and the data, and the DAG worker resolves them
- * once at setup (src/worker/resolve.c).
+ * once at setup (src/workers/dag/resolve.c).
  *
  * Design choices.
  *  - The table is an include file (an "X-macro include") rather than one

@@ -38,7 +38,7 @@ typedef struct df_dag_worker df_dag_worker;
  *     its role, known (df_exec_check: names, siiRL aliases, plugin refs read
  *     from the library's ELF file, no plugin code run); in a workflow file
  *     each node's `config:` merged over `cfg` and every key one its function
- *     reads per node (the table in src/worker/train_check.c; siiRL's
+ *     reads per node (the table in src/workers/dag/train_check.c; siiRL's
  *     `model_params` is the planner's and always allowed); with
  *     algorithm.filter_groups.enable, nothing but generate and the built-in
  *     reward upstream of a dynamic-sampling node (its refill runs only those);

@@ -3,7 +3,7 @@
 
 #include "distflow/dataset.h"
 #include "engine/hf_dir.h"
-#include "worker/evaluate.h"
+#include "workers/dag/evaluate.h"
 
 #include <stdio.h>
 #include <stdlib.h>

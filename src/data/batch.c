@@ -1,6 +1,5 @@
 /* df_batch: columns, typed access, metadata and row operations (include/distflow/batch.h). */
 #include "data/batch_internal.h"
-#include "distflow/coordinator.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -671,22 +670,4 @@ df_sample_info df_batch_sample_info(const df_batch *b, int64_t i)
 {
     sample_cols c = sample_cols_of(b);
     return sample_info_at(b, &c, i);
-}
-
-int df_batch_sample_infos(const df_batch *b, int rank, df_sample_info **out)
-{
-    if (!b || !out || rank < 0)
-        return df_error(DF_EINVAL, "sample infos: need a batch, an output and rank >= 0 (rank=%d)",
-                        rank);
-    int64_t n = df_batch_size(b);
-    df_sample_info *v = malloc((size_t)(n ? n : 1) * sizeof *v);
-    if (!v)
-        return df_error(DF_ENOMEM, "sample infos: out of memory for %lld rows", (long long)n);
-    sample_cols c = sample_cols_of(b);
-    for (int64_t i = 0; i < n; i++) {
-        v[i] = sample_info_at(b, &c, i);
-        v[i].src_rank = rank;
-    }
-    *out = v;
-    return DF_OK;
 }

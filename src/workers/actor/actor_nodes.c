@@ -1,0 +1,71 @@
+/*
+ * The actor worker's nodes: siiRL's DAGWorker.compute_old_log_prob (log-probs
+ * before the update, and the rollout-training mismatch metrics) and train_actor
+ * (the PPO update, with the node's own loss settings).
+ */
+#include "workers/worker_internal.h"
+
+#include "util/timeutil.h"
+
+/* actor_old_log_prob: log-probs of the responses under the policy before the update. */
+static int node_compute_old_log_prob(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
+{
+    df_dag_worker *w = df_node_worker(ctx);
+    double t0 = df_now(), entropy = 0;
+    int rc = df_worker_need_batch(batch, "compute_old_log_prob");
+    if (!rc)
+        rc = df_actor_compute_log_prob(w->actor, batch, "old_log_probs", &entropy);
+    if (!rc && ctx->metrics)
+        df_metrics_set(ctx->metrics, "actor/entropy", entropy);
+    /* how far the rollout engine's log-probs are from the trainer's (verl's rollout-training mismatch) */
+    const df_column *rl = rc ? NULL : df_batch_column(batch, "rollout_log_probs");
+    if (rl && ctx->metrics) {
+        df_rollout_mismatch mm;
+        double cap = w->global.cfg.actor_rollout_ref.actor.tis_imp_ratio_cap;
+        rc = df_rollout_mismatch_compute(df_batch_size(batch), rl->offsets, df_batch_column(batch, "old_log_probs")->data,
+                                         rl->data, cap, &mm);
+        if (!rc)
+            rc = df_rollout_mismatch_record(&mm, ctx->metrics);
+    }
+    (void)out;
+    df_worker_timing(ctx, "old_log_prob", t0);
+    return rc;
+}
+
+/*
+ * actor_train: the PPO update. The rollout engine then generates from the
+ * updated weights directly: in one process actor and rollout share one copy
+ * (verl's hybrid engine), so the weight sync is this hand-over of the model.
+ */
+static int node_train_actor(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
+{
+    df_dag_worker *w = df_node_worker(ctx);
+    if (df_worker_critic_warmup(w, ctx->step)) /* trainer.critic_warmup: the critic trains alone */
+        return DF_OK;
+    double t0 = df_now();
+    int rc = df_worker_need_batch(batch, "train_actor");
+    /* a workflow node may override the loss settings: set them for this update only */
+    const df_node_settings *ns = df_worker_node_settings(w, ctx->node);
+    if (!rc && ns != &w->global)
+        df_actor_set_loss(w->actor, &ns->actor_loss);
+    if (!rc)
+        rc = df_actor_update_policy(w->actor, batch, ctx->metrics);
+    if (ns != &w->global) /* back to the global settings */
+        df_actor_set_loss(w->actor, &w->global.actor_loss);
+    (void)out;
+    df_worker_timing(ctx, "update_actor", t0);
+    return rc;
+}
+
+#define AC "actor_rollout_ref.actor."
+int df_worker_register_actor_nodes(void)
+{
+    /* an actor node's loss and epochs: read from its own typed settings, so a workflow node may set them */
+    static const df_node_keys train_keys = {
+        .global = {AC "clip_ratio_low", AC "clip_ratio_high", AC "clip_ratio_c", AC "entropy_coeff",
+                   AC "kl_loss_coef", AC "kl_loss_type", AC "loss_agg_mode", AC "policy_loss.loss_mode",
+                   AC "ppo_epochs"}};
+    int rc = df_exec_register("DAGWorker.compute_old_log_prob", node_compute_old_log_prob);
+    return rc ? rc : df_exec_register_keys("DAGWorker.train_actor", node_train_actor, &train_keys);
+}
+#undef AC

@@ -1,0 +1,117 @@
+/*
+ * The DAG worker's PPO critic: its settings (critic.*), its data-parallel
+ * group, loading critic.model.path as a value model, its checkpoint directory
+ * and trainer.critic_warmup. Created only when the worker's graph has a
+ * CRITIC node (the built-in ppo pipeline, selected by adv_estimator=gae, or a
+ * workflow naming compute_value / train_critic).
+ */
+#include "workers/worker_internal.h"
+
+#include "engine/hf_dir.h"
+#include "util/fsutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define C "critic."
+
+/* critic.model.path as a value model: a causal LM gets a fresh score head, a
+ *ForTokenClassification checkpoint (a saved critic) is taken as it is. */
+static int load_value_model(df_dag_worker *w, df_model **out)
+{
+    const df_config *c = w->cfg;
+    char *dir = df_expand_user(w->global.cfg.critic.model.path);
+    if (!dir)
+        return df_error(DF_ENOMEM, "out of memory");
+    df_model *m = NULL;
+    int rc = df_hf_dir_load(dir, NULL, &m, NULL);
+    if (rc)
+        rc = df_error_wrap(rc, "%s: critic.model.path", df_config_where(c, C "model.path"));
+    int64_t vocab = df_actor_model(w->actor)->cfg.vocab_size;
+    if (!rc && m->cfg.vocab_size != vocab)
+        rc = df_error(
+            DF_EINVAL,
+            "%s: critic.model.path=%s has vocab_size %lld but the actor (actor_rollout_ref.model.path) "
+            "has %lld: the critic reads the actor's token ids",
+            df_config_where(c, C "model.path"), dir, (long long)m->cfg.vocab_size, (long long)vocab);
+    /* verl loads the critic as AutoModelForTokenClassification(num_labels=1); the head is seeded by
+       trainer.seed, so every rank draws the same one */
+    if (!rc && m->cfg.num_labels == 0)
+        rc = df_model_to_value_model(&m, df_worker_seed(w));
+    free(dir);
+    if (rc) {
+        df_model_free(m);
+        return rc;
+    }
+    *out = m;
+    return DF_OK;
+}
+
+int df_worker_setup_critic(df_dag_worker *w)
+{
+    const df_config *c = w->cfg;
+    int64_t warmup = w->global.cfg.trainer.critic_warmup;
+    if (df_worker_role_node(w, DF_ROLE_CRITIC, true) < 0)
+        return warmup > 0
+                   ? df_error(DF_EINVAL,
+                              "%s: trainer.critic_warmup=%lld needs a critic (algorithm.adv_estimator=gae, "
+                              "or a workflow with CRITIC nodes); this graph has none",
+                              df_config_where(c, "trainer.critic_warmup"), (long long)warmup)
+                   : DF_OK;
+    /* the critic's batch sizes were checked by df_train_check (train_check.c), for every rank */
+    df_model *m = NULL;
+    int rc = load_value_model(w, &m);
+    if (rc)
+        return rc;
+    if (warmup >= w->total_steps)
+        df_worker_warn(w, "trainer.critic_warmup >= the number of training steps: the actor is never updated");
+    df_critic_params p;
+    df_worker_critic_params(w, &p);
+    if ((rc = df_critic_create(m, &p, &w->critic))) {
+        df_model_free(m);
+        return df_error_wrap(rc, "creating the critic");
+    }
+    df_critic_set_comm(w->critic, w->critic_dp);
+    return DF_OK;
+}
+
+void df_worker_free_critic(df_dag_worker *w)
+{
+    df_critic_free(w->critic);
+    w->critic = NULL;
+    df_comm_free(w->critic_dp);
+    w->critic_dp = NULL;
+}
+
+int df_worker_save_critic(df_dag_worker *w, const char *step_dir)
+{
+    if (!w->critic || w->rank != 0)
+        return DF_OK;
+    char *dir = df_path_join(step_dir, "critic");
+    if (!dir)
+        return df_error(DF_ENOMEM, "out of memory");
+    const df_model *m = df_critic_model(w->critic);
+    int rc = df_hf_dir_save(m, m->cfg.torch_dtype, w->tokenizer_dir, dir);
+    if (!rc && w->console)
+        fprintf(stderr, "saved %s\n", dir);
+    free(dir);
+    return rc;
+}
+
+int df_worker_check_critic_weights(df_dag_worker *w, df_metrics *m)
+{
+    return w->critic ? df_worker_check_in_sync(w, df_critic_model(w->critic), "critic", m) : DF_OK;
+}
+
+/*
+ * The issue's semantics: the actor's updates start after N critic-only steps,
+ * i.e. steps 1..N train the critic alone. verl's ray_trainer updates the actor
+ * when `critic_warmup <= global_steps` (global_steps from 1), which gives only
+ * N - 1 warmup steps; siiRL's DAGWorker.train_actor skips while
+ * `critic_warmup > global_steps` (global_steps = finished steps), as here.
+ */
+bool df_worker_critic_warmup(const df_dag_worker *w, int64_t step)
+{
+    return w->critic && step <= w->global.cfg.trainer.critic_warmup;
+}

@@ -1,0 +1,58 @@
+/*
+ * The critic's node functions — siiRL's DAGWorker.compute_value and
+ * DAGWorker.train_critic (verl's critic_wg.compute_values / update_critic),
+ * registered in the executable registry beside the other DAGWorker.* nodes.
+ */
+#include "workers/worker_internal.h"
+
+#include "util/timeutil.h"
+
+#include <stdio.h>
+
+static int need_critic(df_node_ctx *ctx, const df_batch *b, const char *node)
+{
+    if (!b)
+        return df_error(DF_EINVAL, "%s: no input batch", node);
+    if (!df_node_worker(ctx)->critic)
+        return df_error(DF_EINVAL, "%s (node '%s'): this worker has no critic", node, ctx->node->node_id);
+    return DF_OK;
+}
+
+/* compute_value: the critic's value of every response token, column `values` (GAE reads it). */
+static int node_compute_value(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
+{
+    double t0 = df_now();
+    int rc = need_critic(ctx, batch, "compute_value");
+    if (!rc)
+        rc = df_critic_compute_values(df_node_worker(ctx)->critic, batch);
+    (void)out;
+    df_worker_timing(ctx, "values", t0);
+    return rc;
+}
+
+/* critic_train: the value update on the step's values and returns, with the node's own loss
+   settings when its workflow entry overrides them (the keys it registers with). */
+static int node_train_critic(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
+{
+    double t0 = df_now();
+    df_dag_worker *w = df_node_worker(ctx);
+    int rc = need_critic(ctx, batch, "train_critic");
+    const df_node_settings *ns = df_worker_node_settings(w, ctx->node);
+    if (!rc && ns != &w->global)
+        rc = df_critic_set_loss(w->critic, &ns->critic_loss);
+    if (!rc)
+        rc = df_critic_update(w->critic, batch, ctx->metrics);
+    if (w->critic && ns != &w->global) /* back to the global settings (valid: the critic was created with them) */
+        df_critic_set_loss(w->critic, &w->global.critic_loss);
+    (void)out;
+    df_worker_timing(ctx, "update_critic", t0);
+    return rc;
+}
+
+int df_worker_register_critic_nodes(void)
+{
+    static const df_node_keys train_keys = {
+        .global = {"critic.cliprange_value", "critic.loss_agg_mode", "critic.ppo_epochs"}};
+    int rc = df_exec_register("DAGWorker.compute_value", node_compute_value);
+    return rc ? rc : df_exec_register_keys("DAGWorker.train_critic", node_train_critic, &train_keys);
+}

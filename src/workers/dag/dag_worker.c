@@ -1,0 +1,258 @@
+/* The DAG worker: setup from the config, the training loop, validation, checkpoints. */
+#include "workers/worker_internal.h"
+
+#include "distflow/algo_desc.h"
+#include "distflow/scheduler.h"
+#include "engine/hf_dir.h"
+#include "util/fsutil.h"
+#include "util/timeutil.h"
+#include "workers/dag/data_metrics.h"
+#include "workers/dag/evaluate.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A config path with "~/" expanded, into a fixed buffer. */
+static int expand_path(const char *in, char *out, size_t cap)
+{
+    char *p = df_expand_user(in);
+    if (!p)
+        return df_error(DF_ENOMEM, "out of memory");
+    int n = snprintf(out, cap, "%s", p);
+    free(p);
+    return n < 0 || (size_t)n >= cap ? df_error(DF_EINVAL, "path too long: %s", in) : DF_OK;
+}
+
+/* Load a dataset list (`key`: its name in messages), encode its prompts and apply data.max_prompt_length. */
+static int load_data(df_dag_worker *w, const char *key, const df_config_strs *files, int64_t max_rows,
+                     df_dataset **ds, df_prompt_cache *pc)
+{
+    const struct df_train_data *d = &w->global.cfg.data;
+    int n = files->n;
+    char **paths = calloc((size_t)(n ? n : 1), sizeof *paths);
+    int rc = paths ? DF_OK : df_error(DF_ENOMEM, "out of memory");
+    for (int i = 0; i < n && !rc; i++) {
+        char buf[4096];
+        rc = expand_path(files->items[i], buf, sizeof buf);
+        if (!rc && !(paths[i] = strdup(buf)))
+            rc = df_error(DF_ENOMEM, "out of memory");
+    }
+    /* this rank's shard: the first stage's DP rank (its model-parallel replicas read the same) */
+    df_dataset_opts o = {.prompt_key = d->prompt_key,
+                         .shard_index = w->data_layout.dp_rank, .shard_count = w->data_layout.dp_size};
+    if (!rc)
+        rc = df_dataset_load((const char *const *)paths, n, &o, ds);
+    if (!rc && df_dataset_head(*ds, max_rows) < 0)
+        rc = DF_ENOMEM;
+    if (!rc)
+        rc = df_prompts_encode(*ds, w->tok, pc);
+    int64_t dropped = 0, before = rc ? 0 : df_dataset_size(*ds);
+    if (!rc)
+        rc = df_prompts_limit(*ds, pc, d->max_prompt_length, d->filter_overlong_prompts, d->truncation, &dropped);
+    int64_t counts[2] = {before - dropped, dropped}; /* over the job: each shard counted once */
+    if (w->data_layout.mp_rank != 0)
+        counts[0] = counts[1] = 0;
+    if (!rc)
+        rc = df_comm_allreduce(w->group, counts, 2, DF_COMM_INT64, DF_COMM_SUM);
+    if (!rc && w->rank == 0)
+        fprintf(stderr, "[distflow] %s: %lld prompts (%lld longer than data.max_prompt_length=%lld filtered)\n",
+                key, (long long)counts[0], (long long)counts[1], (long long)d->max_prompt_length);
+    for (int i = 0; paths && i < n; i++)
+        free(paths[i]);
+    free(paths);
+    return rc ? df_error_wrap(rc, "%s", key) : DF_OK;
+}
+
+static int agree_rows(df_dag_worker *w)
+{
+    int64_t r = df_dataloader_rows_available(w->dl);
+    int rc = df_comm_allreduce(w->group, &r, 1, DF_COMM_INT64, DF_COMM_MIN);
+    return rc ? rc : df_dataloader_set_rows_per_rank(w->dl, r);
+}
+
+/* Actor (taking ownership of `m`), reference, sampling settings and rollout engine. */
+static int setup_models(df_dag_worker *w, df_model *m)
+{
+    const df_train_config *t = &w->global.cfg;
+    df_model *ref = NULL;
+    df_actor_params p;
+    int rc = df_worker_resolve(w, &p); /* sampling settings, actor settings and its temperature */
+    if (rc) {
+        df_model_free(m);
+        return rc;
+    }
+    bool kl_in_reward = t->algorithm.use_kl_in_reward;
+    if ((p.use_kl_loss || kl_in_reward) && (rc = df_model_clone(m, &ref))) {
+        df_model_free(m);
+        return rc;
+    }
+    /* verl get_kl_controller; its state is not checkpointed (no resume yet): the metrics record beta */
+    const struct df_train_algorithm_kl_ctrl *kc = &t->algorithm.kl_ctrl;
+    if (kl_in_reward && (rc = df_kl_ctrl_create(kc->type, kc->kl_coef, kc->target_kl, kc->horizon, &w->kl_ctrl))) {
+        df_model_free(m);
+        df_model_free(ref);
+        return df_error_wrap(rc, "%s", df_config_where(w->cfg, "algorithm.kl_ctrl.type"));
+    }
+    rc = df_actor_create(m, &p, true, &w->actor);
+    if (!rc)
+        df_actor_set_comm(w->actor, w->actor_dp);
+    if (rc) {
+        df_model_free(m);
+        df_model_free(ref);
+        return rc;
+    }
+    if (ref && (rc = df_actor_create(ref, &p, false, &w->ref))) {
+        df_model_free(ref);
+        return rc;
+    }
+    /* KV cache for as many sequences as a step needs, within rollout.max_num_seqs and ~8 GiB */
+    int64_t seq_len = t->data.max_prompt_length + t->actor_rollout_ref.rollout.response_length;
+    int64_t per_step = t->data.train_batch_size / w->data_layout.dp_size * df_worker_n_samples(w);
+    int64_t slots = t->actor_rollout_ref.rollout.max_num_seqs;
+    if (slots > per_step)
+        slots = per_step;
+    while (slots > 1 && df_rollout_engine_bytes(&m->cfg, slots, seq_len) > (8LL << 30))
+        slots /= 2;
+    return df_rollout_engine_create(&m->cfg, slots, seq_len, &w->rollout);
+}
+
+/* This rank's graph from the plan, finished and resolved, and its nodes' layouts. */
+static int build_pipeline(df_dag_worker *w, const char **name)
+{
+    int rc = df_worker_setup_parallel(w);
+    if (rc)
+        return rc;
+    *name = w->plan->pipeline;
+    if (!strcmp(*name, "workflow"))
+        rc = df_worker_setup_workflow(w); /* resolves the graph itself */
+    else
+        rc = df_task_graph_resolve(w->graph);
+    return rc ? rc : df_worker_setup_layouts(w);
+}
+
+static int setup_graph(df_dag_worker *w)
+{
+    const char *name = "";
+    int rc = df_worker_register_nodes();
+    if (!rc)
+        rc = build_pipeline(w, &name);
+    return rc ? df_error_wrap(rc, "building the %s pipeline", name) : DF_OK;
+}
+
+static int setup_output(df_dag_worker *w)
+{
+    w->console = false;
+    const df_config_strs *loggers = &w->global.cfg.trainer.logger;
+    for (int i = 0; i < loggers->n; i++)
+        if (!strcmp(loggers->items[i], "console"))
+            w->console = true;
+    if (w->rank != 0)
+        return DF_OK;
+    int rc = df_mkdir_p(w->out_dir);
+    if (rc)
+        return rc;
+    char *path = df_path_join(w->out_dir, "metrics.jsonl");
+    w->metrics_file = path ? fopen(path, "w") : NULL;
+    rc = w->metrics_file ? DF_OK : df_error(DF_EIO, "cannot open %s for writing", path ? path : w->out_dir);
+    free(path);
+    return rc;
+}
+
+int df_dag_worker_create(const df_config *cfg, df_comm *comm, df_dag_worker **out)
+{
+    int rc = comm ? DF_OK : df_comm_world(&comm);
+    df_dag_worker *w = rc ? NULL : calloc(1, sizeof *w);
+    if (!w)
+        return rc ? rc : df_error(DF_ENOMEM, "out of memory");
+    w->cfg = cfg;
+    w->comm = comm;
+    w->rank = df_comm_rank(comm);
+    w->world = df_comm_size(comm);
+    rc = df_worker_settings_init(&w->global, cfg); /* the typed config every part of the worker reads */
+    const df_train_config *t = &w->global.cfg;
+    if (!rc) /* plan, config check and train validate alike: everything before the files */
+        rc = df_train_check(cfg, w->world, df_worker_warn, w, &w->plan);
+    if (!rc) /* checked from their files above; now their code */
+        rc = df_worker_plugins(cfg, t, true, &w->reward.compute_score);
+    if (!rc)
+        rc = expand_path(t->actor_rollout_ref.model.path, w->model_dir, sizeof w->model_dir);
+    if (!rc)
+        rc = expand_path(t->data.tokenizer ? t->data.tokenizer : w->model_dir, w->tokenizer_dir,
+                         sizeof w->tokenizer_dir);
+    if (!rc)
+        rc = expand_path(t->trainer.default_local_dir, w->out_dir, sizeof w->out_dir);
+    if (!rc)
+        rc = setup_graph(w);
+    if (!rc)
+        rc = df_adv_estimator_lookup(t->algorithm.adv_estimator, &w->adv_fn);
+    if (!rc)
+        rc = df_data_buffers_create(w->group, &w->buffers);
+    const df_adv_estimator_desc *est = df_adv_estimator_find(t->algorithm.adv_estimator);
+    w->remax = !rc && est && (est->needs & DF_ADV_NEEDS_BASELINES); /* the rollout adds a greedy pass */
+    w->reward.reward_fn_key = t->data.reward_fn_key;
+    if (!rc)
+        rc = df_worker_setup_reward(w);
+    df_model *m = NULL;
+    if (!rc && (rc = df_hf_dir_load(w->model_dir, w->tokenizer_dir, &m, &w->tok)))
+        rc = df_error_wrap(rc, "actor_rollout_ref.model.path");
+    /* the data before the actor: the step count feeds its lr schedule */
+    if (!rc)
+        rc = load_data(w, "data.train_files", &t->data.train_files, t->data.train_max_samples, &w->train_ds,
+                       &w->train_prompts);
+    if (!rc)
+        rc = df_dataloader_create(w->train_ds, t->data.train_batch_size, w->data_layout.dp_rank,
+                                  w->data_layout.dp_size, t->data.shuffle, (uint64_t)t->data.seed, true, &w->dl);
+    if (!rc) /* every rank draws as many rows as the smallest shard holds */
+        rc = agree_rows(w);
+    if (!rc) {
+        int64_t per_epoch = df_dataloader_steps_per_epoch(w->dl);
+        w->total_steps = t->trainer.total_training_steps.set ? t->trainer.total_training_steps.v
+                                                             : per_epoch * t->trainer.total_epochs;
+    }
+    if (!rc && t->data.val_files.n > 0)
+        rc = load_data(w, "data.val_files", &t->data.val_files, t->data.val_max_samples, &w->val_ds,
+                       &w->val_prompts);
+    if (!rc) {
+        rc = setup_models(w, m);
+        m = NULL;
+    }
+    df_model_free(m);
+    if (!rc) /* after the actor: the critic's vocabulary must match it */
+        rc = df_worker_setup_critic(w);
+    if (!rc)
+        rc = setup_output(w);
+    if (!rc && !(w->metrics = df_metrics_new()))
+        rc = df_error(DF_ENOMEM, "out of memory");
+    if (rc) {
+        df_dag_worker_free(w);
+        return rc;
+    }
+    *out = w;
+    return DF_OK;
+}
+
+void df_dag_worker_free(df_dag_worker *w)
+{
+    if (!w)
+        return;
+    df_worker_free_node_configs(w);
+    df_task_graph_free(w->graph);
+    df_data_buffers_free(w->buffers);
+    df_worker_free_critic(w);
+    df_worker_free_parallel(w);
+    df_rollout_engine_free(w->rollout);
+    df_actor_free(w->actor);
+    df_actor_free(w->ref);
+    df_kl_ctrl_free(w->kl_ctrl);
+    df_dataloader_free(w->dl);
+    df_prompt_cache_free(&w->train_prompts);
+    df_prompt_cache_free(&w->val_prompts);
+    df_dataset_free(w->train_ds);
+    df_dataset_free(w->val_ds);
+    df_tokenizer_free(w->tok);
+    df_metrics_free(w->metrics);
+    if (w->metrics_file)
+        fclose(w->metrics_file);
+    free(w);
+}

@@ -1,0 +1,165 @@
+/* Step-batch metrics with verl's names (data_metrics.h). */
+#include "workers/dag/data_metrics.h"
+
+#include <float.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct {
+    double sum, min, max;
+    int64_t n;
+} stat;
+
+static void stat_add(stat *s, double v)
+{
+    if (s->n == 0 || v < s->min)
+        s->min = v;
+    if (s->n == 0 || v > s->max)
+        s->max = v;
+    s->sum += v;
+    s->n++;
+}
+
+static void stat_put(df_metrics *m, const char *prefix, const stat *s)
+{
+    char k[96];
+    if (s->n == 0)
+        return;
+    snprintf(k, sizeof k, "%s/mean", prefix);
+    df_metrics_set(m, k, s->sum / (double)s->n);
+    snprintf(k, sizeof k, "%s/max", prefix);
+    df_metrics_set(m, k, s->max);
+    snprintf(k, sizeof k, "%s/min", prefix);
+    df_metrics_set(m, k, s->min);
+}
+
+double df_row_sum_f32(const float *v, int64_t n)
+{
+    double t = 0;
+    for (int64_t j = 0; j < n; j++)
+        t += v[j];
+    return t;
+}
+
+/* Per-sample sums of a TOK_F32 column. */
+static void seq_sums(const df_batch *b, const char *col, stat *s)
+{
+    const df_column *c = df_batch_column(b, col);
+    if (!c || c->kind != DF_COL_TOK_F32)
+        return;
+    const float *v = c->data;
+    for (int64_t i = 0; i < df_batch_size(b); i++)
+        stat_add(s, df_row_sum_f32(v + c->offsets[i], c->offsets[i + 1] - c->offsets[i]));
+}
+
+/* Token-level values of a TOK_F32 column. */
+static void token_values(const df_batch *b, const char *col, stat *s)
+{
+    const df_column *c = df_batch_column(b, col);
+    if (!c || c->kind != DF_COL_TOK_F32)
+        return;
+    const float *v = c->data;
+    for (int64_t j = 0; j < c->offsets[df_batch_size(b)]; j++)
+        stat_add(s, v[j]);
+}
+
+/* Per-sample values of an F32 column. */
+static void sample_values(const df_batch *b, const char *col, stat *s)
+{
+    const float *v = df_batch_f32(b, col);
+    for (int64_t i = 0; v && i < df_batch_size(b); i++)
+        stat_add(s, v[i]);
+}
+
+static void lengths(const df_batch *b, const char *col, int64_t limit, df_metrics *m,
+                    const char *prefix)
+{
+    const int64_t *o = df_batch_offsets(b, col);
+    if (!o)
+        return;
+    stat s = {0};
+    int64_t clipped = 0;
+    for (int64_t i = 0; i < df_batch_size(b); i++) {
+        int64_t len = o[i + 1] - o[i];
+        stat_add(&s, (double)len);
+        clipped += limit > 0 && len >= limit;
+    }
+    stat_put(m, prefix, &s);
+    char k[96];
+    snprintf(k, sizeof k, "%s/clip_ratio", prefix);
+    if (s.n)
+        df_metrics_set(m, k, (double)clipped / (double)s.n);
+}
+
+void df_explained_var_sums(const df_batch *b, double s[DF_EV_NSUMS])
+{
+    const df_column *v = df_batch_column(b, "values"), *r = df_batch_column(b, "returns");
+    if (!v || !r || v->kind != DF_COL_TOK_F32 || r->kind != DF_COL_TOK_F32)
+        return;
+    int64_t n = df_batch_size(b), T = r->offsets[n];
+    if (memcmp(v->offsets, r->offsets, (size_t)(n + 1) * sizeof *r->offsets))
+        return; /* not laid out alike */
+    const float *vv = v->data, *rv = r->data;
+    for (int64_t t = 0; t < T; t++) {
+        double d = (double)rv[t] - vv[t];
+        s[0] += 1;
+        s[1] += rv[t];
+        s[2] += (double)rv[t] * rv[t];
+        s[3] += d;
+        s[4] += d * d;
+    }
+}
+
+/* Unbiased variance from n, sum x and sum x^2 (clamped: rounding may dip below 0). */
+static double var_of(double n, double sx, double sxx)
+{
+    double v = (sxx - sx * sx / n) / (n - 1);
+    return v > 0 ? v : 0;
+}
+
+bool df_explained_var(const double s[DF_EV_NSUMS], double *out)
+{
+    if (s[0] < 2)
+        return false;
+    *out = 1.0 - var_of(s[0], s[3], s[4]) / (var_of(s[0], s[1], s[2]) + 1e-5);
+    return true;
+}
+
+int df_compute_data_metrics(const df_batch *b, int64_t max_response_length,
+                            int64_t max_prompt_length, df_metrics *m)
+{
+    stat score = {0}, rew = {0}, adv = {0}, ret = {0};
+    seq_sums(b, "token_level_scores", &score);
+    seq_sums(b, "token_level_rewards", &rew);
+    token_values(b, "advantages", &adv);
+    token_values(b, "returns", &ret);
+    stat_put(m, "critic/score", &score);
+    stat_put(m, "critic/rewards", &rew);
+    stat_put(m, "critic/advantages", &adv);
+    stat_put(m, "critic/returns", &ret);
+    stat over = {0}, flag = {0}; /* DAPO's overlong_buffer.log extra info */
+    sample_values(b, "overlong_reward", &over);
+    sample_values(b, "overlong", &flag);
+    stat_put(m, "critic/overlong_reward", &over);
+    if (flag.n)
+        df_metrics_set(m, "critic/overlong/mean", flag.sum / (double)flag.n);
+    stat val = {0}; /* with a critic (verl use_critic) */
+    token_values(b, "values", &val);
+    stat_put(m, "critic/values", &val);
+    lengths(b, "response_ids", max_response_length, m, "response_length");
+    lengths(b, "prompt_ids", max_prompt_length, m, "prompt_length");
+    return DF_OK;
+}
+
+int df_compute_throughput_metrics(const df_batch *b, double step_seconds, int n_workers,
+                                  df_metrics *m)
+{
+    const int64_t *po = df_batch_offsets(b, "prompt_ids"), *ro = df_batch_offsets(b, "response_ids");
+    int64_t n = df_batch_size(b);
+    double tokens = (double)((po ? po[n] : 0) + (ro ? ro[n] : 0));
+    df_metrics_set(m, "perf/total_num_tokens", tokens);
+    df_metrics_set(m, "perf/time_per_step", step_seconds);
+    if (step_seconds > 0 && n_workers > 0)
+        df_metrics_set(m, "perf/throughput", tokens / (step_seconds * n_workers));
+    return DF_OK;
+}

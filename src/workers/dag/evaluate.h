@@ -1,0 +1,51 @@
+/*
+ * evaluate.h (internal) — generate and score a whole dataset: the validation
+ * pass of training (verl's _validate) and `distflow eval`.
+ */
+#ifndef DF_WORKER_EVALUATE_H
+#define DF_WORKER_EVALUATE_H
+
+#include "distflow/comm.h"
+#include "distflow/metrics.h"
+#include "workers/dag/prompts.h"
+#include "workers/rollout/rollout_batch.h"
+
+#include <stdio.h>
+
+typedef struct df_eval_opts {
+    df_sampling_params sp;
+    int64_t n;             /* responses per prompt */
+    uint64_t seed;
+    int64_t batch_prompts; /* prompts per generation call; <= 0: all at once */
+    const char *label;     /* progress-bar label; NULL: none */
+    FILE *dump;            /* when non-NULL, one JSON line per response is written here */
+    df_comm *comm;         /* ranks evaluating disjoint shards: results are their totals; NULL: this rank's */
+    bool replica;          /* this rank repeats another rank's shard: it adds nothing to the totals */
+} df_eval_opts;
+
+typedef struct df_eval_result {
+    int64_t n_prompts, n_responses;
+    double score_mean, acc_mean;  /* over all responses */
+    double response_length_mean;
+} df_eval_result;
+
+/**
+ * Evaluate rows of `ds` (prompts already encoded in `pc`). With `metrics`,
+ * records verl's validation names per data source:
+ * val-core/<data_source>/reward/mean@<n> and val-core/<data_source>/acc/mean@<n>,
+ * plus val-aux/response_length/mean, and with the dapo manager's
+ * overlong_buffer.log val-aux/<data_source>/{overlong_reward,overlong}/mean@<n>.
+ * A response's reward is the sum of its token_level_scores (verl's
+ * reward_tensor.sum(-1): the score plus dapo's overlong penalty).
+ * With o->comm it is collective: every rank joins the one reduction even when
+ * its shard is empty or it failed (then every rank returns an error); an
+ * empty shard is fine as long as the group has prompts. Errors: DF_EINVAL when
+ * there are no prompts at all, those of generation and scoring, DF_EINTERNAL
+ * on the ranks whose peer failed.
+ */
+int df_evaluate(df_rollout_engine *e, const df_model *m, const df_tokenizer *tok,
+                const df_reward_manager_cfg *rcfg, const df_dataset *ds,
+                const df_prompt_cache *pc, const df_eval_opts *o, df_metrics *metrics,
+                df_eval_result *res);
+
+#endif

@@ -1,0 +1,262 @@
+/* The DAG worker's training loop: steps over the TaskGraph, validation, logging, checkpoints. */
+#include "workers/worker_internal.h"
+
+#include "engine/hf_dir.h"
+#include "util/fsutil.h"
+#include "util/timeutil.h"
+#include "workers/dag/data_metrics.h"
+#include "workers/dag/evaluate.h"
+#include "workers/dag/metrics_reduce.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One compact console line; the full set goes to metrics.jsonl. */
+static void console_line(const df_dag_worker *w, const df_metrics *m)
+{
+    static const struct {
+        const char *key, *label, *fmt;
+    } cols[] = {
+        {"critic/score/mean", "score", "%.3f"},
+        {"response_length/mean", "resp_len", "%.1f"},
+        {"actor/pg_loss", "pg_loss", "%.4f"},
+        {"actor/kl_loss", "kl_loss", "%.4f"},
+        {"actor/entropy", "entropy", "%.3f"},
+        {"actor/pg_clipfrac", "clipfrac", "%.3f"},
+        {"actor/grad_norm", "grad_norm", "%.3f"},
+        {"critic/vf_loss", "vf_loss", "%.4f"},
+        {"actor/lr", "lr", "%.2e"},
+        {"timing_s/gen", "gen", "%.1fs"},
+        {"timing_s/step", "step", "%.1fs"},
+        {"perf/throughput", "tok/s", "%.0f"},
+    };
+    fprintf(stderr, "step %lld/%lld", (long long)w->step, (long long)w->total_steps);
+    for (size_t i = 0; i < sizeof cols / sizeof *cols; i++) {
+        if (!df_metrics_has(m, cols[i].key))
+            continue;
+        fprintf(stderr, " | %s ", cols[i].label);
+        fprintf(stderr, cols[i].fmt, df_metrics_get(m, cols[i].key, 0));
+    }
+    fputc('\n', stderr);
+}
+
+static int log_metrics(df_dag_worker *w, const df_metrics *m)
+{
+    if (w->rank != 0)
+        return DF_OK;
+    char *line;
+    int rc = df_metrics_to_json(m, w->step, &line);
+    if (rc)
+        return rc;
+    if (fputs(line, w->metrics_file) < 0 || fflush(w->metrics_file))
+        rc = df_error(DF_EIO, "cannot write %s/metrics.jsonl", w->out_dir);
+    free(line);
+    return rc;
+}
+
+static int validate(df_dag_worker *w, df_metrics *m)
+{
+    if (!w->val_ds)
+        return DF_OK;
+    double t0 = df_now();
+    const df_config_opt_int *val_bs = &w->global.cfg.data.val_batch_size;
+    int64_t vbs = val_bs->set ? val_bs->v : 0;
+    /* each DP rank of the first stage validates its shard; its model-parallel replicas repeat it */
+    df_eval_opts o = {.sp = w->val_sp, .n = w->global.cfg.actor_rollout_ref.rollout.val_kwargs.n,
+                      .seed = df_rng_key(df_worker_seed(w), 0x7a1, 0, 0),
+                      .batch_prompts = vbs, .label = w->console && w->rank == 0 ? "validate" : NULL,
+                      .comm = w->group, .replica = w->data_layout.mp_rank != 0};
+    df_eval_result res;
+    int rc = df_evaluate(w->rollout, df_actor_model(w->actor), w->tok, &w->reward, w->val_ds,
+                         &w->val_prompts, &o, m, &res);
+    if (rc)
+        return df_error_wrap(rc, "validation");
+    df_metrics_set(m, "timing_s/testing", df_now() - t0);
+    if (w->console && w->rank == 0)
+        fprintf(stderr, "validation at step %lld: score %.4f acc %.4f over %lld responses (%.1fs)\n",
+                (long long)w->step, res.score_mean, res.acc_mean, (long long)res.n_responses,
+                df_now() - t0);
+    return DF_OK;
+}
+
+/* <default_local_dir>/global_step_<N>/actor as a Hugging Face directory (verl's layout). */
+static int save_checkpoint(df_dag_worker *w)
+{
+    if (w->rank != 0)
+        return DF_OK;
+    char dir[2048], txt[64];
+    snprintf(dir, sizeof dir, "%s/global_step_%lld/actor", w->out_dir, (long long)w->step);
+    const df_model *m = df_actor_model(w->actor);
+    int rc = df_hf_dir_save(m, m->cfg.torch_dtype, w->tokenizer_dir, dir);
+    char step_dir[2048];
+    snprintf(step_dir, sizeof step_dir, "%s/global_step_%lld", w->out_dir, (long long)w->step);
+    if (!rc) /* global_step_N/critic as an HF *ForTokenClassification directory */
+        rc = df_worker_save_critic(w, step_dir);
+    int n = snprintf(txt, sizeof txt, "%lld\n", (long long)w->step);
+    char *latest = rc ? NULL : df_path_join(w->out_dir, "latest_checkpointed_iteration.txt");
+    if (!rc)
+        rc = latest ? df_write_file_atomic(latest, txt, (size_t)n) : df_error(DF_ENOMEM, "out of memory");
+    free(latest);
+    if (!rc && w->console)
+        fprintf(stderr, "saved %s\n", dir);
+    return rc;
+}
+
+/* uid per prompt: the step, the generation batch and its dataset row, shared by its n responses. */
+static int add_uids(df_batch *b, int64_t step, int gen)
+{
+    int64_t n = df_batch_size(b);
+    const int64_t *idx = df_batch_i64(b, "index");
+    char **uid = calloc((size_t)(n ? n : 1), sizeof *uid);
+    char *buf = malloc((size_t)(n ? n : 1) * 64);
+    if (!uid || !buf) {
+        free(uid);
+        free(buf);
+        return df_error(DF_ENOMEM, "out of memory");
+    }
+    for (int64_t i = 0; i < n; i++) {
+        uid[i] = buf + i * 64;
+        if (gen)
+            snprintf(uid[i], 64, "s%lld-g%d-r%lld", (long long)step, gen, (long long)idx[i]);
+        else
+            snprintf(uid[i], 64, "s%lld-r%lld", (long long)step, (long long)idx[i]);
+    }
+    int rc = df_batch_set_str(b, "uid", (const char *const *)uid);
+    free(uid);
+    free(buf);
+    return rc;
+}
+
+int df_worker_next_prompts(df_dag_worker *w, int gen, df_batch **out)
+{
+    df_batch *b = NULL;
+    int rc = df_dataloader_next(w->dl, &b);
+    if (!rc)
+        rc = df_prompts_attach(b, &w->train_prompts);
+    if (!rc)
+        rc = add_uids(b, w->step, gen);
+    if (rc) {
+        df_batch_free(b);
+        return rc;
+    }
+    *out = b;
+    return DF_OK;
+}
+
+/*
+ * <who>/weights_in_sync: 1 when the model's parameter checksum is the same on
+ * every rank of the group (data-parallel ranks and model-parallel replicas all
+ * hold the whole model). Different weights mean a broken all-reduce: an error.
+ */
+int df_worker_check_in_sync(df_dag_worker *w, const df_model *model, const char *who, df_metrics *m)
+{
+    uint64_t h;
+    int rc = df_model_param_checksum(model, &h);
+    int64_t v[2] = {(int64_t)h, ~(int64_t)h}; /* max of ~h is ~(min of h): one allreduce */
+    if (!rc)
+        rc = df_comm_allreduce(w->group, v, 2, DF_COMM_INT64, DF_COMM_MAX);
+    if (rc)
+        return rc;
+    int64_t hi = v[0], lo = ~v[1];
+    char key[64];
+    snprintf(key, sizeof key, "%s/weights_in_sync", who);
+    df_metrics_set(m, key, hi == lo);
+    if (hi != lo)
+        return df_error(DF_EINTERNAL, "the %s's weights differ across the %d ranks (checksums %016llx .. %016llx)",
+                        who, w->group_size, (unsigned long long)lo, (unsigned long long)hi);
+    return DF_OK;
+}
+
+/* Aggregate across ranks, then throughput per rank from the job's tokens and the slowest rank. */
+static int reduce_step_metrics(df_dag_worker *w, df_metrics *m)
+{
+    int rc = df_metrics_reduce(w->group, m);
+    double tok = df_metrics_get(m, "perf/total_num_tokens", 0), t = df_metrics_get(m, "perf/time_per_step", 0);
+    if (!rc && t > 0)
+        df_metrics_set(m, "perf/throughput", tok / (t * w->group_size));
+    return rc;
+}
+
+/* critic/vf_explained_var of the whole step batch, as verl's: the sums of every DP rank (model-parallel
+   replicas pass zeros) all-reduced, then the formula. Collective over w->group when there is a critic. */
+static int global_explained_var(df_dag_worker *w, double s[DF_EV_NSUMS], df_metrics *m)
+{
+    if (!w->critic)
+        return DF_OK;
+    double ev;
+    int rc = df_comm_allreduce(w->group, s, DF_EV_NSUMS, DF_COMM_FLOAT64, DF_COMM_SUM);
+    if (!rc && df_explained_var(s, &ev))
+        df_metrics_set(m, "critic/vf_explained_var", ev);
+    return rc;
+}
+
+static int train_step(df_dag_worker *w)
+{
+    double ev_sums[DF_EV_NSUMS] = {0};
+    double t0 = df_now();
+    df_metrics *m = w->metrics;
+    df_batch *b = NULL;
+    int64_t epoch = df_dataloader_epoch(w->dl);
+    int rc = df_worker_next_prompts(w, 0, &b);
+    df_node_ctx ctx = {.worker = w, .step = w->step, .metrics = m};
+    df_run_opts opts = {.release_batch = df_batch_free, .before_node = df_worker_before_node,
+                        .begin_pass = df_worker_begin_pass, .hook_user = w};
+    if (!rc)
+        rc = df_task_graph_run(w->graph, &ctx, &b, &opts);
+    if (!rc) {
+        double dt = df_now() - t0;
+        df_metrics_set(m, "training/global_step", (double)w->step);
+        df_metrics_set(m, "training/epoch", (double)epoch);
+        df_compute_data_metrics(b, w->global.cfg.actor_rollout_ref.rollout.response_length,
+                                w->global.cfg.data.max_prompt_length, m);
+        df_metrics_set(m, "timing_s/step", dt);
+        df_compute_throughput_metrics(b, dt, w->world, m);
+        if (w->cur_layout.mp_rank != 0) /* a model-parallel replica: its tokens are counted once */
+            df_metrics_set(m, "perf/total_num_tokens", 0);
+        else
+            df_explained_var_sums(b, ev_sums);
+    }
+    df_batch_free(b);
+    if (!rc)
+        rc = reduce_step_metrics(w, m);
+    if (!rc)
+        rc = global_explained_var(w, ev_sums, m);
+    if (!rc)
+        rc = df_worker_check_in_sync(w, df_actor_model(w->actor), "actor", m);
+    if (!rc)
+        rc = df_worker_check_critic_weights(w, m);
+    return rc ? df_error_wrap(rc, "step %lld", (long long)w->step) : DF_OK;
+}
+
+int df_dag_worker_fit(df_dag_worker *w)
+{
+    const struct df_train_trainer *tr = &w->global.cfg.trainer;
+    int64_t test_freq = tr->test_freq;
+    int64_t save_freq = tr->save_freq;
+    int rc = DF_OK;
+    w->step = 0;
+    if (tr->val_before_train && w->val_ds) {
+        df_metrics_clear(w->metrics);
+        rc = validate(w, w->metrics);
+        if (!rc)
+            rc = log_metrics(w, w->metrics);
+        if (rc || tr->val_only)
+            return rc;
+    }
+    for (w->step = 1; w->step <= w->total_steps && !rc; w->step++) {
+        bool last = w->step == w->total_steps;
+        df_metrics_clear(w->metrics);
+        rc = train_step(w);
+        if (!rc && test_freq > 0 && (last || w->step % test_freq == 0))
+            rc = validate(w, w->metrics);
+        if (!rc && save_freq > 0 && (last || w->step % save_freq == 0))
+            rc = save_checkpoint(w);
+        if (!rc && w->console && w->rank == 0)
+            console_line(w, w->metrics);
+        if (!rc)
+            rc = log_metrics(w, w->metrics);
+    }
+    return rc;
+}

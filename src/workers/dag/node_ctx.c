@@ -1,0 +1,102 @@
+/* The public node context (include/distflow/node.h): the DAG worker behind a df_node_ctx. */
+#include "distflow/node.h"
+
+#include "workers/worker_internal.h"
+
+const df_tokenizer *df_node_tokenizer(const df_node_ctx *ctx)
+{
+    const df_dag_worker *w = ctx ? ctx->worker : NULL;
+    return w ? w->tok : NULL;
+}
+
+const df_train_config *df_node_config(const df_node_ctx *ctx)
+{
+    const df_dag_worker *w = ctx ? ctx->worker : NULL;
+    return w ? &df_worker_node_settings(w, ctx->node)->cfg : NULL;
+}
+
+df_comm *df_node_comm(const df_node_ctx *ctx)
+{
+    const df_dag_worker *w = ctx ? ctx->worker : NULL;
+    return w ? w->group : NULL;
+}
+
+void df_node_layout_of(const df_node_ctx *ctx, int *dp_size, int *dp_rank, int *mp_size, int *mp_rank)
+{
+    const df_dag_worker *w = ctx ? ctx->worker : NULL;
+    const df_node_layout *l = w && ctx->node ? df_worker_node_layout(w, ctx->node) : NULL;
+    df_node_layout one = {1, 1, 0, 0};
+    if (!l)
+        l = &one;
+    if (dp_size)
+        *dp_size = l->dp_size;
+    if (dp_rank)
+        *dp_rank = l->dp_rank;
+    if (mp_size)
+        *mp_size = l->mp;
+    if (mp_rank)
+        *mp_rank = l->mp_rank;
+}
+
+bool df_node_has_model(const df_node_ctx *ctx, df_node_role role)
+{
+    const df_dag_worker *w = ctx ? ctx->worker : NULL;
+    if (!w)
+        return false;
+    switch (role) {
+    case DF_ROLE_ACTOR:
+    case DF_ROLE_ROLLOUT: return w->actor != NULL;
+    case DF_ROLE_REFERENCE: return w->ref != NULL;
+    case DF_ROLE_CRITIC: return w->critic != NULL;
+    default: return false;
+    }
+}
+
+/* The worker behind ctx, or DF_EINVAL naming the call (and its node) when there is none or no batch. */
+static int worker_of(const df_node_ctx *ctx, const void *batch, const char *fn, df_dag_worker **w)
+{
+    const char *id = ctx && ctx->node ? ctx->node->node_id : "?";
+    *w = ctx ? ctx->worker : NULL;
+    if (!*w)
+        return df_error(DF_EINVAL, "%s (node '%s'): no DAG worker behind the node context", fn, id);
+    if (!batch)
+        return df_error(DF_EINVAL, "%s (node '%s'): no batch", fn, id);
+    return DF_OK;
+}
+
+int df_node_log_probs(const df_node_ctx *ctx, df_node_role role, df_batch *batch, const char *column,
+                      double *entropy_mean)
+{
+    df_dag_worker *w;
+    int rc = worker_of(ctx, batch, "df_node_log_probs", &w);
+    if (rc)
+        return rc;
+    df_actor *a = role == DF_ROLE_ACTOR ? w->actor : role == DF_ROLE_REFERENCE ? w->ref : NULL;
+    if (!a)
+        return df_error(DF_EINVAL, "df_node_log_probs (node '%s'): %s", ctx->node ? ctx->node->node_id : "?",
+                        role == DF_ROLE_REFERENCE ? "the job keeps no reference model (no KL term needs one)"
+                                                  : "log-probs come from the ACTOR or REFERENCE model");
+    return df_actor_compute_log_prob(a, batch, column, entropy_mean);
+}
+
+int df_node_values(const df_node_ctx *ctx, df_batch *batch)
+{
+    df_dag_worker *w;
+    int rc = worker_of(ctx, batch, "df_node_values", &w);
+    if (!rc && !w->critic)
+        rc = df_error(DF_EINVAL, "df_node_values (node '%s'): the job has no critic",
+                      ctx->node ? ctx->node->node_id : "?");
+    return rc ? rc : df_critic_compute_values(w->critic, batch);
+}
+
+int df_node_generate(const df_node_ctx *ctx, const df_batch *prompts, df_batch **out)
+{
+    df_dag_worker *w;
+    *out = NULL;
+    int rc = worker_of(ctx, prompts, "df_node_generate", &w);
+    if (rc)
+        return rc;
+    /* its own stream: generation indices from 0x100 up are the nodes', below DAPO's refills */
+    int gen = 0x100 + (ctx->node ? df_worker_node_index(w, ctx->node) : 0);
+    return df_worker_generate(w, ctx->node, prompts, ctx->step, gen, out, NULL);
+}

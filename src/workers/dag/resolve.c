@@ -1,0 +1,184 @@
+/*
+ * The DAG worker's configuration, resolved once: the typed keys of the global
+ * configuration and of each workflow node with overrides (df_node_settings),
+ * and every value derived from several keys or from the workflow — the loss
+ * settings, the optimizer schedule, mini-batch sizes in samples, the sampling
+ * settings, the actor's log-prob temperature. Nothing else in the worker reads
+ * the configuration by key, and nothing derives these values a second time.
+ *
+ * Types and casts are those the worker has always used (float temperatures
+ * from the double keys, int64 step counts), so the numbers are the same bits.
+ */
+#include "workers/worker_internal.h"
+
+#include "distflow/algo_desc.h"
+
+#include <string.h>
+
+int df_worker_settings_init(df_node_settings *s, const df_config *c)
+{
+    s->src = c;
+    int rc = df_train_config_resolve(c, &s->cfg);
+    if (rc)
+        return rc;
+    df_worker_actor_loss(&s->cfg, &s->actor_loss);
+    df_worker_critic_loss(&s->cfg, &s->critic_loss);
+    df_sampling_params_defaults(&s->sampling);
+    return DF_OK;
+}
+
+void df_worker_optim(const struct df_train_optim *o, double grad_clip, int64_t trainer_steps, df_core_optim *out)
+{
+    memset(out, 0, sizeof *out);
+    out->lr = o->lr;
+    out->weight_decay = o->weight_decay;
+    out->beta1 = o->betas.items[0]; /* the schema requires exactly 2 items */
+    out->beta2 = o->betas.items[1];
+    out->adam_eps = 1e-8;
+    out->cosine = !strcmp(o->warmup_style, "cosine");
+    out->total_steps = o->total_training_steps > 0 ? o->total_training_steps : trainer_steps;
+    out->warmup_steps = o->lr_warmup_steps > 0 ? o->lr_warmup_steps
+                                               : (int64_t)(o->lr_warmup_steps_ratio * (double)out->total_steps);
+    /* siiRL's OptimizerArguments.min_lr_ratio is Optional; null means the 0.0 default */
+    out->min_lr_ratio = o->min_lr_ratio.set ? o->min_lr_ratio.v : 0.0;
+    out->num_cycles = o->num_cycles;
+    out->grad_clip = grad_clip;
+}
+
+void df_worker_actor_loss(const df_train_config *t, df_actor_loss *l)
+{
+    const struct df_train_actor *a = &t->actor_rollout_ref.actor;
+    memset(l, 0, sizeof *l);
+    l->ppo_epochs = (int)a->ppo_epochs;
+    l->policy_loss = a->policy_loss.loss_mode;
+    l->loss_agg_mode = a->loss_agg_mode;
+    l->clip_ratio_low = a->clip_ratio_low;
+    l->clip_ratio_high = a->clip_ratio_high;
+    l->clip_ratio_c = a->clip_ratio_c;
+    l->entropy_coeff = a->entropy_coeff;
+    l->kl_loss_coef = a->kl_loss_coef;
+    l->kl_loss_type = a->kl_loss_type;
+    /* the loss an estimator implies in place of vanilla (cpgd: siiRL turns use_cpgd_loss on for it) */
+    const df_adv_estimator_desc *est = df_adv_estimator_find(t->algorithm.adv_estimator);
+    const char *implied = a->use_cpgd_loss ? "cpgd" : est ? est->policy_loss : NULL;
+    if (implied && !strcmp(l->policy_loss, "vanilla"))
+        l->policy_loss = implied;
+    l->policy_drift_coeff = a->policy_drift_coeff;
+    l->loss_agg_norm_length = a->loss_scale_factor.set ? a->loss_scale_factor.v : t->data.max_response_length;
+    l->clip_cov_ratio = a->policy_loss.clip_cov_ratio;
+    l->clip_cov_lb = a->policy_loss.clip_cov_lb;
+    l->clip_cov_ub = a->policy_loss.clip_cov_ub;
+    l->kl_cov_ratio = a->policy_loss.kl_cov_ratio;
+    l->ppo_kl_coef = a->policy_loss.ppo_kl_coef;
+}
+
+void df_worker_critic_loss(const df_train_config *t, df_critic_loss *l)
+{
+    memset(l, 0, sizeof *l);
+    l->ppo_epochs = (int)t->critic.ppo_epochs;
+    l->cliprange_value = t->critic.cliprange_value;
+    l->loss_agg_mode = t->critic.loss_agg_mode;
+    l->loss_agg_norm_length = t->data.max_response_length;
+}
+
+void df_worker_actor_params(const df_dag_worker *w, df_actor_params *p)
+{
+    const df_train_config *t = &w->global.cfg;
+    const struct df_train_actor *a = &t->actor_rollout_ref.actor;
+    memset(p, 0, sizeof *p);
+    df_worker_optim(&a->optim, a->grad_clip, w->total_steps, &p->optim);
+    /* ppo_mini_batch_size counts prompts (verl multiplies it by rollout.n), over all ranks */
+    p->mini_batch_size = a->ppo_mini_batch_size * df_worker_n_samples(w) / w->actor_layout.dp_size;
+    bool dyn = a->use_dynamic_bsz;
+    p->micro_batch_size = dyn ? 0 : a->ppo_micro_batch_size_per_gpu.set ? a->ppo_micro_batch_size_per_gpu.v : 0;
+    p->max_token_len = dyn ? a->ppo_max_token_len_per_gpu : 0;
+    const df_config_opt_int *lp = &t->actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu;
+    p->logprob_micro_batch_size = dyn ? 0 : lp->set ? lp->v : p->micro_batch_size;
+    p->logprob_max_token_len = p->max_token_len;
+    p->loss = w->global.actor_loss;
+    p->use_kl_loss = a->use_kl_loss;
+    p->tis_imp_ratio_cap = a->tis_imp_ratio_cap;
+    p->seed = df_worker_seed(w);
+    p->temperature = (float)t->actor_rollout_ref.rollout.temperature;
+    p->progress_label = w->rank == 0 ? "update_actor" : NULL;
+}
+
+void df_worker_critic_params(const df_dag_worker *w, df_critic_params *p)
+{
+    const struct df_train_critic *c = &w->global.cfg.critic;
+    memset(p, 0, sizeof *p);
+    df_worker_optim(&c->optim, c->grad_clip, w->total_steps, &p->optim);
+    /* prompts x rollout_n over all ranks, divided by the critic's DP size (verl's fsdp critic worker) */
+    int dp = w->critic_layout.dp_size > 0 ? w->critic_layout.dp_size : 1;
+    p->mini_batch_size = c->ppo_mini_batch_size * c->rollout_n / dp;
+    bool dyn = c->use_dynamic_bsz;
+    p->micro_batch_size = dyn ? 0 : c->ppo_micro_batch_size_per_gpu.set ? c->ppo_micro_batch_size_per_gpu.v : 0;
+    p->max_token_len = dyn ? c->ppo_max_token_len_per_gpu : 0;
+    p->forward_micro_batch_size =
+        dyn ? 0 : c->forward_micro_batch_size_per_gpu.set ? c->forward_micro_batch_size_per_gpu.v : p->micro_batch_size;
+    p->forward_max_token_len = dyn ? c->forward_max_token_len_per_gpu : 0;
+    p->loss = w->global.critic_loss;
+    p->progress_label = w->rank == 0 ? "update_critic" : NULL;
+}
+
+/* Sampling settings from a rollout block's keys (rollout.* or rollout.val_kwargs.*). */
+static void sampling(const df_dag_worker *w, double temperature, int64_t top_k, double top_p, bool do_sample,
+                     df_sampling_params *sp)
+{
+    df_sampling_params_defaults(sp);
+    sp->temperature = (float)temperature;
+    sp->top_k = (int)top_k;
+    sp->top_p = (float)top_p;
+    sp->greedy = !do_sample || sp->temperature == 0;
+    if (sp->greedy)
+        sp->temperature = 1.0f;
+    sp->max_new_tokens = w->global.cfg.actor_rollout_ref.rollout.response_length;
+    sp->stop_ids = df_tokenizer_eos_ids(w->tok, &sp->n_stop);
+}
+
+static void rollout_sampling(const df_dag_worker *w, df_node_settings *s)
+{
+    const struct df_train_rollout *r = &s->cfg.actor_rollout_ref.rollout;
+    sampling(w, r->temperature, r->top_k, r->top_p, r->do_sample, &s->sampling);
+}
+
+/*
+ * Log-probs at another temperature than the sampler's would make old_log_probs
+ * and the PPO ratio disagree with the rollout (issue 12: a workflow's rollout
+ * node overriding the temperature).
+ */
+int df_worker_actor_temperature(const df_dag_worker *w, float *t)
+{
+    const df_node *first = NULL;
+    df_node_fn gen;
+    int rc = df_exec_resolve("DAGWorker.generate", &gen);
+    *t = (float)w->global.cfg.actor_rollout_ref.rollout.temperature;
+    for (int i = 0; !rc && i < df_task_graph_num_nodes(w->graph); i++) {
+        const df_node *n = df_task_graph_node_at(w->graph, i);
+        if (n->fn != gen)
+            continue;
+        float nt = (float)df_worker_node_settings(w, n)->cfg.actor_rollout_ref.rollout.temperature;
+        if (first && nt != *t)
+            return df_error(DF_EUNSUPPORTED,
+                            "rollout nodes '%s' and '%s' sample at temperatures %g and %g; the actor "
+                            "computes log-probs at one temperature",
+                            first->node_id, n->node_id, (double)*t, (double)nt);
+        first = n;
+        *t = nt;
+    }
+    return rc;
+}
+
+int df_worker_resolve(df_dag_worker *w, df_actor_params *actor)
+{
+    rollout_sampling(w, &w->global);
+    for (int i = 0; i < w->n_node_set; i++)
+        if (w->node_set[i])
+            rollout_sampling(w, w->node_set[i]);
+    const struct df_train_rollout_val_kwargs *v = &w->global.cfg.actor_rollout_ref.rollout.val_kwargs;
+    sampling(w, v->temperature, v->top_k, v->top_p, v->do_sample, &w->val_sp);
+    if (!actor)
+        return DF_OK;
+    df_worker_actor_params(w, actor);
+    return df_worker_actor_temperature(w, &actor->temperature);
+}

@@ -1,0 +1,402 @@
+/*
+ * The one validation of a `train` config (include/distflow/worker.h,
+ * df_train_check): what `distflow plan`, `distflow config check` and the DAG
+ * worker's setup all run before anything is loaded, so that no command
+ * accepts what another refuses. The settings distflow cannot honour, the plan
+ * for the job's ranks, the graph (agent groups, every node's executable, each
+ * workflow node's `config:` against the keys its function reads per node,
+ * dynamic sampling's refill), each model node's model-parallel size, then the
+ * cross-field checks of df_config_validate_train_ex for the actor's
+ * data-parallel size.
+ */
+#include "workers/worker_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+const char *const df_worker_planner_node_keys[] = {"model_params", NULL};
+
+const char *df_worker_default_exec(const df_node *n)
+{
+    bool model = n->node_type == DF_NODE_MODEL_TRAIN || n->node_type == DF_NODE_MODEL_INFERENCE;
+    bool fwd = n->only_forward_compute;
+    switch (n->node_role) {
+    case DF_ROLE_ROLLOUT: return model ? "DAGWorker.generate" : NULL;
+    case DF_ROLE_REWARD: return "DAGWorker.compute_reward";
+    case DF_ROLE_ADVANTAGE: return "DAGWorker.compute_advantage";
+    case DF_ROLE_ACTOR: return fwd ? "DAGWorker.compute_old_log_prob" : "DAGWorker.train_actor";
+    case DF_ROLE_REFERENCE: return "DAGWorker.compute_ref_log_prob";
+    case DF_ROLE_CRITIC: return fwd ? "DAGWorker.compute_value" : "DAGWorker.train_critic";
+    default: return NULL;
+    }
+}
+
+/* ---- settings and graph shapes distflow does not run -------------------------- */
+
+/* Settings distflow cannot honour yet: refused instead of silently ignored. */
+static int check_supported(const df_config *c, const df_train_config *t)
+{
+    const struct {
+        bool on;
+        const char *key;
+    } off[] = {{t->reward_model.enable, "reward_model.enable"},
+               {t->data.auto_repeat, "data.auto_repeat"},
+               {t->data.multi_agent, "data.multi_agent"},
+               {t->actor_rollout_ref.rollout.use_fire_sampling, "actor_rollout_ref.rollout.use_fire_sampling"},
+               {t->actor_rollout_ref.rollout.multi_turn.enable, "actor_rollout_ref.rollout.multi_turn.enable"},
+               {t->algorithm.use_pf_ppo, "algorithm.use_pf_ppo"},
+               {t->dag.env_enable, "dag.env_enable"}};
+    for (size_t i = 0; i < sizeof off / sizeof *off; i++)
+        if (off[i].on)
+            return df_error(DF_EUNSUPPORTED, "%s: %s=true is not supported yet", df_config_where(c, off[i].key),
+                            off[i].key);
+    const struct {
+        const char *value, *key;
+    } null_only[] = {{t->data.custom_cls.path, "data.custom_cls.path"},
+                     {t->dag.environment_path, "dag.environment_path"},
+                     {t->reward_model.sandbox_fusion.url, "reward_model.sandbox_fusion.url"}};
+    for (size_t i = 0; i < sizeof null_only / sizeof *null_only; i++)
+        if (null_only[i].value)
+            return df_error(DF_EUNSUPPORTED, "%s: %s is not supported yet", df_config_where(c, null_only[i].key),
+                            null_only[i].key);
+    return DF_OK;
+}
+
+/* What messages call the graph's source: the workflow file, or the pipeline's name. */
+static void source_of(const df_train_config *t, const df_plan *p, char *out, size_t cap)
+{
+    if (!strcmp(p->pipeline, "workflow"))
+        snprintf(out, cap, "%s", t->dag.workflow_path);
+    else if (!strcmp(p->pipeline, "custom"))
+        snprintf(out, cap, "custom pipeline '%s'", t->dag.custom_pipeline_fn);
+    else
+        snprintf(out, cap, "built-in pipeline '%s'", p->pipeline);
+}
+
+/* The function a ref names when it is registered (no plugin is loaded to find out), else NULL. */
+static df_node_fn known_fn(const char *ref)
+{
+    df_node_fn fn = NULL;
+    if (!ref || df_exec_find(ref, &fn))
+        fn = NULL;
+    df_clear_error();
+    return fn;
+}
+
+static int index_of(df_task_graph *g, const df_node *n)
+{
+    for (int i = 0; i < df_task_graph_num_nodes(g); i++)
+        if (df_task_graph_node_at(g, i) == n)
+            return i;
+    return -1;
+}
+
+/* The node's ref: its own, or in a workflow file siiRL's default for its type and role. */
+static const char *ref_of(const df_node *n, bool workflow)
+{
+    return n->executable_ref ? n->executable_ref : workflow ? df_worker_default_exec(n) : NULL;
+}
+
+/*
+ * DAPO's refill (dynamic_sampling.c) re-runs every node before the sampling
+ * node on new prompts (df_node_rerun_upstream): a node that trains there would
+ * train once per generation batch. Checked only when filtering is on: off, the
+ * node passes the batch through.
+ */
+static int check_refill(const df_config *c, const df_train_config *t, df_task_graph *g, bool workflow,
+                        const char *src)
+{
+    df_node_fn ds = NULL, ta = NULL, tc = NULL;
+    if (!t->algorithm.filter_groups.enable || df_exec_resolve("DAGWorker.dynamic_sampling", &ds) ||
+        df_exec_resolve("DAGWorker.train_actor", &ta) || df_exec_resolve("DAGWorker.train_critic", &tc)) {
+        df_clear_error();
+        return DF_OK;
+    }
+    int nn = df_task_graph_num_nodes(g);
+    char *seen = malloc((size_t)(nn ? nn : 1));
+    int *stack = malloc((size_t)(nn ? nn : 1) * sizeof *stack);
+    int rc = seen && stack ? DF_OK : df_error(DF_ENOMEM, "out of memory");
+    for (int i = 0; !rc && i < nn; i++) {
+        const df_node *s = df_task_graph_node_at(g, i);
+        if (known_fn(ref_of(s, workflow)) != ds)
+            continue;
+        memset(seen, 0, (size_t)nn);
+        int top = 0;
+        stack[top++] = i;
+        while (!rc && top) {
+            const df_node *n = df_task_graph_node_at(g, stack[--top]);
+            for (int d = 0; !rc && d < n->n_dependencies; d++) {
+                const df_node *up = df_task_graph_get_node(g, n->dependencies[d]);
+                int k = up ? index_of(g, up) : -1;
+                if (k < 0 || seen[k])
+                    continue;
+                seen[k] = 1;
+                stack[top++] = k;
+                df_node_fn fn = known_fn(ref_of(up, workflow));
+                if (fn && (fn == ta || fn == tc))
+                    rc = df_error(DF_EUNSUPPORTED,
+                                  "%s node '%s': dynamic sampling refills a step by re-running every node "
+                                  "before it on new prompts, and node '%s' (%s) trains, so it would train "
+                                  "once per generation batch; place the training nodes after the sampling "
+                                  "node (algorithm.filter_groups.enable=true, %s)",
+                                  src, s->node_id, up->node_id, ref_of(up, workflow),
+                                  df_config_where(c, "algorithm.filter_groups.enable"));
+            }
+        }
+    }
+    free(seen);
+    free(stack);
+    return rc;
+}
+
+/*
+ * Every node: its agent group, its executable, and (workflow files) its
+ * `config:`; rollout nodes sampling at one temperature, the one the actor
+ * computes log-probs at (dag_worker.c rollout_temperature).
+ */
+static int check_nodes(const df_config *c, const df_train_config *t, df_task_graph *g, bool workflow,
+                       const char *src)
+{
+    for (int i = 0; i < df_task_graph_num_nodes(g); i++) {
+        const df_node *n = df_task_graph_node_at(g, i);
+        if (n->agent_group)
+            return df_error(DF_EUNSUPPORTED,
+                            "%s node '%s': agent_group %d: multi-agent graphs (siiRL's MARFT: one model per "
+                            "agent group) are not supported; distflow trains one actor, so every node must "
+                            "be in agent group 0",
+                            src, n->node_id, n->agent_group);
+    }
+    df_node_fn gen = NULL;
+    if (df_exec_resolve("DAGWorker.generate", &gen))
+        return df_error_wrap(DF_EINTERNAL, "the built-in node functions are not registered");
+    const df_node *first_gen = NULL;
+    double temp = 0;
+    int rc = DF_OK;
+    for (int i = 0; !rc && i < df_task_graph_num_nodes(g); i++) {
+        const df_node *n = df_task_graph_node_at(g, i);
+        const char *ref = ref_of(n, workflow);
+        if (ref && (rc = df_exec_check(ref)))
+            return df_error_wrap(rc, "%s node '%s'", src, n->node_id);
+        df_node_fn fn = known_fn(ref);
+        df_config *merged = NULL;
+        if (workflow && n->n_config) {
+            char where[1200];
+            snprintf(where, sizeof where, "%s node '%s'", src, n->node_id);
+            rc = df_worker_node_overrides(c, n, ref, where, &merged);
+        }
+        df_train_config mt; /* the node's own keys over the global ones */
+        if (!rc && merged)
+            rc = df_train_config_resolve(merged, &mt);
+        double temp_n = (merged ? &mt : t)->actor_rollout_ref.rollout.temperature;
+        df_config_free(merged);
+        if (rc || fn != gen)
+            continue;
+        if (first_gen && temp_n != temp)
+            rc = df_error(DF_EUNSUPPORTED,
+                          "%s: rollout nodes '%s' and '%s' sample at temperatures %g and %g; the actor computes "
+                          "log-probs at one temperature",
+                          src, first_gen->node_id, n->node_id, temp, temp_n);
+        first_gen = n;
+        temp = temp_n;
+    }
+    return rc ? rc : check_refill(c, t, g, workflow, src);
+}
+
+/* ---- the plan and the parallel layout ------------------------------------------- */
+
+int df_worker_plan(const df_config *c, int world, df_warn_fn warn, void *user, df_plan **out)
+{
+    *out = NULL;
+    df_train_config t;
+    int rc = df_train_config_resolve(c, &t);
+    if (rc)
+        return rc;
+    int64_t nnodes = t.trainer.nnodes, gpus = t.trainer.n_gpus_per_node;
+    if (world < 1 || world % nnodes)
+        return df_error(DF_EINVAL, "%s: trainer.nnodes=%lld does not divide the %d launched ranks",
+                        df_config_where(c, "trainer.nnodes"), (long long)nnodes, world);
+    char val[32];
+    snprintf(val, sizeof val, "%lld", (long long)(world / nnodes));
+    bool set = strcmp(df_config_where(c, "trainer.n_gpus_per_node"), "default") != 0;
+    if (set && nnodes * gpus != world) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "trainer.nnodes x trainer.n_gpus_per_node = %lld but %d ranks were launched: "
+                                  "planning for %lld x %s", (long long)(nnodes * gpus), world, (long long)nnodes, val);
+        if (warn)
+            warn(user, msg);
+    }
+    const char *key = "trainer.n_gpus_per_node", *v = val;
+    df_config *pc = NULL;
+    rc = df_config_with_overrides(c, &key, &v, 1, "the launched ranks", &pc);
+    if (!rc)
+        rc = df_plan_create(pc, warn, user, out);
+    df_config_free(pc);
+    return rc;
+}
+
+/* Ranks of the process group a rank of subgraph gi joins: its first grouped node's (the worker's make_groups). */
+static int group_size_of(const df_plan *p, int gi, int world)
+{
+    df_task_graph *g = p->subgraphs[gi];
+    for (int i = 0; i < df_task_graph_num_nodes(g); i++) {
+        const char *name = df_process_groups_node_group(p->groups, df_task_graph_node_at(g, i)->node_id);
+        int n = 0;
+        if (name && df_process_groups_find(p->groups, name, &n))
+            return n;
+    }
+    return world; /* no model node: the graph's nodes run on every rank */
+}
+
+#define CR "critic."
+/*
+ * The critic of a subgraph whose ranks form `dp` data-parallel critic ranks
+ * (critic_setup.c creates it on the ranks whose graph has a CRITIC node):
+ * mini-batches split evenly, the micro-batch keys the worker reads set. With
+ * adv_estimator=gae df_config_validate_train checks more (for the actor's DP).
+ */
+static int check_critic(const df_config *c, const struct df_train_critic *k, int dp)
+{
+    int64_t samples = k->ppo_mini_batch_size * k->rollout_n;
+    if (samples % dp || samples / dp < 1)
+        return df_error(DF_EINVAL,
+                        "%s: critic.ppo_mini_batch_size x critic.rollout_n = %lld responses do not split "
+                        "evenly over the critic's %d data-parallel ranks",
+                        df_config_where(c, CR "ppo_mini_batch_size"), (long long)samples, dp);
+    static const char *const deprecated[] = {CR "ppo_micro_batch_size", CR "forward_micro_batch_size"};
+    const bool set[] = {k->ppo_micro_batch_size.set, k->forward_micro_batch_size.set};
+    for (int i = 0; i < 2; i++) /* the validator refuses them with gae; a workflow may add a critic to any estimator */
+        if (set[i])
+            return df_error(DF_EINVAL, "%s: %s is deprecated and not read by distflow: set %s_per_gpu",
+                            df_config_where(c, deprecated[i]), deprecated[i], deprecated[i]);
+    if (!k->use_dynamic_bsz && !k->ppo_micro_batch_size_per_gpu.set)
+        return df_error(DF_EINVAL,
+                        "%s: set critic.ppo_micro_batch_size_per_gpu (or critic.use_dynamic_bsz=true): the "
+                        "critic has no micro-batch size",
+                        df_config_where(c, CR "ppo_micro_batch_size_per_gpu"));
+    return DF_OK;
+}
+#undef CR
+
+/* df_worker_role_node's choice in a subgraph: a model node of the role, its update (not forward-only) first. */
+static const df_node *role_node(df_task_graph *g, df_node_role role, bool forward_ok)
+{
+    const df_node *found = NULL;
+    for (int i = 0; i < df_task_graph_num_nodes(g); i++) {
+        const df_node *n = df_task_graph_node_at(g, i);
+        bool model = n->node_type == DF_NODE_MODEL_TRAIN || (forward_ok && n->node_type == DF_NODE_MODEL_INFERENCE);
+        if (n->node_role != role || !model || (!forward_ok && n->only_forward_compute))
+            continue;
+        if (!found || !n->only_forward_compute)
+            found = n;
+    }
+    return found;
+}
+
+/*
+ * The worker's layouts without communicators (parallel.c, critic_setup.c), for
+ * the ranks of every subgraph: every model node's model-parallel size divides
+ * its group; a subgraph with a critic has a valid critic for its DP size, one
+ * without has no trainer.critic_warmup. *actor_dp: the actor's DP size as rank
+ * 0 sees it (its group over the actor's model-parallel size) for the batch
+ * checks, the same on every rank and in every command.
+ */
+static int layouts(const df_config *c, const df_train_config *t, const df_plan *p, int world, int *actor_dp)
+{
+    int rc = DF_OK;
+    *actor_dp = 0;
+    for (int gi = 0; !rc && gi < p->n_subgraphs; gi++) {
+        df_task_graph *g = p->subgraphs[gi];
+        int size = group_size_of(p, gi, world);
+        for (int i = 0; !rc && i < df_task_graph_num_nodes(g); i++) {
+            const df_node *n = df_task_graph_node_at(g, i);
+            bool model = n->node_type == DF_NODE_MODEL_TRAIN || n->node_type == DF_NODE_MODEL_INFERENCE;
+            int64_t node_mp = 1;
+            const char *key = model ? df_worker_mp_key(n->node_role, t, &node_mp) : NULL;
+            int mp = key ? (int)node_mp : 1;
+            if (key && size % mp)
+                rc = df_error(DF_EINVAL, "%s=%d (%s) does not divide the %d ranks running node '%s'", key, mp,
+                              df_config_where(c, key), size, n->node_id);
+        }
+        const df_node *critic = rc ? NULL : role_node(g, DF_ROLE_CRITIC, true);
+        int64_t warmup = t->trainer.critic_warmup, critic_mp = 1, actor_mp = 1;
+        df_worker_mp_key(DF_ROLE_CRITIC, t, &critic_mp);
+        df_worker_mp_key(DF_ROLE_ACTOR, t, &actor_mp);
+        if (critic)
+            rc = check_critic(c, &t->critic, size / (int)critic_mp);
+        else if (!rc && warmup > 0)
+            rc = df_error(DF_EINVAL,
+                          "%s: trainer.critic_warmup=%lld needs a critic (algorithm.adv_estimator=gae, "
+                          "or a workflow with CRITIC nodes); this graph has none",
+                          df_config_where(c, "trainer.critic_warmup"), (long long)warmup);
+        const df_node *actor = role_node(g, DF_ROLE_ACTOR, false);
+        if (p->schedule->rank_graph[0] == gi) /* no actor update here: every group rank its own DP rank */
+            *actor_dp = actor ? size / (int)actor_mp : size;
+    }
+    return rc;
+}
+
+/* verl's custom_reward_function: `path` is a shared library here (a Python file there), `name`
+ * the df_reward_fn it exports; checked from the file, or loaded into *score. */
+static int custom_reward(const df_config *c, const df_train_config *t, bool load, df_reward_fn *score)
+{
+    const struct df_train_custom_reward_function *f = &t->custom_reward_function;
+    if (!f->path)
+        return DF_OK;
+    char ref[4200];
+    if (snprintf(ref, sizeof ref, "%s:%s", f->path, f->name) >= (int)sizeof ref)
+        return df_error(DF_EINVAL, "%s: custom_reward_function.path is too long",
+                        df_config_where(c, "custom_reward_function.path"));
+    void (*fn)(void) = NULL;
+    int rc = load ? df_plugin_symbol(ref, &fn) : df_plugin_check(ref);
+    if (rc)
+        return df_error_wrap(rc, "%s: custom_reward_function.path / .name",
+                             df_config_where(c, "custom_reward_function.path"));
+    if (score)
+        *score = (df_reward_fn)fn;
+    return DF_OK;
+}
+
+int df_worker_plugins(const df_config *c, const df_train_config *t, bool load, df_reward_fn *score)
+{
+    int rc = df_plugin_adv_estimator(t->algorithm.adv_estimator, load);
+    if (rc)
+        return df_error_wrap(rc, "%s: algorithm.adv_estimator", df_config_where(c, "algorithm.adv_estimator"));
+    const char *loss_key = "actor_rollout_ref.actor.policy_loss.loss_mode";
+    if ((rc = df_plugin_policy_loss(t->actor_rollout_ref.actor.policy_loss.loss_mode, load)))
+        return df_error_wrap(rc, "%s: %s", df_config_where(c, loss_key), loss_key);
+    return custom_reward(c, t, load, score);
+}
+
+int df_train_check(const df_config *cfg, int world, df_warn_fn warn, void *user, df_plan **plan_out)
+{
+    if (plan_out)
+        *plan_out = NULL;
+    if (world < 1 || world > 1 << 20)
+        return df_error(DF_EINVAL, "the job's ranks must be between 1 and 1048576, got %d", world);
+    df_plan *p = NULL;
+    df_train_config t;
+    int rc = df_train_config_resolve(cfg, &t);
+    if (!rc)
+        rc = check_supported(cfg, &t);
+    if (!rc) /* before planning: the estimator's descriptor picks the pipeline */
+        rc = df_worker_plugins(cfg, &t, false, NULL);
+    if (!rc)
+        rc = df_worker_register_nodes();
+    if (!rc)
+        rc = df_worker_plan(cfg, world, warn, user, &p);
+    char src[1300] = "";
+    if (!rc) {
+        source_of(&t, p, src, sizeof src);
+        rc = check_nodes(cfg, &t, p->graph, !strcmp(p->pipeline, "workflow"), src);
+    }
+    int dp = 0;
+    if (!rc)
+        rc = layouts(cfg, &t, p, world, &dp);
+    if (!rc)
+        rc = df_config_validate_train_ex(cfg, dp, warn, user);
+    if (rc || !plan_out)
+        df_plan_free(p);
+    else
+        *plan_out = p;
+    return rc;
+}

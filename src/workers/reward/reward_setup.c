@@ -1,0 +1,32 @@
+/*
+ * The DAG worker's reward manager settings from the config:
+ * reward_model.reward_manager (naive | dapo) and DAPO's
+ * reward_model.overlong_buffer.*, with data.max_response_length as verl's
+ * max_resp_len (verl recipe/dapo/main_dapo.py passes the same key).
+ */
+#include "workers/worker_internal.h"
+
+#define OB "reward_model.overlong_buffer."
+
+/* The config key behind a df_reward_manager_check error, in the order that function checks. */
+static const char *key_at_fault(const df_reward_manager_cfg *r, int rc)
+{
+    if (rc == DF_ENOTFOUND)
+        return "reward_model.reward_manager";
+    if (r->max_resp_len < 1)
+        return "data.max_response_length";
+    return r->overlong_buffer.len < 0 ? OB "len" : OB "penalty_factor";
+}
+
+int df_worker_setup_reward(df_dag_worker *w)
+{
+    const df_train_config *t = &w->global.cfg;
+    const struct df_train_reward_model_overlong_buffer *ob = &t->reward_model.overlong_buffer;
+    w->reward.manager = t->reward_model.reward_manager;
+    w->reward.max_resp_len = t->data.max_response_length;
+    w->reward.overlong_buffer = (df_overlong_buffer_cfg){
+        .enable = ob->enable, .len = ob->len, .penalty_factor = ob->penalty_factor, .log = ob->log};
+    int rc = df_reward_manager_check(&w->reward);
+    const char *key = rc ? key_at_fault(&w->reward, rc) : NULL;
+    return rc ? df_error_wrap(rc, "%s (%s)", key, df_config_where(w->cfg, key)) : DF_OK;
+}

@@ -1,0 +1,218 @@
+/*
+ * DAPO's dynamic sampling (Yu et al. 2025, arXiv 2503.14476, §3.2; verl
+ * RayDAPOTrainer.fit with algorithm.filter_groups, siiRL's
+ * filter_interface.dapo.dynamic_sampling): keep only the prompt groups whose
+ * metric varies (a group that is all right or all wrong has zero GRPO
+ * advantage and teaches nothing), and generate more batches until the kept
+ * groups fill data.train_batch_size prompts — counted over every rank — or
+ * algorithm.filter_groups.max_num_gen_batches is reached. A new batch re-runs the
+ * graph's nodes before this one on new prompts (df_node_rerun_upstream), so it is
+ * rolled out and scored as the first. The surplus is cut in rank order, so every
+ * rank knows which of its groups survive.
+ */
+#include "workers/worker_internal.h"
+
+#include "util/timeutil.h"
+#include "workers/dag/data_metrics.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Per-sample value of filter_groups.metric: acc, score, seq_reward (sum of token_level_scores) or
+   seq_final_reward (sum of token_level_rewards), as verl's dapo_ray_trainer. */
+static int metric_values(const df_batch *b, const char *metric, double *v)
+{
+    int64_t n = df_batch_size(b);
+    const char *col = !strcmp(metric, "acc") || !strcmp(metric, "score") ? metric
+                      : !strcmp(metric, "seq_reward")                    ? "token_level_scores"
+                      : !strcmp(metric, "seq_final_reward")              ? "token_level_rewards"
+                                                                         : NULL;
+    if (!col)
+        return df_error(DF_EINVAL, "algorithm.filter_groups.metric=%s: expected acc, score, seq_reward or "
+                                   "seq_final_reward", metric);
+    const df_column *c = df_batch_column(b, col);
+    if (!c)
+        return df_error(DF_EINVAL, "dynamic sampling: the batch has no %s column", col);
+    for (int64_t i = 0; i < n; i++) {
+        if (c->kind == DF_COL_F32) {
+            v[i] = ((const float *)c->data)[i];
+            continue;
+        }
+        /* per-token column: the response's sum */
+        v[i] = df_row_sum_f32((const float *)c->data + c->offsets[i], c->offsets[i + 1] - c->offsets[i]);
+    }
+    return DF_OK;
+}
+
+/* Population std as verl's np.std; a group of one is kept (verl keeps len == 1). */
+int df_dynamic_sampling_kept_rows(const df_batch *b, const char *metric, int64_t *keep, int64_t *n_keep,
+                                  int64_t *groups)
+{
+    int64_t n = df_batch_size(b);
+    const df_column *uid = df_batch_column(b, "uid");
+    if (!uid)
+        return df_error(DF_EINVAL, "dynamic sampling needs the uid column");
+    double *v = malloc((size_t)(n ? n : 1) * sizeof *v), *sum = calloc((size_t)(n ? n : 1), 3 * sizeof *sum);
+    int64_t *g = malloc((size_t)(n ? n : 1) * sizeof *g);
+    int rc = v && sum && g ? DF_OK : df_error(DF_ENOMEM, "out of memory");
+    if (!rc)
+        rc = metric_values(b, metric, v);
+    if (!rc)
+        rc = df_group_ids((const char *const *)uid->data, n, g);
+    for (int64_t i = 0; !rc && i < n; i++) {
+        sum[3 * g[i]] += 1, sum[3 * g[i] + 1] += v[i], sum[3 * g[i] + 2] += v[i] * v[i];
+    }
+    *n_keep = *groups = 0;
+    for (int64_t i = 0; !rc && i < n; i++) {
+        double *gs = &sum[3 * g[i]], k = fabs(gs[0]), mean = gs[1] / k;
+        if (!(k == 1 || gs[2] / k - mean * mean > 1e-12 * (1 + mean * mean)))
+            continue;
+        keep[(*n_keep)++] = i;
+        if (gs[0] > 0) { /* the group's first row: count it once */
+            (*groups)++;
+            gs[0] = -gs[0];
+        }
+    }
+    free(v);
+    free(sum);
+    free(g);
+    return rc;
+}
+
+/* Append the kept rows of `b` to *acc (taking neither). */
+static int accumulate(df_batch **acc, const df_batch *b, const int64_t *keep, int64_t n_keep)
+{
+    df_batch *part = NULL, *joined = NULL;
+    int rc = df_batch_select(b, keep, n_keep, &part);
+    if (rc || !*acc) {
+        *acc = rc ? *acc : part;
+        return rc;
+    }
+    const df_batch *parts[2] = {*acc, part};
+    rc = df_batch_concat(parts, 2, &joined);
+    df_batch_free(part);
+    if (!rc) {
+        df_batch_free(*acc);
+        *acc = joined;
+    }
+    return rc;
+}
+
+/*
+ * Keep this rank's share of the first `target` groups in rank order (groups
+ * stay whole). Model-parallel replicas hold their leader's groups: only
+ * leaders count, and a replica cuts where its leader does.
+ */
+static int trim(df_dag_worker *w, df_batch **acc, int64_t mine, int64_t target)
+{
+    int size = df_comm_size(w->group), leader = w->group_rank - w->cur_layout.mp_rank;
+    int64_t *counts = malloc((size_t)size * sizeof *counts), counted = w->cur_layout.mp_rank ? 0 : mine;
+    if (!counts)
+        return df_error(DF_ENOMEM, "out of memory");
+    int rc = df_comm_allgather(w->group, &counted, sizeof counted, counts);
+    int64_t before = 0;
+    for (int r = 0; r < leader; r++)
+        before += counts[r];
+    free(counts);
+    int64_t take = target - before < 0 ? 0 : target - before < mine ? target - before : mine;
+    if (rc || take == mine)
+        return rc;
+    df_batch *cut = NULL;
+    rc = df_batch_slice(*acc, 0, take * df_worker_n_samples(w), &cut); /* groups are whole and in order */
+    if (!rc) {
+        df_batch_free(*acc);
+        *acc = cut;
+    }
+    return rc;
+}
+
+/* One more generation batch: new prompts through the nodes before this one (the step's rollout
+ * and reward nodes, the workflow's own included), as the graph ran them on the first batch. */
+static int generate_more(df_dag_worker *w, df_node_ctx *ctx, int gen, df_batch **out)
+{
+    int rc = df_worker_next_prompts(w, gen, out);
+    return rc ? rc : df_node_rerun_upstream(ctx, gen, out);
+}
+
+/* Append the rows of b's varying groups to *acc; their group count into *groups. */
+static int keep_varying(const df_batch *b, const char *metric, df_batch **acc, int64_t *groups)
+{
+    int64_t n = df_batch_size(b), n_keep = 0;
+    int64_t *keep = malloc((size_t)(n ? n : 1) * sizeof *keep);
+    int rc = keep ? df_dynamic_sampling_kept_rows(b, metric, keep, &n_keep, groups)
+                  : df_error(DF_ENOMEM, "out of memory");
+    if (!rc)
+        rc = accumulate(acc, b, keep, n_keep);
+    free(keep);
+    return rc;
+}
+
+/*
+ * The group's kept-group count, summed with a failure flag (as the actor's
+ * df_train_core_reduce): every rank reaches it, failed or not, so a local
+ * error ends the node on every rank instead of leaving the others waiting.
+ * Replicas hold their DP rank's rows: only model-parallel rank 0 counts.
+ */
+static int count_groups(df_dag_worker *w, int rc, int64_t groups, int64_t *global)
+{
+    double mine = !rc && w->cur_layout.mp_rank == 0 ? (double)groups : 0, total = 0;
+    rc = df_worker_group_sum(w->group, rc, &mine, 1, &total, "dynamic sampling: summing the kept group counts",
+                             "group");
+    if (!rc)
+        *global += (int64_t)total;
+    return rc;
+}
+
+static int node_dynamic_sampling(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
+{
+    df_dag_worker *w = ctx->worker;
+    const df_train_config *t = &w->global.cfg;
+    int rc = batch ? DF_OK : df_error(DF_EINVAL, "dynamic_sampling: no input batch");
+    if (!t->algorithm.filter_groups.enable)
+        return rc; /* DAPO without filtering: the batch passes through */
+    double t0 = df_now();
+    const char *metric = t->algorithm.filter_groups.metric;
+    int64_t target = t->data.train_batch_size;
+    int64_t max_gen = t->algorithm.filter_groups.max_num_gen_batches;
+    int64_t mine = 0, global = 0;
+    df_batch *acc = NULL, *cur = batch;
+    int gen = 0;
+    for (;;) { /* a local failure skips the work but not the collective */
+        int64_t groups = 0;
+        if (!rc)
+            rc = keep_varying(cur, metric, &acc, &groups);
+        if (cur != batch)
+            df_batch_free(cur);
+        cur = NULL;
+        mine += rc ? 0 : groups;
+        if ((rc = count_groups(w, rc, groups, &global)) || global >= target)
+            break;
+        if (max_gen > 0 && gen + 1 >= max_gen) {
+            rc = df_error(DF_EINVAL, "dynamic sampling: %lld of %lld prompts have a varying %s after %d generation "
+                                     "batches (algorithm.filter_groups.max_num_gen_batches=%lld); the data may "
+                                     "be too easy or too hard for the model",
+                          (long long)global, (long long)target, metric, gen + 1, (long long)max_gen);
+            break;
+        }
+        rc = generate_more(w, ctx, ++gen, &cur);
+    }
+    if (!rc) /* every rank agrees here: the counts and the give-up are the group's */
+        rc = trim(w, &acc, mine, target);
+    if (rc) {
+        df_batch_free(acc);
+        return rc;
+    }
+    out->batch = acc;
+    if (ctx->metrics) {
+        df_metrics_set(ctx->metrics, "train/num_gen_batches", gen + 1);
+        df_metrics_set(ctx->metrics, "timing_s/dynamic_sampling", df_now() - t0);
+    }
+    return DF_OK;
+}
+
+int df_worker_register_dynamic_sampling(void)
+{
+    /* siiRL's names for it are aliases in the executable registry (src/planner/exec.c) */
+    return df_exec_register("DAGWorker.dynamic_sampling", node_dynamic_sampling);
+}

@@ -1,0 +1,381 @@
+/*
+ * Supervised fine-tuning (verl's fsdp_sft_trainer): prompt -> response pairs,
+ * token-mean cross-entropy on the response, with the actor's update machinery.
+ */
+#include "distflow/config.h"
+#include "distflow/dataloader.h"
+#include "distflow/sft_config.h"
+#include "distflow/worker.h"
+#include "engine/actor.h"
+#include "engine/hf_dir.h"
+#include "util/fsutil.h"
+#include "util/timeutil.h"
+#include "workers/dag/prompts.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    df_dataset *ds;
+    df_prompt_cache prompt, response;
+} sft_data;
+
+static void sft_data_free(sft_data *d)
+{
+    df_dataset_free(d->ds);
+    df_prompt_cache_free(&d->prompt);
+    df_prompt_cache_free(&d->response);
+}
+
+/* Encode data.response_key of every row, plus EOS (verl appends tokenizer.eos_token). */
+static int encode_responses(const df_dataset *ds, const df_tokenizer *tok, const char *key,
+                            df_prompt_cache *out)
+{
+    int64_t n = df_dataset_size(ds), total = 0;
+    int32_t eos = df_tokenizer_eos_id(tok);
+    if (eos < 0)
+        return df_error(DF_EINVAL, "the tokenizer has no EOS token to end SFT responses with");
+    int32_t **ids = calloc((size_t)(n ? n : 1), sizeof *ids);
+    int64_t *len = calloc((size_t)(n ? n : 1), sizeof *len);
+    int rc = ids && len ? DF_OK : df_error(DF_ENOMEM, "out of memory");
+    for (int64_t i = 0; i < n && !rc; i++) {
+        char *text = NULL;
+        int64_t line;
+        rc = df_dataset_field(ds, i, key, &text);
+        if (!rc)
+            rc = df_tokenizer_encode(tok, text, false, &ids[i], &len[i]);
+        free(text);
+        int32_t *grown = rc ? NULL : realloc(ids[i], (size_t)(len[i] + 1) * sizeof **ids);
+        if (!rc && !grown)
+            rc = df_error(DF_ENOMEM, "out of memory");
+        if (!rc) {
+            ids[i] = grown;
+            ids[i][len[i]++] = eos;
+            total += len[i];
+        } else {
+            const char *file = df_dataset_source(ds, i, &line);
+            rc = df_error_wrap(rc, "%s:%lld: data.response_key '%s'", file, (long long)line, key);
+        }
+    }
+    if (!rc) {
+        out->n = n;
+        out->offsets = malloc((size_t)(n + 1) * sizeof *out->offsets);
+        out->tokens = malloc((size_t)(total ? total : 1) * sizeof *out->tokens);
+        if (!out->offsets || !out->tokens)
+            rc = df_error(DF_ENOMEM, "out of memory");
+    }
+    for (int64_t i = 0; !rc && i < n; i++) {
+        if (i == 0)
+            out->offsets[0] = 0;
+        memcpy(out->tokens + out->offsets[i], ids[i], (size_t)len[i] * sizeof(int32_t));
+        out->offsets[i + 1] = out->offsets[i] + len[i];
+    }
+    for (int64_t i = 0; ids && i < n; i++)
+        free(ids[i]);
+    free(ids);
+    free(len);
+    return rc;
+}
+
+/* data.max_length over prompt + response, per data.truncation ("error" | "left" | "right"). */
+static int check_lengths(const sft_data *d, int64_t max_len, const char *trunc)
+{
+    for (int64_t i = 0; i < d->prompt.n; i++) {
+        int64_t L = d->prompt.offsets[i + 1] - d->prompt.offsets[i] + d->response.offsets[i + 1] -
+                    d->response.offsets[i];
+        if (L > max_len && !strcmp(trunc, "error")) {
+            int64_t line;
+            const char *file = df_dataset_source(d->ds, i, &line);
+            return df_error(DF_EINVAL, "%s:%lld: prompt + response have %lld tokens, more than "
+                            "data.max_length = %lld (or set data.truncation=left|right)",
+                            file, (long long)line, (long long)L, (long long)max_len);
+        }
+    }
+    return DF_OK;
+}
+
+/* Load the files of list `files` (`key`: its name in messages). */
+static int load(const df_sft_config *t, const char *key, const df_config_strs *files, const df_tokenizer *tok,
+                sft_data *d)
+{
+    int n = files->n;
+    const char **paths = calloc((size_t)(n ? n : 1), sizeof *paths);
+    if (!paths)
+        return df_error(DF_ENOMEM, "out of memory");
+    int rc = DF_OK;
+    for (int i = 0; i < n && !rc; i++)
+        if (!(paths[i] = df_expand_user(files->items[i])))
+            rc = df_error(DF_ENOMEM, "out of memory");
+    df_dataset_opts o = {.prompt_key = t->data.prompt_key, .reward_optional = true};
+    if (!rc)
+        rc = df_dataset_load(paths, n, &o, &d->ds);
+    for (int i = 0; i < n; i++)
+        free((char *)paths[i]);
+    free(paths);
+    if (!rc)
+        rc = df_prompts_encode(d->ds, tok, &d->prompt);
+    if (!rc)
+        rc = encode_responses(d->ds, tok, t->data.response_key, &d->response);
+    if (!rc)
+        rc = check_lengths(d, t->data.max_length, t->data.truncation);
+    return rc ? df_error_wrap(rc, "%s", key) : DF_OK;
+}
+
+/* Rows of `d` as a batch with prompt_ids / response_ids, cut to max_len per truncation. */
+static int make_batch(const sft_data *d, const int64_t *rows, int64_t n, int64_t max_len,
+                      const char *trunc, df_batch **out)
+{
+    int64_t *po = malloc((size_t)(n + 1) * sizeof *po), *ro = malloc((size_t)(n + 1) * sizeof *ro);
+    int64_t pt = 0, rt = 0;
+    for (int64_t i = 0; po && ro && i < n; i++) {
+        pt += d->prompt.offsets[rows[i] + 1] - d->prompt.offsets[rows[i]];
+        rt += d->response.offsets[rows[i] + 1] - d->response.offsets[rows[i]];
+    }
+    int32_t *p = malloc((size_t)(pt + 1) * sizeof *p), *r = malloc((size_t)(rt + 1) * sizeof *r);
+    df_batch *b = df_batch_new(n);
+    int rc = po && ro && p && r && b ? DF_OK : df_error(DF_ENOMEM, "out of memory");
+    for (int64_t i = 0; !rc && i < n; i++) {
+        if (i == 0)
+            po[0] = ro[0] = 0;
+        const int32_t *ps = d->prompt.tokens + d->prompt.offsets[rows[i]];
+        const int32_t *rs = d->response.tokens + d->response.offsets[rows[i]];
+        int64_t P = d->prompt.offsets[rows[i] + 1] - d->prompt.offsets[rows[i]];
+        int64_t R = d->response.offsets[rows[i] + 1] - d->response.offsets[rows[i]];
+        int64_t over = P + R - max_len;
+        if (over > 0 && !strcmp(trunc, "left")) { /* drop the start of the prompt */
+            int64_t cut = over < P - 1 ? over : P - 1;
+            ps += cut;
+            P -= cut;
+            over -= cut;
+        }
+        if (over > 0) /* "right" (or what "left" could not take): drop the end of the response */
+            R = R - over > 0 ? R - over : 0;
+        memcpy(p + po[i], ps, (size_t)P * sizeof *p);
+        memcpy(r + ro[i], rs, (size_t)R * sizeof *r);
+        po[i + 1] = po[i] + P;
+        ro[i + 1] = ro[i] + R;
+    }
+    if (!rc)
+        rc = df_batch_set_tok_i32(b, "prompt_ids", po, p);
+    if (!rc)
+        rc = df_batch_set_tok_i32(b, "response_ids", ro, r);
+    free(po);
+    free(ro);
+    free(p);
+    free(r);
+    if (rc) {
+        df_batch_free(b);
+        return rc;
+    }
+    *out = b;
+    return DF_OK;
+}
+
+typedef struct {
+    df_sft_config t; /* the typed config; strings point into the df_config it was resolved from */
+    char model_dir[2048], out_dir[2048];
+    df_tokenizer *tok;
+    df_actor *actor;
+    sft_data train, val;
+    df_dataloader *dl;
+    int64_t total_steps, max_len;
+    const char *trunc;
+    FILE *metrics_file;
+} sft_run;
+
+static void actor_params(const sft_run *s, df_actor_params *p)
+{
+    const struct df_sft_optim *o = &s->t.optim;
+    memset(p, 0, sizeof *p);
+    p->optim.lr = o->lr;
+    p->optim.weight_decay = o->weight_decay;
+    p->optim.beta1 = o->betas.items[0]; /* the schema requires exactly 2 items */
+    p->optim.beta2 = o->betas.items[1];
+    p->optim.adam_eps = 1e-8;
+    p->optim.cosine = !strcmp(o->lr_scheduler, "cosine");
+    p->optim.total_steps = s->total_steps;
+    int64_t warm = o->lr_warmup_steps;
+    p->optim.warmup_steps = warm > 0 ? warm : (int64_t)(o->lr_warmup_steps_ratio * (double)s->total_steps);
+    p->optim.min_lr_ratio = o->min_lr_ratio;
+    p->optim.num_cycles = o->num_cycles;
+    p->optim.grad_clip = o->clip_grad;
+    p->micro_batch_size = s->t.data.micro_batch_size_per_gpu;
+    p->logprob_micro_batch_size = p->micro_batch_size;
+    p->temperature = 1.0f;
+}
+
+/* Token-mean NLL of the validation responses (verl's val/loss). */
+static int val_loss(sft_run *s, double *loss)
+{
+    int64_t n = df_dataset_size(s->val.ds), tokens = 0;
+    double nll = 0;
+    int rc = DF_OK;
+    for (int64_t start = 0; start < n && !rc; start += 256) {
+        int64_t k = n - start < 256 ? n - start : 256, rows[256];
+        for (int64_t i = 0; i < k; i++)
+            rows[i] = start + i;
+        df_batch *b = NULL;
+        rc = make_batch(&s->val, rows, k, s->max_len, s->trunc, &b);
+        if (!rc)
+            rc = df_actor_compute_log_prob(s->actor, b, "log_probs", NULL);
+        const df_column *lp = rc ? NULL : df_batch_column(b, "log_probs");
+        for (int64_t j = 0; lp && j < lp->offsets[k]; j++)
+            nll -= ((const float *)lp->data)[j];
+        if (lp)
+            tokens += lp->offsets[k];
+        df_batch_free(b);
+    }
+    *loss = tokens ? nll / (double)tokens : 0;
+    return rc;
+}
+
+static int save(sft_run *s, int64_t step)
+{
+    char dir[2300], txt[32];
+    snprintf(dir, sizeof dir, "%s/global_step_%lld", s->out_dir, (long long)step);
+    const df_model *m = df_actor_model(s->actor);
+    int rc = df_hf_dir_save(m, m->cfg.torch_dtype, s->model_dir, dir);
+    int n = snprintf(txt, sizeof txt, "%lld\n", (long long)step);
+    char *latest = rc ? NULL : df_path_join(s->out_dir, "latest_checkpointed_iteration.txt");
+    if (!rc)
+        rc = latest ? df_write_file_atomic(latest, txt, (size_t)n) : df_error(DF_ENOMEM, "out of memory");
+    free(latest);
+    if (!rc)
+        fprintf(stderr, "saved %s\n", dir);
+    return rc;
+}
+
+static int log_step(sft_run *s, int64_t step, df_metrics *m, double dt, int64_t tokens)
+{
+    df_metrics_set(m, "train/tokens_per_second", dt > 0 ? (double)tokens / dt : 0);
+    fprintf(stderr, "sft step %lld/%lld | loss %.4f | lr %.2e | grad_norm %.3f | %.0f tok/s",
+            (long long)step, (long long)s->total_steps, df_metrics_get(m, "train/loss", 0),
+            df_metrics_get(m, "train/lr", 0), df_metrics_get(m, "train/grad_norm", 0),
+            df_metrics_get(m, "train/tokens_per_second", 0));
+    if (df_metrics_has(m, "val/loss"))
+        fprintf(stderr, " | val_loss %.4f", df_metrics_get(m, "val/loss", 0));
+    fputc('\n', stderr);
+    char *line;
+    int rc = df_metrics_to_json(m, step, &line);
+    if (rc)
+        return rc;
+    if (fputs(line, s->metrics_file) < 0 || fflush(s->metrics_file))
+        rc = df_error(DF_EIO, "cannot write %s/metrics.jsonl", s->out_dir);
+    free(line);
+    return rc;
+}
+
+static int sft_loop(sft_run *s)
+{
+    int64_t per_epoch = df_dataloader_steps_per_epoch(s->dl);
+    int64_t save_freq = s->t.trainer.save_freq;
+    int64_t test_freq = s->t.trainer.test_freq;
+    int64_t bs = s->t.data.train_batch_size;
+    int64_t *rows = malloc((size_t)bs * sizeof *rows);
+    df_metrics *m = df_metrics_new();
+    int rc = rows && m ? DF_OK : df_error(DF_ENOMEM, "out of memory");
+    for (int64_t step = 1; step <= s->total_steps && !rc; step++) {
+        double t0 = df_now();
+        int64_t epoch, pos, n;
+        df_dataloader_tell(s->dl, &epoch, &pos);
+        df_batch *b = NULL;
+        rc = df_dataloader_indices(s->dl, epoch, pos, rows, bs, &n);
+        if (!rc)
+            rc = df_dataloader_seek(s->dl, epoch, pos + 1);
+        if (!rc)
+            rc = make_batch(&s->train, rows, n, s->max_len, s->trunc, &b);
+        df_metrics_clear(m);
+        if (!rc)
+            rc = df_actor_sft_step(s->actor, b, m);
+        int64_t tokens = rc ? 0 : df_batch_offsets(b, "prompt_ids")[n] + df_batch_offsets(b, "response_ids")[n];
+        df_batch_free(b);
+        bool last = step == s->total_steps, epoch_end = step % per_epoch == 0;
+        if (!rc && s->val.ds && (last || (test_freq > 0 ? step % test_freq == 0 : epoch_end))) {
+            double vl;
+            if (!(rc = val_loss(s, &vl)))
+                df_metrics_set(m, "val/loss", vl);
+        }
+        if (!rc)
+            rc = log_step(s, step, m, df_now() - t0, tokens);
+        if (!rc && (last || (save_freq > 0 && step % save_freq == 0)))
+            rc = save(s, step);
+    }
+    free(rows);
+    df_metrics_free(m);
+    return rc;
+}
+
+static int check_supported(const df_sft_config *t)
+{
+    if (t->data.multiturn.enable)
+        return df_error(DF_EUNSUPPORTED, "data.multiturn.enable=true is not supported yet");
+    if (!t->data.prompt_dict_keys.null || !t->data.response_dict_keys.null)
+        return df_error(DF_EUNSUPPORTED, "data.prompt_dict_keys / response_dict_keys are not supported; "
+                                         "give data.prompt_key / response_key as dotted paths instead");
+    if (!strcmp(t->optim.lr_scheduler, "wsd"))
+        return df_error(DF_EUNSUPPORTED, "optim.lr_scheduler=wsd is not supported yet (cosine)");
+    if (strcmp(t->trainer.device, "cpu"))
+        return df_error(DF_EUNSUPPORTED, "trainer.device=%s: the engine does not run on CUDA yet "
+                        "(docs/cuda.md); use trainer.device=cpu", t->trainer.device);
+    return DF_OK;
+}
+
+int df_sft_run(const df_config *cfg)
+{
+    sft_run s = {0};
+    int rc = df_sft_config_resolve(cfg, &s.t);
+    if (rc)
+        return rc;
+    const df_sft_config *t = &s.t;
+    s.trunc = t->data.truncation;
+    s.max_len = t->data.max_length;
+    char *md = df_expand_user(t->model.partial_pretrain);
+    char *od = df_expand_user(t->trainer.default_local_dir);
+    snprintf(s.model_dir, sizeof s.model_dir, "%s", md ? md : "");
+    snprintf(s.out_dir, sizeof s.out_dir, "%s", od ? od : "");
+    free(md);
+    free(od);
+    df_model *m = NULL;
+    rc = check_supported(t);
+    if (!rc && (rc = df_hf_dir_load(s.model_dir, NULL, &m, &s.tok)))
+        rc = df_error_wrap(rc, "model.partial_pretrain");
+    if (!rc)
+        rc = load(t, "data.train_files", &t->data.train_files, s.tok, &s.train);
+    if (!rc && t->data.val_files.n > 0)
+        rc = load(t, "data.val_files", &t->data.val_files, s.tok, &s.val);
+    if (!rc)
+        rc = df_dataloader_create(s.train.ds, t->data.train_batch_size, 0, 1, true, (uint64_t)t->trainer.seed, true,
+                                  &s.dl);
+    if (!rc) {
+        s.total_steps = t->trainer.total_training_steps.set
+                            ? t->trainer.total_training_steps.v
+                            : df_dataloader_steps_per_epoch(s.dl) * t->trainer.total_epochs;
+        df_actor_params p;
+        actor_params(&s, &p);
+        rc = df_actor_create(m, &p, true, &s.actor);
+        if (!rc)
+            m = NULL;
+    }
+    if (!rc)
+        rc = df_mkdir_p(s.out_dir);
+    char *mpath = rc ? NULL : df_path_join(s.out_dir, "metrics.jsonl");
+    if (!rc && !(s.metrics_file = mpath ? fopen(mpath, "w") : NULL))
+        rc = df_error(DF_EIO, "cannot open %s for writing", mpath ? mpath : s.out_dir);
+    free(mpath);
+    if (!rc) {
+        fprintf(stderr, "[distflow] sft: %lld examples, %lld steps of %lld\n",
+                (long long)df_dataset_size(s.train.ds), (long long)s.total_steps,
+                (long long)t->data.train_batch_size);
+        rc = sft_loop(&s);
+    }
+    if (s.metrics_file)
+        fclose(s.metrics_file);
+    df_model_free(m);
+    df_actor_free(s.actor);
+    df_dataloader_free(s.dl);
+    sft_data_free(&s.train);
+    sft_data_free(&s.val);
+    df_tokenizer_free(s.tok);
+    return rc;
+}

@@ -1,0 +1,396 @@
+/* worker_internal.h — the DAG worker's state, shared by its setup, loop and node functions. */
+#ifndef DF_WORKER_INTERNAL_H
+#define DF_WORKER_INTERNAL_H
+
+#include "distflow/algo.h"
+#include "distflow/comm.h"
+#include "distflow/config.h"
+#include "distflow/coordinator.h"
+#include "distflow/dag.h"
+#include "distflow/dataloader.h"
+#include "distflow/metrics.h"
+#include "distflow/rng.h"
+#include "distflow/scheduler.h"
+#include "distflow/train_config.h"
+#include "distflow/worker.h"
+#include "engine/actor.h"
+#include "engine/critic.h"
+#include "util/timeutil.h"
+#include "workers/dag/prompts.h"
+#include "workers/rollout/rollout_batch.h"
+
+#include <stdio.h>
+
+/* A node's data-parallel layout within its group (siiRL _get_node_dp_info):
+ * dp_size DP ranks of mp consecutive group ranks each; distflow does not shard
+ * models, so the mp ranks of a DP rank hold the same data and compute the same. */
+typedef struct df_node_layout {
+    int dp_size, mp, dp_rank, mp_rank;
+} df_node_layout;
+
+/*
+ * The configuration one graph node runs with, resolved once (src/workers/dag/resolve.c):
+ * the typed keys (the global ones, with a workflow node's `config:` merged over them)
+ * and what is derived from them. The worker holds one for the global configuration
+ * (w->global) and one per node that overrides keys; df_worker_node_settings picks.
+ */
+typedef struct df_node_settings {
+    df_config *owned;       /* the node's merged config (node_config.c), NULL for w->global */
+    const df_config *src;   /* what cfg was resolved from: provenance (df_config_where) for messages */
+    df_train_config cfg;    /* typed keys; strings point into src */
+    df_actor_loss actor_loss;   /* df_worker_actor_loss(&cfg) */
+    df_critic_loss critic_loss; /* df_worker_critic_loss(&cfg) */
+    df_sampling_params sampling; /* rollout.* as this node samples (df_worker_resolve; needs the tokenizer) */
+} df_node_settings;
+
+struct df_dag_worker {
+    const df_config *cfg;       /* the loaded config: provenance for messages, the planner's input */
+    df_node_settings global;    /* the global typed config and its derived values */
+    df_comm *comm; /* the world (borrowed) */
+    int rank, world;
+    df_plan *plan;
+    df_comm *group;             /* the process group this rank's model nodes run in: comm or owned */
+    int group_rank, group_size;
+    df_node_layout *layouts;    /* [graph nodes], parallel to the graph's nodes */
+    df_node_layout data_layout; /* the first node's: the dataloader shards by it */
+    df_node_layout actor_layout;
+    df_comm *actor_dp;          /* the actor's data-parallel group (owned), NULL on one rank */
+    df_node_layout cur_layout;  /* layout of the batch the step holds now */
+    df_node_role prev_role;     /* role of the node that ran last in this step */
+    df_data_buffers *buffers;   /* this rank's Data Coordinator buffers */
+    char model_dir[1024], tokenizer_dir[1024], out_dir[1024];
+
+    df_tokenizer *tok;
+    df_dataset *train_ds, *val_ds;
+    df_prompt_cache train_prompts, val_prompts;
+    df_dataloader *dl;
+
+    df_actor *actor; /* the policy; the rollout engine reads its weights */
+    df_actor *ref;   /* frozen reference (use_kl_loss or use_kl_in_reward), or NULL */
+    df_kl_ctrl *kl_ctrl; /* algorithm.kl_ctrl when algorithm.use_kl_in_reward, else NULL */
+    bool remax;          /* adv_estimator remax: the rollout adds a greedy reward_baselines */
+    df_rollout_engine *rollout;
+    df_critic *critic;          /* the PPO critic when the graph has a CRITIC node, else NULL */
+    df_node_layout critic_layout;
+    df_comm *critic_dp;         /* the critic's data-parallel group (owned), NULL on one rank */
+    df_reward_manager_cfg reward;
+    df_adv_estimator_fn adv_fn;
+    df_task_graph *graph;
+    df_node_settings **node_set; /* [n_node_set], parallel to graph nodes: a node's own settings or NULL */
+    int n_node_set;
+
+    df_sampling_params val_sp; /* rollout.val_kwargs.* (df_worker_resolve) */
+    int64_t step, total_steps;
+
+    df_metrics *metrics; /* the current step's */
+    FILE *metrics_file;
+    bool console;
+};
+
+/** The rollout's responses per prompt (actor_rollout_ref.rollout.n). */
+static inline int64_t df_worker_n_samples(const df_dag_worker *w)
+{
+    return w->global.cfg.actor_rollout_ref.rollout.n;
+}
+/** trainer.seed, the root of every seed the worker draws. */
+static inline uint64_t df_worker_seed(const df_dag_worker *w)
+{
+    return (uint64_t)w->global.cfg.trainer.seed;
+}
+
+/**
+ * Finish w->graph loaded from dag.workflow_path: nodes without an executable
+ * get siiRL's default for their role (ROLLOUT -> generate, ACTOR ->
+ * train_actor or, forward-only, compute_old_log_prob, ...), refs are resolved,
+ * and every node's `config:` is merged over w->cfg (relative keys under the
+ * role's branch, e.g. `rollout.temperature` on a ROLLOUT node means
+ * actor_rollout_ref.rollout.temperature) and resolved into its own
+ * df_node_settings (df_worker_settings_init). Keys a node's function does not
+ * read per node are refused (DF_EUNSUPPORTED naming the file, node and the
+ * keys it honours). Needs w->global resolved.
+ */
+int df_worker_setup_workflow(df_dag_worker *w);
+/**
+ * node_config.c: node n's `config:` merged over cfg (relative keys under the
+ * role's branch; the planner's keys, df_worker_planner_node_keys, and the
+ * function's own keys left out), every key checked against what ref's function
+ * declared (df_exec_node_keys; ref NULL: none): DF_EUNSUPPORTED "<where>: <key>
+ * cannot be changed per node (this node honours: ...)" for any other; a
+ * per-node policy_loss.loss_mode checked against the registry. *out: the
+ * merged config (caller frees), NULL when the node overrides no job key.
+ * Errors start with `where` ("<file> node '<id>'").
+ */
+int df_worker_node_overrides(const df_config *cfg, const df_node *n, const char *ref, const char *where,
+                             df_config **out);
+/* train_check.c: siiRL's default function for a workflow node without executable_ref
+ * (by role, type and forward-only), or NULL for a node that has none (it is skipped). */
+const char *df_worker_default_exec(const df_node *n);
+/* Node config keys the planner reads (siiRL's model_params; NULL-terminated): not config keys. */
+extern const char *const df_worker_planner_node_keys[];
+/* train_check.c: the plan for a job of `world` ranks: trainer.nnodes machines sharing them
+ * (n_gpus_per_node = world / nnodes, a warning when it was set otherwise). */
+int df_worker_plan(const df_config *c, int world, df_warn_fn warn, void *user, df_plan **out);
+/* parallel.c: the config key of a role's model-parallel size and its value in t into *mp; NULL
+ * (and *mp unchanged) for a role without a model. */
+const char *df_worker_mp_key(df_node_role role, const df_train_config *t, int64_t *mp);
+/**
+ * The job's plugins, read from their files without running plugin code (load false:
+ * df_train_check) or loaded (load true: the worker, after the check):
+ * algorithm.adv_estimator and actor.policy_loss.loss_mode when they are plugin refs
+ * ("path/to/libx.so:symbol", a descriptor object), registered under the ref (names that are not
+ * refs are left to the registries); custom_reward_function.path / .name (verl's key: a shared
+ * library exporting a df_reward_fn), stored in *score when loading (score may be NULL; unchanged
+ * when no path is set). c is resolved into t; c names keys in messages.
+ * Errors: those of df_plugin_adv_estimator / df_plugin_policy_loss / df_plugin_check /
+ * df_plugin_symbol, naming the key.
+ */
+int df_worker_plugins(const df_config *c, const df_train_config *t, bool load, df_reward_fn *score);
+/** df_warn_fn for workflow warnings: stderr, rank 0 only (user = the worker). */
+void df_worker_warn(void *user, const char *msg);
+/** The node's settings, or &w->global when it has no overrides (or n is NULL). */
+const df_node_settings *df_worker_node_settings(const df_dag_worker *w, const df_node *n);
+void df_worker_free_node_configs(df_dag_worker *w);
+
+/* ---- resolve.c: every value derived from the configuration, computed here once ---- */
+/**
+ * s from config c: the typed keys (df_train_config_resolve; strings borrowed
+ * from c) and the loss settings derived from them. s->owned is left as it is;
+ * s->sampling is filled later by df_worker_resolve. Errors: those of the resolver.
+ */
+int df_worker_settings_init(df_node_settings *s, const df_config *c);
+/**
+ * The optimizer block o (actor or critic) with its role's grad_clip: the
+ * schedule's total steps are optim.total_training_steps when > 0, else
+ * trainer_steps (the trainer's step count); warmup steps lr_warmup_steps when
+ * > 0, else lr_warmup_steps_ratio x total; min_lr_ratio null means 0.
+ */
+void df_worker_optim(const struct df_train_optim *o, double grad_clip, int64_t trainer_steps, df_core_optim *out);
+/**
+ * The actor's PPO loss settings from t: actor.ppo_epochs, policy_loss.*, loss_agg_mode, clip
+ * ratios, entropy_coeff, kl_loss_*, policy_drift_coeff (policy_loss "cpgd" when use_cpgd_loss or
+ * adv_estimator=cpgd and loss_mode is vanilla), loss_agg_norm_length = loss_scale_factor else
+ * data.max_response_length. Strings are borrowed from t.
+ */
+void df_worker_actor_loss(const df_train_config *t, df_actor_loss *l);
+/** The critic's value-loss settings (critic.ppo_epochs, cliprange_value, loss_agg_mode) from t. */
+void df_worker_critic_loss(const df_train_config *t, df_critic_loss *l);
+/**
+ * All the actor settings from w->global: optimizer (over w->total_steps),
+ * batching in samples over the actor's DP size, the loss, the seed; the
+ * temperature is the global rollout.temperature (df_worker_resolve replaces it
+ * by the rollout nodes').
+ */
+void df_worker_actor_params(const df_dag_worker *w, df_actor_params *p);
+/** Critic settings (critic.*) from w->global, batching over the critic's DP size. */
+void df_worker_critic_params(const df_dag_worker *w, df_critic_params *p);
+/**
+ * The temperature the actor and reference compute log-probs at: the one the
+ * workflow's rollout nodes sample with (a node may override it), else the
+ * global rollout.temperature. Rollout nodes at different temperatures are
+ * refused (DF_EUNSUPPORTED naming both): the actor has one.
+ */
+int df_worker_actor_temperature(const df_dag_worker *w, float *t);
+/**
+ * The values that need the tokenizer, the data and the layouts, once at setup:
+ * the sampling settings of w->global and of every node with its own settings,
+ * w->val_sp, and *actor (may be NULL): df_worker_actor_params with
+ * df_worker_actor_temperature. Errors: those of df_worker_actor_temperature.
+ */
+int df_worker_resolve(df_dag_worker *w, df_actor_params *actor);
+
+/** Plan (every rank the same), take this rank's TaskGraph, make the process groups' communicators. */
+int df_worker_setup_parallel(df_dag_worker *w);
+/** Each node's layout and the actor's DP communicator (after the node configs exist). */
+int df_worker_setup_layouts(df_dag_worker *w);
+void df_worker_free_parallel(df_dag_worker *w);
+/**
+ * Element-wise sum over the ranks of `comm` of the k values of vals, added in
+ * rank order (the same bits on every rank), into totals[k] (zeroed first),
+ * with a failure flag (rc != 0) summed alongside, as the actor's
+ * df_train_core_reduce. A collective every rank makes, failed or not; NULL
+ * comm: this rank alone. Returns the merged status: rc when this rank failed,
+ * else a comm error wrapped with `what`, else DF_EINTERNAL "<what>: N other
+ * rank(s) of the <group> (S ranks) failed; their own errors say why" when
+ * another rank failed, else DF_OK. Errors also: DF_ENOMEM.
+ */
+int df_worker_group_sum(df_comm *comm, int rc, const double *vals, int k, double *totals, const char *what,
+                        const char *group);
+/**
+ * Index of `role`'s training node in w->graph (the last MODEL_TRAIN node of
+ * the role that is not forward-only; with forward_ok also MODEL_INFERENCE
+ * nodes, and, when the role has only forward-only ones, the first of them);
+ * -1 when none.
+ */
+int df_worker_role_node(const df_dag_worker *w, df_node_role role, bool forward_ok);
+/** Index of `node` among w->graph's nodes, -1 when not there. */
+int df_worker_node_index(const df_dag_worker *w, const df_node *node);
+const df_node_layout *df_worker_node_layout(const df_dag_worker *w, const df_node *node);
+
+/**
+ * df_run_opts.before_node for the worker (user = the worker): bring the batch
+ * to `node`'s layout — a local hand-off when the layouts match, else a
+ * redistribution through w->buffers (also forced before a DATA_REBALANCE node
+ * and, with trainer.balance_batch, after the rollout). Collective over the
+ * group when it redistributes.
+ */
+int df_worker_before_node(void *user, df_node *node, df_batch **batch);
+/** df_run_opts.begin_pass for the worker (user = the worker): reset the hand-off state at the
+ *  start of a pass over the graph (the batch has the dataloader's layout). */
+void df_worker_begin_pass(void *user);
+
+/**
+ * This rank's next prompts from the dataloader, encoded, with a `uid` per
+ * prompt: "s<step>-r<row>", or "s<step>-g<gen>-r<row>" for the gen-th extra
+ * generation batch of a step (DAPO's dynamic sampling).
+ */
+int df_worker_next_prompts(df_dag_worker *w, int gen, df_batch **out);
+/** Rollout: rollout.n responses per prompt of `prompts` (seeded by step and gen) into *out;
+ *  with w->remax also their greedy reward_baselines (df_worker_remax_baselines), whose
+ *  seconds go to *gen_max_s (0 without remax; may be NULL) for the caller's timing_s/gen_max. */
+int df_worker_generate(df_dag_worker *w, const df_node *node, const df_batch *prompts, int64_t step, int gen,
+                       df_batch **out, double *gen_max_s);
+/** w->reward from reward_model.reward_manager / overlong_buffer.*; DF_ENOTFOUND for an unknown manager. */
+int df_worker_setup_reward(df_dag_worker *w);
+/** Reward: scores, token_level_scores / _rewards, `acc`; critic/acc/mean into m (may be NULL). */
+int df_worker_reward(df_dag_worker *w, df_batch *b, df_metrics *m);
+
+/**
+ * DAPO's group filter: the rows of `b` (columns uid and the metric's) whose
+ * group has one sample or a metric with non-zero population std, in batch
+ * order, into keep[] (capacity = rows) and *n_keep; kept groups into *groups.
+ * metric: acc, score, seq_reward (sum of token_level_scores) or
+ * seq_final_reward (sum of token_level_rewards), as verl's dapo_ray_trainer. Errors: DF_EINVAL, DF_ENOMEM.
+ */
+int df_dynamic_sampling_kept_rows(const df_batch *b, const char *metric, int64_t *keep, int64_t *n_keep,
+                                  int64_t *groups);
+/** Register DAPO's dynamic_sampling node function (DAGWorker.dynamic_sampling and siiRL's name). */
+int df_worker_register_dynamic_sampling(void);
+
+/**
+ * KL penalty in the reward (verl ray_trainer apply_kl_penalty): with beta =
+ * df_kl_ctrl_value(ctrl) before the update, token_level_rewards (replaced) =
+ * token_level_scores - beta * kl(old_log_probs, ref_log_prob) per response
+ * token (df_kl_apply_in_reward, kl estimator `penalty`); then the controller
+ * steps with current_kl = the mean over the group's samples of each sample's
+ * token-mean KL and n_steps = the group's sample count (verl: batch_size),
+ * recording actor/reward_kl_penalty and actor/reward_kl_penalty_coeff in m
+ * (may be NULL). comm: the group the batch is split over (data parallel;
+ * NULL = this batch alone), collective; replica: this rank holds a copy of
+ * another rank's samples (model-parallel rank > 0) and is not counted. Every
+ * rank gets the same current_kl bits. Errors: DF_EINVAL for a missing
+ * token_level_scores / old_log_probs / ref_log_prob column or lengths that
+ * differ, those of df_kl_apply_in_reward / df_kl_ctrl_step, comm errors; a
+ * rank that fails still joins the collective, and the others then return
+ * DF_EINTERNAL (another rank failed), so every rank returns an error.
+ */
+int df_kl_reward_apply(df_kl_ctrl *ctrl, const char *penalty, df_batch *b, df_comm *comm, bool replica,
+                       df_metrics *m);
+/** df_kl_reward_apply in the advantage node `node` when w->kl_ctrl is set (over w->group, node's layout). */
+int df_worker_kl_in_reward(df_dag_worker *w, const df_node *node, df_batch *b, df_metrics *m);
+
+/**
+ * Whiten adv[n_tokens] in place with the statistics of the tokens of every
+ * rank of `comm` (df_adv_whiten_sum / _ssd / _stats, two collectives: count
+ * and sum, then the squared deviations about the global mean, each summed in
+ * rank order so every rank gets the same bits); copy [n_tokens] (may be NULL)
+ * receives the result too. NULL comm: this batch alone. rc: this rank's status
+ * so far — every rank calls this, failed or not, with an empty shard or not;
+ * a failed rank returns rc, the others DF_EINTERNAL ("other rank(s) ...
+ * failed"), and none is left waiting. replica: this rank holds a copy of
+ * another rank's samples (model-parallel rank > 0): its tokens are not counted
+ * but it is whitened with the group's statistics. Errors: rc, those of
+ * df_adv_whiten_*, comm errors, DF_ENOMEM.
+ */
+int df_worker_whiten_group(df_comm *comm, int rc, bool replica, int64_t n_tokens, float *adv, float *copy);
+/** True when the advantage node `node` whitens over its group: its layout has dp_size > 1 and
+ *  algorithm.adv_estimator whitens (df_adv_estimator_whitens); the estimator then runs with
+ *  defer_whiten. */
+bool df_worker_defers_whiten(const df_dag_worker *w, const df_node *node);
+/**
+ * The advantage node's whitening over w->group (call when df_worker_defers_whiten):
+ * df_worker_whiten_group on b's `advantages` (and `returns` for
+ * reinforce_plus_plus_baseline), replicas by the node's layout. Collective: every
+ * rank calls it with its status rc (b may be NULL when rc != 0). Returns rc, or
+ * the group's error wrapped with the estimator's name.
+ */
+int df_worker_whiten_advantages(df_dag_worker *w, const df_node *node, int rc, df_batch *b);
+/**
+ * For an estimator with DF_ADV_BATCH_COUNTS run by advantage node `node` over several
+ * data-parallel ranks: the counts of `in` (this rank's shard; a replica's count nothing) summed
+ * over w->group into *out, and *use true; else *use false and nothing is exchanged. Collective
+ * when *use: every rank calls it with its status rc (in may be NULL when rc != 0). Returns the
+ * merged status, as df_worker_group_sum.
+ */
+int df_worker_adv_batch_counts(df_dag_worker *w, const df_node *node, int rc, const df_adv_input *in,
+                               df_adv_batch_counts *out, bool *use);
+
+/**
+ * ReMax: set F32 column reward_baselines of `out` (rows with `uid`) to the sum
+ * of token_level_scores of the row of `greedy` (one response per prompt) with
+ * the same uid. Errors: DF_EINVAL for missing columns, a uid of out without a
+ * greedy row, a uid twice in greedy; DF_ENOMEM.
+ */
+int df_remax_set_baselines(df_batch *out, const df_batch *greedy);
+/**
+ * ReMax's greedy baseline (verl RayPPOTrainer.fit, adv_estimator remax):
+ * `prompts` (the rollout node's input) generated once more greedily with the
+ * node's other sampling settings `sp` (as df_worker_generate built them),
+ * scored by df_worker_reward, then df_remax_set_baselines(out, ...). The wall time in seconds, also on failure,
+ * into *seconds (may be NULL): verl's timing_s/gen_max, recorded by the caller.
+ */
+int df_worker_remax_baselines(df_dag_worker *w, const df_sampling_params *sp, const df_batch *prompts,
+                              df_batch *out, double *seconds);
+/** <who>/weights_in_sync: the model's checksum agrees over w->group (collective); DF_EINTERNAL when not. */
+int df_worker_check_in_sync(df_dag_worker *w, const df_model *model, const char *who, df_metrics *m);
+
+/* ---- the PPO critic (critic_setup.c, nodes_critic.c) ---- */
+/** The critic's layout and DP communicator when the graph has a CRITIC node (collective over w->group;
+ *  parallel.c, as the actor's). */
+int df_worker_setup_critic_comm(df_dag_worker *w);
+/** Load critic.model.path as a value model and create w->critic when the graph has a CRITIC node. */
+int df_worker_setup_critic(df_dag_worker *w);
+void df_worker_free_critic(df_dag_worker *w);
+/** Write the critic (when there is one) to `step_dir`/critic as an HF directory; rank 0 only. */
+int df_worker_save_critic(df_dag_worker *w, const char *step_dir);
+/** critic/weights_in_sync: the critic's checksum agrees over w->group (collective); an error when not. */
+int df_worker_check_critic_weights(df_dag_worker *w, df_metrics *m);
+/** True while trainer.critic_warmup steps train only the critic (steps 1..critic_warmup). */
+bool df_worker_critic_warmup(const df_dag_worker *w, int64_t step);
+/** Register DAGWorker.compute_value and DAGWorker.train_critic. */
+int df_worker_register_critic_nodes(void);
+
+/* ---- helpers of the node functions (nodes.c, nodes_critic.c) ---- */
+/** The worker running the node function's graph. */
+static inline df_dag_worker *df_node_worker(const df_node_ctx *ctx)
+{
+    return (df_dag_worker *)ctx->worker;
+}
+/** Record the node's wall time since t0 under verl's timing_s/<name> in ctx->metrics (when set). */
+static inline void df_worker_timing(df_node_ctx *ctx, const char *name, double t0)
+{
+    char key[96];
+    snprintf(key, sizeof key, "timing_s/%s", name);
+    if (ctx->metrics)
+        df_metrics_set(ctx->metrics, key, df_now() - t0);
+}
+
+/** Register the built-in node functions under their DAGWorker.* names (idempotent): each role
+ *  worker's (workers/<role>/) with the config: keys they read per node. */
+int df_worker_register_nodes(void);
+/** workers/rollout/generate.c: DAGWorker.generate (and DAPO's dynamic_sampling). */
+int df_worker_register_rollout_nodes(void);
+/** workers/reward/reward_node.c: DAGWorker.compute_reward. */
+int df_worker_register_reward_nodes(void);
+/** workers/advantage/advantage_node.c: DAGWorker.compute_advantage. */
+int df_worker_register_advantage_nodes(void);
+/** workers/actor/actor_nodes.c: DAGWorker.compute_old_log_prob and DAGWorker.train_actor. */
+int df_worker_register_actor_nodes(void);
+/** workers/reference/ref_node.c: DAGWorker.compute_ref_log_prob. */
+int df_worker_register_reference_nodes(void);
+/** DF_EINVAL "<node>: no input batch" when b is NULL (a node function's first check). */
+static inline int df_worker_need_batch(const df_batch *b, const char *node)
+{
+    return b ? DF_OK : df_error(DF_EINVAL, "%s: no input batch", node);
+}
+
+#endif
