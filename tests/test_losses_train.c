@@ -568,7 +568,7 @@ static void test_worker_actor_params(void **state)
     (void)state;
     df_dag_worker w;
     memset(&w, 0, sizeof w);
-    w.actor_layout.dp_size = 1; /* rollout.n is 1 by default */
+    w.actor.layout.dp_size = 1; /* rollout.n is 1 by default */
     const char *ov[] = {"data.max_response_length=96", ACTOR_KEY "policy_drift_coeff=0.01",
                         ACTOR_KEY "policy_loss.kl_cov_ratio=0.002", ACTOR_KEY "tis_imp_ratio_cap=2.5",
                         "trainer.seed=9", ACTOR_KEY "entropy_coeff=0.25", ACTOR_KEY "kl_loss_coef=0.125",

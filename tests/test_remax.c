@@ -76,7 +76,7 @@ static void check_baselines(df_dag_worker *w)
     assert_int_equal(df_worker_reward(w, b, NULL), 0); /* the sampled responses' own scores */
     df_sampling_params sp = w->global.sampling;
     sp.greedy = true;
-    assert_int_equal(df_generate_batch(w->rollout, df_actor_model(w->actor), p, 1, &sp, 12345, NULL, &g), 0);
+    assert_int_equal(df_generate_batch(w->rollout.engine, df_actor_model(w->actor.model), p, 1, &sp, 12345, NULL, &g), 0);
     assert_int_equal(df_worker_reward(w, g, NULL), 0);
     int64_t np = df_batch_size(p), n = df_worker_n_samples(w);
     assert_int_equal(df_batch_size(b), np * n);

@@ -305,9 +305,9 @@ static void test_worker_reward_setup(void **state)
     df_dag_worker w = {.cfg = cfg};
     assert_int_equal(df_worker_settings_init(&w.global, cfg), 0); /* as df_dag_worker_create does first */
     assert_int_equal(df_worker_setup_reward(&w), 0);
-    assert_string_equal(w.reward.manager, "dapo");
-    assert_int_equal(w.reward.max_resp_len, 32);
-    assert_true(w.reward.overlong_buffer.enable && w.reward.overlong_buffer.len == 7);
+    assert_string_equal(w.reward.cfg.manager, "dapo");
+    assert_int_equal(w.reward.cfg.max_resp_len, 32);
+    assert_true(w.reward.cfg.overlong_buffer.enable && w.reward.cfg.overlong_buffer.len == 7);
     assert_int_equal(df_config_set(cfg, "reward_model.reward_manager", "prime"), 0);
     assert_int_equal(df_worker_settings_init(&w.global, cfg), 0); /* the typed struct lives until a change */
     assert_error_mentions(df_worker_setup_reward(&w), DF_ENOTFOUND,

@@ -333,7 +333,7 @@ static int load_in_worker(const char *dir, const char *yaml, df_dag_worker *w)
     df_config_free(base);
     w->cfg = c;
     w->rank = 1; /* no warnings printed */
-    w->actor_layout.dp_size = 1;
+    w->actor.layout.dp_size = 1;
     w->world = 1;
     assert_int_equal(df_worker_settings_init(&w->global, w->cfg), 0); /* as df_dag_worker_create does first */
     assert_int_equal(df_worker_register_nodes(), 0);

@@ -43,6 +43,40 @@ typedef struct df_node_settings {
     df_sampling_params sampling; /* rollout.* as this node samples (df_worker_resolve; needs the tokenizer) */
 } df_node_settings;
 
+/* The role workers: what each role's nodes own (workers/<role>/), held by the DAG worker. */
+
+/* workers/rollout/: the rollout engine sampling from the actor's weights (verl's hybrid engine). */
+typedef struct df_rollout_worker {
+    df_rollout_engine *engine;
+    bool remax;               /* adv_estimator remax: a greedy pass adds reward_baselines */
+    df_sampling_params val_sp; /* rollout.val_kwargs.* (df_worker_resolve) */
+} df_rollout_worker;
+
+/* workers/actor/: the policy being trained, its optimizer inside. */
+typedef struct df_actor_worker {
+    df_actor *model;       /* the policy; the rollout engine reads its weights */
+    df_node_layout layout; /* its nodes' data-parallel layout */
+    df_comm *dp;           /* its data-parallel group (owned), NULL on one rank */
+} df_actor_worker;
+
+/* workers/reference/: the frozen initial policy, when a KL term needs it. */
+typedef struct df_reference_worker {
+    df_actor *model; /* use_kl_loss or use_kl_in_reward, else NULL */
+} df_reference_worker;
+
+/* workers/critic/: the value model of PPO. */
+typedef struct df_critic_worker {
+    df_critic *model;      /* when the graph has a CRITIC node, else NULL */
+    df_node_layout layout;
+    df_comm *dp;           /* its data-parallel group (owned), NULL on one rank */
+} df_critic_worker;
+
+/* workers/reward/: the reward manager (or custom_reward_function) and the in-reward KL controller. */
+typedef struct df_reward_worker {
+    df_reward_manager_cfg cfg; /* reward_model.reward_manager, its overlong buffer, the custom function */
+    df_kl_ctrl *kl_ctrl; /* algorithm.kl_ctrl when algorithm.use_kl_in_reward, else NULL */
+} df_reward_worker;
+
 struct df_dag_worker {
     const df_config *cfg;       /* the loaded config: provenance for messages, the planner's input */
     df_node_settings global;    /* the global typed config and its derived values */
@@ -53,8 +87,6 @@ struct df_dag_worker {
     int group_rank, group_size;
     df_node_layout *layouts;    /* [graph nodes], parallel to the graph's nodes */
     df_node_layout data_layout; /* the first node's: the dataloader shards by it */
-    df_node_layout actor_layout;
-    df_comm *actor_dp;          /* the actor's data-parallel group (owned), NULL on one rank */
     df_node_layout cur_layout;  /* layout of the batch the step holds now */
     df_node_role prev_role;     /* role of the node that ran last in this step */
     df_data_buffers *buffers;   /* this rank's Data Coordinator buffers */
@@ -65,21 +97,16 @@ struct df_dag_worker {
     df_prompt_cache train_prompts, val_prompts;
     df_dataloader *dl;
 
-    df_actor *actor; /* the policy; the rollout engine reads its weights */
-    df_actor *ref;   /* frozen reference (use_kl_loss or use_kl_in_reward), or NULL */
-    df_kl_ctrl *kl_ctrl; /* algorithm.kl_ctrl when algorithm.use_kl_in_reward, else NULL */
-    bool remax;          /* adv_estimator remax: the rollout adds a greedy reward_baselines */
-    df_rollout_engine *rollout;
-    df_critic *critic;          /* the PPO critic when the graph has a CRITIC node, else NULL */
-    df_node_layout critic_layout;
-    df_comm *critic_dp;         /* the critic's data-parallel group (owned), NULL on one rank */
-    df_reward_manager_cfg reward;
+    df_rollout_worker rollout;
+    df_actor_worker actor;
+    df_reference_worker reference;
+    df_critic_worker critic;
+    df_reward_worker reward;
     df_adv_estimator_fn adv_fn;
+
     df_task_graph *graph;
     df_node_settings **node_set; /* [n_node_set], parallel to graph nodes: a node's own settings or NULL */
     int n_node_set;
-
-    df_sampling_params val_sp; /* rollout.val_kwargs.* (df_worker_resolve) */
     int64_t step, total_steps;
 
     df_metrics *metrics; /* the current step's */
@@ -193,7 +220,7 @@ int df_worker_actor_temperature(const df_dag_worker *w, float *t);
 /**
  * The values that need the tokenizer, the data and the layouts, once at setup:
  * the sampling settings of w->global and of every node with its own settings,
- * w->val_sp, and *actor (may be NULL): df_worker_actor_params with
+ * w->rollout.val_sp, and *actor (may be NULL): df_worker_actor_params with
  * df_worker_actor_temperature. Errors: those of df_worker_actor_temperature.
  */
 int df_worker_resolve(df_dag_worker *w, df_actor_params *actor);
@@ -245,11 +272,11 @@ void df_worker_begin_pass(void *user);
  */
 int df_worker_next_prompts(df_dag_worker *w, int gen, df_batch **out);
 /** Rollout: rollout.n responses per prompt of `prompts` (seeded by step and gen) into *out;
- *  with w->remax also their greedy reward_baselines (df_worker_remax_baselines), whose
+ *  with w->rollout.remax also their greedy reward_baselines (df_worker_remax_baselines), whose
  *  seconds go to *gen_max_s (0 without remax; may be NULL) for the caller's timing_s/gen_max. */
 int df_worker_generate(df_dag_worker *w, const df_node *node, const df_batch *prompts, int64_t step, int gen,
                        df_batch **out, double *gen_max_s);
-/** w->reward from reward_model.reward_manager / overlong_buffer.*; DF_ENOTFOUND for an unknown manager. */
+/** w->reward.cfg from reward_model.reward_manager / overlong_buffer.*; DF_ENOTFOUND for an unknown manager. */
 int df_worker_setup_reward(df_dag_worker *w);
 /** Reward: scores, token_level_scores / _rewards, `acc`; critic/acc/mean into m (may be NULL). */
 int df_worker_reward(df_dag_worker *w, df_batch *b, df_metrics *m);
@@ -285,7 +312,7 @@ int df_worker_register_dynamic_sampling(void);
  */
 int df_kl_reward_apply(df_kl_ctrl *ctrl, const char *penalty, df_batch *b, df_comm *comm, bool replica,
                        df_metrics *m);
-/** df_kl_reward_apply in the advantage node `node` when w->kl_ctrl is set (over w->group, node's layout). */
+/** df_kl_reward_apply in the advantage node `node` when w->reward.kl_ctrl is set (over w->group, node's layout). */
 int df_worker_kl_in_reward(df_dag_worker *w, const df_node *node, df_batch *b, df_metrics *m);
 
 /**
@@ -347,7 +374,7 @@ int df_worker_check_in_sync(df_dag_worker *w, const df_model *model, const char 
 /** The critic's layout and DP communicator when the graph has a CRITIC node (collective over w->group;
  *  parallel.c, as the actor's). */
 int df_worker_setup_critic_comm(df_dag_worker *w);
-/** Load critic.model.path as a value model and create w->critic when the graph has a CRITIC node. */
+/** Load critic.model.path as a value model and create w->critic.model when the graph has a CRITIC node. */
 int df_worker_setup_critic(df_dag_worker *w);
 void df_worker_free_critic(df_dag_worker *w);
 /** Write the critic (when there is one) to `step_dir`/critic as an HF directory; rank 0 only. */

@@ -14,7 +14,7 @@ static int node_compute_old_log_prob(df_node_ctx *ctx, df_batch *batch, df_node_
     double t0 = df_now(), entropy = 0;
     int rc = df_worker_need_batch(batch, "compute_old_log_prob");
     if (!rc)
-        rc = df_actor_compute_log_prob(w->actor, batch, "old_log_probs", &entropy);
+        rc = df_actor_compute_log_prob(w->actor.model, batch, "old_log_probs", &entropy);
     if (!rc && ctx->metrics)
         df_metrics_set(ctx->metrics, "actor/entropy", entropy);
     /* how far the rollout engine's log-probs are from the trainer's (verl's rollout-training mismatch) */
@@ -47,11 +47,11 @@ static int node_train_actor(df_node_ctx *ctx, df_batch *batch, df_node_output *o
     /* a workflow node may override the loss settings: set them for this update only */
     const df_node_settings *ns = df_worker_node_settings(w, ctx->node);
     if (!rc && ns != &w->global)
-        df_actor_set_loss(w->actor, &ns->actor_loss);
+        df_actor_set_loss(w->actor.model, &ns->actor_loss);
     if (!rc)
-        rc = df_actor_update_policy(w->actor, batch, ctx->metrics);
+        rc = df_actor_update_policy(w->actor.model, batch, ctx->metrics);
     if (ns != &w->global) /* back to the global settings */
-        df_actor_set_loss(w->actor, &w->global.actor_loss);
+        df_actor_set_loss(w->actor.model, &w->global.actor_loss);
     (void)out;
     df_worker_timing(ctx, "update_actor", t0);
     return rc;

@@ -28,7 +28,7 @@ static int load_value_model(df_dag_worker *w, df_model **out)
     int rc = df_hf_dir_load(dir, NULL, &m, NULL);
     if (rc)
         rc = df_error_wrap(rc, "%s: critic.model.path", df_config_where(c, C "model.path"));
-    int64_t vocab = df_actor_model(w->actor)->cfg.vocab_size;
+    int64_t vocab = df_actor_model(w->actor.model)->cfg.vocab_size;
     if (!rc && m->cfg.vocab_size != vocab)
         rc = df_error(
             DF_EINVAL,
@@ -68,30 +68,30 @@ int df_worker_setup_critic(df_dag_worker *w)
         df_worker_warn(w, "trainer.critic_warmup >= the number of training steps: the actor is never updated");
     df_critic_params p;
     df_worker_critic_params(w, &p);
-    if ((rc = df_critic_create(m, &p, &w->critic))) {
+    if ((rc = df_critic_create(m, &p, &w->critic.model))) {
         df_model_free(m);
         return df_error_wrap(rc, "creating the critic");
     }
-    df_critic_set_comm(w->critic, w->critic_dp);
+    df_critic_set_comm(w->critic.model, w->critic.dp);
     return DF_OK;
 }
 
 void df_worker_free_critic(df_dag_worker *w)
 {
-    df_critic_free(w->critic);
-    w->critic = NULL;
-    df_comm_free(w->critic_dp);
-    w->critic_dp = NULL;
+    df_critic_free(w->critic.model);
+    w->critic.model = NULL;
+    df_comm_free(w->critic.dp);
+    w->critic.dp = NULL;
 }
 
 int df_worker_save_critic(df_dag_worker *w, const char *step_dir)
 {
-    if (!w->critic || w->rank != 0)
+    if (!w->critic.model || w->rank != 0)
         return DF_OK;
     char *dir = df_path_join(step_dir, "critic");
     if (!dir)
         return df_error(DF_ENOMEM, "out of memory");
-    const df_model *m = df_critic_model(w->critic);
+    const df_model *m = df_critic_model(w->critic.model);
     int rc = df_hf_dir_save(m, m->cfg.torch_dtype, w->tokenizer_dir, dir);
     if (!rc && w->console)
         fprintf(stderr, "saved %s\n", dir);
@@ -101,7 +101,7 @@ int df_worker_save_critic(df_dag_worker *w, const char *step_dir)
 
 int df_worker_check_critic_weights(df_dag_worker *w, df_metrics *m)
 {
-    return w->critic ? df_worker_check_in_sync(w, df_critic_model(w->critic), "critic", m) : DF_OK;
+    return w->critic.model ? df_worker_check_in_sync(w, df_critic_model(w->critic.model), "critic", m) : DF_OK;
 }
 
 /*
@@ -113,5 +113,5 @@ int df_worker_check_critic_weights(df_dag_worker *w, df_metrics *m)
  */
 bool df_worker_critic_warmup(const df_dag_worker *w, int64_t step)
 {
-    return w->critic && step <= w->global.cfg.trainer.critic_warmup;
+    return w->critic.model && step <= w->global.cfg.trainer.critic_warmup;
 }

@@ -13,7 +13,7 @@ static int need_critic(df_node_ctx *ctx, const df_batch *b, const char *node)
 {
     if (!b)
         return df_error(DF_EINVAL, "%s: no input batch", node);
-    if (!df_node_worker(ctx)->critic)
+    if (!df_node_worker(ctx)->critic.model)
         return df_error(DF_EINVAL, "%s (node '%s'): this worker has no critic", node, ctx->node->node_id);
     return DF_OK;
 }
@@ -24,7 +24,7 @@ static int node_compute_value(df_node_ctx *ctx, df_batch *batch, df_node_output 
     double t0 = df_now();
     int rc = need_critic(ctx, batch, "compute_value");
     if (!rc)
-        rc = df_critic_compute_values(df_node_worker(ctx)->critic, batch);
+        rc = df_critic_compute_values(df_node_worker(ctx)->critic.model, batch);
     (void)out;
     df_worker_timing(ctx, "values", t0);
     return rc;
@@ -39,11 +39,11 @@ static int node_train_critic(df_node_ctx *ctx, df_batch *batch, df_node_output *
     int rc = need_critic(ctx, batch, "train_critic");
     const df_node_settings *ns = df_worker_node_settings(w, ctx->node);
     if (!rc && ns != &w->global)
-        rc = df_critic_set_loss(w->critic, &ns->critic_loss);
+        rc = df_critic_set_loss(w->critic.model, &ns->critic_loss);
     if (!rc)
-        rc = df_critic_update(w->critic, batch, ctx->metrics);
-    if (w->critic && ns != &w->global) /* back to the global settings (valid: the critic was created with them) */
-        df_critic_set_loss(w->critic, &w->global.critic_loss);
+        rc = df_critic_update(w->critic.model, batch, ctx->metrics);
+    if (w->critic.model && ns != &w->global) /* back to the global settings (valid: the critic was created with them) */
+        df_critic_set_loss(w->critic.model, &w->global.critic_loss);
     (void)out;
     df_worker_timing(ctx, "update_critic", t0);
     return rc;

@@ -89,20 +89,20 @@ static int setup_models(df_dag_worker *w, df_model *m)
     }
     /* verl get_kl_controller; its state is not checkpointed (no resume yet): the metrics record beta */
     const struct df_train_algorithm_kl_ctrl *kc = &t->algorithm.kl_ctrl;
-    if (kl_in_reward && (rc = df_kl_ctrl_create(kc->type, kc->kl_coef, kc->target_kl, kc->horizon, &w->kl_ctrl))) {
+    if (kl_in_reward && (rc = df_kl_ctrl_create(kc->type, kc->kl_coef, kc->target_kl, kc->horizon, &w->reward.kl_ctrl))) {
         df_model_free(m);
         df_model_free(ref);
         return df_error_wrap(rc, "%s", df_config_where(w->cfg, "algorithm.kl_ctrl.type"));
     }
-    rc = df_actor_create(m, &p, true, &w->actor);
+    rc = df_actor_create(m, &p, true, &w->actor.model);
     if (!rc)
-        df_actor_set_comm(w->actor, w->actor_dp);
+        df_actor_set_comm(w->actor.model, w->actor.dp);
     if (rc) {
         df_model_free(m);
         df_model_free(ref);
         return rc;
     }
-    if (ref && (rc = df_actor_create(ref, &p, false, &w->ref))) {
+    if (ref && (rc = df_actor_create(ref, &p, false, &w->reference.model))) {
         df_model_free(ref);
         return rc;
     }
@@ -114,7 +114,7 @@ static int setup_models(df_dag_worker *w, df_model *m)
         slots = per_step;
     while (slots > 1 && df_rollout_engine_bytes(&m->cfg, slots, seq_len) > (8LL << 30))
         slots /= 2;
-    return df_rollout_engine_create(&m->cfg, slots, seq_len, &w->rollout);
+    return df_rollout_engine_create(&m->cfg, slots, seq_len, &w->rollout.engine);
 }
 
 /* This rank's graph from the plan, finished and resolved, and its nodes' layouts. */
@@ -174,7 +174,7 @@ int df_dag_worker_create(const df_config *cfg, df_comm *comm, df_dag_worker **ou
     if (!rc) /* plan, config check and train validate alike: everything before the files */
         rc = df_train_check(cfg, w->world, df_worker_warn, w, &w->plan);
     if (!rc) /* checked from their files above; now their code */
-        rc = df_worker_plugins(cfg, t, true, &w->reward.compute_score);
+        rc = df_worker_plugins(cfg, t, true, &w->reward.cfg.compute_score);
     if (!rc)
         rc = expand_path(t->actor_rollout_ref.model.path, w->model_dir, sizeof w->model_dir);
     if (!rc)
@@ -189,8 +189,8 @@ int df_dag_worker_create(const df_config *cfg, df_comm *comm, df_dag_worker **ou
     if (!rc)
         rc = df_data_buffers_create(w->group, &w->buffers);
     const df_adv_estimator_desc *est = df_adv_estimator_find(t->algorithm.adv_estimator);
-    w->remax = !rc && est && (est->needs & DF_ADV_NEEDS_BASELINES); /* the rollout adds a greedy pass */
-    w->reward.reward_fn_key = t->data.reward_fn_key;
+    w->rollout.remax = !rc && est && (est->needs & DF_ADV_NEEDS_BASELINES); /* the rollout adds a greedy pass */
+    w->reward.cfg.reward_fn_key = t->data.reward_fn_key;
     if (!rc)
         rc = df_worker_setup_reward(w);
     df_model *m = NULL;
@@ -241,10 +241,10 @@ void df_dag_worker_free(df_dag_worker *w)
     df_data_buffers_free(w->buffers);
     df_worker_free_critic(w);
     df_worker_free_parallel(w);
-    df_rollout_engine_free(w->rollout);
-    df_actor_free(w->actor);
-    df_actor_free(w->ref);
-    df_kl_ctrl_free(w->kl_ctrl);
+    df_rollout_engine_free(w->rollout.engine);
+    df_actor_free(w->actor.model);
+    df_actor_free(w->reference.model);
+    df_kl_ctrl_free(w->reward.kl_ctrl);
     df_dataloader_free(w->dl);
     df_prompt_cache_free(&w->train_prompts);
     df_prompt_cache_free(&w->val_prompts);

@@ -64,12 +64,12 @@ static int validate(df_dag_worker *w, df_metrics *m)
     const df_config_opt_int *val_bs = &w->global.cfg.data.val_batch_size;
     int64_t vbs = val_bs->set ? val_bs->v : 0;
     /* each DP rank of the first stage validates its shard; its model-parallel replicas repeat it */
-    df_eval_opts o = {.sp = w->val_sp, .n = w->global.cfg.actor_rollout_ref.rollout.val_kwargs.n,
+    df_eval_opts o = {.sp = w->rollout.val_sp, .n = w->global.cfg.actor_rollout_ref.rollout.val_kwargs.n,
                       .seed = df_rng_key(df_worker_seed(w), 0x7a1, 0, 0),
                       .batch_prompts = vbs, .label = w->console && w->rank == 0 ? "validate" : NULL,
                       .comm = w->group, .replica = w->data_layout.mp_rank != 0};
     df_eval_result res;
-    int rc = df_evaluate(w->rollout, df_actor_model(w->actor), w->tok, &w->reward, w->val_ds,
+    int rc = df_evaluate(w->rollout.engine, df_actor_model(w->actor.model), w->tok, &w->reward.cfg, w->val_ds,
                          &w->val_prompts, &o, m, &res);
     if (rc)
         return df_error_wrap(rc, "validation");
@@ -88,7 +88,7 @@ static int save_checkpoint(df_dag_worker *w)
         return DF_OK;
     char dir[2048], txt[64];
     snprintf(dir, sizeof dir, "%s/global_step_%lld/actor", w->out_dir, (long long)w->step);
-    const df_model *m = df_actor_model(w->actor);
+    const df_model *m = df_actor_model(w->actor.model);
     int rc = df_hf_dir_save(m, m->cfg.torch_dtype, w->tokenizer_dir, dir);
     char step_dir[2048];
     snprintf(step_dir, sizeof step_dir, "%s/global_step_%lld", w->out_dir, (long long)w->step);
@@ -183,7 +183,7 @@ static int reduce_step_metrics(df_dag_worker *w, df_metrics *m)
    replicas pass zeros) all-reduced, then the formula. Collective over w->group when there is a critic. */
 static int global_explained_var(df_dag_worker *w, double s[DF_EV_NSUMS], df_metrics *m)
 {
-    if (!w->critic)
+    if (!w->critic.model)
         return DF_OK;
     double ev;
     int rc = df_comm_allreduce(w->group, s, DF_EV_NSUMS, DF_COMM_FLOAT64, DF_COMM_SUM);
@@ -224,7 +224,7 @@ static int train_step(df_dag_worker *w)
     if (!rc)
         rc = global_explained_var(w, ev_sums, m);
     if (!rc)
-        rc = df_worker_check_in_sync(w, df_actor_model(w->actor), "actor", m);
+        rc = df_worker_check_in_sync(w, df_actor_model(w->actor.model), "actor", m);
     if (!rc)
         rc = df_worker_check_critic_weights(w, m);
     return rc ? df_error_wrap(rc, "step %lld", (long long)w->step) : DF_OK;

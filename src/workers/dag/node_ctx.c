@@ -45,9 +45,9 @@ bool df_node_has_model(const df_node_ctx *ctx, df_node_role role)
         return false;
     switch (role) {
     case DF_ROLE_ACTOR:
-    case DF_ROLE_ROLLOUT: return w->actor != NULL;
-    case DF_ROLE_REFERENCE: return w->ref != NULL;
-    case DF_ROLE_CRITIC: return w->critic != NULL;
+    case DF_ROLE_ROLLOUT: return w->actor.model != NULL;
+    case DF_ROLE_REFERENCE: return w->reference.model != NULL;
+    case DF_ROLE_CRITIC: return w->critic.model != NULL;
     default: return false;
     }
 }
@@ -71,7 +71,7 @@ int df_node_log_probs(const df_node_ctx *ctx, df_node_role role, df_batch *batch
     int rc = worker_of(ctx, batch, "df_node_log_probs", &w);
     if (rc)
         return rc;
-    df_actor *a = role == DF_ROLE_ACTOR ? w->actor : role == DF_ROLE_REFERENCE ? w->ref : NULL;
+    df_actor *a = role == DF_ROLE_ACTOR ? w->actor.model : role == DF_ROLE_REFERENCE ? w->reference.model : NULL;
     if (!a)
         return df_error(DF_EINVAL, "df_node_log_probs (node '%s'): %s", ctx->node ? ctx->node->node_id : "?",
                         role == DF_ROLE_REFERENCE ? "the job keeps no reference model (no KL term needs one)"
@@ -83,10 +83,10 @@ int df_node_values(const df_node_ctx *ctx, df_batch *batch)
 {
     df_dag_worker *w;
     int rc = worker_of(ctx, batch, "df_node_values", &w);
-    if (!rc && !w->critic)
+    if (!rc && !w->critic.model)
         rc = df_error(DF_EINVAL, "df_node_values (node '%s'): the job has no critic",
                       ctx->node ? ctx->node->node_id : "?");
-    return rc ? rc : df_critic_compute_values(w->critic, batch);
+    return rc ? rc : df_critic_compute_values(w->critic.model, batch);
 }
 
 int df_node_generate(const df_node_ctx *ctx, const df_batch *prompts, df_batch **out)

@@ -201,12 +201,12 @@ static int role_dp_comm(df_dag_worker *w, df_node_role role, bool forward_ok, co
 static int actor_comm(df_dag_worker *w)
 {
     const df_node_layout dflt = {.dp_size = w->group_size, .mp = 1, .dp_rank = w->group_rank};
-    return role_dp_comm(w, DF_ROLE_ACTOR, false, &dflt, &w->actor_layout, &w->actor_dp);
+    return role_dp_comm(w, DF_ROLE_ACTOR, false, &dflt, &w->actor.layout, &w->actor.dp);
 }
 
 int df_worker_setup_critic_comm(df_dag_worker *w)
 {
-    return role_dp_comm(w, DF_ROLE_CRITIC, true, NULL, &w->critic_layout, &w->critic_dp);
+    return role_dp_comm(w, DF_ROLE_CRITIC, true, NULL, &w->critic.layout, &w->critic.dp);
 }
 
 int df_worker_setup_parallel(df_dag_worker *w)
@@ -234,7 +234,7 @@ int df_worker_setup_layouts(df_dag_worker *w)
 
 void df_worker_free_parallel(df_dag_worker *w)
 {
-    df_comm_free(w->actor_dp);
+    df_comm_free(w->actor.dp);
     if (w->group != w->comm)
         df_comm_free(w->group);
     free(w->layouts);

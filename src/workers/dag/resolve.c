@@ -88,7 +88,7 @@ void df_worker_actor_params(const df_dag_worker *w, df_actor_params *p)
     memset(p, 0, sizeof *p);
     df_worker_optim(&a->optim, a->grad_clip, w->total_steps, &p->optim);
     /* ppo_mini_batch_size counts prompts (verl multiplies it by rollout.n), over all ranks */
-    p->mini_batch_size = a->ppo_mini_batch_size * df_worker_n_samples(w) / w->actor_layout.dp_size;
+    p->mini_batch_size = a->ppo_mini_batch_size * df_worker_n_samples(w) / w->actor.layout.dp_size;
     bool dyn = a->use_dynamic_bsz;
     p->micro_batch_size = dyn ? 0 : a->ppo_micro_batch_size_per_gpu.set ? a->ppo_micro_batch_size_per_gpu.v : 0;
     p->max_token_len = dyn ? a->ppo_max_token_len_per_gpu : 0;
@@ -109,7 +109,7 @@ void df_worker_critic_params(const df_dag_worker *w, df_critic_params *p)
     memset(p, 0, sizeof *p);
     df_worker_optim(&c->optim, c->grad_clip, w->total_steps, &p->optim);
     /* prompts x rollout_n over all ranks, divided by the critic's DP size (verl's fsdp critic worker) */
-    int dp = w->critic_layout.dp_size > 0 ? w->critic_layout.dp_size : 1;
+    int dp = w->critic.layout.dp_size > 0 ? w->critic.layout.dp_size : 1;
     p->mini_batch_size = c->ppo_mini_batch_size * c->rollout_n / dp;
     bool dyn = c->use_dynamic_bsz;
     p->micro_batch_size = dyn ? 0 : c->ppo_micro_batch_size_per_gpu.set ? c->ppo_micro_batch_size_per_gpu.v : 0;
@@ -176,7 +176,7 @@ int df_worker_resolve(df_dag_worker *w, df_actor_params *actor)
         if (w->node_set[i])
             rollout_sampling(w, w->node_set[i]);
     const struct df_train_rollout_val_kwargs *v = &w->global.cfg.actor_rollout_ref.rollout.val_kwargs;
-    sampling(w, v->temperature, v->top_k, v->top_p, v->do_sample, &w->val_sp);
+    sampling(w, v->temperature, v->top_k, v->top_p, v->do_sample, &w->rollout.val_sp);
     if (!actor)
         return DF_OK;
     df_worker_actor_params(w, actor);

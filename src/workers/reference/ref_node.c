@@ -12,8 +12,8 @@ static int node_compute_ref_log_prob(df_node_ctx *ctx, df_batch *batch, df_node_
     df_dag_worker *w = df_node_worker(ctx);
     double t0 = df_now();
     int rc = df_worker_need_batch(batch, "compute_ref_log_prob");
-    if (!rc && w->ref)
-        rc = df_actor_compute_log_prob(w->ref, batch, "ref_log_prob", NULL);
+    if (!rc && w->reference.model)
+        rc = df_actor_compute_log_prob(w->reference.model, batch, "ref_log_prob", NULL);
     (void)out;
     df_worker_timing(ctx, "ref", t0);
     return rc;

@@ -8,7 +8,7 @@
 
 int df_worker_reward(df_dag_worker *w, df_batch *batch, df_metrics *m)
 {
-    int rc = df_score_batch(w->tok, &w->reward, batch, NULL);
+    int rc = df_score_batch(w->tok, &w->reward.cfg, batch, NULL);
     /* rewards = scores; with algorithm.use_kl_in_reward the advantage node subtracts the KL penalty */
     const df_column *sc = rc ? NULL : df_batch_column(batch, "token_level_scores");
     if (sc)

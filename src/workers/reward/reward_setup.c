@@ -22,11 +22,11 @@ int df_worker_setup_reward(df_dag_worker *w)
 {
     const df_train_config *t = &w->global.cfg;
     const struct df_train_reward_model_overlong_buffer *ob = &t->reward_model.overlong_buffer;
-    w->reward.manager = t->reward_model.reward_manager;
-    w->reward.max_resp_len = t->data.max_response_length;
-    w->reward.overlong_buffer = (df_overlong_buffer_cfg){
+    w->reward.cfg.manager = t->reward_model.reward_manager;
+    w->reward.cfg.max_resp_len = t->data.max_response_length;
+    w->reward.cfg.overlong_buffer = (df_overlong_buffer_cfg){
         .enable = ob->enable, .len = ob->len, .penalty_factor = ob->penalty_factor, .log = ob->log};
-    int rc = df_reward_manager_check(&w->reward);
-    const char *key = rc ? key_at_fault(&w->reward, rc) : NULL;
+    int rc = df_reward_manager_check(&w->reward.cfg);
+    const char *key = rc ? key_at_fault(&w->reward.cfg, rc) : NULL;
     return rc ? df_error_wrap(rc, "%s (%s)", key, df_config_where(w->cfg, key)) : DF_OK;
 }

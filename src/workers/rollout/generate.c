@@ -15,9 +15,9 @@ int df_worker_generate(df_dag_worker *w, const df_node *node, const df_batch *pr
     uint64_t seed = df_rng_key(df_worker_seed(w), 0x6e6, (uint64_t)step, (uint64_t)gen);
     /* a workflow node may override the sampling keys: its own settings, resolved at setup */
     const df_sampling_params node_sp = df_worker_node_settings(w, node)->sampling;
-    int rc = df_generate_batch(w->rollout, df_actor_model(w->actor), prompts, df_worker_n_samples(w), &node_sp, seed,
+    int rc = df_generate_batch(w->rollout.engine, df_actor_model(w->actor.model), prompts, df_worker_n_samples(w), &node_sp, seed,
                                w->console && w->rank == 0 ? "rollout" : NULL, out);
-    if (!rc && w->remax && (rc = df_worker_remax_baselines(w, &node_sp, prompts, *out, gen_max_s))) {
+    if (!rc && w->rollout.remax && (rc = df_worker_remax_baselines(w, &node_sp, prompts, *out, gen_max_s))) {
         df_batch_free(*out);
         *out = NULL;
     }
@@ -33,7 +33,7 @@ static int node_generate(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
         rc = df_worker_generate(df_node_worker(ctx), ctx->node, batch, ctx->step, ctx->pass, &out->batch,
                                 &gen_max);
     df_worker_timing(ctx, "gen", t0 + gen_max); /* verl's gen leaves out ReMax's greedy pass */
-    if (ctx->metrics && df_node_worker(ctx)->remax)
+    if (ctx->metrics && df_node_worker(ctx)->rollout.remax)
         df_metrics_set(ctx->metrics, "timing_s/gen_max", gen_max);
     return rc;
 }

@@ -82,7 +82,7 @@ int df_worker_remax_baselines(df_dag_worker *w, const df_sampling_params *sp, co
     g_sp.top_k = -1;
     g_sp.top_p = 1.0f;
     df_batch *g = NULL; /* seed 0: argmax draws nothing */
-    int rc = df_generate_batch(w->rollout, df_actor_model(w->actor), prompts, 1, &g_sp, 0,
+    int rc = df_generate_batch(w->rollout.engine, df_actor_model(w->actor.model), prompts, 1, &g_sp, 0,
                                w->console && w->rank == 0 ? "gen_max" : NULL, &g);
     if (!rc)
         rc = df_worker_reward(w, g, NULL);
