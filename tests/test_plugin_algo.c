@@ -113,22 +113,37 @@ static int teardown(void **state)
     return df_test_remove_tree(dir);
 }
 
+/*
+ * A train job on dir's data and tiny model into yaml[cap]: train_batch_size `batch` prompts
+ * (also the mini-batch), rollout.n `n`, `actor` more actor keys (", key: v" or ""), `more` more
+ * top-level YAML lines (algorithm, dag, ...), `steps` steps into dir/`out`.
+ */
+static void job_yaml(char *yaml, size_t cap, int batch, int n, const char *actor, const char *more, int steps,
+                     const char *out)
+{
+    int len = snprintf(yaml, cap,
+                       "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: %d,\n"
+                       "       max_prompt_length: 128, max_response_length: 6}\n"
+                       "actor_rollout_ref:\n"
+                       "  model: {path: %s/model}\n"
+                       "  actor: {ppo_mini_batch_size: %d, ppo_micro_batch_size_per_gpu: 4%s}\n"
+                       "  rollout: {n: %d, log_prob_micro_batch_size_per_gpu: 4}\n"
+                       "  ref: {log_prob_micro_batch_size_per_gpu: 4}\n"
+                       "%s"
+                       "trainer: {total_training_steps: %d, save_freq: -1, test_freq: -1, val_before_train: false,\n"
+                       "          logger: [], default_local_dir: %s/%s}\n",
+                       dir, batch, dir, batch, actor, n, more, steps, dir, out);
+    assert_true(len > 0 && (size_t)len < cap);
+}
+
 /* A train config using the plugin estimator, with rollout.n = n; written to dir/plugin_n<n>.yaml. */
 static void write_config(int n, char *path, size_t cap)
 {
     char yaml[2048];
-    snprintf(yaml, sizeof yaml,
-             "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 4,\n"
-             "       max_prompt_length: 128, max_response_length: 6}\n"
-             "actor_rollout_ref:\n"
-             "  model: {path: %s/model}\n"
-             "  actor: {optim: {lr: 0.01}, ppo_mini_batch_size: 4, ppo_micro_batch_size_per_gpu: 4}\n"
-             "  rollout: {n: %d, log_prob_micro_batch_size_per_gpu: 4}\n"
-             "  ref: {log_prob_micro_batch_size_per_gpu: 4}\n"
-             "algorithm: {adv_estimator: '%s'}\n"
-             "trainer: {total_training_steps: 2, save_freq: -1, test_freq: -1, val_before_train: false,\n"
-             "          logger: [], default_local_dir: %s/out_n%d}\n",
-             dir, dir, n, MEDIAN_REF, dir, n);
+    char alg[512], out[32];
+    snprintf(alg, sizeof alg, "algorithm: {adv_estimator: '%s'}\n", MEDIAN_REF);
+    snprintf(out, sizeof out, "out_n%d", n);
+    job_yaml(yaml, sizeof yaml, 4, n, ", optim: {lr: 0.01}", alg, 2, out);
     snprintf(path, cap, "%s/plugin_n%d.yaml", dir, n);
     assert_int_equal(df_write_file_atomic(path, yaml, strlen(yaml)), 0);
 }
@@ -199,18 +214,9 @@ static void test_text_reward_node(void **state)
              DF_PLUGIN_DIR);
     snprintf(path, sizeof path, "%s/text_reward.yaml", dir);
     assert_int_equal(df_write_file_atomic(path, wf, strlen(wf)), 0);
-    snprintf(yaml, sizeof yaml,
-             "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 4,\n"
-             "       max_prompt_length: 128, max_response_length: 6}\n"
-             "actor_rollout_ref:\n"
-             "  model: {path: %s/model}\n"
-             "  actor: {optim: {lr: 0.01}, ppo_mini_batch_size: 4, ppo_micro_batch_size_per_gpu: 4}\n"
-             "  rollout: {n: 2, log_prob_micro_batch_size_per_gpu: 4}\n"
-             "algorithm: {adv_estimator: '%s'}\n"
-             "dag: {workflow_path: %s}\n"
-             "trainer: {total_training_steps: 2, save_freq: -1, test_freq: -1, val_before_train: false,\n"
-             "          logger: [], default_local_dir: %s/out_text}\n",
-             dir, dir, MEDIAN_REF, path, dir);
+    char more[1024];
+    snprintf(more, sizeof more, "algorithm: {adv_estimator: '%s'}\ndag: {workflow_path: %s}\n", MEDIAN_REF, path);
+    job_yaml(yaml, sizeof yaml, 4, 2, ", optim: {lr: 0.01}", more, 2, "out_text");
     df_config *c = NULL;
     assert_int_equal(df_config_load_text(df_config_schema_train(), yaml, "text.yaml", NULL, 0, &c), 0);
     df_exec_unload_plugins();
@@ -283,18 +289,9 @@ static void test_node_own_keys(void **state)
                  DF_PLUGIN_DIR, bad ? "target_lenght" : "target_length");
         snprintf(path, sizeof path, "%s/length_reward.yaml", dir);
         assert_int_equal(df_write_file_atomic(path, wf, strlen(wf)), 0);
-        snprintf(yaml, sizeof yaml,
-                 "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 4,\n"
-                 "       max_prompt_length: 128, max_response_length: 6}\n"
-                 "actor_rollout_ref:\n"
-                 "  model: {path: %s/model}\n"
-                 "  actor: {optim: {lr: 0.01}, ppo_mini_batch_size: 4, ppo_micro_batch_size_per_gpu: 4}\n"
-                 "  rollout: {n: 2, log_prob_micro_batch_size_per_gpu: 4}\n"
-                 "algorithm: {adv_estimator: grpo}\n"
-                 "dag: {workflow_path: %s}\n"
-                 "trainer: {total_training_steps: 1, save_freq: -1, test_freq: -1, val_before_train: false,\n"
-                 "          logger: [], default_local_dir: %s/out_length}\n",
-                 dir, dir, path, dir);
+        char more[1024];
+        snprintf(more, sizeof more, "algorithm: {adv_estimator: grpo}\ndag: {workflow_path: %s}\n", path);
+        job_yaml(yaml, sizeof yaml, 4, 2, ", optim: {lr: 0.01}", more, 1, "out_length");
         snprintf(path, sizeof path, "%s/length.yaml", dir);
         assert_int_equal(df_write_file_atomic(path, yaml, strlen(yaml)), 0);
         snprintf(cmd, sizeof cmd, "%s/distflow config check %s 2>&1", DF_BINARY_DIR, path);
@@ -348,20 +345,10 @@ static void test_node_model_log_probs(void **state)
         snprintf(path, sizeof path, "%s/probe_%s.yaml", dir, roles[r]);
         assert_int_equal(df_write_file_atomic(path, wf, strlen(wf)), 0);
         snprintf(out_dir, sizeof out_dir, "out_probe_%s", roles[r]);
-        snprintf(yaml, sizeof yaml,
-                 "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 4,\n"
-                 "       max_prompt_length: 128, max_response_length: 6}\n"
-                 "actor_rollout_ref:\n"
-                 "  model: {path: %s/model}\n"
-                 "  actor: {optim: {lr: 0.05}, ppo_mini_batch_size: 4, ppo_micro_batch_size_per_gpu: 4,\n"
-                 "          use_kl_loss: true, kl_loss_coef: 0.01}\n"
-                 "  rollout: {n: 2, log_prob_micro_batch_size_per_gpu: 4}\n"
-                 "  ref: {log_prob_micro_batch_size_per_gpu: 4}\n"
-                 "algorithm: {adv_estimator: grpo}\n"
-                 "dag: {workflow_path: %s}\n"
-                 "trainer: {total_training_steps: 2, save_freq: -1, test_freq: -1, val_before_train: false,\n"
-                 "          logger: [], default_local_dir: %s/%s}\n",
-                 dir, dir, path, dir, out_dir);
+        char more[1024];
+        snprintf(more, sizeof more, "algorithm: {adv_estimator: grpo}\ndag: {workflow_path: %s}\n", path);
+        job_yaml(yaml, sizeof yaml, 4, 2, ", optim: {lr: 0.05}, use_kl_loss: true, kl_loss_coef: 0.01", more, 2,
+                 out_dir);
         df_config *c = NULL;
         assert_int_equal(df_config_load_text(df_config_schema_train(), yaml, "probe.yaml", NULL, 0, &c), 0);
         if (df_test_run(NULL, c))
@@ -407,18 +394,11 @@ static void test_refill_reenters_graph(void **state)
              DF_PLUGIN_DIR);
     snprintf(path, sizeof path, "%s/refill.yaml", dir);
     assert_int_equal(df_write_file_atomic(path, wf, strlen(wf)), 0);
-    snprintf(yaml, sizeof yaml,
-             "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 2,\n"
-             "       max_prompt_length: 128, max_response_length: 6}\n"
-             "actor_rollout_ref:\n"
-             "  model: {path: %s/model}\n"
-             "  actor: {optim: {lr: 0.01}, ppo_mini_batch_size: 2, ppo_micro_batch_size_per_gpu: 4}\n"
-             "  rollout: {n: 2, log_prob_micro_batch_size_per_gpu: 4}\n"
+    char more[1024];
+    snprintf(more, sizeof more,
              "algorithm: {adv_estimator: grpo, filter_groups: {enable: true, metric: seq_reward}}\n"
-             "dag: {workflow_path: %s}\n"
-             "trainer: {total_training_steps: 1, save_freq: -1, test_freq: -1, val_before_train: false,\n"
-             "          logger: [], default_local_dir: %s/out_refill}\n",
-             dir, dir, path, dir);
+             "dag: {workflow_path: %s}\n", path);
+    job_yaml(yaml, sizeof yaml, 2, 2, ", optim: {lr: 0.01}", more, 1, "out_refill");
     df_config *c = NULL;
     assert_int_equal(df_config_load_text(df_config_schema_train(), yaml, "refill.yaml", NULL, 0, &c), 0);
     if (df_test_run(NULL, c))
@@ -465,19 +445,10 @@ static void test_custom_reward_train(void **state)
     char yaml[2048], cmd[2048], out[4096], path[512];
     const char *lib = DF_BINARY_DIR "/plugins/test/libscore_const.so";
     for (int bad = 1; bad >= 0; bad--) {
-        snprintf(yaml, sizeof yaml,
-                 "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 4,\n"
-                 "       max_prompt_length: 128, max_response_length: 6}\n"
-                 "actor_rollout_ref:\n"
-                 "  model: {path: %s/model}\n"
-                 "  actor: {optim: {lr: 0.01}, ppo_mini_batch_size: 4, ppo_micro_batch_size_per_gpu: 4}\n"
-                 "  rollout: {n: 2, log_prob_micro_batch_size_per_gpu: 4}\n"
-                 "  ref: {log_prob_micro_batch_size_per_gpu: 4}\n"
-                 "algorithm: {adv_estimator: grpo}\n"
-                 "custom_reward_function: {path: %s, name: %s}\n"
-                 "trainer: {total_training_steps: 2, save_freq: -1, test_freq: -1, val_before_train: false,\n"
-                 "          logger: [], default_local_dir: %s/out_custom}\n",
-                 dir, dir, lib, bad ? "score_half" : "score_quarter", dir);
+        char more[1024];
+        snprintf(more, sizeof more, "algorithm: {adv_estimator: grpo}\ncustom_reward_function: {path: %s, name: %s}\n",
+                 lib, bad ? "score_half" : "score_quarter");
+        job_yaml(yaml, sizeof yaml, 4, 2, ", optim: {lr: 0.01}", more, 2, "out_custom");
         snprintf(path, sizeof path, "%s/custom.yaml", dir);
         assert_int_equal(df_write_file_atomic(path, yaml, strlen(yaml)), 0);
         snprintf(cmd, sizeof cmd, "%s/distflow config check %s 2>&1", DF_BINARY_DIR, path);
