@@ -7,7 +7,8 @@
 #   scripts/device-cuda.sh run [OUTDIR] there: the conformance tests, then the benchmark and
 #                                       PyTorch on the same ops; logs in OUTDIR; a table last.
 #                                       NO_BENCH=1: tests only; SANITIZE=1: then each test again
-#                                       under compute-sanitizer memcheck and racecheck
+#                                       under compute-sanitizer memcheck and racecheck;
+#                                       TESTS=GLOB: only those tests (default test_cuda_*)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,7 +38,7 @@ run() {
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv >"$out/gpu.txt"
   : >"$out/summary.txt"
   LD_LIBRARY_PATH=$libs ldd .devpack/bin/test_cuda_ops | grep 'not found' >>"$out/summary.txt"
-  for t in .devpack/bin/test_cuda_*; do
+  for t in .devpack/bin/${TESTS:-test_cuda_*}; do
     n=$(basename "$t")
     LD_LIBRARY_PATH=$libs timeout 300 "$t" >"$out/$n.log" 2>&1
     local r=$?
@@ -53,7 +54,7 @@ run() {
       echo "torch baseline failed (see torch.txt)" >>"$out/torch.txt"
   fi
   if [ -n "${SANITIZE:-}" ] && command -v compute-sanitizer >/dev/null; then
-    for t in .devpack/bin/test_cuda_*; do
+    for t in .devpack/bin/${TESTS:-test_cuda_*}; do
       n=$(basename "$t")
       for tool in memcheck racecheck; do # logs outside OUT (a lease returns 8 files); a failure's tail in the summary
         local log=/tmp/sanitizer.$n.$tool
