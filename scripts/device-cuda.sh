@@ -17,10 +17,10 @@ pack() {
   rm -rf .devpack && mkdir -p .devpack/bin .devpack/lib
   grep -qx '/.devpack/' .git/info/exclude 2>/dev/null || echo '/.devpack/' >>.git/info/exclude
   cp "$build"/test_cuda_* "$build"/bench_cuda_backend .devpack/bin/
-  # every library the binaries load but the device image lacks (it has CUDA 13, a C/C++ runtime
-  # at least as new as Debian 12's, and PyTorch)
+  # every library the binaries load but the device image lacks (it has CUDA 13 with cuBLAS and
+  # NCCL, a C/C++ runtime at least as new as Debian 12's, and PyTorch)
   ldd .devpack/bin/* | awk '$3 ~ /^\// {print $3}' | sort -u |
-    grep -v -E '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|ld-linux[^/]*|libcuda[^/]*|libcublas[^/]*|libcudart[^/]*)\.so' |
+    grep -v -E '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|ld-linux[^/]*|libcuda[^/]*|libcublas[^/]*|libcudart[^/]*|libnccl[^/]*)\.so' |
     while read -r lib; do cp -L "$lib" .devpack/lib/; done
   xz -T2 -6 .devpack/lib/*.so*
   du -sh .devpack
@@ -32,9 +32,10 @@ run() {
   for f in .devpack/lib/*.xz; do [ -e "$f" ] && xz -d -f "$f"; done
   # for distflow's binaries only: PyTorch keeps its own libraries. cuBLAS 13 from the toolkit, or
   # else from wherever the image has it (PyTorch's wheels)
-  local cublas
+  local cublas nccl
   cublas=$(find /usr/local/cuda/lib64 /usr/local /opt /usr/lib -name 'libcublas.so.13' 2>/dev/null | head -1)
-  local libs="$PWD/.devpack/lib:${cublas:+$(dirname "$cublas"):}/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+  nccl=$(find /usr/local/cuda/lib64 /usr/local /opt /usr/lib -name 'libnccl.so.2' 2>/dev/null | head -1)
+  local libs="$PWD/.devpack/lib:${cublas:+$(dirname "$cublas"):}${nccl:+$(dirname "$nccl"):}/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv >"$out/gpu.txt"
   : >"$out/summary.txt"
   LD_LIBRARY_PATH=$libs ldd .devpack/bin/test_cuda_ops | grep 'not found' >>"$out/summary.txt"

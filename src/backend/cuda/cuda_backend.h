@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "distflow/comm.h"
 #include "distflow/common.h"
 #include "distflow/optim.h"
 
@@ -220,6 +221,28 @@ int df_cuda_lmhead_bwd(df_cuda *c, float *d_dh, float *d_dW, const float *d_dlog
 int df_cuda_sample(df_cuda *c, int32_t *d_tok, float *d_logp, const float *d_h,
                    const float *d_W, int64_t n, int64_t V, int64_t H, float temperature,
                    int64_t top_k, float top_p, const double *u, float *d_scratch);
+
+/* ---- collectives on the GPU (nccl.cu) ---------------------------------------------------- */
+
+/** An NCCL communicator over the ranks of one process group. */
+typedef struct df_cuda_nccl df_cuda_nccl;
+
+/**
+ * NCCL communicator over exactly the ranks of `group` (a df_comm process group, as the
+ * ProcessGroupManager builds them: the same ranks in the same order), each on its context's
+ * device: rank 0 of the group draws NCCL's unique id and the group broadcasts it (MPI stays the
+ * control plane). Collective over `group`. Errors: DF_EUNSUPPORTED when this build has no NCCL;
+ * DF_EINTERNAL with NCCL's message (e.g. two ranks of the group on one GPU); DF_ENOMEM.
+ */
+int df_cuda_nccl_create(df_cuda *c, df_comm *group, df_cuda_nccl **out);
+void df_cuda_nccl_free(df_cuda_nccl *n);
+/** Ranks of the communicator. */
+int df_cuda_nccl_size(const df_cuda_nccl *n);
+/**
+ * d[count] (device float32) summed over the communicator's ranks, in place, on the context's
+ * stream (the gradient all-reduce). Collective: every rank calls it with the same count.
+ */
+int df_cuda_nccl_allreduce_sum(df_cuda_nccl *n, float *d, int64_t count);
 
 #ifdef __cplusplus
 }

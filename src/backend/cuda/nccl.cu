@@ -1,0 +1,102 @@
+/*
+ * nccl.cu — collectives on the GPU (cuda_backend.h): an NCCL communicator per process group,
+ * made from the group's df_comm (MPI carries the unique id), and the gradient all-reduce. Built
+ * with NCCL when CMake finds it (DF_HAVE_NCCL); otherwise every call says NCCL is missing.
+ */
+#include "backend/cuda/cuda_internal.h"
+
+#include <stdlib.h>
+
+#ifdef DF_HAVE_NCCL
+#include <nccl.h>
+
+struct df_cuda_nccl {
+    df_cuda *c;
+    ncclComm_t comm;
+    int size;
+};
+
+static int nccl_fail(ncclResult_t r, const char *what)
+{
+    return df_error(DF_EINTERNAL, "NCCL: %s failed: %s", what, ncclGetErrorString(r));
+}
+
+int df_cuda_nccl_create(df_cuda *c, df_comm *group, df_cuda_nccl **out)
+{
+    *out = NULL;
+    if (!c || !group)
+        return df_error(DF_EINVAL, "df_cuda_nccl_create: no context or group");
+    int rank = df_comm_rank(group), size = df_comm_size(group);
+    ncclUniqueId id;
+    ncclResult_t r = ncclSuccess;
+    if (rank == 0)
+        r = ncclGetUniqueId(&id);
+    /* every rank reaches the broadcast: a failed id becomes a failed init everywhere */
+    int ok = r == ncclSuccess;
+    int rc = df_comm_broadcast(group, &ok, sizeof ok, 0);
+    if (!rc)
+        rc = df_comm_broadcast(group, &id, sizeof id, 0);
+    if (rc)
+        return df_error_wrap(rc, "NCCL communicator: broadcasting the unique id");
+    if (!ok)
+        return rank == 0 ? nccl_fail(r, "ncclGetUniqueId")
+                         : df_error(DF_EINTERNAL, "NCCL: rank 0 of the group could not draw a unique id");
+    DFC_TRY(cudaSetDevice(c->device));
+    df_cuda_nccl *n = (df_cuda_nccl *)calloc(1, sizeof *n);
+    if (!n)
+        return df_error(DF_ENOMEM, "NCCL communicator: out of memory");
+    n->c = c;
+    n->size = size;
+    if ((r = ncclCommInitRank(&n->comm, size, id, rank)) != ncclSuccess) {
+        free(n);
+        return nccl_fail(r, "ncclCommInitRank");
+    }
+    *out = n;
+    return DF_OK;
+}
+
+void df_cuda_nccl_free(df_cuda_nccl *n)
+{
+    if (!n)
+        return;
+    ncclCommDestroy(n->comm);
+    free(n);
+}
+
+int df_cuda_nccl_size(const df_cuda_nccl *n) { return n ? n->size : 0; }
+
+int df_cuda_nccl_allreduce_sum(df_cuda_nccl *n, float *d, int64_t count)
+{
+    if (!n || count < 0)
+        return df_error(DF_EINVAL, "df_cuda_nccl_allreduce_sum: no communicator or count < 0");
+    if (count == 0)
+        return DF_OK;
+    ncclResult_t r = ncclAllReduce(d, d, (size_t)count, ncclFloat32, ncclSum, n->comm, n->c->stream);
+    return r == ncclSuccess ? DF_OK : nccl_fail(r, "ncclAllReduce");
+}
+
+#else /* no NCCL in this build */
+
+static int no_nccl(void)
+{
+    return df_error(DF_EUNSUPPORTED, "this distflow was built without NCCL (CMake found none beside CUDA)");
+}
+
+int df_cuda_nccl_create(df_cuda *c, df_comm *group, df_cuda_nccl **out)
+{
+    (void)c, (void)group;
+    *out = NULL;
+    return no_nccl();
+}
+
+void df_cuda_nccl_free(df_cuda_nccl *n) { (void)n; }
+
+int df_cuda_nccl_size(const df_cuda_nccl *n) { (void)n; return 0; }
+
+int df_cuda_nccl_allreduce_sum(df_cuda_nccl *n, float *d, int64_t count)
+{
+    (void)n, (void)d, (void)count;
+    return no_nccl();
+}
+
+#endif
