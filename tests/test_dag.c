@@ -52,6 +52,29 @@ static void assert_ids(df_node **v, int n, const char *const *want, int n_want)
     free(v);
 }
 
+/* df_task_graph_ancestors: what a node depends on, through other nodes too, and nothing else. */
+static void test_ancestors(void **state)
+{
+    (void)state;
+    const char *specs[] = {"a", "b:a", "d", "c:b,d", "e:a", "f:c"};
+    df_task_graph *g = graph_of(specs, 6);
+    bool up[6];
+    assert_int_equal(df_task_graph_ancestors(g, node(g, "c"), up), 0);
+    const bool want_c[] = {true, true, true, false, false, false}; /* a, b, d */
+    assert_memory_equal(up, want_c, sizeof up);
+    assert_int_equal(df_task_graph_ancestors(g, node(g, "f"), up), 0);
+    const bool want_f[] = {true, true, true, true, false, false}; /* a, b, d, c; not e, not f */
+    assert_memory_equal(up, want_f, sizeof up);
+    assert_int_equal(df_task_graph_ancestors(g, node(g, "a"), up), 0);
+    const bool none[6] = {false};
+    assert_memory_equal(up, none, sizeof up);
+    df_node *stray;
+    assert_int_equal(df_node_new("stray", DF_NODE_COMPUTE, DF_ROLE_DEFAULT, &stray), 0);
+    assert_error_mentions(df_task_graph_ancestors(g, stray, up), DF_EINVAL, "'stray' is not in it");
+    df_node_free(stray);
+    df_task_graph_free(g);
+}
+
 /* ====================================================================== enums, nodes */
 
 static void test_enum_names(void **state)
@@ -644,6 +667,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_enum_names),
+        cmocka_unit_test(test_ancestors),
         cmocka_unit_test(test_node_basics),
         cmocka_unit_test(test_grpo_pipeline),
         cmocka_unit_test(test_other_builtins),

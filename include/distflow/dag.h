@@ -211,6 +211,13 @@ DF_API int df_task_graph_validate(df_task_graph *g);
  */
 DF_API int df_task_graph_topo_order(df_task_graph *g, df_node ***order, int *n);
 
+/**
+ * up[i] = true for every node i (df_task_graph_node_at order) that `node` depends on, directly
+ * or through others; false elsewhere and for node itself. up has df_task_graph_num_nodes
+ * entries. Errors: DF_EINVAL when node is not in g; DF_ENOMEM.
+ */
+DF_API int df_task_graph_ancestors(const df_task_graph *g, const df_node *node, bool *up);
+
 /** Nodes without dependencies, in insertion order (malloc'd array in *out). */
 DF_API int df_task_graph_entry_nodes(df_task_graph *g, df_node ***out, int *n);
 /** Nodes nothing depends on, in insertion order. */

@@ -297,61 +297,42 @@ int df_task_graph_run(df_task_graph *g, const df_node_ctx *tmpl, df_batch **batc
     return rc;
 }
 
-/* mark[i] = 1 for every ancestor of order[me] (order: topological, so ancestors come first). */
-static void mark_ancestors(df_task_graph *g, df_node **order, int n, int me, char *mark)
-{
-    mark[me] = 2;
-    for (int i = me; i >= 0; i--) {
-        if (!mark[i])
-            continue;
-        for (int d = 0; d < order[i]->n_dependencies; d++) {
-            const df_node *up = df_task_graph_get_node(g, order[i]->dependencies[d]);
-            for (int j = 0; up && j < i; j++)
-                if (order[j] == up && !mark[j])
-                    mark[j] = 1;
-        }
-    }
-}
-
 int df_node_rerun_upstream(const df_node_ctx *ctx, int pass, df_batch **batch)
 {
     if (!ctx || !ctx->graph || !ctx->node)
         return df_error(DF_EINVAL, "df_node_rerun_upstream: the node context has no graph (it was not "
                                    "made by df_task_graph_run)");
     const df_run_opts *opts = ctx->opts;
-    df_node **order;
-    int n, rc = df_task_graph_topo_order(ctx->graph, &order, &n), me = -1;
-    if (rc)
-        return rc;
-    for (int i = 0; i < n; i++)
-        me = order[i] == ctx->node ? i : me;
-    char *mark = calloc((size_t)(n ? n : 1), 1);
-    rc = mark ? DF_OK : df_error(DF_ENOMEM, "out of memory");
-    if (!rc && me < 0)
-        rc = df_error(DF_EINVAL, "df_node_rerun_upstream: node '%s' is not in graph '%s'", ctx->node->node_id,
-                      df_task_graph_id(ctx->graph));
-    if (!rc) {
-        mark_ancestors(ctx->graph, order, n, me, mark);
-        if (opts && opts->begin_pass)
-            opts->begin_pass(opts->hook_user);
-    }
+    df_task_graph *g = ctx->graph;
+    df_node **order = NULL;
+    int n = df_task_graph_num_nodes(g);
+    bool *up = malloc((size_t)(n ? n : 1) * sizeof *up);
+    int rc = up ? df_task_graph_ancestors(g, ctx->node, up) : df_error(DF_ENOMEM, "out of memory");
+    if (!rc)
+        rc = df_task_graph_topo_order(g, &order, &n);
+    if (!rc && opts && opts->begin_pass)
+        opts->begin_pass(opts->hook_user);
     df_node_ctx sub = *ctx;
     sub.metrics = NULL, sub.pass = pass;
-    for (int i = 0; !rc && i <= me; i++) {
-        if (!mark[i])
+    /* the ancestors in the graph's order, then the hand-off to the node itself */
+    for (int i = 0; !rc && i < n; i++) {
+        const bool me = order[i] == ctx->node;
+        if (!me && !up[df_task_graph_index_of(g, order[i]->node_id)])
             continue;
         df_node_status keep = order[i]->status;
         if (opts && opts->before_node && (rc = opts->before_node(opts->hook_user, order[i], batch)))
             df_error_wrap(rc, "node '%s'", order[i]->node_id);
-        else if (i < me && (rc = df_node_run(order[i], &sub, batch, opts)))
+        else if (!me && (rc = df_node_run(order[i], &sub, batch, opts)))
             df_error_wrap(rc, "re-running the nodes before '%s'", ctx->node->node_id);
         order[i]->status = keep;
+        if (me)
+            break;
     }
     if (rc && *batch && opts && opts->release_batch) {
         opts->release_batch(*batch);
         *batch = NULL;
     }
-    free(mark);
+    free(up);
     free(order);
     return rc;
 }

@@ -80,6 +80,34 @@ df_node *df_task_graph_get_node(const df_task_graph *g, const char *node_id)
     return i < 0 ? NULL : g->nodes[i];
 }
 
+int df_task_graph_ancestors(const df_task_graph *g, const df_node *node, bool *up)
+{
+    int me = -1;
+    for (int i = 0; i < g->n; i++) {
+        up[i] = false;
+        me = g->nodes[i] == node ? i : me;
+    }
+    if (me < 0)
+        return df_error(DF_EINVAL, "task graph '%s': node '%s' is not in it", g->graph_id,
+                        node ? node->node_id : "(null)");
+    int *stack = malloc((size_t)g->n * sizeof *stack), top = 0;
+    if (!stack)
+        return df_error(DF_ENOMEM, "out of memory");
+    stack[top++] = me; /* depth-first over dependencies: each node pushed once */
+    while (top) {
+        const df_node *n = g->nodes[stack[--top]];
+        for (int d = 0; d < n->n_dependencies; d++) {
+            int k = df_task_graph_index_of(g, n->dependencies[d]);
+            if (k >= 0 && !up[k] && k != me) {
+                up[k] = true;
+                stack[top++] = k;
+            }
+        }
+    }
+    free(stack);
+    return DF_OK;
+}
+
 int df_task_graph_add_node(df_task_graph *g, df_node *node)
 {
     if (!node)

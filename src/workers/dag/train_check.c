@@ -83,14 +83,6 @@ static df_node_fn known_fn(const char *ref)
     return fn;
 }
 
-static int index_of(df_task_graph *g, const df_node *n)
-{
-    for (int i = 0; i < df_task_graph_num_nodes(g); i++)
-        if (df_task_graph_node_at(g, i) == n)
-            return i;
-    return -1;
-}
-
 /* The node's ref: its own, or in a workflow file siiRL's default for its type and role. */
 static const char *ref_of(const df_node *n, bool workflow)
 {
@@ -113,39 +105,26 @@ static int check_refill(const df_config *c, const df_train_config *t, df_task_gr
         return DF_OK;
     }
     int nn = df_task_graph_num_nodes(g);
-    char *seen = malloc((size_t)(nn ? nn : 1));
-    int *stack = malloc((size_t)(nn ? nn : 1) * sizeof *stack);
-    int rc = seen && stack ? DF_OK : df_error(DF_ENOMEM, "out of memory");
+    bool *up = malloc((size_t)(nn ? nn : 1) * sizeof *up);
+    int rc = up ? DF_OK : df_error(DF_ENOMEM, "out of memory");
     for (int i = 0; !rc && i < nn; i++) {
         const df_node *s = df_task_graph_node_at(g, i);
-        if (known_fn(ref_of(s, workflow)) != ds)
+        if (known_fn(ref_of(s, workflow)) != ds || (rc = df_task_graph_ancestors(g, s, up)))
             continue;
-        memset(seen, 0, (size_t)nn);
-        int top = 0;
-        stack[top++] = i;
-        while (!rc && top) {
-            const df_node *n = df_task_graph_node_at(g, stack[--top]);
-            for (int d = 0; !rc && d < n->n_dependencies; d++) {
-                const df_node *up = df_task_graph_get_node(g, n->dependencies[d]);
-                int k = up ? index_of(g, up) : -1;
-                if (k < 0 || seen[k])
-                    continue;
-                seen[k] = 1;
-                stack[top++] = k;
-                df_node_fn fn = known_fn(ref_of(up, workflow));
-                if (fn && (fn == ta || fn == tc))
-                    rc = df_error(DF_EUNSUPPORTED,
-                                  "%s node '%s': dynamic sampling refills a step by re-running every node "
-                                  "before it on new prompts, and node '%s' (%s) trains, so it would train "
-                                  "once per generation batch; place the training nodes after the sampling "
-                                  "node (algorithm.filter_groups.enable=true, %s)",
-                                  src, s->node_id, up->node_id, ref_of(up, workflow),
-                                  df_config_where(c, "algorithm.filter_groups.enable"));
-            }
+        for (int k = 0; !rc && k < nn; k++) {
+            const df_node *a = df_task_graph_node_at(g, k);
+            df_node_fn fn = up[k] ? known_fn(ref_of(a, workflow)) : NULL;
+            if (fn && (fn == ta || fn == tc))
+                rc = df_error(DF_EUNSUPPORTED,
+                              "%s node '%s': dynamic sampling refills a step by re-running every node "
+                              "before it on new prompts, and node '%s' (%s) trains, so it would train "
+                              "once per generation batch; place the training nodes after the sampling "
+                              "node (algorithm.filter_groups.enable=true, %s)",
+                              src, s->node_id, a->node_id, ref_of(a, workflow),
+                              df_config_where(c, "algorithm.filter_groups.enable"));
         }
     }
-    free(seen);
-    free(stack);
+    free(up);
     return rc;
 }
 
