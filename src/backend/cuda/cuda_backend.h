@@ -216,7 +216,8 @@ int df_cuda_lmhead_bwd(df_cuda *c, float *d_dh, float *d_dW, const float *d_dlog
  * [0, 1) pick by inverse CDF in the order of src/engine/sampling.c, so for the same u the
  * token is the CPU's up to float rounding at a CDF boundary. temperature = 0: greedy
  * (lowest argmax). logp[i] (may be NULL) = log-prob of tok[i] under the unrestricted
- * softmax(z[i]), as the rollout records old log-probs. tok, logp device.
+ * softmax(z[i]), as the rollout records old log-probs. tok, logp device; u may be NULL when
+ * greedy (nothing is drawn).
  */
 int df_cuda_sample(df_cuda *c, int32_t *d_tok, float *d_logp, const float *d_h,
                    const float *d_W, int64_t n, int64_t V, int64_t H, float temperature,
