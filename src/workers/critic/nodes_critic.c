@@ -11,8 +11,9 @@
 
 static int need_critic(df_node_ctx *ctx, const df_batch *b, const char *node)
 {
-    if (!b)
-        return df_error(DF_EINVAL, "%s: no input batch", node);
+    int rc = df_worker_need_batch(b, node);
+    if (rc)
+        return rc;
     if (!df_node_worker(ctx)->critic.model)
         return df_error(DF_EINVAL, "%s (node '%s'): this worker has no critic", node, ctx->node->node_id);
     return DF_OK;

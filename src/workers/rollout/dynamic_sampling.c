@@ -168,7 +168,7 @@ static int node_dynamic_sampling(df_node_ctx *ctx, df_batch *batch, df_node_outp
 {
     df_dag_worker *w = ctx->worker;
     const df_train_config *t = &w->global.cfg;
-    int rc = batch ? DF_OK : df_error(DF_EINVAL, "dynamic_sampling: no input batch");
+    int rc = df_worker_need_batch(batch, "dynamic_sampling");
     if (!t->algorithm.filter_groups.enable)
         return rc; /* DAPO without filtering: the batch passes through */
     double t0 = df_now();
