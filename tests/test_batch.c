@@ -184,6 +184,14 @@ static void test_select_slice(void **state)
     df_batch_free(s);
     assert_int_equal(df_batch_slice(b, 2, 4, &s), DF_EINVAL);
     assert_int_equal(df_batch_slice(b, 2, 1, &s), DF_EINVAL);
+    assert_int_equal(df_batch_copy(b, &s), 0); /* every row, every column, the metadata */
+    assert_int_equal(df_batch_size(s), 3);
+    assert_int_equal(df_batch_num_columns(s), 5);
+    ROW0(s, 0);
+    ROW1(s, 1);
+    ROW2(s, 2);
+    assert_true(df_batch_meta_get(s, "temperature", 0) == 0.7);
+    df_batch_free(s);
     df_batch_free(b);
 }
 

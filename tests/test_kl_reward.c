@@ -231,6 +231,13 @@ static void test_builtin_order(void **state)
     order_of("algorithm.use_kl_in_reward=true", "algorithm.workflow_type=dapo", s, sizeof s);
     assert_string_equal(s, "rollout_actor function_reward dynamic_sampling actor_old_log_prob "
                            "reference_log_prob calculate_advantages actor_train");
+    /* ReMax: the greedy pass is a node right after the reward node, so it re-runs only rollout and reward */
+    order_of("algorithm.adv_estimator=remax", NULL, s, sizeof s);
+    assert_string_equal(s, "rollout_actor function_reward reward_baseline calculate_advantages actor_old_log_prob "
+                           "reference_log_prob actor_train");
+    order_of("algorithm.use_kl_in_reward=true", "algorithm.adv_estimator=remax", s, sizeof s);
+    assert_string_equal(s, "rollout_actor function_reward reward_baseline actor_old_log_prob reference_log_prob "
+                           "calculate_advantages actor_train");
 }
 
 static void write_workflow(const char *name, const char *adv_dep, const char *old_dep)
@@ -336,7 +343,7 @@ static df_batch *probe_batch(df_dag_worker *w)
     df_batch *p = NULL, *b = NULL;
     const df_node *rollout = df_task_graph_get_node(w->graph, "rollout_actor");
     assert_int_equal(df_worker_next_prompts(w, 0, &p), 0);
-    assert_int_equal(df_worker_generate(w, rollout, p, w->step, 0, &b, NULL), 0);
+    assert_int_equal(df_worker_generate(w, rollout, p, w->step, 0, &b), 0);
     assert_int_equal(df_worker_reward(w, b, NULL), 0);
     assert_int_equal(df_actor_compute_log_prob(w->actor.model, b, "old_log_probs", NULL), 0);
     assert_int_equal(df_actor_compute_log_prob(w->reference.model, b, "ref_log_prob", NULL), 0);

@@ -414,6 +414,70 @@ static void test_refill_reenters_graph(void **state)
     json_decref(lines);
 }
 
+/* ReMax's greedy pass as "dag_id: <id>" with the nodes `mid` between the reward node (greedy_reward_node)
+   and the advantage node, written to dir/<id>.yaml; the config into *c. */
+static void remax_job(const char *id, const char *mid, const char *adv_dep, df_config **c)
+{
+    char wf[2048], path[512], more[1024], yaml[2048];
+    snprintf(wf, sizeof wf,
+             "dag_id: %s\n"
+             "nodes:\n"
+             "  - {node_id: rollout, node_type: MODEL_INFERENCE, node_role: ROLLOUT}\n"
+             "  - {node_id: reward, node_type: COMPUTE, node_role: REWARD, dependencies: [rollout],\n"
+             "     executable_ref: '%s/test/libscore_const.so:greedy_reward_node'}\n"
+             "%s"
+             "  - {node_id: adv, node_type: COMPUTE, node_role: ADVANTAGE, dependencies: [%s]}\n"
+             "  - {node_id: old, node_type: MODEL_TRAIN, node_role: ACTOR, only_forward_compute: true,\n"
+             "     dependencies: [adv]}\n"
+             "  - {node_id: train, node_type: MODEL_TRAIN, node_role: ACTOR, dependencies: [old]}\n",
+             id, DF_PLUGIN_DIR, mid, adv_dep);
+    snprintf(path, sizeof path, "%s/%s.yaml", dir, id);
+    assert_int_equal(df_write_file_atomic(path, wf, strlen(wf)), 0);
+    snprintf(more, sizeof more, "algorithm: {adv_estimator: remax}\ndag: {workflow_path: %s}\n", path);
+    job_yaml(yaml, sizeof yaml, 2, 2, ", optim: {lr: 0.01}", more, 1, id);
+    assert_int_equal(df_config_load_text(df_config_schema_train(), yaml, "remax.yaml", NULL, 0, c), 0);
+}
+
+/* ReMax's baseline re-enters the graph: the reward_baseline node re-runs the rollout and the
+   workflow's own reward node as a greedy pass. That node scores sampled responses 0 and greedy
+   ones 1, so the advantages (0 - baseline) are -1 wherever a greedy response was scored by it
+   (0 for a prompt whose greedy response is empty, which has no token to score). Without the
+   baseline node, or with it after a training node, the workflow is refused. */
+static void test_baseline_reenters_graph(void **state)
+{
+    (void)state;
+    df_config *c = NULL;
+    remax_job("out_remax", "  - {node_id: base, node_type: COMPUTE, executable_ref: DAGWorker.compute_reward_baseline,\n"
+                           "     dependencies: [reward]}\n", "base", &c);
+    if (df_test_run(NULL, c)) /* frees c */
+        fail_msg("%s", df_last_error());
+    json_t *lines = df_test_metrics(dir, "out_remax", true);
+    assert_int_equal(json_array_size(lines), 1);
+    json_t *o = json_array_get(lines, 0);
+    double lo = json_number_value(json_object_get(o, "critic/advantages/min"));
+    double hi = json_number_value(json_object_get(o, "critic/advantages/max"));
+    double score = json_number_value(json_object_get(o, "critic/score/mean"));
+    print_message("advantages in [%g, %g], score mean %g\n", lo, hi, score);
+    if (lo != -1 || hi > 0 || score != 0)
+        fail_msg("advantages [%g, %g], score %g: the greedy pass was not scored by the workflow's reward node",
+                 lo, hi, score);
+    json_decref(lines);
+
+    remax_job("no_base", "", "reward", &c);
+    assert_error_mentions(df_train_check(c, 1, NULL, NULL, NULL), DF_EINVAL,
+                          "node 'adv': algorithm.adv_estimator=remax needs reward_baselines");
+    df_config_free(c);
+    /* a baseline after the old-log-prob and training nodes would re-run the training */
+    remax_job("late_base", "  - {node_id: base, node_type: COMPUTE, executable_ref: DAGWorker.compute_reward_baseline,\n"
+                           "     dependencies: [late_train]}\n"
+                           "  - {node_id: late_train, node_type: MODEL_TRAIN, node_role: ACTOR, dependencies: [reward]}\n",
+              "base", &c);
+    assert_error_mentions(df_train_check(c, 1, NULL, NULL, NULL), DF_EUNSUPPORTED,
+                          "node 'base': the ReMax baseline re-runs every node before it greedily, and node "
+                          "'late_train'");
+    df_config_free(c);
+}
+
 /* verl's custom_reward_function: the example scorer, called as the reward manager calls it. */
 static void test_custom_reward_example(void **state)
 {
@@ -525,6 +589,7 @@ int main(void)
         cmocka_unit_test(test_node_own_keys),
         cmocka_unit_test(test_node_model_log_probs),
         cmocka_unit_test(test_refill_reenters_graph),
+        cmocka_unit_test(test_baseline_reenters_graph),
         cmocka_unit_test(test_context_without_worker),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,12 +1,13 @@
 /*
  * test_remax.c — ReMax's greedy baseline: reward_baselines matched to rows by
  * uid on hand-made batches, and three remax steps through the DAG worker,
- * after which the rollout node's baselines must equal the scores of a separate
- * greedy generation of the same prompts with the same weights, the same value
- * for the rollout.n samples of a prompt. Probes around the rollout and
- * advantage nodes check, every step, that the advantages the actor trains on
- * are built from those baselines, after trainer.balance_batch has moved the
- * rows (between ranks under mpiexec -np 2).
+ * where the reward_baseline node the planner adds re-runs the rollout and
+ * reward nodes greedily. Probes around the baseline and advantage nodes check,
+ * every step, that the baselines equal the scores of a separate greedy
+ * generation of the same prompts with the same weights (the same value for the
+ * rollout.n samples of a prompt), and that the advantages the actor trains on
+ * are built from them, after trainer.balance_batch has moved the rows (between
+ * ranks under mpiexec -np 2).
  *
  * mpi-test: np 2
  * (as a plain ctest it runs with one rank.)
@@ -65,51 +66,7 @@ static void test_baselines_by_uid(void **state)
     df_batch_free(o);
 }
 
-/* The rollout node's baselines against a greedy generation made here, with the worker's weights. */
-static void check_baselines(df_dag_worker *w)
-{
-    df_batch *p = NULL, *b = NULL, *g = NULL;
-    const df_node *rollout = df_task_graph_get_node(w->graph, "rollout_actor");
-    assert_non_null(rollout);
-    assert_int_equal(df_worker_next_prompts(w, 0, &p), 0);
-    assert_int_equal(df_worker_generate(w, rollout, p, w->step, 0, &b, NULL), 0);
-    assert_int_equal(df_worker_reward(w, b, NULL), 0); /* the sampled responses' own scores */
-    df_sampling_params sp = w->global.sampling;
-    sp.greedy = true;
-    assert_int_equal(df_generate_batch(w->rollout.engine, df_actor_model(w->actor.model), p, 1, &sp, 12345, NULL, &g), 0);
-    assert_int_equal(df_worker_reward(w, g, NULL), 0);
-    int64_t np = df_batch_size(p), n = df_worker_n_samples(w);
-    assert_int_equal(df_batch_size(b), np * n);
-    const float *rb = df_batch_f32(b, "reward_baselines");
-    assert_non_null(rb);
-    int distinct_samples = 0, nonzero = 0;
-    for (int64_t i = 0; i < np; i++) {
-        int64_t len;
-        const float *s = df_batch_tok_f32(g, "token_level_scores", i, &len);
-        float sum = 0;
-        for (int64_t t = 0; t < len; t++)
-            sum += s[t];
-        /* exact: the score sits on the last token, the others are 0 */
-        assert_near(sum, df_batch_f32(g, "score")[i], 0);
-        nonzero += sum != 0;
-        print_message("prompt %lld: greedy baseline %.6f\n", (long long)i, sum);
-        for (int64_t j = 0; j < n; j++) {
-            assert_string_equal(df_batch_str(b, "uid", i * n + j), df_batch_str(p, "uid", i));
-            if (rb[i * n + j] != sum)
-                fail_msg("prompt %lld sample %lld: reward_baselines %.9g, greedy score %.9g", (long long)i,
-                         (long long)j, rb[i * n + j], sum);
-            distinct_samples += df_batch_f32(b, "score")[i * n + j] != sum;
-        }
-    }
-    print_message("%lld prompts: %d of %lld sampled responses score differently from the greedy one\n",
-                  (long long)np, distinct_samples, (long long)(np * n));
-    assert_true(nonzero > 0 && distinct_samples > 0); /* a real baseline, and not the samples' own scores */
-    df_batch_free(p);
-    df_batch_free(b);
-    df_batch_free(g);
-}
-
-/* ---- probes around the rollout and advantage nodes ------------------------------------------ */
+/* ---- probes around the baseline and advantage nodes ------------------------------------------ */
 
 #define MAX_ROWS 32 /* rollout rows per rank */
 #define MAX_RANKS 4
@@ -121,9 +78,10 @@ typedef struct {
 } made_row;
 
 static struct {
-    df_node_fn rollout, advantage; /* the nodes' own functions */
-    made_row made[MAX_RANKS * MAX_ROWS]; /* this step's rollout rows of every rank */
+    df_node_fn baseline, advantage; /* the nodes' own functions */
+    made_row made[MAX_RANKS * MAX_ROWS]; /* this step's baseline node's rows of every rank */
     int steps, rows, moved, nonzero, bad;
+    int greedy_rows, greedy_nonzero, distinct_samples; /* the independent greedy generations */
     char first_bad[512];
 } probe;
 
@@ -139,25 +97,21 @@ static void probe_fail(const char *fmt, ...)
     }
 }
 
-/* The rollout node, then every rank's (uid, reward_baselines) gathered. */
-static int probe_rollout(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
+/* The baseline node, then every rank's (uid, reward_baselines) gathered. */
+static int gather_made(df_dag_worker *w, const df_batch *b)
 {
-    int rc = probe.rollout(ctx, batch, out);
-    df_dag_worker *w = ctx->worker;
     made_row mine[MAX_ROWS];
     memset(mine, 0, sizeof mine);
-    const df_batch *b = rc ? NULL : out->batch;
     const float *rb = b ? df_batch_f32(b, "reward_baselines") : NULL;
     int64_t n = b ? df_batch_size(b) : 0;
-    if (!rc && (!rb || n > MAX_ROWS))
-        probe_fail("rollout: %lld rows, reward_baselines %s", (long long)n, rb ? "set" : "missing");
+    if (b && (!rb || n > MAX_ROWS))
+        probe_fail("baseline node: %lld rows, reward_baselines %s", (long long)n, rb ? "set" : "missing");
     for (int64_t i = 0; rb && i < n && i < MAX_ROWS; i++) {
         snprintf(mine[i].uid, sizeof mine[i].uid, "%s", df_batch_str(b, "uid", i));
         mine[i].baseline = rb[i];
         mine[i].rank = w->group_rank;
     }
-    int grc = df_comm_allgather(w->group, mine, sizeof mine, probe.made);
-    return rc ? rc : grc;
+    return df_comm_allgather(w->group, mine, sizeof mine, probe.made);
 }
 
 static const made_row *made_for(const char *uid)
@@ -169,6 +123,55 @@ static const made_row *made_for(const char *uid)
 }
 
 /*
+ * This rank's prompts (the pass's input) generated greedily here, apart from the graph, with the
+ * weights of this step and scored by the reward: each response's score must be the baseline the
+ * node gave its uid, the same value for the rollout.n samples of the prompt.
+ */
+static void check_greedy(df_dag_worker *w, const df_node_ctx *ctx, const df_batch *b)
+{
+    df_batch *g = NULL;
+    df_sampling_params sp = w->global.sampling;
+    sp.greedy = true;
+    if (!ctx->input || df_generate_batch(w->rollout.engine, df_actor_model(w->actor.model), ctx->input, 1, &sp,
+                                         12345, NULL, &g) || df_worker_reward(w, g, NULL)) {
+        probe_fail("step %lld: the independent greedy generation failed: %s", (long long)ctx->step, df_last_error());
+        df_batch_free(g);
+        return;
+    }
+    for (int64_t i = 0; i < df_batch_size(g); i++) {
+        int64_t len;
+        const float *s = df_batch_tok_f32(g, "token_level_scores", i, &len);
+        float sum = 0;
+        for (int64_t t = 0; t < len; t++)
+            sum += s[t];
+        /* exact: the score sits on the last token, the others are 0 */
+        if (sum != df_batch_f32(g, "score")[i])
+            probe_fail("greedy row %lld: token_level_scores sum %.9g, score %.9g", (long long)i, sum,
+                       df_batch_f32(g, "score")[i]);
+        const made_row *m = made_for(df_batch_str(g, "uid", i));
+        if (!m || m->baseline != sum)
+            probe_fail("step %lld prompt %s: reward_baselines %.9g, greedy score %.9g", (long long)ctx->step,
+                       df_batch_str(g, "uid", i), m ? m->baseline : NAN, sum);
+        probe.greedy_rows++;
+        probe.greedy_nonzero += sum != 0;
+        probe.moved += m && m->rank != w->group_rank; /* the prompt's samples sit on another rank */
+    }
+    for (int64_t i = 0; i < df_batch_size(b); i++)
+        probe.distinct_samples += df_batch_f32(b, "score")[i] != df_batch_f32(b, "reward_baselines")[i];
+    df_batch_free(g);
+}
+
+static int probe_baseline(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
+{
+    int rc = probe.baseline(ctx, batch, out);
+    df_dag_worker *w = ctx->worker;
+    int grc = gather_made(w, rc ? NULL : batch);
+    if (!rc && !grc)
+        check_greedy(w, ctx, batch);
+    return rc ? rc : grc;
+}
+
+/*
  * The advantage node, then per row: reward_baselines is the rollout's value
  * for its uid, and remax's advantages are returns - baseline, so at the first
  * response token sum(token_level_rewards) - reward_baselines.
@@ -176,7 +179,6 @@ static const made_row *made_for(const char *uid)
 static int probe_advantage(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
 {
     int rc = probe.advantage(ctx, batch, out);
-    df_dag_worker *w = ctx->worker;
     const df_batch *b = out->batch ? out->batch : batch;
     const float *rb = rc ? NULL : df_batch_f32(b, "reward_baselines");
     const df_column *adv = rc ? NULL : df_batch_column(b, "advantages");
@@ -212,7 +214,6 @@ static int probe_advantage(df_node_ctx *ctx, df_batch *batch, df_node_output *ou
                 probe_fail("step %lld row %lld token %lld: advantage %.9g != return %.9g - baseline %.9g",
                            (long long)ctx->step, (long long)i, (long long)(t - t0), a[t], r[t], rb[i]);
         probe.rows++;
-        probe.moved += m->rank != w->group_rank;
         probe.nonzero += rb[i] != 0;
     }
     return rc;
@@ -222,13 +223,13 @@ static int probe_advantage(df_node_ctx *ctx, df_batch *batch, df_node_output *ou
 static void install_probes(df_dag_worker *w)
 {
     memset(&probe, 0, sizeof probe);
-    df_node *roll = df_task_graph_get_node(w->graph, "rollout_actor");
+    df_node *base = df_task_graph_get_node(w->graph, "reward_baseline");
     df_node *adv = df_task_graph_get_node(w->graph, "calculate_advantages");
-    assert_non_null(roll);
+    assert_non_null(base);
     assert_non_null(adv);
-    assert_int_equal(df_exec_resolve(roll->executable_ref, &probe.rollout), 0);
+    assert_int_equal(df_exec_resolve(base->executable_ref, &probe.baseline), 0);
     assert_int_equal(df_exec_resolve(adv->executable_ref, &probe.advantage), 0);
-    roll->fn = probe_rollout;
+    base->fn = probe_baseline;
     adv->fn = probe_advantage;
 }
 
@@ -239,6 +240,10 @@ static void check_probes(int steps)
         fail_msg("rank %d: %d mismatches; the first: %s", rank, probe.bad, probe.first_bad);
     assert_int_equal(probe.steps, steps);
     assert_true(probe.rows > 0 && probe.nonzero > 0);
+    /* a real baseline, and not the samples' own scores */
+    print_message("rank %d: %d greedy rows checked (%d score non-zero); %d sampled responses score differently\n",
+                  rank, probe.greedy_rows, probe.greedy_nonzero, probe.distinct_samples);
+    assert_true(probe.greedy_rows > 0 && probe.greedy_nonzero > 0 && probe.distinct_samples > 0);
     int64_t moved = probe.moved;
     assert_int_equal(df_comm_allreduce(world, &moved, 1, DF_COMM_INT64, DF_COMM_SUM), 0);
     print_message("rank %d: %d rows checked over %d steps, %lld moved by balance_batch on all ranks\n", rank,
@@ -271,7 +276,6 @@ static void test_remax_steps(void **state)
     if (df_dag_worker_fit(w))
         fail_msg("rank %d: %s", rank, df_last_error());
     check_probes(3);
-    check_baselines(w);
     df_dag_worker_free(w);
     df_config_free(cfg);
     assert_int_equal(df_comm_barrier(world), 0);

@@ -152,6 +152,8 @@ DF_API const char *df_batch_meta_at(const df_batch *b, int i, double *value);
 DF_API int df_batch_select(const df_batch *b, const int64_t *idx, int64_t k, df_batch **out);
 /** Rows [start, end), 0 <= start <= end <= n. */
 DF_API int df_batch_slice(const df_batch *b, int64_t start, int64_t end, df_batch **out);
+/** Every row: a deep copy (df_run_opts.copy_batch of the DAG worker). */
+DF_API int df_batch_copy(const df_batch *b, df_batch **out);
 /**
  * Concatenate n_parts >= 1 batches that have the same set of column names with
  * the same kinds (their order may differ; parts[0]'s order is kept, and so is

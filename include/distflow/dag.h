@@ -99,7 +99,19 @@ typedef struct df_node_ctx {
     int pass;                  /**< 0 for the step's pass; k for the k-th re-run of this
                                     node's upstream (df_node_rerun_upstream): generation
                                     nodes draw a fresh random stream per pass */
+    unsigned flags;            /**< DF_PASS_* bits of this pass (0 for the step's pass) */
+    const df_batch *input;     /**< a copy of the batch this pass started from (the step's
+                                    prompts, or a re-run's new prompts), owned by the executor;
+                                    NULL when the pass started with none or the run has no
+                                    df_run_opts.copy_batch */
 } df_node_ctx;
+
+/** How a pass over (part of) the graph differs from the step's pass (df_node_ctx.flags). */
+enum {
+    /** Generation nodes decode greedily and make one response per prompt (verl's
+     *  do_sample=False): the pass that gives ReMax its baseline. */
+    DF_PASS_GREEDY = 1u << 0,
+};
 
 /** A node's result: set `batch` to hand a new batch downstream (else NULL). */
 typedef struct df_node_output {
@@ -605,6 +617,9 @@ struct df_run_opts {
     /** Called on a batch replaced through out->batch (and on a batch a failing
      *  node returned). NULL: the executor frees nothing. */
     df_batch_release_fn release_batch;
+    /** Copies a pass's input batch for the nodes' ctx->input (normally every row, df_batch_slice);
+     *  the copy is released with release_batch when the pass ends. NULL: no ctx->input. */
+    int (*copy_batch)(const df_batch *b, df_batch **out);
     /** Record each node's wall time as "timing_s/<node_id>" in ctx->metrics. */
     bool record_timing;
     /** Called by df_task_graph_run before each node runs, with the batch the
@@ -620,18 +635,20 @@ struct df_run_opts {
 };
 
 /**
- * Run again, on *batch (a fresh input, e.g. more prompts), the part of the graph that leads to
- * ctx->node: every ancestor of the node in the graph's topological order, with the run's options
- * (begin_pass, then before_node before each), then before_node for ctx->node itself, so *batch
- * comes back as the node would have received it. The ancestors run with ctx->pass + 1 ... (a
- * caller's k-th re-run passes pass = k: generation draws a new random stream) and without step
+ * Run again, on *batch (a fresh input: more prompts, or a copy of ctx->input), the part of the
+ * graph that leads to ctx->node: every ancestor of the node in the graph's topological order,
+ * with the run's options (begin_pass, then before_node before each), then before_node for
+ * ctx->node itself, so *batch comes back as the node would have received it. The ancestors see
+ * `pass` (a caller's k-th re-run passes pass = k: generation draws a new random stream), `flags`
+ * (DF_PASS_* bits, e.g. DF_PASS_GREEDY) and as ctx->input a copy of *batch, and run without step
  * metrics (the step's pass recorded them); their statuses stay those of the step's pass. This is
- * how a node re-enters the graph: DAPO's dynamic sampling refills its batch through the same
- * rollout and reward nodes (a workflow's own reward node included) as the first batch.
- * Errors: DF_EINVAL when ctx was not made by df_task_graph_run (no graph); an ancestor's error,
- * with *batch released (opts->release_batch) and set to NULL.
+ * how a node re-enters the graph: DAPO's dynamic sampling refills its batch, and ReMax's baseline
+ * node scores a greedy pass, through the same rollout and reward nodes (a workflow's own reward
+ * node included) as the step's batch.
+ * Errors: DF_EINVAL when ctx was not made by df_task_graph_run (no graph); DF_ENOMEM,
+ * copy_batch's, an ancestor's error, with *batch released (opts->release_batch) and set to NULL.
  */
-DF_API int df_node_rerun_upstream(const df_node_ctx *ctx, int pass, df_batch **batch);
+DF_API int df_node_rerun_upstream(const df_node_ctx *ctx, int pass, unsigned flags, df_batch **batch);
 
 /**
  * Run one node: status RUNNING, call its function with a copy of *tmpl
@@ -649,7 +666,9 @@ DF_API int df_node_run(df_node *node, const df_node_ctx *tmpl, df_batch **batch,
  * Run a whole graph once: validate, reset statuses, then df_node_run in
  * topological order, each node READY just before it runs. On the first
  * failure the remaining nodes are marked SKIPPED and the error (prefixed with
- * "task graph 'g': ") is returned. *batch is the batch in and out.
+ * "task graph 'g': ") is returned. *batch is the batch in and out; with
+ * opts->copy_batch the nodes see a copy of the input as ctx->input.
+ * Errors: as above, copy_batch's.
  */
 DF_API int df_task_graph_run(df_task_graph *g, const df_node_ctx *tmpl, df_batch **batch,
                              const df_run_opts *opts);

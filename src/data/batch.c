@@ -506,6 +506,11 @@ int df_batch_slice(const df_batch *b, int64_t start, int64_t end, df_batch **out
     return gather_range(b, start, end - start, 1, out);
 }
 
+int df_batch_copy(const df_batch *b, df_batch **out)
+{
+    return gather_range(b, 0, b->n, 1, out);
+}
+
 int df_batch_repeat_interleave(const df_batch *b, int64_t k, df_batch **out)
 {
     if (k < 1)

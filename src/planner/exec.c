@@ -264,6 +264,19 @@ int df_node_run(df_node *node, const df_node_ctx *tmpl, df_batch **batch,
     return df_error_wrap(rc, "node '%s' (%s) failed%s", node->node_id, ref, msg);
 }
 
+/* A pass's input for ctx->input, when the run copies batches. */
+static int copy_input(const df_run_opts *opts, const df_batch *b, df_batch **out)
+{
+    *out = NULL;
+    return b && opts && opts->copy_batch ? opts->copy_batch(b, out) : DF_OK;
+}
+
+static void release_input(const df_run_opts *opts, df_batch *b)
+{
+    if (b && opts->release_batch)
+        opts->release_batch(b);
+}
+
 int df_task_graph_run(df_task_graph *g, const df_node_ctx *tmpl, df_batch **batch,
                       const df_run_opts *opts)
 {
@@ -275,7 +288,12 @@ int df_task_graph_run(df_task_graph *g, const df_node_ctx *tmpl, df_batch **batc
     df_node_ctx ctx = {0};
     if (tmpl)
         ctx = *tmpl;
-    ctx.graph = g, ctx.opts = opts, ctx.pass = 0;
+    df_batch *input = NULL; /* the nodes' ctx->input: *batch is replaced as they run */
+    if ((rc = copy_input(opts, *batch, &input))) {
+        free(order);
+        return rc;
+    }
+    ctx.graph = g, ctx.opts = opts, ctx.pass = 0, ctx.flags = 0, ctx.input = input;
     if (opts && opts->begin_pass)
         opts->begin_pass(opts->hook_user);
     for (int i = 0; i < n; i++) {
@@ -293,11 +311,12 @@ int df_task_graph_run(df_task_graph *g, const df_node_ctx *tmpl, df_batch **batc
         if (rc)
             df_error_wrap(rc, "task graph '%s'", df_task_graph_id(g));
     }
+    release_input(opts, input);
     free(order);
     return rc;
 }
 
-int df_node_rerun_upstream(const df_node_ctx *ctx, int pass, df_batch **batch)
+int df_node_rerun_upstream(const df_node_ctx *ctx, int pass, unsigned flags, df_batch **batch)
 {
     if (!ctx || !ctx->graph || !ctx->node)
         return df_error(DF_EINVAL, "df_node_rerun_upstream: the node context has no graph (it was not "
@@ -310,10 +329,13 @@ int df_node_rerun_upstream(const df_node_ctx *ctx, int pass, df_batch **batch)
     int rc = up ? df_task_graph_ancestors(g, ctx->node, up) : df_error(DF_ENOMEM, "out of memory");
     if (!rc)
         rc = df_task_graph_topo_order(g, &order, &n);
+    df_batch *input = NULL;
+    if (!rc)
+        rc = copy_input(opts, *batch, &input);
     if (!rc && opts && opts->begin_pass)
         opts->begin_pass(opts->hook_user);
     df_node_ctx sub = *ctx;
-    sub.metrics = NULL, sub.pass = pass;
+    sub.metrics = NULL, sub.pass = pass, sub.flags = flags, sub.input = input;
     /* the ancestors in the graph's order, then the hand-off to the node itself */
     for (int i = 0; !rc && i < n; i++) {
         const bool me = order[i] == ctx->node;
@@ -332,6 +354,7 @@ int df_node_rerun_upstream(const df_node_ctx *ctx, int pass, df_batch **batch)
         opts->release_batch(*batch);
         *batch = NULL;
     }
+    release_input(opts, input);
     free(up);
     free(order);
     return rc;

@@ -89,6 +89,23 @@ static int checked(int rc, const df_train_config *t, df_task_graph **g)
     return rc;
 }
 
+/* An estimator that needs reward_baselines (ReMax): the built-in chain gets its greedy-pass node.
+   *g is freed on failure. */
+static int reward_baseline(const df_train_config *t, const char *name, df_task_graph **g)
+{
+    const df_adv_estimator_desc *d = df_adv_estimator_find(t->algorithm.adv_estimator);
+    if (!d || !(d->needs & DF_ADV_NEEDS_BASELINES))
+        return DF_OK;
+    char what[300];
+    snprintf(what, sizeof what, "built-in pipeline '%s'", name);
+    int rc = df_task_graph_add_reward_baseline(*g, what);
+    if (rc) {
+        df_task_graph_free(*g);
+        *g = NULL;
+    }
+    return rc;
+}
+
 /*
  * algorithm.use_kl_in_reward needs both log-probs before the advantage: the
  * built-in chains take verl's order, other graphs must have it (kl_order.c).
@@ -122,6 +139,8 @@ int df_pipeline_from_config(const df_config *c, df_warn_fn warn, void *user, con
         rc = pipeline_select(c, &t, name);
         if (!rc)
             rc = checked(df_builtin_pipeline(*name, out), &t, out);
+        if (!rc)
+            rc = reward_baseline(&t, *name, out);
         return rc ? rc : kl_in_reward_order(&t, true, *name, out);
     }
     if (key == wf) {

@@ -23,6 +23,18 @@ int *df_sched_sorted_ids(const df_task_graph *g);
  */
 int df_task_graph_order_for_kl_in_reward(df_task_graph *g, bool may_reorder, const char *source);
 
+/** The node id of ReMax's greedy pass in the built-in chains. */
+#define DF_REWARD_BASELINE_NODE "reward_baseline"
+
+/**
+ * For an estimator that needs reward_baselines (ReMax): insert node
+ * DF_REWARD_BASELINE_NODE (COMPUTE, DAGWorker.compute_reward_baseline) right
+ * after g's one REWARD node, and make that node's dependents depend on it.
+ * Errors: DF_EINTERNAL naming `source` when g has not exactly one REWARD node;
+ * DF_EINVAL for an id already taken; DF_ENOMEM.
+ */
+int df_task_graph_add_reward_baseline(df_task_graph *g, const char *source);
+
 /* Parameters of a model node without a `model_params` config (<= 0 counts as none). */
 typedef double (*df_sched_params_fallback)(const df_node *n, void *user);
 

@@ -48,7 +48,6 @@ typedef struct df_node_settings {
 /* workers/rollout/: the rollout engine sampling from the actor's weights (verl's hybrid engine). */
 typedef struct df_rollout_worker {
     df_rollout_engine *engine;
-    bool remax;               /* adv_estimator remax: a greedy pass adds reward_baselines */
     df_sampling_params val_sp; /* rollout.val_kwargs.* (df_worker_resolve) */
 } df_rollout_worker;
 
@@ -271,11 +270,10 @@ void df_worker_begin_pass(void *user);
  * generation batch of a step (DAPO's dynamic sampling).
  */
 int df_worker_next_prompts(df_dag_worker *w, int gen, df_batch **out);
-/** Rollout: rollout.n responses per prompt of `prompts` (seeded by step and gen) into *out;
- *  with w->rollout.remax also their greedy reward_baselines (df_worker_remax_baselines), whose
- *  seconds go to *gen_max_s (0 without remax; may be NULL) for the caller's timing_s/gen_max. */
+/** Rollout: rollout.n responses per prompt of `prompts` with `node`'s sampling settings (seeded by
+ *  step and gen) into *out. */
 int df_worker_generate(df_dag_worker *w, const df_node *node, const df_batch *prompts, int64_t step, int gen,
-                       df_batch **out, double *gen_max_s);
+                       df_batch **out);
 /** w->reward.cfg from reward_model.reward_manager / overlong_buffer.*; DF_ENOTFOUND for an unknown manager. */
 int df_worker_setup_reward(df_dag_worker *w);
 /** Reward: scores, token_level_scores / _rewards, `acc`; critic/acc/mean into m (may be NULL). */
@@ -358,15 +356,6 @@ int df_worker_adv_batch_counts(df_dag_worker *w, const df_node *node, int rc, co
  * greedy row, a uid twice in greedy; DF_ENOMEM.
  */
 int df_remax_set_baselines(df_batch *out, const df_batch *greedy);
-/**
- * ReMax's greedy baseline (verl RayPPOTrainer.fit, adv_estimator remax):
- * `prompts` (the rollout node's input) generated once more greedily with the
- * node's other sampling settings `sp` (as df_worker_generate built them),
- * scored by df_worker_reward, then df_remax_set_baselines(out, ...). The wall time in seconds, also on failure,
- * into *seconds (may be NULL): verl's timing_s/gen_max, recorded by the caller.
- */
-int df_worker_remax_baselines(df_dag_worker *w, const df_sampling_params *sp, const df_batch *prompts,
-                              df_batch *out, double *seconds);
 /** <who>/weights_in_sync: the model's checksum agrees over w->group (collective); DF_EINTERNAL when not. */
 int df_worker_check_in_sync(df_dag_worker *w, const df_model *model, const char *who, df_metrics *m);
 
@@ -406,8 +395,10 @@ static inline void df_worker_timing(df_node_ctx *ctx, const char *name, double t
 int df_worker_register_nodes(void);
 /** workers/rollout/generate.c: DAGWorker.generate (and DAPO's dynamic_sampling). */
 int df_worker_register_rollout_nodes(void);
-/** workers/reward/reward_node.c: DAGWorker.compute_reward. */
+/** workers/reward/reward_node.c: DAGWorker.compute_reward (and ReMax's compute_reward_baseline). */
 int df_worker_register_reward_nodes(void);
+/** workers/reward/reward_baseline.c: DAGWorker.compute_reward_baseline, ReMax's greedy baseline node. */
+int df_worker_register_reward_baseline(void);
 /** workers/advantage/advantage_node.c: DAGWorker.compute_advantage. */
 int df_worker_register_advantage_nodes(void);
 /** workers/actor/actor_nodes.c: DAGWorker.compute_old_log_prob and DAGWorker.train_actor. */

@@ -59,3 +59,20 @@ DF_API int pass_reward_node(df_node_ctx *ctx, df_batch *batch, df_node_output *o
             scores[ids->offsets[i + 1] - 1] = ctx->pass > 0 ? (float)(i % 2) : 0.0f;
     return rc ? rc : df_batch_set_tok_f32(batch, "token_level_rewards", ids->offsets, scores);
 }
+
+/* A reward node that scores every sampled response 0 and every response of a greedy pass
+ * (DF_PASS_GREEDY: ReMax's baseline) 1: the baselines come from this node exactly when they are
+ * all 1 (test_plugin_algo). */
+DF_API int greedy_reward_node(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
+{
+    (void)out;
+    const df_column *ids = batch ? df_batch_column(batch, "response_ids") : NULL;
+    float *scores = NULL;
+    if (!ids)
+        return df_error(DF_EINVAL, "greedy_reward_node: no response_ids");
+    int rc = df_batch_alloc_tok_f32_like(batch, "token_level_scores", "response_ids", &scores);
+    for (int64_t i = 0; !rc && i < df_batch_size(batch); i++)
+        if (ids->offsets[i + 1] > ids->offsets[i])
+            scores[ids->offsets[i + 1] - 1] = (ctx->flags & DF_PASS_GREEDY) ? 1.0f : 0.0f;
+    return rc ? rc : df_batch_set_tok_f32(batch, "token_level_rewards", ids->offsets, scores);
+}

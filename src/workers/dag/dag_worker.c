@@ -1,7 +1,6 @@
 /* The DAG worker: setup from the config, the training loop, validation, checkpoints. */
 #include "workers/worker_internal.h"
 
-#include "distflow/algo_desc.h"
 #include "distflow/scheduler.h"
 #include "engine/hf_dir.h"
 #include "util/fsutil.h"
@@ -188,8 +187,6 @@ int df_dag_worker_create(const df_config *cfg, df_comm *comm, df_dag_worker **ou
         rc = df_adv_estimator_lookup(t->algorithm.adv_estimator, &w->adv_fn);
     if (!rc)
         rc = df_data_buffers_create(w->group, &w->buffers);
-    const df_adv_estimator_desc *est = df_adv_estimator_find(t->algorithm.adv_estimator);
-    w->rollout.remax = !rc && est && (est->needs & DF_ADV_NEEDS_BASELINES); /* the rollout adds a greedy pass */
     w->reward.cfg.reward_fn_key = t->data.reward_fn_key;
     if (!rc)
         rc = df_worker_setup_reward(w);

@@ -201,8 +201,8 @@ static int train_step(df_dag_worker *w)
     int64_t epoch = df_dataloader_epoch(w->dl);
     int rc = df_worker_next_prompts(w, 0, &b);
     df_node_ctx ctx = {.worker = w, .step = w->step, .metrics = m};
-    df_run_opts opts = {.release_batch = df_batch_free, .before_node = df_worker_before_node,
-                        .begin_pass = df_worker_begin_pass, .hook_user = w};
+    df_run_opts opts = {.release_batch = df_batch_free, .copy_batch = df_batch_copy,
+                        .before_node = df_worker_before_node, .begin_pass = df_worker_begin_pass, .hook_user = w};
     if (!rc)
         rc = df_task_graph_run(w->graph, &ctx, &b, &opts);
     if (!rc) {

@@ -98,5 +98,5 @@ int df_node_generate(const df_node_ctx *ctx, const df_batch *prompts, df_batch *
         return rc;
     /* its own stream: generation indices from 0x100 up are the nodes', below DAPO's refills */
     int gen = 0x100 + (ctx->node ? df_worker_node_index(w, ctx->node) : 0);
-    return df_worker_generate(w, ctx->node, prompts, ctx->step, gen, out, NULL);
+    return df_worker_generate(w, ctx->node, prompts, ctx->step, gen, out);
 }

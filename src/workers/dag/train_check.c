@@ -10,6 +10,7 @@
  * data-parallel size.
  */
 #include "workers/worker_internal.h"
+#include "distflow/algo_desc.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -89,40 +90,86 @@ static const char *ref_of(const df_node *n, bool workflow)
     return n->executable_ref ? n->executable_ref : workflow ? df_worker_default_exec(n) : NULL;
 }
 
+/* The registered function of a built-in node, or NULL (then the checks that need it are skipped). */
+static df_node_fn builtin_fn(const char *name)
+{
+    df_node_fn fn = NULL;
+    if (df_exec_resolve(name, &fn))
+        fn = NULL;
+    df_clear_error();
+    return fn;
+}
+
 /*
- * DAPO's refill (dynamic_sampling.c) re-runs every node before the sampling
- * node on new prompts (df_node_rerun_upstream): a node that trains there would
- * train once per generation batch. Checked only when filtering is on: off, the
- * node passes the batch through.
+ * Nodes that re-run the nodes before them (df_node_rerun_upstream): DAPO's
+ * refill (dynamic_sampling.c, only when filtering is on: off, it passes the
+ * batch through) on new prompts, ReMax's baseline (reward_baseline.c) greedily
+ * on the step's prompts. A node that trains there would train once per pass;
+ * a sampler before the baseline would hand it refill rows that the greedy pass
+ * of the step's prompts has no baseline for.
  */
-static int check_refill(const df_config *c, const df_train_config *t, df_task_graph *g, bool workflow,
+static int check_reruns(const df_config *c, const df_train_config *t, df_task_graph *g, bool workflow,
                         const char *src)
 {
-    df_node_fn ds = NULL, ta = NULL, tc = NULL;
-    if (!t->algorithm.filter_groups.enable || df_exec_resolve("DAGWorker.dynamic_sampling", &ds) ||
-        df_exec_resolve("DAGWorker.train_actor", &ta) || df_exec_resolve("DAGWorker.train_critic", &tc)) {
-        df_clear_error();
-        return DF_OK;
-    }
+    df_node_fn ds = builtin_fn("DAGWorker.dynamic_sampling"), bl = builtin_fn("DAGWorker.compute_reward_baseline");
+    df_node_fn ta = builtin_fn("DAGWorker.train_actor"), tc = builtin_fn("DAGWorker.train_critic");
+    const bool filter = t->algorithm.filter_groups.enable;
     int nn = df_task_graph_num_nodes(g);
     bool *up = malloc((size_t)(nn ? nn : 1) * sizeof *up);
     int rc = up ? DF_OK : df_error(DF_ENOMEM, "out of memory");
     for (int i = 0; !rc && i < nn; i++) {
         const df_node *s = df_task_graph_node_at(g, i);
-        if (known_fn(ref_of(s, workflow)) != ds || (rc = df_task_graph_ancestors(g, s, up)))
+        df_node_fn sf = known_fn(ref_of(s, workflow));
+        if (!sf || !((sf == ds && filter) || sf == bl) || (rc = df_task_graph_ancestors(g, s, up)))
             continue;
+        const char *what = sf == ds ? "dynamic sampling refills a step by re-running every node before it on new "
+                                      "prompts"
+                                    : "the ReMax baseline re-runs every node before it greedily";
+        const char *key = sf == ds ? "algorithm.filter_groups.enable" : "algorithm.adv_estimator";
         for (int k = 0; !rc && k < nn; k++) {
             const df_node *a = df_task_graph_node_at(g, k);
             df_node_fn fn = up[k] ? known_fn(ref_of(a, workflow)) : NULL;
             if (fn && (fn == ta || fn == tc))
                 rc = df_error(DF_EUNSUPPORTED,
-                              "%s node '%s': dynamic sampling refills a step by re-running every node "
-                              "before it on new prompts, and node '%s' (%s) trains, so it would train "
-                              "once per generation batch; place the training nodes after the sampling "
-                              "node (algorithm.filter_groups.enable=true, %s)",
-                              src, s->node_id, a->node_id, ref_of(a, workflow),
-                              df_config_where(c, "algorithm.filter_groups.enable"));
+                              "%s node '%s': %s, and node '%s' (%s) trains, so it would train once per pass; "
+                              "place the training nodes after it (%s)",
+                              src, s->node_id, what, a->node_id, ref_of(a, workflow), df_config_where(c, key));
+            else if (fn && fn == ds && filter && sf == bl)
+                rc = df_error(DF_EUNSUPPORTED,
+                              "%s node '%s': the ReMax baseline comes after dynamic sampling node '%s', whose "
+                              "refills are prompts the baseline's greedy pass does not see; place the baseline "
+                              "node before the sampling node",
+                              src, s->node_id, a->node_id);
         }
+    }
+    free(up);
+    return rc;
+}
+
+/* An estimator that needs reward_baselines (ReMax): every advantage node comes after a baseline node. */
+static int check_baseline(const df_train_config *t, df_task_graph *g, bool workflow, const char *src)
+{
+    const df_adv_estimator_desc *d = df_adv_estimator_find(t->algorithm.adv_estimator);
+    df_node_fn bl = builtin_fn("DAGWorker.compute_reward_baseline"), adv = builtin_fn("DAGWorker.compute_advantage");
+    if (!d || !(d->needs & DF_ADV_NEEDS_BASELINES) || !bl || !adv)
+        return DF_OK;
+    int nn = df_task_graph_num_nodes(g);
+    bool *up = malloc((size_t)(nn ? nn : 1) * sizeof *up);
+    int rc = up ? DF_OK : df_error(DF_ENOMEM, "out of memory");
+    for (int i = 0; !rc && i < nn; i++) {
+        const df_node *a = df_task_graph_node_at(g, i);
+        if (known_fn(ref_of(a, workflow)) != adv || (rc = df_task_graph_ancestors(g, a, up)))
+            continue;
+        bool found = false;
+        for (int k = 0; k < nn && !found; k++)
+            found = up[k] && known_fn(ref_of(df_task_graph_node_at(g, k), workflow)) == bl;
+        if (!found)
+            rc = df_error(DF_EINVAL,
+                          "%s node '%s': algorithm.adv_estimator=%s needs reward_baselines, the reward of each "
+                          "prompt's greedy response; add a node before it, after the reward node: {node_id: "
+                          "reward_baseline, node_type: COMPUTE, executable_ref: DAGWorker.compute_reward_baseline, "
+                          "dependencies: [<reward node>]}",
+                          src, a->node_id, t->algorithm.adv_estimator);
     }
     free(up);
     return rc;
@@ -178,7 +225,9 @@ static int check_nodes(const df_config *c, const df_train_config *t, df_task_gra
         first_gen = n;
         temp = temp_n;
     }
-    return rc ? rc : check_refill(c, t, g, workflow, src);
+    if (!rc)
+        rc = check_baseline(t, g, workflow, src);
+    return rc ? rc : check_reruns(c, t, g, workflow, src);
 }
 
 /* ---- the plan and the parallel layout ------------------------------------------- */

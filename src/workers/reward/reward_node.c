@@ -37,5 +37,6 @@ static int node_compute_reward(df_node_ctx *ctx, df_batch *batch, df_node_output
 
 int df_worker_register_reward_nodes(void)
 {
-    return df_exec_register("DAGWorker.compute_reward", node_compute_reward);
+    int rc = df_exec_register("DAGWorker.compute_reward", node_compute_reward);
+    return rc ? rc : df_worker_register_reward_baseline();
 }

@@ -132,7 +132,7 @@ static int trim(df_dag_worker *w, df_batch **acc, int64_t mine, int64_t target)
 static int generate_more(df_dag_worker *w, df_node_ctx *ctx, int gen, df_batch **out)
 {
     int rc = df_worker_next_prompts(w, gen, out);
-    return rc ? rc : df_node_rerun_upstream(ctx, gen, out);
+    return rc ? rc : df_node_rerun_upstream(ctx, gen, 0, out);
 }
 
 /* Append the rows of b's varying groups to *acc; their group count into *groups. */
