@@ -15,6 +15,7 @@
 #include "distflow/node.h"
 #include "distflow/reward.h"
 #include "testutil.h"
+#include "tolerance.h"
 #include "workers/worker_internal.h"
 
 #include <string.h>
@@ -191,6 +192,37 @@ static void test_train_uses_plugin(void **state)
     assert_true(df_adv_estimator_find(MEDIAN_REF)->needs == DF_ADV_NEEDS_GROUPS);
     json_t *lines = df_test_metrics(dir, "out_n2", true);
     assert_int_equal(json_array_size(lines), 2);
+    json_decref(lines);
+}
+
+/* The typed config reaches plugin algorithms, as verl's `config` argument: tests/plugins/algo_config.c's
+   estimator gives every token algorithm.gamma as its advantage, its loss actor.clip_ratio_c per token
+   under token-mean weights (sum 1 over the mini-batch's tokens, up to float rounding). */
+static void test_algorithms_get_config(void **state)
+{
+    (void)state;
+    char more[1024], yaml[2048];
+    snprintf(more, sizeof more,
+             "algorithm: {adv_estimator: '%s/test/libalgo_config.so:gamma_advantage', gamma: 0.25}\n",
+             DF_PLUGIN_DIR);
+    job_yaml(yaml, sizeof yaml, 4, 2,
+             ", optim: {lr: 0.01}, clip_ratio_c: 2.5, policy_loss: {loss_mode: '" DF_PLUGIN_DIR
+             "/test/libalgo_config.so:clip_c_loss'}",
+             more, 1, "out_config");
+    df_config *c = NULL;
+    assert_int_equal(df_config_load_text(df_config_schema_train(), yaml, "config.yaml", NULL, 0, &c), 0);
+    if (df_test_run(NULL, c)) /* frees c */
+        fail_msg("%s", df_last_error());
+    json_t *lines = df_test_metrics(dir, "out_config", true);
+    assert_int_equal(json_array_size(lines), 1);
+    json_t *o = json_array_get(lines, 0);
+    double lo = json_number_value(json_object_get(o, "critic/advantages/min"));
+    double hi = json_number_value(json_object_get(o, "critic/advantages/max"));
+    double pg = json_number_value(json_object_get(o, "actor/pg_loss"));
+    print_message("advantages in [%g, %g], actor/pg_loss %.9g\n", lo, hi, pg);
+    assert_true(lo == 0.25 && hi == 0.25);
+    /* 8 responses of at most 6 tokens: the weights' float sum is 1 within 48 roundings */
+    assert_near(pg, 2.5, 2.5 * 48 * DF_U32);
     json_decref(lines);
 }
 
@@ -583,6 +615,7 @@ int main(void)
         cmocka_unit_test(test_unload_removes),
         cmocka_unit_test(test_config_check_cli),
         cmocka_unit_test(test_train_uses_plugin),
+        cmocka_unit_test(test_algorithms_get_config),
         cmocka_unit_test(test_text_reward_node),
         cmocka_unit_test(test_custom_reward_train),
         cmocka_unit_test(test_node_keys_api),

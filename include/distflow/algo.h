@@ -64,6 +64,9 @@ typedef struct df_adv_batch_counts {
     int64_t n_flat_groups;     /**< of which flat (cpgd's P_flat) */
 } df_adv_batch_counts;
 
+struct df_train_algorithm; /* distflow/train_config.h */
+struct df_train_actor;     /* distflow/train_config.h */
+
 typedef struct df_adv_input {
     int64_t n;                        /**< number of samples */
     const int64_t *offsets;           /**< [n + 1] */
@@ -88,6 +91,11 @@ typedef struct df_adv_input {
     const df_adv_batch_counts *batch_counts; /**< estimators with DF_ADV_BATCH_COUNTS: the whole
                                            step batch's counts when this input is one shard of it;
                                            NULL: this input's own (one rank); others ignore it */
+    const struct df_train_algorithm *config; /**< the job's typed `algorithm.*` section
+                                           (distflow/train_config.h), as verl passes its AlgoConfig
+                                           as `config`: for an estimator (a plugin's) that reads
+                                           settings beyond the fields above. The fields above are
+                                           filled from it; NULL outside a training job. */
 } df_adv_input;
 
 /**
@@ -440,6 +448,11 @@ typedef struct df_policy_loss_input {
                                      batch `cov` describes (0 when cov is NULL) */
     const struct df_cov_stats *cov; /**< clip_cov / kl_cov: token selection of the whole mini-batch
                                      (df_cov_stats_compute); NULL: select within this call */
+    const struct df_train_actor *config; /**< the typed `actor_rollout_ref.actor.*` settings of the
+                                     node that trains (its workflow overrides included;
+                                     distflow/train_config.h), as verl passes its ActorConfig as
+                                     `config`: for a loss (a plugin's) that reads settings beyond
+                                     the fields above. NULL outside a training job. */
 } df_policy_loss_input;
 
 typedef struct df_policy_loss_output {

@@ -26,7 +26,8 @@ static df_adv_input adv_input(const df_dag_worker *w, const df_batch *batch, con
                           .epsilon = 1e-6f,
                           .reward_baselines = baselines,
                           .cpgd_weight_factor = alg->weight_factor_in_cpgd,
-                          .defer_whiten = defer};
+                          .defer_whiten = defer,
+                          .config = alg};
 }
 
 /* calculate_advantages: the configured estimator on group ids from `uid`. */
