@@ -61,7 +61,7 @@ config, so the struct lives as long as it.
 
 The DAG worker resolves the struct once for the global configuration and once for each
 workflow node whose `config:` overrides keys (the node's keys over the global ones), and
-derives, in one place (`src/workers/dag/resolve.c`), what comes from several keys or from the
+derives, in one place (`src/workers/common/resolve.c`), what comes from several keys or from the
 workflow: the actor's log-prob temperature (the workflow's rollout node's), the policy
 loss (`cpgd` when `use_cpgd_loss` or the estimator implies it, with `loss_mode=vanilla`), the
 seq-mean-token-sum-norm length (`loss_scale_factor`, else `data.max_response_length`),

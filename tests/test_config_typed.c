@@ -294,7 +294,7 @@ static void test_spot_checks(void **state)
     df_config_free(c);
 }
 
-/* A workflow node's `config:` is a df_config_with_overrides copy (src/workers/dag/node_config.c); its
+/* A workflow node's `config:` is a df_config_with_overrides copy (src/workers/common/node_config.c); its
    typed struct carries the override, the global one does not. */
 static void test_node_override(void **state)
 {

@@ -12,7 +12,7 @@
 #include "distflow/common.h"
 #include "testutil.h"
 #include "tolerance.h"
-#include "workers/dag/data_metrics.h"
+#include "workers/common/data_metrics.h"
 
 #include <string.h>
 

@@ -362,7 +362,7 @@ static void probe_penalty(df_dag_worker *w)
 {
     df_batch *b = probe_batch(w);
     const df_node *adv = df_task_graph_get_node(w->graph, "calculate_advantages");
-    double beta = df_kl_ctrl_value(w->reward.kl_ctrl);
+    double beta = df_kl_ctrl_value(w->advantage.kl_ctrl);
     assert_int_equal(df_worker_kl_in_reward(w, adv, b, NULL), 0);
     const df_column *sc = df_batch_column(b, "token_level_scores"),
                     *rw = df_batch_column(b, "token_level_rewards");
@@ -462,15 +462,15 @@ static void probe_reduction(df_dag_worker *w)
     const double kl = tot[0] / tot[2];
     const double kl_tol = 2 * df_tol_gamma(tot[2] + 2 * size + 4, DF_U64) * tot[1] / tot[2];
     df_metrics *m = df_metrics_new();
-    const double beta = df_kl_ctrl_value(w->reward.kl_ctrl);
+    const double beta = df_kl_ctrl_value(w->advantage.kl_ctrl);
     assert_int_equal(df_worker_kl_in_reward(w, adv, b, m), 0);
     assert_near(df_metrics_get(m, "actor/reward_kl_penalty", NAN), kl, kl_tol);
     assert_near(df_metrics_get(m, "actor/reward_kl_penalty_coeff", NAN), beta, 0);
     const double e = fmin(fmax(kl / 0.025 - 1.0, -0.2), 0.2);
-    assert_near(df_kl_ctrl_value(w->reward.kl_ctrl), beta * (1.0 + e * GLOBAL_BATCH / 100.0),
+    assert_near(df_kl_ctrl_value(w->advantage.kl_ctrl), beta * (1.0 + e * GLOBAL_BATCH / 100.0),
                 beta * (GLOBAL_BATCH / 100.0 / 0.025 * kl_tol + df_tol_gamma(8, DF_U64)));
     print_message("rank %d: probe KL %.9g over %g samples, beta %.9f -> %.9f\n", rank, kl, tot[2], beta,
-                  df_kl_ctrl_value(w->reward.kl_ctrl));
+                  df_kl_ctrl_value(w->advantage.kl_ctrl));
     df_metrics_free(m);
     df_batch_free(b);
 }
@@ -499,7 +499,7 @@ static void train(df_comm *comm, const char *out, const char *ctrl, trajectory *
         rc = df_dag_worker_fit(w);
     if (rc)
         fail_msg("rank %d: %s", rank, df_last_error());
-    tr->final_beta = df_kl_ctrl_value(w->reward.kl_ctrl);
+    tr->final_beta = df_kl_ctrl_value(w->advantage.kl_ctrl);
     if (probe)
         probe(w);
     df_dag_worker_free(w);

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The node functions are chosen by role (the workflow defaults, src/workers/dag/node_config.c). */
+/* The node functions are chosen by role (the workflow defaults, src/workers/common/node_config.c). */
 static bool is_old_log_prob(const df_node *n)
 {
     return n->node_role == DF_ROLE_ACTOR && n->only_forward_compute;

@@ -16,7 +16,8 @@
 #include "engine/actor.h"
 #include "engine/critic.h"
 #include "util/timeutil.h"
-#include "workers/dag/prompts.h"
+#include "workers/common/prompts.h"
+#include "workers/reward/score_batch.h"
 #include "workers/rollout/rollout_batch.h"
 
 #include <stdio.h>
@@ -29,7 +30,7 @@ typedef struct df_node_layout {
 } df_node_layout;
 
 /*
- * The configuration one graph node runs with, resolved once (src/workers/dag/resolve.c):
+ * The configuration one graph node runs with, resolved once (src/workers/common/resolve.c):
  * the typed keys (the global ones, with a workflow node's `config:` merged over them)
  * and what is derived from them. The worker holds one for the global configuration
  * (w->global) and one per node that overrides keys; df_worker_node_settings picks.
@@ -73,8 +74,13 @@ typedef struct df_critic_worker {
 /* workers/reward/: the reward manager (or custom_reward_function) and the in-reward KL controller. */
 typedef struct df_reward_worker {
     df_reward_manager_cfg cfg; /* reward_model.reward_manager, its overlong buffer, the custom function */
-    df_kl_ctrl *kl_ctrl; /* algorithm.kl_ctrl when algorithm.use_kl_in_reward, else NULL */
 } df_reward_worker;
+
+/* workers/advantage/: the estimator, and the KL penalty it subtracts from the rewards first. */
+typedef struct df_advantage_worker {
+    df_adv_estimator_fn fn; /* algorithm.adv_estimator */
+    df_kl_ctrl *kl_ctrl;    /* algorithm.kl_ctrl when algorithm.use_kl_in_reward, else NULL */
+} df_advantage_worker;
 
 struct df_dag_worker {
     const df_config *cfg;       /* the loaded config: provenance for messages, the planner's input */
@@ -101,7 +107,7 @@ struct df_dag_worker {
     df_reference_worker reference;
     df_critic_worker critic;
     df_reward_worker reward;
-    df_adv_estimator_fn adv_fn;
+    df_advantage_worker advantage;
 
     df_task_graph *graph;
     df_node_settings **node_set; /* [n_node_set], parallel to graph nodes: a node's own settings or NULL */
@@ -310,7 +316,7 @@ int df_worker_register_dynamic_sampling(void);
  */
 int df_kl_reward_apply(df_kl_ctrl *ctrl, const char *penalty, df_batch *b, df_comm *comm, bool replica,
                        df_metrics *m);
-/** df_kl_reward_apply in the advantage node `node` when w->reward.kl_ctrl is set (over w->group, node's layout). */
+/** df_kl_reward_apply in the advantage node `node` when w->advantage.kl_ctrl is set (over w->group, node's layout). */
 int df_worker_kl_in_reward(df_dag_worker *w, const df_node *node, df_batch *b, df_metrics *m);
 
 /**
@@ -370,8 +376,6 @@ void df_worker_free_critic(df_dag_worker *w);
 int df_worker_save_critic(df_dag_worker *w, const char *step_dir);
 /** critic/weights_in_sync: the critic's checksum agrees over w->group (collective); an error when not. */
 int df_worker_check_critic_weights(df_dag_worker *w, df_metrics *m);
-/** True while trainer.critic_warmup steps train only the critic (steps 1..critic_warmup). */
-bool df_worker_critic_warmup(const df_dag_worker *w, int64_t step);
 /** Register DAGWorker.compute_value and DAGWorker.train_critic. */
 int df_worker_register_critic_nodes(void);
 

@@ -26,21 +26,42 @@ DF_API int score_parity(const char *data_source, const char *solution_str, const
     return DF_OK;
 }
 
-/* A reward node scoring each response by the parity of its first token id (on its last token,
- * as the built-in reward does): varied within a group, from the node graph rather than the
- * reward manager (test_siirl_workflows' DAPO refill through a workflow's own reward node). */
-DF_API int parity_reward_node(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
+/* Reward nodes: each response's score on its last token, as the built-in reward puts it, from
+ * score(ctx, row, first token id); token_level_rewards = token_level_scores. */
+typedef float (*row_score_fn)(const df_node_ctx *ctx, int64_t row, int32_t first_token);
+
+static int score_rows(const df_node_ctx *ctx, df_batch *batch, const char *who, row_score_fn score)
 {
-    (void)ctx, (void)out;
     const df_column *ids = batch ? df_batch_column(batch, "response_ids") : NULL;
     float *scores = NULL;
     if (!ids)
-        return df_error(DF_EINVAL, "parity_reward_node: no response_ids");
+        return df_error(DF_EINVAL, "%s: no response_ids", who);
     int rc = df_batch_alloc_tok_f32_like(batch, "token_level_scores", "response_ids", &scores);
     for (int64_t i = 0; !rc && i < df_batch_size(batch); i++)
         if (ids->offsets[i + 1] > ids->offsets[i])
-            scores[ids->offsets[i + 1] - 1] = (float)(((const int32_t *)ids->data)[ids->offsets[i]] % 2);
+            scores[ids->offsets[i + 1] - 1] = score(ctx, i, ((const int32_t *)ids->data)[ids->offsets[i]]);
     return rc ? rc : df_batch_set_tok_f32(batch, "token_level_rewards", ids->offsets, scores);
+}
+
+static float first_token_parity(const df_node_ctx *ctx, int64_t row, int32_t first)
+{
+    (void)ctx, (void)row;
+    return (float)(first % 2);
+}
+
+/* A reward node scoring each response by the parity of its first token id: varied within a
+ * group, from the node graph rather than the reward manager (test_siirl_workflows' DAPO refill
+ * through a workflow's own reward node). */
+DF_API int parity_reward_node(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
+{
+    (void)out;
+    return score_rows(ctx, batch, "parity_reward_node", first_token_parity);
+}
+
+static float odd_rows_on_rerun(const df_node_ctx *ctx, int64_t row, int32_t first)
+{
+    (void)first;
+    return ctx->pass > 0 ? (float)(row % 2) : 0.0f;
 }
 
 /* A reward node that scores every response 0 on the step's pass and, on a re-run of the graph
@@ -49,15 +70,13 @@ DF_API int parity_reward_node(df_node_ctx *ctx, df_batch *batch, df_node_output 
 DF_API int pass_reward_node(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
 {
     (void)out;
-    const df_column *ids = batch ? df_batch_column(batch, "response_ids") : NULL;
-    float *scores = NULL;
-    if (!ids)
-        return df_error(DF_EINVAL, "pass_reward_node: no response_ids");
-    int rc = df_batch_alloc_tok_f32_like(batch, "token_level_scores", "response_ids", &scores);
-    for (int64_t i = 0; !rc && i < df_batch_size(batch); i++)
-        if (ids->offsets[i + 1] > ids->offsets[i])
-            scores[ids->offsets[i + 1] - 1] = ctx->pass > 0 ? (float)(i % 2) : 0.0f;
-    return rc ? rc : df_batch_set_tok_f32(batch, "token_level_rewards", ids->offsets, scores);
+    return score_rows(ctx, batch, "pass_reward_node", odd_rows_on_rerun);
+}
+
+static float one_when_greedy(const df_node_ctx *ctx, int64_t row, int32_t first)
+{
+    (void)row, (void)first;
+    return (ctx->flags & DF_PASS_GREEDY) ? 1.0f : 0.0f;
 }
 
 /* A reward node that scores every sampled response 0 and every response of a greedy pass
@@ -66,13 +85,5 @@ DF_API int pass_reward_node(df_node_ctx *ctx, df_batch *batch, df_node_output *o
 DF_API int greedy_reward_node(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
 {
     (void)out;
-    const df_column *ids = batch ? df_batch_column(batch, "response_ids") : NULL;
-    float *scores = NULL;
-    if (!ids)
-        return df_error(DF_EINVAL, "greedy_reward_node: no response_ids");
-    int rc = df_batch_alloc_tok_f32_like(batch, "token_level_scores", "response_ids", &scores);
-    for (int64_t i = 0; !rc && i < df_batch_size(batch); i++)
-        if (ids->offsets[i + 1] > ids->offsets[i])
-            scores[ids->offsets[i + 1] - 1] = (ctx->flags & DF_PASS_GREEDY) ? 1.0f : 0.0f;
-    return rc ? rc : df_batch_set_tok_f32(batch, "token_level_rewards", ids->offsets, scores);
+    return score_rows(ctx, batch, "greedy_reward_node", one_when_greedy);
 }

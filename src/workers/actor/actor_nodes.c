@@ -33,6 +33,18 @@ static int node_compute_old_log_prob(df_node_ctx *ctx, df_batch *batch, df_node_
 }
 
 /*
+ * trainer.critic_warmup: the actor's updates start after N critic-only steps,
+ * i.e. steps 1..N train the critic alone. verl's ray_trainer updates the actor
+ * when `critic_warmup <= global_steps` (global_steps from 1), which gives only
+ * N - 1 warmup steps; siiRL's DAGWorker.train_actor skips while
+ * `critic_warmup > global_steps` (global_steps = finished steps), as here.
+ */
+static bool critic_warmup(const df_dag_worker *w, int64_t step)
+{
+    return w->critic.model && step <= w->global.cfg.trainer.critic_warmup;
+}
+
+/*
  * actor_train: the PPO update. The rollout engine then generates from the
  * updated weights directly: in one process actor and rollout share one copy
  * (verl's hybrid engine), so the weight sync is this hand-over of the model.
@@ -40,7 +52,7 @@ static int node_compute_old_log_prob(df_node_ctx *ctx, df_batch *batch, df_node_
 static int node_train_actor(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
 {
     df_dag_worker *w = df_node_worker(ctx);
-    if (df_worker_critic_warmup(w, ctx->step)) /* trainer.critic_warmup: the critic trains alone */
+    if (critic_warmup(w, ctx->step)) /* the critic trains alone */
         return DF_OK;
     double t0 = df_now();
     int rc = df_worker_need_batch(batch, "train_actor");

@@ -61,7 +61,7 @@ static int node_compute_advantage(df_node_ctx *ctx, df_batch *batch, df_node_out
     rc = df_worker_adv_batch_counts(w, ctx->node, rc, &in, &counts, &whole);
     in.batch_counts = whole ? &counts : NULL;
     if (!rc)
-        rc = w->adv_fn(&in, adv, ret);
+        rc = w->advantage.fn(&in, adv, ret);
     free(group);
     if (defer) /* collective: every rank, failed or not (verl whitens the whole step batch) */
         rc = df_worker_whiten_advantages(w, ctx->node, rc, batch);

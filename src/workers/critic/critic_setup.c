@@ -103,15 +103,3 @@ int df_worker_check_critic_weights(df_dag_worker *w, df_metrics *m)
 {
     return w->critic.model ? df_worker_check_in_sync(w, df_critic_model(w->critic.model), "critic", m) : DF_OK;
 }
-
-/*
- * The issue's semantics: the actor's updates start after N critic-only steps,
- * i.e. steps 1..N train the critic alone. verl's ray_trainer updates the actor
- * when `critic_warmup <= global_steps` (global_steps from 1), which gives only
- * N - 1 warmup steps; siiRL's DAGWorker.train_actor skips while
- * `critic_warmup > global_steps` (global_steps = finished steps), as here.
- */
-bool df_worker_critic_warmup(const df_dag_worker *w, int64_t step)
-{
-    return w->critic.model && step <= w->global.cfg.trainer.critic_warmup;
-}

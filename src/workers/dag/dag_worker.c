@@ -5,7 +5,7 @@
 #include "engine/hf_dir.h"
 #include "util/fsutil.h"
 #include "util/timeutil.h"
-#include "workers/dag/data_metrics.h"
+#include "workers/common/data_metrics.h"
 #include "workers/dag/evaluate.h"
 
 #include <stdio.h>
@@ -88,7 +88,7 @@ static int setup_models(df_dag_worker *w, df_model *m)
     }
     /* verl get_kl_controller; its state is not checkpointed (no resume yet): the metrics record beta */
     const struct df_train_algorithm_kl_ctrl *kc = &t->algorithm.kl_ctrl;
-    if (kl_in_reward && (rc = df_kl_ctrl_create(kc->type, kc->kl_coef, kc->target_kl, kc->horizon, &w->reward.kl_ctrl))) {
+    if (kl_in_reward && (rc = df_kl_ctrl_create(kc->type, kc->kl_coef, kc->target_kl, kc->horizon, &w->advantage.kl_ctrl))) {
         df_model_free(m);
         df_model_free(ref);
         return df_error_wrap(rc, "%s", df_config_where(w->cfg, "algorithm.kl_ctrl.type"));
@@ -184,7 +184,7 @@ int df_dag_worker_create(const df_config *cfg, df_comm *comm, df_dag_worker **ou
     if (!rc)
         rc = setup_graph(w);
     if (!rc)
-        rc = df_adv_estimator_lookup(t->algorithm.adv_estimator, &w->adv_fn);
+        rc = df_adv_estimator_lookup(t->algorithm.adv_estimator, &w->advantage.fn);
     if (!rc)
         rc = df_data_buffers_create(w->group, &w->buffers);
     w->reward.cfg.reward_fn_key = t->data.reward_fn_key;
@@ -241,7 +241,7 @@ void df_dag_worker_free(df_dag_worker *w)
     df_rollout_engine_free(w->rollout.engine);
     df_actor_free(w->actor.model);
     df_actor_free(w->reference.model);
-    df_kl_ctrl_free(w->reward.kl_ctrl);
+    df_kl_ctrl_free(w->advantage.kl_ctrl);
     df_dataloader_free(w->dl);
     df_prompt_cache_free(&w->train_prompts);
     df_prompt_cache_free(&w->val_prompts);

@@ -2,7 +2,7 @@
 #include "workers/dag/evaluate.h"
 
 #include "distflow/dataloader.h"
-#include "workers/dag/data_metrics.h"
+#include "workers/common/data_metrics.h"
 #include "workers/dag/metrics_reduce.h"
 
 #include <jansson.h>

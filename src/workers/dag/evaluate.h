@@ -7,7 +7,8 @@
 
 #include "distflow/comm.h"
 #include "distflow/metrics.h"
-#include "workers/dag/prompts.h"
+#include "workers/common/prompts.h"
+#include "workers/reward/score_batch.h"
 #include "workers/rollout/rollout_batch.h"
 
 #include <stdio.h>

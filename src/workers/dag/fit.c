@@ -4,7 +4,7 @@
 #include "engine/hf_dir.h"
 #include "util/fsutil.h"
 #include "util/timeutil.h"
-#include "workers/dag/data_metrics.h"
+#include "workers/common/data_metrics.h"
 #include "workers/dag/evaluate.h"
 #include "workers/dag/metrics_reduce.h"
 
@@ -102,71 +102,6 @@ static int save_checkpoint(df_dag_worker *w)
     if (!rc && w->console)
         fprintf(stderr, "saved %s\n", dir);
     return rc;
-}
-
-/* uid per prompt: the step, the generation batch and its dataset row, shared by its n responses. */
-static int add_uids(df_batch *b, int64_t step, int gen)
-{
-    int64_t n = df_batch_size(b);
-    const int64_t *idx = df_batch_i64(b, "index");
-    char **uid = calloc((size_t)(n ? n : 1), sizeof *uid);
-    char *buf = malloc((size_t)(n ? n : 1) * 64);
-    if (!uid || !buf) {
-        free(uid);
-        free(buf);
-        return df_error(DF_ENOMEM, "out of memory");
-    }
-    for (int64_t i = 0; i < n; i++) {
-        uid[i] = buf + i * 64;
-        if (gen)
-            snprintf(uid[i], 64, "s%lld-g%d-r%lld", (long long)step, gen, (long long)idx[i]);
-        else
-            snprintf(uid[i], 64, "s%lld-r%lld", (long long)step, (long long)idx[i]);
-    }
-    int rc = df_batch_set_str(b, "uid", (const char *const *)uid);
-    free(uid);
-    free(buf);
-    return rc;
-}
-
-int df_worker_next_prompts(df_dag_worker *w, int gen, df_batch **out)
-{
-    df_batch *b = NULL;
-    int rc = df_dataloader_next(w->dl, &b);
-    if (!rc)
-        rc = df_prompts_attach(b, &w->train_prompts);
-    if (!rc)
-        rc = add_uids(b, w->step, gen);
-    if (rc) {
-        df_batch_free(b);
-        return rc;
-    }
-    *out = b;
-    return DF_OK;
-}
-
-/*
- * <who>/weights_in_sync: 1 when the model's parameter checksum is the same on
- * every rank of the group (data-parallel ranks and model-parallel replicas all
- * hold the whole model). Different weights mean a broken all-reduce: an error.
- */
-int df_worker_check_in_sync(df_dag_worker *w, const df_model *model, const char *who, df_metrics *m)
-{
-    uint64_t h;
-    int rc = df_model_param_checksum(model, &h);
-    int64_t v[2] = {(int64_t)h, ~(int64_t)h}; /* max of ~h is ~(min of h): one allreduce */
-    if (!rc)
-        rc = df_comm_allreduce(w->group, v, 2, DF_COMM_INT64, DF_COMM_MAX);
-    if (rc)
-        return rc;
-    int64_t hi = v[0], lo = ~v[1];
-    char key[64];
-    snprintf(key, sizeof key, "%s/weights_in_sync", who);
-    df_metrics_set(m, key, hi == lo);
-    if (hi != lo)
-        return df_error(DF_EINTERNAL, "the %s's weights differ across the %d ranks (checksums %016llx .. %016llx)",
-                        who, w->group_size, (unsigned long long)lo, (unsigned long long)hi);
-    return DF_OK;
 }
 
 /* Aggregate across ranks, then throughput per rank from the job's tokens and the slowest rank. */

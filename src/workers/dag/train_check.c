@@ -15,23 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const df_worker_planner_node_keys[] = {"model_params", NULL};
-
-const char *df_worker_default_exec(const df_node *n)
-{
-    bool model = n->node_type == DF_NODE_MODEL_TRAIN || n->node_type == DF_NODE_MODEL_INFERENCE;
-    bool fwd = n->only_forward_compute;
-    switch (n->node_role) {
-    case DF_ROLE_ROLLOUT: return model ? "DAGWorker.generate" : NULL;
-    case DF_ROLE_REWARD: return "DAGWorker.compute_reward";
-    case DF_ROLE_ADVANTAGE: return "DAGWorker.compute_advantage";
-    case DF_ROLE_ACTOR: return fwd ? "DAGWorker.compute_old_log_prob" : "DAGWorker.train_actor";
-    case DF_ROLE_REFERENCE: return "DAGWorker.compute_ref_log_prob";
-    case DF_ROLE_CRITIC: return fwd ? "DAGWorker.compute_value" : "DAGWorker.train_critic";
-    default: return NULL;
-    }
-}
-
 /* ---- settings and graph shapes distflow does not run -------------------------- */
 
 /* Settings distflow cannot honour yet: refused instead of silently ignored. */
@@ -231,36 +214,6 @@ static int check_nodes(const df_config *c, const df_train_config *t, df_task_gra
 }
 
 /* ---- the plan and the parallel layout ------------------------------------------- */
-
-int df_worker_plan(const df_config *c, int world, df_warn_fn warn, void *user, df_plan **out)
-{
-    *out = NULL;
-    df_train_config t;
-    int rc = df_train_config_resolve(c, &t);
-    if (rc)
-        return rc;
-    int64_t nnodes = t.trainer.nnodes, gpus = t.trainer.n_gpus_per_node;
-    if (world < 1 || world % nnodes)
-        return df_error(DF_EINVAL, "%s: trainer.nnodes=%lld does not divide the %d launched ranks",
-                        df_config_where(c, "trainer.nnodes"), (long long)nnodes, world);
-    char val[32];
-    snprintf(val, sizeof val, "%lld", (long long)(world / nnodes));
-    bool set = strcmp(df_config_where(c, "trainer.n_gpus_per_node"), "default") != 0;
-    if (set && nnodes * gpus != world) {
-        char msg[400];
-        snprintf(msg, sizeof msg, "trainer.nnodes x trainer.n_gpus_per_node = %lld but %d ranks were launched: "
-                                  "planning for %lld x %s", (long long)(nnodes * gpus), world, (long long)nnodes, val);
-        if (warn)
-            warn(user, msg);
-    }
-    const char *key = "trainer.n_gpus_per_node", *v = val;
-    df_config *pc = NULL;
-    rc = df_config_with_overrides(c, &key, &v, 1, "the launched ranks", &pc);
-    if (!rc)
-        rc = df_plan_create(pc, warn, user, out);
-    df_config_free(pc);
-    return rc;
-}
 
 /* Ranks of the process group a rank of subgraph gi joins: its first grouped node's (the worker's make_groups). */
 static int group_size_of(const df_plan *p, int gi, int world)

@@ -13,7 +13,7 @@
 #include "workers/worker_internal.h"
 
 #include "util/timeutil.h"
-#include "workers/dag/data_metrics.h"
+#include "workers/common/data_metrics.h"
 
 #include <math.h>
 #include <stdlib.h>

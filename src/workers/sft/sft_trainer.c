@@ -10,7 +10,7 @@
 #include "engine/hf_dir.h"
 #include "util/fsutil.h"
 #include "util/timeutil.h"
-#include "workers/dag/prompts.h"
+#include "workers/common/prompts.h"
 
 #include <stdio.h>
 #include <stdlib.h>

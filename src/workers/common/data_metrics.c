@@ -1,5 +1,5 @@
 /* Step-batch metrics with verl's names (data_metrics.h). */
-#include "workers/dag/data_metrics.h"
+#include "workers/common/data_metrics.h"
 
 #include <float.h>
 #include <stdio.h>

@@ -86,9 +86,9 @@ int df_kl_reward_apply(df_kl_ctrl *ctrl, const char *penalty, df_batch *b, df_co
 
 int df_worker_kl_in_reward(df_dag_worker *w, const df_node *node, df_batch *b, df_metrics *m)
 {
-    if (!w->reward.kl_ctrl)
+    if (!w->advantage.kl_ctrl)
         return DF_OK;
     const df_node_layout *l = df_worker_node_layout(w, node);
-    return df_kl_reward_apply(w->reward.kl_ctrl, w->global.cfg.algorithm.kl_penalty, b, w->group,
+    return df_kl_reward_apply(w->advantage.kl_ctrl, w->global.cfg.algorithm.kl_penalty, b, w->group,
                               l && l->mp_rank != 0, m);
 }

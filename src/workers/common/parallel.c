@@ -240,3 +240,57 @@ void df_worker_free_parallel(df_dag_worker *w)
     free(w->layouts);
     df_plan_free(w->plan);
 }
+
+/*
+ * <who>/weights_in_sync: 1 when the model's parameter checksum is the same on
+ * every rank of the group (data-parallel ranks and model-parallel replicas all
+ * hold the whole model). Different weights mean a broken all-reduce: an error.
+ */
+int df_worker_check_in_sync(df_dag_worker *w, const df_model *model, const char *who, df_metrics *m)
+{
+    uint64_t h;
+    int rc = df_model_param_checksum(model, &h);
+    int64_t v[2] = {(int64_t)h, ~(int64_t)h}; /* max of ~h is ~(min of h): one allreduce */
+    if (!rc)
+        rc = df_comm_allreduce(w->group, v, 2, DF_COMM_INT64, DF_COMM_MAX);
+    if (rc)
+        return rc;
+    int64_t hi = v[0], lo = ~v[1];
+    char key[64];
+    snprintf(key, sizeof key, "%s/weights_in_sync", who);
+    df_metrics_set(m, key, hi == lo);
+    if (hi != lo)
+        return df_error(DF_EINTERNAL, "the %s's weights differ across the %d ranks (checksums %016llx .. %016llx)",
+                        who, w->group_size, (unsigned long long)lo, (unsigned long long)hi);
+    return DF_OK;
+}
+
+int df_worker_plan(const df_config *c, int world, df_warn_fn warn, void *user, df_plan **out)
+{
+    *out = NULL;
+    df_train_config t;
+    int rc = df_train_config_resolve(c, &t);
+    if (rc)
+        return rc;
+    int64_t nnodes = t.trainer.nnodes, gpus = t.trainer.n_gpus_per_node;
+    if (world < 1 || world % nnodes)
+        return df_error(DF_EINVAL, "%s: trainer.nnodes=%lld does not divide the %d launched ranks",
+                        df_config_where(c, "trainer.nnodes"), (long long)nnodes, world);
+    char val[32];
+    snprintf(val, sizeof val, "%lld", (long long)(world / nnodes));
+    bool set = strcmp(df_config_where(c, "trainer.n_gpus_per_node"), "default") != 0;
+    if (set && nnodes * gpus != world) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "trainer.nnodes x trainer.n_gpus_per_node = %lld but %d ranks were launched: "
+                                  "planning for %lld x %s", (long long)(nnodes * gpus), world, (long long)nnodes, val);
+        if (warn)
+            warn(user, msg);
+    }
+    const char *key = "trainer.n_gpus_per_node", *v = val;
+    df_config *pc = NULL;
+    rc = df_config_with_overrides(c, &key, &v, 1, "the launched ranks", &pc);
+    if (!rc)
+        rc = df_plan_create(pc, warn, user, out);
+    df_config_free(pc);
+    return rc;
+}

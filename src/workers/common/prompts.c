@@ -1,5 +1,5 @@
 /* Chat-templated, tokenized prompts of a dataset (prompts.h). */
-#include "workers/dag/prompts.h"
+#include "workers/common/prompts.h"
 
 #include <stdlib.h>
 #include <string.h>

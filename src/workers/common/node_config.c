@@ -15,6 +15,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+const char *const df_worker_planner_node_keys[] = {"model_params", NULL};
+
+const char *df_worker_default_exec(const df_node *n)
+{
+    bool model = n->node_type == DF_NODE_MODEL_TRAIN || n->node_type == DF_NODE_MODEL_INFERENCE;
+    bool fwd = n->only_forward_compute;
+    switch (n->node_role) {
+    case DF_ROLE_ROLLOUT: return model ? "DAGWorker.generate" : NULL;
+    case DF_ROLE_REWARD: return "DAGWorker.compute_reward";
+    case DF_ROLE_ADVANTAGE: return "DAGWorker.compute_advantage";
+    case DF_ROLE_ACTOR: return fwd ? "DAGWorker.compute_old_log_prob" : "DAGWorker.train_actor";
+    case DF_ROLE_REFERENCE: return "DAGWorker.compute_ref_log_prob";
+    case DF_ROLE_CRITIC: return fwd ? "DAGWorker.compute_value" : "DAGWorker.train_critic";
+    default: return NULL;
+    }
+}
+
 /* siiRL merges a model node's config into the branch of its role: relative keys
  * (`rollout.n`) are found under it; absolute keys are taken as they are. */
 static const char *role_branch(const df_node *n)
