@@ -238,6 +238,10 @@ static void test_builtin_order(void **state)
     order_of("algorithm.use_kl_in_reward=true", "algorithm.adv_estimator=remax", s, sizeof s);
     assert_string_equal(s, "rollout_actor function_reward reward_baseline actor_old_log_prob reference_log_prob "
                            "calculate_advantages actor_train");
+    /* before DAPO's sampler, so each refill gets its baselines from its own greedy pass */
+    order_of("algorithm.workflow_type=dapo", "algorithm.adv_estimator=remax", s, sizeof s);
+    assert_string_equal(s, "rollout_actor function_reward reward_baseline dynamic_sampling calculate_advantages "
+                           "actor_old_log_prob reference_log_prob actor_train");
 }
 
 static void write_workflow(const char *name, const char *adv_dep, const char *old_dep)
