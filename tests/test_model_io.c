@@ -655,6 +655,45 @@ static void test_config_errors(void **state)
     (void)state;
 }
 
+/* The closed-form count is the layout's blob; sizes read from a file that overflow 64-bit counts, or
+   that no machine here could hold, are refused before anything is allocated (they used to write past
+   the blob, or take seconds and gigabytes to build the tensor table first). */
+static void test_model_sizes(void **state)
+{
+    (void)state;
+    const struct {
+        const char *type;
+        bool tied;
+        int64_t labels;
+    } cases[] = {{"qwen2", false, 0}, {"qwen2", true, 0}, {"llama", false, 0}, {"llama", true, 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        df_model_config c = tiny(cases[i].type, cases[i].tied);
+        c.num_labels = cases[i].labels;
+        int64_t count, tensors, total;
+        df_param_desc *d = NULL;
+        int n;
+        assert_int_equal(df_model_param_count(&c, &count, &tensors), 0);
+        assert_int_equal(df_model_layout(&c, &d, &n, &total), 0);
+        assert_int_equal(count, total);
+        assert_int_equal(tensors, n);
+        free(d);
+    }
+    df_model_config c = tiny("qwen2", false);
+    c.hidden_size = (int64_t)1 << 62; /* hidden x vocab overflows int64 */
+    int64_t count;
+    df_model *m = NULL;
+    assert_error_mentions(df_model_param_count(&c, &count, NULL), DF_EINVAL, "the model's size overflows");
+    assert_error_mentions(df_model_create(&c, &m), DF_EINVAL, "overflows");
+    assert_null(m);
+    c = tiny("qwen2", false);
+    c.hidden_size = 4096, c.intermediate_size = 11008, c.num_attention_heads = 32, c.num_key_value_heads = 32;
+    c.head_dim = 128, c.num_hidden_layers = 100000000; /* 2e13 floats, 80 TB: more than any machine here */
+    assert_int_equal(df_model_param_count(&c, &count, NULL), 0);
+    assert_true(count > ((int64_t)1 << 37));
+    assert_error_mentions(df_model_create(&c, &m), DF_ENOMEM, "more than this machine's memory");
+    assert_null(m);
+}
+
 static void test_config_roundtrip_keeps_unknown_keys(void **state)
 {
     char path[512];
@@ -752,6 +791,7 @@ int main(void)
         cmocka_unit_test(test_config_real_files),
         cmocka_unit_test(test_config_defaults),
         cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_model_sizes),
         T(test_config_roundtrip_keeps_unknown_keys),
         T(test_config_fresh_save),
     };

@@ -157,8 +157,18 @@ DF_API int df_model_config_validate(const df_model_config *cfg);
 /* ---- layout ------------------------------------------------------------- */
 
 /**
+ * The floats of cfg's parameter blob (*total: every tensor's numel rounded up
+ * to 16, as df_model_layout places them) and its tensor count (*n_tensors; may
+ * be NULL), in closed form, allocating nothing, with every product and sum
+ * checked. Errors: df_model_config_validate's; DF_EINVAL when a count
+ * overflows int64 or the tensors would not fit an int (sizes read from a file
+ * are checked here before anything is allocated).
+ */
+DF_API int df_model_param_count(const df_model_config *cfg, int64_t *total, int64_t *n_tensors);
+/**
  * Compute the tensor table for `cfg` (order documented above).
  * *descs receives a malloc'd array of *n descriptors; *total the element count.
+ * Errors: df_model_param_count's, DF_ENOMEM.
  */
 DF_API int df_model_layout(const df_model_config *cfg, df_param_desc **descs, int *n,
                            int64_t *total);
@@ -169,7 +179,9 @@ DF_API const df_param_desc *df_model_find_tensor(const df_model *m, const char *
 
 /* ---- lifetime and files --------------------------------------------------- */
 
-/** Allocate a zero-initialised model for cfg. */
+/** Allocate a zero-initialised model for cfg. Errors: df_model_param_count's; DF_ENOMEM (before
+ *  allocating) when weights, tensor table and layer views need more than the machine's physical
+ *  memory, naming both sizes, or when an allocation fails. */
 DF_API int df_model_create(const df_model_config *cfg, df_model **out);
 /** Deep copy (e.g. the frozen reference model). */
 DF_API int df_model_clone(const df_model *src, df_model **out);

@@ -68,8 +68,8 @@ int df_cmd_init_model(int argc, char **argv)
     }
     if (!rc && cfg.bos_token_id < 0)
         cfg.bos_token_id = df_tokenizer_bos_id(tok);
-    if (!rc)
-        rc = df_model_create(&cfg, &m);
+    if (!rc && (rc = df_model_create(&cfg, &m)))
+        df_error_wrap(rc, "%s", config);
     if (!rc)
         rc = df_model_init_random(m, (uint64_t)seed);
     if (!rc)

@@ -3,9 +3,12 @@
 #include "distflow/rng.h"
 #include "model/strutil.h"
 
+#include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void df_model_config_defaults(df_model_config *c)
 {
@@ -64,6 +67,52 @@ int df_model_config_validate(const df_model_config *c)
     return DF_OK;
 }
 
+/* Floats of one tensor in the blob: numel rounded up to 16 (64-byte alignment). */
+static int64_t padded(int64_t numel)
+{
+    return (numel + 15) / 16 * 16;
+}
+
+/* *sum += k * padded(d0 * d1) (d1 = 1 for a vector), false on int64 overflow. */
+static bool count_add(int64_t *sum, int64_t k, int64_t d0, int64_t d1)
+{
+    int64_t numel, blk;
+    return !__builtin_mul_overflow(d0, d1, &numel) && numel <= INT64_MAX - 15 &&
+           !__builtin_mul_overflow(k, padded(numel), &blk) && !__builtin_add_overflow(*sum, blk, sum);
+}
+
+int df_model_param_count(const df_model_config *c, int64_t *total, int64_t *n_tensors)
+{
+    int rc = df_model_config_validate(c);
+    if (rc)
+        return rc;
+    const int64_t H = c->hidden_size, I = c->intermediate_size, V = c->vocab_size, L = c->num_hidden_layers;
+    int64_t q, kv, layer = 0, sum = 0;
+    bool ok = !__builtin_mul_overflow(c->num_attention_heads, c->head_dim, &q) &&
+              !__builtin_mul_overflow(c->num_key_value_heads, c->head_dim, &kv);
+    /* one layer: the norms, q / k / v / o (+ biases), the MLP; then the layers, embedding, norm, head */
+    ok = ok && count_add(&layer, 2, H, 1) && count_add(&layer, 2, q, H) && count_add(&layer, 2, kv, H) &&
+         count_add(&layer, 3, I, H);
+    if (c->attention_bias)
+        ok = ok && count_add(&layer, 1, q, 1) && count_add(&layer, 2, kv, 1);
+    ok = ok && count_add(&sum, L, layer, 1) && count_add(&sum, 1, V, H) && count_add(&sum, 1, H, 1);
+    if (c->num_labels > 0)
+        ok = ok && count_add(&sum, 1, c->num_labels, H) && count_add(&sum, 1, c->num_labels, 1);
+    else if (!c->tie_word_embeddings)
+        ok = ok && count_add(&sum, 1, V, H);
+    const int64_t per_layer = c->attention_bias ? 12 : 9;
+    if (!ok || L > (INT_MAX - 4) / per_layer)
+        return df_error(DF_EINVAL,
+                        "the model's size overflows: %lld layers of hidden_size %lld, intermediate_size %lld, "
+                        "%lld x %lld attention heads and vocab_size %lld do not fit in 64-bit counts",
+                        (long long)L, (long long)H, (long long)I, (long long)c->num_attention_heads,
+                        (long long)c->head_dim, (long long)V);
+    *total = sum;
+    if (n_tensors)
+        *n_tensors = 1 + L * per_layer + 1 + (c->num_labels > 0 ? 2 : !c->tie_word_embeddings);
+    return DF_OK;
+}
+
 typedef struct {
     df_param_desc *d;
     int n, cap;
@@ -86,16 +135,17 @@ static int add(layout_builder *lb, const char *name, int64_t d0, int64_t d1)
     p->ndim = d1 > 0 ? 2 : 1;
     p->shape[0] = d0;
     p->shape[1] = d1 > 0 ? d1 : 0;
-    p->numel = d1 > 0 ? d0 * d1 : d0;
+    p->numel = d1 > 0 ? d0 * d1 : d0; /* no overflow: df_model_param_count bounded the sum */
     /* keep every tensor 16-float (64-byte) aligned inside the blob */
     p->offset = lb->total;
-    lb->total += (p->numel + 15) / 16 * 16;
+    lb->total += padded(p->numel);
     return DF_OK;
 }
 
 int df_model_layout(const df_model_config *c, df_param_desc **descs, int *n, int64_t *total)
 {
-    int rc = df_model_config_validate(c);
+    int64_t count;
+    int rc = df_model_param_count(c, &count, NULL);
     if (rc)
         return rc;
     layout_builder lb = {0};
@@ -133,6 +183,9 @@ int df_model_layout(const df_model_config *c, df_param_desc **descs, int *n, int
     } else if (!rc && !c->tie_word_embeddings) {
         rc = add(&lb, "lm_head.weight", V, H);
     }
+    if (!rc && lb.total != count) /* the closed form and the table must describe one blob */
+        rc = df_error(DF_EINTERNAL, "parameter layout: %lld floats placed, %lld counted", (long long)lb.total,
+                      (long long)count);
     if (rc) {
         free(lb.d);
         return rc;
@@ -182,24 +235,43 @@ const df_param_desc *df_model_find_tensor(const df_model *m, const char *name)
     return NULL;
 }
 
+/* What the weights, the tensor table and the layer views of a model need, against the machine's
+   memory, before any of it is allocated. */
+static int check_fits(const df_model_config *cfg)
+{
+    int64_t floats, tensors;
+    int rc = df_model_param_count(cfg, &floats, &tensors);
+    if (rc)
+        return rc;
+    double need = (double)floats * sizeof(float) + (double)tensors * sizeof(df_param_desc) +
+                  (double)cfg->num_hidden_layers * sizeof(df_layer_view);
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    double have = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
+    if (need > (double)SIZE_MAX / 2 || (have > 0 && need > have))
+        return df_error(DF_ENOMEM, "the model needs %.3g GiB for %lld parameters, more than this machine's "
+                                   "memory (%.3g GiB)", need / 1073741824.0, (long long)floats, have / 1073741824.0);
+    return DF_OK;
+}
+
 int df_model_create(const df_model_config *cfg, df_model **out)
 {
-    df_model *m = calloc(1, sizeof *m);
-    if (!m)
-        return df_error(DF_ENOMEM, "out of memory allocating the model");
+    int rc = check_fits(cfg);
+    df_model *m = rc ? NULL : calloc(1, sizeof *m);
+    if (rc || !m)
+        return rc ? rc : df_error(DF_ENOMEM, "out of memory allocating the model");
     m->cfg = *cfg;
-    int rc = df_model_layout(cfg, &m->tensors, &m->n_tensors, &m->n_params);
+    rc = df_model_layout(cfg, &m->tensors, &m->n_tensors, &m->n_params);
     if (rc) {
         free(m);
         return rc;
     }
-    size_t bytes = ((size_t)m->n_params * sizeof(float) + 63) / 64 * 64;
+    const int64_t n_params = m->n_params;
+    size_t bytes = ((size_t)n_params * sizeof(float) + 63) / 64 * 64;
     m->params = aligned_alloc(64, bytes);
     m->w.layers = calloc((size_t)cfg->num_hidden_layers, sizeof(df_layer_view));
     if (!m->params || !m->w.layers) {
-        df_model_free(m);
-        return df_error(DF_ENOMEM, "out of memory allocating %lld parameters",
-                        (long long)m->n_params);
+        df_model_free(m); /* the message must not read m */
+        return df_error(DF_ENOMEM, "out of memory allocating %lld parameters", (long long)n_params);
     }
     memset(m->params, 0, bytes);
     df_model_view_of(m, m->params, &m->w);
