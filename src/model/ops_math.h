@@ -24,6 +24,7 @@ static inline float df_expf(float x)
 {
     const float lo = -87.33654f, hi = 88.72283f;
     float xc = x < lo ? lo : (x > hi ? hi : x);
+    xc = xc == xc ? xc : 0.0f; /* NaN: reduce 0 (converting NaN to an int is undefined), return NaN */
     /* x = n ln2 + r, |r| <= ln2 / 2; ln2 split in two for an exact n*ln2_hi. */
     /* Round to nearest by adding and removing 1.5 * 2^23 (roundf would be a libm
      * call that blocks vectorisation; |x log2 e| < 2^22 here). */
@@ -49,6 +50,7 @@ static inline float df_expf(float x)
     memcpy(&s2, &b2, sizeof s2);
     float y = p * s1 * s2;
     y = x < lo ? 0.0f : y;
+    y = x == x ? y : x;
     return x > hi ? __builtin_inff() : y;
 }
 
@@ -101,6 +103,7 @@ static inline df_v16 df_v16_exp(df_v16 x)
     const df_v16 lo = df_v16_set1(-87.33654f), hi = df_v16_set1(88.72283f);
     df_v16 xc = df_v16_select(x < lo, lo, x);
     xc = df_v16_select(xc > hi, hi, xc);
+    xc = df_v16_select(xc == xc, xc, df_v16_set1(0.0f)); /* NaN lanes: as df_expf */
     df_v16 n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     df_v16 r = xc - n * 0.693359375f;
     r = r - n * -2.12194440e-4f;
@@ -116,6 +119,7 @@ static inline df_v16 df_v16_exp(df_v16 x)
     df_v16i n1 = ni >> 1, n2 = ni - n1;
     df_v16 y = p * (df_v16)((n1 + 127) << 23) * (df_v16)((n2 + 127) << 23);
     y = df_v16_select(x < lo, df_v16_set1(0.0f), y);
+    y = df_v16_select(x == x, y, x);
     return df_v16_select(x > hi, df_v16_set1(__builtin_inff()), y);
 }
 
