@@ -188,6 +188,32 @@ static void test_qwen_known_ids(void **state)
     expect_ids(F.qwen, "", false, NULL, 0);
 }
 
+/* `distflow tokenize`: a text that looks like an option is tokenized after `--`, as the library
+   encodes it; before `--`, --help is the help. */
+static void test_cli_text_after_double_dash(void **state)
+{
+    (void)state;
+    const char *texts[] = {"--help", "-h", "--tokenizer x"};
+    for (size_t t = 0; t < sizeof texts / sizeof *texts; t++) {
+        int32_t *ids = NULL;
+        int64_t n = 0;
+        assert_int_equal(df_tokenizer_encode(F.qwen, texts[t], false, &ids, &n), 0);
+        char want[256] = "[", cmd[1024], out[4096];
+        for (int64_t i = 0; i < n; i++)
+            snprintf(want + strlen(want), sizeof want - strlen(want), "%s%d", i ? ", " : "", ids[i]);
+        strcat(want, "]\n");
+        free(ids);
+        snprintf(cmd, sizeof cmd, "%s/distflow tokenize --tokenizer %s/qwen2.5 -- '%s' 2>&1", DF_BINARY_DIR, TOKDIR,
+                 texts[t]);
+        assert_int_equal(df_test_command(cmd, out, sizeof out), 0);
+        assert_string_equal(out, want);
+    }
+    char cmd[1024], out[4096];
+    snprintf(cmd, sizeof cmd, "%s/distflow tokenize --tokenizer %s/qwen2.5 --help 2>&1", DF_BINARY_DIR, TOKDIR);
+    assert_int_equal(df_test_command(cmd, out, sizeof out), 0);
+    assert_non_null(strstr(out, "usage: distflow tokenize"));
+}
+
 static void test_gpt2_known_ids(void **state)
 {
     (void)state;
@@ -892,6 +918,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_load_and_special_ids),
         cmocka_unit_test(test_qwen_known_ids),
+        cmocka_unit_test(test_cli_text_after_double_dash),
         cmocka_unit_test(test_gpt2_known_ids),
         cmocka_unit_test(test_llama3_known_ids),
         cmocka_unit_test(test_vocabulary_lookups),

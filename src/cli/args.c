@@ -72,14 +72,19 @@ int df_cli_parse(const char *cmd, const char *usage, df_opt *opts, int argc, cha
                  char **positional, int max_pos, int *n_pos, int *exit_code)
 {
     *n_pos = 0;
+    bool only_positional = false; /* after "--": a text such as "--help" is an argument (POSIX) */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        if (!only_positional && !strcmp(a, "--")) {
+            only_positional = true;
+            continue;
+        }
+        if (!only_positional && (!strcmp(a, "--help") || !strcmp(a, "-h"))) {
             df_cli_usage(cmd, usage, opts);
             *exit_code = 0;
             return 1;
         }
-        if (strncmp(a, "--", 2) || !a[2]) {
+        if (only_positional || strncmp(a, "--", 2) || !a[2]) {
             if (*n_pos >= max_pos) {
                 fprintf(stderr, "distflow %s: error: unexpected argument '%s' (see --help)\n", cmd, a);
                 *exit_code = 2;

@@ -26,7 +26,8 @@ typedef struct df_opt {
 
 /**
  * Parse `--name value`, `--name=value` and `--flag` options; everything else is
- * collected in order into positional[] (at most max_pos). `--help` / `-h` prints
+ * collected in order into positional[] (at most max_pos), and so is every
+ * argument after a `--` (which is dropped). `--help` / `-h` (before `--`) prints
  * usage and returns 1 with *exit_code = 0. Errors print a message naming the
  * option and return 1 with *exit_code = 2. Returns 0 to continue.
  */
