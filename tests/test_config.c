@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "config/config_internal.h"
+#include "config/yaml_guard.h"
 #include "distflow/config.h"
 
 #define ACTOR "actor_rollout_ref.actor."
@@ -341,6 +342,46 @@ static void test_malformed_yaml_line_col(void **state)
     p = yaml_file("bad_alias", "data:\n  seed: *nope\n");
     snprintf(want, sizeof want, "%s:2:9: found undefined alias", p);
     load_fails(p, NULL, 0, want);
+}
+
+/* Text that would make libyaml's scanner quadratic, or that no config needs, is refused before it
+   parses: flow collections nested past 64 levels (100k levels took minutes), a file over 16 MiB.
+   Brackets inside quoted scalars and comments, and an apostrophe in a plain scalar, are not nesting. */
+static void test_yaml_limits(void **state)
+{
+    (void)state;
+    const size_t deep = 100000;
+    char *text = malloc(2 * deep + 64), want[700];
+    assert_non_null(text);
+    size_t n = (size_t)sprintf(text, "data:\n  seed: ");
+    for (size_t i = 0; i < deep; i++)
+        text[n++] = '[';
+    for (size_t i = 0; i < deep; i++)
+        text[n++] = ']';
+    text[n] = '\0';
+    const char *p = yaml_file("deep_flow", text);
+    snprintf(want, sizeof want, "%s:2: flow collections ([ ] / { }) nested deeper than 64 levels", p);
+    load_fails(p, NULL, 0, want);
+    free(text);
+
+    char ok[1024];
+    snprintf(ok, sizeof ok,
+             "trainer:\n  project_name: \"%s\" # [[[[{{{{\n  experiment_name: '%s'\n"
+             "  # [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\n"
+             "data: {prompt_key: don't}\n",
+             "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[",
+             "{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{");
+    df_config_free(load_ok(df_config_schema_train(), yaml_file("quoted_brackets", ok), NULL, 0));
+
+    size_t big = DF_YAML_MAX_BYTES + 1;
+    text = malloc(big + 1);
+    assert_non_null(text);
+    memset(text, ' ', big);
+    text[big] = '\0';
+    p = yaml_file("huge", text);
+    snprintf(want, sizeof want, "%s: %zu bytes, more than the %zu a YAML file may have", p, big, big - 1);
+    load_fails(p, NULL, 0, want);
+    free(text);
 }
 
 /* ---- typing ---- */
@@ -728,6 +769,7 @@ int main(void)
         cmocka_unit_test(test_anchors_aliases_merge),
         cmocka_unit_test(test_file_structure_errors),
         cmocka_unit_test(test_malformed_yaml_line_col),
+        cmocka_unit_test(test_yaml_limits),
         cmocka_unit_test(test_type_coercion),
         cmocka_unit_test(test_wrong_type_range_enum),
         cmocka_unit_test(test_unknown_key_hints),

@@ -211,6 +211,28 @@ static void expect_error(const char *text, int code, const char *msg)
 #define HEAD "dag_id: d\nnodes:\n"
 #define NODE_A "  - node_id: a\n    node_type: COMPUTE\n"
 
+/* Limits before and after parsing: flow nesting past 64 levels, and a node config value whose
+   aliases of aliases would expand to 10^9 items (a billion laughs), refused at once. */
+static void test_yaml_limits(void **state)
+{
+    (void)state;
+    char text[4096], *p = text;
+    p += sprintf(p, "dag_id: d\na0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+    for (int i = 1; i < 9; i++) {
+        p += sprintf(p, "a%d: &a%d [", i, i);
+        for (int k = 0; k < 10; k++)
+            p += sprintf(p, "%s*a%d", k ? ", " : "", i - 1);
+        p += sprintf(p, "]\n");
+    }
+    sprintf(p, "nodes:\n  - {node_id: a, node_type: COMPUTE, config: {actor_rollout_ref.rollout.stop: *a8}}\n");
+    expect_error(text, DF_EINVAL, "node 'a': config value longer than 1 MiB once its aliases are expanded");
+    p = text + sprintf(text, HEAD NODE_A "    config: {x: ");
+    for (int i = 0; i < 100; i++)
+        *p++ = '[';
+    *p = '\0';
+    expect_error(text, DF_EINVAL, "bad.yaml:5: flow collections ([ ] / { }) nested deeper than 64 levels");
+}
+
 static void test_malformed(void **state)
 {
     (void)state;
@@ -484,6 +506,7 @@ int main(void)
         cmocka_unit_test(test_fields_and_refs),
         cmocka_unit_test(test_python_only_options_warn),
         cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_yaml_limits),
         cmocka_unit_test(test_config_with_overrides),
         cmocka_unit_test_setup_teardown(test_worker_node_overrides, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_worker_actor_temperature, df_test_mkdtemp, df_test_rmtree),

@@ -4,6 +4,7 @@
  * file, each override's value, each schema default and each resolved
  * interpolation, so one set of rules types and checks them all. */
 #include "config/config_internal.h"
+#include "config/yaml_guard.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -480,6 +481,8 @@ static int parser_error(const yaml_parser_t *p, const char *name, bool in_file, 
 static bool load_one(yaml_parser_t *p, yaml_document_t *doc, const char *text, size_t len,
                      const char *name, bool in_file, int *rc)
 {
+    if ((*rc = df_yaml_check_text(text, len, name)))
+        return false;
     yaml_parser_initialize(p);
     yaml_parser_set_input_string(p, (const unsigned char *)text, len);
     if (!yaml_parser_load(p, doc)) {

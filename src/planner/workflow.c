@@ -6,6 +6,7 @@
  */
 #include "distflow/dag.h"
 
+#include "config/yaml_guard.h"
 #include "planner/dag_internal.h"
 #include "util/fsutil.h"
 #include "util/sbuf.h"
@@ -20,6 +21,7 @@
 #include <yaml.h>
 
 #define MAX_DEPTH 32
+#define MAX_VALUE_BYTES ((size_t)1 << 20) /* a node's config value as text */
 
 typedef struct {
     const char *path;
@@ -233,6 +235,8 @@ static int value_text(wf *w, yaml_node_t *v, const char *id, df_sbuf *b, int dep
             int rc = value_text(w, item, id, b, depth + 1);
             if (rc)
                 return rc;
+            if (b->len > MAX_VALUE_BYTES) /* aliases of aliases expand exponentially */
+                return node_err(w, v, id, "config value longer than 1 MiB once its aliases are expanded");
         }
         df_sbuf_puts(b, "]");
         return DF_OK;
@@ -480,12 +484,14 @@ static int build(wf *w, df_task_graph **out)
 
 static int parse_text(wf *w, const unsigned char *text, size_t len)
 {
+    int rc = df_yaml_check_text((const char *)text, len, w->path);
+    if (rc)
+        return rc;
     yaml_parser_t p;
     if (!yaml_parser_initialize(&p))
         return df_error(DF_ENOMEM, "%s: out of memory", w->path);
     yaml_parser_set_input_string(&p, text, len);
     int ok = yaml_parser_load(&p, &w->doc);
-    int rc = DF_OK;
     if (!ok)
         rc = df_error(DF_EINVAL, "%s:%d:%d: %s", w->path, (int)p.problem_mark.line + 1,
                       (int)p.problem_mark.column + 1, p.problem ? p.problem : "YAML error");
