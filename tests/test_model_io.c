@@ -8,12 +8,14 @@
 #include "testutil.h"
 
 #include "distflow/model.h"
+#include "engine/hf_dir.h"
 #include "model/hf_io.h"
 #include "model/safetensors.h"
 
 #include <dirent.h>
 #include <ftw.h>
 #include <jansson.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -694,6 +696,44 @@ static void test_model_sizes(void **state)
     assert_null(m);
 }
 
+/* `distflow score`: a prompt + response longer than max_position_embeddings (256 here) is refused
+   naming both lengths, where it used to run for minutes past the model's positions. */
+static void test_score_cli_limits(void **state)
+{
+    const char *dir = *state;
+    const char *texts[] = {"the cat sat on the mat", "a dog ran in the park", "one two three four"};
+    df_test_tiny_model(dir, texts, 3, 300, 16, 1, 7);
+    char long_prompt[701], cmd[2048], out[4096];
+    memset(long_prompt, 'z', 700); /* no z in the training texts: a token per byte */
+    long_prompt[700] = '\0';
+    snprintf(cmd, sizeof cmd, "%s/distflow score --model %s/model --prompt 'the cat' --response ' sat' 2>&1",
+             DF_BINARY_DIR, dir);
+    assert_int_equal(df_test_command(cmd, out, sizeof out), 0);
+    assert_non_null(strstr(out, "\"log_probs\": ["));
+    snprintf(cmd, sizeof cmd, "%s/distflow score --model %s/model --prompt '%s' --response x 2>&1", DF_BINARY_DIR,
+             dir, long_prompt);
+    assert_int_equal(df_test_command(cmd, out, sizeof out), 1);
+    if (!strstr(out, "+ response (1 tokens) exceed the model's max_position_embeddings of 256"))
+        fail_msg("unexpected output: %s", out);
+
+    /* a NaN weight: an error, never `"log_probs": [-nan]` (not JSON) */
+    df_model *m = NULL;
+    df_tokenizer *tok = NULL;
+    char src[600], bad[600];
+    snprintf(src, sizeof src, "%s/model", dir);
+    snprintf(bad, sizeof bad, "%s/nan_model", dir);
+    assert_int_equal(df_hf_dir_load(src, NULL, &m, &tok), 0);
+    m->params[df_model_find_tensor(m, "model.norm.weight")->offset] = NAN;
+    assert_int_equal(df_hf_dir_save(m, DF_DTYPE_F32, src, bad), 0);
+    df_model_free(m);
+    df_tokenizer_free(tok);
+    snprintf(cmd, sizeof cmd, "%s/distflow score --model %s --prompt 'the cat' --response ' sat' 2>&1", DF_BINARY_DIR,
+             bad);
+    assert_int_equal(df_test_command(cmd, out, sizeof out), 1);
+    if (!strstr(out, "is nan") || strstr(out, "log_probs"))
+        fail_msg("unexpected output: %s", out);
+}
+
 static void test_config_roundtrip_keeps_unknown_keys(void **state)
 {
     char path[512];
@@ -794,6 +834,7 @@ int main(void)
         cmocka_unit_test(test_model_sizes),
         T(test_config_roundtrip_keeps_unknown_keys),
         T(test_config_fresh_save),
+        T(test_score_cli_limits),
     };
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);

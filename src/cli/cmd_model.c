@@ -5,6 +5,7 @@
 #include "distflow/tokenizer.h"
 #include "engine/hf_dir.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,10 +148,18 @@ int df_cmd_score(int argc, char **argv)
         rc = df_tokenizer_encode(tok, response, false, &r, &nr);
     if (!rc && np == 0)
         rc = df_error(DF_EINVAL, "the prompt encodes to no tokens; at least one is needed");
+    if (!rc && np + nr > m->cfg.max_position_embeddings) /* no position past the model's range */
+        rc = df_error(DF_EINVAL, "prompt (%lld tokens) + response (%lld tokens) exceed the model's "
+                      "max_position_embeddings of %lld (%s/config.json)", (long long)np, (long long)nr,
+                      (long long)m->cfg.max_position_embeddings, dir);
     if (!rc && !(logp = malloc((size_t)(nr ? nr : 1) * sizeof *logp)))
         rc = df_error(DF_ENOMEM, "out of memory");
     if (!rc)
         rc = score(m, p, np, r, nr, logp);
+    for (int64_t j = 0; !rc && j < nr; j++) /* JSON has no NaN: a non-finite value is a broken model */
+        if (!isfinite(logp[j]))
+            rc = df_error(DF_EINVAL, "the log-probability of response token %lld is %g: the weights in %s are "
+                          "not finite?", (long long)j, (double)logp[j], dir);
     if (!rc) {
         putchar('{');
         print_ids("prompt_ids", p, np);
