@@ -73,16 +73,6 @@ static const char *ref_of(const df_node *n, bool workflow)
     return n->executable_ref ? n->executable_ref : workflow ? df_worker_default_exec(n) : NULL;
 }
 
-/* The registered function of a built-in node, or NULL (then the checks that need it are skipped). */
-static df_node_fn builtin_fn(const char *name)
-{
-    df_node_fn fn = NULL;
-    if (df_exec_resolve(name, &fn))
-        fn = NULL;
-    df_clear_error();
-    return fn;
-}
-
 /*
  * Nodes that re-run the nodes before them (df_node_rerun_upstream): DAPO's
  * refill (dynamic_sampling.c, only when filtering is on: off, it passes the
@@ -94,8 +84,8 @@ static df_node_fn builtin_fn(const char *name)
 static int check_reruns(const df_config *c, const df_train_config *t, df_task_graph *g, bool workflow,
                         const char *src)
 {
-    df_node_fn ds = builtin_fn("DAGWorker.dynamic_sampling"), bl = builtin_fn("DAGWorker.compute_reward_baseline");
-    df_node_fn ta = builtin_fn("DAGWorker.train_actor"), tc = builtin_fn("DAGWorker.train_critic");
+    df_node_fn ds = known_fn("DAGWorker.dynamic_sampling"), bl = known_fn("DAGWorker.compute_reward_baseline");
+    df_node_fn ta = known_fn("DAGWorker.train_actor"), tc = known_fn("DAGWorker.train_critic");
     const bool filter = t->algorithm.filter_groups.enable;
     int nn = df_task_graph_num_nodes(g);
     bool *up = malloc((size_t)(nn ? nn : 1) * sizeof *up);
@@ -133,7 +123,7 @@ static int check_reruns(const df_config *c, const df_train_config *t, df_task_gr
 static int check_baseline(const df_train_config *t, df_task_graph *g, bool workflow, const char *src)
 {
     const df_adv_estimator_desc *d = df_adv_estimator_find(t->algorithm.adv_estimator);
-    df_node_fn bl = builtin_fn("DAGWorker.compute_reward_baseline"), adv = builtin_fn("DAGWorker.compute_advantage");
+    df_node_fn bl = known_fn("DAGWorker.compute_reward_baseline"), adv = known_fn("DAGWorker.compute_advantage");
     if (!d || !(d->needs & DF_ADV_NEEDS_BASELINES) || !bl || !adv)
         return DF_OK;
     int nn = df_task_graph_num_nodes(g);
