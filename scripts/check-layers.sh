@@ -18,7 +18,7 @@ declare -A PUBLIC=(
   [sft_config]=config [train_optim]=config
   [batch]=data [dataset]=data [dataloader]=data [synth]=data
   [coordinator]=coordinator
-  [model]=model [optim]=model [rollout]=engine
+  [model]=model [optim]=model [backend]=model [rollout]=engine
   [dag]=planner [scheduler]=planner
   [worker]=workers [node]=workers
 )

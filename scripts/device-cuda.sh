@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The CUDA backend's GPU checks, for a lent GPU machine that has the CUDA toolkit but none of
 # distflow's Debian libraries (docs/cuda.md):
-#   scripts/device-cuda.sh pack BUILD   here: copy BUILD's test_cuda_* and bench_cuda_backend
+#   scripts/device-cuda.sh pack BUILD   here: copy BUILD's test_cuda_* and bench_cuda_*
 #                                       and the shared libraries they need (not CUDA's own)
 #                                       into .devpack/ (git-ignored, carried to the machine)
 #   scripts/device-cuda.sh run [OUTDIR] there: the conformance tests, then the benchmark and
 #                                       PyTorch on the same ops; logs in OUTDIR; a table last.
-#                                       NO_BENCH=1: tests only; SANITIZE=1: then each test again
+#                                       NO_BENCH=1: tests only; BENCH=ops|model: one of the two
+#                                       benchmarks (default both); SANITIZE=1: then each test again
 #                                       under compute-sanitizer memcheck and racecheck;
 #                                       TESTS=GLOB: only those tests (default test_cuda_*)
 set -uo pipefail
@@ -16,7 +17,7 @@ pack() {
   local build=${1:?usage: device-cuda.sh pack BUILD}
   rm -rf .devpack && mkdir -p .devpack/bin .devpack/lib
   grep -qx '/.devpack/' .git/info/exclude 2>/dev/null || echo '/.devpack/' >>.git/info/exclude
-  cp "$build"/test_cuda_* "$build"/bench_cuda_backend .devpack/bin/
+  cp "$build"/test_cuda_* "$build"/bench_cuda_* .devpack/bin/
   # every library the binaries load but the device image lacks (it has CUDA 13 with cuBLAS and
   # NCCL, a C/C++ runtime at least as new as Debian 12's, and PyTorch)
   ldd .devpack/bin/* | awk '$3 ~ /^\// {print $3}' | sort -u |
@@ -29,6 +30,7 @@ pack() {
 run() {
   local out=${1:-${OUT:-/tmp/cuda-out}} rc=0 t n
   mkdir -p "$out" .devpack/lib
+  export DF_SOURCE_DIR=$PWD # the golden fixtures of this copy of the tree
   for f in .devpack/lib/*.xz; do [ -e "$f" ] && xz -d -f "$f"; done
   # for distflow's binaries only: PyTorch keeps its own libraries. cuBLAS 13 from the toolkit, or
   # else from wherever the image has it (PyTorch's wheels)
@@ -49,10 +51,16 @@ run() {
   done
   : >"$out/bench.txt"
   : >"$out/torch.txt"
-  if [ -z "${NO_BENCH:-}" ]; then
+  if [ -z "${NO_BENCH:-}" ] && [ "${BENCH:-ops}" = ops ]; then
     LD_LIBRARY_PATH=$libs timeout 240 .devpack/bin/bench_cuda_backend ${BENCH_ARGS:-} >"$out/bench.txt" 2>&1 || rc=1
     timeout 240 python3 bench/torch_cuda_ops.py ${BENCH_ARGS:-} >"$out/torch.txt" 2>&1 ||
       echo "torch baseline failed (see torch.txt)" >>"$out/torch.txt"
+  fi
+  : >"$out/model.txt"
+  if [ -z "${NO_BENCH:-}" ] && [ "${BENCH:-model}" = model ]; then
+    LD_LIBRARY_PATH=$libs timeout 240 .devpack/bin/bench_cuda_model ${MODEL_ARGS:-} >"$out/model.txt" 2>&1 || rc=1
+    timeout 240 python3 bench/torch_cuda_model.py ${MODEL_ARGS:-} >>"$out/model.txt" 2>&1 ||
+      echo "torch model baseline failed" >>"$out/model.txt"
   fi
   if [ -n "${SANITIZE:-}" ] && command -v compute-sanitizer >/dev/null; then
     for t in .devpack/bin/${TESTS:-test_cuda_*}; do
@@ -78,6 +86,8 @@ run() {
     [ -n "$t" ] && awk -v k="$k" -v a="$v" -v b="$t" 'BEGIN{printf "%-28s %10.4f ms | torch %10.4f ms | %.2fx\n", k, a, b, b / a}'
   done
   grep -E '^torch_.*bf16' "$out/torch.txt"
+  echo "== the whole model (bench_cuda_model, bench/torch_cuda_model.py)"
+  cat "$out/model.txt"
   return $rc
 }
 

@@ -30,6 +30,7 @@
 #ifndef DISTFLOW_MODEL_H
 #define DISTFLOW_MODEL_H
 
+#include "distflow/backend.h"
 #include "distflow/common.h"
 
 #ifdef __cplusplus
@@ -274,8 +275,26 @@ typedef struct df_seq_batch {
 /** Saved activations and scratch for one micro-batch of at most max_tokens / max_out rows. */
 typedef struct df_acts df_acts;
 
+/** Activations on the CPU backend (df_acts_create_on with df_backend_cpu()). */
 DF_API int df_acts_create(const df_model_config *cfg, int64_t max_tokens, int64_t max_out,
                           df_acts **out);
+/**
+ * Activations in the memory of backend `be` (distflow/backend.h): df_model_forward /
+ * df_model_backward on them run every operator there. On a backend without host memory
+ * (CUDA) the model's weights are read from the copy df_acts_load_weights made, `grads`
+ * of df_model_backward must be backend memory of n_params floats, and the value head is
+ * refused (DF_EUNSUPPORTED); logp / entropy / dlogp / dentropy stay host arrays.
+ * Errors: DF_EINVAL (sizes, no backend), DF_EUNSUPPORTED (head_dim), DF_ENOMEM naming the
+ * backend.
+ */
+DF_API int df_acts_create_on(const df_backend *be, const df_model_config *cfg,
+                             int64_t max_tokens, int64_t max_out, df_acts **out);
+/**
+ * Copy m's weights into the backend's memory (a no-op on the CPU backend, which reads m's
+ * own): call it after every change of m's parameters (a weight sync). The copy's layout
+ * is m's (df_model_view_of). Errors: DF_ENOMEM, the backend's copy errors.
+ */
+DF_API int df_acts_load_weights(df_acts *a, const df_model *m);
 DF_API void df_acts_free(df_acts *a);
 
 /**

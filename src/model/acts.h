@@ -7,12 +7,33 @@
 #ifndef DF_MODEL_ACTS_H
 #define DF_MODEL_ACTS_H
 
+#include "distflow/backend.h"
 #include "distflow/model.h"
 #include "model/ops.h"
+
+/* A batch as the backend sees it: index arrays in its memory (the CPU's alias the caller's). */
+typedef struct df_acts_batch {
+    const int32_t *tokens, *targets, *pos; /* [T], [n_out], [T] */
+    const int64_t *rows;                   /* [n_out] */
+    df_backend_seqs seqs;
+} df_acts_batch;
 
 struct df_acts {
     df_model_config cfg;
     int64_t max_tokens, max_out;
+    /* Where every buffer below lives and every operator runs (backend memory unless noted). */
+    df_backend be;
+    int err;             /* first failure of a backend call in this pass (DF_BE) */
+    df_acts_batch bb;    /* the current batch, staged by df_acts_stage */
+    /* A device backend's copies: the batch's index arrays and the head's inputs / outputs. */
+    int32_t *b_tokens, *b_targets, *b_pos;
+    int64_t *b_offsets, *b_rows;
+    float *b_io;         /* [4][max_out]: logp, entropy, dlogp, dentropy */
+    /* A device backend's weights (df_acts_load_weights); the CPU reads the model's own. */
+    float *wblob;
+    int64_t w_params;
+    df_model_view wview;
+    df_layer_view *wview_layers;
     /* Saved per layer l (leading dimension num_hidden_layers, stride max_tokens rows). */
     float *x;            /* [L + 1][T, H] residual stream entering layer l (x[L]: leaving the last) */
     float *hmid;         /* [L][T, H] residual after attention */
@@ -27,7 +48,7 @@ struct df_acts {
     float *xf, *xnf;     /* [max_out, H] */
     float *rstdf, *lse, *ent; /* [max_out] */
     /* Positions and RoPE tables. */
-    int32_t *pos;        /* [max_tokens] */
+    int32_t *pos;        /* [max_tokens] host memory */
     float *rope_cos, *rope_sin; /* [max_tokens, hd / 2] */
     /* Scratch (forward and backward). */
     float *mlp_a, *mlp_b, *mlp_c; /* [T, I] */
@@ -46,6 +67,16 @@ struct df_acts {
 };
 
 enum { DF_ACTS_HEAD_LM = 0, DF_ACTS_HEAD_VALUE = 1 };
+
+/* Call operator `op` of a's backend unless an earlier call of this pass failed; the first
+ * failure (and its df_last_error message) stays in a->err. */
+#define DF_BE(a, op, ...) \
+    ((a)->err ? (void)0 : (void)((a)->err = (a)->be.ops->op((a)->be.ctx, __VA_ARGS__)))
+
+/* Stage b's index arrays for the backend (a->bb) and the positions (a->pos). */
+int df_acts_stage(df_acts *a, const df_seq_batch *b);
+/* The weights the backend reads: m's own (CPU), or the copy df_acts_load_weights made. */
+int df_acts_weights(const df_acts *a, const df_model *m, const df_model_view **w);
 
 /* Per-layer slices. */
 static inline int64_t df_acts_qd(const df_acts *a)

@@ -10,12 +10,11 @@
 
 #include <string.h>
 
-static void layer_backward(const df_model *m, df_acts *a, const df_seq_batch *b, int64_t l,
-                           const df_layer_view *g)
+static void layer_backward(const df_model_config *c, const df_layer_view *w, df_acts *a,
+                           int64_t l, const df_layer_view *g)
 {
-    const df_model_config *c = &m->cfg;
-    const df_layer_view *w = &m->w.layers[l];
-    const int64_t T = b->n_tokens, H = c->hidden_size, I = c->intermediate_size;
+    const df_acts_batch *bb = &a->bb;
+    const int64_t T = bb->seqs.T, H = c->hidden_size, I = c->intermediate_size;
     const int64_t nh = c->num_attention_heads, nkv = c->num_key_value_heads, hd = c->head_dim;
     const int64_t qd = nh * hd, kvd = nkv * hd, MT = a->max_tokens;
     const float *x = a->x + l * MT * H, *h = a->hmid + l * MT * H;
@@ -24,37 +23,38 @@ static void layer_backward(const df_model *m, df_acts *a, const df_seq_batch *b,
     const float *att = a->att + l * MT * qd;
     const float *gate = a->gate + l * MT * I, *up = a->up + l * MT * I;
     float *dres = a->dres, *dxn = a->dxn;
-    df_mm_ctx *mm = a->mm;
 
-    /* MLP: x_next = h + act W_down^T, act = silu(gate) * up (recomputed, not saved). */
-    df_swiglu_fwd(a->mlp_a, gate, up, T * I);
-    df_mm_tn(mm, H, I, T, 1.0f, dres, a->mlp_a, 1.0f, g->w_down);
-    df_mm_nn(mm, T, I, H, 1.0f, dres, w->w_down, 0.0f, a->mlp_a); /* dact */
-    df_swiglu_bwd(a->mlp_b, a->mlp_c, a->mlp_a, gate, up, T * I);
-    df_mm_nn(mm, T, H, I, 1.0f, a->mlp_b, w->w_gate, 0.0f, dxn);
-    df_mm_nn(mm, T, H, I, 1.0f, a->mlp_c, w->w_up, 1.0f, dxn);
-    df_mm_tn(mm, I, H, T, 1.0f, a->mlp_b, xn2, 1.0f, g->w_gate);
-    df_mm_tn(mm, I, H, T, 1.0f, a->mlp_c, xn2, 1.0f, g->w_up);
-    df_rmsnorm_bwd(dres, g->ln2, dxn, h, w->ln2, a->rstd2 + l * MT, T, H);
+    /* MLP: x_next = h + act W_down^T, act = silu(gate) * up (recomputed, not saved).
+     * gemm(ta, tb): (1, 0) accumulates a weight gradient dy^T x, (0, 0) is dy W. */
+    DF_BE(a, swiglu_fwd, a->mlp_a, gate, up, T * I);
+    DF_BE(a, gemm, true, false, H, I, T, 1.0f, dres, a->mlp_a, 1.0f, g->w_down);
+    DF_BE(a, gemm, false, false, T, I, H, 1.0f, dres, w->w_down, 0.0f, a->mlp_a); /* dact */
+    DF_BE(a, swiglu_bwd, a->mlp_b, a->mlp_c, a->mlp_a, gate, up, T * I);
+    DF_BE(a, gemm, false, false, T, H, I, 1.0f, a->mlp_b, w->w_gate, 0.0f, dxn);
+    DF_BE(a, gemm, false, false, T, H, I, 1.0f, a->mlp_c, w->w_up, 1.0f, dxn);
+    DF_BE(a, gemm, true, false, I, H, T, 1.0f, a->mlp_b, xn2, 1.0f, g->w_gate);
+    DF_BE(a, gemm, true, false, I, H, T, 1.0f, a->mlp_c, xn2, 1.0f, g->w_up);
+    DF_BE(a, rmsnorm_bwd, dres, g->ln2, dxn, h, w->ln2, a->rstd2 + l * MT, T, H);
 
     /* Attention: h = x + att W_o^T. */
-    df_mm_tn(mm, H, qd, T, 1.0f, dres, att, 1.0f, g->wo);
-    df_mm_nn(mm, T, qd, H, 1.0f, dres, w->wo, 0.0f, a->dao);
-    df_attention_bwd(a->dq, a->dk, a->dv, a->dao, att, a->att_lse + l * MT * nh, q, k, v,
-                     b->seq_offsets, b->n_seqs, nh, nkv, hd);
-    df_rope_apply(a->dq, a->pos, T, nh, hd, a->rope_cos, a->rope_sin, true);
-    df_rope_apply(a->dk, a->pos, T, nkv, hd, a->rope_cos, a->rope_sin, true);
-    df_mm_nn(mm, T, H, qd, 1.0f, a->dq, w->wq, 0.0f, dxn);
-    df_mm_nn(mm, T, H, kvd, 1.0f, a->dk, w->wk, 1.0f, dxn);
-    df_mm_nn(mm, T, H, kvd, 1.0f, a->dv, w->wv, 1.0f, dxn);
-    df_mm_tn(mm, qd, H, T, 1.0f, a->dq, xn1, 1.0f, g->wq);
-    df_mm_tn(mm, kvd, H, T, 1.0f, a->dk, xn1, 1.0f, g->wk);
-    df_mm_tn(mm, kvd, H, T, 1.0f, a->dv, xn1, 1.0f, g->wv);
-    /* Bias gradients: column sums of dq / dk / dv (float32). */
-    df_linear_bwd(NULL, NULL, g->bq, a->dq, NULL, NULL, T, qd, H);
-    df_linear_bwd(NULL, NULL, g->bk, a->dk, NULL, NULL, T, kvd, H);
-    df_linear_bwd(NULL, NULL, g->bv, a->dv, NULL, NULL, T, kvd, H);
-    df_rmsnorm_bwd(dres, g->ln1, dxn, x, w->ln1, a->rstd1 + l * MT, T, H);
+    DF_BE(a, gemm, true, false, H, qd, T, 1.0f, dres, att, 1.0f, g->wo);
+    DF_BE(a, gemm, false, false, T, qd, H, 1.0f, dres, w->wo, 0.0f, a->dao);
+    DF_BE(a, attention_bwd, a->dq, a->dk, a->dv, a->dao, att, a->att_lse + l * MT * nh, q, k, v,
+          &bb->seqs, nh, nkv, hd);
+    DF_BE(a, rope_apply, a->dq, bb->pos, T, nh, hd, a->rope_cos, a->rope_sin, true);
+    DF_BE(a, rope_apply, a->dk, bb->pos, T, nkv, hd, a->rope_cos, a->rope_sin, true);
+    DF_BE(a, gemm, false, false, T, H, qd, 1.0f, a->dq, w->wq, 0.0f, dxn);
+    DF_BE(a, gemm, false, false, T, H, kvd, 1.0f, a->dk, w->wk, 1.0f, dxn);
+    DF_BE(a, gemm, false, false, T, H, kvd, 1.0f, a->dv, w->wv, 1.0f, dxn);
+    DF_BE(a, gemm, true, false, qd, H, T, 1.0f, a->dq, xn1, 1.0f, g->wq);
+    DF_BE(a, gemm, true, false, kvd, H, T, 1.0f, a->dk, xn1, 1.0f, g->wk);
+    DF_BE(a, gemm, true, false, kvd, H, T, 1.0f, a->dv, xn1, 1.0f, g->wv);
+    if (g->bq) { /* bias gradients: column sums of dq / dk / dv */
+        DF_BE(a, col_sum_add, g->bq, a->dq, T, qd);
+        DF_BE(a, col_sum_add, g->bk, a->dk, T, kvd);
+        DF_BE(a, col_sum_add, g->bv, a->dv, T, kvd);
+    }
+    DF_BE(a, rmsnorm_bwd, dres, g->ln1, dxn, x, w->ln1, a->rstd1 + l * MT, T, H);
 }
 
 /* Checks common to both heads: a forward of kind `head` on `a` for this batch. */
@@ -74,25 +74,22 @@ static int check_forward(const df_acts *a, const df_seq_batch *b, int head, cons
 }
 
 /* From the head's gradient a->dxnf [n_out, H]: the final norm, the residual stream of the
- * output rows, every layer and the embedding, accumulated into gv. */
-static void trunk_backward(const df_model *m, df_acts *a, const df_seq_batch *b,
-                           const df_model_view *gv)
+ * output rows, every layer and the embedding, accumulated into gv. The batch was staged by
+ * the caller (df_acts_stage). */
+static int trunk_backward(const df_model *m, const df_model_view *w, df_acts *a,
+                          const df_seq_batch *b, const df_model_view *gv)
 {
     const df_model_config *c = &m->cfg;
     const int64_t T = b->n_tokens, H = c->hidden_size, L = c->num_hidden_layers;
-    memset(a->dxf, 0, (size_t)(b->n_out * H) * sizeof(float));
-    df_rmsnorm_bwd(a->dxf, gv->final_norm, a->dxnf, a->xf, m->w.final_norm, a->rstdf, b->n_out,
-                   H);
-    memset(a->dres, 0, (size_t)(T * H) * sizeof(float));
-    for (int64_t j = 0; j < b->n_out; j++) {
-        float *dst = a->dres + b->out_rows[j] * H;
-        const float *src = a->dxf + j * H;
-        for (int64_t i = 0; i < H; i++)
-            dst[i] += src[i];
-    }
+    DF_BE(a, zero, a->dxf, b->n_out * H);
+    DF_BE(a, rmsnorm_bwd, a->dxf, gv->final_norm, a->dxnf, a->xf, w->final_norm, a->rstdf,
+          b->n_out, H);
+    DF_BE(a, zero, a->dres, T * H);
+    DF_BE(a, scatter_add_rows, a->dres, a->dxf, a->bb.rows, b->n_out, H);
     for (int64_t l = L - 1; l >= 0; l--)
-        layer_backward(m, a, b, l, &gv->layers[l]);
-    df_embedding_bwd(gv->embed, a->dres, b->tokens, T, H);
+        layer_backward(c, &w->layers[l], a, l, &gv->layers[l]);
+    DF_BE(a, embedding_bwd, gv->embed, a->dres, a->bb.tokens, T, H);
+    return a->err;
 }
 
 int df_model_backward(const df_model *m, df_acts *a, const df_seq_batch *b, float temperature,
@@ -109,14 +106,30 @@ int df_model_backward(const df_model *m, df_acts *a, const df_seq_batch *b, floa
                                    "computed no entropy (pass an entropy buffer to "
                                    "df_model_forward)");
     const df_model_config *c = &m->cfg;
+    const df_model_view *w = NULL;
+    rc = df_acts_weights(a, m, &w);
+    if (!rc)
+        rc = df_acts_stage(a, b);
+    if (rc)
+        return df_error_wrap(rc, "df_model_backward");
     df_model_view gv = {.layers = a->gview_layers};
     df_model_view_of(m, grads, &gv);
+    /* A device reads dlogp / dentropy from its staging rows. */
+    const int64_t n = b->n_out;
+    if (!a->be.ops->host_memory) {
+        float *d = a->b_io + 2 * a->max_out;
+        DF_BE(a, upload, d, dlogp, (size_t)n * sizeof(float));
+        dlogp = d;
+        if (dentropy) {
+            DF_BE(a, upload, d + a->max_out, dentropy, (size_t)n * sizeof(float));
+            dentropy = d + a->max_out;
+        }
+    }
     /* LM head on the output rows; tied embeddings share gv.lm_head. */
-    df_lmhead_bwd(a->dxnf, gv.lm_head, dlogp, dentropy, a->xnf, m->w.lm_head, b->out_targets,
-                  a->lse, a->ent, b->n_out, c->vocab_size, c->hidden_size, temperature,
-                  a->lm_scratch);
-    trunk_backward(m, a, b, &gv);
-    return DF_OK;
+    DF_BE(a, lmhead_bwd, a->dxnf, gv.lm_head, dlogp, dentropy, a->xnf, w->lm_head, a->bb.targets,
+          a->lse, a->ent, n, c->vocab_size, c->hidden_size, temperature, a->lm_scratch);
+    rc = trunk_backward(m, w, a, b, &gv);
+    return rc ? df_error_wrap(rc, "df_model_backward on the %s backend", a->be.ops->name) : DF_OK;
 }
 
 int df_model_backward_values(const df_model *m, df_acts *a, const df_seq_batch *b,
@@ -127,6 +140,9 @@ int df_model_backward_values(const df_model *m, df_acts *a, const df_seq_batch *
         return rc;
     if (m->cfg.num_labels != 1)
         return df_error(DF_EINVAL, "df_model_backward_values: not a value model");
+    if (!a->be.ops->host_memory)
+        return df_error(DF_EUNSUPPORTED, "df_model_backward_values: the value head runs on the "
+                        "CPU backend only (not yet on %s)", a->be.ops->name);
     if (!dvalues && b->n_out > 0)
         return df_error(DF_EINVAL, "df_model_backward_values: dvalues must not be NULL");
     const int64_t H = m->cfg.hidden_size, n = b->n_out;
@@ -150,6 +166,8 @@ int df_model_backward_values(const df_model *m, df_acts *a, const df_seq_batch *
     for (int64_t j = 0; j < n; j++)
         db += dvalues[j];
     gv.score_bias[0] += (float)db;
-    trunk_backward(m, a, b, &gv);
-    return DF_OK;
+    rc = df_acts_stage(a, b);
+    if (!rc)
+        rc = trunk_backward(m, &m->w, a, b, &gv);
+    return rc ? df_error_wrap(rc, "df_model_backward_values") : DF_OK;
 }

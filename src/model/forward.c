@@ -15,29 +15,35 @@
 
 /* ---- df_acts ----------------------------------------------------------------- */
 
-static float *falloc(int64_t n, int *fail)
+static float *balloc(df_acts *a, int64_t n, size_t elem, int *fail)
 {
-    size_t bytes = ((size_t)(n > 0 ? n : 1) * sizeof(float) + 63) / 64 * 64;
-    float *p = aligned_alloc(64, bytes);
-    if (!p)
+    void *p = NULL;
+    if (!*fail && a->be.ops->alloc(a->be.ctx, (size_t)(n > 0 ? n : 1) * elem, &p))
         *fail = 1;
     return p;
+}
+
+static float *falloc(df_acts *a, int64_t n, int *fail)
+{
+    return balloc(a, n, sizeof(float), fail);
 }
 
 void df_acts_free(df_acts *a)
 {
     if (!a)
         return;
-    float *bufs[] = {a->x,     a->hmid,   a->xn1,      a->xn2,      a->rstd1,  a->rstd2,
-                     a->q,     a->k,      a->v,        a->att,      a->att_lse, a->gate,
-                     a->up,    a->xf,     a->xnf,      a->rstdf,    a->lse,    a->ent,
-                     a->rope_cos, a->rope_sin, a->mlp_a, a->mlp_b,  a->mlp_c,  a->dres,
-                     a->dxn,   a->dq,     a->dk,       a->dv,       a->dao,    a->dxf,
-                     a->dxnf,  a->lm_scratch};
+    void *bufs[] = {a->x,     a->hmid,   a->xn1,      a->xn2,      a->rstd1,  a->rstd2,
+                    a->q,     a->k,      a->v,        a->att,      a->att_lse, a->gate,
+                    a->up,    a->xf,     a->xnf,      a->rstdf,    a->lse,    a->ent,
+                    a->rope_cos, a->rope_sin, a->mlp_a, a->mlp_b,  a->mlp_c,  a->dres,
+                    a->dxn,   a->dq,     a->dk,       a->dv,       a->dao,    a->dxf,
+                    a->dxnf,  a->lm_scratch, a->b_tokens, a->b_targets, a->b_pos, a->b_offsets,
+                    a->b_rows, a->b_io,  a->wblob};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        free(bufs[i]);
+        a->be.ops->release(a->be.ctx, bufs[i]);
     free(a->pos);
     free(a->gview_layers);
+    free(a->wview_layers);
     df_mm_ctx_free(a->mm);
     free(a);
 }
@@ -49,6 +55,9 @@ int df_acts_set_bf16_matmul(df_acts *a, bool on)
         a->mm = NULL;
         return DF_OK;
     }
+    if (!df_backend_is_cpu(&a->be))
+        return df_error(DF_EUNSUPPORTED, "df_acts_set_bf16_matmul: the %s backend has no bf16 "
+                        "decoder matmuls yet", a->be.ops->name);
     if (a->mm)
         return DF_OK;
     const df_model_config *c = &a->cfg;
@@ -61,12 +70,57 @@ int df_acts_set_bf16_matmul(df_acts *a, bool on)
     return rc ? df_error_wrap(rc, "df_acts_set_bf16_matmul") : DF_OK;
 }
 
+/* The RoPE table for every position the activations hold, in the backend's memory. */
+static int rope_tables(df_acts *a)
+{
+    const int64_t n = a->max_tokens * (a->cfg.head_dim / 2);
+    if (a->be.ops->host_memory) {
+        df_rope_table(a->rope_cos, a->rope_sin, a->max_tokens, a->cfg.head_dim, a->cfg.rope_theta);
+        return DF_OK;
+    }
+    float *c = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    float *s = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    int rc = c && s ? DF_OK : df_error(DF_ENOMEM, "out of memory for the RoPE table");
+    if (!rc) {
+        df_rope_table(c, s, a->max_tokens, a->cfg.head_dim, a->cfg.rope_theta);
+        rc = a->be.ops->upload(a->be.ctx, a->rope_cos, c, (size_t)n * sizeof(float));
+    }
+    if (!rc)
+        rc = a->be.ops->upload(a->be.ctx, a->rope_sin, s, (size_t)n * sizeof(float));
+    free(c);
+    free(s);
+    return rc;
+}
+
+/* A device backend's copies of the batch and of the head's per-row inputs / outputs. */
+static void alloc_batch_copies(df_acts *a, int *fail)
+{
+    if (a->be.ops->host_memory)
+        return;
+    const int64_t T = a->max_tokens, O = a->max_out > 0 ? a->max_out : 1;
+    a->b_tokens = (int32_t *)balloc(a, T, sizeof(int32_t), fail);
+    a->b_pos = (int32_t *)balloc(a, T, sizeof(int32_t), fail);
+    a->b_targets = (int32_t *)balloc(a, O, sizeof(int32_t), fail);
+    a->b_offsets = (int64_t *)balloc(a, T + 1, sizeof(int64_t), fail);
+    a->b_rows = (int64_t *)balloc(a, O, sizeof(int64_t), fail);
+    a->b_io = falloc(a, 4 * O, fail);
+}
+
 int df_acts_create(const df_model_config *cfg, int64_t max_tokens, int64_t max_out,
                    df_acts **out)
+{
+    df_backend cpu = df_backend_cpu();
+    return df_acts_create_on(&cpu, cfg, max_tokens, max_out, out);
+}
+
+int df_acts_create_on(const df_backend *be, const df_model_config *cfg, int64_t max_tokens,
+                      int64_t max_out, df_acts **out)
 {
     int rc = df_model_config_validate(cfg);
     if (rc)
         return df_error_wrap(rc, "df_acts_create");
+    if (!be || !be->ops)
+        return df_error(DF_EINVAL, "df_acts_create: no backend");
     if (max_tokens <= 0 || max_out < 0 || max_out > max_tokens)
         return df_error(DF_EINVAL,
                         "df_acts_create: need 0 < max_tokens and 0 <= max_out <= max_tokens "
@@ -81,53 +135,98 @@ int df_acts_create(const df_model_config *cfg, int64_t max_tokens, int64_t max_o
     a->cfg = *cfg;
     a->max_tokens = max_tokens;
     a->max_out = max_out;
+    a->be = *be;
+    if (df_backend_is_cpu(be))
+        a->be.ctx = &a->mm; /* matmuls follow df_acts_set_bf16_matmul */
     const int64_t T = max_tokens, L = cfg->num_hidden_layers, H = cfg->hidden_size;
     const int64_t I = cfg->intermediate_size, nh = cfg->num_attention_heads;
     const int64_t qd = df_acts_qd(a), kvd = df_acts_kvd(a), O = max_out > 0 ? max_out : 1;
     int fail = 0;
-    a->x = falloc((L + 1) * T * H, &fail);
-    a->hmid = falloc(L * T * H, &fail);
-    a->xn1 = falloc(L * T * H, &fail);
-    a->xn2 = falloc(L * T * H, &fail);
-    a->rstd1 = falloc(L * T, &fail);
-    a->rstd2 = falloc(L * T, &fail);
-    a->q = falloc(L * T * qd, &fail);
-    a->k = falloc(L * T * kvd, &fail);
-    a->v = falloc(L * T * kvd, &fail);
-    a->att = falloc(L * T * qd, &fail);
-    a->att_lse = falloc(L * T * nh, &fail);
-    a->gate = falloc(L * T * I, &fail);
-    a->up = falloc(L * T * I, &fail);
-    a->xf = falloc(O * H, &fail);
-    a->xnf = falloc(O * H, &fail);
-    a->rstdf = falloc(O, &fail);
-    a->lse = falloc(O, &fail);
-    a->ent = falloc(O, &fail);
-    a->rope_cos = falloc(T * cfg->head_dim / 2, &fail);
-    a->rope_sin = falloc(T * cfg->head_dim / 2, &fail);
-    a->mlp_a = falloc(T * I, &fail);
-    a->mlp_b = falloc(T * I, &fail);
-    a->mlp_c = falloc(T * I, &fail);
-    a->dres = falloc(T * H, &fail);
-    a->dxn = falloc(T * H, &fail);
-    a->dq = falloc(T * qd, &fail);
-    a->dk = falloc(T * kvd, &fail);
-    a->dv = falloc(T * kvd, &fail);
-    a->dao = falloc(T * qd, &fail);
-    a->dxf = falloc(O * H, &fail);
-    a->dxnf = falloc(O * H, &fail);
+    a->x = falloc(a, (L + 1) * T * H, &fail);
+    a->hmid = falloc(a, L * T * H, &fail);
+    a->xn1 = falloc(a, L * T * H, &fail);
+    a->xn2 = falloc(a, L * T * H, &fail);
+    a->rstd1 = falloc(a, L * T, &fail);
+    a->rstd2 = falloc(a, L * T, &fail);
+    a->q = falloc(a, L * T * qd, &fail);
+    a->k = falloc(a, L * T * kvd, &fail);
+    a->v = falloc(a, L * T * kvd, &fail);
+    a->att = falloc(a, L * T * qd, &fail);
+    a->att_lse = falloc(a, L * T * nh, &fail);
+    a->gate = falloc(a, L * T * I, &fail);
+    a->up = falloc(a, L * T * I, &fail);
+    a->xf = falloc(a, O * H, &fail);
+    a->xnf = falloc(a, O * H, &fail);
+    a->rstdf = falloc(a, O, &fail);
+    a->lse = falloc(a, O, &fail);
+    a->ent = falloc(a, O, &fail);
+    a->rope_cos = falloc(a, T * cfg->head_dim / 2, &fail);
+    a->rope_sin = falloc(a, T * cfg->head_dim / 2, &fail);
+    a->mlp_a = falloc(a, T * I, &fail);
+    a->mlp_b = falloc(a, T * I, &fail);
+    a->mlp_c = falloc(a, T * I, &fail);
+    a->dres = falloc(a, T * H, &fail);
+    a->dxn = falloc(a, T * H, &fail);
+    a->dq = falloc(a, T * qd, &fail);
+    a->dk = falloc(a, T * kvd, &fail);
+    a->dv = falloc(a, T * kvd, &fail);
+    a->dao = falloc(a, T * qd, &fail);
+    a->dxf = falloc(a, O * H, &fail);
+    a->dxnf = falloc(a, O * H, &fail);
     /* A value model never runs the LM head. */
-    a->lm_scratch = falloc(cfg->num_labels > 0 ? 1 : df_lmhead_scratch_floats(O, cfg->vocab_size, H),
+    a->lm_scratch = falloc(a, cfg->num_labels > 0 ? 1
+                           : a->be.ops->lmhead_scratch_floats(a->be.ctx, O, cfg->vocab_size, H),
                            &fail);
+    alloc_batch_copies(a, &fail);
     a->pos = malloc((size_t)T * sizeof(int32_t));
     a->gview_layers = calloc((size_t)L, sizeof(df_layer_view));
     if (fail || !a->pos || !a->gview_layers) {
         df_acts_free(a);
-        return df_error(DF_ENOMEM, "out of memory allocating activations for %lld tokens",
-                        (long long)max_tokens);
+        return df_error(DF_ENOMEM, "out of %s memory allocating activations for %lld tokens",
+                        be->ops->name, (long long)max_tokens);
     }
-    df_rope_table(a->rope_cos, a->rope_sin, T, cfg->head_dim, cfg->rope_theta);
+    rc = rope_tables(a);
+    if (rc) {
+        df_acts_free(a);
+        return df_error_wrap(rc, "df_acts_create");
+    }
     *out = a;
+    return DF_OK;
+}
+
+int df_acts_load_weights(df_acts *a, const df_model *m)
+{
+    if (a->be.ops->host_memory)
+        return DF_OK;
+    const size_t bytes = (size_t)m->n_params * sizeof(float);
+    if (!a->wblob || a->w_params != m->n_params) {
+        a->be.ops->release(a->be.ctx, a->wblob);
+        a->wblob = NULL;
+        free(a->wview_layers);
+        a->wview_layers = calloc((size_t)m->cfg.num_hidden_layers, sizeof(df_layer_view));
+        int rc = a->wview_layers ? a->be.ops->alloc(a->be.ctx, bytes, (void **)&a->wblob)
+                                 : df_error(DF_ENOMEM, "out of memory");
+        if (rc)
+            return df_error_wrap(rc, "df_acts_load_weights (%lld parameters)",
+                                 (long long)m->n_params);
+        a->w_params = m->n_params;
+        a->wview.layers = a->wview_layers;
+        df_model_view_of(m, a->wblob, &a->wview);
+    }
+    int rc = a->be.ops->upload(a->be.ctx, a->wblob, m->params, bytes);
+    return rc ? df_error_wrap(rc, "df_acts_load_weights") : DF_OK;
+}
+
+int df_acts_weights(const df_acts *a, const df_model *m, const df_model_view **w)
+{
+    if (a->be.ops->host_memory) {
+        *w = &m->w;
+        return DF_OK;
+    }
+    if (!a->wblob || a->w_params != m->n_params)
+        return df_error(DF_EINVAL, "the model's weights are not on the %s backend (call "
+                        "df_acts_load_weights after every change of them)", a->be.ops->name);
+    *w = &a->wview;
     return DF_OK;
 }
 
@@ -180,25 +279,57 @@ int df_acts_check_batch(const df_acts *a, const df_model_config *cfg, const df_s
     return check_batch(a, cfg, b, true, temperature);
 }
 
-/* ---- forward ------------------------------------------------------------------- */
+/* ---- the batch ---------------------------------------------------------------- */
 
-/* y = x W^T + b through the activations' matmul precision. */
-static void linear(df_mm_ctx *mm, float *y, const float *x, const float *W, const float *b,
-                   int64_t M, int64_t N, int64_t K)
+int df_acts_stage(df_acts *a, const df_seq_batch *b)
 {
-    if (b) {
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < M; i++)
-            memcpy(y + i * N, b, (size_t)N * sizeof(float));
+    int64_t max_len = 0;
+    for (int64_t s = 0; s < b->n_seqs; s++) {
+        int64_t n = b->seq_offsets[s + 1] - b->seq_offsets[s];
+        max_len = n > max_len ? n : max_len;
+        for (int64_t t = b->seq_offsets[s]; t < b->seq_offsets[s + 1]; t++)
+            a->pos[t] = (int32_t)(t - b->seq_offsets[s]);
     }
-    df_mm_nt(mm, M, N, K, 1.0f, x, W, b ? 1.0f : 0.0f, y);
+    df_acts_batch *o = &a->bb;
+    o->seqs = (df_backend_seqs){.n_seqs = b->n_seqs, .T = b->n_tokens, .max_len = max_len};
+    a->err = DF_OK;
+    if (a->be.ops->host_memory) {
+        o->tokens = b->tokens;
+        o->targets = b->out_targets;
+        o->pos = a->pos;
+        o->rows = b->out_rows;
+        o->seqs.offsets = b->seq_offsets;
+        return DF_OK;
+    }
+    const int64_t T = b->n_tokens, n = b->n_out;
+    DF_BE(a, upload, a->b_tokens, b->tokens, (size_t)T * sizeof(int32_t));
+    DF_BE(a, upload, a->b_pos, a->pos, (size_t)T * sizeof(int32_t));
+    DF_BE(a, upload, a->b_offsets, b->seq_offsets, (size_t)(b->n_seqs + 1) * sizeof(int64_t));
+    DF_BE(a, upload, a->b_rows, b->out_rows, (size_t)n * sizeof(int64_t));
+    if (b->out_targets) /* NULL for a value head */
+        DF_BE(a, upload, a->b_targets, b->out_targets, (size_t)n * sizeof(int32_t));
+    *o = (df_acts_batch){.tokens = a->b_tokens, .targets = a->b_targets, .pos = a->b_pos,
+                         .rows = a->b_rows, .seqs = o->seqs};
+    o->seqs.offsets = a->b_offsets;
+    return a->err;
 }
 
-static void layer_forward(const df_model *m, df_acts *a, const df_seq_batch *b, int64_t l)
+/* ---- forward ------------------------------------------------------------------- */
+
+/* y[M,N] = x W^T + b. */
+static void linear(df_acts *a, float *y, const float *x, const float *W, const float *b,
+                   int64_t M, int64_t N, int64_t K)
 {
-    const df_model_config *c = &m->cfg;
-    const df_layer_view *w = &m->w.layers[l];
-    const int64_t T = b->n_tokens, H = c->hidden_size, I = c->intermediate_size;
+    if (b)
+        DF_BE(a, rows_fill, y, b, M, N);
+    DF_BE(a, gemm, false, true, M, N, K, 1.0f, x, W, b ? 1.0f : 0.0f, y);
+}
+
+static void layer_forward(const df_model_config *c, const df_layer_view *w, df_acts *a,
+                          int64_t l)
+{
+    const df_acts_batch *bb = &a->bb;
+    const int64_t T = bb->seqs.T, H = c->hidden_size, I = c->intermediate_size;
     const int64_t nh = c->num_attention_heads, nkv = c->num_key_value_heads, hd = c->head_dim;
     const int64_t qd = nh * hd, kvd = nkv * hd, MT = a->max_tokens;
     const float *x = a->x + l * MT * H;
@@ -208,43 +339,42 @@ static void layer_forward(const df_model *m, df_acts *a, const df_seq_batch *b, 
     float *xnext = a->x + (l + 1) * MT * H;
     const float eps = (float)c->rms_norm_eps;
 
-    df_rmsnorm_fwd(xn1, a->rstd1 + l * MT, x, w->ln1, T, H, eps);
-    linear(a->mm, q, xn1, w->wq, w->bq, T, qd, H);
-    linear(a->mm, k, xn1, w->wk, w->bk, T, kvd, H);
-    linear(a->mm, v, xn1, w->wv, w->bv, T, kvd, H);
-    df_rope_apply(q, a->pos, T, nh, hd, a->rope_cos, a->rope_sin, false);
-    df_rope_apply(k, a->pos, T, nkv, hd, a->rope_cos, a->rope_sin, false);
-    df_attention_fwd(att, a->att_lse + l * MT * nh, q, k, v, b->seq_offsets, b->n_seqs, nh,
-                     nkv, hd);
+    DF_BE(a, rmsnorm_fwd, xn1, a->rstd1 + l * MT, x, w->ln1, T, H, eps);
+    linear(a, q, xn1, w->wq, w->bq, T, qd, H);
+    linear(a, k, xn1, w->wk, w->bk, T, kvd, H);
+    linear(a, v, xn1, w->wv, w->bv, T, kvd, H);
+    DF_BE(a, rope_apply, q, bb->pos, T, nh, hd, a->rope_cos, a->rope_sin, false);
+    DF_BE(a, rope_apply, k, bb->pos, T, nkv, hd, a->rope_cos, a->rope_sin, false);
+    DF_BE(a, attention_fwd, att, a->att_lse + l * MT * nh, q, k, v, &bb->seqs, nh, nkv, hd);
     /* Residual adds ride on the GEMM's beta = 1. */
-    memcpy(h, x, (size_t)(T * H) * sizeof(float));
-    df_mm_nt(a->mm, T, H, qd, 1.0f, att, w->wo, 1.0f, h);
-    df_rmsnorm_fwd(xn2, a->rstd2 + l * MT, h, w->ln2, T, H, eps);
-    linear(a->mm, gate, xn2, w->w_gate, NULL, T, I, H);
-    linear(a->mm, up, xn2, w->w_up, NULL, T, I, H);
-    df_swiglu_fwd(a->mlp_a, gate, up, T * I);
-    memcpy(xnext, h, (size_t)(T * H) * sizeof(float));
-    df_mm_nt(a->mm, T, H, I, 1.0f, a->mlp_a, w->w_down, 1.0f, xnext);
+    DF_BE(a, copy, h, x, (size_t)(T * H) * sizeof(float));
+    DF_BE(a, gemm, false, true, T, H, qd, 1.0f, att, w->wo, 1.0f, h);
+    DF_BE(a, rmsnorm_fwd, xn2, a->rstd2 + l * MT, h, w->ln2, T, H, eps);
+    linear(a, gate, xn2, w->w_gate, NULL, T, I, H);
+    linear(a, up, xn2, w->w_up, NULL, T, I, H);
+    DF_BE(a, swiglu_fwd, a->mlp_a, gate, up, T * I);
+    DF_BE(a, copy, xnext, h, (size_t)(T * H) * sizeof(float));
+    DF_BE(a, gemm, false, true, T, H, I, 1.0f, a->mlp_a, w->w_down, 1.0f, xnext);
 }
 
-/* Embedding, decoder layers, and the final norm of the output rows (into a->xnf): the
- * trunk both heads share. */
-static void trunk_forward(const df_model *m, df_acts *a, const df_seq_batch *b)
+/* Stage the batch, then embedding, decoder layers, and the final norm of the output rows
+ * (into a->xnf): the trunk both heads share. */
+static int trunk_forward(const df_model *m, const df_model_view *w, df_acts *a,
+                         const df_seq_batch *b)
 {
     const df_model_config *c = &m->cfg;
     const int64_t T = b->n_tokens, H = c->hidden_size, L = c->num_hidden_layers;
-    for (int64_t s = 0; s < b->n_seqs; s++)
-        for (int64_t t = b->seq_offsets[s]; t < b->seq_offsets[s + 1]; t++)
-            a->pos[t] = (int32_t)(t - b->seq_offsets[s]);
-    df_embedding_fwd(a->x, b->tokens, m->w.embed, T, H);
+    int rc = df_acts_stage(a, b);
+    if (rc)
+        return rc;
+    DF_BE(a, embedding_fwd, a->x, a->bb.tokens, w->embed, T, H);
     for (int64_t l = 0; l < L; l++)
-        layer_forward(m, a, b, l);
+        layer_forward(c, &w->layers[l], a, l);
     /* Only output rows reach the final norm and the head. */
-    const float *xl = a->x + L * a->max_tokens * H;
-    for (int64_t j = 0; j < b->n_out; j++)
-        memcpy(a->xf + j * H, xl + b->out_rows[j] * H, (size_t)H * sizeof(float));
-    df_rmsnorm_fwd(a->xnf, a->rstdf, a->xf, m->w.final_norm, b->n_out, H,
-                   (float)c->rms_norm_eps);
+    DF_BE(a, gather_rows, a->xf, a->x + L * a->max_tokens * H, a->bb.rows, b->n_out, H);
+    DF_BE(a, rmsnorm_fwd, a->xnf, a->rstdf, a->xf, w->final_norm, b->n_out, H,
+          (float)c->rms_norm_eps);
+    return a->err;
 }
 
 static void mark_forward(df_acts *a, const df_seq_batch *b, int head, float temperature,
@@ -258,6 +388,23 @@ static void mark_forward(df_acts *a, const df_seq_batch *b, int head, float temp
     a->fwd_valid = 1;
 }
 
+/* The head's log-probs and entropies: host arrays, written by the backend (CPU) or copied
+ * from its staging rows (a device). */
+static void lm_head(const df_model *m, const df_model_view *w, df_acts *a, int64_t n,
+                    float temperature, float *logp, float *entropy)
+{
+    const df_model_config *c = &m->cfg;
+    const bool host = a->be.ops->host_memory;
+    float *d_logp = host ? logp : a->b_io;
+    /* Entropy only when asked: the backward then takes no dentropy. */
+    DF_BE(a, lmhead_fwd, d_logp, entropy ? a->ent : NULL, a->lse, a->xnf, w->lm_head,
+          a->bb.targets, n, c->vocab_size, c->hidden_size, temperature, a->lm_scratch);
+    if (!host)
+        DF_BE(a, download, logp, d_logp, (size_t)n * sizeof(float));
+    if (entropy)
+        DF_BE(a, download, entropy, a->ent, (size_t)n * sizeof(float));
+}
+
 int df_model_forward(const df_model *m, df_acts *a, const df_seq_batch *b, float temperature,
                      float *logp, float *entropy)
 {
@@ -269,14 +416,18 @@ int df_model_forward(const df_model *m, df_acts *a, const df_seq_batch *b, float
         return df_error_wrap(rc, "df_model_forward");
     if (!logp && b->n_out > 0)
         return df_error(DF_EINVAL, "df_model_forward: logp must not be NULL");
-    const df_model_config *c = &m->cfg;
+    const df_model_view *w = NULL;
+    rc = df_acts_weights(a, m, &w);
+    if (rc)
+        return df_error_wrap(rc, "df_model_forward");
     a->fwd_valid = 0;
-    trunk_forward(m, a, b);
-    /* Entropy only when asked: the backward then takes no dentropy. */
-    df_lmhead_fwd(logp, entropy ? a->ent : NULL, a->lse, a->xnf, m->w.lm_head, b->out_targets,
-                  b->n_out, c->vocab_size, c->hidden_size, temperature, a->lm_scratch);
-    if (entropy)
-        memcpy(entropy, a->ent, (size_t)b->n_out * sizeof(float));
+    rc = trunk_forward(m, w, a, b);
+    if (!rc) {
+        lm_head(m, w, a, b->n_out, temperature, logp, entropy);
+        rc = a->err;
+    }
+    if (rc)
+        return df_error_wrap(rc, "df_model_forward on the %s backend", a->be.ops->name);
     mark_forward(a, b, DF_ACTS_HEAD_LM, temperature, entropy != NULL);
     return DF_OK;
 }
@@ -286,6 +437,9 @@ int df_model_forward_values(const df_model *m, df_acts *a, const df_seq_batch *b
     if (m->cfg.num_labels != 1)
         return df_error(DF_EINVAL, "df_model_forward_values: not a value model (num_labels %lld; "
                         "see df_model_to_value_model)", (long long)m->cfg.num_labels);
+    if (!a->be.ops->host_memory)
+        return df_error(DF_EUNSUPPORTED, "df_model_forward_values: the value head runs on the "
+                        "CPU backend only (not yet on %s)", a->be.ops->name);
     int rc = check_batch(a, &m->cfg, b, false, 1.0f);
     if (rc)
         return df_error_wrap(rc, "df_model_forward_values");
@@ -293,7 +447,9 @@ int df_model_forward_values(const df_model *m, df_acts *a, const df_seq_batch *b
         return df_error(DF_EINVAL, "df_model_forward_values: values must not be NULL");
     const int64_t H = m->cfg.hidden_size;
     a->fwd_valid = 0;
-    trunk_forward(m, a, b);
+    rc = trunk_forward(m, &m->w, a, b);
+    if (rc)
+        return df_error_wrap(rc, "df_model_forward_values");
     /* score: one dot product per output row, summed in double (n_out * H is tiny next to
      * the trunk). */
     const float *w = m->w.score_weight, bias = m->w.score_bias[0];

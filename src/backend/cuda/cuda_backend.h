@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "distflow/backend.h"
 #include "distflow/comm.h"
 #include "distflow/common.h"
 #include "distflow/optim.h"
@@ -129,6 +130,28 @@ int df_cuda_swiglu_fwd(df_cuda *c, float *d_out, const float *d_gate, const floa
 /** dgate, dup OVERWRITTEN. df_swiglu_bwd. */
 int df_cuda_swiglu_bwd(df_cuda *c, float *d_dgate, float *d_dup, const float *d_dout,
                        const float *d_gate, const float *d_up, int64_t n);
+
+/* ---- rows (rows.cu): the backend seam's row operators ----------------------------------- */
+
+/** y[i, :] = b[N] for i < M (a Linear layer's bias rows). */
+int df_cuda_rows_fill(df_cuda *c, float *d_y, const float *d_b, int64_t M, int64_t N);
+/** db[N] += sum over M rows of dy[M, N] (a bias gradient; fixed summation order). */
+int df_cuda_col_sum_add(df_cuda *c, float *d_db, const float *d_dy, int64_t M, int64_t N);
+/** dst[j, :] = src[rows[j], :] for j < n, rows H wide (rows device int64). */
+int df_cuda_gather_rows(df_cuda *c, float *d_dst, const float *d_src, const int64_t *d_rows,
+                        int64_t n, int64_t H);
+/** dst[rows[j], :] += src[j, :] for j < n (rows distinct, device int64). */
+int df_cuda_scatter_add_rows(df_cuda *c, float *d_dst, const float *d_src,
+                             const int64_t *d_rows, int64_t n, int64_t H);
+
+/* ---- the engine's backend seam (backend_cuda.c) -------------------------------------------- */
+
+/**
+ * The CUDA backend of distflow/backend.h on context c (which must outlive it): device memory,
+ * cuBLAS float32 matmuls (no TF32) and the operators of this header. df_acts_create_on with
+ * it runs the training decoder (df_model_forward / df_model_backward) on the GPU.
+ */
+df_backend df_backend_cuda(df_cuda *c);
 
 /* ---- optimizer (optim.cu) ---------------------------------------------------------- */
 

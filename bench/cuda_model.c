@@ -1,0 +1,215 @@
+/*
+ * bench/cuda_model.c — the whole decoder on the GPU through the engine's backend seam
+ * (df_acts_create_on + df_backend_cuda: src/model/forward.c and backward.c, the code that
+ * trains on the CPU), on the Qwen2.5-0.5B shape with random weights (docs/cuda.md):
+ *
+ *   logprob   df_model_forward with entropy over T tokens (verl's compute_log_prob)
+ *   update    forward + backward + global-norm clip + AdamW, weights, gradients and moments
+ *             on the GPU (one actor micro-batch and optimizer step)
+ *
+ * Each next to the cuBLAS float32 matmul rate measured in the same run (the model's matmul
+ * FLOPs over time, as a fraction of it); bench/torch_cuda_model.py runs HF transformers'
+ * Qwen2 on the same shapes and GPU.
+ * Usage: bench_cuda_model [--tokens T (4096)] [--seq L (256)] [--layers N (24)]
+ * Prints `metric: value` lines (medians of 7 trials); exit 77 with a SKIP line without a GPU.
+ */
+#include "backend/cuda/cuda_backend.h"
+#include "distflow/model.h"
+#include "distflow/optim.h"
+#include "model/acts.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static df_cuda *cu;
+
+#define OK(call)                                                                           \
+    do {                                                                                   \
+        if ((call) != DF_OK) {                                                             \
+            fprintf(stderr, "bench_cuda_model: %s: %s\n", #call, df_last_error());         \
+            exit(1);                                                                       \
+        }                                                                                  \
+    } while (0)
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct {
+    df_model *m;
+    df_acts *a;
+    df_seq_batch b;
+    float *lp, *en, *c, *d; /* host [n_out] */
+    float *d_grads, *d_m, *d_v;
+    df_adamw_config oc;
+    int64_t step;
+} run_arg;
+
+static void run_logprob(run_arg *r)
+{
+    OK(df_model_forward(r->m, r->a, &r->b, 1.0f, r->lp, r->en));
+}
+
+static void run_update(run_arg *r)
+{
+    const int64_t np = r->m->n_params;
+    OK(df_cuda_fill(cu, r->d_grads, np, 0.0f));
+    OK(df_model_forward(r->m, r->a, &r->b, 1.0f, r->lp, r->en));
+    OK(df_model_backward(r->m, r->a, &r->b, 1.0f, r->c, r->d, r->d_grads));
+    double ss;
+    OK(df_cuda_sumsq(cu, r->d_grads, np, &ss));
+    double norm = sqrt(ss);
+    if (norm > 1.0)
+        OK(df_cuda_scale(cu, r->d_grads, np, (float)(1.0 / (norm + 1e-6))));
+    OK(df_cuda_adamw_step(cu, r->a->wblob, r->d_grads, r->d_m, r->d_v, np, &r->oc, ++r->step,
+                          1e-6));
+}
+
+/* Median of 7 timed calls after a warm-up, seconds (each call ends with a device sync). */
+static double time_it(void (*f)(run_arg *), run_arg *r)
+{
+    f(r);
+    OK(df_cuda_sync(cu));
+    double t[7];
+    for (int k = 0; k < 7; k++) {
+        double t0 = now_s();
+        f(r);
+        OK(df_cuda_sync(cu));
+        t[k] = now_s() - t0;
+    }
+    qsort(t, 7, sizeof t[0], cmp_d);
+    return t[3];
+}
+
+/* cuBLAS float32 rate on an 8192^3 product (the ceiling of a float32 model). */
+static double f32_peak(void)
+{
+    const int64_t G = 8192;
+    float *A, *B, *C;
+    OK(df_cuda_alloc(cu, (size_t)(G * G) * 4, (void **)&A));
+    OK(df_cuda_alloc(cu, (size_t)(G * G) * 4, (void **)&B));
+    OK(df_cuda_alloc(cu, (size_t)(G * G) * 4, (void **)&C));
+    OK(df_cuda_fill(cu, A, G * G, 0.5f));
+    OK(df_cuda_fill(cu, B, G * G, 0.25f));
+    OK(df_cuda_gemm(cu, false, true, G, G, G, 1.0f, A, B, DF_CUDA_F32, 0.0f, C));
+    OK(df_cuda_sync(cu));
+    double t[5];
+    for (int k = 0; k < 5; k++) {
+        double t0 = now_s();
+        OK(df_cuda_gemm(cu, false, true, G, G, G, 1.0f, A, B, DF_CUDA_F32, 0.0f, C));
+        OK(df_cuda_sync(cu));
+        t[k] = now_s() - t0;
+    }
+    qsort(t, 5, sizeof t[0], cmp_d);
+    df_cuda_release(cu, A), df_cuda_release(cu, B), df_cuda_release(cu, C);
+    return 2.0 * G * G * G / t[2];
+}
+
+int main(int argc, char **argv)
+{
+    int64_t T = 4096, Ls = 256, layers = 24;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--tokens") && i + 1 < argc)
+            T = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--seq") && i + 1 < argc)
+            Ls = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--layers") && i + 1 < argc)
+            layers = atoll(argv[++i]);
+        else {
+            fprintf(stderr, "usage: bench_cuda_model [--tokens T] [--seq L] [--layers N]\n");
+            return 2;
+        }
+    }
+    int ndev = 0;
+    df_cuda_device_count(&ndev);
+    if (ndev == 0) {
+        printf("SKIP: bench_cuda_model: no CUDA device on this machine\n");
+        return 77;
+    }
+    OK(df_cuda_create(0, &cu));
+    df_cuda_info in;
+    df_cuda_get_info(cu, &in);
+    printf("device: %s (cc %d.%d, %d SMs)\n", in.name, in.cc_major, in.cc_minor, in.n_sm);
+    printf("kernels: matmul cuBLAS cublasGemmEx f32 (no TF32); attention, norms, LM head, "
+           "AdamW: distflow's (src/backend/cuda), driven by src/model/forward.c / backward.c\n");
+    const double peak = f32_peak();
+    printf("gemm_f32_8192_tflops: %.1f\n", peak / 1e12);
+
+    df_model_config cfg;
+    df_model_config_defaults(&cfg);
+    cfg.vocab_size = 151936, cfg.hidden_size = 896, cfg.intermediate_size = 4864;
+    cfg.num_hidden_layers = layers, cfg.num_attention_heads = 14, cfg.num_key_value_heads = 2;
+    cfg.head_dim = 64, cfg.tie_word_embeddings = true, cfg.rope_theta = 1e6;
+    cfg.max_position_embeddings = 32768;
+    run_arg r = {0};
+    OK(df_model_create(&cfg, &r.m));
+    OK(df_model_init_random(r.m, 1));
+    const int64_t S = (T + Ls - 1) / Ls;
+    int64_t *off = malloc(sizeof(int64_t) * (size_t)(S + 1)), *rows = malloc(sizeof(int64_t) * (size_t)T);
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)T), *tgt = malloc(sizeof(int32_t) * (size_t)T);
+    int64_t n = 0;
+    for (int64_t s = 0; s <= S; s++)
+        off[s] = s * Ls < T ? s * Ls : T;
+    for (int64_t t = 0; t < T; t++)
+        tok[t] = (int32_t)((t * 7919 + 13) % cfg.vocab_size);
+    for (int64_t s = 0; s < S; s++)
+        for (int64_t t = off[s]; t + 1 < off[s + 1]; t++)
+            rows[n] = t, tgt[n++] = tok[t + 1];
+    r.b = (df_seq_batch){T, tok, S, off, n, rows, tgt};
+    r.lp = malloc(sizeof(float) * (size_t)n), r.en = malloc(sizeof(float) * (size_t)n);
+    /* the loss: the mean log-prob, no entropy term (verl's default entropy_coeff 0) */
+    r.c = malloc(sizeof(float) * (size_t)n);
+    for (int64_t j = 0; j < n; j++)
+        r.c[j] = 1.0f / (float)n;
+
+    df_backend be = df_backend_cuda(cu);
+    OK(df_acts_create_on(&be, &cfg, T, n, &r.a));
+    OK(df_acts_load_weights(r.a, r.m));
+    const int64_t np = r.m->n_params;
+    OK(df_cuda_alloc(cu, (size_t)np * 4, (void **)&r.d_grads));
+    OK(df_cuda_alloc(cu, (size_t)np * 4, (void **)&r.d_m));
+    OK(df_cuda_alloc(cu, (size_t)np * 4, (void **)&r.d_v));
+    OK(df_cuda_fill(cu, r.d_m, np, 0.0f));
+    OK(df_cuda_fill(cu, r.d_v, np, 0.0f));
+    df_adamw_config_defaults(&r.oc);
+    printf("shape: %lld layers, hidden 896, heads 14/2 x 64, intermediate 4864, vocab 151936 "
+           "(tied), %lld parameters; %lld tokens in %lld sequences of %lld, %lld scored\n",
+           (long long)layers, (long long)np, (long long)T, (long long)S, (long long)Ls,
+           (long long)n);
+
+    /* matmul FLOPs of one forward: the layers' projections, attention's two products (causal
+     * halves), the LM head over the scored rows */
+    const double H = 896, I = 4864, qd = 14 * 64, kvd = 2 * 64;
+    double pairs = 0;
+    for (int64_t s = 0; s < S; s++) {
+        double L = (double)(off[s + 1] - off[s]);
+        pairs += L * (L + 1) / 2;
+    }
+    const double fwd = layers * (2.0 * T * H * (2 * qd + 2 * kvd) + 6.0 * T * H * I +
+                                 4.0 * pairs * qd) +
+                       2.0 * n * 151936 * H;
+    double s_lp = time_it(run_logprob, &r);
+    printf("logprob_ms: %.3f\nlogprob_tokens_per_s: %.0f\nlogprob_frac_of_gemm_f32: %.3f\n",
+           s_lp * 1e3, T / s_lp, fwd / s_lp / peak);
+    double s_up = time_it(run_update, &r);
+    printf("update_ms: %.3f\nupdate_tokens_per_s: %.0f\nupdate_frac_of_gemm_f32: %.3f\n",
+           s_up * 1e3, T / s_up, 3 * fwd / s_up / peak);
+    df_cuda_release(cu, r.d_grads), df_cuda_release(cu, r.d_m), df_cuda_release(cu, r.d_v);
+    df_acts_free(r.a);
+    df_model_free(r.m);
+    df_cuda_free(cu);
+    free(off), free(rows), free(tok), free(tgt), free(r.lp), free(r.en), free(r.c);
+    return 0;
+}

@@ -1,0 +1,140 @@
+/*
+ * distflow/backend.h — the engine's compute-backend seam (docs/backend.md).
+ *
+ * A backend is a table of function pointers over its own memory (ggml's ggml_backend_i
+ * is the model): buffers and copies, the matmul, and the fused operators the decoder
+ * needs. The training decoder (src/model/forward.c, backward.c) is written once against
+ * this table; the CPU backend (oneDNN + our kernels, src/model/backend_cpu.c) is the
+ * first, the CUDA backend (src/backend/cuda/backend_cuda.c, docs/cuda.md) the second.
+ *
+ * Conventions for every operator:
+ *   - pointers are in the backend's memory (host memory when ops->host_memory);
+ *   - layouts are row-major, shapes as documented in src/model/ops.h, whose CPU function
+ *     each operator is (the formula and its source are documented there);
+ *   - float32 data; token ids and positions int32; offsets and row indices int64;
+ *   - operators may run asynchronously (CUDA: in stream order); `sync` waits and
+ *     reports the first failure of any earlier call;
+ *   - return DF_OK or a DF_E* code with df_last_error() set (the CPU's never fail).
+ */
+#ifndef DISTFLOW_BACKEND_H
+#define DISTFLOW_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "distflow/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Packed variable-length sequences, in backend memory: what attention needs of a batch. */
+typedef struct df_backend_seqs {
+    const int64_t *offsets; /**< [n_seqs + 1], offsets[0] = 0, offsets[n_seqs] = T (backend memory) */
+    int64_t n_seqs;
+    int64_t T;              /**< total tokens */
+    int64_t max_len;        /**< >= the longest sequence */
+} df_backend_seqs;
+
+typedef struct df_backend_ops {
+    const char *name;  /**< "cpu", "cuda" */
+    bool host_memory;  /**< buffers are plain host pointers (no upload / download needed) */
+
+    /* ---- memory ---- */
+    /** *p = `bytes` of backend memory, 64-byte aligned; bytes 0 gives a valid minimal buffer. */
+    int (*alloc)(void *ctx, size_t bytes, void **p);
+    /** Free a buffer from alloc (NULL: no-op). */
+    void (*release)(void *ctx, void *p);
+    /** host → backend; the host buffer may be reused when it returns. */
+    int (*upload)(void *ctx, void *dst, const void *src, size_t bytes);
+    /** backend → host; includes the results of every earlier call. */
+    int (*download)(void *ctx, void *dst, const void *src, size_t bytes);
+    /** backend → backend (non-overlapping). */
+    int (*copy)(void *ctx, void *dst, const void *src, size_t bytes);
+    /** x[n] = 0. */
+    int (*zero)(void *ctx, float *x, int64_t n);
+    /** Wait for every earlier call; the first failure among them. */
+    int (*sync)(void *ctx);
+
+    /* ---- matmul ---- */
+    /**
+     * Row-major C[M,N] = alpha op(A) op(B) + beta C, all float32; op(A) = A [M,K] or, when ta,
+     * A^T with A stored [K,M]; op(B) = B [K,N] or, when tb, B^T with B stored [N,K] (a Linear
+     * weight). (ta, tb) = (0,1), (0,0), (1,0) are df_gemm_nt / _nn / _tn; (1,1) is refused.
+     */
+    int (*gemm)(void *ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                const float *A, const float *B, float beta, float *C);
+
+    /* ---- rows ---- */
+    /** y[i, :] = b for i < M (b [N]): a Linear layer's bias before its GEMM adds x W^T. */
+    int (*rows_fill)(void *ctx, float *y, const float *b, int64_t M, int64_t N);
+    /** db[N] += sum_i dy[i, :] over M rows (a bias gradient). */
+    int (*col_sum_add)(void *ctx, float *db, const float *dy, int64_t M, int64_t N);
+    /** dst[j, :] = src[rows[j], :] for j < n (rows int64, row width H). */
+    int (*gather_rows)(void *ctx, float *dst, const float *src, const int64_t *rows, int64_t n,
+                       int64_t H);
+    /** dst[rows[j], :] += src[j, :] for j < n (rows distinct). */
+    int (*scatter_add_rows)(void *ctx, float *dst, const float *src, const int64_t *rows,
+                            int64_t n, int64_t H);
+
+    /* ---- decoder operators (src/model/ops.h) ---- */
+    /** df_embedding_fwd: out[T,H] = table[ids]. */
+    int (*embedding_fwd)(void *ctx, float *out, const int32_t *ids, const float *table,
+                         int64_t T, int64_t H);
+    /** df_embedding_bwd: dtable[ids[t]] += dout[t]. */
+    int (*embedding_bwd)(void *ctx, float *dtable, const float *dout, const int32_t *ids,
+                         int64_t T, int64_t H);
+    /** df_rmsnorm_fwd: out[T,H], rstd[T]. */
+    int (*rmsnorm_fwd)(void *ctx, float *out, float *rstd, const float *x, const float *w,
+                       int64_t T, int64_t H, float eps);
+    /** df_rmsnorm_bwd: dx[T,H] += ..., dw[H] += ... (dw may be NULL). */
+    int (*rmsnorm_bwd)(void *ctx, float *dx, float *dw, const float *dout, const float *x,
+                       const float *w, const float *rstd, int64_t T, int64_t H);
+    /** df_rope_apply: x[T, n_heads*hd] in place, cos/sin the df_rope_table rows. */
+    int (*rope_apply)(void *ctx, float *x, const int32_t *pos, int64_t T, int64_t n_heads,
+                      int64_t hd, const float *cos_t, const float *sin_t, bool inverse);
+    /** df_attention_fwd over the sequences of s: out[T, nh*hd], lse[T, nh]. */
+    int (*attention_fwd)(void *ctx, float *out, float *lse, const float *q, const float *k,
+                         const float *v, const df_backend_seqs *s, int64_t nh, int64_t nkv,
+                         int64_t hd);
+    /** df_attention_bwd: dq, dk, dv OVERWRITTEN. */
+    int (*attention_bwd)(void *ctx, float *dq, float *dk, float *dv, const float *dout,
+                         const float *out, const float *lse, const float *q, const float *k,
+                         const float *v, const df_backend_seqs *s, int64_t nh, int64_t nkv,
+                         int64_t hd);
+    /** df_swiglu_fwd: out[n] = silu(gate) up. */
+    int (*swiglu_fwd)(void *ctx, float *out, const float *gate, const float *up, int64_t n);
+    /** df_swiglu_bwd: dgate, dup OVERWRITTEN. */
+    int (*swiglu_bwd)(void *ctx, float *dgate, float *dup, const float *dout, const float *gate,
+                      const float *up, int64_t n);
+    /** Floats of scratch lmhead_fwd / _bwd need for n rows of a [V, H] head. */
+    int64_t (*lmhead_scratch_floats)(void *ctx, int64_t n, int64_t V, int64_t H);
+    /** df_lmhead_fwd: logp[n], entropy[n] (NULL: skipped), lse[n]; vocabulary-tiled. */
+    int (*lmhead_fwd)(void *ctx, float *logp, float *entropy, float *lse, const float *h,
+                      const float *W, const int32_t *target, int64_t n, int64_t V, int64_t H,
+                      float temperature, float *scratch);
+    /** df_lmhead_bwd: dh[n,H] OVERWRITTEN, dW[V,H] ACCUMULATED. */
+    int (*lmhead_bwd)(void *ctx, float *dh, float *dW, const float *dlogp, const float *dentropy,
+                      const float *h, const float *W, const int32_t *target, const float *lse,
+                      const float *entropy, int64_t n, int64_t V, int64_t H, float temperature,
+                      float *scratch);
+} df_backend_ops;
+
+/** A backend: its operator table and the context every operator receives. */
+typedef struct df_backend {
+    const df_backend_ops *ops;
+    void *ctx;
+} df_backend;
+
+/** The CPU backend: oneDNN float32 matmuls and distflow's kernels; host memory. */
+DF_API df_backend df_backend_cpu(void);
+
+/** True when b is the CPU backend (its memory is the host's and its kernels are the CPU's). */
+DF_API bool df_backend_is_cpu(const df_backend *b);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DISTFLOW_BACKEND_H */

@@ -1,0 +1,184 @@
+/*
+ * The CUDA backend of the engine's seam (distflow/backend.h): each entry forwards to the
+ * operator of cuda_backend.h that is its device twin. Context: the df_cuda of the rank.
+ */
+#include "backend/cuda/cuda_backend.h"
+
+static int cu_alloc(void *ctx, size_t bytes, void **p)
+{
+    /* cudaMalloc aligns to 256 bytes; a zero-byte request still gets a buffer */
+    return df_cuda_alloc(ctx, bytes ? bytes : 64, p);
+}
+
+static void cu_release(void *ctx, void *p)
+{
+    df_cuda_release(ctx, p);
+}
+
+static int cu_upload(void *ctx, void *dst, const void *src, size_t bytes)
+{
+    return bytes ? df_cuda_upload(ctx, dst, src, bytes) : DF_OK;
+}
+
+static int cu_download(void *ctx, void *dst, const void *src, size_t bytes)
+{
+    return bytes ? df_cuda_download(ctx, dst, src, bytes) : DF_OK;
+}
+
+static int cu_copy(void *ctx, void *dst, const void *src, size_t bytes)
+{
+    return bytes ? df_cuda_copy(ctx, dst, src, bytes) : DF_OK;
+}
+
+static int cu_zero(void *ctx, float *x, int64_t n)
+{
+    return df_cuda_fill(ctx, x, n, 0.0f);
+}
+
+static int cu_sync(void *ctx)
+{
+    return df_cuda_sync(ctx);
+}
+
+static int cu_gemm(void *ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                   const float *A, const float *B, float beta, float *C)
+{
+    return df_cuda_gemm(ctx, ta, tb, M, N, K, alpha, A, B, DF_CUDA_F32, beta, C);
+}
+
+static int cu_embedding_fwd(void *ctx, float *out, const int32_t *ids, const float *table,
+                            int64_t T, int64_t H)
+{
+    return df_cuda_embedding_fwd(ctx, out, ids, table, T, H);
+}
+
+static int cu_embedding_bwd(void *ctx, float *dtable, const float *dout, const int32_t *ids,
+                            int64_t T, int64_t H)
+{
+    return df_cuda_embedding_bwd(ctx, dtable, dout, ids, T, H);
+}
+
+static int cu_rmsnorm_fwd(void *ctx, float *out, float *rstd, const float *x, const float *w,
+                          int64_t T, int64_t H, float eps)
+{
+    return df_cuda_rmsnorm_fwd(ctx, out, rstd, x, w, T, H, eps);
+}
+
+static int cu_rmsnorm_bwd(void *ctx, float *dx, float *dw, const float *dout, const float *x,
+                          const float *w, const float *rstd, int64_t T, int64_t H)
+{
+    return df_cuda_rmsnorm_bwd(ctx, dx, dw, dout, x, w, rstd, T, H);
+}
+
+static int cu_rope_apply(void *ctx, float *x, const int32_t *pos, int64_t T, int64_t n_heads,
+                         int64_t hd, const float *cos_t, const float *sin_t, bool inverse)
+{
+    return df_cuda_rope_apply(ctx, x, pos, T, n_heads, hd, cos_t, sin_t, inverse);
+}
+
+static int cu_attention_fwd(void *ctx, float *out, float *lse, const float *q, const float *k,
+                            const float *v, const df_backend_seqs *s, int64_t nh, int64_t nkv,
+                            int64_t hd)
+{
+    return df_cuda_attention_fwd(ctx, out, lse, q, k, v, s->offsets, s->n_seqs, s->T, s->max_len,
+                                 nh, nkv, hd);
+}
+
+static int cu_attention_bwd(void *ctx, float *dq, float *dk, float *dv, const float *dout,
+                            const float *out, const float *lse, const float *q, const float *k,
+                            const float *v, const df_backend_seqs *s, int64_t nh, int64_t nkv,
+                            int64_t hd)
+{
+    return df_cuda_attention_bwd(ctx, dq, dk, dv, dout, out, lse, q, k, v, s->offsets, s->n_seqs,
+                                 s->T, s->max_len, nh, nkv, hd);
+}
+
+static int cu_swiglu_fwd(void *ctx, float *out, const float *gate, const float *up, int64_t n)
+{
+    return df_cuda_swiglu_fwd(ctx, out, gate, up, n);
+}
+
+static int cu_swiglu_bwd(void *ctx, float *dgate, float *dup, const float *dout,
+                         const float *gate, const float *up, int64_t n)
+{
+    return df_cuda_swiglu_bwd(ctx, dgate, dup, dout, gate, up, n);
+}
+
+static int64_t cu_lmhead_scratch_floats(void *ctx, int64_t n, int64_t V, int64_t H)
+{
+    (void)ctx;
+    return df_cuda_vocab_scratch_floats(n, V, H);
+}
+
+static int cu_lmhead_fwd(void *ctx, float *logp, float *entropy, float *lse, const float *h,
+                         const float *W, const int32_t *target, int64_t n, int64_t V, int64_t H,
+                         float temperature, float *scratch)
+{
+    return df_cuda_lmhead_fwd(ctx, logp, entropy, lse, h, W, target, n, V, H, temperature,
+                              scratch);
+}
+
+static int cu_lmhead_bwd(void *ctx, float *dh, float *dW, const float *dlogp,
+                         const float *dentropy, const float *h, const float *W,
+                         const int32_t *target, const float *lse, const float *entropy, int64_t n,
+                         int64_t V, int64_t H, float temperature, float *scratch)
+{
+    return df_cuda_lmhead_bwd(ctx, dh, dW, dlogp, dentropy, h, W, target, lse, entropy, n, V, H,
+                              temperature, scratch);
+}
+
+static int cu_rows_fill(void *ctx, float *y, const float *b, int64_t M, int64_t N)
+{
+    return df_cuda_rows_fill(ctx, y, b, M, N);
+}
+
+static int cu_col_sum_add(void *ctx, float *db, const float *dy, int64_t M, int64_t N)
+{
+    return df_cuda_col_sum_add(ctx, db, dy, M, N);
+}
+
+static int cu_gather_rows(void *ctx, float *dst, const float *src, const int64_t *rows,
+                          int64_t n, int64_t H)
+{
+    return df_cuda_gather_rows(ctx, dst, src, rows, n, H);
+}
+
+static int cu_scatter_add_rows(void *ctx, float *dst, const float *src, const int64_t *rows,
+                               int64_t n, int64_t H)
+{
+    return df_cuda_scatter_add_rows(ctx, dst, src, rows, n, H);
+}
+
+static const df_backend_ops cuda_ops = {
+    .name = "cuda",
+    .host_memory = false,
+    .alloc = cu_alloc,
+    .release = cu_release,
+    .upload = cu_upload,
+    .download = cu_download,
+    .copy = cu_copy,
+    .zero = cu_zero,
+    .sync = cu_sync,
+    .gemm = cu_gemm,
+    .rows_fill = cu_rows_fill,
+    .col_sum_add = cu_col_sum_add,
+    .gather_rows = cu_gather_rows,
+    .scatter_add_rows = cu_scatter_add_rows,
+    .embedding_fwd = cu_embedding_fwd,
+    .embedding_bwd = cu_embedding_bwd,
+    .rmsnorm_fwd = cu_rmsnorm_fwd,
+    .rmsnorm_bwd = cu_rmsnorm_bwd,
+    .rope_apply = cu_rope_apply,
+    .attention_fwd = cu_attention_fwd,
+    .attention_bwd = cu_attention_bwd,
+    .swiglu_fwd = cu_swiglu_fwd,
+    .swiglu_bwd = cu_swiglu_bwd,
+    .lmhead_scratch_floats = cu_lmhead_scratch_floats,
+    .lmhead_fwd = cu_lmhead_fwd,
+    .lmhead_bwd = cu_lmhead_bwd,
+};
+
+df_backend df_backend_cuda(df_cuda *c)
+{
+    return (df_backend){.ops = &cuda_ops, .ctx = c};
+}

@@ -1,0 +1,239 @@
+/*
+ * The CPU backend (distflow/backend.h): host memory, oneDNN matmuls through the
+ * activations' precision (ops.h df_mm_*: float32, or bf16 where df_acts_set_bf16_matmul
+ * turned it on) and the kernels of src/model/ops_*.c. Its context is NULL (float32) or
+ * the address of a df_mm_ctx pointer, read at each matmul.
+ */
+#include "distflow/backend.h"
+#include "model/ops.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int cpu_alloc(void *ctx, size_t bytes, void **p)
+{
+    (void)ctx;
+    size_t n = (bytes + 63) / 64 * 64;
+    *p = aligned_alloc(64, n ? n : 64);
+    return *p ? DF_OK : df_error(DF_ENOMEM, "out of memory allocating %zu bytes", bytes);
+}
+
+static void cpu_release(void *ctx, void *p)
+{
+    (void)ctx;
+    free(p);
+}
+
+static int cpu_copy(void *ctx, void *dst, const void *src, size_t bytes)
+{
+    (void)ctx;
+    if (bytes)
+        memcpy(dst, src, bytes);
+    return DF_OK;
+}
+
+static int cpu_zero(void *ctx, float *x, int64_t n)
+{
+    (void)ctx;
+    if (n > 0)
+        memset(x, 0, (size_t)n * sizeof(float));
+    return DF_OK;
+}
+
+static int cpu_sync(void *ctx)
+{
+    (void)ctx;
+    return DF_OK;
+}
+
+static int cpu_gemm(void *ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                    const float *A, const float *B, float beta, float *C)
+{
+    df_mm_ctx *mm = ctx ? *(df_mm_ctx **)ctx : NULL;
+    if (ta && tb)
+        return df_error(DF_EINVAL, "cpu gemm: op(A) = A^T with op(B) = B^T is not supported");
+    if (tb)
+        df_mm_nt(mm, M, N, K, alpha, A, B, beta, C);
+    else if (ta)
+        df_mm_tn(mm, M, N, K, alpha, A, B, beta, C);
+    else
+        df_mm_nn(mm, M, N, K, alpha, A, B, beta, C);
+    return DF_OK;
+}
+
+static int cpu_rows_fill(void *ctx, float *y, const float *b, int64_t M, int64_t N)
+{
+    (void)ctx;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < M; i++)
+        memcpy(y + i * N, b, (size_t)N * sizeof(float));
+    return DF_OK;
+}
+
+static int cpu_col_sum_add(void *ctx, float *db, const float *dy, int64_t M, int64_t N)
+{
+    (void)ctx;
+    df_linear_bwd(NULL, NULL, db, dy, NULL, NULL, M, N, 0);
+    return DF_OK;
+}
+
+static int cpu_gather_rows(void *ctx, float *dst, const float *src, const int64_t *rows,
+                           int64_t n, int64_t H)
+{
+    (void)ctx;
+    for (int64_t j = 0; j < n; j++)
+        memcpy(dst + j * H, src + rows[j] * H, (size_t)H * sizeof(float));
+    return DF_OK;
+}
+
+static int cpu_scatter_add_rows(void *ctx, float *dst, const float *src, const int64_t *rows,
+                                int64_t n, int64_t H)
+{
+    (void)ctx;
+    for (int64_t j = 0; j < n; j++) {
+        float *d = dst + rows[j] * H;
+        const float *s = src + j * H;
+        for (int64_t i = 0; i < H; i++)
+            d[i] += s[i];
+    }
+    return DF_OK;
+}
+
+static int cpu_embedding_fwd(void *ctx, float *out, const int32_t *ids, const float *table,
+                             int64_t T, int64_t H)
+{
+    (void)ctx;
+    df_embedding_fwd(out, ids, table, T, H);
+    return DF_OK;
+}
+
+static int cpu_embedding_bwd(void *ctx, float *dtable, const float *dout, const int32_t *ids,
+                             int64_t T, int64_t H)
+{
+    (void)ctx;
+    df_embedding_bwd(dtable, dout, ids, T, H);
+    return DF_OK;
+}
+
+static int cpu_rmsnorm_fwd(void *ctx, float *out, float *rstd, const float *x, const float *w,
+                           int64_t T, int64_t H, float eps)
+{
+    (void)ctx;
+    df_rmsnorm_fwd(out, rstd, x, w, T, H, eps);
+    return DF_OK;
+}
+
+static int cpu_rmsnorm_bwd(void *ctx, float *dx, float *dw, const float *dout, const float *x,
+                           const float *w, const float *rstd, int64_t T, int64_t H)
+{
+    (void)ctx;
+    df_rmsnorm_bwd(dx, dw, dout, x, w, rstd, T, H);
+    return DF_OK;
+}
+
+static int cpu_rope_apply(void *ctx, float *x, const int32_t *pos, int64_t T, int64_t n_heads,
+                          int64_t hd, const float *cos_t, const float *sin_t, bool inverse)
+{
+    (void)ctx;
+    df_rope_apply(x, pos, T, n_heads, hd, cos_t, sin_t, inverse);
+    return DF_OK;
+}
+
+static int cpu_attention_fwd(void *ctx, float *out, float *lse, const float *q, const float *k,
+                             const float *v, const df_backend_seqs *s, int64_t nh, int64_t nkv,
+                             int64_t hd)
+{
+    (void)ctx;
+    df_attention_fwd(out, lse, q, k, v, s->offsets, s->n_seqs, nh, nkv, hd);
+    return DF_OK;
+}
+
+static int cpu_attention_bwd(void *ctx, float *dq, float *dk, float *dv, const float *dout,
+                             const float *out, const float *lse, const float *q, const float *k,
+                             const float *v, const df_backend_seqs *s, int64_t nh, int64_t nkv,
+                             int64_t hd)
+{
+    (void)ctx;
+    df_attention_bwd(dq, dk, dv, dout, out, lse, q, k, v, s->offsets, s->n_seqs, nh, nkv, hd);
+    return DF_OK;
+}
+
+static int cpu_swiglu_fwd(void *ctx, float *out, const float *gate, const float *up, int64_t n)
+{
+    (void)ctx;
+    df_swiglu_fwd(out, gate, up, n);
+    return DF_OK;
+}
+
+static int cpu_swiglu_bwd(void *ctx, float *dgate, float *dup, const float *dout,
+                          const float *gate, const float *up, int64_t n)
+{
+    (void)ctx;
+    df_swiglu_bwd(dgate, dup, dout, gate, up, n);
+    return DF_OK;
+}
+
+static int64_t cpu_lmhead_scratch_floats(void *ctx, int64_t n, int64_t V, int64_t H)
+{
+    (void)ctx;
+    return df_lmhead_scratch_floats(n, V, H);
+}
+
+static int cpu_lmhead_fwd(void *ctx, float *logp, float *entropy, float *lse, const float *h,
+                          const float *W, const int32_t *target, int64_t n, int64_t V, int64_t H,
+                          float temperature, float *scratch)
+{
+    (void)ctx;
+    df_lmhead_fwd(logp, entropy, lse, h, W, target, n, V, H, temperature, scratch);
+    return DF_OK;
+}
+
+static int cpu_lmhead_bwd(void *ctx, float *dh, float *dW, const float *dlogp,
+                          const float *dentropy, const float *h, const float *W,
+                          const int32_t *target, const float *lse, const float *entropy,
+                          int64_t n, int64_t V, int64_t H, float temperature, float *scratch)
+{
+    (void)ctx;
+    df_lmhead_bwd(dh, dW, dlogp, dentropy, h, W, target, lse, entropy, n, V, H, temperature,
+                  scratch);
+    return DF_OK;
+}
+
+static const df_backend_ops cpu_ops = {
+    .name = "cpu",
+    .host_memory = true,
+    .alloc = cpu_alloc,
+    .release = cpu_release,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .copy = cpu_copy,
+    .zero = cpu_zero,
+    .sync = cpu_sync,
+    .gemm = cpu_gemm,
+    .rows_fill = cpu_rows_fill,
+    .col_sum_add = cpu_col_sum_add,
+    .gather_rows = cpu_gather_rows,
+    .scatter_add_rows = cpu_scatter_add_rows,
+    .embedding_fwd = cpu_embedding_fwd,
+    .embedding_bwd = cpu_embedding_bwd,
+    .rmsnorm_fwd = cpu_rmsnorm_fwd,
+    .rmsnorm_bwd = cpu_rmsnorm_bwd,
+    .rope_apply = cpu_rope_apply,
+    .attention_fwd = cpu_attention_fwd,
+    .attention_bwd = cpu_attention_bwd,
+    .swiglu_fwd = cpu_swiglu_fwd,
+    .swiglu_bwd = cpu_swiglu_bwd,
+    .lmhead_scratch_floats = cpu_lmhead_scratch_floats,
+    .lmhead_fwd = cpu_lmhead_fwd,
+    .lmhead_bwd = cpu_lmhead_bwd,
+};
+
+df_backend df_backend_cpu(void)
+{
+    return (df_backend){.ops = &cpu_ops, .ctx = NULL};
+}
+
+bool df_backend_is_cpu(const df_backend *b)
+{
+    return b && b->ops == &cpu_ops;
+}

@@ -1,0 +1,294 @@
+/*
+ * The whole decoder on the CUDA backend (df_acts_create_on + df_backend_cuda): the same
+ * src/model/forward.c / backward.c that train on the CPU, every operator on the GPU.
+ *
+ *   - the golden model of test_model_golden.c (PyTorch float64 reference of HF
+ *     modeling_qwen2.py): log-probs and entropies at two temperatures, and the gradient of
+ *     sum(c logp) + sum(d entropy) for every parameter, within the bounds that test derives
+ *     (tests/testbounds.h chains: the bounds hold for any summation order, so for cuBLAS,
+ *     the FlashAttention tiling and atomic embedding sums too);
+ *   - accumulation (two passes give twice the gradient) and a weight change reaching the
+ *     device through df_acts_load_weights (a 1e-3 move of one weight must break the gradient
+ *     bound: the comparison can fail);
+ *   - a random model at a shape that crosses the kernels' tile boundaries (GQA, biases,
+ *     sequences of 1 .. 130 tokens) against the CPU backend: each within its bound of the
+ *     exact result, so the two within twice it;
+ *   - what the device backend refuses (weights not loaded, the value head, bf16 matmuls).
+ * Exit 77 with a SKIP line where no GPU is present.
+ */
+#include "cuda_testutil.h"
+
+#include "distflow/model.h"
+#include "model/acts.h"
+#include "model/safetensors.h"
+#include "testbounds.h"
+#include "testgolden.h"
+
+/* the fixtures of this checkout; DF_SOURCE_DIR in the environment names another (a GPU machine
+ * that runs binaries built here: scripts/device-cuda.sh) */
+static void golden_path(char *out, size_t cap, const char *leaf)
+{
+    const char *root = getenv("DF_SOURCE_DIR");
+    snprintf(out, cap, "%s/tests/golden/%s", root && *root ? root : DF_SOURCE_DIR, leaf);
+}
+
+typedef struct {
+    df_model *m;
+    df_golden_batch gb;
+} golden;
+
+static golden G;
+
+#define FWD_TOL df_golden_tol(tb_logp_chain(&G.m->cfg, df_golden_max_len(&G.gb)))
+#define GRAD_TOL df_golden_tol(tb_grad_chain(&G.m->cfg, df_golden_max_len(&G.gb), G.gb.T))
+
+static int load_golden(void **state)
+{
+    (void)state;
+    char dir[4096], exp[4096];
+    golden_path(dir, sizeof dir, "tiny_qwen2");
+    golden_path(exp, sizeof exp, "tiny_qwen2_expected.safetensors");
+    if (df_model_load(dir, &G.m)) {
+        fprintf(stderr, "golden fixtures: %s\n", df_last_error());
+        return -1;
+    }
+    df_golden_batch_load(&G.gb, exp);
+    return 0;
+}
+
+static int free_golden(void **state)
+{
+    (void)state;
+    df_model_free(G.m);
+    df_golden_batch_free(&G.gb);
+    return 0;
+}
+
+/* NaN everywhere, so an element the device never wrote fails the comparison. */
+static void poison(float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = NAN;
+}
+
+static df_acts *cuda_acts(const df_model *m, int64_t T, int64_t n_out)
+{
+    df_backend be = df_backend_cuda(dfct_cu);
+    df_acts *a = NULL;
+    DFCT_OK(df_acts_create_on(&be, &m->cfg, T, n_out, &a));
+    DFCT_OK(df_acts_load_weights(a, m));
+    return a;
+}
+
+/* Forward then backward of sum(c logp) + sum(d entropy) at temperature t, `passes` times,
+ * accumulating into a device gradient blob; the log-probs / entropies of the last pass and
+ * the gradient on the host. */
+static void run_model(const df_model *m, df_acts *a, const df_seq_batch *b, float t,
+                      const float *c, const float *d, int passes, float *lp, float *en,
+                      float *grads)
+{
+    float *d_g = dfct_alloc((size_t)m->n_params * sizeof(float));
+    DFCT_OK(df_cuda_fill(dfct_cu, d_g, m->n_params, 0.0f));
+    for (int p = 0; p < passes; p++) {
+        DFCT_OK(df_model_forward(m, a, b, t, lp, en));
+        if (grads)
+            DFCT_OK(df_model_backward(m, a, b, t, c, d, d_g));
+    }
+    if (grads)
+        DFCT_OK(df_cuda_download(dfct_cu, grads, d_g, (size_t)m->n_params * sizeof(float)));
+    dfct_free(d_g);
+}
+
+static double worst_grad_error(const df_model *m, const float *grads, float scale,
+                               const char **worst_name)
+{
+    double worst = 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const df_param_desc *t = &m->tensors[i];
+        char name[128];
+        snprintf(name, sizeof name, "grad.%s", t->name);
+        float *want = df_golden_read_vec(G.gb.exp, name, NULL);
+        for (int64_t j = 0; j < t->numel; j++)
+            want[j] *= scale;
+        double e = df_golden_rel_err(grads + t->offset, want, t->numel);
+        if (e > worst) {
+            worst = e;
+            if (worst_name)
+                *worst_name = t->name;
+        }
+        free(want);
+    }
+    return worst;
+}
+
+static void test_golden_forward_cuda(void **state)
+{
+    (void)state;
+    const int64_t n = G.gb.n_out;
+    df_acts *a = cuda_acts(G.m, G.gb.T, n);
+    float *lp = malloc(sizeof(float) * (size_t)n), *en = malloc(sizeof(float) * (size_t)n);
+    const char *names[2][2] = {{"logp.t1", "entropy.t1"}, {"logp.t07", "entropy.t07"}};
+    const float temps[2] = {1.0f, 0.7f};
+    for (int k = 0; k < 2; k++) {
+        poison(lp, n), poison(en, n);
+        run_model(G.m, a, &G.gb.b, temps[k], NULL, NULL, 1, lp, en, NULL);
+        float *el = df_golden_read_vec(G.gb.exp, names[k][0], NULL);
+        float *ee = df_golden_read_vec(G.gb.exp, names[k][1], NULL);
+        double e1 = df_golden_rel_err(lp, el, n), e2 = df_golden_rel_err(en, ee, n);
+        print_message("T=%.1f: logp rel err %.2e, entropy %.2e, bound %.2e\n", temps[k], e1, e2,
+                      FWD_TOL);
+        assert_true(e1 <= FWD_TOL && e2 <= FWD_TOL);
+        free(el), free(ee);
+    }
+    free(lp), free(en);
+    df_acts_free(a);
+}
+
+static void test_golden_backward_cuda(void **state)
+{
+    (void)state;
+    const int64_t n = G.gb.n_out;
+    /* larger than the batch, as the trainer's activations are */
+    df_acts *a = cuda_acts(G.m, G.gb.T + 5, n + 2);
+    float *c = df_golden_read_vec(G.gb.exp, "loss.c", NULL), *d = df_golden_read_vec(G.gb.exp, "loss.d", NULL);
+    float *lp = malloc(sizeof(float) * (size_t)n), *en = malloc(sizeof(float) * (size_t)n);
+    float *grads = malloc(sizeof(float) * (size_t)G.m->n_params);
+    poison(grads, G.m->n_params);
+    run_model(G.m, a, &G.gb.b, 0.7f, c, d, 1, lp, en, grads);
+    const char *wn = "";
+    double err = worst_grad_error(G.m, grads, 1.0f, &wn);
+    print_message("worst gradient rel err %.2e (%s), bound %.2e\n", err, wn, GRAD_TOL);
+    assert_true(err <= GRAD_TOL);
+    /* backward accumulates */
+    run_model(G.m, a, &G.gb.b, 0.7f, c, d, 2, lp, en, grads);
+    err = worst_grad_error(G.m, grads, 2.0f, NULL);
+    print_message("two passes: worst rel err against twice the gradient %.2e\n", err);
+    assert_true(err <= GRAD_TOL);
+    /* One q_proj weight of layer 1 moved by 1e-3, sent with df_acts_load_weights: its
+     * gradients move by ~1e-3 relative, far above the bound. */
+    df_model *m2;
+    DFCT_OK(df_model_clone(G.m, &m2));
+    m2->w.layers[1].wq[5] += 1e-3f;
+    DFCT_OK(df_acts_load_weights(a, m2));
+    run_model(m2, a, &G.gb.b, 0.7f, c, d, 1, lp, en, grads);
+    err = worst_grad_error(m2, grads, 1.0f, NULL);
+    print_message("perturbed wq by 1e-3: worst gradient rel err %.2e\n", err);
+    assert_true(err > GRAD_TOL);
+    df_model_free(m2);
+    free(c), free(d), free(lp), free(en), free(grads);
+    df_acts_free(a);
+}
+
+/* A random Qwen2 with GQA and biases; sequences of 1 .. 130 tokens (one, and across the
+ * attention tiles' edges). Output rows: every row but each sequence's last, target the next
+ * token. */
+static void test_random_model_matches_cpu(void **state)
+{
+    (void)state;
+    df_model_config cfg;
+    df_model_config_defaults(&cfg);
+    cfg.vocab_size = 3001, cfg.hidden_size = 128, cfg.intermediate_size = 344;
+    cfg.num_hidden_layers = 3, cfg.num_attention_heads = 4, cfg.num_key_value_heads = 2;
+    cfg.head_dim = 32, cfg.max_position_embeddings = 256, cfg.initializer_range = 0.1;
+    df_model *m;
+    DFCT_OK(df_model_create(&cfg, &m));
+    DFCT_OK(df_model_init_random(m, 7));
+    /* biases and norm weights away from their init (0, 1), so their paths are exercised */
+    df_rng r;
+    df_rng_seed(&r, 11);
+    for (int64_t l = 0; l < cfg.num_hidden_layers; l++)
+        for (int64_t j = 0; j < cfg.hidden_size; j++) {
+            m->w.layers[l].ln1[j] = 0.5f + (float)df_rng_uniform(&r);
+            if (j < cfg.num_key_value_heads * cfg.head_dim)
+                m->w.layers[l].bk[j] = (float)df_rng_uniform(&r) - 0.5f;
+        }
+    const int64_t lens[] = {1, 7, 64, 65, 130, 33}, S = 6;
+    int64_t off[7] = {0};
+    for (int64_t s = 0; s < S; s++)
+        off[s + 1] = off[s] + lens[s];
+    const int64_t T = off[S];
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)T), *tgt = malloc(sizeof(int32_t) * (size_t)T);
+    int64_t *rows = malloc(sizeof(int64_t) * (size_t)T), n = 0;
+    for (int64_t t = 0; t < T; t++)
+        tok[t] = (int32_t)(df_rng_u64(&r) % (uint64_t)cfg.vocab_size);
+    for (int64_t s = 0; s < S; s++)
+        for (int64_t t = off[s]; t + 1 < off[s + 1]; t++)
+            rows[n] = t, tgt[n++] = tok[t + 1];
+    df_seq_batch b = {T, tok, S, off, n, rows, tgt};
+    float *c = malloc(sizeof(float) * (size_t)n), *d = malloc(sizeof(float) * (size_t)n);
+    for (int64_t j = 0; j < n; j++)
+        c[j] = (float)df_rng_uniform(&r) - 0.5f, d[j] = 0.1f * ((float)df_rng_uniform(&r) - 0.5f);
+
+    /* CPU */
+    float *lp0 = malloc(sizeof(float) * (size_t)n), *en0 = malloc(sizeof(float) * (size_t)n);
+    float *g0 = calloc((size_t)m->n_params, sizeof(float));
+    df_acts *a0;
+    DFCT_OK(df_acts_create(&cfg, T, n, &a0));
+    DFCT_OK(df_model_forward(m, a0, &b, 0.8f, lp0, en0));
+    DFCT_OK(df_model_backward(m, a0, &b, 0.8f, c, d, g0));
+    df_acts_free(a0);
+    /* GPU */
+    float *lp1 = malloc(sizeof(float) * (size_t)n), *en1 = malloc(sizeof(float) * (size_t)n);
+    float *g1 = malloc(sizeof(float) * (size_t)m->n_params);
+    poison(lp1, n), poison(en1, n), poison(g1, m->n_params);
+    df_acts *a1 = cuda_acts(m, T, n);
+    run_model(m, a1, &b, 0.8f, c, d, 1, lp1, en1, g1);
+    df_acts_free(a1);
+
+    const int64_t L = 130;
+    const double ftol = 2 * df_golden_tol(tb_logp_chain(&cfg, L));
+    const double gtol = 2 * df_golden_tol(tb_grad_chain(&cfg, L, T));
+    double el = df_golden_rel_err(lp1, lp0, n), ee = df_golden_rel_err(en1, en0, n), eg = 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const df_param_desc *t = &m->tensors[i];
+        double e = df_golden_rel_err(g1 + t->offset, g0 + t->offset, t->numel);
+        if (!(e <= gtol))
+            fail_msg("gradient of %s: GPU vs CPU rel err %.3g above %.3g", t->name, e, gtol);
+        eg = fmax(eg, e);
+    }
+    print_message("random model, %lld tokens: logp %.2e, entropy %.2e (bound %.2e), worst "
+                  "gradient %.2e (bound %.2e)\n", (long long)T, el, ee, ftol, eg, gtol);
+    assert_true(el <= ftol && ee <= ftol);
+    free(tok), free(tgt), free(rows), free(c), free(d), free(lp0), free(en0), free(g0);
+    free(lp1), free(en1), free(g1);
+    df_model_free(m);
+}
+
+static void test_cuda_acts_refusals(void **state)
+{
+    (void)state;
+    df_backend be = df_backend_cuda(dfct_cu);
+    df_acts *a;
+    DFCT_OK(df_acts_create_on(&be, &G.m->cfg, G.gb.T, G.gb.n_out, &a));
+    float *lp = malloc(sizeof(float) * (size_t)G.gb.n_out);
+    /* weights never loaded */
+    assert_int_equal(df_model_forward(G.m, a, &G.gb.b, 1.0f, lp, NULL), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "df_acts_load_weights"));
+    assert_int_equal(df_acts_set_bf16_matmul(a, true), DF_EUNSUPPORTED);
+    df_acts_free(a);
+    /* the value head */
+    df_model *v;
+    DFCT_OK(df_model_clone(G.m, &v));
+    DFCT_OK(df_model_to_value_model(&v, 3));
+    DFCT_OK(df_acts_create_on(&be, &v->cfg, G.gb.T, G.gb.n_out, &a));
+    DFCT_OK(df_acts_load_weights(a, v));
+    assert_int_equal(df_model_forward_values(v, a, &G.gb.b, lp), DF_EUNSUPPORTED);
+    df_acts_free(a);
+    df_model_free(v);
+    free(lp);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_golden_forward_cuda),
+        cmocka_unit_test(test_golden_backward_cuda),
+        cmocka_unit_test(test_random_model_matches_cpu),
+        cmocka_unit_test(test_cuda_acts_refusals),
+    };
+    if (load_golden(NULL))
+        return 1;
+    int rc = dfct_main("test_cuda_model", tests, sizeof tests / sizeof tests[0]);
+    free_golden(NULL);
+    return rc;
+}
