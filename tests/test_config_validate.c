@@ -71,20 +71,31 @@ static void test_train_batch_divisible(void **state)
     expect("data.train_batch_size=8 (base.yaml:2) is not divisible by the 3 data-parallel ranks");
 }
 
-/* trainer.device=cuda never trains on the CPU silently: refused, naming the key and the way out. */
-static void test_device_cuda_refused(void **state)
+/* trainer.device=cuda never trains on the CPU silently: a critic (no device value head yet) is
+ * refused by the validator; a build without the CUDA backend (this test program registers none)
+ * by df_train_check and by sft before anything is loaded, naming the key and what it has. */
+static void test_device_cuda(void **state)
 {
     (void)state;
-    assert_int_equal(VALIDATE(1, "trainer.device=cuda"), DF_EUNSUPPORTED);
-    expect("trainer.device='cuda' (command line): the engine does not run on CUDA yet");
-    expect("use trainer.device=cpu");
-    assert_int_equal(VALIDATE(1, "trainer.device=cpu"), DF_OK);
-    /* sft likewise, before it loads anything */
+    assert_int_equal(VALIDATE(1, "trainer.device=cuda"), DF_OK); /* grpo: no critic */
+    assert_int_equal(VALIDATE(1, "trainer.device=cuda", "algorithm.adv_estimator=gae",
+                              "critic.ppo_micro_batch_size_per_gpu=4", "critic.ppo_mini_batch_size=4"),
+                     DF_EUNSUPPORTED);
+    expect("trainer.device='cuda' (command line) with algorithm.adv_estimator='gae' (command line): "
+           "the critic's value head does not run on the CUDA backend yet");
+    assert_int_equal(VALIDATE(1, "trainer.device=cpu", "algorithm.adv_estimator=gae",
+                              "critic.ppo_micro_batch_size_per_gpu=4", "critic.ppo_mini_batch_size=4"),
+                     DF_OK);
     df_config *c = NULL;
     const char *ov[] = {"trainer.device=cuda"};
+    assert_int_equal(df_config_load_text(df_config_schema_train(), BASE, "base.yaml", ov, 1, &c), DF_OK);
+    assert_int_equal(df_train_check(c, 1, NULL, NULL, NULL), DF_EUNSUPPORTED);
+    assert_non_null(strstr(df_last_error(), "trainer.device=cuda: this build of distflow has the cpu backend only"));
+    df_config_free(c);
+    /* sft likewise, before it loads anything */
     assert_int_equal(df_config_load(df_config_schema_sft(), NULL, ov, 1, &c), DF_OK);
     assert_int_equal(df_sft_run(c), DF_EUNSUPPORTED);
-    assert_non_null(strstr(df_last_error(), "trainer.device=cuda: the engine does not run on CUDA yet"));
+    assert_non_null(strstr(df_last_error(), "trainer.device=cuda: this build of distflow has the cpu backend only"));
     df_config_free(c);
 }
 
@@ -406,7 +417,7 @@ int main(void)
         cmocka_unit_test(test_clip_ratios),
         cmocka_unit_test(test_val_kwargs),
         cmocka_unit_test(test_bad_arguments),
-        cmocka_unit_test(test_device_cuda_refused),
+        cmocka_unit_test(test_device_cuda),
         cmocka_unit_test(test_examples_pass),
         cmocka_unit_test(test_siirl_keys),
         cmocka_unit_test(test_worker_refuses_before_loading),

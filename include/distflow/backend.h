@@ -133,6 +133,28 @@ DF_API df_backend df_backend_cpu(void);
 /** True when b is the CPU backend (its memory is the host's and its kernels are the CPU's). */
 DF_API bool df_backend_is_cpu(const df_backend *b);
 
+/* ---- backends by name (trainer.device) ---- */
+
+/** Opens a backend for this process (e.g. on its rank's GPU); DF_OK or a DF_E* code with df_last_error. */
+typedef int (*df_backend_open_fn)(df_backend *out);
+
+/**
+ * Make backend `name` available to df_backend_open (the program that links it registers it: the
+ * distflow CLI registers "cuda" when built with the CUDA backend). "cpu" is always there.
+ * Errors: DF_EINVAL (empty name, "cpu", or more than 8 registered).
+ */
+DF_API int df_backend_register(const char *name, df_backend_open_fn open);
+/** True when df_backend_open(name) can be tried in this build. */
+DF_API bool df_backend_available(const char *name);
+/** Comma-separated names of the available backends ("cpu" or "cpu, cuda"), for messages. */
+DF_API const char *df_backend_names(void);
+/**
+ * The backend trainer.device names: "cpu", or a registered one (opened on first use; later
+ * calls return the same backend). Errors: DF_EUNSUPPORTED naming the backends this build has,
+ * or the backend's own (e.g. no GPU on this machine).
+ */
+DF_API int df_backend_open(const char *name, df_backend *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,8 +1,12 @@
 /* distflow — command dispatch. */
 #include "cli/cli.h"
 
+#include "distflow/backend.h"
 #include "distflow/common.h"
 #include "distflow/platform.h"
+#ifdef DF_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 #include <stdio.h>
 #include <string.h>
@@ -46,6 +50,9 @@ int main(int argc, char **argv)
         printf("distflow %s\nbuild: %s\n", df_version(), df_build_summary());
         return 0;
     }
+#ifdef DF_HAVE_CUDA
+    df_backend_register("cuda", df_backend_cuda_open); /* trainer.device=cuda */
+#endif
     for (size_t i = 0; i < N_COMMANDS; i++)
         if (!strcmp(argv[1], commands[i].name)) {
             /* A bad DF_CPU_VARIANT stops every command but env, which shows it. */

@@ -60,16 +60,18 @@ static bool user_set(const df_config *c, const char *key)
     return strcmp(where, "default") && strncmp(where, "derived from ", 13);
 }
 
-/* trainer.device=cuda is the documented choice (verl's key) but the engine runs only on the CPU
- * backend so far: refuse it rather than train on the CPU behind the user's back (docs/cuda.md). */
+/* trainer.device=cuda runs the actor's and the reference's log-probs and updates on the CUDA
+ * backend (docs/cuda.md); whether this build has it is checked by df_train_check. The critic's
+ * value head has no device path yet: refused rather than run on the CPU behind the user's back. */
 static int check_device(const df_config *c, const df_train_config *t)
 {
-    char kb[1][KV_CAP];
-    if (strcmp(t->trainer.device, "cpu"))
+    char kb[2][KV_CAP];
+    const df_adv_estimator_desc *d = df_adv_estimator_find(t->algorithm.adv_estimator);
+    if (strcmp(t->trainer.device, "cpu") && d && (d->needs & DF_ADV_NEEDS_VALUES))
         return df_error(DF_EUNSUPPORTED,
-                        "%s: the engine does not run on CUDA yet (the CUDA backend's operators are "
-                        "built and tested on their own, docs/cuda.md); use trainer.device=cpu",
-                        kv(c, "trainer.device", kb[0]));
+                        "%s with %s: the critic's value head does not run on the CUDA backend "
+                        "yet (docs/cuda.md); use trainer.device=cpu or a critic-free estimator",
+                        kv(c, "trainer.device", kb[0]), kv(c, "algorithm.adv_estimator", kb[1]));
     return DF_OK;
 }
 

@@ -46,6 +46,7 @@ void df_actor_free(df_actor *a)
 void df_actor_set_loss(df_actor *a, const df_actor_loss *l) { a->p.loss = *l; }
 
 void df_actor_set_comm(df_actor *a, df_comm *dp) { df_train_core_set_comm(&a->c, dp); }
+int df_actor_set_backend(df_actor *a, const df_backend *be) { return df_train_core_set_backend(&a->c, be); }
 df_model *df_actor_model(df_actor *a) { return a->c.model; }
 int64_t df_actor_step_count(const df_actor *a) { return a->c.steps; }
 
@@ -168,7 +169,7 @@ static int ppo_micro(void *user, const df_batch *b, int64_t s, int64_t e, int64_
     }
     if (!rc)
         rc = df_model_backward(c->model, c->acts, &c->pk.sb, p->temperature, dlogp,
-                               want_ent ? dent : NULL, c->grads);
+                               want_ent ? dent : NULL, c->bgrads);
     if (rc)
         return rc;
     /* Losses are normalised by the mini-batch totals, so summing over micro-batches
@@ -225,12 +226,13 @@ int df_actor_update_policy(df_actor *a, df_batch *b, df_metrics *m)
 static int sft_local(df_actor *a, df_batch *b, double total, double *loss)
 {
     df_train_core *c = &a->c;
-    memset(c->grads, 0, (size_t)c->model->n_params * sizeof(float));
-    if (df_batch_size(b) == 0)
+    if (df_batch_size(b) == 0) {
+        memset(c->grads, 0, (size_t)c->model->n_params * sizeof(float));
         return DF_OK;
+    }
     int64_t *bounds, n_mb;
-    int rc = plan(a, b, false, &bounds, &n_mb);
-    if (rc)
+    int rc = df_train_core_zero_grads(c);
+    if (rc || (rc = plan(a, b, false, &bounds, &n_mb)))
         return rc;
     for (int64_t k = 0; k < n_mb && !rc && total > 0; k++) {
         if ((rc = df_pack_responses(&c->pk, b, bounds[k], bounds[k + 1])))
@@ -242,10 +244,10 @@ static int sft_local(df_actor *a, df_batch *b, double total, double *loss)
             dlogp[j] = (float)(-1.0 / total); /* d(-mean logp) / d logp */
         }
         if (!rc)
-            rc = df_model_backward(c->model, c->acts, &c->pk.sb, 1.0f, dlogp, NULL, c->grads);
+            rc = df_model_backward(c->model, c->acts, &c->pk.sb, 1.0f, dlogp, NULL, c->bgrads);
     }
     free(bounds);
-    return rc;
+    return rc ? rc : df_train_core_grads_to_host(c);
 }
 
 int df_actor_sft_step(df_actor *a, df_batch *b, df_metrics *m)

@@ -100,6 +100,11 @@ void df_actor_set_loss(df_actor *a, const df_actor_loss *l);
  * mp_rank, key dp_rank); each replica then computes the same update.
  */
 void df_actor_set_comm(df_actor *a, df_comm *dp);
+/**
+ * Log-probs and updates on backend `be` (trainer.device; df_train_core_set_backend): before the
+ * first of them. The model's host weights stay the master copy (rollout, checkpoints).
+ */
+int df_actor_set_backend(df_actor *a, const df_backend *be);
 df_model *df_actor_model(df_actor *a);
 /** Training steps taken so far (the lr schedule's step: one per update call, as verl). */
 int64_t df_actor_step_count(const df_actor *a);

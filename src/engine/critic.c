@@ -134,7 +134,7 @@ static int value_micro(void *user, const df_batch *b, int64_t s, int64_t e, int6
     if (!rc)
         rc = df_value_loss(&in, &st);
     if (!rc)
-        rc = df_model_backward_values(k->model, k->acts, &k->pk.sb, dv, k->grads);
+        rc = df_model_backward_values(k->model, k->acts, &k->pk.sb, dv, k->bgrads);
     if (rc)
         return rc;
     /* the loss is normalised by the mini-batch totals; token means are weighted by tokens */

@@ -23,9 +23,10 @@ int df_train_core_init(df_train_core *c, df_model *model, const df_core_optim *o
     c->trainable = trainable;
     c->o = *o;
     c->n_buf = n_buf;
+    c->be = df_backend_cpu();
     if (!trainable)
         return DF_OK;
-    c->grads = calloc((size_t)model->n_params, sizeof(float));
+    c->grads = c->bgrads = calloc((size_t)model->n_params, sizeof(float));
     df_adamw_config oc = {
         .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->adam_eps, .weight_decay = o->weight_decay};
     int rc = c->grads ? df_adamw_create(&oc, model->n_params, &c->opt)
@@ -40,6 +41,8 @@ int df_train_core_init(df_train_core *c, df_model *model, const df_core_optim *o
 void df_train_core_release(df_train_core *c)
 {
     df_model_free(c->model);
+    if (c->bgrads != c->grads)
+        c->be.ops->release(c->be.ctx, c->bgrads);
     free(c->grads);
     df_adamw_free(c->opt);
     df_acts_free(c->acts);
@@ -55,6 +58,37 @@ void df_train_core_set_comm(df_train_core *c, df_comm *dp)
     c->dp = dp && df_comm_size(dp) > 1 ? dp : NULL;
 }
 
+int df_train_core_set_backend(df_train_core *c, const df_backend *be)
+{
+    if (c->acts || c->bgrads != c->grads)
+        return df_error(DF_EINVAL, "%s: the backend is chosen before the first micro-batch", c->who);
+    c->be = *be;
+    if (!c->trainable || be->ops->host_memory)
+        return DF_OK;
+    int rc = be->ops->alloc(be->ctx, (size_t)c->model->n_params * sizeof(float), (void **)&c->bgrads);
+    if (rc) {
+        c->bgrads = c->grads;
+        c->be = df_backend_cpu();
+        return df_error_wrap(rc, "%s: gradients on the %s backend", c->who, be->ops->name);
+    }
+    return df_train_core_zero_grads(c);
+}
+
+int df_train_core_zero_grads(df_train_core *c)
+{
+    int rc = c->be.ops->zero(c->be.ctx, c->bgrads, c->model->n_params);
+    return rc ? df_error_wrap(rc, "%s: zeroing the gradients", c->who) : DF_OK;
+}
+
+int df_train_core_grads_to_host(df_train_core *c)
+{
+    if (c->bgrads == c->grads)
+        return DF_OK;
+    int rc = c->be.ops->download(c->be.ctx, c->grads, c->bgrads,
+                                 (size_t)c->model->n_params * sizeof(float));
+    return rc ? df_error_wrap(rc, "%s: gradients from the %s backend", c->who, c->be.ops->name) : DF_OK;
+}
+
 /* Make sure activations and per-token buffers fit every micro-batch of a plan. */
 static int reserve(df_train_core *c, const df_batch *b, const int64_t *bounds, int64_t n_mb)
 {
@@ -67,7 +101,9 @@ static int reserve(df_train_core *c, const df_batch *b, const int64_t *bounds, i
         c->acts = NULL;
         c->acts_tokens = max_tok > c->acts_tokens ? max_tok : c->acts_tokens;
         c->acts_out = max_out > c->acts_out ? max_out : c->acts_out;
-        int rc = df_acts_create(&c->model->cfg, c->acts_tokens, c->acts_out, &c->acts);
+        int rc = df_acts_create_on(&c->be, &c->model->cfg, c->acts_tokens, c->acts_out, &c->acts);
+        if (!rc)
+            rc = df_acts_load_weights(c->acts, c->model);
         if (rc)
             return rc;
     }
@@ -146,6 +182,8 @@ int df_train_core_optimizer_step(df_train_core *c, double lr, df_metrics *m, con
     double norm = df_clip_grad_norm(c->grads, c->model->n_params, c->o.grad_clip);
     if (isfinite(norm)) {
         int rc = df_adamw_step(c->opt, c->model->params, c->grads, lr);
+        if (!rc && c->acts) /* a device's copy of the weights follows */
+            rc = df_acts_load_weights(c->acts, c->model);
         if (rc)
             return rc;
     } /* else: verl skips the update on a non-finite norm */
@@ -175,11 +213,14 @@ int df_train_core_rebased_offsets(df_train_core *c, const int64_t *ro, int64_t s
 static int mini_local(df_train_core *c, const df_batch *mb, int64_t tokens, int64_t seqs,
                       const df_core_loss *l, double *sums)
 {
-    memset(c->grads, 0, (size_t)c->model->n_params * sizeof(float));
-    if (!mb || tokens <= 0)
+    if (!mb || tokens <= 0) {
+        memset(c->grads, 0, (size_t)c->model->n_params * sizeof(float));
         return DF_OK;
+    }
     int64_t *bounds, n_mb;
-    int rc = df_train_core_plan(c, mb, l->micro_rows, l->micro_tokens, &bounds, &n_mb);
+    int rc = df_train_core_zero_grads(c);
+    if (!rc)
+        rc = df_train_core_plan(c, mb, l->micro_rows, l->micro_tokens, &bounds, &n_mb);
     if (rc)
         return rc;
     for (int64_t k = 0; !rc && k < n_mb; k++)
@@ -188,7 +229,7 @@ static int mini_local(df_train_core *c, const df_batch *mb, int64_t tokens, int6
             df_progress_update(&c->bar, c->bar_done, NULL);
         }
     free(bounds);
-    return rc;
+    return rc ? rc : df_train_core_grads_to_host(c);
 }
 
 /*

@@ -40,7 +40,9 @@ typedef struct df_train_core {
     const char *who; /* "actor" / "critic": names the role in errors */
     bool trainable;
     df_core_optim o;
-    float *grads; /* [n_params] when trainable */
+    df_backend be; /* where forward / backward run (trainer.device); CPU by default */
+    float *grads;  /* [n_params] host, when trainable: what is all-reduced, clipped, stepped */
+    float *bgrads; /* [n_params] the backward's accumulator in the backend's memory (grads on the CPU) */
     df_adamw *opt;
     df_acts *acts;
     int64_t acts_tokens, acts_out;
@@ -76,6 +78,17 @@ void df_train_core_release(df_train_core *c);
 int df_train_core_need_columns(const df_batch *b, const char *const *cols, int n, const char *what);
 /** NULL or a size-1 communicator: no data parallelism (no collective is ever called). */
 void df_train_core_set_comm(df_train_core *c, df_comm *dp);
+/**
+ * Run forward / backward on backend `be` (before the first plan). A device backend keeps the
+ * activations, a copy of the weights (refreshed after every optimizer step) and the gradient
+ * accumulator (bgrads) in its memory; the master weights, AdamW state and the all-reduce stay
+ * on the host (docs/cuda.md). Errors: DF_ENOMEM.
+ */
+int df_train_core_set_backend(df_train_core *c, const df_backend *be);
+/** Zero the backward's accumulator (bgrads) before a mini-batch. */
+int df_train_core_zero_grads(df_train_core *c);
+/** The accumulated gradient into the host blob `grads` (a no-op on the CPU). */
+int df_train_core_grads_to_host(df_train_core *c);
 
 /**
  * Micro-batches of rows of at most `rows` samples / `tokens` packed tokens

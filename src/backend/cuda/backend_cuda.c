@@ -182,3 +182,15 @@ df_backend df_backend_cuda(df_cuda *c)
 {
     return (df_backend){.ops = &cuda_ops, .ctx = c};
 }
+
+int df_backend_cuda_open(df_backend *out)
+{
+    static df_cuda *ctx; /* the rank's device, for the life of the process */
+    if (!ctx) {
+        int rc = df_cuda_create(-1, &ctx);
+        if (rc)
+            return rc;
+    }
+    *out = df_backend_cuda(ctx);
+    return DF_OK;
+}

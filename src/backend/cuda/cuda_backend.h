@@ -152,6 +152,12 @@ int df_cuda_scatter_add_rows(df_cuda *c, float *d_dst, const float *d_src,
  * it runs the training decoder (df_model_forward / df_model_backward) on the GPU.
  */
 df_backend df_backend_cuda(df_cuda *c);
+/**
+ * df_backend_open_fn of "cuda" (df_backend_register): the CUDA backend on this rank's device
+ * (df_cuda_local_device), its context created on first use and kept for the process's life.
+ * Errors: DF_EUNSUPPORTED when no device is usable (naming why).
+ */
+int df_backend_cuda_open(df_backend *out);
 
 /* ---- optimizer (optim.cu) ---------------------------------------------------------- */
 

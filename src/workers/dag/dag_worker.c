@@ -70,6 +70,23 @@ static int agree_rows(df_dag_worker *w)
     return rc ? rc : df_dataloader_set_rows_per_rank(w->dl, r);
 }
 
+/* trainer.device: the actor's and the reference's log-probs and updates on that backend (the
+ * rollout engine stays on the CPU: docs/cuda.md). */
+static int set_device(df_dag_worker *w)
+{
+    const char *dev = w->global.cfg.trainer.device;
+    df_backend be;
+    int rc = df_backend_open(dev, &be);
+    if (!rc && (rc = df_actor_set_backend(w->actor.model, &be)) == DF_OK && w->reference.model)
+        rc = df_actor_set_backend(w->reference.model, &be);
+    if (rc)
+        return df_error_wrap(rc, "%s", df_config_where(w->cfg, "trainer.device"));
+    if (!df_backend_is_cpu(&be) && w->rank == 0)
+        fprintf(stderr, "[distflow] trainer.device=%s: actor and reference log-probs and updates on "
+                "the %s backend; rollout on the CPU (docs/cuda.md)\n", dev, be.ops->name);
+    return DF_OK;
+}
+
 /* Actor (taking ownership of `m`), reference, sampling settings and rollout engine. */
 static int setup_models(df_dag_worker *w, df_model *m)
 {
@@ -105,6 +122,8 @@ static int setup_models(df_dag_worker *w, df_model *m)
         df_model_free(ref);
         return rc;
     }
+    if ((rc = set_device(w)))
+        return rc;
     /* KV cache for as many sequences as a step needs, within rollout.max_num_seqs and ~8 GiB */
     int64_t seq_len = t->data.max_prompt_length + t->actor_rollout_ref.rollout.response_length;
     int64_t per_step = t->data.train_batch_size / w->data_layout.dp_size * df_worker_n_samples(w);

@@ -11,6 +11,7 @@
  */
 #include "workers/worker_internal.h"
 #include "distflow/algo_desc.h"
+#include "distflow/backend.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,11 @@ static int check_supported(const df_config *c, const df_train_config *t)
         if (null_only[i].value)
             return df_error(DF_EUNSUPPORTED, "%s: %s is not supported yet", df_config_where(c, null_only[i].key),
                             null_only[i].key);
+    if (!df_backend_available(t->trainer.device))
+        return df_error(DF_EUNSUPPORTED, "%s: trainer.device=%s: this build of distflow has the %s "
+                        "backend only (the CUDA backend is built where CMake finds nvcc and the CUDA "
+                        "toolkit: docs/cuda.md)", df_config_where(c, "trainer.device"),
+                        t->trainer.device, df_backend_names());
     return DF_OK;
 }
 

@@ -2,6 +2,7 @@
  * Supervised fine-tuning (verl's fsdp_sft_trainer): prompt -> response pairs,
  * token-mean cross-entropy on the response, with the actor's update machinery.
  */
+#include "distflow/backend.h"
 #include "distflow/config.h"
 #include "distflow/dataloader.h"
 #include "distflow/sft_config.h"
@@ -315,9 +316,9 @@ static int check_supported(const df_sft_config *t)
                                          "give data.prompt_key / response_key as dotted paths instead");
     if (!strcmp(t->optim.lr_scheduler, "wsd"))
         return df_error(DF_EUNSUPPORTED, "optim.lr_scheduler=wsd is not supported yet (cosine)");
-    if (strcmp(t->trainer.device, "cpu"))
-        return df_error(DF_EUNSUPPORTED, "trainer.device=%s: the engine does not run on CUDA yet "
-                        "(docs/cuda.md); use trainer.device=cpu", t->trainer.device);
+    if (!df_backend_available(t->trainer.device))
+        return df_error(DF_EUNSUPPORTED, "trainer.device=%s: this build of distflow has the %s backend "
+                        "only (docs/cuda.md)", t->trainer.device, df_backend_names());
     return DF_OK;
 }
 
@@ -356,6 +357,11 @@ int df_sft_run(const df_config *cfg)
         rc = df_actor_create(m, &p, true, &s.actor);
         if (!rc)
             m = NULL;
+    }
+    if (!rc) { /* forward / backward on trainer.device (docs/cuda.md) */
+        df_backend be;
+        if ((rc = df_backend_open(t->trainer.device, &be)) || (rc = df_actor_set_backend(s.actor, &be)))
+            rc = df_error_wrap(rc, "trainer.device=%s", t->trainer.device);
     }
     if (!rc)
         rc = df_mkdir_p(s.out_dir);
