@@ -35,10 +35,10 @@ static df_comm *world;
 static int R;
 static char dir[256];
 
-/* The job of algorithm `algo` ("grpo", "ppo", "dapo") into dir/<out>, with n overrides. */
-static df_config *job(const char *algo, const char *out, const char *const *ov, int n)
+/* The YAML of the job of algorithm `algo` ("grpo", "ppo", "dapo") into dir/<out>, into yaml[4096]. */
+static void job_yaml(const char *algo, const char *out, char *yaml)
 {
-    char yaml[4096], extra[1024] = "";
+    char extra[1024] = "";
     if (!strcmp(algo, "ppo"))
         snprintf(extra, sizeof extra,
                  "critic:\n"
@@ -56,7 +56,7 @@ static df_config *job(const char *algo, const char *out, const char *const *ov, 
         snprintf(extra, sizeof extra,
                  "algorithm: {adv_estimator: grpo, workflow_type: dapo,\n"
                  "            filter_groups: {enable: true, metric: score, max_num_gen_batches: 4}}\n");
-    snprintf(yaml, sizeof yaml,
+    snprintf(yaml, 4096,
              "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 8, shuffle: true,\n"
              "       max_prompt_length: 128, max_response_length: 8}\n"
              "actor_rollout_ref:\n"
@@ -67,6 +67,13 @@ static df_config *job(const char *algo, const char *out, const char *const *ov, 
              "%s"
              "trainer: {total_training_steps: %d, save_freq: %d, logger: [], default_local_dir: %s/%s}\n",
              dir, dir, K, extra, K, J, dir, out);
+}
+
+/* The job's config, with n overrides. */
+static df_config *job(const char *algo, const char *out, const char *const *ov, int n)
+{
+    char yaml[4096];
+    job_yaml(algo, out, yaml);
     return df_test_config(yaml, "resume.yaml", ov, n);
 }
 
@@ -232,6 +239,17 @@ static void test_failures(void **state)
     snprintf(ovp, sizeof ovp, "trainer.resume_from_path=%s", path);
     const char *missing[] = {"trainer.resume_mode=resume_path", ovp};
     assert_error_mentions(run(self, "grpo", "err", missing, 2), DF_ENOTFOUND, path);
+    if (w == 1) { /* the same from the command line (not from inside an mpiexec job): a non-zero exit
+                     and the path in the message */
+        char yaml[4096], cmd[2048], out[8192];
+        job_yaml("grpo", "cli", yaml);
+        write_at("cli.yaml", yaml);
+        snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 %s/distflow train %s/cli.yaml trainer.resume_mode=resume_path %s 2>&1",
+                 DF_BINARY_DIR, dir, ovp);
+        int st = df_test_command(cmd, out, sizeof out);
+        if (st == 0 || !strstr(out, path))
+            fail_msg("distflow train with a missing resume_from_path: exit %d, output:\n%s", st, out);
+    }
     const char *unset[] = {"trainer.resume_mode=resume_path"};
     assert_error_mentions(run(self, "grpo", "err", unset, 1), DF_EINVAL, "needs trainer.resume_from_path");
 
