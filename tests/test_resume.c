@@ -264,6 +264,17 @@ static void test_failures(void **state)
     assert_true(exists_at("stale/.global_step_x.tmp"));
     assert_true(exists_at("stale/global_step_1/trainer_state.json"));
 
+    /* a save that fails (global_step_2 is taken by a file) leaves latest at the checkpoint before it
+       and no temporary behind */
+    write_at("failsave/global_step_2", "in the way");
+    const char *two[] = {"trainer.total_training_steps=2", "trainer.save_freq=1"};
+    assert_error_mentions(run(self, "grpo", "failsave", two, 2), DF_EIO, "failsave/global_step_2");
+    size_t n;
+    char *latest = file_bytes("failsave", "latest_checkpointed_iteration.txt", &n);
+    assert_string_equal(latest, "1\n");
+    free(latest);
+    assert_false(exists_at("failsave/.global_step_2.tmp"));
+
     /* the checkpoints of a one-rank run: the world size is checked against this run's */
     if (w == 1) {
         /* a truncated training state is refused, naming the file */
