@@ -314,7 +314,7 @@ static int load_checkpoint(df_dag_worker *w, const char *dir)
     int rc = fmt_path(p, "%s/%s", dir, TRAINER_STATE);
     if (!rc)
         rc = load_json(p, &o);
-    int64_t step = 0, world = 0, seed = 0, data_seed = 0;
+    int64_t step = 0, world = 0;
     if (!rc)
         rc = get_int(o, "global_step", p, &step);
     if (!rc)
@@ -330,8 +330,10 @@ static int load_checkpoint(df_dag_worker *w, const char *dir)
         rc = df_error(DF_EINVAL, "%s: no kl_ctrl_beta, but this run has algorithm.use_kl_in_reward", p);
     if (!rc && w->advantage.kl_ctrl)
         rc = df_kl_ctrl_set_value(w->advantage.kl_ctrl, json_number_value(beta));
-    if (!rc && !get_int(o, "trainer_seed", p, &seed) && !get_int(o, "data_seed", p, &data_seed) &&
-        (seed != w->global.cfg.trainer.seed || data_seed != w->global.cfg.data.seed))
+    const json_t *js = rc ? NULL : json_object_get(o, "trainer_seed"), *jd = rc ? NULL : json_object_get(o, "data_seed");
+    if (!rc && (!json_is_integer(js) || !json_is_integer(jd)))
+        rc = df_error(DF_EINVAL, "%s: \"trainer_seed\" or \"data_seed\" is missing or not an integer", p);
+    if (!rc && (json_integer_value(js) != w->global.cfg.trainer.seed || json_integer_value(jd) != w->global.cfg.data.seed))
         df_worker_warn(w, "resuming with another trainer.seed or data.seed than the checkpoint's: the run "
                           "continues, but not as the original would have");
     json_decref(o);
