@@ -206,7 +206,8 @@ static int load_json(const char *path, json_t **out)
     int rc = df_read_file(path, &text, NULL);
     if (rc)
         return rc == DF_ENOTFOUND ? df_error(DF_ENOTFOUND, "%s: no such file (an incomplete checkpoint, or one "
-                                                           "written before distflow kept training state)", path)
+                                                           "written before distflow kept training state; "
+                                                           "trainer.resume_mode=disable starts afresh)", path)
                                   : rc;
     json_error_t e;
     *out = json_loads(text, 0, &e);
