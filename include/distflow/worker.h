@@ -71,16 +71,20 @@ DF_API int df_train_check(const df_config *cfg, int world, df_warn_fn warn, void
  * (actor_rollout_ref.model.path; every rank reads the files itself), the
  * reference model when the KL loss needs it, rollout engine, this rank's
  * shard of the datasets (prompts chat-templated and encoded once, over-long
- * ones filtered or truncated per data.*), dataloader, reward manager. `cfg`
- * must outlive the worker. Errors name the config key or file at fault.
+ * ones filtered or truncated per data.*), dataloader, reward manager; then,
+ * per trainer.resume_mode, restores the checkpoint the run continues from
+ * (docs/checkpoints.md; collective). `cfg` must outlive the worker. Errors
+ * name the config key or file at fault.
  */
 DF_API int df_dag_worker_create(const df_config *cfg, df_comm *comm, df_dag_worker **out);
 
 /**
- * Train: optional validation before the first step (trainer.val_before_train),
- * then trainer.total_training_steps steps (or total_epochs over the data),
- * validating every trainer.test_freq steps and at the end, saving the actor as
- * a Hugging Face directory <default_local_dir>/global_step_<N>/actor every
+ * Train: optional validation before the first step (trainer.val_before_train;
+ * skipped on a resume unless val_only), then the steps after the resumed one
+ * (0 on a fresh start) up to trainer.total_training_steps (or total_epochs over
+ * the data), validating every trainer.test_freq steps and at the end, saving a
+ * checkpoint <default_local_dir>/global_step_<N>/ (the actor as a Hugging Face
+ * directory, and the training state; docs/checkpoints.md) every
  * trainer.save_freq steps and at the end (save_freq > 0). Each step's metrics go
  * to the console (trainer.logger has "console") and, as one JSON object per
  * line, to <default_local_dir>/metrics.jsonl.

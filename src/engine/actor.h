@@ -108,6 +108,10 @@ int df_actor_set_backend(df_actor *a, const df_backend *be);
 df_model *df_actor_model(df_actor *a);
 /** Training steps taken so far (the lr schedule's step: one per update call, as verl). */
 int64_t df_actor_step_count(const df_actor *a);
+/** Save / restore a trainable actor's training state: weights, AdamW moments and step, lr schedule
+ *  position (df_train_core_save_state / _load_state at `path`, errors as those). */
+int df_actor_save_state(const df_actor *a, const char *path);
+int df_actor_load_state(df_actor *a, const char *path);
 
 /**
  * Forward only: fill TOK_F32 column `out_col` (like response_ids) with each

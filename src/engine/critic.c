@@ -84,6 +84,14 @@ int64_t df_critic_step_count(const df_critic *c)
 {
     return c->c.steps;
 }
+int df_critic_save_state(const df_critic *c, const char *path)
+{
+    return df_train_core_save_state(&c->c, path);
+}
+int df_critic_load_state(df_critic *c, const char *path)
+{
+    return df_train_core_load_state(&c->c, path);
+}
 
 int df_critic_compute_values(df_critic *c, df_batch *b)
 {

@@ -67,6 +67,9 @@ void df_critic_set_comm(df_critic *c, df_comm *dp);
 df_model *df_critic_model(df_critic *c);
 /** Updates taken so far (the lr schedule's step: one per df_critic_update). */
 int64_t df_critic_step_count(const df_critic *c);
+/** Save / restore the critic's training state (df_train_core_save_state / _load_state at `path`). */
+int df_critic_save_state(const df_critic *c, const char *path);
+int df_critic_load_state(df_critic *c, const char *path);
 
 /**
  * Forward only (verl compute_values): fill TOK_F32 column `values` (laid out

@@ -116,6 +116,24 @@ double df_train_core_lr(const df_train_core *c);
  */
 int df_train_core_optimizer_step(df_train_core *c, double lr, df_metrics *m, const char *prefix);
 
+/**
+ * Save what resuming this role needs (train_state.c) to `path` as a safetensors file, atomically
+ * (temporary, fsync, rename): F32 tensors params (the float32 master weights; the HF directory beside
+ * may round them), exp_avg and exp_avg_sq (AdamW's m and v), each [n_params] in the model's blob
+ * layout (docs/checkpoints.md), and metadata format "distflow-train-state/1", role, optim_step
+ * (AdamW's step) and lr_scheduler_step (c->steps). Errors: DF_EINVAL for a frozen core, DF_EIO naming
+ * the file, DF_ENOMEM.
+ */
+int df_train_core_save_state(const df_train_core *c, const char *path);
+/**
+ * Restore weights, AdamW moments and step and the lr schedule's step from a file written by
+ * df_train_core_save_state for a model of the same parameter count. Errors (naming the file):
+ * DF_ENOTFOUND, DF_EIO, DF_EINVAL for a malformed or truncated file, another format, a missing
+ * tensor or metadata key, or a tensor that is not F32 [n_params]. On error the core's state is
+ * undefined (the caller gives up the run).
+ */
+int df_train_core_load_state(df_train_core *c, const char *path);
+
 /** The loss of an update, called per micro-batch by df_train_core_update. */
 typedef struct df_core_loss {
     int n_sums;                       /* statistics per mini-batch, < DF_CORE_MAX_SUMS */

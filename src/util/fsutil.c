@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -275,4 +276,22 @@ int df_mkdir_parent(const char *path)
     int rc = df_mkdir_p(dir);
     free(dir);
     return rc;
+}
+
+/* nftw callback of df_remove_tree: children come first (FTW_DEPTH). */
+static int remove_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(p) ? errno : 0;
+}
+
+int df_remove_tree(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return errno == ENOENT ? DF_OK : df_error(DF_EIO, "%s: cannot stat: %s", path, strerror(errno));
+    int e = S_ISDIR(st.st_mode) ? nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS) : (remove(path) ? errno : 0);
+    return e ? df_error(DF_EIO, "%s: cannot remove: %s", path, strerror(e > 0 ? e : errno)) : DF_OK;
 }

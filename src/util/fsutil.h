@@ -64,5 +64,8 @@ char *df_expand_user(const char *path);
 int df_copy_file(const char *src, const char *dst);
 /** True if `path` names an existing directory. */
 bool df_dir_exists(const char *path);
+/** rm -rf `path` (a file or a directory tree; symbolic links are removed, not followed); nothing to do
+ *  when it does not exist. DF_EIO naming the path and the reason. */
+int df_remove_tree(const char *path);
 
 #endif

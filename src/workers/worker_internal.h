@@ -113,6 +113,7 @@ struct df_dag_worker {
     df_node_settings **node_set; /* [n_node_set], parallel to graph nodes: a node's own settings or NULL */
     int n_node_set;
     int64_t step, total_steps;
+    int64_t resumed_step; /* the checkpoint's global step this run continues from; 0: a fresh start */
 
     df_metrics *metrics; /* the current step's */
     FILE *metrics_file;
@@ -372,8 +373,11 @@ int df_worker_setup_critic_comm(df_dag_worker *w);
 /** Load critic.model.path as a value model and create w->critic.model when the graph has a CRITIC node. */
 int df_worker_setup_critic(df_dag_worker *w);
 void df_worker_free_critic(df_dag_worker *w);
-/** Write the critic (when there is one) to `step_dir`/critic as an HF directory; rank 0 only. */
+/** Write the critic (when there is one) to `step_dir`/critic: an HF directory and its training state
+ *  (train_state.safetensors, df_critic_save_state); rank 0 only (the ranks hold the same critic). */
 int df_worker_save_critic(df_dag_worker *w, const char *step_dir);
+/** Restore the critic (when there is one) from `step_dir`/critic/train_state.safetensors; every rank. */
+int df_worker_load_critic(df_dag_worker *w, const char *step_dir);
 /** critic/weights_in_sync: the critic's checksum agrees over w->group (collective); an error when not. */
 int df_worker_check_critic_weights(df_dag_worker *w, df_metrics *m);
 /** Register DAGWorker.compute_value and DAGWorker.train_critic. */

@@ -89,13 +89,23 @@ int df_worker_save_critic(df_dag_worker *w, const char *step_dir)
     if (!w->critic.model || w->rank != 0)
         return DF_OK;
     char *dir = df_path_join(step_dir, "critic");
-    if (!dir)
-        return df_error(DF_ENOMEM, "out of memory");
+    char *state = dir ? df_path_join(dir, "train_state.safetensors") : NULL;
     const df_model *m = df_critic_model(w->critic.model);
-    int rc = df_hf_dir_save(m, m->cfg.torch_dtype, w->tokenizer_dir, dir);
-    if (!rc && w->console)
-        fprintf(stderr, "saved %s\n", dir);
+    int rc = state ? df_hf_dir_save(m, m->cfg.torch_dtype, w->tokenizer_dir, dir) : df_error(DF_ENOMEM, "out of memory");
+    if (!rc)
+        rc = df_critic_save_state(w->critic.model, state);
+    free(state);
     free(dir);
+    return rc;
+}
+
+int df_worker_load_critic(df_dag_worker *w, const char *step_dir)
+{
+    if (!w->critic.model)
+        return DF_OK;
+    char *state = df_path_join(step_dir, "critic/train_state.safetensors");
+    int rc = state ? df_critic_load_state(w->critic.model, state) : df_error(DF_ENOMEM, "out of memory");
+    free(state);
     return rc;
 }
 

@@ -6,6 +6,7 @@
 #include "util/fsutil.h"
 #include "util/timeutil.h"
 #include "workers/common/data_metrics.h"
+#include "workers/dag/checkpoint.h"
 #include "workers/dag/evaluate.h"
 
 #include <stdio.h>
@@ -103,7 +104,7 @@ static int setup_models(df_dag_worker *w, df_model *m)
         df_model_free(m);
         return rc;
     }
-    /* verl get_kl_controller; its state is not checkpointed (no resume yet): the metrics record beta */
+    /* verl get_kl_controller; its beta is checkpointed (trainer_state.json) */
     const struct df_train_algorithm_kl_ctrl *kc = &t->algorithm.kl_ctrl;
     if (kl_in_reward && (rc = df_kl_ctrl_create(kc->type, kc->kl_coef, kc->target_kl, kc->horizon, &w->advantage.kl_ctrl))) {
         df_model_free(m);
@@ -158,6 +159,8 @@ static int setup_graph(df_dag_worker *w)
     return rc ? df_error_wrap(rc, "building the %s pipeline", name) : DF_OK;
 }
 
+/* The output directory (stale checkpoint temporaries removed), the checkpoint resume_mode picks, and
+   metrics.jsonl opened to match it. Collective (the resume). */
 static int setup_output(df_dag_worker *w)
 {
     w->console = false;
@@ -165,16 +168,11 @@ static int setup_output(df_dag_worker *w)
     for (int i = 0; i < loggers->n; i++)
         if (!strcmp(loggers->items[i], "console"))
             w->console = true;
-    if (w->rank != 0)
-        return DF_OK;
-    int rc = df_mkdir_p(w->out_dir);
-    if (rc)
-        return rc;
-    char *path = df_path_join(w->out_dir, "metrics.jsonl");
-    w->metrics_file = path ? fopen(path, "w") : NULL;
-    rc = w->metrics_file ? DF_OK : df_error(DF_EIO, "cannot open %s for writing", path ? path : w->out_dir);
-    free(path);
-    return rc;
+    int rc = w->rank == 0 ? df_mkdir_p(w->out_dir) : DF_OK;
+    if (!rc)
+        rc = df_worker_checkpoint_cleanup(w);
+    rc = df_worker_checkpoint_resume(w, rc);
+    return rc ? rc : df_worker_open_metrics(w);
 }
 
 int df_dag_worker_create(const df_config *cfg, df_comm *comm, df_dag_worker **out)

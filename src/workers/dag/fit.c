@@ -1,10 +1,9 @@
 /* The DAG worker's training loop: steps over the TaskGraph, validation, logging, checkpoints. */
 #include "workers/worker_internal.h"
 
-#include "engine/hf_dir.h"
-#include "util/fsutil.h"
 #include "util/timeutil.h"
 #include "workers/common/data_metrics.h"
+#include "workers/dag/checkpoint.h"
 #include "workers/dag/evaluate.h"
 #include "workers/dag/metrics_reduce.h"
 
@@ -81,29 +80,6 @@ static int validate(df_dag_worker *w, df_metrics *m)
     return DF_OK;
 }
 
-/* <default_local_dir>/global_step_<N>/actor as a Hugging Face directory (verl's layout). */
-static int save_checkpoint(df_dag_worker *w)
-{
-    if (w->rank != 0)
-        return DF_OK;
-    char dir[2048], txt[64];
-    snprintf(dir, sizeof dir, "%s/global_step_%lld/actor", w->out_dir, (long long)w->step);
-    const df_model *m = df_actor_model(w->actor.model);
-    int rc = df_hf_dir_save(m, m->cfg.torch_dtype, w->tokenizer_dir, dir);
-    char step_dir[2048];
-    snprintf(step_dir, sizeof step_dir, "%s/global_step_%lld", w->out_dir, (long long)w->step);
-    if (!rc) /* global_step_N/critic as an HF *ForTokenClassification directory */
-        rc = df_worker_save_critic(w, step_dir);
-    int n = snprintf(txt, sizeof txt, "%lld\n", (long long)w->step);
-    char *latest = rc ? NULL : df_path_join(w->out_dir, "latest_checkpointed_iteration.txt");
-    if (!rc)
-        rc = latest ? df_write_file_atomic(latest, txt, (size_t)n) : df_error(DF_ENOMEM, "out of memory");
-    free(latest);
-    if (!rc && w->console)
-        fprintf(stderr, "saved %s\n", dir);
-    return rc;
-}
-
 /* Aggregate across ranks, then throughput per rank from the job's tokens and the slowest rank. */
 static int reduce_step_metrics(df_dag_worker *w, df_metrics *m)
 {
@@ -171,8 +147,9 @@ int df_dag_worker_fit(df_dag_worker *w)
     int64_t test_freq = tr->test_freq;
     int64_t save_freq = tr->save_freq;
     int rc = DF_OK;
-    w->step = 0;
-    if (tr->val_before_train && w->val_ds) {
+    w->step = w->resumed_step;
+    /* a resumed run does not validate again the step its checkpoint's run already logged */
+    if (tr->val_before_train && w->val_ds && (w->resumed_step == 0 || tr->val_only)) {
         df_metrics_clear(w->metrics);
         rc = validate(w, w->metrics);
         if (!rc)
@@ -180,14 +157,17 @@ int df_dag_worker_fit(df_dag_worker *w)
         if (rc || tr->val_only)
             return rc;
     }
-    for (w->step = 1; w->step <= w->total_steps && !rc; w->step++) {
+    if (w->resumed_step >= w->total_steps && w->rank == 0)
+        fprintf(stderr, "[distflow] the checkpoint is at step %lld of %lld: nothing left to train\n",
+                (long long)w->resumed_step, (long long)w->total_steps);
+    for (w->step = w->resumed_step + 1; w->step <= w->total_steps && !rc; w->step++) {
         bool last = w->step == w->total_steps;
         df_metrics_clear(w->metrics);
         rc = train_step(w);
         if (!rc && test_freq > 0 && (last || w->step % test_freq == 0))
             rc = validate(w, w->metrics);
         if (!rc && save_freq > 0 && (last || w->step % save_freq == 0))
-            rc = save_checkpoint(w);
+            rc = df_worker_checkpoint_save(w);
         if (!rc && w->console && w->rank == 0)
             console_line(w, w->metrics);
         if (!rc)

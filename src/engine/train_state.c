@@ -1,0 +1,105 @@
+/* A trainable role's resume state as one safetensors file (train_core.h: df_train_core_save_state). */
+#include "engine/train_core.h"
+
+#include "model/safetensors.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STATE_FORMAT "distflow-train-state/1"
+
+static int set_i64(df_st_writer *w, const char *key, int64_t v)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "%" PRId64, v);
+    return df_st_writer_set_metadata(w, key, buf);
+}
+
+int df_train_core_save_state(const df_train_core *c, const char *path)
+{
+    if (!c->trainable || !c->opt)
+        return df_error(DF_EINVAL, "%s: only a trainable %s has a training state", path, c->who);
+    df_st_writer *w = NULL;
+    int64_t shape[1] = {c->model->n_params};
+    int rc = df_st_writer_new(&w);
+    /* the master weights too: the HF directory beside may hold them rounded to bf16 / f16 */
+    if (!rc)
+        rc = df_st_writer_add_borrowed(w, "params", DF_DTYPE_F32, 1, shape, c->model->params);
+    if (!rc)
+        rc = df_st_writer_add_borrowed(w, "exp_avg", DF_DTYPE_F32, 1, shape, c->opt->m);
+    if (!rc)
+        rc = df_st_writer_add_borrowed(w, "exp_avg_sq", DF_DTYPE_F32, 1, shape, c->opt->v);
+    if (!rc)
+        rc = df_st_writer_set_metadata(w, "format", STATE_FORMAT);
+    if (!rc)
+        rc = df_st_writer_set_metadata(w, "role", c->who);
+    if (!rc)
+        rc = set_i64(w, "optim_step", c->opt->step);
+    if (!rc)
+        rc = set_i64(w, "lr_scheduler_step", c->steps);
+    if (!rc)
+        rc = df_st_writer_write(w, path);
+    df_st_writer_free(w);
+    return rc ? df_error_wrap(rc, "saving the %s's training state", c->who) : DF_OK;
+}
+
+/* Metadata key as a non-negative int64, else DF_EINVAL naming the file and key. */
+static int get_i64(const df_st_file *f, const char *key, int64_t *out)
+{
+    const char *s = df_st_metadata(f, key);
+    char *end = NULL;
+    long long v = s ? strtoll(s, &end, 10) : -1;
+    if (!s || end == s || *end || v < 0)
+        return df_error(DF_EINVAL, "%s: metadata \"%s\" is missing or not a count", df_st_path(f), key);
+    *out = (int64_t)v;
+    return DF_OK;
+}
+
+/* Tensor `name` of f: F32 [n] copied into dst. */
+static int read_blob(const df_st_file *f, const char *name, int64_t n, float *dst)
+{
+    df_st_tensor t;
+    int rc = df_st_find(f, name, &t);
+    if (rc)
+        return rc;
+    if (t.dtype != DF_DTYPE_F32 || t.ndim != 1 || t.shape[0] != n)
+        return df_error(DF_EINVAL, "%s: tensor %s must be F32 [%" PRId64 "] (this model's parameter count)",
+                        df_st_path(f), name, n);
+    memcpy(dst, t.data, (size_t)n * sizeof(float));
+    return DF_OK;
+}
+
+int df_train_core_load_state(df_train_core *c, const char *path)
+{
+    if (!c->trainable || !c->opt)
+        return df_error(DF_EINVAL, "%s: only a trainable %s has a training state", path, c->who);
+    df_st_file *f = NULL;
+    int rc = df_st_open(path, &f);
+    if (rc)
+        return df_error_wrap(rc, "loading the %s's training state", c->who);
+    const char *fmt = df_st_metadata(f, "format");
+    int64_t n = c->model->n_params, opt_step = 0, sched_step = 0;
+    if (!fmt || strcmp(fmt, STATE_FORMAT))
+        rc = df_error(DF_EINVAL, "%s: not a distflow training state (metadata format \"%s\", expected \"%s\")",
+                      path, fmt ? fmt : "(none)", STATE_FORMAT);
+    if (!rc)
+        rc = get_i64(f, "optim_step", &opt_step);
+    if (!rc)
+        rc = get_i64(f, "lr_scheduler_step", &sched_step);
+    /* read everything into the optimizer before touching the weights: a bad file changes nothing
+       the caller would keep using (it fails the run anyway) */
+    if (!rc)
+        rc = read_blob(f, "exp_avg", n, c->opt->m);
+    if (!rc)
+        rc = read_blob(f, "exp_avg_sq", n, c->opt->v);
+    if (!rc)
+        rc = read_blob(f, "params", n, c->model->params);
+    df_st_close(f);
+    if (rc)
+        return df_error_wrap(rc, "loading the %s's training state", c->who);
+    c->opt->step = opt_step;
+    c->steps = sched_step;
+    return DF_OK;
+}

@@ -1,0 +1,350 @@
+/*
+ * test_resume.c — checkpoint and bit-exact resume of `distflow train` (docs/checkpoints.md).
+ *
+ * For GRPO (with the adaptive in-reward KL controller), PPO (critic) and DAPO (dynamic sampling):
+ * a run of K steps straight through, and a run stopped at step J (trainer.total_training_steps=J,
+ * the lr schedules pinned to K steps by optim.total_training_steps) then continued to K by a new
+ * worker from the checkpoint alone (resume_mode auto), must end with byte-identical actor (and
+ * critic) weights and training state and the same metrics.jsonl lines, wall-clock metrics
+ * (timing_s/..., perf/...) left out. The data (shuffled, 24 rows in batches of 8) rolls into a second
+ * epoch after the checkpoint, and the lr schedules are warmup + cosine, so the dataloader position,
+ * the schedule step, the AdamW moments and the KL coefficient must all be restored. Then the
+ * failures: resume_path without a checkpoint, stale temporaries from a killed save, a truncated
+ * training state, a corrupt trainer_state.json, another world size.
+ * mpi-test: np 2
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "testutil.h"
+
+#include "distflow/comm.h"
+#include "distflow/reward.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum { K = 5, J = 2 };
+
+static df_comm *world;
+static int R;
+static char dir[256];
+
+/* The YAML of the job of algorithm `algo` ("grpo", "ppo", "dapo") into dir/<out>, into yaml[4096]. */
+static void job_yaml(const char *algo, const char *out, char *yaml)
+{
+    char extra[1024] = "";
+    if (!strcmp(algo, "ppo"))
+        snprintf(extra, sizeof extra,
+                 "critic:\n"
+                 "  model: {path: %s/model}\n"
+                 "  optim: {lr: 0.005, lr_warmup_steps: 1, warmup_style: cosine, total_training_steps: %d}\n"
+                 "  ppo_mini_batch_size: 4\n"
+                 "  ppo_micro_batch_size_per_gpu: 4\n"
+                 "algorithm: {adv_estimator: gae, gamma: 1.0, lam: 0.95}\n",
+                 dir, K);
+    else if (!strcmp(algo, "grpo"))
+        snprintf(extra, sizeof extra,
+                 "algorithm: {adv_estimator: grpo, use_kl_in_reward: true,\n"
+                 "            kl_ctrl: {type: adaptive, kl_coef: 0.05, target_kl: 0.01, horizon: 20}}\n");
+    else
+        snprintf(extra, sizeof extra,
+                 "algorithm: {adv_estimator: grpo, workflow_type: dapo,\n"
+                 "            filter_groups: {enable: true, metric: score, max_num_gen_batches: 4}}\n");
+    snprintf(yaml, 4096,
+             "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 8, shuffle: true,\n"
+             "       max_prompt_length: 128, max_response_length: 8}\n"
+             "actor_rollout_ref:\n"
+             "  model: {path: %s/model}\n"
+             "  actor: {optim: {lr: 0.01, lr_warmup_steps: 2, warmup_style: cosine, total_training_steps: %d},\n"
+             "          ppo_mini_batch_size: 4, ppo_micro_batch_size_per_gpu: 4}\n"
+             "  rollout: {n: 2, log_prob_micro_batch_size_per_gpu: 8}\n"
+             "%s"
+             "trainer: {total_training_steps: %d, save_freq: %d, logger: [], default_local_dir: %s/%s}\n",
+             dir, dir, K, extra, K, J, dir, out);
+}
+
+/* The job's config, with n overrides. */
+static df_config *job(const char *algo, const char *out, const char *const *ov, int n)
+{
+    char yaml[4096];
+    job_yaml(algo, out, yaml);
+    return df_test_config(yaml, "resume.yaml", ov, n);
+}
+
+static int run(df_comm *comm, const char *algo, const char *out, const char *const *ov, int n)
+{
+    return df_test_run(comm, job(algo, out, ov, n));
+}
+
+/* The bytes of dir/<out>/<rel>; fails the test when missing. */
+static char *file_bytes(const char *out, const char *rel, size_t *len)
+{
+    char p[1024], *data;
+    snprintf(p, sizeof p, "%s/%s/%s", dir, out, rel);
+    if (df_read_file(p, &data, len))
+        fail_msg("%s", df_last_error());
+    return data;
+}
+
+static void assert_same_file(const char *a, const char *b, const char *rel)
+{
+    size_t na, nb;
+    char *x = file_bytes(a, rel, &na), *y = file_bytes(b, rel, &nb);
+    if (na != nb || memcmp(x, y, na))
+        fail_msg("%s/%s and %s/%s differ (%zu and %zu bytes)", a, rel, b, rel, na, nb);
+    free(x);
+    free(y);
+}
+
+/* metrics.jsonl of dir/<out> without wall-clock metrics, one canonical line per step. */
+static char *metrics_canon(const char *out)
+{
+    json_t *lines = df_test_metrics(dir, out, true), *o;
+    size_t i;
+    char *all = calloc(1, 1);
+    json_array_foreach(lines, i, o) {
+        const char *key;
+        json_t *v;
+        void *tmp;
+        json_object_foreach_safe(o, tmp, key, v) {
+            if (!strncmp(key, "timing_s/", 9) || !strncmp(key, "perf/", 5))
+                json_object_del(o, key);
+        }
+        char *line = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
+        all = realloc(all, strlen(all) + strlen(line) + 2);
+        strcat(strcat(all, line), "\n");
+        free(line);
+    }
+    assert_int_equal(json_array_size(lines), K);
+    json_decref(lines);
+    return all;
+}
+
+/* K steps straight, and J steps then a new worker resuming to K: the same bits. */
+static void check_resume(const char *algo)
+{
+    char full[64], part[64];
+    snprintf(full, sizeof full, "%s_full", algo);
+    snprintf(part, sizeof part, "%s_part", algo);
+    if (run(world, algo, full, NULL, 0))
+        fail_msg("%s", df_last_error());
+    const char *stop[] = {"trainer.total_training_steps=2"};
+    if (run(world, algo, part, stop, 1))
+        fail_msg("%s", df_last_error());
+    if (R == 0) { /* a crash after logging step J + 1: its line, and half of the next, are dropped */
+        char p[512];
+        snprintf(p, sizeof p, "%s/%s/metrics.jsonl", dir, part);
+        FILE *f = fopen(p, "a");
+        assert_non_null(f);
+        fputs("{\"step\": 3, \"actor/pg_loss\": 123.0}\n{\"step\": 4, \"actor/pg", f);
+        fclose(f);
+    }
+    assert_int_equal(df_comm_barrier(world), 0);
+    if (run(world, algo, part, NULL, 0)) /* resume_mode auto: from global_step_J */
+        fail_msg("%s", df_last_error());
+    if (R != 0)
+        return;
+    char rel[128];
+    snprintf(rel, sizeof rel, "global_step_%d/actor/model.safetensors", K);
+    assert_same_file(full, part, rel);
+    snprintf(rel, sizeof rel, "global_step_%d/actor/train_state.safetensors", K);
+    assert_same_file(full, part, rel);
+    if (!strcmp(algo, "ppo")) {
+        snprintf(rel, sizeof rel, "global_step_%d/critic/model.safetensors", K);
+        assert_same_file(full, part, rel);
+        snprintf(rel, sizeof rel, "global_step_%d/critic/train_state.safetensors", K);
+        assert_same_file(full, part, rel);
+    }
+    snprintf(rel, sizeof rel, "global_step_%d/trainer_state.json", K);
+    assert_same_file(full, part, rel);
+    for (int r = 0; r < df_comm_size(world); r++) { /* the built-in pipelines: every rank a DP rank */
+        snprintf(rel, sizeof rel, "global_step_%d/data_dp_rank_%d.json", K, r);
+        assert_same_file(full, part, rel);
+    }
+    char *a = metrics_canon(full), *b = metrics_canon(part);
+    if (strcmp(a, b))
+        fail_msg("%s: metrics differ\nstraight:\n%s\nresumed:\n%s", algo, a, b);
+    free(a);
+    free(b);
+    size_t n;
+    char *latest = file_bytes(part, "latest_checkpointed_iteration.txt", &n);
+    assert_int_equal(atoi(latest), K);
+    free(latest);
+}
+
+static void test_resume_grpo(void **state)
+{
+    (void)state;
+    check_resume("grpo");
+}
+
+static void test_resume_ppo(void **state)
+{
+    (void)state;
+    check_resume("ppo");
+}
+
+static void test_resume_dapo(void **state)
+{
+    (void)state;
+    check_resume("dapo");
+}
+
+/* ---- failures (rank 0 alone) ---- */
+
+static void write_at(const char *rel, const char *text)
+{
+    char p[1024];
+    snprintf(p, sizeof p, "%s/%s", dir, rel);
+    assert_int_equal(df_mkdir_parent(p), 0);
+    assert_int_equal(df_write_file_atomic(p, text, strlen(text)), 0);
+}
+
+static bool exists_at(const char *rel)
+{
+    char p[1024];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/%s", dir, rel);
+    return stat(p, &st) == 0;
+}
+
+/* cp -r of dir/<from> to dir/<to> (the shell's: the test's own files). */
+static void copy_tree(const char *from, const char *to)
+{
+    char cmd[1200], out[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s/%s' && cp -r '%s/%s' '%s/%s'", dir, to, dir, from, dir, to);
+    assert_int_equal(df_test_command(cmd, out, sizeof out), 0);
+}
+
+static void test_failures(void **state)
+{
+    (void)state;
+    df_comm *self = NULL; /* collective: every rank splits, rank 0 runs */
+    assert_int_equal(df_comm_split(world, R, 0, &self), 0);
+    if (R != 0) {
+        df_comm_free(self);
+        return;
+    }
+    int w = df_comm_size(world);
+    const char *one[] = {"trainer.total_training_steps=1", "trainer.save_freq=1"};
+    char path[600], ovp[700];
+    /* resume_path naming nothing */
+    snprintf(path, sizeof path, "%s/nowhere/global_step_3", dir);
+    snprintf(ovp, sizeof ovp, "trainer.resume_from_path=%s", path);
+    const char *missing[] = {"trainer.resume_mode=resume_path", ovp};
+    assert_error_mentions(run(self, "grpo", "err", missing, 2), DF_ENOTFOUND, path);
+    if (w == 1) { /* the same from the command line (not from inside an mpiexec job): a non-zero exit
+                     and the path in the message */
+        char yaml[4096], cmd[2048], out[8192];
+        job_yaml("grpo", "cli", yaml);
+        write_at("cli.yaml", yaml);
+        snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 %s/distflow train %s/cli.yaml trainer.resume_mode=resume_path %s 2>&1",
+                 DF_BINARY_DIR, dir, ovp);
+        int st = df_test_command(cmd, out, sizeof out);
+        if (st == 0 || !strstr(out, path))
+            fail_msg("distflow train with a missing resume_from_path: exit %d, output:\n%s", st, out);
+    }
+    const char *unset[] = {"trainer.resume_mode=resume_path"};
+    assert_error_mentions(run(self, "grpo", "err", unset, 1), DF_EINVAL, "needs trainer.resume_from_path");
+
+    /* stale temporaries of a killed save are removed at the next start, other files kept */
+    write_at("stale/.global_step_7.tmp/actor/model.safetensors", "partial");
+    write_at("stale/.global_step_2.old.tmp/trainer_state.json", "{}");
+    write_at("stale/.global_step_x.tmp", "not ours");
+    if (run(self, "grpo", "stale", one, 2))
+        fail_msg("%s", df_last_error());
+    assert_false(exists_at("stale/.global_step_7.tmp"));
+    assert_false(exists_at("stale/.global_step_2.old.tmp"));
+    assert_true(exists_at("stale/.global_step_x.tmp"));
+    assert_true(exists_at("stale/global_step_1/trainer_state.json"));
+
+    /* a save that fails (global_step_2 is taken by a file) leaves latest at the checkpoint before it
+       and no temporary behind */
+    write_at("failsave/global_step_2", "in the way");
+    const char *two[] = {"trainer.total_training_steps=2", "trainer.save_freq=1"};
+    assert_error_mentions(run(self, "grpo", "failsave", two, 2), DF_EIO, "failsave/global_step_2");
+    size_t n;
+    char *latest = file_bytes("failsave", "latest_checkpointed_iteration.txt", &n);
+    assert_string_equal(latest, "1\n");
+    free(latest);
+    assert_false(exists_at("failsave/.global_step_2.tmp"));
+
+    /* the checkpoints of a one-rank run: the world size is checked against this run's */
+    if (w == 1) {
+        /* a truncated training state is refused, naming the file */
+        copy_tree("stale", "trunc");
+        char p[1024];
+        snprintf(p, sizeof p, "%s/trunc/global_step_1/actor/train_state.safetensors", dir);
+        assert_int_equal(truncate(p, 4096), 0);
+        assert_error_mentions(run(self, "grpo", "trunc", one, 2), DF_EINVAL, p);
+        /* resume_mode=disable starts afresh beside it */
+        const char *fresh[] = {"trainer.total_training_steps=1", "trainer.save_freq=1", "trainer.resume_mode=disable"};
+        if (run(self, "grpo", "trunc", fresh, 3))
+            fail_msg("%s", df_last_error());
+        /* a corrupt trainer_state.json, and one of another world size */
+        copy_tree("stale", "badjson");
+        write_at("badjson/global_step_1/trainer_state.json", "{\"format\": \"distflow-checkpoint/1\", \"global_st");
+        assert_error_mentions(run(self, "grpo", "badjson", one, 2), DF_EINVAL, "global_step_1/trainer_state.json");
+        copy_tree("stale", "world");
+        char *text = file_bytes("world", "global_step_1/trainer_state.json", NULL);
+        char *at = strstr(text, "\"world_size\": 1");
+        assert_non_null(at);
+        at[strlen("\"world_size\": ")] = '3';
+        write_at("world/global_step_1/trainer_state.json", text);
+        free(text);
+        assert_error_mentions(run(self, "grpo", "world", one, 2), DF_EINVAL, "written by 3 ranks and this run has 1");
+        /* latest naming a checkpoint that is not there */
+        write_at("world/latest_checkpointed_iteration.txt", "9\n");
+        assert_error_mentions(run(self, "grpo", "world", one, 2), DF_ENOTFOUND, "global_step_9 does not exist");
+        /* resume_path to a checkpoint of another run: continues from it (here: nothing left to train) */
+        snprintf(ovp, sizeof ovp, "trainer.resume_from_path=%s/stale/global_step_1", dir);
+        const char *other[] = {"trainer.total_training_steps=1", "trainer.resume_mode=resume_path", ovp};
+        if (run(self, "grpo", "other", other, 3))
+            fail_msg("%s", df_last_error());
+        assert_false(exists_at("other/global_step_1"));
+    }
+    df_comm_free(self);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    if (df_comm_world(&world) || df_reward_register("test/digits", df_test_digit_share))
+        return -1;
+    R = df_comm_rank(world);
+    if (!df_test_size_ok(df_comm_size(world)))
+        return -1;
+    if (R == 0) {
+        snprintf(dir, sizeof dir, "/tmp/df_resume_XXXXXX");
+        if (!mkdtemp(dir))
+            return -1;
+        df_test_digits_inputs(dir, "train.jsonl", 24, "test/digits", true);
+    }
+    return df_comm_broadcast(world, dir, sizeof dir, 0);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    df_comm_barrier(world);
+    if (R == 0)
+        df_test_remove_tree(dir);
+    return df_comm_shutdown();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_resume_grpo),
+        cmocka_unit_test(test_resume_ppo),
+        cmocka_unit_test(test_resume_dapo),
+        cmocka_unit_test(test_failures),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
