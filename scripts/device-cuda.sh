@@ -10,6 +10,10 @@
 #                                       benchmarks (default both); SANITIZE=1: then each test again
 #                                       under compute-sanitizer memcheck and racecheck;
 #                                       TESTS=GLOB: only those tests (default test_cuda_*)
+#   scripts/device-cuda.sh grpo [OUTDIR] there: `distflow train` with trainer.device=cuda: the
+#                                       demo config 2 GRPO steps (and the same on the CPU, metrics
+#                                       side by side), then 2 steps of the Qwen2.5-0.5B shape on
+#                                       GSM8K with the Qwen2.5 tokenizer (packed from ../shared)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,7 +21,13 @@ pack() {
   local build=${1:?usage: device-cuda.sh pack BUILD}
   rm -rf .devpack && mkdir -p .devpack/bin .devpack/lib
   grep -qx '/.devpack/' .git/info/exclude 2>/dev/null || echo '/.devpack/' >>.git/info/exclude
-  cp "$build"/test_cuda_* "$build"/bench_cuda_* .devpack/bin/
+  cp "$build"/test_cuda_* "$build"/bench_cuda_* "$build"/distflow .devpack/bin/
+  # what `grpo` reads of ../shared (which does not travel): the Qwen2.5 tokenizer, 64 GSM8K rows
+  mkdir -p .devpack/data/qwen2.5
+  cp ../shared/data/tokenizers/qwen2.5/tokenizer.json ../shared/data/tokenizers/qwen2.5/tokenizer_config.json \
+    .devpack/data/qwen2.5/
+  head -64 ../shared/data/gsm8k/train.jsonl >.devpack/data/gsm8k_train.jsonl
+  xz -T2 -6 .devpack/data/qwen2.5/tokenizer.json
   # every library the binaries load but the device image lacks (it has CUDA 13 with cuBLAS and
   # NCCL, a C/C++ runtime at least as new as Debian 12's, and PyTorch)
   ldd .devpack/bin/* | awk '$3 ~ /^\// {print $3}' | sort -u |
@@ -27,17 +37,22 @@ pack() {
   du -sh .devpack
 }
 
-run() {
-  local out=${1:-${OUT:-/tmp/cuda-out}} rc=0 t n
-  mkdir -p "$out" .devpack/lib
-  export DF_SOURCE_DIR=$PWD # the golden fixtures of this copy of the tree
-  for f in .devpack/lib/*.xz; do [ -e "$f" ] && xz -d -f "$f"; done
-  # for distflow's binaries only: PyTorch keeps its own libraries. cuBLAS 13 from the toolkit, or
-  # else from wherever the image has it (PyTorch's wheels)
+# Unpack the carried libraries; sets `libs` (LD_LIBRARY_PATH for distflow's binaries only:
+# PyTorch keeps its own). cuBLAS 13 from the toolkit, or else wherever the image has it.
+unpack() {
+  mkdir -p .devpack/lib
+  for f in .devpack/lib/*.xz .devpack/data/*/*.xz; do [ -e "$f" ] && xz -d -f "$f"; done
   local cublas nccl
   cublas=$(find /usr/local/cuda/lib64 /usr/local /opt /usr/lib -name 'libcublas.so.13' 2>/dev/null | head -1)
   nccl=$(find /usr/local/cuda/lib64 /usr/local /opt /usr/lib -name 'libnccl.so.2' 2>/dev/null | head -1)
-  local libs="$PWD/.devpack/lib:${cublas:+$(dirname "$cublas"):}${nccl:+$(dirname "$nccl"):}/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+  libs="$PWD/.devpack/lib:${cublas:+$(dirname "$cublas"):}${nccl:+$(dirname "$nccl"):}/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+}
+
+run() {
+  local out=${1:-${OUT:-/tmp/cuda-out}} rc=0 t n libs
+  mkdir -p "$out"
+  export DF_SOURCE_DIR=$PWD # the golden fixtures of this copy of the tree
+  unpack
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv >"$out/gpu.txt"
   : >"$out/summary.txt"
   LD_LIBRARY_PATH=$libs ldd .devpack/bin/test_cuda_ops | grep 'not found' >>"$out/summary.txt"
@@ -91,8 +106,71 @@ run() {
   return $rc
 }
 
+# Metrics of `train` runs side by side: grpo_table METRIC_FILE... (a column per file, a row per
+# step and metric)
+grpo_table() {
+  python3 - "$@" <<'PY'
+import json, sys
+runs = [[json.loads(l) for l in open(f) if l.strip()] for f in sys.argv[1:]]
+keys = ["critic/score/mean", "response_length/mean", "actor/pg_loss", "actor/entropy",
+        "actor/ppo_kl", "actor/grad_norm", "actor/kl_loss", "training/rollout_probs_diff_mean",
+        "timing_s/gen", "timing_s/old_log_prob", "timing_s/ref", "timing_s/update_actor",
+        "timing_s/step", "perf/throughput"]
+print("%-36s" % "step metric" + "".join("%22s" % f.split("/")[-2] for f in sys.argv[1:]))
+for step in range(max(len(r) for r in runs)):
+    for k in keys:
+        vals = [r[step].get(k) if step < len(r) else None for r in runs]
+        if any(v is not None for v in vals):
+            print("%-36s" % ("%d %s" % (step + 1, k)) +
+                  "".join("%22s" % ("-" if v is None else "%.6g" % v) for v in vals))
+PY
+}
+
+grpo() {
+  local out=${1:-${OUT:-/tmp/cuda-out}} D=/tmp/dfgrpo libs dev rc=0
+  mkdir -p "$out" && rm -rf "$D" && mkdir -p "$D"
+  unpack
+  local DF=(env LD_LIBRARY_PATH="$libs" OMP_WAIT_POLICY=passive .devpack/bin/distflow)
+  local task
+  task=$(cat examples/demo/task.args)
+  # 1. the demo config (examples/demo/grpo.yaml) from a random init: 2 steps on each device (a
+  # random init scores 0 everywhere: the entropy bonus gives the update a gradient to follow)
+  # shellcheck disable=SC2086
+  { "${DF[@]}" data synth --out $D/train.jsonl --split train --seed 1 $task --bare-answers 0.5 --n 2000 &&
+    "${DF[@]}" data synth --out $D/test.jsonl --split test --seed 2 $task --exclude $D/train.jsonl --n 100 &&
+    "${DF[@]}" data tokenizer --in $D/train.jsonl --vocab-size 512 --out $D/tok &&
+    "${DF[@]}" init-model --config examples/demo/model_config.json --tokenizer $D/tok --out $D/init --seed 1
+  } >"$out/grpo_setup.log" 2>&1 || { echo "demo setup failed"; tail "$out/grpo_setup.log"; rc=1; }
+  for dev in ${DEVICES:-cuda cpu}; do
+    timeout "${DEMO_TIMEOUT:-200}" "${DF[@]}" train examples/demo/grpo.yaml data.train_files="[$D/train.jsonl]" \
+      data.val_files="[$D/test.jsonl]" actor_rollout_ref.model.path=$D/init trainer.default_local_dir=$D/demo_$dev \
+      trainer.total_training_steps=2 trainer.save_freq=2 trainer.val_before_train=false \
+      actor_rollout_ref.actor.entropy_coeff=0.01 'trainer.logger=[console,file]' trainer.device=$dev >"$out/demo_$dev.log" 2>&1
+    echo "demo grpo trainer.device=$dev: exit $? ($(grep -c . $D/demo_$dev/metrics.jsonl 2>/dev/null) metric lines)"
+    grep -E 'error|trainer.device' "$out/demo_$dev.log" | head -3
+  done
+  ls $D/demo_cuda/global_step_2/actor 2>/dev/null | tr '\n' ' '; echo
+  grpo_table $D/demo_*/metrics.jsonl | tee "$out/demo_table.txt"
+  # 2. the Qwen2.5-0.5B shape, random weights, Qwen2.5 tokenizer, GSM8K (examples/gsm8k/grpo.yaml)
+  { "${DF[@]}" data gsm8k --in .devpack/data/gsm8k_train.jsonl --out $D/gsm8k.jsonl --split train &&
+    "${DF[@]}" init-model --config "${Q05:-examples/models/qwen2.5-0.5b.json}" \
+      --tokenizer .devpack/data/qwen2.5 --out $D/q05 --seed 1
+  } >"$out/q05_setup.log" 2>&1 || { echo "0.5B setup failed"; tail "$out/q05_setup.log"; rc=1; }
+  timeout "${Q05_TIMEOUT:-300}" "${DF[@]}" train examples/gsm8k/grpo.yaml data.train_files="[$D/gsm8k.jsonl]" \
+    data.val_files="[$D/gsm8k.jsonl]" actor_rollout_ref.model.path=$D/q05 trainer.default_local_dir=$D/q05_out \
+    trainer.total_training_steps=2 data.train_batch_size=8 actor_rollout_ref.rollout.n=4 \
+    data.max_response_length=64 actor_rollout_ref.actor.ppo_mini_batch_size=8 \
+    actor_rollout_ref.actor.entropy_coeff=0.01 'trainer.logger=[console,file]' \
+    trainer.device=${Q05_DEVICE:-cuda} >"$out/q05.log" 2>&1
+  echo "Qwen2.5-0.5B shape grpo: exit $? ($(grep -c . $D/q05_out/metrics.jsonl 2>/dev/null) metric lines)"
+  grep -E 'error|trainer.device' "$out/q05.log" | head -3
+  grpo_table $D/q05_out/metrics.jsonl | tee "$out/q05_table.txt"
+  return $rc
+}
+
 case "${1:-}" in
   pack) shift; pack "$@" ;;
   run) shift; run "$@" ;;
-  *) echo "usage: $0 pack BUILD | run [OUTDIR]" >&2; exit 2 ;;
+  grpo) shift; grpo "$@" ;;
+  *) echo "usage: $0 pack BUILD | run [OUTDIR] | grpo [OUTDIR]" >&2; exit 2 ;;
 esac
