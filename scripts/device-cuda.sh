@@ -11,8 +11,8 @@
 #                                       under compute-sanitizer memcheck and racecheck;
 #                                       TESTS=GLOB: only those tests (default test_cuda_*)
 #   scripts/device-cuda.sh grpo [OUTDIR] there: `distflow train` with trainer.device=cuda: the
-#                                       demo config 2 GRPO steps (and the same on the CPU, metrics
-#                                       side by side), then 2 steps of the Qwen2.5-0.5B shape on
+#                                       demo configs, 2 GRPO and 2 PPO steps (and the same on the
+#                                       CPU, metrics side by side), then 2 steps of the Qwen2.5-0.5B shape on
 #                                       GSM8K with the Qwen2.5 tokenizer (packed from ../shared)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -113,6 +113,7 @@ grpo_table() {
 import json, sys
 runs = [[json.loads(l) for l in open(f) if l.strip()] for f in sys.argv[1:]]
 keys = ["critic/score/mean", "response_length/mean", "actor/pg_loss", "actor/entropy",
+        "critic/vf_loss", "critic/vpred_mean", "critic/grad_norm", "critic/values/mean",
         "actor/ppo_kl", "actor/grad_norm", "actor/kl_loss", "training/rollout_probs_diff_mean",
         "timing_s/gen", "timing_s/old_log_prob", "timing_s/ref", "timing_s/update_actor",
         "timing_s/step", "perf/throughput"]
@@ -141,17 +142,23 @@ grpo() {
     "${DF[@]}" data tokenizer --in $D/train.jsonl --vocab-size 512 --out $D/tok &&
     "${DF[@]}" init-model --config examples/demo/model_config.json --tokenizer $D/tok --out $D/init --seed 1
   } >"$out/grpo_setup.log" 2>&1 || { echo "demo setup failed"; tail "$out/grpo_setup.log"; rc=1; }
-  for dev in ${DEVICES:-cuda cpu}; do
-    timeout "${DEMO_TIMEOUT:-200}" "${DF[@]}" train examples/demo/grpo.yaml data.train_files="[$D/train.jsonl]" \
-      data.val_files="[$D/test.jsonl]" actor_rollout_ref.model.path=$D/init trainer.default_local_dir=$D/demo_$dev \
-      trainer.total_training_steps=2 trainer.save_freq=2 trainer.val_before_train=false \
-      actor_rollout_ref.actor.entropy_coeff=0.01 'trainer.logger=[console,file]' trainer.device=$dev >"$out/demo_$dev.log" 2>&1
-    echo "demo grpo trainer.device=$dev: exit $? ($(grep -c . $D/demo_$dev/metrics.jsonl 2>/dev/null) metric lines)"
-    grep -E 'error|trainer.device' "$out/demo_$dev.log" | head -3
+  local algo run
+  for algo in ${DEMO_ALGOS:-grpo ppo}; do
+    for dev in ${DEVICES:-cuda cpu}; do
+      run=${algo}_$dev
+      timeout "${DEMO_TIMEOUT:-200}" "${DF[@]}" train examples/demo/$algo.yaml data.train_files="[$D/train.jsonl]" \
+        data.val_files="[$D/test.jsonl]" actor_rollout_ref.model.path=$D/init trainer.default_local_dir=$D/$run \
+        trainer.total_training_steps=2 trainer.save_freq=2 trainer.val_before_train=false \
+        actor_rollout_ref.actor.entropy_coeff=0.01 'trainer.logger=[console,file]' trainer.device=$dev >"$out/$run.log" 2>&1
+      echo "demo $algo trainer.device=$dev: exit $? ($(grep -c . $D/$run/metrics.jsonl 2>/dev/null) metric lines)"
+      grep -E 'error|trainer.device' "$out/$run.log" | head -3
+    done
+    ls $D/${algo}_cuda/global_step_2/* 2>/dev/null | tr '\n' ' '; echo
+    grpo_table $D/${algo}_*/metrics.jsonl | tee "$out/${algo}_table.txt"
   done
-  ls $D/demo_cuda/global_step_2/actor 2>/dev/null | tr '\n' ' '; echo
-  grpo_table $D/demo_*/metrics.jsonl | tee "$out/demo_table.txt"
-  # 2. the Qwen2.5-0.5B shape, random weights, Qwen2.5 tokenizer, GSM8K (examples/gsm8k/grpo.yaml)
+  # 2. the Qwen2.5-0.5B shape, random weights, Qwen2.5 tokenizer, GSM8K (examples/gsm8k/grpo.yaml);
+  # Q05=none skips it
+  [ "${Q05:-}" = none ] && return $rc
   { "${DF[@]}" data gsm8k --in .devpack/data/gsm8k_train.jsonl --out $D/gsm8k.jsonl --split train &&
     "${DF[@]}" init-model --config "${Q05:-examples/models/qwen2.5-0.5b.json}" \
       --tokenizer .devpack/data/qwen2.5 --out $D/q05 --seed 1

@@ -13,7 +13,8 @@
  *   - a random model at a shape that crosses the kernels' tile boundaries (GQA, biases,
  *     sequences of 1 .. 130 tokens) against the CPU backend: each within its bound of the
  *     exact result, so the two within twice it;
- *   - what the device backend refuses (weights not loaded, the value head, bf16 matmuls).
+ *   - the value model (the PPO critic's head) against its golden reference;
+ *   - what the device backend refuses (weights not loaded, bf16 matmuls).
  * Exit 77 with a SKIP line where no GPU is present.
  */
 #include "cuda_testutil.h"
@@ -254,6 +255,53 @@ static void test_random_model_matches_cpu(void **state)
     df_model_free(m);
 }
 
+/* The value model (the PPO critic) on the GPU against gen_golden.py's reference: values and the
+ * gradient of sum(c values), within test_value_head.c's bounds (its head is a GEMM here). */
+static void test_golden_value_head_cuda(void **state)
+{
+    (void)state;
+    char dir[4096], exp[4096];
+    golden_path(dir, sizeof dir, "tiny_qwen2_value");
+    golden_path(exp, sizeof exp, "tiny_qwen2_value_expected.safetensors");
+    df_model *m;
+    DFCT_OK(df_model_load(dir, &m));
+    df_golden_batch g;
+    df_golden_batch_load(&g, exp);
+    const double ftol = df_golden_tol(tb_head_chain(&m->cfg, df_golden_max_len(&g)));
+    const double gtol = df_golden_tol(tb_grad_chain(&m->cfg, df_golden_max_len(&g), g.T));
+    df_acts *a = cuda_acts(m, g.T, g.n_out);
+    float *v = malloc(sizeof(float) * (size_t)g.n_out), *c = df_golden_read_vec(g.exp, "loss.c", NULL);
+    float *grads = malloc(sizeof(float) * (size_t)m->n_params);
+    float *d_g = dfct_alloc((size_t)m->n_params * sizeof(float));
+    poison(v, g.n_out), poison(grads, m->n_params);
+    DFCT_OK(df_cuda_fill(dfct_cu, d_g, m->n_params, 0.0f));
+    DFCT_OK(df_model_forward_values(m, a, &g.b, v));
+    DFCT_OK(df_model_backward_values(m, a, &g.b, c, d_g));
+    DFCT_OK(df_cuda_download(dfct_cu, grads, d_g, (size_t)m->n_params * sizeof(float)));
+    float *want = df_golden_read_vec(g.exp, "values", NULL);
+    double fe = df_golden_rel_err(v, want, g.n_out), worst = 0;
+    const char *wn = "";
+    for (int i = 0; i < m->n_tensors; i++) {
+        const df_param_desc *t = &m->tensors[i];
+        char name[128];
+        snprintf(name, sizeof name, "grad.%s", t->name);
+        float *gw = df_golden_read_vec(g.exp, name, NULL);
+        double e = df_golden_rel_err(grads + t->offset, gw, t->numel);
+        if (!(e <= worst))
+            worst = e, wn = t->name;
+        free(gw);
+    }
+    print_message("values rel err %.2e (bound %.2e), worst gradient %.2e (%s, bound %.2e)\n", fe,
+                  ftol, worst, wn, gtol);
+    assert_true(fe <= ftol);
+    assert_true(worst <= gtol);
+    dfct_free(d_g);
+    free(v), free(c), free(grads), free(want);
+    df_acts_free(a);
+    df_golden_batch_free(&g);
+    df_model_free(m);
+}
+
 static void test_cuda_acts_refusals(void **state)
 {
     (void)state;
@@ -266,15 +314,6 @@ static void test_cuda_acts_refusals(void **state)
     assert_non_null(strstr(df_last_error(), "df_acts_load_weights"));
     assert_int_equal(df_acts_set_bf16_matmul(a, true), DF_EUNSUPPORTED);
     df_acts_free(a);
-    /* the value head */
-    df_model *v;
-    DFCT_OK(df_model_clone(G.m, &v));
-    DFCT_OK(df_model_to_value_model(&v, 3));
-    DFCT_OK(df_acts_create_on(&be, &v->cfg, G.gb.T, G.gb.n_out, &a));
-    DFCT_OK(df_acts_load_weights(a, v));
-    assert_int_equal(df_model_forward_values(v, a, &G.gb.b, lp), DF_EUNSUPPORTED);
-    df_acts_free(a);
-    df_model_free(v);
     free(lp);
 }
 
@@ -284,6 +323,7 @@ int main(void)
         cmocka_unit_test(test_golden_forward_cuda),
         cmocka_unit_test(test_golden_backward_cuda),
         cmocka_unit_test(test_random_model_matches_cpu),
+        cmocka_unit_test(test_golden_value_head_cuda),
         cmocka_unit_test(test_cuda_acts_refusals),
     };
     if (load_golden(NULL))

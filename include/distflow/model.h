@@ -280,10 +280,11 @@ DF_API int df_acts_create(const df_model_config *cfg, int64_t max_tokens, int64_
                           df_acts **out);
 /**
  * Activations in the memory of backend `be` (distflow/backend.h): df_model_forward /
- * df_model_backward on them run every operator there. On a backend without host memory
- * (CUDA) the model's weights are read from the copy df_acts_load_weights made, `grads`
- * of df_model_backward must be backend memory of n_params floats, and the value head is
- * refused (DF_EUNSUPPORTED); logp / entropy / dlogp / dentropy stay host arrays.
+ * df_model_backward (and the value head's) on them run every operator there. On a backend
+ * without host memory (CUDA) the model's weights are read from the copy df_acts_load_weights
+ * made and `grads` of the backward must be backend memory of n_params floats; logp / entropy /
+ * values and their gradients stay host arrays. The value head's dot products are a GEMM there
+ * (float sums) where the CPU sums them in double.
  * Errors: DF_EINVAL (sizes, no backend), DF_EUNSUPPORTED (head_dim), DF_ENOMEM naming the
  * backend.
  */

@@ -60,21 +60,6 @@ static bool user_set(const df_config *c, const char *key)
     return strcmp(where, "default") && strncmp(where, "derived from ", 13);
 }
 
-/* trainer.device=cuda runs the actor's and the reference's log-probs and updates on the CUDA
- * backend (docs/cuda.md); whether this build has it is checked by df_train_check. The critic's
- * value head has no device path yet: refused rather than run on the CPU behind the user's back. */
-static int check_device(const df_config *c, const df_train_config *t)
-{
-    char kb[2][KV_CAP];
-    const df_adv_estimator_desc *d = df_adv_estimator_find(t->algorithm.adv_estimator);
-    if (strcmp(t->trainer.device, "cpu") && d && (d->needs & DF_ADV_NEEDS_VALUES))
-        return df_error(DF_EUNSUPPORTED,
-                        "%s with %s: the critic's value head does not run on the CUDA backend "
-                        "yet (docs/cuda.md); use trainer.device=cpu or a critic-free estimator",
-                        kv(c, "trainer.device", kb[0]), kv(c, "algorithm.adv_estimator", kb[1]));
-    return DF_OK;
-}
-
 /* verl's check_mutually_exclusive, adapted: distflow reads only the per-GPU
  * key, so the deprecated global one is refused whether or not both are set. */
 static int check_micro(const df_config *c, const char *global, df_config_opt_int g_val, const char *per_gpu,
@@ -318,7 +303,6 @@ int df_config_validate_train_ex(const df_config *c, int world_size, df_warn_fn w
         return rc;
     if (warn)
         warn_suspicious(c, &t, warn, user);
-    rc = check_device(c, &t);
     if (!rc)
         rc = check_batches(c, &t, world_size);
     if (!rc)

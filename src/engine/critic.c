@@ -76,6 +76,11 @@ void df_critic_set_comm(df_critic *c, df_comm *dp)
 {
     df_train_core_set_comm(&c->c, dp);
 }
+
+int df_critic_set_backend(df_critic *c, const df_backend *be)
+{
+    return df_train_core_set_backend(&c->c, be);
+}
 df_model *df_critic_model(df_critic *c)
 {
     return c->c.model;

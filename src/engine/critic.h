@@ -64,6 +64,8 @@ void df_critic_free(df_critic *c);
 int df_critic_set_loss(df_critic *c, const df_critic_loss *l);
 /** Train data-parallel over `dp` (borrowed), exactly as df_actor_set_comm. */
 void df_critic_set_comm(df_critic *c, df_comm *dp);
+/** Values and updates on backend `be` (trainer.device; df_train_core_set_backend), before the first. */
+int df_critic_set_backend(df_critic *c, const df_backend *be);
 df_model *df_critic_model(df_critic *c);
 /** Updates taken so far (the lr schedule's step: one per df_critic_update). */
 int64_t df_critic_step_count(const df_critic *c);

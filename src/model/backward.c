@@ -132,22 +132,22 @@ int df_model_backward(const df_model *m, df_acts *a, const df_seq_batch *b, floa
     return rc ? df_error_wrap(rc, "df_model_backward on the %s backend", a->be.ops->name) : DF_OK;
 }
 
-int df_model_backward_values(const df_model *m, df_acts *a, const df_seq_batch *b,
-                             const float *dvalues, float *grads)
+/* A device backend's value head backward, as GEMMs: dxnf = dv score_weight (an outer
+ * product), d score_weight += dv^T xnf, d score_bias += sum(dv). dvalues host [n]. */
+static void value_head_bwd_device(df_acts *a, const df_model_view *w, const df_model_view *gv,
+                                  const float *dvalues, int64_t n, int64_t H)
 {
-    int rc = check_forward(a, b, DF_ACTS_HEAD_VALUE, "df_model_backward_values");
-    if (rc)
-        return rc;
-    if (m->cfg.num_labels != 1)
-        return df_error(DF_EINVAL, "df_model_backward_values: not a value model");
-    if (!a->be.ops->host_memory)
-        return df_error(DF_EUNSUPPORTED, "df_model_backward_values: the value head runs on the "
-                        "CPU backend only (not yet on %s)", a->be.ops->name);
-    if (!dvalues && b->n_out > 0)
-        return df_error(DF_EINVAL, "df_model_backward_values: dvalues must not be NULL");
-    const int64_t H = m->cfg.hidden_size, n = b->n_out;
-    df_model_view gv = {.layers = a->gview_layers};
-    df_model_view_of(m, grads, &gv);
+    float *d_dv = a->b_io + 2 * a->max_out;
+    DF_BE(a, upload, d_dv, dvalues, (size_t)n * sizeof(float));
+    DF_BE(a, gemm, false, false, n, H, 1, 1.0f, d_dv, w->score_weight, 0.0f, a->dxnf);
+    DF_BE(a, gemm, true, false, 1, H, n, 1.0f, d_dv, a->xnf, 1.0f, gv->score_weight);
+    DF_BE(a, col_sum_add, gv->score_bias, d_dv, n, 1);
+}
+
+/* The CPU's value head backward: per-row products, column sums in double. */
+static void value_head_bwd_host(const df_model *m, df_acts *a, const df_model_view *gv,
+                                const float *dvalues, int64_t n, int64_t H)
+{
     /* values[j] = w . xnf[j] + bias: dxnf[j] = dv[j] w, dw += sum_j dv[j] xnf[j],
      * dbias += sum_j dv[j]. Threads own columns of dw; rows summed in order. */
     const float *w = m->w.score_weight;
@@ -160,14 +160,38 @@ int df_model_backward_values(const df_model *m, df_acts *a, const df_seq_batch *
         double acc = 0.0;
         for (int64_t j = 0; j < n; j++)
             acc += (double)dvalues[j] * a->xnf[j * H + i];
-        gv.score_weight[i] += (float)acc;
+        gv->score_weight[i] += (float)acc;
     }
     double db = 0.0;
     for (int64_t j = 0; j < n; j++)
         db += dvalues[j];
-    gv.score_bias[0] += (float)db;
-    rc = df_acts_stage(a, b);
+    gv->score_bias[0] += (float)db;
+}
+
+int df_model_backward_values(const df_model *m, df_acts *a, const df_seq_batch *b,
+                             const float *dvalues, float *grads)
+{
+    int rc = check_forward(a, b, DF_ACTS_HEAD_VALUE, "df_model_backward_values");
+    if (rc)
+        return rc;
+    if (m->cfg.num_labels != 1)
+        return df_error(DF_EINVAL, "df_model_backward_values: not a value model");
+    if (!dvalues && b->n_out > 0)
+        return df_error(DF_EINVAL, "df_model_backward_values: dvalues must not be NULL");
+    const int64_t H = m->cfg.hidden_size, n = b->n_out;
+    const df_model_view *w = NULL;
+    rc = df_acts_weights(a, m, &w);
     if (!rc)
-        rc = trunk_backward(m, &m->w, a, b, &gv);
-    return rc ? df_error_wrap(rc, "df_model_backward_values") : DF_OK;
+        rc = df_acts_stage(a, b);
+    if (rc)
+        return df_error_wrap(rc, "df_model_backward_values");
+    df_model_view gv = {.layers = a->gview_layers};
+    df_model_view_of(m, grads, &gv);
+    if (a->be.ops->host_memory)
+        value_head_bwd_host(m, a, &gv, dvalues, n, H);
+    else
+        value_head_bwd_device(a, w, &gv, dvalues, n, H);
+    rc = trunk_backward(m, w, a, b, &gv);
+    return rc ? df_error_wrap(rc, "df_model_backward_values on the %s backend", a->be.ops->name)
+              : DF_OK;
 }

@@ -432,34 +432,52 @@ int df_model_forward(const df_model *m, df_acts *a, const df_seq_batch *b, float
     return DF_OK;
 }
 
+/* A device backend's value head: values = xnf score_weight^T + score_bias as one GEMM (the
+ * CPU sums each dot product in double instead). */
+static void value_head_device(df_acts *a, const df_model_view *w, int64_t n, int64_t H,
+                              float *values)
+{
+    float *d_v = a->b_io;
+    DF_BE(a, rows_fill, d_v, w->score_bias, n, 1);
+    DF_BE(a, gemm, false, true, n, 1, H, 1.0f, a->xnf, w->score_weight, 1.0f, d_v);
+    DF_BE(a, download, values, d_v, (size_t)n * sizeof(float));
+}
+
 int df_model_forward_values(const df_model *m, df_acts *a, const df_seq_batch *b, float *values)
 {
     if (m->cfg.num_labels != 1)
         return df_error(DF_EINVAL, "df_model_forward_values: not a value model (num_labels %lld; "
                         "see df_model_to_value_model)", (long long)m->cfg.num_labels);
-    if (!a->be.ops->host_memory)
-        return df_error(DF_EUNSUPPORTED, "df_model_forward_values: the value head runs on the "
-                        "CPU backend only (not yet on %s)", a->be.ops->name);
     int rc = check_batch(a, &m->cfg, b, false, 1.0f);
     if (rc)
         return df_error_wrap(rc, "df_model_forward_values");
     if (!values && b->n_out > 0)
         return df_error(DF_EINVAL, "df_model_forward_values: values must not be NULL");
     const int64_t H = m->cfg.hidden_size;
-    a->fwd_valid = 0;
-    rc = trunk_forward(m, &m->w, a, b);
+    const df_model_view *wv = NULL;
+    rc = df_acts_weights(a, m, &wv);
     if (rc)
         return df_error_wrap(rc, "df_model_forward_values");
-    /* score: one dot product per output row, summed in double (n_out * H is tiny next to
-     * the trunk). */
-    const float *w = m->w.score_weight, bias = m->w.score_bias[0];
+    a->fwd_valid = 0;
+    rc = trunk_forward(m, wv, a, b);
+    if (!rc && !a->be.ops->host_memory) {
+        value_head_device(a, wv, b->n_out, H, values);
+        rc = a->err;
+    }
+    if (rc)
+        return df_error_wrap(rc, "df_model_forward_values on the %s backend", a->be.ops->name);
+    if (a->be.ops->host_memory) {
+        /* score: one dot product per output row, summed in double (n_out * H is tiny next to
+         * the trunk). */
+        const float *w = m->w.score_weight, bias = m->w.score_bias[0];
 #pragma omp parallel for schedule(static)
-    for (int64_t j = 0; j < b->n_out; j++) {
-        const float *x = a->xnf + j * H;
-        double acc = 0.0;
-        for (int64_t i = 0; i < H; i++)
-            acc += (double)x[i] * w[i];
-        values[j] = (float)(acc + bias);
+        for (int64_t j = 0; j < b->n_out; j++) {
+            const float *x = a->xnf + j * H;
+            double acc = 0.0;
+            for (int64_t i = 0; i < H; i++)
+                acc += (double)x[i] * w[i];
+            values[j] = (float)(acc + bias);
+        }
     }
     mark_forward(a, b, DF_ACTS_HEAD_VALUE, 1.0f, 0);
     return DF_OK;

@@ -6,6 +6,7 @@
  * workflow naming compute_value / train_critic).
  */
 #include "workers/worker_internal.h"
+#include "distflow/backend.h"
 
 #include "engine/hf_dir.h"
 #include "util/fsutil.h"
@@ -73,6 +74,10 @@ int df_worker_setup_critic(df_dag_worker *w)
         return df_error_wrap(rc, "creating the critic");
     }
     df_critic_set_comm(w->critic.model, w->critic.dp);
+    df_backend be; /* trainer.device, as the actor's (docs/cuda.md) */
+    if ((rc = df_backend_open(w->global.cfg.trainer.device, &be)) ||
+        (rc = df_critic_set_backend(w->critic.model, &be)))
+        return df_error_wrap(rc, "%s", df_config_where(c, "trainer.device"));
     return DF_OK;
 }
 

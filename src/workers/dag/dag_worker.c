@@ -83,8 +83,8 @@ static int set_device(df_dag_worker *w)
     if (rc)
         return df_error_wrap(rc, "%s", df_config_where(w->cfg, "trainer.device"));
     if (!df_backend_is_cpu(&be) && w->rank == 0)
-        fprintf(stderr, "[distflow] trainer.device=%s: actor and reference log-probs and updates on "
-                "the %s backend; rollout on the CPU (docs/cuda.md)\n", dev, be.ops->name);
+        fprintf(stderr, "[distflow] trainer.device=%s: actor, reference and critic forward / backward "
+                "on the %s backend; rollout on the CPU (docs/cuda.md)\n", dev, be.ops->name);
     return DF_OK;
 }
 
