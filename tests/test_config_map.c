@@ -123,13 +123,15 @@ static void test_siirl_trainer_yaml_loads(void **state)
     assert_string_equal(df_config_str(c, "trainer.default_local_dir"), "checkpoints/siirl_examples/gsm8k_grpo");
     assert_int_equal(df_config_list_len(c, "trainer.logger"), 2);
     assert_null(df_config_str(c, "actor_rollout_ref.rollout.agent.custom_async_server.path"));
-    /* siiRL's file trains on GPUs (GRPO: no critic, so the validator takes cuda; whether the
-     * build has the backend is df_train_check's) */
+    /* siiRL's file logs to wandb, which distflow has not: refused, never ignored; with the
+     * loggers distflow has it is valid, on GPUs too (whether the build has the CUDA backend is
+     * df_train_check's) */
     assert_string_equal(df_config_str(c, "trainer.device"), "cuda");
-    assert_int_equal(df_config_validate_train(c, 8), 0);
+    assert_int_equal(df_config_validate_train(c, 8), DF_EUNSUPPORTED);
+    assert_non_null(strstr(df_last_error(), "logger 'wandb' is not available in distflow"));
     df_config_free(c);
-    const char *cpu[] = {"trainer.device=cpu"};
-    c = load_ok(FIXTURE, cpu, 1);
+    const char *ours[] = {"trainer.logger=[console,file]"};
+    c = load_ok(FIXTURE, ours, 1);
     assert_int_equal(df_config_validate_train(c, 8), 0);
     df_config_free(c);
 }

@@ -292,6 +292,24 @@ static void test_bad_arguments(void **state)
 }
 
 /* The shipped example configs pass on 1 and 2 ranks. */
+/* Settings from verl / siiRL files that distflow cannot honour are refused, naming the key and
+ * the value (never silently ignored). */
+static void test_unhonoured_settings(void **state)
+{
+    (void)state;
+    assert_int_equal(VALIDATE(1, "trainer.logger=[console, tensorboard]"), DF_EUNSUPPORTED);
+    expect("logger 'tensorboard' is not available in distflow");
+    assert_int_equal(VALIDATE(1, "trainer.logger=[file, console]"), DF_OK);
+    assert_int_equal(VALIDATE(1, "trainer.logger=[]"), DF_OK);
+    assert_int_equal(VALIDATE(1, "dag.enable_perf=true"), DF_EUNSUPPORTED);
+    expect("dag.enable_perf=true (command line): the per-rank timing table is not implemented");
+    assert_int_equal(VALIDATE(1, ACTOR "checkpoint.save_contents=[model]"), DF_EUNSUPPORTED);
+    expect(ACTOR "checkpoint.save_contents (command line): a distflow checkpoint always holds model, optimizer and extra");
+    assert_int_equal(VALIDATE(1, "critic.checkpoint.load_contents=[model, optimizer]"), DF_EUNSUPPORTED);
+    expect("critic.checkpoint.load_contents (command line)");
+    assert_int_equal(VALIDATE(1, ACTOR "checkpoint.save_contents=[hf_model, extra, optimizer, model]"), DF_OK);
+}
+
 static void test_examples_pass(void **state)
 {
     (void)state;
@@ -413,6 +431,7 @@ int main(void)
         cmocka_unit_test(test_val_kwargs),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_device_cuda),
+        cmocka_unit_test(test_unhonoured_settings),
         cmocka_unit_test(test_examples_pass),
         cmocka_unit_test(test_siirl_keys),
         cmocka_unit_test(test_worker_refuses_before_loading),

@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char tmp[256];
@@ -89,9 +90,24 @@ static void test_grpo_steps(void **state)
              "  rollout: {n: 4, log_prob_micro_batch_size_per_gpu: 16}\n"
              "  ref: {log_prob_micro_batch_size_per_gpu: 16}\n"
              "algorithm: {adv_estimator: grpo}\n"
-             "trainer: {total_training_steps: 3, save_freq: 3, logger: [], default_local_dir: %s/out}\n",
+             "trainer: {total_training_steps: 3, save_freq: 1, max_actor_ckpt_to_keep: 2, logger: [],\n"
+             "          default_local_dir: %s/out}\n",
              tmp, tmp, tmp);
     df_test_fit(yaml, "e2e.yaml");
+
+    /* saved every step, the newest two kept (trainer.max_actor_ckpt_to_keep) */
+    char *ck[3];
+    for (int k = 0; k < 3; k++) {
+        char rel[64];
+        snprintf(rel, sizeof rel, "out/global_step_%d", k + 1);
+        ck[k] = df_path_join(tmp, rel);
+    }
+    struct stat st;
+    assert_int_not_equal(stat(ck[0], &st), 0);
+    assert_int_equal(stat(ck[1], &st), 0);
+    assert_int_equal(stat(ck[2], &st), 0);
+    for (int k = 0; k < 3; k++)
+        free(ck[k]);
 
     /* three lines of metrics with the standard names */
     json_t *lines = df_test_metrics(tmp, "out", true), *o;

@@ -60,6 +60,48 @@ static bool user_set(const df_config *c, const char *key)
     return strcmp(where, "default") && strncmp(where, "derived from ", 13);
 }
 
+static bool has_item(const df_config_strs *l, const char *item)
+{
+    for (int i = 0; i < l->n; i++)
+        if (!strcmp(l->items[i], item))
+            return true;
+    return false;
+}
+
+/* Settings distflow accepts from verl / siiRL files but cannot honour: refused, never ignored.
+ * trainer.logger: console and file (metrics.jsonl) exist; wandb, tensorboard, ... do not yet.
+ * checkpoint.save_contents / load_contents: a checkpoint always holds the model, the optimizer
+ * and the extra state (docs/checkpoints.md), so each list must name all three. */
+static int check_unhonoured(const df_config *c, const df_train_config *t)
+{
+    const df_config_strs *lg = &t->trainer.logger;
+    for (int i = 0; i < lg->n; i++)
+        if (strcmp(lg->items[i], "console") && strcmp(lg->items[i], "file"))
+            return df_error(DF_EUNSUPPORTED,
+                            "trainer.logger (%s): logger '%s' is not available in distflow; the "
+                            "loggers are console and file (metrics.jsonl in default_local_dir is "
+                            "always written)", df_config_where(c, "trainer.logger"), lg->items[i]);
+    char kb[1][KV_CAP];
+    if (t->dag.enable_perf)
+        return df_error(DF_EUNSUPPORTED, "%s: the per-rank timing table is not implemented; the "
+                        "timing_s/* metrics of metrics.jsonl hold each stage's time",
+                        kv(c, "dag.enable_perf", kb[0]));
+    const struct {
+        const df_config_strs *l;
+        const char *key;
+    } parts[] = {{&t->actor_rollout_ref.actor.checkpoint.save_contents, ARR "actor.checkpoint.save_contents"},
+                 {&t->actor_rollout_ref.actor.checkpoint.load_contents, ARR "actor.checkpoint.load_contents"},
+                 {&t->critic.checkpoint.save_contents, "critic.checkpoint.save_contents"},
+                 {&t->critic.checkpoint.load_contents, "critic.checkpoint.load_contents"}};
+    for (size_t i = 0; i < sizeof parts / sizeof *parts; i++)
+        if (!has_item(parts[i].l, "model") || !has_item(parts[i].l, "optimizer") || !has_item(parts[i].l, "extra"))
+            return df_error(DF_EUNSUPPORTED, "%s (%s): a distflow checkpoint always holds model, "
+                            "optimizer and extra (and the Hugging Face weights); the list must name "
+                            "all three (docs/checkpoints.md)", parts[i].key,
+                            df_config_where(c, parts[i].key));
+    return DF_OK;
+}
+
 /* verl's check_mutually_exclusive, adapted: distflow reads only the per-GPU
  * key, so the deprecated global one is refused whether or not both are set. */
 static int check_micro(const df_config *c, const char *global, df_config_opt_int g_val, const char *per_gpu,
@@ -303,6 +345,8 @@ int df_config_validate_train_ex(const df_config *c, int world_size, df_warn_fn w
         return rc;
     if (warn)
         warn_suspicious(c, &t, warn, user);
+    if (!rc)
+        rc = check_unhonoured(c, &t);
     if (!rc)
         rc = check_batches(c, &t, world_size);
     if (!rc)

@@ -166,8 +166,9 @@ int df_dag_worker_fit(df_dag_worker *w)
         rc = train_step(w);
         if (!rc && test_freq > 0 && (last || w->step % test_freq == 0))
             rc = validate(w, w->metrics);
-        if (!rc && save_freq > 0 && (last || w->step % save_freq == 0))
-            rc = df_worker_checkpoint_save(w);
+        if (!rc && save_freq > 0 && (last || w->step % save_freq == 0) &&
+            !(rc = df_worker_checkpoint_save(w)))
+            rc = df_worker_checkpoint_prune(w);
         if (!rc && w->console && w->rank == 0)
             console_line(w, w->metrics);
         if (!rc)
