@@ -81,8 +81,8 @@ static void test_grpo_steps(void **state)
     make_inputs();
     char yaml[2048];
     snprintf(yaml, sizeof yaml,
-             "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 8,\n"
-             "       max_prompt_length: 128, max_response_length: 12}\n"
+             "data: {train_files: [%s/train.jsonl], val_files: [%s/train.jsonl], train_batch_size: 8,\n"
+             "       max_prompt_length: 128, max_response_length: 12, val_max_samples: 8}\n"
              "actor_rollout_ref:\n"
              "  model: {path: %s/model}\n"
              "  actor: {optim: {lr: 0.01, weight_decay: 0.0}, ppo_mini_batch_size: 4,\n"
@@ -91,9 +91,30 @@ static void test_grpo_steps(void **state)
              "  ref: {log_prob_micro_batch_size_per_gpu: 16}\n"
              "algorithm: {adv_estimator: grpo}\n"
              "trainer: {total_training_steps: 3, save_freq: 1, max_actor_ckpt_to_keep: 2, logger: [],\n"
-             "          default_local_dir: %s/out}\n",
-             tmp, tmp, tmp);
+             "          val_before_train: false, test_freq: 3, log_val_generations: 2,\n"
+             "          validation_data_dir: %s/val, default_local_dir: %s/out}\n",
+             tmp, tmp, tmp, tmp, tmp);
     df_test_fit(yaml, "e2e.yaml");
+
+    /* the validation of step 3 dumped in verl's keys (trainer.validation_data_dir): one line per
+       response of the 8 validation prompts */
+    char *vpath = df_path_join(tmp, "val/3.jsonl"), *vtext = NULL;
+    assert_int_equal(df_read_file(vpath, &vtext, NULL), DF_OK);
+    int n_lines = 0;
+    for (char *line = vtext, *end; *line; line = end + 1, n_lines++) {
+        end = strchr(line, '\n');
+        assert_non_null(end);
+        json_t *row = json_loadb(line, (size_t)(end - line), 0, NULL);
+        assert_non_null(row);
+        assert_true(strlen(json_string_value(json_object_get(row, "input"))) > 0);
+        assert_non_null(json_string_value(json_object_get(row, "output")));
+        assert_non_null(json_string_value(json_object_get(row, "gts")));
+        assert_true(json_is_number(json_object_get(row, "score")));
+        assert_int_equal(json_integer_value(json_object_get(row, "step")), 3);
+        json_decref(row);
+    }
+    assert_int_equal(n_lines, 8);
+    free(vpath), free(vtext);
 
     /* saved every step, the newest two kept (trainer.max_actor_ckpt_to_keep) */
     char *ck[3];

@@ -1,5 +1,6 @@
 /* distflow eval */
 #include "cli/cli.h"
+#include "util/fsutil.h"
 
 #include "distflow/dataset.h"
 #include "engine/hf_dir.h"
@@ -36,7 +37,7 @@ int df_cmd_eval(int argc, char **argv)
         {"max-num-seqs", DF_OPT_INT, &max_seqs, "sequences decoded together (default 512)", false},
         {"limit", DF_OPT_INT, &limit, "evaluate only the first N prompts", false},
         {"seed", DF_OPT_INT, &seed, "sampling seed (default 0)", false},
-        {"output", DF_OPT_STR, &output, "write each response as a JSON line here", false},
+        {"output", DF_OPT_STR, &output, "write each response as a JSON line here (input, output, gts, score, acc, index, data_source), when the run succeeds", false},
         {0}};
     char *pos[1];
     int n_pos, code;
@@ -66,8 +67,11 @@ int df_cmd_eval(int argc, char **argv)
                 (long long)dropped, (long long)max_prompt);
     if (!rc)
         rc = df_rollout_engine_create(&m->cfg, max_seqs, max_prompt + max_resp, &e);
-    if (!rc && output && !(dump = fopen(output, "w")))
-        rc = df_error(DF_EIO, "cannot open %s for writing", output);
+    /* the responses are collected, then written atomically: a failed run leaves no half file */
+    char *dump_buf = NULL;
+    size_t dump_len = 0;
+    if (!rc && output && !(dump = open_memstream(&dump_buf, &dump_len)))
+        rc = df_error(DF_ENOMEM, "out of memory collecting the responses for %s", output);
     df_eval_opts o = {.n = n, .seed = (uint64_t)seed, .batch_prompts = batch, .label = "eval", .dump = dump};
     df_sampling_params_defaults(&o.sp);
     o.sp.greedy = temperature <= 0;
@@ -86,6 +90,9 @@ int df_cmd_eval(int argc, char **argv)
     }
     if (dump)
         fclose(dump);
+    if (!rc && dump && (rc = df_write_file_atomic(output, dump_buf, dump_len)))
+        rc = df_error_wrap(rc, "--output");
+    free(dump_buf);
     df_rollout_engine_free(e);
     df_prompt_cache_free(&pc);
     df_dataset_free(ds);

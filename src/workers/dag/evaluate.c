@@ -5,6 +5,7 @@
 #include "workers/common/data_metrics.h"
 #include "workers/dag/metrics_reduce.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,29 +67,37 @@ static double row_reward(const df_batch *b, int64_t i)
     return t && len > 0 ? df_row_sum_f32(t, len) : df_batch_f32(b, "score")[i];
 }
 
-static int dump_rows(FILE *f, const df_tokenizer *tok, const df_dataset *ds, const df_batch *b)
+/* One JSON line per response (df_eval_opts.dump). */
+static int dump_rows(FILE *f, const df_tokenizer *tok, const df_dataset *ds, const df_batch *b,
+                     const df_eval_opts *o)
 {
     const int64_t *idx = df_batch_i64(b, "index"), *pos = df_batch_i64(b, "row");
-    const float *score = df_batch_f32(b, "score");
-    for (int64_t i = 0; i < df_batch_size(b); i++) {
-        int64_t len;
-        const int32_t *ids = df_batch_tok_i32(b, "response_ids", i, &len);
-        char *text = NULL;
-        int rc = df_tokenizer_decode(tok, ids, len, true, &text);
-        if (rc)
-            return rc;
-        json_t *row = json_pack("{s:I, s:s, s:s, s:s, s:f}", "index", (json_int_t)idx[i],
-                                "data_source", df_dataset_data_source(ds, pos[i]),
-                                "ground_truth", df_dataset_ground_truth(ds, pos[i]), "response",
-                                text, "score", (double)score[i]);
-        free(text);
-        if (!row)
-            return df_error(DF_ENOMEM, "out of memory writing generations");
-        json_dumpf(row, f, JSON_COMPACT | JSON_ENSURE_ASCII);
-        fputc('\n', f);
+    const float *score = df_batch_f32(b, "score"), *acc = df_batch_f32(b, "acc");
+    int rc = DF_OK;
+    for (int64_t i = 0; !rc && i < df_batch_size(b); i++) {
+        int64_t plen, rlen;
+        const int32_t *p = df_batch_tok_i32(b, "prompt_ids", i, &plen);
+        const int32_t *r = df_batch_tok_i32(b, "response_ids", i, &rlen);
+        char *input = NULL, *output = NULL;
+        rc = df_tokenizer_decode(tok, p, plen, false, &input);
+        if (!rc)
+            rc = df_tokenizer_decode(tok, r, rlen, true, &output);
+        json_t *row = rc ? NULL
+                         : json_pack("{s:s, s:s, s:s, s:f, s:f, s:I, s:s}", "input", input, "output",
+                                     output, "gts", df_dataset_ground_truth(ds, pos[i]), "score",
+                                     (double)score[i], "acc", (double)acc[i], "index",
+                                     (json_int_t)idx[i], "data_source",
+                                     df_dataset_data_source(ds, pos[i]));
+        if (row && o->with_step)
+            json_object_set_new(row, "step", json_integer((json_int_t)o->step));
+        if (!rc && !row)
+            rc = df_error(DF_ENOMEM, "out of memory writing generations");
+        if (!rc && (json_dumpf(row, f, JSON_COMPACT | JSON_ENSURE_ASCII) || fputc('\n', f) == EOF))
+            rc = df_error(DF_EIO, "writing the generations: %s", strerror(errno));
         json_decref(row);
+        free(input), free(output);
     }
-    return DF_OK;
+    return rc;
 }
 
 int df_evaluate(df_rollout_engine *e, const df_model *m, const df_tokenizer *tok,
@@ -114,7 +123,7 @@ int df_evaluate(df_rollout_engine *e, const df_model *m, const df_tokenizer *tok
         if (!rc)
             rc = df_score_batch(tok, rcfg, b, NULL);
         if (!rc && o->dump)
-            rc = dump_rows(o->dump, tok, ds, b);
+            rc = dump_rows(o->dump, tok, ds, b, o);
         for (int64_t i = 0; !rc && i < df_batch_size(b); i++) {
             double sc = row_reward(b, i), ac = df_batch_f32(b, "acc")[i];
             int64_t len;

@@ -19,7 +19,11 @@ typedef struct df_eval_opts {
     uint64_t seed;
     int64_t batch_prompts; /* prompts per generation call; <= 0: all at once */
     const char *label;     /* progress-bar label; NULL: none */
-    FILE *dump;            /* when non-NULL, one JSON line per response is written here */
+    FILE *dump;            /* when non-NULL, one JSON line per response is written here: verl's
+                              _dump_generations keys input, output, gts, score (+ step), and
+                              index, data_source, acc */
+    bool with_step;        /* the dump's lines carry "step": step */
+    int64_t step;
     df_comm *comm;         /* ranks evaluating disjoint shards: results are their totals; NULL: this rank's */
     bool replica;          /* this rank repeats another rank's shard: it adds nothing to the totals */
 } df_eval_opts;

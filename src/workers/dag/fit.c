@@ -5,6 +5,7 @@
 #include "workers/common/data_metrics.h"
 #include "workers/dag/checkpoint.h"
 #include "workers/dag/evaluate.h"
+#include "workers/dag/val_generations.h"
 #include "workers/dag/metrics_reduce.h"
 
 #include <math.h>
@@ -68,8 +69,13 @@ static int validate(df_dag_worker *w, df_metrics *m)
                       .batch_prompts = vbs, .label = w->console && w->rank == 0 ? "validate" : NULL,
                       .comm = w->group, .replica = w->data_layout.mp_rank != 0};
     df_eval_result res;
-    int rc = df_evaluate(w->rollout.engine, df_actor_model(w->actor.model), w->tok, &w->reward.cfg, w->val_ds,
+    df_val_generations gen;
+    int rc = df_val_generations_begin(w, &gen);
+    o.dump = gen.f, o.with_step = true, o.step = w->step;
+    if (!rc)
+        rc = df_evaluate(w->rollout.engine, df_actor_model(w->actor.model), w->tok, &w->reward.cfg, w->val_ds,
                          &w->val_prompts, &o, m, &res);
+    rc = df_val_generations_end(w, &gen, rc);
     if (rc)
         return df_error_wrap(rc, "validation");
     df_metrics_set(m, "timing_s/testing", df_now() - t0);
