@@ -103,23 +103,7 @@ static void run_model(const df_model *m, df_acts *a, const df_seq_batch *b, floa
 static double worst_grad_error(const df_model *m, const float *grads, float scale,
                                const char **worst_name)
 {
-    double worst = 0;
-    for (int i = 0; i < m->n_tensors; i++) {
-        const df_param_desc *t = &m->tensors[i];
-        char name[128];
-        snprintf(name, sizeof name, "grad.%s", t->name);
-        float *want = df_golden_read_vec(G.gb.exp, name, NULL);
-        for (int64_t j = 0; j < t->numel; j++)
-            want[j] *= scale;
-        double e = df_golden_rel_err(grads + t->offset, want, t->numel);
-        if (e > worst) {
-            worst = e;
-            if (worst_name)
-                *worst_name = t->name;
-        }
-        free(want);
-    }
-    return worst;
+    return df_golden_worst_grad(m, G.gb.exp, grads, scale, worst_name);
 }
 
 static void test_golden_forward_cuda(void **state)
@@ -279,18 +263,8 @@ static void test_golden_value_head_cuda(void **state)
     DFCT_OK(df_model_backward_values(m, a, &g.b, c, d_g));
     DFCT_OK(df_cuda_download(dfct_cu, grads, d_g, (size_t)m->n_params * sizeof(float)));
     float *want = df_golden_read_vec(g.exp, "values", NULL);
-    double fe = df_golden_rel_err(v, want, g.n_out), worst = 0;
     const char *wn = "";
-    for (int i = 0; i < m->n_tensors; i++) {
-        const df_param_desc *t = &m->tensors[i];
-        char name[128];
-        snprintf(name, sizeof name, "grad.%s", t->name);
-        float *gw = df_golden_read_vec(g.exp, name, NULL);
-        double e = df_golden_rel_err(grads + t->offset, gw, t->numel);
-        if (!(e <= worst))
-            worst = e, wn = t->name;
-        free(gw);
-    }
+    double fe = df_golden_rel_err(v, want, g.n_out), worst = df_golden_worst_grad(m, g.exp, grads, 1.0f, &wn);
     print_message("values rel err %.2e (bound %.2e), worst gradient %.2e (%s, bound %.2e)\n", fe,
                   ftol, worst, wn, gtol);
     assert_true(fe <= ftol);

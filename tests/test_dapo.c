@@ -236,13 +236,7 @@ static int setup(void **state)
     (void)state;
     if (df_comm_world(&world) || df_reward_register("test/digits", df_test_digit_share))
         return -1;
-    if (df_comm_rank(world) == 0) {
-        snprintf(dir, sizeof dir, "/tmp/df_dapo_XXXXXX");
-        if (!mkdtemp(dir))
-            return -1;
-        df_test_digits_inputs(dir, "train.jsonl", 64, "test/digits", true);
-    }
-    return df_comm_broadcast(world, dir, sizeof dir, 0);
+    return df_test_shared_inputs(world, "df_dapo", 64, "test/digits", dir, sizeof dir);
 }
 
 static int teardown(void **state)

@@ -396,13 +396,7 @@ static int setup(void **state)
     R = df_comm_rank(world);
     if (!df_test_size_ok(df_comm_size(world)))
         return -1;
-    if (R == 0) {
-        snprintf(dir, sizeof dir, "/tmp/df_ppo_XXXXXX");
-        if (!mkdtemp(dir))
-            return -1;
-        df_test_digits_inputs(dir, "train.jsonl", 32, "test/digits", true);
-    }
-    if (df_comm_broadcast(world, dir, sizeof dir, 0))
+    if (df_test_shared_inputs(world, "df_ppo", 32, "test/digits", dir, sizeof dir))
         return -1;
     df_comm *self = NULL;
     if (df_comm_split(world, R, 0, &self))

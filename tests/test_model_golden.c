@@ -141,23 +141,7 @@ static float *golden_grads(const df_model *m, const golden *g, int passes)
 static double worst_grad_error(const df_model *m, const golden *g, const float *grads,
                                float scale, const char **worst_name)
 {
-    double worst = 0;
-    for (int i = 0; i < m->n_tensors; i++) {
-        const df_param_desc *t = &m->tensors[i];
-        char name[128];
-        snprintf(name, sizeof name, "grad.%s", t->name);
-        float *want = df_golden_read_vec(g->gb.exp, name, NULL);
-        for (int64_t j = 0; j < t->numel; j++)
-            want[j] *= scale;
-        double e = df_golden_rel_err(grads + t->offset, want, t->numel);
-        if (e > worst) {
-            worst = e;
-            if (worst_name)
-                *worst_name = t->name;
-        }
-        free(want);
-    }
-    return worst;
+    return df_golden_worst_grad(m, g->gb.exp, grads, scale, worst_name);
 }
 
 static void test_golden_backward(void **state)

@@ -305,13 +305,7 @@ static int setup(void **state)
     size = df_comm_size(world);
     if (!df_test_size_ok(size) || size > MAX_RANKS)
         return -1;
-    if (rank == 0) {
-        snprintf(dir, sizeof dir, "/tmp/df_remax_XXXXXX");
-        if (!mkdtemp(dir))
-            return -1;
-        df_test_digits_inputs(dir, "train.jsonl", 64, "test/length", true);
-    }
-    return df_comm_broadcast(world, dir, sizeof dir, 0);
+    return df_test_shared_inputs(world, "df_remax", 64, "test/length", dir, sizeof dir);
 }
 
 static int teardown(void **state)

@@ -13,6 +13,7 @@
 #include "tolerance.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -103,6 +104,33 @@ static inline int64_t df_golden_max_len(const df_golden_batch *g)
     for (int64_t s = 0; s < g->n_seqs; s++)
         L = g->offsets[s + 1] - g->offsets[s] > L ? g->offsets[s + 1] - g->offsets[s] : L;
     return L;
+}
+
+/**
+ * The largest df_golden_rel_err of grads ([n_params], m's layout) against the fixture's
+ * "grad.<tensor>" times `scale`, over every tensor of m; its tensor's name into *worst_name
+ * (may be NULL). A NaN counts as the largest.
+ */
+static inline double df_golden_worst_grad(const df_model *m, df_st_file *f, const float *grads,
+                                          float scale, const char **worst_name)
+{
+    double worst = 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const df_param_desc *t = &m->tensors[i];
+        char name[128];
+        snprintf(name, sizeof name, "grad.%s", t->name);
+        float *want = df_golden_read_vec(f, name, NULL);
+        for (int64_t j = 0; j < t->numel; j++)
+            want[j] *= scale;
+        double e = df_golden_rel_err(grads + t->offset, want, t->numel);
+        if (!(e <= worst)) {
+            worst = e;
+            if (worst_name)
+                *worst_name = t->name;
+        }
+        free(want);
+    }
+    return worst;
 }
 
 /**

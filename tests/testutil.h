@@ -268,6 +268,23 @@ static inline void df_test_digits_inputs(const char *dir, const char *name, int 
 }
 
 /**
+ * A directory every rank of `world` shares: rank 0 makes "/tmp/<prefix>_XXXXXX" with `rows` digit
+ * prompts of `source` in train.jsonl and the tiny model (df_test_digits_inputs), then its name is
+ * broadcast into dir[cap] (cap bytes, the same on every rank). 0, or -1 when a step fails.
+ */
+static inline int df_test_shared_inputs(df_comm *world, const char *prefix, int rows, const char *source,
+                                        char *dir, size_t cap)
+{
+    if (df_comm_rank(world) == 0) {
+        snprintf(dir, cap, "/tmp/%s_XXXXXX", prefix);
+        if (!mkdtemp(dir))
+            return -1;
+        df_test_digits_inputs(dir, "train.jsonl", rows, source, true);
+    }
+    return df_comm_broadcast(world, dir, cap, 0) ? -1 : 0;
+}
+
+/**
  * The lines of dir/out/metrics.jsonl as a JSON array (caller frees); each line
  * must parse and, when `numbered`, line i must have "step" i + 1.
  */
