@@ -19,6 +19,7 @@
  * score, index. Each rank holds samples / P rows.
  *
  * Usage: mpiexec -np P bench_redistribute [--sizes 64,256,1024,4096] [--reps 5] [--plan]
+ *        [--collective-timeout S]  (S > 0: the non-blocking collectives trainer.collective_timeout_s uses)
  * (--plan: also time df_redistribution_plan alone for up to 2^20 samples onto
  * 1024 destinations, the part every rank repeats in the distributed scheme)
  * Times are the slowest rank's (the step ends when it does), median of reps.
@@ -40,6 +41,7 @@ typedef struct cfg {
     int64_t sizes[MAX_SIZES];
     int n_sizes, reps;
     bool plan; /* also time the plan alone at 1024 destinations */
+    double timeout; /* df_comm_set_timeout (trainer.collective_timeout_s); 0: blocking collectives */
 } cfg;
 
 static df_comm *W;
@@ -53,10 +55,12 @@ static uint64_t lcg(uint64_t *s)
 
 static int parse(int argc, char **argv, cfg *c)
 {
-    *c = (cfg){{64, 256, 1024, 4096}, 4, 5, false};
+    *c = (cfg){{64, 256, 1024, 4096}, 4, 5, false, 0};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--plan")) {
             c->plan = true;
+        } else if (!strcmp(argv[i], "--collective-timeout") && i + 1 < argc) {
+            c->timeout = atof(argv[++i]);
         } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
             c->reps = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--sizes") && i + 1 < argc) {
@@ -64,7 +68,8 @@ static int parse(int argc, char **argv, cfg *c)
             for (char *p = argv[++i]; *p && c->n_sizes < MAX_SIZES; p += *p == ',')
                 c->sizes[c->n_sizes++] = strtoll(p, &p, 10);
         } else {
-            fprintf(stderr, "usage: bench_redistribute [--sizes 64,256,...] [--reps N] [--plan]\n");
+            fprintf(stderr, "usage: bench_redistribute [--sizes 64,256,...] [--reps N] [--plan] "
+                            "[--collective-timeout S]\n");
             return 1;
         }
     }
@@ -378,6 +383,9 @@ int main(int argc, char **argv)
     }
     R = df_comm_rank(W);
     P = df_comm_size(W);
+    df_comm_set_timeout(W, c.timeout);
+    if (R == 0)
+        printf("collective_timeout_s: %g\n", c.timeout);
     df_data_buffers *db = NULL;
     int rc = df_data_buffers_create(W, &db);
     if (R == 0) {

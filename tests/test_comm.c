@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -309,6 +310,42 @@ static void test_from_ranks(void **state)
     assert_int_equal(df_comm_from_ranks(W, ranks, 0, &g), DF_EINVAL);
 }
 
+/* trainer.collective_timeout_s: with every rank there a collective completes as usual; the last
+ * rank 2 s late makes the others give up after 0.3 s, naming the collective; the group then refuses
+ * collectives until settled (the late rank's arrival completes the abandoned one), and groups made
+ * from it inherit the timeout. */
+static void test_timeout(void **state)
+{
+    (void)state;
+    df_comm *g = NULL, *child = NULL;
+    assert_int_equal(df_comm_split(W, 0, R, &g), 0);
+    df_comm_set_timeout(g, 0.3);
+    assert_int_equal(df_comm_split(g, 0, R, &child), 0);
+    assert_true(child->timeout_s == 0.3);
+    df_comm_free(child);
+    double v = 1;
+    assert_int_equal(df_comm_allreduce(g, &v, 1, DF_COMM_FLOAT64, DF_COMM_SUM), 0);
+    assert_true(v == N);
+    if (N > 1) {
+        if (R == N - 1) {
+            struct timespec late = {2, 0};
+            nanosleep(&late, NULL);
+            assert_int_equal(df_comm_barrier(g), 0);
+        } else {
+            assert_error_mentions(df_comm_barrier(g), DF_EINTERNAL, "barrier");
+            assert_last_error_mentions("(trainer.collective_timeout_s): a rank of this group");
+            assert_error_mentions(df_comm_allreduce(g, &v, 1, DF_COMM_FLOAT64, DF_COMM_SUM), DF_EINTERNAL,
+                                  "timed out and was abandoned");
+            assert_int_equal(df_comm_settle(g), 0);
+        }
+        v = 1;
+        assert_int_equal(df_comm_allreduce(g, &v, 1, DF_COMM_FLOAT64, DF_COMM_SUM), 0);
+        assert_true(v == N);
+    }
+    assert_int_equal(df_comm_settle(g), 0); /* nothing abandoned: at once */
+    df_comm_free(g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -317,7 +354,7 @@ int main(void)
         cmocka_unit_test(test_allgather),       cmocka_unit_test(test_chunked),
         cmocka_unit_test(test_allgatherv),      cmocka_unit_test(test_allgatherv_overflow),
         cmocka_unit_test(test_alltoallv),       cmocka_unit_test(test_split),
-        cmocka_unit_test(test_from_ranks),
+        cmocka_unit_test(test_from_ranks),      cmocka_unit_test(test_timeout),
     };
     return cmocka_run_group_tests(tests, df_test_world_setup, df_test_world_teardown);
 }

@@ -301,6 +301,8 @@ static void test_unhonoured_settings(void **state)
     expect("logger 'tensorboard' is not available in distflow");
     assert_int_equal(VALIDATE(1, "trainer.logger=[file, console]"), DF_OK);
     assert_int_equal(VALIDATE(1, "trainer.logger=[]"), DF_OK);
+    assert_int_equal(VALIDATE(1, "trainer.rollout_data_dir=/tmp/rollouts"), DF_EUNSUPPORTED);
+    expect("trainer.rollout_data_dir='/tmp/rollouts' (command line): dumping each step's rollouts is not implemented");
     assert_int_equal(VALIDATE(1, "dag.enable_perf=true"), DF_EUNSUPPORTED);
     expect("dag.enable_perf=true (command line): the per-rank timing table is not implemented");
     assert_int_equal(VALIDATE(1, ACTOR "checkpoint.save_contents=[model]"), DF_EUNSUPPORTED);

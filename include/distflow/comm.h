@@ -117,6 +117,21 @@ DF_API df_comm_backend df_comm_backend_of(const df_comm *c);
 DF_API int df_comm_barrier(df_comm *c);
 
 /**
+ * Collectives on c, and on communicators split or made from it afterwards, give up after
+ * `seconds` (> 0; <= 0: wait forever, the default) with DF_EINTERNAL naming the collective, this
+ * rank and the group's size: a rank that stopped or hangs no longer leaves its peers waiting
+ * forever (trainer.collective_timeout_s). The abandoned collective leaves c unusable (its next
+ * collectives fail at once) until df_comm_settle. MPI only: one process never waits. Group
+ * creation (split, from_ranks) stays blocking.
+ */
+DF_API void df_comm_set_timeout(df_comm *c, double seconds);
+/**
+ * Wait, without a deadline, for the collective a timeout abandoned on c, and make c usable again
+ * (for a caller that knows the late ranks will come). DF_OK at once when nothing was abandoned.
+ */
+DF_API int df_comm_settle(df_comm *c);
+
+/**
  * Broadcast `nbytes` bytes of `buf` from rank `root` to every rank of `c`
  * (MPI_Bcast). On the root `buf` is the input, elsewhere the output; every
  * rank passes the same nbytes (>= 0; chunked above INT_MAX).

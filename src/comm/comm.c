@@ -181,6 +181,19 @@ df_comm_backend df_comm_backend_of(const df_comm *c)
     return c->backend;
 }
 
+void df_comm_set_timeout(df_comm *c, double seconds)
+{
+    if (c)
+        c->timeout_s = seconds > 0 ? seconds : 0;
+}
+
+int df_comm_settle(df_comm *c)
+{
+    if (!c)
+        return df_comm_fail(NULL, DF_EINVAL, "settle", "communicator is NULL");
+    return c->timed_out && c->ops->settle ? c->ops->settle(c) : DF_OK;
+}
+
 int df_comm_barrier(df_comm *c)
 {
     if (!c)
@@ -450,7 +463,10 @@ int df_comm_split(df_comm *parent, int color, int key, df_comm **child)
     *child = NULL;
     if (color < 0 && color != DF_COMM_UNDEFINED)
         return df_comm_fail(parent, DF_EINVAL, "split", "color %d: must be >= 0 or DF_COMM_UNDEFINED", color);
-    return parent->ops->split(parent, color, key, child);
+    int rc = parent->ops->split(parent, color, key, child);
+    if (!rc && *child) /* a child keeps its parent's patience */
+        (*child)->timeout_s = parent->timeout_s;
+    return rc;
 }
 
 int df_comm_from_ranks(df_comm *parent, const int *ranks, int n, df_comm **child)
@@ -475,7 +491,10 @@ int df_comm_from_ranks(df_comm *parent, const int *ranks, int n, df_comm **child
     }
     if (!member)
         return 0;
-    return parent->ops->from_ranks(parent, ranks, n, child);
+    int rc = parent->ops->from_ranks(parent, ranks, n, child);
+    if (!rc && *child)
+        (*child)->timeout_s = parent->timeout_s;
+    return rc;
 }
 
 void df_comm_free(df_comm *c)

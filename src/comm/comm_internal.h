@@ -24,6 +24,8 @@ typedef struct df_comm_ops {
     int (*split)(df_comm *c, int color, int key, df_comm **child);
     /* called only by members; ranks validated */
     int (*from_ranks)(df_comm *c, const int *ranks, int n, df_comm **child);
+    /* finish a collective a timeout abandoned (NULL: the backend never times out) */
+    int (*settle)(df_comm *c);
     void (*free_impl)(df_comm *c);
 } df_comm_ops;
 
@@ -34,6 +36,8 @@ struct df_comm {
     df_comm_backend backend;
     int is_world;
     int64_t max_chunk; /* broadcast / allreduce chunk, elements; INT_MAX (tests lower it) */
+    double timeout_s;  /* collectives give up after this long (df_comm_set_timeout); <= 0: never */
+    int timed_out;     /* a collective was abandoned: the next ones fail until df_comm_settle */
 };
 
 /* Sets the error "comm <what> (rank r of n): <message>" and returns code. */

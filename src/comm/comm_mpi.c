@@ -10,8 +10,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 
-#define MCOMM(c) (*(MPI_Comm *)(c)->impl)
+/* A df_comm's MPI state: its communicator and the collective a timeout abandoned (df_comm_settle). */
+typedef struct mpi_impl {
+    MPI_Comm comm;
+    MPI_Request pending;
+} mpi_impl;
+
+#define MCOMM(c) (((mpi_impl *)(c)->impl)->comm)
+#define PENDING(c) (((mpi_impl *)(c)->impl)->pending)
 
 static int mpi_fail(df_comm *c, const char *what, const char *call, int err)
 {
@@ -50,43 +58,93 @@ static MPI_Op mpi_op(df_comm_op op)
     return MPI_OP_NULL;
 }
 
+/* Complete a started collective, polling MPI_Test (which also drives the transfer, as MPI_Wait's
+ * own loop does) until c->timeout_s, then abandoning it (c is unusable until df_comm_settle: MPI
+ * orders a communicator's collectives). Past the first millisecond the poll yields the core
+ * between tests: a spinning rank would slow the ranks it waits for. */
+static int wait_req(df_comm *c, const char *what, MPI_Request *req)
+{
+    const double t0 = MPI_Wtime();
+    for (;;) {
+        int done = 0;
+        MPI_TRY(c, what, MPI_Test(req, &done, MPI_STATUS_IGNORE));
+        if (done)
+            return 0;
+        double waited = MPI_Wtime() - t0;
+        if (waited > c->timeout_s) {
+            PENDING(c) = *req;
+            c->timed_out = 1;
+            return df_comm_fail(c, DF_EINTERNAL, what,
+                                "no reply after %.1f s (trainer.collective_timeout_s): a rank of "
+                                "this group of %d stopped, hangs or is far behind; its own output "
+                                "says why", waited, c->size);
+        }
+        if (waited > 1e-3)
+            sched_yield();
+    }
+}
+
+/* A collective: the blocking `call` without a timeout (MPI's tuned algorithms); with one, the
+ * non-blocking `icall` (which fills req_) and wait_req. */
+#define MPI_COLL(c, what, call, icall)                                                                       \
+    do {                                                                                                     \
+        if ((c)->timed_out)                                                                                  \
+            return df_comm_fail((c), DF_EINTERNAL, (what), "an earlier collective of this group timed "      \
+                                "out and was abandoned");                                                    \
+        if ((c)->timeout_s <= 0) {                                                                           \
+            MPI_TRY((c), (what), call);                                                                      \
+            return 0;                                                                                        \
+        }                                                                                                    \
+        MPI_Request req_ = MPI_REQUEST_NULL;                                                                 \
+        MPI_TRY((c), (what), icall);                                                                         \
+        return wait_req((c), (what), &req_);                                                                 \
+    } while (0)
+
 static int m_barrier(df_comm *c)
 {
-    MPI_TRY(c, "barrier", MPI_Barrier(MCOMM(c)));
-    return 0;
+    MPI_COLL(c, "barrier", MPI_Barrier(MCOMM(c)), MPI_Ibarrier(MCOMM(c), &req_));
 }
 
 static int m_bcast(df_comm *c, void *buf, int nbytes, int root)
 {
-    MPI_TRY(c, "broadcast", MPI_Bcast(buf, nbytes, MPI_BYTE, root, MCOMM(c)));
-    return 0;
+    MPI_COLL(c, "broadcast", MPI_Bcast(buf, nbytes, MPI_BYTE, root, MCOMM(c)),
+             MPI_Ibcast(buf, nbytes, MPI_BYTE, root, MCOMM(c), &req_));
 }
 
 static int m_allreduce(df_comm *c, void *buf, int count, df_comm_dtype dt, df_comm_op op)
 {
-    MPI_TRY(c, "allreduce", MPI_Allreduce(MPI_IN_PLACE, buf, count, mpi_dtype(dt), mpi_op(op), MCOMM(c)));
-    return 0;
+    MPI_COLL(c, "allreduce", MPI_Allreduce(MPI_IN_PLACE, buf, count, mpi_dtype(dt), mpi_op(op), MCOMM(c)),
+             MPI_Iallreduce(MPI_IN_PLACE, buf, count, mpi_dtype(dt), mpi_op(op), MCOMM(c), &req_));
 }
 
 static int m_allgather(df_comm *c, const void *send, int nbytes, void *recv)
 {
-    MPI_TRY(c, "allgather", MPI_Allgather(send, nbytes, MPI_BYTE, recv, nbytes, MPI_BYTE, MCOMM(c)));
-    return 0;
+    MPI_COLL(c, "allgather", MPI_Allgather(send, nbytes, MPI_BYTE, recv, nbytes, MPI_BYTE, MCOMM(c)),
+             MPI_Iallgather(send, nbytes, MPI_BYTE, recv, nbytes, MPI_BYTE, MCOMM(c), &req_));
 }
 
 static int m_allgatherv(df_comm *c, const void *send, int nbytes, void *recv, const int *counts,
                         const int *displs)
 {
-    MPI_TRY(c, "allgatherv",
-            MPI_Allgatherv(send, nbytes, MPI_BYTE, recv, counts, displs, MPI_BYTE, MCOMM(c)));
-    return 0;
+    MPI_COLL(c, "allgatherv",
+             MPI_Allgatherv(send, nbytes, MPI_BYTE, recv, counts, displs, MPI_BYTE, MCOMM(c)),
+             MPI_Iallgatherv(send, nbytes, MPI_BYTE, recv, counts, displs, MPI_BYTE, MCOMM(c), &req_));
 }
 
 static int m_alltoallv(df_comm *c, const void *send, const int *scounts, const int *sdispls, void *recv,
                        const int *rcounts, const int *rdispls)
 {
-    MPI_TRY(c, "alltoallv",
-            MPI_Alltoallv(send, scounts, sdispls, MPI_BYTE, recv, rcounts, rdispls, MPI_BYTE, MCOMM(c)));
+    MPI_COLL(c, "alltoallv",
+             MPI_Alltoallv(send, scounts, sdispls, MPI_BYTE, recv, rcounts, rdispls, MPI_BYTE, MCOMM(c)),
+             MPI_Ialltoallv(send, scounts, sdispls, MPI_BYTE, recv, rcounts, rdispls, MPI_BYTE, MCOMM(c),
+                            &req_));
+}
+
+static int m_settle(df_comm *c)
+{
+    if (PENDING(c) != MPI_REQUEST_NULL)
+        MPI_TRY(c, "settle", MPI_Wait(&PENDING(c), MPI_STATUS_IGNORE));
+    c->timed_out = 0;
     return 0;
 }
 
@@ -95,10 +153,10 @@ static int wrap(df_comm *parent, const char *what, MPI_Comm mc, df_comm **child)
 {
     if (mc == MPI_COMM_NULL)
         return 0;
-    MPI_Comm *h = malloc(sizeof *h);
+    mpi_impl *h = malloc(sizeof *h);
     int rank = 0, size = 0;
     if (h) {
-        *h = mc;
+        *h = (mpi_impl){mc, MPI_REQUEST_NULL};
         MPI_Comm_set_errhandler(mc, MPI_ERRORS_RETURN);
         MPI_Comm_rank(mc, &rank);
         MPI_Comm_size(mc, &size);
@@ -140,13 +198,13 @@ static int m_from_ranks(df_comm *c, const int *ranks, int n, df_comm **child)
 
 static void m_free(df_comm *c)
 {
-    MPI_Comm *h = c->impl;
+    mpi_impl *h = c->impl;
     if (!h)
         return;
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized && *h != MPI_COMM_NULL && *h != MPI_COMM_WORLD)
-        MPI_Comm_free(h);
+    if (!finalized && h->comm != MPI_COMM_NULL && h->comm != MPI_COMM_WORLD)
+        MPI_Comm_free(&h->comm);
     free(h);
     c->impl = NULL;
 }
@@ -160,6 +218,7 @@ const df_comm_ops df_comm_mpi_ops = {
     .alltoallv = m_alltoallv,
     .split = m_split,
     .from_ranks = m_from_ranks,
+    .settle = m_settle,
     .free_impl = m_free,
 };
 
@@ -199,22 +258,23 @@ int df_comm_mpi_world(df_comm *world, int *owned)
     }
     /* Our own duplicate of MPI_COMM_WORLD: its error handler is ours to set and
      * our collectives cannot match an embedding program's messages. */
-    MPI_Comm *h = malloc(sizeof *h);
+    mpi_impl *h = malloc(sizeof *h);
     if (!h)
         return df_comm_fail(NULL, DF_ENOMEM, "world", "out of memory");
+    h->pending = MPI_REQUEST_NULL;
     if (*owned)
         MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    int err = MPI_Comm_dup(MPI_COMM_WORLD, h);
+    int err = MPI_Comm_dup(MPI_COMM_WORLD, &h->comm);
     if (err != MPI_SUCCESS) {
         free(h);
         return mpi_fail(NULL, "world", "MPI_Comm_dup", err);
     }
-    MPI_Comm_set_errhandler(*h, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(h->comm, MPI_ERRORS_RETURN);
     world->ops = &df_comm_mpi_ops;
     world->backend = DF_COMM_MPI;
     world->impl = h;
-    MPI_Comm_rank(*h, &world->rank);
-    MPI_Comm_size(*h, &world->size);
+    MPI_Comm_rank(h->comm, &world->rank);
+    MPI_Comm_size(h->comm, &world->size);
     return 0;
 }
 

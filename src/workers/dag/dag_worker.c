@@ -187,6 +187,8 @@ int df_dag_worker_create(const df_config *cfg, df_comm *comm, df_dag_worker **ou
     w->world = df_comm_size(comm);
     rc = df_worker_settings_init(&w->global, cfg); /* the typed config every part of the worker reads */
     const df_train_config *t = &w->global.cfg;
+    if (!rc) /* before any group is made from it: they inherit it */
+        df_comm_set_timeout(comm, t->trainer.collective_timeout_s);
     if (!rc) /* plan, config check and train validate alike: everything before the files */
         rc = df_train_check(cfg, w->world, df_worker_warn, w, &w->plan);
     if (!rc) /* checked from their files above; now their code */
