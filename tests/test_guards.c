@@ -64,6 +64,8 @@ static void test_first_nonfinite(void **state)
     }
     x[n - 2] = INFINITY, x[70000] = NAN; /* two: the first wins whatever thread finds the later one */
     assert_int_equal(df_first_nonfinite(x, n), 70000);
+    x[100] = -INFINITY; /* and one in the block before, which the same thread scans first */
+    assert_int_equal(df_first_nonfinite(x, n), 100);
     assert_int_equal(df_first_nonfinite(x + 1, 5), -1); /* unaligned */
     free(x);
 }
