@@ -10,7 +10,10 @@
  * epoch after the checkpoint, and the lr schedules are warmup + cosine, so the dataloader position,
  * the schedule step, the AdamW moments and the KL coefficient must all be restored. Then the
  * failures: resume_path without a checkpoint, stale temporaries from a killed save, a truncated
- * training state, a corrupt trainer_state.json, another world size.
+ * training state, a corrupt trainer_state.json, another world size. And stopping on request: a stop
+ * flag raised on rank 0 during step 1 stops every rank after it with its checkpoint, from which a
+ * resume gives the straight run's bits; `distflow train` exits 143 after SIGTERM with a checkpoint,
+ * and dies at once on a second signal.
  * mpi-test: np 2
  */
 #include <setjmp.h>
@@ -23,10 +26,13 @@
 #include "distflow/comm.h"
 #include "distflow/reward.h"
 
+#include <fcntl.h>
 #include <jansson.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 enum { K = 5, J = 2 };
@@ -126,6 +132,8 @@ static char *metrics_canon(const char *out)
     return all;
 }
 
+static void assert_same_runs(const char *algo, const char *full, const char *part);
+
 /* K steps straight, and J steps then a new worker resuming to K: the same bits. */
 static void check_resume(const char *algo)
 {
@@ -148,6 +156,12 @@ static void check_resume(const char *algo)
     assert_int_equal(df_comm_barrier(world), 0);
     if (run(world, algo, part, NULL, 0)) /* resume_mode auto: from global_step_J */
         fail_msg("%s", df_last_error());
+    assert_same_runs(algo, full, part);
+}
+
+/* The final checkpoints and the metrics of runs dir/<full> and dir/<part> are the same (rank 0). */
+static void assert_same_runs(const char *algo, const char *full, const char *part)
+{
     if (R != 0)
         return;
     char rel[128];
@@ -194,6 +208,144 @@ static void test_resume_dapo(void **state)
 {
     (void)state;
     check_resume("dapo");
+}
+
+static void write_at(const char *rel, const char *text);
+static bool exists_at(const char *rel);
+
+/* ---- stopping at a step boundary (SIGINT / SIGTERM) ---- */
+
+static volatile sig_atomic_t stop_flag;
+static bool raise_stop; /* the reward of rank 0 raises stop_flag, as a signal handler would */
+
+/* df_test_digit_share, raising the stop flag on rank 0 when asked (under mpiexec the other ranks must
+   stop at the same step all the same) */
+static int digits_or_stop(const char *data_source, const char *s, const char *gt, const char *extra, double *score)
+{
+    if (raise_stop && R == 0)
+        stop_flag = SIGTERM;
+    return df_test_digit_share(data_source, s, gt, extra, score);
+}
+
+/* A GRPO run asked to stop during step 1 checkpoints step 1 and stops; resuming gives the
+   uninterrupted run's bits. */
+static void test_stop_then_resume(void **state)
+{
+    (void)state;
+    if (!exists_at("grpo_full/global_step_5") && run(world, "grpo", "grpo_full", NULL, 0))
+        fail_msg("%s", df_last_error());
+    df_config *cfg = job("grpo", "grpo_stop", NULL, 0);
+    df_dag_worker *w = NULL;
+    stop_flag = 0;
+    raise_stop = true;
+    int rc = df_dag_worker_create(cfg, world, &w);
+    if (!rc) {
+        df_dag_worker_set_stop_flag(w, &stop_flag);
+        rc = df_dag_worker_fit(w);
+    }
+    raise_stop = false;
+    assert_error_mentions(rc, DF_ESTOPPED, "stopped on request after step 1 of 5");
+    assert_int_equal(df_dag_worker_stopped(w), SIGTERM); /* on every rank, whichever raised it */
+    df_dag_worker_free(w);
+    df_config_free(cfg);
+    assert_int_equal(df_comm_barrier(world), 0);
+    if (R == 0) {
+        size_t n;
+        char *latest = file_bytes("grpo_stop", "latest_checkpointed_iteration.txt", &n);
+        assert_string_equal(latest, "1\n");
+        free(latest);
+        assert_true(exists_at("grpo_stop/global_step_1/actor/train_state.safetensors"));
+        assert_false(exists_at("grpo_stop/global_step_2"));
+        json_t *lines = df_test_metrics(dir, "grpo_stop", true);
+        assert_int_equal(json_array_size(lines), 1);
+        json_decref(lines);
+    }
+    if (run(world, "grpo", "grpo_stop", NULL, 0))
+        fail_msg("%s", df_last_error());
+    assert_same_runs("grpo", "grpo_full", "grpo_stop");
+}
+
+/* `distflow train` in a child (SIGINT / SIGTERM as the shell gives them), stdout and stderr to
+   dir/<log>; out: trainer.default_local_dir under dir. */
+static pid_t spawn_train(const char *out, const char *log)
+{
+    char bin[512], yaml[512], steps[] = "trainer.total_training_steps=1000", save[] = "trainer.save_freq=1000",
+         logp[512], outp[600], data[600];
+    snprintf(bin, sizeof bin, "%s/distflow", DF_BINARY_DIR);
+    snprintf(yaml, sizeof yaml, "%s/cli.yaml", dir);
+    snprintf(logp, sizeof logp, "%s/%s", dir, log);
+    snprintf(outp, sizeof outp, "trainer.default_local_dir=%s/%s", dir, out);
+    snprintf(data, sizeof data, "data.train_files=[%s/cli.jsonl]", dir); /* a reward the CLI knows */
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
+            _exit(126);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        setenv("OMP_NUM_THREADS", "1", 1);
+        char *argv[] = {bin, "train", yaml, steps, save, outp, data, NULL};
+        execv(bin, argv);
+        _exit(127);
+    }
+    assert_true(pid > 0);
+    return pid;
+}
+
+/* Wait until dir/<out>/metrics.jsonl holds a whole line (step 1 is done); fails after 120 s. */
+static void wait_first_step(const char *out, pid_t pid)
+{
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s/metrics.jsonl", dir, out);
+    for (int i = 0; i < 2400; i++) {
+        char *text = NULL;
+        bool done = !df_read_file(p, &text, NULL) && strchr(text, '\n');
+        free(text);
+        if (done)
+            return;
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            fail_msg("distflow train ended (status %d) before its first step", st);
+        usleep(50000);
+    }
+    kill(pid, SIGKILL);
+    fail_msg("no step of distflow train after 120 s");
+}
+
+static void test_signals_cli(void **state)
+{
+    (void)state;
+    if (df_comm_size(world) != 1) /* the CLI as a user runs it, outside an mpiexec job */
+        return;
+    char yaml[4096];
+    job_yaml("grpo", "sig", yaml);
+    write_at("cli.yaml", yaml);
+    df_test_digits_inputs(dir, "cli.jsonl", 24, "openai/gsm8k", false);
+    /* one SIGTERM: the step running finishes, is checkpointed, exit 143 */
+    pid_t pid = spawn_train("sig", "sig.log");
+    wait_first_step("sig", pid);
+    assert_int_equal(kill(pid, SIGTERM), 0);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    char *log = file_bytes(".", "sig.log", NULL);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 143 || !strstr(log, "stopped on request after step"))
+        fail_msg("distflow train after SIGTERM: status 0x%x, output:\n%s", st, log);
+    free(log);
+    size_t n;
+    char *latest = file_bytes("sig", "latest_checkpointed_iteration.txt", &n), rel[64];
+    int step = atoi(latest);
+    free(latest);
+    snprintf(rel, sizeof rel, "sig/global_step_%d/actor/train_state.safetensors", step);
+    assert_true(step >= 1 && step < 1000 && exists_at(rel));
+    /* a second signal ends it at once, by that signal's default action (SIGINT and SIGTERM: two signals
+       of one kind could merge into one; the kernel may deliver them in either order) */
+    pid = spawn_train("sig2", "sig2.log");
+    wait_first_step("sig2", pid);
+    assert_int_equal(kill(pid, SIGINT), 0);
+    assert_int_equal(kill(pid, SIGTERM), 0);
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    if (!WIFSIGNALED(st) || (WTERMSIG(st) != SIGTERM && WTERMSIG(st) != SIGINT))
+        fail_msg("distflow train after SIGINT + SIGTERM: status 0x%x, expected killed by one of them", st);
 }
 
 /* ---- failures (rank 0 alone) ---- */
@@ -315,7 +467,7 @@ static void test_failures(void **state)
 static int setup(void **state)
 {
     (void)state;
-    if (df_comm_world(&world) || df_reward_register("test/digits", df_test_digit_share))
+    if (df_comm_world(&world) || df_reward_register("test/digits", digits_or_stop))
         return -1;
     R = df_comm_rank(world);
     if (!df_test_size_ok(df_comm_size(world)))
@@ -338,6 +490,8 @@ int main(void)
         cmocka_unit_test(test_resume_grpo),
         cmocka_unit_test(test_resume_ppo),
         cmocka_unit_test(test_resume_dapo),
+        cmocka_unit_test(test_stop_then_resume),
+        cmocka_unit_test(test_signals_cli),
         cmocka_unit_test(test_failures),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

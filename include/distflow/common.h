@@ -35,7 +35,8 @@ enum {
     DF_ENOTFOUND = 4,    /**< a named thing (file, key, column, node) does not exist */
     DF_EUNSUPPORTED = 5, /**< valid input that this build cannot handle (e.g. dtype) */
     DF_EINTERNAL = 6,    /**< a library (oneDNN, PCRE2, ...) failed unexpectedly */
-    DF_ERETRY = 7        /**< a node failed in a way that may succeed if run again */
+    DF_ERETRY = 7,       /**< a node failed in a way that may succeed if run again */
+    DF_ESTOPPED = 8      /**< stopped on request (a signal) at a step boundary; not a failure of the run */
 };
 
 /**

@@ -14,6 +14,8 @@
 #include "distflow/config.h"
 #include "distflow/scheduler.h"
 
+#include <signal.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -88,8 +90,29 @@ DF_API int df_dag_worker_create(const df_config *cfg, df_comm *comm, df_dag_work
  * trainer.save_freq steps and at the end (save_freq > 0). Each step's metrics go
  * to the console (trainer.logger has "console") and, as one JSON object per
  * line, to <default_local_dir>/metrics.jsonl.
+ * A NaN / Inf loss or gradient norm fails the step (DF_EINVAL naming the step,
+ * the role and the metric) before anything of it is saved, unless
+ * trainer.skip_nonfinite_steps; a checkpoint is never written from non-finite
+ * weights (docs/numerics.md). With a stop flag (df_dag_worker_set_stop_flag)
+ * raised on any rank, every rank stops at the same step boundary: the step
+ * finishes, is checkpointed when save_freq > 0 and logged, and fit returns
+ * DF_ESTOPPED (docs/checkpoints.md, "Stopping").
  */
 DF_API int df_dag_worker_fit(df_dag_worker *w);
+
+/**
+ * Make df_dag_worker_fit poll *flag at every step boundary (before each step and
+ * after its validation): non-zero asks for a stop, and its value (e.g. the signal
+ * number) is what df_dag_worker_stopped reports. The flag is only read, so a
+ * signal handler may set it (volatile sig_atomic_t, async-signal-safe). The
+ * ranks agree by an all-reduce (max) over the job every step, so a flag raised on
+ * one rank stops them all at the same step. Every rank calls it, or none; `flag`
+ * must outlive the worker; NULL removes it.
+ */
+DF_API void df_dag_worker_set_stop_flag(df_dag_worker *w, const volatile sig_atomic_t *flag);
+
+/** The largest stop flag value over the ranks when fit returned DF_ESTOPPED, else 0. */
+DF_API int df_dag_worker_stopped(const df_dag_worker *w);
 
 DF_API void df_dag_worker_free(df_dag_worker *w);
 

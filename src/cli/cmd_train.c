@@ -5,7 +5,9 @@
 #include "distflow/config.h"
 #include "distflow/worker.h"
 
+#include <signal.h>
 #include <stdio.h>
+#include <string.h>
 
 static const char *TRAIN_USAGE =
     "CONFIG.yaml [key=value ...]\n\n"
@@ -44,11 +46,39 @@ static int load(const char *cmd, const char *usage, const df_config_schema *sche
     return 0;
 }
 
+/* SIGINT / SIGTERM: the first asks the fit loop to stop at the next step boundary (it polls the
+   flag); a second one ends the process at once with the signal's default action. */
+static volatile sig_atomic_t g_stop;
+
+static void on_stop_signal(int sig)
+{
+    if (g_stop) {
+        signal(sig, SIG_DFL); /* both async-signal-safe */
+        raise(sig);
+        return;
+    }
+    g_stop = sig;
+}
+
+static void catch_stop_signals(void)
+{
+    static const int sigs[] = {SIGINT, SIGTERM};
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART; /* reads and writes in progress carry on */
+    for (int i = 0; i < 2; i++)
+        if (!sigaction(sigs[i], &sa, &old) && old.sa_handler == SIG_IGN)
+            sigaction(sigs[i], &old, NULL); /* ignored by whoever started us (`cmd &`): keep it so */
+}
+
 /*
  * Under mpirun every rank runs this. A config error is the same on every rank,
  * so rank 0 alone reports it and every rank exits. An error inside the worker
  * may hit one rank while the others wait in a collective: that rank reports
- * it (rank, node, message) and ends the whole job with MPI_Abort.
+ * it (rank, node, message) and ends the whole job with MPI_Abort. A stop on
+ * SIGINT / SIGTERM (docs/checkpoints.md) exits 130 / 143 on every rank.
  */
 int df_cmd_train(int argc, char **argv)
 {
@@ -63,9 +93,19 @@ int df_cmd_train(int argc, char **argv)
         df_comm_shutdown();
         return code;
     }
+    catch_stop_signals();
     int rc = df_dag_worker_create(cfg, world, &w);
-    if (!rc)
+    if (!rc) {
+        df_dag_worker_set_stop_flag(w, &g_stop);
         rc = df_dag_worker_fit(w);
+    }
+    int stopped = rc == DF_ESTOPPED ? df_dag_worker_stopped(w) : 0;
+    if (stopped) { /* every rank stopped at the same boundary: a clean exit, 128 + the signal */
+        df_dag_worker_free(w);
+        df_config_free(cfg);
+        df_comm_shutdown();
+        return 128 + stopped;
+    }
     if (rc && size > 1) {
         fprintf(stderr, "distflow train: error on rank %d of %d: %s\n", rank, size, df_last_error());
         fflush(stderr);

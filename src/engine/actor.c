@@ -5,6 +5,7 @@
 #include "distflow/rng.h"
 #include "engine/train_core.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -100,6 +101,8 @@ int df_actor_compute_log_prob(df_actor *a, df_batch *b, const char *out_col, dou
 /* A mini-batch's loss statistics: sums over micro-batches (and DP ranks) of terms
    already normalised by the mini-batch totals. */
 enum { S_PG_LOSS, S_KL_LOSS, S_ENTROPY, S_CLIPFRAC, S_CLIPFRAC_LOWER, S_PPO_KL, N_SUMS };
+static const char *const SUM_NAMES[N_SUMS] = {"pg_loss", "kl_loss", "entropy_loss", "pg_clipfrac",
+                                              "pg_clipfrac_lower", "ppo_kl"};
 
 /* The policy loss of one micro-batch (n samples from token `base` of b) into *st. */
 static int policy_loss(df_actor *a, const df_batch *b, int64_t n, const int64_t *offs,
@@ -218,7 +221,7 @@ int df_actor_update_policy(df_actor *a, df_batch *b, df_metrics *m)
     int rc = check_ppo_batch(a, b);
     df_core_loss loss = {.n_sums = N_SUMS, .micro_rows = a->p.micro_batch_size,
                          .micro_tokens = a->p.max_token_len, .micro = ppo_micro, .record = ppo_record,
-                         .user = a, .prefix = "actor"};
+                         .user = a, .prefix = "actor", .sum_names = SUM_NAMES};
     a->n_micro = 0;
     a->loss_fn = NULL; /* df_actor_set_loss may have changed the name since the last update */
     return df_train_core_update(&a->c, b, a->p.mini_batch_size, a->p.loss.ppo_epochs, &loss, m, rc);
@@ -266,7 +269,12 @@ int df_actor_sft_step(df_actor *a, df_batch *b, df_metrics *m)
         (total > 0 && (rc = df_train_core_allreduce_grads(&a->c))))
         return rc;
     df_metrics_mean(m, "train/loss", loss);
-    rc = df_train_core_optimizer_step(&a->c, df_train_core_lr(&a->c), m, "train");
+    char what[64];
+    snprintf(what, sizeof what, "train/loss = %g", loss);
+    if (!isfinite(loss))
+        rc = df_train_core_nonfinite(&a->c, m, "train", what, NULL);
+    else
+        rc = df_train_core_optimizer_step(&a->c, df_train_core_lr(&a->c), m, "train", NULL);
     a->c.steps++;
     return rc;
 }

@@ -13,6 +13,7 @@ enum { B_VPRED, B_DVPRED, B_W, N_BUF };
 
 /* A mini-batch's statistics, summed over micro-batches and DP ranks. */
 enum { S_VF_LOSS, S_CLIPFRAC, S_VPRED, N_SUMS };
+static const char *const SUM_NAMES[N_SUMS] = {"vf_loss", "vf_clipfrac", "vpred_mean"};
 
 struct df_critic {
     df_train_core c; /* value model, gradients, AdamW, activations, DP comm, steps */
@@ -177,6 +178,7 @@ int df_critic_update(df_critic *c, df_batch *b, df_metrics *m)
                          .micro = value_micro,
                          .record = value_record,
                          .user = c,
-                         .prefix = "critic"};
+                         .prefix = "critic",
+                         .sum_names = SUM_NAMES};
     return df_train_core_update(&c->c, b, c->p.mini_batch_size, c->p.loss.ppo_epochs, &loss, m, rc);
 }

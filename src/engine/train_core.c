@@ -176,21 +176,37 @@ double df_train_core_lr(const df_train_core *c)
     return c->o.lr * df_lr_schedule_factor(&s, c->steps);
 }
 
-int df_train_core_optimizer_step(df_train_core *c, double lr, df_metrics *m, const char *prefix)
+int df_train_core_nonfinite(df_train_core *c, df_metrics *m, const char *prefix, const char *what,
+                            const char *where)
 {
     char key[64];
+    if (c->o.skip_nonfinite) {
+        snprintf(key, sizeof key, "%s/nonfinite_steps", prefix);
+        df_metrics_add(m, key, 1);
+        return DF_OK;
+    }
+    return df_error(DF_EINVAL, "%s: %s is not finite%s%s%s: the update is refused and the run stops before "
+                    "saving (lower the lr or check the data; trainer.skip_nonfinite_steps=true skips such "
+                    "updates as verl does)", c->who, what, where ? " (" : "", where ? where : "", where ? ")" : "");
+}
+
+int df_train_core_optimizer_step(df_train_core *c, double lr, df_metrics *m, const char *prefix, const char *where)
+{
+    char key[64], what[96];
     double norm = df_clip_grad_norm(c->grads, c->model->n_params, c->o.grad_clip);
-    if (isfinite(norm)) {
-        int rc = df_adamw_step(c->opt, c->model->params, c->grads, lr);
-        if (!rc && c->acts) /* a device's copy of the weights follows */
-            rc = df_acts_load_weights(c->acts, c->model);
-        if (rc)
-            return rc;
-    } /* else: verl skips the update on a non-finite norm */
-    snprintf(key, sizeof key, "%s/grad_norm", prefix);
-    df_metrics_mean(m, key, norm);
     snprintf(key, sizeof key, "%s/lr", prefix);
     df_metrics_set(m, key, lr);
+    snprintf(key, sizeof key, "%s/grad_norm", prefix);
+    if (!isfinite(norm)) { /* the weights stay as they are: skipped, or the run stops here */
+        snprintf(what, sizeof what, "%s = %g", key, norm);
+        return df_train_core_nonfinite(c, m, prefix, what, where);
+    }
+    int rc = df_adamw_step(c->opt, c->model->params, c->grads, lr);
+    if (!rc && c->acts) /* a device's copy of the weights follows */
+        rc = df_acts_load_weights(c->acts, c->model);
+    if (rc)
+        return rc;
+    df_metrics_mean(m, key, norm);
     return DF_OK;
 }
 
@@ -209,10 +225,20 @@ int df_train_core_rebased_offsets(df_train_core *c, const int64_t *ro, int64_t s
     return DF_OK;
 }
 
-/* This rank's part of one mini-batch's gradient into c->grads (zeroed first). */
-static int mini_local(df_train_core *c, const df_batch *mb, int64_t tokens, int64_t seqs,
-                      const df_core_loss *l, double *sums)
+static bool all_finite(const double *v, int n)
 {
+    for (int i = 0; i < n; i++)
+        if (!isfinite(v[i]))
+            return false;
+    return true;
+}
+
+/* This rank's part of one mini-batch's gradient into c->grads (zeroed first); bad[0]: the first
+   micro-batch (from 1) after which the statistics were not finite, 0 if none; bad[1]: micro-batches. */
+static int mini_local(df_train_core *c, const df_batch *mb, int64_t tokens, int64_t seqs,
+                      const df_core_loss *l, double *sums, int64_t bad[2])
+{
+    bad[0] = bad[1] = 0;
     if (!mb || tokens <= 0) {
         memset(c->grads, 0, (size_t)c->model->n_params * sizeof(float));
         return DF_OK;
@@ -223,8 +249,11 @@ static int mini_local(df_train_core *c, const df_batch *mb, int64_t tokens, int6
         rc = df_train_core_plan(c, mb, l->micro_rows, l->micro_tokens, &bounds, &n_mb);
     if (rc)
         return rc;
+    bad[1] = n_mb;
     for (int64_t k = 0; !rc && k < n_mb; k++)
         if (!(rc = l->micro(l->user, mb, bounds[k], bounds[k + 1], tokens, seqs, sums))) {
+            if (!bad[0] && !all_finite(sums, l->n_sums))
+                bad[0] = k + 1;
             c->bar_done += bounds[k + 1] - bounds[k];
             df_progress_update(&c->bar, c->bar_done, NULL);
         }
@@ -232,13 +261,25 @@ static int mini_local(df_train_core *c, const df_batch *mb, int64_t tokens, int6
     return rc ? rc : df_train_core_grads_to_host(c);
 }
 
+/* The first statistic of sums that is not finite, "<prefix>/<name> = <value>", into what; false if none. */
+static bool nonfinite_sum(const df_core_loss *l, const double *sums, char *what, size_t cap)
+{
+    for (int i = 0; i < l->n_sums; i++)
+        if (!isfinite(sums[i])) {
+            snprintf(what, cap, "%s/%s = %g", l->prefix, l->sum_names ? l->sum_names[i] : "loss", sums[i]);
+            return true;
+        }
+    return false;
+}
+
 /*
  * One optimizer step on mini-batch `mb` (this rank's rows; NULL when it has none).
  * Normalisers are the DP group's totals, so summing the ranks' gradients gives the
  * gradient of the global mini-batch loss (verl agg_loss with global batch info).
+ * `where` names the mini-batch in errors.
  */
 static int mini_batch(df_train_core *c, const df_batch *mb, double lr, const df_core_loss *l, df_metrics *m,
-                      int rc)
+                      int rc, const char *where)
 {
     double tot[2] = {0, 0}; /* response tokens, responses with tokens (verl's seq-mean count) */
     if (mb) {
@@ -249,12 +290,23 @@ static int mini_batch(df_train_core *c, const df_batch *mb, double lr, const df_
     if ((rc = df_train_core_reduce(c, tot, 2, DF_COMM_SUM, rc, "the mini-batch sizes")))
         return rc;
     double sums[DF_CORE_MAX_SUMS] = {0};
-    rc = mini_local(c, mb, (int64_t)tot[0], (int64_t)tot[1], l, sums);
+    int64_t bad[2];
+    rc = mini_local(c, mb, (int64_t)tot[0], (int64_t)tot[1], l, sums, bad);
     if ((rc = df_train_core_reduce(c, sums, l->n_sums, DF_COMM_SUM, rc, "the loss statistics")) ||
         (tot[0] > 0 && (rc = df_train_core_allreduce_grads(c)))) /* no tokens anywhere: zero gradient */
         return rc;
+    char what[160], at[256];
+    /* the sums are the group's: every rank sees the same non-finite statistic and decides alike */
+    if (nonfinite_sum(l, sums, what, sizeof what)) {
+        if (bad[0])
+            snprintf(at, sizeof at, "%s, micro-batch %lld of %lld on rank %d of the data-parallel group", where,
+                     (long long)bad[0], (long long)bad[1], c->dp ? df_comm_rank(c->dp) : 0);
+        else
+            snprintf(at, sizeof at, "%s, from another rank of the data-parallel group", where);
+        return df_train_core_nonfinite(c, m, l->prefix, what, at);
+    }
     l->record(l->user, sums, m);
-    return df_train_core_optimizer_step(c, lr, m, l->prefix);
+    return df_train_core_optimizer_step(c, lr, m, l->prefix, where);
 }
 
 int df_train_core_update(df_train_core *c, df_batch *b, int64_t mini_batch_size, int epochs,
@@ -279,7 +331,10 @@ int df_train_core_update(df_train_core *c, df_batch *b, int64_t mini_batch_size,
             const df_batch *mb = e > s && s == 0 && e == n ? b : NULL;
             if (e > s && !mb && !(rc = df_batch_slice(b, s, e, &sliced)))
                 mb = sliced;
-            rc = mini_batch(c, mb, lr, loss, m, rc);
+            char where[96];
+            snprintf(where, sizeof where, "mini-batch %lld of %lld, epoch %d of %d", (long long)k + 1,
+                     (long long)n_mini, ep + 1, epochs);
+            rc = mini_batch(c, mb, lr, loss, m, rc, where);
             df_batch_free(sliced);
         }
     }

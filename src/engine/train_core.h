@@ -33,6 +33,7 @@ typedef struct df_core_optim {
     bool cosine; /* cosine decay after warmup, else constant */
     double min_lr_ratio, num_cycles;
     double grad_clip;
+    bool skip_nonfinite; /* trainer.skip_nonfinite_steps: skip a non-finite update (verl), else fail */
 } df_core_optim;
 
 typedef struct df_train_core {
@@ -110,11 +111,22 @@ int df_train_core_allreduce_grads(df_train_core *c);
 /** lr of the current step: o.lr times the warmup / cosine schedule at `steps`. */
 double df_train_core_lr(const df_train_core *c);
 /**
- * Clip the gradient to o.grad_clip, AdamW step at `lr` (skipped when the norm
- * is not finite, as verl does), record <prefix>/grad_norm (mean) and
- * <prefix>/lr into m.
+ * Clip the gradient to o.grad_clip, AdamW step at `lr`, record <prefix>/grad_norm (mean) and
+ * <prefix>/lr into m. A NaN / Inf gradient norm fails the step (DF_EINVAL naming the role,
+ * <prefix>/grad_norm and `where`, e.g. "mini-batch 2 of 4, epoch 1", or NULL) and changes
+ * nothing; with o.skip_nonfinite the update is skipped instead, as verl does, and counted in
+ * <prefix>/nonfinite_steps (df_train_core_nonfinite). The gradient norm is the DP group's (the
+ * blob is all-reduced before), so every rank takes the same decision.
  */
-int df_train_core_optimizer_step(df_train_core *c, double lr, df_metrics *m, const char *prefix);
+int df_train_core_optimizer_step(df_train_core *c, double lr, df_metrics *m, const char *prefix,
+                                 const char *where);
+/**
+ * A non-finite update: with o.skip_nonfinite, add 1 to <prefix>/nonfinite_steps in m and return
+ * DF_OK (the caller skips the update); otherwise DF_EINVAL with "<who>: <what> is not finite
+ * (<where>)" and how to skip instead. `what` names the metric and its value.
+ */
+int df_train_core_nonfinite(df_train_core *c, df_metrics *m, const char *prefix, const char *what,
+                            const char *where);
 
 /**
  * Save what resuming this role needs (train_state.c) to `path` as a safetensors file, atomically
@@ -148,6 +160,7 @@ typedef struct df_core_loss {
     void (*record)(void *user, const double *sums, df_metrics *m);
     void *user;
     const char *prefix; /* metric prefix of grad_norm / lr ("actor", "critic") */
+    const char *const *sum_names; /* [n_sums] metric names of the statistics, for the non-finite guard */
 } df_core_loss;
 
 /**
@@ -158,7 +171,11 @@ typedef struct df_core_loss {
  * union of the ranks' k-th local mini-batches (a rank without rows joins with
  * zero gradient); per step the token / sequence totals, the statistics and the
  * gradient are all-reduced. `rc` carries a failure of the caller's own checks
- * into the first collective.
+ * into the first collective. A mini-batch whose global statistics (the loss) or
+ * gradient norm are NaN / Inf fails the update, or is skipped without an optimizer
+ * step with o.skip_nonfinite (df_train_core_nonfinite); the error names the
+ * statistic, the mini-batch and epoch, and the first micro-batch of this rank whose
+ * statistics were not finite.
  */
 int df_train_core_update(df_train_core *c, df_batch *b, int64_t mini_batch_size, int epochs,
                          const df_core_loss *loss, df_metrics *m, int rc);

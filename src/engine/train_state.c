@@ -2,6 +2,7 @@
 #include "engine/train_core.h"
 
 #include "model/safetensors.h"
+#include "util/finite.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -68,6 +69,10 @@ static int read_blob(const df_st_file *f, const char *name, int64_t n, float *ds
         return df_error(DF_EINVAL, "%s: tensor %s must be F32 [%" PRId64 "] (this model's parameter count)",
                         df_st_path(f), name, n);
     memcpy(dst, t.data, (size_t)n * sizeof(float));
+    int64_t bad = df_first_nonfinite(dst, n); /* resuming from it would train on NaN */
+    if (bad >= 0)
+        return df_error(DF_EINVAL, "%s: tensor %s holds a non-finite value (%g) at element %" PRId64 " of %" PRId64,
+                        df_st_path(f), name, (double)dst[bad], bad, n);
     return DF_OK;
 }
 

@@ -6,6 +6,7 @@
 #include "model/hf_io.h"
 #include "model/strutil.h"
 #include "model/safetensors.h"
+#include "util/finite.h"
 
 #include <dirent.h>
 #include <jansson.h>
@@ -73,9 +74,16 @@ static int load_tensor(loader *L, const char *path, const df_st_tensor *t)
         return df_error(DF_EINVAL, "%s: tensor \"%s\" has shape %s, config.json implies %s", path,
                         t->name, got, want);
     }
-    int rc = df_st_tensor_to_f32(t, m->params + d->offset);
+    float *dst = m->params + d->offset;
+    int rc = df_st_tensor_to_f32(t, dst);
     if (rc)
         return df_error_wrap(rc, "%s", path);
+    /* a NaN / Inf weight would poison every activation and gradient of the run; refuse it here */
+    int64_t bad = df_first_nonfinite(dst, d->numel);
+    if (bad >= 0)
+        return df_error(DF_EINVAL, "%s: tensor \"%s\" holds a non-finite value (%g) at element %lld of %lld; "
+                        "the file is corrupt or was saved from a diverged run", path, t->name, (double)dst[bad],
+                        (long long)bad, (long long)d->numel);
     L->from[idx] = L->files[L->n_files - 1];
     return DF_OK;
 }

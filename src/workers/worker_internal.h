@@ -20,6 +20,7 @@
 #include "workers/reward/score_batch.h"
 #include "workers/rollout/rollout_batch.h"
 
+#include <signal.h>
 #include <stdio.h>
 
 /* A node's data-parallel layout within its group (siiRL _get_node_dp_info):
@@ -118,6 +119,8 @@ struct df_dag_worker {
     df_metrics *metrics; /* the current step's */
     FILE *metrics_file;
     bool console;
+    const volatile sig_atomic_t *stop_flag; /* df_dag_worker_set_stop_flag; NULL: none */
+    int stopped;                            /* the agreed stop flag's value when fit stopped early */
 };
 
 /** The rollout's responses per prompt (actor_rollout_ref.rollout.n). */

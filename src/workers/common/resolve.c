@@ -88,6 +88,7 @@ void df_worker_actor_params(const df_dag_worker *w, df_actor_params *p)
     const struct df_train_actor *a = &t->actor_rollout_ref.actor;
     memset(p, 0, sizeof *p);
     df_worker_optim(&a->optim, a->grad_clip, w->total_steps, &p->optim);
+    p->optim.skip_nonfinite = t->trainer.skip_nonfinite_steps;
     /* ppo_mini_batch_size counts prompts (verl multiplies it by rollout.n), over all ranks */
     p->mini_batch_size = a->ppo_mini_batch_size * df_worker_n_samples(w) / w->actor.layout.dp_size;
     bool dyn = a->use_dynamic_bsz;
@@ -109,6 +110,7 @@ void df_worker_critic_params(const df_dag_worker *w, df_critic_params *p)
     const struct df_train_critic *c = &w->global.cfg.critic;
     memset(p, 0, sizeof *p);
     df_worker_optim(&c->optim, c->grad_clip, w->total_steps, &p->optim);
+    p->optim.skip_nonfinite = w->global.cfg.trainer.skip_nonfinite_steps;
     /* prompts x rollout_n over all ranks, divided by the critic's DP size (verl's fsdp critic worker) */
     int dp = w->critic.layout.dp_size > 0 ? w->critic.layout.dp_size : 1;
     p->mini_batch_size = c->ppo_mini_batch_size * c->rollout_n / dp;

@@ -2,6 +2,7 @@
 #include "workers/dag/checkpoint.h"
 
 #include "engine/hf_dir.h"
+#include "util/finite.h"
 #include "util/fsutil.h"
 
 #include <dirent.h>
@@ -170,11 +171,31 @@ static int publish(df_dag_worker *w, const char *tmp, const char *final, const c
     return rc;
 }
 
+/* DF_EINVAL naming the tensor when m holds a NaN / Inf weight (a checkpoint must be resumable). */
+static int check_finite(const df_model *m, const char *role)
+{
+    int64_t bad = df_first_nonfinite(m->params, m->n_params);
+    if (bad < 0)
+        return DF_OK;
+    const df_param_desc *d = &m->tensors[0];
+    for (int i = 0; i < m->n_tensors; i++) /* the last tensor starting at or before `bad` */
+        if (m->tensors[i].offset <= bad)
+            d = &m->tensors[i];
+    return df_error(DF_EINVAL, "the %s's weights are not finite (tensor \"%s\" element %lld is %g): no "
+                    "checkpoint is written", role, d->name, (long long)(bad - d->offset), (double)m->params[bad]);
+}
+
 int df_worker_checkpoint_save(df_dag_worker *w)
 {
     path_buf tmp, final, old;
     long long n = (long long)w->step;
-    int rc = fmt_path(tmp, "%s/.global_step_%lld.tmp", w->out_dir, n);
+    /* every rank holds the weights; each checks its own before anything is written */
+    int rc = check_finite(df_actor_model(w->actor.model), "actor");
+    if (!rc && w->critic.model)
+        rc = check_finite(df_critic_model(w->critic.model), "critic");
+    if ((rc = sync_rc(w, rc, "checkpoint: checking the weights")))
+        return df_error_wrap(rc, "saving checkpoint global_step_%lld", n);
+    rc = fmt_path(tmp, "%s/.global_step_%lld.tmp", w->out_dir, n);
     if (!rc)
         rc = fmt_path(old, "%s/.global_step_%lld.old.tmp", w->out_dir, n);
     if (!rc)

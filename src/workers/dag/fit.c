@@ -2,6 +2,7 @@
 #include "workers/worker_internal.h"
 
 #include "util/timeutil.h"
+#include "util/warn.h"
 #include "workers/common/data_metrics.h"
 #include "workers/dag/checkpoint.h"
 #include "workers/dag/evaluate.h"
@@ -147,13 +148,67 @@ static int train_step(df_dag_worker *w)
     return rc ? df_error_wrap(rc, "step %lld", (long long)w->step) : DF_OK;
 }
 
+void df_dag_worker_set_stop_flag(df_dag_worker *w, const volatile sig_atomic_t *flag)
+{
+    w->stop_flag = flag;
+}
+
+int df_dag_worker_stopped(const df_dag_worker *w)
+{
+    return w->stopped;
+}
+
+/* The stop flag's largest value over the job (collective, every step): every rank stops at the same
+   boundary whichever rank the signal reached. */
+static int poll_stop(df_dag_worker *w, int *stop)
+{
+    double v = w->stop_flag ? (double)*w->stop_flag : 0;
+    int rc = df_comm_allreduce(w->comm, &v, 1, DF_COMM_FLOAT64, DF_COMM_MAX);
+    *stop = rc ? 0 : (int)v;
+    return rc ? df_error_wrap(rc, "all-reduce of the stop request") : DF_OK;
+}
+
+/* A stop at a step boundary: say what was kept, return DF_ESTOPPED. */
+static int stopped(df_dag_worker *w, int flag, int64_t done, bool saved)
+{
+    w->stopped = flag;
+    if (w->rank == 0) {
+        if (saved)
+            fprintf(stderr, "[distflow] stopped on request after step %lld of %lld; checkpoint global_step_%lld "
+                            "saved: the same command resumes from it\n",
+                    (long long)done, (long long)w->total_steps, (long long)done);
+        else
+            fprintf(stderr, "[distflow] stopped on request after step %lld of %lld; no checkpoint of it "
+                            "(trainer.save_freq=%lld)\n",
+                    (long long)done, (long long)w->total_steps, (long long)w->global.cfg.trainer.save_freq);
+    }
+    return df_error(DF_ESTOPPED, "stopped on request after step %lld of %lld", (long long)done,
+                    (long long)w->total_steps);
+}
+
+/* Updates trainer.skip_nonfinite_steps skipped in this step, on the console. */
+static void warn_skipped(df_dag_worker *w, const df_metrics *m)
+{
+    static const char *const roles[] = {"actor", "critic"};
+    for (int i = 0; i < 2; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "%s/nonfinite_steps", roles[i]);
+        double k = df_metrics_get(m, key, 0);
+        if (k > 0)
+            df_warnf(df_worker_warn, w, "step %lld: skipped %.0f %s update(s) with a non-finite loss or gradient "
+                                        "norm (trainer.skip_nonfinite_steps=true)",
+                     (long long)w->step, k, roles[i]);
+    }
+}
+
 int df_dag_worker_fit(df_dag_worker *w)
 {
     const struct df_train_trainer *tr = &w->global.cfg.trainer;
     int64_t test_freq = tr->test_freq;
     int64_t save_freq = tr->save_freq;
-    int rc = DF_OK;
+    int rc = DF_OK, stop = 0;
     w->step = w->resumed_step;
+    w->stopped = 0;
     /* a resumed run does not validate again the step its checkpoint's run already logged */
     if (tr->val_before_train && w->val_ds && (w->resumed_step == 0 || tr->val_only)) {
         df_metrics_clear(w->metrics);
@@ -166,19 +221,28 @@ int df_dag_worker_fit(df_dag_worker *w)
     if (w->resumed_step >= w->total_steps && w->rank == 0)
         fprintf(stderr, "[distflow] the checkpoint is at step %lld of %lld: nothing left to train\n",
                 (long long)w->resumed_step, (long long)w->total_steps);
+    /* a signal while loading: stop before the first step (the checkpoint resumed from, if any, stays) */
+    if (w->resumed_step < w->total_steps && !(rc = poll_stop(w, &stop)) && stop)
+        return stopped(w, stop, w->resumed_step, false);
     for (w->step = w->resumed_step + 1; w->step <= w->total_steps && !rc; w->step++) {
         bool last = w->step == w->total_steps;
         df_metrics_clear(w->metrics);
         rc = train_step(w);
+        if (!rc)
+            warn_skipped(w, w->metrics);
         if (!rc && test_freq > 0 && (last || w->step % test_freq == 0))
             rc = validate(w, w->metrics);
-        if (!rc && save_freq > 0 && (last || w->step % save_freq == 0) &&
-            !(rc = df_worker_checkpoint_save(w)))
+        if (!rc && !last)
+            rc = poll_stop(w, &stop);
+        bool save = save_freq > 0 && (last || w->step % save_freq == 0 || stop);
+        if (!rc && save && !(rc = df_worker_checkpoint_save(w)))
             rc = df_worker_checkpoint_prune(w);
         if (!rc && w->console && w->rank == 0)
             console_line(w, w->metrics);
         if (!rc)
             rc = log_metrics(w, w->metrics);
+        if (!rc && stop)
+            return stopped(w, stop, w->step, save);
     }
     return rc;
 }
