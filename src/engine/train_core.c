@@ -192,12 +192,12 @@ int df_train_core_nonfinite(df_train_core *c, df_metrics *m, const char *prefix,
 
 int df_train_core_optimizer_step(df_train_core *c, double lr, df_metrics *m, const char *prefix, const char *where)
 {
-    char key[64], what[96];
+    char key[64], lr_key[64], what[96];
     double norm = df_clip_grad_norm(c->grads, c->model->n_params, c->o.grad_clip);
-    snprintf(key, sizeof key, "%s/lr", prefix);
-    df_metrics_set(m, key, lr);
     snprintf(key, sizeof key, "%s/grad_norm", prefix);
+    snprintf(lr_key, sizeof lr_key, "%s/lr", prefix);
     if (!isfinite(norm)) { /* the weights stay as they are: skipped, or the run stops here */
+        df_metrics_set(m, lr_key, lr);
         snprintf(what, sizeof what, "%s = %g", key, norm);
         return df_train_core_nonfinite(c, m, prefix, what, where);
     }
@@ -206,7 +206,8 @@ int df_train_core_optimizer_step(df_train_core *c, double lr, df_metrics *m, con
         rc = df_acts_load_weights(c->acts, c->model);
     if (rc)
         return rc;
-    df_metrics_mean(m, key, norm);
+    df_metrics_mean(m, key, norm); /* grad_norm before lr: the order metrics.jsonl has always had */
+    df_metrics_set(m, lr_key, lr);
     return DF_OK;
 }
 
