@@ -308,13 +308,7 @@ static int setup(void **state)
     R = df_comm_rank(world);
     if (!df_test_size_ok(df_comm_size(world)))
         return -1;
-    if (R == 0) {
-        snprintf(dir, sizeof dir, "/tmp/df_guards_XXXXXX");
-        if (!mkdtemp(dir))
-            return -1;
-        df_test_digits_inputs(dir, "train.jsonl", 16, "test/digits", true);
-    }
-    return df_comm_broadcast(world, dir, sizeof dir, 0);
+    return df_test_shared_inputs(world, "df_guards", 16, "test/digits", dir, sizeof dir);
 }
 
 static int teardown(void **state)
