@@ -303,6 +303,12 @@ static void test_unhonoured_settings(void **state)
     assert_int_equal(VALIDATE(1, "trainer.logger=[]"), DF_OK);
     assert_int_equal(VALIDATE(1, "trainer.rollout_data_dir=/tmp/rollouts"), DF_EUNSUPPORTED);
     expect("trainer.rollout_data_dir='/tmp/rollouts' (command line): dumping each step's rollouts is not implemented");
+    assert_int_equal(VALIDATE(1, "trainer.default_hdfs_dir=hdfs://x"), DF_EUNSUPPORTED);
+    expect("trainer.default_hdfs_dir='hdfs://x' (command line): distflow does not copy checkpoints to HDFS");
+    assert_int_equal(VALIDATE(1, "trainer.del_local_ckpt_after_load=true"), DF_EUNSUPPORTED);
+    assert_int_equal(VALIDATE(1, "trainer.should_save=true"), DF_EUNSUPPORTED);
+    assert_int_equal(VALIDATE(1, ACTOR "checkpoint.contents=[model]"), DF_EUNSUPPORTED);
+    expect(ACTOR "checkpoint.contents (command line)");
     assert_int_equal(VALIDATE(1, "dag.enable_perf=true"), DF_EUNSUPPORTED);
     expect("dag.enable_perf=true (command line): the per-rank timing table is not implemented");
     assert_int_equal(VALIDATE(1, ACTOR "checkpoint.save_contents=[model]"), DF_EUNSUPPORTED);

@@ -70,7 +70,8 @@ static bool has_item(const df_config_strs *l, const char *item)
 
 /* Settings distflow accepts from verl / siiRL files but cannot honour: refused, never ignored.
  * trainer.logger: console and file (metrics.jsonl) exist; wandb, tensorboard, ... do not yet;
- * neither does trainer.rollout_data_dir or dag.enable_perf's table.
+ * neither does trainer.rollout_data_dir or dag.enable_perf's table, nor the HDFS copy,
+ * del_local_ckpt_after_load or siiRL's should_save.
  * checkpoint.save_contents / load_contents: a checkpoint always holds the model, the optimizer
  * and the extra state (docs/checkpoints.md), so each list must name all three. */
 static int check_unhonoured(const df_config *c, const df_train_config *t)
@@ -87,6 +88,16 @@ static int check_unhonoured(const df_config *c, const df_train_config *t)
         return df_error(DF_EUNSUPPORTED, "%s: dumping each step's rollouts is not implemented "
                         "(trainer.validation_data_dir dumps the validation generations)",
                         kv(c, "trainer.rollout_data_dir", kb[0]));
+    /* verl / siiRL switches whose effect a user would count on */
+    if (t->trainer.default_hdfs_dir)
+        return df_error(DF_EUNSUPPORTED, "%s: distflow does not copy checkpoints to HDFS",
+                        kv(c, "trainer.default_hdfs_dir", kb[0]));
+    if (t->trainer.del_local_ckpt_after_load)
+        return df_error(DF_EUNSUPPORTED, "%s: distflow keeps the checkpoint it resumed from",
+                        kv(c, "trainer.del_local_ckpt_after_load", kb[0]));
+    if (t->trainer.should_save)
+        return df_error(DF_EUNSUPPORTED, "%s: saving the tokenized dataset and exiting is not "
+                        "implemented", kv(c, "trainer.should_save", kb[0]));
     if (t->dag.enable_perf)
         return df_error(DF_EUNSUPPORTED, "%s: the per-rank timing table is not implemented; the "
                         "timing_s/* metrics of metrics.jsonl hold each stage's time",
@@ -94,7 +105,9 @@ static int check_unhonoured(const df_config *c, const df_train_config *t)
     const struct {
         const df_config_strs *l;
         const char *key;
-    } parts[] = {{&t->actor_rollout_ref.actor.checkpoint.save_contents, ARR "actor.checkpoint.save_contents"},
+    } parts[] = {{&t->actor_rollout_ref.actor.checkpoint.contents, ARR "actor.checkpoint.contents"},
+                 {&t->critic.checkpoint.contents, "critic.checkpoint.contents"},
+                 {&t->actor_rollout_ref.actor.checkpoint.save_contents, ARR "actor.checkpoint.save_contents"},
                  {&t->actor_rollout_ref.actor.checkpoint.load_contents, ARR "actor.checkpoint.load_contents"},
                  {&t->critic.checkpoint.save_contents, "critic.checkpoint.save_contents"},
                  {&t->critic.checkpoint.load_contents, "critic.checkpoint.load_contents"}};
