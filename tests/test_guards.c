@@ -314,10 +314,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    df_comm_barrier(world);
-    if (R == 0)
-        df_test_remove_tree(dir);
-    return df_comm_shutdown();
+    return df_test_shared_cleanup(world, dir);
 }
 
 int main(void)

@@ -284,6 +284,16 @@ static inline int df_test_shared_inputs(df_comm *world, const char *prefix, int 
     return df_comm_broadcast(world, dir, cap, 0) ? -1 : 0;
 }
 
+/** The end of a test that used df_test_shared_inputs: every rank done, rank 0 removes dir, then
+ *  df_comm_shutdown's status. */
+static inline int df_test_shared_cleanup(df_comm *world, const char *dir)
+{
+    df_comm_barrier(world);
+    if (df_comm_rank(world) == 0)
+        df_test_remove_tree(dir);
+    return df_comm_shutdown();
+}
+
 /**
  * The lines of dir/out/metrics.jsonl as a JSON array (caller frees); each line
  * must parse and, when `numbered`, line i must have "step" i + 1.

@@ -92,6 +92,19 @@ static int trunk_backward(const df_model *m, const df_model_view *w, df_acts *a,
     return a->err;
 }
 
+/* What both heads' backwards start with: the weights the backend reads (*w), the batch staged
+ * for it, and *gv viewing the gradient blob (its layers array set by the caller). */
+static int backward_begin(const df_model *m, df_acts *a, const df_seq_batch *b, float *grads,
+                          const df_model_view **w, df_model_view *gv)
+{
+    int rc = df_acts_weights(a, m, w);
+    if (!rc)
+        rc = df_acts_stage(a, b);
+    if (!rc)
+        df_model_view_of(m, grads, gv);
+    return rc;
+}
+
 int df_model_backward(const df_model *m, df_acts *a, const df_seq_batch *b, float temperature,
                       const float *dlogp, const float *dentropy, float *grads)
 {
@@ -107,13 +120,9 @@ int df_model_backward(const df_model *m, df_acts *a, const df_seq_batch *b, floa
                                    "df_model_forward)");
     const df_model_config *c = &m->cfg;
     const df_model_view *w = NULL;
-    rc = df_acts_weights(a, m, &w);
-    if (!rc)
-        rc = df_acts_stage(a, b);
-    if (rc)
-        return df_error_wrap(rc, "df_model_backward");
     df_model_view gv = {.layers = a->gview_layers};
-    df_model_view_of(m, grads, &gv);
+    if ((rc = backward_begin(m, a, b, grads, &w, &gv)))
+        return df_error_wrap(rc, "df_model_backward");
     /* A device reads dlogp / dentropy from its staging rows. */
     const int64_t n = b->n_out;
     if (!a->be.ops->host_memory) {
@@ -180,13 +189,9 @@ int df_model_backward_values(const df_model *m, df_acts *a, const df_seq_batch *
         return df_error(DF_EINVAL, "df_model_backward_values: dvalues must not be NULL");
     const int64_t H = m->cfg.hidden_size, n = b->n_out;
     const df_model_view *w = NULL;
-    rc = df_acts_weights(a, m, &w);
-    if (!rc)
-        rc = df_acts_stage(a, b);
-    if (rc)
-        return df_error_wrap(rc, "df_model_backward_values");
     df_model_view gv = {.layers = a->gview_layers};
-    df_model_view_of(m, grads, &gv);
+    if ((rc = backward_begin(m, a, b, grads, &w, &gv)))
+        return df_error_wrap(rc, "df_model_backward_values");
     if (a->be.ops->host_memory)
         value_head_bwd_host(m, a, &gv, dvalues, n, H);
     else
