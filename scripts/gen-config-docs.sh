@@ -15,7 +15,25 @@ are errors that name the file and line (or "command line") and suggest the close
 `distflow config show CONFIG [overrides]` prints the resolved configuration with the source of
 every non-default value.
 
-Keys marked "no effect" are accepted so that verl / siiRL scripts run unchanged.
+### Keys distflow has no use for
+
+Every key does what its line says, with two marked exceptions, so that no setting is silently
+ignored:
+
+- **[no effect in distflow]**: accepted so that verl / siiRL files load unchanged; every value gives
+  the same run (FSDP, vLLM, Ray and Megatron plumbing, offloading, `torch.compile`, ...). A value
+  other than the default is named in one warning before the run starts
+  (`N settings with no effect in distflow: key=value (file:line), ...`).
+- **[not supported by distflow]**: a feature distflow lacks (LoRA, a reward model, multi-turn
+  agents, `model.override_config`, Megatron's learning-rate schedules, ...). Only the default is
+  accepted; another value is refused with the key, the value, where it was set and what the key
+  would do. Writing the default out, as verl's own files do, is fine.
+
+A key's table entry carries its class (`DFK_NO_EFFECT(...)` / `DFK_UNSUPPORTED(...)` in
+`include/distflow/train_config.def` / `sft_config.def`; `df_config_check_compat` applies it). The
+test `test_config_readers` (`scripts/check-config-readers.sh`) compiles the library with every
+field of the typed config structs marked deprecated, so the compiler names each key the code reads;
+a key that nothing reads and that carries no class fails the suite.
 
 Keys of type `map` are siiRL's free-form dict arguments (`model.override_config`,
 `fsdp_config.wrap_policy`, `rollout.engine_kwargs.vllm`, the `megatron` blocks, `ray_init`,

@@ -304,18 +304,87 @@ static void test_unhonoured_settings(void **state)
     assert_int_equal(VALIDATE(1, "trainer.rollout_data_dir=/tmp/rollouts"), DF_EUNSUPPORTED);
     expect("trainer.rollout_data_dir='/tmp/rollouts' (command line): dumping each step's rollouts is not implemented");
     assert_int_equal(VALIDATE(1, "trainer.default_hdfs_dir=hdfs://x"), DF_EUNSUPPORTED);
-    expect("trainer.default_hdfs_dir='hdfs://x' (command line): distflow does not copy checkpoints to HDFS");
+    expect("command line: trainer.default_hdfs_dir=\"hdfs://x\" is not supported by distflow (copy checkpoints to "
+           "HDFS); only the default null is accepted");
     assert_int_equal(VALIDATE(1, "trainer.del_local_ckpt_after_load=true"), DF_EUNSUPPORTED);
     assert_int_equal(VALIDATE(1, "trainer.should_save=true"), DF_EUNSUPPORTED);
     assert_int_equal(VALIDATE(1, ACTOR "checkpoint.contents=[model]"), DF_EUNSUPPORTED);
     expect(ACTOR "checkpoint.contents (command line)");
     assert_int_equal(VALIDATE(1, "dag.enable_perf=true"), DF_EUNSUPPORTED);
-    expect("dag.enable_perf=true (command line): the per-rank timing table is not implemented");
+    expect("command line: dag.enable_perf=true is not supported by distflow (per-rank timing table");
     assert_int_equal(VALIDATE(1, ACTOR "checkpoint.save_contents=[model]"), DF_EUNSUPPORTED);
     expect(ACTOR "checkpoint.save_contents (command line): a distflow checkpoint always holds model, optimizer and extra");
     assert_int_equal(VALIDATE(1, "critic.checkpoint.load_contents=[model, optimizer]"), DF_EUNSUPPORTED);
     expect("critic.checkpoint.load_contents (command line)");
     assert_int_equal(VALIDATE(1, ACTOR "checkpoint.save_contents=[hf_model, extra, optimizer, model]"), DF_OK);
+}
+
+/* Warnings handed to the validation's df_warn_fn, joined. */
+static char g_warned[4096];
+static void collect_warning(void *user, const char *msg)
+{
+    (void)user;
+    size_t n = strlen(g_warned);
+    snprintf(g_warned + n, sizeof g_warned - n, "%s\n", msg);
+}
+
+/* Loads `text` + overrides, runs df_config_check_compat; the status, g_msg and g_warned as results. */
+static int compat_of(const char *text, const char *const *ov, int n)
+{
+    df_config *c = NULL;
+    g_warned[0] = '\0';
+    if (df_config_load_text(df_config_schema_train(), text, "job.yaml", ov, n, &c))
+        fail_msg("load failed: %s", df_last_error());
+    int rc = df_config_check_compat(c, collect_warning, NULL);
+    snprintf(g_msg, sizeof g_msg, "%s", rc ? df_last_error() : "");
+    df_config_free(c);
+    return rc;
+}
+
+/* Keys the tables mark DFK_NO_EFFECT / DFK_UNSUPPORTED: a value other than the default is named in a
+   warning or refused; the default itself, written out as verl's files do, passes silently. */
+static void test_compat_classes(void **state)
+{
+    (void)state;
+    const df_config_schema *s = df_config_schema_train();
+    int i_shuffle = -1, i_offload = -1, i_clip = -1;
+    for (int i = 0; i < df_config_schema_count(s); i++) {
+        const char *k = df_config_schema_at(s, i)->key;
+        i_shuffle = strcmp(k, ACTOR "shuffle") ? i_shuffle : i;
+        i_offload = strcmp(k, ACTOR "fsdp_config.param_offload") ? i_offload : i;
+        i_clip = strcmp(k, ACTOR "clip_ratio") ? i_clip : i;
+    }
+    assert_int_equal(df_config_schema_compat(s, i_shuffle), DF_CFG_UNSUPPORTED);
+    assert_int_equal(df_config_schema_compat(s, i_offload), DF_CFG_NO_EFFECT);
+    assert_int_equal(df_config_schema_compat(s, i_clip), DF_CFG_EFFECTIVE);
+
+    const char *defaults = "actor_rollout_ref:\n  actor:\n    shuffle: false\n    fsdp_config:\n      param_offload: false\n";
+    assert_int_equal(compat_of(defaults, NULL, 0), DF_OK);
+    assert_string_equal(g_warned, "");
+
+    const char *ov[] = {ACTOR "fsdp_config.param_offload=true", ROLLOUT "gpu_memory_utilization=0.7"};
+    assert_int_equal(compat_of(defaults, ov, 2), DF_OK);
+    if (!strstr(g_warned, "2 settings with no effect in distflow") ||
+        !strstr(g_warned, ACTOR "fsdp_config.param_offload=true (command line), " ROLLOUT "gpu_memory_utilization=0.7 "
+                          "(command line)"))
+        fail_msg("warning: %s", g_warned);
+
+    const char *on = "actor_rollout_ref:\n  actor:\n    shuffle: true\n";
+    assert_int_equal(compat_of(on, NULL, 0), DF_EUNSUPPORTED);
+    expect("job.yaml:3: " ACTOR "shuffle=true is not supported by distflow (shuffle samples between ppo_epochs");
+    expect("only the default false is accepted");
+
+    /* a derived default compares with its source's value in the same config */
+    const char *same[] = {"actor_rollout_ref.model.path=/m", "critic.model.tokenizer_path=/m", "data.train_batch_size=8",
+                          "data.gen_batch_size=8"};
+    assert_int_equal(compat_of(NULL, same, 4), DF_OK);
+    const char *other[] = {"actor_rollout_ref.model.path=/m", "critic.model.tokenizer_path=/t"};
+    assert_int_equal(compat_of(NULL, other, 2), DF_EUNSUPPORTED);
+    expect("critic.model.tokenizer_path=/t is not supported by distflow");
+    expect("only the default /m is accepted");
+    const char *gen[] = {"data.train_batch_size=8", "data.gen_batch_size=16"};
+    assert_int_equal(compat_of(NULL, gen, 2), DF_EUNSUPPORTED);
+    expect("data.gen_batch_size=16 is not supported by distflow");
 }
 
 static void test_examples_pass(void **state)
@@ -380,7 +449,6 @@ static void test_siirl_keys(void **state)
         {"data.num_loader_workers=-1", "data.num_loader_workers: must be >= 0, got -1"},
         {ROLLOUT "mode=asink", "expected one of sync|async, got \"asink\""},
         {ACTOR "checkpoint.contents=[model, weights]", "weights"},
-        {"critic.model.lora_rank=8", "critic.model.lora_rank: must be in [0, 0], got 8"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         c = NULL;
@@ -408,7 +476,7 @@ static void test_worker_refuses_before_loading(void **state)
     const char *ov2[] = {"data.auto_repeat=true", "actor_rollout_ref.model.path=/nonexistent/model"};
     assert_int_equal(df_config_load(df_config_schema_train(), NULL, ov2, 2, &c), DF_OK);
     assert_int_equal(df_dag_worker_create(c, NULL, &w), DF_EUNSUPPORTED);
-    assert_non_null(strstr(df_last_error(), "command line: data.auto_repeat=true is not supported yet"));
+    assert_non_null(strstr(df_last_error(), "command line: data.auto_repeat=true is not supported by distflow"));
     df_config_free(c);
 
     /* truncated importance sampling is supported: the worker gets as far as the model */
@@ -440,6 +508,7 @@ int main(void)
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_device_cuda),
         cmocka_unit_test(test_unhonoured_settings),
+        cmocka_unit_test(test_compat_classes),
         cmocka_unit_test(test_examples_pass),
         cmocka_unit_test(test_siirl_keys),
         cmocka_unit_test(test_worker_refuses_before_loading),

@@ -13,6 +13,7 @@
 #include "distflow/config.h"
 #include "distflow/dag.h"
 #include "distflow/scheduler.h"
+#include "distflow/tokenizer.h"
 #include "testutil.h"
 #include "workers/worker_internal.h"
 
@@ -498,6 +499,47 @@ static void test_worker_actor_temperature(void **state)
     unload(&w);
 }
 
+/* Keys that reach the engine through the worker's resolution (resolve.c): rollout.ignore_eos drops every
+   end-of-sequence stop; the old-log-prob pass takes rollout.log_prob_*, the reference's pass ref.log_prob_*. */
+static void test_worker_passes_keys(void **state)
+{
+    const char *dir = *state;
+    const char *texts[] = {"one two three", "four five six"};
+    df_test_tiny_model(dir, texts, 2, 300, 16, 1, 1);
+    char model[512];
+    snprintf(model, sizeof model, "%s/model", dir);
+    for (int ignore = 0; ignore < 2; ignore++) {
+        const char *ov[] = {ignore ? "actor_rollout_ref.rollout.ignore_eos=true" : "actor_rollout_ref.rollout.ignore_eos=false",
+                            "actor_rollout_ref.actor.use_dynamic_bsz=true",
+                            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=2000",
+                            "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=1000",
+                            "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=false",
+                            "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=3"};
+        df_dag_worker w;
+        memset(&w, 0, sizeof w);
+        w.cfg = df_test_config(NULL, "cfg.yaml", ov, 6);
+        w.actor.layout.dp_size = 1;
+        w.world = 1;
+        assert_int_equal(df_worker_settings_init(&w.global, w.cfg), 0);
+        assert_int_equal(df_tokenizer_load(model, &w.tok), 0);
+        df_actor_params a, r;
+        assert_int_equal(df_worker_resolve(&w, NULL), 0);
+        df_worker_actor_params(&w, &a);
+        df_worker_reference_params(&w, &a, &r);
+        assert_int_equal(w.global.sampling.ignore_eos, ignore);
+        assert_int_equal(w.global.sampling.n_stop, ignore ? 0 : 1);
+        assert_int_equal(w.rollout.val_sp.n_stop, ignore ? 0 : 1);
+        assert_int_equal(a.max_token_len, 2000);
+        assert_int_equal(a.logprob_max_token_len, 1000);
+        assert_int_equal(a.logprob_micro_batch_size, 0);
+        assert_int_equal(r.logprob_max_token_len, 0);
+        assert_int_equal(r.logprob_micro_batch_size, 3);
+        assert_int_equal(r.max_token_len, 2000); /* the rest is the actor's */
+        df_tokenizer_free(w.tok);
+        df_config_free((df_config *)w.cfg);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -510,6 +552,7 @@ int main(void)
         cmocka_unit_test(test_config_with_overrides),
         cmocka_unit_test_setup_teardown(test_worker_node_overrides, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_worker_actor_temperature, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_worker_passes_keys, df_test_mkdtemp, df_test_rmtree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

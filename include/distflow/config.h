@@ -170,6 +170,44 @@ DF_API const char *df_config_type_name(df_config_type t);
 DF_API int df_config_schema_print(const df_config_schema *s, const char *prefix, FILE *f);
 
 /**
+ * What distflow does with a key it carries over from verl / siiRL without a use for it. The
+ * key tables mark such a key by wrapping its entry in DFK_NO_EFFECT(...) or DFK_UNSUPPORTED(...)
+ * (distflow/config_table_begin.h); every other key must do what its help says, which
+ * scripts/check-config-readers.sh checks (a key nothing reads fails the test suite).
+ */
+typedef enum df_config_compat {
+    DF_CFG_EFFECTIVE = 0, /**< the key does what its help says */
+    DF_CFG_NO_EFFECT,     /**< accepted so that verl / siiRL files load; every value gives the same run
+                               (engine plumbing such as FSDP or vLLM settings); a value other than the
+                               default is named in a warning before the run (df_config_check_compat) */
+    DF_CFG_UNSUPPORTED    /**< a feature distflow lacks: only the default is accepted, another value is
+                               refused (df_config_check_compat) */
+} df_config_compat;
+
+/* Built with -DDF_CFG_AUDIT (scripts/check-config-readers.sh only), every field of the typed
+   config structs is marked deprecated with its key, so that the compiler names each key a source
+   file reads. */
+#ifdef DF_CFG_AUDIT
+#define DF_CFG_AUDIT_ATTR(table, key) __attribute__((deprecated("distflow-config-read " table ":" key)))
+#else
+#define DF_CFG_AUDIT_ATTR(table, key)
+#endif
+
+/** Entry i's class (DF_CFG_EFFECTIVE for an index out of range). */
+DF_API df_config_compat df_config_schema_compat(const df_config_schema *s, int i);
+
+/**
+ * The compatibility classes applied to a loaded config: a DF_CFG_UNSUPPORTED key set to
+ * anything but its default is DF_EUNSUPPORTED, naming the key, its value, where it was set
+ * and its help; the DF_CFG_NO_EFFECT keys set to anything but their defaults are named in one
+ * warning through `warn` (nothing when warn is NULL). A value counts as set when it comes
+ * from the file, a workflow node or the command line (a derived default follows its source,
+ * which is reported instead) and differs from the default once both are formatted.
+ * Run by df_config_validate_train_ex and by `distflow sft`'s checks. DF_ENOMEM when out of memory.
+ */
+DF_API int df_config_check_compat(const df_config *c, df_warn_fn warn, void *user);
+
+/**
  * Self-check of a schema table (used by tests): keys unique and well formed,
  * no key is also a group (`a.b` and `a.b.c`), every default parses and is in
  * bounds, null_from names a key of the same type and is only used on nullable

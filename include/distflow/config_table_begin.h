@@ -20,6 +20,15 @@
  * DFK_<type>_FROM(group, leaf, source key, ...): default null, which resolves to the source key's
  *   value after loading (verl's derived defaults); the field has the plain type (the resolver
  *   refuses a null left there), except DFK_IN_FROM, whose source may itself be null. */
+/* DFK_NO_EFFECT(entry) / DFK_UNSUPPORTED(entry): the entry's df_config_compat class (distflow/config.h).
+ * Includers that need the class define DF_CFG_COMPAT(class, ...) (the expanded entry follows the class);
+ * for the others it is the entry. */
+#ifndef DF_CFG_COMPAT
+#define DF_CFG_COMPAT(cls, ...) __VA_ARGS__
+#define DFK_COMPAT_LOCAL_
+#endif
+#define DFK_NO_EFFECT(entry) DF_CFG_COMPAT(DF_CFG_NO_EFFECT, entry)
+#define DFK_UNSUPPORTED(entry) DF_CFG_COMPAT(DF_CFG_UNSUPPORTED, entry)
 #define DFK_STR_(x) #x
 #define DFK_STR(x) DFK_STR_(x)
 #define DFK_INF INFINITY

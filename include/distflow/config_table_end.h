@@ -1,4 +1,10 @@
 /* distflow/config_table_end.h -- undefines the entry forms of config_table_begin.h. */
+#undef DFK_NO_EFFECT
+#undef DFK_UNSUPPORTED
+#ifdef DFK_COMPAT_LOCAL_
+#undef DF_CFG_COMPAT
+#undef DFK_COMPAT_LOCAL_
+#endif
 #undef DFK_STR_
 #undef DFK_STR
 #undef DFK_INF

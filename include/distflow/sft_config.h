@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-#define DF_CFG_KEY(path, leaf, key, kind, ctype, ...) ctype leaf;
+#define DF_CFG_KEY(path, leaf, key, kind, ctype, ...) ctype leaf DF_CFG_AUDIT_ATTR("sft", key);
 #define DF_CFG_GROUP(leaf, tag) struct tag {
 #define DF_CFG_END(leaf) } leaf;
 #define DF_CFG_BLOCK(group, leaf, tag) struct tag leaf;

@@ -70,7 +70,7 @@ extern "C" {
 #endif
 
 /* Struct generation: a key is a field of its C type; a group a nested struct. */
-#define DF_CFG_KEY(path, leaf, key, kind, ctype, ...) ctype leaf;
+#define DF_CFG_KEY(path, leaf, key, kind, ctype, ...) ctype leaf DF_CFG_AUDIT_ATTR("train", key);
 #define DF_CFG_GROUP(leaf, tag) struct tag {
 #define DF_CFG_END(leaf) } leaf;
 #define DF_CFG_BLOCK(group, leaf, tag) struct tag leaf;

@@ -12,6 +12,7 @@
  *   map.c           DF_CFG_MAP values: canonical flow text, entry patching
  *   dump.c          df_config_dump
  *   validate_train.c  df_config_validate_train (cross-field checks)
+ *   compat.c        df_config_check_compat (keys without effect, unsupported values)
  */
 #ifndef DF_CONFIG_INTERNAL_H
 #define DF_CONFIG_INTERNAL_H
@@ -65,6 +66,7 @@ struct df_config_schema {
     int n;
     const cfg_binding *bind; /* [n], parallel to entries; NULL: no typed struct */
     size_t struct_size;      /* sizeof the typed struct */
+    const unsigned char *compat; /* [n] df_config_compat, parallel to entries; NULL: all effective */
 };
 
 /* ---- one-line entries for ad-hoc schemas (tests); the real tables are

@@ -114,6 +114,12 @@ int df_config_schema_print(const df_config_schema *s, const char *prefix, FILE *
         if (e->null_from)
             fprintf(f, "  (null: value of %s)", e->null_from);
         fprintf(f, "\n    %s\n", e->help);
+        df_config_compat cls = df_config_schema_compat(s, i);
+        if (cls != DF_CFG_EFFECTIVE)
+            fprintf(f, "    %s\n", cls == DF_CFG_NO_EFFECT
+                                       ? "[no effect in distflow: accepted for verl / siiRL files; another value is "
+                                         "named in a warning]"
+                                       : "[not supported by distflow: a value other than the default is refused]");
         shown++;
     }
     if (ferror(f))

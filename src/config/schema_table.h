@@ -7,7 +7,7 @@
  *   CFG_STRUCT  its typed struct (df_train_config)
  *   CFG_NAME    the command ("train")
  * and include this file once, after the struct's header; it defines the statics
- * cfg_entries, cfg_bindings and cfg_schema.
+ * cfg_entries, cfg_bindings, cfg_compat and cfg_schema.
  */
 
 /* Schema entries. */
@@ -36,13 +36,24 @@ static const cfg_binding cfg_bindings[] = {
                    "C type of " key " does not fit its schema type");
 #include CFG_TABLE
 #undef DF_CFG_KEY
+
+/* Each key's df_config_compat: a DFK_NO_EFFECT / DFK_UNSUPPORTED wrapper gives its class and
+   hides the entry it wraps, every other entry is DF_CFG_EFFECTIVE. */
+#define DF_CFG_KEY(...) DF_CFG_EFFECTIVE,
+#define DF_CFG_COMPAT(cls, ...) cls,
+static const unsigned char cfg_compat[] = {
+#include CFG_TABLE
+};
+#undef DF_CFG_KEY
+#undef DF_CFG_COMPAT
 #undef DF_CFG_GROUP
 #undef DF_CFG_END
 #undef DF_CFG_BLOCK
 #undef DF_CFG_EXPAND_BLOCKS
 
+_Static_assert(sizeof cfg_entries / sizeof cfg_entries[0] == sizeof cfg_compat, "one class per schema entry");
 _Static_assert(sizeof cfg_entries / sizeof cfg_entries[0] == sizeof cfg_bindings / sizeof cfg_bindings[0],
                "one binding per schema entry");
 
 static const df_config_schema cfg_schema = {CFG_NAME, cfg_entries, (int)(sizeof cfg_entries / sizeof cfg_entries[0]),
-                                            cfg_bindings, sizeof(CFG_STRUCT)};
+                                            cfg_bindings, sizeof(CFG_STRUCT), cfg_compat};

@@ -70,8 +70,8 @@ static bool has_item(const df_config_strs *l, const char *item)
 
 /* Settings distflow accepts from verl / siiRL files but cannot honour: refused, never ignored.
  * trainer.logger: console and file (metrics.jsonl) exist; wandb, tensorboard, ... do not yet;
- * neither does trainer.rollout_data_dir or dag.enable_perf's table, nor the HDFS copy,
- * del_local_ckpt_after_load or siiRL's should_save.
+ * neither does trainer.rollout_data_dir. (Keys the table marks DFK_UNSUPPORTED are refused by
+ * df_config_check_compat.)
  * checkpoint.save_contents / load_contents: a checkpoint always holds the model, the optimizer
  * and the extra state (docs/checkpoints.md), so each list must name all three. */
 static int check_unhonoured(const df_config *c, const df_train_config *t)
@@ -88,20 +88,6 @@ static int check_unhonoured(const df_config *c, const df_train_config *t)
         return df_error(DF_EUNSUPPORTED, "%s: dumping each step's rollouts is not implemented "
                         "(trainer.validation_data_dir dumps the validation generations)",
                         kv(c, "trainer.rollout_data_dir", kb[0]));
-    /* verl / siiRL switches whose effect a user would count on */
-    if (t->trainer.default_hdfs_dir)
-        return df_error(DF_EUNSUPPORTED, "%s: distflow does not copy checkpoints to HDFS",
-                        kv(c, "trainer.default_hdfs_dir", kb[0]));
-    if (t->trainer.del_local_ckpt_after_load)
-        return df_error(DF_EUNSUPPORTED, "%s: distflow keeps the checkpoint it resumed from",
-                        kv(c, "trainer.del_local_ckpt_after_load", kb[0]));
-    if (t->trainer.should_save)
-        return df_error(DF_EUNSUPPORTED, "%s: saving the tokenized dataset and exiting is not "
-                        "implemented", kv(c, "trainer.should_save", kb[0]));
-    if (t->dag.enable_perf)
-        return df_error(DF_EUNSUPPORTED, "%s: the per-rank timing table is not implemented; the "
-                        "timing_s/* metrics of metrics.jsonl hold each stage's time",
-                        kv(c, "dag.enable_perf", kb[0]));
     const struct {
         const df_config_strs *l;
         const char *key;
@@ -361,7 +347,8 @@ int df_config_validate_train_ex(const df_config *c, int world_size, df_warn_fn w
     int rc = df_train_config_resolve(c, &t);
     if (rc)
         return rc;
-    if (warn)
+    rc = df_config_check_compat(c, warn, user);
+    if (!rc && warn)
         warn_suspicious(c, &t, warn, user);
     if (!rc)
         rc = check_unhonoured(c, &t);

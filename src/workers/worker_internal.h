@@ -217,6 +217,8 @@ void df_worker_critic_loss(const df_train_config *t, df_critic_loss *l);
  * by the rollout nodes').
  */
 void df_worker_actor_params(const df_dag_worker *w, df_actor_params *p);
+/** The reference's parameters: the actor's, with the forward pass's limits from actor_rollout_ref.ref.log_prob_*. */
+void df_worker_reference_params(const df_dag_worker *w, const df_actor_params *actor, df_actor_params *p);
 /** Critic settings (critic.*) from w->global, batching over the critic's DP size. */
 void df_worker_critic_params(const df_dag_worker *w, df_critic_params *p);
 /**

@@ -82,6 +82,21 @@ void df_worker_critic_loss(const df_train_config *t, df_critic_loss *l)
     l->loss_agg_norm_length = t->data.max_response_length;
 }
 
+/* The micro-batch limits of a forward-only log-prob pass: by token budget, or rows (default: the update's). */
+static void logprob_limits(bool dyn, const df_config_opt_int *rows, int64_t max_tokens, df_actor_params *p)
+{
+    p->logprob_micro_batch_size = dyn ? 0 : rows->set ? rows->v : p->micro_batch_size;
+    p->logprob_max_token_len = dyn ? max_tokens : 0;
+}
+
+void df_worker_reference_params(const df_dag_worker *w, const df_actor_params *actor, df_actor_params *p)
+{
+    const struct df_train_ref *r = &w->global.cfg.actor_rollout_ref.ref;
+    *p = *actor;
+    logprob_limits(r->log_prob_use_dynamic_bsz, &r->log_prob_micro_batch_size_per_gpu, r->log_prob_max_token_len_per_gpu,
+                   p);
+}
+
 void df_worker_actor_params(const df_dag_worker *w, df_actor_params *p)
 {
     const df_train_config *t = &w->global.cfg;
@@ -94,9 +109,9 @@ void df_worker_actor_params(const df_dag_worker *w, df_actor_params *p)
     bool dyn = a->use_dynamic_bsz;
     p->micro_batch_size = dyn ? 0 : a->ppo_micro_batch_size_per_gpu.set ? a->ppo_micro_batch_size_per_gpu.v : 0;
     p->max_token_len = dyn ? a->ppo_max_token_len_per_gpu : 0;
-    const df_config_opt_int *lp = &t->actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu;
-    p->logprob_micro_batch_size = dyn ? 0 : lp->set ? lp->v : p->micro_batch_size;
-    p->logprob_max_token_len = p->max_token_len;
+    const struct df_train_rollout *r = &t->actor_rollout_ref.rollout; /* the old-log-prob pass: verl's rollout keys */
+    logprob_limits(r->log_prob_use_dynamic_bsz, &r->log_prob_micro_batch_size_per_gpu,
+                   r->log_prob_max_token_len_per_gpu, p);
     p->loss = w->global.actor_loss;
     p->use_kl_loss = a->use_kl_loss;
     p->tis_imp_ratio_cap = a->tis_imp_ratio_cap;
@@ -136,7 +151,10 @@ static void sampling(const df_dag_worker *w, double temperature, int64_t top_k, 
     if (sp->greedy)
         sp->temperature = 1.0f;
     sp->max_new_tokens = w->global.cfg.actor_rollout_ref.rollout.response_length;
-    sp->stop_ids = df_tokenizer_eos_ids(w->tok, &sp->n_stop);
+    /* ignore_eos (vLLM's): neither the tokenizer's nor the model's end-of-sequence ids stop a response */
+    sp->ignore_eos = w->global.cfg.actor_rollout_ref.rollout.ignore_eos;
+    if (!sp->ignore_eos)
+        sp->stop_ids = df_tokenizer_eos_ids(w->tok, &sp->n_stop);
 }
 
 static void rollout_sampling(const df_dag_worker *w, df_node_settings *s)

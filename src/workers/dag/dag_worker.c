@@ -119,7 +119,9 @@ static int setup_models(df_dag_worker *w, df_model *m)
         df_model_free(ref);
         return rc;
     }
-    if (ref && (rc = df_actor_create(ref, &p, false, &w->reference.model))) {
+    df_actor_params rp;
+    df_worker_reference_params(w, &p, &rp);
+    if (ref && (rc = df_actor_create(ref, &rp, false, &w->reference.model))) {
         df_model_free(ref);
         return rc;
     }

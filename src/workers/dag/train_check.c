@@ -18,32 +18,13 @@
 
 /* ---- settings and graph shapes distflow does not run -------------------------- */
 
-/* Settings distflow cannot honour yet: refused instead of silently ignored. */
+/* Settings the key tables mark unsupported, before the plan reads them; the device must be one this
+   build has. */
 static int check_supported(const df_config *c, const df_train_config *t)
 {
-    const struct {
-        bool on;
-        const char *key;
-    } off[] = {{t->reward_model.enable, "reward_model.enable"},
-               {t->data.auto_repeat, "data.auto_repeat"},
-               {t->data.multi_agent, "data.multi_agent"},
-               {t->actor_rollout_ref.rollout.use_fire_sampling, "actor_rollout_ref.rollout.use_fire_sampling"},
-               {t->actor_rollout_ref.rollout.multi_turn.enable, "actor_rollout_ref.rollout.multi_turn.enable"},
-               {t->algorithm.use_pf_ppo, "algorithm.use_pf_ppo"},
-               {t->dag.env_enable, "dag.env_enable"}};
-    for (size_t i = 0; i < sizeof off / sizeof *off; i++)
-        if (off[i].on)
-            return df_error(DF_EUNSUPPORTED, "%s: %s=true is not supported yet", df_config_where(c, off[i].key),
-                            off[i].key);
-    const struct {
-        const char *value, *key;
-    } null_only[] = {{t->data.custom_cls.path, "data.custom_cls.path"},
-                     {t->dag.environment_path, "dag.environment_path"},
-                     {t->reward_model.sandbox_fusion.url, "reward_model.sandbox_fusion.url"}};
-    for (size_t i = 0; i < sizeof null_only / sizeof *null_only; i++)
-        if (null_only[i].value)
-            return df_error(DF_EUNSUPPORTED, "%s: %s is not supported yet", df_config_where(c, null_only[i].key),
-                            null_only[i].key);
+    int rc = df_config_check_compat(c, NULL, NULL); /* warnings come with the cross-field checks */
+    if (rc)
+        return rc;
     if (!df_backend_available(t->trainer.device))
         return df_error(DF_EUNSUPPORTED, "%s: trainer.device=%s: this build of distflow has the %s "
                         "backend only (the CUDA backend is built where CMake finds nvcc and the CUDA "

@@ -97,8 +97,8 @@ static int check_lengths(const sft_data *d, int64_t max_len, const char *trunc)
 }
 
 /* Load the files of list `files` (`key`: its name in messages). */
-static int load(const df_sft_config *t, const char *key, const df_config_strs *files, const df_tokenizer *tok,
-                sft_data *d)
+static int load(const df_sft_config *t, const char *key, const df_config_strs *files, int64_t max_rows,
+                const df_tokenizer *tok, sft_data *d)
 {
     int n = files->n;
     const char **paths = calloc((size_t)(n ? n : 1), sizeof *paths);
@@ -111,6 +111,8 @@ static int load(const df_sft_config *t, const char *key, const df_config_strs *f
     df_dataset_opts o = {.prompt_key = t->data.prompt_key, .reward_optional = true};
     if (!rc)
         rc = df_dataset_load(paths, n, &o, &d->ds);
+    if (!rc && df_dataset_head(d->ds, max_rows) < 0) /* data.train_max_samples / val_max_samples */
+        rc = DF_ENOMEM;
     for (int i = 0; i < n; i++)
         free((char *)paths[i]);
     free(paths);
@@ -307,8 +309,17 @@ static int sft_loop(sft_run *s)
     return rc;
 }
 
-static int check_supported(const df_sft_config *t)
+static void sft_warn(void *user, const char *msg)
 {
+    (void)user;
+    fprintf(stderr, "[distflow] warning: %s\n", msg);
+}
+
+static int check_supported(const df_config *cfg, const df_sft_config *t)
+{
+    int rc = df_config_check_compat(cfg, sft_warn, NULL);
+    if (rc)
+        return rc;
     if (t->data.multiturn.enable)
         return df_error(DF_EUNSUPPORTED, "data.multiturn.enable=true is not supported yet");
     if (!t->data.prompt_dict_keys.null || !t->data.response_dict_keys.null)
@@ -338,13 +349,13 @@ int df_sft_run(const df_config *cfg)
     free(md);
     free(od);
     df_model *m = NULL;
-    rc = check_supported(t);
+    rc = check_supported(cfg, t);
     if (!rc && (rc = df_hf_dir_load(s.model_dir, NULL, &m, &s.tok)))
         rc = df_error_wrap(rc, "model.partial_pretrain");
     if (!rc)
-        rc = load(t, "data.train_files", &t->data.train_files, s.tok, &s.train);
+        rc = load(t, "data.train_files", &t->data.train_files, t->data.train_max_samples, s.tok, &s.train);
     if (!rc && t->data.val_files.n > 0)
-        rc = load(t, "data.val_files", &t->data.val_files, s.tok, &s.val);
+        rc = load(t, "data.val_files", &t->data.val_files, t->data.val_max_samples, s.tok, &s.val);
     if (!rc)
         rc = df_dataloader_create(s.train.ds, t->data.train_batch_size, 0, 1, true, (uint64_t)t->trainer.seed, true,
                                   &s.dl);

@@ -1,0 +1,88 @@
+/*
+ * Keys carried over from verl / siiRL without a use in distflow (config.h,
+ * df_config_compat): unsupported values refused, settings without effect named
+ * in a warning, so that no setting is silently ignored.
+ */
+#include "config/config_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+df_config_compat df_config_schema_compat(const df_config_schema *s, int i)
+{
+    return s->compat && i >= 0 && i < s->n ? (df_config_compat)s->compat[i] : DF_CFG_EFFECTIVE;
+}
+
+/* Set by the user: from the file, a workflow node or the command line, not a default or a value
+   derived from another key (that key is reported instead). */
+static bool user_set(const cfg_slot *s)
+{
+    return strcmp(s->where, "default") && strncmp(s->where, "derived from ", 13);
+}
+
+/* Slot i of `c` formatted into b (reset first). */
+static void format_slot(df_sbuf *b, const df_config *c, int i)
+{
+    b->len = 0;
+    if (b->s)
+        b->s[0] = '\0';
+    cfg_format_value(b, &c->schema->entries[i], &c->slots[i].v);
+}
+
+/* Whether slot i of `c` differs from its default: the same slot of the defaults-only config `d`, or for a
+   derived default (null_from) the value of its source key in `c`. */
+static bool differs(const df_config *c, const df_config *d, int i, df_sbuf *v, df_sbuf *dv)
+{
+    const char *from = c->schema->entries[i].null_from;
+    format_slot(v, c, i);
+    if (from) {
+        int j = cfg_find(c->schema, from);
+        dv->len = 0;
+        if (dv->s)
+            dv->s[0] = '\0';
+        cfg_format_value(dv, &c->schema->entries[i], &c->slots[j].v);
+    } else {
+        format_slot(dv, d, i);
+    }
+    return v->failed || dv->failed || strcmp(v->s ? v->s : "", dv->s ? dv->s : "");
+}
+
+int df_config_check_compat(const df_config *c, df_warn_fn warn, void *user)
+{
+    const df_config_schema *s = c->schema;
+    if (!s->compat)
+        return DF_OK;
+    df_config *d = NULL;
+    int rc = df_config_load(s, NULL, NULL, 0, &d);
+    if (rc)
+        return df_error_wrap(rc, "the %s config's defaults", s->name);
+    df_sbuf v = {0}, dv = {0}, inert = {0};
+    int n_inert = 0;
+    for (int i = 0; i < s->n && !rc; i++) {
+        df_config_compat cls = (df_config_compat)s->compat[i];
+        if (cls == DF_CFG_EFFECTIVE || !user_set(&c->slots[i]) || !differs(c, d, i, &v, &dv))
+            continue;
+        const df_config_entry *e = &s->entries[i];
+        if (cls == DF_CFG_UNSUPPORTED)
+            rc = df_error(DF_EUNSUPPORTED, "%s: %s=%s is not supported by distflow (%s); only the default %s "
+                          "is accepted", c->slots[i].where, e->key, v.s, e->help, dv.s);
+        else if (e->type == DF_CFG_MAP) /* a whole block (siiRL's megatron, processor): its name is enough */
+            df_sbuf_printf(&inert, "%s%s (%s)", n_inert++ ? ", " : "", e->key, c->slots[i].where);
+        else
+            df_sbuf_printf(&inert, "%s%s=%s (%s)", n_inert++ ? ", " : "", e->key, v.s, c->slots[i].where);
+    }
+    if (!rc && (v.failed || dv.failed || inert.failed))
+        rc = df_error(DF_ENOMEM, "out of memory checking the %s config", s->name);
+    if (!rc && n_inert && warn) {
+        df_sbuf msg = {0};
+        df_sbuf_printf(&msg, "%d setting%s with no effect in distflow (kept so that verl / siiRL files load; "
+                       "`distflow config help KEY` says why): %s", n_inert, n_inert > 1 ? "s" : "", inert.s);
+        warn(user, msg.failed ? "settings with no effect in distflow (out of memory listing them)" : msg.s);
+        df_sbuf_free(&msg);
+    }
+    df_sbuf_free(&v);
+    df_sbuf_free(&dv);
+    df_sbuf_free(&inert);
+    df_config_free(d);
+    return rc;
+}
