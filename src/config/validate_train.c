@@ -70,7 +70,7 @@ static bool has_item(const df_config_strs *l, const char *item)
 
 /* Settings distflow accepts from verl / siiRL files but cannot honour: refused, never ignored.
  * trainer.logger: console and file (metrics.jsonl) exist; wandb, tensorboard, ... do not yet;
- * neither does trainer.rollout_data_dir or dag.enable_perf's table, nor the HDFS copy,
+ * neither does dag.enable_perf's table, nor the HDFS copy,
  * del_local_ckpt_after_load or siiRL's should_save.
  * checkpoint.save_contents / load_contents: a checkpoint always holds the model, the optimizer
  * and the extra state (docs/checkpoints.md), so each list must name all three. */
@@ -84,10 +84,6 @@ static int check_unhonoured(const df_config *c, const df_train_config *t)
                             "loggers are console and file (metrics.jsonl in default_local_dir is "
                             "always written)", df_config_where(c, "trainer.logger"), lg->items[i]);
     char kb[1][KV_CAP];
-    if (t->trainer.rollout_data_dir)
-        return df_error(DF_EUNSUPPORTED, "%s: dumping each step's rollouts is not implemented "
-                        "(trainer.validation_data_dir dumps the validation generations)",
-                        kv(c, "trainer.rollout_data_dir", kb[0]));
     /* verl / siiRL switches whose effect a user would count on */
     if (t->trainer.default_hdfs_dir)
         return df_error(DF_EUNSUPPORTED, "%s: distflow does not copy checkpoints to HDFS",
