@@ -302,7 +302,7 @@ static void test_dapo(void **state)
        penalty and the reward are rounded to float once each (<= DF_U32 relative; |reward| <= 1 + |pen|,
        |pen| <= 1), the means are in double. */
     json_t *last = lines[STEPS - 1];
-    double reward = metric(last, "dapo", "val-core/test/parity/reward/mean@1");
+    double reward = metric(last, "dapo", "val-aux/test/parity/reward/mean@1");
     double acc = metric(last, "dapo", "val-core/test/parity/acc/mean@1");
     double pen = metric(last, "dapo", "val-aux/test/parity/overlong_reward/mean@1");
     assert_near(reward, acc + pen, 3 * DF_U32 + df_tol_gamma(64, DF_U64) * 2);

@@ -301,8 +301,7 @@ static void test_unhonoured_settings(void **state)
     expect("logger 'tensorboard' is not available in distflow");
     assert_int_equal(VALIDATE(1, "trainer.logger=[file, console]"), DF_OK);
     assert_int_equal(VALIDATE(1, "trainer.logger=[]"), DF_OK);
-    assert_int_equal(VALIDATE(1, "trainer.rollout_data_dir=/tmp/rollouts"), DF_EUNSUPPORTED);
-    expect("trainer.rollout_data_dir='/tmp/rollouts' (command line): dumping each step's rollouts is not implemented");
+    assert_int_equal(VALIDATE(1, "trainer.rollout_data_dir=/tmp/rollouts"), DF_OK); /* honoured since issue 13 */
     assert_int_equal(VALIDATE(1, "trainer.default_hdfs_dir=hdfs://x"), DF_EUNSUPPORTED);
     expect("command line: trainer.default_hdfs_dir=\"hdfs://x\" is not supported by distflow (copy checkpoints to "
            "HDFS); only the default null is accepted");

@@ -32,8 +32,11 @@
 #include "distflow/comm.h"
 #include "distflow/reward.h"
 
+#include <dirent.h>
 #include <jansson.h>
 #include <math.h>
+#include <stdio.h>
+#include <string.h>
 
 static df_comm *world;
 static char dir[256];
@@ -53,8 +56,8 @@ static void train(df_comm *comm, const char *out, const char *override)
              "  ref: {log_prob_micro_batch_size_per_gpu: 8}\n"
              "algorithm: {adv_estimator: grpo}\n"
              "trainer: {total_training_steps: 3, save_freq: 1, test_freq: 3, logger: [],\n"
-             "          default_local_dir: %s/%s}\n",
-             dir, dir, dir, dir, out);
+             "          default_local_dir: %s/%s, rollout_data_dir: %s/%s/rollouts}\n",
+             dir, dir, dir, dir, out, dir, out);
     if (df_test_run(comm, df_test_config(yaml, "dist.yaml", &override, 1)))
         fail_msg("rank %d: %s", df_comm_rank(world), df_last_error());
 }
@@ -113,7 +116,7 @@ static void compare_with_reference(const char *out, bool moves)
     assert_int_equal(df_model_load(p, &m0), 0);
     const double F = tb_forward_bound(m0, POS, 1.0f);
 
-    expect_within(json_array_get(ref, 0), json_array_get(got, 0), "val-core/test/digits/reward/mean@1", 0, 0);
+    expect_within(json_array_get(ref, 0), json_array_get(got, 0), "val-aux/test/digits/reward/mean@1", 0, 0);
     json_t *a = json_array_get(ref, 1), *b = json_array_get(got, 1);
     const char *same[] = {"critic/score/mean",   "critic/score/max",      "response_length/mean",
                           "response_length/max", "perf/total_num_tokens", "actor/lr"};
@@ -157,12 +160,69 @@ static void compare_with_reference(const char *out, bool moves)
     df_model_free(m0);
 }
 
+/* Step `step`'s rollouts in dir/<out>/rollouts (trainer.rollout_data_dir): one <step>.jsonl, or one
+   <step>.dp<d>.jsonl per data-parallel rank of the step's last stage. Counts, per dataset index, its
+   lines into count[64] and returns the number of lines and files; *score_sum the scores' sum. */
+static int read_rollouts(const char *out, int step, int count[64], int *files, double *score_sum)
+{
+    char rdir[512], one[32], prefix[32];
+    snprintf(rdir, sizeof rdir, "%s/%s/rollouts", dir, out);
+    snprintf(one, sizeof one, "%d.jsonl", step);
+    snprintf(prefix, sizeof prefix, "%d.dp", step);
+    DIR *d = opendir(rdir);
+    assert_non_null(d);
+    int lines = 0;
+    *files = 0, *score_sum = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strcmp(e->d_name, one) && strncmp(e->d_name, prefix, strlen(prefix)))
+            continue;
+        char path[1024], *text = NULL;
+        snprintf(path, sizeof path, "%s/%s", rdir, e->d_name);
+        assert_int_equal(df_read_file(path, &text, NULL), 0);
+        (*files)++;
+        for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n"), lines++) {
+            json_t *row = json_loads(l, 0, NULL);
+            assert_non_null(row);
+            int64_t idx = json_integer_value(json_object_get(row, "index"));
+            assert_true(idx >= 0 && idx < 64);
+            count[idx]++;
+            *score_sum += json_number_value(json_object_get(row, "score"));
+            assert_int_equal(json_integer_value(json_object_get(row, "step")), step);
+            json_decref(row);
+        }
+        free(text);
+    }
+    closedir(d);
+    return lines;
+}
+
+/* The distributed run's rollout dumps hold the one-rank run's rows, each once: every step 32 lines
+   (8 prompts x 4) in `files` files; at step 1 (the same initial weights, see below) the same 8
+   prompts 4 times each and the same scores but for the order of their sum. */
+static void compare_rollouts(const char *out, int files)
+{
+    for (int step = 1; step <= 3; step++) {
+        int c_ref[64] = {0}, c_got[64] = {0}, f_ref, f_got;
+        double s_ref, s_got;
+        assert_int_equal(read_rollouts("ref", step, c_ref, &f_ref, &s_ref), RESPONSES);
+        assert_int_equal(read_rollouts(out, step, c_got, &f_got, &s_got), RESPONSES);
+        assert_int_equal(f_ref, 1);
+        assert_int_equal(f_got, files);
+        for (int i = 0; step == 1 && i < 64; i++)
+            assert_int_equal(c_got[i], c_ref[i]);
+        if (step == 1)
+            assert_near(s_got, s_ref, 2 * df_tol_gamma(RESPONSES, DF_U64) * RESPONSES);
+    }
+}
+
 static void test_data_parallel(void **state)
 {
     (void)state;
     train(world, "dp", "trainer.balance_batch=false");
     assert_int_equal(df_comm_barrier(world), 0);
     compare_with_reference("dp", false);
+    if (df_comm_rank(world) == 0)
+        compare_rollouts("dp", df_comm_size(world) > 1 ? df_comm_size(world) : 1);
 }
 
 static void test_balance_batch(void **state)
@@ -183,6 +243,8 @@ static void test_actor_on_fewer_dp_ranks(void **state)
     train(world, "actor_sp2", "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2");
     assert_int_equal(df_comm_barrier(world), 0);
     compare_with_reference("actor_sp2", true);
+    if (df_comm_rank(world) == 0) /* the actor's DP ranks hold the step's batch at its end */
+        compare_rollouts("actor_sp2", df_comm_size(world) > 2 ? df_comm_size(world) / 2 : 1);
 }
 
 /* A validation set smaller than the number of ranks: some shards are empty, and validation still
@@ -207,7 +269,7 @@ static void test_val_set_smaller_than_world(void **state)
         return;
     /* greedy decoding from the same initial weights: the same tokens (see compare_with_reference) */
     json_t *ref = df_test_metrics(dir, "val1_ref", false), *got = df_test_metrics(dir, "val1", false);
-    expect_within(json_array_get(ref, 0), json_array_get(got, 0), "val-core/test/digits/reward/mean@1", 0, 0);
+    expect_within(json_array_get(ref, 0), json_array_get(got, 0), "val-aux/test/digits/reward/mean@1", 0, 0);
     json_decref(ref);
     json_decref(got);
 }

@@ -75,11 +75,54 @@ static void workflow_config(const char *workflow, char *yaml, size_t cap)
              tmp, WF_MAX_PROMPT, WF_MAX_RESPONSE, tmp, tmp, tmp);
 }
 
+/*
+ * trainer.rollout_data_dir: after each of the 3 steps, <step>.jsonl with one line per rollout
+ * (train_batch_size 8 x rollout.n 4) in verl's keys. Each line's score is its summed
+ * token_level_scores (test_gen_dump pins that per row); here their mean over the step is the
+ * step's critic/score/mean, computed from the same sums: equal up to the order of a double mean of
+ * 32 terms and metrics.jsonl's 10 significant digits (5e-10 relative; the dump prints 17: exact).
+ */
+static void check_rollout_dumps(void)
+{
+    json_t *metrics = df_test_metrics(tmp, "out", true);
+    for (int step = 1; step <= 3; step++) {
+        char rel[64], *text = NULL;
+        snprintf(rel, sizeof rel, "rollouts/%d.jsonl", step);
+        char *path = df_path_join(tmp, rel);
+        assert_int_equal(df_read_file(path, &text, NULL), DF_OK);
+        int n = 0;
+        double sum = 0, abs_sum = 0;
+        for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n"), n++) {
+            json_t *row = json_loads(l, 0, NULL);
+            assert_non_null(row);
+            assert_true(strlen(json_string_value(json_object_get(row, "input"))) > 0);
+            assert_non_null(json_string_value(json_object_get(row, "output")));
+            assert_non_null(json_string_value(json_object_get(row, "gts")));
+            assert_int_equal(json_integer_value(json_object_get(row, "step")), step);
+            double acc = json_number_value(json_object_get(row, "acc"));
+            assert_true(json_is_number(json_object_get(row, "acc")) && (acc == 0 || acc == 1));
+            assert_string_equal(json_string_value(json_object_get(row, "data_source")), "test/digits");
+            sum += json_number_value(json_object_get(row, "score"));
+            abs_sum += fabs(json_number_value(json_object_get(row, "score")));
+            json_decref(row);
+        }
+        assert_int_equal(n, 8 * 4);
+        double want = json_number_value(json_object_get(json_array_get(metrics, step - 1), "critic/score/mean"));
+        assert_near(sum / n, want, 2 * df_tol_gamma(n, DF_U64) * abs_sum / n + 5e-10 * fabs(want));
+        free(text), free(path);
+    }
+    char *none = df_path_join(tmp, "rollouts/4.jsonl");
+    struct stat st;
+    assert_int_not_equal(stat(none, &st), 0);
+    free(none);
+    json_decref(metrics);
+}
+
 static void test_grpo_steps(void **state)
 {
     (void)state;
     make_inputs();
-    char yaml[2048];
+    char yaml[4096];
     snprintf(yaml, sizeof yaml,
              "data: {train_files: [%s/train.jsonl], val_files: [%s/train.jsonl], train_batch_size: 8,\n"
              "       max_prompt_length: 128, max_response_length: 12, val_max_samples: 8}\n"
@@ -92,8 +135,8 @@ static void test_grpo_steps(void **state)
              "algorithm: {adv_estimator: grpo}\n"
              "trainer: {total_training_steps: 3, save_freq: 1, max_actor_ckpt_to_keep: 2, logger: [],\n"
              "          val_before_train: false, test_freq: 3, log_val_generations: 2,\n"
-             "          validation_data_dir: %s/val, default_local_dir: %s/out}\n",
-             tmp, tmp, tmp, tmp, tmp);
+             "          validation_data_dir: %s/val, rollout_data_dir: %s/rollouts, default_local_dir: %s/out}\n",
+             tmp, tmp, tmp, tmp, tmp, tmp);
     df_test_fit(yaml, "e2e.yaml");
 
     /* the validation of step 3 dumped in verl's keys (trainer.validation_data_dir): one line per
@@ -115,6 +158,8 @@ static void test_grpo_steps(void **state)
     }
     assert_int_equal(n_lines, 8);
     free(vpath), free(vtext);
+
+    check_rollout_dumps();
 
     /* saved every step, the newest two kept (trainer.max_actor_ckpt_to_keep) */
     char *ck[3];

@@ -15,7 +15,9 @@ static const char *USAGE =
     "Generate responses for every prompt of a dataset in the verl schema (chat template applied,\n"
     "as in training) and score them with the reward function of each row's data_source.\n"
     "Greedy decoding unless --temperature is given. Prints `metric: value` lines on stdout:\n"
-    "accuracy (mean of acc: score == 1), score, n_prompts, n_responses, response_length.";
+    "accuracy (mean of acc: score == 1), score, n_prompts, n_responses, response_length, then\n"
+    "verl's validation metrics per data source (val-core/<data_source>/acc/mean@<n>, and with\n"
+    "--n > 1 std@n, best@N, worst@N and pass@k; docs/validation.md).";
 
 int df_cmd_eval(int argc, char **argv)
 {
@@ -81,13 +83,22 @@ int df_cmd_eval(int argc, char **argv)
     o.sp.max_new_tokens = max_resp;
     o.sp.stop_ids = tok ? df_tokenizer_eos_ids(tok, &o.sp.n_stop) : NULL;
     df_eval_result res;
+    df_metrics *vm = rc ? NULL : df_metrics_new();
+    if (!rc && !vm)
+        rc = df_error(DF_ENOMEM, "out of memory");
     if (!rc)
-        rc = df_evaluate(e, m, tok, NULL, ds, &pc, &o, NULL, &res);
+        rc = df_evaluate(e, m, tok, NULL, ds, &pc, &o, vm, &res);
     if (!rc) {
         printf("accuracy: %.4f\nscore: %.4f\nn_prompts: %lld\nn_responses: %lld\nresponse_length: %.2f\n",
                res.acc_mean, res.score_mean, (long long)res.n_prompts, (long long)res.n_responses,
                res.response_length_mean);
+        for (int i = 0; i < df_metrics_count(vm); i++) {
+            double v;
+            const char *k = df_metrics_at(vm, i, &v);
+            printf("%s: %.4f\n", k, v);
+        }
     }
+    df_metrics_free(vm);
     if (dump)
         fclose(dump);
     if (!rc && dump && (rc = df_write_file_atomic(output, dump_buf, dump_len)))

@@ -69,9 +69,8 @@ static bool has_item(const df_config_strs *l, const char *item)
 }
 
 /* Settings distflow accepts from verl / siiRL files but cannot honour: refused, never ignored.
- * trainer.logger: console and file (metrics.jsonl) exist; wandb, tensorboard, ... do not yet;
- * neither does trainer.rollout_data_dir. (Keys the table marks DFK_UNSUPPORTED are refused by
- * df_config_check_compat.)
+ * trainer.logger: console and file (metrics.jsonl) exist; wandb, tensorboard, ... do not yet.
+ * (Keys the table marks DFK_UNSUPPORTED are refused by df_config_check_compat.)
  * checkpoint.save_contents / load_contents: a checkpoint always holds the model, the optimizer
  * and the extra state (docs/checkpoints.md), so each list must name all three. */
 static int check_unhonoured(const df_config *c, const df_train_config *t)
@@ -83,11 +82,6 @@ static int check_unhonoured(const df_config *c, const df_train_config *t)
                             "trainer.logger (%s): logger '%s' is not available in distflow; the "
                             "loggers are console and file (metrics.jsonl in default_local_dir is "
                             "always written)", df_config_where(c, "trainer.logger"), lg->items[i]);
-    char kb[1][KV_CAP];
-    if (t->trainer.rollout_data_dir)
-        return df_error(DF_EUNSUPPORTED, "%s: dumping each step's rollouts is not implemented "
-                        "(trainer.validation_data_dir dumps the validation generations)",
-                        kv(c, "trainer.rollout_data_dir", kb[0]));
     const struct {
         const df_config_strs *l;
         const char *key;

@@ -19,9 +19,9 @@ typedef struct df_eval_opts {
     uint64_t seed;
     int64_t batch_prompts; /* prompts per generation call; <= 0: all at once */
     const char *label;     /* progress-bar label; NULL: none */
-    FILE *dump;            /* when non-NULL, one JSON line per response is written here: verl's
-                              _dump_generations keys input, output, gts, score (+ step), and
-                              index, data_source, acc */
+    FILE *dump;            /* when non-NULL, one JSON line per response is written here
+                              (df_gen_dump_rows: verl's _dump_generations keys input, output, gts,
+                              score (+ step), the reward's extra infos, index, data_source) */
     bool with_step;        /* the dump's lines carry "step": step */
     int64_t step;
     df_comm *comm;         /* ranks evaluating disjoint shards: results are their totals; NULL: this rank's */
@@ -36,12 +36,14 @@ typedef struct df_eval_result {
 
 /**
  * Evaluate rows of `ds` (prompts already encoded in `pc`). With `metrics`,
- * records verl's validation names per data source:
- * val-core/<data_source>/reward/mean@<n> and val-core/<data_source>/acc/mean@<n>,
- * plus val-aux/response_length/mean, and with the dapo manager's
- * overlong_buffer.log val-aux/<data_source>/{overlong_reward,overlong}/mean@<n>.
- * A response's reward is the sum of its token_level_scores (verl's
- * reward_tensor.sum(-1): the score plus dapo's overlong penalty).
+ * records verl's validation metrics per data source (df_val_metrics_finish:
+ * val-core/<data_source>/acc/mean@<n>, val-aux/<data_source>/reward/mean@<n>,
+ * and with n > 1 std@n, best@N, worst@N, pass@k, ...; docs/validation.md), the
+ * bootstrap keyed by o->seed and each prompt's dataset-wide index, plus
+ * val-aux/response_length/mean. A response's reward is the sum of its
+ * token_level_scores (verl's reward_tensor.sum(-1): the score plus dapo's
+ * overlong penalty); with dapo's overlong_buffer.log, overlong_reward and
+ * overlong are variables too (val-aux).
  * With o->comm it is collective: every rank joins the one reduction even when
  * its shard is empty or it failed (then every rank returns an error); an
  * empty shard is fine as long as the group has prompts. Errors: DF_EINVAL when

@@ -6,6 +6,7 @@
 #include "workers/common/data_metrics.h"
 #include "workers/dag/checkpoint.h"
 #include "workers/dag/evaluate.h"
+#include "workers/dag/rollout_dump.h"
 #include "workers/dag/val_generations.h"
 #include "workers/dag/metrics_reduce.h"
 
@@ -136,6 +137,8 @@ static int train_step(df_dag_worker *w)
         else
             df_explained_var_sums(b, ev_sums);
     }
+    if (!rc)
+        rc = df_worker_rollout_dump(w, b, m);
     df_batch_free(b);
     if (!rc)
         rc = reduce_step_metrics(w, m);

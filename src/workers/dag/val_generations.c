@@ -4,7 +4,7 @@
  */
 #include "workers/dag/val_generations.h"
 
-#include "util/fsutil.h"
+#include "workers/dag/gen_dump.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -50,22 +50,9 @@ int df_val_generations_end(df_dag_worker *w, df_val_generations *g, int rc)
     const struct df_train_trainer *t = &w->global.cfg.trainer;
     if (!rc && t->log_val_generations > 0 && w->rank == 0)
         print_samples(g->buf, t->log_val_generations, w->step);
-    if (!rc && t->validation_data_dir && w->data_layout.mp_rank == 0) {
-        /* verl's <dir>/<step>.jsonl; each data-parallel rank validates its own shard */
-        char name[96];
-        if (w->data_layout.dp_size > 1)
-            snprintf(name, sizeof name, "%lld.dp%d.jsonl", (long long)w->step, w->data_layout.dp_rank);
-        else
-            snprintf(name, sizeof name, "%lld.jsonl", (long long)w->step);
-        char *dir = df_expand_user(t->validation_data_dir);
-        char *path = dir ? df_path_join(dir, name) : NULL;
-        rc = path ? df_mkdir_p(dir) : df_error(DF_ENOMEM, "out of memory");
-        if (!rc)
-            rc = df_write_file_atomic(path, g->buf, g->len);
-        if (rc)
-            rc = df_error_wrap(rc, "trainer.validation_data_dir");
-        free(path), free(dir);
-    }
+    if (!rc && t->validation_data_dir && w->data_layout.mp_rank == 0) /* each DP rank validates its shard */
+        rc = df_gen_dump_write(t->validation_data_dir, "trainer.validation_data_dir", w->step,
+                               w->data_layout.dp_rank, w->data_layout.dp_size, g->buf, g->len);
     free(g->buf);
     memset(g, 0, sizeof *g);
     return rc;
