@@ -79,6 +79,13 @@ int df_ckpt_load_json(const char *path, const char *format, json_t **out);
 /** A non-negative integer member of o; DF_EINVAL naming path and key otherwise. */
 int df_ckpt_json_int(const json_t *o, const char *key, const char *path, int64_t *v);
 
+/**
+ * Keep the newest keep_actor checkpoints of dir's global_step_<N> directories (older ones removed
+ * whole: a step without its actor cannot be resumed) and the critic of the newest keep_critic
+ * (older critic/ subdirectories removed); <= 0: keep all. Errors: DF_EIO naming the path.
+ */
+int df_checkpoint_prune(const char *dir, int64_t keep_actor, int64_t keep_critic);
+
 /* ---- metrics.jsonl ---- */
 
 /** <out_dir>/metrics.jsonl, written one whole line at a time. Zero-initialise (closing it is then safe). */
