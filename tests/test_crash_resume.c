@@ -28,6 +28,7 @@
 
 #include "testcli.h"
 
+#include "distflow/reward.h"
 #include "model/safetensors.h"
 #include "util/timeutil.h"
 
@@ -338,6 +339,52 @@ static void test_kill_every_save_op(void **state)
     assert_same_runs("grpo_np1_full", "saves", 2, 1, false, false);
 }
 
+/* A reward that fails: a run that errors in its first step. */
+static int fail_score(const char *data_source, const char *s, const char *gt, const char *extra, double *score)
+{
+    (void)data_source, (void)s, (void)gt, (void)extra, (void)score;
+    return df_error(DF_EINVAL, "injected reward failure");
+}
+
+/* A run that fails or dies before its first metrics line, and `data gsm8k` on bad input, leave no
+   output directory (nor an empty metrics.jsonl). */
+static void test_failed_runs_leave_nothing(void **state)
+{
+    (void)state;
+    char p[1024], yaml[2048];
+    /* in-process: the reward fails during step 1 */
+    assert_int_equal(df_reward_register("test/fail", fail_score), 0);
+    df_test_digits_inputs(dir, "fail.jsonl", 8, "test/fail", false);
+    snprintf(yaml, sizeof yaml,
+             "data: {train_files: [%s/fail.jsonl], val_files: [], train_batch_size: 4, max_response_length: 4}\n"
+             "actor_rollout_ref:\n"
+             "  model: {path: %s/model}\n"
+             "  actor: {ppo_mini_batch_size: 4, ppo_micro_batch_size_per_gpu: 4}\n"
+             "  rollout: {n: 2, log_prob_micro_batch_size_per_gpu: 8}\n"
+             "algorithm: {adv_estimator: grpo}\n"
+             "trainer: {total_training_steps: 2, save_freq: 1, logger: [], default_local_dir: %s/failed/out}\n",
+             dir, dir, dir);
+    assert_error_mentions(df_test_run(NULL, df_test_config(yaml, "fail.yaml", NULL, 0)), DF_EINVAL,
+                          "injected reward failure");
+    path_of(p, sizeof p, "failed", "");
+    assert_false(df_dir_exists(p));
+    /* the CLI killed in its first generation */
+    write_yaml("grpo");
+    expect(train("grpo", "early", 1, "gen:1", NULL, NULL, 0), DF_CLI_KILLED, "early", "gen:1");
+    path_of(p, sizeof p, "early", "");
+    assert_false(df_dir_exists(p));
+    /* data gsm8k: a malformed input line, the output two directories down */
+    char cmd[2048], out[4096];
+    path_of(p, sizeof p, "raw.jsonl", "");
+    assert_int_equal(df_write_file_atomic(p, "{\"question\": \"1+1\", \"answer\": \"#### 2\"}\n{\"question\"", 49), 0);
+    snprintf(cmd, sizeof cmd, "%s/distflow data gsm8k --in %s --out %s/gsm/new/out.jsonl 2>&1", DF_BINARY_DIR, p, dir);
+    int st = df_test_command(cmd, out, sizeof out);
+    if (st == 0 || !strstr(out, "raw.jsonl:2"))
+        fail_msg("data gsm8k on a cut line: exit %d, output:\n%s", st, out);
+    path_of(p, sizeof p, "gsm", "");
+    assert_false(df_dir_exists(p));
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -366,6 +413,7 @@ int main(void)
         cmocka_unit_test(test_kills_ppo),
         cmocka_unit_test(test_kills_dapo),
         cmocka_unit_test(test_kill_every_save_op),
+        cmocka_unit_test(test_failed_runs_leave_nothing),
         cmocka_unit_test(test_kills_two_ranks),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -12,6 +12,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,7 +26,7 @@ typedef struct df_cli_run {
     const char *kill_at;   /**< DF_TEST_KILL_AT, or NULL */
     const char *counts;    /**< DF_TEST_KILL_COUNTS, or NULL */
     const char *log;       /**< stdout + stderr go here (overwritten) */
-    const char *wrap;      /**< a shell prefix run before the command (e.g. ulimit), or NULL */
+    long long fsize;       /**< > 0: RLIMIT_FSIZE in bytes (SIGXFSZ ignored: writes past it fail with EFBIG) */
 } df_cli_run;
 
 /**
@@ -66,16 +67,13 @@ static inline int df_cli_exec(const df_cli_run *o, const char *const *argv)
             setenv("DF_TEST_KILL_AT", o->kill_at, 1);
         if (o->counts)
             setenv("DF_TEST_KILL_COUNTS", o->counts, 1);
-        if (o->wrap) { /* sh -c '<wrap>; exec "$0" "$@"' distflow args... */
-            char script[512];
-            snprintf(script, sizeof script, "%s; exec \"$0\" \"$@\"", o->wrap);
-            const char *sh[70] = {"/bin/sh", "-c", script};
-            for (int i = 0; i <= n; i++)
-                sh[3 + i] = args[i];
-            execv("/bin/sh", (char **)sh);
-        } else {
-            execv(args[0], (char **)args);
+        if (o->fsize > 0) {
+            struct rlimit rl = {(rlim_t)o->fsize, (rlim_t)o->fsize};
+            signal(SIGXFSZ, SIG_IGN); /* stays ignored across exec */
+            if (setrlimit(RLIMIT_FSIZE, &rl))
+                _exit(125);
         }
+        execv(args[0], (char **)args);
         _exit(127);
     }
     assert_true(pid > 0);

@@ -366,3 +366,17 @@ int df_append_line(int fd, const char *path, const char *line, size_t n)
     return df_error(DF_EIO, "%s: cannot append a line (%zu of %zu bytes written%s): %s", path, done, n,
                     undone ? ", the file left as it was" : ", and the cut line could not be removed", strerror(e));
 }
+
+int df_mkdir_parent_undoable(const char *path, char **created)
+{
+    *created = NULL;
+    const char *slash = strrchr(path, '/');
+    if (!slash || slash == path)
+        return DF_OK;
+    char *dir = strndup(path, (size_t)(slash - path));
+    if (!dir)
+        return df_error(DF_ENOMEM, "out of memory");
+    int rc = df_mkdir_p_undoable(dir, created);
+    free(dir);
+    return rc;
+}

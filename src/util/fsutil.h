@@ -57,6 +57,8 @@ int df_mkdir_p_undoable(const char *dir, char **created);
 /** Remove the empty directories at and below `created` (anything holding a file stays) and free it;
  *  nothing for NULL. */
 void df_undo_mkdir(char *created);
+/** df_mkdir_p_undoable of the directory that holds `path`. */
+int df_mkdir_parent_undoable(const char *path, char **created);
 /** mkdir -p of the directory that holds `path` (nothing when it has none). */
 int df_mkdir_parent(const char *path);
 /** fsync a directory so renames inside it are durable. */
