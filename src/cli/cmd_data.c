@@ -32,7 +32,13 @@ static int cmd_gsm8k(int argc, char **argv)
     if ((code = df_cli_require("data gsm8k", opts)))
         return code;
     int64_t n = 0;
-    if (df_mkdir_parent(out) || df_gsm8k_convert(in, out, split, &n))
+    char *made = NULL; /* directories made for the output go again if it is not written */
+    int rc = df_mkdir_parent_undoable(out, &made) || df_gsm8k_convert(in, out, split, &n);
+    if (rc)
+        df_undo_mkdir(made);
+    else
+        free(made);
+    if (rc)
         return df_cli_fail("data gsm8k");
     fprintf(stderr, "distflow data gsm8k: wrote %lld rows to %s\n", (long long)n, out);
     return 0;
@@ -81,7 +87,12 @@ static int cmd_synth(int argc, char **argv)
     if (exclude && df_dataset_load(&exclude, 1, &eo, &ex))
         return df_cli_fail("data synth");
     cfg.exclude = ex;
-    int rc = df_mkdir_parent(out) || df_synth_write(&cfg, n, out);
+    char *made = NULL;
+    int rc = df_mkdir_parent_undoable(out, &made) || df_synth_write(&cfg, n, out);
+    if (rc)
+        df_undo_mkdir(made);
+    else
+        free(made);
     df_dataset_free(ex);
     if (rc)
         return df_cli_fail("data synth");

@@ -4,6 +4,7 @@
 #include "distflow/algo.h"
 #include "distflow/rng.h"
 #include "engine/train_core.h"
+#include "util/killpoint.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -240,6 +241,7 @@ static int sft_local(df_actor *a, df_batch *b, double total, double *loss)
     if (rc || (rc = plan(a, b, false, &bounds, &n_mb)))
         return rc;
     for (int64_t k = 0; k < n_mb && !rc && total > 0; k++) {
+        df_kill_point("update"); /* test-only: a crash between micro-batches */
         if ((rc = df_pack_responses(&c->pk, b, bounds[k], bounds[k + 1])))
             break;
         float *logp = c->buf[B_LOGP], *dlogp = c->buf[B_DLOGP];

@@ -4,6 +4,7 @@
 #include "engine/rollout_internal.h"
 #include "engine/sampling.h"
 #include "model/ops.h"
+#include "util/killpoint.h"
 
 #include <math.h>
 #include <omp.h>
@@ -607,8 +608,10 @@ static int generate_loop(gen_ctx *g)
                  : DF_OK;
     while (!rc && g->done < g->n_seqs) {
         rc = admit(g, ad, aslots, list, rows);
-        if (!rc && g->done < g->n_seqs)
+        if (!rc && g->done < g->n_seqs) {
+            df_kill_point("gen"); /* test-only: a crash mid-generation */
             rc = decode_step(g, list, rows);
+        }
     }
     free(ad);
     free(aslots);

@@ -2,6 +2,7 @@
 #include "engine/train_core.h"
 
 #include "distflow/algo.h"
+#include "util/killpoint.h"
 
 #include <assert.h>
 #include <math.h>
@@ -251,13 +252,15 @@ static int mini_local(df_train_core *c, const df_batch *mb, int64_t tokens, int6
     if (rc)
         return rc;
     bad[1] = n_mb;
-    for (int64_t k = 0; !rc && k < n_mb; k++)
+    for (int64_t k = 0; !rc && k < n_mb; k++) {
+        df_kill_point("update"); /* test-only: a crash between micro-batches */
         if (!(rc = l->micro(l->user, mb, bounds[k], bounds[k + 1], tokens, seqs, sums))) {
             if (!bad[0] && !all_finite(sums, l->n_sums))
                 bad[0] = k + 1;
             c->bar_done += bounds[k + 1] - bounds[k];
             df_progress_update(&c->bar, c->bar_done, NULL);
         }
+    }
     free(bounds);
     return rc ? rc : df_train_core_grads_to_host(c);
 }

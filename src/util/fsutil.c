@@ -2,6 +2,7 @@
 #include "util/fsutil.h"
 
 #include "distflow/common.h"
+#include "util/killpoint.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -29,6 +30,7 @@ int df_tmpfile_open(df_tmpfile *t, const char *path)
         return df_error(DF_ENOMEM, "out of memory creating a temporary for %s", path);
     }
     snprintf(t->tmp, cap, "%.*s.%s.tmp.XXXXXX", (int)dlen, path, base);
+    df_kill_point_fs();
     t->fd = mkstemp(t->tmp);
     if (t->fd >= 0 && fchmod(t->fd, 0644) != 0) { /* mkstemp makes 0600; outputs are shared */
         close(t->fd);
@@ -50,6 +52,7 @@ int df_tmpfile_write(df_tmpfile *t, const void *buf, size_t n)
 {
     const char *p = buf;
     while (n > 0) {
+        df_kill_point_fs();
         ssize_t w = write(t->fd, p, n);
         if (w < 0 && errno == EINTR)
             continue;
@@ -66,6 +69,7 @@ int df_tmpfile_close(df_tmpfile *t)
 {
     if (t->fd < 0)
         return DF_OK;
+    df_kill_point_fs();
     int rc = fsync(t->fd);
     int e = errno;
     if (close(t->fd) && !rc) {
@@ -88,6 +92,7 @@ int df_tmpfile_commit(df_tmpfile *t)
     mode_t mode = stat(t->path, &st) == 0 ? (st.st_mode & 07777) : 0644;
     if (chmod(t->tmp, mode))
         return df_error(DF_EIO, "%s: chmod of the temporary failed: %s", t->path, strerror(errno));
+    df_kill_point_fs();
     if (rename(t->tmp, t->path))
         return df_error(DF_EIO, "%s: cannot rename the temporary into place: %s", t->path,
                         strerror(errno));
@@ -181,33 +186,66 @@ int df_read_file(const char *path, char **text, size_t *len)
     return DF_OK;
 }
 
-int df_mkdir_p(const char *dir)
+/* nftw callback of df_undo_mkdir: empty directories go, anything else stays. */
+static int rmdir_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)ftw;
+    if (flag == FTW_DP)
+        rmdir(p);
+    return 0;
+}
+
+/* mkdir -p; *created (when not NULL) = the first directory made (malloc'd), NULL when none was. */
+static int mkdir_p(const char *dir, char **created)
 {
     char *p = strdup(dir);
     if (!p)
         return df_error(DF_ENOMEM, "out of memory creating %s", dir);
     size_t n = strlen(p);
-    for (size_t i = 1; i <= n; i++) {
+    int rc = DF_OK;
+    for (size_t i = 1; i <= n && !rc; i++) {
         if (p[i] != '/' && p[i] != '\0')
             continue;
         char c = p[i];
         p[i] = '\0';
         struct stat st;
         if (stat(p, &st) != 0) {
-            if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-                int rc = df_error(DF_EIO, "cannot create directory %s: %s", p, strerror(errno));
-                free(p);
-                return rc;
-            }
+            df_kill_point_fs();
+            if (mkdir(p, 0755) != 0 && errno != EEXIST)
+                rc = df_error(DF_EIO, "cannot create directory %s: %s", p, strerror(errno));
+            else if (created && !*created && !(*created = strdup(p)))
+                rc = df_error(DF_ENOMEM, "out of memory");
         } else if (!S_ISDIR(st.st_mode)) {
-            int rc = df_error(DF_EIO, "cannot create directory %s: a file of that name exists", p);
-            free(p);
-            return rc;
+            rc = df_error(DF_EIO, "cannot create directory %s: a file of that name exists", p);
         }
         p[i] = c;
     }
     free(p);
-    return DF_OK;
+    return rc;
+}
+
+int df_mkdir_p(const char *dir)
+{
+    return mkdir_p(dir, NULL);
+}
+
+int df_mkdir_p_undoable(const char *dir, char **created)
+{
+    *created = NULL;
+    int rc = mkdir_p(dir, created);
+    if (rc) { /* what was made before the failure goes again */
+        df_undo_mkdir(*created);
+        *created = NULL;
+    }
+    return rc;
+}
+
+void df_undo_mkdir(char *created)
+{
+    if (created)
+        nftw(created, rmdir_entry, 16, FTW_DEPTH | FTW_PHYS);
+    free(created);
 }
 
 int df_fsync_dir(const char *dir)
@@ -215,6 +253,7 @@ int df_fsync_dir(const char *dir)
     int fd = open(dir, O_RDONLY | O_DIRECTORY);
     if (fd < 0)
         return df_error(DF_EIO, "%s: cannot open directory: %s", dir, strerror(errno));
+    df_kill_point_fs();
     int rc = fsync(fd);
     int e = errno;
     close(fd);
@@ -235,9 +274,6 @@ int df_fsync_parent(const char *path)
     free(dir);
     return rc;
 }
-
-/* ---- JSON output in Python's json.dumps(indent=2, sort_keys=True) style ------ */
-
 
 int df_copy_file(const char *src, const char *dst)
 {
@@ -284,6 +320,7 @@ static int remove_entry(const char *p, const struct stat *sb, int flag, struct F
     (void)sb;
     (void)flag;
     (void)ftw;
+    df_kill_point_fs();
     return remove(p) ? errno : 0;
 }
 
@@ -292,6 +329,54 @@ int df_remove_tree(const char *path)
     struct stat st;
     if (lstat(path, &st) != 0)
         return errno == ENOENT ? DF_OK : df_error(DF_EIO, "%s: cannot stat: %s", path, strerror(errno));
-    int e = S_ISDIR(st.st_mode) ? nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS) : (remove(path) ? errno : 0);
+    int e = S_ISDIR(st.st_mode) ? nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS)
+                                 : remove_entry(path, &st, 0, NULL);
     return e ? df_error(DF_EIO, "%s: cannot remove: %s", path, strerror(e > 0 ? e : errno)) : DF_OK;
+}
+
+int df_rename(const char *from, const char *to)
+{
+    df_kill_point_fs();
+    if (rename(from, to))
+        return df_error(DF_EIO, "cannot rename %s to %s: %s", from, to, strerror(errno));
+    return DF_OK;
+}
+
+int df_append_line(int fd, const char *path, const char *line, size_t n)
+{
+    off_t before = lseek(fd, 0, SEEK_END);
+    if (before < 0)
+        return df_error(DF_EIO, "%s: cannot append: %s", path, strerror(errno));
+    size_t done = 0;
+    int e = 0;
+    while (done < n) { /* one write() for the whole line; more only after a short one */
+        ssize_t w = write(fd, line + done, n - done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            e = w < 0 ? errno : EIO;
+            break;
+        }
+        done += (size_t)w;
+    }
+    if (done == n)
+        return DF_OK;
+    /* a cut line would stay at the end of the file: take its head off again */
+    bool undone = done == 0 || ftruncate(fd, before) == 0;
+    return df_error(DF_EIO, "%s: cannot append a line (%zu of %zu bytes written%s): %s", path, done, n,
+                    undone ? ", the file left as it was" : ", and the cut line could not be removed", strerror(e));
+}
+
+int df_mkdir_parent_undoable(const char *path, char **created)
+{
+    *created = NULL;
+    const char *slash = strrchr(path, '/');
+    if (!slash || slash == path)
+        return DF_OK;
+    char *dir = strndup(path, (size_t)(slash - path));
+    if (!dir)
+        return df_error(DF_ENOMEM, "out of memory");
+    int rc = df_mkdir_p_undoable(dir, created);
+    free(dir);
+    return rc;
 }

@@ -48,6 +48,17 @@ bool df_file_exists(const char *path);
 int df_read_file(const char *path, char **text, size_t *len);
 /** mkdir -p (mode 0755). DF_EIO naming the component that failed. */
 int df_mkdir_p(const char *dir);
+/**
+ * df_mkdir_p that can be taken back: *created = the first directory it made (malloc'd; NULL when all
+ * existed), for df_undo_mkdir when the command that needed it fails (no empty output directory is
+ * left behind). On failure it undoes itself and *created is NULL.
+ */
+int df_mkdir_p_undoable(const char *dir, char **created);
+/** Remove the empty directories at and below `created` (anything holding a file stays) and free it;
+ *  nothing for NULL. */
+void df_undo_mkdir(char *created);
+/** df_mkdir_p_undoable of the directory that holds `path`. */
+int df_mkdir_parent_undoable(const char *path, char **created);
 /** mkdir -p of the directory that holds `path` (nothing when it has none). */
 int df_mkdir_parent(const char *path);
 /** fsync a directory so renames inside it are durable. */
@@ -67,5 +78,15 @@ bool df_dir_exists(const char *path);
 /** rm -rf `path` (a file or a directory tree; symbolic links are removed, not followed); nothing to do
  *  when it does not exist. DF_EIO naming the path and the reason. */
 int df_remove_tree(const char *path);
+
+/** rename(2), a kill point of a checkpoint save (util/killpoint.h). DF_EIO naming both paths and the
+ *  reason. */
+int df_rename(const char *from, const char *to);
+/**
+ * Append one line (n bytes, its newline included) to the file open as fd (O_APPEND) with one write();
+ * when it cannot all be written (ENOSPC, EFBIG, ...) the file is truncated back to its size before,
+ * so it never ends with a cut line. DF_EIO naming `path`, how much was written and strerror.
+ */
+int df_append_line(int fd, const char *path, const char *line, size_t n);
 
 #endif

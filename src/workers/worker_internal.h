@@ -16,6 +16,7 @@
 #include "engine/actor.h"
 #include "engine/critic.h"
 #include "util/timeutil.h"
+#include "workers/common/ckpt_files.h"
 #include "workers/common/prompts.h"
 #include "workers/reward/score_batch.h"
 #include "workers/rollout/rollout_batch.h"
@@ -117,7 +118,7 @@ struct df_dag_worker {
     int64_t resumed_step; /* the checkpoint's global step this run continues from; 0: a fresh start */
 
     df_metrics *metrics; /* the current step's */
-    FILE *metrics_file;
+    df_metrics_log metrics_log; /* rank 0: metrics.jsonl */
     bool console;
     const volatile sig_atomic_t *stop_flag; /* df_dag_worker_set_stop_flag; NULL: none */
     int stopped;                            /* the agreed stop flag's value when fit stopped early */

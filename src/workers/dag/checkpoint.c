@@ -4,9 +4,9 @@
 #include "engine/hf_dir.h"
 #include "util/finite.h"
 #include "util/fsutil.h"
+#include "util/killpoint.h"
+#include "workers/common/ckpt_files.h"
 
-#include <dirent.h>
-#include <errno.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -14,12 +14,11 @@
 #include <string.h>
 
 #define CKPT_FORMAT "distflow-checkpoint/1"
-#define LATEST "latest_checkpointed_iteration.txt"
 #define TRAINER_STATE "trainer_state.json"
 #define ACTOR_STATE "actor/train_state.safetensors"
 #define CRITIC_STATE "critic/train_state.safetensors"
 
-typedef char path_buf[2048];
+typedef char path_buf[DF_CKPT_PATH_MAX];
 
 /* printf into a path_buf; DF_EINVAL when it does not fit. */
 static int fmt_path(char *out, const char *fmt, ...) DF_PRINTF(2, 3);
@@ -39,54 +38,12 @@ static int sync_rc(df_dag_worker *w, int rc, const char *what)
     return df_worker_group_sum(w->comm, rc, &zero, 1, &total, what, "job");
 }
 
-/* ---- stale temporaries ---- */
-
-/* A name this module gives a temporary: .global_step_<digits>.tmp or .global_step_<digits>.old.tmp */
-static bool is_stale_tmp(const char *name)
-{
-    const char *p = name + strlen(".global_step_");
-    if (strncmp(name, ".global_step_", strlen(".global_step_")) || *p < '0' || *p > '9')
-        return false;
-    while (*p >= '0' && *p <= '9')
-        p++;
-    return !strcmp(p, ".tmp") || !strcmp(p, ".old.tmp");
-}
-
 int df_worker_checkpoint_cleanup(df_dag_worker *w)
 {
-    if (w->rank != 0)
-        return DF_OK;
-    DIR *d = opendir(w->out_dir);
-    if (!d)
-        return errno == ENOENT ? DF_OK : df_error(DF_EIO, "%s: cannot list: %s", w->out_dir, strerror(errno));
-    int rc = DF_OK;
-    for (struct dirent *e; !rc && (e = readdir(d));) {
-        if (!is_stale_tmp(e->d_name))
-            continue;
-        char *p = df_path_join(w->out_dir, e->d_name);
-        rc = p ? df_remove_tree(p) : df_error(DF_ENOMEM, "out of memory");
-        if (!rc && w->console)
-            fprintf(stderr, "[distflow] removed %s, left by an interrupted checkpoint save\n", p);
-        free(p);
-    }
-    closedir(d);
-    return rc;
+    return w->rank == 0 ? df_ckpt_cleanup(w->out_dir, w->console) : DF_OK;
 }
 
 /* ---- saving ---- */
-
-static int write_json(json_t *o, const char *path)
-{
-    char *text = o ? json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
-    json_decref(o);
-    if (!text)
-        return df_error(DF_ENOMEM, "out of memory writing %s", path);
-    size_t n = strlen(text);
-    text[n] = '\n'; /* json_dumps' NUL becomes the final newline; the length says where it ends */
-    int rc = df_write_file_atomic(path, text, n + 1);
-    free(text);
-    return rc;
-}
 
 /* data_dp_rank_<d>.json: this data-parallel rank's dataloader position (its model-parallel replicas
    read the same rows, so only mp rank 0 writes it). */
@@ -98,7 +55,7 @@ static int save_data_state(df_dag_worker *w, const char *dir)
     int rc = fmt_path(p, "%s/data_dp_rank_%d.json", dir, w->data_layout.dp_rank);
     if (rc)
         return rc;
-    return write_json(json_pack("{s:s, s:I, s:I, s:I, s:I, s:I}", "format", CKPT_FORMAT, "dp_rank",
+    return df_ckpt_write_json(json_pack("{s:s, s:I, s:I, s:I, s:I, s:I}", "format", CKPT_FORMAT, "dp_rank",
                                 (json_int_t)w->data_layout.dp_rank, "dp_size", (json_int_t)w->data_layout.dp_size,
                                 "epoch", (json_int_t)epoch, "step", (json_int_t)step, "rows_per_rank",
                                 (json_int_t)df_dataloader_rows_per_rank(w->dl)),
@@ -121,7 +78,7 @@ static int save_trainer_state(df_dag_worker *w, const char *dir)
     }
     path_buf p;
     int rc = fmt_path(p, "%s/%s", dir, TRAINER_STATE);
-    return rc ? (json_decref(o), rc) : write_json(o, p);
+    return rc ? (json_decref(o), rc) : df_ckpt_write_json(o, p);
 }
 
 static int save_shared(df_dag_worker *w, const char *tmp)
@@ -148,29 +105,6 @@ static int save_shared(df_dag_worker *w, const char *tmp)
     return rc;
 }
 
-/* tmp -> final (an older final moved aside first, then removed), then `latest`. */
-static int publish(df_dag_worker *w, const char *tmp, const char *final, const char *old)
-{
-    int rc = df_fsync_dir(tmp);
-    if (!rc && df_dir_exists(final) && rename(final, old))
-        rc = df_error(DF_EIO, "cannot move %s aside to %s: %s", final, old, strerror(errno));
-    if (!rc && rename(tmp, final))
-        rc = df_error(DF_EIO, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
-    if (!rc)
-        rc = df_fsync_dir(w->out_dir);
-    if (!rc)
-        rc = df_remove_tree(old);
-    path_buf latest;
-    if (!rc)
-        rc = fmt_path(latest, "%s/%s", w->out_dir, LATEST);
-    if (!rc) {
-        char txt[32];
-        int n = snprintf(txt, sizeof txt, "%lld\n", (long long)w->step);
-        rc = df_write_file_atomic(latest, txt, (size_t)n);
-    }
-    return rc;
-}
-
 /* DF_EINVAL naming the tensor when m holds a NaN / Inf weight (a checkpoint must be resumable). */
 static int check_finite(const df_model *m, const char *role)
 {
@@ -187,7 +121,7 @@ static int check_finite(const df_model *m, const char *role)
 
 int df_worker_checkpoint_save(df_dag_worker *w)
 {
-    path_buf tmp, final, old;
+    df_ckpt_save s;
     long long n = (long long)w->step;
     /* every rank holds the weights; each checks its own before anything is written */
     int rc = check_finite(df_actor_model(w->actor.model), "actor");
@@ -195,107 +129,37 @@ int df_worker_checkpoint_save(df_dag_worker *w)
         rc = check_finite(df_critic_model(w->critic.model), "critic");
     if ((rc = sync_rc(w, rc, "checkpoint: checking the weights")))
         return df_error_wrap(rc, "saving checkpoint global_step_%lld", n);
-    rc = fmt_path(tmp, "%s/.global_step_%lld.tmp", w->out_dir, n);
-    if (!rc)
-        rc = fmt_path(old, "%s/.global_step_%lld.old.tmp", w->out_dir, n);
-    if (!rc)
-        rc = fmt_path(final, "%s/global_step_%lld", w->out_dir, n);
-    if (!rc && w->rank == 0 && !(rc = df_remove_tree(tmp)))
-        rc = df_mkdir_p(tmp);
-    if ((rc = sync_rc(w, rc, "checkpoint: creating the temporary directory")))
-        return rc;
-    if (w->data_layout.mp_rank == 0)
-        rc = save_data_state(w, tmp);
+    df_kill_point_save_scope(true);
+    rc = df_ckpt_save_paths(&s, w->out_dir, w->step);
     if (!rc && w->rank == 0)
-        rc = save_shared(w, tmp);
+        rc = df_ckpt_save_begin(&s);
+    if ((rc = sync_rc(w, rc, "checkpoint: creating the temporary directory"))) {
+        df_kill_point_save_scope(false);
+        return df_error_wrap(rc, "saving checkpoint global_step_%lld", n);
+    }
+    if (w->data_layout.mp_rank == 0)
+        rc = save_data_state(w, s.tmp);
+    if (!rc && w->rank == 0)
+        rc = save_shared(w, s.tmp);
     rc = sync_rc(w, rc, "checkpoint: writing");
     if (!rc && w->rank == 0)
-        rc = publish(w, tmp, final, old);
+        rc = df_ckpt_save_publish(&s);
     rc = sync_rc(w, rc, "checkpoint: renaming into place");
-    if (rc && w->rank == 0)
-        df_remove_tree(tmp); /* best effort: the next start removes it otherwise */
+    if (w->rank == 0)
+        df_ckpt_save_end(&s, rc);
+    df_kill_point_save_scope(false);
     if (!rc && w->console && w->rank == 0)
-        fprintf(stderr, "saved %s\n", final);
+        fprintf(stderr, "saved %s\n", s.final);
     return rc ? df_error_wrap(rc, "saving checkpoint global_step_%lld", n) : DF_OK;
 }
 
 /* ---- resuming ---- */
 
-static int load_json(const char *path, json_t **out)
-{
-    char *text;
-    int rc = df_read_file(path, &text, NULL);
-    if (rc)
-        return rc == DF_ENOTFOUND ? df_error(DF_ENOTFOUND, "%s: no such file (an incomplete checkpoint, or one "
-                                                           "written before distflow kept training state; "
-                                                           "trainer.resume_mode=disable starts afresh)", path)
-                                  : rc;
-    json_error_t e;
-    *out = json_loads(text, 0, &e);
-    free(text);
-    if (!*out || !json_is_object(*out)) {
-        json_decref(*out);
-        return df_error(DF_EINVAL, "%s:%d: not a JSON object: %s", path, e.line, *out ? "" : e.text);
-    }
-    const char *fmt = json_string_value(json_object_get(*out, "format"));
-    if (!fmt || strcmp(fmt, CKPT_FORMAT)) {
-        json_decref(*out);
-        return df_error(DF_EINVAL, "%s: format \"%s\", expected \"%s\"", path, fmt ? fmt : "(none)", CKPT_FORMAT);
-    }
-    return DF_OK;
-}
-
-static int get_int(const json_t *o, const char *key, const char *path, int64_t *v)
-{
-    const json_t *x = json_object_get(o, key);
-    if (!json_is_integer(x) || json_integer_value(x) < 0)
-        return df_error(DF_EINVAL, "%s: \"%s\" is missing or not a non-negative integer", path, key);
-    *v = (int64_t)json_integer_value(x);
-    return DF_OK;
-}
-
 /* The checkpoint directory resume_mode asks for into dir; *have false when there is none. */
 static int find_checkpoint(df_dag_worker *w, char *dir, bool *have)
 {
     const struct df_train_trainer *tr = &w->global.cfg.trainer;
-    *have = false;
-    if (!strcmp(tr->resume_mode, "disable"))
-        return DF_OK;
-    if (!strcmp(tr->resume_mode, "resume_path")) {
-        if (!tr->resume_from_path)
-            return df_error(DF_EINVAL, "%s: trainer.resume_mode=resume_path needs trainer.resume_from_path",
-                            df_config_where(w->cfg, "trainer.resume_mode"));
-        char *p = df_expand_user(tr->resume_from_path);
-        int rc = !p ? df_error(DF_ENOMEM, "out of memory") : fmt_path(dir, "%s", p);
-        free(p);
-        if (rc)
-            return rc;
-        if (!df_dir_exists(dir))
-            return df_error(DF_ENOTFOUND, "%s: trainer.resume_from_path=%s: no such checkpoint directory",
-                            df_config_where(w->cfg, "trainer.resume_from_path"), dir);
-        *have = true;
-        return DF_OK;
-    }
-    path_buf latest;
-    int rc = fmt_path(latest, "%s/%s", w->out_dir, LATEST);
-    if (rc || !df_file_exists(latest))
-        return rc; /* auto without a checkpoint: a fresh start */
-    char *text;
-    if ((rc = df_read_file(latest, &text, NULL)))
-        return rc;
-    char *end;
-    long long n = strtoll(text, &end, 10);
-    bool ok = end != text && n >= 0 && strspn(end, " \t\r\n") == strlen(end);
-    free(text);
-    if (!ok)
-        return df_error(DF_EINVAL, "%s: not a step number", latest);
-    if ((rc = fmt_path(dir, "%s/global_step_%lld", w->out_dir, n)))
-        return rc;
-    if (!df_dir_exists(dir))
-        return df_error(DF_ENOTFOUND, "%s names step %lld, but %s does not exist (trainer.resume_mode=disable "
-                                      "starts afresh)", latest, n, dir);
-    *have = true;
-    return DF_OK;
+    return df_ckpt_find(w->cfg, w->out_dir, tr->resume_mode, tr->resume_from_path, dir, have);
 }
 
 /* The dataloader position from this rank's data_dp_rank_<d>.json. */
@@ -305,16 +169,16 @@ static int load_data_state(df_dag_worker *w, const char *dir)
     json_t *o = NULL;
     int rc = fmt_path(p, "%s/data_dp_rank_%d.json", dir, w->data_layout.dp_rank);
     if (!rc)
-        rc = load_json(p, &o);
+        rc = df_ckpt_load_json(p, CKPT_FORMAT, &o);
     int64_t dp = 0, rows = 0, epoch = 0, step = 0;
     if (!rc)
-        rc = get_int(o, "dp_size", p, &dp);
+        rc = df_ckpt_json_int(o, "dp_size", p, &dp);
     if (!rc)
-        rc = get_int(o, "rows_per_rank", p, &rows);
+        rc = df_ckpt_json_int(o, "rows_per_rank", p, &rows);
     if (!rc)
-        rc = get_int(o, "epoch", p, &epoch);
+        rc = df_ckpt_json_int(o, "epoch", p, &epoch);
     if (!rc)
-        rc = get_int(o, "step", p, &step);
+        rc = df_ckpt_json_int(o, "step", p, &step);
     json_decref(o);
     if (!rc && dp != w->data_layout.dp_size)
         rc = df_error(DF_EINVAL, "%s: written by %lld data-parallel ranks, this run has %d", p, (long long)dp,
@@ -335,12 +199,12 @@ static int load_checkpoint(df_dag_worker *w, const char *dir)
     json_t *o = NULL;
     int rc = fmt_path(p, "%s/%s", dir, TRAINER_STATE);
     if (!rc)
-        rc = load_json(p, &o);
+        rc = df_ckpt_load_json(p, CKPT_FORMAT, &o);
     int64_t step = 0, world = 0;
     if (!rc)
-        rc = get_int(o, "global_step", p, &step);
+        rc = df_ckpt_json_int(o, "global_step", p, &step);
     if (!rc)
-        rc = get_int(o, "world_size", p, &world);
+        rc = df_ckpt_json_int(o, "world_size", p, &world);
     if (!rc && world != w->world)
         rc = df_error(DF_EINVAL, "%s: the checkpoint was written by %lld ranks and this run has %d; resuming on "
                                  "another number of ranks is not supported", p, (long long)world, w->world);
@@ -389,52 +253,7 @@ int df_worker_checkpoint_resume(df_dag_worker *w, int rc)
     return rc;
 }
 
-/* ---- metrics.jsonl ---- */
-
-/* The lines of `text` whose "step" is at most `last`, into a new buffer. */
-static char *kept_lines(char *text, int64_t last, size_t *len)
-{
-    size_t cap = strlen(text) + 1, n = 0;
-    char *out = malloc(cap);
-    for (char *l = text, *next; out && l && *l; l = next) {
-        char *nl = strchr(l, '\n');
-        next = nl ? nl + 1 : NULL;
-        if (!nl)
-            break; /* a last line without its newline was cut by a crash */
-        json_t *o = json_loadb(l, (size_t)(nl - l), 0, NULL);
-        json_t *s = json_object_get(o, "step");
-        if (json_is_integer(s) && json_integer_value(s) <= last) {
-            memcpy(out + n, l, (size_t)(next - l));
-            n += (size_t)(next - l);
-        }
-        json_decref(o);
-    }
-    *len = n;
-    return out;
-}
-
 int df_worker_open_metrics(df_dag_worker *w)
 {
-    if (w->rank != 0)
-        return DF_OK;
-    char *path = df_path_join(w->out_dir, "metrics.jsonl");
-    if (!path)
-        return df_error(DF_ENOMEM, "out of memory");
-    int rc = DF_OK;
-    if (w->resumed_step > 0 && df_file_exists(path)) {
-        char *text = NULL, *kept = NULL;
-        size_t n = 0;
-        rc = df_read_file(path, &text, NULL);
-        if (!rc && !(kept = kept_lines(text, w->resumed_step, &n)))
-            rc = df_error(DF_ENOMEM, "out of memory");
-        if (!rc)
-            rc = df_write_file_atomic(path, kept, n);
-        free(text);
-        free(kept);
-    }
-    w->metrics_file = rc ? NULL : fopen(path, w->resumed_step > 0 ? "a" : "w");
-    if (!rc && !w->metrics_file)
-        rc = df_error(DF_EIO, "cannot open %s for writing: %s", path, strerror(errno));
-    free(path);
-    return rc;
+    return w->rank == 0 ? df_metrics_log_open(&w->metrics_log, w->out_dir, w->resumed_step) : DF_OK;
 }

@@ -26,12 +26,6 @@ int df_worker_checkpoint_cleanup(df_dag_worker *w);
 int df_worker_checkpoint_save(df_dag_worker *w);
 
 /**
- * Keep the newest keep_actor checkpoints of dir's global_step_<N> directories (older ones removed
- * whole: a step without its actor cannot be resumed) and the critic of the newest keep_critic
- * (older critic/ subdirectories removed); <= 0: keep all. Errors: DF_EIO naming the path.
- */
-int df_checkpoint_prune(const char *dir, int64_t keep_actor, int64_t keep_critic);
-/**
  * After a save, rank 0: df_checkpoint_prune with trainer.max_actor_ckpt_to_keep /
  * max_critic_ckpt_to_keep (null: keep all); remove_previous_ckpt_in_save (deprecated, verl) keeps
  * one of each where they are null. A removal that fails is a warning (the run goes on).

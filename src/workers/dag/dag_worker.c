@@ -161,8 +161,9 @@ static int setup_graph(df_dag_worker *w)
     return rc ? df_error_wrap(rc, "building the %s pipeline", name) : DF_OK;
 }
 
-/* The output directory (stale checkpoint temporaries removed), the checkpoint resume_mode picks, and
-   metrics.jsonl opened to match it. Collective (the resume). */
+/* Stale checkpoint temporaries removed from the output directory, the checkpoint resume_mode picks,
+   and metrics.jsonl prepared to match it. The directory itself is made by the first line or save: a
+   run that fails before either leaves none. Collective (the resume). */
 static int setup_output(df_dag_worker *w)
 {
     w->console = false;
@@ -170,9 +171,7 @@ static int setup_output(df_dag_worker *w)
     for (int i = 0; i < loggers->n; i++)
         if (!strcmp(loggers->items[i], "console"))
             w->console = true;
-    int rc = w->rank == 0 ? df_mkdir_p(w->out_dir) : DF_OK;
-    if (!rc)
-        rc = df_worker_checkpoint_cleanup(w);
+    int rc = df_worker_checkpoint_cleanup(w);
     rc = df_worker_checkpoint_resume(w, rc);
     return rc ? rc : df_worker_open_metrics(w);
 }
@@ -270,7 +269,6 @@ void df_dag_worker_free(df_dag_worker *w)
     df_dataset_free(w->val_ds);
     df_tokenizer_free(w->tok);
     df_metrics_free(w->metrics);
-    if (w->metrics_file)
-        fclose(w->metrics_file);
+    df_metrics_log_close(&w->metrics_log);
     free(w);
 }

@@ -1,6 +1,7 @@
 /* The DAG worker's training loop: steps over the TaskGraph, validation, logging, checkpoints. */
 #include "workers/worker_internal.h"
 
+#include "util/killpoint.h"
 #include "util/timeutil.h"
 #include "util/warn.h"
 #include "workers/common/data_metrics.h"
@@ -44,7 +45,8 @@ static void console_line(const df_dag_worker *w, const df_metrics *m)
     fputc('\n', stderr);
 }
 
-static int log_metrics(df_dag_worker *w, const df_metrics *m)
+/* The step's line of metrics.jsonl (rank 0); `sync`: durable before the checkpoint that follows it. */
+static int log_metrics(df_dag_worker *w, const df_metrics *m, bool sync)
 {
     if (w->rank != 0)
         return DF_OK;
@@ -52,8 +54,7 @@ static int log_metrics(df_dag_worker *w, const df_metrics *m)
     int rc = df_metrics_to_json(m, w->step, &line);
     if (rc)
         return rc;
-    if (fputs(line, w->metrics_file) < 0 || fflush(w->metrics_file))
-        rc = df_error(DF_EIO, "cannot write %s/metrics.jsonl", w->out_dir);
+    rc = df_metrics_log_append(&w->metrics_log, line, sync);
     free(line);
     return rc;
 }
@@ -217,7 +218,7 @@ int df_dag_worker_fit(df_dag_worker *w)
         df_metrics_clear(w->metrics);
         rc = validate(w, w->metrics);
         if (!rc)
-            rc = log_metrics(w, w->metrics);
+            rc = log_metrics(w, w->metrics, false);
         if (rc || tr->val_only)
             return rc;
     }
@@ -238,12 +239,16 @@ int df_dag_worker_fit(df_dag_worker *w)
         if (!rc && !last)
             rc = poll_stop(w, &stop);
         bool save = save_freq > 0 && (last || w->step % save_freq == 0 || stop);
-        if (!rc && save && !(rc = df_worker_checkpoint_save(w)))
-            rc = df_worker_checkpoint_prune(w);
         if (!rc && w->console && w->rank == 0)
             console_line(w, w->metrics);
+        /* the line before the checkpoint: a resume from it keeps the line, one from an earlier
+           checkpoint drops it (a line after its checkpoint would be lost to a kill between them) */
         if (!rc)
-            rc = log_metrics(w, w->metrics);
+            rc = log_metrics(w, w->metrics, save);
+        if (!rc)
+            df_kill_point("metrics");
+        if (!rc && save && !(rc = df_worker_checkpoint_save(w)))
+            rc = df_worker_checkpoint_prune(w);
         if (!rc && stop)
             return stopped(w, stop, w->step, save);
     }

@@ -10,8 +10,11 @@
 #include "engine/actor.h"
 #include "engine/hf_dir.h"
 #include "util/fsutil.h"
+#include "util/killpoint.h"
 #include "util/timeutil.h"
+#include "workers/common/ckpt_files.h"
 #include "workers/common/prompts.h"
+#include "workers/sft/sft_checkpoint.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,9 +185,10 @@ typedef struct {
     df_actor *actor;
     sft_data train, val;
     df_dataloader *dl;
-    int64_t total_steps, max_len;
+    int64_t total_steps, max_len, resumed;
     const char *trunc;
-    FILE *metrics_file;
+    df_metrics_log metrics;
+    df_sft_ckpt ckpt; /* what a checkpoint saves and a resume restores */
 } sft_run;
 
 static void actor_params(const sft_run *s, df_actor_params *p)
@@ -233,23 +237,8 @@ static int val_loss(sft_run *s, double *loss)
     return rc;
 }
 
-static int save(sft_run *s, int64_t step)
-{
-    char dir[2300], txt[32];
-    snprintf(dir, sizeof dir, "%s/global_step_%lld", s->out_dir, (long long)step);
-    const df_model *m = df_actor_model(s->actor);
-    int rc = df_hf_dir_save(m, m->cfg.torch_dtype, s->model_dir, dir);
-    int n = snprintf(txt, sizeof txt, "%lld\n", (long long)step);
-    char *latest = rc ? NULL : df_path_join(s->out_dir, "latest_checkpointed_iteration.txt");
-    if (!rc)
-        rc = latest ? df_write_file_atomic(latest, txt, (size_t)n) : df_error(DF_ENOMEM, "out of memory");
-    free(latest);
-    if (!rc)
-        fprintf(stderr, "saved %s\n", dir);
-    return rc;
-}
-
-static int log_step(sft_run *s, int64_t step, df_metrics *m, double dt, int64_t tokens)
+/* The console line and metrics.jsonl's line of `step`; `sync`: durable before the checkpoint after it. */
+static int log_step(sft_run *s, int64_t step, df_metrics *m, double dt, int64_t tokens, bool sync)
 {
     df_metrics_set(m, "train/tokens_per_second", dt > 0 ? (double)tokens / dt : 0);
     fprintf(stderr, "sft step %lld/%lld | loss %.4f | lr %.2e | grad_norm %.3f | %.0f tok/s",
@@ -263,8 +252,7 @@ static int log_step(sft_run *s, int64_t step, df_metrics *m, double dt, int64_t 
     int rc = df_metrics_to_json(m, step, &line);
     if (rc)
         return rc;
-    if (fputs(line, s->metrics_file) < 0 || fflush(s->metrics_file))
-        rc = df_error(DF_EIO, "cannot write %s/metrics.jsonl", s->out_dir);
+    rc = df_metrics_log_append(&s->metrics, line, sync);
     free(line);
     return rc;
 }
@@ -278,7 +266,10 @@ static int sft_loop(sft_run *s)
     int64_t *rows = malloc((size_t)bs * sizeof *rows);
     df_metrics *m = df_metrics_new();
     int rc = rows && m ? DF_OK : df_error(DF_ENOMEM, "out of memory");
-    for (int64_t step = 1; step <= s->total_steps && !rc; step++) {
+    if (s->resumed >= s->total_steps)
+        fprintf(stderr, "[distflow] the checkpoint is at step %lld of %lld: nothing left to train\n",
+                (long long)s->resumed, (long long)s->total_steps);
+    for (int64_t step = s->resumed + 1; step <= s->total_steps && !rc; step++) {
         double t0 = df_now();
         int64_t epoch, pos, n;
         df_dataloader_tell(s->dl, &epoch, &pos);
@@ -299,14 +290,25 @@ static int sft_loop(sft_run *s)
             if (!(rc = val_loss(s, &vl)))
                 df_metrics_set(m, "val/loss", vl);
         }
+        bool save = last || (save_freq > 0 && step % save_freq == 0);
+        if (!rc) /* the line before the checkpoint, as train writes it (docs/checkpoints.md) */
+            rc = log_step(s, step, m, df_now() - t0, tokens, save);
         if (!rc)
-            rc = log_step(s, step, m, df_now() - t0, tokens);
-        if (!rc && (last || (save_freq > 0 && step % save_freq == 0)))
-            rc = save(s, step);
+            df_kill_point("metrics");
+        if (!rc && save)
+            rc = df_sft_checkpoint_save(&s->ckpt, step);
     }
     free(rows);
     df_metrics_free(m);
     return rc;
+}
+
+static bool has_item(const df_config_strs *l, const char *item)
+{
+    for (int i = 0; i < l->n; i++)
+        if (!strcmp(l->items[i], item))
+            return true;
+    return false;
 }
 
 static void sft_warn(void *user, const char *msg)
@@ -327,6 +329,12 @@ static int check_supported(const df_config *cfg, const df_sft_config *t)
                                          "give data.prompt_key / response_key as dotted paths instead");
     if (!strcmp(t->optim.lr_scheduler, "wsd"))
         return df_error(DF_EUNSUPPORTED, "optim.lr_scheduler=wsd is not supported yet (cosine)");
+    const df_config_strs *parts[] = {&t->trainer.checkpoint.save_contents, &t->trainer.checkpoint.load_contents};
+    for (int i = 0; i < 2; i++)
+        if (!has_item(parts[i], "model") || !has_item(parts[i], "optimizer") || !has_item(parts[i], "extra"))
+            return df_error(DF_EUNSUPPORTED, "trainer.checkpoint.%s_contents: a distflow checkpoint always holds "
+                            "model, optimizer and extra (and the Hugging Face weights); the list must name all "
+                            "three (docs/checkpoints.md)", i ? "load" : "save");
     if (!df_backend_available(t->trainer.device))
         return df_error(DF_EUNSUPPORTED, "trainer.device=%s: this build of distflow has the %s backend "
                         "only (docs/cuda.md)", t->trainer.device, df_backend_names());
@@ -374,20 +382,19 @@ int df_sft_run(const df_config *cfg)
         if ((rc = df_backend_open(t->trainer.device, &be)) || (rc = df_actor_set_backend(s.actor, &be)))
             rc = df_error_wrap(rc, "trainer.device=%s", t->trainer.device);
     }
+    s.ckpt = (df_sft_ckpt){.cfg = cfg, .t = t, .out_dir = s.out_dir, .tokenizer_dir = s.model_dir,
+                           .actor = s.actor, .dl = s.dl, .total_steps = s.total_steps};
+    if (!rc) /* the output directory itself is made by the first metrics line or checkpoint */
+        rc = df_sft_checkpoint_resume(&s.ckpt, &s.resumed);
     if (!rc)
-        rc = df_mkdir_p(s.out_dir);
-    char *mpath = rc ? NULL : df_path_join(s.out_dir, "metrics.jsonl");
-    if (!rc && !(s.metrics_file = mpath ? fopen(mpath, "w") : NULL))
-        rc = df_error(DF_EIO, "cannot open %s for writing", mpath ? mpath : s.out_dir);
-    free(mpath);
+        rc = df_metrics_log_open(&s.metrics, s.out_dir, s.resumed);
     if (!rc) {
         fprintf(stderr, "[distflow] sft: %lld examples, %lld steps of %lld\n",
                 (long long)df_dataset_size(s.train.ds), (long long)s.total_steps,
                 (long long)t->data.train_batch_size);
         rc = sft_loop(&s);
     }
-    if (s.metrics_file)
-        fclose(s.metrics_file);
+    df_metrics_log_close(&s.metrics);
     df_model_free(m);
     df_actor_free(s.actor);
     df_dataloader_free(s.dl);

@@ -1,0 +1,197 @@
+/*
+ * test_sft_resume.c — `distflow sft` checkpoints and resume (docs/checkpoints.md, "SFT").
+ *
+ * 6 steps (two shuffled epochs of 3, warmup + cosine) with a checkpoint every 2, run straight; then
+ * the same command in another directory killed with SIGKILL between micro-batches of step 4 (after
+ * checkpoint 2 and step 3's metrics line), after step 6's metrics line before its checkpoint, and in
+ * the middle of a save, each time run again (resume_mode auto) to the end: the final model, training
+ * state, trainer_state.json and metrics.jsonl (tokens per second aside) must be the straight run's
+ * bytes, with no temporaries left. resume_mode=resume_path from the straight run's global_step_4
+ * continues it to the same bytes; resume_mode=disable starts afresh beside a checkpoint; a
+ * checkpoint of another dataset size is refused; trainer.max_ckpt_to_keep prunes; checkpoint contents without model, optimizer and
+ * extra are refused, and a run killed before its first step or refused leaves no output directory.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "testcli.h"
+
+enum { STEPS = 6, EVERY = 2 };
+
+static char dir[256];
+
+/* `distflow sft dir/sft.yaml` into dir/<out> with overrides; log dir/<out>.log. */
+static int sft(const char *out, const char *kill_at, const char *counts, const char *const *ov, int n_ov)
+{
+    char yaml[512], outp[600], log[600], cnt[600];
+    snprintf(yaml, sizeof yaml, "%s/sft.yaml", dir);
+    snprintf(outp, sizeof outp, "trainer.default_local_dir=%s/%s", dir, out);
+    snprintf(log, sizeof log, "%s/%s.log", dir, out);
+    snprintf(cnt, sizeof cnt, "%s/%s", dir, counts ? counts : "");
+    const char *argv[16] = {"sft", yaml, outp};
+    for (int i = 0; i < n_ov && i < 12; i++)
+        argv[3 + i] = ov[i];
+    df_cli_run o = {.np = 1, .kill_at = kill_at, .counts = counts ? cnt : NULL, .log = log};
+    return df_cli_exec(&o, argv);
+}
+
+static void expect(int got, int want, const char *out, const char *what)
+{
+    if (got == want)
+        return;
+    char log[600];
+    snprintf(log, sizeof log, "%s/%s.log", dir, out);
+    char *text = df_cli_log(log);
+    fail_msg("%s: status %d, expected %d; log:\n%s", what, got, want, text);
+}
+
+static void at(char *p, size_t cap, const char *out, const char *rel)
+{
+    snprintf(p, cap, "%s/%s%s%s", dir, out, rel[0] ? "/" : "", rel);
+}
+
+/* global_step_<step> of dir/a and dir/b hold the same model and training state; `all`: and the same
+   trainer_state.json, and metrics 1..step. */
+static void assert_same(const char *a, const char *b, int step, bool all)
+{
+    const char *files[] = {"model.safetensors", "train_state.safetensors", "trainer_state.json"};
+    char rel[128], pa[1024], pb[1024];
+    for (int i = 0; i < (all ? 3 : 2); i++) {
+        snprintf(rel, sizeof rel, "global_step_%d/%s", step, files[i]);
+        at(pa, sizeof pa, a, rel);
+        at(pb, sizeof pb, b, rel);
+        df_cli_same_file(pa, pb);
+    }
+    at(pa, sizeof pa, a, "");
+    at(pb, sizeof pb, b, "");
+    if (all)
+        df_cli_same_metrics(pa, pb, 1, step);
+    df_cli_no_temporaries(pb);
+    assert_int_equal(df_cli_latest(pb), step);
+}
+
+static void test_sft_kills(void **state)
+{
+    (void)state;
+    expect(sft("full", NULL, "sft.counts", NULL, 0), DF_CLI_OK, "full", "the straight run");
+    char p[1024], kill_at[64];
+    at(p, sizeof p, "sft.counts", "");
+    df_cli_counts c = df_cli_read_counts(p);
+    assert_int_equal(c.update, STEPS * 2); /* 2 micro-batches a step */
+    assert_int_equal(c.metrics, STEPS);
+    /* between the micro-batches of step 4: checkpoint 2, lines 1-3 */
+    expect(sft("kill", "update:8", NULL, NULL, 0), DF_CLI_KILLED, "kill", "update:8");
+    at(p, sizeof p, "kill", "");
+    assert_int_equal(df_cli_latest(p), 2);
+    /* resumed from 2: step 6's line written, its checkpoint not (lines 3-6 go again) */
+    expect(sft("kill", "metrics:4", NULL, NULL, 0), DF_CLI_KILLED, "kill", "metrics:4");
+    assert_int_equal(df_cli_latest(p), 4);
+    /* resumed from 4: in the middle of step 6's save */
+    snprintf(kill_at, sizeof kill_at, "save:%lld", c.save / (STEPS / EVERY) / 2);
+    expect(sft("kill", kill_at, NULL, NULL, 0), DF_CLI_KILLED, "kill", kill_at);
+    assert_int_equal(df_cli_latest(p), 4);
+    expect(sft("kill", NULL, NULL, NULL, 0), DF_CLI_OK, "kill", "the resumed run");
+    assert_same("full", "kill", STEPS, true);
+}
+
+static void test_sft_resume_modes(void **state)
+{
+    (void)state;
+    char p[1024], from[1200];
+    at(p, sizeof p, "full", "global_step_6");
+    if (!df_dir_exists(p))
+        expect(sft("full", NULL, NULL, NULL, 0), DF_CLI_OK, "full", "the straight run");
+    /* resume_path: the straight run's step 4 continued elsewhere to the same bytes */
+    snprintf(from, sizeof from, "trainer.resume_from_path=%s/full/global_step_4", dir);
+    const char *path[] = {"trainer.resume_mode=resume_path", from};
+    expect(sft("other", NULL, NULL, path, 2), DF_CLI_OK, "other", "resume_path");
+    assert_same("full", "other", STEPS, false);
+    char q[1024];
+    at(p, sizeof p, "full", "");
+    at(q, sizeof q, "other", "");
+    df_cli_same_metrics(p, q, 5, 6); /* the resumed steps' lines only */
+    /* disable: afresh beside the checkpoints (2 steps: its own step 2 replaces the one there) */
+    const char *fresh[] = {"trainer.resume_mode=disable", "trainer.total_training_steps=2"};
+    expect(sft("other", NULL, NULL, fresh, 2), DF_CLI_OK, "other", "resume_mode=disable");
+    json_t *lines = df_test_metrics(dir, "other", true);
+    assert_int_equal(json_array_size(lines), 2);
+    json_decref(lines);
+    assert_int_equal(df_cli_latest(q), 2);
+    /* trainer.max_ckpt_to_keep=1: the newest checkpoint alone stays */
+    const char *keep[] = {"trainer.max_ckpt_to_keep=1"};
+    expect(sft("keep", NULL, NULL, keep, 1), DF_CLI_OK, "keep", "max_ckpt_to_keep=1");
+    at(p, sizeof p, "keep", "global_step_4");
+    assert_false(df_dir_exists(p));
+    at(p, sizeof p, "keep", "global_step_6");
+    assert_true(df_dir_exists(p));
+    /* another dataset size: refused naming the file */
+    char files[600];
+    snprintf(files, sizeof files, "data.train_files=[%s/fewer.jsonl]", dir);
+    const char *fewer[] = {files};
+    expect(sft("full", NULL, NULL, fewer, 1), 1, "full", "a smaller dataset");
+    at(p, sizeof p, "full.log", "");
+    char *log = df_cli_log(p);
+    if (!strstr(log, "global_step_6/trainer_state.json: written for 24 training rows"))
+        fail_msg("the refusal does not name the file and the sizes:\n%s", log);
+    free(log);
+}
+
+/* A run that fails or dies before its first step leaves no output directory behind. */
+static void test_sft_nothing_left(void **state)
+{
+    (void)state;
+    const char *bad[] = {"trainer.checkpoint.save_contents=[model]"};
+    expect(sft("refused", NULL, NULL, bad, 1), 1, "refused", "save_contents without optimizer");
+    char p[1024];
+    at(p, sizeof p, "refused.log", "");
+    char *log = df_cli_log(p);
+    assert_non_null(strstr(log, "trainer.checkpoint.save_contents"));
+    free(log);
+    at(p, sizeof p, "refused", "");
+    assert_false(df_dir_exists(p));
+    expect(sft("early", "update:1", NULL, NULL, 0), DF_CLI_KILLED, "early", "update:1");
+    at(p, sizeof p, "early", "");
+    assert_false(df_dir_exists(p));
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof dir, "/dev/shm/df_sft_XXXXXX");
+    if (!mkdtemp(dir)) {
+        snprintf(dir, sizeof dir, "/tmp/df_sft_XXXXXX");
+        if (!mkdtemp(dir))
+            return -1;
+    }
+    df_test_digits_inputs(dir, "train.jsonl", 24, "openai/gsm8k", true);
+    df_test_digits_inputs(dir, "fewer.jsonl", 16, "openai/gsm8k", false);
+    char yaml[2048], p[512];
+    snprintf(yaml, sizeof yaml,
+             "data: {train_files: [%s/train.jsonl], val_files: [], prompt_key: prompt,\n"
+             "       response_key: reward_model.ground_truth, train_batch_size: 8, micro_batch_size_per_gpu: 4,\n"
+             "       max_length: 128}\n"
+             "model: {partial_pretrain: %s/model}\n"
+             "optim: {lr: 0.01, lr_warmup_steps: 2, lr_scheduler: cosine}\n"
+             "trainer: {total_epochs: 2, save_freq: %d, seed: 3, logger: [console]}\n",
+             dir, dir, EVERY);
+    snprintf(p, sizeof p, "%s/sft.yaml", dir);
+    return df_write_file_atomic(p, yaml, strlen(yaml)) ? -1 : 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    return df_test_remove_tree(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sft_kills),
+        cmocka_unit_test(test_sft_resume_modes),
+        cmocka_unit_test(test_sft_nothing_left),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
