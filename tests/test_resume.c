@@ -6,7 +6,7 @@
  * the lr schedules pinned to K steps by optim.total_training_steps) then continued to K by a new
  * worker from the checkpoint alone (resume_mode auto), must end with byte-identical actor (and
  * critic) weights and training state and the same metrics.jsonl lines, wall-clock metrics
- * (timing_s/..., perf/...) left out. The data (shuffled, 24 rows in batches of 8) rolls into a second
+ * (timing_s/..., perf/..., the rows' timestamp) left out. The data (shuffled, 24 rows in batches of 8) rolls into a second
  * epoch after the checkpoint, and the lr schedules are warmup + cosine, so the dataloader position,
  * the schedule step, the AdamW moments and the KL coefficient must all be restored. Then the
  * failures: resume_path without a checkpoint, stale temporaries from a killed save, a truncated
@@ -119,7 +119,7 @@ static char *metrics_canon(const char *out)
         json_t *v;
         void *tmp;
         json_object_foreach_safe(o, tmp, key, v) {
-            if (!strncmp(key, "timing_s/", 9) || !strncmp(key, "perf/", 5))
+            if (!strncmp(key, "timing_s/", 9) || !strncmp(key, "perf/", 5) || !strcmp(key, "timestamp"))
                 json_object_del(o, key);
         }
         char *line = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);

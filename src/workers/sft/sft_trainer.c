@@ -11,6 +11,7 @@
 #include "engine/hf_dir.h"
 #include "util/fsutil.h"
 #include "util/timeutil.h"
+#include "workers/common/model_info.h"
 #include "workers/common/prompts.h"
 
 #include <stdio.h>
@@ -243,22 +244,23 @@ static int save(sft_run *s, int64_t step)
         rc = latest ? df_write_file_atomic(latest, txt, (size_t)n) : df_error(DF_ENOMEM, "out of memory");
     free(latest);
     if (!rc)
-        fprintf(stderr, "saved %s\n", dir);
+        printf("saved %s\n", dir), fflush(stdout);
     return rc;
 }
 
 static int log_step(sft_run *s, int64_t step, df_metrics *m, double dt, int64_t tokens)
 {
     df_metrics_set(m, "train/tokens_per_second", dt > 0 ? (double)tokens / dt : 0);
-    fprintf(stderr, "sft step %lld/%lld | loss %.4f | lr %.2e | grad_norm %.3f | %.0f tok/s",
-            (long long)step, (long long)s->total_steps, df_metrics_get(m, "train/loss", 0),
-            df_metrics_get(m, "train/lr", 0), df_metrics_get(m, "train/grad_norm", 0),
-            df_metrics_get(m, "train/tokens_per_second", 0));
+    printf("sft step %lld/%lld | loss %.4f | lr %.2e | grad_norm %.3f | %.0f tok/s",
+           (long long)step, (long long)s->total_steps, df_metrics_get(m, "train/loss", 0),
+           df_metrics_get(m, "train/lr", 0), df_metrics_get(m, "train/grad_norm", 0),
+           df_metrics_get(m, "train/tokens_per_second", 0));
     if (df_metrics_has(m, "val/loss"))
-        fprintf(stderr, " | val_loss %.4f", df_metrics_get(m, "val/loss", 0));
-    fputc('\n', stderr);
+        printf(" | val_loss %.4f", df_metrics_get(m, "val/loss", 0));
+    printf("\n");
+    fflush(stdout);
     char *line;
-    int rc = df_metrics_to_json(m, step, &line);
+    int rc = df_metrics_to_json_at(m, step, df_unix_time(), &line);
     if (rc)
         return rc;
     if (fputs(line, s->metrics_file) < 0 || fflush(s->metrics_file))
@@ -276,6 +278,7 @@ static int sft_loop(sft_run *s)
     int64_t *rows = malloc((size_t)bs * sizeof *rows);
     df_metrics *m = df_metrics_new();
     int rc = rows && m ? DF_OK : df_error(DF_ENOMEM, "out of memory");
+    double start = df_now();
     for (int64_t step = 1; step <= s->total_steps && !rc; step++) {
         double t0 = df_now();
         int64_t epoch, pos, n;
@@ -302,6 +305,11 @@ static int sft_loop(sft_run *s)
         if (!rc && (last || (save_freq > 0 && step % save_freq == 0)))
             rc = save(s, step);
     }
+    if (!rc && s->total_steps > 0) /* the last step is always saved */
+        printf("== finished: %lld steps in %.1fs; last loss %.4f; checkpoint %s/global_step_%lld; metrics "
+               "%s/metrics.jsonl\n",
+               (long long)s->total_steps, df_now() - start, df_metrics_get(m, "train/loss", 0), s->out_dir,
+               (long long)s->total_steps, s->out_dir);
     free(rows);
     df_metrics_free(m);
     return rc;
@@ -370,9 +378,12 @@ int df_sft_run(const df_config *cfg)
         rc = df_error(DF_EIO, "cannot open %s for writing", mpath ? mpath : s.out_dir);
     free(mpath);
     if (!rc) {
-        fprintf(stderr, "[distflow] sft: %lld examples, %lld steps of %lld\n",
-                (long long)df_dataset_size(s.train.ds), (long long)s.total_steps,
-                (long long)t->data.train_batch_size);
+        printf("== distflow %s sft\n", df_version());
+        df_print_model_info(stdout, s.model_dir, df_actor_model(s.actor), NULL, NULL);
+        printf("data: %lld examples, %lld steps of %lld; outputs: %s/ (global_step_<N>, metrics.jsonl)\n",
+               (long long)df_dataset_size(s.train.ds), (long long)s.total_steps,
+               (long long)t->data.train_batch_size, s.out_dir);
+        fflush(stdout);
         rc = sft_loop(&s);
     }
     if (s.metrics_file)
