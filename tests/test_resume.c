@@ -396,8 +396,10 @@ static void test_failures(void **state)
         char yaml[4096], cmd[2048], out[8192];
         job_yaml("grpo", "cli", yaml);
         write_at("cli.yaml", yaml);
-        snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 %s/distflow train %s/cli.yaml trainer.resume_mode=resume_path %s 2>&1",
-                 DF_BINARY_DIR, dir, ovp);
+        /* rows of a data_source the CLI scores ("test/digits" is registered in this process only) */
+        df_test_digits_inputs(dir, "cli_err.jsonl", 24, "openai/gsm8k", false);
+        snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 %s/distflow train %s/cli.yaml trainer.resume_mode=resume_path %s "
+                 "data.train_files=[%s/cli_err.jsonl] 2>&1", DF_BINARY_DIR, dir, ovp, dir);
         int st = df_test_command(cmd, out, sizeof out);
         if (st == 0 || !strstr(out, path))
             fail_msg("distflow train with a missing resume_from_path: exit %d, output:\n%s", st, out);
