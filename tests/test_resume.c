@@ -6,9 +6,10 @@
  * the lr schedules pinned to K steps by optim.total_training_steps) then continued to K by a new
  * worker from the checkpoint alone (resume_mode auto), must end with byte-identical actor (and
  * critic) weights and training state and the same metrics.jsonl lines, wall-clock metrics
- * (timing_s/..., perf/..., the rows' timestamp) left out. The data (shuffled, 24 rows in batches of 8) rolls into a second
- * epoch after the checkpoint, and the lr schedules are warmup + cosine, so the dataloader position,
- * the schedule step, the AdamW moments and the KL coefficient must all be restored. Then the
+ * (timing_s/..., perf/..., the rows' timestamp) left out. The data (shuffled, 24 rows in batches
+ * of 8) rolls into a second epoch after the checkpoint, and the lr schedules are warmup + cosine,
+ * so the dataloader position, the schedule step, the AdamW moments and the KL coefficient must all
+ * be restored. Then the
  * failures: resume_path without a checkpoint, stale temporaries from a killed save, a truncated
  * training state, a corrupt trainer_state.json, another world size. And stopping on request: a stop
  * flag raised on rank 0 during step 1 stops every rank after it with its checkpoint, from which a
