@@ -224,7 +224,7 @@ int df_dag_worker_fit(df_dag_worker *w)
             df_console_saved(w);
             rc = df_worker_checkpoint_prune(w);
         }
-        /* the step's line after its checkpoint (docs/checkpoints.md, "When a checkpoint is written") */
+        /* its metrics.jsonl line after its checkpoint (docs/checkpoints.md, "When a checkpoint is written") */
         if (!rc)
             rc = log_metrics(w, w->metrics);
         if (!rc && stop) {
