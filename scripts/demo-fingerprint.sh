@@ -2,8 +2,8 @@
 # A fingerprint of `make demo`'s numbers, to show that a refactoring changed no bit of what the demo
 # computes: runs scripts/demo.sh with DISTFLOW into DIR and prints one sha256 per stage's output —
 # the SFT and RL metrics.jsonl with every wall-clock metric (timing_s/*, timing_per_token_ms/*,
-# perf/*, SFT's train/tokens_per_second) removed, and the final checkpoints' weights (and training
-# state, where a checkpoint holds one) — plus the accuracy line. Two builds that
+# perf/*, SFT's train/tokens_per_second) and the rows' timestamp removed, and the final checkpoints'
+# weights (and training state, where a checkpoint holds one) — plus the accuracy line. Two builds that
 # compute the same bits print the same lines (on the same machine: see docs/demo.md on why the
 # digits differ across CPUs).
 #
@@ -17,7 +17,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 acc=$(cd "$root" && DEMO_OUT="$out" bash scripts/demo.sh "$df" "$algo" 2>"$out.log")
 # one metrics line per step; drop wall-clock keys, keep key order and number text as written
 numbers() {
-  sed -E 's/"((timing_s|timing_per_token_ms|perf)\/[^"]*|train\/tokens_per_second)": *[^,}]*(, *)?//g' "$1" |
+  sed -E 's/"((timing_s|timing_per_token_ms|perf)\/[^"]*|train\/tokens_per_second|timestamp)": *[^,}]*(, *)?//g' "$1" |
     sha256sum | cut -c1-16
 }
 # the model weights (model*.safetensors: comparable with fingerprints from before checkpoints held a

@@ -2,6 +2,7 @@
 # make demo — the embedded default, end to end on synthetic arithmetic word problems:
 #   data -> tokenizer -> random Qwen2 -> SFT warm start -> eval -> RL (DAG worker) -> eval
 # Ends with exactly one line:  heldout accuracy: before B after A
+# (the only line on stdout: the trainers' progress goes to stderr here, so $(scripts/demo.sh) is that line)
 #
 #   scripts/demo.sh [DISTFLOW [ALGO]]   ALGO: an examples/demo/<ALGO>.yaml (default grpo)
 #   DEMO_OUT=dir      where everything goes (default demo_out); step 5 writes DEMO_OUT/ALGO
@@ -47,7 +48,7 @@ if [ -z "$SFT_FROM" ]; then
 
   log "3/6 SFT warm start"
   "$DF" sft $EX/sft.yaml data.train_files="[$DATA/train.jsonl]" model.partial_pretrain="$OUT/init" \
-      trainer.default_local_dir="$OUT/sft"
+      trainer.default_local_dir="$OUT/sft" >&2
   SFT="$OUT/sft/global_step_$(tr -d '[:space:]' < "$OUT/sft/latest_checkpointed_iteration.txt")"
 
   log "4/6 held-out accuracy of the SFT model (greedy)"
@@ -74,7 +75,7 @@ fi
 log "5/6 $ALGO through the DAG worker ($EX/$ALGO.yaml)"
 read -r -a EXTRA <<< "${DEMO_TRAIN_ARGS:-}"
 "$DF" train "$EX/$ALGO.yaml" data.train_files="[$DATA/train.jsonl]" data.val_files="[$DATA/test.jsonl]" \
-    actor_rollout_ref.model.path="$SFT" trainer.default_local_dir="$OUT/$ALGO" ${EXTRA[@]+"${EXTRA[@]}"}
+    actor_rollout_ref.model.path="$SFT" trainer.default_local_dir="$OUT/$ALGO" ${EXTRA[@]+"${EXTRA[@]}"} >&2
 RL="$OUT/$ALGO/global_step_$(tr -d '[:space:]' < "$OUT/$ALGO/latest_checkpointed_iteration.txt")/actor"
 
 log "6/6 held-out accuracy after $ALGO (greedy)"

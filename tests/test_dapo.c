@@ -101,7 +101,8 @@ static char *metrics_text(const char *out)
         void *tmp;
         json_t *v;
         json_object_foreach_safe(o, tmp, k, v) {
-            if (json_is_number(v) && (!strncmp(k, "timing_s/", 9) || !strncmp(k, "perf/", 5)))
+            bool clock = !strncmp(k, "timing_s/", 9) || !strncmp(k, "perf/", 5) || !strcmp(k, "timestamp");
+            if (json_is_number(v) && clock)
                 json_object_del(o, k);
         }
     }

@@ -157,7 +157,9 @@ static void test_config_check_cli(void **state)
     char path[512], cmd[2048], out[4096];
     for (int n = 1; n <= 2; n++) {
         write_config(n, path, sizeof path);
-        snprintf(cmd, sizeof cmd, "%s/distflow config check %s 2>&1", DF_BINARY_DIR, path);
+        /* rows of a data_source the CLI knows: "test/digits" is registered in this process only */
+        snprintf(cmd, sizeof cmd, "%s/distflow config check %s data.train_files=[%s/tests/fixtures/"
+                 "gsm8k_rows.jsonl] 2>&1", DF_BINARY_DIR, path, DF_SOURCE_DIR);
         int st = df_test_command(cmd, out, sizeof out);
         if (n == 2) {
             assert_int_equal(st, 0);

@@ -6,9 +6,10 @@
  * the lr schedules pinned to K steps by optim.total_training_steps) then continued to K by a new
  * worker from the checkpoint alone (resume_mode auto), must end with byte-identical actor (and
  * critic) weights and training state and the same metrics.jsonl lines, wall-clock metrics
- * (timing_s/..., perf/...) left out. The data (shuffled, 24 rows in batches of 8) rolls into a second
- * epoch after the checkpoint, and the lr schedules are warmup + cosine, so the dataloader position,
- * the schedule step, the AdamW moments and the KL coefficient must all be restored. Then the
+ * (timing_s/..., perf/..., the rows' timestamp) left out. The data (shuffled, 24 rows in batches
+ * of 8) rolls into a second epoch after the checkpoint, and the lr schedules are warmup + cosine,
+ * so the dataloader position, the schedule step, the AdamW moments and the KL coefficient must all
+ * be restored. Then the
  * failures: resume_path without a checkpoint, stale temporaries from a killed save, a truncated
  * training state, a corrupt trainer_state.json, another world size. And stopping on request: a stop
  * flag raised on rank 0 during step 1 stops every rank after it with its checkpoint, from which a
@@ -119,7 +120,7 @@ static char *metrics_canon(const char *out)
         json_t *v;
         void *tmp;
         json_object_foreach_safe(o, tmp, key, v) {
-            if (!strncmp(key, "timing_s/", 9) || !strncmp(key, "perf/", 5))
+            if (!strncmp(key, "timing_s/", 9) || !strncmp(key, "perf/", 5) || !strcmp(key, "timestamp"))
                 json_object_del(o, key);
         }
         char *line = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
@@ -396,8 +397,10 @@ static void test_failures(void **state)
         char yaml[4096], cmd[2048], out[8192];
         job_yaml("grpo", "cli", yaml);
         write_at("cli.yaml", yaml);
-        snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 %s/distflow train %s/cli.yaml trainer.resume_mode=resume_path %s 2>&1",
-                 DF_BINARY_DIR, dir, ovp);
+        /* rows of a data_source the CLI scores ("test/digits" is registered in this process only) */
+        df_test_digits_inputs(dir, "cli_err.jsonl", 24, "openai/gsm8k", false);
+        snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 %s/distflow train %s/cli.yaml trainer.resume_mode=resume_path %s "
+                 "data.train_files=[%s/cli_err.jsonl] 2>&1", DF_BINARY_DIR, dir, ovp, dir);
         int st = df_test_command(cmd, out, sizeof out);
         if (st == 0 || !strstr(out, path))
             fail_msg("distflow train with a missing resume_from_path: exit %d, output:\n%s", st, out);

@@ -323,36 +323,34 @@ static int config_check(const char *args, char *out, size_t cap)
     return df_test_command(cmd, out, cap);
 }
 
+/* An examples/demo config with a model and data of this checkout (the check reads the files). */
+#define DEMO(name) DF_SOURCE_DIR "/examples/demo/" name ".yaml" DF_TEST_FILES
+
 static void test_cli_config_check(void **state)
 {
     (void)state;
     char out[8192];
-    assert_int_equal(config_check(DF_SOURCE_DIR "/examples/demo/gspo.yaml", out, sizeof out), 0);
+    assert_int_equal(config_check(DEMO("gspo"), out, sizeof out), 0);
     assert_string_equal(out, "ok\n");
-    assert_int_equal(config_check(DF_SOURCE_DIR
-                                  "/examples/demo/gspo.yaml actor_rollout_ref.actor.loss_agg_mode="
-                                  "token-mean",
-                                  out, sizeof out),
+    assert_int_equal(config_check(DEMO("gspo") " actor_rollout_ref.actor.loss_agg_mode=token-mean", out, sizeof out),
                      0);
     assert_non_null(
         strstr(out, "distflow config: warning: actor_rollout_ref.actor.policy_loss.loss_mode='gspo'"));
     assert_non_null(strstr(out, "ok\n"));
-    assert_int_equal(config_check(DF_SOURCE_DIR "/examples/demo/dapo.yaml reward_model.reward_manager=prime",
-                                  out, sizeof out),
-                     1);
+    assert_int_equal(config_check(DEMO("dapo") " reward_model.reward_manager=prime", out, sizeof out), 1);
     assert_non_null(strstr(out, "error: reward_model.reward_manager='prime' (command line): unknown reward "
                                 "manager 'prime' (known: naive, dapo)"));
-    assert_int_equal(config_check(DF_SOURCE_DIR "/examples/demo/dapo.yaml --world 3", out, sizeof out), 1);
+    assert_int_equal(config_check(DEMO("dapo") " --world 3", out, sizeof out), 1);
     assert_non_null(strstr(out, "not divisible by the 3 data-parallel ranks"));
-    assert_int_equal(config_check(DF_SOURCE_DIR "/examples/demo/dapo.yaml --world 0", out, sizeof out), 1);
+    assert_int_equal(config_check(DEMO("dapo") " --world 0", out, sizeof out), 1);
     assert_non_null(strstr(out, "--world must be between 1 and 1048576, got 0"));
     /* --world is the job's ranks: the actor's DP size is world / ulysses_sequence_parallel_size */
 #define SP " actor_rollout_ref.actor.ulysses_sequence_parallel_size="
-    assert_int_equal(config_check(DF_SOURCE_DIR "/examples/demo/dapo.yaml --world 6" SP "2", out, sizeof out), 1);
+    assert_int_equal(config_check(DEMO("dapo") " --world 6" SP "2", out, sizeof out), 1);
     assert_non_null(strstr(out, "not divisible by the 3 data-parallel ranks"));
-    assert_int_equal(config_check(DF_SOURCE_DIR "/examples/demo/dapo.yaml --world 6" SP "3", out, sizeof out), 0);
+    assert_int_equal(config_check(DEMO("dapo") " --world 6" SP "3", out, sizeof out), 0);
     assert_string_equal(out, "ok\n");
-    assert_int_equal(config_check(DF_SOURCE_DIR "/examples/demo/dapo.yaml --world 6" SP "4", out, sizeof out), 1);
+    assert_int_equal(config_check(DEMO("dapo") " --world 6" SP "4", out, sizeof out), 1);
     assert_non_null(strstr(out, "error: actor_rollout_ref.actor.ulysses_sequence_parallel_size=4 (command line) "
                                 "does not divide the 6 ranks running node 'actor_old_log_prob'"));
 #undef SP
@@ -362,6 +360,7 @@ static void test_cli_config_check(void **state)
     assert_int_equal(config_check("", out, sizeof out), 2);
     assert_non_null(strstr(out, "error: check needs a CONFIG file"));
 }
+#undef DEMO
 
 int main(void)
 {

@@ -500,10 +500,11 @@ static void test_cli_plan(void **state)
     char args[1024], *out, *dot = NULL;
     /* plan checks the config as `train` on 16 ranks would: 8 prompts x 4 samples / 16 ranks = 2 per rank */
     snprintf(args, sizeof args,
-             "%s/examples/gsm8k/grpo.yaml trainer.nnodes=2 trainer.n_gpus_per_node=8 " MICRO "=2 --dot %s/plan.dot",
+             "%s/examples/gsm8k/grpo.yaml" DF_TEST_FILES " trainer.nnodes=2 trainer.n_gpus_per_node=8 " MICRO
+             "=2 --world 16 --dot %s/plan.dot",
              DF_SOURCE_DIR, dir);
     assert_int_equal(run_cli(args, &out), 0);
-    assert_has(out, "== pipeline grpo\n");
+    assert_has(out, "== planned for 16 ranks (--world)\n== pipeline grpo\n");
     assert_has(out, "[actor_train] MODEL_TRAIN role=ACTOR");
     assert_has(out, "== subgraphs (1)\n[0] grpo_training_pipeline_split_1: rollout_actor function_reward "
                     "calculate_advantages actor_old_log_prob reference_log_prob actor_train\n");
@@ -528,8 +529,8 @@ static void test_cli_plan(void **state)
           "  - {node_id: 'rew\\b', node_type: COMPUTE, node_role: REWARD, dependencies: ['gen \"a\"']}\n",
           f);
     fclose(f);
-    snprintf(args, sizeof args, "%s/examples/gsm8k/grpo.yaml dag.workflow_path=%s trainer.nnodes=1 "
-             "trainer.n_gpus_per_node=2 --dot %s/wf.dot", DF_SOURCE_DIR, path, dir);
+    snprintf(args, sizeof args, "%s/examples/gsm8k/grpo.yaml" DF_TEST_FILES " dag.workflow_path=%s trainer.nnodes=1 "
+             "trainer.n_gpus_per_node=2 --world 2 --dot %s/wf.dot", DF_SOURCE_DIR, path, dir);
     assert_int_equal(run_cli(args, &out), 0);
     assert_has(out, "== pipeline workflow\n");
     free(out);
@@ -541,9 +542,10 @@ static void test_cli_plan(void **state)
 
     /* PPO by adv_estimator=gae; an unknown workflow is refused */
     snprintf(args, sizeof args,
-             "%s/examples/gsm8k/grpo.yaml algorithm.adv_estimator=gae trainer.nnodes=1 " MICRO "=4 "
-             "critic.ppo_micro_batch_size_per_gpu=4 critic.ppo_mini_batch_size=8",
-             DF_SOURCE_DIR);
+             "%s/examples/gsm8k/grpo.yaml" DF_TEST_FILES " algorithm.adv_estimator=gae trainer.nnodes=1 " MICRO
+             "=4 critic.ppo_micro_batch_size_per_gpu=4 critic.ppo_mini_batch_size=8 --world 8 critic.model.path=%s"
+             "/tests/golden/tiny_qwen2",
+             DF_SOURCE_DIR, DF_SOURCE_DIR);
     assert_int_equal(run_cli(args, &out), 0);
     assert_has(out, "== pipeline ppo\n");
     assert_has(out, "rank 7 (node 0) -> ppo_training_pipeline_split_1\n");
@@ -553,10 +555,43 @@ static void test_cli_plan(void **state)
     assert_has(out, "bogus");
     free(out);
     /* what `train` would refuse on those ranks, plan refuses with train's message */
-    snprintf(args, sizeof args, "%s/examples/gsm8k/grpo.yaml trainer.nnodes=1", DF_SOURCE_DIR);
+    snprintf(args, sizeof args, "%s/examples/gsm8k/grpo.yaml trainer.nnodes=1 --world 8", DF_SOURCE_DIR);
     assert_int_equal(run_cli(args, &out), 1);
     assert_has(out, "distflow plan: error: " MICRO "=16 (");
     assert_has(out, "does not divide the per-rank mini-batch of 4 samples");
+    free(out);
+}
+
+/* Without --world, plan uses the ranks `distflow train` started the same way would have (not
+   trainer.nnodes x n_gpus_per_node), and checks the run's files as train does. */
+static void test_cli_plan_default_world(void **state)
+{
+    (void)state;
+    char args[1024], *out;
+    snprintf(args, sizeof args, "%s/examples/gsm8k/grpo.yaml" DF_TEST_FILES, DF_SOURCE_DIR);
+    assert_int_equal(run_cli(args, &out), 0);
+    assert_has(out, "== planned for 1 rank (as `distflow train` started the same way; --world N for others)\n");
+    assert_has(out, "grpo_training_pipeline_split_1: 1 workers, ranks 0\n");
+    free(out);
+    if (DF_MPIEXEC[0]) { /* under mpirun: its world, printed once (rank 0) */
+        char cmd[2048];
+        snprintf(cmd, sizeof cmd, "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -s KILL 60 "
+                 "%s --oversubscribe -np 2 %s/distflow plan %s 2>&1", DF_MPIEXEC, DF_BINARY_DIR, args);
+        static char text[1 << 16];
+        assert_int_equal(df_test_command(cmd, text, sizeof text), 0);
+        const char *first = strstr(text, "== planned for 2 ranks (as `distflow train`");
+        if (!first || strstr(first + 1, "== planned for"))
+            fail_msg("mpiexec -np 2 distflow plan: not one '== planned for 2 ranks' line:\n%s", text);
+        assert_has(text, "grpo_training_pipeline_split_1: 2 workers, ranks 0-1\n");
+    }
+    /* the model directory is checked: a hub id gets the download hint */
+    snprintf(args, sizeof args, "%s/examples/gsm8k/grpo.yaml" DF_TEST_FILES
+             " actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct", DF_SOURCE_DIR);
+    assert_int_equal(run_cli(args, &out), 1);
+    assert_has(out, "distflow plan: error: command line: actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct: "
+                    "no such directory. If that is a Hugging Face hub id: distflow reads local files only, so "
+                    "download it first (huggingface-cli download Qwen/Qwen2.5-0.5B-Instruct --local-dir "
+                    "Qwen2.5-0.5B-Instruct)");
     free(out);
 }
 #undef MICRO
@@ -673,6 +708,7 @@ int main(void)
         cmocka_unit_test(test_check_models),
         cmocka_unit_test_setup_teardown(test_plan_sizes_from_config, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_cli_plan, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test(test_cli_plan_default_world),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

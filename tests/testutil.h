@@ -316,6 +316,14 @@ static inline json_t *df_test_metrics(const char *dir, const char *out, bool num
     return lines;
 }
 
+/* Command-line overrides pointing an example config at a model and data of this checkout, for the
+ * commands that check the run's files (df_train_check: plan, config check): the tiny golden Qwen2's
+ * directory and four GSM8K-style rows (data_source openai/gsm8k) as training and validation data. */
+#define DF_TEST_FILES                                                                                  \
+    " actor_rollout_ref.model.path=" DF_SOURCE_DIR "/tests/golden/tiny_qwen2 data.train_files=["     \
+    DF_SOURCE_DIR "/tests/fixtures/gsm8k_rows.jsonl] data.val_files=[" DF_SOURCE_DIR                 \
+    "/tests/fixtures/gsm8k_rows.jsonl]"
+
 /** A train config from YAML text (`name` in errors) plus n overrides; fails the test on error. */
 static inline df_config *df_test_config(const char *yaml, const char *name, const char *const *ov, int n)
 {

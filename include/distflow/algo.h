@@ -314,9 +314,9 @@ DF_API int df_adv_gpg(const df_adv_input *in, float *advantages, float *returns)
  * every sample is in a flat group (then every advantage is 0 anyway).
  * verl's M' counts zero scores instead, which differs whenever a group is
  * all-correct or a mixed group has zero scores (groups {1, 0}, {1, 1}: paper
- * alpha = 4 / 2 = 2, verl 4 / 3). distflow's "gpg" until issue 12; choose it
- * to follow the paper, or for rewards that are not 0 / 1 (a constant shift of
- * every reward changes verl's alpha, not the paper's).
+ * alpha = 4 / 2 = 2, verl 4 / 3). Choose it to follow the paper, or for
+ * rewards that are not 0 / 1 (a constant shift of every reward changes verl's
+ * alpha, not the paper's).
  * Errors: those of "gpg".
  */
 DF_API int df_adv_gpg_paper(const df_adv_input *in, float *advantages, float *returns);
@@ -368,9 +368,9 @@ DF_API int df_adv_cpgd(const df_adv_input *in, float *advantages, float *returns
  * global_seqs: responses with at least one token in the mini-batch
  * (df_loss_agg_count_seqs summed over the micro-batches and ranks; > 0 for the
  * seq-mean modes). A zero-length response has no loss terms and is not counted,
- * as verl's agg_loss leaves fully masked rows out of its sequence count. (Until
- * issue 12 distflow counted it; that only shrank every other response's weight
- * by the share of empty ones, which changes from step to step, so no mode keeps it.)
+ * as verl's agg_loss leaves fully masked rows out of its sequence count. (Counting
+ * it would only shrink every other response's weight by the share of empty ones,
+ * which changes from step to step, so no mode does.)
  * Errors: DF_EINVAL for an unknown mode (named, with the known ones), a
  * non-positive normaliser, more local tokens / non-empty responses than the
  * given totals (a sign that micro-batch counts were passed), bad offsets.
@@ -392,8 +392,7 @@ DF_API int df_loss_agg_weights(const char *mode, int64_t n, const int64_t *offse
  *        through FSDP's gradient mean), so its step depends on the micro-batch
  *        size or the DP size; here it is the formula above for any split.
  *   "seq-mean-token-sum-norm-seqavg"  w_t = 1 / (global_seqs * L): the same,
- *        averaged over the responses (distflow's "seq-mean-token-sum-norm" until
- *        issue 12). Keep it to carry a learning rate across batch sizes: the
+ *        averaged over the responses. Keep it to carry a learning rate across batch sizes: the
  *        loss scale does not grow with the batch. global_seqs as above.
  * norm_length is ignored by the other modes.
  */

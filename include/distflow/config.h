@@ -304,6 +304,14 @@ DF_API const char *df_config_where(const df_config *c, const char *key);
  * schema gives the same values. Returns DF_EIO when writing fails.
  */
 DF_API int df_config_dump(const df_config *c, FILE *f);
+/**
+ * The values someone chose: one line `<prefix><dotted.key>: <value>  # <where>`
+ * (values formatted as df_config_dump does) for each key set in a file, on the
+ * command line or by the program, in schema order; defaults and derived
+ * defaults are left out. prefix may be NULL. *n (may be NULL) receives the
+ * number of lines. Errors: DF_EIO when writing fails, DF_ENOMEM.
+ */
+DF_API int df_config_dump_set(const df_config *c, const char *prefix, FILE *f, int *n);
 
 /**
  * Cross-field checks of a `train` config for a run on `world_size`

@@ -70,6 +70,22 @@ typedef struct df_dataset_opts {
 DF_API int df_dataset_load(const char *const *paths, int n_paths, const df_dataset_opts *opts,
                            df_dataset **out);
 
+/** Called by df_dataset_scan_values for each distinct value; non-zero stops the scan. */
+typedef int (*df_dataset_value_fn)(void *user, const char *value, const char *file, int64_t line);
+
+/**
+ * The distinct string values of the field at dotted path `key` (e.g.
+ * "data_source") over the first max_rows non-blank rows (< 0: every row) of
+ * the JSON-lines files paths[n_paths], in order, without building a dataset:
+ * fn(user, value, file, line) once per value, at the row where it first
+ * appears. Rows where the field is absent or not a string are passed over
+ * (df_dataset_load reports those). Errors: those of reading a file
+ * (DF_ENOTFOUND, DF_EIO), DF_EUNSUPPORTED (Parquet), DF_EINVAL (a line that
+ * is not a JSON object: file:line:column), DF_ENOMEM, or fn's non-zero return.
+ */
+DF_API int df_dataset_scan_values(const char *const *paths, int n_paths, const char *key, int64_t max_rows,
+                                  df_dataset_value_fn fn, void *user);
+
 /**
  * Load JSON lines from memory; `name` stands for the file name in messages and
  * in df_dataset_source. Same rules and errors as df_dataset_load.

@@ -41,6 +41,13 @@ DF_API int df_metrics_merge(df_metrics *dst, const df_metrics *src);
  * trailing newline, malloc'd into *out. Non-finite values are written as null.
  */
 DF_API int df_metrics_to_json(const df_metrics *m, int64_t step, char **out);
+/**
+ * As df_metrics_to_json with a wall-clock time right after the step:
+ * `{"step": step, "timestamp": t, "<name>": value, ...}`, t in seconds since the
+ * Unix epoch (UTC) with millisecond digits (%.3f). A negative t leaves the field
+ * out, and so does one of 1e12 or more (NaN included). Errors: DF_ENOMEM.
+ */
+DF_API int df_metrics_to_json_at(const df_metrics *m, int64_t step, double timestamp, char **out);
 
 #ifdef __cplusplus
 }

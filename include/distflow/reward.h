@@ -56,7 +56,7 @@ DF_API int df_reward_lookup(const char *name, df_reward_fn *out);
  * b178a3cd56f58b2d502255daba591e92833930a7, since verl PR #2568) reads only the
  * last 300 characters and takes the LAST match; the two agree whenever a
  * response's only "#### <number>" lies in its last 300 characters, the format
- * GSM8K training teaches (issue 12 leaves this difference open).
+ * GSM8K training teaches (distflow keeps the first-match reading).
  */
 DF_API bool df_reward_gsm8k_extract(const char *response, char *out, size_t cap);
 

@@ -23,7 +23,7 @@ extern "C" {
 typedef struct df_dag_worker df_dag_worker;
 
 /**
- * Everything `distflow train` checks before it reads a model or a dataset, as
+ * Everything `distflow train` checks before it loads a model or a dataset, as
  * the one function `distflow plan`, `distflow config check` and
  * df_dag_worker_create all call, so that no command accepts a config another
  * refuses (docs/configuration.md, "Which command checks what"). For a job of
@@ -49,7 +49,14 @@ typedef struct df_dag_worker df_dag_worker;
  *     of its process group;
  *  5. df_config_validate_train_ex for the actor's data-parallel size as rank 0
  *     lays it out (its process group's ranks / the actor's ulysses size; the
- *     group's ranks when rank 0 runs no actor update).
+ *     group's ranks when rank 0 runs no actor update);
+ *  6. the files (src/workers/dag/preflight.h): the model directories exist
+ *     (a missing hub id `Org/Name` gets a "download it first" hint), the data
+ *     files exist, and every data_source of the rows the run reads has a
+ *     scorer in the reward registry (unless custom_reward_function.path scores
+ *     every row; training rows only when a built-in reward node scores them);
+ *     data.reward_fn_key other than data_source and trainer.val_only without
+ *     data.val_files are refused.
  * Messages name the file, node and key: "<workflow file> node '<id>': ...".
  * Warnings (workflow options ignored, settings that are probably mistakes) go
  * to `warn` (NULL: dropped). On success *plan (when plan is not NULL) is the

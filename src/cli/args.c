@@ -1,6 +1,7 @@
 /* Option parsing shared by the commands (cli.h). */
 #include "cli/cli.h"
 
+#include "distflow/comm.h"
 #include "distflow/common.h"
 
 #include <errno.h>
@@ -36,6 +37,23 @@ int df_cli_fail(const char *cmd)
 void df_cli_warn(void *user, const char *msg)
 {
     fprintf(stderr, "distflow %s: warning: %s\n", (const char *)user, msg);
+}
+
+int df_cli_default_world(const char *cmd, bool given, int64_t *world, int *rank)
+{
+    df_comm *comm = NULL;
+    if (df_comm_world(&comm))
+        return df_cli_fail(cmd);
+    *rank = df_comm_rank(comm);
+    if (!given)
+        *world = df_comm_size(comm);
+    if (*world >= 1 && *world <= 1 << 20)
+        return 0;
+    if (*rank == 0)
+        fprintf(stderr, "distflow %s: error: --world must be between 1 and 1048576, got %lld\n", cmd,
+                (long long)*world);
+    df_comm_shutdown();
+    return 1;
 }
 
 static int set_value(const char *cmd, df_opt *o, const char *val)

@@ -39,6 +39,14 @@ void df_cli_usage(const char *cmd, const char *usage, const df_opt *opts);
 int df_cli_fail(const char *cmd);
 /** df_warn_fn for the commands: "distflow <cmd>: warning: <msg>" to stderr (user = the command name). */
 void df_cli_warn(void *user, const char *msg);
+/**
+ * The ranks a check command plans for: *world as given (`given`: --world N was on the command line)
+ * or, when not, the ranks `distflow train` started the same way would have (the mpirun world
+ * under mpirun, else 1); *rank: this process's rank (only rank 0 prints). Starts the world
+ * communicator: the caller ends with df_comm_shutdown(). Returns 1 after printing an error (no
+ * world, or N outside [1, 2^20], then the world is already shut down), else 0.
+ */
+int df_cli_default_world(const char *cmd, bool given, int64_t *world, int *rank);
 /** Check required options were given; prints which is missing. */
 int df_cli_require(const char *cmd, const df_opt *opts);
 

@@ -13,37 +13,45 @@ static const char *USAGE =
     "         '# where' comments on values that are not defaults\n"
     "  check  load a `train` config and run every check `distflow train` (and\n"
     "         `distflow plan`) runs before loading models or data, for a job of\n"
-    "         --world N ranks (the `mpirun -np`, default 1): unsupported settings, the\n"
+    "         --world N ranks (the `mpirun -np`; default: the ranks `train` started\n"
+    "         the same way would have, 1 outside mpirun): unsupported settings, the\n"
     "         plan, the pipeline or workflow file (executables, plugins read without\n"
     "         loading them, per-node config keys), model-parallel sizes, batch sizes,\n"
-    "         algorithm, KL controller and reward manager names; warnings go to\n"
+    "         algorithm, KL controller and reward manager names, then the files: model\n"
+    "         directories, data files and a scorer for every data_source; warnings go to\n"
     "         stderr; prints 'ok' and exits 0 when it passes. `train` configs only\n"
     "         (not with --sft)\n"
     "  help   list the documented keys (type, default, help), optionally under PREFIX";
 
 /* `config check`: load, then what `train` checks on `world` ranks before it loads anything. */
-static int check(const df_config_schema *schema, char **pos, int n_pos, int64_t world)
+static int check(const df_config_schema *schema, char **pos, int n_pos, bool given, int64_t world)
 {
+    int rank = 0;
+    if (df_cli_default_world("config", given, &world, &rank))
+        return 1;
     df_config *cfg;
-    if (df_config_load(schema, pos[1], (const char *const *)pos + 2, n_pos - 2, &cfg))
-        return df_cli_fail("config");
-    int rc = world < 1 || world > 1 << 20
-                 ? df_error(DF_EINVAL, "--world must be between 1 and 1048576, got %lld", (long long)world)
-                 : df_train_check(cfg, (int)world, df_cli_warn, "config", NULL);
-    df_config_free(cfg);
-    if (rc)
-        return df_cli_fail("config");
-    printf("ok\n");
-    return 0;
+    int rc = df_config_load(schema, pos[1], (const char *const *)pos + 2, n_pos - 2, &cfg);
+    if (!rc) {
+        rc = df_train_check(cfg, (int)world, rank == 0 ? df_cli_warn : NULL, "config", NULL);
+        df_config_free(cfg);
+    }
+    if (rc && rank == 0)
+        df_cli_fail("config");
+    else if (!rc && rank == 0)
+        printf("ok\n");
+    if (df_comm_shutdown() && !rc)
+        rc = df_cli_fail("config");
+    return rc ? 1 : 0;
 }
 
 int df_cmd_config(int argc, char **argv)
 {
     bool sft = false;
-    int64_t world = 1;
+    int64_t world = 0;
     df_opt opts[] = {
         {"sft", DF_OPT_FLAG, &sft, "use the `distflow sft` schema instead of `train`", false},
-        {"world", DF_OPT_INT, &world, "check: ranks of the job, as `mpirun -np` (default 1)", false},
+        {"world", DF_OPT_INT, &world,
+         "check: ranks of the job, as `mpirun -np` (default: this job's, 1 outside mpirun)", false},
         {0}};
     char *pos[256];
     int n_pos, code;
@@ -66,7 +74,7 @@ int df_cmd_config(int argc, char **argv)
         return 2;
     }
     if (n_pos >= 2 && !strcmp(pos[0], "check"))
-        return check(schema, pos, n_pos, world);
+        return check(schema, pos, n_pos, opts[1].seen, world);
     if (n_pos >= 2 && !strcmp(pos[0], "show")) {
         df_config *cfg;
         if (df_config_load(schema, pos[1], (const char *const *)pos + 2, n_pos - 2, &cfg))

@@ -12,19 +12,23 @@
 #include <string.h>
 
 static const char *PLAN_USAGE =
-    "CONFIG.yaml [key=value ...] [--dot FILE]\n\n"
-    "Show how `distflow train` would run this config, without loading models or data: the\n"
-    "built-in pipeline chosen by algorithm.workflow_type / adv_estimator, its irreducible\n"
-    "subgraphs (siiRL discover_and_split_parallel_paths), the rank -> subgraph assignment over\n"
-    "trainer.nnodes x trainer.n_gpus_per_node (siiRL TaskScheduler) and the process groups\n"
-    "(siiRL ProcessGroupManager). --dot writes the plan as a Graphviz file.\n"
-    "The config is first checked as `distflow train` checks it on that many ranks\n"
-    "(df_train_check: the same checks and messages as `distflow config check --world N`).";
+    "CONFIG.yaml [key=value ...] [--world N] [--dot FILE]\n\n"
+    "Show how `distflow train` would run this config on N ranks: the built-in pipeline chosen by\n"
+    "algorithm.workflow_type / adv_estimator, its irreducible subgraphs (siiRL\n"
+    "discover_and_split_parallel_paths), the rank -> subgraph assignment over trainer.nnodes\n"
+    "machines (siiRL TaskScheduler) and the process groups (siiRL ProcessGroupManager). N is\n"
+    "what `train` would run with: the mpirun world when started under mpirun, else 1; --world N\n"
+    "plans for `mpirun -np N` from here. The config is first checked as `distflow train` checks it\n"
+    "on that many ranks, its files included (df_train_check: the same checks and messages as\n"
+    "`distflow config check --world N`). --dot writes the plan as a Graphviz file.";
 
 int df_cmd_plan(int argc, char **argv)
 {
     const char *dot = NULL;
+    int64_t world = 0;
     df_opt opts[] = {
+        {"world", DF_OPT_INT, &world, "ranks of the job, as `mpirun -np` (default: this job's, 1 outside mpirun)",
+         false},
         {"dot", DF_OPT_STR, &dot, "write the plan as Graphviz DOT to FILE", false},
         {0},
     };
@@ -36,29 +40,30 @@ int df_cmd_plan(int argc, char **argv)
         fprintf(stderr, "distflow plan: error: missing CONFIG.yaml (see --help)\n");
         return 2;
     }
+    int rank = 0;
+    if (df_cli_default_world("plan", opts[0].seen, &world, &rank))
+        return 1;
     df_config *cfg = NULL;
     df_plan *plan = NULL;
     char *text = NULL;
     int rc = df_config_load(df_config_schema_train(), pos[0], (const char *const *)pos + 1, n_pos - 1, &cfg);
-    df_train_config t;
     if (!rc)
-        rc = df_train_config_resolve(cfg, &t);
-    if (!rc) { /* the job `train` would run: nnodes x n_gpus_per_node ranks */
-        int64_t world = t.trainer.nnodes * t.trainer.n_gpus_per_node;
-        rc = world > 1 << 20 ? df_error(DF_EINVAL, "%s: trainer.nnodes x trainer.n_gpus_per_node is too large",
-                                        df_config_where(cfg, "trainer.nnodes"))
-                             : df_train_check(cfg, (int)world, df_cli_warn, "plan", &plan);
-    }
-    if (!rc)
+        rc = df_train_check(cfg, (int)world, rank == 0 ? df_cli_warn : NULL, "plan", &plan);
+    if (!rc && rank == 0) {
+        printf("== planned for %lld rank%s (%s)\n", (long long)world, world == 1 ? "" : "s",
+               opts[0].seen ? "--world" : "as `distflow train` started the same way; --world N for others");
         rc = df_plan_print(plan, stdout);
-    if (!rc && dot && !(rc = df_plan_dot(plan, &text)))
+    }
+    if (!rc && dot && rank == 0 && !(rc = df_plan_dot(plan, &text)))
         rc = df_write_file_atomic(dot, text, strlen(text));
-    if (!rc && dot)
+    if (!rc && dot && rank == 0)
         printf("\nwrote %s\n", dot);
-    if (rc)
+    if (rc && rank == 0)
         df_cli_fail("plan");
     free(text);
     df_plan_free(plan);
     df_config_free(cfg);
+    if (df_comm_shutdown() && !rc)
+        rc = df_cli_fail("plan");
     return rc ? 1 : 0;
 }

@@ -55,18 +55,42 @@ static void emit_group(const df_config *c, df_sbuf *b, const char *prefix, int i
     }
 }
 
+/* b's text to f, b freed. */
+static int write_out(df_sbuf *b, FILE *f)
+{
+    if (b->failed) {
+        free(b->s);
+        return df_error(DF_ENOMEM, "out of memory writing the config");
+    }
+    size_t w = b->len ? fwrite(b->s, 1, b->len, f) : 0;
+    free(b->s);
+    if (w != b->len || fflush(f))
+        return df_error(DF_EIO, "writing the config failed");
+    return DF_OK;
+}
+
 int df_config_dump(const df_config *c, FILE *f)
 {
     df_sbuf b = {0};
     df_sbuf_printf(&b, "# distflow %s config (resolved)\n", c->schema->name);
     emit_group(c, &b, "", 0);
-    if (b.failed) {
-        free(b.s);
-        return df_error(DF_ENOMEM, "out of memory writing the config");
+    return write_out(&b, f);
+}
+
+int df_config_dump_set(const df_config *c, const char *prefix, FILE *f, int *n)
+{
+    df_sbuf b = {0};
+    int count = 0;
+    for (int i = 0; i < c->schema->n; i++) {
+        const char *where = c->slots[i].where;
+        if (!strcmp(where, "default") || !strncmp(where, "derived from ", 13))
+            continue;
+        df_sbuf_printf(&b, "%s%s: ", prefix ? prefix : "", c->schema->entries[i].key);
+        cfg_format_value(&b, &c->schema->entries[i], &c->slots[i].v);
+        df_sbuf_printf(&b, "  # %s\n", where);
+        count++;
     }
-    size_t w = fwrite(b.s, 1, b.len, f);
-    free(b.s);
-    if (w != b.len || fflush(f))
-        return df_error(DF_EIO, "writing the config failed");
-    return DF_OK;
+    if (n)
+        *n = count;
+    return write_out(&b, f);
 }

@@ -128,13 +128,20 @@ int df_metrics_merge(df_metrics *dst, const df_metrics *src)
 
 int df_metrics_to_json(const df_metrics *m, int64_t step, char **out)
 {
-    size_t cap = 64 + (size_t)m->n * 96, len = 0;
+    return df_metrics_to_json_at(m, step, -1, out);
+}
+
+int df_metrics_to_json_at(const df_metrics *m, int64_t step, double timestamp, char **out)
+{
+    size_t cap = 96 + (size_t)m->n * 96, len = 0;
     for (int i = 0; i < m->n; i++)
         cap += strlen(m->v[i].name) * 2;
     char *s = malloc(cap);
     if (!s)
         return df_error(DF_ENOMEM, "out of memory formatting metrics");
     len += (size_t)snprintf(s + len, cap - len, "{\"step\": %lld", (long long)step);
+    if (timestamp >= 0 && timestamp < 1e12) /* bounded: its %.3f fits the bytes reserved above */
+        len += (size_t)snprintf(s + len, cap - len, ", \"timestamp\": %.3f", timestamp);
     for (int i = 0; i < m->n; i++) {
         double v = value_of(&m->v[i]);
         len += (size_t)snprintf(s + len, cap - len, ", \"");

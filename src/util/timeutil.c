@@ -1,4 +1,4 @@
-/* Monotonic clock and TTY progress bar (timeutil.h). */
+/* Monotonic and calendar clocks, TTY progress bar (timeutil.h). */
 #include "util/timeutil.h"
 
 #include <time.h>
@@ -8,6 +8,13 @@ double df_now(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+double df_unix_time(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 

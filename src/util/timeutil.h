@@ -1,4 +1,4 @@
-/* timeutil.h (internal) — monotonic wall clock and a TTY progress bar. */
+/* timeutil.h (internal) — monotonic and calendar clocks and a TTY progress bar. */
 #ifndef DF_UTIL_TIMEUTIL_H
 #define DF_UTIL_TIMEUTIL_H
 
@@ -8,6 +8,8 @@
 
 /** Seconds from a monotonic clock. */
 double df_now(void);
+/** Calendar time: seconds since the Unix epoch (UTC), with sub-second digits; for timestamps in logs. */
+double df_unix_time(void);
 
 /**
  * A one-line progress bar on stderr, drawn only when stderr is a terminal

@@ -84,6 +84,16 @@ typedef struct df_advantage_worker {
     df_kl_ctrl *kl_ctrl;    /* algorithm.kl_ctrl when algorithm.use_kl_in_reward, else NULL */
 } df_advantage_worker;
 
+/* What the console's banner and summary report beyond the config and the models (workers/dag/console.c). */
+typedef struct df_console_info {
+    int64_t prompts[2], filtered[2]; /* data.train_files, data.val_files: prompts over the job, and those dropped */
+    char resumed_from[2048];         /* the checkpoint directory this run continues from; "" on a fresh start */
+    double t_fit;                    /* df_now() when the fit loop began */
+    int64_t saved_step;              /* the last checkpoint this run wrote; 0: none */
+    int64_t val_step;                /* the last validation of this run: its step, -1 when none */
+    double val_score, val_acc;
+} df_console_info;
+
 struct df_dag_worker {
     const df_config *cfg;       /* the loaded config: provenance for messages, the planner's input */
     df_node_settings global;    /* the global typed config and its derived values */
@@ -119,7 +129,8 @@ struct df_dag_worker {
 
     df_metrics *metrics; /* the current step's */
     df_metrics_log metrics_log; /* rank 0: metrics.jsonl */
-    bool console;
+    bool console;        /* trainer.logger has "console": rank 0 prints the banner, steps and summary */
+    df_console_info con; /* for the banner and the summary */
     const volatile sig_atomic_t *stop_flag; /* df_dag_worker_set_stop_flag; NULL: none */
     int stopped;                            /* the agreed stop flag's value when fit stopped early */
 };

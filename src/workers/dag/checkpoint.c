@@ -148,8 +148,6 @@ int df_worker_checkpoint_save(df_dag_worker *w)
     if (w->rank == 0)
         df_ckpt_save_end(&s, rc);
     df_kill_point_save_scope(false);
-    if (!rc && w->console && w->rank == 0)
-        fprintf(stderr, "saved %s\n", s.final);
     return rc ? df_error_wrap(rc, "saving checkpoint global_step_%lld", n) : DF_OK;
 }
 
@@ -248,8 +246,8 @@ int df_worker_checkpoint_resume(df_dag_worker *w, int rc)
     if (rc && !before)
         rc = df_error_wrap(rc, "resuming (trainer.resume_mode=%s)", w->global.cfg.trainer.resume_mode);
     rc = sync_rc(w, rc, "resuming from a checkpoint");
-    if (!rc && have && w->rank == 0)
-        fprintf(stderr, "[distflow] resuming from %s at step %lld\n", dir, (long long)w->resumed_step + 1);
+    if (!rc && have) /* the banner says it */
+        snprintf(w->con.resumed_from, sizeof w->con.resumed_from, "%s", dir);
     return rc;
 }
 

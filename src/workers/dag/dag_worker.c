@@ -7,6 +7,7 @@
 #include "util/timeutil.h"
 #include "workers/common/data_metrics.h"
 #include "workers/dag/checkpoint.h"
+#include "workers/dag/console.h"
 #include "workers/dag/evaluate.h"
 
 #include <stdio.h>
@@ -24,8 +25,9 @@ static int expand_path(const char *in, char *out, size_t cap)
     return n < 0 || (size_t)n >= cap ? df_error(DF_EINVAL, "path too long: %s", in) : DF_OK;
 }
 
-/* Load a dataset list (`key`: its name in messages), encode its prompts and apply data.max_prompt_length. */
-static int load_data(df_dag_worker *w, const char *key, const df_config_strs *files, int64_t max_rows,
+/* Load a dataset list (`key`: its name in messages), encode its prompts and apply data.max_prompt_length;
+   its prompts and those dropped over the job into w->con's slot `which` (0 train, 1 validation). */
+static int load_data(df_dag_worker *w, const char *key, int which, const df_config_strs *files, int64_t max_rows,
                      df_dataset **ds, df_prompt_cache *pc)
 {
     const struct df_train_data *d = &w->global.cfg.data;
@@ -55,9 +57,8 @@ static int load_data(df_dag_worker *w, const char *key, const df_config_strs *fi
         counts[0] = counts[1] = 0;
     if (!rc)
         rc = df_comm_allreduce(w->group, counts, 2, DF_COMM_INT64, DF_COMM_SUM);
-    if (!rc && w->rank == 0)
-        fprintf(stderr, "[distflow] %s: %lld prompts (%lld longer than data.max_prompt_length=%lld filtered)\n",
-                key, (long long)counts[0], (long long)counts[1], (long long)d->max_prompt_length);
+    w->con.prompts[which] = counts[0];
+    w->con.filtered[which] = counts[1];
     for (int i = 0; paths && i < n; i++)
         free(paths[i]);
     free(paths);
@@ -80,12 +81,7 @@ static int set_device(df_dag_worker *w)
     int rc = df_backend_open(dev, &be);
     if (!rc && (rc = df_actor_set_backend(w->actor.model, &be)) == DF_OK && w->reference.model)
         rc = df_actor_set_backend(w->reference.model, &be);
-    if (rc)
-        return df_error_wrap(rc, "%s", df_config_where(w->cfg, "trainer.device"));
-    if (!df_backend_is_cpu(&be) && w->rank == 0)
-        fprintf(stderr, "[distflow] trainer.device=%s: actor, reference and critic forward / backward "
-                "on the %s backend; rollout on the CPU (docs/cuda.md)\n", dev, be.ops->name);
-    return DF_OK;
+    return rc ? df_error_wrap(rc, "%s", df_config_where(w->cfg, "trainer.device")) : DF_OK;
 }
 
 /* Actor (taking ownership of `m`), reference, sampling settings and rollout engine. */
@@ -215,7 +211,7 @@ int df_dag_worker_create(const df_config *cfg, df_comm *comm, df_dag_worker **ou
         rc = df_error_wrap(rc, "actor_rollout_ref.model.path");
     /* the data before the actor: the step count feeds its lr schedule */
     if (!rc)
-        rc = load_data(w, "data.train_files", &t->data.train_files, t->data.train_max_samples, &w->train_ds,
+        rc = load_data(w, "data.train_files", 0, &t->data.train_files, t->data.train_max_samples, &w->train_ds,
                        &w->train_prompts);
     if (!rc)
         rc = df_dataloader_create(w->train_ds, t->data.train_batch_size, w->data_layout.dp_rank,
@@ -228,7 +224,7 @@ int df_dag_worker_create(const df_config *cfg, df_comm *comm, df_dag_worker **ou
                                                              : per_epoch * t->trainer.total_epochs;
     }
     if (!rc && t->data.val_files.n > 0)
-        rc = load_data(w, "data.val_files", &t->data.val_files, t->data.val_max_samples, &w->val_ds,
+        rc = load_data(w, "data.val_files", 1, &t->data.val_files, t->data.val_max_samples, &w->val_ds,
                        &w->val_prompts);
     if (!rc) {
         rc = setup_models(w, m);

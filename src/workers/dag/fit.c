@@ -6,6 +6,7 @@
 #include "util/warn.h"
 #include "workers/common/data_metrics.h"
 #include "workers/dag/checkpoint.h"
+#include "workers/dag/console.h"
 #include "workers/dag/evaluate.h"
 #include "workers/dag/rollout_dump.h"
 #include "workers/dag/val_generations.h"
@@ -16,42 +17,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* One compact console line; the full set goes to metrics.jsonl. */
-static void console_line(const df_dag_worker *w, const df_metrics *m)
-{
-    static const struct {
-        const char *key, *label, *fmt;
-    } cols[] = {
-        {"critic/score/mean", "score", "%.3f"},
-        {"response_length/mean", "resp_len", "%.1f"},
-        {"actor/pg_loss", "pg_loss", "%.4f"},
-        {"actor/kl_loss", "kl_loss", "%.4f"},
-        {"actor/entropy", "entropy", "%.3f"},
-        {"actor/pg_clipfrac", "clipfrac", "%.3f"},
-        {"actor/grad_norm", "grad_norm", "%.3f"},
-        {"critic/vf_loss", "vf_loss", "%.4f"},
-        {"actor/lr", "lr", "%.2e"},
-        {"timing_s/gen", "gen", "%.1fs"},
-        {"timing_s/step", "step", "%.1fs"},
-        {"perf/throughput", "tok/s", "%.0f"},
-    };
-    fprintf(stderr, "step %lld/%lld", (long long)w->step, (long long)w->total_steps);
-    for (size_t i = 0; i < sizeof cols / sizeof *cols; i++) {
-        if (!df_metrics_has(m, cols[i].key))
-            continue;
-        fprintf(stderr, " | %s ", cols[i].label);
-        fprintf(stderr, cols[i].fmt, df_metrics_get(m, cols[i].key, 0));
-    }
-    fputc('\n', stderr);
-}
-
 /* The step's line of metrics.jsonl (rank 0); `sync`: durable before the checkpoint that follows it. */
 static int log_metrics(df_dag_worker *w, const df_metrics *m, bool sync)
 {
     if (w->rank != 0)
         return DF_OK;
     char *line;
-    int rc = df_metrics_to_json(m, w->step, &line);
+    /* the run directory's config.yaml comes with its first line (a run that fails before it leaves
+       nothing); a copy for the user, so failing to write it is a warning, not a lost run */
+    if (!w->metrics_log.opened && df_worker_save_config(w))
+        df_warnf(df_worker_warn, w, "%s", df_last_error());
+    int rc = df_metrics_to_json_at(m, w->step, df_unix_time(), &line);
     if (rc)
         return rc;
     rc = df_metrics_log_append(&w->metrics_log, line, sync);
@@ -82,10 +58,7 @@ static int validate(df_dag_worker *w, df_metrics *m)
     if (rc)
         return df_error_wrap(rc, "validation");
     df_metrics_set(m, "timing_s/testing", df_now() - t0);
-    if (w->console && w->rank == 0)
-        fprintf(stderr, "validation at step %lld: score %.4f acc %.4f over %lld responses (%.1fs)\n",
-                (long long)w->step, res.score_mean, res.acc_mean, (long long)res.n_responses,
-                df_now() - t0);
+    df_console_validation(w, &res, df_now() - t0);
     return DF_OK;
 }
 
@@ -205,22 +178,36 @@ static void warn_skipped(df_dag_worker *w, const df_metrics *m)
     }
 }
 
+/* Validation before the first step (a resumed run's checkpoint run logged that one already), or the
+   whole run with trainer.val_only. *only: the run ends here. */
+static int validate_first(df_dag_worker *w, bool *only)
+{
+    const struct df_train_trainer *tr = &w->global.cfg.trainer;
+    *only = tr->val_only;
+    if (!w->val_ds || !(tr->val_only || (tr->val_before_train && w->resumed_step == 0)))
+        return DF_OK;
+    df_metrics_clear(w->metrics);
+    int rc = validate(w, w->metrics);
+    return rc ? rc : log_metrics(w, w->metrics, false);
+}
+
 int df_dag_worker_fit(df_dag_worker *w)
 {
     const struct df_train_trainer *tr = &w->global.cfg.trainer;
     int64_t test_freq = tr->test_freq;
     int64_t save_freq = tr->save_freq;
     int rc = DF_OK, stop = 0;
+    bool only = false;
     w->step = w->resumed_step;
     w->stopped = 0;
-    /* a resumed run does not validate again the step its checkpoint's run already logged */
-    if (tr->val_before_train && w->val_ds && (w->resumed_step == 0 || tr->val_only)) {
-        df_metrics_clear(w->metrics);
-        rc = validate(w, w->metrics);
+    w->con.t_fit = df_now();
+    w->con.val_step = -1;
+    w->con.saved_step = 0;
+    df_console_banner(w);
+    if ((rc = validate_first(w, &only)) || only) {
         if (!rc)
-            rc = log_metrics(w, w->metrics, false);
-        if (rc || tr->val_only)
-            return rc;
+            df_console_summary(w, "validation only (trainer.val_only=true)");
+        return rc;
     }
     if (w->resumed_step >= w->total_steps && w->rank == 0)
         fprintf(stderr, "[distflow] the checkpoint is at step %lld of %lld: nothing left to train\n",
@@ -232,25 +219,31 @@ int df_dag_worker_fit(df_dag_worker *w)
         bool last = w->step == w->total_steps;
         df_metrics_clear(w->metrics);
         rc = train_step(w);
-        if (!rc)
+        if (!rc) {
             warn_skipped(w, w->metrics);
+            df_console_step(w, w->metrics); /* before the validation and the save that follow it */
+        }
         if (!rc && test_freq > 0 && (last || w->step % test_freq == 0))
             rc = validate(w, w->metrics);
         if (!rc && !last)
             rc = poll_stop(w, &stop);
         bool save = save_freq > 0 && (last || w->step % save_freq == 0 || stop);
-        if (!rc && w->console && w->rank == 0)
-            console_line(w, w->metrics);
         /* the line before the checkpoint: a resume from it keeps the line, one from an earlier
            checkpoint drops it (a line after its checkpoint would be lost to a kill between them) */
         if (!rc)
             rc = log_metrics(w, w->metrics, save);
         if (!rc)
             df_kill_point("metrics");
-        if (!rc && save && !(rc = df_worker_checkpoint_save(w)))
+        if (!rc && save && !(rc = df_worker_checkpoint_save(w))) {
+            df_console_saved(w);
             rc = df_worker_checkpoint_prune(w);
-        if (!rc && stop)
+        }
+        if (!rc && stop) {
+            df_console_summary(w, "stopped on request");
             return stopped(w, stop, w->step, save);
+        }
     }
+    if (!rc)
+        df_console_summary(w, "finished");
     return rc;
 }

@@ -7,9 +7,10 @@
  * workflow node's `config:` against the keys its function reads per node,
  * dynamic sampling's refill), each model node's model-parallel size, then the
  * cross-field checks of df_config_validate_train_ex for the actor's
- * data-parallel size.
+ * data-parallel size, and last the files the run reads (preflight.c).
  */
 #include "workers/worker_internal.h"
+#include "workers/dag/preflight.h"
 #include "distflow/algo_desc.h"
 #include "distflow/backend.h"
 
@@ -325,6 +326,27 @@ int df_worker_plugins(const df_config *c, const df_train_config *t, bool load, d
     return custom_reward(c, t, load, score);
 }
 
+/* Whether a node of g scores responses through the reward registry: the built-in reward node or ReMax's
+   baseline (a plugin's reward node scores its own way, so its data_source values need no scorer). */
+static bool scores_by_registry(df_task_graph *g, bool workflow)
+{
+    df_node_fn rw = known_fn("DAGWorker.compute_reward"), bl = known_fn("DAGWorker.compute_reward_baseline");
+    for (int i = 0; i < df_task_graph_num_nodes(g); i++) {
+        df_node_fn fn = known_fn(ref_of(df_task_graph_node_at(g, i), workflow));
+        if (fn && (fn == rw || fn == bl))
+            return true;
+    }
+    return false;
+}
+
+/* The checks that read the run's files (preflight.c), for the whole plan's graph. */
+static int preflight(const df_config *c, const df_train_config *t, const df_plan *p)
+{
+    bool workflow = !strcmp(p->pipeline, "workflow");
+    return df_train_preflight(c, t, role_node(p->graph, DF_ROLE_CRITIC, true) != NULL,
+                              scores_by_registry(p->graph, workflow));
+}
+
 int df_train_check(const df_config *cfg, int world, df_warn_fn warn, void *user, df_plan **plan_out)
 {
     if (plan_out)
@@ -352,6 +374,8 @@ int df_train_check(const df_config *cfg, int world, df_warn_fn warn, void *user,
         rc = layouts(cfg, &t, p, world, &dp);
     if (!rc)
         rc = df_config_validate_train_ex(cfg, dp, warn, user);
+    if (!rc) /* last: every check of the config itself comes first */
+        rc = preflight(cfg, &t, p);
     if (rc || !plan_out)
         df_plan_free(p);
     else

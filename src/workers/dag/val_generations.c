@@ -32,7 +32,7 @@ static void print_samples(const char *buf, int64_t n, int64_t step)
         size_t len = end ? (size_t)(end - line) : strlen(line);
         json_t *row = json_loadb(line, len, 0, NULL);
         if (row)
-            fprintf(stderr, "[validation step %lld, sample %lld] score %.4f\n[input] %s\n[output] %s\n",
+            printf("[validation step %lld, sample %lld] score %.4f\n[input] %s\n[output] %s\n",
                     (long long)step, (long long)k + 1,
                     json_number_value(json_object_get(row, "score")),
                     json_string_value(json_object_get(row, "input")),
@@ -49,7 +49,7 @@ int df_val_generations_end(df_dag_worker *w, df_val_generations *g, int rc)
     fclose(g->f);
     const struct df_train_trainer *t = &w->global.cfg.trainer;
     if (!rc && t->log_val_generations > 0 && w->rank == 0)
-        print_samples(g->buf, t->log_val_generations, w->step);
+        print_samples(g->buf, t->log_val_generations, w->step), fflush(stdout);
     if (!rc && t->validation_data_dir && w->data_layout.mp_rank == 0) /* each DP rank validates its shard */
         rc = df_gen_dump_write(t->validation_data_dir, "trainer.validation_data_dir", w->step,
                                w->data_layout.dp_rank, w->data_layout.dp_size, g->buf, g->len);

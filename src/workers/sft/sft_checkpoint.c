@@ -69,7 +69,7 @@ int df_sft_checkpoint_save(const df_sft_ckpt *c, int64_t step)
     df_kill_point_save_scope(false);
     if (rc)
         return df_error_wrap(rc, "saving checkpoint global_step_%lld", (long long)step);
-    fprintf(stderr, "saved %s\n", s.final);
+    printf("saved %s\n", s.final), fflush(stdout);
     const df_config_opt_int *keep = &c->t->trainer.max_ckpt_to_keep;
     if (keep->set && df_checkpoint_prune(c->out_dir, keep->v, 0)) /* costs disk, not the run */
         fprintf(stderr, "[distflow] warning: %s\n", df_last_error());

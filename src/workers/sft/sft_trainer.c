@@ -13,6 +13,7 @@
 #include "util/killpoint.h"
 #include "util/timeutil.h"
 #include "workers/common/ckpt_files.h"
+#include "workers/common/model_info.h"
 #include "workers/common/prompts.h"
 #include "workers/sft/sft_checkpoint.h"
 
@@ -241,15 +242,16 @@ static int val_loss(sft_run *s, double *loss)
 static int log_step(sft_run *s, int64_t step, df_metrics *m, double dt, int64_t tokens, bool sync)
 {
     df_metrics_set(m, "train/tokens_per_second", dt > 0 ? (double)tokens / dt : 0);
-    fprintf(stderr, "sft step %lld/%lld | loss %.4f | lr %.2e | grad_norm %.3f | %.0f tok/s",
-            (long long)step, (long long)s->total_steps, df_metrics_get(m, "train/loss", 0),
-            df_metrics_get(m, "train/lr", 0), df_metrics_get(m, "train/grad_norm", 0),
-            df_metrics_get(m, "train/tokens_per_second", 0));
+    printf("sft step %lld/%lld | loss %.4f | lr %.2e | grad_norm %.3f | %.0f tok/s",
+           (long long)step, (long long)s->total_steps, df_metrics_get(m, "train/loss", 0),
+           df_metrics_get(m, "train/lr", 0), df_metrics_get(m, "train/grad_norm", 0),
+           df_metrics_get(m, "train/tokens_per_second", 0));
     if (df_metrics_has(m, "val/loss"))
-        fprintf(stderr, " | val_loss %.4f", df_metrics_get(m, "val/loss", 0));
-    fputc('\n', stderr);
+        printf(" | val_loss %.4f", df_metrics_get(m, "val/loss", 0));
+    printf("\n");
+    fflush(stdout);
     char *line;
-    int rc = df_metrics_to_json(m, step, &line);
+    int rc = df_metrics_to_json_at(m, step, df_unix_time(), &line);
     if (rc)
         return rc;
     rc = df_metrics_log_append(&s->metrics, line, sync);
@@ -269,6 +271,7 @@ static int sft_loop(sft_run *s)
     if (s->resumed >= s->total_steps)
         fprintf(stderr, "[distflow] the checkpoint is at step %lld of %lld: nothing left to train\n",
                 (long long)s->resumed, (long long)s->total_steps);
+    double start = df_now();
     for (int64_t step = s->resumed + 1; step <= s->total_steps && !rc; step++) {
         double t0 = df_now();
         int64_t epoch, pos, n;
@@ -298,6 +301,11 @@ static int sft_loop(sft_run *s)
         if (!rc && save)
             rc = df_sft_checkpoint_save(&s->ckpt, step);
     }
+    if (!rc && s->total_steps > 0) /* the last step is always saved */
+        printf("== finished: %lld steps in %.1fs; last loss %.4f; checkpoint %s/global_step_%lld; metrics "
+               "%s/metrics.jsonl\n",
+               (long long)(s->total_steps - s->resumed), df_now() - start, df_metrics_get(m, "train/loss", 0), s->out_dir,
+               (long long)s->total_steps, s->out_dir);
     free(rows);
     df_metrics_free(m);
     return rc;
@@ -389,9 +397,12 @@ int df_sft_run(const df_config *cfg)
     if (!rc)
         rc = df_metrics_log_open(&s.metrics, s.out_dir, s.resumed);
     if (!rc) {
-        fprintf(stderr, "[distflow] sft: %lld examples, %lld steps of %lld\n",
-                (long long)df_dataset_size(s.train.ds), (long long)s.total_steps,
-                (long long)t->data.train_batch_size);
+        printf("== distflow %s sft\n", df_version());
+        df_print_model_info(stdout, s.model_dir, df_actor_model(s.actor), NULL, NULL);
+        printf("data: %lld examples, %lld steps of %lld; outputs: %s/ (global_step_<N>, metrics.jsonl)\n",
+               (long long)df_dataset_size(s.train.ds), (long long)s.total_steps,
+               (long long)t->data.train_batch_size, s.out_dir);
+        fflush(stdout);
         rc = sft_loop(&s);
     }
     df_metrics_log_close(&s.metrics);

@@ -1,0 +1,39 @@
+/* The console's description of a model (model_info.h). */
+#include "workers/common/model_info.h"
+
+#include <string.h>
+
+static const char *dtype_name(df_dtype d)
+{
+    return d == DF_DTYPE_BF16 ? "bfloat16" : d == DF_DTYPE_F16 ? "float16" : "float32";
+}
+
+void df_count_text(int64_t n, char *out, size_t cap)
+{
+    if (n >= 1000000000)
+        snprintf(out, cap, "%.2fB", (double)n / 1e9);
+    else if (n >= 1000000)
+        snprintf(out, cap, "%.1fM", (double)n / 1e6);
+    else
+        snprintf(out, cap, "%.1fK", (double)n / 1e3);
+}
+
+void df_print_model_info(FILE *f, const char *dir, const df_model *m, const char *tok_dir, const df_tokenizer *tok)
+{
+    const df_model_config *c = &m->cfg;
+    bool llama = !strcmp(c->model_type, "llama");
+    char n[32];
+    df_count_text(m->n_params, n, sizeof n);
+    fprintf(f, "model: %s: %s%s, %s parameters (%lld layers, hidden %lld, %lld attention heads, %lld KV heads, "
+               "head_dim %lld, vocab %lld%s%s)\n",
+            dir, llama ? "Llama" : "Qwen2", c->num_labels ? "ForTokenClassification" : "ForCausalLM", n,
+            (long long)c->num_hidden_layers, (long long)c->hidden_size, (long long)c->num_attention_heads,
+            (long long)c->num_key_value_heads, (long long)c->head_dim, (long long)c->vocab_size,
+            c->tie_word_embeddings ? ", tied embeddings" : "", c->attention_bias ? ", q/k/v bias" : "");
+    /* weights, gradients and the two AdamW moments: 4 float32 numbers a parameter */
+    fprintf(f, "  dtype: %s files (config.json torch_dtype, kept on save); computed in float32: weights, "
+               "gradients and AdamW moments take %.2f GiB\n",
+            dtype_name(c->torch_dtype), (double)m->n_params * 16 / (1 << 30));
+    if (tok)
+        fprintf(f, "tokenizer: %s (%lld tokens)\n", tok_dir, (long long)df_tokenizer_vocab_size(tok));
+}

@@ -1,0 +1,23 @@
+/* model_info.h (internal) — the console's description of a model and its tokenizer (train and sft banners). */
+#ifndef DF_WORKER_MODEL_INFO_H
+#define DF_WORKER_MODEL_INFO_H
+
+#include "distflow/model.h"
+#include "distflow/tokenizer.h"
+
+#include <stdint.h>
+#include <stddef.h>
+#include <stdio.h>
+
+/** A count with 3-4 significant digits: 494032768 -> "494.0M", 1543714304 -> "1.54B", 1700 -> "1.7K". */
+void df_count_text(int64_t n, char *out, size_t cap);
+
+/**
+ * Two lines into f: `model: <dir>: <Architecture>, <N> parameters (layers, hidden, attention and KV
+ * heads, head_dim, vocab, tied embeddings, q/k/v bias)`, then the dtypes (the files' torch_dtype;
+ * float32 weights, gradients and AdamW moments, and their 16 bytes a parameter); then, when tok is
+ * not NULL, `tokenizer: <tok_dir> (<V> tokens)`.
+ */
+void df_print_model_info(FILE *f, const char *dir, const df_model *m, const char *tok_dir, const df_tokenizer *tok);
+
+#endif

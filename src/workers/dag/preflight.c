@@ -1,0 +1,119 @@
+/* The checks of a train config against its files (preflight.h). */
+#include "workers/dag/preflight.h"
+
+#include "distflow/dataset.h"
+#include "distflow/reward.h"
+#include "util/fsutil.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* "Org/Name" as the Hugging Face hub spells a repository: one slash between two plain names. */
+static bool looks_like_hub_id(const char *s)
+{
+    const char *slash = strchr(s, '/');
+    if (!slash || slash == s || !slash[1] || strchr(slash + 1, '/') || *s == '.' || slash[1] == '.')
+        return false;
+    for (const char *p = s; *p; p++)
+        if (p != slash && !isalnum((unsigned char)*p) && !strchr("-_.", *p))
+            return false;
+    return true;
+}
+
+/* Directory `key` = value exists and holds `file` (config.json, tokenizer.json). */
+static int check_dir(const df_config *c, const char *key, const char *value, const char *file)
+{
+    char *dir = df_expand_user(value), *inside = dir ? df_path_join(dir, file) : NULL;
+    int rc = inside ? DF_OK : df_error(DF_ENOMEM, "out of memory");
+    if (!rc && !df_dir_exists(dir) && looks_like_hub_id(value))
+        rc = df_error(DF_ENOTFOUND,
+                      "%s: %s=%s: no such directory. If that is a Hugging Face hub id: distflow reads local "
+                      "files only, so download it first (huggingface-cli download %s --local-dir %s) and "
+                      "set %s=%s",
+                      df_config_where(c, key), key, value, value, strchr(value, '/') + 1, key,
+                      strchr(value, '/') + 1);
+    else if (!rc && !df_dir_exists(dir))
+        rc = df_error(DF_ENOTFOUND, "%s: %s=%s: no such directory (a Hugging Face model directory: config.json, "
+                      "model.safetensors, tokenizer.json)", df_config_where(c, key), key, dir);
+    else if (!rc && !df_file_exists(inside))
+        rc = df_error(DF_ENOTFOUND, "%s: %s=%s: the directory has no %s", df_config_where(c, key), key, dir,
+                      file);
+    free(inside);
+    free(dir);
+    return rc;
+}
+
+/* Every file of the list exists; *paths: the list with ~ expanded (caller frees each and the array). */
+static int check_files(const df_config *c, const char *key, const df_config_strs *files, char ***paths)
+{
+    *paths = calloc((size_t)files->n + 1, sizeof **paths);
+    int rc = *paths ? DF_OK : df_error(DF_ENOMEM, "out of memory");
+    for (int i = 0; !rc && i < files->n; i++) {
+        if (!((*paths)[i] = df_expand_user(files->items[i])))
+            rc = df_error(DF_ENOMEM, "out of memory");
+        else if (!df_file_exists((*paths)[i]))
+            rc = df_error(DF_ENOTFOUND, "%s: %s[%d]=%s: no such file", df_config_where(c, key), key, i,
+                          (*paths)[i]);
+    }
+    return rc;
+}
+
+static void free_paths(char **paths)
+{
+    for (int i = 0; paths && paths[i]; i++)
+        free(paths[i]);
+    free(paths);
+}
+
+/* df_dataset_value_fn: a data_source value without a scorer is an error at the row it first appears. */
+static int need_scorer(void *user, const char *value, const char *file, int64_t line)
+{
+    df_reward_fn fn;
+    if (!df_reward_lookup(value, &fn))
+        return DF_OK;
+    char why[512];
+    snprintf(why, sizeof why, "%s", df_last_error());
+    return df_error(DF_ENOTFOUND,
+                    "%s: %s:%lld: %s. Every response to these prompts would fail at its reward: give the "
+                    "rows a known data_source, set custom_reward_function.path to a library that scores "
+                    "them, or register a scorer (df_reward_register) from a plugin",
+                    (const char *)user, file, (long long)line, why);
+}
+
+/* The data files of `key` exist; with `scored` their data_source values have scorers. */
+static int check_data(const df_config *c, const char *key, const df_config_strs *files, int64_t rows, bool scored)
+{
+    char **paths = NULL;
+    int rc = check_files(c, key, files, &paths);
+    if (!rc && scored)
+        rc = df_dataset_scan_values((const char *const *)paths, files->n, "data_source", rows, need_scorer,
+                                    (void *)key);
+    free_paths(paths);
+    return rc;
+}
+
+int df_train_preflight(const df_config *c, const df_train_config *t, bool critic, bool train_scored)
+{
+    const struct df_train_data *d = &t->data;
+    if (strcmp(d->reward_fn_key, "data_source"))
+        return df_error(DF_EUNSUPPORTED, "%s: data.reward_fn_key=%s is not supported: the dataloader hands the "
+                        "reward manager the rows' data_source only", df_config_where(c, "data.reward_fn_key"),
+                        d->reward_fn_key);
+    if (t->trainer.val_only && d->val_files.n == 0)
+        return df_error(DF_EINVAL, "%s: trainer.val_only=true validates and exits, but data.val_files is empty",
+                        df_config_where(c, "trainer.val_only"));
+    int rc = check_dir(c, "actor_rollout_ref.model.path", t->actor_rollout_ref.model.path, "config.json");
+    if (!rc && d->tokenizer)
+        rc = check_dir(c, "data.tokenizer", d->tokenizer, "tokenizer.json");
+    if (!rc && critic)
+        rc = check_dir(c, "critic.model.path", t->critic.model.path, "config.json");
+    bool custom = t->custom_reward_function.path != NULL; /* it scores every row, whatever its source */
+    /* data.*_max_samples = n: the run reads the first n rows of the files (df_dataset_head) */
+    if (!rc)
+        rc = check_data(c, "data.train_files", &d->train_files, d->train_max_samples, train_scored && !custom);
+    if (!rc)
+        rc = check_data(c, "data.val_files", &d->val_files, d->val_max_samples, !custom);
+    return rc;
+}
