@@ -15,6 +15,7 @@
 #include "distflow/worker.h"
 #include "engine/actor.h"
 #include "engine/critic.h"
+#include "logging/loggers.h"
 #include "util/timeutil.h"
 #include "workers/common/prompts.h"
 #include "workers/reward/score_batch.h"
@@ -117,7 +118,7 @@ struct df_dag_worker {
     int64_t resumed_step; /* the checkpoint's global step this run continues from; 0: a fresh start */
 
     df_metrics *metrics; /* the current step's */
-    FILE *metrics_file;
+    df_loggers *loggers; /* trainer.logger's sinks on rank 0 (metrics.jsonl always); NULL elsewhere */
     bool console;
     const volatile sig_atomic_t *stop_flag; /* df_dag_worker_set_stop_flag; NULL: none */
     int stopped;                            /* the agreed stop flag's value when fit stopped early */

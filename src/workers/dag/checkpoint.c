@@ -432,9 +432,18 @@ int df_worker_open_metrics(df_dag_worker *w)
         free(text);
         free(kept);
     }
-    w->metrics_file = rc ? NULL : fopen(path, w->resumed_step > 0 ? "a" : "w");
-    if (!rc && !w->metrics_file)
-        rc = df_error(DF_EIO, "cannot open %s for writing: %s", path, strerror(errno));
+    const struct df_train_trainer *tr = &w->global.cfg.trainer;
+    char *tb = rc ? NULL : df_tensorboard_dir(tr->tensorboard_dir, tr->project_name, tr->experiment_name);
+    if (!rc && !tb)
+        rc = df_error(DF_ENOMEM, "out of memory");
+    df_loggers_opts o = {.names = tr->logger.items, .n_names = tr->logger.n, .jsonl_path = path,
+                         .jsonl_append = w->resumed_step > 0, .tb_dir = tb, .resume_step = w->resumed_step};
+    if (!rc) /* the console line stays the worker's own (fit.c), so no console sink */
+        rc = df_loggers_open(&o, &w->loggers);
+    const char *events = rc ? NULL : df_loggers_tensorboard_path(w->loggers);
+    if (events && w->console)
+        fprintf(stderr, "[distflow] TensorBoard event file: %s\n", events);
+    free(tb);
     free(path);
     return rc;
 }

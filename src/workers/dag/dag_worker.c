@@ -160,7 +160,7 @@ static int setup_graph(df_dag_worker *w)
 }
 
 /* The output directory (stale checkpoint temporaries removed), the checkpoint resume_mode picks, and
-   metrics.jsonl opened to match it. Collective (the resume). */
+   the loggers (metrics.jsonl, trainer.logger's others) opened to match it. Collective (the resume). */
 static int setup_output(df_dag_worker *w)
 {
     w->console = false;
@@ -268,7 +268,6 @@ void df_dag_worker_free(df_dag_worker *w)
     df_dataset_free(w->val_ds);
     df_tokenizer_free(w->tok);
     df_metrics_free(w->metrics);
-    if (w->metrics_file)
-        fclose(w->metrics_file);
+    df_loggers_close(w->loggers); /* each step is already on disk: nothing to report here */
     free(w);
 }

@@ -43,18 +43,10 @@ static void console_line(const df_dag_worker *w, const df_metrics *m)
     fputc('\n', stderr);
 }
 
+/* metrics.jsonl and trainer.logger's other files (rank 0 only: elsewhere w->loggers is NULL) */
 static int log_metrics(df_dag_worker *w, const df_metrics *m)
 {
-    if (w->rank != 0)
-        return DF_OK;
-    char *line;
-    int rc = df_metrics_to_json(m, w->step, &line);
-    if (rc)
-        return rc;
-    if (fputs(line, w->metrics_file) < 0 || fflush(w->metrics_file))
-        rc = df_error(DF_EIO, "cannot write %s/metrics.jsonl", w->out_dir);
-    free(line);
-    return rc;
+    return df_loggers_log(w->loggers, w->step, m);
 }
 
 static int validate(df_dag_worker *w, df_metrics *m)

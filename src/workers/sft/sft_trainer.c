@@ -9,6 +9,7 @@
 #include "distflow/worker.h"
 #include "engine/actor.h"
 #include "engine/hf_dir.h"
+#include "logging/loggers.h"
 #include "util/fsutil.h"
 #include "util/timeutil.h"
 #include "workers/common/prompts.h"
@@ -182,7 +183,7 @@ typedef struct {
     df_dataloader *dl;
     int64_t total_steps, max_len;
     const char *trunc;
-    FILE *metrics_file;
+    df_loggers *loggers; /* trainer.logger's sinks, metrics.jsonl always */
 } sft_run;
 
 static void actor_params(const sft_run *s, df_actor_params *p)
@@ -247,9 +248,10 @@ static int save(sft_run *s, int64_t step)
     return rc;
 }
 
-static int log_step(sft_run *s, int64_t step, df_metrics *m, double dt, int64_t tokens)
+/* The console sink (trainer.logger has console): one line per step. */
+static void console_line(void *user, int64_t step, const df_metrics *m)
 {
-    df_metrics_set(m, "train/tokens_per_second", dt > 0 ? (double)tokens / dt : 0);
+    const sft_run *s = user;
     fprintf(stderr, "sft step %lld/%lld | loss %.4f | lr %.2e | grad_norm %.3f | %.0f tok/s",
             (long long)step, (long long)s->total_steps, df_metrics_get(m, "train/loss", 0),
             df_metrics_get(m, "train/lr", 0), df_metrics_get(m, "train/grad_norm", 0),
@@ -257,13 +259,28 @@ static int log_step(sft_run *s, int64_t step, df_metrics *m, double dt, int64_t 
     if (df_metrics_has(m, "val/loss"))
         fprintf(stderr, " | val_loss %.4f", df_metrics_get(m, "val/loss", 0));
     fputc('\n', stderr);
-    char *line;
-    int rc = df_metrics_to_json(m, step, &line);
-    if (rc)
-        return rc;
-    if (fputs(line, s->metrics_file) < 0 || fflush(s->metrics_file))
-        rc = df_error(DF_EIO, "cannot write %s/metrics.jsonl", s->out_dir);
-    free(line);
+}
+
+static int log_step(sft_run *s, int64_t step, df_metrics *m, double dt, int64_t tokens)
+{
+    df_metrics_set(m, "train/tokens_per_second", dt > 0 ? (double)tokens / dt : 0);
+    return df_loggers_log(s->loggers, step, m);
+}
+
+/* trainer.logger's sinks; metrics.jsonl in out_dir (SFT does not resume: a fresh file). */
+static int open_loggers(sft_run *s)
+{
+    const struct df_sft_trainer *tr = &s->t.trainer;
+    char *path = df_path_join(s->out_dir, "metrics.jsonl");
+    char *tb = df_tensorboard_dir(tr->tensorboard_dir, tr->project_name, tr->experiment_name);
+    df_loggers_opts o = {.names = tr->logger.items, .n_names = tr->logger.n, .jsonl_path = path, .tb_dir = tb,
+                         .console = console_line, .console_user = s};
+    int rc = path && tb ? df_loggers_open(&o, &s->loggers) : df_error(DF_ENOMEM, "out of memory");
+    const char *events = rc ? NULL : df_loggers_tensorboard_path(s->loggers);
+    if (events)
+        fprintf(stderr, "[distflow] sft: TensorBoard event file %s\n", events);
+    free(path);
+    free(tb);
     return rc;
 }
 
@@ -316,6 +333,12 @@ static int check_supported(const df_sft_config *t)
                                          "give data.prompt_key / response_key as dotted paths instead");
     if (!strcmp(t->optim.lr_scheduler, "wsd"))
         return df_error(DF_EUNSUPPORTED, "optim.lr_scheduler=wsd is not supported yet (cosine)");
+    int rc = df_loggers_check_names(t->trainer.logger.items, t->trainer.logger.n, "trainer.logger");
+    if (rc)
+        return rc;
+    if (t->trainer.tensorboard_dir && !df_loggers_has(t->trainer.logger.items, t->trainer.logger.n, "tensorboard"))
+        return df_error(DF_EINVAL, "trainer.tensorboard_dir=%s: trainer.logger has no tensorboard, so no event "
+                        "file would be written", t->trainer.tensorboard_dir);
     if (!df_backend_available(t->trainer.device))
         return df_error(DF_EUNSUPPORTED, "trainer.device=%s: this build of distflow has the %s backend "
                         "only (docs/cuda.md)", t->trainer.device, df_backend_names());
@@ -365,18 +388,16 @@ int df_sft_run(const df_config *cfg)
     }
     if (!rc)
         rc = df_mkdir_p(s.out_dir);
-    char *mpath = rc ? NULL : df_path_join(s.out_dir, "metrics.jsonl");
-    if (!rc && !(s.metrics_file = mpath ? fopen(mpath, "w") : NULL))
-        rc = df_error(DF_EIO, "cannot open %s for writing", mpath ? mpath : s.out_dir);
-    free(mpath);
+    if (!rc)
+        rc = open_loggers(&s);
     if (!rc) {
         fprintf(stderr, "[distflow] sft: %lld examples, %lld steps of %lld\n",
                 (long long)df_dataset_size(s.train.ds), (long long)s.total_steps,
                 (long long)t->data.train_batch_size);
         rc = sft_loop(&s);
     }
-    if (s.metrics_file)
-        fclose(s.metrics_file);
+    int crc = df_loggers_close(s.loggers);
+    rc = rc ? rc : crc;
     df_model_free(m);
     df_actor_free(s.actor);
     df_dataloader_free(s.dl);

@@ -1,0 +1,173 @@
+/* The set of metrics sinks a trainer opens from trainer.logger, and the console and metrics.jsonl
+   backends (logging/loggers.h). */
+#include "logging/loggers.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The names trainer.logger accepts; "file" and "jsonl" both name metrics.jsonl. */
+static const char *const known[] = {"console", "file", "jsonl", "tensorboard"};
+#define N_KNOWN (sizeof known / sizeof *known)
+#define MAX_SINKS 3 /* console, metrics.jsonl, tensorboard */
+
+struct df_loggers {
+    df_metrics_sink sinks[MAX_SINKS];
+    int n;
+};
+
+const char *df_logger_names(void) { return "console, file, jsonl, tensorboard"; }
+
+bool df_loggers_has(const char *const *names, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(names[i], name))
+            return true;
+    return false;
+}
+
+int df_loggers_check_names(const char *const *names, int n, const char *key)
+{
+    for (int i = 0; i < n; i++) {
+        if (!df_loggers_has(known, (int)N_KNOWN, names[i]))
+            return df_error(DF_EUNSUPPORTED, "%s: logger '%s' is not available in distflow; the loggers are %s "
+                            "(file and jsonl name metrics.jsonl in default_local_dir, which is always written)",
+                            key, names[i], df_logger_names());
+        if (!strcmp(names[i], "tensorboard") && !df_tensorboard_available())
+            return df_error(DF_EUNSUPPORTED, "%s: logger 'tensorboard': this build of distflow has no TensorBoard "
+                            "writer (protobuf-c was not found when it was configured: install libprotobuf-c-dev "
+                            "and protobuf-c-compiler, then reconfigure)", key);
+    }
+    return DF_OK;
+}
+
+/* ---- console ------------------------------------------------------------------------------------ */
+
+typedef struct {
+    df_console_fn fn;
+    void *user;
+} console_sink;
+
+static int console_log(void *self, int64_t step, const df_metrics *m)
+{
+    console_sink *c = self;
+    c->fn(c->user, step, m);
+    return DF_OK;
+}
+
+static int console_close(void *self)
+{
+    free(self);
+    return DF_OK;
+}
+
+int df_sink_console_open(df_console_fn fn, void *user, df_metrics_sink *out)
+{
+    console_sink *c = malloc(sizeof *c);
+    if (!c)
+        return df_error(DF_ENOMEM, "out of memory");
+    c->fn = fn, c->user = user;
+    *out = (df_metrics_sink){.name = "console", .self = c, .log = console_log, .close = console_close};
+    return DF_OK;
+}
+
+/* ---- metrics.jsonl ------------------------------------------------------------------------------ */
+
+typedef struct {
+    FILE *f;
+    char *path;
+} jsonl_sink;
+
+static int jsonl_log(void *self, int64_t step, const df_metrics *m)
+{
+    jsonl_sink *j = self;
+    char *line;
+    int rc = df_metrics_to_json(m, step, &line);
+    if (rc)
+        return rc;
+    if (fputs(line, j->f) < 0 || fflush(j->f))
+        rc = df_error(DF_EIO, "cannot write %s: %s", j->path, strerror(errno));
+    free(line);
+    return rc;
+}
+
+static int jsonl_close(void *self)
+{
+    jsonl_sink *j = self;
+    int rc = fclose(j->f) ? df_error(DF_EIO, "cannot close %s: %s", j->path, strerror(errno)) : DF_OK;
+    free(j->path);
+    free(j);
+    return rc;
+}
+
+int df_sink_jsonl_open(const char *path, bool append, df_metrics_sink *out)
+{
+    jsonl_sink *j = calloc(1, sizeof *j);
+    if (!j || !(j->path = strdup(path))) {
+        free(j);
+        return df_error(DF_ENOMEM, "out of memory");
+    }
+    if (!(j->f = fopen(path, append ? "a" : "w"))) {
+        int rc = df_error(DF_EIO, "cannot open %s for writing: %s", path, strerror(errno));
+        free(j->path);
+        free(j);
+        return rc;
+    }
+    *out = (df_metrics_sink){.name = "jsonl", .file = j->path, .self = j, .log = jsonl_log, .close = jsonl_close};
+    return DF_OK;
+}
+
+/* ---- the set ------------------------------------------------------------------------------------ */
+
+int df_loggers_open(const df_loggers_opts *o, df_loggers **out)
+{
+    *out = NULL;
+    int rc = df_loggers_check_names(o->names, o->n_names, "trainer.logger");
+    df_loggers *l = rc ? NULL : calloc(1, sizeof *l);
+    if (!rc && !l)
+        rc = df_error(DF_ENOMEM, "out of memory");
+    if (!rc && o->console && df_loggers_has(o->names, o->n_names, "console") &&
+        !(rc = df_sink_console_open(o->console, o->console_user, &l->sinks[l->n])))
+        l->n++;
+    if (!rc && !(rc = df_sink_jsonl_open(o->jsonl_path, o->jsonl_append, &l->sinks[l->n])))
+        l->n++;
+    if (!rc && df_loggers_has(o->names, o->n_names, "tensorboard") &&
+        !(rc = df_sink_tensorboard_open(o->tb_dir, o->resume_step, &l->sinks[l->n])))
+        l->n++;
+    if (rc) {
+        df_loggers_close(l);
+        return rc;
+    }
+    *out = l;
+    return DF_OK;
+}
+
+int df_loggers_log(df_loggers *l, int64_t step, const df_metrics *m)
+{
+    for (int i = 0; l && i < l->n; i++) {
+        int rc = l->sinks[i].log(l->sinks[i].self, step, m);
+        if (rc)
+            return rc;
+    }
+    return DF_OK;
+}
+
+int df_loggers_close(df_loggers *l)
+{
+    int rc = DF_OK;
+    for (int i = 0; l && i < l->n; i++) {
+        int r = l->sinks[i].close(l->sinks[i].self);
+        rc = rc ? rc : r;
+    }
+    free(l);
+    return rc;
+}
+
+const char *df_loggers_tensorboard_path(const df_loggers *l)
+{
+    for (int i = 0; l && i < l->n; i++)
+        if (!strcmp(l->sinks[i].name, "tensorboard"))
+            return l->sinks[i].file;
+    return NULL;
+}
