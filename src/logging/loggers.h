@@ -85,9 +85,9 @@ int df_sink_console_open(df_console_fn fn, void *user, df_metrics_sink *out);
  * with its parents; `.<pid>.<k>` appended when the name is taken), TFRecord-framed Event messages
  * (logging/tfrecord.h; fields and numbers of TensorFlow's event.proto / summary.proto, packed by
  * protobuf-c from logging/tb_event.proto): first {wall_time, file_version "brain.Event:2"}; when
- * resume_step > 0, {step resume_step + 1, session_log START}, TensorBoard's restart marker after
- * which its reader drops the earlier files' points at and beyond that step (those of the crashed
- * run the checkpoint did not keep); then per step one {wall_time, step, summary} holding every
+ * resume_step > 0, {step resume_step + 1, session_log START}, the restart marker after which
+ * TensorBoard's Python reader drops the earlier files' points at and beyond that step (those of the
+ * stopped run its checkpoint did not keep; docs/logging.md); then per step one {wall_time, step, summary} holding every
  * metric as a simple_value (float32) with its metric name as tag. Each step is written with
  * write(2) in one record. DF_EIO naming the path and strerror; DF_EUNSUPPORTED without protobuf-c.
  */
