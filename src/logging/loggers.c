@@ -36,8 +36,8 @@ int df_loggers_check_names(const char *const *names, int n, const char *key)
                             key, names[i], df_logger_names());
         if (!strcmp(names[i], "tensorboard") && !df_tensorboard_available())
             return df_error(DF_EUNSUPPORTED, "%s: logger 'tensorboard': this build of distflow has no TensorBoard "
-                            "writer (protobuf-c was not found when it was configured: install libprotobuf-c-dev "
-                            "and protobuf-c-compiler, then reconfigure)", key);
+                            "writer (configured without protobuf-c: install libprotobuf-c-dev and protobuf-c-compiler, "
+                            "then reconfigure with DF_WITH_TENSORBOARD=ON)", key);
     }
     return DF_OK;
 }

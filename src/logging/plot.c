@@ -218,8 +218,9 @@ bool df_plot_available(void) { return false; }
 
 static int check_driver(void)
 {
-    return df_error(DF_EUNSUPPORTED, "this build of distflow cannot draw: PLplot was not found when it was "
-                                     "configured (install libplplot-dev and plplot-driver-cairo, then reconfigure)");
+    return df_error(DF_EUNSUPPORTED, "this build of distflow cannot draw: it was configured without PLplot "
+                                     "(install libplplot-dev and plplot-driver-cairo, then reconfigure with "
+                                     "DF_WITH_PLOT=ON)");
 }
 
 static int draw_png(const char *path, const char *title, const char *ylabel, const df_series *const *sel, int n)
