@@ -6,8 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# lowest first; the CUDA backend sits beside the engine's model ops it mirrors
-LAYERS=(util comm tokenizer algo config data coordinator model engine backend planner workers cli)
+# lowest first; the CUDA backend sits beside the engine's model ops it mirrors; logging (metrics sinks,
+# plots) needs only util, and the trainers above it hand it resolved paths
+LAYERS=(util logging comm tokenizer algo config data coordinator model engine backend planner workers cli)
 
 # the layer of each public header (include/distflow/<name>.h)
 declare -A PUBLIC=(

@@ -15,6 +15,11 @@ PKGS=(
   libpcre2-dev        # tokenizer pre-tokenizer regex
   libutf8proc-dev     # NFC normalisation
   libelf-dev          # plugin refs checked from the library's ELF symbol table, without loading it
+  libprotobuf-c-dev   # TensorBoard event files (trainer.logger=[tensorboard]): protobuf-c runtime
+  protobuf-c-compiler # protoc-c: compiles src/logging/tb_event.proto at build time
+  protobuf-compiler   # Google's protoc: test_loggers decodes the event files with it (an independent reader)
+  libplplot-dev       # distflow plot: PLplot
+  plplot-driver-cairo # distflow plot: PLplot's pngcairo device (a run-time plug-in)
   libcmocka-dev       # unit tests
   libomp-dev          # OpenMP for clang builds (gcc ships its own)
   libopenmpi-dev      # MPI comm backend (without it: single-process build)

@@ -297,11 +297,22 @@ static void test_bad_arguments(void **state)
 static void test_unhonoured_settings(void **state)
 {
     (void)state;
-    assert_int_equal(VALIDATE(1, "trainer.logger=[console, tensorboard]"), DF_EUNSUPPORTED);
-    expect("logger 'tensorboard' is not available in distflow");
+    assert_int_equal(VALIDATE(1, "trainer.logger=[console, mlflow]"), DF_EUNSUPPORTED);
+    expect("trainer.logger (command line): logger 'mlflow' is not available in distflow; the loggers are "
+           "console, file, jsonl, tensorboard");
     assert_int_equal(VALIDATE(1, "trainer.logger=[file, console]"), DF_OK);
+    assert_int_equal(VALIDATE(1, "trainer.logger=[jsonl]"), DF_OK);
     assert_int_equal(VALIDATE(1, "trainer.logger=[]"), DF_OK);
-    assert_int_equal(VALIDATE(1, "trainer.rollout_data_dir=/tmp/rollouts"), DF_OK); /* honoured since issue 13 */
+    /* tensorboard_dir without the logger that reads it would write nothing */
+    assert_int_equal(VALIDATE(1, "trainer.tensorboard_dir=/tmp/tb"), DF_EINVAL);
+    expect("trainer.tensorboard_dir='/tmp/tb' (command line): trainer.logger has no tensorboard");
+#ifdef DF_HAVE_PROTOBUF_C
+    assert_int_equal(VALIDATE(1, "trainer.logger=[console, tensorboard]", "trainer.tensorboard_dir=/tmp/tb"), DF_OK);
+#else
+    assert_int_equal(VALIDATE(1, "trainer.logger=[console, tensorboard]"), DF_EUNSUPPORTED);
+    expect("this build of distflow has no TensorBoard writer");
+#endif
+    assert_int_equal(VALIDATE(1, "trainer.rollout_data_dir=/tmp/rollouts"), DF_OK);
     assert_int_equal(VALIDATE(1, "trainer.default_hdfs_dir=hdfs://x"), DF_EUNSUPPORTED);
     expect("command line: trainer.default_hdfs_dir=\"hdfs://x\" is not supported by distflow (copy checkpoints to "
            "HDFS); only the default null is accepted");

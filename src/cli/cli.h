@@ -62,5 +62,6 @@ int df_cmd_data(int argc, char **argv);
 int df_cmd_config(int argc, char **argv);
 int df_cmd_plan(int argc, char **argv);
 int df_cmd_env(int argc, char **argv);
+int df_cmd_plot(int argc, char **argv);
 
 #endif

@@ -22,6 +22,7 @@ static const df_cli_command commands[] = {
     {"score", "log-probabilities of a response given a prompt, as JSON", df_cmd_score},
     {"data", "prepare datasets and tokenizers (gsm8k, synth, tokenizer)", df_cmd_data},
     {"config", "show the resolved config or the documented keys", df_cmd_config},
+    {"plot", "draw a run's metrics.jsonl as PNG curves (score, lengths, losses, KL, ...)", df_cmd_plot},
     {"env", "build options, CPU features, kernel variant, MPI, OpenMP, oneDNN (for bug reports)",
      df_cmd_env},
 };

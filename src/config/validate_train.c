@@ -14,6 +14,7 @@
 #include "distflow/algo_desc.h"
 #include "distflow/reward.h"
 #include "distflow/train_config.h"
+#include "logging/loggers.h"
 #include "util/warn.h"
 
 #include <stdio.h>
@@ -69,19 +70,22 @@ static bool has_item(const df_config_strs *l, const char *item)
 }
 
 /* Settings distflow accepts from verl / siiRL files but cannot honour: refused, never ignored.
- * trainer.logger: console and file (metrics.jsonl) exist; wandb, tensorboard, ... do not yet.
- * (Keys the table marks DFK_UNSUPPORTED are refused by df_config_check_compat.)
+ * trainer.logger: console, file / jsonl (metrics.jsonl) and tensorboard exist (logging/loggers.h);
+ * wandb, swanlab, mlflow, ... do not, and tensorboard_dir without the tensorboard logger would do
+ * nothing. (Keys the table marks DFK_UNSUPPORTED are refused by df_config_check_compat.)
  * checkpoint.save_contents / load_contents: a checkpoint always holds the model, the optimizer
  * and the extra state (docs/checkpoints.md), so each list must name all three. */
 static int check_unhonoured(const df_config *c, const df_train_config *t)
 {
     const df_config_strs *lg = &t->trainer.logger;
-    for (int i = 0; i < lg->n; i++)
-        if (strcmp(lg->items[i], "console") && strcmp(lg->items[i], "file"))
-            return df_error(DF_EUNSUPPORTED,
-                            "trainer.logger (%s): logger '%s' is not available in distflow; the "
-                            "loggers are console and file (metrics.jsonl in default_local_dir is "
-                            "always written)", df_config_where(c, "trainer.logger"), lg->items[i]);
+    char kb[1][KV_CAP];
+    snprintf(kb[0], KV_CAP, "trainer.logger (%s)", df_config_where(c, "trainer.logger"));
+    int rc = df_loggers_check_names(lg->items, lg->n, kb[0]);
+    if (rc)
+        return rc;
+    if (t->trainer.tensorboard_dir && !df_loggers_has(lg->items, lg->n, "tensorboard"))
+        return df_error(DF_EINVAL, "%s: trainer.logger has no tensorboard, so no event file would be written",
+                        kv(c, "trainer.tensorboard_dir", kb[0]));
     const struct {
         const df_config_strs *l;
         const char *key;

@@ -46,9 +46,11 @@ int df_worker_checkpoint_prune(df_dag_worker *w);
 int df_worker_checkpoint_resume(df_dag_worker *w, int rc);
 
 /**
- * Open w->out_dir/metrics.jsonl on rank 0: truncated on a fresh start; on a resume from step N,
- * the lines of steps <= N kept (a line that does not parse, e.g. cut by a crash, is dropped), the
- * file rewritten atomically and opened for appending. Errors: DF_EIO naming the file, DF_ENOMEM.
+ * Open trainer.logger's sinks on rank 0 (logging/loggers.h) into w->loggers. w->out_dir/metrics.jsonl
+ * always: truncated on a fresh start; on a resume from step N, the lines of steps <= N kept (a line
+ * that does not parse, e.g. cut by a crash, is dropped), the file rewritten atomically and opened
+ * for appending. tensorboard: a new event file in trainer.tensorboard_dir (df_tensorboard_dir),
+ * whose path is printed. Errors: DF_EIO naming the file, DF_ENOMEM.
  */
 int df_worker_open_metrics(df_dag_worker *w);
 

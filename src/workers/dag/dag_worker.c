@@ -158,8 +158,8 @@ static int setup_graph(df_dag_worker *w)
 }
 
 /* Stale checkpoint temporaries removed from the output directory, the checkpoint resume_mode picks,
-   and metrics.jsonl prepared to match it. The directory itself is made by the first line or save: a
-   run that fails before either leaves none. Collective (the resume). */
+   metrics.jsonl prepared to match it, and trainer.logger's other sinks opened. The directory itself is
+   made by the first line or save: a run that fails before either leaves none. Collective (the resume). */
 static int setup_output(df_dag_worker *w)
 {
     w->console = false;
@@ -266,5 +266,6 @@ void df_dag_worker_free(df_dag_worker *w)
     df_tokenizer_free(w->tok);
     df_metrics_free(w->metrics);
     df_metrics_log_close(&w->metrics_log);
+    df_loggers_close(w->loggers); /* each step is already on disk: nothing to report here */
     free(w);
 }

@@ -17,7 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The step's line of metrics.jsonl (rank 0); `sync`: durable before the checkpoint that follows it. */
+/* The step's line of metrics.jsonl, then trainer.logger's other sinks (rank 0); `sync`: the line durable
+   before the checkpoint that follows it. */
 static int log_metrics(df_dag_worker *w, const df_metrics *m, bool sync)
 {
     if (w->rank != 0)
@@ -32,7 +33,7 @@ static int log_metrics(df_dag_worker *w, const df_metrics *m, bool sync)
         return rc;
     rc = df_metrics_log_append(&w->metrics_log, line, sync);
     free(line);
-    return rc;
+    return rc ? rc : df_loggers_log(w->loggers, w->step, m);
 }
 
 static int validate(df_dag_worker *w, df_metrics *m)

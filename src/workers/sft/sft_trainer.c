@@ -9,6 +9,7 @@
 #include "distflow/worker.h"
 #include "engine/actor.h"
 #include "engine/hf_dir.h"
+#include "logging/loggers.h"
 #include "util/fsutil.h"
 #include "util/killpoint.h"
 #include "util/timeutil.h"
@@ -190,6 +191,7 @@ typedef struct {
     const char *trunc;
     df_metrics_log metrics;
     df_sft_ckpt ckpt; /* what a checkpoint saves and a resume restores */
+    df_loggers *loggers; /* trainer.logger's sinks besides metrics.jsonl and the console line */
 } sft_run;
 
 static void actor_params(const sft_run *s, df_actor_params *p)
@@ -238,24 +240,42 @@ static int val_loss(sft_run *s, double *loss)
     return rc;
 }
 
-/* The console line and metrics.jsonl's line of `step`; `sync`: durable before the checkpoint after it. */
+/* The console line (trainer.logger has console), metrics.jsonl's line of `step` and trainer.logger's other
+   sinks; `sync`: the line durable before the checkpoint after it. */
 static int log_step(sft_run *s, int64_t step, df_metrics *m, double dt, int64_t tokens, bool sync)
 {
     df_metrics_set(m, "train/tokens_per_second", dt > 0 ? (double)tokens / dt : 0);
-    printf("sft step %lld/%lld | loss %.4f | lr %.2e | grad_norm %.3f | %.0f tok/s",
-           (long long)step, (long long)s->total_steps, df_metrics_get(m, "train/loss", 0),
-           df_metrics_get(m, "train/lr", 0), df_metrics_get(m, "train/grad_norm", 0),
-           df_metrics_get(m, "train/tokens_per_second", 0));
-    if (df_metrics_has(m, "val/loss"))
-        printf(" | val_loss %.4f", df_metrics_get(m, "val/loss", 0));
-    printf("\n");
-    fflush(stdout);
+    if (df_loggers_has(s->t.trainer.logger.items, s->t.trainer.logger.n, "console")) {
+        printf("sft step %lld/%lld | loss %.4f | lr %.2e | grad_norm %.3f | %.0f tok/s",
+               (long long)step, (long long)s->total_steps, df_metrics_get(m, "train/loss", 0),
+               df_metrics_get(m, "train/lr", 0), df_metrics_get(m, "train/grad_norm", 0),
+               df_metrics_get(m, "train/tokens_per_second", 0));
+        if (df_metrics_has(m, "val/loss"))
+            printf(" | val_loss %.4f", df_metrics_get(m, "val/loss", 0));
+        printf("\n");
+        fflush(stdout);
+    }
     char *line;
     int rc = df_metrics_to_json_at(m, step, df_unix_time(), &line);
     if (rc)
         return rc;
     rc = df_metrics_log_append(&s->metrics, line, sync);
     free(line);
+    return rc ? rc : df_loggers_log(s->loggers, step, m);
+}
+
+/* trainer.logger's sinks besides metrics.jsonl and the console line (tensorboard). */
+static int open_loggers(sft_run *s)
+{
+    const struct df_sft_trainer *tr = &s->t.trainer;
+    char *tb = df_tensorboard_dir(tr->tensorboard_dir, tr->project_name, tr->experiment_name);
+    df_loggers_opts o = {.names = tr->logger.items, .n_names = tr->logger.n, .tb_dir = tb,
+                         .resume_step = s->resumed};
+    int rc = tb ? df_loggers_open(&o, &s->loggers) : df_error(DF_ENOMEM, "out of memory");
+    const char *events = rc ? NULL : df_loggers_tensorboard_path(s->loggers);
+    if (events)
+        printf("TensorBoard event file: %s\n", events), fflush(stdout);
+    free(tb);
     return rc;
 }
 
@@ -343,6 +363,12 @@ static int check_supported(const df_config *cfg, const df_sft_config *t)
             return df_error(DF_EUNSUPPORTED, "trainer.checkpoint.%s_contents: a distflow checkpoint always holds "
                             "model, optimizer and extra (and the Hugging Face weights); the list must name all "
                             "three (docs/checkpoints.md)", i ? "load" : "save");
+    rc = df_loggers_check_names(t->trainer.logger.items, t->trainer.logger.n, "trainer.logger");
+    if (rc)
+        return rc;
+    if (t->trainer.tensorboard_dir && !df_loggers_has(t->trainer.logger.items, t->trainer.logger.n, "tensorboard"))
+        return df_error(DF_EINVAL, "trainer.tensorboard_dir=%s: trainer.logger has no tensorboard, so no event "
+                        "file would be written", t->trainer.tensorboard_dir);
     if (!df_backend_available(t->trainer.device))
         return df_error(DF_EUNSUPPORTED, "trainer.device=%s: this build of distflow has the %s backend "
                         "only (docs/cuda.md)", t->trainer.device, df_backend_names());
@@ -396,6 +422,8 @@ int df_sft_run(const df_config *cfg)
         rc = df_sft_checkpoint_resume(&s.ckpt, &s.resumed);
     if (!rc)
         rc = df_metrics_log_open(&s.metrics, s.out_dir, s.resumed);
+    if (!rc)
+        rc = open_loggers(&s);
     if (!rc) {
         printf("== distflow %s sft\n", df_version());
         df_print_model_info(stdout, s.model_dir, df_actor_model(s.actor), NULL, NULL);
@@ -406,6 +434,8 @@ int df_sft_run(const df_config *cfg)
         rc = sft_loop(&s);
     }
     df_metrics_log_close(&s.metrics);
+    int crc = df_loggers_close(s.loggers);
+    rc = rc ? rc : crc;
     df_model_free(m);
     df_actor_free(s.actor);
     df_dataloader_free(s.dl);
