@@ -303,14 +303,9 @@ char *df_expand_user(const char *path)
 
 int df_mkdir_parent(const char *path)
 {
-    const char *slash = strrchr(path, '/');
-    if (!slash || slash == path)
-        return DF_OK;
-    char *dir = strndup(path, (size_t)(slash - path));
-    if (!dir)
-        return df_error(DF_ENOMEM, "out of memory");
-    int rc = df_mkdir_p(dir);
-    free(dir);
+    char *created = NULL;
+    int rc = df_mkdir_parent_undoable(path, &created);
+    free(created); /* kept: nothing to undo */
     return rc;
 }
 
