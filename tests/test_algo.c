@@ -194,7 +194,7 @@ static void test_agg_weights(void **state)
         assert_near(w[t], 0.125, 0); /* 1 / 8 */
     assert_int_equal(df_loss_agg_weights_ex("seq-mean-token-sum-norm", 3, off, 0, 0, 8, w), 0);
     assert_near(w[4], 0.125, 0);
-    /* distflow's mode before issue 12, kept under its own name: also averaged over responses */
+    /* distflow's earlier mode, kept under its own name: also averaged over responses */
     assert_int_equal(df_loss_agg_weights_ex("seq-mean-token-sum-norm-seqavg", 3, off, 10, 4, 8, w), 0);
     for (int t = 0; t < 5; t++)
         assert_near(w[t], 1.0 / 32, 0); /* 1 / (4 * 8) */
@@ -227,7 +227,7 @@ static void test_agg_weights(void **state)
  *   token-mean                      21 / 6                      = 3.5
  *   seq-mean-token-sum              (6 + 9 + 6) / 3             = 7         (counting the row: 5.25)
  *   seq-mean-token-mean             (2 + 4.5 + 6) / 3           = 4.1666667 (counting the row: 3.125)
- *   seq-mean-token-sum-norm         21 / 8                      = 2.625     (before issue 12: 0.65625)
+ *   seq-mean-token-sum-norm         21 / 8                      = 2.625     (the earlier mode: 0.65625)
  *   seq-mean-token-sum-norm-seqavg  21 / (3 * 8)                = 0.875
  * Bounds: the weights are float32 roundings of 1/6, 1/3, 1/6, 1/24 (DF_U32 relative each) times
  * exact losses, summed in double: cond = the result (every term positive); lit for 4.1666667.

@@ -1,6 +1,6 @@
 /*
  * The gradient each trainable role applies, against finite differences of its whole
- * training loss (issue 12, step 0: the layer that assembles the losses, which the
+ * training loss (step 0: the layer that assembles the losses, which the
  * kernels' own tests do not reach). The actor's
  *   L = sum_t w_t tis_t pg_t  -  entropy_coeff sum_t w_t H_t  +  kl_loss_coef sum_t w_t kl_t
  * with every coefficient non-zero (and not 1), policy losses vanilla, gspo, gpg and cpgd,

@@ -467,8 +467,8 @@ static void test_worker_node_overrides(void **state)
     unload(&w);
 }
 
-/* The actor's log-prob temperature is derived once, from the workflow's rollout node (issue 12:
-   old_log_probs at the sampler's temperature): a node's override reaches it, the global key
+/* The actor's log-prob temperature is derived once, from the workflow's rollout node
+   (old_log_probs at the sampler's temperature): a node's override reaches it, the global key
    when no node overrides, and two rollout nodes that disagree are refused. */
 static void test_worker_actor_temperature(void **state)
 {

@@ -6,8 +6,8 @@
  * device twin of a CPU operator in src/model/ops.h (or src/engine, src/model/optim_step.c):
  * same shapes, same row-major layout, same formula, and the conformance tests
  * (tests/test_cuda_*.c) hold each one to the CPU float32 reference with an error bound
- * derived from its dtype. When the engine's backend seam (issue 14) lands, its CUDA
- * vtable wraps these functions.
+ * derived from its dtype. The engine's backend seam (distflow/backend.h) reaches them
+ * through the CUDA vtable (backend_cuda.c).
  *
  * Memory: pointers named d_* or documented "device" are device memory from df_cuda_alloc;
  * everything else is host memory. All operators are asynchronous on the context's

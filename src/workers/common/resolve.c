@@ -165,8 +165,8 @@ static void rollout_sampling(const df_dag_worker *w, df_node_settings *s)
 
 /*
  * Log-probs at another temperature than the sampler's would make old_log_probs
- * and the PPO ratio disagree with the rollout (issue 12: a workflow's rollout
- * node overriding the temperature).
+ * and the PPO ratio disagree with the rollout (a workflow's rollout node
+ * overriding the temperature).
  */
 int df_worker_actor_temperature(const df_dag_worker *w, float *t)
 {
