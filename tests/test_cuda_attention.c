@@ -150,8 +150,8 @@ static void attention_case(const int64_t *lens, int64_t n_seqs, int64_t nh, int6
     dfct_rand(v, nk, seed + 2, -1, 1);
     dfct_rand(dout, nq, seed + 3, -1, 1);
     float *out = fvec(nq), *lse = fvec(T * nh), *dq = fvec(nq), *dk = fvec(nk), *dv = fvec(nk);
-    df_attention_fwd(out, lse, q, k, v, off, n_seqs, nh, nkv, hd);
-    df_attention_bwd(dq, dk, dv, dout, out, lse, q, k, v, off, n_seqs, nh, nkv, hd);
+    df_attention_fwd(out, lse, q, k, v, off, n_seqs, nh, nkv, hd, 0);
+    df_attention_bwd(dq, dk, dv, dout, out, lse, q, k, v, off, n_seqs, nh, nkv, hd, 0);
 
     float *d_q = dfct_up(q, 4 * nq), *d_k = dfct_up(k, 4 * nk), *d_v = dfct_up(v, 4 * nk);
     int64_t *d_off = dfct_up(off, 8 * (n_seqs + 1));
@@ -340,7 +340,7 @@ static void kv_case(int64_t nh, int64_t nkv, int64_t hd, uint64_t seed)
     float *q = fvec(nq), *out = fvec(nq);
     dfct_rand(q, nq, seed + 2, -1, 1);
     float *scores = fvec((int64_t)omp_get_max_threads() * nh * maxlen);
-    df_kv_attention(out, q, &hc, KV_LAYER, qslot, qpos, NR, nh, nkv, hd, scores);
+    df_kv_attention(out, q, &hc, KV_LAYER, qslot, qpos, NR, nh, nkv, hd, 0, scores);
     float *d_q = dfct_up(q, 4 * nq), *d_out = dfct_alloc(4 * nq);
     int32_t *d_qs = dfct_up(qslot, sizeof qslot), *d_qp = dfct_up(qpos, sizeof qpos);
     DFCT_OK(df_cuda_kv_attention(dfct_cu, d_out, d_q, &dkv, KV_LAYER, d_bt, KV_MAXP, d_qs, d_qp,

@@ -375,7 +375,7 @@ static void test_kv_attention(void **state)
     for (int v = 0; v < l.n; v++) {
         out[v] = kv_fvec(n * nh * hd);
         kv_use(l.name[v]);
-        df_kv_attention(out[v], q, &kv, 0, slot, pos, n, nh, nkv, hd, scores);
+        df_kv_attention(out[v], q, &kv, 0, slot, pos, n, nh, nkv, hd, 0, scores);
     }
     kv_restore();
     double *bo = kv_dvec(n * nh * hd);

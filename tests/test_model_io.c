@@ -87,6 +87,16 @@ static void assert_cfg_equal(const df_model_config *a, const df_model_config *b)
     assert_true(a->initializer_range == b->initializer_range);
     assert_int_equal(a->tie_word_embeddings, b->tie_word_embeddings);
     assert_int_equal(a->attention_bias, b->attention_bias);
+    assert_int_equal(a->o_proj_bias, b->o_proj_bias);
+    assert_int_equal(a->qk_norm, b->qk_norm);
+    assert_int_equal(a->rope_type, b->rope_type);
+    assert_true(a->rope_factor == b->rope_factor);
+    assert_true(a->rope_low_freq_factor == b->rope_low_freq_factor);
+    assert_true(a->rope_high_freq_factor == b->rope_high_freq_factor);
+    assert_int_equal(a->rope_original_max_pos, b->rope_original_max_pos);
+    assert_int_equal(a->sliding_window, b->sliding_window);
+    if (a->sliding_window > 0)
+        assert_int_equal(a->max_window_layers, b->max_window_layers);
     assert_int_equal(a->bos_token_id, b->bos_token_id);
     assert_int_equal(a->n_eos, b->n_eos);
     for (int i = 0; i < a->n_eos; i++)
@@ -630,10 +640,12 @@ static void test_config_errors(void **state)
                         "num_key_value_heads");
     expect_config_error(CFG(", \"num_attention_heads\": 5"), DF_EINVAL, "not divisible");
     expect_config_error(CFG(", \"num_attention_heads\": 4, \"rope_scaling\": {\"rope_type\": "
-                            "\"llama3\", \"factor\": 8.0}"), DF_EUNSUPPORTED,
-                        "key \"rope_scaling\" (llama3)");
-    expect_config_error(CFG(", \"num_attention_heads\": 4, \"use_sliding_window\": true"),
-                        DF_EUNSUPPORTED, "use_sliding_window");
+                            "\"yarn\", \"factor\": 4.0}"), DF_EUNSUPPORTED,
+                        "key \"rope_scaling\": rope_type \"yarn\" is not supported");
+    expect_config_error("{\"model_type\": \"llama\", \"vocab_size\": 100, \"hidden_size\": 64, "
+                        "\"intermediate_size\": 96, \"num_hidden_layers\": 1, "
+                        "\"num_attention_heads\": 4, \"use_sliding_window\": true}", DF_EUNSUPPORTED,
+                        "key \"use_sliding_window\" true: llama has no sliding-window attention");
     expect_config_error(CFG(", \"num_attention_heads\": 4, \"hidden_act\": \"gelu\""),
                         DF_EUNSUPPORTED, "hidden_act");
     expect_config_error(CFG(", \"num_attention_heads\": 4, \"torch_dtype\": \"float64\""),
@@ -643,10 +655,8 @@ static void test_config_errors(void **state)
                         "Qwen2ForSequenceClassification");
     expect_config_error(CFG(", \"num_attention_heads\": 4, \"eos_token_id\": [1,2,3,4,5,6,7,8,9]"),
                         DF_EUNSUPPORTED, "eos_token_id");
-    expect_config_error("{\"model_type\": \"llama\", \"vocab_size\": 100, \"hidden_size\": 64, "
-                        "\"intermediate_size\": 96, \"num_hidden_layers\": 1, "
-                        "\"num_attention_heads\": 4, \"attention_bias\": true}", DF_EUNSUPPORTED,
-                        "o_proj bias");
+    expect_config_error(CFG(", \"num_attention_heads\": 4, \"mlp_bias\": true"), DF_EUNSUPPORTED,
+                        "key \"mlp_bias\" true");
     expect_config_error("{\"model_type\": \"gpt2\"}", DF_EUNSUPPORTED, "\"gpt2\" is not supported");
     expect_config_error("{\"model_type\": \"qwen2\",", DF_EINVAL, "invalid JSON");
     expect_config_error("[1]", DF_EINVAL, "not a JSON object");
@@ -811,9 +821,15 @@ static void test_config_fresh_save(void **state)
     assert_int_equal(df_model_config_save(&c, NULL, path), DF_EINVAL);
     c = tiny("qwen2", true);
     assert_int_equal(df_model_config_save(&c, "[1]", path), DF_EINVAL);
+    /* llama's attention_bias is q/k/v AND o_proj biases (LlamaAttention): one without the
+       other has no HF form. */
     c = tiny("llama", true);
     c.attention_bias = true;
-    assert_int_equal(df_model_config_save(&c, NULL, path), DF_EUNSUPPORTED);
+    assert_int_equal(df_model_config_save(&c, NULL, path), DF_EINVAL);
+    c.o_proj_bias = true;
+    assert_int_equal(df_model_config_save(&c, NULL, path), 0);
+    assert_int_equal(df_model_config_load(path, &back), 0);
+    assert_true(back.attention_bias && back.o_proj_bias);
 }
 
 int main(void)

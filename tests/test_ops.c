@@ -30,6 +30,7 @@
 #include "tolerance.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -524,16 +525,15 @@ static double rms_loss(void *p)
     return l;
 }
 
-static void test_rmsnorm(void **state)
+/* df_rmsnorm_fwd / _bwd on T rows of H against the float64 reference and finite differences. */
+static void check_rmsnorm(int64_t T, int64_t H, uint64_t seed)
 {
-    (void)state;
-    const int64_t T = 7, H = 67;
     const float eps = 1e-6f;
     float *x = fvec(T * H), *w = fvec(H), *R = fvec(T * H), *out = fvec(T * H), *rstd = fvec(T);
     float *dx = fvec(T * H), *dw = fvec(H);
-    fill(x, T * H, 30, 1.5);
-    fill(w, H, 31, 1.0);
-    fill(R, T * H, 32, 1.0);
+    fill(x, T * H, seed, 1.5);
+    fill(w, H, seed + 1, 1.0);
+    fill(R, T * H, seed + 2, 1.0);
     rms_ctx c = {T, H, eps, to_d(x, T * H), to_d(w, H), to_d(R, T * H)};
     double *ref = dvec(T * H), *bd = dvec(T * H), *r = dvec(T);
     ref_rmsnorm(ref, &c);
@@ -598,6 +598,25 @@ static void test_rmsnorm(void **state)
     check_bound("rmsnorm_bwd dw", dw, gw, ew, H);
     free(x), free(w), free(R), free(out), free(rstd), free(dx), free(dw), free(r), free(bd);
     free(c.x), free(c.w), free(c.R), free(ref), free(gx), free(ex), free(gw), free(ew);
+}
+
+static void test_rmsnorm(void **state)
+{
+    (void)state;
+    check_rmsnorm(7, 67, 30);
+}
+
+/*
+ * Qwen3's q_norm / k_norm: an RMSNorm over head_dim of every head of every token, one weight
+ * [hd] shared by the heads. On q [T, nh * hd] that is df_rmsnorm over T * nh rows of hd (the
+ * model calls it so): per-head statistics, and a weight gradient summed over tokens AND heads.
+ * 5 tokens x 4 heads of hd 16 (a real head size's multiple-of-16 rows) and of hd 6.
+ */
+static void test_qk_norm(void **state)
+{
+    (void)state;
+    check_rmsnorm(5 * 4, 16, 33);
+    check_rmsnorm(3 * 2, 6, 36);
 }
 
 /* ---- RoPE ------------------------------------------------------------------------------ */
@@ -698,6 +717,60 @@ static void test_rope(void **state)
     free(ref), free(g), free(bf), free(eg);
 }
 
+/*
+ * Llama 3.1's RoPE frequencies (HF _compute_llama3_parameters) with Llama-3.1-8B's settings
+ * (theta 5e5, head_dim 128, factor 8, low / high frequency factors 1 / 4, original context
+ * 8192): against the formula in float64 from the same float32 default frequencies f. The
+ * high band (wavelength 2 pi / f < 8192 / 4) keeps f bit for bit, the low band (> 8192) is
+ * f / 8 exactly (a power of two); the medium band blends them: s = (8192 / wl - 1) / 3 off by
+ * the reciprocal, product and subtraction (a few u of 8192 / wl, relative to hi - lo), then
+ * (1 - s) f / 8 + s f: s's error times (1 + 1/8) f, and five roundings of f.
+ */
+static void test_rope_llama3(void **state)
+{
+    (void)state;
+    df_model_config c;
+    df_model_config_defaults(&c);
+    snprintf(c.model_type, sizeof c.model_type, "llama");
+    c.attention_bias = false, c.head_dim = 128, c.rope_theta = 500000.0;
+    c.rope_type = DF_ROPE_LLAMA3, c.rope_factor = 8, c.rope_low_freq_factor = 1;
+    c.rope_high_freq_factor = 4, c.rope_original_max_pos = 8192;
+    float got[64], plain[64];
+    df_rope_inv_freq(got, &c);
+    c.rope_type = DF_ROPE_DEFAULT;
+    df_rope_inv_freq(plain, &c);
+    int bands[3] = {0};
+    for (int64_t i = 0; i < 64; i++) {
+        const double f = plain[i], wl = 2 * M_PI / f;
+        assert_true(plain[i] == 1.0f / powf(500000.0f, (float)(2 * i) / 128.0f));
+        if (wl < 2048.0 * (1 - 4 * DF_U32)) {
+            assert_true(got[i] == plain[i]);
+            bands[0]++;
+        } else if (wl > 8192.0 * (1 + 4 * DF_U32)) {
+            assert_true(got[i] == plain[i] / 8.0f);
+            bands[2]++;
+        } else if (wl > 2048.0 * (1 + 4 * DF_U32) && wl < 8192.0 * (1 - 4 * DF_U32)) {
+            const double sm = (8192.0 / wl - 1) / 3, want = (1 - sm) * f / 8 + sm * f;
+            const double es = 4 * DF_U32 * (8192.0 / wl + 1) / 3 + DF_U32 * fabs(sm);
+            const double bound = (1 + 1.0 / 8) * f * es + g32(5) * f;
+            if (!(fabs(got[i] - want) <= bound))
+                fail_msg("llama3 inv_freq[%lld] = %.9g, want %.9g (bound %.3g)", (long long)i,
+                         (double)got[i], want, bound);
+            assert_true(got[i] < plain[i] && got[i] > plain[i] / 8.0f);
+            bands[1]++;
+        }
+    }
+    print_message("llama3 frequency bands: %d high, %d medium, %d low\n", bands[0], bands[1], bands[2]);
+    assert_true(bands[0] > 0 && bands[1] > 0 && bands[2] > 0);
+    /* A table from the default frequencies is df_rope_table's, bit for bit. */
+    float *c1 = fvec(50 * 64), *s1 = fvec(50 * 64), *c2 = fvec(50 * 64), *s2 = fvec(50 * 64);
+    df_rope_table(c1, s1, 50, 128, 500000.0);
+    df_rope_table_freq(c2, s2, 50, 128, plain);
+    assert_memory_equal(c1, c2, sizeof(float) * 50 * 64);
+    assert_memory_equal(s1, s2, sizeof(float) * 50 * 64);
+    free(c1), free(s1), free(c2), free(s2);
+}
+
 /* ---- attention -------------------------------------------------------------------------- */
 
 typedef struct {
@@ -705,7 +778,14 @@ typedef struct {
     int64_t n_seqs, nh, nkv, hd, T;
     double *q, *k, *v, *R;
     double *out, *lse; /* filled by ref_attention */
+    int64_t window;    /* 0: causal; W: keys i - W < j <= i (HF's sliding-window mask) */
 } att_ctx;
+
+/* The first key row i (of a sequence starting at row j0) attends to. */
+static int64_t att_first_key(const att_ctx *c, int64_t j0, int64_t i)
+{
+    return c->window > 0 && i - c->window + 1 > j0 ? i - c->window + 1 : j0;
+}
 
 static void ref_attention(att_ctx *c)
 {
@@ -715,19 +795,20 @@ static void ref_attention(att_ctx *c)
         for (int64_t h = 0; h < nh; h++)
             for (int64_t i = c->off[sq]; i < c->off[sq + 1]; i++) {
                 double m = -INFINITY, z = 0;
-                for (int64_t j = c->off[sq]; j <= i; j++) {
+                const int64_t ja = att_first_key(c, c->off[sq], i);
+                for (int64_t j = ja; j <= i; j++) {
                     double d = 0;
                     for (int64_t e = 0; e < hd; e++)
                         d += c->q[(i * nh + h) * hd + e] * c->k[(j * nkv + h / grp) * hd + e];
                     s[j] = d / sqrt((double)hd);
                     m = s[j] > m ? s[j] : m;
                 }
-                for (int64_t j = c->off[sq]; j <= i; j++)
+                for (int64_t j = ja; j <= i; j++)
                     z += exp(s[j] - m);
                 double *o = c->out + (i * nh + h) * hd;
                 for (int64_t e = 0; e < hd; e++)
                     o[e] = 0;
-                for (int64_t j = c->off[sq]; j <= i; j++) {
+                for (int64_t j = ja; j <= i; j++) {
                     double p = exp(s[j] - m) / z;
                     for (int64_t e = 0; e < hd; e++)
                         o[e] += p * c->v[(j * nkv + h / grp) * hd + e];
@@ -790,11 +871,13 @@ static att_bounds attention_bounds(const att_ctx *c)
         for (int64_t h = 0; h < nh; h++) {
             const int64_t kh = h / grp;
             for (int64_t i = j0; i < j0 + L; i++) {
-                const int64_t Li = i - j0 + 1, nt = (Li - 1) / DF_ATTN_BK + 1;
+                /* a window's keys may straddle one more tile than their count fills */
+                const int64_t ja = att_first_key(c, j0, i), Li = i - ja + 1;
+                const int64_t nt = (Li - 1) / DF_ATTN_BK + 1 + (c->window > 0);
                 const double *qi = c->q + (i * nh + h) * hd, *Ri = c->R + (i * nh + h) * hd;
                 const double *oi = c->out + (i * nh + h) * hd, lse = c->lse[i * nh + h];
                 double m = -INFINITY, mn = INFINITY, dsmax = 0, smmax = 0;
-                for (int64_t j = j0; j <= i; j++) {
+                for (int64_t j = ja; j <= i; j++) {
                     const double *kj = c->k + (j * nkv + kh) * hd;
                     double sm;
                     const double d = dot_mag(qi, kj, hd, &sm);
@@ -807,7 +890,7 @@ static att_bounds attention_bounds(const att_ctx *c)
                 const double th = dsmax + th1;
                 for (int64_t e = 0; e < hd; e++)
                     A[e] = 0;
-                for (int64_t j = j0; j <= i; j++) {
+                for (int64_t j = ja; j <= i; j++) {
                     P[j] = exp(s[j] - lse);
                     const double *vj = c->v + (j * nkv + kh) * hd;
                     for (int64_t e = 0; e < hd; e++)
@@ -823,7 +906,7 @@ static att_bounds attention_bounds(const att_ctx *c)
                     b.loss_eps += fabs(Ri[e]) * (e64 + g64(T * nh * hd) * fabs(oi[e]));
                 }
                 double l = 0;
-                for (int64_t j = j0; j <= i; j++)
+                for (int64_t j = ja; j <= i; j++)
                     l += exp(s[j] - m);
                 const double dlse = dsmax + th1 + g32(Li + 2 * nt) + LOGF_ERR * fabs(log(l)) +
                                     u * fabs(lse) + th64 + g64(Li + 4) * (1 + fabs(lse));
@@ -836,7 +919,7 @@ static att_bounds attention_bounds(const att_ctx *c)
                     dD += fabs(Ri[e]) * bo[e];
                 }
                 dD += g32(hd) * Dm;
-                for (int64_t j = j0; j <= i; j++) {
+                for (int64_t j = ja; j <= i; j++) {
                     const double *vj = c->v + (j * nkv + kh) * hd;
                     double dm;
                     const double d = dot_mag(Ri, vj, hd, &dm);
@@ -847,7 +930,7 @@ static att_bounds attention_bounds(const att_ctx *c)
                     edS[j] = P[j] * isq * (thp[j] * diff + g32(hd) * dm + dD + g32(5) * diff);
                 }
                 double *bq = b.dq + (i * nh + h) * hd;
-                for (int64_t j = j0; j <= i; j++) {
+                for (int64_t j = ja; j <= i; j++) {
                     const double *kj = c->k + (j * nkv + kh) * hd;
                     double *bk = b.dk + (j * nkv + kh) * hd, *bv = b.dv + (j * nkv + kh) * hd;
                     for (int64_t e = 0; e < hd; e++) {
@@ -863,8 +946,8 @@ static att_bounds attention_bounds(const att_ctx *c)
     return b;
 }
 
-static void check_attention(const int64_t *off, int64_t n_seqs, int64_t nh, int64_t nkv,
-                            int64_t hd, int n_samples, uint64_t seed)
+static void check_attention_w(const int64_t *off, int64_t n_seqs, int64_t nh, int64_t nkv,
+                              int64_t hd, int64_t window, int n_samples, uint64_t seed)
 {
     const int64_t T = off[n_seqs], nq = T * nh * hd, nk = T * nkv * hd;
     float *q = fvec(nq), *k = fvec(nk), *v = fvec(nk), *R = fvec(nq), *out = fvec(nq);
@@ -874,10 +957,10 @@ static void check_attention(const int64_t *off, int64_t n_seqs, int64_t nh, int6
     fill(v, nk, seed + 2, 1.0);
     fill(R, nq, seed + 3, 1.0);
     att_ctx c = {off, n_seqs, nh, nkv, hd, T, to_d(q, nq), to_d(k, nk), to_d(v, nk),
-                 to_d(R, nq), dvec(nq), dvec(T * nh)};
+                 to_d(R, nq), dvec(nq), dvec(T * nh), window};
     ref_attention(&c);
     att_bounds bd = attention_bounds(&c);
-    df_attention_fwd(out, lse, q, k, v, off, n_seqs, nh, nkv, hd);
+    df_attention_fwd(out, lse, q, k, v, off, n_seqs, nh, nkv, hd, window);
     check_bound("attention out", out, c.out, bd.out, nq);
     check_bound("attention lse", lse, c.lse, bd.lse, T * nh);
     /* A length-1 sequence attends only to itself: its one weight is e^0 = 1 exactly, so
@@ -893,7 +976,7 @@ static void check_attention(const int64_t *off, int64_t n_seqs, int64_t nh, int6
         dq[i] = NAN;
     for (int64_t i = 0; i < nk; i++)
         dk[i] = dv[i] = NAN;
-    df_attention_bwd(dq, dk, dv, R, out, lse, q, k, v, off, n_seqs, nh, nkv, hd);
+    df_attention_bwd(dq, dk, dv, R, out, lse, q, k, v, off, n_seqs, nh, nkv, hd, window);
     /* the rounded steps move the loss by up to u64 sum |g| |x| */
     double step = 0;
     for (int64_t i = 0; i < nq; i++)
@@ -950,6 +1033,12 @@ static void check_attention(const int64_t *off, int64_t n_seqs, int64_t nh, int6
     free(bd.out), free(bd.lse), free(bd.dq), free(bd.dk), free(bd.dv);
 }
 
+static void check_attention(const int64_t *off, int64_t n_seqs, int64_t nh, int64_t nkv,
+                            int64_t hd, int n_samples, uint64_t seed)
+{
+    check_attention_w(off, n_seqs, nh, nkv, hd, 0, n_samples, seed);
+}
+
 static void test_attention_small_heads(void **state)
 {
     (void)state;
@@ -969,6 +1058,46 @@ static void test_attention_specialised(void **state)
     check_attention(off2, 3, 2, 1, 48, 30, 90);
     const int64_t off3[3] = {0, 150, 151}; /* longer than one 128-row query block */
     check_attention(off3, 2, 2, 1, 32, 30, 95);
+}
+
+/*
+ * Sliding-window attention (Qwen2 / Qwen3 use_sliding_window): the query at position i sees
+ * keys i - W < j <= i. Windows inside one key tile, exactly one (32), across tiles and across
+ * the vector kernel's 128-row query blocks, on the generic (hd 8) and vector (hd 32, 64)
+ * kernels, against the float64 reference and finite differences. Exact cases: W = 1 leaves
+ * each row its own value; a window as long as the longest sequence is the causal kernel,
+ * bit for bit.
+ */
+static void test_attention_window(void **state)
+{
+    (void)state;
+    const int64_t off[5] = {0, 1, 6, 39, 109}; /* lengths 1, 5, 33, 70 */
+    check_attention_w(off, 4, 4, 2, 8, 5, 90, 110);
+    check_attention_w(off, 4, 4, 2, 8, 33, 90, 120);
+    const int64_t off2[4] = {0, 40, 41, 191}; /* lengths 40, 1, 150 */
+    check_attention_w(off2, 3, 2, 1, 32, 7, 40, 130);
+    check_attention_w(off2, 3, 2, 2, 64, 32, 40, 140);
+    check_attention_w(off2, 3, 2, 1, 32, 129, 40, 150);
+    const int64_t T = off2[3], nh = 2, nkv = 1;
+    for (int64_t hd = 8; hd <= 32; hd += 24) {
+        const int64_t nq = T * nh * hd, nk = T * nkv * hd;
+        float *q = fvec(nq), *k = fvec(nk), *v = fvec(nk), *o1 = fvec(nq), *o2 = fvec(nq);
+        float *l1 = fvec(T * nh), *l2 = fvec(T * nh);
+        fill(q, nq, 160, 1.0), fill(k, nk, 161, 1.0), fill(v, nk, 162, 1.0);
+        df_attention_fwd(o1, l1, q, k, v, off2, 3, nh, nkv, hd, 1);
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t h = 0; h < nh; h++)
+                for (int64_t e = 0; e < hd; e++)
+                    assert_true(o1[(t * nh + h) * hd + e] == v[t * nkv * hd + e]);
+        df_attention_fwd(o1, l1, q, k, v, off2, 3, nh, nkv, hd, 150);
+        df_attention_fwd(o2, l2, q, k, v, off2, 3, nh, nkv, hd, 0);
+        assert_memory_equal(o1, o2, sizeof(float) * (size_t)nq);
+        assert_memory_equal(l1, l2, sizeof(float) * (size_t)(T * nh));
+        /* and a shorter window does change the long sequences */
+        df_attention_fwd(o1, l1, q, k, v, off2, 3, nh, nkv, hd, 149);
+        assert_true(memcmp(o1, o2, sizeof(float) * (size_t)nq) != 0);
+        free(q), free(k), free(v), free(o1), free(o2), free(l1), free(l2);
+    }
 }
 
 /* ---- SwiGLU ---------------------------------------------------------------------------- */
@@ -1286,9 +1415,12 @@ int main(void)
         cmocka_unit_test(test_bf16_matmul),
         cmocka_unit_test(test_embedding),
         cmocka_unit_test(test_rmsnorm),
+        cmocka_unit_test(test_qk_norm),
         cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_rope_llama3),
         cmocka_unit_test(test_attention_small_heads),
         cmocka_unit_test(test_attention_specialised),
+        cmocka_unit_test(test_attention_window),
         cmocka_unit_test(test_swiglu),
         cmocka_unit_test(test_lmhead_tiles),
         cmocka_unit_test(test_lmhead_default_tiles),

@@ -35,6 +35,8 @@ typedef struct df_backend_seqs {
     int64_t n_seqs;
     int64_t T;              /**< total tokens */
     int64_t max_len;        /**< >= the longest sequence */
+    int64_t window;         /**< 0: causal attention; W > 0: the query at position p attends to
+                                 positions p - W < j <= p only (df_model_layer_window) */
 } df_backend_seqs;
 
 typedef struct df_backend_ops {
@@ -94,7 +96,7 @@ typedef struct df_backend_ops {
     /** df_rope_apply: x[T, n_heads*hd] in place, cos/sin the df_rope_table rows. */
     int (*rope_apply)(void *ctx, float *x, const int32_t *pos, int64_t T, int64_t n_heads,
                       int64_t hd, const float *cos_t, const float *sin_t, bool inverse);
-    /** df_attention_fwd over the sequences of s: out[T, nh*hd], lse[T, nh]. */
+    /** df_attention_fwd over the sequences of s (and its window): out[T, nh*hd], lse[T, nh]. */
     int (*attention_fwd)(void *ctx, float *out, float *lse, const float *q, const float *k,
                          const float *v, const df_backend_seqs *s, int64_t nh, int64_t nkv,
                          int64_t hd);

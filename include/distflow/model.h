@@ -1,5 +1,5 @@
 /*
- * distflow/model.h — the Qwen2 / Llama decoder: configuration, parameter
+ * distflow/model.h — the Qwen2 / Qwen3 / Llama decoder: configuration, parameter
  * layout, Hugging Face file I/O, and training forward / backward on packed
  * variable-length sequences.
  *
@@ -17,6 +17,9 @@
  *     model.layers.i.self_attn.v_proj.weight     [n_kv_heads * head_dim, hidden]
  *     model.layers.i.self_attn.v_proj.bias       [n_kv_heads * head_dim]   (attention_bias)
  *     model.layers.i.self_attn.o_proj.weight     [hidden, n_heads * head_dim]
+ *     model.layers.i.self_attn.o_proj.bias       [hidden]                  (o_proj_bias)
+ *     model.layers.i.self_attn.q_norm.weight     [head_dim]                (qk_norm)
+ *     model.layers.i.self_attn.k_norm.weight     [head_dim]                (qk_norm)
  *     model.layers.i.post_attention_layernorm.weight [hidden]
  *     model.layers.i.mlp.gate_proj.weight        [intermediate, hidden]
  *     model.layers.i.mlp.up_proj.weight          [intermediate, hidden]
@@ -41,9 +44,15 @@ typedef enum df_dtype { DF_DTYPE_F32 = 0, DF_DTYPE_BF16 = 1, DF_DTYPE_F16 = 2 } 
 
 #define DF_MAX_EOS 8
 
+/** RoPE frequencies (HF rope_scaling / rope_parameters "rope_type"). */
+typedef enum df_rope_type {
+    DF_ROPE_DEFAULT = 0, /**< inv_freq[i] = 1 / theta^(2i / head_dim) */
+    DF_ROPE_LLAMA3 = 1   /**< Llama 3.1 rescaling of those (HF _compute_llama3_parameters) */
+} df_rope_type;
+
 /** The fields of HF config.json that define the architecture. */
 typedef struct df_model_config {
-    char model_type[32];             /**< "qwen2" or "llama" */
+    char model_type[32];             /**< "qwen2", "qwen3" or "llama" */
     int64_t vocab_size;
     int64_t hidden_size;
     int64_t intermediate_size;
@@ -57,6 +66,18 @@ typedef struct df_model_config {
     double initializer_range;        /**< std of the normal init (HF default 0.02) */
     bool tie_word_embeddings;
     bool attention_bias;             /**< q/k/v biases (true for qwen2) */
+    bool o_proj_bias;                /**< an o_proj bias too (llama / qwen3 attention_bias) */
+    bool qk_norm;                    /**< per-head RMSNorm of q and k before RoPE, weights
+                                          q_norm / k_norm [head_dim] (qwen3) */
+    df_rope_type rope_type;
+    double rope_factor;              /**< llama3: factor (8 for Llama 3.1) */
+    double rope_low_freq_factor;     /**< llama3: low_freq_factor (1) */
+    double rope_high_freq_factor;    /**< llama3: high_freq_factor (4) */
+    int64_t rope_original_max_pos;   /**< llama3: original_max_position_embeddings (8192) */
+    int64_t sliding_window;          /**< 0: every layer attends to all earlier positions. W > 0
+                                          (qwen2 / qwen3 use_sliding_window): layers with index
+                                          >= max_window_layers attend to the last W positions */
+    int64_t max_window_layers;       /**< first layer with the window (HF Qwen2Config.layer_types) */
     int64_t bos_token_id;            /**< -1 when absent */
     int64_t eos_token_ids[DF_MAX_EOS]; /**< eos_token_id: an int gives one entry, a list its entries in order */
     int n_eos;                       /**< 0 when eos_token_id is absent or null (qwen2 default) */
@@ -76,9 +97,11 @@ typedef struct df_param_desc {
     int64_t offset;  /**< element offset into the blob */
 } df_param_desc;
 
-/** Views of one layer's tensors inside a blob (params or grads). Biases are NULL without attention_bias. */
+/** Views of one layer's tensors inside a blob (params or grads). bq / bk / bv are NULL without
+ *  attention_bias, bo without o_proj_bias, q_norm / k_norm without qk_norm. */
 typedef struct df_layer_view {
-    float *ln1, *wq, *bq, *wk, *bk, *wv, *bv, *wo, *ln2, *w_gate, *w_up, *w_down;
+    float *ln1, *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo, *q_norm, *k_norm, *ln2, *w_gate, *w_up,
+        *w_down;
 } df_layer_view;
 
 /** Views of a whole blob. lm_head == embed when embeddings are tied, NULL in a value model. */
@@ -103,26 +126,36 @@ typedef struct df_model {
 
 /* ---- configuration ------------------------------------------------------ */
 
-/** Defaults of a Qwen2 config (values of Qwen2Config in transformers). */
+/** Defaults of a Qwen2 config (values of Qwen2Config in transformers; no window, plain RoPE). */
 DF_API void df_model_config_defaults(df_model_config *cfg);
 /**
- * Parse HF config.json. model_type must be "qwen2" or "llama"; vocab_size,
+ * Parse HF config.json. model_type must be "qwen2", "qwen3" or "llama"; vocab_size,
  * hidden_size, intermediate_size, num_hidden_layers and num_attention_heads
  * are required; every other key falls back to the default of transformers'
- * Qwen2Config / LlamaConfig (null counts as absent). num_key_value_heads
- * defaults to num_attention_heads, head_dim to hidden_size / num_attention_heads.
- * attention_bias is true for qwen2 (no such HF key) and read for llama (default
- * false). eos_token_id (int or list) fills eos_token_ids / n_eos in order.
+ * Qwen2Config / Qwen3Config / LlamaConfig (null counts as absent). num_key_value_heads
+ * defaults to num_attention_heads, head_dim to hidden_size / num_attention_heads
+ * (qwen3: 128). attention_bias: qwen2 always has q/k/v biases (no such HF key; an
+ * explicit false is honoured so our own files round-trip); for llama and qwen3 it is
+ * read (default false) and gives q/k/v AND o_proj biases (LlamaAttention,
+ * Qwen3Attention). qwen3 has q/k norms (qk_norm). RoPE: rope_theta, and rope_scaling
+ * null or of rope_type (or "type") "default" or "llama3" (factor, low_freq_factor,
+ * high_freq_factor, original_max_position_embeddings, all required); transformers 5's
+ * rope_parameters is read the same way (its rope_theta first). Sliding window (qwen2,
+ * qwen3; HF Qwen2Config): with use_sliding_window true and sliding_window W (default
+ * 4096; null: no window), the layers of index >= max_window_layers (default 28) attend
+ * to their last W positions; a layer_types list, when present, names those layers
+ * instead. eos_token_id (int or list) fills eos_token_ids / n_eos in order.
  * torch_dtype (or "dtype") must be float32 / bfloat16 / float16.
  * architectures: *ForCausalLM (or absent) gives a causal LM, num_labels 0
  * whatever id2label says; *ForTokenClassification a value model, its label
  * count taken as transformers' PretrainedConfig does (len(id2label), else the
  * "num_labels" key, else 2), which must be 1.
  * Errors name the file and the key: DF_ENOTFOUND / DF_EIO (file), DF_EINVAL
- * (bad JSON, missing required key, wrong type, inconsistent sizes),
- * DF_EUNSUPPORTED (other model_type, rope_scaling other than null or
- * "default", use_sliding_window true, hidden_act other than silu, mlp_bias
- * true, llama attention_bias true (HF adds an o_proj bias then), architectures
+ * (bad JSON, missing required key, wrong type, inconsistent sizes, a llama3 rope_scaling
+ * without one of its keys), DF_EUNSUPPORTED (other model_type, a rope type other than
+ * default / llama3 (named), rope_scaling and rope_parameters both given and different,
+ * layer_types with a full-attention layer after a windowed one, llama with
+ * use_sliding_window true, hidden_act other than silu, mlp_bias true, architectures
  * neither *ForCausalLM nor *ForTokenClassification or mixing both, a
  * *ForTokenClassification with other than one label (naming id2label or
  * num_labels), more than DF_MAX_EOS eos ids).
@@ -135,25 +168,36 @@ DF_API int df_model_config_parse(const char *json_text, const char *source,
  * Write an HF-compatible config.json to `path` (atomically: temporary + rename),
  * formatted as transformers does (indent 2, sorted keys). Every key of
  * `original_json` (the text the model was loaded from; NULL for a fresh file)
- * is kept and the known ones are updated: architectures ["Qwen2ForCausalLM"] /
- * ["LlamaForCausalLM"] (a value model: ["Qwen2ForTokenClassification"] /
- * ["LlamaForTokenClassification"], id2label {"0": "LABEL_0"}, label2id
- * {"LABEL_0": 0}, and num_labels when the original has that key), model_type,
- * the sizes, head_dim (qwen2: only when it differs from hidden_size / num_attention_heads), rope_theta, rms_norm_eps,
- * initializer_range, tie_word_embeddings, attention_bias (llama; qwen2 only
- * when false), bos_token_id, eos_token_id (an int for one id unless the
- * original held a list), torch_dtype. A fresh file also gets hidden_act,
- * rope_scaling, use_cache and transformers_version.
- * Errors: DF_EINVAL (invalid cfg or original), DF_EUNSUPPORTED (llama with
- * attention_bias), DF_EIO naming the path.
+ * is kept and the known ones are updated: architectures ["<P>ForCausalLM"] with
+ * P = Qwen2 / Qwen3 / Llama (a value model: ["<P>ForTokenClassification"], id2label
+ * {"0": "LABEL_0"}, label2id {"LABEL_0": 0}, and num_labels when the original has that
+ * key), model_type, the sizes, head_dim (qwen2: only when it differs from hidden_size /
+ * num_attention_heads), rope_theta and rope_scaling (or, when the original has it,
+ * rope_parameters), use_sliding_window / sliding_window / max_window_layers (qwen2,
+ * qwen3; layer_types when the original has it), rms_norm_eps, initializer_range,
+ * tie_word_embeddings, attention_bias (llama, qwen3; qwen2 only when false),
+ * bos_token_id, eos_token_id (an int for one id unless the original held a list),
+ * torch_dtype. A fresh file also gets hidden_act, use_cache and transformers_version.
+ * Errors: DF_EINVAL (invalid cfg or original), DF_EIO naming the path.
  */
 DF_API int df_model_config_save(const df_model_config *cfg, const char *original_json,
                                 const char *path);
 /**
  * Check internal consistency (heads divide, sizes > 0, ...): DF_EINVAL; num_labels
- * must be 0 or 1 (DF_EINVAL below 0, DF_EUNSUPPORTED above 1).
+ * must be 0 or 1 (DF_EINVAL below 0, DF_EUNSUPPORTED above 1). The attention features
+ * must be those of model_type in HF (DF_EINVAL): qk_norm exactly for qwen3, o_proj_bias
+ * never for qwen2 and equal to attention_bias for llama / qwen3; llama3 RoPE needs
+ * factor > 0, 0 < low_freq_factor < high_freq_factor, original_max_position_embeddings
+ * > 0; sliding_window and max_window_layers >= 0, no window for llama.
  */
 DF_API int df_model_config_validate(const df_model_config *cfg);
+/**
+ * The attention window of layer `layer`: cfg->sliding_window for a windowed layer (index >=
+ * max_window_layers when sliding_window > 0), else 0 (all earlier positions). A query at
+ * position p attends to keys at positions p - W < j <= p (transformers' masking_utils
+ * sliding_window_overlay with the causal mask: W keys, itself included).
+ */
+DF_API int64_t df_model_layer_window(const df_model_config *cfg, int64_t layer);
 
 /* ---- layout ------------------------------------------------------------- */
 

@@ -23,8 +23,9 @@
  * H hidden, I intermediate, nh / nkv heads, hd head_dim, kv_dim = nkv * hd):
  *   KV cache    = 2 (K, V) * num_hidden_layers * max_num_seqs * max_seq_len * kv_dim * 4
  *                 bytes, laid out per layer as [slot][max_seq_len][kv_dim] (llama2.c)
- *   activations = R * ((3 H + 2 nh hd + 2 kv_dim + 3 I + 1) * 4 + 28) bytes for
- *                 R = max(max_num_seqs, max_batched_tokens) rows, where
+ *   activations = R * ((3 H + 2 nh hd + 2 kv_dim + 3 I + r) * 4 + 28) bytes for
+ *                 R = max(max_num_seqs, max_batched_tokens) rows, r = 1 (r = nh with
+ *                 qwen3's q/k norms: their per-head statistics), where
  *                 max_batched_tokens = max(max_seq_len, 2048) prompt tokens per
  *                 prefill batch (vLLM's default max_num_batched_tokens)
  *   attention   = n_threads * nh * max_seq_len * 4 bytes of scores, plus the RoPE

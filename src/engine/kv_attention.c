@@ -89,19 +89,26 @@ static void attend_row(float *out, const float *q, const float *K, const float *
     }
 }
 
+/* The first position the row at `pos` attends to: 0, or the start of its window. */
+static inline int64_t window_start(int64_t pos, int64_t window)
+{
+    return window > 0 && pos + 1 > window ? pos + 1 - window : 0;
+}
+
 void df_kv_attention(float *out, const float *q, const df_kv_cache *kv, int64_t layer,
                      const int32_t *slot, const int32_t *pos, int64_t n, int64_t nh,
-                     int64_t nkv, int64_t hd, float *scores)
+                     int64_t nkv, int64_t hd, int64_t window, float *scores)
 {
     int64_t g = nh / nkv, qd = nh * hd, work = 0;
     for (int64_t r = 0; r < n; r++)
-        work += ((int64_t)pos[r] + 1) * qd;
+        work += ((int64_t)pos[r] + 1 - window_start(pos[r], window)) * qd;
 #pragma omp parallel for schedule(dynamic, 2) if (work > DF_PAR_MIN_WORK)
     for (int64_t r = 0; r < n; r++) {
         float *sc = scores + (int64_t)omp_get_thread_num() * nh * kv->max_len;
-        const float *K = df_kv_row(kv, kv->k, layer, slot[r], 0);
-        const float *V = df_kv_row(kv, kv->v, layer, slot[r], 0);
-        attend_row(out + r * qd, q + r * qd, K, V, kv->kv_dim, (int64_t)pos[r] + 1, nh, g, hd,
-                   sc, kv->max_len);
+        const int64_t j0 = window_start(pos[r], window);
+        const float *K = df_kv_row(kv, kv->k, layer, slot[r], j0);
+        const float *V = df_kv_row(kv, kv->v, layer, slot[r], j0);
+        attend_row(out + r * qd, q + r * qd, K, V, kv->kv_dim, (int64_t)pos[r] + 1 - j0, nh, g,
+                   hd, sc, kv->max_len);
     }
 }

@@ -55,8 +55,9 @@ static void widths(const df_model_config *c, int64_t w[NBUF])
 {
     int64_t H = c->hidden_size, qd = c->num_attention_heads * c->head_dim;
     int64_t kvd = c->num_key_value_heads * c->head_dim, I = c->intermediate_size;
-    /* x xn rstd q k v att tmp gate up act */
-    int64_t v[NBUF] = {H, H, 1, qd, kvd, kvd, qd, H, I, I, I};
+    /* x xn rstd q k v att tmp gate up act (rstd: one per head for qwen3's q/k norms) */
+    int64_t r = c->qk_norm ? c->num_attention_heads : 1;
+    int64_t v[NBUF] = {H, H, r, qd, kvd, kvd, qd, H, I, I, I};
     memcpy(w, v, sizeof v);
 }
 
@@ -179,9 +180,13 @@ int df_infer_forward(const df_model *m, df_kv_cache *kv, df_infer_scratch *s,
     int rc = ensure_threads(s, kv, nh);
     if (rc)
         return rc;
-    if (s->rope_theta != c->rope_theta) { /* built once per model theta */
-        df_rope_table(s->rope_cos, s->rope_sin, s->rope_len, hd, c->rope_theta);
-        s->rope_theta = c->rope_theta;
+    float inv_freq[DF_ROPE_MAX_FREQ];
+    df_rope_inv_freq(inv_freq, c);
+    if (!s->rope_built || memcmp(inv_freq, s->rope_freq, (size_t)(hd / 2) * sizeof(float))) {
+        /* built once per model's frequencies (theta, llama3 scaling) */
+        df_rope_table_freq(s->rope_cos, s->rope_sin, s->rope_len, hd, inv_freq);
+        memcpy(s->rope_freq, inv_freq, (size_t)(hd / 2) * sizeof(float));
+        s->rope_built = true;
     }
     df_embedding_fwd(s->x, b->tokens, m->w.embed, b->n, H);
     int64_t n = b->n;
@@ -192,6 +197,10 @@ int df_infer_forward(const df_model *m, df_kv_cache *kv, df_infer_scratch *s,
         df_linear_fwd(s->q, s->xn, w->wq, w->bq, n, qd, H);
         df_linear_fwd(s->k, s->xn, w->wk, w->bk, n, kvd, H);
         df_linear_fwd(s->v, s->xn, w->wv, w->bv, n, kvd, H);
+        if (c->qk_norm) { /* qwen3: per-head RMSNorm over head_dim, in place */
+            df_rmsnorm_fwd(s->q, s->rstd, s->q, w->q_norm, n * nh, hd, eps);
+            df_rmsnorm_fwd(s->k, s->rstd, s->k, w->k_norm, n * nkv, hd, eps);
+        }
         df_rope_apply(s->q, pos, n, nh, hd, s->rope_cos, s->rope_sin, false);
         df_rope_apply(s->k, pos, n, nkv, hd, s->rope_cos, s->rope_sin, false);
         write_kv(kv, s, b, l);
@@ -202,8 +211,9 @@ int df_infer_forward(const df_model *m, df_kv_cache *kv, df_infer_scratch *s,
             slot = s->slot;
             pos = s->pos;
         }
-        df_kv_attention(s->att, s->q, kv, l, slot, pos, n, nh, nkv, hd, s->scores);
-        df_linear_fwd(s->tmp, s->att, w->wo, NULL, n, H, qd);
+        df_kv_attention(s->att, s->q, kv, l, slot, pos, n, nh, nkv, hd,
+                        df_model_layer_window(c, l), s->scores);
+        df_linear_fwd(s->tmp, s->att, w->wo, w->bo, n, H, qd);
         add_inplace(s->x, s->tmp, n * H);
         df_rmsnorm_fwd(s->xn, s->rstd, s->x, w->ln2, n, H, eps);
         df_linear_fwd(s->gate, s->xn, w->w_gate, NULL, n, I, H);

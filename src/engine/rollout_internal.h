@@ -15,6 +15,9 @@
  * costs more than it saves (and spins when cores are oversubscribed). */
 #define DF_PAR_MIN_WORK 32768
 
+/* Frequencies of a RoPE table: head_dim / 2 <= DF_MAX_HEAD_DIM / 2 (model/ops.h). */
+#define DF_ROPE_MAX_FREQ 128
+
 /** KV cache, per layer [slot][max_len][kv_dim] (llama2.c layout), K and V apart. */
 typedef struct df_kv_cache {
     int64_t n_layers, n_slots, max_len, kv_dim;
@@ -37,7 +40,8 @@ typedef struct df_infer_scratch {
     int n_threads_cap;
     float *rope_cos, *rope_sin; /**< [max_len, hd / 2] rotations of positions 0 .. max_len-1 */
     int64_t rope_len, rope_hd;
-    double rope_theta;          /**< theta the table was built for (0: not built) */
+    float rope_freq[DF_ROPE_MAX_FREQ]; /**< inv_freq the table was built for */
+    bool rope_built;
 } df_infer_scratch;
 
 /** One forward call: n rows, of which n_out (ascending rows) need the final hidden state. */
@@ -65,13 +69,14 @@ int64_t df_infer_scratch_bytes(const df_model_config *cfg, int64_t rows_cap, int
 /**
  * out[n, nh*hd] = for each row r and head h: softmax(q_h . K[slot_r][0..pos_r] / sqrt(hd))
  * . V[slot_r][0..pos_r] in layer `layer`, GQA by h / (nh / nkv). q: [n, nh*hd].
+ * window > 0: positions pos_r - window < j <= pos_r only (df_model_layer_window).
  * Each row is computed by one thread in a fixed order, so results do not
  * depend on the thread count or on the other rows. scores: per thread
  * [nh, max_len] floats.
  */
 void df_kv_attention(float *out, const float *q, const df_kv_cache *kv, int64_t layer,
                      const int32_t *slot, const int32_t *pos, int64_t n, int64_t nh,
-                     int64_t nkv, int64_t hd, float *scores);
+                     int64_t nkv, int64_t hd, int64_t window, float *scores);
 
 /**
  * Run b through the model: writes every row's K / V into kv, and leaves the

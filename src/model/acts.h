@@ -41,6 +41,9 @@ struct df_acts {
     float *rstd1, *rstd2;/* [L][T] */
     float *q;            /* [L][T, nh * hd] after RoPE */
     float *k, *v;        /* [L][T, nkv * hd] (k after RoPE) */
+    /* q/k norms (qk_norm only, else NULL): their inputs (the projections) and row statistics. */
+    float *qraw, *kraw;  /* [L][T, nh * hd], [L][T, nkv * hd] */
+    float *qrstd, *krstd;/* [L][T * nh], [L][T * nkv] */
     float *att;          /* [L][T, nh * hd] attention output (o_proj input) */
     float *att_lse;      /* [L][T, nh] */
     float *gate, *up;    /* [L][T, I] */
@@ -55,6 +58,8 @@ struct df_acts {
     float *dres, *dxn;   /* [T, H] */
     float *dq, *dk, *dv, *dao; /* [T, nh*hd], [T, nkv*hd] x2, [T, nh*hd] */
     float *dxf, *dxnf;   /* [max_out, H] */
+    float *dqn, *dkn;    /* [T, nh*hd], [T, nkv*hd]: gradients of the q/k norms' inputs (qk_norm) */
+    float *ones;         /* [max_tokens] of 1: adds the o_proj bias as a rank-1 GEMM (o_proj_bias) */
     float *lm_scratch;   /* df_lmhead_scratch_floats(max_out, V, H); 1 float for a value model */
     df_layer_view *gview_layers; /* [L] for views of the gradient blob */
     df_mm_ctx *mm;       /* bf16 matmul context, NULL: float32 matmuls */

@@ -144,7 +144,7 @@ static int cpu_attention_fwd(void *ctx, float *out, float *lse, const float *q, 
                              int64_t hd)
 {
     (void)ctx;
-    df_attention_fwd(out, lse, q, k, v, s->offsets, s->n_seqs, nh, nkv, hd);
+    df_attention_fwd(out, lse, q, k, v, s->offsets, s->n_seqs, nh, nkv, hd, s->window);
     return DF_OK;
 }
 
@@ -154,7 +154,8 @@ static int cpu_attention_bwd(void *ctx, float *dq, float *dk, float *dv, const f
                              int64_t hd)
 {
     (void)ctx;
-    df_attention_bwd(dq, dk, dv, dout, out, lse, q, k, v, s->offsets, s->n_seqs, nh, nkv, hd);
+    df_attention_bwd(dq, dk, dv, dout, out, lse, q, k, v, s->offsets, s->n_seqs, nh, nkv, hd,
+                     s->window);
     return DF_OK;
 }
 

@@ -10,6 +10,15 @@
 
 #include <string.h>
 
+/* Backward of a per-head RMSNorm (qwen3's q_norm / k_norm over rows of hd): dx OVERWRITTEN
+ * (rmsnorm_bwd accumulates, so it starts from zero), dw accumulated. */
+static void head_norm_bwd(df_acts *a, float *dx, float *dw, const float *dy, const float *x,
+                          const float *w, const float *rstd, int64_t rows, int64_t hd)
+{
+    DF_BE(a, zero, dx, rows * hd);
+    DF_BE(a, rmsnorm_bwd, dx, dw, dy, x, w, rstd, rows, hd);
+}
+
 static void layer_backward(const df_model_config *c, const df_layer_view *w, df_acts *a,
                            int64_t l, const df_layer_view *g)
 {
@@ -23,6 +32,8 @@ static void layer_backward(const df_model_config *c, const df_layer_view *w, df_
     const float *att = a->att + l * MT * qd;
     const float *gate = a->gate + l * MT * I, *up = a->up + l * MT * I;
     float *dres = a->dres, *dxn = a->dxn;
+    df_backend_seqs seqs = bb->seqs;
+    seqs.window = df_model_layer_window(c, l);
 
     /* MLP: x_next = h + act W_down^T, act = silu(gate) * up (recomputed, not saved).
      * gemm(ta, tb): (1, 0) accumulates a weight gradient dy^T x, (0, 0) is dy W. */
@@ -36,22 +47,34 @@ static void layer_backward(const df_model_config *c, const df_layer_view *w, df_
     DF_BE(a, gemm, true, false, I, H, T, 1.0f, a->mlp_c, xn2, 1.0f, g->w_up);
     DF_BE(a, rmsnorm_bwd, dres, g->ln2, dxn, h, w->ln2, a->rstd2 + l * MT, T, H);
 
-    /* Attention: h = x + att W_o^T. */
+    /* Attention: h = x + att W_o^T (+ b_o). */
     DF_BE(a, gemm, true, false, H, qd, T, 1.0f, dres, att, 1.0f, g->wo);
+    if (g->bo)
+        DF_BE(a, col_sum_add, g->bo, dres, T, H);
     DF_BE(a, gemm, false, false, T, qd, H, 1.0f, dres, w->wo, 0.0f, a->dao);
     DF_BE(a, attention_bwd, a->dq, a->dk, a->dv, a->dao, att, a->att_lse + l * MT * nh, q, k, v,
-          &bb->seqs, nh, nkv, hd);
+          &seqs, nh, nkv, hd);
     DF_BE(a, rope_apply, a->dq, bb->pos, T, nh, hd, a->rope_cos, a->rope_sin, true);
     DF_BE(a, rope_apply, a->dk, bb->pos, T, nkv, hd, a->rope_cos, a->rope_sin, true);
-    DF_BE(a, gemm, false, false, T, H, qd, 1.0f, a->dq, w->wq, 0.0f, dxn);
-    DF_BE(a, gemm, false, false, T, H, kvd, 1.0f, a->dk, w->wk, 1.0f, dxn);
+    /* The projections' outputs: q / k themselves, or the inputs of qwen3's q/k norms. */
+    const float *dq = a->dq, *dk = a->dk;
+    if (c->qk_norm) {
+        dq = a->dqn;
+        dk = a->dkn;
+        head_norm_bwd(a, a->dqn, g->q_norm, a->dq, a->qraw + l * MT * qd, w->q_norm,
+                      a->qrstd + l * MT * nh, T * nh, hd);
+        head_norm_bwd(a, a->dkn, g->k_norm, a->dk, a->kraw + l * MT * kvd, w->k_norm,
+                      a->krstd + l * MT * nkv, T * nkv, hd);
+    }
+    DF_BE(a, gemm, false, false, T, H, qd, 1.0f, dq, w->wq, 0.0f, dxn);
+    DF_BE(a, gemm, false, false, T, H, kvd, 1.0f, dk, w->wk, 1.0f, dxn);
     DF_BE(a, gemm, false, false, T, H, kvd, 1.0f, a->dv, w->wv, 1.0f, dxn);
-    DF_BE(a, gemm, true, false, qd, H, T, 1.0f, a->dq, xn1, 1.0f, g->wq);
-    DF_BE(a, gemm, true, false, kvd, H, T, 1.0f, a->dk, xn1, 1.0f, g->wk);
+    DF_BE(a, gemm, true, false, qd, H, T, 1.0f, dq, xn1, 1.0f, g->wq);
+    DF_BE(a, gemm, true, false, kvd, H, T, 1.0f, dk, xn1, 1.0f, g->wk);
     DF_BE(a, gemm, true, false, kvd, H, T, 1.0f, a->dv, xn1, 1.0f, g->wv);
     if (g->bq) { /* bias gradients: column sums of dq / dk / dv */
-        DF_BE(a, col_sum_add, g->bq, a->dq, T, qd);
-        DF_BE(a, col_sum_add, g->bk, a->dk, T, kvd);
+        DF_BE(a, col_sum_add, g->bq, dq, T, qd);
+        DF_BE(a, col_sum_add, g->bk, dk, T, kvd);
         DF_BE(a, col_sum_add, g->bv, a->dv, T, kvd);
     }
     DF_BE(a, rmsnorm_bwd, dres, g->ln1, dxn, x, w->ln1, a->rstd1 + l * MT, T, H);

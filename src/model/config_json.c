@@ -1,6 +1,7 @@
 /*
- * Hugging Face config.json for Qwen2 / Llama: parse (with the defaults of
- * transformers' Qwen2Config / LlamaConfig) and write back (keeping unknown keys).
+ * Hugging Face config.json for Qwen2 / Qwen3 / Llama: parse (with the defaults of
+ * transformers' Qwen2Config / Qwen3Config / LlamaConfig) and write back (keeping unknown
+ * keys). The RoPE and sliding-window keys are config_pos.c's.
  */
 #include "distflow/model.h"
 #include "model/hf_io.h"
@@ -11,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *type_name(const json_t *v)
+const char *df_cfg_type_name(const json_t *v)
 {
     switch (json_typeof(v)) {
     case JSON_OBJECT: return "an object";
@@ -27,46 +28,46 @@ static const char *type_name(const json_t *v)
 }
 
 /* A key's value, treating null as absent (HF writes null for "use the default"). */
-static json_t *get(json_t *root, const char *key)
+json_t *df_cfg_get(json_t *root, const char *key)
 {
     json_t *v = json_object_get(root, key);
     return json_is_null(v) ? NULL : v;
 }
 
-static int wrong_type(const char *src, const char *key, const char *want, const json_t *v)
+int df_cfg_wrong_type(const char *src, const char *key, const char *want, const json_t *v)
 {
-    return df_error(DF_EINVAL, "%s: key \"%s\" must be %s, got %s", src, key, want, type_name(v));
+    return df_error(DF_EINVAL, "%s: key \"%s\" must be %s, got %s", src, key, want, df_cfg_type_name(v));
 }
 
-static int get_int(json_t *root, const char *src, const char *key, bool required, int64_t *out)
+int df_cfg_get_int(json_t *root, const char *src, const char *key, bool required, int64_t *out)
 {
-    json_t *v = get(root, key);
+    json_t *v = df_cfg_get(root, key);
     if (!v)
         return required ? df_error(DF_EINVAL, "%s: missing required key \"%s\"", src, key) : DF_OK;
     if (!json_is_integer(v))
-        return wrong_type(src, key, "an integer", v);
+        return df_cfg_wrong_type(src, key, "an integer", v);
     *out = (int64_t)json_integer_value(v);
     return DF_OK;
 }
 
-static int get_num(json_t *root, const char *src, const char *key, double *out)
+int df_cfg_get_num(json_t *root, const char *src, const char *key, double *out)
 {
-    json_t *v = get(root, key);
+    json_t *v = df_cfg_get(root, key);
     if (!v)
         return DF_OK;
     if (!json_is_number(v))
-        return wrong_type(src, key, "a number", v);
+        return df_cfg_wrong_type(src, key, "a number", v);
     *out = json_number_value(v);
     return DF_OK;
 }
 
-static int get_bool(json_t *root, const char *src, const char *key, bool *out)
+int df_cfg_get_bool(json_t *root, const char *src, const char *key, bool *out)
 {
-    json_t *v = get(root, key);
+    json_t *v = df_cfg_get(root, key);
     if (!v)
         return DF_OK;
     if (!json_is_boolean(v))
-        return wrong_type(src, key, "a boolean", v);
+        return df_cfg_wrong_type(src, key, "a boolean", v);
     *out = json_is_true(v);
     return DF_OK;
 }
@@ -79,7 +80,7 @@ static int get_token_ids(json_t *root, const char *src, df_model_config *c)
     } else if (b) {
         if (!json_is_integer(b) || json_integer_value(b) < 0)
             return df_error(DF_EINVAL, "%s: key \"bos_token_id\" must be a non-negative integer "
-                            "or null, got %s", src, type_name(b));
+                            "or null, got %s", src, df_cfg_type_name(b));
         c->bos_token_id = (int64_t)json_integer_value(b);
     }
     json_t *e = json_object_get(root, "eos_token_id");
@@ -96,7 +97,7 @@ static int get_token_ids(json_t *root, const char *src, df_model_config *c)
         json_t *x = json_is_array(e) ? json_array_get(e, i) : e;
         if (!json_is_integer(x) || json_integer_value(x) < 0)
             return df_error(DF_EINVAL, "%s: key \"eos_token_id\" must be a non-negative integer "
-                            "or a list of them, got %s", src, type_name(x));
+                            "or a list of them, got %s", src, df_cfg_type_name(x));
         c->eos_token_ids[c->n_eos++] = (int64_t)json_integer_value(x);
     }
     return DF_OK;
@@ -105,12 +106,12 @@ static int get_token_ids(json_t *root, const char *src, df_model_config *c)
 static int parse_dtype(json_t *root, const char *src, df_model_config *c)
 {
     /* transformers >= 4.56 writes "dtype"; older versions "torch_dtype". */
-    const char *key = get(root, "torch_dtype") ? "torch_dtype" : "dtype";
-    json_t *v = get(root, key);
+    const char *key = df_cfg_get(root, "torch_dtype") ? "torch_dtype" : "dtype";
+    json_t *v = df_cfg_get(root, key);
     if (!v)
         return DF_OK;
     if (!json_is_string(v))
-        return wrong_type(src, key, "a string", v);
+        return df_cfg_wrong_type(src, key, "a string", v);
     const char *s = json_string_value(v);
     if (!strcmp(s, "float32"))
         c->torch_dtype = DF_DTYPE_F32;
@@ -127,32 +128,15 @@ static int parse_dtype(json_t *root, const char *src, df_model_config *c)
 /* Keys whose non-default values select features this engine does not have. */
 static int check_unsupported(json_t *root, const char *src)
 {
-    json_t *rs = get(root, "rope_scaling");
-    if (rs) {
-        json_t *t = json_is_object(rs) ? json_object_get(rs, "rope_type") : NULL;
-        if (!t && json_is_object(rs))
-            t = json_object_get(rs, "type");
-        bool plain = json_is_string(t) && !strcmp(json_string_value(t), "default");
-        if (!plain)
-            return df_error(DF_EUNSUPPORTED, "%s: key \"rope_scaling\" (%s) is not supported; "
-                            "only plain RoPE (rope_scaling null)", src,
-                            json_is_string(t) ? json_string_value(t) : type_name(rs));
-    }
     bool b = false;
-    int rc = get_bool(root, src, "use_sliding_window", &b);
-    if (rc)
-        return rc;
-    if (b)
-        return df_error(DF_EUNSUPPORTED, "%s: key \"use_sliding_window\" true is not supported "
-                        "(sliding-window attention)", src);
-    b = false;
-    if ((rc = get_bool(root, src, "mlp_bias", &b)))
+    int rc;
+    if ((rc = df_cfg_get_bool(root, src, "mlp_bias", &b)))
         return rc;
     if (b)
         return df_error(DF_EUNSUPPORTED, "%s: key \"mlp_bias\" true is not supported", src);
-    json_t *act = get(root, "hidden_act");
+    json_t *act = df_cfg_get(root, "hidden_act");
     if (act && !json_is_string(act))
-        return wrong_type(src, "hidden_act", "a string", act);
+        return df_cfg_wrong_type(src, "hidden_act", "a string", act);
     if (act && strcmp(json_string_value(act), "silu"))
         return df_error(DF_EUNSUPPORTED, "%s: key \"hidden_act\": \"%s\" is not supported (silu)",
                         src, json_string_value(act));
@@ -166,14 +150,14 @@ static int check_unsupported(json_t *root, const char *src)
  */
 static int parse_head(json_t *root, const char *src, df_model_config *c)
 {
-    json_t *arch = get(root, "architectures");
+    json_t *arch = df_cfg_get(root, "architectures");
     if (arch && !json_is_array(arch))
-        return wrong_type(src, "architectures", "a list of strings", arch);
+        return df_cfg_wrong_type(src, "architectures", "a list of strings", arch);
     int kind = 0; /* 1 causal LM, 2 token classification */
     for (size_t i = 0; arch && i < json_array_size(arch); i++) {
         json_t *a = json_array_get(arch, i);
         if (!json_is_string(a))
-            return wrong_type(src, "architectures", "a list of strings", a);
+            return df_cfg_wrong_type(src, "architectures", "a list of strings", a);
         const char *s = json_string_value(a);
         int k = df_ends_with(s, "ForCausalLM") ? 1 : df_ends_with(s, "ForTokenClassification") ? 2 : 0;
         if (!k)
@@ -188,22 +172,22 @@ static int parse_head(json_t *root, const char *src, df_model_config *c)
     if (kind != 2)
         return DF_OK;
     const char *key = "id2label";
-    json_t *labels = get(root, key);
+    json_t *labels = df_cfg_get(root, key);
     if (labels && !json_is_object(labels))
-        return wrong_type(src, key, "an object", labels);
+        return df_cfg_wrong_type(src, key, "an object", labels);
     int64_t n = 2;
     if (labels) {
         n = (int64_t)json_object_size(labels);
     } else {
         key = "num_labels";
-        int rc = get_int(root, src, key, false, &n);
+        int rc = df_cfg_get_int(root, src, key, false, &n);
         if (rc)
             return rc;
     }
     if (n != 1)
         return df_error(DF_EUNSUPPORTED, "%s: key \"%s\" gives %lld labels%s; a "
                         "*ForTokenClassification model is supported only as a value model with one "
-                        "label", src, key, (long long)n, get(root, key) ? "" : " (the default)");
+                        "label", src, key, (long long)n, df_cfg_get(root, key) ? "" : " (the default)");
     c->num_labels = 1;
     return DF_OK;
 }
@@ -212,16 +196,16 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
 {
     if (!json_is_object(root))
         return df_error(DF_EINVAL, "%s: config is not a JSON object", src);
-    json_t *mt = get(root, "model_type");
+    json_t *mt = df_cfg_get(root, "model_type");
     if (!mt)
         return df_error(DF_EINVAL, "%s: missing required key \"model_type\"", src);
     if (!json_is_string(mt))
-        return wrong_type(src, "model_type", "a string", mt);
+        return df_cfg_wrong_type(src, "model_type", "a string", mt);
     const char *type = json_string_value(mt);
-    bool llama = !strcmp(type, "llama");
-    if (!llama && strcmp(type, "qwen2"))
+    bool llama = !strcmp(type, "llama"), qwen3 = !strcmp(type, "qwen3");
+    if (!llama && !qwen3 && strcmp(type, "qwen2"))
         return df_error(DF_EUNSUPPORTED, "%s: key \"model_type\": \"%s\" is not supported (qwen2, "
-                        "llama)", src, type);
+                        "qwen3, llama)", src, type);
     df_model_config_defaults(c);
     snprintf(c->model_type, sizeof c->model_type, "%s", type);
     if (llama) { /* LlamaConfig defaults where they differ from Qwen2Config */
@@ -233,6 +217,10 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
         c->eos_token_ids[0] = 2;
         c->n_eos = 1;
     }
+    if (qwen3) { /* Qwen3Config: no biases by default, q/k norms always */
+        c->attention_bias = false;
+        c->qk_norm = true;
+    }
     int rc = check_unsupported(root, src);
     if (!rc)
         rc = parse_head(root, src, c);
@@ -242,15 +230,15 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
     int64_t *req_dst[] = {&c->vocab_size, &c->hidden_size, &c->intermediate_size,
                           &c->num_hidden_layers, &c->num_attention_heads};
     for (int i = 0; i < 5 && !rc; i++)
-        rc = get_int(root, src, required[i], true, req_dst[i]);
+        rc = df_cfg_get_int(root, src, required[i], true, req_dst[i]);
     c->num_key_value_heads = c->num_attention_heads;
     if (!rc)
-        rc = get_int(root, src, "num_key_value_heads", false, &c->num_key_value_heads);
+        rc = df_cfg_get_int(root, src, "num_key_value_heads", false, &c->num_key_value_heads);
     if (!rc)
-        rc = get_int(root, src, "max_position_embeddings", false, &c->max_position_embeddings);
-    c->head_dim = 0;
+        rc = df_cfg_get_int(root, src, "max_position_embeddings", false, &c->max_position_embeddings);
+    c->head_dim = qwen3 ? 128 : 0; /* Qwen3Config's default; the others derive it */
     if (!rc)
-        rc = get_int(root, src, "head_dim", false, &c->head_dim);
+        rc = df_cfg_get_int(root, src, "head_dim", false, &c->head_dim);
     if (!rc && c->head_dim == 0) {
         if (c->num_attention_heads <= 0 || c->hidden_size % c->num_attention_heads)
             return df_error(DF_EINVAL, "%s: hidden_size (%lld) is not divisible by "
@@ -259,21 +247,21 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
         c->head_dim = c->hidden_size / c->num_attention_heads;
     }
     if (!rc)
-        rc = get_num(root, src, "rope_theta", &c->rope_theta);
+        rc = df_cfg_parse_rope(root, src, c);
     if (!rc)
-        rc = get_num(root, src, "rms_norm_eps", &c->rms_norm_eps);
+        rc = df_cfg_parse_window(root, src, c);
     if (!rc)
-        rc = get_num(root, src, "initializer_range", &c->initializer_range);
+        rc = df_cfg_get_num(root, src, "rms_norm_eps", &c->rms_norm_eps);
     if (!rc)
-        rc = get_bool(root, src, "tie_word_embeddings", &c->tie_word_embeddings);
+        rc = df_cfg_get_num(root, src, "initializer_range", &c->initializer_range);
+    if (!rc)
+        rc = df_cfg_get_bool(root, src, "tie_word_embeddings", &c->tie_word_embeddings);
     /* Qwen2 always has q/k/v biases and no such key; we honour an explicit
-     * "attention_bias": false there only so our own files round-trip. */
+     * "attention_bias": false there only so our own files round-trip. LlamaAttention and
+     * Qwen3Attention give o_proj a bias too when it is set. */
     if (!rc)
-        rc = get_bool(root, src, "attention_bias", &c->attention_bias);
-    /* LlamaAttention gives o_proj a bias too when attention_bias is set; our layout has none. */
-    if (!rc && llama && c->attention_bias)
-        return df_error(DF_EUNSUPPORTED, "%s: key \"attention_bias\" true is not supported for "
-                        "llama (it adds an o_proj bias)", src);
+        rc = df_cfg_get_bool(root, src, "attention_bias", &c->attention_bias);
+    c->o_proj_bias = c->attention_bias && (llama || qwen3);
     if (!rc)
         rc = get_token_ids(root, src, c);
     if (!rc)
@@ -326,7 +314,7 @@ static json_t *eos_json(const df_model_config *c, bool as_list)
 }
 
 /* Defaults a fresh config.json carries, as transformers writes them. */
-static int set_fresh_defaults(json_t *o, const df_model_config *c, bool llama)
+static int set_fresh_defaults(json_t *o, bool llama)
 {
     int bad = json_object_set_new(o, "hidden_act", json_string("silu"));
     bad |= json_object_set_new(o, "rope_scaling", json_null());
@@ -335,12 +323,14 @@ static int set_fresh_defaults(json_t *o, const df_model_config *c, bool llama)
     if (llama) {
         bad |= json_object_set_new(o, "mlp_bias", json_false());
         bad |= json_object_set_new(o, "pretraining_tp", json_integer(1));
-    } else {
-        bad |= json_object_set_new(o, "use_sliding_window", json_false());
-        bad |= json_object_set_new(o, "sliding_window", json_null());
-        bad |= json_object_set_new(o, "max_window_layers", json_integer(c->num_hidden_layers));
     }
     return bad;
+}
+
+/* The HF class prefix of a model_type. */
+static const char *class_prefix(const char *model_type)
+{
+    return !strcmp(model_type, "llama") ? "Llama" : !strcmp(model_type, "qwen3") ? "Qwen3" : "Qwen2";
 }
 
 int df_model_config_to_json(const df_model_config *c, const char *original_json, char **out)
@@ -361,20 +351,16 @@ int df_model_config_to_json(const df_model_config *c, const char *original_json,
     } else if (!(o = json_object())) {
         return df_error(DF_ENOMEM, "out of memory writing config.json");
     }
-    bool llama = !strcmp(c->model_type, "llama");
-    if (llama && c->attention_bias) {
-        json_decref(o);
-        return df_error(DF_EUNSUPPORTED, "llama with attention_bias has no Hugging Face form "
-                        "(LlamaConfig.attention_bias also adds an o_proj bias)");
-    }
+    bool llama = !strcmp(c->model_type, "llama"), qwen2 = !strcmp(c->model_type, "qwen2");
+    char arch[64];
     int bad = 0;
     if (!original_json)
-        bad |= set_fresh_defaults(o, c, llama);
+        bad |= set_fresh_defaults(o, llama);
+    bad |= df_cfg_write_rope(o, c) | df_cfg_write_window(o, c, !original_json);
     if (c->num_labels > 0) {
         /* transformers' form of one label: {"0": "LABEL_0"} and its inverse. */
-        bad |= json_object_set_new(o, "architectures",
-                                   json_pack("[s]", llama ? "LlamaForTokenClassification"
-                                                          : "Qwen2ForTokenClassification"));
+        snprintf(arch, sizeof arch, "%sForTokenClassification", class_prefix(c->model_type));
+        bad |= json_object_set_new(o, "architectures", json_pack("[s]", arch));
         bad |= json_object_set_new(o, "id2label", json_pack("{s:s}", "0", "LABEL_0"));
         bad |= json_object_set_new(o, "label2id", json_pack("{s:i}", "LABEL_0", 0));
         /* as verl's critic: transformers would otherwise put a 0.1 dropout before `score` */
@@ -382,8 +368,8 @@ int df_model_config_to_json(const df_model_config *c, const char *original_json,
         if (json_object_get(o, "num_labels"))
             bad |= json_object_set_new(o, "num_labels", json_integer(c->num_labels));
     } else {
-        bad |= json_object_set_new(o, "architectures",
-                                   json_pack("[s]", llama ? "LlamaForCausalLM" : "Qwen2ForCausalLM"));
+        snprintf(arch, sizeof arch, "%sForCausalLM", class_prefix(c->model_type));
+        bad |= json_object_set_new(o, "architectures", json_pack("[s]", arch));
     }
     bad |= json_object_set_new(o, "model_type", json_string(c->model_type));
     bad |= json_object_set_new(o, "vocab_size", json_integer(c->vocab_size));
@@ -393,16 +379,15 @@ int df_model_config_to_json(const df_model_config *c, const char *original_json,
     bad |= json_object_set_new(o, "num_attention_heads", json_integer(c->num_attention_heads));
     bad |= json_object_set_new(o, "num_key_value_heads", json_integer(c->num_key_value_heads));
     /* Qwen2Config has no head_dim: write it only when it is not the derived value. */
-    if (llama || json_object_get(o, "head_dim") ||
+    if (!qwen2 || json_object_get(o, "head_dim") ||
         c->head_dim * c->num_attention_heads != c->hidden_size)
         bad |= json_object_set_new(o, "head_dim", json_integer(c->head_dim));
     bad |= json_object_set_new(o, "max_position_embeddings",
                                json_integer(c->max_position_embeddings));
-    bad |= json_object_set_new(o, "rope_theta", json_real(c->rope_theta));
     bad |= json_object_set_new(o, "rms_norm_eps", json_real(c->rms_norm_eps));
     bad |= json_object_set_new(o, "initializer_range", json_real(c->initializer_range));
     bad |= json_object_set_new(o, "tie_word_embeddings", json_boolean(c->tie_word_embeddings));
-    if (llama || !c->attention_bias || json_object_get(o, "attention_bias"))
+    if (!qwen2 || !c->attention_bias || json_object_get(o, "attention_bias"))
         bad |= json_object_set_new(o, "attention_bias", json_boolean(c->attention_bias));
     if (c->bos_token_id >= 0)
         bad |= json_object_set_new(o, "bos_token_id", json_integer(c->bos_token_id));

@@ -1,9 +1,12 @@
 /*
- * Training forward pass of the Qwen2 / Llama decoder over packed sequences
- * (model.h), following HF transformers' modeling_qwen2.py:
+ * Training forward pass of the Qwen2 / Qwen3 / Llama decoder over packed sequences
+ * (model.h), following HF transformers' modeling_qwen2.py / modeling_qwen3.py:
  *   x = embed(ids); per layer:
- *     h = x + o_proj(attn(rope(q_proj(n1)), rope(k_proj(n1)), v_proj(n1))), n1 = rmsnorm1(x)
- *     x = h + down(silu(gate(n2)) * up(n2)),                                 n2 = rmsnorm2(h)
+ *     h = x + o_proj(attn(rope(qn(q_proj(n1))), rope(kn(k_proj(n1))), v_proj(n1))),
+ *                                                                        n1 = rmsnorm1(x)
+ *     x = h + down(silu(gate(n2)) * up(n2)),                             n2 = rmsnorm2(h)
+ *   with qn / kn the per-head RMSNorms of qwen3 (identity otherwise), o_proj's bias where
+ *   the model has one, and attention limited to the layer's window (df_model_layer_window).
  *   final rmsnorm and the head, for the output rows only: the LM head
  *   (df_model_forward) or a value model's score head (df_model_forward_values).
  */
@@ -38,7 +41,8 @@ void df_acts_free(df_acts *a)
                     a->rope_cos, a->rope_sin, a->mlp_a, a->mlp_b,  a->mlp_c,  a->dres,
                     a->dxn,   a->dq,     a->dk,       a->dv,       a->dao,    a->dxf,
                     a->dxnf,  a->lm_scratch, a->b_tokens, a->b_targets, a->b_pos, a->b_offsets,
-                    a->b_rows, a->b_io,  a->wblob};
+                    a->b_rows, a->b_io,  a->wblob, a->qraw,    a->kraw,   a->qrstd,  a->krstd,
+                    a->dqn,   a->dkn,    a->ones};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         a->be.ops->release(a->be.ctx, bufs[i]);
     free(a->pos);
@@ -70,26 +74,54 @@ int df_acts_set_bf16_matmul(df_acts *a, bool on)
     return rc ? df_error_wrap(rc, "df_acts_set_bf16_matmul") : DF_OK;
 }
 
-/* The RoPE table for every position the activations hold, in the backend's memory. */
+/* The RoPE table for every position the activations hold (the model's frequencies: plain or
+ * llama3-scaled), and the o_proj bias's column of ones, in the backend's memory. */
 static int rope_tables(df_acts *a)
 {
-    const int64_t n = a->max_tokens * (a->cfg.head_dim / 2);
-    if (a->be.ops->host_memory) {
-        df_rope_table(a->rope_cos, a->rope_sin, a->max_tokens, a->cfg.head_dim, a->cfg.rope_theta);
-        return DF_OK;
-    }
-    float *c = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    float *s = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    int rc = c && s ? DF_OK : df_error(DF_ENOMEM, "out of memory for the RoPE table");
+    const int64_t n = a->max_tokens * (a->cfg.head_dim / 2), T = a->max_tokens;
+    float inv_freq[DF_MAX_HEAD_DIM / 2];
+    df_rope_inv_freq(inv_freq, &a->cfg);
+    const bool host = a->be.ops->host_memory;
+    float *c = host ? a->rope_cos : malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    float *s = host ? a->rope_sin : malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    float *one = host ? a->ones : a->ones ? malloc((size_t)T * sizeof(float)) : NULL;
+    int rc = c && s && (one || !a->ones) ? DF_OK : df_error(DF_ENOMEM, "out of memory for the RoPE table");
     if (!rc) {
-        df_rope_table(c, s, a->max_tokens, a->cfg.head_dim, a->cfg.rope_theta);
-        rc = a->be.ops->upload(a->be.ctx, a->rope_cos, c, (size_t)n * sizeof(float));
+        df_rope_table_freq(c, s, a->max_tokens, a->cfg.head_dim, inv_freq);
+        for (int64_t t = 0; one && t < T; t++)
+            one[t] = 1.0f;
     }
-    if (!rc)
-        rc = a->be.ops->upload(a->be.ctx, a->rope_sin, s, (size_t)n * sizeof(float));
-    free(c);
-    free(s);
+    if (!rc && !host) {
+        rc = a->be.ops->upload(a->be.ctx, a->rope_cos, c, (size_t)n * sizeof(float));
+        if (!rc)
+            rc = a->be.ops->upload(a->be.ctx, a->rope_sin, s, (size_t)n * sizeof(float));
+        if (!rc && one)
+            rc = a->be.ops->upload(a->be.ctx, a->ones, one, (size_t)T * sizeof(float));
+    }
+    if (!host) {
+        free(c);
+        free(s);
+        free(one);
+    }
     return rc;
+}
+
+/* The q/k norms' saved inputs and statistics and their gradients' scratch (qwen3), the
+ * o_proj bias's ones (its GEMM adds it). */
+static void alloc_attention_extras(df_acts *a, int *fail)
+{
+    const df_model_config *c = &a->cfg;
+    const int64_t T = a->max_tokens, L = c->num_hidden_layers;
+    if (c->qk_norm) {
+        a->qraw = falloc(a, L * T * df_acts_qd(a), fail);
+        a->kraw = falloc(a, L * T * df_acts_kvd(a), fail);
+        a->qrstd = falloc(a, L * T * c->num_attention_heads, fail);
+        a->krstd = falloc(a, L * T * c->num_key_value_heads, fail);
+        a->dqn = falloc(a, T * df_acts_qd(a), fail);
+        a->dkn = falloc(a, T * df_acts_kvd(a), fail);
+    }
+    if (c->o_proj_bias)
+        a->ones = falloc(a, T, fail);
 }
 
 /* A device backend's copies of the batch and of the head's per-row inputs / outputs. */
@@ -129,6 +161,13 @@ int df_acts_create_on(const df_backend *be, const df_model_config *cfg, int64_t 
     if (cfg->head_dim > DF_MAX_HEAD_DIM)
         return df_error(DF_EUNSUPPORTED, "df_acts_create: head_dim %lld exceeds the supported %d",
                         (long long)cfg->head_dim, DF_MAX_HEAD_DIM);
+    /* The CPU's attention kernels take a window; the device ones do not yet (docs/cuda.md). */
+    if (!df_backend_is_cpu(be) && df_model_layer_window(cfg, cfg->num_hidden_layers - 1) > 0)
+        return df_error(DF_EUNSUPPORTED, "df_acts_create: sliding-window attention "
+                        "(use_sliding_window, sliding_window %lld from layer %lld) is not "
+                        "implemented on the %s backend; train this model on the cpu backend",
+                        (long long)cfg->sliding_window, (long long)cfg->max_window_layers,
+                        be->ops->name);
     df_acts *a = calloc(1, sizeof *a);
     if (!a)
         return df_error(DF_ENOMEM, "out of memory allocating activations");
@@ -178,6 +217,7 @@ int df_acts_create_on(const df_backend *be, const df_model_config *cfg, int64_t 
                            : a->be.ops->lmhead_scratch_floats(a->be.ctx, O, cfg->vocab_size, H),
                            &fail);
     alloc_batch_copies(a, &fail);
+    alloc_attention_extras(a, &fail);
     a->pos = malloc((size_t)T * sizeof(int32_t));
     a->gview_layers = calloc((size_t)L, sizeof(df_layer_view));
     if (fail || !a->pos || !a->gview_layers) {
@@ -338,17 +378,31 @@ static void layer_forward(const df_model_config *c, const df_layer_view *w, df_a
     float *att = a->att + l * MT * qd, *gate = a->gate + l * MT * I, *up = a->up + l * MT * I;
     float *xnext = a->x + (l + 1) * MT * H;
     const float eps = (float)c->rms_norm_eps;
+    df_backend_seqs seqs = bb->seqs;
+    seqs.window = df_model_layer_window(c, l);
 
     DF_BE(a, rmsnorm_fwd, xn1, a->rstd1 + l * MT, x, w->ln1, T, H, eps);
-    linear(a, q, xn1, w->wq, w->bq, T, qd, H);
-    linear(a, k, xn1, w->wk, w->bk, T, kvd, H);
+    if (c->qk_norm) {
+        /* qwen3's per-head RMSNorms (Qwen3RMSNorm over head_dim): [T, n hd] is T n rows of hd.
+         * The projections are kept for the norms' backward. */
+        float *qraw = a->qraw + l * MT * qd, *kraw = a->kraw + l * MT * kvd;
+        linear(a, qraw, xn1, w->wq, w->bq, T, qd, H);
+        linear(a, kraw, xn1, w->wk, w->bk, T, kvd, H);
+        DF_BE(a, rmsnorm_fwd, q, a->qrstd + l * MT * nh, qraw, w->q_norm, T * nh, hd, eps);
+        DF_BE(a, rmsnorm_fwd, k, a->krstd + l * MT * nkv, kraw, w->k_norm, T * nkv, hd, eps);
+    } else {
+        linear(a, q, xn1, w->wq, w->bq, T, qd, H);
+        linear(a, k, xn1, w->wk, w->bk, T, kvd, H);
+    }
     linear(a, v, xn1, w->wv, w->bv, T, kvd, H);
     DF_BE(a, rope_apply, q, bb->pos, T, nh, hd, a->rope_cos, a->rope_sin, false);
     DF_BE(a, rope_apply, k, bb->pos, T, nkv, hd, a->rope_cos, a->rope_sin, false);
-    DF_BE(a, attention_fwd, att, a->att_lse + l * MT * nh, q, k, v, &bb->seqs, nh, nkv, hd);
-    /* Residual adds ride on the GEMM's beta = 1. */
+    DF_BE(a, attention_fwd, att, a->att_lse + l * MT * nh, q, k, v, &seqs, nh, nkv, hd);
+    /* Residual adds ride on the GEMM's beta = 1; an o_proj bias on a rank-1 one (ones b^T). */
     DF_BE(a, copy, h, x, (size_t)(T * H) * sizeof(float));
     DF_BE(a, gemm, false, true, T, H, qd, 1.0f, att, w->wo, 1.0f, h);
+    if (w->bo)
+        DF_BE(a, gemm, false, false, T, H, 1, 1.0f, a->ones, w->bo, 1.0f, h);
     DF_BE(a, rmsnorm_fwd, xn2, a->rstd2 + l * MT, h, w->ln2, T, H, eps);
     linear(a, gate, xn2, w->w_gate, NULL, T, I, H);
     linear(a, up, xn2, w->w_up, NULL, T, I, H);

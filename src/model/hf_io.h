@@ -33,6 +33,41 @@ void df_format_double_py(double v, char *buf, size_t cap);
  */
 int df_model_config_to_json(const df_model_config *cfg, const char *original_json, char **out);
 
+/* ---- config.json reading (config_json.c), for the readers of its parts ---- */
+
+/** "an object", "a string", ...: v's JSON type in messages. */
+const char *df_cfg_type_name(const json_t *v);
+/** root[key], NULL when absent or null (HF writes null for "use the default"). */
+json_t *df_cfg_get(json_t *root, const char *key);
+/** DF_EINVAL: "src: key \"key\" must be <want>, got <type of v>". */
+int df_cfg_wrong_type(const char *src, const char *key, const char *want, const json_t *v);
+/** root[key] into *out when present (else *out unchanged, or DF_EINVAL when required). */
+int df_cfg_get_int(json_t *root, const char *src, const char *key, bool required, int64_t *out);
+int df_cfg_get_num(json_t *root, const char *src, const char *key, double *out);
+int df_cfg_get_bool(json_t *root, const char *src, const char *key, bool *out);
+
+/* ---- positions: RoPE and the sliding window (config_pos.c) ---- */
+
+/**
+ * rope_theta, rope_scaling and transformers 5's rope_parameters (its rope_theta wins, as in
+ * standardize_rope_params) into c->rope_*. Types "default" and "llama3" (its four keys
+ * required); any other type is DF_EUNSUPPORTED naming it; both rope_scaling and
+ * rope_parameters given: DF_EUNSUPPORTED. Errors name src and the key.
+ */
+int df_cfg_parse_rope(json_t *root, const char *src, df_model_config *c);
+/**
+ * use_sliding_window, sliding_window, max_window_layers and layer_types (HF Qwen2Config /
+ * Qwen3Config: a window applies when use_sliding_window and sliding_window are set, to the
+ * layers layer_types marks "sliding_attention", by default those with index >=
+ * max_window_layers). layer_types must be full layers then windowed ones (DF_EUNSUPPORTED
+ * otherwise); llama with use_sliding_window true: DF_EUNSUPPORTED.
+ */
+int df_cfg_parse_window(json_t *root, const char *src, df_model_config *c);
+/** Write c's RoPE keys into o (rope_parameters when o has it, else rope_theta / rope_scaling). */
+int df_cfg_write_rope(json_t *o, const df_model_config *c);
+/** Write c's sliding-window keys into o (qwen2 / qwen3); `fresh`: o is a new file. */
+int df_cfg_write_window(json_t *o, const df_model_config *c, bool fresh);
+
 /** Value written as "transformers_version" when the original has none. */
 #define DF_HF_TRANSFORMERS_VERSION "4.46.0"
 

@@ -11,14 +11,14 @@
 DF_KDISPATCH_VOID(df_attention_fwd,
                   (float *out, float *lse, const float *q, const float *k, const float *v,
                    const int64_t *seq_offsets, int64_t n_seqs, int64_t nh, int64_t nkv,
-                   int64_t hd),
-                  (out, lse, q, k, v, seq_offsets, n_seqs, nh, nkv, hd))
+                   int64_t hd, int64_t window),
+                  (out, lse, q, k, v, seq_offsets, n_seqs, nh, nkv, hd, window))
 DF_KDISPATCH_VOID(df_attention_bwd,
                   (float *dq, float *dk, float *dv, const float *dout, const float *out,
                    const float *lse, const float *q, const float *k, const float *v,
                    const int64_t *seq_offsets, int64_t n_seqs, int64_t nh, int64_t nkv,
-                   int64_t hd),
-                  (dq, dk, dv, dout, out, lse, q, k, v, seq_offsets, n_seqs, nh, nkv, hd))
+                   int64_t hd, int64_t window),
+                  (dq, dk, dv, dout, out, lse, q, k, v, seq_offsets, n_seqs, nh, nkv, hd, window))
 
 /* ops_basic.c */
 DF_KDISPATCH_VOID(df_embedding_fwd,
@@ -38,6 +38,9 @@ DF_KDISPATCH_VOID(df_rmsnorm_bwd,
 DF_KDISPATCH_VOID(df_rope_table,
                   (float *cos_t, float *sin_t, int64_t n_pos, int64_t hd, double theta),
                   (cos_t, sin_t, n_pos, hd, theta))
+DF_KDISPATCH_VOID(df_rope_table_freq,
+                  (float *cos_t, float *sin_t, int64_t n_pos, int64_t hd, const float *inv_freq),
+                  (cos_t, sin_t, n_pos, hd, inv_freq))
 DF_KDISPATCH_VOID(df_rope_apply,
                   (float *x, const int32_t *pos, int64_t T, int64_t n_heads, int64_t hd,
                    const float *cos_t, const float *sin_t, bool inverse),

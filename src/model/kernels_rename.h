@@ -22,6 +22,7 @@
 #define df_rmsnorm_fwd DF_KSYM(df_rmsnorm_fwd)
 #define df_rmsnorm_bwd DF_KSYM(df_rmsnorm_bwd)
 #define df_rope_table DF_KSYM(df_rope_table)
+#define df_rope_table_freq DF_KSYM(df_rope_table_freq)
 #define df_rope_apply DF_KSYM(df_rope_apply)
 #define df_rope_fwd DF_KSYM(df_rope_fwd)
 #define df_rope_bwd DF_KSYM(df_rope_bwd)

@@ -27,16 +27,63 @@ void df_model_config_defaults(df_model_config *c)
     c->initializer_range = 0.02;
     c->tie_word_embeddings = false;
     c->attention_bias = true;
+    c->rope_type = DF_ROPE_DEFAULT;
+    c->max_window_layers = 28;
     c->bos_token_id = -1;
     c->n_eos = 0;
     c->torch_dtype = DF_DTYPE_F32;
 }
 
+/* The attention features each model_type has in Hugging Face: qwen2 q/k/v biases only; llama and
+   qwen3 an o_proj bias exactly when they have q/k/v ones; q/k norms exactly in qwen3. */
+static int validate_type(const df_model_config *c)
+{
+    bool qwen2 = !strcmp(c->model_type, "qwen2"), qwen3 = !strcmp(c->model_type, "qwen3");
+    if (!qwen2 && !qwen3 && strcmp(c->model_type, "llama"))
+        return df_error(DF_EUNSUPPORTED, "model_type \"%s\" is not supported (qwen2, qwen3, llama)",
+                        c->model_type);
+    if (c->qk_norm != qwen3)
+        return df_error(DF_EINVAL, "%s: q/k norms are %s (qwen3 has them, qwen2 and llama do not)",
+                        c->model_type, c->qk_norm ? "set" : "not set");
+    if (qwen2 ? c->o_proj_bias : c->o_proj_bias != c->attention_bias)
+        return df_error(DF_EINVAL, "%s: an o_proj bias %s", c->model_type,
+                        qwen2 ? "does not exist in qwen2"
+                              : "goes with the q/k/v biases (attention_bias) in llama and qwen3");
+    return DF_OK;
+}
+
+/* RoPE scaling and the sliding window. */
+static int validate_positions(const df_model_config *c)
+{
+    if (c->rope_type == DF_ROPE_LLAMA3 &&
+        (!(c->rope_factor > 0) || !(c->rope_low_freq_factor > 0) ||
+         !(c->rope_high_freq_factor > c->rope_low_freq_factor) || c->rope_original_max_pos <= 0))
+        return df_error(DF_EINVAL, "llama3 rope scaling needs factor > 0, 0 < low_freq_factor < "
+                        "high_freq_factor and original_max_position_embeddings > 0 (got %g, %g, %g, %lld)",
+                        c->rope_factor, c->rope_low_freq_factor, c->rope_high_freq_factor,
+                        (long long)c->rope_original_max_pos);
+    if (c->rope_type != DF_ROPE_DEFAULT && c->rope_type != DF_ROPE_LLAMA3)
+        return df_error(DF_EINVAL, "rope_type %d is not a df_rope_type", (int)c->rope_type);
+    if (c->sliding_window < 0 || c->max_window_layers < 0)
+        return df_error(DF_EINVAL, "sliding_window (%lld) and max_window_layers (%lld) must be >= 0",
+                        (long long)c->sliding_window, (long long)c->max_window_layers);
+    if (c->sliding_window > 0 && !strcmp(c->model_type, "llama"))
+        return df_error(DF_EINVAL, "llama has no sliding-window attention");
+    return DF_OK;
+}
+
+int64_t df_model_layer_window(const df_model_config *c, int64_t layer)
+{
+    return c->sliding_window > 0 && layer >= c->max_window_layers ? c->sliding_window : 0;
+}
+
 int df_model_config_validate(const df_model_config *c)
 {
-    if (strcmp(c->model_type, "qwen2") && strcmp(c->model_type, "llama"))
-        return df_error(DF_EUNSUPPORTED, "model_type \"%s\" is not supported (qwen2, llama)",
-                        c->model_type);
+    int rc = validate_type(c);
+    if (!rc)
+        rc = validate_positions(c);
+    if (rc)
+        return rc;
     struct { const char *k; int64_t v; } pos[] = {
         {"vocab_size", c->vocab_size},
         {"hidden_size", c->hidden_size},
@@ -95,12 +142,16 @@ int df_model_param_count(const df_model_config *c, int64_t *total, int64_t *n_te
          count_add(&layer, 3, I, H);
     if (c->attention_bias)
         ok = ok && count_add(&layer, 1, q, 1) && count_add(&layer, 2, kv, 1);
+    if (c->o_proj_bias)
+        ok = ok && count_add(&layer, 1, H, 1);
+    if (c->qk_norm)
+        ok = ok && count_add(&layer, 2, c->head_dim, 1);
     ok = ok && count_add(&sum, L, layer, 1) && count_add(&sum, 1, V, H) && count_add(&sum, 1, H, 1);
     if (c->num_labels > 0)
         ok = ok && count_add(&sum, 1, c->num_labels, H) && count_add(&sum, 1, c->num_labels, 1);
     else if (!c->tie_word_embeddings)
         ok = ok && count_add(&sum, 1, V, H);
-    const int64_t per_layer = c->attention_bias ? 12 : 9;
+    const int64_t per_layer = 9 + 3 * c->attention_bias + c->o_proj_bias + 2 * c->qk_norm;
     if (!ok || L > (INT_MAX - 4) / per_layer)
         return df_error(DF_EINVAL,
                         "the model's size overflows: %lld layers of hidden_size %lld, intermediate_size %lld, "
@@ -167,6 +218,9 @@ int df_model_layout(const df_model_config *c, df_param_desc **descs, int *n, int
         L("self_attn.v_proj.weight", kv, H);
         if (c->attention_bias) L("self_attn.v_proj.bias", kv, 0);
         L("self_attn.o_proj.weight", H, q);
+        if (c->o_proj_bias) L("self_attn.o_proj.bias", H, 0);
+        if (c->qk_norm) L("self_attn.q_norm.weight", c->head_dim, 0);
+        if (c->qk_norm) L("self_attn.k_norm.weight", c->head_dim, 0);
         L("post_attention_layernorm.weight", H, 0);
         L("mlp.gate_proj.weight", I, H);
         L("mlp.up_proj.weight", I, H);
@@ -212,6 +266,9 @@ void df_model_view_of(const df_model *m, float *blob, df_model_view *v)
         l->wv = blob + d[k++].offset;
         l->bv = c->attention_bias ? blob + d[k++].offset : NULL;
         l->wo = blob + d[k++].offset;
+        l->bo = c->o_proj_bias ? blob + d[k++].offset : NULL;
+        l->q_norm = c->qk_norm ? blob + d[k++].offset : NULL;
+        l->k_norm = c->qk_norm ? blob + d[k++].offset : NULL;
         l->ln2 = blob + d[k++].offset;
         l->w_gate = blob + d[k++].offset;
         l->w_up = blob + d[k++].offset;
@@ -312,7 +369,8 @@ static void init_tensor(df_model *m, int t, uint64_t seed)
     const df_param_desc *d = &m->tensors[t];
     float *p = m->params + d->offset;
     const char *nm = d->name;
-    bool is_norm = strstr(nm, "layernorm") || !strcmp(nm, "model.norm.weight");
+    bool is_norm = strstr(nm, "layernorm") || !strcmp(nm, "model.norm.weight") ||
+                   df_ends_with(nm, "_norm.weight"); /* qwen3's q_norm / k_norm */
     bool is_bias = df_ends_with(nm, ".bias");
     if (is_norm) {
         for (int64_t i = 0; i < d->numel; i++)

@@ -11,6 +11,8 @@
 #ifndef DF_MODEL_OPS_H
 #define DF_MODEL_OPS_H
 
+#include "distflow/model.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -124,6 +126,18 @@ void df_rmsnorm_bwd(float *dx, float *dw, const float *dout, const float *x, con
 
 /** cos_t, sin_t [n_pos, hd/2]: the rotation of positions 0 .. n_pos-1. */
 void df_rope_table(float *cos_t, float *sin_t, int64_t n_pos, int64_t hd, double theta);
+/** As df_rope_table with the frequencies inv_freq[hd/2] (df_rope_inv_freq) instead of theta. */
+void df_rope_table_freq(float *cos_t, float *sin_t, int64_t n_pos, int64_t hd,
+                        const float *inv_freq);
+/**
+ * inv_freq[c->head_dim / 2] of c's RoPE in float32 (not a per-variant kernel: src/model/rope.c):
+ * DF_ROPE_DEFAULT 1 / theta^(2i / hd); DF_ROPE_LLAMA3 those rescaled as HF's
+ * _compute_llama3_parameters (wavelength 2 pi / f above original_max_position_embeddings /
+ * low_freq_factor: f / factor; below original_max_position_embeddings / high_freq_factor: f;
+ * between: (1 - s) f / factor + s f with s = (original / wavelength - low) / (high - low)),
+ * each operation in float32 as PyTorch evaluates it.
+ */
+void df_rope_inv_freq(float *inv_freq, const df_model_config *c);
 /**
  * In place on x[T, n_heads * hd] with table rows pos[t] (< the table's n_pos).
  * inverse = true rotates by the negative angle: the backward pass (the
@@ -144,23 +158,27 @@ void df_rope_bwd(float *dx, const int32_t *pos, int64_t T, int64_t n_heads, int6
  * out[T, nh*hd] = softmax(q k^T / sqrt(hd) + causal mask) v, computed per
  * sequence [seq_offsets[s], seq_offsets[s+1]) and per head, with GQA (query head
  * h reads kv head h / (nh / nkv)). q: [T, nh*hd], k, v: [T, nkv*hd].
+ * window > 0 limits the mask to a sliding window: the query at position i of its
+ * sequence sees keys i - window < j <= i (HF masking_utils sliding_window_overlay and
+ * causal_mask_function); 0: all j <= i.
  * lse[T, nh] receives each row's log-sum-exp of the scaled scores (saved for
  * the backward pass); the [L, L] score matrix is never stored. Scale
  * 1 / sqrt(hd) as HF's eager attention. hd <= DF_MAX_HEAD_DIM. Parallel over
- * (sequence, head). Reference: FlashAttention-2 (Dao 2023), Algorithm 1.
+ * (sequence, head). Reference: FlashAttention-2 (Dao 2023), Algorithm 1; key tiles
+ * wholly outside a row's window are skipped.
  */
 void df_attention_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
                       const int64_t *seq_offsets, int64_t n_seqs, int64_t nh, int64_t nkv,
-                      int64_t hd);
+                      int64_t hd, int64_t window);
 /**
  * dq, dk, dv (same shapes as q, k, v) are OVERWRITTEN, given dout and the
- * forward's out and lse. Recomputes probabilities tile by tile
+ * forward's out and lse (and its window). Recomputes probabilities tile by tile
  * (FlashAttention-2, Algorithm 2). Parallel over (sequence, kv head).
  */
 void df_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out,
                       const float *lse, const float *q, const float *k, const float *v,
                       const int64_t *seq_offsets, int64_t n_seqs, int64_t nh, int64_t nkv,
-                      int64_t hd);
+                      int64_t hd, int64_t window);
 
 /* ---- SwiGLU MLP activation (Shazeer 2020) ---------------------------------- */
 

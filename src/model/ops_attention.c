@@ -1,5 +1,6 @@
 /*
- * Causal attention over packed variable-length sequences, flash-attention
+ * Causal attention over packed variable-length sequences (optionally limited to a sliding
+ * window of the last W keys), flash-attention
  * style (Dao 2023, FlashAttention-2, Alg. 1 forward / Alg. 2 backward): keys are
  * visited in tiles of BK with an online softmax, the row log-sum-exp is saved,
  * and the backward pass recomputes probabilities from it. No [L, L] matrix
@@ -42,10 +43,26 @@ static ALWAYS_INLINE void row_dot_tile(float *restrict s, const float *restrict 
 
 #define BQ 64 /* query rows whose running max / sum are kept while keys stream by */
 
+/* The first key row i sees in the tile at k0, as a tile offset: 0, or past the keys that left
+ * its window (row - W < j). */
+static ALWAYS_INLINE int64_t first_visible(int64_t i, int64_t k0, int64_t window)
+{
+    int64_t j0 = window > 0 ? i - window + 1 - k0 : 0;
+    return j0 > 0 ? j0 : 0;
+}
+
+/* The first key tile (a multiple of BK) rows from q0 on can see. */
+static ALWAYS_INLINE int64_t first_tile(int64_t q0, int64_t window)
+{
+    int64_t j = window > 0 ? q0 - window + 1 : 0;
+    return j > 0 ? j / BK * BK : 0;
+}
+
 /* One (sequence, head): rows [r0, r0 + L). Output rows double as accumulators. */
 static ALWAYS_INLINE void attn_fwd_head(float *out, float *lse, const float *q, const float *k,
                                         const float *v, int64_t r0, int64_t L, int64_t h,
-                                        int64_t kvh, int64_t nh, int64_t nkv, int64_t hd)
+                                        int64_t kvh, int64_t nh, int64_t nkv, int64_t hd,
+                                        int64_t window)
 {
     const int64_t ldq = nh * hd, ldk = nkv * hd;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -61,22 +78,25 @@ static ALWAYS_INLINE void attn_fwd_head(float *out, float *lse, const float *q, 
             l[i - q0] = 0.0f;
             memset(oh + i * ldq, 0, (size_t)hd * sizeof(float));
         }
-        for (int64_t k0 = 0; k0 < q1; k0 += BK) {
+        for (int64_t k0 = first_tile(q0, window); k0 < q1; k0 += BK) {
             int64_t nk = L - k0 < BK ? L - k0 : BK;
             df_attn_tile_t(kt, kh, ldk, k0, nk, hd);
             for (int64_t i = q0 > k0 ? q0 : k0; i < q1; i++) {
+                int64_t nv = i - k0 + 1 < nk ? i - k0 + 1 : nk; /* causal: keys <= i */
+                int64_t j0 = first_visible(i, k0, window);
+                if (j0 >= nv) /* the whole tile left row i's window */
+                    continue;
                 float *oi = oh + i * ldq;
                 float s[BK];
                 row_dot_tile(s, qh + i * ldq, kt, hd, scale);
-                int64_t nv = i - k0 + 1 < nk ? i - k0 + 1 : nk; /* causal: keys <= i */
                 float mb = -INFINITY;
-                for (int64_t j = 0; j < nv; j++)
+                for (int64_t j = j0; j < nv; j++)
                     mb = s[j] > mb ? s[j] : mb;
                 float m_old = m[i - q0], m_new = mb > m_old ? mb : m_old;
                 float alpha = df_expf(m_old - m_new); /* 0 on the first tile */
                 float psum = 0.0f;
 #pragma omp simd reduction(+ : psum)
-                for (int64_t j = 0; j < nv; j++) {
+                for (int64_t j = j0; j < nv; j++) {
                     s[j] = df_expf(s[j] - m_new);
                     psum += s[j];
                 }
@@ -87,7 +107,7 @@ static ALWAYS_INLINE void attn_fwd_head(float *out, float *lse, const float *q, 
                     for (int64_t d = 0; d < hd; d++)
                         oi[d] *= alpha;
                 }
-                for (int64_t j = 0; j < nv; j++) {
+                for (int64_t j = j0; j < nv; j++) {
                     const float *vj = vh + (k0 + j) * ldk;
                     float pj = s[j];
 #pragma omp simd
@@ -108,7 +128,7 @@ static ALWAYS_INLINE void attn_fwd_head(float *out, float *lse, const float *q, 
 
 void df_attention_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
                       const int64_t *seq_offsets, int64_t n_seqs, int64_t nh, int64_t nkv,
-                      int64_t hd)
+                      int64_t hd, int64_t window)
 {
     assert(hd <= DF_MAX_HEAD_DIM && nh % nkv == 0);
     const int64_t grp = nh / nkv;
@@ -117,9 +137,9 @@ void df_attention_fwd(float *out, float *lse, const float *q, const float *k, co
         int64_t s = task / nh, h = task % nh;
         int64_t r0 = seq_offsets[s], L = seq_offsets[s + 1] - r0;
         if (hd % 16 == 0)
-            df_attn_vec_fwd_head(out, lse, q, k, v, r0, L, h, h / grp, nh, nkv, hd);
+            df_attn_vec_fwd_head(out, lse, q, k, v, r0, L, h, h / grp, nh, nkv, hd, window);
         else
-            attn_fwd_head(out, lse, q, k, v, r0, L, h, h / grp, nh, nkv, hd);
+            attn_fwd_head(out, lse, q, k, v, r0, L, h, h / grp, nh, nkv, hd, window);
     }
 }
 
@@ -135,7 +155,7 @@ static ALWAYS_INLINE void attn_bwd_group(float *dq, float *dk, float *dv, const 
                                          const float *out, const float *lse, const float *q,
                                          const float *k, const float *v, int64_t r0,
                                          int64_t L, int64_t kvh, int64_t nh, int64_t nkv,
-                                         int64_t hd)
+                                         int64_t hd, int64_t window)
 {
     const int64_t ldq = nh * hd, ldk = nkv * hd, grp = nh / nkv;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -156,7 +176,13 @@ static ALWAYS_INLINE void attn_bwd_group(float *dq, float *dk, float *dv, const 
             const float *qh = q + r0 * ldq + h * hd, *oh = out + r0 * ldq + h * hd;
             const float *doh = dout + r0 * ldq + h * hd;
             float *dqh = dq + r0 * ldq + h * hd;
-            for (int64_t i = k0; i < L; i++) {
+            /* rows past k0 + nk - 1 + W see none of the tile's keys */
+            int64_t i1 = window > 0 && k0 + nk - 1 + window < L ? k0 + nk - 1 + window : L;
+            for (int64_t i = k0; i < i1; i++) {
+                int64_t nv = i - k0 + 1 < nk ? i - k0 + 1 : nk;
+                int64_t j0 = first_visible(i, k0, window);
+                if (j0 >= nv)
+                    continue;
                 const float *qi = qh + i * ldq, *doi = doh + i * ldq, *oi = oh + i * ldq;
                 float *dqi = dqh + i * ldq;
                 float Di = 0.0f;
@@ -167,13 +193,12 @@ static ALWAYS_INLINE void attn_bwd_group(float *dq, float *dk, float *dv, const 
                 row_dot_tile(p, qi, kt, hd, scale);
                 row_dot_tile(dp, doi, vt, hd, 1.0f);
                 float li = lse[(r0 + i) * nh + h];
-                int64_t nv = i - k0 + 1 < nk ? i - k0 + 1 : nk;
 #pragma omp simd
-                for (int64_t j = 0; j < nv; j++) {
+                for (int64_t j = j0; j < nv; j++) {
                     p[j] = df_expf(p[j] - li);
                     dp[j] = p[j] * (dp[j] - Di) * scale; /* scaled dS */
                 }
-                for (int64_t j = 0; j < nv; j++) {
+                for (int64_t j = j0; j < nv; j++) {
                     const float *kj = kh + (k0 + j) * ldk;
                     float *dkj = dkh + (k0 + j) * ldk, *dvj = dvh + (k0 + j) * ldk;
                     float pj = p[j], dsj = dp[j];
@@ -192,7 +217,7 @@ static ALWAYS_INLINE void attn_bwd_group(float *dq, float *dk, float *dv, const 
 void df_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out,
                       const float *lse, const float *q, const float *k, const float *v,
                       const int64_t *seq_offsets, int64_t n_seqs, int64_t nh, int64_t nkv,
-                      int64_t hd)
+                      int64_t hd, int64_t window)
 {
     assert(hd <= DF_MAX_HEAD_DIM && nh % nkv == 0);
 #pragma omp parallel for schedule(dynamic, 1)
@@ -200,8 +225,9 @@ void df_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const 
         int64_t s = task / nkv, g = task % nkv;
         int64_t r0 = seq_offsets[s], L = seq_offsets[s + 1] - r0;
         if (hd % 16 == 0)
-            df_attn_vec_bwd_group(dq, dk, dv, dout, out, lse, q, k, v, r0, L, g, nh, nkv, hd);
+            df_attn_vec_bwd_group(dq, dk, dv, dout, out, lse, q, k, v, r0, L, g, nh, nkv, hd,
+                                  window);
         else
-            attn_bwd_group(dq, dk, dv, dout, out, lse, q, k, v, r0, L, g, nh, nkv, hd);
+            attn_bwd_group(dq, dk, dv, dout, out, lse, q, k, v, r0, L, g, nh, nkv, hd, window);
     }
 }

@@ -45,16 +45,20 @@ static ALWAYS_INLINE void scores(df_v16 s[RB][2], const float *const a[RB], cons
     }
 }
 
-/* Lanes of key tile k0 that row `row` may see: k0 + j <= row and j < nk. */
-static ALWAYS_INLINE void mask_row(df_v16 s[2], int64_t k0, int64_t nk, int64_t row, float fill)
+/* Lanes of key tile k0 that row `row` may see: k0 + j <= row, j < nk and, with a window W,
+ * row - W < k0 + j. */
+static ALWAYS_INLINE void mask_row(df_v16 s[2], int64_t k0, int64_t nk, int64_t row,
+                                   int64_t window, float fill)
 {
     int64_t lim = row - k0 < nk - 1 ? row - k0 : nk - 1; /* last visible lane */
-    if (lim >= BK - 1)
+    int64_t first = window > 0 ? row - window + 1 - k0 : 0; /* first visible lane */
+    if (lim >= BK - 1 && first <= 0)
         return;
+    first = first < 0 ? 0 : first > BK ? BK : first;
     const df_v16i iota = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-    df_v16i l = (df_v16i){0} + (int32_t)lim;
-    s[0] = df_v16_select(iota <= l, s[0], df_v16_set1(fill));
-    s[1] = df_v16_select(iota + 16 <= l, s[1], df_v16_set1(fill));
+    df_v16i l = (df_v16i){0} + (int32_t)lim, f = (df_v16i){0} + (int32_t)first;
+    s[0] = df_v16_select((iota <= l) & (iota >= f), s[0], df_v16_set1(fill));
+    s[1] = df_v16_select((iota + 16 <= l) & (iota + 16 >= f), s[1], df_v16_set1(fill));
 }
 
 /*
@@ -97,7 +101,8 @@ static ALWAYS_INLINE void weighted_rows(float *const rows_out[RB], const float w
 
 static ALWAYS_INLINE void fwd_head(float *out, float *lse, const float *q, const float *k,
                                    const float *v, int64_t r0, int64_t L, int64_t h,
-                                   int64_t kvh, int64_t nh, int64_t nkv, int64_t hd)
+                                   int64_t kvh, int64_t nh, int64_t nkv, int64_t window,
+                                   int64_t hd)
 {
     const int64_t ldq = nh * hd, ldk = nkv * hd;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -113,11 +118,17 @@ static ALWAYS_INLINE void fwd_head(float *out, float *lse, const float *q, const
             l[i] = 0.0f;
             memset(oh + (q0 + i) * ldq, 0, (size_t)hd * sizeof(float));
         }
-        for (int64_t k0 = 0; k0 <= last; k0 += BK) {
+        /* With a window, keys before q0 - W + 1 are seen by no row of the block. */
+        int64_t kfirst = window > 0 && q0 - window + 1 > 0 ? (q0 - window + 1) / BK * BK : 0;
+        for (int64_t k0 = kfirst; k0 <= last; k0 += BK) {
             const int64_t nk = L - k0 < BK ? L - k0 : BK;
+            /* rows past k0 + nk - 1 + W see nothing of this tile (W > 0) */
+            const int64_t rlast = window > 0 && k0 + nk - 2 + window < last ? k0 + nk - 2 + window
+                                                                            : last;
             df_attn_tile_t(kt, kh, ldk, k0, nk, hd);
-            /* Rows before k0 see nothing of this tile; the rest see at least key k0. */
-            for (int64_t i0 = q0 > k0 ? q0 : k0; i0 <= last; i0 += RB) {
+            /* Rows before k0 see nothing of this tile; without a window the rest see at least
+               key k0, with one a row may see none of it (the masked case below). */
+            for (int64_t i0 = q0 > k0 ? q0 : k0; i0 <= rlast; i0 += RB) {
                 int64_t row[RB];
                 const float *qa[RB];
                 float *dst[RB];
@@ -134,13 +145,15 @@ static ALWAYS_INLINE void fwd_head(float *out, float *lse, const float *q, const
                 for (int r = 0; r < RB; r++) {
                     s[r][0] *= scale;
                     s[r][1] *= scale;
-                    mask_row(s[r], k0, nk, row[r], -INFINITY);
+                    mask_row(s[r], k0, nk, row[r], window, -INFINITY);
                     int64_t si = row[r] - q0;
                     float mb = df_v16_hmax(df_v16_max(s[r][0], s[r][1]));
                     float m_new = mb > m[si] ? mb : m[si];
-                    df_v16 mn = df_v16_set1(m_new);
+                    /* nothing seen yet (all masked so far): weights 0, state unchanged */
+                    const bool none = m_new == -INFINITY;
+                    df_v16 mn = df_v16_set1(none ? 0.0f : m_new);
                     df_v16 p0 = df_v16_exp(s[r][0] - mn), p1 = df_v16_exp(s[r][1] - mn);
-                    alpha[r] = df_expf(m[si] - m_new); /* 0 on the first tile */
+                    alpha[r] = none ? 1.0f : df_expf(m[si] - m_new); /* 0 on the first tile */
                     if (dst[r]) {
                         l[si] = l[si] * alpha[r] + df_v16_hsum(p0 + p1);
                         m[si] = m_new;
@@ -148,7 +161,7 @@ static ALWAYS_INLINE void fwd_head(float *out, float *lse, const float *q, const
                     df_v16_store(p[r], p0);
                     df_v16_store(p[r] + 16, p1);
                 }
-                int64_t nj = last - k0 + 1 < nk ? last - k0 + 1 : nk;
+                int64_t nj = rlast - k0 + 1 < nk ? rlast - k0 + 1 : nk;
                 weighted_rows(dst, p, vh + k0 * ldk, ldk, nj, hd, alpha);
             }
         }
@@ -200,7 +213,8 @@ static ALWAYS_INLINE float dot_hd(const float *a, const float *b, int64_t hd)
 static ALWAYS_INLINE void bwd_group(float *dq, float *dk, float *dv, const float *dout,
                                     const float *out, const float *lse, const float *q,
                                     const float *k, const float *v, int64_t r0, int64_t L,
-                                    int64_t kvh, int64_t nh, int64_t nkv, int64_t hd)
+                                    int64_t kvh, int64_t nh, int64_t nkv, int64_t window,
+                                    int64_t hd)
 {
     const int64_t ldq = nh * hd, ldk = nkv * hd, grp = nh / nkv, last = L - 1;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -217,20 +231,22 @@ static ALWAYS_INLINE void bwd_group(float *dq, float *dk, float *dv, const float
         const int64_t nk = L - k0 < BK ? L - k0 : BK;
         df_attn_tile_t(kt, kh, ldk, k0, nk, hd);
         df_attn_tile_t(vt, vh, ldk, k0, nk, hd);
+        /* rows past k0 + nk - 1 + W see nothing of this tile (W > 0) */
+        const int64_t rlast = window > 0 && k0 + nk - 2 + window < last ? k0 + nk - 2 + window : last;
         for (int64_t h = kvh * grp; h < (kvh + 1) * grp; h++) {
             const float *qh = q + r0 * ldq + h * hd, *oh = out + r0 * ldq + h * hd;
             const float *doh = dout + r0 * ldq + h * hd;
             float *dqh = dq + r0 * ldq + h * hd;
-            for (int64_t i0 = k0; i0 <= last; i0 += RB) {
+            for (int64_t i0 = k0; i0 <= rlast; i0 += RB) {
                 int64_t row[RB];
                 const float *qa[RB], *da[RB];
                 float *dst[RB];
                 #pragma GCC unroll 4
                 for (int r = 0; r < RB; r++) {
-                    row[r] = i0 + r <= last ? i0 + r : last;
+                    row[r] = i0 + r <= rlast ? i0 + r : rlast;
                     qa[r] = qh + row[r] * ldq;
                     da[r] = doh + row[r] * ldq;
-                    dst[r] = i0 + r <= last ? dqh + row[r] * ldq : NULL;
+                    dst[r] = i0 + r <= rlast ? dqh + row[r] * ldq : NULL;
                 }
                 df_v16 s[RB][2], dp[RB][2];
                 scores(s, qa, kt, hd);
@@ -247,7 +263,7 @@ static ALWAYS_INLINE void bwd_group(float *dq, float *dk, float *dv, const float
                     df_v16 li = df_v16_set1(lse[(r0 + row[r]) * nh + h]);
                     s[r][0] *= scale;
                     s[r][1] *= scale;
-                    mask_row(s[r], k0, nk, row[r], -INFINITY);
+                    mask_row(s[r], k0, nk, row[r], window, -INFINITY);
                     #pragma GCC unroll 2
                     for (int c = 0; c < 2; c++) {
                         df_v16 pv = df_v16_exp(s[r][c] - li);
@@ -255,7 +271,7 @@ static ALWAYS_INLINE void bwd_group(float *dq, float *dk, float *dv, const float
                         df_v16_store(DS[r] + 16 * c, pv * (dp[r][c] - Di) * scale);
                     }
                 }
-                int64_t hi = i0 + RB - 1 < last ? i0 + RB - 1 : last;
+                int64_t hi = i0 + RB - 1 < rlast ? i0 + RB - 1 : rlast;
                 int64_t nj = hi - k0 + 1 < nk ? hi - k0 + 1 : nk;
                 weighted_rows(dst, DS, kh + k0 * ldk, ldk, nj, hd, ones);
                 outer_acc(dkh + k0 * ldk, ldk, DS, qa, nj, hd);
@@ -278,15 +294,16 @@ static ALWAYS_INLINE void bwd_group(float *dq, float *dk, float *dv, const float
 
 void df_attn_vec_fwd_head(float *out, float *lse, const float *q, const float *k,
                           const float *v, int64_t r0, int64_t L, int64_t h, int64_t kvh,
-                          int64_t nh, int64_t nkv, int64_t hd)
+                          int64_t nh, int64_t nkv, int64_t hd, int64_t window)
 {
-    DISPATCH_HD16(fwd_head, hd, out, lse, q, k, v, r0, L, h, kvh, nh, nkv);
+    DISPATCH_HD16(fwd_head, hd, out, lse, q, k, v, r0, L, h, kvh, nh, nkv, window);
 }
 
 void df_attn_vec_bwd_group(float *dq, float *dk, float *dv, const float *dout, const float *out,
                            const float *lse, const float *q, const float *k, const float *v,
                            int64_t r0, int64_t L, int64_t kvh, int64_t nh, int64_t nkv,
-                           int64_t hd)
+                           int64_t hd, int64_t window)
 {
-    DISPATCH_HD16(bwd_group, hd, dq, dk, dv, dout, out, lse, q, k, v, r0, L, kvh, nh, nkv);
+    DISPATCH_HD16(bwd_group, hd, dq, dk, dv, dout, out, lse, q, k, v, r0, L, kvh, nh, nkv,
+                  window);
 }

@@ -104,17 +104,26 @@ static float rope_inv_freq(int64_t i, int64_t hd, double theta)
     return 1.0f / powf((float)theta, e);
 }
 
-void df_rope_table(float *cos_t, float *sin_t, int64_t n_pos, int64_t hd, double theta)
+void df_rope_table_freq(float *cos_t, float *sin_t, int64_t n_pos, int64_t hd,
+                        const float *inv_freq)
 {
     int64_t half = hd / 2;
 #pragma omp parallel for schedule(static)
     for (int64_t p = 0; p < n_pos; p++)
         for (int64_t i = 0; i < half; i++) {
             /* float32 product as in HF (inv_freq @ position_ids), then cos / sin. */
-            float ang = (float)p * rope_inv_freq(i, hd, theta);
+            float ang = (float)p * inv_freq[i];
             cos_t[p * half + i] = (float)cos((double)ang);
             sin_t[p * half + i] = (float)sin((double)ang);
         }
+}
+
+void df_rope_table(float *cos_t, float *sin_t, int64_t n_pos, int64_t hd, double theta)
+{
+    float inv_freq[DF_MAX_HEAD_DIM / 2];
+    for (int64_t i = 0; i < hd / 2; i++)
+        inv_freq[i] = rope_inv_freq(i, hd, theta);
+    df_rope_table_freq(cos_t, sin_t, n_pos, hd, inv_freq);
 }
 
 /* Rotate every head of row x[n_heads * hd] by (c, s); sign = -1 applies the inverse. */

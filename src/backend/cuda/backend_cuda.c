@@ -76,12 +76,23 @@ static int cu_rope_apply(void *ctx, float *x, const int32_t *pos, int64_t T, int
     return df_cuda_rope_apply(ctx, x, pos, T, n_heads, hd, cos_t, sin_t, inverse);
 }
 
+/* The attention kernels have no sliding window yet: refuse one rather than ignore it (df_acts
+   refuses such a model before it gets here). */
+static int no_window(const df_backend_seqs *s, const char *fn)
+{
+    return s->window ? df_error(DF_EUNSUPPORTED, "%s: sliding-window attention (window %lld) is not "
+                                "implemented on the CUDA backend", fn, (long long)s->window)
+                     : DF_OK;
+}
+
 static int cu_attention_fwd(void *ctx, float *out, float *lse, const float *q, const float *k,
                             const float *v, const df_backend_seqs *s, int64_t nh, int64_t nkv,
                             int64_t hd)
 {
-    return df_cuda_attention_fwd(ctx, out, lse, q, k, v, s->offsets, s->n_seqs, s->T, s->max_len,
-                                 nh, nkv, hd);
+    int rc = no_window(s, "cuda attention_fwd");
+    return rc ? rc
+              : df_cuda_attention_fwd(ctx, out, lse, q, k, v, s->offsets, s->n_seqs, s->T,
+                                      s->max_len, nh, nkv, hd);
 }
 
 static int cu_attention_bwd(void *ctx, float *dq, float *dk, float *dv, const float *dout,
@@ -89,8 +100,10 @@ static int cu_attention_bwd(void *ctx, float *dq, float *dk, float *dv, const fl
                             const float *v, const df_backend_seqs *s, int64_t nh, int64_t nkv,
                             int64_t hd)
 {
-    return df_cuda_attention_bwd(ctx, dq, dk, dv, dout, out, lse, q, k, v, s->offsets, s->n_seqs,
-                                 s->T, s->max_len, nh, nkv, hd);
+    int rc = no_window(s, "cuda attention_bwd");
+    return rc ? rc
+              : df_cuda_attention_bwd(ctx, dq, dk, dv, dout, out, lse, q, k, v, s->offsets,
+                                      s->n_seqs, s->T, s->max_len, nh, nkv, hd);
 }
 
 static int cu_swiglu_fwd(void *ctx, float *out, const float *gate, const float *up, int64_t n)

@@ -1,0 +1,221 @@
+/*
+ * The position-related keys of Hugging Face config.json (hf_io.h): RoPE (rope_theta,
+ * rope_scaling, transformers 5's rope_parameters) and Qwen2 / Qwen3 sliding-window attention
+ * (use_sliding_window, sliding_window, max_window_layers, layer_types), read and written back.
+ */
+#include "model/hf_io.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* The llama3 entries of a rope_scaling / rope_parameters object `o` (named `key` in messages):
+   all four are required, as HF's _validate_llama3_parameters requires them. */
+static int parse_llama3(json_t *o, const char *src, const char *key, df_model_config *c)
+{
+    static const char *const nums[] = {"factor", "low_freq_factor", "high_freq_factor"};
+    double *dst[] = {&c->rope_factor, &c->rope_low_freq_factor, &c->rope_high_freq_factor};
+    char full[96];
+    for (int i = 0; i < 3; i++) {
+        json_t *v = df_cfg_get(o, nums[i]);
+        snprintf(full, sizeof full, "%s.%s", key, nums[i]);
+        if (!v)
+            return df_error(DF_EINVAL, "%s: key \"%s\" (llama3) has no \"%s\"", src, key, nums[i]);
+        if (!json_is_number(v))
+            return df_cfg_wrong_type(src, full, "a number", v);
+        *dst[i] = json_number_value(v);
+    }
+    const char *omp = "original_max_position_embeddings";
+    snprintf(full, sizeof full, "%s.%s", key, omp);
+    json_t *v = df_cfg_get(o, omp);
+    if (!v)
+        return df_error(DF_EINVAL, "%s: key \"%s\" (llama3) has no \"%s\"", src, key, omp);
+    if (!json_is_integer(v))
+        return df_cfg_wrong_type(src, full, "an integer", v);
+    c->rope_original_max_pos = (int64_t)json_integer_value(v);
+    c->rope_type = DF_ROPE_LLAMA3;
+    return DF_OK;
+}
+
+/* One RoPE object: its type ("rope_type", or the older "type"), then that type's entries.
+   `untyped_default`: a missing type means "default" (rope_parameters); else it is refused
+   (HF's rotary embedding would look up a None type). */
+static int parse_rope_obj(json_t *o, const char *src, const char *key, bool untyped_default,
+                          df_model_config *c)
+{
+    if (!json_is_object(o))
+        return df_cfg_wrong_type(src, key, "an object or null", o);
+    if (json_object_get(o, "full_attention") || json_object_get(o, "sliding_attention"))
+        return df_error(DF_EUNSUPPORTED, "%s: key \"%s\": RoPE parameters per layer type are not "
+                        "supported", src, key);
+    json_t *t = df_cfg_get(o, "rope_type");
+    if (!t)
+        t = df_cfg_get(o, "type");
+    if (t && !json_is_string(t))
+        return df_cfg_wrong_type(src, key, "an object whose rope_type is a string", t);
+    const char *type = t ? json_string_value(t) : NULL;
+    if (!type && !untyped_default)
+        return df_error(DF_EUNSUPPORTED, "%s: key \"%s\" names no rope_type (supported: "
+                        "\"default\", \"llama3\")", src, key);
+    c->rope_type = DF_ROPE_DEFAULT;
+    if (!type || !strcmp(type, "default"))
+        return DF_OK;
+    if (!strcmp(type, "llama3"))
+        return parse_llama3(o, src, key, c);
+    return df_error(DF_EUNSUPPORTED, "%s: key \"%s\": rope_type \"%s\" is not supported (supported: "
+                    "\"default\", \"llama3\")", src, key, type);
+}
+
+int df_cfg_parse_rope(json_t *root, const char *src, df_model_config *c)
+{
+    int rc = df_cfg_get_num(root, src, "rope_theta", &c->rope_theta);
+    json_t *rs = df_cfg_get(root, "rope_scaling"), *rp = df_cfg_get(root, "rope_parameters");
+    if (rc || (!rs && !rp))
+        return rc;
+    /* transformers 5 writes rope_parameters; a file carrying both must not disagree. */
+    if (rs && rp && !json_equal(rs, rp))
+        return df_error(DF_EUNSUPPORTED, "%s: keys \"rope_scaling\" and \"rope_parameters\" are both "
+                        "given and differ; keep one", src);
+    if (rp) {
+        rc = parse_rope_obj(rp, src, "rope_parameters", true, c);
+        json_t *th = df_cfg_get(rp, "rope_theta");
+        if (!rc && th && !json_is_number(th))
+            return df_cfg_wrong_type(src, "rope_parameters.rope_theta", "a number", th);
+        if (!rc && th)
+            c->rope_theta = json_number_value(th);
+        return rc;
+    }
+    return parse_rope_obj(rs, src, "rope_scaling", false, c);
+}
+
+/* layer_types: "full_attention" for layers [0, m), then "sliding_attention": *first = m. */
+static int parse_layer_types(json_t *lt, const char *src, const df_model_config *c, int64_t *first)
+{
+    if (!json_is_array(lt) || (int64_t)json_array_size(lt) != c->num_hidden_layers)
+        return df_error(DF_EINVAL, "%s: key \"layer_types\" must be a list of num_hidden_layers "
+                        "(%lld) strings", src, (long long)c->num_hidden_layers);
+    *first = c->num_hidden_layers;
+    for (size_t i = 0; i < json_array_size(lt); i++) {
+        const char *s = json_string_value(json_array_get(lt, i));
+        bool sliding = s && !strcmp(s, "sliding_attention");
+        if (!sliding && !(s && !strcmp(s, "full_attention")))
+            return df_error(DF_EUNSUPPORTED, "%s: key \"layer_types\": entry %zu is not "
+                            "\"full_attention\" or \"sliding_attention\"", src, i);
+        if (sliding && *first == c->num_hidden_layers)
+            *first = (int64_t)i;
+        if (!sliding && *first < c->num_hidden_layers)
+            return df_error(DF_EUNSUPPORTED, "%s: key \"layer_types\": a full_attention layer (%zu) "
+                            "after a sliding_attention one is not supported (windowed layers must be "
+                            "the last ones, as max_window_layers gives them)", src, i);
+    }
+    return DF_OK;
+}
+
+int df_cfg_parse_window(json_t *root, const char *src, df_model_config *c)
+{
+    bool use = false;
+    int rc = df_cfg_get_bool(root, src, "use_sliding_window", &use);
+    if (rc)
+        return rc;
+    if (!strcmp(c->model_type, "llama")) {
+        if (use)
+            return df_error(DF_EUNSUPPORTED, "%s: key \"use_sliding_window\" true: llama has no "
+                            "sliding-window attention", src);
+        return DF_OK;
+    }
+    /* Qwen2Config: sliding_window = sliding_window if use_sliding_window else None (default
+       4096; an explicit null is None, no window). */
+    int64_t w = 4096;
+    json_t *sw = json_object_get(root, "sliding_window");
+    if (json_is_null(sw))
+        w = 0;
+    else if ((rc = df_cfg_get_int(root, src, "sliding_window", false, &w)))
+        return rc;
+    if ((rc = df_cfg_get_int(root, src, "max_window_layers", false, &c->max_window_layers)))
+        return rc;
+    if (use && sw && !json_is_null(sw) && w <= 0)
+        return df_error(DF_EINVAL, "%s: key \"sliding_window\" must be > 0 (got %lld)", src,
+                        (long long)w);
+    if (c->max_window_layers < 0)
+        return df_error(DF_EINVAL, "%s: key \"max_window_layers\" must be >= 0 (got %lld)", src,
+                        (long long)c->max_window_layers);
+    c->sliding_window = use ? w : 0;
+    json_t *lt = df_cfg_get(root, "layer_types");
+    if (!lt)
+        return DF_OK;
+    int64_t first = 0;
+    if ((rc = parse_layer_types(lt, src, c, &first)))
+        return rc;
+    if (first < c->num_hidden_layers && c->sliding_window == 0)
+        return df_error(DF_EUNSUPPORTED, "%s: key \"layer_types\" has sliding_attention layers but "
+                        "there is no window (use_sliding_window false or sliding_window null)", src);
+    if (c->sliding_window > 0) /* HF reads the window's layers from layer_types */
+        c->max_window_layers = first;
+    return DF_OK;
+}
+
+/* ---- writing ------------------------------------------------------------------------------- */
+
+/* The type and (llama3) entries of a RoPE object, as HF writes them. */
+static int write_rope_obj(json_t *o, const df_model_config *c)
+{
+    static const char *const keys[] = {"factor", "low_freq_factor", "high_freq_factor",
+                                       "original_max_position_embeddings"};
+    bool llama3 = c->rope_type == DF_ROPE_LLAMA3;
+    const char *type = llama3 ? "llama3" : "default";
+    int bad = json_object_set_new(o, "rope_type", json_string(type));
+    if (json_object_get(o, "type"))
+        bad |= json_object_set_new(o, "type", json_string(type));
+    if (!llama3) {
+        for (int i = 0; i < 4; i++)
+            json_object_del(o, keys[i]);
+        return bad;
+    }
+    bad |= json_object_set_new(o, keys[0], json_real(c->rope_factor));
+    bad |= json_object_set_new(o, keys[1], json_real(c->rope_low_freq_factor));
+    bad |= json_object_set_new(o, keys[2], json_real(c->rope_high_freq_factor));
+    bad |= json_object_set_new(o, keys[3], json_integer(c->rope_original_max_pos));
+    return bad;
+}
+
+int df_cfg_write_rope(json_t *o, const df_model_config *c)
+{
+    json_t *rp = json_object_get(o, "rope_parameters"), *rs = json_object_get(o, "rope_scaling");
+    int bad = 0;
+    if (json_is_object(rp)) { /* transformers 5: the theta lives there */
+        bad |= write_rope_obj(rp, c);
+        bad |= json_object_set_new(rp, "rope_theta", json_real(c->rope_theta));
+        if (json_object_get(o, "rope_theta"))
+            bad |= json_object_set_new(o, "rope_theta", json_real(c->rope_theta));
+        if (json_is_object(rs))
+            bad |= json_object_set(o, "rope_scaling", rp);
+        return bad;
+    }
+    bad |= json_object_set_new(o, "rope_theta", json_real(c->rope_theta));
+    if (json_is_object(rs))
+        return bad | write_rope_obj(rs, c);
+    if (c->rope_type == DF_ROPE_DEFAULT)
+        return bad | json_object_set_new(o, "rope_scaling", json_null());
+    json_t *n = json_object();
+    bad |= !n || write_rope_obj(n, c);
+    return bad | json_object_set_new(o, "rope_scaling", n);
+}
+
+int df_cfg_write_window(json_t *o, const df_model_config *c, bool fresh)
+{
+    if (!strcmp(c->model_type, "llama"))
+        return 0;
+    const bool use = c->sliding_window > 0;
+    int bad = json_object_set_new(o, "use_sliding_window", json_boolean(use));
+    if (use)
+        bad |= json_object_set_new(o, "sliding_window", json_integer(c->sliding_window));
+    else if (fresh)
+        bad |= json_object_set_new(o, "sliding_window", json_null());
+    bad |= json_object_set_new(o, "max_window_layers", json_integer(c->max_window_layers));
+    if (!json_object_get(o, "layer_types")) /* transformers < 4.53 writes none */
+        return bad;
+    json_t *lt = json_array();
+    for (int64_t l = 0; lt && l < c->num_hidden_layers; l++)
+        bad |= json_array_append_new(lt, json_string(df_model_layer_window(c, l) ? "sliding_attention"
+                                                                                 : "full_attention"));
+    return bad | !lt | json_object_set_new(o, "layer_types", lt);
+}

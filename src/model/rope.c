@@ -1,0 +1,51 @@
+/*
+ * RoPE inverse frequencies of a model configuration (ops.h df_rope_inv_freq): the
+ * default ones and Llama 3.1's rescaling of them. Not a kernel: computed once per
+ * table, in float32 operation by operation as transformers computes them, so the
+ * tables match HF's to the last bit where the math library's powf does.
+ */
+#include "model/ops.h"
+
+#include <math.h>
+
+/* inv_freq[i] = 1 / theta^(2i / hd) in float32, as HF's _compute_default_rope_parameters. */
+static float default_inv_freq(int64_t i, int64_t hd, double theta)
+{
+    float e = (float)(2 * i) / (float)hd;
+    return 1.0f / powf((float)theta, e);
+}
+
+/*
+ * Llama 3.1 (HF _compute_llama3_parameters): with the wavelength wl = 2 pi / f of a
+ * frequency f and the original context length n0, frequencies whose wavelength exceeds
+ * n0 / low_freq_factor are divided by `factor`, those below n0 / high_freq_factor kept,
+ * and those between blended: s = (n0 / wl - low) / (high - low), f' = (1 - s) f / factor +
+ * s f. PyTorch evaluates a scalar divided by a tensor as the tensor's reciprocal times the
+ * scalar, and the scalars in float32; each step below is one such float operation.
+ */
+static float llama3_inv_freq(float f, const df_model_config *c)
+{
+    const float n0 = (float)c->rope_original_max_pos, factor = (float)c->rope_factor;
+    const float lo = (float)c->rope_low_freq_factor;
+    const float low_wl = (float)((double)c->rope_original_max_pos / c->rope_low_freq_factor);
+    const float high_wl = (float)((double)c->rope_original_max_pos / c->rope_high_freq_factor);
+    const float wl = (1.0f / f) * (float)(2.0 * M_PI);
+    float g = wl > low_wl ? f / factor : f;
+    if (!(wl < high_wl) && !(wl > low_wl)) { /* the medium band */
+        float s = ((1.0f / wl) * n0 - lo) / (float)(c->rope_high_freq_factor - c->rope_low_freq_factor);
+        float a = (1.0f - s) * g;
+        float b = s * g;
+        g = a / factor + b;
+    }
+    return g;
+}
+
+void df_rope_inv_freq(float *inv_freq, const df_model_config *c)
+{
+    const int64_t hd = c->head_dim;
+    for (int64_t i = 0; i < hd / 2; i++) {
+        inv_freq[i] = default_inv_freq(i, hd, c->rope_theta);
+        if (c->rope_type == DF_ROPE_LLAMA3)
+            inv_freq[i] = llama3_inv_freq(inv_freq[i], c);
+    }
+}
