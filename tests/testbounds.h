@@ -51,13 +51,26 @@ static inline double tb_head_bound(const df_model *m, float temperature)
 
 /* ---- roundings on the longest path (n of df_tol_gamma_prob), sequences of <= L tokens ---- */
 
+/* Roundings the attention features of some families add per layer: qwen3's q/k norms (an RMSNorm
+   over head_dim: hd + 4 forward as H + 4 for the hidden one, hd + 8 backward as H + 8) and an
+   o_proj bias (one add forward; its gradient sums the T tokens, which the chain ends with). */
+static inline double tb_attn_extra_fwd(const df_model_config *c)
+{
+    return (double)c->num_hidden_layers * ((c->qk_norm ? (double)c->head_dim + 4 : 0) + (c->o_proj_bias ? 1 : 0));
+}
+
+static inline double tb_attn_extra_bwd(const df_model_config *c)
+{
+    return (double)c->num_hidden_layers * (c->qk_norm ? (double)c->head_dim + 8 : 0);
+}
+
 /* To the head's outputs: the decoder (df_tol_decoder_fwd_chain), then the LM head (a GEMM of
    K = hidden, the product with the rounded 1 / T) or the value head (K = hidden, the bias). */
 static inline double tb_head_chain(const df_model_config *c, int64_t L)
 {
     return df_tol_decoder_fwd_chain(c->hidden_size, c->intermediate_size, c->num_attention_heads, c->head_dim,
                                     L, c->num_hidden_layers) +
-           (double)(c->hidden_size + 2);
+           tb_attn_extra_fwd(c) + (double)(c->hidden_size + 2);
 }
 
 /* To a log-prob or an entropy: the logits, then a log-softmax (or its entropy) over the
@@ -80,7 +93,7 @@ static inline double tb_forward_chain(const df_model_config *c, int64_t L)
 static inline double tb_grad_chain(const df_model_config *c, int64_t L, int64_t T)
 {
     double head = c->num_labels > 0 ? 2.0 : (double)(c->vocab_size + 8);
-    return tb_forward_chain(c, L) + head +
+    return tb_forward_chain(c, L) + head + tb_attn_extra_bwd(c) +
            df_tol_decoder_bwd_chain(c->hidden_size, c->intermediate_size, c->num_attention_heads,
                                     c->num_key_value_heads, c->head_dim, L, c->num_hidden_layers, T);
 }

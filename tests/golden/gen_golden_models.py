@@ -1,0 +1,260 @@
+#!/usr/bin/python3
+"""Write the golden fixtures of the newer model families for tests/test_model_families.c.
+
+A sibling of gen_golden.py (whose Qwen2 fixture stays as it is): the same packed batch,
+float64 reference and file layout, for two tiny models that exercise what Qwen2 does not:
+
+  tiny_qwen3    Qwen3ForCausalLM (transformers' modeling_qwen3.py): per-head RMSNorm of q and
+                k (q_norm / k_norm over head_dim, after the projections, before RoPE), no
+                biases, head_dim 16 with hidden 32 (num_heads * head_dim != hidden), untied
+                LM head, and Qwen3Config's sliding window: use_sliding_window with
+                sliding_window 4 and max_window_layers 1, so layer 0 attends causally and
+                layer 1 only to its last 4 positions (masking_utils: key j is visible to
+                query i when i - 4 < j <= i).
+  tiny_llama31  LlamaForCausalLM with Llama 3.1's rope_scaling (rope_type llama3; the
+                inverse frequencies rescaled as _compute_llama3_parameters, in float32),
+                chosen so that the 8 frequencies fall in all three bands (3 high, 2 medium,
+                3 low), attention_bias true (q/k/v AND o_proj biases, LlamaAttention), tied
+                embeddings, head_dim 16.
+
+For each <name>: <name>/config.json, <name>/model.safetensors (F32) and
+<name>_expected.safetensors with batch.*, logits.rows / logits (temperature 1), logp.t1,
+entropy.t1, logp.t07, entropy.t07, loss.c, loss.d and grad.<hf name> of the loss
+sum(c logp) + sum(d entropy) at temperature 0.7, as gen_golden.py writes them.
+Not run by CI; rerun by hand with Debian's torch: /usr/bin/python3.
+"""
+import json
+import math
+import os
+
+import torch
+
+from gen_golden import HERE, LENGTHS, LOGIT_ROWS, PROMPT, rms_norm, rotate_half, st_write
+
+COMMON = {
+    "vocab_size": 61,
+    "hidden_size": 32,
+    "intermediate_size": 24,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "max_position_embeddings": 2048,
+    "rope_theta": 10000.0,
+    "initializer_range": 0.02,
+    "hidden_act": "silu",
+    "attention_dropout": 0.0,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "torch_dtype": "float32",
+}
+
+QWEN3 = dict(COMMON, **{
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "rms_norm_eps": 1e-6,
+    "attention_bias": False,
+    "tie_word_embeddings": False,
+    "rope_scaling": None,
+    "use_sliding_window": True,
+    "sliding_window": 4,
+    "max_window_layers": 1,
+})
+
+LLAMA31 = dict(COMMON, **{
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "rms_norm_eps": 1e-5,
+    "attention_bias": True,
+    "mlp_bias": False,
+    "tie_word_embeddings": True,
+    "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                     "high_freq_factor": 8.0, "original_max_position_embeddings": 1024},
+})
+
+
+def param_shapes(c):
+    """HF names and shapes in distflow's layout order (include/distflow/model.h)."""
+    H, I, V, d = c["hidden_size"], c["intermediate_size"], c["vocab_size"], c["head_dim"]
+    q, kv = c["num_attention_heads"] * d, c["num_key_value_heads"] * d
+    bias = c.get("attention_bias", False)
+    out = [("model.embed_tokens.weight", (V, H))]
+    for i in range(c["num_hidden_layers"]):
+        p = f"model.layers.{i}.self_attn."
+        out.append((f"model.layers.{i}.input_layernorm.weight", (H,)))
+        for proj, n in (("q", q), ("k", kv), ("v", kv)):
+            out.append((p + f"{proj}_proj.weight", (n, H)))
+            if bias:
+                out.append((p + f"{proj}_proj.bias", (n,)))
+        out.append((p + "o_proj.weight", (H, q)))
+        if bias:
+            out.append((p + "o_proj.bias", (H,)))
+        if c["model_type"] == "qwen3":
+            out += [(p + "q_norm.weight", (d,)), (p + "k_norm.weight", (d,))]
+        m = f"model.layers.{i}."
+        out += [(m + "post_attention_layernorm.weight", (H,)),
+                (m + "mlp.gate_proj.weight", (I, H)), (m + "mlp.up_proj.weight", (I, H)),
+                (m + "mlp.down_proj.weight", (H, I))]
+    out.append(("model.norm.weight", (H,)))
+    if not c["tie_word_embeddings"]:
+        out.append(("lm_head.weight", (V, H)))
+    return out
+
+
+def init_params(c, seed):
+    """As gen_golden.py: scales that make every path matter, rounded to float32."""
+    g = torch.Generator().manual_seed(seed)
+    params = {}
+    for name, shape in param_shapes(c):
+        if name.endswith("norm.weight"):
+            t = 1.0 + 0.2 * torch.randn(shape, generator=g)
+        elif name.endswith(".bias"):
+            t = 0.1 * torch.randn(shape, generator=g)
+        elif "embed" in name:
+            t = 0.8 * torch.randn(shape, generator=g)
+        else:
+            t = torch.randn(shape, generator=g) / math.sqrt(shape[1])
+        params[name] = t.float().double().requires_grad_(True)
+    return params
+
+
+def inv_freq(c):
+    """The rotary inverse frequencies in float32, with Llama 3.1's rescaling when configured."""
+    d = c["head_dim"]
+    f = 1.0 / (c["rope_theta"] ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+    rs = c.get("rope_scaling")
+    if not rs or rs["rope_type"] != "llama3":
+        return f
+    n0, lo, hi, factor = (rs["original_max_position_embeddings"], rs["low_freq_factor"],
+                          rs["high_freq_factor"], rs["factor"])
+    wavelength = 2 * math.pi / f
+    long_waves = wavelength > n0 / lo            # low frequencies: slowed down by `factor`
+    short_waves = wavelength < n0 / hi           # high frequencies: kept
+    slowed = torch.where(long_waves, f / factor, f)
+    s = (n0 / wavelength - lo) / (hi - lo)       # 0 at the long end of the band, 1 at the short
+    blend = (1 - s) * slowed / factor + s * slowed
+    between = ~short_waves * ~long_waves
+    return torch.where(between, blend, slowed)
+
+
+def rope_cos_sin(c, L):
+    freqs = torch.arange(L).float()[:, None] * inv_freq(c)[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1).double()
+    return emb.cos(), emb.sin()
+
+
+def window_of(c, i):
+    """Qwen2Config / Qwen3Config: windowed layers are those with index >= max_window_layers."""
+    if c.get("use_sliding_window") and c.get("sliding_window") and i >= c["max_window_layers"]:
+        return c["sliding_window"]
+    return 0
+
+
+def linear(p, name, x):
+    y = x @ p[name + ".weight"].T
+    return y + p[name + ".bias"] if name + ".bias" in p else y
+
+
+def layer(c, p, i, x):
+    """One decoder layer on a single sequence x [L, H]."""
+    pre, at = f"model.layers.{i}.", f"model.layers.{i}.self_attn."
+    L = x.shape[0]
+    nh, nkv, d, eps = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"], c["rms_norm_eps"]
+    h = rms_norm(x, p[pre + "input_layernorm.weight"], eps)
+    q = linear(p, at + "q_proj", h).view(L, nh, d)
+    k = linear(p, at + "k_proj", h).view(L, nkv, d)
+    v = linear(p, at + "v_proj", h).view(L, nkv, d)
+    if c["model_type"] == "qwen3":               # Qwen3RMSNorm over head_dim, per head
+        q = rms_norm(q, p[at + "q_norm.weight"], eps)
+        k = rms_norm(k, p[at + "k_norm.weight"], eps)
+    q, k, v = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)
+    cos, sin = rope_cos_sin(c, L)
+    q = q * cos + rotate_half(q) * sin
+    k = k * cos + rotate_half(k) * sin
+    k = k.repeat_interleave(nh // nkv, dim=0)
+    v = v.repeat_interleave(nh // nkv, dim=0)
+    s = (q @ k.transpose(1, 2)) * d ** -0.5
+    qi, kj = torch.arange(L)[:, None], torch.arange(L)[None, :]
+    hidden = kj > qi
+    W = window_of(c, i)
+    if W:
+        hidden = hidden | (kj <= qi - W)
+    s = s.masked_fill(hidden, float("-inf"))
+    a = (torch.softmax(s, dim=-1) @ v).transpose(0, 1).reshape(L, nh * d)
+    x = x + linear(p, at + "o_proj", a)
+    h = rms_norm(x, p[pre + "post_attention_layernorm.weight"], eps)
+    act = torch.nn.functional.silu(h @ p[pre + "mlp.gate_proj.weight"].T) * (h @ p[pre + "mlp.up_proj.weight"].T)
+    return x + act @ p[pre + "mlp.down_proj.weight"].T
+
+
+def final_hidden(c, p, tokens, offsets):
+    outs = []
+    for s in range(len(offsets) - 1):
+        x = p["model.embed_tokens.weight"][tokens[offsets[s]:offsets[s + 1]]]
+        for i in range(c["num_hidden_layers"]):
+            x = layer(c, p, i, x)
+        outs.append(rms_norm(x, p["model.norm.weight"], c["rms_norm_eps"]))
+    return torch.cat(outs, dim=0)
+
+
+def head(c, p, hid, rows, targets, temperature):
+    W = p["model.embed_tokens.weight"] if c["tie_word_embeddings"] else p["lm_head.weight"]
+    logits = hid[rows] @ W.T
+    z = logits / temperature
+    lse = torch.logsumexp(z, dim=-1)
+    logp = z.gather(-1, targets[:, None])[:, 0] - lse
+    ent = lse - (torch.softmax(z, dim=-1) * z).sum(-1)
+    return logits, logp, ent
+
+
+def write_fixture(name, c, seed):
+    p = init_params(c, seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    offsets = [0]
+    for n in LENGTHS:
+        offsets.append(offsets[-1] + n)
+    tokens = torch.randint(0, c["vocab_size"], (offsets[-1],), generator=g)
+    rows, targets = [], []
+    for s, n in enumerate(LENGTHS):
+        for t in range(PROMPT[s] - 1, n - 1):
+            rows.append(offsets[s] + t)
+            targets.append(int(tokens[offsets[s] + t + 1]))
+    rows, targets = torch.tensor(rows), torch.tensor(targets)
+    hid = final_hidden(c, p, tokens, offsets)
+    logits, logp1, ent1 = head(c, p, hid, rows, targets, 1.0)
+    _, logp7, ent7 = head(c, p, hid, rows, targets, 0.7)
+    cl = torch.randn(len(rows), generator=g).double()
+    dl = torch.randn(len(rows), generator=g).double()
+    loss = (cl * logp7).sum() + (dl * ent7).sum()
+    loss.backward()
+    d = os.path.join(HERE, name)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(c, f, indent=2)
+        f.write("\n")
+    names = [n for n, _ in param_shapes(c)]
+    st_write(os.path.join(d, "model.safetensors"), {n: p[n] for n in names}, {"format": "pt"})
+    exp = {
+        "batch.tokens": tokens.double(),
+        "batch.seq_offsets": torch.tensor(offsets).double(),
+        "batch.out_rows": rows.double(),
+        "batch.out_targets": targets.double(),
+        "logits.rows": torch.tensor(LOGIT_ROWS).double(),
+        "logits": logits[LOGIT_ROWS],
+        "logp.t1": logp1, "entropy.t1": ent1, "logp.t07": logp7, "entropy.t07": ent7,
+        "loss.c": cl, "loss.d": dl,
+    }
+    for n in names:
+        exp["grad." + n] = p[n].grad
+    st_write(os.path.join(HERE, name + "_expected.safetensors"), exp)
+    print(f"{name}: n_out={len(rows)} loss={float(loss):.6f} logp.t1[0]={float(logp1[0]):.6f}")
+
+
+def main():
+    torch.manual_seed(0)
+    write_fixture("tiny_qwen3", QWEN3, 3003)
+    write_fixture("tiny_llama31", LLAMA31, 3101)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,407 @@
+/*
+ * The model families beyond Qwen2 against PyTorch (tests/golden/gen_golden_models.py, a float64
+ * reference of transformers' modeling_qwen3.py / modeling_llama.py):
+ *   tiny_qwen3    q/k RMSNorms, head_dim 16 with hidden 32, no biases, and the sliding window
+ *                 (4 positions) on layer 1 only (max_window_layers 1);
+ *   tiny_llama31  Llama 3.1's llama3 RoPE scaling (frequencies in all three bands), q/k/v and
+ *                 o_proj biases (attention_bias), tied embeddings.
+ * For each: log-probs and entropies at two temperatures, full logits of a few rows and the
+ * gradient of sum(c logp) + sum(d entropy) w.r.t. every parameter, within the bounds of
+ * test_model_golden.c (tests/testbounds.h chains, which add the q/k norms' and the o_proj
+ * bias's roundings); the rollout decoder's log-probs against the training decoder's on
+ * sequences longer than the window; save / load round trips.
+ *
+ * Can it fail? Each feature is switched off or moved on the same weights (no q/k norm effect:
+ * a norm weight moved by 1e-2; no window; the window on every layer; plain RoPE instead of
+ * llama3; an o_proj bias moved by 1e-2) and the same comparison must then exceed its bound.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "testutil.h"
+
+#include "distflow/model.h"
+#include "distflow/rollout.h"
+#include "model/acts.h"
+#include "model/ops.h"
+#include "testbounds.h"
+#include "testgolden.h"
+#include "tolerance.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GOLDEN_DIR DF_SOURCE_DIR "/tests/golden"
+
+typedef struct {
+    df_model *m;
+    df_golden_batch gb;
+} golden;
+
+#define FWD_TOL(g) df_golden_tol(tb_logp_chain(&(g)->m->cfg, df_golden_max_len(&(g)->gb)))
+#define LOGITS_TOL(g) df_golden_tol(tb_head_chain(&(g)->m->cfg, df_golden_max_len(&(g)->gb)))
+#define GRAD_TOL(g) df_golden_tol(tb_grad_chain(&(g)->m->cfg, df_golden_max_len(&(g)->gb), (g)->gb.T))
+
+static golden load(const char *name)
+{
+    golden g;
+    char dir[512], exp[512];
+    snprintf(dir, sizeof dir, "%s/%s", GOLDEN_DIR, name);
+    snprintf(exp, sizeof exp, "%s/%s_expected.safetensors", GOLDEN_DIR, name);
+    if (df_model_load(dir, &g.m))
+        fail_msg("%s: %s", name, df_last_error());
+    df_golden_batch_load(&g.gb, exp);
+    return g;
+}
+
+static void unload(golden *g)
+{
+    df_model_free(g->m);
+    df_golden_batch_free(&g->gb);
+}
+
+/* m with g's weights but configuration c (the same tensors). */
+static df_model *variant(const golden *g, const df_model_config *c)
+{
+    df_model *m;
+    assert_int_equal(df_model_create(c, &m), DF_OK);
+    assert_int_equal(m->n_params, g->m->n_params);
+    memcpy(m->params, g->m->params, sizeof(float) * (size_t)m->n_params);
+    return m;
+}
+
+/* Max relative L2 error of logp / entropy at temperatures 1 and 0.7. */
+static double forward_error(const df_model *m, const golden *g)
+{
+    df_acts *a;
+    assert_int_equal(df_acts_create(&m->cfg, g->gb.T, g->gb.n_out, &a), DF_OK);
+    float *lp = malloc(sizeof(float) * (size_t)g->gb.n_out), *en = malloc(sizeof(float) * (size_t)g->gb.n_out);
+    const char *names[2][2] = {{"logp.t1", "entropy.t1"}, {"logp.t07", "entropy.t07"}};
+    const float temps[2] = {1.0f, 0.7f};
+    double worst = 0;
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(df_model_forward(m, a, &g->gb.b, temps[k], lp, en), DF_OK);
+        float *el = df_golden_read_vec(g->gb.exp, names[k][0], NULL);
+        float *ee = df_golden_read_vec(g->gb.exp, names[k][1], NULL);
+        worst = fmax(worst, fmax(df_golden_rel_err(lp, el, g->gb.n_out), df_golden_rel_err(en, ee, g->gb.n_out)));
+        free(el), free(ee);
+    }
+    free(lp), free(en);
+    df_acts_free(a);
+    return worst;
+}
+
+/* Full logits of the fixture's logits.rows: the final-normed rows times the LM head. */
+static double logits_error(const golden *g)
+{
+    df_acts *a;
+    assert_int_equal(df_acts_create(&g->m->cfg, g->gb.T, g->gb.n_out, &a), DF_OK);
+    float *lp = malloc(sizeof(float) * (size_t)g->gb.n_out);
+    assert_int_equal(df_model_forward(g->m, a, &g->gb.b, 1.0f, lp, NULL), DF_OK);
+    int64_t nr, nl;
+    float *rows = df_golden_read_vec(g->gb.exp, "logits.rows", &nr), *want = df_golden_read_vec(g->gb.exp, "logits", &nl);
+    const int64_t V = g->m->cfg.vocab_size, H = g->m->cfg.hidden_size;
+    assert_int_equal(nl, nr * V);
+    float *got = malloc(sizeof(float) * (size_t)nl);
+    for (int64_t r = 0; r < nr; r++)
+        df_gemm_nt(1, V, H, 1.0f, a->xnf + (int64_t)rows[r] * H, g->m->w.lm_head, 0.0f, got + r * V);
+    double e = df_golden_rel_err(got, want, nl);
+    free(lp), free(rows), free(want), free(got);
+    df_acts_free(a);
+    return e;
+}
+
+/* The gradient of the golden loss after `passes` forward / backward passes (malloc'd). */
+static float *golden_grads(const df_model *m, const golden *g, int passes)
+{
+    df_acts *a;
+    assert_int_equal(df_acts_create(&m->cfg, g->gb.T, g->gb.n_out, &a), DF_OK);
+    float *lp = malloc(sizeof(float) * (size_t)g->gb.n_out), *en = malloc(sizeof(float) * (size_t)g->gb.n_out);
+    float *c = df_golden_read_vec(g->gb.exp, "loss.c", NULL), *d = df_golden_read_vec(g->gb.exp, "loss.d", NULL);
+    float *grads = calloc((size_t)m->n_params, sizeof(float));
+    for (int p = 0; p < passes; p++) {
+        assert_int_equal(df_model_forward(m, a, &g->gb.b, 0.7f, lp, en), DF_OK);
+        assert_int_equal(df_model_backward(m, a, &g->gb.b, 0.7f, c, d, grads), DF_OK);
+    }
+    free(lp), free(en), free(c), free(d);
+    df_acts_free(a);
+    return grads;
+}
+
+/* Forward, logits and every gradient (one pass, and two accumulated) within their bounds. */
+static void check_golden(const golden *g, const char *name)
+{
+    double fe = forward_error(g->m, g), le = logits_error(g);
+    print_message("%s: logp/entropy rel err %.2e (bound %.2e), logits %.2e (bound %.2e)\n", name, fe,
+                  FWD_TOL(g), le, LOGITS_TOL(g));
+    assert_true(fe <= FWD_TOL(g));
+    assert_true(le <= LOGITS_TOL(g));
+    float *grads = golden_grads(g->m, g, 1);
+    const char *wn = "";
+    double ge = df_golden_worst_grad(g->m, g->gb.exp, grads, 1.0f, &wn);
+    print_message("%s: worst gradient rel err %.2e (%s), bound %.2e\n", name, ge, wn, GRAD_TOL(g));
+    assert_true(ge <= GRAD_TOL(g));
+    free(grads);
+    grads = golden_grads(g->m, g, 2);
+    assert_true(df_golden_worst_grad(g->m, g->gb.exp, grads, 2.0f, NULL) <= GRAD_TOL(g));
+    free(grads);
+}
+
+/* A change of the model that the comparison must see. */
+static void expect_forward_moves(const df_model *m, const golden *g, const char *what)
+{
+    double fe = forward_error(m, g);
+    print_message("%s: forward %.2e (bound %.2e)\n", what, fe, FWD_TOL(g));
+    if (!(fe > FWD_TOL(g)))
+        fail_msg("%s is invisible to the golden comparison (%.2e <= %.2e)", what, fe, FWD_TOL(g));
+}
+
+/* ---- Qwen3 -------------------------------------------------------------------------------- */
+
+static void test_qwen3_config_and_layout(void **state)
+{
+    (void)state;
+    golden g = load("tiny_qwen3");
+    const df_model_config *c = &g.m->cfg;
+    assert_string_equal(c->model_type, "qwen3");
+    assert_true(c->qk_norm);
+    assert_false(c->attention_bias || c->o_proj_bias);
+    assert_int_equal(c->head_dim, 16); /* num_heads * head_dim = 64 != hidden 32 */
+    assert_int_equal(c->sliding_window, 4);
+    assert_int_equal(df_model_layer_window(c, 0), 0);
+    assert_int_equal(df_model_layer_window(c, 1), 4);
+    const df_param_desc *d = df_model_find_tensor(g.m, "model.layers.1.self_attn.k_norm.weight");
+    assert_non_null(d);
+    assert_int_equal(d->ndim, 1);
+    assert_int_equal(d->shape[0], 16);
+    assert_null(df_model_find_tensor(g.m, "model.layers.0.self_attn.q_proj.bias"));
+    assert_null(df_model_find_tensor(g.m, "model.layers.0.self_attn.o_proj.bias"));
+    assert_ptr_equal(g.m->w.layers[1].k_norm, g.m->params + d->offset);
+    /* HF's init: the q/k norm weights are 1, like the other RMSNorms. */
+    df_model *r;
+    assert_int_equal(df_model_create(c, &r), DF_OK);
+    assert_int_equal(df_model_init_random(r, 5), DF_OK);
+    for (int64_t i = 0; i < 16; i++)
+        assert_true(r->w.layers[0].q_norm[i] == 1.0f && r->w.layers[1].k_norm[i] == 1.0f);
+    df_model_free(r);
+    unload(&g);
+}
+
+static void test_qwen3_golden(void **state)
+{
+    (void)state;
+    golden g = load("tiny_qwen3");
+    check_golden(&g, "qwen3");
+    unload(&g);
+}
+
+static void test_qwen3_detects(void **state)
+{
+    (void)state;
+    golden g = load("tiny_qwen3");
+    df_model_config c = g.m->cfg;
+    df_model *m;
+    assert_int_equal(df_model_clone(g.m, &m), DF_OK);
+    m->w.layers[1].q_norm[3] += 1e-2f;
+    expect_forward_moves(m, &g, "q_norm weight + 1e-2");
+    m->w.layers[1].q_norm[3] -= 1e-2f;
+    m->w.layers[0].k_norm[7] += 1e-3f;
+    float *grads = golden_grads(m, &g, 1);
+    double ge = df_golden_worst_grad(m, g.gb.exp, grads, 1.0f, NULL);
+    print_message("k_norm weight + 1e-3: gradient %.2e (bound %.2e)\n", ge, GRAD_TOL(&g));
+    assert_true(ge > GRAD_TOL(&g));
+    free(grads);
+    df_model_free(m);
+    c.sliding_window = 0; /* no window anywhere */
+    m = variant(&g, &c);
+    expect_forward_moves(m, &g, "no sliding window");
+    df_model_free(m);
+    c = g.m->cfg;
+    c.max_window_layers = 0; /* the window on layer 0 too */
+    m = variant(&g, &c);
+    expect_forward_moves(m, &g, "window on every layer");
+    df_model_free(m);
+    unload(&g);
+}
+
+/* ---- Llama 3.1 ------------------------------------------------------------------------------ */
+
+static void test_llama31_golden(void **state)
+{
+    (void)state;
+    golden g = load("tiny_llama31");
+    const df_model_config *c = &g.m->cfg;
+    assert_int_equal(c->rope_type, DF_ROPE_LLAMA3);
+    assert_true(c->rope_factor == 8.0 && c->rope_low_freq_factor == 1.0 && c->rope_high_freq_factor == 8.0);
+    assert_int_equal(c->rope_original_max_pos, 1024);
+    assert_true(c->attention_bias && c->o_proj_bias && c->tie_word_embeddings);
+    assert_non_null(df_model_find_tensor(g.m, "model.layers.1.self_attn.o_proj.bias"));
+    check_golden(&g, "llama3.1");
+    unload(&g);
+}
+
+static void test_llama31_detects(void **state)
+{
+    (void)state;
+    golden g = load("tiny_llama31");
+    df_model_config c = g.m->cfg;
+    c.rope_type = DF_ROPE_DEFAULT; /* plain RoPE on the same weights */
+    df_model *m = variant(&g, &c);
+    expect_forward_moves(m, &g, "plain RoPE instead of llama3");
+    df_model_free(m);
+    assert_int_equal(df_model_clone(g.m, &m), DF_OK);
+    m->w.layers[0].bo[5] += 1e-2f;
+    expect_forward_moves(m, &g, "o_proj bias + 1e-2");
+    df_model_free(m);
+    unload(&g);
+}
+
+/* ---- the rollout decoder ------------------------------------------------------------------- */
+
+/*
+ * Greedy generations from prompts taken from the fixture's batch, 12 new tokens (positions up to
+ * 17, well past the window of 4), and their log-probs teacher-forced through the training
+ * decoder: two float computations of the same values (KV-cache decode, one prefill), each within
+ * tb_teacher_forced's bound.
+ */
+static void check_rollout(const char *name)
+{
+    golden g = load(name);
+    const df_model *m = g.m;
+    const int64_t poff[3] = {0, 3, 9};
+    int32_t ptok[9];
+    for (int i = 0; i < 9; i++)
+        ptok[i] = g.gb.tokens[i + 2];
+    df_rollout_request q = {2, poff, ptok, 1, 7, NULL};
+    df_sampling_params sp;
+    df_sampling_params_defaults(&sp);
+    sp.greedy = true;
+    sp.max_new_tokens = 12;
+    df_rollout_engine *e = NULL;
+    assert_int_equal(df_rollout_engine_create(&m->cfg, 2, 32, &e), DF_OK);
+    df_rollout_result r;
+    if (df_rollout_generate(e, m, &q, &sp, &r, NULL, NULL))
+        fail_msg("%s: %s", name, df_last_error());
+    df_acts *a = NULL;
+    assert_int_equal(df_acts_create(&m->cfg, 32, 32, &a), DF_OK);
+    double worst = 0;
+    for (int64_t s = 0; s < r.n_seqs; s++) {
+        const int64_t P = poff[s + 1] - poff[s], R = r.offsets[s + 1] - r.offsets[s];
+        float lp[32];
+        double err[32];
+        assert_int_equal(R, 12);
+        tb_teacher_forced(m, a, ptok + poff[s], P, r.tokens + r.offsets[s], R, 1.0f,
+                          tb_logp_eps(&m->cfg, P + R), lp, err);
+        for (int64_t t = 0; t < R; t++) {
+            double d = fabs(r.log_probs[r.offsets[s] + t] - lp[t]);
+            if (!(d <= 2 * err[t]))
+                fail_msg("%s: sequence %lld token %lld: rollout log-prob %.7g, training %.7g "
+                         "(bound %.3g)", name, (long long)s, (long long)t,
+                         (double)r.log_probs[r.offsets[s] + t], (double)lp[t], 2 * err[t]);
+            worst = fmax(worst, d / (2 * err[t]));
+        }
+    }
+    print_message("%s: rollout vs training log-probs, worst error / bound %.3f\n", name, worst);
+    df_acts_free(a);
+    df_rollout_result_free(&r);
+    df_rollout_engine_free(e);
+    unload(&g);
+}
+
+static void test_rollout_decoder(void **state)
+{
+    (void)state;
+    check_rollout("tiny_qwen3");
+    check_rollout("tiny_llama31");
+}
+
+/* ---- files ------------------------------------------------------------------------------------ */
+
+/* Save each fixture (its config.json kept and updated) and load it back: the same weights and
+   configuration; the written config.json is what transformers reads for these models. */
+static void test_save_load_roundtrip(void **state)
+{
+    const char *dir = *state;
+    const char *names[2] = {"tiny_qwen3", "tiny_llama31"};
+    for (int i = 0; i < 2; i++) {
+        golden g = load(names[i]);
+        char sub[512], cfgp[600];
+        snprintf(sub, sizeof sub, "%s/%s", dir, names[i]);
+        assert_int_equal(df_model_save(g.m, sub, DF_DTYPE_F32, 0), DF_OK);
+        df_model *back;
+        assert_int_equal(df_model_load(sub, &back), DF_OK);
+        assert_int_equal(back->n_params, g.m->n_params);
+        assert_memory_equal(back->params, g.m->params, sizeof(float) * (size_t)g.m->n_params);
+        const df_model_config *a = &g.m->cfg, *b = &back->cfg;
+        assert_int_equal(a->qk_norm, b->qk_norm);
+        assert_int_equal(a->o_proj_bias, b->o_proj_bias);
+        assert_int_equal(a->rope_type, b->rope_type);
+        assert_int_equal(a->sliding_window, b->sliding_window);
+        assert_int_equal(a->max_window_layers, b->max_window_layers);
+        snprintf(cfgp, sizeof cfgp, "%s/config.json", sub);
+        json_error_t je;
+        json_t *j = json_load_file(cfgp, 0, &je);
+        assert_non_null(j);
+        const char *arch = json_string_value(json_array_get(json_object_get(j, "architectures"), 0));
+        assert_string_equal(arch, i == 0 ? "Qwen3ForCausalLM" : "LlamaForCausalLM");
+        assert_int_equal(json_integer_value(json_object_get(j, "head_dim")), 16);
+        if (i == 0) {
+            assert_true(json_is_true(json_object_get(j, "use_sliding_window")));
+            assert_int_equal(json_integer_value(json_object_get(j, "sliding_window")), 4);
+            assert_int_equal(json_integer_value(json_object_get(j, "max_window_layers")), 1);
+        } else {
+            json_t *rs = json_object_get(j, "rope_scaling");
+            assert_string_equal(json_string_value(json_object_get(rs, "rope_type")), "llama3");
+            assert_true(json_number_value(json_object_get(rs, "high_freq_factor")) == 8.0);
+            assert_true(json_is_true(json_object_get(j, "attention_bias")));
+        }
+        json_decref(j);
+        df_model_free(back);
+        unload(&g);
+    }
+}
+
+/* A device backend without windowed attention refuses such a model up front (the CPU table
+   under another name stands for it: df_backend_is_cpu is false). */
+static void test_device_refuses_window(void **state)
+{
+    (void)state;
+    golden g = load("tiny_qwen3");
+    df_backend_ops ops = *df_backend_cpu().ops;
+    ops.name = "otherdev";
+    df_backend be = {&ops, NULL};
+    df_acts *a = NULL;
+    assert_error_mentions(df_acts_create_on(&be, &g.m->cfg, 16, 8, &a), DF_EUNSUPPORTED,
+                          "sliding-window attention");
+    assert_last_error_mentions("otherdev");
+    assert_null(a);
+    df_model_config c = g.m->cfg;
+    c.sliding_window = 0; /* the q/k norms go through the backend's RMSNorm: accepted */
+    assert_int_equal(df_acts_create_on(&be, &c, 16, 8, &a), DF_OK);
+    df_acts_free(a);
+    unload(&g);
+}
+
+int main(void)
+{
+    omp_set_num_threads(2); /* tiny models: more threads only wait on each other */
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_qwen3_config_and_layout),
+        cmocka_unit_test(test_qwen3_golden),
+        cmocka_unit_test(test_qwen3_detects),
+        cmocka_unit_test(test_llama31_golden),
+        cmocka_unit_test(test_llama31_detects),
+        cmocka_unit_test(test_rollout_decoder),
+        cmocka_unit_test_setup_teardown(test_save_load_roundtrip, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test(test_device_refuses_window),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
