@@ -1,0 +1,325 @@
+/*
+ * config.json of the model families beyond Qwen2 (model.h df_model_config_parse / _save,
+ * src/model/config_pos.c): Qwen3, Llama 3.1 / 3.2 rope_scaling, Llama's attention_bias,
+ * Qwen2 / Qwen3 sliding windows, transformers 5's rope_parameters; what stays refused is
+ * refused with a message naming the key and the value; saves round-trip.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "testutil.h"
+
+#include "distflow/model.h"
+#include "model/hf_io.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Qwen/Qwen3-8B's config.json as published (transformers 4.51). */
+static const char *k_qwen3_8b =
+    "{\"architectures\": [\"Qwen3ForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0, "
+    "\"bos_token_id\": 151643, \"eos_token_id\": 151645, \"head_dim\": 128, \"hidden_act\": \"silu\", "
+    "\"hidden_size\": 4096, \"initializer_range\": 0.02, \"intermediate_size\": 12288, "
+    "\"max_position_embeddings\": 40960, \"max_window_layers\": 36, \"model_type\": \"qwen3\", "
+    "\"num_attention_heads\": 32, \"num_hidden_layers\": 36, \"num_key_value_heads\": 8, "
+    "\"rms_norm_eps\": 1e-06, \"rope_scaling\": null, \"rope_theta\": 1000000, \"sliding_window\": null, "
+    "\"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.51.0\", "
+    "\"use_cache\": true, \"use_sliding_window\": false, \"vocab_size\": 151936}";
+
+/* meta-llama/Llama-3.2-1B's config.json. */
+static const char *k_llama32_1b =
+    "{\"architectures\": [\"LlamaForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0, "
+    "\"bos_token_id\": 128000, \"eos_token_id\": 128001, \"head_dim\": 64, \"hidden_act\": \"silu\", "
+    "\"hidden_size\": 2048, \"initializer_range\": 0.02, \"intermediate_size\": 8192, "
+    "\"max_position_embeddings\": 131072, \"mlp_bias\": false, \"model_type\": \"llama\", "
+    "\"num_attention_heads\": 32, \"num_hidden_layers\": 16, \"num_key_value_heads\": 8, "
+    "\"pretraining_tp\": 1, \"rms_norm_eps\": 1e-05, \"rope_scaling\": {\"factor\": 32.0, "
+    "\"high_freq_factor\": 4.0, \"low_freq_factor\": 1.0, \"original_max_position_embeddings\": 8192, "
+    "\"rope_type\": \"llama3\"}, \"rope_theta\": 500000.0, \"tie_word_embeddings\": true, "
+    "\"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.45.0.dev0\", \"use_cache\": true, "
+    "\"vocab_size\": 128256}";
+
+/* A small config of `type` with `extra` keys appended (", \"key\": value ..."). */
+static const char *small(char *buf, size_t cap, const char *type, const char *extra)
+{
+    snprintf(buf, cap, "{\"model_type\": \"%s\", \"vocab_size\": 100, \"hidden_size\": 64, "
+             "\"intermediate_size\": 96, \"num_hidden_layers\": 4, \"num_attention_heads\": 4%s}",
+             type, extra);
+    return buf;
+}
+
+static void expect_error(const char *text, int code, const char *phrase)
+{
+    df_model_config c;
+    df_clear_error();
+    int rc = df_model_config_parse(text, "m/config.json", &c);
+    const char *msg = df_last_error();
+    if (rc != code || !strstr(msg, "m/config.json") || !strstr(msg, phrase))
+        fail_msg("rc %d (want %d): \"%s\" should name m/config.json and say \"%s\"", rc, code, msg, phrase);
+}
+
+static void test_qwen3(void **state)
+{
+    (void)state;
+    df_model_config c;
+    assert_int_equal(df_model_config_parse(k_qwen3_8b, NULL, &c), DF_OK);
+    assert_string_equal(c.model_type, "qwen3");
+    assert_true(c.qk_norm);
+    assert_false(c.attention_bias || c.o_proj_bias);
+    assert_int_equal(c.head_dim, 128);
+    assert_int_equal(c.num_key_value_heads, 8);
+    assert_true(c.rope_theta == 1e6);
+    assert_int_equal(c.rope_type, DF_ROPE_DEFAULT);
+    assert_int_equal(c.sliding_window, 0);
+    assert_false(c.tie_word_embeddings);
+    /* the layout: q_norm / k_norm [128] after o_proj, no biases */
+    int64_t floats, tensors;
+    assert_int_equal(df_model_param_count(&c, &floats, &tensors), DF_OK);
+    assert_int_equal(tensors, 1 + 36 * 11 + 1 + 1);
+    /* Qwen3Config's head_dim default is 128, not hidden / heads; attention_bias gives o_proj's too */
+    char b[512];
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen3", ", \"attention_bias\": true"), NULL, &c), DF_OK);
+    assert_int_equal(c.head_dim, 128);
+    assert_true(c.attention_bias && c.o_proj_bias && c.qk_norm);
+    df_param_desc *d;
+    int n;
+    int64_t total;
+    assert_int_equal(df_model_layout(&c, &d, &n, &total), DF_OK);
+    const char *want[] = {"q_proj.weight", "q_proj.bias", "k_proj.weight", "k_proj.bias", "v_proj.weight",
+                          "v_proj.bias", "o_proj.weight", "o_proj.bias", "q_norm.weight", "k_norm.weight"};
+    for (int i = 0; i < 10; i++) {
+        char full[96];
+        snprintf(full, sizeof full, "model.layers.0.self_attn.%s", want[i]);
+        assert_string_equal(d[2 + i].name, full);
+    }
+    assert_int_equal(d[9].shape[0], 64);  /* o_proj.bias [hidden] */
+    assert_int_equal(d[10].shape[0], 128); /* q_norm [head_dim] */
+    free(d);
+}
+
+static void test_llama3_rope(void **state)
+{
+    (void)state;
+    df_model_config c;
+    assert_int_equal(df_model_config_parse(k_llama32_1b, NULL, &c), DF_OK);
+    assert_int_equal(c.rope_type, DF_ROPE_LLAMA3);
+    assert_true(c.rope_factor == 32.0 && c.rope_low_freq_factor == 1.0 && c.rope_high_freq_factor == 4.0);
+    assert_int_equal(c.rope_original_max_pos, 8192);
+    assert_true(c.rope_theta == 500000.0);
+    assert_false(c.qk_norm || c.o_proj_bias);
+    /* the older spelling "type", and llama3 on a qwen2 (HF's rope functions are shared) */
+    char b[512];
+    const char *ty = ", \"rope_scaling\": {\"type\": \"llama3\", \"factor\": 8, \"low_freq_factor\": 1, "
+                     "\"high_freq_factor\": 4, \"original_max_position_embeddings\": 8192}";
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen2", ty), NULL, &c), DF_OK);
+    assert_int_equal(c.rope_type, DF_ROPE_LLAMA3);
+    assert_true(c.rope_factor == 8.0);
+    /* {"rope_type": "default"} is plain RoPE */
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "llama", ", \"rope_scaling\": {\"rope_type\": "
+                                                 "\"default\"}"), NULL, &c), DF_OK);
+    assert_int_equal(c.rope_type, DF_ROPE_DEFAULT);
+}
+
+static void test_llama_attention_bias(void **state)
+{
+    (void)state;
+    df_model_config c;
+    char b[512];
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "llama", ", \"attention_bias\": true"), NULL, &c),
+                     DF_OK);
+    assert_true(c.attention_bias && c.o_proj_bias);
+    df_model *m;
+    assert_int_equal(df_model_create(&c, &m), DF_OK);
+    const df_param_desc *d = df_model_find_tensor(m, "model.layers.3.self_attn.o_proj.bias");
+    assert_non_null(d);
+    assert_int_equal(d->shape[0], 64);
+    assert_ptr_equal(m->w.layers[3].bo, m->params + d->offset);
+    assert_non_null(df_model_find_tensor(m, "model.layers.0.self_attn.v_proj.bias"));
+    df_model_free(m);
+    /* qwen2: q/k/v biases only, whatever attention_bias says */
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen2", ""), NULL, &c), DF_OK);
+    assert_true(c.attention_bias && !c.o_proj_bias);
+    /* validate: the features must be the type's */
+    c.o_proj_bias = true;
+    assert_error_mentions(df_model_config_validate(&c), DF_EINVAL, "does not exist in qwen2");
+    c.o_proj_bias = false, c.qk_norm = true;
+    assert_error_mentions(df_model_config_validate(&c), DF_EINVAL, "q/k norms");
+}
+
+static void test_sliding_window(void **state)
+{
+    (void)state;
+    df_model_config c;
+    char b[1024];
+    /* Qwen2Config: layers with index >= max_window_layers use the window */
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen2", ", \"use_sliding_window\": true, "
+                                                 "\"sliding_window\": 16, \"max_window_layers\": 3"), NULL, &c),
+                     DF_OK);
+    assert_int_equal(c.sliding_window, 16);
+    assert_int_equal(c.max_window_layers, 3);
+    for (int l = 0; l < 4; l++)
+        assert_int_equal(df_model_layer_window(&c, l), l >= 3 ? 16 : 0);
+    /* defaults: sliding_window 4096, max_window_layers 28 (no layer of 4 windowed) */
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen3", ", \"use_sliding_window\": true"), NULL, &c),
+                     DF_OK);
+    assert_int_equal(c.sliding_window, 4096);
+    assert_int_equal(df_model_layer_window(&c, 3), 0);
+    /* null sliding_window: no window (HF's None); use_sliding_window false: none either */
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen2", ", \"use_sliding_window\": true, "
+                                                 "\"sliding_window\": null, \"max_window_layers\": 0"), NULL, &c),
+                     DF_OK);
+    assert_int_equal(df_model_layer_window(&c, 3), 0);
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen2", ", \"sliding_window\": 8, "
+                                                 "\"max_window_layers\": 0"), NULL, &c), DF_OK);
+    assert_int_equal(df_model_layer_window(&c, 3), 0);
+    /* layer_types (transformers >= 4.53) names the windowed layers */
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen2", ", \"use_sliding_window\": true, "
+                                                 "\"sliding_window\": 8, \"max_window_layers\": 3, \"layer_types\": "
+                                                 "[\"full_attention\", \"sliding_attention\", \"sliding_attention\", "
+                                                 "\"sliding_attention\"]"), NULL, &c), DF_OK);
+    assert_int_equal(c.max_window_layers, 1);
+    assert_int_equal(df_model_layer_window(&c, 1), 8);
+    expect_error(small(b, sizeof b, "qwen2", ", \"use_sliding_window\": true, \"layer_types\": [\"sliding_attention\", "
+                       "\"full_attention\", \"full_attention\", \"full_attention\"]"), DF_EUNSUPPORTED,
+                 "a full_attention layer (1) after a sliding_attention one");
+    expect_error(small(b, sizeof b, "qwen2", ", \"layer_types\": [\"full_attention\", \"full_attention\", "
+                       "\"full_attention\", \"sliding_attention\"]"), DF_EUNSUPPORTED, "there is no window");
+    expect_error(small(b, sizeof b, "qwen2", ", \"layer_types\": [\"full_attention\"]"), DF_EINVAL,
+                 "key \"layer_types\" must be a list of num_hidden_layers (4) strings");
+    expect_error(small(b, sizeof b, "qwen2", ", \"use_sliding_window\": true, \"sliding_window\": 0"), DF_EINVAL,
+                 "key \"sliding_window\" must be > 0");
+    expect_error(small(b, sizeof b, "llama", ", \"use_sliding_window\": true"), DF_EUNSUPPORTED,
+                 "llama has no sliding-window attention");
+}
+
+/* transformers 5 writes rope_parameters (with the theta) instead of rope_theta / rope_scaling. */
+static void test_rope_parameters(void **state)
+{
+    (void)state;
+    df_model_config c;
+    char b[1024];
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen3", ", \"rope_parameters\": {\"rope_theta\": "
+                                                 "1000000.0, \"rope_type\": \"default\"}"), NULL, &c), DF_OK);
+    assert_true(c.rope_theta == 1e6);
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "llama", ", \"rope_theta\": 10.0, \"rope_parameters\": "
+                                                 "{\"rope_theta\": 500000.0, \"rope_type\": \"llama3\", \"factor\": 8.0, "
+                                                 "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+                                                 "\"original_max_position_embeddings\": 8192}"), NULL, &c), DF_OK);
+    assert_true(c.rope_theta == 500000.0); /* rope_parameters' theta first, as HF */
+    assert_int_equal(c.rope_type, DF_ROPE_LLAMA3);
+    expect_error(small(b, sizeof b, "llama", ", \"rope_scaling\": {\"rope_type\": \"default\"}, \"rope_parameters\": "
+                       "{\"rope_type\": \"llama3\"}"), DF_EUNSUPPORTED, "both given and differ");
+    expect_error(small(b, sizeof b, "qwen3", ", \"rope_parameters\": {\"full_attention\": {\"rope_type\": "
+                       "\"default\"}}"), DF_EUNSUPPORTED, "per layer type");
+}
+
+/* What is not implemented is refused, naming the key and the value. */
+static void test_refusals(void **state)
+{
+    (void)state;
+    char b[1024], ex[256];
+    const char *types[] = {"linear", "dynamic", "yarn", "longrope", "ntk"};
+    for (int i = 0; i < 5; i++) {
+        snprintf(ex, sizeof ex, ", \"rope_scaling\": {\"rope_type\": \"%s\", \"factor\": 4.0}", types[i]);
+        char want[96];
+        snprintf(want, sizeof want, "key \"rope_scaling\": rope_type \"%s\" is not supported", types[i]);
+        expect_error(small(b, sizeof b, "qwen3", ex), DF_EUNSUPPORTED, want);
+    }
+    expect_error(small(b, sizeof b, "qwen2", ", \"rope_scaling\": {\"factor\": 4.0}"), DF_EUNSUPPORTED,
+                 "key \"rope_scaling\" names no rope_type");
+    expect_error(small(b, sizeof b, "llama", ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, "
+                       "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0}"), DF_EINVAL,
+                 "has no \"original_max_position_embeddings\"");
+    expect_error(small(b, sizeof b, "llama", ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": \"8\", "
+                       "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+                       "\"original_max_position_embeddings\": 8192}"), DF_EINVAL,
+                 "key \"rope_scaling.factor\" must be a number");
+    expect_error(small(b, sizeof b, "llama", ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, "
+                       "\"low_freq_factor\": 4.0, \"high_freq_factor\": 4.0, "
+                       "\"original_max_position_embeddings\": 8192}"), DF_EINVAL, "low_freq_factor < high_freq_factor");
+    expect_error(small(b, sizeof b, "qwen2", ", \"rope_scaling\": 2"), DF_EINVAL,
+                 "key \"rope_scaling\" must be an object or null");
+    expect_error(small(b, sizeof b, "gemma", ""), DF_EUNSUPPORTED, "(qwen2, qwen3, llama)");
+}
+
+/* Fresh saves and saves over an original round-trip every new field; an original's layout
+   (rope_parameters, layer_types, "type") is kept and updated. */
+static void test_save_roundtrip(void **state)
+{
+    const char *dir = *state;
+    char path[512], b[1024];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    df_model_config c, back;
+    const char *srcs[] = {
+        k_qwen3_8b, k_llama32_1b,
+        small(b, sizeof b, "qwen3", ", \"use_sliding_window\": true, \"sliding_window\": 16, \"max_window_layers\": 2"),
+    };
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(df_model_config_parse(srcs[i], NULL, &c), DF_OK);
+        for (int fresh = 0; fresh < 2; fresh++) {
+            assert_int_equal(df_model_config_save(&c, fresh ? NULL : srcs[i], path), DF_OK);
+            assert_int_equal(df_model_config_load(path, &back), DF_OK);
+            assert_string_equal(back.model_type, c.model_type);
+            assert_int_equal(back.head_dim, c.head_dim);
+            assert_int_equal(back.qk_norm, c.qk_norm);
+            assert_int_equal(back.o_proj_bias, c.o_proj_bias);
+            assert_int_equal(back.rope_type, c.rope_type);
+            assert_true(back.rope_theta == c.rope_theta && back.rope_factor == c.rope_factor);
+            assert_true(back.rope_low_freq_factor == c.rope_low_freq_factor);
+            assert_true(back.rope_high_freq_factor == c.rope_high_freq_factor);
+            assert_int_equal(back.rope_original_max_pos, c.rope_original_max_pos);
+            assert_int_equal(back.sliding_window, c.sliding_window);
+            assert_int_equal(back.max_window_layers, c.max_window_layers);
+        }
+    }
+    /* rope_parameters stays the place of theta; layer_types is rewritten from the window */
+    const char *v5 = small(b, sizeof b, "qwen2", ", \"rope_parameters\": {\"rope_theta\": 1000000.0, \"rope_type\": "
+                           "\"default\"}, \"use_sliding_window\": true, \"sliding_window\": 8, \"layer_types\": "
+                           "[\"full_attention\", \"full_attention\", \"sliding_attention\", \"sliding_attention\"]");
+    assert_int_equal(df_model_config_parse(v5, NULL, &c), DF_OK);
+    c.rope_theta = 2e6;
+    c.max_window_layers = 3;
+    assert_int_equal(df_model_config_save(&c, v5, path), DF_OK);
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    assert_non_null(j);
+    assert_null(json_object_get(j, "rope_theta"));
+    assert_true(json_number_value(json_object_get(json_object_get(j, "rope_parameters"), "rope_theta")) == 2e6);
+    json_t *lt = json_object_get(j, "layer_types");
+    assert_string_equal(json_string_value(json_array_get(lt, 2)), "full_attention");
+    assert_string_equal(json_string_value(json_array_get(lt, 3)), "sliding_attention");
+    assert_string_equal(json_string_value(json_array_get(json_object_get(j, "architectures"), 0)),
+                        "Qwen2ForCausalLM");
+    json_decref(j);
+    /* a qwen3 value model is a Qwen3ForTokenClassification */
+    assert_int_equal(df_model_config_parse(k_qwen3_8b, NULL, &c), DF_OK);
+    c.num_labels = 1;
+    assert_int_equal(df_model_config_save(&c, NULL, path), DF_OK);
+    j = json_load_file(path, 0, &je);
+    assert_string_equal(json_string_value(json_array_get(json_object_get(j, "architectures"), 0)),
+                        "Qwen3ForTokenClassification");
+    json_decref(j);
+    assert_int_equal(df_model_config_load(path, &back), DF_OK);
+    assert_int_equal(back.num_labels, 1);
+    assert_true(back.qk_norm);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_qwen3),
+        cmocka_unit_test(test_llama3_rope),
+        cmocka_unit_test(test_llama_attention_bias),
+        cmocka_unit_test(test_sliding_window),
+        cmocka_unit_test(test_rope_parameters),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test_setup_teardown(test_save_roundtrip, df_test_mkdtemp, df_test_rmtree),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
