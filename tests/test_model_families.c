@@ -383,6 +383,10 @@ static void test_device_refuses_window(void **state)
                           "sliding-window attention");
     assert_last_error_mentions("otherdev");
     assert_null(a);
+    /* the check trainers make when they choose the backend (before any activations) */
+    assert_error_mentions(df_model_check_backend(&be, &g.m->cfg), DF_EUNSUPPORTED, "use_sliding_window");
+    df_backend cpu = df_backend_cpu();
+    assert_int_equal(df_model_check_backend(&cpu, &g.m->cfg), DF_OK);
     df_model_config c = g.m->cfg;
     c.sliding_window = 0; /* the q/k norms go through the backend's RMSNorm: accepted */
     assert_int_equal(df_acts_create_on(&be, &c, 16, 8, &a), DF_OK);

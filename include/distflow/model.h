@@ -319,6 +319,13 @@ typedef struct df_seq_batch {
 /** Saved activations and scratch for one micro-batch of at most max_tokens / max_out rows. */
 typedef struct df_acts df_acts;
 
+/**
+ * Whether backend `be` runs every feature of cfg: DF_EUNSUPPORTED naming the feature and the
+ * backend when not (a sliding window on a backend other than the CPU's), else DF_OK.
+ * df_acts_create_on checks it; callers that create activations lazily check it up front.
+ */
+DF_API int df_model_check_backend(const df_backend *be, const df_model_config *cfg);
+
 /** Activations on the CPU backend (df_acts_create_on with df_backend_cpu()). */
 DF_API int df_acts_create(const df_model_config *cfg, int64_t max_tokens, int64_t max_out,
                           df_acts **out);
@@ -329,8 +336,8 @@ DF_API int df_acts_create(const df_model_config *cfg, int64_t max_tokens, int64_
  * made and `grads` of the backward must be backend memory of n_params floats; logp / entropy /
  * values and their gradients stay host arrays. The value head's dot products are a GEMM there
  * (float sums) where the CPU sums them in double.
- * Errors: DF_EINVAL (sizes, no backend), DF_EUNSUPPORTED (head_dim), DF_ENOMEM naming the
- * backend.
+ * Errors: DF_EINVAL (sizes, no backend), DF_EUNSUPPORTED (head_dim, df_model_check_backend),
+ * DF_ENOMEM naming the backend.
  */
 DF_API int df_acts_create_on(const df_backend *be, const df_model_config *cfg,
                              int64_t max_tokens, int64_t max_out, df_acts **out);

@@ -63,10 +63,13 @@ int df_train_core_set_backend(df_train_core *c, const df_backend *be)
 {
     if (c->acts || c->bgrads != c->grads)
         return df_error(DF_EINVAL, "%s: the backend is chosen before the first micro-batch", c->who);
+    int rc = df_model_check_backend(be, &c->model->cfg); /* now, not after the first rollout */
+    if (rc)
+        return df_error_wrap(rc, "%s", c->who);
     c->be = *be;
     if (!c->trainable || be->ops->host_memory)
         return DF_OK;
-    int rc = be->ops->alloc(be->ctx, (size_t)c->model->n_params * sizeof(float), (void **)&c->bgrads);
+    rc = be->ops->alloc(be->ctx, (size_t)c->model->n_params * sizeof(float), (void **)&c->bgrads);
     if (rc) {
         c->bgrads = c->grads;
         c->be = df_backend_cpu();

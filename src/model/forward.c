@@ -145,6 +145,19 @@ int df_acts_create(const df_model_config *cfg, int64_t max_tokens, int64_t max_o
     return df_acts_create_on(&cpu, cfg, max_tokens, max_out, out);
 }
 
+int df_model_check_backend(const df_backend *be, const df_model_config *cfg)
+{
+    /* The CPU's attention kernels take a window; the device ones do not yet (docs/cuda.md). */
+    if (be && be->ops && !df_backend_is_cpu(be) &&
+        df_model_layer_window(cfg, cfg->num_hidden_layers - 1) > 0)
+        return df_error(DF_EUNSUPPORTED, "sliding-window attention (use_sliding_window, "
+                        "sliding_window %lld from layer %lld) is not implemented on the %s "
+                        "backend; train this model on the cpu backend",
+                        (long long)cfg->sliding_window, (long long)cfg->max_window_layers,
+                        be->ops->name);
+    return DF_OK;
+}
+
 int df_acts_create_on(const df_backend *be, const df_model_config *cfg, int64_t max_tokens,
                       int64_t max_out, df_acts **out)
 {
@@ -161,13 +174,8 @@ int df_acts_create_on(const df_backend *be, const df_model_config *cfg, int64_t 
     if (cfg->head_dim > DF_MAX_HEAD_DIM)
         return df_error(DF_EUNSUPPORTED, "df_acts_create: head_dim %lld exceeds the supported %d",
                         (long long)cfg->head_dim, DF_MAX_HEAD_DIM);
-    /* The CPU's attention kernels take a window; the device ones do not yet (docs/cuda.md). */
-    if (!df_backend_is_cpu(be) && df_model_layer_window(cfg, cfg->num_hidden_layers - 1) > 0)
-        return df_error(DF_EUNSUPPORTED, "df_acts_create: sliding-window attention "
-                        "(use_sliding_window, sliding_window %lld from layer %lld) is not "
-                        "implemented on the %s backend; train this model on the cpu backend",
-                        (long long)cfg->sliding_window, (long long)cfg->max_window_layers,
-                        be->ops->name);
+    if ((rc = df_model_check_backend(be, cfg)))
+        return df_error_wrap(rc, "df_acts_create");
     df_acts *a = calloc(1, sizeof *a);
     if (!a)
         return df_error(DF_ENOMEM, "out of memory allocating activations");
