@@ -48,7 +48,8 @@ static const char *k_llama32_1b =
 /* A small config of `type` with `extra` keys appended (", \"key\": value ..."). */
 static const char *small(char *buf, size_t cap, const char *type, const char *extra)
 {
-    snprintf(buf, cap, "{\"model_type\": \"%s\", \"vocab_size\": 100, \"hidden_size\": 64, "
+    snprintf(buf, cap,
+             "{\"model_type\": \"%s\", \"vocab_size\": 100, \"hidden_size\": 64, "
              "\"intermediate_size\": 96, \"num_hidden_layers\": 4, \"num_attention_heads\": 4%s}",
              type, extra);
     return buf;
@@ -84,21 +85,23 @@ static void test_qwen3(void **state)
     assert_int_equal(tensors, 1 + 36 * 11 + 1 + 1);
     /* Qwen3Config's head_dim default is 128, not hidden / heads; attention_bias gives o_proj's too */
     char b[512];
-    assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen3", ", \"attention_bias\": true"), NULL, &c), DF_OK);
+    assert_int_equal(
+        df_model_config_parse(small(b, sizeof b, "qwen3", ", \"attention_bias\": true"), NULL, &c), DF_OK);
     assert_int_equal(c.head_dim, 128);
     assert_true(c.attention_bias && c.o_proj_bias && c.qk_norm);
     df_param_desc *d;
     int n;
     int64_t total;
     assert_int_equal(df_model_layout(&c, &d, &n, &total), DF_OK);
-    const char *want[] = {"q_proj.weight", "q_proj.bias", "k_proj.weight", "k_proj.bias", "v_proj.weight",
-                          "v_proj.bias", "o_proj.weight", "o_proj.bias", "q_norm.weight", "k_norm.weight"};
+    const char *want[] = {"q_proj.weight", "q_proj.bias",  "k_proj.weight", "k_proj.bias",
+                          "v_proj.weight", "v_proj.bias",  "o_proj.weight", "o_proj.bias",
+                          "q_norm.weight", "k_norm.weight"};
     for (int i = 0; i < 10; i++) {
         char full[96];
         snprintf(full, sizeof full, "model.layers.0.self_attn.%s", want[i]);
         assert_string_equal(d[2 + i].name, full);
     }
-    assert_int_equal(d[9].shape[0], 64);  /* o_proj.bias [hidden] */
+    assert_int_equal(d[9].shape[0], 64);   /* o_proj.bias [hidden] */
     assert_int_equal(d[10].shape[0], 128); /* q_norm [head_dim] */
     free(d);
 }
@@ -121,8 +124,11 @@ static void test_llama3_rope(void **state)
     assert_int_equal(c.rope_type, DF_ROPE_LLAMA3);
     assert_true(c.rope_factor == 8.0);
     /* {"rope_type": "default"} is plain RoPE */
-    assert_int_equal(df_model_config_parse(small(b, sizeof b, "llama", ", \"rope_scaling\": {\"rope_type\": "
-                                                 "\"default\"}"), NULL, &c), DF_OK);
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "llama",
+                                                 ", \"rope_scaling\": {\"rope_type\": "
+                                                 "\"default\"}"),
+                                           NULL, &c),
+                     DF_OK);
     assert_int_equal(c.rope_type, DF_ROPE_DEFAULT);
 }
 
@@ -131,8 +137,8 @@ static void test_llama_attention_bias(void **state)
     (void)state;
     df_model_config c;
     char b[512];
-    assert_int_equal(df_model_config_parse(small(b, sizeof b, "llama", ", \"attention_bias\": true"), NULL, &c),
-                     DF_OK);
+    assert_int_equal(
+        df_model_config_parse(small(b, sizeof b, "llama", ", \"attention_bias\": true"), NULL, &c), DF_OK);
     assert_true(c.attention_bias && c.o_proj_bias);
     df_model *m;
     assert_int_equal(df_model_create(&c, &m), DF_OK);
@@ -158,42 +164,57 @@ static void test_sliding_window(void **state)
     df_model_config c;
     char b[1024];
     /* Qwen2Config: layers with index >= max_window_layers use the window */
-    assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen2", ", \"use_sliding_window\": true, "
-                                                 "\"sliding_window\": 16, \"max_window_layers\": 3"), NULL, &c),
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen2",
+                                                 ", \"use_sliding_window\": true, "
+                                                 "\"sliding_window\": 16, \"max_window_layers\": 3"),
+                                           NULL, &c),
                      DF_OK);
     assert_int_equal(c.sliding_window, 16);
     assert_int_equal(c.max_window_layers, 3);
     for (int l = 0; l < 4; l++)
         assert_int_equal(df_model_layer_window(&c, l), l >= 3 ? 16 : 0);
     /* defaults: sliding_window 4096, max_window_layers 28 (no layer of 4 windowed) */
-    assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen3", ", \"use_sliding_window\": true"), NULL, &c),
-                     DF_OK);
+    assert_int_equal(
+        df_model_config_parse(small(b, sizeof b, "qwen3", ", \"use_sliding_window\": true"), NULL, &c),
+        DF_OK);
     assert_int_equal(c.sliding_window, 4096);
     assert_int_equal(df_model_layer_window(&c, 3), 0);
     /* null sliding_window: no window (HF's None); use_sliding_window false: none either */
-    assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen2", ", \"use_sliding_window\": true, "
-                                                 "\"sliding_window\": null, \"max_window_layers\": 0"), NULL, &c),
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen2",
+                                                 ", \"use_sliding_window\": true, "
+                                                 "\"sliding_window\": null, \"max_window_layers\": 0"),
+                                           NULL, &c),
                      DF_OK);
     assert_int_equal(df_model_layer_window(&c, 3), 0);
-    assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen2", ", \"sliding_window\": 8, "
-                                                 "\"max_window_layers\": 0"), NULL, &c), DF_OK);
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen2",
+                                                 ", \"sliding_window\": 8, "
+                                                 "\"max_window_layers\": 0"),
+                                           NULL, &c),
+                     DF_OK);
     assert_int_equal(df_model_layer_window(&c, 3), 0);
     /* layer_types (transformers >= 4.53) names the windowed layers */
-    assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen2", ", \"use_sliding_window\": true, "
-                                                 "\"sliding_window\": 8, \"max_window_layers\": 3, \"layer_types\": "
-                                                 "[\"full_attention\", \"sliding_attention\", \"sliding_attention\", "
-                                                 "\"sliding_attention\"]"), NULL, &c), DF_OK);
+    assert_int_equal(
+        df_model_config_parse(small(b, sizeof b, "qwen2",
+                                    ", \"use_sliding_window\": true, "
+                                    "\"sliding_window\": 8, \"max_window_layers\": 3, \"layer_types\": "
+                                    "[\"full_attention\", \"sliding_attention\", \"sliding_attention\", "
+                                    "\"sliding_attention\"]"),
+                              NULL, &c),
+        DF_OK);
     assert_int_equal(c.max_window_layers, 1);
     assert_int_equal(df_model_layer_window(&c, 1), 8);
-    expect_error(small(b, sizeof b, "qwen2", ", \"use_sliding_window\": true, \"layer_types\": [\"sliding_attention\", "
-                       "\"full_attention\", \"full_attention\", \"full_attention\"]"), DF_EUNSUPPORTED,
-                 "a full_attention layer (1) after a sliding_attention one");
-    expect_error(small(b, sizeof b, "qwen2", ", \"layer_types\": [\"full_attention\", \"full_attention\", "
-                       "\"full_attention\", \"sliding_attention\"]"), DF_EUNSUPPORTED, "there is no window");
+    expect_error(small(b, sizeof b, "qwen2",
+                       ", \"use_sliding_window\": true, \"layer_types\": [\"sliding_attention\", "
+                       "\"full_attention\", \"full_attention\", \"full_attention\"]"),
+                 DF_EUNSUPPORTED, "a full_attention layer (1) after a sliding_attention one");
+    expect_error(small(b, sizeof b, "qwen2",
+                       ", \"layer_types\": [\"full_attention\", \"full_attention\", "
+                       "\"full_attention\", \"sliding_attention\"]"),
+                 DF_EUNSUPPORTED, "there is no window");
     expect_error(small(b, sizeof b, "qwen2", ", \"layer_types\": [\"full_attention\"]"), DF_EINVAL,
                  "key \"layer_types\" must be a list of num_hidden_layers (4) strings");
-    expect_error(small(b, sizeof b, "qwen2", ", \"use_sliding_window\": true, \"sliding_window\": 0"), DF_EINVAL,
-                 "key \"sliding_window\" must be > 0");
+    expect_error(small(b, sizeof b, "qwen2", ", \"use_sliding_window\": true, \"sliding_window\": 0"),
+                 DF_EINVAL, "key \"sliding_window\" must be > 0");
     expect_error(small(b, sizeof b, "llama", ", \"use_sliding_window\": true"), DF_EUNSUPPORTED,
                  "llama has no sliding-window attention");
 }
@@ -204,19 +225,30 @@ static void test_rope_parameters(void **state)
     (void)state;
     df_model_config c;
     char b[1024];
-    assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen3", ", \"rope_parameters\": {\"rope_theta\": "
-                                                 "1000000.0, \"rope_type\": \"default\"}"), NULL, &c), DF_OK);
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen3",
+                                                 ", \"rope_parameters\": {\"rope_theta\": "
+                                                 "1000000.0, \"rope_type\": \"default\"}"),
+                                           NULL, &c),
+                     DF_OK);
     assert_true(c.rope_theta == 1e6);
-    assert_int_equal(df_model_config_parse(small(b, sizeof b, "llama", ", \"rope_theta\": 10.0, \"rope_parameters\": "
-                                                 "{\"rope_theta\": 500000.0, \"rope_type\": \"llama3\", \"factor\": 8.0, "
-                                                 "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
-                                                 "\"original_max_position_embeddings\": 8192}"), NULL, &c), DF_OK);
+    assert_int_equal(
+        df_model_config_parse(small(b, sizeof b, "llama",
+                                    ", \"rope_theta\": 10.0, \"rope_parameters\": "
+                                    "{\"rope_theta\": 500000.0, \"rope_type\": \"llama3\", \"factor\": 8.0, "
+                                    "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+                                    "\"original_max_position_embeddings\": 8192}"),
+                              NULL, &c),
+        DF_OK);
     assert_true(c.rope_theta == 500000.0); /* rope_parameters' theta first, as HF */
     assert_int_equal(c.rope_type, DF_ROPE_LLAMA3);
-    expect_error(small(b, sizeof b, "llama", ", \"rope_scaling\": {\"rope_type\": \"default\"}, \"rope_parameters\": "
-                       "{\"rope_type\": \"llama3\"}"), DF_EUNSUPPORTED, "both given and differ");
-    expect_error(small(b, sizeof b, "qwen3", ", \"rope_parameters\": {\"full_attention\": {\"rope_type\": "
-                       "\"default\"}}"), DF_EUNSUPPORTED, "per layer type");
+    expect_error(small(b, sizeof b, "llama",
+                       ", \"rope_scaling\": {\"rope_type\": \"default\"}, \"rope_parameters\": "
+                       "{\"rope_type\": \"llama3\"}"),
+                 DF_EUNSUPPORTED, "both given and differ");
+    expect_error(small(b, sizeof b, "qwen3",
+                       ", \"rope_parameters\": {\"full_attention\": {\"rope_type\": "
+                       "\"default\"}}"),
+                 DF_EUNSUPPORTED, "per layer type");
 }
 
 /* What is not implemented is refused, naming the key and the value. */
@@ -233,16 +265,20 @@ static void test_refusals(void **state)
     }
     expect_error(small(b, sizeof b, "qwen2", ", \"rope_scaling\": {\"factor\": 4.0}"), DF_EUNSUPPORTED,
                  "key \"rope_scaling\" names no rope_type");
-    expect_error(small(b, sizeof b, "llama", ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, "
-                       "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0}"), DF_EINVAL,
-                 "has no \"original_max_position_embeddings\"");
-    expect_error(small(b, sizeof b, "llama", ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": \"8\", "
+    expect_error(small(b, sizeof b, "llama",
+                       ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, "
+                       "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0}"),
+                 DF_EINVAL, "has no \"original_max_position_embeddings\"");
+    expect_error(small(b, sizeof b, "llama",
+                       ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": \"8\", "
                        "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
-                       "\"original_max_position_embeddings\": 8192}"), DF_EINVAL,
-                 "key \"rope_scaling.factor\" must be a number");
-    expect_error(small(b, sizeof b, "llama", ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, "
+                       "\"original_max_position_embeddings\": 8192}"),
+                 DF_EINVAL, "key \"rope_scaling.factor\" must be a number");
+    expect_error(small(b, sizeof b, "llama",
+                       ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, "
                        "\"low_freq_factor\": 4.0, \"high_freq_factor\": 4.0, "
-                       "\"original_max_position_embeddings\": 8192}"), DF_EINVAL, "low_freq_factor < high_freq_factor");
+                       "\"original_max_position_embeddings\": 8192}"),
+                 DF_EINVAL, "low_freq_factor < high_freq_factor");
     expect_error(small(b, sizeof b, "qwen2", ", \"rope_scaling\": 2"), DF_EINVAL,
                  "key \"rope_scaling\" must be an object or null");
     expect_error(small(b, sizeof b, "gemma", ""), DF_EUNSUPPORTED, "(qwen2, qwen3, llama)");
@@ -257,8 +293,10 @@ static void test_save_roundtrip(void **state)
     snprintf(path, sizeof path, "%s/config.json", dir);
     df_model_config c, back;
     const char *srcs[] = {
-        k_qwen3_8b, k_llama32_1b,
-        small(b, sizeof b, "qwen3", ", \"use_sliding_window\": true, \"sliding_window\": 16, \"max_window_layers\": 2"),
+        k_qwen3_8b,
+        k_llama32_1b,
+        small(b, sizeof b, "qwen3",
+              ", \"use_sliding_window\": true, \"sliding_window\": 16, \"max_window_layers\": 2"),
     };
     for (int i = 0; i < 3; i++) {
         assert_int_equal(df_model_config_parse(srcs[i], NULL, &c), DF_OK);
@@ -279,9 +317,11 @@ static void test_save_roundtrip(void **state)
         }
     }
     /* rope_parameters stays the place of theta; layer_types is rewritten from the window */
-    const char *v5 = small(b, sizeof b, "qwen2", ", \"rope_parameters\": {\"rope_theta\": 1000000.0, \"rope_type\": "
-                           "\"default\"}, \"use_sliding_window\": true, \"sliding_window\": 8, \"layer_types\": "
-                           "[\"full_attention\", \"full_attention\", \"sliding_attention\", \"sliding_attention\"]");
+    const char *v5 =
+        small(b, sizeof b, "qwen2",
+              ", \"rope_parameters\": {\"rope_theta\": 1000000.0, \"rope_type\": "
+              "\"default\"}, \"use_sliding_window\": true, \"sliding_window\": 8, \"layer_types\": "
+              "[\"full_attention\", \"full_attention\", \"sliding_attention\", \"sliding_attention\"]");
     assert_int_equal(df_model_config_parse(v5, NULL, &c), DF_OK);
     c.rope_theta = 2e6;
     c.max_window_layers = 3;
@@ -290,7 +330,8 @@ static void test_save_roundtrip(void **state)
     json_t *j = json_load_file(path, 0, &je);
     assert_non_null(j);
     assert_null(json_object_get(j, "rope_theta"));
-    assert_true(json_number_value(json_object_get(json_object_get(j, "rope_parameters"), "rope_theta")) == 2e6);
+    assert_true(json_number_value(json_object_get(json_object_get(j, "rope_parameters"), "rope_theta")) ==
+                2e6);
     json_t *lt = json_object_get(j, "layer_types");
     assert_string_equal(json_string_value(json_array_get(lt, 2)), "full_attention");
     assert_string_equal(json_string_value(json_array_get(lt, 3)), "sliding_attention");

@@ -83,7 +83,8 @@ static double forward_error(const df_model *m, const golden *g)
 {
     df_acts *a;
     assert_int_equal(df_acts_create(&m->cfg, g->gb.T, g->gb.n_out, &a), DF_OK);
-    float *lp = malloc(sizeof(float) * (size_t)g->gb.n_out), *en = malloc(sizeof(float) * (size_t)g->gb.n_out);
+    float *lp = malloc(sizeof(float) * (size_t)g->gb.n_out),
+          *en = malloc(sizeof(float) * (size_t)g->gb.n_out);
     const char *names[2][2] = {{"logp.t1", "entropy.t1"}, {"logp.t07", "entropy.t07"}};
     const float temps[2] = {1.0f, 0.7f};
     double worst = 0;
@@ -91,7 +92,8 @@ static double forward_error(const df_model *m, const golden *g)
         assert_int_equal(df_model_forward(m, a, &g->gb.b, temps[k], lp, en), DF_OK);
         float *el = df_golden_read_vec(g->gb.exp, names[k][0], NULL);
         float *ee = df_golden_read_vec(g->gb.exp, names[k][1], NULL);
-        worst = fmax(worst, fmax(df_golden_rel_err(lp, el, g->gb.n_out), df_golden_rel_err(en, ee, g->gb.n_out)));
+        worst =
+            fmax(worst, fmax(df_golden_rel_err(lp, el, g->gb.n_out), df_golden_rel_err(en, ee, g->gb.n_out)));
         free(el), free(ee);
     }
     free(lp), free(en);
@@ -107,7 +109,8 @@ static double logits_error(const golden *g)
     float *lp = malloc(sizeof(float) * (size_t)g->gb.n_out);
     assert_int_equal(df_model_forward(g->m, a, &g->gb.b, 1.0f, lp, NULL), DF_OK);
     int64_t nr, nl;
-    float *rows = df_golden_read_vec(g->gb.exp, "logits.rows", &nr), *want = df_golden_read_vec(g->gb.exp, "logits", &nl);
+    float *rows = df_golden_read_vec(g->gb.exp, "logits.rows", &nr),
+          *want = df_golden_read_vec(g->gb.exp, "logits", &nl);
     const int64_t V = g->m->cfg.vocab_size, H = g->m->cfg.hidden_size;
     assert_int_equal(nl, nr * V);
     float *got = malloc(sizeof(float) * (size_t)nl);
@@ -124,8 +127,10 @@ static float *golden_grads(const df_model *m, const golden *g, int passes)
 {
     df_acts *a;
     assert_int_equal(df_acts_create(&m->cfg, g->gb.T, g->gb.n_out, &a), DF_OK);
-    float *lp = malloc(sizeof(float) * (size_t)g->gb.n_out), *en = malloc(sizeof(float) * (size_t)g->gb.n_out);
-    float *c = df_golden_read_vec(g->gb.exp, "loss.c", NULL), *d = df_golden_read_vec(g->gb.exp, "loss.d", NULL);
+    float *lp = malloc(sizeof(float) * (size_t)g->gb.n_out),
+          *en = malloc(sizeof(float) * (size_t)g->gb.n_out);
+    float *c = df_golden_read_vec(g->gb.exp, "loss.c", NULL),
+          *d = df_golden_read_vec(g->gb.exp, "loss.d", NULL);
     float *grads = calloc((size_t)m->n_params, sizeof(float));
     for (int p = 0; p < passes; p++) {
         assert_int_equal(df_model_forward(m, a, &g->gb.b, 0.7f, lp, en), DF_OK);
@@ -304,8 +309,9 @@ static void check_rollout(const char *name)
             double d = fabs(r.log_probs[r.offsets[s] + t] - lp[t]);
             if (!(d <= 2 * err[t]))
                 fail_msg("%s: sequence %lld token %lld: rollout log-prob %.7g, training %.7g "
-                         "(bound %.3g)", name, (long long)s, (long long)t,
-                         (double)r.log_probs[r.offsets[s] + t], (double)lp[t], 2 * err[t]);
+                         "(bound %.3g)",
+                         name, (long long)s, (long long)t, (double)r.log_probs[r.offsets[s] + t],
+                         (double)lp[t], 2 * err[t]);
             worst = fmax(worst, d / (2 * err[t]));
         }
     }

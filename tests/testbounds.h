@@ -56,7 +56,8 @@ static inline double tb_head_bound(const df_model *m, float temperature)
    o_proj bias (one add forward; its gradient sums the T tokens, which the chain ends with). */
 static inline double tb_attn_extra_fwd(const df_model_config *c)
 {
-    return (double)c->num_hidden_layers * ((c->qk_norm ? (double)c->head_dim + 4 : 0) + (c->o_proj_bias ? 1 : 0));
+    double per_layer = (c->qk_norm ? (double)c->head_dim + 4 : 0) + (c->o_proj_bias ? 1 : 0);
+    return (double)c->num_hidden_layers * per_layer;
 }
 
 static inline double tb_attn_extra_bwd(const df_model_config *c)

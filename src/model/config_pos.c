@@ -45,8 +45,10 @@ static int parse_rope_obj(json_t *o, const char *src, const char *key, bool unty
     if (!json_is_object(o))
         return df_cfg_wrong_type(src, key, "an object or null", o);
     if (json_object_get(o, "full_attention") || json_object_get(o, "sliding_attention"))
-        return df_error(DF_EUNSUPPORTED, "%s: key \"%s\": RoPE parameters per layer type are not "
-                        "supported", src, key);
+        return df_error(DF_EUNSUPPORTED,
+                        "%s: key \"%s\": RoPE parameters per layer type are not "
+                        "supported",
+                        src, key);
     json_t *t = df_cfg_get(o, "rope_type");
     if (!t)
         t = df_cfg_get(o, "type");
@@ -54,15 +56,19 @@ static int parse_rope_obj(json_t *o, const char *src, const char *key, bool unty
         return df_cfg_wrong_type(src, key, "an object whose rope_type is a string", t);
     const char *type = t ? json_string_value(t) : NULL;
     if (!type && !untyped_default)
-        return df_error(DF_EUNSUPPORTED, "%s: key \"%s\" names no rope_type (supported: "
-                        "\"default\", \"llama3\")", src, key);
+        return df_error(DF_EUNSUPPORTED,
+                        "%s: key \"%s\" names no rope_type (supported: "
+                        "\"default\", \"llama3\")",
+                        src, key);
     c->rope_type = DF_ROPE_DEFAULT;
     if (!type || !strcmp(type, "default"))
         return DF_OK;
     if (!strcmp(type, "llama3"))
         return parse_llama3(o, src, key, c);
-    return df_error(DF_EUNSUPPORTED, "%s: key \"%s\": rope_type \"%s\" is not supported (supported: "
-                    "\"default\", \"llama3\")", src, key, type);
+    return df_error(DF_EUNSUPPORTED,
+                    "%s: key \"%s\": rope_type \"%s\" is not supported (supported: "
+                    "\"default\", \"llama3\")",
+                    src, key, type);
 }
 
 int df_cfg_parse_rope(json_t *root, const char *src, df_model_config *c)
@@ -73,8 +79,10 @@ int df_cfg_parse_rope(json_t *root, const char *src, df_model_config *c)
         return rc;
     /* transformers 5 writes rope_parameters; a file carrying both must not disagree. */
     if (rs && rp && !json_equal(rs, rp))
-        return df_error(DF_EUNSUPPORTED, "%s: keys \"rope_scaling\" and \"rope_parameters\" are both "
-                        "given and differ; keep one", src);
+        return df_error(DF_EUNSUPPORTED,
+                        "%s: keys \"rope_scaling\" and \"rope_parameters\" are both "
+                        "given and differ; keep one",
+                        src);
     if (rp) {
         rc = parse_rope_obj(rp, src, "rope_parameters", true, c);
         json_t *th = df_cfg_get(rp, "rope_theta");
@@ -91,21 +99,27 @@ int df_cfg_parse_rope(json_t *root, const char *src, df_model_config *c)
 static int parse_layer_types(json_t *lt, const char *src, const df_model_config *c, int64_t *first)
 {
     if (!json_is_array(lt) || (int64_t)json_array_size(lt) != c->num_hidden_layers)
-        return df_error(DF_EINVAL, "%s: key \"layer_types\" must be a list of num_hidden_layers "
-                        "(%lld) strings", src, (long long)c->num_hidden_layers);
+        return df_error(DF_EINVAL,
+                        "%s: key \"layer_types\" must be a list of num_hidden_layers "
+                        "(%lld) strings",
+                        src, (long long)c->num_hidden_layers);
     *first = c->num_hidden_layers;
     for (size_t i = 0; i < json_array_size(lt); i++) {
         const char *s = json_string_value(json_array_get(lt, i));
         bool sliding = s && !strcmp(s, "sliding_attention");
         if (!sliding && !(s && !strcmp(s, "full_attention")))
-            return df_error(DF_EUNSUPPORTED, "%s: key \"layer_types\": entry %zu is not "
-                            "\"full_attention\" or \"sliding_attention\"", src, i);
+            return df_error(DF_EUNSUPPORTED,
+                            "%s: key \"layer_types\": entry %zu is not "
+                            "\"full_attention\" or \"sliding_attention\"",
+                            src, i);
         if (sliding && *first == c->num_hidden_layers)
             *first = (int64_t)i;
         if (!sliding && *first < c->num_hidden_layers)
-            return df_error(DF_EUNSUPPORTED, "%s: key \"layer_types\": a full_attention layer (%zu) "
+            return df_error(DF_EUNSUPPORTED,
+                            "%s: key \"layer_types\": a full_attention layer (%zu) "
                             "after a sliding_attention one is not supported (windowed layers must be "
-                            "the last ones, as max_window_layers gives them)", src, i);
+                            "the last ones, as max_window_layers gives them)",
+                            src, i);
     }
     return DF_OK;
 }
@@ -118,8 +132,10 @@ int df_cfg_parse_window(json_t *root, const char *src, df_model_config *c)
         return rc;
     if (!strcmp(c->model_type, "llama")) {
         if (use)
-            return df_error(DF_EUNSUPPORTED, "%s: key \"use_sliding_window\" true: llama has no "
-                            "sliding-window attention", src);
+            return df_error(DF_EUNSUPPORTED,
+                            "%s: key \"use_sliding_window\" true: llama has no "
+                            "sliding-window attention",
+                            src);
         return DF_OK;
     }
     /* Qwen2Config: sliding_window = sliding_window if use_sliding_window else None (default
@@ -133,8 +149,7 @@ int df_cfg_parse_window(json_t *root, const char *src, df_model_config *c)
     if ((rc = df_cfg_get_int(root, src, "max_window_layers", false, &c->max_window_layers)))
         return rc;
     if (use && sw && !json_is_null(sw) && w <= 0)
-        return df_error(DF_EINVAL, "%s: key \"sliding_window\" must be > 0 (got %lld)", src,
-                        (long long)w);
+        return df_error(DF_EINVAL, "%s: key \"sliding_window\" must be > 0 (got %lld)", src, (long long)w);
     if (c->max_window_layers < 0)
         return df_error(DF_EINVAL, "%s: key \"max_window_layers\" must be >= 0 (got %lld)", src,
                         (long long)c->max_window_layers);
@@ -146,8 +161,10 @@ int df_cfg_parse_window(json_t *root, const char *src, df_model_config *c)
     if ((rc = parse_layer_types(lt, src, c, &first)))
         return rc;
     if (first < c->num_hidden_layers && c->sliding_window == 0)
-        return df_error(DF_EUNSUPPORTED, "%s: key \"layer_types\" has sliding_attention layers but "
-                        "there is no window (use_sliding_window false or sliding_window null)", src);
+        return df_error(DF_EUNSUPPORTED,
+                        "%s: key \"layer_types\" has sliding_attention layers but "
+                        "there is no window (use_sliding_window false or sliding_window null)",
+                        src);
     if (c->sliding_window > 0) /* HF reads the window's layers from layer_types */
         c->max_window_layers = first;
     return DF_OK;
@@ -215,7 +232,7 @@ int df_cfg_write_window(json_t *o, const df_model_config *c, bool fresh)
         return bad;
     json_t *lt = json_array();
     for (int64_t l = 0; lt && l < c->num_hidden_layers; l++)
-        bad |= json_array_append_new(lt, json_string(df_model_layer_window(c, l) ? "sliding_attention"
-                                                                                 : "full_attention"));
+        bad |= json_array_append_new(
+            lt, json_string(df_model_layer_window(c, l) ? "sliding_attention" : "full_attention"));
     return bad | !lt | json_object_set_new(o, "layer_types", lt);
 }

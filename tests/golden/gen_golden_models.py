@@ -183,8 +183,9 @@ def layer(c, p, i, x):
     a = (torch.softmax(s, dim=-1) @ v).transpose(0, 1).reshape(L, nh * d)
     x = x + linear(p, at + "o_proj", a)
     h = rms_norm(x, p[pre + "post_attention_layernorm.weight"], eps)
-    act = torch.nn.functional.silu(h @ p[pre + "mlp.gate_proj.weight"].T) * (h @ p[pre + "mlp.up_proj.weight"].T)
-    return x + act @ p[pre + "mlp.down_proj.weight"].T
+    gate = h @ p[pre + "mlp.gate_proj.weight"].T
+    up = h @ p[pre + "mlp.up_proj.weight"].T
+    return x + (torch.nn.functional.silu(gate) * up) @ p[pre + "mlp.down_proj.weight"].T
 
 
 def final_hidden(c, p, tokens, offsets):
