@@ -12,6 +12,10 @@
 #               (scripts/mutate.sh; ARGS="-f REGEX -j N -c" as needed)
 #   make check-fresh  install-deps + build + test in a fresh debootstrapped Debian 12 root, as root
 #               (scripts/check-fresh.sh; ARGS="--demo --user --keep --refresh" as needed)
+#   make fuzz   build the libFuzzer targets of tests/fuzz with clang (build-fuzz/) and run each
+#               for FUZZ_SECONDS (scripts/fuzz.sh; ARGS="workflow safetensors" picks targets)
+#   make test-asan  the whole suite built with ASan + UBSan (build-asan/), leaks included
+#               (scripts/test-asan.sh; ARGS="-R REGEX" passes ctest options)
 BUILD ?= build
 JOBS  ?= $(shell nproc 2>/dev/null || echo 2)
 ALGO  ?= grpo
@@ -19,10 +23,12 @@ DEMO_SFT ?=
 ARGS ?=
 # ON: -march=native for this machine only; OFF: runs on any x86-64, kernels picked at run time
 DF_NATIVE ?= OFF
+# seconds per fuzz target for make fuzz
+FUZZ_SECONDS ?= 60
 # cmake --build runs make underneath: no Entering/Leaving directory lines
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all deps build test test-variants demo bench mutate check-fresh clean
+.PHONY: all deps build test test-variants demo bench mutate check-fresh fuzz test-asan clean
 
 all: build
 
@@ -52,5 +58,13 @@ mutate: deps
 check-fresh:
 	@bash scripts/check-fresh.sh $(ARGS)
 
+fuzz:
+	@bash scripts/install-deps.sh --fuzz
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) JOBS=$(JOBS) bash scripts/fuzz.sh $(ARGS)
+
+test-asan:
+	@bash scripts/install-deps.sh --fuzz
+	@JOBS=$(JOBS) bash scripts/test-asan.sh $(ARGS)
+
 clean:
-	rm -rf $(BUILD) $(BUILD)-alt
+	rm -rf $(BUILD) $(BUILD)-alt build-fuzz build-asan

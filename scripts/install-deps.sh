@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # Install the Debian packages distflow builds against, if any are missing.
+#   scripts/install-deps.sh          what make build / test / demo need
+#   scripts/install-deps.sh --fuzz   that, and clang's libFuzzer and sanitizer runtimes for
+#                                    make fuzz / make test-asan (not pulled by the others)
 # As root it runs apt-get, quietly: apt's warnings and errors reach the terminal, and if a step
 # fails its whole output is shown. Otherwise it prints the exact command to run as root and exits 1.
 # scripts/check-fresh.sh checks on a fresh Debian 12 root that this is all `make test` and
@@ -25,6 +28,18 @@ PKGS=(
   libopenmpi-dev      # MPI comm backend (without it: single-process build)
   openmpi-bin         # mpirun / mpiexec: multi-rank runs and the test_comm_mpi_np* tests
 )
+
+# Optional group, with --fuzz: make fuzz builds the libFuzzer targets with clang; make test-asan
+# builds the suite with gcc's -fsanitize=address,undefined (libasan / libubsan come with gcc).
+FUZZ_PKGS=(
+  clang               # libFuzzer targets (-fsanitize=fuzzer), tests/fuzz
+  libclang-rt-14-dev  # clang's libFuzzer, ASan and UBSan runtimes (Debian 12's clang is 14)
+)
+case "${1:-}" in
+  --fuzz) PKGS+=("${FUZZ_PKGS[@]}") ;;
+  "") ;;
+  *) echo "usage: $0 [--fuzz]" >&2; exit 2 ;;
+esac
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
   echo "install-deps: not a Debian system (no dpkg-query / apt-get); install the equivalents of:" >&2

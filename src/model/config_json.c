@@ -328,7 +328,7 @@ static int set_fresh_defaults(json_t *o, bool llama)
 }
 
 /* The HF class prefix of a model_type. */
-static const char *class_prefix(const char *model_type)
+const char *df_model_class_prefix(const char *model_type)
 {
     return !strcmp(model_type, "llama") ? "Llama" : !strcmp(model_type, "qwen3") ? "Qwen3" : "Qwen2";
 }
@@ -359,7 +359,7 @@ int df_model_config_to_json(const df_model_config *c, const char *original_json,
     bad |= df_cfg_write_rope(o, c) | df_cfg_write_window(o, c, !original_json);
     if (c->num_labels > 0) {
         /* transformers' form of one label: {"0": "LABEL_0"} and its inverse. */
-        snprintf(arch, sizeof arch, "%sForTokenClassification", class_prefix(c->model_type));
+        snprintf(arch, sizeof arch, "%sForTokenClassification", df_model_class_prefix(c->model_type));
         bad |= json_object_set_new(o, "architectures", json_pack("[s]", arch));
         bad |= json_object_set_new(o, "id2label", json_pack("{s:s}", "0", "LABEL_0"));
         bad |= json_object_set_new(o, "label2id", json_pack("{s:i}", "LABEL_0", 0));
@@ -368,7 +368,7 @@ int df_model_config_to_json(const df_model_config *c, const char *original_json,
         if (json_object_get(o, "num_labels"))
             bad |= json_object_set_new(o, "num_labels", json_integer(c->num_labels));
     } else {
-        snprintf(arch, sizeof arch, "%sForCausalLM", class_prefix(c->model_type));
+        snprintf(arch, sizeof arch, "%sForCausalLM", df_model_class_prefix(c->model_type));
         bad |= json_object_set_new(o, "architectures", json_pack("[s]", arch));
     }
     bad |= json_object_set_new(o, "model_type", json_string(c->model_type));

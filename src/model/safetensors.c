@@ -529,7 +529,8 @@ static int writer_add(df_st_writer *w, const char *name, df_dtype dtype, int ndi
     memset(e, 0, sizeof *e);
     e->dtype = dtype;
     e->ndim = ndim;
-    memcpy(e->shape, shape, sizeof *shape * (size_t)ndim);
+    if (ndim) /* a scalar may come with shape NULL, which memcpy must not get even for 0 bytes */
+        memcpy(e->shape, shape, sizeof *shape * (size_t)ndim);
     e->numel = numel;
     e->nbytes = (size_t)numel * df_st_dtype_size(dtype);
     e->name = strdup(name);

@@ -1,6 +1,8 @@
 /* The console's description of a model (model_info.h). */
 #include "workers/common/model_info.h"
 
+#include "model/hf_io.h"
+
 #include <string.h>
 
 static const char *dtype_name(df_dtype d)
@@ -21,15 +23,17 @@ void df_count_text(int64_t n, char *out, size_t cap)
 void df_print_model_info(FILE *f, const char *dir, const df_model *m, const char *tok_dir, const df_tokenizer *tok)
 {
     const df_model_config *c = &m->cfg;
-    bool llama = !strcmp(c->model_type, "llama");
     char n[32];
     df_count_text(m->n_params, n, sizeof n);
     fprintf(f, "model: %s: %s%s, %s parameters (%lld layers, hidden %lld, %lld attention heads, %lld KV heads, "
-               "head_dim %lld, vocab %lld%s%s)\n",
-            dir, llama ? "Llama" : "Qwen2", c->num_labels ? "ForTokenClassification" : "ForCausalLM", n,
+               "head_dim %lld, vocab %lld%s%s%s%s%s%s)\n",
+            dir, df_model_class_prefix(c->model_type), c->num_labels ? "ForTokenClassification" : "ForCausalLM", n,
             (long long)c->num_hidden_layers, (long long)c->hidden_size, (long long)c->num_attention_heads,
             (long long)c->num_key_value_heads, (long long)c->head_dim, (long long)c->vocab_size,
-            c->tie_word_embeddings ? ", tied embeddings" : "", c->attention_bias ? ", q/k/v bias" : "");
+            c->tie_word_embeddings ? ", tied embeddings" : "", c->attention_bias ? ", q/k/v bias" : "",
+            c->o_proj_bias ? ", o_proj bias" : "", c->qk_norm ? ", q/k norm" : "",
+            c->rope_type != DF_ROPE_DEFAULT ? ", llama3 RoPE scaling" : "",
+            c->sliding_window > 0 ? ", sliding-window attention" : "");
     /* weights, gradients and the two AdamW moments: 4 float32 numbers a parameter */
     fprintf(f, "  dtype: %s files (config.json torch_dtype, kept on save); computed in float32: weights, "
                "gradients and AdamW moments take %.2f GiB\n",
