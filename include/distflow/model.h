@@ -341,6 +341,36 @@ DF_API int df_acts_create(const df_model_config *cfg, int64_t max_tokens, int64_
  */
 DF_API int df_acts_create_on(const df_backend *be, const df_model_config *cfg,
                              int64_t max_tokens, int64_t max_out, df_acts **out);
+
+/** df_acts_create_ex flags. */
+enum {
+    /**
+     * Activation (gradient) checkpointing per decoder layer (HF's gradient_checkpointing_enable,
+     * verl's enable_gradient_checkpointing): the forward keeps each layer's input (the residual
+     * stream, [n_tokens, hidden]) and the head's rows, and the backward recomputes one layer's
+     * activations from its input just before that layer's backward, into one layer's worth of
+     * memory. The per-layer buffers shrink from num_hidden_layers copies to one; a training
+     * step runs the decoder layers' forward (less the down projection) once more. The same
+     * kernels run on the same inputs, so logits and gradients are the same to the bit.
+     */
+    DF_ACTS_CHECKPOINT = 1u << 0,
+};
+
+/**
+ * df_acts_create_on with `flags` (0 or DF_ACTS_CHECKPOINT). Errors as df_acts_create_on,
+ * DF_EINVAL for an unknown flag.
+ */
+DF_API int df_acts_create_ex(const df_backend *be, const df_model_config *cfg,
+                             int64_t max_tokens, int64_t max_out, unsigned flags, df_acts **out);
+/**
+ * *bytes = the backend memory df_acts_create_ex would allocate for these arguments, from the
+ * same layout code and without allocating it (the host's small index arrays aside). Errors as
+ * df_acts_create_ex's checks (nothing is allocated, so no DF_ENOMEM).
+ */
+DF_API int df_acts_bytes(const df_backend *be, const df_model_config *cfg, int64_t max_tokens,
+                         int64_t max_out, unsigned flags, int64_t *bytes);
+/** Backend memory held by a's buffers, in bytes (df_acts_bytes of its creation). */
+DF_API int64_t df_acts_size(const df_acts *a);
 /**
  * Copy m's weights into the backend's memory (a no-op on the CPU backend, which reads m's
  * own): call it after every change of m's parameters (a weight sync). The copy's layout

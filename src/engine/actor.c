@@ -33,6 +33,7 @@ int df_actor_create(df_model *model, const df_actor_params *p, bool trainable, d
         return rc;
     }
     a->c.progress_label = p->progress_label;
+    a->c.checkpoint = p->gradient_checkpointing || !trainable; /* a frozen model never runs a backward */
     *out = a;
     return DF_OK;
 }

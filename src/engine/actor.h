@@ -66,6 +66,8 @@ typedef struct df_actor_params {
                                      from column rollout_log_probs (verl PR #2953) */
     uint64_t seed;                /* clip_cov's random token choice, keyed per micro-batch */
     float temperature;          /* rollout temperature: logits are divided by it */
+    bool gradient_checkpointing; /* recompute each layer's activations in the backward
+                                    (model.enable_gradient_checkpointing; DF_ACTS_CHECKPOINT) */
     const char *progress_label; /* non-NULL: update_policy draws a TTY progress bar over samples */
 } df_actor_params;
 

@@ -53,6 +53,7 @@ int df_critic_create(df_model *model, const df_critic_params *p, df_critic **out
         return rc;
     }
     c->c.progress_label = p->progress_label;
+    c->c.checkpoint = p->gradient_checkpointing;
     *out = c;
     return DF_OK;
 }

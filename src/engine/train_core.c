@@ -105,7 +105,8 @@ static int reserve(df_train_core *c, const df_batch *b, const int64_t *bounds, i
         c->acts = NULL;
         c->acts_tokens = max_tok > c->acts_tokens ? max_tok : c->acts_tokens;
         c->acts_out = max_out > c->acts_out ? max_out : c->acts_out;
-        int rc = df_acts_create_on(&c->be, &c->model->cfg, c->acts_tokens, c->acts_out, &c->acts);
+        unsigned flags = c->checkpoint ? DF_ACTS_CHECKPOINT : 0;
+        int rc = df_acts_create_ex(&c->be, &c->model->cfg, c->acts_tokens, c->acts_out, flags, &c->acts);
         if (!rc)
             rc = df_acts_load_weights(c->acts, c->model);
         if (rc)

@@ -47,6 +47,7 @@ typedef struct df_train_core {
     df_adamw *opt;
     df_acts *acts;
     int64_t acts_tokens, acts_out;
+    bool checkpoint; /* activations checkpointed per layer (DF_ACTS_CHECKPOINT); set before a plan */
     df_packed pk;
     float *buf[DF_CORE_MAX_BUFS]; /* n_buf per-token scratch arrays of buf_cap floats */
     int n_buf;

@@ -3,6 +3,11 @@
  * df_model_forward for df_model_backward, plus the backward's scratch. Every
  * buffer is sized once for max_tokens / max_out rows (RL micro-batches vary in
  * size) and reused; row-major with T = the current batch's n_tokens rows.
+ *
+ * Per-layer buffers have n_slots slots: one per layer, or a single one with
+ * activation checkpointing (DF_ACTS_CHECKPOINT), where the forward keeps only
+ * the residual stream x entering each layer and the backward recomputes layer
+ * l's slot from x[l] (df_acts_layer_recompute) just before its backward.
  */
 #ifndef DF_MODEL_ACTS_H
 #define DF_MODEL_ACTS_H
@@ -21,6 +26,10 @@ typedef struct df_acts_batch {
 struct df_acts {
     df_model_config cfg;
     int64_t max_tokens, max_out;
+    bool ckpt;           /* DF_ACTS_CHECKPOINT: one slot of per-layer activations, recomputed */
+    int64_t n_slots;     /* slots of the per-layer buffers: 1 with ckpt, else num_hidden_layers */
+    int64_t bytes;       /* backend memory of the buffers below (df_acts_bytes) */
+    bool dry;            /* only count bytes, allocate nothing (df_acts_bytes) */
     /* Where every buffer below lives and every operator runs (backend memory unless noted). */
     df_backend be;
     int err;             /* first failure of a backend call in this pass (DF_BE) */
@@ -34,7 +43,8 @@ struct df_acts {
     int64_t w_params;
     df_model_view wview;
     df_layer_view *wview_layers;
-    /* Saved per layer l (leading dimension num_hidden_layers, stride max_tokens rows). */
+    /* Saved per layer l: x always ([L + 1], stride max_tokens rows); the rest in slot
+     * df_acts_slot(a, l) of n_slots (written "[L]" below). */
     float *x;            /* [L + 1][T, H] residual stream entering layer l (x[L]: leaving the last) */
     float *hmid;         /* [L][T, H] residual after attention */
     float *xn1, *xn2;    /* [L][T, H] inputs of the q/k/v and gate/up projections */
@@ -83,7 +93,12 @@ int df_acts_stage(df_acts *a, const df_seq_batch *b);
 /* The weights the backend reads: m's own (CPU), or the copy df_acts_load_weights made. */
 int df_acts_weights(const df_acts *a, const df_model *m, const df_model_view **w);
 
-/* Per-layer slices. */
+/* Per-layer slices: the slot holding layer l's saved activations. */
+static inline int64_t df_acts_slot(const df_acts *a, int64_t l)
+{
+    return a->ckpt ? 0 : l;
+}
+
 static inline int64_t df_acts_qd(const df_acts *a)
 {
     return a->cfg.num_attention_heads * a->cfg.head_dim;
@@ -92,6 +107,14 @@ static inline int64_t df_acts_kvd(const df_acts *a)
 {
     return a->cfg.num_key_value_heads * a->cfg.head_dim;
 }
+
+/**
+ * Layer l's saved activations (its slot: norms, q / k / v, attention, gate / up) computed
+ * again from x[l] with the forward's kernels, for the backward of a checkpointed pass. The
+ * batch is the one staged (a->bb). Failures land in a->err.
+ */
+void df_acts_layer_recompute(const df_model_config *c, const df_layer_view *w, df_acts *a,
+                             int64_t l);
 
 /**
  * Run the decoder layers' matmuls in bf16 (ops.h df_mm_*; the LM head, norms,

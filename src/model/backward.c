@@ -3,7 +3,9 @@
  * ACCUMULATING parameter gradients into a blob with the model's layout. The
  * residual-stream gradient lives in a->dres; RMSNorm backwards add into it,
  * which is how the residual connections' identity paths are carried. The
- * LM head and a value model's score head share the trunk's backward.
+ * LM head and a value model's score head share the trunk's backward. With
+ * activation checkpointing each layer's activations are recomputed from its
+ * saved input just before its backward (acts.h).
  */
 #include "model/acts.h"
 #include "model/ops.h"
@@ -25,12 +27,12 @@ static void layer_backward(const df_model_config *c, const df_layer_view *w, df_
     const df_acts_batch *bb = &a->bb;
     const int64_t T = bb->seqs.T, H = c->hidden_size, I = c->intermediate_size;
     const int64_t nh = c->num_attention_heads, nkv = c->num_key_value_heads, hd = c->head_dim;
-    const int64_t qd = nh * hd, kvd = nkv * hd, MT = a->max_tokens;
-    const float *x = a->x + l * MT * H, *h = a->hmid + l * MT * H;
-    const float *xn1 = a->xn1 + l * MT * H, *xn2 = a->xn2 + l * MT * H;
-    const float *q = a->q + l * MT * qd, *k = a->k + l * MT * kvd, *v = a->v + l * MT * kvd;
-    const float *att = a->att + l * MT * qd;
-    const float *gate = a->gate + l * MT * I, *up = a->up + l * MT * I;
+    const int64_t qd = nh * hd, kvd = nkv * hd, MT = a->max_tokens, s = df_acts_slot(a, l);
+    const float *x = a->x + l * MT * H, *h = a->hmid + s * MT * H;
+    const float *xn1 = a->xn1 + s * MT * H, *xn2 = a->xn2 + s * MT * H;
+    const float *q = a->q + s * MT * qd, *k = a->k + s * MT * kvd, *v = a->v + s * MT * kvd;
+    const float *att = a->att + s * MT * qd;
+    const float *gate = a->gate + s * MT * I, *up = a->up + s * MT * I;
     float *dres = a->dres, *dxn = a->dxn;
     df_backend_seqs seqs = bb->seqs;
     seqs.window = df_model_layer_window(c, l);
@@ -45,14 +47,14 @@ static void layer_backward(const df_model_config *c, const df_layer_view *w, df_
     DF_BE(a, gemm, false, false, T, H, I, 1.0f, a->mlp_c, w->w_up, 1.0f, dxn);
     DF_BE(a, gemm, true, false, I, H, T, 1.0f, a->mlp_b, xn2, 1.0f, g->w_gate);
     DF_BE(a, gemm, true, false, I, H, T, 1.0f, a->mlp_c, xn2, 1.0f, g->w_up);
-    DF_BE(a, rmsnorm_bwd, dres, g->ln2, dxn, h, w->ln2, a->rstd2 + l * MT, T, H);
+    DF_BE(a, rmsnorm_bwd, dres, g->ln2, dxn, h, w->ln2, a->rstd2 + s * MT, T, H);
 
     /* Attention: h = x + att W_o^T (+ b_o). */
     DF_BE(a, gemm, true, false, H, qd, T, 1.0f, dres, att, 1.0f, g->wo);
     if (g->bo)
         DF_BE(a, col_sum_add, g->bo, dres, T, H);
     DF_BE(a, gemm, false, false, T, qd, H, 1.0f, dres, w->wo, 0.0f, a->dao);
-    DF_BE(a, attention_bwd, a->dq, a->dk, a->dv, a->dao, att, a->att_lse + l * MT * nh, q, k, v,
+    DF_BE(a, attention_bwd, a->dq, a->dk, a->dv, a->dao, att, a->att_lse + s * MT * nh, q, k, v,
           &seqs, nh, nkv, hd);
     DF_BE(a, rope_apply, a->dq, bb->pos, T, nh, hd, a->rope_cos, a->rope_sin, true);
     DF_BE(a, rope_apply, a->dk, bb->pos, T, nkv, hd, a->rope_cos, a->rope_sin, true);
@@ -61,10 +63,10 @@ static void layer_backward(const df_model_config *c, const df_layer_view *w, df_
     if (c->qk_norm) {
         dq = a->dqn;
         dk = a->dkn;
-        head_norm_bwd(a, a->dqn, g->q_norm, a->dq, a->qraw + l * MT * qd, w->q_norm,
-                      a->qrstd + l * MT * nh, T * nh, hd);
-        head_norm_bwd(a, a->dkn, g->k_norm, a->dk, a->kraw + l * MT * kvd, w->k_norm,
-                      a->krstd + l * MT * nkv, T * nkv, hd);
+        head_norm_bwd(a, a->dqn, g->q_norm, a->dq, a->qraw + s * MT * qd, w->q_norm,
+                      a->qrstd + s * MT * nh, T * nh, hd);
+        head_norm_bwd(a, a->dkn, g->k_norm, a->dk, a->kraw + s * MT * kvd, w->k_norm,
+                      a->krstd + s * MT * nkv, T * nkv, hd);
     }
     DF_BE(a, gemm, false, false, T, H, qd, 1.0f, dq, w->wq, 0.0f, dxn);
     DF_BE(a, gemm, false, false, T, H, kvd, 1.0f, dk, w->wk, 1.0f, dxn);
@@ -77,7 +79,7 @@ static void layer_backward(const df_model_config *c, const df_layer_view *w, df_
         DF_BE(a, col_sum_add, g->bk, dk, T, kvd);
         DF_BE(a, col_sum_add, g->bv, a->dv, T, kvd);
     }
-    DF_BE(a, rmsnorm_bwd, dres, g->ln1, dxn, x, w->ln1, a->rstd1 + l * MT, T, H);
+    DF_BE(a, rmsnorm_bwd, dres, g->ln1, dxn, x, w->ln1, a->rstd1 + s * MT, T, H);
 }
 
 /* Checks common to both heads: a forward of kind `head` on `a` for this batch. */
@@ -109,8 +111,11 @@ static int trunk_backward(const df_model *m, const df_model_view *w, df_acts *a,
           b->n_out, H);
     DF_BE(a, zero, a->dres, T * H);
     DF_BE(a, scatter_add_rows, a->dres, a->dxf, a->bb.rows, b->n_out, H);
-    for (int64_t l = L - 1; l >= 0; l--)
+    for (int64_t l = L - 1; l >= 0; l--) {
+        if (a->ckpt) /* the forward kept only x[l]: refill the layer's slot from it */
+            df_acts_layer_recompute(c, &w->layers[l], a, l);
         layer_backward(c, &w->layers[l], a, l, &gv->layers[l]);
+    }
     DF_BE(a, embedding_bwd, gv->embed, a->dres, a->bb.tokens, T, H);
     return a->err;
 }

@@ -18,10 +18,13 @@
 
 /* ---- df_acts ----------------------------------------------------------------- */
 
+/* One buffer of n elements; counted in a->bytes, and only counted in a dry run. */
 static float *balloc(df_acts *a, int64_t n, size_t elem, int *fail)
 {
     void *p = NULL;
-    if (!*fail && a->be.ops->alloc(a->be.ctx, (size_t)(n > 0 ? n : 1) * elem, &p))
+    const size_t bytes = (size_t)(n > 0 ? n : 1) * elem;
+    a->bytes += (int64_t)bytes;
+    if (!a->dry && !*fail && a->be.ops->alloc(a->be.ctx, bytes, &p))
         *fail = 1;
     return p;
 }
@@ -106,12 +109,12 @@ static int rope_tables(df_acts *a)
     return rc;
 }
 
-/* The q/k norms' saved inputs and statistics and their gradients' scratch (qwen3), the
- * o_proj bias's ones (its GEMM adds it). */
+/* The q/k norms' saved inputs and statistics (n_slots layers) and their gradients' scratch
+ * (qwen3), the o_proj bias's ones (its GEMM adds it). */
 static void alloc_attention_extras(df_acts *a, int *fail)
 {
     const df_model_config *c = &a->cfg;
-    const int64_t T = a->max_tokens, L = c->num_hidden_layers;
+    const int64_t T = a->max_tokens, L = a->n_slots;
     if (c->qk_norm) {
         a->qraw = falloc(a, L * T * df_acts_qd(a), fail);
         a->kraw = falloc(a, L * T * df_acts_kvd(a), fail);
@@ -138,6 +141,53 @@ static void alloc_batch_copies(df_acts *a, int *fail)
     a->b_io = falloc(a, 4 * O, fail);
 }
 
+/* Every buffer of the layout (saved per-layer ones in n_slots slots), in backend memory;
+ * a dry run only adds up their bytes. */
+static void alloc_buffers(df_acts *a, int *fail)
+{
+    const df_model_config *cfg = &a->cfg;
+    const int64_t T = a->max_tokens, S = a->n_slots, H = cfg->hidden_size;
+    const int64_t I = cfg->intermediate_size, nh = cfg->num_attention_heads;
+    const int64_t qd = df_acts_qd(a), kvd = df_acts_kvd(a), O = a->max_out > 0 ? a->max_out : 1;
+    a->x = falloc(a, (cfg->num_hidden_layers + 1) * T * H, fail);
+    a->hmid = falloc(a, S * T * H, fail);
+    a->xn1 = falloc(a, S * T * H, fail);
+    a->xn2 = falloc(a, S * T * H, fail);
+    a->rstd1 = falloc(a, S * T, fail);
+    a->rstd2 = falloc(a, S * T, fail);
+    a->q = falloc(a, S * T * qd, fail);
+    a->k = falloc(a, S * T * kvd, fail);
+    a->v = falloc(a, S * T * kvd, fail);
+    a->att = falloc(a, S * T * qd, fail);
+    a->att_lse = falloc(a, S * T * nh, fail);
+    a->gate = falloc(a, S * T * I, fail);
+    a->up = falloc(a, S * T * I, fail);
+    a->xf = falloc(a, O * H, fail);
+    a->xnf = falloc(a, O * H, fail);
+    a->rstdf = falloc(a, O, fail);
+    a->lse = falloc(a, O, fail);
+    a->ent = falloc(a, O, fail);
+    a->rope_cos = falloc(a, T * cfg->head_dim / 2, fail);
+    a->rope_sin = falloc(a, T * cfg->head_dim / 2, fail);
+    a->mlp_a = falloc(a, T * I, fail);
+    a->mlp_b = falloc(a, T * I, fail);
+    a->mlp_c = falloc(a, T * I, fail);
+    a->dres = falloc(a, T * H, fail);
+    a->dxn = falloc(a, T * H, fail);
+    a->dq = falloc(a, T * qd, fail);
+    a->dk = falloc(a, T * kvd, fail);
+    a->dv = falloc(a, T * kvd, fail);
+    a->dao = falloc(a, T * qd, fail);
+    a->dxf = falloc(a, O * H, fail);
+    a->dxnf = falloc(a, O * H, fail);
+    /* A value model never runs the LM head. */
+    a->lm_scratch = falloc(a, cfg->num_labels > 0 ? 1
+                           : a->be.ops->lmhead_scratch_floats(a->be.ctx, O, cfg->vocab_size, H),
+                           fail);
+    alloc_batch_copies(a, fail);
+    alloc_attention_extras(a, fail);
+}
+
 int df_acts_create(const df_model_config *cfg, int64_t max_tokens, int64_t max_out,
                    df_acts **out)
 {
@@ -158,74 +208,57 @@ int df_model_check_backend(const df_backend *be, const df_model_config *cfg)
     return DF_OK;
 }
 
-int df_acts_create_on(const df_backend *be, const df_model_config *cfg, int64_t max_tokens,
-                      int64_t max_out, df_acts **out)
+/* The checks of df_acts_create_ex, then a zeroed df_acts holding the sizes (*out). */
+static int acts_new(const df_backend *be, const df_model_config *cfg, int64_t max_tokens,
+                    int64_t max_out, unsigned flags, df_acts **out)
 {
     int rc = df_model_config_validate(cfg);
     if (rc)
-        return df_error_wrap(rc, "df_acts_create");
+        return rc;
     if (!be || !be->ops)
-        return df_error(DF_EINVAL, "df_acts_create: no backend");
+        return df_error(DF_EINVAL, "no backend");
     if (max_tokens <= 0 || max_out < 0 || max_out > max_tokens)
-        return df_error(DF_EINVAL,
-                        "df_acts_create: need 0 < max_tokens and 0 <= max_out <= max_tokens "
+        return df_error(DF_EINVAL, "need 0 < max_tokens and 0 <= max_out <= max_tokens "
                         "(got max_tokens %lld, max_out %lld)",
                         (long long)max_tokens, (long long)max_out);
+    if (flags & ~(unsigned)DF_ACTS_CHECKPOINT)
+        return df_error(DF_EINVAL, "unknown flags 0x%x", flags);
     if (cfg->head_dim > DF_MAX_HEAD_DIM)
-        return df_error(DF_EUNSUPPORTED, "df_acts_create: head_dim %lld exceeds the supported %d",
+        return df_error(DF_EUNSUPPORTED, "head_dim %lld exceeds the supported %d",
                         (long long)cfg->head_dim, DF_MAX_HEAD_DIM);
     if ((rc = df_model_check_backend(be, cfg)))
-        return df_error_wrap(rc, "df_acts_create");
+        return rc;
     df_acts *a = calloc(1, sizeof *a);
     if (!a)
         return df_error(DF_ENOMEM, "out of memory allocating activations");
     a->cfg = *cfg;
     a->max_tokens = max_tokens;
     a->max_out = max_out;
+    a->ckpt = (flags & DF_ACTS_CHECKPOINT) != 0;
+    a->n_slots = a->ckpt ? 1 : cfg->num_hidden_layers;
     a->be = *be;
     if (df_backend_is_cpu(be))
         a->be.ctx = &a->mm; /* matmuls follow df_acts_set_bf16_matmul */
-    const int64_t T = max_tokens, L = cfg->num_hidden_layers, H = cfg->hidden_size;
-    const int64_t I = cfg->intermediate_size, nh = cfg->num_attention_heads;
-    const int64_t qd = df_acts_qd(a), kvd = df_acts_kvd(a), O = max_out > 0 ? max_out : 1;
+    *out = a;
+    return DF_OK;
+}
+
+int df_acts_create_on(const df_backend *be, const df_model_config *cfg, int64_t max_tokens,
+                      int64_t max_out, df_acts **out)
+{
+    return df_acts_create_ex(be, cfg, max_tokens, max_out, 0, out);
+}
+
+int df_acts_create_ex(const df_backend *be, const df_model_config *cfg, int64_t max_tokens,
+                      int64_t max_out, unsigned flags, df_acts **out)
+{
+    df_acts *a = NULL;
+    int rc = acts_new(be, cfg, max_tokens, max_out, flags, &a);
+    if (rc)
+        return df_error_wrap(rc, "df_acts_create");
+    const int64_t T = max_tokens, L = cfg->num_hidden_layers;
     int fail = 0;
-    a->x = falloc(a, (L + 1) * T * H, &fail);
-    a->hmid = falloc(a, L * T * H, &fail);
-    a->xn1 = falloc(a, L * T * H, &fail);
-    a->xn2 = falloc(a, L * T * H, &fail);
-    a->rstd1 = falloc(a, L * T, &fail);
-    a->rstd2 = falloc(a, L * T, &fail);
-    a->q = falloc(a, L * T * qd, &fail);
-    a->k = falloc(a, L * T * kvd, &fail);
-    a->v = falloc(a, L * T * kvd, &fail);
-    a->att = falloc(a, L * T * qd, &fail);
-    a->att_lse = falloc(a, L * T * nh, &fail);
-    a->gate = falloc(a, L * T * I, &fail);
-    a->up = falloc(a, L * T * I, &fail);
-    a->xf = falloc(a, O * H, &fail);
-    a->xnf = falloc(a, O * H, &fail);
-    a->rstdf = falloc(a, O, &fail);
-    a->lse = falloc(a, O, &fail);
-    a->ent = falloc(a, O, &fail);
-    a->rope_cos = falloc(a, T * cfg->head_dim / 2, &fail);
-    a->rope_sin = falloc(a, T * cfg->head_dim / 2, &fail);
-    a->mlp_a = falloc(a, T * I, &fail);
-    a->mlp_b = falloc(a, T * I, &fail);
-    a->mlp_c = falloc(a, T * I, &fail);
-    a->dres = falloc(a, T * H, &fail);
-    a->dxn = falloc(a, T * H, &fail);
-    a->dq = falloc(a, T * qd, &fail);
-    a->dk = falloc(a, T * kvd, &fail);
-    a->dv = falloc(a, T * kvd, &fail);
-    a->dao = falloc(a, T * qd, &fail);
-    a->dxf = falloc(a, O * H, &fail);
-    a->dxnf = falloc(a, O * H, &fail);
-    /* A value model never runs the LM head. */
-    a->lm_scratch = falloc(a, cfg->num_labels > 0 ? 1
-                           : a->be.ops->lmhead_scratch_floats(a->be.ctx, O, cfg->vocab_size, H),
-                           &fail);
-    alloc_batch_copies(a, &fail);
-    alloc_attention_extras(a, &fail);
+    alloc_buffers(a, &fail);
     a->pos = malloc((size_t)T * sizeof(int32_t));
     a->gview_layers = calloc((size_t)L, sizeof(df_layer_view));
     if (fail || !a->pos || !a->gview_layers) {
@@ -240,6 +273,26 @@ int df_acts_create_on(const df_backend *be, const df_model_config *cfg, int64_t 
     }
     *out = a;
     return DF_OK;
+}
+
+int df_acts_bytes(const df_backend *be, const df_model_config *cfg, int64_t max_tokens,
+                  int64_t max_out, unsigned flags, int64_t *bytes)
+{
+    df_acts *a = NULL;
+    int rc = acts_new(be, cfg, max_tokens, max_out, flags, &a);
+    if (rc)
+        return df_error_wrap(rc, "df_acts_bytes");
+    a->dry = true;
+    int fail = 0;
+    alloc_buffers(a, &fail);
+    *bytes = a->bytes;
+    free(a); /* a dry run holds no buffer */
+    return DF_OK;
+}
+
+int64_t df_acts_size(const df_acts *a)
+{
+    return a->bytes;
 }
 
 int df_acts_load_weights(df_acts *a, const df_model *m)
@@ -373,31 +426,33 @@ static void linear(df_acts *a, float *y, const float *x, const float *W, const f
     DF_BE(a, gemm, false, true, M, N, K, 1.0f, x, W, b ? 1.0f : 0.0f, y);
 }
 
-static void layer_forward(const df_model_config *c, const df_layer_view *w, df_acts *a,
-                          int64_t l)
+/* Layer l up to the MLP's gate / up projections: every activation its backward reads, in
+ * slot df_acts_slot(a, l), from x[l]. The forward and a checkpointed backward's recompute
+ * run this same code, so the recomputed values are the forward's to the bit. */
+void df_acts_layer_recompute(const df_model_config *c, const df_layer_view *w, df_acts *a,
+                             int64_t l)
 {
     const df_acts_batch *bb = &a->bb;
     const int64_t T = bb->seqs.T, H = c->hidden_size, I = c->intermediate_size;
     const int64_t nh = c->num_attention_heads, nkv = c->num_key_value_heads, hd = c->head_dim;
-    const int64_t qd = nh * hd, kvd = nkv * hd, MT = a->max_tokens;
+    const int64_t qd = nh * hd, kvd = nkv * hd, MT = a->max_tokens, s = df_acts_slot(a, l);
     const float *x = a->x + l * MT * H;
-    float *xn1 = a->xn1 + l * MT * H, *xn2 = a->xn2 + l * MT * H, *h = a->hmid + l * MT * H;
-    float *q = a->q + l * MT * qd, *k = a->k + l * MT * kvd, *v = a->v + l * MT * kvd;
-    float *att = a->att + l * MT * qd, *gate = a->gate + l * MT * I, *up = a->up + l * MT * I;
-    float *xnext = a->x + (l + 1) * MT * H;
+    float *xn1 = a->xn1 + s * MT * H, *xn2 = a->xn2 + s * MT * H, *h = a->hmid + s * MT * H;
+    float *q = a->q + s * MT * qd, *k = a->k + s * MT * kvd, *v = a->v + s * MT * kvd;
+    float *att = a->att + s * MT * qd, *gate = a->gate + s * MT * I, *up = a->up + s * MT * I;
     const float eps = (float)c->rms_norm_eps;
     df_backend_seqs seqs = bb->seqs;
     seqs.window = df_model_layer_window(c, l);
 
-    DF_BE(a, rmsnorm_fwd, xn1, a->rstd1 + l * MT, x, w->ln1, T, H, eps);
+    DF_BE(a, rmsnorm_fwd, xn1, a->rstd1 + s * MT, x, w->ln1, T, H, eps);
     if (c->qk_norm) {
         /* qwen3's per-head RMSNorms (Qwen3RMSNorm over head_dim): [T, n hd] is T n rows of hd.
          * The projections are kept for the norms' backward. */
-        float *qraw = a->qraw + l * MT * qd, *kraw = a->kraw + l * MT * kvd;
+        float *qraw = a->qraw + s * MT * qd, *kraw = a->kraw + s * MT * kvd;
         linear(a, qraw, xn1, w->wq, w->bq, T, qd, H);
         linear(a, kraw, xn1, w->wk, w->bk, T, kvd, H);
-        DF_BE(a, rmsnorm_fwd, q, a->qrstd + l * MT * nh, qraw, w->q_norm, T * nh, hd, eps);
-        DF_BE(a, rmsnorm_fwd, k, a->krstd + l * MT * nkv, kraw, w->k_norm, T * nkv, hd, eps);
+        DF_BE(a, rmsnorm_fwd, q, a->qrstd + s * MT * nh, qraw, w->q_norm, T * nh, hd, eps);
+        DF_BE(a, rmsnorm_fwd, k, a->krstd + s * MT * nkv, kraw, w->k_norm, T * nkv, hd, eps);
     } else {
         linear(a, q, xn1, w->wq, w->bq, T, qd, H);
         linear(a, k, xn1, w->wk, w->bk, T, kvd, H);
@@ -405,17 +460,28 @@ static void layer_forward(const df_model_config *c, const df_layer_view *w, df_a
     linear(a, v, xn1, w->wv, w->bv, T, kvd, H);
     DF_BE(a, rope_apply, q, bb->pos, T, nh, hd, a->rope_cos, a->rope_sin, false);
     DF_BE(a, rope_apply, k, bb->pos, T, nkv, hd, a->rope_cos, a->rope_sin, false);
-    DF_BE(a, attention_fwd, att, a->att_lse + l * MT * nh, q, k, v, &seqs, nh, nkv, hd);
+    DF_BE(a, attention_fwd, att, a->att_lse + s * MT * nh, q, k, v, &seqs, nh, nkv, hd);
     /* Residual adds ride on the GEMM's beta = 1; an o_proj bias on a rank-1 one (ones b^T). */
     DF_BE(a, copy, h, x, (size_t)(T * H) * sizeof(float));
     DF_BE(a, gemm, false, true, T, H, qd, 1.0f, att, w->wo, 1.0f, h);
     if (w->bo)
         DF_BE(a, gemm, false, false, T, H, 1, 1.0f, a->ones, w->bo, 1.0f, h);
-    DF_BE(a, rmsnorm_fwd, xn2, a->rstd2 + l * MT, h, w->ln2, T, H, eps);
+    DF_BE(a, rmsnorm_fwd, xn2, a->rstd2 + s * MT, h, w->ln2, T, H, eps);
     linear(a, gate, xn2, w->w_gate, NULL, T, I, H);
     linear(a, up, xn2, w->w_up, NULL, T, I, H);
-    DF_BE(a, swiglu_fwd, a->mlp_a, gate, up, T * I);
-    DF_BE(a, copy, xnext, h, (size_t)(T * H) * sizeof(float));
+}
+
+/* Layer l: its saved activations, then x[l + 1] = h + down(silu(gate) * up). The backward
+ * recomputes silu(gate) * up itself, so the recompute above stops before it. */
+static void layer_forward(const df_model_config *c, const df_layer_view *w, df_acts *a,
+                          int64_t l)
+{
+    const int64_t T = a->bb.seqs.T, H = c->hidden_size, I = c->intermediate_size;
+    const int64_t MT = a->max_tokens, s = df_acts_slot(a, l);
+    df_acts_layer_recompute(c, w, a, l);
+    DF_BE(a, swiglu_fwd, a->mlp_a, a->gate + s * MT * I, a->up + s * MT * I, T * I);
+    float *xnext = a->x + (l + 1) * MT * H;
+    DF_BE(a, copy, xnext, a->hmid + s * MT * H, (size_t)(T * H) * sizeof(float));
     DF_BE(a, gemm, false, true, T, H, I, 1.0f, a->mlp_a, w->w_down, 1.0f, xnext);
 }
 

@@ -118,6 +118,7 @@ void df_worker_actor_params(const df_dag_worker *w, df_actor_params *p)
     p->seed = df_worker_seed(w);
     p->temperature = (float)t->actor_rollout_ref.rollout.temperature;
     p->progress_label = w->rank == 0 ? "update_actor" : NULL;
+    p->gradient_checkpointing = t->actor_rollout_ref.model.enable_gradient_checkpointing;
 }
 
 void df_worker_critic_params(const df_dag_worker *w, df_critic_params *p)
@@ -137,6 +138,7 @@ void df_worker_critic_params(const df_dag_worker *w, df_critic_params *p)
     p->forward_max_token_len = dyn ? c->forward_max_token_len_per_gpu : 0;
     p->loss = w->global.critic_loss;
     p->progress_label = w->rank == 0 ? "update_critic" : NULL;
+    p->gradient_checkpointing = c->model.enable_gradient_checkpointing;
 }
 
 /* Sampling settings from a rollout block's keys (rollout.* or rollout.val_kwargs.*). */

@@ -213,6 +213,7 @@ static void actor_params(const sft_run *s, df_actor_params *p)
     p->micro_batch_size = s->t.data.micro_batch_size_per_gpu;
     p->logprob_micro_batch_size = p->micro_batch_size;
     p->temperature = 1.0f;
+    p->gradient_checkpointing = s->t.model.enable_gradient_checkpointing;
 }
 
 /* Token-mean NLL of the validation responses (verl's val/loss). */

@@ -1,0 +1,304 @@
+/*
+ * Activation checkpointing per decoder layer (model.h DF_ACTS_CHECKPOINT):
+ *   - log-probs, entropies and the gradient blob of a checkpointed forward + backward equal
+ *     those of the plain one to the bit (memcmp), for a Qwen2 with GQA and q/k/v biases over
+ *     packed sequences, a Qwen3 (q/k norms, explicit head_dim, o_proj bias, a sliding window
+ *     on its last layer), a Llama 3.1 (llama3 RoPE, tied embeddings, o_proj bias), the value
+ *     head (the critic) and the bf16 matmuls where the CPU has them;
+ *   - two micro-batches accumulated into one blob on reused activations;
+ *   - the layout: df_acts_bytes counts num_hidden_layers - 1 fewer copies of the per-layer
+ *     buffers (the formula written out here), df_acts_size of a created one agrees, flags
+ *     other than DF_ACTS_CHECKPOINT are refused.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "distflow/backend.h"
+#include "distflow/model.h"
+#include "distflow/rng.h"
+#include "model/acts.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A tiny config of `type` with GQA (4 heads / 2 KV heads) and 3 layers. */
+static df_model_config base_config(const char *type)
+{
+    df_model_config c;
+    df_model_config_defaults(&c);
+    snprintf(c.model_type, sizeof c.model_type, "%s", type);
+    c.vocab_size = 50;
+    c.hidden_size = 32;
+    c.intermediate_size = 48;
+    c.num_hidden_layers = 3;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.head_dim = 8;
+    c.max_position_embeddings = 64;
+    c.initializer_range = 0.3;
+    c.attention_bias = !strcmp(type, "qwen2");
+    return c;
+}
+
+static df_model_config qwen3_config(void)
+{
+    df_model_config c = base_config("qwen3");
+    c.head_dim = 16; /* explicit: num_heads * head_dim != hidden */
+    c.qk_norm = true;
+    c.attention_bias = c.o_proj_bias = true;
+    c.sliding_window = 5;
+    c.max_window_layers = 2; /* the last layer attends to 5 positions */
+    return c;
+}
+
+static df_model_config llama31_config(void)
+{
+    df_model_config c = base_config("llama");
+    c.rope_type = DF_ROPE_LLAMA3;
+    c.rope_factor = 8;
+    c.rope_low_freq_factor = 1;
+    c.rope_high_freq_factor = 4;
+    c.rope_original_max_pos = 16;
+    c.attention_bias = c.o_proj_bias = true;
+    c.tie_word_embeddings = true;
+    return c;
+}
+
+/* A random model with O(1) activations: vectors (norms, biases) moved by N(0, 0.1) so that
+ * every path carries signal. */
+static df_model *model_of(const df_model_config *c, uint64_t seed)
+{
+    df_model *m;
+    if (df_model_create(c, &m))
+        fail_msg("df_model_create: %s", df_last_error());
+    assert_int_equal(df_model_init_random(m, seed), DF_OK);
+    df_rng r;
+    df_rng_seed(&r, df_rng_key(seed, 5, 0, 0));
+    for (int t = 0; t < m->n_tensors; t++) {
+        const df_param_desc *d = &m->tensors[t];
+        for (int64_t i = 0; d->ndim == 1 && i < d->numel; i++)
+            m->params[d->offset + i] += (float)(0.1 * df_rng_normal(&r));
+    }
+    return m;
+}
+
+/* Packed sequences of the given lengths: random tokens, every row but each sequence's last
+ * scored against the next token. */
+typedef struct {
+    int32_t tok[64], tgt[64];
+    int64_t off[8], rows[64];
+    df_seq_batch b;
+} packed;
+
+static void pack(packed *p, const int64_t *len, int n, int64_t V, uint64_t seed)
+{
+    df_rng r;
+    df_rng_seed(&r, df_rng_key(seed, 9, 0, 0));
+    int64_t t = 0, n_out = 0;
+    p->off[0] = 0;
+    for (int s = 0; s < n; s++) {
+        for (int64_t i = 0; i < len[s]; i++)
+            p->tok[t + i] = (int32_t)df_rng_below(&r, (uint64_t)V);
+        for (int64_t i = 0; i + 1 < len[s]; i++) {
+            p->rows[n_out] = t + i;
+            p->tgt[n_out++] = p->tok[t + i + 1];
+        }
+        t += len[s];
+        p->off[s + 1] = t;
+    }
+    p->b = (df_seq_batch){t, p->tok, n, p->off, n_out, p->rows, p->tgt};
+}
+
+/* What one pass gives: per-row outputs and the accumulated gradient blob. */
+typedef struct {
+    float out[2][64]; /* logp and entropy, or values */
+    float *grads;
+} pass_result;
+
+/* Forward + backward of each batch on one df_acts created with `flags` (max_tokens above
+ * the batches', so rows sit at a stride), accumulating into r->grads; outputs of the last. */
+static void run_passes(const df_model *m, unsigned flags, bool bf16, const packed *pk, int n_pk,
+                       pass_result *r)
+{
+    const bool value = m->cfg.num_labels > 0;
+    df_backend cpu = df_backend_cpu();
+    df_acts *a = NULL;
+    assert_int_equal(df_acts_create_ex(&cpu, &m->cfg, 48, 48, flags, &a), DF_OK);
+    if (bf16)
+        assert_int_equal(df_acts_set_bf16_matmul(a, true), DF_OK);
+    r->grads = calloc((size_t)m->n_params, sizeof(float));
+    assert_non_null(r->grads);
+    for (int i = 0; i < n_pk; i++) {
+        const df_seq_batch *b = &pk[i].b;
+        float d0[64], d1[64];
+        for (int64_t j = 0; j < b->n_out; j++) { /* distinct weights so every row matters */
+            d0[j] = -1.0f / (float)(b->n_out + j);
+            d1[j] = 0.01f * (float)(j % 3 + 1);
+        }
+        if (value) {
+            assert_int_equal(df_model_forward_values(m, a, b, r->out[0]), DF_OK);
+            assert_int_equal(df_model_backward_values(m, a, b, d0, r->grads), DF_OK);
+        } else {
+            assert_int_equal(df_model_forward(m, a, b, 0.7f, r->out[0], r->out[1]), DF_OK);
+            assert_int_equal(df_model_backward(m, a, b, 0.7f, d0, d1, r->grads), DF_OK);
+        }
+    }
+    df_acts_free(a);
+}
+
+/* Both ways on the same model and batches: outputs and gradients equal to the bit, and the
+ * gradient is not trivially zero. */
+static void check_identical(const char *what, const df_model *m, bool bf16)
+{
+    static const int64_t len1[3] = {9, 13, 6}, len2[2] = {17, 11};
+    packed pk[2];
+    pack(&pk[0], len1, 3, m->cfg.vocab_size, 1);
+    pack(&pk[1], len2, 2, m->cfg.vocab_size, 2);
+    pass_result plain, ckpt;
+    memset(&plain, 0, sizeof plain);
+    memset(&ckpt, 0, sizeof ckpt);
+    run_passes(m, 0, bf16, pk, 2, &plain);
+    run_passes(m, DF_ACTS_CHECKPOINT, bf16, pk, 2, &ckpt);
+    const size_t n_out = (size_t)pk[1].b.n_out;
+    if (memcmp(plain.out, ckpt.out, sizeof plain.out))
+        fail_msg("%s: the checkpointed forward's outputs differ", what);
+    int64_t first = -1, nonzero = 0;
+    for (int64_t i = 0; i < m->n_params; i++) {
+        if (memcmp(&plain.grads[i], &ckpt.grads[i], sizeof(float)) && first < 0)
+            first = i;
+        nonzero += plain.grads[i] != 0.0f;
+    }
+    if (first >= 0)
+        fail_msg("%s: gradient %lld differs: %.9g without checkpointing, %.9g with", what,
+                 (long long)first, (double)plain.grads[first], (double)ckpt.grads[first]);
+    assert_memory_equal(plain.grads, ckpt.grads, (size_t)m->n_params * sizeof(float));
+    if (nonzero < m->n_params * 9 / 10) /* every weight is on some path */
+        fail_msg("%s: only %lld of %lld gradients are non-zero", what, (long long)nonzero,
+                 (long long)m->n_params);
+    print_message("%s: %lld gradients and %zu outputs identical\n", what, (long long)m->n_params,
+                  n_out);
+    free(plain.grads);
+    free(ckpt.grads);
+}
+
+static void test_qwen2_gqa_bias(void **state)
+{
+    (void)state;
+    df_model_config c = base_config("qwen2");
+    df_model *m = model_of(&c, 11);
+    check_identical("qwen2", m, false);
+    df_model_free(m);
+}
+
+static void test_qwen3_and_window(void **state)
+{
+    (void)state;
+    df_model_config c = qwen3_config();
+    df_model *m = model_of(&c, 12);
+    check_identical("qwen3", m, false);
+    df_model_free(m);
+}
+
+static void test_llama31(void **state)
+{
+    (void)state;
+    df_model_config c = llama31_config();
+    df_model *m = model_of(&c, 13);
+    check_identical("llama 3.1", m, false);
+    df_model_free(m);
+}
+
+static void test_value_head(void **state)
+{
+    (void)state;
+    df_model_config c = base_config("qwen2");
+    c.num_labels = 1;
+    df_model *m = model_of(&c, 14);
+    check_identical("value model", m, false);
+    df_model_free(m);
+}
+
+static void test_bf16_matmuls(void **state)
+{
+    (void)state;
+    df_model_config c = base_config("qwen2");
+    df_acts *a = NULL;
+    assert_int_equal(df_acts_create(&c, 8, 8, &a), DF_OK);
+    int rc = df_acts_set_bf16_matmul(a, true);
+    df_acts_free(a);
+    if (rc == DF_EUNSUPPORTED) {
+        print_message("skipped: %s\n", df_last_error());
+        skip();
+    }
+    assert_int_equal(rc, DF_OK);
+    df_model *m = model_of(&c, 15);
+    check_identical("qwen2 bf16 matmuls", m, true);
+    df_model_free(m);
+}
+
+/* The per-layer buffers' floats per token, written out from acts.h: hmid, xn1, xn2 (H each),
+ * rstd1, rstd2 (1 each), q and att (qd), k and v (kvd), att_lse (nh), gate and up (I), and
+ * with q/k norms qraw (qd), kraw (kvd), qrstd (nh), krstd (nkv). */
+static int64_t layer_floats_per_token(const df_model_config *c)
+{
+    const int64_t qd = c->num_attention_heads * c->head_dim;
+    const int64_t kvd = c->num_key_value_heads * c->head_dim;
+    int64_t n = 3 * c->hidden_size + 2 + 2 * qd + 2 * kvd + c->num_attention_heads +
+                2 * c->intermediate_size;
+    if (c->qk_norm)
+        n += qd + kvd + c->num_attention_heads + c->num_key_value_heads;
+    return n;
+}
+
+static void test_layout_bytes(void **state)
+{
+    (void)state;
+    df_backend cpu = df_backend_cpu();
+    df_model_config cs[2] = {base_config("qwen2"), qwen3_config()};
+    for (int i = 0; i < 2; i++) {
+        const df_model_config *c = &cs[i];
+        const int64_t T = 40, L = c->num_hidden_layers;
+        int64_t plain = 0, ckpt = 0;
+        assert_int_equal(df_acts_bytes(&cpu, c, T, 30, 0, &plain), DF_OK);
+        assert_int_equal(df_acts_bytes(&cpu, c, T, 30, DF_ACTS_CHECKPOINT, &ckpt), DF_OK);
+        assert_int_equal(plain - ckpt, (L - 1) * T * layer_floats_per_token(c) * 4);
+        df_acts *a = NULL;
+        assert_int_equal(df_acts_create_ex(&cpu, c, T, 30, DF_ACTS_CHECKPOINT, &a), DF_OK);
+        assert_int_equal(df_acts_size(a), ckpt);
+        df_acts_free(a);
+        assert_int_equal(df_acts_create_on(&cpu, c, T, 30, &a), DF_OK);
+        assert_int_equal(df_acts_size(a), plain);
+        df_acts_free(a);
+    }
+    int64_t b = -1;
+    assert_int_equal(df_acts_bytes(&cpu, &cs[0], 8, 8, 2u, &b), DF_EINVAL);
+    assert_int_equal(b, -1);
+    df_acts *a = NULL;
+    assert_int_equal(df_acts_create_ex(&cpu, &cs[0], 8, 8, 2u, &a), DF_EINVAL);
+    assert_null(a);
+    /* The 0.5B shape at 4096 tokens: what docs/backend.md quotes, and the saving it is about. */
+    df_model_config q = base_config("qwen2");
+    q.vocab_size = 151936, q.hidden_size = 896, q.intermediate_size = 4864;
+    q.num_hidden_layers = 24, q.num_attention_heads = 14, q.num_key_value_heads = 2;
+    q.head_dim = 64, q.max_position_embeddings = 32768, q.tie_word_embeddings = true;
+    int64_t p05 = 0, c05 = 0;
+    assert_int_equal(df_acts_bytes(&cpu, &q, 4096, 4096, 0, &p05), DF_OK);
+    assert_int_equal(df_acts_bytes(&cpu, &q, 4096, 4096, DF_ACTS_CHECKPOINT, &c05), DF_OK);
+    print_message("Qwen2.5-0.5B shape, 4096 tokens: df_acts %.1f MiB, checkpointed %.1f MiB\n",
+                  (double)p05 / 1048576.0, (double)c05 / 1048576.0);
+    assert_true(c05 * 4 < p05);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_qwen2_gqa_bias), cmocka_unit_test(test_qwen3_and_window),
+        cmocka_unit_test(test_llama31),        cmocka_unit_test(test_value_head),
+        cmocka_unit_test(test_bf16_matmuls),   cmocka_unit_test(test_layout_bytes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
