@@ -155,14 +155,16 @@ static const df_train_core *core_of(df_actor *a)
 typedef struct {
     float *params, *grads;
     double pg_loss;
+    int64_t acts_bytes; /* the core's activations */
 } update_out;
 
-/* One PPO update with micro-batches of `micro` samples: the new parameters, the gradient
-   the optimizer took, pg_loss. */
-static update_out update_with(int64_t micro)
+/* One PPO update with micro-batches of `micro` samples, activations checkpointed or not: the
+   new parameters, the gradient the optimizer took, pg_loss. */
+static update_out update_ckpt(int64_t micro, bool ckpt)
 {
     df_actor *a;
     df_actor_params p = params(micro);
+    p.gradient_checkpointing = ckpt;
     assert_int_equal(df_actor_create(df_test_micro_model(3), &p, true, &a), 0);
     df_batch *b = ppo_batch(a);
     df_metrics *m = df_metrics_new();
@@ -176,10 +178,32 @@ static update_out update_with(int64_t micro)
     o.grads = malloc((size_t)mod->n_params * sizeof(float));
     memcpy(o.params, mod->params, (size_t)mod->n_params * sizeof(float));
     memcpy(o.grads, core_of(a)->grads, (size_t)mod->n_params * sizeof(float));
+    o.acts_bytes = df_acts_size(core_of(a)->acts);
     df_metrics_free(m);
     df_batch_free(b);
     df_actor_free(a);
     return o;
+}
+
+static update_out update_with(int64_t micro) { return update_ckpt(micro, false); }
+
+/* actor.gradient_checkpointing (model.enable_gradient_checkpointing) reaches the activations:
+   they shrink, and the update is the same to the bit (the backward recomputes each layer with
+   the forward's kernels). */
+static void test_checkpointing_same_update(void **state)
+{
+    (void)state;
+    update_out plain = update_ckpt(2, false), ck = update_ckpt(2, true);
+    df_model *ref = df_test_micro_model(3);
+    const size_t bytes = (size_t)ref->n_params * sizeof(float);
+    assert_memory_equal(plain.grads, ck.grads, bytes);
+    assert_memory_equal(plain.params, ck.params, bytes);
+    assert_true(memcmp(&plain.pg_loss, &ck.pg_loss, sizeof(double)) == 0);
+    assert_true(ck.acts_bytes < plain.acts_bytes);
+    print_message("actor activations: %lld bytes, %lld checkpointed\n", (long long)plain.acts_bytes,
+                  (long long)ck.acts_bytes);
+    df_model_free(ref);
+    free(plain.params), free(plain.grads), free(ck.params), free(ck.grads);
 }
 
 /*
@@ -304,6 +328,7 @@ int main(void)
         cmocka_unit_test(test_plan),
         cmocka_unit_test(test_log_prob_matches_model),
         cmocka_unit_test(test_micro_batching_invariant),
+        cmocka_unit_test(test_checkpointing_same_update),
         cmocka_unit_test(test_sft_lowers_loss),
         cmocka_unit_test(test_errors),
     };
