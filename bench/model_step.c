@@ -10,9 +10,13 @@
  *
  * Usage: bench_model_step [--hidden N] [--layers N] [--heads N] [--kv-heads N]
  *        [--inter N] [--vocab N] [--tokens N] [--iters N] [--torch-iters N] [--tied]
- *        [--bf16] [--no-torch]
+ *        [--bf16] [--checkpoint] [--no-torch]
  * --bf16 runs the decoder layers' matmuls in bf16 (AMX) against the same float32
- * PyTorch baseline.
+ * PyTorch baseline. --checkpoint checkpoints activations per decoder layer
+ * (DF_ACTS_CHECKPOINT: the backward recomputes each layer). acts_mib is the
+ * activations' layout, peak_rss_mib the process's peak resident memory
+ * (getrusage; parameters, gradients, AdamW moments and activations of one step).
+ * --iters 0 runs the warm-up step only (for peak_rss_mib of a large shape).
  * Debian's python3-torch links the reference (netlib) BLAS, so its matmuls run
  * at ~1 GFLOP/s: it gets one iteration by default and the GFLOP/s lines give
  * the engine's absolute efficiency. On a machine shared with other jobs, run
@@ -29,11 +33,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 typedef struct {
     int64_t hidden, layers, heads, kv, inter, vocab, tokens;
-    int iters, tied, torch, torch_iters, bf16;
+    int iters, tied, torch, torch_iters, bf16, ckpt;
 } bench_cfg;
 
 static double clock_s(clockid_t id)
@@ -49,7 +54,7 @@ static double cpu_s(void) { return clock_s(CLOCK_PROCESS_CPUTIME_ID); }
 
 static int parse_args(int argc, char **argv, bench_cfg *b)
 {
-    *b = (bench_cfg){256, 4, 4, 2, 512, 600, 8192, 5, 0, 1, 1, 0};
+    *b = (bench_cfg){256, 4, 4, 2, 512, 600, 8192, 5, 0, 1, 1, 0, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int64_t *dst = !strcmp(a, "--hidden")     ? &b->hidden
@@ -68,6 +73,8 @@ static int parse_args(int argc, char **argv, bench_cfg *b)
             b->torch_iters = atoi(argv[++i]);
         } else if (!strcmp(a, "--bf16")) {
             b->bf16 = 1;
+        } else if (!strcmp(a, "--checkpoint")) {
+            b->ckpt = 1;
         } else if (!strcmp(a, "--tied")) {
             b->tied = 1;
         } else if (!strcmp(a, "--no-torch")) {
@@ -167,8 +174,10 @@ int main(int argc, char **argv)
     df_adamw *opt;
     df_adamw_config oc;
     df_adamw_config_defaults(&oc);
+    df_backend cpu = df_backend_cpu();
     if (df_model_create(&c, &m) || df_model_init_random(m, 1) ||
-        df_acts_create(&c, bc.tokens, bc.tokens, &a) || df_adamw_create(&oc, m->n_params, &opt)) {
+        df_acts_create_ex(&cpu, &c, bc.tokens, bc.tokens, bc.ckpt ? DF_ACTS_CHECKPOINT : 0, &a) ||
+        df_adamw_create(&oc, m->n_params, &opt)) {
         fprintf(stderr, "bench setup: %s\n", df_last_error());
         return 1;
     }
@@ -194,6 +203,8 @@ int main(int argc, char **argv)
     printf("batch: %lld tokens in %lld sequences, %lld scored rows, %d threads\n",
            (long long)bc.tokens, (long long)p.b.n_seqs, (long long)n_out, omp_get_max_threads());
     printf("kernels: %s (%s)\n", df_kernels_active(), df_kernels_reason());
+    printf("checkpoint: %s\n", bc.ckpt ? "per decoder layer" : "off");
+    printf("acts_mib: %.1f\n", (double)df_acts_size(a) / 1048576.0);
 
     double t_fwd = 0, t_step = 0, t_opt = 0, c_fwd = 0, c_step = 0;
     for (int it = -1; it < bc.iters; it++) { /* iteration -1 warms up */
@@ -231,6 +242,11 @@ int main(int argc, char **argv)
                       3.0 * (double)bc.hidden * (double)bc.inter;
     double flops = (double)bc.layers * (2 * T * layer_mm + 4 * pairs * hd * (double)bc.heads) +
                    2.0 * (double)n_out * (double)bc.hidden * (double)bc.vocab;
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru); /* ru_maxrss: KiB on Linux */
+    printf("peak_rss_mib: %.1f\n", (double)ru.ru_maxrss / 1024.0);
+    if (bc.iters <= 0) /* the warm-up step only: no timing */
+        goto done;
     double fwd = (double)bc.tokens * bc.iters / t_fwd, step = (double)bc.tokens * bc.iters / t_step;
     double opt_ms = 1e3 * t_opt / bc.iters;
     printf("forward_tokens_per_s: %.0f\n", fwd);
@@ -248,6 +264,7 @@ int main(int argc, char **argv)
     } else if (bc.torch) {
         printf("torch_baseline: unavailable\n");
     }
+done:
     df_model_free(m), df_acts_free(a), df_adamw_free(opt);
     free(logp), free(ent), free(dl), free(de), free(grads);
     free(p.tokens), free(p.targets), free(p.rows), free(p.offsets);
