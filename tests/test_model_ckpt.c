@@ -173,14 +173,13 @@ static void check_identical(const char *what, const df_model *m, bool bf16)
         nonzero += plain.grads[i] != 0.0f;
     }
     if (first >= 0)
-        fail_msg("%s: gradient %lld differs: %.9g without checkpointing, %.9g with", what,
-                 (long long)first, (double)plain.grads[first], (double)ckpt.grads[first]);
+        fail_msg("%s: gradient %lld differs: %.9g without checkpointing, %.9g with", what, (long long)first,
+                 (double)plain.grads[first], (double)ckpt.grads[first]);
     assert_memory_equal(plain.grads, ckpt.grads, (size_t)m->n_params * sizeof(float));
     if (nonzero < m->n_params * 9 / 10) /* every weight is on some path */
         fail_msg("%s: only %lld of %lld gradients are non-zero", what, (long long)nonzero,
                  (long long)m->n_params);
-    print_message("%s: %lld gradients and %zu outputs identical\n", what, (long long)m->n_params,
-                  n_out);
+    print_message("%s: %lld gradients and %zu outputs identical\n", what, (long long)m->n_params, n_out);
     free(plain.grads);
     free(ckpt.grads);
 }
@@ -247,8 +246,7 @@ static int64_t layer_floats_per_token(const df_model_config *c)
 {
     const int64_t qd = c->num_attention_heads * c->head_dim;
     const int64_t kvd = c->num_key_value_heads * c->head_dim;
-    int64_t n = 3 * c->hidden_size + 2 + 2 * qd + 2 * kvd + c->num_attention_heads +
-                2 * c->intermediate_size;
+    int64_t n = 3 * c->hidden_size + 2 + 2 * qd + 2 * kvd + c->num_attention_heads + 2 * c->intermediate_size;
     if (c->qk_norm)
         n += qd + kvd + c->num_attention_heads + c->num_key_value_heads;
     return n;
