@@ -142,6 +142,8 @@ typedef struct df_config_floats {
     const double *items; /**< [n], owned by the df_config */
     int n;
 } df_config_floats;
+/** True if the string list `l` holds `item` (exact match). */
+DF_API bool df_config_strs_has(const df_config_strs *l, const char *item);
 
 /** Schema of `distflow train` (siiRL / verl RL trainer keys). Never NULL. */
 DF_API const df_config_schema *df_config_schema_train(void);

@@ -471,3 +471,11 @@ int df_config_with_overrides(const df_config *base, const char *const *keys,
     }
     return resolved(c, rc, out);
 }
+
+bool df_config_strs_has(const df_config_strs *l, const char *item)
+{
+    for (int i = 0; i < l->n; i++)
+        if (!strcmp(l->items[i], item))
+            return true;
+    return false;
+}

@@ -56,7 +56,7 @@ static int too_big(const char *place)
 static int emit(df_sbuf *b, yaml_document_t *doc, yaml_node_t *n, int depth, const char *place)
 {
     if (depth > MAP_MAX_DEPTH)
-        return df_error(DF_EINVAL, "%s: mapping nested deeper than %d levels", place, MAP_MAX_DEPTH);
+        return df_error(DF_EINVAL, "%s: mappings and lists nested deeper than %d levels", place, MAP_MAX_DEPTH);
     if (b->len > MAP_MAX_TEXT)
         return too_big(place);
     int rc = DF_OK;

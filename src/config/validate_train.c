@@ -61,14 +61,6 @@ static bool user_set(const df_config *c, const char *key)
     return strcmp(where, "default") && strncmp(where, "derived from ", 13);
 }
 
-static bool has_item(const df_config_strs *l, const char *item)
-{
-    for (int i = 0; i < l->n; i++)
-        if (!strcmp(l->items[i], item))
-            return true;
-    return false;
-}
-
 /* Settings distflow accepts from verl / siiRL files but cannot honour: refused, never ignored.
  * trainer.logger: console, file / jsonl (metrics.jsonl) and tensorboard exist (logging/loggers.h);
  * wandb, swanlab, mlflow, ... do not, and tensorboard_dir without the tensorboard logger would do
@@ -96,7 +88,8 @@ static int check_unhonoured(const df_config *c, const df_train_config *t)
                  {&t->critic.checkpoint.save_contents, "critic.checkpoint.save_contents"},
                  {&t->critic.checkpoint.load_contents, "critic.checkpoint.load_contents"}};
     for (size_t i = 0; i < sizeof parts / sizeof *parts; i++)
-        if (!has_item(parts[i].l, "model") || !has_item(parts[i].l, "optimizer") || !has_item(parts[i].l, "extra"))
+        if (!df_config_strs_has(parts[i].l, "model") || !df_config_strs_has(parts[i].l, "optimizer") ||
+            !df_config_strs_has(parts[i].l, "extra"))
             return df_error(DF_EUNSUPPORTED, "%s (%s): a distflow checkpoint always holds model, "
                             "optimizer and extra (and the Hugging Face weights); the list must name "
                             "all three (docs/checkpoints.md)", parts[i].key,

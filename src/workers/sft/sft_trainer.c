@@ -332,14 +332,6 @@ static int sft_loop(sft_run *s)
     return rc;
 }
 
-static bool has_item(const df_config_strs *l, const char *item)
-{
-    for (int i = 0; i < l->n; i++)
-        if (!strcmp(l->items[i], item))
-            return true;
-    return false;
-}
-
 static void sft_warn(void *user, const char *msg)
 {
     (void)user;
@@ -360,7 +352,8 @@ static int check_supported(const df_config *cfg, const df_sft_config *t)
         return df_error(DF_EUNSUPPORTED, "optim.lr_scheduler=wsd is not supported yet (cosine)");
     const df_config_strs *parts[] = {&t->trainer.checkpoint.save_contents, &t->trainer.checkpoint.load_contents};
     for (int i = 0; i < 2; i++)
-        if (!has_item(parts[i], "model") || !has_item(parts[i], "optimizer") || !has_item(parts[i], "extra"))
+        if (!df_config_strs_has(parts[i], "model") || !df_config_strs_has(parts[i], "optimizer") ||
+            !df_config_strs_has(parts[i], "extra"))
             return df_error(DF_EUNSUPPORTED, "trainer.checkpoint.%s_contents: a distflow checkpoint always holds "
                             "model, optimizer and extra (and the Hugging Face weights); the list must name all "
                             "three (docs/checkpoints.md)", i ? "load" : "save");
