@@ -34,10 +34,7 @@ static int cmd_gsm8k(int argc, char **argv)
     int64_t n = 0;
     char *made = NULL; /* directories made for the output go again if it is not written */
     int rc = df_mkdir_parent_undoable(out, &made) || df_gsm8k_convert(in, out, split, &n);
-    if (rc)
-        df_undo_mkdir(made);
-    else
-        free(made);
+    df_mkdir_settle(made, rc);
     if (rc)
         return df_cli_fail("data gsm8k");
     fprintf(stderr, "distflow data gsm8k: wrote %lld rows to %s\n", (long long)n, out);
@@ -89,10 +86,7 @@ static int cmd_synth(int argc, char **argv)
     cfg.exclude = ex;
     char *made = NULL;
     int rc = df_mkdir_parent_undoable(out, &made) || df_synth_write(&cfg, n, out);
-    if (rc)
-        df_undo_mkdir(made);
-    else
-        free(made);
+    df_mkdir_settle(made, rc);
     df_dataset_free(ex);
     if (rc)
         return df_cli_fail("data synth");

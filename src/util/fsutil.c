@@ -186,7 +186,7 @@ int df_read_file(const char *path, char **text, size_t *len)
     return DF_OK;
 }
 
-/* nftw callback of df_undo_mkdir: empty directories go, anything else stays. */
+/* nftw callback of df_mkdir_settle: empty directories go, anything else stays. */
 static int rmdir_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
 {
     (void)sb;
@@ -230,20 +230,9 @@ int df_mkdir_p(const char *dir)
     return mkdir_p(dir, NULL);
 }
 
-int df_mkdir_p_undoable(const char *dir, char **created)
+void df_mkdir_settle(char *created, bool undo)
 {
-    *created = NULL;
-    int rc = mkdir_p(dir, created);
-    if (rc) { /* what was made before the failure goes again */
-        df_undo_mkdir(*created);
-        *created = NULL;
-    }
-    return rc;
-}
-
-void df_undo_mkdir(char *created)
-{
-    if (created)
+    if (created && undo)
         nftw(created, rmdir_entry, 16, FTW_DEPTH | FTW_PHYS);
     free(created);
 }
@@ -301,12 +290,23 @@ char *df_expand_user(const char *path)
     return df_path_join(home, path + 2);
 }
 
+/* mkdir -p of the directory holding `path` (nothing when it has none); *created as mkdir_p's. */
+static int mkdir_parent(const char *path, char **created)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash || slash == path)
+        return DF_OK;
+    char *dir = strndup(path, (size_t)(slash - path));
+    if (!dir)
+        return df_error(DF_ENOMEM, "out of memory");
+    int rc = mkdir_p(dir, created);
+    free(dir);
+    return rc;
+}
+
 int df_mkdir_parent(const char *path)
 {
-    char *created = NULL;
-    int rc = df_mkdir_parent_undoable(path, &created);
-    free(created); /* kept: nothing to undo */
-    return rc;
+    return mkdir_parent(path, NULL);
 }
 
 /* nftw callback of df_remove_tree: children come first (FTW_DEPTH). */
@@ -365,13 +365,10 @@ int df_append_line(int fd, const char *path, const char *line, size_t n)
 int df_mkdir_parent_undoable(const char *path, char **created)
 {
     *created = NULL;
-    const char *slash = strrchr(path, '/');
-    if (!slash || slash == path)
-        return DF_OK;
-    char *dir = strndup(path, (size_t)(slash - path));
-    if (!dir)
-        return df_error(DF_ENOMEM, "out of memory");
-    int rc = df_mkdir_p_undoable(dir, created);
-    free(dir);
+    int rc = mkdir_parent(path, created);
+    if (rc) { /* what was made before the failure goes again */
+        df_mkdir_settle(*created, true);
+        *created = NULL;
+    }
     return rc;
 }

@@ -49,16 +49,14 @@ int df_read_file(const char *path, char **text, size_t *len);
 /** mkdir -p (mode 0755). DF_EIO naming the component that failed. */
 int df_mkdir_p(const char *dir);
 /**
- * df_mkdir_p that can be taken back: *created = the first directory it made (malloc'd; NULL when all
- * existed), for df_undo_mkdir when the command that needed it fails (no empty output directory is
- * left behind). On failure it undoes itself and *created is NULL.
+ * mkdir -p of the directory that holds `path`, to be taken back: *created = the first directory it
+ * made (malloc'd; NULL when all existed), for df_mkdir_settle once the command that needed it is done
+ * (a failed one leaves no empty output directory behind). On failure it undoes itself, *created NULL.
  */
-int df_mkdir_p_undoable(const char *dir, char **created);
-/** Remove the empty directories at and below `created` (anything holding a file stays) and free it;
- *  nothing for NULL. */
-void df_undo_mkdir(char *created);
-/** df_mkdir_p_undoable of the directory that holds `path`. */
 int df_mkdir_parent_undoable(const char *path, char **created);
+/** The end of df_mkdir_parent_undoable's directories: with `undo`, the empty directories at and below
+ *  `created` removed (anything holding a file stays); `created` freed either way (NULL: nothing). */
+void df_mkdir_settle(char *created, bool undo);
 /** mkdir -p of the directory that holds `path` (nothing when it has none). */
 int df_mkdir_parent(const char *path);
 /** fsync a directory so renames inside it are durable. */

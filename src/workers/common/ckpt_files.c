@@ -2,6 +2,7 @@
    (ckpt_files.h, docs/checkpoints.md). */
 #include "workers/common/ckpt_files.h"
 
+#include "util/finite.h"
 #include "util/fsutil.h"
 #include "util/killpoint.h"
 
@@ -16,9 +17,7 @@
 
 #define METRICS "metrics.jsonl"
 
-/* printf into a DF_CKPT_PATH_MAX buffer; DF_EINVAL when it does not fit. */
-static int fmt_path(char *out, const char *fmt, ...) DF_PRINTF(2, 3);
-static int fmt_path(char *out, const char *fmt, ...)
+int df_ckpt_path(char *out, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -27,19 +26,32 @@ static int fmt_path(char *out, const char *fmt, ...)
     return k < 0 || k >= DF_CKPT_PATH_MAX ? df_error(DF_EINVAL, "path too long: %s...", out) : DF_OK;
 }
 
+int df_ckpt_check_finite(const df_model *m, const char *role)
+{
+    int64_t bad = df_first_nonfinite(m->params, m->n_params);
+    if (bad < 0)
+        return DF_OK;
+    const df_param_desc *d = &m->tensors[0];
+    for (int i = 0; i < m->n_tensors; i++) /* the last tensor starting at or before `bad` */
+        if (m->tensors[i].offset <= bad)
+            d = &m->tensors[i];
+    return df_error(DF_EINVAL, "the %s's weights are not finite (tensor \"%s\" element %lld is %g): no "
+                    "checkpoint is written", role, d->name, (long long)(bad - d->offset), (double)m->params[bad]);
+}
+
 /* ---- saving ---- */
 
 int df_ckpt_save_paths(df_ckpt_save *s, const char *out_dir, int64_t step)
 {
     long long n = (long long)step;
     s->step = step;
-    int rc = fmt_path(s->out_dir, "%s", out_dir);
+    int rc = df_ckpt_path(s->out_dir, "%s", out_dir);
     if (!rc)
-        rc = fmt_path(s->tmp, "%s/.global_step_%lld.tmp", out_dir, n);
+        rc = df_ckpt_path(s->tmp, "%s/.global_step_%lld.tmp", out_dir, n);
     if (!rc)
-        rc = fmt_path(s->old, "%s/.global_step_%lld.old.tmp", out_dir, n);
+        rc = df_ckpt_path(s->old, "%s/.global_step_%lld.old.tmp", out_dir, n);
     if (!rc)
-        rc = fmt_path(s->final, "%s/global_step_%lld", out_dir, n);
+        rc = df_ckpt_path(s->final, "%s/global_step_%lld", out_dir, n);
     return rc;
 }
 
@@ -62,7 +74,7 @@ int df_ckpt_save_publish(const df_ckpt_save *s)
         rc = df_remove_tree(s->old);
     char latest[DF_CKPT_PATH_MAX];
     if (!rc)
-        rc = fmt_path(latest, "%s/%s", s->out_dir, DF_CKPT_LATEST);
+        rc = df_ckpt_path(latest, "%s/%s", s->out_dir, DF_CKPT_LATEST);
     if (!rc) {
         char txt[32];
         int n = snprintf(txt, sizeof txt, "%lld\n", (long long)s->step);
@@ -108,8 +120,8 @@ static int clean_entry(const char *out_dir, const char *name, bool console)
         !is_file_tmp(name, METRICS))
         return DF_OK;
     char p[DF_CKPT_PATH_MAX], final[DF_CKPT_PATH_MAX];
-    int rc = fmt_path(p, "%s/%s", out_dir, name);
-    if (!rc && aside && !(rc = fmt_path(final, "%s/global_step_%lld", out_dir, step)) && !df_dir_exists(final)) {
+    int rc = df_ckpt_path(p, "%s/%s", out_dir, name);
+    if (!rc && aside && !(rc = df_ckpt_path(final, "%s/global_step_%lld", out_dir, step)) && !df_dir_exists(final)) {
         /* moved aside for a replacement that never arrived: it is still the complete checkpoint */
         if (!(rc = df_rename(p, final)) && !(rc = df_fsync_dir(out_dir)) && console)
             fprintf(stderr, "[distflow] restored %s, moved aside by an interrupted checkpoint save\n", final);
@@ -139,7 +151,7 @@ int df_ckpt_cleanup(const char *out_dir, bool console)
 static int find_latest(const char *out_dir, char *dir, bool *have)
 {
     char latest[DF_CKPT_PATH_MAX];
-    int rc = fmt_path(latest, "%s/%s", out_dir, DF_CKPT_LATEST);
+    int rc = df_ckpt_path(latest, "%s/%s", out_dir, DF_CKPT_LATEST);
     if (rc || !df_file_exists(latest))
         return rc; /* auto without a checkpoint: a fresh start */
     char *text;
@@ -151,7 +163,7 @@ static int find_latest(const char *out_dir, char *dir, bool *have)
     free(text);
     if (!ok)
         return df_error(DF_EINVAL, "%s: not a step number", latest);
-    if ((rc = fmt_path(dir, "%s/global_step_%lld", out_dir, n)))
+    if ((rc = df_ckpt_path(dir, "%s/global_step_%lld", out_dir, n)))
         return rc;
     if (!df_dir_exists(dir))
         return df_error(DF_ENOTFOUND, "%s names step %lld, but %s does not exist (trainer.resume_mode=disable "
@@ -172,7 +184,7 @@ int df_ckpt_find(const df_config *cfg, const char *out_dir, const char *mode, co
         return df_error(DF_EINVAL, "%s: trainer.resume_mode=resume_path needs trainer.resume_from_path",
                         df_config_where(cfg, "trainer.resume_mode"));
     char *p = df_expand_user(from_path);
-    int rc = !p ? df_error(DF_ENOMEM, "out of memory") : fmt_path(dir, "%s", p);
+    int rc = !p ? df_error(DF_ENOMEM, "out of memory") : df_ckpt_path(dir, "%s", p);
     free(p);
     if (rc)
         return rc;
@@ -275,11 +287,8 @@ int df_metrics_log_open(df_metrics_log *l, const char *out_dir, int64_t resumed_
     memset(l, 0, sizeof *l);
     l->append = resumed_step > 0;
     l->path = df_path_join(out_dir, METRICS);
-    l->out_dir = strdup(out_dir);
-    if (!l->path || !l->out_dir) {
-        df_metrics_log_close(l);
+    if (!l->path)
         return df_error(DF_ENOMEM, "out of memory");
-    }
     int rc = l->append && df_file_exists(l->path) ? trim(l->path, resumed_step) : DF_OK;
     if (rc)
         df_metrics_log_close(l);
@@ -289,7 +298,7 @@ int df_metrics_log_open(df_metrics_log *l, const char *out_dir, int64_t resumed_
 int df_metrics_log_append(df_metrics_log *l, const char *line, bool sync)
 {
     if (!l->opened) { /* the first line: the file (and out_dir) made now, not when the run started */
-        int rc = df_mkdir_p(l->out_dir);
+        int rc = df_mkdir_parent(l->path);
         if (rc)
             return rc;
         l->fd = open(l->path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (l->append ? 0 : O_TRUNC), 0644);
@@ -308,6 +317,5 @@ void df_metrics_log_close(df_metrics_log *l)
     if (l->opened)
         close(l->fd);
     free(l->path);
-    free(l->out_dir);
     memset(l, 0, sizeof *l);
 }

@@ -10,6 +10,7 @@
 #define DF_WORKER_CKPT_FILES_H
 
 #include "distflow/config.h"
+#include "distflow/model.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -17,6 +18,13 @@
 
 #define DF_CKPT_LATEST "latest_checkpointed_iteration.txt"
 #define DF_CKPT_PATH_MAX 2048
+
+/** printf into a DF_CKPT_PATH_MAX buffer. DF_EINVAL when the path does not fit. */
+int df_ckpt_path(char *out, const char *fmt, ...) DF_PRINTF(2, 3);
+
+/** DF_EINVAL naming the tensor and element when m holds a NaN / Inf weight (a checkpoint must be
+ *  resumable, docs/numerics.md); `role` ("actor", "critic") names the model in the message. */
+int df_ckpt_check_finite(const df_model *m, const char *role);
 
 /** The three directories of one save of step N in out_dir. */
 typedef struct df_ckpt_save {
@@ -91,7 +99,6 @@ int df_checkpoint_prune(const char *dir, int64_t keep_actor, int64_t keep_critic
 /** <out_dir>/metrics.jsonl, written one whole line at a time. Zero-initialise (closing it is then safe). */
 typedef struct df_metrics_log {
     char *path;
-    char *out_dir;
     int fd;      /* valid when opened */
     bool opened; /* the first line made the file */
     bool append; /* a resume: keep what is there */

@@ -2,13 +2,11 @@
 #include "workers/dag/checkpoint.h"
 
 #include "engine/hf_dir.h"
-#include "util/finite.h"
 #include "util/fsutil.h"
 #include "util/killpoint.h"
 #include "workers/common/ckpt_files.h"
 
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,17 +17,6 @@
 #define CRITIC_STATE "critic/train_state.safetensors"
 
 typedef char path_buf[DF_CKPT_PATH_MAX];
-
-/* printf into a path_buf; DF_EINVAL when it does not fit. */
-static int fmt_path(char *out, const char *fmt, ...) DF_PRINTF(2, 3);
-static int fmt_path(char *out, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(out, sizeof(path_buf), fmt, ap);
-    va_end(ap);
-    return k < 0 || k >= (int)sizeof(path_buf) ? df_error(DF_EINVAL, "path too long: %s...", out) : DF_OK;
-}
 
 /* Every rank's status merged (collective over the world): a failure anywhere fails every rank. */
 static int sync_rc(df_dag_worker *w, int rc, const char *what)
@@ -52,7 +39,7 @@ static int save_data_state(df_dag_worker *w, const char *dir)
     int64_t epoch, step;
     df_dataloader_tell(w->dl, &epoch, &step);
     path_buf p;
-    int rc = fmt_path(p, "%s/data_dp_rank_%d.json", dir, w->data_layout.dp_rank);
+    int rc = df_ckpt_path(p, "%s/data_dp_rank_%d.json", dir, w->data_layout.dp_rank);
     if (rc)
         return rc;
     return df_ckpt_write_json(json_pack("{s:s, s:I, s:I, s:I, s:I, s:I}", "format", CKPT_FORMAT, "dp_rank",
@@ -77,16 +64,16 @@ static int save_trainer_state(df_dag_worker *w, const char *dir)
                                                    : json_null());
     }
     path_buf p;
-    int rc = fmt_path(p, "%s/%s", dir, TRAINER_STATE);
+    int rc = df_ckpt_path(p, "%s/%s", dir, TRAINER_STATE);
     return rc ? (json_decref(o), rc) : df_ckpt_write_json(o, p);
 }
 
 static int save_shared(df_dag_worker *w, const char *tmp)
 {
     path_buf actor, state;
-    int rc = fmt_path(actor, "%s/%s", tmp, "actor");
+    int rc = df_ckpt_path(actor, "%s/%s", tmp, "actor");
     if (!rc)
-        rc = fmt_path(state, "%s/%s", tmp, ACTOR_STATE);
+        rc = df_ckpt_path(state, "%s/%s", tmp, ACTOR_STATE);
     const df_model *m = df_actor_model(w->actor.model);
     if (!rc) /* actor/ stays a Hugging Face directory, as verl's huggingface/ export */
         rc = df_hf_dir_save(m, m->cfg.torch_dtype, w->tokenizer_dir, actor);
@@ -99,24 +86,10 @@ static int save_shared(df_dag_worker *w, const char *tmp)
     if (!rc)
         rc = df_fsync_dir(actor);
     path_buf critic;
-    if (!rc && w->critic.model && !(rc = fmt_path(critic, "%s/%s", tmp, "critic"))) {
+    if (!rc && w->critic.model && !(rc = df_ckpt_path(critic, "%s/%s", tmp, "critic"))) {
         rc = df_fsync_dir(critic);
     }
     return rc;
-}
-
-/* DF_EINVAL naming the tensor when m holds a NaN / Inf weight (a checkpoint must be resumable). */
-static int check_finite(const df_model *m, const char *role)
-{
-    int64_t bad = df_first_nonfinite(m->params, m->n_params);
-    if (bad < 0)
-        return DF_OK;
-    const df_param_desc *d = &m->tensors[0];
-    for (int i = 0; i < m->n_tensors; i++) /* the last tensor starting at or before `bad` */
-        if (m->tensors[i].offset <= bad)
-            d = &m->tensors[i];
-    return df_error(DF_EINVAL, "the %s's weights are not finite (tensor \"%s\" element %lld is %g): no "
-                    "checkpoint is written", role, d->name, (long long)(bad - d->offset), (double)m->params[bad]);
 }
 
 int df_worker_checkpoint_save(df_dag_worker *w)
@@ -124,9 +97,9 @@ int df_worker_checkpoint_save(df_dag_worker *w)
     df_ckpt_save s;
     long long n = (long long)w->step;
     /* every rank holds the weights; each checks its own before anything is written */
-    int rc = check_finite(df_actor_model(w->actor.model), "actor");
+    int rc = df_ckpt_check_finite(df_actor_model(w->actor.model), "actor");
     if (!rc && w->critic.model)
-        rc = check_finite(df_critic_model(w->critic.model), "critic");
+        rc = df_ckpt_check_finite(df_critic_model(w->critic.model), "critic");
     if ((rc = sync_rc(w, rc, "checkpoint: checking the weights")))
         return df_error_wrap(rc, "saving checkpoint global_step_%lld", n);
     df_kill_point_save_scope(true);
@@ -165,7 +138,7 @@ static int load_data_state(df_dag_worker *w, const char *dir)
 {
     path_buf p;
     json_t *o = NULL;
-    int rc = fmt_path(p, "%s/data_dp_rank_%d.json", dir, w->data_layout.dp_rank);
+    int rc = df_ckpt_path(p, "%s/data_dp_rank_%d.json", dir, w->data_layout.dp_rank);
     if (!rc)
         rc = df_ckpt_load_json(p, CKPT_FORMAT, &o);
     int64_t dp = 0, rows = 0, epoch = 0, step = 0;
@@ -195,7 +168,7 @@ static int load_checkpoint(df_dag_worker *w, const char *dir)
 {
     path_buf p;
     json_t *o = NULL;
-    int rc = fmt_path(p, "%s/%s", dir, TRAINER_STATE);
+    int rc = df_ckpt_path(p, "%s/%s", dir, TRAINER_STATE);
     if (!rc)
         rc = df_ckpt_load_json(p, CKPT_FORMAT, &o);
     int64_t step = 0, world = 0;
@@ -222,7 +195,7 @@ static int load_checkpoint(df_dag_worker *w, const char *dir)
                           "continues, but not as the original would have");
     json_decref(o);
     path_buf state;
-    if (!rc && !(rc = fmt_path(state, "%s/%s", dir, ACTOR_STATE))) {
+    if (!rc && !(rc = df_ckpt_path(state, "%s/%s", dir, ACTOR_STATE))) {
         rc = df_actor_load_state(w->actor.model, state);
     }
     if (!rc)

@@ -2,7 +2,6 @@
 #include "workers/sft/sft_checkpoint.h"
 
 #include "engine/hf_dir.h"
-#include "util/finite.h"
 #include "util/fsutil.h"
 #include "util/killpoint.h"
 #include "workers/common/ckpt_files.h"
@@ -50,15 +49,12 @@ static int save_files(const df_sft_ckpt *c, int64_t step, const char *tmp)
 
 int df_sft_checkpoint_save(const df_sft_ckpt *c, int64_t step)
 {
-    const df_model *m = df_actor_model(c->actor);
-    int64_t bad = df_first_nonfinite(m->params, m->n_params);
-    if (bad >= 0) /* a checkpoint must be resumable */
-        return df_error(DF_EINVAL, "saving checkpoint global_step_%lld: the weights are not finite (element %lld "
-                        "of the parameter blob is %g): no checkpoint is written", (long long)step, (long long)bad,
-                        (double)m->params[bad]);
+    int rc = df_ckpt_check_finite(df_actor_model(c->actor), "model");
+    if (rc)
+        return df_error_wrap(rc, "saving checkpoint global_step_%lld", (long long)step);
     df_ckpt_save s;
     df_kill_point_save_scope(true);
-    int rc = df_ckpt_save_paths(&s, c->out_dir, step);
+    rc = df_ckpt_save_paths(&s, c->out_dir, step);
     if (!rc)
         rc = df_ckpt_save_begin(&s);
     if (!rc)
