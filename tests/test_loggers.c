@@ -380,34 +380,6 @@ static void test_names_and_errors(void **state)
     free(tbdir), free(file);
 }
 
-/* The console sink calls the trainer's line with the step; without "console" it is not called. */
-static void count_lines(void *user, int64_t step, const df_metrics *m)
-{
-    (void)m;
-    *(int64_t *)user += step;
-}
-
-static void test_console_sink(void **state)
-{
-    const char *dir = *state;
-    (void)dir;
-    int64_t sum = 0;
-    const char *with[] = {"console"}, *without[] = {"file"};
-    df_loggers_opts o = {.names = with, .n_names = 1, .console = count_lines, .console_user = &sum};
-    df_metrics *m = df_metrics_new();
-    df_metrics_set(m, "a", 1);
-    for (int pass = 0; pass < 2; pass++) {
-        df_loggers *l;
-        o.names = pass ? without : with;
-        assert_int_equal(df_loggers_open(&o, &l), 0);
-        assert_null(df_loggers_tensorboard_path(l));
-        assert_int_equal(df_loggers_log(l, 3, m), 0);
-        assert_int_equal(df_loggers_log(l, 4, m), 0);
-        assert_int_equal(df_loggers_close(l), 0);
-    }
-    assert_int_equal(sum, 7);
-    df_metrics_free(m);
-}
 
 /* ---- through the trainers ----------------------------------------------------------------------- */
 
@@ -550,7 +522,6 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_tensorboard_resume, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test(test_tensorboard_dir_rules),
         cmocka_unit_test_setup_teardown(test_names_and_errors, df_test_mkdtemp, df_test_rmtree),
-        cmocka_unit_test_setup_teardown(test_console_sink, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_train_tensorboard, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_train_resume_tensorboard, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_sft_tensorboard, df_test_mkdtemp, df_test_rmtree),

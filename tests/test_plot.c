@@ -26,9 +26,10 @@ static char *write_text(const char *dir, const char *name, const char *text)
     return p;
 }
 
-/* A hand-made file: steps out of order once, a null, a string field, a validation every 2 steps. */
+/* A hand-made file: steps out of order once, a null, a string field, a validation every 2 steps, the
+   rows' timestamp once. */
 static const char *METRICS =
-    "{\"step\": 0, \"val-core/openai/gsm8k/acc/mean@1\": 0.1, \"timing_s/testing\": 2.5}\n"
+    "{\"step\": 0, \"timestamp\": 1795880000.125, \"val-core/openai/gsm8k/acc/mean@1\": 0.1, \"timing_s/testing\": 2.5}\n"
     "{\"step\": 1, \"critic/score/mean\": 0.2, \"critic/score/max\": 1, \"actor/pg_loss\": 0.05, "
     "\"actor/entropy\": 1.5, \"timing_s/gen\": 3.0, \"note\": \"warmup\"}\n"
     "\n"
@@ -48,6 +49,7 @@ static void test_read_series(void **state)
     assert_int_equal(t.n, 7); /* the string field "note" is no series */
     assert_string_equal(t.s[0].key, "val-core/openai/gsm8k/acc/mean@1");
     assert_null(df_metrics_table_find(&t, "note"));
+    assert_null(df_metrics_table_find(&t, "timestamp")); /* the row's wall time is no metric */
     const df_series *s = df_metrics_table_find(&t, "critic/score/mean");
     assert_int_equal(s->n, 3);
     const double score[] = {0.2, 0.3, 0.4}; /* sorted by step: line 4 holds step 3, line 5 step 2 */

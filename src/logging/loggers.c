@@ -1,5 +1,4 @@
-/* The set of metrics sinks a trainer opens from trainer.logger, and the console backend
-   (logging/loggers.h). */
+/* The set of metrics sinks a trainer opens from trainer.logger (logging/loggers.h). */
 #include "logging/loggers.h"
 
 #include <stdio.h>
@@ -9,7 +8,7 @@
 /* The names trainer.logger accepts; "file" and "jsonl" both name metrics.jsonl. */
 static const char *const known[] = {"console", "file", "jsonl", "tensorboard"};
 #define N_KNOWN (sizeof known / sizeof *known)
-#define MAX_SINKS 2 /* console, tensorboard */
+#define MAX_SINKS 1 /* tensorboard (metrics.jsonl and the console line are the trainers' own) */
 
 struct df_loggers {
     df_metrics_sink sinks[MAX_SINKS];
@@ -41,36 +40,6 @@ int df_loggers_check_names(const char *const *names, int n, const char *key)
     return DF_OK;
 }
 
-/* ---- console ------------------------------------------------------------------------------------ */
-
-typedef struct {
-    df_console_fn fn;
-    void *user;
-} console_sink;
-
-static int console_log(void *self, int64_t step, const df_metrics *m)
-{
-    console_sink *c = self;
-    c->fn(c->user, step, m);
-    return DF_OK;
-}
-
-static int console_close(void *self)
-{
-    free(self);
-    return DF_OK;
-}
-
-int df_sink_console_open(df_console_fn fn, void *user, df_metrics_sink *out)
-{
-    console_sink *c = malloc(sizeof *c);
-    if (!c)
-        return df_error(DF_ENOMEM, "out of memory");
-    c->fn = fn, c->user = user;
-    *out = (df_metrics_sink){.name = "console", .self = c, .log = console_log, .close = console_close};
-    return DF_OK;
-}
-
 /* ---- the set ------------------------------------------------------------------------------------ */
 
 int df_loggers_open(const df_loggers_opts *o, df_loggers **out)
@@ -80,9 +49,6 @@ int df_loggers_open(const df_loggers_opts *o, df_loggers **out)
     df_loggers *l = rc ? NULL : calloc(1, sizeof *l);
     if (!rc && !l)
         rc = df_error(DF_ENOMEM, "out of memory");
-    if (!rc && o->console && df_loggers_has(o->names, o->n_names, "console") &&
-        !(rc = df_sink_console_open(o->console, o->console_user, &l->sinks[l->n])))
-        l->n++;
     if (!rc && df_loggers_has(o->names, o->n_names, "tensorboard") &&
         !(rc = df_sink_tensorboard_open(o->tb_dir, o->resume_step, &l->sinks[l->n])))
         l->n++;

@@ -3,11 +3,11 @@
  *
  * A sink is a struct of function pointers (log one step, close). df_loggers is the set a trainer
  * opens from its logger list, verl's Tracking: one log call fans a step out to every sink. The
- * names, as in verl: `console` (the trainer's one-line summary), `file` / `jsonl` (metrics.jsonl),
- * `tensorboard` (a TensorBoard event file). metrics.jsonl is written whatever the list says, by the
- * trainers' crash-safe log (workers/common/ckpt_files.h: one write per line, cut back to the
- * checkpoint on a resume) — `distflow plot` draws it — so `file` and `jsonl` only name it and the
- * set opens no sink for it. Any other name (wandb, swanlab, mlflow, ...) is refused.
+ * names, as in verl: `console` (the trainer's one-line summary, printed by the trainer), `file` /
+ * `jsonl` (metrics.jsonl), `tensorboard` (a TensorBoard event file). metrics.jsonl is written
+ * whatever the list says, by the trainers' crash-safe log (workers/common/run_log.h: one write per
+ * line, cut back to the checkpoint on a resume) — `distflow plot` draws it — so the set opens a sink
+ * only for `tensorboard`. Any other name (wandb, swanlab, mlflow, ...) is refused.
  *
  * Only rank 0 writes logs: other ranks hold a NULL set, which every function accepts.
  * Layer: logging sits just above util (scripts/check-layers.sh); it knows df_metrics and files,
@@ -24,7 +24,7 @@
 /** One sink. `self` is the backend's state; `name` the logger name it was opened for. */
 typedef struct df_metrics_sink {
     const char *name;
-    const char *file; /**< the file it writes (owned by self), NULL for the console */
+    const char *file; /**< the file it writes (owned by self) */
     void *self;
     /** Record one step's metrics, every one in their order. When it returns, the step is with the
      *  operating system (no user-space buffer), so a crash of the process loses at most the step
@@ -34,18 +34,11 @@ typedef struct df_metrics_sink {
     int (*close)(void *self);
 } df_metrics_sink;
 
-/** A trainer's console line: prints `step`'s summary to stderr (the trainer chooses the columns). */
-typedef void (*df_console_fn)(void *user, int64_t step, const df_metrics *m);
-
 typedef struct df_loggers_opts {
     const char *const *names; /**< [n_names] trainer.logger, checked by df_loggers_check_names */
     int n_names;
     const char *tb_dir;       /**< event directory (df_tensorboard_dir); read when names has tensorboard */
     int64_t resume_step;      /**< > 0: the checkpoint's step a resumed run continues from (tensorboard) */
-    /** The `console` sink calls this each step. NULL: no console sink, for a caller that prints its
-     *  own line (the DAG worker, whose console flag also governs validation and checkpoint lines). */
-    df_console_fn console;
-    void *console_user;
 } df_loggers_opts;
 
 typedef struct df_loggers df_loggers;
@@ -61,8 +54,8 @@ bool df_loggers_has(const char *const *names, int n, const char *name);
  */
 int df_loggers_check_names(const char *const *names, int n, const char *key);
 /**
- * Open the sinks of o->names (checked first) in a fixed order, whatever the list's: console,
- * tensorboard. On failure nothing stays open. DF_EIO naming the file and the reason (strerror),
+ * Open the sinks of o->names (checked first): tensorboard when listed (`console`, `file` and `jsonl`
+ * name what the trainers write themselves). On failure nothing stays open. DF_EIO naming the file and the reason (strerror),
  * DF_EUNSUPPORTED for a bad name, DF_ENOMEM.
  */
 int df_loggers_open(const df_loggers_opts *o, df_loggers **out);
@@ -74,8 +67,6 @@ int df_loggers_close(df_loggers *l);
 
 /* ---- backends (open one sink; the set calls them) ------------------------------------------ */
 
-/** A console sink calling fn(user, step, m). Cannot fail but for DF_ENOMEM. */
-int df_sink_console_open(df_console_fn fn, void *user, df_metrics_sink *out);
 
 /**
  * TensorBoard: a new event file `events.out.tfevents.<unix seconds>.<hostname>` in `dir` (made

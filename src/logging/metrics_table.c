@@ -80,7 +80,7 @@ static bool blank(const char *p, const char *end)
     return true;
 }
 
-/* One line (without its newline): its numeric fields added at x = its step. */
+/* One line (without its newline): its numeric metrics added at x = its step. */
 static int read_line(df_metrics_table *t, const char *path, int64_t lineno, const char *l, size_t n)
 {
     json_error_t err;
@@ -97,7 +97,7 @@ static int read_line(df_metrics_table *t, const char *path, int64_t lineno, cons
     const char *key;
     json_t *v;
     json_object_foreach(rc ? NULL : o, key, v) {
-        if (v == step || !json_is_number(v))
+        if (v == step || !json_is_number(v) || !strcmp(key, "timestamp")) /* the row's wall time, not a metric */
             continue;
         df_series *s = series_of(t, key);
         rc = s ? add_point(s, (double)json_integer_value(step), json_number_value(v))

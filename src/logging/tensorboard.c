@@ -3,13 +3,13 @@
 
 #include "logging/tfrecord.h"
 #include "util/fsutil.h"
+#include "util/timeutil.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 char *df_tensorboard_dir(const char *dir, const char *project, const char *experiment)
@@ -37,28 +37,6 @@ typedef struct {
     char *path;
 } tb_sink;
 
-static double wall_time(void)
-{
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (double)tv.tv_sec + 1e-6 * (double)tv.tv_usec;
-}
-
-/* The whole buffer, retrying short writes and EINTR. */
-static int write_all(tb_sink *t, const uint8_t *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t k = write(t->fd, p, n);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0)
-            return df_error(DF_EIO, "cannot write %s: %s", t->path, strerror(errno));
-        p += k;
-        n -= (size_t)k;
-    }
-    return DF_OK;
-}
-
 /* Pack `ev`, frame it as one record and write it. */
 static int write_event(tb_sink *t, const Distflow__Tb__Event *ev)
 {
@@ -68,7 +46,7 @@ static int write_event(tb_sink *t, const Distflow__Tb__Event *ev)
     if (!rc) {
         distflow__tb__event__pack(ev, payload);
         df_tfrecord_frame(payload, n, rec);
-        rc = write_all(t, rec, n + DF_TFRECORD_OVERHEAD);
+        rc = df_append_line(t->fd, t->path, (const char *)rec, n + DF_TFRECORD_OVERHEAD); /* never a cut record */
     }
     free(payload);
     free(rec);
@@ -95,7 +73,7 @@ static int tb_log(void *self, int64_t step, const df_metrics *m)
     sum.n_value = (size_t)n;
     sum.value = ptrs;
     Distflow__Tb__Event ev = DISTFLOW__TB__EVENT__INIT;
-    ev.has_wall_time = 1, ev.wall_time = wall_time();
+    ev.has_wall_time = 1, ev.wall_time = df_unix_time();
     ev.has_step = 1, ev.step = step;
     ev.what_case = DISTFLOW__TB__EVENT__WHAT_SUMMARY, ev.summary = &sum;
     if (!rc)
@@ -128,7 +106,7 @@ static int create_file(tb_sink *t, const char *dir)
     if (gethostname(host, sizeof host - 1))
         snprintf(host, sizeof host, "localhost");
     host[sizeof host - 1] = 0;
-    long long now = (long long)wall_time();
+    long long now = (long long)df_unix_time();
     for (int k = 0; k < 100; k++) {
         if (k == 0)
             snprintf(name, sizeof name, "events.out.tfevents.%lld.%s", now, host);
@@ -137,7 +115,7 @@ static int create_file(tb_sink *t, const char *dir)
         free(t->path);
         if (!(t->path = df_path_join(dir, name)))
             return df_error(DF_ENOMEM, "out of memory");
-        t->fd = open(t->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        t->fd = open(t->path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
         if (t->fd >= 0)
             return DF_OK;
         if (errno != EEXIST)
@@ -150,7 +128,7 @@ static int create_file(tb_sink *t, const char *dir)
 static int write_header(tb_sink *t, int64_t resume_step)
 {
     Distflow__Tb__Event ev = DISTFLOW__TB__EVENT__INIT;
-    ev.has_wall_time = 1, ev.wall_time = wall_time();
+    ev.has_wall_time = 1, ev.wall_time = df_unix_time();
     ev.what_case = DISTFLOW__TB__EVENT__WHAT_FILE_VERSION, ev.file_version = (char *)"brain.Event:2";
     int rc = write_event(t, &ev);
     if (rc || resume_step <= 0)

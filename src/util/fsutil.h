@@ -81,9 +81,9 @@ int df_remove_tree(const char *path);
  *  reason. */
 int df_rename(const char *from, const char *to);
 /**
- * Append one line (n bytes, its newline included) to the file open as fd (O_APPEND) with one write();
- * when it cannot all be written (ENOSPC, EFBIG, ...) the file is truncated back to its size before,
- * so it never ends with a cut line. DF_EIO naming `path`, how much was written and strerror.
+ * Append one record (n bytes: a line with its newline, a TFRecord) to the file open as fd (O_APPEND)
+ * with one write(); when it cannot all be written (ENOSPC, EFBIG, ...) the file is truncated back to
+ * its size before, so it never ends with a cut record. DF_EIO naming `path`, how much was written and strerror.
  */
 int df_append_line(int fd, const char *path, const char *line, size_t n);
 

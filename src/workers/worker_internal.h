@@ -15,9 +15,9 @@
 #include "distflow/worker.h"
 #include "engine/actor.h"
 #include "engine/critic.h"
-#include "logging/loggers.h"
 #include "util/timeutil.h"
 #include "workers/common/ckpt_files.h"
+#include "workers/common/run_log.h"
 #include "workers/common/prompts.h"
 #include "workers/reward/score_batch.h"
 #include "workers/rollout/rollout_batch.h"
@@ -129,8 +129,7 @@ struct df_dag_worker {
     int64_t resumed_step; /* the checkpoint's global step this run continues from; 0: a fresh start */
 
     df_metrics *metrics; /* the current step's */
-    df_metrics_log metrics_log; /* rank 0: metrics.jsonl */
-    df_loggers *loggers; /* rank 0: trainer.logger's sinks besides metrics.jsonl and the console (tensorboard) */
+    df_run_log log;      /* rank 0: metrics.jsonl and trainer.logger's other sinks */
     bool console;        /* trainer.logger has "console": rank 0 prints the banner, steps and summary */
     df_console_info con; /* for the banner and the summary */
     const volatile sig_atomic_t *stop_flag; /* df_dag_worker_set_stop_flag; NULL: none */

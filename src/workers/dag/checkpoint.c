@@ -228,18 +228,9 @@ int df_worker_open_metrics(df_dag_worker *w)
 {
     if (w->rank != 0)
         return DF_OK;
-    int rc = df_metrics_log_open(&w->metrics_log, w->out_dir, w->resumed_step);
     const struct df_train_trainer *tr = &w->global.cfg.trainer;
-    char *tb = rc ? NULL : df_tensorboard_dir(tr->tensorboard_dir, tr->project_name, tr->experiment_name);
-    if (!rc && !tb)
-        rc = df_error(DF_ENOMEM, "out of memory");
-    df_loggers_opts o = {.names = tr->logger.items, .n_names = tr->logger.n, .tb_dir = tb,
-                         .resume_step = w->resumed_step};
-    if (!rc) /* metrics.jsonl (above) and the console line (console.c) stay the worker's own */
-        rc = df_loggers_open(&o, &w->loggers);
-    const char *events = rc ? NULL : df_loggers_tensorboard_path(w->loggers);
-    if (events && w->console)
-        printf("TensorBoard event file: %s\n", events), fflush(stdout);
-    free(tb);
-    return rc;
+    df_run_log_opts o = {.out_dir = w->out_dir, .resumed_step = w->resumed_step, .logger = &tr->logger,
+                         .tensorboard_dir = tr->tensorboard_dir, .project = tr->project_name,
+                         .experiment = tr->experiment_name, .print = w->console};
+    return df_run_log_open(&w->log, &o);
 }

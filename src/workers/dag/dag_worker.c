@@ -162,11 +162,7 @@ static int setup_graph(df_dag_worker *w)
    made by the first line or save: a run that fails before either leaves none. Collective (the resume). */
 static int setup_output(df_dag_worker *w)
 {
-    w->console = false;
-    const df_config_strs *loggers = &w->global.cfg.trainer.logger;
-    for (int i = 0; i < loggers->n; i++)
-        if (!strcmp(loggers->items[i], "console"))
-            w->console = true;
+    w->console = df_config_strs_has(&w->global.cfg.trainer.logger, "console");
     int rc = df_worker_checkpoint_cleanup(w);
     rc = df_worker_checkpoint_resume(w, rc);
     return rc ? rc : df_worker_open_metrics(w);
@@ -265,7 +261,6 @@ void df_dag_worker_free(df_dag_worker *w)
     df_dataset_free(w->val_ds);
     df_tokenizer_free(w->tok);
     df_metrics_free(w->metrics);
-    df_metrics_log_close(&w->metrics_log);
-    df_loggers_close(w->loggers); /* each step is already on disk: nothing to report here */
+    df_run_log_close(&w->log);
     free(w);
 }

@@ -23,17 +23,11 @@ static int log_metrics(df_dag_worker *w, const df_metrics *m, bool sync)
 {
     if (w->rank != 0)
         return DF_OK;
-    char *line;
     /* the run directory's config.yaml comes with its first line (a run that fails before it leaves
        nothing); a copy for the user, so failing to write it is a warning, not a lost run */
-    if (!w->metrics_log.opened && df_worker_save_config(w))
+    if (!df_run_log_started(&w->log) && df_worker_save_config(w))
         df_warnf(df_worker_warn, w, "%s", df_last_error());
-    int rc = df_metrics_to_json_at(m, w->step, df_unix_time(), &line);
-    if (rc)
-        return rc;
-    rc = df_metrics_log_append(&w->metrics_log, line, sync);
-    free(line);
-    return rc ? rc : df_loggers_log(w->loggers, w->step, m);
+    return df_run_log_step(&w->log, w->step, m, sync);
 }
 
 static int validate(df_dag_worker *w, df_metrics *m)

@@ -16,6 +16,7 @@
 #include "workers/common/ckpt_files.h"
 #include "workers/common/model_info.h"
 #include "workers/common/prompts.h"
+#include "workers/common/run_log.h"
 #include "workers/sft/sft_checkpoint.h"
 
 #include <stdio.h>
@@ -189,9 +190,8 @@ typedef struct {
     df_dataloader *dl;
     int64_t total_steps, max_len, resumed;
     const char *trunc;
-    df_metrics_log metrics;
+    df_run_log log; /* metrics.jsonl and trainer.logger's other sinks */
     df_sft_ckpt ckpt; /* what a checkpoint saves and a resume restores */
-    df_loggers *loggers; /* trainer.logger's sinks besides metrics.jsonl and the console line */
 } sft_run;
 
 static void actor_params(const sft_run *s, df_actor_params *p)
@@ -241,12 +241,12 @@ static int val_loss(sft_run *s, double *loss)
     return rc;
 }
 
-/* The console line (trainer.logger has console), metrics.jsonl's line of `step` and trainer.logger's other
-   sinks; `sync`: the line durable before the checkpoint after it. */
+/* The console line (trainer.logger has console), then metrics.jsonl's line of `step` and trainer.logger's
+   other sinks; `sync`: the line durable before the checkpoint after it. */
 static int log_step(sft_run *s, int64_t step, df_metrics *m, double dt, int64_t tokens, bool sync)
 {
     df_metrics_set(m, "train/tokens_per_second", dt > 0 ? (double)tokens / dt : 0);
-    if (df_loggers_has(s->t.trainer.logger.items, s->t.trainer.logger.n, "console")) {
+    if (df_config_strs_has(&s->t.trainer.logger, "console")) {
         printf("sft step %lld/%lld | loss %.4f | lr %.2e | grad_norm %.3f | %.0f tok/s",
                (long long)step, (long long)s->total_steps, df_metrics_get(m, "train/loss", 0),
                df_metrics_get(m, "train/lr", 0), df_metrics_get(m, "train/grad_norm", 0),
@@ -256,28 +256,7 @@ static int log_step(sft_run *s, int64_t step, df_metrics *m, double dt, int64_t 
         printf("\n");
         fflush(stdout);
     }
-    char *line;
-    int rc = df_metrics_to_json_at(m, step, df_unix_time(), &line);
-    if (rc)
-        return rc;
-    rc = df_metrics_log_append(&s->metrics, line, sync);
-    free(line);
-    return rc ? rc : df_loggers_log(s->loggers, step, m);
-}
-
-/* trainer.logger's sinks besides metrics.jsonl and the console line (tensorboard). */
-static int open_loggers(sft_run *s)
-{
-    const struct df_sft_trainer *tr = &s->t.trainer;
-    char *tb = df_tensorboard_dir(tr->tensorboard_dir, tr->project_name, tr->experiment_name);
-    df_loggers_opts o = {.names = tr->logger.items, .n_names = tr->logger.n, .tb_dir = tb,
-                         .resume_step = s->resumed};
-    int rc = tb ? df_loggers_open(&o, &s->loggers) : df_error(DF_ENOMEM, "out of memory");
-    const char *events = rc ? NULL : df_loggers_tensorboard_path(s->loggers);
-    if (events)
-        printf("TensorBoard event file: %s\n", events), fflush(stdout);
-    free(tb);
-    return rc;
+    return df_run_log_step(&s->log, step, m, sync);
 }
 
 static int sft_loop(sft_run *s)
@@ -415,9 +394,11 @@ int df_sft_run(const df_config *cfg)
     if (!rc) /* the output directory itself is made by the first metrics line or checkpoint */
         rc = df_sft_checkpoint_resume(&s.ckpt, &s.resumed);
     if (!rc)
-        rc = df_metrics_log_open(&s.metrics, s.out_dir, s.resumed);
-    if (!rc)
-        rc = open_loggers(&s);
+        rc = df_run_log_open(&s.log, &(df_run_log_opts){.out_dir = s.out_dir, .resumed_step = s.resumed,
+                                                        .logger = &t->trainer.logger,
+                                                        .tensorboard_dir = t->trainer.tensorboard_dir,
+                                                        .project = t->trainer.project_name,
+                                                        .experiment = t->trainer.experiment_name, .print = true});
     if (!rc) {
         printf("== distflow %s sft\n", df_version());
         df_print_model_info(stdout, s.model_dir, df_actor_model(s.actor), NULL, NULL);
@@ -427,9 +408,7 @@ int df_sft_run(const df_config *cfg)
         fflush(stdout);
         rc = sft_loop(&s);
     }
-    df_metrics_log_close(&s.metrics);
-    int crc = df_loggers_close(s.loggers);
-    rc = rc ? rc : crc;
+    df_run_log_close(&s.log);
     df_model_free(m);
     df_actor_free(s.actor);
     df_dataloader_free(s.dl);
