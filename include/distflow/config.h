@@ -198,6 +198,22 @@ typedef enum df_config_compat {
 /** Entry i's class (DF_CFG_EFFECTIVE for an index out of range). */
 DF_API df_config_compat df_config_schema_compat(const df_config_schema *s, int i);
 
+/** A string-list key of a config and its typed value, for the checks that take several. */
+typedef struct df_config_list_ref {
+    const df_config_strs *list;
+    const char *key;
+} df_config_list_ref;
+
+/**
+ * The output settings `train` and `sft` share, checked on a loaded config of either schema:
+ * trainer.logger names only loggers distflow has (DF_EUNSUPPORTED naming the first other one and
+ * the list, logging/loggers.h), trainer.tensorboard_dir is not set without `tensorboard` in it
+ * (DF_EINVAL: no event file would be written), and each of the n checkpoint contents lists names
+ * model, optimizer and extra (DF_EUNSUPPORTED: a distflow checkpoint always holds the three,
+ * docs/checkpoints.md). Messages name the key and where it was set.
+ */
+DF_API int df_config_check_outputs(const df_config *c, const df_config_list_ref *contents, int n);
+
 /**
  * The compatibility classes applied to a loaded config: a DF_CFG_UNSUPPORTED key set to
  * anything but its default is DF_EUNSUPPORTED, naming the key, its value, where it was set

@@ -13,38 +13,32 @@ df_config_compat df_config_schema_compat(const df_config_schema *s, int i)
     return s->compat && i >= 0 && i < s->n ? (df_config_compat)s->compat[i] : DF_CFG_EFFECTIVE;
 }
 
-/* Set by the user: from the file, a workflow node or the command line, not a default or a value
-   derived from another key (that key is reported instead). */
-static bool user_set(const cfg_slot *s)
-{
-    return strcmp(s->where, "default") && strncmp(s->where, "derived from ", 13);
-}
-
-/* Slot i of `c` formatted into b (reset first). */
-static void format_slot(df_sbuf *b, const df_config *c, int i)
+/* v formatted as entry e's value into b (reset first). */
+static void format_value(df_sbuf *b, const df_config_entry *e, const cfg_value *v)
 {
     b->len = 0;
     if (b->s)
         b->s[0] = '\0';
-    cfg_format_value(b, &c->schema->entries[i], &c->slots[i].v);
+    cfg_format_value(b, e, v);
 }
 
-/* Whether slot i of `c` differs from its default: the same slot of the defaults-only config `d`, or for a
-   derived default (null_from) the value of its source key in `c`. */
-static bool differs(const df_config *c, const df_config *d, int i, df_sbuf *v, df_sbuf *dv)
+/* Whether slot i of `c` differs from its default: the same slot of the defaults-only config *d (loaded
+   here the first time it is needed), or for a derived default (null_from) its source key's value in `c`. */
+static int differs(const df_config *c, df_config **d, int i, df_sbuf *v, df_sbuf *dv, bool *out)
 {
-    const char *from = c->schema->entries[i].null_from;
-    format_slot(v, c, i);
-    if (from) {
-        int j = cfg_find(c->schema, from);
-        dv->len = 0;
-        if (dv->s)
-            dv->s[0] = '\0';
-        cfg_format_value(dv, &c->schema->entries[i], &c->slots[j].v);
+    const df_config_entry *e = &c->schema->entries[i];
+    format_value(v, e, &c->slots[i].v);
+    if (e->null_from) {
+        format_value(dv, e, &c->slots[cfg_find(c->schema, e->null_from)].v);
     } else {
-        format_slot(dv, d, i);
+        if (!*d && df_config_load(c->schema, NULL, NULL, 0, d))
+            return df_error_wrap(DF_EINTERNAL, "the %s config's defaults", c->schema->name);
+        format_value(dv, e, &(*d)->slots[i].v);
     }
-    return v->failed || dv->failed || strcmp(v->s ? v->s : "", dv->s ? dv->s : "");
+    if (v->failed || dv->failed)
+        return df_error(DF_ENOMEM, "out of memory checking the %s config", c->schema->name);
+    *out = strcmp(v->s ? v->s : "", dv->s ? dv->s : "") != 0;
+    return DF_OK;
 }
 
 int df_config_check_compat(const df_config *c, df_warn_fn warn, void *user)
@@ -52,15 +46,14 @@ int df_config_check_compat(const df_config *c, df_warn_fn warn, void *user)
     const df_config_schema *s = c->schema;
     if (!s->compat)
         return DF_OK;
-    df_config *d = NULL;
-    int rc = df_config_load(s, NULL, NULL, 0, &d);
-    if (rc)
-        return df_error_wrap(rc, "the %s config's defaults", s->name);
+    df_config *d = NULL; /* the defaults, loaded only when a classed key is set */
     df_sbuf v = {0}, dv = {0}, inert = {0};
-    int n_inert = 0;
+    int n_inert = 0, rc = DF_OK;
     for (int i = 0; i < s->n && !rc; i++) {
         df_config_compat cls = (df_config_compat)s->compat[i];
-        if (cls == DF_CFG_EFFECTIVE || !user_set(&c->slots[i]) || !differs(c, d, i, &v, &dv))
+        bool diff = false;
+        if (cls == DF_CFG_EFFECTIVE || !cfg_slot_user_set(&c->slots[i]) ||
+            (rc = differs(c, &d, i, &v, &dv, &diff)) || !diff)
             continue;
         const df_config_entry *e = &s->entries[i];
         if (cls == DF_CFG_UNSUPPORTED)
@@ -71,7 +64,7 @@ int df_config_check_compat(const df_config *c, df_warn_fn warn, void *user)
         else
             df_sbuf_printf(&inert, "%s%s=%s (%s)", n_inert++ ? ", " : "", e->key, v.s, c->slots[i].where);
     }
-    if (!rc && (v.failed || dv.failed || inert.failed))
+    if (!rc && inert.failed)
         rc = df_error(DF_ENOMEM, "out of memory checking the %s config", s->name);
     if (!rc && n_inert && warn) {
         df_sbuf msg = {0};

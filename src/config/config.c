@@ -479,3 +479,8 @@ bool df_config_strs_has(const df_config_strs *l, const char *item)
             return true;
     return false;
 }
+
+bool cfg_slot_user_set(const cfg_slot *s)
+{
+    return strcmp(s->where, "default") && strncmp(s->where, "derived from ", 13);
+}

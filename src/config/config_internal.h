@@ -13,6 +13,7 @@
  *   dump.c          df_config_dump
  *   validate_train.c  df_config_validate_train (cross-field checks)
  *   compat.c        df_config_check_compat (keys without effect, unsupported values)
+ *   outputs.c       df_config_check_outputs (loggers, tensorboard_dir, checkpoint contents)
  */
 #ifndef DF_CONFIG_INTERNAL_H
 #define DF_CONFIG_INTERNAL_H
@@ -113,6 +114,12 @@ typedef struct {
     bool in_file;      /* check duplicate keys */
     bool no_interp;    /* take `${` literally (text produced by resolution) */
 } cfg_src;
+
+/* ---- config.c ---- */
+
+/* Set by the user (the file, a workflow node, the command line): neither the schema's default nor a
+   value derived from another key (that key's slot tells). */
+bool cfg_slot_user_set(const cfg_slot *s);
 
 /* ---- scalar.c ---- */
 

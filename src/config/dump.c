@@ -83,7 +83,7 @@ int df_config_dump_set(const df_config *c, const char *prefix, FILE *f, int *n)
     int count = 0;
     for (int i = 0; i < c->schema->n; i++) {
         const char *where = c->slots[i].where;
-        if (!strcmp(where, "default") || !strncmp(where, "derived from ", 13))
+        if (!cfg_slot_user_set(&c->slots[i]))
             continue;
         df_sbuf_printf(&b, "%s%s: ", prefix ? prefix : "", c->schema->entries[i].key);
         cfg_format_value(&b, &c->schema->entries[i], &c->slots[i].v);

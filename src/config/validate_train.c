@@ -14,7 +14,6 @@
 #include "distflow/algo_desc.h"
 #include "distflow/reward.h"
 #include "distflow/train_config.h"
-#include "logging/loggers.h"
 #include "util/warn.h"
 
 #include <stdio.h>
@@ -57,45 +56,10 @@ static const char *kv(const df_config *c, const char *key, char *b)
    inherits ppo_micro_batch_size_per_gpu). */
 static bool user_set(const df_config *c, const char *key)
 {
-    const char *where = df_config_where(c, key);
-    return strcmp(where, "default") && strncmp(where, "derived from ", 13);
+    int i = cfg_find(c->schema, key);
+    return i >= 0 && cfg_slot_user_set(&c->slots[i]);
 }
 
-/* Settings distflow accepts from verl / siiRL files but cannot honour: refused, never ignored.
- * trainer.logger: console, file / jsonl (metrics.jsonl) and tensorboard exist (logging/loggers.h);
- * wandb, swanlab, mlflow, ... do not, and tensorboard_dir without the tensorboard logger would do
- * nothing. (Keys the table marks DFK_UNSUPPORTED are refused by df_config_check_compat.)
- * checkpoint.save_contents / load_contents: a checkpoint always holds the model, the optimizer
- * and the extra state (docs/checkpoints.md), so each list must name all three. */
-static int check_unhonoured(const df_config *c, const df_train_config *t)
-{
-    const df_config_strs *lg = &t->trainer.logger;
-    char kb[1][KV_CAP];
-    snprintf(kb[0], KV_CAP, "trainer.logger (%s)", df_config_where(c, "trainer.logger"));
-    int rc = df_loggers_check_names(lg->items, lg->n, kb[0]);
-    if (rc)
-        return rc;
-    if (t->trainer.tensorboard_dir && !df_loggers_has(lg->items, lg->n, "tensorboard"))
-        return df_error(DF_EINVAL, "%s: trainer.logger has no tensorboard, so no event file would be written",
-                        kv(c, "trainer.tensorboard_dir", kb[0]));
-    const struct {
-        const df_config_strs *l;
-        const char *key;
-    } parts[] = {{&t->actor_rollout_ref.actor.checkpoint.contents, ARR "actor.checkpoint.contents"},
-                 {&t->critic.checkpoint.contents, "critic.checkpoint.contents"},
-                 {&t->actor_rollout_ref.actor.checkpoint.save_contents, ARR "actor.checkpoint.save_contents"},
-                 {&t->actor_rollout_ref.actor.checkpoint.load_contents, ARR "actor.checkpoint.load_contents"},
-                 {&t->critic.checkpoint.save_contents, "critic.checkpoint.save_contents"},
-                 {&t->critic.checkpoint.load_contents, "critic.checkpoint.load_contents"}};
-    for (size_t i = 0; i < sizeof parts / sizeof *parts; i++)
-        if (!df_config_strs_has(parts[i].l, "model") || !df_config_strs_has(parts[i].l, "optimizer") ||
-            !df_config_strs_has(parts[i].l, "extra"))
-            return df_error(DF_EUNSUPPORTED, "%s (%s): a distflow checkpoint always holds model, "
-                            "optimizer and extra (and the Hugging Face weights); the list must name "
-                            "all three (docs/checkpoints.md)", parts[i].key,
-                            df_config_where(c, parts[i].key));
-    return DF_OK;
-}
 
 /* verl's check_mutually_exclusive, adapted: distflow reads only the per-GPU
  * key, so the deprecated global one is refused whether or not both are set. */
@@ -323,6 +287,19 @@ static void warn_suspicious(const df_config *c, const df_train_config *t, df_war
             kv(c, "reward_model.reward_kwargs", kb[0]));
 }
 
+/* trainer.logger, tensorboard_dir and the actor's and critic's checkpoint contents (outputs.c). */
+static int check_outputs(const df_config *c, const df_train_config *t)
+{
+    const df_config_list_ref contents[] = {
+        {&t->actor_rollout_ref.actor.checkpoint.contents, ARR "actor.checkpoint.contents"},
+        {&t->critic.checkpoint.contents, "critic.checkpoint.contents"},
+        {&t->actor_rollout_ref.actor.checkpoint.save_contents, ARR "actor.checkpoint.save_contents"},
+        {&t->actor_rollout_ref.actor.checkpoint.load_contents, ARR "actor.checkpoint.load_contents"},
+        {&t->critic.checkpoint.save_contents, "critic.checkpoint.save_contents"},
+        {&t->critic.checkpoint.load_contents, "critic.checkpoint.load_contents"}};
+    return df_config_check_outputs(c, contents, (int)(sizeof contents / sizeof *contents));
+}
+
 int df_config_validate_train(const df_config *c, int world_size)
 {
     return df_config_validate_train_ex(c, world_size, NULL, NULL);
@@ -342,7 +319,7 @@ int df_config_validate_train_ex(const df_config *c, int world_size, df_warn_fn w
     if (!rc && warn)
         warn_suspicious(c, &t, warn, user);
     if (!rc)
-        rc = check_unhonoured(c, &t);
+        rc = check_outputs(c, &t);
     if (!rc)
         rc = check_batches(c, &t, world_size);
     if (!rc)

@@ -97,10 +97,6 @@ static int check_data(const df_config *c, const char *key, const df_config_strs 
 int df_train_preflight(const df_config *c, const df_train_config *t, bool critic, bool train_scored)
 {
     const struct df_train_data *d = &t->data;
-    if (strcmp(d->reward_fn_key, "data_source"))
-        return df_error(DF_EUNSUPPORTED, "%s: data.reward_fn_key=%s is not supported: the dataloader hands the "
-                        "reward manager the rows' data_source only", df_config_where(c, "data.reward_fn_key"),
-                        d->reward_fn_key);
     if (t->trainer.val_only && d->val_files.n == 0)
         return df_error(DF_EINVAL, "%s: trainer.val_only=true validates and exits, but data.val_files is empty",
                         df_config_where(c, "trainer.val_only"));

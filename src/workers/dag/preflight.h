@@ -14,7 +14,6 @@
  * c resolved into t; critic: the graph has a CRITIC node; train_scored:
  * a node of the graph scores the training responses with the reward registry (the built-in reward
  * or ReMax baseline node; a plugin's reward node scores its own way). In order:
- *  - data.reward_fn_key is data_source (the only column the dataloader hands the reward);
  *  - trainer.val_only has data.val_files to validate on;
  *  - the model directories (actor_rollout_ref.model.path, data.tokenizer when set,
  *    critic.model.path with a critic) exist and hold config.json (the tokenizer: tokenizer.json);

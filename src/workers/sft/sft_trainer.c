@@ -322,26 +322,11 @@ static int check_supported(const df_config *cfg, const df_sft_config *t)
     int rc = df_config_check_compat(cfg, sft_warn, NULL);
     if (rc)
         return rc;
-    if (t->data.multiturn.enable)
-        return df_error(DF_EUNSUPPORTED, "data.multiturn.enable=true is not supported yet");
-    if (!t->data.prompt_dict_keys.null || !t->data.response_dict_keys.null)
-        return df_error(DF_EUNSUPPORTED, "data.prompt_dict_keys / response_dict_keys are not supported; "
-                                         "give data.prompt_key / response_key as dotted paths instead");
-    if (!strcmp(t->optim.lr_scheduler, "wsd"))
-        return df_error(DF_EUNSUPPORTED, "optim.lr_scheduler=wsd is not supported yet (cosine)");
-    const df_config_strs *parts[] = {&t->trainer.checkpoint.save_contents, &t->trainer.checkpoint.load_contents};
-    for (int i = 0; i < 2; i++)
-        if (!df_config_strs_has(parts[i], "model") || !df_config_strs_has(parts[i], "optimizer") ||
-            !df_config_strs_has(parts[i], "extra"))
-            return df_error(DF_EUNSUPPORTED, "trainer.checkpoint.%s_contents: a distflow checkpoint always holds "
-                            "model, optimizer and extra (and the Hugging Face weights); the list must name all "
-                            "three (docs/checkpoints.md)", i ? "load" : "save");
-    rc = df_loggers_check_names(t->trainer.logger.items, t->trainer.logger.n, "trainer.logger");
+    const df_config_list_ref contents[] = {{&t->trainer.checkpoint.save_contents, "trainer.checkpoint.save_contents"},
+                                           {&t->trainer.checkpoint.load_contents, "trainer.checkpoint.load_contents"}};
+    rc = df_config_check_outputs(cfg, contents, 2); /* trainer.logger, tensorboard_dir, checkpoint contents */
     if (rc)
         return rc;
-    if (t->trainer.tensorboard_dir && !df_loggers_has(t->trainer.logger.items, t->trainer.logger.n, "tensorboard"))
-        return df_error(DF_EINVAL, "trainer.tensorboard_dir=%s: trainer.logger has no tensorboard, so no event "
-                        "file would be written", t->trainer.tensorboard_dir);
     if (!df_backend_available(t->trainer.device))
         return df_error(DF_EUNSUPPORTED, "trainer.device=%s: this build of distflow has the %s backend "
                         "only (docs/cuda.md)", t->trainer.device, df_backend_names());
