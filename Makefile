@@ -62,8 +62,7 @@ fuzz:
 	@bash scripts/install-deps.sh --fuzz
 	@FUZZ_SECONDS=$(FUZZ_SECONDS) JOBS=$(JOBS) bash scripts/fuzz.sh $(ARGS)
 
-test-asan:
-	@bash scripts/install-deps.sh --fuzz
+test-asan: deps
 	@JOBS=$(JOBS) bash scripts/test-asan.sh $(ARGS)
 
 clean:

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Install the Debian packages distflow builds against, if any are missing.
 #   scripts/install-deps.sh          what make build / test / demo need
-#   scripts/install-deps.sh --fuzz   that, and clang's libFuzzer and sanitizer runtimes for
-#                                    make fuzz / make test-asan (not pulled by the others)
+#   scripts/install-deps.sh --fuzz   that, and clang with its libFuzzer runtime for make fuzz
+#                                    (not pulled by the others; make test-asan uses gcc's sanitizers)
 # As root it runs apt-get, quietly: apt's warnings and errors reach the terminal, and if a step
 # fails its whole output is shown. Otherwise it prints the exact command to run as root and exits 1.
 # scripts/check-fresh.sh checks on a fresh Debian 12 root that this is all `make test` and

@@ -298,7 +298,7 @@ int df_model_config_load(const char *path, df_model_config *cfg)
 
 /* ---- writing ------------------------------------------------------------------ */
 
-static const char *dtype_str(df_dtype d)
+const char *df_dtype_torch_name(df_dtype d)
 {
     return d == DF_DTYPE_BF16 ? "bfloat16" : d == DF_DTYPE_F16 ? "float16" : "float32";
 }
@@ -398,9 +398,9 @@ int df_model_config_to_json(const df_model_config *c, const char *original_json,
         bad |= json_object_set_new(o, "eos_token_id", eos_json(c, eos_list));
     else if (json_object_get(o, "eos_token_id"))
         bad |= json_object_set_new(o, "eos_token_id", json_null());
-    bad |= json_object_set_new(o, "torch_dtype", json_string(dtype_str(c->torch_dtype)));
+    bad |= json_object_set_new(o, "torch_dtype", json_string(df_dtype_torch_name(c->torch_dtype)));
     if (json_object_get(o, "dtype"))
-        bad |= json_object_set_new(o, "dtype", json_string(dtype_str(c->torch_dtype)));
+        bad |= json_object_set_new(o, "dtype", json_string(df_dtype_torch_name(c->torch_dtype)));
     if (!json_object_get(o, "transformers_version"))
         bad |= json_object_set_new(o, "transformers_version",
                                    json_string(DF_HF_TRANSFORMERS_VERSION));

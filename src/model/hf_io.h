@@ -32,6 +32,8 @@ void df_format_double_py(double v, char *buf, size_t cap);
  * a JSON object.
  */
 int df_model_config_to_json(const df_model_config *cfg, const char *original_json, char **out);
+/** torch's name of a dtype, as config.json's torch_dtype spells it: "float32", "bfloat16", "float16". */
+const char *df_dtype_torch_name(df_dtype d);
 /** The Hugging Face class prefix of a model_type: "Qwen2", "Qwen3" or "Llama" (Qwen2ForCausalLM, ...). */
 const char *df_model_class_prefix(const char *model_type);
 

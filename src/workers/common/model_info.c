@@ -5,12 +5,8 @@
 
 #include <string.h>
 
-static const char *dtype_name(df_dtype d)
-{
-    return d == DF_DTYPE_BF16 ? "bfloat16" : d == DF_DTYPE_F16 ? "float16" : "float32";
-}
-
-void df_count_text(int64_t n, char *out, size_t cap)
+/* A count with 3-4 significant digits: 494032768 -> "494.0M", 1543714304 -> "1.54B", 1700 -> "1.7K". */
+static void count_text(int64_t n, char *out, size_t cap)
 {
     if (n >= 1000000000)
         snprintf(out, cap, "%.2fB", (double)n / 1e9);
@@ -24,7 +20,7 @@ void df_print_model_info(FILE *f, const char *dir, const df_model *m, const char
 {
     const df_model_config *c = &m->cfg;
     char n[32];
-    df_count_text(m->n_params, n, sizeof n);
+    count_text(m->n_params, n, sizeof n);
     fprintf(f, "model: %s: %s%s, %s parameters (%lld layers, hidden %lld, %lld attention heads, %lld KV heads, "
                "head_dim %lld, vocab %lld%s%s%s%s%s%s)\n",
             dir, df_model_class_prefix(c->model_type), c->num_labels ? "ForTokenClassification" : "ForCausalLM", n,
@@ -37,7 +33,7 @@ void df_print_model_info(FILE *f, const char *dir, const df_model *m, const char
     /* weights, gradients and the two AdamW moments: 4 float32 numbers a parameter */
     fprintf(f, "  dtype: %s files (config.json torch_dtype, kept on save); computed in float32: weights, "
                "gradients and AdamW moments take %.2f GiB\n",
-            dtype_name(c->torch_dtype), (double)m->n_params * 16 / (1 << 30));
+            df_dtype_torch_name(c->torch_dtype), (double)m->n_params * 16 / (1 << 30));
     if (tok)
         fprintf(f, "tokenizer: %s (%lld tokens)\n", tok_dir, (long long)df_tokenizer_vocab_size(tok));
 }

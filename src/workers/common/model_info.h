@@ -9,9 +9,6 @@
 #include <stddef.h>
 #include <stdio.h>
 
-/** A count with 3-4 significant digits: 494032768 -> "494.0M", 1543714304 -> "1.54B", 1700 -> "1.7K". */
-void df_count_text(int64_t n, char *out, size_t cap);
-
 /**
  * Two lines into f: `model: <dir>: <Architecture>, <N> parameters (layers, hidden, attention and KV
  * heads, head_dim, vocab, tied embeddings, q/k/v bias)`, then the dtypes (the files' torch_dtype;
