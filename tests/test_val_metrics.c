@@ -223,7 +223,7 @@ static void test_placement(void **state)
     df_metrics *sums = df_metrics_new(), *out = df_metrics_new();
     assert_int_equal(df_val_metrics_add(sums, b, 4, 9), DF_OK);
     assert_int_equal(df_val_metrics_add(sums, c, 4, 9), DF_OK);
-    assert_int_equal(df_val_metrics_finish(sums, out), DF_OK);
+    assert_int_equal(df_val_metrics_finish(sums, 4, out), DF_OK);
     /* averaged over the two prompts: [1,0,0,1] and [1,1,1,0] */
     assert_near(get(out, "val-core/s/a/acc/mean@4"), 0.625, 0);
     assert_near(get(out, "val-core/s/a/acc/pass@4"), 1.0, 0);
@@ -256,7 +256,7 @@ static void test_placement(void **state)
     b = scored(2, 1, acc, src, NULL);
     sums = df_metrics_new(), out = df_metrics_new();
     assert_int_equal(df_val_metrics_add(sums, b, 1, 9), DF_OK);
-    assert_int_equal(df_val_metrics_finish(sums, out), DF_OK);
+    assert_int_equal(df_val_metrics_finish(sums, 1, out), DF_OK);
     assert_near(get(out, "val-core/s/a/acc/mean@1"), 0.5, 0);
     assert_near(get(out, "val-core/s/a/acc/pass@1"), 0.5, 0);
     assert_near(get(out, "val-aux/s/a/reward/mean@1"), 0.75, sum_tol64(2, 2));
@@ -302,7 +302,7 @@ static void test_ranks(void **state)
     df_metrics *whole = df_metrics_new(), *ws = df_metrics_new(), *mine = df_metrics_new(),
                *ms = df_metrics_new();
     assert_int_equal(df_val_metrics_add(ws, all, NR, 5), DF_OK);
-    assert_int_equal(df_val_metrics_finish(ws, whole), DF_OK);
+    assert_int_equal(df_val_metrics_finish(ws, NR, whole), DF_OK);
     for (int p = R; p < P; p += N) {
         float a[NR];
         const char *pr[NR];
@@ -317,7 +317,7 @@ static void test_ranks(void **state)
         df_batch_free(one);
     }
     assert_int_equal(df_metrics_reduce_by(W, ms, sum_rule), DF_OK);
-    assert_int_equal(df_val_metrics_finish(ms, mine), DF_OK);
+    assert_int_equal(df_val_metrics_finish(ms, NR, mine), DF_OK);
     assert_int_equal(df_metrics_count(mine), df_metrics_count(whole));
     const double tol = 2 * sum_tol64(P, P * 1.25) / P + 2 * DF_U64;
     int maj = 0;

@@ -242,21 +242,6 @@ static int64_t metric_n(const char *metric)
     return at ? strtoll(at + 1, NULL, 10) : 0;
 }
 
-/* The largest N among the metrics of (src, var), and whether src has an acc variable. */
-static void scan_source(const df_metrics *sums, const char *src, const char *var, int64_t *n_max, bool *has_acc)
-{
-    *n_max = 0, *has_acc = false;
-    for (int i = 0; i < df_metrics_count(sums); i++) {
-        char key[KEY_CAP], *s, *vr, *m;
-        snprintf(key, sizeof key, "%s", df_metrics_at(sums, i, &(double){0}));
-        if (!split_key(key, &s, &vr, &m) || !m || strcmp(s, src))
-            continue;
-        *has_acc |= !strcmp(vr, "acc");
-        if (!strcmp(vr, var) && metric_n(m) > *n_max)
-            *n_max = metric_n(m);
-    }
-}
-
 static bool core_metric(const char *var, const char *metric, int64_t n_max, bool has_acc)
 {
     static const char *const core_prefix[] = {"mean", "maj", "best", "pass"};
@@ -268,7 +253,7 @@ static bool core_metric(const char *var, const char *metric, int64_t n_max, bool
     return false;
 }
 
-int df_val_metrics_finish(const df_metrics *sums, df_metrics *out)
+int df_val_metrics_finish(const df_metrics *sums, int64_t n, df_metrics *out)
 {
     int rc = DF_OK;
     for (int i = 0; i < df_metrics_count(sums) && !rc; i++) {
@@ -277,13 +262,12 @@ int df_val_metrics_finish(const df_metrics *sums, df_metrics *out)
         snprintf(key, sizeof key, "%s", df_metrics_at(sums, i, &sum));
         if (!split_key(key, &src, &var, &metric) || !metric)
             continue;
-        char count_key[KEY_CAP], name[KEY_CAP + 16];
+        char count_key[KEY_CAP + 16], acc_key[KEY_CAP + 32], name[KEY_CAP + 16];
         snprintf(count_key, sizeof count_key, "val" SEP "%s" SEP "prompts", src);
+        snprintf(acc_key, sizeof acc_key, "val" SEP "%s" SEP "acc" SEP "mean@%lld", src, (long long)n);
         double prompts = df_metrics_get(sums, count_key, 0);
-        int64_t n_max;
-        bool has_acc;
-        scan_source(sums, src, var, &n_max, &has_acc);
-        snprintf(name, sizeof name, "%s/%s/%s/%s", core_metric(var, metric, n_max, has_acc) ? "val-core" : "val-aux",
+        bool has_acc = df_metrics_has(sums, acc_key); /* every prompt has n responses: n is the largest N */
+        snprintf(name, sizeof name, "%s/%s/%s/%s", core_metric(var, metric, n, has_acc) ? "val-core" : "val-aux",
                  src, var, metric);
         if (prompts > 0)
             rc = df_metrics_set(out, name, sum / prompts);

@@ -76,12 +76,12 @@ double df_sequence_score(const df_batch *b, int64_t i);
 int df_val_metrics_add(df_metrics *sums, const df_batch *b, int64_t n, uint64_t seed);
 
 /**
- * verl's names from the sums (over every rank): each metric averaged over its data source's
- * prompts, as `<section>/<data_source>/<var>/<metric>`. The section is val-core for the core
- * variable (acc if the source has it, else reward) and a metric starting with mean, maj, best or
- * pass at the largest N of that variable, val-aux otherwise. Other keys of `sums` are skipped.
- * Errors: DF_ENOMEM.
+ * verl's names from the sums (over every rank) of prompts with n responses each (df_val_metrics_add's
+ * n): each metric averaged over its data source's prompts, as `<section>/<data_source>/<var>/<metric>`.
+ * The section is val-core for the core variable (acc if the source has it, else reward) and a metric
+ * starting with mean, maj, best or pass at the largest N (n), val-aux otherwise. Other keys of `sums`
+ * are skipped. Errors: DF_ENOMEM.
  */
-int df_val_metrics_finish(const df_metrics *sums, df_metrics *out);
+int df_val_metrics_finish(const df_metrics *sums, int64_t n, df_metrics *out);
 
 #endif

@@ -83,7 +83,7 @@ int df_evaluate(df_rollout_engine *e, const df_model *m, const df_tokenizer *tok
                             .score_mean = df_metrics_get(t, "total/score", 0) / div,
                             .acc_mean = df_metrics_get(t, "total/acc", 0) / div,
                             .response_length_mean = df_metrics_get(t, "total/resp_len", 0) / div};
-    if (metrics && !(rc = df_val_metrics_finish(t, metrics)))
+    if (metrics && !(rc = df_val_metrics_finish(t, o->n, metrics)))
         rc = df_metrics_set(metrics, "val-aux/response_length/mean", res->response_length_mean);
     df_metrics_free(t);
     return rc;
