@@ -27,6 +27,9 @@ struct df_acts {
     df_model_config cfg;
     int64_t max_tokens, max_out;
     bool ckpt;           /* DF_ACTS_CHECKPOINT: one slot of per-layer activations, recomputed */
+    int64_t slot_layer;  /* ckpt: the layer whose activations the slot holds (set by
+                          * df_acts_layer_recompute; -1 from a forward's start until then),
+                          * so the backward does not recompute the forward's last layer */
     int64_t bytes;       /* backend memory of the buffers below (df_acts_bytes) */
     /* Where every buffer below lives and every operator runs (backend memory unless noted). */
     df_backend be;
@@ -109,7 +112,7 @@ static inline int64_t df_acts_kvd(const df_acts *a)
 /**
  * Layer l's saved activations (its slot: norms, q / k / v, attention, gate / up) computed
  * again from x[l] with the forward's kernels, for the backward of a checkpointed pass. The
- * batch is the one staged (a->bb). Failures land in a->err.
+ * batch is the one staged (a->bb). Sets a->slot_layer = l. Failures land in a->err.
  */
 void df_acts_layer_recompute(const df_model_config *c, const df_layer_view *w, df_acts *a,
                              int64_t l);

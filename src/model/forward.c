@@ -242,6 +242,7 @@ static int acts_new(const df_backend *be, const df_model_config *cfg, int64_t ma
     a->max_tokens = max_tokens;
     a->max_out = max_out;
     a->ckpt = (flags & DF_ACTS_CHECKPOINT) != 0;
+    a->slot_layer = -1;
     a->be = *be;
     if (df_backend_is_cpu(be))
         a->be.ctx = &a->mm; /* matmuls follow df_acts_set_bf16_matmul */
@@ -474,6 +475,7 @@ void df_acts_layer_recompute(const df_model_config *c, const df_layer_view *w, d
     DF_BE(a, rmsnorm_fwd, xn2, a->rstd2 + s * MT, h, w->ln2, T, H, eps);
     linear(a, gate, xn2, w->w_gate, NULL, T, I, H);
     linear(a, up, xn2, w->w_up, NULL, T, I, H);
+    a->slot_layer = l;
 }
 
 /* Layer l: its saved activations, then x[l + 1] = h + down(silu(gate) * up). The backward
@@ -497,6 +499,7 @@ static int trunk_forward(const df_model *m, const df_model_view *w, df_acts *a,
 {
     const df_model_config *c = &m->cfg;
     const int64_t T = b->n_tokens, H = c->hidden_size, L = c->num_hidden_layers;
+    a->slot_layer = -1;
     int rc = df_acts_stage(a, b);
     if (rc)
         return rc;
