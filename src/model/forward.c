@@ -204,8 +204,8 @@ int df_acts_create(const df_model_config *cfg, int64_t max_tokens, int64_t max_o
 
 int df_model_check_backend(const df_backend *be, const df_model_config *cfg)
 {
-    /* The CPU's attention kernels take a window; the device ones do not yet (docs/cuda.md). */
-    if (be && be->ops && !df_backend_is_cpu(be) &&
+    /* The CPU's attention kernels take a window; the CUDA ones do not yet (docs/cuda.md). */
+    if (be && be->ops && !be->ops->attention_window &&
         df_model_layer_window(cfg, cfg->num_hidden_layers - 1) > 0)
         return df_error(DF_EUNSUPPORTED, "sliding-window attention (use_sliding_window, "
                         "sliding_window %lld from layer %lld) is not implemented on the %s "
