@@ -376,13 +376,14 @@ static void test_save_load_roundtrip(void **state)
 }
 
 /* A device backend without windowed attention refuses such a model up front (the CPU table
-   under another name stands for it: df_backend_is_cpu is false). */
+   under another name, with attention_window cleared, stands for it). */
 static void test_device_refuses_window(void **state)
 {
     (void)state;
     golden g = load("tiny_qwen3");
     df_backend_ops ops = *df_backend_cpu().ops;
     ops.name = "otherdev";
+    ops.attention_window = false;
     df_backend be = {&ops, NULL};
     df_acts *a = NULL;
     assert_error_mentions(df_acts_create_on(&be, &g.m->cfg, 16, 8, &a), DF_EUNSUPPORTED,
@@ -397,6 +398,9 @@ static void test_device_refuses_window(void **state)
     c.sliding_window = 0; /* the q/k norms go through the backend's RMSNorm: accepted */
     assert_int_equal(df_acts_create_on(&be, &c, 16, 8, &a), DF_OK);
     df_acts_free(a);
+    /* the capability, not the backend's identity, decides */
+    ops.attention_window = true;
+    assert_int_equal(df_model_check_backend(&be, &g.m->cfg), DF_OK);
     unload(&g);
 }
 

@@ -494,6 +494,68 @@ static void test_errors(void **state)
     df_model_free(m);
 }
 
+/* Expect df_rollout_generate to refuse a model made from c on engine e (message with needle). */
+static void expect_refused(df_rollout_engine *e, const df_model_config *c, const char *needle)
+{
+    df_model *m = NULL;
+    if (df_model_create(c, &m))
+        fail_msg("model: %s", df_last_error());
+    df_sampling_params sp = sampling(1.0f, -1, 1.0f, 4);
+    static const int64_t off1[2] = {0, 3};
+    df_rollout_request q = {1, off1, PTOK, 1, 0, NULL};
+    expect_einval(e, m, &q, &sp, needle);
+    df_model_free(m);
+}
+
+/* The engine's RoPE table and row buffers follow its own config: a model of the same shapes
+ * with another RoPE or with q/k norms (a wider rstd) is refused, not run. */
+static void test_rope_and_qk_norm_must_match(void **state)
+{
+    (void)state;
+    df_model_config c = small_config();
+    df_rollout_engine *e = NULL;
+    assert_int_equal(df_rollout_engine_create(&c, 2, 16, &e), 0);
+    df_model_config d = c;
+    d.rope_theta = 500000.0;
+    expect_refused(e, &d, "RoPE (theta 500000, default)");
+    d = c;
+    d.rope_type = DF_ROPE_LLAMA3;
+    d.rope_factor = 8;
+    d.rope_low_freq_factor = 1;
+    d.rope_high_freq_factor = 4;
+    d.rope_original_max_pos = 64;
+    expect_refused(e, &d, "llama3 scaling");
+    d = c;
+    snprintf(d.model_type, sizeof d.model_type, "qwen3");
+    d.qk_norm = true;
+    d.o_proj_bias = true; /* goes with attention_bias in qwen3 */
+    expect_refused(e, &d, "q/k norms (yes)");
+    df_rollout_engine_free(e);
+    /* llama3 on both sides: its parameters must match too */
+    c.rope_type = DF_ROPE_LLAMA3;
+    c.rope_factor = 8;
+    c.rope_low_freq_factor = 1;
+    c.rope_high_freq_factor = 4;
+    c.rope_original_max_pos = 64;
+    assert_int_equal(df_rollout_engine_create(&c, 2, 16, &e), 0);
+    d = c;
+    d.rope_factor = 4;
+    expect_refused(e, &d, "differ");
+    d = c; /* the same config runs */
+    df_model *m = NULL;
+    assert_int_equal(df_model_create(&d, &m), 0);
+    assert_int_equal(df_model_init_random(m, 7), 0);
+    df_sampling_params sp = sampling(1.0f, -1, 1.0f, 4);
+    static const int64_t off1[2] = {0, 3};
+    df_rollout_request q = {1, off1, PTOK, 1, 0, NULL};
+    df_rollout_result r;
+    assert_int_equal(df_rollout_generate(e, m, &q, &sp, &r, NULL, NULL), 0);
+    assert_int_equal(r.offsets[1], 4);
+    df_rollout_result_free(&r);
+    df_model_free(m);
+    df_rollout_engine_free(e);
+}
+
 static void test_memory_formula(void **state)
 {
     (void)state;
@@ -521,6 +583,7 @@ int main(void)
         cmocka_unit_test(test_stop_ids_and_eos),
         cmocka_unit_test(test_lengths_progress_and_stats),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_rope_and_qk_norm_must_match),
         cmocka_unit_test(test_memory_formula),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

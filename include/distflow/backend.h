@@ -42,6 +42,9 @@ typedef struct df_backend_seqs {
 typedef struct df_backend_ops {
     const char *name;  /**< "cpu", "cuda" */
     bool host_memory;  /**< buffers are plain host pointers (no upload / download needed) */
+    bool attention_window; /**< attention_fwd / attention_bwd take a window (df_backend_seqs
+                                window > 0); without it df_model_check_backend refuses a model
+                                with a sliding window and a window never reaches them */
 
     /* ---- memory ---- */
     /** *p = `bytes` of backend memory, 64-byte aligned; bytes 0 gives a valid minimal buffer. */

@@ -321,7 +321,7 @@ typedef struct df_acts df_acts;
 
 /**
  * Whether backend `be` runs every feature of cfg: DF_EUNSUPPORTED naming the feature and the
- * backend when not (a sliding window on a backend other than the CPU's), else DF_OK.
+ * backend when not (a sliding window on a backend without ops->attention_window), else DF_OK.
  * df_acts_create_on checks it; callers that create activations lazily check it up front.
  */
 DF_API int df_model_check_backend(const df_backend *be, const df_model_config *cfg);

@@ -148,7 +148,8 @@ DF_API void df_rollout_engine_free(df_rollout_engine *e);
  * min(max_new_tokens, max_seq_len - prompt length) tokens (DF_FINISH_LENGTH).
  * Errors: DF_EINVAL for an empty prompt, a prompt longer than max_seq_len - 1,
  * a token id outside [0, vocab), n_samples < 1, bad sampling parameters or a
- * model whose shapes differ from the engine's; DF_ENOMEM. On error *res is
+ * model whose shapes, RoPE (theta, rope_type and its parameters) or q/k norms
+ * differ from the engine's; DF_ENOMEM. On error *res is
  * left empty (all NULL).
  */
 DF_API int df_rollout_generate(df_rollout_engine *e, const df_model *m,

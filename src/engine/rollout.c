@@ -180,6 +180,11 @@ void df_rollout_result_free(df_rollout_result *r)
 
 /* ---- validation ------------------------------------------------------------ */
 
+static const char *rope_name(const df_model_config *c)
+{
+    return c->rope_type == DF_ROPE_LLAMA3 ? "llama3 scaling" : "default";
+}
+
 static int check_model(const df_rollout_engine *e, const df_model *m)
 {
     const df_model_config *a = &e->cfg, *b = &m->cfg;
@@ -200,6 +205,19 @@ static int check_model(const df_rollout_engine *e, const df_model *m)
                         (long long)b->num_key_value_heads, (long long)a->vocab_size,
                         (long long)a->hidden_size, (long long)a->num_hidden_layers,
                         (long long)a->num_attention_heads, (long long)a->num_key_value_heads);
+    /* The engine's RoPE table and rstd buffer (widths of qk_norm's rows) follow its config. */
+    bool llama3 = a->rope_type == DF_ROPE_LLAMA3;
+    if (a->rope_theta != b->rope_theta || a->rope_type != b->rope_type ||
+        (llama3 && (a->rope_factor != b->rope_factor ||
+                    a->rope_low_freq_factor != b->rope_low_freq_factor ||
+                    a->rope_high_freq_factor != b->rope_high_freq_factor ||
+                    a->rope_original_max_pos != b->rope_original_max_pos)) ||
+        a->qk_norm != b->qk_norm)
+        return df_error(DF_EINVAL,
+                        "rollout: the model's RoPE (theta %g, %s) or q/k norms (%s) differ from "
+                        "the engine's (theta %g, %s; %s)",
+                        b->rope_theta, rope_name(b), b->qk_norm ? "yes" : "no", a->rope_theta,
+                        rope_name(a), a->qk_norm ? "yes" : "no");
     return DF_OK;
 }
 

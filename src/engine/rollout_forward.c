@@ -81,6 +81,9 @@ int df_infer_scratch_init(df_infer_scratch *s, const df_model_config *cfg, int64
                           int64_t max_len)
 {
     memset(s, 0, sizeof *s);
+    if (cfg->head_dim > DF_MAX_HEAD_DIM)
+        return df_error(DF_EUNSUPPORTED, "head_dim %lld exceeds the supported %d",
+                        (long long)cfg->head_dim, DF_MAX_HEAD_DIM);
     s->rows_cap = rows_cap;
     int64_t w[NBUF];
     widths(cfg, w);
@@ -93,8 +96,6 @@ int df_infer_scratch_init(df_infer_scratch *s, const df_model_config *cfg, int64
     s->pos = alloc64(rows_cap * 4);
     s->n_threads_cap = omp_get_max_threads();
     s->scores = alloc64(s->n_threads_cap * scores_floats(cfg, max_len) * 4);
-    s->rope_len = max_len;
-    s->rope_hd = cfg->head_dim;
     s->rope_cos = alloc64(max_len * (cfg->head_dim / 2) * 4);
     s->rope_sin = alloc64(max_len * (cfg->head_dim / 2) * 4);
     if (!ok || !s->slot || !s->pos || !s->scores || !s->rope_cos || !s->rope_sin) {
@@ -102,6 +103,10 @@ int df_infer_scratch_init(df_infer_scratch *s, const df_model_config *cfg, int64
         return df_error(DF_ENOMEM, "out of memory allocating rollout activations for %lld rows",
                         (long long)rows_cap);
     }
+    /* The model's RoPE must be the config's: df_rollout_generate checks it (check_model). */
+    float inv_freq[DF_MAX_HEAD_DIM / 2];
+    df_rope_inv_freq(inv_freq, cfg);
+    df_rope_table_freq(s->rope_cos, s->rope_sin, max_len, cfg->head_dim, inv_freq);
     return DF_OK;
 }
 
@@ -180,14 +185,6 @@ int df_infer_forward(const df_model *m, df_kv_cache *kv, df_infer_scratch *s,
     int rc = ensure_threads(s, kv, nh);
     if (rc)
         return rc;
-    float inv_freq[DF_ROPE_MAX_FREQ];
-    df_rope_inv_freq(inv_freq, c);
-    if (!s->rope_built || memcmp(inv_freq, s->rope_freq, (size_t)(hd / 2) * sizeof(float))) {
-        /* built once per model's frequencies (theta, llama3 scaling) */
-        df_rope_table_freq(s->rope_cos, s->rope_sin, s->rope_len, hd, inv_freq);
-        memcpy(s->rope_freq, inv_freq, (size_t)(hd / 2) * sizeof(float));
-        s->rope_built = true;
-    }
     df_embedding_fwd(s->x, b->tokens, m->w.embed, b->n, H);
     int64_t n = b->n;
     const int32_t *slot = b->slot, *pos = b->pos;

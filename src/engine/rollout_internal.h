@@ -15,9 +15,6 @@
  * costs more than it saves (and spins when cores are oversubscribed). */
 #define DF_PAR_MIN_WORK 32768
 
-/* Frequencies of a RoPE table: head_dim / 2 <= DF_MAX_HEAD_DIM / 2 (model/ops.h). */
-#define DF_ROPE_MAX_FREQ 128
-
 /** KV cache, per layer [slot][max_len][kv_dim] (llama2.c layout), K and V apart. */
 typedef struct df_kv_cache {
     int64_t n_layers, n_slots, max_len, kv_dim;
@@ -38,10 +35,8 @@ typedef struct df_infer_scratch {
     int32_t *slot, *pos;  /**< [rows_cap] compacted copies for the last layer */
     float *scores;        /**< [n_threads_cap, nh, max_len] attention scores */
     int n_threads_cap;
-    float *rope_cos, *rope_sin; /**< [max_len, hd / 2] rotations of positions 0 .. max_len-1 */
-    int64_t rope_len, rope_hd;
-    float rope_freq[DF_ROPE_MAX_FREQ]; /**< inv_freq the table was built for */
-    bool rope_built;
+    float *rope_cos, *rope_sin; /**< [max_len, hd / 2] rotations of positions 0 .. max_len-1
+                                     with the RoPE of the config given at init */
 } df_infer_scratch;
 
 /** One forward call: n rows, of which n_out (ascending rows) need the final hidden state. */
@@ -60,6 +55,8 @@ void df_kv_cache_release(df_kv_cache *kv);
 /** Copy positions [0, len) of slot `src` into slot `dst` in every layer. */
 void df_kv_cache_copy(df_kv_cache *kv, int64_t src, int64_t dst, int64_t len);
 
+/** Allocate for rows_cap rows and build the RoPE table of cfg (df_rope_inv_freq) for
+ *  positions [0, max_len). Errors: DF_EUNSUPPORTED for head_dim > DF_MAX_HEAD_DIM, DF_ENOMEM. */
 int df_infer_scratch_init(df_infer_scratch *s, const df_model_config *cfg, int64_t rows_cap,
                           int64_t max_len);
 void df_infer_scratch_release(df_infer_scratch *s);

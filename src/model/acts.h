@@ -4,7 +4,7 @@
  * buffer is sized once for max_tokens / max_out rows (RL micro-batches vary in
  * size) and reused; row-major with T = the current batch's n_tokens rows.
  *
- * Per-layer buffers have n_slots slots: one per layer, or a single one with
+ * Per-layer buffers have one slot per layer, or a single one with
  * activation checkpointing (DF_ACTS_CHECKPOINT), where the forward keeps only
  * the residual stream x entering each layer and the backward recomputes layer
  * l's slot from x[l] (df_acts_layer_recompute) just before its backward.
@@ -27,9 +27,10 @@ struct df_acts {
     df_model_config cfg;
     int64_t max_tokens, max_out;
     bool ckpt;           /* DF_ACTS_CHECKPOINT: one slot of per-layer activations, recomputed */
-    int64_t n_slots;     /* slots of the per-layer buffers: 1 with ckpt, else num_hidden_layers */
+    int64_t slot_layer;  /* ckpt: the layer whose activations the slot holds (set by
+                          * df_acts_layer_recompute; -1 from a forward's start until then),
+                          * so the backward does not recompute the forward's last layer */
     int64_t bytes;       /* backend memory of the buffers below (df_acts_bytes) */
-    bool dry;            /* only count bytes, allocate nothing (df_acts_bytes) */
     /* Where every buffer below lives and every operator runs (backend memory unless noted). */
     df_backend be;
     int err;             /* first failure of a backend call in this pass (DF_BE) */
@@ -44,7 +45,7 @@ struct df_acts {
     df_model_view wview;
     df_layer_view *wview_layers;
     /* Saved per layer l: x always ([L + 1], stride max_tokens rows); the rest in slot
-     * df_acts_slot(a, l) of n_slots (written "[L]" below). */
+     * df_acts_slot(a, l): 1 slot with ckpt, else num_hidden_layers (written "[L]" below). */
     float *x;            /* [L + 1][T, H] residual stream entering layer l (x[L]: leaving the last) */
     float *hmid;         /* [L][T, H] residual after attention */
     float *xn1, *xn2;    /* [L][T, H] inputs of the q/k/v and gate/up projections */
@@ -111,7 +112,7 @@ static inline int64_t df_acts_kvd(const df_acts *a)
 /**
  * Layer l's saved activations (its slot: norms, q / k / v, attention, gate / up) computed
  * again from x[l] with the forward's kernels, for the backward of a checkpointed pass. The
- * batch is the one staged (a->bb). Failures land in a->err.
+ * batch is the one staged (a->bb). Sets a->slot_layer = l. Failures land in a->err.
  */
 void df_acts_layer_recompute(const df_model_config *c, const df_layer_view *w, df_acts *a,
                              int64_t l);

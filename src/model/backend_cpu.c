@@ -203,6 +203,7 @@ static int cpu_lmhead_bwd(void *ctx, float *dh, float *dW, const float *dlogp,
 static const df_backend_ops cpu_ops = {
     .name = "cpu",
     .host_memory = true,
+    .attention_window = true,
     .alloc = cpu_alloc,
     .release = cpu_release,
     .upload = cpu_copy,

@@ -112,7 +112,9 @@ static int trunk_backward(const df_model *m, const df_model_view *w, df_acts *a,
     DF_BE(a, zero, a->dres, T * H);
     DF_BE(a, scatter_add_rows, a->dres, a->dxf, a->bb.rows, b->n_out, H);
     for (int64_t l = L - 1; l >= 0; l--) {
-        if (a->ckpt) /* the forward kept only x[l]: refill the layer's slot from it */
+        /* The forward kept only x[l]: refill the layer's slot from it, unless the slot
+         * still holds layer l (the forward's last layer; layer_backward reads it only). */
+        if (a->ckpt && a->slot_layer != l)
             df_acts_layer_recompute(c, &w->layers[l], a, l);
         layer_backward(c, &w->layers[l], a, l, &gv->layers[l]);
     }

@@ -317,7 +317,6 @@ static json_t *eos_json(const df_model_config *c, bool as_list)
 static int set_fresh_defaults(json_t *o, bool llama)
 {
     int bad = json_object_set_new(o, "hidden_act", json_string("silu"));
-    bad |= json_object_set_new(o, "rope_scaling", json_null());
     bad |= json_object_set_new(o, "use_cache", json_true());
     bad |= json_object_set_new(o, "attention_dropout", json_real(0.0));
     if (llama) {

@@ -18,13 +18,14 @@
 
 /* ---- df_acts ----------------------------------------------------------------- */
 
-/* One buffer of n elements; counted in a->bytes, and only counted in a dry run. */
+/* One buffer of n elements, counted in a->bytes; once *fail is set (a failure, or
+ * df_acts_bytes's count-only pass) only counted. */
 static float *balloc(df_acts *a, int64_t n, size_t elem, int *fail)
 {
     void *p = NULL;
     const size_t bytes = (size_t)(n > 0 ? n : 1) * elem;
     a->bytes += (int64_t)bytes;
-    if (!a->dry && !*fail && a->be.ops->alloc(a->be.ctx, bytes, &p))
+    if (!*fail && a->be.ops->alloc(a->be.ctx, bytes, &p))
         *fail = 1;
     return p;
 }
@@ -109,12 +110,18 @@ static int rope_tables(df_acts *a)
     return rc;
 }
 
-/* The q/k norms' saved inputs and statistics (n_slots layers) and their gradients' scratch
+/* Slots of the per-layer buffers: one with activation checkpointing, else one per layer. */
+static int64_t slots_of(const df_acts *a)
+{
+    return a->ckpt ? 1 : a->cfg.num_hidden_layers;
+}
+
+/* The q/k norms' saved inputs and statistics (slots_of(a) layers) and their gradients' scratch
  * (qwen3), the o_proj bias's ones (its GEMM adds it). */
 static void alloc_attention_extras(df_acts *a, int *fail)
 {
     const df_model_config *c = &a->cfg;
-    const int64_t T = a->max_tokens, L = a->n_slots;
+    const int64_t T = a->max_tokens, L = slots_of(a);
     if (c->qk_norm) {
         a->qraw = falloc(a, L * T * df_acts_qd(a), fail);
         a->kraw = falloc(a, L * T * df_acts_kvd(a), fail);
@@ -141,12 +148,12 @@ static void alloc_batch_copies(df_acts *a, int *fail)
     a->b_io = falloc(a, 4 * O, fail);
 }
 
-/* Every buffer of the layout (saved per-layer ones in n_slots slots), in backend memory;
- * a dry run only adds up their bytes. */
+/* Every buffer of the layout (saved per-layer ones in slots_of(a) slots), in backend memory;
+ * with *fail set on entry only adds up their bytes. */
 static void alloc_buffers(df_acts *a, int *fail)
 {
     const df_model_config *cfg = &a->cfg;
-    const int64_t T = a->max_tokens, S = a->n_slots, H = cfg->hidden_size;
+    const int64_t T = a->max_tokens, S = slots_of(a), H = cfg->hidden_size;
     const int64_t I = cfg->intermediate_size, nh = cfg->num_attention_heads;
     const int64_t qd = df_acts_qd(a), kvd = df_acts_kvd(a), O = a->max_out > 0 ? a->max_out : 1;
     a->x = falloc(a, (cfg->num_hidden_layers + 1) * T * H, fail);
@@ -197,8 +204,8 @@ int df_acts_create(const df_model_config *cfg, int64_t max_tokens, int64_t max_o
 
 int df_model_check_backend(const df_backend *be, const df_model_config *cfg)
 {
-    /* The CPU's attention kernels take a window; the device ones do not yet (docs/cuda.md). */
-    if (be && be->ops && !df_backend_is_cpu(be) &&
+    /* The CPU's attention kernels take a window; the CUDA ones do not yet (docs/cuda.md). */
+    if (be && be->ops && !be->ops->attention_window &&
         df_model_layer_window(cfg, cfg->num_hidden_layers - 1) > 0)
         return df_error(DF_EUNSUPPORTED, "sliding-window attention (use_sliding_window, "
                         "sliding_window %lld from layer %lld) is not implemented on the %s "
@@ -235,7 +242,7 @@ static int acts_new(const df_backend *be, const df_model_config *cfg, int64_t ma
     a->max_tokens = max_tokens;
     a->max_out = max_out;
     a->ckpt = (flags & DF_ACTS_CHECKPOINT) != 0;
-    a->n_slots = a->ckpt ? 1 : cfg->num_hidden_layers;
+    a->slot_layer = -1;
     a->be = *be;
     if (df_backend_is_cpu(be))
         a->be.ctx = &a->mm; /* matmuls follow df_acts_set_bf16_matmul */
@@ -282,8 +289,7 @@ int df_acts_bytes(const df_backend *be, const df_model_config *cfg, int64_t max_
     int rc = acts_new(be, cfg, max_tokens, max_out, flags, &a);
     if (rc)
         return df_error_wrap(rc, "df_acts_bytes");
-    a->dry = true;
-    int fail = 0;
+    int fail = 1; /* count, allocate nothing */
     alloc_buffers(a, &fail);
     *bytes = a->bytes;
     free(a); /* a dry run holds no buffer */
@@ -469,6 +475,7 @@ void df_acts_layer_recompute(const df_model_config *c, const df_layer_view *w, d
     DF_BE(a, rmsnorm_fwd, xn2, a->rstd2 + s * MT, h, w->ln2, T, H, eps);
     linear(a, gate, xn2, w->w_gate, NULL, T, I, H);
     linear(a, up, xn2, w->w_up, NULL, T, I, H);
+    a->slot_layer = l;
 }
 
 /* Layer l: its saved activations, then x[l + 1] = h + down(silu(gate) * up). The backward
@@ -492,6 +499,7 @@ static int trunk_forward(const df_model *m, const df_model_view *w, df_acts *a,
 {
     const df_model_config *c = &m->cfg;
     const int64_t T = b->n_tokens, H = c->hidden_size, L = c->num_hidden_layers;
+    a->slot_layer = -1;
     int rc = df_acts_stage(a, b);
     if (rc)
         return rc;

@@ -97,11 +97,11 @@ void df_rmsnorm_bwd(float *dx, float *dw, const float *dout, const float *x, con
 
 /* ---- RoPE ------------------------------------------------------------------- */
 
-/* inv_freq[i] as HF computes it in float32: 1 / theta^(2i / hd). */
-static float rope_inv_freq(int64_t i, int64_t hd, double theta)
+/* inv_freq[hd / 2] of the default RoPE with theta (df_rope_inv_freq, rope.c). */
+static void default_inv_freq(float *inv_freq, int64_t hd, double theta)
 {
-    float e = (float)(2 * i) / (float)hd;
-    return 1.0f / powf((float)theta, e);
+    df_model_config c = {.head_dim = hd, .rope_theta = theta, .rope_type = DF_ROPE_DEFAULT};
+    df_rope_inv_freq(inv_freq, &c);
 }
 
 void df_rope_table_freq(float *cos_t, float *sin_t, int64_t n_pos, int64_t hd,
@@ -121,8 +121,7 @@ void df_rope_table_freq(float *cos_t, float *sin_t, int64_t n_pos, int64_t hd,
 void df_rope_table(float *cos_t, float *sin_t, int64_t n_pos, int64_t hd, double theta)
 {
     float inv_freq[DF_MAX_HEAD_DIM / 2];
-    for (int64_t i = 0; i < hd / 2; i++)
-        inv_freq[i] = rope_inv_freq(i, hd, theta);
+    default_inv_freq(inv_freq, hd, theta);
     df_rope_table_freq(cos_t, sin_t, n_pos, hd, inv_freq);
 }
 
@@ -158,11 +157,13 @@ static void rope_direct(float *x, const int32_t *pos, int64_t T, int64_t n_heads
                         double theta, float sign)
 {
     int64_t half = hd / 2;
+    float inv_freq[DF_MAX_HEAD_DIM / 2];
+    default_inv_freq(inv_freq, hd, theta);
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < T; t++) {
         float c[DF_MAX_HEAD_DIM / 2], s[DF_MAX_HEAD_DIM / 2];
         for (int64_t i = 0; i < half; i++) {
-            float ang = (float)pos[t] * rope_inv_freq(i, hd, theta);
+            float ang = (float)pos[t] * inv_freq[i];
             c[i] = (float)cos((double)ang);
             s[i] = (float)sin((double)ang);
         }

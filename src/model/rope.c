@@ -1,8 +1,10 @@
 /*
  * RoPE inverse frequencies of a model configuration (ops.h df_rope_inv_freq): the
- * default ones and Llama 3.1's rescaling of them. Not a kernel: computed once per
- * table, in float32 operation by operation as transformers computes them, so the
- * tables match HF's to the last bit where the math library's powf does.
+ * default ones and Llama 3.1's rescaling of them; the only definition of them (the
+ * theta-only ops df_rope_table / df_rope_fwd / df_rope_bwd call it too). Not a kernel:
+ * computed once per table or call, in float32 operation by operation as transformers
+ * computes them, so the tables match HF's to the last bit where the math library's powf
+ * does.
  */
 #include "model/ops.h"
 

@@ -4,6 +4,8 @@
  */
 #include "backend/cuda/cuda_backend.h"
 
+#include <assert.h>
+
 static int cu_alloc(void *ctx, size_t bytes, void **p)
 {
     /* cudaMalloc aligns to 256 bytes; a zero-byte request still gets a buffer */
@@ -76,23 +78,13 @@ static int cu_rope_apply(void *ctx, float *x, const int32_t *pos, int64_t T, int
     return df_cuda_rope_apply(ctx, x, pos, T, n_heads, hd, cos_t, sin_t, inverse);
 }
 
-/* The attention kernels have no sliding window yet: refuse one rather than ignore it (df_acts
-   refuses such a model before it gets here). */
-static int no_window(const df_backend_seqs *s, const char *fn)
-{
-    return s->window ? df_error(DF_EUNSUPPORTED, "%s: sliding-window attention (window %lld) is not "
-                                "implemented on the CUDA backend", fn, (long long)s->window)
-                     : DF_OK;
-}
-
 static int cu_attention_fwd(void *ctx, float *out, float *lse, const float *q, const float *k,
                             const float *v, const df_backend_seqs *s, int64_t nh, int64_t nkv,
                             int64_t hd)
 {
-    int rc = no_window(s, "cuda attention_fwd");
-    return rc ? rc
-              : df_cuda_attention_fwd(ctx, out, lse, q, k, v, s->offsets, s->n_seqs, s->T,
-                                      s->max_len, nh, nkv, hd);
+    assert(!s->window); /* attention_window is false: df_model_check_backend refused it */
+    return df_cuda_attention_fwd(ctx, out, lse, q, k, v, s->offsets, s->n_seqs, s->T, s->max_len,
+                                 nh, nkv, hd);
 }
 
 static int cu_attention_bwd(void *ctx, float *dq, float *dk, float *dv, const float *dout,
@@ -100,10 +92,9 @@ static int cu_attention_bwd(void *ctx, float *dq, float *dk, float *dv, const fl
                             const float *v, const df_backend_seqs *s, int64_t nh, int64_t nkv,
                             int64_t hd)
 {
-    int rc = no_window(s, "cuda attention_bwd");
-    return rc ? rc
-              : df_cuda_attention_bwd(ctx, dq, dk, dv, dout, out, lse, q, k, v, s->offsets,
-                                      s->n_seqs, s->T, s->max_len, nh, nkv, hd);
+    assert(!s->window);
+    return df_cuda_attention_bwd(ctx, dq, dk, dv, dout, out, lse, q, k, v, s->offsets, s->n_seqs,
+                                 s->T, s->max_len, nh, nkv, hd);
 }
 
 static int cu_swiglu_fwd(void *ctx, float *out, const float *gate, const float *up, int64_t n)
@@ -165,6 +156,7 @@ static int cu_scatter_add_rows(void *ctx, float *dst, const float *src, const in
 static const df_backend_ops cuda_ops = {
     .name = "cuda",
     .host_memory = false,
+    .attention_window = false, /* the kernels are causal only (docs/cuda.md) */
     .alloc = cu_alloc,
     .release = cu_release,
     .upload = cu_upload,
