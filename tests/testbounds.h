@@ -157,8 +157,18 @@ typedef struct {
  *   sum p |z - m|; d0 on log(s0).
  * The caller adds its reference's double rounding and any float store.
  */
+static inline tb_lse_bound tb_row_lse_bound_e(const double *z, const double *zm, double c, int64_t V,
+                                              int64_t cols, double exp_err);
+
 static inline tb_lse_bound tb_row_lse_bound(const double *z, const double *zm, double c, int64_t V,
                                             int64_t cols)
+{
+    return tb_row_lse_bound_e(z, zm, c, V, cols, DF_TOL_EXPF);
+}
+
+/* As tb_row_lse_bound with an exp of relative error exp_err (another backend's math library). */
+static inline tb_lse_bound tb_row_lse_bound_e(const double *z, const double *zm, double c, int64_t V,
+                                              int64_t cols, double exp_err)
 {
     const double u = DF_U32;
     double m = -INFINITY, m2 = -INFINITY, s0 = 0, Ez = 0;
@@ -181,7 +191,7 @@ static inline tb_lse_bound tb_row_lse_bound(const double *z, const double *zm, d
     b.dlse = b.dent = d0;
     for (int64_t v = 0; v < V; v++) {
         double p = exp(z[v] - b.lse), dz = c * zm[v];
-        double th = v == am && m - m2 > 2 * b.dzmax ? 0 : u * fabs(z[v] - m) + DF_TOL_EXPF;
+        double th = v == am && m - m2 > 2 * b.dzmax ? 0 : u * fabs(z[v] - m) + exp_err;
         b.dlse += p * (dz + th);
         b.dent += p * (fabs(z[v] - Ez) * (dz + th) + th +
                        (2 * u + df_tol_gamma(cols < V ? cols : V, DF_U32) + d0) * fabs(z[v] - m));

@@ -1,0 +1,553 @@
+/*
+ * backend_ref.h — float64 references of the backend operators (include/distflow/backend.h) and
+ * the error bounds a conforming float32 backend must meet, for tests/test_backend_ops.c (and the
+ * GEMM for tests/test_cuda_ops.c). Written from the formulas of src/model/ops.h, never from the
+ * kernels, and never calling them.
+ *
+ * The bounds are backend-generic: they assume only IEEE float32 arithmetic (every + - * / and
+ * sqrt correctly rounded, u = DF_U32 = 2^-24; an FMA only removes a rounding), sums of n terms
+ * in ANY order or blocking (Higham eq. 3.5 / 4.4: gamma_n times the sum of the magnitudes),
+ * online softmaxes over ANY key / vocabulary tiling (the worst case: a rescale per key), and a
+ * math library whose exp is within BR_EXP_ERR and log within BR_LOG_ERR (see below). They are
+ * elementwise: |got - ref| <= bound for every output element, each bound built from the
+ * magnitudes of the terms behind that element (computed here in double from the same inputs).
+ *
+ * Backward operators are checked on the same float inputs as the backend gets, the forward's
+ * saved statistics (rstd, out, lse, entropy) included: the reference computes the backward
+ * formula from those exact floats, so the bound is the backward's own arithmetic. That the
+ * formulas are the derivatives of the forward is checked separately, in double, against finite
+ * differences of the float64 forward (br_fd_slope).
+ *
+ * The reference's own rounding: the same chains in double (u64 = 2^-53, libm's exp / log within
+ * 1 ulp), so at most 2^-29 x 4 of each bound; every bound is multiplied by BR_REF to cover it.
+ */
+#ifndef DF_TESTS_BACKEND_REF_H
+#define DF_TESTS_BACKEND_REF_H
+
+#include <float.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tolerance.h"
+
+/* exp within 2 ulp (CUDA's expf; the CPU's df_v16_exp is within 3 u = DF_TOL_EXPF): 4 u. */
+#define BR_EXP_ERR (4 * DF_U32)
+/* log within 1 ulp (libm's logf, CUDA's logf): 2 u. 1 / sqrt: sqrtf and a division (2 u), or a
+   2-ulp rsqrt (4 u): 4 u. */
+#define BR_LOG_ERR (2 * DF_U32)
+#define BR_RSQRT_ERR (4 * DF_U32)
+/* The float64 reference's own error, relative to a bound (header comment). */
+#define BR_REF (1.0 + 0x1p-26)
+
+static inline double br_g(double n) { return df_tol_gamma(n, DF_U32); }
+
+static inline double *br_dvec(int64_t n)
+{
+    double *p = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+    if (!p)
+        abort();
+    return p;
+}
+
+/* ---- GEMM ------------------------------------------------------------------------------ */
+
+/*
+ * C = alpha op(A) op(B) + beta C0 in double (op(A) = A [M,K] or, ta, A^T with A [K,M]; op(B) =
+ * B [K,N] or, tb, B^T with B [N,K]), and S[i,j] = |alpha| sum_k |op(A)[i,k] op(B)[k,j]| +
+ * |beta C0[i,j]|, the magnitude behind each entry (Higham eq. 3.5).
+ */
+static inline void br_gemm_ref(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                               const float *A, const float *B, float beta, const float *C0,
+                               double *C, double *S)
+{
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            double acc = 0, abs = 0;
+            for (int64_t k = 0; k < K; k++) {
+                double a = ta ? A[k * M + i] : A[i * K + k];
+                double b = tb ? B[j * K + k] : B[k * N + j];
+                acc += a * b;
+                abs += fabs(a * b);
+            }
+            C[i * N + j] = alpha * acc + beta * (double)C0[i * N + j];
+            S[i * N + j] = fabs(alpha) * abs + fabs(beta * (double)C0[i * N + j]);
+        }
+}
+
+/*
+ * Relative bound per unit of S: a float32 GEMM's entry is a chain of K + 2 roundings (the
+ * products and K - 1 sums, alpha's product, the add of beta C0, which is itself one product):
+ * gamma_{K+2}. With bf16 operands (each rounded once to 8 significant bits) a product moves by
+ * (1 + u16)^2 - 1 = 2 u16 + u16^2 before the float32 accumulation, whose gamma then acts on the
+ * rounded products (a factor (1 + u16)^2 on S).
+ */
+static inline double br_gemm_rel(int64_t K, bool bf16)
+{
+    const double ub = DF_U_BF16, r = bf16 ? 2 * ub + ub * ub : 0;
+    return r + br_g((double)K + 2) * (1 + r);
+}
+
+/* ---- RMSNorm ----------------------------------------------------------------------------- */
+
+/*
+ * Forward: out = w x r, r = 1 / sqrt(sum x^2 / H + eps). r: H positive squares summed (gamma_{H}
+ * relative: the squares' roundings and the sums'), / H and + eps (2 more), half of that through
+ * the sqrt, then the 1 / sqrt (BR_RSQRT_ERR): th_r = gamma_{H+2} / 2 + BR_RSQRT_ERR. out: two
+ * products more. Bounds are relative to |r| and |out|.
+ */
+static inline void br_rmsnorm_fwd(double *out, double *r, double *bout, double *br,
+                                  const float *x, const float *w, int64_t T, int64_t H, float eps)
+{
+    const double th_r = br_g((double)H + 2) / 2 + BR_RSQRT_ERR;
+    for (int64_t t = 0; t < T; t++) {
+        double ss = 0;
+        for (int64_t i = 0; i < H; i++)
+            ss += (double)x[t * H + i] * x[t * H + i];
+        r[t] = 1.0 / sqrt(ss / (double)H + eps);
+        br[t] = BR_REF * th_r * r[t];
+        for (int64_t i = 0; i < H; i++) {
+            out[t * H + i] = (double)w[i] * x[t * H + i] * r[t];
+            bout[t * H + i] = BR_REF * ((1 + th_r) * (1 + br_g(2)) - 1) * fabs(out[t * H + i]);
+        }
+    }
+}
+
+/*
+ * Backward from the given r (the forward's float rstd): with g = dout w and S = sum_j g_j x_j,
+ *   dx_i = dx0_i + r g_i - r^3 x_i S / H,    dw_i = dw0_i + sum_t dout_ti x_ti r_t.
+ * dx: S is H products of three factors summed (gamma_{H+2} of Sm = sum |g x|), its scaling by
+ * r^3 / H a few more, the difference, the product with r, the accumulation: gamma_{H+10} of
+ * |dx0| + r |g_i| + r^3 |x_i| Sm / H. dw: T terms of three factors onto dw0: gamma_{T+3}.
+ * dw may be NULL.
+ */
+static inline void br_rmsnorm_bwd(double *dx, double *dw, double *bdx, double *bdw,
+                                  const float *dx0, const float *dw0, const float *dout,
+                                  const float *x, const float *w, const double *r, int64_t T,
+                                  int64_t H)
+{
+    for (int64_t t = 0; t < T; t++) {
+        const float *d = dout + t * H, *xt = x + t * H;
+        double S = 0, Sm = 0;
+        const double rt = r[t];
+        for (int64_t j = 0; j < H; j++) {
+            double gx = (double)d[j] * w[j] * xt[j];
+            S += gx;
+            Sm += fabs(gx);
+        }
+        for (int64_t i = 0; i < H; i++) {
+            double gi = (double)d[i] * w[i];
+            dx[t * H + i] = dx0[t * H + i] + rt * gi - rt * rt * rt * xt[i] * S / (double)H;
+            double m = fabs(dx0[t * H + i]) + rt * fabs(gi) +
+                       rt * rt * rt * fabs(xt[i]) * Sm / (double)H;
+            bdx[t * H + i] = BR_REF * br_g((double)H + 10) * m;
+        }
+    }
+    if (!dw)
+        return;
+    for (int64_t i = 0; i < H; i++) {
+        double s = dw0[i], m = fabs(dw0[i]);
+        for (int64_t t = 0; t < T; t++) {
+            double p = (double)dout[t * H + i] * x[t * H + i] * r[t];
+            s += p;
+            m += fabs(p);
+        }
+        dw[i] = s;
+        bdw[i] = BR_REF * br_g((double)T + 3) * m;
+    }
+}
+
+/* ---- RoPE ---------------------------------------------------------------------------------- */
+
+/*
+ * x'[i] = x[i] c - x[i + h] s, x'[i + h] = x[i + h] c + x[i] s with c, s the given float table
+ * entries of the row's position (inverse: the signs of s flipped, the transpose). Two products
+ * and a sum: gamma_3 of |x[i] c| + |x[i + h] s|. Position 0 (c = 1, s = 0) is exact.
+ */
+static inline void br_rope(double *out, double *b, const float *x, const int32_t *pos, int64_t T,
+                           int64_t nh, int64_t hd, const float *cos_t, const float *sin_t,
+                           bool inverse)
+{
+    const int64_t half = hd / 2;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t h = 0; h < nh; h++)
+            for (int64_t i = 0; i < half; i++) {
+                const double c = cos_t[pos[t] * half + i];
+                const double s = (inverse ? -1.0 : 1.0) * sin_t[pos[t] * half + i];
+                const int64_t o = (t * nh + h) * hd + i;
+                const double x0 = x[o], x1 = x[o + half];
+                out[o] = x0 * c - x1 * s;
+                out[o + half] = x1 * c + x0 * s;
+                b[o] = BR_REF * br_g(3) * (fabs(x0 * c) + fabs(x1 * s));
+                b[o + half] = BR_REF * br_g(3) * (fabs(x1 * c) + fabs(x0 * s));
+            }
+}
+
+/* ---- SwiGLU -------------------------------------------------------------------------------- */
+
+/*
+ * out = g u s, s = 1 / (1 + e^-g). s: the exp (BR_EXP_ERR; 1 + E moves by at most as much
+ * relatively), the add and the division: BR_EXP_ERR + gamma_2; out two products more.
+ * Backward: dup = dout g s (the same), dgate = dout u s (1 + g (1 - s)): 1 - s carries s's error
+ * absolutely (s (e + gamma_2) + u), g (1 - s) and the add a rounding each, a cancellation near
+ * g = -1.28 where silu' = 0; so relative to |dout u| s (1 + 2 |g|): BR_EXP_ERR + gamma_8.
+ * Plus underflow: where e^-g overflows float, and a few 2^-150 for subnormal results.
+ */
+static inline void br_swiglu(double *out, double *dgate, double *dup, double *bout, double *bdg,
+                             double *bdu, const float *gate, const float *up, const float *dout,
+                             int64_t n)
+{
+    const double e = BR_EXP_ERR;
+    for (int64_t i = 0; i < n; i++) {
+        const double g = gate[i], u = up[i], d = dout[i], s = 1.0 / (1.0 + exp(-g));
+        out[i] = g * s * u;
+        bout[i] = BR_REF * (e + br_g(4)) * fabs(out[i]);
+        dup[i] = d * g * s;
+        bdu[i] = BR_REF * (e + br_g(4)) * fabs(dup[i]);
+        dgate[i] = d * u * s * (1 + g * (1 - s));
+        bdg[i] = BR_REF * (e + br_g(8)) * fabs(d * u) * s * (1 + 2 * fabs(g));
+        /* e^-g past FLT_MAX: s = 0 in float, the exact s below 1 / FLT_MAX is lost */
+        if (-g > log(FLT_MAX)) {
+            const double lost = 1.0 / FLT_MAX;
+            bout[i] += fabs(g * u) * lost, bdu[i] += fabs(d * g) * lost;
+            bdg[i] += fabs(d * u) * (1 + fabs(g)) * lost;
+        }
+        /* gradual underflow: at most 2^-150 per rounding below 2^-126 */
+        bout[i] += 4 * 0x1p-150, bdu[i] += 4 * 0x1p-150, bdg[i] += 8 * 0x1p-150;
+    }
+}
+
+/* ---- attention over packed sequences -------------------------------------------------------- */
+
+typedef struct br_attn {
+    const int64_t *off; /* host offsets [n_seqs + 1] */
+    int64_t n_seqs, nh, nkv, hd, window, T;
+    const float *q, *k, *v; /* [T, nh hd], [T, nkv hd] */
+} br_attn;
+
+/* The first key of row i of the sequence starting at j0 (window W: i - W < j). */
+static inline int64_t br_first_key(const br_attn *a, int64_t j0, int64_t i)
+{
+    return a->window > 0 && i - a->window + 1 > j0 ? i - a->window + 1 : j0;
+}
+
+/* s[j] = q_i . k_j / sqrt(hd) and sm[j] = sum |q_i k_j| / sqrt(hd) for the keys of row i, head h. */
+static inline void br_scores(const br_attn *a, const double *q, const double *k, int64_t i,
+                             int64_t h, int64_t ja, double *s, double *sm)
+{
+    const int64_t hd = a->hd, kh = h / (a->nh / a->nkv);
+    const double isq = 1.0 / sqrt((double)hd);
+    for (int64_t j = ja; j <= i; j++) {
+        double d = 0, m = 0;
+        for (int64_t e = 0; e < hd; e++) {
+            double p = q[(i * a->nh + h) * hd + e] * k[(j * a->nkv + kh) * hd + e];
+            d += p;
+            m += fabs(p);
+        }
+        s[j] = d * isq;
+        if (sm)
+            sm[j] = m * isq;
+    }
+}
+
+/*
+ * Forward in double from double q, k, v (the float inputs, or perturbed ones for finite
+ * differences): out [T, nh hd], lse [T, nh].
+ */
+static inline void br_attn_fwd_d(const br_attn *a, const double *q, const double *k,
+                                 const double *v, double *out, double *lse)
+{
+    const int64_t nh = a->nh, hd = a->hd, kh_div = a->nh / a->nkv;
+    double *s = br_dvec(a->T);
+    for (int64_t sq = 0; sq < a->n_seqs; sq++)
+        for (int64_t h = 0; h < nh; h++)
+            for (int64_t i = a->off[sq]; i < a->off[sq + 1]; i++) {
+                const int64_t ja = br_first_key(a, a->off[sq], i);
+                br_scores(a, q, k, i, h, ja, s, NULL);
+                double m = -INFINITY, l = 0;
+                for (int64_t j = ja; j <= i; j++)
+                    m = fmax(m, s[j]);
+                for (int64_t j = ja; j <= i; j++)
+                    l += exp(s[j] - m);
+                double *o = out + (i * nh + h) * hd;
+                for (int64_t e = 0; e < hd; e++)
+                    o[e] = 0;
+                for (int64_t j = ja; j <= i; j++) {
+                    const double p = exp(s[j] - m) / l, *vj = v + (j * a->nkv + h / kh_div) * hd;
+                    for (int64_t e = 0; e < hd; e++)
+                        o[e] += p * vj[e];
+                }
+                lse[i * nh + h] = m + log(l);
+            }
+    free(s);
+}
+
+/*
+ * Forward bounds for row i of head h with L keys, any key tiling (worst case: one tile per key,
+ * so L rescales of the online softmax):
+ *   score s_j: hd products and sums, the scale 1 / sqrt(hd) (two roundings) and its product:
+ *     ds_j = gamma_{hd+3} sm_j;
+ *   weight e^(s_j - m) relative to a common factor: the rounded argument (u |s_j - m| <= u span),
+ *     the exp, and per rescale its factor (the same three and its product):
+ *     th = max ds + (L + 1)(u span + BR_EXP_ERR + u);
+ *   out = sum_j w_j v_j / sum_j w_j: weights off by th move it by 2 th sum_j p_j |v_j|; the two
+ *     sums (L terms, L rescales), 1 / l and its product: gamma_{5L+3};
+ *   lse = m + log(l): th + gamma_{3L} (l's sum and rescales), the log (BR_LOG_ERR |log l|), the add.
+ */
+static inline void br_attn_fwd_bounds(const br_attn *a, const double *q, const double *k,
+                                      const double *v, const double *lse, double *bout,
+                                      double *blse)
+{
+    const int64_t nh = a->nh, hd = a->hd, grp = a->nh / a->nkv;
+    const double u = DF_U32;
+    double *s = br_dvec(a->T), *sm = br_dvec(a->T), *A = br_dvec(hd);
+    for (int64_t sq = 0; sq < a->n_seqs; sq++)
+        for (int64_t h = 0; h < nh; h++)
+            for (int64_t i = a->off[sq]; i < a->off[sq + 1]; i++) {
+                const int64_t ja = br_first_key(a, a->off[sq], i), L = i - ja + 1;
+                br_scores(a, q, k, i, h, ja, s, sm);
+                double m = -INFINITY, mn = INFINITY, dsmax = 0, l = 0;
+                for (int64_t j = ja; j <= i; j++) {
+                    m = fmax(m, s[j]), mn = fmin(mn, s[j]);
+                    dsmax = fmax(dsmax, br_g((double)hd + 3) * sm[j]);
+                }
+                const double th = dsmax + (double)(L + 1) * (u * (m - mn) + BR_EXP_ERR + u);
+                const double li = lse[i * nh + h];
+                for (int64_t e = 0; e < hd; e++)
+                    A[e] = 0;
+                for (int64_t j = ja; j <= i; j++) {
+                    const double p = exp(s[j] - li), *vj = v + (j * a->nkv + h / grp) * hd;
+                    l += exp(s[j] - m);
+                    for (int64_t e = 0; e < hd; e++)
+                        A[e] += p * fabs(vj[e]);
+                }
+                for (int64_t e = 0; e < hd; e++)
+                    bout[(i * nh + h) * hd + e] = BR_REF * (2 * th + br_g(5.0 * L + 3)) * A[e];
+                blse[i * nh + h] = BR_REF * (th + br_g(3.0 * L) + BR_LOG_ERR * fabs(log(l)) +
+                                             u * fabs(li));
+            }
+    free(s), free(sm), free(A);
+}
+
+/*
+ * Backward in double from the given out O and lse (the floats the backend gets, or the exact
+ * double forward's for finite differences): P_ij = e^(s_ij - lse_i), D_i = dO_i . O_i,
+ * dS_ij = P_ij (dO_i . v_j - D_i) / sqrt(hd); dq_i = sum_j dS_ij k_j, dk_j = sum_i dS_ij q_i,
+ * dv_j = sum_i P_ij dO_i (over the rows of every query head of kv head j's group). Overwrites.
+ * With bounds (bdq non-NULL), per row:
+ *   P_j relative th_p = ds_j + u |s_j - lse| + BR_EXP_ERR + u;
+ *   D: gamma_hd sum |dO O|; dp_j = dO . v_j: gamma_hd sum |dO v_j|;
+ *   dS_j: P_j / sqrt(hd) (th_p |dp_j - D| + dp_j's and D's errors + gamma_5 |dp_j - D|);
+ *   dq: L terms and the scale (gamma_{L+2}), dk and dv: the group's grp L rows (gamma_{grp L+2}),
+ *   each of its magnitude plus dS's (P's for dv) errors times |k|, |q| (|dO|).
+ */
+static inline void br_attn_bwd_d(const br_attn *a, const double *q, const double *k,
+                                 const double *v, const double *O, const double *lse,
+                                 const double *dO, double *dq, double *dk, double *dv,
+                                 double *bdq, double *bdk, double *bdv)
+{
+    const int64_t nh = a->nh, nkv = a->nkv, hd = a->hd, grp = nh / nkv, T = a->T;
+    const double isq = 1.0 / sqrt((double)hd), u = DF_U32;
+    double *s = br_dvec(T), *sm = br_dvec(T);
+    memset(dq, 0, sizeof(double) * (size_t)(T * nh * hd));
+    memset(dk, 0, sizeof(double) * (size_t)(T * nkv * hd));
+    memset(dv, 0, sizeof(double) * (size_t)(T * nkv * hd));
+    if (bdq) {
+        memset(bdq, 0, sizeof(double) * (size_t)(T * nh * hd));
+        memset(bdk, 0, sizeof(double) * (size_t)(T * nkv * hd));
+        memset(bdv, 0, sizeof(double) * (size_t)(T * nkv * hd));
+    }
+    for (int64_t sq = 0; sq < a->n_seqs; sq++) {
+        const int64_t j0 = a->off[sq], Ls = a->off[sq + 1] - j0;
+        for (int64_t h = 0; h < nh; h++) {
+            const int64_t kh = h / grp;
+            for (int64_t i = j0; i < j0 + Ls; i++) {
+                const int64_t ja = br_first_key(a, j0, i), L = i - ja + 1;
+                const double *qi = q + (i * nh + h) * hd, *dOi = dO + (i * nh + h) * hd;
+                const double *Oi = O + (i * nh + h) * hd, li = lse[i * nh + h];
+                br_scores(a, q, k, i, h, ja, s, sm);
+                double D = 0, Dm = 0;
+                for (int64_t e = 0; e < hd; e++)
+                    D += dOi[e] * Oi[e], Dm += fabs(dOi[e] * Oi[e]);
+                for (int64_t j = ja; j <= i; j++) {
+                    const double *kj = k + (j * nkv + kh) * hd, *vj = v + (j * nkv + kh) * hd;
+                    double dp = 0, dm = 0;
+                    for (int64_t e = 0; e < hd; e++)
+                        dp += dOi[e] * vj[e], dm += fabs(dOi[e] * vj[e]);
+                    const double P = exp(s[j] - li), dS = P * (dp - D) * isq;
+                    double *dkj = dk + (j * nkv + kh) * hd, *dvj = dv + (j * nkv + kh) * hd;
+                    for (int64_t e = 0; e < hd; e++) {
+                        dq[(i * nh + h) * hd + e] += dS * kj[e];
+                        dkj[e] += dS * qi[e];
+                        dvj[e] += P * dOi[e];
+                    }
+                    if (!bdq)
+                        continue;
+                    const double diff = fabs(dp - D);
+                    const double thp = br_g((double)hd + 3) * sm[j] + u * fabs(s[j] - li) +
+                                       BR_EXP_ERR + u;
+                    const double edS = P * isq * (thp * diff + br_g((double)hd) * (dm + Dm) +
+                                                  br_g(5) * diff);
+                    const double gk = br_g((double)(grp * Ls) + 2);
+                    double *bk = bdk + (j * nkv + kh) * hd, *bv = bdv + (j * nkv + kh) * hd;
+                    for (int64_t e = 0; e < hd; e++) {
+                        bdq[(i * nh + h) * hd + e] += BR_REF * (br_g((double)L + 2) *
+                                                      fabs(dS * kj[e]) + edS * fabs(kj[e]));
+                        bk[e] += BR_REF * (gk * fabs(dS * qi[e]) + edS * fabs(qi[e]));
+                        bv[e] += BR_REF * (gk + thp) * P * fabs(dOi[e]);
+                    }
+                }
+            }
+        }
+    }
+    free(s), free(sm);
+}
+
+/* ---- LM head ------------------------------------------------------------------------------ */
+
+/* z[v] = h . W_v / temp and zm[v] = sum_e |h_e W_ve| / temp for one row h [H] (doubles). */
+static inline void br_logits(const double *h, const double *W, int64_t V, int64_t H, double temp,
+                             double *z, double *zm)
+{
+    for (int64_t v = 0; v < V; v++) {
+        double d = 0, m = 0;
+        for (int64_t e = 0; e < H; e++) {
+            const double p = h[e] * W[v * H + e];
+            d += p;
+            m += fabs(p);
+        }
+        z[v] = d / temp;
+        if (zm)
+            zm[v] = m / temp;
+    }
+}
+
+/* logp, entropy and lse of n rows in double (h [n, H], W [V, H] as doubles). */
+static inline void br_lmhead_fwd_d(const double *h, const double *W, const int32_t *tgt, int64_t n,
+                                   int64_t V, int64_t H, double temp, double *logp, double *ent,
+                                   double *lse)
+{
+    double *z = br_dvec(V);
+    for (int64_t i = 0; i < n; i++) {
+        br_logits(h + i * H, W, V, H, temp, z, NULL);
+        double m = -INFINITY, s = 0, pz = 0;
+        for (int64_t v = 0; v < V; v++)
+            m = fmax(m, z[v]);
+        for (int64_t v = 0; v < V; v++)
+            s += exp(z[v] - m);
+        const double l = m + log(s);
+        for (int64_t v = 0; v < V; v++)
+            pz += exp(z[v] - l) * z[v];
+        logp[i] = z[tgt[i]] - l;
+        ent[i] = l - pz;
+        lse[i] = l;
+    }
+    free(z);
+}
+
+/*
+ * Backward in double from the given lse and entropy (the floats the backend gets, or the exact
+ * forward's), with p_v = e^(z_v - lse) and lp_v = z_v - lse:
+ *   g_v = (dlogp (1[v = target] - p_v) - dent p_v (lp_v + entropy)) / temp,
+ *   dh = sum_v g_v W_v (overwritten), dW_v = dW0_v + sum_i g_iv h_i.
+ * With bounds (bdh non-NULL): z_v off by dz_v = gamma_{H+2} zm_v (a dot product and the 1 / temp);
+ * p_v relative th_v = dz_v + u |lp_v| + BR_EXP_ERR + u; lp_v + entropy off by dz_v + two
+ * roundings; g_v six roundings of its magnitude more; dh: V terms (gamma_{V+1}) plus g's errors
+ * times |W|; dW: n terms onto dW0 (gamma_{n+2}) plus g's errors times |h|.
+ */
+static inline void br_lmhead_bwd_d(const double *h, const double *W, const int32_t *tgt,
+                                   const double *lse, const double *ent, const double *dlogp,
+                                   const double *dent, int64_t n, int64_t V, int64_t H,
+                                   double temp, const float *dW0, double *dh, double *dW,
+                                   double *bdh, double *bdW)
+{
+    const double u = DF_U32;
+    double *z = br_dvec(V), *zm = br_dvec(V), *g = br_dvec(V), *eg = br_dvec(V);
+    double *Wm = bdW ? br_dvec(V * H) : NULL, *We = bdW ? br_dvec(V * H) : NULL;
+    for (int64_t k = 0; k < V * H; k++)
+        dW[k] = dW0[k];
+    for (int64_t i = 0; i < n; i++) {
+        const double *hi = h + i * H, a = dlogp[i], b = dent ? dent[i] : 0;
+        br_logits(hi, W, V, H, temp, z, zm);
+        for (int64_t v = 0; v < V; v++) {
+            const double lp = z[v] - lse[i], p = exp(lp), lpe = lp + ent[i];
+            const double one = v == tgt[i] ? 1.0 : 0.0;
+            g[v] = (a * (one - p) - b * p * lpe) / temp;
+            const double dz = br_g((double)H + 2) * zm[v];
+            const double th = dz + u * fabs(lp) + BR_EXP_ERR + u;
+            const double mag = fabs(a) * (one + p) + fabs(b) * p * (fabs(lp) + fabs(ent[i]));
+            const double dlpe = dz + u * fabs(lp) + u * fabs(lpe);
+            eg[v] = (fabs(a) * p * th + fabs(b) * p * (th * fabs(lpe) + dlpe) + br_g(6) * mag) /
+                    temp;
+        }
+        for (int64_t e = 0; e < H; e++) {
+            double s = 0, m = 0, pe = 0;
+            for (int64_t v = 0; v < V; v++) {
+                s += g[v] * W[v * H + e];
+                m += fabs(g[v] * W[v * H + e]);
+                pe += eg[v] * fabs(W[v * H + e]);
+            }
+            dh[i * H + e] = s;
+            if (bdh)
+                bdh[i * H + e] = BR_REF * (br_g((double)V + 1) * m + pe);
+        }
+        for (int64_t v = 0; v < V; v++)
+            for (int64_t e = 0; e < H; e++) {
+                dW[v * H + e] += g[v] * hi[e];
+                if (bdW) {
+                    Wm[v * H + e] += fabs(g[v] * hi[e]);
+                    We[v * H + e] += eg[v] * fabs(hi[e]);
+                }
+            }
+    }
+    if (bdW)
+        for (int64_t k = 0; k < V * H; k++)
+            bdW[k] = BR_REF * (br_g((double)n + 2) * (fabs(dW0[k]) + Wm[k]) + We[k]);
+    free(z), free(zm), free(g), free(eg), free(Wm), free(We);
+}
+
+/* ---- finite differences of a float64 loss ------------------------------------------------- */
+
+typedef double (*br_loss_fn)(void *ctx);
+
+/*
+ * Slope at t = 0 of f(x + t u) over k arrays (xs[a] += t us[a], ns[a] entries, k <= 8; restored after):
+ * central differences D(t) at t = h, 2h, 4h and Richardson's R(t) = (4 D(t) - D(2t)) / 3, which is
+ * f' + O(t^4). *err bounds |R(h) - f'|: |R(h) - R(2h)| (15 times R(h)'s t^4 term, so a
+ * generous estimate of it) plus the rounding of the loss, 1.5 eps / h for a loss computed to
+ * within eps.
+ */
+static inline double br_fd_slope(br_loss_fn f, void *ctx, double **xs, double *const *us,
+                                 const int64_t *ns, int k, double h, double eps, double *err)
+{
+    double D[3], *save[8];
+    if (k > 8)
+        abort();
+    for (int a = 0; a < k; a++)
+        save[a] = br_dvec(ns[a]);
+    for (int s = 0; s < 3; s++) {
+        const double t = h * (double)(1 << s);
+        double l[2];
+        for (int side = 0; side < 2; side++) {
+            const double sg = side ? -t : t;
+            for (int a = 0; a < k; a++) {
+                memcpy(save[a], xs[a], sizeof(double) * (size_t)ns[a]);
+                for (int64_t i = 0; i < ns[a]; i++)
+                    xs[a][i] += sg * us[a][i];
+            }
+            l[side] = f(ctx);
+            for (int a = 0; a < k; a++)
+                memcpy(xs[a], save[a], sizeof(double) * (size_t)ns[a]);
+        }
+        D[s] = (l[0] - l[1]) / (2 * t);
+    }
+    for (int a = 0; a < k; a++)
+        free(save[a]);
+    const double R1 = (4 * D[0] - D[1]) / 3, R2 = (4 * D[1] - D[2]) / 3;
+    *err = fabs(R1 - R2) + 1.5 * eps / h;
+    return R1;
+}
+
+#endif /* DF_TESTS_BACKEND_REF_H */

@@ -1,0 +1,948 @@
+/*
+ * test_backend_ops.c — the backend conformance harness (docs/testing.md, "Backend conformance";
+ * ggml's test-backend-ops is the model): every entry of df_backend_ops, for every backend this
+ * build has (df_backend_names: "cpu" always; "cuda" when built with it, skipped with a line when
+ * no GPU is present), run on random inputs of several shapes through the backend's own memory
+ * (alloc / upload / download) and compared element by element with the float64 references of
+ * tests/backend_ref.h, within bounds derived there from the dtype's unit roundoff and each
+ * output's reduction depth and magnitudes. The CPU's bf16 matmuls (df_mm_*, the backend's gemm
+ * with a df_mm_ctx) are held to the bf16 bound. Backward operators get the same float inputs as
+ * the reference; the reference's backward is itself checked against finite differences of its
+ * float64 forward. Per backend and operator, the largest error / bound is printed at the end
+ * (a summary table), so a regression shows before it fails.
+ *
+ * Shapes: odd sizes, GQA and MHA, packed sequences of unequal length (1 token to 150), a sliding
+ * window, qwen3's head_dim 128, a vocabulary that is not a multiple of the LM head's tile.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include "backend_ref.h"
+#include "distflow/backend.h"
+#include "distflow/rng.h"
+#include "model/ops.h"
+#include "testbounds.h"
+#ifdef DF_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- backends and their memory --------------------------------------------------------------- */
+
+typedef struct {
+    const char *name;
+    df_backend be;
+} bo_backend;
+
+static bo_backend bo_list[8];
+static int bo_n;
+
+#define BO_OK(call)                                                                    \
+    do {                                                                               \
+        int bo_rc_ = (call);                                                           \
+        if (bo_rc_ != DF_OK)                                                           \
+            fail_msg("%s -> %d: %s", #call, bo_rc_, df_last_error());                  \
+    } while (0)
+
+static void *xmalloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    assert_non_null(p);
+    return p;
+}
+
+/* A backend buffer holding a copy of host memory. */
+static void *bo_up(const bo_backend *b, const void *h, size_t bytes)
+{
+    void *d = NULL;
+    BO_OK(b->be.ops->alloc(b->be.ctx, bytes, &d));
+    assert_non_null(d);
+    if (bytes)
+        BO_OK(b->be.ops->upload(b->be.ctx, d, h, bytes));
+    return d;
+}
+
+/* n floats of backend memory holding NaN: an output the operator does not write shows. */
+static float *bo_nan(const bo_backend *b, int64_t n)
+{
+    float *h = xmalloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++)
+        h[i] = NAN;
+    float *d = bo_up(b, h, sizeof(float) * (size_t)n);
+    free(h);
+    return d;
+}
+
+/* A host copy (malloc) of backend memory, after every earlier call (sync first). */
+static void *bo_down(const bo_backend *b, const void *d, size_t bytes)
+{
+    void *h = xmalloc(bytes);
+    BO_OK(b->be.ops->sync(b->be.ctx));
+    if (bytes)
+        BO_OK(b->be.ops->download(b->be.ctx, h, d, bytes));
+    return h;
+}
+
+static void bo_free(const bo_backend *b, void *d) { b->be.ops->release(b->be.ctx, d); }
+
+/* x[n] ~ N(0, scale^2) from a seeded distflow RNG. */
+static float *bo_rand(int64_t n, uint64_t seed, double scale)
+{
+    float *x = xmalloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    df_rng r;
+    df_rng_seed(&r, df_rng_key(seed, 14, 0, 0));
+    for (int64_t i = 0; i < n; i++)
+        x[i] = (float)(df_rng_normal(&r) * scale);
+    return x;
+}
+
+static double *to_d(const float *x, int64_t n)
+{
+    double *d = br_dvec(n);
+    for (int64_t i = 0; i < n; i++)
+        d[i] = x[i];
+    return d;
+}
+
+static float *to_f(const double *x, int64_t n)
+{
+    float *f = xmalloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    for (int64_t i = 0; i < n; i++)
+        f[i] = (float)x[i];
+    return f;
+}
+
+/* ---- the summary: worst error / bound per backend and operator --------------------------------- */
+
+typedef struct {
+    char be[16], op[32];
+    double worst;
+    int64_t n;
+} bo_rec;
+
+static bo_rec bo_recs[96];
+static int bo_nrec;
+
+static void bo_note(const char *be, const char *op, double ratio, int64_t n)
+{
+    for (int i = 0; i < bo_nrec; i++)
+        if (!strcmp(bo_recs[i].be, be) && !strcmp(bo_recs[i].op, op)) {
+            bo_recs[i].worst = fmax(bo_recs[i].worst, ratio);
+            bo_recs[i].n += n;
+            return;
+        }
+    assert_true(bo_nrec < (int)(sizeof bo_recs / sizeof bo_recs[0]));
+    bo_rec *r = &bo_recs[bo_nrec++];
+    snprintf(r->be, sizeof r->be, "%s", be);
+    snprintf(r->op, sizeof r->op, "%s", op);
+    r->worst = ratio, r->n = n;
+}
+
+/*
+ * |got[i] - ref[i]| <= bound[i] for every i, got finite (a bound of 0: equal bit for bit, up to
+ * the sign of zero). Records the worst ratio under (backend, op).
+ */
+static void bo_check(const char *be, const char *op, const float *got, const double *ref,
+                     const double *bound, int64_t n)
+{
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double e = fabs((double)got[i] - ref[i]);
+        if (!isfinite(got[i]) || !(e <= bound[i]))
+            fail_msg("%s %s[%lld] = %.9g, reference %.9g: error %.3g above its bound %.3g", be,
+                     op, (long long)i, (double)got[i], ref[i], e, bound[i]);
+        if (bound[i] > 0)
+            worst = fmax(worst, e / bound[i]);
+    }
+    bo_note(be, op, worst, n);
+}
+
+/* A finite-difference check of a reference backward (in double): records slope error / bound. */
+static void bo_fd(const char *op, double an, double fd, double bound)
+{
+    if (!(fabs(an - fd) <= bound))
+        fail_msg("reference %s: directional derivative %.12g, finite difference %.12g: error "
+                 "%.3g above its bound %.3g", op, an, fd, fabs(an - fd), bound);
+    bo_note("ref-fd", op, fabs(an - fd) / bound, 1);
+}
+
+/* sum_i g[i] u[i] in double and the bound of that dot's rounding, gamma_n(u64) sum |g u|. */
+static double dot_b(const double *g, const double *u, int64_t n, double *b)
+{
+    double s = 0, m = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += g[i] * u[i], m += fabs(g[i] * u[i]);
+    *b += df_tol_gamma((double)n, DF_U64) * m;
+    return s;
+}
+
+/* ---- memory ------------------------------------------------------------------------------- */
+
+/* Buffers are 64-byte aligned (0 bytes too), copies are exact, zero clears, release(NULL) is a no-op. */
+static void test_memory(void **state)
+{
+    (void)state;
+    for (int bi = 0; bi < bo_n; bi++) {
+        const bo_backend *b = &bo_list[bi];
+        const df_backend_ops *o = b->be.ops;
+        unsigned char h[1001];
+        for (int i = 0; i < 1001; i++)
+            h[i] = (unsigned char)(i * 37 + 11);
+        void *z = NULL, *d = NULL, *e = NULL;
+        BO_OK(o->alloc(b->be.ctx, 0, &z));
+        assert_non_null(z);
+        assert_int_equal((uintptr_t)z % 64, 0);
+        d = bo_up(b, h, sizeof h);
+        assert_int_equal((uintptr_t)d % 64, 0);
+        BO_OK(o->alloc(b->be.ctx, sizeof h, &e));
+        BO_OK(o->copy(b->be.ctx, e, d, sizeof h));
+        unsigned char *back = bo_down(b, e, sizeof h);
+        assert_memory_equal(back, h, sizeof h);
+        free(back);
+        BO_OK(o->zero(b->be.ctx, (float *)e, 250));
+        back = bo_down(b, e, sizeof h);
+        for (int i = 0; i < 1000; i++)
+            assert_int_equal(back[i], 0);
+        assert_int_equal(back[1000], h[1000]); /* only n floats */
+        free(back);
+        BO_OK(o->sync(b->be.ctx));
+        o->release(b->be.ctx, NULL);
+        bo_free(b, z), bo_free(b, d), bo_free(b, e);
+        bo_note(b->name, "memory", 0, 1);
+    }
+}
+
+/* ---- gemm ----------------------------------------------------------------------------------- */
+
+/*
+ * One GEMM through b against br_gemm_ref, within br_gemm_rel(K, bf16) S elementwise. Not vacuous:
+ * a float32 GEMM must also be within a sixteenth of the bf16 bound; a bf16 one must leave the
+ * float32 bound somewhere (the backend does round its operands).
+ */
+static void gemm_case(const bo_backend *b, bool bf16, bool ta, bool tb, int64_t M, int64_t N,
+                      int64_t K, float alpha, float beta, uint64_t seed)
+{
+    const int64_t na = M * K, nb = K * N, nc = M * N;
+    float *A = bo_rand(na, seed, 1), *B = bo_rand(nb, seed + 1, 1), *C0 = bo_rand(nc, seed + 2, 1);
+    double *C = br_dvec(nc), *S = br_dvec(nc), *bd = br_dvec(nc);
+    br_gemm_ref(ta, tb, M, N, K, alpha, A, B, beta, C0, C, S);
+    const double rel = br_gemm_rel(K, bf16), rel32 = br_gemm_rel(K, false);
+    for (int64_t i = 0; i < nc; i++)
+        bd[i] = BR_REF * rel * S[i];
+    float *dA = bo_up(b, A, 4 * (size_t)na), *dB = bo_up(b, B, 4 * (size_t)nb);
+    float *dC = bo_up(b, C0, 4 * (size_t)nc);
+    int rc = b->be.ops->gemm(b->be.ctx, ta, tb, M, N, K, alpha, dA, dB, beta, dC);
+    if (ta && tb && rc != DF_OK) { /* (1,1) may be refused, with a message */
+        assert_int_equal(rc, DF_EINVAL);
+        assert_true(strlen(df_last_error()) > 0);
+    } else {
+        BO_OK(rc);
+        float *got = bo_down(b, dC, 4 * (size_t)nc);
+        char op[32];
+        snprintf(op, sizeof op, "gemm %s%s%s", bf16 ? "bf16 " : "", ta ? "t" : "n", tb ? "t" : "n");
+        bo_check(b->name, op, got, C, bd, nc);
+        bool beyond32 = false;
+        for (int64_t i = 0; i < nc; i++) {
+            const double e = fabs(got[i] - C[i]);
+            beyond32 |= e > rel32 * S[i];
+            if (!bf16 && K >= 64 && !(e <= br_gemm_rel(K, true) * S[i] / 16))
+                fail_msg("%s %s: float32 result as coarse as bf16", b->name, op);
+        }
+        if (bf16 && K >= 16)
+            assert_true(beyond32);
+        free(got);
+    }
+    free(A), free(B), free(C0), free(C), free(S), free(bd);
+    bo_free(b, dA), bo_free(b, dB), bo_free(b, dC);
+}
+
+static void gemm_cases(const bo_backend *b, bool bf16)
+{
+    gemm_case(b, bf16, false, true, 67, 45, 129, 1.0f, 0.0f, 11); /* x W^T */
+    gemm_case(b, bf16, false, false, 33, 70, 257, 0.5f, 1.0f, 12);
+    gemm_case(b, bf16, true, false, 64, 31, 96, -2.0f, 0.25f, 13); /* a weight gradient */
+    gemm_case(b, bf16, false, true, 5, 128, 896, 1.0f, 1.0f, 14);  /* one token, qwen-like K */
+    gemm_case(b, bf16, false, true, 1, 1, 1, 1.0f, 0.0f, 15);
+    gemm_case(b, bf16, false, true, 5, 7, 0, 1.0f, 0.5f, 16); /* K = 0: C = beta C */
+    gemm_case(b, bf16, true, true, 17, 19, 40, 1.0f, -1.0f, 17); /* computed or refused */
+}
+
+static void test_gemm(void **state)
+{
+    (void)state;
+    for (int bi = 0; bi < bo_n; bi++)
+        gemm_cases(&bo_list[bi], false);
+}
+
+/*
+ * The CPU backend with bf16 matmuls: its context is the address of a df_mm_ctx pointer (as
+ * df_acts_set_bf16_matmul sets it), so the same gemm entry rounds both operands to bf16.
+ */
+static void test_gemm_bf16(void **state)
+{
+    (void)state;
+    df_mm_ctx *mm = NULL;
+    int rc = df_mm_ctx_create(1 << 20, &mm);
+    if (rc == DF_EUNSUPPORTED) {
+        print_message("SKIP: cpu bf16 gemm: %s\n", df_last_error());
+        skip();
+    }
+    BO_OK(rc);
+    bo_backend b = {"cpu", df_backend_cpu()};
+    b.be.ctx = &mm;
+    gemm_cases(&b, true);
+    assert_int_equal(df_mm_ctx_fallbacks(mm), 0);
+    df_mm_ctx_free(mm);
+}
+
+/* ---- rows: a Linear's bias and its gradient, output rows --------------------------------- */
+
+static void test_rows(void **state)
+{
+    (void)state;
+    const int64_t M = 37, N = 67, n = 9, R = 23;
+    const int64_t rows[9] = {22, 0, 5, 17, 3, 21, 1, 9, 14}; /* distinct, unordered */
+    float *bias = bo_rand(N, 40, 1), *dy = bo_rand(M * N, 41, 1), *db0 = bo_rand(N, 42, 1);
+    float *src = bo_rand(R * N, 43, 1), *rs = bo_rand(n * N, 44, 1);
+    double *ref = br_dvec(M * N), *bd = br_dvec(M * N); /* M > R > n */
+    for (int bi = 0; bi < bo_n; bi++) {
+        const bo_backend *b = &bo_list[bi];
+        void *cx = b->be.ctx;
+        /* rows_fill: a copy per row */
+        float *dY = bo_nan(b, M * N), *dbias = bo_up(b, bias, 4 * (size_t)N);
+        BO_OK(b->be.ops->rows_fill(cx, dY, dbias, M, N));
+        float *got = bo_down(b, dY, 4 * (size_t)(M * N));
+        for (int64_t i = 0; i < M * N; i++)
+            ref[i] = bias[i % N], bd[i] = 0;
+        bo_check(b->name, "rows_fill", got, ref, bd, M * N);
+        free(got);
+        /* col_sum_add: M terms onto db0, any order: gamma_M of their magnitudes */
+        float *ddy = bo_up(b, dy, 4 * (size_t)(M * N)), *ddb = bo_up(b, db0, 4 * (size_t)N);
+        BO_OK(b->be.ops->col_sum_add(cx, ddb, ddy, M, N));
+        got = bo_down(b, ddb, 4 * (size_t)N);
+        for (int64_t j = 0; j < N; j++) {
+            double s = db0[j], m = fabs(db0[j]);
+            for (int64_t i = 0; i < M; i++)
+                s += dy[i * N + j], m += fabs(dy[i * N + j]);
+            ref[j] = s, bd[j] = BR_REF * br_g((double)M) * m;
+        }
+        bo_check(b->name, "col_sum_add", got, ref, bd, N);
+        free(got);
+        /* gather_rows: copies; scatter_add_rows: one correctly rounded add per element of a
+         * listed row (u of the result), the others untouched */
+        int64_t *drows = bo_up(b, rows, sizeof rows);
+        float *dsrc = bo_up(b, src, 4 * (size_t)(R * N)), *dg = bo_nan(b, n * N);
+        BO_OK(b->be.ops->gather_rows(cx, dg, dsrc, drows, n, N));
+        got = bo_down(b, dg, 4 * (size_t)(n * N));
+        for (int64_t j = 0; j < n; j++)
+            for (int64_t i = 0; i < N; i++)
+                ref[j * N + i] = src[rows[j] * N + i], bd[j * N + i] = 0;
+        bo_check(b->name, "gather_rows", got, ref, bd, n * N);
+        free(got);
+        float *drs = bo_up(b, rs, 4 * (size_t)(n * N));
+        BO_OK(b->be.ops->scatter_add_rows(cx, dsrc, drs, drows, n, N));
+        got = bo_down(b, dsrc, 4 * (size_t)(R * N));
+        for (int64_t i = 0; i < R * N; i++)
+            ref[i] = src[i], bd[i] = 0;
+        for (int64_t j = 0; j < n; j++)
+            for (int64_t i = 0; i < N; i++) {
+                ref[rows[j] * N + i] += rs[j * N + i];
+                bd[rows[j] * N + i] = BR_REF * DF_U32 * fabs(ref[rows[j] * N + i]);
+            }
+        bo_check(b->name, "scatter_add_rows", got, ref, bd, R * N);
+        free(got);
+        bo_free(b, dY), bo_free(b, dbias), bo_free(b, ddy), bo_free(b, ddb), bo_free(b, drows);
+        bo_free(b, dsrc), bo_free(b, dg), bo_free(b, drs);
+    }
+    free(bias), free(dy), free(db0), free(src), free(rs), free(ref), free(bd);
+}
+
+/* ---- embedding ---------------------------------------------------------------------------- */
+
+/* Forward: a copy. Backward: a row used c times gets c terms onto its start (gamma_c of their
+ * magnitudes); the rows no id names are untouched, bit for bit. */
+static void test_embedding(void **state)
+{
+    (void)state;
+    const int64_t V = 11, H = 70, T = 19;
+    const int32_t ids[19] = {3, 0, 3, 5, 3, 10, 7, 7, 0, 3, 2, 9, 9, 9, 9, 1, 5, 3, 10};
+    float *tab = bo_rand(V * H, 50, 1), *dout = bo_rand(T * H, 51, 1);
+    double *ref = br_dvec(T * H), *bd = br_dvec(T * H), *mag = br_dvec(V * H); /* T > V */
+    int cnt[11] = {0};
+    for (int64_t t = 0; t < T; t++)
+        cnt[ids[t]]++;
+    for (int bi = 0; bi < bo_n; bi++) {
+        const bo_backend *b = &bo_list[bi];
+        int32_t *dids = bo_up(b, ids, sizeof ids);
+        float *dtab = bo_up(b, tab, 4 * (size_t)(V * H)), *dout_d = bo_up(b, dout, 4 * (size_t)(T * H));
+        float *dO = bo_nan(b, T * H);
+        BO_OK(b->be.ops->embedding_fwd(b->be.ctx, dO, dids, dtab, T, H));
+        float *got = bo_down(b, dO, 4 * (size_t)(T * H));
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t i = 0; i < H; i++)
+                ref[t * H + i] = tab[ids[t] * H + i], bd[t * H + i] = 0;
+        bo_check(b->name, "embedding_fwd", got, ref, bd, T * H);
+        free(got);
+        BO_OK(b->be.ops->embedding_bwd(b->be.ctx, dtab, dout_d, dids, T, H));
+        got = bo_down(b, dtab, 4 * (size_t)(V * H));
+        for (int64_t i = 0; i < V * H; i++)
+            ref[i] = tab[i], mag[i] = fabs(tab[i]);
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t i = 0; i < H; i++) {
+                ref[ids[t] * H + i] += dout[t * H + i];
+                mag[ids[t] * H + i] += fabs(dout[t * H + i]);
+            }
+        for (int64_t i = 0; i < V * H; i++)
+            bd[i] = BR_REF * br_g(cnt[i / H]) * mag[i];
+        bo_check(b->name, "embedding_bwd", got, ref, bd, V * H);
+        free(got);
+        bo_free(b, dids), bo_free(b, dtab), bo_free(b, dout_d), bo_free(b, dO);
+    }
+    free(tab), free(dout), free(ref), free(bd), free(mag);
+}
+
+/* ---- RMSNorm ---------------------------------------------------------------------------------- */
+
+typedef struct {
+    int64_t T, H;
+    double eps, *x, *w, *R; /* loss = sum R out */
+} rms_fd;
+
+static double rms_loss(void *p)
+{
+    const rms_fd *c = p;
+    double l = 0;
+    for (int64_t t = 0; t < c->T; t++) {
+        double ss = 0;
+        for (int64_t i = 0; i < c->H; i++)
+            ss += c->x[t * c->H + i] * c->x[t * c->H + i];
+        const double r = 1.0 / sqrt(ss / (double)c->H + c->eps);
+        for (int64_t i = 0; i < c->H; i++)
+            l += c->R[t * c->H + i] * c->w[i] * c->x[t * c->H + i] * r;
+    }
+    return l;
+}
+
+/*
+ * The reference backward (exact r, dx0 = dw0 = 0) against finite differences of rms_loss along
+ * two random directions over (x, w). The double loss: each term H + 6 roundings, T H terms.
+ */
+static void rmsnorm_fd(const float *x, const float *w, const float *R, int64_t T, int64_t H,
+                       float eps, uint64_t seed)
+{
+    rms_fd c = {T, H, eps, to_d(x, T * H), to_d(w, H), to_d(R, T * H)};
+    double *out = br_dvec(T * H), *r = br_dvec(T), *bo = br_dvec(T * H), *br = br_dvec(T);
+    double *gx = br_dvec(T * H), *gw = br_dvec(H), *b1 = br_dvec(T * H), *b2 = br_dvec(H);
+    float *z = calloc((size_t)(T * H), sizeof(float));
+    br_rmsnorm_fwd(out, r, bo, br, x, w, T, H, eps);
+    br_rmsnorm_bwd(gx, gw, b1, b2, z, z, R, x, w, r, T, H);
+    double mag = 0;
+    for (int64_t i = 0; i < T * H; i++)
+        mag += fabs(R[i] * out[i]);
+    const double eps_l = df_tol_gamma((double)(H + 7 + T * H), DF_U64) * mag;
+    for (int d = 0; d < 2; d++) {
+        float *vx = bo_rand(T * H, seed + d, 1), *vw = bo_rand(H, seed + 5 + d, 1);
+        double *ux = to_d(vx, T * H), *uw = to_d(vw, H);
+        free(vx), free(vw);
+        double *xs[2] = {c.x, c.w}, *us[2] = {ux, uw}, fe, bound = 0;
+        const int64_t ns[2] = {T * H, H};
+        const double fd = br_fd_slope(rms_loss, &c, xs, us, ns, 2, 1e-3, eps_l, &fe);
+        const double an = dot_b(gx, ux, T * H, &bound) + dot_b(gw, uw, H, &bound);
+        bo_fd("rmsnorm_bwd", an, fd, fe + bound);
+        free(ux), free(uw);
+    }
+    free(c.x), free(c.w), free(c.R), free(out), free(r), free(bo), free(br), free(gx), free(gw);
+    free(b1), free(b2), free(z);
+}
+
+/* T rows of H (a qwen3 q/k norm: tokens x heads rows of head_dim) through every backend. */
+static void rmsnorm_case(int64_t T, int64_t H, double xs, uint64_t seed)
+{
+    const float eps = 1e-6f;
+    float *x = bo_rand(T * H, seed, xs), *w = bo_rand(H, seed + 1, 1), *R = bo_rand(T * H, seed + 2, 1);
+    float *dx0 = bo_rand(T * H, seed + 3, 1), *dw0 = bo_rand(H, seed + 4, 1);
+    double *out = br_dvec(T * H), *r = br_dvec(T), *bo = br_dvec(T * H), *br = br_dvec(T);
+    double *dx = br_dvec(T * H), *dw = br_dvec(H), *bdx = br_dvec(T * H), *bdw = br_dvec(H);
+    br_rmsnorm_fwd(out, r, bo, br, x, w, T, H, eps);
+    float *rf = to_f(r, T);
+    double *rr = to_d(rf, T); /* the backward reads the forward's float rstd */
+    br_rmsnorm_bwd(dx, dw, bdx, bdw, dx0, dw0, R, x, w, rr, T, H);
+    for (int bi = 0; bi < bo_n; bi++) {
+        const bo_backend *b = &bo_list[bi];
+        float *dX = bo_up(b, x, 4 * (size_t)(T * H)), *dW = bo_up(b, w, 4 * (size_t)H);
+        float *dO = bo_nan(b, T * H), *dr = bo_nan(b, T);
+        BO_OK(b->be.ops->rmsnorm_fwd(b->be.ctx, dO, dr, dX, dW, T, H, eps));
+        float *got = bo_down(b, dO, 4 * (size_t)(T * H)), *gr = bo_down(b, dr, 4 * (size_t)T);
+        bo_check(b->name, "rmsnorm_fwd out", got, out, bo, T * H);
+        bo_check(b->name, "rmsnorm_fwd rstd", gr, r, br, T);
+        free(got), free(gr);
+        float *dR = bo_up(b, R, 4 * (size_t)(T * H)), *drs = bo_up(b, rf, 4 * (size_t)T);
+        float *ddx = bo_up(b, dx0, 4 * (size_t)(T * H)), *ddw = bo_up(b, dw0, 4 * (size_t)H);
+        BO_OK(b->be.ops->rmsnorm_bwd(b->be.ctx, ddx, ddw, dR, dX, dW, drs, T, H));
+        got = bo_down(b, ddx, 4 * (size_t)(T * H));
+        bo_check(b->name, "rmsnorm_bwd dx", got, dx, bdx, T * H);
+        free(got);
+        got = bo_down(b, ddw, 4 * (size_t)H);
+        bo_check(b->name, "rmsnorm_bwd dw", got, dw, bdw, H);
+        free(got);
+        /* dw = NULL: dx alone, the same values */
+        BO_OK(b->be.ops->upload(b->be.ctx, ddx, dx0, 4 * (size_t)(T * H)));
+        BO_OK(b->be.ops->rmsnorm_bwd(b->be.ctx, ddx, NULL, dR, dX, dW, drs, T, H));
+        got = bo_down(b, ddx, 4 * (size_t)(T * H));
+        bo_check(b->name, "rmsnorm_bwd dx", got, dx, bdx, T * H);
+        free(got);
+        bo_free(b, dX), bo_free(b, dW), bo_free(b, dO), bo_free(b, dr), bo_free(b, dR);
+        bo_free(b, drs), bo_free(b, ddx), bo_free(b, ddw);
+    }
+    rmsnorm_fd(x, w, R, T, H, eps, seed + 10);
+    free(x), free(w), free(R), free(dx0), free(dw0), free(out), free(r), free(bo), free(br);
+    free(dx), free(dw), free(bdx), free(bdw), free(rf), free(rr);
+}
+
+static void test_rmsnorm(void **state)
+{
+    (void)state;
+    rmsnorm_case(7, 67, 1.5, 60);
+    rmsnorm_case(5 * 4, 128, 1.0, 70); /* qwen3 q_norm: 5 tokens x 4 heads of 128 */
+    rmsnorm_case(3, 896, 30.0, 80);    /* qwen2.5-0.5b's hidden, large activations */
+}
+
+/* ---- RoPE -------------------------------------------------------------------------------------- */
+
+/* Tables of n_pos rows in double, rounded: cos / sin of p theta^(-2i / hd) (the op takes them as
+ * given; df_rope_table's own rounding is test_ops.c's). */
+static void rope_tables(float *c, float *s, int64_t n_pos, int64_t hd, double theta)
+{
+    for (int64_t p = 0; p < n_pos; p++)
+        for (int64_t i = 0; i < hd / 2; i++) {
+            const double a = (double)p * pow(theta, -2.0 * (double)i / (double)hd);
+            c[p * hd / 2 + i] = (float)cos(a), s[p * hd / 2 + i] = (float)sin(a);
+        }
+}
+
+static void rope_case(int64_t T, int64_t nh, int64_t hd, const int32_t *pos, int64_t n_pos,
+                      uint64_t seed)
+{
+    const int64_t n = T * nh * hd, nt = n_pos * hd / 2;
+    float *x = bo_rand(n, seed, 1), *ct = xmalloc(4 * (size_t)nt), *st = xmalloc(4 * (size_t)nt);
+    rope_tables(ct, st, n_pos, hd, 1e6);
+    double *ref = br_dvec(n), *bd = br_dvec(n), *inv = br_dvec(n), *bi_ = br_dvec(n);
+    br_rope(ref, bd, x, pos, T, nh, hd, ct, st, false);
+    br_rope(inv, bi_, x, pos, T, nh, hd, ct, st, true);
+    /* The reference's inverse is the forward's transpose: <y, F x> = <F^T y, x> for y = x. */
+    double l = 0, r = 0, m = 0;
+    for (int64_t i = 0; i < n; i++)
+        l += x[i] * ref[i], r += inv[i] * x[i], m += fabs(x[i] * ref[i]) + fabs(inv[i] * x[i]);
+    bo_fd("rope inverse = transpose", l, r, df_tol_gamma((double)n + 3, DF_U64) * m + 1e-300);
+    for (int bi = 0; bi < bo_n; bi++) {
+        const bo_backend *b = &bo_list[bi];
+        int32_t *dp = bo_up(b, pos, 4 * (size_t)T);
+        float *dc = bo_up(b, ct, 4 * (size_t)nt), *ds = bo_up(b, st, 4 * (size_t)nt);
+        for (int dir = 0; dir < 2; dir++) {
+            float *dx = bo_up(b, x, 4 * (size_t)n);
+            BO_OK(b->be.ops->rope_apply(b->be.ctx, dx, dp, T, nh, hd, dc, ds, dir == 1));
+            float *got = bo_down(b, dx, 4 * (size_t)n);
+            bo_check(b->name, dir ? "rope_apply inverse" : "rope_apply", got, dir ? inv : ref,
+                     dir ? bi_ : bd, n);
+            free(got);
+            bo_free(b, dx);
+        }
+        bo_free(b, dp), bo_free(b, dc), bo_free(b, ds);
+    }
+    free(x), free(ct), free(st), free(ref), free(bd), free(inv), free(bi_);
+}
+
+static void test_rope(void **state)
+{
+    (void)state;
+    const int32_t pos1[9] = {0, 1, 2, 0, 57, 1999, 3, 4, 5}; /* two packed sequences */
+    rope_case(9, 3, 8, pos1, 2000, 90);
+    const int32_t pos2[5] = {4095, 0, 1, 2, 700};
+    rope_case(5, 4, 128, pos2, 4096, 91); /* qwen3's head_dim */
+}
+
+/* ---- SwiGLU ------------------------------------------------------------------------------------- */
+
+typedef struct {
+    int64_t n;
+    double *g, *u, *R;
+} swi_fd;
+
+static double swi_loss(void *p)
+{
+    const swi_fd *c = p;
+    double l = 0;
+    for (int64_t i = 0; i < c->n; i++)
+        l += c->R[i] * c->g[i] / (1 + exp(-c->g[i])) * c->u[i];
+    return l;
+}
+
+static void test_swiglu(void **state)
+{
+    (void)state;
+    const int64_t n = 1003;
+    float *g = bo_rand(n, 100, 3), *u = bo_rand(n, 101, 1), *R = bo_rand(n, 102, 1);
+    const float special[] = {-100.0f, -92.0f, -1.2785f, -1e-3f, 0.0f, 1e-3f, 20.0f, 90.0f, 100.0f};
+    memcpy(g, special, sizeof special); /* exp overflow, silu' near 0, saturation */
+    double *out = br_dvec(n), *dg = br_dvec(n), *du = br_dvec(n), *bo = br_dvec(n);
+    double *bg = br_dvec(n), *bu = br_dvec(n);
+    br_swiglu(out, dg, du, bo, bg, bu, g, u, R, n);
+    for (int bi = 0; bi < bo_n; bi++) {
+        const bo_backend *b = &bo_list[bi];
+        float *dG = bo_up(b, g, 4 * (size_t)n), *dU = bo_up(b, u, 4 * (size_t)n);
+        float *dR = bo_up(b, R, 4 * (size_t)n), *dO = bo_nan(b, n), *ddg = bo_nan(b, n);
+        float *ddu = bo_nan(b, n);
+        BO_OK(b->be.ops->swiglu_fwd(b->be.ctx, dO, dG, dU, n));
+        BO_OK(b->be.ops->swiglu_bwd(b->be.ctx, ddg, ddu, dR, dG, dU, n));
+        float *got = bo_down(b, dO, 4 * (size_t)n);
+        bo_check(b->name, "swiglu_fwd", got, out, bo, n);
+        free(got);
+        got = bo_down(b, ddg, 4 * (size_t)n);
+        bo_check(b->name, "swiglu_bwd dgate", got, dg, bg, n);
+        free(got);
+        got = bo_down(b, ddu, 4 * (size_t)n);
+        bo_check(b->name, "swiglu_bwd dup", got, du, bu, n);
+        free(got);
+        bo_free(b, dG), bo_free(b, dU), bo_free(b, dR), bo_free(b, dO), bo_free(b, ddg);
+        bo_free(b, ddu);
+    }
+    /* the reference backward against finite differences (the loss: 6 roundings a term, n terms) */
+    swi_fd c = {n, to_d(g, n), to_d(u, n), to_d(R, n)};
+    double mag = 0;
+    for (int64_t i = 0; i < n; i++)
+        mag += fabs(R[i] * out[i]);
+    for (int d = 0; d < 2; d++) {
+        float *vg = bo_rand(n, 110 + d, 1), *vu = bo_rand(n, 120 + d, 1);
+        double *ug = to_d(vg, n), *uu = to_d(vu, n), *xs[2] = {c.g, c.u}, *us[2] = {ug, uu};
+        const int64_t ns[2] = {n, n};
+        double fe, bound = 0;
+        const double fd = br_fd_slope(swi_loss, &c, xs, us, ns, 2, 1e-3,
+                                      df_tol_gamma((double)n + 8, DF_U64) * mag, &fe);
+        const double an = dot_b(dg, ug, n, &bound) + dot_b(du, uu, n, &bound);
+        bo_fd("swiglu_bwd", an, fd, fe + bound);
+        free(vg), free(vu), free(ug), free(uu);
+    }
+    free(c.g), free(c.u), free(c.R);
+    free(g), free(u), free(R), free(out), free(dg), free(du), free(bo), free(bg), free(bu);
+}
+
+/* ---- attention over packed sequences ------------------------------------------------------------ */
+
+typedef struct {
+    br_attn a;
+    double *q, *k, *v, *R, *out, *lse;
+} att_fd;
+
+static double att_loss(void *p)
+{
+    att_fd *c = p;
+    br_attn_fwd_d(&c->a, c->q, c->k, c->v, c->out, c->lse);
+    double l = 0;
+    for (int64_t i = 0; i < c->a.T * c->a.nh * c->a.hd; i++)
+        l += c->R[i] * c->out[i];
+    return l;
+}
+
+/*
+ * The reference backward from the exact forward (double out and lse) against finite differences
+ * of att_loss along three random directions over (q, k, v). The double loss: an output is a
+ * chain of hd + 2 L + 10 roundings of at most max |v| per unit of |R|, and T nh hd of them are
+ * summed.
+ */
+static void attention_fd(att_fd *c, uint64_t seed)
+{
+    const br_attn *a = &c->a;
+    const int64_t nq = a->T * a->nh * a->hd, nk = a->T * a->nkv * a->hd;
+    double *dq = br_dvec(nq), *dk = br_dvec(nk), *dv = br_dvec(nk), Lmax = 0, vmax = 0, rs = 0;
+    att_loss(c);
+    br_attn_bwd_d(a, c->q, c->k, c->v, c->out, c->lse, c->R, dq, dk, dv, NULL, NULL, NULL);
+    for (int64_t s = 0; s < a->n_seqs; s++)
+        Lmax = fmax(Lmax, (double)(a->off[s + 1] - a->off[s]));
+    for (int64_t i = 0; i < nk; i++)
+        vmax = fmax(vmax, fabs(c->v[i]));
+    for (int64_t i = 0; i < nq; i++)
+        rs += fabs(c->R[i]);
+    const double eps_l = df_tol_gamma((double)a->hd + 2 * Lmax + 10 + (double)nq, DF_U64) * rs * vmax;
+    for (int d = 0; d < 3; d++) {
+        float *f[3] = {bo_rand(nq, seed + d, 1), bo_rand(nk, seed + 10 + d, 1), bo_rand(nk, seed + 20 + d, 1)};
+        double *us[3] = {to_d(f[0], nq), to_d(f[1], nk), to_d(f[2], nk)}, *xs[3] = {c->q, c->k, c->v};
+        const int64_t ns[3] = {nq, nk, nk};
+        double fe, bound = 0;
+        const double fd = br_fd_slope(att_loss, c, xs, us, ns, 3, 1e-3, eps_l, &fe);
+        const double an = dot_b(dq, us[0], nq, &bound) + dot_b(dk, us[1], nk, &bound) +
+                          dot_b(dv, us[2], nk, &bound);
+        bo_fd(a->window ? "attention_bwd window" : "attention_bwd", an, fd, fe + bound);
+        for (int i = 0; i < 3; i++)
+            free(f[i]), free(us[i]);
+    }
+    free(dq), free(dk), free(dv);
+}
+
+/* One batch of packed sequences (off[n_seqs + 1]) through every backend with the window cap. */
+static void attention_case(const int64_t *off, int64_t n_seqs, int64_t nh, int64_t nkv, int64_t hd,
+                           int64_t window, uint64_t seed)
+{
+    const int64_t T = off[n_seqs], nq = T * nh * hd, nk = T * nkv * hd;
+    float *q = bo_rand(nq, seed, 1), *k = bo_rand(nk, seed + 1, 1), *v = bo_rand(nk, seed + 2, 1);
+    float *R = bo_rand(nq, seed + 3, 1);
+    att_fd c = {{off, n_seqs, nh, nkv, hd, window, T, q, k, v}, to_d(q, nq), to_d(k, nk),
+                to_d(v, nk), to_d(R, nq), br_dvec(nq), br_dvec(T * nh)};
+    double *bout = br_dvec(nq), *blse = br_dvec(T * nh);
+    br_attn_fwd_d(&c.a, c.q, c.k, c.v, c.out, c.lse);
+    br_attn_fwd_bounds(&c.a, c.q, c.k, c.v, c.lse, bout, blse);
+    /* the backward's inputs: the forward's outputs rounded to float, as a backend stores them */
+    float *Of = to_f(c.out, nq), *lf = to_f(c.lse, T * nh);
+    double *Od = to_d(Of, nq), *ld = to_d(lf, T * nh);
+    double *dq = br_dvec(nq), *dk = br_dvec(nk), *dv = br_dvec(nk);
+    double *bq = br_dvec(nq), *bk = br_dvec(nk), *bv = br_dvec(nk);
+    br_attn_bwd_d(&c.a, c.q, c.k, c.v, Od, ld, c.R, dq, dk, dv, bq, bk, bv);
+    int64_t max_len = 0;
+    for (int64_t s = 0; s < n_seqs; s++)
+        max_len = off[s + 1] - off[s] > max_len ? off[s + 1] - off[s] : max_len;
+    char fwd[32], bwd[32];
+    snprintf(fwd, sizeof fwd, "attention_fwd%s", window ? " window" : "");
+    snprintf(bwd, sizeof bwd, "attention_bwd%s", window ? " window" : "");
+    for (int bi = 0; bi < bo_n; bi++) {
+        const bo_backend *b = &bo_list[bi];
+        if (window && !b->be.ops->attention_window) {
+            print_message("%s: no attention_window capability: window %lld not run\n", b->name,
+                          (long long)window);
+            continue;
+        }
+        int64_t *doff = bo_up(b, off, sizeof(int64_t) * (size_t)(n_seqs + 1));
+        const df_backend_seqs s = {doff, n_seqs, T, max_len, window};
+        float *dQ = bo_up(b, q, 4 * (size_t)nq), *dK = bo_up(b, k, 4 * (size_t)nk);
+        float *dV = bo_up(b, v, 4 * (size_t)nk), *dO = bo_nan(b, nq), *dL = bo_nan(b, T * nh);
+        BO_OK(b->be.ops->attention_fwd(b->be.ctx, dO, dL, dQ, dK, dV, &s, nh, nkv, hd));
+        float *got = bo_down(b, dO, 4 * (size_t)nq);
+        bo_check(b->name, fwd, got, c.out, bout, nq);
+        free(got);
+        got = bo_down(b, dL, 4 * (size_t)(T * nh));
+        bo_check(b->name, window ? "attention_fwd lse window" : "attention_fwd lse", got, c.lse,
+                 blse, T * nh);
+        free(got);
+        BO_OK(b->be.ops->upload(b->be.ctx, dO, Of, 4 * (size_t)nq));
+        BO_OK(b->be.ops->upload(b->be.ctx, dL, lf, 4 * (size_t)(T * nh)));
+        float *dR = bo_up(b, R, 4 * (size_t)nq), *gq = bo_nan(b, nq), *gk = bo_nan(b, nk);
+        float *gv = bo_nan(b, nk);
+        BO_OK(b->be.ops->attention_bwd(b->be.ctx, gq, gk, gv, dR, dO, dL, dQ, dK, dV, &s, nh,
+                                       nkv, hd));
+        const float *gs[3] = {gq, gk, gv};
+        const double *refs[3] = {dq, dk, dv}, *bds[3] = {bq, bk, bv};
+        for (int i = 0; i < 3; i++) {
+            got = bo_down(b, gs[i], 4 * (size_t)(i ? nk : nq));
+            char op[40];
+            snprintf(op, sizeof op, "%s d%c", bwd, "qkv"[i]);
+            bo_check(b->name, op, got, refs[i], bds[i], i ? nk : nq);
+            free(got);
+        }
+        bo_free(b, doff), bo_free(b, dQ), bo_free(b, dK), bo_free(b, dV), bo_free(b, dO);
+        bo_free(b, dL), bo_free(b, dR), bo_free(b, gq), bo_free(b, gk), bo_free(b, gv);
+    }
+    attention_fd(&c, seed + 50);
+    free(q), free(k), free(v), free(R), free(c.q), free(c.k), free(c.v), free(c.R), free(c.out);
+    free(c.lse), free(bout), free(blse), free(Of), free(lf), free(Od), free(ld);
+    free(dq), free(dk), free(dv), free(bq), free(bk), free(bv);
+}
+
+static void test_attention(void **state)
+{
+    (void)state;
+    const int64_t off1[5] = {0, 1, 6, 39, 109}; /* lengths 1, 5, 33, 70 */
+    attention_case(off1, 4, 4, 2, 8, 0, 200);   /* GQA 2, a small head */
+    const int64_t off2[4] = {0, 40, 41, 191};   /* lengths 40, 1, 150 */
+    attention_case(off2, 3, 2, 1, 64, 32, 210); /* a window of one key tile */
+    attention_case(off2, 3, 2, 2, 64, 0, 220);  /* MHA */
+    const int64_t off3[4] = {0, 20, 23, 68};    /* qwen3-like: head_dim 128, GQA 2 */
+    attention_case(off3, 3, 4, 2, 128, 0, 230);
+    attention_case(off3, 3, 4, 2, 128, 7, 240);
+}
+
+/* ---- LM head -------------------------------------------------------------------------------------- */
+
+typedef struct {
+    int64_t n, V, H;
+    double temp, *h, *W, *a, *b, *logp, *ent, *lse;
+    const int32_t *tgt;
+} lm_fd;
+
+static double lm_loss(void *p)
+{
+    lm_fd *c = p;
+    br_lmhead_fwd_d(c->h, c->W, c->tgt, c->n, c->V, c->H, c->temp, c->logp, c->ent, c->lse);
+    double l = 0;
+    for (int64_t i = 0; i < c->n; i++)
+        l += c->a[i] * c->logp[i] + c->b[i] * c->ent[i];
+    return l;
+}
+
+/* Forward bounds of row i (tests/testbounds.h tb_row_lse_bound_e, sums float over the whole
+ * vocabulary: any tiling) plus the log, the final add and the float stores. */
+static void lmhead_fwd_bounds(const double *h, const double *W, const int32_t *tgt, int64_t n,
+                              int64_t V, int64_t H, double temp, const double *logp,
+                              const double *ent, const double *lse, double *blp, double *bent,
+                              double *blse)
+{
+    double *z = br_dvec(V), *zm = br_dvec(V);
+    for (int64_t i = 0; i < n; i++) {
+        br_logits(h + i * H, W, V, H, temp, z, zm);
+        const double c = br_g((double)H + 2);
+        const tb_lse_bound r = tb_row_lse_bound_e(z, zm, c, V, V, BR_EXP_ERR);
+        /* log(s0) <= log V: s0 sums V weights of at most 1 */
+        const double dlse = r.dlse + BR_LOG_ERR * log((double)V) + DF_U32 * fabs(lse[i]);
+        blse[i] = BR_REF * dlse;
+        blp[i] = BR_REF * (c * zm[tgt[i]] + dlse + DF_U32 * fabs(logp[i]));
+        bent[i] = BR_REF * (r.dent + BR_LOG_ERR * log((double)V) + DF_U32 * fabs(ent[i]));
+    }
+    free(z), free(zm);
+}
+
+static void lmhead_case(int64_t n, int64_t V, int64_t H, double temp, uint64_t seed)
+{
+    float *h = bo_rand(n * H, seed, 1), *W = bo_rand(V * H, seed + 1, 3.0 / sqrt((double)H));
+    float *a = bo_rand(n, seed + 2, 1), *bb = bo_rand(n, seed + 3, 1), *dW0 = bo_rand(V * H, seed + 4, 0.1);
+    int32_t *tgt = xmalloc(4 * (size_t)n);
+    df_rng r;
+    df_rng_seed(&r, seed);
+    for (int64_t i = 0; i < n; i++)
+        tgt[i] = (int32_t)df_rng_below(&r, (uint64_t)V);
+    tgt[0] = (int32_t)(V - 1); /* the last, partial tile */
+    lm_fd c = {n, V, H, temp, to_d(h, n * H), to_d(W, V * H), to_d(a, n), to_d(bb, n),
+               br_dvec(n), br_dvec(n), br_dvec(n), tgt};
+    lm_loss(&c);
+    double *blp = br_dvec(n), *bent = br_dvec(n), *blse = br_dvec(n);
+    lmhead_fwd_bounds(c.h, c.W, tgt, n, V, H, temp, c.logp, c.ent, c.lse, blp, bent, blse);
+    float *lsef = to_f(c.lse, n), *entf = to_f(c.ent, n);
+    double *lsed = to_d(lsef, n), *entd = to_d(entf, n);
+    double *dh = br_dvec(n * H), *dW = br_dvec(V * H), *bdh = br_dvec(n * H), *bdW = br_dvec(V * H);
+    double *dh1 = br_dvec(n * H), *dW1 = br_dvec(V * H), *bdh1 = br_dvec(n * H), *bdW1 = br_dvec(V * H);
+    br_lmhead_bwd_d(c.h, c.W, tgt, lsed, entd, c.a, c.b, n, V, H, temp, dW0, dh, dW, bdh, bdW);
+    br_lmhead_bwd_d(c.h, c.W, tgt, lsed, entd, c.a, NULL, n, V, H, temp, dW0, dh1, dW1, bdh1, bdW1);
+    for (int bi = 0; bi < bo_n; bi++) {
+        const bo_backend *b = &bo_list[bi];
+        void *cx = b->be.ctx;
+        const int64_t nsc = b->be.ops->lmhead_scratch_floats(cx, n, V, H);
+        float *sc = bo_nan(b, nsc > 0 ? nsc : 1), *dH = bo_up(b, h, 4 * (size_t)(n * H));
+        float *dWt = bo_up(b, W, 4 * (size_t)(V * H)), *dlp = bo_nan(b, n), *den = bo_nan(b, n);
+        float *dls = bo_nan(b, n);
+        int32_t *dt = bo_up(b, tgt, 4 * (size_t)n);
+        BO_OK(b->be.ops->lmhead_fwd(cx, dlp, den, dls, dH, dWt, dt, n, V, H, (float)temp, sc));
+        float *got = bo_down(b, dlp, 4 * (size_t)n);
+        bo_check(b->name, "lmhead_fwd logp", got, c.logp, blp, n);
+        free(got);
+        got = bo_down(b, den, 4 * (size_t)n);
+        bo_check(b->name, "lmhead_fwd entropy", got, c.ent, bent, n);
+        free(got);
+        got = bo_down(b, dls, 4 * (size_t)n);
+        bo_check(b->name, "lmhead_fwd lse", got, c.lse, blse, n);
+        free(got);
+        /* no entropy: the same log-probs */
+        BO_OK(b->be.ops->lmhead_fwd(cx, dlp, NULL, dls, dH, dWt, dt, n, V, H, (float)temp, sc));
+        got = bo_down(b, dlp, 4 * (size_t)n);
+        bo_check(b->name, "lmhead_fwd logp", got, c.logp, blp, n);
+        free(got);
+        /* backward from the float lse and entropy, with and without an entropy gradient */
+        float *da = bo_up(b, a, 4 * (size_t)n), *db = bo_up(b, bb, 4 * (size_t)n);
+        BO_OK(b->be.ops->upload(cx, dls, lsef, 4 * (size_t)n));
+        BO_OK(b->be.ops->upload(cx, den, entf, 4 * (size_t)n));
+        for (int withe = 1; withe >= 0; withe--) {
+            float *ddh = bo_nan(b, n * H), *ddW = bo_up(b, dW0, 4 * (size_t)(V * H));
+            BO_OK(b->be.ops->lmhead_bwd(cx, ddh, ddW, da, withe ? db : NULL, dH, dWt, dt, dls,
+                                        den, n, V, H, (float)temp, sc));
+            got = bo_down(b, ddh, 4 * (size_t)(n * H));
+            bo_check(b->name, "lmhead_bwd dh", got, withe ? dh : dh1, withe ? bdh : bdh1, n * H);
+            free(got);
+            got = bo_down(b, ddW, 4 * (size_t)(V * H));
+            bo_check(b->name, "lmhead_bwd dW", got, withe ? dW : dW1, withe ? bdW : bdW1, V * H);
+            free(got);
+            bo_free(b, ddh), bo_free(b, ddW);
+        }
+        bo_free(b, sc), bo_free(b, dH), bo_free(b, dWt), bo_free(b, dlp), bo_free(b, den);
+        bo_free(b, dls), bo_free(b, dt), bo_free(b, da), bo_free(b, db);
+    }
+    /* the reference backward (exact lse and entropy, dW0 = 0) against finite differences over
+     * (h, W); the double loss: H + V + 10 roundings per row */
+    float *zero = calloc((size_t)(V * H), sizeof(float));
+    br_lmhead_bwd_d(c.h, c.W, tgt, c.lse, c.ent, c.a, c.b, n, V, H, temp, zero, dh, dW, NULL, NULL);
+    double mag = 0;
+    for (int64_t i = 0; i < n; i++)
+        mag += (fabs(c.a[i]) + fabs(c.b[i])) * (fabs(c.lse[i]) + fabs(c.logp[i]) + fabs(c.ent[i]));
+    const double eps_l = df_tol_gamma((double)(H + V + 10 + n), DF_U64) * mag;
+    for (int d = 0; d < 2; d++) {
+        float *vh = bo_rand(n * H, seed + 10 + d, 1), *vW = bo_rand(V * H, seed + 20 + d, 1);
+        double *uh = to_d(vh, n * H), *uW = to_d(vW, V * H), *xs[2] = {c.h, c.W}, *us[2] = {uh, uW};
+        const int64_t ns[2] = {n * H, V * H};
+        double fe, bound = 0;
+        const double fd = br_fd_slope(lm_loss, &c, xs, us, ns, 2, 1e-3, eps_l, &fe);
+        const double an = dot_b(dh, uh, n * H, &bound) + dot_b(dW, uW, V * H, &bound);
+        bo_fd("lmhead_bwd", an, fd, fe + bound);
+        free(vh), free(vW), free(uh), free(uW);
+    }
+    free(zero), free(h), free(W), free(a), free(bb), free(dW0), free(tgt);
+    free(c.h), free(c.W), free(c.a), free(c.b), free(c.logp), free(c.ent), free(c.lse);
+    free(blp), free(bent), free(blse), free(lsef), free(entf), free(lsed), free(entd);
+    free(dh), free(dW), free(bdh), free(bdW), free(dh1), free(dW1), free(bdh1), free(bdW1);
+}
+
+static void test_lmhead(void **state)
+{
+    (void)state;
+    lmhead_case(7, 37, 16, 1.0, 300);        /* a vocabulary inside one tile */
+    lmhead_case(5, 8192 + 1031, 64, 0.7, 310); /* past a column group, a partial tile */
+}
+
+/* ---- main ---------------------------------------------------------------------------------------- */
+
+static int print_summary(void **state)
+{
+    (void)state;
+    printf("\nbackend conformance: worst |error| / bound per operator (elements checked)\n");
+    for (int i = 0; i < bo_nrec; i++)
+        printf("  %-8s %-26s %8.3e  (%lld)\n", bo_recs[i].be, bo_recs[i].op, bo_recs[i].worst,
+               (long long)bo_recs[i].n);
+    return 0;
+}
+
+/* Every backend of this build; one that cannot open here (no GPU) is skipped with a line. */
+static void open_backends(void)
+{
+#ifdef DF_HAVE_CUDA
+    df_backend_register("cuda", df_backend_cuda_open);
+#endif
+    bo_list[bo_n++] = (bo_backend){"cpu", df_backend_cpu()};
+    char names[256];
+    snprintf(names, sizeof names, "%s", df_backend_names());
+    for (char *save = NULL, *t = strtok_r(names, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
+        if (!strcmp(t, "cpu"))
+            continue;
+        df_backend be;
+        if (df_backend_open(t, &be) != DF_OK) {
+            printf("SKIP: backend %s: %s\n", t, df_last_error());
+            continue;
+        }
+        bo_list[bo_n++] = (bo_backend){strdup(t), be};
+    }
+    printf("backends: %s (checked:", df_backend_names());
+    for (int i = 0; i < bo_n; i++)
+        printf(" %s", bo_list[i].name);
+    printf(")\n");
+}
+
+int main(void)
+{
+    open_backends();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_memory),    cmocka_unit_test(test_gemm),
+        cmocka_unit_test(test_gemm_bf16), cmocka_unit_test(test_rows),
+        cmocka_unit_test(test_embedding), cmocka_unit_test(test_rmsnorm),
+        cmocka_unit_test(test_rope),      cmocka_unit_test(test_swiglu),
+        cmocka_unit_test(test_attention), cmocka_unit_test(test_lmhead),
+    };
+    return cmocka_run_group_tests(tests, NULL, print_summary);
+}
