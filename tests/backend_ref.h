@@ -1,7 +1,7 @@
 /*
  * backend_ref.h — float64 references of the backend operators (include/distflow/backend.h) and
  * the error bounds a conforming float32 backend must meet, for tests/test_backend_ops.c (and the
- * GEMM for tests/test_cuda_ops.c). Written from the formulas of src/model/ops.h, never from the
+ * GEMM for tests/test_cuda_ops.c; include after cmocka.h). Written from the formulas of src/model/ops.h, never from the
  * kernels, and never calling them.
  *
  * The bounds are backend-generic: they assume only IEEE float32 arithmetic (every + - * / and
@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "testbounds.h"
 #include "tolerance.h"
 
 /* exp within 2 ulp (CUDA's expf; the CPU's df_v16_exp is within 3 u = DF_TOL_EXPF): 4 u. */
@@ -506,6 +507,31 @@ static inline void br_lmhead_bwd_d(const double *h, const double *W, const int32
         for (int64_t k = 0; k < V * H; k++)
             bdW[k] = BR_REF * (br_g((double)n + 2) * (fabs(dW0[k]) + Wm[k]) + We[k]);
     free(z), free(zm), free(g), free(eg), free(Wm), free(We);
+}
+
+/*
+ * Forward bounds of n rows (logp, entropy, lse the exact values of br_lmhead_fwd_d): logits off by
+ * gamma_{H+2} zm (a dot product and the 1 / temp); lse and entropy from them as
+ * tb_row_lse_bound_e (tests/testbounds.h) with every sum float over the whole vocabulary (any
+ * tiling); plus the log of s0 <= V (BR_LOG_ERR log V), the final add and the float stores.
+ */
+static inline void br_lmhead_fwd_bounds(const double *h, const double *W, const int32_t *tgt,
+                                        int64_t n, int64_t V, int64_t H, double temp,
+                                        const double *logp, const double *ent, const double *lse,
+                                        double *blp, double *bent, double *blse)
+{
+    double *z = br_dvec(V), *zm = br_dvec(V);
+    for (int64_t i = 0; i < n; i++) {
+        br_logits(h + i * H, W, V, H, temp, z, zm);
+        const double c = br_g((double)H + 2);
+        const tb_lse_bound r = tb_row_lse_bound_e(z, zm, c, V, V, BR_EXP_ERR);
+        /* log(s0) <= log V: s0 sums V weights of at most 1 */
+        const double dlse = r.dlse + BR_LOG_ERR * log((double)V) + DF_U32 * fabs(lse[i]);
+        blse[i] = BR_REF * dlse;
+        blp[i] = BR_REF * (c * zm[tgt[i]] + dlse + DF_U32 * fabs(logp[i]));
+        bent[i] = BR_REF * (r.dent + BR_LOG_ERR * log((double)V) + DF_U32 * fabs(ent[i]));
+    }
+    free(z), free(zm);
 }
 
 /* ---- finite differences of a float64 loss ------------------------------------------------- */

@@ -3,31 +3,12 @@
  * the CPU (docs/cuda.md). Without a GPU: a SKIP line and exit 77 (ctest: skipped).
  */
 #include "cuda_testutil.h"
+#include "backend_ref.h"
 #include "model/ops.h"
 
-/* Reference C = alpha op(A) op(B) + beta C0 in double, and the bound's scale
- * S[i,j] = sum_k |op(A)[i,k] op(B)[k,j]| (Higham eq. 3.5). */
-static void gemm_ref(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
-                     const float *A, const float *B, float beta, const float *C0, double *C,
-                     double *S)
-{
-    for (int64_t i = 0; i < M; i++)
-        for (int64_t j = 0; j < N; j++) {
-            double acc = 0, abs = 0;
-            for (int64_t k = 0; k < K; k++) {
-                double a = ta ? A[k * M + i] : A[i * K + k];
-                double b = tb ? B[j * K + k] : B[k * N + j];
-                acc += a * b;
-                abs += fabs(a * b);
-            }
-            C[i * N + j] = alpha * acc + beta * C0[i * N + j];
-            S[i * N + j] = fabs(alpha) * abs + fabs(beta * C0[i * N + j]);
-        }
-}
-
-/* One case: ||C_gpu - C_exact||_F <= (per-product rounding + gamma_K) ||S||_F, where the
- * bf16 operands add 2 u_bf16 per product (each operand rounded once) and float32 sums
- * gamma_{K+1} (K products, the beta term). */
+/* One case: ||C_gpu - C_exact||_F <= br_gemm_rel(K, bf16) ||S||_F (tests/backend_ref.h: the
+ * bf16 operands add 2 u_bf16 + u_bf16^2 per product, each operand rounded once; the float32
+ * chain is gamma_{K+2}); test_backend_ops holds the backend's gemm to it elementwise. */
 static void gemm_case(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, float beta,
                       df_cuda_dtype dt, uint64_t seed)
 {
@@ -37,7 +18,7 @@ static void gemm_case(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float a
     dfct_rand(A, (int64_t)na, seed, -1, 1);
     dfct_rand(B, (int64_t)nb, seed + 1, -1, 1);
     dfct_rand(C0, (int64_t)nc, seed + 2, -1, 1);
-    gemm_ref(ta, tb, M, N, K, alpha, A, B, beta, C0, C, S);
+    br_gemm_ref(ta, tb, M, N, K, alpha, A, B, beta, C0, C, S);
     float *dA = dfct_up(A, 4 * (na + 1)), *dB = dfct_up(B, 4 * (nb + 1));
     float *dC = dfct_up(C0, 4 * nc);
     const void *opA = dA, *opB = dB;
@@ -57,8 +38,7 @@ static void gemm_case(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float a
         err += (got[i] - C[i]) * (got[i] - C[i]);
         s2 += S[i] * S[i];
     }
-    double per = (dt == DF_CUDA_BF16 ? 2 * DF_U_BF16 + DF_U_BF16 * DF_U_BF16 : 0) +
-                 df_tol_gamma((double)K + 1, DF_U32);
+    double per = br_gemm_rel(K, dt == DF_CUDA_BF16);
     double bound = per * sqrt(s2) + 1e-30;
     printf("  gemm %s%s %s M=%lld N=%lld K=%lld: ||err|| %.3e (bound %.3e)\n", ta ? "t" : "n",
            tb ? "t" : "n", dt == DF_CUDA_BF16 ? "bf16" : "f32", (long long)M, (long long)N,
