@@ -11,8 +11,9 @@
  * float64 forward. Per backend and operator, the largest error / bound is printed at the end
  * (a summary table), so a regression shows before it fails.
  *
- * Shapes: odd sizes, GQA and MHA, packed sequences of unequal length (1 token to 150), a sliding
- * window, qwen3's head_dim 128, a vocabulary that is not a multiple of the LM head's tile.
+ * Shapes: odd sizes, MHA and GQA groups of 2 and 4, packed sequences of unequal length (1 token to
+ * 257), sliding windows, qwen3's head_dim 128, vocabularies that are not a multiple of the LM
+ * head's tile.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -109,6 +110,7 @@ static void gemm_cases(const bo_backend *b, bool bf16)
     gemm_case(b, bf16, false, false, 33, 70, 257, 0.5f, 1.0f, 12);
     gemm_case(b, bf16, true, false, 64, 31, 96, -2.0f, 0.25f, 13); /* a weight gradient */
     gemm_case(b, bf16, false, true, 5, 128, 896, 1.0f, 1.0f, 14);  /* one token, qwen-like K */
+    gemm_case(b, bf16, false, true, 130, 257, 300, 1.0f, 0.0f, 18); /* blocked kernels */
     gemm_case(b, bf16, false, true, 1, 1, 1, 1.0f, 0.0f, 15);
     gemm_case(b, bf16, false, true, 5, 7, 0, 1.0f, 0.5f, 16); /* K = 0: C = beta C */
     gemm_case(b, bf16, true, true, 17, 19, 40, 1.0f, -1.0f, 17); /* computed or refused */
@@ -604,6 +606,9 @@ static void test_attention(void **state)
     const int64_t off3[4] = {0, 20, 23, 68};    /* qwen3-like: head_dim 128, GQA 2 */
     attention_case(off3, 3, 4, 2, 128, 0, 230);
     attention_case(off3, 3, 4, 2, 128, 7, 240);
+    const int64_t off4[4] = {0, 257, 259, 390}; /* GQA 4, crossing 128-row query blocks */
+    attention_case(off4, 3, 8, 2, 64, 0, 250);
+    attention_case(off4, 3, 8, 2, 64, 100, 260);
 }
 
 /* ---- LM head -------------------------------------------------------------------------------------- */
@@ -716,6 +721,7 @@ static void test_lmhead(void **state)
     (void)state;
     lmhead_case(7, 37, 16, 1.0, 300);        /* a vocabulary inside one tile */
     lmhead_case(5, 8192 + 1031, 64, 0.7, 310); /* past a column group, a partial tile */
+    lmhead_case(70, 1500, 200, 1.3, 320);      /* rows past a row tile, odd H */
 }
 
 /* ---- main ---------------------------------------------------------------------------------------- */
