@@ -282,9 +282,12 @@ static void test_layout_bytes(void **state)
             continue;
         assert_int_equal(df_acts_bytes(&cpu, c, T, 30, DF_ACTS_BF16, &mixed), DF_OK);
         assert_int_equal(df_acts_create_ex(&cpu, c, T, 30, DF_ACTS_BF16, &a), DF_OK);
+        df_model *m = model_of(c, 3);
+        assert_int_equal(df_acts_load_weights(a, m), DF_OK); /* makes the copy */
         assert_int_equal(df_acts_size(a), mixed);
         assert_int_equal(mixed - plain, df_weights16_bytes(a->w16) + 2 * 2 * T * widest);
         df_acts_free(a);
+        df_model_free(m);
     }
     int64_t b = -1;
     assert_int_equal(df_acts_bytes(&cpu, &cs[0], 8, 8, 1u << 7, &b), DF_EINVAL);

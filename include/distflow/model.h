@@ -231,15 +231,24 @@ typedef struct df_layer16 {
 
 /**
  * A bfloat16 copy ("shadow") of a model's matmul weights: q/k/v/o and gate/up/down of every
- * layer and the LM head (the tied embedding when tie_word_embeddings; none in a value model).
+ * layer and, with DF_W16_LM_HEAD, the LM head (the tied embedding when tie_word_embeddings; none
+ * in a value model).
  * The float32 weights stay the master copy the optimizer updates; the shadow is what
  * mixed-precision matmuls read (backend gemm_w16), converted once per weight version by
  * df_weights16_refresh instead of at every matmul. Host memory, 64-byte aligned tensors.
  */
 typedef struct df_weights16 df_weights16;
 
-/** An empty (all-zero) shadow for cfg's shapes. Errors: df_model_config_validate's, DF_ENOMEM. */
+/** df_weights16_create_ex flags. */
+enum {
+    DF_W16_LM_HEAD = 1u << 0, /**< hold the LM head too (a causal LM; a value model has none) */
+};
+/** An empty (all-zero) shadow for cfg's shapes, the LM head included (DF_W16_LM_HEAD). Errors:
+ *  df_model_config_validate's, DF_ENOMEM. */
 DF_API int df_weights16_create(const df_model_config *cfg, df_weights16 **out);
+/** As df_weights16_create with `flags` (0: the layers' matmul weights only). DF_EINVAL for an
+ *  unknown flag. */
+DF_API int df_weights16_create_ex(const df_model_config *cfg, unsigned flags, df_weights16 **out);
 /**
  * Convert `src` (float32 weights with cfg's shapes, host memory: a df_model's w) into the shadow,
  * rounding to nearest even (NaN stays NaN), one threaded pass. Call it after every change of the
@@ -249,7 +258,7 @@ DF_API int df_weights16_create(const df_model_config *cfg, df_weights16 **out);
 DF_API int df_weights16_refresh(df_weights16 *w, const df_model_view *src);
 /** Layer l's bf16 weights (l in [0, num_hidden_layers)). */
 DF_API const df_layer16 *df_weights16_layer(const df_weights16 *w, int64_t l);
-/** The LM head [vocab, hidden] in bf16, NULL for a value model. */
+/** The LM head [vocab, hidden] in bf16, NULL for a value model or without DF_W16_LM_HEAD. */
 DF_API const uint16_t *df_weights16_lm_head(const df_weights16 *w);
 /**
  * Whether this machine runs bf16 matmuls natively (oneDNN has AMX-BF16 or AVX512-BF16
@@ -424,7 +433,8 @@ DF_API int df_acts_create_ex(const df_backend *be, const df_model_config *cfg,
                              int64_t max_tokens, int64_t max_out, unsigned flags, df_acts **out);
 /**
  * *bytes = the backend memory df_acts_create_ex would allocate for these arguments, from the
- * same layout code and without allocating it (the host's small index arrays aside). Errors as
+ * same layout code and without allocating it (the host's small index arrays aside); with
+ * DF_ACTS_BF16 the bf16 weight copy df_acts_load_weights makes included. Errors as
  * df_acts_create_ex's checks (nothing is allocated, so no DF_ENOMEM).
  */
 DF_API int df_acts_bytes(const df_backend *be, const df_model_config *cfg, int64_t max_tokens,
@@ -440,6 +450,14 @@ DF_API int64_t df_acts_size(const df_acts *a);
  * backend's copy errors.
  */
 DF_API int df_acts_load_weights(df_acts *a, const df_model *m);
+/**
+ * Mixed precision (DF_ACTS_BF16): read the layers' bf16 weights from `w`, a copy of m's that its
+ * owner keeps and refreshes after every change of m (a role sharing one copy among the
+ * activations it re-creates, or a frozen model that keeps only that copy); df_acts_load_weights
+ * then leaves it alone. `w` must outlive `a` or the next call. Errors: DF_EINVAL (activations
+ * without DF_ACTS_BF16, NULL, another model's shape).
+ */
+DF_API int df_acts_share_weights16(df_acts *a, const df_weights16 *w, const df_model *m);
 DF_API void df_acts_free(df_acts *a);
 
 /**

@@ -75,8 +75,10 @@ struct df_acts {
     df_layer_view *gview_layers; /* [L] for views of the gradient blob */
     df_mm_ctx *mm;       /* bf16 matmul context, NULL: float32 matmuls */
     df_weights16 *w16;   /* mixed precision (with mm): the bf16 copy of the weights the layers'
-                          * matmuls read, refreshed by df_acts_load_weights; NULL: float32 */
-    const float *w16_src;/* the float32 blob w16 was last converted from */
+                          * matmuls read: made and refreshed by df_acts_load_weights, or another
+                          * owner's (w16_shared, df_acts_share_weights16); NULL: float32 */
+    bool w16_shared;
+    const float *w16_src;/* the float32 blob of the model w16 is a copy of */
     /* The last forward, checked by the backward. */
     int64_t fwd_tokens, fwd_out;
     float fwd_temperature;

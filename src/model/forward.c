@@ -35,6 +35,16 @@ static float *falloc(df_acts *a, int64_t n, int *fail)
     return balloc(a, n, sizeof(float), fail);
 }
 
+/* Drop the bf16 weight copy (freed when a owns it). */
+static void drop_w16(df_acts *a)
+{
+    if (!a->w16_shared)
+        df_weights16_free(a->w16);
+    a->w16 = NULL;
+    a->w16_shared = false;
+    a->w16_src = NULL;
+}
+
 void df_acts_free(df_acts *a)
 {
     if (!a)
@@ -53,7 +63,7 @@ void df_acts_free(df_acts *a)
     free(a->gview_layers);
     free(a->wview_layers);
     df_mm_ctx_free(a->mm);
-    df_weights16_free(a->w16);
+    drop_w16(a);
     free(a);
 }
 
@@ -72,10 +82,8 @@ int df_acts_set_bf16_matmul(df_acts *a, bool on)
 {
     if (!on) {
         df_mm_ctx_free(a->mm);
-        df_weights16_free(a->w16);
         a->mm = NULL;
-        a->w16 = NULL;
-        a->w16_src = NULL;
+        drop_w16(a);
         return DF_OK;
     }
     if (!df_backend_is_cpu(&a->be) || !a->be.ops->gemm_w16)
@@ -83,12 +91,24 @@ int df_acts_set_bf16_matmul(df_acts *a, bool on)
                         "bf16 decoder matmuls yet", a->be.ops->name);
     if (a->mm)
         return DF_OK;
+    /* The weight copy comes with df_acts_load_weights (or df_acts_share_weights16). */
     int rc = df_mm_ctx_create(mm_elems(a), &a->mm);
-    if (!rc && (rc = df_weights16_create(&a->cfg, &a->w16))) {
-        df_mm_ctx_free(a->mm);
-        a->mm = NULL;
-    }
     return rc ? df_error_wrap(rc, "mixed precision (bf16 matmuls)") : DF_OK;
+}
+
+int df_acts_share_weights16(df_acts *a, const df_weights16 *w, const df_model *m)
+{
+    if (!a->mm)
+        return df_error(DF_EINVAL, "df_acts_share_weights16: the activations were not created "
+                        "for mixed precision (DF_ACTS_BF16)");
+    if (!w || !m || m->cfg.hidden_size != a->cfg.hidden_size ||
+        m->cfg.num_hidden_layers != a->cfg.num_hidden_layers)
+        return df_error(DF_EINVAL, "df_acts_share_weights16: no weights, or another model's");
+    drop_w16(a);
+    a->w16 = (df_weights16 *)w; /* only read: df_acts_load_weights never refreshes a shared copy */
+    a->w16_shared = true;
+    a->w16_src = m->params;
+    return DF_OK;
 }
 
 /* The RoPE table for every position the activations hold (the model's frequencies: plain or
@@ -316,24 +336,30 @@ int df_acts_bytes(const df_backend *be, const df_model_config *cfg, int64_t max_
         return df_error_wrap(rc, "df_acts_bytes");
     int fail = 1; /* count, allocate nothing */
     alloc_buffers(a, &fail);
-    /* mixed precision: the bf16 weights and the two operand scratches of the bf16 matmuls */
-    *bytes = a->bytes + ((flags & DF_ACTS_BF16) ? df_weights16_bytes_for(cfg) + 2 * mm_elems(a) * 2 : 0);
+    /* mixed precision: the bf16 weights df_acts_load_weights makes and the two operand
+     * scratches of the bf16 matmuls */
+    *bytes = a->bytes + ((flags & DF_ACTS_BF16) ? df_weights16_bytes_for(cfg, 0) + 2 * mm_elems(a) * 2 : 0);
     free(a); /* a dry run holds no buffer */
     return DF_OK;
 }
 
 int64_t df_acts_size(const df_acts *a)
 {
-    return a->bytes + (a->w16 ? df_weights16_bytes(a->w16) + 2 * mm_elems(a) * 2 : 0);
+    const int64_t w16 = a->w16 && !a->w16_shared ? df_weights16_bytes(a->w16) : 0;
+    return a->bytes + (a->mm ? w16 + 2 * mm_elems(a) * 2 : 0);
 }
 
 int df_acts_load_weights(df_acts *a, const df_model *m)
 {
-    if (a->w16) { /* mixed precision (host memory): the one conversion of this weight version */
-        int rc = df_weights16_refresh(a->w16, &m->w);
+    if (a->mm && !a->w16_shared) { /* mixed precision: the one conversion of this weight version */
+        int rc = a->w16 ? DF_OK : df_weights16_create_ex(&a->cfg, 0, &a->w16);
+        if (!rc)
+            rc = df_weights16_refresh(a->w16, &m->w);
         a->w16_src = rc ? NULL : m->params;
         return rc ? df_error_wrap(rc, "df_acts_load_weights") : DF_OK;
     }
+    if (a->mm) /* a shared copy: its owner refreshes it */
+        return DF_OK;
     if (a->be.ops->host_memory)
         return DF_OK;
     const size_t bytes = (size_t)m->n_params * sizeof(float);
@@ -357,7 +383,7 @@ int df_acts_load_weights(df_acts *a, const df_model *m)
 
 int df_acts_weights(const df_acts *a, const df_model *m, const df_model_view **w)
 {
-    if (a->w16 && a->w16_src != m->params)
+    if (a->mm && a->w16_src != m->params)
         return df_error(DF_EINVAL, "mixed precision: the bf16 copy of this model's weights was "
                         "not made (call df_acts_load_weights after every change of them)");
     if (a->be.ops->host_memory) {

@@ -106,8 +106,8 @@ int df_mm_w16(df_mm_ctx *c, bool tb, int64_t M, int64_t N, int64_t K, float alph
  * operands, gemm_w16 reads a df_weights16 weight. What a rollout with bf16 weights runs on.
  */
 df_backend df_backend_cpu_bf16(df_mm_ctx **mm);
-/** Bytes df_weights16_create allocates for cfg (model.h; cfg valid). */
-int64_t df_weights16_bytes_for(const df_model_config *cfg);
+/** Bytes df_weights16_create_ex allocates for cfg and flags (model.h; cfg valid). */
+int64_t df_weights16_bytes_for(const df_model_config *cfg, unsigned flags);
 
 /* ---- embedding ------------------------------------------------------------ */
 

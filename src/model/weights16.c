@@ -29,26 +29,40 @@ static int64_t layer_elems(const df_model_config *c)
     return up32(qd * H) + 2 * up32(kvd * H) + up32(H * qd) + 3 * up32(I * H);
 }
 
-int64_t df_weights16_bytes_for(const df_model_config *cfg)
+/* The LM head's elements in a copy made with `flags`: none without DF_W16_LM_HEAD or in a
+ * value model. */
+static int64_t head_elems(const df_model_config *cfg, unsigned flags)
 {
-    const int64_t head = cfg->num_labels > 0 ? 0 : up32(cfg->vocab_size * cfg->hidden_size);
+    return (flags & DF_W16_LM_HEAD) && cfg->num_labels == 0 ? up32(cfg->vocab_size * cfg->hidden_size) : 0;
+}
+
+int64_t df_weights16_bytes_for(const df_model_config *cfg, unsigned flags)
+{
+    const int64_t head = head_elems(cfg, flags);
     return (cfg->num_hidden_layers * layer_elems(cfg) + head) * (int64_t)sizeof(uint16_t);
 }
 
 int df_weights16_create(const df_model_config *cfg, df_weights16 **out)
 {
+    return df_weights16_create_ex(cfg, DF_W16_LM_HEAD, out);
+}
+
+int df_weights16_create_ex(const df_model_config *cfg, unsigned flags, df_weights16 **out)
+{
     int rc = df_model_config_validate(cfg);
     if (rc)
         return df_error_wrap(rc, "df_weights16_create");
+    if (flags & ~(unsigned)DF_W16_LM_HEAD)
+        return df_error(DF_EINVAL, "df_weights16_create: unknown flags 0x%x", flags);
     const int64_t H = cfg->hidden_size, I = cfg->intermediate_size, L = cfg->num_hidden_layers;
     const int64_t qd = cfg->num_attention_heads * cfg->head_dim;
     const int64_t kvd = cfg->num_key_value_heads * cfg->head_dim;
-    const int64_t head = cfg->num_labels > 0 ? 0 : up32(cfg->vocab_size * H);
+    const int64_t head = head_elems(cfg, flags);
     df_weights16 *w = calloc(1, sizeof *w);
     if (!w)
         return df_error(DF_ENOMEM, "out of memory for the bf16 weights");
     w->cfg = *cfg;
-    w->elems = df_weights16_bytes_for(cfg) / (int64_t)sizeof(uint16_t);
+    w->elems = df_weights16_bytes_for(cfg, flags) / (int64_t)sizeof(uint16_t);
     w->blob = aligned_alloc(64, (size_t)(w->elems > 0 ? w->elems : 32) * sizeof(uint16_t));
     w->layers = calloc((size_t)L, sizeof *w->layers);
     if (!w->blob || !w->layers) {
@@ -77,10 +91,10 @@ int df_weights16_refresh(df_weights16 *w, const df_model_view *src)
 {
     if (!w || !src || !src->layers)
         return df_error(DF_EINVAL, "df_weights16_refresh: NULL argument");
-    if ((w->lm_head != NULL) != (src->lm_head != NULL))
+    if ((w->cfg.num_labels > 0) != (src->lm_head == NULL))
         return df_error(DF_EINVAL, "df_weights16_refresh: the weights are %s, the bf16 copy was "
                         "made for %s", src->lm_head ? "a causal LM's" : "a value model's",
-                        w->lm_head ? "a causal LM" : "a value model");
+                        w->cfg.num_labels > 0 ? "a value model" : "a causal LM");
     const df_model_config *c = &w->cfg;
     const int64_t H = c->hidden_size, I = c->intermediate_size;
     const int64_t qd = c->num_attention_heads * c->head_dim, kvd = c->num_key_value_heads * c->head_dim;
