@@ -181,7 +181,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench setup: %s\n", df_last_error());
         return 1;
     }
-    if (bc.bf16 && df_acts_set_bf16_matmul(a, true)) {
+    if (bc.bf16 && (df_acts_set_bf16_matmul(a, true) || df_acts_load_weights(a, m))) {
         fprintf(stderr, "bench setup: %s\n", df_last_error());
         return 1;
     }

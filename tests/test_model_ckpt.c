@@ -128,8 +128,10 @@ static void run_passes(const df_model *m, unsigned flags, bool bf16, const packe
     df_backend cpu = df_backend_cpu();
     df_acts *a = NULL;
     assert_int_equal(df_acts_create_ex(&cpu, &m->cfg, 48, 48, flags, &a), DF_OK);
-    if (bf16)
+    if (bf16) {
         assert_int_equal(df_acts_set_bf16_matmul(a, true), DF_OK);
+        assert_int_equal(df_acts_load_weights(a, m), DF_OK);
+    }
     r->grads = calloc((size_t)m->n_params, sizeof(float));
     assert_non_null(r->grads);
     for (int i = 0; i < n_pk; i++) {
@@ -271,12 +273,27 @@ static void test_layout_bytes(void **state)
         assert_int_equal(df_acts_create_on(&cpu, c, T, 30, &a), DF_OK);
         assert_int_equal(df_acts_size(a), plain);
         df_acts_free(a);
+        /* mixed precision adds the bf16 weights and the two operand scratches of
+           [T, max(H, I, nh hd)] bf16 */
+        int64_t mixed = 0, widest = c->intermediate_size;
+        widest = c->hidden_size > widest ? c->hidden_size : widest;
+        widest = c->num_attention_heads * c->head_dim > widest ? c->num_attention_heads * c->head_dim : widest;
+        if (df_model_bf16_available() != DF_OK)
+            continue;
+        assert_int_equal(df_acts_bytes(&cpu, c, T, 30, DF_ACTS_BF16, &mixed), DF_OK);
+        assert_int_equal(df_acts_create_ex(&cpu, c, T, 30, DF_ACTS_BF16, &a), DF_OK);
+        df_model *m = model_of(c, 3);
+        assert_int_equal(df_acts_load_weights(a, m), DF_OK); /* makes the copy */
+        assert_int_equal(df_acts_size(a), mixed);
+        assert_int_equal(mixed - plain, df_weights16_bytes(a->w16) + 2 * 2 * T * widest);
+        df_acts_free(a);
+        df_model_free(m);
     }
     int64_t b = -1;
-    assert_int_equal(df_acts_bytes(&cpu, &cs[0], 8, 8, 2u, &b), DF_EINVAL);
+    assert_int_equal(df_acts_bytes(&cpu, &cs[0], 8, 8, 1u << 7, &b), DF_EINVAL);
     assert_int_equal(b, -1);
     df_acts *a = NULL;
-    assert_int_equal(df_acts_create_ex(&cpu, &cs[0], 8, 8, 2u, &a), DF_EINVAL);
+    assert_int_equal(df_acts_create_ex(&cpu, &cs[0], 8, 8, 1u << 7, &a), DF_EINVAL);
     assert_null(a);
     /* The 0.5B shape at 4096 tokens: what docs/backend.md quotes, and the saving it is about. */
     df_model_config q = base_config("qwen2");

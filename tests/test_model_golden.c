@@ -346,6 +346,7 @@ static void test_bf16_matmul_model(void **state)
         skip();
     }
     assert_int_equal(rc, DF_OK);
+    assert_int_equal(df_acts_load_weights(a, m), DF_OK);
     float *lp = malloc(sizeof(float) * (size_t)g->gb.n_out), *en = malloc(sizeof(float) * (size_t)g->gb.n_out);
     float *c = df_golden_read_vec(g->gb.exp, "loss.c", NULL), *d = df_golden_read_vec(g->gb.exp, "loss.d", NULL);
     float *grads = calloc((size_t)m->n_params, sizeof(float));

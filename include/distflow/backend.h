@@ -71,6 +71,17 @@ typedef struct df_backend_ops {
     int (*gemm)(void *ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                 const float *A, const float *B, float beta, float *C);
 
+    /**
+     * Mixed precision (docs/mixed_precision.md): C[M,N] = alpha A op(W) + beta C with W a
+     * bfloat16 weight of a df_weights16 (host memory on the CPU) and A float32 rounded to
+     * bfloat16 (nearest even) per call, float32 accumulation and result. tb true: W [N,K],
+     * op(W) = W^T (a Linear forward y = x W^T); tb false: W [K,N] (its input gradient dy W).
+     * NULL on a backend without bf16 matmuls: df_model_check_backend_ex refuses mixed
+     * precision there (DF_ACTS_BF16).
+     */
+    int (*gemm_w16)(void *ctx, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                    const float *A, const uint16_t *W, float beta, float *C);
+
     /* ---- rows ---- */
     /** y[i, :] = b for i < M (b [N]): a Linear layer's bias before its GEMM adds x W^T. */
     int (*rows_fill)(void *ctx, float *y, const float *b, int64_t M, int64_t N);

@@ -222,6 +222,56 @@ DF_API void df_model_view_of(const df_model *m, float *blob, df_model_view *view
 /** Descriptor by HF name, or NULL. */
 DF_API const df_param_desc *df_model_find_tensor(const df_model *m, const char *name);
 
+/* ---- bf16 weight copy (mixed precision, docs/mixed_precision.md) --------------- */
+
+/** One layer's matmul weights in bfloat16, each with its float32 tensor's shape ([out, in]). */
+typedef struct df_layer16 {
+    const uint16_t *wq, *wk, *wv, *wo, *w_gate, *w_up, *w_down;
+} df_layer16;
+
+/**
+ * A bfloat16 copy ("shadow") of a model's matmul weights: q/k/v/o and gate/up/down of every
+ * layer and, with DF_W16_LM_HEAD, the LM head (the tied embedding when tie_word_embeddings; none
+ * in a value model).
+ * The float32 weights stay the master copy the optimizer updates; the shadow is what
+ * mixed-precision matmuls read (backend gemm_w16), converted once per weight version by
+ * df_weights16_refresh instead of at every matmul. Host memory, 64-byte aligned tensors.
+ */
+typedef struct df_weights16 df_weights16;
+
+/** df_weights16_create_ex flags. */
+enum {
+    DF_W16_LM_HEAD = 1u << 0, /**< hold the LM head too (a causal LM; a value model has none) */
+};
+/** An empty (all-zero) shadow for cfg's shapes, the LM head included (DF_W16_LM_HEAD). Errors:
+ *  df_model_config_validate's, DF_ENOMEM. */
+DF_API int df_weights16_create(const df_model_config *cfg, df_weights16 **out);
+/** As df_weights16_create with `flags` (0: the layers' matmul weights only). DF_EINVAL for an
+ *  unknown flag. */
+DF_API int df_weights16_create_ex(const df_model_config *cfg, unsigned flags, df_weights16 **out);
+/**
+ * Convert `src` (float32 weights with cfg's shapes, host memory: a df_model's w) into the shadow,
+ * rounding to nearest even (NaN stays NaN), one threaded pass. Call it after every change of the
+ * weights (an optimizer step, a load, a weight sync). Errors: DF_EINVAL (NULL, a value model's
+ * view for a causal LM's shadow or the reverse).
+ */
+DF_API int df_weights16_refresh(df_weights16 *w, const df_model_view *src);
+/** Layer l's bf16 weights (l in [0, num_hidden_layers)). */
+DF_API const df_layer16 *df_weights16_layer(const df_weights16 *w, int64_t l);
+/** The LM head [vocab, hidden] in bf16, NULL for a value model or without DF_W16_LM_HEAD. */
+DF_API const uint16_t *df_weights16_lm_head(const df_weights16 *w);
+/**
+ * Whether this machine runs bf16 matmuls natively (oneDNN has AMX-BF16 or AVX512-BF16
+ * kernels here): DF_OK, or DF_EUNSUPPORTED with the reason in df_last_error. Mixed precision
+ * (DF_ACTS_BF16) needs it.
+ */
+DF_API int df_model_bf16_available(void);
+/** Bytes the shadow holds (its tensors; for memory accounting). */
+DF_API int64_t df_weights16_bytes(const df_weights16 *w);
+/** Number of df_weights16_refresh calls so far (0: never filled). */
+DF_API int64_t df_weights16_version(const df_weights16 *w);
+DF_API void df_weights16_free(df_weights16 *w);
+
 /* ---- lifetime and files --------------------------------------------------- */
 
 /** Allocate a zero-initialised model for cfg. Errors: df_model_param_count's; DF_ENOMEM (before
@@ -325,6 +375,13 @@ typedef struct df_acts df_acts;
  * df_acts_create_on checks it; callers that create activations lazily check it up front.
  */
 DF_API int df_model_check_backend(const df_backend *be, const df_model_config *cfg);
+/**
+ * df_model_check_backend, and for DF_ACTS_BF16 in `flags` that the backend has mixed-precision
+ * matmuls (ops->gemm_w16 over host-memory bf16 weights; the CPU only for now): DF_EUNSUPPORTED
+ * naming the backend and the setting otherwise.
+ */
+DF_API int df_model_check_backend_ex(const df_backend *be, const df_model_config *cfg,
+                                     unsigned flags);
 
 /** Activations on the CPU backend (df_acts_create_on with df_backend_cpu()). */
 DF_API int df_acts_create(const df_model_config *cfg, int64_t max_tokens, int64_t max_out,
@@ -354,17 +411,30 @@ enum {
      * kernels run on the same inputs, so logits and gradients are the same to the bit.
      */
     DF_ACTS_CHECKPOINT = 1u << 0,
+    /**
+     * Mixed precision (torch.autocast(bfloat16) / FSDP MixedPrecision(param_dtype=bf16),
+     * docs/mixed_precision.md): the decoder layers' matmuls (q/k/v/o, gate/up/down, forward
+     * and backward) take bfloat16 operands with float32 accumulation; their weights come from
+     * a bf16 copy (df_weights16) that df_acts_load_weights refreshes, which must be called
+     * after every change of the weights and before the first forward. Weight gradients
+     * round both operands per call. Embedding, norms, attention, the LM head, the losses
+     * and every reduction stay float32, as do the master weights and gradients. Refused
+     * (DF_EUNSUPPORTED) where the backend has no gemm_w16 or the CPU no AMX-BF16 /
+     * AVX512-BF16 kernels (df_model_bf16_available).
+     */
+    DF_ACTS_BF16 = 1u << 1,
 };
 
 /**
- * df_acts_create_on with `flags` (0 or DF_ACTS_CHECKPOINT). Errors as df_acts_create_on,
- * DF_EINVAL for an unknown flag.
+ * df_acts_create_on with `flags` (DF_ACTS_CHECKPOINT, DF_ACTS_BF16 or both). Errors as
+ * df_acts_create_on, DF_EINVAL for an unknown flag, DF_ACTS_BF16's.
  */
 DF_API int df_acts_create_ex(const df_backend *be, const df_model_config *cfg,
                              int64_t max_tokens, int64_t max_out, unsigned flags, df_acts **out);
 /**
  * *bytes = the backend memory df_acts_create_ex would allocate for these arguments, from the
- * same layout code and without allocating it (the host's small index arrays aside). Errors as
+ * same layout code and without allocating it (the host's small index arrays aside); with
+ * DF_ACTS_BF16 the bf16 weight copy df_acts_load_weights makes included. Errors as
  * df_acts_create_ex's checks (nothing is allocated, so no DF_ENOMEM).
  */
 DF_API int df_acts_bytes(const df_backend *be, const df_model_config *cfg, int64_t max_tokens,
@@ -373,10 +443,21 @@ DF_API int df_acts_bytes(const df_backend *be, const df_model_config *cfg, int64
 DF_API int64_t df_acts_size(const df_acts *a);
 /**
  * Copy m's weights into the backend's memory (a no-op on the CPU backend, which reads m's
- * own): call it after every change of m's parameters (a weight sync). The copy's layout
- * is m's (df_model_view_of). Errors: DF_ENOMEM, the backend's copy errors.
+ * own), or, with DF_ACTS_BF16, convert them into the bf16 copy the matmuls read (the one
+ * conversion per weight version): call it after every change of m's parameters (an
+ * optimizer step, a load, a weight sync); a mixed-precision forward refuses a model whose
+ * copy it never made. The copy's layout is m's (df_model_view_of). Errors: DF_ENOMEM, the
+ * backend's copy errors.
  */
 DF_API int df_acts_load_weights(df_acts *a, const df_model *m);
+/**
+ * Mixed precision (DF_ACTS_BF16): read the layers' bf16 weights from `w`, a copy of m's that its
+ * owner keeps and refreshes after every change of m (a role sharing one copy among the
+ * activations it re-creates, or a frozen model that keeps only that copy); df_acts_load_weights
+ * then leaves it alone. `w` must outlive `a` or the next call. Errors: DF_EINVAL (activations
+ * without DF_ACTS_BF16, NULL, another model's shape).
+ */
+DF_API int df_acts_share_weights16(df_acts *a, const df_weights16 *w, const df_model *m);
 DF_API void df_acts_free(df_acts *a);
 
 /**

@@ -74,6 +74,11 @@ struct df_acts {
     float *lm_scratch;   /* df_lmhead_scratch_floats(max_out, V, H); 1 float for a value model */
     df_layer_view *gview_layers; /* [L] for views of the gradient blob */
     df_mm_ctx *mm;       /* bf16 matmul context, NULL: float32 matmuls */
+    df_weights16 *w16;   /* mixed precision (with mm): the bf16 copy of the weights the layers'
+                          * matmuls read: made and refreshed by df_acts_load_weights, or another
+                          * owner's (w16_shared, df_acts_share_weights16); NULL: float32 */
+    bool w16_shared;
+    const float *w16_src;/* the float32 blob of the model w16 is a copy of */
     /* The last forward, checked by the backward. */
     int64_t fwd_tokens, fwd_out;
     float fwd_temperature;
@@ -118,11 +123,30 @@ void df_acts_layer_recompute(const df_model_config *c, const df_layer_view *w, d
                              int64_t l);
 
 /**
- * Run the decoder layers' matmuls in bf16 (ops.h df_mm_*; the LM head, norms,
- * attention and everything else stay float32) or back in float32. Errors as
- * df_mm_ctx_create (DF_EUNSUPPORTED without AMX-BF16 / AVX512-BF16).
+ * Mixed precision on or off (DF_ACTS_BF16 of df_acts_create_ex, docs/mixed_precision.md):
+ * the decoder layers' matmuls in bf16 with float32 accumulation, weights read from a bf16
+ * copy that df_acts_load_weights fills (call it before the next forward), the weight
+ * gradients' matmuls rounding both operands; the LM head, norms, attention and everything
+ * else stay float32. Off frees the copy. Errors: DF_EUNSUPPORTED (a backend without
+ * gemm_w16; df_mm_ctx_create's without AMX-BF16 / AVX512-BF16), DF_ENOMEM.
  */
 int df_acts_set_bf16_matmul(df_acts *a, bool on);
+
+/* Layer l's bf16 weights in mixed precision, else NULL (float32 matmuls). */
+static inline const df_layer16 *df_acts_layer16(const df_acts *a, int64_t l)
+{
+    return a->w16 ? df_weights16_layer(a->w16, l) : NULL;
+}
+
+/* C = alpha A op(W) + beta C for a layer weight W (tb: W [N,K] transposed, else W [K,N]):
+ * from its bf16 copy W16 when there is one (mixed precision), else the float32 GEMM. */
+#define DF_WMM(a, tb, M, N, K, alpha, A, W, W16, beta, C)                              \
+    do {                                                                               \
+        if (W16)                                                                       \
+            DF_BE(a, gemm_w16, tb, M, N, K, alpha, A, W16, beta, C);                   \
+        else                                                                           \
+            DF_BE(a, gemm, false, tb, M, N, K, alpha, A, W, beta, C);                  \
+    } while (0)
 
 /**
  * Check a batch for the LM head against the model and the sizes `a` was created

@@ -1,8 +1,9 @@
 /*
  * The CPU backend (distflow/backend.h): host memory, oneDNN matmuls through the
- * activations' precision (ops.h df_mm_*: float32, or bf16 where df_acts_set_bf16_matmul
- * turned it on) and the kernels of src/model/ops_*.c. Its context is NULL (float32) or
- * the address of a df_mm_ctx pointer, read at each matmul.
+ * activations' precision (ops.h df_mm_*: float32, or bf16 in mixed precision) and the
+ * kernels of src/model/ops_*.c. Its context is NULL (float32) or the address of a
+ * df_mm_ctx pointer, read at each matmul: gemm then rounds both operands (autocast's
+ * weight-gradient matmuls), gemm_w16 only the activation (the weight is a df_weights16).
  */
 #include "distflow/backend.h"
 #include "model/ops.h"
@@ -59,6 +60,16 @@ static int cpu_gemm(void *ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K
     else
         df_mm_nn(mm, M, N, K, alpha, A, B, beta, C);
     return DF_OK;
+}
+
+static int cpu_gemm_w16(void *ctx, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                        const float *A, const uint16_t *W, float beta, float *C)
+{
+    df_mm_ctx *mm = ctx ? *(df_mm_ctx **)ctx : NULL;
+    if (!mm)
+        return df_error(DF_EINVAL, "cpu gemm_w16: this backend has no bf16 matmul context "
+                        "(df_backend_cpu_bf16, or activations created with DF_ACTS_BF16)");
+    return df_mm_w16(mm, tb, M, N, K, alpha, A, W, beta, C);
 }
 
 static int cpu_rows_fill(void *ctx, float *y, const float *b, int64_t M, int64_t N)
@@ -212,6 +223,7 @@ static const df_backend_ops cpu_ops = {
     .zero = cpu_zero,
     .sync = cpu_sync,
     .gemm = cpu_gemm,
+    .gemm_w16 = cpu_gemm_w16,
     .rows_fill = cpu_rows_fill,
     .col_sum_add = cpu_col_sum_add,
     .gather_rows = cpu_gather_rows,
@@ -233,6 +245,11 @@ static const df_backend_ops cpu_ops = {
 df_backend df_backend_cpu(void)
 {
     return (df_backend){.ops = &cpu_ops, .ctx = NULL};
+}
+
+df_backend df_backend_cpu_bf16(df_mm_ctx **mm)
+{
+    return (df_backend){.ops = &cpu_ops, .ctx = mm};
 }
 
 bool df_backend_is_cpu(const df_backend *b)

@@ -34,17 +34,19 @@ static void layer_backward(const df_model_config *c, const df_layer_view *w, df_
     const float *att = a->att + s * MT * qd;
     const float *gate = a->gate + s * MT * I, *up = a->up + s * MT * I;
     float *dres = a->dres, *dxn = a->dxn;
+    const df_layer16 *w16 = df_acts_layer16(a, l); /* mixed precision: dy W from the bf16 copy */
     df_backend_seqs seqs = bb->seqs;
     seqs.window = df_model_layer_window(c, l);
 
     /* MLP: x_next = h + act W_down^T, act = silu(gate) * up (recomputed, not saved).
-     * gemm(ta, tb): (1, 0) accumulates a weight gradient dy^T x, (0, 0) is dy W. */
+     * gemm(ta, tb): (1, 0) accumulates a weight gradient dy^T x (in mixed precision both
+     * rounded per call, as autocast does), DF_WMM(tb = 0) is an input gradient dy W. */
     DF_BE(a, swiglu_fwd, a->mlp_a, gate, up, T * I);
     DF_BE(a, gemm, true, false, H, I, T, 1.0f, dres, a->mlp_a, 1.0f, g->w_down);
-    DF_BE(a, gemm, false, false, T, I, H, 1.0f, dres, w->w_down, 0.0f, a->mlp_a); /* dact */
+    DF_WMM(a, false, T, I, H, 1.0f, dres, w->w_down, w16 ? w16->w_down : NULL, 0.0f, a->mlp_a);
     DF_BE(a, swiglu_bwd, a->mlp_b, a->mlp_c, a->mlp_a, gate, up, T * I);
-    DF_BE(a, gemm, false, false, T, H, I, 1.0f, a->mlp_b, w->w_gate, 0.0f, dxn);
-    DF_BE(a, gemm, false, false, T, H, I, 1.0f, a->mlp_c, w->w_up, 1.0f, dxn);
+    DF_WMM(a, false, T, H, I, 1.0f, a->mlp_b, w->w_gate, w16 ? w16->w_gate : NULL, 0.0f, dxn);
+    DF_WMM(a, false, T, H, I, 1.0f, a->mlp_c, w->w_up, w16 ? w16->w_up : NULL, 1.0f, dxn);
     DF_BE(a, gemm, true, false, I, H, T, 1.0f, a->mlp_b, xn2, 1.0f, g->w_gate);
     DF_BE(a, gemm, true, false, I, H, T, 1.0f, a->mlp_c, xn2, 1.0f, g->w_up);
     DF_BE(a, rmsnorm_bwd, dres, g->ln2, dxn, h, w->ln2, a->rstd2 + s * MT, T, H);
@@ -53,7 +55,7 @@ static void layer_backward(const df_model_config *c, const df_layer_view *w, df_
     DF_BE(a, gemm, true, false, H, qd, T, 1.0f, dres, att, 1.0f, g->wo);
     if (g->bo)
         DF_BE(a, col_sum_add, g->bo, dres, T, H);
-    DF_BE(a, gemm, false, false, T, qd, H, 1.0f, dres, w->wo, 0.0f, a->dao);
+    DF_WMM(a, false, T, qd, H, 1.0f, dres, w->wo, w16 ? w16->wo : NULL, 0.0f, a->dao);
     DF_BE(a, attention_bwd, a->dq, a->dk, a->dv, a->dao, att, a->att_lse + s * MT * nh, q, k, v,
           &seqs, nh, nkv, hd);
     DF_BE(a, rope_apply, a->dq, bb->pos, T, nh, hd, a->rope_cos, a->rope_sin, true);
@@ -68,9 +70,9 @@ static void layer_backward(const df_model_config *c, const df_layer_view *w, df_
         head_norm_bwd(a, a->dkn, g->k_norm, a->dk, a->kraw + s * MT * kvd, w->k_norm,
                       a->krstd + s * MT * nkv, T * nkv, hd);
     }
-    DF_BE(a, gemm, false, false, T, H, qd, 1.0f, dq, w->wq, 0.0f, dxn);
-    DF_BE(a, gemm, false, false, T, H, kvd, 1.0f, dk, w->wk, 1.0f, dxn);
-    DF_BE(a, gemm, false, false, T, H, kvd, 1.0f, a->dv, w->wv, 1.0f, dxn);
+    DF_WMM(a, false, T, H, qd, 1.0f, dq, w->wq, w16 ? w16->wq : NULL, 0.0f, dxn);
+    DF_WMM(a, false, T, H, kvd, 1.0f, dk, w->wk, w16 ? w16->wk : NULL, 1.0f, dxn);
+    DF_WMM(a, false, T, H, kvd, 1.0f, a->dv, w->wv, w16 ? w16->wv : NULL, 1.0f, dxn);
     DF_BE(a, gemm, true, false, qd, H, T, 1.0f, dq, xn1, 1.0f, g->wq);
     DF_BE(a, gemm, true, false, kvd, H, T, 1.0f, dk, xn1, 1.0f, g->wk);
     DF_BE(a, gemm, true, false, kvd, H, T, 1.0f, a->dv, xn1, 1.0f, g->wv);

@@ -35,6 +35,16 @@ static float *falloc(df_acts *a, int64_t n, int *fail)
     return balloc(a, n, sizeof(float), fail);
 }
 
+/* Drop the bf16 weight copy (freed when a owns it). */
+static void drop_w16(df_acts *a)
+{
+    if (!a->w16_shared)
+        df_weights16_free(a->w16);
+    a->w16 = NULL;
+    a->w16_shared = false;
+    a->w16_src = NULL;
+}
+
 void df_acts_free(df_acts *a)
 {
     if (!a)
@@ -53,7 +63,19 @@ void df_acts_free(df_acts *a)
     free(a->gview_layers);
     free(a->wview_layers);
     df_mm_ctx_free(a->mm);
+    drop_w16(a);
     free(a);
+}
+
+/* Elements of the largest operand a bf16 matmul of `a` rounds per call: [max_tokens, widest]
+ * activations (a weight gradient rounds two of them). */
+static int64_t mm_elems(const df_acts *a)
+{
+    const df_model_config *c = &a->cfg;
+    int64_t H = c->hidden_size, I = c->intermediate_size;
+    int64_t widest = I > H ? I : H, qd = df_acts_qd(a);
+    widest = qd > widest ? qd : widest;
+    return a->max_tokens * widest;
 }
 
 int df_acts_set_bf16_matmul(df_acts *a, bool on)
@@ -61,21 +83,32 @@ int df_acts_set_bf16_matmul(df_acts *a, bool on)
     if (!on) {
         df_mm_ctx_free(a->mm);
         a->mm = NULL;
+        drop_w16(a);
         return DF_OK;
     }
-    if (!df_backend_is_cpu(&a->be))
-        return df_error(DF_EUNSUPPORTED, "df_acts_set_bf16_matmul: the %s backend has no bf16 "
-                        "decoder matmuls yet", a->be.ops->name);
+    if (!df_backend_is_cpu(&a->be) || !a->be.ops->gemm_w16)
+        return df_error(DF_EUNSUPPORTED, "mixed precision (bf16 matmuls): the %s backend has no "
+                        "bf16 decoder matmuls yet", a->be.ops->name);
     if (a->mm)
         return DF_OK;
-    const df_model_config *c = &a->cfg;
-    int64_t H = c->hidden_size, I = c->intermediate_size;
-    int64_t widest = I > H ? I : H, qd = df_acts_qd(a);
-    widest = qd > widest ? qd : widest;
-    /* Largest operand: [max_tokens, widest] activations or a [widest, H] weight. */
-    int64_t n = a->max_tokens * widest > widest * H ? a->max_tokens * widest : widest * H;
-    int rc = df_mm_ctx_create(n, &a->mm);
-    return rc ? df_error_wrap(rc, "df_acts_set_bf16_matmul") : DF_OK;
+    /* The weight copy comes with df_acts_load_weights (or df_acts_share_weights16). */
+    int rc = df_mm_ctx_create(mm_elems(a), &a->mm);
+    return rc ? df_error_wrap(rc, "mixed precision (bf16 matmuls)") : DF_OK;
+}
+
+int df_acts_share_weights16(df_acts *a, const df_weights16 *w, const df_model *m)
+{
+    if (!a->mm)
+        return df_error(DF_EINVAL, "df_acts_share_weights16: the activations were not created "
+                        "for mixed precision (DF_ACTS_BF16)");
+    if (!w || !m || m->cfg.hidden_size != a->cfg.hidden_size ||
+        m->cfg.num_hidden_layers != a->cfg.num_hidden_layers)
+        return df_error(DF_EINVAL, "df_acts_share_weights16: no weights, or another model's");
+    drop_w16(a);
+    a->w16 = (df_weights16 *)w; /* only read: df_acts_load_weights never refreshes a shared copy */
+    a->w16_shared = true;
+    a->w16_src = m->params;
+    return DF_OK;
 }
 
 /* The RoPE table for every position the activations hold (the model's frequencies: plain or
@@ -202,6 +235,16 @@ int df_acts_create(const df_model_config *cfg, int64_t max_tokens, int64_t max_o
     return df_acts_create_on(&cpu, cfg, max_tokens, max_out, out);
 }
 
+int df_model_check_backend_ex(const df_backend *be, const df_model_config *cfg, unsigned flags)
+{
+    if (be && be->ops && (flags & DF_ACTS_BF16) && (!be->ops->gemm_w16 || !df_backend_is_cpu(be)))
+        return df_error(DF_EUNSUPPORTED, "mixed precision (bf16 matmuls with a bf16 copy of the "
+                        "weights) is not implemented on the %s backend; set param_dtype fp32 "
+                        "(fsdp_config.mixed_precision) or train on the cpu backend",
+                        be->ops->name);
+    return df_model_check_backend(be, cfg);
+}
+
 int df_model_check_backend(const df_backend *be, const df_model_config *cfg)
 {
     /* The CPU's attention kernels take a window; the CUDA ones do not yet (docs/cuda.md). */
@@ -228,12 +271,12 @@ static int acts_new(const df_backend *be, const df_model_config *cfg, int64_t ma
         return df_error(DF_EINVAL, "need 0 < max_tokens and 0 <= max_out <= max_tokens "
                         "(got max_tokens %lld, max_out %lld)",
                         (long long)max_tokens, (long long)max_out);
-    if (flags & ~(unsigned)DF_ACTS_CHECKPOINT)
+    if (flags & ~(unsigned)(DF_ACTS_CHECKPOINT | DF_ACTS_BF16))
         return df_error(DF_EINVAL, "unknown flags 0x%x", flags);
     if (cfg->head_dim > DF_MAX_HEAD_DIM)
         return df_error(DF_EUNSUPPORTED, "head_dim %lld exceeds the supported %d",
                         (long long)cfg->head_dim, DF_MAX_HEAD_DIM);
-    if ((rc = df_model_check_backend(be, cfg)))
+    if ((rc = df_model_check_backend_ex(be, cfg, flags)))
         return rc;
     df_acts *a = calloc(1, sizeof *a);
     if (!a)
@@ -274,6 +317,8 @@ int df_acts_create_ex(const df_backend *be, const df_model_config *cfg, int64_t 
                         be->ops->name, (long long)max_tokens);
     }
     rc = rope_tables(a);
+    if (!rc && (flags & DF_ACTS_BF16))
+        rc = df_acts_set_bf16_matmul(a, true);
     if (rc) {
         df_acts_free(a);
         return df_error_wrap(rc, "df_acts_create");
@@ -291,18 +336,30 @@ int df_acts_bytes(const df_backend *be, const df_model_config *cfg, int64_t max_
         return df_error_wrap(rc, "df_acts_bytes");
     int fail = 1; /* count, allocate nothing */
     alloc_buffers(a, &fail);
-    *bytes = a->bytes;
+    /* mixed precision: the bf16 weights df_acts_load_weights makes and the two operand
+     * scratches of the bf16 matmuls */
+    *bytes = a->bytes + ((flags & DF_ACTS_BF16) ? df_weights16_bytes_for(cfg, 0) + 2 * mm_elems(a) * 2 : 0);
     free(a); /* a dry run holds no buffer */
     return DF_OK;
 }
 
 int64_t df_acts_size(const df_acts *a)
 {
-    return a->bytes;
+    const int64_t w16 = a->w16 && !a->w16_shared ? df_weights16_bytes(a->w16) : 0;
+    return a->bytes + (a->mm ? w16 + 2 * mm_elems(a) * 2 : 0);
 }
 
 int df_acts_load_weights(df_acts *a, const df_model *m)
 {
+    if (a->mm && !a->w16_shared) { /* mixed precision: the one conversion of this weight version */
+        int rc = a->w16 ? DF_OK : df_weights16_create_ex(&a->cfg, 0, &a->w16);
+        if (!rc)
+            rc = df_weights16_refresh(a->w16, &m->w);
+        a->w16_src = rc ? NULL : m->params;
+        return rc ? df_error_wrap(rc, "df_acts_load_weights") : DF_OK;
+    }
+    if (a->mm) /* a shared copy: its owner refreshes it */
+        return DF_OK;
     if (a->be.ops->host_memory)
         return DF_OK;
     const size_t bytes = (size_t)m->n_params * sizeof(float);
@@ -326,6 +383,9 @@ int df_acts_load_weights(df_acts *a, const df_model *m)
 
 int df_acts_weights(const df_acts *a, const df_model *m, const df_model_view **w)
 {
+    if (a->mm && a->w16_src != m->params)
+        return df_error(DF_EINVAL, "mixed precision: the bf16 copy of this model's weights was "
+                        "not made (call df_acts_load_weights after every change of them)");
     if (a->be.ops->host_memory) {
         *w = &m->w;
         return DF_OK;
@@ -423,13 +483,13 @@ int df_acts_stage(df_acts *a, const df_seq_batch *b)
 
 /* ---- forward ------------------------------------------------------------------- */
 
-/* y[M,N] = x W^T + b. */
-static void linear(df_acts *a, float *y, const float *x, const float *W, const float *b,
-                   int64_t M, int64_t N, int64_t K)
+/* y[M,N] = x W^T + b (W16: W's bf16 copy in mixed precision, else NULL). */
+static void linear(df_acts *a, float *y, const float *x, const float *W, const uint16_t *W16,
+                   const float *b, int64_t M, int64_t N, int64_t K)
 {
     if (b)
         DF_BE(a, rows_fill, y, b, M, N);
-    DF_BE(a, gemm, false, true, M, N, K, 1.0f, x, W, b ? 1.0f : 0.0f, y);
+    DF_WMM(a, true, M, N, K, 1.0f, x, W, W16, b ? 1.0f : 0.0f, y);
 }
 
 /* Layer l up to the MLP's gate / up projections: every activation its backward reads, in
@@ -447,6 +507,7 @@ void df_acts_layer_recompute(const df_model_config *c, const df_layer_view *w, d
     float *q = a->q + s * MT * qd, *k = a->k + s * MT * kvd, *v = a->v + s * MT * kvd;
     float *att = a->att + s * MT * qd, *gate = a->gate + s * MT * I, *up = a->up + s * MT * I;
     const float eps = (float)c->rms_norm_eps;
+    const df_layer16 *w16 = df_acts_layer16(a, l);
     df_backend_seqs seqs = bb->seqs;
     seqs.window = df_model_layer_window(c, l);
 
@@ -455,26 +516,26 @@ void df_acts_layer_recompute(const df_model_config *c, const df_layer_view *w, d
         /* qwen3's per-head RMSNorms (Qwen3RMSNorm over head_dim): [T, n hd] is T n rows of hd.
          * The projections are kept for the norms' backward. */
         float *qraw = a->qraw + s * MT * qd, *kraw = a->kraw + s * MT * kvd;
-        linear(a, qraw, xn1, w->wq, w->bq, T, qd, H);
-        linear(a, kraw, xn1, w->wk, w->bk, T, kvd, H);
+        linear(a, qraw, xn1, w->wq, w16 ? w16->wq : NULL, w->bq, T, qd, H);
+        linear(a, kraw, xn1, w->wk, w16 ? w16->wk : NULL, w->bk, T, kvd, H);
         DF_BE(a, rmsnorm_fwd, q, a->qrstd + s * MT * nh, qraw, w->q_norm, T * nh, hd, eps);
         DF_BE(a, rmsnorm_fwd, k, a->krstd + s * MT * nkv, kraw, w->k_norm, T * nkv, hd, eps);
     } else {
-        linear(a, q, xn1, w->wq, w->bq, T, qd, H);
-        linear(a, k, xn1, w->wk, w->bk, T, kvd, H);
+        linear(a, q, xn1, w->wq, w16 ? w16->wq : NULL, w->bq, T, qd, H);
+        linear(a, k, xn1, w->wk, w16 ? w16->wk : NULL, w->bk, T, kvd, H);
     }
-    linear(a, v, xn1, w->wv, w->bv, T, kvd, H);
+    linear(a, v, xn1, w->wv, w16 ? w16->wv : NULL, w->bv, T, kvd, H);
     DF_BE(a, rope_apply, q, bb->pos, T, nh, hd, a->rope_cos, a->rope_sin, false);
     DF_BE(a, rope_apply, k, bb->pos, T, nkv, hd, a->rope_cos, a->rope_sin, false);
     DF_BE(a, attention_fwd, att, a->att_lse + s * MT * nh, q, k, v, &seqs, nh, nkv, hd);
     /* Residual adds ride on the GEMM's beta = 1; an o_proj bias on a rank-1 one (ones b^T). */
     DF_BE(a, copy, h, x, (size_t)(T * H) * sizeof(float));
-    DF_BE(a, gemm, false, true, T, H, qd, 1.0f, att, w->wo, 1.0f, h);
+    DF_WMM(a, true, T, H, qd, 1.0f, att, w->wo, w16 ? w16->wo : NULL, 1.0f, h);
     if (w->bo)
         DF_BE(a, gemm, false, false, T, H, 1, 1.0f, a->ones, w->bo, 1.0f, h);
     DF_BE(a, rmsnorm_fwd, xn2, a->rstd2 + s * MT, h, w->ln2, T, H, eps);
-    linear(a, gate, xn2, w->w_gate, NULL, T, I, H);
-    linear(a, up, xn2, w->w_up, NULL, T, I, H);
+    linear(a, gate, xn2, w->w_gate, w16 ? w16->w_gate : NULL, NULL, T, I, H);
+    linear(a, up, xn2, w->w_up, w16 ? w16->w_up : NULL, NULL, T, I, H);
     a->slot_layer = l;
 }
 
@@ -485,11 +546,12 @@ static void layer_forward(const df_model_config *c, const df_layer_view *w, df_a
 {
     const int64_t T = a->bb.seqs.T, H = c->hidden_size, I = c->intermediate_size;
     const int64_t MT = a->max_tokens, s = df_acts_slot(a, l);
+    const df_layer16 *w16 = df_acts_layer16(a, l);
     df_acts_layer_recompute(c, w, a, l);
     DF_BE(a, swiglu_fwd, a->mlp_a, a->gate + s * MT * I, a->up + s * MT * I, T * I);
     float *xnext = a->x + (l + 1) * MT * H;
     DF_BE(a, copy, xnext, a->hmid + s * MT * H, (size_t)(T * H) * sizeof(float));
-    DF_BE(a, gemm, false, true, T, H, I, 1.0f, a->mlp_a, w->w_down, 1.0f, xnext);
+    DF_WMM(a, true, T, H, I, 1.0f, a->mlp_a, w->w_down, w16 ? w16->w_down : NULL, 1.0f, xnext);
 }
 
 /* Stage the batch, then embedding, decoder layers, and the final norm of the output rows

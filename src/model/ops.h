@@ -90,6 +90,24 @@ void df_mm_nn(df_mm_ctx *c, int64_t M, int64_t N, int64_t K, float alpha, const 
               const float *B, float beta, float *C);
 void df_mm_tn(df_mm_ctx *c, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
               const float *B, float beta, float *C);
+/**
+ * C[M,N] = alpha A op(W) + beta C with W already in bfloat16 (df_weights16) and A float32
+ * [M,K] rounded to bfloat16 here, float32 accumulation: tb true: W [N,K] and op(W) = W^T
+ * (a Linear forward x W^T); tb false: W [K,N] (its input gradient dy W). Rows of A beyond
+ * the context's max_elems go in blocks. Errors: DF_EINVAL (no context, K > max_elems),
+ * DF_EINTERNAL when oneDNN fails (no float32 fallback: there is no float32 W here).
+ */
+int df_mm_w16(df_mm_ctx *c, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+              const float *A, const uint16_t *W, float beta, float *C);
+
+/**
+ * The CPU backend with bf16 matmuls through *mm (a context of df_mm_ctx_create, owned by the
+ * caller, read at each call; NULL there: float32 gemm, and gemm_w16 fails): gemm rounds both
+ * operands, gemm_w16 reads a df_weights16 weight. What a rollout with bf16 weights runs on.
+ */
+df_backend df_backend_cpu_bf16(df_mm_ctx **mm);
+/** Bytes df_weights16_create_ex allocates for cfg and flags (model.h; cfg valid). */
+int64_t df_weights16_bytes_for(const df_model_config *cfg, unsigned flags);
 
 /* ---- embedding ------------------------------------------------------------ */
 

@@ -9,6 +9,7 @@
 #include "model/ops.h"
 
 #include <oneapi/dnnl/dnnl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -165,6 +166,48 @@ static void mm(df_mm_ctx *c, char ta, char tb, int64_t M, int64_t N, int64_t K, 
     }
 }
 
+/* Rows [r, r + m) of A times W through the cached primitive of shape (m, N, K). */
+static int w16_rows(df_mm_ctx *c, char tb, int64_t m, int64_t N, int64_t K, float alpha,
+                    const float *A, const uint16_t *W, float beta, float *C)
+{
+    mm_entry *e = lookup(c, 'N', tb, m, N, K, alpha, beta);
+    if (!e)
+        return df_error(DF_EINTERNAL, "bf16 matmul: oneDNN has no primitive for [%lld, %lld] x "
+                        "[%lld, %lld]", (long long)m, (long long)K, (long long)K, (long long)N);
+    df_bf16_from_f32(c->a16, A, m * K);
+    dnnl_memory_set_data_handle(e->ma, c->a16);
+    dnnl_memory_set_data_handle(e->mb, (void *)W);
+    dnnl_memory_set_data_handle(e->mc, C);
+    dnnl_exec_arg_t args[3] = {
+        {DNNL_ARG_SRC, e->ma}, {DNNL_ARG_WEIGHTS, e->mb}, {DNNL_ARG_DST, e->mc}};
+    if (dnnl_primitive_execute(e->prim, c->stream, 3, args) != dnnl_success ||
+        dnnl_stream_wait(c->stream) != dnnl_success)
+        return df_error(DF_EINTERNAL, "bf16 matmul: oneDNN failed on [%lld, %lld] x [%lld, %lld]",
+                        (long long)m, (long long)K, (long long)K, (long long)N);
+    return DF_OK;
+}
+
+int df_mm_w16(df_mm_ctx *c, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+              const float *A, const uint16_t *W, float beta, float *C)
+{
+    if (!c)
+        return df_error(DF_EINVAL, "df_mm_w16: no bf16 matmul context");
+    if (M <= 0 || N <= 0 || K <= 0)
+        return M < 0 || N < 0 || K < 0 ? df_error(DF_EINVAL, "df_mm_w16: negative size") : DF_OK;
+    /* A beyond the scratch goes in row blocks: every row's sum is the same computation. */
+    const int64_t rows = c->max_elems / K;
+    if (rows <= 0)
+        return df_error(DF_EINVAL, "df_mm_w16: K = %lld exceeds the context's %lld elements",
+                        (long long)K, (long long)c->max_elems);
+    for (int64_t r = 0; r < M; r += rows) {
+        const int64_t m = M - r < rows ? M - r : rows;
+        int rc = w16_rows(c, tb ? 'T' : 'N', m, N, K, alpha, A + r * K, W, beta, C + r * N);
+        if (rc)
+            return rc;
+    }
+    return DF_OK;
+}
+
 void df_mm_nt(df_mm_ctx *c, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
               const float *B, float beta, float *C)
 {
@@ -244,4 +287,20 @@ int df_mm_ctx_create(int64_t max_elems, df_mm_ctx **out)
     }
     *out = c;
     return DF_OK;
+}
+
+int df_model_bf16_available(void)
+{
+    /* Probed once: the answer is the machine's (and oneDNN's), not the call's. */
+    static int probed = -1;
+    static char why[256];
+    if (probed < 0) {
+        df_mm_ctx *c = NULL;
+        int rc = df_mm_ctx_create(64 * 64, &c);
+        if (rc)
+            snprintf(why, sizeof why, "%s", df_last_error());
+        df_mm_ctx_free(c);
+        probed = rc;
+    }
+    return probed ? df_error(probed, "%s", why) : DF_OK;
 }
