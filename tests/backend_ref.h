@@ -81,13 +81,14 @@ static inline void br_gemm_ref(bool ta, bool tb, int64_t M, int64_t N, int64_t K
 /*
  * Relative bound per unit of S: a float32 GEMM's entry is a chain of K + 2 roundings (the
  * products and K - 1 sums, alpha's product, the add of beta C0, which is itself one product):
- * gamma_{K+2}. With bf16 operands (each rounded once to 8 significant bits) a product moves by
- * (1 + u16)^2 - 1 = 2 u16 + u16^2 before the float32 accumulation, whose gamma then acts on the
- * rounded products (a factor (1 + u16)^2 on S).
+ * gamma_{K+2}. With n_bf16 operands rounded to bf16 (8 significant bits) once each (2: both, as
+ * autocast's matmuls; 1: the activation against a weight already in bf16, gemm_w16) a product
+ * moves by r = (1 + u16)^n - 1 (2 u16 + u16^2, or u16) before the float32 accumulation, whose
+ * gamma then acts on the rounded products (a factor 1 + r on S).
  */
-static inline double br_gemm_rel(int64_t K, bool bf16)
+static inline double br_gemm_rel(int64_t K, int n_bf16)
 {
-    const double ub = DF_U_BF16, r = bf16 ? 2 * ub + ub * ub : 0;
+    const double ub = DF_U_BF16, r = n_bf16 == 2 ? 2 * ub + ub * ub : n_bf16 == 1 ? ub : 0;
     return r + br_g((double)K + 2) * (1 + r);
 }
 

@@ -63,7 +63,7 @@ static void test_memory(void **state)
 /* ---- gemm ----------------------------------------------------------------------------------- */
 
 /*
- * One GEMM through b against br_gemm_ref, within br_gemm_rel(K, bf16) S elementwise. Not vacuous:
+ * One GEMM through b against br_gemm_ref, within br_gemm_rel(K, 2 or 0) S elementwise. Not vacuous:
  * a float32 GEMM must also be within a sixteenth of the bf16 bound; a bf16 one must leave the
  * float32 bound somewhere (the backend does round its operands).
  */
@@ -74,7 +74,7 @@ static void gemm_case(const bo_backend *b, bool bf16, bool ta, bool tb, int64_t 
     float *A = bo_rand(na, seed, 1), *B = bo_rand(nb, seed + 1, 1), *C0 = bo_rand(nc, seed + 2, 1);
     double *C = br_dvec(nc), *S = br_dvec(nc), *bd = br_dvec(nc);
     br_gemm_ref(ta, tb, M, N, K, alpha, A, B, beta, C0, C, S);
-    const double rel = br_gemm_rel(K, bf16), rel32 = br_gemm_rel(K, false);
+    const double rel = br_gemm_rel(K, bf16 ? 2 : 0), rel32 = br_gemm_rel(K, 0);
     for (int64_t i = 0; i < nc; i++)
         bd[i] = BR_REF * rel * S[i];
     float *dA = bo_up(b, A, 4 * (size_t)na), *dB = bo_up(b, B, 4 * (size_t)nb);
@@ -93,7 +93,7 @@ static void gemm_case(const bo_backend *b, bool bf16, bool ta, bool tb, int64_t 
         for (int64_t i = 0; i < nc; i++) {
             const double e = fabs(got[i] - C[i]);
             beyond32 |= e > rel32 * S[i];
-            if (!bf16 && K >= 64 && !(e <= br_gemm_rel(K, true) * S[i] / 16))
+            if (!bf16 && K >= 64 && !(e <= br_gemm_rel(K, 2) * S[i] / 16))
                 fail_msg("%s %s: float32 result as coarse as bf16", b->name, op);
         }
         if (bf16 && K >= 16)
@@ -123,10 +123,7 @@ static void test_gemm(void **state)
         gemm_cases(&bo_list[bi], false);
 }
 
-/*
- * The CPU backend with bf16 matmuls: its context is the address of a df_mm_ctx pointer (as
- * df_acts_set_bf16_matmul sets it), so the same gemm entry rounds both operands to bf16.
- */
+/* The CPU backend with bf16 matmuls (df_backend_cpu_bf16): its gemm rounds both operands. */
 static void test_gemm_bf16(void **state)
 {
     (void)state;
@@ -137,11 +134,84 @@ static void test_gemm_bf16(void **state)
         skip();
     }
     BO_OK(rc);
-    bo_backend b = {"cpu", df_backend_cpu()};
-    b.be.ctx = &mm;
+    const bo_backend b = {"cpu", df_backend_cpu_bf16(&mm)};
     gemm_cases(&b, true);
     assert_int_equal(df_mm_ctx_fallbacks(mm), 0);
     df_mm_ctx_free(mm);
+}
+
+/*
+ * gemm_w16: C = alpha A op(W) + beta C0 with W in bf16 (tb: W [N,K], else W [K,N]) and A rounded
+ * per call: against the float64 product of the float A and the bf16 W as given, within
+ * br_gemm_rel(K, 1) S (one operand rounded); beyond the float32 bound somewhere (A is rounded).
+ */
+static void w16_case(const bo_backend *b, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                     float beta, uint64_t seed)
+{
+    const int64_t nc = M * N;
+    float *A = bo_rand(M * K, seed, 1), *Wf = bo_rand(K * N, seed + 1, 1);
+    float *C0 = bo_rand(nc, seed + 2, 1);
+    uint16_t *W = xmalloc(2 * (size_t)(K * N));
+    df_bf16_from_f32(W, Wf, K * N);
+    for (int64_t i = 0; i < K * N; i++) { /* the weight's value: bf16 widened exactly */
+        uint32_t bits = (uint32_t)W[i] << 16;
+        memcpy(&Wf[i], &bits, 4);
+    }
+    double *C = br_dvec(nc), *S = br_dvec(nc), *bd = br_dvec(nc);
+    br_gemm_ref(false, tb, M, N, K, alpha, A, Wf, beta, C0, C, S);
+    for (int64_t i = 0; i < nc; i++)
+        bd[i] = BR_REF * br_gemm_rel(K, 1) * S[i];
+    float *dA = bo_up(b, A, 4 * (size_t)(M * K)), *dC = bo_up(b, C0, 4 * (size_t)nc);
+    uint16_t *dW = bo_up(b, W, 2 * (size_t)(K * N));
+    BO_OK(b->be.ops->gemm_w16(b->be.ctx, tb, M, N, K, alpha, dA, dW, beta, dC));
+    float *got = bo_down(b, dC, 4 * (size_t)nc);
+    bo_check(b->name, tb ? "gemm_w16 nt" : "gemm_w16 nn", got, C, bd, nc);
+    bool beyond32 = false;
+    for (int64_t i = 0; i < nc; i++)
+        beyond32 |= fabs(got[i] - C[i]) > br_gemm_rel(K, 0) * S[i];
+    assert_true(beyond32 || K < 16);
+    free(A), free(Wf), free(C0), free(W), free(C), free(S), free(bd), free(got);
+    bo_free(b, dA), bo_free(b, dC), bo_free(b, dW);
+}
+
+static void w16_cases(const bo_backend *b)
+{
+    w16_case(b, true, 67, 45, 129, 1.0f, 0.0f, 21); /* a Linear forward x W^T */
+    w16_case(b, false, 33, 70, 257, 0.5f, 1.0f, 22); /* its input gradient dy W */
+    w16_case(b, true, 5, 128, 896, 1.0f, 1.0f, 23);
+    w16_case(b, true, 1, 1, 1, 1.0f, 0.0f, 24);
+}
+
+/* Every backend with a gemm_w16; the CPU's through df_backend_cpu_bf16 (without a bf16 context
+ * it refuses, with a message). */
+static void test_gemm_w16(void **state)
+{
+    (void)state;
+    for (int bi = 0; bi < bo_n; bi++) {
+        const bo_backend *b = &bo_list[bi];
+        if (!b->be.ops->gemm_w16) {
+            print_message("SKIP: %s gemm_w16: not provided (no bf16 matmuls)\n", b->name);
+            continue;
+        }
+        if (!df_backend_is_cpu(&b->be)) {
+            w16_cases(b);
+            continue;
+        }
+        float a = 1, c = 0;
+        uint16_t w = 0x3f80;
+        assert_int_equal(b->be.ops->gemm_w16(b->be.ctx, true, 1, 1, 1, 1, &a, &w, 0, &c), DF_EINVAL);
+        assert_true(strlen(df_last_error()) > 0);
+        df_mm_ctx *mm = NULL; /* 4096 elements: A goes in blocks of 4096 / K rows */
+        int rc = df_mm_ctx_create(4096, &mm);
+        if (rc == DF_EUNSUPPORTED) {
+            print_message("SKIP: cpu gemm_w16: %s\n", df_last_error());
+            continue;
+        }
+        BO_OK(rc);
+        const bo_backend bf = {b->name, df_backend_cpu_bf16(&mm)};
+        w16_cases(&bf);
+        df_mm_ctx_free(mm);
+    }
 }
 
 /* ---- rows: a Linear's bias and its gradient, output rows --------------------------------- */
@@ -731,10 +801,11 @@ int main(void)
     open_backends();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_memory),    cmocka_unit_test(test_gemm),
-        cmocka_unit_test(test_gemm_bf16), cmocka_unit_test(test_rows),
-        cmocka_unit_test(test_embedding), cmocka_unit_test(test_rmsnorm),
-        cmocka_unit_test(test_rope),      cmocka_unit_test(test_swiglu),
-        cmocka_unit_test(test_attention), cmocka_unit_test(test_lmhead),
+        cmocka_unit_test(test_gemm_bf16), cmocka_unit_test(test_gemm_w16),
+        cmocka_unit_test(test_rows),      cmocka_unit_test(test_embedding),
+        cmocka_unit_test(test_rmsnorm),   cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_swiglu),    cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_lmhead),
     };
     return cmocka_run_group_tests(tests, NULL, print_summary);
 }

@@ -6,7 +6,7 @@
 #include "backend_ref.h"
 #include "model/ops.h"
 
-/* One case: ||C_gpu - C_exact||_F <= br_gemm_rel(K, bf16) ||S||_F (tests/backend_ref.h: the
+/* One case: ||C_gpu - C_exact||_F <= br_gemm_rel(K, 2 or 0) ||S||_F (tests/backend_ref.h: the
  * bf16 operands add 2 u_bf16 + u_bf16^2 per product, each operand rounded once; the float32
  * chain is gamma_{K+2}); test_backend_ops holds the backend's gemm to it elementwise. */
 static void gemm_case(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, float beta,
@@ -38,7 +38,7 @@ static void gemm_case(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float a
         err += (got[i] - C[i]) * (got[i] - C[i]);
         s2 += S[i] * S[i];
     }
-    double per = br_gemm_rel(K, dt == DF_CUDA_BF16);
+    double per = br_gemm_rel(K, dt == DF_CUDA_BF16 ? 2 : 0);
     double bound = per * sqrt(s2) + 1e-30;
     printf("  gemm %s%s %s M=%lld N=%lld K=%lld: ||err|| %.3e (bound %.3e)\n", ta ? "t" : "n",
            tb ? "t" : "n", dt == DF_CUDA_BF16 ? "bf16" : "f32", (long long)M, (long long)N,
