@@ -61,6 +61,7 @@
 #ifndef DISTFLOW_ROLLOUT_H
 #define DISTFLOW_ROLLOUT_H
 
+#include "distflow/backend.h"
 #include "distflow/common.h"
 #include "distflow/model.h"
 
@@ -151,6 +152,9 @@ typedef struct df_rollout_options {
                                          prefilled in chunks of it (vLLM's chunked prefill);
                                          0: max(max_seq_len, 2048) */
     df_rollout_dtype dtype;
+    const df_backend *backend;      /**< where the decoder runs; NULL: the CPU. It needs the
+                                         kv_* operators and host memory; bf16 runs on the CPU
+                                         backend only (its bf16 matmul context) */
 } df_rollout_options;
 
 /** Progress callback: sequences finished so far, total sequences, tokens generated so far. */
@@ -176,8 +180,8 @@ DF_API void df_rollout_engine_free(df_rollout_engine *e);
 DF_API int64_t df_rollout_engine_bytes_ex(const df_model_config *cfg,
                                           const df_rollout_options *o);
 /**
- * An engine with options o, on the CPU backend (the backend seam's kv_* operators; a backend
- * without them is refused). Errors: DF_EINVAL (bad sizes, max_num_batched_tokens below
+ * An engine with options o, on o->backend (the CPU when NULL; a backend without the
+ * seam's kv_* operators or host memory is refused). Errors: DF_EINVAL (bad sizes, max_num_batched_tokens below
  * max_num_seqs), DF_EUNSUPPORTED (bf16 on a CPU without native bf16 matmuls:
  * df_model_bf16_available), DF_ENOMEM.
  */

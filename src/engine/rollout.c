@@ -147,7 +147,7 @@ int64_t df_rollout_engine_bytes_ex(const df_model_config *cfg, const df_rollout_
 int64_t df_rollout_engine_bytes(const df_model_config *cfg, int64_t max_num_seqs,
                                 int64_t max_seq_len)
 {
-    const df_rollout_options o = {max_num_seqs, max_seq_len, 0, DF_ROLLOUT_F32};
+    const df_rollout_options o = {max_num_seqs, max_seq_len, 0, DF_ROLLOUT_F32, NULL};
     return df_rollout_engine_bytes_ex(cfg, &o);
 }
 
@@ -175,7 +175,8 @@ static int check_options(const df_model_config *cfg, const df_rollout_options *o
 /* The backend and, in bf16, its matmul context and the weight copy. */
 static int engine_backend(df_rollout_engine *e, int64_t R)
 {
-    e->be = df_backend_cpu();
+    e->be = e->opt.backend ? *e->opt.backend : df_backend_cpu();
+    e->opt.backend = NULL; /* the caller's pointer is not kept */
     const df_backend_ops *ops = e->be.ops;
     if (!ops->kv_write || !ops->kv_copy || !ops->kv_attention || !ops->kv_scratch_floats ||
         !ops->host_memory)
@@ -183,6 +184,9 @@ static int engine_backend(df_rollout_engine *e, int64_t R)
                         "operators", ops->name);
     if (e->opt.dtype != DF_ROLLOUT_BF16)
         return DF_OK;
+    if (!df_backend_is_cpu(&e->be))
+        return df_error(DF_EUNSUPPORTED, "rollout engine: bfloat16 runs on the cpu backend only "
+                        "(not %s)", ops->name);
     int rc = df_mm_ctx_create(mm_elems(&e->cfg, R), &e->mm);
     if (!rc)
         rc = df_weights16_create(&e->cfg, &e->w16);
@@ -241,7 +245,7 @@ int df_rollout_engine_create_ex(const df_model_config *cfg, const df_rollout_opt
 int df_rollout_engine_create(const df_model_config *cfg, int64_t max_num_seqs,
                              int64_t max_seq_len, df_rollout_engine **out)
 {
-    const df_rollout_options o = {max_num_seqs, max_seq_len, 0, DF_ROLLOUT_F32};
+    const df_rollout_options o = {max_num_seqs, max_seq_len, 0, DF_ROLLOUT_F32, NULL};
     return df_rollout_engine_create_ex(cfg, &o, out);
 }
 
