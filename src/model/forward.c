@@ -9,6 +9,8 @@
  *   the model has one, and attention limited to the layer's window (df_model_layer_window).
  *   final rmsnorm and the head, for the output rows only: the LM head
  *   (df_model_forward) or a value model's score head (df_model_forward_values).
+ * The layer itself is decoder_layer.c's, shared with the rollout's prefill and decode; here it
+ * runs with packed causal attention over the activations' buffers.
  */
 #include "model/acts.h"
 #include "model/decoder_layer.h"
