@@ -17,7 +17,7 @@ set(DF_KERNEL_SOURCES
   ${CMAKE_SOURCE_DIR}/src/model/ops_vocab.c
   ${CMAKE_SOURCE_DIR}/src/model/ops_lmhead.c
   ${CMAKE_SOURCE_DIR}/src/model/optim_step.c
-  ${CMAKE_SOURCE_DIR}/src/engine/kv_attention.c
+  ${CMAKE_SOURCE_DIR}/src/model/ops_kv.c
   ${CMAKE_SOURCE_DIR}/src/engine/sampling.c)
 set(DF_KERNEL_DISPATCH_SOURCES
   ${CMAKE_SOURCE_DIR}/src/model/kernels_dispatch.c

@@ -14,6 +14,7 @@
 #include "cuda_testutil.h"
 #include "engine/rollout_internal.h"
 #include "model/ops.h"
+#include "model/ops.h"
 
 #include <omp.h>
 
@@ -306,17 +307,18 @@ static void kv_case(int64_t nh, int64_t nkv, int64_t hd, uint64_t seed)
 
     /* the contiguous host cache and the expected paged device cache */
     const int64_t nc = KV_LAYERS * KV_SLOTS * maxlen * kvd, np = KV_LAYERS * KV_PAGES * KV_PAGE * kvd;
-    df_kv_cache hc = {KV_LAYERS, KV_SLOTS, maxlen, kvd, fvec(nc), fvec(nc)};
+    float *hk = fvec(nc), *hv = fvec(nc);
+    const df_backend_kv hc = {hk, hv, KV_LAYERS, KV_SLOTS, maxlen, kvd, DF_KV_F32};
     float *ek = fvec(np), *ev = fvec(np);
     for (int64_t i = 0; i < nc; i++)
-        hc.k[i] = hc.v[i] = NAN;
+        hk[i] = hv[i] = NAN;
     for (int64_t i = 0; i < np; i++)
         ek[i] = ev[i] = NAN;
     for (int64_t r = 0; r < nw; r++) {
         const int64_t s = wslot[r], p = wpos[r];
         const int64_t po = ((KV_LAYER * KV_PAGES + bt[s * KV_MAXP + p / KV_PAGE]) * KV_PAGE + p % KV_PAGE) * kvd;
-        memcpy(df_kv_row(&hc, hc.k, KV_LAYER, s, p), kn + r * kvd, (size_t)kvd * 4);
-        memcpy(df_kv_row(&hc, hc.v, KV_LAYER, s, p), vn + r * kvd, (size_t)kvd * 4);
+        memcpy((float *)df_kv_at(&hc, hc.k, KV_LAYER, s, p), kn + r * kvd, (size_t)kvd * 4);
+        memcpy((float *)df_kv_at(&hc, hc.v, KV_LAYER, s, p), vn + r * kvd, (size_t)kvd * 4);
         memcpy(ek + po, kn + r * kvd, (size_t)kvd * 4);
         memcpy(ev + po, vn + r * kvd, (size_t)kvd * 4);
     }
@@ -351,8 +353,8 @@ static void kv_case(int64_t nh, int64_t nkv, int64_t hd, uint64_t seed)
     for (int64_t r = 0; r < NR; r++)
         for (int64_t h = 0; h < nh; h++) {
             const int64_t g = h / (nh / nkv);
-            const float *K = df_kv_row(&hc, hc.k, KV_LAYER, qslot[r], 0) + g * hd;
-            const float *V = df_kv_row(&hc, hc.v, KV_LAYER, qslot[r], 0) + g * hd;
+            const float *K = (float *)df_kv_at(&hc, hc.k, KV_LAYER, qslot[r], 0) + g * hd;
+            const float *V = (float *)df_kv_at(&hc, hc.v, KV_LAYER, qslot[r], 0) + g * hd;
             row_fwd_bounds(q + (r * nh + h) * hd, K, V, kvd, (int64_t)qpos[r] + 1, hd, s, ds,
                            bo + (r * nh + h) * hd);
             if (qpos[r] == 0) /* one position: out = its v row exactly */

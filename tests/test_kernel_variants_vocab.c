@@ -11,6 +11,7 @@
 #include "distflow/model.h"
 #include "distflow/optim.h"
 #include "engine/rollout_internal.h"
+#include "model/ops.h"
 #include "engine/sampling.h"
 #include "model/ops.h"
 
@@ -324,11 +325,11 @@ static void test_sample_probs(void **state)
  * gamma_{hd+1} D, softmax with libm's expf (1 ulp: 2 u), a float sum of the L
  * weights, out = sum_j p_j v_j (gamma_{L+1}).
  */
-static void kv_row_bounds(const df_kv_cache *kv, const float *q, int64_t slot, int64_t L,
+static void kv_row_bounds(const df_backend_kv *kv, const float *q, int64_t slot, int64_t L,
                           int64_t nh, int64_t nkv, int64_t hd, double *bout)
 {
     const double scale = 1.0 / sqrt((double)hd);
-    const float *K = df_kv_row(kv, kv->k, 0, slot, 0), *Vv = df_kv_row(kv, kv->v, 0, slot, 0);
+    const float *K = df_kv_at(kv, kv->k, 0, slot, 0), *Vv = df_kv_at(kv, kv->v, 0, slot, 0);
     for (int64_t h = 0; h < nh; h++) {
         double s[64], m = -INFINITY, emax = 0, range = 0, W = 0;
         const int64_t g = h / (nh / nkv);
@@ -364,8 +365,8 @@ static void test_kv_attention(void **state)
     df_model_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.num_hidden_layers = 1, cfg.num_key_value_heads = nkv, cfg.head_dim = hd;
-    df_kv_cache kv;
-    assert_int_equal(df_kv_cache_init(&kv, &cfg, slots, max_len), 0);
+    df_backend_kv kv;
+    assert_int_equal(df_kv_cache_init(&kv, &cfg, slots, max_len, DF_KV_F32), 0);
     kv_fill(kv.k, slots * max_len * nkv * hd, 71, -1.5, 1.5);
     kv_fill(kv.v, slots * max_len * nkv * hd, 72, -1.0, 1.0);
     const int32_t slot[3] = {2, 0, 1}, pos[3] = {0, 37, 63};

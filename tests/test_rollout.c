@@ -561,10 +561,10 @@ static void test_memory_formula(void **state)
     (void)state;
     df_model_config c = small_config();
     /* 8 slots x 100 tokens, one thread, R = 2048 rows (formula in rollout.h):
-     * KV 2*2*8*100*16*4 = 204800; activations 2048 * ((96+64+32+192+1)*4 + 28)
-     * = 3211264; scores 4*100*4 = 1600; RoPE 100*8*4 = 3200; logits 2048*97*4 =
-     * 794624; outputs 8*100*8 = 6400 */
-    int64_t want = 204800 + 3211264 + 1600 + 3200 + 794624 + 6400;
+     * KV 2*2*8*100*16*4 = 204800; activations 2048 * ((64+64+32+192+1)*4 + 20)
+     * = 2932736; output rows 8 * ((32+32)*4 + 8) = 2112; scores 4*100*4 = 1600;
+     * RoPE 100*8*4 = 3200; logits 2048*97*4 = 794624; outputs 8*100*8 = 6400 */
+    int64_t want = 204800 + 2932736 + 2112 + 1600 + 3200 + 794624 + 6400;
     assert_int_equal(df_rollout_engine_bytes(&c, 8, 100), want);
 }
 

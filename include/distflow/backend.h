@@ -3,8 +3,9 @@
  *
  * A backend is a table of function pointers over its own memory (ggml's ggml_backend_i
  * is the model): buffers and copies, the matmul, and the fused operators the decoder
- * needs. The training decoder (src/model/forward.c, backward.c) is written once against
- * this table; the CPU backend (oneDNN + our kernels, src/model/backend_cpu.c) is the
+ * needs. The decoder layer (src/model/decoder_layer.c), which training's forward and
+ * backward (src/model/forward.c, backward.c) and the rollout's prefill and decode
+ * (src/engine/rollout_forward.c) all run, is written once against this table; the CPU backend (oneDNN + our kernels, src/model/backend_cpu.c) is the
  * first, the CUDA backend (src/backend/cuda/backend_cuda.c, docs/cuda.md) the second.
  *
  * Conventions for every operator:
@@ -38,6 +39,32 @@ typedef struct df_backend_seqs {
     int64_t window;         /**< 0: causal attention; W > 0: the query at position p attends to
                                  positions p - W < j <= p only (df_model_layer_window) */
 } df_backend_seqs;
+
+/** Element type of a KV cache. */
+typedef enum df_kv_dtype {
+    DF_KV_F32 = 0,  /**< float32 */
+    DF_KV_BF16 = 1  /**< bfloat16 (K / V rounded to nearest even when written; scores, softmax
+                         and the weighted sum of V in float32) */
+} df_kv_dtype;
+
+/**
+ * The rollout's KV cache, in backend memory: per layer [slot][max_len][kv_dim] (llama2.c's
+ * layout), K and V apart, each n_layers * n_slots * max_len * kv_dim elements of `dtype`.
+ * Allocated once (alloc) for max_num_seqs slots of max_len positions; the kv_* operators
+ * read and write it.
+ */
+typedef struct df_backend_kv {
+    void *k, *v;
+    int64_t n_layers, n_slots, max_len, kv_dim;
+    df_kv_dtype dtype;
+} df_backend_kv;
+
+/** Bytes of one of kv's two tensors (K or V). */
+static inline size_t df_backend_kv_bytes(const df_backend_kv *kv)
+{
+    return (size_t)(kv->n_layers * kv->n_slots * kv->max_len * kv->kv_dim) *
+           (kv->dtype == DF_KV_BF16 ? 2u : 4u);
+}
 
 typedef struct df_backend_ops {
     const char *name;  /**< "cpu", "cuda" */
@@ -101,7 +128,7 @@ typedef struct df_backend_ops {
     /** df_embedding_bwd: dtable[ids[t]] += dout[t]. */
     int (*embedding_bwd)(void *ctx, float *dtable, const float *dout, const int32_t *ids,
                          int64_t T, int64_t H);
-    /** df_rmsnorm_fwd: out[T,H], rstd[T]. */
+    /** df_rmsnorm_fwd: out[T,H], rstd[T]; out may be x (each row is read before written). */
     int (*rmsnorm_fwd)(void *ctx, float *out, float *rstd, const float *x, const float *w,
                        int64_t T, int64_t H, float eps);
     /** df_rmsnorm_bwd: dx[T,H] += ..., dw[H] += ... (dw may be NULL). */
@@ -119,6 +146,29 @@ typedef struct df_backend_ops {
                          const float *out, const float *lse, const float *q, const float *k,
                          const float *v, const df_backend_seqs *s, int64_t nh, int64_t nkv,
                          int64_t hd);
+    /* ---- the rollout's KV cache (df_backend_kv); NULL where the backend has none yet (the
+     *      rollout refuses it: df_rollout_engine_create_ex) ---- */
+    /**
+     * k, v [n, kv_dim] (float32) into layer `layer` of kv: row r at (slot[r], pos[r]), rounded
+     * to kv->dtype. Rows must name distinct (slot, pos) cells.
+     */
+    int (*kv_write)(void *ctx, const df_backend_kv *kv, int64_t layer, const float *k,
+                    const float *v, const int32_t *slot, const int32_t *pos, int64_t n);
+    /** Positions [0, len) of slot src copied to slot dst (src != dst) in every layer. */
+    int (*kv_copy)(void *ctx, const df_backend_kv *kv, int64_t src, int64_t dst, int64_t len);
+    /** Floats of scratch kv_attention needs for nh heads over max_len positions (the CPU:
+     *  one [nh, max_len] block per OpenMP thread, so it grows with omp_set_num_threads). */
+    int64_t (*kv_scratch_floats)(void *ctx, int64_t nh, int64_t max_len);
+    /**
+     * df_kv_attention: out[n, nh*hd] = for each row r and head h, softmax(q_h . K_j / sqrt(hd))
+     * . V_j over positions j in [0, pos[r]] of slot[r] in layer (the last `window` of them
+     * when window > 0), GQA by h / (nh / nkv); q [n, nh*hd] float32, scores and sums float32.
+     * Each row's result does not depend on the other rows or on the thread count.
+     */
+    int (*kv_attention)(void *ctx, float *out, const float *q, const df_backend_kv *kv,
+                        int64_t layer, const int32_t *slot, const int32_t *pos, int64_t n,
+                        int64_t nh, int64_t nkv, int64_t hd, int64_t window, float *scratch);
+
     /** df_swiglu_fwd: out[n] = silu(gate) up. */
     int (*swiglu_fwd)(void *ctx, float *out, const float *gate, const float *up, int64_t n);
     /** df_swiglu_bwd: dgate, dup OVERWRITTEN. */

@@ -21,19 +21,29 @@
  *
  * Memory, allocated once by df_rollout_engine_create (float32 = 4 bytes;
  * H hidden, I intermediate, nh / nkv heads, hd head_dim, kv_dim = nkv * hd):
- *   KV cache    = 2 (K, V) * num_hidden_layers * max_num_seqs * max_seq_len * kv_dim * 4
- *                 bytes, laid out per layer as [slot][max_seq_len][kv_dim] (llama2.c)
- *   activations = R * ((3 H + 2 nh hd + 2 kv_dim + 3 I + r) * 4 + 28) bytes for
- *                 R = max(max_num_seqs, max_batched_tokens) rows, r = 1 (r = nh with
- *                 qwen3's q/k norms: their per-head statistics), where
- *                 max_batched_tokens = max(max_seq_len, 2048) prompt tokens per
- *                 prefill batch (vLLM's default max_num_batched_tokens)
+ *   KV cache    = 2 (K, V) * num_hidden_layers * max_num_seqs * max_seq_len * kv_dim * e
+ *                 bytes (e = 4, or 2 for a bf16 cache), laid out per layer as
+ *                 [slot][max_seq_len][kv_dim] (llama2.c); preallocated, never grown
+ *   activations = R * ((2 H + 2 nh hd + 2 kv_dim + 3 I + r) * 4 + 20) bytes for
+ *                 R = max_num_batched_tokens rows (max(max_seq_len, 2048) unless given,
+ *                 vLLM's default), r = 1 (r = nh with qwen3's q/k norms: their per-head
+ *                 statistics), plus R * 4 with an o_proj bias, plus max_num_seqs *
+ *                 ((H + nh hd) * 4 + 8) for the last layer's output rows
  *   attention   = n_threads * nh * max_seq_len * 4 bytes of scores, plus the RoPE
  *                 table max_seq_len * hd * 4
  *   logits      = min(R, max(1, 2^22 / vocab)) * vocab * 4 bytes (rows are chunked)
  *   outputs     = max_num_seqs * max_seq_len * 8 bytes (tokens and log-probs per slot)
+ *   bf16 only   = the weight copy (2 bytes per q/k/v/o, gate/up/down and LM-head weight)
+ *                 and 2 * R * max(H, I, nh hd) * 2 bytes of matmul operand scratch
  * df_rollout_engine_bytes() returns the total. Example: hidden 256, 4 layers,
  * kv_dim 128, 256 seqs x 192 tokens: KV 201 MB, total 237 MB.
+ *
+ * Precision (df_rollout_options.dtype, actor_rollout_ref.rollout.dtype): float32, or
+ * bf16 matmuls over the engine's own bf16 copy of the weights (converted once per weight
+ * sync by df_rollout_engine_load_weights, never per matmul) with a bf16 KV cache.
+ * Every forward runs the model's one decoder layer (src/model/decoder_layer.c, shared
+ * with training) through the compute-backend seam (distflow/backend.h); only the
+ * attention step differs (K / V written to the cache, queries attending over it).
  *
  * Sampling: without top-k / top-p (or when greedy) a token is drawn straight
  * from the final hidden states: per-group softmax statistics over vocabulary
@@ -51,6 +61,7 @@
 #ifndef DISTFLOW_ROLLOUT_H
 #define DISTFLOW_ROLLOUT_H
 
+#include "distflow/backend.h"
 #include "distflow/common.h"
 #include "distflow/model.h"
 
@@ -122,22 +133,72 @@ typedef struct df_rollout_stats {
 
 typedef struct df_rollout_engine df_rollout_engine;
 
+/** What the rollout computes in (actor_rollout_ref.rollout.dtype). */
+typedef enum df_rollout_dtype {
+    DF_ROLLOUT_F32 = 0,  /**< float32 weights, matmuls and KV cache */
+    DF_ROLLOUT_BF16 = 1  /**< the engine's own bf16 copy of the matmul weights (refreshed by
+                              df_rollout_engine_load_weights: once per weight sync) with
+                              float32 accumulation, and a bf16 KV cache; embedding, norms,
+                              RoPE, attention scores / softmax, the LM head and sampling stay
+                              float32 (vLLM's dtype=bfloat16 rounds those too) */
+} df_rollout_dtype;
+
+/** Sizes and precision of an engine (vLLM's EngineArgs of the same names). */
+typedef struct df_rollout_options {
+    int64_t max_num_seqs;           /**< concurrent sequences (KV slots), >= 1 */
+    int64_t max_seq_len;            /**< prompt + response tokens per slot, >= 2 */
+    int64_t max_num_batched_tokens; /**< rows of one forward call (>= max_num_seqs): prefill
+                                         batches are filled up to it and a longer prompt is
+                                         prefilled in chunks of it (vLLM's chunked prefill);
+                                         0: max(max_seq_len, 2048) */
+    df_rollout_dtype dtype;
+    const df_backend *backend;      /**< where the decoder runs; NULL: the CPU. It needs the
+                                         kv_* operators and host memory; bf16 runs on the CPU
+                                         backend only (its bf16 matmul context) */
+} df_rollout_options;
+
 /** Progress callback: sequences finished so far, total sequences, tokens generated so far. */
 typedef void (*df_rollout_progress_fn)(void *user, int64_t done_seqs, int64_t total_seqs,
                                        int64_t tokens);
 
-/** Bytes df_rollout_engine_create allocates for these sizes (formula in the file comment). */
+/** Bytes df_rollout_engine_create allocates for these sizes (formula in the file comment;
+ *  float32, max_num_batched_tokens max(max_seq_len, 2048)). */
 DF_API int64_t df_rollout_engine_bytes(const df_model_config *cfg, int64_t max_num_seqs,
                                        int64_t max_seq_len);
 
 /**
- * Allocate an engine (KV cache and scratch, see the memory formula above) for
- * models with configuration `cfg`. max_num_seqs >= 1, max_seq_len >= 2.
+ * Allocate a float32 engine (KV cache and scratch, see the memory formula above) for
+ * models with configuration `cfg`: df_rollout_engine_create_ex with max_num_batched_tokens
+ * max(max_seq_len, 2048). max_num_seqs >= 1, max_seq_len >= 2.
  * Errors: DF_EINVAL (bad sizes or config), DF_ENOMEM.
  */
 DF_API int df_rollout_engine_create(const df_model_config *cfg, int64_t max_num_seqs,
                                     int64_t max_seq_len, df_rollout_engine **out);
 DF_API void df_rollout_engine_free(df_rollout_engine *e);
+
+/** df_rollout_engine_bytes for options o (the bf16 weight copy and matmul scratch included). */
+DF_API int64_t df_rollout_engine_bytes_ex(const df_model_config *cfg,
+                                          const df_rollout_options *o);
+/**
+ * An engine with options o, on o->backend (the CPU when NULL; a backend without the
+ * seam's kv_* operators or host memory is refused). Errors: DF_EINVAL (bad sizes, max_num_batched_tokens below
+ * max_num_seqs), DF_EUNSUPPORTED (bf16 on a CPU without native bf16 matmuls:
+ * df_model_bf16_available), DF_ENOMEM.
+ */
+DF_API int df_rollout_engine_create_ex(const df_model_config *cfg, const df_rollout_options *o,
+                                       df_rollout_engine **out);
+/**
+ * The weight sync: make the engine's copy of m's weights for its dtype (bf16: one conversion
+ * of every matmul weight; float32: nothing to copy, the engine reads m's own). Call it after
+ * every change of m's weights and before the next df_rollout_generate; a bf16 engine refuses
+ * a model whose copy it never made. Errors: DF_EINVAL (m's shapes are not the engine's).
+ */
+DF_API int df_rollout_engine_load_weights(df_rollout_engine *e, const df_model *m);
+/** The options the engine was made with (max_num_batched_tokens resolved). */
+DF_API void df_rollout_engine_options(const df_rollout_engine *e, df_rollout_options *o);
+/** Bytes of its KV cache (K and V, preallocated once) and of everything it allocated. */
+DF_API void df_rollout_engine_memory(const df_rollout_engine *e, int64_t *kv_bytes,
+                                     int64_t *total_bytes);
 
 /**
  * Generate req->n_samples responses for each prompt with the weights of `m`

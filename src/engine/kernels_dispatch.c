@@ -3,16 +3,8 @@
  * of the variant in use (util/kernels.h). Compiled only when DF_NATIVE=OFF on
  * x86-64.
  */
-#include "engine/rollout_internal.h"
 #include "engine/sampling.h"
 #include "util/kernels.h"
-
-/* kv_attention.c */
-DF_KDISPATCH_VOID(df_kv_attention,
-                  (float *out, const float *q, const df_kv_cache *kv, int64_t layer,
-                   const int32_t *slot, const int32_t *pos, int64_t n, int64_t nh, int64_t nkv,
-                   int64_t hd, int64_t window, float *scores),
-                  (out, q, kv, layer, slot, pos, n, nh, nkv, hd, window, scores))
 
 /* sampling.c */
 DF_KDISPATCH(int64_t, df_sample_work_bytes, (int64_t V), (V))

@@ -11,8 +11,6 @@
 #include "model/kernels_rename.h"
 
 #if defined(DF_KVARIANT)
-/* kv_attention.c */
-#define df_kv_attention DF_KSYM(df_kv_attention)
 /* sampling.c */
 #define df_sample_work_bytes DF_KSYM(df_sample_work_bytes)
 #define df_sampling_params_defaults DF_KSYM(df_sampling_params_defaults)

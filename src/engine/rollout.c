@@ -20,6 +20,7 @@
 
 typedef struct {
     bool active;
+    bool reserved;      /* taken by a prompt still being prefilled in chunks */
     int64_t seq;        /* i * n_samples + j */
     int64_t prompt_len;
     int64_t n_gen;
@@ -29,8 +30,13 @@ typedef struct {
 
 struct df_rollout_engine {
     df_model_config cfg;
+    df_rollout_options opt;   /* max_num_batched_tokens resolved */
     int64_t max_num_seqs, max_seq_len, max_batched_tokens, logit_rows;
-    df_kv_cache kv;
+    df_backend be;            /* where the decoder runs: the CPU, bf16 matmuls through mm */
+    df_mm_ctx *mm;            /* bf16: the matmul context gemm_w16 uses */
+    df_weights16 *w16;        /* bf16: the engine's copy of the matmul weights */
+    const float *w16_src;     /* the float32 blob w16 was last converted from */
+    df_backend_kv kv;
     df_infer_scratch s;
     float *logits;            /* [logit_rows, vocab] */
     slot_state *slots;        /* [max_num_seqs] */
@@ -38,8 +44,16 @@ struct df_rollout_engine {
     float *out_logp;          /* [max_num_seqs, max_seq_len] */
     int32_t *b_tok, *b_slot, *b_pos; /* [rows_cap] rows of the next forward */
     int64_t *b_out;           /* [rows_cap] */
+    int64_t bytes;            /* everything allocated (df_rollout_engine_memory) */
     df_rollout_stats stats;
 };
+
+/* A prompt group admitted but not yet wholly prefilled (longer than the token budget). */
+typedef struct {
+    bool on;
+    int64_t prompt, j0, cnt, done; /* done: prompt tokens prefilled so far */
+    int32_t *slots;                /* [max_num_seqs] its cnt slots */
+} pending;
 
 /* Everything one df_rollout_generate call needs besides the engine. */
 typedef struct {
@@ -47,6 +61,7 @@ typedef struct {
     const df_model *m;
     const df_rollout_request *req;
     const df_sampling_params *sp;
+    df_infer_weights w;       /* what the forwards read (m's, and the bf16 copy) */
     uint8_t *is_stop;         /* [vocab] */
     char *work;               /* [n_threads, work_bytes] sampler scratch (filtered sampling) */
     int64_t work_bytes;
@@ -66,6 +81,7 @@ typedef struct {
     int8_t *finish;               /* [n_seqs] */
     int64_t n_seqs, done, tokens;
     int64_t next_prompt, next_j;  /* admission cursor */
+    pending pend;                 /* a prompt in chunked prefill */
     df_rollout_progress_fn progress;
     void *user;
 } gen_ctx;
@@ -90,41 +106,119 @@ static int64_t logit_rows_of(int64_t rows_cap, int64_t V)
     return r < rows_cap ? r : rows_cap;
 }
 
+/* o with max_num_batched_tokens resolved (0: the default). */
+static df_rollout_options resolved(const df_rollout_options *o)
+{
+    df_rollout_options r = *o;
+    if (r.max_num_batched_tokens <= 0)
+        r.max_num_batched_tokens = max_batched_of(r.max_seq_len);
+    return r;
+}
+
+/* Floats of the largest activation operand a bf16 matmul rounds: [rows, widest]. */
+static int64_t mm_elems(const df_model_config *c, int64_t rows)
+{
+    int64_t w = c->hidden_size > c->intermediate_size ? c->hidden_size : c->intermediate_size;
+    int64_t qd = c->num_attention_heads * c->head_dim;
+    return rows * (qd > w ? qd : w);
+}
+
+static int64_t kv_bytes_of(const df_model_config *cfg, const df_rollout_options *o)
+{
+    df_backend_kv kv = {.n_layers = cfg->num_hidden_layers, .n_slots = o->max_num_seqs,
+                        .max_len = o->max_seq_len,
+                        .kv_dim = cfg->num_key_value_heads * cfg->head_dim,
+                        .dtype = o->dtype == DF_ROLLOUT_BF16 ? DF_KV_BF16 : DF_KV_F32};
+    return 2 * (int64_t)df_backend_kv_bytes(&kv);
+}
+
+int64_t df_rollout_engine_bytes_ex(const df_model_config *cfg, const df_rollout_options *o)
+{
+    const df_rollout_options r = resolved(o);
+    int64_t R = rows_cap_of(r.max_num_seqs, r.max_num_batched_tokens);
+    int64_t logits = logit_rows_of(R, cfg->vocab_size) * cfg->vocab_size * 4;
+    int64_t outs = r.max_num_seqs * r.max_seq_len * 8 + R * 20;
+    int64_t bf16 = r.dtype == DF_ROLLOUT_BF16
+                       ? df_weights16_bytes_for(cfg) + 2 * mm_elems(cfg, R) * 2 : 0;
+    return kv_bytes_of(cfg, &r) + df_infer_scratch_bytes(cfg, R, r.max_num_seqs, r.max_seq_len) +
+           logits + outs + bf16;
+}
+
 int64_t df_rollout_engine_bytes(const df_model_config *cfg, int64_t max_num_seqs,
                                 int64_t max_seq_len)
 {
-    int64_t kvd = cfg->num_key_value_heads * cfg->head_dim;
-    int64_t R = rows_cap_of(max_num_seqs, max_batched_of(max_seq_len));
-    int64_t kv = 2 * cfg->num_hidden_layers * max_num_seqs * max_seq_len * kvd * 4;
-    int64_t logits = logit_rows_of(R, cfg->vocab_size) * cfg->vocab_size * 4;
-    int64_t outs = max_num_seqs * max_seq_len * 8 + R * 20;
-    return kv + df_infer_scratch_bytes(cfg, R, max_seq_len) + logits + outs;
+    const df_rollout_options o = {max_num_seqs, max_seq_len, 0, DF_ROLLOUT_F32, NULL};
+    return df_rollout_engine_bytes_ex(cfg, &o);
 }
 
-int df_rollout_engine_create(const df_model_config *cfg, int64_t max_num_seqs,
-                             int64_t max_seq_len, df_rollout_engine **out)
+static int check_options(const df_model_config *cfg, const df_rollout_options *o)
 {
-    *out = NULL;
     int rc = df_model_config_validate(cfg);
     if (rc)
         return df_error_wrap(rc, "rollout engine");
-    if (max_num_seqs < 1 || max_seq_len < 2 || max_seq_len > INT32_MAX)
+    if (o->max_num_seqs < 1 || o->max_seq_len < 2 || o->max_seq_len > INT32_MAX)
         return df_error(DF_EINVAL,
                         "rollout engine: max_num_seqs must be >= 1 and max_seq_len in [2, 2^31) "
                         "(got %lld, %lld)",
-                        (long long)max_num_seqs, (long long)max_seq_len);
+                        (long long)o->max_num_seqs, (long long)o->max_seq_len);
+    if (o->max_num_batched_tokens > 0 && o->max_num_batched_tokens < o->max_num_seqs)
+        return df_error(DF_EINVAL, "rollout engine: max_num_batched_tokens (%lld) must be >= "
+                        "max_num_seqs (%lld): a decode step runs one row per sequence (as vLLM)",
+                        (long long)o->max_num_batched_tokens, (long long)o->max_num_seqs);
+    if (o->dtype != DF_ROLLOUT_F32 && o->dtype != DF_ROLLOUT_BF16)
+        return df_error(DF_EINVAL, "rollout engine: unknown dtype %d", (int)o->dtype);
+    if (o->dtype == DF_ROLLOUT_BF16 && (rc = df_model_bf16_available()))
+        return df_error_wrap(rc, "rollout engine: bfloat16");
+    return DF_OK;
+}
+
+/* The backend and, in bf16, its matmul context and the weight copy. */
+static int engine_backend(df_rollout_engine *e, int64_t R)
+{
+    e->be = e->opt.backend ? *e->opt.backend : df_backend_cpu();
+    e->opt.backend = NULL; /* the caller's pointer is not kept */
+    const df_backend_ops *ops = e->be.ops;
+    if (!ops->kv_write || !ops->kv_copy || !ops->kv_attention || !ops->kv_scratch_floats ||
+        !ops->host_memory)
+        return df_error(DF_EUNSUPPORTED, "rollout engine: the %s backend has no KV-cache "
+                        "operators", ops->name);
+    if (e->opt.dtype != DF_ROLLOUT_BF16)
+        return DF_OK;
+    if (!df_backend_is_cpu(&e->be))
+        return df_error(DF_EUNSUPPORTED, "rollout engine: bfloat16 runs on the cpu backend only "
+                        "(not %s)", ops->name);
+    int rc = df_mm_ctx_create(mm_elems(&e->cfg, R), &e->mm);
+    if (!rc)
+        rc = df_weights16_create(&e->cfg, &e->w16);
+    e->be = df_backend_cpu_bf16(&e->mm);
+    return rc;
+}
+
+int df_rollout_engine_create_ex(const df_model_config *cfg, const df_rollout_options *o,
+                                df_rollout_engine **out)
+{
+    *out = NULL;
+    int rc = check_options(cfg, o);
+    if (rc)
+        return rc;
     df_rollout_engine *e = calloc(1, sizeof *e);
     if (!e)
         return df_error(DF_ENOMEM, "out of memory allocating the rollout engine");
     e->cfg = *cfg;
+    e->opt = resolved(o);
+    const int64_t max_num_seqs = e->opt.max_num_seqs, max_seq_len = e->opt.max_seq_len;
     e->max_num_seqs = max_num_seqs;
     e->max_seq_len = max_seq_len;
-    e->max_batched_tokens = max_batched_of(max_seq_len);
+    e->max_batched_tokens = e->opt.max_num_batched_tokens;
     int64_t R = rows_cap_of(max_num_seqs, e->max_batched_tokens);
     e->logit_rows = logit_rows_of(R, cfg->vocab_size);
-    rc = df_kv_cache_init(&e->kv, cfg, max_num_seqs, max_seq_len);
+    e->bytes = df_rollout_engine_bytes_ex(cfg, &e->opt);
+    rc = engine_backend(e, R);
     if (!rc)
-        rc = df_infer_scratch_init(&e->s, cfg, R, max_seq_len);
+        rc = df_kv_cache_init(&e->kv, cfg, max_num_seqs, max_seq_len,
+                              e->opt.dtype == DF_ROLLOUT_BF16 ? DF_KV_BF16 : DF_KV_F32);
+    if (!rc)
+        rc = df_infer_scratch_init(&e->s, cfg, R, max_num_seqs, max_seq_len);
     if (rc) {
         df_rollout_engine_free(e);
         return df_error_wrap(rc, "rollout engine (%lld seqs x %lld tokens)",
@@ -148,12 +242,31 @@ int df_rollout_engine_create(const df_model_config *cfg, int64_t max_num_seqs,
     return DF_OK;
 }
 
+int df_rollout_engine_create(const df_model_config *cfg, int64_t max_num_seqs,
+                             int64_t max_seq_len, df_rollout_engine **out)
+{
+    const df_rollout_options o = {max_num_seqs, max_seq_len, 0, DF_ROLLOUT_F32, NULL};
+    return df_rollout_engine_create_ex(cfg, &o, out);
+}
+
+void df_rollout_engine_options(const df_rollout_engine *e, df_rollout_options *o) { *o = e->opt; }
+
+void df_rollout_engine_memory(const df_rollout_engine *e, int64_t *kv_bytes, int64_t *total_bytes)
+{
+    if (kv_bytes)
+        *kv_bytes = 2 * (int64_t)df_backend_kv_bytes(&e->kv);
+    if (total_bytes)
+        *total_bytes = e->bytes;
+}
+
 void df_rollout_engine_free(df_rollout_engine *e)
 {
     if (!e)
         return;
     df_kv_cache_release(&e->kv);
     df_infer_scratch_release(&e->s);
+    df_weights16_free(e->w16);
+    df_mm_ctx_free(e->mm);
     free(e->logits);
     free(e->slots);
     free(e->out_tok);
@@ -212,12 +325,34 @@ static int check_model(const df_rollout_engine *e, const df_model *m)
                     a->rope_low_freq_factor != b->rope_low_freq_factor ||
                     a->rope_high_freq_factor != b->rope_high_freq_factor ||
                     a->rope_original_max_pos != b->rope_original_max_pos)) ||
-        a->qk_norm != b->qk_norm)
+        a->qk_norm != b->qk_norm || a->o_proj_bias != b->o_proj_bias)
         return df_error(DF_EINVAL,
-                        "rollout: the model's RoPE (theta %g, %s) or q/k norms (%s) differ from "
-                        "the engine's (theta %g, %s; %s)",
-                        b->rope_theta, rope_name(b), b->qk_norm ? "yes" : "no", a->rope_theta,
-                        rope_name(a), a->qk_norm ? "yes" : "no");
+                        "rollout: the model's RoPE (theta %g, %s), q/k norms (%s) or o_proj bias "
+                        "(%s) differ from the engine's (theta %g, %s; %s; %s)",
+                        b->rope_theta, rope_name(b), b->qk_norm ? "yes" : "no",
+                        b->o_proj_bias ? "yes" : "no", a->rope_theta, rope_name(a),
+                        a->qk_norm ? "yes" : "no", a->o_proj_bias ? "yes" : "no");
+    return DF_OK;
+}
+
+int df_rollout_engine_load_weights(df_rollout_engine *e, const df_model *m)
+{
+    int rc = check_model(e, m);
+    if (rc || !e->w16)
+        return rc;
+    /* the one conversion of this weight version: every matmul of the rollout reads it */
+    rc = df_weights16_refresh(e->w16, &m->w);
+    e->w16_src = rc ? NULL : m->params;
+    return rc ? df_error_wrap(rc, "rollout: bf16 weight sync") : DF_OK;
+}
+
+/* The weights a forward reads: m's own, and in bf16 the copy of them the last sync made. */
+static int infer_weights(const df_rollout_engine *e, const df_model *m, df_infer_weights *w)
+{
+    if (e->w16 && e->w16_src != m->params)
+        return df_error(DF_EINVAL, "rollout: the bf16 copy of this model's weights was not made "
+                        "(call df_rollout_engine_load_weights after every change of them)");
+    *w = (df_infer_weights){&m->w, e->w16};
     return DF_OK;
 }
 
@@ -279,10 +414,12 @@ static int ctx_init(gen_ctx *g)
         g->work_bytes = (df_sample_work_bytes(V) + 63) / 64 * 64;
         g->work = aligned_alloc(64, (size_t)(g->n_threads * g->work_bytes));
     }
+    g->pend.slots = malloc((size_t)g->e->max_num_seqs * sizeof(int32_t));
     g->seq_start = calloc((size_t)g->n_seqs + 1, sizeof(int64_t));
     g->seq_len = calloc((size_t)g->n_seqs + 1, sizeof(int64_t));
     g->finish = calloc((size_t)g->n_seqs + 1, 1);
-    if (!g->is_stop || (g->fused ? !g->vstat || !g->draw_buf : !g->work) || !g->seq_start ||
+    if (!g->is_stop || (g->fused ? !g->vstat || !g->draw_buf : !g->work) || !g->pend.slots ||
+        !g->seq_start ||
         !g->seq_len || !g->finish)
         return df_error(DF_ENOMEM, "rollout: out of memory for %lld sequences",
                         (long long)g->n_seqs);
@@ -298,6 +435,7 @@ static int ctx_init(gen_ctx *g)
 static void ctx_release(gen_ctx *g)
 {
     free(g->is_stop);
+    free(g->pend.slots);
     free(g->work);
     free(g->vstat);
     free(g->draw_buf);
@@ -436,6 +574,7 @@ static void start_slot(gen_ctx *g, int32_t si, int64_t prompt, int64_t j)
     uint64_t key = q->prompt_keys ? q->prompt_keys[prompt] : (uint64_t)prompt;
     int64_t P = q->prompt_offsets[prompt + 1] - q->prompt_offsets[prompt];
     s->active = true;
+    s->reserved = false;
     s->seq = prompt * q->n_samples + j;
     s->prompt_len = P;
     s->n_gen = 0;
@@ -452,19 +591,22 @@ static int run_prefill(gen_ctx *g, int64_t n_rows, const admission *ad, int64_t 
 {
     df_rollout_engine *e = g->e;
     df_infer_batch b = {n_rows, e->b_tok, e->b_slot, e->b_pos, na, e->b_out};
-    int rc = df_infer_forward(g->m, &e->kv, &e->s, &b);
+    int rc = df_infer_forward(&e->be, &e->cfg, &g->w, &e->kv, &e->s, &b);
     if (rc)
         return rc;
     e->stats.prefill_tokens += n_rows;
     e->stats.prefill_batches++;
-    for (int64_t a = 0; a < na; a++) {
+    for (int64_t a = 0; a < na && !rc; a++) {
         const admission *x = &ad[a];
         int64_t P = g->req->prompt_offsets[x->prompt + 1] - g->req->prompt_offsets[x->prompt];
-        for (int64_t c = 1; c < x->cnt; c++)
-            df_kv_cache_copy(&e->kv, aslots[x->slots_at], aslots[x->slots_at + c], P);
+        for (int64_t c = 1; c < x->cnt && !rc; c++)
+            rc = e->be.ops->kv_copy(e->be.ctx, &e->kv, aslots[x->slots_at],
+                                    aslots[x->slots_at + c], P);
         for (int64_t c = 0; c < x->cnt; c++)
             start_slot(g, aslots[x->slots_at + c], x->prompt, x->j0 + c);
     }
+    if (rc || na == 0) /* a prompt's chunk that does not end it: nothing to sample yet */
+        return rc;
     /* First tokens: every slot of admission a samples from hidden row a. */
     if (g->fused) {
         int64_t n = 0;
@@ -497,38 +639,91 @@ static int64_t admit_count(const gen_ctx *g, int64_t nfree)
     return g->req->n_samples > g->e->max_num_seqs ? nfree : 0;
 }
 
-/* Fill e->b_* with the next prompt groups that fit into the free slots and the
- * prefill token budget; returns the number of admissions, *n_rows the rows. */
+/* Rows [0, n) of the next forward: tokens [t0, t0 + n) of prompt i into slot `slot`. */
+static void prompt_rows(gen_ctx *g, int64_t row0, int64_t i, int64_t t0, int64_t n, int32_t slot)
+{
+    df_rollout_engine *e = g->e;
+    const int32_t *tok = g->req->prompt_tokens + g->req->prompt_offsets[i];
+    for (int64_t t = 0; t < n; t++) {
+        e->b_tok[row0 + t] = tok[t0 + t];
+        e->b_slot[row0 + t] = slot;
+        e->b_pos[row0 + t] = (int32_t)(t0 + t);
+    }
+}
+
+/* Advance the admission cursor past cnt samples of the current prompt. */
+static void advance(gen_ctx *g, int64_t cnt)
+{
+    if ((g->next_j += cnt) == g->req->n_samples) {
+        g->next_prompt++;
+        g->next_j = 0;
+    }
+}
+
+/* The next chunk of the prompt in chunked prefill: rows [0, n); when it ends the prompt, its
+ * admission ad[0] (returns 1), else 0. */
+static int64_t plan_chunk(gen_ctx *g, admission *ad, int32_t *aslots, int64_t *n_rows)
+{
+    df_rollout_engine *e = g->e;
+    pending *p = &g->pend;
+    int64_t P = g->req->prompt_offsets[p->prompt + 1] - g->req->prompt_offsets[p->prompt];
+    int64_t n = P - p->done < e->max_batched_tokens ? P - p->done : e->max_batched_tokens;
+    prompt_rows(g, 0, p->prompt, p->done, n, p->slots[0]);
+    p->done += n;
+    *n_rows = n;
+    if (p->done < P)
+        return 0;
+    p->on = false;
+    memcpy(aslots, p->slots, (size_t)p->cnt * sizeof *aslots);
+    ad[0] = (admission){p->prompt, p->j0, p->cnt, 0};
+    e->b_out[0] = n - 1;
+    return 1;
+}
+
+/* Take `cnt` free slots (scanning from *scan) into out. */
+static void take_slots(gen_ctx *g, int64_t cnt, int64_t *scan, int32_t *out)
+{
+    for (int64_t c = 0; c < cnt; c++) {
+        while (g->e->slots[*scan].active || g->e->slots[*scan].reserved)
+            (*scan)++;
+        out[c] = (int32_t)(*scan)++;
+    }
+}
+
+/* Fill e->b_* with the next prompt groups that fit into the free slots and the token budget
+ * (max_num_batched_tokens); returns the number of admissions, *n_rows the rows. A prompt
+ * longer than the budget is prefilled alone, in chunks of it (vLLM's chunked prefill): its
+ * slots are reserved, and the call ending it returns its admission. */
 static int64_t plan_prefill(gen_ctx *g, admission *ad, int32_t *aslots, int64_t *n_rows)
 {
     df_rollout_engine *e = g->e;
     const df_rollout_request *q = g->req;
+    if (g->pend.on)
+        return plan_chunk(g, ad, aslots, n_rows);
     int64_t nfree = 0, na = 0, rows = 0, ns = 0, scan = 0;
     for (int64_t s = 0; s < e->max_num_seqs; s++)
-        nfree += !e->slots[s].active;
+        nfree += !e->slots[s].active && !e->slots[s].reserved;
     while (g->next_prompt < q->n_prompts) {
         int64_t i = g->next_prompt, cnt = admit_count(g, nfree);
         int64_t P = q->prompt_offsets[i + 1] - q->prompt_offsets[i];
-        if (cnt == 0 || rows + P > e->max_batched_tokens)
+        if (cnt == 0 || (rows + P > e->max_batched_tokens && rows > 0))
             break;
+        if (P > e->max_batched_tokens) { /* the first chunk of a long prompt, alone */
+            g->pend = (pending){true, i, g->next_j, cnt, 0, g->pend.slots};
+            take_slots(g, cnt, &scan, g->pend.slots);
+            for (int64_t c = 0; c < cnt; c++)
+                e->slots[g->pend.slots[c]].reserved = true;
+            advance(g, cnt);
+            return plan_chunk(g, ad, aslots, n_rows);
+        }
         ad[na] = (admission){i, g->next_j, cnt, (int32_t)ns};
-        for (int64_t c = 0; c < cnt; c++) {
-            while (e->slots[scan].active)
-                scan++;
-            aslots[ns++] = (int32_t)scan++;
-        }
-        for (int64_t t = 0; t < P; t++) { /* the prompt goes into its first slot */
-            e->b_tok[rows + t] = q->prompt_tokens[q->prompt_offsets[i] + t];
-            e->b_slot[rows + t] = aslots[ad[na].slots_at];
-            e->b_pos[rows + t] = (int32_t)t;
-        }
+        take_slots(g, cnt, &scan, aslots + ns);
+        ns += cnt;
+        prompt_rows(g, rows, i, 0, P, aslots[ad[na].slots_at]); /* into its first slot */
         rows += P;
         e->b_out[na++] = rows - 1;
         nfree -= cnt;
-        if ((g->next_j += cnt) == q->n_samples) {
-            g->next_prompt++;
-            g->next_j = 0;
-        }
+        advance(g, cnt);
     }
     *n_rows = rows;
     return na;
@@ -540,7 +735,7 @@ static int admit(gen_ctx *g, admission *ad, int32_t *aslots, int32_t *list, int6
 {
     for (;;) {
         int64_t rows, na = plan_prefill(g, ad, aslots, &rows);
-        if (na == 0)
+        if (na == 0 && rows == 0)
             return DF_OK;
         int rc = run_prefill(g, rows, ad, na, aslots, list, lrows);
         if (rc)
@@ -568,7 +763,7 @@ static int decode_step(gen_ctx *g, int32_t *list, int64_t *rows)
     if (n == 0)
         return df_error(DF_EINTERNAL, "rollout: no active sequence to decode");
     df_infer_batch b = {n, e->b_tok, e->b_slot, e->b_pos, n, NULL};
-    int rc = df_infer_forward(g->m, &e->kv, &e->s, &b);
+    int rc = df_infer_forward(&e->be, &e->cfg, &g->w, &e->kv, &e->s, &b);
     e->stats.decode_steps++;
     e->stats.mean_active += (double)n;
     if (!rc && g->fused) {
@@ -655,9 +850,11 @@ int df_rollout_generate(df_rollout_engine *e, const df_model *m, const df_rollou
     double t0 = omp_get_wtime();
     memset(&e->stats, 0, sizeof e->stats);
     for (int64_t s = 0; s < e->max_num_seqs; s++)
-        e->slots[s].active = false;
+        e->slots[s].active = e->slots[s].reserved = false;
     gen_ctx g = {.e = e, .m = m, .req = req, .sp = sp, .progress = progress, .user = user};
-    rc = ctx_init(&g);
+    rc = infer_weights(e, m, &g.w);
+    if (!rc)
+        rc = ctx_init(&g);
     if (!rc)
         rc = generate_loop(&g);
     if (!rc)

@@ -170,6 +170,36 @@ static int cpu_attention_bwd(void *ctx, float *dq, float *dk, float *dv, const f
     return DF_OK;
 }
 
+static int cpu_kv_write(void *ctx, const df_backend_kv *kv, int64_t layer, const float *k,
+                        const float *v, const int32_t *slot, const int32_t *pos, int64_t n)
+{
+    (void)ctx;
+    df_kv_write(kv, layer, k, v, slot, pos, n);
+    return DF_OK;
+}
+
+static int cpu_kv_copy(void *ctx, const df_backend_kv *kv, int64_t src, int64_t dst, int64_t len)
+{
+    (void)ctx;
+    df_kv_copy(kv, src, dst, len);
+    return DF_OK;
+}
+
+static int64_t cpu_kv_scratch_floats(void *ctx, int64_t nh, int64_t max_len)
+{
+    (void)ctx;
+    return df_kv_scratch_floats(nh, max_len);
+}
+
+static int cpu_kv_attention(void *ctx, float *out, const float *q, const df_backend_kv *kv,
+                            int64_t layer, const int32_t *slot, const int32_t *pos, int64_t n,
+                            int64_t nh, int64_t nkv, int64_t hd, int64_t window, float *scratch)
+{
+    (void)ctx;
+    df_kv_attention(out, q, kv, layer, slot, pos, n, nh, nkv, hd, window, scratch);
+    return DF_OK;
+}
+
 static int cpu_swiglu_fwd(void *ctx, float *out, const float *gate, const float *up, int64_t n)
 {
     (void)ctx;
@@ -235,6 +265,10 @@ static const df_backend_ops cpu_ops = {
     .rope_apply = cpu_rope_apply,
     .attention_fwd = cpu_attention_fwd,
     .attention_bwd = cpu_attention_bwd,
+    .kv_write = cpu_kv_write,
+    .kv_copy = cpu_kv_copy,
+    .kv_scratch_floats = cpu_kv_scratch_floats,
+    .kv_attention = cpu_kv_attention,
     .swiglu_fwd = cpu_swiglu_fwd,
     .swiglu_bwd = cpu_swiglu_bwd,
     .lmhead_scratch_floats = cpu_lmhead_scratch_floats,

@@ -9,8 +9,11 @@
  *   the model has one, and attention limited to the layer's window (df_model_layer_window).
  *   final rmsnorm and the head, for the output rows only: the LM head
  *   (df_model_forward) or a value model's score head (df_model_forward_values).
+ * The layer itself is decoder_layer.c's, shared with the rollout's prefill and decode; here it
+ * runs with packed causal attention over the activations' buffers.
  */
 #include "model/acts.h"
+#include "model/decoder_layer.h"
 #include "model/ops.h"
 
 #include <stdlib.h>
@@ -483,75 +486,50 @@ int df_acts_stage(df_acts *a, const df_seq_batch *b)
 
 /* ---- forward ------------------------------------------------------------------- */
 
-/* y[M,N] = x W^T + b (W16: W's bf16 copy in mixed precision, else NULL). */
-static void linear(df_acts *a, float *y, const float *x, const float *W, const uint16_t *W16,
-                   const float *b, int64_t M, int64_t N, int64_t K)
+/* Layer l's buffers: x[l] in, its slot df_acts_slot(a, l) for what the backward reads, x[l + 1]
+ * out (NULL: the recompute, which stops after gate / up). */
+static df_layer_bufs layer_bufs(const df_acts *a, int64_t l, bool full)
 {
-    if (b)
-        DF_BE(a, rows_fill, y, b, M, N);
-    DF_WMM(a, true, M, N, K, 1.0f, x, W, W16, b ? 1.0f : 0.0f, y);
+    const df_model_config *c = &a->cfg;
+    const int64_t H = c->hidden_size, I = c->intermediate_size, nh = c->num_attention_heads;
+    const int64_t nkv = c->num_key_value_heads, qd = df_acts_qd(a), kvd = df_acts_kvd(a);
+    const int64_t MT = a->max_tokens, s = df_acts_slot(a, l);
+    df_layer_bufs b = {
+        .pos = a->bb.pos, .rope_cos = a->rope_cos, .rope_sin = a->rope_sin, .ones = a->ones,
+        .x = a->x + l * MT * H, .xn1 = a->xn1 + s * MT * H, .rstd1 = a->rstd1 + s * MT,
+        .q = a->q + s * MT * qd, .k = a->k + s * MT * kvd, .v = a->v + s * MT * kvd,
+        .att = a->att + s * MT * qd, .h = a->hmid + s * MT * H, .xn2 = a->xn2 + s * MT * H,
+        .rstd2 = a->rstd2 + s * MT, .gate = a->gate + s * MT * I, .up = a->up + s * MT * I,
+        .act = a->mlp_a, .xout = full ? a->x + (l + 1) * MT * H : NULL};
+    if (c->qk_norm) { /* the projections and row statistics the norms' backward reads */
+        b.qraw = a->qraw + s * MT * qd;
+        b.kraw = a->kraw + s * MT * kvd;
+        b.qrstd = a->qrstd + s * MT * nh;
+        b.krstd = a->krstd + s * MT * nkv;
+    }
+    return b;
 }
 
-/* Layer l up to the MLP's gate / up projections: every activation its backward reads, in
- * slot df_acts_slot(a, l), from x[l]. The forward and a checkpointed backward's recompute
- * run this same code, so the recomputed values are the forward's to the bit. */
-void df_acts_layer_recompute(const df_model_config *c, const df_layer_view *w, df_acts *a,
-                             int64_t l)
+/* Layer l through the one decoder layer (decoder_layer.h) with packed causal attention: the
+ * forward (full) or, for a checkpointed backward, its activations up to gate / up again. */
+static void layer_run(const df_layer_view *w, df_acts *a, int64_t l, bool full)
 {
-    const df_acts_batch *bb = &a->bb;
-    const int64_t T = bb->seqs.T, H = c->hidden_size, I = c->intermediate_size;
-    const int64_t nh = c->num_attention_heads, nkv = c->num_key_value_heads, hd = c->head_dim;
-    const int64_t qd = nh * hd, kvd = nkv * hd, MT = a->max_tokens, s = df_acts_slot(a, l);
-    const float *x = a->x + l * MT * H;
-    float *xn1 = a->xn1 + s * MT * H, *xn2 = a->xn2 + s * MT * H, *h = a->hmid + s * MT * H;
-    float *q = a->q + s * MT * qd, *k = a->k + s * MT * kvd, *v = a->v + s * MT * kvd;
-    float *att = a->att + s * MT * qd, *gate = a->gate + s * MT * I, *up = a->up + s * MT * I;
-    const float eps = (float)c->rms_norm_eps;
-    const df_layer16 *w16 = df_acts_layer16(a, l);
-    df_backend_seqs seqs = bb->seqs;
-    seqs.window = df_model_layer_window(c, l);
-
-    DF_BE(a, rmsnorm_fwd, xn1, a->rstd1 + s * MT, x, w->ln1, T, H, eps);
-    if (c->qk_norm) {
-        /* qwen3's per-head RMSNorms (Qwen3RMSNorm over head_dim): [T, n hd] is T n rows of hd.
-         * The projections are kept for the norms' backward. */
-        float *qraw = a->qraw + s * MT * qd, *kraw = a->kraw + s * MT * kvd;
-        linear(a, qraw, xn1, w->wq, w16 ? w16->wq : NULL, w->bq, T, qd, H);
-        linear(a, kraw, xn1, w->wk, w16 ? w16->wk : NULL, w->bk, T, kvd, H);
-        DF_BE(a, rmsnorm_fwd, q, a->qrstd + s * MT * nh, qraw, w->q_norm, T * nh, hd, eps);
-        DF_BE(a, rmsnorm_fwd, k, a->krstd + s * MT * nkv, kraw, w->k_norm, T * nkv, hd, eps);
-    } else {
-        linear(a, q, xn1, w->wq, w16 ? w16->wq : NULL, w->bq, T, qd, H);
-        linear(a, k, xn1, w->wk, w16 ? w16->wk : NULL, w->bk, T, kvd, H);
-    }
-    linear(a, v, xn1, w->wv, w16 ? w16->wv : NULL, w->bv, T, kvd, H);
-    DF_BE(a, rope_apply, q, bb->pos, T, nh, hd, a->rope_cos, a->rope_sin, false);
-    DF_BE(a, rope_apply, k, bb->pos, T, nkv, hd, a->rope_cos, a->rope_sin, false);
-    DF_BE(a, attention_fwd, att, a->att_lse + s * MT * nh, q, k, v, &seqs, nh, nkv, hd);
-    /* Residual adds ride on the GEMM's beta = 1; an o_proj bias on a rank-1 one (ones b^T). */
-    DF_BE(a, copy, h, x, (size_t)(T * H) * sizeof(float));
-    DF_WMM(a, true, T, H, qd, 1.0f, att, w->wo, w16 ? w16->wo : NULL, 1.0f, h);
-    if (w->bo)
-        DF_BE(a, gemm, false, false, T, H, 1, 1.0f, a->ones, w->bo, 1.0f, h);
-    DF_BE(a, rmsnorm_fwd, xn2, a->rstd2 + s * MT, h, w->ln2, T, H, eps);
-    linear(a, gate, xn2, w->w_gate, w16 ? w16->w_gate : NULL, NULL, T, I, H);
-    linear(a, up, xn2, w->w_up, w16 ? w16->w_up : NULL, NULL, T, I, H);
+    const df_layer_bufs b = layer_bufs(a, l, full);
+    const df_layer_attn at = {.seqs = &a->bb.seqs,
+                              .lse = a->att_lse + df_acts_slot(a, l) * a->max_tokens *
+                                                      a->cfg.num_attention_heads};
+    df_decoder_layer(&a->be, &a->cfg, w, df_acts_layer16(a, l), l, a->bb.seqs.T, &b, &at,
+                     &a->err);
     a->slot_layer = l;
 }
 
-/* Layer l: its saved activations, then x[l + 1] = h + down(silu(gate) * up). The backward
- * recomputes silu(gate) * up itself, so the recompute above stops before it. */
-static void layer_forward(const df_model_config *c, const df_layer_view *w, df_acts *a,
-                          int64_t l)
+/* The forward and a checkpointed backward's recompute run the same code up to gate / up, so
+ * the recomputed values are the forward's to the bit. */
+void df_acts_layer_recompute(const df_model_config *c, const df_layer_view *w, df_acts *a,
+                             int64_t l)
 {
-    const int64_t T = a->bb.seqs.T, H = c->hidden_size, I = c->intermediate_size;
-    const int64_t MT = a->max_tokens, s = df_acts_slot(a, l);
-    const df_layer16 *w16 = df_acts_layer16(a, l);
-    df_acts_layer_recompute(c, w, a, l);
-    DF_BE(a, swiglu_fwd, a->mlp_a, a->gate + s * MT * I, a->up + s * MT * I, T * I);
-    float *xnext = a->x + (l + 1) * MT * H;
-    DF_BE(a, copy, xnext, a->hmid + s * MT * H, (size_t)(T * H) * sizeof(float));
-    DF_WMM(a, true, T, H, I, 1.0f, a->mlp_a, w->w_down, w16 ? w16->w_down : NULL, 1.0f, xnext);
+    (void)c;
+    layer_run(w, a, l, false);
 }
 
 /* Stage the batch, then embedding, decoder layers, and the final norm of the output rows
@@ -567,7 +545,7 @@ static int trunk_forward(const df_model *m, const df_model_view *w, df_acts *a,
         return rc;
     DF_BE(a, embedding_fwd, a->x, a->bb.tokens, w->embed, T, H);
     for (int64_t l = 0; l < L; l++)
-        layer_forward(c, &w->layers[l], a, l);
+        layer_run(&w->layers[l], a, l, true);
     /* Only output rows reach the final norm and the head. */
     DF_BE(a, gather_rows, a->xf, a->x + L * a->max_tokens * H, a->bb.rows, b->n_out, H);
     DF_BE(a, rmsnorm_fwd, a->xnf, a->rstdf, a->xf, w->final_norm, b->n_out, H,

@@ -115,6 +115,20 @@ DF_KDISPATCH_VOID(df_lmhead_bwd_tiled,
                   (dh, dW, dlogp, dentropy, h, W, target, lse, entropy, n, V, H, temperature, t,
                    scratch))
 
+/* ops_kv.c */
+DF_KDISPATCH_VOID(df_kv_write,
+                  (const df_backend_kv *kv, int64_t layer, const float *k, const float *v,
+                   const int32_t *slot, const int32_t *pos, int64_t n),
+                  (kv, layer, k, v, slot, pos, n))
+DF_KDISPATCH_VOID(df_kv_copy, (const df_backend_kv *kv, int64_t src, int64_t dst, int64_t len),
+                  (kv, src, dst, len))
+DF_KDISPATCH(int64_t, df_kv_scratch_floats, (int64_t nh, int64_t max_len), (nh, max_len))
+DF_KDISPATCH_VOID(df_kv_attention,
+                  (float *out, const float *q, const df_backend_kv *kv, int64_t layer,
+                   const int32_t *slot, const int32_t *pos, int64_t n, int64_t nh, int64_t nkv,
+                   int64_t hd, int64_t window, float *scores),
+                  (out, q, kv, layer, slot, pos, n, nh, nkv, hd, window, scores))
+
 /* optim_step.c */
 DF_KDISPATCH(int, df_adamw_step, (df_adamw *o, float *p, const float *g, double lr),
              (o, p, g, lr))

@@ -48,6 +48,11 @@
 #define df_lmhead_bwd DF_KSYM(df_lmhead_bwd)
 #define df_lmhead_fwd_tiled DF_KSYM(df_lmhead_fwd_tiled)
 #define df_lmhead_bwd_tiled DF_KSYM(df_lmhead_bwd_tiled)
+/* ops_kv.c */
+#define df_kv_write DF_KSYM(df_kv_write)
+#define df_kv_copy DF_KSYM(df_kv_copy)
+#define df_kv_scratch_floats DF_KSYM(df_kv_scratch_floats)
+#define df_kv_attention DF_KSYM(df_kv_attention)
 /* optim_step.c */
 #define df_adamw_step DF_KSYM(df_adamw_step)
 #define df_grad_norm DF_KSYM(df_grad_norm)

@@ -11,6 +11,7 @@
 #ifndef DF_MODEL_OPS_H
 #define DF_MODEL_OPS_H
 
+#include "distflow/backend.h"
 #include "distflow/model.h"
 
 #include <stdbool.h>
@@ -197,6 +198,34 @@ void df_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const 
                       const float *lse, const float *q, const float *k, const float *v,
                       const int64_t *seq_offsets, int64_t n_seqs, int64_t nh, int64_t nkv,
                       int64_t hd, int64_t window);
+
+/* ---- attention over the rollout's KV cache (ops_kv.c, backend.h df_backend_kv) ---- */
+
+/** Element (layer, slot, pos, 0) of one of kv's tensors (base: kv->k or kv->v). */
+static inline void *df_kv_at(const df_backend_kv *kv, void *base, int64_t layer, int64_t slot,
+                             int64_t pos)
+{
+    const int64_t i = ((layer * kv->n_slots + slot) * kv->max_len + pos) * kv->kv_dim;
+    return (char *)base + i * (kv->dtype == DF_KV_BF16 ? 2 : 4);
+}
+/** Row r of k, v [n, kv_dim] into (layer, slot[r], pos[r]), rounded to nearest even in bf16. */
+void df_kv_write(const df_backend_kv *kv, int64_t layer, const float *k, const float *v,
+                 const int32_t *slot, const int32_t *pos, int64_t n);
+/** Positions [0, len) of slot src into slot dst, every layer. */
+void df_kv_copy(const df_backend_kv *kv, int64_t src, int64_t dst, int64_t len);
+/** omp_get_max_threads() * nh * max_len: df_kv_attention's scores, one block per thread. */
+int64_t df_kv_scratch_floats(int64_t nh, int64_t max_len);
+/**
+ * out[n, nh*hd] = for each row r and head h: softmax(q_h . K[slot_r][j0..pos_r] / sqrt(hd))
+ * . V[slot_r][j0..pos_r] in layer `layer`, GQA by h / (nh / nkv), j0 = 0 or, with window > 0,
+ * pos_r - window + 1 (df_model_layer_window). q: [n, nh*hd]. bf16 caches are widened to
+ * float32 as they are read; scores, softmax and sums are float32 either way. Each row is
+ * computed by one thread in a fixed order, so results do not depend on the thread count or
+ * on the other rows. scores: df_kv_scratch_floats(nh, kv->max_len) floats.
+ */
+void df_kv_attention(float *out, const float *q, const df_backend_kv *kv, int64_t layer,
+                     const int32_t *slot, const int32_t *pos, int64_t n, int64_t nh,
+                     int64_t nkv, int64_t hd, int64_t window, float *scores);
 
 /* ---- SwiGLU MLP activation (Shazeer 2020) ---------------------------------- */
 

@@ -53,6 +53,8 @@ typedef struct df_node_settings {
 typedef struct df_rollout_worker {
     df_rollout_engine *engine;
     df_sampling_params val_sp; /* rollout.val_kwargs.* (df_worker_resolve) */
+    int64_t synced_step;       /* the actor's optimizer step the engine's weights are from
+                                  (-1: none yet; df_worker_rollout_sync) */
 } df_rollout_worker;
 
 /* workers/actor/: the policy being trained, its optimizer inside. */
@@ -297,6 +299,9 @@ void df_worker_begin_pass(void *user);
 int df_worker_next_prompts(df_dag_worker *w, int gen, df_batch **out);
 /** Rollout: rollout.n responses per prompt of `prompts` with `node`'s sampling settings (seeded by
  *  step and gen) into *out. */
+/** The weight sync (verl's hybrid engine resharding): the rollout engine's copy of the actor's
+ *  weights (bf16: converted here), made once per actor optimizer step, before a generation. */
+int df_worker_rollout_sync(df_dag_worker *w);
 int df_worker_generate(df_dag_worker *w, const df_node *node, const df_batch *prompts, int64_t step, int gen,
                        df_batch **out);
 /** w->reward.cfg from reward_model.reward_manager / overlong_buffer.*; DF_ENOTFOUND for an unknown manager. */

@@ -176,6 +176,8 @@ static const df_backend_ops cuda_ops = {
     .rope_apply = cu_rope_apply,
     .attention_fwd = cu_attention_fwd,
     .attention_bwd = cu_attention_bwd,
+    /* kv_write, kv_copy, kv_scratch_floats, kv_attention: NULL, so the rollout refuses this
+     * backend (the paged df_cuda_kv_write / df_cuda_kv_attention are not wired to them yet) */
     .swiglu_fwd = cu_swiglu_fwd,
     .swiglu_bwd = cu_swiglu_bwd,
     .lmhead_scratch_floats = cu_lmhead_scratch_floats,

@@ -89,6 +89,23 @@ static void banner_world(const df_dag_worker *w)
     free(order);
 }
 
+/* The rollout engine: its precision and the memory it preallocated (the KV cache's share). */
+static void banner_rollout(const df_dag_worker *w)
+{
+    if (!w->rollout.engine)
+        return;
+    df_rollout_options o;
+    int64_t kv = 0, total = 0;
+    df_rollout_engine_options(w->rollout.engine, &o);
+    df_rollout_engine_memory(w->rollout.engine, &kv, &total);
+    printf("rollout: %s (%s KV cache), %lld sequences x %lld tokens, KV cache %.1f MiB of %.1f MiB "
+           "preallocated, %lld tokens per forward\n",
+           o.dtype == DF_ROLLOUT_BF16 ? "bfloat16 weight copy" : "float32",
+           o.dtype == DF_ROLLOUT_BF16 ? "bf16" : "f32", (long long)o.max_num_seqs,
+           (long long)o.max_seq_len, (double)kv / (1 << 20), (double)total / (1 << 20),
+           (long long)o.max_num_batched_tokens);
+}
+
 static void banner_outputs(const df_dag_worker *w)
 {
     const struct df_train_trainer *tr = &w->global.cfg.trainer;
@@ -124,6 +141,7 @@ void df_console_banner(const df_dag_worker *w)
     df_print_model_info(stdout, w->model_dir, df_actor_model(w->actor.model), w->tokenizer_dir, w->tok);
     banner_data(w);
     banner_world(w);
+    banner_rollout(w);
     banner_outputs(w);
     fflush(stdout);
 }

@@ -84,6 +84,41 @@ static int set_device(df_dag_worker *w)
     return rc ? df_error_wrap(rc, "%s", df_config_where(w->cfg, "trainer.device")) : DF_OK;
 }
 
+/* rollout.dtype: bfloat16 (verl's default) where this CPU has native bf16 matmuls, else one
+ * notice and float32. */
+static df_rollout_dtype rollout_dtype(const df_dag_worker *w)
+{
+    if (strcmp(w->global.cfg.actor_rollout_ref.rollout.dtype, "bfloat16"))
+        return DF_ROLLOUT_F32;
+    if (!df_model_bf16_available())
+        return DF_ROLLOUT_BF16;
+    if (w->rank == 0)
+        fprintf(stderr, "notice: actor_rollout_ref.rollout.dtype=bfloat16: %s; the rollout runs "
+                "in float32\n", df_last_error());
+    df_clear_error();
+    return DF_ROLLOUT_F32;
+}
+
+/* The rollout engine: its KV cache preallocated once for as many sequences as a step needs,
+ * within rollout.max_num_seqs and ~8 GiB; forward calls of max_num_batched_tokens rows. */
+static int create_rollout(df_dag_worker *w, const df_model_config *cfg)
+{
+    const df_train_config *t = &w->global.cfg;
+    const struct df_train_rollout *r = &t->actor_rollout_ref.rollout;
+    int64_t per_step = t->data.train_batch_size / w->data_layout.dp_size * df_worker_n_samples(w);
+    df_rollout_options o = {.max_num_seqs = r->max_num_seqs < per_step ? r->max_num_seqs : per_step,
+                            .max_seq_len = t->data.max_prompt_length + r->response_length,
+                            .max_num_batched_tokens = r->max_num_batched_tokens,
+                            .dtype = rollout_dtype(w)};
+    if (o.max_num_seqs > o.max_num_batched_tokens) /* as many as one forward call may decode */
+        o.max_num_seqs = o.max_num_batched_tokens;
+    while (o.max_num_seqs > 1 && df_rollout_engine_bytes_ex(cfg, &o) > (8LL << 30))
+        o.max_num_seqs /= 2;
+    w->rollout.synced_step = -1;
+    int rc = df_rollout_engine_create_ex(cfg, &o, &w->rollout.engine);
+    return rc ? df_error_wrap(rc, "%s", df_config_where(w->cfg, "actor_rollout_ref.rollout")) : DF_OK;
+}
+
 /* Actor (taking ownership of `m`), reference, sampling settings and rollout engine. */
 static int setup_models(df_dag_worker *w, df_model *m)
 {
@@ -123,15 +158,7 @@ static int setup_models(df_dag_worker *w, df_model *m)
     }
     if ((rc = set_device(w)))
         return rc;
-    /* KV cache for as many sequences as a step needs, within rollout.max_num_seqs and ~8 GiB */
-    int64_t seq_len = t->data.max_prompt_length + t->actor_rollout_ref.rollout.response_length;
-    int64_t per_step = t->data.train_batch_size / w->data_layout.dp_size * df_worker_n_samples(w);
-    int64_t slots = t->actor_rollout_ref.rollout.max_num_seqs;
-    if (slots > per_step)
-        slots = per_step;
-    while (slots > 1 && df_rollout_engine_bytes(&m->cfg, slots, seq_len) > (8LL << 30))
-        slots /= 2;
-    return df_rollout_engine_create(&m->cfg, slots, seq_len, &w->rollout.engine);
+    return create_rollout(w, &m->cfg);
 }
 
 /* This rank's graph from the plan, finished and resolved, and its nodes' layouts. */

@@ -43,8 +43,10 @@ static int validate(df_dag_worker *w, df_metrics *m)
                       .batch_prompts = vbs, .label = w->console && w->rank == 0 ? "validate" : NULL,
                       .comm = w->group, .replica = w->data_layout.mp_rank != 0};
     df_eval_result res;
-    df_val_generations gen;
-    int rc = df_val_generations_begin(w, &gen);
+    df_val_generations gen = {0};
+    int rc = df_worker_rollout_sync(w);
+    if (!rc)
+        rc = df_val_generations_begin(w, &gen);
     o.dump = gen.f, o.with_step = true, o.step = w->step;
     if (!rc)
         rc = df_evaluate(w->rollout.engine, df_actor_model(w->actor.model), w->tok, &w->reward.cfg, w->val_ds,

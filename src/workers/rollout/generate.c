@@ -9,9 +9,23 @@
 
 #include "util/timeutil.h"
 
+int df_worker_rollout_sync(df_dag_worker *w)
+{
+    int64_t step = df_actor_step_count(w->actor.model);
+    if (w->rollout.synced_step == step)
+        return DF_OK;
+    int rc = df_rollout_engine_load_weights(w->rollout.engine, df_actor_model(w->actor.model));
+    if (!rc)
+        w->rollout.synced_step = step;
+    return rc;
+}
+
 int df_worker_generate(df_dag_worker *w, const df_node *node, const df_batch *prompts, int64_t step, int gen,
                        df_batch **out)
 {
+    int rc = df_worker_rollout_sync(w);
+    if (rc)
+        return rc;
     uint64_t seed = df_rng_key(df_worker_seed(w), 0x6e6, (uint64_t)step, (uint64_t)gen);
     /* a workflow node may override the sampling keys: its own settings, resolved at setup */
     const df_sampling_params node_sp = df_worker_node_settings(w, node)->sampling;
@@ -28,6 +42,9 @@ static int generate_greedy(df_dag_worker *w, const df_node *node, const df_batch
     sp.temperature = 1.0f;
     sp.top_k = -1;
     sp.top_p = 1.0f;
+    int rc = df_worker_rollout_sync(w);
+    if (rc)
+        return rc;
     return df_generate_batch(w->rollout.engine, df_actor_model(w->actor.model), prompts, 1, &sp, 0,
                              w->console && w->rank == 0 ? "gen_max" : NULL, out);
 }

@@ -1,0 +1,120 @@
+/* The one decoder layer (decoder_layer.h): training's forward and recompute, the rollout's
+ * prefill and decode. */
+#include "model/decoder_layer.h"
+
+/* A call of the layer: where operators run and the first failure. */
+typedef struct {
+    const df_backend *be;
+    int *err;
+} run;
+
+/* Call operator `op` of the backend unless an earlier call of this pass failed. */
+#define LB(r, op, ...) \
+    (*(r)->err ? (void)0 : (void)(*(r)->err = (r)->be->ops->op((r)->be->ctx, __VA_ARGS__)))
+
+/* C = alpha A W^T + beta C for a [N, K] weight: its bf16 copy W16 (gemm_w16) when there is
+ * one, else the float32 GEMM. */
+static void wmm(const run *r, int64_t M, int64_t N, int64_t K, const float *A, const float *W,
+                const uint16_t *W16, float beta, float *C)
+{
+    if (W16)
+        LB(r, gemm_w16, true, M, N, K, 1.0f, A, W16, beta, C);
+    else
+        LB(r, gemm, false, true, M, N, K, 1.0f, A, W, beta, C);
+}
+
+/* y[M,N] = x W^T + b: the bias rows first, the GEMM accumulating onto them. */
+static void linear(const run *r, float *y, const float *x, const float *W, const uint16_t *W16,
+                   const float *b, int64_t M, int64_t N, int64_t K)
+{
+    if (b)
+        LB(r, rows_fill, y, b, M, N);
+    wmm(r, M, N, K, x, W, W16, b ? 1.0f : 0.0f, y);
+}
+
+/* n1 = rmsnorm1(x), then q / k / v with their biases, qwen3's per-head norms and RoPE. */
+static void qkv(const run *r, const df_model_config *c, const df_layer_view *w,
+                const df_layer16 *w16, int64_t T, const df_layer_bufs *b)
+{
+    const int64_t H = c->hidden_size, nh = c->num_attention_heads, nkv = c->num_key_value_heads;
+    const int64_t hd = c->head_dim, qd = nh * hd, kvd = nkv * hd;
+    const float eps = (float)c->rms_norm_eps;
+    LB(r, rmsnorm_fwd, b->xn1, b->rstd1, b->x, w->ln1, T, H, eps);
+    if (c->qk_norm) {
+        /* qwen3's per-head RMSNorms (Qwen3RMSNorm over head_dim): [T, n hd] is T n rows of hd.
+         * Training keeps the projections for the norms' backward. */
+        linear(r, b->qraw, b->xn1, w->wq, w16 ? w16->wq : NULL, w->bq, T, qd, H);
+        linear(r, b->kraw, b->xn1, w->wk, w16 ? w16->wk : NULL, w->bk, T, kvd, H);
+        LB(r, rmsnorm_fwd, b->q, b->qrstd, b->qraw, w->q_norm, T * nh, hd, eps);
+        LB(r, rmsnorm_fwd, b->k, b->krstd, b->kraw, w->k_norm, T * nkv, hd, eps);
+    } else {
+        linear(r, b->q, b->xn1, w->wq, w16 ? w16->wq : NULL, w->bq, T, qd, H);
+        linear(r, b->k, b->xn1, w->wk, w16 ? w16->wk : NULL, w->bk, T, kvd, H);
+    }
+    linear(r, b->v, b->xn1, w->wv, w16 ? w16->wv : NULL, w->bv, T, kvd, H);
+    LB(r, rope_apply, b->q, b->pos, T, nh, hd, b->rope_cos, b->rope_sin, false);
+    LB(r, rope_apply, b->k, b->pos, T, nkv, hd, b->rope_cos, b->rope_sin, false);
+}
+
+/* The residual stream and queries of the rows that go on past the attention: all of them, or
+ * (prefill's last layer) the output rows gathered into at->xc / qc. */
+typedef struct {
+    int64_t T;
+    const float *x, *q;
+    float *h, *xout;
+    const int32_t *slot, *pos;
+} rows_on;
+
+/* ATTENTION: packed causal (training) or through the KV cache (rollout). */
+static void attention(const run *r, const df_model_config *c, int64_t l, int64_t T,
+                      const df_layer_bufs *b, const df_layer_attn *at, rows_on *o)
+{
+    const int64_t nh = c->num_attention_heads, nkv = c->num_key_value_heads, hd = c->head_dim;
+    const int64_t H = c->hidden_size, window = df_model_layer_window(c, l);
+    *o = (rows_on){T, b->x, b->q, b->h, b->xout, at->slot, b->pos};
+    if (!at->kv) {
+        df_backend_seqs seqs = *at->seqs;
+        seqs.window = window;
+        LB(r, attention_fwd, b->att, at->lse, b->q, b->k, b->v, &seqs, nh, nkv, hd);
+        return;
+    }
+    LB(r, kv_write, at->kv, l, b->k, b->v, at->slot, b->pos, T);
+    if (at->out_rows) { /* the rest of the layer for the output rows only */
+        LB(r, gather_rows, at->xc, b->x, at->out_rows, at->n_out, H);
+        LB(r, gather_rows, at->qc, b->q, at->out_rows, at->n_out, nh * hd);
+        *o = (rows_on){at->n_out, at->xc, at->qc, at->xc, b->xout ? at->xc : NULL,
+                       at->out_slot, at->out_pos};
+    }
+    LB(r, kv_attention, b->att, o->q, at->kv, l, o->slot, o->pos, o->T, nh, nkv, hd, window,
+       at->scratch);
+}
+
+int df_decoder_layer(const df_backend *be, const df_model_config *c, const df_layer_view *w,
+                     const df_layer16 *w16, int64_t l, int64_t T, const df_layer_bufs *b,
+                     const df_layer_attn *at, int *err)
+{
+    const run r = {be, err};
+    const int64_t H = c->hidden_size, I = c->intermediate_size;
+    const int64_t qd = c->num_attention_heads * c->head_dim;
+    const float eps = (float)c->rms_norm_eps;
+    qkv(&r, c, w, w16, T, b);
+    rows_on o;
+    attention(&r, c, l, T, b, at, &o);
+    /* h = x + att W_o^T: the residual add rides on the GEMM's beta = 1; an o_proj bias on a
+     * rank-1 one (ones b^T). */
+    if (o.h != o.x)
+        LB(&r, copy, o.h, o.x, (size_t)(o.T * H) * sizeof(float));
+    wmm(&r, o.T, H, qd, b->att, w->wo, w16 ? w16->wo : NULL, 1.0f, o.h);
+    if (w->bo)
+        LB(&r, gemm, false, false, o.T, H, 1, 1.0f, b->ones, w->bo, 1.0f, o.h);
+    LB(&r, rmsnorm_fwd, b->xn2, b->rstd2, o.h, w->ln2, o.T, H, eps);
+    linear(&r, b->gate, b->xn2, w->w_gate, w16 ? w16->w_gate : NULL, NULL, o.T, I, H);
+    linear(&r, b->up, b->xn2, w->w_up, w16 ? w16->w_up : NULL, NULL, o.T, I, H);
+    if (!o.xout) /* the recompute: the backward forms silu(gate) * up itself */
+        return *err;
+    LB(&r, swiglu_fwd, b->act, b->gate, b->up, o.T * I);
+    if (o.xout != o.h)
+        LB(&r, copy, o.xout, o.h, (size_t)(o.T * H) * sizeof(float));
+    wmm(&r, o.T, H, I, b->act, w->w_down, w16 ? w16->w_down : NULL, 1.0f, o.xout);
+    return *err;
+}

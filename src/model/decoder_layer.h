@@ -1,0 +1,72 @@
+/*
+ * decoder_layer.h (internal) — the one decoder layer of the Qwen2 / Qwen3 / Llama family
+ * (HF modeling_qwen2.py / modeling_qwen3.py Qwen2DecoderLayer), written once against the
+ * backend seam (distflow/backend.h) and run by training's forward and its checkpointed
+ * recompute (forward.c) and by the rollout's prefill and decode (src/engine/rollout_forward.c):
+ *
+ *   n1 = rmsnorm1(x);  q, k, v = proj(n1) (+ biases);  q, k = qk_norm(q, k) (qwen3);  RoPE
+ *   att = ATTENTION(q, k, v)
+ *   h = x + o_proj(att) (+ bias);  n2 = rmsnorm2(h);  gate, up = proj(n2)
+ *   x' = h + down(silu(gate) * up)
+ *
+ * Only ATTENTION differs between the callers: causal attention over packed sequences saving
+ * its log-sum-exp (training), or K / V written into the rollout's cache and the queries
+ * attending over it (prefill and decode). The residual adds ride on the GEMMs (beta = 1).
+ */
+#ifndef DF_MODEL_DECODER_LAYER_H
+#define DF_MODEL_DECODER_LAYER_H
+
+#include "distflow/backend.h"
+#include "distflow/model.h"
+
+/**
+ * The buffers of one layer call over T rows, in the backend's memory. Row-major; widths:
+ * H hidden, I intermediate, qd = nh hd, kvd = nkv hd.
+ */
+typedef struct df_layer_bufs {
+    const int32_t *pos;                /**< [T] positions (RoPE and the KV cache) */
+    const float *rope_cos, *rope_sin;  /**< df_rope_table_freq rows */
+    const float *ones;                 /**< [T] of 1 when the model has an o_proj bias */
+    const float *x;                    /**< [T, H] residual stream in */
+    float *xn1, *rstd1;                /**< [T, H], [T] */
+    float *qraw, *kraw;                /**< qwen3: q / k before their norms ([T, qd], [T, kvd]);
+                                            may be q / k (normalised in place) */
+    float *qrstd, *krstd;              /**< qwen3: [T, nh], [T, nkv] */
+    float *q, *k, *v;                  /**< [T, qd] [T, kvd] [T, kvd], q and k after RoPE */
+    float *att;                        /**< [T, qd] attention output */
+    float *h;                          /**< [T, H] residual after attention; may be x */
+    float *xn2, *rstd2, *gate, *up;    /**< [T, H], [T], [T, I], [T, I] */
+    float *act;                        /**< [T, I] silu(gate) * up */
+    float *xout;                       /**< [T, H] residual out, may be h; NULL: stop after
+                                            gate / up (the checkpointed recompute) */
+} df_layer_bufs;
+
+/** The attention step: the packed one (kv == NULL) or the KV cache's. */
+typedef struct df_layer_attn {
+    /* packed causal attention over sequences (training) */
+    const df_backend_seqs *seqs;  /**< offsets, n_seqs, max_len (window: set per layer) */
+    float *lse;                   /**< [T, nh] saved for the backward */
+    /* the rollout's KV cache */
+    const df_backend_kv *kv;
+    const int32_t *slot;          /**< [T] each row's slot; pos is bufs->pos */
+    float *scratch;               /**< kv_scratch_floats(nh, kv->max_len) floats */
+    /* Output rows only (prefill's last layer): after every row's K / V is written, only these
+     * n_out rows (ascending) go on, gathered into xc / qc, with their slots and positions. */
+    int64_t n_out;
+    const int64_t *out_rows;      /**< [n_out], NULL: every row goes on */
+    const int32_t *out_slot, *out_pos; /**< [n_out] */
+    float *xc, *qc;               /**< [n_out, H] (the residual from here on), [n_out, qd] */
+} df_layer_attn;
+
+/**
+ * Layer l of model config c over T rows: weights w (float32 view in the backend's memory),
+ * w16 its bf16 copy (mixed precision: the matmuls go through gemm_w16) or NULL. With
+ * at->out_rows the rows after the attention are the n_out output rows and the layer's
+ * result is in at->xc. Returns the first failing operator's status (DF_OK when *err was
+ * already set: nothing runs then) and keeps it in *err.
+ */
+int df_decoder_layer(const df_backend *be, const df_model_config *c, const df_layer_view *w,
+                     const df_layer16 *w16, int64_t l, int64_t T, const df_layer_bufs *b,
+                     const df_layer_attn *at, int *err);
+
+#endif /* DF_MODEL_DECODER_LAYER_H */
