@@ -139,7 +139,7 @@ int64_t df_rollout_engine_bytes_ex(const df_model_config *cfg, const df_rollout_
     int64_t logits = logit_rows_of(R, cfg->vocab_size) * cfg->vocab_size * 4;
     int64_t outs = r.max_num_seqs * r.max_seq_len * 8 + R * 20;
     int64_t bf16 = r.dtype == DF_ROLLOUT_BF16
-                       ? df_weights16_bytes_for(cfg) + 2 * mm_elems(cfg, R) * 2 : 0;
+                       ? df_weights16_bytes_for(cfg, 0) + 2 * mm_elems(cfg, R) * 2 : 0;
     return kv_bytes_of(cfg, &r) + df_infer_scratch_bytes(cfg, R, r.max_num_seqs, r.max_seq_len) +
            logits + outs + bf16;
 }
@@ -189,7 +189,7 @@ static int engine_backend(df_rollout_engine *e, int64_t R)
                         "(not %s)", ops->name);
     int rc = df_mm_ctx_create(mm_elems(&e->cfg, R), &e->mm);
     if (!rc)
-        rc = df_weights16_create(&e->cfg, &e->w16);
+        rc = df_weights16_create_ex(&e->cfg, 0, &e->w16); /* layers only: the head stays f32 */
     e->be = df_backend_cpu_bf16(&e->mm);
     return rc;
 }
