@@ -327,8 +327,23 @@ static inline json_t *df_test_metrics(const char *dir, const char *out, bool num
 /** A train config from YAML text (`name` in errors) plus n overrides; fails the test on error. */
 static inline df_config *df_test_config(const char *yaml, const char *name, const char *const *ov, int n)
 {
+    /* The fixtures' values were computed in float32: pinned here, ahead of the caller's overrides
+       (a test of mixed precision, the default where the CPU has bf16 kernels, sets them back). */
+    static const char *const fp32[] = {
+        "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32",
+        "actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype=fp32",
+        "critic.model.fsdp_config.mixed_precision.param_dtype=fp32"};
+    const int np = (int)(sizeof fp32 / sizeof fp32[0]);
+    const char **all = calloc((size_t)(np + n), sizeof *all);
+    assert_non_null(all);
+    for (int i = 0; i < np; i++)
+        all[i] = fp32[i];
+    for (int i = 0; i < n; i++)
+        all[np + i] = ov[i];
     df_config *cfg;
-    if (df_config_load_text(df_config_schema_train(), yaml, name, ov, n, &cfg))
+    int rc = df_config_load_text(df_config_schema_train(), yaml, name, all, np + n, &cfg);
+    free(all);
+    if (rc)
         fail_msg("%s", df_last_error());
     return cfg;
 }

@@ -14,7 +14,7 @@
  */
 /* ---- one-line entry forms (local to this file; undefined at its end) ----
  * DFK_<type>(group, leaf, default YAML text, [min, max,] help); a 0 suffix is a top-level key.
- *   B bool, I int, F float, S string, E string with choices, L string list,
+ *   B bool, I int, F float, S string, E string with choices (EN: or null), L string list,
  *   LE string list with item choices, FL float list (item count, item bounds), M free-form map;
  *   N: nullable (the field is a df_config_opt_* or a NULL string / null list).
  * DFK_<type>_FROM(group, leaf, source key, ...): default null, which resolves to the source key's
@@ -43,6 +43,7 @@
 #define DFK_S(g, k, d, h) DFK_CALL(DFK_KEY(g, k), DF_CFG_STR, const char *, 0, d, -DFK_INF, DFK_INF, 0, NULL, NULL, h)
 #define DFK_SN(g, k, d, h) DFK_CALL(DFK_KEY(g, k), DF_CFG_STR, const char *, 1, d, -DFK_INF, DFK_INF, 0, NULL, NULL, h)
 #define DFK_E(g, k, d, ch, h) DFK_CALL(DFK_KEY(g, k), DF_CFG_STR, const char *, 0, d, -DFK_INF, DFK_INF, 0, ch, NULL, h)
+#define DFK_EN(g, k, d, ch, h) DFK_CALL(DFK_KEY(g, k), DF_CFG_STR, const char *, 1, d, -DFK_INF, DFK_INF, 0, ch, NULL, h)
 #define DFK_L(g, k, d, h) DFK_CALL(DFK_KEY(g, k), DF_CFG_STR_LIST, df_config_strs, 0, d, -DFK_INF, DFK_INF, 0, NULL, NULL, h)
 #define DFK_LN(g, k, d, h) DFK_CALL(DFK_KEY(g, k), DF_CFG_STR_LIST, df_config_strs, 1, d, -DFK_INF, DFK_INF, 0, NULL, NULL, h)
 #define DFK_LE(g, k, d, ch, h) DFK_CALL(DFK_KEY(g, k), DF_CFG_STR_LIST, df_config_strs, 0, d, -DFK_INF, DFK_INF, 0, ch, NULL, h)

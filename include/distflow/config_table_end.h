@@ -18,6 +18,7 @@
 #undef DFK_S
 #undef DFK_SN
 #undef DFK_E
+#undef DFK_EN
 #undef DFK_L
 #undef DFK_LN
 #undef DFK_LE

@@ -233,6 +233,41 @@ static int check_clip(const df_config *c, const df_train_config *t)
     return DF_OK;
 }
 
+static bool is_bf16(const char *dtype)
+{
+    return dtype && (!strcmp(dtype, "bf16") || !strcmp(dtype, "bfloat16"));
+}
+
+/* The fsdp_config dtypes: float32 master weights for the trained models, float32 gradient
+   reductions and buffers everywhere, and a bf16-stored reference only where it computes in bf16
+   (it keeps bf16 weights only, which only the bf16 matmuls read). */
+static int check_dtypes(const df_config *c, const df_train_config *t)
+{
+    const struct df_train_actor_fsdp_config *a = &t->actor_rollout_ref.actor.fsdp_config;
+    const struct df_train_ref_fsdp_config *r = &t->actor_rollout_ref.ref.fsdp_config;
+    const struct df_train_critic_model_fsdp_config *k = &t->critic.model.fsdp_config;
+    char b1[KV_CAP], b2[KV_CAP];
+    const struct { const char *key, *v, *why; } f32[] = {
+        {ACTOR "fsdp_config.model_dtype", a->model_dtype, "the actor keeps float32 master weights, gradients and AdamW state"},
+        {"critic.model.fsdp_config.model_dtype", k->model_dtype, "the critic keeps float32 master weights, gradients and AdamW state"},
+        {ACTOR "fsdp_config.mixed_precision.reduce_dtype", a->mixed_precision.reduce_dtype, "gradients are reduced in float32"},
+        {REF "fsdp_config.mixed_precision.reduce_dtype", r->mixed_precision.reduce_dtype, "gradients are reduced in float32"},
+        {"critic.model.fsdp_config.mixed_precision.reduce_dtype", k->mixed_precision.reduce_dtype, "gradients are reduced in float32"},
+        {ACTOR "fsdp_config.mixed_precision.buffer_dtype", a->mixed_precision.buffer_dtype, "buffers (RoPE tables, norm statistics) are float32"},
+        {REF "fsdp_config.mixed_precision.buffer_dtype", r->mixed_precision.buffer_dtype, "buffers (RoPE tables, norm statistics) are float32"},
+        {"critic.model.fsdp_config.mixed_precision.buffer_dtype", k->mixed_precision.buffer_dtype, "buffers (RoPE tables, norm statistics) are float32"},
+    };
+    for (size_t i = 0; i < sizeof f32 / sizeof f32[0]; i++)
+        if (is_bf16(f32[i].v))
+            return df_error(DF_EUNSUPPORTED, "%s: only fp32 is supported (%s)", kv(c, f32[i].key, b1), f32[i].why);
+    if (is_bf16(r->model_dtype) && !is_bf16(r->mixed_precision.param_dtype))
+        return df_error(DF_EINVAL, "%s with %s: a reference stored in bf16 keeps only bfloat16 copies of its "
+                        "matmul weights, which only bf16 matmuls read; compute in bf16 or store fp32",
+                        kv(c, REF "fsdp_config.model_dtype", b1),
+                        kv(c, REF "fsdp_config.mixed_precision.param_dtype", b2));
+    return DF_OK;
+}
+
 static int check_sampling(const df_config *c, const df_train_config *t)
 {
     char kb[3][KV_CAP];
@@ -330,5 +365,7 @@ int df_config_validate_train_ex(const df_config *c, int world_size, df_warn_fn w
         rc = check_clip(c, &t);
     if (!rc)
         rc = check_sampling(c, &t);
+    if (!rc)
+        rc = check_dtypes(c, &t);
     return rc;
 }

@@ -68,6 +68,11 @@ typedef struct df_actor_params {
     float temperature;          /* rollout temperature: logits are divided by it */
     bool gradient_checkpointing; /* recompute each layer's activations in the backward
                                     (model.enable_gradient_checkpointing; DF_ACTS_CHECKPOINT) */
+    bool bf16;                  /* mixed precision: bf16 matmuls with float32 accumulation from a bf16
+                                   copy of the weights (fsdp_config.mixed_precision.param_dtype;
+                                   DF_ACTS_BF16, docs/mixed_precision.md) */
+    bool bf16_weights;          /* a frozen model (the reference) keeps only the bf16 copy of its
+                                   layers' matmul weights (fsdp_config.model_dtype bf16; needs bf16) */
     const char *progress_label; /* non-NULL: update_policy draws a TTY progress bar over samples */
 } df_actor_params;
 

@@ -54,6 +54,11 @@ int df_critic_create(df_model *model, const df_critic_params *p, df_critic **out
     }
     c->c.progress_label = p->progress_label;
     c->c.checkpoint = p->gradient_checkpointing;
+    if ((rc = df_train_core_set_precision(&c->c, p->bf16, false))) {
+        c->c.model = NULL; /* the caller keeps it */
+        df_critic_free(c);
+        return rc;
+    }
     *out = c;
     return DF_OK;
 }

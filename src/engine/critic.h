@@ -42,6 +42,8 @@ typedef struct df_critic_params {
     int64_t forward_max_token_len;    /* (forward_micro_batch_size_per_gpu, forward_max_token_len_per_gpu) */
     df_critic_loss loss;              /* value-loss settings */
     bool gradient_checkpointing;      /* critic.model.enable_gradient_checkpointing (DF_ACTS_CHECKPOINT) */
+    bool bf16;                        /* mixed precision (critic.model.fsdp_config.mixed_precision;
+                                         DF_ACTS_BF16) */
     const char *progress_label;       /* non-NULL: update draws a TTY progress bar over samples */
 } df_critic_params;
 

@@ -2,6 +2,7 @@
 #include "engine/train_core.h"
 
 #include "distflow/algo.h"
+#include "model/ops.h"
 #include "util/killpoint.h"
 
 #include <assert.h>
@@ -47,6 +48,7 @@ void df_train_core_release(df_train_core *c)
     free(c->grads);
     df_adamw_free(c->opt);
     df_acts_free(c->acts);
+    df_weights16_free(c->w16);
     df_packed_free(&c->pk);
     for (int i = 0; i < DF_CORE_MAX_BUFS; i++)
         free(c->buf[i]);
@@ -63,7 +65,8 @@ int df_train_core_set_backend(df_train_core *c, const df_backend *be)
 {
     if (c->acts || c->bgrads != c->grads)
         return df_error(DF_EINVAL, "%s: the backend is chosen before the first micro-batch", c->who);
-    int rc = df_model_check_backend(be, &c->model->cfg); /* now, not after the first rollout */
+    /* now, not after the first rollout */
+    int rc = df_model_check_backend_ex(be, &c->model->cfg, c->bf16 ? DF_ACTS_BF16 : 0);
     if (rc)
         return df_error_wrap(rc, "%s", c->who);
     c->be = *be;
@@ -76,6 +79,49 @@ int df_train_core_set_backend(df_train_core *c, const df_backend *be)
         return df_error_wrap(rc, "%s: gradients on the %s backend", c->who, be->ops->name);
     }
     return df_train_core_zero_grads(c);
+}
+
+int df_train_core_set_precision(df_train_core *c, bool bf16, bool bf16_only)
+{
+    if (c->acts || c->w16)
+        return df_error(DF_EINVAL, "%s: the precision is chosen before the first micro-batch", c->who);
+    if (bf16_only && (!bf16 || c->trainable))
+        return df_error(DF_EINVAL, "%s: bf16 storage is for a frozen model computing in bf16", c->who);
+    int rc = bf16 ? df_model_bf16_available() : DF_OK;
+    if (!rc && bf16)
+        rc = df_model_check_backend_ex(&c->be, &c->model->cfg, DF_ACTS_BF16);
+    if (rc)
+        return df_error_wrap(rc, "%s: mixed precision", c->who);
+    c->bf16 = bf16;
+    c->bf16_only = bf16_only;
+    return DF_OK;
+}
+
+/* The bf16 copy the core's activations share, made once from the float32 weights (a frozen
+ * bf16-only core then gives those back); later versions come from df_train_core_weights_changed. */
+static int make_w16(df_train_core *c)
+{
+    if (c->w16)
+        return DF_OK;
+    int rc = df_weights16_create_ex(&c->model->cfg, 0, &c->w16);
+    if (!rc)
+        rc = df_weights16_refresh(c->w16, &c->model->w);
+    if (rc) {
+        df_weights16_free(c->w16);
+        c->w16 = NULL;
+        return df_error_wrap(rc, "%s: the bf16 copy of the weights", c->who);
+    }
+    if (c->bf16_only)
+        df_model_release_layer_matmuls(c->model);
+    return DF_OK;
+}
+
+int df_train_core_weights_changed(df_train_core *c)
+{
+    int rc = c->w16 ? df_weights16_refresh(c->w16, &c->model->w) : DF_OK;
+    if (!rc && c->acts)
+        rc = df_acts_load_weights(c->acts, c->model);
+    return rc;
 }
 
 int df_train_core_zero_grads(df_train_core *c)
@@ -105,8 +151,10 @@ static int reserve(df_train_core *c, const df_batch *b, const int64_t *bounds, i
         c->acts = NULL;
         c->acts_tokens = max_tok > c->acts_tokens ? max_tok : c->acts_tokens;
         c->acts_out = max_out > c->acts_out ? max_out : c->acts_out;
-        unsigned flags = c->checkpoint ? DF_ACTS_CHECKPOINT : 0;
+        unsigned flags = (c->checkpoint ? DF_ACTS_CHECKPOINT : 0) | (c->bf16 ? DF_ACTS_BF16 : 0);
         int rc = df_acts_create_ex(&c->be, &c->model->cfg, c->acts_tokens, c->acts_out, flags, &c->acts);
+        if (!rc && c->bf16 && !(rc = make_w16(c)))
+            rc = df_acts_share_weights16(c->acts, c->w16, c->model);
         if (!rc)
             rc = df_acts_load_weights(c->acts, c->model);
         if (rc)
@@ -207,8 +255,8 @@ int df_train_core_optimizer_step(df_train_core *c, double lr, df_metrics *m, con
         return df_train_core_nonfinite(c, m, prefix, what, where);
     }
     int rc = df_adamw_step(c->opt, c->model->params, c->grads, lr);
-    if (!rc && c->acts) /* a device's copy of the weights follows */
-        rc = df_acts_load_weights(c->acts, c->model);
+    if (!rc) /* the bf16 copy and a device's copy follow */
+        rc = df_train_core_weights_changed(c);
     if (rc)
         return rc;
     df_metrics_mean(m, key, norm); /* grad_norm before lr: the order metrics.jsonl has always had */

@@ -48,6 +48,10 @@ typedef struct df_train_core {
     df_acts *acts;
     int64_t acts_tokens, acts_out;
     bool checkpoint; /* activations checkpointed per layer (DF_ACTS_CHECKPOINT); set before a plan */
+    bool bf16;       /* mixed precision (DF_ACTS_BF16; df_train_core_set_precision) */
+    bool bf16_only;  /* frozen and stored in bf16: the layers' float32 matmul weights released */
+    df_weights16 *w16; /* bf16: the copy of the weights every df_acts of this core shares, made
+                          at the first plan and refreshed after every change of the weights */
     df_packed pk;
     float *buf[DF_CORE_MAX_BUFS]; /* n_buf per-token scratch arrays of buf_cap floats */
     int n_buf;
@@ -87,6 +91,22 @@ void df_train_core_set_comm(df_train_core *c, df_comm *dp);
  * on the host (docs/cuda.md). Errors: DF_ENOMEM.
  */
 int df_train_core_set_backend(df_train_core *c, const df_backend *be);
+/**
+ * Compute dtype and weight storage (fsdp_config.mixed_precision.param_dtype, model_dtype; before
+ * the first plan): bf16 runs the decoder's matmuls in bf16 from a bf16 copy of the weights
+ * (DF_ACTS_BF16, docs/mixed_precision.md), refreshed once after every optimizer step and state
+ * load; bf16_only (a frozen core, with bf16) keeps only that copy of the layers' matmul weights,
+ * releasing their float32 pages once it is made. Errors: DF_EINVAL (bf16_only without bf16 or on
+ * a trainable core, after the first plan), DF_EUNSUPPORTED (no native bf16 kernels here, or the
+ * backend has no mixed precision), naming the role.
+ */
+int df_train_core_set_precision(df_train_core *c, bool bf16, bool bf16_only);
+/**
+ * After every change of the model's weights (an optimizer step, a state load): the one bf16
+ * conversion of this weight version (with bf16) and a device backend's copy. Errors: those of
+ * df_weights16_refresh and df_acts_load_weights.
+ */
+int df_train_core_weights_changed(df_train_core *c);
 /** Zero the backward's accumulator (bgrads) before a mini-batch. */
 int df_train_core_zero_grads(df_train_core *c);
 /** The accumulated gradient into the host blob `grads` (a no-op on the CPU). */

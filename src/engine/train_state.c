@@ -106,7 +106,7 @@ int df_train_core_load_state(df_train_core *c, const char *path)
         return df_error_wrap(rc, "loading the %s's training state", c->who);
     c->opt->step = opt_step;
     c->steps = sched_step;
-    /* a device backend's copy of the weights follows the loaded ones */
-    rc = c->acts ? df_acts_load_weights(c->acts, c->model) : DF_OK;
+    /* the bf16 copy and a device backend's copy of the weights follow the loaded ones */
+    rc = df_train_core_weights_changed(c);
     return rc ? df_error_wrap(rc, "loading the %s's training state", c->who) : DF_OK;
 }

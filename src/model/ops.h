@@ -107,6 +107,14 @@ int df_mm_w16(df_mm_ctx *c, bool tb, int64_t M, int64_t N, int64_t K, float alph
  * operands, gemm_w16 reads a df_weights16 weight. What a rollout with bf16 weights runs on.
  */
 df_backend df_backend_cpu_bf16(df_mm_ctx **mm);
+/**
+ * A frozen model kept in bf16 (a reference with model_dtype bf16): give the pages of its layers'
+ * float32 matmul weights back to the OS (madvise DONTNEED; they then read as zeros) once their
+ * bf16 copy is made. m then serves only forward passes that read that copy
+ * (df_acts_share_weights16); embedding, norms, biases and the head stay float32. Returns the
+ * bytes released.
+ */
+int64_t df_model_release_layer_matmuls(df_model *m);
 /** Bytes df_weights16_create_ex allocates for cfg and flags (model.h; cfg valid). */
 int64_t df_weights16_bytes_for(const df_model_config *cfg, unsigned flags);
 

@@ -9,6 +9,8 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 struct df_weights16 {
     df_model_config cfg;
@@ -137,4 +139,32 @@ void df_weights16_free(df_weights16 *w)
     free(w->blob);
     free(w->layers);
     free(w);
+}
+
+/* The whole pages inside [p, p + n floats): returned to the OS (reads then see zeros). */
+static int64_t release_pages(float *p, int64_t n, int64_t page)
+{
+    uintptr_t b = ((uintptr_t)p + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
+    uintptr_t e = ((uintptr_t)(p + n)) / (uintptr_t)page * (uintptr_t)page;
+    if (e <= b || madvise((void *)b, e - b, MADV_DONTNEED))
+        return 0;
+    return (int64_t)(e - b);
+}
+
+int64_t df_model_release_layer_matmuls(df_model *m)
+{
+    const long ps = sysconf(_SC_PAGESIZE);
+    const int64_t page = ps > 0 ? ps : 4096;
+    const df_model_config *c = &m->cfg;
+    const int64_t H = c->hidden_size, I = c->intermediate_size;
+    const int64_t qd = c->num_attention_heads * c->head_dim, kvd = c->num_key_value_heads * c->head_dim;
+    int64_t bytes = 0;
+    for (int64_t l = 0; l < c->num_hidden_layers; l++) {
+        df_layer_view *w = &m->w.layers[l];
+        bytes += release_pages(w->wq, qd * H, page) + release_pages(w->wk, kvd * H, page) +
+                 release_pages(w->wv, kvd * H, page) + release_pages(w->wo, H * qd, page) +
+                 release_pages(w->w_gate, I * H, page) + release_pages(w->w_up, I * H, page) +
+                 release_pages(w->w_down, I * H, page);
+    }
+    return bytes;
 }

@@ -13,6 +13,7 @@
 
 #include "distflow/algo_desc.h"
 
+#include <stdio.h>
 #include <string.h>
 
 int df_worker_settings_init(df_node_settings *s, const df_config *c)
@@ -82,6 +83,25 @@ void df_worker_critic_loss(const df_train_config *t, df_critic_loss *l)
     l->loss_agg_norm_length = t->data.max_response_length;
 }
 
+/*
+ * Whether a role computes in bf16: its fsdp_config.mixed_precision.param_dtype (`key`, value `dtype`)
+ * asks for it and this machine has native bf16 matmuls. Where it has none, float32 is used and
+ * rank 0 says so once per process, naming the first key that asked.
+ */
+static bool compute_bf16(const df_dag_worker *w, const char *key, const char *dtype)
+{
+    static bool noticed;
+    if (strcmp(dtype, "bf16") && strcmp(dtype, "bfloat16"))
+        return false;
+    if (df_model_bf16_available() == DF_OK)
+        return true;
+    if (!noticed && w->rank == 0)
+        fprintf(stderr, "[distflow] notice: %s=%s asks for bf16 matmuls, but %s; computing in float32 "
+                "(set it to fp32 to silence this)\n", key, dtype, df_last_error());
+    noticed = true;
+    return false;
+}
+
 /* The micro-batch limits of a forward-only log-prob pass: by token budget, or rows (default: the update's). */
 static void logprob_limits(bool dyn, const df_config_opt_int *rows, int64_t max_tokens, df_actor_params *p)
 {
@@ -95,6 +115,12 @@ void df_worker_reference_params(const df_dag_worker *w, const df_actor_params *a
     *p = *actor;
     logprob_limits(r->log_prob_use_dynamic_bsz, &r->log_prob_micro_batch_size_per_gpu, r->log_prob_max_token_len_per_gpu,
                    p);
+    p->bf16 = compute_bf16(w, "actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype",
+                           r->fsdp_config.mixed_precision.param_dtype);
+    /* model_dtype null: verl's bf16 for a model without gradients, where it computes in bf16 (the
+       validation refused an explicit bf16 with param_dtype fp32) */
+    const char *md = r->fsdp_config.model_dtype;
+    p->bf16_weights = p->bf16 && (!md || !strcmp(md, "bf16") || !strcmp(md, "bfloat16"));
 }
 
 void df_worker_actor_params(const df_dag_worker *w, df_actor_params *p)
@@ -119,6 +145,8 @@ void df_worker_actor_params(const df_dag_worker *w, df_actor_params *p)
     p->temperature = (float)t->actor_rollout_ref.rollout.temperature;
     p->progress_label = w->rank == 0 ? "update_actor" : NULL;
     p->gradient_checkpointing = t->actor_rollout_ref.model.enable_gradient_checkpointing;
+    p->bf16 = compute_bf16(w, "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype",
+                           a->fsdp_config.mixed_precision.param_dtype);
 }
 
 void df_worker_critic_params(const df_dag_worker *w, df_critic_params *p)
@@ -139,6 +167,8 @@ void df_worker_critic_params(const df_dag_worker *w, df_critic_params *p)
     p->loss = w->global.critic_loss;
     p->progress_label = w->rank == 0 ? "update_critic" : NULL;
     p->gradient_checkpointing = c->model.enable_gradient_checkpointing;
+    p->bf16 = compute_bf16(w, "critic.model.fsdp_config.mixed_precision.param_dtype",
+                           c->model.fsdp_config.mixed_precision.param_dtype);
 }
 
 /* Sampling settings from a rollout block's keys (rollout.* or rollout.val_kwargs.*). */

@@ -1,0 +1,224 @@
+/*
+ * Mixed precision in training (docs/mixed_precision.md): the bf16 copy of the weights is
+ * refreshed by the optimizer step (the next forward sees the new weights: its log-probs are
+ * those of fresh activations loaded from the updated model, to the bit, and not the old ones);
+ * a reference stored in bf16 computes what one keeping its float32 weights computes while its
+ * layers' float32 matmul pages are given back; the fsdp_config keys reach the actor (a bf16
+ * setting moves the log-probs by bf16 roundings, fp32 gives the float32 path's bits) and wrong
+ * dtypes are refused naming the key. The bf16 parts skip on a CPU without native bf16 kernels.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "testutil.h"
+
+#include "distflow/train_config.h"
+#include "engine/actor.h"
+#include "engine/packing.h"
+#include "engine/train_core.h"
+#include "model/acts.h"
+#include "tolerance.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void skip_without_bf16(void)
+{
+    if (df_model_bf16_available() != DF_OK) {
+        print_message("no native bf16 matmuls here: %s\n", df_last_error());
+        skip();
+    }
+}
+
+/* 4 samples with prompts of 3,1,2,4 tokens and responses of 2,3,0,1 tokens. */
+static df_batch *make_batch(void)
+{
+    static const int64_t po[] = {0, 3, 4, 6, 10}, ro[] = {0, 2, 5, 5, 6};
+    static const int32_t p[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, r[] = {11, 12, 13, 14, 15, 16};
+    df_batch *b = df_batch_new(4);
+    assert_int_equal(df_batch_set_tok_i32(b, "prompt_ids", po, p), 0);
+    assert_int_equal(df_batch_set_tok_i32(b, "response_ids", ro, r), 0);
+    return b;
+}
+
+/* Whole-batch micro-batches, so a fresh df_acts on the packed batch runs the same shapes. */
+static df_actor_params params(bool bf16)
+{
+    df_actor_params p = {.optim.lr = 1e-2, .optim.beta1 = 0.9, .optim.beta2 = 0.999, .optim.adam_eps = 1e-8,
+                         .optim.grad_clip = 1e9, .micro_batch_size = 4, .logprob_micro_batch_size = 4,
+                         .loss.ppo_epochs = 1, .loss.policy_loss = "vanilla", .loss.loss_agg_mode = "token-mean",
+                         .loss.clip_ratio_low = 0.2, .loss.clip_ratio_high = 0.2, .loss.clip_ratio_c = 3.0,
+                         .temperature = 0.8f, .bf16 = bf16};
+    return p;
+}
+
+/* Log-probs of b's 6 response tokens from fresh activations on m (bf16: mixed precision). */
+static void fresh_log_probs(const df_model *m, const df_batch *b, bool bf16, float *lp)
+{
+    df_packed pk = {0};
+    df_acts *a = NULL;
+    df_backend cpu = df_backend_cpu();
+    assert_int_equal(df_pack_responses(&pk, b, 0, 4), 0);
+    assert_int_equal(df_acts_create_ex(&cpu, &m->cfg, pk.sb.n_tokens, pk.sb.n_out, bf16 ? DF_ACTS_BF16 : 0, &a), 0);
+    assert_int_equal(df_acts_load_weights(a, m), 0);
+    assert_int_equal(df_model_forward(m, a, &pk.sb, 0.8f, lp, NULL), 0);
+    df_acts_free(a);
+    df_packed_free(&pk);
+}
+
+static void test_refresh_after_step(void **state)
+{
+    (void)state;
+    skip_without_bf16();
+    df_actor *a;
+    df_actor_params p = params(true);
+    assert_int_equal(df_actor_create(df_test_micro_model(3), &p, true, &a), 0);
+    df_batch *b = make_batch();
+    assert_int_equal(df_actor_compute_log_prob(a, b, "old_log_probs", NULL), 0);
+    float fresh[6], *adv;
+    const float *old = df_batch_column(b, "old_log_probs")->data;
+    fresh_log_probs(df_actor_model(a), b, true, fresh);
+    assert_memory_equal(old, fresh, sizeof fresh); /* the copy made at the first plan */
+    assert_int_equal(df_batch_alloc_tok_f32_like(b, "advantages", "response_ids", &adv), 0);
+    for (int j = 0; j < 6; j++)
+        adv[j] = (float)(j % 3) - 0.8f;
+    const df_train_core *c = (const df_train_core *)(const void *)a; /* df_actor begins with its core */
+    assert_ptr_equal(c->model, df_actor_model(a));
+    assert_int_equal(df_weights16_version(c->w16), 1);
+    df_metrics *m = df_metrics_new();
+    assert_int_equal(df_actor_update_policy(a, b, m), 0);
+    assert_int_equal(df_weights16_version(c->w16), 2); /* one conversion per optimizer step */
+    /* the next forward reads the updated weights' copy: a fresh load of them, not the old one */
+    assert_int_equal(df_actor_compute_log_prob(a, b, "new", NULL), 0);
+    const float *now = df_batch_column(b, "new")->data;
+    fresh_log_probs(df_actor_model(a), b, true, fresh);
+    assert_memory_equal(now, fresh, sizeof fresh);
+    int moved = 0;
+    for (int j = 0; j < 6; j++)
+        moved += now[j] != old[j];
+    assert_true(moved > 0);
+    df_metrics_free(m);
+    df_batch_free(b);
+    df_actor_free(a);
+}
+
+/* A model whose matmul weights span whole pages (so some are released). */
+static df_model *paged_model(void)
+{
+    df_model_config c;
+    df_model_config_defaults(&c);
+    c.vocab_size = 40, c.hidden_size = 64, c.intermediate_size = 256, c.num_hidden_layers = 2;
+    c.num_attention_heads = 4, c.num_key_value_heads = 2, c.head_dim = 16, c.max_position_embeddings = 64;
+    df_model *m;
+    assert_int_equal(df_model_create(&c, &m), 0);
+    assert_int_equal(df_model_init_random(m, 7), 0);
+    return m;
+}
+
+static void test_reference_bf16_storage(void **state)
+{
+    (void)state;
+    skip_without_bf16();
+    df_actor *keep, *only;
+    df_actor_params p = params(true), q = params(true);
+    q.bf16_weights = true;
+    assert_int_equal(df_actor_create(paged_model(), &p, false, &keep), 0);
+    assert_int_equal(df_actor_create(paged_model(), &q, false, &only), 0);
+    df_batch *b = make_batch();
+    assert_int_equal(df_actor_compute_log_prob(keep, b, "keep", NULL), 0);
+    assert_int_equal(df_actor_compute_log_prob(only, b, "only", NULL), 0);
+    assert_memory_equal(df_batch_column(b, "keep")->data, df_batch_column(b, "only")->data, 6 * sizeof(float));
+    /* the float32 gate projection's middle pages are gone (read as zeros), the kept model's not */
+    const int64_t mid = 64 * 256 / 2;
+    assert_true(df_actor_model(only)->w.layers[1].w_gate[mid] == 0.0f);
+    assert_true(df_actor_model(keep)->w.layers[1].w_gate[mid] != 0.0f);
+    /* a trainable model keeps float32 weights; bf16 storage needs bf16 compute */
+    df_actor *bad = NULL;
+    df_model *m = paged_model();
+    assert_int_equal(df_actor_create(m, &q, true, &bad), DF_EINVAL);
+    q.bf16 = false;
+    assert_int_equal(df_actor_create(m, &q, false, &bad), DF_EINVAL);
+    assert_null(bad);
+    df_model_free(m);
+    df_batch_free(b);
+    df_actor_free(keep);
+    df_actor_free(only);
+}
+
+/* ---- the configuration keys -------------------------------------------------------------------- */
+
+#define YAML "actor_rollout_ref: {model: {path: /nonexistent}, rollout: {n: 2}}\nalgorithm: {adv_estimator: grpo}\n"
+
+/* df_config_validate_train of the defaults with one override: its status, the message in msg. */
+static int validate_with(const char *ov, char *msg, size_t cap)
+{
+    df_config *cfg;
+    int rc = df_config_load_text(df_config_schema_train(), YAML, "mp.yaml", &ov, 1, &cfg);
+    if (!rc) {
+        rc = df_config_validate_train(cfg, 1);
+        df_config_free(cfg);
+    }
+    snprintf(msg, cap, "%s", rc ? df_last_error() : "");
+    return rc;
+}
+
+static void test_config_keys(void **state)
+{
+    (void)state;
+    char msg[1024];
+    if (validate_with("actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32", msg, sizeof msg))
+        fail_msg("%s", msg);
+    assert_int_equal(validate_with("critic.model.fsdp_config.mixed_precision.param_dtype=bfloat16", msg, sizeof msg), 0);
+    assert_int_equal(validate_with("actor_rollout_ref.ref.fsdp_config.model_dtype=bf16", msg, sizeof msg), 0);
+    static const char *const refused[] = {
+        "actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype=bf16",
+        "actor_rollout_ref.ref.fsdp_config.mixed_precision.buffer_dtype=bfloat16",
+        "critic.model.fsdp_config.mixed_precision.reduce_dtype=bf16",
+        "actor_rollout_ref.actor.fsdp_config.model_dtype=bf16",
+        "critic.model.fsdp_config.model_dtype=bf16",
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        assert_int_equal(validate_with(refused[i], msg, sizeof msg), DF_EUNSUPPORTED);
+        char key[160];
+        snprintf(key, sizeof key, "%.*s", (int)(strchr(refused[i], '=') - refused[i]), refused[i]);
+        if (!strstr(msg, key))
+            fail_msg("%s: the message does not name the key: %s", refused[i], msg);
+    }
+    /* not a dtype at all: the schema names the key and the choices */
+    assert_int_equal(validate_with("actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp16", msg, sizeof msg),
+                     DF_EINVAL);
+    assert_non_null(strstr(msg, "mixed_precision.param_dtype"));
+    /* a bf16-stored reference computing in fp32 would have no weights to read */
+    const char *two[] = {"actor_rollout_ref.ref.fsdp_config.model_dtype=bf16",
+                         "actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype=fp32"};
+    df_config *cfg;
+    assert_int_equal(df_config_load_text(df_config_schema_train(), YAML, "mp.yaml", two, 2, &cfg), 0);
+    assert_int_equal(df_config_validate_train(cfg, 1), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "ref.fsdp_config.model_dtype"));
+    assert_non_null(strstr(df_last_error(), "ref.fsdp_config.mixed_precision.param_dtype"));
+    df_config_free(cfg);
+    /* the defaults are verl's: bf16 compute, fp32 reductions, buffers and trained weights */
+    df_train_config t;
+    assert_int_equal(df_config_load_text(df_config_schema_train(), YAML, "mp.yaml", NULL, 0, &cfg), 0);
+    assert_int_equal(df_train_config_resolve(cfg, &t), 0);
+    assert_string_equal(t.actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype, "bf16");
+    assert_string_equal(t.actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype, "bf16");
+    assert_string_equal(t.critic.model.fsdp_config.mixed_precision.param_dtype, "bf16");
+    assert_string_equal(t.actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype, "fp32");
+    assert_null(t.actor_rollout_ref.ref.fsdp_config.model_dtype);
+    assert_string_equal(t.critic.model.fsdp_config.model_dtype, "fp32");
+    df_config_free(cfg);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_refresh_after_step),
+        cmocka_unit_test(test_reference_bf16_storage),
+        cmocka_unit_test(test_config_keys),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
