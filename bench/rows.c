@@ -8,7 +8,8 @@
  *            rounded to bf16, oneDNN matmul primitive, float32 result): the peak
  *   prefill  B prompts of P tokens through the rollout engine, one token sampled
  *   decode   B = prompts x n sequences decoded together for G tokens (ignore_eos, top_p 1);
- *            decode time = median(generate G) - median(generate 1), so prefill is out
+ *            decode time: from every sequence's first token (the prefill's, timed by the
+ *            progress callback) to the last step, so the prefill is out
  *   logprob  df_model_forward of packed sequences (64..128 tokens each): log-prob and
  *            entropy of every next token (the actor's old_log_prob / reference pass)
  *   update   forward + backward + clip + AdamW on the same batch (the actor update)
@@ -125,8 +126,25 @@ static int make_rollout(const bench_args *b, const df_model_config *c, int64_t m
     return 0;
 }
 
-static double generate_s(df_rollout_engine *e, const df_model *m, const df_rollout_request *q,
-                         int64_t max_new)
+/* Progress callback: the time of the first call (after the prefill batch: every sequence
+ * has its first token) and of the last (after the last decode step). */
+typedef struct {
+    double first, last;
+} gen_times;
+
+static void on_progress(void *user, int64_t done, int64_t total, int64_t tokens)
+{
+    gen_times *t = user;
+    (void)done, (void)total, (void)tokens;
+    t->last = bench_now_s();
+    if (t->first == 0)
+        t->first = t->last;
+}
+
+/* One generate of max_new tokens per sequence: *prefill_s to the first token of every
+ * sequence (all prompts fit one prefill batch here), *decode_s from there to the end. */
+static int generate(df_rollout_engine *e, const df_model *m, const df_rollout_request *q,
+                    int64_t max_new, double *prefill_s, double *decode_s)
 {
     df_sampling_params sp;
     df_sampling_params_defaults(&sp);
@@ -134,11 +152,18 @@ static double generate_s(df_rollout_engine *e, const df_model *m, const df_rollo
     sp.ignore_eos = true;
     df_rollout_result res;
     df_rollout_stats st;
-    if (df_rollout_generate(e, m, q, &sp, &res, NULL, NULL))
-        return -1.0;
+    gen_times t = {0, 0};
+    double t0 = bench_now_s();
+    if (df_rollout_generate(e, m, q, &sp, &res, on_progress, &t))
+        return 1;
     df_rollout_engine_stats(e, &st);
     df_rollout_result_free(&res);
-    return st.seconds;
+    if (st.prefill_batches != 1)
+        return df_error(DF_EINVAL, "bench: %lld prefill batches, want 1 (fewer prompt tokens)",
+                        (long long)st.prefill_batches);
+    *prefill_s = t.first - t0;
+    *decode_s = t.last - t.first;
+    return 0;
 }
 
 /* prefill (decode = 0): B prompts x P tokens, n 1, one new token each.
@@ -149,47 +174,44 @@ static int row_generate(const bench_args *b, const df_model *m, int decode)
     int64_t n = decode ? b->n : 1, np = b->batch / n, P = b->prompt;
     int64_t *off = malloc(sizeof(int64_t) * (size_t)(np + 1));
     int32_t *tok = malloc(sizeof(int32_t) * (size_t)(np * P));
+    double *tp = malloc(sizeof(double) * (size_t)b->iters), *td = malloc(sizeof(double) * (size_t)b->iters);
     bench_prompts(np, P, c->vocab_size, off, tok);
     df_rollout_request q = {np, off, tok, n, 1, NULL};
-    df_rollout_engine *e = NULL;
-    int rc = 1;
-    if (make_rollout(b, c, np * n, P + b->gen + 1, &e))
-        goto out;
-    double *t1 = malloc(sizeof(double) * (size_t)b->iters), *tg = malloc(sizeof(double) * (size_t)b->iters);
     df_rollout_request warm = q;
     warm.n_prompts = 1;
-    if (generate_s(e, m, &warm, 2) < 0)
-        goto out2;
+    df_rollout_engine *e = NULL;
+    int rc = 1;
+    double w0, w1;
+    if (make_rollout(b, c, np * n, P + b->gen + 1, &e) || generate(e, m, &warm, 2, &w0, &w1))
+        goto out;
     double c0 = bench_cpu_s();
-    for (int it = 0; it < b->iters; it++) {
-        if ((t1[it] = generate_s(e, m, &q, 1)) < 0 ||
-            (decode && (tg[it] = generate_s(e, m, &q, b->gen)) < 0))
-            goto out2;
-    }
+    for (int it = 0; it < b->iters; it++)
+        if (generate(e, m, &q, decode ? b->gen : 1, &tp[it], &td[it]))
+            goto out;
     double cpu = (bench_cpu_s() - c0) / b->iters;
-    double pre = bench_median(t1, b->iters);
     double tps, flops;
     if (decode) {
-        double dec = bench_median(tg, b->iters) - pre;
-        tps = (double)(np * n * (b->gen - 1)) / dec;
-        flops = bench_decode_flops(c, np * n, P, b->gen) / dec;
-        printf("decode_sequences: %lld\n", (long long)(np * n));
+        double s = bench_median(td, b->iters);
+        tps = (double)(np * n * (b->gen - 1)) / s;
+        flops = bench_decode_flops(c, np * n, P, b->gen) / s;
+        printf("decode_sequences: %lld (%lld prompts x n %lld), %lld new tokens each\n",
+               (long long)(np * n), (long long)np, (long long)n, (long long)b->gen);
         printf("decode_tokens_per_s: %.1f\n", tps);
     } else {
-        tps = (double)(np * P) / pre;
-        flops = bench_prefill_flops(c, np, P) / pre;
+        double s = bench_median(tp, b->iters);
+        tps = (double)(np * P) / s;
+        flops = bench_prefill_flops(c, np, P) / s;
+        printf("prefill_prompts: %lld x %lld tokens\n", (long long)np, (long long)P);
         printf("prefill_tokens_per_s: %.1f\n", tps);
     }
     printf("%s_cpu_s_per_iter: %.2f\n", decode ? "decode" : "prefill", cpu);
     bench_report(b, decode ? "decode" : "prefill", tps, flops / 1e9);
     rc = 0;
-out2:
-    free(t1), free(tg);
 out:
     if (rc)
         fprintf(stderr, "bench_rows: %s\n", df_last_error());
     df_rollout_engine_free(e);
-    free(off), free(tok);
+    free(off), free(tok), free(tp), free(td);
     return rc;
 }
 

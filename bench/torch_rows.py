@@ -7,7 +7,8 @@ Rows (one per process, so ru_maxrss is the row's own peak):
            torch links; bf16: oneDNN)
   prefill  B prompts of P tokens through a minimal Qwen2 that fills a KV cache, logits of
            the last position only, one sampled token (what HF generate's first step does)
-  decode   B sequences decoded together for G tokens after that prefill: HF generate's
+  decode   B sequences (B / n prompts, each prefilled once and its cache repeated n times)
+           decoded together for G tokens after that prefill: HF generate's
            eager loop (per-layer K/V grown with torch.cat, repeat_kv for GQA, softmax
            over the last position's float32 logits, torch.multinomial); decode time only
   logprob  no-grad forward of packed sequences, log-prob of each next token and entropy
@@ -185,16 +186,25 @@ def sample(logits, g):
 
 
 def row_generate(a, decode):
+    """prefill: a.batch prompts. decode: a.batch // a.n prompts prefilled once, their cache
+    and first token repeated n times (the engine's prompt sharing; HF generate would prefill
+    every copy, which only the untimed part would pay), then a.gen - 1 decode steps."""
     dt = torch.bfloat16 if a.dtype == "bf16" else torch.float32
     m = KVModel(a, dt)
     g = torch.Generator().manual_seed(5)
-    ids = torch.randint(0, min(a.vocab, 600), (a.batch, a.prompt), generator=g)
+    n = a.n if decode else 1
+    ids = torch.randint(0, min(a.vocab, 512), (a.batch // n, a.prompt), generator=g)
     t_pre, t_dec = [], []
     with torch.no_grad():
         for it in range(a.warmup + a.iters):
             cache = [None] * a.layers
             t0 = time.perf_counter()
-            tok = sample(m.forward(ids, cache, 0), g)
+            logits = m.forward(ids, cache, 0)
+            if n > 1:
+                logits = logits.repeat_interleave(n, dim=0)
+                cache = [[k.repeat_interleave(n, dim=0), v.repeat_interleave(n, dim=0)]
+                         for k, v in cache]
+            tok = sample(logits, g)
             t1 = time.perf_counter()
             if decode:
                 for step in range(1, a.gen):
