@@ -7,8 +7,9 @@
  *
  * Inputs, made once in the work directory and reused: synthetic arithmetic prompts
  * (`distflow data synth`), a byte-level BPE of 512 tokens trained on them, and a random model
- * of the shape (`distflow init-model` on examples/models/qwen2.5-0.5b.json or
- * examples/demo/model_config.json; the tokenizer's ids fit any vocabulary). No network.
+ * of the shape (`distflow init-model` on the shape's config.json, bench_util.c's bench_shape:
+ * examples/models/qwen2.5-0.5b.json's sizes or examples/demo/model_config.json's; the
+ * tokenizer's ids fit either vocabulary and give the EOS id). No network.
  * The step: P prompts x n responses of exactly R tokens (ignore_eos), GRPO with the low-var
  * KL loss against a reference (so the reference pass runs), dynamic micro-batches by token
  * budget and gradient checkpointing (verl's defaults for its GRPO examples).
@@ -133,8 +134,12 @@ static int setup(const grpo_args *g, const char *dir)
     char tok[1100], model[1100];
     join(tok, sizeof tok, dir, "/tokenizer");
     join(model, sizeof model, dir, "/model");
-    join(cfg, sizeof cfg, DF_BENCH_DIR "/../examples/",
-         !strcmp(g->shape, "demo") ? "demo/model_config.json" : "models/qwen2.5-0.5b.json");
+    join(cfg, sizeof cfg, dir, "/model_config.json");
+    df_model_config c; /* the shape without the original's token ids: the tokenizer's are used */
+    if (bench_shape(g->shape, &c) || df_model_config_save(&c, NULL, cfg)) {
+        fprintf(stderr, "bench_grpo_step: %s\n", df_last_error());
+        return 1;
+    }
     char *df = (char *)g->distflow;
     char *synth[] = {df, "data", "synth", "--out", path, "--split", "train", "--seed", "1",
                      "--min-steps", "2", "--max-steps", "3", "--max-operand", "9",
