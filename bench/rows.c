@@ -66,7 +66,9 @@ static int engine_rollout_bf16(df_rollout_engine *e, int bf16)
 
 /* ---- rows ------------------------------------------------------------------------------ */
 
-static double gemm_gflops(int bf16, int64_t n, int iters, double *cpu_s)
+/* GFLOP/s of C = A B^T [n, n] over the median wall time of iters calls; *per_cpu_s the same
+ * per CPU-second. bf16: df_mm_nt's bf16 path; else oneDNN's sgemm (df_gemm_nt). */
+static double gemm_gflops(int bf16, int64_t n, int iters, double *per_cpu_s)
 {
     float *A = malloc(sizeof(float) * (size_t)(n * n)), *B = malloc(sizeof(float) * (size_t)(n * n));
     float *C = malloc(sizeof(float) * (size_t)(n * n));
@@ -76,6 +78,7 @@ static double gemm_gflops(int bf16, int64_t n, int iters, double *cpu_s)
     }
     df_mm_ctx *ctx = NULL;
     double *t = malloc(sizeof(double) * (size_t)iters), c0 = 0, gf = -1;
+    const double work = 2.0 * (double)n * (double)n * (double)n / 1e9;
     if (bf16 && df_mm_ctx_create(n * n, &ctx)) {
         printf("engine_note: no bf16 matmul: %s\n", df_last_error());
         goto out;
@@ -88,8 +91,8 @@ static double gemm_gflops(int bf16, int64_t n, int iters, double *cpu_s)
         if (it >= 0)
             t[it] = bench_now_s() - t0;
     }
-    *cpu_s = (bench_cpu_s() - c0) / iters;
-    gf = 2.0 * (double)n * (double)n * (double)n / bench_median(t, iters) / 1e9;
+    *per_cpu_s = work * iters / (bench_cpu_s() - c0);
+    gf = work / bench_median(t, iters);
     if (ctx && df_mm_ctx_fallbacks(ctx))
         printf("engine_note: %lld bf16 calls fell back to float32\n",
                (long long)df_mm_ctx_fallbacks(ctx));
@@ -101,17 +104,23 @@ out:
 
 static int row_gemm(const bench_args *b)
 {
-    double cpu;
-    double f32 = gemm_gflops(0, b->n, b->iters, &cpu);
+    double f32_cpu, bf_cpu;
+    double f32 = gemm_gflops(0, b->n, b->iters, &f32_cpu);
+    double bf = gemm_gflops(1, b->n, b->iters, &bf_cpu);
+    printf("gemm_size: %lld x %lld x %lld\n", (long long)b->n, (long long)b->n, (long long)b->n);
     printf("gemm_f32_gflop_per_s: %.1f\n", f32);
-    double bf = gemm_gflops(1, b->n, b->iters, &cpu);
+    printf("gemm_f32_gflop_per_cpu_s: %.1f\n", f32_cpu);
     printf("gemm_bf16_gflop_per_s: %.1f\n", bf);
-    printf("gemm_bf16_cpu_s_per_call: %.3f\n", cpu);
+    printf("gemm_bf16_gflop_per_cpu_s: %.1f\n", bf_cpu);
     bench_torch_result tf, tb;
-    if (bench_torch(b, "f32", &tf))
+    if (bench_torch(b, "f32", &tf)) {
         printf("ratio_gemm_f32_vs_torch_f32: %.2f\n", f32 / tf.value);
-    if (bench_torch(b, "bf16", &tb))
+        printf("ratio_gemm_f32_cpu_vs_torch_f32: %.2f\n", f32_cpu / tf.value_cpu);
+    }
+    if (bench_torch(b, "bf16", &tb)) {
         printf("ratio_gemm_bf16_vs_torch_bf16: %.2f\n", bf / tb.value);
+        printf("ratio_gemm_bf16_cpu_vs_torch_bf16: %.2f\n", bf_cpu / tb.value_cpu);
+    }
     return f32 > 0 ? 0 : 1;
 }
 
@@ -126,10 +135,10 @@ static int make_rollout(const bench_args *b, const df_model_config *c, int64_t m
     return 0;
 }
 
-/* Progress callback: the time of the first call (after the prefill batch: every sequence
- * has its first token) and of the last (after the last decode step). */
+/* Progress callback: wall and CPU clocks at the first call (after the prefill batch: every
+ * sequence has its first token) and at the last (after the last decode step). */
 typedef struct {
-    double first, last;
+    double first, last, first_cpu, last_cpu;
 } gen_times;
 
 static void on_progress(void *user, int64_t done, int64_t total, int64_t tokens)
@@ -137,14 +146,21 @@ static void on_progress(void *user, int64_t done, int64_t total, int64_t tokens)
     gen_times *t = user;
     (void)done, (void)total, (void)tokens;
     t->last = bench_now_s();
+    t->last_cpu = bench_cpu_s();
     if (t->first == 0)
-        t->first = t->last;
+        t->first = t->last, t->first_cpu = t->last_cpu;
 }
 
-/* One generate of max_new tokens per sequence: *prefill_s to the first token of every
- * sequence (all prompts fit one prefill batch here), *decode_s from there to the end. */
+/* Wall and CPU seconds of one phase of a generate call. */
+typedef struct {
+    double wall, cpu;
+} phase;
+
+/* One generate of max_new tokens per sequence. max_new 1: *pre is the whole call (every
+ * prefill batch and its sampled token). Otherwise all prompts must fit one prefill batch:
+ * *pre up to the first token of every sequence, *dec from there to the end. */
 static int generate(df_rollout_engine *e, const df_model *m, const df_rollout_request *q,
-                    int64_t max_new, double *prefill_s, double *decode_s)
+                    int64_t max_new, phase *pre, phase *dec)
 {
     df_sampling_params sp;
     df_sampling_params_defaults(&sp);
@@ -152,18 +168,34 @@ static int generate(df_rollout_engine *e, const df_model *m, const df_rollout_re
     sp.ignore_eos = true;
     df_rollout_result res;
     df_rollout_stats st;
-    gen_times t = {0, 0};
-    double t0 = bench_now_s();
+    gen_times t = {0, 0, 0, 0};
+    double t0 = bench_now_s(), c0 = bench_cpu_s();
     if (df_rollout_generate(e, m, q, &sp, &res, on_progress, &t))
         return 1;
     df_rollout_engine_stats(e, &st);
     df_rollout_result_free(&res);
+    if (max_new == 1) { /* prefill only, in as many token-budgeted batches as it takes */
+        *pre = (phase){t.last - t0, t.last_cpu - c0};
+        *dec = (phase){0, 0};
+        return 0;
+    }
     if (st.prefill_batches != 1)
         return df_error(DF_EINVAL, "bench: %lld prefill batches, want 1 (fewer prompt tokens)",
                         (long long)st.prefill_batches);
-    *prefill_s = t.first - t0;
-    *decode_s = t.last - t.first;
+    *pre = (phase){t.first - t0, t.first_cpu - c0};
+    *dec = (phase){t.last - t.first, t.last_cpu - t.first_cpu};
     return 0;
+}
+
+/* Median wall seconds and mean CPU seconds of ph[n] (reorders nothing it needs later). */
+static phase phase_stats(const phase *ph, int n)
+{
+    double *w = malloc(sizeof(double) * (size_t)n), cpu = 0;
+    for (int i = 0; i < n; i++)
+        w[i] = ph[i].wall, cpu += ph[i].cpu;
+    phase r = {bench_median(w, n), cpu / n};
+    free(w);
+    return r;
 }
 
 /* prefill (decode = 0): B prompts x P tokens, n 1, one new token each.
@@ -174,44 +206,34 @@ static int row_generate(const bench_args *b, const df_model *m, int decode)
     int64_t n = decode ? b->n : 1, np = b->batch / n, P = b->prompt;
     int64_t *off = malloc(sizeof(int64_t) * (size_t)(np + 1));
     int32_t *tok = malloc(sizeof(int32_t) * (size_t)(np * P));
-    double *tp = malloc(sizeof(double) * (size_t)b->iters), *td = malloc(sizeof(double) * (size_t)b->iters);
+    phase *pre = malloc(sizeof(phase) * (size_t)b->iters), *dec = malloc(sizeof(phase) * (size_t)b->iters);
     bench_prompts(np, P, c->vocab_size, off, tok);
     df_rollout_request q = {np, off, tok, n, 1, NULL};
     df_rollout_request warm = q;
     warm.n_prompts = 1;
     df_rollout_engine *e = NULL;
     int rc = 1;
-    double w0, w1;
-    if (make_rollout(b, c, np * n, P + b->gen + 1, &e) || generate(e, m, &warm, 2, &w0, &w1))
+    if (make_rollout(b, c, np * n, P + b->gen + 1, &e) || generate(e, m, &warm, 2, pre, dec))
         goto out;
-    double c0 = bench_cpu_s();
     for (int it = 0; it < b->iters; it++)
-        if (generate(e, m, &q, decode ? b->gen : 1, &tp[it], &td[it]))
+        if (generate(e, m, &q, decode ? b->gen : 1, &pre[it], &dec[it]))
             goto out;
-    double cpu = (bench_cpu_s() - c0) / b->iters;
-    double tps, flops;
-    if (decode) {
-        double s = bench_median(td, b->iters);
-        tps = (double)(np * n * (b->gen - 1)) / s;
-        flops = bench_decode_flops(c, np * n, P, b->gen) / s;
+    const char *row = decode ? "decode" : "prefill";
+    phase s = phase_stats(decode ? dec : pre, b->iters);
+    double work = decode ? (double)(np * n * (b->gen - 1)) : (double)(np * P);
+    double flops = decode ? bench_decode_flops(c, np * n, P, b->gen) : bench_prefill_flops(c, np, P);
+    if (decode)
         printf("decode_sequences: %lld (%lld prompts x n %lld), %lld new tokens each\n",
                (long long)(np * n), (long long)np, (long long)n, (long long)b->gen);
-        printf("decode_tokens_per_s: %.1f\n", tps);
-    } else {
-        double s = bench_median(tp, b->iters);
-        tps = (double)(np * P) / s;
-        flops = bench_prefill_flops(c, np, P) / s;
+    else
         printf("prefill_prompts: %lld x %lld tokens\n", (long long)np, (long long)P);
-        printf("prefill_tokens_per_s: %.1f\n", tps);
-    }
-    printf("%s_cpu_s_per_iter: %.2f\n", decode ? "decode" : "prefill", cpu);
-    bench_report(b, decode ? "decode" : "prefill", tps, flops / 1e9);
+    bench_report(b, row, work / s.wall, work / s.cpu, flops / s.wall / 1e9);
     rc = 0;
 out:
     if (rc)
         fprintf(stderr, "bench_rows: %s\n", df_last_error());
     df_rollout_engine_free(e);
-    free(off), free(tok), free(tp), free(td);
+    free(off), free(tok), free(pre), free(dec);
     return rc;
 }
 
@@ -222,7 +244,7 @@ static int row_train(const bench_args *b, df_model *m, int update)
     bench_batch p;
     bench_make_batch(&p, b->tokens, m->cfg.vocab_size);
     const int64_t n_out = p.b.n_out;
-    df_backend cpu = df_backend_cpu();
+    df_backend be = df_backend_cpu();
     df_acts *a = NULL;
     df_adamw *opt = NULL;
     df_adamw_config oc;
@@ -232,7 +254,7 @@ static int row_train(const bench_args *b, df_model *m, int update)
     float *grads = NULL;
     double *t = malloc(sizeof(double) * (size_t)b->iters);
     int rc = 1;
-    if (df_acts_create_ex(&cpu, &m->cfg, b->tokens, n_out, 0, &a) ||
+    if (df_acts_create_ex(&be, &m->cfg, b->tokens, n_out, 0, &a) ||
         engine_set_train_dtype(a, m, b->bf16))
         goto out;
     if (update) {
@@ -266,11 +288,9 @@ static int row_train(const bench_args *b, df_model *m, int update)
             t[it] = bench_now_s() - t0;
     }
     const char *row = update ? "update" : "logprob";
-    double s = bench_median(t, b->iters);
+    double s = bench_median(t, b->iters), cpu = (bench_cpu_s() - c0) / b->iters;
     double flops = bench_forward_flops(&m->cfg, &p.b) * (update ? 3.0 : 1.0);
-    printf("%s_tokens_per_s: %.1f\n", row, (double)b->tokens / s);
-    printf("%s_cpu_s_per_iter: %.2f\n", row, (bench_cpu_s() - c0) / b->iters);
-    bench_report(b, row, (double)b->tokens / s, flops / s / 1e9);
+    bench_report(b, row, (double)b->tokens / s, (double)b->tokens / cpu, flops / s / 1e9);
     rc = 0;
 out:
     if (rc)

@@ -20,7 +20,8 @@ logprob) hold bf16 weights (from_pretrained(torch_dtype=bfloat16)) with float32
 log-softmax; update runs under torch.autocast("cpu", bfloat16) with float32 master weights
 and AdamW state (the mixed precision of verl's FSDP actor).
 
-Prints `torch_<metric>: value` lines (medians over --iters timed runs after --warmup) and
+Prints `torch_<metric>: value` lines (per second: medians over --iters timed runs after
+--warmup; per CPU-second: CPU time of all threads, averaged over the same runs) and
 `torch_info_*` lines: the BLAS library actually mapped into this process, torch's build
 configuration, and the oneDNN implementation that ran a bf16 / f32 Linear (oneDNN verbose).
 """
@@ -58,14 +59,21 @@ import torch_model_step as tms  # noqa: E402
 
 
 def median_s(fn, iters, warmup):
+    """Median wall seconds of fn over iters runs after warmup, and mean CPU seconds (all
+    threads of the process: the work, whatever the waiting on a shared machine)."""
     for _ in range(warmup):
         fn()
-    out = []
+    out, c0 = [], time.process_time()
     for _ in range(iters):
         t0 = time.perf_counter()
         fn()
         out.append(time.perf_counter() - t0)
-    return statistics.median(out)
+    return statistics.median(out), (time.process_time() - c0) / iters
+
+
+def report(name, work, wall_s, cpu_s, unit="tokens"):
+    print(f"torch_{name}_{unit}_per_s: {work / wall_s:.1f}")
+    print(f"torch_{name}_{unit}_per_cpu_s: {work / cpu_s:.1f}")
 
 
 # ---- what ran: BLAS, build, oneDNN implementations ------------------------------------
@@ -120,8 +128,8 @@ def row_gemm(a):
     g = torch.Generator().manual_seed(1)
     A = torch.randn(a.n, a.n, generator=g).to(dt)
     B = torch.randn(a.n, a.n, generator=g).to(dt)
-    s = median_s(lambda: A @ B.t(), a.iters, a.warmup)
-    print(f"torch_gemm_gflop_per_s: {2.0 * a.n ** 3 / s / 1e9:.1f}")
+    s, c = median_s(lambda: A @ B.t(), a.iters, a.warmup)
+    report("gemm", 2.0 * a.n ** 3 / 1e9, s, c, unit="gflop")
 
 
 class KVModel:
@@ -194,10 +202,11 @@ def row_generate(a, decode):
     g = torch.Generator().manual_seed(5)
     n = a.n if decode else 1
     ids = torch.randint(0, min(a.vocab, 512), (a.batch // n, a.prompt), generator=g)
-    t_pre, t_dec = [], []
+    t_pre, t_dec, c_pre, c_dec = [], [], [], []
     with torch.no_grad():
         for it in range(a.warmup + a.iters):
             cache = [None] * a.layers
+            c0 = time.process_time()
             t0 = time.perf_counter()
             logits = m.forward(ids, cache, 0)
             if n > 1:
@@ -205,19 +214,20 @@ def row_generate(a, decode):
                 cache = [[k.repeat_interleave(n, dim=0), v.repeat_interleave(n, dim=0)]
                          for k, v in cache]
             tok = sample(logits, g)
-            t1 = time.perf_counter()
+            t1, c1 = time.perf_counter(), time.process_time()
             if decode:
                 for step in range(1, a.gen):
                     tok = sample(m.forward(tok, cache, a.prompt + step - 1), g)
-            t2 = time.perf_counter()
+            t2, c2 = time.perf_counter(), time.process_time()
             if it >= a.warmup:
                 t_pre.append(t1 - t0)
                 t_dec.append(t2 - t1)
+                c_pre.append(c1 - c0)
+                c_dec.append(c2 - c1)
     if decode:
-        tps = a.batch * (a.gen - 1) / statistics.median(t_dec)
-        print(f"torch_decode_tokens_per_s: {tps:.1f}")
+        report("decode", a.batch * (a.gen - 1), statistics.median(t_dec), statistics.mean(c_dec))
     else:
-        print(f"torch_prefill_tokens_per_s: {a.batch * a.prompt / statistics.median(t_pre):.1f}")
+        report("prefill", a.batch * a.prompt, statistics.median(t_pre), statistics.mean(c_pre))
 
 
 def row_logprob(a):
@@ -238,8 +248,8 @@ def row_logprob(a):
         with torch.no_grad():
             tms.forward(p, bt, a, float_logits=True)
 
-    s = median_s(run, a.iters, a.warmup)
-    print(f"torch_logprob_tokens_per_s: {a.tokens / s:.1f}")
+    s, c = median_s(run, a.iters, a.warmup)
+    report("logprob", a.tokens, s, c)
 
 
 def row_update(a):
@@ -261,8 +271,8 @@ def row_update(a):
         torch.nn.utils.clip_grad_norm_(ps, 1.0)
         opt.step()
 
-    s = median_s(run, a.iters, a.warmup)
-    print(f"torch_update_tokens_per_s: {a.tokens / s:.1f}")
+    s, c = median_s(run, a.iters, a.warmup)
+    report("update", a.tokens, s, c)
 
 
 def main():

@@ -38,10 +38,11 @@ int bench_torch(const bench_args *b, const char *dtype, bench_torch_result *r)
     static int info_shown;
     if (!lists(b->torch, dtype))
         return 0;
-    char cmd[2048], key[96], line[1024];
+    char cmd[2048], key[96], key_cpu[96], line[1024];
+    const char *unit = !strcmp(b->row, "gemm") ? "gflop" : "tokens";
     torch_cmd(b, dtype, cmd, sizeof cmd);
-    snprintf(key, sizeof key, "torch_%s_%s: %%lf", b->row,
-             !strcmp(b->row, "gemm") ? "gflop_per_s" : "tokens_per_s");
+    snprintf(key, sizeof key, "torch_%s_%s_per_s: %%lf", b->row, unit);
+    snprintf(key_cpu, sizeof key_cpu, "torch_%s_%s_per_cpu_s: %%lf", b->row, unit);
     fflush(stdout);
     FILE *f = popen(cmd, "r");
     if (!f) {
@@ -49,9 +50,10 @@ int bench_torch(const bench_args *b, const char *dtype, bench_torch_result *r)
         return 0;
     }
     int got = 0;
-    *r = (bench_torch_result){0, 0};
+    *r = (bench_torch_result){0, 0, 0};
     while (fgets(line, sizeof line, f)) {
         got |= sscanf(line, key, &r->value) == 1;
+        sscanf(line, key_cpu, &r->value_cpu);
         sscanf(line, "torch_peak_rss_mib: %lf", &r->rss_mib);
         if (!strncmp(line, "torch_info_", 11)) {
             if (!info_shown)
@@ -77,18 +79,24 @@ static void target(const char *name, const char *goal, double measured, double b
            measured >= bound ? "yes" : "no");
 }
 
-void bench_report(const bench_args *b, const char *row, double tps, double gflops)
+void bench_report(const bench_args *b, const char *row, double tps, double tps_cpu,
+                  double gflops)
 {
+    printf("%s_tokens_per_s: %.1f\n", row, tps);
+    printf("%s_tokens_per_cpu_s: %.1f\n", row, tps_cpu);
     printf("%s_gflop_per_s: %.1f\n", row, gflops);
     if (b->peak_gflops > 0)
         printf("%s_fraction_of_bf16_gemm_peak: %.2f\n", row, gflops / b->peak_gflops);
     printf("%s_peak_rss_mib: %.1f\n", row, bench_peak_rss_mib());
-    bench_torch_result tf = {0, 0}, tb = {0, 0};
+    bench_torch_result tf = {0, 0, 0}, tb = {0, 0, 0};
     int has_f = bench_torch(b, "f32", &tf), has_b = bench_torch(b, "bf16", &tb);
-    if (has_f)
+    if (has_f) {
         printf("ratio_%s_vs_torch_f32: %.2f\n", row, tps / tf.value);
+        printf("ratio_%s_cpu_vs_torch_f32: %.2f\n", row, tps_cpu / tf.value_cpu);
+    }
     if (has_b) {
         printf("ratio_%s_vs_torch_bf16: %.2f\n", row, tps / tb.value);
+        printf("ratio_%s_cpu_vs_torch_bf16: %.2f\n", row, tps_cpu / tb.value_cpu);
         printf("torch_bf16_%s_gflop_per_s: %.1f\n", row, gflops * tb.value / tps);
     }
     if (has_f && has_b)

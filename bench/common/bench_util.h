@@ -64,9 +64,10 @@ double bench_prefill_flops(const df_model_config *c, int64_t n, int64_t P);
 /** FLOPs of decode steps 1..G-1 of B sequences after a P-token prompt (one token each). */
 double bench_decode_flops(const df_model_config *c, int64_t B, int64_t P, int64_t G);
 
-/** One run of bench/torch_rows.py: the row's tokens/s (gemm: GFLOP/s) and its peak RSS. */
+/** One run of bench/torch_rows.py: the row's tokens/s (gemm: GFLOP/s) over the median wall
+ *  time, the same per CPU-second (all threads), and its peak RSS. */
 typedef struct {
-    double value, rss_mib;
+    double value, value_cpu, rss_mib;
 } bench_torch_result;
 /**
  * Run bench/torch_rows.py for b's row and shape with dtype "f32" or "bf16" and the same
@@ -77,11 +78,13 @@ typedef struct {
 int bench_torch(const bench_args *b, const char *dtype, bench_torch_result *r);
 
 /**
- * After the engine's row: print its GFLOP/s (and the fraction of b->peak_gflops), run the
- * torch side in each dtype b->torch lists, print the ratios, RSS lines and the row's
- * issue-14 targets as `target_<name>: <goal> measured <x> met yes|no`.
+ * After the engine's row (tokens/s over the median wall time, tokens per CPU-second, GFLOP/s):
+ * print them (and the fraction of b->peak_gflops), run the torch side in each dtype b->torch
+ * lists, print the ratios (wall and CPU), RSS lines and the row's issue-14 targets as
+ * `target_<name>: <goal> measured <x> met yes|no` (wall-time ratios).
  */
-void bench_report(const bench_args *b, const char *row, double tokens_per_s, double gflops);
+void bench_report(const bench_args *b, const char *row, double tokens_per_s,
+                  double tokens_per_cpu_s, double gflops);
 
 /** Print peak_rss_mib and return rc. */
 int bench_finish(int rc);
