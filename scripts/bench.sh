@@ -37,7 +37,7 @@ for shape in demo qwen2.5-0.5b; do
   [ "$shape" = qwen2.5-0.5b ] && [ -n "${BENCH_QUICK:-}" ] && break
   echo "#### shape $shape" | tee -a "$LOG"
   row "$BUILD/bench_rows" gemm --shape "$shape" --torch "$TORCH"
-  peak=$(value gemm_bf16_gflop_per_s)
+  peak=$(value gemm_bf16_best_gflop_per_s)
   for r in prefill decode logprob update; do
     row "$BUILD/bench_rows" "$r" --shape "$shape" --torch "$TORCH" --peak-gflops "${peak:-0}"
   done

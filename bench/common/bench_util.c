@@ -47,7 +47,7 @@ static void row_defaults(bench_args *b)
     int big = !strcmp(b->shape, "qwen2.5-0.5b");
     int decode = !strcmp(b->row, "decode");
     b->tokens = big ? 512 : 8192;
-    b->batch = decode ? 64 : big ? 8 : 64;
+    b->batch = decode ? 64 : big ? 4 : 64;
     b->prompt = decode ? 64 : 128;
     b->gen = big ? 16 : 64;
     b->n = !strcmp(b->row, "gemm") ? 2048 : 8;
