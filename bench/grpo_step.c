@@ -279,6 +279,6 @@ int main(int argc, char **argv)
     double rss = do_bf ? rss_bf : rss_f;
     if (!strcmp(g.shape, "qwen2.5-0.5b") && (do_bf || do_f))
         printf("target_grpo_peak_rss: <= 10 GiB (%s run) measured %.2f GiB met %s\n",
-               do_bf ? "bf16" : "f32, no bf16 run", rss / 1024.0, rss <= 10240.0 ? "yes" : "no");
+               do_bf ? "bf16" : "f32; no bf16", rss / 1024.0, rss <= 10240.0 ? "yes" : "no");
     return 0;
 }
