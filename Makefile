@@ -4,7 +4,8 @@
 #                DEMO_SFT=<dir> reuses the data and SFT model of an earlier run's output dir)
 #   make test   install what is missing, build, run the test suite, then again under the
 #               variants that change float rounding (scripts/test-variants.sh)
-#   make bench  build and run the benchmarks
+#   make bench  install PyTorch + OpenBLAS (the baseline) too, build, run the engine beside PyTorch
+#               row by row (scripts/bench.sh, docs/performance.md; BENCH_QUICK=1: the demo shape only)
 #   make test-variants  only the variants: the suite with oneDNN restricted to AVX2 / AVX512_CORE, with our kernels
 #               forced to each lower variant (DF_CPU_VARIANT) and with the other DF_NATIVE
 #               setting (scripts/test-variants.sh, docs/testing.md)
@@ -50,6 +51,7 @@ demo: build
 	@DEMO_SFT="$(DEMO_SFT)" bash scripts/demo.sh $(BUILD)/distflow $(ALGO)
 
 bench: build
+	@bash scripts/install-deps.sh --bench
 	@bash scripts/bench.sh $(BUILD)
 
 mutate: deps

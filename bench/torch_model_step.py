@@ -82,7 +82,8 @@ class Batch:
         self.cos, self.sin = emb.cos()[:, None], emb.sin()[:, None]  # [T, 1, d]
 
 
-def forward(p, bt, args):
+def forward(p, bt, args, float_logits=False):
+    """float_logits: log-softmax over float32 logits (under bf16 weights or autocast)."""
     nh, nkv = args.heads, args.kv_heads
     hd = args.hidden // nh
     T, B, L = bt.T, bt.B, bt.Lmax
@@ -112,6 +113,8 @@ def forward(p, bt, args):
         x = x + F.linear(F.silu(F.linear(h, l["wg"])) * F.linear(h, l["wu"]), l["wd"])
     hf = rms(x[bt.rows], p["norm"])
     z = F.linear(hf, p["lm_head"])
+    if float_logits:
+        z = z.float()
     logp_all = torch.log_softmax(z, dim=-1)
     logp = logp_all.gather(-1, bt.targets[:, None])[:, 0]
     ent = -(logp_all.exp() * logp_all).sum(-1)

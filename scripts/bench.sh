@@ -1,12 +1,61 @@
 #!/usr/bin/env bash
-# make bench: run every benchmark in bench/ (each prints `metric: value` lines and
-# its ratio against a baseline measured in the same run).
+# make bench: the engine side by side with PyTorch (docs/performance.md, issue 14). Every row
+# is its own process (its peak RSS is its own) and prints `metric: value` lines, the ratio
+# against PyTorch measured in the same run, which kernels each side used, and its targets.
+#
+#   scripts/bench.sh [BUILD]          every row: the demo shape, then the Qwen2.5-0.5B shape
+#                                     (about 25 minutes on 2 idle cores)
+#   BENCH_QUICK=1 scripts/bench.sh    the demo shape only (about 2 minutes)
+#   BENCH_ALL=1 scripts/bench.sh      then the component benchmarks too (every other build/bench_*)
+# Knobs (environment):
+#   DF_BENCH_DTYPE=f32|bf16           the engine's path for the model rows (default f32: bf16 is
+#                                     bench_rows --dtype bf16, the matmul flag of ops_mm_bf16.c)
+#   BENCH_TORCH=f32,bf16              PyTorch dtypes to run beside each row (none: skip torch)
+#   BENCH_GRPO_RESPONSE=256           response tokens of the 0.5B GRPO step (default 32; 256 is
+#                                     issue 14's step, about 25 minutes a run on 2 cores)
+#   DF_BENCH_BF16_OVERRIDES, DF_BENCH_F32_OVERRIDES   the GRPO step's two configs (bench/grpo_step.c)
+# One row by hand, e.g.:  build/bench_rows decode --shape qwen2.5-0.5b --iters 3
+#                         build/bench_grpo_step --shape demo --response 64
 set -euo pipefail
 BUILD=${1:-build}
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 cd "$(dirname "$0")/.."
-for b in "$BUILD"/bench_*; do
-  [ -x "$b" ] || continue
-  echo "== $(basename "$b")"
-  "$b"
+TORCH=${BENCH_TORCH:-f32,bf16}
+LOG=$BUILD/bench.log
+: > "$LOG"
+
+# Run one row, its output to the terminal and the log; remember its lines for the summary.
+row() {
+  echo "== $*" | tee -a "$LOG"
+  "$@" 2>&1 | tee -a "$LOG"
+}
+# The value of `key: value` in the log's last block for key (empty when absent).
+value() { awk -v k="$1:" '$1 == k {v = $2} END {print v}' "$LOG"; }
+
+start=$(date +%s)
+for shape in demo qwen2.5-0.5b; do
+  [ "$shape" = qwen2.5-0.5b ] && [ -n "${BENCH_QUICK:-}" ] && break
+  echo "#### shape $shape" | tee -a "$LOG"
+  row "$BUILD/bench_rows" gemm --shape "$shape" --torch "$TORCH"
+  peak=$(value gemm_bf16_best_gflop_per_s)
+  for r in prefill decode logprob update; do
+    row "$BUILD/bench_rows" "$r" --shape "$shape" --torch "$TORCH" --peak-gflops "${peak:-0}"
+  done
+  if [ "$shape" = demo ]; then
+    row "$BUILD/bench_grpo_step" --shape demo --response 64
+  else
+    row "$BUILD/bench_grpo_step" --shape qwen2.5-0.5b --response "${BENCH_GRPO_RESPONSE:-32}"
+  fi
 done
+
+if [ -n "${BENCH_ALL:-}" ]; then
+  for b in "$BUILD"/bench_*; do
+    case "$(basename "$b")" in bench_rows|bench_grpo_step|bench_grpo_*) continue ;; esac
+    [ -x "$b" ] && [ -f "$b" ] || continue
+    row "$b"
+  done
+fi
+
+echo "#### targets (issue 14; met or not)" | tee -a "$LOG"
+awk '/^#### shape/ {s = $3} /^target_/ {print s ": " $0}' "$LOG" | tee "$BUILD/bench-targets.txt"
+echo "bench: $(( $(date +%s) - start )) s; full output in $LOG"

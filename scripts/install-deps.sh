@@ -3,6 +3,8 @@
 #   scripts/install-deps.sh          what make build / test / demo need
 #   scripts/install-deps.sh --fuzz   that, and clang with its libFuzzer runtime for make fuzz
 #                                    (not pulled by the others; make test-asan uses gcc's sanitizers)
+#   scripts/install-deps.sh --bench  that, and PyTorch with an optimised BLAS: the baseline make bench
+#                                    runs beside the engine (docs/performance.md)
 # As root it runs apt-get, quietly: apt's warnings and errors reach the terminal, and if a step
 # fails its whole output is shown. Otherwise it prints the exact command to run as root and exits 1.
 # scripts/check-fresh.sh checks on a fresh Debian 12 root that this is all `make test` and
@@ -35,10 +37,17 @@ FUZZ_PKGS=(
   clang               # libFuzzer targets (-fsanitize=fuzzer), tests/fuzz
   libclang-rt-14-dev  # clang's libFuzzer, ASan and UBSan runtimes (Debian 12's clang is 14)
 )
+# Optional group, with --bench: make bench runs PyTorch beside every row, as its users run it here.
+BENCH_PKGS=(
+  python3-torch        # the baseline (Debian 12: torch 1.13, its bf16 matmuls on oneDNN)
+  libopenblas0-pthread # an optimised BLAS for torch's float32 matmuls: without it the libblas.so.3
+                       # alternative is the reference BLAS, far slower (bench_rows prints which one ran)
+)
 case "${1:-}" in
   --fuzz) PKGS+=("${FUZZ_PKGS[@]}") ;;
+  --bench) PKGS+=("${BENCH_PKGS[@]}") ;;
   "") ;;
-  *) echo "usage: $0 [--fuzz]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--fuzz|--bench]" >&2; exit 2 ;;
 esac
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then

@@ -1,0 +1,116 @@
+/* The PyTorch side of a row and the row's report: ratios and issue-14 targets (bench_util.h). */
+#include "bench_util.h"
+
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int lists(const char *list, const char *dtype)
+{
+    size_t n = strlen(dtype);
+    for (const char *p = list; (p = strstr(p, dtype)) != NULL; p += n)
+        if ((p == list || p[-1] == ',') && (p[n] == '\0' || p[n] == ','))
+            return 1;
+    return 0;
+}
+
+/* The command line of bench/torch_rows.py for b's row in dtype. */
+static void torch_cmd(const bench_args *b, const char *dtype, char *cmd, size_t n)
+{
+    const df_model_config *c = &b->cfg;
+    const char *py = getenv("DF_BENCH_PYTHON");
+    snprintf(cmd, n,
+             "%s %s/torch_rows.py %s --dtype %s --hidden %lld --layers %lld --heads %lld "
+             "--kv-heads %lld --inter %lld --vocab %lld --tied --rope-theta %g --tokens %lld "
+             "--batch %lld --prompt %lld --gen %lld --n %lld --iters %d --threads %d 2>&1",
+             py ? py : "/usr/bin/python3", DF_BENCH_DIR, b->row, dtype,
+             (long long)c->hidden_size, (long long)c->num_hidden_layers,
+             (long long)c->num_attention_heads, (long long)c->num_key_value_heads,
+             (long long)c->intermediate_size, (long long)c->vocab_size, (double)c->rope_theta,
+             (long long)b->tokens, (long long)b->batch, (long long)b->prompt, (long long)b->gen,
+             (long long)b->n, b->torch_iters,
+             omp_get_max_threads());
+}
+
+int bench_torch(const bench_args *b, const char *dtype, bench_torch_result *r)
+{
+    static int info_shown;
+    if (!lists(b->torch, dtype))
+        return 0;
+    char cmd[2048], key[96], key_cpu[96], line[1024];
+    const char *unit = !strcmp(b->row, "gemm") ? "gflop" : "tokens";
+    torch_cmd(b, dtype, cmd, sizeof cmd);
+    snprintf(key, sizeof key, "torch_%s_%s_per_s: %%lf", b->row, unit);
+    snprintf(key_cpu, sizeof key_cpu, "torch_%s_%s_per_cpu_s: %%lf", b->row, unit);
+    fflush(stdout);
+    FILE *f = popen(cmd, "r");
+    if (!f) {
+        printf("torch_%s: unavailable (popen failed)\n", dtype);
+        return 0;
+    }
+    int got = 0;
+    *r = (bench_torch_result){0, 0, 0};
+    while (fgets(line, sizeof line, f)) {
+        got |= sscanf(line, key, &r->value) == 1;
+        sscanf(line, key_cpu, &r->value_cpu);
+        sscanf(line, "torch_peak_rss_mib: %lf", &r->rss_mib);
+        if (!strncmp(line, "torch_info_", 11)) {
+            if (!info_shown)
+                fputs(line, stdout);
+        } else if (!strncmp(line, "torch_", 6)) {
+            printf("torch_%s_%s", dtype, line + 6);
+        } else { /* a traceback or warning: keep it visible, marked */
+            printf("torch_%s_output: %s", dtype, line);
+        }
+    }
+    info_shown = 1;
+    int rc = pclose(f);
+    if (rc != 0 || !got || !(r->value > 0)) {
+        printf("torch_%s: failed or unavailable (exit status %d): %s\n", dtype, rc, cmd);
+        return 0;
+    }
+    return 1;
+}
+
+static void target(const char *name, const char *goal, double measured, double bound)
+{
+    printf("target_%s: %s measured %.2f met %s\n", name, goal, measured,
+           measured >= bound ? "yes" : "no");
+}
+
+void bench_report(const bench_args *b, const char *row, double tps, double tps_cpu,
+                  double gflops)
+{
+    printf("%s_tokens_per_s: %.1f\n", row, tps);
+    printf("%s_tokens_per_cpu_s: %.1f\n", row, tps_cpu);
+    printf("%s_gflop_per_s: %.1f\n", row, gflops);
+    if (b->peak_gflops > 0)
+        printf("%s_fraction_of_bf16_gemm_peak: %.2f\n", row, gflops / b->peak_gflops);
+    printf("%s_peak_rss_mib: %.1f\n", row, bench_peak_rss_mib());
+    bench_torch_result tf = {0, 0, 0}, tb = {0, 0, 0};
+    int has_f = bench_torch(b, "f32", &tf), has_b = bench_torch(b, "bf16", &tb);
+    if (has_f) {
+        printf("ratio_%s_vs_torch_f32: %.2f\n", row, tps / tf.value);
+        printf("ratio_%s_cpu_vs_torch_f32: %.2f\n", row, tps_cpu / tf.value_cpu);
+    }
+    if (has_b) {
+        printf("ratio_%s_vs_torch_bf16: %.2f\n", row, tps / tb.value);
+        printf("ratio_%s_cpu_vs_torch_bf16: %.2f\n", row, tps_cpu / tb.value_cpu);
+        printf("torch_bf16_%s_gflop_per_s: %.1f\n", row, gflops * tb.value / tps);
+    }
+    if (has_f && has_b)
+        printf("ratio_%s_vs_torch_best: %.2f\n", row,
+               tps / (tf.value > tb.value ? tf.value : tb.value));
+    if (!strcmp(row, "update")) {
+        if (b->peak_gflops > 0)
+            target("update_peak_fraction", ">= 0.60 of the bf16 GEMM peak",
+                   gflops / b->peak_gflops, 0.60);
+        if (has_b)
+            target("update_vs_torch_bf16", ">= 4x PyTorch bf16", tps / tb.value, 4.0);
+    } else if (!strcmp(row, "logprob") && has_b) {
+        target("logprob_vs_torch_bf16", ">= 1.5x PyTorch bf16", tps / tb.value, 1.5);
+    } else if (!strcmp(row, "decode") && has_b) {
+        target("decode_vs_torch_bf16", ">= 3x PyTorch bf16", tps / tb.value, 3.0);
+    }
+}

@@ -1,0 +1,284 @@
+/*
+ * bench/grpo_step.c — one whole GRPO step of `distflow train` (rollout, reward,
+ * advantages, old and reference log-probs, actor update), bf16 against forced float32,
+ * each run its own process: wall time, the trainer's per-stage timing_s/... metrics, and the
+ * process's peak RSS (wait4's ru_maxrss). Issue 14: the bf16 step >= 1.8x faster than forced
+ * float32; peak RSS <= 10 GiB for the Qwen2.5-0.5B shape.
+ *
+ * Inputs, made once in the work directory and reused: synthetic arithmetic prompts
+ * (`distflow data synth`), a byte-level BPE of 512 tokens trained on them, and a random model
+ * of the shape (`distflow init-model` on the shape's config.json, bench_util.c's bench_shape:
+ * examples/models/qwen2.5-0.5b.json's sizes or examples/demo/model_config.json's; the
+ * tokenizer's ids fit either vocabulary and give the EOS id). No network.
+ * The step: P prompts x n responses of exactly R tokens (ignore_eos), GRPO with the low-var
+ * KL loss against a reference (so the reference pass runs), dynamic micro-batches by token
+ * budget and gradient checkpointing (verl's defaults for its GRPO examples).
+ *
+ * Usage: bench_grpo_step [--shape qwen2.5-0.5b|demo] [--prompts P (8)] [--n N (8)]
+ *        [--response R (256)] [--runs bf16,f32] [--workdir DIR] [--distflow PATH]
+ * The two runs differ only by their config overrides, kept in one place: DF_BENCH_BF16_OVERRIDES
+ * and DF_BENCH_F32_OVERRIDES (space-separated key=value; defaults below). An empty bf16 list
+ * means this build has no bf16 path: the bf16 run is skipped and said so.
+ */
+#include "common/bench_util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+/* The engine's dtype paths as config overrides: the one place they plug in. Float32 is the
+ * engine's default, so forcing it needs nothing today; bf16 (mixed-precision training, bf16
+ * rollout) has no keys in this build. */
+static const char *const BF16_OVERRIDES_DEFAULT = "";
+static const char *const F32_OVERRIDES_DEFAULT = "";
+
+typedef struct {
+    const char *shape, *runs, *workdir, *distflow;
+    int64_t prompts, n, response;
+} grpo_args;
+
+static int parse(int argc, char **argv, grpo_args *g, char *exe_dir, size_t n)
+{
+    ssize_t len = readlink("/proc/self/exe", exe_dir, n - 1);
+    exe_dir[len > 0 ? len : 0] = '\0';
+    char *slash = strrchr(exe_dir, '/');
+    if (slash)
+        *slash = '\0';
+    *g = (grpo_args){"qwen2.5-0.5b", "bf16,f32", NULL, NULL, 8, 8, 256};
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const char *a = argv[i], *v = argv[i + 1];
+        if (!strcmp(a, "--shape"))
+            g->shape = v;
+        else if (!strcmp(a, "--runs"))
+            g->runs = v;
+        else if (!strcmp(a, "--workdir"))
+            g->workdir = v;
+        else if (!strcmp(a, "--distflow"))
+            g->distflow = v;
+        else if (!strcmp(a, "--prompts"))
+            g->prompts = atoll(v);
+        else if (!strcmp(a, "--n"))
+            g->n = atoll(v);
+        else if (!strcmp(a, "--response"))
+            g->response = atoll(v);
+        else
+            return 1;
+    }
+    df_model_config c;
+    return argc % 2 == 0 || bench_shape(g->shape, &c) || g->prompts < 1 || g->n < 1 ||
+           g->response < 1;
+}
+
+/* buf = dir + rest; exits the program on a path too long for the buffer (a bench's own
+ * work directory: not worth an error path per call). */
+static char *join(char *buf, size_t n, const char *dir, const char *rest)
+{
+    if ((size_t)snprintf(buf, n, "%s%s", dir, rest) >= n) {
+        fprintf(stderr, "bench_grpo_step: path too long: %s%s\n", dir, rest);
+        exit(1);
+    }
+    return buf;
+}
+
+/* Run argv with stdout and stderr into `log`; *rss_mib the child's peak RSS, *wall_s. */
+static int spawn(char *const argv[], const char *log, double *rss_mib, double *wall_s)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    pid_t pid;
+    double t0 = bench_now_s();
+    int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc) {
+        fprintf(stderr, "bench_grpo_step: cannot run %s: %s\n", argv[0], strerror(rc));
+        return 1;
+    }
+    int status;
+    struct rusage ru;
+    if (wait4(pid, &status, 0, &ru) < 0)
+        return 1;
+    if (wall_s)
+        *wall_s = bench_now_s() - t0;
+    if (rss_mib)
+        *rss_mib = (double)ru.ru_maxrss / 1024.0;
+    if (!WIFEXITED(status) || WEXITSTATUS(status)) {
+        fprintf(stderr, "bench_grpo_step: %s failed; its output: %s\n", argv[0], log);
+        return 1;
+    }
+    return 0;
+}
+
+/* Data, tokenizer and model in dir, unless an earlier run left them for this shape. */
+static int setup(const grpo_args *g, const char *dir)
+{
+    char stamp[1100], path[1100], log[1100], cfg[1100];
+    char name[64];
+    snprintf(name, sizeof name, "/model/.bench_shape_%s", g->shape);
+    join(stamp, sizeof stamp, dir, name);
+    if (access(stamp, F_OK) == 0)
+        return 0;
+    join(log, sizeof log, dir, "/setup.log");
+    join(path, sizeof path, dir, "/data/train.jsonl");
+    char tok[1100], model[1100];
+    join(tok, sizeof tok, dir, "/tokenizer");
+    join(model, sizeof model, dir, "/model");
+    join(cfg, sizeof cfg, dir, "/model_config.json");
+    df_model_config c; /* the shape without the original's token ids: the tokenizer's are used */
+    if (bench_shape(g->shape, &c) || df_model_config_save(&c, NULL, cfg)) {
+        fprintf(stderr, "bench_grpo_step: %s\n", df_last_error());
+        return 1;
+    }
+    char *df = (char *)g->distflow;
+    char *synth[] = {df, "data", "synth", "--out", path, "--split", "train", "--seed", "1",
+                     "--min-steps", "2", "--max-steps", "3", "--max-operand", "9",
+                     "--max-value", "30", "--n", "256", NULL};
+    char *tk[] = {df, "data", "tokenizer", "--in", path, "--vocab-size", "512", "--out", tok, NULL};
+    char *init[] = {df, "init-model", "--config", cfg, "--tokenizer", tok, "--out", model,
+                    "--seed", "1", NULL};
+    printf("grpo_setup: %s (data, tokenizer, random %s model)\n", dir, g->shape);
+    fflush(stdout);
+    if (spawn(synth, log, NULL, NULL) || spawn(tk, log, NULL, NULL) ||
+        spawn(init, log, NULL, NULL))
+        return 1;
+    FILE *f = fopen(stamp, "w");
+    return f ? fclose(f) != 0 : 1;
+}
+
+static int write_yaml(const grpo_args *g, const char *dir)
+{
+    char path[1100];
+    join(path, sizeof path, dir, "/grpo.yaml");
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "bench_grpo_step: %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    fprintf(f,
+            "# written by bench_grpo_step: one GRPO step, %lld prompts x n %lld, %lld response "
+            "tokens\n"
+            "data: {train_files: [%s/data/train.jsonl], val_files: [%s/data/train.jsonl],\n"
+            "       train_batch_size: %lld, max_prompt_length: 128, max_response_length: %lld}\n"
+            "actor_rollout_ref:\n"
+            "  model: {path: %s/model}\n"
+            "  actor: {ppo_mini_batch_size: %lld, use_dynamic_bsz: true, use_kl_loss: true,\n"
+            "          kl_loss_type: low_var_kl, kl_loss_coef: 0.001}\n"
+            "  rollout: {n: %lld, ignore_eos: true}\n"
+            "algorithm: {adv_estimator: grpo}\n"
+            "trainer: {total_training_steps: 1, val_before_train: false, logger: [console]}\n",
+            (long long)g->prompts, (long long)g->n, (long long)g->response, dir, dir,
+            (long long)g->prompts, (long long)g->response, dir, (long long)g->prompts,
+            (long long)g->n);
+    return fclose(f) != 0;
+}
+
+/* Print the timing_s/... metrics of out/metrics.jsonl's last line; *step_s its timing_s/step. */
+static int print_timings(const char *label, const char *metrics, double *step_s)
+{
+    FILE *f = fopen(metrics, "r");
+    char line[65536], last[65536] = "";
+    while (f && fgets(line, sizeof line, f))
+        if (line[0] == '{')
+            memcpy(last, line, sizeof last);
+    if (f)
+        fclose(f);
+    json_t *j = json_loads(last, 0, NULL);
+    if (!j) {
+        fprintf(stderr, "bench_grpo_step: no metrics in %s\n", metrics);
+        return 1;
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(j, k, v)
+    {
+        if (!strncmp(k, "timing_s/", 9) || !strcmp(k, "perf/total_num_tokens"))
+            printf("grpo_%s_%s: %.2f\n", label, k, json_number_value(v));
+    }
+    *step_s = json_number_value(json_object_get(j, "timing_s/step"));
+    json_decref(j);
+    return !(*step_s > 0);
+}
+
+/* One `distflow train` run with the overrides of `label`; 0 ok. */
+static int run(const grpo_args *g, const char *dir, const char *label, const char *overrides,
+               double *step_s, double *rss)
+{
+    char yaml[1100], out[1200], log[1100], metrics[1100], ov[4096];
+    join(yaml, sizeof yaml, dir, "/grpo.yaml");
+    char rest[64];
+    snprintf(rest, sizeof rest, "/out_%s", label);
+    join(out, sizeof out, "trainer.default_local_dir=", join(metrics, sizeof metrics, dir, rest));
+    snprintf(rest, sizeof rest, "/out_%s/metrics.jsonl", label);
+    join(metrics, sizeof metrics, dir, rest);
+    snprintf(rest, sizeof rest, "/train_%s.log", label);
+    join(log, sizeof log, dir, rest);
+    snprintf(ov, sizeof ov, "%s", overrides);
+    char *argv[64] = {(char *)g->distflow, "train", yaml, out};
+    int n = 4;
+    for (char *s = strtok(ov, " "); s && n < 63; s = strtok(NULL, " "))
+        argv[n++] = s;
+    argv[n] = NULL;
+    printf("grpo_%s_overrides: %s\n", label, overrides[0] ? overrides : "(none: the defaults)");
+    fflush(stdout);
+    unlink(metrics);
+    double wall;
+    if (spawn(argv, log, rss, &wall) || print_timings(label, metrics, step_s))
+        return 1;
+    printf("grpo_%s_process_wall_s: %.1f\n", label, wall);
+    printf("grpo_%s_peak_rss_mib: %.1f\n", label, *rss);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    grpo_args g;
+    char exe_dir[1024], df[1100], dir[1100];
+    if (parse(argc, argv, &g, exe_dir, sizeof exe_dir)) {
+        fprintf(stderr, "usage: bench_grpo_step [--shape qwen2.5-0.5b|demo] [--prompts P] [--n N] "
+                        "[--response R] [--runs bf16,f32] [--workdir DIR] [--distflow PATH]\n");
+        return 2;
+    }
+    char rest[64];
+    snprintf(rest, sizeof rest, "/bench_grpo_%s", g.shape);
+    join(df, sizeof df, exe_dir, "/distflow");
+    join(dir, sizeof dir, exe_dir, rest);
+    g.distflow = g.distflow ? g.distflow : df;
+    g.workdir = g.workdir ? g.workdir : dir;
+    mkdir(g.workdir, 0755);
+    printf("grpo_config: shape %s, %lld prompts x n %lld, %lld response tokens, workdir %s\n",
+           g.shape, (long long)g.prompts, (long long)g.n, (long long)g.response, g.workdir);
+    if (setup(&g, g.workdir) || write_yaml(&g, g.workdir))
+        return 1;
+    const char *bf = getenv("DF_BENCH_BF16_OVERRIDES"), *f32 = getenv("DF_BENCH_F32_OVERRIDES");
+    bf = bf ? bf : BF16_OVERRIDES_DEFAULT;
+    f32 = f32 ? f32 : F32_OVERRIDES_DEFAULT;
+    double t_bf = 0, t_f = 0, rss_bf = 0, rss_f = 0;
+    int do_bf = strstr(g.runs, "bf16") != NULL, do_f = strstr(g.runs, "f32") != NULL;
+    if (do_bf && !bf[0]) {
+        printf("grpo_bf16: not measured: no bf16 overrides in this build "
+               "(DF_BENCH_BF16_OVERRIDES names the keys once they exist)\n");
+        do_bf = 0;
+    }
+    if ((do_bf && run(&g, g.workdir, "bf16", bf, &t_bf, &rss_bf)) ||
+        (do_f && run(&g, g.workdir, "f32", f32, &t_f, &rss_f)))
+        return 1;
+    if (do_bf && do_f)
+        printf("target_grpo_bf16_vs_f32: >= 1.8x faster than forced f32 measured %.2f met %s\n",
+               t_f / t_bf, t_f / t_bf >= 1.8 ? "yes" : "no");
+    double rss = do_bf ? rss_bf : rss_f;
+    if (!strcmp(g.shape, "qwen2.5-0.5b") && (do_bf || do_f))
+        printf("target_grpo_peak_rss: <= 10 GiB (%s run) measured %.2f GiB met %s\n",
+               do_bf ? "bf16" : "f32; no bf16", rss / 1024.0, rss <= 10240.0 ? "yes" : "no");
+    return 0;
+}
