@@ -28,6 +28,7 @@
 #include "distflow/platform.h"
 #include "distflow/rng.h"
 #include "model/acts.h"
+#include "common/bench_util.h"
 
 #include <omp.h>
 #include <stdio.h>
@@ -85,39 +86,6 @@ static int parse_args(int argc, char **argv, bench_cfg *b)
         }
     }
     return 0;
-}
-
-/* Packed batch: lengths uniform in [64, 128] from a fixed seed, last one trimmed. */
-typedef struct {
-    int32_t *tokens, *targets;
-    int64_t *offsets, *rows;
-    df_seq_batch b;
-} packed;
-
-static void make_batch(packed *p, int64_t T, int64_t V)
-{
-    df_rng r;
-    df_rng_seed(&r, df_rng_key(7, 0, 0, 0));
-    p->tokens = malloc(sizeof(int32_t) * (size_t)T);
-    p->targets = malloc(sizeof(int32_t) * (size_t)T);
-    p->rows = malloc(sizeof(int64_t) * (size_t)T);
-    p->offsets = malloc(sizeof(int64_t) * (size_t)(T / 64 + 2));
-    int64_t n = 0, t = 0, n_out = 0;
-    p->offsets[0] = 0;
-    while (t < T) {
-        int64_t len = 64 + (int64_t)df_rng_below(&r, 65);
-        if (t + len > T)
-            len = T - t;
-        for (int64_t i = 0; i < len; i++)
-            p->tokens[t + i] = (int32_t)df_rng_below(&r, (uint64_t)V);
-        for (int64_t i = 0; i + 1 < len; i++) {
-            p->rows[n_out] = t + i;
-            p->targets[n_out++] = p->tokens[t + i + 1];
-        }
-        t += len;
-        p->offsets[++n] = t;
-    }
-    p->b = (df_seq_batch){T, p->tokens, n, p->offsets, n_out, p->rows, p->targets};
 }
 
 /* Run bench/torch_model_step.py and pick its metrics; 0 when unavailable. */
@@ -185,8 +153,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench setup: %s\n", df_last_error());
         return 1;
     }
-    packed p;
-    make_batch(&p, bc.tokens, bc.vocab);
+    bench_batch p;
+    bench_make_batch(&p, bc.tokens, bc.vocab);
     const int64_t n_out = p.b.n_out;
     float *logp = malloc(sizeof(float) * (size_t)n_out), *ent = malloc(sizeof(float) * (size_t)n_out);
     float *dl = malloc(sizeof(float) * (size_t)n_out), *de = malloc(sizeof(float) * (size_t)n_out);
@@ -267,7 +235,7 @@ int main(int argc, char **argv)
 done:
     df_model_free(m), df_acts_free(a), df_adamw_free(opt);
     free(logp), free(ent), free(dl), free(de), free(grads);
-    free(p.tokens), free(p.targets), free(p.rows), free(p.offsets);
+    bench_batch_free(&p);
     return 0;
 fail:
     fprintf(stderr, "bench: %s\n", df_last_error());

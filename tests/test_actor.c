@@ -20,21 +20,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* 4 samples with prompts of 3,1,2,4 tokens and responses of 2,3,0,1 tokens. */
-static df_batch *make_batch(void)
-{
-    static const int64_t po[] = {0, 3, 4, 6, 10}, ro[] = {0, 2, 5, 5, 6};
-    static const int32_t p[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, r[] = {11, 12, 13, 14, 15, 16};
-    df_batch *b = df_batch_new(4);
-    assert_int_equal(df_batch_set_tok_i32(b, "prompt_ids", po, p), 0);
-    assert_int_equal(df_batch_set_tok_i32(b, "response_ids", ro, r), 0);
-    return b;
-}
 
 static void test_pack(void **state)
 {
     (void)state;
-    df_batch *b = make_batch();
+    df_batch *b = df_test_small_batch();
     df_packed pk = {0};
     assert_int_equal(df_pack_responses(&pk, b, 1, 4), 0);
     /* sample 1: [4 | 13 14 15], sample 2: [5 6 | ], sample 3: [7 8 9 10 | 16] */
@@ -55,7 +45,7 @@ static void test_pack(void **state)
 static void test_plan(void **state)
 {
     (void)state;
-    df_batch *b = make_batch(); /* sample sizes in tokens: 5, 4, 2, 5 */
+    df_batch *b = df_test_small_batch(); /* sample sizes in tokens: 5, 4, 2, 5 */
     int64_t *bd, n;
     assert_int_equal(df_plan_micro_batches(b, 3, 0, &bd, &n), 0);
     assert_int_equal(n, 2);
@@ -79,7 +69,7 @@ static void test_plan(void **state)
 /* Error bounds: tests/testbounds.h. tb_forward_err bounds one float log-prob or entropy of the
    model (eps (2 Z + log V)); the entropy moves by at most 2 Z times a logit change. */
 
-/* The longest sample of make_batch (prompt + response): attention's key count. */
+/* The longest sample of df_test_small_batch (prompt + response): attention's key count. */
 #define MAX_LEN 5
 
 static df_actor_params params(int64_t micro)
@@ -97,7 +87,7 @@ static df_actor_params params(int64_t micro)
 /* Batch with the PPO columns: old / ref log-probs near the model's, varied advantages. */
 static df_batch *ppo_batch(df_actor *a)
 {
-    df_batch *b = make_batch();
+    df_batch *b = df_test_small_batch();
     assert_int_equal(df_actor_compute_log_prob(a, b, "old_log_probs", NULL), 0);
     float *ref, *adv;
     assert_int_equal(df_batch_alloc_tok_f32_like(b, "ref_log_prob", "response_ids", &ref), 0);
@@ -116,7 +106,7 @@ static void test_log_prob_matches_model(void **state)
     df_actor *a;
     df_actor_params p = params(2);
     assert_int_equal(df_actor_create(df_test_micro_model(3), &p, false, &a), 0);
-    df_batch *b = make_batch();
+    df_batch *b = df_test_small_batch();
     double ent;
     assert_int_equal(df_actor_compute_log_prob(a, b, "lp", &ent), 0);
     /* the same numbers straight from the model on the whole batch at once */
@@ -282,7 +272,7 @@ static void test_sft_lowers_loss(void **state)
        instead of a mean, or another normaliser, lands far outside) */
     const double Z = tb_head_bound(df_actor_model(a), 1.0f), logV = log(40.0);
     const double e0 = tb_forward_err(df_actor_model(a), MAX_LEN, 1.0f);
-    df_batch *b = make_batch();
+    df_batch *b = df_test_small_batch();
     df_metrics *m = df_metrics_new();
     double first = 0, last = 0;
     for (int it = 0; it < 30; it++) {
@@ -309,7 +299,7 @@ static void test_errors(void **state)
     df_actor *a;
     df_actor_params p = params(2);
     assert_int_equal(df_actor_create(df_test_micro_model(3), &p, false, &a), 0);
-    df_batch *b = make_batch();
+    df_batch *b = df_test_small_batch();
     df_metrics *m = df_metrics_new();
     assert_int_equal(df_actor_update_policy(a, b, m), DF_EINVAL); /* frozen */
     df_actor_free(a);

@@ -33,16 +33,6 @@ static void skip_without_bf16(void)
     }
 }
 
-/* 4 samples with prompts of 3,1,2,4 tokens and responses of 2,3,0,1 tokens. */
-static df_batch *make_batch(void)
-{
-    static const int64_t po[] = {0, 3, 4, 6, 10}, ro[] = {0, 2, 5, 5, 6};
-    static const int32_t p[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, r[] = {11, 12, 13, 14, 15, 16};
-    df_batch *b = df_batch_new(4);
-    assert_int_equal(df_batch_set_tok_i32(b, "prompt_ids", po, p), 0);
-    assert_int_equal(df_batch_set_tok_i32(b, "response_ids", ro, r), 0);
-    return b;
-}
 
 /* Whole-batch micro-batches, so a fresh df_acts on the packed batch runs the same shapes. */
 static df_actor_params params(bool bf16)
@@ -76,7 +66,7 @@ static void test_refresh_after_step(void **state)
     df_actor *a;
     df_actor_params p = params(true);
     assert_int_equal(df_actor_create(df_test_micro_model(3), &p, true, &a), 0);
-    df_batch *b = make_batch();
+    df_batch *b = df_test_small_batch();
     assert_int_equal(df_actor_compute_log_prob(a, b, "old_log_probs", NULL), 0);
     float fresh[6], *adv;
     const float *old = df_batch_column(b, "old_log_probs")->data;
@@ -127,7 +117,7 @@ static void test_reference_bf16_storage(void **state)
     q.bf16_weights = true;
     assert_int_equal(df_actor_create(paged_model(), &p, false, &keep), 0);
     assert_int_equal(df_actor_create(paged_model(), &q, false, &only), 0);
-    df_batch *b = make_batch();
+    df_batch *b = df_test_small_batch();
     assert_int_equal(df_actor_compute_log_prob(keep, b, "keep", NULL), 0);
     assert_int_equal(df_actor_compute_log_prob(only, b, "only", NULL), 0);
     assert_memory_equal(df_batch_column(b, "keep")->data, df_batch_column(b, "only")->data, 6 * sizeof(float));

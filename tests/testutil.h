@@ -215,6 +215,17 @@ static inline df_model *df_test_micro_model(uint64_t seed)
     return m;
 }
 
+/** 4 samples with prompts of 3,1,2,4 tokens and responses of 2,3,0,1 tokens (ids 1..16). */
+static inline df_batch *df_test_small_batch(void)
+{
+    static const int64_t po[] = {0, 3, 4, 6, 10}, ro[] = {0, 2, 5, 5, 6};
+    static const int32_t p[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, r[] = {11, 12, 13, 14, 15, 16};
+    df_batch *b = df_batch_new(4);
+    assert_int_equal(df_batch_set_tok_i32(b, "prompt_ids", po, p), 0);
+    assert_int_equal(df_batch_set_tok_i32(b, "response_ids", ro, r), 0);
+    return b;
+}
+
 /** G rows from `seed`: prompts of 1-4 tokens (ids < 40), responses of 0-5 (every fifth empty). */
 static inline df_batch *df_test_synth_batch(uint64_t seed, int64_t G)
 {
