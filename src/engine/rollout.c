@@ -124,7 +124,8 @@ static int64_t mm_elems(const df_model_config *c, int64_t rows)
     return rows * (qd > w ? qd : w);
 }
 
-/* Rows of the bf16 LM head's operand for R hidden rows: whole tiles (df_vocab16_rows). */
+/* Rows of the bf16 LM head's operand for R hidden rows: whole tiles (df_vocab16_rows: clamped
+ * tilings have at most DF_LMHEAD_ROWS rows). */
 static int64_t h16_rows(int64_t R) { return (R + DF_LMHEAD_ROWS - 1) / DF_LMHEAD_ROWS * DF_LMHEAD_ROWS; }
 
 static int64_t kv_bytes_of(const df_model_config *cfg, const df_rollout_options *o)
@@ -538,15 +539,21 @@ static int sample_slots(gen_ctx *g, const int32_t *list, const int64_t *rows, in
 
 /* In bf16, the LM head's operands: the final hidden rows [0, n) rounded into e->h16, padded
  * with zero rows to whole tiles; else all NULL (the float32 head). */
-static df_vocab16 head16_rows(df_rollout_engine *e, int64_t n, const df_vocab_tiling *t)
+static int head16_rows(df_rollout_engine *e, int64_t n, const df_vocab_tiling *t, df_vocab16 *b)
 {
     const uint16_t *W16 = e->w16 ? df_weights16_lm_head(e->w16) : NULL;
+    *b = (df_vocab16){NULL, NULL, NULL};
     if (!W16)
-        return (df_vocab16){NULL, NULL, NULL};
+        return DF_OK;
     const int64_t H = e->cfg.hidden_size, rows = df_vocab16_rows(n, t);
+    const int64_t cap = h16_rows(rows_cap_of(e->max_num_seqs, e->max_batched_tokens));
+    if (rows > cap)
+        return df_error(DF_EINTERNAL, "rollout: %lld bf16 head rows exceed the %lld allocated",
+                        (long long)rows, (long long)cap);
     df_bf16_from_f32(e->h16, e->s.xn, n * H);
     memset(e->h16 + n * H, 0, (size_t)((rows - n) * H) * sizeof(uint16_t));
-    return (df_vocab16){e->mm, e->h16, W16};
+    *b = (df_vocab16){e->mm, e->h16, W16};
+    return DF_OK;
 }
 
 /* As sample_slots from the final hidden states e->s.xn[0 .. n_rows): statistics
@@ -559,7 +566,10 @@ static int sample_slots_fused(gen_ctx *g, const int32_t *list, const int64_t *ro
     const bool greedy = g->sp->greedy || g->sp->temperature == 0.0f;
     const float inv_t = greedy ? 1.0f : 1.0f / g->sp->temperature; /* greedy log-probs at T = 1 */
     const float *W = g->m->w.lm_head, *xn = e->s.xn;
-    const df_vocab16 b16 = head16_rows(e, n_rows, &g->tiling);
+    df_vocab16 b16;
+    int rc = head16_rows(e, n_rows, &g->tiling, &b16);
+    if (rc)
+        return rc;
     const unsigned flags = greedy ? DF_VSTAT_ARGMAX : 0u;
     if (b16.W ? df_vocab_stats16(g->vstat, NULL, NULL, &b16, n_rows, V, H, inv_t, flags, &g->tiling)
               : (df_vocab_stats(g->vstat, NULL, NULL, xn, W, n_rows, V, H, inv_t, flags, &g->tiling), 0))

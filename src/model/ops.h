@@ -68,7 +68,8 @@ void df_linear_bwd(float *dx, float *dW, float *db, const float *dy, const float
  * a float32 C: the arithmetic of torch.autocast(dtype=torch.bfloat16), so
  * results carry ~3 significant digits. Parameters, gradients and optimizer state
  * stay float32. A context owns the conversion scratch and a cache of oneDNN
- * primitives by shape; it is not thread-safe (one per df_acts).
+ * primitives by shape; df_mm_* and df_mm_w16 are not thread-safe (one context per
+ * df_acts), df_mm16_tile is (the LM head's tiles).
  */
 typedef struct df_mm_ctx df_mm_ctx;
 

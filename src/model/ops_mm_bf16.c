@@ -3,7 +3,9 @@
  * context's scratch, multiplied by a oneDNN matmul primitive (AMX or
  * AVX512-BF16 brgemm kernels) with float32 accumulation and a float32 result —
  * the arithmetic of torch.autocast(dtype=torch.bfloat16) for Linear layers.
- * Primitives are cached per (transposes, M, N, K, alpha, beta) in the context.
+ * Primitives are cached per (transposes, M, N, K, alpha, beta) in the context: an LRU for the
+ * calls of one thread, and a table that only grows for df_mm16_tile, which the LM head's tiles
+ * call from every OpenMP thread at once.
  */
 #include "distflow/common.h"
 #include "model/ops.h"
