@@ -30,13 +30,16 @@ typedef struct {
     dnnl_memory_t ma, mb, mc;
 } mm_entry;
 
-/* A primitive df_mm16_tile runs from any thread: its memory objects are made per call. */
+/* A primitive df_mm16_tile runs from any thread: its memory objects are made per call, and its
+ * scratchpad is the caller's (oneDNN's own, the library mode, is a buffer of the thread that
+ * created the primitive: another thread executing it would use its own, maybe smaller one). */
 typedef struct {
     char ta, tb;
     int64_t M, N, K;
     float alpha, beta;
     dnnl_primitive_t prim;
-    dnnl_memory_desc_t a, b, d;
+    dnnl_memory_desc_t a, b, d, s;
+    size_t s_bytes;
 } mm_tile;
 
 struct df_mm_ctx {
@@ -53,6 +56,8 @@ struct df_mm_ctx {
     int n_tiles;                        /* published with release stores (lock-free lookup) */
     pthread_mutex_t lock;               /* creation of tiles and streams */
     dnnl_stream_t streams[MM_THREADS];  /* per OpenMP thread number, made on first use */
+    void *scratch[MM_THREADS];          /* per OpenMP thread: the tiles' scratchpads */
+    size_t scratch_bytes[MM_THREADS];
 };
 
 void df_bf16_from_f32(uint16_t *dst, const float *src, int64_t n)
@@ -95,7 +100,7 @@ static void entry_free(mm_entry *e)
  * [N,K] ('T'): the primitive and its three memory descriptors. */
 static int make_prim(df_mm_ctx *c, char ta, char tb, int64_t M, int64_t N, int64_t K,
                      float alpha, float beta, dnnl_primitive_t *prim, dnnl_memory_desc_t *a,
-                     dnnl_memory_desc_t *b, dnnl_memory_desc_t *d)
+                     dnnl_memory_desc_t *b, dnnl_memory_desc_t *d, dnnl_memory_desc_t *user_s)
 {
     dnnl_dims_t ad = {M, K}, bd = {K, N}, cd = {M, N};
     dnnl_dims_t as = {ta == 'N' ? K : 1, ta == 'N' ? 1 : M};
@@ -111,6 +116,9 @@ static int make_prim(df_mm_ctx *c, char ta, char tb, int64_t M, int64_t N, int64
              dnnl_memory_desc_init_by_strides(d, 2, cd, dnnl_f32, cs) == dnnl_success &&
              dnnl_matmul_desc_init(&md, a, b, NULL, d) == dnnl_success &&
              dnnl_primitive_attr_create(&attr) == dnnl_success;
+    if (ok && user_s)
+        ok = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) ==
+             dnnl_success;
     if (ok && alpha != 1.0f)
         ok = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha) == dnnl_success;
     if (ok && beta != 0.0f)
@@ -119,6 +127,12 @@ static int make_prim(df_mm_ctx *c, char ta, char tb, int64_t M, int64_t N, int64
              dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
     ok = ok && dnnl_primitive_desc_create(&pd, &md, attr, c->eng, NULL) == dnnl_success &&
          dnnl_primitive_create(prim, pd) == dnnl_success;
+    if (ok && user_s) {
+        const dnnl_memory_desc_t *q = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+        ok = q != NULL;
+        if (ok)
+            *user_s = *q;
+    }
     if (pd)
         dnnl_primitive_desc_destroy(pd);
     if (po)
@@ -137,7 +151,7 @@ static int entry_init(df_mm_ctx *c, mm_entry *e, char ta, char tb, int64_t M, in
                       int64_t K, float alpha, float beta)
 {
     dnnl_memory_desc_t a, b, d;
-    int ok = make_prim(c, ta, tb, M, N, K, alpha, beta, &e->prim, &a, &b, &d) == 0 &&
+    int ok = make_prim(c, ta, tb, M, N, K, alpha, beta, &e->prim, &a, &b, &d, NULL) == 0 &&
              dnnl_memory_create(&e->ma, &a, c->eng, DNNL_MEMORY_NONE) == dnnl_success &&
              dnnl_memory_create(&e->mb, &b, c->eng, DNNL_MEMORY_NONE) == dnnl_success &&
              dnnl_memory_create(&e->mc, &d, c->eng, DNNL_MEMORY_NONE) == dnnl_success;
@@ -293,7 +307,9 @@ static const mm_tile *tile_lookup(df_mm_ctx *c, char ta, char tb, int64_t M, int
             const mm_tile *made = NULL;
             mm_tile *e = &c->tiles[m];
             if (m < MM_TILES &&
-                !make_prim(c, ta, tb, M, N, K, alpha, beta, &e->prim, &e->a, &e->b, &e->d)) {
+                !make_prim(c, ta, tb, M, N, K, alpha, beta, &e->prim, &e->a, &e->b, &e->d,
+                           &e->s)) {
+                e->s_bytes = dnnl_memory_desc_get_size(&e->s);
                 e->ta = ta, e->tb = tb, e->M = M, e->N = N, e->K = K;
                 e->alpha = alpha, e->beta = beta;
                 __atomic_store_n(&c->n_tiles, m + 1, __ATOMIC_RELEASE);
@@ -325,27 +341,49 @@ static dnnl_stream_t tile_stream(df_mm_ctx *c)
     return s;
 }
 
+/* The calling thread's scratchpad of at least `bytes` (only thread t touches slot t); beyond
+ * MM_THREADS threads a buffer for this call (*own, freed by the caller). */
+static void *tile_scratch(df_mm_ctx *c, size_t bytes, void **own)
+{
+    const int t = omp_get_thread_num();
+    *own = NULL;
+    if (bytes == 0)
+        return NULL;
+    bytes = (bytes + 63) / 64 * 64;
+    if (t >= MM_THREADS)
+        return *own = aligned_alloc(64, bytes);
+    if (c->scratch_bytes[t] < bytes) {
+        free(c->scratch[t]);
+        c->scratch[t] = aligned_alloc(64, bytes);
+        c->scratch_bytes[t] = c->scratch[t] ? bytes : 0;
+    }
+    return c->scratch[t];
+}
+
 static int tile_exec(df_mm_ctx *c, const mm_tile *e, const uint16_t *A, const uint16_t *B,
                      float *C)
 {
     dnnl_stream_t s = tile_stream(c), own = NULL;
     if (!s && dnnl_stream_create(&own, c->eng, dnnl_stream_default_flags) == dnnl_success)
         s = own;
-    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL;
-    int ok = s && dnnl_memory_create(&ma, &e->a, c->eng, (void *)A) == dnnl_success &&
+    void *own_sp = NULL, *sp = tile_scratch(c, e->s_bytes, &own_sp);
+    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, ms = NULL;
+    int ok = s && (sp || !e->s_bytes) &&
+             dnnl_memory_create(&ma, &e->a, c->eng, (void *)A) == dnnl_success &&
              dnnl_memory_create(&mb, &e->b, c->eng, (void *)B) == dnnl_success &&
-             dnnl_memory_create(&mc, &e->d, c->eng, C) == dnnl_success;
+             dnnl_memory_create(&mc, &e->d, c->eng, C) == dnnl_success &&
+             (!e->s_bytes || dnnl_memory_create(&ms, &e->s, c->eng, sp) == dnnl_success);
     if (ok) {
-        dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
-        ok = dnnl_primitive_execute(e->prim, s, 3, args) == dnnl_success &&
+        dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc},
+                                   {DNNL_ARG_SCRATCHPAD, ms}};
+        ok = dnnl_primitive_execute(e->prim, s, ms ? 4 : 3, args) == dnnl_success &&
              dnnl_stream_wait(s) == dnnl_success;
     }
-    if (ma)
-        dnnl_memory_destroy(ma);
-    if (mb)
-        dnnl_memory_destroy(mb);
-    if (mc)
-        dnnl_memory_destroy(mc);
+    dnnl_memory_t mems[4] = {ma, mb, mc, ms};
+    for (int i = 0; i < 4; i++)
+        if (mems[i])
+            dnnl_memory_destroy(mems[i]);
+    free(own_sp);
     if (own)
         dnnl_stream_destroy(own);
     return ok ? DF_OK : DF_EINTERNAL;
@@ -361,8 +399,9 @@ int df_mm16_tile(df_mm_ctx *c, bool ta, bool tb, int64_t M, int64_t N, int64_t K
     if (e)
         return tile_exec(c, e, A, B, C);
     mm_tile once = {0}; /* the table is full: a primitive for this call only */
-    if (make_prim(c, a, b, M, N, K, alpha, beta, &once.prim, &once.a, &once.b, &once.d))
+    if (make_prim(c, a, b, M, N, K, alpha, beta, &once.prim, &once.a, &once.b, &once.d, &once.s))
         return DF_EINTERNAL;
+    once.s_bytes = dnnl_memory_desc_get_size(&once.s);
     int rc = tile_exec(c, &once, A, B, C);
     dnnl_primitive_destroy(once.prim);
     return rc;
@@ -383,9 +422,11 @@ void df_mm_ctx_free(df_mm_ctx *c)
         entry_free(&c->cache[i]);
     for (int i = 0; i < c->n_tiles; i++)
         dnnl_primitive_destroy(c->tiles[i].prim);
-    for (int i = 0; i < MM_THREADS; i++)
+    for (int i = 0; i < MM_THREADS; i++) {
         if (c->streams[i])
             dnnl_stream_destroy(c->streams[i]);
+        free(c->scratch[i]);
+    }
     pthread_mutex_destroy(&c->lock);
     if (c->stream)
         dnnl_stream_destroy(c->stream);
