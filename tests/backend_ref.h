@@ -459,13 +459,13 @@ static inline void br_lmhead_fwd_d(const double *h, const double *W, const int32
  * roundings; g_v six roundings of its magnitude more; dh: V terms (gamma_{V+1}) plus g's errors
  * times |W|; dW: n terms onto dW0 (gamma_{n+2}) plus g's errors times |h|.
  */
-static inline void br_lmhead_bwd_d(const double *h, const double *W, const int32_t *tgt,
-                                   const double *lse, const double *ent, const double *dlogp,
-                                   const double *dent, int64_t n, int64_t V, int64_t H,
-                                   double temp, const float *dW0, double *dh, double *dW,
-                                   double *bdh, double *bdW)
+static inline void br_lmhead_bwd_d_ex(const double *h, const double *W, const int32_t *tgt,
+                                      const double *lse, const double *ent, const double *dlogp,
+                                      const double *dent, int64_t n, int64_t V, int64_t H,
+                                      double temp, const float *dW0, double *dh, double *dW,
+                                      double *bdh, double *bdW, int bf16)
 {
-    const double u = DF_U32;
+    const double u = DF_U32, ub = bf16 ? DF_U_BF16 : 0;
     double *z = br_dvec(V), *zm = br_dvec(V), *g = br_dvec(V), *eg = br_dvec(V);
     double *Wm = bdW ? br_dvec(V * H) : NULL, *We = bdW ? br_dvec(V * H) : NULL;
     for (int64_t k = 0; k < V * H; k++)
@@ -477,12 +477,12 @@ static inline void br_lmhead_bwd_d(const double *h, const double *W, const int32
             const double lp = z[v] - lse[i], p = exp(lp), lpe = lp + ent[i];
             const double one = v == tgt[i] ? 1.0 : 0.0;
             g[v] = (a * (one - p) - b * p * lpe) / temp;
-            const double dz = br_g((double)H + 2) * zm[v];
+            const double dz = br_gemm_rel(H, bf16 ? 1 : 0) * zm[v];
             const double th = dz + u * fabs(lp) + BR_EXP_ERR + u;
             const double mag = fabs(a) * (one + p) + fabs(b) * p * (fabs(lp) + fabs(ent[i]));
             const double dlpe = dz + u * fabs(lp) + u * fabs(lpe);
-            eg[v] = (fabs(a) * p * th + fabs(b) * p * (th * fabs(lpe) + dlpe) + br_g(6) * mag) /
-                    temp;
+            eg[v] = (fabs(a) * p * th + fabs(b) * p * (th * fabs(lpe) + dlpe) +
+                     (br_g(6) + ub) * (1 + ub) * mag) / temp;
         }
         for (int64_t e = 0; e < H; e++) {
             double s = 0, m = 0, pe = 0;
@@ -493,7 +493,7 @@ static inline void br_lmhead_bwd_d(const double *h, const double *W, const int32
             }
             dh[i * H + e] = s;
             if (bdh)
-                bdh[i * H + e] = BR_REF * (br_g((double)V + 1) * m + pe);
+                bdh[i * H + e] = BR_REF * (br_g((double)V + 1) * m * (1 + ub) + pe);
         }
         for (int64_t v = 0; v < V; v++)
             for (int64_t e = 0; e < H; e++) {
@@ -506,8 +506,18 @@ static inline void br_lmhead_bwd_d(const double *h, const double *W, const int32
     }
     if (bdW)
         for (int64_t k = 0; k < V * H; k++)
-            bdW[k] = BR_REF * (br_g((double)n + 2) * (fabs(dW0[k]) + Wm[k]) + We[k]);
+            bdW[k] = BR_REF * (br_g((double)n + 2) * (fabs(dW0[k]) + Wm[k] * (1 + 2 * ub)) +
+                               ub * Wm[k] + We[k] * (1 + ub));
     free(z), free(zm), free(g), free(eg), free(Wm), free(We);
+}
+
+static inline void br_lmhead_bwd_d(const double *h, const double *W, const int32_t *tgt,
+                                   const double *lse, const double *ent, const double *dlogp,
+                                   const double *dent, int64_t n, int64_t V, int64_t H,
+                                   double temp, const float *dW0, double *dh, double *dW,
+                                   double *bdh, double *bdW)
+{
+    br_lmhead_bwd_d_ex(h, W, tgt, lse, ent, dlogp, dent, n, V, H, temp, dW0, dh, dW, bdh, bdW, 0);
 }
 
 /*
@@ -516,15 +526,16 @@ static inline void br_lmhead_bwd_d(const double *h, const double *W, const int32
  * tb_row_lse_bound_e (tests/testbounds.h) with every sum float over the whole vocabulary (any
  * tiling); plus the log of s0 <= V (BR_LOG_ERR log V), the final add and the float stores.
  */
-static inline void br_lmhead_fwd_bounds(const double *h, const double *W, const int32_t *tgt,
-                                        int64_t n, int64_t V, int64_t H, double temp,
-                                        const double *logp, const double *ent, const double *lse,
-                                        double *blp, double *bent, double *blse)
+static inline void br_lmhead_fwd_bounds_ex(const double *h, const double *W, const int32_t *tgt,
+                                           int64_t n, int64_t V, int64_t H, double temp,
+                                           const double *logp, const double *ent,
+                                           const double *lse, double *blp, double *bent,
+                                           double *blse, int bf16)
 {
     double *z = br_dvec(V), *zm = br_dvec(V);
     for (int64_t i = 0; i < n; i++) {
         br_logits(h + i * H, W, V, H, temp, z, zm);
-        const double c = br_g((double)H + 2);
+        const double c = br_gemm_rel(H, bf16 ? 1 : 0);
         const tb_lse_bound r = tb_row_lse_bound_e(z, zm, c, V, V, BR_EXP_ERR);
         /* log(s0) <= log V: s0 sums V weights of at most 1 */
         const double dlse = r.dlse + BR_LOG_ERR * log((double)V) + DF_U32 * fabs(lse[i]);
@@ -533,6 +544,14 @@ static inline void br_lmhead_fwd_bounds(const double *h, const double *W, const 
         bent[i] = BR_REF * (r.dent + BR_LOG_ERR * log((double)V) + DF_U32 * fabs(ent[i]));
     }
     free(z), free(zm);
+}
+
+static inline void br_lmhead_fwd_bounds(const double *h, const double *W, const int32_t *tgt,
+                                        int64_t n, int64_t V, int64_t H, double temp,
+                                        const double *logp, const double *ent, const double *lse,
+                                        double *blp, double *bent, double *blse)
+{
+    br_lmhead_fwd_bounds_ex(h, W, tgt, n, V, H, temp, logp, ent, lse, blp, bent, blse, 0);
 }
 
 /* ---- finite differences of a float64 loss ------------------------------------------------- */

@@ -786,6 +786,127 @@ static void lmhead_case(int64_t n, int64_t V, int64_t H, double temp, uint64_t s
     free(dh), free(dW), free(bdh), free(bdW), free(dh1), free(dW1), free(bdh1), free(bdW1);
 }
 
+/* Whether some |got - ref| exceeds the float32 bound b32: the bf16 path is not float32. */
+static bool beyond(const float *got, const double *ref, const double *b32, int64_t n)
+{
+    bool any = false;
+    for (int64_t i = 0; i < n; i++)
+        any |= fabs((double)got[i] - ref[i]) > b32[i];
+    return any;
+}
+
+/*
+ * lmhead_fwd_w16 / _bwd_w16 (mixed precision's head): W given in bf16 (its value: bf16 widened
+ * exactly), h rounded to bf16, dL/dlogits rounded per tile: against the float64 head of the
+ * float h and that W within the bf16 bounds (backend_ref.h, bf16 1: one operand of each
+ * product rounded for the logits, dlogits' rounding on the gradients), and beyond the float32
+ * bounds somewhere (the head is not silently float32).
+ */
+static void lmhead_w16_case(const bo_backend *b, int64_t n, int64_t V, int64_t H, double temp,
+                            uint64_t seed)
+{
+    float *h = bo_rand(n * H, seed, 1), *W = bo_rand(V * H, seed + 1, 3.0 / sqrt((double)H));
+    float *a = bo_rand(n, seed + 2, 1), *bb = bo_rand(n, seed + 3, 1), *dW0 = bo_rand(V * H, seed + 4, 0.1);
+    uint16_t *W16 = xmalloc(2 * (size_t)(V * H));
+    df_bf16_from_f32(W16, W, V * H);
+    for (int64_t i = 0; i < V * H; i++) {
+        uint32_t bits = (uint32_t)W16[i] << 16;
+        memcpy(&W[i], &bits, 4);
+    }
+    int32_t *tgt = xmalloc(4 * (size_t)n);
+    for (int64_t i = 0; i < n; i++)
+        tgt[i] = (int32_t)((i * 7919 + (int64_t)seed) % V);
+    tgt[0] = (int32_t)(V - 1);
+    double *hd = to_d(h, n * H), *Wd = to_d(W, V * H), *ad = to_d(a, n), *bd = to_d(bb, n);
+    double *lp = br_dvec(n), *ent = br_dvec(n), *lse = br_dvec(n);
+    br_lmhead_fwd_d(hd, Wd, tgt, n, V, H, temp, lp, ent, lse);
+    double *b16[3], *b32[3];
+    for (int k = 0; k < 3; k++)
+        b16[k] = br_dvec(n), b32[k] = br_dvec(n);
+    br_lmhead_fwd_bounds_ex(hd, Wd, tgt, n, V, H, temp, lp, ent, lse, b16[0], b16[1], b16[2], 1);
+    br_lmhead_fwd_bounds(hd, Wd, tgt, n, V, H, temp, lp, ent, lse, b32[0], b32[1], b32[2]);
+    float *lsef = to_f(lse, n), *entf = to_f(ent, n);
+    double *lsed = to_d(lsef, n), *entd = to_d(entf, n);
+    double *dh = br_dvec(n * H), *dW = br_dvec(V * H), *bdh = br_dvec(n * H), *bdW = br_dvec(V * H);
+    double *dh32 = br_dvec(n * H), *dW32 = br_dvec(V * H), *bdh32 = br_dvec(n * H);
+    double *bdW32 = br_dvec(V * H);
+    br_lmhead_bwd_d_ex(hd, Wd, tgt, lsed, entd, ad, bd, n, V, H, temp, dW0, dh, dW, bdh, bdW, 1);
+    br_lmhead_bwd_d(hd, Wd, tgt, lsed, entd, ad, bd, n, V, H, temp, dW0, dh32, dW32, bdh32, bdW32);
+    void *cx = b->be.ctx;
+    const int64_t nsc = b->be.ops->lmhead_scratch_floats(cx, n, V, H);
+    float *sc = bo_nan(b, nsc), *dH = bo_up(b, h, 4 * (size_t)(n * H)), *dlp = bo_nan(b, n);
+    float *den = bo_nan(b, n), *dls = bo_nan(b, n);
+    uint16_t *dW16 = bo_up(b, W16, 2 * (size_t)(V * H));
+    int32_t *dt = bo_up(b, tgt, 4 * (size_t)n);
+    BO_OK(b->be.ops->lmhead_fwd_w16(cx, dlp, den, dls, dH, dW16, dt, n, V, H, (float)temp, sc));
+    float *got[3] = {bo_down(b, dlp, 4 * (size_t)n), bo_down(b, den, 4 * (size_t)n),
+                     bo_down(b, dls, 4 * (size_t)n)};
+    const double *ref[3] = {lp, ent, lse};
+    const char *names[3] = {"lmhead_fwd_w16 logp", "lmhead_fwd_w16 entropy", "lmhead_fwd_w16 lse"};
+    bool any32 = false;
+    for (int k = 0; k < 3; k++) {
+        bo_check(b->name, names[k], got[k], ref[k], b16[k], n);
+        any32 |= beyond(got[k], ref[k], b32[k], n);
+        free(got[k]);
+    }
+    assert_true(any32);
+    float *da = bo_up(b, a, 4 * (size_t)n), *db = bo_up(b, bb, 4 * (size_t)n);
+    BO_OK(b->be.ops->upload(cx, dls, lsef, 4 * (size_t)n));
+    BO_OK(b->be.ops->upload(cx, den, entf, 4 * (size_t)n));
+    float *ddh = bo_nan(b, n * H), *ddW = bo_up(b, dW0, 4 * (size_t)(V * H));
+    BO_OK(b->be.ops->lmhead_bwd_w16(cx, ddh, ddW, da, db, dH, dW16, dt, dls, den, n, V, H,
+                                    (float)temp, sc));
+    float *gh = bo_down(b, ddh, 4 * (size_t)(n * H)), *gW = bo_down(b, ddW, 4 * (size_t)(V * H));
+    bo_check(b->name, "lmhead_bwd_w16 dh", gh, dh, bdh, n * H);
+    bo_check(b->name, "lmhead_bwd_w16 dW", gW, dW, bdW, V * H);
+    assert_true(beyond(gh, dh32, bdh32, n * H) && beyond(gW, dW32, bdW32, V * H));
+    free(gh), free(gW), free(h), free(W), free(a), free(bb), free(dW0), free(W16), free(tgt);
+    free(hd), free(Wd), free(ad), free(bd), free(lp), free(ent), free(lse), free(lsef), free(entf);
+    free(lsed), free(entd), free(dh), free(dW), free(bdh), free(bdW), free(dh32), free(dW32);
+    free(bdh32), free(bdW32);
+    for (int k = 0; k < 3; k++)
+        free(b16[k]), free(b32[k]);
+    bo_free(b, sc), bo_free(b, dH), bo_free(b, dlp), bo_free(b, den), bo_free(b, dls);
+    bo_free(b, dW16), bo_free(b, dt), bo_free(b, da), bo_free(b, db), bo_free(b, ddh);
+    bo_free(b, ddW);
+}
+
+static void lmhead_w16_cases(const bo_backend *b)
+{
+    lmhead_w16_case(b, 7, 37, 16, 1.0, 330);          /* a vocabulary inside one tile */
+    lmhead_w16_case(b, 5, 8192 + 1031, 64, 0.7, 340); /* past a column group, a partial tile */
+    lmhead_w16_case(b, 70, 1500, 200, 1.3, 350);      /* rows past a row tile (padded), odd H */
+}
+
+/* Every backend with the bf16 head; the CPU's through df_backend_cpu_bf16. */
+static void test_lmhead_w16(void **state)
+{
+    (void)state;
+    for (int bi = 0; bi < bo_n; bi++) {
+        const bo_backend *b = &bo_list[bi];
+        if (!b->be.ops->lmhead_fwd_w16 || !b->be.ops->lmhead_bwd_w16) {
+            print_message("SKIP: %s lmhead_*_w16: not provided (the head stays float32)\n",
+                          b->name);
+            continue;
+        }
+        if (!df_backend_is_cpu(&b->be)) {
+            lmhead_w16_cases(b);
+            continue;
+        }
+        df_mm_ctx *mm = NULL;
+        int rc = df_mm_ctx_create(4096, &mm);
+        if (rc == DF_EUNSUPPORTED) {
+            print_message("SKIP: cpu lmhead_*_w16: %s\n", df_last_error());
+            continue;
+        }
+        BO_OK(rc);
+        const bo_backend bf = {b->name, df_backend_cpu_bf16(&mm)};
+        lmhead_w16_cases(&bf);
+        assert_true(df_mm_ctx_created(mm) > 0);
+        df_mm_ctx_free(mm);
+    }
+}
+
 static void test_lmhead(void **state)
 {
     (void)state;
@@ -805,7 +926,7 @@ int main(void)
         cmocka_unit_test(test_rows),      cmocka_unit_test(test_embedding),
         cmocka_unit_test(test_rmsnorm),   cmocka_unit_test(test_rope),
         cmocka_unit_test(test_swiglu),    cmocka_unit_test(test_attention),
-        cmocka_unit_test(test_lmhead),
+        cmocka_unit_test(test_lmhead),   cmocka_unit_test(test_lmhead_w16),
     };
     return cmocka_run_group_tests(tests, NULL, print_summary);
 }

@@ -372,8 +372,10 @@ static void test_bf16_matmul_model(void **state)
         free(gw);
     }
     const double L = (double)m->cfg.num_hidden_layers;
-    const double fb = df_tol_gamma_prob(8 * L, DF_TOL_LAMBDA, DF_U_BF16) + FWD_TOL;
-    const double gb = df_tol_gamma_prob(24 * L, DF_TOL_LAMBDA, DF_U_BF16) + GRAD_TOL;
+    /* 8 roundings per layer (4 GEMMs, both operands) and the head's 2; the gradients 24 per
+     * layer (and 2 backward GEMMs per forward one) and the head's 6 */
+    const double fb = df_tol_gamma_prob(8 * L + 2, DF_TOL_LAMBDA, DF_U_BF16) + FWD_TOL;
+    const double gb = df_tol_gamma_prob(24 * L + 6, DF_TOL_LAMBDA, DF_U_BF16) + GRAD_TOL;
     print_message("bf16: logp rel err %.2e (bound %.2e), worst gradient cosine %.5f (bound %.5f)\n", fe,
                   fb, worst_cos, sqrt(1 - gb * gb));
     /* really bf16: its roundings (expected size ~u_bf16 = 4e-3 relative) do not all cancel
@@ -387,6 +389,60 @@ static void test_bf16_matmul_model(void **state)
     assert_true(df_golden_rel_err(lp, want, g->gb.n_out) <= FWD_TOL);
     free(lp), free(en), free(c), free(d), free(grads), free(want);
     df_acts_free(a);
+}
+
+/*
+ * The LM head runs in bf16 too: with every layer matmul weight zero the decoder's matmuls are
+ * exact in either dtype, so a bf16 model differs from the float32 one only through the head
+ * (h rounded for the logits; dlogits and h rounded in the gradients). Its log-probs must then
+ * differ from float32 (a head silently left float32 gives the same bits) by at most one bf16
+ * rounding of each of the logits' operands (the head's weight and h).
+ */
+static void test_bf16_head(void **state)
+{
+    golden *g = *state;
+    df_model *m = NULL;
+    assert_int_equal(df_model_clone(g->m, &m), DF_OK);
+    const df_model_config *cf = &m->cfg;
+    const int64_t H = cf->hidden_size, I = cf->intermediate_size;
+    const int64_t qd = cf->num_attention_heads * cf->head_dim, kvd = cf->num_key_value_heads * cf->head_dim;
+    for (int64_t l = 0; l < cf->num_hidden_layers; l++) {
+        df_layer_view *w = &m->w.layers[l];
+        memset(w->wq, 0, sizeof(float) * (size_t)(qd * H));
+        memset(w->wk, 0, sizeof(float) * (size_t)(kvd * H));
+        memset(w->wv, 0, sizeof(float) * (size_t)(kvd * H));
+        memset(w->wo, 0, sizeof(float) * (size_t)(H * qd));
+        memset(w->w_gate, 0, sizeof(float) * (size_t)(I * H));
+        memset(w->w_up, 0, sizeof(float) * (size_t)(I * H));
+        memset(w->w_down, 0, sizeof(float) * (size_t)(I * H));
+    }
+    const int64_t n = g->gb.n_out;
+    df_acts *a32, *a16;
+    assert_int_equal(df_acts_create(cf, g->gb.T, n, &a32), DF_OK);
+    assert_int_equal(df_acts_create(cf, g->gb.T, n, &a16), DF_OK);
+    int rc = df_acts_set_bf16_matmul(a16, true);
+    if (rc == DF_EUNSUPPORTED) {
+        print_message("bf16 matmul unsupported here: %s\n", df_last_error());
+        df_acts_free(a32), df_acts_free(a16), df_model_free(m);
+        skip();
+    }
+    assert_int_equal(rc, DF_OK);
+    assert_int_equal(df_acts_load_weights(a16, m), DF_OK);
+    float *lp32 = calloc((size_t)n, sizeof(float)), *lp16 = calloc((size_t)n, sizeof(float));
+    float *c = df_golden_read_vec(g->gb.exp, "loss.c", NULL);
+    float *g32 = calloc((size_t)m->n_params, sizeof(float)), *g16 = calloc((size_t)m->n_params, sizeof(float));
+    assert_int_equal(df_model_forward(m, a32, &g->gb.b, 0.7f, lp32, NULL), DF_OK);
+    assert_int_equal(df_model_forward(m, a16, &g->gb.b, 0.7f, lp16, NULL), DF_OK);
+    assert_int_equal(df_model_backward(m, a32, &g->gb.b, 0.7f, c, NULL, g32), DF_OK);
+    assert_int_equal(df_model_backward(m, a16, &g->gb.b, 0.7f, c, NULL, g16), DF_OK);
+    const double fe = df_golden_rel_err(lp16, lp32, n);
+    const double fb = df_tol_gamma_prob(2, DF_TOL_LAMBDA, DF_U_BF16) + FWD_TOL;
+    print_message("bf16 head alone: logp rel err %.2e vs float32 (bound %.2e)\n", fe, fb);
+    assert_true(memcmp(lp16, lp32, sizeof(float) * (size_t)n) != 0);
+    assert_true(fe <= fb);
+    assert_true(memcmp(g16, g32, sizeof(float) * (size_t)m->n_params) != 0);
+    free(lp32), free(lp16), free(c), free(g32), free(g16);
+    df_acts_free(a32), df_acts_free(a16), df_model_free(m);
 }
 
 /* Activations sized for more rows give the same results after a different batch. */
@@ -452,6 +508,7 @@ int main(void)
         cmocka_unit_test(test_golden_detects_perturbation),
         cmocka_unit_test(test_tied_embeddings),
         cmocka_unit_test(test_bf16_matmul_model),
+        cmocka_unit_test(test_bf16_head),
         cmocka_unit_test(test_acts_reuse_and_errors),
     };
     return cmocka_run_group_tests(tests, load_golden, free_golden);

@@ -143,8 +143,8 @@ static void training_logp(const df_model *m, df_acts *a, const df_rollout_reques
  * computations). With bf16 on a side, the relative error of the log-prob vector within
  * df_tol_gamma_prob of the bf16 roundings on the paths (a bf16 rollout: the weight and the
  * activation of each of the 4 GEMM stages per layer, K and V in the cache: 10 per layer;
- * mixed-precision training: 8 per layer) plus the float32 bound, and above the float32
- * bound (the roundings are really there).
+ * mixed-precision training: 8 per layer; both: the LM head's weight and hidden row, 2) plus
+ * the float32 bound, and above the float32 bound (the roundings are really there).
  */
 static void check_pair(const df_model *m, df_rollout_dtype rd, bool train_bf16)
 {
@@ -171,7 +171,7 @@ static void check_pair(const df_model *m, df_rollout_dtype rd, bool train_bf16)
         print_message("rollout %s x training %s: worst |diff| / bound %.3f\n", rn, tn, worst);
         assert_true(worst <= 1.0);
     } else {
-        double rounds = (rd == DF_ROLLOUT_BF16 ? 10.0 * L : 0) + (train_bf16 ? 8.0 * L : 0);
+        double rounds = (rd == DF_ROLLOUT_BF16 ? 10.0 * L + 2 : 0) + (train_bf16 ? 8.0 * L + 2 : 0);
         double bound = df_tol_gamma_prob(rounds, DF_TOL_LAMBDA, DF_U_BF16) + f32;
         print_message("rollout %s x training %s: log-prob rel err %.2e (bound %.2e, float32 %.2e)\n",
                       rn, tn, rel, bound, f32);
@@ -193,6 +193,62 @@ static void test_logprobs_every_dtype_pair(void **state)
         check_pair(m, DF_ROLLOUT_F32, true);
         check_pair(m, DF_ROLLOUT_BF16, true);
     }
+    df_model_free(m);
+}
+
+/*
+ * The rollout's LM head is bf16 too, in both samplers (fused statistics and draw; a whole row of
+ * logits for top-k): with every layer matmul weight zero and K / V biases exact in bf16, the
+ * decoder computes the same bits in either dtype, so a bf16 rollout's log-probs differ from
+ * float32 training's only through the head's two roundings (weight, hidden row) - and must
+ * differ by more than the float32 bound (a head silently left float32 would not).
+ */
+static void test_bf16_head(void **state)
+{
+    (void)state;
+    if (!have_bf16())
+        skip();
+    df_model *m = small_model();
+    const df_model_config *c = &m->cfg;
+    const int64_t H = c->hidden_size, I = c->intermediate_size;
+    const int64_t qd = c->num_attention_heads * c->head_dim, kvd = c->num_key_value_heads * c->head_dim;
+    for (int64_t l = 0; l < c->num_hidden_layers; l++) {
+        df_layer_view *w = &m->w.layers[l];
+        float *zero[7] = {w->wq, w->wk, w->wv, w->wo, w->w_gate, w->w_up, w->w_down};
+        const int64_t len[7] = {qd * H, kvd * H, kvd * H, H * qd, I * H, I * H, I * H};
+        for (int t = 0; t < 7; t++)
+            memset(zero[t], 0, sizeof(float) * (size_t)len[t]);
+        for (int64_t i = 0; i < kvd; i++) { /* exact in bf16: the cache adds no rounding */
+            w->bk[i] = 0.0625f * (float)((i % 5) - 2);
+            w->bv[i] = 0.03125f * (float)((i % 3) - 1);
+        }
+    }
+    df_acts *a = NULL;
+    df_backend cpu = df_backend_cpu();
+    assert_int_equal(df_acts_create_ex(&cpu, c, 64, 64, 0, &a), 0);
+    assert_int_equal(df_acts_load_weights(a, m), 0);
+    for (int topk = 0; topk < 2; topk++) {
+        df_rollout_request q = request(2);
+        df_sampling_params sp = sampling(12);
+        sp.top_k = topk ? 50 : 0;
+        df_rollout_options o = {4, 64, 0, DF_ROLLOUT_BF16, NULL};
+        df_rollout_result r = generate(m, &o, &q, &sp, NULL);
+        const int64_t n = r.offsets[r.n_seqs];
+        float *lp = malloc((size_t)n * sizeof *lp);
+        double *err = malloc((size_t)n * sizeof *err), f32 = 0;
+        training_logp(m, a, &q, &r, lp, err);
+        for (int64_t t = 0; t < n; t++)
+            f32 = fmax(f32, 2 * err[t] / (fabs((double)lp[t]) + 1e-30));
+        const double rel = rel_err(r.log_probs, lp, n);
+        const double bound = df_tol_gamma_prob(2, DF_TOL_LAMBDA, DF_U_BF16) + f32;
+        print_message("bf16 head alone (%s): log-prob rel err %.2e (bound %.2e, float32 %.2e)\n",
+                      topk ? "top-k row" : "fused", rel, bound, f32);
+        assert_true(rel <= bound);
+        assert_true(rel > f32);
+        free(lp), free(err);
+        df_rollout_result_free(&r);
+    }
+    df_acts_free(a);
     df_model_free(m);
 }
 
@@ -495,6 +551,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_logprobs_every_dtype_pair),
         cmocka_unit_test(test_bf16_weight_sync),
+        cmocka_unit_test(test_bf16_head),
         cmocka_unit_test(test_bf16_kv_cache_attention),
         cmocka_unit_test(test_chunked_prefill),
         cmocka_unit_test(test_rollout_goes_through_the_backend),

@@ -338,12 +338,15 @@ static inline json_t *df_test_metrics(const char *dir, const char *out, bool num
 /** A train config from YAML text (`name` in errors) plus n overrides; fails the test on error. */
 static inline df_config *df_test_config(const char *yaml, const char *name, const char *const *ov, int n)
 {
-    /* The fixtures' values were computed in float32: pinned here, ahead of the caller's overrides
-       (a test of mixed precision, the default where the CPU has bf16 kernels, sets them back). */
+    /* The fixtures' values were computed in float32, and rollout-vs-actor checks use float32
+       bounds (a bf16 rollout's logits alone move a log-prob by ~1e-2): pinned here, ahead of the
+       caller's overrides (a test of mixed precision, the default where the CPU has bf16 kernels,
+       sets them back). */
     static const char *const fp32[] = {
         "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32",
         "actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype=fp32",
-        "critic.model.fsdp_config.mixed_precision.param_dtype=fp32"};
+        "critic.model.fsdp_config.mixed_precision.param_dtype=fp32",
+        "actor_rollout_ref.rollout.dtype=float32"};
     const int np = (int)(sizeof fp32 / sizeof fp32[0]);
     const char **all = calloc((size_t)(np + n), sizeof *all);
     assert_non_null(all);

@@ -185,6 +185,24 @@ typedef struct df_backend_ops {
                       const float *h, const float *W, const int32_t *target, const float *lse,
                       const float *entropy, int64_t n, int64_t V, int64_t H, float temperature,
                       float *scratch);
+
+    /* ---- mixed precision's LM head (NULL where the backend has none: the head then runs
+     *      in float32, as lmhead_fwd / _bwd) ---- */
+    /**
+     * lmhead_fwd with the head W16 [V, H] in bfloat16 (a df_weights16 LM head) and h rounded
+     * to bfloat16 here: every logits tile a bf16 x bf16 product with float32 accumulation
+     * (autocast's logits matmul), softmax statistics, log-probs and entropies float32 / double
+     * as in lmhead_fwd. scratch: lmhead_scratch_floats's.
+     */
+    int (*lmhead_fwd_w16)(void *ctx, float *logp, float *entropy, float *lse, const float *h,
+                          const uint16_t *W16, const int32_t *target, int64_t n, int64_t V,
+                          int64_t H, float temperature, float *scratch);
+    /** lmhead_bwd with W16 as above: dL/dlogits rounded to bfloat16 per tile for
+     *  dh = dlogits W16 (OVERWRITTEN) and dW += dlogits^T h (h rounded; float32 dW). */
+    int (*lmhead_bwd_w16)(void *ctx, float *dh, float *dW, const float *dlogp,
+                          const float *dentropy, const float *h, const uint16_t *W16,
+                          const int32_t *target, const float *lse, const float *entropy,
+                          int64_t n, int64_t V, int64_t H, float temperature, float *scratch);
 } df_backend_ops;
 
 /** A backend: its operator table and the context every operator receives. */

@@ -36,6 +36,7 @@ struct df_rollout_engine {
     df_mm_ctx *mm;            /* bf16: the matmul context gemm_w16 uses */
     df_weights16 *w16;        /* bf16: the engine's copy of the matmul weights */
     const float *w16_src;     /* the float32 blob w16 was last converted from */
+    uint16_t *h16;            /* bf16: final hidden rows rounded for the LM head [rows16, H] */
     df_backend_kv kv;
     df_infer_scratch s;
     float *logits;            /* [logit_rows, vocab] */
@@ -123,6 +124,10 @@ static int64_t mm_elems(const df_model_config *c, int64_t rows)
     return rows * (qd > w ? qd : w);
 }
 
+/* Rows of the bf16 LM head's operand for R hidden rows: whole tiles (df_vocab16_rows: clamped
+ * tilings have at most DF_LMHEAD_ROWS rows). */
+static int64_t h16_rows(int64_t R) { return (R + DF_LMHEAD_ROWS - 1) / DF_LMHEAD_ROWS * DF_LMHEAD_ROWS; }
+
 static int64_t kv_bytes_of(const df_model_config *cfg, const df_rollout_options *o)
 {
     df_backend_kv kv = {.n_layers = cfg->num_hidden_layers, .n_slots = o->max_num_seqs,
@@ -139,7 +144,9 @@ int64_t df_rollout_engine_bytes_ex(const df_model_config *cfg, const df_rollout_
     int64_t logits = logit_rows_of(R, cfg->vocab_size) * cfg->vocab_size * 4;
     int64_t outs = r.max_num_seqs * r.max_seq_len * 8 + R * 20;
     int64_t bf16 = r.dtype == DF_ROLLOUT_BF16
-                       ? df_weights16_bytes_for(cfg, 0) + 2 * mm_elems(cfg, R) * 2 : 0;
+                       ? df_weights16_bytes_for(cfg, DF_W16_LM_HEAD) + 2 * mm_elems(cfg, R) * 2 +
+                             h16_rows(R) * cfg->hidden_size * 2
+                       : 0;
     return kv_bytes_of(cfg, &r) + df_infer_scratch_bytes(cfg, R, r.max_num_seqs, r.max_seq_len) +
            logits + outs + bf16;
 }
@@ -188,8 +195,11 @@ static int engine_backend(df_rollout_engine *e, int64_t R)
         return df_error(DF_EUNSUPPORTED, "rollout engine: bfloat16 runs on the cpu backend only "
                         "(not %s)", ops->name);
     int rc = df_mm_ctx_create(mm_elems(&e->cfg, R), &e->mm);
-    if (!rc)
-        rc = df_weights16_create_ex(&e->cfg, 0, &e->w16); /* layers only: the head stays f32 */
+    if (!rc) /* the head too: logits in bf16 with float32 accumulation, as vLLM's */
+        rc = df_weights16_create_ex(&e->cfg, DF_W16_LM_HEAD, &e->w16);
+    const size_t hb = (size_t)(h16_rows(R) * e->cfg.hidden_size) * sizeof(uint16_t);
+    if (!rc && !(e->h16 = aligned_alloc(64, (hb + 63) / 64 * 64)))
+        rc = df_error(DF_ENOMEM, "out of memory for the bf16 LM head's rows");
     e->be = df_backend_cpu_bf16(&e->mm);
     return rc;
 }
@@ -266,6 +276,7 @@ void df_rollout_engine_free(df_rollout_engine *e)
     df_kv_cache_release(&e->kv);
     df_infer_scratch_release(&e->s);
     df_weights16_free(e->w16);
+    free(e->h16);
     df_mm_ctx_free(e->mm);
     free(e->logits);
     free(e->slots);
@@ -526,6 +537,25 @@ static int sample_slots(gen_ctx *g, const int32_t *list, const int64_t *rows, in
     return retire_finished(g, list, n);
 }
 
+/* In bf16, the LM head's operands: the final hidden rows [0, n) rounded into e->h16, padded
+ * with zero rows to whole tiles; else all NULL (the float32 head). */
+static int head16_rows(df_rollout_engine *e, int64_t n, const df_vocab_tiling *t, df_vocab16 *b)
+{
+    const uint16_t *W16 = e->w16 ? df_weights16_lm_head(e->w16) : NULL;
+    *b = (df_vocab16){NULL, NULL, NULL};
+    if (!W16)
+        return DF_OK;
+    const int64_t H = e->cfg.hidden_size, rows = df_vocab16_rows(n, t);
+    const int64_t cap = h16_rows(rows_cap_of(e->max_num_seqs, e->max_batched_tokens));
+    if (rows > cap)
+        return df_error(DF_EINTERNAL, "rollout: %lld bf16 head rows exceed the %lld allocated",
+                        (long long)rows, (long long)cap);
+    df_bf16_from_f32(e->h16, e->s.xn, n * H);
+    memset(e->h16 + n * H, 0, (size_t)((rows - n) * H) * sizeof(uint16_t));
+    *b = (df_vocab16){e->mm, e->h16, W16};
+    return DF_OK;
+}
+
 /* As sample_slots from the final hidden states e->s.xn[0 .. n_rows): statistics
  * of every row once, then per slot a greedy pick or one inverse-CDF draw. */
 static int sample_slots_fused(gen_ctx *g, const int32_t *list, const int64_t *rows, int64_t n,
@@ -536,8 +566,15 @@ static int sample_slots_fused(gen_ctx *g, const int32_t *list, const int64_t *ro
     const bool greedy = g->sp->greedy || g->sp->temperature == 0.0f;
     const float inv_t = greedy ? 1.0f : 1.0f / g->sp->temperature; /* greedy log-probs at T = 1 */
     const float *W = g->m->w.lm_head, *xn = e->s.xn;
-    df_vocab_stats(g->vstat, NULL, NULL, xn, W, n_rows, V, H, inv_t,
-                   greedy ? DF_VSTAT_ARGMAX : 0u, &g->tiling);
+    df_vocab16 b16;
+    int rc = head16_rows(e, n_rows, &g->tiling, &b16);
+    if (rc)
+        return rc;
+    const unsigned flags = greedy ? DF_VSTAT_ARGMAX : 0u;
+    if (b16.W ? df_vocab_stats16(g->vstat, NULL, NULL, &b16, n_rows, V, H, inv_t, flags, &g->tiling)
+              : (df_vocab_stats(g->vstat, NULL, NULL, xn, W, n_rows, V, H, inv_t, flags, &g->tiling), 0))
+        return df_error(DF_EINTERNAL, "rollout: oneDNN failed on a bf16 logits tile");
+    int failed = 0;
 #pragma omp parallel for schedule(dynamic, 2) if (n > 1 && !greedy)
     for (int64_t k = 0; k < n; k++) {
         const df_vstat *st = g->vstat + rows[k] * G;
@@ -549,19 +586,33 @@ static int sample_slots_fused(gen_ctx *g, const int32_t *list, const int64_t *ro
         if (!greedy) {
             float *buf = g->draw_buf + (int64_t)omp_get_thread_num() * 2 * g->tiling.group;
             double u = df_rng_uniform(&e->slots[list[k]].rng);
-            tok = df_vocab_draw(st, G, &r, u, xn + rows[k] * H, W, V, H, inv_t, &g->tiling, buf,
-                                &z);
+            tok = b16.W ? df_vocab_draw16(st, G, &r, u, &b16, rows[k], V, H, inv_t, &g->tiling,
+                                          buf, &z)
+                        : df_vocab_draw(st, G, &r, u, xn + rows[k] * H, W, V, H, inv_t,
+                                        &g->tiling, buf, &z);
+        }
+        if (tok < 0) {
+#pragma omp atomic write
+            failed = 1;
+            continue;
         }
         push_token(e, list[k], tok, (float)((double)z - lse));
     }
+    if (failed)
+        return df_error(DF_EINTERNAL, "rollout: oneDNN failed on a bf16 logits row");
     return retire_finished(g, list, n);
 }
 
-/* LM head for rows [r0, r0 + n) of the final hidden states into e->logits. */
-static void logits_of(df_rollout_engine *e, const df_model *m, int64_t r0, int64_t n)
+/* LM head for rows [r0, r0 + n) of the final hidden states into e->logits (bf16: the
+ * head's copy, the rows rounded per call). */
+static int logits_of(df_rollout_engine *e, const df_model *m, int64_t r0, int64_t n)
 {
     int64_t H = e->cfg.hidden_size, V = e->cfg.vocab_size;
+    const uint16_t *W16 = e->w16 ? df_weights16_lm_head(e->w16) : NULL;
+    if (W16)
+        return df_mm_w16(e->mm, true, n, V, H, 1.0f, e->s.xn + r0 * H, W16, 0.0f, e->logits);
     df_gemm_nt(n, V, H, 1.0f, e->s.xn + r0 * H, m->w.lm_head, 0.0f, e->logits);
+    return DF_OK;
 }
 
 /* ---- prefill ---------------------------------------------------------------------- */
@@ -619,13 +670,14 @@ static int run_prefill(gen_ctx *g, int64_t n_rows, const admission *ad, int64_t 
     }
     for (int64_t a0 = 0; a0 < na && !rc; a0 += e->logit_rows) {
         int64_t nr = na - a0 < e->logit_rows ? na - a0 : e->logit_rows, n = 0;
-        logits_of(e, g->m, a0, nr);
+        rc = logits_of(e, g->m, a0, nr);
         for (int64_t a = a0; a < a0 + nr; a++)
             for (int64_t c = 0; c < ad[a].cnt; c++) {
                 sl[n] = aslots[ad[a].slots_at + c];
                 rows[n++] = a - a0;
             }
-        rc = sample_slots(g, sl, rows, n);
+        if (!rc)
+            rc = sample_slots(g, sl, rows, n);
     }
     return rc;
 }
@@ -773,10 +825,11 @@ static int decode_step(gen_ctx *g, int32_t *list, int64_t *rows)
     }
     for (int64_t r0 = 0; !rc && !g->fused && r0 < n; r0 += e->logit_rows) {
         int64_t nr = n - r0 < e->logit_rows ? n - r0 : e->logit_rows;
-        logits_of(e, g->m, r0, nr);
+        rc = logits_of(e, g->m, r0, nr);
         for (int64_t k = 0; k < nr; k++)
             rows[k] = k;
-        rc = sample_slots(g, list + r0, rows, nr);
+        if (!rc)
+            rc = sample_slots(g, list + r0, rows, nr);
     }
     if (!rc && g->progress)
         g->progress(g->user, g->done, g->n_seqs, g->tokens);

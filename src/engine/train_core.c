@@ -103,7 +103,7 @@ static int make_w16(df_train_core *c)
 {
     if (c->w16)
         return DF_OK;
-    int rc = df_weights16_create_ex(&c->model->cfg, 0, &c->w16);
+    int rc = df_weights16_create_ex(&c->model->cfg, DF_W16_LM_HEAD, &c->w16);
     if (!rc)
         rc = df_weights16_refresh(c->w16, &c->model->w);
     if (rc) {

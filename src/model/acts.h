@@ -138,6 +138,15 @@ static inline const df_layer16 *df_acts_layer16(const df_acts *a, int64_t l)
     return a->w16 ? df_weights16_layer(a->w16, l) : NULL;
 }
 
+/* The LM head's bf16 copy when the head runs in mixed precision (the copy holds it and the
+ * backend has the bf16 head), else NULL: the float32 head. */
+static inline const uint16_t *df_acts_lm_head16(const df_acts *a)
+{
+    return a->w16 && a->be.ops->lmhead_fwd_w16 && a->be.ops->lmhead_bwd_w16
+               ? df_weights16_lm_head(a->w16)
+               : NULL;
+}
+
 /* C = alpha A op(W) + beta C for a layer weight W (tb: W [N,K] transposed, else W [K,N]):
  * from its bf16 copy W16 when there is one (mixed precision), else the float32 GEMM. */
 #define DF_WMM(a, tb, M, N, K, alpha, A, W, W16, beta, C)                              \

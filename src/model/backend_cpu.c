@@ -218,7 +218,59 @@ static int cpu_swiglu_bwd(void *ctx, float *dgate, float *dup, const float *dout
 static int64_t cpu_lmhead_scratch_floats(void *ctx, int64_t n, int64_t V, int64_t H)
 {
     (void)ctx;
-    return df_lmhead_scratch_floats(n, V, H);
+    /* Enough for the bf16 head too (its dh parts have whole tiles of rows). */
+    df_vocab_tiling t = df_vocab_tiling_for(V, H);
+    const int64_t f32 = df_lmhead_scratch_floats(n, V, H);
+    const int64_t b16 = df_lmhead_scratch_floats16(n, V, H, &t);
+    return f32 > b16 ? f32 : b16;
+}
+
+/* h [n, H] rounded to bf16 into a buffer padded with zero rows (df_vocab16). */
+static int head16_operands(void *ctx, const float *h, const uint16_t *W16, int64_t n,
+                           int64_t H, const df_vocab_tiling *t, df_vocab16 *b, uint16_t **h16)
+{
+    df_mm_ctx *mm = ctx ? *(df_mm_ctx **)ctx : NULL;
+    if (!mm)
+        return df_error(DF_EINVAL, "cpu lmhead_*_w16: this backend has no bf16 matmul context");
+    const int64_t rows = df_vocab16_rows(n, t);
+    *h16 = aligned_alloc(64, ((size_t)(rows * H) * sizeof(uint16_t) + 63) / 64 * 64);
+    if (!*h16)
+        return df_error(DF_ENOMEM, "out of memory for the LM head's bf16 rows (%lld x %lld)",
+                        (long long)rows, (long long)H);
+    df_bf16_from_f32(*h16, h, n * H);
+    memset(*h16 + n * H, 0, (size_t)((rows - n) * H) * sizeof(uint16_t));
+    *b = (df_vocab16){mm, *h16, W16};
+    return DF_OK;
+}
+
+static int cpu_lmhead_fwd_w16(void *ctx, float *logp, float *entropy, float *lse, const float *h,
+                              const uint16_t *W16, const int32_t *target, int64_t n, int64_t V,
+                              int64_t H, float temperature, float *scratch)
+{
+    df_vocab_tiling t = df_vocab_tiling_for(V, H);
+    df_vocab16 b;
+    uint16_t *h16 = NULL;
+    int rc = head16_operands(ctx, h, W16, n, H, &t, &b, &h16);
+    if (!rc && df_lmhead_fwd16(logp, entropy, lse, &b, target, n, V, H, temperature, &t, scratch))
+        rc = df_error(DF_EINTERNAL, "cpu lmhead_fwd_w16: oneDNN failed on a bf16 logits tile");
+    free(h16);
+    return rc;
+}
+
+static int cpu_lmhead_bwd_w16(void *ctx, float *dh, float *dW, const float *dlogp,
+                              const float *dentropy, const float *h, const uint16_t *W16,
+                              const int32_t *target, const float *lse, const float *entropy,
+                              int64_t n, int64_t V, int64_t H, float temperature, float *scratch)
+{
+    df_vocab_tiling t = df_vocab_tiling_for(V, H);
+    df_vocab16 b;
+    uint16_t *h16 = NULL;
+    int rc = head16_operands(ctx, h, W16, n, H, &t, &b, &h16);
+    if (!rc && df_lmhead_bwd16(dh, dW, dlogp, dentropy, &b, target, lse, entropy, n, V, H,
+                               temperature, &t, scratch))
+        rc = df_error(DF_EINTERNAL, "cpu lmhead_bwd_w16: oneDNN failed on a bf16 tile");
+    free(h16);
+    return rc;
 }
 
 static int cpu_lmhead_fwd(void *ctx, float *logp, float *entropy, float *lse, const float *h,
@@ -274,6 +326,8 @@ static const df_backend_ops cpu_ops = {
     .lmhead_scratch_floats = cpu_lmhead_scratch_floats,
     .lmhead_fwd = cpu_lmhead_fwd,
     .lmhead_bwd = cpu_lmhead_bwd,
+    .lmhead_fwd_w16 = cpu_lmhead_fwd_w16,
+    .lmhead_bwd_w16 = cpu_lmhead_bwd_w16,
 };
 
 df_backend df_backend_cpu(void)

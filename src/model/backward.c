@@ -167,8 +167,15 @@ int df_model_backward(const df_model *m, df_acts *a, const df_seq_batch *b, floa
         }
     }
     /* LM head on the output rows; tied embeddings share gv.lm_head. */
-    DF_BE(a, lmhead_bwd, a->dxnf, gv.lm_head, dlogp, dentropy, a->xnf, w->lm_head, a->bb.targets,
-          a->lse, a->ent, n, c->vocab_size, c->hidden_size, temperature, a->lm_scratch);
+    const uint16_t *w16 = df_acts_lm_head16(a);
+    if (w16)
+        DF_BE(a, lmhead_bwd_w16, a->dxnf, gv.lm_head, dlogp, dentropy, a->xnf, w16,
+              a->bb.targets, a->lse, a->ent, n, c->vocab_size, c->hidden_size, temperature,
+              a->lm_scratch);
+    else
+        DF_BE(a, lmhead_bwd, a->dxnf, gv.lm_head, dlogp, dentropy, a->xnf, w->lm_head,
+              a->bb.targets, a->lse, a->ent, n, c->vocab_size, c->hidden_size, temperature,
+              a->lm_scratch);
     rc = trunk_backward(m, w, a, b, &gv);
     return rc ? df_error_wrap(rc, "df_model_backward on the %s backend", a->be.ops->name) : DF_OK;
 }

@@ -341,7 +341,7 @@ int df_acts_bytes(const df_backend *be, const df_model_config *cfg, int64_t max_
     alloc_buffers(a, &fail);
     /* mixed precision: the bf16 weights df_acts_load_weights makes and the two operand
      * scratches of the bf16 matmuls */
-    *bytes = a->bytes + ((flags & DF_ACTS_BF16) ? df_weights16_bytes_for(cfg, 0) + 2 * mm_elems(a) * 2 : 0);
+    *bytes = a->bytes + ((flags & DF_ACTS_BF16) ? df_weights16_bytes_for(cfg, DF_W16_LM_HEAD) + 2 * mm_elems(a) * 2 : 0);
     free(a); /* a dry run holds no buffer */
     return DF_OK;
 }
@@ -355,7 +355,7 @@ int64_t df_acts_size(const df_acts *a)
 int df_acts_load_weights(df_acts *a, const df_model *m)
 {
     if (a->mm && !a->w16_shared) { /* mixed precision: the one conversion of this weight version */
-        int rc = a->w16 ? DF_OK : df_weights16_create_ex(&a->cfg, 0, &a->w16);
+        int rc = a->w16 ? DF_OK : df_weights16_create_ex(&a->cfg, DF_W16_LM_HEAD, &a->w16);
         if (!rc)
             rc = df_weights16_refresh(a->w16, &m->w);
         a->w16_src = rc ? NULL : m->params;
@@ -573,8 +573,13 @@ static void lm_head(const df_model *m, const df_model_view *w, df_acts *a, int64
     const bool host = a->be.ops->host_memory;
     float *d_logp = host ? logp : a->b_io;
     /* Entropy only when asked: the backward then takes no dentropy. */
-    DF_BE(a, lmhead_fwd, d_logp, entropy ? a->ent : NULL, a->lse, a->xnf, w->lm_head,
-          a->bb.targets, n, c->vocab_size, c->hidden_size, temperature, a->lm_scratch);
+    const uint16_t *w16 = df_acts_lm_head16(a);
+    if (w16)
+        DF_BE(a, lmhead_fwd_w16, d_logp, entropy ? a->ent : NULL, a->lse, a->xnf, w16,
+              a->bb.targets, n, c->vocab_size, c->hidden_size, temperature, a->lm_scratch);
+    else
+        DF_BE(a, lmhead_fwd, d_logp, entropy ? a->ent : NULL, a->lse, a->xnf, w->lm_head,
+              a->bb.targets, n, c->vocab_size, c->hidden_size, temperature, a->lm_scratch);
     if (!host)
         DF_BE(a, download, logp, d_logp, (size_t)n * sizeof(float));
     if (entropy)

@@ -85,8 +85,32 @@ DF_KDISPATCH(int32_t, df_vocab_draw,
               const float *W, int64_t V, int64_t H, float inv_t, const df_vocab_tiling *t,
               float *buf, float *z_tok),
              (st, G, row, u, h_row, W, V, H, inv_t, t, buf, z_tok))
+DF_KDISPATCH(int64_t, df_vocab16_rows, (int64_t n, const df_vocab_tiling *t), (n, t))
+DF_KDISPATCH(int, df_vocab_stats16,
+             (df_vstat *st, float *zt, const int32_t *target, const df_vocab16 *b, int64_t n,
+              int64_t V, int64_t H, float inv_t, unsigned flags, const df_vocab_tiling *t),
+             (st, zt, target, b, n, V, H, inv_t, flags, t))
+DF_KDISPATCH(int32_t, df_vocab_draw16,
+             (const df_vstat *st, int64_t G, const df_vrow *row, double u, const df_vocab16 *b,
+              int64_t row_index, int64_t V, int64_t H, float inv_t, const df_vocab_tiling *t,
+              float *buf, float *z_tok),
+             (st, G, row, u, b, row_index, V, H, inv_t, t, buf, z_tok))
 
 /* ops_lmhead.c */
+DF_KDISPATCH(int64_t, df_lmhead_scratch_floats16,
+             (int64_t n, int64_t V, int64_t H, const df_vocab_tiling *t), (n, V, H, t))
+DF_KDISPATCH(int, df_lmhead_fwd16,
+             (float *logp, float *entropy, float *lse, const df_vocab16 *b,
+              const int32_t *target, int64_t n, int64_t V, int64_t H, float temperature,
+              const df_vocab_tiling *t, float *scratch),
+             (logp, entropy, lse, b, target, n, V, H, temperature, t, scratch))
+DF_KDISPATCH(int, df_lmhead_bwd16,
+             (float *dh, float *dW, const float *dlogp, const float *dentropy,
+              const df_vocab16 *b, const int32_t *target, const float *lse,
+              const float *entropy, int64_t n, int64_t V, int64_t H, float temperature,
+              const df_vocab_tiling *t, float *scratch),
+             (dh, dW, dlogp, dentropy, b, target, lse, entropy, n, V, H, temperature, t,
+              scratch))
 DF_KDISPATCH(int64_t, df_lmhead_scratch_floats, (int64_t n, int64_t V, int64_t H), (n, V, H))
 DF_KDISPATCH(int64_t, df_lmhead_scratch_floats_tiled,
              (int64_t n, int64_t V, int64_t H, const df_vocab_tiling *t), (n, V, H, t))

@@ -41,6 +41,9 @@
 #define df_vocab_stats DF_KSYM(df_vocab_stats)
 #define df_vstat_merge DF_KSYM(df_vstat_merge)
 #define df_vocab_draw DF_KSYM(df_vocab_draw)
+#define df_vocab16_rows DF_KSYM(df_vocab16_rows)
+#define df_vocab_stats16 DF_KSYM(df_vocab_stats16)
+#define df_vocab_draw16 DF_KSYM(df_vocab_draw16)
 /* ops_lmhead.c */
 #define df_lmhead_scratch_floats DF_KSYM(df_lmhead_scratch_floats)
 #define df_lmhead_scratch_floats_tiled DF_KSYM(df_lmhead_scratch_floats_tiled)
@@ -48,6 +51,9 @@
 #define df_lmhead_bwd DF_KSYM(df_lmhead_bwd)
 #define df_lmhead_fwd_tiled DF_KSYM(df_lmhead_fwd_tiled)
 #define df_lmhead_bwd_tiled DF_KSYM(df_lmhead_bwd_tiled)
+#define df_lmhead_scratch_floats16 DF_KSYM(df_lmhead_scratch_floats16)
+#define df_lmhead_fwd16 DF_KSYM(df_lmhead_fwd16)
+#define df_lmhead_bwd16 DF_KSYM(df_lmhead_bwd16)
 /* ops_kv.c */
 #define df_kv_write DF_KSYM(df_kv_write)
 #define df_kv_copy DF_KSYM(df_kv_copy)

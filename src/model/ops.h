@@ -68,7 +68,8 @@ void df_linear_bwd(float *dx, float *dW, float *db, const float *dy, const float
  * a float32 C: the arithmetic of torch.autocast(dtype=torch.bfloat16), so
  * results carry ~3 significant digits. Parameters, gradients and optimizer state
  * stay float32. A context owns the conversion scratch and a cache of oneDNN
- * primitives by shape; it is not thread-safe (one per df_acts).
+ * primitives by shape; df_mm_* and df_mm_w16 are not thread-safe (one context per
+ * df_acts), df_mm16_tile is (the LM head's tiles).
  */
 typedef struct df_mm_ctx df_mm_ctx;
 
@@ -84,6 +85,8 @@ void df_mm_ctx_free(df_mm_ctx *c);
 int64_t df_mm_ctx_fallbacks(const df_mm_ctx *c);
 /** dst[n] = src rounded to bfloat16 (nearest even; NaN stays NaN). */
 void df_bf16_from_f32(uint16_t *dst, const float *src, int64_t n);
+/** df_bf16_from_f32 on the calling thread only (inside a parallel region). */
+void df_bf16_from_f32_serial(uint16_t *dst, const float *src, int64_t n);
 /** As df_gemm_nt / _nn / _tn in bf16; c == NULL is exactly the float32 function. */
 void df_mm_nt(df_mm_ctx *c, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
               const float *B, float beta, float *C);
@@ -100,6 +103,19 @@ void df_mm_tn(df_mm_ctx *c, int64_t M, int64_t N, int64_t K, float alpha, const 
  */
 int df_mm_w16(df_mm_ctx *c, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
               const float *A, const uint16_t *W, float beta, float *C);
+
+/**
+ * C[M,N] = alpha op(A) op(B) + beta C with both operands already bfloat16, float32
+ * accumulation; ta: A is [K,M] (op = transpose), else [M,K]; tb: B is [N,K], else [K,N];
+ * all row-major and contiguous. Safe to call from several OpenMP threads at once (the
+ * vocabulary tiles of the LM head): its primitives live in a table of their own, never
+ * evicted, and each thread has its own oneDNN stream. Errors: DF_EINVAL (no context),
+ * DF_EINTERNAL (oneDNN failed); df_error is not called (threads), the caller reports.
+ */
+int df_mm16_tile(df_mm_ctx *c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                 const uint16_t *A, const uint16_t *B, float beta, float *C);
+/** oneDNN primitives this context has created so far (both caches): a rebuild counter. */
+int64_t df_mm_ctx_created(const df_mm_ctx *c);
 
 /**
  * The CPU backend with bf16 matmuls through *mm (a context of df_mm_ctx_create, owned by the
@@ -316,6 +332,31 @@ int32_t df_vocab_draw(const df_vstat *st, int64_t G, const df_vrow *row, double 
                       const float *h_row, const float *W, int64_t V, int64_t H, float inv_t,
                       const df_vocab_tiling *t, float *buf, float *z_tok);
 
+/**
+ * The bf16 operands of a vocabulary-tiled head in mixed precision (autocast's logits
+ * matmul; vLLM's bf16 logits): every logits tile is h16 W16^T on df_mm16_tile (bf16
+ * products, float32 accumulation and result); softmax statistics, log-probs and entropies
+ * stay float32 / double as in the float32 path. h: the n rows in bf16, padded with zero
+ * rows to a multiple of the tiling's rows (df_vocab16_rows) so every tile has the same
+ * shape; W: the [V, H] head in bf16 (df_weights16_lm_head).
+ */
+typedef struct df_vocab16 {
+    df_mm_ctx *mm;
+    const uint16_t *h, *W;
+} df_vocab16;
+/** Rows b->h must hold for n rows under tiling t: n rounded up to t's (clamped) rows. */
+int64_t df_vocab16_rows(int64_t n, const df_vocab_tiling *t);
+/** df_vocab_stats over b's bf16 operands (b->h read from row 0). Errors: DF_EINTERNAL
+ *  (a oneDNN failure; st then undefined). */
+int df_vocab_stats16(df_vstat *st, float *zt, const int32_t *target, const df_vocab16 *b,
+                     int64_t n, int64_t V, int64_t H, float inv_t, unsigned flags,
+                     const df_vocab_tiling *t);
+/** df_vocab_draw for row `row` of b->h, its statistics from df_vocab_stats16. Returns -1
+ *  when oneDNN fails. */
+int32_t df_vocab_draw16(const df_vstat *st, int64_t G, const df_vrow *row, double u,
+                        const df_vocab16 *b, int64_t row_index, int64_t V, int64_t H,
+                        float inv_t, const df_vocab_tiling *t, float *buf, float *z_tok);
+
 /* Row helpers (16-lane loops) for sampling from a materialised row of logits. */
 
 /** max_j x[j] (NaN entries are ignored; -inf for n = 0). */
@@ -377,6 +418,22 @@ void df_lmhead_bwd_tiled(float *dh, float *dW, const float *dlogp, const float *
                          const float *h, const float *W, const int32_t *target, const float *lse,
                          const float *entropy, int64_t n, int64_t V, int64_t H, float temperature,
                          const df_vocab_tiling *t, float *scratch);
+/**
+ * df_lmhead_fwd_tiled / _bwd_tiled in mixed precision: the logits tiles from b's bf16
+ * operands (df_vocab16, rows padded per df_vocab16_rows), and in the backward dL/dlogits
+ * rounded to bf16 per tile before dW += dlogits^T h and dh = dlogits W (autocast's
+ * backward of a bf16 Linear; dW stays a float32 accumulation). The float32 h and W are
+ * not read. scratch: df_lmhead_scratch_floats16 floats. Errors: DF_EINTERNAL (oneDNN).
+ */
+int df_lmhead_fwd16(float *logp, float *entropy, float *lse, const df_vocab16 *b,
+                    const int32_t *target, int64_t n, int64_t V, int64_t H, float temperature,
+                    const df_vocab_tiling *t, float *scratch);
+int df_lmhead_bwd16(float *dh, float *dW, const float *dlogp, const float *dentropy,
+                    const df_vocab16 *b, const int32_t *target, const float *lse,
+                    const float *entropy, int64_t n, int64_t V, int64_t H, float temperature,
+                    const df_vocab_tiling *t, float *scratch);
+/** Scratch floats of df_lmhead_fwd16 / _bwd16 (the backward's dh parts have padded rows). */
+int64_t df_lmhead_scratch_floats16(int64_t n, int64_t V, int64_t H, const df_vocab_tiling *t);
 /** Floats of scratch df_lmhead_fwd / _bwd need for n rows (df_vocab_tiling_for). */
 int64_t df_lmhead_scratch_floats(int64_t n, int64_t V, int64_t H);
 int64_t df_lmhead_scratch_floats_tiled(int64_t n, int64_t V, int64_t H, const df_vocab_tiling *t);

@@ -38,6 +38,27 @@ int64_t df_lmhead_scratch_floats(int64_t n, int64_t V, int64_t H)
     return df_lmhead_scratch_floats_tiled(n, V, H, &t);
 }
 
+int64_t df_lmhead_scratch_floats16(int64_t n, int64_t V, int64_t H, const df_vocab_tiling *t)
+{
+    /* The dh parts are written for whole tiles of rows. */
+    return df_lmhead_scratch_floats_tiled(df_vocab16_rows(n, t), V, H, t);
+}
+
+/* logp[i] = z[i, target[i]] - lse[i] (z_t already in logp), entropy, from the statistics. */
+static void fwd_merge(float *logp, float *entropy, float *lse, const df_vstat *st, int64_t n,
+                      int64_t G)
+{
+    for (int64_t i = 0; i < n; i++) {
+        df_vrow r;
+        df_vstat_merge(st + i * G, G, &r);
+        double ls = log(r.s0), l = r.m + ls;
+        lse[i] = (float)l;
+        logp[i] = (float)((double)logp[i] - l);
+        if (entropy)
+            entropy[i] = (float)(ls - r.s1 / r.s0);
+    }
+}
+
 void df_lmhead_fwd_tiled(float *logp, float *entropy, float *lse, const float *h,
                          const float *W, const int32_t *target, int64_t n, int64_t V, int64_t H,
                          float temperature, const df_vocab_tiling *t, float *scratch)
@@ -48,15 +69,21 @@ void df_lmhead_fwd_tiled(float *logp, float *entropy, float *lse, const float *h
     /* z[i, target[i]] lands in logp first. */
     df_vocab_stats(st, logp, target, h, W, n, V, H, 1.0f / temperature,
                    entropy ? DF_VSTAT_ENTROPY : 0u, &c);
-    for (int64_t i = 0; i < n; i++) {
-        df_vrow r;
-        df_vstat_merge(st + i * G, G, &r);
-        double ls = log(r.s0), l = r.m + ls;
-        lse[i] = (float)l;
-        logp[i] = (float)((double)logp[i] - l);
-        if (entropy)
-            entropy[i] = (float)(ls - r.s1 / r.s0);
-    }
+    fwd_merge(logp, entropy, lse, st, n, G);
+}
+
+int df_lmhead_fwd16(float *logp, float *entropy, float *lse, const df_vocab16 *b,
+                    const int32_t *target, int64_t n, int64_t V, int64_t H, float temperature,
+                    const df_vocab_tiling *t, float *scratch)
+{
+    df_vocab_tiling c = df_vocab_tiling_clamp(t);
+    const int64_t G = df_vocab_groups(V, &c);
+    df_vstat *st = (df_vstat *)(void *)scratch;
+    int rc = df_vocab_stats16(st, logp, target, b, n, V, H, 1.0f / temperature,
+                              entropy ? DF_VSTAT_ENTROPY : 0u, &c);
+    if (!rc)
+        fwd_merge(logp, entropy, lse, st, n, G);
+    return rc;
 }
 
 /* In place on a tile row: z -> dL/dlogits = dz / temperature (chain rule through
@@ -90,6 +117,8 @@ typedef struct {
     int64_t V, H, r0, nr, stride; /* stride: floats between groups' dh parts */
     float inv_t;
     df_vocab_tiling t;
+    const df_vocab16 *b; /* mixed precision: bf16 tiles; NULL: float32 */
+    int failed;
 } bwd_job;
 
 /* dL/dlogits of tile rows [rb, rb + nr) x columns [cs, cs + ns), in place. */
@@ -131,31 +160,86 @@ static void bwd_item(const bwd_job *j, int64_t g)
     }
 }
 
+/* bwd_item on bf16 tiles of t.rows rows (b->h is padded with zero rows): a padded row's
+ * tile row stays its logits, which multiply that row of h, zero, in dW; its dh rows are
+ * never read. */
+static int bwd_item16(const bwd_job *j, int64_t g)
+{
+    float tile[DF_LMHEAD_TILE_MAX] __attribute__((aligned(64)));
+    uint16_t t16[DF_LMHEAD_TILE_MAX] __attribute__((aligned(64)));
+    const df_vocab16 *b = j->b;
+    const int64_t H = j->H, R = j->t.rows, c0 = g * j->t.group;
+    const int64_t c1 = c0 + j->t.group < j->V ? c0 + j->t.group : j->V;
+    float *part = j->part + g * j->stride;
+    for (int64_t cs = c0; cs < c1; cs += j->t.cols) {
+        const int64_t ns = c1 - cs < j->t.cols ? c1 - cs : j->t.cols;
+        for (int64_t rb = j->r0; rb < j->r0 + j->nr; rb += R) {
+            const int64_t nr = j->r0 + j->nr - rb < R ? j->r0 + j->nr - rb : R;
+            if (df_mm16_tile(b->mm, false, true, R, ns, H, j->inv_t, b->h + rb * H,
+                             b->W + cs * H, 0.0f, tile))
+                return -1;
+            dlogits_tile(j, tile, rb, nr, cs, ns);
+            df_bf16_from_f32_serial(t16, tile, R * ns);
+            if (df_mm16_tile(b->mm, true, false, ns, H, R, 1.0f, t16, b->h + rb * H, 1.0f,
+                             j->dW + cs * H) ||
+                df_mm16_tile(b->mm, false, false, R, H, ns, 1.0f, t16, b->W + cs * H,
+                             cs == c0 ? 0.0f : 1.0f, part + (rb - j->r0) * H))
+                return -1;
+        }
+    }
+    return 0;
+}
+
+/* Row items of IR rows; per item the groups in parallel, then their dh parts summed in
+ * group order. */
+static void bwd_run(bwd_job *j, float *dh, float *scratch, int64_t n)
+{
+    const int64_t G = df_vocab_groups(j->V, &j->t), IR = j->t.item_rows;
+    const int64_t first = n < IR ? n : IR;
+    j->stride = (j->b ? df_vocab16_rows(first, &j->t) : first) * j->H;
+    for (j->r0 = 0; j->r0 < n; j->r0 += IR) {
+        j->nr = n - j->r0 < IR ? n - j->r0 : IR;
+        /* Groups own disjoint dW rows; their dh parts are summed in group order. */
+#pragma omp parallel for schedule(dynamic, 1) if (G > 1)
+        for (int64_t g = 0; g < G; g++) {
+            if (!j->b)
+                bwd_item(j, g);
+            else if (bwd_item16(j, g)) {
+#pragma omp atomic write
+                j->failed = 1;
+            }
+        }
+        const int64_t len = j->nr * j->H;
+        float *out = dh + j->r0 * j->H;
+        memcpy(out, scratch, (size_t)len * sizeof(float));
+        for (int64_t g = 1; g < G; g++) {
+            const float *p = scratch + g * j->stride;
+#pragma omp simd
+            for (int64_t i = 0; i < len; i++)
+                out[i] += p[i];
+        }
+    }
+}
+
 void df_lmhead_bwd_tiled(float *dh, float *dW, const float *dlogp, const float *dentropy,
                          const float *h, const float *W, const int32_t *target, const float *lse,
                          const float *entropy, int64_t n, int64_t V, int64_t H, float temperature,
                          const df_vocab_tiling *t, float *scratch)
 {
     bwd_job j = {dW, scratch, dlogp, dentropy, h, W, lse, entropy, target, V, H, 0, 0, 0,
-                 1.0f / temperature, df_vocab_tiling_clamp(t)};
-    const int64_t G = df_vocab_groups(V, &j.t), IR = j.t.item_rows;
-    j.stride = (n < IR ? n : IR) * H;
-    for (j.r0 = 0; j.r0 < n; j.r0 += IR) {
-        j.nr = n - j.r0 < IR ? n - j.r0 : IR;
-        /* Groups own disjoint dW rows; their dh parts are summed in group order. */
-#pragma omp parallel for schedule(dynamic, 1) if (G > 1)
-        for (int64_t g = 0; g < G; g++)
-            bwd_item(&j, g);
-        const int64_t len = j.nr * H;
-        float *out = dh + j.r0 * H;
-        memcpy(out, scratch, (size_t)len * sizeof(float));
-        for (int64_t g = 1; g < G; g++) {
-            const float *p = scratch + g * j.stride;
-#pragma omp simd
-            for (int64_t i = 0; i < len; i++)
-                out[i] += p[i];
-        }
-    }
+                 1.0f / temperature, df_vocab_tiling_clamp(t), NULL, 0};
+    bwd_run(&j, dh, scratch, n);
+}
+
+int df_lmhead_bwd16(float *dh, float *dW, const float *dlogp, const float *dentropy,
+                    const df_vocab16 *b, const int32_t *target, const float *lse,
+                    const float *entropy, int64_t n, int64_t V, int64_t H, float temperature,
+                    const df_vocab_tiling *t, float *scratch)
+{
+    bwd_job j = {dW, scratch, dlogp, dentropy, NULL, NULL, lse, entropy, target, V, H, 0, 0, 0,
+                 1.0f / temperature, df_vocab_tiling_clamp(t), b, 0};
+    bwd_run(&j, dh, scratch, n);
+    return j.failed ? DF_EINTERNAL : DF_OK;
 }
 
 void df_lmhead_fwd(float *logp, float *entropy, float *lse, const float *h, const float *W,

@@ -3,17 +3,23 @@
  * context's scratch, multiplied by a oneDNN matmul primitive (AMX or
  * AVX512-BF16 brgemm kernels) with float32 accumulation and a float32 result —
  * the arithmetic of torch.autocast(dtype=torch.bfloat16) for Linear layers.
- * Primitives are cached per (transposes, M, N, K, alpha, beta) in the context.
+ * Primitives are cached per (transposes, M, N, K, alpha, beta) in the context: an LRU for the
+ * calls of one thread, and a table that only grows for df_mm16_tile, which the LM head's tiles
+ * call from every OpenMP thread at once.
  */
 #include "distflow/common.h"
 #include "model/ops.h"
 
 #include <oneapi/dnnl/dnnl.h>
+#include <omp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define MM_CACHE 48
+#define MM_TILES 128  /* shapes of df_mm16_tile kept per context (never evicted) */
+#define MM_THREADS 256 /* OpenMP threads with a stream of their own for df_mm16_tile */
 
 typedef struct {
     char ta, tb;
@@ -24,6 +30,18 @@ typedef struct {
     dnnl_memory_t ma, mb, mc;
 } mm_entry;
 
+/* A primitive df_mm16_tile runs from any thread: its memory objects are made per call, and its
+ * scratchpad is the caller's (oneDNN's own, the library mode, is a buffer of the thread that
+ * created the primitive: another thread executing it would use its own, maybe smaller one). */
+typedef struct {
+    char ta, tb;
+    int64_t M, N, K;
+    float alpha, beta;
+    dnnl_primitive_t prim;
+    dnnl_memory_desc_t a, b, d, s;
+    size_t s_bytes;
+} mm_tile;
+
 struct df_mm_ctx {
     dnnl_engine_t eng;
     dnnl_stream_t stream;
@@ -33,6 +51,13 @@ struct df_mm_ctx {
     int n_cache;
     uint64_t clock;
     int64_t fallbacks; /* calls served by float32 sgemm because a primitive failed */
+    int64_t created;   /* primitives created (both caches), for measurements */
+    mm_tile tiles[MM_TILES];
+    int n_tiles;                        /* published with release stores (lock-free lookup) */
+    pthread_mutex_t lock;               /* creation of tiles and streams */
+    dnnl_stream_t streams[MM_THREADS];  /* per OpenMP thread number, made on first use */
+    void *scratch[MM_THREADS];          /* per OpenMP thread: the tiles' scratchpads */
+    size_t scratch_bytes[MM_THREADS];
 };
 
 void df_bf16_from_f32(uint16_t *dst, const float *src, int64_t n)
@@ -42,6 +67,17 @@ void df_bf16_from_f32(uint16_t *dst, const float *src, int64_t n)
         uint32_t u;
         memcpy(&u, &src[i], sizeof u);
         /* Round to nearest even; NaN stays a (quiet) NaN. */
+        uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+        dst[i] = (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 0x40u) : (uint16_t)r;
+    }
+}
+
+void df_bf16_from_f32_serial(uint16_t *dst, const float *src, int64_t n)
+{
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &src[i], sizeof u);
         uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
         dst[i] = (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 0x40u) : (uint16_t)r;
     }
@@ -60,11 +96,12 @@ static void entry_free(mm_entry *e)
     memset(e, 0, sizeof *e);
 }
 
-/* C[M,N] = alpha op(A) op(B) + beta C, A as [M,K] ('N') or [K,M] ('T'), B as [K,N] ('N') or [N,K] ('T'). */
-static int entry_init(df_mm_ctx *c, mm_entry *e, char ta, char tb, int64_t M, int64_t N,
-                      int64_t K, float alpha, float beta)
+/* C[M,N] = alpha op(A) op(B) + beta C, A as [M,K] ('N') or [K,M] ('T'), B as [K,N] ('N') or
+ * [N,K] ('T'): the primitive and its three memory descriptors. */
+static int make_prim(df_mm_ctx *c, char ta, char tb, int64_t M, int64_t N, int64_t K,
+                     float alpha, float beta, dnnl_primitive_t *prim, dnnl_memory_desc_t *a,
+                     dnnl_memory_desc_t *b, dnnl_memory_desc_t *d, dnnl_memory_desc_t *user_s)
 {
-    dnnl_memory_desc_t a, b, d;
     dnnl_dims_t ad = {M, K}, bd = {K, N}, cd = {M, N};
     dnnl_dims_t as = {ta == 'N' ? K : 1, ta == 'N' ? 1 : M};
     dnnl_dims_t bs = {tb == 'N' ? N : 1, tb == 'N' ? 1 : K};
@@ -73,11 +110,15 @@ static int entry_init(df_mm_ctx *c, mm_entry *e, char ta, char tb, int64_t M, in
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
     dnnl_primitive_desc_t pd = NULL;
-    int ok = dnnl_memory_desc_init_by_strides(&a, 2, ad, dnnl_bf16, as) == dnnl_success &&
-             dnnl_memory_desc_init_by_strides(&b, 2, bd, dnnl_bf16, bs) == dnnl_success &&
-             dnnl_memory_desc_init_by_strides(&d, 2, cd, dnnl_f32, cs) == dnnl_success &&
-             dnnl_matmul_desc_init(&md, &a, &b, NULL, &d) == dnnl_success &&
+    *prim = NULL;
+    int ok = dnnl_memory_desc_init_by_strides(a, 2, ad, dnnl_bf16, as) == dnnl_success &&
+             dnnl_memory_desc_init_by_strides(b, 2, bd, dnnl_bf16, bs) == dnnl_success &&
+             dnnl_memory_desc_init_by_strides(d, 2, cd, dnnl_f32, cs) == dnnl_success &&
+             dnnl_matmul_desc_init(&md, a, b, NULL, d) == dnnl_success &&
              dnnl_primitive_attr_create(&attr) == dnnl_success;
+    if (ok && user_s)
+        ok = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) ==
+             dnnl_success;
     if (ok && alpha != 1.0f)
         ok = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha) == dnnl_success;
     if (ok && beta != 0.0f)
@@ -85,16 +126,35 @@ static int entry_init(df_mm_ctx *c, mm_entry *e, char ta, char tb, int64_t M, in
              dnnl_post_ops_append_sum(po, beta) == dnnl_success &&
              dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
     ok = ok && dnnl_primitive_desc_create(&pd, &md, attr, c->eng, NULL) == dnnl_success &&
-         dnnl_primitive_create(&e->prim, pd) == dnnl_success &&
-         dnnl_memory_create(&e->ma, &a, c->eng, DNNL_MEMORY_NONE) == dnnl_success &&
-         dnnl_memory_create(&e->mb, &b, c->eng, DNNL_MEMORY_NONE) == dnnl_success &&
-         dnnl_memory_create(&e->mc, &d, c->eng, DNNL_MEMORY_NONE) == dnnl_success;
+         dnnl_primitive_create(prim, pd) == dnnl_success;
+    if (ok && user_s) {
+        const dnnl_memory_desc_t *q = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+        ok = q != NULL;
+        if (ok)
+            *user_s = *q;
+    }
     if (pd)
         dnnl_primitive_desc_destroy(pd);
     if (po)
         dnnl_post_ops_destroy(po);
     if (attr)
         dnnl_primitive_attr_destroy(attr);
+    if (!ok && *prim) {
+        dnnl_primitive_destroy(*prim);
+        *prim = NULL;
+    }
+    __atomic_add_fetch(&c->created, 1, __ATOMIC_RELAXED);
+    return ok ? 0 : -1;
+}
+
+static int entry_init(df_mm_ctx *c, mm_entry *e, char ta, char tb, int64_t M, int64_t N,
+                      int64_t K, float alpha, float beta)
+{
+    dnnl_memory_desc_t a, b, d;
+    int ok = make_prim(c, ta, tb, M, N, K, alpha, beta, &e->prim, &a, &b, &d, NULL) == 0 &&
+             dnnl_memory_create(&e->ma, &a, c->eng, DNNL_MEMORY_NONE) == dnnl_success &&
+             dnnl_memory_create(&e->mb, &b, c->eng, DNNL_MEMORY_NONE) == dnnl_success &&
+             dnnl_memory_create(&e->mc, &d, c->eng, DNNL_MEMORY_NONE) == dnnl_success;
     if (!ok) {
         entry_free(e);
         return -1;
@@ -226,6 +286,132 @@ void df_mm_tn(df_mm_ctx *c, int64_t M, int64_t N, int64_t K, float alpha, const 
     mm(c, 'T', 'N', M, N, K, alpha, A, B, beta, C);
 }
 
+/* The tile primitive of this shape: found without a lock in the published entries, made
+ * under the lock. NULL when the table is full (the caller makes a one-off primitive). */
+static const mm_tile *tile_lookup(df_mm_ctx *c, char ta, char tb, int64_t M, int64_t N,
+                                  int64_t K, float alpha, float beta)
+{
+    int n = __atomic_load_n(&c->n_tiles, __ATOMIC_ACQUIRE);
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < n; i++) {
+            const mm_tile *e = &c->tiles[i];
+            if (e->ta == ta && e->tb == tb && e->M == M && e->N == N && e->K == K &&
+                e->alpha == alpha && e->beta == beta)
+                return e;
+        }
+        if (pass)
+            break;
+        pthread_mutex_lock(&c->lock);
+        int m = c->n_tiles;
+        if (m == n) { /* nobody added it meanwhile: make it */
+            const mm_tile *made = NULL;
+            mm_tile *e = &c->tiles[m];
+            if (m < MM_TILES &&
+                !make_prim(c, ta, tb, M, N, K, alpha, beta, &e->prim, &e->a, &e->b, &e->d,
+                           &e->s)) {
+                e->s_bytes = dnnl_memory_desc_get_size(&e->s);
+                e->ta = ta, e->tb = tb, e->M = M, e->N = N, e->K = K;
+                e->alpha = alpha, e->beta = beta;
+                __atomic_store_n(&c->n_tiles, m + 1, __ATOMIC_RELEASE);
+                made = e;
+            }
+            pthread_mutex_unlock(&c->lock);
+            return made;
+        }
+        pthread_mutex_unlock(&c->lock);
+        n = m; /* search again, the new entries included */
+    }
+    return NULL;
+}
+
+/* The calling OpenMP thread's stream (streams are not shared between threads). */
+static dnnl_stream_t tile_stream(df_mm_ctx *c)
+{
+    const int t = omp_get_thread_num();
+    if (t >= MM_THREADS)
+        return NULL;
+    dnnl_stream_t s = __atomic_load_n(&c->streams[t], __ATOMIC_ACQUIRE);
+    if (s)
+        return s;
+    pthread_mutex_lock(&c->lock);
+    if (!c->streams[t] && dnnl_stream_create(&s, c->eng, dnnl_stream_default_flags) == dnnl_success)
+        __atomic_store_n(&c->streams[t], s, __ATOMIC_RELEASE);
+    s = c->streams[t];
+    pthread_mutex_unlock(&c->lock);
+    return s;
+}
+
+/* The calling thread's scratchpad of at least `bytes` (only thread t touches slot t); beyond
+ * MM_THREADS threads a buffer for this call (*own, freed by the caller). */
+static void *tile_scratch(df_mm_ctx *c, size_t bytes, void **own)
+{
+    const int t = omp_get_thread_num();
+    *own = NULL;
+    if (bytes == 0)
+        return NULL;
+    bytes = (bytes + 63) / 64 * 64;
+    if (t >= MM_THREADS)
+        return *own = aligned_alloc(64, bytes);
+    if (c->scratch_bytes[t] < bytes) {
+        free(c->scratch[t]);
+        c->scratch[t] = aligned_alloc(64, bytes);
+        c->scratch_bytes[t] = c->scratch[t] ? bytes : 0;
+    }
+    return c->scratch[t];
+}
+
+static int tile_exec(df_mm_ctx *c, const mm_tile *e, const uint16_t *A, const uint16_t *B,
+                     float *C)
+{
+    dnnl_stream_t s = tile_stream(c), own = NULL;
+    if (!s && dnnl_stream_create(&own, c->eng, dnnl_stream_default_flags) == dnnl_success)
+        s = own;
+    void *own_sp = NULL, *sp = tile_scratch(c, e->s_bytes, &own_sp);
+    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, ms = NULL;
+    int ok = s && (sp || !e->s_bytes) &&
+             dnnl_memory_create(&ma, &e->a, c->eng, (void *)A) == dnnl_success &&
+             dnnl_memory_create(&mb, &e->b, c->eng, (void *)B) == dnnl_success &&
+             dnnl_memory_create(&mc, &e->d, c->eng, C) == dnnl_success &&
+             (!e->s_bytes || dnnl_memory_create(&ms, &e->s, c->eng, sp) == dnnl_success);
+    if (ok) {
+        dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc},
+                                   {DNNL_ARG_SCRATCHPAD, ms}};
+        ok = dnnl_primitive_execute(e->prim, s, ms ? 4 : 3, args) == dnnl_success &&
+             dnnl_stream_wait(s) == dnnl_success;
+    }
+    dnnl_memory_t mems[4] = {ma, mb, mc, ms};
+    for (int i = 0; i < 4; i++)
+        if (mems[i])
+            dnnl_memory_destroy(mems[i]);
+    free(own_sp);
+    if (own)
+        dnnl_stream_destroy(own);
+    return ok ? DF_OK : DF_EINTERNAL;
+}
+
+int df_mm16_tile(df_mm_ctx *c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                 const uint16_t *A, const uint16_t *B, float beta, float *C)
+{
+    if (!c || M <= 0 || N <= 0 || K <= 0)
+        return c ? DF_OK : DF_EINVAL;
+    const char a = ta ? 'T' : 'N', b = tb ? 'T' : 'N';
+    const mm_tile *e = tile_lookup(c, a, b, M, N, K, alpha, beta);
+    if (e)
+        return tile_exec(c, e, A, B, C);
+    mm_tile once = {0}; /* the table is full: a primitive for this call only */
+    if (make_prim(c, a, b, M, N, K, alpha, beta, &once.prim, &once.a, &once.b, &once.d, &once.s))
+        return DF_EINTERNAL;
+    once.s_bytes = dnnl_memory_desc_get_size(&once.s);
+    int rc = tile_exec(c, &once, A, B, C);
+    dnnl_primitive_destroy(once.prim);
+    return rc;
+}
+
+int64_t df_mm_ctx_created(const df_mm_ctx *c)
+{
+    return c ? __atomic_load_n(&c->created, __ATOMIC_RELAXED) : 0;
+}
+
 int64_t df_mm_ctx_fallbacks(const df_mm_ctx *c) { return c ? c->fallbacks : 0; }
 
 void df_mm_ctx_free(df_mm_ctx *c)
@@ -234,6 +420,14 @@ void df_mm_ctx_free(df_mm_ctx *c)
         return;
     for (int i = 0; i < c->n_cache; i++)
         entry_free(&c->cache[i]);
+    for (int i = 0; i < c->n_tiles; i++)
+        dnnl_primitive_destroy(c->tiles[i].prim);
+    for (int i = 0; i < MM_THREADS; i++) {
+        if (c->streams[i])
+            dnnl_stream_destroy(c->streams[i]);
+        free(c->scratch[i]);
+    }
+    pthread_mutex_destroy(&c->lock);
     if (c->stream)
         dnnl_stream_destroy(c->stream);
     if (c->eng)
@@ -266,6 +460,7 @@ int df_mm_ctx_create(int64_t max_elems, df_mm_ctx **out)
     df_mm_ctx *c = calloc(1, sizeof *c);
     if (!c)
         return df_error(DF_ENOMEM, "bf16 matmul: out of memory");
+    pthread_mutex_init(&c->lock, NULL);
     size_t bytes = ((size_t)max_elems * sizeof(uint16_t) + 63) / 64 * 64;
     c->max_elems = max_elems;
     c->a16 = aligned_alloc(64, bytes);

@@ -231,15 +231,36 @@ typedef struct {
     float *zt;
     const int32_t *target;
     const float *h, *W;
+    const df_vocab16 *b; /* mixed precision: bf16 tiles; NULL: float32 (h, W) */
     int64_t n, V, H, G;
     float inv_t;
     unsigned flags;
     df_vocab_tiling t;
+    int failed;
 } stats_job;
 
+/* tile[nr, ns] = alpha h[rb.., :] W[cs.., :]^T: oneDNN sgemm, or the bf16 tile matmul. */
+static int logits_tile(const df_vocab16 *b, const float *h, const float *W, int64_t rb,
+                       int64_t cs, int64_t nr, int64_t ns, int64_t H, float alpha, float *tile)
+{
+    if (!b) {
+        df_gemm_nt(nr, ns, H, alpha, h + rb * H, W + cs * H, 0.0f, tile);
+        return 0;
+    }
+    return df_mm16_tile(b->mm, false, true, nr, ns, H, alpha, b->h + rb * H, b->W + cs * H,
+                        0.0f, tile);
+}
+
+int64_t df_vocab16_rows(int64_t n, const df_vocab_tiling *t)
+{
+    df_vocab_tiling c = df_vocab_tiling_clamp(t);
+    return (n + c.rows - 1) / c.rows * c.rows;
+}
+
 /* Rows [r0, r1) of group g: tiles outer, row blocks inner, so each weight tile
- * is read from memory once and stays in cache for all the item's rows. */
-static void stats_item(const stats_job *j, int64_t r0, int64_t r1, int64_t g)
+ * is read from memory once and stays in cache for all the item's rows. bf16 tiles always
+ * have t.rows rows (h is padded): one primitive shape whatever n is. */
+static int stats_item(const stats_job *j, int64_t r0, int64_t r1, int64_t g)
 {
     float tile[DF_LMHEAD_TILE_MAX] __attribute__((aligned(64)));
     const int64_t H = j->H, G = j->G, c0 = g * j->t.group;
@@ -250,7 +271,9 @@ static void stats_item(const stats_job *j, int64_t r0, int64_t r1, int64_t g)
         const int64_t ns = c1 - cs < j->t.cols ? c1 - cs : j->t.cols;
         for (int64_t rb = r0; rb < r1; rb += j->t.rows) {
             const int64_t nr = r1 - rb < j->t.rows ? r1 - rb : j->t.rows;
-            df_gemm_nt(nr, ns, H, j->inv_t, j->h + rb * H, j->W + cs * H, 0.0f, tile);
+            if (logits_tile(j->b, j->h, j->W, rb, cs, j->b ? j->t.rows : nr, ns, H, j->inv_t,
+                            tile))
+                return -1;
             for (int64_t i = 0; i < nr; i++) {
                 const float *z = tile + i * ns;
                 fold_tile_row(&j->st[(rb + i) * G + g], z, ns, cs, j->flags);
@@ -262,22 +285,42 @@ static void stats_item(const stats_job *j, int64_t r0, int64_t r1, int64_t g)
             }
         }
     }
+    return 0;
+}
+
+static int stats_run(stats_job *j)
+{
+    j->G = df_vocab_groups(j->V, &j->t);
+    const int64_t IR = j->t.item_rows, n = j->n, n_ib = (n + IR - 1) / IR, items = n_ib * j->G;
+    /* Each item owns column g of st for its rows, so the schedule cannot change
+     * any value. */
+#pragma omp parallel for schedule(dynamic, 1) if (items > 1)
+    for (int64_t it = 0; it < items; it++) {
+        int64_t r0 = it / j->G * IR, r1 = r0 + IR < n ? r0 + IR : n;
+        if (stats_item(j, r0, r1, it % j->G)) {
+#pragma omp atomic write
+            j->failed = 1;
+        }
+    }
+    return j->failed;
 }
 
 void df_vocab_stats(df_vstat *st, float *zt, const int32_t *target, const float *h,
                     const float *W, int64_t n, int64_t V, int64_t H, float inv_t, unsigned flags,
                     const df_vocab_tiling *t)
 {
-    stats_job j = {st, zt, target, h, W, n, V, H, 0, inv_t, flags, df_vocab_tiling_clamp(t)};
-    j.G = df_vocab_groups(V, &j.t);
-    const int64_t IR = j.t.item_rows, n_ib = (n + IR - 1) / IR, items = n_ib * j.G;
-    /* Each item owns column g of st for its rows, so the schedule cannot change
-     * any value. */
-#pragma omp parallel for schedule(dynamic, 1) if (items > 1)
-    for (int64_t it = 0; it < items; it++) {
-        int64_t r0 = it / j.G * IR, r1 = r0 + IR < n ? r0 + IR : n;
-        stats_item(&j, r0, r1, it % j.G);
-    }
+    stats_job j = {st, zt, target, h, W, NULL, n, V, H, 0, inv_t, flags,
+                   df_vocab_tiling_clamp(t), 0};
+    (void)stats_run(&j); /* float32 sgemm cannot fail */
+}
+
+int df_vocab_stats16(df_vstat *st, float *zt, const int32_t *target, const df_vocab16 *b,
+                     int64_t n, int64_t V, int64_t H, float inv_t, unsigned flags,
+                     const df_vocab_tiling *t)
+{
+    stats_job j = {st, zt, target, NULL, NULL, b, n, V, H, 0, inv_t, flags,
+                   df_vocab_tiling_clamp(t), 0};
+    return stats_run(&j) ? DF_EINTERNAL : DF_OK;
 }
 
 void df_vstat_merge(const df_vstat *st, int64_t G, df_vrow *out)
@@ -322,9 +365,11 @@ int64_t df_row_cdf_find(const float *w, int64_t n, double target)
     return last >= 0 ? last : n - 1;
 }
 
-int32_t df_vocab_draw(const df_vstat *st, int64_t G, const df_vrow *row, double u,
-                      const float *h_row, const float *W, int64_t V, int64_t H, float inv_t,
-                      const df_vocab_tiling *t, float *buf, float *z_tok)
+/* df_vocab_draw over float32 (b NULL: h_row, W) or bf16 operands (row r of b->h). */
+static int32_t draw(const df_vstat *st, int64_t G, const df_vrow *row, double u,
+                    const float *h_row, const float *W, const df_vocab16 *b, int64_t r,
+                    int64_t V, int64_t H, float inv_t, const df_vocab_tiling *t, float *buf,
+                    float *z_tok)
 {
     df_vocab_tiling c = df_vocab_tiling_clamp(t);
     /* Group masses as df_vstat_merge sums them, so their prefix sums reach
@@ -346,10 +391,28 @@ int32_t df_vocab_draw(const df_vstat *st, int64_t G, const df_vrow *row, double 
     /* Within the group, in its own scale e^(z - m_g). */
     double tg = (target - cum) / scale;
     int64_t c0 = gs * c.group, nc = V - c0 < c.group ? V - c0 : c.group;
-    df_gemm_nt(1, nc, H, inv_t, h_row, W + c0 * H, 0.0f, buf);
+    if (!b)
+        df_gemm_nt(1, nc, H, inv_t, h_row, W + c0 * H, 0.0f, buf);
+    else if (df_mm16_tile(b->mm, false, true, 1, nc, H, inv_t, b->h + r * H, b->W + c0 * H,
+                          0.0f, buf))
+        return -1;
     float *w = buf + c.group; /* weights e^(z - m_g) of the group */
     df_row_exp(w, buf, nc, st[gs].m);
     int64_t j = df_row_cdf_find(w, nc, tg);
     *z_tok = buf[j];
     return (int32_t)(c0 + j);
+}
+
+int32_t df_vocab_draw(const df_vstat *st, int64_t G, const df_vrow *row, double u,
+                      const float *h_row, const float *W, int64_t V, int64_t H, float inv_t,
+                      const df_vocab_tiling *t, float *buf, float *z_tok)
+{
+    return draw(st, G, row, u, h_row, W, NULL, 0, V, H, inv_t, t, buf, z_tok);
+}
+
+int32_t df_vocab_draw16(const df_vstat *st, int64_t G, const df_vrow *row, double u,
+                        const df_vocab16 *b, int64_t row_index, int64_t V, int64_t H,
+                        float inv_t, const df_vocab_tiling *t, float *buf, float *z_tok)
+{
+    return draw(st, G, row, u, NULL, NULL, b, row_index, V, H, inv_t, t, buf, z_tok);
 }
