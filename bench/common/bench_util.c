@@ -68,8 +68,13 @@ int bench_parse(int argc, char **argv, bench_args *b)
 {
     static const char *rows[] = {"gemm", "prefill", "decode", "logprob", "update"};
     memset(b, 0, sizeof *b);
+    /* distflow train's defaults (param_dtype bf16, rollout.dtype bfloat16) where this CPU runs
+     * bf16 matmuls natively, else float32 as train falls back; DF_BENCH_DTYPE / --dtype force */
     const char *dt = getenv("DF_BENCH_DTYPE");
-    b->bf16 = dt && !strcmp(dt, "bf16");
+    b->bf16_native = df_model_bf16_available() == DF_OK;
+    df_clear_error();
+    b->bf16 = dt && (!strcmp(dt, "bf16") || !strcmp(dt, "f32")) ? !strcmp(dt, "bf16") : b->bf16_native;
+    b->dtype_forced = dt && (!strcmp(dt, "bf16") || !strcmp(dt, "f32"));
     b->shape = "demo";
     b->torch = "f32,bf16";
     b->torch_iters = -1;
@@ -99,7 +104,7 @@ int bench_parse(int argc, char **argv, bench_args *b)
         else if (!strcmp(a, "--torch"))
             b->torch = v;
         else if (!strcmp(a, "--dtype") && (!strcmp(v, "f32") || !strcmp(v, "bf16")))
-            b->bf16 = !strcmp(v, "bf16");
+            b->bf16 = !strcmp(v, "bf16"), b->dtype_forced = 1;
         else if (strcmp(a, "--shape"))
             goto usage;
         i++;
@@ -131,7 +136,10 @@ void bench_print_setup(const bench_args *b)
            b->shape, (long long)c->vocab_size, (long long)H, (long long)c->num_hidden_layers,
            (long long)c->num_attention_heads, (long long)c->num_key_value_heads,
            (long long)c->intermediate_size);
-    printf("engine_dtype: %s\n", b->bf16 ? "bf16" : "f32");
+    printf("engine_dtype: %s (%s)\n", b->bf16 ? "bf16" : "f32",
+           b->dtype_forced ? "forced by --dtype / DF_BENCH_DTYPE"
+           : b->bf16_native ? "the default of distflow train here: native bf16 matmuls"
+                            : "the default of distflow train here: no native bf16 matmuls");
     printf("threads: %d\n", omp_get_max_threads());
     printf("kernels: %s (%s)\n", df_kernels_active(), df_kernels_reason());
     printf("onednn_isa: %s\n", df_dnnl_effective_isa(isa, sizeof isa));
