@@ -14,8 +14,8 @@
  *            entropy of every next token (the actor's old_log_prob / reference pass)
  *   update   forward + backward + clip + AdamW on the same batch (the actor update)
  *
- * Usage: bench_rows ROW [--shape qwen2.5-0.5b|demo] [--dtype f32|bf16] [--tokens T]
- *        [--batch B] [--prompt P] [--gen G] [--n N] [--iters K] [--peak-gflops X]
+ * Usage: bench_rows ROW [--shape qwen2.5-0.5b|demo] [--dtype f32|bf16] [--checkpoint 0|1]
+ *        [--tokens T] [--batch B] [--prompt P] [--gen G] [--n N] [--iters K] [--peak-gflops X]
  *        [--torch f32,bf16|f32|bf16|none]
  * --dtype is the engine's path (default: DF_BENCH_DTYPE, else what `distflow train` runs by
  * default on this CPU: bf16 where its matmuls are native, else f32; --dtype f32 is the forced
@@ -45,9 +45,9 @@
  * docs/mixed_precision.md): activations made with DF_ACTS_BF16 read one bf16 copy of the
  * layers' matmul weights that the role owns (df_weights16 without the LM head), converted from
  * the float32 master weights once and after every optimizer step. float32: no copy. */
-static unsigned engine_train_flags(int bf16)
+static unsigned engine_train_flags(const bench_args *b)
 {
-    return bf16 ? DF_ACTS_BF16 : 0;
+    return (b->bf16 ? DF_ACTS_BF16 : 0) | (b->checkpoint ? DF_ACTS_CHECKPOINT : 0);
 }
 
 static int engine_set_train_dtype(df_acts *a, const df_model *m, int bf16, df_weights16 **w16)
@@ -286,7 +286,7 @@ static int row_train(const bench_args *b, df_model *m, int update, row_result *o
     float *grads = NULL;
     double *t = malloc(sizeof(double) * (size_t)b->iters);
     int rc = 1;
-    if (df_acts_create_ex(&be, &m->cfg, b->tokens, n_out, engine_train_flags(b->bf16), &a) ||
+    if (df_acts_create_ex(&be, &m->cfg, b->tokens, n_out, engine_train_flags(b), &a) ||
         engine_set_train_dtype(a, m, b->bf16, &w16))
         goto out;
     if (update) {
@@ -294,6 +294,7 @@ static int row_train(const bench_args *b, df_model *m, int update, row_result *o
         if (!grads || df_adamw_create(&oc, m->n_params, &opt))
             goto out;
     }
+    printf("engine_checkpoint: %s\n", b->checkpoint ? "per layer (DF_ACTS_CHECKPOINT)" : "off");
     printf("batch: %lld tokens in %lld sequences, %lld scored rows\n", (long long)b->tokens,
            (long long)p.b.n_seqs, (long long)n_out);
     for (int64_t j = 0; j < n_out; j++) {
