@@ -14,11 +14,13 @@
  *            entropy of every next token (the actor's old_log_prob / reference pass)
  *   update   forward + backward + clip + AdamW on the same batch (the actor update)
  *
- * Usage: bench_rows ROW [--shape qwen2.5-0.5b|demo] [--dtype f32|bf16] [--tokens T]
- *        [--batch B] [--prompt P] [--gen G] [--n N] [--iters K] [--peak-gflops X]
+ * Usage: bench_rows ROW [--shape qwen2.5-0.5b|demo] [--dtype f32|bf16] [--checkpoint 0|1]
+ *        [--tokens T] [--batch B] [--prompt P] [--gen G] [--n N] [--iters K] [--peak-gflops X]
  *        [--torch f32,bf16|f32|bf16|none]
- * --dtype is the engine's path (default: DF_BENCH_DTYPE, else f32); engine_set_train_dtype /
- * engine_rollout_bf16 below are the one place the engine's bf16 paths plug in.
+ * --dtype is the engine's path (default: DF_BENCH_DTYPE, else what `distflow train` runs by
+ * default on this CPU: bf16 where its matmuls are native, else f32; --dtype f32 is the forced
+ * float32 of param_dtype fp32 / rollout.dtype float32); engine_set_train_dtype /
+ * engine_rollout below are the one place the engine's dtype paths plug in.
  * --peak-gflops: the bf16 GEMM peak (gemm_bf16_best_gflop_per_s) of the same run; rows print
  * their achieved GFLOP/s as a fraction of it. Prints `metric: value` lines: medians over
  * --iters timed runs after one warm-up, CPU seconds too (the machine may be shared), the
@@ -39,28 +41,57 @@
 
 /* ---- the engine's dtype paths: the single plug-in point ------------------------------- */
 
-/* Training activations: bf16 matmuls (both operands rounded per call) when bf16. With the
- * bf16 weight copy of mixed precision, its refresh (df_acts_load_weights) goes here and in
- * engine_weights_changed. */
-static int engine_set_train_dtype(df_acts *a, const df_model *m, int bf16)
+/* Mixed-precision training as the actor runs it (src/engine/train_core.c,
+ * docs/mixed_precision.md): activations made with DF_ACTS_BF16 read one bf16 copy of the
+ * layers' matmul weights that the role owns (df_weights16 without the LM head), converted from
+ * the float32 master weights once and after every optimizer step. float32: no copy. */
+static unsigned engine_train_flags(const bench_args *b)
 {
-    if (!bf16)
-        return 0;
-    return df_acts_set_bf16_matmul(a, true) || df_acts_load_weights(a, m);
+    return (b->bf16 ? DF_ACTS_BF16 : 0) | (b->checkpoint ? DF_ACTS_CHECKPOINT : 0);
 }
 
-static int engine_weights_changed(df_acts *a, const df_model *m)
+static int engine_set_train_dtype(df_acts *a, const df_model *m, int bf16, df_weights16 **w16)
 {
-    return df_acts_load_weights(a, m);
+    int rc = bf16 ? df_weights16_create_ex(&m->cfg, 0, w16) : DF_OK;
+    if (!rc && bf16 && !(rc = df_weights16_refresh(*w16, &m->w)))
+        rc = df_acts_share_weights16(a, *w16, m);
+    if (!rc)
+        rc = df_acts_load_weights(a, m);
+    if (!rc)
+        printf("engine_path: %s\n",
+               bf16 ? "mixed precision (DF_ACTS_BF16: bf16 matmuls over a shared df_weights16 "
+                      "copy of the layers, refreshed per optimizer step; float32 master weights)"
+                    : "f32 (param_dtype fp32 forced, or no native bf16 here)");
+    if (!rc && bf16)
+        printf("engine_bf16_weight_copy_mib: %.1f\n", (double)df_weights16_bytes(*w16) / (1 << 20));
+    return rc;
 }
 
-/* The rollout engine in bf16 (weights and KV cache): not in this build; the row says so
- * and runs float32. Returns 1 when the engine runs bf16. */
-static int engine_rollout_bf16(df_rollout_engine *e, int bf16)
+/* After an optimizer step: the bf16 copy follows the master weights (train_core's
+ * df_train_core_weights_changed). */
+static int engine_weights_changed(df_acts *a, const df_model *m, df_weights16 *w16)
 {
-    (void)e;
-    if (bf16)
-        printf("engine_note: the rollout has no bf16 path in this build: float32\n");
+    int rc = w16 ? df_weights16_refresh(w16, &m->w) : DF_OK;
+    return rc ? rc : df_acts_load_weights(a, m);
+}
+
+/* The rollout engine as distflow train makes it (dag_worker.c's create_rollout): dtype
+ * bf16 gives it its own bf16 copy of the layers' weights (filled by the weight sync,
+ * df_rollout_engine_load_weights) and a bf16 KV cache; float32 reads m's weights. */
+static int engine_rollout(const bench_args *b, const df_model *m, int64_t max_seqs,
+                          int64_t max_len, df_rollout_engine **e)
+{
+    df_rollout_options o = {.max_num_seqs = max_seqs, .max_seq_len = max_len,
+                            .dtype = b->bf16 ? DF_ROLLOUT_BF16 : DF_ROLLOUT_F32};
+    if (df_rollout_engine_create_ex(&m->cfg, &o, e) || df_rollout_engine_load_weights(*e, m))
+        return 1;
+    int64_t kv, total;
+    df_rollout_engine_memory(*e, &kv, &total);
+    printf("engine_path: rollout %s\n",
+           b->bf16 ? "bf16 (rollout.dtype bfloat16: the engine's bf16 weight copy, bf16 KV cache)"
+                   : "f32 (rollout.dtype float32 forced, or no native bf16 here)");
+    printf("engine_rollout_kv_mib: %.1f of %.1f allocated\n", (double)kv / (1 << 20),
+           (double)total / (1 << 20));
     return 0;
 }
 
@@ -133,17 +164,6 @@ static int row_gemm(const bench_args *b)
         printf("ratio_gemm_bf16_cpu_vs_torch_bf16: %.2f\n", bf_cpu / tb.value_cpu);
     }
     return f32 > 0 ? 0 : 1;
-}
-
-/* A rollout engine for b's prompts, bf16 when asked and available. */
-static int make_rollout(const bench_args *b, const df_model_config *c, int64_t max_seqs,
-                        int64_t max_len, df_rollout_engine **e)
-{
-    if (df_rollout_engine_create(c, max_seqs, max_len, e))
-        return 1;
-    int on = engine_rollout_bf16(*e, b->bf16);
-    printf("engine_path: rollout %s\n", on ? "bf16" : "f32");
-    return 0;
 }
 
 /* Progress callback: wall and CPU clocks at the first call (after the prefill batch: every
@@ -224,7 +244,7 @@ static int row_generate(const bench_args *b, const df_model *m, int decode, row_
     warm.n_prompts = 1;
     df_rollout_engine *e = NULL;
     int rc = 1;
-    if (make_rollout(b, c, np * n, P + b->gen + 1, &e) || generate(e, m, &warm, 2, pre, dec))
+    if (engine_rollout(b, m, np * n, P + b->gen + 1, &e) || generate(e, m, &warm, 2, pre, dec))
         goto out;
     for (int it = 0; it < b->iters; it++)
         if (generate(e, m, &q, decode ? b->gen : 1, &pre[it], &dec[it]))
@@ -257,6 +277,7 @@ static int row_train(const bench_args *b, df_model *m, int update, row_result *o
     const int64_t n_out = p.b.n_out;
     df_backend be = df_backend_cpu();
     df_acts *a = NULL;
+    df_weights16 *w16 = NULL;
     df_adamw *opt = NULL;
     df_adamw_config oc;
     df_adamw_config_defaults(&oc);
@@ -265,15 +286,15 @@ static int row_train(const bench_args *b, df_model *m, int update, row_result *o
     float *grads = NULL;
     double *t = malloc(sizeof(double) * (size_t)b->iters);
     int rc = 1;
-    if (df_acts_create_ex(&be, &m->cfg, b->tokens, n_out, 0, &a) ||
-        engine_set_train_dtype(a, m, b->bf16))
+    if (df_acts_create_ex(&be, &m->cfg, b->tokens, n_out, engine_train_flags(b), &a) ||
+        engine_set_train_dtype(a, m, b->bf16, &w16))
         goto out;
     if (update) {
         grads = aligned_alloc(64, ((size_t)m->n_params * sizeof(float) + 63) / 64 * 64);
         if (!grads || df_adamw_create(&oc, m->n_params, &opt))
             goto out;
     }
-    printf("engine_path: %s\n", b->bf16 ? "bf16 matmuls (df_acts_set_bf16_matmul)" : "f32");
+    printf("engine_checkpoint: %s\n", b->checkpoint ? "per layer (DF_ACTS_CHECKPOINT)" : "off");
     printf("batch: %lld tokens in %lld sequences, %lld scored rows\n", (long long)b->tokens,
            (long long)p.b.n_seqs, (long long)n_out);
     for (int64_t j = 0; j < n_out; j++) {
@@ -292,7 +313,7 @@ static int row_train(const bench_args *b, df_model *m, int update, row_result *o
             if (df_model_backward(m, a, &p.b, 1.0f, dl, de, grads))
                 goto out;
             df_clip_grad_norm(grads, m->n_params, 1.0);
-            if (df_adamw_step(opt, m->params, grads, 1e-4) || engine_weights_changed(a, m))
+            if (df_adamw_step(opt, m->params, grads, 1e-4) || engine_weights_changed(a, m, w16))
                 goto out;
         }
         if (it >= 0)
@@ -306,7 +327,7 @@ static int row_train(const bench_args *b, df_model *m, int update, row_result *o
 out:
     if (rc)
         fprintf(stderr, "bench_rows: %s\n", df_last_error());
-    df_acts_free(a), df_adamw_free(opt);
+    df_acts_free(a), df_weights16_free(w16), df_adamw_free(opt);
     free(logp), free(ent), free(dl), free(de), free(grads), free(t);
     bench_batch_free(&p);
     return rc;

@@ -8,8 +8,12 @@
 #   BENCH_QUICK=1 scripts/bench.sh    the demo shape only (about 2 minutes)
 #   BENCH_ALL=1 scripts/bench.sh      then the component benchmarks too (every other build/bench_*)
 # Knobs (environment):
-#   DF_BENCH_DTYPE=f32|bf16           the engine's path for the model rows (default f32: bf16 is
-#                                     bench_rows --dtype bf16, the matmul flag of ops_mm_bf16.c)
+#   DF_BENCH_DTYPE=f32|bf16           the engine's path for the model rows (default: what
+#                                     distflow train runs here, bf16 where the CPU has native bf16
+#                                     matmuls; f32 forces float32 as param_dtype fp32 and
+#                                     rollout.dtype float32 do)
+#   BENCH_F32=1                       also each model row with the engine forced to float32
+#                                     (--dtype f32, engine only: --torch none)
 #   BENCH_TORCH=f32,bf16              PyTorch dtypes to run beside each row (none: skip torch)
 #   BENCH_GRPO_RESPONSE=256           response tokens of the 0.5B GRPO step (default 32; 256 is
 #                                     issue 14's step, about 25 minutes a run on 2 cores)
@@ -40,6 +44,9 @@ for shape in demo qwen2.5-0.5b; do
   peak=$(value gemm_bf16_best_gflop_per_s)
   for r in prefill decode logprob update; do
     row "$BUILD/bench_rows" "$r" --shape "$shape" --torch "$TORCH" --peak-gflops "${peak:-0}"
+    if [ -n "${BENCH_F32:-}" ]; then
+      row "$BUILD/bench_rows" "$r" --shape "$shape" --dtype f32 --torch none --peak-gflops "${peak:-0}"
+    fi
   done
   if [ "$shape" = demo ]; then
     row "$BUILD/bench_grpo_step" --shape demo --response 64

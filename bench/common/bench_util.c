@@ -68,8 +68,13 @@ int bench_parse(int argc, char **argv, bench_args *b)
 {
     static const char *rows[] = {"gemm", "prefill", "decode", "logprob", "update"};
     memset(b, 0, sizeof *b);
+    /* distflow train's defaults (param_dtype bf16, rollout.dtype bfloat16) where this CPU runs
+     * bf16 matmuls natively, else float32 as train falls back; DF_BENCH_DTYPE / --dtype force */
     const char *dt = getenv("DF_BENCH_DTYPE");
-    b->bf16 = dt && !strcmp(dt, "bf16");
+    b->bf16_native = df_model_bf16_available() == DF_OK;
+    df_clear_error();
+    b->bf16 = dt && (!strcmp(dt, "bf16") || !strcmp(dt, "f32")) ? !strcmp(dt, "bf16") : b->bf16_native;
+    b->dtype_forced = dt && (!strcmp(dt, "bf16") || !strcmp(dt, "f32"));
     b->shape = "demo";
     b->torch = "f32,bf16";
     b->torch_iters = -1;
@@ -98,8 +103,10 @@ int bench_parse(int argc, char **argv, bench_args *b)
             b->peak_gflops = atof(v);
         else if (!strcmp(a, "--torch"))
             b->torch = v;
+        else if (!strcmp(a, "--checkpoint") && (!strcmp(v, "0") || !strcmp(v, "1")))
+            b->checkpoint = !strcmp(v, "1");
         else if (!strcmp(a, "--dtype") && (!strcmp(v, "f32") || !strcmp(v, "bf16")))
-            b->bf16 = !strcmp(v, "bf16");
+            b->bf16 = !strcmp(v, "bf16"), b->dtype_forced = 1;
         else if (strcmp(a, "--shape"))
             goto usage;
         i++;
@@ -112,8 +119,8 @@ int bench_parse(int argc, char **argv, bench_args *b)
     return 0;
 usage:
     fprintf(stderr, "usage: bench_rows gemm|prefill|decode|logprob|update [--shape "
-                    "qwen2.5-0.5b|demo] [--dtype f32|bf16] [--tokens T] [--batch B] [--prompt P] "
-                    "[--gen G] [--n N] [--iters K] [--torch-iters K] [--peak-gflops X] "
+                    "qwen2.5-0.5b|demo] [--dtype f32|bf16] [--checkpoint 0|1] [--tokens T] [--batch B] "
+                    "[--prompt P] [--gen G] [--n N] [--iters K] [--torch-iters K] [--peak-gflops X] "
                     "[--torch f32,bf16|f32|bf16|none]  (decode: B a multiple of N)\n");
     return 1;
 }
@@ -131,7 +138,10 @@ void bench_print_setup(const bench_args *b)
            b->shape, (long long)c->vocab_size, (long long)H, (long long)c->num_hidden_layers,
            (long long)c->num_attention_heads, (long long)c->num_key_value_heads,
            (long long)c->intermediate_size);
-    printf("engine_dtype: %s\n", b->bf16 ? "bf16" : "f32");
+    printf("engine_dtype: %s (%s)\n", b->bf16 ? "bf16" : "f32",
+           b->dtype_forced ? "forced by --dtype / DF_BENCH_DTYPE"
+           : b->bf16_native ? "the default of distflow train here: native bf16 matmuls"
+                            : "the default of distflow train here: no native bf16 matmuls");
     printf("threads: %d\n", omp_get_max_threads());
     printf("kernels: %s (%s)\n", df_kernels_active(), df_kernels_reason());
     printf("onednn_isa: %s\n", df_dnnl_effective_isa(isa, sizeof isa));

@@ -15,7 +15,10 @@ typedef struct {
     const char *row;   /* gemm | prefill | decode | logprob | update */
     const char *shape; /* qwen2.5-0.5b | demo */
     df_model_config cfg;
-    int bf16;          /* the engine's path */
+    int bf16;          /* the engine's path: 1 mixed precision / bf16 rollout, 0 float32 */
+    int bf16_native;   /* this CPU runs bf16 matmuls natively (df_model_bf16_available) */
+    int checkpoint;    /* logprob / update: activation checkpointing per layer (train's default) */
+    int dtype_forced;  /* --dtype or DF_BENCH_DTYPE chose the path; else distflow train's default */
     int64_t tokens;    /* logprob / update: packed tokens per step */
     int64_t batch;     /* prefill: prompts; decode: sequences (prompts x n) */
     int64_t prompt;    /* prompt tokens */
