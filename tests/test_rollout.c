@@ -17,6 +17,7 @@
 #include "distflow/rollout.h"
 #include "model/acts.h"
 #include "testbounds.h"
+#include "testutil.h"
 #include "tolerance.h"
 
 /* The longest prompt + response of a result: attention's key count. */
@@ -53,16 +54,7 @@ static df_model_config small_config(void)
 static df_model *small_model(void)
 {
     df_model_config c = small_config();
-    df_model *m = NULL;
-    assert_int_equal(df_model_create(&c, &m), 0);
-    assert_int_equal(df_model_init_random(m, 1234), 0);
-    /* non-zero biases so the bias path is exercised */
-    for (int64_t l = 0; l < c.num_hidden_layers; l++)
-        for (int64_t i = 0; i < c.num_key_value_heads * c.head_dim; i++) {
-            m->w.layers[l].bk[i] = 0.05f * (float)((i % 5) - 2);
-            m->w.layers[l].bv[i] = 0.03f * (float)((i % 3) - 1);
-        }
-    return m;
+    return df_test_biased_model(&c, 1234);
 }
 
 /* Prompts of lengths 3, 7, 1, 12, 5 with tokens derived from the index. */

@@ -30,6 +30,7 @@
 #include "model/ops.h"
 #include "model/safetensors.h"
 #include "testbounds.h"
+#include "testutil.h"
 #include "tolerance.h"
 
 static df_model_config small_config(void)
@@ -54,15 +55,7 @@ static df_model_config small_config(void)
 static df_model *small_model(void)
 {
     df_model_config c = small_config();
-    df_model *m = NULL;
-    assert_int_equal(df_model_create(&c, &m), 0);
-    assert_int_equal(df_model_init_random(m, 4321), 0);
-    for (int64_t l = 0; l < c.num_hidden_layers; l++)
-        for (int64_t i = 0; i < c.num_key_value_heads * c.head_dim; i++) {
-            m->w.layers[l].bk[i] = 0.05f * (float)((i % 5) - 2);
-            m->w.layers[l].bv[i] = 0.03f * (float)((i % 3) - 1);
-        }
-    return m;
+    return df_test_biased_model(&c, 4321);
 }
 
 /* Prompts of lengths 3, 9, 1, 14, 6. */

@@ -215,6 +215,21 @@ static inline df_model *df_test_micro_model(uint64_t seed)
     return m;
 }
 
+/** A random model of config c (df_model_init_random(seed)) with non-zero k / v biases, so a
+ *  bias dropped anywhere shows. */
+static inline df_model *df_test_biased_model(const df_model_config *c, uint64_t seed)
+{
+    df_model *m = NULL;
+    assert_int_equal(df_model_create(c, &m), 0);
+    assert_int_equal(df_model_init_random(m, seed), 0);
+    for (int64_t l = 0; l < c->num_hidden_layers; l++)
+        for (int64_t i = 0; i < c->num_key_value_heads * c->head_dim; i++) {
+            m->w.layers[l].bk[i] = 0.05f * (float)((i % 5) - 2);
+            m->w.layers[l].bv[i] = 0.03f * (float)((i % 3) - 1);
+        }
+    return m;
+}
+
 /** 4 samples with prompts of 3,1,2,4 tokens and responses of 2,3,0,1 tokens (ids 1..16). */
 static inline df_batch *df_test_small_batch(void)
 {
