@@ -117,13 +117,6 @@ static df_rollout_options resolved(const df_rollout_options *o)
 }
 
 /* Floats of the largest activation operand a bf16 matmul rounds: [rows, widest]. */
-static int64_t mm_elems(const df_model_config *c, int64_t rows)
-{
-    int64_t w = c->hidden_size > c->intermediate_size ? c->hidden_size : c->intermediate_size;
-    int64_t qd = c->num_attention_heads * c->head_dim;
-    return rows * (qd > w ? qd : w);
-}
-
 /* Rows of the bf16 LM head's operand for R hidden rows: whole tiles (df_vocab16_rows: clamped
  * tilings have at most DF_LMHEAD_ROWS rows). */
 static int64_t h16_rows(int64_t R) { return (R + DF_LMHEAD_ROWS - 1) / DF_LMHEAD_ROWS * DF_LMHEAD_ROWS; }
@@ -144,7 +137,7 @@ int64_t df_rollout_engine_bytes_ex(const df_model_config *cfg, const df_rollout_
     int64_t logits = logit_rows_of(R, cfg->vocab_size) * cfg->vocab_size * 4;
     int64_t outs = r.max_num_seqs * r.max_seq_len * 8 + R * 20;
     int64_t bf16 = r.dtype == DF_ROLLOUT_BF16
-                       ? df_weights16_bytes_for(cfg, DF_W16_LM_HEAD) + 2 * mm_elems(cfg, R) * 2 +
+                       ? df_weights16_bytes_for(cfg, DF_W16_LM_HEAD) + df_mm_ctx_bytes(df_mm_elems_for(cfg, R)) +
                              h16_rows(R) * cfg->hidden_size * 2
                        : 0;
     return kv_bytes_of(cfg, &r) + df_infer_scratch_bytes(cfg, R, r.max_num_seqs, r.max_seq_len) +
@@ -194,7 +187,7 @@ static int engine_backend(df_rollout_engine *e, int64_t R)
     if (!df_backend_is_cpu(&e->be))
         return df_error(DF_EUNSUPPORTED, "rollout engine: bfloat16 runs on the cpu backend only "
                         "(not %s)", ops->name);
-    int rc = df_mm_ctx_create(mm_elems(&e->cfg, R), &e->mm);
+    int rc = df_mm_ctx_create(df_mm_elems_for(&e->cfg, R), &e->mm);
     if (!rc) /* the head too: logits in bf16 with float32 accumulation, as vLLM's */
         rc = df_weights16_create_ex(&e->cfg, DF_W16_LM_HEAD, &e->w16);
     const size_t hb = (size_t)(h16_rows(R) * e->cfg.hidden_size) * sizeof(uint16_t);

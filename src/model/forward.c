@@ -72,14 +72,7 @@ void df_acts_free(df_acts *a)
 
 /* Elements of the largest operand a bf16 matmul of `a` rounds per call: [max_tokens, widest]
  * activations (a weight gradient rounds two of them). */
-static int64_t mm_elems(const df_acts *a)
-{
-    const df_model_config *c = &a->cfg;
-    int64_t H = c->hidden_size, I = c->intermediate_size;
-    int64_t widest = I > H ? I : H, qd = df_acts_qd(a);
-    widest = qd > widest ? qd : widest;
-    return a->max_tokens * widest;
-}
+static int64_t mm_elems(const df_acts *a) { return df_mm_elems_for(&a->cfg, a->max_tokens); }
 
 int df_acts_set_bf16_matmul(df_acts *a, bool on)
 {
@@ -341,7 +334,7 @@ int df_acts_bytes(const df_backend *be, const df_model_config *cfg, int64_t max_
     alloc_buffers(a, &fail);
     /* mixed precision: the bf16 weights df_acts_load_weights makes and the two operand
      * scratches of the bf16 matmuls */
-    *bytes = a->bytes + ((flags & DF_ACTS_BF16) ? df_weights16_bytes_for(cfg, DF_W16_LM_HEAD) + 2 * mm_elems(a) * 2 : 0);
+    *bytes = a->bytes + ((flags & DF_ACTS_BF16) ? df_weights16_bytes_for(cfg, DF_W16_LM_HEAD) + df_mm_ctx_bytes(mm_elems(a)) : 0);
     free(a); /* a dry run holds no buffer */
     return DF_OK;
 }
@@ -349,7 +342,7 @@ int df_acts_bytes(const df_backend *be, const df_model_config *cfg, int64_t max_
 int64_t df_acts_size(const df_acts *a)
 {
     const int64_t w16 = a->w16 && !a->w16_shared ? df_weights16_bytes(a->w16) : 0;
-    return a->bytes + (a->mm ? w16 + 2 * mm_elems(a) * 2 : 0);
+    return a->bytes + (a->mm ? w16 + df_mm_ctx_bytes(mm_elems(a)) : 0);
 }
 
 int df_acts_load_weights(df_acts *a, const df_model *m)

@@ -81,6 +81,8 @@ typedef struct df_mm_ctx df_mm_ctx;
  */
 int df_mm_ctx_create(int64_t max_elems, df_mm_ctx **out);
 void df_mm_ctx_free(df_mm_ctx *c);
+/** Bytes df_mm_ctx_create(max_elems) allocates: its two bf16 operand buffers. */
+int64_t df_mm_ctx_bytes(int64_t max_elems);
 /** Calls served by float32 sgemm because a primitive could not be created or run. */
 int64_t df_mm_ctx_fallbacks(const df_mm_ctx *c);
 /** dst[n] = src rounded to bfloat16 (nearest even; NaN stays NaN). */
@@ -133,6 +135,9 @@ df_backend df_backend_cpu_bf16(df_mm_ctx **mm);
 int64_t df_model_release_layer_matmuls(df_model *m);
 /** Bytes df_weights16_create_ex allocates for cfg and flags (model.h; cfg valid). */
 int64_t df_weights16_bytes_for(const df_model_config *cfg, unsigned flags);
+/** Elements of the widest matmul input of `rows` rows of a cfg decoder (max(hidden, intermediate,
+ *  heads x head_dim) per row): the max_elems of a df_mm_ctx serving those rows. */
+int64_t df_mm_elems_for(const df_model_config *cfg, int64_t rows);
 
 /* ---- embedding ------------------------------------------------------------ */
 

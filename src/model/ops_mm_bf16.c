@@ -412,6 +412,8 @@ int64_t df_mm_ctx_created(const df_mm_ctx *c)
     return c ? __atomic_load_n(&c->created, __ATOMIC_RELAXED) : 0;
 }
 
+int64_t df_mm_ctx_bytes(int64_t max_elems) { return 2 * max_elems * (int64_t)sizeof(uint16_t); }
+
 int64_t df_mm_ctx_fallbacks(const df_mm_ctx *c) { return c ? c->fallbacks : 0; }
 
 void df_mm_ctx_free(df_mm_ctx *c)

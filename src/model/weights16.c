@@ -44,6 +44,13 @@ int64_t df_weights16_bytes_for(const df_model_config *cfg, unsigned flags)
     return (cfg->num_hidden_layers * layer_elems(cfg) + head) * (int64_t)sizeof(uint16_t);
 }
 
+int64_t df_mm_elems_for(const df_model_config *cfg, int64_t rows)
+{
+    int64_t w = cfg->hidden_size > cfg->intermediate_size ? cfg->hidden_size : cfg->intermediate_size;
+    const int64_t qd = cfg->num_attention_heads * cfg->head_dim;
+    return rows * (qd > w ? qd : w);
+}
+
 int df_weights16_create(const df_model_config *cfg, df_weights16 **out)
 {
     return df_weights16_create_ex(cfg, DF_W16_LM_HEAD, out);
