@@ -10,6 +10,10 @@
  * continues it to the same bytes; resume_mode=disable starts afresh beside a checkpoint; a
  * checkpoint of another dataset size is refused; trainer.max_ckpt_to_keep prunes; checkpoint contents without model, optimizer and
  * extra are refused, and a run killed before its first step or refused leaves no output directory.
+ * model.fsdp_config.mixed_precision.param_dtype (default bf16, as verl's SFT trainer) reaches the
+ * matmuls: where this CPU has native bf16 kernels the default and a forced fp32 run train different
+ * weights and the banners say which dtype ran; elsewhere the default gives one notice and the same
+ * float32 weights.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -156,6 +160,48 @@ static void test_sft_nothing_left(void **state)
     assert_false(df_dir_exists(p));
 }
 
+/* The global_step_2 model of dir/<out>: its bytes and size. */
+static char *step2_model(const char *out, size_t *len)
+{
+    char p[1024];
+    at(p, sizeof p, out, "global_step_2/model.safetensors");
+    char *bytes = NULL;
+    assert_int_equal(df_read_file(p, &bytes, len), 0);
+    return bytes;
+}
+
+static bool log_has(const char *out, const char *text)
+{
+    char p[1024];
+    snprintf(p, sizeof p, "%s/%s.log", dir, out);
+    char *log = df_cli_log(p);
+    bool found = strstr(log, text) != NULL;
+    free(log);
+    return found;
+}
+
+static void test_sft_precision(void **state)
+{
+    (void)state;
+    const char *f32[] = {"trainer.total_training_steps=2",
+                         "model.fsdp_config.mixed_precision.param_dtype=fp32"};
+    expect(sft("prec_f32", NULL, NULL, f32, 2), DF_CLI_OK, "prec_f32", "param_dtype=fp32");
+    expect(sft("prec_def", NULL, NULL, f32, 1), DF_CLI_OK, "prec_def", "the default param_dtype");
+    assert_true(log_has("prec_f32", "matmuls in float32"));
+    size_t na, nb;
+    char *a = step2_model("prec_f32", &na), *b = step2_model("prec_def", &nb);
+    bool same = na == nb && !memcmp(a, b, na);
+    if (df_model_bf16_available() == DF_OK) {
+        assert_true(log_has("prec_def", "matmuls in bf16 with float32 accumulation"));
+        assert_false(same);
+    } else {
+        assert_true(log_has("prec_def", "notice: model.fsdp_config.mixed_precision.param_dtype=bf16"));
+        assert_true(same);
+    }
+    free(a);
+    free(b);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -192,6 +238,7 @@ int main(void)
         cmocka_unit_test(test_sft_kills),
         cmocka_unit_test(test_sft_resume_modes),
         cmocka_unit_test(test_sft_nothing_left),
+        cmocka_unit_test(test_sft_precision),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

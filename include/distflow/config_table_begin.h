@@ -62,3 +62,8 @@
 #define DFK_I0(k, d, lo, hi, h) DF_CFG_KEY(k, k, #k, DF_CFG_INT, int64_t, 0, d, lo, hi, 0, NULL, NULL, h)
 #define DFK_B0(k, d, h) DF_CFG_KEY(k, k, #k, DF_CFG_BOOL, bool, 0, d, -DFK_INF, DFK_INF, 0, NULL, NULL, h)
 #define DFK_M0(k, d, h) DF_CFG_KEY(k, k, #k, DF_CFG_MAP, const char *, 1, d, -DFK_INF, DFK_INF, 0, NULL, NULL, h)
+/* fsdp_config dtypes (verl's PrecisionType names): what distflow computes / stores in, and the
+ * help of every role's mixed_precision.param_dtype (train's actor, ref, critic; sft's model) */
+#define DFK_MP_PARAM "bf16|bfloat16|fp32|float32"
+#define DFK_MP_PARAM_HELP \
+    "compute dtype of the decoder's matmuls (verl's FSDP MixedPrecision, default bf16): bf16 multiplies bfloat16 operands with float32 accumulation from a bf16 copy of the weights refreshed once per optimizer step (the layers' projections and the LM head's logits); norms, attention, log-softmax, log-probs, losses and reductions stay float32 (docs/mixed_precision.md). Where the CPU has no native bf16 kernels (AMX / AVX512-BF16) one notice says so and float32 is used"

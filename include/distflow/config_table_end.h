@@ -32,3 +32,5 @@
 #undef DFK_I0
 #undef DFK_B0
 #undef DFK_M0
+#undef DFK_MP_PARAM
+#undef DFK_MP_PARAM_HELP

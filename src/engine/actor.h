@@ -115,6 +115,8 @@ int df_actor_set_backend(df_actor *a, const df_backend *be);
 df_model *df_actor_model(df_actor *a);
 /** Training steps taken so far (the lr schedule's step: one per update call, as verl). */
 int64_t df_actor_step_count(const df_actor *a);
+/** Whether the actor's matmuls run in bf16 (df_actor_params.bf16 as the machine allowed it). */
+bool df_actor_bf16(const df_actor *a);
 /** Save / restore a trainable actor's training state: weights, AdamW moments and step, lr schedule
  *  position (df_train_core_save_state / _load_state at `path`, errors as those). */
 int df_actor_save_state(const df_actor *a, const char *path);

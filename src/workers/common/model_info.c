@@ -16,7 +16,8 @@ static void count_text(int64_t n, char *out, size_t cap)
         snprintf(out, cap, "%.1fK", (double)n / 1e3);
 }
 
-void df_print_model_info(FILE *f, const char *dir, const df_model *m, const char *tok_dir, const df_tokenizer *tok)
+void df_print_model_info(FILE *f, const char *dir, const df_model *m, bool bf16, const char *tok_dir,
+                         const df_tokenizer *tok)
 {
     const df_model_config *c = &m->cfg;
     char n[32];
@@ -31,9 +32,10 @@ void df_print_model_info(FILE *f, const char *dir, const df_model *m, const char
             c->rope_type != DF_ROPE_DEFAULT ? ", llama3 RoPE scaling" : "",
             c->sliding_window > 0 ? ", sliding-window attention" : "");
     /* weights, gradients and the two AdamW moments: 4 float32 numbers a parameter */
-    fprintf(f, "  dtype: %s files (config.json torch_dtype, kept on save); computed in float32: weights, "
-               "gradients and AdamW moments take %.2f GiB\n",
-            df_dtype_torch_name(c->torch_dtype), (double)m->n_params * 16 / (1 << 30));
+    fprintf(f, "  dtype: %s files (config.json torch_dtype, kept on save); float32 master weights, "
+               "gradients and AdamW moments take %.2f GiB; matmuls in %s\n",
+            df_dtype_torch_name(c->torch_dtype), (double)m->n_params * 16 / (1 << 30),
+            bf16 ? "bf16 with float32 accumulation (mixed precision)" : "float32");
     if (tok)
         fprintf(f, "tokenizer: %s (%lld tokens)\n", tok_dir, (long long)df_tokenizer_vocab_size(tok));
 }

@@ -5,6 +5,7 @@
 #include "distflow/model.h"
 #include "distflow/tokenizer.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -13,8 +14,9 @@
  * Two lines into f: `model: <dir>: <Architecture>, <N> parameters (layers, hidden, attention and KV
  * heads, head_dim, vocab, tied embeddings, q/k/v bias)`, then the dtypes (the files' torch_dtype;
  * float32 weights, gradients and AdamW moments, and their 16 bytes a parameter); then, when tok is
- * not NULL, `tokenizer: <tok_dir> (<V> tokens)`.
+ * not NULL, `tokenizer: <tok_dir> (<V> tokens)`. `bf16`: the matmuls run in mixed precision.
  */
-void df_print_model_info(FILE *f, const char *dir, const df_model *m, const char *tok_dir, const df_tokenizer *tok);
+void df_print_model_info(FILE *f, const char *dir, const df_model *m, bool bf16, const char *tok_dir,
+                         const df_tokenizer *tok);
 
 #endif

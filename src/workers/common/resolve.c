@@ -10,6 +10,7 @@
  * from the double keys, int64 step counts), so the numbers are the same bits.
  */
 #include "workers/worker_internal.h"
+#include "workers/common/precision.h"
 
 #include "distflow/algo_desc.h"
 
@@ -83,23 +84,10 @@ void df_worker_critic_loss(const df_train_config *t, df_critic_loss *l)
     l->loss_agg_norm_length = t->data.max_response_length;
 }
 
-/*
- * Whether a role computes in bf16: its fsdp_config.mixed_precision.param_dtype (`key`, value `dtype`)
- * asks for it and this machine has native bf16 matmuls. Where it has none, float32 is used and
- * rank 0 says so once per process, naming the first key that asked.
- */
+/* compute_bf16: the role's param_dtype, a notice from rank 0 where the machine has no bf16 kernels. */
 static bool compute_bf16(const df_dag_worker *w, const char *key, const char *dtype)
 {
-    static bool noticed;
-    if (strcmp(dtype, "bf16") && strcmp(dtype, "bfloat16"))
-        return false;
-    if (df_model_bf16_available() == DF_OK)
-        return true;
-    if (!noticed && w->rank == 0)
-        fprintf(stderr, "[distflow] notice: %s=%s asks for bf16 matmuls, but %s; computing in float32 "
-                "(set it to fp32 to silence this)\n", key, dtype, df_last_error());
-    noticed = true;
-    return false;
+    return df_role_compute_bf16(key, dtype, w->rank == 0);
 }
 
 /* The micro-batch limits of a forward-only log-prob pass: by token budget, or rows (default: the update's). */

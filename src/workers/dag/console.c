@@ -138,7 +138,8 @@ void df_console_banner(const df_dag_worker *w)
         df_clear_error(); /* a console that cannot be written is no reason to stop training */
     else if (n == 0)
         printf("  (none: every key has its default)\n");
-    df_print_model_info(stdout, w->model_dir, df_actor_model(w->actor.model), w->tokenizer_dir, w->tok);
+    df_print_model_info(stdout, w->model_dir, df_actor_model(w->actor.model), df_actor_bf16(w->actor.model),
+                        w->tokenizer_dir, w->tok);
     banner_data(w);
     banner_world(w);
     banner_rollout(w);

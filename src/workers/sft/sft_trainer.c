@@ -15,6 +15,7 @@
 #include "util/timeutil.h"
 #include "workers/common/ckpt_files.h"
 #include "workers/common/model_info.h"
+#include "workers/common/precision.h"
 #include "workers/common/prompts.h"
 #include "workers/common/run_log.h"
 #include "workers/sft/sft_checkpoint.h"
@@ -214,6 +215,8 @@ static void actor_params(const sft_run *s, df_actor_params *p)
     p->logprob_micro_batch_size = p->micro_batch_size;
     p->temperature = 1.0f;
     p->gradient_checkpointing = s->t.model.enable_gradient_checkpointing;
+    p->bf16 = df_role_compute_bf16("model.fsdp_config.mixed_precision.param_dtype",
+                                   s->t.model.fsdp_config.mixed_precision.param_dtype, true);
 }
 
 /* Token-mean NLL of the validation responses (verl's val/loss). */
@@ -386,7 +389,7 @@ int df_sft_run(const df_config *cfg)
                                                         .experiment = t->trainer.experiment_name, .print = true});
     if (!rc) {
         printf("== distflow %s sft\n", df_version());
-        df_print_model_info(stdout, s.model_dir, df_actor_model(s.actor), NULL, NULL);
+        df_print_model_info(stdout, s.model_dir, df_actor_model(s.actor), df_actor_bf16(s.actor), NULL, NULL);
         printf("data: %lld examples, %lld steps of %lld; outputs: %s/ (global_step_<N>, metrics.jsonl)\n",
                (long long)df_dataset_size(s.train.ds), (long long)s.total_steps,
                (long long)t->data.train_batch_size, s.out_dir);
