@@ -498,7 +498,8 @@ static jj_node *parse_for(parser *P, const jj_tok *t)
     n->a = parse_or(P); /* not parse_expr: a trailing `if` filters the loop */
     if (accept_name(P, "if"))
         n->b = parse_or(P);
-    accept_name(P, "recursive");
+    if (is_name(peek(P), "recursive"))
+        jj_fail(P->c, peek(P)->line, peek(P)->col, "recursive loops are not supported");
     end_block(P);
     static const char *const stops[] = {"else", "endfor", NULL};
     parse_body(P, &n->body, stops, t, "for");
