@@ -75,6 +75,8 @@ static void test_expressions(void **state)
         {"{{ 1 + 2 * 3 }}|{{ (1 + 2) * 3 }}|{{ 7 // 2 }}|{{ -7 // 2 }}|{{ 7 % 3 }}|{{ -7 % 3 }}|{{ 2 ** 10 }}", NULL,
          "7|9|3|-4|1|2|1024"},
         {"{{ 7 / 2 }}|{{ 1 + 0.5 }}|{{ 'ab' * 2 }}|{{ [1] + [2] }}", NULL, "3.5|1.5|abab|[1, 2]"},
+        {"{{ 2 ** 62 }}|{{ (-1) ** 63 }}|{{ 0 ** 0 }}|{{ -9223372036854775807 - 1 }}", NULL,
+         "4611686018427387904|-1|1|-9223372036854775808"},
         {"{{ 'a' ~ 1 ~ none ~ undefined_thing }}", NULL, "a1None"},
         {"{{ 1 < 2 }}|{{ 'b' > 'a' }}|{{ 1 == 1.0 }}|{{ 1 != 2 }}|{{ [1, 2] == [1, 2] }}", NULL, "True|True|True|True|True"},
         {"{{ 'ell' in 'hello' }}|{{ 3 in [1, 2] }}|{{ 'k' in d }}|{{ 'z' not in d }}", "{\"d\": {\"k\": 1}}",
@@ -232,6 +234,9 @@ static void test_syntax_errors(void **state)
         {"{% endfor %}", NULL, "tmpl:1:4: unexpected 'endfor' outside of any block", DF_EINVAL},
         {"{{ x ? 1 }}", NULL, "tmpl:1:6: unexpected character '?'", DF_EINVAL},
         {"{% for x %}{% endfor %}", NULL, "tmpl:1:10: expected 'in', got '%}'", DF_EINVAL},
+        {"{{ 99999999999999999999 }}", NULL, "tmpl:1:4: integer literal 99999999999999999999 does not fit in 64 bits",
+         DF_EINVAL},
+        {"{% for x in xs recursive %}{% endfor %}", NULL, "tmpl:1:16: recursive loops are not supported", DF_EINVAL},
     };
     check_errors(c, sizeof c / sizeof c[0]);
 }
@@ -247,6 +252,10 @@ static void test_runtime_errors(void **state)
         {"{{ x is nosuchtest }}", NULL, "unknown test 'nosuchtest'", DF_EINVAL},
         {"{% set x = 1 %}{% set x.a = 2 %}", NULL, "cannot assign attribute on non-namespace object 'x'", DF_EINVAL},
         {"{{ 1 // 0 }}", NULL, "division by zero", DF_EINVAL},
+        {"{{ 9223372036854775807 + 1 }}", NULL, "tmpl:1:24: integer overflow in '+' (integers are 64-bit)", DF_EINVAL},
+        {"{{ 3 ** 40 }}", NULL, "integer overflow in '**'", DF_EINVAL},
+        {"{% for i in range(-9223372036854775807, 9223372036854775807) %}{% endfor %}", NULL,
+         "range of more than 10000000 items", DF_EINVAL},
         {"{{ 5() }}", NULL, "'int' object is not callable", DF_EINVAL},
         {"{% set l = [] %}{% set _ = l.append(1) %}", NULL, "tmpl:1:29: access to attribute 'append' of 'list' object is unsafe",
          DF_EINVAL},
@@ -266,6 +275,13 @@ static void test_limits_and_clock(void **state)
                      DF_EINVAL);
     assert_null(out);
     assert_non_null(strstr(df_last_error(), "exceeds 1000 bytes (max_output)"));
+    /* exactly at the limit is fine, one byte more is not (the check is on every append) */
+    o = (df_jinja_options){.max_output = 1024};
+    assert_int_equal(df_jinja_render_string("{% for i in range(256) %}abcd{% endfor %}", "t", NULL, &o, &out), 0);
+    assert_int_equal(strlen(out), 1024);
+    free(out);
+    assert_int_equal(df_jinja_render_string("{% for i in range(256) %}abcd{% endfor %}!", "t", NULL, &o, &out), DF_EINVAL);
+    assert_null(out);
     o = (df_jinja_options){.max_memory = 1 << 20};
     assert_int_equal(df_jinja_render_string("{% set ns = namespace(s='x') %}{% for i in range(100000) %}"
                                             "{% set ns.s = ns.s ~ 'abcdefgh' %}{% endfor %}",

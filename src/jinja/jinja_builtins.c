@@ -262,9 +262,12 @@ static jj_val g_range(jj_eval *e, jj_val self, const jj_args *a)
     }
     if (v[2] == 0)
         jj_rt_fail(e, a->at, "range() arg 3 must not be zero");
-    int64_t n = v[2] > 0 ? (v[1] - v[0] + v[2] - 1) / v[2] : (v[0] - v[1] - v[2] - 1) / -v[2];
+    /* in 128 bits: the bounds may be anywhere in int64 */
+    __int128 span = v[2] > 0 ? (__int128)v[1] - v[0] + v[2] - 1 : (__int128)v[0] - v[1] - v[2] - 1;
+    __int128 n128 = span / (v[2] > 0 ? (__int128)v[2] : -(__int128)v[2]);
+    int64_t n = n128 > 10000001 ? 10000001 : (int64_t)n128;
     if (n > 10000000)
-        jj_rt_fail(e, a->at, "range of %lld items is too large", (long long)n);
+        jj_rt_fail(e, a->at, "range of more than 10000000 items");
     jj_val out = jj_list_new(e->c, n > 0 ? (size_t)n : 0);
     for (int64_t i = 0; i < n; i++)
         jj_list_push(e->c, out.l, jj_int(v[0] + i * v[2]));

@@ -197,6 +197,25 @@ static jj_val repeat(jj_eval *e, jj_val seq, int64_t k)
     return out;
 }
 
+/* Integers are 64-bit (Python's are unbounded): an overflow is an error, never a wrap. */
+_Noreturn static void overflow(jj_eval *e, const jj_node *n, const char *op)
+{
+    jj_rt_fail(e, n, "integer overflow in '%s' (integers are 64-bit)", op);
+}
+
+static int64_t ipow(jj_eval *e, const jj_node *n, int64_t x, int64_t y)
+{
+    if (x == 0 || x == 1 || y == 0)
+        return y == 0 ? 1 : x;
+    if (x == -1)
+        return y % 2 ? -1 : 1;
+    int64_t r = 1;
+    for (; y > 0; y--) /* |x| >= 2: overflows within 64 steps */
+        if (__builtin_mul_overflow(r, x, &r))
+            overflow(e, n, "**");
+    return r;
+}
+
 static jj_val arith(jj_eval *e, const jj_node *n, const char *op, jj_val a, jj_val b)
 {
     if (op[0] == '~') /* str() of an undefined value is "" */
@@ -220,20 +239,30 @@ static jj_val arith(jj_eval *e, const jj_node *n, const char *op, jj_val a, jj_v
     if (!is_num(a) || !is_num(b))
         jj_rt_fail(e, n, "unsupported operand type(s) for %s: '%s' and '%s'", op, jj_type_name(a), jj_type_name(b));
     bool ints = a.t != JT_FLOAT && b.t != JT_FLOAT;
-    int64_t x = inum(a), y = inum(b);
+    int64_t x = inum(a), y = inum(b), r = 0;
     double fx = num(a), fy = num(b);
     switch (op[0]) {
-    case '+': return ints ? jj_int(x + y) : jj_float(fx + fy);
-    case '-': return ints ? jj_int(x - y) : jj_float(fx - fy);
+    case '+':
+        if (ints && __builtin_add_overflow(x, y, &r))
+            overflow(e, n, op);
+        return ints ? jj_int(r) : jj_float(fx + fy);
+    case '-':
+        if (ints && __builtin_sub_overflow(x, y, &r))
+            overflow(e, n, op);
+        return ints ? jj_int(r) : jj_float(fx - fy);
     case '*':
         if (op[1]) /* ** */
-            return ints && y >= 0 ? jj_int((int64_t)llround(pow((double)x, (double)y))) : jj_float(pow(fx, fy));
-        return ints ? jj_int(x * y) : jj_float(fx * fy);
+            return ints && y >= 0 ? jj_int(ipow(e, n, x, y)) : jj_float(pow(fx, fy));
+        if (ints && __builtin_mul_overflow(x, y, &r))
+            overflow(e, n, op);
+        return ints ? jj_int(r) : jj_float(fx * fy);
     case '/':
         if (ints ? y == 0 : fy == 0.0)
             jj_rt_fail(e, n, "division by zero");
         if (!op[1])
             return jj_float(fx / fy);
+        if (ints && x == INT64_MIN && y == -1)
+            overflow(e, n, op);
         if (ints) /* Python floors */
             return jj_int(x / y - ((x % y != 0) && ((x < 0) != (y < 0))));
         return jj_float(floor(fx / fy));
@@ -241,12 +270,14 @@ static jj_val arith(jj_eval *e, const jj_node *n, const char *op, jj_val a, jj_v
         if (ints ? y == 0 : fy == 0.0)
             jj_rt_fail(e, n, "modulo by zero");
         if (ints) {
-            int64_t r = x % y;
+            if (y == -1)
+                return jj_int(0);
+            r = x % y;
             return jj_int(r != 0 && ((r < 0) != (y < 0)) ? r + y : r);
         }
         {
-            double r = fmod(fx, fy);
-            return jj_float(r != 0 && ((r < 0) != (fy < 0)) ? r + fy : r);
+            double m = fmod(fx, fy);
+            return jj_float(m != 0 && ((m < 0) != (fy < 0)) ? m + fy : m);
         }
     }
     jj_rt_fail(e, n, "unknown operator %s", op);
@@ -328,6 +359,8 @@ jj_val jj_expr(jj_eval *e, jj_scope *s, const jj_node *n)
             jj_rt_fail(e, n, "bad operand type for unary %c: '%s'", n->kind == E_NEG ? '-' : '+', jj_type_name(v));
         if (n->kind == E_POS)
             return v.t == JT_BOOL ? jj_int(v.b) : v;
+        if (v.t != JT_FLOAT && inum(v) == INT64_MIN)
+            overflow(e, n, "-");
         return v.t == JT_FLOAT ? jj_float(-v.f) : jj_int(-inum(v));
     }
     case E_NOT: return jj_bool(!jj_truthy(jj_expr(e, s, n->a)));

@@ -383,6 +383,8 @@ jj_val jj_filter(jj_eval *e, jj_scope *s, const jj_node *at, const char *name, j
     if (IS("int") || IS("float"))
         return to_number(e, v, a, IS("int"));
     if (IS("abs")) {
+        if (v.t == JT_INT && v.i == INT64_MIN)
+            jj_rt_fail(e, at, "integer overflow in abs (integers are 64-bit)");
         if (v.t == JT_INT || v.t == JT_BOOL)
             return jj_int(llabs(v.t == JT_INT ? v.i : v.b));
         if (v.t == JT_FLOAT)

@@ -10,6 +10,7 @@
  */
 #include "jinja/jinja_internal.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -184,8 +185,12 @@ static void lex_number(lexer *L, int line, int col)
     jj_tok *t = push(L, is_float ? TK_FLOAT : TK_INT, line, col);
     if (is_float)
         t->f = strtod(txt, NULL);
-    else
+    else {
+        errno = 0;
         t->i = strtoll(txt, NULL, 10);
+        if (errno == ERANGE)
+            jj_fail(L->c, line, col, "integer literal %s does not fit in 64 bits", txt);
+    }
     t->s = txt;
     advance(L, p - a);
 }

@@ -90,14 +90,14 @@ void jj_arena_free(jj_ctx *c)
 
 static void reserve(jj_buf *b, size_t extra)
 {
+    if (b->heap && b->limit > 0 && (int64_t)(b->n + extra) > b->limit) /* on every append, not on growth */
+        jj_fail(b->c, 0, 0, "the output exceeds %lld bytes (max_output)", (long long)b->limit);
     if (b->n + extra + 1 <= b->cap)
         return;
     size_t cap = b->cap ? b->cap * 2 : 64;
     while (cap < b->n + extra + 1)
         cap *= 2;
     if (b->heap) {
-        if (b->limit > 0 && (int64_t)(b->n + extra) > b->limit)
-            jj_fail(b->c, 0, 0, "the output exceeds %lld bytes (max_output)", (long long)b->limit);
         char *s = realloc(b->s, cap);
         if (!s) {
             df_error(DF_ENOMEM, "%s: out of memory", b->c->name ? b->c->name : "template");
