@@ -82,7 +82,8 @@ static const char *divergent_error(const char *tmpl, const char *name)
 }
 
 /* One case; returns 1 when it matched the oracle (or the documented divergence). */
-static int check_case(const df_jinja_template *t, const char *src, const char *tmpl, const char *name, json_t *c)
+static int check_case(const df_jinja_template *t, const char *src, const char *tmpl, const char *name,
+                      json_t *c)
 {
     char *ctx = json_dumps(json_object_get(c, "context"), JSON_COMPACT);
     char *out = NULL;
@@ -99,8 +100,9 @@ static int check_case(const df_jinja_template *t, const char *src, const char *t
     else /* the oracle raised: so must we, with the template's message when it is its own */
         ok = rc == DF_EINVAL && (!strstr(src, err) || strstr(df_last_error(), err) != NULL);
     if (!ok)
-        print_error("%s / %s: rc %d (%s)\n--- want%s:\n%s\n--- got:\n%s\n", tmpl, name, rc, rc ? df_last_error() : "",
-                    want ? "" : " an error", want ? want : (div ? div : err), out ? out : "");
+        print_error("%s / %s: rc %d (%s)\n--- want%s:\n%s\n--- got:\n%s\n", tmpl, name, rc,
+                    rc ? df_last_error() : "", want ? "" : " an error", want ? want : (div ? div : err),
+                    out ? out : "");
     free(out);
     return ok;
 }
@@ -115,11 +117,13 @@ static void test_parity_with_huggingface_jinja(void **state)
     int compared = 0, failed = 0, texts = 0;
     size_t i;
     json_t *ts;
-    json_array_foreach(templates, i, ts) {
+    json_array_foreach(templates, i, ts)
+    {
         const char *name = json_string_value(json_object_get(ts, "name"));
         char *src = template_text(ts);
         if (!src) { /* only the shared Qwen2.5 config can be missing */
-            print_message("skipping %s: %s not found\n", name, json_string_value(json_object_get(ts, "shared")));
+            print_message("skipping %s: %s not found\n", name,
+                          json_string_value(json_object_get(ts, "shared")));
             continue;
         }
         char path[1024];
@@ -134,7 +138,8 @@ static void test_parity_with_huggingface_jinja(void **state)
         }
         const char *cname;
         json_t *c;
-        json_object_foreach(cases, cname, c) {
+        json_object_foreach(cases, cname, c)
+        {
             int ok = check_case(t, src, name, cname, c);
             failed += !ok;
             compared++;
@@ -147,6 +152,40 @@ static void test_parity_with_huggingface_jinja(void **state)
     print_message("%d cases compared (%d rendered texts), %d differ\n", compared, texts, failed);
     assert_int_equal(failed, 0);
     assert_true(compared >= 6 * (int)n_cases);
+    json_decref(spec);
+}
+
+/*
+ * Llama 3.2 dates its system header with strftime_now("%d %b %Y") when no date_string is given
+ * (the goldens pass one, so they do not depend on the day): the clock of df_jinja_options.
+ */
+static void test_llama32_strftime_now(void **state)
+{
+    (void)state;
+    json_t *spec = load_json(GOLDEN "/conversations.json");
+    json_t *t = NULL, *ts;
+    size_t i;
+    json_array_foreach(json_object_get(spec, "templates"), i,
+                       ts) if (!strcmp(json_string_value(json_object_get(ts, "name")), "llama3.2")) t = ts;
+    assert_non_null(t);
+    char *src = template_text(t);
+    df_jinja_template *tp;
+    assert_int_equal(df_jinja_parse(src, "llama3.2", &tp), 0);
+    setenv("TZ", "UTC", 1);
+    df_jinja_options o = {.now = 1741089600}; /* 2025-03-04 12:00 UTC */
+    char *out;
+    assert_int_equal(df_jinja_render(tp,
+                                     "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], "
+                                     "\"bos_token\": \"<|begin_of_text|>\", \"add_generation_prompt\": true}",
+                                     &o, &out),
+                     0);
+    assert_string_equal(out, "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
+                             "Cutting Knowledge Date: December 2023\nToday Date: 04 Mar 2025\n\n<|eot_id|>"
+                             "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                             "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    free(out);
+    df_jinja_free(tp);
+    free(src);
     json_decref(spec);
 }
 
@@ -163,7 +202,8 @@ static void test_tokenizer_apply_matches_golden(void **state)
     const char *cname;
     json_t *c;
     int n = 0;
-    json_object_foreach(json_object_get(golden, "cases"), cname, c) {
+    json_object_foreach(json_object_get(golden, "cases"), cname, c)
+    {
         json_t *ctx = json_object_get(c, "context");
         char *msgs = json_dumps(json_object_get(ctx, "messages"), JSON_COMPACT);
         json_t *tools = json_object_get(ctx, "tools");
@@ -171,8 +211,8 @@ static void test_tokenizer_apply_matches_golden(void **state)
         json_t *extra = json_pack("{s:O}", "date_string", json_object_get(ctx, "date_string"));
         char *ex = json_dumps(extra, JSON_COMPACT);
         char *out = NULL;
-        int rc = df_tokenizer_apply_chat_template_json(tok, msgs, tl, json_is_true(json_object_get(ctx, "add_generation_prompt")),
-                                                       ex, &out);
+        int rc = df_tokenizer_apply_chat_template_json(
+            tok, msgs, tl, json_is_true(json_object_get(ctx, "add_generation_prompt")), ex, &out);
         if (rc != 0 || strcmp(out, json_string_value(json_object_get(c, "text"))) != 0) {
             print_error("%s: rc %d %s\n%s\n", cname, rc, rc ? df_last_error() : "", out ? out : "");
             fail();
@@ -193,6 +233,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parity_with_huggingface_jinja),
+        cmocka_unit_test(test_llama32_strftime_now),
         cmocka_unit_test(test_tokenizer_apply_matches_golden),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

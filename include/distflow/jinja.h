@@ -63,8 +63,8 @@ DF_API void df_jinja_free(df_jinja_template *t);
  * ("<name>:<line>:<column>: <problem>"), `raise_exception(msg)` (the message
  * is "<name>: raise_exception: <msg>"), or a limit of opts exceeded; DF_ENOMEM.
  */
-DF_API int df_jinja_render(const df_jinja_template *t, const char *context_json,
-                           const df_jinja_options *opts, char **out);
+DF_API int df_jinja_render(const df_jinja_template *t, const char *context_json, const df_jinja_options *opts,
+                           char **out);
 
 /**
  * Parse `source` and render it once (df_jinja_parse then df_jinja_render).

@@ -1,4 +1,5 @@
-/* distflow tokenize --tokenizer DIR [--chat] [--messages FILE] [--tools FILE] [--extra JSON] [--render] [TEXT] */
+/* distflow tokenize --tokenizer DIR [--chat] [--messages FILE] [--tools FILE] [--extra JSON] [--render]
+ * [TEXT] */
 #include "cli/cli.h"
 
 #include "distflow/tokenizer.h"
@@ -46,8 +47,8 @@ static int read_arg_file(const char *path, const char *what, char **text)
 }
 
 /* The text to encode: TEXT, TEXT as a user message, or the --messages conversation. */
-static int render(const df_tokenizer *tok, bool chat, const char *text, const char *messages, const char *tools,
-                  const char *extra, bool gen_prompt, char **out)
+static int render(const df_tokenizer *tok, bool chat, const char *text, const char *messages,
+                  const char *tools, const char *extra, bool gen_prompt, char **out)
 {
     if (!messages && !chat) {
         *out = strdup(text);
@@ -75,10 +76,12 @@ int df_cmd_tokenize(int argc, char **argv)
     df_opt opts[] = {
         {"tokenizer", DF_OPT_STR, &dir, "tokenizer directory or tokenizer.json (required)", false},
         {"chat", DF_OPT_FLAG, &chat, "apply the chat template to TEXT as a user message", false},
-        {"messages", DF_OPT_STR, &messages, "a JSON array of messages to render instead of TEXT ('-': stdin)", false},
+        {"messages", DF_OPT_STR, &messages, "a JSON array of messages to render instead of TEXT ('-': stdin)",
+         false},
         {"tools", DF_OPT_STR, &tools, "with --messages: a JSON array of tool (function) schemas", false},
         {"extra", DF_OPT_STR, &extra, "with --messages: a JSON object of extra template variables", false},
-        {"no-generation-prompt", DF_OPT_FLAG, &no_gen, "do not append the assistant generation prompt", false},
+        {"no-generation-prompt", DF_OPT_FLAG, &no_gen, "do not append the assistant generation prompt",
+         false},
         {"render", DF_OPT_FLAG, &show, "print the rendered text instead of token ids", false},
         {"special", DF_OPT_FLAG, &special, "add the tokenizer's special tokens (e.g. Llama-3 BOS)", false},
         {0}};

@@ -2,8 +2,8 @@
  * Methods of values (Python's str / dict / list methods that chat templates
  * call: `content.split('</think>')`, `message.get('x')`, `d.items()`) and the
  * globals every render sees (methods that mutate, like list.append, are
- * refused as transformers' ImmutableSandboxedEnvironment refuses them): range, namespace, dict, raise_exception and
- * transformers' strftime_now.
+ * refused as transformers' ImmutableSandboxedEnvironment refuses them): range, namespace, dict,
+ * raise_exception and transformers' strftime_now.
  */
 #include "jinja/jinja_internal.h"
 
@@ -42,12 +42,31 @@ static jj_val m_rstrip(jj_eval *e, jj_val s, const jj_args *a)
 {
     return jj_strip(e, s, jj_arg(a, 0, "chars", jj_none), false, true);
 }
-static jj_val m_upper(jj_eval *e, jj_val s, const jj_args *a) { (void)a; return jj_case_map(e, s, 1); }
-static jj_val m_lower(jj_eval *e, jj_val s, const jj_args *a) { (void)a; return jj_case_map(e, s, 0); }
-static jj_val m_title(jj_eval *e, jj_val s, const jj_args *a) { (void)a; return jj_case_map(e, s, 2); }
-static jj_val m_capitalize(jj_eval *e, jj_val s, const jj_args *a) { (void)a; return jj_case_map(e, s, 3); }
+static jj_val m_upper(jj_eval *e, jj_val s, const jj_args *a)
+{
+    (void)a;
+    return jj_case_map(e, s, 1);
+}
+static jj_val m_lower(jj_eval *e, jj_val s, const jj_args *a)
+{
+    (void)a;
+    return jj_case_map(e, s, 0);
+}
+static jj_val m_title(jj_eval *e, jj_val s, const jj_args *a)
+{
+    (void)a;
+    return jj_case_map(e, s, 2);
+}
+static jj_val m_capitalize(jj_eval *e, jj_val s, const jj_args *a)
+{
+    (void)a;
+    return jj_case_map(e, s, 3);
+}
 
-static bool ws(char ch) { return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\f' || ch == '\v'; }
+static bool ws(char ch)
+{
+    return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\f' || ch == '\v';
+}
 
 static jj_val m_split(jj_eval *e, jj_val s, const jj_args *a)
 {
@@ -112,8 +131,14 @@ static jj_val starts_or_ends(jj_eval *e, jj_val s, const jj_args *a, bool start)
     return jj_bool(affix(s, x, start));
 }
 
-static jj_val m_startswith(jj_eval *e, jj_val s, const jj_args *a) { return starts_or_ends(e, s, a, true); }
-static jj_val m_endswith(jj_eval *e, jj_val s, const jj_args *a) { return starts_or_ends(e, s, a, false); }
+static jj_val m_startswith(jj_eval *e, jj_val s, const jj_args *a)
+{
+    return starts_or_ends(e, s, a, true);
+}
+static jj_val m_endswith(jj_eval *e, jj_val s, const jj_args *a)
+{
+    return starts_or_ends(e, s, a, false);
+}
 
 static jj_val m_replace(jj_eval *e, jj_val s, const jj_args *a)
 {
@@ -136,7 +161,8 @@ static jj_val m_count(jj_eval *e, jj_val s, const jj_args *a)
     if (x.s->n == 0)
         return jj_int((int64_t)jj_iter(e, a->at, s)->n + 1);
     int64_t n = 0;
-    for (const char *p = s.s->s, *end = p + s.s->n; (p = memmem(p, (size_t)(end - p), x.s->s, x.s->n)); p += x.s->n)
+    for (const char *p = s.s->s, *end = p + s.s->n; (p = memmem(p, (size_t)(end - p), x.s->s, x.s->n));
+         p += x.s->n)
         n++;
     return jj_int(n);
 }
@@ -212,7 +238,10 @@ static jj_val m_items(jj_eval *e, jj_val d, const jj_args *a)
     return out;
 }
 
-static jj_val m_keys(jj_eval *e, jj_val d, const jj_args *a) { return (jj_val){.t = JT_LIST, .l = jj_iter(e, a->at, d)}; }
+static jj_val m_keys(jj_eval *e, jj_val d, const jj_args *a)
+{
+    return (jj_val){.t = JT_LIST, .l = jj_iter(e, a->at, d)};
+}
 
 static jj_val m_values(jj_eval *e, jj_val d, const jj_args *a)
 {
@@ -230,12 +259,15 @@ typedef struct method {
 } method;
 
 static const method METHODS[] = {
-    {JT_STR, "strip", m_strip},       {JT_STR, "lstrip", m_lstrip},     {JT_STR, "rstrip", m_rstrip},
-    {JT_STR, "upper", m_upper},       {JT_STR, "lower", m_lower},       {JT_STR, "title", m_title},
-    {JT_STR, "capitalize", m_capitalize}, {JT_STR, "split", m_split}, {JT_STR, "startswith", m_startswith},
-    {JT_STR, "endswith", m_endswith}, {JT_STR, "replace", m_replace},   {JT_STR, "find", m_find},
-    {JT_STR, "count", m_count},       {JT_STR, "join", m_join},         {JT_STR, "format", m_format},
-    {JT_DICT, "get", m_get},          {JT_DICT, "items", m_items},      {JT_DICT, "keys", m_keys},
+    {JT_STR, "strip", m_strip},           {JT_STR, "lstrip", m_lstrip},
+    {JT_STR, "rstrip", m_rstrip},         {JT_STR, "upper", m_upper},
+    {JT_STR, "lower", m_lower},           {JT_STR, "title", m_title},
+    {JT_STR, "capitalize", m_capitalize}, {JT_STR, "split", m_split},
+    {JT_STR, "startswith", m_startswith}, {JT_STR, "endswith", m_endswith},
+    {JT_STR, "replace", m_replace},       {JT_STR, "find", m_find},
+    {JT_STR, "count", m_count},           {JT_STR, "join", m_join},
+    {JT_STR, "format", m_format},         {JT_DICT, "get", m_get},
+    {JT_DICT, "items", m_items},          {JT_DICT, "keys", m_keys},
     {JT_DICT, "values", m_values},
 };
 
@@ -257,7 +289,8 @@ static jj_val g_range(jj_eval *e, jj_val self, const jj_args *a)
         jj_rt_fail(e, a->at, "range expects 1 to 3 integer arguments, got %d", a->n);
     for (int i = 0; i < a->n; i++) {
         if (a->v[i].t != JT_INT && a->v[i].t != JT_BOOL)
-            jj_rt_fail(e, a->at, "range: '%s' object cannot be interpreted as an integer", jj_type_name(a->v[i]));
+            jj_rt_fail(e, a->at, "range: '%s' object cannot be interpreted as an integer",
+                       jj_type_name(a->v[i]));
         v[a->n == 1 ? 1 : i] = a->v[i].t == JT_INT ? a->v[i].i : a->v[i].b;
     }
     if (v[2] == 0)
@@ -290,8 +323,16 @@ static jj_val make_dict(jj_eval *e, const jj_args *a, bool ns)
     return d;
 }
 
-static jj_val g_namespace(jj_eval *e, jj_val self, const jj_args *a) { (void)self; return make_dict(e, a, true); }
-static jj_val g_dict(jj_eval *e, jj_val self, const jj_args *a) { (void)self; return make_dict(e, a, false); }
+static jj_val g_namespace(jj_eval *e, jj_val self, const jj_args *a)
+{
+    (void)self;
+    return make_dict(e, a, true);
+}
+static jj_val g_dict(jj_eval *e, jj_val self, const jj_args *a)
+{
+    (void)self;
+    return make_dict(e, a, false);
+}
 
 static jj_val g_raise(jj_eval *e, jj_val self, const jj_args *a)
 {
@@ -317,8 +358,11 @@ void jj_add_globals(jj_eval *e, jj_dict *g)
     static const struct {
         const char *name;
         jj_builtin fn;
-    } G[] = {{"range", g_range}, {"namespace", g_namespace}, {"dict", g_dict},
-             {"raise_exception", g_raise}, {"strftime_now", g_strftime_now}};
+    } G[] = {{"range", g_range},
+             {"namespace", g_namespace},
+             {"dict", g_dict},
+             {"raise_exception", g_raise},
+             {"strftime_now", g_strftime_now}};
     for (size_t i = 0; i < sizeof G / sizeof G[0]; i++)
         jj_dict_set(e->c, g, jj_cstr(e->c, G[i].name), mk_func(e, G[i].name, G[i].fn, jj_none));
 }

@@ -76,8 +76,8 @@ static jj_val get_attr(jj_eval *e, const jj_node *at, jj_val v, const char *name
     if ((v.t == JT_LIST && (!strcmp(name, "append") || !strcmp(name, "pop") || !strcmp(name, "extend") ||
                             !strcmp(name, "insert") || !strcmp(name, "remove") || !strcmp(name, "clear"))) ||
         (v.t == JT_DICT && (!strcmp(name, "update") || !strcmp(name, "pop") || !strcmp(name, "setdefault"))))
-        jj_rt_fail(e, at, "access to attribute '%s' of '%s' object is unsafe (the sandbox is immutable)", name,
-                   jj_type_name(v));
+        jj_rt_fail(e, at, "access to attribute '%s' of '%s' object is unsafe (the sandbox is immutable)",
+                   name, jj_type_name(v));
     if (v.t == JT_DICT) {
         jj_val *x = jj_dict_getc(v.d, name);
         if (x)
@@ -168,9 +168,18 @@ static void eval_args(jj_eval *e, jj_scope *s, const jj_node *n, jj_args *a, int
     a->n += extra;
 }
 
-static bool is_num(jj_val v) { return v.t == JT_INT || v.t == JT_FLOAT || v.t == JT_BOOL; }
-static double num(jj_val v) { return v.t == JT_FLOAT ? v.f : v.t == JT_INT ? (double)v.i : v.b; }
-static int64_t inum(jj_val v) { return v.t == JT_INT ? v.i : v.b; }
+static bool is_num(jj_val v)
+{
+    return v.t == JT_INT || v.t == JT_FLOAT || v.t == JT_BOOL;
+}
+static double num(jj_val v)
+{
+    return v.t == JT_FLOAT ? v.f : v.t == JT_INT ? (double)v.i : v.b;
+}
+static int64_t inum(jj_val v)
+{
+    return v.t == JT_INT ? v.i : v.b;
+}
 
 static jj_val concat(jj_eval *e, jj_val a, jj_val b)
 {
@@ -237,7 +246,8 @@ static jj_val arith(jj_eval *e, const jj_node *n, const char *op, jj_val a, jj_v
     if (op[0] == '*' && !op[1] && (b.t == JT_STR || b.t == JT_LIST) && (a.t == JT_INT || a.t == JT_BOOL))
         return repeat(e, b, inum(a));
     if (!is_num(a) || !is_num(b))
-        jj_rt_fail(e, n, "unsupported operand type(s) for %s: '%s' and '%s'", op, jj_type_name(a), jj_type_name(b));
+        jj_rt_fail(e, n, "unsupported operand type(s) for %s: '%s' and '%s'", op, jj_type_name(a),
+                   jj_type_name(b));
     bool ints = a.t != JT_FLOAT && b.t != JT_FLOAT;
     int64_t x = inum(a), y = inum(b), r = 0;
     double fx = num(a), fy = num(b);
@@ -356,7 +366,8 @@ jj_val jj_expr(jj_eval *e, jj_scope *s, const jj_node *n)
     case E_POS: {
         jj_val v = jj_expr(e, s, n->a);
         if (!is_num(v))
-            jj_rt_fail(e, n, "bad operand type for unary %c: '%s'", n->kind == E_NEG ? '-' : '+', jj_type_name(v));
+            jj_rt_fail(e, n, "bad operand type for unary %c: '%s'", n->kind == E_NEG ? '-' : '+',
+                       jj_type_name(v));
         if (n->kind == E_POS)
             return v.t == JT_BOOL ? jj_int(v.b) : v;
         if (v.t != JT_FLOAT && inum(v) == INT64_MIN)

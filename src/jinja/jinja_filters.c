@@ -33,7 +33,10 @@ static int64_t want_int(jj_eval *e, const jj_args *a, jj_val v, const char *what
     return v.i;
 }
 
-static bool is_space(char ch) { return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\f' || ch == '\v'; }
+static bool is_space(char ch)
+{
+    return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\f' || ch == '\v';
+}
 
 /* Python str.strip / lstrip / rstrip: whitespace, or the characters of `chars` */
 jj_val jj_strip(jj_eval *e, jj_val v, jj_val chars, bool left, bool right)
@@ -133,7 +136,8 @@ static jj_val f_tojson(jj_eval *e, jj_val v, const jj_args *a)
 {
     jj_val indent = jj_arg(a, 1, "indent", jj_none), ascii = jj_arg(a, 0, "ensure_ascii", jj_bool(false));
     jj_val sort = jj_arg(a, 3, "sort_keys", jj_bool(false));
-    /* transformers' signature: tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False) */
+    /* transformers' signature: tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
+     */
     if (jj_arg(a, 2, "separators", jj_none).t != JT_NONE)
         jj_rt_fail(e, a->at, "tojson: separators is not supported");
     int ind = indent.t == JT_INT ? (int)indent.i : 0;
@@ -251,7 +255,9 @@ static jj_val f_round(jj_eval *e, jj_val v, const jj_args *a)
     jj_val method = jj_arg(a, 1, "method", jj_undef);
     const char *m = method.t == JT_STR ? method.s->s : "common";
     double x = v.t == JT_FLOAT ? v.f : v.t == JT_INT ? (double)v.i : 0.0, k = pow(10.0, (double)prec);
-    double r = !strcmp(m, "ceil") ? ceil(x * k) / k : !strcmp(m, "floor") ? floor(x * k) / k : nearbyint(x * k) / k;
+    double r = !strcmp(m, "ceil")    ? ceil(x * k) / k
+               : !strcmp(m, "floor") ? floor(x * k) / k
+                                     : nearbyint(x * k) / k;
     return jj_float(r);
 }
 
@@ -422,7 +428,8 @@ jj_val jj_filter(jj_eval *e, jj_scope *s, const jj_node *at, const char *name, j
     if (IS("upper") || IS("lower") || IS("title") || IS("capitalize"))
         return jj_case_map(e, v, IS("lower") ? 0 : IS("upper") ? 1 : IS("title") ? 2 : 3);
     if (IS("replace")) {
-        jj_val old = jj_to_str(c, jj_arg(a, 0, "old", jj_undef)), nw = jj_to_str(c, jj_arg(a, 1, "new", jj_undef));
+        jj_val old = jj_to_str(c, jj_arg(a, 0, "old", jj_undef)),
+               nw = jj_to_str(c, jj_arg(a, 1, "new", jj_undef));
         jj_val cnt = jj_arg(a, 2, "count", jj_none);
         return jj_replace(e, v, old, nw, cnt.t == JT_INT ? cnt.i : -1);
     }

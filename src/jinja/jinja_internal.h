@@ -60,7 +60,15 @@ void jj_printf(jj_buf *b, const char *fmt, ...) DF_PRINTF(2, 3);
 /* ---- values -------------------------------------------------------------- */
 
 typedef enum jj_type {
-    JT_UNDEF, JT_NONE, JT_BOOL, JT_INT, JT_FLOAT, JT_STR, JT_LIST, JT_DICT, JT_FUNC
+    JT_UNDEF,
+    JT_NONE,
+    JT_BOOL,
+    JT_INT,
+    JT_FLOAT,
+    JT_STR,
+    JT_LIST,
+    JT_DICT,
+    JT_FUNC
 } jj_type;
 
 typedef struct jj_str jj_str;
@@ -115,7 +123,7 @@ typedef jj_val (*jj_builtin)(jj_eval *e, jj_val self, const jj_args *a);
 
 struct jj_func {
     const char *name;
-    jj_builtin fn;      /* a builtin (bound to self), or NULL for a macro */
+    jj_builtin fn; /* a builtin (bound to self), or NULL for a macro */
     jj_val self;
     const jj_node *macro; /* N_MACRO */
     struct jj_scope *closure;
@@ -160,8 +168,17 @@ jj_list *jj_iter(jj_eval *e, const jj_node *at, jj_val v);
 /* ---- lexer and AST ------------------------------------------------------- */
 
 typedef enum jj_tok_kind {
-    TK_EOF, TK_TEXT, TK_VAR_BEGIN, TK_VAR_END, TK_BLOCK_BEGIN, TK_BLOCK_END,
-    TK_NAME, TK_STRING, TK_INT, TK_FLOAT, TK_OP
+    TK_EOF,
+    TK_TEXT,
+    TK_VAR_BEGIN,
+    TK_VAR_END,
+    TK_BLOCK_BEGIN,
+    TK_BLOCK_END,
+    TK_NAME,
+    TK_STRING,
+    TK_INT,
+    TK_FLOAT,
+    TK_OP
 } jj_tok_kind;
 
 typedef struct jj_tok {
@@ -178,11 +195,36 @@ jj_tok *jj_lex(jj_ctx *c, const char *src, int *n_tok);
 
 typedef enum jj_kind {
     /* statements */
-    N_TEXT, N_OUTPUT, N_IF, N_FOR, N_SET, N_SETBLOCK, N_MACRO, N_CALLBLOCK, N_BREAK, N_CONTINUE,
+    N_TEXT,
+    N_OUTPUT,
+    N_IF,
+    N_FOR,
+    N_SET,
+    N_SETBLOCK,
+    N_MACRO,
+    N_CALLBLOCK,
+    N_BREAK,
+    N_CONTINUE,
     N_BLOCK, /* a plain list of statements (template body, generation blocks) */
     /* expressions */
-    E_CONST, E_NAME, E_ATTR, E_INDEX, E_SLICE, E_CALL, E_FILTER, E_TEST, E_NEG, E_POS, E_NOT,
-    E_BIN, E_AND, E_OR, E_CMP, E_COND, E_LIST, E_DICT
+    E_CONST,
+    E_NAME,
+    E_ATTR,
+    E_INDEX,
+    E_SLICE,
+    E_CALL,
+    E_FILTER,
+    E_TEST,
+    E_NEG,
+    E_POS,
+    E_NOT,
+    E_BIN,
+    E_AND,
+    E_OR,
+    E_CMP,
+    E_COND,
+    E_LIST,
+    E_DICT
 } jj_kind;
 
 typedef struct jj_nodes {

@@ -23,7 +23,10 @@ typedef struct lexer {
     int nt, cap;
 } lexer;
 
-static bool is_ws(char ch) { return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\f' || ch == '\v'; }
+static bool is_ws(char ch)
+{
+    return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\f' || ch == '\v';
+}
 
 static void advance(lexer *L, size_t k)
 {
@@ -87,8 +90,10 @@ static void push_text(lexer *L, size_t a, size_t b, int line, int col, bool stri
 
 static int hexval(char ch)
 {
-    return ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
-         : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+    return ch >= '0' && ch <= '9'   ? ch - '0'
+           : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+           : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10
+                                    : -1;
 }
 
 static void put_utf8(jj_buf *b, uint32_t cp)
@@ -102,7 +107,8 @@ static void put_utf8(jj_buf *b, uint32_t cp)
         u[0] = (char)(0xc0 | cp >> 6), u[1] = (char)(0x80 | (cp & 0x3f));
         k = 2;
     } else if (cp < 0x10000) {
-        u[0] = (char)(0xe0 | cp >> 12), u[1] = (char)(0x80 | ((cp >> 6) & 0x3f)), u[2] = (char)(0x80 | (cp & 0x3f));
+        u[0] = (char)(0xe0 | cp >> 12), u[1] = (char)(0x80 | ((cp >> 6) & 0x3f)),
+        u[2] = (char)(0x80 | (cp & 0x3f));
         k = 3;
     } else {
         u[0] = (char)(0xf0 | cp >> 18), u[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
@@ -224,8 +230,8 @@ static bool lex_tag(lexer *L, bool block, int tline, int tcol)
             lex_number(L, line, col);
         } else if (ch == '_' || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z')) {
             size_t k = 1;
-            while (L->pos + k < L->n && (p[k] == '_' || (p[k] >= 'a' && p[k] <= 'z') || (p[k] >= 'A' && p[k] <= 'Z') ||
-                                         (p[k] >= '0' && p[k] <= '9')))
+            while (L->pos + k < L->n && (p[k] == '_' || (p[k] >= 'a' && p[k] <= 'z') ||
+                                         (p[k] >= 'A' && p[k] <= 'Z') || (p[k] >= '0' && p[k] <= '9')))
                 k++;
             jj_tok *t = push(L, TK_NAME, line, col);
             t->s = jj_strndup(L->c, p, k);
@@ -270,7 +276,8 @@ jj_tok *jj_lex(jj_ctx *c, const char *src, int *n_tok)
             }
         size_t b = tag ? (size_t)(tag - src) : L.n;
         char kind = tag ? tag[1] : 0, mod = tag && b + 2 < L.n ? tag[2] : 0;
-        push_text(&L, a, b, line, col, strip_next, trim_nl, mod == '-', kind == '%' || kind == '#' ? mod != '+' : false);
+        push_text(&L, a, b, line, col, strip_next, trim_nl, mod == '-',
+                  kind == '%' || kind == '#' ? mod != '+' : false);
         advance(&L, b - a);
         if (!tag)
             break;

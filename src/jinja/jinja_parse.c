@@ -18,8 +18,14 @@ typedef struct parser {
     int n, pos;
 } parser;
 
-static const jj_tok *peek(parser *P) { return &P->t[P->pos]; }
-static const jj_tok *next(parser *P) { return &P->t[P->pos < P->n - 1 ? P->pos++ : P->pos]; }
+static const jj_tok *peek(parser *P)
+{
+    return &P->t[P->pos];
+}
+static const jj_tok *next(parser *P)
+{
+    return &P->t[P->pos < P->n - 1 ? P->pos++ : P->pos];
+}
 
 static const char *describe(const jj_tok *t)
 {
@@ -42,8 +48,14 @@ _Noreturn static void fail_at(parser *P, const jj_tok *t, const char *what)
     jj_fail(P->c, t->line, t->col, "expected %s, got %s", what, describe(t));
 }
 
-static bool is_op(const jj_tok *t, const char *op) { return t->k == TK_OP && strcmp(t->s, op) == 0; }
-static bool is_name(const jj_tok *t, const char *nm) { return t->k == TK_NAME && strcmp(t->s, nm) == 0; }
+static bool is_op(const jj_tok *t, const char *op)
+{
+    return t->k == TK_OP && strcmp(t->s, op) == 0;
+}
+static bool is_name(const jj_tok *t, const char *nm)
+{
+    return t->k == TK_NAME && strcmp(t->s, nm) == 0;
+}
 
 static bool accept_op(parser *P, const char *op)
 {
@@ -667,7 +679,8 @@ static void parse_body(parser *P, jj_nodes *body, const char *const *stops, cons
                     next(P);
                     return;
                 }
-            if (kw->k == TK_NAME && (!strncmp(kw->s, "end", 3) || !strcmp(kw->s, "elif") || !strcmp(kw->s, "else")))
+            if (kw->k == TK_NAME &&
+                (!strncmp(kw->s, "end", 3) || !strcmp(kw->s, "elif") || !strcmp(kw->s, "else")))
                 jj_fail(P->c, kw->line, kw->col, "unexpected '%s'%s", kw->s,
                         stops ? "" : " outside of any block");
             next(P);

@@ -121,7 +121,10 @@ void jj_put(jj_buf *b, const char *p, size_t n)
     b->s[b->n] = '\0';
 }
 
-void jj_puts(jj_buf *b, const char *p) { jj_put(b, p, strlen(p)); }
+void jj_puts(jj_buf *b, const char *p)
+{
+    jj_put(b, p, strlen(p));
+}
 
 void jj_printf(jj_buf *b, const char *fmt, ...)
 {
@@ -137,9 +140,18 @@ void jj_printf(jj_buf *b, const char *fmt, ...)
 
 const jj_val jj_undef = {.t = JT_UNDEF}, jj_none = {.t = JT_NONE};
 
-jj_val jj_bool(bool b) { return (jj_val){.t = JT_BOOL, .b = b}; }
-jj_val jj_int(int64_t i) { return (jj_val){.t = JT_INT, .i = i}; }
-jj_val jj_float(double f) { return (jj_val){.t = JT_FLOAT, .f = f}; }
+jj_val jj_bool(bool b)
+{
+    return (jj_val){.t = JT_BOOL, .b = b};
+}
+jj_val jj_int(int64_t i)
+{
+    return (jj_val){.t = JT_INT, .i = i};
+}
+jj_val jj_float(double f)
+{
+    return (jj_val){.t = JT_FLOAT, .f = f};
+}
 
 jj_val jj_str_n(jj_ctx *c, const char *s, size_t n)
 {
@@ -150,7 +162,10 @@ jj_val jj_str_n(jj_ctx *c, const char *s, size_t n)
     return (jj_val){.t = JT_STR, .s = p};
 }
 
-jj_val jj_cstr(jj_ctx *c, const char *s) { return jj_str_n(c, s, strlen(s)); }
+jj_val jj_cstr(jj_ctx *c, const char *s)
+{
+    return jj_str_n(c, s, strlen(s));
+}
 
 jj_val jj_list_new(jj_ctx *c, size_t cap)
 {
@@ -236,9 +251,15 @@ bool jj_truthy(jj_val v)
     return false;
 }
 
-static bool is_num(jj_val v) { return v.t == JT_BOOL || v.t == JT_INT || v.t == JT_FLOAT; }
+static bool is_num(jj_val v)
+{
+    return v.t == JT_BOOL || v.t == JT_INT || v.t == JT_FLOAT;
+}
 
-static double num(jj_val v) { return v.t == JT_FLOAT ? v.f : v.t == JT_INT ? (double)v.i : v.b; }
+static double num(jj_val v)
+{
+    return v.t == JT_FLOAT ? v.f : v.t == JT_INT ? (double)v.i : v.b;
+}
 
 bool jj_equal(jj_val a, jj_val b)
 {
@@ -276,8 +297,8 @@ bool jj_equal(jj_val a, jj_val b)
 
 const char *jj_type_name(jj_val v)
 {
-    static const char *names[] = {"Undefined", "NoneType", "bool", "int", "float",
-                                  "str", "list", "dict", "function"};
+    static const char *names[] = {"Undefined", "NoneType", "bool", "int",     "float",
+                                  "str",       "list",     "dict", "function"};
     return names[v.t];
 }
 
@@ -414,7 +435,11 @@ jj_val jj_to_str(jj_ctx *c, jj_val v)
 /* Decode one UTF-8 sequence at s (n bytes left); invalid bytes read as themselves. */
 static uint32_t utf8_next(const unsigned char *s, size_t n, size_t *len)
 {
-    int k = s[0] < 0x80 ? 1 : (s[0] & 0xe0) == 0xc0 ? 2 : (s[0] & 0xf0) == 0xe0 ? 3 : (s[0] & 0xf8) == 0xf0 ? 4 : 1;
+    int k = s[0] < 0x80             ? 1
+            : (s[0] & 0xe0) == 0xc0 ? 2
+            : (s[0] & 0xf0) == 0xe0 ? 3
+            : (s[0] & 0xf8) == 0xf0 ? 4
+                                    : 1;
     if ((size_t)k > n)
         k = 1;
     uint32_t cp = k == 1 ? s[0] : s[0] & (0x7f >> k);
@@ -429,8 +454,14 @@ static void json_str(jj_buf *b, const char *s, size_t n, bool ensure_ascii)
     jj_puts(b, "\"");
     for (size_t i = 0; i < n;) {
         unsigned char ch = (unsigned char)s[i];
-        const char *esc = ch == '"' ? "\\\"" : ch == '\\' ? "\\\\" : ch == '\n' ? "\\n" : ch == '\r' ? "\\r"
-                        : ch == '\t' ? "\\t" : ch == '\b' ? "\\b" : ch == '\f' ? "\\f" : NULL;
+        const char *esc = ch == '"'    ? "\\\""
+                          : ch == '\\' ? "\\\\"
+                          : ch == '\n' ? "\\n"
+                          : ch == '\r' ? "\\r"
+                          : ch == '\t' ? "\\t"
+                          : ch == '\b' ? "\\b"
+                          : ch == '\f' ? "\\f"
+                                       : NULL;
         if (esc) {
             jj_puts(b, esc);
             i++;

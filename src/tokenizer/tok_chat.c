@@ -41,7 +41,10 @@ int df_tokenizer_set_chat_template(df_tokenizer *t, const char *tmpl)
     return 0;
 }
 
-const char *df_tokenizer_chat_template(const df_tokenizer *t) { return t->chat_template; }
+const char *df_tokenizer_chat_template(const df_tokenizer *t)
+{
+    return t->chat_template;
+}
 
 /* A special token's text into the context (transformers passes special_tokens_map). */
 static int put_token(json_t *ctx, const df_tokenizer *t, const char *key, int32_t id)
@@ -61,7 +64,8 @@ static int load_arg(const char *text, const char *what, json_type want, json_t *
     json_error_t e;
     json_t *j = json_loads(text, JSON_DECODE_ANY, &e);
     if (!j)
-        return df_error(DF_EINVAL, "chat template: %s JSON, line %d column %d: %s", what, e.line, e.column, e.text);
+        return df_error(DF_EINVAL, "chat template: %s JSON, line %d column %d: %s", what, e.line, e.column,
+                        e.text);
     if (json_typeof(j) != want) {
         json_decref(j);
         return df_error(DF_EINVAL, "chat template: %s must be a JSON %s", what,
@@ -75,20 +79,24 @@ static int check_messages(const json_t *msgs)
 {
     size_t i;
     json_t *m;
-    json_array_foreach(msgs, i, m) {
+    json_array_foreach(msgs, i, m)
+    {
         if (!json_is_object(m) || !json_is_string(json_object_get(m, "role")))
-            return df_error(DF_EINVAL, "chat template: message %zu is not an object with a string \"role\"", i);
+            return df_error(DF_EINVAL, "chat template: message %zu is not an object with a string \"role\"",
+                            i);
     }
     return 0;
 }
 
-int df_tokenizer_apply_chat_template_json(const df_tokenizer *t, const char *messages_json, const char *tools_json,
-                                          bool add_generation_prompt, const char *extra_json, char **text)
+int df_tokenizer_apply_chat_template_json(const df_tokenizer *t, const char *messages_json,
+                                          const char *tools_json, bool add_generation_prompt,
+                                          const char *extra_json, char **text)
 {
     *text = NULL;
     if (!t->chat_template)
-        return df_error(DF_EINVAL, "chat template: the tokenizer has no chat_template (tokenizer_config.json); "
-                                   "one is needed to render a conversation, as in transformers");
+        return df_error(DF_EINVAL,
+                        "chat template: the tokenizer has no chat_template (tokenizer_config.json); "
+                        "one is needed to render a conversation, as in transformers");
     if (!t->chat_jinja)
         return df_error(DF_EINVAL, "%s", t->chat_error ? t->chat_error : "chat template: does not parse");
     json_t *msgs = NULL, *tools = NULL, *extra = NULL, *ctx = NULL;
@@ -135,7 +143,8 @@ int df_tokenizer_apply_chat_template(const df_tokenizer *t, const df_chat_messag
     int rc = arr ? 0 : df_error(DF_ENOMEM, "chat template: out of memory");
     for (int i = 0; i < n && !rc; i++) {
         if (!msgs[i].role || !msgs[i].content)
-            rc = df_error(DF_EINVAL, "chat template: message %d has a NULL %s", i, msgs[i].role ? "content" : "role");
+            rc = df_error(DF_EINVAL, "chat template: message %d has a NULL %s", i,
+                          msgs[i].role ? "content" : "role");
         else {
             json_t *m = json_pack("{s:s, s:s}", "role", msgs[i].role, "content", msgs[i].content);
             if (!m) /* jansson refuses invalid UTF-8 */
