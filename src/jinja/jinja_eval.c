@@ -493,27 +493,42 @@ static jj_val loop_cycle(jj_eval *e, jj_val self, const jj_args *a)
     return a->v[i % a->n];
 }
 
-static jj_val loop_var(jj_eval *e, jj_list *items, size_t i)
+enum { LOOP_NKEYS = 12 };
+static const char *const LOOP_KEYS[LOOP_NKEYS] = {"index0", "index",    "revindex0", "revindex",
+                                                  "first",  "last",     "length",    "depth",
+                                                  "depth0", "previtem", "nextitem",  "cycle"};
+
+/*
+ * The `loop` variable of iteration i. Built directly (a dict whose key array is shared by all
+ * the iterations of one loop, made once): a loop body runs per message and per tool, and this
+ * is most of an iteration's cost.
+ */
+static jj_val loop_var(jj_eval *e, jj_val *keys, jj_list *items, size_t i)
 {
-    jj_val d = jj_dict_new(e->c);
     jj_ctx *c = e->c;
-    size_t n = items->n;
-    jj_dict_set(c, d.d, jj_cstr(c, "index0"), jj_int((int64_t)i));
-    jj_dict_set(c, d.d, jj_cstr(c, "index"), jj_int((int64_t)i + 1));
-    jj_dict_set(c, d.d, jj_cstr(c, "revindex0"), jj_int((int64_t)(n - i - 1)));
-    jj_dict_set(c, d.d, jj_cstr(c, "revindex"), jj_int((int64_t)(n - i)));
-    jj_dict_set(c, d.d, jj_cstr(c, "first"), jj_bool(i == 0));
-    jj_dict_set(c, d.d, jj_cstr(c, "last"), jj_bool(i + 1 == n));
-    jj_dict_set(c, d.d, jj_cstr(c, "length"), jj_int((int64_t)n));
-    jj_dict_set(c, d.d, jj_cstr(c, "depth"), jj_int(1));
-    jj_dict_set(c, d.d, jj_cstr(c, "depth0"), jj_int(0));
-    jj_dict_set(c, d.d, jj_cstr(c, "previtem"), i > 0 ? items->v[i - 1] : jj_undef);
-    jj_dict_set(c, d.d, jj_cstr(c, "nextitem"), i + 1 < n ? items->v[i + 1] : jj_undef);
+    jj_val d = jj_dict_new(c);
+    jj_val *v = jj_alloc(c, LOOP_NKEYS * sizeof *v);
+    int64_t n = (int64_t)items->n, k = (int64_t)i;
     jj_func *fn = jj_alloc(c, sizeof *fn);
     fn->name = "cycle";
     fn->fn = loop_cycle;
     fn->self = d;
-    jj_dict_set(c, d.d, jj_cstr(c, "cycle"), (jj_val){.t = JT_FUNC, .fn = fn});
+    const jj_val vals[LOOP_NKEYS] = {jj_int(k),
+                                     jj_int(k + 1),
+                                     jj_int(n - k - 1),
+                                     jj_int(n - k),
+                                     jj_bool(k == 0),
+                                     jj_bool(k + 1 == n),
+                                     jj_int(n),
+                                     jj_int(1),
+                                     jj_int(0),
+                                     k > 0 ? items->v[k - 1] : jj_undef,
+                                     k + 1 < n ? items->v[k + 1] : jj_undef,
+                                     (jj_val){.t = JT_FUNC, .fn = fn}};
+    memcpy(v, vals, sizeof vals);
+    d.d->k = keys; /* never written: a new key would grow the dict into new arrays first */
+    d.d->v = v;
+    d.d->n = d.d->cap = LOOP_NKEYS;
     return d;
 }
 
@@ -529,9 +544,12 @@ static void exec_for(jj_eval *e, jj_scope *s, const jj_node *n)
                 jj_list_push(e->c, items, all->v[i]);
         }
     }
+    jj_val *keys = jj_alloc(e->c, LOOP_NKEYS * sizeof *keys);
+    for (int k = 0; k < LOOP_NKEYS; k++)
+        keys[k] = jj_cstr(e->c, LOOP_KEYS[k]);
     for (size_t i = 0; i < items->n; i++) {
         jj_scope *is = scope_new(e, s);
-        define(e, is, "loop", loop_var(e, items, i));
+        define(e, is, "loop", loop_var(e, keys, items, i));
         assign(e, is, n, items->v[i]);
         jj_exec(e, is, &n->body);
         int ctl = e->loop_ctl;
