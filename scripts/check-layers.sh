@@ -8,12 +8,12 @@ cd "$(dirname "$0")/.."
 
 # lowest first; the CUDA backend sits beside the engine's model ops it mirrors; logging (metrics sinks,
 # plots) needs only util, and the trainers above it hand it resolved paths
-LAYERS=(util logging comm tokenizer algo config data coordinator model engine backend planner workers cli)
+LAYERS=(util logging comm jinja tokenizer algo config data coordinator model engine backend planner workers cli)
 
 # the layer of each public header (include/distflow/<name>.h)
 declare -A PUBLIC=(
   [common]=util [platform]=util [rng]=util [metrics]=util
-  [comm]=comm [tokenizer]=tokenizer
+  [comm]=comm [jinja]=jinja [tokenizer]=tokenizer
   [algo]=algo [algo_desc]=algo [reward]=algo
   [config]=config [config_table_begin]=config [config_table_end]=config [train_config]=config
   [sft_config]=config [train_optim]=config

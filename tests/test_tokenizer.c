@@ -214,6 +214,53 @@ static void test_cli_text_after_double_dash(void **state)
     assert_non_null(strstr(out, "usage: distflow tokenize"));
 }
 
+/* `distflow tokenize --messages FILE --tools FILE [--render]`: a whole conversation through the template */
+static void test_cli_chat_conversation(void **state)
+{
+    (void)state;
+    char *dir = subdir("cli_chat");
+    const char *conv = "[{\"role\": \"system\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": \"Weather?\"},"
+                       " {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"type\": \"function\","
+                       " \"function\": {\"name\": \"w\", \"arguments\": {\"city\": \"Paris\"}}}]},"
+                       " {\"role\": \"tool\", \"content\": \"sunny\"}]";
+    const char *tools = "[{\"type\": \"function\", \"function\": {\"name\": \"w\"}}]";
+    write_file(dir, "conv.json", conv);
+    write_file(dir, "tools.json", tools);
+    char *want;
+    assert_int_equal(df_tokenizer_apply_chat_template_json(F.qwen, conv, tools, true, NULL, &want), 0);
+    assert_non_null(strstr(want, "<tool_call>\n{\"name\": \"w\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"));
+    assert_non_null(strstr(want, "<|im_start|>user\n<tool_response>\nsunny\n</tool_response><|im_end|>\n"));
+    char cmd[2048], out[8192];
+    snprintf(cmd, sizeof cmd, "%s/distflow tokenize --tokenizer %s/qwen2.5 --messages %s/conv.json --tools %s/tools.json --render",
+             DF_BINARY_DIR, TOKDIR, dir, dir);
+    assert_int_equal(df_test_command(cmd, out, sizeof out), 0);
+    assert_string_equal(out, want);
+    /* the ids are those of the rendered text; stdin and --no-generation-prompt */
+    int32_t *ids;
+    int64_t n = enc(F.qwen, want, false, &ids);
+    snprintf(cmd, sizeof cmd, "%s/distflow tokenize --tokenizer %s/qwen2.5 --messages - --tools %s/tools.json < %s/conv.json",
+             DF_BINARY_DIR, TOKDIR, dir, dir);
+    assert_int_equal(df_test_command(cmd, out, sizeof out), 0);
+    char expect[8192] = "[";
+    for (int64_t i = 0; i < n; i++)
+        snprintf(expect + strlen(expect), sizeof expect - strlen(expect), "%s%d", i ? ", " : "", ids[i]);
+    strcat(expect, "]\n");
+    assert_string_equal(out, expect);
+    free(ids);
+    free(want);
+    snprintf(cmd, sizeof cmd, "%s/distflow tokenize --tokenizer %s/qwen2.5 --messages %s/conv.json --no-generation-prompt --render",
+             DF_BINARY_DIR, TOKDIR, dir);
+    assert_int_equal(df_test_command(cmd, out, sizeof out), 0);
+    assert_true(strlen(out) > 10 && strcmp(out + strlen(out) - 11, "<|im_end|>\n") == 0);
+    /* no template: the error, not a silent ChatML */
+    snprintf(cmd, sizeof cmd, "%s/distflow tokenize --tokenizer %s/llama3/tokenizer.json --chat hi 2>&1", DF_BINARY_DIR, TOKDIR);
+    assert_int_equal(df_test_command(cmd, out, sizeof out), 1);
+    assert_non_null(strstr(out, "has no chat_template"));
+    snprintf(cmd, sizeof cmd, "%s/distflow tokenize --tokenizer %s/qwen2.5 --tools x hi 2>&1", DF_BINARY_DIR, TOKDIR);
+    assert_int_equal(df_test_command(cmd, out, sizeof out), 2);
+    assert_non_null(strstr(out, "--tools and --extra need --messages"));
+}
+
 static void test_gpt2_known_ids(void **state)
 {
     (void)state;
@@ -379,9 +426,7 @@ static void test_long_pretokens(void **state)
 static void test_chat_template_qwen(void **state)
 {
     (void)state;
-    assert_int_equal(df_tokenizer_chat_family(F.qwen), DF_CHAT_CHATML);
-    assert_string_equal(df_tokenizer_default_system(F.qwen),
-                        "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+    /* the real Qwen2.5 template, rendered by the Jinja engine: its default system message first */
     df_chat_message m[2] = {{"user", "What is 2+3?"}, {"assistant", "5"}};
     char *s;
     assert_int_equal(df_tokenizer_apply_chat_template(F.qwen, m, 1, true, &s), 0);
@@ -402,20 +447,21 @@ static void test_chat_template_qwen(void **state)
 static void test_chat_template_families(void **state)
 {
     (void)state;
-    /* Llama-3 dir has no tokenizer_config.json: ChatML without a default system message */
-    assert_int_equal(df_tokenizer_chat_family(F.llama), DF_CHAT_CHATML);
-    assert_null(df_tokenizer_default_system(F.llama));
+    /* the Llama-3 dir has no tokenizer_config.json: no template, and rendering is an error (as transformers) */
+    assert_null(df_tokenizer_chat_template(F.llama));
     df_chat_message m[2] = {{"system", " Be brief. "}, {"user", "Hi"}};
-    char *s;
-    assert_int_equal(df_tokenizer_apply_chat_template(F.llama, m + 1, 1, true, &s), 0);
-    assert_string_equal(s, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
-    free(s);
+    char *s = (char *)1;
+    assert_int_equal(df_tokenizer_apply_chat_template(F.llama, m + 1, 1, true, &s), DF_EINVAL);
+    assert_null(s);
+    assert_non_null(strstr(df_last_error(), "has no chat_template"));
     df_tokenizer *t;
     assert_int_equal(df_tokenizer_load(TOKDIR "/llama3", &t), 0);
-    assert_int_equal(df_tokenizer_set_chat_template(t, "{{ bos_token }}{% for message in messages %}"
-                     "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + "
-                     "message['content'] | trim + '<|eot_id|>' }}{% endfor %}"), 0);
-    assert_int_equal(df_tokenizer_chat_family(t), DF_CHAT_LLAMA3);
+    const char *llama = "{{ bos_token }}{% for message in messages %}"
+                        "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + "
+                        "message['content'] | trim + '<|eot_id|>' }}{% endfor %}"
+                        "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}";
+    assert_int_equal(df_tokenizer_set_chat_template(t, llama), 0);
+    assert_string_equal(df_tokenizer_chat_template(t), llama);
     assert_int_equal(df_tokenizer_apply_chat_template(t, m, 2, true, &s), 0);
     assert_string_equal(s, "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
                            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
@@ -426,14 +472,29 @@ static void test_chat_template_families(void **state)
     assert_int_equal(ids[n - 1], 271); /* "\n\n" */
     free(ids);
     free(s);
+    /* any template renders now, not only ChatML / Llama-3 */
     assert_int_equal(df_tokenizer_set_chat_template(t, "{% for m in messages %}[{{ m.content }}]{% endfor %}"), 0);
-    assert_int_equal(df_tokenizer_chat_family(t), DF_CHAT_UNKNOWN);
-    assert_int_equal(df_tokenizer_apply_chat_template(t, m, 2, true, &s), DF_EUNSUPPORTED);
-    /* a ChatML template that only renders a given system message has no default */
-    assert_int_equal(df_tokenizer_set_chat_template(t, "{{ '<|im_start|>system\\n' + messages[0]['content'] "
-                                                       "+ '<|im_end|>\\n' }}"), 0);
-    assert_int_equal(df_tokenizer_chat_family(t), DF_CHAT_CHATML);
-    assert_null(df_tokenizer_default_system(t));
+    assert_int_equal(df_tokenizer_apply_chat_template(t, m, 2, true, &s), 0);
+    assert_string_equal(s, "[ Be brief. ][Hi]");
+    free(s);
+    /* a template that does not parse loads, and applying it reports where it breaks */
+    assert_int_equal(df_tokenizer_set_chat_template(t, "{% for m in messages %}\n{{ m.content }"), 0);
+    assert_int_equal(df_tokenizer_apply_chat_template(t, m, 2, true, &s), DF_EINVAL);
+    assert_string_equal(df_last_error(), "chat_template:2:1: missing '}}' to close the tag opened here");
+    /* the JSON form: tool calls, a tools list and extra variables reach the template */
+    assert_int_equal(df_tokenizer_set_chat_template(t, "{{ tools | length }}|{{ messages[0].tool_calls[0].function.name }}"
+                                                       "|{{ flag }}|{{ bos_token }}|{{ eos_token }}"), 0);
+    assert_int_equal(df_tokenizer_apply_chat_template_json(
+                         t, "[{\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"type\": \"function\", "
+                            "\"function\": {\"name\": \"calc\", \"arguments\": {}}}]}]",
+                         "[{}, {}]", false, "{\"flag\": 7}", &s),
+                     0);
+    assert_string_equal(s, "2|calc|7|<|begin_of_text|>|"); /* this directory names no eos */
+    free(s);
+    assert_int_equal(df_tokenizer_apply_chat_template_json(t, "[{\"content\": \"x\"}]", NULL, false, NULL, &s), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "message 0 is not an object with a string \"role\""));
+    assert_int_equal(df_tokenizer_apply_chat_template_json(t, "[]", "{}", false, NULL, &s), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "tools must be a JSON array"));
     df_tokenizer_free(t);
 }
 
@@ -743,7 +804,6 @@ static void test_bpe_trainer(void **state)
         free(b);
     }
     /* the saved ChatML template renders with its default system message */
-    assert_string_equal(df_tokenizer_default_system(t2), "You are a helpful assistant.");
     df_chat_message m = {"user", "Hi"};
     char *s;
     assert_int_equal(df_tokenizer_apply_chat_template(t2, &m, 1, true, &s), 0);
@@ -799,7 +859,11 @@ static void test_bpe_trainer_options_and_errors(void **state)
     df_tokenizer_free(t);
     write_file(dir, "generation_config.json", "{\"eos_token_id\": [5, 3]}");
     assert_int_equal(df_tokenizer_load(dir, &t), 0);
-    assert_string_equal(df_tokenizer_default_system(t), "You're a 'calc'\nbot.");
+    df_chat_message hi = {"user", "Hi"};
+    char *txt;
+    assert_int_equal(df_tokenizer_apply_chat_template(t, &hi, 1, false, &txt), 0);
+    assert_string_equal(txt, "<|im_start|>system\nYou're a 'calc'\nbot.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
+    free(txt);
     int n;
     const int32_t *eos = df_tokenizer_eos_ids(t, &n);
     assert_int_equal(n, 3); /* <|im_end|> from the config, then 5 and 3 */
@@ -919,6 +983,7 @@ int main(void)
         cmocka_unit_test(test_load_and_special_ids),
         cmocka_unit_test(test_qwen_known_ids),
         cmocka_unit_test(test_cli_text_after_double_dash),
+        cmocka_unit_test(test_cli_chat_conversation),
         cmocka_unit_test(test_gpt2_known_ids),
         cmocka_unit_test(test_llama3_known_ids),
         cmocka_unit_test(test_vocabulary_lookups),

@@ -157,44 +157,53 @@ typedef struct df_chat_message {
     const char *content; /**< UTF-8 text */
 } df_chat_message;
 
-/** Chat template families recognised from the template text. */
-typedef enum df_chat_family {
-    DF_CHAT_CHATML = 0,  /**< contains "<|im_start|>" (Qwen), or no template at all */
-    DF_CHAT_LLAMA3 = 1,  /**< contains "<|start_header_id|>" */
-    DF_CHAT_UNKNOWN = 2  /**< some other Jinja template: apply fails with DF_EUNSUPPORTED */
-} df_chat_family;
-
 /**
- * Render `msgs` [n] to text (HF `apply_chat_template(..., tokenize=False)`),
- * without a Jinja engine:
- *   ChatML: if msgs[0] is not "system" and the template has a default system
- *     message, `<|im_start|>system\n{default}<|im_end|>\n` comes first; each
- *     message renders as `<|im_start|>{role}\n{content}<|im_end|>\n`;
- *     add_generation_prompt appends `<|im_start|>assistant\n`.
- *   Llama-3: `<|begin_of_text|>` once, then per message
- *     `<|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|>`
- *     with content whitespace-trimmed (Meta's template applies `| trim`);
- *     the generation prompt is `<|start_header_id|>assistant<|end_header_id|>\n\n`.
- * The rendered text contains special-token strings; encode it with
- * add_special_tokens = false (as verl does) to avoid a second BOS.
- * Errors: DF_EINVAL (NULL role / content), DF_EUNSUPPORTED (unknown family), DF_ENOMEM.
+ * Render `msgs` [n] with the tokenizer's chat template (HF
+ * `apply_chat_template(messages, tokenize=False, add_generation_prompt=...)`):
+ * each message becomes {"role", "content"} and the call is
+ * df_tokenizer_apply_chat_template_json without tools or extra arguments.
+ * On success *text is malloc'd (the caller frees it). The text contains
+ * special-token strings (and the template's own bos, e.g. Llama-3's
+ * `{{ bos_token }}`); encode it with add_special_tokens = false, as verl does.
+ * Errors (*text NULL): DF_EINVAL (NULL role / content, invalid UTF-8, no
+ * chat_template, a template that does not parse or fails to render —
+ * `raise_exception` messages included), DF_ENOMEM.
  */
 DF_API int df_tokenizer_apply_chat_template(const df_tokenizer *t, const df_chat_message *msgs,
                                             int n, bool add_generation_prompt, char **text);
 
-/** Family of the tokenizer's chat template. */
-DF_API df_chat_family df_tokenizer_chat_family(const df_tokenizer *t);
-
 /**
- * The default system message extracted from the ChatML template (the literal
- * in `'<|im_start|>system\n...<|im_end|>`), NULL when the template has none.
+ * Render a whole conversation with the tokenizer's chat template, as
+ * transformers' apply_chat_template(messages, tools=tools,
+ * add_generation_prompt=..., **extra) does with tokenize=False.
+ *   messages_json: a JSON array of message objects, each with a string "role"
+ *     and whatever the template reads ("content" — a string or null —,
+ *     "tool_calls": [{"type": "function", "function": {"name", "arguments"}}],
+ *     "tool_call_id", "name", "reasoning_content", ...). NULL means [].
+ *   tools_json: NULL (no `tools` variable: templates test `if tools`), or a
+ *     JSON array of OpenAI function schemas.
+ *   extra_json: NULL, or a JSON object of extra template variables
+ *     (e.g. {"enable_thinking": false} for Qwen3, {"date_string": "26 Jul 2024"}
+ *     for Llama 3.x); they override the defaults below.
+ * The template also sees bos_token, eos_token and pad_token (the token texts
+ * of the tokenizer's bos / first eos / pad ids, absent when unset), and the
+ * globals of distflow/jinja.h (raise_exception, strftime_now, namespace, range).
+ * Errors (*text NULL): DF_EINVAL (malformed JSON, a message without a string
+ * role, no chat_template, a template that does not parse — the message has its
+ * line:column — or that fails while rendering), DF_ENOMEM.
  */
-DF_API const char *df_tokenizer_default_system(const df_tokenizer *t);
+DF_API int df_tokenizer_apply_chat_template_json(const df_tokenizer *t, const char *messages_json,
+                                                 const char *tools_json, bool add_generation_prompt,
+                                                 const char *extra_json, char **text);
+
+/** The tokenizer's chat template (Jinja text), or NULL when it has none. */
+DF_API const char *df_tokenizer_chat_template(const df_tokenizer *t);
 
 /**
- * Replace the chat template with Jinja text `tmpl` (NULL: no template), and
- * re-detect its family and default system message. Not thread-safe with other
- * calls on t. Errors: DF_ENOMEM.
+ * Replace the chat template with Jinja text `tmpl` (NULL: no template) and
+ * parse it. A template that does not parse is accepted here (as transformers
+ * loads it) and its syntax error is returned by the apply functions. Not
+ * thread-safe with other calls on t. Errors: DF_ENOMEM.
  */
 DF_API int df_tokenizer_set_chat_template(df_tokenizer *t, const char *tmpl);
 

@@ -1,104 +1,22 @@
 /*
- * Chat templates without a Jinja engine: the family (ChatML / Llama-3) and the
- * default system message are read from the template text, and the known
- * rendering of each family is produced natively.
+ * Chat templates as transformers applies them: the tokenizer's Jinja
+ * `chat_template` rendered by the engine of src/jinja with the variables
+ * apply_chat_template passes (messages, tools, add_generation_prompt, the
+ * special tokens, extra keyword arguments). The template is parsed once, when
+ * it is set; a template that does not parse is reported when it is used, as
+ * transformers loads such a tokenizer and fails at apply time.
  */
 #include "tokenizer/tok_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct sbuf {
-    char *p;
-    int64_t n, cap;
-    bool oom;
-} sbuf;
-
-static void put(sbuf *b, const char *s, int64_t n)
+void tok_chat_free(df_tokenizer *t)
 {
-    if (b->oom)
-        return;
-    if (b->n + n + 1 > b->cap) {
-        int64_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, (size_t)cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, (size_t)n);
-    b->n += n;
-    b->p[b->n] = '\0';
-}
-
-static void puts_(sbuf *b, const char *s) { put(b, s, (int64_t)strlen(s)); }
-
-/*
- * The default system message is the Jinja string literal that follows
- * `<|im_start|>system\n` and ends at `<|im_end|>` (Qwen 2 / 2.5 templates:
- * `'<|im_start|>system\nYou are Qwen, ...<|im_end|>\n'`). Occurrences whose text
- * leaves the literal (an unescaped quote, as in `' + messages[0]['content'] + '`)
- * are skipped. Returns a malloc'd, unescaped copy, or NULL.
- */
-static char *extract_default_system(const char *tmpl)
-{
-    static const char head[] = "<|im_start|>system";
-    for (const char *p = strstr(tmpl, head); p; p = strstr(p + 1, head)) {
-        const char *q = p + sizeof head - 1;
-        if (q[0] == '\\' && q[1] == 'n')
-            q += 2;
-        else if (q[0] == '\n')
-            q++;
-        else
-            continue;
-        const char *end = strstr(q, "<|im_end|>");
-        if (!end)
-            continue;
-        bool literal = true;
-        for (const char *r = q; r < end && literal; r++) {
-            if (*r == '\\' && r + 1 < end)
-                r++;
-            else if (*r == '\'' || *r == '"')
-                literal = false;
-        }
-        if (!literal || end == q)
-            continue;
-        char *out = malloc((size_t)(end - q) + 1), *w = out;
-        if (!out)
-            return NULL;
-        for (const char *r = q; r < end; r++) {
-            if (*r == '\\' && r + 1 < end) {
-                r++;
-                *w++ = *r == 'n' ? '\n' : *r == 't' ? '\t' : *r == 'r' ? '\r' : *r;
-            } else {
-                *w++ = *r;
-            }
-        }
-        *w = '\0';
-        return out;
-    }
-    return NULL;
-}
-
-int tok_detect_chat(df_tokenizer *t)
-{
-    free(t->default_system);
-    t->default_system = NULL;
-    const char *s = t->chat_template;
-    if (!s || strstr(s, "<|im_start|>")) {
-        t->chat_family = DF_CHAT_CHATML;
-        if (s) /* NULL when the template only renders a given system message */
-            t->default_system = extract_default_system(s);
-    } else if (strstr(s, "<|start_header_id|>")) {
-        t->chat_family = DF_CHAT_LLAMA3;
-    } else {
-        t->chat_family = DF_CHAT_UNKNOWN;
-    }
-    return 0;
+    df_jinja_free(t->chat_jinja);
+    t->chat_jinja = NULL;
+    free(t->chat_error);
+    t->chat_error = NULL;
 }
 
 int df_tokenizer_set_chat_template(df_tokenizer *t, const char *tmpl)
@@ -106,24 +24,113 @@ int df_tokenizer_set_chat_template(df_tokenizer *t, const char *tmpl)
     char *copy = NULL;
     if (tmpl && !(copy = strdup(tmpl)))
         return df_error(DF_ENOMEM, "tokenizer: out of memory");
+    df_jinja_template *parsed = NULL;
+    char *err = NULL;
+    if (copy && df_jinja_parse(copy, "chat_template", &parsed) != 0) {
+        if (!(err = strdup(df_last_error()))) {
+            free(copy);
+            return df_error(DF_ENOMEM, "tokenizer: out of memory");
+        }
+        df_clear_error();
+    }
+    tok_chat_free(t);
     free(t->chat_template);
     t->chat_template = copy;
-    return tok_detect_chat(t);
+    t->chat_jinja = parsed;
+    t->chat_error = err;
+    return 0;
 }
 
-df_chat_family df_tokenizer_chat_family(const df_tokenizer *t) { return t->chat_family; }
-
-const char *df_tokenizer_default_system(const df_tokenizer *t) { return t->default_system; }
-
-/* Jinja's `| trim` (Python str.strip() on ASCII whitespace), used by Llama-3 templates. */
-static void put_trimmed(sbuf *b, const char *s)
+const char *df_tokenizer_chat_template(const df_tokenizer *t)
 {
-    const char *e = s + strlen(s);
-    while (s < e && strchr(" \t\n\r\v\f", *s))
-        s++;
-    while (e > s && strchr(" \t\n\r\v\f", e[-1]))
-        e--;
-    put(b, s, e - s);
+    return t->chat_template;
+}
+
+/* A special token's text into the context (transformers passes special_tokens_map). */
+static int put_token(json_t *ctx, const df_tokenizer *t, const char *key, int32_t id)
+{
+    const char *s = id >= 0 ? df_tokenizer_id_to_token(t, id) : NULL;
+    if (s && json_object_set_new(ctx, key, json_string(s)) != 0)
+        return df_error(DF_ENOMEM, "chat template: out of memory");
+    return 0;
+}
+
+/* Parse one optional JSON argument of the given type ("messages", "tools", "extra"). */
+static int load_arg(const char *text, const char *what, json_type want, json_t **out)
+{
+    *out = NULL;
+    if (!text)
+        return 0;
+    json_error_t e;
+    json_t *j = json_loads(text, JSON_DECODE_ANY, &e);
+    if (!j)
+        return df_error(DF_EINVAL, "chat template: %s JSON, line %d column %d: %s", what, e.line, e.column,
+                        e.text);
+    if (json_typeof(j) != want) {
+        json_decref(j);
+        return df_error(DF_EINVAL, "chat template: %s must be a JSON %s", what,
+                        want == JSON_ARRAY ? "array" : "object");
+    }
+    *out = j;
+    return 0;
+}
+
+static int check_messages(const json_t *msgs)
+{
+    size_t i;
+    json_t *m;
+    json_array_foreach(msgs, i, m)
+    {
+        if (!json_is_object(m) || !json_is_string(json_object_get(m, "role")))
+            return df_error(DF_EINVAL, "chat template: message %zu is not an object with a string \"role\"",
+                            i);
+    }
+    return 0;
+}
+
+int df_tokenizer_apply_chat_template_json(const df_tokenizer *t, const char *messages_json,
+                                          const char *tools_json, bool add_generation_prompt,
+                                          const char *extra_json, char **text)
+{
+    *text = NULL;
+    if (!t->chat_template)
+        return df_error(DF_EINVAL,
+                        "chat template: the tokenizer has no chat_template (tokenizer_config.json); "
+                        "one is needed to render a conversation, as in transformers");
+    if (!t->chat_jinja)
+        return df_error(DF_EINVAL, "%s", t->chat_error ? t->chat_error : "chat template: does not parse");
+    json_t *msgs = NULL, *tools = NULL, *extra = NULL, *ctx = NULL;
+    int rc = load_arg(messages_json ? messages_json : "[]", "messages", JSON_ARRAY, &msgs);
+    if (!rc)
+        rc = check_messages(msgs);
+    if (!rc)
+        rc = load_arg(tools_json, "tools", JSON_ARRAY, &tools);
+    if (!rc)
+        rc = load_arg(extra_json, "extra arguments", JSON_OBJECT, &extra);
+    if (!rc && !(ctx = json_object()))
+        rc = df_error(DF_ENOMEM, "chat template: out of memory");
+    if (!rc && (json_object_set(ctx, "messages", msgs) || (tools && json_object_set(ctx, "tools", tools)) ||
+                json_object_set_new(ctx, "add_generation_prompt", json_boolean(add_generation_prompt))))
+        rc = df_error(DF_ENOMEM, "chat template: out of memory");
+    if (!rc)
+        rc = put_token(ctx, t, "bos_token", t->bos_id);
+    if (!rc)
+        rc = put_token(ctx, t, "eos_token", df_tokenizer_eos_id(t));
+    if (!rc)
+        rc = put_token(ctx, t, "pad_token", t->pad_id);
+    if (!rc && extra && json_object_update(ctx, extra) != 0)
+        rc = df_error(DF_ENOMEM, "chat template: out of memory");
+    char *ctx_text = rc ? NULL : json_dumps(ctx, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!rc && !ctx_text)
+        rc = df_error(DF_ENOMEM, "chat template: out of memory");
+    if (!rc)
+        rc = df_jinja_render(t->chat_jinja, ctx_text, NULL, text);
+    free(ctx_text);
+    json_decref(msgs);
+    json_decref(tools);
+    json_decref(extra);
+    json_decref(ctx);
+    return rc;
 }
 
 int df_tokenizer_apply_chat_template(const df_tokenizer *t, const df_chat_message *msgs, int n,
@@ -132,46 +139,26 @@ int df_tokenizer_apply_chat_template(const df_tokenizer *t, const df_chat_messag
     *text = NULL;
     if (n < 0 || (n > 0 && !msgs))
         return df_error(DF_EINVAL, "chat template: bad message list (n = %d)", n);
-    for (int i = 0; i < n; i++)
+    json_t *arr = json_array();
+    int rc = arr ? 0 : df_error(DF_ENOMEM, "chat template: out of memory");
+    for (int i = 0; i < n && !rc; i++) {
         if (!msgs[i].role || !msgs[i].content)
-            return df_error(DF_EINVAL, "chat template: message %d has a NULL %s", i,
-                            msgs[i].role ? "content" : "role");
-    if (t->chat_family == DF_CHAT_UNKNOWN)
-        return df_error(DF_EUNSUPPORTED, "chat template: the tokenizer's template is neither ChatML "
-                        "(<|im_start|>) nor Llama-3 (<|start_header_id|>)");
-    sbuf b = {0};
-    puts_(&b, "");
-    if (t->chat_family == DF_CHAT_LLAMA3) {
-        puts_(&b, "<|begin_of_text|>");
-        for (int i = 0; i < n; i++) {
-            puts_(&b, "<|start_header_id|>");
-            puts_(&b, msgs[i].role);
-            puts_(&b, "<|end_header_id|>\n\n");
-            put_trimmed(&b, msgs[i].content);
-            puts_(&b, "<|eot_id|>");
+            rc = df_error(DF_EINVAL, "chat template: message %d has a NULL %s", i,
+                          msgs[i].role ? "content" : "role");
+        else {
+            json_t *m = json_pack("{s:s, s:s}", "role", msgs[i].role, "content", msgs[i].content);
+            if (!m) /* jansson refuses invalid UTF-8 */
+                rc = df_error(DF_EINVAL, "chat template: message %d is not valid UTF-8", i);
+            else if (json_array_append_new(arr, m))
+                rc = df_error(DF_ENOMEM, "chat template: out of memory");
         }
-        if (add_generation_prompt)
-            puts_(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
-    } else {
-        if (t->default_system && (n == 0 || strcmp(msgs[0].role, "system") != 0)) {
-            puts_(&b, "<|im_start|>system\n");
-            puts_(&b, t->default_system);
-            puts_(&b, "<|im_end|>\n");
-        }
-        for (int i = 0; i < n; i++) {
-            puts_(&b, "<|im_start|>");
-            puts_(&b, msgs[i].role);
-            puts_(&b, "\n");
-            puts_(&b, msgs[i].content);
-            puts_(&b, "<|im_end|>\n");
-        }
-        if (add_generation_prompt)
-            puts_(&b, "<|im_start|>assistant\n");
     }
-    if (b.oom) {
-        free(b.p);
-        return df_error(DF_ENOMEM, "chat template: out of memory");
-    }
-    *text = b.p;
-    return 0;
+    char *s = rc ? NULL : json_dumps(arr, JSON_COMPACT);
+    if (!rc && !s)
+        rc = df_error(DF_ENOMEM, "chat template: out of memory");
+    if (!rc)
+        rc = df_tokenizer_apply_chat_template_json(t, s, NULL, add_generation_prompt, NULL, text);
+    free(s);
+    json_decref(arr);
+    return rc;
 }

@@ -172,8 +172,6 @@ int tok_load_config(df_tokenizer *t, const char *dir, bool gpt2_layout)
     snprintf(path, n, "%s/generation_config.json", dir);
     if (!rc && exists(path))
         rc = load_generation_config(t, path);
-    if (!rc && !t->chat_template)
-        rc = tok_detect_chat(t);
     free(path);
     return rc;
 }

@@ -9,6 +9,7 @@
 #ifndef DF_TOK_INTERNAL_H
 #define DF_TOK_INTERNAL_H
 
+#include "distflow/jinja.h"
 #include "distflow/tokenizer.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -157,8 +158,8 @@ struct df_tokenizer {
     int32_t pad_id, bos_id;
     bool clean_up_spaces;
     char *chat_template;
-    df_chat_family chat_family;
-    char *default_system;
+    df_jinja_template *chat_jinja; /* the parsed template; NULL when absent or it does not parse */
+    char *chat_error;              /* why it does not parse */
 };
 
 /* tok_load.c */
@@ -186,8 +187,8 @@ int tok_load_config(df_tokenizer *t, const char *dir, bool gpt2_layout);
 /** Apply a parsed tokenizer_config.json object (kept in t->j_config for saving). */
 int tok_apply_config(df_tokenizer *t, json_t *cfg, const char *src);
 int tok_token_id_any(const df_tokenizer *t, const char *s);
-/** Detect the chat family and default system message of t->chat_template. */
-int tok_detect_chat(df_tokenizer *t);
+/** Free the parsed chat template and its parse error (tok_chat.c). */
+void tok_chat_free(df_tokenizer *t);
 
 /* tok_encode.c */
 /** Apply t's normalizers to s [n]; *out malloc'd (NULL with *out_n = n when unchanged). */

@@ -55,7 +55,7 @@ void df_tokenizer_free(df_tokenizer *t)
     json_decref(t->j_config);
     free(t->eos_ids);
     free(t->chat_template);
-    free(t->default_system);
+    tok_chat_free(t);
     free(t);
 }
 

@@ -56,10 +56,12 @@ static void exercise(df_tokenizer *t, const uint8_t *data, size_t size)
     encode(t, k_sample, (int64_t)sizeof k_sample - 1, false);
     encode(t, k_sample, (int64_t)sizeof k_sample - 1, true);
     encode(t, (const char *)data, (int64_t)(size < 256 ? size : 256), false);
-    if (df_tokenizer_chat_family(t) != DF_CHAT_UNKNOWN) {
+    {   /* any template: rendered, or refused with a message (no template, syntax, runtime error) */
         df_chat_message m[2] = {{"user", "What is 6 * 7?"}, {"assistant", " 42 "}};
         char *text = NULL;
-        DF_FUZZ_CHECK(df_tokenizer_apply_chat_template(t, m, 2, true, &text) == DF_OK);
+        int rc = df_tokenizer_apply_chat_template(t, m, 2, true, &text);
+        DF_FUZZ_CHECK(rc == DF_OK ? text != NULL : (rc == DF_EINVAL && text == NULL && *df_last_error()));
+        DF_FUZZ_CHECK(rc == DF_OK || df_tokenizer_chat_template(t) == NULL || *df_last_error());
         free(text);
     }
     (void)df_tokenizer_token_to_id(t, "<|im_end|>");
