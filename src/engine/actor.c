@@ -33,7 +33,8 @@ int df_actor_create(df_model *model, const df_actor_params *p, bool trainable, d
         return rc;
     }
     a->c.progress_label = p->progress_label;
-    a->c.checkpoint = p->gradient_checkpointing || !trainable; /* a frozen model never runs a backward */
+    /* a frozen core's activations are forward-only (train_core.c reserve) */
+    a->c.checkpoint = p->gradient_checkpointing;
     if ((rc = df_train_core_set_precision(&a->c, p->bf16, p->bf16_weights))) {
         a->c.model = NULL; /* the caller keeps it */
         df_actor_free(a);

@@ -97,13 +97,14 @@ int df_train_core_set_precision(df_train_core *c, bool bf16, bool bf16_only)
     return DF_OK;
 }
 
-/* The bf16 copy the core's activations share, made once from the float32 weights (a frozen
- * bf16-only core then gives those back); later versions come from df_train_core_weights_changed. */
+/* The bf16 copy the core's activations share (the layers' matmuls, the head, the embedding),
+ * made once from the float32 weights (a frozen bf16-only core then gives back those the forward
+ * no longer reads); later versions come from df_train_core_weights_changed. */
 static int make_w16(df_train_core *c)
 {
     if (c->w16)
         return DF_OK;
-    int rc = df_weights16_create_ex(&c->model->cfg, DF_W16_LM_HEAD, &c->w16);
+    int rc = df_weights16_create_ex(&c->model->cfg, DF_W16_LM_HEAD | DF_W16_EMBED, &c->w16);
     if (!rc)
         rc = df_weights16_refresh(c->w16, &c->model->w);
     if (rc) {
@@ -111,8 +112,10 @@ static int make_w16(df_train_core *c)
         c->w16 = NULL;
         return df_error_wrap(rc, "%s: the bf16 copy of the weights", c->who);
     }
-    if (c->bf16_only)
+    if (c->bf16_only) { /* what the forward now reads from the copy: the lookup, the head there */
         df_model_release_layer_matmuls(c->model);
+        df_model_release_tables(c->model, c->be.ops->lmhead_fwd_w16 && c->be.ops->lmhead_bwd_w16);
+    }
     return DF_OK;
 }
 
@@ -151,7 +154,9 @@ static int reserve(df_train_core *c, const df_batch *b, const int64_t *bounds, i
         c->acts = NULL;
         c->acts_tokens = max_tok > c->acts_tokens ? max_tok : c->acts_tokens;
         c->acts_out = max_out > c->acts_out ? max_out : c->acts_out;
-        unsigned flags = (c->checkpoint ? DF_ACTS_CHECKPOINT : 0) | (c->bf16 ? DF_ACTS_BF16 : 0);
+        /* a frozen core never runs a backward: forward-only activations */
+        unsigned flags = (c->checkpoint ? DF_ACTS_CHECKPOINT : 0) | (c->bf16 ? DF_ACTS_BF16 : 0) |
+                         (c->trainable ? 0 : DF_ACTS_FORWARD_ONLY);
         int rc = df_acts_create_ex(&c->be, &c->model->cfg, c->acts_tokens, c->acts_out, flags, &c->acts);
         if (!rc && c->bf16 && !(rc = make_w16(c)))
             rc = df_acts_share_weights16(c->acts, c->w16, c->model);

@@ -1,6 +1,7 @@
 /*
  * The bf16 copy of a model's matmul weights (model.h df_weights16): one 64-byte aligned
- * blob with the layers' seven projections and the LM head, refreshed from the float32
+ * blob with the layers' seven projections, the LM head and the token embedding (the head's
+ * rows when tied), refreshed from the float32
  * master weights once per weight version. Mixed-precision matmuls read it instead of
  * rounding the same weight again at every call (backend gemm_w16).
  */
@@ -18,6 +19,8 @@ struct df_weights16 {
     int64_t elems;       /* blob length, every tensor rounded up to 32 elements (64 bytes) */
     df_layer16 *layers;  /* [L] into blob */
     const uint16_t *lm_head;
+    const uint16_t *embed; /* the lm_head's rows (tied) or its own tensor; NULL: not held */
+    bool own_embed;        /* embed is a tensor of its own (refreshed from the embedding) */
     int64_t version;
 };
 
@@ -38,10 +41,18 @@ static int64_t head_elems(const df_model_config *cfg, unsigned flags)
     return (flags & DF_W16_LM_HEAD) && cfg->num_labels == 0 ? up32(cfg->vocab_size * cfg->hidden_size) : 0;
 }
 
+/* Whether a copy made with `flags` holds the embedding in a tensor of its own: held, and not
+ * the tied head's rows. */
+static bool own_embed(const df_model_config *cfg, unsigned flags)
+{
+    return (flags & DF_W16_EMBED) && !(cfg->tie_word_embeddings && head_elems(cfg, flags) > 0);
+}
+
 int64_t df_weights16_bytes_for(const df_model_config *cfg, unsigned flags)
 {
     const int64_t head = head_elems(cfg, flags);
-    return (cfg->num_hidden_layers * layer_elems(cfg) + head) * (int64_t)sizeof(uint16_t);
+    const int64_t embed = own_embed(cfg, flags) ? up32(cfg->vocab_size * cfg->hidden_size) : 0;
+    return (cfg->num_hidden_layers * layer_elems(cfg) + head + embed) * (int64_t)sizeof(uint16_t);
 }
 
 int64_t df_mm_elems_for(const df_model_config *cfg, int64_t rows)
@@ -61,7 +72,7 @@ int df_weights16_create_ex(const df_model_config *cfg, unsigned flags, df_weight
     int rc = df_model_config_validate(cfg);
     if (rc)
         return df_error_wrap(rc, "df_weights16_create");
-    if (flags & ~(unsigned)DF_W16_LM_HEAD)
+    if (flags & ~(unsigned)(DF_W16_LM_HEAD | DF_W16_EMBED))
         return df_error(DF_EINVAL, "df_weights16_create: unknown flags 0x%x", flags);
     const int64_t H = cfg->hidden_size, I = cfg->intermediate_size, L = cfg->num_hidden_layers;
     const int64_t qd = cfg->num_attention_heads * cfg->head_dim;
@@ -92,6 +103,9 @@ int df_weights16_create_ex(const df_model_config *cfg, unsigned flags, df_weight
         y->w_down = p, p += up32(I * H);
     }
     w->lm_head = head ? p : NULL;
+    p += head;
+    w->own_embed = own_embed(cfg, flags);
+    w->embed = w->own_embed ? p : (flags & DF_W16_EMBED) ? w->lm_head : NULL;
     *out = w;
     return DF_OK;
 }
@@ -121,6 +135,8 @@ int df_weights16_refresh(df_weights16 *w, const df_model_view *src)
     }
     if (w->lm_head)
         df_bf16_from_f32((uint16_t *)w->lm_head, src->lm_head, c->vocab_size * H);
+    if (w->own_embed)
+        df_bf16_from_f32((uint16_t *)w->embed, src->embed, c->vocab_size * H);
     w->version++;
     return DF_OK;
 }
@@ -131,6 +147,8 @@ const df_layer16 *df_weights16_layer(const df_weights16 *w, int64_t l)
 }
 
 const uint16_t *df_weights16_lm_head(const df_weights16 *w) { return w->lm_head; }
+
+const uint16_t *df_weights16_embed(const df_weights16 *w) { return w->embed; }
 
 int64_t df_weights16_bytes(const df_weights16 *w)
 {
@@ -173,5 +191,19 @@ int64_t df_model_release_layer_matmuls(df_model *m)
                  release_pages(w->w_gate, I * H, page) + release_pages(w->w_up, I * H, page) +
                  release_pages(w->w_down, I * H, page);
     }
+    return bytes;
+}
+
+int64_t df_model_release_tables(df_model *m, bool head16)
+{
+    const long ps = sysconf(_SC_PAGESIZE);
+    const int64_t page = ps > 0 ? ps : 4096, n = m->cfg.vocab_size * m->cfg.hidden_size;
+    const bool tied = m->w.lm_head == m->w.embed;
+    int64_t bytes = 0;
+    /* tied: the same rows are the head's, which a float32 head still reads */
+    if (!tied || head16)
+        bytes += release_pages(m->w.embed, n, page);
+    if (!tied && m->w.lm_head && head16)
+        bytes += release_pages(m->w.lm_head, n, page);
     return bytes;
 }
