@@ -5,7 +5,8 @@
  * a reference stored in bf16 computes what one keeping its float32 weights computes while its
  * layers' float32 matmul pages and its embedding / head pages are given back; at step 0 the actor
  * and such a reference give the same log-probs to the bit (both look up a bf16 embedding: the KL
- * loss starts at exactly 0); the fsdp_config keys reach the actor (a bf16
+ * loss starts at exactly 0), and the reference gives its activations back after each pass; the
+ * fsdp_config keys reach the actor (a bf16
  * setting moves the log-probs by bf16 roundings, fp32 gives the float32 path's bits) and wrong
  * dtypes are refused naming the key. The bf16 parts skip on a CPU without native bf16 kernels.
  */
@@ -173,6 +174,14 @@ static void test_actor_reference_step0(void **state)
         const float *old = df_batch_column(b, "old_log_probs")->data;
         const float *rlp = df_batch_column(b, "ref_log_prob")->data;
         assert_memory_equal(old, rlp, 6 * sizeof(float));
+        /* the reference holds no activations between passes (the actor's update runs then);
+         * the next pass makes them again and gives the same bits */
+        const df_train_core *rc = (const df_train_core *)(const void *)ref;
+        assert_null(rc->acts);
+        assert_non_null(((const df_train_core *)(const void *)actor)->acts);
+        assert_int_equal(df_actor_compute_log_prob(ref, b, "ref_again", NULL), 0);
+        assert_null(rc->acts);
+        assert_memory_equal(rlp, df_batch_column(b, "ref_again")->data, 6 * sizeof(float));
         /* the reference reads no float32 embedding (its pages read as zeros now) */
         assert_true(df_actor_model(ref)->w.embed[40 * 64 / 2] == 0.0f);
         assert_true(df_actor_model(actor)->w.embed[40 * 64 / 2] != 0.0f);

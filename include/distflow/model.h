@@ -478,7 +478,8 @@ DF_API int df_acts_load_weights(df_acts *a, const df_model *m);
  * Mixed precision (DF_ACTS_BF16): read the layers' bf16 weights from `w`, a copy of m's that its
  * owner keeps and refreshes after every change of m (a role sharing one copy among the
  * activations it re-creates, or a frozen model that keeps only that copy); df_acts_load_weights
- * then leaves it alone. `w` must outlive `a` or the next call. Errors: DF_EINVAL (activations
+ * then leaves it alone. The lookup reads w's embedding when it holds one (DF_W16_EMBED), else
+ * m's float32 one; the head likewise (DF_W16_LM_HEAD). `w` must outlive `a` or the next call. Errors: DF_EINVAL (activations
  * without DF_ACTS_BF16, NULL, another model's shape).
  */
 DF_API int df_acts_share_weights16(df_acts *a, const df_weights16 *w, const df_model *m);

@@ -91,6 +91,8 @@ static int log_prob_local(df_actor *a, df_batch *b, const char *out_col, double 
             ent[1] += (double)c->pk.sb.n_out;
     }
     free(bounds);
+    if (!c->trainable) /* the reference's activations are not held through the actor's update */
+        df_train_core_drop_acts(c);
     return rc;
 }
 

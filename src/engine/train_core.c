@@ -127,6 +127,13 @@ int df_train_core_weights_changed(df_train_core *c)
     return rc;
 }
 
+void df_train_core_drop_acts(df_train_core *c)
+{
+    df_acts_free(c->acts);
+    c->acts = NULL;
+    c->acts_tokens = c->acts_out = 0;
+}
+
 int df_train_core_zero_grads(df_train_core *c)
 {
     int rc = c->be.ops->zero(c->be.ctx, c->bgrads, c->model->n_params);
