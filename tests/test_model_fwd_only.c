@@ -12,7 +12,8 @@
  *     layout the reference used before;
  *   - the bf16 copy's embedding: the tied head's rows (no second copy) or a tensor of its own,
  *     and mixed precision's lookup reads it: a model whose embedding is already bf16-exact
- *     gives the same bits, while float32 passes tell the two models apart.
+ *     gives the same bits, while float32 passes tell the two models apart;
+ *   - a bf16-only model's refresh gives back exactly the float32 tensors nothing reads any more.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -309,6 +310,47 @@ static void test_weights16_embed(void **state)
     assert_int_equal(df_weights16_create_ex(&tied, 1u << 5, &w), DF_EINVAL);
 }
 
+/* A frozen bf16-only model's refresh (df_weights16_refresh_release): the copy is what a plain
+ * refresh makes; the float32 pages it gives back are the layers' matmuls, the embedding, and the
+ * head when the bf16 head runs (head16); tied rows only when both readers use the copy. */
+static void check_release(bool tied, bool head16)
+{
+    df_model_config c = base_config("qwen2");
+    c.vocab_size = 128, c.hidden_size = 32, c.intermediate_size = 256; /* 16 KiB tables */
+    c.tie_word_embeddings = tied;
+    df_model *m = model_of(&c, 41), *k = NULL;
+    assert_int_equal(df_model_clone(m, &k), DF_OK);
+    const unsigned fl = DF_W16_LM_HEAD | DF_W16_EMBED;
+    df_weights16 *w = NULL, *want = NULL;
+    assert_int_equal(df_weights16_create_ex(&c, fl, &w), DF_OK);
+    assert_int_equal(df_weights16_create_ex(&c, fl, &want), DF_OK);
+    assert_int_equal(df_weights16_refresh(want, &k->w), DF_OK);
+    int64_t bytes = -1;
+    assert_int_equal(df_weights16_refresh_release(w, m, head16, &bytes), DF_OK);
+    const int64_t VH = c.vocab_size * c.hidden_size, IH = c.intermediate_size * c.hidden_size;
+    for (int64_t l = 0; l < c.num_hidden_layers; l++)
+        assert_memory_equal(df_weights16_layer(w, l)->w_gate, df_weights16_layer(want, l)->w_gate,
+                            (size_t)IH * 2);
+    assert_memory_equal(df_weights16_lm_head(w), df_weights16_lm_head(want), (size_t)VH * 2);
+    assert_memory_equal(df_weights16_embed(w), df_weights16_embed(want), (size_t)VH * 2);
+    assert_true(bytes > 0);
+    assert_true(m->w.layers[1].w_gate[IH / 2] == 0.0f && k->w.layers[1].w_gate[IH / 2] != 0.0f);
+    const bool embed_gone = !tied || head16, head_gone = head16;
+    assert_int_equal(m->w.embed[VH / 2] == 0.0f, embed_gone);
+    assert_int_equal(m->w.lm_head[VH / 2] == 0.0f, head_gone);
+    assert_true(m->w.final_norm[0] == k->w.final_norm[0]); /* norms stay */
+    df_weights16_free(w), df_weights16_free(want);
+    df_model_free(m), df_model_free(k);
+}
+
+static void test_refresh_release(void **state)
+{
+    (void)state;
+    for (int tied = 0; tied < 2; tied++)
+        for (int head16 = 0; head16 < 2; head16++)
+            check_release(tied, head16);
+}
+
 /* Mixed precision's lookup reads the bf16 table: the same model with its embedding already
  * rounded to bf16 gives the same bits in mixed precision; in float32 the two differ. */
 static void check_lookup(const df_model_config *c)
@@ -354,7 +396,7 @@ int main(void)
         cmocka_unit_test(test_qwen2),           cmocka_unit_test(test_qwen3_window),
         cmocka_unit_test(test_llama_tied_even), cmocka_unit_test(test_value_head),
         cmocka_unit_test(test_layout_bytes),    cmocka_unit_test(test_weights16_embed),
-        cmocka_unit_test(test_bf16_lookup),
+        cmocka_unit_test(test_bf16_lookup),     cmocka_unit_test(test_refresh_release),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

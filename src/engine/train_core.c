@@ -105,16 +105,15 @@ static int make_w16(df_train_core *c)
     if (c->w16)
         return DF_OK;
     int rc = df_weights16_create_ex(&c->model->cfg, DF_W16_LM_HEAD | DF_W16_EMBED, &c->w16);
+    /* bf16-only: each float32 tensor the forward no longer reads goes as soon as it is converted */
+    const bool head16 = c->be.ops->lmhead_fwd_w16 && c->be.ops->lmhead_bwd_w16;
     if (!rc)
-        rc = df_weights16_refresh(c->w16, &c->model->w);
+        rc = c->bf16_only ? df_weights16_refresh_release(c->w16, c->model, head16, NULL)
+                          : df_weights16_refresh(c->w16, &c->model->w);
     if (rc) {
         df_weights16_free(c->w16);
         c->w16 = NULL;
         return df_error_wrap(rc, "%s: the bf16 copy of the weights", c->who);
-    }
-    if (c->bf16_only) { /* what the forward now reads from the copy: the lookup, the head there */
-        df_model_release_layer_matmuls(c->model);
-        df_model_release_tables(c->model, c->be.ops->lmhead_fwd_w16 && c->be.ops->lmhead_bwd_w16);
     }
     return DF_OK;
 }

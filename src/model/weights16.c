@@ -62,6 +62,12 @@ int64_t df_mm_elems_for(const df_model_config *cfg, int64_t rows)
     return rows * (qd > w ? qd : w);
 }
 
+/* The blob's mapping length (one 64-byte unit when empty). */
+static size_t blob_bytes(const df_weights16 *w)
+{
+    return (size_t)(w->elems > 0 ? w->elems : 32) * sizeof(uint16_t);
+}
+
 int df_weights16_create(const df_model_config *cfg, df_weights16 **out)
 {
     return df_weights16_create_ex(cfg, DF_W16_LM_HEAD, out);
@@ -83,14 +89,16 @@ int df_weights16_create_ex(const df_model_config *cfg, unsigned flags, df_weight
         return df_error(DF_ENOMEM, "out of memory for the bf16 weights");
     w->cfg = *cfg;
     w->elems = df_weights16_bytes_for(cfg, flags) / (int64_t)sizeof(uint16_t);
-    w->blob = aligned_alloc(64, (size_t)(w->elems > 0 ? w->elems : 32) * sizeof(uint16_t));
+    /* Anonymous pages: zero and page-aligned, and resident only once a refresh writes them
+     * (so a release-as-you-convert refresh never holds both copies whole). */
+    void *blob = mmap(NULL, blob_bytes(w), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    w->blob = blob == MAP_FAILED ? NULL : blob;
     w->layers = calloc((size_t)L, sizeof *w->layers);
     if (!w->blob || !w->layers) {
         df_weights16_free(w);
         return df_error(DF_ENOMEM, "out of memory for %lld bf16 weights (%.1f MiB)",
                         (long long)w->elems, (double)w->elems * 2.0 / (1 << 20));
     }
-    memset(w->blob, 0, (size_t)w->elems * sizeof(uint16_t));
     uint16_t *p = w->blob;
     for (int64_t l = 0; l < L; l++) {
         df_layer16 *y = &w->layers[l];
@@ -110,7 +118,32 @@ int df_weights16_create_ex(const df_model_config *cfg, unsigned flags, df_weight
     return DF_OK;
 }
 
-int df_weights16_refresh(df_weights16 *w, const df_model_view *src)
+/* The whole pages inside [p, p + n floats): returned to the OS (reads then see zeros). */
+static int64_t release_pages(const float *p, int64_t n, int64_t page)
+{
+    uintptr_t b = ((uintptr_t)p + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
+    uintptr_t e = ((uintptr_t)(p + n)) / (uintptr_t)page * (uintptr_t)page;
+    if (e <= b || madvise((void *)b, e - b, MADV_DONTNEED))
+        return 0;
+    return (int64_t)(e - b);
+}
+
+/* Which float32 tensors a refresh gives back after converting them (page > 0), and the count. */
+typedef struct {
+    int64_t page;          /* 0: keep everything (a plain refresh) */
+    bool embed, head;      /* the vocabulary tables too (their rules: df_weights16_refresh_release) */
+    int64_t bytes;
+} give_back;
+
+/* One tensor into the copy; then, when g says so (page > 0 and `go`), its float32 pages back. */
+static void conv(const uint16_t *dst, const float *src, int64_t n, give_back *g, bool go)
+{
+    df_bf16_from_f32((uint16_t *)dst, src, n);
+    if (g->page > 0 && go)
+        g->bytes += release_pages(src, n, g->page);
+}
+
+static int refresh(df_weights16 *w, const df_model_view *src, give_back *g)
 {
     if (!w || !src || !src->layers)
         return df_error(DF_EINVAL, "df_weights16_refresh: NULL argument");
@@ -125,20 +158,38 @@ int df_weights16_refresh(df_weights16 *w, const df_model_view *src)
     for (int64_t l = 0; l < c->num_hidden_layers; l++) {
         const df_layer_view *s = &src->layers[l];
         const df_layer16 *d = &w->layers[l];
-        df_bf16_from_f32((uint16_t *)d->wq, s->wq, qd * H);
-        df_bf16_from_f32((uint16_t *)d->wk, s->wk, kvd * H);
-        df_bf16_from_f32((uint16_t *)d->wv, s->wv, kvd * H);
-        df_bf16_from_f32((uint16_t *)d->wo, s->wo, H * qd);
-        df_bf16_from_f32((uint16_t *)d->w_gate, s->w_gate, I * H);
-        df_bf16_from_f32((uint16_t *)d->w_up, s->w_up, I * H);
-        df_bf16_from_f32((uint16_t *)d->w_down, s->w_down, I * H);
+        conv(d->wq, s->wq, qd * H, g, true);
+        conv(d->wk, s->wk, kvd * H, g, true);
+        conv(d->wv, s->wv, kvd * H, g, true);
+        conv(d->wo, s->wo, H * qd, g, true);
+        conv(d->w_gate, s->w_gate, I * H, g, true);
+        conv(d->w_up, s->w_up, I * H, g, true);
+        conv(d->w_down, s->w_down, I * H, g, true);
     }
+    /* tied: the head's rows are the embedding's, read by both */
+    const bool tied = src->lm_head == src->embed;
     if (w->lm_head)
-        df_bf16_from_f32((uint16_t *)w->lm_head, src->lm_head, c->vocab_size * H);
+        conv(w->lm_head, src->lm_head, c->vocab_size * H, g, g->head && (!tied || g->embed));
     if (w->own_embed)
-        df_bf16_from_f32((uint16_t *)w->embed, src->embed, c->vocab_size * H);
+        conv(w->embed, src->embed, c->vocab_size * H, g, g->embed && !tied);
     w->version++;
     return DF_OK;
+}
+
+int df_weights16_refresh(df_weights16 *w, const df_model_view *src)
+{
+    give_back keep = {0};
+    return refresh(w, src, &keep);
+}
+
+int df_weights16_refresh_release(df_weights16 *w, df_model *m, bool head16, int64_t *released)
+{
+    const long ps = sysconf(_SC_PAGESIZE);
+    give_back g = {.page = ps > 0 ? ps : 4096, .embed = w && w->embed, .head = head16};
+    int rc = refresh(w, m ? &m->w : NULL, &g);
+    if (released)
+        *released = g.bytes;
+    return rc;
 }
 
 const df_layer16 *df_weights16_layer(const df_weights16 *w, int64_t l)
@@ -161,49 +212,8 @@ void df_weights16_free(df_weights16 *w)
 {
     if (!w)
         return;
-    free(w->blob);
+    if (w->blob)
+        munmap(w->blob, blob_bytes(w));
     free(w->layers);
     free(w);
-}
-
-/* The whole pages inside [p, p + n floats): returned to the OS (reads then see zeros). */
-static int64_t release_pages(float *p, int64_t n, int64_t page)
-{
-    uintptr_t b = ((uintptr_t)p + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
-    uintptr_t e = ((uintptr_t)(p + n)) / (uintptr_t)page * (uintptr_t)page;
-    if (e <= b || madvise((void *)b, e - b, MADV_DONTNEED))
-        return 0;
-    return (int64_t)(e - b);
-}
-
-int64_t df_model_release_layer_matmuls(df_model *m)
-{
-    const long ps = sysconf(_SC_PAGESIZE);
-    const int64_t page = ps > 0 ? ps : 4096;
-    const df_model_config *c = &m->cfg;
-    const int64_t H = c->hidden_size, I = c->intermediate_size;
-    const int64_t qd = c->num_attention_heads * c->head_dim, kvd = c->num_key_value_heads * c->head_dim;
-    int64_t bytes = 0;
-    for (int64_t l = 0; l < c->num_hidden_layers; l++) {
-        df_layer_view *w = &m->w.layers[l];
-        bytes += release_pages(w->wq, qd * H, page) + release_pages(w->wk, kvd * H, page) +
-                 release_pages(w->wv, kvd * H, page) + release_pages(w->wo, H * qd, page) +
-                 release_pages(w->w_gate, I * H, page) + release_pages(w->w_up, I * H, page) +
-                 release_pages(w->w_down, I * H, page);
-    }
-    return bytes;
-}
-
-int64_t df_model_release_tables(df_model *m, bool head16)
-{
-    const long ps = sysconf(_SC_PAGESIZE);
-    const int64_t page = ps > 0 ? ps : 4096, n = m->cfg.vocab_size * m->cfg.hidden_size;
-    const bool tied = m->w.lm_head == m->w.embed;
-    int64_t bytes = 0;
-    /* tied: the same rows are the head's, which a float32 head still reads */
-    if (!tied || head16)
-        bytes += release_pages(m->w.embed, n, page);
-    if (!tied && m->w.lm_head && head16)
-        bytes += release_pages(m->w.lm_head, n, page);
-    return bytes;
 }
