@@ -320,6 +320,51 @@ static void test_embedding(void **state)
     free(tab), free(dout), free(ref), free(bd), free(mag);
 }
 
+/* embedding_fwd_w16 (mixed precision's lookup): rows of a bf16 table widened to float32, which
+ * is exact (a bf16 is the top half of its float32): bound 0 against the float64 value of each
+ * bf16, on a table whose rounding moved every entry (so a float32 lookup would fail). */
+static void test_embedding_w16(void **state)
+{
+    (void)state;
+    const int64_t V = 13, H = 67, T = 21;
+    int32_t ids[21];
+    for (int64_t t = 0; t < T; t++)
+        ids[t] = (int32_t)((t * 5 + 3) % V);
+    ids[0] = (int32_t)(V - 1);
+    float *tab = bo_rand(V * H, 52, 1);
+    uint16_t *t16 = xmalloc(2 * (size_t)(V * H));
+    df_bf16_from_f32(t16, tab, V * H);
+    double *ref = br_dvec(T * H), *bd = br_dvec(T * H);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < H; i++) {
+            uint32_t bits = (uint32_t)t16[ids[t] * H + i] << 16;
+            float v;
+            memcpy(&v, &bits, 4);
+            ref[t * H + i] = v, bd[t * H + i] = 0;
+        }
+    for (int bi = 0; bi < bo_n; bi++) {
+        const bo_backend *b = &bo_list[bi];
+        if (!b->be.ops->embedding_fwd_w16) {
+            print_message("SKIP: %s embedding_fwd_w16: not provided (no mixed precision)\n", b->name);
+            continue;
+        }
+        int32_t *dids = bo_up(b, ids, sizeof ids);
+        uint16_t *dt16 = bo_up(b, t16, 2 * (size_t)(V * H));
+        float *dO = bo_nan(b, T * H);
+        BO_OK(b->be.ops->embedding_fwd_w16(b->be.ctx, dO, dids, dt16, T, H));
+        float *got = bo_down(b, dO, 4 * (size_t)(T * H));
+        bo_check(b->name, "embedding_fwd_w16", got, ref, bd, T * H);
+        int64_t moved = 0; /* the float32 rows are not what it returns */
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t i = 0; i < H; i++)
+                moved += got[t * H + i] != tab[ids[t] * H + i];
+        assert_true(moved > T * H / 2);
+        free(got);
+        bo_free(b, dids), bo_free(b, dt16), bo_free(b, dO);
+    }
+    free(tab), free(t16), free(ref), free(bd);
+}
+
 /* ---- RMSNorm ---------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -923,7 +968,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_memory),    cmocka_unit_test(test_gemm),
         cmocka_unit_test(test_gemm_bf16), cmocka_unit_test(test_gemm_w16),
-        cmocka_unit_test(test_rows),      cmocka_unit_test(test_embedding),
+        cmocka_unit_test(test_rows),      cmocka_unit_test(test_embedding), cmocka_unit_test(test_embedding_w16),
         cmocka_unit_test(test_rmsnorm),   cmocka_unit_test(test_rope),
         cmocka_unit_test(test_swiglu),    cmocka_unit_test(test_attention),
         cmocka_unit_test(test_lmhead),   cmocka_unit_test(test_lmhead_w16),

@@ -3,7 +3,10 @@
  * refreshed by the optimizer step (the next forward sees the new weights: its log-probs are
  * those of fresh activations loaded from the updated model, to the bit, and not the old ones);
  * a reference stored in bf16 computes what one keeping its float32 weights computes while its
- * layers' float32 matmul pages are given back; the fsdp_config keys reach the actor (a bf16
+ * layers' float32 matmul pages and its embedding / head pages are given back; at step 0 the actor
+ * and such a reference give the same log-probs to the bit (both look up a bf16 embedding: the KL
+ * loss starts at exactly 0), and the reference gives its activations back after each pass; the
+ * fsdp_config keys reach the actor (a bf16
  * setting moves the log-probs by bf16 roundings, fp32 gives the float32 path's bits) and wrong
  * dtypes are refused naming the key. The bf16 parts skip on a CPU without native bf16 kernels.
  */
@@ -19,6 +22,7 @@
 #include "engine/packing.h"
 #include "engine/train_core.h"
 #include "model/acts.h"
+#include "model/safetensors.h"
 #include "tolerance.h"
 
 #include <math.h>
@@ -95,18 +99,21 @@ static void test_refresh_after_step(void **state)
     df_actor_free(a);
 }
 
-/* A model whose matmul weights span whole pages (so some are released). */
-static df_model *paged_model(void)
+/* A model whose matmul weights and embedding span whole pages (so some are released). */
+static df_model *paged_model_ex(bool tied)
 {
     df_model_config c;
     df_model_config_defaults(&c);
     c.vocab_size = 40, c.hidden_size = 64, c.intermediate_size = 256, c.num_hidden_layers = 2;
     c.num_attention_heads = 4, c.num_key_value_heads = 2, c.head_dim = 16, c.max_position_embeddings = 64;
+    c.tie_word_embeddings = tied;
     df_model *m;
     assert_int_equal(df_model_create(&c, &m), 0);
     assert_int_equal(df_model_init_random(m, 7), 0);
     return m;
 }
+
+static df_model *paged_model(void) { return paged_model_ex(false); }
 
 static void test_reference_bf16_storage(void **state)
 {
@@ -125,6 +132,10 @@ static void test_reference_bf16_storage(void **state)
     const int64_t mid = 64 * 256 / 2;
     assert_true(df_actor_model(only)->w.layers[1].w_gate[mid] == 0.0f);
     assert_true(df_actor_model(keep)->w.layers[1].w_gate[mid] != 0.0f);
+    /* and so are the embedding's and the (untied) head's: the copy holds both */
+    assert_true(df_actor_model(only)->w.embed[40 * 64 / 2] == 0.0f);
+    assert_true(df_actor_model(only)->w.lm_head[40 * 64 / 2] == 0.0f);
+    assert_true(df_actor_model(keep)->w.embed[40 * 64 / 2] != 0.0f);
     /* a trainable model keeps float32 weights; bf16 storage needs bf16 compute */
     df_actor *bad = NULL;
     df_model *m = paged_model();
@@ -136,6 +147,61 @@ static void test_reference_bf16_storage(void **state)
     df_batch_free(b);
     df_actor_free(keep);
     df_actor_free(only);
+}
+
+/*
+ * Step 0 of a GRPO / PPO run in mixed precision: the actor and a reference computing and stored in
+ * bf16 (the defaults), made from the same weights, give the same log-probs to the bit, so the KL
+ * loss is exactly 0 at the first step. Both read the embedding from their bf16 copies (the
+ * reference's float32 embedding is gone), so the test fails if only one of them rounds it; tied
+ * and untied embeddings.
+ */
+static void test_actor_reference_step0(void **state)
+{
+    (void)state;
+    skip_without_bf16();
+    for (int tied = 0; tied < 2; tied++) {
+        df_model *m = paged_model_ex(tied), *r = NULL;
+        assert_int_equal(df_model_clone(m, &r), 0);
+        df_actor *actor, *ref;
+        df_actor_params p = params(true), q = params(true);
+        q.bf16_weights = true;
+        assert_int_equal(df_actor_create(m, &p, true, &actor), 0);
+        assert_int_equal(df_actor_create(r, &q, false, &ref), 0);
+        df_batch *b = df_test_small_batch();
+        assert_int_equal(df_actor_compute_log_prob(actor, b, "old_log_probs", NULL), 0);
+        assert_int_equal(df_actor_compute_log_prob(ref, b, "ref_log_prob", NULL), 0);
+        const float *old = df_batch_column(b, "old_log_probs")->data;
+        const float *rlp = df_batch_column(b, "ref_log_prob")->data;
+        assert_memory_equal(old, rlp, 6 * sizeof(float));
+        /* the reference holds no activations between passes (the actor's update runs then);
+         * the next pass makes them again and gives the same bits */
+        const df_train_core *rc = (const df_train_core *)(const void *)ref;
+        assert_null(rc->acts);
+        assert_non_null(((const df_train_core *)(const void *)actor)->acts);
+        assert_int_equal(df_actor_compute_log_prob(ref, b, "ref_again", NULL), 0);
+        assert_null(rc->acts);
+        assert_memory_equal(rlp, df_batch_column(b, "ref_again")->data, 6 * sizeof(float));
+        /* the reference reads no float32 embedding (its pages read as zeros now) */
+        assert_true(df_actor_model(ref)->w.embed[40 * 64 / 2] == 0.0f);
+        assert_true(df_actor_model(actor)->w.embed[40 * 64 / 2] != 0.0f);
+        /* and the actor does round it: its bf16 log-probs are those of a model whose
+         * embedding is already bf16-exact */
+        df_model *e = NULL;
+        assert_int_equal(df_model_clone(df_actor_model(actor), &e), 0);
+        for (int64_t i = 0; i < 40 * 64; i++)
+            e->w.embed[i] = df_bf16_to_f32(df_f32_to_bf16(e->w.embed[i]));
+        float fresh[6], plain[6];
+        fresh_log_probs(e, b, true, fresh);
+        assert_memory_equal(old, fresh, sizeof fresh);
+        fresh_log_probs(df_actor_model(actor), b, false, plain);
+        fresh_log_probs(e, b, false, fresh);
+        assert_true(memcmp(plain, fresh, sizeof fresh) != 0); /* the rounding moves float32 */
+        df_model_free(e);
+        df_batch_free(b);
+        df_actor_free(actor);
+        df_actor_free(ref);
+    }
 }
 
 /* ---- the configuration keys -------------------------------------------------------------------- */
@@ -208,6 +274,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_refresh_after_step),
         cmocka_unit_test(test_reference_bf16_storage),
+        cmocka_unit_test(test_actor_reference_step0),
         cmocka_unit_test(test_config_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

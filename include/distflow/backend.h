@@ -125,6 +125,13 @@ typedef struct df_backend_ops {
     /** df_embedding_fwd: out[T,H] = table[ids]. */
     int (*embedding_fwd)(void *ctx, float *out, const int32_t *ids, const float *table,
                          int64_t T, int64_t H);
+    /**
+     * Mixed precision's lookup: out[T,H] = table16[ids] widened exactly to float32, table16 a
+     * df_weights16 embedding ([V, H] bfloat16, host memory on the CPU). NULL on a backend
+     * without it: df_model_check_backend_ex refuses mixed precision there (DF_ACTS_BF16).
+     */
+    int (*embedding_fwd_w16)(void *ctx, float *out, const int32_t *ids, const uint16_t *table16,
+                             int64_t T, int64_t H);
     /** df_embedding_bwd: dtable[ids[t]] += dout[t]. */
     int (*embedding_bwd)(void *ctx, float *dtable, const float *dout, const int32_t *ids,
                          int64_t T, int64_t H);

@@ -242,6 +242,12 @@ typedef struct df_weights16 df_weights16;
 /** df_weights16_create_ex flags. */
 enum {
     DF_W16_LM_HEAD = 1u << 0, /**< hold the LM head too (a causal LM; a value model has none) */
+    /**
+     * hold the token embedding (embed_tokens) too, which mixed precision's lookup reads (FSDP
+     * MixedPrecision casts it with every other parameter). Tied embeddings with DF_W16_LM_HEAD
+     * share the head's bf16 rows (the same tensor, no second copy); otherwise a copy of its own.
+     */
+    DF_W16_EMBED = 1u << 1,
 };
 /** An empty (all-zero) shadow for cfg's shapes, the LM head included (DF_W16_LM_HEAD). Errors:
  *  df_model_config_validate's, DF_ENOMEM. */
@@ -260,6 +266,9 @@ DF_API int df_weights16_refresh(df_weights16 *w, const df_model_view *src);
 DF_API const df_layer16 *df_weights16_layer(const df_weights16 *w, int64_t l);
 /** The LM head [vocab, hidden] in bf16, NULL for a value model or without DF_W16_LM_HEAD. */
 DF_API const uint16_t *df_weights16_lm_head(const df_weights16 *w);
+/** The token embedding [vocab, hidden] in bf16 (the LM head's rows when tied), NULL without
+ *  DF_W16_EMBED. */
+DF_API const uint16_t *df_weights16_embed(const df_weights16 *w);
 /**
  * Whether this machine runs bf16 matmuls natively (oneDNN has AMX-BF16 or AVX512-BF16
  * kernels here): DF_OK, or DF_EUNSUPPORTED with the reason in df_last_error. Mixed precision
@@ -377,7 +386,8 @@ typedef struct df_acts df_acts;
 DF_API int df_model_check_backend(const df_backend *be, const df_model_config *cfg);
 /**
  * df_model_check_backend, and for DF_ACTS_BF16 in `flags` that the backend has mixed-precision
- * matmuls (ops->gemm_w16 over host-memory bf16 weights; the CPU only for now): DF_EUNSUPPORTED
+ * matmuls and lookup (ops->gemm_w16 and ops->embedding_fwd_w16 over host-memory bf16 weights;
+ * the CPU only for now): DF_EUNSUPPORTED
  * naming the backend and the setting otherwise.
  */
 DF_API int df_model_check_backend_ex(const df_backend *be, const df_model_config *cfg,
@@ -417,16 +427,30 @@ enum {
      * and backward) take bfloat16 operands with float32 accumulation; their weights come from
      * a bf16 copy (df_weights16) that df_acts_load_weights refreshes, which must be called
      * after every change of the weights and before the first forward. Weight gradients
-     * round both operands per call. Embedding, norms, attention, the LM head, the losses
-     * and every reduction stay float32, as do the master weights and gradients. Refused
-     * (DF_EUNSUPPORTED) where the backend has no gemm_w16 or the CPU no AMX-BF16 /
-     * AVX512-BF16 kernels (df_model_bf16_available).
+     * round both operands per call. The embedding lookup reads the copy's bf16 table when it
+     * holds one (DF_W16_EMBED: every copy df_acts_load_weights and the training roles make)
+     * and widens the rows exactly; its gradient stays a float32 scatter-add. The LM head
+     * reads the copy's bf16 head where the backend has lmhead_fwd_w16. Norms, attention, the
+     * losses and every reduction stay float32, as do the master weights and gradients.
+     * Refused (DF_EUNSUPPORTED) where the backend has no gemm_w16 / embedding_fwd_w16 or the
+     * CPU no AMX-BF16 / AVX512-BF16 kernels (df_model_bf16_available).
      */
     DF_ACTS_BF16 = 1u << 1,
+    /**
+     * Forward passes only (a frozen model: the reference, verl's ref.compute_ref_log_prob
+     * under torch.no_grad): the residual stream lives in two [max_tokens, hidden] buffers used
+     * in turn (layer l reads one and writes the other) instead of num_hidden_layers + 1, the
+     * per-layer buffers have one slot, and nothing only a backward reads (its gradient
+     * scratch, the residual after attention) is allocated. The same kernels run on the same
+     * inputs, so log-probs and values are the normal pass's to the bit; df_model_backward /
+     * df_model_backward_values on such activations fail with DF_EINVAL.
+     */
+    DF_ACTS_FORWARD_ONLY = 1u << 2,
 };
 
 /**
- * df_acts_create_on with `flags` (DF_ACTS_CHECKPOINT, DF_ACTS_BF16 or both). Errors as
+ * df_acts_create_on with `flags` (DF_ACTS_CHECKPOINT, DF_ACTS_BF16, DF_ACTS_FORWARD_ONLY, any
+ * of them together; with DF_ACTS_FORWARD_ONLY, DF_ACTS_CHECKPOINT changes nothing). Errors as
  * df_acts_create_on, DF_EINVAL for an unknown flag, DF_ACTS_BF16's.
  */
 DF_API int df_acts_create_ex(const df_backend *be, const df_model_config *cfg,
@@ -454,7 +478,8 @@ DF_API int df_acts_load_weights(df_acts *a, const df_model *m);
  * Mixed precision (DF_ACTS_BF16): read the layers' bf16 weights from `w`, a copy of m's that its
  * owner keeps and refreshes after every change of m (a role sharing one copy among the
  * activations it re-creates, or a frozen model that keeps only that copy); df_acts_load_weights
- * then leaves it alone. `w` must outlive `a` or the next call. Errors: DF_EINVAL (activations
+ * then leaves it alone. The lookup reads w's embedding when it holds one (DF_W16_EMBED), else
+ * m's float32 one; the head likewise (DF_W16_LM_HEAD). `w` must outlive `a` or the next call. Errors: DF_EINVAL (activations
  * without DF_ACTS_BF16, NULL, another model's shape).
  */
 DF_API int df_acts_share_weights16(df_acts *a, const df_weights16 *w, const df_model *m);
@@ -479,8 +504,8 @@ DF_API int df_model_forward(const df_model *m, df_acts *a, const df_seq_batch *b
  * and optionally dL/dentropy [n_out] (NULL = 0), ACCUMULATE dL/dparams into
  * `grads` ([n_params], layout of m). Zero grads once per optimizer step.
  * Errors: DF_EINVAL without a forward on `a`, after df_model_forward_values,
- * for a different batch or temperature, or for dentropy != NULL after a
- * forward without entropy.
+ * for a different batch or temperature, for dentropy != NULL after a
+ * forward without entropy, and for activations created with DF_ACTS_FORWARD_ONLY.
  */
 DF_API int df_model_backward(const df_model *m, df_acts *a, const df_seq_batch *b,
                              float temperature, const float *dlogp, const float *dentropy,
@@ -524,7 +549,8 @@ DF_API int df_model_forward_values(const df_model *m, df_acts *a, const df_seq_b
  *   d score.weight += sum_j dvalues[j] xnf_j,  d score.bias += sum_j dvalues[j],
  *   d xnf_j = dvalues[j] score.weight, then the trunk as df_model_backward.
  * Errors: DF_EINVAL without a forward on `a`, after a df_model_forward
- * (log-prob) forward, or for a different batch.
+ * (log-prob) forward, for a different batch, or for activations created with
+ * DF_ACTS_FORWARD_ONLY.
  */
 DF_API int df_model_backward_values(const df_model *m, df_acts *a, const df_seq_batch *b,
                                     const float *dvalues, float *grads);

@@ -33,7 +33,8 @@ int df_actor_create(df_model *model, const df_actor_params *p, bool trainable, d
         return rc;
     }
     a->c.progress_label = p->progress_label;
-    a->c.checkpoint = p->gradient_checkpointing || !trainable; /* a frozen model never runs a backward */
+    /* a frozen core's activations are forward-only (train_core.c reserve) */
+    a->c.checkpoint = p->gradient_checkpointing;
     if ((rc = df_train_core_set_precision(&a->c, p->bf16, p->bf16_weights))) {
         a->c.model = NULL; /* the caller keeps it */
         df_actor_free(a);
@@ -91,6 +92,8 @@ static int log_prob_local(df_actor *a, df_batch *b, const char *out_col, double 
             ent[1] += (double)c->pk.sb.n_out;
     }
     free(bounds);
+    if (!c->trainable) /* the reference's activations are not held through the actor's update */
+        df_train_core_drop_acts(c);
     return rc;
 }
 

@@ -97,22 +97,24 @@ int df_train_core_set_precision(df_train_core *c, bool bf16, bool bf16_only)
     return DF_OK;
 }
 
-/* The bf16 copy the core's activations share, made once from the float32 weights (a frozen
- * bf16-only core then gives those back); later versions come from df_train_core_weights_changed. */
+/* The bf16 copy the core's activations share (the layers' matmuls, the head, the embedding),
+ * made once from the float32 weights (a frozen bf16-only core then gives back those the forward
+ * no longer reads); later versions come from df_train_core_weights_changed. */
 static int make_w16(df_train_core *c)
 {
     if (c->w16)
         return DF_OK;
-    int rc = df_weights16_create_ex(&c->model->cfg, DF_W16_LM_HEAD, &c->w16);
+    int rc = df_weights16_create_ex(&c->model->cfg, DF_W16_LM_HEAD | DF_W16_EMBED, &c->w16);
+    /* bf16-only: each float32 tensor the forward no longer reads goes as soon as it is converted */
+    const bool head16 = c->be.ops->lmhead_fwd_w16 && c->be.ops->lmhead_bwd_w16;
     if (!rc)
-        rc = df_weights16_refresh(c->w16, &c->model->w);
+        rc = c->bf16_only ? df_weights16_refresh_release(c->w16, c->model, head16, NULL)
+                          : df_weights16_refresh(c->w16, &c->model->w);
     if (rc) {
         df_weights16_free(c->w16);
         c->w16 = NULL;
         return df_error_wrap(rc, "%s: the bf16 copy of the weights", c->who);
     }
-    if (c->bf16_only)
-        df_model_release_layer_matmuls(c->model);
     return DF_OK;
 }
 
@@ -122,6 +124,13 @@ int df_train_core_weights_changed(df_train_core *c)
     if (!rc && c->acts)
         rc = df_acts_load_weights(c->acts, c->model);
     return rc;
+}
+
+void df_train_core_drop_acts(df_train_core *c)
+{
+    df_acts_free(c->acts);
+    c->acts = NULL;
+    c->acts_tokens = c->acts_out = 0;
 }
 
 int df_train_core_zero_grads(df_train_core *c)
@@ -151,7 +160,9 @@ static int reserve(df_train_core *c, const df_batch *b, const int64_t *bounds, i
         c->acts = NULL;
         c->acts_tokens = max_tok > c->acts_tokens ? max_tok : c->acts_tokens;
         c->acts_out = max_out > c->acts_out ? max_out : c->acts_out;
-        unsigned flags = (c->checkpoint ? DF_ACTS_CHECKPOINT : 0) | (c->bf16 ? DF_ACTS_BF16 : 0);
+        /* a frozen core never runs a backward: forward-only activations */
+        unsigned flags = (c->checkpoint ? DF_ACTS_CHECKPOINT : 0) | (c->bf16 ? DF_ACTS_BF16 : 0) |
+                         (c->trainable ? 0 : DF_ACTS_FORWARD_ONLY);
         int rc = df_acts_create_ex(&c->be, &c->model->cfg, c->acts_tokens, c->acts_out, flags, &c->acts);
         if (!rc && c->bf16 && !(rc = make_w16(c)))
             rc = df_acts_share_weights16(c->acts, c->w16, c->model);

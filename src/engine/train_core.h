@@ -107,6 +107,11 @@ int df_train_core_set_precision(df_train_core *c, bool bf16, bool bf16_only);
  * df_weights16_refresh and df_acts_load_weights.
  */
 int df_train_core_weights_changed(df_train_core *c);
+/**
+ * Give back the activations (a frozen core after its pass: the reference holds nothing between
+ * steps while the actor trains); the next plan makes them again for its own batch.
+ */
+void df_train_core_drop_acts(df_train_core *c);
 /** Zero the backward's accumulator (bgrads) before a mini-batch. */
 int df_train_core_zero_grads(df_train_core *c);
 /** The accumulated gradient into the host blob `grads` (a no-op on the CPU). */

@@ -7,7 +7,9 @@
  * Per-layer buffers have one slot per layer, or a single one with
  * activation checkpointing (DF_ACTS_CHECKPOINT), where the forward keeps only
  * the residual stream x entering each layer and the backward recomputes layer
- * l's slot from x[l] (df_acts_layer_recompute) just before its backward.
+ * l's slot from x[l] (df_acts_layer_recompute) just before its backward. Forward-only
+ * activations (DF_ACTS_FORWARD_ONLY) have one slot, two residual buffers used in turn
+ * (df_acts_x) and none of the backward's buffers (NULL).
  */
 #ifndef DF_MODEL_ACTS_H
 #define DF_MODEL_ACTS_H
@@ -27,6 +29,7 @@ struct df_acts {
     df_model_config cfg;
     int64_t max_tokens, max_out;
     bool ckpt;           /* DF_ACTS_CHECKPOINT: one slot of per-layer activations, recomputed */
+    bool fwd_only;       /* DF_ACTS_FORWARD_ONLY: no backward; x holds 2 rows of slots */
     int64_t slot_layer;  /* ckpt: the layer whose activations the slot holds (set by
                           * df_acts_layer_recompute; -1 from a forward's start until then),
                           * so the backward does not recompute the forward's last layer */
@@ -46,8 +49,9 @@ struct df_acts {
     df_layer_view *wview_layers;
     /* Saved per layer l: x always ([L + 1], stride max_tokens rows); the rest in slot
      * df_acts_slot(a, l): 1 slot with ckpt, else num_hidden_layers (written "[L]" below). */
-    float *x;            /* [L + 1][T, H] residual stream entering layer l (x[L]: leaving the last) */
-    float *hmid;         /* [L][T, H] residual after attention */
+    float *x;            /* [L + 1][T, H] residual stream entering layer l (x[L]: leaving the last);
+                          * forward-only [2][T, H]: df_acts_x */
+    float *hmid;         /* [L][T, H] residual after attention (forward-only: NULL, x's other one) */
     float *xn1, *xn2;    /* [L][T, H] inputs of the q/k/v and gate/up projections */
     float *rstd1, *rstd2;/* [L][T] */
     float *q;            /* [L][T, nh * hd] after RoPE */
@@ -64,7 +68,7 @@ struct df_acts {
     /* Positions and RoPE tables. */
     int32_t *pos;        /* [max_tokens] host memory */
     float *rope_cos, *rope_sin; /* [max_tokens, hd / 2] */
-    /* Scratch (forward and backward). */
+    /* Scratch: mlp_a (forward and backward), the others the backward's (forward-only: NULL). */
     float *mlp_a, *mlp_b, *mlp_c; /* [T, I] */
     float *dres, *dxn;   /* [T, H] */
     float *dq, *dk, *dv, *dao; /* [T, nh*hd], [T, nkv*hd] x2, [T, nh*hd] */
@@ -102,7 +106,20 @@ int df_acts_weights(const df_acts *a, const df_model *m, const df_model_view **w
 /* Per-layer slices: the slot holding layer l's saved activations. */
 static inline int64_t df_acts_slot(const df_acts *a, int64_t l)
 {
-    return a->ckpt ? 0 : l;
+    return a->ckpt || a->fwd_only ? 0 : l;
+}
+
+/* The residual stream entering layer l (l = L: leaving the last layer): its own row of x, or
+ * forward-only, one of two rows in turn (layer l reads x[l % 2] and writes the other). */
+static inline float *df_acts_x(const df_acts *a, int64_t l)
+{
+    return a->x + (a->fwd_only ? l % 2 : l) * a->max_tokens * a->cfg.hidden_size;
+}
+
+/* The bf16 embedding the lookup reads in mixed precision (the copy holds it), else NULL. */
+static inline const uint16_t *df_acts_embed16(const df_acts *a)
+{
+    return a->w16 && a->be.ops->embedding_fwd_w16 ? df_weights16_embed(a->w16) : NULL;
 }
 
 static inline int64_t df_acts_qd(const df_acts *a)

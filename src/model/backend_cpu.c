@@ -118,6 +118,14 @@ static int cpu_embedding_fwd(void *ctx, float *out, const int32_t *ids, const fl
     return DF_OK;
 }
 
+static int cpu_embedding_fwd_w16(void *ctx, float *out, const int32_t *ids,
+                                 const uint16_t *table16, int64_t T, int64_t H)
+{
+    (void)ctx;
+    df_embedding_fwd_bf16(out, ids, table16, T, H);
+    return DF_OK;
+}
+
 static int cpu_embedding_bwd(void *ctx, float *dtable, const float *dout, const int32_t *ids,
                              int64_t T, int64_t H)
 {
@@ -311,6 +319,7 @@ static const df_backend_ops cpu_ops = {
     .gather_rows = cpu_gather_rows,
     .scatter_add_rows = cpu_scatter_add_rows,
     .embedding_fwd = cpu_embedding_fwd,
+    .embedding_fwd_w16 = cpu_embedding_fwd_w16,
     .embedding_bwd = cpu_embedding_bwd,
     .rmsnorm_fwd = cpu_rmsnorm_fwd,
     .rmsnorm_bwd = cpu_rmsnorm_bwd,

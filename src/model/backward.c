@@ -87,6 +87,10 @@ static void layer_backward(const df_model_config *c, const df_layer_view *w, df_
 /* Checks common to both heads: a forward of kind `head` on `a` for this batch. */
 static int check_forward(const df_acts *a, const df_seq_batch *b, int head, const char *fn)
 {
+    if (a->fwd_only)
+        return df_error(DF_EINVAL, "%s: these activations were created forward-only "
+                        "(DF_ACTS_FORWARD_ONLY, a frozen model's) and keep nothing for a backward",
+                        fn);
     if (!a->fwd_valid)
         return df_error(DF_EINVAL, "%s: no forward pass on these activations", fn);
     if (a->fwd_head != head)

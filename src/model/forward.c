@@ -38,6 +38,15 @@ static float *falloc(df_acts *a, int64_t n, int *fail)
     return balloc(a, n, sizeof(float), fail);
 }
 
+/* A buffer only a backward reads: none (NULL, not counted) for forward-only activations. */
+static float *bwd_alloc(df_acts *a, int64_t n, int *fail)
+{
+    return a->fwd_only ? NULL : falloc(a, n, fail);
+}
+
+/* What the bf16 copy df_acts_load_weights makes holds: the head and the embedding too. */
+#define W16_FLAGS (DF_W16_LM_HEAD | DF_W16_EMBED)
+
 /* Drop the bf16 weight copy (freed when a owns it). */
 static void drop_w16(df_acts *a)
 {
@@ -139,10 +148,11 @@ static int rope_tables(df_acts *a)
     return rc;
 }
 
-/* Slots of the per-layer buffers: one with activation checkpointing, else one per layer. */
+/* Slots of the per-layer buffers: one with activation checkpointing or forward-only, else one
+ * per layer. */
 static int64_t slots_of(const df_acts *a)
 {
-    return a->ckpt ? 1 : a->cfg.num_hidden_layers;
+    return a->ckpt || a->fwd_only ? 1 : a->cfg.num_hidden_layers;
 }
 
 /* The q/k norms' saved inputs and statistics (slots_of(a) layers) and their gradients' scratch
@@ -156,8 +166,8 @@ static void alloc_attention_extras(df_acts *a, int *fail)
         a->kraw = falloc(a, L * T * df_acts_kvd(a), fail);
         a->qrstd = falloc(a, L * T * c->num_attention_heads, fail);
         a->krstd = falloc(a, L * T * c->num_key_value_heads, fail);
-        a->dqn = falloc(a, T * df_acts_qd(a), fail);
-        a->dkn = falloc(a, T * df_acts_kvd(a), fail);
+        a->dqn = bwd_alloc(a, T * df_acts_qd(a), fail);
+        a->dkn = bwd_alloc(a, T * df_acts_kvd(a), fail);
     }
     if (c->o_proj_bias)
         a->ones = falloc(a, T, fail);
@@ -185,8 +195,8 @@ static void alloc_buffers(df_acts *a, int *fail)
     const int64_t T = a->max_tokens, S = slots_of(a), H = cfg->hidden_size;
     const int64_t I = cfg->intermediate_size, nh = cfg->num_attention_heads;
     const int64_t qd = df_acts_qd(a), kvd = df_acts_kvd(a), O = a->max_out > 0 ? a->max_out : 1;
-    a->x = falloc(a, (cfg->num_hidden_layers + 1) * T * H, fail);
-    a->hmid = falloc(a, S * T * H, fail);
+    a->x = falloc(a, (a->fwd_only ? 2 : cfg->num_hidden_layers + 1) * T * H, fail);
+    a->hmid = bwd_alloc(a, S * T * H, fail); /* forward-only: h is the other residual row */
     a->xn1 = falloc(a, S * T * H, fail);
     a->xn2 = falloc(a, S * T * H, fail);
     a->rstd1 = falloc(a, S * T, fail);
@@ -206,16 +216,16 @@ static void alloc_buffers(df_acts *a, int *fail)
     a->rope_cos = falloc(a, T * cfg->head_dim / 2, fail);
     a->rope_sin = falloc(a, T * cfg->head_dim / 2, fail);
     a->mlp_a = falloc(a, T * I, fail);
-    a->mlp_b = falloc(a, T * I, fail);
-    a->mlp_c = falloc(a, T * I, fail);
-    a->dres = falloc(a, T * H, fail);
-    a->dxn = falloc(a, T * H, fail);
-    a->dq = falloc(a, T * qd, fail);
-    a->dk = falloc(a, T * kvd, fail);
-    a->dv = falloc(a, T * kvd, fail);
-    a->dao = falloc(a, T * qd, fail);
-    a->dxf = falloc(a, O * H, fail);
-    a->dxnf = falloc(a, O * H, fail);
+    a->mlp_b = bwd_alloc(a, T * I, fail);
+    a->mlp_c = bwd_alloc(a, T * I, fail);
+    a->dres = bwd_alloc(a, T * H, fail);
+    a->dxn = bwd_alloc(a, T * H, fail);
+    a->dq = bwd_alloc(a, T * qd, fail);
+    a->dk = bwd_alloc(a, T * kvd, fail);
+    a->dv = bwd_alloc(a, T * kvd, fail);
+    a->dao = bwd_alloc(a, T * qd, fail);
+    a->dxf = bwd_alloc(a, O * H, fail);
+    a->dxnf = bwd_alloc(a, O * H, fail);
     /* A value model never runs the LM head. */
     a->lm_scratch = falloc(a, cfg->num_labels > 0 ? 1
                            : a->be.ops->lmhead_scratch_floats(a->be.ctx, O, cfg->vocab_size, H),
@@ -233,7 +243,8 @@ int df_acts_create(const df_model_config *cfg, int64_t max_tokens, int64_t max_o
 
 int df_model_check_backend_ex(const df_backend *be, const df_model_config *cfg, unsigned flags)
 {
-    if (be && be->ops && (flags & DF_ACTS_BF16) && (!be->ops->gemm_w16 || !df_backend_is_cpu(be)))
+    if (be && be->ops && (flags & DF_ACTS_BF16) &&
+        (!be->ops->gemm_w16 || !be->ops->embedding_fwd_w16 || !df_backend_is_cpu(be)))
         return df_error(DF_EUNSUPPORTED, "mixed precision (bf16 matmuls with a bf16 copy of the "
                         "weights) is not implemented on the %s backend; set param_dtype fp32 "
                         "(fsdp_config.mixed_precision) or train on the cpu backend",
@@ -267,7 +278,7 @@ static int acts_new(const df_backend *be, const df_model_config *cfg, int64_t ma
         return df_error(DF_EINVAL, "need 0 < max_tokens and 0 <= max_out <= max_tokens "
                         "(got max_tokens %lld, max_out %lld)",
                         (long long)max_tokens, (long long)max_out);
-    if (flags & ~(unsigned)(DF_ACTS_CHECKPOINT | DF_ACTS_BF16))
+    if (flags & ~(unsigned)(DF_ACTS_CHECKPOINT | DF_ACTS_BF16 | DF_ACTS_FORWARD_ONLY))
         return df_error(DF_EINVAL, "unknown flags 0x%x", flags);
     if (cfg->head_dim > DF_MAX_HEAD_DIM)
         return df_error(DF_EUNSUPPORTED, "head_dim %lld exceeds the supported %d",
@@ -281,6 +292,7 @@ static int acts_new(const df_backend *be, const df_model_config *cfg, int64_t ma
     a->max_tokens = max_tokens;
     a->max_out = max_out;
     a->ckpt = (flags & DF_ACTS_CHECKPOINT) != 0;
+    a->fwd_only = (flags & DF_ACTS_FORWARD_ONLY) != 0;
     a->slot_layer = -1;
     a->be = *be;
     if (df_backend_is_cpu(be))
@@ -334,7 +346,7 @@ int df_acts_bytes(const df_backend *be, const df_model_config *cfg, int64_t max_
     alloc_buffers(a, &fail);
     /* mixed precision: the bf16 weights df_acts_load_weights makes and the two operand
      * scratches of the bf16 matmuls */
-    *bytes = a->bytes + ((flags & DF_ACTS_BF16) ? df_weights16_bytes_for(cfg, DF_W16_LM_HEAD) + df_mm_ctx_bytes(mm_elems(a)) : 0);
+    *bytes = a->bytes + ((flags & DF_ACTS_BF16) ? df_weights16_bytes_for(cfg, W16_FLAGS) + df_mm_ctx_bytes(mm_elems(a)) : 0);
     free(a); /* a dry run holds no buffer */
     return DF_OK;
 }
@@ -348,7 +360,7 @@ int64_t df_acts_size(const df_acts *a)
 int df_acts_load_weights(df_acts *a, const df_model *m)
 {
     if (a->mm && !a->w16_shared) { /* mixed precision: the one conversion of this weight version */
-        int rc = a->w16 ? DF_OK : df_weights16_create_ex(&a->cfg, DF_W16_LM_HEAD, &a->w16);
+        int rc = a->w16 ? DF_OK : df_weights16_create_ex(&a->cfg, W16_FLAGS, &a->w16);
         if (!rc)
             rc = df_weights16_refresh(a->w16, &m->w);
         a->w16_src = rc ? NULL : m->params;
@@ -480,7 +492,8 @@ int df_acts_stage(df_acts *a, const df_seq_batch *b)
 /* ---- forward ------------------------------------------------------------------- */
 
 /* Layer l's buffers: x[l] in, its slot df_acts_slot(a, l) for what the backward reads, x[l + 1]
- * out (NULL: the recompute, which stops after gate / up). */
+ * out (NULL: the recompute, which stops after gate / up). Forward-only, h is x[l + 1] itself
+ * (the layer then adds the MLP onto it in place: the same sums as a copy would see). */
 static df_layer_bufs layer_bufs(const df_acts *a, int64_t l, bool full)
 {
     const df_model_config *c = &a->cfg;
@@ -489,11 +502,11 @@ static df_layer_bufs layer_bufs(const df_acts *a, int64_t l, bool full)
     const int64_t MT = a->max_tokens, s = df_acts_slot(a, l);
     df_layer_bufs b = {
         .pos = a->bb.pos, .rope_cos = a->rope_cos, .rope_sin = a->rope_sin, .ones = a->ones,
-        .x = a->x + l * MT * H, .xn1 = a->xn1 + s * MT * H, .rstd1 = a->rstd1 + s * MT,
+        .x = df_acts_x(a, l), .xn1 = a->xn1 + s * MT * H, .rstd1 = a->rstd1 + s * MT,
         .q = a->q + s * MT * qd, .k = a->k + s * MT * kvd, .v = a->v + s * MT * kvd,
-        .att = a->att + s * MT * qd, .h = a->hmid + s * MT * H, .xn2 = a->xn2 + s * MT * H,
-        .rstd2 = a->rstd2 + s * MT, .gate = a->gate + s * MT * I, .up = a->up + s * MT * I,
-        .act = a->mlp_a, .xout = full ? a->x + (l + 1) * MT * H : NULL};
+        .att = a->att + s * MT * qd, .h = a->fwd_only ? df_acts_x(a, l + 1) : a->hmid + s * MT * H,
+        .xn2 = a->xn2 + s * MT * H, .rstd2 = a->rstd2 + s * MT, .gate = a->gate + s * MT * I,
+        .up = a->up + s * MT * I, .act = a->mlp_a, .xout = full ? df_acts_x(a, l + 1) : NULL};
     if (c->qk_norm) { /* the projections and row statistics the norms' backward reads */
         b.qraw = a->qraw + s * MT * qd;
         b.kraw = a->kraw + s * MT * kvd;
@@ -536,11 +549,15 @@ static int trunk_forward(const df_model *m, const df_model_view *w, df_acts *a,
     int rc = df_acts_stage(a, b);
     if (rc)
         return rc;
-    DF_BE(a, embedding_fwd, a->x, a->bb.tokens, w->embed, T, H);
+    const uint16_t *e16 = df_acts_embed16(a); /* mixed precision: the bf16 table */
+    if (e16)
+        DF_BE(a, embedding_fwd_w16, a->x, a->bb.tokens, e16, T, H);
+    else
+        DF_BE(a, embedding_fwd, a->x, a->bb.tokens, w->embed, T, H);
     for (int64_t l = 0; l < L; l++)
         layer_run(&w->layers[l], a, l, true);
     /* Only output rows reach the final norm and the head. */
-    DF_BE(a, gather_rows, a->xf, a->x + L * a->max_tokens * H, a->bb.rows, b->n_out, H);
+    DF_BE(a, gather_rows, a->xf, df_acts_x(a, L), a->bb.rows, b->n_out, H);
     DF_BE(a, rmsnorm_fwd, a->xnf, a->rstdf, a->xf, w->final_norm, b->n_out, H,
           (float)c->rms_norm_eps);
     return a->err;

@@ -24,6 +24,9 @@ DF_KDISPATCH_VOID(df_attention_bwd,
 DF_KDISPATCH_VOID(df_embedding_fwd,
                   (float *out, const int32_t *ids, const float *table, int64_t T, int64_t H),
                   (out, ids, table, T, H))
+DF_KDISPATCH_VOID(df_embedding_fwd_bf16,
+                  (float *out, const int32_t *ids, const uint16_t *table16, int64_t T, int64_t H),
+                  (out, ids, table16, T, H))
 DF_KDISPATCH_VOID(df_embedding_bwd,
                   (float *dtable, const float *dout, const int32_t *ids, int64_t T, int64_t H),
                   (dtable, dout, ids, T, H))

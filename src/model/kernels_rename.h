@@ -18,6 +18,7 @@
 #define df_attn_vec_bwd_group DF_KSYM(df_attn_vec_bwd_group)
 /* ops_basic.c */
 #define df_embedding_fwd DF_KSYM(df_embedding_fwd)
+#define df_embedding_fwd_bf16 DF_KSYM(df_embedding_fwd_bf16)
 #define df_embedding_bwd DF_KSYM(df_embedding_bwd)
 #define df_rmsnorm_fwd DF_KSYM(df_rmsnorm_fwd)
 #define df_rmsnorm_bwd DF_KSYM(df_rmsnorm_bwd)

@@ -126,13 +126,16 @@ int64_t df_mm_ctx_created(const df_mm_ctx *c);
  */
 df_backend df_backend_cpu_bf16(df_mm_ctx **mm);
 /**
- * A frozen model kept in bf16 (a reference with model_dtype bf16): give the pages of its layers'
- * float32 matmul weights back to the OS (madvise DONTNEED; they then read as zeros) once their
- * bf16 copy is made. m then serves only forward passes that read that copy
- * (df_acts_share_weights16); embedding, norms, biases and the head stay float32. Returns the
- * bytes released.
+ * df_weights16_refresh from m's float32 weights for a frozen model kept in bf16 (a reference with
+ * model_dtype bf16), giving each float32 tensor's whole pages back to the OS (madvise DONTNEED;
+ * they then read as zeros) right after its conversion, so both copies are never resident whole:
+ * every layer matmul weight; the embedding when w holds it (DF_W16_EMBED: the lookup reads the
+ * copy); an untied LM head when head16 (the backend runs the bf16 head: lmhead_fwd_w16). Tied
+ * embeddings are the head's rows: given back only when both readers use the copy. m then serves
+ * only forward passes reading w (df_acts_share_weights16); norms and biases stay float32.
+ * *released (may be NULL): the bytes given back. Errors: df_weights16_refresh's.
  */
-int64_t df_model_release_layer_matmuls(df_model *m);
+int df_weights16_refresh_release(df_weights16 *w, df_model *m, bool head16, int64_t *released);
 /** Bytes df_weights16_create_ex allocates for cfg and flags (model.h; cfg valid). */
 int64_t df_weights16_bytes_for(const df_model_config *cfg, unsigned flags);
 /** Elements of the widest matmul input of `rows` rows of a cfg decoder (max(hidden, intermediate,
@@ -143,6 +146,9 @@ int64_t df_mm_elems_for(const df_model_config *cfg, int64_t rows);
 
 /** out[T,H] = table[ids[t]]. */
 void df_embedding_fwd(float *out, const int32_t *ids, const float *table, int64_t T, int64_t H);
+/** out[T,H] = table16[ids[t]] (bfloat16 rows) widened exactly to float32. */
+void df_embedding_fwd_bf16(float *out, const int32_t *ids, const uint16_t *table16, int64_t T,
+                           int64_t H);
 /**
  * dtable[ids[t]] += dout[t]. Threads own column ranges and walk the tokens in
  * order, so repeated ids never race and the sum order is fixed.

@@ -16,6 +16,20 @@ void df_embedding_fwd(float *out, const int32_t *ids, const float *table, int64_
         memcpy(out + t * H, table + (int64_t)ids[t] * H, (size_t)H * sizeof(float));
 }
 
+void df_embedding_fwd_bf16(float *out, const int32_t *ids, const uint16_t *table16, int64_t T,
+                           int64_t H)
+{
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < T; t++) {
+        const uint16_t *r = table16 + (int64_t)ids[t] * H;
+        float *o = out + t * H;
+        for (int64_t i = 0; i < H; i++) { /* a bf16 is the top half of its float32 */
+            const uint32_t bits = (uint32_t)r[i] << 16;
+            memcpy(&o[i], &bits, sizeof bits);
+        }
+    }
+}
+
 void df_embedding_bwd(float *dtable, const float *dout, const int32_t *ids, int64_t T, int64_t H)
 {
     /* Threads own disjoint column ranges, so repeated ids never race and the

@@ -1,6 +1,7 @@
 /*
  * The bf16 copy of a model's matmul weights (model.h df_weights16): one 64-byte aligned
- * blob with the layers' seven projections and the LM head, refreshed from the float32
+ * blob with the layers' seven projections, the LM head and the token embedding (the head's
+ * rows when tied), refreshed from the float32
  * master weights once per weight version. Mixed-precision matmuls read it instead of
  * rounding the same weight again at every call (backend gemm_w16).
  */
@@ -18,6 +19,8 @@ struct df_weights16 {
     int64_t elems;       /* blob length, every tensor rounded up to 32 elements (64 bytes) */
     df_layer16 *layers;  /* [L] into blob */
     const uint16_t *lm_head;
+    const uint16_t *embed; /* the lm_head's rows (tied) or its own tensor; NULL: not held */
+    bool own_embed;        /* embed is a tensor of its own (refreshed from the embedding) */
     int64_t version;
 };
 
@@ -38,10 +41,18 @@ static int64_t head_elems(const df_model_config *cfg, unsigned flags)
     return (flags & DF_W16_LM_HEAD) && cfg->num_labels == 0 ? up32(cfg->vocab_size * cfg->hidden_size) : 0;
 }
 
+/* Whether a copy made with `flags` holds the embedding in a tensor of its own: held, and not
+ * the tied head's rows. */
+static bool own_embed(const df_model_config *cfg, unsigned flags)
+{
+    return (flags & DF_W16_EMBED) && !(cfg->tie_word_embeddings && head_elems(cfg, flags) > 0);
+}
+
 int64_t df_weights16_bytes_for(const df_model_config *cfg, unsigned flags)
 {
     const int64_t head = head_elems(cfg, flags);
-    return (cfg->num_hidden_layers * layer_elems(cfg) + head) * (int64_t)sizeof(uint16_t);
+    const int64_t embed = own_embed(cfg, flags) ? up32(cfg->vocab_size * cfg->hidden_size) : 0;
+    return (cfg->num_hidden_layers * layer_elems(cfg) + head + embed) * (int64_t)sizeof(uint16_t);
 }
 
 int64_t df_mm_elems_for(const df_model_config *cfg, int64_t rows)
@@ -49,6 +60,12 @@ int64_t df_mm_elems_for(const df_model_config *cfg, int64_t rows)
     int64_t w = cfg->hidden_size > cfg->intermediate_size ? cfg->hidden_size : cfg->intermediate_size;
     const int64_t qd = cfg->num_attention_heads * cfg->head_dim;
     return rows * (qd > w ? qd : w);
+}
+
+/* The blob's mapping length (one 64-byte unit when empty). */
+static size_t blob_bytes(const df_weights16 *w)
+{
+    return (size_t)(w->elems > 0 ? w->elems : 32) * sizeof(uint16_t);
 }
 
 int df_weights16_create(const df_model_config *cfg, df_weights16 **out)
@@ -61,7 +78,7 @@ int df_weights16_create_ex(const df_model_config *cfg, unsigned flags, df_weight
     int rc = df_model_config_validate(cfg);
     if (rc)
         return df_error_wrap(rc, "df_weights16_create");
-    if (flags & ~(unsigned)DF_W16_LM_HEAD)
+    if (flags & ~(unsigned)(DF_W16_LM_HEAD | DF_W16_EMBED))
         return df_error(DF_EINVAL, "df_weights16_create: unknown flags 0x%x", flags);
     const int64_t H = cfg->hidden_size, I = cfg->intermediate_size, L = cfg->num_hidden_layers;
     const int64_t qd = cfg->num_attention_heads * cfg->head_dim;
@@ -72,14 +89,16 @@ int df_weights16_create_ex(const df_model_config *cfg, unsigned flags, df_weight
         return df_error(DF_ENOMEM, "out of memory for the bf16 weights");
     w->cfg = *cfg;
     w->elems = df_weights16_bytes_for(cfg, flags) / (int64_t)sizeof(uint16_t);
-    w->blob = aligned_alloc(64, (size_t)(w->elems > 0 ? w->elems : 32) * sizeof(uint16_t));
+    /* Anonymous pages: zero and page-aligned, and resident only once a refresh writes them
+     * (so a release-as-you-convert refresh never holds both copies whole). */
+    void *blob = mmap(NULL, blob_bytes(w), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    w->blob = blob == MAP_FAILED ? NULL : blob;
     w->layers = calloc((size_t)L, sizeof *w->layers);
     if (!w->blob || !w->layers) {
         df_weights16_free(w);
         return df_error(DF_ENOMEM, "out of memory for %lld bf16 weights (%.1f MiB)",
                         (long long)w->elems, (double)w->elems * 2.0 / (1 << 20));
     }
-    memset(w->blob, 0, (size_t)w->elems * sizeof(uint16_t));
     uint16_t *p = w->blob;
     for (int64_t l = 0; l < L; l++) {
         df_layer16 *y = &w->layers[l];
@@ -92,11 +111,39 @@ int df_weights16_create_ex(const df_model_config *cfg, unsigned flags, df_weight
         y->w_down = p, p += up32(I * H);
     }
     w->lm_head = head ? p : NULL;
+    p += head;
+    w->own_embed = own_embed(cfg, flags);
+    w->embed = w->own_embed ? p : (flags & DF_W16_EMBED) ? w->lm_head : NULL;
     *out = w;
     return DF_OK;
 }
 
-int df_weights16_refresh(df_weights16 *w, const df_model_view *src)
+/* The whole pages inside [p, p + n floats): returned to the OS (reads then see zeros). */
+static int64_t release_pages(const float *p, int64_t n, int64_t page)
+{
+    uintptr_t b = ((uintptr_t)p + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
+    uintptr_t e = ((uintptr_t)(p + n)) / (uintptr_t)page * (uintptr_t)page;
+    if (e <= b || madvise((void *)b, e - b, MADV_DONTNEED))
+        return 0;
+    return (int64_t)(e - b);
+}
+
+/* Which float32 tensors a refresh gives back after converting them (page > 0), and the count. */
+typedef struct {
+    int64_t page;          /* 0: keep everything (a plain refresh) */
+    bool embed, head;      /* the vocabulary tables too (their rules: df_weights16_refresh_release) */
+    int64_t bytes;
+} give_back;
+
+/* One tensor into the copy; then, when g says so (page > 0 and `go`), its float32 pages back. */
+static void conv(const uint16_t *dst, const float *src, int64_t n, give_back *g, bool go)
+{
+    df_bf16_from_f32((uint16_t *)dst, src, n);
+    if (g->page > 0 && go)
+        g->bytes += release_pages(src, n, g->page);
+}
+
+static int refresh(df_weights16 *w, const df_model_view *src, give_back *g)
 {
     if (!w || !src || !src->layers)
         return df_error(DF_EINVAL, "df_weights16_refresh: NULL argument");
@@ -111,18 +158,38 @@ int df_weights16_refresh(df_weights16 *w, const df_model_view *src)
     for (int64_t l = 0; l < c->num_hidden_layers; l++) {
         const df_layer_view *s = &src->layers[l];
         const df_layer16 *d = &w->layers[l];
-        df_bf16_from_f32((uint16_t *)d->wq, s->wq, qd * H);
-        df_bf16_from_f32((uint16_t *)d->wk, s->wk, kvd * H);
-        df_bf16_from_f32((uint16_t *)d->wv, s->wv, kvd * H);
-        df_bf16_from_f32((uint16_t *)d->wo, s->wo, H * qd);
-        df_bf16_from_f32((uint16_t *)d->w_gate, s->w_gate, I * H);
-        df_bf16_from_f32((uint16_t *)d->w_up, s->w_up, I * H);
-        df_bf16_from_f32((uint16_t *)d->w_down, s->w_down, I * H);
+        conv(d->wq, s->wq, qd * H, g, true);
+        conv(d->wk, s->wk, kvd * H, g, true);
+        conv(d->wv, s->wv, kvd * H, g, true);
+        conv(d->wo, s->wo, H * qd, g, true);
+        conv(d->w_gate, s->w_gate, I * H, g, true);
+        conv(d->w_up, s->w_up, I * H, g, true);
+        conv(d->w_down, s->w_down, I * H, g, true);
     }
+    /* tied: the head's rows are the embedding's, read by both */
+    const bool tied = src->lm_head == src->embed;
     if (w->lm_head)
-        df_bf16_from_f32((uint16_t *)w->lm_head, src->lm_head, c->vocab_size * H);
+        conv(w->lm_head, src->lm_head, c->vocab_size * H, g, g->head && (!tied || g->embed));
+    if (w->own_embed)
+        conv(w->embed, src->embed, c->vocab_size * H, g, g->embed && !tied);
     w->version++;
     return DF_OK;
+}
+
+int df_weights16_refresh(df_weights16 *w, const df_model_view *src)
+{
+    give_back keep = {0};
+    return refresh(w, src, &keep);
+}
+
+int df_weights16_refresh_release(df_weights16 *w, df_model *m, bool head16, int64_t *released)
+{
+    const long ps = sysconf(_SC_PAGESIZE);
+    give_back g = {.page = ps > 0 ? ps : 4096, .embed = w && w->embed, .head = head16};
+    int rc = refresh(w, m ? &m->w : NULL, &g);
+    if (released)
+        *released = g.bytes;
+    return rc;
 }
 
 const df_layer16 *df_weights16_layer(const df_weights16 *w, int64_t l)
@@ -131,6 +198,8 @@ const df_layer16 *df_weights16_layer(const df_weights16 *w, int64_t l)
 }
 
 const uint16_t *df_weights16_lm_head(const df_weights16 *w) { return w->lm_head; }
+
+const uint16_t *df_weights16_embed(const df_weights16 *w) { return w->embed; }
 
 int64_t df_weights16_bytes(const df_weights16 *w)
 {
@@ -143,35 +212,8 @@ void df_weights16_free(df_weights16 *w)
 {
     if (!w)
         return;
-    free(w->blob);
+    if (w->blob)
+        munmap(w->blob, blob_bytes(w));
     free(w->layers);
     free(w);
-}
-
-/* The whole pages inside [p, p + n floats): returned to the OS (reads then see zeros). */
-static int64_t release_pages(float *p, int64_t n, int64_t page)
-{
-    uintptr_t b = ((uintptr_t)p + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
-    uintptr_t e = ((uintptr_t)(p + n)) / (uintptr_t)page * (uintptr_t)page;
-    if (e <= b || madvise((void *)b, e - b, MADV_DONTNEED))
-        return 0;
-    return (int64_t)(e - b);
-}
-
-int64_t df_model_release_layer_matmuls(df_model *m)
-{
-    const long ps = sysconf(_SC_PAGESIZE);
-    const int64_t page = ps > 0 ? ps : 4096;
-    const df_model_config *c = &m->cfg;
-    const int64_t H = c->hidden_size, I = c->intermediate_size;
-    const int64_t qd = c->num_attention_heads * c->head_dim, kvd = c->num_key_value_heads * c->head_dim;
-    int64_t bytes = 0;
-    for (int64_t l = 0; l < c->num_hidden_layers; l++) {
-        df_layer_view *w = &m->w.layers[l];
-        bytes += release_pages(w->wq, qd * H, page) + release_pages(w->wk, kvd * H, page) +
-                 release_pages(w->wv, kvd * H, page) + release_pages(w->wo, H * qd, page) +
-                 release_pages(w->w_gate, I * H, page) + release_pages(w->w_up, I * H, page) +
-                 release_pages(w->w_down, I * H, page);
-    }
-    return bytes;
 }

@@ -170,6 +170,7 @@ static const df_backend_ops cuda_ops = {
     .gather_rows = cu_gather_rows,
     .scatter_add_rows = cu_scatter_add_rows,
     .embedding_fwd = cu_embedding_fwd,
+    /* embedding_fwd_w16: NULL, as gemm_w16: mixed precision is refused on this backend */
     .embedding_bwd = cu_embedding_bwd,
     .rmsnorm_fwd = cu_rmsnorm_fwd,
     .rmsnorm_bwd = cu_rmsnorm_bwd,
