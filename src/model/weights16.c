@@ -18,7 +18,8 @@ struct df_weights16 {
     int64_t elems;       /* blob length, every tensor rounded up to 32 elements (64 bytes) */
     df_layer16 *layers;  /* [L] into blob */
     const uint16_t *lm_head;
-    int64_t version;
+    int64_t version;     /* refreshes so far */
+    int64_t src_version; /* df_model.version converted from (df_weights16_refresh_model); 0: none */
 };
 
 static int64_t up32(int64_t n) { return (n + 31) / 32 * 32; }
@@ -122,7 +123,27 @@ int df_weights16_refresh(df_weights16 *w, const df_model_view *src)
     if (w->lm_head)
         df_bf16_from_f32((uint16_t *)w->lm_head, src->lm_head, c->vocab_size * H);
     w->version++;
+    w->src_version = 0; /* a bare view carries no version */
     return DF_OK;
+}
+
+int df_weights16_refresh_model(df_weights16 *w, const df_model *m)
+{
+    if (!m)
+        return df_error(DF_EINVAL, "df_weights16_refresh_model: NULL model");
+    if (w) /* a failed refresh may leave a half-converted copy: no version until the next one */
+        w->src_version = 0;
+    int rc = df_weights16_refresh(w, &m->w);
+    if (!rc)
+        w->src_version = m->version;
+    return rc;
+}
+
+int64_t df_weights16_source_version(const df_weights16 *w) { return w ? w->src_version : 0; }
+
+bool df_weights16_is_current(const df_weights16 *w, const df_model *m)
+{
+    return w && m && w->src_version > 0 && w->src_version == m->version;
 }
 
 const df_layer16 *df_weights16_layer(const df_weights16 *w, int64_t l)
