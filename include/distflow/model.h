@@ -121,6 +121,9 @@ typedef struct df_model {
     int64_t n_params;       /**< total float32 elements */
     float *params;          /**< [n_params], 64-byte aligned */
     df_model_view w;        /**< views into params */
+    int64_t version;        /**< weight version: a fresh value (> 0, unique in the process) at every
+                                 change of params through the API (df_model_weights_changed), so a
+                                 derived copy (df_weights16) can tell whether it is current */
     char *config_json;      /**< config.json text it was loaded from (unknown keys kept on save), or NULL */
 } df_model;
 
@@ -262,6 +265,18 @@ DF_API int df_weights16_create_ex(const df_model_config *cfg, unsigned flags, df
  * view for a causal LM's shadow or the reverse).
  */
 DF_API int df_weights16_refresh(df_weights16 *w, const df_model_view *src);
+/**
+ * df_weights16_refresh from m's weights (m->w), recording m->version as the version the copy
+ * holds, so df_weights16_is_current can check it before every use. Errors: those of
+ * df_weights16_refresh (then the copy holds no version).
+ */
+DF_API int df_weights16_refresh_model(df_weights16 *w, const df_model *m);
+/** The df_model.version the copy was last converted from by df_weights16_refresh_model; 0 when
+ *  never, or when last refreshed from a bare view (df_weights16_refresh). */
+DF_API int64_t df_weights16_source_version(const df_weights16 *w);
+/** Whether w holds m's current weights: made by df_weights16_refresh_model from m at its current
+ *  version (false for NULL arguments, and after any later df_model_weights_changed of m). */
+DF_API bool df_weights16_is_current(const df_weights16 *w, const df_model *m);
 /** Layer l's bf16 weights (l in [0, num_hidden_layers)). */
 DF_API const df_layer16 *df_weights16_layer(const df_weights16 *w, int64_t l);
 /** The LM head [vocab, hidden] in bf16, NULL for a value model or without DF_W16_LM_HEAD. */
@@ -287,8 +302,19 @@ DF_API void df_weights16_free(df_weights16 *w);
  *  allocating) when weights, tensor table and layer views need more than the machine's physical
  *  memory, naming both sizes, or when an allocation fails. */
 DF_API int df_model_create(const df_model_config *cfg, df_model **out);
-/** Deep copy (e.g. the frozen reference model). */
+/** Deep copy (e.g. the frozen reference model), with a version of its own. */
 DF_API int df_model_clone(const df_model *src, df_model **out);
+/**
+ * Give m's weights a new version (m->version): every writer of m->params calls it after the
+ * write, so copies made from the old values (df_weights16_refresh_model) are known stale.
+ * The library's writers do: df_model_create / clone / init_random / load / to_value_model, the
+ * optimizer step and the training-state load of the actor and critic. Code writing m->params
+ * itself must call it too. Versions come from one process-wide counter (atomic), so a version
+ * also names the model: a copy of one model never matches another, even one allocated at the
+ * same address later. Releasing pages of weights whose bf16 copy is kept
+ * (df_model_release_layer_matmuls) is not a change of the weights.
+ */
+DF_API void df_model_weights_changed(df_model *m);
 DF_API void df_model_free(df_model *m);
 /**
  * HF-style random init from a seeded generator: Linear and embedding weights

@@ -33,14 +33,20 @@
  *                 table max_seq_len * hd * 4
  *   logits      = min(R, max(1, 2^22 / vocab)) * vocab * 4 bytes (rows are chunked)
  *   outputs     = max_num_seqs * max_seq_len * 8 bytes (tokens and log-probs per slot)
- *   bf16 only   = the weight copy (2 bytes per q/k/v/o, gate/up/down and LM-head weight)
- *                 and 2 * R * max(H, I, nh hd) * 2 bytes of matmul operand scratch
- * df_rollout_engine_bytes() returns the total. Example: hidden 256, 4 layers,
+ *   bf16 only   = the weight copy (2 bytes per q/k/v/o, gate/up/down and LM-head weight;
+ *                 made at the first weight sync, none while a copy is shared:
+ *                 df_rollout_engine_share_weights16) and 2 * R * max(H, I, nh hd) * 2 bytes
+ *                 of matmul operand scratch
+ * df_rollout_engine_bytes() returns the total. The KV cache is one reservation whose pages
+ * are taken as the rollout writes them, and given back after every call with
+ * free_cache_engine. Example: hidden 256, 4 layers,
  * kv_dim 128, 256 seqs x 192 tokens: KV 201 MB, total 237 MB.
  *
  * Precision (df_rollout_options.dtype, actor_rollout_ref.rollout.dtype): float32, or
- * bf16 matmuls over the engine's own bf16 copy of the weights (converted once per weight
- * sync by df_rollout_engine_load_weights, never per matmul) with a bf16 KV cache.
+ * bf16 matmuls over a bf16 copy of the weights (the engine's own, converted once per weight
+ * sync by df_rollout_engine_load_weights, never per matmul; or a colocated trainer's, shared)
+ * with a bf16 KV cache. Whichever copy is read must be of the model's current weight version
+ * (df_model.version, df_weights16_is_current), else df_rollout_generate refuses.
  * Every forward runs the model's one decoder layer (src/model/decoder_layer.c, shared
  * with training) through the compute-backend seam (distflow/backend.h); only the
  * attention step differs (K / V written to the cache, queries attending over it).
@@ -136,11 +142,12 @@ typedef struct df_rollout_engine df_rollout_engine;
 /** What the rollout computes in (actor_rollout_ref.rollout.dtype). */
 typedef enum df_rollout_dtype {
     DF_ROLLOUT_F32 = 0,  /**< float32 weights, matmuls and KV cache */
-    DF_ROLLOUT_BF16 = 1  /**< the engine's own bf16 copy of the matmul weights (refreshed by
-                              df_rollout_engine_load_weights: once per weight sync) with
-                              float32 accumulation, and a bf16 KV cache; embedding, norms,
-                              RoPE, attention scores / softmax, the LM head and sampling stay
-                              float32 (vLLM's dtype=bfloat16 rounds those too) */
+    DF_ROLLOUT_BF16 = 1  /**< bf16 matmuls (the LM head's too) with float32 accumulation over
+                              a bf16 copy of the weights (the engine's own, refreshed by
+                              df_rollout_engine_load_weights once per weight sync, or a shared
+                              one: df_rollout_engine_share_weights16), and a bf16 KV cache;
+                              embedding, norms, RoPE, attention scores / softmax and sampling
+                              stay float32 (vLLM's dtype=bfloat16 rounds those too) */
 } df_rollout_dtype;
 
 /** Sizes and precision of an engine (vLLM's EngineArgs of the same names). */
@@ -155,6 +162,12 @@ typedef struct df_rollout_options {
     const df_backend *backend;      /**< where the decoder runs; NULL: the CPU. It needs the
                                          kv_* operators and host memory; bf16 runs on the CPU
                                          backend only (its bf16 matmul context) */
+    bool free_cache_engine;         /**< give the KV cache's pages back to the OS at the end of
+                                         every df_rollout_generate (madvise MADV_DONTNEED: the
+                                         cache stays reserved, the next call faults its pages in
+                                         again), so what runs between rollouts (training) does
+                                         not carry them; false: they stay resident (verl's
+                                         rollout.free_cache_engine) */
 } df_rollout_options;
 
 /** Progress callback: sequences finished so far, total sequences, tokens generated so far. */
@@ -189,14 +202,29 @@ DF_API int df_rollout_engine_create_ex(const df_model_config *cfg, const df_roll
                                        df_rollout_engine **out);
 /**
  * The weight sync: make the engine's copy of m's weights for its dtype (bf16: one conversion
- * of every matmul weight; float32: nothing to copy, the engine reads m's own). Call it after
- * every change of m's weights and before the next df_rollout_generate; a bf16 engine refuses
- * a model whose copy it never made. Errors: DF_EINVAL (m's shapes are not the engine's).
+ * of every matmul weight into the engine's own copy, allocated at the first call; float32:
+ * nothing to copy, the engine reads m's own; a shared bf16 copy: nothing, its owner refreshes
+ * it). Call it after every change of m's weights and before the next df_rollout_generate; a
+ * bf16 engine refuses a model whose copy is not of its current version (df_model.version).
+ * Errors: DF_EINVAL (m's shapes are not the engine's), DF_ENOMEM.
  */
 DF_API int df_rollout_engine_load_weights(df_rollout_engine *e, const df_model *m);
+/**
+ * Read `w` (borrowed) instead of an own bf16 copy: the trainer colocated with the rollout
+ * (the actor's bf16 weights, make with DF_W16_LM_HEAD: the same round-to-nearest-even bits
+ * the engine's own copy would hold), so one copy serves both. The engine's own copy, if made,
+ * is freed. `w` must stay alive, and be refreshed by its owner (df_weights16_refresh_model)
+ * after every change of the model's weights, until the engine is freed or another call
+ * replaces it; NULL stops sharing (the next df_rollout_engine_load_weights makes an own copy).
+ * df_rollout_generate checks that the copy was converted from its model at the model's
+ * current version. Errors: DF_EINVAL (a float32 engine, a copy without the LM head or of
+ * other shapes).
+ */
+DF_API int df_rollout_engine_share_weights16(df_rollout_engine *e, const df_weights16 *w);
 /** The options the engine was made with (max_num_batched_tokens resolved). */
 DF_API void df_rollout_engine_options(const df_rollout_engine *e, df_rollout_options *o);
-/** Bytes of its KV cache (K and V, preallocated once) and of everything it allocated. */
+/** Bytes of its KV cache (K and V, preallocated once) and of everything it allocated (a bf16
+ *  engine's own weight copy counted once made: not while one is shared). */
 DF_API void df_rollout_engine_memory(const df_rollout_engine *e, int64_t *kv_bytes,
                                      int64_t *total_bytes);
 
@@ -220,6 +248,9 @@ DF_API int df_rollout_generate(df_rollout_engine *e, const df_model *m,
 
 /** Counters of the last df_rollout_generate on `e`. */
 DF_API void df_rollout_engine_stats(const df_rollout_engine *e, df_rollout_stats *st);
+/** Bytes of the KV cache resident in memory now (mincore of its pages): 0 after a
+ *  df_rollout_generate with free_cache_engine; -1 when the kernel does not say. */
+DF_API int64_t df_rollout_engine_kv_resident(const df_rollout_engine *e);
 
 /** Free the arrays of a result and zero it (NULL-safe, idempotent). */
 DF_API void df_rollout_result_free(df_rollout_result *r);

@@ -117,6 +117,13 @@ df_model *df_actor_model(df_actor *a);
 int64_t df_actor_step_count(const df_actor *a);
 /** Whether the actor's matmuls run in bf16 (df_actor_params.bf16 as the machine allowed it). */
 bool df_actor_bf16(const df_actor *a);
+/**
+ * The actor's bf16 copy of its weights (mixed precision; df_train_core_weights16), made now if
+ * its first plan has not yet: for a colocated bf16 rollout to read instead of a copy of its own
+ * (df_rollout_engine_share_weights16). Owned by the actor, alive until df_actor_free, refreshed
+ * after every optimizer step and state load. Errors: DF_EINVAL without mixed precision, DF_ENOMEM.
+ */
+int df_actor_weights16(df_actor *a, const df_weights16 **out);
 /** Save / restore a trainable actor's training state: weights, AdamW moments and step, lr schedule
  *  position (df_train_core_save_state / _load_state at `path`, errors as those). */
 int df_actor_save_state(const df_actor *a, const char *path);

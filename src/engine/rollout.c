@@ -34,8 +34,10 @@ struct df_rollout_engine {
     int64_t max_num_seqs, max_seq_len, max_batched_tokens, logit_rows;
     df_backend be;            /* where the decoder runs: the CPU, bf16 matmuls through mm */
     df_mm_ctx *mm;            /* bf16: the matmul context gemm_w16 uses */
-    df_weights16 *w16;        /* bf16: the engine's copy of the matmul weights */
-    const float *w16_src;     /* the float32 blob w16 was last converted from */
+    const df_weights16 *w16;  /* bf16: the copy of the matmul weights the forwards read: own16 or
+                                 a shared one (df_rollout_engine_share_weights16); NULL until then */
+    df_weights16 *own16;      /* bf16: the engine's own copy, made at the first weight sync
+                                 without a shared one */
     uint16_t *h16;            /* bf16: final hidden rows rounded for the LM head [rows16, H] */
     df_backend_kv kv;
     df_infer_scratch s;
@@ -147,7 +149,7 @@ int64_t df_rollout_engine_bytes_ex(const df_model_config *cfg, const df_rollout_
 int64_t df_rollout_engine_bytes(const df_model_config *cfg, int64_t max_num_seqs,
                                 int64_t max_seq_len)
 {
-    const df_rollout_options o = {max_num_seqs, max_seq_len, 0, DF_ROLLOUT_F32, NULL};
+    const df_rollout_options o = {max_num_seqs, max_seq_len, 0, DF_ROLLOUT_F32, NULL, false};
     return df_rollout_engine_bytes_ex(cfg, &o);
 }
 
@@ -187,9 +189,8 @@ static int engine_backend(df_rollout_engine *e, int64_t R)
     if (!df_backend_is_cpu(&e->be))
         return df_error(DF_EUNSUPPORTED, "rollout engine: bfloat16 runs on the cpu backend only "
                         "(not %s)", ops->name);
+    /* the weight copy comes with the first weight sync, unless one is shared before */
     int rc = df_mm_ctx_create(df_mm_elems_for(&e->cfg, R), &e->mm);
-    if (!rc) /* the head too: logits in bf16 with float32 accumulation, as vLLM's */
-        rc = df_weights16_create_ex(&e->cfg, DF_W16_LM_HEAD, &e->w16);
     const size_t hb = (size_t)(h16_rows(R) * e->cfg.hidden_size) * sizeof(uint16_t);
     if (!rc && !(e->h16 = aligned_alloc(64, (hb + 63) / 64 * 64)))
         rc = df_error(DF_ENOMEM, "out of memory for the bf16 LM head's rows");
@@ -248,7 +249,7 @@ int df_rollout_engine_create_ex(const df_model_config *cfg, const df_rollout_opt
 int df_rollout_engine_create(const df_model_config *cfg, int64_t max_num_seqs,
                              int64_t max_seq_len, df_rollout_engine **out)
 {
-    const df_rollout_options o = {max_num_seqs, max_seq_len, 0, DF_ROLLOUT_F32, NULL};
+    const df_rollout_options o = {max_num_seqs, max_seq_len, 0, DF_ROLLOUT_F32, NULL, false};
     return df_rollout_engine_create_ex(cfg, &o, out);
 }
 
@@ -258,8 +259,10 @@ void df_rollout_engine_memory(const df_rollout_engine *e, int64_t *kv_bytes, int
 {
     if (kv_bytes)
         *kv_bytes = 2 * (int64_t)df_backend_kv_bytes(&e->kv);
+    /* df_rollout_engine_bytes_ex counts an own bf16 copy: not there (yet) while one is shared */
+    const int64_t no_copy = e->mm && !e->own16 ? df_weights16_bytes_for(&e->cfg, DF_W16_LM_HEAD) : 0;
     if (total_bytes)
-        *total_bytes = e->bytes;
+        *total_bytes = e->bytes - no_copy;
 }
 
 void df_rollout_engine_free(df_rollout_engine *e)
@@ -268,7 +271,7 @@ void df_rollout_engine_free(df_rollout_engine *e)
         return;
     df_kv_cache_release(&e->kv);
     df_infer_scratch_release(&e->s);
-    df_weights16_free(e->w16);
+    df_weights16_free(e->own16);
     free(e->h16);
     df_mm_ctx_free(e->mm);
     free(e->logits);
@@ -283,6 +286,8 @@ void df_rollout_engine_free(df_rollout_engine *e)
 }
 
 void df_rollout_engine_stats(const df_rollout_engine *e, df_rollout_stats *st) { *st = e->stats; }
+
+int64_t df_rollout_engine_kv_resident(const df_rollout_engine *e) { return df_kv_cache_resident(&e->kv); }
 
 void df_rollout_result_free(df_rollout_result *r)
 {
@@ -342,20 +347,48 @@ static int check_model(const df_rollout_engine *e, const df_model *m)
 int df_rollout_engine_load_weights(df_rollout_engine *e, const df_model *m)
 {
     int rc = check_model(e, m);
-    if (rc || !e->w16)
-        return rc;
+    if (rc || !e->mm || (e->w16 && e->w16 != e->own16))
+        return rc; /* float32 reads m's own; a shared copy is refreshed by its owner */
     /* the one conversion of this weight version: every matmul of the rollout reads it */
-    rc = df_weights16_refresh(e->w16, &m->w);
-    e->w16_src = rc ? NULL : m->params;
+    if (!e->own16 && (rc = df_weights16_create_ex(&e->cfg, DF_W16_LM_HEAD, &e->own16)))
+        return df_error_wrap(rc, "rollout: the bf16 weight copy");
+    e->w16 = e->own16;
+    rc = df_weights16_refresh_model(e->own16, m);
     return rc ? df_error_wrap(rc, "rollout: bf16 weight sync") : DF_OK;
 }
 
-/* The weights a forward reads: m's own, and in bf16 the copy of them the last sync made. */
+int df_rollout_engine_share_weights16(df_rollout_engine *e, const df_weights16 *w)
+{
+    if (!e)
+        return df_error(DF_EINVAL, "df_rollout_engine_share_weights16: NULL engine");
+    if (w && !e->mm)
+        return df_error(DF_EINVAL, "rollout: a float32 engine reads the model's own weights; only "
+                        "a bfloat16 one takes a bf16 copy");
+    /* the tensors of a copy the engine would make (the layers' matmuls and the LM head), with or
+     * without the bf16 embedding a mixed-precision actor's copy also holds (read here as float32) */
+    const int64_t want = df_weights16_bytes_for(&e->cfg, DF_W16_LM_HEAD);
+    const int64_t with_embed = df_weights16_bytes_for(&e->cfg, DF_W16_LM_HEAD | DF_W16_EMBED);
+    if (w && (!df_weights16_lm_head(w) ||
+              (df_weights16_bytes(w) != want && df_weights16_bytes(w) != with_embed)))
+        return df_error(DF_EINVAL, "rollout: the shared bf16 copy (%lld bytes%s) is not one of "
+                        "this engine's model shapes with the LM head (%lld bytes)",
+                        (long long)df_weights16_bytes(w), df_weights16_lm_head(w) ? "" : ", no LM head",
+                        (long long)want);
+    df_weights16_free(e->own16); /* sharing: the engine's own copy is not needed any more */
+    e->own16 = NULL;
+    e->w16 = w;
+    return DF_OK;
+}
+
+/* The weights a forward reads: m's own, and in bf16 a copy of them at m's current version. */
 static int infer_weights(const df_rollout_engine *e, const df_model *m, df_infer_weights *w)
 {
-    if (e->w16 && e->w16_src != m->params)
-        return df_error(DF_EINVAL, "rollout: the bf16 copy of this model's weights was not made "
-                        "(call df_rollout_engine_load_weights after every change of them)");
+    if (e->mm && !df_weights16_is_current(e->w16, m))
+        return df_error(DF_EINVAL, "rollout: the bf16 copy of this model's weights is %s (weight "
+                        "version %lld, copy of %lld): call df_rollout_engine_load_weights after "
+                        "every change of them%s", e->w16 ? "stale" : "not made", (long long)m->version,
+                        (long long)df_weights16_source_version(e->w16),
+                        e->w16 && e->w16 != e->own16 ? " (a shared copy: its owner refreshes it)" : "");
     *w = (df_infer_weights){&m->w, e->w16};
     return DF_OK;
 }
@@ -906,6 +939,10 @@ int df_rollout_generate(df_rollout_engine *e, const df_model *m, const df_rollou
     if (!rc)
         rc = pack_result(&g, res);
     ctx_release(&g);
+    /* free_cache_engine: training does not carry the cache's pages (the next call refaults them) */
+    int drc = e->opt.free_cache_engine ? df_kv_cache_drop(&e->kv) : DF_OK;
+    if (!rc && drc)
+        rc = drc;
     e->stats.generated_tokens = g.tokens;
     if (e->stats.decode_steps)
         e->stats.mean_active /= (double)e->stats.decode_steps;

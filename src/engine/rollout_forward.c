@@ -7,8 +7,11 @@
 #include "model/decoder_layer.h"
 #include "model/ops.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 static void *alloc64(int64_t n_bytes)
 {
@@ -23,21 +26,64 @@ int df_kv_cache_init(df_backend_kv *kv, const df_model_config *cfg, int64_t n_sl
     *kv = (df_backend_kv){.n_layers = cfg->num_hidden_layers, .n_slots = n_slots,
                           .max_len = max_len,
                           .kv_dim = cfg->num_key_value_heads * cfg->head_dim, .dtype = dtype};
+    /* Mappings of their own: reserved once, pages given back between rollouts (df_kv_cache_drop). */
     const size_t bytes = df_backend_kv_bytes(kv);
-    kv->k = alloc64((int64_t)bytes);
-    kv->v = alloc64((int64_t)bytes);
+    void *k = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void *v = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    kv->k = k == MAP_FAILED ? NULL : k;
+    kv->v = v == MAP_FAILED ? NULL : v;
     if (!kv->k || !kv->v) {
         df_kv_cache_release(kv);
-        return df_error(DF_ENOMEM, "out of memory allocating a KV cache of 2 x %zu bytes", bytes);
+        return df_error(DF_ENOMEM, "out of memory mapping a KV cache of 2 x %zu bytes", bytes);
     }
     return DF_OK;
 }
 
 void df_kv_cache_release(df_backend_kv *kv)
 {
-    free(kv->k);
-    free(kv->v);
+    const size_t bytes = df_backend_kv_bytes(kv);
+    if (kv->k)
+        munmap(kv->k, bytes ? bytes : 1);
+    if (kv->v)
+        munmap(kv->v, bytes ? bytes : 1);
     kv->k = kv->v = NULL;
+}
+
+int df_kv_cache_drop(df_backend_kv *kv)
+{
+    const size_t bytes = df_backend_kv_bytes(kv);
+    if (!bytes)
+        return DF_OK;
+    /* private anonymous pages: freed now, read back as zeros, faulted in again on the next write */
+    if (madvise(kv->k, bytes, MADV_DONTNEED) || madvise(kv->v, bytes, MADV_DONTNEED))
+        return df_error(DF_EIO, "rollout: releasing the KV cache's pages (madvise): %s", strerror(errno));
+    return DF_OK;
+}
+
+/* Resident bytes of the mapping [p, p + bytes) (mincore), or -1. */
+static int64_t resident_of(void *p, size_t bytes)
+{
+    const long ps = sysconf(_SC_PAGESIZE);
+    const size_t page = ps > 0 ? (size_t)ps : 4096, n = (bytes + page - 1) / page;
+    unsigned char *vec = malloc(n ? n : 1);
+    if (!vec || mincore(p, bytes, vec)) {
+        free(vec);
+        return -1;
+    }
+    int64_t pages = 0;
+    for (size_t i = 0; i < n; i++)
+        pages += vec[i] & 1;
+    free(vec);
+    return pages * (int64_t)page;
+}
+
+int64_t df_kv_cache_resident(const df_backend_kv *kv)
+{
+    const size_t bytes = df_backend_kv_bytes(kv);
+    if (!bytes || !kv->k || !kv->v)
+        return 0;
+    int64_t a = resident_of(kv->k, bytes), b = resident_of(kv->v, bytes);
+    return a < 0 || b < 0 ? -1 : a + b;
 }
 
 #define NBUF 10

@@ -14,10 +14,16 @@
 #include "distflow/model.h"
 
 /** The engine's KV cache (backend.h df_backend_kv) in host memory: float32 or bf16 elements,
- *  2 * n_layers * n_slots * max_len * kv_dim of them, allocated once. */
+ *  2 * n_layers * n_slots * max_len * kv_dim of them, mapped once (two anonymous mappings: K, V;
+ *  pages are taken as the rollout writes them). Errors: DF_ENOMEM. */
 int df_kv_cache_init(df_backend_kv *kv, const df_model_config *cfg, int64_t n_slots,
                      int64_t max_len, df_kv_dtype dtype);
 void df_kv_cache_release(df_backend_kv *kv);
+/** Give the cache's pages back to the OS (madvise MADV_DONTNEED) keeping the mappings: they read
+ *  as zeros and are faulted in again by the next writes. Errors: DF_EIO with strerror. */
+int df_kv_cache_drop(df_backend_kv *kv);
+/** Bytes of the cache resident in memory now (mincore), -1 when that cannot be read. */
+int64_t df_kv_cache_resident(const df_backend_kv *kv);
 
 /** Activations for up to rows_cap rows, of which up to out_cap output rows. */
 typedef struct df_infer_scratch {

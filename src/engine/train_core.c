@@ -109,7 +109,7 @@ static int make_w16(df_train_core *c)
     const bool head16 = c->be.ops->lmhead_fwd_w16 && c->be.ops->lmhead_bwd_w16;
     if (!rc)
         rc = c->bf16_only ? df_weights16_refresh_release(c->w16, c->model, head16, NULL)
-                          : df_weights16_refresh(c->w16, &c->model->w);
+                          : df_weights16_refresh_model(c->w16, c->model);
     if (rc) {
         df_weights16_free(c->w16);
         c->w16 = NULL;
@@ -118,9 +118,20 @@ static int make_w16(df_train_core *c)
     return DF_OK;
 }
 
+int df_train_core_weights16(df_train_core *c, const df_weights16 **out)
+{
+    *out = NULL;
+    if (!c->bf16)
+        return df_error(DF_EINVAL, "%s: no bf16 copy of the weights (mixed precision is off)", c->who);
+    int rc = make_w16(c);
+    if (!rc)
+        *out = c->w16;
+    return rc;
+}
+
 int df_train_core_weights_changed(df_train_core *c)
 {
-    int rc = c->w16 ? df_weights16_refresh(c->w16, &c->model->w) : DF_OK;
+    int rc = c->w16 ? df_weights16_refresh_model(c->w16, c->model) : DF_OK;
     if (!rc && c->acts)
         rc = df_acts_load_weights(c->acts, c->model);
     return rc;
@@ -266,6 +277,7 @@ int df_train_core_optimizer_step(df_train_core *c, double lr, df_metrics *m, con
         return df_train_core_nonfinite(c, m, prefix, what, where);
     }
     int rc = df_adamw_step(c->opt, c->model->params, c->grads, lr);
+    df_model_weights_changed(c->model); /* copies of the old values are stale from here on */
     if (!rc) /* the bf16 copy and a device's copy follow */
         rc = df_train_core_weights_changed(c);
     if (rc)

@@ -112,6 +112,13 @@ int df_train_core_weights_changed(df_train_core *c);
  * steps while the actor trains); the next plan makes them again for its own batch.
  */
 void df_train_core_drop_acts(df_train_core *c);
+/**
+ * The core's bf16 copy of the weights (with bf16: df_train_core_set_precision), made now if no
+ * plan made it yet, versioned (df_weights16_refresh_model) and refreshed by
+ * df_train_core_weights_changed; owned by the core. A bf16_only core's float32 matmul weights
+ * are released once it is made. Errors: DF_EINVAL without bf16, df_weights16_create's.
+ */
+int df_train_core_weights16(df_train_core *c, const df_weights16 **out);
 /** Zero the backward's accumulator (bgrads) before a mini-batch. */
 int df_train_core_zero_grads(df_train_core *c);
 /** The accumulated gradient into the host blob `grads` (a no-op on the CPU). */

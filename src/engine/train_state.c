@@ -99,8 +99,10 @@ int df_train_core_load_state(df_train_core *c, const char *path)
         rc = read_blob(f, "exp_avg", n, c->opt->m);
     if (!rc)
         rc = read_blob(f, "exp_avg_sq", n, c->opt->v);
-    if (!rc)
+    if (!rc) {
         rc = read_blob(f, "params", n, c->model->params);
+        df_model_weights_changed(c->model); /* even a failed read may have written some */
+    }
     df_st_close(f);
     if (rc)
         return df_error_wrap(rc, "loading the %s's training state", c->who);

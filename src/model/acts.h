@@ -82,7 +82,6 @@ struct df_acts {
                           * matmuls read: made and refreshed by df_acts_load_weights, or another
                           * owner's (w16_shared, df_acts_share_weights16); NULL: float32 */
     bool w16_shared;
-    const float *w16_src;/* the float32 blob of the model w16 is a copy of */
     /* The last forward, checked by the backward. */
     int64_t fwd_tokens, fwd_out;
     float fwd_temperature;

@@ -54,7 +54,6 @@ static void drop_w16(df_acts *a)
         df_weights16_free(a->w16);
     a->w16 = NULL;
     a->w16_shared = false;
-    a->w16_src = NULL;
 }
 
 void df_acts_free(df_acts *a)
@@ -112,7 +111,6 @@ int df_acts_share_weights16(df_acts *a, const df_weights16 *w, const df_model *m
     drop_w16(a);
     a->w16 = (df_weights16 *)w; /* only read: df_acts_load_weights never refreshes a shared copy */
     a->w16_shared = true;
-    a->w16_src = m->params;
     return DF_OK;
 }
 
@@ -362,8 +360,7 @@ int df_acts_load_weights(df_acts *a, const df_model *m)
     if (a->mm && !a->w16_shared) { /* mixed precision: the one conversion of this weight version */
         int rc = a->w16 ? DF_OK : df_weights16_create_ex(&a->cfg, W16_FLAGS, &a->w16);
         if (!rc)
-            rc = df_weights16_refresh(a->w16, &m->w);
-        a->w16_src = rc ? NULL : m->params;
+            rc = df_weights16_refresh_model(a->w16, m);
         return rc ? df_error_wrap(rc, "df_acts_load_weights") : DF_OK;
     }
     if (a->mm) /* a shared copy: its owner refreshes it */
@@ -391,9 +388,9 @@ int df_acts_load_weights(df_acts *a, const df_model *m)
 
 int df_acts_weights(const df_acts *a, const df_model *m, const df_model_view **w)
 {
-    if (a->mm && a->w16_src != m->params)
-        return df_error(DF_EINVAL, "mixed precision: the bf16 copy of this model's weights was "
-                        "not made (call df_acts_load_weights after every change of them)");
+    if (a->mm && !df_weights16_is_current(a->w16, m)) /* made from m, at its current version */
+        return df_error(DF_EINVAL, "mixed precision: the bf16 copy of this model's weights is not "
+                        "current (call df_acts_load_weights after every change of them)");
     if (a->be.ops->host_memory) {
         *w = &m->w;
         return DF_OK;

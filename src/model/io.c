@@ -263,6 +263,7 @@ int df_model_load(const char *dir, df_model **out)
         df_model_free(m);
         return rc;
     }
+    df_model_weights_changed(m);
     *out = m;
     return DF_OK;
 }

@@ -4,6 +4,7 @@
 #include "model/strutil.h"
 
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -332,9 +333,15 @@ int df_model_create(const df_model_config *cfg, df_model **out)
     }
     memset(m->params, 0, bytes);
     df_model_view_of(m, m->params, &m->w);
+    df_model_weights_changed(m);
     *out = m;
     return DF_OK;
 }
+
+/* The last weight version handed out, process-wide: a version names a model too (model.h). */
+static _Atomic int64_t last_version;
+
+void df_model_weights_changed(df_model *m) { m->version = atomic_fetch_add(&last_version, 1) + 1; }
 
 int df_model_clone(const df_model *src, df_model **out)
 {
@@ -343,6 +350,7 @@ int df_model_clone(const df_model *src, df_model **out)
     if (rc)
         return rc;
     memcpy(m->params, src->params, (size_t)src->n_params * sizeof(float));
+    df_model_weights_changed(m);
     if (src->config_json && !(m->config_json = strdup(src->config_json))) {
         df_model_free(m);
         return df_error(DF_ENOMEM, "out of memory cloning the model");
@@ -389,6 +397,7 @@ int df_model_init_random(df_model *m, uint64_t seed)
 {
     for (int t = 0; t < m->n_tensors; t++)
         init_tensor(m, t, seed);
+    df_model_weights_changed(m);
     return DF_OK;
 }
 
@@ -419,6 +428,7 @@ int df_model_to_value_model(df_model **mp, uint64_t seed)
         else
             init_tensor(m, t, seed);
     }
+    df_model_weights_changed(m);
     df_model_free(src);
     *mp = m;
     return DF_OK;

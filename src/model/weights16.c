@@ -21,7 +21,9 @@ struct df_weights16 {
     const uint16_t *lm_head;
     const uint16_t *embed; /* the lm_head's rows (tied) or its own tensor; NULL: not held */
     bool own_embed;        /* embed is a tensor of its own (refreshed from the embedding) */
-    int64_t version;
+    int64_t version;       /* refreshes so far */
+    int64_t src_version;   /* df_model.version converted from (df_weights16_refresh_model /
+                            * _refresh_release); 0: none */
 };
 
 static int64_t up32(int64_t n) { return (n + 31) / 32 * 32; }
@@ -173,6 +175,7 @@ static int refresh(df_weights16 *w, const df_model_view *src, give_back *g)
     if (w->own_embed)
         conv(w->embed, src->embed, c->vocab_size * H, g, g->embed && !tied);
     w->version++;
+    w->src_version = 0; /* a bare view carries no version */
     return DF_OK;
 }
 
@@ -186,10 +189,33 @@ int df_weights16_refresh_release(df_weights16 *w, df_model *m, bool head16, int6
 {
     const long ps = sysconf(_SC_PAGESIZE);
     give_back g = {.page = ps > 0 ? ps : 4096, .embed = w && w->embed, .head = head16};
+    if (w) /* a failed refresh may leave a half-converted copy: no version until the next one */
+        w->src_version = 0;
     int rc = refresh(w, m ? &m->w : NULL, &g);
+    if (!rc && m) /* the float32 pages given back leave the version: the copy is the weights now */
+        w->src_version = m->version;
     if (released)
         *released = g.bytes;
     return rc;
+}
+
+int df_weights16_refresh_model(df_weights16 *w, const df_model *m)
+{
+    if (!m)
+        return df_error(DF_EINVAL, "df_weights16_refresh_model: NULL model");
+    if (w) /* a failed refresh may leave a half-converted copy: no version until the next one */
+        w->src_version = 0;
+    int rc = df_weights16_refresh(w, &m->w);
+    if (!rc)
+        w->src_version = m->version;
+    return rc;
+}
+
+int64_t df_weights16_source_version(const df_weights16 *w) { return w ? w->src_version : 0; }
+
+bool df_weights16_is_current(const df_weights16 *w, const df_model *m)
+{
+    return w && m && w->src_version > 0 && w->src_version == m->version;
 }
 
 const df_layer16 *df_weights16_layer(const df_weights16 *w, int64_t l)

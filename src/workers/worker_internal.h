@@ -55,6 +55,7 @@ typedef struct df_rollout_worker {
     df_sampling_params val_sp; /* rollout.val_kwargs.* (df_worker_resolve) */
     int64_t synced_step;       /* the actor's optimizer step the engine's weights are from
                                   (-1: none yet; df_worker_rollout_sync) */
+    bool shared_w16;           /* a bf16 engine reading the actor's bf16 copy (both bf16) */
 } df_rollout_worker;
 
 /* workers/actor/: the policy being trained, its optimizer inside. */

@@ -98,11 +98,14 @@ static void banner_rollout(const df_dag_worker *w)
     int64_t kv = 0, total = 0;
     df_rollout_engine_options(w->rollout.engine, &o);
     df_rollout_engine_memory(w->rollout.engine, &kv, &total);
+    const char *weights = o.dtype != DF_ROLLOUT_BF16 ? "float32"
+                          : w->rollout.shared_w16 ? "bfloat16, the actor's bf16 weights shared"
+                                                  : "bfloat16 weight copy";
     printf("rollout: %s (%s KV cache), %lld sequences x %lld tokens, KV cache %.1f MiB of %.1f MiB "
-           "preallocated, %lld tokens per forward\n",
-           o.dtype == DF_ROLLOUT_BF16 ? "bfloat16 weight copy" : "float32",
+           "preallocated%s, %lld tokens per forward\n", weights,
            o.dtype == DF_ROLLOUT_BF16 ? "bf16" : "f32", (long long)o.max_num_seqs,
            (long long)o.max_seq_len, (double)kv / (1 << 20), (double)total / (1 << 20),
+           o.free_cache_engine ? " (its pages freed after every rollout: free_cache_engine)" : "",
            (long long)o.max_num_batched_tokens);
 }
 

@@ -99,9 +99,27 @@ static df_rollout_dtype rollout_dtype(const df_dag_worker *w)
     return DF_ROLLOUT_F32;
 }
 
+/* Both in bf16 (rollout.dtype and the actor's mixed precision): the engine reads the actor's
+ * bf16 copy, the same rounding of the same weights, refreshed after every update, instead of
+ * a copy of its own (docs/mixed_precision.md). */
+static int share_weights(df_dag_worker *w, bool actor_bf16)
+{
+    df_rollout_options o;
+    df_rollout_engine_options(w->rollout.engine, &o);
+    const df_weights16 *w16;
+    if (o.dtype != DF_ROLLOUT_BF16 || !actor_bf16)
+        return DF_OK;
+    int rc = df_actor_weights16(w->actor.model, &w16);
+    if (!rc)
+        rc = df_rollout_engine_share_weights16(w->rollout.engine, w16);
+    w->rollout.shared_w16 = rc == DF_OK;
+    return rc;
+}
+
 /* The rollout engine: its KV cache preallocated once for as many sequences as a step needs,
- * within rollout.max_num_seqs and ~8 GiB; forward calls of max_num_batched_tokens rows. */
-static int create_rollout(df_dag_worker *w, const df_model_config *cfg)
+ * within rollout.max_num_seqs and ~8 GiB; forward calls of max_num_batched_tokens rows; its pages
+ * given back after every rollout with rollout.free_cache_engine. */
+static int create_rollout(df_dag_worker *w, const df_model_config *cfg, bool actor_bf16)
 {
     const df_train_config *t = &w->global.cfg;
     const struct df_train_rollout *r = &t->actor_rollout_ref.rollout;
@@ -109,13 +127,16 @@ static int create_rollout(df_dag_worker *w, const df_model_config *cfg)
     df_rollout_options o = {.max_num_seqs = r->max_num_seqs < per_step ? r->max_num_seqs : per_step,
                             .max_seq_len = t->data.max_prompt_length + r->response_length,
                             .max_num_batched_tokens = r->max_num_batched_tokens,
-                            .dtype = rollout_dtype(w)};
+                            .dtype = rollout_dtype(w),
+                            .free_cache_engine = r->free_cache_engine};
     if (o.max_num_seqs > o.max_num_batched_tokens) /* as many as one forward call may decode */
         o.max_num_seqs = o.max_num_batched_tokens;
     while (o.max_num_seqs > 1 && df_rollout_engine_bytes_ex(cfg, &o) > (8LL << 30))
         o.max_num_seqs /= 2;
     w->rollout.synced_step = -1;
     int rc = df_rollout_engine_create_ex(cfg, &o, &w->rollout.engine);
+    if (!rc)
+        rc = share_weights(w, actor_bf16);
     return rc ? df_error_wrap(rc, "%s", df_config_where(w->cfg, "actor_rollout_ref.rollout")) : DF_OK;
 }
 
@@ -158,7 +179,7 @@ static int setup_models(df_dag_worker *w, df_model *m)
     }
     if ((rc = set_device(w)))
         return rc;
-    return create_rollout(w, &m->cfg);
+    return create_rollout(w, &m->cfg, p.bf16);
 }
 
 /* This rank's graph from the plan, finished and resolved, and its nodes' layouts. */
