@@ -95,8 +95,10 @@ static char *join(char *buf, size_t n, const char *dir, const char *rest)
     return buf;
 }
 
-/* Run argv with stdout and stderr into `log`; *rss_mib the child's peak RSS, *wall_s. */
-static int spawn(char *const argv[], const char *log, double *rss_mib, double *wall_s)
+/* Run argv with stdout and stderr into `log`; *rss_mib the child's peak RSS, *wall_s, and
+ * *cpu_s its user + system CPU time (steadier than wall time on a shared machine). */
+static int spawn(char *const argv[], const char *log, double *rss_mib, double *wall_s,
+                 double *cpu_s)
 {
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
@@ -118,6 +120,9 @@ static int spawn(char *const argv[], const char *log, double *rss_mib, double *w
         *wall_s = bench_now_s() - t0;
     if (rss_mib)
         *rss_mib = (double)ru.ru_maxrss / 1024.0;
+    if (cpu_s)
+        *cpu_s = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 +
+                 (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
     if (!WIFEXITED(status) || WEXITSTATUS(status)) {
         fprintf(stderr, "bench_grpo_step: %s failed; its output: %s\n", argv[0], log);
         return 1;
@@ -154,8 +159,8 @@ static int setup(const grpo_args *g, const char *dir)
                     "--seed", "1", NULL};
     printf("grpo_setup: %s (data, tokenizer, random %s model)\n", dir, g->shape);
     fflush(stdout);
-    if (spawn(synth, log, NULL, NULL) || spawn(tk, log, NULL, NULL) ||
-        spawn(init, log, NULL, NULL))
+    if (spawn(synth, log, NULL, NULL, NULL) || spawn(tk, log, NULL, NULL, NULL) ||
+        spawn(init, log, NULL, NULL, NULL))
         return 1;
     FILE *f = fopen(stamp, "w");
     return f ? fclose(f) != 0 : 1;
@@ -230,7 +235,7 @@ static void print_paths(const char *label, const char *log)
 
 /* One `distflow train` run with the overrides of `label`; 0 ok. */
 static int run(const grpo_args *g, const char *dir, const char *label, const char *overrides,
-               double *step_s, double *rss)
+               double *step_s, double *rss, double *cpu)
 {
     char yaml[1100], out[1200], log[1100], metrics[1100], ov[4096];
     join(yaml, sizeof yaml, dir, "/grpo.yaml");
@@ -251,10 +256,11 @@ static int run(const grpo_args *g, const char *dir, const char *label, const cha
     fflush(stdout);
     unlink(metrics);
     double wall;
-    if (spawn(argv, log, rss, &wall) || print_timings(label, metrics, step_s))
+    if (spawn(argv, log, rss, &wall, cpu) || print_timings(label, metrics, step_s))
         return 1;
     print_paths(label, log);
     printf("grpo_%s_process_wall_s: %.1f\n", label, wall);
+    printf("grpo_%s_process_cpu_s: %.1f\n", label, *cpu);
     printf("grpo_%s_peak_rss_mib: %.1f\n", label, *rss);
     return 0;
 }
@@ -282,11 +288,13 @@ int main(int argc, char **argv)
     const char *bf = getenv("DF_BENCH_BF16_OVERRIDES"), *f32 = getenv("DF_BENCH_F32_OVERRIDES");
     bf = bf ? bf : BF16_OVERRIDES_DEFAULT;
     f32 = f32 ? f32 : F32_OVERRIDES_DEFAULT;
-    double t_bf = 0, t_f = 0, rss_bf = 0, rss_f = 0;
+    double t_bf = 0, t_f = 0, rss_bf = 0, rss_f = 0, cpu_bf = 0, cpu_f = 0;
     int do_bf = strstr(g.runs, "bf16") != NULL, do_f = strstr(g.runs, "f32") != NULL;
-    if ((do_bf && run(&g, g.workdir, "bf16", bf, &t_bf, &rss_bf)) ||
-        (do_f && run(&g, g.workdir, "f32", f32, &t_f, &rss_f)))
+    if ((do_bf && run(&g, g.workdir, "bf16", bf, &t_bf, &rss_bf, &cpu_bf)) ||
+        (do_f && run(&g, g.workdir, "f32", f32, &t_f, &rss_f, &cpu_f)))
         return 1;
+    if (do_bf && do_f) /* whole processes, startup included: the wall-time target's steadier twin */
+        printf("ratio_grpo_process_cpu_f32_over_bf16: %.2f\n", cpu_f / cpu_bf);
     if (do_bf && do_f)
         printf("target_grpo_bf16_vs_f32: >= 1.8x faster than forced f32 measured %.2f met %s\n",
                t_f / t_bf, t_f / t_bf >= 1.8 ? "yes" : "no");
