@@ -43,8 +43,9 @@
 
 /* Mixed-precision training as the actor runs it (src/engine/train_core.c,
  * docs/mixed_precision.md): activations made with DF_ACTS_BF16 read one bf16 copy of the
- * layers' matmul weights that the role owns (df_weights16 without the LM head), converted from
- * the float32 master weights once and after every optimizer step. float32: no copy. */
+ * layers' matmul weights and of the LM head that the role owns (df_weights16 with
+ * DF_W16_LM_HEAD, as train_core makes it: the head's logits tiles in bf16), converted from the
+ * float32 master weights once and after every optimizer step. float32: no copy. */
 static unsigned engine_train_flags(const bench_args *b)
 {
     return (b->bf16 ? DF_ACTS_BF16 : 0) | (b->checkpoint ? DF_ACTS_CHECKPOINT : 0);
@@ -52,7 +53,7 @@ static unsigned engine_train_flags(const bench_args *b)
 
 static int engine_set_train_dtype(df_acts *a, const df_model *m, int bf16, df_weights16 **w16)
 {
-    int rc = bf16 ? df_weights16_create_ex(&m->cfg, 0, w16) : DF_OK;
+    int rc = bf16 ? df_weights16_create_ex(&m->cfg, DF_W16_LM_HEAD, w16) : DF_OK;
     if (!rc && bf16 && !(rc = df_weights16_refresh(*w16, &m->w)))
         rc = df_acts_share_weights16(a, *w16, m);
     if (!rc)
@@ -60,7 +61,8 @@ static int engine_set_train_dtype(df_acts *a, const df_model *m, int bf16, df_we
     if (!rc)
         printf("engine_path: %s\n",
                bf16 ? "mixed precision (DF_ACTS_BF16: bf16 matmuls over a shared df_weights16 "
-                      "copy of the layers, refreshed per optimizer step; float32 master weights)"
+                      "copy of the layers and the LM head, refreshed per optimizer step; float32 "
+                      "master weights)"
                     : "f32 (param_dtype fp32 forced, or no native bf16 here)");
     if (!rc && bf16)
         printf("engine_bf16_weight_copy_mib: %.1f\n", (double)df_weights16_bytes(*w16) / (1 << 20));

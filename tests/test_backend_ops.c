@@ -921,6 +921,9 @@ static void lmhead_w16_cases(const bo_backend *b)
     lmhead_w16_case(b, 7, 37, 16, 1.0, 330);          /* a vocabulary inside one tile */
     lmhead_w16_case(b, 5, 8192 + 1031, 64, 0.7, 340); /* past a column group, a partial tile */
     lmhead_w16_case(b, 70, 1500, 200, 1.3, 350);      /* rows past a row tile (padded), odd H */
+    /* rows past a work item of the CPU's backward (512 rows): a second, padded item; the
+     * group's columns in chunks of 1024 and a partial one (df_lmhead_bwd16) */
+    lmhead_w16_case(b, 600, 2100, 16, 1.0, 360);
 }
 
 /* Every backend with the bf16 head; the CPU's through df_backend_cpu_bf16. */

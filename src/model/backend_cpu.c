@@ -223,11 +223,24 @@ static int cpu_swiglu_bwd(void *ctx, float *dgate, float *dup, const float *dout
     return DF_OK;
 }
 
+/* The bf16 head's backward tiling: df_vocab_tiling_for with work items of up to
+ * DF_LMHEAD_ITEM_ROWS rows while the groups' dh parts stay under 64 MiB. Every item streams
+ * the whole dW once, and its rows are the reduction length of dW += dlogits^T h
+ * (df_lmhead_bwd16), so the float32 path's 16 MiB cap would cost more than it saves here. */
+static df_vocab_tiling head16_bwd_tiling(int64_t V, int64_t H)
+{
+    df_vocab_tiling t = df_vocab_tiling_for(V, H);
+    const int64_t G = df_vocab_groups(V, &t);
+    while (t.item_rows * 2 <= DF_LMHEAD_ITEM_ROWS && G * t.item_rows * 2 * H <= ((int64_t)1 << 24))
+        t.item_rows *= 2;
+    return t;
+}
+
 static int64_t cpu_lmhead_scratch_floats(void *ctx, int64_t n, int64_t V, int64_t H)
 {
     (void)ctx;
     /* Enough for the bf16 head too (its dh parts have whole tiles of rows). */
-    df_vocab_tiling t = df_vocab_tiling_for(V, H);
+    df_vocab_tiling t = head16_bwd_tiling(V, H);
     const int64_t f32 = df_lmhead_scratch_floats(n, V, H);
     const int64_t b16 = df_lmhead_scratch_floats16(n, V, H, &t);
     return f32 > b16 ? f32 : b16;
@@ -270,7 +283,7 @@ static int cpu_lmhead_bwd_w16(void *ctx, float *dh, float *dW, const float *dlog
                               const int32_t *target, const float *lse, const float *entropy,
                               int64_t n, int64_t V, int64_t H, float temperature, float *scratch)
 {
-    df_vocab_tiling t = df_vocab_tiling_for(V, H);
+    df_vocab_tiling t = head16_bwd_tiling(V, H);
     df_vocab16 b;
     uint16_t *h16 = NULL;
     int rc = head16_operands(ctx, h, W16, n, H, &t, &b, &h16);

@@ -432,9 +432,11 @@ void df_lmhead_bwd_tiled(float *dh, float *dW, const float *dlogp, const float *
 /**
  * df_lmhead_fwd_tiled / _bwd_tiled in mixed precision: the logits tiles from b's bf16
  * operands (df_vocab16, rows padded per df_vocab16_rows), and in the backward dL/dlogits
- * rounded to bf16 per tile before dW += dlogits^T h and dh = dlogits W (autocast's
- * backward of a bf16 Linear; dW stays a float32 accumulation). The float32 h and W are
- * not read. scratch: df_lmhead_scratch_floats16 floats. Errors: DF_EINTERNAL (oneDNN).
+ * rounded to bf16 before dW += dlogits^T h and dh = dlogits W (autocast's backward of a
+ * bf16 Linear; dW stays a float32 accumulation), both GEMMs over a work item's rows and
+ * 1024-column chunks of a group (larger work items suit it: the CPU backend's have 512
+ * rows). The float32 h and W are not read. scratch: df_lmhead_scratch_floats16 floats.
+ * Errors: DF_EINTERNAL (oneDNN).
  */
 int df_lmhead_fwd16(float *logp, float *entropy, float *lse, const df_vocab16 *b,
                     const int32_t *target, int64_t n, int64_t V, int64_t H, float temperature,

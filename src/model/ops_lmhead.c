@@ -12,6 +12,7 @@
 #include "model/ops_math.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ISO C mode (-std=c11) disables FMA contraction; the exp polynomial wants it. */
@@ -160,32 +161,52 @@ static void bwd_item(const bwd_job *j, int64_t g)
     }
 }
 
-/* bwd_item on bf16 tiles of t.rows rows (b->h is padded with zero rows): a padded row's
- * tile row stays its logits, which multiply that row of h, zero, in dW; its dh rows are
- * never read. */
-static int bwd_item16(const bwd_job *j, int64_t g)
+/* Columns of dL/dlogits the bf16 backward gathers before its two gradient GEMMs. */
+#define BWD16_CHUNK 1024
+
+/* The chunk's columns: a multiple of the tiles' columns within one group. */
+static int64_t bwd16_chunk(const df_vocab_tiling *t)
+{
+    int64_t c = BWD16_CHUNK / t->cols * t->cols;
+    c = c < t->cols ? t->cols : c;
+    return c < t->group ? c : t->group;
+}
+
+/* bwd_item in mixed precision. Per chunk of up to BWD16_CHUNK columns, the item's dL/dlogits
+ * are gathered in bf16 (d16 [item rows, chunk], from logits tiles of t.rows rows: b->h is
+ * padded with zero rows, whose logits and so d16 rows are 0) and then go through two GEMMs
+ * whose reductions span the whole item (dW += d16^T h) and the whole chunk (dh += d16 W).
+ * Per tile (reductions of t.rows rows or t.cols columns) they ran at half the bf16 peak in
+ * place: every call re-read a dW tile, and every row item the whole dW. The two GEMMs have
+ * one primitive per item row count (a multiple of t.rows) and chunk width. */
+static int bwd_item16(const bwd_job *j, int64_t g, uint16_t *d16)
 {
     float tile[DF_LMHEAD_TILE_MAX] __attribute__((aligned(64)));
-    uint16_t t16[DF_LMHEAD_TILE_MAX] __attribute__((aligned(64)));
     const df_vocab16 *b = j->b;
     const int64_t H = j->H, R = j->t.rows, c0 = g * j->t.group;
     const int64_t c1 = c0 + j->t.group < j->V ? c0 + j->t.group : j->V;
+    const int64_t rows = df_vocab16_rows(j->nr, &j->t), C = bwd16_chunk(&j->t);
+    const uint16_t *h = b->h + j->r0 * H;
     float *part = j->part + g * j->stride;
-    for (int64_t cs = c0; cs < c1; cs += j->t.cols) {
-        const int64_t ns = c1 - cs < j->t.cols ? c1 - cs : j->t.cols;
-        for (int64_t rb = j->r0; rb < j->r0 + j->nr; rb += R) {
-            const int64_t nr = j->r0 + j->nr - rb < R ? j->r0 + j->nr - rb : R;
-            if (df_mm16_tile(b->mm, false, true, R, ns, H, j->inv_t, b->h + rb * H,
-                             b->W + cs * H, 0.0f, tile))
-                return -1;
-            dlogits_tile(j, tile, rb, nr, cs, ns);
-            df_bf16_from_f32_serial(t16, tile, R * ns);
-            if (df_mm16_tile(b->mm, true, false, ns, H, R, 1.0f, t16, b->h + rb * H, 1.0f,
-                             j->dW + cs * H) ||
-                df_mm16_tile(b->mm, false, false, R, H, ns, 1.0f, t16, b->W + cs * H,
-                             cs == c0 ? 0.0f : 1.0f, part + (rb - j->r0) * H))
-                return -1;
+    for (int64_t cc = c0; cc < c1; cc += C) {
+        const int64_t nc = c1 - cc < C ? c1 - cc : C;
+        for (int64_t cs = cc; cs < cc + nc; cs += j->t.cols) {
+            const int64_t ns = cc + nc - cs < j->t.cols ? cc + nc - cs : j->t.cols;
+            for (int64_t rb = 0; rb < rows; rb += R) {
+                const int64_t nr = j->nr - rb < R ? j->nr - rb : R; /* real rows */
+                if (df_mm16_tile(b->mm, false, true, R, ns, H, j->inv_t, h + rb * H,
+                                 b->W + cs * H, 0.0f, tile))
+                    return -1;
+                if (nr > 0)
+                    dlogits_tile(j, tile, j->r0 + rb, nr, cs, ns);
+                for (int64_t i = 0; i < R; i++)
+                    df_bf16_from_f32_serial(d16 + (rb + i) * nc + (cs - cc), tile + i * ns, ns);
+            }
         }
+        if (df_mm16_tile(b->mm, true, false, nc, H, rows, 1.0f, d16, h, 1.0f, j->dW + cc * H) ||
+            df_mm16_tile(b->mm, false, false, rows, H, nc, 1.0f, d16, b->W + cc * H,
+                         cc == c0 ? 0.0f : 1.0f, part))
+            return -1;
     }
     return 0;
 }
@@ -197,17 +218,27 @@ static void bwd_run(bwd_job *j, float *dh, float *scratch, int64_t n)
     const int64_t G = df_vocab_groups(j->V, &j->t), IR = j->t.item_rows;
     const int64_t first = n < IR ? n : IR;
     j->stride = (j->b ? df_vocab16_rows(first, &j->t) : first) * j->H;
+    /* bf16: each thread's dL/dlogits chunk (bwd_item16). */
+    const size_t d16_bytes = j->b ? ((size_t)(df_vocab16_rows(first, &j->t) *
+                                              bwd16_chunk(&j->t)) * sizeof(uint16_t) + 63) /
+                                        64 * 64
+                                  : 0;
     for (j->r0 = 0; j->r0 < n; j->r0 += IR) {
         j->nr = n - j->r0 < IR ? n - j->r0 : IR;
         /* Groups own disjoint dW rows; their dh parts are summed in group order. */
-#pragma omp parallel for schedule(dynamic, 1) if (G > 1)
-        for (int64_t g = 0; g < G; g++) {
-            if (!j->b)
-                bwd_item(j, g);
-            else if (bwd_item16(j, g)) {
+#pragma omp parallel if (G > 1)
+        {
+            uint16_t *d16 = d16_bytes ? aligned_alloc(64, d16_bytes) : NULL;
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t g = 0; g < G; g++) {
+                if (!j->b)
+                    bwd_item(j, g);
+                else if (!d16 || bwd_item16(j, g, d16)) {
 #pragma omp atomic write
-                j->failed = 1;
+                    j->failed = 1;
+                }
             }
+            free(d16);
         }
         const int64_t len = j->nr * j->H;
         float *out = dh + j->r0 * j->H;
