@@ -217,15 +217,15 @@ static void test_value_head(void **state)
 
 /* What a forward-only layout does not hold, in floats, written out from acts.h against the
  * checkpointed one (one slot of per-layer buffers): L - 1 rows of the residual stream x, the
- * slot's residual after attention (hmid, H per token), and the backward's scratch: mlp_b and
- * mlp_c (I), dres and dxn (H), dq and dao (qd), dk and dv (kvd), per token; dxf and dxnf (H per
- * output row); with q/k norms dqn (qd) and dkn (kvd) per token. */
+ * slot's residual after attention (hmid, H per token), and the backward's scratch: dres and dxn
+ * (H), dq and dao (qd), dk and dv (kvd), per token (the MLP's gradients take gate / up's place);
+ * dxf and dxnf (H per output row); with q/k norms dqn (qd) and dkn (kvd) per token. */
 static int64_t saved_floats(const df_model_config *c, int64_t T, int64_t O)
 {
-    const int64_t H = c->hidden_size, I = c->intermediate_size, L = c->num_hidden_layers;
+    const int64_t H = c->hidden_size, L = c->num_hidden_layers;
     const int64_t qd = c->num_attention_heads * c->head_dim;
     const int64_t kvd = c->num_key_value_heads * c->head_dim;
-    int64_t per_tok = (L - 1) * H + H + 2 * I + 2 * H + 2 * qd + 2 * kvd;
+    int64_t per_tok = (L - 1) * H + H + 2 * H + 2 * qd + 2 * kvd;
     if (c->qk_norm)
         per_tok += qd + kvd;
     return T * per_tok + 2 * O * H;

@@ -178,7 +178,7 @@ typedef struct df_backend_ops {
 
     /** df_swiglu_fwd: out[n] = silu(gate) up. */
     int (*swiglu_fwd)(void *ctx, float *out, const float *gate, const float *up, int64_t n);
-    /** df_swiglu_bwd: dgate, dup OVERWRITTEN. */
+    /** df_swiglu_bwd: dgate, dup OVERWRITTEN; dgate == gate and dup == up allowed (in place). */
     int (*swiglu_bwd)(void *ctx, float *dgate, float *dup, const float *dout, const float *gate,
                       const float *up, int64_t n);
     /** Floats of scratch lmhead_fwd / _bwd need for n rows of a [V, H] head. */

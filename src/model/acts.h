@@ -69,7 +69,7 @@ struct df_acts {
     int32_t *pos;        /* [max_tokens] host memory */
     float *rope_cos, *rope_sin; /* [max_tokens, hd / 2] */
     /* Scratch: mlp_a (forward and backward), the others the backward's (forward-only: NULL). */
-    float *mlp_a, *mlp_b, *mlp_c; /* [T, I] */
+    float *mlp_a;        /* [T, I] silu(gate) * up, then its gradient */
     float *dres, *dxn;   /* [T, H] */
     float *dq, *dk, *dv, *dao; /* [T, nh*hd], [T, nkv*hd] x2, [T, nh*hd] */
     float *dxf, *dxnf;   /* [max_out, H] */

@@ -32,7 +32,8 @@ static void layer_backward(const df_model_config *c, const df_layer_view *w, df_
     const float *xn1 = a->xn1 + s * MT * H, *xn2 = a->xn2 + s * MT * H;
     const float *q = a->q + s * MT * qd, *k = a->k + s * MT * kvd, *v = a->v + s * MT * kvd;
     const float *att = a->att + s * MT * qd;
-    const float *gate = a->gate + s * MT * I, *up = a->up + s * MT * I;
+    /* gate / up become their own gradients in place (swiglu_bwd): the slot is spent */
+    float *gate = a->gate + s * MT * I, *up = a->up + s * MT * I;
     float *dres = a->dres, *dxn = a->dxn;
     const df_layer16 *w16 = df_acts_layer16(a, l); /* mixed precision: dy W from the bf16 copy */
     df_backend_seqs seqs = bb->seqs;
@@ -44,11 +45,12 @@ static void layer_backward(const df_model_config *c, const df_layer_view *w, df_
     DF_BE(a, swiglu_fwd, a->mlp_a, gate, up, T * I);
     DF_BE(a, gemm, true, false, H, I, T, 1.0f, dres, a->mlp_a, 1.0f, g->w_down);
     DF_WMM(a, false, T, I, H, 1.0f, dres, w->w_down, w16 ? w16->w_down : NULL, 0.0f, a->mlp_a);
-    DF_BE(a, swiglu_bwd, a->mlp_b, a->mlp_c, a->mlp_a, gate, up, T * I);
-    DF_WMM(a, false, T, H, I, 1.0f, a->mlp_b, w->w_gate, w16 ? w16->w_gate : NULL, 0.0f, dxn);
-    DF_WMM(a, false, T, H, I, 1.0f, a->mlp_c, w->w_up, w16 ? w16->w_up : NULL, 1.0f, dxn);
-    DF_BE(a, gemm, true, false, I, H, T, 1.0f, a->mlp_b, xn2, 1.0f, g->w_gate);
-    DF_BE(a, gemm, true, false, I, H, T, 1.0f, a->mlp_c, xn2, 1.0f, g->w_up);
+    float *dgate = gate, *dup = up;
+    DF_BE(a, swiglu_bwd, dgate, dup, a->mlp_a, gate, up, T * I);
+    DF_WMM(a, false, T, H, I, 1.0f, dgate, w->w_gate, w16 ? w16->w_gate : NULL, 0.0f, dxn);
+    DF_WMM(a, false, T, H, I, 1.0f, dup, w->w_up, w16 ? w16->w_up : NULL, 1.0f, dxn);
+    DF_BE(a, gemm, true, false, I, H, T, 1.0f, dgate, xn2, 1.0f, g->w_gate);
+    DF_BE(a, gemm, true, false, I, H, T, 1.0f, dup, xn2, 1.0f, g->w_up);
     DF_BE(a, rmsnorm_bwd, dres, g->ln2, dxn, h, w->ln2, a->rstd2 + s * MT, T, H);
 
     /* Attention: h = x + att W_o^T (+ b_o). */
@@ -123,7 +125,9 @@ static int trunk_backward(const df_model *m, const df_model_view *w, df_acts *a,
         if (a->ckpt && a->slot_layer != l)
             df_acts_layer_recompute(c, &w->layers[l], a, l);
         layer_backward(c, &w->layers[l], a, l, &gv->layers[l]);
+        a->slot_layer = -1; /* its gate / up now hold their gradients */
     }
+    a->fwd_valid = 0; /* the saved activations are spent: another backward needs a new forward */
     DF_BE(a, embedding_bwd, gv->embed, a->dres, a->bb.tokens, T, H);
     return a->err;
 }

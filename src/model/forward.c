@@ -63,7 +63,7 @@ void df_acts_free(df_acts *a)
     void *bufs[] = {a->x,     a->hmid,   a->xn1,      a->xn2,      a->rstd1,  a->rstd2,
                     a->q,     a->k,      a->v,        a->att,      a->att_lse, a->gate,
                     a->up,    a->xf,     a->xnf,      a->rstdf,    a->lse,    a->ent,
-                    a->rope_cos, a->rope_sin, a->mlp_a, a->mlp_b,  a->mlp_c,  a->dres,
+                    a->rope_cos, a->rope_sin, a->mlp_a, a->dres,
                     a->dxn,   a->dq,     a->dk,       a->dv,       a->dao,    a->dxf,
                     a->dxnf,  a->lm_scratch, a->b_tokens, a->b_targets, a->b_pos, a->b_offsets,
                     a->b_rows, a->b_io,  a->wblob, a->qraw,    a->kraw,   a->qrstd,  a->krstd,
@@ -213,9 +213,7 @@ static void alloc_buffers(df_acts *a, int *fail)
     a->ent = falloc(a, O, fail);
     a->rope_cos = falloc(a, T * cfg->head_dim / 2, fail);
     a->rope_sin = falloc(a, T * cfg->head_dim / 2, fail);
-    a->mlp_a = falloc(a, T * I, fail);
-    a->mlp_b = bwd_alloc(a, T * I, fail);
-    a->mlp_c = bwd_alloc(a, T * I, fail);
+    a->mlp_a = falloc(a, T * I, fail); /* the backward's gate / up gradients: in place of gate / up */
     a->dres = bwd_alloc(a, T * H, fail);
     a->dxn = bwd_alloc(a, T * H, fail);
     a->dq = bwd_alloc(a, T * qd, fail);

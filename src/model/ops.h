@@ -266,7 +266,9 @@ void df_kv_attention(float *out, const float *q, const df_backend_kv *kv, int64_
 
 /** out[n] = silu(gate) * up, silu(g) = g * sigmoid(g) (HF Qwen2MLP with act_fn "silu"). */
 void df_swiglu_fwd(float *out, const float *gate, const float *up, int64_t n);
-/** dgate, dup OVERWRITTEN: dgate = dout * up * silu'(gate), dup = dout * silu(gate). */
+/** dgate, dup OVERWRITTEN: dgate = dout * up * silu'(gate), dup = dout * silu(gate). dgate may
+ *  be gate and dup may be up (in place: element i's inputs are read before its outputs are
+ *  written); no other overlap. */
 void df_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate,
                    const float *up, int64_t n);
 

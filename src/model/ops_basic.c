@@ -212,10 +212,11 @@ void df_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gat
                    const float *up, int64_t n)
 {
     /* silu'(g) = s (1 + g (1 - s)) with s = sigmoid(g). */
+    /* every input of element i is read before either output is written: in place is exact */
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < n; i++) {
-        float g = gate[i], s = 1.0f / (1.0f + df_expf(-g));
-        dup[i] = dout[i] * g * s;
-        dgate[i] = dout[i] * up[i] * s * (1.0f + g * (1.0f - s));
+        const float g = gate[i], u = up[i], d = dout[i], s = 1.0f / (1.0f + df_expf(-g));
+        dup[i] = d * g * s;
+        dgate[i] = d * u * s * (1.0f + g * (1.0f - s));
     }
 }

@@ -249,9 +249,10 @@ __global__ static void swiglu_bwd_kernel(float *dgate, float *dup, const float *
 {
     GRID_LOOP(i, n)
     {
-        const float g = gate[i], s = 1.0f / (1.0f + expf(-g)), d = dout[i];
+        /* inputs read before outputs are written: dgate == gate, dup == up allowed */
+        const float g = gate[i], u = up[i], s = 1.0f / (1.0f + expf(-g)), d = dout[i];
         dup[i] = d * g * s;
-        dgate[i] = d * up[i] * s * (1.0f + g * (1.0f - s));
+        dgate[i] = d * u * s * (1.0f + g * (1.0f - s));
     }
 }
 
