@@ -2,7 +2,7 @@
  * Activation checkpointing per decoder layer (model.h DF_ACTS_CHECKPOINT):
  *   - log-probs, entropies and the gradient blob of a checkpointed forward + backward equal
  *     those of the plain one to the bit (memcmp), for a Qwen2 with GQA and q/k/v biases over
- *     packed sequences, a Qwen3 (q/k norms, explicit head_dim, o_proj bias, a sliding window
+ *     df_test_packed sequences, a Qwen3 (q/k norms, explicit head_dim, o_proj bias, a sliding window
  *     on its last layer), a Llama 3.1 (llama3 RoPE, tied embeddings, o_proj bias), the value
  *     head (the critic) and the bf16 matmuls where the CPU has them;
  *   - two micro-batches accumulated into one blob on reused activations;
@@ -20,6 +20,7 @@
 #include "distflow/model.h"
 #include "distflow/rng.h"
 #include "model/acts.h"
+#include "testutil.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,51 +69,6 @@ static df_model_config llama31_config(void)
     return c;
 }
 
-/* A random model with O(1) activations: vectors (norms, biases) moved by N(0, 0.1) so that
- * every path carries signal. */
-static df_model *model_of(const df_model_config *c, uint64_t seed)
-{
-    df_model *m;
-    if (df_model_create(c, &m))
-        fail_msg("df_model_create: %s", df_last_error());
-    assert_int_equal(df_model_init_random(m, seed), DF_OK);
-    df_rng r;
-    df_rng_seed(&r, df_rng_key(seed, 5, 0, 0));
-    for (int t = 0; t < m->n_tensors; t++) {
-        const df_param_desc *d = &m->tensors[t];
-        for (int64_t i = 0; d->ndim == 1 && i < d->numel; i++)
-            m->params[d->offset + i] += (float)(0.1 * df_rng_normal(&r));
-    }
-    return m;
-}
-
-/* Packed sequences of the given lengths: random tokens, every row but each sequence's last
- * scored against the next token. */
-typedef struct {
-    int32_t tok[64], tgt[64];
-    int64_t off[8], rows[64];
-    df_seq_batch b;
-} packed;
-
-static void pack(packed *p, const int64_t *len, int n, int64_t V, uint64_t seed)
-{
-    df_rng r;
-    df_rng_seed(&r, df_rng_key(seed, 9, 0, 0));
-    int64_t t = 0, n_out = 0;
-    p->off[0] = 0;
-    for (int s = 0; s < n; s++) {
-        for (int64_t i = 0; i < len[s]; i++)
-            p->tok[t + i] = (int32_t)df_rng_below(&r, (uint64_t)V);
-        for (int64_t i = 0; i + 1 < len[s]; i++) {
-            p->rows[n_out] = t + i;
-            p->tgt[n_out++] = p->tok[t + i + 1];
-        }
-        t += len[s];
-        p->off[s + 1] = t;
-    }
-    p->b = (df_seq_batch){t, p->tok, n, p->off, n_out, p->rows, p->tgt};
-}
-
 /* What one pass gives: per-row outputs and the accumulated gradient blob. */
 typedef struct {
     float out[2][64]; /* logp and entropy, or values */
@@ -121,7 +77,7 @@ typedef struct {
 
 /* Forward + backward of each batch on one df_acts created with `flags` (max_tokens above
  * the batches', so rows sit at a stride), accumulating into r->grads; outputs of the last. */
-static void run_passes(const df_model *m, unsigned flags, bool bf16, const packed *pk, int n_pk,
+static void run_passes(const df_model *m, unsigned flags, bool bf16, const df_test_packed *pk, int n_pk,
                        pass_result *r)
 {
     const bool value = m->cfg.num_labels > 0;
@@ -157,9 +113,9 @@ static void run_passes(const df_model *m, unsigned flags, bool bf16, const packe
 static void check_identical(const char *what, const df_model *m, bool bf16)
 {
     static const int64_t len1[3] = {9, 13, 6}, len2[2] = {17, 11};
-    packed pk[2];
-    pack(&pk[0], len1, 3, m->cfg.vocab_size, 1);
-    pack(&pk[1], len2, 2, m->cfg.vocab_size, 2);
+    df_test_packed pk[2];
+    df_test_pack(&pk[0], len1, 3, m->cfg.vocab_size, 1);
+    df_test_pack(&pk[1], len2, 2, m->cfg.vocab_size, 2);
     pass_result plain, ckpt;
     memset(&plain, 0, sizeof plain);
     memset(&ckpt, 0, sizeof ckpt);
@@ -190,7 +146,7 @@ static void test_qwen2_gqa_bias(void **state)
 {
     (void)state;
     df_model_config c = base_config("qwen2");
-    df_model *m = model_of(&c, 11);
+    df_model *m = df_test_signal_model(&c, 11);
     check_identical("qwen2", m, false);
     df_model_free(m);
 }
@@ -199,7 +155,7 @@ static void test_qwen3_and_window(void **state)
 {
     (void)state;
     df_model_config c = qwen3_config();
-    df_model *m = model_of(&c, 12);
+    df_model *m = df_test_signal_model(&c, 12);
     check_identical("qwen3", m, false);
     df_model_free(m);
 }
@@ -208,7 +164,7 @@ static void test_llama31(void **state)
 {
     (void)state;
     df_model_config c = llama31_config();
-    df_model *m = model_of(&c, 13);
+    df_model *m = df_test_signal_model(&c, 13);
     check_identical("llama 3.1", m, false);
     df_model_free(m);
 }
@@ -218,7 +174,7 @@ static void test_value_head(void **state)
     (void)state;
     df_model_config c = base_config("qwen2");
     c.num_labels = 1;
-    df_model *m = model_of(&c, 14);
+    df_model *m = df_test_signal_model(&c, 14);
     check_identical("value model", m, false);
     df_model_free(m);
 }
@@ -236,7 +192,7 @@ static void test_bf16_matmuls(void **state)
         skip();
     }
     assert_int_equal(rc, DF_OK);
-    df_model *m = model_of(&c, 15);
+    df_model *m = df_test_signal_model(&c, 15);
     check_identical("qwen2 bf16 matmuls", m, true);
     df_model_free(m);
 }
@@ -282,7 +238,7 @@ static void test_layout_bytes(void **state)
             continue;
         assert_int_equal(df_acts_bytes(&cpu, c, T, 30, DF_ACTS_BF16, &mixed), DF_OK);
         assert_int_equal(df_acts_create_ex(&cpu, c, T, 30, DF_ACTS_BF16, &a), DF_OK);
-        df_model *m = model_of(c, 3);
+        df_model *m = df_test_signal_model(c, 3);
         assert_int_equal(df_acts_load_weights(a, m), DF_OK); /* makes the copy */
         assert_int_equal(df_acts_size(a), mixed);
         assert_int_equal(mixed - plain, df_weights16_bytes(a->w16) + 2 * 2 * T * widest);

@@ -25,6 +25,7 @@
 #include "distflow/model.h"
 #include "distflow/rng.h"
 #include "model/acts.h"
+#include "testutil.h"
 #include "model/ops.h"
 #include "model/safetensors.h"
 
@@ -72,50 +73,6 @@ static df_model_config llama_tied_config(void)
     return c;
 }
 
-/* A random model with its vectors (norms, biases) moved by N(0, 0.1), so every path carries signal. */
-static df_model *model_of(const df_model_config *c, uint64_t seed)
-{
-    df_model *m;
-    if (df_model_create(c, &m))
-        fail_msg("df_model_create: %s", df_last_error());
-    assert_int_equal(df_model_init_random(m, seed), DF_OK);
-    df_rng r;
-    df_rng_seed(&r, df_rng_key(seed, 5, 0, 0));
-    for (int t = 0; t < m->n_tensors; t++) {
-        const df_param_desc *d = &m->tensors[t];
-        for (int64_t i = 0; d->ndim == 1 && i < d->numel; i++)
-            m->params[d->offset + i] += (float)(0.1 * df_rng_normal(&r));
-    }
-    return m;
-}
-
-/* Packed sequences of the given lengths: random tokens, every row but each sequence's last
- * scored against the next token. */
-typedef struct {
-    int32_t tok[64], tgt[64];
-    int64_t off[8], rows[64];
-    df_seq_batch b;
-} packed;
-
-static void pack(packed *p, const int64_t *len, int n, int64_t V, uint64_t seed)
-{
-    df_rng r;
-    df_rng_seed(&r, df_rng_key(seed, 9, 0, 0));
-    int64_t t = 0, n_out = 0;
-    p->off[0] = 0;
-    for (int s = 0; s < n; s++) {
-        for (int64_t i = 0; i < len[s]; i++)
-            p->tok[t + i] = (int32_t)df_rng_below(&r, (uint64_t)V);
-        for (int64_t i = 0; i + 1 < len[s]; i++) {
-            p->rows[n_out] = t + i;
-            p->tgt[n_out++] = p->tok[t + i + 1];
-        }
-        t += len[s];
-        p->off[s + 1] = t;
-    }
-    p->b = (df_seq_batch){t, p->tok, n, p->off, n_out, p->rows, p->tgt};
-}
-
 /* Per batch: logp and entropy, or values. */
 typedef struct {
     float out[2][2][64];
@@ -123,7 +80,7 @@ typedef struct {
 
 /* Forwards of both batches on one df_acts created with `flags` (48 rows: a stride above the
  * batches'); `a_out` keeps the activations when non-NULL. */
-static void run_forwards(const df_model *m, unsigned flags, const packed *pk, outputs *o,
+static void run_forwards(const df_model *m, unsigned flags, const df_test_packed *pk, outputs *o,
                          df_acts **a_out)
 {
     df_backend cpu = df_backend_cpu();
@@ -148,9 +105,9 @@ static void run_forwards(const df_model *m, unsigned flags, const packed *pk, ou
 static void check_identical(const char *what, const df_model *m, unsigned extra)
 {
     static const int64_t len1[3] = {9, 13, 6}, len2[2] = {17, 11};
-    packed pk[2];
-    pack(&pk[0], len1, 3, m->cfg.vocab_size, 1);
-    pack(&pk[1], len2, 2, m->cfg.vocab_size, 2);
+    df_test_packed pk[2];
+    df_test_pack(&pk[0], len1, 3, m->cfg.vocab_size, 1);
+    df_test_pack(&pk[1], len2, 2, m->cfg.vocab_size, 2);
     outputs plain, ckpt, fwd;
     df_acts *a = NULL;
     run_forwards(m, extra, pk, &plain, NULL);
@@ -176,7 +133,7 @@ static void check_identical(const char *what, const df_model *m, unsigned extra)
 
 static void check_model(const char *what, const df_model_config *c, uint64_t seed)
 {
-    df_model *m = model_of(c, seed);
+    df_model *m = df_test_signal_model(c, seed);
     check_identical(what, m, 0);
     if (have_bf16()) {
         char name[96];
@@ -293,7 +250,7 @@ static void test_weights16_embed(void **state)
     /* untied, and a value model (no head): a tensor of its own, the float32 embedding rounded */
     const df_model_config *own[2] = {&untied, &value};
     for (int i = 0; i < 2; i++) {
-        df_model *m = model_of(own[i], 21);
+        df_model *m = df_test_signal_model(own[i], 21);
         assert_int_equal(df_weights16_create_ex(own[i], DF_W16_LM_HEAD, &w), DF_OK);
         assert_int_equal(df_weights16_create_ex(own[i], DF_W16_LM_HEAD | DF_W16_EMBED, &e), DF_OK);
         assert_int_equal(df_weights16_bytes(e) - df_weights16_bytes(w), 2 * VH);
@@ -318,7 +275,7 @@ static void check_release(bool tied, bool head16)
     df_model_config c = base_config("qwen2");
     c.vocab_size = 128, c.hidden_size = 32, c.intermediate_size = 256; /* 16 KiB tables */
     c.tie_word_embeddings = tied;
-    df_model *m = model_of(&c, 41), *k = NULL;
+    df_model *m = df_test_signal_model(&c, 41), *k = NULL;
     assert_int_equal(df_model_clone(m, &k), DF_OK);
     const unsigned fl = DF_W16_LM_HEAD | DF_W16_EMBED;
     df_weights16 *w = NULL, *want = NULL;
@@ -356,12 +313,12 @@ static void test_refresh_release(void **state)
 static void check_lookup(const df_model_config *c)
 {
     static const int64_t len[2] = {12, 9};
-    packed pk[2];
-    pack(&pk[0], len, 2, c->vocab_size, 3);
+    df_test_packed pk[2];
+    df_test_pack(&pk[0], len, 2, c->vocab_size, 3);
     pk[1] = pk[0];
     pk[1].b.tokens = pk[1].tok, pk[1].b.seq_offsets = pk[1].off;
     pk[1].b.out_rows = pk[1].rows, pk[1].b.out_targets = pk[1].tgt;
-    df_model *m = model_of(c, 31), *r = NULL;
+    df_model *m = df_test_signal_model(c, 31), *r = NULL;
     assert_int_equal(df_model_clone(m, &r), DF_OK);
     const int64_t n = c->vocab_size * c->hidden_size;
     for (int64_t i = 0; i < n; i++)

@@ -230,6 +230,52 @@ static inline df_model *df_test_biased_model(const df_model_config *c, uint64_t 
     return m;
 }
 
+/** A random model (df_model_init_random) with its vectors (norms, biases) moved by N(0, 0.1), so
+ *  that every path carries signal (O(1) activations). */
+static inline df_model *df_test_signal_model(const df_model_config *c, uint64_t seed)
+{
+    df_model *m;
+    if (df_model_create(c, &m))
+        fail_msg("df_model_create: %s", df_last_error());
+    assert_int_equal(df_model_init_random(m, seed), DF_OK);
+    df_rng r;
+    df_rng_seed(&r, df_rng_key(seed, 5, 0, 0));
+    for (int t = 0; t < m->n_tensors; t++) {
+        const df_param_desc *d = &m->tensors[t];
+        for (int64_t i = 0; d->ndim == 1 && i < d->numel; i++)
+            m->params[d->offset + i] += (float)(0.1 * df_rng_normal(&r));
+    }
+    return m;
+}
+
+/** Packed sequences (at most 8, 64 tokens in all): random tokens, every row but each sequence's
+ *  last scored against the next token. */
+typedef struct {
+    int32_t tok[64], tgt[64];
+    int64_t off[8], rows[64];
+    df_seq_batch b;
+} df_test_packed;
+
+/** Fill p with n sequences of lengths len[n] (sum <= 64), ids below V, from seed. */
+static inline void df_test_pack(df_test_packed *p, const int64_t *len, int n, int64_t V, uint64_t seed)
+{
+    df_rng r;
+    df_rng_seed(&r, df_rng_key(seed, 9, 0, 0));
+    int64_t t = 0, n_out = 0;
+    p->off[0] = 0;
+    for (int s = 0; s < n; s++) {
+        for (int64_t i = 0; i < len[s]; i++)
+            p->tok[t + i] = (int32_t)df_rng_below(&r, (uint64_t)V);
+        for (int64_t i = 0; i + 1 < len[s]; i++) {
+            p->rows[n_out] = t + i;
+            p->tgt[n_out++] = p->tok[t + i + 1];
+        }
+        t += len[s];
+        p->off[s + 1] = t;
+    }
+    p->b = (df_seq_batch){t, p->tok, n, p->off, n_out, p->rows, p->tgt};
+}
+
 /** 4 samples with prompts of 3,1,2,4 tokens and responses of 2,3,0,1 tokens (ids 1..16). */
 static inline df_batch *df_test_small_batch(void)
 {
