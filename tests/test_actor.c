@@ -56,9 +56,16 @@ static void test_plan(void **state)
     assert_int_equal(n, 2);
     assert_int_equal(bd[1], 2);
     free(bd);
+    /* 11 fits 5+4+2 | 5, but two micro-batches balance as 5+4 | 2+5: the largest is 9 */
+    assert_int_equal(df_plan_micro_batches(b, 0, 11, &bd, &n), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(bd[1], 2);
+    int64_t mt, mo;
+    df_plan_extent(b, bd, n, &mt, &mo);
+    assert_int_equal(mt, 9);
+    free(bd);
     assert_int_equal(df_plan_micro_batches(b, 0, 3, &bd, &n), 0); /* every sample alone */
     assert_int_equal(n, 4);
-    int64_t mt, mo;
     df_plan_extent(b, bd, n, &mt, &mo);
     assert_int_equal(mt, 5);
     assert_int_equal(mo, 3);

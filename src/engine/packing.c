@@ -80,6 +80,32 @@ static int64_t sample_tokens(const df_batch *b, int64_t i)
            row_len(df_batch_offsets(b, "response_ids"), i);
 }
 
+/* Consecutive micro-batches of at most max_samples rows and `cap` tokens (a row above the cap
+ * alone), greedily filled; their bounds into bd (n + 1 entries) when not NULL; their count. */
+static int64_t fill(const df_batch *b, int64_t max_samples, int64_t cap, int64_t *bd)
+{
+    int64_t n = df_batch_size(b), k = 0, rows = 0, toks = 0;
+    if (bd)
+        bd[0] = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t t = sample_tokens(b, i);
+        bool full = rows > 0 && ((max_samples > 0 && rows + 1 > max_samples) ||
+                                 (cap > 0 && toks + t > cap));
+        if (full) {
+            k++;
+            if (bd)
+                bd[k] = i;
+            rows = 0;
+            toks = 0;
+        }
+        rows++;
+        toks += t;
+    }
+    if (n > 0 && bd)
+        bd[k + 1] = n;
+    return n > 0 ? k + 1 : 0;
+}
+
 int df_plan_micro_batches(const df_batch *b, int64_t max_samples, int64_t max_tokens,
                           int64_t **bounds, int64_t *n_mb)
 {
@@ -87,24 +113,24 @@ int df_plan_micro_batches(const df_batch *b, int64_t max_samples, int64_t max_to
     int64_t *bd = malloc((size_t)(n + 1) * sizeof *bd);
     if (!bd)
         return df_error(DF_ENOMEM, "out of memory planning micro-batches");
-    int64_t k = 0, rows = 0, toks = 0;
-    bd[0] = 0;
-    for (int64_t i = 0; i < n; i++) {
-        int64_t t = sample_tokens(b, i);
-        bool full = rows > 0 && ((max_samples > 0 && rows + 1 > max_samples) ||
-                                 (max_tokens > 0 && toks + t > max_tokens));
-        if (full) {
-            bd[++k] = i;
-            rows = 0;
-            toks = 0;
+    /* The fewest micro-batches the budget allows (greedy filling), then the smallest cap that
+     * still gives no more of them: balanced token counts, as verl's rearrange_micro_batches
+     * balances its partitions, so the largest micro-batch (the activations' size) is as small
+     * as the count allows. Rows keep their order. */
+    int64_t k = fill(b, max_samples, max_tokens, NULL), cap = max_tokens;
+    if (max_tokens > 0 && k > 1) {
+        int64_t lo = 1, hi = max_tokens;
+        while (lo < hi) {
+            int64_t mid = lo + (hi - lo) / 2;
+            if (fill(b, max_samples, mid, NULL) <= k)
+                hi = mid;
+            else
+                lo = mid + 1;
         }
-        rows++;
-        toks += t;
+        cap = lo;
     }
-    if (n > 0)
-        bd[++k] = n;
+    *n_mb = fill(b, max_samples, cap, bd);
     *bounds = bd;
-    *n_mb = k;
     return DF_OK;
 }
 

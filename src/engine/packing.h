@@ -28,7 +28,10 @@ void df_packed_free(df_packed *p);
 /**
  * Split rows [0, n) into consecutive micro-batches of at most max_samples rows
  * (<= 0: unlimited) and at most max_tokens packed tokens (<= 0: unlimited; a
- * single row larger than the budget gets a micro-batch of its own).
+ * single row larger than the budget gets a micro-batch of its own): as few as
+ * the budget allows, with balanced token counts (the smallest per-micro-batch
+ * cap that keeps that count; verl's rearrange_micro_batches balances too, by
+ * reordering, where rows here keep their order).
  * *bounds receives a malloc'd array of *n_mb + 1 row boundaries.
  */
 int df_plan_micro_batches(const df_batch *b, int64_t max_samples, int64_t max_tokens,
