@@ -53,8 +53,8 @@ static unsigned engine_train_flags(const bench_args *b)
 
 static int engine_set_train_dtype(df_acts *a, const df_model *m, int bf16, df_weights16 **w16)
 {
-    int rc = bf16 ? df_weights16_create_ex(&m->cfg, DF_W16_LM_HEAD, w16) : DF_OK;
-    if (!rc && bf16 && !(rc = df_weights16_refresh(*w16, &m->w)))
+    int rc = bf16 ? df_weights16_create_ex(&m->cfg, DF_W16_LM_HEAD | DF_W16_EMBED, w16) : DF_OK;
+    if (!rc && bf16 && !(rc = df_weights16_refresh_model(*w16, m)))
         rc = df_acts_share_weights16(a, *w16, m);
     if (!rc)
         rc = df_acts_load_weights(a, m);
@@ -69,11 +69,12 @@ static int engine_set_train_dtype(df_acts *a, const df_model *m, int bf16, df_we
     return rc;
 }
 
-/* After an optimizer step: the bf16 copy follows the master weights (train_core's
- * df_train_core_weights_changed). */
-static int engine_weights_changed(df_acts *a, const df_model *m, df_weights16 *w16)
+/* After an optimizer step: a new weight version, and the bf16 copy follows the master weights
+ * (train_core's step and df_train_core_weights_changed). */
+static int engine_weights_changed(df_acts *a, df_model *m, df_weights16 *w16)
 {
-    int rc = w16 ? df_weights16_refresh(w16, &m->w) : DF_OK;
+    df_model_weights_changed(m);
+    int rc = w16 ? df_weights16_refresh_model(w16, m) : DF_OK;
     return rc ? rc : df_acts_load_weights(a, m);
 }
 
