@@ -312,7 +312,7 @@ DF_API int df_model_clone(const df_model *src, df_model **out);
  * itself must call it too. Versions come from one process-wide counter (atomic), so a version
  * also names the model: a copy of one model never matches another, even one allocated at the
  * same address later. Releasing pages of weights whose bf16 copy is kept
- * (df_model_release_layer_matmuls) is not a change of the weights.
+ * (df_weights16_refresh_release) is not a change of the weights.
  */
 DF_API void df_model_weights_changed(df_model *m);
 DF_API void df_model_free(df_model *m);
