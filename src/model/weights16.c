@@ -185,15 +185,26 @@ int df_weights16_refresh(df_weights16 *w, const df_model_view *src)
     return refresh(w, src, &keep);
 }
 
+/* refresh from m, the copy then naming m's weight version (none while the refresh fails: a
+ * failed one may leave a half-converted copy). */
+static int refresh_versioned(df_weights16 *w, const df_model *m, give_back *g)
+{
+    if (!m)
+        return df_error(DF_EINVAL, "df_weights16_refresh: NULL model");
+    if (w)
+        w->src_version = 0;
+    int rc = refresh(w, &m->w, g);
+    if (!rc)
+        w->src_version = m->version;
+    return rc;
+}
+
 int df_weights16_refresh_release(df_weights16 *w, df_model *m, bool head16, int64_t *released)
 {
     const long ps = sysconf(_SC_PAGESIZE);
     give_back g = {.page = ps > 0 ? ps : 4096, .embed = w && w->embed, .head = head16};
-    if (w) /* a failed refresh may leave a half-converted copy: no version until the next one */
-        w->src_version = 0;
-    int rc = refresh(w, m ? &m->w : NULL, &g);
-    if (!rc && m) /* the float32 pages given back leave the version: the copy is the weights now */
-        w->src_version = m->version;
+    /* the float32 pages given back keep the version: the copy is the weights now */
+    int rc = refresh_versioned(w, m, &g);
     if (released)
         *released = g.bytes;
     return rc;
@@ -201,14 +212,8 @@ int df_weights16_refresh_release(df_weights16 *w, df_model *m, bool head16, int6
 
 int df_weights16_refresh_model(df_weights16 *w, const df_model *m)
 {
-    if (!m)
-        return df_error(DF_EINVAL, "df_weights16_refresh_model: NULL model");
-    if (w) /* a failed refresh may leave a half-converted copy: no version until the next one */
-        w->src_version = 0;
-    int rc = df_weights16_refresh(w, &m->w);
-    if (!rc)
-        w->src_version = m->version;
-    return rc;
+    give_back keep = {0};
+    return refresh_versioned(w, m, &keep);
 }
 
 int64_t df_weights16_source_version(const df_weights16 *w) { return w ? w->src_version : 0; }
