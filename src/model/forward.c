@@ -213,7 +213,7 @@ static void alloc_buffers(df_acts *a, int *fail)
     a->ent = falloc(a, O, fail);
     a->rope_cos = falloc(a, T * cfg->head_dim / 2, fail);
     a->rope_sin = falloc(a, T * cfg->head_dim / 2, fail);
-    a->mlp_a = falloc(a, T * I, fail); /* the backward's gate / up gradients: in place of gate / up */
+    a->mlp_a = falloc(a, T * I, fail); /* act, then its gradient (gate / up take their own, in place) */
     a->dres = bwd_alloc(a, T * H, fail);
     a->dxn = bwd_alloc(a, T * H, fail);
     a->dq = bwd_alloc(a, T * qd, fail);
