@@ -292,6 +292,9 @@ static void check_free_cache(df_rollout_dtype dt)
     const int64_t kept = df_rollout_engine_kv_resident(keep);
     assert_true(kept > 0 && kept <= (kv + 2 * 4096 - 1) / 4096 * 4096 + 2 * 4096);
     assert_int_equal(df_rollout_engine_kv_resident(drop), 0);
+    /* the activation scratch too: its 13 buffers keep at most their two partial end pages */
+    assert_true(df_rollout_engine_scratch_resident(keep) > 26 * 4096);
+    assert_true(df_rollout_engine_scratch_resident(drop) <= 26 * 4096);
     df_rollout_result c = run(drop, m); /* refaulted as zeros: nothing read before written */
     assert_same(&a, &c);
     assert_int_equal(df_rollout_engine_kv_resident(drop), 0);

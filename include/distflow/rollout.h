@@ -162,12 +162,14 @@ typedef struct df_rollout_options {
     const df_backend *backend;      /**< where the decoder runs; NULL: the CPU. It needs the
                                          kv_* operators and host memory; bf16 runs on the CPU
                                          backend only (its bf16 matmul context) */
-    bool free_cache_engine;         /**< give the KV cache's pages back to the OS at the end of
-                                         every df_rollout_generate (madvise MADV_DONTNEED: the
-                                         cache stays reserved, the next call faults its pages in
-                                         again), so what runs between rollouts (training) does
-                                         not carry them; false: they stay resident (verl's
-                                         rollout.free_cache_engine) */
+    bool free_cache_engine;         /**< give the pages of the KV cache and of the activation
+                                         scratch (hidden rows, MLP rows, logits, bf16 operands:
+                                         ~0.7 GiB at the 0.5B shape and 8192 rows per forward)
+                                         back to the OS at the end of every df_rollout_generate
+                                         (madvise MADV_DONTNEED: both stay reserved, the next call
+                                         faults their pages in again), so what runs between
+                                         rollouts (training) does not carry them; false: they
+                                         stay resident (verl's rollout.free_cache_engine) */
 } df_rollout_options;
 
 /** Progress callback: sequences finished so far, total sequences, tokens generated so far. */
@@ -251,6 +253,10 @@ DF_API void df_rollout_engine_stats(const df_rollout_engine *e, df_rollout_stats
 /** Bytes of the KV cache resident in memory now (mincore of its pages): 0 after a
  *  df_rollout_generate with free_cache_engine; -1 when the kernel does not say. */
 DF_API int64_t df_rollout_engine_kv_resident(const df_rollout_engine *e);
+/** Bytes of the per-row activation scratch (hidden rows, MLP rows, attention scratch)
+ *  resident now, in whole pages (mincore): at most two partial pages per buffer after a
+ *  df_rollout_generate with free_cache_engine; -1 when the kernel does not say. */
+DF_API int64_t df_rollout_engine_scratch_resident(const df_rollout_engine *e);
 
 /** Free the arrays of a result and zero it (NULL-safe, idempotent). */
 DF_API void df_rollout_result_free(df_rollout_result *r);

@@ -5,6 +5,7 @@
 #include "engine/sampling.h"
 #include "model/ops.h"
 #include "util/killpoint.h"
+#include "util/pages.h"
 
 #include <math.h>
 #include <omp.h>
@@ -288,6 +289,11 @@ void df_rollout_engine_free(df_rollout_engine *e)
 void df_rollout_engine_stats(const df_rollout_engine *e, df_rollout_stats *st) { *st = e->stats; }
 
 int64_t df_rollout_engine_kv_resident(const df_rollout_engine *e) { return df_kv_cache_resident(&e->kv); }
+
+int64_t df_rollout_engine_scratch_resident(const df_rollout_engine *e)
+{
+    return df_infer_scratch_resident(&e->s, &e->cfg);
+}
 
 void df_rollout_result_free(df_rollout_result *r)
 {
@@ -912,6 +918,19 @@ static int generate_loop(gen_ctx *g)
     return rc;
 }
 
+/* The activation scratch's pages back to the OS: dead between calls, and as large as a
+ * quarter of the weights at 8192 rows per forward. */
+static void drop_scratch(df_rollout_engine *e)
+{
+    const int64_t V = e->cfg.vocab_size, H = e->cfg.hidden_size;
+    df_infer_scratch_drop(&e->s, &e->cfg);
+    df_pages_release(e->logits, (size_t)(e->logit_rows * V) * sizeof(float));
+    if (e->h16)
+        df_pages_release(e->h16, (size_t)(h16_rows(rows_cap_of(e->max_num_seqs, e->max_batched_tokens)) * H) *
+                                     sizeof(uint16_t));
+    df_mm_ctx_release_pages(e->mm);
+}
+
 int df_rollout_generate(df_rollout_engine *e, const df_model *m, const df_rollout_request *req,
                         const df_sampling_params *sp, df_rollout_result *res,
                         df_rollout_progress_fn progress, void *user)
@@ -939,8 +958,11 @@ int df_rollout_generate(df_rollout_engine *e, const df_model *m, const df_rollou
     if (!rc)
         rc = pack_result(&g, res);
     ctx_release(&g);
-    /* free_cache_engine: training does not carry the cache's pages (the next call refaults them) */
+    /* free_cache_engine: training does not carry the cache's or the scratch's pages (the next
+     * call refaults them) */
     int drc = e->opt.free_cache_engine ? df_kv_cache_drop(&e->kv) : DF_OK;
+    if (e->opt.free_cache_engine)
+        drop_scratch(e);
     if (!rc && drc)
         rc = drc;
     e->stats.generated_tokens = g.tokens;

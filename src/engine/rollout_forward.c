@@ -6,12 +6,12 @@
 #include "engine/rollout_internal.h"
 #include "model/decoder_layer.h"
 #include "model/ops.h"
+#include "util/pages.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <unistd.h>
 
 static void *alloc64(int64_t n_bytes)
 {
@@ -60,29 +60,12 @@ int df_kv_cache_drop(df_backend_kv *kv)
     return DF_OK;
 }
 
-/* Resident bytes of the mapping [p, p + bytes) (mincore), or -1. */
-static int64_t resident_of(void *p, size_t bytes)
-{
-    const long ps = sysconf(_SC_PAGESIZE);
-    const size_t page = ps > 0 ? (size_t)ps : 4096, n = (bytes + page - 1) / page;
-    unsigned char *vec = malloc(n ? n : 1);
-    if (!vec || mincore(p, bytes, vec)) {
-        free(vec);
-        return -1;
-    }
-    int64_t pages = 0;
-    for (size_t i = 0; i < n; i++)
-        pages += vec[i] & 1;
-    free(vec);
-    return pages * (int64_t)page;
-}
-
 int64_t df_kv_cache_resident(const df_backend_kv *kv)
 {
     const size_t bytes = df_backend_kv_bytes(kv);
     if (!bytes || !kv->k || !kv->v)
         return 0;
-    int64_t a = resident_of(kv->k, bytes), b = resident_of(kv->v, bytes);
+    int64_t a = df_pages_resident(kv->k, bytes), b = df_pages_resident(kv->v, bytes);
     return a < 0 || b < 0 ? -1 : a + b;
 }
 
@@ -165,6 +148,47 @@ void df_infer_scratch_release(df_infer_scratch *s)
     free(s->rope_cos);
     free(s->rope_sin);
     memset(s, 0, sizeof *s);
+}
+
+/* The buffers whose contents are dead between forward calls, and their bytes. */
+static int dead_bufs(const df_infer_scratch *s, const df_model_config *cfg, float *p[NBUF + 3],
+                     size_t bytes[NBUF + 3])
+{
+    int64_t w[NBUF], H = cfg->hidden_size, qd = cfg->num_attention_heads * cfg->head_dim;
+    widths(cfg, w);
+    float *bufs[NBUF + 3] = {s->x, s->xn, s->rstd, s->q, s->k, s->v, s->att, s->gate, s->up, s->act,
+                             s->xc, s->qc, s->scores};
+    for (int i = 0; i < NBUF; i++)
+        bytes[i] = (size_t)(s->rows_cap * w[i]) * sizeof(float);
+    bytes[NBUF] = (size_t)(s->out_cap * H) * sizeof(float);
+    bytes[NBUF + 1] = (size_t)(s->out_cap * qd) * sizeof(float);
+    bytes[NBUF + 2] = (size_t)s->scores_floats * sizeof(float);
+    memcpy(p, bufs, sizeof bufs);
+    return NBUF + 3;
+}
+
+int64_t df_infer_scratch_drop(df_infer_scratch *s, const df_model_config *cfg)
+{
+    float *p[NBUF + 3];
+    size_t bytes[NBUF + 3];
+    int64_t n = 0;
+    for (int i = 0, k = dead_bufs(s, cfg, p, bytes); i < k; i++)
+        n += df_pages_release(p[i], bytes[i]);
+    return n;
+}
+
+int64_t df_infer_scratch_resident(const df_infer_scratch *s, const df_model_config *cfg)
+{
+    float *p[NBUF + 3];
+    size_t bytes[NBUF + 3];
+    int64_t n = 0;
+    for (int i = 0, k = dead_bufs(s, cfg, p, bytes); i < k; i++) {
+        const int64_t r = df_pages_resident(p[i], bytes[i]);
+        if (r < 0)
+            return -1;
+        n += r;
+    }
+    return n;
 }
 
 /* Grow kv_attention's scratch if it needs more now (the caller raised the thread count). */

@@ -54,6 +54,12 @@ typedef struct df_infer_batch {
 int df_infer_scratch_init(df_infer_scratch *s, const df_model_config *cfg, int64_t rows_cap,
                           int64_t out_cap, int64_t max_len);
 void df_infer_scratch_release(df_infer_scratch *s);
+/** Give the pages of s's per-row activation buffers back to the OS (df_pages_release: their
+ *  contents are dead between forward calls; the RoPE tables and the ones are kept). cfg: the
+ *  config of the init. Returns the bytes released. */
+int64_t df_infer_scratch_drop(df_infer_scratch *s, const df_model_config *cfg);
+/** Bytes of those buffers' pages resident now (whole pages, mincore), -1 when unknown. */
+int64_t df_infer_scratch_resident(const df_infer_scratch *s, const df_model_config *cfg);
 /** Bytes df_infer_scratch_init allocates (with the CPU's kv_attention scratch for
  *  omp_get_max_threads() threads). */
 int64_t df_infer_scratch_bytes(const df_model_config *cfg, int64_t rows_cap, int64_t out_cap,

@@ -81,6 +81,9 @@ typedef struct df_mm_ctx df_mm_ctx;
  */
 int df_mm_ctx_create(int64_t max_elems, df_mm_ctx **out);
 void df_mm_ctx_free(df_mm_ctx *c);
+/** Give the pages of c's operand buffers and scratchpads back to the OS between uses (their
+ *  contents are dead after each call; df_pages_release); returns the bytes released. */
+int64_t df_mm_ctx_release_pages(df_mm_ctx *c);
 /** Bytes df_mm_ctx_create(max_elems) allocates: its two bf16 operand buffers. */
 int64_t df_mm_ctx_bytes(int64_t max_elems);
 /** Calls served by float32 sgemm because a primitive could not be created or run. */

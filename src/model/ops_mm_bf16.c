@@ -9,6 +9,7 @@
  */
 #include "distflow/common.h"
 #include "model/ops.h"
+#include "util/pages.h"
 
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
@@ -410,6 +411,17 @@ int df_mm16_tile(df_mm_ctx *c, bool ta, bool tb, int64_t M, int64_t N, int64_t K
 int64_t df_mm_ctx_created(const df_mm_ctx *c)
 {
     return c ? __atomic_load_n(&c->created, __ATOMIC_RELAXED) : 0;
+}
+
+int64_t df_mm_ctx_release_pages(df_mm_ctx *c)
+{
+    if (!c)
+        return 0;
+    const size_t bytes = (size_t)c->max_elems * sizeof(uint16_t);
+    int64_t n = df_pages_release(c->a16, bytes) + df_pages_release(c->b16, bytes);
+    for (int t = 0; t < MM_THREADS; t++)
+        n += df_pages_release(c->scratch[t], c->scratch_bytes[t]);
+    return n;
 }
 
 int64_t df_mm_ctx_bytes(int64_t max_elems) { return 2 * max_elems * (int64_t)sizeof(uint16_t); }

@@ -7,11 +7,11 @@
  */
 #include "distflow/model.h"
 #include "model/ops.h"
+#include "util/pages.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <unistd.h>
 
 struct df_weights16 {
     df_model_config cfg;
@@ -120,29 +120,19 @@ int df_weights16_create_ex(const df_model_config *cfg, unsigned flags, df_weight
     return DF_OK;
 }
 
-/* The whole pages inside [p, p + n floats): returned to the OS (reads then see zeros). */
-static int64_t release_pages(const float *p, int64_t n, int64_t page)
-{
-    uintptr_t b = ((uintptr_t)p + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
-    uintptr_t e = ((uintptr_t)(p + n)) / (uintptr_t)page * (uintptr_t)page;
-    if (e <= b || madvise((void *)b, e - b, MADV_DONTNEED))
-        return 0;
-    return (int64_t)(e - b);
-}
-
-/* Which float32 tensors a refresh gives back after converting them (page > 0), and the count. */
+/* Which float32 tensors a refresh gives back after converting them (release), and the count. */
 typedef struct {
-    int64_t page;          /* 0: keep everything (a plain refresh) */
+    bool release;          /* false: keep everything (a plain refresh) */
     bool embed, head;      /* the vocabulary tables too (their rules: df_weights16_refresh_release) */
     int64_t bytes;
 } give_back;
 
-/* One tensor into the copy; then, when g says so (page > 0 and `go`), its float32 pages back. */
+/* One tensor into the copy; then, when g says so (release and `go`), its float32 pages back. */
 static void conv(const uint16_t *dst, const float *src, int64_t n, give_back *g, bool go)
 {
     df_bf16_from_f32((uint16_t *)dst, src, n);
-    if (g->page > 0 && go)
-        g->bytes += release_pages(src, n, g->page);
+    if (g->release && go)
+        g->bytes += df_pages_release((void *)src, (size_t)n * sizeof(float));
 }
 
 static int refresh(df_weights16 *w, const df_model_view *src, give_back *g)
@@ -201,8 +191,7 @@ static int refresh_versioned(df_weights16 *w, const df_model *m, give_back *g)
 
 int df_weights16_refresh_release(df_weights16 *w, df_model *m, bool head16, int64_t *released)
 {
-    const long ps = sysconf(_SC_PAGESIZE);
-    give_back g = {.page = ps > 0 ? ps : 4096, .embed = w && w->embed, .head = head16};
+    give_back g = {.release = true, .embed = w && w->embed, .head = head16};
     /* the float32 pages given back keep the version: the copy is the weights now */
     int rc = refresh_versioned(w, m, &g);
     if (released)

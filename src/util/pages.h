@@ -1,0 +1,22 @@
+/* pages.h (internal) — give a buffer's memory back to the OS while keeping the buffer. */
+#ifndef DF_UTIL_PAGES_H
+#define DF_UTIL_PAGES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/**
+ * Return the whole pages inside [p, p + bytes) to the OS (madvise MADV_DONTNEED on private
+ * anonymous memory: any malloc'd or mmap'd buffer of this process). The buffer stays valid:
+ * a later read of a released page sees zeros, a later write faults a fresh page in. The partial
+ * pages at either end (which may hold malloc's bookkeeping or a neighbour's data) are kept.
+ * For scratch whose contents are dead between uses. Returns the bytes released (0 when the
+ * range holds no whole page or the kernel refuses).
+ */
+int64_t df_pages_release(void *p, size_t bytes);
+
+/** Bytes of the pages overlapping [p, p + bytes) that are resident in memory now (mincore),
+ *  counted in whole pages; 0 for an empty range, -1 when the kernel does not say. */
+int64_t df_pages_resident(const void *p, size_t bytes);
+
+#endif
