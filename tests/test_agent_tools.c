@@ -86,6 +86,19 @@ static void test_calculator_errors(void **state)
     memset(big, '9', 4999);
     big[4999] = '\0';
     calc_bad(big, "the limit is 4096");
+    memset(big, '9', 1001); /* 1001 digits squared: more than 2000 */
+    big[1001] = '*';
+    memset(big + 1002, '9', 1001);
+    big[2003] = '\0';
+    calc_bad(big, "more than 2000 digits");
+    big[1001] = '+'; /* their sum has 1002: fine (2 * (10^1001 - 1) = 1 9...9 8) */
+    char *sum = malloc(1003);
+    sum[0] = '1';
+    memset(sum + 1, '9', 1000);
+    sum[1001] = '8';
+    sum[1002] = '\0';
+    calc_ok(big, sum);
+    free(sum);
     free(big);
 }
 

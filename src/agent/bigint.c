@@ -170,7 +170,7 @@ static int mul_small(big *out, const big *a, uint32_t m)
 
 int big_divmod(big *q, big *r, const big *a, const big *b)
 {
-    big quo = {0}, rem = {0}, prod = {0}, limb = {0};
+    big quo = {0}, rem = {0}, prod = {0};
     int rc = reserve(&quo, a->n ? a->n : 1);
     if (!rc)
         memset(quo.d, 0, (a->n ? a->n : 1) * sizeof *quo.d);
@@ -182,6 +182,10 @@ int big_divmod(big *q, big *r, const big *a, const big *b)
         rem.d[0] = a->d[i];
         rem.n++;
         trim(&rem);
+        if (big_cmp(&rem, b) < 0) { /* the common case in gcd's steps: no bisection */
+            quo.d[i] = 0;
+            continue;
+        }
         /* the largest x < BASE with b * x <= rem */
         uint32_t lo = 0, hi = BIG_BASE - 1;
         while (!rc && lo < hi) {
@@ -206,7 +210,6 @@ int big_divmod(big *q, big *r, const big *a, const big *b)
     big_free(&quo);
     big_free(&rem);
     big_free(&prod);
-    big_free(&limb);
     return rc;
 }
 

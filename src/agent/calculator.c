@@ -14,6 +14,7 @@
 
 #define MAX_EXPR_BYTES 4096 /* bounds every number's length, hence the work */
 #define MAX_DEPTH 64
+#define MAX_DIGITS 2000 /* of a value's numerator or denominator: bounds the gcd's work */
 #define EXACT_DECIMALS 24   /* a fraction whose decimal ends within this many digits is shown exactly */
 #define APPROX_DECIMALS 12
 #define NOT_ALLOWED "unexpected '%s' (only numbers, + - * / and parentheses are allowed)"
@@ -64,7 +65,11 @@ static int normalise(calc *c, frac *f)
     big_free(&g);
     if (big_is_zero(&f->num))
         f->neg = false;
-    return rc ? oom(c) : 0;
+    if (rc)
+        return oom(c);
+    if (big_dec_len(&f->num) > MAX_DIGITS || big_dec_len(&f->den) > MAX_DIGITS)
+        return fail(c, "a value has more than %s digits", "2000");
+    return 0;
 }
 
 static void skip_space(calc *c)
