@@ -105,10 +105,11 @@ static int inst_new(const char *what, const char *kwargs, void **out)
         return df_error(DF_EINVAL, "%s: the kwargs are not a JSON object", what);
     }
     json_t *gt = json_object_get(k, "ground_truth");
-    g->ground_truth = gt && !json_is_null(gt) ? py_str(gt) : NULL;
+    bool has_gt = gt && !json_is_null(gt);
+    g->ground_truth = has_gt ? py_str(gt) : NULL;
     g->response = strdup("");
     json_decref(k);
-    if ((gt && !json_is_null(gt) && !g->ground_truth) || !g->response) {
+    if ((has_gt && !g->ground_truth) || !g->response) {
         free(g->ground_truth);
         free(g->response);
         free(g);
