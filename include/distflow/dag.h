@@ -475,6 +475,18 @@ DF_API int df_plugin_adv_estimator(const char *ref, bool load);
 DF_API int df_plugin_policy_loss(const char *ref, bool load);
 
 /**
+ * Load the tool class a plugin exports as `const df_tool symbol = {...}` (distflow/agent.h) and
+ * register it under its ref "path/to/libx.so:symbol" (the descriptor's name is ignored), so that a
+ * tool config's class_name can name it: pass this function as df_tool_set_load's loader. What it
+ * registers is removed when the plugin is unloaded. Errors: those of df_plugin_check_object /
+ * df_plugin_symbol, of df_tool_class_register (no create / execute), DF_EINVAL for a ref that is not
+ * a plugin ref. Start-up only (not thread-safe).
+ */
+DF_API int df_plugin_tool(const char *ref);
+/** The same for an interaction class (`const df_interaction symbol`; df_interaction_set_load). */
+DF_API int df_plugin_interaction(const char *ref);
+
+/**
  * Build a task graph from a plugin pipeline factory (dag.custom_pipeline_fn):
  * resolve ref as df_plugin_symbol, call it, and validate the graph it returns
  * (refs are not resolved). Errors: as df_plugin_symbol; the factory's code

@@ -1,0 +1,35 @@
+/* agent_internal.h (internal) — helpers shared by src/agent/. */
+#ifndef DF_AGENT_INTERNAL_H
+#define DF_AGENT_INTERNAL_H
+
+#include "distflow/agent.h"
+
+/* How a failed call is answered, as verl's agent loop words it (tool_agent_loop._call_tool). */
+#define AGENT_TOOL_ERROR_PREFIX "Error when executing tool: "
+
+/* tool_parser.c: malloc'd AGENT_TOOL_ERROR_PREFIX + the formatted reason, NULL when out of memory. */
+char *agent_tool_error(const char *fmt, ...) DF_PRINTF(1, 2);
+
+/* calculator.c: evaluate `expression` exactly into malloc'd text ("-12", "2.5", "7/3 (about ...)").
+   Errors: DF_EINVAL "calculator: <why>", DF_ENOMEM. */
+int agent_calculate(const char *expression, char **result);
+
+/* gsm8k.c: verl gsm8k.compute_score(response, ground_truth, method="flexible") (0.0 / 1.0). */
+double agent_gsm8k_flexible_score(const char *response, const char *ground_truth);
+
+/* yaml_json.c: the YAML file at `path` as a JSON value (*out, a new reference). Plain scalars are
+   typed as YAML 1.1 core (null / ~, true / false, integers, floats), quoted ones are strings; keys are
+   strings. Errors: DF_ENOTFOUND / DF_EIO (the file), DF_EINVAL "path:line:col: ..." (syntax, a
+   non-scalar key, nesting deeper than 64, an empty document), DF_ENOMEM. */
+struct json_t;
+int agent_yaml_load_json(const char *path, struct json_t **out);
+
+/* The class `name` of a config entry: registered, built-in or alias, loading a plugin ref with
+   `load` first when it is one and not yet registered. Errors: df_tool_class_lookup's, load's. */
+int agent_tool_class_resolve(const char *name, df_tool_plugin_loader load, const df_tool **out);
+int agent_interaction_class_resolve(const char *name, df_tool_plugin_loader load, const df_interaction **out);
+
+/* True when `ref` looks like a plugin ref ("path/lib.so:symbol"), as the plan's plugin loader decides. */
+bool agent_is_plugin_ref(const char *ref);
+
+#endif
