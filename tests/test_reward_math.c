@@ -293,6 +293,7 @@ static void test_dispatch(void **state)
     assert_int_equal(df_reward_lookup("MATH-500", &fn), DF_ENOTFOUND);
     assert_non_null(strstr(df_last_error(), "'MATH-500'"));
     assert_non_null(strstr(df_last_error(), "HuggingFaceH4/MATH-500"));
+    assert_non_null(strstr(df_last_error(), "starting with \"aime\" is scored by math_dapo"));
     df_reward_result r;
     assert_int_equal(df_reward_compute("nope", "x", "y", NULL, NULL, &r), DF_ENOTFOUND);
 }

@@ -8,6 +8,7 @@
 #include "algo/reward/reward_internal.h"
 #include "util/fn_registry.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* The keyword form of a built-in, kept beside its plain df_reward_fn in the entry's data. */
@@ -102,7 +103,10 @@ int df_reward_resolve(const char *name, df_reward_fn *fn, df_reward_kw_fn *kw)
         e = &AIME;
     if (!e) {
         df_any_fn any;
-        return df_fn_registry_lookup(&g_rewards, name, DF_ENOTFOUND, &any); /* the message */
+        int rc = df_fn_registry_lookup(&g_rewards, name, DF_ENOTFOUND, &any);
+        char msg[1024]; /* the registry's message (it lists the names), plus verl's prefix rule */
+        snprintf(msg, sizeof msg, "%s", df_last_error());
+        return df_error(rc, "%s; any name starting with \"aime\" is scored by math_dapo", msg);
     }
     *fn = (df_reward_fn)e->fn;
     /* runtime registrations carry no data; a built-in's data is its keyword form */
