@@ -543,6 +543,28 @@ static void test_custom_reward_example(void **state)
     }
 }
 
+/* A plugin built on the public MATH checker (df_reward_math_last_boxed, df_reward_math_is_equiv). */
+static void test_custom_reward_math_example(void **state)
+{
+    (void)state;
+    void (*fn)(void) = NULL;
+    assert_int_equal(df_plugin_symbol(DF_PLUGIN_DIR "/libscore_math_format.so:compute_score", &fn), 0);
+    df_reward_fn score = (df_reward_fn)fn;
+    const struct {
+        const char *response, *truth;
+        double want;
+    } cases[] = {{"so $\\boxed{\\dfrac12}$", "\\frac{1}{2}", 1.0}, /* equal after normalisation */
+                 {"\\boxed{0.5}", "\\frac{1}{2}", 1.0},
+                 {"\\boxed{\\frac{2}{4}}", "\\frac{1}{2}", 0.1}, /* boxed, but not equal */
+                 {"the answer is 1/2", "\\frac{1}{2}", 0.0}};        /* no box */
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        double s = -1;
+        assert_int_equal(score("HuggingFaceH4/MATH-500", cases[i].response, cases[i].truth, NULL, &s), 0);
+        if (s != cases[i].want)
+            fail_msg("'%s' vs '%s': %g, want %g", cases[i].response, cases[i].truth, s, cases[i].want);
+    }
+}
+
 /* A job with custom_reward_function: the check reads the library's symbol table (nothing
    loaded), train loads it and scores every response with it (0.25, whatever the data_source's
    own scorer would give); a missing symbol is refused by config check, naming the key. */
@@ -620,7 +642,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_check_reads_descriptor),
-        cmocka_unit_test(test_custom_reward_example),
+        cmocka_unit_test(test_custom_reward_example), cmocka_unit_test(test_custom_reward_math_example),
         cmocka_unit_test(test_load_and_run),
         cmocka_unit_test(test_wrong_symbols),
         cmocka_unit_test(test_unload_removes),

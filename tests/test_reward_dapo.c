@@ -308,6 +308,24 @@ static void test_worker_reward_setup(void **state)
     assert_string_equal(w.reward.cfg.manager, "dapo");
     assert_int_equal(w.reward.cfg.max_resp_len, 32);
     assert_true(w.reward.cfg.overlong_buffer.enable && w.reward.cfg.overlong_buffer.len == 7);
+    /* custom_reward_function.reward_kwargs.* reach the built-in scorers: defaults first */
+    const df_reward_kwargs *kw = w.reward.cfg.kwargs;
+    assert_non_null(kw);
+    assert_string_equal(kw->method, "strict");
+    assert_true(kw->format_score == 0.0 && kw->score == 1.0 && !kw->last_match && !kw->strict_box_verify);
+    assert_int_equal(df_config_set(cfg, "custom_reward_function.reward_kwargs.method", "flexible"), 0);
+    assert_int_equal(df_config_set(cfg, "custom_reward_function.reward_kwargs.format_score", "0.1"), 0);
+    assert_int_equal(df_config_set(cfg, "custom_reward_function.reward_kwargs.gsm8k_match", "last"), 0);
+    assert_int_equal(df_config_set(cfg, "custom_reward_function.reward_kwargs.strict_box_verify", "true"), 0);
+    assert_int_equal(df_worker_settings_init(&w.global, cfg), 0);
+    assert_int_equal(df_worker_setup_reward(&w), 0);
+    kw = w.reward.cfg.kwargs;
+    assert_string_equal(kw->method, "flexible");
+    assert_true(kw->format_score == 0.1 && kw->last_match && kw->strict_box_verify);
+    df_reward_result r; /* as the manager scores a row */
+    assert_int_equal(df_reward_compute("openai/gsm8k", "#### 5 ... so 7", "8", NULL, kw, &r), 0);
+    assert_true(r.score == 0.1 && !r.acc);
+    assert_string_equal(r.pred, "7");
     assert_int_equal(df_config_set(cfg, "reward_model.reward_manager", "prime"), 0);
     assert_int_equal(df_worker_settings_init(&w.global, cfg), 0); /* the typed struct lives until a change */
     assert_error_mentions(df_worker_setup_reward(&w), DF_ENOTFOUND,
@@ -354,6 +372,16 @@ static void test_cli_config_check(void **state)
     assert_non_null(strstr(out, "error: actor_rollout_ref.actor.ulysses_sequence_parallel_size=4 (command line) "
                                 "does not divide the 6 ranks running node 'actor_old_log_prob'"));
 #undef SP
+    /* reward_kwargs configure the built-in scorers: a custom library beside them is refused */
+#define KW " custom_reward_function.reward_kwargs."
+    assert_int_equal(config_check(DEMO("dapo") KW "method=flexible" KW "gsm8k_match=last", out, sizeof out), 0);
+    assert_string_equal(out, "ok\n");
+    assert_int_equal(config_check(DEMO("dapo") KW "method=lenient", out, sizeof out), 1);
+    assert_non_null(strstr(out, "strict|flexible"));
+    assert_int_equal(config_check(DEMO("dapo") KW "score=2 custom_reward_function.path=/x/lib.so", out, sizeof out),
+                     1);
+    assert_non_null(strstr(out, "custom_reward_function.reward_kwargs.* set the built-in scorers"));
+#undef KW
     /* --sft and a missing CONFIG say why instead of printing the usage */
     assert_int_equal(config_check("--sft " DF_SOURCE_DIR "/examples/demo/dapo.yaml", out, sizeof out), 2);
     assert_non_null(strstr(out, "error: check runs the `train` validator; SFT has none"));

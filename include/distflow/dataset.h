@@ -203,6 +203,38 @@ DF_API int df_gsm8k_convert(const char *in_path, const char *out_path, const cha
  */
 DF_API bool df_gsm8k_extract_answer(const char *answer, char *out, size_t cap);
 
+/* ---- MATH --------------------------------------------------------------- */
+
+/** The instruction verl's examples/data_preprocess/math_dataset.py appends to each problem. */
+#define DF_MATH_INSTRUCTION "Let's think step by step and output the final answer within \\boxed{}."
+
+/** df_math_convert's default data_source: the MATH-500 set ../shared/data/math500 holds. */
+#define DF_MATH_DATA_SOURCE "HuggingFaceH4/MATH-500"
+
+/**
+ * Convert raw MATH JSON lines ({"problem", "solution", ...}: MATH-500's
+ * {"problem", "solution", "answer", "subject", "level", "unique_id"} or
+ * MATH-lighteval's {"problem", "solution", "level", "type"}) to the verl RL
+ * schema as verl's examples/data_preprocess/math_dataset.py:
+ *   data_source `data_source` (NULL / "": DF_MATH_DATA_SOURCE; verl's script
+ *     writes "DigitalLearningGmbH/MATH-lighteval"; both score with the MATH
+ *     scorer), ability "math",
+ *   prompt [{"role": "user", "content": problem + " " + DF_MATH_INSTRUCTION}],
+ *   reward_model {"style": "rule", "ground_truth": the solution's last
+ *     \boxed{} answer (verl's extract_solution, df_reward_math_last_boxed), or
+ *     the row's "answer" when the solution has none},
+ *   extra_info {"split", "index" (0-based over non-blank lines), "question"
+ *     (the raw problem), "answer" (the raw solution), and the row's
+ *     "subject", "type", "level", "unique_id" where present}.
+ * Output format, `split`, the atomic write and *n_rows as df_gsm8k_convert.
+ * Errors: DF_ENOTFOUND (no input file), DF_EIO, DF_EUNSUPPORTED (Parquet),
+ * DF_EINVAL naming in_path:line (bad JSON, a missing / non-string problem or
+ * solution, no boxed answer and no "answer"), DF_EINVAL for an input with no
+ * rows.
+ */
+DF_API int df_math_convert(const char *in_path, const char *out_path, const char *split,
+                           const char *data_source, int64_t *n_rows);
+
 #ifdef __cplusplus
 }
 #endif

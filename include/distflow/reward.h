@@ -5,11 +5,18 @@
  * DAPO's overlong penalty).
  *
  * A reward function has verl's compute_score(data_source, solution_str,
- * ground_truth, extra_info) shape. Built-in functions:
- *   "openai/gsm8k"          verl/utils/reward_score/gsm8k.py, method "strict"
- *   "synthetic/arithmetic"  the synthetic task (distflow/synth.h)
+ * ground_truth, extra_info) shape. The built-in dispatch follows verl's
+ * default_compute_score (verl/utils/reward_score/__init__.py, commit
+ * b178a3cd56f58b2d502255daba591e92833930a7):
+ *   "openai/gsm8k"                         gsm8k.py (df_reward_gsm8k_ex)
+ *   "lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval",
+ *   "HuggingFaceH4/MATH-500"               math_reward.py (df_reward_math)
+ *   "math_dapo", "math", "math_dapo_reasoning",
+ *   and every name starting with "aime"    math_dapo.py (df_reward_math_dapo_ex)
+ *   "synthetic/arithmetic"                 the synthetic task (distflow/synth.h)
  * A plugin adds its own with df_reward_register() (the C counterpart of verl's
- * custom_reward_function).
+ * custom_reward_function); the built-in checkers below are public so that a
+ * plugin can call them.
  */
 #ifndef DISTFLOW_REWARD_H
 #define DISTFLOW_REWARD_H
@@ -31,6 +38,42 @@ typedef int (*df_reward_fn)(const char *data_source, const char *solution_str,
 #define DF_REWARD_NAME_MAX 128
 
 /**
+ * The keyword arguments verl's scorers take (custom_reward_function.reward_kwargs.*
+ * in the config). Start from df_reward_kwargs_default().
+ */
+typedef struct df_reward_kwargs {
+    const char *method;     /**< gsm8k: "strict" ("#### <number>") or "flexible" (the last number) */
+    double format_score;    /**< gsm8k: score of a found but wrong answer [0.0] */
+    double score;           /**< gsm8k: score of a correct answer [1.0] */
+    bool last_match;        /**< gsm8k: current verl's reading — only the last 300 characters, the
+                                 LAST "#### <number>" — instead of siiRL's first match anywhere */
+    bool strict_box_verify; /**< math_dapo: compare the last \boxed{} of the last 100 characters
+                                 with the raw ground truth instead of the "Answer:" line */
+} df_reward_kwargs;
+
+/** verl's defaults: method "strict", format_score 0.0, score 1.0, first match, no strict box. */
+DF_API df_reward_kwargs df_reward_kwargs_default(void);
+
+#define DF_REWARD_PRED_MAX 256
+
+/**
+ * A scorer's whole answer, verl's dict return {"score", "acc", "pred"}
+ * (math_dapo.py; the built-ins all fill it).
+ */
+typedef struct df_reward_result {
+    double score;                  /**< the reward */
+    bool acc;                      /**< the answer is correct (verl's "acc") */
+    char pred[DF_REWARD_PRED_MAX]; /**< the (normalised) prediction, "" when none; cut to fit */
+} df_reward_result;
+
+/**
+ * A scorer that takes keyword arguments (`kw` NULL: the defaults) and reports
+ * acc and pred besides the score; the built-ins have this form.
+ */
+typedef int (*df_reward_kw_fn)(const char *data_source, const char *solution_str, const char *ground_truth,
+                               const char *extra_info, const df_reward_kwargs *kw, df_reward_result *out);
+
+/**
  * Register `fn` under `name` (a data_source value); it shadows a built-in or
  * replaces an earlier registration of that name. Not thread-safe: register
  * during start-up (plugin loading), before scoring starts. Errors: DF_EINVAL
@@ -39,10 +82,24 @@ typedef int (*df_reward_fn)(const char *data_source, const char *solution_str,
 DF_API int df_reward_register(const char *name, df_reward_fn fn);
 
 /**
- * The function registered under `name`. DF_ENOTFOUND with a message naming
- * `name` and listing the registered names when there is none.
+ * The function registered under `name` (a name starting with "aime" that is
+ * not registered itself: the built-in math_dapo scorer, as verl routes it).
+ * DF_ENOTFOUND with a message naming `name` and listing the registered names
+ * when there is none.
  */
 DF_API int df_reward_lookup(const char *name, df_reward_fn *out);
+
+/**
+ * verl's default_compute_score through the registry: score `solution_str`
+ * with the scorer of `data_source` (df_reward_lookup's choice). A built-in
+ * gets `kw` (NULL: defaults) and fills all of *out; a registered
+ * df_reward_fn is called without them and *out gets its score, acc = (score
+ * == 1.0) and an empty pred. A plugin that wraps a built-in calls that
+ * built-in directly (calling this for its own name would recurse).
+ * Errors: df_reward_lookup's, the scorer's (e.g. DF_EINVAL for a bad method).
+ */
+DF_API int df_reward_compute(const char *data_source, const char *solution_str, const char *ground_truth,
+                             const char *extra_info, const df_reward_kwargs *kw, df_reward_result *out);
 
 /* ---- built-in scorers ------------------------------------------------------ */
 
@@ -61,13 +118,95 @@ DF_API int df_reward_lookup(const char *name, df_reward_fn *out);
 DF_API bool df_reward_gsm8k_extract(const char *response, char *out, size_t cap);
 
 /**
+ * verl gsm8k compute_score(solution_str, ground_truth, method, format_score,
+ * score) with kw's method / format_score / score (NULL: the defaults) and
+ * kw->last_match choosing the reading:
+ *  - strict, first match (default; siiRL, verl <= 0.4.0): the first
+ *    "#### <number>" anywhere, ',' and '$' dropped;
+ *  - strict, last_match (verl >= 0.5.0, PR #2568): the last one within the last
+ *    300 characters (code points, Python's len);
+ *  - flexible: the last number `-?[0-9.,]+` that is not "." (commas kept, as
+ *    verl), in the whole text or, with last_match, in its last 300 characters.
+ * No answer: score 0.0 (not format_score, as verl); an answer equal to
+ * ground_truth as a string: kw->score, acc true; else kw->format_score.
+ * out->pred is the extracted answer. Errors: DF_EINVAL for a method other
+ * than strict / flexible, DF_ENOMEM.
+ */
+DF_API int df_reward_gsm8k_ex(const char *solution_str, const char *ground_truth, const df_reward_kwargs *kw,
+                              df_reward_result *out);
+
+/**
  * verl gsm8k compute_score(method="strict", format_score=0.0, score=1.0):
  * 1.0 when the extracted answer (df_reward_gsm8k_extract's, however long)
  * equals ground_truth as a string, else 0.0 (also 0.0 with no
- * "#### <number>" or a NULL ground_truth).
+ * "#### <number>" or a NULL ground_truth). df_reward_gsm8k_ex with NULL kw.
  */
 DF_API int df_reward_gsm8k(const char *data_source, const char *solution_str,
                            const char *ground_truth, const char *extra_info, double *score);
+
+/**
+ * verl math_reward.py last_boxed_only_string + remove_boxed: the answer in
+ * `s`'s last box, as [*answer, *answer + *len) inside `s`. When "\boxed "
+ * (with a space) occurs at all, the text after its last occurrence up to the
+ * next '$' (or the end); else the last "\boxed" (or, with none, "\fbox")
+ * with its braces balanced. False with no box, unbalanced braces, or a box
+ * that does not start "\boxed{" (\fbox{..}: verl's remove_boxed asserts
+ * there and the response scores 0.0).
+ */
+DF_API bool df_reward_math_last_boxed(const char *s, const char **answer, size_t *len);
+
+/**
+ * verl math_reward.py strip_string (Hendrycks' MATH normalisation) of `s`
+ * into *out (malloc'd, the caller frees): line breaks, "\!", "\\" -> "\",
+ * tfrac / dfrac -> frac, \left / \right, degrees, "\$", units after
+ * "\text{ ", percent signs, " ." -> " 0.", a leading ".", a "k = " prefix of
+ * at most two characters, \sqrt3 -> \sqrt{3}, spaces, \frac12 ->
+ * \frac{1}{2}, "0.5" -> \frac{1}{2}, "a/b" of integers -> \frac{a}{b}.
+ * Errors: DF_EINVAL (*out NULL) where verl's Python raises (two "\text{ ",
+ * or nothing after a "\sqrt" / "\frac"), DF_ENOMEM.
+ */
+DF_API int df_reward_math_strip(const char *s, char **out);
+
+/**
+ * verl math_reward.py is_equiv: *equiv = strip_string(a) == strip_string(b),
+ * or a == b when strip_string raises for either (verl's except branch).
+ * Errors: DF_ENOMEM only.
+ */
+DF_API int df_reward_math_is_equiv(const char *a, const char *b, bool *equiv);
+
+/**
+ * verl math_reward.py compute_score: 1.0 when the last box's answer
+ * (df_reward_math_last_boxed) is_equiv ground_truth, else 0.0 (no box, or a
+ * NULL ground_truth: 0.0). Errors: DF_ENOMEM.
+ */
+DF_API int df_reward_math(const char *data_source, const char *solution_str, const char *ground_truth,
+                          const char *extra_info, double *score);
+
+/**
+ * verl math_dapo.py normalize_final_answer of `answer` into *out (malloc'd):
+ * the text after its last '=', verl's SUBSTITUTIONS and REMOVED_EXPRESSIONS,
+ * "$..$" / \text{} / \textbf{} / \overline{} / \boxed{} unwrapped,
+ * \fracab -> \frac{a}{b}, \sqrta -> \sqrt{a}, '$' dropped, the commas of an
+ * all-digit answer dropped, whitespace stripped. Errors: DF_ENOMEM.
+ */
+DF_API int df_reward_math_dapo_normalize(const char *answer, char **out);
+
+/**
+ * verl math_dapo.py compute_score on the last 300 characters of
+ * `solution_str`: the last `(?i)Answer\s*:\s*([^\n]+)` match ("[INVALID]"
+ * with none), normalised, against the normalised ground truth; with
+ * kw->strict_box_verify, the last \boxed{} of the last 100 characters
+ * against the raw ground truth (pred "" with no box). out->score is +1.0 when
+ * they agree, else -1.0; out->acc says which; out->pred is the prediction.
+ * Characters are code points; `\s` is Python's whitespace set; the case
+ * folding of "Answer" is ASCII's. `kw` may be NULL. Errors: DF_ENOMEM.
+ */
+DF_API int df_reward_math_dapo_ex(const char *solution_str, const char *ground_truth, const df_reward_kwargs *kw,
+                                  df_reward_result *out);
+
+/** df_reward_math_dapo_ex with NULL kw, as a df_reward_fn (the score only: +1.0 / -1.0). */
+DF_API int df_reward_math_dapo(const char *data_source, const char *solution_str, const char *ground_truth,
+                               const char *extra_info, double *score);
 
 /**
  * The synthetic task's scorer: the FIRST match of `#### (-?[0-9]+)` in the
@@ -95,6 +234,8 @@ typedef struct df_reward_manager_cfg {
     const char *reward_fn_key;
     /** When non-NULL, used for every row instead of the registry (verl custom_reward_function). */
     df_reward_fn compute_score;
+    /** Keyword arguments of the built-in scorers (custom_reward_function.reward_kwargs.*); NULL: defaults. */
+    const df_reward_kwargs *kwargs;
     /** Reward manager (reward_model.reward_manager): "naive" or "dapo"; NULL / "" = "naive". */
     const char *manager;
     /** dapo: data.max_response_length, the length the overlong ramp ends at (tokens). */
@@ -115,8 +256,11 @@ typedef struct df_reward_manager_cfg {
  * token to carry its score: its row in token_level_scores stays empty, the
  * score is still reported in scores[i], and it is counted in *n_empty.
  *
- * Outputs (each may be NULL): scores[n] per-sample score, acc[n] 1.0 where the
- * score equals 1.0 else 0.0, *n_empty the number of zero-length responses.
+ * Rows are scored as df_reward_compute with cfg->kwargs (or by
+ * cfg->compute_score). Outputs (each may be NULL): scores[n] per-sample score,
+ * acc[n] the scorer's acc as 1.0 / 0.0 (verl's "acc" of reward_extra_info;
+ * for a df_reward_fn without one: 1.0 where the score equals 1.0),
+ * *n_empty the number of zero-length responses.
  * `cfg` may be NULL (defaults).
  * On error the batch is left unchanged.
  * Errors: DF_ENOTFOUND (a missing column, or a data_source with no reward
@@ -150,8 +294,8 @@ DF_API double df_reward_overlong_penalty(const df_overlong_buffer_cfg *ob, int64
  * cfg->overlong_buffer.enable, each row's df_reward_overlong_penalty (length =
  * its response_ids row; max_resp_len = cfg->max_resp_len) added to the reward
  * on its last token of `token_level_scores`. As in verl the penalty changes
- * the reward only: scores[i] keeps the scorer's score and acc[i] is 1.0 where
- * that score equals 1.0 (verl keeps the scorer's "score" / "acc" in its extra
+ * the reward only: scores[i] keeps the scorer's score and acc[i] is
+ * the scorer's acc (verl keeps the scorer's "score" / "acc" in its extra
  * info). overlong_reward[n] (may be NULL) receives each row's penalty (0.0
  * when disabled); a zero-length response has no token to carry it.
  * Other outputs, `cfg` NULL and errors as df_reward_naive; also DF_EINVAL when

@@ -1,4 +1,4 @@
-/* distflow data gsm8k | synth | tokenizer */
+/* distflow data gsm8k | math | synth | tokenizer */
 #include "cli/cli.h"
 
 #include "distflow/dataset.h"
@@ -11,8 +11,9 @@
 #include <string.h>
 
 static const char *USAGE =
-    "gsm8k | synth | tokenizer [options]   (distflow data <sub> --help)\n\n"
+    "gsm8k | math | synth | tokenizer [options]   (distflow data <sub> --help)\n\n"
     "  gsm8k      convert raw GSM8K JSON lines to the verl RL schema (as verl's gsm8k.py)\n"
+    "  math       convert raw MATH / MATH-500 JSON lines to the verl RL schema (as verl's math_dataset.py)\n"
     "  synth      generate the synthetic arithmetic word-problem task (the embedded default)\n"
     "  tokenizer  train a small byte-level BPE tokenizer on a dataset's chat-rendered text";
 
@@ -38,6 +39,35 @@ static int cmd_gsm8k(int argc, char **argv)
     if (rc)
         return df_cli_fail("data gsm8k");
     fprintf(stderr, "distflow data gsm8k: wrote %lld rows to %s\n", (long long)n, out);
+    return 0;
+}
+
+static int cmd_math(int argc, char **argv)
+{
+    const char *in = NULL, *out = NULL, *split = NULL, *source = DF_MATH_DATA_SOURCE;
+    df_opt opts[] = {
+        {"in", DF_OPT_STR, &in, "raw MATH file, e.g. ../shared/data/math500/test.jsonl (required)", false},
+        {"out", DF_OPT_STR, &out, "output JSON lines in the verl schema (required)", false},
+        {"split", DF_OPT_STR, &split, "extra_info.split (default: the input's base name)", false},
+        {"data-source", DF_OPT_STR, &source,
+         "data_source of every row (default " DF_MATH_DATA_SOURCE "; verl's MATH script writes "
+         "DigitalLearningGmbH/MATH-lighteval)",
+         false},
+        {0}};
+    char *pos[1];
+    int n_pos, code;
+    if (df_cli_parse("data math", "--in RAW.jsonl --out OUT.jsonl [--split NAME] [--data-source NAME]", opts,
+                     argc, argv, pos, 0, &n_pos, &code))
+        return code;
+    if ((code = df_cli_require("data math", opts)))
+        return code;
+    int64_t n = 0;
+    char *made = NULL; /* directories made for the output go again if it is not written */
+    int rc = df_mkdir_parent_undoable(out, &made) || df_math_convert(in, out, split, source, &n);
+    df_mkdir_settle(made, rc);
+    if (rc)
+        return df_cli_fail("data math");
+    fprintf(stderr, "distflow data math: wrote %lld rows to %s\n", (long long)n, out);
     return 0;
 }
 
@@ -172,6 +202,8 @@ int df_cmd_data(int argc, char **argv)
 {
     if (argc >= 2 && !strcmp(argv[1], "gsm8k"))
         return cmd_gsm8k(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "math"))
+        return cmd_math(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "synth"))
         return cmd_synth(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "tokenizer"))

@@ -20,7 +20,7 @@ static const df_cli_command commands[] = {
     {"init-model", "random-init a Hugging Face model directory from a config.json", df_cmd_init_model},
     {"tokenize", "print token ids of a text as a JSON array", df_cmd_tokenize},
     {"score", "log-probabilities of a response given a prompt, as JSON", df_cmd_score},
-    {"data", "prepare datasets and tokenizers (gsm8k, synth, tokenizer)", df_cmd_data},
+    {"data", "prepare datasets and tokenizers (gsm8k, math, synth, tokenizer)", df_cmd_data},
     {"config", "show the resolved config or the documented keys", df_cmd_config},
     {"plot", "draw a run's metrics.jsonl as PNG curves (score, lengths, losses, KL, ...)", df_cmd_plot},
     {"env", "build options, CPU features, kernel variant, MPI, OpenMP, oneDNN (for bug reports)",

@@ -43,41 +43,13 @@ bool df_gsm8k_extract_answer(const char *answer, char *out, size_t cap)
     return false;
 }
 
-/* "dir/train.jsonl" -> "train" */
-static char *split_from_path(const char *path)
-{
-    const char *base = strrchr(path, '/');
-    base = base ? base + 1 : path;
-    const char *dot = strchr(base, '.');
-    size_t n = dot ? (size_t)(dot - base) : strlen(base);
-    char *s = malloc(n + 1);
-    if (s) {
-        memcpy(s, base, n);
-        s[n] = '\0';
-    }
-    return s;
-}
-
-static int get_string(json_t *obj, const char *key, const char *file, int64_t line,
-                      const char **out)
-{
-    json_t *v = json_object_get(obj, key);
-    if (!v)
-        return df_error(DF_EINVAL, "%s:%lld: missing \"%s\"", file, (long long)line, key);
-    if (!json_is_string(v))
-        return df_error(DF_EINVAL, "%s:%lld: \"%s\" must be a string, got %s", file,
-                        (long long)line, key, df_jsonl_type_name(v));
-    *out = json_string_value(v);
-    return DF_OK;
-}
-
 /* One converted row, as a Python json.dumps line, appended to `out`. */
 static int convert_row(json_t *raw, const char *file, int64_t line, const char *split,
                        int64_t index, df_jsonl_buf *out)
 {
     const char *q, *a;
-    int rc = get_string(raw, "question", file, line, &q);
-    if (rc || (rc = get_string(raw, "answer", file, line, &a)))
+    int rc = df_jsonl_get_string(raw, "question", file, line, &q);
+    if (rc || (rc = df_jsonl_get_string(raw, "answer", file, line, &a)))
         return rc;
     size_t alen = strlen(a);
     char *gt = malloc(alen + 1);
@@ -119,7 +91,7 @@ int df_gsm8k_convert(const char *in_path, const char *out_path, const char *spli
         free(text);
     if (rc)
         return rc;
-    if (!split && !(split = own_split = split_from_path(in_path))) {
+    if (!split && !(split = own_split = df_jsonl_split_name(in_path))) {
         free(text);
         return df_error(DF_ENOMEM, "out of memory");
     }

@@ -249,3 +249,29 @@ bool df_jsonl_buf_addf(df_jsonl_buf *b, const char *fmt, ...)
     b->len += (size_t)n;
     return true;
 }
+
+int df_jsonl_get_string(json_t *obj, const char *key, const char *file, int64_t line, const char **out)
+{
+    json_t *v = json_object_get(obj, key);
+    if (!v)
+        return df_error(DF_EINVAL, "%s:%lld: missing \"%s\"", file, (long long)line, key);
+    if (!json_is_string(v))
+        return df_error(DF_EINVAL, "%s:%lld: \"%s\" must be a string, got %s", file, (long long)line, key,
+                        df_jsonl_type_name(v));
+    *out = json_string_value(v);
+    return DF_OK;
+}
+
+char *df_jsonl_split_name(const char *path)
+{
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    const char *dot = strchr(base, '.');
+    size_t n = dot ? (size_t)(dot - base) : strlen(base);
+    char *s = malloc(n + 1);
+    if (s) {
+        memcpy(s, base, n);
+        s[n] = '\0';
+    }
+    return s;
+}

@@ -1,6 +1,6 @@
 /*
  * jsonl.h (internal) — helpers shared by the dataset loader, the GSM8K
- * converter and the synthetic task: JSON-lines iteration, jansson value
+ * and MATH converters and the synthetic task: JSON-lines iteration, jansson value
  * helpers and a growable string buffer. (File reads and atomic writes come
  * from util/fsutil.h.)
  */
@@ -59,6 +59,16 @@ char *df_jsonl_compact(const json_t *v);
  * segment indexes an array). Borrowed reference; NULL when absent.
  */
 json_t *df_jsonl_path(json_t *root, const char *path);
+
+/**
+ * The string member `key` of `obj` into *out (borrowed). DF_EINVAL naming
+ * file:line when it is missing or not a string.
+ */
+int df_jsonl_get_string(json_t *obj, const char *key, const char *file, int64_t line, const char **out);
+
+/** A converter's default split name: the path's base name up to its first '.' ("dir/train.jsonl" ->
+ * "train"). malloc'd; NULL on OOM. */
+char *df_jsonl_split_name(const char *path);
 
 /** Append `n` bytes to a growable buffer; false on OOM. */
 typedef struct df_jsonl_buf {

@@ -80,6 +80,7 @@ typedef struct df_critic_worker {
 /* workers/reward/: the reward manager (or custom_reward_function) and the in-reward KL controller. */
 typedef struct df_reward_worker {
     df_reward_manager_cfg cfg; /* reward_model.reward_manager, its overlong buffer, the custom function */
+    df_reward_kwargs kwargs;   /* custom_reward_function.reward_kwargs.*, what cfg.kwargs points at */
 } df_reward_worker;
 
 /* workers/advantage/: the estimator, and the KL penalty it subtracts from the rewards first. */

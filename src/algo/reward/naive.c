@@ -1,6 +1,8 @@
 /* verl's NaiveRewardManager over a df_batch (include/distflow/reward.h). */
 #include "distflow/reward.h"
 
+#include "algo/reward/reward_internal.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,22 +37,29 @@ int df_reward_naive(const df_reward_manager_cfg *cfg, df_batch *b, const char *c
 
     /* score every row first, so a failure leaves the batch untouched */
     double *sc = malloc((size_t)(n ? n : 1) * sizeof *sc);
-    if (!sc)
+    bool *ok = malloc((size_t)(n ? n : 1) * sizeof *ok);
+    if (!sc || !ok) {
+        free(sc);
+        free(ok);
         return df_error(DF_ENOMEM, "reward manager: out of memory");
+    }
     const char *last_src = NULL; /* one-entry cache: batches usually hold one data_source */
     df_reward_fn fn = custom;
+    df_reward_kw_fn kw = NULL;
     for (int64_t i = 0; !rc && i < n; i++) {
         const char *src = df_batch_str(b, key, i);
         if (!custom && (!last_src || strcmp(src, last_src))) {
-            if ((rc = df_reward_lookup(src, &fn))) {
+            if ((rc = df_reward_resolve(src, &fn, &kw))) {
                 rc = df_error_wrap(rc, "reward manager: row %lld", (long long)i);
                 break;
             }
             last_src = src;
         }
-        sc[i] = 0.0;
-        rc = fn(src, responses[i] ? responses[i] : "", df_batch_str(b, "ground_truth", i),
-                has_extra ? df_batch_str(b, "extra_info", i) : NULL, &sc[i]);
+        df_reward_result res;
+        rc = df_reward_call(fn, kw, src, responses[i] ? responses[i] : "", df_batch_str(b, "ground_truth", i),
+                            has_extra ? df_batch_str(b, "extra_info", i) : NULL, cfg ? cfg->kwargs : NULL, &res);
+        sc[i] = res.score;
+        ok[i] = res.acc;
         if (rc)
             rc = df_error_wrap(rc, "reward manager: scoring row %lld (data_source %s)",
                                (long long)i, src);
@@ -60,6 +69,7 @@ int df_reward_naive(const df_reward_manager_cfg *cfg, df_batch *b, const char *c
         rc = df_batch_alloc_tok_f32_like(b, "token_level_scores", "response_ids", &tls);
     if (rc) {
         free(sc);
+        free(ok);
         return rc;
     }
     const int64_t *off = df_batch_offsets(b, "token_level_scores");
@@ -72,9 +82,10 @@ int df_reward_naive(const df_reward_manager_cfg *cfg, df_batch *b, const char *c
         if (scores)
             scores[i] = (float)sc[i];
         if (acc)
-            acc[i] = sc[i] == 1.0 ? 1.0f : 0.0f;
+            acc[i] = ok[i] ? 1.0f : 0.0f;
     }
     free(sc);
+    free(ok);
     if (n_empty)
         *n_empty = empty;
     return DF_OK;

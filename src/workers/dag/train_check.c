@@ -301,6 +301,14 @@ static int custom_reward(const df_config *c, const df_train_config *t, bool load
     const struct df_train_custom_reward_function *f = &t->custom_reward_function;
     if (!f->path)
         return DF_OK;
+    const struct df_train_custom_reward_function_reward_kwargs *kw = &f->reward_kwargs;
+    if (strcmp(kw->method, "strict") || kw->format_score != 0.0 || kw->score != 1.0 ||
+        strcmp(kw->gsm8k_match, "first") || kw->strict_box_verify)
+        return df_error(DF_EINVAL,
+                        "%s: custom_reward_function.reward_kwargs.* set the built-in scorers, but "
+                        "custom_reward_function.path replaces them with a library whose df_reward_fn takes no "
+                        "keyword arguments: drop the reward_kwargs, or read the settings in the library",
+                        df_config_where(c, "custom_reward_function.path"));
     char ref[4200];
     if (snprintf(ref, sizeof ref, "%s:%s", f->path, f->name) >= (int)sizeof ref)
         return df_error(DF_EINVAL, "%s: custom_reward_function.path is too long",
