@@ -291,10 +291,46 @@ static void test_grpo_with_reward_model(void **state)
     free(md), free(rd);
 }
 
+/* The checks of df_config_validate_train for reward_model.enable. */
+static void test_validate_keys(void **state)
+{
+    (void)state;
+    static const char *BASE = "data: {train_batch_size: 8}\n"
+                              "actor_rollout_ref:\n"
+                              "  actor: {ppo_mini_batch_size: 8, ppo_micro_batch_size_per_gpu: 8}\n"
+                              "  rollout: {n: 2, log_prob_micro_batch_size_per_gpu: 8}\n"
+                              "algorithm: {adv_estimator: grpo}\n";
+    const char *cases[][3] = {
+        /* each with reward_model.enable=true: an override, the error's two phrases (NULL: valid) */
+        {"reward_model.enable=true", "reward_model.micro_batch_size_per_gpu", "reward_model.enable=true"},
+        {"reward_model.micro_batch_size=4", NULL, NULL}, /* the deprecated global size: below */
+        {"reward_model.use_dynamic_bsz=true", NULL, NULL},
+        {"reward_model.micro_batch_size_per_gpu=2", NULL, NULL},
+    };
+    for (int i = 0; i < 4; i++) {
+        const char *ov[3] = {"reward_model.enable=true", cases[i][0], "reward_model.forward_max_token_len_per_gpu=64"};
+        df_config *c;
+        if (df_config_load_text(df_config_schema_train(), BASE, "rm.yaml", i ? ov : ov + 1, i ? 3 : 2, &c))
+            fail_msg("%s", df_last_error());
+        int rc = df_config_validate_train(c, 1);
+        if (i == 1) {
+            assert_error_mentions(rc, DF_EINVAL, "reward_model.micro_batch_size=4");
+            assert_last_error_mentions("deprecated");
+        } else if (cases[i][1]) {
+            assert_error_mentions(rc, DF_EINVAL, cases[i][1]);
+            assert_last_error_mentions(cases[i][2]);
+        } else if (rc) {
+            fail_msg("case %d: %s", i, df_last_error());
+        }
+        df_config_free(c);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rm_scores_golden),
+        cmocka_unit_test(test_validate_keys),
         cmocka_unit_test_setup_teardown(test_retemplate, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_grpo_with_reward_model, df_test_mkdtemp, df_test_rmtree),
     };
