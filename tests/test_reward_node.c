@@ -306,9 +306,10 @@ static void test_validate_keys(void **state)
         {"reward_model.micro_batch_size=4", NULL, NULL}, /* the deprecated global size: below */
         {"reward_model.use_dynamic_bsz=true", NULL, NULL},
         {"reward_model.micro_batch_size_per_gpu=2", NULL, NULL},
+        {"algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric='acc'", "gives no acc"},
     };
-    for (int i = 0; i < 4; i++) {
-        const char *ov[3] = {"reward_model.enable=true", cases[i][0], "reward_model.forward_max_token_len_per_gpu=64"};
+    for (int i = 0; i < 5; i++) {
+        const char *ov[3] = {"reward_model.enable=true", cases[i][0], i == 4 ? "reward_model.micro_batch_size_per_gpu=2" : "reward_model.forward_max_token_len_per_gpu=64"};
         df_config *c;
         if (df_config_load_text(df_config_schema_train(), BASE, "rm.yaml", i ? ov : ov + 1, i ? 3 : 2, &c))
             fail_msg("%s", df_last_error());

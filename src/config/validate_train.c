@@ -181,10 +181,17 @@ static int check_reward_model(const df_config *c, const df_train_config *t, int 
     const struct df_train_reward_model *k = &t->reward_model;
     if (!k->enable)
         return DF_OK;
-    char kb[1][KV_CAP];
+    char kb[2][KV_CAP];
     int rc = check_micro(c, "reward_model.micro_batch_size", k->micro_batch_size, "reward_model.micro_batch_size_per_gpu",
                          k->micro_batch_size_per_gpu, k->use_dynamic_bsz, world);
-    return rc ? df_error_wrap(rc, "%s", kv(c, "reward_model.enable", kb[0])) : DF_OK;
+    if (rc)
+        return df_error_wrap(rc, "%s", kv(c, "reward_model.enable", kb[0]));
+    /* verl's managers return rm_scores without reward_extra_info: no acc to filter on */
+    const struct df_train_algorithm_filter_groups *fg = &t->algorithm.filter_groups;
+    if (fg->enable && !strcmp(fg->metric, "acc"))
+        return df_error(DF_EINVAL, "%s with %s: a reward model gives no acc; filter on score or seq_reward",
+                        kv(c, "algorithm.filter_groups.metric", kb[0]), kv(c, "reward_model.enable", kb[1]));
+    return DF_OK;
 }
 
 /* Names the algorithm registries must know; the registries' own messages list the known names. */
