@@ -284,9 +284,22 @@ static void test_grpo_with_reward_model(void **state)
         fail_msg("%s", df_last_error());
     assert_int_equal(dumped_scores(dir, &nb), 8);
     assert_true(nb >= 6);
-    /* A causal LM as the reward model is refused, naming the key. */
-    c = df_test_config(yaml, "rm3.yaml", (const char *const[]){"reward_model.model.path=/nonexistent/rm"}, 1);
-    assert_int_not_equal(df_test_run(NULL, c), DF_OK);
+    /* Training rows no rule scorer knows are scored by the reward model (validation still needs one). */
+    df_test_digits_inputs(dir, "unscored.jsonl", 8, "test/no_rule_scorer", false);
+    char files[1200];
+    snprintf(files, sizeof files, "data.train_files=[%s/unscored.jsonl]", dir);
+    c = df_test_config(yaml, "rm3.yaml", (const char *const[]){files}, 1);
+    if (df_test_run(NULL, c))
+        fail_msg("%s", df_last_error());
+    /* A missing reward model directory is refused before the run, naming the key; a causal LM
+       when the worker loads it. */
+    c = df_test_config(yaml, "rm4.yaml", (const char *const[]){"reward_model.model.path=/nonexistent/rm"}, 1);
+    assert_int_equal(df_test_run(NULL, c), DF_ENOTFOUND);
+    assert_last_error_mentions("reward_model.model.path=/nonexistent/rm");
+    snprintf(files, sizeof files, "reward_model.model.path=%s", md);
+    c = df_test_config(yaml, "rm5.yaml", (const char *const[]){files}, 1);
+    assert_int_equal(df_test_run(NULL, c), DF_EUNSUPPORTED);
+    assert_last_error_mentions("is not a reward model");
     assert_last_error_mentions("reward_model.model.path");
     free(md), free(rd);
 }
