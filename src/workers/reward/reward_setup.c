@@ -65,16 +65,19 @@ static int load_input_tokenizer(df_dag_worker *w, const char *path, const df_tok
     else if (!(rc = df_tokenizer_load(dir, &w->reward.input_tok)))
         *out = w->reward.input_tok;
     free(dir);
-    return rc ? df_error_wrap(rc, "%s: " RM "model.input_tokenizer", df_config_where(w->cfg, RM "model.input_tokenizer"))
-              : DF_OK;
+    const char *key = RM "model.input_tokenizer";
+    return rc ? df_error_wrap(rc, "%s: %s", df_config_where(w->cfg, key), key) : DF_OK;
 }
 
 /* The model (and, when re-templating, its tokenizer) of reward_model.model.path. */
 static int load_reward_model(df_dag_worker *w, bool retemplate)
 {
     const struct df_train_reward_model *k = &w->global.cfg.reward_model;
-    df_reward_model_params p = {.micro_batch_size = k->use_dynamic_bsz || !k->micro_batch_size_per_gpu.set ? 0 : k->micro_batch_size_per_gpu.v,
-                                .max_token_len = k->use_dynamic_bsz ? k->forward_max_token_len_per_gpu : 0};
+    /* one of the two limits, as verl's compute_rm_score (df_config_validate_train checked it is set) */
+    bool dyn = k->use_dynamic_bsz;
+    df_reward_model_params p = {
+        .micro_batch_size = !dyn && k->micro_batch_size_per_gpu.set ? k->micro_batch_size_per_gpu.v : 0,
+        .max_token_len = dyn ? k->forward_max_token_len_per_gpu : 0};
     char *dir = df_expand_user(k->model.path);
     if (!dir)
         return df_error(DF_ENOMEM, "out of memory");
