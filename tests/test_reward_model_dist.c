@@ -49,7 +49,8 @@ static void train(df_comm *comm, const char *out)
              "  model: {path: %s/model}\n"
              "  actor: {ppo_mini_batch_size: %d, ppo_micro_batch_size_per_gpu: 8}\n"
              "  rollout: {n: %d, log_prob_micro_batch_size_per_gpu: 8}\n"
-             "reward_model: {enable: true, model: {path: %s/rm, input_tokenizer: null}, micro_batch_size_per_gpu: 3}\n"
+             "reward_model: {enable: true, model: {path: %s/rm, input_tokenizer: null}, "
+             "micro_batch_size_per_gpu: 3}\n"
              "algorithm: {adv_estimator: grpo}\n"
              "trainer: {total_training_steps: 1, test_freq: -1, val_before_train: false, logger: [],\n"
              "          default_local_dir: %s/%s, rollout_data_dir: %s/%s/rollouts}\n",
@@ -123,8 +124,8 @@ static void test_scores_match_one_rank(void **state)
     assert_int_equal(df_model_load(p, &rm), 0);
     const double tol = 2 * df_golden_tol(tb_head_chain(&rm->cfg, MAX_PROMPT + MAX_RESPONSE));
     double e = df_golden_rel_err(a, b, n);
-    print_message("%d ranks: %d scores, rel err %.2e against one rank, bound %.2e\n", df_comm_size(world), n, e,
-                  tol);
+    print_message("%d ranks: %d scores, rel err %.2e against one rank, bound %.2e\n", df_comm_size(world), n,
+                  e, tol);
     assert_true(e <= tol);
     /* ... and the comparison can fail: two responses' scores exchanged */
     int i = 0;

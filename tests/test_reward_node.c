@@ -251,18 +251,19 @@ static void test_grpo_with_reward_model(void **state)
     assert_int_equal(df_hf_dir_save(m, DF_DTYPE_F32, md, rd), DF_OK);
     df_model_free(m);
     char yaml[4096];
-    snprintf(yaml, sizeof yaml,
-             "data: {train_files: [%s/train.jsonl], val_files: [%s/train.jsonl], train_batch_size: 4,\n"
-             "       max_prompt_length: 128, max_response_length: 6}\n"
-             "actor_rollout_ref:\n"
-             "  model: {path: %s}\n"
-             "  actor: {ppo_mini_batch_size: 4, ppo_micro_batch_size_per_gpu: 8}\n"
-             "  rollout: {n: 2, log_prob_micro_batch_size_per_gpu: 8}\n"
-             "reward_model: {enable: true, model: {path: %s, input_tokenizer: %s}, micro_batch_size_per_gpu: 3}\n"
-             "algorithm: {adv_estimator: grpo}\n"
-             "trainer: {total_training_steps: 1, test_freq: -1, val_before_train: false, logger: [],\n"
-             "          default_local_dir: %s/out, rollout_data_dir: %s/out/rollouts}\n",
-             dir, dir, md, rd, md, dir, dir);
+    snprintf(
+        yaml, sizeof yaml,
+        "data: {train_files: [%s/train.jsonl], val_files: [%s/train.jsonl], train_batch_size: 4,\n"
+        "       max_prompt_length: 128, max_response_length: 6}\n"
+        "actor_rollout_ref:\n"
+        "  model: {path: %s}\n"
+        "  actor: {ppo_mini_batch_size: 4, ppo_micro_batch_size_per_gpu: 8}\n"
+        "  rollout: {n: 2, log_prob_micro_batch_size_per_gpu: 8}\n"
+        "reward_model: {enable: true, model: {path: %s, input_tokenizer: %s}, micro_batch_size_per_gpu: 3}\n"
+        "algorithm: {adv_estimator: grpo}\n"
+        "trainer: {total_training_steps: 1, test_freq: -1, val_before_train: false, logger: [],\n"
+        "          default_local_dir: %s/out, rollout_data_dir: %s/out/rollouts}\n",
+        dir, dir, md, rd, md, dir, dir);
     df_test_fit(yaml, "rm.yaml");
     int nb;
     assert_int_equal(dumped_scores(dir, &nb), 8);
@@ -297,7 +298,8 @@ static void test_grpo_with_reward_model(void **state)
     assert_int_equal(df_test_run(NULL, c), DF_ENOTFOUND);
     assert_last_error_mentions("reward_model.model.path=/nonexistent/rm");
     /* Without input_tokenizer the reward model must cover the actor's ids (97 < 300 here). */
-    const char *small[] = {"reward_model.model.path=" GOLDEN_DIR "/tiny_qwen2_rm", "reward_model.model.input_tokenizer=null"};
+    const char *small[] = {"reward_model.model.path=" GOLDEN_DIR "/tiny_qwen2_rm",
+                           "reward_model.model.input_tokenizer=null"};
     c = df_test_config(yaml, "rm6.yaml", small, 2);
     assert_int_equal(df_test_run(NULL, c), DF_EINVAL);
     assert_last_error_mentions("vocab_size 97 is below the actor tokenizer's");
@@ -327,7 +329,9 @@ static void test_validate_keys(void **state)
         {"algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric='acc'", "gives no acc"},
     };
     for (int i = 0; i < 5; i++) {
-        const char *ov[3] = {"reward_model.enable=true", cases[i][0], i == 4 ? "reward_model.micro_batch_size_per_gpu=2" : "reward_model.forward_max_token_len_per_gpu=64"};
+        const char *ov[3] = {"reward_model.enable=true", cases[i][0],
+                             i == 4 ? "reward_model.micro_batch_size_per_gpu=2"
+                                    : "reward_model.forward_max_token_len_per_gpu=64"};
         df_config *c;
         if (df_config_load_text(df_config_schema_train(), BASE, "rm.yaml", i ? ov : ov + 1, i ? 3 : 2, &c))
             fail_msg("%s", df_last_error());

@@ -182,8 +182,9 @@ static int check_reward_model(const df_config *c, const df_train_config *t, int 
     if (!k->enable)
         return DF_OK;
     char kb[2][KV_CAP];
-    int rc = check_micro(c, "reward_model.micro_batch_size", k->micro_batch_size, "reward_model.micro_batch_size_per_gpu",
-                         k->micro_batch_size_per_gpu, k->use_dynamic_bsz, world);
+    int rc = check_micro(c, "reward_model.micro_batch_size", k->micro_batch_size,
+                         "reward_model.micro_batch_size_per_gpu", k->micro_batch_size_per_gpu, k->use_dynamic_bsz,
+                         world);
     if (rc)
         return df_error_wrap(rc, "%s", kv(c, "reward_model.enable", kb[0]));
     /* verl's managers return rm_scores without reward_extra_info: no acc to filter on */

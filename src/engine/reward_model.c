@@ -18,8 +18,10 @@ int df_reward_model_create(df_model *model, const df_reward_model_params *p, df_
     if (!model || !p || !out)
         return df_error(DF_EINVAL, "df_reward_model_create: NULL argument");
     if (model->cfg.num_labels != 1)
-        return df_error(DF_EINVAL, "a reward model needs a score head with one label (num_labels 1), got "
-                        "num_labels %lld", (long long)model->cfg.num_labels);
+        return df_error(DF_EINVAL,
+                        "a reward model needs a score head with one label (num_labels 1), got "
+                        "num_labels %lld",
+                        (long long)model->cfg.num_labels);
     df_reward_model *rm = calloc(1, sizeof *rm);
     if (!rm)
         return df_error(DF_ENOMEM, "out of memory creating the reward model");
@@ -45,9 +47,11 @@ int df_reward_model_load(const char *dir, const df_reward_model_params *p, df_re
         return rc;
     if (m->cfg.num_labels != 1) {
         df_model_free(m);
-        return df_error(DF_EUNSUPPORTED, "%s/config.json: a causal LM (architectures *ForCausalLM or none) is "
+        return df_error(DF_EUNSUPPORTED,
+                        "%s/config.json: a causal LM (architectures *ForCausalLM or none) is "
                         "not a reward model; a *ForSequenceClassification or *ForTokenClassification "
-                        "checkpoint with one label is needed", dir);
+                        "checkpoint with one label is needed",
+                        dir);
     }
     if ((rc = df_reward_model_create(m, p, out)))
         df_model_free(m);
@@ -89,9 +93,10 @@ static int as_batch(int64_t n, const int64_t *offsets, const int32_t *tokens, in
             rc = df_error(DF_EINVAL, "reward model: sequence %lld is empty", (long long)i);
         for (int64_t t = offsets[i]; t < offsets[i + 1] && !rc; t++)
             if (tokens[t] < 0 || tokens[t] >= vocab)
-                rc = df_error(DF_EINVAL, "reward model: token %d at position %lld of sequence %lld is outside "
-                              "its vocabulary of %lld", tokens[t], (long long)(t - offsets[i]), (long long)i,
-                              (long long)vocab);
+                rc = df_error(DF_EINVAL,
+                              "reward model: token %d at position %lld of sequence %lld is outside "
+                              "its vocabulary of %lld",
+                              tokens[t], (long long)(t - offsets[i]), (long long)i, (long long)vocab);
         if (!rc)
             last[i] = tokens[offsets[i + 1] - 1];
         ro[i] = i;

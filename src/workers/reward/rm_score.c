@@ -59,7 +59,8 @@ int df_rm_input(const df_rm_scorer *s, const df_batch *b, int64_t i, int32_t **i
     *ids = NULL;
     *n = 0;
     int64_t np, nr;
-    const int32_t *p = df_batch_tok_i32(b, "prompt_ids", i, &np), *r = df_batch_tok_i32(b, "response_ids", i, &nr);
+    const int32_t *p = df_batch_tok_i32(b, "prompt_ids", i, &np),
+                  *r = df_batch_tok_i32(b, "response_ids", i, &nr);
     if (!p || !r)
         return df_error(DF_EINVAL, "the reward model needs prompt_ids and response_ids columns");
     if (!s->input_tok) {
