@@ -315,7 +315,8 @@ int df_worker_setup_reward(df_dag_worker *w);
 /** reward_setup.c: with reward_model.enable, load the reward model (and its tokenizers) into w->reward. */
 int df_worker_setup_reward_model(df_dag_worker *w);
 void df_worker_free_reward(df_dag_worker *w);
-/** Reward: scores, token_level_scores / _rewards, `acc`; critic/acc/mean into m (may be NULL). */
+/** Reward: scores, token_level_scores / _rewards, `acc`; critic/acc/mean into m (may be NULL). With
+ *  reward_model.enable (w->reward.rm) the reward model's rm_scores instead, and `score` without `acc`. */
 int df_worker_reward(df_dag_worker *w, df_batch *b, df_metrics *m);
 
 /**
