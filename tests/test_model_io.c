@@ -651,8 +651,8 @@ static void test_config_errors(void **state)
     expect_config_error(CFG(", \"num_attention_heads\": 4, \"torch_dtype\": \"float64\""),
                         DF_EUNSUPPORTED, "torch_dtype");
     expect_config_error(CFG(", \"num_attention_heads\": 4, \"architectures\": "
-                            "[\"Qwen2ForSequenceClassification\"]"), DF_EUNSUPPORTED,
-                        "Qwen2ForSequenceClassification");
+                            "[\"Qwen2ForQuestionAnswering\"]"), DF_EUNSUPPORTED,
+                        "Qwen2ForQuestionAnswering");
     expect_config_error(CFG(", \"num_attention_heads\": 4, \"eos_token_id\": [1,2,3,4,5,6,7,8,9]"),
                         DF_EUNSUPPORTED, "eos_token_id");
     expect_config_error(CFG(", \"num_attention_heads\": 4, \"mlp_bias\": true"), DF_EUNSUPPORTED,

@@ -616,8 +616,18 @@ static void test_config_labels(void **state)
     assert_error_mentions(parse("\"architectures\": [\"Qwen2ForCausalLM\", "
                                 "\"Qwen2ForTokenClassification\"], \"num_labels\": 1", &c),
                           DF_EUNSUPPORTED, "mixes");
+    /* A sequence classifier (a reward model) has the same head; its own label rule. */
+    assert_int_equal(parse("\"architectures\": [\"Qwen2ForSequenceClassification\"], \"num_labels\": 1", &c),
+                     DF_OK);
+    assert_int_equal(c.num_labels, 1);
+    assert_true(c.seq_cls);
     assert_error_mentions(parse("\"architectures\": [\"Qwen2ForSequenceClassification\"]", &c),
-                          DF_EUNSUPPORTED, "Qwen2ForSequenceClassification");
+                          DF_EUNSUPPORTED, "2 labels (the default)");
+    assert_error_mentions(parse("\"architectures\": [\"Qwen2ForSequenceClassification\", "
+                                "\"Qwen2ForTokenClassification\"], \"num_labels\": 1", &c),
+                          DF_EUNSUPPORTED, "mixes *ForSequenceClassification and *ForTokenClassification");
+    assert_error_mentions(parse("\"architectures\": [\"Qwen2ForQuestionAnswering\"]", &c),
+                          DF_EUNSUPPORTED, "Qwen2ForQuestionAnswering");
     /* A causal LM has no labels whatever id2label says; so has a config without architectures. */
     assert_int_equal(parse("\"architectures\": [\"Qwen2ForCausalLM\"], "
                            "\"id2label\": {\"0\": \"A\", \"1\": \"B\"}", &c), DF_OK);
@@ -628,11 +638,15 @@ static void test_config_labels(void **state)
     assert_int_equal(parse("\"architectures\": [\"LlamaForTokenClassification\"], "
                            "\"id2label\": {\"0\": \"LABEL_0\"}", &c), DF_OK);
     assert_int_equal(c.num_labels, 1);
-    /* The config struct itself: 0 or 1. */
+    assert_false(c.seq_cls);
+    /* The config struct itself: 0 or 1; a sequence classifier 1. */
     df_model_config_defaults(&c);
     c.num_labels = 2;
     assert_int_equal(df_model_config_validate(&c), DF_EUNSUPPORTED);
     c.num_labels = -1;
+    assert_int_equal(df_model_config_validate(&c), DF_EINVAL);
+    c.num_labels = 0;
+    c.seq_cls = true;
     assert_int_equal(df_model_config_validate(&c), DF_EINVAL);
 }
 

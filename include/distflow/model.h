@@ -86,6 +86,12 @@ typedef struct df_model_config {
                                           *ForTokenClassification with one label, verl's critic:
                                           no lm_head, a head score.weight [1, hidden] and
                                           score.bias [1] on the final-norm hidden states */
+    bool seq_cls;                    /**< architectures *ForSequenceClassification (a reward
+                                          model): the same head, num_labels 1, but HF's class
+                                          has no score.bias, so a checkpoint without one loads
+                                          with a zero bias (verl reads reward models through
+                                          AutoModelForTokenClassification, whose missing bias
+                                          transformers initialises to 0) */
 } df_model_config;
 
 /** One tensor of the flat parameter blob. */
@@ -152,15 +158,16 @@ DF_API void df_model_config_defaults(df_model_config *cfg);
  * architectures: *ForCausalLM (or absent) gives a causal LM, num_labels 0
  * whatever id2label says; *ForTokenClassification a value model, its label
  * count taken as transformers' PretrainedConfig does (len(id2label), else the
- * "num_labels" key, else 2), which must be 1.
+ * "num_labels" key, else 2), which must be 1; *ForSequenceClassification (a
+ * reward model) the same head with seq_cls set (its score.bias optional).
  * Errors name the file and the key: DF_ENOTFOUND / DF_EIO (file), DF_EINVAL
  * (bad JSON, missing required key, wrong type, inconsistent sizes, a llama3 rope_scaling
  * without one of its keys), DF_EUNSUPPORTED (other model_type, a rope type other than
  * default / llama3 (named), rope_scaling and rope_parameters both given and different,
  * layer_types with a full-attention layer after a windowed one, llama with
  * use_sliding_window true, hidden_act other than silu, mlp_bias true, architectures
- * neither *ForCausalLM nor *ForTokenClassification or mixing both, a
- * *ForTokenClassification with other than one label (naming id2label or
+ * none of *ForCausalLM / *ForTokenClassification / *ForSequenceClassification or
+ * mixing them, a classifier with other than one label (naming id2label or
  * num_labels), more than DF_MAX_EOS eos ids).
  */
 DF_API int df_model_config_load(const char *path, df_model_config *cfg);
@@ -172,7 +179,8 @@ DF_API int df_model_config_parse(const char *json_text, const char *source,
  * formatted as transformers does (indent 2, sorted keys). Every key of
  * `original_json` (the text the model was loaded from; NULL for a fresh file)
  * is kept and the known ones are updated: architectures ["<P>ForCausalLM"] with
- * P = Qwen2 / Qwen3 / Llama (a value model: ["<P>ForTokenClassification"], id2label
+ * P = Qwen2 / Qwen3 / Llama (a value model, and a *ForSequenceClassification one, which then
+ * holds a score.bias: ["<P>ForTokenClassification"], id2label
  * {"0": "LABEL_0"}, label2id {"LABEL_0": 0}, and num_labels when the original has that
  * key), model_type, the sizes, head_dim (qwen2: only when it differs from hidden_size /
  * num_attention_heads), rope_theta and rope_scaling (or, when the original has it,
@@ -331,7 +339,8 @@ DF_API int df_model_init_random(df_model *m, uint64_t seed);
  * ("weight_map"; each shard opened once). Weights may be f32, bf16 or f16 (also
  * f64 / i32 / i64), converted to f32. Every tensor of the layout must be present
  * exactly once with its shape (a *ForTokenClassification checkpoint: score.weight
- * and score.bias, no lm_head.weight). Ignored: lm_head.weight of a tied model and
+ * and score.bias, no lm_head.weight; a *ForSequenceClassification one: score.weight,
+ * and score.bias when it has one, else the bias is 0). Ignored: lm_head.weight of a tied model and
  * *.rotary_emb.inv_freq buffers; any other extra tensor is an error.
  * Errors name the file and the tensor: DF_ENOTFOUND (no config.json, no
  * weights, a shard named by the index is missing), DF_EINVAL (malformed file,

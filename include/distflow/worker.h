@@ -28,9 +28,9 @@ typedef struct df_dag_worker df_dag_worker;
  * df_dag_worker_create all call, so that no command accepts a config another
  * refuses (docs/configuration.md, "Which command checks what"). For a job of
  * `world` ranks (`mpirun -np`), in order:
- *  1. settings distflow cannot honour yet (reward_model.enable,
- *     data.multi_agent, rollout.multi_turn.enable, dag.env_enable,
- *     data.custom_cls.path, ...): DF_EUNSUPPORTED naming the key;
+ *  1. settings distflow cannot honour yet (data.multi_agent,
+ *     rollout.multi_turn.enable, dag.env_enable, data.custom_cls.path,
+ *     reward_model.sandbox_fusion.url, ...): DF_EUNSUPPORTED naming the key;
  *  2. the plan (df_plan_create) for trainer.nnodes machines sharing the
  *     `world` ranks (trainer.n_gpus_per_node = world / nnodes; a warning when
  *     it was set to something else): the graph of dag.workflow_path /

@@ -175,6 +175,26 @@ static int check_critic(const df_config *c, const df_train_config *t, int world)
     return rc ? df_error_wrap(rc, "%s needs a critic", kv(c, "algorithm.adv_estimator", kb[0])) : DF_OK;
 }
 
+/* reward_model.enable: the reward model's micro-batch size, as verl's RewardModelWorker reads it. */
+static int check_reward_model(const df_config *c, const df_train_config *t, int world)
+{
+    const struct df_train_reward_model *k = &t->reward_model;
+    if (!k->enable)
+        return DF_OK;
+    char kb[2][KV_CAP];
+    int rc = check_micro(c, "reward_model.micro_batch_size", k->micro_batch_size,
+                         "reward_model.micro_batch_size_per_gpu", k->micro_batch_size_per_gpu, k->use_dynamic_bsz,
+                         world);
+    if (rc)
+        return df_error_wrap(rc, "%s", kv(c, "reward_model.enable", kb[0]));
+    /* verl's managers return rm_scores without reward_extra_info: no acc to filter on */
+    const struct df_train_algorithm_filter_groups *fg = &t->algorithm.filter_groups;
+    if (fg->enable && !strcmp(fg->metric, "acc"))
+        return df_error(DF_EINVAL, "%s with %s: a reward model gives no acc; filter on score or seq_reward",
+                        kv(c, "algorithm.filter_groups.metric", kb[0]), kv(c, "reward_model.enable", kb[1]));
+    return DF_OK;
+}
+
 /* Names the algorithm registries must know; the registries' own messages list the known names. */
 static int check_algorithm(const df_config *c, const df_train_config *t)
 {
@@ -359,6 +379,8 @@ int df_config_validate_train_ex(const df_config *c, int world_size, df_warn_fn w
         rc = check_batches(c, &t, world_size);
     if (!rc)
         rc = check_critic(c, &t, world_size);
+    if (!rc)
+        rc = check_reward_model(c, &t, world_size);
     if (!rc)
         rc = check_algorithm(c, &t);
     if (!rc)

@@ -145,31 +145,39 @@ static int check_unsupported(json_t *root, const char *src)
 
 /*
  * The head: *ForCausalLM (or no architectures) is a causal LM, num_labels 0;
- * *ForTokenClassification a value model, whose label count follows
+ * *ForTokenClassification a value model and *ForSequenceClassification a reward
+ * model (the same head, read at a sequence's last token), whose label count follows
  * PretrainedConfig: len(id2label), else "num_labels", else 2. Only 1 is supported.
  */
+static const char *const head_suffix[] = {NULL, "ForCausalLM", "ForTokenClassification",
+                                          "ForSequenceClassification"};
+
 static int parse_head(json_t *root, const char *src, df_model_config *c)
 {
     json_t *arch = df_cfg_get(root, "architectures");
     if (arch && !json_is_array(arch))
         return df_cfg_wrong_type(src, "architectures", "a list of strings", arch);
-    int kind = 0; /* 1 causal LM, 2 token classification */
+    int kind = 0; /* an index of head_suffix */
     for (size_t i = 0; arch && i < json_array_size(arch); i++) {
         json_t *a = json_array_get(arch, i);
         if (!json_is_string(a))
             return df_cfg_wrong_type(src, "architectures", "a list of strings", a);
         const char *s = json_string_value(a);
-        int k = df_ends_with(s, "ForCausalLM") ? 1 : df_ends_with(s, "ForTokenClassification") ? 2 : 0;
+        int k = 3;
+        while (k > 0 && !df_ends_with(s, head_suffix[k]))
+            k--;
         if (!k)
             return df_error(DF_EUNSUPPORTED, "%s: key \"architectures\": \"%s\" is not supported "
-                            "(a *ForCausalLM or *ForTokenClassification model is needed)", src, s);
+                            "(a *ForCausalLM, *ForTokenClassification or *ForSequenceClassification "
+                            "model is needed)", src, s);
         if (kind && k != kind)
-            return df_error(DF_EUNSUPPORTED, "%s: key \"architectures\" mixes *ForCausalLM and "
-                            "*ForTokenClassification", src);
+            return df_error(DF_EUNSUPPORTED, "%s: key \"architectures\" mixes *%s and *%s", src,
+                            head_suffix[kind], head_suffix[k]);
         kind = k;
     }
     c->num_labels = 0;
-    if (kind != 2)
+    c->seq_cls = kind == 3;
+    if (kind < 2)
         return DF_OK;
     const char *key = "id2label";
     json_t *labels = df_cfg_get(root, key);
@@ -185,9 +193,10 @@ static int parse_head(json_t *root, const char *src, df_model_config *c)
             return rc;
     }
     if (n != 1)
-        return df_error(DF_EUNSUPPORTED, "%s: key \"%s\" gives %lld labels%s; a "
-                        "*ForTokenClassification model is supported only as a value model with one "
-                        "label", src, key, (long long)n, df_cfg_get(root, key) ? "" : " (the default)");
+        return df_error(DF_EUNSUPPORTED, "%s: key \"%s\" gives %lld labels%s; a *%s model is "
+                        "supported only with one label (%s)", src, key, (long long)n,
+                        df_cfg_get(root, key) ? "" : " (the default)", head_suffix[kind],
+                        kind == 2 ? "a value model" : "a reward model's scalar score, as verl loads it");
     c->num_labels = 1;
     return DF_OK;
 }

@@ -222,8 +222,10 @@ static int load_weights(df_model *m, const char *dir)
                       dir, SINGLE_FILE, INDEX_FILE);
         goto done;
     }
+    /* HF's *ForSequenceClassification head has no bias: a file without one keeps the 0 that
+       df_model_create gave it (verl's AutoModelForTokenClassification load does the same). */
     for (int i = 0; !rc && i < m->n_tensors; i++)
-        if (!L.from[i])
+        if (!L.from[i] && !(m->cfg.seq_cls && !strcmp(m->tensors[i].name, "score.bias")))
             rc = df_error(DF_EINVAL, "%s: missing tensor \"%s\" [shape %lld%s%lld] required by "
                           "config.json", where, m->tensors[i].name,
                           (long long)m->tensors[i].shape[0], m->tensors[i].ndim > 1 ? ", " : "",

@@ -112,6 +112,9 @@ int df_model_config_validate(const df_model_config *c)
     if (c->num_labels > 1)
         return df_error(DF_EUNSUPPORTED, "num_labels %lld is not supported (0: causal LM, 1: "
                         "value model)", (long long)c->num_labels);
+    if (c->seq_cls && c->num_labels != 1)
+        return df_error(DF_EINVAL, "a *ForSequenceClassification config (seq_cls) needs num_labels 1 "
+                        "(got %lld)", (long long)c->num_labels);
     return DF_OK;
 }
 

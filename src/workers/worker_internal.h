@@ -19,6 +19,7 @@
 #include "workers/common/ckpt_files.h"
 #include "workers/common/run_log.h"
 #include "workers/common/prompts.h"
+#include "workers/reward/rm_score.h"
 #include "workers/reward/score_batch.h"
 #include "workers/rollout/rollout_batch.h"
 
@@ -81,6 +82,10 @@ typedef struct df_critic_worker {
 typedef struct df_reward_worker {
     df_reward_manager_cfg cfg; /* reward_model.reward_manager, its overlong buffer, the custom function */
     df_reward_kwargs kwargs;   /* custom_reward_function.reward_kwargs.*, what cfg.kwargs points at */
+    df_reward_model *rm;       /* reward_model.enable: the reward model (owned), else NULL */
+    df_rm_scorer scorer;       /* how the reward node builds its inputs (rm_score.h) */
+    df_tokenizer *rm_tok;      /* with input_tokenizer: the reward model's tokenizer (owned) */
+    df_tokenizer *input_tok;   /* input_tokenizer when not the actor's tokenizer directory (owned) */
 } df_reward_worker;
 
 /* workers/advantage/: the estimator, and the KL penalty it subtracts from the rewards first. */
@@ -308,7 +313,11 @@ int df_worker_generate(df_dag_worker *w, const df_node *node, const df_batch *pr
                        df_batch **out);
 /** w->reward.cfg from reward_model.reward_manager / overlong_buffer.*; DF_ENOTFOUND for an unknown manager. */
 int df_worker_setup_reward(df_dag_worker *w);
-/** Reward: scores, token_level_scores / _rewards, `acc`; critic/acc/mean into m (may be NULL). */
+/** reward_setup.c: with reward_model.enable, load the reward model (and its tokenizers) into w->reward. */
+int df_worker_setup_reward_model(df_dag_worker *w);
+void df_worker_free_reward(df_dag_worker *w);
+/** Reward: scores, token_level_scores / _rewards, `acc`; critic/acc/mean into m (may be NULL). With
+ *  reward_model.enable (w->reward.rm) the reward model's rm_scores instead, and `score` without `acc`. */
 int df_worker_reward(df_dag_worker *w, df_batch *b, df_metrics *m);
 
 /**

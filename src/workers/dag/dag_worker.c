@@ -253,6 +253,8 @@ int df_dag_worker_create(const df_config *cfg, df_comm *comm, df_dag_worker **ou
     df_model *m = NULL;
     if (!rc && (rc = df_hf_dir_load(w->model_dir, w->tokenizer_dir, &m, &w->tok)))
         rc = df_error_wrap(rc, "actor_rollout_ref.model.path");
+    if (!rc)
+        rc = df_worker_setup_reward_model(w);
     /* the data before the actor: the step count feeds its lr schedule */
     if (!rc)
         rc = load_data(w, "data.train_files", 0, &t->data.train_files, t->data.train_max_samples, &w->train_ds,
@@ -297,6 +299,7 @@ void df_dag_worker_free(df_dag_worker *w)
     df_task_graph_free(w->graph);
     df_data_buffers_free(w->buffers);
     df_worker_free_critic(w);
+    df_worker_free_reward(w);
     df_worker_free_parallel(w);
     df_rollout_engine_free(w->rollout.engine);
     df_actor_free(w->actor.model);

@@ -105,6 +105,8 @@ int df_train_preflight(const df_config *c, const df_train_config *t, bool critic
         rc = check_dir(c, "data.tokenizer", d->tokenizer, "tokenizer.json");
     if (!rc && critic)
         rc = check_dir(c, "critic.model.path", t->critic.model.path, "config.json");
+    if (!rc && t->reward_model.enable)
+        rc = check_dir(c, "reward_model.model.path", t->reward_model.model.path, "config.json");
     bool custom = t->custom_reward_function.path != NULL; /* it scores every row, whatever its source */
     /* data.*_max_samples = n: the run reads the first n rows of the files (df_dataset_head) */
     if (!rc)

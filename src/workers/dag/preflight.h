@@ -13,10 +13,12 @@
 /**
  * c resolved into t; critic: the graph has a CRITIC node; train_scored:
  * a node of the graph scores the training responses with the reward registry (the built-in reward
- * or ReMax baseline node; a plugin's reward node scores its own way). In order:
+ * or ReMax baseline node without reward_model.enable; a plugin's reward node or a reward model
+ * scores its own way). In order:
  *  - trainer.val_only has data.val_files to validate on;
  *  - the model directories (actor_rollout_ref.model.path, data.tokenizer when set,
- *    critic.model.path with a critic) exist and hold config.json (the tokenizer: tokenizer.json);
+ *    critic.model.path with a critic, reward_model.model.path with reward_model.enable) exist and
+ *    hold config.json (the tokenizer: tokenizer.json);
  *    a missing `Org/Name` gets "download it first" with the huggingface-cli line;
  *  - every data.train_files / data.val_files file exists;
  *  - unless custom_reward_function.path scores everything: every data_source value of the

@@ -351,8 +351,9 @@ static bool scores_by_registry(df_task_graph *g, bool workflow)
 static int preflight(const df_config *c, const df_train_config *t, const df_plan *p)
 {
     bool workflow = !strcmp(p->pipeline, "workflow");
+    /* a reward model scores the training responses instead of the registry (validation keeps it) */
     return df_train_preflight(c, t, role_node(p->graph, DF_ROLE_CRITIC, true) != NULL,
-                              scores_by_registry(p->graph, workflow));
+                              !t->reward_model.enable && scores_by_registry(p->graph, workflow));
 }
 
 int df_train_check(const df_config *cfg, int world, df_warn_fn warn, void *user, df_plan **plan_out)
