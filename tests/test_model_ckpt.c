@@ -6,6 +6,9 @@
  *     on its last layer), a Llama 3.1 (llama3 RoPE, tied embeddings, o_proj bias), the value
  *     head (the critic) and the bf16 matmuls where the CPU has them;
  *   - two micro-batches accumulated into one blob on reused activations;
+ *   - the MLP in row chunks (checkpointed activations above DF_MLP_CHUNK_ROWS tokens; here 7-row
+ *     chunks of 48-row buffers): outputs and gradients equal to the plain pass's within the
+ *     reassociation of the chunked weight-gradient sums (bound below);
  *   - the layout: df_acts_bytes counts num_hidden_layers - 1 fewer copies of the per-layer
  *     buffers (the formula written out here), df_acts_size of a created one agrees, flags
  *     other than DF_ACTS_CHECKPOINT are refused.
@@ -22,6 +25,7 @@
 #include "model/acts.h"
 #include "testutil.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,12 +82,15 @@ typedef struct {
 /* Forward + backward of each batch on one df_acts created with `flags` (max_tokens above
  * the batches', so rows sit at a stride), accumulating into r->grads; outputs of the last. */
 static void run_passes(const df_model *m, unsigned flags, bool bf16, const df_test_packed *pk, int n_pk,
-                       pass_result *r)
+                       pass_result *r, int64_t mlp_rows)
 {
     const bool value = m->cfg.num_labels > 0;
     df_backend cpu = df_backend_cpu();
     df_acts *a = NULL;
     assert_int_equal(df_acts_create_ex(&cpu, &m->cfg, 48, 48, flags, &a), DF_OK);
+    assert_int_equal(a->mlp_rows, 48); /* 48 rows: below DF_MLP_CHUNK_ROWS, not chunked */
+    if (mlp_rows) /* chunks of fewer rows than the buffers hold: the chunked path on small batches */
+        a->mlp_rows = mlp_rows;
     if (bf16) {
         assert_int_equal(df_acts_set_bf16_matmul(a, true), DF_OK);
         assert_int_equal(df_acts_load_weights(a, m), DF_OK);
@@ -119,8 +126,8 @@ static void check_identical(const char *what, const df_model *m, bool bf16)
     pass_result plain, ckpt;
     memset(&plain, 0, sizeof plain);
     memset(&ckpt, 0, sizeof ckpt);
-    run_passes(m, 0, bf16, pk, 2, &plain);
-    run_passes(m, DF_ACTS_CHECKPOINT, bf16, pk, 2, &ckpt);
+    run_passes(m, 0, bf16, pk, 2, &plain, 0);
+    run_passes(m, DF_ACTS_CHECKPOINT, bf16, pk, 2, &ckpt, 0);
     const size_t n_out = (size_t)pk[1].b.n_out;
     if (memcmp(plain.out, ckpt.out, sizeof plain.out))
         fail_msg("%s: the checkpointed forward's outputs differ", what);
@@ -140,6 +147,59 @@ static void check_identical(const char *what, const df_model *m, bool bf16)
     print_message("%s: %lld gradients and %zu outputs identical\n", what, (long long)m->n_params, n_out);
     free(plain.grads);
     free(ckpt.grads);
+}
+
+/* Checkpointed with the MLP in 7-row chunks against the plain pass. Per row the chunked MLP
+ * computes the same sums (row-local GEMMs); what may differ is the order of the weight
+ * gradients' sums over the rows (chunk by chunk, beta = 1) and a GEMM kernel's choice by row
+ * count: reassociating a sum of n <= 48 products moves it by at most gamma_n sum|p| ~ 3e-6 sum|p|,
+ * and these propagate into earlier layers' gradients through the backward. Bound: 1e-4 of
+ * the largest |value| of the same kind (outputs, gradients) — 30x the reassociation's size for
+ * |p| sums up to 1x the maximum; a chunk read at the wrong rows moves values by O(1). */
+static void check_chunked(const char *what, const df_model *m, bool bf16)
+{
+    static const int64_t len1[3] = {9, 13, 6}, len2[2] = {17, 11};
+    df_test_packed pk[2];
+    df_test_pack(&pk[0], len1, 3, m->cfg.vocab_size, 1);
+    df_test_pack(&pk[1], len2, 2, m->cfg.vocab_size, 2);
+    pass_result plain, chunked;
+    memset(&plain, 0, sizeof plain);
+    memset(&chunked, 0, sizeof chunked);
+    run_passes(m, 0, bf16, pk, 2, &plain, 0);
+    run_passes(m, DF_ACTS_CHECKPOINT, bf16, pk, 2, &chunked, 7);
+    const int64_t n_out = pk[1].b.n_out;
+    double omax = 0, gmax = 0, oerr = 0, gerr = 0;
+    for (int k = 0; k < 2; k++)
+        for (int64_t j = 0; j < n_out; j++) {
+            omax = fmax(omax, fabs(plain.out[k][j]));
+            oerr = fmax(oerr, fabs((double)plain.out[k][j] - chunked.out[k][j]));
+        }
+    int64_t nonzero = 0;
+    for (int64_t i = 0; i < m->n_params; i++) {
+        gmax = fmax(gmax, fabs(plain.grads[i]));
+        gerr = fmax(gerr, fabs((double)plain.grads[i] - chunked.grads[i]));
+        nonzero += chunked.grads[i] != 0.0f;
+    }
+    print_message("%s, 7-row MLP chunks: outputs max diff %.3g (max %.3g), gradients %.3g (max %.3g)\n",
+                  what, oerr, omax, gerr, gmax);
+    assert_true(oerr <= 1e-4 * omax);
+    assert_true(gerr <= 1e-4 * gmax);
+    assert_true(nonzero >= m->n_params * 9 / 10);
+    free(plain.grads);
+    free(chunked.grads);
+}
+
+static void test_mlp_chunks(void **state)
+{
+    (void)state;
+    df_model_config cs[2] = {base_config("qwen2"), qwen3_config()};
+    for (int i = 0; i < 2; i++) {
+        df_model *m = df_test_signal_model(&cs[i], 21 + i);
+        check_chunked(cs[i].model_type, m, false);
+        if (df_model_bf16_available() == DF_OK)
+            check_chunked(cs[i].model_type, m, true);
+        df_model_free(m);
+    }
 }
 
 static void test_qwen2_gqa_bias(void **state)
@@ -270,6 +330,7 @@ int main(void)
         cmocka_unit_test(test_qwen2_gqa_bias), cmocka_unit_test(test_qwen3_and_window),
         cmocka_unit_test(test_llama31),        cmocka_unit_test(test_value_head),
         cmocka_unit_test(test_bf16_matmuls),   cmocka_unit_test(test_layout_bytes),
+        cmocka_unit_test(test_mlp_chunks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

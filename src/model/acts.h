@@ -28,6 +28,8 @@ typedef struct df_acts_batch {
 struct df_acts {
     df_model_config cfg;
     int64_t max_tokens, max_out;
+    int64_t mlp_rows;    /* rows of gate / up / mlp_a: checkpointed or forward-only, the MLP runs
+                          * in chunks of DF_MLP_CHUNK_ROWS (decoder_layer.h); else max_tokens */
     bool ckpt;           /* DF_ACTS_CHECKPOINT: one slot of per-layer activations, recomputed */
     bool fwd_only;       /* DF_ACTS_FORWARD_ONLY: no backward; x holds 2 rows of slots */
     int64_t slot_layer;  /* ckpt: the layer whose activations the slot holds (set by
@@ -61,7 +63,7 @@ struct df_acts {
     float *qrstd, *krstd;/* [L][T * nh], [L][T * nkv] */
     float *att;          /* [L][T, nh * hd] attention output (o_proj input) */
     float *att_lse;      /* [L][T, nh] */
-    float *gate, *up;    /* [L][T, I] */
+    float *gate, *up;    /* [L][T, I]; checkpointed / forward-only: [mlp_rows, I], one chunk */
     /* Output rows (only these go through the final norm and the LM head). */
     float *xf, *xnf;     /* [max_out, H] */
     float *rstdf, *lse, *ent; /* [max_out] */
@@ -69,7 +71,7 @@ struct df_acts {
     int32_t *pos;        /* [max_tokens] host memory */
     float *rope_cos, *rope_sin; /* [max_tokens, hd / 2] */
     /* Scratch: mlp_a (forward and backward), the others the backward's (forward-only: NULL). */
-    float *mlp_a;        /* [T, I] silu(gate) * up, then its gradient */
+    float *mlp_a;        /* [mlp_rows, I] silu(gate) * up, then its gradient */
     float *dres, *dxn;   /* [T, H] */
     float *dq, *dk, *dv, *dao; /* [T, nh*hd], [T, nkv*hd] x2, [T, nh*hd] */
     float *dxf, *dxnf;   /* [max_out, H] */
@@ -91,6 +93,12 @@ struct df_acts {
 };
 
 enum { DF_ACTS_HEAD_LM = 0, DF_ACTS_HEAD_VALUE = 1 };
+
+/* Rows per MLP chunk when the layer's activations are not all kept (checkpointed, forward-only):
+ * gate / up / act of [T, I] were the largest activations (3 x 190 MB at 9,750 tokens of the
+ * 0.5B shape); at 2048 rows the GEMMs keep their speed (M >= 2048) and the weight gradients'
+ * K = 2048. */
+#define DF_MLP_CHUNK_ROWS 2048
 
 /* Call operator `op` of a's backend unless an earlier call of this pass failed; the first
  * failure (and its df_last_error message) stays in a->err. */

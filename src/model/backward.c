@@ -8,6 +8,7 @@
  * saved input just before its backward (acts.h).
  */
 #include "model/acts.h"
+#include "model/decoder_layer.h"
 #include "model/ops.h"
 
 #include <string.h>
@@ -39,18 +40,26 @@ static void layer_backward(const df_model_config *c, const df_layer_view *w, df_
     df_backend_seqs seqs = bb->seqs;
     seqs.window = df_model_layer_window(c, l);
 
-    /* MLP: x_next = h + act W_down^T, act = silu(gate) * up (recomputed, not saved).
+    /* MLP: x_next = h + act W_down^T, act = silu(gate) * up (recomputed, not saved), in the
+     * forward's row chunks (gate / up projected again per chunk when chunked).
      * gemm(ta, tb): (1, 0) accumulates a weight gradient dy^T x (in mixed precision both
      * rounded per call, as autocast does), DF_WMM(tb = 0) is an input gradient dy W. */
-    DF_BE(a, swiglu_fwd, a->mlp_a, gate, up, T * I);
-    DF_BE(a, gemm, true, false, H, I, T, 1.0f, dres, a->mlp_a, 1.0f, g->w_down);
-    DF_WMM(a, false, T, I, H, 1.0f, dres, w->w_down, w16 ? w16->w_down : NULL, 0.0f, a->mlp_a);
-    float *dgate = gate, *dup = up;
-    DF_BE(a, swiglu_bwd, dgate, dup, a->mlp_a, gate, up, T * I);
-    DF_WMM(a, false, T, H, I, 1.0f, dgate, w->w_gate, w16 ? w16->w_gate : NULL, 0.0f, dxn);
-    DF_WMM(a, false, T, H, I, 1.0f, dup, w->w_up, w16 ? w16->w_up : NULL, 1.0f, dxn);
-    DF_BE(a, gemm, true, false, I, H, T, 1.0f, dgate, xn2, 1.0f, g->w_gate);
-    DF_BE(a, gemm, true, false, I, H, T, 1.0f, dup, xn2, 1.0f, g->w_up);
+    const int64_t C = a->mlp_rows < T ? a->mlp_rows : T;
+    for (int64_t r0 = 0; r0 < T; r0 += C) {
+        const int64_t n = T - r0 < C ? T - r0 : C;
+        const float *xn2c = xn2 + r0 * H, *dresc = dres + r0 * H;
+        if (C < T)
+            df_decoder_mlp_in(&a->be, c, w, w16, n, xn2c, gate, up, &a->err);
+        DF_BE(a, swiglu_fwd, a->mlp_a, gate, up, n * I);
+        DF_BE(a, gemm, true, false, H, I, n, 1.0f, dresc, a->mlp_a, 1.0f, g->w_down);
+        DF_WMM(a, false, n, I, H, 1.0f, dresc, w->w_down, w16 ? w16->w_down : NULL, 0.0f, a->mlp_a);
+        float *dgate = gate, *dup = up;
+        DF_BE(a, swiglu_bwd, dgate, dup, a->mlp_a, gate, up, n * I);
+        DF_WMM(a, false, n, H, I, 1.0f, dgate, w->w_gate, w16 ? w16->w_gate : NULL, 0.0f, dxn + r0 * H);
+        DF_WMM(a, false, n, H, I, 1.0f, dup, w->w_up, w16 ? w16->w_up : NULL, 1.0f, dxn + r0 * H);
+        DF_BE(a, gemm, true, false, I, H, n, 1.0f, dgate, xn2c, 1.0f, g->w_gate);
+        DF_BE(a, gemm, true, false, I, H, n, 1.0f, dup, xn2c, 1.0f, g->w_up);
+    }
     DF_BE(a, rmsnorm_bwd, dres, g->ln2, dxn, h, w->ln2, a->rstd2 + s * MT, T, H);
 
     /* Attention: h = x + att W_o^T (+ b_o). */

@@ -108,13 +108,31 @@ int df_decoder_layer(const df_backend *be, const df_model_config *c, const df_la
     if (w->bo)
         LB(&r, gemm, false, false, o.T, H, 1, 1.0f, b->ones, w->bo, 1.0f, o.h);
     LB(&r, rmsnorm_fwd, b->xn2, b->rstd2, o.h, w->ln2, o.T, H, eps);
-    linear(&r, b->gate, b->xn2, w->w_gate, w16 ? w16->w_gate : NULL, NULL, o.T, I, H);
-    linear(&r, b->up, b->xn2, w->w_up, w16 ? w16->w_up : NULL, NULL, o.T, I, H);
-    if (!o.xout) /* the recompute: the backward forms silu(gate) * up itself */
+    const int64_t C = df_decoder_mlp_chunk(b, o.T);
+    if (!o.xout) { /* the recompute: the backward forms silu(gate) * up itself */
+        if (C == o.T) /* chunked, the backward projects each chunk again itself */
+            df_decoder_mlp_in(be, c, w, w16, o.T, b->xn2, b->gate, b->up, err);
         return *err;
-    LB(&r, swiglu_fwd, b->act, b->gate, b->up, o.T * I);
+    }
     if (o.xout != o.h)
         LB(&r, copy, o.xout, o.h, (size_t)(o.T * H) * sizeof(float));
-    wmm(&r, o.T, H, I, b->act, w->w_down, w16 ? w16->w_down : NULL, 1.0f, o.xout);
+    /* Row-local, so chunks of C rows give every row the sums the whole would; gate / up / act
+     * then hold C rows, not T (Mini-Sequence Transformer, arXiv 2407.15892, section 3) */
+    for (int64_t r0 = 0; r0 < o.T && !*err; r0 += C) {
+        const int64_t n = o.T - r0 < C ? o.T - r0 : C;
+        df_decoder_mlp_in(be, c, w, w16, n, b->xn2 + r0 * H, b->gate, b->up, err);
+        LB(&r, swiglu_fwd, b->act, b->gate, b->up, n * I);
+        wmm(&r, n, H, I, b->act, w->w_down, w16 ? w16->w_down : NULL, 1.0f, o.xout + r0 * H);
+    }
     return *err;
+}
+
+void df_decoder_mlp_in(const df_backend *be, const df_model_config *c, const df_layer_view *w,
+                       const df_layer16 *w16, int64_t n, const float *xn2, float *gate, float *up,
+                       int *err)
+{
+    const run r = {be, err};
+    const int64_t H = c->hidden_size, I = c->intermediate_size;
+    linear(&r, gate, xn2, w->w_gate, w16 ? w16->w_gate : NULL, NULL, n, I, H);
+    linear(&r, up, xn2, w->w_up, w16 ? w16->w_up : NULL, NULL, n, I, H);
 }

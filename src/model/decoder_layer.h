@@ -37,8 +37,12 @@ typedef struct df_layer_bufs {
     float *h;                          /**< [T, H] residual after attention; may be x */
     float *xn2, *rstd2, *gate, *up;    /**< [T, H], [T], [T, I], [T, I] */
     float *act;                        /**< [T, I] silu(gate) * up */
+    int64_t mlp_rows;                  /**< rows gate / up / act hold: the MLP runs in chunks
+                                            of that many rows ([mlp_rows, I] each); 0 or >= T:
+                                            all T rows at once */
     float *xout;                       /**< [T, H] residual out, may be h; NULL: stop after
-                                            gate / up (the checkpointed recompute) */
+                                            gate / up (the checkpointed recompute; chunked, after
+                                            n2: the backward projects each chunk itself) */
 } df_layer_bufs;
 
 /** The attention step: the packed one (kv == NULL) or the KV cache's. */
@@ -68,5 +72,20 @@ typedef struct df_layer_attn {
 int df_decoder_layer(const df_backend *be, const df_model_config *c, const df_layer_view *w,
                      const df_layer16 *w16, int64_t l, int64_t T, const df_layer_bufs *b,
                      const df_layer_attn *at, int *err);
+
+/** Rows per MLP chunk for a call over T rows with buffers b (T when not chunked). */
+static inline int64_t df_decoder_mlp_chunk(const df_layer_bufs *b, int64_t T)
+{
+    return b->mlp_rows > 0 && b->mlp_rows < T ? b->mlp_rows : T;
+}
+
+/**
+ * The MLP's input projections of n rows: gate = n2 W_gate^T, up = n2 W_up^T ([n, H] in,
+ * [n, I] out each; bf16 matmuls from w16 when given), exactly as df_decoder_layer computes
+ * them, so a backward that projects a chunk again sees the forward's values to the bit.
+ */
+void df_decoder_mlp_in(const df_backend *be, const df_model_config *c, const df_layer_view *w,
+                       const df_layer16 *w16, int64_t n, const float *xn2, float *gate, float *up,
+                       int *err);
 
 #endif /* DF_MODEL_DECODER_LAYER_H */

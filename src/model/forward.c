@@ -79,8 +79,14 @@ void df_acts_free(df_acts *a)
 }
 
 /* Elements of the largest operand a bf16 matmul of `a` rounds per call: [max_tokens, widest]
- * activations (a weight gradient rounds two of them). */
-static int64_t mm_elems(const df_acts *a) { return df_mm_elems_for(&a->cfg, a->max_tokens); }
+ * activations (a weight gradient rounds two of them), the MLP's [mlp_rows, I] ones. */
+static int64_t mm_elems(const df_acts *a)
+{
+    const df_model_config *c = &a->cfg;
+    const int64_t qd = df_acts_qd(a), w = c->hidden_size > qd ? c->hidden_size : qd;
+    const int64_t mlp = df_mm_elems_for(c, a->mlp_rows), rest = a->max_tokens * w;
+    return mlp > rest ? mlp : rest;
+}
 
 int df_acts_set_bf16_matmul(df_acts *a, bool on)
 {
@@ -204,8 +210,9 @@ static void alloc_buffers(df_acts *a, int *fail)
     a->v = falloc(a, S * T * kvd, fail);
     a->att = falloc(a, S * T * qd, fail);
     a->att_lse = falloc(a, S * T * nh, fail);
-    a->gate = falloc(a, S * T * I, fail);
-    a->up = falloc(a, S * T * I, fail);
+    const int64_t G = a->ckpt || a->fwd_only ? a->mlp_rows : S * T; /* chunks: mlp_rows */
+    a->gate = falloc(a, G * I, fail);
+    a->up = falloc(a, G * I, fail);
     a->xf = falloc(a, O * H, fail);
     a->xnf = falloc(a, O * H, fail);
     a->rstdf = falloc(a, O, fail);
@@ -213,7 +220,7 @@ static void alloc_buffers(df_acts *a, int *fail)
     a->ent = falloc(a, O, fail);
     a->rope_cos = falloc(a, T * cfg->head_dim / 2, fail);
     a->rope_sin = falloc(a, T * cfg->head_dim / 2, fail);
-    a->mlp_a = falloc(a, T * I, fail); /* act, then its gradient (gate / up take their own, in place) */
+    a->mlp_a = falloc(a, a->mlp_rows * I, fail); /* act, then its gradient (gate / up: in place) */
     a->dres = bwd_alloc(a, T * H, fail);
     a->dxn = bwd_alloc(a, T * H, fail);
     a->dq = bwd_alloc(a, T * qd, fail);
@@ -289,6 +296,8 @@ static int acts_new(const df_backend *be, const df_model_config *cfg, int64_t ma
     a->max_out = max_out;
     a->ckpt = (flags & DF_ACTS_CHECKPOINT) != 0;
     a->fwd_only = (flags & DF_ACTS_FORWARD_ONLY) != 0;
+    const bool chunked = (a->ckpt || a->fwd_only) && max_tokens > DF_MLP_CHUNK_ROWS;
+    a->mlp_rows = chunked ? DF_MLP_CHUNK_ROWS : max_tokens;
     a->slot_layer = -1;
     a->be = *be;
     if (df_backend_is_cpu(be))
@@ -501,7 +510,8 @@ static df_layer_bufs layer_bufs(const df_acts *a, int64_t l, bool full)
         .q = a->q + s * MT * qd, .k = a->k + s * MT * kvd, .v = a->v + s * MT * kvd,
         .att = a->att + s * MT * qd, .h = a->fwd_only ? df_acts_x(a, l + 1) : a->hmid + s * MT * H,
         .xn2 = a->xn2 + s * MT * H, .rstd2 = a->rstd2 + s * MT, .gate = a->gate + s * MT * I,
-        .up = a->up + s * MT * I, .act = a->mlp_a, .xout = full ? df_acts_x(a, l + 1) : NULL};
+        .up = a->up + s * MT * I, .act = a->mlp_a, .mlp_rows = a->mlp_rows,
+        .xout = full ? df_acts_x(a, l + 1) : NULL};
     if (c->qk_norm) { /* the projections and row statistics the norms' backward reads */
         b.qraw = a->qraw + s * MT * qd;
         b.kraw = a->kraw + s * MT * kvd;
