@@ -22,6 +22,7 @@
 #include "testbounds.h"
 #include "testutil.h"
 #include "tolerance.h"
+#include "workers/rollout/rollout_batch.h"
 
 #define V 97
 #define MAXLEN 128
@@ -501,6 +502,50 @@ static void test_handler_errors(void **state)
     df_model_free(m);
 }
 
+/* The rollout node's batch: response_mask next to response_ids with a handler (the result's
+ * mask), none without one. */
+static void test_batch_carries_the_mask(void **state)
+{
+    (void)state;
+    df_model *m = small_model();
+    df_rollout_request q = request(2, 5);
+    df_batch *prompts = df_batch_new(NP);
+    assert_int_equal(df_batch_set_tok_i32(prompts, "prompt_ids", POFF, PTOK), 0);
+    df_sampling_params sp = sampling(false, 40);
+    df_rollout_options o = options(DF_ROLLOUT_F32, 10, 0);
+    df_rollout_engine *e = NULL;
+    assert_int_equal(df_rollout_engine_create_ex(&m->cfg, &o, &e), 0);
+    fixed_turns f;
+    df_turn_handler h = handler(&f, 2, 3, 0);
+    df_batch *b = NULL;
+    assert_int_equal(df_generate_batch_turns(e, m, prompts, 2, &sp, &h, q.seed, NULL, &b), 0);
+    const int32_t *mask = NULL;
+    assert_int_equal(df_batch_response_mask(b, &mask), 0);
+    assert_non_null(mask);
+    /* the same call straight on the engine: the batch holds its tokens and mask */
+    fixed_turns f2;
+    df_turn_handler h2 = handler(&f2, 2, 3, 0);
+    df_rollout_result r;
+    assert_int_equal(df_rollout_generate_turns(e, m, &q, &sp, &h2, &r, NULL, NULL), 0);
+    const int64_t n = r.offsets[r.n_seqs];
+    assert_memory_equal(df_batch_offsets(b, "response_ids"), r.offsets, (size_t)(r.n_seqs + 1) * sizeof(int64_t));
+    assert_memory_equal(df_batch_column(b, "response_ids")->data, r.tokens, (size_t)n * sizeof(int32_t));
+    int64_t zeros = 0;
+    for (int64_t t = 0; t < n; t++) {
+        assert_int_equal(mask[t], r.response_mask[t]);
+        zeros += !mask[t];
+    }
+    assert_true(zeros > 0);
+    df_batch_free(b);
+    assert_int_equal(df_generate_batch(e, m, prompts, 2, &sp, q.seed, NULL, &b), 0);
+    assert_false(df_batch_has(b, "response_mask"));
+    df_batch_free(b);
+    df_rollout_result_free(&r);
+    df_batch_free(prompts);
+    df_rollout_engine_free(e);
+    df_model_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -510,6 +555,7 @@ int main(void)
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_single_turn_unchanged),
         cmocka_unit_test(test_handler_errors),
+        cmocka_unit_test(test_batch_carries_the_mask),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -407,6 +407,25 @@ DF_API int df_loss_agg_weights_ex(const char *mode, int64_t n, const int64_t *of
  */
 DF_API int64_t df_loss_agg_count_seqs(int64_t n, const int64_t *offsets);
 
+/**
+ * df_loss_agg_weights_ex over the model tokens of multi-turn responses (verl's response_mask
+ * in agg_loss): mask [offsets[n]] is 1 on a token the policy generated and 0 on one appended
+ * for it (a tool response, a user turn; distflow/rollout.h df_turn_handler); NULL: every
+ * token is the model's (exactly df_loss_agg_weights_ex). Masked tokens get w_t = 0; a
+ * sample's length len_i is its number of model tokens, and global_tokens / global_seqs count
+ * model tokens and responses with at least one (df_loss_agg_count_masked summed over the
+ * mini-batch). Errors: as df_loss_agg_weights_ex.
+ */
+DF_API int df_loss_agg_weights_masked(const char *mode, int64_t n, const int64_t *offsets,
+                                      const int32_t *mask, int64_t global_tokens,
+                                      int64_t global_seqs, int64_t norm_length, float *w);
+
+/** Model tokens (mask != 0; all tokens when mask is NULL) of n responses packed by offsets,
+ *  and the responses with at least one: a micro-batch's share of global_tokens / global_seqs
+ *  (either output may be NULL). */
+DF_API void df_loss_agg_count_masked(int64_t n, const int64_t *offsets, const int32_t *mask,
+                                     int64_t *tokens, int64_t *seqs);
+
 /** sum_t w_t * values_t over n_tokens tokens (double accumulation). */
 DF_API double df_loss_agg_apply(int64_t n_tokens, const float *values, const float *w);
 
@@ -535,6 +554,17 @@ DF_API int df_kl_apply_in_reward(const char *type, int64_t n, const int64_t *off
                                  const float *token_level_scores, const float *old_log_prob,
                                  const float *ref_log_prob, float beta,
                                  float *token_level_rewards, double *mean_kl);
+
+/**
+ * df_kl_apply_in_reward over the model tokens of multi-turn responses (verl: kld *
+ * response_mask): where mask[t] is 0 (an appended token) the reward is the score, and a
+ * sample's token mean KL is over its model tokens (0 for none). mask NULL: exactly
+ * df_kl_apply_in_reward. Errors as df_kl_apply_in_reward.
+ */
+DF_API int df_kl_apply_in_reward_masked(const char *type, int64_t n, const int64_t *offsets,
+                                        const int32_t *mask, const float *token_level_scores,
+                                        const float *old_log_prob, const float *ref_log_prob,
+                                        float beta, float *token_level_rewards, double *mean_kl);
 
 /* ======================================================================
  * ---- losses block: policy losses beyond vanilla, KL controllers,

@@ -30,6 +30,28 @@ static df_adv_input adv_input(const df_dag_worker *w, const df_batch *batch, con
                           .config = alg};
 }
 
+/* Multi-turn responses (a response_mask column): the sequence-level estimators' advantage is
+ * broadcast over the response, and appended (tool / user) tokens get none (verl: scores *
+ * response_mask). Estimators that whiten over the batch's tokens (gae, reinforce_plus_plus*)
+ * would need the mask in their token statistics and recursions: refused until they have it. */
+static int check_mask(const df_dag_worker *w, const df_batch *batch, const int32_t **mask)
+{
+    int rc = df_batch_response_mask(batch, mask);
+    const char *name = w->global.cfg.algorithm.adv_estimator;
+    if (!rc && *mask && df_adv_estimator_whitens(name))
+        rc = df_error(DF_EUNSUPPORTED, "compute_advantage: adv_estimator %s whitens over every response "
+                      "token and does not read response_mask yet; multi-turn batches take a sequence-level "
+                      "estimator (grpo, rloo, remax, gpg, cpgd)", name);
+    return rc;
+}
+
+static void apply_mask(int64_t n_tokens, const int32_t *mask, float *adv, float *ret)
+{
+    for (int64_t t = 0; mask && t < n_tokens; t++)
+        if (!mask[t])
+            adv[t] = ret[t] = 0.0f;
+}
+
 /* calculate_advantages: the configured estimator on group ids from `uid`. */
 static int node_compute_advantage(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
 {
@@ -38,6 +60,9 @@ static int node_compute_advantage(df_node_ctx *ctx, df_batch *batch, df_node_out
     int rc = df_worker_need_batch(batch, "compute_advantage");
     if (!rc) /* algorithm.use_kl_in_reward: rewards = scores - beta * KL, before the estimator */
         rc = df_worker_kl_in_reward(w, ctx->node, batch, ctx->metrics);
+    const int32_t *mask = NULL;
+    if (!rc)
+        rc = check_mask(w, batch, &mask);
     int64_t n = rc ? 0 : df_batch_size(batch);
     const df_column *uid = rc ? NULL : df_batch_column(batch, "uid");
     const df_column *rew = rc ? NULL : df_batch_column(batch, "token_level_rewards");
@@ -62,6 +87,8 @@ static int node_compute_advantage(df_node_ctx *ctx, df_batch *batch, df_node_out
     in.batch_counts = whole ? &counts : NULL;
     if (!rc)
         rc = w->advantage.fn(&in, adv, ret);
+    if (!rc)
+        apply_mask(df_batch_offsets(batch, "response_ids")[n], mask, adv, ret);
     free(group);
     if (defer) /* collective: every rank, failed or not (verl whitens the whole step batch) */
         rc = df_worker_whiten_advantages(w, ctx->node, rc, batch);

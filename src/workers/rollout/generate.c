@@ -20,6 +20,17 @@ int df_worker_rollout_sync(df_dag_worker *w)
     return rc;
 }
 
+/* The multi-turn seam: the turn handler the node's rollout runs with (tools, interactions or an
+ * environment answering each assistant turn; distflow/rollout.h df_turn_handler), or NULL for
+ * single-turn responses. Built from actor_rollout_ref.rollout.multi_turn.* once those keys are
+ * supported; today they are refused at validation, so every rollout is single-turn. */
+static const df_turn_handler *turn_handler(df_dag_worker *w, const df_node *node)
+{
+    (void)w;
+    (void)node;
+    return NULL;
+}
+
 int df_worker_generate(df_dag_worker *w, const df_node *node, const df_batch *prompts, int64_t step, int gen,
                        df_batch **out)
 {
@@ -29,8 +40,9 @@ int df_worker_generate(df_dag_worker *w, const df_node *node, const df_batch *pr
     uint64_t seed = df_rng_key(df_worker_seed(w), 0x6e6, (uint64_t)step, (uint64_t)gen);
     /* a workflow node may override the sampling keys: its own settings, resolved at setup */
     const df_sampling_params node_sp = df_worker_node_settings(w, node)->sampling;
-    return df_generate_batch(w->rollout.engine, df_actor_model(w->actor.model), prompts, df_worker_n_samples(w),
-                             &node_sp, seed, w->console && w->rank == 0 ? "rollout" : NULL, out);
+    return df_generate_batch_turns(w->rollout.engine, df_actor_model(w->actor.model), prompts,
+                                   df_worker_n_samples(w), &node_sp, turn_handler(w, node), seed,
+                                   w->console && w->rank == 0 ? "rollout" : NULL, out);
 }
 
 /* The node's settings decoded greedily (verl do_sample=False), one response per prompt; seed 0:
