@@ -95,10 +95,23 @@ typedef struct df_sampling_params {
     const int32_t *stop_ids;/**< [n_stop] extra stop tokens (each in [0, vocab)) */
     int n_stop;
     bool ignore_eos;        /**< false: the model's eos_token_ids stop too (vLLM ignore_eos) */
+    /* Stop strings (vLLM's SamplingParams.stop): a response (with a turn handler, a turn) ends
+     * after the token whose text completes one of them; that token is kept (the output is token
+     * ids; vLLM's include_stop_str_in_output only changes its text). The text is the tokens'
+     * bytes (df_tokenizer_token_bytes) with special tokens adding none, as a decode with
+     * skip_special_tokens; matched as bytes, so a string may span tokens and partial UTF-8. */
+    const char *const *stop;             /**< [n_stop_str] non-empty strings of at most
+                                              DF_STOP_STR_MAX bytes */
+    int n_stop_str;
+    const struct df_tokenizer *tokenizer; /**< borrowed: the detokenizer of `stop` (needed when
+                                               n_stop_str > 0) */
 } df_sampling_params;
 
+/** Longest stop string, in bytes. */
+#define DF_STOP_STR_MAX 256
+
 /** temperature 1, top_k -1, top_p 1, greedy false, max_new_tokens 512 (verl's default
- *  response length), no extra stop ids, ignore_eos false. */
+ *  response length), no extra stop ids, ignore_eos false, no stop strings. */
 DF_API void df_sampling_params_defaults(df_sampling_params *sp);
 
 /** Check the parameters against a vocabulary of `vocab` tokens. DF_EINVAL names the field. */
@@ -107,9 +120,10 @@ DF_API int df_sampling_params_validate(const df_sampling_params *sp, int64_t voc
 /*
  * Multi-turn rollouts (verl's agent loop, multi_turn.*): a caller-supplied turn handler.
  *
- * When a sequence's assistant turn ends at a stop token, the engine calls on_turn_end, which
- * either ends the sequence (reply->done) or gives tokens to append: the tool response or user
- * message rendered through the chat template, the next assistant header included. The engine
+ * When a sequence's assistant turn ends at a stop token (or stop string), the engine calls
+ * on_turn_end, which either ends the sequence (reply->done) or gives tokens to append: the tool
+ * response or user message rendered through the chat template, the next assistant header
+ * included. The engine
  * appends them to the same response (response_mask 0, log-prob 0), prefills them into that
  * sequence's existing KV cache (the turn's stop token with them: its K / V were not written
  * yet) -- chunked by max_num_batched_tokens and batched with other sequences' prefill -- and
@@ -137,7 +151,8 @@ typedef struct df_turn_info {
     int64_t prompt;              /**< index into the request's prompts */
     int64_t sample;              /**< j in [0, n_samples) */
     int64_t turn;                /**< assistant turns ended so far, this one included (>= 1) */
-    const int32_t *turn_tokens;  /**< [n_turn] this turn's model tokens, its stop token last */
+    const int32_t *turn_tokens;  /**< [n_turn] this turn's model tokens, the one that stopped it
+                                      (a stop token, or the end of a stop string) last */
     int64_t n_turn;
     const int32_t *response;     /**< [n_response] the whole response so far (earlier turns and
                                       appended tokens, this turn last) */

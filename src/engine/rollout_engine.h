@@ -102,6 +102,12 @@ typedef struct {
     int32_t *cont_slots;          /* [max_num_seqs] continuations the planned batch completes */
     int64_t n_cont_out;           /* their count: output rows [0, n_cont_out) of the batch */
     int64_t carried;              /* rows of the planned batch that carry a turn's stop token */
+    /* stop strings (rollout_stop.c); NULL / 0 without them */
+    char *stop_tail;              /* [max_num_seqs, stop_keep + 1] each slot's last text bytes */
+    int64_t *stop_len;            /* [max_num_seqs] bytes held */
+    int64_t stop_keep;            /* the longest stop string's length - 1 */
+    char *stop_buf;               /* a tail and one token's bytes */
+    int64_t stop_buf_cap;
     df_rollout_progress_fn progress;
     void *user;
 } gen_ctx;
@@ -138,6 +144,14 @@ int df_rollout_logits(df_rollout_engine *e, const df_model *m, int64_t r0, int64
 
 /* rollout_gen.c: move a finished slot's response into the result arena and free the slot. */
 int df_rollout_retire(gen_ctx *g, int64_t si, int8_t reason);
+
+/* rollout_stop.c: stop strings (g->sp->stop). */
+int df_rollout_stop_init(gen_ctx *g);
+void df_rollout_stop_release(gen_ctx *g);
+/* Slot si's text starts anew (a new sequence, or the turn after an appended reply). */
+void df_rollout_stop_reset(gen_ctx *g, int64_t si);
+/* Add token tok's text to slot si's: whether a stop string is now complete. */
+bool df_rollout_stop_hit(gen_ctx *g, int64_t si, int32_t tok);
 
 /* rollout_turns.c: multi-turn. */
 /* Per-call state for g->turns (NULL: nothing). Errors: DF_EINVAL (no on_turn_end), DF_ENOMEM. */

@@ -98,6 +98,7 @@ static void ctx_release(gen_ctx *g)
     free(g->a_tok);
     free(g->a_logp);
     df_rollout_turns_release(g);
+    df_rollout_stop_release(g);
 }
 
 /* Move a finished slot's response into the arena and free the slot. */
@@ -152,6 +153,7 @@ static void start_slot(gen_ctx *g, int32_t si, int64_t prompt, int64_t j)
     s->n_gen = 0;
     s->cont = false;
     s->cont_at = s->turn_start = s->turns = 0;
+    df_rollout_stop_reset(g, si);
     s->limit = g->sp->max_new_tokens < e->max_seq_len - P ? g->sp->max_new_tokens
                                                            : e->max_seq_len - P;
     df_rng_seed(&s->rng, df_rng_key(q->seed, key, (uint64_t)j, ROLLOUT_RNG_TAG));
@@ -460,6 +462,8 @@ int df_rollout_generate_turns(df_rollout_engine *e, const df_model *m,
         rc = ctx_init(&g);
     if (!rc)
         rc = df_rollout_turns_init(&g);
+    if (!rc)
+        rc = df_rollout_stop_init(&g);
     if (!rc)
         rc = generate_loop(&g);
     if (!rc)

@@ -29,7 +29,8 @@ static int retire_finished(gen_ctx *g, const int32_t *list, int64_t n)
         slot_state *s = &e->slots[list[k]];
         int32_t last = e->out_tok[list[k] * e->max_seq_len + s->n_gen - 1];
         int rc = DF_OK;
-        if (g->is_stop[last]) /* multi-turn: the turn ends, the handler decides */
+        bool stop = g->is_stop[last] || (g->stop_len && df_rollout_stop_hit(g, list[k], last));
+        if (stop) /* multi-turn: the turn ends, the handler decides */
             rc = g->turns ? df_rollout_turn_end(g, list[k]) : df_rollout_retire(g, list[k], DF_FINISH_STOP);
         else if (s->n_gen >= s->limit)
             rc = df_rollout_retire(g, list[k], DF_FINISH_LENGTH);

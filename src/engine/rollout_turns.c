@@ -67,6 +67,7 @@ static void append_reply(gen_ctx *g, int32_t si, const df_turn_reply *r)
     s->cont_at = s->n_gen - 1; /* the stop token: its K / V are not in the cache yet */
     s->n_gen += r->n_tokens;
     s->turn_start = s->n_gen;
+    df_rollout_stop_reset(g, si); /* stop strings match within one turn's text */
     e->stats.appended_tokens += r->n_tokens;
     g->n_cont++;
 }
