@@ -1,8 +1,8 @@
 /*
  * response_mask (multi-turn batches: 1 on the model's tokens, 0 on appended tool / user
  * tokens) end to end: the loss aggregation weights and counts, the in-reward KL penalty, the
- * batch accessor, and the seam: an actor update whose pg_loss and kl_loss are the means over
- * the model tokens only, so flipping the mask of the appended tokens changes them, while an
+ * batch accessor, the entropy metric, and the seam: an actor update whose pg_loss and kl_loss
+ * are the means over the model tokens only, so flipping the mask of the appended tokens changes them, while an
  * all-ones mask changes nothing (bit for bit).
  */
 #include <setjmp.h>
@@ -184,6 +184,41 @@ static void test_actor_update_sees_model_tokens_only(void **state)
     assert_true(fabs(masked.kl_loss - none.kl_loss) > 1e-4);
 }
 
+/* actor/entropy (the old-log-prob pass's mean) is over the model tokens: with a one-hot mask it
+ * is that token's entropy, with MASK the mean of those; an all-ones mask is no mask. */
+static double entropy_mean(df_actor *a, const int32_t *mask)
+{
+    df_batch *b = df_test_small_batch();
+    if (mask)
+        assert_int_equal(df_batch_set_tok_i32(b, "response_mask", RO, mask), 0);
+    double ent;
+    assert_int_equal(df_actor_compute_log_prob(a, b, "old_log_probs", &ent), 0);
+    df_batch_free(b);
+    return ent;
+}
+
+static void test_entropy_over_model_tokens(void **state)
+{
+    (void)state;
+    df_actor *a;
+    df_actor_params p = params();
+    assert_int_equal(df_actor_create(df_test_micro_model(3), &p, false, &a), 0);
+    double tok[6], want = 0;
+    for (int t = 0; t < 6; t++) {
+        int32_t one[6] = {0};
+        one[t] = 1;
+        tok[t] = entropy_mean(a, one);
+        want += MASK[t] ? tok[t] / 3.0 : 0;
+    }
+    const double none = entropy_mean(a, NULL), ones = entropy_mean(a, ONES), masked = entropy_mean(a, MASK);
+    assert_true(memcmp(&none, &ones, sizeof none) == 0);
+    assert_true(fabs(masked - want) <= 1e-6 * fabs(want));
+    print_message("entropy: model tokens %.9f, all %.9f (tokens %.6f %.6f %.6f %.6f %.6f %.6f)\n", masked, none, tok[0],
+                  tok[1], tok[2], tok[3], tok[4], tok[5]);
+    assert_true(fabs(masked - none) > 1e-5);
+    df_actor_free(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -191,6 +226,7 @@ int main(void)
         cmocka_unit_test(test_kl_in_reward),
         cmocka_unit_test(test_batch_accessor),
         cmocka_unit_test(test_actor_update_sees_model_tokens_only),
+        cmocka_unit_test(test_entropy_over_model_tokens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

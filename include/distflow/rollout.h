@@ -59,7 +59,9 @@
  * materialised and filtered. Each df_rollout_generate call also allocates, for
  * the former, max_num_seqs * ceil(vocab / 512) * 24 bytes of statistics; for
  * the latter, per thread, 24 bytes per vocabulary entry plus a histogram of at
- * most 192 KiB.
+ * most 192 KiB. With a turn handler (df_rollout_generate_turns) a call also allocates
+ * max_num_seqs * (max_seq_len + 8) bytes of masks and slot lists and 1 byte per response
+ * token; with stop strings, max_num_seqs * (8 + the longest string) bytes of text tails.
  *
  * Threading: OpenMP inside each call (matmuls through oneDNN). One engine runs
  * one df_rollout_generate at a time; use one engine per thread otherwise.

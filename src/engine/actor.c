@@ -82,15 +82,20 @@ static int log_prob_local(df_actor *a, df_batch *b, const char *out_col, double 
     if ((rc = plan(a, b, true, &bounds, &n_mb)))
         return rc;
     const int64_t *ro = df_batch_offsets(b, "response_ids");
+    const int32_t *mask = NULL; /* multi-turn: the entropy of the model's tokens only (verl) */
+    if (ent)
+        rc = df_batch_response_mask(b, &mask);
     for (int64_t m = 0; m < n_mb && !rc; m++) {
         if ((rc = df_pack_responses(&c->pk, b, bounds[m], bounds[m + 1])))
             break;
         float *tok_ent = ent ? c->buf[B_ENT] : NULL;
         rc = df_model_forward(c->model, c->acts, &c->pk.sb, a->p.temperature, dst + ro[bounds[m]], tok_ent);
+        const int32_t *mk = mask ? mask + ro[bounds[m]] : NULL;
         for (int64_t j = 0; ent && j < c->pk.sb.n_out; j++)
-            ent[0] += tok_ent[j];
-        if (ent)
-            ent[1] += (double)c->pk.sb.n_out;
+            if (!mk || mk[j]) {
+                ent[0] += tok_ent[j];
+                ent[1] += 1.0;
+            }
     }
     free(bounds);
     if (!c->trainable) /* the reference's activations are not held through the actor's update */
