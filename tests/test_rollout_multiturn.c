@@ -536,6 +536,15 @@ static void test_batch_carries_the_mask(void **state)
         zeros += !mask[t];
     }
     assert_true(zeros > 0);
+    /* verl's num_turns: assistant turns + appended replies + 1 */
+    const int64_t *nt = df_batch_i64(b, "num_turns");
+    assert_non_null(nt);
+    for (int64_t s = 0; s < r.n_seqs; s++) {
+        int64_t replies = 0;
+        for (int64_t k = 0; k < f2.n[s]; k++)
+            replies += f2.at[s][k] < r.offsets[s + 1] - r.offsets[s];
+        assert_int_equal(nt[s], r.assistant_turns[s] + replies + 1);
+    }
     df_batch_free(b);
     assert_int_equal(df_generate_batch(e, m, prompts, 2, &sp, q.seed, NULL, &b), 0);
     assert_false(df_batch_has(b, "response_mask"));

@@ -28,17 +28,28 @@ int df_generate_batch(df_rollout_engine *e, const df_model *m, const df_batch *p
     return df_generate_batch_turns(e, m, prompts, n, sp, NULL, seed, label, out);
 }
 
-/* The result's response_mask as the batch's int32 column (rows as response_ids). */
+/* The result's response_mask as the batch's int32 column (rows as response_ids), and verl's
+ * num_turns per sample: assistant turns + appended replies (user / tool turns) + 1. */
 static int set_mask(df_batch *b, const df_rollout_result *res)
 {
-    const int64_t total = res->offsets[res->n_seqs];
+    const int64_t total = res->offsets[res->n_seqs], n = res->n_seqs;
     int32_t *mask = malloc((size_t)(total ? total : 1) * sizeof *mask);
-    if (!mask)
+    int64_t *turns = malloc((size_t)(n ? n : 1) * sizeof *turns);
+    if (!mask || !turns) {
+        free(mask), free(turns);
         return df_error(DF_ENOMEM, "out of memory for the response mask");
-    for (int64_t t = 0; t < total; t++)
-        mask[t] = res->response_mask[t];
+    }
+    for (int64_t s = 0; s < n; s++) {
+        turns[s] = res->assistant_turns[s] + 1;
+        for (int64_t t = res->offsets[s]; t < res->offsets[s + 1]; t++) {
+            mask[t] = res->response_mask[t];
+            turns[s] += !mask[t] && (t == res->offsets[s] || mask[t - 1]); /* a reply starts */
+        }
+    }
     int rc = df_batch_set_tok_i32(b, "response_mask", res->offsets, mask);
-    free(mask);
+    if (!rc)
+        rc = df_batch_set_i64(b, "num_turns", turns);
+    free(mask), free(turns);
     return rc;
 }
 
