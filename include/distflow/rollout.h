@@ -125,11 +125,11 @@ DF_API int df_sampling_params_validate(const df_sampling_params *sp, int64_t voc
  * When a sequence's assistant turn ends at a stop token (or stop string), the engine calls
  * on_turn_end, which either ends the sequence (reply->done) or gives tokens to append: the tool
  * response or user message rendered through the chat template, the next assistant header
- * included. The engine
- * appends them to the same response (response_mask 0, log-prob 0), prefills them into that
- * sequence's existing KV cache (the turn's stop token with them: its K / V were not written
- * yet) -- chunked by max_num_batched_tokens and batched with other sequences' prefill -- and
- * decodes on from the last one. The conversation is never prefilled again.
+ * included. The engine appends them to the same response (response_mask 0, log-prob 0),
+ * prefills them into that sequence's existing KV cache (the turn's stop token with them: its
+ * K / V were not written yet) -- chunked by max_num_batched_tokens and batched with other
+ * sequences' prefill -- and decodes on from the last one. The conversation is never prefilled
+ * again.
  *
  * Limits (verl's tool_agent_loop):
  *   - max_assistant_turns > 0: a sequence ends (DF_FINISH_STOP) after that many assistant
@@ -147,7 +147,8 @@ DF_API int df_sampling_params_validate(const df_sampling_params *sp, int64_t voc
  * handler from one thread, between forward passes, in an unspecified order of sequences.
  */
 
-/** What the handler is told when an assistant turn of one sequence ends. */
+/** What the handler is told when an assistant turn of one sequence ends (the arrays are the
+ *  engine's, valid during the call). */
 typedef struct df_turn_info {
     int64_t seq;                 /**< prompt * n_samples + sample: the result's row */
     int64_t prompt;              /**< index into the request's prompts */
@@ -159,16 +160,16 @@ typedef struct df_turn_info {
     const int32_t *response;     /**< [n_response] the whole response so far (earlier turns and
                                       appended tokens, this turn last) */
     int64_t n_response;
-    int64_t budget_left;         /**< response tokens still allowed (model + appended) */
+    int64_t budget_left;         /**< response tokens still allowed (model + appended): a reply
+                                      is appended when it has at most budget_left - 1 tokens */
 } df_turn_info;
 
 /** The handler's answer. The engine zeroes it before each call. */
 typedef struct df_turn_reply {
     bool done;                   /**< end the sequence now (DF_FINISH_STOP) */
     const int32_t *tokens;       /**< [n_tokens] ids in [0, vocab) to append when !done, n_tokens
-                                      >= 1. Borrowed: the engine copies them before its next
-                                      forward pass, so the handler may reuse one buffer for every
-                                      call (valid until it is called again or generate returns) */
+                                      >= 1. Borrowed: the engine copies them as on_turn_end
+                                      returns, so the handler may reuse one buffer for every call */
     int64_t n_tokens;
 } df_turn_reply;
 
