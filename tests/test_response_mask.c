@@ -106,6 +106,57 @@ static void test_batch_accessor(void **state)
     df_batch_free(b);
 }
 
+/* GAE over a multi-turn batch (verl): appended tokens are no steps, so the model tokens' GAE
+ * equals GAE over the responses with their appended tokens removed (bit for bit before and
+ * after the whitening, whose statistics are the model tokens'); an appended token carries the
+ * next model token's advantage. reward at each response's last token, as the reward node puts it. */
+static void test_gae_skips_appended_tokens(void **state)
+{
+    (void)state;
+    static const int64_t ro[] = {0, 5, 9};
+    static const int32_t mask[] = {1, 1, 0, 0, 1, 0, 1, 1, 1};
+    const float rew[9] = {0, 0, 0, 0, 1.0f, 0, 0, 0, -0.5f};
+    const float val[9] = {0.3f, -0.2f, 0.9f, 0.4f, 0.1f, 0.7f, -0.6f, 0.25f, 0.05f};
+    float adv[9], ret[9], adv_c[9], ret_c[9], rew_c[9], val_c[9];
+    int64_t ro_c[3] = {0, 0, 0};
+    int k = 0;
+    for (int i = 0; i < 2; i++) {
+        for (int64_t t = ro[i]; t < ro[i + 1]; t++)
+            if (mask[t]) {
+                rew_c[k] = rew[t], val_c[k] = val[t];
+                k++;
+            }
+        ro_c[i + 1] = k;
+    }
+    df_adv_input in = {.n = 2, .offsets = ro, .token_level_rewards = rew, .values = val, .gamma = 0.9f,
+                       .lam = 0.8f, .response_mask = mask};
+    df_adv_input cin = {.n = 2, .offsets = ro_c, .token_level_rewards = rew_c, .values = val_c, .gamma = 0.9f,
+                        .lam = 0.8f};
+    for (int defer = 0; defer < 2; defer++) {
+        in.defer_whiten = cin.defer_whiten = defer;
+        assert_int_equal(df_adv_gae(&in, adv, ret), 0);
+        assert_int_equal(df_adv_gae(&cin, adv_c, ret_c), 0);
+        for (int t = 0, j = 0; t < 9; t++) {
+            if (mask[t]) {
+                assert_memory_equal(&adv[t], &adv_c[j], sizeof(float));
+                assert_memory_equal(&ret[t], &ret_c[j], sizeof(float));
+                j++;
+            } else if (defer) { /* the carried advantage: the next model token's */
+                int64_t u = t;
+                while (!mask[u])
+                    u++;
+                assert_memory_equal(&adv[t], &adv[u], sizeof(float));
+            }
+        }
+    }
+    /* the mask changes the answer: without it the appended tokens are steps */
+    in.response_mask = NULL;
+    in.defer_whiten = true;
+    float plain[9];
+    assert_int_equal(df_adv_gae(&in, plain, ret), 0);
+    assert_true(plain[0] != adv[0]);
+}
+
 /* ---- the seam: an actor update ------------------------------------------------------------ */
 
 static df_actor_params params(void)
@@ -225,6 +276,7 @@ int main(void)
         cmocka_unit_test(test_agg_weights),
         cmocka_unit_test(test_kl_in_reward),
         cmocka_unit_test(test_batch_accessor),
+        cmocka_unit_test(test_gae_skips_appended_tokens),
         cmocka_unit_test(test_actor_update_sees_model_tokens_only),
         cmocka_unit_test(test_entropy_over_model_tokens),
     };

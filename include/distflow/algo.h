@@ -91,6 +91,11 @@ typedef struct df_adv_input {
     const df_adv_batch_counts *batch_counts; /**< estimators with DF_ADV_BATCH_COUNTS: the whole
                                            step batch's counts when this input is one shard of it;
                                            NULL: this input's own (one rank); others ignore it */
+    const int32_t *response_mask;     /**< [offsets[n]] multi-turn: 1 on the model's tokens, 0 on
+                                           appended tool / user tokens (distflow/rollout.h); NULL:
+                                           every token the model's. gae carries values and TD error
+                                           over appended tokens (verl), and whitening estimators
+                                           take their statistics over the model's tokens */
     const struct df_train_algorithm *config; /**< the job's typed `algorithm.*` section
                                            (distflow/train_config.h), as verl passes its AlgoConfig
                                            as `config`: for an estimator (a plugin's) that reads
@@ -211,6 +216,20 @@ DF_API int df_adv_whiten_ssd(int64_t n_tokens, const float *x, int64_t count, do
  */
 DF_API int df_adv_whiten_stats(int64_t n_tokens, const float *x, int64_t count, double sum, double ssd,
                                float *out);
+
+/**
+ * The split form over the model's tokens of multi-turn responses (verl masked_whiten):
+ * mask[n_tokens] 1 on a token that counts, 0 on an appended one (NULL: all count, exactly the
+ * functions above). Step 1 also gives this part's count (*count, tokens with mask 1); the
+ * statistics are over counted tokens, and step 3 whitens every token with them (appended ones
+ * too: their loss weight is 0); a batch with no counted token gives 0 everywhere.
+ */
+DF_API int df_adv_whiten_masked_sum(int64_t n_tokens, const float *x, const int32_t *mask, double *sum,
+                                    int64_t *count);
+DF_API int df_adv_whiten_masked_ssd(int64_t n_tokens, const float *x, const int32_t *mask, int64_t count,
+                                    double sum, double *ssd);
+DF_API int df_adv_whiten_masked_stats(int64_t n_tokens, const float *x, const int32_t *mask, int64_t count,
+                                      double sum, double ssd, float *out);
 
 /**
  * True when the estimator registered under `name` whitens its advantages, i.e.

@@ -9,6 +9,7 @@
 #include "util/timeutil.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* The estimator's input: the batch's rewards, values and ReMax baselines, the algorithm's settings. */
 static df_adv_input adv_input(const df_dag_worker *w, const df_batch *batch, const df_column *rew,
@@ -30,18 +31,19 @@ static df_adv_input adv_input(const df_dag_worker *w, const df_batch *batch, con
                           .config = alg};
 }
 
-/* Multi-turn responses (a response_mask column): the sequence-level estimators' advantage is
- * broadcast over the response, and appended (tool / user) tokens get none (verl: scores *
- * response_mask). Estimators that whiten over the batch's tokens (gae, reinforce_plus_plus*)
- * would need the mask in their token statistics and recursions: refused until they have it. */
+/* Multi-turn responses (a response_mask column): the estimators read the mask (gae skips
+ * appended tokens, whitening counts the model's), sequence-level advantages are broadcast over
+ * the response, and appended (tool / user) tokens end with none (verl: scores * response_mask).
+ * reinforce_plus_plus discounts its return over every token, tool tokens included: refused. */
 static int check_mask(const df_dag_worker *w, const df_batch *batch, const int32_t **mask)
 {
     int rc = df_batch_response_mask(batch, mask);
     const char *name = w->global.cfg.algorithm.adv_estimator;
-    if (!rc && *mask && df_adv_estimator_whitens(name))
-        rc = df_error(DF_EUNSUPPORTED, "compute_advantage: adv_estimator %s whitens over every response "
-                      "token and does not read response_mask yet; multi-turn batches take a sequence-level "
-                      "estimator (grpo, rloo, remax, gpg, cpgd)", name);
+    if (!rc && *mask && !strcmp(name, "reinforce_plus_plus"))
+        rc = df_error(DF_EUNSUPPORTED, "compute_advantage: adv_estimator reinforce_plus_plus discounts "
+                      "the return over every response token, appended tool / user tokens included; "
+                      "multi-turn batches take another estimator (gae, grpo, rloo, "
+                      "reinforce_plus_plus_baseline, remax, gpg, cpgd)");
     return rc;
 }
 
@@ -80,6 +82,7 @@ static int node_compute_advantage(df_node_ctx *ctx, df_batch *batch, df_node_out
     if (!rc)
         rc = df_batch_alloc_tok_f32_like(batch, "returns", "response_ids", &ret);
     df_adv_input in = rc ? (df_adv_input){0} : adv_input(w, batch, rew, group, defer);
+    in.response_mask = mask;
     /* gpg / cpgd over several ranks: the whole step batch's counts (collective, failed or not) */
     df_adv_batch_counts counts;
     bool whole = false;
@@ -87,11 +90,11 @@ static int node_compute_advantage(df_node_ctx *ctx, df_batch *batch, df_node_out
     in.batch_counts = whole ? &counts : NULL;
     if (!rc)
         rc = w->advantage.fn(&in, adv, ret);
-    if (!rc)
-        apply_mask(df_batch_offsets(batch, "response_ids")[n], mask, adv, ret);
     free(group);
     if (defer) /* collective: every rank, failed or not (verl whitens the whole step batch) */
         rc = df_worker_whiten_advantages(w, ctx->node, rc, batch);
+    if (!rc) /* after the whitening: appended tokens end with none */
+        apply_mask(df_batch_offsets(batch, "response_ids")[n], mask, adv, ret);
     (void)out;
     df_worker_timing(ctx, "adv", t0);
     return rc;
