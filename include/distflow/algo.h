@@ -91,16 +91,18 @@ typedef struct df_adv_input {
     const df_adv_batch_counts *batch_counts; /**< estimators with DF_ADV_BATCH_COUNTS: the whole
                                            step batch's counts when this input is one shard of it;
                                            NULL: this input's own (one rank); others ignore it */
-    const int32_t *response_mask;     /**< [offsets[n]] multi-turn: 1 on the model's tokens, 0 on
-                                           appended tool / user tokens (distflow/rollout.h); NULL:
-                                           every token the model's. gae carries values and TD error
-                                           over appended tokens (verl), and whitening estimators
-                                           take their statistics over the model's tokens */
     const struct df_train_algorithm *config; /**< the job's typed `algorithm.*` section
                                            (distflow/train_config.h), as verl passes its AlgoConfig
                                            as `config`: for an estimator (a plugin's) that reads
                                            settings beyond the fields above. The fields above are
                                            filled from it; NULL outside a training job. */
+    const int32_t *response_mask;     /**< [offsets[n]] multi-turn: 1 on the model's tokens, 0 on
+                                           appended tool / user tokens (distflow/rollout.h); NULL:
+                                           every token the model's. gae carries values and TD error
+                                           over appended tokens (verl), and whitening estimators
+                                           take their statistics over the model's tokens. Last, so
+                                           that a plugin built before it finds the fields above
+                                           where they were */
 } df_adv_input;
 
 /**

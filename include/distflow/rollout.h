@@ -212,12 +212,12 @@ typedef struct df_rollout_stats {
     int64_t prefill_tokens;   /**< prompt tokens run through the model (a prompt once per admission)
                                    plus appended tokens (each once; the turn's stop token that
                                    is prefilled with them is a model token, not counted) */
-    int64_t appended_tokens;  /**< tokens turn handlers appended */
     int64_t prefill_batches;
     int64_t decode_steps;
     int64_t generated_tokens;
     double mean_active;       /**< mean sequences per decode step (occupancy * max_num_seqs) */
     double seconds;           /**< wall time of the call */
+    int64_t appended_tokens;  /**< tokens turn handlers appended (df_rollout_generate_turns) */
 } df_rollout_stats;
 
 typedef struct df_rollout_engine df_rollout_engine;
