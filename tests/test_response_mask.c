@@ -157,6 +157,25 @@ static void test_gae_skips_appended_tokens(void **state)
     assert_true(plain[0] != adv[0]);
 }
 
+/* The rollout-training mismatch metrics over sampled tokens: the masked statistics are those of
+ * the responses without their appended tokens (whose rollout log-prob is 0), bit for bit. */
+static void test_mismatch_over_sampled_tokens(void **state)
+{
+    (void)state;
+    const float old[6] = {-1.0f, -2.0f, -0.5f, -1.5f, -0.2f, -3.0f};
+    const float ro[6] = {-1.1f, 0.0f, 0.0f, -1.4f, -0.3f, 0.0f};
+    const int64_t ro_c[] = {0, 1, 3, 3, 3};
+    const float old_c[3] = {old[0], old[3], old[4]}, ro_cv[3] = {ro[0], ro[3], ro[4]};
+    df_rollout_mismatch a, b, c;
+    assert_int_equal(df_rollout_mismatch_compute_masked(4, RO, MASK, old, ro, 2.0, &a), 0);
+    assert_int_equal(df_rollout_mismatch_compute(4, ro_c, old_c, ro_cv, 2.0, &b), 0);
+    assert_memory_equal(&a, &b, sizeof a);
+    assert_int_equal(a.n_tokens, 3);
+    assert_int_equal(a.n_seqs, 2);
+    assert_int_equal(df_rollout_mismatch_compute(4, RO, old, ro, 2.0, &c), 0);
+    assert_true(c.kl != a.kl); /* the appended tokens' 0 would weigh in */
+}
+
 /* ---- the seam: an actor update ------------------------------------------------------------ */
 
 static df_actor_params params(void)
@@ -277,6 +296,7 @@ int main(void)
         cmocka_unit_test(test_kl_in_reward),
         cmocka_unit_test(test_batch_accessor),
         cmocka_unit_test(test_gae_skips_appended_tokens),
+        cmocka_unit_test(test_mismatch_over_sampled_tokens),
         cmocka_unit_test(test_actor_update_sees_model_tokens_only),
         cmocka_unit_test(test_entropy_over_model_tokens),
     };

@@ -802,6 +802,13 @@ DF_API int df_rollout_mismatch_compute(int64_t n, const int64_t *offsets, const 
                                        const float *rollout_log_prob, double cap,
                                        df_rollout_mismatch *out);
 
+/** df_rollout_mismatch_compute over the model's tokens of multi-turn responses: mask
+ *  [offsets[n]] 1 on a sampled token, 0 on an appended one (whose rollout log-prob is 0); NULL:
+ *  every token (exactly df_rollout_mismatch_compute). */
+DF_API int df_rollout_mismatch_compute_masked(int64_t n, const int64_t *offsets, const int32_t *mask,
+                                              const float *old_log_prob, const float *rollout_log_prob,
+                                              double cap, df_rollout_mismatch *out);
+
 /**
  * Record `mm` under verl's names: training/rollout_probs_diff_{max,mean,std},
  * rollout_corr/{training_ppl, training_log_ppl, rollout_ppl, rollout_log_ppl,
