@@ -346,6 +346,46 @@ static void test_group_whiten_matches_whole(void **state)
     assert_memory_equal(mine, whole, sizeof whole);
 }
 
+/* A multi-turn batch (response_mask): the group's statistics are those of the model's tokens, so
+ * the model tokens' results equal whitening the batch without its appended tokens; the appended
+ * ones are whitened with the same statistics. */
+static void test_group_whiten_masked(void **state)
+{
+    (void)state;
+    float x[9], model[9], whole[9];
+    const int32_t mask[9] = {1, 0, 0, 1, 1, 0, 1, 1, 1};
+    batch_values(x);
+    int k = 0;
+    for (int t = 0; t < 9; t++)
+        if (mask[t])
+            model[k++] = x[t];
+    assert_int_equal(df_adv_whiten(k, model, whole), 0);
+    const int lo = 9 * R / N, hi = 9 * (R + 1) / N;
+    float mine[9];
+    memcpy(mine, x + lo, (size_t)(hi - lo) * sizeof *mine);
+    alarm(60);
+    int rc = df_worker_whiten_group_masked(W, DF_OK, false, hi - lo, mask + lo, mine, NULL);
+    alarm(0);
+    if (rc)
+        fail_msg("rank %d: %s", R, df_last_error());
+    const double kappa = whiten_kappa(k, model);
+    for (int t = lo, j = 0; t < hi; t++) {
+        if (!mask[t])
+            continue;
+        while (model[j] != x[t])
+            j++;
+        assert_near(mine[t - lo], whole[j], order_tol(mine[t - lo], whole[j], 9, kappa));
+        if (N == 1)
+            assert_memory_equal(&mine[t - lo], &whole[j], sizeof(float));
+    }
+    /* NULL mask: the unmasked whitening */
+    float plain[9], ref[9];
+    memcpy(plain, x, sizeof x);
+    assert_int_equal(df_worker_whiten_group_masked(NULL, DF_OK, false, 9, NULL, plain, NULL), 0);
+    assert_int_equal(df_adv_whiten(9, x, ref), 0);
+    assert_memory_equal(plain, ref, sizeof ref);
+}
+
 /* Odd ranks are replicas of the rank before them: the statistics are those of the even ranks' data. */
 static void test_group_whiten_replicas(void **state)
 {
@@ -646,6 +686,7 @@ int main(void)
         cmocka_unit_test(test_defer_values),
         cmocka_unit_test(test_estimator_whitens),
         cmocka_unit_test(test_group_whiten_matches_whole),
+        cmocka_unit_test(test_group_whiten_masked),
         cmocka_unit_test(test_group_whiten_replicas),
         cmocka_unit_test(test_group_whiten_fails_on_one_rank),
         cmocka_unit_test(test_worker_rpp_matches_one_rank),

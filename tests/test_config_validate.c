@@ -277,6 +277,15 @@ static void test_val_kwargs(void **state)
                      DF_OK);
 }
 
+/* rollout.stop: non-empty strings the engine can hold */
+static void test_stop_strings(void **state)
+{
+    (void)state;
+    assert_int_equal(VALIDATE(1, ROLLOUT "stop=[\"</answer>\", \"\\n\\n\"]"), DF_OK);
+    assert_int_equal(VALIDATE(1, ROLLOUT "stop=[\"</answer>\", \"\"]"), DF_EINVAL);
+    expect("stop string 1 has 0 bytes; each must have 1 to 256");
+}
+
 static void test_bad_arguments(void **state)
 {
     (void)state;
@@ -515,6 +524,7 @@ int main(void)
         cmocka_unit_test(test_kl_loss_and_kl_in_reward),
         cmocka_unit_test(test_clip_ratios),
         cmocka_unit_test(test_val_kwargs),
+        cmocka_unit_test(test_stop_strings),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_device_cuda),
         cmocka_unit_test(test_unhonoured_settings),

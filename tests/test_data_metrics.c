@@ -129,12 +129,36 @@ static void test_data_metrics_leave_it_to_the_worker(void **state)
     df_batch_free(b);
 }
 
+/* A multi-turn batch: token statistics over the model's tokens (response_mask), num_turns. */
+static void test_multi_turn(void **state)
+{
+    (void)state;
+    df_batch *b = batch();
+    const int64_t off[] = {0, 2, 3}, turns[] = {3, 1};
+    const int32_t mask[] = {1, 0, 1};
+    assert_int_equal(df_batch_set_tok_i32(b, "response_mask", off, mask), 0);
+    assert_int_equal(df_batch_set_i64(b, "num_turns", turns), 0);
+    df_metrics *m = df_metrics_new();
+    assert_int_equal(df_compute_data_metrics(b, 10, 10, m), 0);
+    assert_near(df_metrics_get(m, "critic/values/mean", 0), 1.75, 0); /* (0.5 + 3) / 2 */
+    assert_near(df_metrics_get(m, "critic/returns/min", 0), 1.0, 0);
+    assert_near(df_metrics_get(m, "num_turns/mean", 0), 2.0, 0);
+    assert_near(df_metrics_get(m, "num_turns/max", 0), 3.0, 0);
+    double s[DF_EV_NSUMS] = {0};
+    df_explained_var_sums(b, s);
+    assert_near(s[0], 2, 0); /* returns [1, 4] */
+    assert_near(s[1], 5, 0);
+    df_metrics_free(m);
+    df_batch_free(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hand_computed),
         cmocka_unit_test(test_no_number),
         cmocka_unit_test(test_data_metrics_leave_it_to_the_worker),
+        cmocka_unit_test(test_multi_turn),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

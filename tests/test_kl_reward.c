@@ -425,10 +425,62 @@ static void probe_advantage(df_dag_worker *w)
     df_batch_free(b);
 }
 
+/*
+ * A multi-turn batch (response_mask: every third token appended) through the advantage node:
+ * appended tokens keep their score (no KL penalty) and get no advantage; the model tokens'
+ * advantages are grpo's of the rewards column the node wrote (equal bits).
+ */
+static void probe_masked(df_dag_worker *w)
+{
+    df_batch *b = probe_batch(w);
+    const df_column *sc = df_batch_column(b, "token_level_scores");
+    const int64_t n = df_batch_size(b), nt = sc->offsets[n];
+    int32_t *mask = malloc((size_t)(nt + 1) * sizeof *mask);
+    int64_t appended = 0;
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t t = sc->offsets[i]; t < sc->offsets[i + 1]; t++) {
+            mask[t] = (t - sc->offsets[i]) % 3 != 1 || t == sc->offsets[i + 1] - 1;
+            appended += !mask[t];
+        }
+    assert_true(appended > 0);
+    assert_int_equal(df_batch_set_tok_i32(b, "response_mask", sc->offsets, mask), 0);
+    df_node_fn fn = NULL;
+    assert_int_equal(df_exec_resolve("DAGWorker.compute_advantage", &fn), 0);
+    df_node_ctx ctx = {.worker = w, .node = df_task_graph_get_node(w->graph, "calculate_advantages"),
+                       .step = w->step};
+    df_node_output out = {0};
+    assert_int_equal(fn(&ctx, b, &out), 0);
+    const df_column *rw = df_batch_column(b, "token_level_rewards"), *uid = df_batch_column(b, "uid");
+    const float *sv = df_batch_column(b, "token_level_scores")->data, *r = rw->data;
+    const float *adv = df_batch_column(b, "advantages")->data;
+    int64_t *group = malloc((size_t)n * sizeof *group);
+    float *want = malloc((size_t)(2 * nt + 1) * sizeof *want), *ret = want + nt;
+    assert_int_equal(df_group_ids((const char *const *)uid->data, n, group), 0);
+    df_adv_input in = {.n = n, .offsets = rw->offsets, .token_level_rewards = r, .group = group,
+                       .norm_adv_by_std_in_grpo = true, .epsilon = 1e-6f};
+    assert_int_equal(df_adv_grpo(&in, want, ret), 0);
+    double moved = 0;
+    for (int64_t t = 0; t < nt; t++) {
+        if (!mask[t]) {
+            assert_true(r[t] == sv[t]);
+            assert_true(adv[t] == 0.0f);
+        } else {
+            assert_true(adv[t] == want[t]);
+            moved += fabs((double)r[t] - sv[t]);
+        }
+    }
+    assert_true(moved > 0); /* model tokens are penalised */
+    free(group);
+    free(want);
+    free(mask);
+    df_batch_free(b);
+}
+
 static void probe_penalty_and_advantage(df_dag_worker *w)
 {
     probe_penalty(w);
     probe_advantage(w);
+    probe_masked(w);
 }
 
 /*

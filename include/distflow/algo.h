@@ -96,6 +96,13 @@ typedef struct df_adv_input {
                                            as `config`: for an estimator (a plugin's) that reads
                                            settings beyond the fields above. The fields above are
                                            filled from it; NULL outside a training job. */
+    const int32_t *response_mask;     /**< [offsets[n]] multi-turn: 1 on the model's tokens, 0 on
+                                           appended tool / user tokens (distflow/rollout.h); NULL:
+                                           every token the model's. gae carries values and TD error
+                                           over appended tokens (verl), and whitening estimators
+                                           take their statistics over the model's tokens. Last, so
+                                           that a plugin built before it finds the fields above
+                                           where they were */
 } df_adv_input;
 
 /**
@@ -211,6 +218,20 @@ DF_API int df_adv_whiten_ssd(int64_t n_tokens, const float *x, int64_t count, do
  */
 DF_API int df_adv_whiten_stats(int64_t n_tokens, const float *x, int64_t count, double sum, double ssd,
                                float *out);
+
+/**
+ * The split form over the model's tokens of multi-turn responses (verl masked_whiten):
+ * mask[n_tokens] 1 on a token that counts, 0 on an appended one (NULL: all count, exactly the
+ * functions above). Step 1 also gives this part's count (*count, tokens with mask 1); the
+ * statistics are over counted tokens, and step 3 whitens every token with them (appended ones
+ * too: their loss weight is 0); a batch with no counted token gives 0 everywhere.
+ */
+DF_API int df_adv_whiten_masked_sum(int64_t n_tokens, const float *x, const int32_t *mask, double *sum,
+                                    int64_t *count);
+DF_API int df_adv_whiten_masked_ssd(int64_t n_tokens, const float *x, const int32_t *mask, int64_t count,
+                                    double sum, double *ssd);
+DF_API int df_adv_whiten_masked_stats(int64_t n_tokens, const float *x, const int32_t *mask, int64_t count,
+                                      double sum, double ssd, float *out);
 
 /**
  * True when the estimator registered under `name` whitens its advantages, i.e.
@@ -407,6 +428,25 @@ DF_API int df_loss_agg_weights_ex(const char *mode, int64_t n, const int64_t *of
  */
 DF_API int64_t df_loss_agg_count_seqs(int64_t n, const int64_t *offsets);
 
+/**
+ * df_loss_agg_weights_ex over the model tokens of multi-turn responses (verl's response_mask
+ * in agg_loss): mask [offsets[n]] is 1 on a token the policy generated and 0 on one appended
+ * for it (a tool response, a user turn; distflow/rollout.h df_turn_handler); NULL: every
+ * token is the model's (exactly df_loss_agg_weights_ex). Masked tokens get w_t = 0; a
+ * sample's length len_i is its number of model tokens, and global_tokens / global_seqs count
+ * model tokens and responses with at least one (df_loss_agg_count_masked summed over the
+ * mini-batch). Errors: as df_loss_agg_weights_ex.
+ */
+DF_API int df_loss_agg_weights_masked(const char *mode, int64_t n, const int64_t *offsets,
+                                      const int32_t *mask, int64_t global_tokens,
+                                      int64_t global_seqs, int64_t norm_length, float *w);
+
+/** Model tokens (mask != 0; all tokens when mask is NULL) of n responses packed by offsets,
+ *  and the responses with at least one: a micro-batch's share of global_tokens / global_seqs
+ *  (either output may be NULL). */
+DF_API void df_loss_agg_count_masked(int64_t n, const int64_t *offsets, const int32_t *mask,
+                                     int64_t *tokens, int64_t *seqs);
+
 /** sum_t w_t * values_t over n_tokens tokens (double accumulation). */
 DF_API double df_loss_agg_apply(int64_t n_tokens, const float *values, const float *w);
 
@@ -535,6 +575,17 @@ DF_API int df_kl_apply_in_reward(const char *type, int64_t n, const int64_t *off
                                  const float *token_level_scores, const float *old_log_prob,
                                  const float *ref_log_prob, float beta,
                                  float *token_level_rewards, double *mean_kl);
+
+/**
+ * df_kl_apply_in_reward over the model tokens of multi-turn responses (verl: kld *
+ * response_mask): where mask[t] is 0 (an appended token) the reward is the score, and a
+ * sample's token mean KL is over its model tokens (0 for none). mask NULL: exactly
+ * df_kl_apply_in_reward. Errors as df_kl_apply_in_reward.
+ */
+DF_API int df_kl_apply_in_reward_masked(const char *type, int64_t n, const int64_t *offsets,
+                                        const int32_t *mask, const float *token_level_scores,
+                                        const float *old_log_prob, const float *ref_log_prob,
+                                        float beta, float *token_level_rewards, double *mean_kl);
 
 /* ======================================================================
  * ---- losses block: policy losses beyond vanilla, KL controllers,
@@ -750,6 +801,13 @@ typedef struct df_rollout_mismatch {
 DF_API int df_rollout_mismatch_compute(int64_t n, const int64_t *offsets, const float *old_log_prob,
                                        const float *rollout_log_prob, double cap,
                                        df_rollout_mismatch *out);
+
+/** df_rollout_mismatch_compute over the model's tokens of multi-turn responses: mask
+ *  [offsets[n]] 1 on a sampled token, 0 on an appended one (whose rollout log-prob is 0); NULL:
+ *  every token (exactly df_rollout_mismatch_compute). */
+DF_API int df_rollout_mismatch_compute_masked(int64_t n, const int64_t *offsets, const int32_t *mask,
+                                              const float *old_log_prob, const float *rollout_log_prob,
+                                              double cap, df_rollout_mismatch *out);
 
 /**
  * Record `mm` under verl's names: training/rollout_probs_diff_{max,mean,std},

@@ -10,7 +10,7 @@
  * There is no padding anywhere. Ragged columns that describe the same tokens
  * (response_ids, old_log_probs, advantages, ...) share the same lengths.
  *
- * Standard column names (verl / siiRL): prompt_ids, response_ids,
+ * Standard column names (verl / siiRL): prompt_ids, response_ids, response_mask,
  * old_log_probs, ref_log_prob, values, token_level_scores, token_level_rewards,
  * advantages, returns, uid, index, data_source, ground_truth, extra_info.
  *
@@ -130,6 +130,16 @@ DF_API const float *df_batch_tok_f32(const df_batch *b, const char *name, int64_
                                      int64_t *len);
 /** Offsets [n + 1] of a ragged column, or NULL. */
 DF_API const int64_t *df_batch_offsets(const df_batch *b, const char *name);
+
+/**
+ * The response_mask column of a multi-turn batch (verl's response_mask; written by the rollout
+ * with a turn handler, distflow/rollout.h): TOK_I32, the lengths of response_ids, 1 on a model
+ * token and 0 on an appended one (tool / user tokens), which losses, KL and advantages leave
+ * out. *mask = its data ([total response tokens], packed as response_ids), or NULL when the
+ * batch has none (every response token is the model's). Errors: DF_EINVAL when the column is
+ * of another kind or its lengths differ from response_ids'.
+ */
+DF_API int df_batch_response_mask(const df_batch *b, const int32_t **mask);
 
 /* ---- metadata (siiRL meta_info) ------------------------------------------ */
 

@@ -59,7 +59,9 @@
  * materialised and filtered. Each df_rollout_generate call also allocates, for
  * the former, max_num_seqs * ceil(vocab / 512) * 24 bytes of statistics; for
  * the latter, per thread, 24 bytes per vocabulary entry plus a histogram of at
- * most 192 KiB.
+ * most 192 KiB. With a turn handler (df_rollout_generate_turns) a call also allocates
+ * max_num_seqs * (max_seq_len + 8) bytes of masks and slot lists and 1 byte per response
+ * token; with stop strings, max_num_seqs * (8 + the longest string) bytes of text tails.
  *
  * Threading: OpenMP inside each call (matmuls through oneDNN). One engine runs
  * one df_rollout_generate at a time; use one engine per thread otherwise.
@@ -95,14 +97,89 @@ typedef struct df_sampling_params {
     const int32_t *stop_ids;/**< [n_stop] extra stop tokens (each in [0, vocab)) */
     int n_stop;
     bool ignore_eos;        /**< false: the model's eos_token_ids stop too (vLLM ignore_eos) */
+    /* Stop strings (vLLM's SamplingParams.stop): a response (with a turn handler, a turn) ends
+     * after the token whose text completes one of them; that token is kept (the output is token
+     * ids; vLLM's include_stop_str_in_output only changes its text). The text is the tokens'
+     * bytes (df_tokenizer_token_bytes) with special tokens adding none, as a decode with
+     * skip_special_tokens; matched as bytes, so a string may span tokens and partial UTF-8. */
+    const char *const *stop;             /**< [n_stop_str] non-empty strings of at most
+                                              DF_STOP_STR_MAX bytes */
+    int n_stop_str;
+    const struct df_tokenizer *tokenizer; /**< borrowed: the detokenizer of `stop` (needed when
+                                               n_stop_str > 0) */
 } df_sampling_params;
 
+/** Longest stop string, in bytes. */
+#define DF_STOP_STR_MAX 256
+
 /** temperature 1, top_k -1, top_p 1, greedy false, max_new_tokens 512 (verl's default
- *  response length), no extra stop ids, ignore_eos false. */
+ *  response length), no extra stop ids, ignore_eos false, no stop strings. */
 DF_API void df_sampling_params_defaults(df_sampling_params *sp);
 
 /** Check the parameters against a vocabulary of `vocab` tokens. DF_EINVAL names the field. */
 DF_API int df_sampling_params_validate(const df_sampling_params *sp, int64_t vocab);
+
+/*
+ * Multi-turn rollouts (verl's agent loop, multi_turn.*): a caller-supplied turn handler.
+ *
+ * When a sequence's assistant turn ends at a stop token (or stop string), the engine calls
+ * on_turn_end, which either ends the sequence (reply->done) or gives tokens to append: the tool
+ * response or user message rendered through the chat template, the next assistant header
+ * included. The engine appends them to the same response (response_mask 0, log-prob 0),
+ * prefills them into that sequence's existing KV cache (the turn's stop token with them: its
+ * K / V were not written yet) -- chunked by max_num_batched_tokens and batched with other
+ * sequences' prefill -- and decodes on from the last one. The conversation is never prefilled
+ * again.
+ *
+ * Limits (verl's tool_agent_loop):
+ *   - max_assistant_turns > 0: a sequence ends (DF_FINISH_STOP) after that many assistant
+ *     turns, without calling the handler for the last one;
+ *   - the response budget min(max_new_tokens, max_seq_len - prompt length) counts model and
+ *     appended tokens (verl's response_length). A reply that would leave no room for one more
+ *     model token is not appended: the sequence ends at the turn's stop token with
+ *     DF_FINISH_LENGTH. A model turn that runs into the budget ends it as in a single turn;
+ *   - max_user_turns and tool-call limits are the handler's: it counts its own replies and
+ *     answers done.
+ *
+ * Determinism: a sequence's generator advances once per model token only, and the handler
+ * sees nothing of other sequences, so a deterministic handler gives results independent of
+ * how the sequences' turns interleave (max_num_seqs, admission order). The engine calls the
+ * handler from one thread, between forward passes, in an unspecified order of sequences.
+ */
+
+/** What the handler is told when an assistant turn of one sequence ends (the arrays are the
+ *  engine's, valid during the call). */
+typedef struct df_turn_info {
+    int64_t seq;                 /**< prompt * n_samples + sample: the result's row */
+    int64_t prompt;              /**< index into the request's prompts */
+    int64_t sample;              /**< j in [0, n_samples) */
+    int64_t turn;                /**< assistant turns ended so far, this one included (>= 1) */
+    const int32_t *turn_tokens;  /**< [n_turn] this turn's model tokens, the one that stopped it
+                                      (a stop token, or the end of a stop string) last */
+    int64_t n_turn;
+    const int32_t *response;     /**< [n_response] the whole response so far (earlier turns and
+                                      appended tokens, this turn last) */
+    int64_t n_response;
+    int64_t budget_left;         /**< response tokens still allowed (model + appended): a reply
+                                      is appended when it has at most budget_left - 1 tokens */
+} df_turn_info;
+
+/** The handler's answer. The engine zeroes it before each call. */
+typedef struct df_turn_reply {
+    bool done;                   /**< end the sequence now (DF_FINISH_STOP) */
+    const int32_t *tokens;       /**< [n_tokens] ids in [0, vocab) to append when !done, n_tokens
+                                      >= 1. Borrowed: the engine copies them as on_turn_end
+                                      returns, so the handler may reuse one buffer for every call */
+    int64_t n_tokens;
+} df_turn_reply;
+
+/** A turn handler (df_rollout_generate_turns). on_turn_end returns 0, or a DF_E* status that
+ *  ends df_rollout_generate with that status (its df_error message kept). */
+typedef struct df_turn_handler {
+    void *user;
+    int (*on_turn_end)(void *user, const df_turn_info *turn, df_turn_reply *reply);
+    int64_t max_assistant_turns; /**< > 0: end a sequence after that many turns; <= 0: no limit */
+} df_turn_handler;
 
 /** Prompts to complete, packed without padding. */
 typedef struct df_rollout_request {
@@ -125,16 +202,22 @@ typedef struct df_rollout_result {
                                 top-k / top-p (temperature 1 when greedy): the old_log_probs the
                                 actor recomputes at that temperature */
     int8_t *finish_reason; /**< [n_seqs] DF_FINISH_STOP or DF_FINISH_LENGTH */
+    int8_t *response_mask; /**< [offsets[n_seqs]] 1 on a model token, 0 on a token a turn handler
+                                appended (whose log_probs entry is 0); all 1 without a handler */
+    int32_t *assistant_turns; /**< [n_seqs] model turns of each response (1 without a handler) */
 } df_rollout_result;
 
 /** Counters of the last df_rollout_generate call. */
 typedef struct df_rollout_stats {
-    int64_t prefill_tokens;   /**< prompt tokens run through the model (a prompt once per admission) */
+    int64_t prefill_tokens;   /**< prompt tokens run through the model (a prompt once per admission)
+                                   plus appended tokens (each once; the turn's stop token that
+                                   is prefilled with them is a model token, not counted) */
     int64_t prefill_batches;
     int64_t decode_steps;
     int64_t generated_tokens;
     double mean_active;       /**< mean sequences per decode step (occupancy * max_num_seqs) */
     double seconds;           /**< wall time of the call */
+    int64_t appended_tokens;  /**< tokens turn handlers appended (df_rollout_generate_turns) */
 } df_rollout_stats;
 
 typedef struct df_rollout_engine df_rollout_engine;
@@ -247,6 +330,18 @@ DF_API int df_rollout_generate(df_rollout_engine *e, const df_model *m,
                                const df_rollout_request *req, const df_sampling_params *sp,
                                df_rollout_result *res, df_rollout_progress_fn progress,
                                void *user);
+
+/**
+ * df_rollout_generate with a turn handler (multi-turn, see df_turn_handler above; NULL: exactly
+ * df_rollout_generate). A stop token ends an assistant turn and the handler decides whether
+ * the sequence goes on; the result's response_mask marks the appended tokens.
+ * Errors: as df_rollout_generate; DF_EINVAL for a handler without on_turn_end or a reply with
+ * no tokens or a token outside [0, vocab); the handler's own status.
+ */
+DF_API int df_rollout_generate_turns(df_rollout_engine *e, const df_model *m,
+                                     const df_rollout_request *req, const df_sampling_params *sp,
+                                     const df_turn_handler *turns, df_rollout_result *res,
+                                     df_rollout_progress_fn progress, void *user);
 
 /** Counters of the last df_rollout_generate on `e`. */
 DF_API void df_rollout_engine_stats(const df_rollout_engine *e, df_rollout_stats *st);

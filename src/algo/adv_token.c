@@ -25,16 +25,21 @@ int df_adv_gae(const df_adv_input *in, float *advantages, float *returns)
     if (rc)
         return rc;
     const double gamma = in->gamma, gl = (double)in->gamma * (double)in->lam;
+    const int32_t *mask = in->response_mask;
     for (int64_t i = 0; i < in->n; i++) {
         /* the state after a response's last token is terminal: V = 0, no carried advantage */
         double next_value = 0, last = 0;
         for (int64_t t = in->offsets[i + 1] - 1; t >= in->offsets[i]; t--) {
             const double v = in->values[t];
             const double delta = in->token_level_rewards[t] + gamma * next_value - v;
-            last = delta + gl * last;
+            /* an appended (tool / user) token is no step of the policy: the model token before it
+               sees the next model token's value and advantage (verl's multi-turn GAE) */
+            if (!mask || mask[t]) {
+                last = delta + gl * last;
+                next_value = v;
+            }
             gae[t] = last;
             returns[t] = (float)(last + v);
-            next_value = v;
         }
     }
     df_adv_finish_whiten(in, n_tok, gae, advantages);

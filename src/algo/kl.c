@@ -110,6 +110,15 @@ int df_kl_apply_in_reward(const char *type, int64_t n, const int64_t *offsets,
                           const float *ref_log_prob, float beta, float *token_level_rewards,
                           double *mean_kl)
 {
+    return df_kl_apply_in_reward_masked(type, n, offsets, NULL, token_level_scores, old_log_prob,
+                                        ref_log_prob, beta, token_level_rewards, mean_kl);
+}
+
+int df_kl_apply_in_reward_masked(const char *type, int64_t n, const int64_t *offsets,
+                                 const int32_t *mask, const float *token_level_scores,
+                                 const float *old_log_prob, const float *ref_log_prob, float beta,
+                                 float *token_level_rewards, double *mean_kl)
+{
     kl_kind k;
     int rc = parse_kl(type, &k);
     if (!rc)
@@ -123,12 +132,13 @@ int df_kl_apply_in_reward(const char *type, int64_t n, const int64_t *offsets,
     double total = 0;
     for (int64_t i = 0; i < n; i++) {
         double s = 0, d;
+        int64_t len = 0;
         for (int64_t t = offsets[i]; t < offsets[i + 1]; t++) {
-            double v = kl_token(k, old_log_prob[t], ref_log_prob[t], &d);
+            double v = !mask || mask[t] ? kl_token(k, old_log_prob[t], ref_log_prob[t], &d) : 0.0;
             s += v;
+            len += !mask || mask[t];
             token_level_rewards[t] = (float)((double)token_level_scores[t] - (double)beta * v);
         }
-        int64_t len = offsets[i + 1] - offsets[i];
         total += len ? s / (double)len : 0.0;
     }
     if (mean_kl)

@@ -46,9 +46,42 @@ int64_t df_loss_agg_count_seqs(int64_t n, const int64_t *offsets)
     return s;
 }
 
+/* Model tokens of sample i (all of them without a mask). */
+static int64_t model_tokens(const int64_t *offsets, const int32_t *mask, int64_t i)
+{
+    if (!mask)
+        return offsets[i + 1] - offsets[i];
+    int64_t k = 0;
+    for (int64_t t = offsets[i]; t < offsets[i + 1]; t++)
+        k += mask[t] != 0;
+    return k;
+}
+
+void df_loss_agg_count_masked(int64_t n, const int64_t *offsets, const int32_t *mask,
+                              int64_t *tokens, int64_t *seqs)
+{
+    int64_t tk = 0, sq = 0;
+    for (int64_t i = 0; offsets && i < n; i++) {
+        int64_t k = model_tokens(offsets, mask, i);
+        tk += k;
+        sq += k > 0;
+    }
+    if (tokens)
+        *tokens = tk;
+    if (seqs)
+        *seqs = sq;
+}
+
 int df_loss_agg_weights_ex(const char *mode, int64_t n, const int64_t *offsets,
                            int64_t global_tokens, int64_t global_seqs, int64_t norm_length,
                            float *w)
+{
+    return df_loss_agg_weights_masked(mode, n, offsets, NULL, global_tokens, global_seqs, norm_length, w);
+}
+
+int df_loss_agg_weights_masked(const char *mode, int64_t n, const int64_t *offsets,
+                               const int32_t *mask, int64_t global_tokens, int64_t global_seqs,
+                               int64_t norm_length, float *w)
 {
     int m = -1;
     for (int i = 0; mode && i < N_MODES; i++)
@@ -78,11 +111,13 @@ int df_loss_agg_weights_ex(const char *mode, int64_t n, const int64_t *offsets,
     /* A micro-batch is part of its mini-batch: more tokens / responses than the
      * totals means the caller passed micro-batch counts or mixed up batches. Only
      * responses with tokens count (verl agg_loss leaves fully masked rows out). */
-    if ((need & NEED_TOKENS) && offsets[n] > global_tokens)
+    int64_t tokens_here, seqs_here;
+    df_loss_agg_count_masked(n, offsets, mask, &tokens_here, &seqs_here);
+    if ((need & NEED_TOKENS) && tokens_here > global_tokens)
         return df_error(DF_EINVAL,
                         "loss_agg_mode %s: %lld tokens here exceed the mini-batch total %lld",
-                        mode, (long long)offsets[n], (long long)global_tokens);
-    int64_t seqs_here = (need & NEED_SEQS) ? df_loss_agg_count_seqs(n, offsets) : 0;
+                        mode, (long long)tokens_here, (long long)global_tokens);
+    seqs_here = (need & NEED_SEQS) ? seqs_here : 0;
     if (seqs_here > global_seqs)
         return df_error(DF_EINVAL,
                         "loss_agg_mode %s: %lld non-empty responses here exceed the mini-batch total %lld",
@@ -90,12 +125,13 @@ int df_loss_agg_weights_ex(const char *mode, int64_t n, const int64_t *offsets,
     if (offsets[n] > 0 && !w)
         return df_error(DF_EINVAL, "loss_agg_mode %s: NULL weight array", mode);
     for (int64_t i = 0; i < n; i++) {
-        int64_t len = offsets[i + 1] - offsets[i];
-        if (!len)
+        int64_t len = model_tokens(offsets, mask, i);
+        float wi = len ? (float)sample_weight(k_modes[m].kind, len, global_tokens, global_seqs, norm_length)
+                       : 0.0f;
+        if (!mask && !len)
             continue;
-        float wi = (float)sample_weight(k_modes[m].kind, len, global_tokens, global_seqs, norm_length);
-        for (int64_t t = offsets[i]; t < offsets[i + 1]; t++)
-            w[t] = wi;
+        for (int64_t t = offsets[i]; t < offsets[i + 1]; t++) /* appended tokens: no loss term */
+            w[t] = !mask || mask[t] ? wi : 0.0f;
     }
     return DF_OK;
 }

@@ -52,13 +52,15 @@ static void add_token(mm_sums *s, double old, double ro, double cap)
     s->is_high += cap > 0 && rho > cap;
 }
 
-/* One non-empty sequence: per-sequence means of both log-prob streams. */
-static void add_seq(mm_sums *s, const float *old, const float *ro, int64_t len)
+/* One sequence of len tokens, k > 0 of them counted (mask; all without one): per-sequence means
+ * of both log-prob streams over the counted tokens. */
+static void add_seq(mm_sums *s, const float *old, const float *ro, const int32_t *mask, int64_t len, int64_t k)
 {
     double so = 0, sr = 0;
     for (int64_t t = 0; t < len; t++)
-        so += old[t], sr += ro[t];
-    double mo = so / (double)len, mr = sr / (double)len, d = mr - mo;
+        if (!mask || mask[t])
+            so += old[t], sr += ro[t];
+    double mo = so / (double)k, mr = sr / (double)k, d = mr - mo;
     s->tr_ppl += exp(-mo);
     s->tr_log += -mo;
     s->ro_ppl += exp(-mr);
@@ -101,25 +103,36 @@ static void finish(const mm_sums *s, int64_t T, int64_t S, df_rollout_mismatch *
 int df_rollout_mismatch_compute(int64_t n, const int64_t *offsets, const float *old_log_prob,
                                 const float *rollout_log_prob, double cap, df_rollout_mismatch *out)
 {
+    return df_rollout_mismatch_compute_masked(n, offsets, NULL, old_log_prob, rollout_log_prob, cap, out);
+}
+
+int df_rollout_mismatch_compute_masked(int64_t n, const int64_t *offsets, const int32_t *mask,
+                                       const float *old_log_prob, const float *rollout_log_prob, double cap,
+                                       df_rollout_mismatch *out)
+{
     int rc = df_algo_check_offsets("rollout mismatch", n, offsets);
     if (rc)
         return rc;
     if (!out || (offsets[n] > 0 && (!old_log_prob || !rollout_log_prob)))
         return df_error(DF_EINVAL, "rollout mismatch: NULL log-prob or output array");
     memset(out, 0, sizeof *out);
-    const int64_t T = offsets[n];
+    int64_t T = 0; /* the model's tokens: appended ones have no sampler log-prob */
+    df_loss_agg_count_masked(n, offsets, mask, &T, NULL);
     if (T == 0)
         return DF_OK;
     mm_sums s = {.is_min = INFINITY, .lpd_max = -INFINITY, .lpd_min = INFINITY};
     int64_t S = 0;
     for (int64_t i = 0; i < n; i++) {
-        int64_t a = offsets[i], len = offsets[i + 1] - a;
-        if (!len)
+        int64_t a = offsets[i], len = offsets[i + 1] - a, k = len;
+        if (mask)
+            df_loss_agg_count_masked(1, offsets + i, mask, &k, NULL);
+        if (!k)
             continue; /* verl's masked mean would count an empty response as log-ppl 0 */
         S++;
-        add_seq(&s, old_log_prob + a, rollout_log_prob + a, len);
+        add_seq(&s, old_log_prob + a, rollout_log_prob + a, mask ? mask + a : NULL, len, k);
         for (int64_t t = a; t < a + len; t++)
-            add_token(&s, old_log_prob[t], rollout_log_prob[t], cap);
+            if (!mask || mask[t])
+                add_token(&s, old_log_prob[t], rollout_log_prob[t], cap);
     }
     out->n_tokens = T;
     out->n_seqs = S;

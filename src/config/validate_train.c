@@ -301,6 +301,13 @@ static int check_sampling(const df_config *c, const df_train_config *t)
         return df_error(DF_EINVAL, "%s with %s: the %lld greedy responses per prompt would be identical",
                         kv(c, VK "n", kb[0]), kv(c, VK "do_sample", kb[1]), (long long)v->n);
 #undef VK
+    const df_config_strs *stop = &t->actor_rollout_ref.rollout.stop;
+    for (int i = 0; i < stop->n; i++) {
+        size_t n = strlen(stop->items[i]);
+        if (n < 1 || n > 256) /* the engine's DF_STOP_STR_MAX (distflow/rollout.h, a layer above) */
+            return df_error(DF_EINVAL, "%s: stop string %d has %zu bytes; each must have 1 to 256",
+                            kv(c, ROLLOUT "stop", kb[0]), i, n);
+    }
     return DF_OK;
 }
 

@@ -351,6 +351,26 @@ const int64_t *df_batch_offsets(const df_batch *b, const char *name)
     return (c && df_col_is_ragged(c->kind)) ? c->offsets : NULL;
 }
 
+int df_batch_response_mask(const df_batch *b, const int32_t **mask)
+{
+    *mask = NULL;
+    const df_column *c = df_batch_column(b, "response_mask");
+    if (!c)
+        return DF_OK;
+    const int64_t *ro = df_batch_offsets(b, "response_ids");
+    if (c->kind != DF_COL_TOK_I32 || !ro)
+        return df_error(DF_EINVAL, "batch: response_mask must be a token column (int32) next to "
+                        "response_ids");
+    for (int64_t i = 1; i <= df_batch_size(b); i++)
+        if (c->offsets[i] != ro[i])
+            return df_error(DF_EINVAL, "batch: response_mask of sample %lld has %lld tokens, its "
+                            "response %lld", (long long)(i - 1),
+                            (long long)(c->offsets[i] - c->offsets[i - 1]),
+                            (long long)(ro[i] - ro[i - 1]));
+    *mask = c->data;
+    return DF_OK;
+}
+
 /* ---- metadata ------------------------------------------------------------------ */
 
 int df_batch_meta_set(df_batch *b, const char *key, double value)

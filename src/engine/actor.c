@@ -82,15 +82,20 @@ static int log_prob_local(df_actor *a, df_batch *b, const char *out_col, double 
     if ((rc = plan(a, b, true, &bounds, &n_mb)))
         return rc;
     const int64_t *ro = df_batch_offsets(b, "response_ids");
+    const int32_t *mask = NULL; /* multi-turn: the entropy of the model's tokens only (verl) */
+    if (ent)
+        rc = df_batch_response_mask(b, &mask);
     for (int64_t m = 0; m < n_mb && !rc; m++) {
         if ((rc = df_pack_responses(&c->pk, b, bounds[m], bounds[m + 1])))
             break;
         float *tok_ent = ent ? c->buf[B_ENT] : NULL;
         rc = df_model_forward(c->model, c->acts, &c->pk.sb, a->p.temperature, dst + ro[bounds[m]], tok_ent);
+        const int32_t *mk = mask ? mask + ro[bounds[m]] : NULL;
         for (int64_t j = 0; ent && j < c->pk.sb.n_out; j++)
-            ent[0] += tok_ent[j];
-        if (ent)
-            ent[1] += (double)c->pk.sb.n_out;
+            if (!mk || mk[j]) {
+                ent[0] += tok_ent[j];
+                ent[1] += 1.0;
+            }
     }
     free(bounds);
     if (!c->trainable) /* the reference's activations are not held through the actor's update */
@@ -170,8 +175,12 @@ static int ppo_micro(void *user, const df_batch *b, int64_t s, int64_t e, int64_
         rc = df_model_forward(c->model, c->acts, &c->pk.sb, p->temperature, logp, want_ent ? ent : NULL);
     if (rc || (rc = df_train_core_rebased_offsets(c, ro, s, e, &offs)))
         return rc;
-    rc = df_loss_agg_weights_ex(l->loss_agg_mode, e - s, offs, global_tokens, global_seqs,
-                                l->loss_agg_norm_length, w);
+    const int32_t *mask = NULL; /* multi-turn: appended tokens have no loss terms (verl) */
+    rc = df_batch_response_mask(b, &mask);
+    mask = mask ? mask + base : NULL;
+    if (!rc)
+        rc = df_loss_agg_weights_masked(l->loss_agg_mode, e - s, offs, mask, global_tokens,
+                                        global_seqs, l->loss_agg_norm_length, w);
     df_policy_loss_output st = {.grad = dlogp};
     if (!rc)
         rc = policy_loss(a, b, e - s, offs, base, logp, &st);
@@ -191,7 +200,9 @@ static int ppo_micro(void *user, const df_batch *b, int64_t s, int64_t e, int64_
         return rc;
     /* Losses are normalised by the mini-batch totals, so summing over micro-batches
        gives the mini-batch loss; statistics are token means, weighted by tokens. */
-    double frac = (double)n_tok / (double)global_tokens;
+    int64_t n_model;
+    df_loss_agg_count_masked(e - s, offs, mask, &n_model, NULL);
+    double frac = (double)n_model / (double)global_tokens;
     sums[S_PG_LOSS] += st.loss;
     sums[S_KL_LOSS] += kl;
     sums[S_ENTROPY] += ent_loss;

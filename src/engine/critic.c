@@ -141,8 +141,12 @@ static int value_micro(void *user, const df_batch *b, int64_t s, int64_t e, int6
         rc = df_model_forward_values(k->model, k->acts, &k->pk.sb, v);
     if (rc || (rc = df_train_core_rebased_offsets(k, ro, s, e, &offs)))
         return rc;
-    rc = df_loss_agg_weights_ex(c->p.loss.loss_agg_mode, e - s, offs, global_tokens, global_seqs,
-                                c->p.loss.loss_agg_norm_length, w);
+    const int32_t *mask = NULL; /* multi-turn: appended tokens have no value loss (verl) */
+    rc = df_batch_response_mask(b, &mask);
+    mask = mask ? mask + base : NULL;
+    if (!rc)
+        rc = df_loss_agg_weights_masked(c->p.loss.loss_agg_mode, e - s, offs, mask, global_tokens,
+                                        global_seqs, c->p.loss.loss_agg_norm_length, w);
     df_value_loss_input in = {.n = e - s,
                               .offsets = offs,
                               .vpreds = v,
@@ -158,6 +162,7 @@ static int value_micro(void *user, const df_batch *b, int64_t s, int64_t e, int6
     if (rc)
         return rc;
     /* the loss is normalised by the mini-batch totals; token means are weighted by tokens */
+    df_loss_agg_count_masked(e - s, offs, mask, &n_tok, NULL);
     double frac = (double)n_tok / (double)global_tokens;
     sums[S_VF_LOSS] += st.loss;
     sums[S_CLIPFRAC] += st.vf_clipfrac * frac;

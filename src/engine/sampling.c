@@ -104,6 +104,15 @@ int df_sampling_params_validate(const df_sampling_params *sp, int64_t vocab)
         if (sp->stop_ids[i] < 0 || sp->stop_ids[i] >= vocab)
             return df_error(DF_EINVAL, "sampling params: stop_ids[%d] = %d is outside [0, %lld)",
                             i, sp->stop_ids[i], (long long)vocab);
+    if (sp->n_stop_str < 0 || (sp->n_stop_str > 0 && (!sp->stop || !sp->tokenizer)))
+        return df_error(DF_EINVAL, "sampling params: %d stop strings need the strings and a tokenizer",
+                        sp->n_stop_str);
+    for (int i = 0; i < sp->n_stop_str; i++) {
+        size_t n = sp->stop[i] ? strlen(sp->stop[i]) : 0;
+        if (n < 1 || n > DF_STOP_STR_MAX)
+            return df_error(DF_EINVAL, "sampling params: stop string %d has %zu bytes; it must have 1 to %d",
+                            i, n, DF_STOP_STR_MAX);
+    }
     return DF_OK;
 }
 

@@ -360,11 +360,15 @@ static bool nonfinite_sum(const df_core_loss *l, const double *sums, char *what,
 static int mini_batch(df_train_core *c, const df_batch *mb, double lr, const df_core_loss *l, df_metrics *m,
                       int rc, const char *where)
 {
-    double tot[2] = {0, 0}; /* response tokens, responses with tokens (verl's seq-mean count) */
+    double tot[2] = {0, 0}; /* model tokens, responses with some (verl's seq-mean count) */
     if (mb) {
-        const int64_t *ro = df_batch_offsets(mb, "response_ids");
-        tot[0] = (double)ro[df_batch_size(mb)];
-        tot[1] = (double)df_loss_agg_count_seqs(df_batch_size(mb), ro);
+        const int32_t *mask = NULL; /* multi-turn: appended tokens are not the policy's */
+        if (!rc)
+            rc = df_batch_response_mask(mb, &mask);
+        int64_t tk, sq;
+        df_loss_agg_count_masked(df_batch_size(mb), df_batch_offsets(mb, "response_ids"), mask, &tk, &sq);
+        tot[0] = (double)tk;
+        tot[1] = (double)sq;
     }
     if ((rc = df_train_core_reduce(c, tot, 2, DF_COMM_SUM, rc, "the mini-batch sizes")))
         return rc;

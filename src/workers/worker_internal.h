@@ -368,6 +368,10 @@ int df_worker_kl_in_reward(df_dag_worker *w, const df_node *node, df_batch *b, d
  * df_adv_whiten_*, comm errors, DF_ENOMEM.
  */
 int df_worker_whiten_group(df_comm *comm, int rc, bool replica, int64_t n_tokens, float *adv, float *copy);
+/** df_worker_whiten_group with the statistics over the tokens whose mask[n_tokens] is 1 (a
+ *  multi-turn batch's response_mask; NULL: every token), every token whitened with them. */
+int df_worker_whiten_group_masked(df_comm *comm, int rc, bool replica, int64_t n_tokens, const int32_t *mask,
+                                  float *adv, float *copy);
 /** True when the advantage node `node` whitens over its group: its layout has dp_size > 1 and
  *  algorithm.adv_estimator whitens (df_adv_estimator_whitens); the estimator then runs with
  *  defer_whiten. */

@@ -22,8 +22,12 @@ static int node_compute_old_log_prob(df_node_ctx *ctx, df_batch *batch, df_node_
     if (rl && ctx->metrics) {
         df_rollout_mismatch mm;
         double cap = w->global.cfg.actor_rollout_ref.actor.tis_imp_ratio_cap;
-        rc = df_rollout_mismatch_compute(df_batch_size(batch), rl->offsets, df_batch_column(batch, "old_log_probs")->data,
-                                         rl->data, cap, &mm);
+        const int32_t *mask = NULL; /* multi-turn: appended tokens were not sampled */
+        rc = df_batch_response_mask(batch, &mask);
+        if (!rc)
+            rc = df_rollout_mismatch_compute_masked(df_batch_size(batch), rl->offsets, mask,
+                                                    df_batch_column(batch, "old_log_probs")->data, rl->data, cap,
+                                                    &mm);
         if (!rc)
             rc = df_rollout_mismatch_record(&mm, ctx->metrics);
     }

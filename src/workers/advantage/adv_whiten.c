@@ -23,23 +23,30 @@
 
 int df_worker_whiten_group(df_comm *comm, int rc, bool replica, int64_t n_tokens, float *adv, float *copy)
 {
+    return df_worker_whiten_group_masked(comm, rc, replica, n_tokens, NULL, adv, copy);
+}
+
+int df_worker_whiten_group_masked(df_comm *comm, int rc, bool replica, int64_t n_tokens, const int32_t *mask,
+                                  float *adv, float *copy)
+{
     /* round 1: (count, sum) and the failure flag; a replica's tokens are another rank's, counted there */
     double sum = 0;
+    int64_t here = 0; /* this rank's counted tokens: the model's (mask 1) */
     if (!rc)
-        rc = df_adv_whiten_sum(n_tokens, adv, &sum);
+        rc = df_adv_whiten_masked_sum(n_tokens, adv, mask, &sum, &here);
     const bool counts = !rc && !replica;
-    double mine[2] = {counts ? (double)n_tokens : 0, counts ? sum : 0}, tot[2] = {0, 0};
+    double mine[2] = {counts ? (double)here : 0, counts ? sum : 0}, tot[2] = {0, 0};
     rc = df_worker_group_sum(comm, rc, mine, 2, tot, WHAT, GROUP); /* the same verdict on every rank */
     const int64_t count = (int64_t)tot[0];
     const double total_sum = tot[1];
     /* round 2: the sum of squared deviations about the global mean, made by every rank too */
     double ssd = 0;
     if (!rc)
-        rc = df_adv_whiten_ssd(n_tokens, adv, count, total_sum, &ssd);
+        rc = df_adv_whiten_masked_ssd(n_tokens, adv, mask, count, total_sum, &ssd);
     double mine2 = counts ? ssd : 0, tot2 = 0;
     rc = df_worker_group_sum(comm, rc, &mine2, 1, &tot2, WHAT, GROUP);
     if (!rc)
-        rc = df_adv_whiten_stats(n_tokens, adv, count, total_sum, tot2, adv);
+        rc = df_adv_whiten_masked_stats(n_tokens, adv, mask, count, total_sum, tot2, adv);
     if (!rc && copy && n_tokens > 0)
         memcpy(copy, adv, (size_t)n_tokens * sizeof *copy);
     return rc;
@@ -61,9 +68,12 @@ int df_worker_whiten_advantages(df_dag_worker *w, const df_node *node, int rc, d
     const char *name = w->global.cfg.algorithm.adv_estimator;
     if (!rc && df_adv_estimator_whitens_returns(name) && !(ret = df_batch_column(b, "returns")))
         rc = df_error(DF_EINVAL, "whitening advantages: the batch has no returns column (%s)", name);
+    const int32_t *mask = NULL; /* multi-turn: the statistics of the model's tokens (verl masked_whiten) */
+    if (!rc)
+        rc = df_batch_response_mask(b, &mask);
     int64_t n_tok = rc ? 0 : adv->offsets[df_batch_size(b)];
-    rc = df_worker_whiten_group(w->group, rc, l && l->mp_rank != 0, n_tok, rc ? NULL : adv->data,
-                                ret ? ret->data : NULL);
+    rc = df_worker_whiten_group_masked(w->group, rc, l && l->mp_rank != 0, n_tok, mask, rc ? NULL : adv->data,
+                                       ret ? ret->data : NULL);
     if (rc && !rc_in)
         return df_error_wrap(rc, "algorithm.adv_estimator=%s over %d data-parallel ranks", name,
                              l ? l->dp_size : 1);

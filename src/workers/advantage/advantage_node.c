@@ -9,6 +9,7 @@
 #include "util/timeutil.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* The estimator's input: the batch's rewards, values and ReMax baselines, the algorithm's settings. */
 static df_adv_input adv_input(const df_dag_worker *w, const df_batch *batch, const df_column *rew,
@@ -30,6 +31,29 @@ static df_adv_input adv_input(const df_dag_worker *w, const df_batch *batch, con
                           .config = alg};
 }
 
+/* Multi-turn responses (a response_mask column): the estimators read the mask (gae skips
+ * appended tokens, whitening counts the model's), sequence-level advantages are broadcast over
+ * the response, and appended (tool / user) tokens end with none (verl: scores * response_mask).
+ * reinforce_plus_plus discounts its return over every token, tool tokens included: refused. */
+static int check_mask(const df_dag_worker *w, const df_batch *batch, const int32_t **mask)
+{
+    int rc = df_batch_response_mask(batch, mask);
+    const char *name = w->global.cfg.algorithm.adv_estimator;
+    if (!rc && *mask && !strcmp(name, "reinforce_plus_plus"))
+        rc = df_error(DF_EUNSUPPORTED, "compute_advantage: adv_estimator reinforce_plus_plus discounts "
+                      "the return over every response token, appended tool / user tokens included; "
+                      "multi-turn batches take another estimator (gae, grpo, rloo, "
+                      "reinforce_plus_plus_baseline, remax, gpg, cpgd)");
+    return rc;
+}
+
+static void apply_mask(int64_t n_tokens, const int32_t *mask, float *adv, float *ret)
+{
+    for (int64_t t = 0; mask && t < n_tokens; t++)
+        if (!mask[t])
+            adv[t] = ret[t] = 0.0f;
+}
+
 /* calculate_advantages: the configured estimator on group ids from `uid`. */
 static int node_compute_advantage(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
 {
@@ -38,6 +62,9 @@ static int node_compute_advantage(df_node_ctx *ctx, df_batch *batch, df_node_out
     int rc = df_worker_need_batch(batch, "compute_advantage");
     if (!rc) /* algorithm.use_kl_in_reward: rewards = scores - beta * KL, before the estimator */
         rc = df_worker_kl_in_reward(w, ctx->node, batch, ctx->metrics);
+    const int32_t *mask = NULL;
+    if (!rc)
+        rc = check_mask(w, batch, &mask);
     int64_t n = rc ? 0 : df_batch_size(batch);
     const df_column *uid = rc ? NULL : df_batch_column(batch, "uid");
     const df_column *rew = rc ? NULL : df_batch_column(batch, "token_level_rewards");
@@ -55,6 +82,7 @@ static int node_compute_advantage(df_node_ctx *ctx, df_batch *batch, df_node_out
     if (!rc)
         rc = df_batch_alloc_tok_f32_like(batch, "returns", "response_ids", &ret);
     df_adv_input in = rc ? (df_adv_input){0} : adv_input(w, batch, rew, group, defer);
+    in.response_mask = mask;
     /* gpg / cpgd over several ranks: the whole step batch's counts (collective, failed or not) */
     df_adv_batch_counts counts;
     bool whole = false;
@@ -65,6 +93,8 @@ static int node_compute_advantage(df_node_ctx *ctx, df_batch *batch, df_node_out
     free(group);
     if (defer) /* collective: every rank, failed or not (verl whitens the whole step batch) */
         rc = df_worker_whiten_advantages(w, ctx->node, rc, batch);
+    if (!rc) /* after the whitening: appended tokens end with none */
+        apply_mask(df_batch_offsets(batch, "response_ids")[n], mask, adv, ret);
     (void)out;
     df_worker_timing(ctx, "adv", t0);
     return rc;

@@ -68,11 +68,15 @@ int df_kl_reward_apply(df_kl_ctrl *ctrl, const char *penalty, df_batch *b, df_co
     if (!rc) /* replaces the reward node's copy of the scores */
         rc = df_batch_alloc_tok_f32_like(b, "token_level_rewards", "token_level_scores", &rewards);
     double beta = rc ? 0 : df_kl_ctrl_value(ctrl), local = 0;
+    const int32_t *mask = NULL; /* multi-turn: no KL on appended tokens (verl: kld * response_mask) */
+    if (!rc)
+        rc = df_batch_response_mask(b, &mask);
     if (!rc) /* looked up again: adding a column may move the column table */
-        rc = df_kl_apply_in_reward(penalty, n, df_batch_offsets(b, "token_level_scores"),
-                                   df_batch_column(b, "token_level_scores")->data,
-                                   df_batch_column(b, "old_log_probs")->data,
-                                   df_batch_column(b, "ref_log_prob")->data, (float)beta, rewards, &local);
+        rc = df_kl_apply_in_reward_masked(penalty, n, df_batch_offsets(b, "token_level_scores"), mask,
+                                          df_batch_column(b, "token_level_scores")->data,
+                                          df_batch_column(b, "old_log_probs")->data,
+                                          df_batch_column(b, "ref_log_prob")->data, (float)beta, rewards,
+                                          &local);
     double mean = 0;
     int64_t total = 0;
     bool counted = !rc && !replica;

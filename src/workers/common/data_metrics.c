@@ -52,15 +52,16 @@ static void seq_sums(const df_batch *b, const char *col, stat *s)
         stat_add(s, df_row_sum_f32(v + c->offsets[i], c->offsets[i + 1] - c->offsets[i]));
 }
 
-/* Token-level values of a TOK_F32 column. */
-static void token_values(const df_batch *b, const char *col, stat *s)
+/* Token-level values of a TOK_F32 column, on the model's tokens (mask; NULL: all of them). */
+static void token_values(const df_batch *b, const char *col, const int32_t *mask, stat *s)
 {
     const df_column *c = df_batch_column(b, col);
     if (!c || c->kind != DF_COL_TOK_F32)
         return;
     const float *v = c->data;
     for (int64_t j = 0; j < c->offsets[df_batch_size(b)]; j++)
-        stat_add(s, v[j]);
+        if (!mask || mask[j])
+            stat_add(s, v[j]);
 }
 
 /* Per-sample values of an F32 column. */
@@ -100,7 +101,12 @@ void df_explained_var_sums(const df_batch *b, double s[DF_EV_NSUMS])
     if (memcmp(v->offsets, r->offsets, (size_t)(n + 1) * sizeof *r->offsets))
         return; /* not laid out alike */
     const float *vv = v->data, *rv = r->data;
+    const int32_t *mask = NULL; /* multi-turn: the model's tokens (a malformed mask: all) */
+    if (df_batch_response_mask(b, &mask))
+        mask = NULL;
     for (int64_t t = 0; t < T; t++) {
+        if (mask && !mask[t])
+            continue;
         double d = (double)rv[t] - vv[t];
         s[0] += 1;
         s[1] += rv[t];
@@ -129,10 +135,14 @@ int df_compute_data_metrics(const df_batch *b, int64_t max_response_length,
                             int64_t max_prompt_length, df_metrics *m)
 {
     stat score = {0}, rew = {0}, adv = {0}, ret = {0};
+    const int32_t *mask = NULL; /* multi-turn: token statistics over the model's tokens (verl) */
+    int rc = df_batch_response_mask(b, &mask);
+    if (rc)
+        return rc;
     seq_sums(b, "token_level_scores", &score);
     seq_sums(b, "token_level_rewards", &rew);
-    token_values(b, "advantages", &adv);
-    token_values(b, "returns", &ret);
+    token_values(b, "advantages", mask, &adv);
+    token_values(b, "returns", mask, &ret);
     stat_put(m, "critic/score", &score);
     stat_put(m, "critic/rewards", &rew);
     stat_put(m, "critic/advantages", &adv);
@@ -144,8 +154,13 @@ int df_compute_data_metrics(const df_batch *b, int64_t max_response_length,
     if (flag.n)
         df_metrics_set(m, "critic/overlong/mean", flag.sum / (double)flag.n);
     stat val = {0}; /* with a critic (verl use_critic) */
-    token_values(b, "values", &val);
+    token_values(b, "values", mask, &val);
     stat_put(m, "critic/values", &val);
+    stat turns = {0}; /* multi-turn rollouts: verl's num_turns (user + assistant turns + 1) */
+    const int64_t *nt = df_batch_i64(b, "num_turns");
+    for (int64_t i = 0; nt && i < df_batch_size(b); i++)
+        stat_add(&turns, (double)nt[i]);
+    stat_put(m, "num_turns", &turns);
     lengths(b, "response_ids", max_response_length, m, "response_length");
     lengths(b, "prompt_ids", max_prompt_length, m, "prompt_length");
     return DF_OK;

@@ -175,6 +175,11 @@ static void sampling(const df_dag_worker *w, double temperature, int64_t top_k, 
     sp->ignore_eos = w->global.cfg.actor_rollout_ref.rollout.ignore_eos;
     if (!sp->ignore_eos)
         sp->stop_ids = df_tokenizer_eos_ids(w->tok, &sp->n_stop);
+    /* stop strings, matched on the text the tokenizer gives each token (rollout.stop) */
+    const df_config_strs *stop = &w->global.cfg.actor_rollout_ref.rollout.stop;
+    sp->stop = stop->n ? stop->items : NULL;
+    sp->n_stop_str = stop->n;
+    sp->tokenizer = stop->n ? w->tok : NULL;
 }
 
 static void rollout_sampling(const df_dag_worker *w, df_node_settings *s)

@@ -20,6 +20,36 @@ int df_worker_rollout_sync(df_dag_worker *w)
     return rc;
 }
 
+/* The multi-turn seam: the turn handler one generation over `prompts` runs with (tools,
+ * interactions or an environment answering each assistant turn; distflow/rollout.h
+ * df_turn_handler), or *h = NULL for single-turn responses. df_turn_info.prompt is the row of
+ * `prompts`, so per-call state (a conversation per sequence, the row's tools_kwargs /
+ * interaction_kwargs) can be built here and freed by end_turns. To be built from
+ * actor_rollout_ref.rollout.multi_turn.* once those keys are supported; today they are refused
+ * at validation, so every rollout is single-turn. */
+static int begin_turns(df_dag_worker *w, const df_node *node, const df_batch *prompts,
+                       const df_turn_handler **h)
+{
+    (void)w, (void)node, (void)prompts;
+    *h = NULL;
+    return DF_OK;
+}
+
+static void end_turns(df_dag_worker *w, const df_turn_handler *h) { (void)w, (void)h; }
+
+/* df_generate_batch_turns with the node's turn handler (begin_turns / end_turns around it). */
+static int generate_with_turns(df_dag_worker *w, const df_node *node, const df_batch *prompts, int64_t n,
+                               const df_sampling_params *sp, uint64_t seed, const char *label, df_batch **out)
+{
+    const df_turn_handler *h = NULL;
+    int rc = begin_turns(w, node, prompts, &h);
+    if (!rc)
+        rc = df_generate_batch_turns(w->rollout.engine, df_actor_model(w->actor.model), prompts, n, sp, h,
+                                     seed, label, out);
+    end_turns(w, h);
+    return rc;
+}
+
 int df_worker_generate(df_dag_worker *w, const df_node *node, const df_batch *prompts, int64_t step, int gen,
                        df_batch **out)
 {
@@ -29,8 +59,8 @@ int df_worker_generate(df_dag_worker *w, const df_node *node, const df_batch *pr
     uint64_t seed = df_rng_key(df_worker_seed(w), 0x6e6, (uint64_t)step, (uint64_t)gen);
     /* a workflow node may override the sampling keys: its own settings, resolved at setup */
     const df_sampling_params node_sp = df_worker_node_settings(w, node)->sampling;
-    return df_generate_batch(w->rollout.engine, df_actor_model(w->actor.model), prompts, df_worker_n_samples(w),
-                             &node_sp, seed, w->console && w->rank == 0 ? "rollout" : NULL, out);
+    return generate_with_turns(w, node, prompts, df_worker_n_samples(w), &node_sp, seed,
+                               w->console && w->rank == 0 ? "rollout" : NULL, out);
 }
 
 /* The node's settings decoded greedily (verl do_sample=False), one response per prompt; seed 0:
@@ -45,8 +75,8 @@ static int generate_greedy(df_dag_worker *w, const df_node *node, const df_batch
     int rc = df_worker_rollout_sync(w);
     if (rc)
         return rc;
-    return df_generate_batch(w->rollout.engine, df_actor_model(w->actor.model), prompts, 1, &sp, 0,
-                             w->console && w->rank == 0 ? "gen_max" : NULL, out);
+    /* a multi-turn job's baseline converses as its samples do */
+    return generate_with_turns(w, node, prompts, 1, &sp, 0, w->console && w->rank == 0 ? "gen_max" : NULL, out);
 }
 
 /* rollout_actor: n responses per prompt from the current policy. */

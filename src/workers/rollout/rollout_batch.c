@@ -25,6 +25,38 @@ int df_generate_batch(df_rollout_engine *e, const df_model *m, const df_batch *p
                       int64_t n, const df_sampling_params *sp, uint64_t seed, const char *label,
                       df_batch **out)
 {
+    return df_generate_batch_turns(e, m, prompts, n, sp, NULL, seed, label, out);
+}
+
+/* The result's response_mask as the batch's int32 column (rows as response_ids), and verl's
+ * num_turns per sample: assistant turns + appended replies (user / tool turns) + 1. */
+static int set_mask(df_batch *b, const df_rollout_result *res)
+{
+    const int64_t total = res->offsets[res->n_seqs], n = res->n_seqs;
+    int32_t *mask = malloc((size_t)(total ? total : 1) * sizeof *mask);
+    int64_t *turns = malloc((size_t)(n ? n : 1) * sizeof *turns);
+    if (!mask || !turns) {
+        free(mask), free(turns);
+        return df_error(DF_ENOMEM, "out of memory for the response mask");
+    }
+    for (int64_t s = 0; s < n; s++) {
+        turns[s] = res->assistant_turns[s] + 1;
+        for (int64_t t = res->offsets[s]; t < res->offsets[s + 1]; t++) {
+            mask[t] = res->response_mask[t];
+            turns[s] += !mask[t] && (t == res->offsets[s] || mask[t - 1]); /* a reply starts */
+        }
+    }
+    int rc = df_batch_set_tok_i32(b, "response_mask", res->offsets, mask);
+    if (!rc)
+        rc = df_batch_set_i64(b, "num_turns", turns);
+    free(mask), free(turns);
+    return rc;
+}
+
+int df_generate_batch_turns(df_rollout_engine *e, const df_model *m, const df_batch *prompts,
+                            int64_t n, const df_sampling_params *sp, const df_turn_handler *turns,
+                            uint64_t seed, const char *label, df_batch **out)
+{
     const df_column *pc = df_batch_column(prompts, "prompt_ids");
     if (!pc || pc->kind != DF_COL_TOK_I32)
         return df_error(DF_EINVAL, "generate: the batch has no prompt_ids column");
@@ -41,7 +73,7 @@ int df_generate_batch(df_rollout_engine *e, const df_model *m, const df_batch *p
     df_rollout_result res = {0};
     gen_progress g;
     df_progress_begin(&g.bar, label, np * n);
-    int rc = df_rollout_generate(e, m, &req, sp, &res, on_progress, &g);
+    int rc = df_rollout_generate_turns(e, m, &req, sp, turns, &res, on_progress, &g);
     df_progress_end(&g.bar);
     free(keys);
     df_batch *b = NULL;
@@ -51,6 +83,8 @@ int df_generate_batch(df_rollout_engine *e, const df_model *m, const df_batch *p
         rc = df_batch_set_tok_i32(b, "response_ids", res.offsets, res.tokens);
     if (!rc)
         rc = df_batch_set_tok_f32(b, "rollout_log_probs", res.offsets, res.log_probs);
+    if (!rc && turns) /* multi-turn: losses, KL and advantages skip the appended tokens */
+        rc = set_mask(b, &res);
     df_rollout_result_free(&res);
     if (rc) {
         df_batch_free(b);

@@ -21,4 +21,15 @@ int df_generate_batch(df_rollout_engine *e, const df_model *m, const df_batch *p
                       int64_t n, const df_sampling_params *sp, uint64_t seed, const char *label,
                       df_batch **out);
 
+/**
+ * df_generate_batch with a turn handler (multi-turn, distflow/rollout.h df_turn_handler; NULL:
+ * df_generate_batch): the batch also gets response_mask (int32 per response token, 1 on the
+ * model's tokens, 0 on the appended ones; df_batch_response_mask), which the losses, the KL
+ * penalty and the advantages read, and num_turns (int64 per sample, verl's: assistant turns +
+ * appended replies + 1, logged as num_turns/{min,max,mean}).
+ */
+int df_generate_batch_turns(df_rollout_engine *e, const df_model *m, const df_batch *prompts,
+                            int64_t n, const df_sampling_params *sp, const df_turn_handler *turns,
+                            uint64_t seed, const char *label, df_batch **out);
+
 #endif

@@ -1,0 +1,174 @@
+/*
+ * rollout_engine.h (internal) — the rollout engine's state shared by its files:
+ * rollout.c (the engine's lifetime, weight sync, validation), rollout_gen.c (one
+ * df_rollout_generate call: admission, prefill, decode, result), rollout_sample.c
+ * (drawing tokens, retiring finished sequences) and rollout_turns.c (multi-turn:
+ * turn ends, continuation prefill into a sequence's own KV cache).
+ */
+#ifndef DF_ENGINE_ROLLOUT_ENGINE_H
+#define DF_ENGINE_ROLLOUT_ENGINE_H
+
+#include "distflow/rng.h"
+#include "distflow/rollout.h"
+#include "engine/rollout_internal.h"
+#include "model/ops.h"
+
+/* Most columns per tile (and per statistics group) of fused sampling: a draw
+ * recomputes one group of one row. */
+#define DF_SAMPLE_COLS 512
+
+/* Stream tag separating rollout draws from other users of the same seed. */
+#define ROLLOUT_RNG_TAG 0x726f6c6cULL
+
+typedef struct {
+    bool active;
+    bool reserved;      /* taken by a prompt still being prefilled in chunks */
+    int64_t seq;        /* i * n_samples + j */
+    int64_t prompt_len;
+    int64_t n_gen;
+    int64_t limit;      /* min(max_new_tokens, max_seq_len - prompt_len) */
+    df_rng rng;
+    /* multi-turn (rollout_turns.c) */
+    bool cont;          /* tokens [cont_at, n_gen) wait for their prefill: no decode until then */
+    int64_t cont_at;
+    int64_t turn_start; /* index of the current turn's first model token */
+    int64_t turns;      /* assistant turns ended so far */
+} slot_state;
+
+struct df_rollout_engine {
+    df_model_config cfg;
+    df_rollout_options opt;   /* max_num_batched_tokens resolved */
+    int64_t max_num_seqs, max_seq_len, max_batched_tokens, logit_rows;
+    df_backend be;            /* where the decoder runs: the CPU, bf16 matmuls through mm */
+    df_mm_ctx *mm;            /* bf16: the matmul context gemm_w16 uses */
+    const df_weights16 *w16;  /* bf16: the copy of the matmul weights the forwards read: own16 or
+                                 a shared one (df_rollout_engine_share_weights16); NULL until then */
+    df_weights16 *own16;      /* bf16: the engine's own copy, made at the first weight sync
+                                 without a shared one */
+    uint16_t *h16;            /* bf16: final hidden rows rounded for the LM head [rows16, H] */
+    df_backend_kv kv;
+    df_infer_scratch s;
+    float *logits;            /* [logit_rows, vocab] */
+    slot_state *slots;        /* [max_num_seqs] */
+    int32_t *out_tok;         /* [max_num_seqs, max_seq_len] tokens generated so far */
+    float *out_logp;          /* [max_num_seqs, max_seq_len] */
+    int32_t *b_tok, *b_slot, *b_pos; /* [rows_cap] rows of the next forward */
+    int64_t *b_out;           /* [rows_cap] */
+    int64_t bytes;            /* everything allocated (df_rollout_engine_memory) */
+    df_rollout_stats stats;
+};
+
+/* A prompt group admitted but not yet wholly prefilled (longer than the token budget). */
+typedef struct {
+    bool on;
+    int64_t prompt, j0, cnt, done; /* done: prompt tokens prefilled so far */
+    int32_t *slots;                /* [max_num_seqs] its cnt slots */
+} pending;
+
+/* Everything one df_rollout_generate call needs besides the engine. */
+typedef struct {
+    df_rollout_engine *e;
+    const df_model *m;
+    const df_rollout_request *req;
+    const df_sampling_params *sp;
+    df_infer_weights w;       /* what the forwards read (m's, and the bf16 copy) */
+    uint8_t *is_stop;         /* [vocab] */
+    char *work;               /* [n_threads, work_bytes] sampler scratch (filtered sampling) */
+    int64_t work_bytes;
+    int n_threads;
+    /* Sampling straight from hidden states (no top-k / top-p): per-group softmax
+     * statistics of the rows of one forward, and per-thread draw buffers. */
+    bool fused;
+    df_vocab_tiling tiling;
+    int64_t n_groups;
+    df_vstat *vstat;          /* [max_num_seqs, n_groups] */
+    float *draw_buf;          /* [n_threads, 2 * tiling.group] */
+    /* finished responses, appended in completion order */
+    int32_t *a_tok;
+    float *a_logp;
+    int64_t a_len, a_cap;
+    int64_t *seq_start, *seq_len; /* [n_seqs] into the arena */
+    int8_t *finish;               /* [n_seqs] */
+    int64_t n_seqs, done, tokens;
+    int64_t next_prompt, next_j;  /* admission cursor */
+    pending pend;                 /* a prompt in chunked prefill */
+    /* multi-turn (rollout_turns.c); all NULL / 0 without a handler */
+    const df_turn_handler *turns;
+    int8_t *out_mask;             /* [max_num_seqs, max_seq_len] response_mask per slot */
+    int8_t *a_mask;               /* [a_mask_cap] the arena's response_mask */
+    int64_t a_mask_cap;
+    int32_t *n_turns;             /* [n_seqs] assistant turns of each finished sequence */
+    int64_t n_cont;               /* slots with a continuation waiting for its prefill */
+    int32_t *cont_slots;          /* [max_num_seqs] continuations the planned batch completes */
+    int64_t n_cont_out;           /* their count: output rows [0, n_cont_out) of the batch */
+    int64_t carried;              /* rows of the planned batch that carry a turn's stop token */
+    /* stop strings (rollout_stop.c); NULL / 0 without them */
+    char *stop_tail;              /* [max_num_seqs, stop_keep + 1] each slot's last text bytes */
+    int64_t *stop_len;            /* [max_num_seqs] bytes held */
+    int64_t stop_keep;            /* the longest stop string's length - 1 */
+    char *stop_buf;               /* a tail and one token's bytes */
+    int64_t stop_buf_cap;
+    df_rollout_progress_fn progress;
+    void *user;
+} gen_ctx;
+
+/* One admission in a prefill batch: prompt i, samples [j0, j0 + cnt) into slots. */
+typedef struct {
+    int64_t prompt, j0, cnt;
+    int32_t slots_at;         /* index into the admission slot list */
+} admission;
+
+static inline int64_t df_rollout_rows_cap(int64_t max_num_seqs, int64_t max_batched)
+{
+    return max_num_seqs > max_batched ? max_num_seqs : max_batched;
+}
+
+/* Rows of the bf16 LM head's operand for R hidden rows: whole tiles (df_vocab16_rows: clamped
+ * tilings have at most DF_LMHEAD_ROWS rows). */
+static inline int64_t df_rollout_h16_rows(int64_t R)
+{
+    return (R + DF_LMHEAD_ROWS - 1) / DF_LMHEAD_ROWS * DF_LMHEAD_ROWS;
+}
+
+/* rollout.c: m against the engine's config; the weights a forward reads. */
+int df_rollout_check_model(const df_rollout_engine *e, const df_model *m);
+/* free_cache_engine: the activation scratch's pages back to the OS (dead between calls; as
+ * large as a quarter of the weights at 8192 rows per forward). */
+void df_rollout_drop_scratch(df_rollout_engine *e);
+int df_rollout_infer_weights(const df_rollout_engine *e, const df_model *m, df_infer_weights *w);
+
+/* rollout_sample.c: draw the next token of the listed slots (rows[k]: slot list[k]'s row of
+ * e->logits, or of the final hidden states when fused over n_rows rows), then retire or end
+ * the turn of those that stopped. */
+int df_rollout_sample_slots(gen_ctx *g, const int32_t *list, const int64_t *rows, int64_t n);
+int df_rollout_sample_fused(gen_ctx *g, const int32_t *list, const int64_t *rows, int64_t n,
+                            int64_t n_rows);
+int df_rollout_logits(df_rollout_engine *e, const df_model *m, int64_t r0, int64_t n);
+
+/* rollout_gen.c: move a finished slot's response into the result arena and free the slot. */
+int df_rollout_retire(gen_ctx *g, int64_t si, int8_t reason);
+
+/* rollout_stop.c: stop strings (g->sp->stop). */
+int df_rollout_stop_init(gen_ctx *g);
+void df_rollout_stop_release(gen_ctx *g);
+/* Slot si's text starts anew (a new sequence, or the turn after an appended reply). */
+void df_rollout_stop_reset(gen_ctx *g, int64_t si);
+/* Add token tok's text to slot si's: whether a stop string is now complete. */
+bool df_rollout_stop_hit(gen_ctx *g, int64_t si, int32_t tok);
+
+/* rollout_turns.c: multi-turn. */
+/* Per-call state for g->turns (NULL: nothing). Errors: DF_EINVAL (no on_turn_end), DF_ENOMEM. */
+int df_rollout_turns_init(gen_ctx *g);
+void df_rollout_turns_release(gen_ctx *g);
+/* Slot si's turn ended at a stop token: ask the handler, then retire the slot or append the
+ * reply's tokens for prefill. */
+int df_rollout_turn_end(gen_ctx *g, int32_t si);
+/* Rows from row 0 for the waiting continuations, at most `budget`: fills e->b_* and b_out,
+ * g->cont_slots / n_cont_out / carried; returns the rows. */
+int64_t df_rollout_plan_turns(gen_ctx *g, int64_t budget);
+/* The arena's mask and turn count of slot si, retired now into [g->a_len, + n_gen). */
+int df_rollout_turns_retire(gen_ctx *g, int64_t si);
+/* The result's response_mask and assistant_turns (all 1 without a handler). */
+int df_rollout_turns_pack(const gen_ctx *g, df_rollout_result *res);
+
+#endif /* DF_ENGINE_ROLLOUT_ENGINE_H */

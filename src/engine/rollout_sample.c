@@ -1,0 +1,136 @@
+/* Drawing the next token of each active sequence from the final hidden states or a row of
+ * logits, and retiring the sequences that stopped (rollout_engine.h). */
+#include "engine/rollout_engine.h"
+#include "engine/sampling.h"
+#include "util/killpoint.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- sampling -------------------------------------------------------------------- */
+
+/* Record token `tok` (log-prob lp) for slot si. */
+static void push_token(df_rollout_engine *e, int64_t si, int32_t tok, float lp)
+{
+    slot_state *s = &e->slots[si];
+    e->out_tok[si * e->max_seq_len + s->n_gen] = tok;
+    e->out_logp[si * e->max_seq_len + s->n_gen] = lp;
+    s->n_gen++;
+}
+
+/* Retire the listed slots whose last token stops them or that reached their limit. */
+static int retire_finished(gen_ctx *g, const int32_t *list, int64_t n)
+{
+    df_rollout_engine *e = g->e;
+    g->tokens += n;
+    for (int64_t k = 0; k < n; k++) {
+        slot_state *s = &e->slots[list[k]];
+        int32_t last = e->out_tok[list[k] * e->max_seq_len + s->n_gen - 1];
+        int rc = DF_OK;
+        bool stop = g->is_stop[last] || (g->stop_len && df_rollout_stop_hit(g, list[k], last));
+        if (stop) /* multi-turn: the turn ends, the handler decides */
+            rc = g->turns ? df_rollout_turn_end(g, list[k]) : df_rollout_retire(g, list[k], DF_FINISH_STOP);
+        else if (s->n_gen >= s->limit)
+            rc = df_rollout_retire(g, list[k], DF_FINISH_LENGTH);
+        if (rc)
+            return rc;
+    }
+    return DF_OK;
+}
+
+/* Draw the next token of each listed slot from its logits row, then retire
+ * the slots that finished. rows[k] is slot list[k]'s row of e->logits. */
+int df_rollout_sample_slots(gen_ctx *g, const int32_t *list, const int64_t *rows, int64_t n)
+{
+    df_rollout_engine *e = g->e;
+    int64_t V = e->cfg.vocab_size;
+#pragma omp parallel for schedule(dynamic, 8) if (n * V > 16384)
+    for (int64_t k = 0; k < n; k++) {
+        slot_state *s = &e->slots[list[k]];
+        void *work = g->work + (int64_t)omp_get_thread_num() * g->work_bytes;
+        float lp;
+        int32_t tok = df_sample_token(e->logits + rows[k] * V, V, g->sp, &s->rng, work, &lp);
+        push_token(e, list[k], tok, lp);
+    }
+    return retire_finished(g, list, n);
+}
+
+/* In bf16, the LM head's operands: the final hidden rows [0, n) rounded into e->h16, padded
+ * with zero rows to whole tiles; else all NULL (the float32 head). */
+static int head16_rows(df_rollout_engine *e, int64_t n, const df_vocab_tiling *t, df_vocab16 *b)
+{
+    const uint16_t *W16 = e->w16 ? df_weights16_lm_head(e->w16) : NULL;
+    *b = (df_vocab16){NULL, NULL, NULL};
+    if (!W16)
+        return DF_OK;
+    const int64_t H = e->cfg.hidden_size, rows = df_vocab16_rows(n, t);
+    const int64_t cap = df_rollout_h16_rows(df_rollout_rows_cap(e->max_num_seqs, e->max_batched_tokens));
+    if (rows > cap)
+        return df_error(DF_EINTERNAL, "rollout: %lld bf16 head rows exceed the %lld allocated",
+                        (long long)rows, (long long)cap);
+    df_bf16_from_f32(e->h16, e->s.xn, n * H);
+    memset(e->h16 + n * H, 0, (size_t)((rows - n) * H) * sizeof(uint16_t));
+    *b = (df_vocab16){e->mm, e->h16, W16};
+    return DF_OK;
+}
+
+/* As sample_slots from the final hidden states e->s.xn[0 .. n_rows): statistics
+ * of every row once, then per slot a greedy pick or one inverse-CDF draw. */
+int df_rollout_sample_fused(gen_ctx *g, const int32_t *list, const int64_t *rows, int64_t n,
+                              int64_t n_rows)
+{
+    df_rollout_engine *e = g->e;
+    const int64_t V = e->cfg.vocab_size, H = e->cfg.hidden_size, G = g->n_groups;
+    const bool greedy = g->sp->greedy || g->sp->temperature == 0.0f;
+    const float inv_t = greedy ? 1.0f : 1.0f / g->sp->temperature; /* greedy log-probs at T = 1 */
+    const float *W = g->m->w.lm_head, *xn = e->s.xn;
+    df_vocab16 b16;
+    int rc = head16_rows(e, n_rows, &g->tiling, &b16);
+    if (rc)
+        return rc;
+    const unsigned flags = greedy ? DF_VSTAT_ARGMAX : 0u;
+    if (b16.W ? df_vocab_stats16(g->vstat, NULL, NULL, &b16, n_rows, V, H, inv_t, flags, &g->tiling)
+              : (df_vocab_stats(g->vstat, NULL, NULL, xn, W, n_rows, V, H, inv_t, flags, &g->tiling), 0))
+        return df_error(DF_EINTERNAL, "rollout: oneDNN failed on a bf16 logits tile");
+    int failed = 0;
+#pragma omp parallel for schedule(dynamic, 2) if (n > 1 && !greedy)
+    for (int64_t k = 0; k < n; k++) {
+        const df_vstat *st = g->vstat + rows[k] * G;
+        df_vrow r;
+        df_vstat_merge(st, G, &r);
+        double lse = r.m + log(r.s0);
+        int32_t tok = r.arg;
+        float z = (float)r.m;
+        if (!greedy) {
+            float *buf = g->draw_buf + (int64_t)omp_get_thread_num() * 2 * g->tiling.group;
+            double u = df_rng_uniform(&e->slots[list[k]].rng);
+            tok = b16.W ? df_vocab_draw16(st, G, &r, u, &b16, rows[k], V, H, inv_t, &g->tiling,
+                                          buf, &z)
+                        : df_vocab_draw(st, G, &r, u, xn + rows[k] * H, W, V, H, inv_t,
+                                        &g->tiling, buf, &z);
+        }
+        if (tok < 0) {
+#pragma omp atomic write
+            failed = 1;
+            continue;
+        }
+        push_token(e, list[k], tok, (float)((double)z - lse));
+    }
+    if (failed)
+        return df_error(DF_EINTERNAL, "rollout: oneDNN failed on a bf16 logits row");
+    return retire_finished(g, list, n);
+}
+
+/* LM head for rows [r0, r0 + n) of the final hidden states into e->logits (bf16: the
+ * head's copy, the rows rounded per call). */
+int df_rollout_logits(df_rollout_engine *e, const df_model *m, int64_t r0, int64_t n)
+{
+    int64_t H = e->cfg.hidden_size, V = e->cfg.vocab_size;
+    const uint16_t *W16 = e->w16 ? df_weights16_lm_head(e->w16) : NULL;
+    if (W16)
+        return df_mm_w16(e->mm, true, n, V, H, 1.0f, e->s.xn + r0 * H, W16, 0.0f, e->logits);
+    df_gemm_nt(n, V, H, 1.0f, e->s.xn + r0 * H, m->w.lm_head, 0.0f, e->logits);
+    return DF_OK;
+}
