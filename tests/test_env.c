@@ -148,6 +148,16 @@ static void test_guess_truncation(void **state)
     step(st, "<answer>58</answer>", "Correct! My number is 58. You found it in 2 guesses.", 1.0, true, false,
          "{\"success\": true, \"valid\": true, \"turns\": 2}");
     df_env_guess_number.release(st);
+    /* a win after 12 guesses at turn_penalty 0.1 would be worth -0.1: it is floored at 0.1, above a loss */
+    st = make("{\"turn_penalty\": 0.1, \"max_turns\": 20}");
+    reset(st, 1, NULL);
+    for (int i = 0; i < 11; i++) {
+        assert_int_equal(df_env_guess_number.step(st, "<answer>1</answer>", &s), DF_OK);
+        df_env_step_clear(&s);
+    }
+    step(st, "<answer>58</answer>", "Correct! My number is 58. You found it in 12 guesses.", 0.1, true, false,
+         "{\"success\": true, \"valid\": true, \"turns\": 12}");
+    df_env_guess_number.release(st);
 }
 
 static void test_guess_config(void **state)
