@@ -179,6 +179,92 @@ static void test_guess_config(void **state)
     }
 }
 
+/* ---- grid_nav ------------------------------------------------------------------------------------ */
+
+static void grid_step(void *st, const char *move, const char *obs, double reward, bool term, bool trunc)
+{
+    df_env_step s;
+    char a[64];
+    snprintf(a, sizeof a, "Let me go %s. <answer>%s</answer>", move, move);
+    assert_int_equal(df_env_grid_nav.step(st, a, &s), DF_OK);
+    assert_string_equal(s.observation, obs);
+    assert_true(s.reward == reward);
+    assert_int_equal(s.terminated, term);
+    assert_int_equal(s.truncated, trunc);
+    df_env_step_clear(&s);
+}
+
+/* Seed 2 of the default 5x5 grid with 4 walls, checked by hand: A at (4, 2), G at (2, 4), walls at
+   (1, 5), (3, 1), (4, 4); shortest path 4. right, right (the wall at (4, 4)), up, up, an unreadable
+   move, right: the goal in 6 moves, reward 1 - 0.05 * (6 - 4) = 0.9. */
+static void test_grid_transcript(void **state)
+{
+    (void)state;
+    void *st = NULL;
+    assert_int_equal(df_env_grid_nav.create("{}", &st), DF_OK);
+    char *obs = NULL;
+    assert_int_equal(df_env_grid_nav.reset(st, 2, &obs), DF_OK);
+    assert_string_equal(obs, "You are A on this 5x5 grid; G is the goal and # are walls (row 1 is the top):\n"
+                             ". . . . #\n. . . G .\n# . . . .\n. A . # .\n. . . . .\n"
+                             "You are at row 4, column 2; the goal is at row 2, column 4. Move one cell per turn: "
+                             "end your reply with <answer>up</answer>, <answer>down</answer>, <answer>left</answer> "
+                             "or <answer>right</answer>. You have 20 moves.");
+    free(obs);
+    grid_step(st, "right", "You moved right. You are at row 4, column 3. 19 moves left.", 0, false, false);
+    grid_step(st, "right", "A wall blocks the way right. You are at row 4, column 3. 18 moves left.", 0, false, false);
+    grid_step(st, "up", "You moved up. You are at row 3, column 3. 17 moves left.", 0, false, false);
+    grid_step(st, " UP ", "You moved up. You are at row 2, column 3. 16 moves left.", 0, false, false);
+    grid_step(st, "north", "I could not read a move. End your reply with <answer>up</answer>, <answer>down</answer>, "
+                           "<answer>left</answer> or <answer>right</answer>. You are at row 2, column 3. 15 moves "
+                           "left.", 0, false, false);
+    grid_step(st, "right", "You moved right. You are at row 2, column 4: the goal. You reached it in 6 moves (the "
+                           "shortest path has 4).", 0.9, true, false);
+    /* seed 1: A in the top-left corner; the edge stops it; two moves of a 2-move limit truncate */
+    df_env_grid_nav.release(st);
+    assert_int_equal(df_env_grid_nav.create("{\"max_turns\": 2}", &st), DF_OK);
+    assert_int_equal(df_env_grid_nav.reset(st, 1, &obs), DF_OK);
+    assert_non_null(strstr(obs, "You are at row 1, column 1"));
+    free(obs);
+    grid_step(st, "up", "You cannot move up: that is the edge of the grid. You are at row 1, column 1. 1 move left.",
+              0, false, false);
+    grid_step(st, "left", "You cannot move left: that is the edge of the grid. You are at row 1, column 1. No moves "
+                          "left.", 0, false, true);
+    df_env_grid_nav.release(st);
+    struct { const char *config, *msg; } bad[] = {
+        {"{\"size\": 10}", "grid_nav: config.size must be an integer in [3, 9]"},
+        {"{\"size\": 3, \"walls\": 4}", "grid_nav: config.walls must be an integer in [0, 3]"},
+        {"{\"goal\": 1}", "unknown config key 'goal'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        assert_int_equal(df_env_grid_nav.create(bad[i].config, &st), DF_EINVAL);
+        assert_non_null(strstr(df_last_error(), bad[i].msg));
+    }
+}
+
+/* Every seed and size gives a start and goal at least size - 1 moves apart with a path between. */
+static void test_grid_solvable(void **state)
+{
+    (void)state;
+    for (int size = 3; size <= 9; size++) {
+        char cfg[64];
+        snprintf(cfg, sizeof cfg, "{\"size\": %d, \"walls\": %d}", size, size * size / 3);
+        void *st = NULL;
+        assert_int_equal(df_env_grid_nav.create(cfg, &st), DF_OK);
+        for (uint64_t seed = 0; seed < 60; seed++) {
+            char *obs = NULL;
+            assert_int_equal(df_env_grid_nav.reset(st, seed, &obs), DF_OK);
+            free(obs);
+            df_env_step s;
+            assert_int_equal(df_env_grid_nav.step(st, "?", &s), DF_OK);
+            const char *p = strstr(s.info, "\"shortest\": ");
+            assert_non_null(p);
+            assert_true(atoi(p + 12) >= size - 1);
+            df_env_step_clear(&s);
+        }
+        df_env_grid_nav.release(st);
+    }
+}
+
 /* ---- vectorised episodes ----------------------------------------------------------------------- */
 
 /* A policy that bisects from what the last observation says; lo / hi per episode. */
@@ -362,7 +448,7 @@ static void test_spec_load(void **state)
     df_env_spec_clear(&s);
 
     expect_load(NULL, DF_EINVAL, "no environment named");
-    expect_load("guess", DF_ENOTFOUND, "unknown environment class 'guess' (known: guess_number)");
+    expect_load("guess", DF_ENOTFOUND, "unknown environment class 'guess' (known: grid_nav, guess_number)");
     expect_load("/nonexistent/env.yaml", DF_ENOTFOUND, "environment config /nonexistent/env.yaml");
     expect_load("/nonexistent/libx.so:env", DF_ENOTFOUND, "a plugin ref must be loaded first (df_plugin_env)");
     struct { const char *body, *msg; } bad[] = {
@@ -396,6 +482,8 @@ int main(void)
         cmocka_unit_test(test_guess_malformed),
         cmocka_unit_test(test_guess_truncation),
         cmocka_unit_test(test_guess_config),
+        cmocka_unit_test(test_grid_transcript),
+        cmocka_unit_test(test_grid_solvable),
         cmocka_unit_test(test_vec_equals_single),
         cmocka_unit_test(test_adapter),
         cmocka_unit_test_setup_teardown(test_spec_load, setup, teardown),

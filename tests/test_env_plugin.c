@@ -136,7 +136,7 @@ static void test_config_keys(void **state)
     check("dag.environment_path=guess_number", NULL, DF_EINVAL,
           "dag.environment_path is set but dag.env_enable is false");
     check("dag.env_enable=true", "dag.environment_path=guess", DF_ENOTFOUND,
-          "command line: dag.environment_path: unknown environment class 'guess' (known: guess_number)");
+          "command line: dag.environment_path: unknown environment class 'guess' (known: grid_nav, guess_number)");
     char *bad = write_file(*state, "bad.yaml", "environment: {name: guess_number, config: {max_turns: 0}}\n");
     char ov[600];
     snprintf(ov, sizeof ov, "dag.environment_path=%s", bad);

@@ -16,8 +16,8 @@
  *                   return for the REWARD stage (df_env_vec_episode) and verl's num_turns metrics
  *                   (df_env_vec_metrics).
  *
- * Built-in class: "guess_number" (guess a whole number in [low, high] from "higher" / "lower" hints;
- * docs/environments.md). A plugin class is a `const df_env` object exported from a shared library and
+ * Built-in classes (docs/environments.md): "guess_number" (guess a whole number in [low, high] from
+ * "higher" / "lower" hints) and "grid_nav" (walk a text grid around walls to a goal). A plugin class is a `const df_env` object exported from a shared library and
  * named by its ref "path/to/libx.so:symbol" (loaded through distflow/dag.h's df_plugin_env).
  *
  * Threads: a class and a spec are read-only; a df_env_vec is used by one thread at a time. Episodes
@@ -67,8 +67,9 @@ typedef struct df_env {
     void (*release)(void *state);
 } df_env;
 
-/** The built-in guess-the-number class (also found by df_env_class_lookup as "guess_number"). */
+/** The built-in classes (also found by df_env_class_lookup as "guess_number" / "grid_nav"). */
 DF_API extern const df_env df_env_guess_number;
+DF_API extern const df_env df_env_grid_nav;
 
 /**
  * Register `env` under env->name (shadowing a built-in of that name); the vtable is copied, its

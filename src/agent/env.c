@@ -13,6 +13,7 @@
 static void class_marker(void) {}
 
 static const df_fn_entry k_envs[] = {
+    {"grid_nav", class_marker, &df_env_grid_nav},
     {"guess_number", class_marker, &df_env_guess_number},
 };
 
