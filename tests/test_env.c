@@ -347,6 +347,32 @@ static void test_vec_equals_single(void **state)
     df_env_spec_clear(&spec);
 }
 
+/* GRPO groups: rows sharing an id play one episode; distinct ids equal df_env_vec_reset's seeds. */
+static void test_vec_group_ids(void **state)
+{
+    (void)state;
+    df_env_spec spec;
+    assert_int_equal(df_env_spec_load("grid_nav", NULL, &spec), DF_OK);
+    df_env_vec *a = NULL, *b = NULL;
+    assert_int_equal(df_env_vec_create(&spec, 4, &a), DF_OK);
+    assert_int_equal(df_env_vec_create(&spec, 4, &b), DF_OK);
+    const int64_t ids[4] = {6, 6, 7, 7};
+    assert_int_equal(df_env_vec_reset_ids(a, 42, ids), DF_OK);
+    assert_int_equal(df_env_vec_reset(b, 42, 6), DF_OK); /* rows: episodes 6, 7, 8, 9 */
+    assert_string_equal(df_env_vec_observation(a, 0), df_env_vec_observation(a, 1));
+    assert_string_equal(df_env_vec_observation(a, 2), df_env_vec_observation(a, 3));
+    assert_string_not_equal(df_env_vec_observation(a, 0), df_env_vec_observation(a, 2));
+    assert_string_equal(df_env_vec_observation(a, 0), df_env_vec_observation(b, 0));
+    assert_string_equal(df_env_vec_observation(a, 2), df_env_vec_observation(b, 1));
+    assert_true(df_env_vec_episode(a, 3)->seed == df_env_episode_seed(42, 7));
+    const int64_t neg[4] = {0, -1, 0, 0};
+    assert_int_equal(df_env_vec_reset_ids(a, 42, neg), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "row 1 has a negative id"));
+    df_env_vec_free(a);
+    df_env_vec_free(b);
+    df_env_spec_clear(&spec);
+}
+
 /* The adapter: prompt messages, a turn's messages and done, cut, errors, and the metrics. */
 static void test_adapter(void **state)
 {
@@ -485,6 +511,7 @@ int main(void)
         cmocka_unit_test(test_grid_transcript),
         cmocka_unit_test(test_grid_solvable),
         cmocka_unit_test(test_vec_equals_single),
+        cmocka_unit_test(test_vec_group_ids),
         cmocka_unit_test(test_adapter),
         cmocka_unit_test_setup_teardown(test_spec_load, setup, teardown),
     };

@@ -150,6 +150,15 @@ DF_API int df_env_vec_size(const df_env_vec *v);
  */
 DF_API int df_env_vec_reset(df_env_vec *v, uint64_t seed, int64_t first_episode);
 
+/**
+ * Reset every episode i with the seed df_env_episode_seed(seed, ids[i]): `ids` [size] are global
+ * episode ids of the rows. GRPO's groups (rollout.n > 1) pass the prompt's global index for each
+ * of its n samples, so that the group plays one episode (one secret, one grid) n times and its
+ * advantages compare the responses, not the episodes. Errors: DF_EINVAL (NULL ids, a negative id),
+ * reset's naming the episode.
+ */
+DF_API int df_env_vec_reset_ids(df_env_vec *v, uint64_t seed, const int64_t *ids);
+
 /** Episode i's current observation (the reset's, then the last step's); valid until the next
     reset / step of that episode. NULL for i out of range. */
 DF_API const char *df_env_vec_observation(const df_env_vec *v, int i);

@@ -69,23 +69,40 @@ int df_env_vec_create(const df_env_spec *spec, int n, df_env_vec **out)
 
 int df_env_vec_size(const df_env_vec *v) { return v ? v->n : 0; }
 
+/* Reset row i as global episode `id`. */
+static int reset_one(df_env_vec *v, int i, uint64_t seed, int64_t id)
+{
+    env_slot *s = &v->slots[i];
+    free(s->observation);
+    s->observation = NULL;
+    s->ep = (df_env_episode){.seed = df_env_episode_seed(seed, id)};
+    int rc = v->env->reset(s->state, s->ep.seed, &s->observation);
+    if (rc) {
+        s->ep.done = true;
+        return df_error_wrap(rc, "environment '%s': reset of episode %lld", v->env->name, (long long)id);
+    }
+    return DF_OK;
+}
+
 int df_env_vec_reset(df_env_vec *v, uint64_t seed, int64_t first_episode)
 {
     if (!v || first_episode < 0)
         return df_error(DF_EINVAL, "df_env_vec_reset: NULL vector or negative first_episode");
-    for (int i = 0; i < v->n; i++) {
-        env_slot *s = &v->slots[i];
-        free(s->observation);
-        s->observation = NULL;
-        s->ep = (df_env_episode){.seed = df_env_episode_seed(seed, first_episode + i)};
-        int rc = v->env->reset(s->state, s->ep.seed, &s->observation);
-        if (rc) {
-            s->ep.done = true;
-            return df_error_wrap(rc, "environment '%s': reset of episode %lld", v->env->name,
-                                 (long long)(first_episode + i));
-        }
-    }
-    return DF_OK;
+    int rc = DF_OK;
+    for (int i = 0; i < v->n && !rc; i++)
+        rc = reset_one(v, i, seed, first_episode + i);
+    return rc;
+}
+
+int df_env_vec_reset_ids(df_env_vec *v, uint64_t seed, const int64_t *ids)
+{
+    if (!v || !ids)
+        return df_error(DF_EINVAL, "df_env_vec_reset_ids: NULL vector or ids");
+    int rc = DF_OK;
+    for (int i = 0; i < v->n && !rc; i++)
+        rc = ids[i] < 0 ? df_error(DF_EINVAL, "df_env_vec_reset_ids: row %d has a negative id", i)
+                        : reset_one(v, i, seed, ids[i]);
+    return rc;
 }
 
 const char *df_env_vec_observation(const df_env_vec *v, int i)
