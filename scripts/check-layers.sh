@@ -16,7 +16,7 @@ declare -A PUBLIC=(
   [common]=util [platform]=util [rng]=util [metrics]=util
   [comm]=comm [jinja]=jinja [tokenizer]=tokenizer
   [algo]=algo [algo_desc]=algo [reward]=algo
-  [agent]=agent
+  [agent]=agent [env]=agent
   [config]=config [config_table_begin]=config [config_table_end]=config [train_config]=config
   [sft_config]=config [train_optim]=config
   [batch]=data [dataset]=data [dataloader]=data [synth]=data

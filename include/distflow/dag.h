@@ -485,6 +485,9 @@ DF_API int df_plugin_policy_loss(const char *ref, bool load);
 DF_API int df_plugin_tool(const char *ref);
 /** The same for an interaction class (`const df_interaction symbol`; df_interaction_set_load). */
 DF_API int df_plugin_interaction(const char *ref);
+/** The same for an environment class (`const df_env symbol`, distflow/env.h; df_env_spec_load's
+    loader for dag.environment_path). */
+DF_API int df_plugin_env(const char *ref);
 
 /**
  * Build a task graph from a plugin pipeline factory (dag.custom_pipeline_fn):

@@ -32,4 +32,10 @@ int agent_interaction_class_resolve(const char *name, df_tool_plugin_loader load
 /* True when `ref` looks like a plugin ref ("path/lib.so:symbol"), as the plan's plugin loader decides. */
 bool agent_is_plugin_ref(const char *ref);
 
+/* env_guess.c: read the guess of a model turn: the last <answer>N</answer> block, else the last
+   "Answer: N". AGENT_GUESS_OK sets *guess; otherwise `what` (cap bytes) says what is wrong, for
+   the model. N is an optional sign and 1..12 digits. */
+enum { AGENT_GUESS_OK, AGENT_GUESS_NONE, AGENT_GUESS_MALFORMED };
+int agent_env_guess_parse(const char *text, int64_t *guess, char *what, size_t cap);
+
 #endif

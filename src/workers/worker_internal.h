@@ -203,6 +203,16 @@ const char *df_worker_mp_key(df_node_role role, const df_train_config *t, int64_
  * df_plugin_symbol, naming the key.
  */
 int df_worker_plugins(const df_config *c, const df_train_config *t, bool load, df_reward_fn *score);
+/**
+ * dag.env_enable / dag.environment_path (distflow/env.h): with env_enable, the environment the path
+ * names is resolved — a config file, a built-in class or a plugin ref — and its config tried; a
+ * plugin is read from its file (load false) or loaded (load true, df_plugin_env). *spec (may be
+ * NULL) gets the spec, which the caller frees (df_env_spec_clear); unchanged without env_enable.
+ * Errors name the key: env_enable without environment_path, environment_path without env_enable,
+ * and df_env_spec_load's.
+ */
+struct df_env_spec;
+int df_worker_env(const df_config *c, const df_train_config *t, bool load, struct df_env_spec *spec);
 /** df_warn_fn for workflow warnings: stderr, rank 0 only (user = the worker). */
 void df_worker_warn(void *user, const char *msg);
 /** The node's settings, or &w->global when it has no overrides (or n is NULL). */

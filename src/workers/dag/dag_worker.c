@@ -1,6 +1,7 @@
 /* The DAG worker: setup from the config, the training loop, validation, checkpoints. */
 #include "workers/worker_internal.h"
 
+#include "distflow/env.h"
 #include "distflow/scheduler.h"
 #include "engine/hf_dir.h"
 #include "util/fsutil.h"
@@ -234,6 +235,15 @@ int df_dag_worker_create(const df_config *cfg, df_comm *comm, df_dag_worker **ou
         rc = df_train_check(cfg, w->world, df_worker_warn, w, &w->plan);
     if (!rc) /* checked from their files above; now their code */
         rc = df_worker_plugins(cfg, t, true, &w->reward.cfg.compute_score);
+    if (!rc && t->dag.env_enable) { /* the ENV_INTERACT turn loop is the rollout engine's, not connected yet */
+        df_env_spec spec = {0};
+        rc = df_worker_env(cfg, t, true, &spec);
+        df_env_spec_clear(&spec);
+        if (!rc)
+            rc = df_error(DF_EUNSUPPORTED, "%s: dag.env_enable: environment '%s' is valid, but the rollout does "
+                          "not run environment turns yet (docs/environments.md, \"Status\")",
+                          df_config_where(cfg, "dag.env_enable"), t->dag.environment_path);
+    }
     if (!rc)
         rc = expand_path(t->actor_rollout_ref.model.path, w->model_dir, sizeof w->model_dir);
     if (!rc)

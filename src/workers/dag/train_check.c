@@ -13,6 +13,7 @@
 #include "workers/dag/preflight.h"
 #include "distflow/algo_desc.h"
 #include "distflow/backend.h"
+#include "distflow/env.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -334,6 +335,36 @@ int df_worker_plugins(const df_config *c, const df_train_config *t, bool load, d
     return custom_reward(c, t, load, score);
 }
 
+/* df_env_spec_load's loader for `config check` / `plan`: the library file is read (the df_env object's
+   size and the ABI), no plugin code runs and nothing is registered. */
+static int check_env_plugin(const char *ref)
+{
+    df_env bytes;
+    return df_plugin_check_object(ref, sizeof bytes, &bytes);
+}
+
+int df_worker_env(const df_config *c, const df_train_config *t, bool load, df_env_spec *spec)
+{
+    const char *path = t->dag.environment_path;
+    if (!t->dag.env_enable)
+        return path ? df_error(DF_EINVAL, "%s: dag.environment_path is set but dag.env_enable is false: enable "
+                                          "the environment or drop the path", df_config_where(c, "dag.environment_path"))
+                    : DF_OK;
+    if (!path)
+        return df_error(DF_EINVAL, "%s: dag.env_enable needs dag.environment_path (an environment config file, "
+                                   "a built-in class such as guess_number, or a plugin ref path/to/libx.so:symbol)",
+                        df_config_where(c, "dag.env_enable"));
+    df_env_spec s;
+    int rc = df_env_spec_load(path, load ? df_plugin_env : check_env_plugin, &s);
+    if (rc)
+        return df_error_wrap(rc, "%s: dag.environment_path", df_config_where(c, "dag.environment_path"));
+    if (spec)
+        *spec = s;
+    else
+        df_env_spec_clear(&s);
+    return DF_OK;
+}
+
 /* Whether a node of g scores responses through the reward registry: the built-in reward node or ReMax's
    baseline (a plugin's reward node scores its own way, so its data_source values need no scorer). */
 static bool scores_by_registry(df_task_graph *g, bool workflow)
@@ -369,6 +400,11 @@ int df_train_check(const df_config *cfg, int world, df_warn_fn warn, void *user,
         rc = check_supported(cfg, &t);
     if (!rc) /* before planning: the estimator's descriptor picks the pipeline */
         rc = df_worker_plugins(cfg, &t, false, NULL);
+    if (!rc)
+        rc = df_worker_env(cfg, &t, false, NULL);
+    if (!rc && t.dag.env_enable && warn) /* the library and its checks exist; the engine's turn loop does not yet */
+        warn(user, "dag.env_enable: the environment is valid, but the rollout does not run its turns yet "
+                   "(docs/environments.md, \"Status\"): train refuses it");
     if (!rc)
         rc = df_worker_register_nodes();
     if (!rc)
