@@ -221,6 +221,11 @@ static void test_naive_manager(void **state)
     assert_int_equal(len, 3);
     df_batch_tok_f32(b, "token_level_scores", 2, &len);
     assert_int_equal(len, 0);
+    /* each scorer's extracted answer as the STR column pred (verl's reward_extra_info); the synthetic
+       scorer (a plain df_reward_fn) reports none */
+    const char *want_pred[] = {"72", "", "5", ""};
+    for (int i = 0; i < 4; i++)
+        assert_string_equal(df_batch_str(b, "pred", i), want_pred[i]);
 
     /* a custom compute_score for every row (verl custom_reward_function); NULL outputs */
     df_reward_manager_cfg cfg = {.compute_score = half_score};
@@ -255,6 +260,7 @@ static void test_naive_errors(void **state)
     assert_non_null(strstr(df_last_error(), "row 3"));
     assert_non_null(strstr(df_last_error(), "'my/unknown-task'"));
     assert_false(df_batch_has(b, "token_level_scores")); /* batch untouched */
+    assert_false(df_batch_has(b, "pred"));
     assert_int_equal(df_reward_register("my/unknown-task", failing_score), 0);
     assert_int_equal(df_reward_naive(NULL, b, RESPONSES, scores, NULL, NULL), DF_EINVAL);
     assert_non_null(strstr(df_last_error(), "scoring row 3 (data_source my/unknown-task): judge exploded"));

@@ -255,6 +255,9 @@ typedef struct df_reward_manager_cfg {
  * verl puts it at valid_response_length - 1. A zero-length response has no
  * token to carry its score: its row in token_level_scores stays empty, the
  * score is still reported in scores[i], and it is counted in *n_empty.
+ * Adds (or replaces) `pred` (STR): each row's df_reward_result.pred, the
+ * scorer's extracted answer ("" for a df_reward_fn), as verl keeps "pred" in
+ * reward_extra_info; the generation dumps show it.
  *
  * Rows are scored as df_reward_compute with cfg->kwargs (or by
  * cfg->compute_score). Outputs (each may be NULL): scores[n] per-sample score,
