@@ -11,7 +11,8 @@
  * tools that are not a list, a template raise, consecutive tool messages that do not render turn by
  * turn, an over-long row). The actor's loss_mask weighs tokens exactly (the loss of a mask with two
  * ones is the mean NLL of those two tokens). `distflow sft` on 2-turn chats with a tiny model trains
- * (the loss falls below half its start) and refuses an unreadable data.chat_template.
+ * (the loss falls below half its start), refuses an unreadable data.chat_template and renders with
+ * the template of a data.chat_template file.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -288,6 +289,18 @@ static void test_cli_trains(void **state)
     snprintf(log, sizeof log, "%s/bad_tmpl.log", dir);
     char *text = df_cli_log(log);
     assert_non_null(strstr(text, "data.chat_template"));
+    free(text);
+    /* a template file replaces the tokenizer's: this one raises, naming itself */
+    char opt[600], *tmpl = df_path_join(dir, "raise.jinja");
+    const char *src = "{{ raise_exception('the file template ran') }}";
+    assert_int_equal(df_write_file_atomic(tmpl, src, strlen(src)), 0);
+    snprintf(opt, sizeof opt, "data.chat_template=%s", tmpl);
+    free(tmpl);
+    assert_int_not_equal(sft("file_tmpl", opt), 0);
+    snprintf(log, sizeof log, "%s/file_tmpl.log", dir);
+    text = df_cli_log(log);
+    if (!strstr(text, "the file template ran"))
+        fail_msg("the template file was not used; log:\n%s", text);
     free(text);
 }
 
