@@ -125,29 +125,49 @@ static void test_calculator_tool(void **state)
     df_tool_result_clear(&r);
 }
 
+/* The GSM8K tool's calc_reward after execute({"answer": answer}) with ground truth `gt` (NULL: none). */
+static double gsm8k_tool_score(const char *gt, const char *answer)
+{
+    void *inst = NULL;
+    json_t *kw = gt ? json_pack("{s:s}", "ground_truth", gt) : json_object();
+    json_t *args = json_pack("{s:s}", "answer", answer);
+    char *kws = json_dumps(kw, 0), *as = json_dumps(args, 0);
+    assert_int_equal(df_tool_gsm8k.create(NULL, "id", kws, &inst), DF_OK);
+    df_tool_result r = {0};
+    assert_int_equal(df_tool_gsm8k.execute(NULL, inst, as, &r), DF_OK);
+    double score = -1;
+    assert_int_equal(df_tool_gsm8k.calc_reward(NULL, inst, &score), DF_OK);
+    df_tool_result_clear(&r);
+    df_tool_gsm8k.release(NULL, inst);
+    free(kws), free(as);
+    json_decref(kw), json_decref(args);
+    return score;
+}
+
 static void test_gsm8k_flexible(void **state)
 {
     (void)state;
-    /* verl gsm8k.compute_score(method="flexible"): the last number-like match */
-    assert_near(agent_gsm8k_flexible_score("#### 72", "72"), 1.0, 0);
-    assert_near(agent_gsm8k_flexible_score("So 3 + 4 = 7, then #### 72", "72"), 1.0, 0);
-    assert_near(agent_gsm8k_flexible_score("#### 72 dollars", "72"), 1.0, 0);
-    assert_near(agent_gsm8k_flexible_score("#### -3", "-3"), 1.0, 0);
-    assert_near(agent_gsm8k_flexible_score("The answer is 72.", "72"), 0.0, 0);     /* matches "72." */
-    assert_near(agent_gsm8k_flexible_score("#### $1,000", "1000"), 0.0, 0);         /* commas stay */
-    assert_near(agent_gsm8k_flexible_score("#### 72 . ", "72"), 1.0, 0);            /* "." is skipped */
-    assert_near(agent_gsm8k_flexible_score("#### no number", "72"), 0.0, 0);
-    assert_near(agent_gsm8k_flexible_score("#### 72", NULL), 0.0, 0);
-    /* only the last 300 characters are searched (verl's _SOLUTION_CLIP_CHARS) */
+    /* verl gsm8k.compute_score("#### " + answer, method="flexible") of the rewards module: the last
+       number-like match within the last 300 characters */
+    assert_near(gsm8k_tool_score("72", "72"), 1.0, 0);
+    assert_near(gsm8k_tool_score("72", "So 3 + 4 = 7, then #### 72"), 1.0, 0);
+    assert_near(gsm8k_tool_score("72", "72 dollars"), 1.0, 0);
+    assert_near(gsm8k_tool_score("-3", "-3"), 1.0, 0);
+    assert_near(gsm8k_tool_score("72", "The answer is 72."), 0.0, 0); /* matches "72." */
+    assert_near(gsm8k_tool_score("1000", "$1,000"), 0.0, 0);          /* commas stay */
+    assert_near(gsm8k_tool_score("72", "72 . "), 1.0, 0);             /* "." is skipped */
+    assert_near(gsm8k_tool_score("72", "no number"), 0.0, 0);
+    assert_near(gsm8k_tool_score(NULL, "72"), 0.0, 0);
+    /* only the last 300 characters of "#### " + answer are searched (verl's _SOLUTION_CLIP_CHARS) */
     char text[400];
     memset(text, 'a', sizeof text);
     memcpy(text, "72", 2);
     text[399] = '\0';
-    assert_near(agent_gsm8k_flexible_score(text, "72"), 0.0, 0);
+    assert_near(gsm8k_tool_score("72", text), 0.0, 0);
     text[98] = '7', text[99] = '2';
-    assert_near(agent_gsm8k_flexible_score(text, "72"), 0.0, 0); /* 300 chars back starts at 99 */
+    assert_near(gsm8k_tool_score("72", text), 0.0, 0); /* 300 chars back starts at 99 */
     text[99] = '7', text[100] = '2';
-    assert_near(agent_gsm8k_flexible_score(text, "72"), 1.0, 0);
+    assert_near(gsm8k_tool_score("72", text), 1.0, 0);
 }
 
 static void test_gsm8k_tool(void **state)

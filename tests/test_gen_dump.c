@@ -120,6 +120,13 @@ static void test_rows(void **state)
     rows = dump(tok, b, false);
     assert_null(json_object_get(json_array_get(rows, 0), "step"));
     json_decref(rows);
+    /* the reward manager's pred column (df_reward_naive) becomes each row's "pred" */
+    const char *pred[] = {"72", "", "9"};
+    assert_int_equal(df_batch_set_str(b, "pred", pred), 0);
+    rows = dump(tok, b, false);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(rows, 0), "pred")), "72");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(rows, 1), "pred")), "");
+    json_decref(rows);
     df_batch_free(b);
     df_tokenizer_free(tok);
 }

@@ -221,6 +221,8 @@ static void test_naive_manager(void **state)
     assert_int_equal(len, 3);
     df_batch_tok_f32(b, "token_level_scores", 2, &len);
     assert_int_equal(len, 0);
+    /* verl's gsm8k / synthetic scorers return no pred: no pred column (verl's reward_extra_info) */
+    assert_false(df_batch_has(b, "pred"));
 
     /* a custom compute_score for every row (verl custom_reward_function); NULL outputs */
     df_reward_manager_cfg cfg = {.compute_score = half_score};
@@ -244,6 +246,19 @@ static void test_naive_manager(void **state)
     const float want3[] = {1, 0, 1, 1}; /* all scored by the synthetic scorer */
     assert_memory_equal(scores, want3, sizeof scores);
     df_batch_free(b);
+
+    /* a math_dapo row: its pred (math_dapo's dict) becomes the pred column, "" on the other rows;
+       scoring again without one drops the column */
+    b = reward_batch("math_dapo");
+    const char *dapo[] = {"so #### 72", "#### 27", "#### 5", "Answer: 9"};
+    assert_int_equal(df_reward_naive(NULL, b, dapo, scores, acc, NULL), 0);
+    assert_true(scores[3] == 1.0f);
+    const char *want_pred[] = {"", "", "", "9"};
+    for (int i = 0; i < 4; i++)
+        assert_string_equal(df_batch_str(b, "pred", i), want_pred[i]);
+    assert_int_equal(df_reward_naive(&cfg, b, dapo, scores, acc, NULL), 0); /* custom: no pred */
+    assert_false(df_batch_has(b, "pred"));
+    df_batch_free(b);
 }
 
 static void test_naive_errors(void **state)
@@ -255,6 +270,7 @@ static void test_naive_errors(void **state)
     assert_non_null(strstr(df_last_error(), "row 3"));
     assert_non_null(strstr(df_last_error(), "'my/unknown-task'"));
     assert_false(df_batch_has(b, "token_level_scores")); /* batch untouched */
+    assert_false(df_batch_has(b, "pred"));
     assert_int_equal(df_reward_register("my/unknown-task", failing_score), 0);
     assert_int_equal(df_reward_naive(NULL, b, RESPONSES, scores, NULL, NULL), DF_EINVAL);
     assert_non_null(strstr(df_last_error(), "scoring row 3 (data_source my/unknown-task): judge exploded"));

@@ -50,6 +50,14 @@ typedef struct df_dataset_opts {
      */
     bool reward_optional;
     /**
+     * When true, rows need no prompt: prompt_key is not read, the message
+     * accessors see an empty list (raw prompt "[]", 0 messages) and callers
+     * read their own columns with df_dataset_field (multi-turn SFT's
+     * data.multiturn.messages_key, whose messages carry tool calls and null
+     * contents that the prompt check refuses). [false]
+     */
+    bool no_prompt;
+    /**
      * Keep only shard `shard_index` of `shard_count` (global rows i with
      * i % shard_count == shard_index). [0 / 0: every row; count 1 is the same]
      * DF_EINVAL unless 0 <= shard_index < max(shard_count, 1).
@@ -132,7 +140,7 @@ DF_API const char *df_dataset_ability(const df_dataset *ds, int64_t i);
 DF_API const char *df_dataset_extra_info(const df_dataset *ds, int64_t i);
 /** The prompt's message list as compact JSON text: [{"role":...,"content":...}, ...]. */
 DF_API const char *df_dataset_raw_prompt(const df_dataset *ds, int64_t i);
-/** Number of chat messages in row i's prompt (>= 1), -1 when i is out of range. */
+/** Number of chat messages in row i's prompt (>= 1; 0 when loaded with no_prompt), -1 when i is out of range. */
 DF_API int df_dataset_num_messages(const df_dataset *ds, int64_t i);
 /**
  * Message j of row i: *role and *content (either may be NULL) point into the

@@ -64,6 +64,8 @@ typedef struct df_reward_result {
     double score;                  /**< the reward */
     bool acc;                      /**< the answer is correct (verl's "acc") */
     char pred[DF_REWARD_PRED_MAX]; /**< the (normalised) prediction, "" when none; cut to fit */
+    bool extra_pred;               /**< verl's scorer returns pred in its result (math_dapo's dict), so
+                                        the reward managers keep it (reward_extra_info "pred") */
 } df_reward_result;
 
 /**
@@ -255,6 +257,11 @@ typedef struct df_reward_manager_cfg {
  * verl puts it at valid_response_length - 1. A zero-length response has no
  * token to carry its score: its row in token_level_scores stays empty, the
  * score is still reported in scores[i], and it is counted in *n_empty.
+ * When a row's scorer sets extra_pred (math_dapo, whose verl scorer returns
+ * a dict with "pred"), adds (or replaces) `pred` (STR): each row's
+ * df_reward_result.pred where its scorer sets extra_pred, "" elsewhere, as
+ * verl's reward_extra_info; the generation dumps show it and validation votes
+ * with it (maj@N). Without such a row an earlier `pred` column is dropped.
  *
  * Rows are scored as df_reward_compute with cfg->kwargs (or by
  * cfg->compute_score). Outputs (each may be NULL): scores[n] per-sample score,

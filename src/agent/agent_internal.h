@@ -14,9 +14,6 @@ char *agent_tool_error(const char *fmt, ...) DF_PRINTF(1, 2);
    Errors: DF_EINVAL "calculator: <why>", DF_ENOMEM. */
 int agent_calculate(const char *expression, char **result);
 
-/* gsm8k.c: verl gsm8k.compute_score(response, ground_truth, method="flexible") (0.0 / 1.0). */
-double agent_gsm8k_flexible_score(const char *response, const char *ground_truth);
-
 /* yaml_json.c: the YAML file at `path` as a JSON value (*out, a new reference). Plain scalars are
    typed as YAML 1.1 core (null / ~, true / false, integers, floats), quoted ones are strings; keys are
    strings. Errors: DF_ENOTFOUND / DF_EIO (the file), DF_EINVAL "path:line:col: ..." (syntax, a

@@ -1,7 +1,9 @@
 /* verl's GSM8K tool and interaction (include/distflow/agent.h: df_tool_gsm8k, df_interaction_gsm8k):
  * verl/tools/gsm8k_tool.py and verl/interactions/gsm8k_interaction.py, both scoring with verl's
- * gsm8k.compute_score(method="flexible", format_score=0.0, score=1.0) after prefixing "#### ". */
+ * gsm8k.compute_score(method="flexible", format_score=0.0, score=1.0) after prefixing "#### " -- the
+ * rewards module's scorer (df_reward_gsm8k_ex), not a copy. */
 #include "distflow/agent.h"
+#include "distflow/reward.h"
 
 #include "agent/agent_internal.h"
 #include "util/sbuf.h"
@@ -11,49 +13,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CLIP_CHARS 300 /* verl's _SOLUTION_CLIP_CHARS: only the end of a response is searched */
-
-static bool flex_char(char c) { return (c >= '0' && c <= '9') || c == '.' || c == ','; }
-
-/* verl gsm8k.extract_solution(method="flexible") on the last 300 characters: the last match of
- * `-?[0-9.,]+` that is not "." ("" cannot match); when every match is ".", the first one (verl's loop
- * leaves its variable there). Returns the match [*len] inside s, or NULL when there is none. */
-static const char *flexible_answer(const char *s, size_t *len)
+/* verl's scorer call: gsm8k.compute_score(response, ground_truth, method="flexible", format_score=0.0,
+ * score=1.0) of current verl, which reads the last 300 characters (the rewards module's last_match). */
+static double flexible_score(const char *response, const char *ground_truth)
 {
-    size_t n = strlen(s), start = n;
-    for (int chars = 0; start > 0 && chars < CLIP_CHARS; chars++) /* back over 300 code points */
-        while (start > 0 && ((unsigned char)s[--start] & 0xC0) == 0x80) {
-        }
-    const char *first = NULL, *best = NULL;
-    size_t first_len = 0, best_len = 0;
-    for (size_t i = start; i < n;) {
-        size_t j = i + (s[i] == '-' && i + 1 < n && flex_char(s[i + 1]));
-        if (!flex_char(s[j])) {
-            i++;
-            continue;
-        }
-        size_t k = j;
-        while (k < n && flex_char(s[k]))
-            k++;
-        if (!first) {
-            first = s + i;
-            first_len = k - i;
-        }
-        if (!(k - i == 1 && s[i] == '.')) {
-            best = s + i;
-            best_len = k - i;
-        }
-        i = k;
-    }
-    *len = best ? best_len : first_len;
-    return best ? best : first;
-}
-
-double agent_gsm8k_flexible_score(const char *response, const char *ground_truth)
-{
-    size_t len = 0;
-    const char *a = flexible_answer(response, &len);
-    return a && ground_truth && strlen(ground_truth) == len && !memcmp(a, ground_truth, len) ? 1.0 : 0.0;
+    df_reward_kwargs kw = df_reward_kwargs_default();
+    kw.method = "flexible";
+    kw.last_match = true;
+    df_reward_result r;
+    return df_reward_gsm8k_ex(response, ground_truth, &kw, &r) ? 0.0 : r.score;
 }
 
 /* "#### " + text unless it starts with it, as both verl classes store the answer. */
@@ -150,7 +118,7 @@ static int tool_calc_reward(const void *tool, void *inst, double *reward)
 {
     (void)tool;
     gsm8k_inst *g = inst;
-    *reward = agent_gsm8k_flexible_score(g->response, g->ground_truth);
+    *reward = flexible_score(g->response, g->ground_truth);
     return DF_OK;
 }
 
@@ -207,7 +175,7 @@ static int ia_score(const void *state, void *inst, double *score)
 {
     (void)state;
     gsm8k_inst *g = inst;
-    *score = agent_gsm8k_flexible_score(g->response, g->ground_truth);
+    *score = flexible_score(g->response, g->ground_truth);
     return DF_OK;
 }
 

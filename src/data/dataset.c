@@ -154,10 +154,10 @@ static int parse_record(where w, json_t *obj, const df_dataset_opts *o, record *
     memset(r, 0, sizeof *r);
     r->line = w.line;
     const char *key = (o && o->prompt_key && o->prompt_key[0]) ? o->prompt_key : "prompt";
-    json_t *prompt = df_jsonl_path(obj, key);
-    if (!prompt)
+    json_t *prompt = o && o->no_prompt ? NULL : df_jsonl_path(obj, key);
+    if (!prompt && !(o && o->no_prompt))
         return BAD(w, "missing \"%s\"", key);
-    int rc = parse_messages(w, r, prompt, key);
+    int rc = prompt ? parse_messages(w, r, prompt, key) : DF_OK;
     if (rc || (rc = parse_reward(w, r, obj, o && o->reward_optional)))
         return rc;
     if ((rc = opt_string(w, json_object_get(obj, "ability"), "ability", &r->ability)))
@@ -166,7 +166,7 @@ static int parse_record(where w, json_t *obj, const df_dataset_opts *o, record *
     if (ei && !json_is_null(ei) && !json_is_object(ei))
         return BAD(w, "extra_info must be an object, got %s", df_jsonl_type_name(ei));
     r->extra_info = (ei && !json_is_null(ei)) ? df_jsonl_compact(ei) : strdup("{}");
-    r->raw_prompt = df_jsonl_compact(r->msgs);
+    r->raw_prompt = r->msgs ? df_jsonl_compact(r->msgs) : strdup("[]");
     if (!r->extra_info || !r->raw_prompt)
         return df_error(DF_ENOMEM, "%s:%lld: out of memory", w.file, (long long)w.line);
     return DF_OK;

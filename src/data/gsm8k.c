@@ -5,7 +5,6 @@
 #include "distflow/dataset.h"
 
 #include "data/jsonl.h"
-#include "util/fsutil.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -44,9 +43,10 @@ bool df_gsm8k_extract_answer(const char *answer, char *out, size_t cap)
 }
 
 /* One converted row, as a Python json.dumps line, appended to `out`. */
-static int convert_row(json_t *raw, const char *file, int64_t line, const char *split,
+static int convert_row(void *user, json_t *raw, const char *file, int64_t line, const char *split,
                        int64_t index, df_jsonl_buf *out)
 {
+    (void)user;
     const char *q, *a;
     int rc = df_jsonl_get_string(raw, "question", file, line, &q);
     if (rc || (rc = df_jsonl_get_string(raw, "answer", file, line, &a)))
@@ -70,10 +70,7 @@ static int convert_row(json_t *raw, const char *file, int64_t line, const char *
                                  "extra_info", "split", split, "index", (json_int_t)index,
                                  "answer", a, "question", q)
                      : NULL;
-    char *text = row ? df_jsonl_dumps_py(row) : NULL;
-    ok = text && df_jsonl_buf_add(out, text, strlen(text)) && df_jsonl_buf_add(out, "\n", 1);
-    free(text);
-    json_decref(row);
+    ok = df_jsonl_buf_add_py_line(out, row);
     free(content.p);
     free(gt);
     return ok ? DF_OK : df_error(DF_ENOMEM, "%s:%lld: out of memory", file, (long long)line);
@@ -84,36 +81,5 @@ int df_gsm8k_convert(const char *in_path, const char *out_path, const char *spli
 {
     if (!in_path || !out_path)
         return df_error(DF_EINVAL, "gsm8k: input and output paths are required");
-    char *text = NULL, *own_split = NULL;
-    size_t len = 0;
-    int rc = df_read_file(in_path, &text, &len);
-    if (!rc && (rc = df_jsonl_check_text(text, len, in_path)))
-        free(text);
-    if (rc)
-        return rc;
-    if (!split && !(split = own_split = df_jsonl_split_name(in_path))) {
-        free(text);
-        return df_error(DF_ENOMEM, "out of memory");
-    }
-    df_jsonl_buf out = {0};
-    df_jsonl_lines it;
-    const char *s;
-    size_t sl;
-    int64_t index = 0;
-    df_jsonl_lines_init(&it, text, len);
-    while (!rc && df_jsonl_lines_next(&it, &s, &sl)) {
-        json_t *raw = NULL;
-        rc = df_jsonl_parse_line(s, sl, in_path, it.line, &raw);
-        if (!rc)
-            rc = convert_row(raw, in_path, it.line, split, index++, &out);
-        json_decref(raw);
-    }
-    if (!rc)
-        rc = df_write_file_atomic(out_path, out.p ? out.p : "", out.len);
-    if (!rc && n_rows)
-        *n_rows = index;
-    free(out.p);
-    free(own_split);
-    free(text);
-    return rc;
+    return df_jsonl_convert(in_path, out_path, split, false, convert_row, NULL, n_rows);
 }

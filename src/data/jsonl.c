@@ -2,6 +2,7 @@
 #include "data/jsonl.h"
 
 #include "distflow/common.h"
+#include "util/fsutil.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -274,4 +275,52 @@ char *df_jsonl_split_name(const char *path)
         s[n] = '\0';
     }
     return s;
+}
+
+int df_jsonl_convert(const char *in_path, const char *out_path, const char *split, bool need_rows,
+                     df_jsonl_row_fn fn, void *user, int64_t *n_rows)
+{
+    char *text = NULL, *own_split = NULL;
+    size_t len = 0;
+    int rc = df_read_file(in_path, &text, &len);
+    if (!rc && (rc = df_jsonl_check_text(text, len, in_path)))
+        free(text);
+    if (rc)
+        return rc;
+    if (!split && !(split = own_split = df_jsonl_split_name(in_path))) {
+        free(text);
+        return df_error(DF_ENOMEM, "out of memory");
+    }
+    df_jsonl_buf out = {0};
+    df_jsonl_lines it;
+    const char *s;
+    size_t sl;
+    int64_t index = 0;
+    df_jsonl_lines_init(&it, text, len);
+    while (!rc && df_jsonl_lines_next(&it, &s, &sl)) {
+        json_t *raw = NULL;
+        rc = df_jsonl_parse_line(s, sl, in_path, it.line, &raw);
+        if (!rc)
+            rc = fn(user, raw, in_path, it.line, split, index++, &out);
+        json_decref(raw);
+    }
+    if (!rc && need_rows && index == 0)
+        rc = df_error(DF_EINVAL, "%s: no rows", in_path);
+    if (!rc)
+        rc = df_write_file_atomic(out_path, out.p ? out.p : "", out.len);
+    if (!rc && n_rows)
+        *n_rows = index;
+    free(out.p);
+    free(own_split);
+    free(text);
+    return rc;
+}
+
+bool df_jsonl_buf_add_py_line(df_jsonl_buf *b, json_t *row)
+{
+    char *text = row ? df_jsonl_dumps_py(row) : NULL;
+    bool ok = text && df_jsonl_buf_add(b, text, strlen(text)) && df_jsonl_buf_add(b, "\n", 1);
+    free(text);
+    json_decref(row);
+    return ok;
 }

@@ -77,5 +77,27 @@ typedef struct df_jsonl_buf {
 } df_jsonl_buf;
 bool df_jsonl_buf_add(df_jsonl_buf *b, const char *s, size_t n);
 bool df_jsonl_buf_addf(df_jsonl_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/** Append df_jsonl_dumps_py(row) and a newline, then release `row` (its reference is taken; NULL:
+ *  nothing appended). False on NULL or OOM. */
+bool df_jsonl_buf_add_py_line(df_jsonl_buf *b, json_t *row);
+
+/**
+ * A converter's row: append the output line of `raw` (line `line` of `file`,
+ * the `index`-th non-blank row from 0) to *out. DF_* status with file:line.
+ */
+typedef int (*df_jsonl_row_fn)(void *user, json_t *raw, const char *file, int64_t line, const char *split,
+                               int64_t index, df_jsonl_buf *out);
+
+/**
+ * The converters' driver (distflow data gsm8k / math): read the JSON lines of
+ * `in_path`, pass each row to fn (`split` NULL: df_jsonl_split_name of the
+ * path), write the output to `out_path` atomically and the row count to
+ * *n_rows (may be NULL). `need_rows`: an input without rows is DF_EINVAL.
+ * Errors: those of reading the file (DF_ENOTFOUND, DF_EIO, DF_EUNSUPPORTED
+ * for Parquet), of a line (DF_EINVAL with file:line:column), of fn, of the
+ * write; DF_ENOMEM. Nothing is written on failure.
+ */
+int df_jsonl_convert(const char *in_path, const char *out_path, const char *split, bool need_rows,
+                     df_jsonl_row_fn fn, void *user, int64_t *n_rows);
 
 #endif /* DF_DATA_JSONL_H */

@@ -7,7 +7,6 @@
 #include "distflow/reward.h"
 
 #include "data/jsonl.h"
-#include "util/fsutil.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -58,9 +57,10 @@ static json_t *extra_info(json_t *raw, const char *split, int64_t index, const c
 }
 
 /* One converted row, as a Python json.dumps line, appended to `out`. */
-static int convert_row(json_t *raw, const char *file, int64_t line, const char *split, const char *source,
-                       int64_t index, df_jsonl_buf *out)
+static int convert_row(void *user, json_t *raw, const char *file, int64_t line, const char *split, int64_t index,
+                       df_jsonl_buf *out)
 {
+    const char *source = user; /* the data_source to write */
     const char *q, *sol;
     char *gt = NULL;
     int rc = df_jsonl_get_string(raw, "problem", file, line, &q);
@@ -76,10 +76,7 @@ static int convert_row(json_t *raw, const char *file, int64_t line, const char *
                                     "reward_model", "style", "rule", "ground_truth", gt,                    //
                                     "extra_info", extra)
                         : NULL;
-    char *text = row ? df_jsonl_dumps_py(row) : NULL;
-    ok = text && df_jsonl_buf_add(out, text, strlen(text)) && df_jsonl_buf_add(out, "\n", 1);
-    free(text);
-    json_decref(row);
+    ok = df_jsonl_buf_add_py_line(out, row);
     free(content.p);
     free(gt);
     return ok ? DF_OK : df_error(DF_ENOMEM, "%s:%lld: out of memory", file, (long long)line);
@@ -91,38 +88,5 @@ int df_math_convert(const char *in_path, const char *out_path, const char *split
     if (!in_path || !out_path)
         return df_error(DF_EINVAL, "math: input and output paths are required");
     const char *source = data_source && data_source[0] ? data_source : DF_MATH_DATA_SOURCE;
-    char *text = NULL, *own_split = NULL;
-    size_t len = 0;
-    int rc = df_read_file(in_path, &text, &len);
-    if (!rc && (rc = df_jsonl_check_text(text, len, in_path)))
-        free(text);
-    if (rc)
-        return rc;
-    if (!split && !(split = own_split = df_jsonl_split_name(in_path))) {
-        free(text);
-        return df_error(DF_ENOMEM, "out of memory");
-    }
-    df_jsonl_buf out = {0};
-    df_jsonl_lines it;
-    const char *s;
-    size_t sl;
-    int64_t index = 0;
-    df_jsonl_lines_init(&it, text, len);
-    while (!rc && df_jsonl_lines_next(&it, &s, &sl)) {
-        json_t *raw = NULL;
-        rc = df_jsonl_parse_line(s, sl, in_path, it.line, &raw);
-        if (!rc)
-            rc = convert_row(raw, in_path, it.line, split, source, index++, &out);
-        json_decref(raw);
-    }
-    if (!rc && index == 0)
-        rc = df_error(DF_EINVAL, "%s: no rows", in_path);
-    if (!rc)
-        rc = df_write_file_atomic(out_path, out.p ? out.p : "", out.len);
-    if (!rc && n_rows)
-        *n_rows = index;
-    free(out.p);
-    free(own_split);
-    free(text);
-    return rc;
+    return df_jsonl_convert(in_path, out_path, split, true, convert_row, (void *)source, n_rows);
 }

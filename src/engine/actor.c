@@ -259,6 +259,7 @@ static int sft_local(df_actor *a, df_batch *b, double total, double *loss)
         return DF_OK;
     }
     int64_t *bounds, n_mb;
+    const float *mask = df_batch_has(b, "loss_mask") ? df_batch_column(b, "loss_mask")->data : NULL;
     int rc = df_train_core_zero_grads(c);
     if (rc || (rc = plan(a, b, false, &bounds, &n_mb)))
         return rc;
@@ -267,10 +268,12 @@ static int sft_local(df_actor *a, df_batch *b, double total, double *loss)
         if ((rc = df_pack_responses(&c->pk, b, bounds[k], bounds[k + 1])))
             break;
         float *logp = c->buf[B_LOGP], *dlogp = c->buf[B_DLOGP];
+        const float *w = mask ? mask + df_batch_offsets(b, "response_ids")[bounds[k]] : NULL;
         rc = df_model_forward(c->model, c->acts, &c->pk.sb, 1.0f, logp, NULL);
         for (int64_t j = 0; !rc && j < c->pk.sb.n_out; j++) {
-            *loss -= logp[j] / total;
-            dlogp[j] = (float)(-1.0 / total); /* d(-mean logp) / d logp */
+            double wj = w ? w[j] : 1.0;
+            *loss -= wj * logp[j] / total;
+            dlogp[j] = (float)(-wj / total); /* d(-mean logp) / d logp */
         }
         if (!rc)
             rc = df_model_backward(c->model, c->acts, &c->pk.sb, 1.0f, dlogp, NULL, c->bgrads);
@@ -285,6 +288,12 @@ int df_actor_sft_step(df_actor *a, df_batch *b, df_metrics *m)
     if (!rc && (!df_batch_has(b, "prompt_ids") || !df_batch_has(b, "response_ids")))
         rc = df_error(DF_EINVAL, "sft step needs columns 'prompt_ids' and 'response_ids'");
     double total = rc ? 0 : (double)df_batch_offsets(b, "response_ids")[df_batch_size(b)];
+    if (!rc && df_batch_has(b, "loss_mask")) { /* multi-turn SFT: the assistant tokens only */
+        const float *w = df_batch_column(b, "loss_mask")->data;
+        total = 0;
+        for (int64_t j = 0; j < df_batch_offsets(b, "loss_mask")[df_batch_size(b)]; j++)
+            total += w[j];
+    }
     if ((rc = df_train_core_reduce(&a->c, &total, 1, DF_COMM_SUM, rc, "the SFT token count")))
         return rc;
     double loss = 0;

@@ -167,7 +167,9 @@ int df_actor_update_policy(df_actor *a, df_batch *b, df_metrics *m);
 /**
  * One supervised step: minimise the token-mean negative log-likelihood of
  * response_ids given prompt_ids over all of `b` (one optimizer step with
- * micro-batch gradient accumulation). Records train/loss, train/lr,
+ * micro-batch gradient accumulation). With a per-token f32 column
+ * "loss_mask" shaped as response_ids (multi-turn SFT: 1 on assistant
+ * tokens), token j weighs loss_mask[j] and the mean is over the mask's sum. Records train/loss, train/lr,
  * train/grad_norm. Collective with a DP comm: the mean is over the group's
  * tokens, the gradient is summed over the group, train/loss is global.
  * `b` may have no rows on some ranks.

@@ -38,12 +38,17 @@ int df_reward_naive(const df_reward_manager_cfg *cfg, df_batch *b, const char *c
     /* score every row first, so a failure leaves the batch untouched */
     double *sc = malloc((size_t)(n ? n : 1) * sizeof *sc);
     bool *ok = malloc((size_t)(n ? n : 1) * sizeof *ok);
-    if (!sc || !ok) {
+    char (*pred)[DF_REWARD_PRED_MAX] = malloc((size_t)(n ? n : 1) * sizeof *pred);
+    const char **preds = malloc((size_t)(n ? n : 1) * sizeof *preds);
+    if (!sc || !ok || !pred || !preds) {
         free(sc);
         free(ok);
+        free(pred);
+        free(preds);
         return df_error(DF_ENOMEM, "reward manager: out of memory");
     }
     const char *last_src = NULL; /* one-entry cache: batches usually hold one data_source */
+    bool any_pred = false;
     df_reward_fn fn = custom;
     df_reward_kw_fn kw = NULL;
     for (int64_t i = 0; !rc && i < n; i++) {
@@ -60,14 +65,24 @@ int df_reward_naive(const df_reward_manager_cfg *cfg, df_batch *b, const char *c
                             has_extra ? df_batch_str(b, "extra_info", i) : NULL, cfg ? cfg->kwargs : NULL, &res);
         sc[i] = res.score;
         ok[i] = res.acc;
+        memcpy(pred[i], res.extra_pred ? res.pred : "", res.extra_pred ? sizeof res.pred : 1);
+        preds[i] = pred[i];
+        any_pred |= res.extra_pred;
         if (rc)
             rc = df_error_wrap(rc, "reward manager: scoring row %lld (data_source %s)",
                                (long long)i, src);
     }
     float *tls = NULL;
+    if (!rc && any_pred) /* verl's reward_extra_info "pred": the dumps show it */
+        rc = df_batch_set_str(b, "pred", preds);
+    else if (!rc) /* not one left from an earlier scoring of this batch */
+        df_batch_drop(b, "pred");
     if (!rc)
         rc = df_batch_alloc_tok_f32_like(b, "token_level_scores", "response_ids", &tls);
+    free(pred);
+    free(preds);
     if (rc) {
+        df_batch_drop(b, "pred");
         free(sc);
         free(ok);
         return rc;

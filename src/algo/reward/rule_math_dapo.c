@@ -243,7 +243,7 @@ static void strict_box(const char *sol, const char *gt, df_reward_result *r)
 int df_reward_math_dapo_ex(const char *solution_str, const char *ground_truth, const df_reward_kwargs *kw,
                            df_reward_result *r)
 {
-    *r = (df_reward_result){.score = -1.0};
+    *r = (df_reward_result){.score = -1.0, .extra_pred = true}; /* verl returns {"score", "acc", "pred"} */
     const char *sol = df_rt_tail(solution_str ? solution_str : "", CLIP_CHARS);
     const char *gt = ground_truth ? ground_truth : "";
     if (kw && kw->strict_box_verify) {

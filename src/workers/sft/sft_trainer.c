@@ -1,6 +1,8 @@
 /*
  * Supervised fine-tuning (verl's fsdp_sft_trainer): prompt -> response pairs,
- * token-mean cross-entropy on the response, with the actor's update machinery.
+ * token-mean cross-entropy on the response, with the actor's update machinery;
+ * with data.multiturn.enable, chat conversations with the loss on the
+ * assistant turns (sft_chat.c).
  */
 #include "distflow/backend.h"
 #include "distflow/config.h"
@@ -18,6 +20,7 @@
 #include "workers/common/precision.h"
 #include "workers/common/prompts.h"
 #include "workers/common/run_log.h"
+#include "workers/sft/sft_chat.h"
 #include "workers/sft/sft_checkpoint.h"
 
 #include <stdio.h>
@@ -27,6 +30,7 @@
 typedef struct {
     df_dataset *ds;
     df_prompt_cache prompt, response;
+    float *mask; /* multi-turn: the loss mask of response's tokens; NULL: train on every response token */
 } sft_data;
 
 static void sft_data_free(sft_data *d)
@@ -34,6 +38,7 @@ static void sft_data_free(sft_data *d)
     df_dataset_free(d->ds);
     df_prompt_cache_free(&d->prompt);
     df_prompt_cache_free(&d->response);
+    free(d->mask);
 }
 
 /* Encode data.response_key of every row, plus EOS (verl appends tokenizer.eos_token). */
@@ -115,7 +120,8 @@ static int load(const df_sft_config *t, const char *key, const df_config_strs *f
     for (int i = 0; i < n && !rc; i++)
         if (!(paths[i] = df_expand_user(files->items[i])))
             rc = df_error(DF_ENOMEM, "out of memory");
-    df_dataset_opts o = {.prompt_key = t->data.prompt_key, .reward_optional = true};
+    bool chat = t->data.multiturn.enable;
+    df_dataset_opts o = {.prompt_key = t->data.prompt_key, .reward_optional = true, .no_prompt = chat};
     if (!rc)
         rc = df_dataset_load(paths, n, &o, &d->ds);
     if (!rc && df_dataset_head(d->ds, max_rows) < 0) /* data.train_max_samples / val_max_samples */
@@ -123,11 +129,16 @@ static int load(const df_sft_config *t, const char *key, const df_config_strs *f
     for (int i = 0; i < n; i++)
         free((char *)paths[i]);
     free(paths);
-    if (!rc)
+    df_sft_chat_keys k = {.messages_key = t->data.multiturn.messages_key, .tools_key = t->data.multiturn.tools_key,
+                          .enable_thinking_key = t->data.multiturn.enable_thinking_key,
+                          .max_length = t->data.max_length, .truncation = t->data.truncation};
+    if (!rc && chat) /* conversations, cut to data.max_length already */
+        rc = df_sft_chat_load(d->ds, tok, &k, &d->prompt, &d->response, &d->mask);
+    if (!rc && !chat)
         rc = df_prompts_encode(d->ds, tok, &d->prompt);
-    if (!rc)
+    if (!rc && !chat)
         rc = encode_responses(d->ds, tok, t->data.response_key, &d->response);
-    if (!rc)
+    if (!rc && !chat)
         rc = check_lengths(d, t->data.max_length, t->data.truncation);
     return rc ? df_error_wrap(rc, "%s", key) : DF_OK;
 }
@@ -143,8 +154,9 @@ static int make_batch(const sft_data *d, const int64_t *rows, int64_t n, int64_t
         rt += d->response.offsets[rows[i] + 1] - d->response.offsets[rows[i]];
     }
     int32_t *p = malloc((size_t)(pt + 1) * sizeof *p), *r = malloc((size_t)(rt + 1) * sizeof *r);
+    float *w = d->mask ? malloc((size_t)(rt + 1) * sizeof *w) : NULL;
     df_batch *b = df_batch_new(n);
-    int rc = po && ro && p && r && b ? DF_OK : df_error(DF_ENOMEM, "out of memory");
+    int rc = po && ro && p && r && b && (w || !d->mask) ? DF_OK : df_error(DF_ENOMEM, "out of memory");
     for (int64_t i = 0; !rc && i < n; i++) {
         if (i == 0)
             po[0] = ro[0] = 0;
@@ -163,6 +175,8 @@ static int make_batch(const sft_data *d, const int64_t *rows, int64_t n, int64_t
             R = R - over > 0 ? R - over : 0;
         memcpy(p + po[i], ps, (size_t)P * sizeof *p);
         memcpy(r + ro[i], rs, (size_t)R * sizeof *r);
+        if (w) /* multi-turn rows fit max_len already: the mask is the row's */
+            memcpy(w + ro[i], d->mask + d->response.offsets[rows[i]], (size_t)R * sizeof *w);
         po[i + 1] = po[i] + P;
         ro[i + 1] = ro[i] + R;
     }
@@ -170,6 +184,9 @@ static int make_batch(const sft_data *d, const int64_t *rows, int64_t n, int64_t
         rc = df_batch_set_tok_i32(b, "prompt_ids", po, p);
     if (!rc)
         rc = df_batch_set_tok_i32(b, "response_ids", ro, r);
+    if (!rc && w)
+        rc = df_batch_set_tok_f32(b, "loss_mask", ro, w);
+    free(w);
     free(po);
     free(ro);
     free(p);
@@ -222,8 +239,8 @@ static void actor_params(const sft_run *s, df_actor_params *p)
 /* Token-mean NLL of the validation responses (verl's val/loss). */
 static int val_loss(sft_run *s, double *loss)
 {
-    int64_t n = df_dataset_size(s->val.ds), tokens = 0;
-    double nll = 0;
+    int64_t n = df_dataset_size(s->val.ds);
+    double nll = 0, wsum = 0;
     int rc = DF_OK;
     for (int64_t start = 0; start < n && !rc; start += 256) {
         int64_t k = n - start < 256 ? n - start : 256, rows[256];
@@ -234,13 +251,15 @@ static int val_loss(sft_run *s, double *loss)
         if (!rc)
             rc = df_actor_compute_log_prob(s->actor, b, "log_probs", NULL);
         const df_column *lp = rc ? NULL : df_batch_column(b, "log_probs");
-        for (int64_t j = 0; lp && j < lp->offsets[k]; j++)
-            nll -= ((const float *)lp->data)[j];
-        if (lp)
-            tokens += lp->offsets[k];
+        const df_column *w = rc ? NULL : df_batch_column(b, "loss_mask"); /* multi-turn: assistant tokens */
+        for (int64_t j = 0; lp && j < lp->offsets[k]; j++) {
+            double wj = w ? ((const float *)w->data)[j] : 1.0;
+            nll -= wj * ((const float *)lp->data)[j];
+            wsum += wj;
+        }
         df_batch_free(b);
     }
-    *loss = tokens ? nll / (double)tokens : 0;
+    *loss = wsum > 0 ? nll / wsum : 0;
     return rc;
 }
 
@@ -314,6 +333,23 @@ static int sft_loop(sft_run *s)
     return rc;
 }
 
+/* data.chat_template: template text (it has "{{" or "{%"), else a file holding one, replaces the tokenizer's. */
+static int set_chat_template(df_tokenizer *tok, const char *value)
+{
+    if (!value)
+        return DF_OK;
+    if (strstr(value, "{{") || strstr(value, "{%"))
+        return df_tokenizer_set_chat_template(tok, value);
+    char *path = df_expand_user(value), *text = NULL;
+    int rc = path ? df_read_file(path, &text, NULL) : df_error(DF_ENOMEM, "out of memory");
+    if (!rc)
+        rc = df_tokenizer_set_chat_template(tok, text);
+    free(path);
+    free(text);
+    return rc ? df_error_wrap(rc, "data.chat_template '%s' (neither template text nor a readable file)", value)
+              : DF_OK;
+}
+
 static void sft_warn(void *user, const char *msg)
 {
     (void)user;
@@ -355,6 +391,8 @@ int df_sft_run(const df_config *cfg)
     rc = check_supported(cfg, t);
     if (!rc && (rc = df_hf_dir_load(s.model_dir, NULL, &m, &s.tok)))
         rc = df_error_wrap(rc, "model.partial_pretrain");
+    if (!rc)
+        rc = set_chat_template(s.tok, t->data.chat_template);
     if (!rc)
         rc = load(t, "data.train_files", &t->data.train_files, t->data.train_max_samples, s.tok, &s.train);
     if (!rc && t->data.val_files.n > 0)
