@@ -22,12 +22,15 @@
 #include "engine/packing.h"
 #include "engine/train_core.h"
 #include "model/acts.h"
+#include "model/ops.h"
 #include "model/safetensors.h"
+#include "util/pages.h"
 #include "tolerance.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void skip_without_bf16(void)
 {
@@ -147,6 +150,119 @@ static void test_reference_bf16_storage(void **state)
     df_batch_free(b);
     df_actor_free(keep);
     df_actor_free(only);
+}
+
+/* This process's resident file-backed memory in KiB (/proc/self/status RssFile): where an
+ * offloaded copy's mapped pages count (mincore would report the page cache instead). */
+static int64_t rss_file_kib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        sscanf(line, "RssFile: %ld", &kib);
+    if (f)
+        fclose(f);
+    return kib;
+}
+
+/* ref.fsdp_config.param_offload: the reference's bf16 copy moves to a file and is paged out after
+ * every pass; the log-probs stay the bits of a resident reference, pass after pass (bf16-only
+ * storage: its float32 weights are gone, the pages come back from the file), and the copy's
+ * pages leave the process's resident set (RssFile). A missing directory and a float32 or
+ * trainable core are refused. */
+static void test_reference_offload(void **state)
+{
+    (void)state;
+    skip_without_bf16();
+    char dir[] = "/tmp/df_offload_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    df_actor *keep, *off, *off2;
+    df_actor_params p = params(true), q = params(true);
+    p.bf16_weights = q.bf16_weights = true;
+    q.offload_dir = dir;
+    assert_int_equal(df_actor_create(paged_model(), &p, false, &keep), 0);
+    assert_int_equal(df_actor_create(paged_model(), &q, false, &off), 0);
+    df_batch *b = df_test_small_batch();
+    assert_int_equal(df_actor_compute_log_prob(keep, b, "keep", NULL), 0);
+    for (int pass = 0; pass < 2; pass++) { /* the second reads the pages back from the file */
+        assert_int_equal(df_actor_compute_log_prob(off, b, "off", NULL), 0);
+        assert_memory_equal(df_batch_column(b, "keep")->data, df_batch_column(b, "off")->data,
+                            6 * sizeof(float));
+    }
+    assert_int_equal(df_actor_core(off)->offload_dir, dir);
+    /* Keeping float32 weights too, the copy can be written again: its pages come and go. */
+    q.bf16_weights = false;
+    assert_int_equal(df_actor_create(paged_model(), &q, false, &off2), 0);
+    assert_int_equal(df_actor_compute_log_prob(off2, b, "off2", NULL), 0);
+    df_train_core *c = df_actor_core(off2);
+    const int64_t kib = df_weights16_bytes_for(&c->model->cfg, DF_W16_LM_HEAD | DF_W16_EMBED) / 1024;
+    const int64_t r0 = rss_file_kib();
+    assert_int_equal(df_train_core_weights_changed(c), 0); /* rewrites every page of the copy */
+    const int64_t r1 = rss_file_kib();
+    df_train_core_page_out(c);
+    const int64_t r2 = rss_file_kib();
+    print_message("copy %lld KiB, RssFile %lld -> %lld (written) -> %lld (paged out) KiB\n",
+                  (long long)kib, (long long)r0, (long long)r1, (long long)r2);
+    assert_true(kib > 32);
+    assert_true(r1 - r0 >= kib - 8 && r1 - r2 >= kib - 8);
+    assert_int_equal(df_actor_compute_log_prob(off2, b, "off2", NULL), 0);
+    assert_memory_equal(df_batch_column(b, "keep")->data, df_batch_column(b, "off2")->data, 6 * sizeof(float));
+    assert_true(rss_file_kib() - r2 < kib / 2); /* the pass read the copy in and paged it out */
+    df_actor_free(off2);
+    /* refused: trainable, float32 */
+    df_actor *bad = NULL;
+    df_model *m = paged_model();
+    assert_int_equal(df_actor_create(m, &q, true, &bad), DF_EINVAL);
+    q.bf16 = q.bf16_weights = false;
+    assert_int_equal(df_actor_create(m, &q, false, &bad), DF_EINVAL);
+    assert_null(bad);
+    df_model_free(m);
+    /* a directory that does not exist: the first pass fails naming it */
+    q = params(true);
+    q.bf16_weights = true;
+    q.offload_dir = "/nonexistent/df-offload";
+    assert_int_equal(df_actor_create(paged_model(), &q, false, &bad), 0);
+    assert_int_equal(df_actor_compute_log_prob(bad, b, "bad", NULL), DF_EIO);
+    assert_non_null(strstr(df_last_error(), "/nonexistent/df-offload"));
+    df_actor_free(bad);
+    df_batch_free(b);
+    df_actor_free(keep);
+    df_actor_free(off);
+    assert_int_equal(rmdir(dir), 0); /* the file was unlinked at once: the directory is empty */
+}
+
+/* df_pages_to_file: the bytes survive the move and a release; the pointer stays; pages go. */
+static void test_pages_to_file(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/df_offload_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    const size_t n = 1 << 20;
+    unsigned char *buf = malloc(n);
+    assert_non_null(buf);
+    for (size_t i = 0; i < n; i++)
+        buf[i] = (unsigned char)(i * 131 + 7);
+    int64_t moved = 0;
+    assert_int_equal(df_pages_to_file(buf, n, dir, &moved), 0);
+    assert_true(moved >= (int64_t)n - 2 * 4096 && moved <= (int64_t)n);
+    for (int round = 0; round < 2; round++) { /* read in from the file, then after a release */
+        for (size_t i = 0; i < n; i++)
+            if (buf[i] != (unsigned char)(i * 131 + 7))
+                fail_msg("byte %zu lost (round %d)", i, round);
+        const int64_t r0 = rss_file_kib();
+        assert_true(df_pages_release(buf, n) >= moved);
+        assert_true(r0 - rss_file_kib() >= moved / 1024 - 8); /* out of the resident set */
+    }
+    buf[4096 * 3] = 1; /* still writable */
+    assert_int_equal(buf[4096 * 3], 1);
+    free(buf);
+    assert_int_equal(df_pages_to_file(&moved, sizeof moved, "/nonexistent", NULL), 0); /* no whole page */
+    unsigned char *b2 = malloc(n);
+    assert_int_equal(df_pages_to_file(b2, n, "/nonexistent/x", NULL), DF_EIO);
+    assert_non_null(strstr(df_last_error(), "/nonexistent/x"));
+    free(b2);
+    assert_int_equal(rmdir(dir), 0);
 }
 
 /*
@@ -275,6 +391,8 @@ int main(void)
         cmocka_unit_test(test_refresh_after_step),
         cmocka_unit_test(test_reference_bf16_storage),
         cmocka_unit_test(test_actor_reference_step0),
+        cmocka_unit_test(test_reference_offload),
+        cmocka_unit_test(test_pages_to_file),
         cmocka_unit_test(test_config_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

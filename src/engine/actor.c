@@ -35,7 +35,10 @@ int df_actor_create(df_model *model, const df_actor_params *p, bool trainable, d
     a->c.progress_label = p->progress_label;
     /* a frozen core's activations are forward-only (train_core.c reserve) */
     a->c.checkpoint = p->gradient_checkpointing;
-    if ((rc = df_train_core_set_precision(&a->c, p->bf16, p->bf16_weights))) {
+    rc = df_train_core_set_precision(&a->c, p->bf16, p->bf16_weights);
+    if (!rc && p->offload_dir)
+        rc = df_train_core_set_offload(&a->c, p->offload_dir);
+    if (rc) {
         a->c.model = NULL; /* the caller keeps it */
         df_actor_free(a);
         return rc;
@@ -57,6 +60,7 @@ void df_actor_set_loss(df_actor *a, const df_actor_loss *l) { a->p.loss = *l; }
 void df_actor_set_comm(df_actor *a, df_comm *dp) { df_train_core_set_comm(&a->c, dp); }
 int df_actor_set_backend(df_actor *a, const df_backend *be) { return df_train_core_set_backend(&a->c, be); }
 df_model *df_actor_model(df_actor *a) { return a->c.model; }
+df_train_core *df_actor_core(df_actor *a) { return &a->c; }
 int64_t df_actor_step_count(const df_actor *a) { return a->c.steps; }
 bool df_actor_bf16(const df_actor *a) { return a->c.bf16; }
 int df_actor_weights16(df_actor *a, const df_weights16 **out) { return df_train_core_weights16(&a->c, out); }
@@ -98,8 +102,10 @@ static int log_prob_local(df_actor *a, df_batch *b, const char *out_col, double 
             }
     }
     free(bounds);
-    if (!c->trainable) /* the reference's activations are not held through the actor's update */
+    if (!c->trainable) { /* the reference's memory is not held through the actor's update */
         df_train_core_drop_acts(c);
+        df_train_core_page_out(c);
+    }
     return rc;
 }
 

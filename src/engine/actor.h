@@ -73,6 +73,9 @@ typedef struct df_actor_params {
                                    DF_ACTS_BF16, docs/mixed_precision.md) */
     bool bf16_weights;          /* a frozen model (the reference) keeps only the bf16 copy of its
                                    layers' matmul weights (fsdp_config.model_dtype bf16; needs bf16) */
+    const char *offload_dir;    /* a frozen bf16 model: its bf16 copy in a file in this directory,
+                                   paged out after every pass (fsdp_config.param_offload;
+                                   df_train_core_set_offload); NULL: resident */
     const char *progress_label; /* non-NULL: update_policy draws a TTY progress bar over samples */
 } df_actor_params;
 
@@ -113,6 +116,8 @@ void df_actor_set_comm(df_actor *a, df_comm *dp);
  */
 int df_actor_set_backend(df_actor *a, const df_backend *be);
 df_model *df_actor_model(df_actor *a);
+/** The actor's training core (its weights' precision, offload, activations): for tests. */
+df_train_core *df_actor_core(df_actor *a);
 /** Training steps taken so far (the lr schedule's step: one per update call, as verl). */
 int64_t df_actor_step_count(const df_actor *a);
 /** Whether the actor's matmuls run in bf16 (df_actor_params.bf16 as the machine allowed it). */

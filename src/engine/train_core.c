@@ -97,6 +97,21 @@ int df_train_core_set_precision(df_train_core *c, bool bf16, bool bf16_only)
     return DF_OK;
 }
 
+int df_train_core_set_offload(df_train_core *c, const char *dir)
+{
+    if (c->trainable || !c->bf16 || c->acts || c->w16)
+        return df_error(DF_EINVAL, "%s: param_offload is for a frozen model computing in bf16, set "
+                        "before its first pass", c->who);
+    c->offload_dir = dir;
+    return DF_OK;
+}
+
+void df_train_core_page_out(df_train_core *c)
+{
+    if (c->offload_dir)
+        df_weights16_page_out(c->w16);
+}
+
 /* The bf16 copy the core's activations share (the layers' matmuls, the head, the embedding),
  * made once from the float32 weights (a frozen bf16-only core then gives back those the forward
  * no longer reads); later versions come from df_train_core_weights_changed. */
@@ -110,6 +125,8 @@ static int make_w16(df_train_core *c)
     if (!rc)
         rc = c->bf16_only ? df_weights16_refresh_release(c->w16, c->model, head16, NULL)
                           : df_weights16_refresh_model(c->w16, c->model);
+    if (!rc && c->offload_dir)
+        rc = df_weights16_offload(c->w16, c->offload_dir);
     if (rc) {
         df_weights16_free(c->w16);
         c->w16 = NULL;

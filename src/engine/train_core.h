@@ -52,6 +52,8 @@ typedef struct df_train_core {
     bool bf16_only;  /* frozen and stored in bf16: the layers' float32 matmul weights released */
     df_weights16 *w16; /* bf16: the copy of the weights every df_acts of this core shares, made
                           at the first plan and refreshed after every change of the weights */
+    const char *offload_dir; /* frozen bf16: w16 lives in a file there, paged out after every
+                                pass (df_train_core_set_offload); NULL: resident */
     df_packed pk;
     float *buf[DF_CORE_MAX_BUFS]; /* n_buf per-token scratch arrays of buf_cap floats */
     int n_buf;
@@ -101,6 +103,16 @@ int df_train_core_set_backend(df_train_core *c, const df_backend *be);
  * backend has no mixed precision), naming the role.
  */
 int df_train_core_set_precision(df_train_core *c, bool bf16, bool bf16_only);
+/**
+ * verl's param_offload for a frozen core computing in bf16 (the reference): its bf16 copy, once
+ * made, moves to an unlinked file in `dir` (df_weights16_offload) and df_train_core_page_out gives
+ * its pages back after every pass; `dir` (borrowed) must outlive the core. Errors: DF_EINVAL (a
+ * trainable core, no bf16, or after the first micro-batch).
+ */
+int df_train_core_set_offload(df_train_core *c, const char *dir);
+/** An offloaded core's weight pages back to the OS (nothing otherwise); the next pass reads them
+ *  from the page cache or the disk. */
+void df_train_core_page_out(df_train_core *c);
 /**
  * After every change of the model's weights (an optimizer step, a state load): the one bf16
  * conversion of this weight version (with bf16) and a device backend's copy. Errors: those of

@@ -139,6 +139,16 @@ df_backend df_backend_cpu_bf16(df_mm_ctx **mm);
  * *released (may be NULL): the bytes given back. Errors: df_weights16_refresh's.
  */
 int df_weights16_refresh_release(df_weights16 *w, df_model *m, bool head16, int64_t *released);
+/**
+ * Offload a frozen model's copy (ref.fsdp_config.param_offload): its blob moves to an unlinked
+ * file in `dir` mapped over the same addresses (df_pages_to_file), so df_weights16_page_out can
+ * give its pages back after every pass without losing them. Refreshes still work (they write
+ * the file). Errors: DF_EIO naming the directory (the copy is then unchanged).
+ */
+int df_weights16_offload(df_weights16 *w, const char *dir);
+/** The copy's pages back to the OS (an offloaded copy keeps its bytes in the file; the next
+ *  read faults them in); returns the bytes released. */
+int64_t df_weights16_page_out(df_weights16 *w);
 /** Bytes df_weights16_create_ex allocates for cfg and flags (model.h; cfg valid). */
 int64_t df_weights16_bytes_for(const df_model_config *cfg, unsigned flags);
 /** Elements of the widest matmul input of `rows` rows of a cfg decoder (max(hidden, intermediate,

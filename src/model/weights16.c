@@ -237,3 +237,11 @@ void df_weights16_free(df_weights16 *w)
     free(w->layers);
     free(w);
 }
+
+int df_weights16_offload(df_weights16 *w, const char *dir)
+{
+    int rc = df_pages_to_file(w->blob, blob_bytes(w), dir, NULL);
+    return rc ? df_error_wrap(rc, "the bf16 weights (%.1f MiB)", (double)blob_bytes(w) / 1048576.0) : DF_OK;
+}
+
+int64_t df_weights16_page_out(df_weights16 *w) { return w ? df_pages_release(w->blob, blob_bytes(w)) : 0; }

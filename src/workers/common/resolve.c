@@ -109,6 +109,9 @@ void df_worker_reference_params(const df_dag_worker *w, const df_actor_params *a
        validation refused an explicit bf16 with param_dtype fp32) */
     const char *md = r->fsdp_config.model_dtype;
     p->bf16_weights = p->bf16 && (!md || !strcmp(md, "bf16") || !strcmp(md, "bfloat16"));
+    /* verl moves a frozen model's parameters to host memory between passes; here the bf16 copy
+       goes to a file and out of memory (docs/mixed_precision.md) */
+    p->offload_dir = r->fsdp_config.param_offload ? w->global.cfg.trainer.default_local_dir : NULL;
 }
 
 void df_worker_actor_params(const df_dag_worker *w, df_actor_params *p)

@@ -142,6 +142,18 @@ static int create_rollout(df_dag_worker *w, const df_model_config *cfg, bool act
 }
 
 /* Actor (taking ownership of `m`), reference, sampling settings and rollout engine. */
+/* ref.fsdp_config.param_offload: a bf16 reference, and the directory its file goes in. */
+static int check_ref_offload(const df_dag_worker *w, const df_actor_params *rp)
+{
+    const char *key = "actor_rollout_ref.ref.fsdp_config.param_offload";
+    if (!rp->bf16)
+        return df_error(DF_EINVAL, "%s (%s): offloads the reference's bf16 weights, but the reference "
+                        "computes in float32 here (its mixed_precision.param_dtype, or no native bf16 "
+                        "matmuls on this CPU): set it to false", key, df_config_where(w->cfg, key));
+    int rc = df_mkdir_p(rp->offload_dir);
+    return rc ? df_error_wrap(rc, "%s: the directory of its file (trainer.default_local_dir)", key) : DF_OK;
+}
+
 static int setup_models(df_dag_worker *w, df_model *m)
 {
     const df_train_config *t = &w->global.cfg;
@@ -174,6 +186,10 @@ static int setup_models(df_dag_worker *w, df_model *m)
     }
     df_actor_params rp;
     df_worker_reference_params(w, &p, &rp);
+    if (ref && rp.offload_dir && (rc = check_ref_offload(w, &rp))) {
+        df_model_free(ref);
+        return rc;
+    }
     if (ref && (rc = df_actor_create(ref, &rp, false, &w->reference.model))) {
         df_model_free(ref);
         return rc;
