@@ -115,20 +115,30 @@ static void run_passes(const df_model *m, unsigned flags, bool bf16, const df_te
     df_acts_free(a);
 }
 
-/* Both ways on the same model and batches: outputs and gradients equal to the bit, and the
- * gradient is not trivially zero. */
-static void check_identical(const char *what, const df_model *m, bool bf16)
+/* The plain pass and a checkpointed one (MLP chunks of mlp_rows, 0: unchunked) over the same
+ * two micro-batches of packed sequences; *n_out: the last one's output rows. */
+static void run_both(const df_model *m, bool bf16, int64_t mlp_rows, pass_result *plain,
+                     pass_result *ckpt, int64_t *n_out)
 {
     static const int64_t len1[3] = {9, 13, 6}, len2[2] = {17, 11};
     df_test_packed pk[2];
     df_test_pack(&pk[0], len1, 3, m->cfg.vocab_size, 1);
     df_test_pack(&pk[1], len2, 2, m->cfg.vocab_size, 2);
+    memset(plain, 0, sizeof *plain);
+    memset(ckpt, 0, sizeof *ckpt);
+    run_passes(m, 0, bf16, pk, 2, plain, 0);
+    run_passes(m, DF_ACTS_CHECKPOINT, bf16, pk, 2, ckpt, mlp_rows);
+    *n_out = pk[1].b.n_out;
+}
+
+/* Both ways on the same model and batches: outputs and gradients equal to the bit, and the
+ * gradient is not trivially zero. */
+static void check_identical(const char *what, const df_model *m, bool bf16)
+{
     pass_result plain, ckpt;
-    memset(&plain, 0, sizeof plain);
-    memset(&ckpt, 0, sizeof ckpt);
-    run_passes(m, 0, bf16, pk, 2, &plain, 0);
-    run_passes(m, DF_ACTS_CHECKPOINT, bf16, pk, 2, &ckpt, 0);
-    const size_t n_out = (size_t)pk[1].b.n_out;
+    int64_t n_rows;
+    run_both(m, bf16, 0, &plain, &ckpt, &n_rows);
+    const size_t n_out = (size_t)n_rows;
     if (memcmp(plain.out, ckpt.out, sizeof plain.out))
         fail_msg("%s: the checkpointed forward's outputs differ", what);
     int64_t first = -1, nonzero = 0;
@@ -158,16 +168,9 @@ static void check_identical(const char *what, const df_model *m, bool bf16)
  * |p| sums up to 1x the maximum; a chunk read at the wrong rows moves values by O(1). */
 static void check_chunked(const char *what, const df_model *m, bool bf16)
 {
-    static const int64_t len1[3] = {9, 13, 6}, len2[2] = {17, 11};
-    df_test_packed pk[2];
-    df_test_pack(&pk[0], len1, 3, m->cfg.vocab_size, 1);
-    df_test_pack(&pk[1], len2, 2, m->cfg.vocab_size, 2);
     pass_result plain, chunked;
-    memset(&plain, 0, sizeof plain);
-    memset(&chunked, 0, sizeof chunked);
-    run_passes(m, 0, bf16, pk, 2, &plain, 0);
-    run_passes(m, DF_ACTS_CHECKPOINT, bf16, pk, 2, &chunked, 7);
-    const int64_t n_out = pk[1].b.n_out;
+    int64_t n_out;
+    run_both(m, bf16, 7, &plain, &chunked, &n_out);
     double omax = 0, gmax = 0, oerr = 0, gerr = 0;
     for (int k = 0; k < 2; k++)
         for (int64_t j = 0; j < n_out; j++) {
