@@ -19,7 +19,10 @@
  * The two runs differ only by their config overrides, kept in one place: DF_BENCH_BF16_OVERRIDES
  * and DF_BENCH_F32_OVERRIDES (space-separated key=value; defaults below). The bf16 run is
  * distflow train's defaults (mixed-precision actor and reference, bf16 rollout where the CPU
- * has native bf16 matmuls); each run prints the precision notices train gave.
+ * has native bf16 matmuls) plus the reference's parameters offloaded between its passes, as
+ * verl's examples/grpo_trainer scripts set (ref.fsdp_config.param_offload=True: here the bf16
+ * reference's copy goes to a file, docs/mixed_precision.md; only where the CPU computes in bf16,
+ * a float32 reference keeps its weights); each run prints the precision notices train gave.
  */
 #include "common/bench_util.h"
 
@@ -40,8 +43,9 @@ extern char **environ;
 /* The engine's dtype paths as config overrides: the one place they plug in. bf16 is the
  * default of every key (param_dtype bf16, the reference's model_dtype null = bf16 storage,
  * rollout.dtype bfloat16); forced float32 sets the compute dtype of each role (the reference's
- * model_dtype null then resolves to fp32). */
-static const char *const BF16_OVERRIDES_DEFAULT = "";
+ * model_dtype null then resolves to fp32). The bf16 run adds verl's GRPO-example offload of the
+ * reference (where the CPU has bf16 kernels; a float32 reference refuses it). */
+static const char *const BF16_OVERRIDES_DEFAULT = "actor_rollout_ref.ref.fsdp_config.param_offload=true";
 static const char *const F32_OVERRIDES_DEFAULT =
     "actor_rollout_ref.rollout.dtype=float32 "
     "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32 "
@@ -184,6 +188,7 @@ static int write_yaml(const grpo_args *g, const char *dir)
             "  model: {path: %s/model}\n"
             "  actor: {ppo_mini_batch_size: %lld, use_dynamic_bsz: true, use_kl_loss: true,\n"
             "          kl_loss_type: low_var_kl, kl_loss_coef: 0.001}\n"
+
             "  rollout: {n: %lld, ignore_eos: true}\n"
             "algorithm: {adv_estimator: grpo}\n"
             "trainer: {total_training_steps: 1, val_before_train: false, logger: [console]}\n",
@@ -286,7 +291,7 @@ int main(int argc, char **argv)
     if (setup(&g, g.workdir) || write_yaml(&g, g.workdir))
         return 1;
     const char *bf = getenv("DF_BENCH_BF16_OVERRIDES"), *f32 = getenv("DF_BENCH_F32_OVERRIDES");
-    bf = bf ? bf : BF16_OVERRIDES_DEFAULT;
+    bf = bf ? bf : df_model_bf16_available() == DF_OK ? BF16_OVERRIDES_DEFAULT : "";
     f32 = f32 ? f32 : F32_OVERRIDES_DEFAULT;
     double t_bf = 0, t_f = 0, rss_bf = 0, rss_f = 0, cpu_bf = 0, cpu_f = 0;
     int do_bf = strstr(g.runs, "bf16") != NULL, do_f = strstr(g.runs, "f32") != NULL;
