@@ -196,8 +196,9 @@ static inline double df_test_dist2(const float *a, double c, const float *b, int
     return sqrt(s);
 }
 
-/** A random 2-layer Qwen2 with no tokenizer (vocab 40, hidden 16, 2 heads, 1 KV head, head_dim 8). */
-static inline df_model *df_test_micro_model(uint64_t seed)
+/** The config of df_test_micro_model: a 2-layer Qwen2 (vocab 40, hidden 16, intermediate 32, 2 heads,
+ *  1 KV head, head_dim 8, 64 positions). */
+static inline df_model_config df_test_micro_model_config(void)
 {
     df_model_config c;
     df_model_config_defaults(&c);
@@ -209,6 +210,13 @@ static inline df_model *df_test_micro_model(uint64_t seed)
     c.num_key_value_heads = 1;
     c.head_dim = 8;
     c.max_position_embeddings = 64;
+    return c;
+}
+
+/** A random model of df_test_micro_model_config with no tokenizer. */
+static inline df_model *df_test_micro_model(uint64_t seed)
+{
+    df_model_config c = df_test_micro_model_config();
     df_model *m;
     assert_int_equal(df_model_create(&c, &m), 0);
     assert_int_equal(df_model_init_random(m, seed), 0);
