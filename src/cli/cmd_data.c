@@ -20,21 +20,25 @@ static const char *USAGE =
 static int cmd_gsm8k(int argc, char **argv)
 {
     const char *in = NULL, *out = NULL, *split = NULL;
+    bool tool = false;
     df_opt opts[] = {
         {"in", DF_OPT_STR, &in, "raw GSM8K file, e.g. ../shared/data/gsm8k/train.jsonl (required)", false},
+        {"multiturn-tool", DF_OPT_FLAG, &tool, "verl's gsm8k_multiturn_w_tool layout: a system prompt asking for the "
+         "calc_gsm8k_reward tool, extra_info.tools_kwargs / interaction_kwargs (examples/gsm8k_multiturn)", false},
         {"out", DF_OPT_STR, &out, "output JSON lines in the verl schema (required)", false},
         {"split", DF_OPT_STR, &split, "extra_info.split (default: the input's base name)", false},
         {0}};
     char *pos[1];
     int n_pos, code;
-    if (df_cli_parse("data gsm8k", "--in RAW.jsonl --out OUT.jsonl [--split NAME]", opts, argc,
+    if (df_cli_parse("data gsm8k", "--in RAW.jsonl --out OUT.jsonl [--split NAME] [--multiturn-tool]", opts, argc,
                      argv, pos, 0, &n_pos, &code))
         return code;
     if ((code = df_cli_require("data gsm8k", opts)))
         return code;
     int64_t n = 0;
     char *made = NULL; /* directories made for the output go again if it is not written */
-    int rc = df_mkdir_parent_undoable(out, &made) || df_gsm8k_convert(in, out, split, &n);
+    int rc = df_mkdir_parent_undoable(out, &made) ||
+             (tool ? df_gsm8k_convert_tool(in, out, split, &n) : df_gsm8k_convert(in, out, split, &n));
     df_mkdir_settle(made, rc);
     if (rc)
         return df_cli_fail("data gsm8k");
