@@ -81,6 +81,7 @@ static int cmd_synth(int argc, char **argv)
     df_synth_cfg_default(&cfg);
     const char *out = NULL, *split = "train", *ops = NULL, *exclude = NULL;
     double bare = 0;
+    bool tool = false;
     int64_t n = 0, seed = 0, min_steps = cfg.min_steps, max_steps = cfg.max_steps;
     int64_t max_operand = cfg.max_operand, max_value = cfg.max_value;
     df_opt opts[] = {
@@ -96,6 +97,8 @@ static int cmd_synth(int argc, char **argv)
         {"bare-answers", DF_OPT_FLOAT, &bare,
          "share of demonstrations that are bare answers \"The answer is N.\" (default 0)", false},
         {"exclude", DF_OPT_STR, &exclude, "skip problems that appear in this JSON-lines file", false},
+        {"tool", DF_OPT_FLAG, &tool, "add \"messages\": a multi-turn SFT conversation calling the calculator tool "
+         "(a bare-answer row answers without it; make demo ALGO=grpo_tool)", false},
         {0}};
     char *pos[1];
     int n_pos, code;
@@ -113,6 +116,7 @@ static int cmd_synth(int argc, char **argv)
     if (ops)
         snprintf(cfg.ops, sizeof cfg.ops, "%s", ops);
     cfg.bare_answer_frac = bare;
+    cfg.tool = tool;
     df_dataset *ex = NULL;
     df_dataset_opts eo = {.reward_optional = true};
     if (exclude && df_dataset_load(&exclude, 1, &eo, &ex))
