@@ -33,7 +33,7 @@ EVAL=(--max-response-length 64)
 # (a smaller budget: every step's conversations are longer)
 TASK=$EX/task.args SFT_YAML=$EX/sft.yaml SYNTH=(--bare-answers 0.5) N_TRAIN=20000 N_TEST=500
 if [ "$ALGO" = grpo_tool ]; then
-  TASK=$EX/tool_task.args SFT_YAML=$EX/sft_tool.yaml SYNTH=(--tool --bare-answers 0.33) N_TRAIN=6000 N_TEST=200
+  TASK=$EX/tool_task.args SFT_YAML=$EX/sft_tool.yaml SYNTH=(--tool --bare-answers 0.33) N_TRAIN=10000 N_TEST=200
   EVAL=(--max-response-length 128 --max-prompt-length 256 --max-num-seqs 256
         --tool-config $EX/tool_config.yaml --max-assistant-turns 3)
 fi

@@ -204,6 +204,55 @@ static void test_user_turn_limit(void **state)
     df_tokenizer_free(tok);
 }
 
+/* A turn that ends inside a UTF-8 character (a byte token: a sampled turn may) is answered, its
+   text read with U+FFFD for the lone byte, as HF's decode(errors="replace"); a tool message that
+   quotes one byte of a character (the calculator's "unexpected '\xc3'") is answered the same way. */
+static void test_partial_utf8(void **state)
+{
+    (void)state;
+    df_tokenizer *tok = NULL;
+    assert_int_equal(df_tokenizer_load(QWEN, &tok), DF_OK);
+    df_agent_config cfg = {.max_parallel_calls = 1, .max_tool_response_length = 8};
+    assert_int_equal(df_interaction_set_create(&cfg.interactions), DF_OK);
+    assert_int_equal(df_interaction_set_add(cfg.interactions, "gsm8k", &df_interaction_gsm8k, NULL), DF_OK);
+    df_batch *prompts = prompt_batch(1, "[{\"role\":\"user\",\"content\":\"6*7?\"}]", "{}", 0);
+    df_agent_loop *l = NULL;
+    df_batch *gp = NULL;
+    assert_int_equal(df_agent_loop_begin(&cfg, tok, prompts, 1, 0, &l, &gp), DF_OK);
+    int32_t turn[3] = {df_tokenizer_token_to_id(tok, "4"), df_tokenizer_token_to_id(tok, "\xc3\xa4"), /* byte 0xE4 */
+                       df_tokenizer_token_to_id(tok, "<|im_end|>")};
+    assert_true(turn[0] >= 0 && turn[1] >= 0);
+    df_turn_info t = {.seq = 0, .turn = 1, .turn_tokens = turn, .n_turn = 3, .response = turn, .n_response = 3,
+                      .budget_left = 1000};
+    df_turn_reply r = {0};
+    const df_turn_handler *h = df_agent_loop_handler(l);
+    assert_int_equal(h->on_turn_end(h->user, &t, &r), DF_OK);
+    assert_false(r.done);
+    assert_true(r.n_tokens > 5); /* the interaction's retry message */
+    df_batch_free(gp), df_batch_free(prompts), df_agent_loop_free(l);
+    df_agent_config_clear(&cfg);
+
+    df_agent_config tc = {.max_parallel_calls = 1, .max_tool_response_length = 64, .truncate_side = "left"};
+    assert_int_equal(df_tool_set_create(&tc.tools), DF_OK);
+    assert_int_equal(df_tool_set_add(tc.tools, &df_tool_calculator, NULL, NULL), DF_OK);
+    assert_int_equal(df_tool_set_tools_json(tc.tools, &tc.tools_json), DF_OK);
+    prompts = prompt_batch(1, "[{\"role\":\"user\",\"content\":\"6*7?\"}]", "{}", 0);
+    assert_int_equal(df_agent_loop_begin(&tc, tok, prompts, 1, 0, &l, &gp), DF_OK);
+    sim *sm = calloc(1, sizeof *sm);
+    assert_false(model_turn(tok, l, sm, 0, 1, "<tool_call>{\"name\": \"calculator\", \"arguments\": "
+                                             "{\"expression\": \"12 \xc3\xa4 3\"}}</tool_call>"));
+    char *reply = NULL;
+    int64_t k = 0;
+    while (k < sm->n && sm->mask[k])
+        k++;
+    assert_int_equal(df_tokenizer_decode(tok, sm->resp + k, sm->n - k, true, &reply), DF_OK);
+    assert_non_null(strstr(reply, "unexpected '\xef\xbf\xbd'")); /* U+FFFD for the lone byte */
+    free(reply), free(sm);
+    df_batch_free(gp), df_batch_free(prompts), df_agent_loop_free(l);
+    df_agent_config_clear(&tc);
+    df_tokenizer_free(tok);
+}
+
 /* The number in the reply's "... too low" / "too high" ... hint: +1 higher, -1 lower, 0 neither. */
 static int hint(const df_tokenizer *tok, const sim *s, int64_t from)
 {
@@ -313,6 +362,7 @@ int main(void)
         cmocka_unit_test(test_tools_interaction),
         cmocka_unit_test(test_user_turn_limit),
         cmocka_unit_test(test_env_guess),
+        cmocka_unit_test(test_partial_utf8),
         cmocka_unit_test(test_config_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

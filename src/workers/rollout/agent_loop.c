@@ -64,6 +64,51 @@ struct df_agent_loop {
     int32_t *ids;    /* the last reply's tokens (the engine copies them) */
 };
 
+/* Length of the valid UTF-8 sequence at p (1 to 4), or 0 (as Python's decoder: no overlongs,
+   surrogates or code points above U+10FFFF). */
+static int utf8_len(const unsigned char *p)
+{
+    int n = p[0] < 0x80 ? 1 : p[0] >= 0xc2 && p[0] <= 0xdf ? 2 : p[0] >= 0xe0 && p[0] <= 0xef ? 3
+          : p[0] >= 0xf0 && p[0] <= 0xf4 ? 4 : 0;
+    for (int i = 1; i < n; i++)
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+    if ((n == 3 && ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] >= 0xa0))) ||
+        (n == 4 && ((p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] >= 0x90))))
+        return 0;
+    return n;
+}
+
+/* Text for the conversation from a tool (or a sampled turn: byte tokens) may hold a partial UTF-8
+   character: each invalid byte becomes U+FFFD, as Python's errors="replace" gives, so the
+   conversation stays text the template and the tokenizer accept. *text is replaced when it changes. */
+static int utf8_replace(char **text)
+{
+    const unsigned char *t = (const unsigned char *)*text;
+    size_t n = strlen(*text), bad = 0;
+    for (size_t i = 0; i < n;) {
+        int k = utf8_len(t + i);
+        bad += !k;
+        i += k ? (size_t)k : 1;
+    }
+    if (!bad)
+        return DF_OK;
+    char *o = malloc(n + 2 * bad + 1), *w = o;
+    if (!o)
+        return df_error(DF_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n;) {
+        int k = utf8_len(t + i);
+        if (k)
+            memcpy(w, t + i, (size_t)k), w += k, i += (size_t)k;
+        else
+            memcpy(w, "\xef\xbf\xbd", 3), w += 3, i++;
+    }
+    *w = 0;
+    free(*text);
+    *text = o;
+    return DF_OK;
+}
+
 /* The turn's text and what of the template's end-of-turn text the sequence holds: a special stop
    token (<|im_end|>) is that text; a stop string's last token is ordinary text. */
 static int turn_text(const df_tokenizer *tok, const df_turn_info *t, char **text, const char **kept)
@@ -74,7 +119,8 @@ static int turn_text(const df_tokenizer *tok, const df_turn_info *t, char **text
         *kept = df_tokenizer_id_to_token(tok, t->turn_tokens[n - 1]);
         n--;
     }
-    return df_tokenizer_decode(tok, t->turn_tokens, n, false, text);
+    int rc = df_tokenizer_decode(tok, t->turn_tokens, n, false, text);
+    return rc ? rc : utf8_replace(text);
 }
 
 static int append_msg(json_t *arr, const char *role, const char *content)
@@ -97,6 +143,8 @@ static int run_tools(df_agent_loop *l, agent_seq *s, const char *text, json_t *a
         df_tool_result r = {0};
         char *cut = NULL;
         rc = df_tool_session_execute(s->tools, &calls.calls[i], &r);
+        if (!rc && r.text) /* a tool's message may quote a byte of a character (the calculator does) */
+            rc = utf8_replace(&r.text);
         if (!rc)
             rc = df_agent_truncate(l->tok, r.text ? r.text : "", c->max_tool_response_length, c->truncate_side, &cut);
         if (!rc) {
