@@ -20,34 +20,43 @@ SFT_FROM=${DEMO_SFT:-}
 # OpenMP threads that spin while waiting lose their core when anything else runs; yield instead.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 
-algos() { for f in "$EX"/*.yaml; do f=${f##*/}; [ "$f" = sft.yaml ] || printf ' %s' "${f%.yaml}"; done; }
-if [ ! -f "$EX/$ALGO.yaml" ] || [ "$ALGO" = sft ]; then
+algos() { for f in "$EX"/*.yaml; do f=${f##*/}; case $f in sft*.yaml | tool_config.yaml) ;; *) printf ' %s' "${f%.yaml}" ;; esac; done; }
+if [ ! -f "$EX/$ALGO.yaml" ] || [ "${ALGO#sft}" != "$ALGO" ] || [ "$ALGO" = tool_config ]; then
   echo "make demo: unknown ALGO=$ALGO; available:$(algos)" >&2
   exit 2
 fi
 log() { printf '\n[demo] %s\n' "$*" >&2; }
 start=$(date +%s)
 EVAL=(--max-response-length 64)
+# the tool variant (grpo_tool): large numbers, SFT conversations that call the calculator, and every
+# evaluation answering the model's tool calls (docs/demo.md, "The tool variant")
+# (a smaller budget: every step's conversations are longer)
+TASK=$EX/task.args SFT_YAML=$EX/sft.yaml SYNTH=(--bare-answers 0.5) N_TRAIN=20000 N_TEST=500
+if [ "$ALGO" = grpo_tool ]; then
+  TASK=$EX/tool_task.args SFT_YAML=$EX/sft_tool.yaml SYNTH=(--tool --bare-answers 0.33) N_TRAIN=10000 N_TEST=200
+  EVAL=(--max-response-length 128 --max-prompt-length 256 --max-num-seqs 256
+        --tool-config $EX/tool_config.yaml --max-assistant-turns 3)
+fi
 # greedy held-out accuracy of the model in directory $1
 accuracy() { "$DF" eval --model "$1" --data "$DATA/test.jsonl" "${EVAL[@]}" | awk '/^accuracy:/ {print $2}'; }
 
 if [ -z "$SFT_FROM" ]; then
   rm -rf "$OUT" && mkdir -p "$OUT"
   DATA="$OUT/data"
-  log "1/6 synthetic task: $(cat $EX/task.args)"
+  log "1/6 synthetic task: $(cat "$TASK") ${SYNTH[*]}"
   # shellcheck disable=SC2046
-  "$DF" data synth --out "$DATA/train.jsonl" --split train --seed 1 $(cat $EX/task.args) \
-      --bare-answers 0.5 --n 20000
+  "$DF" data synth --out "$DATA/train.jsonl" --split train --seed 1 $(cat "$TASK") \
+      "${SYNTH[@]}" --n $N_TRAIN
   # shellcheck disable=SC2046
-  "$DF" data synth --out "$DATA/test.jsonl" --split test --seed 2 $(cat $EX/task.args) \
-      --exclude "$DATA/train.jsonl" --n 500
+  "$DF" data synth --out "$DATA/test.jsonl" --split test --seed 2 $(cat "$TASK") \
+      --exclude "$DATA/train.jsonl" --n $N_TEST
 
   log "2/6 tokenizer (byte-level BPE trained on the training set) and a random Qwen2 model"
   "$DF" data tokenizer --in "$DATA/train.jsonl" --vocab-size 512 --out "$OUT/tokenizer"
   "$DF" init-model --config $EX/model_config.json --tokenizer "$OUT/tokenizer" --out "$OUT/init" --seed 1
 
   log "3/6 SFT warm start"
-  "$DF" sft $EX/sft.yaml data.train_files="[$DATA/train.jsonl]" model.partial_pretrain="$OUT/init" \
+  "$DF" sft "$SFT_YAML" data.train_files="[$DATA/train.jsonl]" model.partial_pretrain="$OUT/init" \
       trainer.default_local_dir="$OUT/sft" >&2
   SFT="$OUT/sft/global_step_$(tr -d '[:space:]' < "$OUT/sft/latest_checkpointed_iteration.txt")"
 

@@ -409,8 +409,9 @@ static void test_compat_classes(void **state)
 static void test_examples_pass(void **state)
 {
     (void)state;
-    const char *files[] = {DF_SOURCE_DIR "/examples/gsm8k/grpo.yaml", DF_SOURCE_DIR "/examples/demo/grpo.yaml"};
-    for (int i = 0; i < 2; i++) {
+    const char *files[] = {DF_SOURCE_DIR "/examples/gsm8k/grpo.yaml", DF_SOURCE_DIR "/examples/demo/grpo.yaml",
+                           DF_SOURCE_DIR "/examples/gsm8k_multiturn/gsm8k_multiturn_w_tool.yaml"};
+    for (int i = 0; i < 3; i++) {
         df_config *c = NULL;
         if (df_config_load(df_config_schema_train(), files[i], NULL, 0, &c))
             fail_msg("%s: %s", files[i], df_last_error());

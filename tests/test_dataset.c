@@ -559,6 +559,30 @@ static void test_gsm8k_real_files(void **state)
     }
 }
 
+/* --multiturn-tool: verl's gsm8k_multiturn_w_tool rows (system prompt, tools / interaction kwargs). */
+static void test_gsm8k_tool_rows(void **state)
+{
+    (void)state;
+    const char *in = tmp_path("raw_t.jsonl"), *out = tmp_path("conv_t.jsonl");
+    int64_t n = -1;
+    write_text(in, "{\"question\": \"Q?\", \"answer\": \"work\\n#### 1,000\"}\n");
+    assert_int_equal(df_gsm8k_convert_tool(in, out, "train", &n), 0);
+    assert_int_equal(n, 1);
+    df_dataset *ds = NULL;
+    const char *paths[] = {out};
+    assert_int_equal(df_dataset_load(paths, 1, NULL, &ds), 0);
+    assert_int_equal(df_dataset_num_messages(ds, 0), 2);
+    const char *role, *content;
+    assert_int_equal(df_dataset_message(ds, 0, 0, &role, &content), 0);
+    assert_string_equal(role, "system");
+    assert_string_equal(content, DF_GSM8K_TOOL_SYSTEM);
+    assert_string_equal(df_dataset_extra_info(ds, 0),
+                        "{\"split\":\"train\",\"index\":0,\"answer\":\"work\\n#### 1,000\",\"question\":\"Q?\","
+                        "\"need_tools_kwargs\":true,\"tools_kwargs\":{\"calc_gsm8k_reward\":{\"create_kwargs\":"
+                        "{\"ground_truth\":\"1000\"}}},\"interaction_kwargs\":{\"query\":\"Q?\",\"ground_truth\":\"1000\"}}");
+    df_dataset_free(ds);
+}
+
 static void test_gsm8k_malformed(void **state)
 {
     (void)state;
@@ -628,6 +652,7 @@ int main(void)
         cmocka_unit_test(test_gsm8k_extract),
         cmocka_unit_test(test_gsm8k_real_files),
         cmocka_unit_test(test_gsm8k_malformed),
+        cmocka_unit_test(test_gsm8k_tool_rows),
     };
     return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
 }

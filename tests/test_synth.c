@@ -327,6 +327,30 @@ static void test_golden_row(void **state)
     free(text);
 }
 
+/* tool: the row's "messages" call the calculator with the problem's expression, whose value (the
+   calculator's own answer) is the answer; a bare row answers at once. Row 0 of seed 1 with the
+   grpo_tool knobs, checked by hand: 845 + 794 + 927 = 2566, times 3 = 7698. */
+static void test_tool_rows(void **state)
+{
+    (void)state;
+    df_synth_cfg c;
+    df_synth_cfg_default(&c);
+    c.seed = 1, c.max_operand = 999, c.max_value = 99999, c.tool = true, c.bare_answer_frac = 0.33;
+    char *text;
+    size_t len;
+    assert_int_equal(df_synth_jsonl(&c, 40, &text, &len), 0);
+    assert_non_null(strstr(text, "{\"role\": \"assistant\", \"content\": \"<tool_call>\\n{\\\"name\\\": "
+                                 "\\\"calculator\\\", \\\"arguments\\\": {\\\"expression\\\": \\\"(845 + 794 + 927) * 3\\\"}}"
+                                 "\\n</tool_call>\"}, {\"role\": \"tool\", \"content\": \"(845 + 794 + 927) * 3 = 7698\"}, "
+                                 "{\"role\": \"assistant\", \"content\": \"#### 7698\"}]"));
+    int bare = 0, rows = 0;
+    for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n"), rows++)
+        bare += strstr(l, "\"messages\"") && !strstr(l, "<tool_call>");
+    assert_int_equal(rows, 40);
+    assert_true(bare >= 5 && bare <= 25); /* about a third */
+    free(text);
+}
+
 /* bare_answer_frac swaps the demonstration's style, never the problem. */
 static void test_bare_answers(void **state)
 {
@@ -401,7 +425,7 @@ int main(void)
         cmocka_unit_test(test_default_task), cmocka_unit_test(test_knobs),
         cmocka_unit_test(test_bad_knobs),    cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_golden_row),   cmocka_unit_test(test_bare_answers),
-        cmocka_unit_test(test_exclude),
+        cmocka_unit_test(test_exclude),      cmocka_unit_test(test_tool_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

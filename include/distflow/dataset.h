@@ -204,6 +204,23 @@ DF_API int64_t df_dataset_head(df_dataset *ds, int64_t n);
 DF_API int df_gsm8k_convert(const char *in_path, const char *out_path, const char *split,
                             int64_t *n_rows);
 
+/** The system prompt of df_gsm8k_convert_tool's rows (the role of verl's gsm8k_multiturn_w_tool.py's). */
+#define DF_GSM8K_TOOL_SYSTEM                                                                            \
+    "You are a math expert. Solve the question step by step, reasoning before any tool call. After "   \
+    "solving it, call the `calc_gsm8k_reward` tool with your answer at least once before you give the " \
+    "final answer, and refine the answer if needed. Write the final answer as `#### <answer>`."
+
+/**
+ * df_gsm8k_convert for multi-turn GRPO with the GSM8K tool and interaction, as verl's
+ * examples/data_preprocess/gsm8k_multiturn_w_tool.py lays rows out: the prompt starts with a
+ * {"role": "system", "content": DF_GSM8K_TOOL_SYSTEM} message (the user message is the same), and
+ * extra_info also holds "need_tools_kwargs": true, "tools_kwargs": {"calc_gsm8k_reward":
+ * {"create_kwargs": {"ground_truth": <gt>}}} and "interaction_kwargs": {"query": question,
+ * "ground_truth": <gt>} (the agent loop hands them to the tool's create and the interaction's start).
+ * Errors: as df_gsm8k_convert.
+ */
+DF_API int df_gsm8k_convert_tool(const char *in_path, const char *out_path, const char *split, int64_t *n_rows);
+
 /**
  * verl's extract_solution for GSM8K reference answers: the number after the
  * first "#### " (pattern `#### (-?[0-9.,]+)`), commas removed, into out[cap].

@@ -58,6 +58,12 @@ typedef struct df_synth_cfg {
     uint64_t seed;    /**< [0] */
     const char *split; /**< written to extra_info.split; NULL -> "train" */
     double bare_answer_frac; /**< in [0, 1]: share of bare-answer demonstrations [0] */
+    /** Tool-use demonstrations (`make demo ALGO=grpo_tool`): each row also holds "messages", a
+     *  multi-turn SFT conversation (data.multiturn.enable) in which the assistant calls the
+     *  calculator tool with the problem's expression in a hermes <tool_call> block, the tool
+     *  answers (df_tool_calculator's text) and the assistant ends with "#### {answer}"; a
+     *  bare-answer row (bare_answer_frac) answers "#### {answer}" at once, without the tool [false] */
+    bool tool;
     /** Problems whose text equals the first message of a row of this dataset are
      *  skipped (the row keeps its generator index in extra_info.index) [NULL] */
     const df_dataset *exclude;
@@ -76,6 +82,8 @@ typedef struct df_synth_problem {
                          "The answer is {answer}." (see bare_answer_frac) */
     int64_t answer;
     int steps;
+    char *expression; /**< the operations as one expression, e.g. "(12 + 7 - 5) * 2" */
+    bool bare;        /**< a bare-answer demonstration (bare_answer_frac) */
 } df_synth_problem;
 
 /** Problem number `index` of the config. Errors: DF_EINVAL (bad knobs), DF_ENOMEM. */

@@ -20,21 +20,25 @@ static const char *USAGE =
 static int cmd_gsm8k(int argc, char **argv)
 {
     const char *in = NULL, *out = NULL, *split = NULL;
+    bool tool = false;
     df_opt opts[] = {
         {"in", DF_OPT_STR, &in, "raw GSM8K file, e.g. ../shared/data/gsm8k/train.jsonl (required)", false},
+        {"multiturn-tool", DF_OPT_FLAG, &tool, "verl's gsm8k_multiturn_w_tool layout: a system prompt asking for the "
+         "calc_gsm8k_reward tool, extra_info.tools_kwargs / interaction_kwargs (examples/gsm8k_multiturn)", false},
         {"out", DF_OPT_STR, &out, "output JSON lines in the verl schema (required)", false},
         {"split", DF_OPT_STR, &split, "extra_info.split (default: the input's base name)", false},
         {0}};
     char *pos[1];
     int n_pos, code;
-    if (df_cli_parse("data gsm8k", "--in RAW.jsonl --out OUT.jsonl [--split NAME]", opts, argc,
+    if (df_cli_parse("data gsm8k", "--in RAW.jsonl --out OUT.jsonl [--split NAME] [--multiturn-tool]", opts, argc,
                      argv, pos, 0, &n_pos, &code))
         return code;
     if ((code = df_cli_require("data gsm8k", opts)))
         return code;
     int64_t n = 0;
     char *made = NULL; /* directories made for the output go again if it is not written */
-    int rc = df_mkdir_parent_undoable(out, &made) || df_gsm8k_convert(in, out, split, &n);
+    int rc = df_mkdir_parent_undoable(out, &made) ||
+             (tool ? df_gsm8k_convert_tool(in, out, split, &n) : df_gsm8k_convert(in, out, split, &n));
     df_mkdir_settle(made, rc);
     if (rc)
         return df_cli_fail("data gsm8k");
@@ -77,6 +81,7 @@ static int cmd_synth(int argc, char **argv)
     df_synth_cfg_default(&cfg);
     const char *out = NULL, *split = "train", *ops = NULL, *exclude = NULL;
     double bare = 0;
+    bool tool = false;
     int64_t n = 0, seed = 0, min_steps = cfg.min_steps, max_steps = cfg.max_steps;
     int64_t max_operand = cfg.max_operand, max_value = cfg.max_value;
     df_opt opts[] = {
@@ -92,6 +97,8 @@ static int cmd_synth(int argc, char **argv)
         {"bare-answers", DF_OPT_FLOAT, &bare,
          "share of demonstrations that are bare answers \"The answer is N.\" (default 0)", false},
         {"exclude", DF_OPT_STR, &exclude, "skip problems that appear in this JSON-lines file", false},
+        {"tool", DF_OPT_FLAG, &tool, "add \"messages\": a multi-turn SFT conversation calling the calculator tool "
+         "(a bare-answer row answers without it; make demo ALGO=grpo_tool)", false},
         {0}};
     char *pos[1];
     int n_pos, code;
@@ -109,6 +116,7 @@ static int cmd_synth(int argc, char **argv)
     if (ops)
         snprintf(cfg.ops, sizeof cfg.ops, "%s", ops);
     cfg.bare_answer_frac = bare;
+    cfg.tool = tool;
     df_dataset *ex = NULL;
     df_dataset_opts eo = {.reward_optional = true};
     if (exclude && df_dataset_load(&exclude, 1, &eo, &ex))

@@ -2,6 +2,7 @@
 #include "cli/cli.h"
 #include "util/fsutil.h"
 
+#include "distflow/dag.h"
 #include "distflow/dataset.h"
 #include "engine/hf_dir.h"
 #include "workers/dag/evaluate.h"
@@ -23,8 +24,9 @@ int df_cmd_eval(int argc, char **argv)
 {
     const char *model = NULL, *data = NULL, *tokdir = NULL, *output = NULL;
     int64_t n = 1, top_k = -1, max_resp = 512, max_prompt = 1024, batch = 0, limit = 0, seed = 0;
-    int64_t max_seqs = 512;
+    int64_t max_seqs = 512, max_turns = 0, max_user_turns = 0;
     double temperature = 0, top_p = 1.0;
+    const char *tool_cfg = NULL, *ia_cfg = NULL;
     df_opt opts[] = {
         {"model", DF_OPT_STR, &model, "HF model directory (required)", false},
         {"data", DF_OPT_STR, &data, "dataset, JSON lines in the verl RL schema (required)", false},
@@ -39,6 +41,12 @@ int df_cmd_eval(int argc, char **argv)
         {"max-num-seqs", DF_OPT_INT, &max_seqs, "sequences decoded together (default 512)", false},
         {"limit", DF_OPT_INT, &limit, "evaluate only the first N prompts", false},
         {"seed", DF_OPT_INT, &seed, "sampling seed (default 0)", false},
+        {"tool-config", DF_OPT_STR, &tool_cfg, "multi-turn: answer hermes tool calls with the tools of this verl tool "
+         "config (as multi_turn.tool_config_path; docs/agents.md)", false},
+        {"interaction-config", DF_OPT_STR, &ia_cfg, "multi-turn: a turn without a tool call is answered by this "
+         "interaction config's (as multi_turn.interaction_config_path)", false},
+        {"max-assistant-turns", DF_OPT_INT, &max_turns, "multi-turn: model turns per conversation (default 0: no limit)", false},
+        {"max-user-turns", DF_OPT_INT, &max_user_turns, "multi-turn: interaction replies per conversation (default 0: no limit)", false},
         {"output", DF_OPT_STR, &output, "write each response as a JSON line here (input, output, gts, score, acc, index, data_source), when the run succeeds", false},
         {0}};
     char *pos[1];
@@ -75,6 +83,10 @@ int df_cmd_eval(int argc, char **argv)
     if (!rc && output && !(dump = open_memstream(&dump_buf, &dump_len)))
         rc = df_error(DF_ENOMEM, "out of memory collecting the responses for %s", output);
     df_eval_opts o = {.n = n, .seed = (uint64_t)seed, .batch_prompts = batch, .label = "eval", .dump = dump};
+    df_agent_config agent = {.max_assistant_turns = max_turns, .max_user_turns = max_user_turns};
+    bool multi = tool_cfg || ia_cfg;
+    if (!rc && multi && !(rc = df_agent_config_load(&agent, tool_cfg, ia_cfg, df_plugin_tool, df_plugin_interaction, NULL)))
+        o.agent = &agent;
     df_sampling_params_defaults(&o.sp);
     o.sp.greedy = temperature <= 0;
     o.sp.temperature = temperature > 0 ? (float)temperature : 1.0f;
@@ -104,6 +116,7 @@ int df_cmd_eval(int argc, char **argv)
     if (!rc && dump && (rc = df_write_file_atomic(output, dump_buf, dump_len)))
         rc = df_error_wrap(rc, "--output");
     free(dump_buf);
+    df_agent_config_clear(&agent);
     df_rollout_engine_free(e);
     df_prompt_cache_free(&pc);
     df_dataset_free(ds);

@@ -43,10 +43,26 @@ bool df_gsm8k_extract_answer(const char *answer, char *out, size_t cap)
 }
 
 /* One converted row, as a Python json.dumps line, appended to `out`. */
+/* verl's multi-turn layout (df_gsm8k_convert_tool): a system message, the tool's and the
+   interaction's kwargs in extra_info. */
+static json_t *tool_row(json_t *row, const char *q, const char *gt)
+{
+    json_t *prompt = json_object_get(row, "prompt"), *extra = json_object_get(row, "extra_info");
+    json_t *sys = json_pack("{s:s, s:s}", "role", "system", "content", DF_GSM8K_TOOL_SYSTEM);
+    json_t *tk = json_pack("{s:{s:{s:s}}}", "calc_gsm8k_reward", "create_kwargs", "ground_truth", gt);
+    json_t *ik = json_pack("{s:s, s:s}", "query", q, "ground_truth", gt);
+    if (!sys || !tk || !ik || json_array_insert_new(prompt, 0, sys) || json_object_set_new(extra, "need_tools_kwargs", json_true()) ||
+        json_object_set_new(extra, "tools_kwargs", tk) || json_object_set_new(extra, "interaction_kwargs", ik)) {
+        json_decref(row);
+        return NULL;
+    }
+    return row;
+}
+
 static int convert_row(void *user, json_t *raw, const char *file, int64_t line, const char *split,
                        int64_t index, df_jsonl_buf *out)
 {
-    (void)user;
+    bool tools = user != NULL;
     const char *q, *a;
     int rc = df_jsonl_get_string(raw, "question", file, line, &q);
     if (rc || (rc = df_jsonl_get_string(raw, "answer", file, line, &a)))
@@ -70,7 +86,9 @@ static int convert_row(void *user, json_t *raw, const char *file, int64_t line, 
                                  "extra_info", "split", split, "index", (json_int_t)index,
                                  "answer", a, "question", q)
                      : NULL;
-    ok = df_jsonl_buf_add_py_line(out, row);
+    if (row && tools)
+        row = tool_row(row, q, gt);
+    ok = row && df_jsonl_buf_add_py_line(out, row);
     free(content.p);
     free(gt);
     return ok ? DF_OK : df_error(DF_ENOMEM, "%s:%lld: out of memory", file, (long long)line);
@@ -82,4 +100,12 @@ int df_gsm8k_convert(const char *in_path, const char *out_path, const char *spli
     if (!in_path || !out_path)
         return df_error(DF_EINVAL, "gsm8k: input and output paths are required");
     return df_jsonl_convert(in_path, out_path, split, false, convert_row, NULL, n_rows);
+}
+
+int df_gsm8k_convert_tool(const char *in_path, const char *out_path, const char *split, int64_t *n_rows)
+{
+    static int tools = 1;
+    if (!in_path || !out_path)
+        return df_error(DF_EINVAL, "gsm8k: input and output paths are required");
+    return df_jsonl_convert(in_path, out_path, split, false, convert_row, &tools, n_rows);
 }

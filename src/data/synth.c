@@ -3,6 +3,7 @@
 
 #include "data/jsonl.h"
 #include "util/fsutil.h"
+#include "distflow/agent.h"
 #include "distflow/rng.h"
 
 #include <stdio.h>
@@ -114,6 +115,35 @@ static int64_t apply_op(df_rng *r, const df_synth_cfg *c, int64_t s, bool she, c
     return s * x;
 }
 
+/* The worked solution's lines "a op b = c" as one expression: left to right, a product of a sum
+   in parentheses. */
+static char *expression_of(const char *sol)
+{
+    df_jsonl_buf e = {0};
+    bool ok = true, sum = false;
+    for (const char *l = sol; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        long long a, b;
+        char op;
+        if (sscanf(l, "%lld %c %lld =", &a, &op, &b) != 3)
+            break;
+        if (!e.len)
+            ok &= df_jsonl_buf_addf(&e, "%lld", a);
+        if (op == '*' && sum) {
+            char *inner = e.p;
+            e = (df_jsonl_buf){0};
+            ok &= df_jsonl_buf_addf(&e, "(%s)", inner);
+            free(inner);
+        }
+        sum |= op != '*';
+        ok &= df_jsonl_buf_addf(&e, " %c %lld", op, b);
+    }
+    if (!ok) {
+        free(e.p);
+        return NULL;
+    }
+    return e.p ? e.p : strdup("");
+}
+
 int df_synth_problem_make(const df_synth_cfg *c, int64_t index, df_synth_problem *out)
 {
     int rc = df_synth_cfg_check(c);
@@ -132,7 +162,10 @@ int df_synth_problem_make(const df_synth_cfg *c, int64_t index, df_synth_problem
     ok &= df_jsonl_buf_addf(&q, " How many %s does %s have now?", items, name);
     df_rng style;
     df_rng_seed(&style, df_rng_key(c->seed, (uint64_t)index, 1, 0));
-    if (c->bare_answer_frac > 0 && df_rng_uniform(&style) < c->bare_answer_frac) {
+    char *expr = ok ? expression_of(sol.p) : NULL;
+    ok &= expr != NULL;
+    out->bare = c->bare_answer_frac > 0 && df_rng_uniform(&style) < c->bare_answer_frac;
+    if (out->bare) {
         sol.len = 0; /* a bare demonstration: no working, not the verifier's format */
         ok &= df_jsonl_buf_addf(&sol, "The answer is %lld.", (long long)s);
     } else {
@@ -141,8 +174,10 @@ int df_synth_problem_make(const df_synth_cfg *c, int64_t index, df_synth_problem
     if (!ok) {
         free(q.p);
         free(sol.p);
+        free(expr);
         return df_error(DF_ENOMEM, "synthetic task: out of memory");
     }
+    out->expression = expr;
     out->question = q.p;
     out->solution = sol.p;
     out->answer = s;
@@ -156,7 +191,48 @@ void df_synth_problem_free(df_synth_problem *p)
         return;
     free(p->question);
     free(p->solution);
-    p->question = p->solution = NULL;
+    free(p->expression);
+    p->question = p->solution = p->expression = NULL;
+}
+
+/* The calculator's answer to `expr`, as the tool gives it in a rollout. */
+static char *calculator_text(const char *expr)
+{
+    json_t *args = json_pack("{s:s}", "expression", expr);
+    char *a = args ? json_dumps(args, JSON_COMPACT) : NULL, *text = NULL;
+    void *inst = NULL;
+    df_tool_result r = {0};
+    if (a && !df_tool_calculator.create(NULL, "synth", "{}", &inst) &&
+        !df_tool_calculator.execute(NULL, inst, a, &r))
+        text = r.text, r.text = NULL;
+    if (inst && df_tool_calculator.release)
+        df_tool_calculator.release(NULL, inst);
+    df_tool_result_clear(&r);
+    free(a);
+    json_decref(args);
+    return text;
+}
+
+/* A tool-use demonstration (df_synth_cfg.tool): the conversation as "messages". */
+static json_t *tool_messages(const df_synth_problem *p)
+{
+    char ans[48];
+    snprintf(ans, sizeof ans, "#### %lld", (long long)p->answer);
+    if (p->bare)
+        return json_pack("[{s:s, s:s}, {s:s, s:s}]", "role", "user", "content", p->question, "role", "assistant",
+                         "content", ans);
+    char *tool = calculator_text(p->expression);
+    json_t *call = json_pack("{s:s, s:{s:s}}", "name", "calculator", "arguments", "expression", p->expression);
+    char *cj = call ? json_dumps(call, 0) : NULL;
+    df_jsonl_buf turn = {0};
+    bool ok = tool && cj && df_jsonl_buf_addf(&turn, "<tool_call>\n%s\n</tool_call>", cj);
+    json_t *m = ok ? json_pack("[{s:s, s:s}, {s:s, s:s}, {s:s, s:s}, {s:s, s:s}]", "role", "user", "content",
+                               p->question, "role", "assistant", "content", turn.p, "role", "tool", "content", tool,
+                               "role", "assistant", "content", ans)
+                   : NULL;
+    free(tool), free(cj), free(turn.p);
+    json_decref(call);
+    return m;
 }
 
 static int append_row(const df_synth_cfg *c, int64_t i, df_jsonl_buf *out)
@@ -174,6 +250,13 @@ static int append_row(const df_synth_cfg *c, int64_t i, df_jsonl_buf *out)
                             "reward_model", "style", "rule", "ground_truth", gt,  //
                             "extra_info", "split", c->split ? c->split : "train", //
                             "index", (json_int_t)i, "answer", p.solution, "steps", p.steps);
+    if (row && c->tool) {
+        json_t *m = tool_messages(&p);
+        if (!m || json_object_set_new(row, "messages", m)) {
+            json_decref(row);
+            row = NULL;
+        }
+    }
     char *text = row ? df_jsonl_dumps_py(row) : NULL;
     bool ok = text && df_jsonl_buf_add(out, text, strlen(text)) && df_jsonl_buf_add(out, "\n", 1);
     free(text);

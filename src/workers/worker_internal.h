@@ -21,6 +21,7 @@
 #include "workers/common/prompts.h"
 #include "workers/reward/rm_score.h"
 #include "workers/reward/score_batch.h"
+#include "workers/rollout/agent_loop.h"
 #include "workers/rollout/rollout_batch.h"
 
 #include <signal.h>
@@ -57,6 +58,8 @@ typedef struct df_rollout_worker {
     int64_t synced_step;       /* the actor's optimizer step the engine's weights are from
                                   (-1: none yet; df_worker_rollout_sync) */
     bool shared_w16;           /* a bf16 engine reading the actor's bf16 copy (both bf16) */
+    df_agent_config *agent;    /* multi_turn.enable / dag.env_enable: the agent loop's tools,
+                                  interactions or environment (df_worker_agent_setup); NULL: single-turn */
 } df_rollout_worker;
 
 /* workers/actor/: the policy being trained, its optimizer inside. */
@@ -213,6 +216,13 @@ int df_worker_plugins(const df_config *c, const df_train_config *t, bool load, d
  */
 struct df_env_spec;
 int df_worker_env(const df_config *c, const df_train_config *t, bool load, struct df_env_spec *spec);
+/**
+ * actor_rollout_ref.rollout.multi_turn.* and dag.env_enable together: the multi-turn keys only with
+ * multi_turn.enable, not both multi_turn.enable and dag.env_enable, the config files readable. With
+ * `agent` (train): *agent is the loaded agent loop config (tools, interactions, environment through
+ * their plugin loaders), NULL when neither is on. Errors name the key.
+ */
+int df_worker_multi_turn(const df_config *c, const df_train_config *t, df_agent_config **agent);
 /** df_warn_fn for workflow warnings: stderr, rank 0 only (user = the worker). */
 void df_worker_warn(void *user, const char *msg);
 /** The node's settings, or &w->global when it has no overrides (or n is NULL). */

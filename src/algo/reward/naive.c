@@ -34,6 +34,9 @@ int df_reward_naive(const df_reward_manager_cfg *cfg, df_batch *b, const char *c
     if (rc || (rc = need_str_col(b, "ground_truth")))
         return rc;
     bool has_extra = df_batch_str(b, "extra_info", 0) != NULL;
+    /* the rollout's agent loop: an episode's return replaces the rule score; tool step rewards and
+       interaction turn rewards add to it (src/workers/rollout/agent_loop.h) */
+    const float *env_ret = df_batch_f32(b, "env_return"), *agent_rw = df_batch_f32(b, "agent_reward");
 
     /* score every row first, so a failure leaves the batch untouched */
     double *sc = malloc((size_t)(n ? n : 1) * sizeof *sc);
@@ -53,6 +56,10 @@ int df_reward_naive(const df_reward_manager_cfg *cfg, df_batch *b, const char *c
     df_reward_kw_fn kw = NULL;
     for (int64_t i = 0; !rc && i < n; i++) {
         const char *src = df_batch_str(b, key, i);
+        if (env_ret) {
+            sc[i] = env_ret[i], ok[i] = env_ret[i] > 0, pred[i][0] = 0, preds[i] = pred[i];
+            continue;
+        }
         if (!custom && (!last_src || strcmp(src, last_src))) {
             if ((rc = df_reward_resolve(src, &fn, &kw))) {
                 rc = df_error_wrap(rc, "reward manager: row %lld", (long long)i);
@@ -63,7 +70,7 @@ int df_reward_naive(const df_reward_manager_cfg *cfg, df_batch *b, const char *c
         df_reward_result res;
         rc = df_reward_call(fn, kw, src, responses[i] ? responses[i] : "", df_batch_str(b, "ground_truth", i),
                             has_extra ? df_batch_str(b, "extra_info", i) : NULL, cfg ? cfg->kwargs : NULL, &res);
-        sc[i] = res.score;
+        sc[i] = res.score + (agent_rw ? agent_rw[i] : 0.0);
         ok[i] = res.acc;
         memcpy(pred[i], res.extra_pred ? res.pred : "", res.extra_pred ? sizeof res.pred : 1);
         preds[i] = pred[i];

@@ -161,6 +161,20 @@ int df_compute_data_metrics(const df_batch *b, int64_t max_response_length,
     for (int64_t i = 0; nt && i < df_batch_size(b); i++)
         stat_add(&turns, (double)nt[i]);
     stat_put(m, "num_turns", &turns);
+    stat calls = {0}, eret = {0}; /* the agent loop's: verl's agent_loop/tool_calls, the env's episodes */
+    const int64_t *tc = df_batch_i64(b, "tool_calls"), *win = df_batch_i64(b, "env_success");
+    const float *er = df_batch_f32(b, "env_return");
+    double wins = 0;
+    for (int64_t i = 0; i < df_batch_size(b); i++) {
+        if (tc)
+            stat_add(&calls, (double)tc[i]);
+        if (er)
+            stat_add(&eret, er[i]), wins += win ? (double)win[i] : 0.0;
+    }
+    stat_put(m, "agent_loop/tool_calls", &calls);
+    stat_put(m, "env/episode_return", &eret);
+    if (er && df_batch_size(b) > 0)
+        df_metrics_set(m, "env/success_rate", wins / (double)df_batch_size(b));
     lengths(b, "response_ids", max_response_length, m, "response_length");
     lengths(b, "prompt_ids", max_prompt_length, m, "prompt_length");
     return DF_OK;

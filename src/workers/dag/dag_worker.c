@@ -251,15 +251,8 @@ int df_dag_worker_create(const df_config *cfg, df_comm *comm, df_dag_worker **ou
         rc = df_train_check(cfg, w->world, df_worker_warn, w, &w->plan);
     if (!rc) /* checked from their files above; now their code */
         rc = df_worker_plugins(cfg, t, true, &w->reward.cfg.compute_score);
-    if (!rc && t->dag.env_enable) { /* the ENV_INTERACT turn loop is the rollout engine's, not connected yet */
-        df_env_spec spec = {0};
-        rc = df_worker_env(cfg, t, true, &spec);
-        df_env_spec_clear(&spec);
-        if (!rc)
-            rc = df_error(DF_EUNSUPPORTED, "%s: dag.env_enable: environment '%s' is valid, but the rollout does "
-                          "not run environment turns yet (docs/environments.md, \"Status\")",
-                          df_config_where(cfg, "dag.env_enable"), t->dag.environment_path);
-    }
+    if (!rc) /* tools, interactions or the environment of the rollout's agent loop */
+        rc = df_worker_multi_turn(cfg, t, &w->rollout.agent);
     if (!rc)
         rc = expand_path(t->actor_rollout_ref.model.path, w->model_dir, sizeof w->model_dir);
     if (!rc)
@@ -328,6 +321,8 @@ void df_dag_worker_free(df_dag_worker *w)
     df_worker_free_reward(w);
     df_worker_free_parallel(w);
     df_rollout_engine_free(w->rollout.engine);
+    df_agent_config_clear(w->rollout.agent);
+    free(w->rollout.agent);
     df_actor_free(w->actor.model);
     df_actor_free(w->reference.model);
     df_kl_ctrl_free(w->advantage.kl_ctrl);

@@ -2,6 +2,7 @@
 #include "workers/dag/evaluate.h"
 
 #include "distflow/dataloader.h"
+#include "distflow/rng.h"
 #include "workers/common/val_metrics.h"
 #include "workers/dag/gen_dump.h"
 #include "workers/dag/metrics_reduce.h"
@@ -41,7 +42,8 @@ int df_evaluate(df_rollout_engine *e, const df_model *m, const df_tokenizer *tok
         if (!rc)
             rc = df_prompts_attach(prompts, pc);
         if (!rc)
-            rc = df_generate_batch(e, m, prompts, o->n, &o->sp, o->seed, o->label, &b);
+            rc = df_agent_generate(o->agent, tok, e, m, prompts, o->n, &o->sp, o->seed, df_rng_key(o->seed, 0xe57, 0, 0),
+                                   o->label, &b);
         if (!rc)
             rc = df_score_batch(tok, rcfg, b, NULL);
         if (!rc && o->dump)

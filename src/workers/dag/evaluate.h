@@ -9,6 +9,7 @@
 #include "distflow/metrics.h"
 #include "workers/common/prompts.h"
 #include "workers/reward/score_batch.h"
+#include "workers/rollout/agent_loop.h"
 #include "workers/rollout/rollout_batch.h"
 
 #include <stdio.h>
@@ -26,6 +27,7 @@ typedef struct df_eval_opts {
     int64_t step;
     df_comm *comm;         /* ranks evaluating disjoint shards: results are their totals; NULL: this rank's */
     bool replica;          /* this rank repeats another rank's shard: it adds nothing to the totals */
+    const df_agent_config *agent; /* multi-turn / environment rollouts (agent_loop.h); NULL: single-turn */
 } df_eval_opts;
 
 typedef struct df_eval_result {

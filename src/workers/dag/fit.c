@@ -41,7 +41,7 @@ static int validate(df_dag_worker *w, df_metrics *m)
     df_eval_opts o = {.sp = w->rollout.val_sp, .n = w->global.cfg.actor_rollout_ref.rollout.val_kwargs.n,
                       .seed = df_rng_key(df_worker_seed(w), 0x7a1, 0, 0),
                       .batch_prompts = vbs, .label = w->console && w->rank == 0 ? "validate" : NULL,
-                      .comm = w->group, .replica = w->data_layout.mp_rank != 0};
+                      .comm = w->group, .replica = w->data_layout.mp_rank != 0, .agent = w->rollout.agent};
     df_eval_result res;
     df_val_generations gen = {0};
     int rc = df_worker_rollout_sync(w);

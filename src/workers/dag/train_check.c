@@ -15,6 +15,8 @@
 #include "distflow/backend.h"
 #include "distflow/env.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -365,6 +367,77 @@ int df_worker_env(const df_config *c, const df_train_config *t, bool load, df_en
     return DF_OK;
 }
 
+/* A multi_turn key that only means something with multi_turn.enable, set without it. */
+static int multi_turn_unused(const df_config *c, const df_train_config *t)
+{
+    const struct df_train_rollout_multi_turn *m = &t->actor_rollout_ref.rollout.multi_turn;
+    const char *key = m->tool_config_path ? "tool_config_path" : m->interaction_config_path ? "interaction_config_path"
+                    : m->max_assistant_turns.set ? "max_assistant_turns" : m->max_user_turns.set ? "max_user_turns" : NULL;
+    char full[96];
+    if (!key)
+        return DF_OK;
+    snprintf(full, sizeof full, "actor_rollout_ref.rollout.multi_turn.%s", key);
+    return df_error(DF_EINVAL, "%s: %s is set but multi_turn.enable is false: enable multi-turn rollouts or drop it",
+                    df_config_where(c, full), full);
+}
+
+static int readable(const df_config *c, const char *key, const char *path)
+{
+    FILE *f = path ? fopen(path, "r") : NULL;
+    if (path && !f)
+        return df_error(DF_ENOTFOUND, "%s: %s: cannot open '%s': %s", df_config_where(c, key), key, path, strerror(errno));
+    if (f)
+        fclose(f);
+    return DF_OK;
+}
+
+int df_worker_multi_turn(const df_config *c, const df_train_config *t, df_agent_config **agent)
+{
+    const struct df_train_rollout_multi_turn *m = &t->actor_rollout_ref.rollout.multi_turn;
+    if (agent)
+        *agent = NULL;
+    if (!m->enable && !t->dag.env_enable)
+        return multi_turn_unused(c, t);
+    if (m->enable && t->dag.env_enable)
+        return df_error(DF_EINVAL, "%s: multi_turn.enable and dag.env_enable are both set: an environment answers the "
+                        "model's turns itself; use one of them", df_config_where(c, "dag.env_enable"));
+    if (!m->enable && (m->tool_config_path || m->interaction_config_path))
+        return multi_turn_unused(c, t);
+    if (m->enable && strcmp(m->format, "hermes"))
+        return df_error(DF_EUNSUPPORTED, "%s: actor_rollout_ref.rollout.multi_turn.format '%s' is not supported (hermes "
+                        "only: <tool_call>{json}</tool_call>)", df_config_where(c, "actor_rollout_ref.rollout.multi_turn.format"),
+                        m->format);
+    int rc = readable(c, "actor_rollout_ref.rollout.multi_turn.tool_config_path", m->tool_config_path);
+    if (!rc)
+        rc = readable(c, "actor_rollout_ref.rollout.multi_turn.interaction_config_path", m->interaction_config_path);
+    if (rc || !agent)
+        return rc;
+    df_agent_config *a = calloc(1, sizeof *a);
+    df_env_spec env = {0};
+    if (!a)
+        return df_error(DF_ENOMEM, "out of memory");
+    /* an environment's episodes end by its own rules; multi_turn's limits still bound its turns */
+    a->max_assistant_turns = m->max_assistant_turns.set ? m->max_assistant_turns.v : 0;
+    a->max_user_turns = m->max_user_turns.set ? m->max_user_turns.v : 0;
+    a->max_parallel_calls = (int)m->max_parallel_calls;
+    a->max_tool_response_length = m->max_tool_response_length;
+    a->truncate_side = !strcmp(m->tool_response_truncate_side, "left") ? "left"
+                     : !strcmp(m->tool_response_truncate_side, "right") ? "right" : "middle";
+    if (t->dag.env_enable)
+        rc = df_worker_env(c, t, true, &env);
+    if (!rc)
+        rc = df_agent_config_load(a, m->tool_config_path, m->interaction_config_path, df_plugin_tool,
+                                  df_plugin_interaction, t->dag.env_enable ? &env : NULL);
+    df_env_spec_clear(&env);
+    if (rc) {
+        free(a);
+        return df_error_wrap(rc, "%s: actor_rollout_ref.rollout.multi_turn",
+                             df_config_where(c, "actor_rollout_ref.rollout.multi_turn.enable"));
+    }
+    *agent = a;
+    return DF_OK;
+}
+
 /* Whether a node of g scores responses through the reward registry: the built-in reward node or ReMax's
    baseline (a plugin's reward node scores its own way, so its data_source values need no scorer). */
 static bool scores_by_registry(df_task_graph *g, bool workflow)
@@ -402,9 +475,8 @@ int df_train_check(const df_config *cfg, int world, df_warn_fn warn, void *user,
         rc = df_worker_plugins(cfg, &t, false, NULL);
     if (!rc)
         rc = df_worker_env(cfg, &t, false, NULL);
-    if (!rc && t.dag.env_enable && warn) /* the library and its checks exist; the engine's turn loop does not yet */
-        warn(user, "dag.env_enable: the environment is valid, but the rollout does not run its turns yet "
-                   "(docs/environments.md, \"Status\"): train refuses it");
+    if (!rc)
+        rc = df_worker_multi_turn(cfg, &t, NULL);
     if (!rc)
         rc = df_worker_register_nodes();
     if (!rc)

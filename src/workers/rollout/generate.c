@@ -20,34 +20,15 @@ int df_worker_rollout_sync(df_dag_worker *w)
     return rc;
 }
 
-/* The multi-turn seam: the turn handler one generation over `prompts` runs with (tools,
- * interactions or an environment answering each assistant turn; distflow/rollout.h
- * df_turn_handler), or *h = NULL for single-turn responses. df_turn_info.prompt is the row of
- * `prompts`, so per-call state (a conversation per sequence, the row's tools_kwargs /
- * interaction_kwargs) can be built here and freed by end_turns. To be built from
- * actor_rollout_ref.rollout.multi_turn.* once those keys are supported; today they are refused
- * at validation, so every rollout is single-turn. */
-static int begin_turns(df_dag_worker *w, const df_node *node, const df_batch *prompts,
-                       const df_turn_handler **h)
+/* n responses per prompt, through the job's agent loop when it has one (multi_turn.enable or
+ * dag.env_enable: agent_loop.h); an environment's episodes are seeded from the run's seed and the
+ * global step, so every step plays new ones and a resumed run plays the same. */
+static int generate_with_turns(df_dag_worker *w, const df_batch *prompts, int64_t n, const df_sampling_params *sp,
+                               uint64_t seed, int64_t step, const char *label, df_batch **out)
 {
-    (void)w, (void)node, (void)prompts;
-    *h = NULL;
-    return DF_OK;
-}
-
-static void end_turns(df_dag_worker *w, const df_turn_handler *h) { (void)w, (void)h; }
-
-/* df_generate_batch_turns with the node's turn handler (begin_turns / end_turns around it). */
-static int generate_with_turns(df_dag_worker *w, const df_node *node, const df_batch *prompts, int64_t n,
-                               const df_sampling_params *sp, uint64_t seed, const char *label, df_batch **out)
-{
-    const df_turn_handler *h = NULL;
-    int rc = begin_turns(w, node, prompts, &h);
-    if (!rc)
-        rc = df_generate_batch_turns(w->rollout.engine, df_actor_model(w->actor.model), prompts, n, sp, h,
-                                     seed, label, out);
-    end_turns(w, h);
-    return rc;
+    uint64_t env_seed = df_rng_key(df_worker_seed(w), 0xe57, (uint64_t)step, 0);
+    return df_agent_generate(w->rollout.agent, w->tok, w->rollout.engine, df_actor_model(w->actor.model), prompts, n,
+                             sp, seed, env_seed, label, out);
 }
 
 int df_worker_generate(df_dag_worker *w, const df_node *node, const df_batch *prompts, int64_t step, int gen,
@@ -59,13 +40,14 @@ int df_worker_generate(df_dag_worker *w, const df_node *node, const df_batch *pr
     uint64_t seed = df_rng_key(df_worker_seed(w), 0x6e6, (uint64_t)step, (uint64_t)gen);
     /* a workflow node may override the sampling keys: its own settings, resolved at setup */
     const df_sampling_params node_sp = df_worker_node_settings(w, node)->sampling;
-    return generate_with_turns(w, node, prompts, df_worker_n_samples(w), &node_sp, seed,
+    return generate_with_turns(w, prompts, df_worker_n_samples(w), &node_sp, seed, step,
                                w->console && w->rank == 0 ? "rollout" : NULL, out);
 }
 
 /* The node's settings decoded greedily (verl do_sample=False), one response per prompt; seed 0:
    argmax draws nothing. */
-static int generate_greedy(df_dag_worker *w, const df_node *node, const df_batch *prompts, df_batch **out)
+static int generate_greedy(df_dag_worker *w, const df_node *node, const df_batch *prompts, int64_t step,
+                           df_batch **out)
 {
     df_sampling_params sp = df_worker_node_settings(w, node)->sampling;
     sp.greedy = true;
@@ -76,7 +58,7 @@ static int generate_greedy(df_dag_worker *w, const df_node *node, const df_batch
     if (rc)
         return rc;
     /* a multi-turn job's baseline converses as its samples do */
-    return generate_with_turns(w, node, prompts, 1, &sp, 0, w->console && w->rank == 0 ? "gen_max" : NULL, out);
+    return generate_with_turns(w, prompts, 1, &sp, 0, step, w->console && w->rank == 0 ? "gen_max" : NULL, out);
 }
 
 /* rollout_actor: n responses per prompt from the current policy. */
@@ -86,7 +68,7 @@ static int node_generate(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
     df_dag_worker *w = df_node_worker(ctx);
     int rc = df_worker_need_batch(batch, "generate");
     if (!rc && (ctx->flags & DF_PASS_GREEDY))
-        rc = generate_greedy(w, ctx->node, batch, &out->batch);
+        rc = generate_greedy(w, ctx->node, batch, ctx->step, &out->batch);
     else if (!rc)
         rc = df_worker_generate(w, ctx->node, batch, ctx->step, ctx->pass, &out->batch);
     df_worker_timing(ctx, "gen", t0);

@@ -1,0 +1,128 @@
+/*
+ * Multi-turn GRPO through the DAG worker (the ROLLOUT node's agent loop, agent_loop.h) on the tiny
+ * random model: multi_turn.enable with verl's GSM8K interaction (examples/gsm8k_multiturn) and
+ * stop strings that end the model's turns often, so every response holds several model turns and
+ * interaction replies. Checks the run's metrics (num_turns above the single-turn 2, the replies'
+ * tokens masked out of the response length the actor trains on) and, on several ranks, that the
+ * distributed run's first step equals the one-rank run's: the same rollouts (each sequence's
+ * conversation depends on its own tokens only), scores and turns.
+ *
+ * mpi-test: np 2
+ * (as a plain ctest it runs with one rank and checks the run against itself.)
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "testutil.h"
+
+#include "distflow/comm.h"
+#include "distflow/reward.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static df_comm *world;
+static char dir[256];
+
+#define IA DF_SOURCE_DIR "/examples/gsm8k_multiturn/config/interaction_config/gsm8k_interaction_config.yaml"
+
+static void train(df_comm *comm, const char *out)
+{
+    char yaml[4096];
+    snprintf(yaml, sizeof yaml,
+             "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 8,\n"
+             "       shuffle: false, max_prompt_length: 100, max_response_length: 120}\n"
+             "actor_rollout_ref:\n"
+             "  model: {path: %s/model}\n"
+             "  actor: {optim: {lr: 0.01, weight_decay: 0.0}, ppo_mini_batch_size: 8,\n"
+             "          ppo_micro_batch_size_per_gpu: 8}\n"
+             "  rollout:\n"
+             "    n: 2\n"
+             "    log_prob_micro_batch_size_per_gpu: 8\n"
+             "    stop: ['a', 'e', 'o']\n"
+             "    multi_turn: {enable: true, interaction_config_path: %s, max_user_turns: 2}\n"
+             "algorithm: {adv_estimator: grpo}\n"
+             "trainer: {total_training_steps: 1, save_freq: -1, test_freq: -1, logger: [],\n"
+             "          default_local_dir: %s/%s, rollout_data_dir: %s/%s/rollouts}\n",
+             dir, dir, IA, dir, out, dir, out);
+    if (df_test_run(comm, df_test_config(yaml, "agent.yaml", NULL, 0)))
+        fail_msg("rank %d: %s", df_comm_rank(world), df_last_error());
+}
+
+static double num(json_t *o, const char *key)
+{
+    json_t *x = json_object_get(o, key);
+    if (!json_is_number(x))
+        fail_msg("%s missing", key);
+    return json_number_value(x);
+}
+
+static void test_multi_turn_grpo(void **state)
+{
+    (void)state;
+    df_comm *self = NULL;
+    assert_int_equal(df_comm_split(world, df_comm_rank(world), 0, &self), 0);
+    if (df_comm_rank(world) == 0)
+        train(self, "ref");
+    df_comm_free(self);
+    train(world, "dist");
+    assert_int_equal(df_comm_barrier(world), 0);
+    if (df_comm_rank(world) != 0)
+        return;
+    json_t *ref = df_test_metrics(dir, "ref", false), *got = df_test_metrics(dir, "dist", false);
+    json_t *a = json_array_get(ref, 0), *b = json_array_get(got, 0);
+    assert_non_null(a);
+    assert_non_null(b);
+    print_message("num_turns mean %.3f max %.0f, response_length/mean %.2f, score/mean %.4f\n",
+                  num(a, "num_turns/mean"), num(a, "num_turns/max"), num(a, "response_length/mean"),
+                  num(a, "critic/score/mean"));
+    /* conversations: at most 1 + 3 model turns + 2 replies; the replies happened */
+    assert_true(num(a, "num_turns/max") > 2.0 && num(a, "num_turns/max") <= 6.0);
+    assert_true(num(a, "num_turns/mean") > 2.0);
+    assert_true(num(a, "agent_loop/tool_calls/max") == 0.0); /* no tool config */
+    const char *same[] = {"critic/score/mean", "critic/score/max", "response_length/mean", "num_turns/mean",
+                          "num_turns/max", "num_turns/min", "perf/total_num_tokens"};
+    for (size_t k = 0; k < sizeof same / sizeof *same; k++) {
+        double u = num(a, same[k]), v = num(b, same[k]);
+        if (fabs(u - v) > 1e-9 * fmax(1.0, fabs(u)))
+            fail_msg("%s = %.9g on one rank, %.9g on %d", same[k], u, v, df_comm_size(world));
+    }
+    json_decref(ref);
+    json_decref(got);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    if (df_comm_world(&world) || df_reward_register("test/digits", df_test_digit_share))
+        return -1;
+    if (df_comm_rank(world) == 0) {
+        snprintf(dir, sizeof dir, "/tmp/df_agent_XXXXXX");
+        if (!mkdtemp(dir))
+            return -1;
+        df_test_digits_inputs(dir, "train.jsonl", 16, "test/digits", true);
+    }
+    return df_comm_broadcast(world, dir, sizeof dir, 0) ? -1 : 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    df_comm_barrier(world);
+    if (df_comm_rank(world) == 0)
+        df_test_remove_tree(dir);
+    df_comm_shutdown();
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_multi_turn_grpo),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
