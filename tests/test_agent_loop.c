@@ -5,7 +5,8 @@
  *   - tools + interaction: a calculator call, a wrong answer the GSM8K interaction asks to retry, a
  *     right one that ends it. The prompt carries the tool schemas; prompt + response equal one
  *     tokenisation of the whole conversation; the mask is 1 exactly on the scripted turns; the
- *     interaction's reward reaches agent_reward and the REWARD stage (df_reward_naive) adds it;
+ *     interaction's reward reaches agent_reward, which the REWARD stage (df_reward_naive) leaves out
+ *     of the score as verl's reward manager does;
  *     tool_calls counts the call; max_user_turns ends the retries;
  *   - environment (guess_number): a bisecting policy that reads the replies wins; both samples of
  *     a row play one episode; env_return replaces the rule score.
@@ -157,7 +158,8 @@ static void test_tools_interaction(void **state)
     }
     assert_int_equal(ones, expect);
 
-    /* rewards: interaction 0 then 1, the calculator's step reward 0; the REWARD stage adds them */
+    /* rewards: interaction 0 then 1, the calculator's step reward 0, kept in agent_reward; the
+       REWARD stage scores the response alone (verl: tool_rewards / turn_scores are extra fields) */
     sim *rows[1] = {s};
     df_batch *g = gen_batch(gp, 1, rows);
     assert_int_equal(df_agent_loop_finish(l, g), DF_OK);
@@ -168,7 +170,7 @@ static void test_tools_interaction(void **state)
     const char *responses[1] = {resp_text};
     float score;
     assert_int_equal(df_reward_naive(NULL, g, responses, &score, NULL, NULL), DF_OK);
-    assert_float_equal(score, 2.0, 1e-6); /* the GSM8K rule score 1 ("#### 42") + the interaction's 1 */
+    assert_float_equal(score, 1.0, 1e-6); /* the GSM8K rule score ("#### 42") alone, as verl's manager */
 
     free(resp_text), free(whole), free(text), free(cj), json_decref(conv);
     df_tool_result_clear(&tr), df_tool_calls_clear(&calls), df_tool_session_free(ts);

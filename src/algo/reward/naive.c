@@ -34,9 +34,10 @@ int df_reward_naive(const df_reward_manager_cfg *cfg, df_batch *b, const char *c
     if (rc || (rc = need_str_col(b, "ground_truth")))
         return rc;
     bool has_extra = df_batch_str(b, "extra_info", 0) != NULL;
-    /* the rollout's agent loop: an episode's return replaces the rule score; tool step rewards and
-       interaction turn rewards add to it (src/workers/rollout/agent_loop.h) */
-    const float *env_ret = df_batch_f32(b, "env_return"), *agent_rw = df_batch_f32(b, "agent_reward");
+    /* the rollout's agent loop: an environment episode's return replaces the rule score; tool step
+       rewards and interaction turn rewards (agent_reward) do not enter it, as in verl, whose
+       reward manager scores the decoded response alone (src/workers/rollout/agent_loop.h) */
+    const float *env_ret = df_batch_f32(b, "env_return");
 
     /* score every row first, so a failure leaves the batch untouched */
     double *sc = malloc((size_t)(n ? n : 1) * sizeof *sc);
@@ -70,7 +71,7 @@ int df_reward_naive(const df_reward_manager_cfg *cfg, df_batch *b, const char *c
         df_reward_result res;
         rc = df_reward_call(fn, kw, src, responses[i] ? responses[i] : "", df_batch_str(b, "ground_truth", i),
                             has_extra ? df_batch_str(b, "extra_info", i) : NULL, cfg ? cfg->kwargs : NULL, &res);
-        sc[i] = res.score + (agent_rw ? agent_rw[i] : 0.0);
+        sc[i] = res.score;
         ok[i] = res.acc;
         memcpy(pred[i], res.extra_pred ? res.pred : "", res.extra_pred ? sizeof res.pred : 1);
         preds[i] = pred[i];

@@ -18,7 +18,8 @@
  *
  * Rewards (what the REWARD node reads, df_reward_naive):
  *   agent_reward  float per sample = sum of the tool calls' step rewards + sum of the interaction's
- *                 turn rewards (verl's tool_rewards and turn_scores), added to the rule score;
+ *                 turn rewards (verl's tool_rewards and turn_scores), kept for dumps and plugins:
+ *                 as in verl it does not enter the score (the rule scorer's, of the response);
  *   env_return    float per sample = the episode's return (df_env_episode.ret), which replaces
  *                 the rule score (an environment row has no ground truth to check).
  * Columns for metrics: tool_calls (int64, agent_loop/tool_calls/{min,max,mean}), env_success (int64, 0/1).
