@@ -205,7 +205,9 @@ static void test_reference_offload(void **state)
     print_message("copy %lld KiB, RssFile %lld -> %lld (written) -> %lld (paged out) KiB\n",
                   (long long)kib, (long long)r0, (long long)r1, (long long)r2);
     assert_true(kib > 32);
-    assert_true(r1 - r0 >= kib - 8 && r1 - r2 >= kib - 8);
+    /* half of the copy at least: the kernel may unmap cold file pages itself (DAMON reclaim), a
+       missing page-out leaves ~0 */
+    assert_true(r1 - r0 >= kib / 2 && r1 - r2 >= kib / 2);
     assert_int_equal(df_actor_compute_log_prob(off2, b, "off2", NULL), 0);
     assert_memory_equal(df_batch_column(b, "keep")->data, df_batch_column(b, "off2")->data, 6 * sizeof(float));
     assert_true(rss_file_kib() - r2 < kib / 2); /* the pass read the copy in and paged it out */
@@ -252,7 +254,9 @@ static void test_pages_to_file(void **state)
                 fail_msg("byte %zu lost (round %d)", i, round);
         const int64_t r0 = rss_file_kib();
         assert_true(df_pages_release(buf, n) >= moved);
-        assert_true(r0 - rss_file_kib() >= moved / 1024 - 8); /* out of the resident set */
+        /* out of the resident set: at least half (the kernel may unmap cold file pages itself at
+           any time, e.g. DAMON reclaim: a missing release leaves ~0 of it) */
+        assert_true(r0 - rss_file_kib() >= moved / 2048);
     }
     buf[4096 * 3] = 1; /* still writable */
     assert_int_equal(buf[4096 * 3], 1);
