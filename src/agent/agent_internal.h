@@ -20,6 +20,10 @@ int agent_calculate(const char *expression, char **result);
    non-scalar key, nesting deeper than 64, an empty document), DF_ENOMEM. */
 struct json_t;
 int agent_yaml_load_json(const char *path, struct json_t **out);
+/* Load the YAML file `path` and call fn on each entry of its top-level list `key`, stopping at the
+ * first failure, which is wrapped with "<what> config <path>: <key>[i] (class_name '...')". */
+int agent_yaml_each(const char *path, const char *key, const char *what,
+                    int (*fn)(void *user, struct json_t *entry), void *user);
 
 /* The class `name` of a config entry: registered, built-in or alias, loading a plugin ref with
    `load` first when it is one and not yet registered. Errors: df_tool_class_lookup's, load's. */

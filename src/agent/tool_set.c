@@ -187,29 +187,27 @@ static int load_entry(df_tool_set *set, json_t *entry, df_tool_plugin_loader loa
     return rc;
 }
 
+struct each_ctx {
+    df_tool_set *set;
+    df_tool_plugin_loader load;
+};
+
+static int each_entry(void *user, json_t *e)
+{
+    struct each_ctx *c = user;
+    return load_entry(c->set, e, c->load);
+}
+
 int df_tool_set_load(const char *path, df_tool_plugin_loader load_plugin, df_tool_set **out)
 {
     *out = NULL;
     if (!path)
         return df_error(DF_EINVAL, "df_tool_set_load: NULL path");
-    json_t *root = NULL;
-    int rc = agent_yaml_load_json(path, &root);
-    if (rc)
-        return df_error_wrap(rc, "tool config");
-    json_t *tools = json_object_get(root, "tools");
     df_tool_set *set = NULL;
-    if (!json_is_array(tools))
-        rc = df_error(DF_EINVAL, "tool config %s: no `tools:` list at the top level", path);
-    else
-        rc = df_tool_set_create(&set);
-    for (size_t i = 0; !rc && i < json_array_size(tools); i++) {
-        json_t *e = json_array_get(tools, i);
-        json_t *cls = json_object_get(e, "class_name");
-        if ((rc = load_entry(set, e, load_plugin)))
-            df_error_wrap(rc, "tool config %s: tools[%zu] (class_name '%s')", path, i,
-                          json_is_string(cls) ? json_string_value(cls) : "?");
-    }
-    json_decref(root);
+    int rc = df_tool_set_create(&set);
+    struct each_ctx c = {set, load_plugin};
+    if (!rc)
+        rc = agent_yaml_each(path, "tools", "tool", each_entry, &c);
     if (rc) {
         df_tool_set_free(set);
         return rc;

@@ -139,3 +139,23 @@ int agent_yaml_load_json(const char *path, json_t **out)
     free(text);
     return rc;
 }
+
+int agent_yaml_each(const char *path, const char *key, const char *what,
+                    int (*fn)(void *user, json_t *entry), void *user)
+{
+    json_t *root = NULL;
+    int rc = agent_yaml_load_json(path, &root);
+    if (rc)
+        return df_error_wrap(rc, "%s config", what);
+    json_t *list = json_object_get(root, key);
+    if (!json_is_array(list))
+        rc = df_error(DF_EINVAL, "%s config %s: no `%s:` list at the top level", what, path, key);
+    for (size_t i = 0; !rc && i < json_array_size(list); i++) {
+        json_t *e = json_array_get(list, i), *cls = json_object_get(e, "class_name");
+        if ((rc = fn(user, e)))
+            df_error_wrap(rc, "%s config %s: %s[%zu] (class_name '%s')", what, path, key, i,
+                          json_is_string(cls) ? json_string_value(cls) : "?");
+    }
+    json_decref(root);
+    return rc;
+}
