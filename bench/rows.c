@@ -15,12 +15,13 @@
  *   update   forward + backward + clip + AdamW on the same batch (the actor update)
  *
  * Usage: bench_rows ROW [--shape qwen2.5-0.5b|demo] [--dtype f32|bf16] [--checkpoint 0|1]
- *        [--tokens T] [--batch B] [--prompt P] [--gen G] [--n N] [--iters K] [--peak-gflops X]
+ *        [--packed 0|1] [--tokens T] [--batch B] [--prompt P] [--gen G] [--n N] [--iters K] [--peak-gflops X]
  *        [--torch f32,bf16|f32|bf16|none]
  * --dtype is the engine's path (default: DF_BENCH_DTYPE, else what `distflow train` runs by
  * default on this CPU: bf16 where its matmuls are native, else f32; --dtype f32 is the forced
  * float32 of param_dtype fp32 / rollout.dtype float32); engine_set_train_dtype /
- * engine_rollout below are the one place the engine's dtype paths plug in.
+ * engine_rollout below are the one place the engine's dtype paths plug in. --packed 0: the bf16
+ * rollout decodes from the row-major weight copy instead of the packed one (for the A/B).
  * --peak-gflops: the bf16 GEMM peak (gemm_bf16_best_gflop_per_s) of the same run; rows print
  * their achieved GFLOP/s as a fraction of it. Prints `metric: value` lines: medians over
  * --iters timed runs after one warm-up, CPU seconds too (the machine may be shared), the
@@ -85,7 +86,8 @@ static int engine_rollout(const bench_args *b, const df_model *m, int64_t max_se
                           int64_t max_len, df_rollout_engine **e)
 {
     df_rollout_options o = {.max_num_seqs = max_seqs, .max_seq_len = max_len,
-                            .dtype = b->bf16 ? DF_ROLLOUT_BF16 : DF_ROLLOUT_F32};
+                            .dtype = b->bf16 ? DF_ROLLOUT_BF16 : DF_ROLLOUT_F32,
+                            .plain_weights = b->plain_weights};
     if (df_rollout_engine_create_ex(&m->cfg, &o, e) || df_rollout_engine_load_weights(*e, m))
         return 1;
     int64_t kv, total;
@@ -95,6 +97,9 @@ static int engine_rollout(const bench_args *b, const df_model *m, int64_t max_se
                    : "f32 (rollout.dtype float32 forced, or no native bf16 here)");
     printf("engine_rollout_kv_mib: %.1f of %.1f allocated\n", (double)kv / (1 << 20),
            (double)total / (1 << 20));
+    if (b->bf16)
+        printf("engine_rollout_weights: %s\n", b->plain_weights ? "row-major bf16 (--packed 0)"
+               : "packed per weight version into oneDNN's blocked layout (plain_weights false)");
     return 0;
 }
 

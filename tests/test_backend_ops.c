@@ -145,8 +145,8 @@ static void test_gemm_bf16(void **state)
  * per call: against the float64 product of the float A and the bf16 W as given, within
  * br_gemm_rel(K, 1) S (one operand rounded); beyond the float32 bound somewhere (A is rounded).
  */
-static void w16_case(const bo_backend *b, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
-                     float beta, uint64_t seed)
+static void w16_case_ex(const bo_backend *b, df_mm_ctx *packer, bool tb, int64_t M, int64_t N,
+                        int64_t K, float alpha, float beta, uint64_t seed)
 {
     const int64_t nc = M * N;
     float *A = bo_rand(M * K, seed, 1), *Wf = bo_rand(K * N, seed + 1, 1);
@@ -163,15 +163,32 @@ static void w16_case(const bo_backend *b, bool tb, int64_t M, int64_t N, int64_t
         bd[i] = BR_REF * br_gemm_rel(K, 1) * S[i];
     float *dA = bo_up(b, A, 4 * (size_t)(M * K)), *dC = bo_up(b, C0, 4 * (size_t)nc);
     uint16_t *dW = bo_up(b, W, 2 * (size_t)(K * N));
-    BO_OK(b->be.ops->gemm_w16(b->be.ctx, tb, M, N, K, alpha, dA, dW, beta, dC));
+    if (packer) { /* the weight reordered into the backend's layout first (host memory) */
+        const int64_t pb = df_mm_packed_bytes(packer, N, K);
+        assert_true(pb >= 2 * N * K);
+        uint16_t *P = aligned_alloc(64, (size_t)(pb + 63) / 64 * 64);
+        assert_non_null(P);
+        BO_OK(df_mm_pack_w16(packer, N, K, W, P));
+        BO_OK(b->be.ops->gemm_w16_packed(b->be.ctx, M, N, K, alpha, dA, P, beta, dC));
+        free(P);
+    } else {
+        BO_OK(b->be.ops->gemm_w16(b->be.ctx, tb, M, N, K, alpha, dA, dW, beta, dC));
+    }
     float *got = bo_down(b, dC, 4 * (size_t)nc);
-    bo_check(b->name, tb ? "gemm_w16 nt" : "gemm_w16 nn", got, C, bd, nc);
+    bo_check(b->name, packer ? "gemm_w16_packed" : tb ? "gemm_w16 nt" : "gemm_w16 nn", got, C, bd,
+             nc);
     bool beyond32 = false;
     for (int64_t i = 0; i < nc; i++)
         beyond32 |= fabs(got[i] - C[i]) > br_gemm_rel(K, 0) * S[i];
     assert_true(beyond32 || K < 16);
     free(A), free(Wf), free(C0), free(W), free(C), free(S), free(bd), free(got);
     bo_free(b, dA), bo_free(b, dC), bo_free(b, dW);
+}
+
+static void w16_case(const bo_backend *b, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                     float beta, uint64_t seed)
+{
+    w16_case_ex(b, NULL, tb, M, N, K, alpha, beta, seed);
 }
 
 static void w16_cases(const bo_backend *b)
@@ -210,6 +227,13 @@ static void test_gemm_w16(void **state)
         BO_OK(rc);
         const bo_backend bf = {b->name, df_backend_cpu_bf16(&mm)};
         w16_cases(&bf);
+        /* packed weights (the rollout's copy): N and K off oneDNN's blocks (64 / 32), M of a
+         * decode step, of one row and past the context's 4096-element blocks of A */
+        assert_non_null(bf.be.ops->gemm_w16_packed);
+        w16_case_ex(&bf, mm, true, 64, 130, 129, 1.0f, 0.0f, 25);
+        w16_case_ex(&bf, mm, true, 1, 45, 96, 1.0f, 1.0f, 26);
+        w16_case_ex(&bf, mm, true, 300, 192, 64, 0.5f, 1.0f, 27);
+        w16_case_ex(&bf, mm, true, 7, 4864 / 16, 896, 1.0f, 0.0f, 28);
         df_mm_ctx_free(mm);
     }
 }

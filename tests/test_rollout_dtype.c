@@ -143,7 +143,7 @@ static void check_pair(const df_model *m, df_rollout_dtype rd, bool train_bf16)
 {
     df_rollout_request q = request(2);
     df_sampling_params sp = sampling(12);
-    df_rollout_options o = {4, 64, 0, rd, NULL, false};
+    df_rollout_options o = {4, 64, 0, rd, NULL, false, false};
     df_rollout_result r = generate(m, &o, &q, &sp, NULL);
     const int64_t n = r.offsets[r.n_seqs], L = m->cfg.num_hidden_layers;
     df_acts *a = NULL;
@@ -224,7 +224,7 @@ static void test_bf16_head(void **state)
         df_rollout_request q = request(2);
         df_sampling_params sp = sampling(12);
         sp.top_k = topk ? 50 : 0;
-        df_rollout_options o = {4, 64, 0, DF_ROLLOUT_BF16, NULL, false};
+        df_rollout_options o = {4, 64, 0, DF_ROLLOUT_BF16, NULL, false, false};
         df_rollout_result r = generate(m, &o, &q, &sp, NULL);
         const int64_t n = r.offsets[r.n_seqs];
         float *lp = malloc((size_t)n * sizeof *lp);
@@ -256,7 +256,7 @@ static void test_bf16_weight_sync(void **state)
     df_rollout_request q = request(1);
     df_sampling_params sp = sampling(6);
     sp.greedy = true;
-    df_rollout_options o = {4, 64, 0, DF_ROLLOUT_BF16, NULL, false};
+    df_rollout_options o = {4, 64, 0, DF_ROLLOUT_BF16, NULL, false, false};
     df_rollout_engine *e = NULL;
     assert_int_equal(df_rollout_engine_create_ex(&m->cfg, &o, &e), 0);
     df_rollout_result r;
@@ -286,6 +286,63 @@ static void test_bf16_weight_sync(void **state)
     df_rollout_result_free(&r);
     df_rollout_result_free(&r2);
     df_rollout_engine_free(e);
+    df_model_free(m);
+    df_model_free(m2);
+}
+
+/*
+ * The packed weights (df_rollout_options.plain_weights false, the default): the engine decodes
+ * from the layers packed into oneDNN's blocked layout, repacked after every weight sync. The
+ * kernels multiply the same bf16 products; only the order of a dot product's float32 sums may
+ * differ (bitwise equal on AVX512-BF16, where oneDNN copies a plain weight into this very
+ * layout). A reordered sum moves a logit by <= K u32 sum|x w| ~ 1e-6 at these sizes, so 1e-4
+ * on the log-probs leaves room for depth; a stale pack (the first weights after a sync) or a
+ * wrong layout moves them by O(1).
+ */
+static void test_bf16_packed_weights(void **state)
+{
+    (void)state;
+    if (!have_bf16())
+        skip();
+    df_model *m = small_model(), *m2 = NULL;
+    assert_int_equal(df_model_clone(m, &m2), 0);
+    for (int64_t i = 0; i < m2->n_params; i++)
+        m2->params[i] *= (i % 3) ? 0.5f : -0.75f;
+    df_rollout_request q = request(1);
+    df_sampling_params sp = sampling(10);
+    sp.greedy = true;
+    df_rollout_options packed = {4, 64, 0, DF_ROLLOUT_BF16, NULL, false, false}, plain = packed;
+    plain.plain_weights = true;
+    df_rollout_engine *ep = NULL, *eq = NULL;
+    assert_int_equal(df_rollout_engine_create_ex(&m->cfg, &packed, &ep), 0);
+    assert_int_equal(df_rollout_engine_create_ex(&m->cfg, &plain, &eq), 0);
+    int64_t tp = 0, tq = 0;
+    df_rollout_engine_memory(ep, NULL, &tp);
+    df_rollout_engine_memory(eq, NULL, &tq);
+    assert_true(df_packed16_bytes_for(&m->cfg) >= 2 * m->cfg.num_hidden_layers * 7 * 64 * 64);
+    assert_int_equal(tp - tq, df_packed16_bytes_for(&m->cfg));
+    const df_model *ms[2] = {m, m2};
+    for (int v = 0; v < 2; v++) { /* the second weights after a sync: packed again */
+        df_rollout_result a, b;
+        assert_int_equal(df_rollout_engine_load_weights(ep, ms[v]), 0);
+        assert_int_equal(df_rollout_engine_load_weights(eq, ms[v]), 0);
+        assert_int_equal(df_rollout_generate(ep, ms[v], &q, &sp, &a, NULL, NULL), 0);
+        assert_int_equal(df_rollout_generate(eq, ms[v], &q, &sp, &b, NULL, NULL), 0);
+        const int64_t n = b.offsets[b.n_seqs];
+        assert_int_equal(a.offsets[a.n_seqs], n);
+        double worst = 0;
+        for (int64_t t = 0; t < n; t++) {
+            assert_int_equal(a.tokens[t], b.tokens[t]);
+            worst = fmax(worst, fabs((double)a.log_probs[t] - b.log_probs[t]));
+        }
+        print_message("weights %d: packed vs plain, %lld tokens, max |dlogp| %.2e\n", v,
+                      (long long)n, worst);
+        assert_true(worst <= 1e-4);
+        df_rollout_result_free(&a);
+        df_rollout_result_free(&b);
+    }
+    df_rollout_engine_free(ep);
+    df_rollout_engine_free(eq);
     df_model_free(m);
     df_model_free(m2);
 }
@@ -390,7 +447,7 @@ static void test_chunked_prefill(void **state)
     df_model *m = small_model();
     df_rollout_request q = request(3);
     df_sampling_params sp = sampling(10);
-    df_rollout_options whole = {4, 64, 0, DF_ROLLOUT_F32, NULL, false}, chunked = whole;
+    df_rollout_options whole = {4, 64, 0, DF_ROLLOUT_F32, NULL, false, false}, chunked = whole;
     chunked.max_num_batched_tokens = 4;
     df_rollout_stats sw, sc;
     df_rollout_result a = generate(m, &whole, &q, &sp, &sw), b = generate(m, &chunked, &q, &sp, &sc);
@@ -508,7 +565,7 @@ static void test_rollout_goes_through_the_backend(void **state)
     ops.kv_attention = w_kva, ops.kv_copy = w_kvc;
     counting cnt = {.inner = cpu};
     df_backend be = {&ops, &cnt};
-    df_rollout_options plain = {4, 64, 0, DF_ROLLOUT_F32, NULL, false}, wrapped = plain;
+    df_rollout_options plain = {4, 64, 0, DF_ROLLOUT_F32, NULL, false, false}, wrapped = plain;
     wrapped.backend = &be;
     df_rollout_stats st;
     df_rollout_result a = generate(m, &plain, &q, &sp, NULL), b = generate(m, &wrapped, &q, &sp, &st);
@@ -545,6 +602,7 @@ int main(void)
         cmocka_unit_test(test_logprobs_every_dtype_pair),
         cmocka_unit_test(test_bf16_weight_sync),
         cmocka_unit_test(test_bf16_head),
+        cmocka_unit_test(test_bf16_packed_weights),
         cmocka_unit_test(test_bf16_kv_cache_attention),
         cmocka_unit_test(test_chunked_prefill),
         cmocka_unit_test(test_rollout_goes_through_the_backend),

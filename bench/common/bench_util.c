@@ -105,6 +105,8 @@ int bench_parse(int argc, char **argv, bench_args *b)
             b->torch = v;
         else if (!strcmp(a, "--checkpoint") && (!strcmp(v, "0") || !strcmp(v, "1")))
             b->checkpoint = !strcmp(v, "1");
+        else if (!strcmp(a, "--packed") && (!strcmp(v, "0") || !strcmp(v, "1")))
+            b->plain_weights = !strcmp(v, "0");
         else if (!strcmp(a, "--dtype") && (!strcmp(v, "f32") || !strcmp(v, "bf16")))
             b->bf16 = !strcmp(v, "bf16"), b->dtype_forced = 1;
         else if (strcmp(a, "--shape"))
@@ -119,7 +121,7 @@ int bench_parse(int argc, char **argv, bench_args *b)
     return 0;
 usage:
     fprintf(stderr, "usage: bench_rows gemm|prefill|decode|logprob|update [--shape "
-                    "qwen2.5-0.5b|demo] [--dtype f32|bf16] [--checkpoint 0|1] [--tokens T] [--batch B] "
+                    "qwen2.5-0.5b|demo] [--dtype f32|bf16] [--checkpoint 0|1] [--packed 0|1] [--tokens T] [--batch B] "
                     "[--prompt P] [--gen G] [--n N] [--iters K] [--torch-iters K] [--peak-gflops X] "
                     "[--torch f32,bf16|f32|bf16|none]  (decode: B a multiple of N)\n");
     return 1;

@@ -18,6 +18,7 @@ typedef struct {
     int bf16;          /* the engine's path: 1 mixed precision / bf16 rollout, 0 float32 */
     int bf16_native;   /* this CPU runs bf16 matmuls natively (df_model_bf16_available) */
     int checkpoint;    /* logprob / update: activation checkpointing per layer (train's default) */
+    int plain_weights; /* prefill / decode in bf16: the row-major weight copy, not the packed one */
     int dtype_forced;  /* --dtype or DF_BENCH_DTYPE chose the path; else distflow train's default */
     int64_t tokens;    /* logprob / update: packed tokens per step */
     int64_t batch;     /* prefill: prompts; decode: sequences (prompts x n) */

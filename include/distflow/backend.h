@@ -108,6 +108,13 @@ typedef struct df_backend_ops {
      */
     int (*gemm_w16)(void *ctx, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                     const float *A, const uint16_t *W, float beta, float *C);
+    /**
+     * gemm_w16 with tb true on a weight of a packed df_weights16 (df_weights16_pack: the
+     * backend's own layout for it, made by this backend's context). NULL where a backend has
+     * no packed layout: the rollout then reads the plain copy.
+     */
+    int (*gemm_w16_packed)(void *ctx, int64_t M, int64_t N, int64_t K, float alpha,
+                           const float *A, const uint16_t *Wp, float beta, float *C);
 
     /* ---- rows ---- */
     /** y[i, :] = b for i < M (b [N]): a Linear layer's bias before its GEMM adds x W^T. */

@@ -238,6 +238,9 @@ DF_API const df_param_desc *df_model_find_tensor(const df_model *m, const char *
 /** One layer's matmul weights in bfloat16, each with its float32 tensor's shape ([out, in]). */
 typedef struct df_layer16 {
     const uint16_t *wq, *wk, *wv, *wo, *w_gate, *w_up, *w_down;
+    /** false: row-major [out, in]. true: each tensor in the compute backend's packed layout
+     *  for a forward (x W^T; the rollout's packed copy, backend gemm_w16_packed). */
+    bool packed;
 } df_layer16;
 
 /**

@@ -253,6 +253,12 @@ typedef struct df_rollout_options {
                                          faults their pages in again), so what runs between
                                          rollouts (training) does not carry them; false: they
                                          stay resident (verl's rollout.free_cache_engine) */
+    bool plain_weights;             /**< bf16: the forwards read the row-major bf16 copy. false
+                                         (default): each weight version is first packed into
+                                         oneDNN's blocked layout (the layers' projections, ~0.7
+                                         GiB at the 0.5B shape; given back with the other pages
+                                         under free_cache_engine), which the decode steps' short
+                                         matmuls read 20-30% faster (docs/performance.md) */
 } df_rollout_options;
 
 /** Progress callback: sequences finished so far, total sequences, tokens generated so far. */
@@ -348,9 +354,10 @@ DF_API void df_rollout_engine_stats(const df_rollout_engine *e, df_rollout_stats
 /** Bytes of the KV cache resident in memory now (mincore of its pages): 0 after a
  *  df_rollout_generate with free_cache_engine; -1 when the kernel does not say. */
 DF_API int64_t df_rollout_engine_kv_resident(const df_rollout_engine *e);
-/** Bytes of the per-row activation scratch (hidden rows, MLP rows, attention scratch)
- *  resident now, in whole pages (mincore): at most two partial pages per buffer after a
- *  df_rollout_generate with free_cache_engine; -1 when the kernel does not say. */
+/** Bytes of the per-row activation scratch (hidden rows, MLP rows, attention scratch) and of
+ *  the packed bf16 weights (plain_weights false) resident now, in whole pages (mincore): at
+ *  most two partial pages per buffer after a df_rollout_generate with free_cache_engine; -1
+ *  when the kernel does not say. */
 DF_API int64_t df_rollout_engine_scratch_resident(const df_rollout_engine *e);
 
 /** Free the arrays of a result and zero it (NULL-safe, idempotent). */

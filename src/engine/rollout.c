@@ -40,7 +40,8 @@ int64_t df_rollout_engine_bytes_ex(const df_model_config *cfg, const df_rollout_
     int64_t outs = r.max_num_seqs * r.max_seq_len * 8 + R * 20;
     int64_t bf16 = r.dtype == DF_ROLLOUT_BF16
                        ? df_weights16_bytes_for(cfg, DF_W16_LM_HEAD) + df_mm_ctx_bytes(df_mm_elems_for(cfg, R)) +
-                             df_rollout_h16_rows(R) * cfg->hidden_size * 2
+                             df_rollout_h16_rows(R) * cfg->hidden_size * 2 +
+                             (r.plain_weights ? 0 : df_packed16_bytes_for(cfg))
                        : 0;
     return kv_bytes_of(cfg, &r) + df_infer_scratch_bytes(cfg, R, r.max_num_seqs, r.max_seq_len) +
            logits + outs + bf16;
@@ -49,7 +50,7 @@ int64_t df_rollout_engine_bytes_ex(const df_model_config *cfg, const df_rollout_
 int64_t df_rollout_engine_bytes(const df_model_config *cfg, int64_t max_num_seqs,
                                 int64_t max_seq_len)
 {
-    const df_rollout_options o = {max_num_seqs, max_seq_len, 0, DF_ROLLOUT_F32, NULL, false};
+    const df_rollout_options o = {max_num_seqs, max_seq_len, 0, DF_ROLLOUT_F32, NULL, false, false};
     return df_rollout_engine_bytes_ex(cfg, &o);
 }
 
@@ -95,6 +96,8 @@ static int engine_backend(df_rollout_engine *e, int64_t R)
     if (!rc && !(e->h16 = aligned_alloc(64, (hb + 63) / 64 * 64)))
         rc = df_error(DF_ENOMEM, "out of memory for the bf16 LM head's rows");
     e->be = df_backend_cpu_bf16(&e->mm);
+    if (!rc && !e->opt.plain_weights) /* pages come with the first pack */
+        rc = df_packed16_create(&e->cfg, e->mm, &e->p16);
     return rc;
 }
 
@@ -149,7 +152,7 @@ int df_rollout_engine_create_ex(const df_model_config *cfg, const df_rollout_opt
 int df_rollout_engine_create(const df_model_config *cfg, int64_t max_num_seqs,
                              int64_t max_seq_len, df_rollout_engine **out)
 {
-    const df_rollout_options o = {max_num_seqs, max_seq_len, 0, DF_ROLLOUT_F32, NULL, false};
+    const df_rollout_options o = {max_num_seqs, max_seq_len, 0, DF_ROLLOUT_F32, NULL, false, false};
     return df_rollout_engine_create_ex(cfg, &o, out);
 }
 
@@ -172,6 +175,7 @@ void df_rollout_engine_free(df_rollout_engine *e)
     df_kv_cache_release(&e->kv);
     df_infer_scratch_release(&e->s);
     df_weights16_free(e->own16);
+    df_packed16_free(e->p16);
     free(e->h16);
     df_mm_ctx_free(e->mm);
     free(e->logits);
@@ -191,7 +195,8 @@ int64_t df_rollout_engine_kv_resident(const df_rollout_engine *e) { return df_kv
 
 int64_t df_rollout_engine_scratch_resident(const df_rollout_engine *e)
 {
-    return df_infer_scratch_resident(&e->s, &e->cfg);
+    const int64_t s = df_infer_scratch_resident(&e->s, &e->cfg), p = df_packed16_resident(e->p16);
+    return s < 0 || p < 0 ? -1 : s + p;
 }
 
 void df_rollout_drop_scratch(df_rollout_engine *e)
@@ -203,6 +208,7 @@ void df_rollout_drop_scratch(df_rollout_engine *e)
     if (e->h16)
         df_pages_release(e->h16, (size_t)(df_rollout_h16_rows(R) * H) * sizeof(uint16_t));
     df_mm_ctx_release_pages(e->mm);
+    df_packed16_release(e->p16);
 }
 
 void df_rollout_result_free(df_rollout_result *r)
@@ -298,8 +304,18 @@ int df_rollout_engine_share_weights16(df_rollout_engine *e, const df_weights16 *
     return DF_OK;
 }
 
-/* The weights a forward reads: m's own, and in bf16 a copy of them at m's current version. */
-int df_rollout_infer_weights(const df_rollout_engine *e, const df_model *m, df_infer_weights *w)
+/* bf16: the packed copy of w16 as it is now, packed here when it is not (once per weight
+ * version: the copy's pages are written again after every sync or release). */
+static int packed_current(df_rollout_engine *e)
+{
+    int rc = e->p16 && !df_packed16_is_current(e->p16, e->w16) ? df_packed16_pack(e->p16, e->w16)
+                                                              : DF_OK;
+    return rc ? df_error_wrap(rc, "rollout: packing the bf16 weights") : DF_OK;
+}
+
+/* The weights a forward reads: m's own, and in bf16 a copy of them at m's current version
+ * (with its packed layers unless opt.plain_weights). */
+int df_rollout_infer_weights(df_rollout_engine *e, const df_model *m, df_infer_weights *w)
 {
     if (e->mm && !df_weights16_is_current(e->w16, m))
         return df_error(DF_EINVAL, "rollout: the bf16 copy of this model's weights is %s (weight "
@@ -307,6 +323,9 @@ int df_rollout_infer_weights(const df_rollout_engine *e, const df_model *m, df_i
                         "every change of them%s", e->w16 ? "stale" : "not made", (long long)m->version,
                         (long long)df_weights16_source_version(e->w16),
                         e->w16 && e->w16 != e->own16 ? " (a shared copy: its owner refreshes it)" : "");
-    *w = (df_infer_weights){&m->w, e->w16};
+    int rc = packed_current(e);
+    if (rc)
+        return rc;
+    *w = (df_infer_weights){&m->w, e->w16, e->p16};
     return DF_OK;
 }

@@ -45,6 +45,8 @@ struct df_rollout_engine {
                                  a shared one (df_rollout_engine_share_weights16); NULL until then */
     df_weights16 *own16;      /* bf16: the engine's own copy, made at the first weight sync
                                  without a shared one */
+    df_packed16 *p16;         /* bf16 without opt.plain_weights: w16's layers packed at each
+                                 weight version (made at the first generate) */
     uint16_t *h16;            /* bf16: final hidden rows rounded for the LM head [rows16, H] */
     df_backend_kv kv;
     df_infer_scratch s;
@@ -135,7 +137,7 @@ int df_rollout_check_model(const df_rollout_engine *e, const df_model *m);
 /* free_cache_engine: the activation scratch's pages back to the OS (dead between calls; as
  * large as a quarter of the weights at 8192 rows per forward). */
 void df_rollout_drop_scratch(df_rollout_engine *e);
-int df_rollout_infer_weights(const df_rollout_engine *e, const df_model *m, df_infer_weights *w);
+int df_rollout_infer_weights(df_rollout_engine *e, const df_model *m, df_infer_weights *w);
 
 /* rollout_sample.c: draw the next token of the listed slots (rows[k]: slot list[k]'s row of
  * e->logits, or of the final hidden states when fused over n_rows rows), then retire or end

@@ -246,7 +246,9 @@ int df_infer_forward(const df_backend *be, const df_model_config *c, const df_in
                                  .n_out = b->n_out, .out_rows = b->out_rows,
                                  .out_slot = s->slot, .out_pos = s->pos, .xc = s->xc,
                                  .qc = s->qc};
-        const df_layer16 *w16 = wt->w16 ? df_weights16_layer(wt->w16, l) : NULL;
+        const df_layer16 *w16 = wt->p16   ? df_packed16_layer(wt->p16, l)
+                                : wt->w16 ? df_weights16_layer(wt->w16, l)
+                                          : NULL;
         df_decoder_layer(be, c, &wt->w->layers[l], w16, l, b->n, &bufs, &at, &err);
     }
     const int64_t n = compact ? b->n_out : b->n;

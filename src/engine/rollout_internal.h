@@ -12,6 +12,7 @@
 
 #include "distflow/backend.h"
 #include "distflow/model.h"
+#include "model/ops.h"
 
 /** The engine's KV cache (backend.h df_backend_kv) in host memory: float32 or bf16 elements,
  *  2 * n_layers * n_slots * max_len * kv_dim of them, mapped once (two anonymous mappings: K, V;
@@ -66,10 +67,11 @@ int64_t df_infer_scratch_bytes(const df_model_config *cfg, int64_t rows_cap, int
                                int64_t max_len);
 
 /** The weights one forward reads: the float32 view (backend memory), and the bf16 copy of
- *  the matmul weights (bf16 rollout, through gemm_w16) or NULL. */
+ *  the matmul weights (bf16 rollout, through gemm_w16) or NULL, and its packed layers. */
 typedef struct df_infer_weights {
     const df_model_view *w;
     const df_weights16 *w16;
+    const df_packed16 *p16; /**< w16's layers packed (gemm_w16_packed), or NULL */
 } df_infer_weights;
 
 /**

@@ -72,6 +72,15 @@ static int cpu_gemm_w16(void *ctx, bool tb, int64_t M, int64_t N, int64_t K, flo
     return df_mm_w16(mm, tb, M, N, K, alpha, A, W, beta, C);
 }
 
+static int cpu_gemm_w16_packed(void *ctx, int64_t M, int64_t N, int64_t K, float alpha,
+                               const float *A, const uint16_t *Wp, float beta, float *C)
+{
+    df_mm_ctx *mm = ctx ? *(df_mm_ctx **)ctx : NULL;
+    if (!mm)
+        return df_error(DF_EINVAL, "cpu gemm_w16_packed: this backend has no bf16 matmul context");
+    return df_mm_w16_packed(mm, M, N, K, alpha, A, Wp, beta, C);
+}
+
 static int cpu_rows_fill(void *ctx, float *y, const float *b, int64_t M, int64_t N)
 {
     (void)ctx;
@@ -327,6 +336,7 @@ static const df_backend_ops cpu_ops = {
     .sync = cpu_sync,
     .gemm = cpu_gemm,
     .gemm_w16 = cpu_gemm_w16,
+    .gemm_w16_packed = cpu_gemm_w16_packed,
     .rows_fill = cpu_rows_fill,
     .col_sum_add = cpu_col_sum_add,
     .gather_rows = cpu_gather_rows,

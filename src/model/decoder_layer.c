@@ -6,18 +6,21 @@
 typedef struct {
     const df_backend *be;
     int *err;
+    bool packed; /* the layer's bf16 weights are packed (df_layer16.packed) */
 } run;
 
 /* Call operator `op` of the backend unless an earlier call of this pass failed. */
 #define LB(r, op, ...) \
     (*(r)->err ? (void)0 : (void)(*(r)->err = (r)->be->ops->op((r)->be->ctx, __VA_ARGS__)))
 
-/* C = alpha A W^T + beta C for a [N, K] weight: its bf16 copy W16 (gemm_w16) when there is
- * one, else the float32 GEMM. */
+/* C = alpha A W^T + beta C for a [N, K] weight: its bf16 copy W16 (gemm_w16, or
+ * gemm_w16_packed on a packed copy) when there is one, else the float32 GEMM. */
 static void wmm(const run *r, int64_t M, int64_t N, int64_t K, const float *A, const float *W,
                 const uint16_t *W16, float beta, float *C)
 {
-    if (W16)
+    if (W16 && r->packed)
+        LB(r, gemm_w16_packed, M, N, K, 1.0f, A, W16, beta, C);
+    else if (W16)
         LB(r, gemm_w16, true, M, N, K, 1.0f, A, W16, beta, C);
     else
         LB(r, gemm, false, true, M, N, K, 1.0f, A, W, beta, C);
@@ -93,7 +96,7 @@ int df_decoder_layer(const df_backend *be, const df_model_config *c, const df_la
                      const df_layer16 *w16, int64_t l, int64_t T, const df_layer_bufs *b,
                      const df_layer_attn *at, int *err)
 {
-    const run r = {be, err};
+    const run r = {be, err, w16 && w16->packed};
     const int64_t H = c->hidden_size, I = c->intermediate_size;
     const int64_t qd = c->num_attention_heads * c->head_dim;
     const float eps = (float)c->rms_norm_eps;
@@ -131,7 +134,7 @@ void df_decoder_mlp_in(const df_backend *be, const df_model_config *c, const df_
                        const df_layer16 *w16, int64_t n, const float *xn2, float *gate, float *up,
                        int *err)
 {
-    const run r = {be, err};
+    const run r = {be, err, w16 && w16->packed};
     const int64_t H = c->hidden_size, I = c->intermediate_size;
     linear(&r, gate, xn2, w->w_gate, w16 ? w16->w_gate : NULL, NULL, n, I, H);
     linear(&r, up, xn2, w->w_up, w16 ? w16->w_up : NULL, NULL, n, I, H);

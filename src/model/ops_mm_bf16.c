@@ -21,9 +21,10 @@
 #define MM_CACHE 48
 #define MM_TILES 128  /* shapes of df_mm16_tile kept per context (never evicted) */
 #define MM_THREADS 256 /* OpenMP threads with a stream of their own for df_mm16_tile */
+#define MM_PACKS 16    /* weight shapes whose packed layout a context knows */
 
 typedef struct {
-    char ta, tb;
+    char ta, tb; /* tb 'P': B is a weight in the packed layout (df_mm_pack_w16) */
     int64_t M, N, K;
     float alpha, beta;
     uint64_t last_use;
@@ -59,6 +60,11 @@ struct df_mm_ctx {
     dnnl_stream_t streams[MM_THREADS];  /* per OpenMP thread number, made on first use */
     void *scratch[MM_THREADS];          /* per OpenMP thread: the tiles' scratchpads */
     size_t scratch_bytes[MM_THREADS];
+    struct {
+        int64_t N, K;
+        dnnl_memory_desc_t md; /* the blocked layout oneDNN's kernels read W^T in */
+    } packs[MM_PACKS];
+    int n_packs;
 };
 
 void df_bf16_from_f32(uint16_t *dst, const float *src, int64_t n)
@@ -97,8 +103,10 @@ static void entry_free(mm_entry *e)
     memset(e, 0, sizeof *e);
 }
 
-/* C[M,N] = alpha op(A) op(B) + beta C, A as [M,K] ('N') or [K,M] ('T'), B as [K,N] ('N') or
- * [N,K] ('T'): the primitive and its three memory descriptors. */
+static int pack_md(df_mm_ctx *c, int64_t N, int64_t K, dnnl_memory_desc_t *md);
+
+/* C[M,N] = alpha op(A) op(B) + beta C, A as [M,K] ('N') or [K,M] ('T'), B as [K,N] ('N'),
+ * [N,K] ('T') or packed ('P', pack_md): the primitive and its three memory descriptors. */
 static int make_prim(df_mm_ctx *c, char ta, char tb, int64_t M, int64_t N, int64_t K,
                      float alpha, float beta, dnnl_primitive_t *prim, dnnl_memory_desc_t *a,
                      dnnl_memory_desc_t *b, dnnl_memory_desc_t *d, dnnl_memory_desc_t *user_s)
@@ -113,7 +121,8 @@ static int make_prim(df_mm_ctx *c, char ta, char tb, int64_t M, int64_t N, int64
     dnnl_primitive_desc_t pd = NULL;
     *prim = NULL;
     int ok = dnnl_memory_desc_init_by_strides(a, 2, ad, dnnl_bf16, as) == dnnl_success &&
-             dnnl_memory_desc_init_by_strides(b, 2, bd, dnnl_bf16, bs) == dnnl_success &&
+             (tb == 'P' ? pack_md(c, N, K, b) == 0
+                        : dnnl_memory_desc_init_by_strides(b, 2, bd, dnnl_bf16, bs) == dnnl_success) &&
              dnnl_memory_desc_init_by_strides(d, 2, cd, dnnl_f32, cs) == dnnl_success &&
              dnnl_matmul_desc_init(&md, a, b, NULL, d) == dnnl_success &&
              dnnl_primitive_attr_create(&attr) == dnnl_success;
@@ -248,25 +257,113 @@ static int w16_rows(df_mm_ctx *c, char tb, int64_t m, int64_t N, int64_t K, floa
     return DF_OK;
 }
 
-int df_mm_w16(df_mm_ctx *c, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
-              const float *A, const uint16_t *W, float beta, float *C)
+/* df_mm_w16 / df_mm_w16_packed: A in row blocks of the scratch, W read as `tb`. */
+static int w16_blocks(df_mm_ctx *c, char tb, const char *who, int64_t M, int64_t N, int64_t K,
+                      float alpha, const float *A, const uint16_t *W, float beta, float *C)
 {
     if (!c)
-        return df_error(DF_EINVAL, "df_mm_w16: no bf16 matmul context");
+        return df_error(DF_EINVAL, "%s: no bf16 matmul context", who);
     if (M <= 0 || N <= 0 || K <= 0)
-        return M < 0 || N < 0 || K < 0 ? df_error(DF_EINVAL, "df_mm_w16: negative size") : DF_OK;
+        return M < 0 || N < 0 || K < 0 ? df_error(DF_EINVAL, "%s: negative size", who) : DF_OK;
     /* A beyond the scratch goes in row blocks: every row's sum is the same computation. */
     const int64_t rows = c->max_elems / K;
     if (rows <= 0)
-        return df_error(DF_EINVAL, "df_mm_w16: K = %lld exceeds the context's %lld elements",
+        return df_error(DF_EINVAL, "%s: K = %lld exceeds the context's %lld elements", who,
                         (long long)K, (long long)c->max_elems);
     for (int64_t r = 0; r < M; r += rows) {
         const int64_t m = M - r < rows ? M - r : rows;
-        int rc = w16_rows(c, tb ? 'T' : 'N', m, N, K, alpha, A + r * K, W, beta, C + r * N);
+        int rc = w16_rows(c, tb, m, N, K, alpha, A + r * K, W, beta, C + r * N);
         if (rc)
             return rc;
     }
     return DF_OK;
+}
+
+int df_mm_w16(df_mm_ctx *c, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+              const float *A, const uint16_t *W, float beta, float *C)
+{
+    return w16_blocks(c, tb ? 'T' : 'N', "df_mm_w16", M, N, K, alpha, A, W, beta, C);
+}
+
+int df_mm_w16_packed(df_mm_ctx *c, int64_t M, int64_t N, int64_t K, float alpha,
+                     const float *A, const uint16_t *Wp, float beta, float *C)
+{
+    return w16_blocks(c, 'P', "df_mm_w16_packed", M, N, K, alpha, A, Wp, beta, C);
+}
+
+/* The layout oneDNN's matmul chooses for a [N, K] weight read as W^T (weights format "any"):
+ * blocked so its kernels stream it without the copy they make of a plain B at every call.
+ * The choice depends on the CPU, not on M (checked on AVX512-BF16 for M = 1 .. 8192); every
+ * primitive of df_mm_w16_packed is made with this layout, whatever its M. */
+static int pack_md(df_mm_ctx *c, int64_t N, int64_t K, dnnl_memory_desc_t *md)
+{
+    for (int i = 0; i < c->n_packs; i++)
+        if (c->packs[i].N == N && c->packs[i].K == K) {
+            *md = c->packs[i].md;
+            return 0;
+        }
+    if (c->n_packs == MM_PACKS)
+        return -1;
+    dnnl_dims_t ad = {64, K}, bd = {K, N}, cd = {64, N};
+    dnnl_memory_desc_t a, b, d;
+    dnnl_matmul_desc_t mdesc;
+    dnnl_primitive_desc_t pd = NULL;
+    int ok = dnnl_memory_desc_init_by_tag(&a, 2, ad, dnnl_bf16, dnnl_ab) == dnnl_success &&
+             dnnl_memory_desc_init_by_tag(&b, 2, bd, dnnl_bf16, dnnl_format_tag_any) == dnnl_success &&
+             dnnl_memory_desc_init_by_tag(&d, 2, cd, dnnl_f32, dnnl_ab) == dnnl_success &&
+             dnnl_matmul_desc_init(&mdesc, &a, &b, NULL, &d) == dnnl_success &&
+             dnnl_primitive_desc_create(&pd, &mdesc, NULL, c->eng, NULL) == dnnl_success;
+    const dnnl_memory_desc_t *w = ok ? dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0) : NULL;
+    if (w) {
+        c->packs[c->n_packs].N = N;
+        c->packs[c->n_packs].K = K;
+        c->packs[c->n_packs++].md = *md = *w;
+    }
+    if (pd)
+        dnnl_primitive_desc_destroy(pd);
+    return w ? 0 : -1;
+}
+
+int64_t df_mm_packed_bytes(df_mm_ctx *c, int64_t N, int64_t K)
+{
+    dnnl_memory_desc_t md;
+    if (!c || N <= 0 || K <= 0 || pack_md(c, N, K, &md)) {
+        df_error(DF_EINTERNAL, "bf16 matmul: oneDNN has no packed layout for a [%lld, %lld] weight",
+                 (long long)N, (long long)K);
+        return -1;
+    }
+    return (int64_t)dnnl_memory_desc_get_size(&md);
+}
+
+int df_mm_pack_w16(df_mm_ctx *c, int64_t N, int64_t K, const uint16_t *W, uint16_t *dst)
+{
+    dnnl_memory_desc_t plain, packed;
+    dnnl_dims_t bd = {K, N}, bs = {1, K}; /* W [N, K] row-major read as W^T [K, N] */
+    dnnl_primitive_desc_t rpd = NULL;
+    dnnl_primitive_t r = NULL;
+    dnnl_memory_t from = NULL, to = NULL;
+    int ok = c && N > 0 && K > 0 && pack_md(c, N, K, &packed) == 0 &&
+             dnnl_memory_desc_init_by_strides(&plain, 2, bd, dnnl_bf16, bs) == dnnl_success &&
+             dnnl_reorder_primitive_desc_create(&rpd, &plain, c->eng, &packed, c->eng, NULL) ==
+                 dnnl_success &&
+             dnnl_primitive_create(&r, rpd) == dnnl_success &&
+             dnnl_memory_create(&from, &plain, c->eng, (void *)W) == dnnl_success &&
+             dnnl_memory_create(&to, &packed, c->eng, dst) == dnnl_success;
+    if (ok) {
+        dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+        ok = dnnl_primitive_execute(r, c->stream, 2, args) == dnnl_success &&
+             dnnl_stream_wait(c->stream) == dnnl_success;
+    }
+    if (to)
+        dnnl_memory_destroy(to);
+    if (from)
+        dnnl_memory_destroy(from);
+    if (r)
+        dnnl_primitive_destroy(r);
+    if (rpd)
+        dnnl_primitive_desc_destroy(rpd);
+    return ok ? DF_OK : df_error(DF_EINTERNAL, "bf16 matmul: oneDNN failed packing a [%lld, %lld] "
+                                 "weight", (long long)N, (long long)K);
 }
 
 void df_mm_nt(df_mm_ctx *c, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
