@@ -25,6 +25,7 @@
 #include "distflow/backend.h"
 #include "distflow/model.h"
 #include "distflow/rollout.h"
+#include "engine/rollout_engine.h"
 #include "engine/rollout_internal.h"
 #include "model/acts.h"
 #include "model/ops.h"
@@ -319,8 +320,14 @@ static void test_bf16_packed_weights(void **state)
     int64_t tp = 0, tq = 0;
     df_rollout_engine_memory(ep, NULL, &tp);
     df_rollout_engine_memory(eq, NULL, &tq);
-    assert_true(df_packed16_bytes_for(&m->cfg) >= 2 * m->cfg.num_hidden_layers * 7 * 64 * 64);
-    assert_int_equal(tp - tq, df_packed16_bytes_for(&m->cfg));
+    /* the layers and the LM head packed (the head's 512-column sampling tiles slice) */
+    const df_model_config *c = &m->cfg;
+    const df_vocab_tiling tiling = df_rollout_head_tiling(c);
+    const int64_t H = c->hidden_size, I = c->intermediate_size, kvd = 2 * 16;
+    const int64_t plain16 = 2 * (c->num_hidden_layers * (2 * H * H + 2 * kvd * H + 3 * I * H) +
+                                 c->vocab_size * H);
+    assert_true(df_packed16_bytes_for(c, &tiling) >= plain16);
+    assert_int_equal(tp - tq, df_packed16_bytes_for(c, &tiling));
     const df_model *ms[2] = {m, m2};
     for (int v = 0; v < 2; v++) { /* the second weights after a sync: packed again */
         df_rollout_result a, b;

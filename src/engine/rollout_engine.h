@@ -137,6 +137,8 @@ int df_rollout_check_model(const df_rollout_engine *e, const df_model *m);
 /* free_cache_engine: the activation scratch's pages back to the OS (dead between calls; as
  * large as a quarter of the weights at 8192 rows per forward). */
 void df_rollout_drop_scratch(df_rollout_engine *e);
+/* rollout_gen.c: the vocabulary tiling of fused sampling (df_vocab_stats16 / draw16). */
+df_vocab_tiling df_rollout_head_tiling(const df_model_config *cfg);
 int df_rollout_infer_weights(df_rollout_engine *e, const df_model *m, df_infer_weights *w);
 
 /* rollout_sample.c: draw the next token of the listed slots (rows[k]: slot list[k]'s row of

@@ -47,6 +47,15 @@ static bool sampling_is_fused(const df_sampling_params *sp, int64_t V)
     return greedy || (!(sp->top_k > 0 && sp->top_k < V) && !(sp->top_p < 1.0f));
 }
 
+df_vocab_tiling df_rollout_head_tiling(const df_model_config *cfg)
+{
+    /* Groups of one tile: the draw recomputes a single tile of one row. */
+    df_vocab_tiling t = df_vocab_tiling_for(cfg->vocab_size, cfg->hidden_size);
+    t.cols = t.cols < DF_SAMPLE_COLS ? t.cols : DF_SAMPLE_COLS;
+    t.group = t.cols;
+    return df_vocab_tiling_clamp(&t);
+}
+
 static int ctx_init(gen_ctx *g)
 {
     int64_t V = g->e->cfg.vocab_size;
@@ -55,11 +64,7 @@ static int ctx_init(gen_ctx *g)
     g->n_threads = omp_get_max_threads();
     g->fused = sampling_is_fused(g->sp, V);
     if (g->fused) {
-        /* Groups of one tile: the draw recomputes a single tile of one row. */
-        g->tiling = df_vocab_tiling_for(V, g->e->cfg.hidden_size);
-        g->tiling.cols = g->tiling.cols < DF_SAMPLE_COLS ? g->tiling.cols : DF_SAMPLE_COLS;
-        g->tiling.group = g->tiling.cols;
-        g->tiling = df_vocab_tiling_clamp(&g->tiling);
+        g->tiling = df_rollout_head_tiling(&g->e->cfg);
         g->n_groups = df_vocab_groups(V, &g->tiling);
         g->vstat = malloc((size_t)(g->e->max_num_seqs * g->n_groups) * sizeof(df_vstat));
         g->draw_buf = aligned_alloc(64, (size_t)(g->n_threads * 2 * g->tiling.group) * 4);

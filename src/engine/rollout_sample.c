@@ -57,12 +57,19 @@ int df_rollout_sample_slots(gen_ctx *g, const int32_t *list, const int64_t *rows
     return retire_finished(g, list, n);
 }
 
+/* The packed LM head of the current weights, or NULL (row-major then). */
+static const uint16_t *packed_head(const df_rollout_engine *e, int64_t *stride)
+{
+    *stride = 0;
+    return df_packed16_is_current(e->p16, e->w16) ? df_packed16_lm_head(e->p16, stride) : NULL;
+}
+
 /* In bf16, the LM head's operands: the final hidden rows [0, n) rounded into e->h16, padded
  * with zero rows to whole tiles; else all NULL (the float32 head). */
 static int head16_rows(df_rollout_engine *e, int64_t n, const df_vocab_tiling *t, df_vocab16 *b)
 {
     const uint16_t *W16 = e->w16 ? df_weights16_lm_head(e->w16) : NULL;
-    *b = (df_vocab16){NULL, NULL, NULL};
+    *b = (df_vocab16){NULL, NULL, NULL, 0};
     if (!W16)
         return DF_OK;
     const int64_t H = e->cfg.hidden_size, rows = df_vocab16_rows(n, t);
@@ -72,7 +79,9 @@ static int head16_rows(df_rollout_engine *e, int64_t n, const df_vocab_tiling *t
                         (long long)rows, (long long)cap);
     df_bf16_from_f32(e->h16, e->s.xn, n * H);
     memset(e->h16 + n * H, 0, (size_t)((rows - n) * H) * sizeof(uint16_t));
-    *b = (df_vocab16){e->mm, e->h16, W16};
+    int64_t stride = 0; /* the packed head when the forwards read packed weights */
+    const uint16_t *P = packed_head(e, &stride);
+    *b = (df_vocab16){e->mm, e->h16, P ? P : W16, P ? stride : 0};
     return DF_OK;
 }
 
@@ -124,11 +133,15 @@ int df_rollout_sample_fused(gen_ctx *g, const int32_t *list, const int64_t *rows
 }
 
 /* LM head for rows [r0, r0 + n) of the final hidden states into e->logits (bf16: the
- * head's copy, the rows rounded per call). */
+ * head's copy, packed or row-major, the rows rounded per call). */
 int df_rollout_logits(df_rollout_engine *e, const df_model *m, int64_t r0, int64_t n)
 {
     int64_t H = e->cfg.hidden_size, V = e->cfg.vocab_size;
     const uint16_t *W16 = e->w16 ? df_weights16_lm_head(e->w16) : NULL;
+    int64_t stride;
+    const uint16_t *P = W16 ? packed_head(e, &stride) : NULL;
+    if (P)
+        return df_mm_w16_packed(e->mm, n, V, H, 1.0f, e->s.xn + r0 * H, P, 0.0f, e->logits);
     if (W16)
         return df_mm_w16(e->mm, true, n, V, H, 1.0f, e->s.xn + r0 * H, W16, 0.0f, e->logits);
     df_gemm_nt(n, V, H, 1.0f, e->s.xn + r0 * H, m->w.lm_head, 0.0f, e->logits);

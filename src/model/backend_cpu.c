@@ -269,7 +269,7 @@ static int head16_operands(void *ctx, const float *h, const uint16_t *W16, int64
                         (long long)rows, (long long)H);
     df_bf16_from_f32(*h16, h, n * H);
     memset(*h16 + n * H, 0, (size_t)((rows - n) * H) * sizeof(uint16_t));
-    *b = (df_vocab16){mm, *h16, W16};
+    *b = (df_vocab16){mm, *h16, W16, 0};
     return DF_OK;
 }
 

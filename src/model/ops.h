@@ -126,18 +126,38 @@ int df_mm_w16_packed(df_mm_ctx *c, int64_t M, int64_t N, int64_t K, float alpha,
                      const float *A, const uint16_t *Wp, float beta, float *C);
 
 /**
- * A packed copy of a df_weights16's layer projections (df_mm_pack_w16), for the forwards of
- * one weight version: the rollout packs its bf16 copy at each weight sync and decodes from
- * it. The LM head and embedding stay the source's (the head's vocabulary tiles read it
- * row-major). Pages are reserved at create and written by each pack; df_packed16_release
- * gives them back (then the copy is stale until packed again).
+ * Column slices of a packed [N, K] weight: where oneDNN's layout keeps N blocks outermost, the
+ * slice of columns [c0, c0 + w) starting at a multiple of `step` is the packed form of a w-column
+ * weight of its own, at element c0 * the returned stride. Returns that stride (the padded K)
+ * when every width in widths[0 .. n) slices so and step is a multiple of the column block; 0
+ * when not (read the row-major weight then).
+ */
+int64_t df_mm_packed_col_stride(df_mm_ctx *c, int64_t N, int64_t K, int64_t step,
+                                const int64_t *widths, int n_widths);
+/** df_mm16_tile with tb true and beta 0 on a packed weight slice Bp (df_mm_packed_col_stride);
+ *  thread-safe as df_mm16_tile, whose errors it has. */
+int df_mm16_tile_packed(df_mm_ctx *c, int64_t M, int64_t N, int64_t K, float alpha,
+                        const uint16_t *A, const uint16_t *Bp, float *C);
+
+/**
+ * A packed copy of a df_weights16's layer projections (df_mm_pack_w16) and, where its
+ * vocabulary tiles can be cut from the packed form (df_mm_packed_col_stride), of its LM
+ * head, for the forwards of one weight version: the rollout packs its bf16 copy at each
+ * weight sync and decodes from it. The embedding stays the source's. Pages are reserved at
+ * create and written by each pack; df_packed16_release gives them back (then the copy is
+ * stale until packed again).
  */
 typedef struct df_packed16 df_packed16;
+typedef struct df_vocab_tiling df_vocab_tiling;
 /** A copy for cfg's layers through mm (the context whose layout it holds; it must outlive
- *  the copy). DF_EINTERNAL when oneDNN has no packed layout; DF_ENOMEM. */
-int df_packed16_create(const df_model_config *cfg, df_mm_ctx *mm, df_packed16 **out);
-/** Bytes df_packed16_create maps for cfg on this CPU (0 without native bf16 matmuls). */
-int64_t df_packed16_bytes_for(const df_model_config *cfg);
+ *  the copy), with the LM head when `head` (the tiling its readers use; NULL: no head) slices.
+ *  DF_EINTERNAL when oneDNN has no packed layout; DF_ENOMEM. */
+int df_packed16_create(const df_model_config *cfg, df_mm_ctx *mm, const df_vocab_tiling *head,
+                       df_packed16 **out);
+/** Bytes df_packed16_create maps for cfg and head on this CPU (0 without native bf16 matmuls). */
+int64_t df_packed16_bytes_for(const df_model_config *cfg, const df_vocab_tiling *head);
+/** The packed LM head and its column-slice stride (df_vocab16.packed_stride), or NULL / 0. */
+const uint16_t *df_packed16_lm_head(const df_packed16 *p, int64_t *stride);
 /** Pack every layer of src (same shapes) into p; p then names src and its refresh count. */
 int df_packed16_pack(df_packed16 *p, const df_weights16 *src);
 /** Whether p holds src as it is now (packed since src's last refresh, pages not released). */
@@ -412,6 +432,8 @@ int32_t df_vocab_draw(const df_vstat *st, int64_t G, const df_vrow *row, double 
 typedef struct df_vocab16 {
     df_mm_ctx *mm;
     const uint16_t *h, *W;
+    int64_t packed_stride; /* 0: W row-major; else W packed, its column slices
+                              (df_mm_packed_col_stride) at c0 * packed_stride */
 } df_vocab16;
 /** Rows b->h must hold for n rows under tiling t: n rounded up to t's (clamped) rows. */
 int64_t df_vocab16_rows(int64_t n, const df_vocab_tiling *t);

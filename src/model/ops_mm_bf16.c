@@ -335,6 +335,47 @@ int64_t df_mm_packed_bytes(df_mm_ctx *c, int64_t N, int64_t K)
     return (int64_t)dnnl_memory_desc_get_size(&md);
 }
 
+/* The column block of a blocked weight layout (product of its inner blocks over N) and the
+ * padded K, or 0 when N blocks are not the outermost, contiguous dimension (the layout cannot
+ * be cut into column slices). */
+static int64_t col_block(const dnnl_memory_desc_t *md, int64_t *kp)
+{
+    if (md->format_kind != dnnl_blocked)
+        return 0;
+    const dnnl_blocking_desc_t *bl = &md->format_desc.blocking;
+    int64_t nb = 1, inner = 1;
+    for (int i = 0; i < bl->inner_nblks; i++) {
+        inner *= bl->inner_blks[i];
+        if (bl->inner_idxs[i] == 1)
+            nb *= bl->inner_blks[i];
+    }
+    *kp = md->padded_dims[0];
+    /* K blocks inside N blocks, and a block of nb columns over the whole padded K: kp nb
+     * elements, one after the other */
+    return bl->strides[0] == inner && bl->strides[1] == *kp * nb ? nb : 0;
+}
+
+int64_t df_mm_packed_col_stride(df_mm_ctx *c, int64_t N, int64_t K, int64_t step,
+                                const int64_t *widths, int n_widths)
+{
+    dnnl_memory_desc_t whole, part;
+    int64_t kp = 0, kq = 0;
+    const int64_t nb = c && !pack_md(c, N, K, &whole) ? col_block(&whole, &kp) : 0;
+    if (nb <= 0 || step % nb)
+        return 0;
+    for (int i = 0; i < n_widths; i++) {
+        /* a slice [c0, c0 + w) must be laid out as a w-column weight of its own */
+        if (pack_md(c, widths[i], K, &part) || col_block(&part, &kq) != nb || kq != kp ||
+            part.format_desc.blocking.inner_nblks != whole.format_desc.blocking.inner_nblks ||
+            memcmp(part.format_desc.blocking.inner_blks, whole.format_desc.blocking.inner_blks,
+                   sizeof part.format_desc.blocking.inner_blks) ||
+            memcmp(part.format_desc.blocking.inner_idxs, whole.format_desc.blocking.inner_idxs,
+                   sizeof part.format_desc.blocking.inner_idxs))
+            return 0;
+    }
+    return kp;
+}
+
 int df_mm_pack_w16(df_mm_ctx *c, int64_t N, int64_t K, const uint16_t *W, uint16_t *dst)
 {
     dnnl_memory_desc_t plain, packed;
@@ -503,6 +544,15 @@ int df_mm16_tile(df_mm_ctx *c, bool ta, bool tb, int64_t M, int64_t N, int64_t K
     int rc = tile_exec(c, &once, A, B, C);
     dnnl_primitive_destroy(once.prim);
     return rc;
+}
+
+int df_mm16_tile_packed(df_mm_ctx *c, int64_t M, int64_t N, int64_t K, float alpha,
+                        const uint16_t *A, const uint16_t *Bp, float *C)
+{
+    if (!c || M <= 0 || N <= 0 || K <= 0)
+        return c ? DF_OK : DF_EINVAL;
+    const mm_tile *e = tile_lookup(c, 'N', 'P', M, N, K, alpha, 0.0f);
+    return e ? tile_exec(c, e, A, Bp, C) : DF_EINTERNAL;
 }
 
 int64_t df_mm_ctx_created(const df_mm_ctx *c)

@@ -239,6 +239,15 @@ typedef struct {
     int failed;
 } stats_job;
 
+/* C[M, nc] = alpha A W[c0 .. c0 + nc)^T on b's bf16 head, row-major or packed. */
+static int head16_tile(const df_vocab16 *b, int64_t M, int64_t c0, int64_t nc, int64_t H,
+                       float alpha, const uint16_t *A, float *C)
+{
+    if (b->packed_stride)
+        return df_mm16_tile_packed(b->mm, M, nc, H, alpha, A, b->W + c0 * b->packed_stride, C);
+    return df_mm16_tile(b->mm, false, true, M, nc, H, alpha, A, b->W + c0 * H, 0.0f, C);
+}
+
 /* tile[nr, ns] = alpha h[rb.., :] W[cs.., :]^T: oneDNN sgemm, or the bf16 tile matmul. */
 static int logits_tile(const df_vocab16 *b, const float *h, const float *W, int64_t rb,
                        int64_t cs, int64_t nr, int64_t ns, int64_t H, float alpha, float *tile)
@@ -247,8 +256,7 @@ static int logits_tile(const df_vocab16 *b, const float *h, const float *W, int6
         df_gemm_nt(nr, ns, H, alpha, h + rb * H, W + cs * H, 0.0f, tile);
         return 0;
     }
-    return df_mm16_tile(b->mm, false, true, nr, ns, H, alpha, b->h + rb * H, b->W + cs * H,
-                        0.0f, tile);
+    return head16_tile(b, nr, cs, ns, H, alpha, b->h + rb * H, tile);
 }
 
 int64_t df_vocab16_rows(int64_t n, const df_vocab_tiling *t)
@@ -393,8 +401,7 @@ static int32_t draw(const df_vstat *st, int64_t G, const df_vrow *row, double u,
     int64_t c0 = gs * c.group, nc = V - c0 < c.group ? V - c0 : c.group;
     if (!b)
         df_gemm_nt(1, nc, H, inv_t, h_row, W + c0 * H, 0.0f, buf);
-    else if (df_mm16_tile(b->mm, false, true, 1, nc, H, inv_t, b->h + r * H, b->W + c0 * H,
-                          0.0f, buf))
+    else if (head16_tile(b, 1, c0, nc, H, inv_t, b->h + r * H, buf))
         return -1;
     float *w = buf + c.group; /* weights e^(z - m_g) of the group */
     df_row_exp(w, buf, nc, st[gs].m);

@@ -1,8 +1,9 @@
 /*
- * The packed copy of a bf16 weight copy's layers (ops.h df_packed16): every projection
- * reordered once per weight version into oneDNN's blocked layout, so that the decode steps'
- * short matmuls (M = the running sequences) stream the weights instead of copying each one
- * into that layout at every call.
+ * The packed copy of a bf16 weight copy's layers (ops.h df_packed16): every projection, and
+ * the LM head where its vocabulary tiles can be cut from the packed form, reordered once per
+ * weight version into oneDNN's blocked layout, so that the decode steps' short matmuls
+ * (M = the running sequences) stream the weights instead of copying each one into that
+ * layout at every call.
  */
 #include "distflow/common.h"
 #include "model/ops.h"
@@ -17,6 +18,8 @@ struct df_packed16 {
     uint16_t *blob;
     size_t bytes;
     df_layer16 *layers;       /* [L] into blob */
+    uint16_t *head;           /* the LM head packed (after the layers), or NULL */
+    int64_t head_stride;      /* its column slices' stride (df_mm_packed_col_stride) */
     const df_weights16 *src;  /* what the pages hold now: src at refresh src_refresh */
     int64_t src_refresh;
 };
@@ -54,28 +57,52 @@ static int64_t layer_bytes(const df_model_config *cfg, df_mm_ctx *mm, int64_t ea
     return per_layer;
 }
 
-int64_t df_packed16_bytes_for(const df_model_config *cfg)
+/* The head's column-slice stride under tiling t (0: it cannot be sliced, or no head), and
+ * its packed bytes into *bytes. */
+static int64_t head_layout(const df_model_config *cfg, df_mm_ctx *mm, const df_vocab_tiling *t,
+                           int64_t *bytes)
 {
-    df_mm_ctx *mm = NULL;
-    int64_t each[NPROJ];
-    const int64_t per_layer = df_mm_ctx_create(64 * 64, &mm) ? -1 : layer_bytes(cfg, mm, each);
-    df_mm_ctx_free(mm);
-    return per_layer < 0 ? 0 : per_layer * cfg->num_hidden_layers;
+    *bytes = 0;
+    if (!t || cfg->num_labels > 0)
+        return 0;
+    const int64_t V = cfg->vocab_size, H = cfg->hidden_size;
+    /* the widths stats_item's tiles and a draw's group take (ops_vocab.c) */
+    const int64_t widths[4] = {t->cols, t->group, V % t->cols ? V % t->cols : t->cols,
+                               V % t->group ? V % t->group : t->group};
+    const int64_t stride = df_mm_packed_col_stride(mm, V, H, t->cols, widths, 4);
+    const int64_t b = stride > 0 ? df_mm_packed_bytes(mm, V, H) : -1;
+    if (b < 0)
+        return 0;
+    *bytes = (b + 63) / 64 * 64;
+    return stride;
 }
 
-int df_packed16_create(const df_model_config *cfg, df_mm_ctx *mm, df_packed16 **out)
+int64_t df_packed16_bytes_for(const df_model_config *cfg, const df_vocab_tiling *head)
+{
+    df_mm_ctx *mm = NULL;
+    int64_t each[NPROJ], hb = 0;
+    const int64_t per_layer = df_mm_ctx_create(64 * 64, &mm) ? -1 : layer_bytes(cfg, mm, each);
+    if (per_layer >= 0)
+        head_layout(cfg, mm, head, &hb);
+    df_mm_ctx_free(mm);
+    return per_layer < 0 ? 0 : per_layer * cfg->num_hidden_layers + hb;
+}
+
+int df_packed16_create(const df_model_config *cfg, df_mm_ctx *mm, const df_vocab_tiling *head,
+                       df_packed16 **out)
 {
     *out = NULL;
-    int64_t each[NPROJ];
+    int64_t each[NPROJ], hb = 0;
     const int64_t per_layer = layer_bytes(cfg, mm, each);
     if (per_layer < 0)
         return df_error_wrap(DF_EINTERNAL, "the rollout's packed weights");
+    const int64_t stride = head_layout(cfg, mm, head, &hb);
     df_packed16 *p = calloc(1, sizeof *p);
     if (!p)
         return df_error(DF_ENOMEM, "out of memory for the packed weights");
     p->cfg = *cfg;
     p->mm = mm;
-    p->bytes = (size_t)(per_layer * cfg->num_hidden_layers);
+    p->bytes = (size_t)(per_layer * cfg->num_hidden_layers + hb);
     void *blob = mmap(NULL, p->bytes ? p->bytes : 64, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     p->blob = blob == MAP_FAILED ? NULL : blob;
@@ -93,6 +120,8 @@ int df_packed16_create(const df_model_config *cfg, df_mm_ctx *mm, df_packed16 **
             q += each[i];
         }
     }
+    p->head = hb ? (uint16_t *)q : NULL;
+    p->head_stride = hb ? stride : 0;
     *out = p;
     return DF_OK;
 }
@@ -111,6 +140,11 @@ int df_packed16_pack(df_packed16 *p, const df_weights16 *src)
                 return df_error_wrap(rc, "packing layer %lld", (long long)l);
         }
     }
+    int rc = p->head ? df_mm_pack_w16(p->mm, p->cfg.vocab_size, p->cfg.hidden_size,
+                                      df_weights16_lm_head(src), p->head)
+                     : DF_OK;
+    if (rc)
+        return df_error_wrap(rc, "packing the LM head");
     p->src = src;
     p->src_refresh = df_weights16_version(src);
     return DF_OK;
@@ -122,6 +156,12 @@ bool df_packed16_is_current(const df_packed16 *p, const df_weights16 *src)
 }
 
 const df_layer16 *df_packed16_layer(const df_packed16 *p, int64_t l) { return &p->layers[l]; }
+
+const uint16_t *df_packed16_lm_head(const df_packed16 *p, int64_t *stride)
+{
+    *stride = p ? p->head_stride : 0;
+    return p ? p->head : NULL;
+}
 
 int64_t df_packed16_bytes(const df_packed16 *p) { return p ? (int64_t)p->bytes : 0; }
 
