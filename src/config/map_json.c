@@ -45,7 +45,8 @@ static json_t *node_json(yaml_document_t *doc, yaml_node_t *n, int depth)
         return scalar(n);
     json_t *out = n->type == YAML_SEQUENCE_NODE ? json_array() : json_object();
     if (n->type == YAML_SEQUENCE_NODE) {
-        for (yaml_node_item_t *it = n->data.sequence.items.start; out && it < n->data.sequence.items.top; it++)
+        for (yaml_node_item_t *it = n->data.sequence.items.start; out && it < n->data.sequence.items.top;
+             it++)
             if (json_array_append_new(out, node_json(doc, yaml_document_get_node(doc, *it), depth + 1))) {
                 json_decref(out);
                 out = NULL;

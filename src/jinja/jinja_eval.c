@@ -279,8 +279,9 @@ static jj_val arith(jj_eval *e, const jj_node *n, const char *op, jj_val a, jj_v
     if (op[0] == '~') /* str() of an undefined value is "" */
         return concat(e, a, b);
     if (op[0] == '%' && a.t == JT_STR)
-        jj_rt_fail(e, n, "'%%'-formatting of strings is not supported (nor by @huggingface/jinja, the "
-                         "reference engine); join with '~' or '+' instead");
+        jj_rt_fail(e, n,
+                   "'%%'-formatting of strings is not supported (nor by @huggingface/jinja, the "
+                   "reference engine); join with '~' or '+' instead");
     if (a.t == JT_UNDEF || b.t == JT_UNDEF)
         undefined_fail(e, n, a.t == JT_UNDEF ? a : b);
     if (op[0] == '+' && a.t == JT_STR && b.t == JT_STR)

@@ -690,9 +690,11 @@ static const struct {
              "use 'set' inside a macro or loop"},
     {"include", "'include' is not supported: a chat template is one string, with no other templates to load"},
     {"import", "'import' is not supported: a chat template is one string, with no other templates to load"},
-    {"from", "'from ... import' is not supported: a chat template is one string, with no other templates to load"},
+    {"from",
+     "'from ... import' is not supported: a chat template is one string, with no other templates to load"},
     {"extends", "'extends' is not supported: a chat template is one string, with no other templates to load"},
-    {"block", "'block' (template inheritance) is not supported (nor by @huggingface/jinja, the reference engine)"},
+    {"block",
+     "'block' (template inheritance) is not supported (nor by @huggingface/jinja, the reference engine)"},
     {"autoescape", "'autoescape' is not supported: chat templates render without HTML escaping"},
 };
 

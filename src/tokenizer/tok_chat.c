@@ -62,15 +62,27 @@ int df_tokenizer_set_chat_template_kwargs(df_tokenizer *t, const char *kwargs_js
         }
         /* transformers' apply_chat_template takes these as its own arguments, not as template
            variables: passed through verl's **kwargs they clash or change the call, never the text */
-        static const char *const own[] = {"messages", "conversation", "tools", "chat_template",
-                                          "add_generation_prompt", "continue_final_message", "tokenize",
-                                          "padding", "truncation", "max_length", "return_tensors",
-                                          "return_dict", "return_assistant_tokens_mask", "tokenizer_kwargs"};
+        static const char *const own[] = {"messages",
+                                          "conversation",
+                                          "tools",
+                                          "chat_template",
+                                          "add_generation_prompt",
+                                          "continue_final_message",
+                                          "tokenize",
+                                          "padding",
+                                          "truncation",
+                                          "max_length",
+                                          "return_tensors",
+                                          "return_dict",
+                                          "return_assistant_tokens_mask",
+                                          "tokenizer_kwargs"};
         for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
             if (json_object_get(kw, own[i])) {
                 json_decref(kw);
-                return df_error(DF_EINVAL, "chat template kwargs: '%s' is an argument of "
-                                "apply_chat_template, not a template variable", own[i]);
+                return df_error(DF_EINVAL,
+                                "chat template kwargs: '%s' is an argument of "
+                                "apply_chat_template, not a template variable",
+                                own[i]);
             }
     }
     json_decref(t->chat_kwargs);
