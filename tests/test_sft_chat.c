@@ -11,8 +11,9 @@
  * tools that are not a list, a template raise, consecutive tool messages that do not render turn by
  * turn, an over-long row). The actor's loss_mask weighs tokens exactly (the loss of a mask with two
  * ones is the mean NLL of those two tokens). `distflow sft` on 2-turn chats with a tiny model trains
- * (the loss falls below half its start), refuses an unreadable data.chat_template and renders with
- * the template of a data.chat_template file.
+ * (the loss falls below half its start), refuses an unreadable data.chat_template, renders with
+ * the template of a data.chat_template file and gives data.apply_chat_template_kwargs to the
+ * message renders (not to the prefix extraction).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -78,7 +79,7 @@ static void test_qwen_tool_mask(void **state)
     int32_t *ids;
     uint8_t *mask;
     int64_t n;
-    assert_int_equal(df_sft_chat_encode(t, &p, CONV, TOOLS, -1, &ids, &mask, &n), 0);
+    assert_int_equal(df_sft_chat_encode(t, &p, CONV, TOOLS, -1, NULL, &ids, &mask, &n), 0);
     /* the tokens are the whole conversation's */
     char *whole = NULL;
     int32_t *wids;
@@ -138,7 +139,10 @@ static int load_rows(df_tokenizer *t, const char *line, int64_t max_len, const c
     assert_int_equal(df_dataset_load_buffer(text, strlen(text), "rows.jsonl", &o, &ds), 0);
     df_sft_chat_keys k = {.messages_key = "messages", .tools_key = "tools", .enable_thinking_key = "enable_thinking",
                           .max_length = max_len, .truncation = trunc};
-    int rc = df_sft_chat_load(ds, t, &k, pc, rc_, mask);
+    df_sft_chat_prefix pre;
+    assert_int_equal(df_sft_chat_prefix_init(t, &pre), 0);
+    int rc = df_sft_chat_load(ds, t, &pre, &k, pc, rc_, mask, NULL);
+    df_sft_chat_prefix_free(&pre);
     df_dataset_free(ds);
     return rc;
 }
@@ -254,15 +258,20 @@ static void test_actor_loss_mask(void **state)
 
 static char dir[256];
 
-static int sft(const char *out, const char *extra)
+static int sft2(const char *out, const char *extra, const char *extra2)
 {
     char yaml[512], outp[600], log[600];
     snprintf(yaml, sizeof yaml, "%s/sft.yaml", dir);
     snprintf(outp, sizeof outp, "trainer.default_local_dir=%s/%s", dir, out);
     snprintf(log, sizeof log, "%s/%s.log", dir, out);
-    const char *argv[] = {"sft", yaml, outp, extra, NULL};
+    const char *argv[] = {"sft", yaml, outp, extra, extra ? extra2 : NULL, NULL};
     df_cli_run o = {.np = 1, .log = log};
     return df_cli_exec(&o, argv);
+}
+
+static int sft(const char *out, const char *extra)
+{
+    return sft2(out, extra, NULL);
 }
 
 static void test_cli_trains(void **state)
@@ -301,6 +310,21 @@ static void test_cli_trains(void **state)
     text = df_cli_log(log);
     if (!strstr(text, "the file template ran"))
         fail_msg("the template file was not used; log:\n%s", text);
+    free(text);
+    /* data.apply_chat_template_kwargs reach the message renders, not the prefixes (verl): this
+       template raises only when the kwarg is set, so the run fails at the first message */
+    tmpl = df_path_join(dir, "kw.jinja");
+    src = "{% if boom %}{{ raise_exception('the kwargs reached the template') }}{% endif %}"
+          "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+    assert_int_equal(df_write_file_atomic(tmpl, src, strlen(src)), 0);
+    snprintf(opt, sizeof opt, "data.chat_template=%s", tmpl);
+    free(tmpl);
+    assert_int_not_equal(sft2("kw_tmpl", opt, "+data.apply_chat_template_kwargs.boom=true"), 0);
+    snprintf(log, sizeof log, "%s/kw_tmpl.log", dir);
+    text = df_cli_log(log);
+    if (!strstr(text, "the kwargs reached the template") || !strstr(text, "message 0"))
+        fail_msg("the kwargs did not reach the first message's render; log:\n%s", text);
     free(text);
 }
 

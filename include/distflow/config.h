@@ -271,6 +271,17 @@ DF_API const char *df_config_str(const df_config *c, const char *key);
  * Owned by the config. Asserts the key is a DF_CFG_MAP key.
  */
 DF_API const char *df_config_map_text(const df_config *c, const char *key);
+/**
+ * A map key's text (df_config_map_text, or the `const char *` of a typed
+ * config's map field) as a JSON object, for mappings that code hands on as
+ * data (data.apply_chat_template_kwargs: chat-template variables). Plain
+ * scalars are typed as for any key: null / ~, true / false (yes / no / on /
+ * off), integers, finite floats, else strings; quoted scalars are strings;
+ * nested mappings are objects and lists arrays. *json is malloc'd compact
+ * JSON, NULL when map_text is NULL (a null key).
+ * Errors: DF_EINVAL (text that is not a mapping), DF_ENOMEM.
+ */
+DF_API int df_config_map_json(const char *map_text, char **json);
 /** Item count of a list key (string or float list); 0 when null. */
 DF_API int df_config_list_len(const df_config *c, const char *key);
 /** i-th item of a string list (0 <= i < list_len). Owned by the config. */

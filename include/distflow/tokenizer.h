@@ -184,7 +184,8 @@ DF_API int df_tokenizer_apply_chat_template(const df_tokenizer *t, const df_chat
  *     JSON array of OpenAI function schemas.
  *   extra_json: NULL, or a JSON object of extra template variables
  *     (e.g. {"enable_thinking": false} for Qwen3, {"date_string": "26 Jul 2024"}
- *     for Llama 3.x); they override the defaults below.
+ *     for Llama 3.x); they override the defaults below and the tokenizer's
+ *     df_tokenizer_set_chat_template_kwargs variables.
  * The template also sees bos_token, eos_token and pad_token (the token texts
  * of the tokenizer's bos / first eos / pad ids, absent when unset), and the
  * globals of distflow/jinja.h (raise_exception, strftime_now, namespace, range).
@@ -195,6 +196,23 @@ DF_API int df_tokenizer_apply_chat_template(const df_tokenizer *t, const df_chat
 DF_API int df_tokenizer_apply_chat_template_json(const df_tokenizer *t, const char *messages_json,
                                                  const char *tools_json, bool add_generation_prompt,
                                                  const char *extra_json, char **text);
+
+/**
+ * Template variables that every render of `t` gets (the chat-template calls
+ * above and every caller's), as verl passes data.apply_chat_template_kwargs
+ * (e.g. {"enable_thinking": false} for Qwen3, {"reasoning_effort": "medium"}
+ * for gpt-oss) to each apply_chat_template call: a JSON object, or NULL (or
+ * {}) for none. They override bos_token / eos_token / pad_token, and a call's
+ * extra_json overrides them key by key. Set it before renders start (a
+ * tokenizer is read-only while renders run).
+ * Errors (the previous variables kept): DF_EINVAL (not a JSON object; a key
+ * that transformers' apply_chat_template takes as an argument of its own:
+ * messages, conversation, tools, chat_template, add_generation_prompt,
+ * continue_final_message, tokenize, padding, truncation, max_length,
+ * return_tensors, return_dict, return_assistant_tokens_mask,
+ * tokenizer_kwargs), DF_ENOMEM.
+ */
+DF_API int df_tokenizer_set_chat_template_kwargs(df_tokenizer *t, const char *kwargs_json);
 
 /** The tokenizer's chat template (Jinja text), or NULL when it has none. */
 DF_API const char *df_tokenizer_chat_template(const df_tokenizer *t);

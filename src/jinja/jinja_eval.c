@@ -1,8 +1,8 @@
 /*
  * The Jinja evaluator: expressions to values, statements to output, with
- * Jinja2's scoping (a for-loop iteration and a macro call are scopes of their
- * own, so a `set` inside them is not seen after them; `if` is not a scope;
- * namespace() attributes carry values out of loops), Python's semantics for
+ * Jinja2's scoping (a for-loop iteration, a macro call and a filter block are
+ * scopes of their own, so a `set` inside them is not seen after them; `if` is
+ * not a scope; namespace() attributes carry values out of loops), Python's semantics for
  * operators, and Jinja's default Undefined (renders as "", is false and
  * iterates as empty; an attribute, index or call on it is an error).
  */
@@ -151,21 +151,70 @@ static jj_val slice(jj_eval *e, jj_scope *s, const jj_node *n)
     return jj_str_n(e->c, buf.s, buf.n);
 }
 
-static void eval_args(jj_eval *e, jj_scope *s, const jj_node *n, jj_args *a, int extra)
+/* The values of `*xs` (any iterable) after the positionals, as Jinja2 unpacks them. */
+static jj_list *star_args(jj_eval *e, jj_scope *s, const jj_node *n)
 {
-    a->n = n->items.n;
-    a->n_kw = n->n_kw;
-    a->v = jj_alloc(e->c, (size_t)(a->n + extra + 1) * sizeof *a->v);
-    a->kw = jj_alloc(e->c, (size_t)(a->n_kw + 1) * sizeof *a->kw);
-    a->kwv = jj_alloc(e->c, (size_t)(a->n_kw + 1) * sizeof *a->kwv);
-    a->at = n;
-    for (int i = 0; i < a->n; i++)
-        a->v[i + extra] = jj_expr(e, s, n->items.v[i]);
-    for (int i = 0; i < a->n_kw; i++) {
-        a->kw[i] = n->kw[i];
-        a->kwv[i] = jj_expr(e, s, n->kwv.v[i]);
+    if (!n->b)
+        return NULL;
+    jj_val v = jj_expr(e, s, n->b);
+    if (v.t != JT_LIST && v.t != JT_STR && v.t != JT_DICT && v.t != JT_UNDEF)
+        jj_rt_fail(e, n->b, "value after '*' must be an iterable, not %s", jj_type_name(v));
+    return jj_iter(e, n->b, v);
+}
+
+/* The mapping of `**kw`: string keys only, none repeating an explicit keyword. */
+static jj_dict *star_kwargs(jj_eval *e, jj_scope *s, const jj_node *n)
+{
+    if (!n->c)
+        return NULL;
+    jj_val v = jj_expr(e, s, n->c);
+    if (v.t != JT_DICT)
+        jj_rt_fail(e, n->c, "value after '**' must be a mapping, not %s", jj_type_name(v));
+    for (size_t i = 0; i < v.d->n; i++) {
+        if (v.d->k[i].t != JT_STR)
+            jj_rt_fail(e, n->c, "keywords must be strings, not %s", jj_type_name(v.d->k[i]));
+        for (int k = 0; k < n->n_kw; k++)
+            if (!strcmp(n->kw[k], v.d->k[i].s->s))
+                jj_rt_fail(e, n->c, "got multiple values for keyword argument '%s'", n->kw[k]);
     }
-    a->n += extra;
+    return v.d;
+}
+
+/* Arguments in Python's order of evaluation: positionals, `*xs`, keywords, `**kw`. */
+static void eval_args(jj_eval *e, jj_scope *s, const jj_node *n, jj_args *a)
+{
+    jj_val *pos = jj_alloc(e->c, (size_t)(n->items.n + 1) * sizeof *pos);
+    for (int i = 0; i < n->items.n; i++)
+        pos[i] = jj_expr(e, s, n->items.v[i]);
+    jj_list *xs = star_args(e, s, n);
+    jj_val *kwv = jj_alloc(e->c, (size_t)(n->n_kw + 1) * sizeof *kwv);
+    for (int i = 0; i < n->n_kw; i++)
+        kwv[i] = jj_expr(e, s, n->kwv.v[i]);
+    jj_dict *kws = star_kwargs(e, s, n);
+    int nx = xs ? (int)xs->n : 0, nk = kws ? (int)kws->n : 0;
+    a->n = n->items.n + nx;
+    a->n_kw = n->n_kw + nk;
+    a->at = n;
+    a->v = pos;
+    a->kw = n->kw;
+    a->kwv = kwv;
+    if (nx) {
+        a->v = jj_alloc(e->c, (size_t)a->n * sizeof *a->v);
+        memcpy(a->v, pos, (size_t)n->items.n * sizeof *pos);
+        memcpy(a->v + n->items.n, xs->v, (size_t)nx * sizeof *pos);
+    }
+    if (nk) {
+        a->kw = jj_alloc(e->c, (size_t)a->n_kw * sizeof *a->kw);
+        a->kwv = jj_alloc(e->c, (size_t)a->n_kw * sizeof *a->kwv);
+        for (int i = 0; i < n->n_kw; i++) {
+            a->kw[i] = n->kw[i];
+            a->kwv[i] = kwv[i];
+        }
+        for (int i = 0; i < nk; i++) {
+            a->kw[n->n_kw + i] = kws->k[i].s->s;
+            a->kwv[n->n_kw + i] = kws->v[i];
+        }
+    }
 }
 
 static bool is_num(jj_val v)
@@ -229,6 +278,10 @@ static jj_val arith(jj_eval *e, const jj_node *n, const char *op, jj_val a, jj_v
 {
     if (op[0] == '~') /* str() of an undefined value is "" */
         return concat(e, a, b);
+    if (op[0] == '%' && a.t == JT_STR)
+        jj_rt_fail(e, n,
+                   "'%%'-formatting of strings is not supported (nor by @huggingface/jinja, the "
+                   "reference engine); join with '~' or '+' instead");
     if (a.t == JT_UNDEF || b.t == JT_UNDEF)
         undefined_fail(e, n, a.t == JT_UNDEF ? a : b);
     if (op[0] == '+' && a.t == JT_STR && b.t == JT_STR)
@@ -343,7 +396,7 @@ jj_val jj_expr(jj_eval *e, jj_scope *s, const jj_node *n)
     case E_CALL: {
         jj_val f = jj_expr(e, s, n->a);
         jj_args a;
-        eval_args(e, s, n, &a, 0);
+        eval_args(e, s, n, &a);
         if (f.t == JT_UNDEF)
             undefined_fail(e, n, f);
         if (f.t != JT_FUNC)
@@ -353,13 +406,13 @@ jj_val jj_expr(jj_eval *e, jj_scope *s, const jj_node *n)
     case E_FILTER: {
         jj_val v = jj_expr(e, s, n->a);
         jj_args a;
-        eval_args(e, s, n, &a, 0);
+        eval_args(e, s, n, &a);
         return jj_filter(e, s, n, n->name, v, &a);
     }
     case E_TEST: {
         jj_val v = jj_expr(e, s, n->a);
         jj_args a;
-        eval_args(e, s, n, &a, 0);
+        eval_args(e, s, n, &a);
         return jj_bool(jj_test(e, n, n->name, v, &a) != n->negate);
     }
     case E_NEG:
@@ -424,15 +477,20 @@ static jj_val capture(jj_eval *e, jj_scope *s, const jj_nodes *body)
     return jj_str_n(e->c, buf.s, buf.n);
 }
 
-/* Bind a macro's (or caller's) parameters from the arguments; `caller` travels as a keyword. */
+/*
+ * Bind a macro's (or caller's) parameters from the arguments, as Jinja2: positionals first, then
+ * keywords for the parameters left, then defaults; extra positionals go to `varargs` and other
+ * keywords to `kwargs` when the body reads them, else they are an error. `caller` travels as a
+ * keyword.
+ */
 static void bind_params(jj_eval *e, jj_scope *ms, const jj_node *def, const char *name, const jj_args *a)
 {
-    if (a->n > def->n_kw)
+    if (a->n > def->n_kw && !def->varargs)
         jj_rt_fail(e, a->at, "macro '%s' takes not more than %d argument(s)", name, def->n_kw);
     for (int i = 0; i < def->n_kw; i++) {
-        jj_val v = i < a->n ? a->v[i] : jj_undef;
         bool set = i < a->n;
-        for (int k = 0; k < a->n_kw; k++)
+        jj_val v = set ? a->v[i] : jj_undef;
+        for (int k = 0; k < a->n_kw && !set; k++)
             if (!strcmp(a->kw[k], def->kw[i])) {
                 v = a->kwv[k];
                 set = true;
@@ -443,14 +501,25 @@ static void bind_params(jj_eval *e, jj_scope *ms, const jj_node *def, const char
             v = (jj_val){.t = JT_UNDEF, .uname = def->kw[i]};
         define(e, ms, def->kw[i], v);
     }
+    jj_val kwargs = jj_dict_new(e->c);
     for (int k = 0; k < a->n_kw; k++) {
         bool known = !strcmp(a->kw[k], "caller");
-        for (int i = 0; i < def->n_kw; i++)
+        for (int i = a->n; i < def->n_kw; i++) /* a parameter given positionally is not free */
             known |= !strcmp(a->kw[k], def->kw[i]);
-        if (!known)
-            jj_rt_fail(e, a->at, "macro '%s' takes no keyword argument '%s'", name, a->kw[k]);
         if (!strcmp(a->kw[k], "caller"))
             define(e, ms, "caller", a->kwv[k]);
+        else if (!known && def->kwargs)
+            jj_dict_set(e->c, kwargs.d, jj_cstr(e->c, a->kw[k]), a->kwv[k]);
+        else if (!known)
+            jj_rt_fail(e, a->at, "macro '%s' takes no keyword argument '%s'", name, a->kw[k]);
+    }
+    if (def->kwargs)
+        define(e, ms, "kwargs", kwargs);
+    if (def->varargs) {
+        jj_val rest = jj_list_new(e->c, 0);
+        for (int i = def->n_kw; i < a->n; i++)
+            jj_list_push(e->c, rest.l, a->v[i]);
+        define(e, ms, "varargs", rest);
     }
 }
 
@@ -581,7 +650,7 @@ static void exec_call_block(jj_eval *e, jj_scope *s, const jj_node *n)
     if (f.t != JT_FUNC)
         jj_rt_fail(e, call, "'%s' object is not callable", jj_type_name(f));
     jj_args a;
-    eval_args(e, s, call, &a, 0);
+    eval_args(e, s, call, &a);
     jj_func *caller = jj_alloc(e->c, sizeof *caller);
     caller->name = "caller";
     caller->caller_def = n;
@@ -600,6 +669,24 @@ static void exec_call_block(jj_eval *e, jj_scope *s, const jj_node *n)
     a.kwv = kwv;
     a.n_kw++;
     jj_print(e->out, jj_call(e, s, f, &a));
+}
+
+/* The body rendered in a scope of its own, through the filters; a break / continue inside it
+   drops the block's text, as in Jinja2 (the filtered text would be written after the body). */
+static void exec_filter_block(jj_eval *e, jj_scope *s, const jj_node *n)
+{
+    jj_val v = capture(e, scope_new(e, s), &n->body);
+    if (e->loop_ctl)
+        return;
+    for (int i = 0; i < n->items.n; i++) {
+        const jj_node *f = n->items.v[i];
+        jj_args a;
+        eval_args(e, s, f, &a);
+        v = jj_filter(e, s, f, f->name, v, &a);
+    }
+    if (v.t != JT_STR) /* Jinja2 joins the block's output as strings and fails on others */
+        jj_rt_fail(e, n, "a filter block must give a string; its filters gave %s", jj_type_name(v));
+    jj_put(e->out, v.s->s, v.s->n);
 }
 
 void jj_exec(jj_eval *e, jj_scope *s, const jj_nodes *body)
@@ -630,6 +717,11 @@ void jj_exec(jj_eval *e, jj_scope *s, const jj_nodes *body)
             break;
         }
         case N_CALLBLOCK: exec_call_block(e, s, n); break;
+        case N_FILTERBLOCK:
+            enter(e, n);
+            exec_filter_block(e, s, n);
+            e->depth--;
+            break;
         case N_BREAK: e->loop_ctl = 1; break;
         case N_CONTINUE: e->loop_ctl = 2; break;
         case N_BLOCK: jj_exec(e, s, &n->body); break;

@@ -203,6 +203,7 @@ typedef enum jj_kind {
     N_SETBLOCK,
     N_MACRO,
     N_CALLBLOCK,
+    N_FILTERBLOCK, /* {% filter f(args) | g %}: items are the E_FILTER nodes, applied in order */
     N_BREAK,
     N_CONTINUE,
     N_BLOCK, /* a plain list of statements (template body, generation blocks) */
@@ -238,7 +239,10 @@ struct jj_node {
     jj_val val;         /* E_CONST, N_TEXT */
     const char *name;   /* E_NAME, E_ATTR, E_FILTER, E_TEST, N_MACRO, E_BIN / E_CMP operator */
     bool negate;        /* E_TEST `is not` */
-    jj_node *a, *b, *c; /* operands; N_FOR: a iterable, b filter; N_IF: a condition */
+    bool varargs;       /* N_MACRO / N_CALLBLOCK: the body reads `varargs` (extra positionals allowed) */
+    bool kwargs;        /* N_MACRO / N_CALLBLOCK: the body reads `kwargs` (unknown keywords allowed) */
+    jj_node *a, *b, *c; /* operands; N_FOR: a iterable, b filter; N_IF: a condition;
+                           E_CALL / E_FILTER / E_TEST: b the `*args`, c the `**kwargs` unpacking */
     jj_nodes items;     /* args, list items, dict keys, slice parts, macro defaults */
     jj_nodes kwv;       /* keyword values, dict values */
     const char **kw;    /* keyword names, macro parameter names, for / set targets */

@@ -237,6 +237,11 @@ static bool lex_tag(lexer *L, bool block, int tline, int tcol)
             t->s = jj_strndup(L->c, p, k);
             t->n = k;
             advance(L, k);
+            /* here, not in the parser: a raw block's text need not lex as template code */
+            if (block && L->v[L->nt - 2].k == TK_BLOCK_BEGIN && !strcmp(t->s, "raw"))
+                jj_fail(L->c, line, col,
+                        "'raw' blocks are not supported (nor by @huggingface/jinja, the "
+                        "reference engine); write '{{ \"{{\" }}' for a literal brace pair");
         } else {
             static const char *ops2[] = {"//", "**", "==", "!=", "<=", ">=", NULL};
             size_t k = 0;

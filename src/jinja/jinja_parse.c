@@ -3,9 +3,12 @@
  * (lowest first): `a if c else b`, or, and, not, comparisons (== != < <= > >=
  * in, not in), + -, ~, * / // %, **, unary - +, then postfix (.attr, [index],
  * [a:b:c], (call)), filters (| f(args)) and tests (is [not] t(args)).
- * Statements: if / elif / else, for (with `if` filter and `else`), set (to a
- * name, several names, `ns.attr`, or a block), macro, call, break, continue,
- * generation (transformers' marker, rendered as its body).
+ * Calls take `*args` / `**kwargs` unpacking. Statements: if / elif / else, for
+ * (with `if` filter and `else`), set (to a name, several names, `ns.attr`, or a
+ * block), macro, call, filter, break, continue, generation (transformers'
+ * marker, rendered as its body). Jinja2 statements the reference engine lacks
+ * too (with, include, import, extends, block, recursive loops) are refused by
+ * name; `raw` is refused by the lexer.
  */
 #include "jinja/jinja_internal.h"
 
@@ -126,21 +129,35 @@ static jj_node *parse_expr(parser *P);
 static jj_node *parse_or(parser *P);
 static jj_node *parse_unary(parser *P, bool with_filter);
 
-/* `(a, b=c)` after the '(' was consumed: positional args in items, keywords in kw / kwv */
+/*
+ * `(a, b=c, *xs, **kw)` after the '(' was consumed: positional args in items, keywords in kw /
+ * kwv, the `*` unpacking in n->b and the `**` one in n->c. Jinja2's order: positionals, then
+ * keywords and at most one `*`, then at most one `**` last.
+ */
 static void parse_args(parser *P, jj_node *n)
 {
     while (!accept_op(P, ")")) {
-        if (n->items.n + n->n_kw > 0)
+        if (n->items.n + n->n_kw > 0 || n->b || n->c)
             expect_op(P, ",");
         if (accept_op(P, ")"))
             break;
-        if (peek(P)->k == TK_NAME && is_op(&P->t[P->pos + 1], "=")) {
+        const jj_tok *t = peek(P);
+        if (n->c)
+            jj_fail(P->c, t->line, t->col, "nothing may follow the '**' argument unpacking");
+        if (accept_op(P, "**")) {
+            n->c = parse_expr(P);
+        } else if (accept_op(P, "*")) {
+            if (n->b)
+                jj_fail(P->c, t->line, t->col, "only one '*' argument unpacking per call");
+            n->b = parse_expr(P);
+        } else if (t->k == TK_NAME && is_op(&P->t[P->pos + 1], "=")) {
             add_kw(P, n, next(P)->s);
             next(P);
             add(P, &n->kwv, parse_expr(P));
         } else {
-            if (n->n_kw)
-                jj_fail(P->c, peek(P)->line, peek(P)->col, "positional argument after a keyword argument");
+            if (n->n_kw || n->b)
+                jj_fail(P->c, t->line, t->col, "positional argument after a %s",
+                        n->b ? "'*' argument unpacking" : "keyword argument");
             add(P, &n->items, parse_expr(P));
         }
     }
@@ -511,7 +528,9 @@ static jj_node *parse_for(parser *P, const jj_tok *t)
     if (accept_name(P, "if"))
         n->b = parse_or(P);
     if (is_name(peek(P), "recursive"))
-        jj_fail(P->c, peek(P)->line, peek(P)->col, "recursive loops are not supported");
+        jj_fail(P->c, peek(P)->line, peek(P)->col,
+                "recursive loops are not supported (nor by @huggingface/jinja, the reference engine); "
+                "use a macro that calls itself");
     end_block(P);
     static const char *const stops[] = {"else", "endfor", NULL};
     parse_body(P, &n->body, stops, t, "for");
@@ -578,6 +597,36 @@ static void parse_params(parser *P, jj_node *n)
     }
 }
 
+static bool reads_name(const jj_node *n, const char *name);
+
+static bool reads_any(const jj_nodes *v, const char *name)
+{
+    for (int i = 0; i < v->n; i++)
+        if (reads_name(v->v[i], name))
+            return true;
+    return false;
+}
+
+/* Whether `name` is read anywhere under n (nested macros included, as Jinja2 counts them). */
+static bool reads_name(const jj_node *n, const char *name)
+{
+    if (!n)
+        return false;
+    if (n->kind == E_NAME && !strcmp(n->name, name))
+        return true;
+    return reads_name(n->a, name) || reads_name(n->b, name) || reads_name(n->c, name) ||
+           reads_any(&n->items, name) || reads_any(&n->kwv, name) || reads_any(&n->body, name) ||
+           reads_any(&n->orelse, name);
+}
+
+/* Jinja2 gives a macro extra positionals / unknown keywords only when its body reads
+   `varargs` / `kwargs`; otherwise they are an error. */
+static void scan_varargs(jj_node *n)
+{
+    n->varargs = reads_any(&n->body, "varargs");
+    n->kwargs = reads_any(&n->body, "kwargs");
+}
+
 static jj_node *parse_macro(parser *P, const jj_tok *t)
 {
     jj_node *n = node(P, N_MACRO, t);
@@ -590,6 +639,7 @@ static jj_node *parse_macro(parser *P, const jj_tok *t)
     parse_body(P, &n->body, end, t, "macro");
     next(P);
     end_block(P);
+    scan_varargs(n);
     return n;
 }
 
@@ -606,8 +656,47 @@ static jj_node *parse_call_block(parser *P, const jj_tok *t)
     parse_body(P, &n->body, end, t, "call");
     next(P);
     end_block(P);
+    scan_varargs(n);
     return n;
 }
+
+/* {% filter f(args) | g %}body{% endfilter %}: the rendered body through the filters, in order */
+static jj_node *parse_filter_block(parser *P, const jj_tok *t)
+{
+    jj_node *n = node(P, N_FILTERBLOCK, t);
+    do {
+        jj_node *f = node(P, E_FILTER, peek(P));
+        f->name = expect_name(P);
+        if (accept_op(P, "("))
+            parse_args(P, f);
+        add(P, &n->items, f);
+    } while (accept_op(P, "|"));
+    end_block(P);
+    static const char *const end[] = {"endfilter", NULL};
+    parse_body(P, &n->body, end, t, "filter");
+    next(P);
+    end_block(P);
+    return n;
+}
+
+/*
+ * Statements of Jinja2 that the reference engine (@huggingface/jinja) does not have either:
+ * refused by name with the reason, never read as something else.
+ */
+static const struct {
+    const char *name, *why;
+} REFUSED[] = {
+    {"with", "'with' blocks are not supported (nor by @huggingface/jinja, the reference engine); "
+             "use 'set' inside a macro or loop"},
+    {"include", "'include' is not supported: a chat template is one string, with no other templates to load"},
+    {"import", "'import' is not supported: a chat template is one string, with no other templates to load"},
+    {"from",
+     "'from ... import' is not supported: a chat template is one string, with no other templates to load"},
+    {"extends", "'extends' is not supported: a chat template is one string, with no other templates to load"},
+    {"block",
+     "'block' (template inheritance) is not supported (nor by @huggingface/jinja, the reference engine)"},
+    {"autoescape", "'autoescape' is not supported: chat templates render without HTML escaping"},
+};
 
 static jj_node *parse_statement(parser *P)
 {
@@ -624,6 +713,11 @@ static jj_node *parse_statement(parser *P)
         return parse_macro(P, t);
     if (!strcmp(t->s, "call"))
         return parse_call_block(P, t);
+    if (!strcmp(t->s, "filter"))
+        return parse_filter_block(P, t);
+    for (size_t i = 0; i < sizeof REFUSED / sizeof REFUSED[0]; i++)
+        if (!strcmp(t->s, REFUSED[i].name))
+            jj_fail(P->c, t->line, t->col, "%s", REFUSED[i].why);
     if (!strcmp(t->s, "break") || !strcmp(t->s, "continue")) {
         jj_node *n = node(P, t->s[0] == 'b' ? N_BREAK : N_CONTINUE, t);
         end_block(P);

@@ -2,7 +2,8 @@
  * Chat templates as transformers applies them: the tokenizer's Jinja
  * `chat_template` rendered by the engine of src/jinja with the variables
  * apply_chat_template passes (messages, tools, add_generation_prompt, the
- * special tokens, extra keyword arguments). The template is parsed once, when
+ * special tokens, extra keyword arguments: the tokenizer's own, as verl passes
+ * data.apply_chat_template_kwargs to every call, then the call's). The template is parsed once, when
  * it is set; a template that does not parse is reported when it is used, as
  * transformers loads such a tokenizer and fails at apply time.
  */
@@ -44,6 +45,51 @@ int df_tokenizer_set_chat_template(df_tokenizer *t, const char *tmpl)
 const char *df_tokenizer_chat_template(const df_tokenizer *t)
 {
     return t->chat_template;
+}
+
+int df_tokenizer_set_chat_template_kwargs(df_tokenizer *t, const char *kwargs_json)
+{
+    json_t *kw = NULL;
+    if (kwargs_json) {
+        json_error_t e;
+        kw = json_loads(kwargs_json, JSON_DECODE_ANY, &e);
+        if (!kw)
+            return df_error(DF_EINVAL, "chat template kwargs: JSON, line %d column %d: %s", e.line, e.column,
+                            e.text);
+        if (!json_is_object(kw)) {
+            json_decref(kw);
+            return df_error(DF_EINVAL, "chat template kwargs: must be a JSON object of template variables");
+        }
+        /* transformers' apply_chat_template takes these as its own arguments, not as template
+           variables: passed through verl's **kwargs they clash or change the call, never the text */
+        static const char *const own[] = {"messages",
+                                          "conversation",
+                                          "tools",
+                                          "chat_template",
+                                          "add_generation_prompt",
+                                          "continue_final_message",
+                                          "tokenize",
+                                          "padding",
+                                          "truncation",
+                                          "max_length",
+                                          "return_tensors",
+                                          "return_dict",
+                                          "return_assistant_tokens_mask",
+                                          "tokenizer_kwargs"};
+        for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+            if (json_object_get(kw, own[i])) {
+                json_decref(kw);
+                return df_error(DF_EINVAL,
+                                "chat template kwargs: '%s' is an argument of "
+                                "apply_chat_template, not a template variable",
+                                own[i]);
+            }
+    }
+    json_decref(t->chat_kwargs);
+    t->chat_kwargs = kw && json_object_size(kw) ? kw : NULL;
+    if (kw && !t->chat_kwargs)
+        json_decref(kw);
+    return DF_OK;
 }
 
 /* A special token's text into the context (transformers passes special_tokens_map). */
@@ -118,6 +164,8 @@ int df_tokenizer_apply_chat_template_json(const df_tokenizer *t, const char *mes
         rc = put_token(ctx, t, "eos_token", df_tokenizer_eos_id(t));
     if (!rc)
         rc = put_token(ctx, t, "pad_token", t->pad_id);
+    if (!rc && t->chat_kwargs && json_object_update(ctx, t->chat_kwargs) != 0)
+        rc = df_error(DF_ENOMEM, "chat template: out of memory");
     if (!rc && extra && json_object_update(ctx, extra) != 0)
         rc = df_error(DF_ENOMEM, "chat template: out of memory");
     char *ctx_text = rc ? NULL : json_dumps(ctx, JSON_COMPACT | JSON_ENCODE_ANY);

@@ -160,6 +160,7 @@ struct df_tokenizer {
     char *chat_template;
     df_jinja_template *chat_jinja; /* the parsed template; NULL when absent or it does not parse */
     char *chat_error;              /* why it does not parse */
+    json_t *chat_kwargs;           /* variables of every render (set_chat_template_kwargs); NULL: none */
 };
 
 /* tok_load.c */

@@ -56,6 +56,7 @@ void df_tokenizer_free(df_tokenizer *t)
     free(t->eos_ids);
     free(t->chat_template);
     tok_chat_free(t);
+    json_decref(t->chat_kwargs);
     free(t);
 }
 

@@ -66,6 +66,17 @@ static int load_data(df_dag_worker *w, const char *key, int which, const df_conf
     return rc ? df_error_wrap(rc, "%s", key) : DF_OK;
 }
 
+/* data.apply_chat_template_kwargs: variables of every render of the policy's template (verl). */
+static int set_template_kwargs(df_tokenizer *tok, const char *map_text)
+{
+    char *json = NULL;
+    int rc = df_config_map_json(map_text, &json);
+    if (!rc)
+        rc = df_tokenizer_set_chat_template_kwargs(tok, json);
+    free(json);
+    return rc ? df_error_wrap(rc, "data.apply_chat_template_kwargs") : DF_OK;
+}
+
 static int agree_rows(df_dag_worker *w)
 {
     int64_t r = df_dataloader_rows_available(w->dl);
@@ -272,6 +283,8 @@ int df_dag_worker_create(const df_config *cfg, df_comm *comm, df_dag_worker **ou
     df_model *m = NULL;
     if (!rc && (rc = df_hf_dir_load(w->model_dir, w->tokenizer_dir, &m, &w->tok)))
         rc = df_error_wrap(rc, "actor_rollout_ref.model.path");
+    if (!rc) /* before any render: the prompts below, the agent loop's turns */
+        rc = set_template_kwargs(w->tok, t->data.apply_chat_template_kwargs);
     if (!rc)
         rc = df_worker_setup_reward_model(w);
     /* the data before the actor: the step count feeds its lr schedule */

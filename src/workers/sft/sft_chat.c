@@ -157,14 +157,16 @@ static int push_message(const df_tokenizer *tok, const df_sft_chat_prefix *pre, 
 
 /* verl's sanity check: the turns concatenated equal the whole conversation rendered at once. */
 static int check_whole(const df_tokenizer *tok, const char *messages_json, const char *tools_json,
-                       const char *extra, const seq *s)
+                       const char *extra, const seq *s, bool *mismatch)
 {
     int32_t *ids = NULL;
     int64_t n = 0, k = 0;
     int rc = render_ids(tok, messages_json, tools_json, false, extra, &ids, &n);
     while (!rc && k < n && k < s->n && ids[k] == s->ids[k])
         k++;
-    if (!rc && (k < n || n != s->n))
+    if (!rc && (k < n || n != s->n) && mismatch) /* verl's ignore_input_ids_mismatch: keep the turns */
+        *mismatch = true;
+    else if (!rc && (k < n || n != s->n))
         rc = df_error(DF_EINVAL, "rendering the messages one by one gives %lld tokens, the whole conversation "
                       "%lld, first differing at token %lld (a template that renders a turn differently in "
                       "context: consecutive tool messages, thinking tags on the last turn, ...)",
@@ -174,8 +176,11 @@ static int check_whole(const df_tokenizer *tok, const char *messages_json, const
 }
 
 int df_sft_chat_encode(const df_tokenizer *tok, const df_sft_chat_prefix *pre, const char *messages_json,
-                       const char *tools_json, int enable_thinking, int32_t **ids, uint8_t **mask, int64_t *n)
+                       const char *tools_json, int enable_thinking, bool *mismatch, int32_t **ids, uint8_t **mask,
+                       int64_t *n)
 {
+    if (mismatch)
+        *mismatch = false;
     json_t *msgs = NULL;
     int rc = parse_messages(messages_json, &msgs);
     if (rc)
@@ -187,7 +192,7 @@ int df_sft_chat_encode(const df_tokenizer *tok, const df_sft_chat_prefix *pre, c
     for (size_t i = 0; !rc && i < json_array_size(msgs); i++)
         rc = push_message(tok, pre, msgs, i, tools_json, extra, &s);
     if (!rc)
-        rc = check_whole(tok, messages_json, tools_json, extra, &s);
+        rc = check_whole(tok, messages_json, tools_json, extra, &s, mismatch);
     json_decref(msgs);
     if (rc) {
         free(s.ids);
@@ -238,7 +243,7 @@ static int row_options(const df_dataset *ds, int64_t i, const df_sft_chat_keys *
 
 /* Row i tokenised, masked and cut to max_length per truncation. */
 static int row_encode(const df_dataset *ds, int64_t i, const df_tokenizer *tok, const df_sft_chat_prefix *pre,
-                      const df_sft_chat_keys *k, seq *s)
+                      const df_sft_chat_keys *k, seq *s, bool *mismatch)
 {
     char *msgs = NULL, *tools = NULL;
     int thinking;
@@ -246,7 +251,8 @@ static int row_encode(const df_dataset *ds, int64_t i, const df_tokenizer *tok, 
         return df_error(DF_EINVAL, "no data.multiturn.messages_key column \"%s\"", k->messages_key);
     int rc;
     if (!(rc = row_options(ds, i, k, &tools, &thinking)))
-        rc = df_sft_chat_encode(tok, pre, msgs, tools, thinking, &s->ids, &s->mask, &s->n);
+        rc = df_sft_chat_encode(tok, pre, msgs, tools, thinking, k->ignore_input_ids_mismatch ? mismatch : NULL,
+                                &s->ids, &s->mask, &s->n);
     free(msgs);
     free(tools);
     if (!rc && s->n > k->max_length) {
@@ -263,21 +269,23 @@ static int row_encode(const df_dataset *ds, int64_t i, const df_tokenizer *tok, 
     return rc;
 }
 
-int df_sft_chat_load(const df_dataset *ds, const df_tokenizer *tok, const df_sft_chat_keys *k,
-                     df_prompt_cache *prompt, df_prompt_cache *response, float **mask)
+int df_sft_chat_load(const df_dataset *ds, const df_tokenizer *tok, const df_sft_chat_prefix *pre,
+                     const df_sft_chat_keys *k, df_prompt_cache *prompt, df_prompt_cache *response, float **mask,
+                     df_sft_chat_stats *stats)
 {
     int64_t n = df_dataset_size(ds);
-    df_sft_chat_prefix pre;
-    int rc = df_sft_chat_prefix_init(tok, &pre);
-    if (rc)
-        return rc;
+    int rc = DF_OK;
+    df_sft_chat_stats st = {.first_mismatched = -1};
     seq all = {0}; /* every row's tokens and mask, back to back */
     int64_t *start = calloc((size_t)n + 1, sizeof *start), *split = calloc((size_t)n + 1, sizeof *split);
     if (!start || !split)
         rc = df_error(DF_ENOMEM, "out of memory");
     for (int64_t i = 0; i < n && !rc; i++) {
         seq s = {0};
-        rc = row_encode(ds, i, tok, &pre, k, &s);
+        bool mismatch = false;
+        rc = row_encode(ds, i, tok, pre, k, &s, &mismatch);
+        if (!rc && mismatch && st.mismatched++ == 0)
+            st.first_mismatched = i;
         int64_t p = 0;
         while (!rc && p < s.n && !s.mask[p])
             p++;
@@ -294,7 +302,8 @@ int df_sft_chat_load(const df_dataset *ds, const df_tokenizer *tok, const df_sft
         if (file)
             rc = df_error_wrap(rc, "%s:%lld", file, (long long)line);
     }
-    df_sft_chat_prefix_free(&pre);
+    if (stats)
+        *stats = st;
     int64_t np = 0, nr = 0;
     for (int64_t i = 0; !rc && i < n; i++) {
         np += split[i] - start[i];

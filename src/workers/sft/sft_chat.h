@@ -10,6 +10,7 @@
 #include "distflow/tokenizer.h"
 #include "workers/common/prompts.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /*
@@ -49,7 +50,11 @@ void df_sft_chat_prefix_free(df_sft_chat_prefix *p);
  * The concatenation must equal the encoding of the whole conversation
  * rendered at once (verl's sanity check: templates that render a turn
  * differently in context, e.g. consecutive tool messages or Qwen3's
- * thinking tags, fail here).
+ * thinking tags, fail here) -- unless `mismatch` is non-NULL (verl's
+ * data.ignore_input_ids_mismatch): then a difference is no error, *mismatch
+ * tells whether there was one, and the turn-by-turn tokens are returned.
+ * The tokenizer's chat-template kwargs (df_tokenizer_set_chat_template_kwargs)
+ * apply to every render, enable_thinking over them.
  * On success *ids [*n] and *mask [*n] (0 / 1) are malloc'd.
  * Errors (message without the row's file:line, which the caller adds):
  * DF_EINVAL (not a list, empty, a message that is not an object or has a
@@ -57,17 +62,30 @@ void df_sft_chat_prefix_free(df_sft_chat_prefix *p);
  * DF_ENOMEM.
  */
 int df_sft_chat_encode(const df_tokenizer *tok, const df_sft_chat_prefix *pre, const char *messages_json,
-                       const char *tools_json, int enable_thinking, int32_t **ids, uint8_t **mask, int64_t *n);
+                       const char *tools_json, int enable_thinking, bool *mismatch, int32_t **ids, uint8_t **mask,
+                       int64_t *n);
 
-/* The columns of a multi-turn row (data.multiturn.*) and the length rules (data.max_length, truncation). */
+/* The columns of a multi-turn row (data.multiturn.*), the length rules (data.max_length, truncation) and
+   data.ignore_input_ids_mismatch. */
 typedef struct df_sft_chat_keys {
     const char *messages_key, *tools_key, *enable_thinking_key;
     int64_t max_length;
     const char *truncation; /* "error" | "left" | "right" */
+    bool ignore_input_ids_mismatch;
 } df_sft_chat_keys;
 
+/* Rows whose turn-by-turn tokens differ from the whole conversation's (kept, with
+   ignore_input_ids_mismatch): how many, and the first one's index (-1: none). */
+typedef struct df_sft_chat_stats {
+    int64_t mismatched, first_mismatched;
+} df_sft_chat_stats;
+
 /*
- * Encode every row of `ds` (loaded with no_prompt) with df_sft_chat_encode:
+ * Encode every row of `ds` (loaded with no_prompt) with df_sft_chat_encode and
+ * the prefixes `pre` (df_sft_chat_prefix_init of `tok`, made before its
+ * chat-template kwargs were set: verl extracts them without
+ * data.apply_chat_template_kwargs, so that e.g. Qwen3's enable_thinking=false
+ * generation prompt, which adds an empty think block, does not mask content):
  * the messages from column k->messages_key (a list), the tools from
  * k->tools_key (absent or null: none; a list, or a string holding one),
  * enable_thinking from k->enable_thinking_key (absent or null: unset; a
@@ -79,9 +97,12 @@ typedef struct df_sft_chat_keys {
  * 0.0f). Errors name the row's file:line and the key: those of
  * df_sft_chat_encode, a missing messages column, a tools value that is not
  * a list, an enable_thinking value that is not a bool, an over-long row
- * with truncation "error"; DF_ENOMEM.
+ * with truncation "error"; DF_ENOMEM. With k->ignore_input_ids_mismatch a
+ * conversation whose turns differ from its whole render is kept (its
+ * turn-by-turn tokens) and counted in *stats (may be NULL).
  */
-int df_sft_chat_load(const df_dataset *ds, const df_tokenizer *tok, const df_sft_chat_keys *k,
-                     df_prompt_cache *prompt, df_prompt_cache *response, float **mask);
+int df_sft_chat_load(const df_dataset *ds, const df_tokenizer *tok, const df_sft_chat_prefix *pre,
+                     const df_sft_chat_keys *k, df_prompt_cache *prompt, df_prompt_cache *response, float **mask,
+                     df_sft_chat_stats *stats);
 
 #endif

@@ -108,9 +108,22 @@ static int check_lengths(const sft_data *d, int64_t max_len, const char *trunc)
     return DF_OK;
 }
 
-/* Load the files of list `files` (`key`: its name in messages). */
+/* verl warns (once) where data.ignore_input_ids_mismatch keeps conversations whose turns render
+   differently alone than together. */
+static void warn_mismatch(const df_dataset *ds, const char *key, const df_sft_chat_stats *st)
+{
+    if (!st->mismatched)
+        return;
+    int64_t line = 0;
+    const char *file = df_dataset_source(ds, st->first_mismatched, &line);
+    fprintf(stderr, "[distflow] warning: %s: %lld conversation(s) render differently turn by turn than whole "
+            "(first: %s:%lld); trained on the turn-by-turn tokens (data.ignore_input_ids_mismatch=true)\n",
+            key, (long long)st->mismatched, file ? file : "?", (long long)line);
+}
+
+/* Load the files of list `files` (`key`: its name in messages); `pre`: the chat prefixes (multi-turn). */
 static int load(const df_sft_config *t, const char *key, const df_config_strs *files, int64_t max_rows,
-                const df_tokenizer *tok, sft_data *d)
+                const df_tokenizer *tok, const df_sft_chat_prefix *pre, sft_data *d)
 {
     int n = files->n;
     const char **paths = calloc((size_t)(n ? n : 1), sizeof *paths);
@@ -131,9 +144,13 @@ static int load(const df_sft_config *t, const char *key, const df_config_strs *f
     free(paths);
     df_sft_chat_keys k = {.messages_key = t->data.multiturn.messages_key, .tools_key = t->data.multiturn.tools_key,
                           .enable_thinking_key = t->data.multiturn.enable_thinking_key,
-                          .max_length = t->data.max_length, .truncation = t->data.truncation};
+                          .max_length = t->data.max_length, .truncation = t->data.truncation,
+                          .ignore_input_ids_mismatch = t->data.ignore_input_ids_mismatch};
+    df_sft_chat_stats st = {0};
     if (!rc && chat) /* conversations, cut to data.max_length already */
-        rc = df_sft_chat_load(d->ds, tok, &k, &d->prompt, &d->response, &d->mask);
+        rc = df_sft_chat_load(d->ds, tok, pre, &k, &d->prompt, &d->response, &d->mask, &st);
+    if (!rc && chat)
+        warn_mismatch(d->ds, key, &st);
     if (!rc && !chat)
         rc = df_prompts_encode(d->ds, tok, &d->prompt);
     if (!rc && !chat)
@@ -203,6 +220,7 @@ typedef struct {
     df_sft_config t; /* the typed config; strings point into the df_config it was resolved from */
     char model_dir[2048], out_dir[2048];
     df_tokenizer *tok;
+    df_sft_chat_prefix prefix; /* multi-turn: the template's default system turn and generation prompt */
     df_actor *actor;
     sft_data train, val;
     df_dataloader *dl;
@@ -350,6 +368,26 @@ static int set_chat_template(df_tokenizer *tok, const char *value)
               : DF_OK;
 }
 
+/*
+ * The tokenizer's chat template as data.* asks: data.chat_template in place of its own, the
+ * multi-turn prefixes, then data.apply_chat_template_kwargs as variables of every render (verl
+ * passes them to each apply_chat_template call but extracts the prefixes without them).
+ */
+static int setup_chat(sft_run *s)
+{
+    const df_sft_config *t = &s->t;
+    int rc = set_chat_template(s->tok, t->data.chat_template);
+    if (!rc && t->data.multiturn.enable)
+        rc = df_sft_chat_prefix_init(s->tok, &s->prefix);
+    if (rc)
+        return rc;
+    char *kwargs = NULL;
+    if (!(rc = df_config_map_json(t->data.apply_chat_template_kwargs, &kwargs)))
+        rc = df_tokenizer_set_chat_template_kwargs(s->tok, kwargs);
+    free(kwargs);
+    return rc ? df_error_wrap(rc, "data.apply_chat_template_kwargs") : DF_OK;
+}
+
 static void sft_warn(void *user, const char *msg)
 {
     (void)user;
@@ -392,11 +430,12 @@ int df_sft_run(const df_config *cfg)
     if (!rc && (rc = df_hf_dir_load(s.model_dir, NULL, &m, &s.tok)))
         rc = df_error_wrap(rc, "model.partial_pretrain");
     if (!rc)
-        rc = set_chat_template(s.tok, t->data.chat_template);
+        rc = setup_chat(&s);
     if (!rc)
-        rc = load(t, "data.train_files", &t->data.train_files, t->data.train_max_samples, s.tok, &s.train);
+        rc = load(t, "data.train_files", &t->data.train_files, t->data.train_max_samples, s.tok, &s.prefix,
+                  &s.train);
     if (!rc && t->data.val_files.n > 0)
-        rc = load(t, "data.val_files", &t->data.val_files, t->data.val_max_samples, s.tok, &s.val);
+        rc = load(t, "data.val_files", &t->data.val_files, t->data.val_max_samples, s.tok, &s.prefix, &s.val);
     if (!rc)
         rc = df_dataloader_create(s.train.ds, t->data.train_batch_size, 0, 1, true, (uint64_t)t->trainer.seed, true,
                                   &s.dl);
@@ -440,6 +479,7 @@ int df_sft_run(const df_config *cfg)
     df_dataloader_free(s.dl);
     sft_data_free(&s.train);
     sft_data_free(&s.val);
+    df_sft_chat_prefix_free(&s.prefix);
     df_tokenizer_free(s.tok);
     return rc;
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Render every {template, context, expected} case of tests/test_jinja.c with Python's Jinja2 in
-transformers' settings and list those whose expected text differs from Jinja2's output, so the unit
+"""Render every {template, context, expected} case of tests/test_jinja.c and tests/test_jinja_blocks.c
+with Python's Jinja2 in transformers' settings and list those whose expected text differs from Jinja2's output, so the unit
 tests' expectations are Jinja2's and not the engine's own idea. Known and documented differences
 (docs/chat_templates.md): transformers' `generation` tag, and tuples printed as lists.
 Not run by CI; needs Debian's python3-jinja2. Usage: ./check_test_jinja_cases.py"""
@@ -37,8 +37,10 @@ def raise_exception(message):
 
 
 def main():
-    src = open(os.path.join(HERE, "..", "..", "test_jinja.c")).read()
-    body = src[src.index("static void test_text_and_output"):src.index("typedef struct error_case")]
+    body = ""
+    for name in ("test_jinja.c", "test_jinja_blocks.c"):
+        src = open(os.path.join(HERE, "..", "..", name)).read()
+        body += src[src.index("static void test_"):src.index("typedef struct error_case")]
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
