@@ -137,7 +137,8 @@ static void training_logp(const df_model *m, df_acts *a, const df_rollout_reques
  * computations). With bf16 on a side, the relative error of the log-prob vector within
  * df_tol_gamma_prob of the bf16 roundings on the paths (a bf16 rollout: the weight and the
  * activation of each of the 4 GEMM stages per layer, K and V in the cache: 10 per layer;
- * mixed-precision training: 8 per layer; both: the LM head's weight and hidden row, 2) plus
+ * mixed-precision training: 8 per layer; both: the LM head's weight and hidden row and the
+ * embedding row, 3) plus
  * the float32 bound, and above the float32 bound (the roundings are really there).
  */
 static void check_pair(const df_model *m, df_rollout_dtype rd, bool train_bf16)
@@ -165,7 +166,7 @@ static void check_pair(const df_model *m, df_rollout_dtype rd, bool train_bf16)
         print_message("rollout %s x training %s: worst |diff| / bound %.3f\n", rn, tn, worst);
         assert_true(worst <= 1.0);
     } else {
-        double rounds = (rd == DF_ROLLOUT_BF16 ? 10.0 * L + 2 : 0) + (train_bf16 ? 8.0 * L + 2 : 0);
+        double rounds = (rd == DF_ROLLOUT_BF16 ? 10.0 * L + 3 : 0) + (train_bf16 ? 8.0 * L + 3 : 0);
         double bound = df_tol_gamma_prob(rounds, DF_TOL_LAMBDA, DF_U_BF16) + f32;
         print_message("rollout %s x training %s: log-prob rel err %.2e (bound %.2e, float32 %.2e)\n",
                       rn, tn, rel, bound, f32);
@@ -192,10 +193,11 @@ static void test_logprobs_every_dtype_pair(void **state)
 
 /*
  * The rollout's LM head is bf16 too, in both samplers (fused statistics and draw; a whole row of
- * logits for top-k): with every layer matmul weight zero and K / V biases exact in bf16, the
- * decoder computes the same bits in either dtype, so a bf16 rollout's log-probs differ from
- * float32 training's only through the head's two roundings (weight, hidden row) - and must
- * differ by more than the float32 bound (a head silently left float32 would not).
+ * logits for top-k): with every layer matmul weight zero and K / V biases and the embedding
+ * rows exact in bf16, the decoder computes the same bits in either dtype, so a bf16 rollout's
+ * log-probs differ from float32 training's only through the head's two roundings (weight,
+ * hidden row) - and must differ by more than the float32 bound (a head silently left float32
+ * would not).
  */
 static void test_bf16_head(void **state)
 {
@@ -217,6 +219,15 @@ static void test_bf16_head(void **state)
             w->bv[i] = 0.03125f * (float)((i % 3) - 1);
         }
     }
+    /* the embedding rows exact in bf16 too (the bf16 rollout reads them rounded) */
+    const int64_t VH = c->vocab_size * H;
+    uint16_t *e16 = malloc((size_t)VH * sizeof *e16);
+    df_bf16_from_f32(e16, m->w.embed, VH);
+    for (int64_t i = 0; i < VH; i++) {
+        uint32_t bits = (uint32_t)e16[i] << 16;
+        memcpy(&m->w.embed[i], &bits, sizeof bits);
+    }
+    free(e16);
     df_acts *a = NULL;
     df_backend cpu = df_backend_cpu();
     assert_int_equal(df_acts_create_ex(&cpu, c, 64, 64, 0, &a), 0);

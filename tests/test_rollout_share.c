@@ -186,12 +186,12 @@ static void test_inplace_step_refused(void **state)
     df_actor_free(a);
 }
 
-/* The bytes of the copy a bf16 engine makes for itself (layers' matmuls and the LM head): what
- * sharing saves, whatever else the actor's copy holds (its bf16 embedding). */
+/* The bytes of the copy a bf16 engine makes for itself (layers' matmuls, the LM head and the
+ * embedding rows, as the mixed-precision actor's copy): what sharing saves. */
 static int64_t own_copy_bytes(const df_model_config *cfg)
 {
     df_weights16 *w = NULL;
-    assert_int_equal(df_weights16_create_ex(cfg, DF_W16_LM_HEAD, &w), 0);
+    assert_int_equal(df_weights16_create_ex(cfg, DF_W16_LM_HEAD | DF_W16_EMBED, &w), 0);
     int64_t n = df_weights16_bytes(w);
     df_weights16_free(w);
     return n;

@@ -5,6 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The engine's own bf16 copy: the layers' matmuls, the LM head and the embedding rows (read in
+ * bf16 as the mixed-precision actor reads them; the head's rows when tied, so no extra bytes). */
+#define OWN16 (DF_W16_LM_HEAD | DF_W16_EMBED)
+
 static int64_t max_batched_of(int64_t max_seq_len) { return max_seq_len > 2048 ? max_seq_len : 2048; }
 
 static int64_t logit_rows_of(int64_t rows_cap, int64_t V)
@@ -45,7 +49,7 @@ int64_t df_rollout_engine_bytes_ex(const df_model_config *cfg, const df_rollout_
     int64_t logits = logit_rows_of(R, cfg->vocab_size) * cfg->vocab_size * 4;
     int64_t outs = r.max_num_seqs * r.max_seq_len * 8 + R * 20;
     int64_t bf16 = r.dtype == DF_ROLLOUT_BF16
-                       ? df_weights16_bytes_for(cfg, DF_W16_LM_HEAD) + df_mm_ctx_bytes(df_mm_elems_for(cfg, R)) +
+                       ? df_weights16_bytes_for(cfg, OWN16) + df_mm_ctx_bytes(df_mm_elems_for(cfg, R)) +
                              df_rollout_h16_rows(R) * cfg->hidden_size * 2 +
                              (r.plain_weights ? 0 : packed_bytes(cfg))
                        : 0;
@@ -170,7 +174,7 @@ void df_rollout_engine_memory(const df_rollout_engine *e, int64_t *kv_bytes, int
     if (kv_bytes)
         *kv_bytes = 2 * (int64_t)df_backend_kv_bytes(&e->kv);
     /* df_rollout_engine_bytes_ex counts an own bf16 copy: not there (yet) while one is shared */
-    const int64_t no_copy = e->mm && !e->own16 ? df_weights16_bytes_for(&e->cfg, DF_W16_LM_HEAD) : 0;
+    const int64_t no_copy = e->mm && !e->own16 ? df_weights16_bytes_for(&e->cfg, OWN16) : 0;
     if (total_bytes)
         *total_bytes = e->bytes - no_copy;
 }
@@ -281,7 +285,7 @@ int df_rollout_engine_load_weights(df_rollout_engine *e, const df_model *m)
     if (rc || !e->mm || (e->w16 && e->w16 != e->own16))
         return rc; /* float32 reads m's own; a shared copy is refreshed by its owner */
     /* the one conversion of this weight version: every matmul of the rollout reads it */
-    if (!e->own16 && (rc = df_weights16_create_ex(&e->cfg, DF_W16_LM_HEAD, &e->own16)))
+    if (!e->own16 && (rc = df_weights16_create_ex(&e->cfg, OWN16, &e->own16)))
         return df_error_wrap(rc, "rollout: the bf16 weight copy");
     e->w16 = e->own16;
     rc = df_weights16_refresh_model(e->own16, m);
@@ -295,8 +299,8 @@ int df_rollout_engine_share_weights16(df_rollout_engine *e, const df_weights16 *
     if (w && !e->mm)
         return df_error(DF_EINVAL, "rollout: a float32 engine reads the model's own weights; only "
                         "a bfloat16 one takes a bf16 copy");
-    /* the tensors of a copy the engine would make (the layers' matmuls and the LM head), with or
-     * without the bf16 embedding a mixed-precision actor's copy also holds (read here as float32) */
+    /* the tensors of a copy the engine would make (the layers' matmuls and the LM head), with the
+     * bf16 embedding a mixed-precision actor's copy also holds or without (float32 rows then) */
     const int64_t want = df_weights16_bytes_for(&e->cfg, DF_W16_LM_HEAD);
     const int64_t with_embed = df_weights16_bytes_for(&e->cfg, DF_W16_LM_HEAD | DF_W16_EMBED);
     if (w && (!df_weights16_lm_head(w) ||

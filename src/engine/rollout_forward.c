@@ -231,7 +231,10 @@ int df_infer_forward(const df_backend *be, const df_model_config *c, const df_in
     int rc = ensure_scratch(be, s, kv, c->num_attention_heads);
     if (rc)
         return rc;
-    int err = be->ops->embedding_fwd(be->ctx, s->x, b->tokens, wt->w->embed, b->n, H);
+    /* bf16: the copy's embedding rows when it holds them (as the mixed-precision actor) */
+    const uint16_t *e16 = wt->w16 ? df_weights16_embed(wt->w16) : NULL;
+    int err = e16 ? be->ops->embedding_fwd_w16(be->ctx, s->x, b->tokens, e16, b->n, H)
+                  : be->ops->embedding_fwd(be->ctx, s->x, b->tokens, wt->w->embed, b->n, H);
     const df_layer_bufs bufs = infer_bufs(s, b);
     df_layer_attn at = {.kv = kv, .slot = b->slot, .scratch = s->scores};
     /* The last layer only needs the output rows beyond their K / V. */
