@@ -169,6 +169,7 @@ static void w16_case_ex(const bo_backend *b, df_mm_ctx *packer, bool tb, int64_t
         uint16_t *P = aligned_alloc(64, (size_t)(pb + 63) / 64 * 64);
         assert_non_null(P);
         BO_OK(df_mm_pack_w16(packer, N, K, W, P));
+        assert_true(df_mm_packed_native(packer, M, N, K)); /* not oneDNN's reference kernel */
         BO_OK(b->be.ops->gemm_w16_packed(b->be.ctx, M, N, K, alpha, dA, P, beta, dC));
         free(P);
     } else {

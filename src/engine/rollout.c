@@ -36,10 +36,10 @@ static int64_t kv_bytes_of(const df_model_config *cfg, const df_rollout_options 
     return 2 * (int64_t)df_backend_kv_bytes(&kv);
 }
 
-static int64_t packed_bytes(const df_model_config *cfg)
+static int64_t packed_bytes(const df_model_config *cfg, int64_t rows)
 {
     const df_vocab_tiling t = df_rollout_head_tiling(cfg);
-    return df_packed16_bytes_for(cfg, &t);
+    return df_packed16_bytes_for(cfg, &t, rows);
 }
 
 int64_t df_rollout_engine_bytes_ex(const df_model_config *cfg, const df_rollout_options *o)
@@ -51,7 +51,7 @@ int64_t df_rollout_engine_bytes_ex(const df_model_config *cfg, const df_rollout_
     int64_t bf16 = r.dtype == DF_ROLLOUT_BF16
                        ? df_weights16_bytes_for(cfg, OWN16) + df_mm_ctx_bytes(df_mm_elems_for(cfg, R)) +
                              df_rollout_h16_rows(R) * cfg->hidden_size * 2 +
-                             (r.plain_weights ? 0 : packed_bytes(cfg))
+                             (r.plain_weights ? 0 : packed_bytes(cfg, R))
                        : 0;
     return kv_bytes_of(cfg, &r) + df_infer_scratch_bytes(cfg, R, r.max_num_seqs, r.max_seq_len) +
            logits + outs + bf16;
@@ -108,7 +108,7 @@ static int engine_backend(df_rollout_engine *e, int64_t R)
     e->be = df_backend_cpu_bf16(&e->mm);
     const df_vocab_tiling t = df_rollout_head_tiling(&e->cfg);
     if (!rc && !e->opt.plain_weights) /* pages come with the first pack */
-        rc = df_packed16_create(&e->cfg, e->mm, &t, &e->p16);
+        rc = df_packed16_create(&e->cfg, e->mm, &t, R, &e->p16);
     return rc;
 }
 

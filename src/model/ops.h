@@ -121,6 +121,10 @@ int df_mm_w16(df_mm_ctx *c, bool tb, int64_t M, int64_t N, int64_t K, float alph
  * per row, so the same values as df_mm_w16 up to the order of the K-sums inside the kernel.
  */
 int64_t df_mm_packed_bytes(df_mm_ctx *c, int64_t N, int64_t K);
+/** Whether an M-row matmul on a packed [N, K] weight runs a native bf16 kernel (AMX /
+ *  AVX512-BF16) — oneDNN would otherwise serve the blocked layout with its slow reference
+ *  kernel, should its fast kernels want another layout at this M on some CPU. */
+bool df_mm_packed_native(df_mm_ctx *c, int64_t M, int64_t N, int64_t K);
 int df_mm_pack_w16(df_mm_ctx *c, int64_t N, int64_t K, const uint16_t *W, uint16_t *dst);
 int df_mm_w16_packed(df_mm_ctx *c, int64_t M, int64_t N, int64_t K, float alpha,
                      const float *A, const uint16_t *Wp, float beta, float *C);
@@ -151,11 +155,14 @@ typedef struct df_packed16 df_packed16;
 typedef struct df_vocab_tiling df_vocab_tiling;
 /** A copy for cfg's layers through mm (the context whose layout it holds; it must outlive
  *  the copy), with the LM head when `head` (the tiling its readers use; NULL: no head) slices.
- *  DF_EINTERNAL when oneDNN has no packed layout; DF_ENOMEM. */
+ *  *out stays NULL (DF_OK) where a matmul of up to max_rows rows on the packed layout would
+ *  not run a native kernel (df_mm_packed_native). DF_EINTERNAL when oneDNN fails; DF_ENOMEM. */
 int df_packed16_create(const df_model_config *cfg, df_mm_ctx *mm, const df_vocab_tiling *head,
-                       df_packed16 **out);
-/** Bytes df_packed16_create maps for cfg and head on this CPU (0 without native bf16 matmuls). */
-int64_t df_packed16_bytes_for(const df_model_config *cfg, const df_vocab_tiling *head);
+                       int64_t max_rows, df_packed16 **out);
+/** Bytes df_packed16_create maps for these arguments on this CPU (0: none made, e.g. without
+ *  native bf16 matmuls). */
+int64_t df_packed16_bytes_for(const df_model_config *cfg, const df_vocab_tiling *head,
+                              int64_t max_rows);
 /** The packed LM head and its column-slice stride (df_vocab16.packed_stride), or NULL / 0. */
 const uint16_t *df_packed16_lm_head(const df_packed16 *p, int64_t *stride);
 /** Pack every layer of src (same shapes) into p; p then names src and its refresh count. */

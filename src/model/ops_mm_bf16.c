@@ -324,6 +324,21 @@ static int pack_md(df_mm_ctx *c, int64_t N, int64_t K, dnnl_memory_desc_t *md)
     return w ? 0 : -1;
 }
 
+bool df_mm_packed_native(df_mm_ctx *c, int64_t M, int64_t N, int64_t K)
+{
+    dnnl_primitive_t prim = NULL;
+    dnnl_memory_desc_t a, b, d;
+    const_dnnl_primitive_desc_t pd = NULL;
+    const char *impl = "";
+    bool ok = c && M > 0 && !make_prim(c, 'N', 'P', M, N, K, 1.0f, 0.0f, &prim, &a, &b, &d, NULL) &&
+              dnnl_primitive_get_primitive_desc(prim, &pd) == dnnl_success &&
+              dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
+              (strstr(impl, "amx") || strstr(impl, "avx512_core_bf16"));
+    if (prim)
+        dnnl_primitive_destroy(prim);
+    return ok;
+}
+
 int64_t df_mm_packed_bytes(df_mm_ctx *c, int64_t N, int64_t K)
 {
     dnnl_memory_desc_t md;

@@ -42,8 +42,11 @@ static const uint16_t **slot(df_layer16 *y, int i)
     return p[i];
 }
 
-/* Bytes of each projection's packed form (64-byte multiples) and of one layer. */
-static int64_t layer_bytes(const df_model_config *cfg, df_mm_ctx *mm, int64_t each[NPROJ])
+/* Bytes of each projection's packed form (64-byte multiples) and of one layer; 0 when a
+ * matmul of 1, 64 or max_rows rows on one of them would not run a native kernel (pack then
+ * nothing: the row-major copy is read); -1 on a oneDNN failure. */
+static int64_t layer_bytes(const df_model_config *cfg, df_mm_ctx *mm, int64_t max_rows,
+                           int64_t each[NPROJ])
 {
     int64_t n[NPROJ], k[NPROJ], per_layer = 0;
     shapes(cfg, n, k);
@@ -51,6 +54,9 @@ static int64_t layer_bytes(const df_model_config *cfg, df_mm_ctx *mm, int64_t ea
         each[i] = df_mm_packed_bytes(mm, n[i], k[i]);
         if (each[i] < 0)
             return -1;
+        if (!df_mm_packed_native(mm, 1, n[i], k[i]) || !df_mm_packed_native(mm, 64, n[i], k[i]) ||
+            !df_mm_packed_native(mm, max_rows, n[i], k[i]))
+            return 0;
         each[i] = (each[i] + 63) / 64 * 64;
         per_layer += each[i];
     }
@@ -69,7 +75,10 @@ static int64_t head_layout(const df_model_config *cfg, df_mm_ctx *mm, const df_v
     /* the widths stats_item's tiles and a draw's group take (ops_vocab.c) */
     const int64_t widths[4] = {t->cols, t->group, V % t->cols ? V % t->cols : t->cols,
                                V % t->group ? V % t->group : t->group};
-    const int64_t stride = df_mm_packed_col_stride(mm, V, H, t->cols, widths, 4);
+    int64_t stride = df_mm_packed_col_stride(mm, V, H, t->cols, widths, 4);
+    for (int i = 0; i < 4 && stride > 0; i++) /* the tiles' and a draw's rows */
+        if (!df_mm_packed_native(mm, t->rows, widths[i], H) || !df_mm_packed_native(mm, 1, widths[i], H))
+            stride = 0;
     const int64_t b = stride > 0 ? df_mm_packed_bytes(mm, V, H) : -1;
     if (b < 0)
         return 0;
@@ -77,25 +86,29 @@ static int64_t head_layout(const df_model_config *cfg, df_mm_ctx *mm, const df_v
     return stride;
 }
 
-int64_t df_packed16_bytes_for(const df_model_config *cfg, const df_vocab_tiling *head)
+int64_t df_packed16_bytes_for(const df_model_config *cfg, const df_vocab_tiling *head,
+                              int64_t max_rows)
 {
     df_mm_ctx *mm = NULL;
     int64_t each[NPROJ], hb = 0;
-    const int64_t per_layer = df_mm_ctx_create(64 * 64, &mm) ? -1 : layer_bytes(cfg, mm, each);
-    if (per_layer >= 0)
+    const int64_t per_layer =
+        df_mm_ctx_create(64 * 64, &mm) ? -1 : layer_bytes(cfg, mm, max_rows, each);
+    if (per_layer > 0)
         head_layout(cfg, mm, head, &hb);
     df_mm_ctx_free(mm);
-    return per_layer < 0 ? 0 : per_layer * cfg->num_hidden_layers + hb;
+    return per_layer <= 0 ? 0 : per_layer * cfg->num_hidden_layers + hb;
 }
 
 int df_packed16_create(const df_model_config *cfg, df_mm_ctx *mm, const df_vocab_tiling *head,
-                       df_packed16 **out)
+                       int64_t max_rows, df_packed16 **out)
 {
     *out = NULL;
     int64_t each[NPROJ], hb = 0;
-    const int64_t per_layer = layer_bytes(cfg, mm, each);
+    const int64_t per_layer = layer_bytes(cfg, mm, max_rows, each);
     if (per_layer < 0)
         return df_error_wrap(DF_EINTERNAL, "the rollout's packed weights");
+    if (per_layer == 0)
+        return DF_OK; /* no native kernel on the packed layout at some size: none made */
     const int64_t stride = head_layout(cfg, mm, head, &hb);
     df_packed16 *p = calloc(1, sizeof *p);
     if (!p)
