@@ -1,6 +1,8 @@
 /* The ROLLOUT node's multi-turn agent loop (agent_loop.h). */
 #include "workers/rollout/agent_loop.h"
 
+#include "workers/common/prompts.h"
+
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -313,14 +315,15 @@ static int set_prompts(df_agent_loop *l, df_batch *b, char **first)
     int64_t *off = calloc((size_t)np + 1, sizeof *off);
     int32_t **ids = calloc((size_t)(np ? np : 1), sizeof *ids), *all = NULL;
     int rc = off && ids ? DF_OK : df_error(DF_ENOMEM, "out of memory");
+    const int64_t max = l->cfg->max_prompt_length;
     for (int64_t p = 0; !rc && p < np; p++) {
-        char *text = NULL;
         int64_t n = 0;
-        rc = df_tokenizer_apply_chat_template_json(l->tok, first[p], l->cfg->tools_json, true, NULL, &text);
-        if (!rc)
-            rc = df_tokenizer_encode(l->tok, text, false, &ids[p], &n);
-        free(text);
+        rc = df_prompts_encode_json(l->tok, first[p], l->cfg->tools_json, &ids[p], &n);
         off[p + 1] = off[p] + n;
+        if (!rc && max > 0 && n > max) /* the data's filter measured this rendering; an episode's is new */
+            rc = df_error(DF_EINVAL, "the prompt has %lld tokens, more than data.max_prompt_length = %lld%s",
+                          (long long)n, (long long)max,
+                          l->env ? " (the environment's first observation: raise data.max_prompt_length)" : "");
         if (rc)
             rc = df_error_wrap(rc, "row %lld: rendering the prompt", (long long)p);
     }
