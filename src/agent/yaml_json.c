@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <yaml.h>
@@ -92,9 +93,16 @@ static int convert(conv *c, yaml_node_t *n, int depth, json_t **out)
                 rc = at(c, k, DF_EINVAL, "a mapping key that is not a scalar");
                 break;
             }
+            const char *key = (const char *)k->data.scalar.value;
+            if (json_object_get(v, key)) { /* libyaml keeps both; JSON would keep the last silently */
+                char what[160];
+                snprintf(what, sizeof what, "the key '%.100s' appears twice in one mapping", key);
+                rc = at(c, k, DF_EINVAL, what);
+                break;
+            }
             json_t *val = NULL;
             rc = convert(c, yaml_document_get_node(c->doc, p->value), depth + 1, &val);
-            if (!rc && json_object_set_new(v, (const char *)k->data.scalar.value, val))
+            if (!rc && json_object_set_new(v, key, val))
                 rc = at(c, k, DF_EINVAL, "a mapping key that is not valid UTF-8");
         }
     }
@@ -138,6 +146,51 @@ int agent_yaml_load_json(const char *path, json_t **out)
     yaml_parser_delete(&p);
     free(text);
     return rc;
+}
+
+/* The key node of keys[0..n) from `root`, each a mapping key under the last; NULL when absent. */
+static yaml_node_t *find_key(yaml_document_t *doc, yaml_node_t *node, const char *const *keys, int n)
+{
+    yaml_node_t *key = NULL;
+    for (int i = 0; i < n; i++) {
+        if (!node || node->type != YAML_MAPPING_NODE)
+            return NULL;
+        yaml_node_t *next = NULL;
+        for (yaml_node_pair_t *p = node->data.mapping.pairs.start; p < node->data.mapping.pairs.top; p++) {
+            yaml_node_t *k = yaml_document_get_node(doc, p->key);
+            if (k && k->type == YAML_SCALAR_NODE && !strcmp((const char *)k->data.scalar.value, keys[i])) {
+                key = k, next = yaml_document_get_node(doc, p->value);
+                break;
+            }
+        }
+        if (!next)
+            return NULL;
+        node = next;
+    }
+    return key;
+}
+
+bool agent_yaml_locate(const char *path, const char *const *keys, int n, int *line, int *col)
+{
+    char *text = NULL;
+    size_t len = 0;
+    yaml_parser_t p;
+    yaml_document_t doc;
+    bool found = false;
+    if (df_read_file(path, &text, &len))
+        return false;
+    if (!df_yaml_check_text(text, len, path) && yaml_parser_initialize(&p)) {
+        yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
+        if (yaml_parser_load(&p, &doc)) {
+            yaml_node_t *k = find_key(&doc, yaml_document_get_root_node(&doc), keys, n);
+            if ((found = k != NULL))
+                *line = (int)k->start_mark.line + 1, *col = (int)k->start_mark.column + 1;
+            yaml_document_delete(&doc);
+        }
+        yaml_parser_delete(&p);
+    }
+    free(text);
+    return found;
 }
 
 int agent_yaml_each(const char *path, const char *key, const char *what,
