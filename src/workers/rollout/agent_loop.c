@@ -1,6 +1,7 @@
 /* The ROLLOUT node's multi-turn agent loop (agent_loop.h). */
 #include "workers/rollout/agent_loop.h"
 
+#include "util/utf8.h"
 #include "workers/common/prompts.h"
 
 #include <jansson.h>
@@ -66,21 +67,6 @@ struct df_agent_loop {
     int32_t *ids;    /* the last reply's tokens (the engine copies them) */
 };
 
-/* Length of the valid UTF-8 sequence at p (1 to 4), or 0 (as Python's decoder: no overlongs,
-   surrogates or code points above U+10FFFF). */
-static int utf8_len(const unsigned char *p)
-{
-    int n = p[0] < 0x80 ? 1 : p[0] >= 0xc2 && p[0] <= 0xdf ? 2 : p[0] >= 0xe0 && p[0] <= 0xef ? 3
-          : p[0] >= 0xf0 && p[0] <= 0xf4 ? 4 : 0;
-    for (int i = 1; i < n; i++)
-        if ((p[i] & 0xc0) != 0x80)
-            return 0;
-    if ((n == 3 && ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] >= 0xa0))) ||
-        (n == 4 && ((p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] >= 0x90))))
-        return 0;
-    return n;
-}
-
 /* Text for the conversation from a tool (or a sampled turn: byte tokens) may hold a partial UTF-8
    character: each invalid byte becomes U+FFFD, as Python's errors="replace" gives, so the
    conversation stays text the template and the tokenizer accept. *text is replaced when it changes. */
@@ -89,7 +75,7 @@ static int utf8_replace(char **text)
     const unsigned char *t = (const unsigned char *)*text;
     size_t n = strlen(*text), bad = 0;
     for (size_t i = 0; i < n;) {
-        int k = utf8_len(t + i);
+        int k = df_utf8_len(t + i);
         bad += !k;
         i += k ? (size_t)k : 1;
     }
@@ -99,7 +85,7 @@ static int utf8_replace(char **text)
     if (!o)
         return df_error(DF_ENOMEM, "out of memory");
     for (size_t i = 0; i < n;) {
-        int k = utf8_len(t + i);
+        int k = df_utf8_len(t + i);
         if (k)
             memcpy(w, t + i, (size_t)k), w += k, i += (size_t)k;
         else
