@@ -438,6 +438,14 @@ static void test_tool_set_errors(void **state)
                DF_EINVAL, "tool_schema has no function.name");
     bad_config(d, "tools:\n  - class_name: gsm8k\n    tool_schema: {type: object}\n", DF_EINVAL,
                "tool_schema needs type: function");
+    /* no key is ignored: a misspelt one, one of no place, one given twice */
+    bad_config(d, "tools:\n  - class_name: gsm8k\n    tool_shema: {type: function}\n", DF_EINVAL,
+               "tools[0] (class_name 'gsm8k'): unknown key 'tool_shema' (an entry holds class_name, config, "
+               "tool_schema); did you mean 'tool_schema'?");
+    bad_config(d, "tools:\n  - class_name: calculator\ninteraction: []\n", DF_EINVAL,
+               "unknown key 'interaction' (the file holds `tools:` only)");
+    bad_config(d, "tools:\n  - class_name: calculator\n    class_name: gsm8k\n", DF_EINVAL,
+               "bad.yaml:3:5: the key 'class_name' appears twice in one mapping");
     bad_config(d, "tools:\n  - class_name: [calculator\n", DF_EINVAL, "bad.yaml:");
     bad_config(d, "a: &x [*x]\n", DF_EINVAL, "bad.yaml:");
     df_tool_set *set = NULL;
@@ -484,6 +492,12 @@ static void test_interaction_set_load(void **state)
     assert_error_mentions(df_interaction_set_load(path, NULL, &set), DF_EINVAL,
                           "interaction[1] (class_name 'gsm8k'): a second interaction named 'gsm8k'");
     assert_last_error_mentions(path);
+    free(path);
+    /* a misspelt key is no default */
+    path = write_file(*state, "ia.yaml", "interaction:\n  - class_name: gsm8k\n    nmae: other\n");
+    assert_error_mentions(df_interaction_set_load(path, NULL, &set), DF_EINVAL,
+                          "interaction[0] (class_name 'gsm8k'): unknown key 'nmae' (an entry holds name, class_name, "
+                          "config); did you mean 'name'?");
     free(path);
 }
 

@@ -488,7 +488,7 @@ static void test_spec_load(void **state)
         {"environment:\n  name: guess_number\n  config: {low: 1, low: 2}\n",
          "env.yaml:3:20: the key 'low' appears twice in one mapping"},
         {"environment:\n  name: guess_number\n  confg: {low: 1}\n",
-         "env.yaml:3:3: unknown key 'environment.confg' (environment holds name and config); did you mean 'config'?"},
+         "env.yaml:3:3: environment: unknown key 'confg' (environment holds name and config); did you mean 'config'?"},
         {"environment:\n  name: guess_number\nenv_path: x\n",
          "env.yaml:3:1: unknown key 'env_path' (the file holds `environment:` only)"},
         /* the class's errors point at the key's line */

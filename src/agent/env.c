@@ -4,7 +4,6 @@
 #include "distflow/env.h"
 
 #include "agent/agent_internal.h"
-#include "config/config_internal.h"
 #include "util/fn_registry.h"
 
 #include <ctype.h>
@@ -92,34 +91,21 @@ static void where(const char *path, const char *const *keys, int n, char *buf, s
         snprintf(buf, cap, "%s", path);
 }
 
-/* Whether `key` is one of choices "a|b|c". */
-static bool is_choice(const char *choices, const char *key)
-{
-    size_t n = strlen(key);
-    for (const char *p = choices; *p; p += strcspn(p, "|"), p += *p == '|')
-        if (strcspn(p, "|") == n && !strncmp(p, key, n))
-            return true;
-    return false;
-}
-
 /* Every key of `o` (the file's top level, or under `parent`) must be one of choices "a|b", with
    `holds` saying what belongs there: a misspelt `confg:` would otherwise leave the defaults on. */
 static int known_keys(const char *path, json_t *o, const char *parent, const char *choices, const char *holds)
 {
-    const char *key;
-    json_t *val;
-    json_object_foreach(o, key, val) {
-        if (is_choice(choices, key))
-            continue;
-        char loc[1100], near[32];
-        const char *keys[2] = {parent ? parent : key, key};
-        where(path, keys, parent ? 2 : 1, loc, sizeof loc);
-        bool hint = cfg_suggest_choice(choices, key, near, sizeof near);
-        return df_error(DF_EINVAL, "environment config %s: unknown key '%s%s%.100s' (%s)%s%s%s", loc,
-                        parent ? parent : "", parent ? "." : "", key, holds, hint ? "; did you mean '" : "",
-                        hint ? near : "", hint ? "'?" : "");
-    }
-    return DF_OK;
+    const char *bad = NULL;
+    int rc = agent_known_keys(o, choices, holds, &bad);
+    if (!rc)
+        return DF_OK;
+    char *msg = strdup(df_last_error()), loc[1100];
+    const char *keys[2] = {parent ? parent : bad, bad};
+    where(path, keys, parent ? 2 : 1, loc, sizeof loc);
+    rc = df_error(rc, "environment config %s: %s%s%s", loc, parent ? parent : "", parent ? ": " : "",
+                  msg ? msg : "unknown key");
+    free(msg);
+    return rc;
 }
 
 /* The `environment:` mapping of a config file: its name and its config as JSON text. */

@@ -3,6 +3,7 @@
  * API resolves anchors and aliases; the depth bound keeps an alias cycle from recursing forever. */
 #include "agent/agent_internal.h"
 
+#include "config/config_internal.h"
 #include "config/yaml_guard.h"
 #include "util/fsutil.h"
 
@@ -193,6 +194,27 @@ bool agent_yaml_locate(const char *path, const char *const *keys, int n, int *li
     return found;
 }
 
+int agent_known_keys(json_t *o, const char *choices, const char *holds, const char **bad)
+{
+    const char *key;
+    json_t *val;
+    json_object_foreach(o, key, val) {
+        size_t n = strlen(key);
+        bool known = false;
+        for (const char *p = choices; *p && !known; p += strcspn(p, "|"), p += *p == '|')
+            known = strcspn(p, "|") == n && !strncmp(p, key, n);
+        if (known)
+            continue;
+        char near[64];
+        bool hint = cfg_suggest_choice(choices, key, near, sizeof near);
+        if (bad)
+            *bad = key;
+        return df_error(DF_EINVAL, "unknown key '%.100s' (%s)%s%s%s", key, holds, hint ? "; did you mean '" : "",
+                        hint ? near : "", hint ? "'?" : "");
+    }
+    return DF_OK;
+}
+
 int agent_yaml_each(const char *path, const char *key, const char *what,
                     int (*fn)(void *user, json_t *entry), void *user)
 {
@@ -201,8 +223,12 @@ int agent_yaml_each(const char *path, const char *key, const char *what,
     if (rc)
         return df_error_wrap(rc, "%s config", what);
     json_t *list = json_object_get(root, key);
+    char holds[64];
+    snprintf(holds, sizeof holds, "the file holds `%s:` only", key);
     if (!json_is_array(list))
         rc = df_error(DF_EINVAL, "%s config %s: no `%s:` list at the top level", what, path, key);
+    else if ((rc = agent_known_keys(root, key, holds, NULL)))
+        df_error_wrap(rc, "%s config %s", what, path);
     for (size_t i = 0; !rc && i < json_array_size(list); i++) {
         json_t *e = json_array_get(list, i), *cls = json_object_get(e, "class_name");
         if ((rc = fn(user, e)))
