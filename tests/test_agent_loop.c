@@ -208,7 +208,48 @@ static void test_user_turn_limit(void **state)
 
 /* A turn that ends inside a UTF-8 character (a byte token: a sampled turn may) is answered, its
    text read with U+FFFD for the lone byte, as HF's decode(errors="replace"); a tool message that
-   quotes one byte of a character (the calculator's "unexpected '\xc3'") is answered the same way. */
+   holds one byte of a character (a plugin's) is answered the same way. The calculator quotes a
+   character it does not allow whole. */
+static int cut_execute(const void *tool, void *inst, const char *arguments, df_tool_result *out)
+{
+    (void)tool, (void)inst, (void)arguments;
+    out->text = strdup("cut: \xc3");
+    return out->text ? DF_OK : DF_ENOMEM;
+}
+
+static int cut_create(const void *tool, const char *id, const char *kwargs, void **inst)
+{
+    (void)tool, (void)id, (void)kwargs;
+    *inst = NULL;
+    return DF_OK;
+}
+
+static const df_tool k_cut_tool = {
+    .name = "cut",
+    .schema = "{\"type\": \"function\", \"function\": {\"name\": \"cut\", \"description\": \"answers a lone "
+              "byte\", \"parameters\": {\"type\": \"object\", \"properties\": {}}}}",
+    .create = cut_create,
+    .execute = cut_execute,
+};
+
+/* The reply the loop gives to `call` (one model turn) with tools tc, decoded. */
+static char *tool_reply(const df_tokenizer *tok, df_agent_config *tc, const char *call)
+{
+    df_batch *prompts = prompt_batch(1, "[{\"role\":\"user\",\"content\":\"6*7?\"}]", "{}", 0), *gp = NULL;
+    df_agent_loop *l = NULL;
+    assert_int_equal(df_agent_loop_begin(tc, tok, prompts, 1, 0, &l, &gp), DF_OK);
+    sim *sm = calloc(1, sizeof *sm);
+    assert_false(model_turn(tok, l, sm, 0, 1, call));
+    char *reply = NULL;
+    int64_t k = 0;
+    while (k < sm->n && sm->mask[k])
+        k++;
+    assert_int_equal(df_tokenizer_decode(tok, sm->resp + k, sm->n - k, true, &reply), DF_OK);
+    free(sm);
+    df_batch_free(gp), df_batch_free(prompts), df_agent_loop_free(l);
+    return reply;
+}
+
 static void test_partial_utf8(void **state)
 {
     (void)state;
@@ -237,20 +278,15 @@ static void test_partial_utf8(void **state)
     df_agent_config tc = {.max_parallel_calls = 1, .max_tool_response_length = 64, .truncate_side = "left"};
     assert_int_equal(df_tool_set_create(&tc.tools), DF_OK);
     assert_int_equal(df_tool_set_add(tc.tools, &df_tool_calculator, NULL, NULL), DF_OK);
+    assert_int_equal(df_tool_set_add(tc.tools, &k_cut_tool, NULL, NULL), DF_OK);
     assert_int_equal(df_tool_set_tools_json(tc.tools, &tc.tools_json), DF_OK);
-    prompts = prompt_batch(1, "[{\"role\":\"user\",\"content\":\"6*7?\"}]", "{}", 0);
-    assert_int_equal(df_agent_loop_begin(&tc, tok, prompts, 1, 0, &l, &gp), DF_OK);
-    sim *sm = calloc(1, sizeof *sm);
-    assert_false(model_turn(tok, l, sm, 0, 1, "<tool_call>{\"name\": \"calculator\", \"arguments\": "
-                                             "{\"expression\": \"12 \xc3\xa4 3\"}}</tool_call>"));
-    char *reply = NULL;
-    int64_t k = 0;
-    while (k < sm->n && sm->mask[k])
-        k++;
-    assert_int_equal(df_tokenizer_decode(tok, sm->resp + k, sm->n - k, true, &reply), DF_OK);
-    assert_non_null(strstr(reply, "unexpected '\xef\xbf\xbd'")); /* U+FFFD for the lone byte */
-    free(reply), free(sm);
-    df_batch_free(gp), df_batch_free(prompts), df_agent_loop_free(l);
+    char *reply = tool_reply(tok, &tc, "<tool_call>{\"name\": \"calculator\", \"arguments\": "
+                                       "{\"expression\": \"12 \xc3\xa4 3\"}}</tool_call>");
+    assert_non_null(strstr(reply, "unexpected '\xc3\xa4' (only numbers")); /* the whole character */
+    free(reply);
+    reply = tool_reply(tok, &tc, "<tool_call>{\"name\": \"cut\", \"arguments\": {}}</tool_call>");
+    assert_non_null(strstr(reply, "cut: \xef\xbf\xbd")); /* U+FFFD for the lone byte */
+    free(reply);
     df_agent_config_clear(&tc);
     df_tokenizer_free(tok);
 }

@@ -9,6 +9,7 @@
 #include "distflow/agent.h"
 
 #include "agent/agent_internal.h"
+#include "util/utf8.h"
 
 #include "testutil.h"
 
@@ -78,6 +79,28 @@ static void test_calculator_errors(void **state)
     calc_bad("1 +", "ends where a number");
     calc_bad("1 2", "unexpected text");
     calc_bad("3.", "ends in '.'");
+    /* quoted text ends between UTF-8 characters: a multibyte one (3 bytes each) crosses the
+       20-byte cut at byte 20, so the quote stops after 19 bytes; a character not allowed is quoted whole */
+    calc_bad("1 2\u20ac\u20ac\u20ac\u20ac\u20ac\u20ac\u20ac\u20ac",
+             "unexpected text at '2\u20ac\u20ac\u20ac\u20ac\u20ac\u20ac' (an operator");
+    calc_bad("(1 + 2 \u00d7 3", "expected ')' at '\u00d7 3'");
+    calc_bad("3 \u00d7 4", "unexpected '\u00d7' (only numbers");
+    calc_bad("\U0001F600", "unexpected '\U0001F600'");
+    calc_bad("3 \xff 4", "unexpected '\\xFF' (only numbers");                 /* not UTF-8: escaped */
+    calc_bad("1 2\u20ac\xe2\x82", "unexpected text at '2\u20ac' (an operator"); /* a truncated one: left out */
+    for (int n = 1; n <= 12; n++) { /* every cut of a run of 2- and 3-byte characters is whole */
+        char expr[64] = "1 2";
+        for (int i = 0; i < n; i++)
+            strcat(expr, i % 2 ? "\u00e9" : "\u20ac");
+        char *out = NULL;
+        assert_int_equal(agent_calculate(expr, &out), DF_EINVAL);
+        const char *q = strchr(df_last_error(), '\'') + 1;
+        size_t len = (size_t)(strchr(q, '\'') - q);
+        assert_true(len <= 20);
+        assert_true(len == df_utf8_prefix(q, len)); /* whole characters */
+        const unsigned char *next = (const unsigned char *)expr + 2 + len; /* as many as fit */
+        assert_true(!*next || len + (size_t)df_utf8_len(next) > 20);
+    }
     char deep[200];
     memset(deep, '(', 100);
     strcpy(deep + 100, "1");
@@ -415,6 +438,14 @@ static void test_tool_set_errors(void **state)
                DF_EINVAL, "tool_schema has no function.name");
     bad_config(d, "tools:\n  - class_name: gsm8k\n    tool_schema: {type: object}\n", DF_EINVAL,
                "tool_schema needs type: function");
+    /* no key is ignored: a misspelt one, one of no place, one given twice */
+    bad_config(d, "tools:\n  - class_name: gsm8k\n    tool_shema: {type: function}\n", DF_EINVAL,
+               "tools[0] (class_name 'gsm8k'): unknown key 'tool_shema' (an entry holds class_name, config, "
+               "tool_schema); did you mean 'tool_schema'?");
+    bad_config(d, "tools:\n  - class_name: calculator\ninteraction: []\n", DF_EINVAL,
+               "unknown key 'interaction' (the file holds `tools:` only)");
+    bad_config(d, "tools:\n  - class_name: calculator\n    class_name: gsm8k\n", DF_EINVAL,
+               "bad.yaml:3:5: the key 'class_name' appears twice in one mapping");
     bad_config(d, "tools:\n  - class_name: [calculator\n", DF_EINVAL, "bad.yaml:");
     bad_config(d, "a: &x [*x]\n", DF_EINVAL, "bad.yaml:");
     df_tool_set *set = NULL;
@@ -461,6 +492,12 @@ static void test_interaction_set_load(void **state)
     assert_error_mentions(df_interaction_set_load(path, NULL, &set), DF_EINVAL,
                           "interaction[1] (class_name 'gsm8k'): a second interaction named 'gsm8k'");
     assert_last_error_mentions(path);
+    free(path);
+    /* a misspelt key is no default */
+    path = write_file(*state, "ia.yaml", "interaction:\n  - class_name: gsm8k\n    nmae: other\n");
+    assert_error_mentions(df_interaction_set_load(path, NULL, &set), DF_EINVAL,
+                          "interaction[0] (class_name 'gsm8k'): unknown key 'nmae' (an entry holds name, class_name, "
+                          "config); did you mean 'name'?");
     free(path);
 }
 

@@ -165,11 +165,11 @@ static void test_guess_config(void **state)
     (void)state;
     struct { const char *config, *msg; } bad[] = {
         {"[]", "guess_number: config is not a JSON object"},
-        {"{\"lo\": 1}", "unknown config key 'lo' (known: low, high, max_turns, turn_penalty)"},
+        {"{\"lo\": 1}", "unknown key config.lo (known: low, high, max_turns, turn_penalty); did you mean 'low'?"},
         {"{\"low\": 5, \"high\": 5}", "config.low (5) must be below config.high (5)"},
-        {"{\"max_turns\": 0}", "config.max_turns must be an integer in [1, 1000]"},
+        {"{\"max_turns\": 0}", "config.max_turns must be an integer in [1, 1000], got 0"},
         {"{\"high\": 1.5}", "config.high must be an integer"},
-        {"{\"turn_penalty\": 2}", "config.turn_penalty must be a number in [0, 1]"},
+        {"{\"turn_penalty\": 2}", "config.turn_penalty must be a number in [0, 1], got 2"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         void *st = NULL;
@@ -232,8 +232,8 @@ static void test_grid_transcript(void **state)
     df_env_grid_nav.release(st);
     struct { const char *config, *msg; } bad[] = {
         {"{\"size\": 10}", "grid_nav: config.size must be an integer in [3, 9]"},
-        {"{\"size\": 3, \"walls\": 4}", "grid_nav: config.walls must be an integer in [0, 3]"},
-        {"{\"goal\": 1}", "unknown config key 'goal'"},
+        {"{\"size\": 3, \"walls\": 4}", "grid_nav: config.walls must be an integer in [0, 3], got 4"},
+        {"{\"goal\": 1}", "grid_nav: unknown key config.goal (known: size, walls, max_turns, turn_penalty)"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         assert_int_equal(df_env_grid_nav.create(bad[i].config, &st), DF_EINVAL);
@@ -484,6 +484,25 @@ static void test_spec_load(void **state)
         {"environment:\n  name: grid\n", "environment.name: unknown environment class 'grid'"},
         {"environment:\n  name: guess_number\n  config: {low: 3, high: 2}\n",
          "environment 'guess_number' (" /* then the path */},
+        /* nothing is ignored: a key given twice, a key of no place, each with its line */
+        {"environment:\n  name: guess_number\n  config: {low: 1, low: 2}\n",
+         "env.yaml:3:20: the key 'low' appears twice in one mapping"},
+        {"environment:\n  name: guess_number\n  confg: {low: 1}\n",
+         "env.yaml:3:3: environment: unknown key 'confg' (environment holds name and config); did you mean 'config'?"},
+        {"environment:\n  name: guess_number\nenv_path: x\n",
+         "env.yaml:3:1: unknown key 'env_path' (the file holds `environment:` only)"},
+        /* the class's errors point at the key's line */
+        {"environment:\n  name: guess_number\n  config:\n    low: 1\n    max_turn: 5\n",
+         "env.yaml:5:5, environment.config.max_turn): guess_number: unknown key config.max_turn (known: low, high, "
+         "max_turns, turn_penalty); did you mean 'max_turns'?"},
+        {"environment:\n  name: guess_number\n  config:\n    max_turns: ten\n",
+         "env.yaml:4:5, environment.config.max_turns): guess_number: config.max_turns must be an integer in "
+         "[1, 1000], got \"ten\""},
+        {"environment:\n  name: grid_nav\n  config: {size: 4, turn_penalty: 1.5}\n",
+         "env.yaml:3:21, environment.config.turn_penalty): grid_nav: config.turn_penalty must be a number in "
+         "[0, 1], got 1.5"},
+        {"environment:\n  name: guess_number\n  config: {max_turns: 3, max_turns_x: 1}\n",
+         "environment.config.max_turns_x): guess_number: unknown key config.max_turns_x"},
         {"environment: {name: guess_number\n", "env.yaml:"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {

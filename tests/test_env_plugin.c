@@ -83,6 +83,13 @@ static void test_plugin_env(void **state)
     assert_int_not_equal(df_env_spec_load(path, df_plugin_env, &spec), DF_OK);
     assert_non_null(strstr(df_last_error(), "nim: config.min_stones (9) is above config.max_stones (3)"));
     free(path);
+    /* a misspelt option is no default: the host's reader refuses it, at its line */
+    path = write_file(*state, "nim.yaml", "environment:\n  name: " REF "\n  config:\n    min_stone: 9\n");
+    assert_int_equal(df_env_spec_load(path, df_plugin_env, &spec), DF_EINVAL);
+    if (!strstr(df_last_error(), "nim.yaml:4:5, environment.config.min_stone): nim: unknown key config.min_stone "
+                                 "(known: min_stones, max_stones, max_turns); did you mean 'min_stones'?"))
+        fail_msg("%s", df_last_error());
+    free(path);
 
     /* unloading the plugins removes the class */
     df_exec_unload_plugins();

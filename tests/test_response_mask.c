@@ -176,6 +176,64 @@ static void test_mismatch_over_sampled_tokens(void **state)
     assert_true(c.kl != a.kl); /* the appended tokens' 0 would weigh in */
 }
 
+/*
+ * Every built-in policy loss given response_mask equals the same loss on the model tokens alone
+ * (the appended ones cut out), bit for bit: loss, statistics, gradient; the appended tokens get
+ * gradient 0. They carry weights, large log-ratios and advantages, so they would show anywhere
+ * (gspo's sequence ratio, the covariance means and selection, every statistic). clip_cov_ratio 1
+ * selects every candidate, so its random keys, which depend on token positions, do not matter.
+ */
+static void test_losses_mask_equals_cut(void **state)
+{
+    (void)state;
+    static const int64_t off[] = {0, 4, 7, 9}, cut_off[] = {0, 2, 4, 5};
+    static const int32_t mk[] = {1, 0, 0, 1, 1, 1, 0, 0, 1};
+    static const float lp[] = {-1.0f, -4.0f, -3.0f, -0.7f, -2.0f, -1.6f, -0.1f, -6.0f, -0.9f};
+    static const float old[] = {-1.1f, -0.5f, -9.0f, -0.9f, -2.2f, -1.3f, -3.0f, -1.0f, -0.6f};
+    static const float adv[] = {1.5f, 9.0f, -7.0f, 1.5f, -0.5f, -0.5f, 8.0f, 6.0f, 2.0f};
+    static const float w[] = {0.2f, 0.3f, 0.3f, 0.2f, 0.2f, 0.2f, 0.5f, 0.5f, 0.2f};
+    float clp[5], cold[5], cadv[5], cw[5];
+    for (int t = 0, k = 0; t < 9; t++)
+        if (mk[t])
+            clp[k] = lp[t], cold[k] = old[t], cadv[k] = adv[t], cw[k++] = w[t];
+    static const char *const names[] = {"vanilla", "gspo", "gpg", "cpgd", "clip_cov", "kl_cov"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        df_policy_loss_fn fn;
+        assert_int_equal(df_policy_loss_lookup(names[i], &fn), 0);
+        df_policy_loss_input in = {.n = 3, .offsets = off, .log_prob = lp, .old_log_prob = old,
+                                   .advantages = adv, .weights = w, .clip_ratio_low = 0.2f,
+                                   .clip_ratio_high = 0.2f, .clip_ratio_c = 3.0f, .policy_drift_coeff = 0.1,
+                                   .clip_cov_ratio = 1.0, .clip_cov_lb = -10.0, .clip_cov_ub = 10.0,
+                                   .kl_cov_ratio = 0.4, .ppo_kl_coef = 1.0, .seed = 7, .response_mask = mk};
+        df_policy_loss_input cut = in;
+        cut.offsets = cut_off, cut.log_prob = clp, cut.old_log_prob = cold, cut.advantages = cadv;
+        cut.weights = cw, cut.response_mask = NULL;
+        float g[9], cg[5];
+        memset(g, 0x7f, sizeof g); /* the appended tokens' gradient must be written */
+        df_policy_loss_output a = {.grad = g}, b = {.grad = cg};
+        assert_int_equal(fn(&in, &a), 0);
+        assert_int_equal(fn(&cut, &b), 0);
+        print_message("%-8s loss %.9f clipfrac %.4f lower %.4f ppo_kl %.6f\n", names[i], a.loss, a.pg_clipfrac,
+                      a.pg_clipfrac_lower, a.ppo_kl);
+        assert_true(a.loss == b.loss && a.pg_clipfrac == b.pg_clipfrac);
+        assert_true(a.pg_clipfrac_lower == b.pg_clipfrac_lower && a.ppo_kl == b.ppo_kl);
+        for (int t = 0, k = 0; t < 9; t++)
+            assert_true(g[t] == (mk[t] ? cg[k++] : 0.0f));
+        in.response_mask = NULL; /* the appended tokens count again: the loss moves */
+        df_policy_loss_output c = {0};
+        assert_int_equal(fn(&in, &c), 0);
+        assert_true(c.loss != a.loss);
+    }
+    /* the covariance selection's size and means are the model tokens' */
+    df_policy_loss_input in = {.n = 3, .offsets = off, .log_prob = lp, .old_log_prob = old, .advantages = adv,
+                               .weights = w, .kl_cov_ratio = 0.4, .ppo_kl_coef = 1.0, .response_mask = mk};
+    df_cov_stats st;
+    assert_int_equal(df_cov_stats_compute("kl_cov", &in, &st), 0);
+    assert_int_equal(st.n_tokens, 5);
+    assert_int_equal(st.n_select, 2); /* floor(0.4 * 5) */
+    assert_true(fabs(st.adv_mean - (1.5 + 1.5 - 0.5 - 0.5 + 2.0) / 5.0) <= 1e-12);
+}
+
 /* ---- the seam: an actor update ------------------------------------------------------------ */
 
 static df_actor_params params(void)
@@ -191,12 +249,13 @@ static df_actor_params params(void)
 }
 
 typedef struct {
-    double pg_loss, kl_loss;
+    double pg_loss, kl_loss, clipfrac, clipfrac_lower, ppo_kl;
     float old[6], ref[6], adv[6];
 } update_out;
 
-/* One PPO update of a fresh actor on the small batch with response_mask `mask` (NULL: none). */
-static update_out update(const int32_t *mask)
+/* One PPO update of a fresh actor on the small batch with response_mask `mask` (NULL: none);
+   shift (NULL: none) is added to the recomputed old log-probs, so token t's ratio is e^-shift[t]. */
+static update_out update_shifted(const int32_t *mask, const float *shift)
 {
     df_actor *a;
     df_actor_params p = params();
@@ -208,9 +267,10 @@ static update_out update(const int32_t *mask)
     float *ref, *adv;
     assert_int_equal(df_batch_alloc_tok_f32_like(b, "ref_log_prob", "response_ids", &ref), 0);
     assert_int_equal(df_batch_alloc_tok_f32_like(b, "advantages", "response_ids", &adv), 0);
-    const float *old = df_batch_column(b, "old_log_probs")->data;
+    float *old = df_batch_column(b, "old_log_probs")->data;
     update_out o;
     for (int j = 0; j < 6; j++) {
+        old[j] += shift ? shift[j] : 0.0f;
         ref[j] = old[j] + 0.05f * (float)(j - 2);
         adv[j] = (float)(j % 3) - 0.8f;
         o.old[j] = old[j], o.ref[j] = ref[j], o.adv[j] = adv[j];
@@ -219,11 +279,16 @@ static update_out update(const int32_t *mask)
     assert_int_equal(df_actor_update_policy(a, b, m), 0);
     o.pg_loss = df_metrics_get(m, "actor/pg_loss", NAN);
     o.kl_loss = df_metrics_get(m, "actor/kl_loss", NAN);
+    o.clipfrac = df_metrics_get(m, "actor/pg_clipfrac", NAN);
+    o.clipfrac_lower = df_metrics_get(m, "actor/pg_clipfrac_lower", NAN);
+    o.ppo_kl = df_metrics_get(m, "actor/ppo_kl", NAN);
     df_metrics_free(m);
     df_batch_free(b);
     df_actor_free(a);
     return o;
 }
+
+static update_out update(const int32_t *mask) { return update_shifted(mask, NULL); }
 
 static void test_actor_update_sees_model_tokens_only(void **state)
 {
@@ -252,6 +317,33 @@ static void test_actor_update_sees_model_tokens_only(void **state)
     /* flipping the appended tokens' mask changes both */
     assert_true(fabs(masked.pg_loss - none.pg_loss) > 0.1);
     assert_true(fabs(masked.kl_loss - none.kl_loss) > 1e-4);
+}
+
+/*
+ * actor/pg_clipfrac, pg_clipfrac_lower and ppo_kl are means over the model tokens (verl's
+ * masked_mean over response_mask), by hand. A = (t mod 3) - 0.8 = -0.8 0.2 1.2 -0.8 0.2 1.2; the
+ * old log-probs are shifted by s = 0.5 -0.5 -0.5 -1.5 0 -0.5, so the ratio r = e^-s (clip 0.2, c 3):
+ *   t0 (model) r 0.607 < 0.8, A < 0: clipped           t3 (model) r 4.48: -A r = 3.58 > -A c = 2.4: lower
+ *   t4 (model) r 1: neither                             t1, t2, t5 (tool) r 1.65 > 1.2, A > 0: clipped
+ * Model tokens 0, 3, 4: pg_clipfrac 1/3, pg_clipfrac_lower 1/3, ppo_kl = mean(s) = -1/3. Averaged
+ * over all tokens of the micro-batch (rows 0-1, tokens 0-4; the second holds only t5) they would
+ * be 3/5, 1/5 and -2/5. Without a mask: 4/6, 1/6, -2.5/6. Bound: the log-ratio is -s up to the
+ * float32 rounding of old + s and the two forwards (1e-5 as the loss test above); the clip
+ * decisions are 0.1 away from their thresholds.
+ */
+static void test_actor_metrics_over_model_tokens(void **state)
+{
+    (void)state;
+    static const float shift[6] = {0.5f, -0.5f, -0.5f, -1.5f, 0.0f, -0.5f};
+    update_out masked = update_shifted(MASK, shift), none = update_shifted(NULL, shift);
+    print_message("masked: clipfrac %.6f lower %.6f ppo_kl %.6f; none: %.6f %.6f %.6f\n", masked.clipfrac,
+                  masked.clipfrac_lower, masked.ppo_kl, none.clipfrac, none.clipfrac_lower, none.ppo_kl);
+    assert_true(fabs(masked.clipfrac - 1.0 / 3.0) <= 1e-12);
+    assert_true(fabs(masked.clipfrac_lower - 1.0 / 3.0) <= 1e-12);
+    assert_true(fabs(masked.ppo_kl + 1.0 / 3.0) <= 1e-5);
+    assert_true(fabs(none.clipfrac - 4.0 / 6.0) <= 1e-12);
+    assert_true(fabs(none.clipfrac_lower - 1.0 / 6.0) <= 1e-12);
+    assert_true(fabs(none.ppo_kl + 2.5 / 6.0) <= 1e-5);
 }
 
 /* actor/entropy (the old-log-prob pass's mean) is over the model tokens: with a one-hot mask it
@@ -297,7 +389,9 @@ int main(void)
         cmocka_unit_test(test_batch_accessor),
         cmocka_unit_test(test_gae_skips_appended_tokens),
         cmocka_unit_test(test_mismatch_over_sampled_tokens),
+        cmocka_unit_test(test_losses_mask_equals_cut),
         cmocka_unit_test(test_actor_update_sees_model_tokens_only),
+        cmocka_unit_test(test_actor_metrics_over_model_tokens),
         cmocka_unit_test(test_entropy_over_model_tokens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

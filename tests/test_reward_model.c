@@ -123,6 +123,47 @@ static void test_golden_scores(void **state)
     df_golden_batch_free(&g);
 }
 
+/*
+ * In bf16 (reward_model.model.fsdp_config.mixed_precision.param_dtype, verl's dtype for its reward
+ * model): the golden scores within bf16 accuracy. Bound, as test_model_golden's bf16 model: each
+ * of the 4 GEMM stages of a layer rounds both operands to bf16 (u = 2^-8; products exact, float
+ * sums): 8 per layer, and the bf16 embedding table 1 (the score head is float32), in
+ * df_tol_gamma_prob, plus the float32 bound. The error must also exceed the float32 bound, so
+ * the scores really come from the bf16 copy, whose float32 layer weights are then released.
+ */
+static void test_golden_scores_bf16(void **state)
+{
+    (void)state;
+    if (df_model_bf16_available() != DF_OK) {
+        print_message("no native bf16 matmuls here: %s\n", df_last_error());
+        skip();
+    }
+    df_golden_batch g;
+    df_golden_batch_load(&g, GOLDEN_DIR "/tiny_qwen2_rm_expected.safetensors");
+    float *want = df_golden_read_vec(g.exp, "scores", NULL);
+    df_reward_model_params p = {.micro_batch_size = 2, .bf16 = true};
+    df_reward_model *rm = NULL;
+    if (df_reward_model_load(RM_DIR, &p, &rm))
+        fail_msg("%s", df_last_error());
+    assert_true(df_reward_model_bf16(rm));
+    const df_model *m = df_reward_model_model(rm);
+    const double f32 = SCORE_TOL(m, &g), L = (double)m->cfg.num_hidden_layers;
+    const double tol = df_tol_gamma_prob(8 * L + 1, DF_TOL_LAMBDA, DF_U_BF16) + f32;
+    double e = score_error(rm, &g, want);
+    print_message("bf16 scores rel err %.2e, bound %.2e (float32 %.2e)\n", e, tol, f32);
+    assert_true(e <= tol);
+    assert_true(e > f32);
+    /* the same model in float32 stays within the float32 bound: the dtype is the difference */
+    df_reward_model_free(rm);
+    p.bf16 = false;
+    assert_int_equal(df_reward_model_load(RM_DIR, &p, &rm), DF_OK);
+    assert_false(df_reward_model_bf16(rm));
+    assert_true(score_error(rm, &g, want) <= f32);
+    free(want);
+    df_reward_model_free(rm);
+    df_golden_batch_free(&g);
+}
+
 /* A *ForTokenClassification directory (the critic's fixture, with a bias) scores at each
    sequence's last row what df_model_forward_values gives there. */
 static void test_token_classification(void **state)
@@ -304,6 +345,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_scores),
+        cmocka_unit_test(test_golden_scores_bf16),
         cmocka_unit_test(test_token_classification),
         cmocka_unit_test_setup_teardown(test_malformed_dirs, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test(test_bad_sequences),

@@ -285,6 +285,18 @@ static void test_grpo_with_reward_model(void **state)
         fail_msg("%s", df_last_error());
     assert_int_equal(dumped_scores(dir, &nb), 8);
     assert_true(nb >= 6);
+    /* reward_model.model.fsdp_config.mixed_precision.param_dtype reaches the reward model: bf16
+       (verl's, the default) where this CPU has bf16 kernels, fp32 (df_test_config's pin) otherwise */
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        c = df_test_config(yaml, "rm7.yaml", (const char *const[]){
+            bf16 ? "reward_model.model.fsdp_config.mixed_precision.param_dtype=bf16"
+                 : "reward_model.model.fsdp_config.mixed_precision.param_dtype=fp32"}, 1);
+        df_dag_worker *w = NULL;
+        if (df_dag_worker_create(c, NULL, &w))
+            fail_msg("%s", df_last_error());
+        assert_true(df_reward_model_bf16(w->reward.rm) == (bf16 && df_model_bf16_available() == DF_OK));
+        df_dag_worker_free(w), df_config_free(c);
+    }
     /* Training rows no rule scorer knows are scored by the reward model (validation still needs one). */
     df_test_digits_inputs(dir, "unscored.jsonl", 8, "test/no_rule_scorer", false);
     char files[1200];

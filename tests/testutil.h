@@ -415,6 +415,7 @@ static inline df_config *df_test_config(const char *yaml, const char *name, cons
         "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32",
         "actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype=fp32",
         "critic.model.fsdp_config.mixed_precision.param_dtype=fp32",
+        "reward_model.model.fsdp_config.mixed_precision.param_dtype=fp32",
         "actor_rollout_ref.rollout.dtype=float32"};
     const int np = (int)(sizeof fp32 / sizeof fp32[0]);
     const char **all = calloc((size_t)(np + n), sizeof *all);

@@ -4,7 +4,8 @@
  * turns removing 1, 2 or 3 stones; whoever takes the last stone wins. The environment plays the
  * winning strategy when it has one (leave a multiple of 4), so the model wins only by playing it
  * too. It shows every part of the df_env lifecycle:
- *   create   reads the environment's `config:` (min_stones, max_stones, max_turns)
+ *   create   reads the environment's `config:` (min_stones, max_stones, max_turns) with
+ *            df_env_config_read, so a misspelt or ill-typed key is an error naming its line
  *   reset    draws the pile from the seed and describes the game
  *   step     applies the model's move (<answer>k</answer>), answers with the environment's move;
  *            an unreadable or illegal move is explained and costs a turn
@@ -19,7 +20,6 @@
 #include <distflow/dag.h>
 #include <distflow/env.h>
 
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,35 +31,26 @@ typedef struct nim {
     int pile, turns, done;
 } nim;
 
-static int get_int(json_t *cfg, const char *key, int lo, int hi, int *v)
-{
-    json_t *x = json_object_get(cfg, key);
-    if (!x)
-        return DF_OK;
-    if (!json_is_integer(x) || json_integer_value(x) < lo || json_integer_value(x) > hi)
-        return df_error(DF_EINVAL, "nim: config.%s must be an integer in [%d, %d]", key, lo, hi);
-    *v = (int)json_integer_value(x);
-    return DF_OK;
-}
-
 static int nim_create(const char *config_json, void **state)
 {
-    nim c = {.min_stones = 10, .max_stones = 20, .max_turns = 12};
-    json_t *cfg = json_loads(config_json, 0, NULL);
-    int rc = get_int(cfg, "min_stones", 1, 1000, &c.min_stones);
-    if (!rc)
-        rc = get_int(cfg, "max_stones", 1, 1000, &c.max_stones);
-    if (!rc)
-        rc = get_int(cfg, "max_turns", 1, 1000, &c.max_turns);
-    json_decref(cfg);
-    if (!rc && c.min_stones > c.max_stones)
-        rc = df_error(DF_EINVAL, "nim: config.min_stones (%d) is above config.max_stones (%d)", c.min_stones,
-                      c.max_stones);
-    nim *s = rc ? NULL : malloc(sizeof *s);
+    int64_t min_stones = 10, max_stones = 20, max_turns = 12;
+    /* the host's reader: an unknown key, a wrong type or a value out of range is an error */
+    const df_env_option opts[] = {
+        {"min_stones", DF_ENV_OPT_INT, 1, 1000, &min_stones},
+        {"max_stones", DF_ENV_OPT_INT, 1, 1000, &max_stones},
+        {"max_turns", DF_ENV_OPT_INT, 1, 1000, &max_turns},
+    };
+    int rc = df_env_config_read("nim", config_json, opts, 3);
+    if (!rc && min_stones > max_stones)
+        rc = df_error(DF_EINVAL, "nim: config.min_stones (%d) is above config.max_stones (%d)", (int)min_stones,
+                      (int)max_stones);
+    nim *s = rc ? NULL : calloc(1, sizeof *s);
     if (!rc && !s)
         rc = df_error(DF_ENOMEM, "out of memory");
-    if (!rc)
-        *s = c, *state = s;
+    if (!rc) {
+        s->min_stones = (int)min_stones, s->max_stones = (int)max_stones, s->max_turns = (int)max_turns;
+        *state = s;
+    }
     return rc;
 }
 

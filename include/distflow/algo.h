@@ -492,18 +492,26 @@ typedef struct df_policy_loss_input {
                                      distflow/train_config.h), as verl passes its ActorConfig as
                                      `config`: for a loss (a plugin's) that reads settings beyond
                                      the fields above. NULL outside a training job. */
+    const int32_t *response_mask; /**< [offsets[n]] or NULL (every token counts): verl's response_mask,
+                                     1 on the model's own tokens, 0 on tokens a multi-turn rollout
+                                     appended (tool responses, user and environment turns). A 0
+                                     token takes no part: no loss term, gradient 0, not in the
+                                     statistics, nor in gspo's sequence ratio or the covariance
+                                     losses' means and selection (verl masks all of these). */
 } df_policy_loss_input;
 
 typedef struct df_policy_loss_output {
     double loss;              /**< aggregated loss sum_t w_t * pg_loss_t */
     float *grad;              /**< caller-allocated [offsets[n]] or NULL: receives
                                    (overwrites) dloss / dlog_prob[t] */
-    double pg_clipfrac;       /**< plain token mean, see the loss */
-    double pg_clipfrac_lower; /**< plain token mean, see the loss */
-    double ppo_kl;            /**< plain token mean of old_log_prob - log_prob (clamped) */
+    double pg_clipfrac;       /**< token mean, see the loss */
+    double pg_clipfrac_lower; /**< token mean, see the loss */
+    double ppo_kl;            /**< token mean of old_log_prob - log_prob (clamped) */
 } df_policy_loss_output;
 
-/** A policy loss. Statistics are 0 when there are no tokens. */
+/** A policy loss. Every "token mean" of a loss below is over the tokens whose
+ *  response_mask is not 0 (all tokens without a mask), as verl's masked_mean;
+ *  statistics are 0 when there are no such tokens. */
 typedef int (*df_policy_loss_fn)(const df_policy_loss_input *in, df_policy_loss_output *out);
 
 /** Look up by verl name (actor.policy_loss.loss_mode), e.g. "vanilla". Unknown -> DF_EINVAL. */
@@ -600,8 +608,8 @@ DF_API int df_kl_apply_in_reward_masked(const char *type, int64_t n, const int64
  * "gspo" — GSPO (Zheng et al. 2025, arXiv 2507.18071: the objective on the
  * length-normalised sequence ratio s_i), in the token-level stop-gradient form
  * of verl compute_policy_loss_gspo (the paper's GSPO-token variant). Per
- * sample i with n_i > 0 tokens:
- *   s_i     = exp(min(mean_{t in i}(log_prob_t - old_log_prob_t), 10))
+ * sample i with n_i > 0 model tokens:
+ *   s_i     = exp(min(mean_{t in i}(log_prob_t - old_log_prob_t), 10))   (t: i's model tokens)
  *   l_t     = max(-A_t s_i, -A_t clamp(s_i, 1 - clip_ratio_low, 1 + clip_ratio_high))
  *   loss    = sum_t w_t l_t
  *   grad_t  = w_t (-A_t s_i) where l_t takes the unclipped branch and the mean
@@ -653,7 +661,8 @@ DF_API int df_policy_loss_cpgd(const df_policy_loss_input *in, df_policy_loss_ou
 /**
  * Token selection of the covariance losses (Cui et al. 2025, "The Entropy
  * Mechanism of RL for Reasoning LMs", arXiv 2505.22617, §4: Clip-Cov and
- * KL-Cov). For a batch of N tokens, with means over that batch,
+ * KL-Cov). For a batch of N model tokens (response_mask not 0; the others
+ * are never selected), with means over them,
  *   cov_t = (A_t - mean A) (log_prob_t - mean log_prob)
  * kl_cov selects the k = max(floor(kl_cov_ratio N), 1) tokens of largest
  * cov_t; clip_cov selects k = max(floor(clip_cov_ratio N), 1) tokens at random
@@ -670,7 +679,7 @@ DF_API int df_policy_loss_cpgd(const df_policy_loss_input *in, df_policy_loss_ou
 typedef struct df_cov_stats {
     double adv_mean;        /**< token mean of advantages over the batch */
     double logp_mean;       /**< token mean of log_prob over the batch */
-    int64_t n_tokens;       /**< N */
+    int64_t n_tokens;       /**< N (model tokens) */
     int64_t n_select;       /**< tokens selected: min(k, candidates) */
     double key_threshold;   /**< key of the last selected token (kl_cov: cov_t; clip_cov: u_t) */
     int64_t index_threshold;/**< its index, which breaks ties */
@@ -679,7 +688,7 @@ typedef struct df_cov_stats {
 
 /**
  * Selection statistics of `loss_mode` ("clip_cov" or "kl_cov") over all the
- * tokens of `in` (the whole mini-batch; in->cov is ignored and token indices
+ * model tokens of `in` (the whole mini-batch; in->cov is ignored and token indices
  * start at in->token_base). Reads log_prob, old_log_prob, advantages, the
  * ratio of its mode and, for clip_cov, the clip ratios, clip_cov_lb / ub and seed.
  * Errors: DF_EINVAL for another mode, NULL arrays, bad offsets, ratio <= 0;

@@ -54,7 +54,8 @@ DF_API void df_env_step_clear(df_env_step *s);
 typedef struct df_env {
     const char *name; /**< class name ("guess_number"); a plugin's is replaced by its ref */
     /** Make one episode's environment from `config_json` (a JSON object text, never NULL). A bad
-        config is DF_EINVAL naming the config field. Required. */
+        config (an unknown key, a wrong type, a value out of range) is DF_EINVAL naming the key as
+        `config.<key>` (df_env_config_read does all of this). Required. */
     int (*create)(const char *config_json, void **state);
     /** Start an episode: the same seed gives the same episode. *observation is malloc'd: the first
         user message (the task, its rules and the answer format). Required. */
@@ -66,6 +67,33 @@ typedef struct df_env {
     /** Free state. May be NULL (then state must need no freeing). */
     void (*release)(void *state);
 } df_env;
+
+/* ---- reading a class's config ------------------------------------------------------------------ */
+
+/** The kind of value of an environment config option. */
+typedef enum df_env_option_type {
+    DF_ENV_OPT_INT = 1,   /**< a whole number (a JSON integer); value is an int64_t * */
+    DF_ENV_OPT_NUMBER = 2 /**< a finite number (integer or real); value is a double * */
+} df_env_option_type;
+
+/** One key a class reads under its `config:`. */
+typedef struct df_env_option {
+    const char *key;         /**< the key */
+    df_env_option_type type; /**< its kind */
+    double min, max;         /**< the inclusive range of its values */
+    void *value;             /**< where the value goes; left as it is when the key is absent (the default) */
+} df_env_option;
+
+/**
+ * Read an environment config (a create's `config_json`) against the class's options opts[n], for
+ * built-in and plugin classes alike, so that no key is silently ignored. Every key of the object
+ * must be an option's, and every value of the option's kind and within its range. Errors (DF_EINVAL,
+ * starting with "<who>: "): "config is not a JSON object"; "unknown key config.lo (known: low,
+ * high); did you mean 'low'?"; "config.max_turns must be an integer in [1, 1000], got 0" (a NUMBER:
+ * "must be a number in [0, 1], got ..."). A message names the key as `config.<key>`:
+ * df_env_spec_load finds that key in the environment config file and adds its line. DF_ENOMEM.
+ */
+DF_API int df_env_config_read(const char *who, const char *config_json, const df_env_option *opts, int n);
 
 /** The built-in classes (also found by df_env_class_lookup as "guess_number" / "grid_nav"). */
 DF_API extern const df_env df_env_guess_number;
@@ -103,8 +131,10 @@ typedef int (*df_env_plugin_loader)(const char *ref);
  * loader that returns 0 and registers nothing (one that only checks the library file, as
  * `config check` does without running plugin code) leaves out->env NULL: the class is checked, its
  * config is not.
- * Errors name the source: DF_EINVAL (NULL / empty path, bad YAML with its line, no `environment`
- * mapping or no string `name`, a config that is not a mapping, the class's create error),
+ * Errors name the source: DF_EINVAL (NULL / empty path, bad YAML with its line, a key given twice,
+ * a top-level key other than `environment`, a key of `environment` other than name and config, no
+ * `environment` mapping or no string `name`, a config that is not a mapping, the class's create
+ * error, with the file:line:column of the config key it names when the spec is a file),
  * DF_ENOTFOUND (no file, unknown class listing the known ones), load's error. *out is then empty.
  */
 DF_API int df_env_spec_load(const char *environment_path, df_env_plugin_loader load, df_env_spec *out);

@@ -20,6 +20,14 @@ int agent_calculate(const char *expression, char **result);
    non-scalar key, nesting deeper than 64, an empty document), DF_ENOMEM. */
 struct json_t;
 int agent_yaml_load_json(const char *path, struct json_t **out);
+/* yaml_json.c: where the mapping key keys[n - 1] (under keys[0] ... keys[n - 2] from the root) is in
+   the YAML file `path`: *line and *col, 1-based; false when the file or the key cannot be found. For
+   error messages: it leaves df_last_error() as it may have changed it, so save the message first. */
+bool agent_yaml_locate(const char *path, const char *const *keys, int n, int *line, int *col);
+/* yaml_json.c: DF_EINVAL "unknown key 'x' (<holds>); did you mean 'y'?" for the first key of the
+   object o that is not one of choices "a|b|c" (a misspelt key would otherwise be ignored); *bad
+   (bad may be NULL) is then that key, valid while o lives. */
+int agent_known_keys(struct json_t *o, const char *choices, const char *holds, const char **bad);
 /* Load the YAML file `path` and call fn on each entry of its top-level list `key`, stopping at the
  * first failure, which is wrapped with "<what> config <path>: <key>[i] (class_name '...')". */
 int agent_yaml_each(const char *path, const char *key, const char *what,

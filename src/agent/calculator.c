@@ -7,8 +7,10 @@
 #include "agent/agent_internal.h"
 #include "agent/bigint.h"
 #include "util/sbuf.h"
+#include "util/utf8.h"
 
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +20,7 @@
 #define EXACT_DECIMALS 24   /* a fraction whose decimal ends within this many digits is shown exactly */
 #define APPROX_DECIMALS 12
 #define NOT_ALLOWED "unexpected '%s' (only numbers, + - * / and parentheses are allowed)"
+#define QUOTE_BYTES 20 /* of the expression quoted in a message */
 
 /* An exact fraction: (neg ? -1 : 1) * num / den, den > 0, gcd(num, den) = 1, zero not negative. */
 typedef struct frac {
@@ -46,6 +49,29 @@ static int fail(calc *c, const char *fmt, const char *arg)
         snprintf(c->err, sizeof c->err, fmt, arg);
     }
     return -1;
+}
+
+/* fail() quoting the expression from s: at most QUOTE_BYTES, cut between UTF-8 characters (the
+   message goes back to the model as text) and before any byte that is not UTF-8. */
+static int fail_at(calc *c, const char *fmt, const char *s)
+{
+    char q[QUOTE_BYTES + 1];
+    size_t n = df_utf8_prefix(s, QUOTE_BYTES);
+    memcpy(q, s, n);
+    q[n] = '\0';
+    return fail(c, fmt, q);
+}
+
+/* NOT_ALLOWED for the character at s: all of its bytes, or \xNN for a byte that is not UTF-8. */
+static int not_allowed(calc *c, const char *s)
+{
+    char q[8];
+    int k = df_utf8_len((const unsigned char *)s);
+    if (k > 0)
+        memcpy(q, s, (size_t)k), q[k] = '\0';
+    else
+        snprintf(q, sizeof q, "\\x%02X", (unsigned char)s[0]);
+    return fail(c, NOT_ALLOWED, q);
 }
 
 static int oom(calc *c)
@@ -92,7 +118,7 @@ static int number(calc *c, frac *out)
             buf[nd++] = s[n];
     }
     if (!nd || (point && point == n))
-        return fail(c, "a number ends in '.' or is only '.' near '%.20s'", s);
+        return fail_at(c, "a number ends in '.' or is only '.' near '%s'", s);
     c->pos += n;
     size_t decimals = point ? n - point : 0;
     out->neg = false;
@@ -122,7 +148,7 @@ static int primary(calc *c, frac *out)
             return -1;
         skip_space(c);
         if (c->s[c->pos] != ')')
-            return fail(c, "expected ')' at '%.20s'", c->s[c->pos] ? c->s + c->pos : "the end");
+            return fail_at(c, "expected ')' at '%s'", c->s[c->pos] ? c->s + c->pos : "the end");
         c->pos++;
         c->depth--;
         return 0;
@@ -131,7 +157,7 @@ static int primary(calc *c, frac *out)
         return number(c, out);
     if (!ch)
         return fail(c, "the expression ends where a number or '(' is expected%s", "");
-    return fail(c, NOT_ALLOWED, (char[2]){ch, 0});
+    return not_allowed(c, c->s + c->pos);
 }
 
 static int unary(calc *c, frac *out)
@@ -261,11 +287,11 @@ int agent_calculate(const char *expression, char **result)
     if (!c.s[c.pos])
         fail(&c, "the expression is empty%s", "");
     else if (!expr(&c, &v) && c.s[c.pos] == ')')
-        fail(&c, "unbalanced ')' at '%.20s'", c.s + c.pos);
+        fail_at(&c, "unbalanced ')' at '%s'", c.s + c.pos);
     else if (!c.rc && c.s[c.pos] && strchr("0123456789.(", c.s[c.pos]))
-        fail(&c, "unexpected text at '%.20s' (an operator is missing)", c.s + c.pos);
+        fail_at(&c, "unexpected text at '%s' (an operator is missing)", c.s + c.pos);
     else if (!c.rc && c.s[c.pos])
-        fail(&c, NOT_ALLOWED, (char[2]){c.s[c.pos], 0});
+        not_allowed(&c, c.s + c.pos);
     df_sbuf b = {0};
     int rc = c.rc;
     if (!rc)

@@ -10,7 +10,7 @@
 #include "util/sbuf.h"
 
 #include <ctype.h>
-#include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -25,42 +25,21 @@ typedef struct grid_state {
     bool done, started;
 } grid_state;
 
-static int get_int(json_t *o, const char *key, int lo, int hi, int *v)
-{
-    json_t *x = json_object_get(o, key);
-    if (!x)
-        return DF_OK;
-    if (!json_is_integer(x) || json_integer_value(x) < lo || json_integer_value(x) > hi)
-        return df_error(DF_EINVAL, "grid_nav: config.%s must be an integer in [%d, %d]", key, lo, hi);
-    *v = (int)json_integer_value(x);
-    return DF_OK;
-}
-
 static int parse_config(const char *config_json, grid_state *s)
 {
-    s->size = 5, s->walls = 4, s->max_turns = 20, s->turn_penalty = 0.05;
-    json_t *o = json_loads(config_json, 0, NULL);
-    int rc = json_is_object(o) ? DF_OK : df_error(DF_EINVAL, "grid_nav: config is not a JSON object");
-    const char *key;
-    json_t *val;
-    json_object_foreach(o, key, val) {
-        if (!rc && strcmp(key, "size") && strcmp(key, "walls") && strcmp(key, "max_turns") &&
-            strcmp(key, "turn_penalty"))
-            rc = df_error(DF_EINVAL, "grid_nav: unknown config key '%s' (known: size, walls, max_turns, "
-                                     "turn_penalty)", key);
-    }
-    if (!rc)
-        rc = get_int(o, "size", 3, GRID_MAX, &s->size);
-    if (!rc)
-        rc = get_int(o, "walls", 0, (s->size * s->size) / 3, &s->walls);
-    if (!rc)
-        rc = get_int(o, "max_turns", 1, 1000, &s->max_turns);
-    json_t *p = json_object_get(o, "turn_penalty");
-    if (!rc && p && (!json_is_number(p) || json_number_value(p) < 0 || json_number_value(p) > 1))
-        rc = df_error(DF_EINVAL, "grid_nav: config.turn_penalty must be a number in [0, 1]");
-    else if (!rc && p)
-        s->turn_penalty = json_number_value(p);
-    json_decref(o);
+    int64_t size = 5, walls = 4, max_turns = 20;
+    s->turn_penalty = 0.05;
+    const df_env_option opts[] = {
+        {"size", DF_ENV_OPT_INT, 3, GRID_MAX, &size},
+        {"walls", DF_ENV_OPT_INT, 0, GRID_MAX * GRID_MAX / 3, &walls},
+        {"max_turns", DF_ENV_OPT_INT, 1, 1000, &max_turns},
+        {"turn_penalty", DF_ENV_OPT_NUMBER, 0, 1, &s->turn_penalty},
+    };
+    int rc = df_env_config_read("grid_nav", config_json, opts, (int)(sizeof opts / sizeof *opts));
+    if (!rc && walls > size * size / 3) /* a third of the cells at most leaves room for a path */
+        rc = df_error(DF_EINVAL, "grid_nav: config.walls must be an integer in [0, %lld], got %lld",
+                      (long long)(size * size / 3), (long long)walls);
+    s->size = (int)size, s->walls = (int)walls, s->max_turns = (int)max_turns;
     return rc;
 }
 

@@ -12,7 +12,6 @@
 
 #include <ctype.h>
 #include <errno.h>
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,57 +30,20 @@ typedef struct guess_state {
 
 /* ---- config ------------------------------------------------------------------------------------- */
 
-static int config_int(json_t *o, const char *key, int64_t lo, int64_t hi, int64_t *v)
-{
-    json_t *x = json_object_get(o, key);
-    if (!x)
-        return DF_OK;
-    if (!json_is_integer(x) || json_integer_value(x) < lo || json_integer_value(x) > hi)
-        return df_error(DF_EINVAL, "guess_number: config.%s must be an integer in [%lld, %lld]", key,
-                        (long long)lo, (long long)hi);
-    *v = json_integer_value(x);
-    return DF_OK;
-}
-
 static int parse_config(const char *config_json, guess_config *c)
 {
     *c = (guess_config){.low = 1, .high = 100, .max_turns = 10, .turn_penalty = 0.05};
-    json_error_t jerr;
-    json_t *o = json_loads(config_json, 0, &jerr);
-    if (!json_is_object(o)) {
-        json_decref(o);
-        return df_error(DF_EINVAL, "guess_number: config is not a JSON object");
-    }
-    static const char *const known[] = {"low", "high", "max_turns", "turn_penalty"};
-    const char *key;
-    json_t *val;
-    int rc = DF_OK;
-    json_object_foreach(o, key, val) {
-        size_t k = 0;
-        while (k < 4 && strcmp(key, known[k]))
-            k++;
-        if (k == 4 && !rc)
-            rc = df_error(DF_EINVAL, "guess_number: unknown config key '%s' (known: low, high, max_turns, "
-                                     "turn_penalty)", key);
-    }
-    const int64_t lim = 1000000000; /* keeps every difference and message well inside int64 */
-    if (!rc)
-        rc = config_int(o, "low", -lim, lim, &c->low);
-    if (!rc)
-        rc = config_int(o, "high", -lim, lim, &c->high);
-    if (!rc)
-        rc = config_int(o, "max_turns", 1, 1000, &c->max_turns);
-    json_t *p = json_object_get(o, "turn_penalty");
-    if (!rc && p) {
-        if (!json_is_number(p) || json_number_value(p) < 0 || json_number_value(p) > 1)
-            rc = df_error(DF_EINVAL, "guess_number: config.turn_penalty must be a number in [0, 1]");
-        else
-            c->turn_penalty = json_number_value(p);
-    }
+    const double lim = 1e9; /* keeps every difference and message well inside int64 */
+    const df_env_option opts[] = {
+        {"low", DF_ENV_OPT_INT, -lim, lim, &c->low},
+        {"high", DF_ENV_OPT_INT, -lim, lim, &c->high},
+        {"max_turns", DF_ENV_OPT_INT, 1, 1000, &c->max_turns},
+        {"turn_penalty", DF_ENV_OPT_NUMBER, 0, 1, &c->turn_penalty},
+    };
+    int rc = df_env_config_read("guess_number", config_json, opts, (int)(sizeof opts / sizeof *opts));
     if (!rc && c->low >= c->high)
         rc = df_error(DF_EINVAL, "guess_number: config.low (%lld) must be below config.high (%lld)",
                       (long long)c->low, (long long)c->high);
-    json_decref(o);
     return rc;
 }
 

@@ -116,6 +116,9 @@ static int load_entry(df_interaction_set *set, json_t *e, df_tool_plugin_loader 
         return df_error(DF_EINVAL, "is not a mapping");
     json_t *cls = json_object_get(e, "class_name"), *name = json_object_get(e, "name");
     json_t *cfg = json_object_get(e, "config");
+    int rc = agent_known_keys(e, "name|class_name|config", "an entry holds name, class_name, config", NULL);
+    if (rc)
+        return rc;
     if (!json_is_string(cls))
         return df_error(DF_EINVAL, "has no class_name");
     if (name && !json_is_null(name) && (!json_is_string(name) || !json_string_length(name)))
@@ -123,7 +126,7 @@ static int load_entry(df_interaction_set *set, json_t *e, df_tool_plugin_loader 
     if (cfg && !json_is_null(cfg) && !json_is_object(cfg))
         return df_error(DF_EINVAL, "config is not a mapping");
     const df_interaction *vt = NULL;
-    int rc = agent_interaction_class_resolve(json_string_value(cls), load, &vt);
+    rc = agent_interaction_class_resolve(json_string_value(cls), load, &vt);
     if (rc)
         return rc;
     char *nm = json_is_string(name) ? strdup(json_string_value(name)) : default_name(json_string_value(cls));

@@ -158,6 +158,9 @@ static int load_entry(df_tool_set *set, json_t *entry, df_tool_plugin_loader loa
         return df_error(DF_EINVAL, "is not a mapping");
     json_t *cls = json_object_get(entry, "class_name"), *cfg = json_object_get(entry, "config");
     json_t *schema = json_object_get(entry, "tool_schema");
+    int rc = agent_known_keys(entry, "class_name|config|tool_schema", "an entry holds class_name, config, tool_schema", NULL);
+    if (rc)
+        return rc;
     if (!json_is_string(cls))
         return df_error(DF_EINVAL, "has no class_name");
     if (cfg && !json_is_null(cfg) && !json_is_object(cfg))
@@ -172,7 +175,7 @@ static int load_entry(df_tool_set *set, json_t *entry, df_tool_plugin_loader loa
     if (strcmp(t, "native"))
         return df_error(DF_EINVAL, "unknown config.type '%s' (native, mcp, benchmax)", t);
     const df_tool *vt = NULL;
-    int rc = agent_tool_class_resolve(json_string_value(cls), load, &vt);
+    rc = agent_tool_class_resolve(json_string_value(cls), load, &vt);
     if (rc)
         return rc;
     char *cfg_text = json_is_object(cfg) ? json_dumps(cfg, JSON_COMPACT | JSON_PRESERVE_ORDER) : strdup("{}");

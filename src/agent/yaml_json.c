@@ -3,11 +3,13 @@
  * API resolves anchors and aliases; the depth bound keeps an alias cycle from recursing forever. */
 #include "agent/agent_internal.h"
 
+#include "config/config_internal.h"
 #include "config/yaml_guard.h"
 #include "util/fsutil.h"
 
 #include <errno.h>
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <yaml.h>
@@ -92,9 +94,16 @@ static int convert(conv *c, yaml_node_t *n, int depth, json_t **out)
                 rc = at(c, k, DF_EINVAL, "a mapping key that is not a scalar");
                 break;
             }
+            const char *key = (const char *)k->data.scalar.value;
+            if (json_object_get(v, key)) { /* libyaml keeps both; JSON would keep the last silently */
+                char what[160];
+                snprintf(what, sizeof what, "the key '%.100s' appears twice in one mapping", key);
+                rc = at(c, k, DF_EINVAL, what);
+                break;
+            }
             json_t *val = NULL;
             rc = convert(c, yaml_document_get_node(c->doc, p->value), depth + 1, &val);
-            if (!rc && json_object_set_new(v, (const char *)k->data.scalar.value, val))
+            if (!rc && json_object_set_new(v, key, val))
                 rc = at(c, k, DF_EINVAL, "a mapping key that is not valid UTF-8");
         }
     }
@@ -140,6 +149,72 @@ int agent_yaml_load_json(const char *path, json_t **out)
     return rc;
 }
 
+/* The key node of keys[0..n) from `root`, each a mapping key under the last; NULL when absent. */
+static yaml_node_t *find_key(yaml_document_t *doc, yaml_node_t *node, const char *const *keys, int n)
+{
+    yaml_node_t *key = NULL;
+    for (int i = 0; i < n; i++) {
+        if (!node || node->type != YAML_MAPPING_NODE)
+            return NULL;
+        yaml_node_t *next = NULL;
+        for (yaml_node_pair_t *p = node->data.mapping.pairs.start; p < node->data.mapping.pairs.top; p++) {
+            yaml_node_t *k = yaml_document_get_node(doc, p->key);
+            if (k && k->type == YAML_SCALAR_NODE && !strcmp((const char *)k->data.scalar.value, keys[i])) {
+                key = k, next = yaml_document_get_node(doc, p->value);
+                break;
+            }
+        }
+        if (!next)
+            return NULL;
+        node = next;
+    }
+    return key;
+}
+
+bool agent_yaml_locate(const char *path, const char *const *keys, int n, int *line, int *col)
+{
+    char *text = NULL;
+    size_t len = 0;
+    yaml_parser_t p;
+    yaml_document_t doc;
+    bool found = false;
+    if (df_read_file(path, &text, &len))
+        return false;
+    if (!df_yaml_check_text(text, len, path) && yaml_parser_initialize(&p)) {
+        yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
+        if (yaml_parser_load(&p, &doc)) {
+            yaml_node_t *k = find_key(&doc, yaml_document_get_root_node(&doc), keys, n);
+            if ((found = k != NULL))
+                *line = (int)k->start_mark.line + 1, *col = (int)k->start_mark.column + 1;
+            yaml_document_delete(&doc);
+        }
+        yaml_parser_delete(&p);
+    }
+    free(text);
+    return found;
+}
+
+int agent_known_keys(json_t *o, const char *choices, const char *holds, const char **bad)
+{
+    const char *key;
+    json_t *val;
+    json_object_foreach(o, key, val) {
+        size_t n = strlen(key);
+        bool known = false;
+        for (const char *p = choices; *p && !known; p += strcspn(p, "|"), p += *p == '|')
+            known = strcspn(p, "|") == n && !strncmp(p, key, n);
+        if (known)
+            continue;
+        char near[64];
+        bool hint = cfg_suggest_choice(choices, key, near, sizeof near);
+        if (bad)
+            *bad = key;
+        return df_error(DF_EINVAL, "unknown key '%.100s' (%s)%s%s%s", key, holds, hint ? "; did you mean '" : "",
+                        hint ? near : "", hint ? "'?" : "");
+    }
+    return DF_OK;
+}
+
 int agent_yaml_each(const char *path, const char *key, const char *what,
                     int (*fn)(void *user, json_t *entry), void *user)
 {
@@ -148,8 +223,12 @@ int agent_yaml_each(const char *path, const char *key, const char *what,
     if (rc)
         return df_error_wrap(rc, "%s config", what);
     json_t *list = json_object_get(root, key);
+    char holds[64];
+    snprintf(holds, sizeof holds, "the file holds `%s:` only", key);
     if (!json_is_array(list))
         rc = df_error(DF_EINVAL, "%s config %s: no `%s:` list at the top level", what, path, key);
+    else if ((rc = agent_known_keys(root, key, holds, NULL)))
+        df_error_wrap(rc, "%s config %s", what, path);
     for (size_t i = 0; !rc && i < json_array_size(list); i++) {
         json_t *e = json_array_get(list, i), *cls = json_object_get(e, "class_name");
         if ((rc = fn(user, e)))

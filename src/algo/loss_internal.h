@@ -20,6 +20,25 @@ int df_loss_check_input(const char *who, const df_policy_loss_input *in, const d
 /* DF_EINVAL unless both clip ratios are >= 0 (NaN included). */
 int df_loss_check_clip(const char *who, const df_policy_loss_input *in);
 
+/* Whether token t is the model's (response_mask not 0, or no mask): only those enter a loss. */
+static inline bool df_loss_model_token(const df_policy_loss_input *in, int64_t t)
+{
+    return !in->response_mask || in->response_mask[t] != 0;
+}
+
+/* Token t is not the model's: it takes no part, and its gradient (grad may be NULL) is 0. */
+static inline bool df_loss_skip_token(const df_policy_loss_input *in, int64_t t, float *grad)
+{
+    if (df_loss_model_token(in, t))
+        return false;
+    if (grad)
+        grad[t] = 0.0f;
+    return true;
+}
+
+/* Mean of a statistic summed over n model tokens (0 for none), as verl's masked_mean. */
+static inline double df_loss_token_mean(double sum, int64_t n) { return n ? sum / (double)n : 0.0; }
+
 /* Clamp a log-ratio to +-DF_LOSS_LOG_RATIO_CLAMP (NaN stays NaN). */
 static inline double df_loss_clamp(double x)
 {

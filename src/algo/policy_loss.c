@@ -104,8 +104,11 @@ int df_policy_loss_vanilla(const df_policy_loss_input *in, df_policy_loss_output
         return rc;
     const int64_t T = in->offsets[in->n];
     double loss = 0, kl = 0;
-    int64_t n_clip = 0, n_lower = 0;
+    int64_t n_clip = 0, n_lower = 0, n_model = 0;
     for (int64_t t = 0; t < T; t++) {
+        if (df_loss_skip_token(in, t, out->grad)) /* an appended tool / user token */
+            continue;
+        n_model++;
         ppo_token o = vanilla_token(in->log_prob[t], in->old_log_prob[t], in->advantages[t],
                                     in->clip_ratio_low, in->clip_ratio_high, in->clip_ratio_c);
         loss += (double)in->weights[t] * o.loss;
@@ -116,8 +119,8 @@ int df_policy_loss_vanilla(const df_policy_loss_input *in, df_policy_loss_output
             out->grad[t] = (float)((double)in->weights[t] * o.grad);
     }
     out->loss = loss;
-    out->ppo_kl = T ? kl / (double)T : 0.0;
-    out->pg_clipfrac = T ? (double)n_clip / (double)T : 0.0;
-    out->pg_clipfrac_lower = T ? (double)n_lower / (double)T : 0.0;
+    out->ppo_kl = df_loss_token_mean(kl, n_model);
+    out->pg_clipfrac = df_loss_token_mean((double)n_clip, n_model);
+    out->pg_clipfrac_lower = df_loss_token_mean((double)n_lower, n_model);
     return DF_OK;
 }

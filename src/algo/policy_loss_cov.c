@@ -86,21 +86,26 @@ static int compute_stats(int kind, const df_policy_loss_input *in, df_cov_stats 
     const int64_t T = in->offsets[in->n];
     memset(st, 0, sizeof *st);
     st->kind = kind;
-    st->n_tokens = T;
-    if (T == 0)
-        return DF_OK;
     double sa = 0, sl = 0;
-    for (int64_t t = 0; t < T; t++) {
-        sa += in->advantages[t];
-        sl += in->log_prob[t];
-    }
-    st->adv_mean = sa / (double)T;
-    st->logp_mean = sl / (double)T;
-    sel_key *keys = malloc((size_t)T * sizeof *keys);
+    int64_t n = 0; /* model tokens: verl's means, k and candidates are over response_mask */
+    for (int64_t t = 0; t < T; t++)
+        if (df_loss_model_token(in, t)) {
+            sa += in->advantages[t];
+            sl += in->log_prob[t];
+            n++;
+        }
+    st->n_tokens = n;
+    if (n == 0)
+        return DF_OK;
+    st->adv_mean = sa / (double)n;
+    st->logp_mean = sl / (double)n;
+    sel_key *keys = malloc((size_t)n * sizeof *keys);
     if (!keys)
         return df_error(DF_ENOMEM, "out of memory for %lld covariance keys", (long long)T);
     int64_t nc = 0;
     for (int64_t t = 0; t < T; t++) {
+        if (!df_loss_model_token(in, t))
+            continue;
         double l1, l2, d;
         bool live, clipped = kind == KIND_CLIP && ppo_clipped(in, t, &l1, &l2, &d, &live);
         if (candidate_key(kind, in, st->adv_mean, st->logp_mean, t, clipped, &keys[nc].key))
@@ -108,7 +113,7 @@ static int compute_stats(int kind, const df_policy_loss_input *in, df_cov_stats 
     }
     /* verl: max(int(ratio * n_valid), 1), int() truncating the double product */
     double ratio = kind == KIND_CLIP ? in->clip_cov_ratio : in->kl_cov_ratio;
-    int64_t k = (int64_t)(ratio * (double)T);
+    int64_t k = (int64_t)(ratio * (double)n);
     k = k < 1 ? 1 : k;
     st->n_select = k < nc ? k : nc;
     if (st->n_select > 0) {
@@ -171,8 +176,11 @@ int df_policy_loss_clip_cov(const df_policy_loss_input *in, df_policy_loss_outpu
         return rc;
     const int64_t T = in->offsets[in->n];
     double loss = 0, kl = 0;
-    int64_t n_sel = 0;
+    int64_t n_sel = 0, n_model = 0;
     for (int64_t t = 0; t < T; t++) {
+        if (df_loss_skip_token(in, t, out->grad))
+            continue;
+        n_model++;
         double l1, l2, d, w = in->weights[t];
         bool live, clipped = ppo_clipped(in, t, &l1, &l2, &d, &live);
         bool sel = selected(KIND_CLIP, in, st, t, clipped);
@@ -184,8 +192,8 @@ int df_policy_loss_clip_cov(const df_policy_loss_input *in, df_policy_loss_outpu
             out->grad[t] = (float)(!sel && !clipped && live ? w * l1 : 0.0);
     }
     out->loss = loss;
-    out->ppo_kl = T ? kl / (double)T : 0.0;
-    out->pg_clipfrac = T ? (double)n_sel / (double)T : 0.0;
+    out->ppo_kl = df_loss_token_mean(kl, n_model);
+    out->pg_clipfrac = df_loss_token_mean((double)n_sel, n_model);
     out->pg_clipfrac_lower = 0.0;
     return DF_OK;
 }
@@ -201,7 +209,11 @@ int df_policy_loss_kl_cov(const df_policy_loss_input *in, df_policy_loss_output 
         return rc;
     const int64_t T = in->offsets[in->n];
     double loss = 0, kl_abs = 0;
+    int64_t n_model = 0;
     for (int64_t t = 0; t < T; t++) {
+        if (df_loss_skip_token(in, t, out->grad))
+            continue;
+        n_model++;
         bool live;
         double d = df_loss_clamp_log_ratio((double)in->log_prob[t] - (double)in->old_log_prob[t], &live);
         double A = in->advantages[t], w = in->weights[t], r = exp(d);
@@ -213,7 +225,7 @@ int df_policy_loss_kl_cov(const df_policy_loss_input *in, df_policy_loss_output 
             out->grad[t] = (float)(live ? w * (-A * r + pen * (double)((d > 0) - (d < 0))) : 0.0);
     }
     out->loss = loss;
-    out->ppo_kl = T ? kl_abs / (double)T : 0.0;
+    out->ppo_kl = df_loss_token_mean(kl_abs, n_model);
     out->pg_clipfrac = 0.0;
     out->pg_clipfrac_lower = 0.0;
     return DF_OK;

@@ -32,29 +32,34 @@ int df_loss_check_clip(const char *who, const df_policy_loss_input *in)
     return DF_OK;
 }
 
-/* Statistics of a loss: token means over this call's tokens. */
+/* Statistics of a loss: token means over this call's model tokens (n_model of them). */
 typedef struct {
-    double loss;
-    int64_t n_clip;
+    double loss, kl;
+    int64_t n_clip, n_model;
 } loss_sums;
 
-static void finish(const loss_sums *s, int64_t T, double kl_sum, df_policy_loss_output *out)
+static void finish(const loss_sums *s, df_policy_loss_output *out)
 {
     out->loss = s->loss;
-    out->ppo_kl = T ? kl_sum / (double)T : 0.0;
-    out->pg_clipfrac = T ? (double)s->n_clip / (double)T : 0.0;
+    out->ppo_kl = df_loss_token_mean(s->kl, s->n_model);
+    out->pg_clipfrac = df_loss_token_mean((double)s->n_clip, s->n_model);
     out->pg_clipfrac_lower = 0.0;
 }
 
 /* ---------------------------------------------------------------- gspo */
 
-/* Mean log-ratio of tokens [a, b) (b > a). */
-static double seq_log_ratio(const df_policy_loss_input *in, int64_t a, int64_t b)
+/* Mean log-ratio of the model tokens of [a, b) into *x; false when there are none. */
+static bool seq_log_ratio(const df_policy_loss_input *in, int64_t a, int64_t b, double *x)
 {
     double s = 0;
+    int64_t n = 0;
     for (int64_t t = a; t < b; t++)
-        s += (double)in->log_prob[t] - (double)in->old_log_prob[t];
-    return s / (double)(b - a);
+        if (df_loss_model_token(in, t)) {
+            s += (double)in->log_prob[t] - (double)in->old_log_prob[t];
+            n++;
+        }
+    *x = n ? s / (double)n : 0.0;
+    return n > 0;
 }
 
 int df_policy_loss_gspo(const df_policy_loss_input *in, df_policy_loss_output *out)
@@ -66,27 +71,32 @@ int df_policy_loss_gspo(const df_policy_loss_input *in, df_policy_loss_output *o
         return rc;
     const double lo = 1.0 - in->clip_ratio_low, hi = 1.0 + in->clip_ratio_high;
     loss_sums s = {0};
-    double kl = 0;
     for (int64_t i = 0; i < in->n; i++) {
         int64_t a = in->offsets[i], b = in->offsets[i + 1];
-        if (a == b)
+        double x;
+        if (!seq_log_ratio(in, a, b, &x)) { /* no model token: nothing to train */
+            for (int64_t t = a; t < b; t++)
+                df_loss_skip_token(in, t, out->grad);
             continue;
-        double x = seq_log_ratio(in, a, b);
+        }
         bool live = x <= GSPO_LOG_RATIO_MAX; /* the clamp stops the gradient above it */
         double sr = exp(live ? x : GSPO_LOG_RATIO_MAX);
         double sc = fmin(fmax(sr, lo), hi);
         for (int64_t t = a; t < b; t++) {
+            if (df_loss_skip_token(in, t, out->grad))
+                continue;
             double A = in->advantages[t], w = in->weights[t];
             double l1 = -A * sr, l2 = -A * sc;
             bool clipped = l2 > l1;
             s.loss += w * (clipped ? l2 : l1);
             s.n_clip += clipped;
-            kl += (double)in->old_log_prob[t] - (double)in->log_prob[t];
+            s.n_model++;
+            s.kl += (double)in->old_log_prob[t] - (double)in->log_prob[t];
             if (out->grad)
                 out->grad[t] = (float)(live && !clipped ? w * l1 : 0.0);
         }
     }
-    finish(&s, in->offsets[in->n], kl, out);
+    finish(&s, out);
     return DF_OK;
 }
 
@@ -100,13 +110,15 @@ int df_policy_loss_gpg(const df_policy_loss_input *in, df_policy_loss_output *ou
     const int64_t T = in->offsets[in->n];
     double loss = 0;
     for (int64_t t = 0; t < T; t++) {
+        if (df_loss_skip_token(in, t, out->grad))
+            continue;
         double A = in->advantages[t], w = in->weights[t];
         loss += w * (-A * (double)in->log_prob[t]);
         if (out->grad)
             out->grad[t] = (float)(-w * A);
     }
     loss_sums s = {.loss = loss};
-    finish(&s, 0, 0.0, out); /* verl reports no statistics for gpg */
+    finish(&s, out); /* verl reports no statistics for gpg */
     return DF_OK;
 }
 
@@ -147,8 +159,9 @@ int df_policy_loss_cpgd(const df_policy_loss_input *in, df_policy_loss_output *o
     const double alpha = in->policy_drift_coeff;
     const int64_t T = in->offsets[in->n];
     loss_sums s = {0};
-    double kl = 0;
     for (int64_t t = 0; t < T; t++) {
+        if (df_loss_skip_token(in, t, out->grad))
+            continue;
         bool live;
         double d = df_loss_clamp_log_ratio((double)in->log_prob[t] - (double)in->old_log_prob[t], &live);
         double A = in->advantages[t], w = in->weights[t];
@@ -158,10 +171,11 @@ int df_policy_loss_cpgd(const df_policy_loss_input *in, df_policy_loss_output *o
         double dD = 0, D = alpha != 0 ? cpgd_drift(d, in->cpgd_drift_clip, &dD) : 0.0;
         s.loss += w * (pg + alpha * D);
         s.n_clip += clipped;
-        kl -= d;
+        s.n_model++;
+        s.kl -= d;
         if (out->grad)
             out->grad[t] = (float)(live ? w * ((clipped ? 0.0 : -A) + alpha * dD) : 0.0);
     }
-    finish(&s, T, kl, out);
+    finish(&s, out);
     return DF_OK;
 }

@@ -68,8 +68,14 @@ int df_cmd_eval(int argc, char **argv)
         rc = df_dataset_load(&data, 1, &dopt, &ds);
     if (!rc && limit > 0 && df_dataset_head(ds, limit) < 0)
         rc = DF_ENOMEM;
+    df_agent_config agent = {.max_assistant_turns = max_turns, .max_user_turns = max_user_turns,
+                             .max_prompt_length = max_prompt};
+    bool multi = tool_cfg || ia_cfg;
+    if (!rc && multi)
+        rc = df_agent_config_load(&agent, tool_cfg, ia_cfg, df_plugin_tool, df_plugin_interaction, NULL);
+    /* measured as the agent loop renders them: with the tools' schemas in the system prompt */
     if (!rc)
-        rc = df_prompts_encode(ds, tok, &pc);
+        rc = df_prompts_encode_rerendered(ds, tok, multi, agent.tools_json, &pc);
     if (!rc)
         rc = df_prompts_limit(ds, &pc, max_prompt, true, "error", &dropped);
     if (!rc && dropped)
@@ -83,9 +89,7 @@ int df_cmd_eval(int argc, char **argv)
     if (!rc && output && !(dump = open_memstream(&dump_buf, &dump_len)))
         rc = df_error(DF_ENOMEM, "out of memory collecting the responses for %s", output);
     df_eval_opts o = {.n = n, .seed = (uint64_t)seed, .batch_prompts = batch, .label = "eval", .dump = dump};
-    df_agent_config agent = {.max_assistant_turns = max_turns, .max_user_turns = max_user_turns};
-    bool multi = tool_cfg || ia_cfg;
-    if (!rc && multi && !(rc = df_agent_config_load(&agent, tool_cfg, ia_cfg, df_plugin_tool, df_plugin_interaction, NULL)))
+    if (multi)
         o.agent = &agent;
     df_sampling_params_defaults(&o.sp);
     o.sp.greedy = temperature <= 0;

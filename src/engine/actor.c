@@ -127,9 +127,10 @@ enum { S_PG_LOSS, S_KL_LOSS, S_ENTROPY, S_CLIPFRAC, S_CLIPFRAC_LOWER, S_PPO_KL, 
 static const char *const SUM_NAMES[N_SUMS] = {"pg_loss", "kl_loss", "entropy_loss", "pg_clipfrac",
                                               "pg_clipfrac_lower", "ppo_kl"};
 
-/* The policy loss of one micro-batch (n samples from token `base` of b) into *st. */
-static int policy_loss(df_actor *a, const df_batch *b, int64_t n, const int64_t *offs,
-                       int64_t base, const float *logp, df_policy_loss_output *st)
+/* The policy loss of one micro-batch (n samples from token `base` of b, response mask `mask` from
+   there or NULL) into *st. */
+static int policy_loss(df_actor *a, const df_batch *b, int64_t n, const int64_t *offs, int64_t base,
+                       const int32_t *mask, const float *logp, df_policy_loss_output *st)
 {
     const df_actor_params *p = &a->p;
     const df_actor_loss *l = &p->loss;
@@ -157,7 +158,8 @@ static int policy_loss(df_actor *a, const df_batch *b, int64_t n, const int64_t 
                                .cpgd_drift_clip = l->cpgd_drift_clip,
                                .clip_cov_ratio = l->clip_cov_ratio, .clip_cov_lb = l->clip_cov_lb,
                                .clip_cov_ub = l->clip_cov_ub, .kl_cov_ratio = l->kl_cov_ratio,
-                               .ppo_kl_coef = l->ppo_kl_coef, .seed = key, .config = l->config};
+                               .ppo_kl_coef = l->ppo_kl_coef, .seed = key, .config = l->config,
+                               .response_mask = mask};
     return a->loss_fn(&in, st);
 }
 
@@ -189,7 +191,7 @@ static int ppo_micro(void *user, const df_batch *b, int64_t s, int64_t e, int64_
                                         global_seqs, l->loss_agg_norm_length, w);
     df_policy_loss_output st = {.grad = dlogp};
     if (!rc)
-        rc = policy_loss(a, b, e - s, offs, base, logp, &st);
+        rc = policy_loss(a, b, e - s, offs, base, mask, logp, &st);
     double kl = 0, ent_loss = 0;
     if (!rc && p->use_kl_loss) {
         const float *ref = df_batch_column(b, "ref_log_prob")->data;
@@ -205,7 +207,8 @@ static int ppo_micro(void *user, const df_batch *b, int64_t s, int64_t e, int64_
     if (rc)
         return rc;
     /* Losses are normalised by the mini-batch totals, so summing over micro-batches
-       gives the mini-batch loss; statistics are token means, weighted by tokens. */
+       gives the mini-batch loss; statistics are means over the model tokens (the loss
+       masks them), weighted by those tokens. */
     int64_t n_model;
     df_loss_agg_count_masked(e - s, offs, mask, &n_model, NULL);
     double frac = (double)n_model / (double)global_tokens;

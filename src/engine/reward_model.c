@@ -28,7 +28,9 @@ int df_reward_model_create(df_model *model, const df_reward_model_params *p, df_
     rm->p = *p;
     df_core_optim none = {0};
     int rc = df_train_core_init(&rm->c, model, &none, false, 0, "reward model");
-    if (!rc && (rc = df_train_core_set_precision(&rm->c, p->bf16, false)))
+    /* bf16: frozen, so only the bf16 copy of the matmul weights is kept (verl loads its reward
+       model in bf16), made at the first score as the reference's */
+    if (!rc && (rc = df_train_core_set_precision(&rm->c, p->bf16, p->bf16)))
         rm->c.model = NULL; /* the caller keeps it */
     if (rc) {
         df_reward_model_free(rm);
@@ -75,6 +77,8 @@ const df_model *df_reward_model_model(const df_reward_model *rm)
 {
     return rm->c.model;
 }
+
+bool df_reward_model_bf16(const df_reward_model *rm) { return rm->c.bf16; }
 
 /*
  * The sequences as a batch the core packs: prompt_ids = the whole sequence and a

@@ -23,7 +23,11 @@ typedef struct df_reward_model_params {
     int64_t max_token_len;    /* packed tokens per forward when > 0 (use_dynamic_bsz:
                                  forward_max_token_len_per_gpu), counting one token more per
                                  sequence than it has (reward_model.c); a longer one runs alone */
-    bool bf16;                /* bf16 matmuls (DF_ACTS_BF16); refused where the CPU has none */
+    bool bf16;                /* bf16 matmuls (DF_ACTS_BF16) from a bf16-only copy of the layers'
+                                 matmul weights (df_train_core_set_precision's bf16_only: the
+                                 float32 ones are released at the first score); refused where
+                                 the CPU has none (reward_model.model.fsdp_config.mixed_precision
+                                 .param_dtype) */
 } df_reward_model_params;
 
 typedef struct df_reward_model df_reward_model;
@@ -44,6 +48,8 @@ void df_reward_model_free(df_reward_model *rm);
 /** Run on backend `be` (trainer.device), before the first score. */
 int df_reward_model_set_backend(df_reward_model *rm, const df_backend *be);
 const df_model *df_reward_model_model(const df_reward_model *rm);
+/** Whether it computes in bf16 (its params' bf16, accepted by df_train_core_set_precision). */
+bool df_reward_model_bf16(const df_reward_model *rm);
 
 /**
  * scores[i] = the head's output at the last token of sequence i, for n sequences whose

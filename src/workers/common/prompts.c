@@ -20,7 +20,39 @@ int df_prompts_render(const df_dataset *ds, int64_t i, const df_tokenizer *tok,
     return rc;
 }
 
+int df_prompts_encode_json(const df_tokenizer *tok, const char *messages_json, const char *tools_json,
+                           int32_t **ids, int64_t *n)
+{
+    char *text = NULL;
+    int rc = df_tokenizer_apply_chat_template_json(tok, messages_json, tools_json, true, NULL, &text);
+    if (!rc)
+        rc = df_tokenizer_encode(tok, text, false, ids, n);
+    free(text);
+    return rc;
+}
+
+/* Row i's prompt ids: its messages rendered as the single-turn rollout sees them, or (rerender)
+   its raw_prompt as the multi-turn agent loop renders it, with `tools`. */
+static int encode_row(const df_dataset *ds, int64_t i, const df_tokenizer *tok, bool rerender, const char *tools,
+                      int32_t **ids, int64_t *n)
+{
+    if (rerender)
+        return df_prompts_encode_json(tok, df_dataset_raw_prompt(ds, i), tools, ids, n);
+    char *text = NULL;
+    int rc = df_prompts_render(ds, i, tok, true, &text);
+    if (!rc)
+        rc = df_tokenizer_encode(tok, text, false, ids, n);
+    free(text);
+    return rc;
+}
+
 int df_prompts_encode(const df_dataset *ds, const df_tokenizer *tok, df_prompt_cache *out)
+{
+    return df_prompts_encode_rerendered(ds, tok, false, NULL, out);
+}
+
+int df_prompts_encode_rerendered(const df_dataset *ds, const df_tokenizer *tok, bool rerender,
+                                 const char *tools_json, df_prompt_cache *out)
 {
     int64_t n = df_dataset_size(ds);
     int32_t **ids = calloc((size_t)(n ? n : 1), sizeof *ids);
@@ -34,11 +66,7 @@ int df_prompts_encode(const df_dataset *ds, const df_tokenizer *tok, df_prompt_c
     int64_t bad = -1; /* first failing row; its message is re-created serially below */
 #pragma omp parallel for schedule(dynamic, 64)
     for (int64_t i = 0; i < n; i++) {
-        char *text = NULL;
-        int rc = df_prompts_render(ds, i, tok, true, &text);
-        if (!rc)
-            rc = df_tokenizer_encode(tok, text, false, &ids[i], &len[i]);
-        free(text);
+        int rc = encode_row(ds, i, tok, rerender, tools_json, &ids[i], &len[i]);
         if (rc) {
 #pragma omp critical(df_prompts_bad)
             if (bad < 0 || i < bad)
@@ -47,14 +75,14 @@ int df_prompts_encode(const df_dataset *ds, const df_tokenizer *tok, df_prompt_c
     }
     int rc = DF_OK;
     if (bad >= 0) {
-        char *text = NULL;
-        int64_t line;
+        int64_t line, nb = 0;
+        int32_t *b = NULL;
         const char *file = df_dataset_source(ds, bad, &line);
-        rc = df_prompts_render(ds, bad, tok, true, &text);
+        rc = encode_row(ds, bad, tok, rerender, tools_json, &b, &nb);
         if (!rc)
             rc = df_error(DF_EINTERNAL, "tokenizer failed");
         rc = df_error_wrap(rc, "%s:%lld: encoding the prompt", file, (long long)line);
-        free(text);
+        free(b);
     }
     int64_t total = 0;
     for (int64_t i = 0; i < n; i++)
@@ -116,6 +144,14 @@ static void rebuild(df_prompt_cache *c, const bool *keep, int64_t max_len, const
 int df_prompts_limit(df_dataset *ds, df_prompt_cache *c, int64_t max_len, bool filter,
                      const char *truncation, int64_t *n_dropped)
 {
+    return df_prompts_limit_ex(ds, c, &(df_prompt_limits){max_len, filter, truncation, NULL}, n_dropped);
+}
+
+int df_prompts_limit_ex(df_dataset *ds, df_prompt_cache *c, const df_prompt_limits *lim, int64_t *n_dropped)
+{
+    const int64_t max_len = lim->max_len;
+    const bool filter = lim->filter;
+    const char *truncation = lim->truncation;
     *n_dropped = 0;
     int64_t first = -1, n_long = 0;
     for (int64_t i = 0; i < c->n; i++)
@@ -137,9 +173,16 @@ int df_prompts_limit(df_dataset *ds, df_prompt_cache *c, int64_t max_len, bool f
         free(keep);
         return DF_OK;
     }
+    int64_t line;
+    const char *file = df_dataset_source(ds, first, &line);
+    if (lim->rerendered_by && strcmp(truncation, "error")) /* a cut prompt is not what the model sees */
+        return df_error(DF_EINVAL,
+                        "%s:%lld: prompt has %lld tokens, more than data.max_prompt_length = %lld "
+                        "(%lld prompts are too long), and data.truncation=%s cannot shorten it: with %s "
+                        "the rollout renders each row's messages again; set data.filter_overlong_prompts=true",
+                        file, (long long)line, (long long)(c->offsets[first + 1] - c->offsets[first]),
+                        (long long)max_len, (long long)n_long, truncation, lim->rerendered_by);
     if (!strcmp(truncation, "error")) {
-        int64_t line;
-        const char *file = df_dataset_source(ds, first, &line);
         return df_error(DF_EINVAL,
                         "%s:%lld: prompt has %lld tokens, more than data.max_prompt_length = %lld "
                         "(%lld prompts are too long; set data.filter_overlong_prompts=true or "

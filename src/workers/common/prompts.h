@@ -19,6 +19,25 @@ typedef struct df_prompt_cache {
 
 /** Encode every row of `ds` (OpenMP across rows). */
 int df_prompts_encode(const df_dataset *ds, const df_tokenizer *tok, df_prompt_cache *out);
+
+/**
+ * df_prompts_encode, or with `rerender` every row's raw_prompt as the multi-turn agent loop renders
+ * it (df_prompts_encode_json with tools_json, NULL for none): data.max_prompt_length must measure
+ * the prompt the model sees, whose system prompt lists the tools' JSON schemas (Qwen2.5's template;
+ * verl's RLHFDataset measures with the tool schemas when its data.tool_config_path is set).
+ * Errors: the template's or the tokenizer's, naming the row's file:line; DF_ENOMEM.
+ */
+int df_prompts_encode_rerendered(const df_dataset *ds, const df_tokenizer *tok, bool rerender,
+                                 const char *tools_json, df_prompt_cache *out);
+
+/**
+ * One prompt as the multi-turn agent loop feeds it to the model: messages_json (a JSON array of
+ * messages) through the chat template with the generation prompt and tools_json (NULL: none),
+ * encoded without extra special tokens. *ids is malloc'd, [*n]. Errors: the template's, DF_ENOMEM.
+ */
+int df_prompts_encode_json(const df_tokenizer *tok, const char *messages_json, const char *tools_json,
+                           int32_t **ids, int64_t *n);
+
 void df_prompt_cache_free(df_prompt_cache *c);
 
 /**
@@ -29,6 +48,18 @@ void df_prompt_cache_free(df_prompt_cache *c);
  */
 int df_prompts_limit(df_dataset *ds, df_prompt_cache *c, int64_t max_len, bool filter,
                      const char *truncation, int64_t *n_dropped);
+
+typedef struct df_prompt_limits {
+    int64_t max_len;           /* data.max_prompt_length */
+    bool filter;               /* data.filter_overlong_prompts */
+    const char *truncation;    /* data.truncation: error | left | right | middle */
+    const char *rerendered_by; /* NULL, or the key under which the rollout renders each row's messages
+                                  again (multi-turn): a cut prompt is then not what the model sees,
+                                  so an overlong one is an error unless filtered */
+} df_prompt_limits;
+
+/** df_prompts_limit with the multi-turn case: truncation refused when lim->rerendered_by is set. */
+int df_prompts_limit_ex(df_dataset *ds, df_prompt_cache *c, const df_prompt_limits *lim, int64_t *n_dropped);
 
 /** Add the ragged `prompt_ids` column to `b` from the cache rows named by its `row` column (dataset positions). */
 int df_prompts_attach(df_batch *b, const df_prompt_cache *c);

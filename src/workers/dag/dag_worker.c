@@ -48,11 +48,17 @@ static int load_data(df_dag_worker *w, const char *key, int which, const df_conf
         rc = df_dataset_load((const char *const *)paths, n, &o, ds);
     if (!rc && df_dataset_head(*ds, max_rows) < 0)
         rc = DF_ENOMEM;
+    /* measured as the rollout renders them: the multi-turn agent loop renders each row's messages
+       again, with the tools' schemas (an environment's rows are replaced by its observations) */
+    const df_agent_config *ag = w->rollout.agent;
+    bool rerender = ag && !ag->env.env;
     if (!rc)
-        rc = df_prompts_encode(*ds, w->tok, pc);
+        rc = df_prompts_encode_rerendered(*ds, w->tok, rerender, rerender ? ag->tools_json : NULL, pc);
     int64_t dropped = 0, before = rc ? 0 : df_dataset_size(*ds);
+    df_prompt_limits lim = {d->max_prompt_length, d->filter_overlong_prompts, d->truncation,
+                            rerender ? "actor_rollout_ref.rollout.multi_turn.enable" : NULL};
     if (!rc)
-        rc = df_prompts_limit(*ds, pc, d->max_prompt_length, d->filter_overlong_prompts, d->truncation, &dropped);
+        rc = df_prompts_limit_ex(*ds, pc, &lim, &dropped);
     int64_t counts[2] = {before - dropped, dropped}; /* over the job: each shard counted once */
     if (w->data_layout.mp_rank != 0)
         counts[0] = counts[1] = 0;

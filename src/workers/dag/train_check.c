@@ -421,6 +421,7 @@ int df_worker_multi_turn(const df_config *c, const df_train_config *t, df_agent_
     a->max_user_turns = m->max_user_turns.set ? m->max_user_turns.v : 0;
     a->max_parallel_calls = (int)m->max_parallel_calls;
     a->max_tool_response_length = m->max_tool_response_length;
+    a->max_prompt_length = t->data.max_prompt_length;
     a->truncate_side = !strcmp(m->tool_response_truncate_side, "left") ? "left"
                      : !strcmp(m->tool_response_truncate_side, "right") ? "right" : "middle";
     if (t->dag.env_enable)

@@ -11,6 +11,7 @@
 
 #include "distflow/backend.h"
 #include "util/fsutil.h"
+#include "workers/common/precision.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -85,7 +86,10 @@ static int load_reward_model(df_dag_worker *w, bool retemplate)
     bool dyn = k->use_dynamic_bsz;
     df_reward_model_params p = {
         .micro_batch_size = !dyn && k->micro_batch_size_per_gpu.set ? k->micro_batch_size_per_gpu.v : 0,
-        .max_token_len = dyn ? k->forward_max_token_len_per_gpu : 0};
+        .max_token_len = dyn ? k->forward_max_token_len_per_gpu : 0,
+        /* verl's reward model is bf16; where this machine has no bf16 kernels: a notice, float32 */
+        .bf16 = df_role_compute_bf16(RM "model.fsdp_config.mixed_precision.param_dtype",
+                                     k->model.fsdp_config.mixed_precision.param_dtype, w->rank == 0)};
     char *dir = df_expand_user(k->model.path);
     if (!dir)
         return df_error(DF_ENOMEM, "out of memory");

@@ -1,6 +1,9 @@
 /* The ROLLOUT node's multi-turn agent loop (agent_loop.h). */
 #include "workers/rollout/agent_loop.h"
 
+#include "util/utf8.h"
+#include "workers/common/prompts.h"
+
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,21 +67,6 @@ struct df_agent_loop {
     int32_t *ids;    /* the last reply's tokens (the engine copies them) */
 };
 
-/* Length of the valid UTF-8 sequence at p (1 to 4), or 0 (as Python's decoder: no overlongs,
-   surrogates or code points above U+10FFFF). */
-static int utf8_len(const unsigned char *p)
-{
-    int n = p[0] < 0x80 ? 1 : p[0] >= 0xc2 && p[0] <= 0xdf ? 2 : p[0] >= 0xe0 && p[0] <= 0xef ? 3
-          : p[0] >= 0xf0 && p[0] <= 0xf4 ? 4 : 0;
-    for (int i = 1; i < n; i++)
-        if ((p[i] & 0xc0) != 0x80)
-            return 0;
-    if ((n == 3 && ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] >= 0xa0))) ||
-        (n == 4 && ((p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] >= 0x90))))
-        return 0;
-    return n;
-}
-
 /* Text for the conversation from a tool (or a sampled turn: byte tokens) may hold a partial UTF-8
    character: each invalid byte becomes U+FFFD, as Python's errors="replace" gives, so the
    conversation stays text the template and the tokenizer accept. *text is replaced when it changes. */
@@ -87,7 +75,7 @@ static int utf8_replace(char **text)
     const unsigned char *t = (const unsigned char *)*text;
     size_t n = strlen(*text), bad = 0;
     for (size_t i = 0; i < n;) {
-        int k = utf8_len(t + i);
+        int k = df_utf8_len(t + i);
         bad += !k;
         i += k ? (size_t)k : 1;
     }
@@ -97,7 +85,7 @@ static int utf8_replace(char **text)
     if (!o)
         return df_error(DF_ENOMEM, "out of memory");
     for (size_t i = 0; i < n;) {
-        int k = utf8_len(t + i);
+        int k = df_utf8_len(t + i);
         if (k)
             memcpy(w, t + i, (size_t)k), w += k, i += (size_t)k;
         else
@@ -313,14 +301,15 @@ static int set_prompts(df_agent_loop *l, df_batch *b, char **first)
     int64_t *off = calloc((size_t)np + 1, sizeof *off);
     int32_t **ids = calloc((size_t)(np ? np : 1), sizeof *ids), *all = NULL;
     int rc = off && ids ? DF_OK : df_error(DF_ENOMEM, "out of memory");
+    const int64_t max = l->cfg->max_prompt_length;
     for (int64_t p = 0; !rc && p < np; p++) {
-        char *text = NULL;
         int64_t n = 0;
-        rc = df_tokenizer_apply_chat_template_json(l->tok, first[p], l->cfg->tools_json, true, NULL, &text);
-        if (!rc)
-            rc = df_tokenizer_encode(l->tok, text, false, &ids[p], &n);
-        free(text);
+        rc = df_prompts_encode_json(l->tok, first[p], l->cfg->tools_json, &ids[p], &n);
         off[p + 1] = off[p] + n;
+        if (!rc && max > 0 && n > max) /* the data's filter measured this rendering; an episode's is new */
+            rc = df_error(DF_EINVAL, "the prompt has %lld tokens, more than data.max_prompt_length = %lld%s",
+                          (long long)n, (long long)max,
+                          l->env ? " (the environment's first observation: raise data.max_prompt_length)" : "");
         if (rc)
             rc = df_error_wrap(rc, "row %lld: rendering the prompt", (long long)p);
     }

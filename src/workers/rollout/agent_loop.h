@@ -45,6 +45,9 @@ typedef struct df_agent_config {
     int max_parallel_calls;            /* >= 1 */
     int64_t max_tool_response_length;  /* tokens, >= 1 */
     const char *truncate_side;         /* left | middle | right (borrowed, static) */
+    int64_t max_prompt_length;         /* data.max_prompt_length: a longer first prompt is an error
+                                          (the data's filter measures the same rendering; an
+                                          environment's observation is only known here); <= 0: none */
 } df_agent_config;
 
 /**
@@ -68,8 +71,8 @@ typedef struct df_agent_loop df_agent_loop;
  * of what the model sees first: the row's messages with the tool schemas (tools), or the episode's
  * first observation (environment, raw_prompt replaced too; a row's samples play one episode, id its
  * `index`, seeded from env_seed). Generate from *gen_prompts with df_agent_loop_handler(*out).
- * Errors: DF_EINVAL (a row without raw_prompt, bad JSON, a template error naming the row), a
- * session's start error, DF_ENOMEM.
+ * Errors: DF_EINVAL (a row without raw_prompt, bad JSON, a template error naming the row, a first
+ * prompt longer than cfg->max_prompt_length), a session's start error, DF_ENOMEM.
  */
 int df_agent_loop_begin(const df_agent_config *cfg, const df_tokenizer *tok, const df_batch *prompts,
                         int64_t n_samples, uint64_t env_seed, df_agent_loop **out, df_batch **gen_prompts);
