@@ -112,6 +112,27 @@ static void test_mask_by_weight(void **state)
     assert_near(g[0], -0.5, 0);
 }
 
+/*
+ * A multi-turn mask (t1 a tool token: response_mask 0, weight 0 from df_loss_agg_weights_masked):
+ * vf_clipfrac and vpred_mean are verl's masked means over t0 and t2 only, c = 0.5 as in
+ * test_hand_token_mean: t0 unclipped, t2 clipped -> clipfrac 1/2 (1/3 over all tokens), vpred
+ * mean (1 + 2) / 2 = 1.5 (5/3 over all). The loss: 0.5 * (0.5 * 1 + 0.5 * 6.25) = 1.8125.
+ */
+static void test_response_mask_stats(void **state)
+{
+    (void)state;
+    const int32_t mask[3] = {1, 0, 1};
+    float w[3] = {0.5f, 0.0f, 0.5f}, g[3];
+    df_value_loss_input in = input(w, 0.5);
+    in.response_mask = mask;
+    df_value_loss_output out = {.grad = g};
+    assert_int_equal(df_value_loss(&in, &out), 0);
+    assert_near(out.vf_clipfrac, 0.5, 0);
+    assert_near(out.vpred_mean, 1.5, 0);
+    assert_near(out.loss, 1.8125, 0); /* halves and exact squares */
+    assert_true(g[1] == 0.0f && g[2] == 0.0f);
+}
+
 /* Only empty responses, or no samples: loss 0 and zero statistics. */
 static void test_empty(void **state)
 {
@@ -258,6 +279,7 @@ int main(void)
         cmocka_unit_test(test_no_clip_is_mse),  cmocka_unit_test(test_mask_by_weight),
         cmocka_unit_test(test_empty),           cmocka_unit_test(test_finite_difference),
         cmocka_unit_test(test_micro_additive),  cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_response_mask_stats),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

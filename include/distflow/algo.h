@@ -841,14 +841,21 @@ typedef struct df_value_loss_input {
     const float *returns;    /**< [offsets[n]] value targets (column `returns`, e.g. GAE's A + V) */
     const float *weights;    /**< [offsets[n]] aggregation weights (df_loss_agg_weights(_ex)) */
     double cliprange_value;  /**< c >= 0 (critic.cliprange_value, default 0.5) */
+    const int32_t *response_mask; /**< [offsets[n]] or NULL (every token counts): verl's
+                                     response_mask; a 0 token (appended by a multi-turn rollout)
+                                     is left out of vf_clipfrac and vpred_mean (verl's masked_mean;
+                                     its loss term and gradient follow its weight, 0 from
+                                     df_loss_agg_weights_masked) */
 } df_value_loss_input;
 
 typedef struct df_value_loss_output {
     double loss;        /**< 0.5 * sum_t w_t * max(l1_t, l2_t) */
     float *grad;        /**< caller-allocated [offsets[n]] or NULL: receives (overwrites)
                              dloss / dvpreds[t] */
-    double vf_clipfrac; /**< plain token mean of [l2_t > l1_t] (0 without tokens) */
-    double vpred_mean;  /**< plain token mean of vpreds (critic/vpred_mean; 0 without tokens) */
+    double vf_clipfrac; /**< token mean of [l2_t > l1_t] over the response_mask tokens (0
+                             without tokens) */
+    double vpred_mean;  /**< token mean of vpreds over the response_mask tokens
+                             (critic/vpred_mean; 0 without tokens) */
 } df_value_loss_output;
 
 /**

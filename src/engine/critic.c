@@ -153,7 +153,8 @@ static int value_micro(void *user, const df_batch *b, int64_t s, int64_t e, int6
                               .values = (const float *)df_batch_column(b, "values")->data + base,
                               .returns = (const float *)df_batch_column(b, "returns")->data + base,
                               .weights = w,
-                              .cliprange_value = c->p.loss.cliprange_value};
+                              .cliprange_value = c->p.loss.cliprange_value,
+                              .response_mask = mask};
     df_value_loss_output st = {.grad = dv};
     if (!rc)
         rc = df_value_loss(&in, &st);
