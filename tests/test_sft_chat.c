@@ -326,6 +326,20 @@ static void test_cli_trains(void **state)
     if (!strstr(text, "the kwargs reached the template") || !strstr(text, "message 0"))
         fail_msg("the kwargs did not reach the first message's render; log:\n%s", text);
     free(text);
+    /* distflow eval hands --chat-template-kwargs to the tokenizer (df_tokenizer_set_chat_template_kwargs):
+       a key of apply_chat_template's own is refused there, naming the flag */
+    char model[300], data[300];
+    snprintf(model, sizeof model, "%s/model", dir);
+    snprintf(data, sizeof data, "%s/chats.jsonl", dir);
+    snprintf(log, sizeof log, "%s/eval_kw.log", dir);
+    const char *eargv[] = {"eval", "--model", model, "--data", data, "--chat-template-kwargs",
+                           "{\"tools\": []}", NULL};
+    df_cli_run eo = {.np = 1, .log = log};
+    assert_int_not_equal(df_cli_exec(&eo, eargv), 0);
+    text = df_cli_log(log);
+    if (!strstr(text, "--chat-template-kwargs") || !strstr(text, "chat template kwargs"))
+        fail_msg("eval did not refuse the kwargs naming the flag; log:\n%s", text);
+    free(text);
 }
 
 static int setup(void **state)

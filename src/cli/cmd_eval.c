@@ -26,7 +26,7 @@ int df_cmd_eval(int argc, char **argv)
     int64_t n = 1, top_k = -1, max_resp = 512, max_prompt = 1024, batch = 0, limit = 0, seed = 0;
     int64_t max_seqs = 512, max_turns = 0, max_user_turns = 0;
     double temperature = 0, top_p = 1.0;
-    const char *tool_cfg = NULL, *ia_cfg = NULL;
+    const char *tool_cfg = NULL, *ia_cfg = NULL, *tmpl_kwargs = NULL;
     df_opt opts[] = {
         {"model", DF_OPT_STR, &model, "HF model directory (required)", false},
         {"data", DF_OPT_STR, &data, "dataset, JSON lines in the verl RL schema (required)", false},
@@ -47,6 +47,8 @@ int df_cmd_eval(int argc, char **argv)
          "interaction config's (as multi_turn.interaction_config_path)", false},
         {"max-assistant-turns", DF_OPT_INT, &max_turns, "multi-turn: model turns per conversation (default 0: no limit)", false},
         {"max-user-turns", DF_OPT_INT, &max_user_turns, "multi-turn: interaction replies per conversation (default 0: no limit)", false},
+        {"chat-template-kwargs", DF_OPT_STR, &tmpl_kwargs, "JSON object of chat-template variables for every prompt, "
+         "e.g. '{\"enable_thinking\": false}' (as data.apply_chat_template_kwargs)", false},
         {"output", DF_OPT_STR, &output, "write each response as a JSON line here (input, output, gts, score, acc, index, data_source), when the run succeeds", false},
         {0}};
     char *pos[1];
@@ -63,6 +65,8 @@ int df_cmd_eval(int argc, char **argv)
     FILE *dump = NULL;
     int64_t dropped = 0;
     int rc = df_hf_dir_load(model, tokdir, &m, &tok);
+    if (!rc && tmpl_kwargs && (rc = df_tokenizer_set_chat_template_kwargs(tok, tmpl_kwargs)))
+        rc = df_error_wrap(rc, "--chat-template-kwargs");
     df_dataset_opts dopt = {0};
     if (!rc)
         rc = df_dataset_load(&data, 1, &dopt, &ds);
