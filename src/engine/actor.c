@@ -144,18 +144,16 @@ static int policy_loss(df_actor *a, const df_batch *b, int64_t n, const int64_t 
     const float *old = (const float *)df_batch_column(b, "old_log_probs")->data + base;
     const float *adv = (const float *)df_batch_column(b, "advantages")->data + base;
     const float *w = a->c.buf[B_W];
-    if (p->tis_imp_ratio_cap > 0) { /* verl weights pg_losses only */
+    if (p->tis_imp_ratio_cap > 0 || p->use_decoupled_loss) { /* verl and AReaL weight pg_losses only */
         const float *ro = (const float *)df_batch_column(b, "rollout_log_probs")->data + base;
-        if ((rc = df_tis_weights(offs[n], old, ro, p->tis_imp_ratio_cap, a->c.buf[B_W], a->c.buf[B_WPG])))
-            return rc;
-        w = a->c.buf[B_WPG];
-    } else if (p->use_decoupled_loss) {
-        /* AReaL's decoupled PPO: the ratio against the proximal policy (the trainer's recompute,
-           old_log_probs), weighted by exp(proximal - behaviour), the behaviour policy being the
-           rollout engine's log-probs */
-        const float *behav = (const float *)df_batch_column(b, "rollout_log_probs")->data + base;
-        if ((rc = df_behav_imp_weights(offs[n], old, behav, mask, p->behav_imp_weight_cap, a->c.buf[B_W],
-                                       a->c.buf[B_WPG], bst)))
+        if (p->tis_imp_ratio_cap > 0)
+            rc = df_tis_weights(offs[n], old, ro, p->tis_imp_ratio_cap, a->c.buf[B_W], a->c.buf[B_WPG]);
+        else /* AReaL's decoupled PPO: the ratio against the proximal policy (old_log_probs, the
+                trainer's recompute), the weight exp(proximal - behaviour), the behaviour policy
+                being the rollout engine's log-probs */
+            rc = df_behav_imp_weights(offs[n], old, ro, mask, p->behav_imp_weight_cap, a->c.buf[B_W], a->c.buf[B_WPG],
+                                      bst);
+        if (rc)
             return rc;
         w = a->c.buf[B_WPG];
     }
