@@ -103,7 +103,8 @@ static void test_weights_errors(void **state)
     assert_error_mentions(df_behav_imp_weights(1, a, b, NULL, 1.0, NULL, &w, NULL), DF_EINVAL, "> 1");
     assert_error_mentions(df_behav_imp_weights(1, a, b, NULL, 0.5, NULL, &w, NULL), DF_EINVAL,
                           "behav_imp_weight_cap");
-    assert_error_mentions(df_behav_imp_weights(1, a, b, NULL, NAN, NULL, &w, NULL), DF_EINVAL, "behav_imp_weight_cap");
+    assert_error_mentions(df_behav_imp_weights(1, a, b, NULL, NAN, NULL, &w, NULL), DF_EINVAL,
+                          "behav_imp_weight_cap");
     assert_error_mentions(df_behav_imp_weights(1, a, b, NULL, INFINITY, NULL, &w, NULL), DF_EINVAL,
                           "behav_imp_weight_cap");
     assert_error_mentions(df_behav_imp_weights(-1, a, b, NULL, 2, NULL, &w, NULL), DF_EINVAL, "negative");
@@ -131,12 +132,18 @@ static void test_objective_by_hand(void **state)
 {
     (void)state;
     const int64_t off[] = {0, 3};
-    const float lp[] = {-1, -0.5f, -2}, prox[] = {-1.125f, -0.5f, -1.5f}, behav[] = {-1.375f, -0.875f, -0.25f};
+    const float lp[] = {-1, -0.5f, -2}, prox[] = {-1.125f, -0.5f, -1.5f},
+                behav[] = {-1.375f, -0.875f, -0.25f};
     const float adv[] = {1, -1, -2};
     float w[3], wb[3], g[3];
     assert_int_equal(df_loss_agg_weights("token-mean", 1, off, 3, 1, w), 0);
-    df_policy_loss_input in = {.n = 1, .offsets = off, .log_prob = lp, .advantages = adv, .clip_ratio_low = 0.2f,
-                               .clip_ratio_high = 0.2f, .clip_ratio_c = 3};
+    df_policy_loss_input in = {.n = 1,
+                               .offsets = off,
+                               .log_prob = lp,
+                               .advantages = adv,
+                               .clip_ratio_low = 0.2f,
+                               .clip_ratio_high = 0.2f,
+                               .clip_ratio_c = 3};
     df_policy_loss_output out = {.grad = g};
     /* the decoupled assembly: weights from (prox, behav), ratio against prox */
     assert_int_equal(df_behav_imp_weights(3, prox, behav, NULL, 5.0, w, wb, NULL), 0);
@@ -177,11 +184,22 @@ static void test_identity_when_policies_agree(void **state)
             df_behav_stats st;
             assert_int_equal(df_behav_imp_weights(5, OLD, OLD, NULL, 5.0, w, wb, &st), 0);
             assert_int_equal(st.n_kept, 5);
-            df_policy_loss_input in = {.n = 3, .offsets = OFF, .log_prob = LP, .old_log_prob = OLD,
-                                       .advantages = ADV, .weights = w, .clip_ratio_low = 0.2f,
-                                       .clip_ratio_high = 0.28f, .clip_ratio_c = 3, .policy_drift_coeff = 0.5,
-                                       .clip_cov_ratio = 0.4, .clip_cov_lb = -5, .clip_cov_ub = 5,
-                                       .kl_cov_ratio = 0.4, .ppo_kl_coef = 1, .seed = 7};
+            df_policy_loss_input in = {.n = 3,
+                                       .offsets = OFF,
+                                       .log_prob = LP,
+                                       .old_log_prob = OLD,
+                                       .advantages = ADV,
+                                       .weights = w,
+                                       .clip_ratio_low = 0.2f,
+                                       .clip_ratio_high = 0.28f,
+                                       .clip_ratio_c = 3,
+                                       .policy_drift_coeff = 0.5,
+                                       .clip_cov_ratio = 0.4,
+                                       .clip_cov_lb = -5,
+                                       .clip_cov_ub = 5,
+                                       .kl_cov_ratio = 0.4,
+                                       .ppo_kl_coef = 1,
+                                       .seed = 7};
             df_policy_loss_output o0 = {.grad = g0}, o1 = {.grad = g1};
             assert_int_equal(fn(&in, &o0), 0);
             in.weights = wb;
@@ -208,9 +226,16 @@ static void test_each_agg_mode_scales_tokens(void **state)
             float w[5], wb[5], g0[5], g1[5];
             assert_int_equal(df_loss_agg_weights_ex(MODES[j], 3, OFF, 5, 2, 4, w), 0);
             assert_int_equal(df_behav_imp_weights(5, OLD, behav, NULL, 0, w, wb, NULL), 0);
-            df_policy_loss_input in = {.n = 3, .offsets = OFF, .log_prob = LP, .old_log_prob = OLD,
-                                       .advantages = ADV, .weights = w, .clip_ratio_low = 0.2f,
-                                       .clip_ratio_high = 0.28f, .clip_ratio_c = 3, .policy_drift_coeff = 0.5};
+            df_policy_loss_input in = {.n = 3,
+                                       .offsets = OFF,
+                                       .log_prob = LP,
+                                       .old_log_prob = OLD,
+                                       .advantages = ADV,
+                                       .weights = w,
+                                       .clip_ratio_low = 0.2f,
+                                       .clip_ratio_high = 0.28f,
+                                       .clip_ratio_c = 3,
+                                       .policy_drift_coeff = 0.5};
             df_policy_loss_output o0 = {.grad = g0}, o1 = {.grad = g1};
             assert_int_equal(fn(&in, &o0), 0);
             in.weights = wb;
@@ -223,8 +248,8 @@ static void test_each_agg_mode_scales_tokens(void **state)
                              g1[t], b * g0[t]);
             }
             if (!(fabs(o1.loss - o0.loss) > 1e-3 * fabs(o0.loss))) /* the weights matter here (>= 1% apart) */
-                fail_msg("%s / %s: loss %.9g with the weights, %.9g without", token_losses[i], MODES[j], o1.loss,
-                         o0.loss);
+                fail_msg("%s / %s: loss %.9g with the weights, %.9g without", token_losses[i], MODES[j],
+                         o1.loss, o0.loss);
         }
 }
 
@@ -232,13 +257,27 @@ static void test_each_agg_mode_scales_tokens(void **state)
 
 static df_actor_params actor_params(const char *loss, const char *mode)
 {
-    df_actor_params p = {.optim.lr = 1e-2, .optim.beta1 = 0.9, .optim.beta2 = 0.999, .optim.adam_eps = 1e-8,
-                         .optim.grad_clip = 1e9, .micro_batch_size = 2, .logprob_micro_batch_size = 2,
-                         .loss.ppo_epochs = 2, .loss.policy_loss = loss, .loss.loss_agg_mode = mode,
-                         .loss.clip_ratio_low = 0.2, .loss.clip_ratio_high = 0.2, .loss.clip_ratio_c = 3.0,
-                         .loss.loss_agg_norm_length = 8, .loss.policy_drift_coeff = 0.5,
-                         .loss.clip_cov_ratio = 0.3, .loss.clip_cov_lb = -1, .loss.clip_cov_ub = 5,
-                         .loss.kl_cov_ratio = 0.3, .loss.ppo_kl_coef = 1, .temperature = 1.0f};
+    df_actor_params p = {.optim.lr = 1e-2,
+                         .optim.beta1 = 0.9,
+                         .optim.beta2 = 0.999,
+                         .optim.adam_eps = 1e-8,
+                         .optim.grad_clip = 1e9,
+                         .micro_batch_size = 2,
+                         .logprob_micro_batch_size = 2,
+                         .loss.ppo_epochs = 2,
+                         .loss.policy_loss = loss,
+                         .loss.loss_agg_mode = mode,
+                         .loss.clip_ratio_low = 0.2,
+                         .loss.clip_ratio_high = 0.2,
+                         .loss.clip_ratio_c = 3.0,
+                         .loss.loss_agg_norm_length = 8,
+                         .loss.policy_drift_coeff = 0.5,
+                         .loss.clip_cov_ratio = 0.3,
+                         .loss.clip_cov_lb = -1,
+                         .loss.clip_cov_ub = 5,
+                         .loss.kl_cov_ratio = 0.3,
+                         .loss.ppo_kl_coef = 1,
+                         .temperature = 1.0f};
     return p;
 }
 
@@ -300,13 +339,15 @@ static void test_actor_identity_every_loss(void **state)
             df_model *x1 = update(&p, NULL, zero, &m1);
             df_model *x2 = update(&p, NULL, mism, &m2);
             double d1 = df_test_max_param_diff(x0, x1), d2 = df_test_max_param_diff(x0, x2);
-            double l0 = df_metrics_get(m0, "actor/pg_loss", NAN), l1 = df_metrics_get(m1, "actor/pg_loss", NAN);
+            double l0 = df_metrics_get(m0, "actor/pg_loss", NAN),
+                   l1 = df_metrics_get(m1, "actor/pg_loss", NAN);
             if (d1 != 0 || l0 != l1)
                 fail_msg("%s / %s: prox == behav moved the step by %.3g (pg_loss %.17g vs %.17g)", LOSSES[i],
                          MODES[j], d1, l0, l1);
             /* a weight e^(+-0.3) on tokens changes the step by a fair part of lr = 1e-2 */
             if (!(d2 > 1e-5))
-                fail_msg("%s / %s: the behaviour weights did not change the step (%.3g)", LOSSES[i], MODES[j], d2);
+                fail_msg("%s / %s: the behaviour weights did not change the step (%.3g)", LOSSES[i], MODES[j],
+                         d2);
             assert_near(df_metrics_get(m1, "actor/behave_imp_weight", NAN), 1.0, 0);
             assert_near(df_metrics_get(m1, "actor/behave_filtered_frac", NAN), 0.0, 0);
             assert_false(df_metrics_has(m0, "actor/behave_imp_weight"));
@@ -344,8 +385,13 @@ static void test_actor_seam(void **state)
     const int64_t *off = df_batch_offsets(b, "response_ids");
     float w[6], wb[6];
     assert_int_equal(df_loss_agg_weights("token-mean", 4, off, 6, 3, w), 0);
-    df_policy_loss_input in = {.n = 4, .offsets = off, .log_prob = now, .advantages = adv, .clip_ratio_low = 0.2f,
-                               .clip_ratio_high = 0.2f, .clip_ratio_c = 3};
+    df_policy_loss_input in = {.n = 4,
+                               .offsets = off,
+                               .log_prob = now,
+                               .advantages = adv,
+                               .clip_ratio_low = 0.2f,
+                               .clip_ratio_high = 0.2f,
+                               .clip_ratio_c = 3};
     df_policy_loss_output want = {0}, swapped = {0};
     df_behav_stats st;
     assert_int_equal(df_behav_imp_weights(6, old, ro, NULL, 1.5, w, wb, &st), 0);
@@ -360,8 +406,8 @@ static void test_actor_seam(void **state)
     /* the update's forward and the log-prob pass differ by rounding only (~1e-7 on log-probs) */
     double tol = 1e-5 * (1 + fabs(want.loss));
     if (!(fabs(got - want.loss) <= tol) || !(fabs(swapped.loss - want.loss) > 100 * tol))
-        fail_msg("pg_loss %.9g, decoupled assembly %.9g, swapped %.9g (tol %.3g)", got, want.loss, swapped.loss,
-                 tol);
+        fail_msg("pg_loss %.9g, decoupled assembly %.9g, swapped %.9g (tol %.3g)", got, want.loss,
+                 swapped.loss, tol);
     /* AReaL's statistics: means over the 5 kept tokens, 1 of 6 dropped */
     assert_near(df_metrics_get(m, "actor/behave_filtered_frac", NAN), 1.0 / 6.0, 1e-15);
     assert_near(df_metrics_get(m, "actor/behave_imp_weight", NAN), st.weight_sum / 5, 1e-12);
@@ -407,9 +453,10 @@ static void test_config_keys(void **state)
     (void)state;
     assert_int_equal(validate2(ACTOR_KEY "use_decoupled_loss=true", NULL), 0);
     assert_int_equal(validate2(ACTOR_KEY "use_decoupled_loss=true", ACTOR_KEY "behav_imp_weight_cap=-1"), 0);
-    assert_error_mentions(validate2(ACTOR_KEY "behav_imp_weight_cap=3", NULL), DF_EINVAL, "use_decoupled_loss");
-    assert_error_mentions(validate2(ACTOR_KEY "use_decoupled_loss=true", ACTOR_KEY "tis_imp_ratio_cap=2"), DF_EINVAL,
-                          "set one");
+    assert_error_mentions(validate2(ACTOR_KEY "behav_imp_weight_cap=3", NULL), DF_EINVAL,
+                          "use_decoupled_loss");
+    assert_error_mentions(validate2(ACTOR_KEY "use_decoupled_loss=true", ACTOR_KEY "tis_imp_ratio_cap=2"),
+                          DF_EINVAL, "set one");
     assert_error_mentions(validate2(ACTOR_KEY "use_decoupled_loss=true", ACTOR_KEY "behav_imp_weight_cap=1"),
                           DF_EINVAL, "must be > 1");
     /* the worker hands both to the actor */

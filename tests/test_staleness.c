@@ -207,9 +207,12 @@ static void test_config(void **state)
     assert_int_equal(p.max_staleness, 3); /* unchanged */
     df_config_free(c);
 
-    const char *refused[] = {"async_training.max_staleness=2", "async_training.max_concurrent_rollouts=8",
-                             "async_training.consumer_batch_size=4", "async_training.use_rollout_log_probs=true",
-                             "async_training.compute_prox_log_prob=false", "actor_rollout_ref.rollout.mode=async"};
+    const char *refused[] = {"async_training.max_staleness=2",
+                             "async_training.max_concurrent_rollouts=8",
+                             "async_training.consumer_batch_size=4",
+                             "async_training.use_rollout_log_probs=true",
+                             "async_training.compute_prox_log_prob=false",
+                             "actor_rollout_ref.rollout.mode=async"};
     for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
         assert_int_equal(df_config_load(df_config_schema_train(), NULL, &refused[i], 1, &c), 0);
         assert_error_mentions(df_config_validate_train(c, 1), DF_EUNSUPPORTED, "issue 16");

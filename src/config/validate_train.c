@@ -261,7 +261,9 @@ static int check_decoupled(const df_config *c, const df_train_config *t)
     const struct df_train_actor *a = &t->actor_rollout_ref.actor;
     if (!a->use_decoupled_loss) {
         if (user_set(c, ACTOR "behav_imp_weight_cap"))
-            return df_error(DF_EINVAL, "%s has an effect only with %s: set both, or neither",
+            return df_error(DF_EINVAL,
+                            "%s has an effect only with use_decoupled_loss=true (now %s): set it as well, or "
+                            "leave the cap unset",
                             kv(c, ACTOR "behav_imp_weight_cap", kb[0]), kv(c, ACTOR "use_decoupled_loss", kb[1]));
         return DF_OK;
     }
