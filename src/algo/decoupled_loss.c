@@ -9,7 +9,8 @@ int df_behav_imp_weights(int64_t n_tokens, const float *prox_log_prob, const flo
                          const int32_t *mask, double cap, const float *w_in, float *w_out, df_behav_stats *st)
 {
     if (n_tokens < 0)
-        return df_error(DF_EINVAL, "behaviour importance weights: negative token count %lld", (long long)n_tokens);
+        return df_error(DF_EINVAL, "behaviour importance weights: negative token count %lld",
+                        (long long)n_tokens);
     if (!isfinite(cap) || (cap > 0 && cap <= 1))
         return df_error(DF_EINVAL,
                         "behaviour importance weights: behav_imp_weight_cap must be > 1 (or <= 0: no cap), "

@@ -34,7 +34,8 @@ int df_staleness_init(df_staleness *s, const df_staleness_params *p)
                         "staleness manager: async_training.max_concurrent_rollouts must be >= 1, got %lld",
                         (long long)p->max_concurrent_rollouts);
     if (p->consumer_batch_size < 1)
-        return df_error(DF_EINVAL, "staleness manager: async_training.consumer_batch_size must be >= 1, got %lld",
+        return df_error(DF_EINVAL,
+                        "staleness manager: async_training.consumer_batch_size must be >= 1, got %lld",
                         (long long)p->consumer_batch_size);
     memset(s, 0, sizeof *s);
     s->p = *p;
@@ -45,8 +46,10 @@ int64_t df_staleness_capacity(const df_staleness *s, int64_t current_version)
 {
     int64_t v = current_version > 0 ? current_version : 0;
     int64_t by_concurrency = s->p.max_concurrent_rollouts - s->running;
-    /* episodes that may exist (accepted or running) before the trainer reaches version v + 1 + max_staleness */
-    int64_t by_staleness = (s->p.max_staleness + v + 1) * s->p.consumer_batch_size - (s->accepted + s->running);
+    /* episodes that may exist (accepted or running) before the trainer reaches version v + 1 + max_staleness
+     */
+    int64_t by_staleness =
+        (s->p.max_staleness + v + 1) * s->p.consumer_batch_size - (s->accepted + s->running);
     return by_concurrency < by_staleness ? by_concurrency : by_staleness;
 }
 
@@ -72,9 +75,15 @@ static int finish(df_staleness *s, int64_t *counter, const char *what)
     return DF_OK;
 }
 
-int df_staleness_accept(df_staleness *s) { return finish(s, &s->accepted, "accepting"); }
+int df_staleness_accept(df_staleness *s)
+{
+    return finish(s, &s->accepted, "accepting");
+}
 
-int df_staleness_reject(df_staleness *s) { return finish(s, &s->rejected, "rejecting"); }
+int df_staleness_reject(df_staleness *s)
+{
+    return finish(s, &s->rejected, "rejecting");
+}
 
 int df_staleness_consume(df_staleness *s, int64_t sample_version, int64_t current_version, bool *keep)
 {
@@ -98,7 +107,8 @@ int df_staleness_consume(df_staleness *s, int64_t sample_version, int64_t curren
 int df_staleness_recover(df_staleness *s, int64_t version)
 {
     if (version < 0)
-        return df_error(DF_EINVAL, "staleness manager: recovered version %lld is negative", (long long)version);
+        return df_error(DF_EINVAL, "staleness manager: recovered version %lld is negative",
+                        (long long)version);
     s->accepted = version * s->p.consumer_batch_size;
     return DF_OK;
 }
@@ -119,7 +129,8 @@ int df_staleness_record(const df_staleness *s, df_metrics *m)
         {"fully_async/count/rejected", (double)s->rejected, false},
         {"fully_async/version_gap/mean", s->consumed ? (double)s->gap_sum / (double)s->consumed : 0, true},
         {"fully_async/version_gap/max", (double)s->gap_max, true},
-        {"fully_async/stale_dropped_frac", s->consumed ? (double)s->dropped_stale / (double)s->consumed : 0, true},
+        {"fully_async/stale_dropped_frac", s->consumed ? (double)s->dropped_stale / (double)s->consumed : 0,
+         true},
     };
     for (size_t i = 0; i < sizeof kv / sizeof *kv; i++) {
         if (kv[i].gap && !s->consumed)
