@@ -253,6 +253,34 @@ static int check_clip(const df_config *c, const df_train_config *t)
     return DF_OK;
 }
 
+/* The decoupled PPO objective (docs/async.md): its cap is read only with it, and TIS weights the
+   same ratio exp(old - rollout) a second time. */
+static int check_decoupled(const df_config *c, const df_train_config *t)
+{
+    char kb[2][KV_CAP];
+    const struct df_train_actor *a = &t->actor_rollout_ref.actor;
+    if (!a->use_decoupled_loss) {
+        if (user_set(c, ACTOR "behav_imp_weight_cap"))
+            return df_error(DF_EINVAL,
+                            "%s has an effect only with use_decoupled_loss=true (now %s): set it as well, or "
+                            "leave the cap unset",
+                            kv(c, ACTOR "behav_imp_weight_cap", kb[0]), kv(c, ACTOR "use_decoupled_loss", kb[1]));
+        return DF_OK;
+    }
+    if (a->tis_imp_ratio_cap > 0)
+        return df_error(DF_EINVAL,
+                        "%s with %s: both weight the policy loss by exp(old - rollout log-prob), the decoupled "
+                        "objective dropping tokens above behav_imp_weight_cap, TIS truncating at its cap; set one",
+                        kv(c, ACTOR "use_decoupled_loss", kb[0]), kv(c, ACTOR "tis_imp_ratio_cap", kb[1]));
+    double cap = a->behav_imp_weight_cap;
+    if (cap > 0 && cap <= 1)
+        return df_error(DF_EINVAL,
+                        "%s must be > 1 (or <= 0: no cap): a cap of 1 or less drops every token the trainer's "
+                        "policy favours over the rollout's (AReaL requires > 1)",
+                        kv(c, ACTOR "behav_imp_weight_cap", kb[0]));
+    return DF_OK;
+}
+
 static bool is_bf16(const char *dtype)
 {
     return dtype && (!strcmp(dtype, "bf16") || !strcmp(dtype, "bfloat16"));
@@ -392,6 +420,8 @@ int df_config_validate_train_ex(const df_config *c, int world_size, df_warn_fn w
         rc = check_algorithm(c, &t);
     if (!rc)
         rc = check_clip(c, &t);
+    if (!rc)
+        rc = check_decoupled(c, &t);
     if (!rc)
         rc = check_sampling(c, &t);
     if (!rc)

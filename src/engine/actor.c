@@ -2,6 +2,7 @@
 #include "engine/actor.h"
 
 #include "distflow/algo.h"
+#include "distflow/async.h"
 #include "distflow/rng.h"
 #include "engine/train_core.h"
 #include "util/killpoint.h"
@@ -11,7 +12,7 @@
 #include <string.h>
 
 /* Per-token scratch of the core: logp, entropy, dlogp, dentropy, aggregation weights,
-   policy-loss weights (w times the TIS weights). */
+   policy-loss weights (w times the TIS or the decoupled objective's behaviour weights). */
 enum { B_LOGP, B_ENT, B_DLOGP, B_DENT, B_W, B_WPG, N_BUF };
 
 struct df_actor {
@@ -123,14 +124,18 @@ int df_actor_compute_log_prob(df_actor *a, df_batch *b, const char *out_col, dou
 
 /* A mini-batch's loss statistics: sums over micro-batches (and DP ranks) of terms
    already normalised by the mini-batch totals. */
-enum { S_PG_LOSS, S_KL_LOSS, S_ENTROPY, S_CLIPFRAC, S_CLIPFRAC_LOWER, S_PPO_KL, N_SUMS };
+enum { S_PG_LOSS, S_KL_LOSS, S_ENTROPY, S_CLIPFRAC, S_CLIPFRAC_LOWER, S_PPO_KL,
+       S_BEHAV_W, S_BEHAV_KL, S_BEHAV_KEPT, S_BEHAV_DROPPED, N_SUMS };
 static const char *const SUM_NAMES[N_SUMS] = {"pg_loss", "kl_loss", "entropy_loss", "pg_clipfrac",
-                                              "pg_clipfrac_lower", "ppo_kl"};
+                                              "pg_clipfrac_lower", "ppo_kl", "behave_imp_weight",
+                                              "behave_approx_kl", "behave_kept", "behave_filtered_frac"};
+_Static_assert((int)N_SUMS < (int)DF_CORE_MAX_SUMS, "df_train_core_reduce's limit");
 
-/* The policy loss of one micro-batch (n samples from token `base` of b, response mask `mask` from
-   there or NULL) into *st. */
+/* The policy loss of one micro-batch (n samples from token `base` of b) into *st; the decoupled
+   objective's behaviour weights seen into *bst (mask: the model's tokens, or NULL). */
 static int policy_loss(df_actor *a, const df_batch *b, int64_t n, const int64_t *offs, int64_t base,
-                       const int32_t *mask, const float *logp, df_policy_loss_output *st)
+                       const int32_t *mask, const float *logp, df_policy_loss_output *st,
+                       df_behav_stats *bst)
 {
     const df_actor_params *p = &a->p;
     const df_actor_loss *l = &p->loss;
@@ -140,9 +145,16 @@ static int policy_loss(df_actor *a, const df_batch *b, int64_t n, const int64_t 
     const float *old = (const float *)df_batch_column(b, "old_log_probs")->data + base;
     const float *adv = (const float *)df_batch_column(b, "advantages")->data + base;
     const float *w = a->c.buf[B_W];
-    if (p->tis_imp_ratio_cap > 0) { /* verl weights pg_losses only */
+    if (p->tis_imp_ratio_cap > 0 || p->use_decoupled_loss) { /* verl and AReaL weight pg_losses only */
         const float *ro = (const float *)df_batch_column(b, "rollout_log_probs")->data + base;
-        if ((rc = df_tis_weights(offs[n], old, ro, p->tis_imp_ratio_cap, a->c.buf[B_W], a->c.buf[B_WPG])))
+        if (p->tis_imp_ratio_cap > 0)
+            rc = df_tis_weights(offs[n], old, ro, p->tis_imp_ratio_cap, a->c.buf[B_W], a->c.buf[B_WPG]);
+        else /* AReaL's decoupled PPO: the ratio against the proximal policy (old_log_probs, the
+                trainer's recompute), the weight exp(proximal - behaviour), the behaviour policy
+                being the rollout engine's log-probs */
+            rc = df_behav_imp_weights(offs[n], old, ro, mask, p->behav_imp_weight_cap,
+                                      a->c.buf[B_W], a->c.buf[B_WPG], bst);
+        if (rc)
             return rc;
         w = a->c.buf[B_WPG];
     }
@@ -190,8 +202,9 @@ static int ppo_micro(void *user, const df_batch *b, int64_t s, int64_t e, int64_
         rc = df_loss_agg_weights_masked(l->loss_agg_mode, e - s, offs, mask, global_tokens,
                                         global_seqs, l->loss_agg_norm_length, w);
     df_policy_loss_output st = {.grad = dlogp};
+    df_behav_stats bst = {0};
     if (!rc)
-        rc = policy_loss(a, b, e - s, offs, base, mask, logp, &st);
+        rc = policy_loss(a, b, e - s, offs, base, mask, logp, &st, &bst);
     double kl = 0, ent_loss = 0;
     if (!rc && p->use_kl_loss) {
         const float *ref = df_batch_column(b, "ref_log_prob")->data;
@@ -218,6 +231,12 @@ static int ppo_micro(void *user, const df_batch *b, int64_t s, int64_t e, int64_
     sums[S_CLIPFRAC] += st.pg_clipfrac * frac;
     sums[S_CLIPFRAC_LOWER] += st.pg_clipfrac_lower * frac;
     sums[S_PPO_KL] += st.ppo_kl * frac;
+    /* the behaviour weights: sums over this micro-batch's tokens, normalised like the rest */
+    double g = (double)global_tokens;
+    sums[S_BEHAV_W] += bst.weight_sum / g;
+    sums[S_BEHAV_KL] += bst.approx_kl_sum / g;
+    sums[S_BEHAV_KEPT] += (double)bst.n_kept / g;
+    sums[S_BEHAV_DROPPED] += (double)(bst.n_tokens - bst.n_kept) / g;
     return DF_OK;
 }
 
@@ -232,6 +251,15 @@ static void ppo_record(void *user, const double *sums, df_metrics *m)
     df_metrics_mean(m, "actor/pg_clipfrac", sums[S_CLIPFRAC]);
     df_metrics_mean(m, "actor/pg_clipfrac_lower", sums[S_CLIPFRAC_LOWER]);
     df_metrics_mean(m, "actor/ppo_kl", sums[S_PPO_KL]);
+    if (!a->p.use_decoupled_loss)
+        return;
+    /* AReaL's behave_imp_weight and behave_approx_kl are means over the kept tokens */
+    double kept = sums[S_BEHAV_KEPT];
+    if (kept > 0) {
+        df_metrics_mean(m, "actor/behave_imp_weight", sums[S_BEHAV_W] / kept);
+        df_metrics_mean(m, "actor/behave_approx_kl", sums[S_BEHAV_KL] / kept);
+    }
+    df_metrics_mean(m, "actor/behave_filtered_frac", sums[S_BEHAV_DROPPED]);
 }
 
 static int check_ppo_batch(const df_actor *a, const df_batch *b)
@@ -245,6 +273,11 @@ static int check_ppo_batch(const df_actor *a, const df_batch *b)
         rc = df_train_core_need_columns(b, kl, 1, "actor update with use_kl_loss");
     if (!rc && a->p.tis_imp_ratio_cap > 0) /* the sampler's log-probs */
         rc = df_train_core_need_columns(b, tis, 1, "actor update with tis_imp_ratio_cap");
+    if (!rc && a->p.use_decoupled_loss && a->p.tis_imp_ratio_cap > 0) /* two weights of the same ratio */
+        rc = df_error(DF_EINVAL, "actor update: use_decoupled_loss and tis_imp_ratio_cap both weight the policy "
+                                 "loss by exp(old - rollout log-prob); set one");
+    if (!rc && a->p.use_decoupled_loss) /* the behaviour policy's log-probs */
+        rc = df_train_core_need_columns(b, tis, 1, "actor update with use_decoupled_loss");
     return rc;
 }
 

@@ -64,6 +64,12 @@ typedef struct df_actor_params {
     bool use_kl_loss;             /* add the KL loss against ref_log_prob */
     double tis_imp_ratio_cap;     /* > 0: weight the policy loss by min(exp(old - rollout), cap),
                                      from column rollout_log_probs (verl PR #2953) */
+    bool use_decoupled_loss;      /* AReaL's decoupled PPO: the ratio against old_log_probs (the
+                                     proximal policy), the policy loss weighted by
+                                     exp(old - rollout_log_probs) (df_behav_imp_weights); not with
+                                     tis_imp_ratio_cap (the worker's validation refuses both) */
+    double behav_imp_weight_cap;  /* with use_decoupled_loss: tokens whose weight exceeds it are
+                                     dropped from the policy loss; <= 0: no cap */
     uint64_t seed;                /* clip_cov's random token choice, keyed per micro-batch */
     float temperature;          /* rollout temperature: logits are divided by it */
     bool gradient_checkpointing; /* recompute each layer's activations in the backward
@@ -146,14 +152,17 @@ int df_actor_compute_log_prob(df_actor *a, df_batch *b, const char *out_col, dou
 
 /**
  * PPO update over `b` (prompt_ids, response_ids, old_log_probs, advantages,
- * with use_kl_loss ref_log_prob, with tis_imp_ratio_cap > 0 rollout_log_probs;
- * TIS weights scale the policy loss only, not the KL or entropy terms, as in
- * verl): ppo_epochs passes over mini-batches; one
+ * with use_kl_loss ref_log_prob, with tis_imp_ratio_cap > 0 or use_decoupled_loss
+ * rollout_log_probs; TIS and the decoupled objective's behaviour weights scale the
+ * policy loss only, not the KL or entropy terms, as in verl and AReaL; the two
+ * together are DF_EINVAL): ppo_epochs passes over mini-batches; one
  * optimizer step per mini-batch, all at the lr of this training step (the
  * schedule advances once per call, as verl's lr_scheduler.step() per
  * update_actor). Records actor/pg_loss, actor/pg_clipfrac,
  * actor/pg_clipfrac_lower, actor/ppo_kl, actor/kl_loss, actor/grad_norm,
- * actor/lr (and actor/entropy_loss when entropy_coeff != 0).
+ * actor/lr (and actor/entropy_loss when entropy_coeff != 0; with use_decoupled_loss
+ * actor/behave_imp_weight and actor/behave_approx_kl, means over the tokens kept under the
+ * cap, and actor/behave_filtered_frac, the fraction of model tokens dropped by it).
  * Metrics are means over the optimizer steps of the call.
  *
  * Data parallel (collective over the DP comm): every rank takes as many

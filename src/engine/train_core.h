@@ -24,7 +24,7 @@
 #include "engine/packing.h"
 #include "util/timeutil.h"
 
-enum { DF_CORE_MAX_BUFS = 8, DF_CORE_MAX_SUMS = 8 };
+enum { DF_CORE_MAX_BUFS = 8, DF_CORE_MAX_SUMS = 16 };
 
 /** Optimizer and lr schedule of one role (actor.optim.* / critic.optim.*, grad_clip). */
 typedef struct df_core_optim {

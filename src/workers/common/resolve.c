@@ -132,6 +132,8 @@ void df_worker_actor_params(const df_dag_worker *w, df_actor_params *p)
     p->loss = w->global.actor_loss;
     p->use_kl_loss = a->use_kl_loss;
     p->tis_imp_ratio_cap = a->tis_imp_ratio_cap;
+    p->use_decoupled_loss = a->use_decoupled_loss;
+    p->behav_imp_weight_cap = a->behav_imp_weight_cap;
     p->seed = df_worker_seed(w);
     p->temperature = (float)t->actor_rollout_ref.rollout.temperature;
     p->progress_label = w->rank == 0 ? "update_actor" : NULL;
