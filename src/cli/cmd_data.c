@@ -152,8 +152,10 @@ static bool put_turn(char **s, size_t *len, size_t *cap, const char *role, const
 }
 
 /* Row i's conversation in column `key` (a list of messages with string contents) as ChatML turns
-   after *s; 1 when the row has one, 0 when not (no such column, not a list), -1 when out of memory. */
-static int put_conversation(const df_dataset *ds, int64_t i, const char *key, char **s, size_t *len, size_t *cap)
+   after *s, the `system` turn first unless the conversation opens with its own; 1 when the row has
+   one, 0 when not (no such column, not a non-empty list), -1 when out of memory. */
+static int put_conversation(const df_dataset *ds, int64_t i, const char *key, const char *system, char **s,
+                            size_t *len, size_t *cap)
 {
     char *text = NULL;
     if (!key || df_dataset_field(ds, i, key, &text))
@@ -161,29 +163,33 @@ static int put_conversation(const df_dataset *ds, int64_t i, const char *key, ch
     json_t *msgs = json_loads(text, 0, NULL);
     free(text);
     int put = json_is_array(msgs) && json_array_size(msgs) ? 1 : 0;
+    const char *first = json_string_value(json_object_get(json_array_get(msgs, 0), "role"));
+    if (put && !(first && !strcmp(first, "system")) && !put_turn(s, len, cap, "system", system))
+        put = -1;
     size_t j;
     json_t *m;
     json_array_foreach(msgs, j, m) {
         const char *role = json_string_value(json_object_get(m, "role"));
         const char *content = json_string_value(json_object_get(m, "content"));
-        if (put && role && !(j == 0 && !strcmp(role, "system")) && !put_turn(s, len, cap, role, content ? content : ""))
+        if (put > 0 && role && !put_turn(s, len, cap, role, content ? content : ""))
             put = -1;
     }
     json_decref(msgs);
     return put;
 }
 
-/* The text a model sees for row i: ChatML with the system turn, then the row's conversation (the
-   messages of `messages_key`: what multi-turn SFT trains on, tool calls and tool answers included)
-   or else its prompt and the answer of `answer_key` as the assistant turn. */
+/* The text a model sees for row i in ChatML: the row's conversation (the messages of `messages_key`:
+   what multi-turn SFT trains on, tool calls and tool answers included), or else the system turn, its
+   prompt and the answer of `answer_key` as the assistant turn. */
 static char *chat_text(const df_dataset *ds, int64_t i, const char *system, const char *messages_key,
                        const char *answer_key)
 {
     size_t len = 0, cap = 0;
     char *s = NULL, *answer = NULL;
-    bool ok = put_turn(&s, &len, &cap, "system", system);
-    int conv = ok ? put_conversation(ds, i, messages_key, &s, &len, &cap) : -1;
+    bool ok = true;
+    int conv = put_conversation(ds, i, messages_key, system, &s, &len, &cap);
     if (conv == 0) {
+        ok = put_turn(&s, &len, &cap, "system", system);
         for (int j = 0; ok && j < df_dataset_num_messages(ds, i); j++) {
             const char *role, *content;
             if (!df_dataset_message(ds, i, j, &role, &content))
