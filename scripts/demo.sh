@@ -33,7 +33,9 @@ EVAL=(--max-response-length 64)
 # (a smaller budget: every step's conversations are longer)
 TASK=$EX/task.args SFT_YAML=$EX/sft.yaml SYNTH=(--bare-answers 0.5) N_TRAIN=20000 N_TEST=500
 if [ "$ALGO" = grpo_tool ]; then
-  TASK=$EX/tool_task.args SFT_YAML=$EX/sft_tool.yaml SYNTH=(--tool --bare-answers 0.33) N_TRAIN=10000 N_TEST=200
+  TASK=$EX/tool_task.args SFT_YAML=$EX/sft_tool.yaml N_TRAIN=10000 N_TEST=200
+  # every two-operation demonstration calls the calculator, 70% of the one-operation ones answer at once
+  SYNTH=(--tool --bare-answers 0 --bare-answers-short 0.7)
   EVAL=(--max-response-length 128 --max-prompt-length 256 --max-num-seqs 256
         --tool-config $EX/tool_config.yaml --max-assistant-turns 3)
 fi
@@ -51,7 +53,7 @@ if [ -z "$SFT_FROM" ]; then
   "$DF" data synth --out "$DATA/test.jsonl" --split test --seed 2 $(cat "$TASK") \
       --exclude "$DATA/train.jsonl" --n $N_TEST
 
-  log "2/6 tokenizer (byte-level BPE trained on the training set) and a random Qwen2 model"
+  log "2/6 tokenizer (byte-level BPE trained on the training set's conversations) and a random Qwen2 model"
   "$DF" data tokenizer --in "$DATA/train.jsonl" --vocab-size 512 --out "$OUT/tokenizer"
   "$DF" init-model --config $EX/model_config.json --tokenizer "$OUT/tokenizer" --out "$OUT/init" --seed 1
 

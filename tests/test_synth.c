@@ -385,6 +385,55 @@ static void test_bare_answers(void **state)
     assert_non_null(strstr(df_last_error(), "bare_answer_frac"));
 }
 
+/* bare_answer_frac_short: the problems with min_steps operations take their own share of bare answers
+   (make demo ALGO=grpo_tool answers short problems without the tool), the longer ones bare_answer_frac;
+   the same draw, so 0 / 1 split the rows by length exactly, and the problems never change. */
+static void test_bare_answers_short(void **state)
+{
+    (void)state;
+    df_synth_cfg worked, split;
+    df_synth_cfg_default(&worked);
+    worked.seed = 3, worked.min_steps = 1, worked.max_steps = 2;
+    split = worked;
+    split.bare_answer_frac = 0, split.bare_answer_frac_short = 1;
+    int shorts = 0;
+    for (int64_t i = 0; i < 400; i++) {
+        df_synth_problem a, b;
+        assert_int_equal(df_synth_problem_make(&worked, i, &a), 0);
+        assert_int_equal(df_synth_problem_make(&split, i, &b), 0);
+        assert_string_equal(a.question, b.question);
+        assert_false(a.bare);
+        assert_int_equal(b.bare, b.steps == 1);
+        if (b.steps == 1) {
+            char want[64];
+            snprintf(want, sizeof want, "The answer is %lld.", (long long)a.answer);
+            assert_string_equal(b.solution, want);
+        } else {
+            assert_string_equal(b.solution, a.solution);
+        }
+        shorts += b.steps == 1;
+        df_synth_problem_free(&a);
+        df_synth_problem_free(&b);
+    }
+    assert_in_range(shorts, 150, 250); /* k uniform in {1, 2} */
+    /* 0.7 / 0: about 70% of the short problems, none of the long ones (the demo's knobs) */
+    split.bare_answer_frac_short = 0.7;
+    int bare_short = 0;
+    for (int64_t i = 0; i < 400; i++) {
+        df_synth_problem p;
+        assert_int_equal(df_synth_problem_make(&split, i, &p), 0);
+        assert_true(!p.bare || p.steps == 1);
+        bare_short += p.bare;
+        df_synth_problem_free(&p);
+    }
+    /* binomial(shorts ~ 200, 0.7): sd ~ 6.5 */
+    assert_in_range(bare_short, (int)(0.7 * shorts) - 35, (int)(0.7 * shorts) + 35);
+    split.bare_answer_frac_short = 1.5;
+    df_synth_problem p;
+    assert_int_equal(df_synth_problem_make(&split, 0, &p), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "bare_answer_frac_short"));
+}
+
 /* A test set made with `exclude` shares no problem with the training set. */
 static void test_exclude(void **state)
 {
@@ -426,6 +475,7 @@ int main(void)
         cmocka_unit_test(test_bad_knobs),    cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_golden_row),   cmocka_unit_test(test_bare_answers),
         cmocka_unit_test(test_exclude),      cmocka_unit_test(test_tool_rows),
+        cmocka_unit_test(test_bare_answers_short),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

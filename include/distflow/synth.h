@@ -34,7 +34,9 @@
  * extra_info.answer is the conversational "The answer is {answer}." instead of
  * the worked solution. The scorer reads only "#### {answer}", so a model that
  * imitates bare answers scores 0 on those; RL with the scorer's reward can
- * learn to work the problem out (what `make demo` shows).
+ * learn to work the problem out (what `make demo` shows). With
+ * bare_answer_frac_short >= 0 the problems with min_steps operations use that
+ * probability instead (same draw), so the style depends on the problem's length.
  */
 #ifndef DISTFLOW_SYNTH_H
 #define DISTFLOW_SYNTH_H
@@ -58,6 +60,11 @@ typedef struct df_synth_cfg {
     uint64_t seed;    /**< [0] */
     const char *split; /**< written to extra_info.split; NULL -> "train" */
     double bare_answer_frac; /**< in [0, 1]: share of bare-answer demonstrations [0] */
+    /** In [0, 1], or < 0: the share of bare answers among the problems with min_steps operations
+     *  (the short ones, which look easy), where bare_answer_frac then covers the longer ones; < 0
+     *  means bare_answer_frac for all. `make demo ALGO=grpo_tool` answers most one-operation
+     *  problems without the calculator, which RL learns to call [-1] */
+    double bare_answer_frac_short;
     /** Tool-use demonstrations (`make demo ALGO=grpo_tool`): each row also holds "messages", a
      *  multi-turn SFT conversation (data.multiturn.enable) in which the assistant calls the
      *  calculator tool with the problem's expression in a hermes <tool_call> block, the tool

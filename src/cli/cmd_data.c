@@ -6,6 +6,7 @@
 #include "distflow/tokenizer.h"
 #include "util/fsutil.h"
 
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,7 +81,7 @@ static int cmd_synth(int argc, char **argv)
     df_synth_cfg cfg;
     df_synth_cfg_default(&cfg);
     const char *out = NULL, *split = "train", *ops = NULL, *exclude = NULL;
-    double bare = 0;
+    double bare = 0, bare_short = -1;
     bool tool = false;
     int64_t n = 0, seed = 0, min_steps = cfg.min_steps, max_steps = cfg.max_steps;
     int64_t max_operand = cfg.max_operand, max_value = cfg.max_value;
@@ -96,6 +97,9 @@ static int cmd_synth(int argc, char **argv)
         {"ops", DF_OPT_STR, &ops, "operations to use, a subset of \"+-*\" (default all)", false},
         {"bare-answers", DF_OPT_FLOAT, &bare,
          "share of demonstrations that are bare answers \"The answer is N.\" (default 0)", false},
+        {"bare-answers-short", DF_OPT_FLOAT, &bare_short, "share of bare answers among the problems with "
+         "--min-steps operations, --bare-answers then covering the longer ones (default: --bare-answers for all)",
+         false},
         {"exclude", DF_OPT_STR, &exclude, "skip problems that appear in this JSON-lines file", false},
         {"tool", DF_OPT_FLAG, &tool, "add \"messages\": a multi-turn SFT conversation calling the calculator tool "
          "(a bare-answer row answers without it; make demo ALGO=grpo_tool)", false},
@@ -116,6 +120,7 @@ static int cmd_synth(int argc, char **argv)
     if (ops)
         snprintf(cfg.ops, sizeof cfg.ops, "%s", ops);
     cfg.bare_answer_frac = bare;
+    cfg.bare_answer_frac_short = bare_short;
     cfg.tool = tool;
     df_dataset *ex = NULL;
     df_dataset_opts eo = {.reward_optional = true};
@@ -132,44 +137,89 @@ static int cmd_synth(int argc, char **argv)
     return 0;
 }
 
-/* The text a model sees for row i: ChatML with system, user and answer turns. */
-static char *chat_text(const df_dataset *ds, int64_t i, const char *system, const char *answer_key)
+/* Append "<|im_start|>role\ncontent<|im_end|>\n" to *s (length *len, capacity *cap); false when out of memory. */
+static bool put_turn(char **s, size_t *len, size_t *cap, const char *role, const char *content)
 {
-    char *answer = NULL;
-    if (answer_key && df_dataset_field(ds, i, answer_key, &answer))
-        answer = NULL;
-    size_t cap = strlen(system) + (answer ? strlen(answer) : 0) + 256;
-    for (int j = 0; j < df_dataset_num_messages(ds, i); j++) {
-        const char *role, *content;
-        if (!df_dataset_message(ds, i, j, &role, &content))
-            cap += strlen(role) + strlen(content) + 32;
+    size_t need = *len + strlen(role) + strlen(content) + 32;
+    if (need > *cap) {
+        char *p = realloc(*s, 2 * need);
+        if (!p)
+            return false;
+        *s = p, *cap = 2 * need;
     }
-    char *s = malloc(cap);
-    if (!s) {
+    *len += (size_t)snprintf(*s + *len, *cap - *len, "<|im_start|>%s\n%s<|im_end|>\n", role, content);
+    return true;
+}
+
+/* Row i's conversation in column `key` (a list of messages with string contents) as ChatML turns
+   after *s, the `system` turn first unless the conversation opens with its own; 1 when the row has
+   one, 0 when not (no such column, not a non-empty list), -1 when out of memory. */
+static int put_conversation(const df_dataset *ds, int64_t i, const char *key, const char *system, char **s,
+                            size_t *len, size_t *cap)
+{
+    char *text = NULL;
+    if (!key || df_dataset_field(ds, i, key, &text))
+        return 0;
+    json_t *msgs = json_loads(text, 0, NULL);
+    free(text);
+    int put = json_is_array(msgs) && json_array_size(msgs) ? 1 : 0;
+    const char *first = json_string_value(json_object_get(json_array_get(msgs, 0), "role"));
+    if (put && !(first && !strcmp(first, "system")) && !put_turn(s, len, cap, "system", system))
+        put = -1;
+    size_t j;
+    json_t *m;
+    json_array_foreach(msgs, j, m) {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        const char *content = json_string_value(json_object_get(m, "content"));
+        if (put > 0 && role && !put_turn(s, len, cap, role, content ? content : ""))
+            put = -1;
+    }
+    json_decref(msgs);
+    return put;
+}
+
+/* The text a model sees for row i in ChatML: the row's conversation (the messages of `messages_key`:
+   what multi-turn SFT trains on, tool calls and tool answers included), or else the system turn, its
+   prompt and the answer of `answer_key` as the assistant turn. */
+static char *chat_text(const df_dataset *ds, int64_t i, const char *system, const char *messages_key,
+                       const char *answer_key)
+{
+    size_t len = 0, cap = 0;
+    char *s = NULL, *answer = NULL;
+    bool ok = true;
+    int conv = put_conversation(ds, i, messages_key, system, &s, &len, &cap);
+    if (conv == 0) {
+        ok = put_turn(&s, &len, &cap, "system", system);
+        for (int j = 0; ok && j < df_dataset_num_messages(ds, i); j++) {
+            const char *role, *content;
+            if (!df_dataset_message(ds, i, j, &role, &content))
+                ok = put_turn(&s, &len, &cap, role, content);
+        }
+        if (answer_key && df_dataset_field(ds, i, answer_key, &answer))
+            answer = NULL;
+        ok = ok && put_turn(&s, &len, &cap, "assistant", answer ? answer : "");
         free(answer);
+    }
+    if (!ok || conv < 0) {
+        free(s);
         return NULL;
     }
-    size_t len = (size_t)snprintf(s, cap, "<|im_start|>system\n%s<|im_end|>\n", system);
-    for (int j = 0; j < df_dataset_num_messages(ds, i); j++) {
-        const char *role, *content;
-        if (!df_dataset_message(ds, i, j, &role, &content))
-            len += (size_t)snprintf(s + len, cap - len, "<|im_start|>%s\n%s<|im_end|>\n", role, content);
-    }
-    snprintf(s + len, cap - len, "<|im_start|>assistant\n%s<|im_end|>\n", answer ? answer : "");
-    free(answer);
     return s;
 }
 
 static int cmd_tokenizer(int argc, char **argv)
 {
-    const char *in = NULL, *out = NULL, *answer_key = "extra_info.answer";
+    const char *in = NULL, *out = NULL, *answer_key = "extra_info.answer", *messages_key = "messages";
     const char *system = "You are a helpful assistant.";
     int64_t vocab = 0;
     df_opt opts[] = {
         {"in", DF_OPT_STR, &in, "dataset in the verl schema (JSON lines) (required)", false},
         {"out", DF_OPT_STR, &out, "output directory for tokenizer.json + tokenizer_config.json (required)", false},
         {"vocab-size", DF_OPT_INT, &vocab, "vocabulary size incl. 256 bytes and 3 specials (required)", false},
-        {"response-key", DF_OPT_STR, &answer_key, "field with the response text (default extra_info.answer)", false},
+        {"messages-key", DF_OPT_STR, &messages_key, "field with a row's whole conversation, trained on when present "
+         "(default messages: multi-turn SFT data, e.g. data synth --tool)", false},
+        {"response-key", DF_OPT_STR, &answer_key, "field with the response text of rows without a conversation "
+         "(default extra_info.answer)", false},
         {"system", DF_OPT_STR, &system, "default system message of the chat template", false},
         {0}};
     char *pos[1];
@@ -187,7 +237,7 @@ static int cmd_tokenizer(int argc, char **argv)
     char **texts = calloc((size_t)(n ? n : 1), sizeof *texts);
     int rc = texts ? 0 : df_error(DF_ENOMEM, "out of memory");
     for (int64_t i = 0; i < n && !rc; i++)
-        if (!(texts[i] = chat_text(ds, i, system, answer_key)))
+        if (!(texts[i] = chat_text(ds, i, system, messages_key, answer_key)))
             rc = df_error(DF_ENOMEM, "out of memory");
     df_tokenizer *tok = NULL;
     df_bpe_train_options bo = {.system_message = system};

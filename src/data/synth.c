@@ -30,6 +30,7 @@ void df_synth_cfg_default(df_synth_cfg *cfg)
     strcpy(cfg->ops, "+-*");
     cfg->seed = 0;
     cfg->split = NULL;
+    cfg->bare_answer_frac_short = -1;
 }
 
 int df_synth_cfg_check(const df_synth_cfg *c)
@@ -48,6 +49,9 @@ int df_synth_cfg_check(const df_synth_cfg *c)
     if (!(c->bare_answer_frac >= 0 && c->bare_answer_frac <= 1))
         return df_error(DF_EINVAL, "synthetic task: bare_answer_frac = %g, must be in [0, 1]",
                         c->bare_answer_frac);
+    if (!(c->bare_answer_frac_short <= 1)) /* NaN too; any negative value means "as bare_answer_frac" */
+        return df_error(DF_EINVAL, "synthetic task: bare_answer_frac_short = %g, must be <= 1 (< 0: as "
+                        "bare_answer_frac)", c->bare_answer_frac_short);
     size_t n = strnlen(c->ops, sizeof c->ops);
     if (n == 0 || n == sizeof c->ops)
         return df_error(DF_EINVAL, "synthetic task: ops must be 1 to 3 of \"+-*\"");
@@ -164,7 +168,8 @@ int df_synth_problem_make(const df_synth_cfg *c, int64_t index, df_synth_problem
     df_rng_seed(&style, df_rng_key(c->seed, (uint64_t)index, 1, 0));
     char *expr = ok ? expression_of(sol.p) : NULL;
     ok &= expr != NULL;
-    out->bare = c->bare_answer_frac > 0 && df_rng_uniform(&style) < c->bare_answer_frac;
+    double bare = c->bare_answer_frac_short >= 0 && k == c->min_steps ? c->bare_answer_frac_short : c->bare_answer_frac;
+    out->bare = bare > 0 && df_rng_uniform(&style) < bare;
     if (out->bare) {
         sol.len = 0; /* a bare demonstration: no working, not the verifier's format */
         ok &= df_jsonl_buf_addf(&sol, "The answer is %lld.", (long long)s);
