@@ -149,7 +149,9 @@ static void test_rollout_tokens_equal_sft_tokens(void **state)
         int32_t *sft_ids, *ids = NULL;
         uint8_t *mask;
         int64_t n_sft, n = 0;
-        assert_int_equal(df_sft_chat_encode(t, &pre, m, NULL, -1, &sft_ids, &mask, &n_sft), 0);
+        bool mismatch = false;
+        assert_int_equal(df_sft_chat_encode(t, &pre, m, NULL, -1, &mismatch, &sft_ids, &mask, &n_sft), 0);
+        assert_false(mismatch);
         /* the rollout: the prompt, the model's call and its stop token, the tool's delta, the answer */
         json_t *user = json_pack("[O]", json_array_get(msgs, 0)), *upto = json_pack("[O, O]", json_array_get(msgs, 0),
                                                                                  json_array_get(msgs, 1));
