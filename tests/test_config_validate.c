@@ -13,21 +13,12 @@
 
 #include "distflow/config.h"
 #include "distflow/worker.h"
+#include "testutil.h"
 
 #define ACTOR "actor_rollout_ref.actor."
 #define ROLLOUT "actor_rollout_ref.rollout."
 
-/* A valid GRPO config: 8 prompts x 4 responses, mini-batch 4 prompts (16 samples). */
-static const char *const BASE = "data:\n"
-                                "  train_batch_size: 8\n"
-                                "actor_rollout_ref:\n"
-                                "  actor:\n"
-                                "    ppo_mini_batch_size: 4\n"
-                                "    ppo_micro_batch_size_per_gpu: 4\n"
-                                "  rollout:\n"
-                                "    n: 4\n"
-                                "algorithm:\n"
-                                "  adv_estimator: grpo\n";
+static const char *const BASE = DF_TEST_GRPO_YAML;
 
 static char g_msg[4096];
 

@@ -424,16 +424,7 @@ static void test_actor_seam(void **state)
 
 /* ---------------------------------------------------------------------- config */
 
-static const char *const BASE = "data:\n"
-                                "  train_batch_size: 8\n"
-                                "actor_rollout_ref:\n"
-                                "  actor:\n"
-                                "    ppo_mini_batch_size: 4\n"
-                                "    ppo_micro_batch_size_per_gpu: 4\n"
-                                "  rollout:\n"
-                                "    n: 4\n"
-                                "algorithm:\n"
-                                "  adv_estimator: grpo\n";
+static const char *const BASE = DF_TEST_GRPO_YAML;
 
 /* Load BASE + one or two overrides and validate on one rank. */
 static int validate2(const char *a, const char *b)

@@ -31,6 +31,20 @@
 #include <string.h>
 #include <sys/wait.h>
 
+/* A valid GRPO config: 8 prompts x 4 responses, mini-batch 4 prompts (16 samples), for tests
+ * that load it with overrides (df_config_load_text). */
+#define DF_TEST_GRPO_YAML                                                                        \
+    "data:\n"                                                                                    \
+    "  train_batch_size: 8\n"                                                                    \
+    "actor_rollout_ref:\n"                                                                       \
+    "  actor:\n"                                                                                 \
+    "    ppo_mini_batch_size: 4\n"                                                               \
+    "    ppo_micro_batch_size_per_gpu: 4\n"                                                      \
+    "  rollout:\n"                                                                               \
+    "    n: 4\n"                                                                                 \
+    "algorithm:\n"                                                                               \
+    "  adv_estimator: grpo\n"
+
 static inline int df_test_rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
 {
     (void)sb, (void)flag, (void)ftw;
