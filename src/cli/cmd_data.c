@@ -5,6 +5,7 @@
 #include "distflow/synth.h"
 #include "distflow/tokenizer.h"
 #include "util/fsutil.h"
+#include "util/sbuf.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -137,42 +138,33 @@ static int cmd_synth(int argc, char **argv)
     return 0;
 }
 
-/* Append "<|im_start|>role\ncontent<|im_end|>\n" to *s (length *len, capacity *cap); false when out of memory. */
-static bool put_turn(char **s, size_t *len, size_t *cap, const char *role, const char *content)
+/* Append one ChatML turn "<|im_start|>role\ncontent<|im_end|>\n". */
+static void put_turn(df_sbuf *b, const char *role, const char *content)
 {
-    size_t need = *len + strlen(role) + strlen(content) + 32;
-    if (need > *cap) {
-        char *p = realloc(*s, 2 * need);
-        if (!p)
-            return false;
-        *s = p, *cap = 2 * need;
-    }
-    *len += (size_t)snprintf(*s + *len, *cap - *len, "<|im_start|>%s\n%s<|im_end|>\n", role, content);
-    return true;
+    df_sbuf_printf(b, "<|im_start|>%s\n%s<|im_end|>\n", role, content);
 }
 
-/* Row i's conversation in column `key` (a list of messages with string contents) as ChatML turns
-   after *s, the `system` turn first unless the conversation opens with its own; 1 when the row has
-   one, 0 when not (no such column, not a non-empty list), -1 when out of memory. */
-static int put_conversation(const df_dataset *ds, int64_t i, const char *key, const char *system, char **s,
-                            size_t *len, size_t *cap)
+/* Row i's conversation in column `key` (a list of messages with string contents) as ChatML turns,
+   the `system` turn first unless the conversation opens with its own; false when the row has none
+   (no such column, not a non-empty list). */
+static bool put_conversation(const df_dataset *ds, int64_t i, const char *key, const char *system, df_sbuf *b)
 {
     char *text = NULL;
     if (!key || df_dataset_field(ds, i, key, &text))
-        return 0;
+        return false;
     json_t *msgs = json_loads(text, 0, NULL);
     free(text);
-    int put = json_is_array(msgs) && json_array_size(msgs) ? 1 : 0;
+    bool put = json_is_array(msgs) && json_array_size(msgs);
     const char *first = json_string_value(json_object_get(json_array_get(msgs, 0), "role"));
-    if (put && !(first && !strcmp(first, "system")) && !put_turn(s, len, cap, "system", system))
-        put = -1;
+    if (put && !(first && !strcmp(first, "system")))
+        put_turn(b, "system", system);
     size_t j;
     json_t *m;
     json_array_foreach(msgs, j, m) {
         const char *role = json_string_value(json_object_get(m, "role"));
         const char *content = json_string_value(json_object_get(m, "content"));
-        if (put > 0 && role && !put_turn(s, len, cap, role, content ? content : ""))
-            put = -1;
+        if (put && role)
+            put_turn(b, role, content ? content : "");
     }
     json_decref(msgs);
     return put;
@@ -180,31 +172,26 @@ static int put_conversation(const df_dataset *ds, int64_t i, const char *key, co
 
 /* The text a model sees for row i in ChatML: the row's conversation (the messages of `messages_key`:
    what multi-turn SFT trains on, tool calls and tool answers included), or else the system turn, its
-   prompt and the answer of `answer_key` as the assistant turn. */
+   prompt and the answer of `answer_key` as the assistant turn. NULL when out of memory. */
 static char *chat_text(const df_dataset *ds, int64_t i, const char *system, const char *messages_key,
                        const char *answer_key)
 {
-    size_t len = 0, cap = 0;
-    char *s = NULL, *answer = NULL;
-    bool ok = true;
-    int conv = put_conversation(ds, i, messages_key, system, &s, &len, &cap);
-    if (conv == 0) {
-        ok = put_turn(&s, &len, &cap, "system", system);
-        for (int j = 0; ok && j < df_dataset_num_messages(ds, i); j++) {
+    df_sbuf b = {0};
+    if (!put_conversation(ds, i, messages_key, system, &b)) {
+        put_turn(&b, "system", system);
+        for (int j = 0; j < df_dataset_num_messages(ds, i); j++) {
             const char *role, *content;
             if (!df_dataset_message(ds, i, j, &role, &content))
-                ok = put_turn(&s, &len, &cap, role, content);
+                put_turn(&b, role, content);
         }
+        char *answer = NULL;
         if (answer_key && df_dataset_field(ds, i, answer_key, &answer))
             answer = NULL;
-        ok = ok && put_turn(&s, &len, &cap, "assistant", answer ? answer : "");
+        put_turn(&b, "assistant", answer ? answer : "");
         free(answer);
     }
-    if (!ok || conv < 0) {
-        free(s);
-        return NULL;
-    }
-    return s;
+    char *s = NULL;
+    return df_sbuf_finish(&b, &s) ? NULL : s;
 }
 
 static int cmd_tokenizer(int argc, char **argv)

@@ -130,8 +130,12 @@ int df_rollout_engine_create_ex(const df_model_config *cfg, const df_rollout_opt
     e->max_batched_tokens = e->opt.max_num_batched_tokens;
     int64_t R = df_rollout_rows_cap(max_num_seqs, e->max_batched_tokens);
     e->logit_rows = logit_rows_of(R, cfg->vocab_size);
-    e->bytes = df_rollout_engine_bytes_ex(cfg, &e->opt);
+    /* the packed copy's bytes from the copy made below, not a second probe of its layouts */
+    df_rollout_options unpacked = e->opt;
+    unpacked.plain_weights = true;
+    e->bytes = df_rollout_engine_bytes_ex(cfg, &unpacked);
     rc = engine_backend(e, R);
+    e->bytes += df_packed16_bytes(e->p16);
     if (!rc)
         rc = df_kv_cache_init(&e->kv, cfg, max_num_seqs, max_seq_len,
                               e->opt.dtype == DF_ROLLOUT_BF16 ? DF_KV_BF16 : DF_KV_F32);
