@@ -232,6 +232,8 @@ typedef struct df_plan {
     int n_subgraphs;
     df_schedule *schedule;
     df_process_groups *groups;
+    int rollout_ranks;          /**< actor_rollout_ref.rollout.mode=async: the rollout side's ranks,
+                                     the job's last ones (the schedule covers the others); 0: sync */
 } df_plan;
 
 /**

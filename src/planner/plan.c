@@ -310,6 +310,13 @@ static void plan_text(const df_plan *p, df_sbuf *b)
         const char *id = df_process_groups_node_at(p->groups, i);
         df_sbuf_printf(b, "node %s -> %s\n", id, df_process_groups_node_group(p->groups, id));
     }
+    if (p->rollout_ranks > 0) {
+        int first = s->n_workers, last = s->n_workers + p->rollout_ranks - 1;
+        df_sbuf_printf(b, "\n== asynchronous rollout side (actor_rollout_ref.rollout.mode=async)\n");
+        df_sbuf_printf(b, "rollout: %d ranks, ranks %d-%d: the rollout node's engine, streaming episodes to ranks "
+                          "0-%d (trainer side, the assignment above)\n", p->rollout_ranks, first, last, first - 1);
+        df_sbuf_printf(b, "weights: ranks 0,%d-%d (trainer rank 0 broadcasts each version)\n", first, last);
+    }
 }
 
 int df_plan_print(const df_plan *p, FILE *f)

@@ -273,6 +273,14 @@ int df_worker_plan(const df_config *c, int world, df_warn_fn warn, void *user, d
     if (rc)
         return rc;
     int64_t nnodes = t.trainer.nnodes, gpus = t.trainer.n_gpus_per_node;
+    /* mode=async: the trainer side is the job less its rollout ranks (workers/dag/async.h) */
+    int64_t rollout = strcmp(t.actor_rollout_ref.rollout.mode, "async") ? 0
+                                                                         : t.rollout.nnodes * t.rollout.n_gpus_per_node;
+    if (rollout >= world)
+        return df_error(DF_EINVAL, "%s: rollout.nnodes x rollout.n_gpus_per_node = %lld rollout ranks leave no "
+                        "trainer rank of the %d launched", df_config_where(c, "rollout.n_gpus_per_node"),
+                        (long long)rollout, world);
+    world -= (int)rollout;
     if (world < 1 || world % nnodes)
         return df_error(DF_EINVAL, "%s: trainer.nnodes=%lld does not divide the %d launched ranks",
                         df_config_where(c, "trainer.nnodes"), (long long)nnodes, world);
@@ -291,6 +299,8 @@ int df_worker_plan(const df_config *c, int world, df_warn_fn warn, void *user, d
     rc = df_config_with_overrides(c, &key, &v, 1, "the launched ranks", &pc);
     if (!rc)
         rc = df_plan_create(pc, warn, user, out);
+    if (!rc)
+        (*out)->rollout_ranks = (int)rollout;
     df_config_free(pc);
     return rc;
 }

@@ -7,6 +7,7 @@
 #include "util/fsutil.h"
 #include "util/timeutil.h"
 #include "workers/common/data_metrics.h"
+#include "workers/dag/async.h"
 #include "workers/dag/checkpoint.h"
 #include "workers/dag/console.h"
 #include "workers/dag/evaluate.h"
@@ -141,7 +142,10 @@ static int create_rollout(df_dag_worker *w, const df_model_config *cfg, bool act
 {
     const df_train_config *t = &w->global.cfg;
     const struct df_train_rollout *r = &t->actor_rollout_ref.rollout;
-    int64_t per_step = t->data.train_batch_size / w->data_layout.dp_size * df_worker_n_samples(w);
+    /* the rollout side of mode=async: as many sequences as its episodes in flight */
+    int64_t per_step = (w->async && w->async->rollout_side ? w->async->st.p.max_concurrent_rollouts
+                                                           : t->data.train_batch_size / w->data_layout.dp_size) *
+                       df_worker_n_samples(w);
     df_rollout_options o = {.max_num_seqs = r->max_num_seqs < per_step ? r->max_num_seqs : per_step,
                             .max_seq_len = t->data.max_prompt_length + r->response_length,
                             .max_num_batched_tokens = r->max_num_batched_tokens,
@@ -250,35 +254,74 @@ static int setup_output(df_dag_worker *w)
     return rc ? rc : df_worker_open_metrics(w);
 }
 
-int df_dag_worker_create(const df_config *cfg, df_comm *comm, df_dag_worker **out)
+/* The rollout side of mode=async (workers/dag/async.h): this rank reads its shard of the training
+ * prompts (the side's ranks are its data-parallel ranks) and samples from its own copy of the weights,
+ * which the trainer side sends; no graph, no trainer models. */
+static int setup_rollout_side(df_dag_worker *w)
 {
-    int rc = comm ? DF_OK : df_comm_world(&comm);
-    df_dag_worker *w = rc ? NULL : calloc(1, sizeof *w);
-    if (!w)
-        return rc ? rc : df_error(DF_ENOMEM, "out of memory");
-    w->cfg = cfg;
-    w->comm = comm;
-    w->rank = df_comm_rank(comm);
-    w->world = df_comm_size(comm);
-    rc = df_worker_settings_init(&w->global, cfg); /* the typed config every part of the worker reads */
     const df_train_config *t = &w->global.cfg;
-    if (!rc) /* before any group is made from it: they inherit it */
-        df_comm_set_timeout(comm, t->trainer.collective_timeout_s);
-    if (!rc) /* plan, config check and train validate alike: everything before the files */
-        rc = df_train_check(cfg, w->world, df_worker_warn, w, &w->plan);
-    if (!rc) /* checked from their files above; now their code */
-        rc = df_worker_plugins(cfg, t, true, &w->reward.cfg.compute_score);
-    if (!rc) /* tools, interactions or the environment of the rollout's agent loop */
-        rc = df_worker_multi_turn(cfg, t, &w->rollout.agent);
+    df_async *a = w->async;
+    w->group = w->comm;
+    w->group_rank = a->index, w->group_size = a->n_rollouts;
+    w->data_layout = (df_node_layout){.dp_size = a->n_rollouts, .mp = 1, .dp_rank = a->index};
+    int rc = df_hf_dir_load(w->model_dir, w->tokenizer_dir, &a->model, &w->tok);
+    if (rc)
+        rc = df_error_wrap(rc, "actor_rollout_ref.model.path");
     if (!rc)
-        rc = expand_path(t->actor_rollout_ref.model.path, w->model_dir, sizeof w->model_dir);
+        rc = set_template_kwargs(w->tok, t->data.apply_chat_template_kwargs);
     if (!rc)
-        rc = expand_path(t->data.tokenizer ? t->data.tokenizer : w->model_dir, w->tokenizer_dir,
-                         sizeof w->tokenizer_dir);
+        rc = load_data(w, "data.train_files", 0, &t->data.train_files, t->data.train_max_samples, &w->train_ds,
+                       &w->train_prompts);
     if (!rc)
-        rc = expand_path(t->trainer.default_local_dir, w->out_dir, sizeof w->out_dir);
+        rc = df_dataloader_create(w->train_ds, t->data.train_batch_size, a->index, a->n_rollouts, t->data.shuffle,
+                                  (uint64_t)t->data.seed, true, &w->dl);
     if (!rc)
-        rc = setup_graph(w);
+        rc = agree_rows(w);
+    if (!rc)
+        rc = df_worker_resolve(w, NULL);
+    if (!rc)
+        rc = create_rollout(w, &a->model->cfg, false);
+    return rc;
+}
+
+/* mode=async: this rank's side of the job (w->comm becomes the side's communicator). */
+static int split_job(df_dag_worker *w)
+{
+    int rc = df_async_create(&w->global.cfg, w->comm, &w->async);
+    if (rc || !w->async)
+        return rc;
+    w->comm = w->async->side;
+    w->rank = w->async->index;
+    w->world = df_comm_size(w->comm);
+    if (w->async->rollout_side) { /* the plan is the trainer side's */
+        df_plan_free(w->plan);
+        w->plan = NULL;
+    }
+    return DF_OK;
+}
+
+/* Every rank of an asynchronous job learns whether every other set up (each side alone would wait
+ * for the other forever). */
+static int agree_setup(df_dag_worker *w, int rc)
+{
+    if (!w->async)
+        return rc;
+    double failed = rc != DF_OK;
+    int crc = df_comm_allreduce(w->async->world, &failed, 1, DF_COMM_FLOAT64, DF_COMM_MAX);
+    if (rc)
+        return rc;
+    if (crc)
+        return crc;
+    return failed > 0 ? df_error(DF_EINTERNAL, "another rank of the job failed to set up; its own error says why")
+                      : DF_OK;
+}
+
+static int setup_trainer_side(df_dag_worker *w)
+{
+    const df_train_config *t = &w->global.cfg;
+    int rc = setup_graph(w);
+    if (!rc && w->async)
+        rc = df_async_trainer_setup(w);
     if (!rc)
         rc = df_adv_estimator_lookup(t->algorithm.adv_estimator, &w->advantage.fn);
     if (!rc)
@@ -319,6 +362,41 @@ int df_dag_worker_create(const df_config *cfg, df_comm *comm, df_dag_worker **ou
         rc = df_worker_setup_critic(w);
     if (!rc)
         rc = setup_output(w);
+    return rc;
+}
+
+int df_dag_worker_create(const df_config *cfg, df_comm *comm, df_dag_worker **out)
+{
+    int rc = comm ? DF_OK : df_comm_world(&comm);
+    df_dag_worker *w = rc ? NULL : calloc(1, sizeof *w);
+    if (!w)
+        return rc ? rc : df_error(DF_ENOMEM, "out of memory");
+    w->cfg = cfg;
+    w->comm = comm;
+    w->rank = df_comm_rank(comm);
+    w->world = df_comm_size(comm);
+    rc = df_worker_settings_init(&w->global, cfg); /* the typed config every part of the worker reads */
+    const df_train_config *t = &w->global.cfg;
+    if (!rc) /* before any group is made from it: they inherit it */
+        df_comm_set_timeout(comm, t->trainer.collective_timeout_s);
+    if (!rc) /* plan, config check and train validate alike: everything before the files */
+        rc = df_train_check(cfg, w->world, df_worker_warn, w, &w->plan);
+    if (!rc) /* checked from their files above; now their code */
+        rc = df_worker_plugins(cfg, t, true, &w->reward.cfg.compute_score);
+    if (!rc) /* tools, interactions or the environment of the rollout's agent loop */
+        rc = df_worker_multi_turn(cfg, t, &w->rollout.agent);
+    if (!rc)
+        rc = expand_path(t->actor_rollout_ref.model.path, w->model_dir, sizeof w->model_dir);
+    if (!rc)
+        rc = expand_path(t->data.tokenizer ? t->data.tokenizer : w->model_dir, w->tokenizer_dir,
+                         sizeof w->tokenizer_dir);
+    if (!rc)
+        rc = expand_path(t->trainer.default_local_dir, w->out_dir, sizeof w->out_dir);
+    if (!rc) /* mode=async: the rollout and trainer sides (workers/dag/async.h) */
+        rc = split_job(w);
+    if (!rc)
+        rc = w->async && w->async->rollout_side ? setup_rollout_side(w) : setup_trainer_side(w);
+    rc = agree_setup(w, rc);
     if (!rc && !(w->metrics = df_metrics_new()))
         rc = df_error(DF_ENOMEM, "out of memory");
     if (rc) {
@@ -339,6 +417,7 @@ void df_dag_worker_free(df_dag_worker *w)
     df_worker_free_critic(w);
     df_worker_free_reward(w);
     df_worker_free_parallel(w);
+    df_async_free(w->async);
     df_rollout_engine_free(w->rollout.engine);
     df_agent_config_clear(w->rollout.agent);
     free(w->rollout.agent);

@@ -5,6 +5,7 @@
 #include "util/timeutil.h"
 #include "util/warn.h"
 #include "workers/common/data_metrics.h"
+#include "workers/dag/async.h"
 #include "workers/dag/checkpoint.h"
 #include "workers/dag/console.h"
 #include "workers/dag/evaluate.h"
@@ -188,7 +189,7 @@ static int validate_first(df_dag_worker *w, bool *only)
     return rc ? rc : log_metrics(w, w->metrics, false);
 }
 
-int df_dag_worker_fit(df_dag_worker *w)
+static int fit_steps(df_dag_worker *w)
 {
     const struct df_train_trainer *tr = &w->global.cfg.trainer;
     int64_t test_freq = tr->test_freq;
@@ -216,6 +217,8 @@ int df_dag_worker_fit(df_dag_worker *w)
         bool last = w->step == w->total_steps;
         df_metrics_clear(w->metrics);
         rc = train_step(w);
+        if (!rc && w->async) /* the rollout side samples from the new weights as soon as they arrive */
+            rc = df_async_publish(w, w->step);
         if (!rc) {
             warn_skipped(w, w->metrics);
             df_console_step(w, w->metrics); /* before the validation and the save that follow it */
@@ -242,5 +245,23 @@ int df_dag_worker_fit(df_dag_worker *w)
     }
     if (!rc)
         df_console_summary(w, "finished");
+    return rc;
+}
+
+int df_dag_worker_fit(df_dag_worker *w)
+{
+    if (!w->async)
+        return fit_steps(w);
+    if (w->async->rollout_side)
+        return df_async_rollout_run(w);
+    /* the rollout side starts from the trainer's weights (a resumed run's too) */
+    int rc = df_async_publish(w, w->resumed_step);
+    if (!rc)
+        rc = fit_steps(w);
+    if (!rc || rc == DF_ESTOPPED) {
+        int frc = df_async_finish(w, rc ? w->stopped : -1);
+        if (frc)
+            rc = frc;
+    }
     return rc;
 }

@@ -461,6 +461,66 @@ static int preflight(const df_config *c, const df_train_config *t, const df_plan
                               !t->reward_model.enable && scores_by_registry(p->graph, workflow));
 }
 
+/* A key of async_training / rollout set to something other than its default, or NULL. */
+static const char *async_key_set(const df_config *c, const df_train_config *t)
+{
+    static const char *const keys[] = {"async_training.max_staleness", "async_training.max_concurrent_rollouts",
+                                       "async_training.consumer_batch_size", "rollout.n_gpus_per_node"};
+    const struct df_train_async_training *a = &t->async_training;
+    bool nondefault[] = {a->max_staleness != 0, a->max_concurrent_rollouts.set,
+                         a->consumer_batch_size != t->data.train_batch_size, t->rollout.n_gpus_per_node != 0};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+        if (nondefault[i])
+            return keys[i];
+    return NULL;
+}
+
+/* actor_rollout_ref.rollout.mode=async (workers/dag/async.h): the rollout side's ranks, the batch
+ * they share, and what the asynchronous runtime does not run yet. */
+static int check_async(const df_config *c, const df_train_config *t, df_task_graph *g, bool workflow)
+{
+    const char *mode_key = "actor_rollout_ref.rollout.mode";
+    if (strcmp(t->actor_rollout_ref.rollout.mode, "async")) {
+        const char *k = async_key_set(c, t);
+        return k ? df_error(DF_EINVAL, "%s (%s): read only with %s=async (the asynchronous runtime, docs/async.md); "
+                            "%s is sync", k, df_config_where(c, k), mode_key, df_config_where(c, mode_key))
+                 : DF_OK;
+    }
+    int64_t R = t->rollout.nnodes * t->rollout.n_gpus_per_node, B = t->data.train_batch_size;
+    const struct df_train_async_training *a = &t->async_training;
+    int64_t conc = a->max_concurrent_rollouts.set ? a->max_concurrent_rollouts.v : a->consumer_batch_size;
+    const char *why = NULL, *key = NULL;
+    if (R < 1)
+        key = "rollout.n_gpus_per_node", why = "must be >= 1: the asynchronous runtime runs the rollout on ranks of "
+                                               "its own (verl fully-async's rollout.n_gpus_per_node)";
+    else if (a->consumer_batch_size != B)
+        key = "async_training.consumer_batch_size", why = "must equal data.train_batch_size (null): one consumed "
+                                                          "batch is one training step";
+    else if (B % R)
+        key = "data.train_batch_size", why = "must be a multiple of the rollout ranks (rollout.nnodes x "
+                                             "rollout.n_gpus_per_node): each admits its share of every batch";
+    else if (conc < R)
+        key = "async_training.max_concurrent_rollouts", why = "must be at least the rollout ranks: each runs its share";
+    else if (t->actor_rollout_ref.rollout.multi_turn.enable || t->dag.env_enable)
+        key = t->dag.env_enable ? "dag.env_enable" : "actor_rollout_ref.rollout.multi_turn.enable",
+        why = "multi-turn rollouts are not run asynchronously yet (issue 16)";
+    else if (t->algorithm.filter_groups.enable)
+        key = "algorithm.filter_groups.enable", why = "dynamic sampling re-runs the rollout inside a step; not with "
+                                                      "the asynchronous runtime yet (issue 16)";
+    if (key)
+        return df_error(DF_EINVAL, "%s (%s) with %s=async: %s", key, df_config_where(c, key), mode_key, why);
+    /* nodes that re-run the rollout inside a step (ReMax's greedy baseline, dynamic sampling) */
+    df_node_fn again[2] = {known_fn("DAGWorker.compute_reward_baseline"), known_fn("DAGWorker.dynamic_sampling")};
+    for (int i = 0; i < df_task_graph_num_nodes(g); i++) {
+        const df_node *n = df_task_graph_node_at(g, i);
+        df_node_fn fn = known_fn(ref_of(n, workflow));
+        if (fn && (fn == again[0] || fn == again[1]))
+            return df_error(DF_EINVAL, "node '%s' re-runs the rollout inside a step; not with %s=async yet (issue 16)",
+                            n->node_id, mode_key);
+    }
+    return DF_OK;
+}
+
 int df_train_check(const df_config *cfg, int world, df_warn_fn warn, void *user, df_plan **plan_out)
 {
     if (plan_out)
@@ -489,7 +549,9 @@ int df_train_check(const df_config *cfg, int world, df_warn_fn warn, void *user,
     }
     int dp = 0;
     if (!rc)
-        rc = layouts(cfg, &t, p, world, &dp);
+        rc = layouts(cfg, &t, p, world - p->rollout_ranks, &dp);
+    if (!rc)
+        rc = check_async(cfg, &t, p->graph, !strcmp(p->pipeline, "workflow"));
     if (!rc)
         rc = df_config_validate_train_ex(cfg, dp, warn, user);
     if (!rc) /* last: every check of the config itself comes first */

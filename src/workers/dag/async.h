@@ -1,0 +1,103 @@
+/*
+ * The asynchronous runtime (actor_rollout_ref.rollout.mode=async; docs/async.md): the job's ranks
+ * split into a trainer side (ranks 0 .. T-1, which run the DAG worker as a job of T ranks would)
+ * and a rollout side (the last R = rollout.nnodes x rollout.n_gpus_per_node ranks), after AReaL's
+ * disaggregated allocation and verl's fully-async recipe.
+ *
+ * Wire protocol, all on the job's world communicator or the weights group:
+ *   - weights: trainer rank 0 and the rollout ranks form the weights group (trainer rank 0 is
+ *     its rank 0). Every update is a header (df_async_header) broadcast without blocking the
+ *     rollout ranks, which post it ahead and test it between decode steps, then the float32
+ *     parameters broadcast in full; header.stop ends the rollout side.
+ *   - episodes: a rollout rank sends each finished episode (one prompt with its rollout.n
+ *     responses) to the trainer ranks in turn, tag DF_ASYNC_TAG_EPISODE: a df_async_episode
+ *     header, then the serialized batch rows. A header with `done` set is the rank's last
+ *     message to that trainer rank (same tag, so it arrives after every episode: MPI's
+ *     non-overtaking rule).
+ */
+#ifndef DF_WORKERS_DAG_ASYNC_H
+#define DF_WORKERS_DAG_ASYNC_H
+
+#include "distflow/async.h"
+#include "distflow/comm.h"
+#include "distflow/model.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct df_dag_worker;
+struct df_node_ctx;
+
+#define DF_ASYNC_TAG_EPISODE 101
+
+/** The weights broadcast's header. */
+typedef struct df_async_header {
+    int64_t version;  /**< trainer version of the parameters that follow (optimizer steps taken) */
+    int64_t stop;     /**< 0: parameters follow; -1: training finished; > 0: stopped on that signal */
+    int64_t n_params; /**< float32 elements that follow */
+    int64_t reserved;
+} df_async_header;
+
+/** What precedes an episode's rows. */
+typedef struct df_async_episode {
+    int64_t done;          /**< 1: the sender's last message to this rank (no rows follow) */
+    int64_t order;         /**< position in the rollout side's prompt order (sorting key) */
+    int64_t min_version;   /**< oldest policy version among its tokens (AReaL's head version) */
+    int64_t max_version;
+    int64_t bytes;         /**< serialized rows that follow in the same message */
+    double idle_s, busy_s; /**< the sender's cumulative idle / generating seconds */
+    int64_t running, accepted; /**< the sender's staleness counters when it sent */
+} df_async_episode;
+
+/** A trainer rank's received, not yet consumed episodes. */
+typedef struct df_async_inbox {
+    struct df_batch **rows;  /**< [n] */
+    int64_t *order, *version;
+    int64_t n, cap;
+} df_async_inbox;
+
+typedef struct df_async {
+    df_comm *world;       /**< the job (borrowed) */
+    df_comm *side;        /**< this side's ranks (owned) */
+    df_comm *weights;     /**< trainer rank 0 + the rollout ranks (owned), NULL elsewhere */
+    int n_trainers, n_rollouts;
+    bool rollout_side;
+    int index;            /**< rank within the side */
+    df_staleness st;      /**< rollout side: admission; trainer side: the consume check */
+    /* rollout side */
+    df_model *model;      /**< the weights the engine samples from (owned) */
+    /* trainer side */
+    df_async_inbox inbox;
+    int done_from;        /**< rollout ranks whose last message arrived */
+    double idle_s[2], busy_s[2]; /**< latest cumulative idle / busy seconds reported, summed over ranks */
+    double *last_idle, *last_busy; /**< [n_rollouts] the latest per rollout rank */
+    int64_t *last_running, *last_accepted;
+    bool finished;        /**< the stop header went out */
+} df_async;
+
+/** Rollout ranks of a typed config (0: colocated, mode=sync). */
+int64_t df_async_rollout_ranks(const struct df_train_config *t);
+
+/**
+ * Split the job `world` (size W) for a config with R = df_async_rollout_ranks > 0: ranks W-R ..
+ * W-1 the rollout side. Collective over world. *out NULL for a colocated config.
+ * Errors: DF_EINVAL when R >= W (no trainer rank left), comm errors.
+ */
+int df_async_create(const struct df_train_config *t, df_comm *world, df_async **out);
+void df_async_free(df_async *a);
+
+/** The rollout side's whole run: initial weights, then the executor until the stop header. */
+int df_async_rollout_run(struct df_dag_worker *w);
+/** Rollout side setup: the tokenizer, its data shard, the model and the engine. */
+int df_async_rollout_setup(struct df_dag_worker *w);
+
+/** Trainer side: make the graph's rollout node take its batch from the rollout side. */
+int df_async_trainer_setup(struct df_dag_worker *w);
+/** Trainer side: send the actor's weights at version `version` to the rollout side. Collective
+ *  over the weights group (trainer rank 0; other trainer ranks return at once). */
+int df_async_publish(struct df_dag_worker *w, int64_t version);
+/** Trainer side: end the rollout side (stop: -1 finished, > 0 the signal) and drain its last
+ *  messages. Every trainer rank calls it once, whatever happened. */
+int df_async_finish(struct df_dag_worker *w, int64_t stop);
+
+#endif

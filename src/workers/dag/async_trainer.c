@@ -1,0 +1,280 @@
+/* The trainer side of the asynchronous runtime (async.h, docs/async.md): the graph's rollout
+ * node takes its batch from the episodes the rollout ranks sent, and the actor's weights go to
+ * the rollout side after every step. */
+#include "workers/worker_internal.h"
+
+#include "util/timeutil.h"
+#include "workers/dag/async.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- receiving --------------------------------------------------------------------- */
+
+static int inbox_push(df_async_inbox *in, df_batch *b, int64_t order, int64_t version)
+{
+    if (in->n == in->cap) {
+        int64_t cap = in->cap ? 2 * in->cap : 64;
+        df_batch **r = realloc(in->rows, (size_t)cap * sizeof *r);
+        if (r)
+            in->rows = r;
+        int64_t *o = realloc(in->order, (size_t)cap * sizeof *o);
+        if (o)
+            in->order = o;
+        int64_t *v = realloc(in->version, (size_t)cap * sizeof *v);
+        if (v)
+            in->version = v;
+        if (!r || !o || !v)
+            return df_error(DF_ENOMEM, "out of memory");
+        in->cap = cap;
+    }
+    in->rows[in->n] = b, in->order[in->n] = order, in->version[in->n] = version;
+    in->n++;
+    return DF_OK;
+}
+
+/* One message from rollout rank `src` (world rank) of nbytes. */
+static int receive_one(df_async *a, int src, int64_t nbytes)
+{
+    uint8_t *buf = malloc((size_t)(nbytes ? nbytes : 1));
+    if (!buf)
+        return df_error(DF_ENOMEM, "out of memory for an episode of %lld bytes", (long long)nbytes);
+    int rc = df_comm_recv(a->world, buf, nbytes, src, DF_ASYNC_TAG_EPISODE);
+    df_async_episode h;
+    if (!rc && (nbytes < (int64_t)sizeof h))
+        rc = df_error(DF_EINTERNAL, "async: a message of %lld bytes from rank %d", (long long)nbytes, src);
+    if (!rc)
+        memcpy(&h, buf, sizeof h);
+    if (!rc && (int64_t)sizeof h + h.bytes != nbytes)
+        rc = df_error(DF_EINTERNAL, "async: an episode from rank %d says %lld bytes in a message of %lld", src,
+                      (long long)h.bytes, (long long)nbytes);
+    int r = src - a->n_trainers;
+    if (!rc) {
+        a->last_idle[r] = h.idle_s, a->last_busy[r] = h.busy_s;
+        a->last_running[r] = h.running, a->last_accepted[r] = h.accepted;
+    }
+    df_batch *b = NULL;
+    if (!rc && h.done)
+        a->done_from++;
+    else if (!rc && !(rc = df_batch_deserialize(buf + sizeof h, (size_t)h.bytes, &b)))
+        rc = inbox_push(&a->inbox, b, h.order, h.min_version);
+    free(buf);
+    if (rc)
+        df_batch_free(b);
+    return rc;
+}
+
+/* Every message waiting now. */
+static int drain(df_async *a)
+{
+    for (;;) {
+        bool found = false;
+        int src = -1;
+        int64_t nbytes = 0;
+        int rc = df_comm_probe(a->world, DF_COMM_ANY_SOURCE, DF_ASYNC_TAG_EPISODE, &found, &src, &nbytes);
+        if (rc || !found)
+            return rc;
+        if ((rc = receive_one(a, src, nbytes)))
+            return rc;
+    }
+}
+
+/* Drop the episodes older than max_staleness versions at trainer version v (AReaL's check at
+ * consumption; the admission bound makes it rare). */
+static int drop_stale(df_async *a, int64_t v)
+{
+    df_async_inbox *in = &a->inbox;
+    int64_t k = 0;
+    for (int64_t i = 0; i < in->n; i++) {
+        bool keep = true;
+        int rc = df_staleness_consume(&a->st, in->version[i], v, &keep);
+        if (rc)
+            return rc;
+        if (!keep) {
+            df_batch_free(in->rows[i]);
+            continue;
+        }
+        in->rows[k] = in->rows[i], in->order[k] = in->order[i], in->version[k] = in->version[i];
+        k++;
+    }
+    in->n = k;
+    return DF_OK;
+}
+
+/* ---- the rollout node's replacement ------------------------------------------------ */
+
+static int cmp_order(const void *x, const void *y, void *user)
+{
+    const int64_t *o = user, a = o[*(const int64_t *)x], b = o[*(const int64_t *)y];
+    return (a > b) - (a < b);
+}
+
+/* The first `take` episodes in the rollout side's order, out of the inbox, as one batch. */
+static int take_rows(df_async_inbox *in, int64_t take, df_batch **out)
+{
+    int64_t *idx = malloc((size_t)(in->n ? in->n : 1) * sizeof *idx);
+    df_batch **parts = malloc((size_t)(take ? take : 1) * sizeof *parts);
+    if (!idx || !parts) {
+        free(idx), free(parts);
+        return df_error(DF_ENOMEM, "out of memory");
+    }
+    for (int64_t i = 0; i < in->n; i++)
+        idx[i] = i;
+    qsort_r(idx, (size_t)in->n, sizeof *idx, cmp_order, in->order);
+    for (int64_t i = 0; i < take; i++)
+        parts[i] = in->rows[idx[i]];
+    int rc = df_batch_concat((const df_batch *const *)parts, (int)take, out);
+    if (!rc) { /* the rest stays, in arrival order */
+        for (int64_t i = 0; i < take; i++)
+            df_batch_free(in->rows[idx[i]]), in->rows[idx[i]] = NULL;
+        int64_t k = 0;
+        for (int64_t i = 0; i < in->n; i++)
+            if (in->rows[i])
+                in->rows[k] = in->rows[i], in->order[k] = in->order[i], in->version[k] = in->version[i], k++;
+        in->n = k;
+    }
+    free(idx), free(parts);
+    return rc;
+}
+
+/* Wait until the trainer ranks hold `need` episodes together; *take: this rank's share (the
+ * ranks in order, each its whole inbox until the count is reached). Collective over the side. */
+static int gather_episodes(df_dag_worker *w, int64_t need, int64_t version, int64_t *take)
+{
+    df_async *a = w->async;
+    int T = a->n_trainers;
+    int64_t *counts = malloc((size_t)T * sizeof *counts);
+    if (!counts)
+        return df_error(DF_ENOMEM, "out of memory");
+    int rc = DF_OK;
+    for (;;) {
+        rc = drain(a);
+        if (!rc)
+            rc = drop_stale(a, version);
+        int64_t mine[2] = {rc ? -1 : a->inbox.n, 0};
+        int crc = df_comm_allgather(a->side, mine, sizeof(int64_t), counts);
+        if (rc || crc)
+            break;
+        int64_t total = 0, before = 0;
+        bool failed = false;
+        for (int r = 0; r < T; r++) {
+            failed |= counts[r] < 0;
+            if (r < a->index)
+                before += counts[r] > 0 ? counts[r] : 0;
+            total += counts[r] > 0 ? counts[r] : 0;
+        }
+        if (failed) {
+            rc = df_error(DF_EINTERNAL, "async: another trainer rank failed receiving episodes");
+            break;
+        }
+        if (total >= need) {
+            int64_t left = need - before;
+            *take = left <= 0 ? 0 : (left < a->inbox.n ? left : a->inbox.n);
+            break;
+        }
+        struct timespec ts = {0, 2000000};
+        nanosleep(&ts, NULL);
+    }
+    free(counts);
+    return rc;
+}
+
+/* fully_async/* of the step: staleness (df_staleness_record, with the rollout side's counters) and the
+ * rollout side's idle share since the last step. */
+static void record(df_async *a, df_metrics *m, double wait_s)
+{
+    double idle = 0, busy = 0;
+    int64_t running = 0, accepted = 0;
+    for (int r = 0; r < a->n_rollouts; r++) {
+        idle += a->last_idle[r], busy += a->last_busy[r];
+        running += a->last_running[r], accepted += a->last_accepted[r];
+    }
+    df_staleness s = a->st;
+    s.running = running, s.accepted = accepted;
+    df_staleness_record(&s, m);
+    double di = idle - a->idle_s[0], db = busy - a->busy_s[0];
+    if (di + db > 0)
+        df_metrics_set(m, "fully_async/rollouter/idle_ratio", di / (di + db));
+    a->idle_s[0] = idle, a->busy_s[0] = busy;
+    df_metrics_set(m, "fully_async/trainer/idle_s", wait_s);
+}
+
+/* The graph's rollout node on the trainer side: this step's episodes from the rollout side. The
+ * dataloader's prompts it is given are not used (the rollout side reads its own shard). */
+static int node_take(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
+{
+    (void)batch;
+    double t0 = df_now();
+    df_dag_worker *w = df_node_worker(ctx);
+    df_async *a = w->async;
+    int64_t need = w->global.cfg.data.train_batch_size, take = 0;
+    int64_t version = ctx->step - 1; /* optimizer steps before this one */
+    int rc = gather_episodes(w, need, version, &take);
+    if (!rc)
+        rc = take_rows(&a->inbox, take, &out->batch);
+    double dt = df_now() - t0;
+    if (!rc && ctx->metrics)
+        record(a, ctx->metrics, dt);
+    df_worker_timing(ctx, "gen", t0);
+    return rc ? df_error_wrap(rc, "taking the step's episodes from the rollout side") : DF_OK;
+}
+
+int df_async_trainer_setup(df_dag_worker *w)
+{
+    int found = 0;
+    for (int i = 0; i < df_task_graph_num_nodes(w->graph); i++) {
+        df_node *n = df_task_graph_node_at(w->graph, i);
+        if (n->node_role != DF_ROLE_ROLLOUT)
+            continue;
+        if (i < w->n_node_set && w->node_set[i])
+            return df_error(DF_EUNSUPPORTED, "node '%s': a rollout node with its own sampling settings; with "
+                            "actor_rollout_ref.rollout.mode=async the rollout side samples with the global "
+                            "actor_rollout_ref.rollout.* keys", n->node_id);
+        n->fn = node_take;
+        found++;
+    }
+    if (found != 1)
+        return df_error(DF_EUNSUPPORTED, "actor_rollout_ref.rollout.mode=async needs a graph with exactly one "
+                        "rollout node (this one has %d)", found);
+    return DF_OK;
+}
+
+/* ---- weights and the end ----------------------------------------------------------- */
+
+static int send_header(df_async *a, df_async_header *h)
+{
+    df_comm_request *req = NULL;
+    int rc = df_comm_ibroadcast(a->weights, h, (int64_t)sizeof *h, 0, &req);
+    return rc ? rc : df_comm_wait(&req);
+}
+
+int df_async_publish(df_dag_worker *w, int64_t version)
+{
+    df_async *a = w->async;
+    if (!a->weights)
+        return DF_OK; /* trainer ranks > 0 */
+    df_model *m = df_actor_model(w->actor.model);
+    df_async_header h = {.version = version, .n_params = m->n_params};
+    int rc = send_header(a, &h);
+    if (!rc)
+        rc = df_comm_broadcast(a->weights, m->params, m->n_params * (int64_t)sizeof(float), 0);
+    return rc ? df_error_wrap(rc, "async: sending the weights of version %lld to the rollout side",
+                              (long long)version) : DF_OK;
+}
+
+int df_async_finish(df_dag_worker *w, int64_t stop)
+{
+    df_async *a = w->async;
+    df_async_header h = {.stop = stop};
+    int rc = a->weights ? send_header(a, &h) : DF_OK;
+    /* the rollout ranks' last messages: each says done to every trainer rank */
+    while (!rc && a->done_from < a->n_rollouts) {
+        rc = drain(a);
+        struct timespec ts = {0, 1000000};
+        if (!rc && a->done_from < a->n_rollouts)
+            nanosleep(&ts, NULL);
+    }
+    a->finished = true;
+    return rc ? df_error_wrap(rc, "async: ending the rollout side") : DF_OK;
+}
