@@ -180,8 +180,10 @@ static int keep_probed(df_comm *c, const char *what, mpi_probed p)
         int cap = h->cap_probed ? 2 * h->cap_probed : 8;
         mpi_probed *grown = realloc(h->probed, (size_t)cap * sizeof *grown);
         if (!grown)
-            return df_comm_fail(c, DF_ENOMEM, what, "out of memory for a probed message header (the "
-                                "message from rank %d on tag %d is lost)", p.src, p.tag);
+            return df_comm_fail(c, DF_ENOMEM, what,
+                                "out of memory for a probed message header (the "
+                                "message from rank %d on tag %d is lost)",
+                                p.src, p.tag);
         h->probed = grown;
         h->cap_probed = cap;
     }
@@ -197,9 +199,11 @@ static int check_header(df_comm *c, const char *what, const MPI_Status *st, cons
     MPI_Get_count(st, MPI_BYTE, &count);
     if (count == (int)(2 * sizeof(int64_t)) && hdr[0] >= 0 && hdr[1] > 0 && hdr[1] <= INT_MAX)
         return 0;
-    return df_comm_fail(c, DF_EINTERNAL, what, "the message from rank %d on tag %d is not a df_comm_send "
+    return df_comm_fail(c, DF_EINTERNAL, what,
+                        "the message from rank %d on tag %d is not a df_comm_send "
                         "header (%d bytes): that sender's stream on this tag is out of step, e.g. after "
-                        "a recv that timed out mid-message", st->MPI_SOURCE, st->MPI_TAG, count);
+                        "a recv that timed out mid-message",
+                        st->MPI_SOURCE, st->MPI_TAG, count);
 }
 
 int df_comm_mpi_probe(df_comm *c, int source, int tag, bool *found, int *src, int64_t *nbytes)
@@ -210,8 +214,9 @@ int df_comm_mpi_probe(df_comm *c, int source, int tag, bool *found, int *src, in
         int flag = 0;
         MPI_Message msg = MPI_MESSAGE_NULL;
         MPI_Status st;
-        MPI_TRY(c, "probe", MPI_Improbe(source == DF_COMM_ANY_SOURCE ? MPI_ANY_SOURCE : source, tag, h->comm,
-                                        &flag, &msg, &st));
+        MPI_TRY(c, "probe",
+                MPI_Improbe(source == DF_COMM_ANY_SOURCE ? MPI_ANY_SOURCE : source, tag, h->comm, &flag, &msg,
+                            &st));
         if (!flag)
             return 0;
         int count = 0;
@@ -276,9 +281,10 @@ static int cancel_recvs(MPI_Request *reqs, int n, MPI_Status *st)
 
 static int timeout_fail(df_comm *c, int source, int tag, const char *fate)
 {
-    return df_comm_fail(c, DF_EINTERNAL, "recv", "no message from rank %d on tag %d after %.1f s (timeout, "
-                        "trainer.collective_timeout_s): the sender stopped, hangs or is far behind; %s", source,
-                        tag, c->timeout_s, fate);
+    return df_comm_fail(c, DF_EINTERNAL, "recv",
+                        "no message from rank %d on tag %d after %.1f s (timeout, "
+                        "trainer.collective_timeout_s): the sender stopped, hangs or is far behind; %s",
+                        source, tag, c->timeout_s, fate);
 }
 
 /* The next header from source on tag, off the wire. */
@@ -291,7 +297,7 @@ static int recv_header(df_comm *c, int source, int tag, mpi_probed *p)
     int rc = poll_all(c, "recv", &r, 1, &st);
     if (rc == TIMED_OUT) {
         if (cancel_recvs(&r, 1, &st) == 0)
-            return timeout_fail(c, source, tag, "nothing was received");
+            return timeout_fail(c, source, tag, "nothing came, and a later recv can still take the message");
         rc = 0; /* the header came as we gave up: take its message */
     }
     if (rc || (rc = check_header(c, "recv", &st, hdr)) != 0)
@@ -330,10 +336,13 @@ static int recv_chunks(df_comm *c, void *buf, const mpi_probed *p)
         if (rc == TIMED_OUT && landed == nch)
             rc = 0; /* everything came as we gave up */
         else if (rc == TIMED_OUT && landed == 0)
-            rc = (kept = keep_probed(c, "recv", *p)) ? kept
-                                                      : timeout_fail(c, p->src, p->tag, "the message stays queued");
+            rc = (kept = keep_probed(c, "recv", *p))
+                     ? kept
+                     : timeout_fail(c, p->src, p->tag,
+                                    "its data did not come, and a later recv can still take the message");
         else if (rc == TIMED_OUT)
-            rc = timeout_fail(c, p->src, p->tag, "part of a chunked message came and is lost: that "
+            rc = timeout_fail(c, p->src, p->tag,
+                              "part of a chunked message came and is lost: that "
                               "sender's stream on this tag is out of step");
     }
     free(reqs);
@@ -356,9 +365,11 @@ int df_comm_mpi_recv(df_comm *c, void *buf, int64_t nbytes, int source, int tag)
     }
     if (p.nbytes != nbytes) {
         int rc = keep_probed(c, "recv", p);
-        return rc ? rc : df_comm_fail(c, DF_EINVAL, "recv", "the message from rank %d on tag %d has %lld "
-                                      "bytes, not %lld (it stays queued)", source, tag,
-                                      (long long)p.nbytes, (long long)nbytes);
+        return rc ? rc
+                  : df_comm_fail(c, DF_EINVAL, "recv",
+                                 "the message from rank %d on tag %d has %lld "
+                                 "bytes, not %lld (it stays queued)",
+                                 source, tag, (long long)p.nbytes, (long long)nbytes);
     }
     return recv_chunks(c, buf, &p);
 }

@@ -122,7 +122,8 @@ int df_comm_ibroadcast(df_comm *c, void *buf, int64_t nbytes, int root, df_comm_
         return df_comm_fail(c, DF_EINVAL, what, "root %d is not a rank (size %d)", root, c->size);
     int rc = check_buf(c, what, buf, nbytes);
     if (!rc && c->timed_out)
-        rc = df_comm_fail(c, DF_EINTERNAL, what, "an earlier collective of this group timed out and was "
+        rc = df_comm_fail(c, DF_EINTERNAL, what,
+                          "an earlier collective of this group timed out and was "
                           "abandoned");
     if (!rc)
         rc = new_request(c, what, req);
