@@ -1,5 +1,6 @@
 /*
- * distflow/comm.h — the communication layer: process groups and collectives.
+ * distflow/comm.h — the communication layer: process groups, collectives and
+ * point-to-point messages.
  *
  * One interface, two backends (docs/conventions.md §5):
  *   - MPI (built when CMake finds MPI and DF_WITH_MPI=ON; compile definition
@@ -212,6 +213,110 @@ DF_API int df_comm_from_ranks(df_comm *parent, const int *ranks, int n, df_comm 
 
 /** Free a communicator from split / from_ranks. NULL and the world are no-ops. */
 DF_API void df_comm_free(df_comm *c);
+
+/*
+ * Point-to-point and non-blocking operations (the asynchronous runtime: rollout ranks send
+ * finished episodes to trainer ranks, trainer rank 0 broadcasts weights that rollout ranks poll
+ * for between decode steps).
+ *
+ * Messages are byte strings of any size (int64_t nbytes >= 0) with a tag (0 .. DF_COMM_TAG_MAX).
+ * Between one sender and one receiver, messages on one tag arrive in the order they were sent
+ * (MPI's non-overtaking rule, which the wire format relies on); messages from different senders
+ * or on different tags have no order. P2P traffic never matches a collective (MPI keeps them
+ * apart on one communicator) and is not stopped by a collective's timeout.
+ *
+ * Wire format (MPI): a message is a header message of two int64 {nbytes, chunk} followed by
+ * ceil(nbytes / chunk) data messages of `chunk` bytes (the last one shorter), all on the same
+ * tag; chunk is INT_MAX (MPI's int count) unless a test lowers it. df_comm_probe receives the
+ * header (the communicator keeps it until df_comm_recv takes the message), so it can report the
+ * whole size; the receiver reads the chunk size from the header, not from its own settings.
+ * Single backend: a rank sends to itself; the message is copied into a queue at once.
+ *
+ * Requests: df_comm_isend and df_comm_ibroadcast return a df_comm_request that the caller
+ * completes with df_comm_test (poll) or df_comm_wait (block), or drops with
+ * df_comm_request_free. A request refers to its communicator: complete or free it before
+ * df_comm_free / df_comm_shutdown. Timeouts: a blocking send / recv / wait gives up after the
+ * communicator's df_comm_set_timeout (<= 0: waits forever) with DF_EINTERNAL naming the operation.
+ */
+
+/** df_comm_probe's source for a message from any rank. */
+#define DF_COMM_ANY_SOURCE (-2)
+/** The largest tag (MPI guarantees tags up to 32767). */
+#define DF_COMM_TAG_MAX 32767
+
+/** A pending non-blocking operation. Opaque. */
+typedef struct df_comm_request df_comm_request;
+
+/**
+ * Blocking send of `nbytes` bytes of `buf` ([nbytes]; NULL allowed when nbytes is 0) to rank
+ * `dest` of `c` with `tag`. Returns when `buf` may be reused (small messages usually before the
+ * receiver takes them). Any size: above the chunk size (INT_MAX) the data travels in several
+ * MPI messages, and the receiver still sees one message of nbytes.
+ * Errors: DF_EINVAL (dest not a rank of c, tag outside 0..DF_COMM_TAG_MAX, nbytes < 0, buf NULL
+ * with nbytes > 0), DF_ENOMEM, DF_EINTERNAL (MPI failed, or no receiver took the message within
+ * the timeout: MPI may still read `buf` later, so treat this as fatal for the job or keep `buf`
+ * alive).
+ */
+DF_API int df_comm_send(df_comm *c, const void *buf, int64_t nbytes, int dest, int tag);
+
+/**
+ * Non-blocking send: as df_comm_send, but returns at once with `*req` (never NULL on success;
+ * NULL on error), which completes when `buf` may be reused; `buf` must stay valid and unchanged
+ * until then. Errors as df_comm_send, without the timeout.
+ */
+DF_API int df_comm_isend(df_comm *c, const void *buf, int64_t nbytes, int dest, int tag, df_comm_request **req);
+
+/**
+ * Is a message with `tag` from `source` (a rank of c, or DF_COMM_ANY_SOURCE) waiting? Never
+ * blocks (MPI_Improbe). Sets *found; when true, *src (optional: NULL to skip) to the sender's
+ * rank and *nbytes (optional) to the message's whole size. Probing again before df_comm_recv
+ * reports the same message (the earliest waiting one from that sender on that tag).
+ * Errors: DF_EINVAL (bad source or tag, found NULL), DF_ENOMEM, DF_EINTERNAL.
+ */
+DF_API int df_comm_probe(df_comm *c, int source, int tag, bool *found, int *src, int64_t *nbytes);
+
+/**
+ * Blocking receive of the next message from rank `source` (not DF_COMM_ANY_SOURCE: probe first
+ * to learn the sender) on `tag`, all its chunks, into `buf` ([nbytes]).
+ * Errors: DF_EINVAL (bad arguments, or the message is not nbytes long: it then stays queued,
+ * and df_comm_probe tells its size), DF_ENOMEM, DF_EINTERNAL (MPI failed; the timeout expired
+ * before the message came, which leaves it queued for a later recv, or, rarely, in the middle
+ * of a chunked message, whose partial data is then lost; single backend: nothing is queued,
+ * which would wait forever).
+ */
+DF_API int df_comm_recv(df_comm *c, void *buf, int64_t nbytes, int source, int tag);
+
+/**
+ * Non-blocking broadcast of `nbytes` bytes of `buf` from `root` (MPI_Ibcast, chunked as
+ * df_comm_broadcast; every rank passes the same nbytes). It is a collective: every rank of c
+ * starts it in the same order as its other collectives. `buf` stays valid (and, on the root,
+ * unchanged; elsewhere unread) until the request completes. Single backend: complete at once.
+ * Errors: as df_comm_broadcast; DF_EINTERNAL when an earlier collective of c was abandoned.
+ */
+DF_API int df_comm_ibroadcast(df_comm *c, void *buf, int64_t nbytes, int root, df_comm_request **req);
+
+/**
+ * Drive `*req` (this is what moves its data: poll it regularly) and report whether it is done.
+ * When *done, the request is freed and *req set to NULL. A NULL *req is done.
+ * Errors: DF_EINVAL (NULL arguments), DF_EINTERNAL (MPI failed: the request stays pending; free
+ * it with df_comm_request_free).
+ */
+DF_API int df_comm_test(df_comm_request **req, bool *done);
+
+/**
+ * Block until `*req` completes, then free it and set *req NULL (a NULL *req returns at once).
+ * Gives up after the communicator's timeout with DF_EINTERNAL naming the operation ("isend",
+ * "ibroadcast"), leaving the request pending: wait again, or free it.
+ */
+DF_API int df_comm_wait(df_comm_request **req);
+
+/**
+ * Drop a pending request and set *req NULL; NULL-safe. Sends are not taken back: a pending
+ * isend still delivers its message in the background (keep `buf` valid until the peer receives
+ * it). A pending ibroadcast cannot be cancelled (MPI): it is handed to the communicator, whose
+ * collectives then fail until df_comm_settle waits for it.
+ */
+DF_API void df_comm_request_free(df_comm_request **req);
 
 #ifdef __cplusplus
 }

@@ -349,6 +349,103 @@ DF_API int df_rollout_generate_turns(df_rollout_engine *e, const df_model *m,
                                      const df_turn_handler *turns, df_rollout_result *res,
                                      df_rollout_progress_fn progress, void *user);
 
+/*
+ * Streaming generation (df_rollout_stream): the engine as a continuous executor on a rollout
+ * rank (AReaL's asynchronous RL, docs/async.md). The same scheduler as df_rollout_generate
+ * (which is a stream fed every prompt at once and finished at once, its results packed at the
+ * end), but prompts are fed through a poll hook while others are in flight, every finished
+ * sequence is handed to on_seq at once, and the weights may change between forward passes.
+ *
+ * The hook is polled before every forward pass (prefill batch, prefill chunk or decode step),
+ * and repeatedly while nothing is in flight and nothing is queued (it may block or sleep then).
+ * Fed prompts are copied by the engine; they wait in a queue until slots are free and are
+ * admitted in feed order as df_rollout_generate admits a request's prompts.
+ *
+ * Weight changes (AReaL's interruptible generation): when a poll answers weights_changed, the
+ * engine re-makes what it reads of m (df_rollout_engine_load_weights: bf16 converts m's weights
+ * into its own copy and packs them again, ~0.2 s at the 0.5B shape; float32 reads m in place;
+ * a shared bf16 copy must have been refreshed by its owner) and the next forward runs the new
+ * weights. The KV cache is kept, not recomputed: the K / V of the prompt and of every response
+ * token but the latest of each sequence stay as the old weights computed them (the latest one's
+ * are written by the next forward, with the new weights). Every token sampled by a forward
+ * after the change carries new_version in df_rollout_seq.versions.
+ *
+ * Memory: besides the engine, a stream allocates what a df_rollout_generate call does without
+ * its result arena, plus max_num_seqs * max_seq_len * 4 bytes of versions and the queue of fed
+ * prompts not yet admitted (grown to the largest queue, compacted at every feed): nothing grows
+ * with the stream's length.
+ */
+
+/** What a stream's poll hook is told and answers (df_rollout_stream). */
+typedef struct df_rollout_poll {
+    /* in */
+    int64_t free_slots;      /**< KV slots free now (max_num_seqs - active) */
+    int64_t active;          /**< sequences in flight (admitted, not finished; a prompt in
+                                  chunked prefill counts its reserved slots) */
+    int64_t version;         /**< the policy version tokens are tagged with now */
+    int64_t queued;          /**< prompts fed and not yet wholly admitted (waiting for slots) */
+    /* out (zeroed by the engine before each call) */
+    bool weights_changed;    /**< the hook changed m's weights in place (and called
+                                  df_model_weights_changed): the engine re-makes its copy (as
+                                  df_rollout_engine_load_weights) and tags tokens sampled from
+                                  now on with new_version */
+    int64_t new_version;     /**< in [0, INT32_MAX] */
+    int64_t n_prompts;       /**< prompts fed now (0: none); each gets n_samples sequences */
+    const int64_t *prompt_offsets; /**< [n_prompts + 1], offsets[0] == 0, borrowed for the call */
+    const int32_t *prompt_tokens;  /**< [prompt_offsets[n_prompts]] ids in [0, vocab) */
+    const uint64_t *prompt_keys;   /**< [n_prompts] RNG key of each (as df_rollout_request.prompt_keys);
+                                        NULL: each prompt's id is its key */
+    const int64_t *prompt_ids;     /**< [n_prompts] caller's id of each, given back in df_rollout_seq
+                                        (needed; ids need not be unique) */
+    bool finish;             /**< admit nothing more (sticky; a later feed is refused): return once
+                                  the queued prompts and the sequences in flight ended. Prompts fed
+                                  in the same answer are still taken */
+    bool abort;              /**< drop the queue and the sequences in flight and return now
+                                  (DF_OK; none delivered) */
+} df_rollout_poll;
+
+/** One finished sequence (arrays valid during the on_seq call only). */
+typedef struct df_rollout_seq {
+    int64_t prompt_id;       /**< the id its prompt was fed with */
+    int64_t sample;          /**< j in [0, n_samples) */
+    const int32_t *tokens;   /**< [n_tokens] response (stop token included) */
+    const float *log_probs;  /**< [n_tokens] as df_rollout_result.log_probs, each under the
+                                  weights of its version */
+    const int32_t *versions; /**< [n_tokens] policy version that sampled each token */
+    int64_t n_tokens;
+    int8_t finish_reason;    /**< DF_FINISH_STOP or DF_FINISH_LENGTH */
+} df_rollout_seq;
+
+typedef struct df_rollout_stream_hooks {
+    void *user;
+    /** Before every forward pass, and repeatedly while nothing is in flight (the hook may block
+     *  or sleep then). Non-zero status ends the stream with it (its df_error message kept). */
+    int (*poll)(void *user, df_rollout_poll *p);
+    /** A sequence finished (called from the generating thread between forward passes, in an
+     *  unspecified order). Non-zero status ends the stream with it. */
+    int (*on_seq)(void *user, const df_rollout_seq *s);
+} df_rollout_stream_hooks;
+
+/**
+ * Run the engine as a stream until a poll answers finish (and the queued prompts and the
+ * sequences in flight end) or abort. Sampling, RNG keys (seed, prompt key, sample j), stop
+ * tokens / strings and limits as df_rollout_generate: a sequence's tokens do not depend on
+ * when its prompt was fed or what else is in flight (up to float rounding of the matmuls
+ * with the batch shape). n_samples responses per fed prompt; version0 tags tokens until the
+ * first weights_changed. Single-turn only. Stats (df_rollout_engine_stats) count the whole
+ * stream; free_cache_engine drops the cache's pages when it returns.
+ * Errors: DF_EINVAL for NULL arguments or hooks, n_samples < 1, version0 or new_version
+ * outside [0, INT32_MAX], bad sampling parameters or model (as df_rollout_generate), a feed
+ * with NULL arrays or offsets[0] != 0, an empty prompt, one longer than max_seq_len - 1 or a
+ * token outside [0, vocab) (naming the prompt's id), a feed after finish, a change of m's
+ * version (df_model_weights_changed) that no poll answered with weights_changed; a weight change's
+ * errors (df_rollout_engine_load_weights, a stale shared bf16 copy); DF_ENOMEM; the hooks' own
+ * statuses. On error the sequences in flight are dropped.
+ */
+DF_API int df_rollout_stream(df_rollout_engine *e, const df_model *m, int64_t n_samples,
+                             uint64_t seed, const df_sampling_params *sp, int64_t version0,
+                             const df_rollout_stream_hooks *hooks);
+
 /** Counters of the last df_rollout_generate on `e`. */
 DF_API void df_rollout_engine_stats(const df_rollout_engine *e, df_rollout_stats *st);
 /** Bytes of the KV cache resident in memory now (mincore of its pages): 0 after a

@@ -143,6 +143,8 @@ int df_comm_shutdown(void)
     if (g_world.comm.backend == DF_COMM_MPI)
         rc = df_comm_mpi_shutdown(&g_world.comm, g_world.mpi_owned);
 #endif
+    if (g_world.comm.backend == DF_COMM_SINGLE)
+        df_comm_single_ops.free_impl(&g_world.comm); /* messages to self nobody received */
     g_world.state = WORLD_DONE;
     return rc;
 }

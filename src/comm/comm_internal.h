@@ -27,7 +27,25 @@ typedef struct df_comm_ops {
     /* finish a collective a timeout abandoned (NULL: the backend never times out) */
     int (*settle)(df_comm *c);
     void (*free_impl)(df_comm *c);
+    /* Point-to-point (comm_p2p.c checked the arguments; sizes are whole messages, the backend
+     * chunks them). isend / ibcast leave req->impl NULL when already complete. */
+    int (*isend)(df_comm *c, const void *buf, int64_t nbytes, int dest, int tag, df_comm_request *req);
+    int (*probe)(df_comm *c, int source, int tag, bool *found, int *src, int64_t *nbytes);
+    int (*recv)(df_comm *c, void *buf, int64_t nbytes, int source, int tag);
+    int (*ibcast)(df_comm *c, void *buf, int64_t nbytes, int root, df_comm_request *req);
+    /* a pending request (req->impl set): test drives it and frees impl when done; drop abandons
+     * it (see df_comm_request_free) and frees impl */
+    int (*req_test)(df_comm_request *req, bool *done);
+    void (*req_drop)(df_comm_request *req);
 } df_comm_ops;
+
+/* A non-blocking operation: its communicator, its name for errors and the backend's state
+ * (NULL once complete). */
+struct df_comm_request {
+    df_comm *c;
+    const char *what;
+    void *impl;
+};
 
 struct df_comm {
     const df_comm_ops *ops;
@@ -35,7 +53,7 @@ struct df_comm {
     int rank, size;
     df_comm_backend backend;
     int is_world;
-    int64_t max_chunk; /* broadcast / allreduce chunk, elements; INT_MAX (tests lower it) */
+    int64_t max_chunk; /* broadcast / allreduce / send chunk, elements; INT_MAX (tests lower it) */
     double timeout_s;  /* collectives give up after this long (df_comm_set_timeout); <= 0: never */
     int timed_out;     /* a collective was abandoned: the next ones fail until df_comm_settle */
 };
@@ -46,8 +64,9 @@ int df_comm_fail(const df_comm *c, int code, const char *what, const char *fmt, 
 /* A new communicator shell (ops, impl, rank, size set); NULL on ENOMEM. */
 df_comm *df_comm_new(const df_comm_ops *ops, df_comm_backend backend, void *impl, int rank, int size);
 
-/* Lower the broadcast / allreduce chunk size of `c` (> 0) so tests can check
- * chunking without 2 GiB buffers; children do not inherit it. */
+/* Lower the broadcast / allreduce / send chunk size of `c` (> 0) so tests can check
+ * chunking without 2 GiB buffers; children do not inherit it. A receiver reads a message's
+ * chunk size from its header, so only senders (and every rank of a broadcast) need it. */
 void df_comm_set_max_chunk(df_comm *c, int64_t max_chunk);
 
 extern const df_comm_ops df_comm_single_ops;

@@ -2,26 +2,19 @@
  * comm_mpi.c — the MPI backend (compiled when CMake defines DF_HAVE_MPI).
  * Each df_comm owns a heap MPI_Comm with MPI_ERRORS_RETURN, so a failing call
  * comes back as DF_EINTERNAL with MPI's error string instead of aborting.
+ * Point-to-point messages and requests are in comm_mpi_p2p.c.
  */
 #include "comm/comm_internal.h"
 
 #ifdef DF_HAVE_MPI
-#include <mpi.h>
+#include "comm/comm_mpi.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
 
-/* A df_comm's MPI state: its communicator and the collective a timeout abandoned (df_comm_settle). */
-typedef struct mpi_impl {
-    MPI_Comm comm;
-    MPI_Request pending;
-} mpi_impl;
-
-#define MCOMM(c) (((mpi_impl *)(c)->impl)->comm)
-#define PENDING(c) (((mpi_impl *)(c)->impl)->pending)
-
-static int mpi_fail(df_comm *c, const char *what, const char *call, int err)
+int df_comm_mpi_fail(df_comm *c, const char *what, const char *call, int err)
 {
     char s[MPI_MAX_ERROR_STRING];
     int len = 0;
@@ -30,13 +23,6 @@ static int mpi_fail(df_comm *c, const char *what, const char *call, int err)
     s[len] = '\0';
     return df_comm_fail(c, DF_EINTERNAL, what, "%s failed: %s", call, len ? s : "unknown error");
 }
-
-#define MPI_TRY(c, what, call)                                                                               \
-    do {                                                                                                     \
-        int err_ = (call);                                                                                   \
-        if (err_ != MPI_SUCCESS)                                                                             \
-            return mpi_fail((c), (what), #call, err_);                                                       \
-    } while (0)
 
 static MPI_Datatype mpi_dtype(df_comm_dtype dt)
 {
@@ -144,8 +130,10 @@ static int m_settle(df_comm *c)
 {
     if (PENDING(c) != MPI_REQUEST_NULL)
         MPI_TRY(c, "settle", MPI_Wait(&PENDING(c), MPI_STATUS_IGNORE));
-    c->timed_out = 0;
-    return 0;
+    int rc = df_comm_mpi_settle_dropped(c);
+    if (!rc)
+        c->timed_out = 0;
+    return rc;
 }
 
 /* Wrap a fresh MPI communicator (MPI_COMM_NULL -> *child stays NULL). */
@@ -153,10 +141,10 @@ static int wrap(df_comm *parent, const char *what, MPI_Comm mc, df_comm **child)
 {
     if (mc == MPI_COMM_NULL)
         return 0;
-    mpi_impl *h = malloc(sizeof *h);
+    mpi_impl *h = calloc(1, sizeof *h);
     int rank = 0, size = 0;
     if (h) {
-        *h = (mpi_impl){mc, MPI_REQUEST_NULL};
+        *h = (mpi_impl){.comm = mc, .pending = MPI_REQUEST_NULL};
         MPI_Comm_set_errhandler(mc, MPI_ERRORS_RETURN);
         MPI_Comm_rank(mc, &rank);
         MPI_Comm_size(mc, &size);
@@ -186,13 +174,13 @@ static int m_from_ranks(df_comm *c, const int *ranks, int n, df_comm **child)
     int err = MPI_Group_incl(parent_group, n, ranks, &group);
     MPI_Group_free(&parent_group);
     if (err != MPI_SUCCESS)
-        return mpi_fail(c, "from_ranks", "MPI_Group_incl", err);
+        return df_comm_mpi_fail(c, "from_ranks", "MPI_Group_incl", err);
     /* A fixed tag: groups created concurrently from one parent must be
      * created in the same order on their common members, as in MPI. */
     err = MPI_Comm_create_group(MCOMM(c), group, 0x4446, &mc);
     MPI_Group_free(&group);
     if (err != MPI_SUCCESS)
-        return mpi_fail(c, "from_ranks", "MPI_Comm_create_group", err);
+        return df_comm_mpi_fail(c, "from_ranks", "MPI_Comm_create_group", err);
     return wrap(c, "from_ranks", mc, child);
 }
 
@@ -205,6 +193,7 @@ static void m_free(df_comm *c)
     MPI_Finalized(&finalized);
     if (!finalized && h->comm != MPI_COMM_NULL && h->comm != MPI_COMM_WORLD)
         MPI_Comm_free(&h->comm);
+    df_comm_mpi_p2p_free(h);
     free(h);
     c->impl = NULL;
 }
@@ -220,6 +209,12 @@ const df_comm_ops df_comm_mpi_ops = {
     .from_ranks = m_from_ranks,
     .settle = m_settle,
     .free_impl = m_free,
+    .isend = df_comm_mpi_isend,
+    .probe = df_comm_mpi_probe,
+    .recv = df_comm_mpi_recv,
+    .ibcast = df_comm_mpi_ibcast,
+    .req_test = df_comm_mpi_req_test,
+    .req_drop = df_comm_mpi_req_drop,
 };
 
 int df_comm_mpi_library(char *buf, size_t size)
@@ -258,7 +253,7 @@ int df_comm_mpi_world(df_comm *world, int *owned)
     }
     /* Our own duplicate of MPI_COMM_WORLD: its error handler is ours to set and
      * our collectives cannot match an embedding program's messages. */
-    mpi_impl *h = malloc(sizeof *h);
+    mpi_impl *h = calloc(1, sizeof *h);
     if (!h)
         return df_comm_fail(NULL, DF_ENOMEM, "world", "out of memory");
     h->pending = MPI_REQUEST_NULL;
@@ -267,7 +262,7 @@ int df_comm_mpi_world(df_comm *world, int *owned)
     int err = MPI_Comm_dup(MPI_COMM_WORLD, &h->comm);
     if (err != MPI_SUCCESS) {
         free(h);
-        return mpi_fail(NULL, "world", "MPI_Comm_dup", err);
+        return df_comm_mpi_fail(NULL, "world", "MPI_Comm_dup", err);
     }
     MPI_Comm_set_errhandler(h->comm, MPI_ERRORS_RETURN);
     world->ops = &df_comm_mpi_ops;

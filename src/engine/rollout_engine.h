@@ -1,7 +1,8 @@
 /*
  * rollout_engine.h (internal) — the rollout engine's state shared by its files:
- * rollout.c (the engine's lifetime, weight sync, validation), rollout_gen.c (one
- * df_rollout_generate call: admission, prefill, decode, result), rollout_sample.c
+ * rollout.c (the engine's lifetime, weight sync, validation), rollout_gen.c (the scheduler
+ * of df_rollout_generate and df_rollout_stream: admission, prefill, decode, result),
+ * rollout_stream.c (a stream's feed, weight changes and delivery), rollout_sample.c
  * (drawing tokens, retiring finished sequences) and rollout_turns.c (multi-turn:
  * turn ends, continuation prefill into a sequence's own KV cache).
  */
@@ -23,7 +24,9 @@
 typedef struct {
     bool active;
     bool reserved;      /* taken by a prompt still being prefilled in chunks */
-    int64_t seq;        /* i * n_samples + j */
+    int64_t seq;        /* i * n_samples + j (df_rollout_generate's result row) */
+    int64_t prompt_id;  /* the prompt's id (its request index in df_rollout_generate) */
+    int64_t sample;     /* j */
     int64_t prompt_len;
     int64_t n_gen;
     int64_t limit;      /* min(max_new_tokens, max_seq_len - prompt_len) */
@@ -67,11 +70,14 @@ typedef struct {
     int32_t *slots;                /* [max_num_seqs] its cnt slots */
 } pending;
 
-/* Everything one df_rollout_generate call needs besides the engine. */
+/* Everything one df_rollout_generate or df_rollout_stream call needs besides the engine. */
 typedef struct {
     df_rollout_engine *e;
     const df_model *m;
+    /* The prompts to admit: df_rollout_generate's request, or a stream's queue (`feed`, whose
+     * arrays are the f_* below). req->prompt_keys NULL: key i; ids NULL: id i. */
     const df_rollout_request *req;
+    const int64_t *ids;
     const df_sampling_params *sp;
     df_infer_weights w;       /* what the forwards read (m's, and the bf16 copy) */
     uint8_t *is_stop;         /* [vocab] */
@@ -112,6 +118,18 @@ typedef struct {
     int64_t stop_buf_cap;
     df_rollout_progress_fn progress;
     void *user;
+    /* stream (rollout_stream.c); NULL / 0 for df_rollout_generate */
+    const df_rollout_stream_hooks *hooks;
+    bool finishing;               /* admit nothing more fed (df_rollout_generate: from the start) */
+    bool aborted;
+    int64_t version;              /* tags the tokens sampled now */
+    int64_t m_version;            /* m->version the forwards read (changed only by a swap) */
+    int32_t *out_ver;             /* [max_num_seqs, max_seq_len] version of each slot's tokens */
+    df_rollout_request feed;      /* the queue: prompts [next_prompt, n_prompts) wait */
+    int64_t *f_off, *f_id;        /* [f_cap + 1], [f_cap] */
+    uint64_t *f_key;              /* [f_cap] */
+    int32_t *f_tok;               /* [f_tok_cap] */
+    int64_t f_cap, f_tok_cap;
 } gen_ctx;
 
 /* One admission in a prefill batch: prompt i, samples [j0, j0 + cnt) into slots. */
@@ -151,6 +169,25 @@ int df_rollout_logits(df_rollout_engine *e, const df_model *m, int64_t r0, int64
 
 /* rollout_gen.c: move a finished slot's response into the result arena and free the slot. */
 int df_rollout_retire(gen_ctx *g, int64_t si, int8_t reason);
+
+/* rollout_gen.c: prompts [0, n) of off / tok against the engine: DF_EINVAL names prompt
+ * ids[i] (i when ids is NULL) after `what`. */
+int df_rollout_check_prompts(const df_rollout_engine *e, const char *what, int64_t n,
+                             const int64_t *off, const int32_t *tok, const int64_t *ids);
+/* rollout_gen.c: the scheduler over g (fed, or polled when g->hooks), and the end of a call
+ * (the cache's pages dropped under free_cache_engine, the stats). */
+int df_rollout_run(gen_ctx *g);
+double df_rollout_begin_call(df_rollout_engine *e); /* stats zeroed, slots free; the time now */
+int df_rollout_finish_call(gen_ctx *g, int rc, double t0);
+/* rollout_gen.c: per-call state (g->req's n_prompts * n_samples result rows) and its release. */
+int df_rollout_ctx_init(gen_ctx *g);
+void df_rollout_ctx_release(gen_ctx *g);
+
+/* rollout_stream.c: poll the hook (in flight: active slots) and apply its answer: a weight
+ * change, a feed (checked, copied into the queue), finish / abort. */
+int df_rollout_stream_poll(gen_ctx *g, int64_t active);
+/* rollout_stream.c: hand slot si's finished response to on_seq. */
+int df_rollout_stream_deliver(gen_ctx *g, int64_t si, int8_t reason);
 
 /* rollout_stop.c: stop strings (g->sp->stop). */
 int df_rollout_stop_init(gen_ctx *g);

@@ -9,6 +9,26 @@
 #include <stdlib.h>
 #include <string.h>
 
+int df_rollout_check_prompts(const df_rollout_engine *e, const char *what, int64_t n,
+                             const int64_t *off, const int32_t *tok, const int64_t *ids)
+{
+    const char *name = ids ? "prompt id" : "prompt";
+    for (int64_t i = 0; i < n; i++) {
+        long long id = ids ? (long long)ids[i] : (long long)i;
+        int64_t len = off[i + 1] - off[i];
+        if (len < 1 || len > e->max_seq_len - 1)
+            return df_error(DF_EINVAL,
+                            "%s: %s %lld has %lld tokens; it must have 1 to max_seq_len - 1 = %lld",
+                            what, name, id, (long long)len, (long long)(e->max_seq_len - 1));
+        for (int64_t t = off[i]; t < off[i + 1]; t++)
+            if (tok[t] < 0 || tok[t] >= e->cfg.vocab_size)
+                return df_error(DF_EINVAL, "%s: %s %lld token %lld is %d, outside [0, %lld)", what,
+                                name, id, (long long)(t - off[i]), tok[t],
+                                (long long)e->cfg.vocab_size);
+    }
+    return DF_OK;
+}
+
 static int check_request(const df_rollout_engine *e, const df_rollout_request *q)
 {
     if (q->n_prompts < 0 || (q->n_prompts > 0 && (!q->prompt_offsets || !q->prompt_tokens)))
@@ -20,21 +40,8 @@ static int check_request(const df_rollout_engine *e, const df_rollout_request *q
     if (q->n_prompts > 0 && q->prompt_offsets[0] != 0)
         return df_error(DF_EINVAL, "rollout request: prompt_offsets[0] must be 0 (got %lld)",
                         (long long)q->prompt_offsets[0]);
-    for (int64_t i = 0; i < q->n_prompts; i++) {
-        int64_t len = q->prompt_offsets[i + 1] - q->prompt_offsets[i];
-        if (len < 1 || len > e->max_seq_len - 1)
-            return df_error(DF_EINVAL,
-                            "rollout request: prompt %lld has %lld tokens; it must have 1 to "
-                            "max_seq_len - 1 = %lld",
-                            (long long)i, (long long)len, (long long)(e->max_seq_len - 1));
-        for (int64_t t = q->prompt_offsets[i]; t < q->prompt_offsets[i + 1]; t++)
-            if (q->prompt_tokens[t] < 0 || q->prompt_tokens[t] >= e->cfg.vocab_size)
-                return df_error(DF_EINVAL,
-                                "rollout request: prompt %lld token %lld is %d, outside [0, %lld)",
-                                (long long)i, (long long)(t - q->prompt_offsets[i]),
-                                q->prompt_tokens[t], (long long)e->cfg.vocab_size);
-    }
-    return DF_OK;
+    return df_rollout_check_prompts(e, "rollout request", q->n_prompts, q->prompt_offsets,
+                                    q->prompt_tokens, NULL);
 }
 
 /* ---- per-call state ---------------------------------------------------------- */
@@ -56,7 +63,7 @@ df_vocab_tiling df_rollout_head_tiling(const df_model_config *cfg)
     return df_vocab_tiling_clamp(&t);
 }
 
-static int ctx_init(gen_ctx *g)
+int df_rollout_ctx_init(gen_ctx *g)
 {
     int64_t V = g->e->cfg.vocab_size;
     g->n_seqs = g->req->n_prompts * g->req->n_samples;
@@ -90,7 +97,7 @@ static int ctx_init(gen_ctx *g)
     return DF_OK;
 }
 
-static void ctx_release(gen_ctx *g)
+void df_rollout_ctx_release(gen_ctx *g)
 {
     free(g->is_stop);
     free(g->pend.slots);
@@ -102,15 +109,22 @@ static void ctx_release(gen_ctx *g)
     free(g->finish);
     free(g->a_tok);
     free(g->a_logp);
+    free(g->out_ver);
+    free(g->f_off);
+    free(g->f_id);
+    free(g->f_key);
+    free(g->f_tok);
     df_rollout_turns_release(g);
     df_rollout_stop_release(g);
 }
 
-/* Move a finished slot's response into the arena and free the slot. */
+/* Move a finished slot's response into the arena (a stream: to on_seq) and free the slot. */
 int df_rollout_retire(gen_ctx *g, int64_t si, int8_t reason)
 {
     df_rollout_engine *e = g->e;
     slot_state *s = &e->slots[si];
+    if (g->hooks)
+        return df_rollout_stream_deliver(g, si, reason);
     if (g->a_len + s->n_gen > g->a_cap) {
         int64_t cap = g->a_cap ? g->a_cap : 4096;
         while (cap < g->a_len + s->n_gen)
@@ -154,6 +168,8 @@ static void start_slot(gen_ctx *g, int32_t si, int64_t prompt, int64_t j)
     s->active = true;
     s->reserved = false;
     s->seq = prompt * q->n_samples + j;
+    s->prompt_id = g->ids ? g->ids[prompt] : prompt;
+    s->sample = j;
     s->prompt_len = P;
     s->n_gen = 0;
     s->cont = false;
@@ -326,22 +342,6 @@ static int64_t plan_prefill(gen_ctx *g, admission *ad, int32_t *aslots, int64_t 
     return na;
 }
 
-/* Admit prompt groups into free slots, prefilling them in token-budgeted
- * batches; repeat while slots freed by immediately finished samples allow. */
-static int admit(gen_ctx *g, admission *ad, int32_t *aslots, int32_t *list, int64_t *lrows)
-{
-    for (;;) {
-        int64_t rows, na = plan_prefill(g, ad, aslots, &rows);
-        if (na == 0 && rows == 0)
-            return DF_OK;
-        int rc = run_prefill(g, rows, ad, na, aslots, list, lrows);
-        if (rc)
-            return rc;
-        if (g->progress)
-            g->progress(g->user, g->done, g->n_seqs, g->tokens);
-    }
-}
-
 /* ---- decode ---------------------------------------------------------------------- */
 
 static int decode_step(gen_ctx *g, int32_t *list, int64_t *rows)
@@ -410,7 +410,22 @@ static int pack_result(gen_ctx *g, df_rollout_result *res)
     return rc;
 }
 
-static int generate_loop(gen_ctx *g)
+/* Sequences in flight: active slots, and those reserved by a prompt in chunked prefill. */
+static int64_t count_in_flight(const df_rollout_engine *e, int64_t *active)
+{
+    int64_t n = 0, a = 0;
+    for (int64_t s = 0; s < e->max_num_seqs; s++) {
+        a += e->slots[s].active;
+        n += e->slots[s].active || e->slots[s].reserved;
+    }
+    *active = a;
+    return n;
+}
+
+/* One forward pass per round: the next prefill batch (or chunk) while prompts wait for slots,
+ * else a decode step; a stream polls its hook before each. Ends once finishing with nothing
+ * queued or in flight (a queued prompt always finds a free slot when none is in flight). */
+int df_rollout_run(gen_ctx *g)
 {
     df_rollout_engine *e = g->e;
     size_t ns = (size_t)e->max_num_seqs;
@@ -420,11 +435,20 @@ static int generate_loop(gen_ctx *g)
     int rc = (!ad || !aslots || !list || !rows)
                  ? df_error(DF_ENOMEM, "rollout: out of memory for the scheduler")
                  : DF_OK;
-    while (!rc && g->done < g->n_seqs) {
-        rc = admit(g, ad, aslots, list, rows);
-        if (!rc && g->done < g->n_seqs) {
+    while (!rc) {
+        int64_t active, busy = count_in_flight(e, &active);
+        if (g->hooks && ((rc = df_rollout_stream_poll(g, busy)) || g->aborted))
+            break;
+        int64_t n_rows, na = plan_prefill(g, ad, aslots, &n_rows);
+        if (na > 0 || n_rows > 0) {
+            rc = run_prefill(g, n_rows, ad, na, aslots, list, rows);
+            if (!rc && g->progress)
+                g->progress(g->user, g->done, g->n_seqs, g->tokens);
+        } else if (active > 0) {
             df_kill_point("gen"); /* test-only: a crash mid-generation */
             rc = decode_step(g, list, rows);
+        } else if (g->finishing) {
+            break;
         }
     }
     free(ad);
@@ -456,24 +480,35 @@ int df_rollout_generate_turns(df_rollout_engine *e, const df_model *m,
         rc = check_request(e, req);
     if (rc)
         return rc;
-    double t0 = omp_get_wtime();
-    memset(&e->stats, 0, sizeof e->stats);
-    for (int64_t s = 0; s < e->max_num_seqs; s++)
-        e->slots[s].active = e->slots[s].reserved = false;
+    double t0 = df_rollout_begin_call(e);
     gen_ctx g = {.e = e, .m = m, .req = req, .sp = sp, .progress = progress, .user = user,
-                 .turns = turns};
+                 .turns = turns, .finishing = true};
     rc = df_rollout_infer_weights(e, m, &g.w);
     if (!rc)
-        rc = ctx_init(&g);
+        rc = df_rollout_ctx_init(&g);
     if (!rc)
         rc = df_rollout_turns_init(&g);
     if (!rc)
         rc = df_rollout_stop_init(&g);
     if (!rc)
-        rc = generate_loop(&g);
+        rc = df_rollout_run(&g);
     if (!rc)
         rc = pack_result(&g, res);
-    ctx_release(&g);
+    df_rollout_ctx_release(&g);
+    return df_rollout_finish_call(&g, rc, t0);
+}
+
+double df_rollout_begin_call(df_rollout_engine *e)
+{
+    memset(&e->stats, 0, sizeof e->stats);
+    for (int64_t s = 0; s < e->max_num_seqs; s++)
+        e->slots[s].active = e->slots[s].reserved = false;
+    return omp_get_wtime();
+}
+
+int df_rollout_finish_call(gen_ctx *g, int rc, double t0)
+{
+    df_rollout_engine *e = g->e;
     /* free_cache_engine: training does not carry the cache's or the scratch's pages (the next
      * call refaults them) */
     int drc = e->opt.free_cache_engine ? df_kv_cache_drop(&e->kv) : DF_OK;
@@ -481,7 +516,7 @@ int df_rollout_generate_turns(df_rollout_engine *e, const df_model *m,
         df_rollout_drop_scratch(e);
     if (!rc && drc)
         rc = drc;
-    e->stats.generated_tokens = g.tokens;
+    e->stats.generated_tokens = g->tokens;
     if (e->stats.decode_steps)
         e->stats.mean_active /= (double)e->stats.decode_steps;
     e->stats.seconds = omp_get_wtime() - t0;

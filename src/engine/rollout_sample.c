@@ -11,12 +11,15 @@
 
 /* ---- sampling -------------------------------------------------------------------- */
 
-/* Record token `tok` (log-prob lp) for slot si. */
-static void push_token(df_rollout_engine *e, int64_t si, int32_t tok, float lp)
+/* Record token `tok` (log-prob lp) for slot si, and in a stream the version that drew it. */
+static void push_token(gen_ctx *g, int64_t si, int32_t tok, float lp)
 {
+    df_rollout_engine *e = g->e;
     slot_state *s = &e->slots[si];
     e->out_tok[si * e->max_seq_len + s->n_gen] = tok;
     e->out_logp[si * e->max_seq_len + s->n_gen] = lp;
+    if (g->out_ver)
+        g->out_ver[si * e->max_seq_len + s->n_gen] = (int32_t)g->version;
     s->n_gen++;
 }
 
@@ -52,7 +55,7 @@ int df_rollout_sample_slots(gen_ctx *g, const int32_t *list, const int64_t *rows
         void *work = g->work + (int64_t)omp_get_thread_num() * g->work_bytes;
         float lp;
         int32_t tok = df_sample_token(e->logits + rows[k] * V, V, g->sp, &s->rng, work, &lp);
-        push_token(e, list[k], tok, lp);
+        push_token(g, list[k], tok, lp);
     }
     return retire_finished(g, list, n);
 }
@@ -125,7 +128,7 @@ int df_rollout_sample_fused(gen_ctx *g, const int32_t *list, const int64_t *rows
             failed = 1;
             continue;
         }
-        push_token(e, list[k], tok, (float)((double)z - lse));
+        push_token(g, list[k], tok, (float)((double)z - lse));
     }
     if (failed)
         return df_error(DF_EINTERNAL, "rollout: oneDNN failed on a bf16 logits row");
