@@ -144,7 +144,7 @@ int main(int argc, char **argv)
     sp.max_new_tokens = bc.max_new;
     sp.top_p = bc.top_p;
     sp.ignore_eos = true;
-    df_rollout_request q = {NP, off, tok, NS, 1, NULL};
+    df_rollout_request q = {NP, off, tok, NS, 1, NULL, NULL};
 
     df_rollout_engine *big = NULL, *one = NULL;
     if (df_rollout_engine_create(&c, NP * NS, MAX_SEQ_LEN, &big) ||

@@ -247,7 +247,7 @@ static int row_generate(const bench_args *b, const df_model *m, int decode, row_
     int32_t *tok = malloc(sizeof(int32_t) * (size_t)(np * P));
     phase *pre = malloc(sizeof(phase) * (size_t)b->iters), *dec = malloc(sizeof(phase) * (size_t)b->iters);
     bench_prompts(np, P, c->vocab_size, off, tok);
-    df_rollout_request q = {np, off, tok, n, 1, NULL};
+    df_rollout_request q = {np, off, tok, n, 1, NULL, NULL};
     df_rollout_request warm = q;
     warm.n_prompts = 1;
     df_rollout_engine *e = NULL;

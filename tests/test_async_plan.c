@@ -24,7 +24,7 @@ static df_config *load(const char *const *ov, int n)
 {
     char yaml[2048];
     snprintf(yaml, sizeof yaml,
-             "data: {train_files: [%s/train.jsonl], train_batch_size: 8, max_prompt_length: 128,\n"
+             "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 8, max_prompt_length: 128,\n"
              "       max_response_length: 12}\n"
              "actor_rollout_ref:\n"
              "  model: {path: %s/model}\n"
@@ -58,16 +58,16 @@ static void test_plan(void **state)
     const char *ov[] = {"actor_rollout_ref.rollout.mode=async", "rollout.n_gpus_per_node=2"};
     df_config *c = load(ov, 2);
     df_plan *p = NULL;
-    if (df_train_check(c, 5, NULL, NULL, &p))
+    if (df_train_check(c, 4, NULL, NULL, &p))
         fail_msg("%s", df_last_error());
     assert_int_equal(p->rollout_ranks, 2);
-    assert_int_equal(p->schedule->n_workers, 3); /* the trainer side: ranks 0-2 */
+    assert_int_equal(p->schedule->n_workers, 2); /* the trainer side: ranks 0-1 */
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     assert_int_equal(df_plan_print(p, f), 0);
     fclose(f);
-    if (!strstr(text, "rollout: 2 ranks, ranks 3-4") || !strstr(text, "weights: ranks 0,3-4"))
+    if (!strstr(text, "rollout: 2 ranks, ranks 2-3") || !strstr(text, "weights: ranks 0,2-3"))
         fail_msg("the plan does not show the rollout side:\n%s", text);
     free(text);
     df_plan_free(p);

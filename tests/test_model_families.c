@@ -285,7 +285,7 @@ static void check_rollout(const char *name)
     int32_t ptok[9];
     for (int i = 0; i < 9; i++)
         ptok[i] = g.gb.tokens[i + 2];
-    df_rollout_request q = {2, poff, ptok, 1, 7, NULL};
+    df_rollout_request q = {2, poff, ptok, 1, 7, NULL, NULL};
     df_sampling_params sp;
     df_sampling_params_defaults(&sp);
     sp.greedy = true;

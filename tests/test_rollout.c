@@ -66,7 +66,7 @@ static df_rollout_request request(int64_t n_samples, uint64_t seed)
 {
     for (int i = 0; i < 28; i++)
         PTOK[i] = (int32_t)((i * 37 + 11) % 97);
-    df_rollout_request q = {NP, POFF, PTOK, n_samples, seed, NULL};
+    df_rollout_request q = {NP, POFF, PTOK, n_samples, seed, NULL, NULL};
     return q;
 }
 
@@ -272,7 +272,7 @@ static void test_seeds_and_sample_streams(void **state)
     memcpy(tok2, PTOK + POFF[3], 12 * 4);
     memcpy(tok2 + 12, PTOK + POFF[1], 7 * 4);
     const uint64_t keys[2] = {3, 1};
-    df_rollout_request q2 = {2, off2, tok2, 4, 100, keys};
+    df_rollout_request q2 = {2, off2, tok2, 4, 100, keys, NULL};
     df_rollout_result d = run(m, 5, 32, &q2, &sp);
     for (int64_t j = 0; j < 4; j++) {
         assert_true(same_response(&d, j, &a, 3 * 4 + j));
@@ -452,15 +452,15 @@ static void test_errors(void **state)
     df_rollout_request q = request(2, 1);
     expect_einval(e, m, &q, &sp, "prompt 3 has 12 tokens"); /* > max_seq_len - 1 = 11 */
     static const int64_t empty_off[3] = {0, 2, 2};
-    df_rollout_request qe = {2, empty_off, PTOK, 1, 0, NULL};
+    df_rollout_request qe = {2, empty_off, PTOK, 1, 0, NULL, NULL};
     expect_einval(e, m, &qe, &sp, "prompt 1 has 0 tokens");
     static const int64_t off1[2] = {0, 3};
     const int32_t bad[3] = {1, 97, 2};
-    df_rollout_request qb = {1, off1, bad, 1, 0, NULL};
+    df_rollout_request qb = {1, off1, bad, 1, 0, NULL, NULL};
     expect_einval(e, m, &qb, &sp, "token 1 is 97");
-    df_rollout_request qn = {1, off1, PTOK, 0, 0, NULL};
+    df_rollout_request qn = {1, off1, PTOK, 0, 0, NULL, NULL};
     expect_einval(e, m, &qn, &sp, "n_samples");
-    df_rollout_request qok = {1, off1, PTOK, 1, 0, NULL};
+    df_rollout_request qok = {1, off1, PTOK, 1, 0, NULL, NULL};
     sp.top_p = 2.0f;
     expect_einval(e, m, &qok, &sp, "top_p");
     sp.top_p = 1.0f;
@@ -476,7 +476,7 @@ static void test_errors(void **state)
     df_rollout_result_free(&r);
     df_rollout_result_free(&r); /* idempotent */
     /* zero prompts: an empty result */
-    df_rollout_request q0 = {0, NULL, NULL, 2, 0, NULL};
+    df_rollout_request q0 = {0, NULL, NULL, 2, 0, NULL, NULL};
     assert_int_equal(df_rollout_generate(e, m, &q0, &sp, &r, NULL, NULL), 0);
     assert_int_equal(r.n_seqs, 0);
     assert_int_equal(r.offsets[0], 0);
@@ -494,7 +494,7 @@ static void expect_refused(df_rollout_engine *e, const df_model_config *c, const
         fail_msg("model: %s", df_last_error());
     df_sampling_params sp = sampling(1.0f, -1, 1.0f, 4);
     static const int64_t off1[2] = {0, 3};
-    df_rollout_request q = {1, off1, PTOK, 1, 0, NULL};
+    df_rollout_request q = {1, off1, PTOK, 1, 0, NULL, NULL};
     expect_einval(e, m, &q, &sp, needle);
     df_model_free(m);
 }
@@ -539,7 +539,7 @@ static void test_rope_and_qk_norm_must_match(void **state)
     assert_int_equal(df_model_init_random(m, 7), 0);
     df_sampling_params sp = sampling(1.0f, -1, 1.0f, 4);
     static const int64_t off1[2] = {0, 3};
-    df_rollout_request q = {1, off1, PTOK, 1, 0, NULL};
+    df_rollout_request q = {1, off1, PTOK, 1, 0, NULL, NULL};
     df_rollout_result r;
     assert_int_equal(df_rollout_generate(e, m, &q, &sp, &r, NULL, NULL), 0);
     assert_int_equal(r.offsets[1], 4);

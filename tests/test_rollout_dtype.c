@@ -68,7 +68,7 @@ static df_rollout_request request(int64_t n_samples)
 {
     for (int i = 0; i < 33; i++)
         PTOK[i] = (int32_t)((i * 41 + 7) % 97);
-    return (df_rollout_request){NP, POFF, PTOK, n_samples, 11, NULL};
+    return (df_rollout_request){NP, POFF, PTOK, n_samples, 11, NULL, NULL};
 }
 
 static df_sampling_params sampling(int64_t max_new)

@@ -63,7 +63,7 @@ static df_rollout_request request(int64_t n_samples, uint64_t seed)
 {
     for (int i = 0; i < 28; i++)
         PTOK[i] = (int32_t)((i * 37 + 11) % V);
-    return (df_rollout_request){NP, POFF, PTOK, n_samples, seed, NULL};
+    return (df_rollout_request){NP, POFF, PTOK, n_samples, seed, NULL, NULL};
 }
 
 /* Every 6th id stops a turn: turns of a few tokens on this model. */
@@ -324,7 +324,7 @@ static void run_greedy_equals_reprefill(df_rollout_dtype dt)
             memcpy(prompt, PTOK + POFF[s], (size_t)P * sizeof(int32_t));
             memcpy(prompt + P, r.tokens + o0, (size_t)a * sizeof(int32_t));
             int64_t off[2] = {0, P + a};
-            df_rollout_request q1 = {1, off, prompt, 1, 0, NULL};
+            df_rollout_request q1 = {1, off, prompt, 1, 0, NULL, NULL};
             df_sampling_params sp1 = sp;
             sp1.max_new_tokens = max_new - a;
             df_rollout_result r1;

@@ -151,7 +151,7 @@ static void test_greedy_matches_reference(void **state)
     sp.max_new_tokens = 40;
     sp.stop_ids = stops;
     sp.n_stop = 2;
-    df_rollout_request q = {g.n, g.off, g.prompt, 2, 0, NULL};
+    df_rollout_request q = {g.n, g.off, g.prompt, 2, 0, NULL, NULL};
     df_rollout_result r;
     assert_int_equal(df_rollout_generate(e, m, &q, &sp, &r, NULL, NULL), 0);
     double worst = 0.0;
@@ -212,7 +212,7 @@ static void test_sampled_logprobs_match_forward(void **state)
     sp.temperature = 0.7f;
     sp.top_p = 0.9f;
     sp.max_new_tokens = 32;
-    df_rollout_request q = {g.n, g.off, g.prompt, 3, 17, NULL};
+    df_rollout_request q = {g.n, g.off, g.prompt, 3, 17, NULL, NULL};
     df_rollout_result r;
     assert_int_equal(df_rollout_generate(e, m, &q, &sp, &r, NULL, NULL), 0);
     df_acts *a = NULL;

@@ -68,7 +68,7 @@ static void update(df_actor *a)
 static const int64_t POFF[4] = {0, 3, 8, 9};
 static const int32_t PTOK[9] = {5, 17, 2, 30, 11, 8, 1, 39, 23};
 
-static df_rollout_request request(void) { return (df_rollout_request){3, POFF, PTOK, 3, 77, NULL}; }
+static df_rollout_request request(void) { return (df_rollout_request){3, POFF, PTOK, 3, 77, NULL, NULL}; }
 
 static df_sampling_params sampling(void)
 {
@@ -319,7 +319,7 @@ static void check_free_scratch(df_rollout_dtype dt)
     for (int i = 0; i < 900; i++)
         tok[i] = (int32_t)((i * 7 + 3) % 40);
     static const int64_t off[4] = {0, 300, 600, 900};
-    const df_rollout_request q = {3, off, tok, 1, 5, NULL};
+    const df_rollout_request q = {3, off, tok, 1, 5, NULL, NULL};
     df_sampling_params sp;
     df_sampling_params_defaults(&sp);
     sp.max_new_tokens = 2;

@@ -57,7 +57,7 @@ static df_rollout_request request(void)
 {
     for (int i = 0; i < 15; i++)
         PTOK[i] = (int32_t)(97 + (i * 7) % 26); /* byte tokens 'a'..'z' */
-    return (df_rollout_request){NP, POFF, PTOK, 1, 3, NULL};
+    return (df_rollout_request){NP, POFF, PTOK, 1, 3, NULL, NULL};
 }
 
 static df_rollout_result generate(df_rollout_engine *e, const df_model *m, const df_sampling_params *sp,

@@ -52,7 +52,7 @@ static df_rollout_request request(int64_t n_samples)
 {
     for (int i = 0; i < 28; i++)
         PTOK[i] = (int32_t)((i * 37 + 11) % 97);
-    return (df_rollout_request){NP, POFF, PTOK, n_samples, 5, KEYS};
+    return (df_rollout_request){NP, POFF, PTOK, n_samples, 5, KEYS, NULL};
 }
 
 static df_sampling_params sampling(void)

@@ -739,7 +739,7 @@ static void test_wrong_head_errors(void **state)
     df_sampling_params sp;
     df_sampling_params_defaults(&sp);
     int64_t po[2] = {0, 3};
-    df_rollout_request req = {1, po, sb.tokens, 1, 1, NULL};
+    df_rollout_request req = {1, po, sb.tokens, 1, 1, NULL, NULL};
     df_rollout_result res;
     assert_error_mentions(df_rollout_generate(e, v, &req, &sp, &res, NULL, NULL), DF_EINVAL,
                           "value model");

@@ -552,7 +552,7 @@ static void test_fused_rollout_matches_full_logits(void **state)
     assert_int_equal(df_model_init_random(m, 5), DF_OK);
     int64_t off[4] = {0, 3, 8, 10};
     int32_t tok[10] = {1, 2, 3, 40, 50, 60, 70, 80, 900, 1400};
-    df_rollout_request q = {3, off, tok, 3, 77, NULL};
+    df_rollout_request q = {3, off, tok, 3, 77, NULL, NULL};
     df_sampling_params a, b;
     df_sampling_params_defaults(&a);
     a.temperature = 0.9f;

@@ -191,6 +191,8 @@ typedef struct df_rollout_request {
     const uint64_t *prompt_keys;   /**< optional [n_prompts]: the RNG key of each prompt (e.g. its
                                         global dataset index, so results do not depend on how
                                         prompts are split across ranks); NULL: key of prompt i is i */
+    const uint64_t *prompt_seeds;  /**< optional [n_prompts]: the base seed of each prompt, in place
+                                        of `seed` (a stream's prompts of different steps); NULL: seed */
 } df_rollout_request;
 
 /** Generated responses (owned by the caller; free with df_rollout_result_free). */
@@ -395,6 +397,8 @@ typedef struct df_rollout_poll {
     const int32_t *prompt_tokens;  /**< [prompt_offsets[n_prompts]] ids in [0, vocab) */
     const uint64_t *prompt_keys;   /**< [n_prompts] RNG key of each (as df_rollout_request.prompt_keys);
                                         NULL: each prompt's id is its key */
+    const uint64_t *prompt_seeds;  /**< [n_prompts] base seed of each (as df_rollout_request.prompt_seeds);
+                                        NULL: the stream's seed */
     const int64_t *prompt_ids;     /**< [n_prompts] caller's id of each, given back in df_rollout_seq
                                         (needed; ids need not be unique) */
     bool finish;             /**< admit nothing more (sticky; a later feed is refused): return once

@@ -127,7 +127,7 @@ typedef struct {
     int32_t *out_ver;             /* [max_num_seqs, max_seq_len] version of each slot's tokens */
     df_rollout_request feed;      /* the queue: prompts [next_prompt, n_prompts) wait */
     int64_t *f_off, *f_id;        /* [f_cap + 1], [f_cap] */
-    uint64_t *f_key;              /* [f_cap] */
+    uint64_t *f_key, *f_seed;     /* [f_cap] */
     int32_t *f_tok;               /* [f_tok_cap] */
     int64_t f_cap, f_tok_cap;
 } gen_ctx;

@@ -113,6 +113,7 @@ void df_rollout_ctx_release(gen_ctx *g)
     free(g->f_off);
     free(g->f_id);
     free(g->f_key);
+    free(g->f_seed);
     free(g->f_tok);
     df_rollout_turns_release(g);
     df_rollout_stop_release(g);
@@ -177,7 +178,8 @@ static void start_slot(gen_ctx *g, int32_t si, int64_t prompt, int64_t j)
     df_rollout_stop_reset(g, si);
     s->limit = g->sp->max_new_tokens < e->max_seq_len - P ? g->sp->max_new_tokens
                                                            : e->max_seq_len - P;
-    df_rng_seed(&s->rng, df_rng_key(q->seed, key, (uint64_t)j, ROLLOUT_RNG_TAG));
+    uint64_t seed = q->prompt_seeds ? q->prompt_seeds[prompt] : q->seed;
+    df_rng_seed(&s->rng, df_rng_key(seed, key, (uint64_t)j, ROLLOUT_RNG_TAG));
 }
 
 /* Add the slots that sample from output row r of a prefill batch to sl / rows (as row `as`):

@@ -26,6 +26,7 @@ static void queue_compact(gen_ctx *g)
     for (int64_t i = 0; i <= n; i++)
         g->f_off[i] = g->f_off[first + i] - t0;
     memmove(g->f_key, g->f_key + first, (size_t)n * sizeof *g->f_key);
+    memmove(g->f_seed, g->f_seed + first, (size_t)n * sizeof *g->f_seed);
     memmove(g->f_id, g->f_id + first, (size_t)n * sizeof *g->f_id);
     q->n_prompts = n;
     g->next_prompt -= first;
@@ -45,7 +46,9 @@ static int queue_reserve(gen_ctx *g, int64_t n_more, int64_t t_more)
         g->f_id = id ? id : g->f_id;
         uint64_t *k = id ? realloc(g->f_key, (size_t)cap * sizeof *k) : NULL;
         g->f_key = k ? k : g->f_key;
-        if (!k)
+        uint64_t *sd = k ? realloc(g->f_seed, (size_t)cap * sizeof *sd) : NULL;
+        g->f_seed = sd ? sd : g->f_seed;
+        if (!sd)
             return df_error(DF_ENOMEM, "rollout stream: out of memory queueing %lld prompts",
                             (long long)n);
         g->f_cap = cap;
@@ -62,6 +65,7 @@ static int queue_reserve(gen_ctx *g, int64_t n_more, int64_t t_more)
     g->feed.prompt_offsets = g->f_off;
     g->feed.prompt_tokens = g->f_tok;
     g->feed.prompt_keys = g->f_key;
+    g->feed.prompt_seeds = g->f_seed;
     g->ids = g->f_id;
     return DF_OK;
 }
@@ -97,6 +101,7 @@ static int queue_feed(gen_ctx *g, const df_rollout_poll *p)
         g->f_off[n0 + i + 1] = t0 + p->prompt_offsets[i + 1];
         g->f_id[n0 + i] = p->prompt_ids[i];
         g->f_key[n0 + i] = p->prompt_keys ? p->prompt_keys[i] : (uint64_t)p->prompt_ids[i];
+        g->f_seed[n0 + i] = p->prompt_seeds ? p->prompt_seeds[i] : g->feed.seed;
     }
     g->feed.n_prompts = n0 + np;
     return DF_OK;
@@ -192,7 +197,7 @@ int df_rollout_stream(df_rollout_engine *e, const df_model *m, int64_t n_samples
     double t0 = df_rollout_begin_call(e);
     gen_ctx g = {.e = e, .m = m, .sp = sp, .hooks = hooks, .version = version0,
                  .m_version = m->version};
-    g.feed = (df_rollout_request){0, NULL, NULL, n_samples, seed, NULL};
+    g.feed = (df_rollout_request){.n_samples = n_samples, .seed = seed};
     g.req = &g.feed;
     g.f_off = calloc(1, sizeof *g.f_off); /* the empty queue's offsets[0] */
     g.out_ver = malloc((size_t)(e->max_num_seqs * e->max_seq_len) * sizeof *g.out_ver);

@@ -19,6 +19,7 @@
 #define DF_WORKERS_DAG_ASYNC_H
 
 #include "distflow/async.h"
+#include "distflow/batch.h"
 #include "distflow/comm.h"
 #include "distflow/model.h"
 
@@ -27,6 +28,7 @@
 
 struct df_dag_worker;
 struct df_node_ctx;
+struct df_train_config;
 
 #define DF_ASYNC_TAG_EPISODE 101
 

@@ -5,6 +5,7 @@
 #include "distflow/train_config.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 int64_t df_async_rollout_ranks(const struct df_train_config *t)
 {

@@ -181,10 +181,9 @@ static int episode_batch(executor *x, episode *e, df_batch **out)
 
 static void episode_clear(episode *e, int64_t n)
 {
-    for (int64_t j = 0; j < n; j++) {
-        free(e->tok ? e->tok[j] : NULL);
-        free(e->ver ? e->ver[j] : NULL);
-        free(e->logp ? e->logp[j] : NULL);
+    for (int64_t j = 0; e->tok && j < n; j++) {
+        free(e->tok[j]), free(e->ver[j]), free(e->logp[j]);
+        e->tok[j] = e->ver[j] = NULL, e->logp[j] = NULL;
     }
     df_batch_free(e->prompt);
     e->prompt = NULL;

@@ -124,7 +124,9 @@ static int take_rows(df_async_inbox *in, int64_t take, df_batch **out)
     qsort_r(idx, (size_t)in->n, sizeof *idx, cmp_order, in->order);
     for (int64_t i = 0; i < take; i++)
         parts[i] = in->rows[idx[i]];
-    int rc = df_batch_concat((const df_batch *const *)parts, (int)take, out);
+    /* none taken here: no rows, the columns of those waiting (gather_episodes keeps one at least) */
+    int rc = take ? df_batch_concat((const df_batch *const *)parts, (int)take, out)
+                  : df_batch_slice(in->rows[0], 0, 0, out);
     if (!rc) { /* the rest stays, in arrival order */
         for (int64_t i = 0; i < take; i++)
             df_batch_free(in->rows[idx[i]]), in->rows[idx[i]] = NULL;
@@ -138,8 +140,9 @@ static int take_rows(df_async_inbox *in, int64_t take, df_batch **out)
     return rc;
 }
 
-/* Wait until the trainer ranks hold `need` episodes together; *take: this rank's share (the
- * ranks in order, each its whole inbox until the count is reached). Collective over the side. */
+/* Wait until the trainer ranks hold `need` episodes together, one each at least; *take: this rank's
+ * share (the ranks in order, each its whole inbox until the count is reached; the step's first hand-off
+ * then balances them, handoff.c). Collective over the side. */
 static int gather_episodes(df_dag_worker *w, int64_t need, int64_t version, int64_t *take)
 {
     df_async *a = w->async;
@@ -157,9 +160,10 @@ static int gather_episodes(df_dag_worker *w, int64_t need, int64_t version, int6
         if (rc || crc)
             break;
         int64_t total = 0, before = 0;
-        bool failed = false;
+        bool failed = false, each = true; /* each rank holds one episode at least: its columns */
         for (int r = 0; r < T; r++) {
             failed |= counts[r] < 0;
+            each &= counts[r] > 0;
             if (r < a->index)
                 before += counts[r] > 0 ? counts[r] : 0;
             total += counts[r] > 0 ? counts[r] : 0;
@@ -168,7 +172,7 @@ static int gather_episodes(df_dag_worker *w, int64_t need, int64_t version, int6
             rc = df_error(DF_EINTERNAL, "async: another trainer rank failed receiving episodes");
             break;
         }
-        if (total >= need) {
+        if (total >= need && each) {
             int64_t left = need - before;
             *take = left <= 0 ? 0 : (left < a->inbox.n ? left : a->inbox.n);
             break;
@@ -180,7 +184,7 @@ static int gather_episodes(df_dag_worker *w, int64_t need, int64_t version, int6
     return rc;
 }
 
-/* fully_async/* of the step: staleness (df_staleness_record, with the rollout side's counters) and the
+/* fully_async/... of the step: staleness (df_staleness_record, with the rollout side's counters) and the
  * rollout side's idle share since the last step. */
 static void record(df_async *a, df_metrics *m, double wait_s)
 {

@@ -13,14 +13,18 @@
  * Rebalance before this node? DATA_REBALANCE and POSTPROCESS_SAMPLING nodes
  * (siiRL's postprocess_sampling rebalances within its group) and the node
  * after DAPO's dynamic sampling (which leaves ranks with unequal numbers of
- * groups) always; verl's trainer.balance_batch right after rollout.
+ * groups) always; verl's trainer.balance_batch, or the asynchronous runtime's trainer side, right
+ * after rollout.
  */
 static bool forced(const df_dag_worker *w, const df_node *node)
 {
     if (node->node_role == DF_ROLE_DATA_REBALANCE || node->node_role == DF_ROLE_POSTPROCESS_SAMPLING ||
         w->prev_role == DF_ROLE_DYNAMIC_SAMPLING)
         return true;
-    return w->global.cfg.trainer.balance_batch && w->prev_role == DF_ROLE_ROLLOUT && node->node_role != DF_ROLE_ROLLOUT;
+    /* mode=async: the trainer ranks took their episodes as they arrived (workers/dag/async.h) */
+    bool uneven = w->async != NULL;
+    return (w->global.cfg.trainer.balance_batch || uneven) && w->prev_role == DF_ROLE_ROLLOUT &&
+           node->node_role != DF_ROLE_ROLLOUT;
 }
 
 /* The node's role for the hand-off: DAPO's sampling function is DYNAMIC_SAMPLING whatever role the
