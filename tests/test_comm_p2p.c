@@ -32,6 +32,19 @@ static void sleep_s(double s)
     nanosleep(&ts, NULL);
 }
 
+/* Poll df_comm_probe until a message from `from` (or any) on tag is there; fails after 20 s, so a
+ * broken peer fails the test instead of hanging it. *src, *n: its sender and size. */
+static void probe_until(int from, int tag, int *src, int64_t *n)
+{
+    const time_t give_up = time(NULL) + 20;
+    bool found = false;
+    while (!found) {
+        assert_int_equal(df_comm_probe(W, from, tag, &found, src, n), 0);
+        if (time(NULL) > give_up)
+            fail_msg("no message from %d on tag %d after 20 s", from, tag);
+    }
+}
+
 /* from -> to, n bytes on tag: from isends (so a rank sending itself can receive before it waits),
  * to probes for the size and receives. */
 static void move(int from, int to, const void *src, void *dst, int64_t n, int tag)
@@ -40,11 +53,9 @@ static void move(int from, int to, const void *src, void *dst, int64_t n, int ta
     if (R == from)
         assert_int_equal(df_comm_isend(W, src, n, to, tag, &req), 0);
     if (R == to) {
-        bool found = false;
         int s = -1;
         int64_t got = -1;
-        while (!found)
-            assert_int_equal(df_comm_probe(W, from, tag, &found, &s, &got), 0);
+        probe_until(from, tag, &s, &got);
         assert_int_equal(s, from);
         assert_true(got == n);
         assert_int_equal(df_comm_recv(W, dst, n, from, tag), 0);
@@ -106,9 +117,7 @@ static void test_any_source(void **state)
             bool found = false;
             int src = -1, src2 = -1;
             int64_t n = -1, n2 = -1;
-            assert_int_equal(df_comm_probe(W, DF_COMM_ANY_SOURCE, TAG, &found, &src, &n), 0);
-            if (!found)
-                continue;
+            probe_until(DF_COMM_ANY_SOURCE, TAG, &src, &n);
             /* probing again names the same message until it is received */
             assert_int_equal(df_comm_probe(W, DF_COMM_ANY_SOURCE, TAG, &found, &src2, &n2), 0);
             assert_true(found && src2 == src && n2 == n);
@@ -145,10 +154,8 @@ static void test_ordering(void **state)
         }
     if (R == RCV) {
         for (int k = 0; k < K; k++) {
-            bool found = false;
             int64_t n = -1;
-            while (!found)
-                assert_int_equal(df_comm_probe(W, SND, TAG, &found, NULL, &n), 0);
+            probe_until(SND, TAG, NULL, &n);
             assert_true(n == k + 1);
             unsigned char in[K + 1] = {0};
             assert_int_equal(df_comm_recv(W, in, n, SND, TAG), 0);
@@ -211,8 +218,10 @@ static void test_ibroadcast_poll(void **state)
     assert_non_null(req);
     bool done = false;
     long polls = 0;
+    const time_t give_up = time(NULL) + 20;
     while (!done) {
         assert_int_equal(df_comm_test(&req, &done), 0);
+        assert_true(time(NULL) <= give_up);
         polls++;
         if (!done)
             sleep_s(0.001); /* a decode step */
@@ -352,6 +361,16 @@ static void test_request_free(void **state)
     df_comm_free(g);
 }
 
+/* The world with a 20 s timeout: a rank that fails an assertion and skips a collective makes
+ * its peers fail too, instead of hanging until ctest's timeout. */
+static int setup(void **state)
+{
+    int rc = df_test_world_setup(state);
+    if (!rc)
+        df_comm_set_timeout(W, 20);
+    return rc;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -361,5 +380,5 @@ int main(void)
         cmocka_unit_test(test_size_mismatch),   cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_request_free),
     };
-    return cmocka_run_group_tests(tests, df_test_world_setup, df_test_world_teardown);
+    return cmocka_run_group_tests(tests, setup, df_test_world_teardown);
 }

@@ -247,6 +247,17 @@ static void test_stream_is_generate(void **state)
                   (long long)r.n_seqs, (long long)st.decode_steps, st.mean_active,
                   (long long)f->polls);
     df_rollout_result_free(&r);
+    /* free_cache_engine: the cache's pages go back when the stream returns, as after generate */
+    df_rollout_options o = {4, 64, 0, DF_ROLLOUT_F32, NULL, true, false};
+    df_rollout_engine *ef = NULL;
+    assert_int_equal(df_rollout_engine_create_ex(&m->cfg, &o, &ef), 0);
+    feeder *g = new_feeder(m, NS);
+    assert_int_equal(stream(ef, g), 0);
+    assert_memory_equal(g->out, f->out, sizeof f->out);
+    int64_t kv = df_rollout_engine_kv_resident(ef);
+    assert_true(kv == 0 || kv == -1);
+    free(g);
+    df_rollout_engine_free(ef);
     free(f);
     df_rollout_engine_free(e);
     df_model_free(m);

@@ -64,7 +64,7 @@
  * token; with stop strings, max_num_seqs * (8 + the longest string) bytes of text tails.
  *
  * Threading: OpenMP inside each call (matmuls through oneDNN). One engine runs
- * one df_rollout_generate at a time; use one engine per thread otherwise.
+ * one df_rollout_generate or df_rollout_stream at a time; use one engine per thread otherwise.
  */
 #ifndef DISTFLOW_ROLLOUT_H
 #define DISTFLOW_ROLLOUT_H
@@ -209,7 +209,7 @@ typedef struct df_rollout_result {
     int32_t *assistant_turns; /**< [n_seqs] model turns of each response (1 without a handler) */
 } df_rollout_result;
 
-/** Counters of the last df_rollout_generate call. */
+/** Counters of the last df_rollout_generate call (or of a whole df_rollout_stream). */
 typedef struct df_rollout_stats {
     int64_t prefill_tokens;   /**< prompt tokens run through the model (a prompt once per admission)
                                    plus appended tokens (each once; the turn's stop token that
@@ -251,6 +251,7 @@ typedef struct df_rollout_options {
                                          scratch (hidden rows, MLP rows, logits, bf16 operands:
                                          ~0.7 GiB at the 0.5B shape and 8192 rows per forward)
                                          back to the OS at the end of every df_rollout_generate
+                                         (and df_rollout_stream)
                                          (madvise MADV_DONTNEED: both stay reserved, the next call
                                          faults their pages in again), so what runs between
                                          rollouts (training) does not carry them; false: they
@@ -365,7 +366,7 @@ DF_API int df_rollout_generate_turns(df_rollout_engine *e, const df_model *m,
  *
  * Weight changes (AReaL's interruptible generation): when a poll answers weights_changed, the
  * engine re-makes what it reads of m (df_rollout_engine_load_weights: bf16 converts m's weights
- * into its own copy and packs them again, ~0.2 s at the 0.5B shape; float32 reads m in place;
+ * into its own copy and packs them again: one weight sync's cost; float32 reads m in place;
  * a shared bf16 copy must have been refreshed by its owner) and the next forward runs the new
  * weights. The KV cache is kept, not recomputed: the K / V of the prompt and of every response
  * token but the latest of each sequence stay as the old weights computed them (the latest one's
@@ -450,7 +451,7 @@ DF_API int df_rollout_stream(df_rollout_engine *e, const df_model *m, int64_t n_
                              uint64_t seed, const df_sampling_params *sp, int64_t version0,
                              const df_rollout_stream_hooks *hooks);
 
-/** Counters of the last df_rollout_generate on `e`. */
+/** Counters of the last df_rollout_generate or df_rollout_stream on `e`. */
 DF_API void df_rollout_engine_stats(const df_rollout_engine *e, df_rollout_stats *st);
 /** Bytes of the KV cache resident in memory now (mincore of its pages): 0 after a
  *  df_rollout_generate with free_cache_engine; -1 when the kernel does not say. */

@@ -1,5 +1,7 @@
-/* One df_rollout_generate call: admission, chunked prefill, decode steps and the result
- * (continuous batching over the engine's KV cache, include/distflow/rollout.h). */
+/* The rollout scheduler: admission, chunked prefill and decode steps (continuous batching over
+ * the engine's KV cache, include/distflow/rollout.h), for df_rollout_generate (a request fed at
+ * once, its result packed at the end) and df_rollout_stream (a queue fed by a poll hook,
+ * rollout_stream.c). */
 #include "engine/rollout_engine.h"
 #include "engine/sampling.h"
 #include "util/killpoint.h"

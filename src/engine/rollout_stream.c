@@ -75,7 +75,10 @@ static int check_feed(const gen_ctx *g, const df_rollout_poll *p)
     if (g->finishing)
         return df_error(DF_EINVAL, "rollout stream: %lld prompts fed after finish",
                         (long long)p->n_prompts);
-    if (p->n_prompts < 0 || !p->prompt_offsets || !p->prompt_tokens || !p->prompt_ids)
+    if (p->n_prompts < 0)
+        return df_error(DF_EINVAL, "rollout stream: a feed of %lld prompts (n_prompts must be >= 0)",
+                        (long long)p->n_prompts);
+    if (!p->prompt_offsets || !p->prompt_tokens || !p->prompt_ids)
         return df_error(DF_EINVAL, "rollout stream: a feed of %lld prompts with NULL offsets, "
                         "tokens or ids", (long long)p->n_prompts);
     if (p->prompt_offsets[0] != 0)
