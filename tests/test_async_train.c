@@ -14,8 +14,9 @@
  *   wall-clock ones equals the one-rank synchronous run's, bit for bit, at every step. On 3 ranks
  *   (two rollout ranks) the batch holds the same episodes in another order, so step 1 (the same
  *   initial weights) must show the same scores and lengths.
- * - max_staleness 2 with room for 2 batches in flight: the version gap of every consumed sample is
- *   at most 2, none is dropped, the decoupled objective runs, the job ends cleanly.
+ * - max_staleness 2 with room for 2 batches in flight: a consumed sample more than 2 versions
+ *   behind is dropped (and the rollout side told, so that its admission makes up for it), the
+ *   decoupled objective runs, the job ends cleanly.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -150,10 +151,12 @@ static void test_staleness2_bounded(void **state)
     assert_int_equal(json_array_size(got), 4);
     for (size_t i = 0; i < 4; i++) {
         json_t *y = json_array_get(got, i);
+        /* a sample more than 2 versions behind is dropped, never trained on (a long episode admitted
+           early may arrive after newer ones: AReaL's check at consumption) */
         double gap = num(y, "fully_async/version_gap/max", (int)i);
-        if (!(gap >= 0 && gap <= 2))
-            fail_msg("step %zu: version gap %g outside [0, 2]", i + 1, gap);
-        assert_true(num(y, "fully_async/stale_dropped_frac", (int)i) == 0);
+        double dropped = num(y, "fully_async/count/dropped_stale_samples", (int)i);
+        if (!(gap >= 0 && (gap <= 2 || dropped > 0)))
+            fail_msg("step %zu: version gap %g > 2 and nothing dropped", i + 1, gap);
         assert_true(num(y, "actor/behave_imp_weight", (int)i) > 0);
         assert_true(num(y, "training/global_step", (int)i) == (double)(i + 1));
     }

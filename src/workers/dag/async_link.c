@@ -67,12 +67,15 @@ int df_async_create(const struct df_train_config *t, df_comm *world, df_async **
     int rc = make_groups(a);
     if (!rc)
         rc = staleness_init(a, t);
+    if (!rc && a->rollout_side && !(a->dropped = calloc(1, sizeof *a->dropped)))
+        rc = df_error(DF_ENOMEM, "out of memory");
     if (!rc && !a->rollout_side) {
         a->last_idle = calloc((size_t)R, sizeof *a->last_idle);
         a->last_busy = calloc((size_t)R, sizeof *a->last_busy);
         a->last_running = calloc((size_t)R, sizeof *a->last_running);
         a->last_accepted = calloc((size_t)R, sizeof *a->last_accepted);
-        if (!a->last_idle || !a->last_busy || !a->last_running || !a->last_accepted)
+        a->dropped = calloc((size_t)R, sizeof *a->dropped);
+        if (!a->last_idle || !a->last_busy || !a->last_running || !a->last_accepted || !a->dropped)
             rc = df_error(DF_ENOMEM, "out of memory");
     }
     if (rc) {
@@ -92,6 +95,8 @@ void df_async_free(df_async *a)
     free(a->inbox.rows);
     free(a->inbox.order);
     free(a->inbox.version);
+    free(a->inbox.src);
+    free(a->dropped);
     free(a->last_idle);
     free(a->last_busy);
     free(a->last_running);

@@ -65,7 +65,19 @@ static int receive_params(executor *x)
     if (x->hdr.n_params != m->n_params)
         return df_error(DF_EINTERNAL, "async rollout: the trainer sends %lld parameters, the model has %lld",
                         (long long)x->hdr.n_params, (long long)m->n_params);
-    int rc = df_comm_broadcast(x->a->weights, m->params, m->n_params * (int64_t)sizeof(float), 0);
+    int64_t R = x->a->n_rollouts, *dropped = malloc((size_t)R * sizeof *dropped);
+    if (!dropped)
+        return df_error(DF_ENOMEM, "out of memory");
+    int rc = df_comm_broadcast(x->a->weights, dropped, R * (int64_t)sizeof *dropped, 0);
+    /* dropped by the trainer as too stale: no longer accepted, so admission makes up for them */
+    int64_t mine = rc ? 0 : dropped[x->a->index], d = mine - x->a->dropped[0];
+    free(dropped);
+    if (d > 0) {
+        x->a->st.accepted -= d, x->a->st.rejected += d;
+        x->a->dropped[0] = mine;
+    }
+    if (!rc)
+        rc = df_comm_broadcast(x->a->weights, m->params, m->n_params * (int64_t)sizeof(float), 0);
     if (rc)
         return df_error_wrap(rc, "async rollout: receiving the weights of version %lld", (long long)x->hdr.version);
     df_model_weights_changed(m);

@@ -12,7 +12,7 @@
 
 /* ---- receiving --------------------------------------------------------------------- */
 
-static int inbox_push(df_async_inbox *in, df_batch *b, int64_t order, int64_t version)
+static int inbox_push(df_async_inbox *in, df_batch *b, int64_t order, int64_t version, int64_t src)
 {
     if (in->n == in->cap) {
         int64_t cap = in->cap ? 2 * in->cap : 64;
@@ -25,11 +25,14 @@ static int inbox_push(df_async_inbox *in, df_batch *b, int64_t order, int64_t ve
         int64_t *v = realloc(in->version, (size_t)cap * sizeof *v);
         if (v)
             in->version = v;
-        if (!r || !o || !v)
+        int64_t *f = realloc(in->src, (size_t)cap * sizeof *f);
+        if (f)
+            in->src = f;
+        if (!r || !o || !v || !f)
             return df_error(DF_ENOMEM, "out of memory");
         in->cap = cap;
     }
-    in->rows[in->n] = b, in->order[in->n] = order, in->version[in->n] = version;
+    in->rows[in->n] = b, in->order[in->n] = order, in->version[in->n] = version, in->src[in->n] = src;
     in->n++;
     return DF_OK;
 }
@@ -58,7 +61,7 @@ static int receive_one(df_async *a, int src, int64_t nbytes)
     if (!rc && h.done)
         a->done_from++;
     else if (!rc && !(rc = df_batch_deserialize(buf + sizeof h, (size_t)h.bytes, &b)))
-        rc = inbox_push(&a->inbox, b, h.order, h.min_version);
+        rc = inbox_push(&a->inbox, b, h.order, h.min_version, r);
     free(buf);
     if (rc)
         df_batch_free(b);
@@ -93,9 +96,11 @@ static int drop_stale(df_async *a, int64_t v)
             return rc;
         if (!keep) {
             df_batch_free(in->rows[i]);
+            a->dropped[in->src[i]]++;
             continue;
         }
         in->rows[k] = in->rows[i], in->order[k] = in->order[i], in->version[k] = in->version[i];
+        in->src[k] = in->src[i];
         k++;
     }
     in->n = k;
@@ -133,55 +138,65 @@ static int take_rows(df_async_inbox *in, int64_t take, df_batch **out)
         int64_t k = 0;
         for (int64_t i = 0; i < in->n; i++)
             if (in->rows[i])
-                in->rows[k] = in->rows[i], in->order[k] = in->order[i], in->version[k] = in->version[i], k++;
+                in->rows[k] = in->rows[i], in->order[k] = in->order[i], in->version[k] = in->version[i],
+                in->src[k] = in->src[i], k++;
         in->n = k;
     }
     free(idx), free(parts);
     return rc;
 }
 
-/* Wait until the trainer ranks hold `need` episodes together, one each at least; *take: this rank's
- * share (the ranks in order, each its whole inbox until the count is reached; the step's first hand-off
- * then balances them, handoff.c). Collective over the side. */
+static int cmp_i64(const void *x, const void *y)
+{
+    int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+    return (a > b) - (a < b);
+}
+
+/* How many of this rank's episodes are among the job's `need` oldest (smallest order): every rank's
+ * orders gathered, the need-th smallest the threshold (orders are unique). Collective over the side. */
+static int oldest_share(df_async *a, int64_t need, int64_t *take)
+{
+    int64_t *mine = malloc((size_t)(a->inbox.n ? a->inbox.n : 1) * sizeof *mine), *all = NULL, *counts = NULL;
+    if (!mine)
+        return df_error(DF_ENOMEM, "out of memory");
+    memcpy(mine, a->inbox.order, (size_t)a->inbox.n * sizeof *mine);
+    int rc = df_comm_allgatherv(a->side, mine, a->inbox.n * (int64_t)sizeof *mine, (void **)&all, &counts, NULL);
+    if (!rc) {
+        int64_t total = 0;
+        for (int r = 0; r < a->n_trainers; r++)
+            total += counts[r] / (int64_t)sizeof *mine;
+        qsort(all, (size_t)total, sizeof *all, cmp_i64);
+        int64_t threshold = all[need - 1], k = 0;
+        for (int64_t i = 0; i < a->inbox.n; i++)
+            k += mine[i] <= threshold;
+        *take = k;
+    }
+    free(mine), free(all), free(counts);
+    return rc;
+}
+
+/* Wait until the trainer ranks hold `need` episodes together, one each at least (its columns for an
+ * empty share); *take: how many of this rank's are among the need oldest. The step's first hand-off
+ * then balances the ranks' shares (handoff.c). Collective over the side. */
 static int gather_episodes(df_dag_worker *w, int64_t need, int64_t version, int64_t *take)
 {
     df_async *a = w->async;
-    int T = a->n_trainers;
-    int64_t *counts = malloc((size_t)T * sizeof *counts);
-    if (!counts)
-        return df_error(DF_ENOMEM, "out of memory");
-    int rc = DF_OK;
     for (;;) {
-        rc = drain(a);
+        int rc = drain(a);
         if (!rc)
             rc = drop_stale(a, version);
-        int64_t mine[2] = {rc ? -1 : a->inbox.n, 0};
-        int crc = df_comm_allgather(a->side, mine, sizeof(int64_t), counts);
+        /* [failed ranks, episodes, ranks without one] */
+        int64_t v[3] = {rc != 0, rc ? 0 : a->inbox.n, !rc && a->inbox.n == 0};
+        int crc = df_comm_allreduce(a->side, v, 3, DF_COMM_INT64, DF_COMM_SUM);
         if (rc || crc)
-            break;
-        int64_t total = 0, before = 0;
-        bool failed = false, each = true; /* each rank holds one episode at least: its columns */
-        for (int r = 0; r < T; r++) {
-            failed |= counts[r] < 0;
-            each &= counts[r] > 0;
-            if (r < a->index)
-                before += counts[r] > 0 ? counts[r] : 0;
-            total += counts[r] > 0 ? counts[r] : 0;
-        }
-        if (failed) {
-            rc = df_error(DF_EINTERNAL, "async: another trainer rank failed receiving episodes");
-            break;
-        }
-        if (total >= need && each) {
-            int64_t left = need - before;
-            *take = left <= 0 ? 0 : (left < a->inbox.n ? left : a->inbox.n);
-            break;
-        }
+            return rc ? rc : crc;
+        if (v[0])
+            return df_error(DF_EINTERNAL, "async: another trainer rank failed receiving episodes");
+        if (v[1] >= need && v[2] == 0)
+            return oldest_share(a, need, take);
         struct timespec ts = {0, 2000000};
         nanosleep(&ts, NULL);
     }
-    free(counts);
-    return rc;
 }
 
 /* fully_async/... of the step: staleness (df_staleness_record, with the rollout side's counters) and the
@@ -256,13 +271,21 @@ static int send_header(df_async *a, df_async_header *h)
 int df_async_publish(df_dag_worker *w, int64_t version)
 {
     df_async *a = w->async;
-    if (!a->weights)
-        return DF_OK; /* trainer ranks > 0 */
+    /* the episodes each rollout rank should no longer count as accepted: dropped on any trainer rank */
+    int64_t *dropped = malloc((size_t)a->n_rollouts * sizeof *dropped);
+    if (!dropped)
+        return df_error(DF_ENOMEM, "out of memory");
+    memcpy(dropped, a->dropped, (size_t)a->n_rollouts * sizeof *dropped);
+    int rc = df_comm_allreduce(a->side, dropped, a->n_rollouts, DF_COMM_INT64, DF_COMM_SUM);
     df_model *m = df_actor_model(w->actor.model);
     df_async_header h = {.version = version, .n_params = m->n_params};
-    int rc = send_header(a, &h);
-    if (!rc)
+    if (!rc && a->weights) /* trainer rank 0 */
+        rc = send_header(a, &h);
+    if (!rc && a->weights)
+        rc = df_comm_broadcast(a->weights, dropped, a->n_rollouts * (int64_t)sizeof *dropped, 0);
+    if (!rc && a->weights)
         rc = df_comm_broadcast(a->weights, m->params, m->n_params * (int64_t)sizeof(float), 0);
+    free(dropped);
     return rc ? df_error_wrap(rc, "async: sending the weights of version %lld to the rollout side",
                               (long long)version) : DF_OK;
 }
