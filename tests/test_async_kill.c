@@ -40,8 +40,10 @@ static void expect(int got, int want, const char *out)
     char log[600];
     snprintf(log, sizeof log, "%s/%s.log", dir, out);
     char *text = df_cli_log(log);
+    /* the lines that say what went wrong, else the log's end */
+    const char *err = strstr(text, "error");
     size_t n = strlen(text);
-    fail_msg("%s: status %d, expected %d; log ends:\n%s", out, got, want, n > 3000 ? text + n - 3000 : text);
+    fail_msg("%s: status %d, expected %d; log:\n%s", out, got, want, err ? err : n > 3000 ? text + n - 3000 : text);
 }
 
 static void test_dead_rank_ends_job(void **state)
@@ -78,6 +80,7 @@ static int setup(void **state)
              "  rollout: {n: 2, mode: async, log_prob_micro_batch_size_per_gpu: 8}\n"
              "rollout: {n_gpus_per_node: 1}\n"
              "async_training: {max_staleness: 1, max_concurrent_rollouts: 8}\n"
+             "algorithm: {adv_estimator: grpo}\n"
              "custom_reward_function: {path: %s/plugins/test/libscore_const.so, name: score_parity}\n"
              "trainer: {total_training_steps: 3, logger: [console]}\n",
              dir, dir, DF_BINARY_DIR);

@@ -90,12 +90,7 @@ void df_async_free(df_async *a)
 {
     if (!a)
         return;
-    for (int64_t i = 0; i < a->inbox.n; i++)
-        df_batch_free(a->inbox.rows[i]);
-    free(a->inbox.rows);
-    free(a->inbox.order);
-    free(a->inbox.version);
-    free(a->inbox.src);
+    df_async_inbox_clear(&a->inbox);
     free(a->dropped);
     free(a->last_idle);
     free(a->last_busy);

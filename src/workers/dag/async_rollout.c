@@ -412,6 +412,8 @@ static int first_weights(executor *x)
         return rc;
     }
     rc = receive_params(x);
+    if (!rc) /* later versions are installed by the stream (weights_changed) */
+        rc = df_rollout_engine_load_weights(x->w->rollout.engine, x->a->model);
     if (!rc && x->version > 0)
         rc = df_staleness_recover(&x->a->st, x->version);
     return rc ? rc : post_header(x);

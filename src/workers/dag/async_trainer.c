@@ -12,31 +12,6 @@
 
 /* ---- receiving --------------------------------------------------------------------- */
 
-static int inbox_push(df_async_inbox *in, df_batch *b, int64_t order, int64_t version, int64_t src)
-{
-    if (in->n == in->cap) {
-        int64_t cap = in->cap ? 2 * in->cap : 64;
-        df_batch **r = realloc(in->rows, (size_t)cap * sizeof *r);
-        if (r)
-            in->rows = r;
-        int64_t *o = realloc(in->order, (size_t)cap * sizeof *o);
-        if (o)
-            in->order = o;
-        int64_t *v = realloc(in->version, (size_t)cap * sizeof *v);
-        if (v)
-            in->version = v;
-        int64_t *f = realloc(in->src, (size_t)cap * sizeof *f);
-        if (f)
-            in->src = f;
-        if (!r || !o || !v || !f)
-            return df_error(DF_ENOMEM, "out of memory");
-        in->cap = cap;
-    }
-    in->rows[in->n] = b, in->order[in->n] = order, in->version[in->n] = version, in->src[in->n] = src;
-    in->n++;
-    return DF_OK;
-}
-
 /* One message from rollout rank `src` (world rank) of nbytes. */
 static int receive_one(df_async *a, int src, int64_t nbytes)
 {
@@ -61,7 +36,7 @@ static int receive_one(df_async *a, int src, int64_t nbytes)
     if (!rc && h.done)
         a->done_from++;
     else if (!rc && !(rc = df_batch_deserialize(buf + sizeof h, (size_t)h.bytes, &b)))
-        rc = inbox_push(&a->inbox, b, h.order, h.min_version, r);
+        rc = df_async_inbox_push(&a->inbox, b, h.order, h.min_version, r);
     free(buf);
     if (rc)
         df_batch_free(b);
@@ -83,68 +58,7 @@ static int drain(df_async *a)
     }
 }
 
-/* Drop the episodes older than max_staleness versions at trainer version v (AReaL's check at
- * consumption; the admission bound makes it rare). */
-static int drop_stale(df_async *a, int64_t v)
-{
-    df_async_inbox *in = &a->inbox;
-    int64_t k = 0;
-    for (int64_t i = 0; i < in->n; i++) {
-        bool keep = true;
-        int rc = df_staleness_consume(&a->st, in->version[i], v, &keep);
-        if (rc)
-            return rc;
-        if (!keep) {
-            df_batch_free(in->rows[i]);
-            a->dropped[in->src[i]]++;
-            continue;
-        }
-        in->rows[k] = in->rows[i], in->order[k] = in->order[i], in->version[k] = in->version[i];
-        in->src[k] = in->src[i];
-        k++;
-    }
-    in->n = k;
-    return DF_OK;
-}
-
 /* ---- the rollout node's replacement ------------------------------------------------ */
-
-static int cmp_order(const void *x, const void *y, void *user)
-{
-    const int64_t *o = user, a = o[*(const int64_t *)x], b = o[*(const int64_t *)y];
-    return (a > b) - (a < b);
-}
-
-/* The first `take` episodes in the rollout side's order, out of the inbox, as one batch. */
-static int take_rows(df_async_inbox *in, int64_t take, df_batch **out)
-{
-    int64_t *idx = malloc((size_t)(in->n ? in->n : 1) * sizeof *idx);
-    df_batch **parts = malloc((size_t)(take ? take : 1) * sizeof *parts);
-    if (!idx || !parts) {
-        free(idx), free(parts);
-        return df_error(DF_ENOMEM, "out of memory");
-    }
-    for (int64_t i = 0; i < in->n; i++)
-        idx[i] = i;
-    qsort_r(idx, (size_t)in->n, sizeof *idx, cmp_order, in->order);
-    for (int64_t i = 0; i < take; i++)
-        parts[i] = in->rows[idx[i]];
-    /* none taken here: no rows, the columns of those waiting (gather_episodes keeps one at least) */
-    int rc = take ? df_batch_concat((const df_batch *const *)parts, (int)take, out)
-                  : df_batch_slice(in->rows[0], 0, 0, out);
-    if (!rc) { /* the rest stays, in arrival order */
-        for (int64_t i = 0; i < take; i++)
-            df_batch_free(in->rows[idx[i]]), in->rows[idx[i]] = NULL;
-        int64_t k = 0;
-        for (int64_t i = 0; i < in->n; i++)
-            if (in->rows[i])
-                in->rows[k] = in->rows[i], in->order[k] = in->order[i], in->version[k] = in->version[i],
-                in->src[k] = in->src[i], k++;
-        in->n = k;
-    }
-    free(idx), free(parts);
-    return rc;
-}
 
 static int cmp_i64(const void *x, const void *y)
 {
@@ -184,7 +98,7 @@ static int gather_episodes(df_dag_worker *w, int64_t need, int64_t version, int6
     for (;;) {
         int rc = drain(a);
         if (!rc)
-            rc = drop_stale(a, version);
+            rc = df_async_inbox_drop_stale(&a->inbox, &a->st, version, a->dropped);
         /* [failed ranks, episodes, ranks without one] */
         int64_t v[3] = {rc != 0, rc ? 0 : a->inbox.n, !rc && a->inbox.n == 0};
         int crc = df_comm_allreduce(a->side, v, 3, DF_COMM_INT64, DF_COMM_SUM);
@@ -231,7 +145,7 @@ static int node_take(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
     int64_t version = ctx->step - 1; /* optimizer steps before this one */
     int rc = gather_episodes(w, need, version, &take);
     if (!rc)
-        rc = take_rows(&a->inbox, take, &out->batch);
+        rc = df_async_inbox_take(&a->inbox, take, &out->batch);
     double dt = df_now() - t0;
     if (!rc && ctx->metrics)
         record(a, ctx->metrics, dt);

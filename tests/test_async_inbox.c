@@ -1,0 +1,72 @@
+/*
+ * test_async_inbox.c — a trainer rank's inbox of the asynchronous runtime (src/workers/dag/async.h),
+ * on hand-made episodes: the staleness check at consumption drops exactly the episodes more than
+ * max_staleness versions behind and counts them per sender, the others keep their arrival order,
+ * and a take returns the oldest (smallest order) episodes in prompt order.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "testutil.h"
+
+#include "workers/dag/async.h"
+
+/* A one-row episode whose `tag` column holds its order. */
+static df_batch *episode(int64_t order)
+{
+    df_batch *b = df_batch_new(1);
+    assert_non_null(b);
+    assert_int_equal(df_batch_set_i64(b, "tag", &order), 0);
+    return b;
+}
+
+static void test_drop_and_take(void **state)
+{
+    (void)state;
+    df_staleness st;
+    df_staleness_params p = {.max_staleness = 1, .max_concurrent_rollouts = 8, .consumer_batch_size = 4};
+    assert_int_equal(df_staleness_init(&st, &p), 0);
+    df_async_inbox in = {0};
+    /* arrival order: orders 4 1 3 0 2 5, oldest token versions 2 0 3 1 2 3, senders 0 1 0 1 1 0 */
+    const int64_t order[] = {4, 1, 3, 0, 2, 5}, version[] = {2, 0, 3, 1, 2, 3}, src[] = {0, 1, 0, 1, 1, 0};
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(df_async_inbox_push(&in, episode(order[i]), order[i], version[i], src[i]), 0);
+    /* at trainer version 3 with max_staleness 1: versions 0 and 1 (gaps 3 and 2) go, both from sender 1 */
+    int64_t dropped[2] = {0, 0};
+    assert_int_equal(df_async_inbox_drop_stale(&in, &st, 3, dropped), 0);
+    assert_int_equal(dropped[0], 0);
+    assert_int_equal(dropped[1], 2);
+    assert_int_equal(st.dropped_stale, 2);
+    assert_int_equal(st.gap_max, 3);
+    assert_int_equal(in.n, 4);
+    const int64_t left[] = {4, 3, 2, 5}; /* arrival order kept */
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(in.order[i], left[i]);
+    /* the two oldest, in order: 2 then 3 */
+    df_batch *b = NULL;
+    assert_int_equal(df_async_inbox_take(&in, 2, &b), 0);
+    assert_int_equal(df_batch_size(b), 2);
+    assert_int_equal(df_batch_i64(b, "tag")[0], 2);
+    assert_int_equal(df_batch_i64(b, "tag")[1], 3);
+    df_batch_free(b);
+    assert_int_equal(in.n, 2);
+    assert_int_equal(in.order[0], 4);
+    assert_int_equal(in.order[1], 5);
+    /* none: no rows, the columns of those waiting */
+    assert_int_equal(df_async_inbox_take(&in, 0, &b), 0);
+    assert_int_equal(df_batch_size(b), 0);
+    assert_true(df_batch_has(b, "tag"));
+    df_batch_free(b);
+    assert_int_equal(in.n, 2);
+    assert_int_equal(df_async_inbox_take(&in, 3, &b), DF_EINVAL);
+    df_async_inbox_clear(&in);
+    assert_int_equal(df_async_inbox_take(&in, 0, &b), DF_EINVAL); /* empty */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_drop_and_take)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
