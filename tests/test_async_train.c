@@ -51,6 +51,7 @@ static int train(df_comm *comm, const char *out, const char *const *ov, int n)
              "  rollout: {n: 4, log_prob_micro_batch_size_per_gpu: 8}\n"
              "algorithm: {adv_estimator: grpo}\n"
              "trainer: {total_training_steps: 3, val_before_train: false, logger: [], balance_batch: false,\n"
+             "          collective_timeout_s: 20,\n"
              "          default_local_dir: %s/%s}\n",
              dir, dir, dir, out);
     return df_test_run(comm, df_test_config(yaml, "async.yaml", ov, n));

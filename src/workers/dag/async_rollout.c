@@ -44,6 +44,7 @@ typedef struct executor {
     pending_send *sends;
     int64_t n_sends, sends_cap;
     double t_last, idle_s, busy_s;
+    double t_progress;    /* the last poll with work or new weights */
     /* feed arrays for one poll */
     int64_t *f_off, *f_ids;
     uint64_t *f_keys, *f_seeds;
@@ -344,6 +345,13 @@ static int poll(void *user, df_rollout_poll *p)
         return rc;
     /* nothing in flight and nothing admitted: waiting for the trainer's next weights */
     bool idle = p->active == 0 && p->n_prompts == 0;
+    double limit = x->w->global.cfg.trainer.collective_timeout_s;
+    if (!idle || changed)
+        x->t_progress = now;
+    else if (limit > 0 && now - x->t_progress > limit)
+        return df_error(DF_EINTERNAL, "async rollout: no new weights from the trainer side for %.0f s "
+                        "(trainer.collective_timeout_s) with nothing left to generate at version %lld",
+                        limit, (long long)x->version);
     if (idle) {
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
@@ -439,7 +447,7 @@ int df_async_rollout_run(df_dag_worker *w)
         rc = first_weights(&x);
     const df_sampling_params sp = w->global.sampling;
     df_rollout_stream_hooks hooks = {.user = &x, .poll = poll, .on_seq = on_seq};
-    x.t_last = df_now();
+    x.t_last = x.t_progress = df_now();
     if (!rc && !x.stop)
         rc = df_rollout_stream(w->rollout.engine, w->async->model, x.n, 0, &sp, x.version, &hooks);
     if (!rc)

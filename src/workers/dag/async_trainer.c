@@ -95,6 +95,8 @@ static int oldest_share(df_async *a, int64_t need, int64_t *take)
 static int gather_episodes(df_dag_worker *w, int64_t need, int64_t version, int64_t *take)
 {
     df_async *a = w->async;
+    double limit = w->global.cfg.trainer.collective_timeout_s, t0 = df_now();
+    int64_t seen = -1;
     for (;;) {
         int rc = drain(a);
         if (!rc)
@@ -108,6 +110,12 @@ static int gather_episodes(df_dag_worker *w, int64_t need, int64_t version, int6
             return df_error(DF_EINTERNAL, "async: another trainer rank failed receiving episodes");
         if (v[1] >= need && v[2] == 0)
             return oldest_share(a, need, take);
+        if (v[1] != seen) /* progress: the clock starts again */
+            seen = v[1], t0 = df_now();
+        else if (limit > 0 && df_now() - t0 > limit)
+            return df_error(DF_EINTERNAL, "async: no episode from the rollout side for %.0f s "
+                            "(trainer.collective_timeout_s) with %lld of the %lld the step needs",
+                            limit, (long long)v[1], (long long)need);
         struct timespec ts = {0, 2000000};
         nanosleep(&ts, NULL);
     }
