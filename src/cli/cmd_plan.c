@@ -20,7 +20,10 @@ static const char *PLAN_USAGE =
     "what `train` would run with: the mpirun world when started under mpirun, else 1; --world N\n"
     "plans for `mpirun -np N` from here. The config is first checked as `distflow train` checks it\n"
     "on that many ranks, its files included (df_train_check: the same checks and messages as\n"
-    "`distflow config check --world N`). --dot writes the plan as a Graphviz file.";
+    "`distflow config check --world N`). With actor_rollout_ref.rollout.mode=async the last\n"
+    "rollout.nnodes x rollout.n_gpus_per_node ranks are the rollout side (docs/async.md): the\n"
+    "assignment covers the others, and the rollout side and its weights group are shown last.\n"
+    "--dot writes the plan as a Graphviz file.";
 
 int df_cmd_plan(int argc, char **argv)
 {
