@@ -18,6 +18,7 @@
  * - max_staleness 2 with room for 2 batches in flight: a consumed sample more than 2 versions
  *   behind is dropped (and the rollout side told, so that its admission makes up for it), the
  *   decoupled objective runs, the job ends cleanly.
+ * - PPO at max_staleness 1: the critic trains on the trainer side.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -166,6 +167,39 @@ static void test_staleness2_bounded(void **state)
     json_decref(got);
 }
 
+/* PPO: the critic's nodes run on the trainer side as any other (the graph is the synchronous one
+   but for its rollout node). */
+static void test_ppo_staleness1(void **state)
+{
+    (void)state;
+    if (df_comm_size(world) < 2) {
+        skip();
+        return;
+    }
+    char critic[320];
+    snprintf(critic, sizeof critic, "critic.model.path=%s/model", dir);
+    const char *ov[] = {"actor_rollout_ref.rollout.mode=async", "rollout.n_gpus_per_node=1",
+                        "async_training.max_staleness=1", "async_training.max_concurrent_rollouts=16",
+                        "algorithm.adv_estimator=gae", critic, "critic.ppo_mini_batch_size=8",
+                        "critic.ppo_micro_batch_size_per_gpu=4"};
+    train_ok(world, "ppo1", ov, 8);
+    assert_int_equal(df_comm_barrier(world), 0);
+    if (df_comm_rank(world) != 0)
+        return;
+    json_t *got = df_test_metrics(dir, "ppo1", false);
+    assert_int_equal(json_array_size(got), 3);
+    for (size_t i = 0; i < 3; i++) {
+        json_t *y = json_array_get(got, i);
+        double gap = num(y, "fully_async/version_gap/max", (int)i);
+        double dropped = num(y, "fully_async/count/dropped_stale_samples", (int)i);
+        if (!(gap >= 0 && (gap <= 1 || dropped > 0)))
+            fail_msg("step %zu: version gap %g > 1 and nothing dropped", i + 1, gap);
+        assert_true(isfinite(num(y, "critic/vf_loss", (int)i)));
+        assert_true(isfinite(num(y, "critic/advantages/mean", (int)i)));
+    }
+    json_decref(got);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -205,6 +239,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_staleness0_is_synchronous),
         cmocka_unit_test(test_staleness2_bounded),
+        cmocka_unit_test(test_ppo_staleness1),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
