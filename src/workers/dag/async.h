@@ -7,15 +7,16 @@
  * Wire protocol, all on the job's world communicator or the weights group:
  *   - weights: trainer rank 0 and the rollout ranks form the weights group (trainer rank 0 is
  *     its rank 0). Every update is a header (df_async_header) broadcast without blocking the
- *     rollout ranks, which post it ahead and test it between decode steps, then the episodes
- *     the trainer side dropped as too stale so far, per rollout rank (int64 [R]: each rank takes
- *     them out of its accepted count, or its admission would wait for samples that never come),
- *     then the float32 parameters, both broadcast in full; header.stop ends the rollout side.
+ *     rollout ranks, which post it ahead and test it between decode steps, then the float32
+ *     parameters broadcast in full; header.stop ends the rollout side.
  *   - episodes: a rollout rank sends each finished episode (one prompt with its rollout.n
  *     responses) to the trainer ranks in turn, tag DF_ASYNC_TAG_EPISODE: a df_async_episode
  *     header, then the serialized batch rows. A header with `done` set is the rank's last
  *     message to that trainer rank (same tag, so it arrives after every episode: MPI's
  *     non-overtaking rule).
+ *   - drops: a trainer rank that drops episodes as too stale tells their rollout rank at once
+ *     (int64 count, tag DF_ASYNC_TAG_DROPPED), which takes them out of its accepted count: else its
+ *     admission would stop short of the batch the trainer waits for.
  */
 #ifndef DF_WORKERS_DAG_ASYNC_H
 #define DF_WORKERS_DAG_ASYNC_H
@@ -33,6 +34,7 @@ struct df_node_ctx;
 struct df_train_config;
 
 #define DF_ASYNC_TAG_EPISODE 101
+#define DF_ASYNC_TAG_DROPPED 102
 
 /** The weights broadcast's header. */
 typedef struct df_async_header {
@@ -89,8 +91,8 @@ typedef struct df_async {
     double idle_s[2], busy_s[2]; /**< latest cumulative idle / busy seconds reported, summed over ranks */
     double *last_idle, *last_busy; /**< [n_rollouts] the latest per rollout rank */
     int64_t *last_running, *last_accepted;
-    int64_t *dropped;     /**< trainer side: [n_rollouts] episodes of each rollout rank this rank dropped as
-                               too stale; rollout side: [1] those of this rank the trainer reported */
+    int64_t *dropped;     /**< trainer side: [n_rollouts] episodes of each rollout rank dropped as too
+                               stale and not yet reported to it */
     bool finished;        /**< the stop header went out */
 } df_async;
 

@@ -67,8 +67,6 @@ int df_async_create(const struct df_train_config *t, df_comm *world, df_async **
     int rc = make_groups(a);
     if (!rc)
         rc = staleness_init(a, t);
-    if (!rc && a->rollout_side && !(a->dropped = calloc(1, sizeof *a->dropped)))
-        rc = df_error(DF_ENOMEM, "out of memory");
     if (!rc && !a->rollout_side) {
         a->last_idle = calloc((size_t)R, sizeof *a->last_idle);
         a->last_busy = calloc((size_t)R, sizeof *a->last_busy);

@@ -66,19 +66,7 @@ static int receive_params(executor *x)
     if (x->hdr.n_params != m->n_params)
         return df_error(DF_EINTERNAL, "async rollout: the trainer sends %lld parameters, the model has %lld",
                         (long long)x->hdr.n_params, (long long)m->n_params);
-    int64_t R = x->a->n_rollouts, *dropped = malloc((size_t)R * sizeof *dropped);
-    if (!dropped)
-        return df_error(DF_ENOMEM, "out of memory");
-    int rc = df_comm_broadcast(x->a->weights, dropped, R * (int64_t)sizeof *dropped, 0);
-    /* dropped by the trainer as too stale: no longer accepted, so admission makes up for them */
-    int64_t mine = rc ? 0 : dropped[x->a->index], d = mine - x->a->dropped[0];
-    free(dropped);
-    if (d > 0) {
-        x->a->st.accepted -= d, x->a->st.rejected += d;
-        x->a->dropped[0] = mine;
-    }
-    if (!rc)
-        rc = df_comm_broadcast(x->a->weights, m->params, m->n_params * (int64_t)sizeof(float), 0);
+    int rc = df_comm_broadcast(x->a->weights, m->params, m->n_params * (int64_t)sizeof(float), 0);
     if (rc)
         return df_error_wrap(rc, "async rollout: receiving the weights of version %lld", (long long)x->hdr.version);
     df_model_weights_changed(m);
@@ -103,6 +91,23 @@ static int check_weights(executor *x, bool *changed)
         rc = post_header(x);
     *changed = rc == DF_OK;
     return rc;
+}
+
+/* Episodes a trainer rank dropped as too stale: no longer accepted, so admission makes up for them. */
+static int take_drops(executor *x)
+{
+    for (;;) {
+        bool found = false;
+        int src = -1;
+        int64_t nbytes = 0, d = 0;
+        int rc = df_comm_probe(x->a->world, DF_COMM_ANY_SOURCE, DF_ASYNC_TAG_DROPPED, &found, &src, &nbytes);
+        if (!rc && found)
+            rc = df_comm_recv(x->a->world, &d, (int64_t)sizeof d, src, DF_ASYNC_TAG_DROPPED);
+        if (rc || !found)
+            return rc;
+        d = d < x->a->st.accepted ? d : x->a->st.accepted;
+        x->a->st.accepted -= d, x->a->st.rejected += d;
+    }
 }
 
 /* ---- sending episodes -------------------------------------------------------------- */
@@ -331,6 +336,8 @@ static int poll(void *user, df_rollout_poll *p)
     int rc = check_weights(x, &changed);
     if (!rc)
         rc = progress_sends(x, false);
+    if (!rc)
+        rc = take_drops(x);
     if (rc)
         return rc;
     if (x->stop) {
@@ -339,12 +346,13 @@ static int poll(void *user, df_rollout_poll *p)
     }
     if (changed)
         p->weights_changed = true, p->new_version = x->version;
-    int64_t cap = df_staleness_capacity(&x->a->st, x->version), room = p->free_slots / x->n;
+    /* as many as the free slots hold once the prompts still queued in the engine are in */
+    int64_t cap = df_staleness_capacity(&x->a->st, x->version), room = p->free_slots / x->n - p->queued;
     int64_t k = cap < room ? cap : room;
     if (k > 0 && (rc = feed(x, k, p)))
         return rc;
     /* nothing in flight and nothing admitted: waiting for the trainer's next weights */
-    bool idle = p->active == 0 && p->n_prompts == 0;
+    bool idle = p->active == 0 && p->queued == 0 && p->n_prompts == 0;
     double limit = x->w->global.cfg.trainer.collective_timeout_s;
     if (!idle || changed)
         x->t_progress = now;

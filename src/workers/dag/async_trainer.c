@@ -66,6 +66,21 @@ static int cmp_i64(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
+/* Tell each rollout rank how many of its episodes were just dropped (a small send: eager). */
+static int report_drops(df_async *a)
+{
+    for (int r = 0; r < a->n_rollouts; r++) {
+        if (!a->dropped[r])
+            continue;
+        int rc = df_comm_send(a->world, &a->dropped[r], (int64_t)sizeof *a->dropped, a->n_trainers + r,
+                              DF_ASYNC_TAG_DROPPED);
+        if (rc)
+            return df_error_wrap(rc, "async: reporting dropped episodes to rollout rank %d", r);
+        a->dropped[r] = 0;
+    }
+    return DF_OK;
+}
+
 /* How many of this rank's episodes are among the job's `need` oldest (smallest order): every rank's
  * orders gathered, the need-th smallest the threshold (orders are unique). Collective over the side. */
 static int oldest_share(df_async *a, int64_t need, int64_t *take)
@@ -101,6 +116,8 @@ static int gather_episodes(df_dag_worker *w, int64_t need, int64_t version, int6
         int rc = drain(a);
         if (!rc)
             rc = df_async_inbox_drop_stale(&a->inbox, &a->st, version, a->dropped);
+        if (!rc)
+            rc = report_drops(a);
         /* [failed ranks, episodes, ranks without one] */
         int64_t v[3] = {rc != 0, rc ? 0 : a->inbox.n, !rc && a->inbox.n == 0};
         int crc = df_comm_allreduce(a->side, v, 3, DF_COMM_INT64, DF_COMM_SUM);
@@ -193,21 +210,13 @@ static int send_header(df_async *a, df_async_header *h)
 int df_async_publish(df_dag_worker *w, int64_t version)
 {
     df_async *a = w->async;
-    /* the episodes each rollout rank should no longer count as accepted: dropped on any trainer rank */
-    int64_t *dropped = malloc((size_t)a->n_rollouts * sizeof *dropped);
-    if (!dropped)
-        return df_error(DF_ENOMEM, "out of memory");
-    memcpy(dropped, a->dropped, (size_t)a->n_rollouts * sizeof *dropped);
-    int rc = df_comm_allreduce(a->side, dropped, a->n_rollouts, DF_COMM_INT64, DF_COMM_SUM);
+    if (!a->weights)
+        return DF_OK; /* trainer ranks > 0 */
     df_model *m = df_actor_model(w->actor.model);
     df_async_header h = {.version = version, .n_params = m->n_params};
-    if (!rc && a->weights) /* trainer rank 0 */
-        rc = send_header(a, &h);
-    if (!rc && a->weights)
-        rc = df_comm_broadcast(a->weights, dropped, a->n_rollouts * (int64_t)sizeof *dropped, 0);
-    if (!rc && a->weights)
+    int rc = send_header(a, &h);
+    if (!rc)
         rc = df_comm_broadcast(a->weights, m->params, m->n_params * (int64_t)sizeof(float), 0);
-    free(dropped);
     return rc ? df_error_wrap(rc, "async: sending the weights of version %lld to the rollout side",
                               (long long)version) : DF_OK;
 }
