@@ -19,6 +19,7 @@
  *   behind is dropped (and the rollout side told, so that its admission makes up for it), the
  *   decoupled objective runs, the job ends cleanly.
  * - PPO at max_staleness 1: the critic trains on the trainer side.
+ * - A resumed run (2 ranks, max_staleness 0) equals the straight one bit for bit.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -167,6 +168,29 @@ static void test_staleness2_bounded(void **state)
     json_decref(got);
 }
 
+/* A run stopped after step 2 (its checkpoint) and run again to step 3 equals the straight run: the
+   rollout side starts from the trainer's restored weights and data position (2 ranks: bit for bit). */
+static void test_resume(void **state)
+{
+    (void)state;
+    if (df_comm_size(world) != 2) {
+        skip();
+        return;
+    }
+    const char *ov[] = {"actor_rollout_ref.rollout.mode=async", "rollout.n_gpus_per_node=1", "trainer.save_freq=1",
+                        "trainer.total_training_steps=2"};
+    train_ok(world, "resumed", ov, 4);
+    ov[3] = "trainer.total_training_steps=3";
+    train_ok(world, "resumed", ov, 4);
+    assert_int_equal(df_comm_barrier(world), 0);
+    if (df_comm_rank(world) != 0)
+        return;
+    json_t *straight = df_test_metrics(dir, "async0", false), *got = df_test_metrics(dir, "resumed", false);
+    same_metrics(straight, got);
+    json_decref(straight);
+    json_decref(got);
+}
+
 /* PPO: the critic's nodes run on the trainer side as any other (the graph is the synchronous one
    but for its rollout node). */
 static void test_ppo_staleness1(void **state)
@@ -240,6 +264,7 @@ int main(void)
         cmocka_unit_test(test_staleness0_is_synchronous),
         cmocka_unit_test(test_staleness2_bounded),
         cmocka_unit_test(test_ppo_staleness1),
+        cmocka_unit_test(test_resume),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

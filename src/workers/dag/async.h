@@ -41,7 +41,8 @@ typedef struct df_async_header {
     int64_t version;  /**< trainer version of the parameters that follow (optimizer steps taken) */
     int64_t stop;     /**< 0: parameters follow; -1: training finished; > 0: stopped on that signal */
     int64_t n_params; /**< float32 elements that follow */
-    int64_t reserved;
+    int64_t data_epoch, data_step; /**< the trainer's dataloader position (df_dataloader_tell): where
+                                        the rollout side's starts from (the first header only) */
 } df_async_header;
 
 /** What precedes an episode's rows. */

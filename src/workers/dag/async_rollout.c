@@ -430,6 +430,10 @@ static int first_weights(executor *x)
     rc = receive_params(x);
     if (!rc) /* later versions are installed by the stream (weights_changed) */
         rc = df_rollout_engine_load_weights(x->w->rollout.engine, x->a->model);
+    /* a resumed run: the prompts from the trainer's data position on, as the steps it has not taken */
+    if (!rc)
+        rc = df_dataloader_seek(x->w->dl, x->hdr.data_epoch, x->hdr.data_step);
+    x->batches = x->hdr.version;
     if (!rc && x->version > 0)
         rc = df_staleness_recover(&x->a->st, x->version);
     return rc ? rc : post_header(x);

@@ -214,6 +214,7 @@ int df_async_publish(df_dag_worker *w, int64_t version)
         return DF_OK; /* trainer ranks > 0 */
     df_model *m = df_actor_model(w->actor.model);
     df_async_header h = {.version = version, .n_params = m->n_params};
+    df_dataloader_tell(w->dl, &h.data_epoch, &h.data_step);
     int rc = send_header(a, &h);
     if (!rc)
         rc = df_comm_broadcast(a->weights, m->params, m->n_params * (int64_t)sizeof(float), 0);
