@@ -20,6 +20,7 @@
  *   decoupled objective runs, the job ends cleanly.
  * - PPO at max_staleness 1: the critic trains on the trainer side.
  * - A resumed run (2 ranks, max_staleness 0) equals the straight one bit for bit.
+ * - async_training.partial_rollout=false: no response mixes policy versions.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -168,6 +169,29 @@ static void test_staleness2_bounded(void **state)
     json_decref(got);
 }
 
+/* partial_rollout false: new weights wait until the sequences in flight have ended, so no response
+   mixes versions; the run is otherwise as asynchronous as with true (staleness 1). */
+static void test_no_partial_rollout(void **state)
+{
+    (void)state;
+    if (df_comm_size(world) < 2) {
+        skip();
+        return;
+    }
+    const char *ov[] = {"actor_rollout_ref.rollout.mode=async", "rollout.n_gpus_per_node=1",
+                        "async_training.max_staleness=1", "async_training.max_concurrent_rollouts=16",
+                        "async_training.partial_rollout=false"};
+    train_ok(world, "whole", ov, 5);
+    assert_int_equal(df_comm_barrier(world), 0);
+    if (df_comm_rank(world) != 0)
+        return;
+    json_t *got = df_test_metrics(dir, "whole", false);
+    assert_int_equal(json_array_size(got), 3);
+    for (size_t i = 0; i < 3; i++)
+        assert_true(num(json_array_get(got, i), "fully_async/multi_version_frac", (int)i) == 0);
+    json_decref(got);
+}
+
 /* A run stopped after step 2 (its checkpoint) and run again to step 3 equals the straight run: the
    rollout side starts from the trainer's restored weights and data position (2 ranks: bit for bit). */
 static void test_resume(void **state)
@@ -265,6 +289,7 @@ int main(void)
         cmocka_unit_test(test_staleness2_bounded),
         cmocka_unit_test(test_ppo_staleness1),
         cmocka_unit_test(test_resume),
+        cmocka_unit_test(test_no_partial_rollout),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

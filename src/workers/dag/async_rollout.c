@@ -35,6 +35,9 @@ typedef struct executor {
     df_async_header hdr;  /* the next header, posted ahead */
     df_comm_request *hdr_req;
     int64_t stop;         /* the stop header's value once it came */
+    bool partial;         /* async_training.partial_rollout */
+    float *staged;        /* partial_rollout false: weights that wait for the sequences in flight */
+    bool swap_pending;    /* staged holds the header's version, not installed yet */
     episode *eps;         /* [cap] */
     int64_t cap;
     df_batch *cur;        /* the dataloader's batch being fed */
@@ -74,10 +77,42 @@ static int receive_params(executor *x)
     return DF_OK;
 }
 
-/* Between steps: a header that arrived installs the weights (or says stop). *changed: new weights. */
-static int check_weights(executor *x, bool *changed)
+/* partial_rollout false: the weights into the second copy now (the trainer does not wait), installed
+ * once the sequences in flight have ended (install_staged). */
+static int stage_params(executor *x)
+{
+    df_model *m = x->a->model;
+    if (x->hdr.n_params != m->n_params)
+        return df_error(DF_EINTERNAL, "async rollout: the trainer sends %lld parameters, the model has %lld",
+                        (long long)x->hdr.n_params, (long long)m->n_params);
+    if (!x->staged && !(x->staged = malloc((size_t)m->n_params * sizeof *x->staged)))
+        return df_error(DF_ENOMEM, "async rollout: out of memory for a second copy of the weights (%lld floats; "
+                        "async_training.partial_rollout=false)", (long long)m->n_params);
+    int rc = df_comm_broadcast(x->a->weights, x->staged, m->n_params * (int64_t)sizeof(float), 0);
+    x->swap_pending = rc == DF_OK;
+    return rc ? df_error_wrap(rc, "async rollout: receiving the weights of version %lld", (long long)x->hdr.version)
+              : DF_OK;
+}
+
+static int install_staged(executor *x)
+{
+    df_model *m = x->a->model;
+    memcpy(m->params, x->staged, (size_t)m->n_params * sizeof *m->params);
+    df_model_weights_changed(m);
+    x->version = x->hdr.version;
+    x->swap_pending = false;
+    return post_header(x);
+}
+
+/* Between steps: a header that arrived installs the weights (or says stop); with partial_rollout
+ * false they wait until nothing is in flight (`drained`). *changed: new weights installed. */
+static int check_weights(executor *x, bool drained, bool *changed)
 {
     *changed = false;
+    if (x->swap_pending) {
+        *changed = drained;
+        return drained ? install_staged(x) : DF_OK;
+    }
     bool done = false;
     int rc = df_comm_test(&x->hdr_req, &done);
     if (rc || !done)
@@ -85,6 +120,11 @@ static int check_weights(executor *x, bool *changed)
     if (x->hdr.stop) {
         x->stop = x->hdr.stop;
         return DF_OK;
+    }
+    if (!x->partial) {
+        rc = stage_params(x);
+        *changed = !rc && drained;
+        return rc || !drained ? rc : install_staged(x);
     }
     rc = receive_params(x);
     if (!rc)
@@ -333,7 +373,7 @@ static int poll(void *user, df_rollout_poll *p)
     executor *x = user;
     double now = df_now();
     bool changed = false;
-    int rc = check_weights(x, &changed);
+    int rc = check_weights(x, p->active == 0 && p->queued == 0, &changed);
     if (!rc)
         rc = progress_sends(x, false);
     if (!rc)
@@ -349,6 +389,8 @@ static int poll(void *user, df_rollout_poll *p)
     /* as many as the free slots hold once the prompts still queued in the engine are in */
     int64_t cap = df_staleness_capacity(&x->a->st, x->version), room = p->free_slots / x->n - p->queued;
     int64_t k = cap < room ? cap : room;
+    if (x->swap_pending) /* partial_rollout false: the sequences in flight end first */
+        k = 0;
     if (k > 0 && (rc = feed(x, k, p)))
         return rc;
     /* nothing in flight and nothing admitted: waiting for the trainer's next weights */
@@ -380,6 +422,7 @@ static int executor_init(executor *x, df_dag_worker *w)
     x->w = w;
     x->a = w->async;
     x->n = df_worker_n_samples(w);
+    x->partial = w->global.cfg.async_training.partial_rollout;
     x->cap = x->a->st.p.max_concurrent_rollouts;
     x->eps = calloc((size_t)x->cap, sizeof *x->eps);
     x->seeds = calloc((size_t)x->cap, sizeof *x->seeds);
@@ -413,7 +456,7 @@ static void executor_free(executor *x)
     }
     df_comm_request_free(&x->hdr_req);
     free(x->eps), free(x->seeds), free(x->sends), free(x->f_off), free(x->f_ids), free(x->f_keys);
-    free(x->f_seeds), free(x->f_tok);
+    free(x->f_seeds), free(x->f_tok), free(x->staged);
     df_batch_free(x->cur);
 }
 

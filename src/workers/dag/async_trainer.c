@@ -158,6 +158,24 @@ static void record(df_async *a, df_metrics *m, double wait_s)
     df_metrics_set(m, "fully_async/trainer/idle_s", wait_s);
 }
 
+/* fully_async/multi_version_frac: the share of the batch's responses whose tokens come from more
+ * than one policy version (a weight change while they were generated, partial_rollout true). */
+static void record_versions(const df_batch *b, df_metrics *m)
+{
+    int64_t n = df_batch_size(b), mixed = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t len = 0;
+        const int32_t *v = df_batch_tok_i32(b, "versions", i, &len);
+        for (int64_t t = 1; v && t < len; t++)
+            if (v[t] != v[0]) {
+                mixed++;
+                break;
+            }
+    }
+    if (n > 0)
+        df_metrics_set(m, "fully_async/multi_version_frac", (double)mixed / (double)n);
+}
+
 /* The graph's rollout node on the trainer side: this step's episodes from the rollout side. The
  * dataloader's prompts it is given are not used (the rollout side reads its own shard). */
 static int node_take(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
@@ -172,8 +190,10 @@ static int node_take(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
     if (!rc)
         rc = df_async_inbox_take(&a->inbox, take, &out->batch);
     double dt = df_now() - t0;
-    if (!rc && ctx->metrics)
+    if (!rc && ctx->metrics) {
         record(a, ctx->metrics, dt);
+        record_versions(out->batch, ctx->metrics);
+    }
     df_worker_timing(ctx, "gen", t0);
     return rc ? df_error_wrap(rc, "taking the step's episodes from the rollout side") : DF_OK;
 }

@@ -465,10 +465,12 @@ static int preflight(const df_config *c, const df_train_config *t, const df_plan
 static const char *async_key_set(const df_config *c, const df_train_config *t)
 {
     static const char *const keys[] = {"async_training.max_staleness", "async_training.max_concurrent_rollouts",
-                                       "async_training.consumer_batch_size", "rollout.n_gpus_per_node"};
+                                       "async_training.consumer_batch_size", "async_training.partial_rollout",
+                                       "rollout.n_gpus_per_node"};
     const struct df_train_async_training *a = &t->async_training;
     bool nondefault[] = {a->max_staleness != 0, a->max_concurrent_rollouts.set,
-                         a->consumer_batch_size != t->data.train_batch_size, t->rollout.n_gpus_per_node != 0};
+                         a->consumer_batch_size != t->data.train_batch_size, !a->partial_rollout,
+                         t->rollout.n_gpus_per_node != 0};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
         if (nondefault[i])
             return keys[i];
