@@ -41,7 +41,7 @@ typedef struct executor {
     episode *eps;         /* [cap] */
     int64_t cap;
     df_batch *cur;        /* the dataloader's batch being fed */
-    int64_t cur_pos, batches, fed;
+    int64_t cur_pos, batches;
     uint64_t *seeds;      /* [cap] per-episode seed of the step its prompt belongs to */
     int next_dest;
     pending_send *sends;
@@ -62,36 +62,40 @@ static int post_header(executor *x)
     return df_comm_ibroadcast(x->a->weights, &x->hdr, (int64_t)sizeof x->hdr, 0, &x->hdr_req);
 }
 
-/* The parameters that follow a header, into the model. */
-static int receive_params(executor *x)
+/* The parameters that follow a header, into dst ([n_params]). */
+static int receive_into(executor *x, float *dst)
 {
-    df_model *m = x->a->model;
+    const df_model *m = x->a->model;
     if (x->hdr.n_params != m->n_params)
         return df_error(DF_EINTERNAL, "async rollout: the trainer sends %lld parameters, the model has %lld",
                         (long long)x->hdr.n_params, (long long)m->n_params);
-    int rc = df_comm_broadcast(x->a->weights, m->params, m->n_params * (int64_t)sizeof(float), 0);
-    if (rc)
-        return df_error_wrap(rc, "async rollout: receiving the weights of version %lld", (long long)x->hdr.version);
-    df_model_weights_changed(m);
-    x->version = x->hdr.version;
-    return DF_OK;
+    int rc = df_comm_broadcast(x->a->weights, dst, m->n_params * (int64_t)sizeof(float), 0);
+    return rc ? df_error_wrap(rc, "async rollout: receiving the weights of version %lld", (long long)x->hdr.version)
+              : DF_OK;
+}
+
+/* The parameters that follow a header, into the model. */
+static int receive_params(executor *x)
+{
+    int rc = receive_into(x, x->a->model->params);
+    if (!rc) {
+        df_model_weights_changed(x->a->model);
+        x->version = x->hdr.version;
+    }
+    return rc;
 }
 
 /* partial_rollout false: the weights into the second copy now (the trainer does not wait), installed
  * once the sequences in flight have ended (install_staged). */
 static int stage_params(executor *x)
 {
-    df_model *m = x->a->model;
-    if (x->hdr.n_params != m->n_params)
-        return df_error(DF_EINTERNAL, "async rollout: the trainer sends %lld parameters, the model has %lld",
-                        (long long)x->hdr.n_params, (long long)m->n_params);
+    const df_model *m = x->a->model;
     if (!x->staged && !(x->staged = malloc((size_t)m->n_params * sizeof *x->staged)))
         return df_error(DF_ENOMEM, "async rollout: out of memory for a second copy of the weights (%lld floats; "
                         "async_training.partial_rollout=false)", (long long)m->n_params);
-    int rc = df_comm_broadcast(x->a->weights, x->staged, m->n_params * (int64_t)sizeof(float), 0);
+    int rc = receive_into(x, x->staged);
     x->swap_pending = rc == DF_OK;
-    return rc ? df_error_wrap(rc, "async rollout: receiving the weights of version %lld", (long long)x->hdr.version)
-              : DF_OK;
+    return rc;
 }
 
 static int install_staged(executor *x)
@@ -364,7 +368,6 @@ static int feed(executor *x, int64_t k, df_rollout_poll *p)
     p->prompt_keys = x->f_keys;
     p->prompt_seeds = x->f_seeds;
     p->prompt_ids = x->f_ids;
-    x->fed += n;
     return DF_OK;
 }
 
