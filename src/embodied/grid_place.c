@@ -92,6 +92,21 @@ static void object_distances(gp_state *s)
     bfs(s, src, s->obj_dist);
 }
 
+/* Distances to the goal region; returns the cells that reach it. */
+static int goal_distances(gp_state *s)
+{
+    bool goal_cells[GP_CELLS] = {0};
+    for (int x = 0; x < s->size * s->size; x++)
+        goal_cells[x] = gp_in_goal(s, x);
+    return bfs(s, goal_cells, s->goal_dist);
+}
+
+void gp_distances(gp_state *s)
+{
+    goal_distances(s);
+    object_distances(s);
+}
+
 /* The task's layout: the goal region, the object's cell, then obstacles redrawn until every free cell
    is reachable from every other (so any start can solve it) and the object lies at least size / 2
    moves from the goal. */
@@ -116,10 +131,7 @@ static void place_task(gp_state *s, int64_t task)
         int free_cells = 0;
         for (int x = 0; x < cells; x++)
             free_cells += !s->wall[x];
-        bool goal_cells[GP_CELLS] = {0};
-        for (int x = 0; x < cells; x++)
-            goal_cells[x] = gp_in_goal(s, x);
-        if (bfs(s, goal_cells, s->goal_dist) == free_cells && s->goal_dist[s->d.obj] >= n / 2) {
+        if (goal_distances(s) == free_cells && s->goal_dist[s->d.obj] >= n / 2) {
             s->obj_start = s->d.obj;
             return;
         }

@@ -51,4 +51,12 @@ bool gp_apply(const gp_state *s, gp_dyn *d, int move, int grip);
 /* The token(s) of (move, grip) into action[token_len]. */
 void gp_encode(const gp_state *s, int move, int grip, int32_t *action);
 
+/* Recompute goal_dist and obj_dist from the walls, the goal and the object's cell (after a layout is
+   set by hand, as the tests do). */
+void gp_distances(gp_state *s);
+
+/* A shortest action sequence from s's current state to a release in the goal (grid_place_demo.c):
+   tokens[*n_actions * token_len]. DF_EINVAL when none or longer than max_actions, DF_ENOMEM. */
+int gp_plan(const gp_state *s, int32_t *tokens, int max_actions, int *n_actions);
+
 #endif

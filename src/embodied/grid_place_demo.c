@@ -58,7 +58,7 @@ static int unwind(const gp_state *s, const int *parent, const unsigned char *via
 }
 
 /* Breadth-first search from s's current state to a release in the goal region. */
-static int search(const gp_state *s, int32_t *tokens, int max_actions, int *n_actions)
+int gp_plan(const gp_state *s, int32_t *tokens, int max_actions, int *n_actions)
 {
     int cells = s->size * s->size, n_states = cells * cells * 2, moves[GP_MAX_ACTIONS], grips[GP_MAX_ACTIONS];
     int n_act = action_set(s, moves, grips);
@@ -98,7 +98,7 @@ int df_grid_place_plan(const char *config_json, int64_t task_id, int64_t trial_i
     if (!rc)
         rc = df_embodied_grid_place.reset(st, task_id, trial_id);
     if (!rc)
-        rc = search(st, tokens, max_actions, n_actions);
+        rc = gp_plan(st, tokens, max_actions, n_actions);
     df_embodied_grid_place.release(st);
     return rc;
 }
@@ -126,7 +126,7 @@ static int write_episode(df_tmpfile *f, gp_state *s, const df_embodied_vec_opts 
     int n = 0, tl = s->token_len, cl = o->action_chunks_len;
     int rc = df_embodied_grid_place.reset(s, task, trial);
     if (!rc)
-        rc = search(s, plan, (int)o->max_steps, &n);
+        rc = gp_plan(s, plan, (int)o->max_steps, &n);
     df_embodied_info info;
     df_embodied_grid_place.describe(s, &info);
     bool complete = false;
