@@ -111,7 +111,7 @@ typedef struct df_embodied_vec df_embodied_vec;
 
 /**
  * Make o->num_envs episodes of class `env` with `config_json` (NULL: "{}"). Errors: DF_EINVAL (NULL
- * env, an option out of range, create's error), DF_ENOMEM.
+ * env / o / out, an option out of range, a describe out of range, create's error), DF_ENOMEM.
  */
 DF_API int df_embodied_vec_create(const df_embodied_env *env, const char *config_json,
                                   const df_embodied_vec_opts *o, df_embodied_vec **out);
@@ -203,7 +203,8 @@ DF_API int df_grid_place_plan(const char *config_json, int64_t task_id, int64_t 
  *    "task_id": t, "trial_id": r, "call": k}
  * so `data.prompt_key=prompt data.response_key=response` trains a policy to answer each observation
  * with its next chunk. *n_rows (may be NULL) = rows written. Errors: DF_EINVAL (config, ids, a
- * solution longer than o->max_steps), DF_EIO with strerror, DF_ENOMEM.
+ * solution longer than o->max_steps), DF_EIO with strerror, DF_EINTERNAL (a replayed plan that does
+ * not complete: a planner bug), DF_ENOMEM. On an error no file is left at `path`.
  */
 DF_API int df_grid_place_write_demos(const char *path, const char *config_json, const df_embodied_vec_opts *o,
                                      int64_t first_task, int64_t n_tasks, int64_t trials, int64_t *n_rows);

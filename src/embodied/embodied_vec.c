@@ -103,6 +103,8 @@ static int read_info(df_embodied_vec *v)
 int df_embodied_vec_create(const df_embodied_env *env, const char *config_json, const df_embodied_vec_opts *o,
                            df_embodied_vec **out)
 {
+    if (!out)
+        return df_error(DF_EINVAL, "df_embodied_vec_create: NULL out");
     *out = NULL;
     int rc = check_opts(env, o);
     if (rc)
