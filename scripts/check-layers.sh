@@ -9,17 +9,18 @@ cd "$(dirname "$0")/.."
 # lowest first; the CUDA backend sits beside the engine's model ops it mirrors; logging (metrics sinks,
 # plots) needs only util, and the trainers above it hand it resolved paths; agent (tools, interactions)
 # needs the tokenizer, rewards and YAML limits, and the rollout's multi-turn loop above calls it;
-# async (the staleness manager) reads the typed config, and the runtime's workers above call it
-LAYERS=(util logging comm jinja tokenizer algo config agent data coordinator async model engine backend planner workers cli)
+# async (the staleness manager) reads the typed config, and the runtime's workers above call it;
+# embodied (control environments, the grid_place simulator) reads its config as agent's environments do
+LAYERS=(util logging comm jinja tokenizer algo config agent embodied data coordinator async model engine backend planner workers cli)
 
 # the layer of each public header (include/distflow/<name>.h)
 declare -A PUBLIC=(
   [common]=util [platform]=util [rng]=util [metrics]=util
   [comm]=comm [jinja]=jinja [tokenizer]=tokenizer
-  [algo]=algo [algo_desc]=algo [reward]=algo
+  [algo]=algo [algo_desc]=algo [reward]=algo [srpo]=algo
   [async]=algo # the decoupled objective's weights (src/algo) and the staleness manager (src/async), which
                # includes nothing above util
-  [agent]=agent [env]=agent
+  [agent]=agent [env]=agent [embodied]=embodied
   [config]=config [config_table_begin]=config [config_table_end]=config [train_config]=config
   [sft_config]=config [train_optim]=config
   [batch]=data [dataset]=data [dataloader]=data [synth]=data
