@@ -2,9 +2,9 @@
  * rollout_engine.h (internal) — the rollout engine's state shared by its files:
  * rollout.c (the engine's lifetime, weight sync, validation), rollout_gen.c (the scheduler
  * of df_rollout_generate and df_rollout_stream: admission, prefill, decode, result),
- * rollout_stream.c (a stream's feed, weight changes and delivery), rollout_sample.c
- * (drawing tokens, retiring finished sequences) and rollout_turns.c (multi-turn:
- * turn ends, continuation prefill into a sequence's own KV cache).
+ * rollout_stream.c (a stream's feed, weight changes, KV recomputation and delivery),
+ * rollout_sample.c (drawing tokens, retiring finished sequences) and rollout_turns.c
+ * (multi-turn: turn ends, continuation prefill into a sequence's own KV cache).
  */
 #ifndef DF_ENGINE_ROLLOUT_ENGINE_H
 #define DF_ENGINE_ROLLOUT_ENGINE_H

@@ -1,6 +1,7 @@
 /*
  * A stream (df_rollout_stream, include/distflow/rollout.h): the queue of fed prompts, weight
- * changes between forward passes and the delivery of finished sequences. The scheduler is
+ * changes between forward passes (and the recomputation of the K / V in flight that one may
+ * ask for) and the delivery of finished sequences. The scheduler is
  * rollout_gen.c's, the one df_rollout_generate runs: a stream only changes what it admits
  * (the queue instead of a request) and where a finished sequence goes (on_seq instead of the
  * result arena).
