@@ -87,6 +87,7 @@ typedef struct {
     const int64_t *plan;    /* prompts fed at each poll, in the order `order` (NULL: all at poll 0) */
     const int64_t *order;
     int64_t swap_at;        /* poll index of a weight change to version 1 (-1: none) */
+    int64_t swap2_at;       /* poll index of a second change, to version 2 (-1: none) */
     bool recompute;         /* the change answers recompute_kv */
     int64_t abort_at;       /* poll index answering abort (-1: none) */
     int64_t polls, fed, delivered, delivered_at_abort;
@@ -125,8 +126,11 @@ static void feed_planned(feeder *f, int64_t n, df_rollout_poll *p)
         f->key[c] = KEYS[i];
         f->id[c] = IDS[i];
     }
-    *p = (df_rollout_poll){.n_prompts = n, .prompt_offsets = f->off, .prompt_tokens = f->tok,
-                           .prompt_keys = f->key, .prompt_ids = f->id};
+    p->n_prompts = n; /* a weight change answered at the same poll stays */
+    p->prompt_offsets = f->off;
+    p->prompt_tokens = f->tok;
+    p->prompt_keys = f->key;
+    p->prompt_ids = f->id;
 }
 
 static int poll_hook(void *user, df_rollout_poll *p)
@@ -139,10 +143,10 @@ static int poll_hook(void *user, df_rollout_poll *p)
         p->abort = true;
         return DF_OK;
     }
-    if (k == f->swap_at) {
+    if (k == f->swap_at || k == f->swap2_at) {
         perturb(f->m);
         p->weights_changed = true;
-        p->new_version = 1;
+        p->new_version = k == f->swap_at ? 1 : 2;
         p->recompute_kv = f->recompute;
     }
     if (!f->plan && f->fed == 0) {
@@ -180,7 +184,7 @@ static feeder *new_feeder(df_model *m, int64_t n_samples)
     feeder *f = calloc(1, sizeof *f);
     f->m = m;
     f->n_samples = n_samples;
-    f->swap_at = f->abort_at = -1;
+    f->swap_at = f->swap2_at = f->abort_at = -1;
     return f;
 }
 
@@ -502,8 +506,8 @@ static void test_malformed_feed(void **state)
 
 /* ---- recomputing the KV cache at a weight change ------------------------------------------ */
 
-/* Per prompt: sequences with a token of version 1, and those whose first such token has the
- * log-prob a fresh float32 forward of m (the new weights) gives it after the prompt and the
+/* Per prompt: sequences with a token of a version >= 1, and those whose first such token has
+ * the log-prob a fresh float32 forward of m (the latest weights) gives it after the prompt and the
  * tokens before it (teacher-forced, testbounds.h), within the bound of two computations: twice
  * one float32 forward's (as other batch shapes in tests/test_rollout.c) plus, for a bf16 engine,
  * the relative bound of its bf16 roundings that tests/test_rollout_dtype.c's check_pair derives
@@ -526,7 +530,7 @@ static fresh_cmp compare_fresh(const feeder *f, const df_model *m, df_rollout_dt
         for (int64_t j = 0; j < f->n_samples; j++) {
             const seq_out *o = &f->out[i][j];
             int64_t t1 = 0;
-            while (t1 < o->n && o->ver[t1] != 1)
+            while (t1 < o->n && o->ver[t1] < 1)
                 t1++;
             if (t1 == o->n)
                 continue;
@@ -634,7 +638,8 @@ static void test_recompute_kv_bf16(void **state)
  * 1-token prompt, whose 2 sequences have sampled token 0): with recompute_kv its 8 prefilled
  * tokens and the 1-token prompt's are recomputed (10 rows: forwards of 8 and 2), so both
  * prompts' first new-version tokens have a fresh forward's log-probs; with the cache kept
- * neither has. Prompts admitted after the change have them either way. */
+ * neither has. Prompts admitted after the change have them either way. A second change during
+ * the recomputation starts it over. */
 static void test_recompute_kv_chunked(void **state)
 {
     (void)state;
@@ -675,6 +680,27 @@ static void test_recompute_kv_chunked(void **state)
         assert_int_equal(ck.within[i], i == 2 || i == 3 ? 0 : ck.compared[i]);
     }
     assert_int_equal(ck.compared[3], 2);
+    /* a second change between the recomputation's two forwards starts it over: 8 + 10 rows,
+     * and the tokens after it (all of version 2) have fresh log-probs of the latest weights */
+    df_model *m2 = df_test_biased_model(&c, 1234);
+    feeder *r2 = new_feeder(m2, 2);
+    r2->plan = plan;
+    r2->order = order;
+    r2->swap_at = 2;
+    r2->swap2_at = 3;
+    r2->recompute = true;
+    assert_int_equal(df_rollout_engine_load_weights(e, m2), 0);
+    assert_int_equal(stream(e, r2), 0);
+    df_rollout_engine_stats(e, &sr);
+    assert_int_equal(sr.recomputed_tokens, 8 + expect);
+    fresh_cmp c2 = compare_fresh(r2, m2, DF_ROLLOUT_F32);
+    for (int64_t i = 0; i < NP; i++)
+        assert_int_equal(c2.within[i], c2.compared[i]);
+    assert_int_equal(c2.compared[3], 2);
+    for (int64_t t = 0; t < r2->out[3][0].n; t++)
+        assert_int_equal(r2->out[3][0].ver[t], 2);
+    free(r2);
+    df_model_free(m2);
     free(r);
     free(k);
     df_rollout_engine_free(e);
