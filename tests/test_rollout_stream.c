@@ -2,7 +2,9 @@
  * once is df_rollout_generate bit for bit; feeding prompts one per forward, in another order,
  * gives every sequence the same tokens; a weight change between decode steps tags the tokens
  * after it with the new version and changes only them; abort returns at once; malformed feeds
- * are refused naming the prompt's id; a bf16 engine re-makes its weight copy at a change. */
+ * are refused naming the prompt's id; a bf16 engine re-makes its weight copy at a change; a
+ * change answered with recompute_kv rewrites the K / V in flight (a fresh forward's log-probs
+ * after it, the cost counted), also mid-way through a chunked prefill. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,7 +19,10 @@
 
 #include "distflow/model.h"
 #include "distflow/rollout.h"
+#include "model/acts.h"
+#include "testbounds.h"
 #include "testutil.h"
+#include "tolerance.h"
 
 static df_model_config small_config(void)
 {
@@ -82,6 +87,8 @@ typedef struct {
     const int64_t *plan;    /* prompts fed at each poll, in the order `order` (NULL: all at poll 0) */
     const int64_t *order;
     int64_t swap_at;        /* poll index of a weight change to version 1 (-1: none) */
+    int64_t swap2_at;       /* poll index of a second change, to version 2 (-1: none) */
+    bool recompute;         /* the change answers recompute_kv */
     int64_t abort_at;       /* poll index answering abort (-1: none) */
     int64_t polls, fed, delivered, delivered_at_abort;
     int64_t off[NP + 1];    /* a planned feed, copied from the prompts (reused at every poll) */
@@ -119,8 +126,11 @@ static void feed_planned(feeder *f, int64_t n, df_rollout_poll *p)
         f->key[c] = KEYS[i];
         f->id[c] = IDS[i];
     }
-    *p = (df_rollout_poll){.n_prompts = n, .prompt_offsets = f->off, .prompt_tokens = f->tok,
-                           .prompt_keys = f->key, .prompt_ids = f->id};
+    p->n_prompts = n; /* a weight change answered at the same poll stays */
+    p->prompt_offsets = f->off;
+    p->prompt_tokens = f->tok;
+    p->prompt_keys = f->key;
+    p->prompt_ids = f->id;
 }
 
 static int poll_hook(void *user, df_rollout_poll *p)
@@ -133,10 +143,11 @@ static int poll_hook(void *user, df_rollout_poll *p)
         p->abort = true;
         return DF_OK;
     }
-    if (k == f->swap_at) {
+    if (k == f->swap_at || k == f->swap2_at) {
         perturb(f->m);
         p->weights_changed = true;
-        p->new_version = 1;
+        p->new_version = k == f->swap_at ? 1 : 2;
+        p->recompute_kv = f->recompute;
     }
     if (!f->plan && f->fed == 0) {
         p->n_prompts = NP;
@@ -173,7 +184,7 @@ static feeder *new_feeder(df_model *m, int64_t n_samples)
     feeder *f = calloc(1, sizeof *f);
     f->m = m;
     f->n_samples = n_samples;
-    f->swap_at = f->abort_at = -1;
+    f->swap_at = f->swap2_at = f->abort_at = -1;
     return f;
 }
 
@@ -493,6 +504,210 @@ static void test_malformed_feed(void **state)
     df_model_free(m);
 }
 
+/* ---- recomputing the KV cache at a weight change ------------------------------------------ */
+
+/* Per prompt: sequences with a token of a version >= 1, and those whose first such token has
+ * the log-prob a fresh float32 forward of m (the latest weights) gives it after the prompt and the
+ * tokens before it (teacher-forced, testbounds.h), within the bound of two computations: twice
+ * one float32 forward's (as other batch shapes in tests/test_rollout.c) plus, for a bf16 engine,
+ * the relative bound of its bf16 roundings that tests/test_rollout_dtype.c's check_pair derives
+ * (weight and activation of 4 GEMM stages and K / V per layer, 3 in the head and embedding). */
+typedef struct {
+    int64_t compared[NP], within[NP];
+    double worst, best; /* largest and smallest |diff| / bound */
+} fresh_cmp;
+
+static fresh_cmp compare_fresh(const feeder *f, const df_model *m, df_rollout_dtype dt)
+{
+    fresh_cmp c = {.best = INFINITY};
+    df_acts *a = NULL;
+    assert_int_equal(df_acts_create(&m->cfg, 64, 64, &a), 0);
+    const double L = (double)m->cfg.num_hidden_layers;
+    const double rel16 = dt == DF_ROLLOUT_BF16
+                             ? df_tol_gamma_prob(10 * L + 3, DF_TOL_LAMBDA, DF_U_BF16) : 0;
+    int32_t ctx[64];
+    for (int64_t i = 0; i < NP; i++)
+        for (int64_t j = 0; j < f->n_samples; j++) {
+            const seq_out *o = &f->out[i][j];
+            int64_t t1 = 0;
+            while (t1 < o->n && o->ver[t1] < 1)
+                t1++;
+            if (t1 == o->n)
+                continue;
+            const int64_t P = POFF[i + 1] - POFF[i];
+            memcpy(ctx, PTOK + POFF[i], (size_t)P * sizeof *ctx);
+            memcpy(ctx + P, o->tok, (size_t)t1 * sizeof *ctx);
+            float fresh;
+            double err;
+            tb_teacher_forced(m, a, ctx, P + t1, o->tok + t1, 1, 1.0f, tb_logp_eps(&m->cfg, 64),
+                              &fresh, &err);
+            const double bound = 2 * err + rel16 * fabs((double)fresh);
+            const double r = fabs((double)o->logp[t1] - fresh) / bound;
+            c.compared[i]++;
+            c.within[i] += r <= 1.0;
+            c.worst = fmax(c.worst, r);
+            c.best = fmin(c.best, r);
+        }
+    df_acts_free(a);
+    return c;
+}
+
+static int64_t sum_np(const int64_t *x)
+{
+    int64_t s = 0;
+    for (int64_t i = 0; i < NP; i++)
+        s += x[i];
+    return s;
+}
+
+/* A weight change before decode step 3 (every sequence admitted at poll 0) answered with
+ * recompute_kv: the first token after it has the log-prob a fresh forward of the new weights
+ * gives it; with the cache kept, none has in float32, and in bf16 (whose bound is wide: the
+ * rollout's own bf16 roundings) every one is at least 10 times further off than the farthest
+ * recomputed one. Tokens 0..2 and their log-probs are the kept run's
+ * bit for bit (recomputing changes no sampled token), versions 0 then 1, and the recomputation
+ * rewrote P + 2 tokens of each sequence in flight (all but the last sampled). */
+static void check_recompute(df_rollout_dtype dt)
+{
+    df_model_config c = small_config();
+    df_model *m = df_test_biased_model(&c, 1234), *mk = NULL;
+    assert_int_equal(df_model_clone(m, &mk), 0);
+    df_rollout_engine *e = engine(m, 10, dt);
+    feeder *r = new_feeder(m, 2), *k = new_feeder(mk, 2);
+    r->swap_at = k->swap_at = 3;
+    r->recompute = true;
+    df_rollout_stats sr, sk;
+    assert_int_equal(stream(e, r), 0);
+    df_rollout_engine_stats(e, &sr);
+    assert_int_equal(df_rollout_engine_load_weights(e, mk), 0);
+    assert_int_equal(stream(e, k), 0);
+    df_rollout_engine_stats(e, &sk);
+    assert_all_delivered(r, -1);
+    int64_t expect = 0;
+    for (int64_t i = 0; i < NP; i++)
+        for (int64_t j = 0; j < 2; j++) {
+            const seq_out *x = &r->out[i][j], *y = &k->out[i][j];
+            const int64_t n0 = x->n < 3 ? x->n : 3;
+            assert_memory_equal(x->tok, y->tok, (size_t)n0 * sizeof(int32_t));
+            assert_memory_equal(x->logp, y->logp, (size_t)n0 * sizeof(float));
+            for (int64_t t = 0; t < x->n; t++)
+                assert_int_equal(x->ver[t], t < 3 ? 0 : 1);
+            expect += x->n > 3 ? POFF[i + 1] - POFF[i] + 2 : 0;
+        }
+    assert_true(expect > 0);
+    assert_int_equal(sr.recomputed_tokens, expect);
+    assert_int_equal(sk.recomputed_tokens, 0);
+    fresh_cmp cr = compare_fresh(r, m, dt), ck = compare_fresh(k, mk, dt);
+    const int64_t nr = sum_np(cr.compared), nk = sum_np(ck.compared);
+    print_message("%s: recomputed %lld tokens; first new token's log-prob vs a fresh forward: "
+                  "%lld / %lld within the bound (worst %.3f of it), kept cache %lld / %lld "
+                  "(nearest %.2f of it)\n", dt == DF_ROLLOUT_BF16 ? "bf16" : "f32",
+                  (long long)sr.recomputed_tokens, (long long)sum_np(cr.within), (long long)nr,
+                  cr.worst, (long long)sum_np(ck.within), (long long)nk, ck.best);
+    assert_true(nr > 0 && nk > 0);
+    assert_int_equal(sum_np(cr.within), nr);
+    assert_true(ck.best > 10 * cr.worst);
+    if (dt == DF_ROLLOUT_F32)
+        assert_int_equal(sum_np(ck.within), 0);
+    free(r);
+    free(k);
+    df_rollout_engine_free(e);
+    df_model_free(m);
+    df_model_free(mk);
+}
+
+/* (7) recompute_kv on a float32 engine. */
+static void test_recompute_kv(void **state)
+{
+    (void)state;
+    check_recompute(DF_ROLLOUT_F32);
+}
+
+/* (8) recompute_kv on a bf16 engine: the K / V rewritten in bf16 from its new copy. */
+static void test_recompute_kv_bf16(void **state)
+{
+    (void)state;
+    if (df_model_bf16_available() != DF_OK) {
+        print_message("no native bf16 matmuls here: %s\n", df_last_error());
+        skip();
+    }
+    check_recompute(DF_ROLLOUT_BF16);
+}
+
+/* (9) a change between the two chunks of the 12-token prompt (8 rows per forward; fed with the
+ * 1-token prompt, whose 2 sequences have sampled token 0): with recompute_kv its 8 prefilled
+ * tokens and the 1-token prompt's are recomputed (10 rows: forwards of 8 and 2), so both
+ * prompts' first new-version tokens have a fresh forward's log-probs; with the cache kept
+ * neither has. Prompts admitted after the change have them either way. A second change during
+ * the recomputation starts it over. */
+static void test_recompute_kv_chunked(void **state)
+{
+    (void)state;
+    static const int64_t plan[6] = {2, 0, 0, 1, 1, 1}, order[NP] = {2, 3, 0, 1, 4};
+    df_model_config c = small_config();
+    df_model *m = df_test_biased_model(&c, 1234), *mk = NULL;
+    assert_int_equal(df_model_clone(m, &mk), 0);
+    df_rollout_engine *e = engine_ex(m, 8, 8, DF_ROLLOUT_F32);
+    feeder *r = new_feeder(m, 2), *k = new_feeder(mk, 2);
+    r->plan = k->plan = plan;
+    r->order = k->order = order;
+    r->swap_at = k->swap_at = 2; /* polls: 0 prompt 2's prefill, 1 prompt 3's first chunk */
+    r->recompute = true;
+    df_rollout_stats sr, sk;
+    assert_int_equal(stream(e, r), 0);
+    df_rollout_engine_stats(e, &sr);
+    assert_int_equal(df_rollout_engine_load_weights(e, mk), 0);
+    assert_int_equal(stream(e, k), 0);
+    df_rollout_engine_stats(e, &sk);
+    assert_all_delivered(r, -1);
+    int64_t expect = 8; /* prompt 3's first chunk, and prompt 2 (its last token is token 0) */
+    for (int64_t j = 0; j < 2; j++) {
+        expect += r->out[2][j].n > 1;
+        assert_int_equal(r->out[2][j].ver[0], 0);
+        for (int64_t t = 0; t < r->out[3][j].n; t++)
+            assert_int_equal(r->out[3][j].ver[t], 1);
+    }
+    assert_int_equal(sr.recomputed_tokens, expect);
+    assert_int_equal(sk.recomputed_tokens, 0);
+    fresh_cmp cr = compare_fresh(r, m, DF_ROLLOUT_F32), ck = compare_fresh(k, mk, DF_ROLLOUT_F32);
+    print_message("chunked: recomputed %lld tokens; fresh log-probs %lld / %lld (worst %.3f of "
+                  "the bound), kept cache %lld / %lld\n", (long long)sr.recomputed_tokens,
+                  (long long)sum_np(cr.within), (long long)sum_np(cr.compared), cr.worst,
+                  (long long)sum_np(ck.within), (long long)sum_np(ck.compared));
+    for (int64_t i = 0; i < NP; i++) {
+        assert_true(cr.compared[i] > 0);
+        assert_int_equal(cr.within[i], cr.compared[i]);
+        assert_int_equal(ck.within[i], i == 2 || i == 3 ? 0 : ck.compared[i]);
+    }
+    assert_int_equal(ck.compared[3], 2);
+    /* a second change between the recomputation's two forwards starts it over: 8 + 10 rows,
+     * and the tokens after it (all of version 2) have fresh log-probs of the latest weights */
+    df_model *m2 = df_test_biased_model(&c, 1234);
+    feeder *r2 = new_feeder(m2, 2);
+    r2->plan = plan;
+    r2->order = order;
+    r2->swap_at = 2;
+    r2->swap2_at = 3;
+    r2->recompute = true;
+    assert_int_equal(df_rollout_engine_load_weights(e, m2), 0);
+    assert_int_equal(stream(e, r2), 0);
+    df_rollout_engine_stats(e, &sr);
+    assert_int_equal(sr.recomputed_tokens, 8 + expect);
+    fresh_cmp c2 = compare_fresh(r2, m2, DF_ROLLOUT_F32);
+    for (int64_t i = 0; i < NP; i++)
+        assert_int_equal(c2.within[i], c2.compared[i]);
+    assert_int_equal(c2.compared[3], 2);
+    for (int64_t t = 0; t < r2->out[3][0].n; t++)
+        assert_int_equal(r2->out[3][0].ver[t], 2);
+    free(r2);
+    df_model_free(m2);
+    free(r);
+    free(k);
+    df_rollout_engine_free(e);
+    df_model_free(m);
+    df_model_free(mk);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -503,6 +718,9 @@ int main(void)
         cmocka_unit_test(test_abort),
         cmocka_unit_test(test_malformed_feed),
         cmocka_unit_test(test_weight_swap_bf16),
+        cmocka_unit_test(test_recompute_kv),
+        cmocka_unit_test(test_recompute_kv_bf16),
+        cmocka_unit_test(test_recompute_kv_chunked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

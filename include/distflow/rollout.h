@@ -220,6 +220,11 @@ typedef struct df_rollout_stats {
     double mean_active;       /**< mean sequences per decode step (occupancy * max_num_seqs) */
     double seconds;           /**< wall time of the call */
     int64_t appended_tokens;  /**< tokens turn handlers appended (df_rollout_generate_turns) */
+    int64_t recomputed_tokens; /**< tokens whose K / V a stream's weight change with recompute_kv
+                                    rewrote (df_rollout_poll; not in prefill_tokens): at each
+                                    such change, every in-flight sequence's prompt and response
+                                    but its last token, and the done chunks of a prompt in
+                                    chunked prefill */
 } df_rollout_stats;
 
 typedef struct df_rollout_engine df_rollout_engine;
@@ -368,15 +373,27 @@ DF_API int df_rollout_generate_turns(df_rollout_engine *e, const df_model *m,
  * engine re-makes what it reads of m (df_rollout_engine_load_weights: bf16 converts m's weights
  * into its own copy and packs them again: one weight sync's cost; float32 reads m in place;
  * a shared bf16 copy must have been refreshed by its owner) and the next forward runs the new
- * weights. The KV cache is kept, not recomputed: the K / V of the prompt and of every response
- * token but the latest of each sequence stay as the old weights computed them (the latest one's
- * are written by the next forward, with the new weights). Every token sampled by a forward
- * after the change carries new_version in df_rollout_seq.versions.
+ * weights. Every token sampled by a forward after the change carries new_version in
+ * df_rollout_seq.versions; tokens sampled before keep their version and their log-prob. What
+ * happens to the KV cache is the poll's choice:
+ *  - kept (recompute_kv false; AReaL's choice): the K / V of the prompt and of every response
+ *    token but the latest of each sequence stay as the old weights computed them (the latest
+ *    one's are written by the next forward, with the new weights). Free.
+ *  - recomputed (recompute_kv true): before its next decode step, every sequence in flight runs
+ *    its prompt and its response tokens but the latest through the new weights, rewriting their
+ *    K / V (forwards of max_num_batched_tokens rows, as prefill; each sequence recomputes its
+ *    own prompt, samples of one prompt do not share it). A prompt in chunked prefill has its
+ *    done chunks recomputed the same way and its remaining chunks run the new weights. The
+ *    next token is then what a fresh prefill of the new weights gives (up to float rounding of
+ *    the batch shape). Cost: a prefill of every token in flight at every such change
+ *    (df_rollout_stats.recomputed_tokens); each of those forwards is polled before as any
+ *    other, and a weight change among them starts the recomputation over.
  *
  * Memory: besides the engine, a stream allocates what a df_rollout_generate call does without
- * its result arena, plus max_num_seqs * max_seq_len * 4 bytes of versions and the queue of fed
- * prompts not yet admitted (grown to the largest queue, compacted at every feed): nothing grows
- * with the stream's length.
+ * its result arena, plus max_num_seqs * max_seq_len * 4 bytes of versions, as many of the
+ * prompts in flight (what a recomputation reads) and the queue of fed prompts not yet
+ * admitted (grown to the largest queue, compacted at every feed): nothing grows with the
+ * stream's length.
  */
 
 /** What a stream's poll hook is told and answers (df_rollout_stream). */
@@ -393,6 +410,10 @@ typedef struct df_rollout_poll {
                                   df_rollout_engine_load_weights) and tags tokens sampled from
                                   now on with new_version */
     int64_t new_version;     /**< in [0, INT32_MAX] */
+    bool recompute_kv;       /**< with weights_changed: rewrite the K / V of every sequence in
+                                  flight with the new weights before decoding on (a prefill of
+                                  all their tokens); false: keep the cache (AReaL). Read only
+                                  with weights_changed, as new_version */
     int64_t n_prompts;       /**< prompts fed now (0: none); each gets n_samples sequences */
     const int64_t *prompt_offsets; /**< [n_prompts + 1], offsets[0] == 0, borrowed for the call */
     const int32_t *prompt_tokens;  /**< [prompt_offsets[n_prompts]] ids in [0, vocab) */

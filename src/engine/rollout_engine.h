@@ -2,9 +2,9 @@
  * rollout_engine.h (internal) — the rollout engine's state shared by its files:
  * rollout.c (the engine's lifetime, weight sync, validation), rollout_gen.c (the scheduler
  * of df_rollout_generate and df_rollout_stream: admission, prefill, decode, result),
- * rollout_stream.c (a stream's feed, weight changes and delivery), rollout_sample.c
- * (drawing tokens, retiring finished sequences) and rollout_turns.c (multi-turn:
- * turn ends, continuation prefill into a sequence's own KV cache).
+ * rollout_stream.c (a stream's feed, weight changes, KV recomputation and delivery),
+ * rollout_sample.c (drawing tokens, retiring finished sequences) and rollout_turns.c
+ * (multi-turn: turn ends, continuation prefill into a sequence's own KV cache).
  */
 #ifndef DF_ENGINE_ROLLOUT_ENGINE_H
 #define DF_ENGINE_ROLLOUT_ENGINE_H
@@ -125,6 +125,10 @@ typedef struct {
     int64_t version;              /* tags the tokens sampled now */
     int64_t m_version;            /* m->version the forwards read (changed only by a swap) */
     int32_t *out_ver;             /* [max_num_seqs, max_seq_len] version of each slot's tokens */
+    int32_t *in_tok;              /* [max_num_seqs, max_seq_len] each slot's prompt: the queue
+                                     drops admitted prompts, a recomputation reads them */
+    bool recompute;               /* K / V in flight wait for the new weights (recompute_kv) */
+    int64_t rc_slot, rc_at;       /* recomputation cursor: next slot, next position in it */
     df_rollout_request feed;      /* the queue: prompts [next_prompt, n_prompts) wait */
     int64_t *f_off, *f_id;        /* [f_cap + 1], [f_cap] */
     uint64_t *f_key, *f_seed;     /* [f_cap] */
@@ -188,6 +192,10 @@ void df_rollout_ctx_release(gen_ctx *g);
 int df_rollout_stream_poll(gen_ctx *g, int64_t active);
 /* rollout_stream.c: hand slot si's finished response to on_seq. */
 int df_rollout_stream_deliver(gen_ctx *g, int64_t si, int8_t reason);
+/* rollout_stream.c: the next forward of a recomputation (g->recompute): at most
+ * max_num_batched_tokens rows of the K / V in flight, rewritten with the current weights;
+ * clears g->recompute once all are. */
+int df_rollout_recompute_step(gen_ctx *g);
 
 /* rollout_stop.c: stop strings (g->sp->stop). */
 int df_rollout_stop_init(gen_ctx *g);

@@ -112,6 +112,7 @@ void df_rollout_ctx_release(gen_ctx *g)
     free(g->a_tok);
     free(g->a_logp);
     free(g->out_ver);
+    free(g->in_tok);
     free(g->f_off);
     free(g->f_id);
     free(g->f_key);
@@ -182,6 +183,9 @@ static void start_slot(gen_ctx *g, int32_t si, int64_t prompt, int64_t j)
                                                            : e->max_seq_len - P;
     uint64_t seed = q->prompt_seeds ? q->prompt_seeds[prompt] : q->seed;
     df_rng_seed(&s->rng, df_rng_key(seed, key, (uint64_t)j, ROLLOUT_RNG_TAG));
+    if (g->in_tok) /* a stream: kept for a recomputation of its K / V */
+        memcpy(g->in_tok + si * e->max_seq_len, q->prompt_tokens + q->prompt_offsets[prompt],
+               (size_t)P * sizeof *g->in_tok);
 }
 
 /* Add the slots that sample from output row r of a prefill batch to sl / rows (as row `as`):
@@ -443,6 +447,10 @@ int df_rollout_run(gen_ctx *g)
         int64_t active, busy = count_in_flight(e, &active);
         if (g->hooks && ((rc = df_rollout_stream_poll(g, busy)) || g->aborted))
             break;
+        if (g->recompute) { /* before any forward reads the cache: new weights, old K / V */
+            rc = df_rollout_recompute_step(g);
+            continue;
+        }
         int64_t n_rows, na = plan_prefill(g, ad, aslots, &n_rows);
         if (na > 0 || n_rows > 0) {
             rc = run_prefill(g, n_rows, ad, na, aslots, list, rows);

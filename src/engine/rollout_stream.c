@@ -1,6 +1,7 @@
 /*
  * A stream (df_rollout_stream, include/distflow/rollout.h): the queue of fed prompts, weight
- * changes between forward passes and the delivery of finished sequences. The scheduler is
+ * changes between forward passes (and the recomputation of the K / V in flight that one may
+ * ask for) and the delivery of finished sequences. The scheduler is
  * rollout_gen.c's, the one df_rollout_generate runs: a stream only changes what it admits
  * (the queue instead of a request) and where a finished sequence goes (on_seq instead of the
  * result arena).
@@ -151,6 +152,10 @@ int df_rollout_stream_poll(gen_ctx *g, int64_t active)
     }
     if (p.weights_changed && (rc = swap_weights(g, p.new_version)))
         return rc;
+    if (p.weights_changed && p.recompute_kv && active > 0) { /* a change mid-way starts over */
+        g->recompute = true;
+        g->rc_slot = g->rc_at = 0;
+    }
     /* new weights read without a swap would be tagged with the old version (and a bf16 engine
      * would go on reading its old copy) */
     if (g->m->version != g->m_version)
@@ -161,6 +166,68 @@ int df_rollout_stream_poll(gen_ctx *g, int64_t active)
         return rc;
     g->finishing = g->finishing || p.finish;
     return DF_OK;
+}
+
+/* Tokens of slot si whose K / V are in the cache: a sequence's prompt and response but the
+ * last token (the next decode step writes its K / V), the done chunks of the prompt in chunked
+ * prefill (in its first slot: the others get a copy when it ends); *prompt: its prompt. */
+static int64_t cached_len(const gen_ctx *g, int64_t si, const int32_t **prompt)
+{
+    const df_rollout_engine *e = g->e;
+    const slot_state *s = &e->slots[si];
+    if (s->active) {
+        *prompt = g->in_tok + si * e->max_seq_len;
+        return s->prompt_len + s->n_gen - 1;
+    }
+    if (g->pend.on && si == g->pend.slots[0]) {
+        *prompt = g->req->prompt_tokens + g->req->prompt_offsets[g->pend.prompt];
+        return g->pend.done;
+    }
+    return 0;
+}
+
+/* Rows from the recomputation cursor, at most the token budget, into e->b_*; the cursor then
+ * rests on the next slot with tokens left (past the last one: done). */
+static int64_t plan_recompute(gen_ctx *g)
+{
+    df_rollout_engine *e = g->e;
+    const int64_t budget = e->max_batched_tokens;
+    int64_t rows = 0;
+    for (; g->rc_slot < e->max_num_seqs; g->rc_slot++, g->rc_at = 0) {
+        const int64_t si = g->rc_slot;
+        const int32_t *prompt = NULL, *resp = e->out_tok + si * e->max_seq_len;
+        const int64_t len = cached_len(g, si, &prompt);
+        const int64_t P = e->slots[si].active ? e->slots[si].prompt_len : len;
+        if (len == 0)
+            continue;
+        if (rows == budget)
+            break;
+        const int64_t n = len - g->rc_at < budget - rows ? len - g->rc_at : budget - rows;
+        for (int64_t t = g->rc_at; t < g->rc_at + n; t++, rows++) {
+            e->b_tok[rows] = t < P ? prompt[t] : resp[t - P];
+            e->b_slot[rows] = (int32_t)si;
+            e->b_pos[rows] = (int32_t)t;
+        }
+        if ((g->rc_at += n) < len) /* the budget ran out inside this slot */
+            break;
+    }
+    return rows;
+}
+
+int df_rollout_recompute_step(gen_ctx *g)
+{
+    df_rollout_engine *e = g->e;
+    const int64_t rows = plan_recompute(g);
+    g->recompute = g->rc_slot < e->max_num_seqs;
+    if (rows == 0)
+        return DF_OK;
+    /* K / V only: no output row (as a chunk that ends no prompt) */
+    df_infer_batch b = {rows, e->b_tok, e->b_slot, e->b_pos, 0, e->b_out};
+    int rc = df_infer_forward(&e->be, &e->cfg, &g->w, &e->kv, &e->s, &b);
+    e->stats.recomputed_tokens += rows;
+    return rc ? df_error_wrap(rc, "rollout stream: recomputing the KV cache at version %lld",
+                              (long long)g->version)
+              : DF_OK;
 }
 
 int df_rollout_stream_deliver(gen_ctx *g, int64_t si, int8_t reason)
@@ -204,8 +271,9 @@ int df_rollout_stream(df_rollout_engine *e, const df_model *m, int64_t n_samples
     g.req = &g.feed;
     g.f_off = calloc(1, sizeof *g.f_off); /* the empty queue's offsets[0] */
     g.out_ver = malloc((size_t)(e->max_num_seqs * e->max_seq_len) * sizeof *g.out_ver);
-    if (!g.f_off || !g.out_ver)
-        rc = df_error(DF_ENOMEM, "rollout stream: out of memory for token versions");
+    g.in_tok = malloc((size_t)(e->max_num_seqs * e->max_seq_len) * sizeof *g.in_tok);
+    if (!g.f_off || !g.out_ver || !g.in_tok)
+        rc = df_error(DF_ENOMEM, "rollout stream: out of memory for token versions and prompts");
     g.feed.prompt_offsets = g.f_off;
     if (!rc)
         rc = df_rollout_infer_weights(e, m, &g.w);
