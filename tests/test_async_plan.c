@@ -114,6 +114,15 @@ static void test_refusals(void **state)
         refused(3, ov, 3, "async_training.max_concurrent_rollouts", "at least the rollout ranks");
     }
     {
+        const char *ov[] = {mode, "rollout.n_gpus_per_node=1", "async_training.partial_rollout=false",
+                            "async_training.recompute_kv=true"};
+        refused(2, ov, 4, "async_training.recompute_kv", "nothing to recompute");
+    }
+    {
+        const char *ov[] = {"async_training.partial_rollout=false"};
+        refused(2, ov, 1, "async_training.partial_rollout", "read only with");
+    }
+    {
         const char *ov[] = {mode, "rollout.n_gpus_per_node=1", "algorithm.filter_groups.enable=true",
                             "algorithm.workflow_type=dapo"};
         refused(2, ov, 4, "algorithm.filter_groups.enable", "not with the asynchronous runtime");

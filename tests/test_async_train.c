@@ -17,7 +17,7 @@
  *   initial weights) must show the same scores and lengths.
  * - max_staleness 2 with room for 2 batches in flight: a consumed sample more than 2 versions
  *   behind is dropped (and the rollout side told, so that its admission makes up for it), the
- *   decoupled objective runs, the job ends cleanly.
+ *   decoupled objective runs with the KV cache recomputed at every update, the job ends cleanly.
  * - PPO at max_staleness 1: the critic trains on the trainer side.
  * - A resumed run (2 ranks, max_staleness 0) equals the straight one bit for bit.
  * - async_training.partial_rollout=false: no response mixes policy versions.
@@ -148,8 +148,9 @@ static void test_staleness2_bounded(void **state)
     const char *ov[] = {"actor_rollout_ref.rollout.mode=async", "rollout.n_gpus_per_node=1",
                         "async_training.max_staleness=2", "async_training.max_concurrent_rollouts=16",
                         "actor_rollout_ref.actor.use_decoupled_loss=true", "trainer.total_training_steps=4",
-                        "actor_rollout_ref.rollout.dtype=bfloat16"}; /* float32 where the CPU has no bf16 */
-    train_ok(world, "async2", ov, 7);
+                        "actor_rollout_ref.rollout.dtype=bfloat16", /* float32 where the CPU has no bf16 */
+                        "async_training.recompute_kv=true"};
+    train_ok(world, "async2", ov, 8);
     assert_int_equal(df_comm_barrier(world), 0);
     if (df_comm_rank(world) != 0)
         return;

@@ -36,6 +36,7 @@ typedef struct executor {
     df_comm_request *hdr_req;
     int64_t stop;         /* the stop header's value once it came */
     bool partial;         /* async_training.partial_rollout */
+    bool recompute;       /* async_training.recompute_kv */
     float *staged;        /* partial_rollout false: weights that wait for the sequences in flight */
     bool swap_pending;    /* staged holds the header's version, not installed yet */
     episode *eps;         /* [cap] */
@@ -388,7 +389,7 @@ static int poll(void *user, df_rollout_poll *p)
         return DF_OK;
     }
     if (changed)
-        p->weights_changed = true, p->new_version = x->version;
+        p->weights_changed = true, p->new_version = x->version, p->recompute_kv = x->recompute;
     /* as many as the free slots hold once the prompts still queued in the engine are in */
     int64_t cap = df_staleness_capacity(&x->a->st, x->version), room = p->free_slots / x->n - p->queued;
     int64_t k = cap < room ? cap : room;
@@ -426,6 +427,7 @@ static int executor_init(executor *x, df_dag_worker *w)
     x->a = w->async;
     x->n = df_worker_n_samples(w);
     x->partial = w->global.cfg.async_training.partial_rollout;
+    x->recompute = w->global.cfg.async_training.recompute_kv;
     x->cap = x->a->st.p.max_concurrent_rollouts;
     x->eps = calloc((size_t)x->cap, sizeof *x->eps);
     x->seeds = calloc((size_t)x->cap, sizeof *x->seeds);

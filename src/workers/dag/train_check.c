@@ -466,11 +466,11 @@ static const char *async_key_set(const df_config *c, const df_train_config *t)
 {
     static const char *const keys[] = {"async_training.max_staleness", "async_training.max_concurrent_rollouts",
                                        "async_training.consumer_batch_size", "async_training.partial_rollout",
-                                       "rollout.n_gpus_per_node"};
+                                       "async_training.recompute_kv", "rollout.n_gpus_per_node"};
     const struct df_train_async_training *a = &t->async_training;
     bool nondefault[] = {a->max_staleness != 0, a->max_concurrent_rollouts.set,
                          a->consumer_batch_size != t->data.train_batch_size, !a->partial_rollout,
-                         t->rollout.n_gpus_per_node != 0};
+                         a->recompute_kv, t->rollout.n_gpus_per_node != 0};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
         if (nondefault[i])
             return keys[i];
@@ -503,6 +503,9 @@ static int check_async(const df_config *c, const df_train_config *t, df_task_gra
                                              "rollout.n_gpus_per_node): each admits its share of every batch";
     else if (conc < R)
         key = "async_training.max_concurrent_rollouts", why = "must be at least the rollout ranks: each runs its share";
+    else if (a->recompute_kv && !a->partial_rollout)
+        key = "async_training.recompute_kv", why = "has nothing to recompute with async_training.partial_rollout=false "
+                                                   "(the weights change only when nothing is in flight)";
     else if (t->actor_rollout_ref.rollout.multi_turn.enable || t->dag.env_enable)
         key = t->dag.env_enable ? "dag.env_enable" : "actor_rollout_ref.rollout.multi_turn.enable",
         why = "multi-turn rollouts are not run asynchronously yet (issue 16)";
