@@ -7,6 +7,9 @@
 #                                     (about 25 minutes on 2 idle cores)
 #   BENCH_QUICK=1 scripts/bench.sh    the demo shape only (about 2 minutes)
 #   BENCH_ALL=1 scripts/bench.sh      then the component benchmarks too (every other build/bench_*)
+#   BENCH_ASYNC=1 scripts/bench.sh    then the asynchronous runtime against the synchronous one
+#                                     (bench_async: demo and longtail at 2 and 4 ranks, about
+#                                     25 minutes on 2 cores; BENCH_ALL=1 runs it too; docs/async.md)
 # Knobs (environment):
 #   DF_BENCH_DTYPE=f32|bf16           the engine's path for the model rows (default: what
 #                                     distflow train runs here, bf16 where the CPU has native bf16
@@ -57,9 +60,16 @@ done
 
 if [ -n "${BENCH_ALL:-}" ]; then
   for b in "$BUILD"/bench_*; do
-    case "$(basename "$b")" in bench_rows|bench_grpo_step|bench_grpo_*) continue ;; esac
+    case "$(basename "$b")" in bench_rows|bench_grpo_step|bench_grpo_*|bench_async*) continue ;; esac
     [ -x "$b" ] && [ -f "$b" ] || continue
     row "$b"
+  done
+fi
+
+if [ -n "${BENCH_ASYNC:-}${BENCH_ALL:-}" ]; then
+  echo "#### asynchronous runtime (issue 16)" | tee -a "$LOG"
+  for shape in demo longtail; do
+    for np in 2 4; do row "$BUILD/bench_async" --shape "$shape" --np "$np"; done
   done
 fi
 

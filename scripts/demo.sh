@@ -10,6 +10,9 @@
 #                     are skipped (dir may be DEMO_OUT itself; only DEMO_OUT/ALGO is replaced)
 #   DEMO_TRAIN_ARGS="key=value ..."  extra overrides for step 5, e.g. a smoke run:
 #                     DEMO_TRAIN_ARGS="trainer.total_training_steps=2 trainer.save_freq=2"
+#   DEMO_NP=N         run step 5 as N ranks under mpiexec (DEMO_MPIEXEC, default mpiexec;
+#                     OMP_NUM_THREADS defaults to the CPUs / N), e.g. the asynchronous runtime:
+#                     DEMO_NP=2 DEMO_TRAIN_ARGS="actor_rollout_ref.rollout.mode=async rollout.n_gpus_per_node=1"
 set -euo pipefail
 DF=${1:-build/distflow}
 ALGO=${2:-grpo}
@@ -85,7 +88,14 @@ fi
 
 log "5/6 $ALGO through the DAG worker ($EX/$ALGO.yaml)"
 read -r -a EXTRA <<< "${DEMO_TRAIN_ARGS:-}"
-"$DF" train "$EX/$ALGO.yaml" data.train_files="[$DATA/train.jsonl]" data.val_files="[$DATA/test.jsonl]" \
+LAUNCH=()
+if [ "${DEMO_NP:-1}" -gt 1 ]; then
+  LAUNCH=("${DEMO_MPIEXEC:-mpiexec}" --oversubscribe --bind-to none -np "$DEMO_NP")
+  # one thread per rank's share of the CPUs (more would oversubscribe them); Open MPI refuses root without these
+  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / DEMO_NP > 0 ? $(nproc) / DEMO_NP : 1 ))}
+  [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+${LAUNCH[@]+"${LAUNCH[@]}"} "$DF" train "$EX/$ALGO.yaml" data.train_files="[$DATA/train.jsonl]" data.val_files="[$DATA/test.jsonl]" \
     actor_rollout_ref.model.path="$SFT" trainer.default_local_dir="$OUT/$ALGO" ${EXTRA[@]+"${EXTRA[@]}"} >&2
 RL="$OUT/$ALGO/global_step_$(tr -d '[:space:]' < "$OUT/$ALGO/latest_checkpointed_iteration.txt")/actor"
 

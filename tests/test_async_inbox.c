@@ -1,8 +1,9 @@
 /*
  * test_async_inbox.c — a trainer rank's inbox of the asynchronous runtime (src/workers/dag/async.h),
  * on hand-made episodes: the staleness check at consumption drops exactly the episodes more than
- * max_staleness versions behind and counts them per sender, the others keep their arrival order,
- * and a take returns the oldest (smallest order) episodes in prompt order.
+ * max_staleness versions behind and counts them per sender, the others keep their arrival order
+ * and are counted in the version-gap statistics once, when taken (not at every check while the
+ * trainer waits), and a take returns the oldest (smallest order) episodes in prompt order.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -41,12 +42,19 @@ static void test_drop_and_take(void **state)
     assert_int_equal(st.dropped_stale, 2);
     assert_int_equal(st.gap_max, 3);
     assert_int_equal(in.n, 4);
+    /* the kept ones are not counted yet, however often the trainer checks while it waits */
+    assert_int_equal(st.consumed, 2);
+    assert_int_equal(df_async_inbox_drop_stale(&in, &st, 3, dropped), 0);
+    assert_int_equal(st.consumed, 2);
+    assert_int_equal(st.gap_sum, 5);
     const int64_t left[] = {4, 3, 2, 5}; /* arrival order kept */
     for (int i = 0; i < 4; i++)
         assert_int_equal(in.order[i], left[i]);
     /* the two oldest, in order: 2 then 3 */
     df_batch *b = NULL;
-    assert_int_equal(df_async_inbox_take(&in, 2, &b), 0);
+    assert_int_equal(df_async_inbox_take(&in, 2, &st, 3, &b), 0);
+    assert_int_equal(st.consumed, 4); /* counted once each as taken: gaps 1 (version 2) and 0 */
+    assert_int_equal(st.gap_sum, 6);
     assert_int_equal(df_batch_size(b), 2);
     assert_int_equal(df_batch_i64(b, "tag")[0], 2);
     assert_int_equal(df_batch_i64(b, "tag")[1], 3);
@@ -55,14 +63,14 @@ static void test_drop_and_take(void **state)
     assert_int_equal(in.order[0], 4);
     assert_int_equal(in.order[1], 5);
     /* none: no rows, the columns of those waiting */
-    assert_int_equal(df_async_inbox_take(&in, 0, &b), 0);
+    assert_int_equal(df_async_inbox_take(&in, 0, &st, 3, &b), 0);
     assert_int_equal(df_batch_size(b), 0);
     assert_true(df_batch_has(b, "tag"));
     df_batch_free(b);
     assert_int_equal(in.n, 2);
-    assert_int_equal(df_async_inbox_take(&in, 3, &b), DF_EINVAL);
+    assert_int_equal(df_async_inbox_take(&in, 3, &st, 3, &b), DF_EINVAL);
     df_async_inbox_clear(&in);
-    assert_int_equal(df_async_inbox_take(&in, 0, &b), DF_EINVAL); /* empty */
+    assert_int_equal(df_async_inbox_take(&in, 0, &st, 3, &b), DF_EINVAL); /* empty */
 }
 
 int main(void)

@@ -27,6 +27,12 @@ int bench_shape(const char *name, df_model_config *c)
         c->num_hidden_layers = 24;
         c->num_attention_heads = 14;
         c->rope_theta = 1e6;
+    } else if (!strcmp(name, "mid")) { /* between the two: bench_async's long-tailed workload */
+        c->vocab_size = 512;
+        c->hidden_size = 512;
+        c->intermediate_size = 1536;
+        c->num_hidden_layers = 8;
+        c->num_attention_heads = 8;
     } else if (!strcmp(name, "demo")) {
         c->vocab_size = 512;
         c->hidden_size = 192;

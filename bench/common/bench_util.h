@@ -33,8 +33,10 @@ typedef struct {
 
 /** Parse argv (usage in bench/rows.c); defaults depend on the row and the shape. 0 ok. */
 int bench_parse(int argc, char **argv, bench_args *b);
-/** The shape's config: "qwen2.5-0.5b" (examples/models/qwen2.5-0.5b.json) or "demo"
- *  (examples/demo/model_config.json). 0 ok, 1 for an unknown name. */
+/** The shape's config: "qwen2.5-0.5b" (examples/models/qwen2.5-0.5b.json), "demo"
+ *  (examples/demo/model_config.json) or "mid" (vocab 512, hidden 512, 8 layers, 8 heads / 2 KV
+ *  heads, intermediate 1536: about 25 M parameters, bench_async's long-tailed workload).
+ *  0 ok, 1 for an unknown name. */
 int bench_shape(const char *name, df_model_config *c);
 /** config, threads, kernels and oneDNN's implementations, as `metric: value` lines. */
 void bench_print_setup(const bench_args *b);

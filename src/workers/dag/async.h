@@ -66,14 +66,18 @@ typedef struct df_async_inbox {
 /** Append an episode's rows (ownership taken), its order, oldest token version and sender's rollout
  *  index. Errors: DF_ENOMEM. */
 int df_async_inbox_push(df_async_inbox *in, struct df_batch *b, int64_t order, int64_t version, int64_t src);
-/** Drop (free) every episode more than st's max_staleness versions behind `version`
- *  (df_staleness_consume, which also counts each one's gap), adding one to dropped[src] per episode
- *  dropped; the others keep their arrival order. Errors: those of df_staleness_consume. */
+/** Drop (free) every episode more than st's max_staleness versions behind `version`, counting
+ *  each dropped one's gap in st (df_staleness_consume) and adding one to dropped[src]; the others
+ *  keep their arrival order and are not counted (a check, repeated while the trainer waits; they
+ *  are counted once, when taken). Errors: those of df_staleness_consume. */
 int df_async_inbox_drop_stale(df_async_inbox *in, df_staleness *st, int64_t version, int64_t *dropped);
 /** The `take` episodes of smallest order, in that order, out of the inbox as one batch into *out
- *  (take 0: no rows, the columns of the first waiting). Errors: DF_EINVAL for take outside
- *  [0, n] or an empty inbox, DF_ENOMEM. */
-int df_async_inbox_take(df_async_inbox *in, int64_t take, struct df_batch **out);
+ *  (take 0: no rows, the columns of the first waiting); each taken one's gap to trainer version
+ *  `version` is counted in st (df_staleness_consume: call drop_stale at that version first).
+ *  Errors: DF_EINVAL for take outside [0, n] or an empty inbox, DF_ENOMEM, those of
+ *  df_staleness_consume. */
+int df_async_inbox_take(df_async_inbox *in, int64_t take, df_staleness *st, int64_t version,
+                        struct df_batch **out);
 void df_async_inbox_clear(df_async_inbox *in);
 
 typedef struct df_async {

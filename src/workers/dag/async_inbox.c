@@ -47,9 +47,12 @@ int df_async_inbox_drop_stale(df_async_inbox *in, df_staleness *st, int64_t vers
 {
     int rc = DF_OK;
     for (int64_t i = 0; i < in->n && !rc; i++) {
-        bool keep = true;
-        rc = df_staleness_consume(st, in->version[i], version, &keep);
-        if (!rc && !keep) {
+        /* the trainer checks its inbox at every poll while it waits: only a drop is a consumption
+         * (counted once, as the episode goes); a kept one is counted when it is taken */
+        if (version - in->version[i] <= st->p.max_staleness)
+            continue;
+        rc = df_staleness_consume(st, in->version[i], version, NULL);
+        if (!rc) {
             df_batch_free(in->rows[i]);
             in->rows[i] = NULL;
             dropped[in->src[i]]++;
@@ -65,7 +68,7 @@ static int cmp_order(const void *x, const void *y, void *user)
     return (a > b) - (a < b);
 }
 
-int df_async_inbox_take(df_async_inbox *in, int64_t take, df_batch **out)
+int df_async_inbox_take(df_async_inbox *in, int64_t take, df_staleness *st, int64_t version, df_batch **out)
 {
     if (take < 0 || take > in->n || in->n == 0)
         return df_error(DF_EINVAL, "async inbox: taking %lld of %lld episodes", (long long)take, (long long)in->n);
@@ -78,9 +81,16 @@ int df_async_inbox_take(df_async_inbox *in, int64_t take, df_batch **out)
     for (int64_t i = 0; i < in->n; i++)
         idx[i] = i;
     qsort_r(idx, (size_t)in->n, sizeof *idx, cmp_order, in->order);
-    for (int64_t i = 0; i < take; i++)
+    int rc = DF_OK;
+    for (int64_t i = 0; i < take && !rc; i++) {
         parts[i] = in->rows[idx[i]];
-    int rc = take ? df_batch_concat((const df_batch *const *)parts, (int)take, out)
+        rc = df_staleness_consume(st, in->version[idx[i]], version, NULL);
+    }
+    if (rc) {
+        free(idx), free(parts);
+        return rc;
+    }
+    rc = take ? df_batch_concat((const df_batch *const *)parts, (int)take, out)
                   : df_batch_slice(in->rows[0], 0, 0, out);
     for (int64_t i = 0; !rc && i < take; i++) {
         df_batch_free(in->rows[idx[i]]);

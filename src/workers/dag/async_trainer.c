@@ -188,7 +188,7 @@ static int node_take(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
     int64_t version = ctx->step - 1; /* optimizer steps before this one */
     int rc = gather_episodes(w, need, version, &take);
     if (!rc)
-        rc = df_async_inbox_take(&a->inbox, take, &out->batch);
+        rc = df_async_inbox_take(&a->inbox, take, &a->st, version, &out->batch);
     double dt = df_now() - t0;
     if (!rc && ctx->metrics) {
         record(a, ctx->metrics, dt);
