@@ -10,9 +10,10 @@
  * first's, plus the first step's timing_s/step); the trainer's wait (the sum of timing_s/gen:
  * synchronously the generation itself, asynchronously the wait for the step's episodes,
  * fully_async/trainer/idle_s); the rollout side's idle ratio (mean of
- * fully_async/rollouter/idle_ratio over the steps); version gap mean / max; the dropped
- * fraction; the response lengths (mean over steps of response_length/mean, the max, the share
- * cut at the cap); and the ratio to the synchronous run's tokens/s.
+ * fully_async/rollouter/idle_ratio over the steps); version gap mean / max and the dropped
+ * fraction (the last step's: df_staleness counts the whole run); the response lengths (mean
+ * over steps of response_length/mean, the max, the share cut at the cap); and the ratio to the
+ * synchronous run's tokens/s.
  *
  * Workloads (--shape):
  *   demo      the demo's model shape (examples/demo/model_config.json) at random init on
@@ -83,8 +84,8 @@ static void defaults(async_args *g)
 
 static int parse(int argc, char **argv, async_args *g)
 {
-    *g = (async_args){.shape = "demo", .staleness = "0,1,2,4", .mpiexec = DF_MPIEXEC, .np = 2,
-                      .rollout = -1, .sync = 1};
+    *g = (async_args){
+        .shape = "demo", .staleness = "0,1,2,4", .mpiexec = DF_MPIEXEC, .np = 2, .rollout = -1, .sync = 1};
     for (int i = 1; i + 1 < argc; i += 2) /* the shape first: it sets the defaults */
         if (!strcmp(argv[i], "--shape"))
             g->shape = argv[i + 1];
@@ -93,7 +94,7 @@ static int parse(int argc, char **argv, async_args *g)
     defaults(g);
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *a = argv[i], *v = argv[i + 1];
-        const char **s = !strcmp(a, "--staleness") ? &g->staleness
+        const char **s = !strcmp(a, "--staleness")  ? &g->staleness
                          : !strcmp(a, "--report")   ? &g->report
                          : !strcmp(a, "--stop")     ? &g->stop
                          : !strcmp(a, "--workdir")  ? &g->workdir
@@ -153,9 +154,9 @@ static int write_yaml(const async_args *g, const char *dir)
             "algorithm: {adv_estimator: grpo}\n"
             "trainer: {total_training_steps: %lld, val_before_train: false, logger: [console],\n"
             "          seed: 1, collective_timeout_s: 600}\n",
-            (long long)g->steps, (long long)g->prompts, (long long)g->n, (long long)g->response,
-            dir, (long long)g->prompts, (long long)g->response, dir, (long long)g->prompts,
-            (long long)g->n, stop, (long long)g->steps);
+            (long long)g->steps, (long long)g->prompts, (long long)g->n, (long long)g->response, dir,
+            (long long)g->prompts, (long long)g->response, dir, (long long)g->prompts, (long long)g->n, stop,
+            (long long)g->steps);
     return fclose(f) != 0;
 }
 
@@ -190,11 +191,12 @@ static int read_metrics(const char *path, run_stats *s)
         s->has_async |= json_object_get(j, "fully_async/trainer/idle_s") != NULL;
         s->idle_s += num(j, "fully_async/trainer/idle_s", 0);
         s->idle_ratio += num(j, "fully_async/rollouter/idle_ratio", 0);
-        s->gap_mean += num(j, "fully_async/version_gap/mean", 0);
+        /* the staleness metrics count every sample consumed since the start: the last line's */
+        s->gap_mean = num(j, "fully_async/version_gap/mean", 0);
         double gmax = num(j, "fully_async/version_gap/max", 0), rmax = num(j, "response_length/max", 0);
         s->gap_max = gmax > s->gap_max ? gmax : s->gap_max;
         s->resp_max = rmax > s->resp_max ? rmax : s->resp_max;
-        s->dropped += num(j, "fully_async/stale_dropped_frac", 0);
+        s->dropped = num(j, "fully_async/stale_dropped_frac", 0);
         s->resp_mean += num(j, "response_length/mean", 0);
         s->resp_clip += num(j, "response_length/clip_ratio", 0);
         s->score = num(j, "critic/score/mean", 0);
@@ -206,7 +208,7 @@ static int read_metrics(const char *path, run_stats *s)
         return 1;
     }
     s->wall_s = t_last - t_first + step_first;
-    s->idle_ratio /= s->steps, s->gap_mean /= s->steps, s->dropped /= s->steps;
+    s->idle_ratio /= s->steps;
     s->resp_mean /= s->steps, s->resp_clip /= s->steps;
     return 0;
 }
@@ -236,8 +238,7 @@ static void print_stats(const char *label, const run_stats *s, const bench_proc_
 }
 
 /* One job: mpiexec -np N distflow train async.yaml [overrides]. 0 ok. */
-static int run(const async_args *g, const char *dir, const char *label, const char *overrides,
-               run_stats *s)
+static int run(const async_args *g, const char *dir, const char *label, const char *overrides, run_stats *s)
 {
     char yaml[1100], out[1200], log[1100], metrics[1200], ov[2048], rest[64], np[16], omp[64];
     bench_join(yaml, sizeof yaml, dir, "/async.yaml");
@@ -249,8 +250,8 @@ static int run(const async_args *g, const char *dir, const char *label, const ch
     bench_join(log, sizeof log, dir, rest);
     snprintf(np, sizeof np, "%d", g->np);
     snprintf(ov, sizeof ov, "%s", overrides);
-    char *argv[48] = {(char *)g->mpiexec, "--oversubscribe", "--bind-to", "none", "-np", np,
-                      (char *)g->distflow, "train", yaml, out};
+    char *argv[48] = {(char *)g->mpiexec,  "--oversubscribe", "--bind-to", "none", "-np", np,
+                      (char *)g->distflow, "train",           yaml,        out};
     int n = 10;
     for (char *t = strtok(ov, " "); t && n < 47; t = strtok(NULL, " "))
         argv[n++] = t;
@@ -260,8 +261,12 @@ static int run(const async_args *g, const char *dir, const char *label, const ch
     snprintf(omp, sizeof omp, "OMP_NUM_THREADS=%s", omp_set ? omp_set : "");
     if (!omp_set)
         snprintf(omp, sizeof omp, "OMP_NUM_THREADS=%ld", cpus / g->np > 1 ? cpus / g->np : 1);
-    char *env[] = {omp, "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
-                   "OMPI_MCA_mpi_yield_when_idle=1", "OMP_WAIT_POLICY=passive", NULL};
+    char *env[] = {omp,
+                   "OMPI_ALLOW_RUN_AS_ROOT=1",
+                   "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+                   "OMPI_MCA_mpi_yield_when_idle=1",
+                   "OMP_WAIT_POLICY=passive",
+                   NULL};
     printf("async_%s_run: -np %d %s, %s\n", label, g->np, omp, overrides[0] ? overrides : "(synchronous)");
     fflush(stdout);
     unlink(metrics);

@@ -9,7 +9,7 @@
 #   BENCH_ALL=1 scripts/bench.sh      then the component benchmarks too (every other build/bench_*)
 #   BENCH_ASYNC=1 scripts/bench.sh    then the asynchronous runtime against the synchronous one
 #                                     (bench_async: demo and longtail at 2 and 4 ranks, about
-#                                     25 minutes on 2 cores; BENCH_ALL=1 runs it too; docs/async.md)
+#                                     16 minutes on 2 cores; BENCH_ALL=1 runs it too; docs/async.md)
 # Knobs (environment):
 #   DF_BENCH_DTYPE=f32|bf16           the engine's path for the model rows (default: what
 #                                     distflow train runs here, bf16 where the CPU has native bf16
