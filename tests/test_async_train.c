@@ -256,13 +256,7 @@ static int setup(void **state)
         return -1;
     if (!df_test_size_ok(df_comm_size(world)))
         return -1;
-    if (df_comm_rank(world) == 0) {
-        snprintf(dir, sizeof dir, "/tmp/df_async_XXXXXX");
-        if (!mkdtemp(dir))
-            return -1;
-        df_test_digits_inputs(dir, "train.jsonl", 64, "test/digits", true);
-    }
-    if (df_comm_broadcast(world, dir, sizeof dir, 0))
+    if (df_test_shared_inputs(world, "df_async", 64, "test/digits", dir, sizeof dir))
         return -1;
     df_comm *self = NULL;
     if (df_comm_split(world, df_comm_rank(world), 0, &self))
@@ -276,11 +270,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    df_comm_barrier(world);
-    if (df_comm_rank(world) == 0)
-        df_test_remove_tree(dir);
-    df_comm_shutdown();
-    return 0;
+    return df_test_shared_cleanup(world, dir);
 }
 
 int main(void)

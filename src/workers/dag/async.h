@@ -93,12 +93,11 @@ typedef struct df_async {
     /* trainer side */
     df_async_inbox inbox;
     int done_from;        /**< rollout ranks whose last message arrived */
-    double idle_s[2], busy_s[2]; /**< latest cumulative idle / busy seconds reported, summed over ranks */
+    double idle_s, busy_s; /**< the rollout side's idle / busy seconds at the last step's record */
     double *last_idle, *last_busy; /**< [n_rollouts] the latest per rollout rank */
     int64_t *last_running, *last_accepted;
     int64_t *dropped;     /**< trainer side: [n_rollouts] episodes of each rollout rank dropped as too
                                stale and not yet reported to it */
-    bool finished;        /**< the stop header went out */
 } df_async;
 
 /** Rollout ranks of a typed config (0: colocated, mode=sync). */

@@ -151,10 +151,10 @@ static void record(df_async *a, df_metrics *m, double wait_s)
     df_staleness s = a->st;
     s.running = running, s.accepted = accepted;
     df_staleness_record(&s, m);
-    double di = idle - a->idle_s[0], db = busy - a->busy_s[0];
+    double di = idle - a->idle_s, db = busy - a->busy_s;
     if (di + db > 0)
         df_metrics_set(m, "fully_async/rollouter/idle_ratio", di / (di + db));
-    a->idle_s[0] = idle, a->busy_s[0] = busy;
+    a->idle_s = idle, a->busy_s = busy;
     df_metrics_set(m, "fully_async/trainer/idle_s", wait_s);
 }
 
@@ -254,6 +254,5 @@ int df_async_finish(df_dag_worker *w, int64_t stop)
         if (!rc && a->done_from < a->n_rollouts)
             nanosleep(&ts, NULL);
     }
-    a->finished = true;
     return rc ? df_error_wrap(rc, "async: ending the rollout side") : DF_OK;
 }

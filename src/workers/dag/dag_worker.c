@@ -254,17 +254,13 @@ static int setup_output(df_dag_worker *w)
     return rc ? rc : df_worker_open_metrics(w);
 }
 
-/* The rollout side of mode=async (workers/dag/async.h): this rank reads its shard of the training
- * prompts (the side's ranks are its data-parallel ranks) and samples from its own copy of the weights,
- * which the trainer side sends; no graph, no trainer models. */
-static int setup_rollout_side(df_dag_worker *w)
+/* What both a trainer rank and a rollout rank read: the policy's model and tokenizer (the chat
+ * template's kwargs set before any render), this rank's shard of the training prompts (by
+ * w->data_layout) and its dataloader, every rank drawing as many rows as the smallest shard holds. */
+static int load_policy_and_prompts(df_dag_worker *w, df_model **m)
 {
     const df_train_config *t = &w->global.cfg;
-    df_async *a = w->async;
-    w->group = w->comm;
-    w->group_rank = a->index, w->group_size = a->n_rollouts;
-    w->data_layout = (df_node_layout){.dp_size = a->n_rollouts, .mp = 1, .dp_rank = a->index};
-    int rc = df_hf_dir_load(w->model_dir, w->tokenizer_dir, &a->model, &w->tok);
+    int rc = df_hf_dir_load(w->model_dir, w->tokenizer_dir, m, &w->tok);
     if (rc)
         rc = df_error_wrap(rc, "actor_rollout_ref.model.path");
     if (!rc)
@@ -273,10 +269,21 @@ static int setup_rollout_side(df_dag_worker *w)
         rc = load_data(w, "data.train_files", 0, &t->data.train_files, t->data.train_max_samples, &w->train_ds,
                        &w->train_prompts);
     if (!rc)
-        rc = df_dataloader_create(w->train_ds, t->data.train_batch_size, a->index, a->n_rollouts, t->data.shuffle,
-                                  (uint64_t)t->data.seed, true, &w->dl);
-    if (!rc)
-        rc = agree_rows(w);
+        rc = df_dataloader_create(w->train_ds, t->data.train_batch_size, w->data_layout.dp_rank,
+                                  w->data_layout.dp_size, t->data.shuffle, (uint64_t)t->data.seed, true, &w->dl);
+    return rc ? rc : agree_rows(w);
+}
+
+/* The rollout side of mode=async (workers/dag/async.h): this rank reads its shard of the training
+ * prompts (the side's ranks are its data-parallel ranks) and samples from its own copy of the weights,
+ * which the trainer side sends; no graph, no trainer models. */
+static int setup_rollout_side(df_dag_worker *w)
+{
+    df_async *a = w->async;
+    w->group = w->comm;
+    w->group_rank = a->index, w->group_size = a->n_rollouts;
+    w->data_layout = (df_node_layout){.dp_size = a->n_rollouts, .mp = 1, .dp_rank = a->index};
+    int rc = load_policy_and_prompts(w, &a->model);
     if (!rc)
         rc = df_worker_resolve(w, NULL);
     if (!rc)
@@ -330,21 +337,11 @@ static int setup_trainer_side(df_dag_worker *w)
     if (!rc)
         rc = df_worker_setup_reward(w);
     df_model *m = NULL;
-    if (!rc && (rc = df_hf_dir_load(w->model_dir, w->tokenizer_dir, &m, &w->tok)))
-        rc = df_error_wrap(rc, "actor_rollout_ref.model.path");
-    if (!rc) /* before any render: the prompts below, the agent loop's turns */
-        rc = set_template_kwargs(w->tok, t->data.apply_chat_template_kwargs);
-    if (!rc)
-        rc = df_worker_setup_reward_model(w);
     /* the data before the actor: the step count feeds its lr schedule */
     if (!rc)
-        rc = load_data(w, "data.train_files", 0, &t->data.train_files, t->data.train_max_samples, &w->train_ds,
-                       &w->train_prompts);
+        rc = load_policy_and_prompts(w, &m);
     if (!rc)
-        rc = df_dataloader_create(w->train_ds, t->data.train_batch_size, w->data_layout.dp_rank,
-                                  w->data_layout.dp_size, t->data.shuffle, (uint64_t)t->data.seed, true, &w->dl);
-    if (!rc) /* every rank draws as many rows as the smallest shard holds */
-        rc = agree_rows(w);
+        rc = df_worker_setup_reward_model(w);
     if (!rc) {
         int64_t per_epoch = df_dataloader_steps_per_epoch(w->dl);
         w->total_steps = t->trainer.total_training_steps.set ? t->trainer.total_training_steps.v
