@@ -232,14 +232,21 @@ int df_async_publish(df_dag_worker *w, int64_t version)
     df_async *a = w->async;
     if (!a->weights)
         return DF_OK; /* trainer ranks > 0 */
+    double t0 = df_now();
     df_model *m = df_actor_model(w->actor.model);
-    df_async_header h = {.version = version, .n_params = m->n_params};
+    const df_weights16 *w16 = NULL; /* the actor's bf16 copy (mixed precision): sent as is */
+    int rc = a->wx ? DF_OK : df_async_weights_create(m, df_async_wire_for(&w->global.cfg), &a->wx);
+    if (!rc && df_actor_bf16(w->actor.model))
+        rc = df_actor_weights16(w->actor.model, &w16);
+    df_async_header h = {.version = version};
     df_dataloader_tell(w->dl, &h.data_epoch, &h.data_step);
-    int rc = send_header(a, &h);
     if (!rc)
-        rc = df_comm_broadcast(a->weights, m->params, m->n_params * (int64_t)sizeof(float), 0);
-    return rc ? df_error_wrap(rc, "async: sending the weights of version %lld to the rollout side",
-                              (long long)version) : DF_OK;
+        rc = df_async_weights_send(a->wx, a->weights, m, w16, &h);
+    if (rc)
+        return df_error_wrap(rc, "async: sending the weights of version %lld to the rollout side", (long long)version);
+    if (w->metrics && version > w->resumed_step) /* the step's line (not the first weights') */
+        df_metrics_set(w->metrics, "timing_s/sync_weights", df_now() - t0);
+    return DF_OK;
 }
 
 int df_async_finish(df_dag_worker *w, int64_t stop)
@@ -256,3 +263,6 @@ int df_async_finish(df_dag_worker *w, int64_t stop)
     }
     return rc ? df_error_wrap(rc, "async: ending the rollout side") : DF_OK;
 }
+
+/* report_drops on its own (tests/test_async_drops.c). */
+int df_async_report_drops(df_async *a) { return report_drops(a); }
