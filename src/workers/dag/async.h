@@ -92,12 +92,12 @@ int df_async_inbox_push(df_async_inbox *in, struct df_batch *b, int64_t order, i
  *  keep their arrival order and are not counted (a check, repeated while the trainer waits; they
  *  are counted once, when taken). Errors: those of df_staleness_consume. */
 int df_async_inbox_drop_stale(df_async_inbox *in, df_staleness *st, int64_t version, int64_t *dropped);
-/** The `take` episodes of smallest order, in that order, out of the inbox as one batch into *out
- *  (take 0: no rows, the columns of the first waiting); each taken one's gap to trainer version
- *  `version` is counted in st (df_staleness_consume: call drop_stale at that version first).
- *  Errors: DF_EINVAL for take outside [0, n] or an empty inbox, DF_ENOMEM, those of
- *  df_staleness_consume. */
-int df_async_inbox_take(df_async_inbox *in, int64_t take, df_staleness *st, int64_t version,
+/** Every episode of rollout rank r with order <= limit[r] (limit: one per sender index; INT64_MIN:
+ *  none of its), in order, out of the inbox as one batch into *out (none: no rows, the columns of
+ *  the first waiting); each taken one's gap to trainer version `version` is counted in st
+ *  (df_staleness_consume: call drop_stale at that version first). Errors: DF_EINVAL for an empty
+ *  inbox, DF_ENOMEM, those of df_staleness_consume. */
+int df_async_inbox_take(df_async_inbox *in, const int64_t *limit, df_staleness *st, int64_t version,
                         struct df_batch **out);
 void df_async_inbox_clear(df_async_inbox *in);
 
@@ -122,6 +122,7 @@ typedef struct df_async {
     int64_t *last_running, *last_accepted;
     int64_t *dropped;     /**< trainer side: [n_rollouts] episodes of each rollout rank dropped as too
                                stale and not yet reported to it */
+    int64_t *take_limit;  /**< trainer side: [n_rollouts] the step's take (df_async_inbox_take's limit) */
 } df_async;
 
 /* ---- the weights' wire format (async_weights.c) ---- */
@@ -167,6 +168,11 @@ int df_async_weights_receive(df_async_weights *x, df_comm *comm, df_model *m, co
  * read as zeros from then on). Errors: those of df_rollout_engine_share_weights16.
  */
 int df_async_weights_install(df_async_weights *x, df_model *m, struct df_rollout_engine *e, bool staged);
+
+/** Rollout rank i's part of a job-wide count over n rollout ranks (the even split, the remainder one
+ *  each to the first ranks): its share of max_concurrent_rollouts and of each batch, which its
+ *  admission counts on and the trainer takes of its episodes. */
+int64_t df_async_share(int64_t total, int n, int i);
 
 /** Rollout ranks of a typed config (0: colocated, mode=sync). */
 int64_t df_async_rollout_ranks(const struct df_train_config *t);
