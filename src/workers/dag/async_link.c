@@ -96,6 +96,7 @@ void df_async_free(df_async *a)
     free(a->last_busy);
     free(a->last_running);
     free(a->last_accepted);
+    df_async_weights_free(a->wx);
     df_model_free(a->model);
     df_comm_free(a->weights);
     df_comm_free(a->side);
