@@ -195,6 +195,15 @@ int df_async_trainer_setup(struct df_dag_worker *w);
 /** Trainer side: send the actor's weights at version `version` to the rollout side. Collective
  *  over the weights group (trainer rank 0; other trainer ranks return at once). */
 int df_async_publish(struct df_dag_worker *w, int64_t version);
+/**
+ * Trainer side: the step's episodes, as df_async_inbox_take limits ([n_rollouts]): of each
+ * rollout rank r, its df_async_share(need, n_rollouts, r) oldest (smallest order) of those the
+ * trainer ranks hold together (every rank's (order, sender) gathered); limit[r] the largest order
+ * taken of r's, INT64_MIN for none. Each rollout rank's share, as its admission counts on, not
+ * the job's oldest (docs/async.md). Call once the ranks hold every share. Collective over the
+ * side. Errors: DF_ENOMEM, comm errors.
+ */
+int df_async_take_limits(df_async *a, int64_t need, int64_t *limit);
 /** Trainer side: tell each rollout rank how many of its episodes were dropped as too stale since the
  *  last report (a->dropped[r], zeroed once sent: tag DF_ASYNC_TAG_DROPPED). Errors: comm errors. */
 int df_async_report_drops(df_async *a);

@@ -91,7 +91,7 @@ static int cmp_sent(const void *x, const void *y)
  * gathered; limit[r]: the largest order taken of r's (INT64_MIN: none). Each rank's share rather than
  * the job's oldest: else a lagging rank's episodes are pushed to the next batch by the other ranks'
  * newer ones, land one version older than admitted for and are dropped. Collective over the side. */
-static int oldest_share(df_async *a, int64_t need, int64_t *limit)
+int df_async_take_limits(df_async *a, int64_t need, int64_t *limit)
 {
     const df_async_inbox *in = &a->inbox;
     sent_by *mine = malloc((size_t)(in->n ? in->n : 1) * sizeof *mine), *all = NULL;
@@ -142,7 +142,7 @@ static int waited_too_long(const df_async *a, int64_t need, const int64_t *v, do
                     (long long)need, r, (long long)v[3 + r], (long long)df_async_share(need, a->n_rollouts, r));
 }
 
-/* Wait until the trainer ranks hold the step's episodes (oldest_share), one each at least; limit[r]:
+/* Wait until the trainer ranks hold the step's episodes (df_async_take_limits), one each at least; limit[r]:
  * the largest order taken of rollout rank r's. The step's first hand-off then balances the ranks'
  * shares (handoff.c). Collective over the side. */
 static int gather_episodes(df_dag_worker *w, int64_t need, int64_t version, int64_t *limit)
@@ -167,7 +167,7 @@ static int gather_episodes(df_dag_worker *w, int64_t need, int64_t version, int6
         if (!rc && !crc && v[0])
             rc = df_error(DF_EINTERNAL, "async: another trainer rank failed receiving episodes");
         if (!rc && !crc && enough(a, need, v))
-            rc = oldest_share(a, need, limit);
+            rc = df_async_take_limits(a, need, limit);
         else if (!rc && !crc && v[1] == seen && timeout > 0 && df_now() - t0 > timeout)
             rc = waited_too_long(a, need, v, timeout);
         else if (!rc && !crc) {
