@@ -9,7 +9,8 @@
 #   BENCH_ALL=1 scripts/bench.sh      then the component benchmarks too (every other build/bench_*)
 #   BENCH_ASYNC=1 scripts/bench.sh    then the asynchronous runtime against the synchronous one
 #                                     (bench_async: demo and longtail at 2 and 4 ranks, about
-#                                     16 minutes on 2 cores; BENCH_ALL=1 runs it too; docs/async.md)
+#                                     16 minutes on 2 cores; bench_async_weights: one weight update
+#                                     per wire format; BENCH_ALL=1 runs them too; docs/async.md)
 # Knobs (environment):
 #   DF_BENCH_DTYPE=f32|bf16           the engine's path for the model rows (default: what
 #                                     distflow train runs here, bf16 where the CPU has native bf16
@@ -70,6 +71,11 @@ if [ -n "${BENCH_ASYNC:-}${BENCH_ALL:-}" ]; then
   echo "#### asynchronous runtime (issue 16)" | tee -a "$LOG"
   for shape in demo longtail; do
     for np in 2 4; do row "$BUILD/bench_async" --shape "$shape" --np "$np"; done
+  done
+  # one weight update per wire format, trainer rank 0 -> rollout rank 1 (about 2 minutes)
+  for shape in demo qwen2.5-0.5b; do
+    OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+      row mpiexec --oversubscribe -np 2 "$BUILD/bench_async_weights" --shape "$shape"
   done
 fi
 

@@ -50,27 +50,38 @@ static void test_drop_and_take(void **state)
     const int64_t left[] = {4, 3, 2, 5}; /* arrival order kept */
     for (int i = 0; i < 4; i++)
         assert_int_equal(in.order[i], left[i]);
-    /* the two oldest, in order: 2 then 3 */
+    /* each sender's own limit: of sender 0's up to order 3, none of sender 1's (its 2 stays although
+       older: another rollout rank's share) */
     df_batch *b = NULL;
-    assert_int_equal(df_async_inbox_take(&in, 2, &st, 3, &b), 0);
-    assert_int_equal(st.consumed, 4); /* counted once each as taken: gaps 1 (version 2) and 0 */
-    assert_int_equal(st.gap_sum, 6);
-    assert_int_equal(df_batch_size(b), 2);
-    assert_int_equal(df_batch_i64(b, "tag")[0], 2);
-    assert_int_equal(df_batch_i64(b, "tag")[1], 3);
+    const int64_t only0[2] = {3, INT64_MIN};
+    assert_int_equal(df_async_inbox_take(&in, only0, &st, 3, &b), 0);
+    assert_int_equal(st.consumed, 3); /* counted once, as taken: gap 0 (version 3) */
+    assert_int_equal(st.gap_sum, 5);
+    assert_int_equal(df_batch_size(b), 1);
+    assert_int_equal(df_batch_i64(b, "tag")[0], 3);
     df_batch_free(b);
-    assert_int_equal(in.n, 2);
-    assert_int_equal(in.order[0], 4);
-    assert_int_equal(in.order[1], 5);
+    assert_int_equal(in.n, 3);
+    /* both senders' episodes come out as one batch in prompt order: 2 (sender 1), 4, 5 (sender 0) */
+    const int64_t both[2] = {5, 2};
+    assert_int_equal(df_async_inbox_take(&in, both, &st, 3, &b), 0);
+    assert_int_equal(st.consumed, 6); /* gaps 1 (order 2, version 2), 1 (order 4), 0 (order 5) */
+    assert_int_equal(st.gap_sum, 7);
+    assert_int_equal(df_batch_size(b), 3);
+    const int64_t in_order[3] = {2, 4, 5};
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(df_batch_i64(b, "tag")[i], in_order[i]);
+    df_batch_free(b);
+    assert_int_equal(in.n, 0);
     /* none: no rows, the columns of those waiting */
-    assert_int_equal(df_async_inbox_take(&in, 0, &st, 3, &b), 0);
+    assert_int_equal(df_async_inbox_push(&in, episode(9), 9, 3, 1), 0);
+    const int64_t none[2] = {INT64_MIN, 8};
+    assert_int_equal(df_async_inbox_take(&in, none, &st, 3, &b), 0);
     assert_int_equal(df_batch_size(b), 0);
     assert_true(df_batch_has(b, "tag"));
     df_batch_free(b);
-    assert_int_equal(in.n, 2);
-    assert_int_equal(df_async_inbox_take(&in, 3, &st, 3, &b), DF_EINVAL);
+    assert_int_equal(in.n, 1);
     df_async_inbox_clear(&in);
-    assert_int_equal(df_async_inbox_take(&in, 0, &st, 3, &b), DF_EINVAL); /* empty */
+    assert_int_equal(df_async_inbox_take(&in, none, &st, 3, &b), DF_EINVAL); /* empty */
 }
 
 int main(void)

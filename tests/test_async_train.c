@@ -15,6 +15,8 @@
  *   wall-clock ones equals the one-rank synchronous run's, bit for bit, at every step. On 3 ranks
  *   (two rollout ranks) the batch holds the same episodes in another order, so step 1 (the same
  *   initial weights) must show the same scores and lengths.
+ * - The same at 2 ranks with a bf16 rollout and a mixed-precision actor: the weights go as bf16
+ *   (the actor's copy, as is) and the metrics still equal the synchronous run's bit for bit.
  * - max_staleness 2 with room for 2 batches in flight: a consumed sample more than 2 versions
  *   behind is dropped (and the rollout side told, so that its admission makes up for it), the
  *   decoupled objective runs with the KV cache recomputed at every update, the job ends cleanly.
@@ -134,6 +136,35 @@ static void test_staleness0_is_synchronous(void **state)
         for (size_t k = 0; k < 3; k++)
             assert_float_equal(num(x, keys[k], 0), num(y, keys[k], 0), 1e-6 * (1 + fabs(num(x, keys[k], 0))));
     }
+    json_decref(ref);
+    json_decref(got);
+}
+
+/* The same with a bf16 rollout and a mixed-precision actor: the trainer sends the actor's bf16 copy
+   and the rollout engine reads it as received (async_weights.c), the synchronous run's engine reads
+   the actor's copy itself: the same bits, so again every metric equals (2 ranks). */
+static void test_staleness0_bf16_wire(void **state)
+{
+    (void)state;
+    if (df_comm_size(world) != 2) {
+        skip();
+        return;
+    }
+    const char *ov[] = {"actor_rollout_ref.rollout.dtype=bfloat16",
+                        "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16",
+                        "actor_rollout_ref.rollout.mode=async", "rollout.n_gpus_per_node=1"};
+    df_comm *self = NULL;
+    assert_int_equal(df_comm_split(world, df_comm_rank(world), 0, &self), 0);
+    if (df_comm_rank(world) == 0)
+        train_ok(self, "ref16", ov, 2);
+    df_comm_free(self);
+    train_ok(world, "async16", ov, 4);
+    assert_int_equal(df_comm_barrier(world), 0);
+    if (df_comm_rank(world) != 0)
+        return;
+    json_t *ref = df_test_metrics(dir, "ref16", false), *got = df_test_metrics(dir, "async16", false);
+    assert_int_equal(json_array_size(got), 3);
+    same_metrics(ref, got);
     json_decref(ref);
     json_decref(got);
 }
@@ -277,6 +308,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_staleness0_is_synchronous),
+        cmocka_unit_test(test_staleness0_bf16_wire),
         cmocka_unit_test(test_staleness2_bounded),
         cmocka_unit_test(test_ppo_staleness1),
         cmocka_unit_test(test_resume),

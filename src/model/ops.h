@@ -219,6 +219,22 @@ int df_weights16_offload(df_weights16 *w, const char *dir);
 /** The copy's pages back to the OS (an offloaded copy keeps its bytes in the file; the next
  *  read faults them in); returns the bytes released. */
 int64_t df_weights16_page_out(df_weights16 *w);
+/**
+ * A copy's whole blob (*elems bf16 elements: every tensor in layout order, each padded to 32),
+ * for a transfer to a copy made with the same config and flags (the async runtime's bf16
+ * weights: src/workers/dag/async_weights.c). Read-only: the copy keeps its version.
+ */
+const uint16_t *df_weights16_blob(const df_weights16 *w, int64_t *elems);
+/** The blob for writing it whole from elsewhere: the copy holds no version from now until
+ *  df_weights16_write_end (a half-written copy is never current). */
+uint16_t *df_weights16_write_begin(df_weights16 *w, int64_t *elems);
+/**
+ * After df_weights16_write_begin: the blob now holds what df_weights16_refresh_model(w, m) would
+ * give (the writer's promise: a sender's df_weights16_blob of m's weights, same config and
+ * flags). Counts as a refresh (df_weights16_version: a packed copy of w is re-packed) and records
+ * m->version (df_weights16_is_current).
+ */
+void df_weights16_write_end(df_weights16 *w, const df_model *m);
 /** Bytes df_weights16_create_ex allocates for cfg and flags (model.h; cfg valid). */
 int64_t df_weights16_bytes_for(const df_model_config *cfg, unsigned flags);
 /** Elements of the widest matmul input of `rows` rows of a cfg decoder (max(hidden, intermediate,

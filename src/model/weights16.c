@@ -205,6 +205,25 @@ int df_weights16_refresh_model(df_weights16 *w, const df_model *m)
     return refresh_versioned(w, m, &keep);
 }
 
+const uint16_t *df_weights16_blob(const df_weights16 *w, int64_t *elems)
+{
+    *elems = w->elems;
+    return w->blob;
+}
+
+uint16_t *df_weights16_write_begin(df_weights16 *w, int64_t *elems)
+{
+    w->src_version = 0;
+    *elems = w->elems;
+    return w->blob;
+}
+
+void df_weights16_write_end(df_weights16 *w, const df_model *m)
+{
+    w->version++;
+    w->src_version = m->version;
+}
+
 int64_t df_weights16_source_version(const df_weights16 *w) { return w ? w->src_version : 0; }
 
 bool df_weights16_is_current(const df_weights16 *w, const df_model *m)

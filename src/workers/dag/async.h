@@ -7,8 +7,10 @@
  * Wire protocol, all on the job's world communicator or the weights group:
  *   - weights: trainer rank 0 and the rollout ranks form the weights group (trainer rank 0 is
  *     its rank 0). Every update is a header (df_async_header) broadcast without blocking the
- *     rollout ranks, which post it ahead and test it between decode steps, then the float32
- *     parameters broadcast in full; header.stop ends the rollout side.
+ *     rollout ranks, which post it ahead and test it between decode steps, then the parameters
+ *     in the header's wire format (df_async_wire, async_weights.c): float32 in full, or, for a
+ *     bf16 rollout, the bf16 copy the engine reads and the float32 tensors it reads in float32;
+ *     header.stop ends the rollout side.
  *   - episodes: a rollout rank sends each finished episode (one prompt with its rollout.n
  *     responses) to the trainer ranks in turn, tag DF_ASYNC_TAG_EPISODE: a df_async_episode
  *     header, then the serialized batch rows. A header with `done` set is the rank's last
@@ -36,11 +38,30 @@ struct df_train_config;
 #define DF_ASYNC_TAG_EPISODE 101
 #define DF_ASYNC_TAG_DROPPED 102
 
+/**
+ * How the parameters follow a weights header: both sides derive it from their rollout's dtype
+ * (df_async_wire_for on the trainer, the engine's dtype on a rollout rank) and a rollout rank
+ * refuses a header of another format.
+ */
+typedef enum df_async_wire {
+    /** every parameter in float32: df_model.params [n_params], in layout order (one broadcast) */
+    DF_ASYNC_WIRE_F32 = 1,
+    /** a bf16 rollout's weights, two broadcasts: (1) the blob of a df_weights16 made with
+     *  DF_W16_LM_HEAD | DF_W16_EMBED (the engine's own copy's flags: every layer's q/k/v/o and
+     *  gate/up/down, the LM head and the embedding, rounded to nearest even from the float32
+     *  master weights, each tensor padded to 32 elements: df_weights16_blob) [n_bf16]; (2) the
+     *  float32 tensors the engine reads in float32, the norms and biases, packed in layout order
+     *  [n_params] */
+    DF_ASYNC_WIRE_BF16 = 2,
+} df_async_wire;
+
 /** The weights broadcast's header. */
 typedef struct df_async_header {
     int64_t version;  /**< trainer version of the parameters that follow (optimizer steps taken) */
     int64_t stop;     /**< 0: parameters follow; -1: training finished; > 0: stopped on that signal */
-    int64_t n_params; /**< float32 elements that follow */
+    int64_t wire;     /**< df_async_wire of the parameters that follow */
+    int64_t n_bf16;   /**< bfloat16 elements that follow first (0 with DF_ASYNC_WIRE_F32) */
+    int64_t n_params; /**< float32 elements that follow (then) */
     int64_t data_epoch, data_step; /**< the trainer's dataloader position (df_dataloader_tell): where
                                         the rollout side's starts from (the first header only) */
 } df_async_header;
@@ -71,12 +92,12 @@ int df_async_inbox_push(df_async_inbox *in, struct df_batch *b, int64_t order, i
  *  keep their arrival order and are not counted (a check, repeated while the trainer waits; they
  *  are counted once, when taken). Errors: those of df_staleness_consume. */
 int df_async_inbox_drop_stale(df_async_inbox *in, df_staleness *st, int64_t version, int64_t *dropped);
-/** The `take` episodes of smallest order, in that order, out of the inbox as one batch into *out
- *  (take 0: no rows, the columns of the first waiting); each taken one's gap to trainer version
- *  `version` is counted in st (df_staleness_consume: call drop_stale at that version first).
- *  Errors: DF_EINVAL for take outside [0, n] or an empty inbox, DF_ENOMEM, those of
- *  df_staleness_consume. */
-int df_async_inbox_take(df_async_inbox *in, int64_t take, df_staleness *st, int64_t version,
+/** Every episode of rollout rank r with order <= limit[r] (limit: one per sender index; INT64_MIN:
+ *  none of its), in order, out of the inbox as one batch into *out (none: no rows, the columns of
+ *  the first waiting); each taken one's gap to trainer version `version` is counted in st
+ *  (df_staleness_consume: call drop_stale at that version first). Errors: DF_EINVAL for an empty
+ *  inbox, DF_ENOMEM, those of df_staleness_consume. */
+int df_async_inbox_take(df_async_inbox *in, const int64_t *limit, df_staleness *st, int64_t version,
                         struct df_batch **out);
 void df_async_inbox_clear(df_async_inbox *in);
 
@@ -89,7 +110,10 @@ typedef struct df_async {
     int index;            /**< rank within the side */
     df_staleness st;      /**< rollout side: admission; trainer side: the consume check */
     /* rollout side */
-    df_model *model;      /**< the weights the engine samples from (owned) */
+    df_model *model;      /**< the weights the engine samples from (owned; with DF_ASYNC_WIRE_BF16 only
+                               its norms and biases are kept: the engine reads the rest in bf16) */
+    struct df_async_weights *wx; /**< the weights' transfer state (owned; made at the first send /
+                                      receive) */
     /* trainer side */
     df_async_inbox inbox;
     int done_from;        /**< rollout ranks whose last message arrived */
@@ -98,7 +122,57 @@ typedef struct df_async {
     int64_t *last_running, *last_accepted;
     int64_t *dropped;     /**< trainer side: [n_rollouts] episodes of each rollout rank dropped as too
                                stale and not yet reported to it */
+    int64_t *take_limit;  /**< trainer side: [n_rollouts] the step's take (df_async_inbox_take's limit) */
 } df_async;
+
+/* ---- the weights' wire format (async_weights.c) ---- */
+
+typedef struct df_async_weights df_async_weights;
+struct df_rollout_engine;
+
+/** The format a trainer sends in for config t: DF_ASYNC_WIRE_BF16 when
+ *  actor_rollout_ref.rollout.dtype is bfloat16 and this machine has native bf16 matmuls (where
+ *  the rollout ranks' engines then run bf16, as dag_worker.c's rollout_dtype decides), else F32. */
+df_async_wire df_async_wire_for(const struct df_train_config *t);
+/** Transfer state for m's shapes in `wire` (the copies are allocated at first use).
+ *  Errors: DF_EINVAL (an unknown wire), DF_ENOMEM. */
+int df_async_weights_create(const df_model *m, df_async_wire wire, df_async_weights **out);
+void df_async_weights_free(df_async_weights *x);
+/** Bytes one update puts on the wire (n_bf16 * 2 + n_params * 4). */
+int64_t df_async_weights_bytes(const df_async_weights *x);
+/**
+ * Trainer rank 0: fill h's wire, n_bf16 and n_params, broadcast h over `comm` (root 0; the
+ * rollout ranks posted it: df_comm_ibroadcast), then m's weights in x's format. With
+ * DF_ASYNC_WIRE_BF16, `w16` (may be NULL: the actor's bf16 copy under mixed precision) is sent
+ * as is when it is current at m's version with the engine's flags (df_weights16_is_current),
+ * else m is converted into x's own copy first (the engine's conversion: the same bits).
+ * Errors: DF_ENOMEM, comm errors.
+ */
+int df_async_weights_send(df_async_weights *x, df_comm *comm, const df_model *m, const df_weights16 *w16,
+                          df_async_header *h);
+/**
+ * Rollout rank: receive the parameters that follow header h (checked against x: a wire format
+ * or a size of another build or dtype is refused, naming both) into the weights the engine reads
+ * (staged false; call df_async_weights_install at once) or into a second copy (staged true,
+ * partial_rollout false: installed later). Collective over `comm`, root 0. Errors: DF_EINVAL (a
+ * mismatch), DF_ENOMEM, comm errors.
+ */
+int df_async_weights_receive(df_async_weights *x, df_comm *comm, df_model *m, const df_async_header *h,
+                             bool staged);
+/**
+ * Rollout rank: make the weights received last (staged: into the second copy) those of m and of
+ * engine e: m gets a new version (df_model_weights_changed); F32: the staged copy into m->params;
+ * BF16: the float32 tensors into m, the received bf16 copy marked as m's and shared with e
+ * (df_rollout_engine_share_weights16: no conversion, the engine only packs it), and, after the
+ * first, m's float32 pages of the tensors the engine reads in bf16 given back to the OS (they
+ * read as zeros from then on). Errors: those of df_rollout_engine_share_weights16.
+ */
+int df_async_weights_install(df_async_weights *x, df_model *m, struct df_rollout_engine *e, bool staged);
+
+/** Rollout rank i's part of a job-wide count over n rollout ranks (the even split, the remainder one
+ *  each to the first ranks): its share of max_concurrent_rollouts and of each batch, which its
+ *  admission counts on and the trainer takes of its episodes. */
+int64_t df_async_share(int64_t total, int n, int i);
 
 /** Rollout ranks of a typed config (0: colocated, mode=sync). */
 int64_t df_async_rollout_ranks(const struct df_train_config *t);
@@ -121,6 +195,22 @@ int df_async_trainer_setup(struct df_dag_worker *w);
 /** Trainer side: send the actor's weights at version `version` to the rollout side. Collective
  *  over the weights group (trainer rank 0; other trainer ranks return at once). */
 int df_async_publish(struct df_dag_worker *w, int64_t version);
+/**
+ * Trainer side: the step's episodes, as df_async_inbox_take limits ([n_rollouts]): of each
+ * rollout rank r, its df_async_share(need, n_rollouts, r) oldest (smallest order) of those the
+ * trainer ranks hold together (every rank's (order, sender) gathered); limit[r] the largest order
+ * taken of r's, INT64_MIN for none. Each rollout rank's share, as its admission counts on, not
+ * the job's oldest (docs/async.md). Call once the ranks hold every share. Collective over the
+ * side. Errors: DF_ENOMEM, comm errors.
+ */
+int df_async_take_limits(df_async *a, int64_t need, int64_t *limit);
+/** Trainer side: tell each rollout rank how many of its episodes were dropped as too stale since the
+ *  last report (a->dropped[r], zeroed once sent: tag DF_ASYNC_TAG_DROPPED). Errors: comm errors. */
+int df_async_report_drops(df_async *a);
+/** Rollout side: every drop report waiting now (from any trainer rank) taken out of a->st.accepted
+ *  (at most all of it) and counted as rejected, so that admission makes up for them. Errors: comm
+ *  errors. */
+int df_async_take_drops(df_async *a);
 /** Trainer side: end the rollout side (stop: -1 finished, > 0 the signal) and drain its last
  *  messages. Every trainer rank calls it once, whatever happened. */
 int df_async_finish(struct df_dag_worker *w, int64_t stop);

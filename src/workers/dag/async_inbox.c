@@ -68,19 +68,21 @@ static int cmp_order(const void *x, const void *y, void *user)
     return (a > b) - (a < b);
 }
 
-int df_async_inbox_take(df_async_inbox *in, int64_t take, df_staleness *st, int64_t version, df_batch **out)
+int df_async_inbox_take(df_async_inbox *in, const int64_t *limit, df_staleness *st, int64_t version,
+                        df_batch **out)
 {
-    if (take < 0 || take > in->n || in->n == 0)
-        return df_error(DF_EINVAL, "async inbox: taking %lld of %lld episodes", (long long)take, (long long)in->n);
-    int64_t *idx = malloc((size_t)in->n * sizeof *idx);
-    df_batch **parts = malloc((size_t)(take ? take : 1) * sizeof *parts);
+    if (in->n == 0)
+        return df_error(DF_EINVAL, "async inbox: taking from an empty inbox");
+    int64_t *idx = malloc((size_t)in->n * sizeof *idx), take = 0;
+    df_batch **parts = malloc((size_t)in->n * sizeof *parts);
     if (!idx || !parts) {
         free(idx), free(parts);
         return df_error(DF_ENOMEM, "out of memory");
     }
     for (int64_t i = 0; i < in->n; i++)
-        idx[i] = i;
-    qsort_r(idx, (size_t)in->n, sizeof *idx, cmp_order, in->order);
+        if (in->order[i] <= limit[in->src[i]])
+            idx[take++] = i;
+    qsort_r(idx, (size_t)take, sizeof *idx, cmp_order, in->order);
     int rc = DF_OK;
     for (int64_t i = 0; i < take && !rc; i++) {
         parts[i] = in->rows[idx[i]];
@@ -91,7 +93,7 @@ int df_async_inbox_take(df_async_inbox *in, int64_t take, df_staleness *st, int6
         return rc;
     }
     rc = take ? df_batch_concat((const df_batch *const *)parts, (int)take, out)
-                  : df_batch_slice(in->rows[0], 0, 0, out);
+              : df_batch_slice(in->rows[0], 0, 0, out);
     for (int64_t i = 0; !rc && i < take; i++) {
         df_batch_free(in->rows[idx[i]]);
         in->rows[idx[i]] = NULL;

@@ -12,8 +12,7 @@ int64_t df_async_rollout_ranks(const struct df_train_config *t)
     return t->rollout.nnodes * t->rollout.n_gpus_per_node;
 }
 
-/* Per-rank share of a job-wide count: the even split, the remainder one each to the first ranks. */
-static int64_t share(int64_t total, int n, int i)
+int64_t df_async_share(int64_t total, int n, int i)
 {
     return total / n + (i < total % n);
 }
@@ -24,8 +23,8 @@ static int staleness_init(df_async *a, const struct df_train_config *t)
     int rc = df_staleness_params_from_config(&t->async_training, &p);
     if (rc || !a->rollout_side)
         return rc ? rc : df_staleness_init(&a->st, &p);
-    p.consumer_batch_size = share(p.consumer_batch_size, a->n_rollouts, a->index);
-    p.max_concurrent_rollouts = share(p.max_concurrent_rollouts, a->n_rollouts, a->index);
+    p.consumer_batch_size = df_async_share(p.consumer_batch_size, a->n_rollouts, a->index);
+    p.max_concurrent_rollouts = df_async_share(p.max_concurrent_rollouts, a->n_rollouts, a->index);
     return df_staleness_init(&a->st, &p);
 }
 
@@ -73,7 +72,9 @@ int df_async_create(const struct df_train_config *t, df_comm *world, df_async **
         a->last_running = calloc((size_t)R, sizeof *a->last_running);
         a->last_accepted = calloc((size_t)R, sizeof *a->last_accepted);
         a->dropped = calloc((size_t)R, sizeof *a->dropped);
-        if (!a->last_idle || !a->last_busy || !a->last_running || !a->last_accepted || !a->dropped)
+        a->take_limit = calloc((size_t)R, sizeof *a->take_limit);
+        if (!a->last_idle || !a->last_busy || !a->last_running || !a->last_accepted || !a->dropped ||
+            !a->take_limit)
             rc = df_error(DF_ENOMEM, "out of memory");
     }
     if (rc) {
@@ -90,10 +91,12 @@ void df_async_free(df_async *a)
         return;
     df_async_inbox_clear(&a->inbox);
     free(a->dropped);
+    free(a->take_limit);
     free(a->last_idle);
     free(a->last_busy);
     free(a->last_running);
     free(a->last_accepted);
+    df_async_weights_free(a->wx);
     df_model_free(a->model);
     df_comm_free(a->weights);
     df_comm_free(a->side);

@@ -37,8 +37,8 @@ typedef struct executor {
     int64_t stop;         /* the stop header's value once it came */
     bool partial;         /* async_training.partial_rollout */
     bool recompute;       /* async_training.recompute_kv */
-    float *staged;        /* partial_rollout false: weights that wait for the sequences in flight */
-    bool swap_pending;    /* staged holds the header's version, not installed yet */
+    bool swap_pending;    /* partial_rollout false: the second copy (async_weights.c) holds the header's
+                             version, installed once the sequences in flight have ended */
     episode *eps;         /* [cap] */
     int64_t cap;
     df_batch *cur;        /* the dataloader's batch being fed */
@@ -63,50 +63,46 @@ static int post_header(executor *x)
     return df_comm_ibroadcast(x->a->weights, &x->hdr, (int64_t)sizeof x->hdr, 0, &x->hdr_req);
 }
 
-/* The parameters that follow a header, into dst ([n_params]). */
-static int receive_into(executor *x, float *dst)
+/* The parameters that follow a header (its wire format: async_weights.c), into the weights the
+ * engine reads or (staged) into the second copy. */
+static int receive(executor *x, bool staged)
 {
-    const df_model *m = x->a->model;
-    if (x->hdr.n_params != m->n_params)
-        return df_error(DF_EINTERNAL, "async rollout: the trainer sends %lld parameters, the model has %lld",
-                        (long long)x->hdr.n_params, (long long)m->n_params);
-    int rc = df_comm_broadcast(x->a->weights, dst, m->n_params * (int64_t)sizeof(float), 0);
+    df_async *a = x->a;
+    int rc = df_async_weights_receive(a->wx, a->weights, a->model, &x->hdr, staged);
     return rc ? df_error_wrap(rc, "async rollout: receiving the weights of version %lld", (long long)x->hdr.version)
               : DF_OK;
+}
+
+/* The weights received last become the model's and the engine's, at the header's version. */
+static int install(executor *x, bool staged)
+{
+    int rc = df_async_weights_install(x->a->wx, x->a->model, x->w->rollout.engine, staged);
+    if (!rc)
+        x->version = x->hdr.version;
+    return rc;
 }
 
 /* The parameters that follow a header, into the model. */
 static int receive_params(executor *x)
 {
-    int rc = receive_into(x, x->a->model->params);
-    if (!rc) {
-        df_model_weights_changed(x->a->model);
-        x->version = x->hdr.version;
-    }
-    return rc;
+    int rc = receive(x, false);
+    return rc ? rc : install(x, false);
 }
 
 /* partial_rollout false: the weights into the second copy now (the trainer does not wait), installed
  * once the sequences in flight have ended (install_staged). */
 static int stage_params(executor *x)
 {
-    const df_model *m = x->a->model;
-    if (!x->staged && !(x->staged = malloc((size_t)m->n_params * sizeof *x->staged)))
-        return df_error(DF_ENOMEM, "async rollout: out of memory for a second copy of the weights (%lld floats; "
-                        "async_training.partial_rollout=false)", (long long)m->n_params);
-    int rc = receive_into(x, x->staged);
+    int rc = receive(x, true);
     x->swap_pending = rc == DF_OK;
     return rc;
 }
 
 static int install_staged(executor *x)
 {
-    df_model *m = x->a->model;
-    memcpy(m->params, x->staged, (size_t)m->n_params * sizeof *m->params);
-    df_model_weights_changed(m);
-    x->version = x->hdr.version;
+    int rc = install(x, true);
     x->swap_pending = false;
-    return post_header(x);
+    return rc ? rc : post_header(x);
 }
 
 /* Between steps: a header that arrived installs the weights (or says stop); with partial_rollout
@@ -461,7 +457,7 @@ static void executor_free(executor *x)
     }
     df_comm_request_free(&x->hdr_req);
     free(x->eps), free(x->seeds), free(x->sends), free(x->f_off), free(x->f_ids), free(x->f_keys);
-    free(x->f_seeds), free(x->f_tok), free(x->staged);
+    free(x->f_seeds), free(x->f_tok);
     df_batch_free(x->cur);
 }
 
@@ -475,9 +471,14 @@ static int first_weights(executor *x)
         x->stop = x->hdr.stop;
         return rc;
     }
-    rc = receive_params(x);
+    /* the wire format of this rank's engine: the trainer's must be the same (checked per header) */
+    df_rollout_options o;
+    df_rollout_engine_options(x->w->rollout.engine, &o);
+    if (!x->a->wx)
+        rc = df_async_weights_create(x->a->model, o.dtype == DF_ROLLOUT_BF16 ? DF_ASYNC_WIRE_BF16 : DF_ASYNC_WIRE_F32,
+                                     &x->a->wx);
     if (!rc) /* later versions are installed by the stream (weights_changed) */
-        rc = df_rollout_engine_load_weights(x->w->rollout.engine, x->a->model);
+        rc = receive_params(x);
     /* a resumed run: the prompts from the trainer's data position on, as the steps it has not taken */
     if (!rc)
         rc = df_dataloader_seek(x->w->dl, x->hdr.data_epoch, x->hdr.data_step);
@@ -520,4 +521,11 @@ int df_async_rollout_run(df_dag_worker *w)
         return df_error(DF_ESTOPPED, "stopped on request");
     }
     return DF_OK;
+}
+
+/* take_drops on its own (tests/test_async_drops.c): it reads only the executor's df_async. */
+int df_async_take_drops(df_async *a)
+{
+    executor x = {.a = a};
+    return take_drops(&x);
 }

@@ -60,12 +60,6 @@ static int drain(df_async *a)
 
 /* ---- the rollout node's replacement ------------------------------------------------ */
 
-static int cmp_i64(const void *x, const void *y)
-{
-    int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
-    return (a > b) - (a < b);
-}
-
 /* Tell each rollout rank how many of its episodes were just dropped (a small send: eager). */
 static int report_drops(df_async *a)
 {
@@ -81,60 +75,110 @@ static int report_drops(df_async *a)
     return DF_OK;
 }
 
-/* How many of this rank's episodes are among the job's `need` oldest (smallest order): every rank's
- * orders gathered, the need-th smallest the threshold (orders are unique). Collective over the side. */
-static int oldest_share(df_async *a, int64_t need, int64_t *take)
+/* An episode's position in the prompt order and its rollout rank, as gathered from every trainer rank. */
+typedef struct sent_by {
+    int64_t src, order;
+} sent_by;
+
+static int cmp_sent(const void *x, const void *y)
 {
-    int64_t *mine = malloc((size_t)(a->inbox.n ? a->inbox.n : 1) * sizeof *mine), *all = NULL, *counts = NULL;
+    const sent_by *a = x, *b = y;
+    return a->src != b->src ? (a->src > b->src) - (a->src < b->src) : (a->order > b->order) - (a->order < b->order);
+}
+
+/* The step's episodes: of each rollout rank r, its share of `need` (df_async_share, what its admission
+ * counts on) oldest ones (smallest order) of those the trainer ranks hold, every rank's (order, sender)
+ * gathered; limit[r]: the largest order taken of r's (INT64_MIN: none). Each rank's share rather than
+ * the job's oldest: else a lagging rank's episodes are pushed to the next batch by the other ranks'
+ * newer ones, land one version older than admitted for and are dropped. Collective over the side. */
+int df_async_take_limits(df_async *a, int64_t need, int64_t *limit)
+{
+    const df_async_inbox *in = &a->inbox;
+    sent_by *mine = malloc((size_t)(in->n ? in->n : 1) * sizeof *mine), *all = NULL;
+    int64_t *counts = NULL;
     if (!mine)
         return df_error(DF_ENOMEM, "out of memory");
-    memcpy(mine, a->inbox.order, (size_t)a->inbox.n * sizeof *mine);
-    int rc = df_comm_allgatherv(a->side, mine, a->inbox.n * (int64_t)sizeof *mine, (void **)&all, &counts, NULL);
+    for (int64_t i = 0; i < in->n; i++)
+        mine[i] = (sent_by){in->src[i], in->order[i]};
+    int rc = df_comm_allgatherv(a->side, mine, in->n * (int64_t)sizeof *mine, (void **)&all, &counts, NULL);
     if (!rc) {
         int64_t total = 0;
         for (int r = 0; r < a->n_trainers; r++)
             total += counts[r] / (int64_t)sizeof *mine;
-        qsort(all, (size_t)total, sizeof *all, cmp_i64);
-        int64_t threshold = all[need - 1], k = 0;
-        for (int64_t i = 0; i < a->inbox.n; i++)
-            k += mine[i] <= threshold;
-        *take = k;
+        qsort(all, (size_t)total, sizeof *all, cmp_sent);
+        for (int r = 0; r < a->n_rollouts; r++)
+            limit[r] = INT64_MIN;
+        for (int64_t i = 0, first = 0; i < total; i++) {
+            if (i > 0 && all[i].src != all[i - 1].src)
+                first = i;
+            int64_t want = df_async_share(need, a->n_rollouts, (int)all[i].src);
+            if (i - first < want)
+                limit[all[i].src] = all[i].order;
+        }
     }
     free(mine), free(all), free(counts);
     return rc;
 }
 
-/* Wait until the trainer ranks hold `need` episodes together, one each at least (its columns for an
- * empty share); *take: how many of this rank's are among the need oldest. The step's first hand-off
- * then balances the ranks' shares (handoff.c). Collective over the side. */
-static int gather_episodes(df_dag_worker *w, int64_t need, int64_t version, int64_t *take)
+/* Whether the trainer ranks hold the step's episodes: v [3 + R] as gather_episodes sums it. */
+static bool enough(const df_async *a, int64_t need, const int64_t *v)
+{
+    if (v[2] > 0) /* a trainer rank without one (it needs the columns, for an empty share) */
+        return false;
+    for (int r = 0; r < a->n_rollouts; r++)
+        if (v[3 + r] < df_async_share(need, a->n_rollouts, r))
+            return false;
+    return true;
+}
+
+/* The timeout's message: the first rollout rank short of its share (v as enough reads it). */
+static int waited_too_long(const df_async *a, int64_t need, const int64_t *v, double timeout)
+{
+    int r = 0;
+    while (r + 1 < a->n_rollouts && v[3 + r] >= df_async_share(need, a->n_rollouts, r))
+        r++;
+    return df_error(DF_EINTERNAL, "async: no episode from the rollout side for %.0f s (trainer.collective_timeout_s) "
+                    "with %lld of the step's %lld: rollout rank %d sent %lld of its %lld", timeout, (long long)v[1],
+                    (long long)need, r, (long long)v[3 + r], (long long)df_async_share(need, a->n_rollouts, r));
+}
+
+/* Wait until the trainer ranks hold the step's episodes (df_async_take_limits), one each at least; limit[r]:
+ * the largest order taken of rollout rank r's. The step's first hand-off then balances the ranks'
+ * shares (handoff.c). Collective over the side. */
+static int gather_episodes(df_dag_worker *w, int64_t need, int64_t version, int64_t *limit)
 {
     df_async *a = w->async;
-    double limit = w->global.cfg.trainer.collective_timeout_s, t0 = df_now();
-    int64_t seen = -1;
+    double timeout = w->global.cfg.trainer.collective_timeout_s, t0 = df_now();
+    int64_t seen = -1, *v = malloc((size_t)(3 + a->n_rollouts) * sizeof *v);
+    if (!v)
+        return df_error(DF_ENOMEM, "out of memory");
     for (;;) {
         int rc = drain(a);
         if (!rc)
             rc = df_async_inbox_drop_stale(&a->inbox, &a->st, version, a->dropped);
         if (!rc)
             rc = report_drops(a);
-        /* [failed ranks, episodes, ranks without one] */
-        int64_t v[3] = {rc != 0, rc ? 0 : a->inbox.n, !rc && a->inbox.n == 0};
-        int crc = df_comm_allreduce(a->side, v, 3, DF_COMM_INT64, DF_COMM_SUM);
-        if (rc || crc)
-            return rc ? rc : crc;
-        if (v[0])
-            return df_error(DF_EINTERNAL, "async: another trainer rank failed receiving episodes");
-        if (v[1] >= need && v[2] == 0)
-            return oldest_share(a, need, take);
-        if (v[1] != seen) /* progress: the clock starts again */
-            seen = v[1], t0 = df_now();
-        else if (limit > 0 && df_now() - t0 > limit)
-            return df_error(DF_EINTERNAL, "async: no episode from the rollout side for %.0f s "
-                            "(trainer.collective_timeout_s) with %lld of the %lld the step needs",
-                            limit, (long long)v[1], (long long)need);
-        struct timespec ts = {0, 2000000};
-        nanosleep(&ts, NULL);
+        /* [failed ranks, episodes, ranks without one, episodes of each rollout rank] */
+        memset(v, 0, (size_t)(3 + a->n_rollouts) * sizeof *v);
+        v[0] = rc != 0, v[1] = rc ? 0 : a->inbox.n, v[2] = !rc && a->inbox.n == 0;
+        for (int64_t i = 0; !rc && i < a->inbox.n; i++)
+            v[3 + a->inbox.src[i]]++;
+        int crc = df_comm_allreduce(a->side, v, 3 + a->n_rollouts, DF_COMM_INT64, DF_COMM_SUM);
+        if (!rc && !crc && v[0])
+            rc = df_error(DF_EINTERNAL, "async: another trainer rank failed receiving episodes");
+        if (!rc && !crc && enough(a, need, v))
+            rc = df_async_take_limits(a, need, limit);
+        else if (!rc && !crc && v[1] == seen && timeout > 0 && df_now() - t0 > timeout)
+            rc = waited_too_long(a, need, v, timeout);
+        else if (!rc && !crc) {
+            if (v[1] != seen) /* progress: the clock starts again */
+                seen = v[1], t0 = df_now();
+            struct timespec ts = {0, 2000000};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        free(v);
+        return rc ? rc : crc;
     }
 }
 
@@ -184,11 +228,11 @@ static int node_take(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
     double t0 = df_now();
     df_dag_worker *w = df_node_worker(ctx);
     df_async *a = w->async;
-    int64_t need = w->global.cfg.data.train_batch_size, take = 0;
+    int64_t need = w->global.cfg.data.train_batch_size;
     int64_t version = ctx->step - 1; /* optimizer steps before this one */
-    int rc = gather_episodes(w, need, version, &take);
+    int rc = gather_episodes(w, need, version, a->take_limit);
     if (!rc)
-        rc = df_async_inbox_take(&a->inbox, take, &a->st, version, &out->batch);
+        rc = df_async_inbox_take(&a->inbox, a->take_limit, &a->st, version, &out->batch);
     double dt = df_now() - t0;
     if (!rc && ctx->metrics) {
         record(a, ctx->metrics, dt);
@@ -232,14 +276,21 @@ int df_async_publish(df_dag_worker *w, int64_t version)
     df_async *a = w->async;
     if (!a->weights)
         return DF_OK; /* trainer ranks > 0 */
+    double t0 = df_now();
     df_model *m = df_actor_model(w->actor.model);
-    df_async_header h = {.version = version, .n_params = m->n_params};
+    const df_weights16 *w16 = NULL; /* the actor's bf16 copy (mixed precision): sent as is */
+    int rc = a->wx ? DF_OK : df_async_weights_create(m, df_async_wire_for(&w->global.cfg), &a->wx);
+    if (!rc && df_actor_bf16(w->actor.model))
+        rc = df_actor_weights16(w->actor.model, &w16);
+    df_async_header h = {.version = version};
     df_dataloader_tell(w->dl, &h.data_epoch, &h.data_step);
-    int rc = send_header(a, &h);
     if (!rc)
-        rc = df_comm_broadcast(a->weights, m->params, m->n_params * (int64_t)sizeof(float), 0);
-    return rc ? df_error_wrap(rc, "async: sending the weights of version %lld to the rollout side",
-                              (long long)version) : DF_OK;
+        rc = df_async_weights_send(a->wx, a->weights, m, w16, &h);
+    if (rc)
+        return df_error_wrap(rc, "async: sending the weights of version %lld to the rollout side", (long long)version);
+    if (w->metrics && version > w->resumed_step) /* the step's line (not the first weights') */
+        df_metrics_set(w->metrics, "timing_s/sync_weights", df_now() - t0);
+    return DF_OK;
 }
 
 int df_async_finish(df_dag_worker *w, int64_t stop)
@@ -256,3 +307,6 @@ int df_async_finish(df_dag_worker *w, int64_t stop)
     }
     return rc ? df_error_wrap(rc, "async: ending the rollout side") : DF_OK;
 }
+
+/* report_drops on its own (tests/test_async_drops.c). */
+int df_async_report_drops(df_async *a) { return report_drops(a); }
