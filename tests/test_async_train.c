@@ -24,7 +24,7 @@
  * - Multi-turn at max_staleness 0 equals the synchronous run as above (2 ranks: bit for bit;
  *   3 ranks: step 1): verl's GSM8K interaction with stop strings that end the model's turns
  *   often (every episode runs its own agent loop on the rollout side, replies masked out of the
- *   losses), and the guess_number environment (an episode's game seeded from its step, as the
+ *   losses), and the grid_nav environment (an episode's grid, in its first observation, seeded from its step, as the
  *   synchronous rollout node seeds the batch's). The metrics the replies' mask enters (advantages,
  *   losses, KL) and num_turns would differ from the synchronous run's with a wrong mask or
  *   without the turn handler.
@@ -118,8 +118,8 @@ static const char *const MT_IA[] = {
     "actor_rollout_ref.rollout.multi_turn.max_user_turns=2", "actor_rollout_ref.rollout.stop=[a, e, o]",
     "data.max_response_length=120"};
 static const char *const MT_ENV[] = {
-    "dag.env_enable=true", "dag.environment_path=guess_number", "actor_rollout_ref.rollout.stop=[a, e, o]",
-    "data.max_prompt_length=400", "data.max_response_length=400"};
+    "dag.env_enable=true", "dag.environment_path=grid_nav", "actor_rollout_ref.rollout.stop=[a, e, o]",
+    "data.max_prompt_length=512", "data.max_response_length=400"};
 #define MT_N 5
 
 /* Multi-turn (settings mt) at max_staleness 0: the synchronous one-rank run's metrics. */

@@ -7,7 +7,9 @@
  *   - a weight change mid-conversation: model tokens sampled after it carry the new version,
  *     an appended reply its stop token's version, and everything before it is the unchanged
  *     run's bit for bit; with recompute_kv the first new-version token of a sequence that holds
- *     a reply has the log-prob a fresh forward of the whole conversation gives it. */
+ *     a reply has the log-prob a fresh forward of the whole conversation gives it, and the
+ *     recomputation rewrites exactly the cached tokens (a reply waiting for its prefill: none of
+ *     it, nor its stop token). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -309,6 +311,30 @@ static int64_t check_versions(const feeder *x, const feeder *y)
     return mid;
 }
 
+/* The K / V a recomputation at the change rewrites (every sequence admitted before it): for each
+ * sequence in flight then (one with a token of version 1), its prompt and its tokens of version
+ * 0 but the last one sampled, or, when a reply was waiting for its prefill (the last version-0
+ * tokens appended), up to the reply's stop token. *waiting: sequences with a reply waiting. */
+static int64_t expect_recomputed(const feeder *f, int64_t *waiting)
+{
+    int64_t total = 0;
+    *waiting = 0;
+    for (int64_t i = 0; i < NP; i++)
+        for (int64_t j = 0; j < NS; j++) {
+            const seq_out *o = &f->out[i][j];
+            const int64_t n0 = first_new(o);
+            if (n0 == o->n)
+                continue;
+            assert_true(n0 >= 1);
+            int64_t end = n0 - 1;
+            *waiting += !o->mask[end];
+            while (end > 0 && !o->mask[end])
+                end--;
+            total += POFF[i + 1] - POFF[i] + end;
+        }
+    return total;
+}
+
 /* (3) a weight change mid-conversation (all sequences admitted at poll 0, 10 slots), the cache
  * kept: later model tokens carry version 1, earlier ones are the unchanged run's. (4) the same
  * with recompute_kv: a sequence's first version-1 model token after a reply has the log-prob of
@@ -322,7 +348,7 @@ static void test_swap_mid_conversation(void **state)
     df_rollout_engine *e = engine(m, NP * NS);
     fixed_turns ft;
     feeder *x = new_feeder(m), *k = new_feeder(mk), *r = new_feeder(mr);
-    k->swap_at = r->swap_at = 8;
+    k->swap_at = r->swap_at = 6; /* 3 sequences have a reply waiting for its prefill then */
     r->recompute = true;
     assert_int_equal(stream(e, x, &ft), 0);
     assert_int_equal(df_rollout_engine_load_weights(e, mk), 0);
@@ -333,7 +359,8 @@ static void test_swap_mid_conversation(void **state)
     df_rollout_engine_stats(e, &st);
     const int64_t mid_k = check_versions(x, k), mid_r = check_versions(x, r);
     assert_true(mid_k > 0 && mid_r > 0);
-    assert_true(st.recomputed_tokens > 0);
+    int64_t waiting = 0;
+    assert_int_equal(st.recomputed_tokens, expect_recomputed(r, &waiting));
     /* the recomputed run against a fresh forward of its latest weights */
     df_acts *a = NULL;
     assert_int_equal(df_acts_create(&mr->cfg, MAXLEN, MAXLEN, &a), 0);
@@ -356,10 +383,11 @@ static void test_swap_mid_conversation(void **state)
         }
     df_acts_free(a);
     print_message("swap mid-conversation: %lld (kept) / %lld (recomputed) sequences with a reply at "
-                  "version 0 and model tokens at 1; recomputed %lld tokens, fresh log-probs of %lld "
-                  "within %.3f of the bound\n", (long long)mid_k, (long long)mid_r,
-                  (long long)st.recomputed_tokens, (long long)compared, worst);
-    assert_true(compared > 0);
+                  "version 0 and model tokens at 1; recomputed %lld tokens (%lld sequences with a reply "
+                  "waiting), fresh log-probs of %lld within %.3f of the bound\n", (long long)mid_k,
+                  (long long)mid_r, (long long)st.recomputed_tokens, (long long)waiting, (long long)compared,
+                  worst);
+    assert_true(compared > 0 && waiting > 0);
     assert_true(worst <= 1.0);
     free(x), free(k), free(r);
     df_rollout_engine_free(e);

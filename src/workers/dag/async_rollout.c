@@ -214,9 +214,14 @@ static int turn_columns(executor *x, episode *e, df_batch *b, int64_t total)
     int8_t *mask = malloc((size_t)(total ? total : 1));
     if (!mask)
         return df_error(DF_ENOMEM, "out of memory");
-    for (int64_t j = 0, at = 0; j < x->n; at += e->len[j], j++)
-        memcpy(mask + at, e->mask[j], (size_t)e->len[j]);
-    int rc = df_async_turns_finish(x->turns, e - x->eps, b, mask, e->turns);
+    int rc = DF_OK;
+    for (int64_t j = 0, at = 0; !rc && j < x->n; at += e->len[j], j++)
+        if (e->mask[j])
+            memcpy(mask + at, e->mask[j], (size_t)e->len[j]);
+        else /* the stream ran without the episodes' turn handler */
+            rc = df_error(DF_EINTERNAL, "async rollout: a multi-turn response without its response_mask");
+    if (!rc)
+        rc = df_async_turns_finish(x->turns, e - x->eps, b, mask, e->turns);
     free(mask);
     return rc;
 }
