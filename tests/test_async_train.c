@@ -24,10 +24,12 @@
  * - Multi-turn at max_staleness 0 equals the synchronous run as above (2 ranks: bit for bit;
  *   3 ranks: step 1): verl's GSM8K interaction with stop strings that end the model's turns
  *   often (every episode runs its own agent loop on the rollout side, replies masked out of the
- *   losses), and the grid_nav environment (an episode's grid, in its first observation, seeded from its step, as the
- *   synchronous rollout node seeds the batch's). The metrics the replies' mask enters (advantages,
- *   losses, KL) and num_turns would differ from the synchronous run's with a wrong mask or
- *   without the turn handler.
+ *   losses), and the grid_nav environment (an episode's grid, drawn in its first observation,
+ *   seeded from its step as the synchronous rollout node seeds the batch's). The metrics the
+ *   replies' mask enters (advantages, losses, KL) and num_turns would differ from the
+ *   synchronous run's with a wrong mask, a wrong seed or without the turn handler. At
+ *   max_staleness 1 (a batch ahead, the KV cache recomputed at updates) the job ends within
+ *   the bound.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -173,6 +175,42 @@ static void test_multi_turn_env(void **state)
 {
     (void)state;
     multi_turn_staleness0("mt_env", MT_ENV);
+}
+
+/* Multi-turn at max_staleness 1, 2 batches in flight, the KV cache recomputed at every update and the
+   decoupled objective: the rollout side works a batch ahead, an agent loop per episode in flight, and
+   the job ends cleanly within the bound. (The tiny model's rollout outpaces the trainer, so weights
+   rarely change mid-conversation here; test_rollout_stream_turns pins that case in the engine.) */
+static void test_multi_turn_staleness1(void **state)
+{
+    (void)state;
+    if (df_comm_size(world) < 2) {
+        skip();
+        return;
+    }
+    const char *ov[MT_N + 6];
+    memcpy(ov, MT_IA, MT_N * sizeof *ov);
+    ov[MT_N] = "actor_rollout_ref.rollout.mode=async", ov[MT_N + 1] = "rollout.n_gpus_per_node=1";
+    ov[MT_N + 2] = "async_training.max_staleness=1", ov[MT_N + 3] = "async_training.max_concurrent_rollouts=16";
+    ov[MT_N + 4] = "async_training.recompute_kv=true", ov[MT_N + 5] = "actor_rollout_ref.actor.use_decoupled_loss=true";
+    train_ok(world, "mt1", ov, MT_N + 6);
+    assert_int_equal(df_comm_barrier(world), 0);
+    if (df_comm_rank(world) != 0)
+        return;
+    json_t *got = df_test_metrics(dir, "mt1", false);
+    assert_int_equal(json_array_size(got), 3);
+    for (size_t i = 0; i < 3; i++) {
+        json_t *y = json_array_get(got, i);
+        double gap = num(y, "fully_async/version_gap/max", (int)i);
+        double dropped = num(y, "fully_async/count/dropped_stale_samples", (int)i);
+        if (!(gap >= 0 && (gap <= 1 || dropped > 0)))
+            fail_msg("step %zu: version gap %g > 1 and nothing dropped", i + 1, gap);
+        assert_true(num(y, "num_turns/max", (int)i) > 2);
+        assert_true(num(y, "actor/behave_imp_weight", (int)i) > 0);
+        print_message("mt1 step %zu: version gap max %g, multi-version responses %.3f\n", i + 1, gap,
+                      num(y, "fully_async/multi_version_frac", (int)i));
+    }
+    json_decref(got);
 }
 
 static void test_staleness0_is_synchronous(void **state)
@@ -356,6 +394,7 @@ int main(void)
         cmocka_unit_test(test_no_partial_rollout),
         cmocka_unit_test(test_multi_turn_interaction),
         cmocka_unit_test(test_multi_turn_env),
+        cmocka_unit_test(test_multi_turn_staleness1),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
