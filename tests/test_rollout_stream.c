@@ -191,7 +191,7 @@ static feeder *new_feeder(df_model *m, int64_t n_samples)
 static int stream(df_rollout_engine *e, feeder *f)
 {
     df_sampling_params sp = sampling();
-    df_rollout_stream_hooks h = {f, poll_hook, seq_hook};
+    df_rollout_stream_hooks h = {f, poll_hook, seq_hook, NULL};
     return df_rollout_stream(e, f->m, f->n_samples, 5, &sp, 0, &h);
 }
 
@@ -458,7 +458,7 @@ static int bad_seq(void *user, const df_rollout_seq *s)
 static int run_bad(df_rollout_engine *e, df_model *m, bad_feed *b)
 {
     df_sampling_params sp = sampling();
-    df_rollout_stream_hooks h = {b, bad_poll, bad_seq};
+    df_rollout_stream_hooks h = {b, bad_poll, bad_seq, NULL};
     b->m = m;
     return df_rollout_stream(e, m, 2, 5, &sp, 0, &h);
 }
@@ -496,7 +496,7 @@ static void test_malformed_feed(void **state)
     assert_int_equal(run_bad(e, m, &b), 0);
     assert_int_equal(b.seqs, 4);
     df_sampling_params sp = sampling();
-    df_rollout_stream_hooks h = {&b, bad_poll, NULL};
+    df_rollout_stream_hooks h = {&b, bad_poll, NULL, NULL};
     assert_error_mentions(df_rollout_stream(e, m, 2, 5, &sp, 0, &h), DF_EINVAL, "hook");
     h.on_seq = bad_seq;
     assert_error_mentions(df_rollout_stream(e, m, 0, 5, &sp, 0, &h), DF_EINVAL, "n_samples");

@@ -145,13 +145,18 @@ DF_API int df_sampling_params_validate(const df_sampling_params *sp, int64_t voc
  * sees nothing of other sequences, so a deterministic handler gives results independent of
  * how the sequences' turns interleave (max_num_seqs, admission order). The engine calls the
  * handler from one thread, between forward passes, in an unspecified order of sequences.
+ *
+ * A stream takes a handler too (df_rollout_stream_hooks.turns), with the same semantics per
+ * sequence; it tells the handler the prompt's fed id (df_turn_info.prompt) and the sample.
  */
 
 /** What the handler is told when an assistant turn of one sequence ends (the arrays are the
  *  engine's, valid during the call). */
 typedef struct df_turn_info {
-    int64_t seq;                 /**< prompt * n_samples + sample: the result's row */
-    int64_t prompt;              /**< index into the request's prompts */
+    int64_t seq;                 /**< prompt * n_samples + sample: the result's row
+                                      (df_rollout_generate_turns) */
+    int64_t prompt;              /**< index into the request's prompts; in a stream, the id the
+                                      prompt was fed with (df_rollout_poll.prompt_ids) */
     int64_t sample;              /**< j in [0, n_samples) */
     int64_t turn;                /**< assistant turns ended so far, this one included (>= 1) */
     const int32_t *turn_tokens;  /**< [n_turn] this turn's model tokens, the one that stopped it
@@ -223,8 +228,9 @@ typedef struct df_rollout_stats {
     int64_t recomputed_tokens; /**< tokens whose K / V a stream's weight change with recompute_kv
                                     rewrote (df_rollout_poll; not in prefill_tokens): at each
                                     such change, every in-flight sequence's prompt and response
-                                    but its last token, and the done chunks of a prompt in
-                                    chunked prefill */
+                                    but its last token (with a reply waiting for its prefill:
+                                    up to the turn's stop token, excluded), and the done chunks
+                                    of a prompt in chunked prefill */
 } df_rollout_stats;
 
 typedef struct df_rollout_engine df_rollout_engine;
@@ -393,7 +399,8 @@ DF_API int df_rollout_generate_turns(df_rollout_engine *e, const df_model *m,
  * its result arena, plus max_num_seqs * max_seq_len * 4 bytes of versions, as many of the
  * prompts in flight (what a recomputation reads) and the queue of fed prompts not yet
  * admitted (grown to the largest queue, compacted at every feed): nothing grows with the
- * stream's length.
+ * stream's length. With a turn handler, max_num_seqs * (max_seq_len + 8) bytes of masks and
+ * slot lists more.
  */
 
 /** What a stream's poll hook is told and answers (df_rollout_stream). */
@@ -440,6 +447,10 @@ typedef struct df_rollout_seq {
     const int32_t *versions; /**< [n_tokens] policy version that sampled each token */
     int64_t n_tokens;
     int8_t finish_reason;    /**< DF_FINISH_STOP or DF_FINISH_LENGTH */
+    const int8_t *response_mask; /**< [n_tokens] with a turn handler: 1 on a model token, 0 on an
+                                      appended one (as df_rollout_result.response_mask); NULL
+                                      without one (every token the model's) */
+    int32_t assistant_turns; /**< model turns of the response (1 without a turn handler) */
 } df_rollout_seq;
 
 typedef struct df_rollout_stream_hooks {
@@ -450,6 +461,13 @@ typedef struct df_rollout_stream_hooks {
     /** A sequence finished (called from the generating thread between forward passes, in an
      *  unspecified order). Non-zero status ends the stream with it. */
     int (*on_seq)(void *user, const df_rollout_seq *s);
+    /** Optional (NULL: single-turn): multi-turn, as df_rollout_generate_turns per sequence (a
+     *  stop token ends an assistant turn; the handler appends a reply or ends the sequence).
+     *  Borrowed for the stream's length. Appended tokens carry log-prob 0, response_mask 0 and
+     *  the version of the turn's stop token (the weights current when the handler answered;
+     *  their K / V are written by whichever weights are current at their prefill): they are
+     *  not the policy's samples, so they add no version of their own to a response. */
+    const df_turn_handler *turns;
 } df_rollout_stream_hooks;
 
 /**
@@ -458,15 +476,17 @@ typedef struct df_rollout_stream_hooks {
  * tokens / strings and limits as df_rollout_generate: a sequence's tokens do not depend on
  * when its prompt was fed or what else is in flight (up to float rounding of the matmuls
  * with the batch shape). n_samples responses per fed prompt; version0 tags tokens until the
- * first weights_changed. Single-turn only. Stats (df_rollout_engine_stats) count the whole
- * stream; free_cache_engine drops the cache's pages when it returns.
+ * first weights_changed. Multi-turn with hooks->turns (df_rollout_stream_hooks), else
+ * single-turn. Stats (df_rollout_engine_stats) count the whole stream; free_cache_engine drops
+ * the cache's pages when it returns.
  * Errors: DF_EINVAL for NULL arguments or hooks, n_samples < 1, version0 or new_version
  * outside [0, INT32_MAX], bad sampling parameters or model (as df_rollout_generate), a feed
  * with NULL arrays or offsets[0] != 0, an empty prompt, one longer than max_seq_len - 1 or a
  * token outside [0, vocab) (naming the prompt's id), a feed after finish, a change of m's
  * version (df_model_weights_changed) that no poll answered with weights_changed; a weight change's
- * errors (df_rollout_engine_load_weights, a stale shared bf16 copy); DF_ENOMEM; the hooks' own
- * statuses. On error the sequences in flight are dropped.
+ * errors (df_rollout_engine_load_weights, a stale shared bf16 copy); a turn handler's errors
+ * (as df_rollout_generate_turns); DF_ENOMEM; the hooks' own statuses. On error the sequences in
+ * flight are dropped.
  */
 DF_API int df_rollout_stream(df_rollout_engine *e, const df_model *m, int64_t n_samples,
                              uint64_t seed, const df_sampling_params *sp, int64_t version0,

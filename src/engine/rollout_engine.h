@@ -217,6 +217,9 @@ int df_rollout_turn_end(gen_ctx *g, int32_t si);
 int64_t df_rollout_plan_turns(gen_ctx *g, int64_t budget);
 /* The arena's mask and turn count of slot si, retired now into [g->a_len, + n_gen). */
 int df_rollout_turns_retire(gen_ctx *g, int64_t si);
+/* Slot si ends: its last model tokens marked in g->out_mask; its assistant turns (a turn cut
+ * by the length limit included). */
+int32_t df_rollout_turns_close(gen_ctx *g, int64_t si);
 /* The result's response_mask and assistant_turns (all 1 without a handler). */
 int df_rollout_turns_pack(const gen_ctx *g, df_rollout_result *res);
 

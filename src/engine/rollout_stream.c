@@ -177,7 +177,8 @@ static int64_t cached_len(const gen_ctx *g, int64_t si, const int32_t **prompt)
     const slot_state *s = &e->slots[si];
     if (s->active) {
         *prompt = g->in_tok + si * e->max_seq_len;
-        return s->prompt_len + s->n_gen - 1;
+        /* a reply waiting for its prefill: only the tokens before cont_at are cached */
+        return s->prompt_len + (s->cont ? s->cont_at : s->n_gen - 1);
     }
     if (g->pend.on && si == g->pend.slots[0]) {
         *prompt = g->req->prompt_tokens + g->req->prompt_offsets[g->pend.prompt];
@@ -235,8 +236,10 @@ int df_rollout_stream_deliver(gen_ctx *g, int64_t si, int8_t reason)
     df_rollout_engine *e = g->e;
     slot_state *s = &e->slots[si];
     const int64_t at = si * e->max_seq_len;
+    const int32_t turns = g->turns ? df_rollout_turns_close(g, si) : 1;
     const df_rollout_seq q = {s->prompt_id, s->sample, e->out_tok + at, e->out_logp + at,
-                              g->out_ver + at, s->n_gen, reason};
+                              g->out_ver + at, s->n_gen, reason,
+                              g->turns ? g->out_mask + at : NULL, turns};
     s->active = false; /* its arrays stay untouched until the next forward */
     g->done++;
     return g->hooks->on_seq(g->hooks->user, &q);
@@ -265,8 +268,8 @@ int df_rollout_stream(df_rollout_engine *e, const df_model *m, int64_t n_samples
     if (rc)
         return rc;
     double t0 = df_rollout_begin_call(e);
-    gen_ctx g = {.e = e, .m = m, .sp = sp, .hooks = hooks, .version = version0,
-                 .m_version = m->version};
+    gen_ctx g = {.e = e, .m = m, .sp = sp, .hooks = hooks, .turns = hooks->turns,
+                 .version = version0, .m_version = m->version};
     g.feed = (df_rollout_request){.n_samples = n_samples, .seed = seed};
     g.req = &g.feed;
     g.f_off = calloc(1, sizeof *g.f_off); /* the empty queue's offsets[0] */
@@ -279,6 +282,8 @@ int df_rollout_stream(df_rollout_engine *e, const df_model *m, int64_t n_samples
         rc = df_rollout_infer_weights(e, m, &g.w);
     if (!rc)
         rc = df_rollout_ctx_init(&g);
+    if (!rc)
+        rc = df_rollout_turns_init(&g);
     if (!rc)
         rc = df_rollout_stop_init(&g);
     if (!rc)

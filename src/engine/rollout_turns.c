@@ -63,6 +63,9 @@ static void append_reply(gen_ctx *g, int32_t si, const df_turn_reply *r)
     memcpy(e->out_tok + at, r->tokens, (size_t)r->n_tokens * sizeof(int32_t));
     memset(e->out_logp + at, 0, (size_t)r->n_tokens * sizeof(float));
     memset(g->out_mask + at, 0, (size_t)r->n_tokens);
+    if (g->out_ver) /* a stream: the stop token's version (the handler answered right after it) */
+        for (int64_t k = 0; k < r->n_tokens; k++)
+            g->out_ver[at + k] = g->out_ver[at - 1];
     s->cont = true;
     s->cont_at = s->n_gen - 1; /* the stop token: its K / V are not in the cache yet */
     s->n_gen += r->n_tokens;
@@ -84,8 +87,9 @@ int df_rollout_turn_end(gen_ctx *g, int32_t si)
     if (h->max_assistant_turns > 0 && s->turns >= h->max_assistant_turns)
         return df_rollout_retire(g, si, DF_FINISH_STOP);
     const int32_t *resp = e->out_tok + si * e->max_seq_len;
-    const int64_t n = g->req->n_samples;
-    const df_turn_info t = {s->seq, s->seq / n, s->seq % n, s->turns, resp + s->n_gen - n_turn,
+    /* the prompt's id: its request index in df_rollout_generate_turns, its fed id in a stream */
+    const int64_t seq = s->prompt_id * g->req->n_samples + s->sample;
+    const df_turn_info t = {seq, s->prompt_id, s->sample, s->turns, resp + s->n_gen - n_turn,
                             n_turn, resp, s->n_gen, s->limit - s->n_gen};
     df_turn_reply r = {0};
     int rc = h->on_turn_end(h->user, &t, &r);
@@ -149,11 +153,17 @@ int df_rollout_turns_retire(gen_ctx *g, int64_t si)
         g->a_mask = m;
         g->a_mask_cap = cap;
     }
-    mark_model_tokens(g, si);
+    g->n_turns[s->seq] = df_rollout_turns_close(g, si);
     memcpy(g->a_mask + g->a_len, g->out_mask + si * g->e->max_seq_len, (size_t)s->n_gen);
-    /* a turn cut by the length limit counts too */
-    g->n_turns[s->seq] = (int32_t)(s->turns + (s->turn_start < s->n_gen));
     return DF_OK;
+}
+
+int32_t df_rollout_turns_close(gen_ctx *g, int64_t si)
+{
+    const slot_state *s = &g->e->slots[si];
+    mark_model_tokens(g, si);
+    /* a turn cut by the length limit counts too */
+    return (int32_t)(s->turns + (s->turn_start < s->n_gen));
 }
 
 int df_rollout_turns_pack(const gen_ctx *g, df_rollout_result *res)

@@ -27,10 +27,13 @@
 #include "distflow/batch.h"
 #include "distflow/comm.h"
 #include "distflow/model.h"
+#include "distflow/rollout.h"
+#include "distflow/tokenizer.h"
 
 #include <stdbool.h>
 #include <stdint.h>
 
+struct df_agent_config;
 struct df_dag_worker;
 struct df_node_ctx;
 struct df_train_config;
@@ -189,6 +192,41 @@ void df_async_free(df_async *a);
 int df_async_rollout_run(struct df_dag_worker *w);
 /** Rollout side setup: the tokenizer, its data shard, the model and the engine. */
 int df_async_rollout_setup(struct df_dag_worker *w);
+
+/*
+ * Multi-turn episodes on the rollout side (async_turns.c; multi_turn.enable or dag.env_enable):
+ * an agent loop per episode in flight, in slots [0, cap) (the executor's episode slots, which
+ * are the ids it feeds the stream with), each over its one prompt row with n responses.
+ */
+typedef struct df_async_turns df_async_turns;
+
+/** Slots for cap episodes of n responses each; cfg and tok are borrowed for its life.
+ *  Errors: DF_ENOMEM. */
+int df_async_turns_create(const struct df_agent_config *cfg, const df_tokenizer *tok, int64_t cap, int64_t n,
+                          df_async_turns **out);
+/** Ends every loop still running (NULL ok). */
+void df_async_turns_free(df_async_turns *x);
+/** The stream's turn handler (df_rollout_stream_hooks.turns): a turn end of the sequence fed with
+ *  id `slot`, sample j, goes to slot's loop as its sequence j. Valid while x lives. */
+const df_turn_handler *df_async_turns_handler(df_async_turns *x);
+/**
+ * Start slot's episode (a loop already there is ended first) over *prompt (1 row, taken): the
+ * loop of df_agent_loop_begin with environment seed env_seed (the synchronous rollout's for the
+ * row's step); *prompt becomes the row as the model sees it first (prompt_ids re-rendered with
+ * the tool schemas, or the environment's first observation). Errors: df_agent_loop_begin's,
+ * naming the row's index; *prompt is kept then.
+ */
+int df_async_turns_begin(df_async_turns *x, int64_t slot, uint64_t env_seed, struct df_batch **prompt);
+/**
+ * The episode's rows (n, response_ids set) get the synchronous rollout node's multi-turn columns:
+ * response_mask and num_turns from mask ([total response tokens] int8, 1 on a model token) and
+ * turns ([n] assistant turns), then the loop's agent_reward, tool_calls (env_return, env_success).
+ * Errors: DF_EINTERNAL (no response_ids), DF_ENOMEM, df_agent_loop_finish's.
+ */
+int df_async_turns_finish(df_async_turns *x, int64_t slot, struct df_batch *rows, const int8_t *mask,
+                          const int32_t *turns);
+/** Free slot's loop: its sessions and episodes end (none: nothing). */
+void df_async_turns_end(df_async_turns *x, int64_t slot);
 
 /** Trainer side: make the graph's rollout node take its batch from the rollout side. */
 int df_async_trainer_setup(struct df_dag_worker *w);

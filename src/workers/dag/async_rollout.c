@@ -14,11 +14,13 @@
 /* One episode in flight: its prompt row and the responses finished so far. */
 typedef struct episode {
     bool used;
-    df_batch *prompt; /* 1 row */
+    df_batch *prompt; /* 1 row (multi-turn: as the agent loop rendered it) */
     int64_t order, got;
     int64_t *len;     /* [n] */
     int32_t **tok, **ver;
     float **logp;
+    int8_t **mask;    /* [n] multi-turn: each response's response_mask, else NULL */
+    int32_t *turns;   /* [n] assistant turns */
 } episode;
 
 /* A message on its way to a trainer rank. */
@@ -44,6 +46,7 @@ typedef struct executor {
     df_batch *cur;        /* the dataloader's batch being fed */
     int64_t cur_pos, batches;
     uint64_t *seeds;      /* [cap] per-episode seed of the step its prompt belongs to */
+    df_async_turns *turns; /* multi-turn: an agent loop per episode (async_turns.c), else NULL */
     int next_dest;
     pending_send *sends;
     int64_t n_sends, sends_cap;
@@ -200,8 +203,27 @@ static int send_message(executor *x, int dest, df_async_episode *hdr, const uint
     return DF_OK;
 }
 
+/* Multi-turn: the responses' masks and turns onto the episode's rows b (`total` response tokens),
+ * with its agent loop's columns: the synchronous rollout node's. */
+static int turn_columns(executor *x, episode *e, df_batch *b, int64_t total)
+{
+    int8_t *mask = malloc((size_t)(total ? total : 1));
+    if (!mask)
+        return df_error(DF_ENOMEM, "out of memory");
+    int rc = DF_OK;
+    for (int64_t j = 0, at = 0; !rc && j < x->n; at += e->len[j], j++)
+        if (e->mask[j])
+            memcpy(mask + at, e->mask[j], (size_t)e->len[j]);
+        else /* the stream ran without the episodes' turn handler */
+            rc = df_error(DF_EINTERNAL, "async rollout: a multi-turn response without its response_mask");
+    if (!rc)
+        rc = df_async_turns_finish(x->turns, e - x->eps, b, mask, e->turns);
+    free(mask);
+    return rc;
+}
+
 /* A finished episode as the generate node's rows (prompt repeated n times, response_ids,
- * rollout_log_probs, versions). */
+ * rollout_log_probs, versions; multi-turn: the agent loop's columns). */
 static int episode_batch(executor *x, episode *e, df_batch **out)
 {
     int64_t n = x->n, total = 0;
@@ -230,6 +252,8 @@ static int episode_batch(executor *x, episode *e, df_batch **out)
         rc = df_batch_set_tok_f32(b, "rollout_log_probs", off, lp);
     if (!rc)
         rc = df_batch_set_tok_i32(b, "versions", off, ver);
+    if (!rc && x->turns)
+        rc = turn_columns(x, e, b, total);
     free(off), free(tok), free(ver), free(lp);
     if (rc)
         df_batch_free(b);
@@ -238,12 +262,14 @@ static int episode_batch(executor *x, episode *e, df_batch **out)
     return rc;
 }
 
-static void episode_clear(episode *e, int64_t n)
+/* The episode's slot free again (multi-turn: its agent loop ended). */
+static void episode_clear(executor *x, episode *e)
 {
-    for (int64_t j = 0; e->tok && j < n; j++) {
-        free(e->tok[j]), free(e->ver[j]), free(e->logp[j]);
-        e->tok[j] = e->ver[j] = NULL, e->logp[j] = NULL;
+    for (int64_t j = 0; e->tok && j < x->n; j++) {
+        free(e->tok[j]), free(e->ver[j]), free(e->logp[j]), free(e->mask[j]);
+        e->tok[j] = e->ver[j] = NULL, e->logp[j] = NULL, e->mask[j] = NULL;
     }
+    df_async_turns_end(x->turns, e - x->eps);
     df_batch_free(e->prompt);
     e->prompt = NULL;
     e->used = false;
@@ -273,7 +299,7 @@ static int ship_episode(executor *x, episode *e)
     x->next_dest = (x->next_dest + 1) % x->a->n_trainers;
     free(rows);
     df_batch_free(b);
-    episode_clear(e, x->n);
+    episode_clear(x, e);
     return rc;
 }
 
@@ -290,6 +316,12 @@ static int on_seq(void *user, const df_rollout_seq *s)
     memcpy(e->tok[j], s->tokens, (size_t)k * sizeof(int32_t));
     memcpy(e->ver[j], s->versions, (size_t)k * sizeof(int32_t));
     memcpy(e->logp[j], s->log_probs, (size_t)k * sizeof(float));
+    if (s->response_mask) { /* multi-turn */
+        if (!(e->mask[j] = malloc((size_t)(k ? k : 1))))
+            return df_error(DF_ENOMEM, "out of memory for a response of %lld tokens", (long long)k);
+        memcpy(e->mask[j], s->response_mask, (size_t)k);
+    }
+    e->turns[j] = s->assistant_turns;
     e->len[j] = k;
     return ++e->got == x->n ? ship_episode(x, e) : DF_OK;
 }
@@ -311,6 +343,10 @@ static int next_prompt(executor *x, int64_t i)
     }
     episode *e = &x->eps[i];
     int rc = df_batch_slice(x->cur, x->cur_pos, x->cur_pos + 1, &e->prompt);
+    /* multi-turn: the episode's own agent loop, its environment seeded as the synchronous step's */
+    if (!rc && x->turns)
+        rc = df_async_turns_begin(x->turns, i, df_rng_key(df_worker_seed(w), 0xe57, (uint64_t)x->batches, 0),
+                                  &e->prompt);
     if (rc)
         return rc;
     e->used = true;
@@ -439,18 +475,24 @@ static int executor_init(executor *x, df_dag_worker *w)
         e->tok = calloc((size_t)x->n, sizeof *e->tok);
         e->ver = calloc((size_t)x->n, sizeof *e->ver);
         e->logp = calloc((size_t)x->n, sizeof *e->logp);
-        if (!e->len || !e->tok || !e->ver || !e->logp)
+        e->mask = calloc((size_t)x->n, sizeof *e->mask);
+        e->turns = calloc((size_t)x->n, sizeof *e->turns);
+        if (!e->len || !e->tok || !e->ver || !e->logp || !e->mask || !e->turns)
             return df_error(DF_ENOMEM, "out of memory");
     }
-    return DF_OK;
+    /* multi_turn.enable / dag.env_enable: the rollout node's agent loop, one per episode */
+    return w->rollout.agent ? df_async_turns_create(w->rollout.agent, w->tok, x->cap, x->n, &x->turns) : DF_OK;
 }
 
 static void executor_free(executor *x)
 {
     for (int64_t i = 0; x->eps && i < x->cap; i++) {
-        episode_clear(&x->eps[i], x->n);
-        free(x->eps[i].len), free(x->eps[i].tok), free(x->eps[i].ver), free(x->eps[i].logp);
+        episode *e = &x->eps[i];
+        if (e->mask) /* a slot whose arrays were all made */
+            episode_clear(x, e);
+        free(e->len), free(e->tok), free(e->ver), free(e->logp), free(e->mask), free(e->turns);
     }
+    df_async_turns_free(x->turns);
     for (int64_t i = 0; i < x->n_sends; i++) {
         df_comm_request_free(&x->sends[i].req);
         free(x->sends[i].buf);
@@ -507,7 +549,8 @@ int df_async_rollout_run(df_dag_worker *w)
     if (!rc)
         rc = first_weights(&x);
     const df_sampling_params sp = w->global.sampling;
-    df_rollout_stream_hooks hooks = {.user = &x, .poll = poll, .on_seq = on_seq};
+    df_rollout_stream_hooks hooks = {.user = &x, .poll = poll, .on_seq = on_seq,
+                                     .turns = x.turns ? df_async_turns_handler(x.turns) : NULL};
     x.t_last = x.t_progress = df_now();
     if (!rc && !x.stop)
         rc = df_rollout_stream(w->rollout.engine, w->async->model, x.n, 0, &sp, x.version, &hooks);

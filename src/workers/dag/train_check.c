@@ -506,9 +506,6 @@ static int check_async(const df_config *c, const df_train_config *t, df_task_gra
     else if (a->recompute_kv && !a->partial_rollout)
         key = "async_training.recompute_kv", why = "has nothing to recompute with async_training.partial_rollout=false "
                                                    "(the weights change only when nothing is in flight)";
-    else if (t->actor_rollout_ref.rollout.multi_turn.enable || t->dag.env_enable)
-        key = t->dag.env_enable ? "dag.env_enable" : "actor_rollout_ref.rollout.multi_turn.enable",
-        why = "multi-turn rollouts are not run asynchronously yet (issue 16)";
     else if (t->algorithm.filter_groups.enable)
         key = "algorithm.filter_groups.enable", why = "dynamic sampling re-runs the rollout inside a step; not with "
                                                       "the asynchronous runtime yet (issue 16)";

@@ -28,11 +28,12 @@ int df_generate_batch(df_rollout_engine *e, const df_model *m, const df_batch *p
     return df_generate_batch_turns(e, m, prompts, n, sp, NULL, seed, label, out);
 }
 
-/* The result's response_mask as the batch's int32 column (rows as response_ids), and verl's
- * num_turns per sample: assistant turns + appended replies (user / tool turns) + 1. */
-static int set_mask(df_batch *b, const df_rollout_result *res)
+/* The response_mask as the batch's int32 column (rows as response_ids), and verl's num_turns
+ * per sample: assistant turns + appended replies (user / tool turns) + 1. */
+int df_generate_set_turn_columns(df_batch *b, int64_t n, const int64_t *offsets, const int8_t *response_mask,
+                                 const int32_t *assistant_turns)
 {
-    const int64_t total = res->offsets[res->n_seqs], n = res->n_seqs;
+    const int64_t total = offsets[n];
     int32_t *mask = malloc((size_t)(total ? total : 1) * sizeof *mask);
     int64_t *turns = malloc((size_t)(n ? n : 1) * sizeof *turns);
     if (!mask || !turns) {
@@ -40,13 +41,13 @@ static int set_mask(df_batch *b, const df_rollout_result *res)
         return df_error(DF_ENOMEM, "out of memory for the response mask");
     }
     for (int64_t s = 0; s < n; s++) {
-        turns[s] = res->assistant_turns[s] + 1;
-        for (int64_t t = res->offsets[s]; t < res->offsets[s + 1]; t++) {
-            mask[t] = res->response_mask[t];
-            turns[s] += !mask[t] && (t == res->offsets[s] || mask[t - 1]); /* a reply starts */
+        turns[s] = assistant_turns[s] + 1;
+        for (int64_t t = offsets[s]; t < offsets[s + 1]; t++) {
+            mask[t] = response_mask[t];
+            turns[s] += !mask[t] && (t == offsets[s] || mask[t - 1]); /* a reply starts */
         }
     }
-    int rc = df_batch_set_tok_i32(b, "response_mask", res->offsets, mask);
+    int rc = df_batch_set_tok_i32(b, "response_mask", offsets, mask);
     if (!rc)
         rc = df_batch_set_i64(b, "num_turns", turns);
     free(mask), free(turns);
@@ -84,7 +85,7 @@ int df_generate_batch_turns(df_rollout_engine *e, const df_model *m, const df_ba
     if (!rc)
         rc = df_batch_set_tok_f32(b, "rollout_log_probs", res.offsets, res.log_probs);
     if (!rc && turns) /* multi-turn: losses, KL and advantages skip the appended tokens */
-        rc = set_mask(b, &res);
+        rc = df_generate_set_turn_columns(b, res.n_seqs, res.offsets, res.response_mask, res.assistant_turns);
     df_rollout_result_free(&res);
     if (rc) {
         df_batch_free(b);

@@ -32,4 +32,13 @@ int df_generate_batch_turns(df_rollout_engine *e, const df_model *m, const df_ba
                             int64_t n, const df_sampling_params *sp, const df_turn_handler *turns,
                             uint64_t seed, const char *label, df_batch **out);
 
+/**
+ * The multi-turn columns df_generate_batch_turns adds, onto a generated batch b of n rows:
+ * response_mask from mask ([offsets[n]] int8, 1 on a model token, laid out as response_ids by
+ * offsets [n + 1]) and num_turns from assistant_turns ([n]). Errors: DF_ENOMEM, the batch's
+ * (DF_EINVAL for columns of another size).
+ */
+int df_generate_set_turn_columns(df_batch *b, int64_t n, const int64_t *offsets, const int8_t *mask,
+                                 const int32_t *assistant_turns);
+
 #endif
