@@ -118,6 +118,27 @@ static void test_siirl_marft_plans_and_is_refused(void **state)
     df_config_free(cfg);
 }
 
+/* `distflow plan` prints the refused multi-agent plan, agent groups included, then the refusal. */
+static void test_cli_plan_shows_groups(void **state)
+{
+    char yaml[1024], cmd[4096];
+    snprintf(yaml, sizeof yaml, "%s/job.yaml", (const char *)*state);
+    FILE *f = fopen(yaml, "w");
+    assert_non_null(f);
+    fputs("trainer: {nnodes: 1, n_gpus_per_node: 2}\n", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 %s/distflow plan %s --world 2 dag.workflow_path=%s "
+             "critic.model.path=/nonexistent 2>&1", DF_BINARY_DIR, yaml, MARFT);
+    static char out[1 << 16];
+    assert_int_equal(df_test_command(cmd, out, sizeof out), 1);
+    const char *groups = strstr(out, "\n== agent groups (2)\nagent 0: models ROLLOUT, ACTOR, REFERENCE, CRITIC; "
+                                     "checkpoint actor_agent_0\n");
+    const char *err = strstr(out, "distflow plan: error: " MARFT " node 'rollout_actor': agent_group 1:");
+    if (!groups || !err || err < groups)
+        fail_msg("the plan's agent groups, then the refusal, expected:\n%s", out);
+    assert_non_null(strstr(out, "== planned for 2 ranks: a multi-agent graph, shown but refused (below)\n"));
+}
+
 /* gae_marft: several agent groups, its advantage node in the last one. */
 static void test_gae_marft_placement(void **state)
 {
@@ -194,6 +215,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_siirl_marft_parses),
         cmocka_unit_test(test_siirl_marft_plans_and_is_refused),
+        cmocka_unit_test_setup_teardown(test_cli_plan_shows_groups, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_gae_marft_placement, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test(test_agent_group_shapes),
     };

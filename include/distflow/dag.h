@@ -644,15 +644,21 @@ DF_API int df_builtin_pipeline(const char *name, df_task_graph **out);
  * verbatim, quoted ones double-quoted, lists in flow style, empty as "null";
  * `!Ref global_config.x.y` values are replaced by what they name.
  * Executable refs are not resolved here (df_task_graph_resolve does that).
- * Unknown per-node options (e.g. siiRL's Python-only `agent_options`) are not
- * errors: each produces a warning through `warn` (NULL: dropped).
+ *       agent_options: {train_cycle: 15, share_instance: 0, obs_with_env: true,
+ *                       process_path: p.py, env_path: [e.py:E],
+ *                       pre_process_kwargs: {k: v}, post_process_kwargs: {k: v}}
+ *                                           # siiRL's MARFT options, into node->agent_options
+ * Unknown per-node options, and unknown agent_options (or siiRL's rollout-wide
+ * agent_name / num_workers / custom_async_server there), are not errors: each
+ * produces a warning through `warn` (NULL: dropped).
  *
  * Errors (DF_EINVAL unless noted), each "<file>:<line>: node '<id>': ..." when
  * about a node: YAML syntax ("<file>:<line>:<col>: ..."), empty file, missing
  * dag_id / nodes, an entry that is not a mapping or has no node_id ("node #3"),
  * duplicate node id, missing or unknown node_type, unknown node_role, a role on
  * a non-model node type, wrong value types (bool, non-negative int, list,
- * mapping), a dependency not in the file, an unresolved !Ref; a cycle or other
+ * mapping), agent_options of the wrong types (kwargs values must be scalars),
+ * a dependency not in the file, an unresolved !Ref; a cycle or other
  * validation failure is "<file>: task graph '<id>': ... dependency cycle: ...".
  * DF_EIO when the file cannot be read, DF_ENOMEM. The graph is validated.
  */
