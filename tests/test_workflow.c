@@ -185,14 +185,16 @@ static void test_python_only_options_warn(void **state)
                        "    node_type: COMPUTE\n"
                        "    agent_options:\n"
                        "      process_path: my.module.fn\n"
+                       "      env: []\n"
                        "    user_hook: 3\n";
     df_task_graph *g;
     warnings w = {0};
     assert_int_equal(df_workflow_load_text(text, "w.yaml", collect, &w, &g), 0);
+    /* agent_options are read (test_marft_plan.c); an option siiRL's AgentArguments lacks is not */
     assert_int_equal(w.n, 2);
-    assert_non_null(strstr(w.msgs[0], "w.yaml:5: node 'a': agent_options"));
-    assert_non_null(strstr(w.msgs[0], "ignored"));
-    assert_non_null(strstr(w.msgs[1], "w.yaml:7: node 'a': unknown node option 'user_hook'"));
+    assert_non_null(strstr(w.msgs[0], "w.yaml:7: node 'a': unknown agent option 'env' ignored"));
+    assert_non_null(strstr(w.msgs[1], "w.yaml:8: node 'a': unknown node option 'user_hook'"));
+    assert_string_equal(node(g, "a")->agent_options->process_path, "my.module.fn");
     df_task_graph_free(g);
     /* without a callback the warnings are dropped, the load still succeeds */
     assert_int_equal(df_workflow_load_text(text, "w.yaml", NULL, NULL, &g), 0);

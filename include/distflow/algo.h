@@ -368,6 +368,101 @@ DF_API int df_adv_gpg_paper(const df_adv_input *in, float *advantages, float *re
  */
 DF_API int df_adv_cpgd(const df_adv_input *in, float *advantages, float *returns);
 
+/* ---------------------------------------------------------------------------
+ * marft: advantages and rewards of multi-agent (MARFT) episodes, siiRL
+ * siirl/dag_worker/core_algos.py compute_marft_gae_advantage_return and
+ * siirl/dag_worker/dagworker.py compute_multi_agent_advantage (siiRL commit
+ * af00a771817324f55f40c7b980d925cb008db6d8). docs/multi_agent.md.
+ *
+ * Layout: A agents (agent groups 0 .. A-1, in the order they act in a turn)
+ * and n rows. A row is one turn of one episode; agent a's response to it is
+ * tokens [offsets_a[i], offsets_a[i + 1]) of agent a's packed per-token arrays
+ * (each agent its own offsets; a response may be empty). The rows of one
+ * episode are contiguous and share a request_id; traj_len is their number.
+ * ------------------------------------------------------------------------- */
+
+/** One agent's per-token columns over the n rows (siiRL agent_group_{a}_*; the last agent's unprefixed). */
+typedef struct df_marft_agent_input {
+    const int64_t *offsets;           /**< [n + 1] */
+    const float *token_level_rewards; /**< [offsets[n]] */
+    const float *values;              /**< [offsets[n]] this agent's critic values */
+} df_marft_agent_input;
+
+typedef struct df_adv_marft_input {
+    int64_t n;                          /**< rows */
+    int n_agents;                       /**< A >= 1 */
+    const df_marft_agent_input *agents; /**< [n_agents], agent group order */
+    const char *const *request_id;      /**< [n] the episode of each row (siiRL request_id) */
+    const int64_t *traj_len;            /**< [n] rows of that episode (siiRL traj_len), >= 1 */
+    float gamma;                        /**< discount, [0, 1] */
+    float lam;                          /**< GAE lambda, [0, 1] */
+    bool defer_whiten;                  /**< write the advantages before whitening (as df_adv_input's) */
+} df_adv_marft_input;
+
+/**
+ * "gae_marft" — GAE chained across the agents and turns of each episode, then
+ * whitened per agent (siiRL compute_marft_gae_advantage_return). Per episode
+ * (its first row b, in order of first appearance; L = traj_len[b]), with one
+ * running g = 0 for the whole episode, for k = 0 .. L-1 (row r = b + k), for
+ * agents a = A-1 down to 0, for tokens t = T-1 down to 0 (T = agent a's
+ * response length in row r; V_a, R_a its values and rewards):
+ *   t <  T-1:  delta = gamma V_a[r, t+1] - V_a[r, t]        (rewards off the last token are not read)
+ *   t == T-1:  delta = R_a[r, t] + gamma v_next - V_a[r, t], with
+ *              v_next = V_{a+1}[r, 0]                       for a < A-1 (the next agent's first value)
+ *              v_next = V_0[r-1, 0]                         for a = A-1, k > 0
+ *              v_next = 0                                   for a = A-1, k = 0 (the episode's end)
+ *   g = delta + gamma lam g;  advantages_a[r, t] = g;  returns_a[r, t] = g + V_a[r, t]
+ * then advantages_a = whiten(advantages_a) over agent a's tokens of all rows
+ * (df_adv_whiten; skipped under defer_whiten). The value of an empty
+ * response's first token is 0 (siiRL's critic zeroes values off the response
+ * mask). Row k of an episode is thus taken as the step AFTER row k + 1: siiRL
+ * expects each episode's rows last turn first (its loop's comment says the
+ * trajectory "has been reserved", and a commented-out assert wants row k to be
+ * turn L-1-k); its rollout writes them first turn first, so with use_all_traj
+ * and several turns its chain runs against time. Pass them last turn first.
+ * siiRL writes the advantages of every agent but the last under the prefix of
+ * agent A-2 (a loop variable left over), which matters from three agents on;
+ * here each agent gets its own.
+ * advantages[a], returns[a]: [agents[a].offsets[n]] outputs, caller-allocated.
+ * Errors (DF_EINVAL, naming the agent, row and token): NULL arrays, n < 0,
+ * n_agents < 1, bad offsets, non-finite rewards / values, gamma or lam outside
+ * [0, 1], a NULL request_id, traj_len < 1, an episode whose rows are not
+ * contiguous or do not number its traj_len (rows sharing a request_id must
+ * agree on it); DF_ENOMEM.
+ */
+DF_API int df_adv_gae_marft(const df_adv_marft_input *in, float *const *advantages, float *const *returns);
+
+/**
+ * "gae_marft" registered as an estimator (df_adv_estimator_fn): the one-agent
+ * case of df_adv_gae_marft with every sample an episode of one turn, i.e. GAE
+ * (df_adv_gae) reading each response's reward at its last token only. Its
+ * descriptor needs values and agent groups (DF_ADV_NEEDS_AGENTS): training
+ * runs the multi-agent form. Honours defer_whiten. Errors: the common ones,
+ * values NULL, a response_mask with a 0 (a MARFT response is the model's
+ * tokens only).
+ */
+DF_API int df_adv_gae_marft_single(const df_adv_input *in, float *advantages, float *returns);
+
+/**
+ * siiRL's share_reward_in_agent (compute_multi_agent_advantage): the rewards
+ * of agents that have none of their own, from the next agent's. For a = A-2
+ * down to 0 with has_own[a] false, in every row i: agent a's rewards are set
+ * to 0, and with share, its last token gets the sum of agent a + 1's rewards
+ * in row i (so every such agent gets the last agent's score); an empty
+ * response gets nothing. Agents with has_own[a] keep theirs; the last agent
+ * must have its own. siiRL clones the next agent's padded reward tensor
+ * instead, which puts the reward at the next agent's last position: in
+ * gae_marft (which reads an agent's reward at its last token only) it counts
+ * only when the two responses have the same length; this places it where
+ * gae_marft reads it. (siiRL also zeroes the last agent's rewards when its
+ * reward columns carry another group's prefix and share is off; not followed.)
+ * rewards[a]: [offsets[a][n]], edited in place. Errors (DF_EINVAL): NULL
+ * arrays, n < 0, n_agents < 1, bad offsets, has_own[A-1] false, a non-finite
+ * reward of a next agent.
+ */
+DF_API int df_marft_share_reward(int64_t n, int n_agents, const int64_t *const *offsets, float *const *rewards,
+                                 const bool *has_own, bool share);
+
 /* ======================================================================
  * Loss aggregation (verl agg_loss, expressed as per-token weights)
  * ====================================================================== */

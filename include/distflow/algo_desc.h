@@ -37,6 +37,10 @@ enum {
     /** df_adv_input.reward_baselines: the rollout adds one greedy response per prompt, scored by
      *  the reward, whose score is the baseline (ReMax; verl RayPPOTrainer.fit, gen_baseline). */
     DF_ADV_NEEDS_BASELINES = 1u << 2,
+    /** Every agent group's columns and the episodes' layout (request_id, traj_len): a multi-agent
+     *  workflow, its nodes in several agent groups (siiRL MARFT's gae_marft, df_adv_gae_marft);
+     *  `config check` refuses it for a graph of one agent group. */
+    DF_ADV_NEEDS_AGENTS = 1u << 3,
 };
 
 /** How an estimator behaves. */

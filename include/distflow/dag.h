@@ -133,6 +133,34 @@ typedef int (*df_node_fn)(df_node_ctx *ctx, df_batch *batch, df_node_output *out
  * ====================================================================== */
 
 /**
+ * siiRL's per-node `agent_options` (AgentArguments, siirl/params/model_args.py): one agent's
+ * settings in a multi-agent (MARFT) workflow, as the file gives them (docs/multi_agent.md says
+ * what distflow does with each). Owned by its node; strings NUL-terminated.
+ */
+typedef struct df_agent_options {
+    int64_t train_cycle;   /**< > 0: the node runs only in steps s with (s / train_cycle) mod
+                                (number of agent groups) == its agent_group, so the agents train in
+                                turns (siiRL DAGWorker's node loop; df_marft_node_runs); 0: always */
+    int share_instance;    /**< >= 0: the node uses the model instance of this agent group (siiRL:
+                                critic_2_* on agent 0's critic); -1: its own */
+    bool obs_with_env;     /**< the agent's turn reads the environment's observation (siiRL
+                                MultiAgentLoop); an env_path node also steps the environment */
+    bool rewards_with_env; /**< siiRL reads the rollout-wide key (actor_rollout_ref.rollout.agent.
+                                rewards_with_env), not this; kept as written */
+    char *process_path;    /**< siiRL: a Python file with pre_process / post_process, or NULL;
+                                distflow's counterpart is df_marft_chain (distflow/marft.h) */
+    char **env_path;       /**< [n_env_path] siiRL: "file.py:Class" environments */
+    int n_env_path;
+    char **pre_kwargs;     /**< [2 * n_pre_kwargs]: key, value, ... of pre_process_kwargs (values: scalars as written) */
+    int n_pre_kwargs;
+    char **post_kwargs;    /**< [2 * n_post_kwargs]: the same for post_process_kwargs */
+    int n_post_kwargs;
+} df_agent_options;
+
+/** Value of `key` in o's pre_process_kwargs (post false) or post_process_kwargs, or NULL. */
+DF_API const char *df_agent_options_kwarg(const df_agent_options *o, bool post, const char *key);
+
+/**
  * A node. Read the fields directly; change them through the functions below
  * (which own the strings), except status / retries_done / fn / retry_limit /
  * agent_group / only_forward_compute, which callers may set.
@@ -153,6 +181,8 @@ struct df_node {
     int retry_limit;           /**< extra attempts after a DF_ERETRY failure (default 0) */
     int retries_done;          /**< retries used in the current run (attempts - 1) */
     df_node_status status;
+    df_agent_options *agent_options; /**< siiRL's agent_options of a workflow node, or NULL (last:
+                                          a plugin built before it reads the fields above) */
 };
 
 /**
@@ -245,6 +275,17 @@ DF_API int df_task_graph_upstream_nodes(df_task_graph *g, const char *node_id, d
 DF_API int df_task_graph_nodes_by_role(df_task_graph *g, df_node_role role, df_node ***out,
                                        int *n);
 
+/**
+ * The agent groups of a multi-agent (siiRL MARFT) graph: *n_groups = 1 + the largest node
+ * agent_group (1 for a single-agent graph), after checking what siiRL's DAG worker assumes
+ * (it indexes its agents 0 .. n-1 and looks a shared instance up by group and role): every
+ * group 0 .. n-1 has a node, and a node's agent_options.share_instance names another group
+ * with a node of the same role that has its own instance. Errors (DF_EINVAL, naming the
+ * graph and node): a group without nodes, a share_instance outside [0, n), naming its own
+ * group, or naming a group without such a node.
+ */
+DF_API int df_task_graph_agent_groups(const df_task_graph *g, int *n_groups);
+
 /** Deep copy under new_id (NULL keeps the id). */
 DF_API int df_task_graph_copy(const df_task_graph *g, const char *new_id, df_task_graph **out);
 
@@ -257,6 +298,8 @@ DF_API void df_task_graph_reset(df_task_graph *g);
  * the validation problem in the header, when the graph is invalid):
  *   [actor_old_log_prob] MODEL_TRAIN role=ACTOR status=PENDING forward-only
  *     agent_group: 1                    (only when not 0)
+ *     agent_options: train_cycle 15, share_instance 0, obs_with_env, process_path p.py,
+ *                    env_path [e.py:E], pre_process_kwargs {pre_chat_template}   (when set)
  *     ref: siirl.dag_worker.dagworker:DAGWorker.compute_old_log_prob
  *     config: key=value, ...            (only when set)
  *     after: calculate_advantages       ("(entry node)" when none)
@@ -601,15 +644,21 @@ DF_API int df_builtin_pipeline(const char *name, df_task_graph **out);
  * verbatim, quoted ones double-quoted, lists in flow style, empty as "null";
  * `!Ref global_config.x.y` values are replaced by what they name.
  * Executable refs are not resolved here (df_task_graph_resolve does that).
- * Unknown per-node options (e.g. siiRL's Python-only `agent_options`) are not
- * errors: each produces a warning through `warn` (NULL: dropped).
+ *       agent_options: {train_cycle: 15, share_instance: 0, obs_with_env: true,
+ *                       process_path: p.py, env_path: [e.py:E],
+ *                       pre_process_kwargs: {k: v}, post_process_kwargs: {k: v}}
+ *                                           # siiRL's MARFT options, into node->agent_options
+ * Unknown per-node options, and unknown agent_options (or siiRL's rollout-wide
+ * agent_name / num_workers / custom_async_server there), are not errors: each
+ * produces a warning through `warn` (NULL: dropped).
  *
  * Errors (DF_EINVAL unless noted), each "<file>:<line>: node '<id>': ..." when
  * about a node: YAML syntax ("<file>:<line>:<col>: ..."), empty file, missing
  * dag_id / nodes, an entry that is not a mapping or has no node_id ("node #3"),
  * duplicate node id, missing or unknown node_type, unknown node_role, a role on
  * a non-model node type, wrong value types (bool, non-negative int, list,
- * mapping), a dependency not in the file, an unresolved !Ref; a cycle or other
+ * mapping), agent_options of the wrong types (kwargs values must be scalars),
+ * a dependency not in the file, an unresolved !Ref; a cycle or other
  * validation failure is "<file>: task graph '<id>': ... dependency cycle: ...".
  * DF_EIO when the file cannot be read, DF_ENOMEM. The graph is validated.
  */

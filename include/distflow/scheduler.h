@@ -234,6 +234,8 @@ typedef struct df_plan {
     df_process_groups *groups;
     int rollout_ranks;          /**< actor_rollout_ref.rollout.mode=async: the rollout side's ranks,
                                      the job's last ones (the schedule covers the others); 0: sync */
+    int n_agent_groups;         /**< agent groups of the graph (df_task_graph_agent_groups): 1, or
+                                     more for a multi-agent (siiRL MARFT) workflow */
 } df_plan;
 
 /**
@@ -241,9 +243,9 @@ typedef struct df_plan {
  * trainer.nnodes x trainer.n_gpus_per_node (param_aware; a model node's size
  * is its `model_params` config as in siiRL, else the parameter count of its
  * role's model from that directory's config.json, 0 when unreadable), process
- * groups with the default types. Reads config.json files only: no weights,
- * no data. Workflow-file warnings go to `warn` (may be NULL).
- * Errors: those of the steps, wrapped with "planning".
+ * groups with the default types, the agent groups (df_task_graph_agent_groups).
+ * Reads config.json files only: no weights, no data. Workflow-file warnings go
+ * to `warn` (may be NULL). Errors: those of the steps, wrapped with "planning".
  */
 DF_API int df_plan_create(const df_config *c, df_warn_fn warn, void *user, df_plan **out);
 DF_API void df_plan_free(df_plan *p);
@@ -251,7 +253,10 @@ DF_API void df_plan_free(df_plan *p);
 /**
  * Human-readable plan (the text of `distflow plan`): the pipeline
  * (df_task_graph_print), each subgraph's node ids, the rank -> subgraph
- * assignment and the process groups. Errors: DF_EIO, DF_ENOMEM.
+ * assignment and the process groups; for a multi-agent graph then each agent
+ * group: the roles it has models for, the checkpoint directory siiRL saves its
+ * actor in (actor_agent_<g>), and each of its nodes with its process group
+ * (or the group whose instance it shares). Errors: DF_EIO, DF_ENOMEM.
  */
 DF_API int df_plan_print(const df_plan *p, FILE *f);
 

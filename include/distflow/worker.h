@@ -35,7 +35,9 @@ typedef struct df_dag_worker df_dag_worker;
  *     `world` ranks (trainer.n_gpus_per_node = world / nnodes; a warning when
  *     it was set to something else): the graph of dag.workflow_path /
  *     dag.custom_pipeline_fn / the built-in pipeline, split and scheduled;
- *  3. the graph: every node in agent group 0 (multi-agent graphs refused);
+ *  3. the graph: its agent groups (algorithm.adv_estimator=gae_marft needs several and its
+ *     advantage node in the last one), then every node in agent group 0 (multi-agent graphs
+ *     are refused, naming the node and what its group would need of its own);
  *     every node's executable ref, or in a workflow file siiRL's default for
  *     its role, known (df_exec_check: names, siiRL aliases, plugin refs read
  *     from the library's ELF file, no plugin code run); in a workflow file
@@ -65,6 +67,14 @@ typedef struct df_dag_worker df_dag_worker;
  * the codes of the functions named.
  */
 DF_API int df_train_check(const df_config *cfg, int world, df_warn_fn warn, void *user, df_plan **plan);
+
+/**
+ * Step 2 of df_train_check alone: the plan for a job of `world` ranks, without the checks
+ * before or after it (nothing but the config's config.json files is read). `distflow plan`
+ * shows it for a multi-agent graph that df_train_check refuses, so that its agent groups and
+ * their process groups can be seen. *plan: free with df_plan_free. Errors: those of the plan.
+ */
+DF_API int df_train_plan(const df_config *cfg, int world, df_warn_fn warn, void *user, df_plan **plan);
 
 /**
  * Set up this rank's worker from a resolved `train` config. `comm` is the

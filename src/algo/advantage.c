@@ -68,6 +68,7 @@ int df_group_ids(const char *const *uids, int64_t n, int64_t *group)
 #define G DF_ADV_NEEDS_GROUPS
 #define V DF_ADV_NEEDS_VALUES
 #define BL DF_ADV_NEEDS_BASELINES
+#define AG DF_ADV_NEEDS_AGENTS
 #define W DF_ADV_WHITENS
 #define WR (DF_ADV_WHITENS | DF_ADV_WHITENS_RETURNS)
 #define BC DF_ADV_BATCH_COUNTS
@@ -83,7 +84,9 @@ int df_group_ids(const char *const *uids, int64_t n, int64_t *group)
     X(remax, df_adv_remax, BL, 0, NULL, "return minus the greedy response's reward (ReMax, Li 2023)") \
     X(gpg, df_adv_gpg, G, BC, NULL, "group baseline with GPG's correction, verl's alpha (Chu 2025)")  \
     X(gpg_paper, df_adv_gpg_paper, G, BC, NULL, "GPG with the paper's alpha (Chu 2025, section 3)")    \
-    X(cpgd, df_adv_cpgd, G, BC, "cpgd", "group baseline for clipped policy gradient (CPGD, Liu 2025)")
+    X(cpgd, df_adv_cpgd, G, BC, "cpgd", "group baseline for clipped policy gradient (CPGD, Liu 2025)")      \
+    X(gae_marft, df_adv_gae_marft_single, V | AG, W, NULL,                                            \
+      "GAE chained across the agents and turns of multi-agent episodes (siiRL MARFT)")
 
 #define DESC(id, f, nd, fl, pl, sum) {#id, f, nd, fl, pl, sum},
 static const df_adv_estimator_desc k_builtin_descs[] = {BUILTIN_ESTIMATORS(DESC)};
@@ -99,6 +102,7 @@ static const df_fn_entry k_builtin_estimators[] = {BUILTIN_ESTIMATORS(ENTRY)};
 #undef G
 #undef V
 #undef BL
+#undef AG
 #undef W
 #undef WR
 #undef BC
@@ -113,7 +117,7 @@ int df_adv_estimator_register_desc(const df_adv_estimator_desc *d)
 {
     if (!d)
         return df_error(DF_EINVAL, "advantage estimator registry: NULL descriptor");
-    const unsigned needs = DF_ADV_NEEDS_GROUPS | DF_ADV_NEEDS_VALUES | DF_ADV_NEEDS_BASELINES;
+    const unsigned needs = DF_ADV_NEEDS_GROUPS | DF_ADV_NEEDS_VALUES | DF_ADV_NEEDS_BASELINES | DF_ADV_NEEDS_AGENTS;
     const unsigned flags = DF_ADV_WHITENS | DF_ADV_WHITENS_RETURNS | DF_ADV_BATCH_COUNTS;
     if ((d->needs & ~needs) || (d->flags & ~flags))
         return df_error(DF_EINVAL, "advantage estimator '%s': unknown needs / flags bits (0x%x / 0x%x)",

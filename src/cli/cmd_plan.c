@@ -25,6 +25,27 @@ static const char *PLAN_USAGE =
     "assignment covers the others, and the rollout side and its weights group are shown last.\n"
     "--dot writes the plan as a Graphviz file.";
 
+/*
+ * A multi-agent (siiRL MARFT) workflow is refused until the DAG worker runs agent groups; its plan
+ * is still shown, agent groups included, before the refusal (docs/multi_agent.md). The refusal's
+ * message is kept for df_cli_fail.
+ */
+static void show_refused_agents(const df_config *cfg, int world, int code)
+{
+    char *msg = strdup(df_last_error());
+    df_plan *p = NULL;
+    if (msg && cfg && !df_train_plan(cfg, world, NULL, NULL, &p) && p->n_agent_groups > 1) {
+        printf("== planned for %d rank%s: a multi-agent graph, shown but refused (below)\n", world,
+               world == 1 ? "" : "s");
+        df_plan_print(p, stdout);
+        fflush(stdout);
+    }
+    df_plan_free(p);
+    if (msg)
+        df_error(code, "%s", msg);
+    free(msg);
+}
+
 int df_cmd_plan(int argc, char **argv)
 {
     const char *dot = NULL;
@@ -61,6 +82,8 @@ int df_cmd_plan(int argc, char **argv)
         rc = df_write_file_atomic(dot, text, strlen(text));
     if (!rc && dot && rank == 0)
         printf("\nwrote %s\n", dot);
+    if (rc && rank == 0)
+        show_refused_agents(cfg, (int)world, rc);
     if (rc && rank == 0)
         df_cli_fail("plan");
     free(text);

@@ -30,4 +30,12 @@ int df_plugin_object_register(const char *ref, size_t size, int (*reg)(const voi
 /* task_graph.c: index of the node with id `id` in g (insertion order), -1 if none or id is NULL. */
 int df_task_graph_index_of(const df_task_graph *g, const char *id);
 
+/* agent_options.c: df_agent_options ownership (free of NULL is a no-op; copy of NULL gives NULL)
+ * and its picture for df_task_graph_print ("train_cycle 15, share_instance 0, obs_with_env,
+ * process_path p.py, env_path [e.py:E], pre_process_kwargs {pre_chat_template}"). */
+struct df_sbuf;
+void df_agent_options_free(df_agent_options *o);
+int df_agent_options_copy(const df_agent_options *o, df_agent_options **out);
+void df_agent_options_describe(const df_agent_options *o, struct df_sbuf *b);
+
 #endif /* DF_DAG_INTERNAL_H */

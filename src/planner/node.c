@@ -137,6 +137,7 @@ void df_node_free(df_node *node)
     free_strings(node->config_keys, node->n_config);
     free_strings(node->config_values, node->n_config);
     free(node->executable_ref);
+    df_agent_options_free(node->agent_options);
     free(node);
 }
 
@@ -236,6 +237,8 @@ int df_node_copy(const df_node *node, df_node **out)
         rc = df_node_set_config(c, node->config_keys[i], node->config_values[i]);
     if (!rc)
         rc = df_node_set_executable_ref(c, node->executable_ref);
+    if (!rc)
+        rc = df_agent_options_copy(node->agent_options, &c->agent_options);
     if (rc) {
         df_node_free(c);
         return rc;

@@ -234,6 +234,8 @@ int df_plan_create(const df_config *c, df_warn_fn warn, void *user, df_plan **ou
     if (!rc)
         rc = df_pipeline_from_config(c, warn, user, &p->pipeline, &p->graph);
     if (!rc)
+        rc = df_task_graph_agent_groups(p->graph, &p->n_agent_groups);
+    if (!rc)
         rc = df_task_graph_split(p->graph, &p->subgraphs, &p->n_subgraphs);
     int64_t nnodes = t.trainer.nnodes;
     int64_t gpus = t.trainer.n_gpus_per_node;
@@ -319,6 +321,47 @@ static void plan_text(const df_plan *p, df_sbuf *b)
     }
 }
 
+/* The roles agent group grp has models of its own for, "ROLLOUT, ACTOR, ..." in first-seen order. */
+static void agent_roles(const df_task_graph *g, int grp, df_sbuf *b)
+{
+    bool seen[DF_NODE_ROLE_COUNT] = {0};
+    const char *sep = "";
+    for (int i = 0; i < df_task_graph_num_nodes(g); i++) {
+        const df_node *n = df_task_graph_node_at(g, i);
+        bool model = n->node_type == DF_NODE_MODEL_TRAIN || n->node_type == DF_NODE_MODEL_INFERENCE;
+        bool shares = n->agent_options && n->agent_options->share_instance >= 0; /* another group's model */
+        if (n->agent_group != grp || !model || shares || seen[n->node_role])
+            continue;
+        seen[n->node_role] = true;
+        df_sbuf_printf(b, "%s%s", sep, df_node_role_name(n->node_role));
+        sep = ", ";
+    }
+    if (!*sep)
+        df_sbuf_printf(b, "(none)");
+}
+
+/* Multi-agent graphs (siiRL MARFT): each agent group's models, checkpoint and nodes. */
+static void agent_groups_text(const df_plan *p, df_sbuf *b)
+{
+    df_sbuf_printf(b, "\n== agent groups (%d)\n", p->n_agent_groups);
+    for (int grp = 0; grp < p->n_agent_groups; grp++) {
+        df_sbuf_printf(b, "agent %d: models ", grp);
+        agent_roles(p->graph, grp, b);
+        df_sbuf_printf(b, "; checkpoint actor_agent_%d\n", grp);
+        for (int i = 0; i < df_task_graph_num_nodes(p->graph); i++) {
+            const df_node *n = df_task_graph_node_at(p->graph, i);
+            if (n->agent_group != grp)
+                continue;
+            const char *pg = df_process_groups_node_group(p->groups, n->node_id);
+            int share = n->agent_options ? n->agent_options->share_instance : -1;
+            df_sbuf_printf(b, "  %s -> %s", n->node_id, pg ? pg : "(no model: its subgraph's ranks)");
+            if (share >= 0)
+                df_sbuf_printf(b, ", %s instance of agent %d", df_node_role_name(n->node_role), share);
+            df_sbuf_printf(b, "\n");
+        }
+    }
+}
+
 int df_plan_print(const df_plan *p, FILE *f)
 {
     char *graph = NULL, *text = NULL;
@@ -327,6 +370,8 @@ int df_plan_print(const df_plan *p, FILE *f)
     if (!rc) {
         df_sbuf_printf(&b, "== pipeline %s\n%s", p->pipeline, graph);
         plan_text(p, &b);
+        if (p->n_agent_groups > 1)
+            agent_groups_text(p, &b);
         rc = df_sbuf_finish(&b, &text);
     }
     if (!rc && fputs(text, f) == EOF)

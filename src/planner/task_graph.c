@@ -1,5 +1,6 @@
 /* df_task_graph (include/distflow/dag.h; siiRL execution/dag/task_graph.py). */
 #include "distflow/dag.h"
+#include "planner/dag_internal.h"
 #include "util/sbuf.h"
 
 #include <stdarg.h>
@@ -447,6 +448,11 @@ static void print_node(df_sbuf *b, const df_task_graph *g, int i)
               nd->only_forward_compute ? " forward-only" : "");
     if (nd->agent_group)
         df_sbuf_printf(b, "  agent_group: %d\n", nd->agent_group);
+    if (nd->agent_options) {
+        df_sbuf_printf(b, "  agent_options: ");
+        df_agent_options_describe(nd->agent_options, b);
+        df_sbuf_printf(b, "\n");
+    }
     if (nd->executable_ref)
         df_sbuf_printf(b, "  ref: %s\n", nd->executable_ref);
     for (int k = 0; k < nd->n_config; k++)

@@ -291,11 +291,122 @@ static int flatten(wf *w, df_node *nd, yaml_node_t *m, const char *prefix, int d
     return map_keys(w, m, flatten_key, &a, 0);
 }
 
+/* ---- agent_options (siiRL AgentArguments, siirl/params/model_args.py) ------------ */
+
+typedef struct {
+    df_agent_options *o;
+    yaml_node_t *map;
+    const char *id;
+} agent_arg;
+
+/* A list of strings (null: none) into a new array; a second visit of a merged key keeps the first. */
+static int string_list(wf *w, yaml_node_t *v, const char *id, const char *field, char ***out, int *n)
+{
+    if (*out || !v || plain_null(v))
+        return DF_OK;
+    if (v->type != YAML_SEQUENCE_NODE)
+        return node_err(w, v, id, "agent_options.%s must be a list of strings", field);
+    int cap = (int)(v->data.sequence.items.top - v->data.sequence.items.start);
+    if (!(*out = calloc((size_t)(cap ? cap : 1), sizeof **out)))
+        return df_error(DF_ENOMEM, "out of memory");
+    for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++) {
+        const char *s = scalar(node_at(w, *it));
+        if (!s)
+            return node_err(w, node_at(w, *it), id, "agent_options.%s must be a list of strings", field);
+        if (!((*out)[(*n)++] = strdup(s)))
+            return df_error(DF_ENOMEM, "out of memory");
+    }
+    return DF_OK;
+}
+
+static int kwargs(wf *w, yaml_node_t *m, const char *id, const char *field, char ***out, int *n)
+{
+    if (*out || !m || plain_null(m))
+        return DF_OK;
+    if (m->type != YAML_MAPPING_NODE)
+        return node_err(w, m, id, "agent_options.%s must be a mapping of names to values", field);
+    int cap = 0;
+    for (yaml_node_pair_t *p = m->data.mapping.pairs.start; p < m->data.mapping.pairs.top; p++)
+        cap++;
+    if (!(*out = calloc((size_t)(2 * cap + 2), sizeof **out)))
+        return df_error(DF_ENOMEM, "out of memory");
+    for (yaml_node_pair_t *p = m->data.mapping.pairs.start; p < m->data.mapping.pairs.top; p++) {
+        const char *k = scalar(node_at(w, p->key));
+        yaml_node_t *v = node_at(w, p->value);
+        if (!k || v->type != YAML_SCALAR_NODE)
+            return node_err(w, v, id, "agent_options.%s.%s must be a scalar", field, k ? k : "?");
+        char *key = strdup(k), *val = strdup(plain_null(v) ? "" : scalar(v));
+        if (!key || !val) {
+            free(key);
+            free(val);
+            return df_error(DF_ENOMEM, "out of memory");
+        }
+        (*out)[2 * *n] = key, (*out)[2 * *n + 1] = val;
+        ++*n;
+    }
+    return DF_OK;
+}
+
+static int agent_key(wf *w, const char *key, yaml_node_t *kn, void *argp)
+{
+    agent_arg *a = argp;
+    df_agent_options *o = a->o;
+    yaml_node_t *v = map_get(w, a->map, key, 0);
+    const char *s = NULL;
+    int rc = DF_OK, count = -1;
+    if (!strcmp(key, "train_cycle")) {
+        if (!(rc = get_count(w, v, a->id, "agent_options.train_cycle", &count)) && count >= 0)
+            o->train_cycle = count;
+    } else if (!strcmp(key, "share_instance")) {
+        if (!(rc = get_count(w, v, a->id, "agent_options.share_instance", &count)) && count >= 0)
+            o->share_instance = count;
+    } else if (!strcmp(key, "obs_with_env")) {
+        rc = get_bool(w, v, a->id, "agent_options.obs_with_env", &o->obs_with_env);
+    } else if (!strcmp(key, "rewards_with_env")) {
+        rc = get_bool(w, v, a->id, "agent_options.rewards_with_env", &o->rewards_with_env);
+    } else if (!strcmp(key, "process_path")) {
+        rc = get_string(w, v, a->id, "agent_options.process_path", &s);
+        if (!rc && s && !o->process_path && !(o->process_path = strdup(s)))
+            rc = df_error(DF_ENOMEM, "out of memory");
+    } else if (!strcmp(key, "env_path")) {
+        rc = string_list(w, v, a->id, "env_path", &o->env_path, &o->n_env_path);
+    } else if (!strcmp(key, "pre_process_kwargs") || !strcmp(key, "post_process_kwargs")) {
+        bool post = key[1] == 'o';
+        rc = kwargs(w, v, a->id, key, post ? &o->post_kwargs : &o->pre_kwargs,
+                    post ? &o->n_post_kwargs : &o->n_pre_kwargs);
+    } else if (!strcmp(key, "agent_name") || !strcmp(key, "num_workers") || !strcmp(key, "custom_async_server")) {
+        df_warnf(w->warn, w->user, "%s:%d: node '%s': agent_options.%s is a rollout-wide option "
+                 "(actor_rollout_ref.rollout.agent.%s), not read per node; ignored", w->path, line_of(kn), a->id,
+                 key, key);
+    } else {
+        df_warnf(w->warn, w->user, "%s:%d: node '%s': unknown agent option '%s' ignored (siiRL's per-node "
+                 "agent_options: train_cycle, process_path, pre_process_kwargs, post_process_kwargs, env_path, "
+                 "obs_with_env, rewards_with_env, share_instance)", w->path, line_of(kn), a->id, key);
+    }
+    return rc;
+}
+
+/* The node's agent_options mapping (null: none) into nd->agent_options. */
+static int parse_agent_options(wf *w, yaml_node_t *m, df_node *nd)
+{
+    if (!m || plain_null(m))
+        return DF_OK;
+    if (m->type != YAML_MAPPING_NODE)
+        return node_err(w, m, nd->node_id, "agent_options must be a mapping");
+    df_agent_options *o = calloc(1, sizeof *o);
+    if (!o)
+        return df_error(DF_ENOMEM, "out of memory");
+    o->share_instance = -1;
+    nd->agent_options = o; /* owned by the node from here, also on failure */
+    agent_arg a = {o, m, nd->node_id};
+    return map_keys(w, m, agent_key, &a, 0);
+}
+
 /* ---- nodes ------------------------------------------------------------------ */
 
 static const char *const k_node_keys[] = {
     "node_id", "node_type", "node_role", "dependencies", "executable_ref", "func",
-    "only_forward_compute", "agent_group", "config", "retry_limit",
+    "only_forward_compute", "agent_group", "config", "retry_limit", "agent_options",
 };
 
 typedef struct {
@@ -309,14 +420,8 @@ static int check_key(wf *w, const char *key, yaml_node_t *kn, void *argp)
     for (size_t i = 0; i < sizeof k_node_keys / sizeof *k_node_keys; i++)
         if (!strcmp(key, k_node_keys[i]))
             return DF_OK;
-    if (!strcmp(key, "agent_options"))
-        df_warnf(w->warn, w->user,
-                 "%s:%d: node '%s': agent_options (process_path, ...) are options of siiRL's "
-                 "Python multi-agent code; ignored",
-                 w->path, line_of(kn), a->id);
-    else
-        df_warnf(w->warn, w->user, "%s:%d: node '%s': unknown node option '%s' ignored", w->path, line_of(kn),
-                 a->id, key);
+    df_warnf(w->warn, w->user, "%s:%d: node '%s': unknown node option '%s' ignored", w->path, line_of(kn), a->id,
+             key);
     return DF_OK;
 }
 
@@ -397,6 +502,8 @@ static int parse_node(wf *w, yaml_node_t *m, const df_task_graph *ids, df_node *
         else
             rc = flatten(w, nd, cv, "", 0);
     }
+    if (!rc)
+        rc = parse_agent_options(w, map_get(w, m, "agent_options", 0), nd);
     warn_arg wa = {id, m};
     if (!rc)
         rc = map_keys(w, m, check_key, &wa, 0);

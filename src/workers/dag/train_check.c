@@ -139,23 +139,81 @@ static int check_baseline(const df_train_config *t, df_task_graph *g, bool workf
     return rc;
 }
 
+/* "rollout, actor and reference models": what agent group grp's model nodes need of their own (a node
+   with agent_options.share_instance uses another group's). */
+static void group_models(df_task_graph *g, int grp, char *out, size_t cap)
+{
+    static const df_node_role order[] = {DF_ROLE_ROLLOUT, DF_ROLE_ACTOR, DF_ROLE_REFERENCE, DF_ROLE_CRITIC,
+                                         DF_ROLE_REWARD};
+    static const char *const names[] = {"rollout", "actor", "reference", "critic", "reward"};
+    const char *found[5];
+    int k = 0;
+    for (int r = 0; r < 5; r++)
+        for (int i = 0; i < df_task_graph_num_nodes(g); i++) {
+            const df_node *n = df_task_graph_node_at(g, i);
+            bool model = n->node_type == DF_NODE_MODEL_TRAIN || n->node_type == DF_NODE_MODEL_INFERENCE;
+            bool shares = n->agent_options && n->agent_options->share_instance >= 0; /* another group's */
+            if (model && !shares && n->agent_group == grp && n->node_role == order[r]) {
+                found[k++] = names[r];
+                break;
+            }
+        }
+    size_t len = 0;
+    out[0] = 0;
+    for (int i = 0; i < k && len < cap; i++)
+        len += (size_t)snprintf(out + len, cap - len, "%s%s", i == 0 ? "" : i == k - 1 ? " and " : ", ", found[i]);
+    if (len < cap)
+        snprintf(out + len, cap - len, "%s", k == 1 ? " model" : k ? " models" : "models");
+}
+
 /*
- * Every node: its agent group, its executable, and (workflow files) its
- * `config:`; rollout nodes sampling at one temperature, the one the actor
- * computes log-probs at (dag_worker.c rollout_temperature).
+ * Agent groups (siiRL MARFT; docs/multi_agent.md). gae_marft needs several, and computes in one
+ * advantage node of the last group over every agent's columns (siiRL compute_multi_agent_advantage).
+ * A multi-agent graph is then refused, naming its first node beyond group 0 and what its group
+ * would need of its own: the DAG worker holds one actor / rollout / reference / critic.
+ */
+static int check_agents(const df_train_config *t, df_task_graph *g, const df_plan *p, bool workflow,
+                        const char *src)
+{
+    const df_adv_estimator_desc *d = df_adv_estimator_find(t->algorithm.adv_estimator);
+    const bool marft = d && (d->needs & DF_ADV_NEEDS_AGENTS);
+    const int groups = p->n_agent_groups;
+    df_node_fn adv = known_fn("DAGWorker.compute_advantage");
+    if (marft && groups < 2)
+        return df_error(DF_EINVAL, "algorithm.adv_estimator=%s chains GAE over the agent groups of a multi-agent "
+                        "workflow (siiRL MARFT: nodes with agent_group 0, 1, ...); %s has one agent group: use gae",
+                        t->algorithm.adv_estimator, src);
+    for (int i = 0; marft && i < df_task_graph_num_nodes(g); i++) {
+        const df_node *n = df_task_graph_node_at(g, i);
+        if (known_fn(ref_of(n, workflow)) == adv && adv && n->agent_group != groups - 1)
+            return df_error(DF_EINVAL, "%s node '%s': agent_group %d: algorithm.adv_estimator=%s computes every "
+                            "agent's advantages in one node of the last agent group (%d), as siiRL does",
+                            src, n->node_id, n->agent_group, t->algorithm.adv_estimator, groups - 1);
+    }
+    for (int i = 0; i < df_task_graph_num_nodes(g); i++) {
+        const df_node *n = df_task_graph_node_at(g, i);
+        if (!n->agent_group)
+            continue;
+        char models[160];
+        group_models(g, n->agent_group, models, sizeof models);
+        return df_error(DF_EUNSUPPORTED,
+                        "%s node '%s': agent_group %d: multi-agent graphs (siiRL's MARFT, %d agent groups) do not "
+                        "run yet: agent group %d needs its own %s, tokenizer, optimizer and checkpoint directory "
+                        "actor_agent_%d, and the DAG worker holds one of each, so every node must be in agent "
+                        "group 0 (`distflow plan` shows the groups; docs/multi_agent.md)",
+                        src, n->node_id, n->agent_group, groups, n->agent_group, models, n->agent_group);
+    }
+    return DF_OK;
+}
+
+/*
+ * Every node: its executable, and (workflow files) its `config:`; rollout nodes
+ * sampling at one temperature, the one the actor computes log-probs at
+ * (dag_worker.c rollout_temperature).
  */
 static int check_nodes(const df_config *c, const df_train_config *t, df_task_graph *g, bool workflow,
                        const char *src)
 {
-    for (int i = 0; i < df_task_graph_num_nodes(g); i++) {
-        const df_node *n = df_task_graph_node_at(g, i);
-        if (n->agent_group)
-            return df_error(DF_EUNSUPPORTED,
-                            "%s node '%s': agent_group %d: multi-agent graphs (siiRL's MARFT: one model per "
-                            "agent group) are not supported; distflow trains one actor, so every node must "
-                            "be in agent group 0",
-                            src, n->node_id, n->agent_group);
-    }
     df_node_fn gen = NULL;
     if (df_exec_resolve("DAGWorker.generate", &gen))
         return df_error_wrap(DF_EINTERNAL, "the built-in node functions are not registered");
@@ -547,6 +605,9 @@ int df_train_check(const df_config *cfg, int world, df_warn_fn warn, void *user,
     char src[1300] = "";
     if (!rc) {
         source_of(&t, p, src, sizeof src);
+        rc = check_agents(&t, p->graph, p, !strcmp(p->pipeline, "workflow"), src);
+    }
+    if (!rc) {
         rc = check_nodes(cfg, &t, p->graph, !strcmp(p->pipeline, "workflow"), src);
     }
     int dp = 0;
@@ -563,4 +624,13 @@ int df_train_check(const df_config *cfg, int world, df_warn_fn warn, void *user,
     else
         *plan_out = p;
     return rc;
+}
+
+int df_train_plan(const df_config *cfg, int world, df_warn_fn warn, void *user, df_plan **plan)
+{
+    *plan = NULL;
+    if (world < 1 || world > 1 << 20)
+        return df_error(DF_EINVAL, "the job's ranks must be between 1 and 1048576, got %d", world);
+    int rc = df_worker_register_nodes();
+    return rc ? rc : df_worker_plan(cfg, world, warn, user, plan);
 }

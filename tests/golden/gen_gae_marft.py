@@ -1,0 +1,147 @@
+#!/usr/bin/python3
+"""Write tests/golden/gae_marft.h, the fixture of tests/test_marft_adv.c: siiRL's gae_marft on a
+random three-agent batch (inputs; the advantages before (gm_raw_*) and after whitening, each agent's
+unwhitened std for the test's bounds; returns), computed here from siiRL's definition in its own layout, independently of
+distflow's code.
+
+The definition is siiRL's compute_marft_gae_advantage_return (siirl/dag_worker/core_algos.py, siiRL
+commit af00a771817324f55f40c7b980d925cb008db6d8) with masked_whiten / masked_mean / masked_var of
+siirl/utils/model_utils/torch_functional.py: per-agent padded [rows, max_len] rewards, values and
+response masks (responses left-aligned, gen_len = mask sum), episodes found by the first row of each
+request_id and walked for traj_len rows, one running GAE for the whole episode, agents last to
+first, tokens last to first; then each agent's advantages whitened over its mask, with the mean's
+denominator mask.sum() + 1e-8 as siiRL's masked_mean has it. The only departure is the one distflow
+documents: every agent's advantages are kept under its own name (siiRL stores all but the last
+agent's under the prefix of agent A-2).
+
+Plain Python in float64; no packages. Not run by CI: /usr/bin/python3 tests/golden/gen_gae_marft.py
+rewrites the header (it changes only if this file does).
+"""
+import math
+import os
+import random
+
+AGENTS = 3
+GAMMA, LAM = 0.9, 0.8
+# episodes: (request_id, traj_len); rows of an episode are contiguous
+EPISODES = [("req-a", 3), ("req-b", 1), ("req-c", 2), ("req-d", 1)]
+MAX_LEN = 5
+
+
+def masked_mean(x, m):
+    s = sum(x[i][j] * m[i][j] for i in range(len(x)) for j in range(len(x[0])))
+    return s / (sum(map(sum, m)) + 1e-8)
+
+
+def masked_whiten(x, m):
+    mean = masked_mean(x, m)
+    centred = [[(v - mean) ** 2 for v in row] for row in x]
+    var = masked_mean(centred, m)
+    cnt = sum(map(sum, m))
+    var *= cnt / (cnt - 1)  # unbiased, as masked_var(unbiased=True)
+    scale = 1.0 / math.sqrt(var + 1e-8)
+    return [[(v - mean) * scale for v in row] for row in x]
+
+
+def make_batch(rng):
+    request_id, traj_len = [], []
+    for rid, n in EPISODES:
+        request_id += [rid] * n
+        traj_len += [n] * n
+    rows = len(request_id)
+    lens = [[rng.choice([0, 1, 2, 3, 4, 5]) if a < AGENTS - 1 else rng.randint(1, MAX_LEN)
+             for a in range(AGENTS)] for _ in range(rows)]
+    rew, val, mask = [], [], []
+    for a in range(AGENTS):
+        rew.append([[0.0] * MAX_LEN for _ in range(rows)])
+        val.append([[0.0] * MAX_LEN for _ in range(rows)])
+        mask.append([[0] * MAX_LEN for _ in range(rows)])
+        for r in range(rows):
+            for t in range(lens[r][a]):
+                mask[a][r][t] = 1
+                val[a][r][t] = round(rng.uniform(-1, 1), 4)
+                # rewards off the last token too: gae_marft must not read them
+                rew[a][r][t] = round(rng.uniform(-1, 1), 4) if rng.random() < 0.5 else 0.0
+    return request_id, traj_len, rew, val, mask
+
+
+def gae_marft(request_id, traj_len, rew, val, mask):
+    rows = len(request_id)
+    adv = [[[0.0] * MAX_LEN for _ in range(rows)] for _ in range(AGENTS)]
+    ret = [[[0.0] * MAX_LEN for _ in range(rows)] for _ in range(AGENTS)]
+    seen, starts = set(), []
+    for i, s in enumerate(request_id):
+        if s not in seen:
+            seen.add(s)
+            starts.append(i)
+    last = AGENTS - 1
+    for b in starts:
+        gae = 0.0
+        for k in range(traj_len[b]):
+            r = b + k
+            for a in reversed(range(AGENTS)):
+                gen_len = sum(mask[a][r])
+                for t in reversed(range(gen_len)):
+                    v = val[a][r][t]
+                    if t == gen_len - 1:
+                        if a == last:
+                            v_next = 0.0 if k == 0 else val[0][r - 1][0]
+                        else:
+                            v_next = val[a + 1][r][0]
+                        delta = rew[a][r][t] + GAMMA * v_next - v
+                    else:
+                        delta = GAMMA * val[a][r][t + 1] - v
+                    gae = delta + GAMMA * LAM * gae
+                    adv[a][r][t] = gae
+                    ret[a][r][t] = gae + v
+    white = [masked_whiten(adv[a], mask[a]) for a in range(AGENTS)]
+    return adv, white, ret
+
+
+def std_of(x, m):
+    vals = [x[r][t] for r in range(len(x)) for t in range(MAX_LEN) if m[r][t]]
+    mean = sum(vals) / len(vals)
+    return math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1))
+
+
+def packed(x, m):
+    return [x[r][t] for r in range(len(x)) for t in range(MAX_LEN) if m[r][t]]
+
+
+def c_floats(name, xs):
+    body = ", ".join("%.9g" % v for v in xs) if xs else "0"
+    return "static const float %s[] = {%s};\n" % (name, body)
+
+
+def main():
+    rng = random.Random(20250917)
+    request_id, traj_len, rew, val, mask = make_batch(rng)
+    raw, adv, ret = gae_marft(request_id, traj_len, rew, val, mask)
+    rows = len(request_id)
+    out = ["/* Generated by tests/golden/gen_gae_marft.py; do not edit. siiRL's gae_marft on a random\n"
+           "   three-agent batch (packed per agent; offsets per agent over the rows). */\n",
+           "#define GM_ROWS %d\n#define GM_AGENTS %d\n#define GM_GAMMA %.9gf\n#define GM_LAM %.9gf\n"
+           % (rows, AGENTS, GAMMA, LAM),
+           "static const char *const gm_request_id[GM_ROWS] = {%s};\n"
+           % ", ".join('"%s"' % s for s in request_id),
+           "static const int64_t gm_traj_len[GM_ROWS] = {%s};\n" % ", ".join(map(str, traj_len))]
+    for a in range(AGENTS):
+        offs, n = [0], 0
+        for r in range(rows):
+            n += sum(mask[a][r])
+            offs.append(n)
+        out.append("static const int64_t gm_offsets_%d[GM_ROWS + 1] = {%s};\n" % (a, ", ".join(map(str, offs))))
+        out.append(c_floats("gm_rewards_%d" % a, packed(rew[a], mask[a])))
+        out.append(c_floats("gm_values_%d" % a, packed(val[a], mask[a])))
+        out.append(c_floats("gm_raw_%d" % a, packed(raw[a], mask[a])))
+        out.append(c_floats("gm_advantages_%d" % a, packed(adv[a], mask[a])))
+        out.append("static const double gm_std_%d = %.9g;\n" % (a, std_of(raw[a], mask[a])))
+        out.append(c_floats("gm_returns_%d" % a, packed(ret[a], mask[a])))
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gae_marft.h")
+    with open(path, "w") as f:
+        f.write("".join(out))
+    print("wrote", path)
+
+
+if __name__ == "__main__":
+    main()
