@@ -520,7 +520,7 @@ static int preflight(const df_config *c, const df_train_config *t, const df_plan
 }
 
 /* A key of async_training / rollout set to something other than its default, or NULL. */
-static const char *async_key_set(const df_config *c, const df_train_config *t)
+static const char *async_key_set(const df_train_config *t)
 {
     static const char *const keys[] = {"async_training.max_staleness", "async_training.max_concurrent_rollouts",
                                        "async_training.consumer_batch_size", "async_training.partial_rollout",
@@ -541,7 +541,7 @@ static int check_async(const df_config *c, const df_train_config *t, df_task_gra
 {
     const char *mode_key = "actor_rollout_ref.rollout.mode";
     if (strcmp(t->actor_rollout_ref.rollout.mode, "async")) {
-        const char *k = async_key_set(c, t);
+        const char *k = async_key_set(t);
         return k ? df_error(DF_EINVAL, "%s (%s): read only with %s=async (the asynchronous runtime, docs/async.md); "
                             "%s is sync", k, df_config_where(c, k), mode_key, df_config_where(c, mode_key))
                  : DF_OK;
