@@ -352,6 +352,16 @@ int df_dynamic_sampling_kept_rows(const df_batch *b, const char *metric, int64_t
                                   int64_t *groups);
 /** Register DAPO's dynamic_sampling node function (DAGWorker.dynamic_sampling and siiRL's name). */
 int df_worker_register_dynamic_sampling(void);
+/** mode=async, trainer side (workers/dag/async_trainer.c): the next re-run of the rollout node
+ *  takes `episodes` (>= 1) episodes from the rollout side, DAPO's refill of the groups still
+ *  missing, instead of a batch. Every trainer rank sets the same value. */
+void df_async_set_refill(df_dag_worker *w, int64_t episodes);
+/** mode=async, trainer side: the groups of b (rows sharing a uid) with no row among keep[n_keep]
+ *  (row indices of b) were taken but will not be trained on: each is reported to the rollout rank
+ *  that made it as not accepted, so that its admission makes up for it (docs/async.md). A
+ *  model-parallel replica reports nothing (its leader does). Errors: those of
+ *  df_async_count_rejected, comm errors. */
+int df_async_reject_groups(df_dag_worker *w, const df_batch *b, const int64_t *keep, int64_t n_keep);
 
 /**
  * KL penalty in the reward (verl ray_trainer apply_kl_penalty): with beta =

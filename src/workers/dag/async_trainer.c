@@ -12,6 +12,21 @@
 
 /* ---- receiving --------------------------------------------------------------------- */
 
+/* Every row of an episode carries the rollout rank that made it (DF_ASYNC_SOURCE_COLUMN): the
+ * hand-off may move it to another trainer rank, which then reports it there if a filter drops it. */
+static int tag_source(df_batch *b, int r)
+{
+    int64_t n = df_batch_size(b);
+    int64_t *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+    if (!v)
+        return df_error(DF_ENOMEM, "out of memory");
+    for (int64_t i = 0; i < n; i++)
+        v[i] = r;
+    int rc = df_batch_set_i64(b, DF_ASYNC_SOURCE_COLUMN, v);
+    free(v);
+    return rc;
+}
+
 /* One message from rollout rank `src` (world rank) of nbytes. */
 static int receive_one(df_async *a, int src, int64_t nbytes)
 {
@@ -35,7 +50,7 @@ static int receive_one(df_async *a, int src, int64_t nbytes)
     df_batch *b = NULL;
     if (!rc && h.done)
         a->done_from++;
-    else if (!rc && !(rc = df_batch_deserialize(buf + sizeof h, (size_t)h.bytes, &b)))
+    else if (!rc && !(rc = df_batch_deserialize(buf + sizeof h, (size_t)h.bytes, &b)) && !(rc = tag_source(b, r)))
         rc = df_async_inbox_push(&a->inbox, b, h.order, h.min_version, r);
     free(buf);
     if (rc)
@@ -105,9 +120,10 @@ static int oldest_share(df_async *a, int64_t need, int64_t *take)
 }
 
 /* Wait until the trainer ranks hold `need` episodes together, one each at least (its columns for an
- * empty share); *take: how many of this rank's are among the need oldest. The step's first hand-off
- * then balances the ranks' shares (handoff.c). Collective over the side. */
-static int gather_episodes(df_dag_worker *w, int64_t need, int64_t version, int64_t *take)
+ * empty share) unless `each` is false (a refill: a rank without one uses the step's columns);
+ * *take: how many of this rank's are among the need oldest. The step's first hand-off then
+ * balances the ranks' shares (handoff.c). Collective over the side. */
+static int gather_episodes(df_dag_worker *w, int64_t need, bool each, int64_t version, int64_t *take)
 {
     df_async *a = w->async;
     double limit = w->global.cfg.trainer.collective_timeout_s, t0 = df_now();
@@ -125,7 +141,7 @@ static int gather_episodes(df_dag_worker *w, int64_t need, int64_t version, int6
             return rc ? rc : crc;
         if (v[0])
             return df_error(DF_EINTERNAL, "async: another trainer rank failed receiving episodes");
-        if (v[1] >= need && v[2] == 0)
+        if (v[1] >= need && (v[2] == 0 || !each))
             return oldest_share(a, need, take);
         if (v[1] != seen) /* progress: the clock starts again */
             seen = v[1], t0 = df_now();
@@ -176,19 +192,86 @@ static void record_versions(const df_batch *b, df_metrics *m)
         df_metrics_set(m, "fully_async/multi_version_frac", (double)mixed / (double)n);
 }
 
-/* The graph's rollout node on the trainer side: this step's episodes from the rollout side. The
- * dataloader's prompts it is given are not used (the rollout side reads its own shard). */
+/* What a later pass of the step needs from the take (async.h): the episodes' columns without rows,
+ * and one row per episode without its responses (groups are whole and consecutive: the inbox takes
+ * whole episodes). */
+static int keep_step_rows(df_async *a, const df_batch *b, int64_t n)
+{
+    int64_t rows = df_batch_size(b), k = rows / n;
+    if (rows % n)
+        return df_error(DF_EINTERNAL, "async: %lld rows taken, not whole episodes of %lld", (long long)rows,
+                        (long long)n);
+    int64_t *idx = malloc((size_t)(k ? k : 1) * sizeof *idx);
+    if (!idx)
+        return df_error(DF_ENOMEM, "out of memory");
+    for (int64_t i = 0; i < k; i++)
+        idx[i] = i * n;
+    df_batch *p = NULL, *c = NULL;
+    int rc = df_batch_select(b, idx, k, &p);
+    free(idx);
+    if (!rc)
+        rc = df_batch_slice(b, 0, 0, &c);
+    if (rc) {
+        df_batch_free(p);
+        return rc;
+    }
+    const char *made[] = {"response_ids", "rollout_log_probs", "versions", DF_ASYNC_SOURCE_COLUMN};
+    for (size_t j = 0; j < sizeof made / sizeof *made; j++)
+        df_batch_drop(p, made[j]);
+    df_batch_free(a->prompts), df_batch_free(a->columns);
+    a->prompts = p, a->columns = c;
+    return DF_OK;
+}
+
+/* ReMax's greedy pass: the rollout node's own function decodes the prompts of the latest take with
+ * the trainer's actor (the policy being trained; its greedy response does not depend on the
+ * sampled ones, so the baseline stays a valid control variate). */
+static int take_greedy(df_node_ctx *ctx, df_async *a, df_node_output *out)
+{
+    if (!a->prompts)
+        return df_error(DF_EINTERNAL, "async: a greedy pass before the step's episodes were taken");
+    df_batch *p = NULL;
+    int rc = df_batch_copy(a->prompts, &p);
+    if (!rc)
+        rc = a->generate(ctx, p, out);
+    if (out->batch != p) /* else handed downstream */
+        df_batch_free(p);
+    return rc;
+}
+
+/* The episodes of this pass: the step's batch on its first pass, DAPO's refill on a re-run. */
+static int take(df_node_ctx *ctx, df_dag_worker *w, df_node_output *out)
+{
+    df_async *a = w->async;
+    int64_t need = ctx->pass ? a->refill : w->global.cfg.data.train_batch_size, take = 0;
+    int64_t version = ctx->step - 1; /* optimizer steps before this one */
+    a->refill = 0;
+    if (need < 1)
+        return df_error(DF_EUNSUPPORTED, "async: the rollout node re-run (pass %d) for something else than DAPO's "
+                        "refill or ReMax's greedy pass: the rollout side generates the step's batches only",
+                        ctx->pass);
+    int rc = gather_episodes(w, need, ctx->pass == 0, version, &take);
+    if (!rc && take == 0 && a->inbox.n == 0 && a->columns)
+        rc = df_batch_slice(a->columns, 0, 0, &out->batch);
+    else if (!rc)
+        rc = df_async_inbox_take(&a->inbox, take, &a->st, version, &out->batch);
+    if (!rc)
+        rc = keep_step_rows(a, out->batch, df_worker_n_samples(w));
+    return rc;
+}
+
+/* The graph's rollout node on the trainer side: this step's episodes from the rollout side (or a
+ * re-run's: DAPO's refill, ReMax's greedy pass). The dataloader's prompts it is given are not used
+ * (the rollout side reads its own shard). */
 static int node_take(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
 {
     (void)batch;
     double t0 = df_now();
     df_dag_worker *w = df_node_worker(ctx);
     df_async *a = w->async;
-    int64_t need = w->global.cfg.data.train_batch_size, take = 0;
-    int64_t version = ctx->step - 1; /* optimizer steps before this one */
-    int rc = gather_episodes(w, need, version, &take);
-    if (!rc)
-        rc = df_async_inbox_take(&a->inbox, take, &a->st, version, &out->batch);
+    if (ctx->flags & DF_PASS_GREEDY)
+        return take_greedy(ctx, a, out);
+    int rc = take(ctx, w, out);
     double dt = df_now() - t0;
     if (!rc && ctx->metrics) {
         record(a, ctx->metrics, dt);
@@ -196,6 +279,20 @@ static int node_take(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
     }
     df_worker_timing(ctx, "gen", t0);
     return rc ? df_error_wrap(rc, "taking the step's episodes from the rollout side") : DF_OK;
+}
+
+void df_async_set_refill(df_dag_worker *w, int64_t episodes)
+{
+    w->async->refill = episodes;
+}
+
+int df_async_reject_groups(df_dag_worker *w, const df_batch *b, const int64_t *keep, int64_t n_keep)
+{
+    df_async *a = w->async;
+    if (w->cur_layout.mp_rank != 0) /* a replica holds its leader's rows: the leader reports them */
+        return DF_OK;
+    int rc = df_async_count_rejected(b, keep, n_keep, a->n_rollouts, a->dropped);
+    return rc ? rc : report_drops(a);
 }
 
 int df_async_trainer_setup(df_dag_worker *w)
@@ -209,6 +306,7 @@ int df_async_trainer_setup(df_dag_worker *w)
             return df_error(DF_EUNSUPPORTED, "node '%s': a rollout node with its own sampling settings; with "
                             "actor_rollout_ref.rollout.mode=async the rollout side samples with the global "
                             "actor_rollout_ref.rollout.* keys", n->node_id);
+        w->async->generate = n->fn;
         n->fn = node_take;
         found++;
     }
