@@ -350,6 +350,11 @@ int df_worker_reward(df_dag_worker *w, df_batch *b, df_metrics *m);
  */
 int df_dynamic_sampling_kept_rows(const df_batch *b, const char *metric, int64_t *keep, int64_t *n_keep,
                                   int64_t *groups);
+/** mode=async: DAPO's next refill after a round that left `kept` of `target` groups, `taken`
+ *  prompts taken in the step so far: the missing target - kept groups (0: none missing), or -1
+ *  when taking them would pass max_gen x target prompts in the step (algorithm.filter_groups.
+ *  max_num_gen_batches train batches, the synchronous run's bound in prompts; max_gen 0: none). */
+int64_t df_dynamic_sampling_refill(int64_t target, int64_t kept, int64_t taken, int64_t max_gen);
 /** Register DAPO's dynamic_sampling node function (DAGWorker.dynamic_sampling and siiRL's name). */
 int df_worker_register_dynamic_sampling(void);
 /** mode=async, trainer side (workers/dag/async_trainer.c): the next re-run of the rollout node

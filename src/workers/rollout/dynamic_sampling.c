@@ -163,6 +163,14 @@ static int keep_varying(df_dag_worker *w, const df_batch *b, const char *metric,
     return rc;
 }
 
+int64_t df_dynamic_sampling_refill(int64_t target, int64_t kept, int64_t taken, int64_t max_gen)
+{
+    int64_t more = target - kept;
+    if (more < 1)
+        return 0;
+    return max_gen > 0 && taken + more > max_gen * target ? -1 : more;
+}
+
 /*
  * Before another generation round, with `global` groups kept of `target` after round gen (from 0):
  * synchronously a batch of new prompts, while fewer than max_num_gen_batches were made; mode=async
@@ -174,19 +182,19 @@ static int next_round(df_dag_worker *w, int gen, int64_t global, int64_t *taken)
     const df_train_config *t = &w->global.cfg;
     const char *metric = t->algorithm.filter_groups.metric;
     int64_t target = t->data.train_batch_size, max_gen = t->algorithm.filter_groups.max_num_gen_batches;
-    int64_t more = w->async ? target - global : target;
+    int64_t more = w->async ? df_dynamic_sampling_refill(target, global, *taken, max_gen) : target;
     if (!w->async && max_gen > 0 && gen + 1 >= max_gen)
         return df_error(DF_EINVAL, "dynamic sampling: %lld of %lld prompts have a varying %s after %d generation "
                                    "batches (algorithm.filter_groups.max_num_gen_batches=%lld); the data may "
                                    "be too easy or too hard for the model",
                         (long long)global, (long long)target, metric, gen + 1, (long long)max_gen);
-    if (w->async && max_gen > 0 && *taken + more > max_gen * target)
+    if (more < 0)
         return df_error(DF_EINVAL, "dynamic sampling: %lld of %lld prompts have a varying %s after %lld prompts "
                                    "in %d rounds; %lld more would pass algorithm.filter_groups."
                                    "max_num_gen_batches=%lld train batches of prompts; the data may be too easy "
                                    "or too hard for the model",
-                        (long long)global, (long long)target, metric, (long long)*taken, gen + 1, (long long)more,
-                        (long long)max_gen);
+                        (long long)global, (long long)target, metric, (long long)*taken, gen + 1,
+                        (long long)(target - global), (long long)max_gen);
     if (w->async)
         df_async_set_refill(w, more);
     *taken += more;
