@@ -247,7 +247,7 @@ static int take(df_node_ctx *ctx, df_dag_worker *w, df_node_output *out)
     int64_t version = ctx->step - 1; /* optimizer steps before this one */
     a->refill = 0;
     if (need < 1)
-        return df_error(DF_EUNSUPPORTED, "async: the rollout node re-run (pass %d) for something else than DAPO's "
+        return df_error(DF_EUNSUPPORTED, "async: the rollout node re-run (pass %d) for something other than DAPO's "
                         "refill or ReMax's greedy pass: the rollout side generates the step's batches only",
                         ctx->pass);
     int rc = gather_episodes(w, need, ctx->pass == 0, version, &take);
