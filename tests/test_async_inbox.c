@@ -3,7 +3,9 @@
  * on hand-made episodes: the staleness check at consumption drops exactly the episodes more than
  * max_staleness versions behind and counts them per sender, the others keep their arrival order
  * and are counted in the version-gap statistics once, when taken (not at every check while the
- * trainer waits), and a take returns the oldest (smallest order) episodes in prompt order.
+ * trainer waits), and a take returns the oldest (smallest order) episodes in prompt order; the
+ * groups a DAPO filter rejects are counted per rollout rank, and that report gives the rollout
+ * side's admission room for as many.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -84,8 +86,57 @@ static void test_drop_and_take(void **state)
     assert_int_equal(df_async_inbox_take(&in, none, &st, 3, &b), DF_EINVAL); /* empty */
 }
 
+/* DAPO's filter in mode=async: the groups it throws away are counted per rollout rank that made
+ * them (the rows' rollout_rank), once per group, and the rollout side's account of that report
+ * admits exactly as many new episodes as were rejected. */
+static void test_rejected_groups(void **state)
+{
+    (void)state;
+    /* groups a (rank 1, kept), b (rank 0, dropped), c (rank 1, dropped), d (rank 1, one row kept:
+       trained on), e (rank 0, dropped); rows of a group need not be consecutive */
+    const char *uid[] = {"a", "a", "b", "b", "c", "c", "d", "d", "e", "e"};
+    const int64_t src[] = {1, 1, 0, 0, 1, 1, 1, 1, 0, 0};
+    df_batch *b = df_batch_new(10);
+    assert_int_equal(df_batch_set_str(b, "uid", uid), 0);
+    assert_int_equal(df_batch_set_i64(b, DF_ASYNC_SOURCE_COLUMN, src), 0);
+    const int64_t keep[] = {0, 1, 7};
+    int64_t per[2] = {0, 0};
+    assert_int_equal(df_async_count_rejected(b, keep, 3, 2, per), 0);
+    assert_int_equal(per[0], 2); /* b, e */
+    assert_int_equal(per[1], 1); /* c */
+    /* added to what was there; an empty batch counts nothing */
+    df_batch *none = df_batch_new(0);
+    assert_int_equal(df_async_count_rejected(none, NULL, 0, 2, per), 0);
+    assert_int_equal(per[0] + per[1], 3);
+    df_batch_free(none);
+    /* a source outside the rollout ranks, a missing column */
+    assert_error_mentions(df_async_count_rejected(b, keep, 3, 1, per), DF_EINVAL, "rollout rank 1 of 1");
+    assert_int_equal(per[0] + per[1], 3); /* unchanged */
+    df_batch_drop(b, DF_ASYNC_SOURCE_COLUMN);
+    assert_error_mentions(df_async_count_rejected(b, keep, 3, 2, per), DF_EINVAL, "rollout_rank");
+    df_batch_free(b);
+
+    /* the rollout side at max_staleness 0, 4 episodes per batch, all 4 of version 0 sent: no room
+       until the trainer's next version; the 3 rejected make room for 3 */
+    df_staleness st;
+    df_staleness_params p = {.max_staleness = 0, .max_concurrent_rollouts = 8, .consumer_batch_size = 4};
+    assert_int_equal(df_staleness_init(&st, &p), 0);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(df_staleness_submit(&st, 0), 0);
+        assert_int_equal(df_staleness_accept(&st), 0);
+    }
+    assert_int_equal(df_staleness_capacity(&st, 0), 0);
+    df_async_unaccept(&st, per[0] + per[1]);
+    assert_int_equal(df_staleness_capacity(&st, 0), 3);
+    assert_int_equal(st.accepted, 1);
+    assert_int_equal(st.rejected, 3);
+    df_async_unaccept(&st, 5); /* never below none accepted */
+    assert_int_equal(st.accepted, 0);
+    assert_int_equal(st.rejected, 4);
+}
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_drop_and_take)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_drop_and_take), cmocka_unit_test(test_rejected_groups)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

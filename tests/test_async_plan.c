@@ -1,8 +1,8 @@
 /*
  * test_async_plan.c — the asynchronous runtime's placement and its config checks (docs/async.md):
  * the plan of a job with actor_rollout_ref.rollout.mode=async (the trainer side scheduled over the
- * first ranks, the rollout side named after it), and every refusal of df_train_check, with the
- * key and the reason in the message.
+ * first ranks, the rollout side named after it), every refusal of df_train_check, with the key
+ * and the reason in the message, and the graphs that re-run the rollout (DAPO, ReMax) accepted.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -122,14 +122,24 @@ static void test_refusals(void **state)
         const char *ov[] = {"async_training.partial_rollout=false"};
         refused(2, ov, 1, "async_training.partial_rollout", "read only with");
     }
-    {
-        const char *ov[] = {mode, "rollout.n_gpus_per_node=1", "algorithm.filter_groups.enable=true",
-                            "algorithm.workflow_type=dapo"};
-        refused(2, ov, 4, "algorithm.filter_groups.enable", "not with the asynchronous runtime");
-    }
-    {
-        const char *ov[] = {mode, "rollout.n_gpus_per_node=1", "algorithm.adv_estimator=remax"};
-        refused(2, ov, 3, "re-runs the rollout inside a step", NULL);
+}
+
+/* Graphs that re-run the rollout inside a step run asynchronously (DAPO's refill takes episodes from
+   the rollout side, ReMax's greedy pass decodes on the trainer side): their plans pass the checks. */
+static void test_reruns_accepted(void **state)
+{
+    (void)state;
+    const char *dapo[] = {"actor_rollout_ref.rollout.mode=async", "rollout.n_gpus_per_node=1",
+                          "algorithm.filter_groups.enable=true", "algorithm.workflow_type=dapo"};
+    const char *remax[] = {"actor_rollout_ref.rollout.mode=async", "rollout.n_gpus_per_node=1",
+                           "algorithm.adv_estimator=remax"};
+    const char *const *ov[] = {dapo, remax};
+    const int n[] = {4, 3};
+    for (int i = 0; i < 2; i++) {
+        df_config *c = load(ov[i], n[i]);
+        if (df_train_check(c, 2, NULL, NULL, NULL))
+            fail_msg("%s: %s", ov[i][n[i] - 1], df_last_error());
+        df_config_free(c);
     }
 }
 
@@ -151,6 +161,7 @@ static int teardown(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_plan), cmocka_unit_test(test_refusals)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_plan), cmocka_unit_test(test_refusals),
+                                       cmocka_unit_test(test_reruns_accepted)};
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -10,7 +10,8 @@
  * arrived; rank 1 is ahead: 3, 4, 6, 7, 8, 9, 10, 11 (its next batch too). The job's 6 oldest
  * would be 0-5 (4 of rank 0's and 2 of rank 1's, pushing rank 1's episode 6 to the next batch);
  * the take is rank 0's 0, 1, 2 and rank 1's 3, 4, 6. The episodes are spread over the trainer
- * ranks by order (order % T), so the gathering counts.
+ * ranks by order (order % T), so the gathering counts. A refill (DAPO's replacements) takes the
+ * job's oldest instead: 5 of them are 0-4.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -49,7 +50,11 @@ static void test_each_rank_share(void **state)
             assert_int_equal(df_async_inbox_push(&a->inbox, b, order, 0, src), 0);
         }
         int64_t limit[2] = {-7, -7};
-        assert_int_equal(df_async_take_limits(a, 6, limit), 0);
+        /* a refill (DAPO's, each false) of 5 takes the job's 5 oldest: 0-4, rank 1's 3 and 4 among them */
+        assert_int_equal(df_async_take_limits(a, 5, false, limit), 0);
+        assert_int_equal(limit[0], 2);
+        assert_int_equal(limit[1], 4);
+        assert_int_equal(df_async_take_limits(a, 6, true, limit), 0);
         assert_int_equal(limit[0], 2);
         assert_int_equal(limit[1], 6);
         /* every trainer rank holds one at least (the gathered run waits for that): here its own */

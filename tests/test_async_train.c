@@ -32,6 +32,16 @@
  *   synchronous run's with a wrong mask, a wrong seed or without the turn handler. At
  *   max_staleness 1 (a batch ahead, the KV cache recomputed at updates) the job ends within
  *   the bound.
+ * - DAPO's dynamic sampling (data where half the rows score 0 for every response, a group the filter
+ *   drops): each step's refills take only the missing groups from the rollout side, whose
+ *   admission makes up for the reported ones (else the trainer waits until the timeout), the
+ *   batch trains on exactly train_batch_size kept groups, none of them filtered; with 2 rollout
+ *   ranks each is told of its own. (A run that gives up, max_num_gen_batches, is not tested here: a
+ *   failed trainer side leaves the rollout side's posted weights header pending, which crashes
+ *   MPI_Finalize in this process; the CLI ends such a job with MPI_Abort. test_dapo.c checks the
+ *   bound's arithmetic.)
+ * - ReMax: the greedy baseline, decoded on the trainer side with its actor, is the synchronous
+ *   run's (2 ranks: every metric bit for bit; 3: step 1's).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -46,10 +56,23 @@
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static df_comm *world;
 static char dir[256];
+
+/* test/halves: 0 for every response to row i = 1 or 2 (mod 4) (its ground truth 3i + 1 is 0 or 3 mod 4),
+   so DAPO's filter drops those groups: half of any 4 consecutive rows, or of any 4 consecutive even or
+   odd rows (each rollout rank's shard holds some of both); else 1 + the response's length / 100, which
+   varies within a group. */
+static int halves_score(const char *data_source, const char *s, const char *gt, const char *extra, double *score)
+{
+    (void)data_source, (void)extra;
+    int m = atoi(gt) % 4;
+    *score = m == 1 || m == 2 ? 1.0 + (double)strlen(s) / 100.0 : 0.0;
+    return 0;
+}
 
 /* Train on `comm` into dir/<out> with the overrides. Returns the status. */
 static int train(df_comm *comm, const char *out, const char *const *ov, int n)
@@ -391,10 +414,126 @@ static void test_ppo_staleness1(void **state)
     json_decref(got);
 }
 
+/* DAPO in mode=async on `rollouts` rollout ranks at max_staleness `S`, with `extra` (or NULL). */
+static int train_dapo(const char *out, int rollouts, int S, const char *extra)
+{
+    char files[320], r[64], st[64], conc[64];
+    snprintf(files, sizeof files, "data.train_files=[%s/halves.jsonl]", dir);
+    snprintf(r, sizeof r, "rollout.n_gpus_per_node=%d", rollouts);
+    snprintf(st, sizeof st, "async_training.max_staleness=%d", S);
+    snprintf(conc, sizeof conc, "async_training.max_concurrent_rollouts=%d", 8 * (S + 1));
+    const char *ov[] = {"actor_rollout_ref.rollout.mode=async", r, st, conc, files, "algorithm.workflow_type=dapo",
+                        "algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=score",
+                        "trainer.collective_timeout_s=10", extra};
+    return train(world, out, ov, extra ? 10 : 9);
+}
+
+/* Every step trains on exactly 8 kept groups (the batch) of the 8 + filtered taken; at least the 4 rows
+   of the step's first 8 prompts that score 0 are filtered, and none of them is trained on (score >= 1). */
+static void check_dapo(const char *out)
+{
+    json_t *got = df_test_metrics(dir, out, false);
+    assert_int_equal(json_array_size(got), 3);
+    for (size_t i = 0; i < 3; i++) {
+        json_t *y = json_array_get(got, i);
+        double filtered = num(y, "fully_async/count/filtered_samples", (int)i);
+        double taken = filtered / num(y, "fully_async/filtered_frac", (int)i);
+        if (!(filtered >= 4 && fabs(taken - filtered - 8) < 1e-3)) /* the fraction as logged: 6 digits */
+            fail_msg("step %zu: %g filtered of %g taken", i + 1, filtered, taken);
+        assert_true(num(y, "train/num_gen_batches", (int)i) >= 2);
+        assert_true(num(y, "critic/score/min", (int)i) >= 1);
+        assert_true(num(y, "training/global_step", (int)i) == (double)(i + 1));
+    }
+    json_decref(got);
+}
+
+/* max_staleness 0 (the rollout side never ahead: a refill exists only if the rejected ones were
+   reported), on every rank but one as rollout ranks; then max_staleness 1 with one
+   rollout rank (3 ranks: two trainer ranks, one of which often holds none of a small refill). */
+static void test_dapo_refills(void **state)
+{
+    (void)state;
+    int W = df_comm_size(world);
+    if (W < 2) {
+        skip();
+        return;
+    }
+    if (train_dapo("dapo0", W - 1, 0, NULL))
+        fail_msg("rank %d: %s", df_comm_rank(world), df_last_error());
+    if (train_dapo("dapo1", 1, 1, NULL))
+        fail_msg("rank %d: %s", df_comm_rank(world), df_last_error());
+    /* with ReMax's baseline before the filter: the greedy pass of a refill decodes the refill's prompts,
+       and from step 2 on the step's prompts are not the trainer dataloader's batch (the refills took
+       prompts ahead of it): a baseline of other prompts fails the step ("no greedy response") */
+    if (train_dapo("dapo_remax", 1, 0, "algorithm.adv_estimator=remax"))
+        fail_msg("rank %d: %s", df_comm_rank(world), df_last_error());
+    assert_int_equal(df_comm_barrier(world), 0);
+    if (df_comm_rank(world) != 0)
+        return;
+    check_dapo("dapo0");
+    check_dapo("dapo1");
+    check_dapo("dapo_remax");
+}
+
+/* Step 1's metrics of a ReMax run `out` against the synchronous one's: the same initial weights and
+   prompts, so the same responses, scores and greedy baselines, whose float values the metrics sum in
+   double in another order (the bound: that order's rounding; another response or baseline would move
+   them by a digit's share of a response, ~1e-3). With several trainer ranks a token mean is the mean
+   of the ranks' (metrics_reduce.c): only the extremes compare. */
+static void same_step1(const char *out, bool token_means)
+{
+    json_t *ref = df_test_metrics(dir, "remax_ref", false), *got = df_test_metrics(dir, out, false);
+    json_t *x = json_array_get(ref, 0), *y = json_array_get(got, 0);
+    const char *keys[] = {"critic/score/mean", "critic/advantages/max", "critic/advantages/min",
+                          "critic/advantages/mean"};
+    for (size_t k = 0; k < (token_means ? 4 : 3); k++) {
+        double u = num(x, keys[k], 0), v = num(y, keys[k], 0);
+        if (!(fabs(u - v) <= 1e-9 * (1 + fabs(u))))
+            fail_msg("%s step 1: %s = %.9g synchronous, %.9g asynchronous", out, keys[k], u, v);
+    }
+    json_decref(ref);
+    json_decref(got);
+}
+
+/* ReMax: the reward_baseline node's greedy pass re-runs the rollout node, which decodes the step's
+   prompts greedily on the trainer side with the trainer's actor: at max_staleness 0 the weights the
+   samples came from, so the run is the synchronous one (2 ranks: bit for bit). 3 ranks: two rollout
+   ranks (the batch's episodes in another order), then two trainer ranks each decoding its share. */
+static void test_remax(void **state)
+{
+    (void)state;
+    int W = df_comm_size(world);
+    if (W < 2) {
+        skip();
+        return;
+    }
+    char r[64];
+    snprintf(r, sizeof r, "rollout.n_gpus_per_node=%d", W - 1);
+    const char *ov[] = {"actor_rollout_ref.rollout.mode=async", r, "algorithm.adv_estimator=remax"};
+    train_ok(world, "remax", ov, 3);
+    if (W > 2) {
+        ov[1] = "rollout.n_gpus_per_node=1";
+        train_ok(world, "remax_t2", ov, 3);
+    }
+    assert_int_equal(df_comm_barrier(world), 0);
+    if (df_comm_rank(world) != 0)
+        return;
+    if (W == 2) {
+        json_t *ref = df_test_metrics(dir, "remax_ref", false), *got = df_test_metrics(dir, "remax", false);
+        same_metrics(ref, got);
+        json_decref(ref);
+        json_decref(got);
+        return;
+    }
+    same_step1("remax", true);
+    same_step1("remax_t2", false);
+}
+
 static int setup(void **state)
 {
     (void)state;
-    if (df_comm_world(&world) || df_reward_register("test/digits", df_test_digit_share))
+    if (df_comm_world(&world) || df_reward_register("test/digits", df_test_digit_share) ||
+        df_reward_register("test/halves", halves_score))
         return -1;
     if (!df_test_size_ok(df_comm_size(world)))
         return -1;
@@ -403,8 +542,13 @@ static int setup(void **state)
     df_comm *self = NULL;
     if (df_comm_split(world, df_comm_rank(world), 0, &self))
         return -1;
+    const char *remax[] = {"algorithm.adv_estimator=remax"};
     if (df_comm_rank(world) == 0 && train(self, "ref", NULL, 0))
         print_error("the synchronous reference: %s\n", df_last_error());
+    if (df_comm_rank(world) == 0 && df_comm_size(world) > 1 && train(self, "remax_ref", remax, 1))
+        print_error("the synchronous ReMax reference: %s\n", df_last_error());
+    if (df_comm_rank(world) == 0)
+        df_test_digits_inputs(dir, "halves.jsonl", 64, "test/halves", false);
     df_comm_free(self);
     return df_comm_barrier(world);
 }
@@ -427,6 +571,8 @@ int main(void)
         cmocka_unit_test(test_multi_turn_interaction),
         cmocka_unit_test(test_multi_turn_env),
         cmocka_unit_test(test_multi_turn_staleness1),
+        cmocka_unit_test(test_dapo_refills),
+        cmocka_unit_test(test_remax),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -2,8 +2,8 @@
  * test_dapo.c — DAPO's dynamic sampling: the group filter on a hand-made
  * batch, and the dapo pipeline end to end (generating extra batches until
  * the kept groups fill the train batch, or failing after
- * max_num_gen_batches), and a rank failing alone: every rank returns an
- * error, with no hang.
+ * max_num_gen_batches), the asynchronous runtime's refill bound, and a rank
+ * failing alone: every rank returns an error, with no hang.
  *
  * mpi-test: np 2
  */
@@ -44,6 +44,19 @@ static void test_filter_keeps_varying_groups(void **state)
     assert_error_mentions(df_dynamic_sampling_kept_rows(b, "accuracy", keep, &n_keep, &groups), DF_EINVAL,
                           "filter_groups.metric=accuracy");
     df_batch_free(b);
+}
+
+/* mode=async refills only the missing groups, within max_num_gen_batches train batches of prompts per
+ * step (8 prompts a batch here). */
+static void test_async_refill_bound(void **state)
+{
+    (void)state;
+    assert_int_equal(df_dynamic_sampling_refill(8, 4, 8, 10), 4);
+    assert_int_equal(df_dynamic_sampling_refill(8, 8, 8, 10), 0);  /* nothing missing */
+    assert_int_equal(df_dynamic_sampling_refill(8, 4, 8, 1), -1);  /* one batch: no refill */
+    assert_int_equal(df_dynamic_sampling_refill(8, 7, 15, 2), 1);  /* 16 prompts: within 2 batches */
+    assert_int_equal(df_dynamic_sampling_refill(8, 6, 15, 2), -1); /* 17 would not be */
+    assert_int_equal(df_dynamic_sampling_refill(8, 0, 800, 0), 8); /* 0: no bound */
 }
 
 /* The dapo config of these tests (metric, output dir and one extra override). */
@@ -250,6 +263,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_filter_keeps_varying_groups),
+        cmocka_unit_test(test_async_refill_bound),
         cmocka_unit_test(test_dapo_steps),
         cmocka_unit_test(test_dapo_gives_up),
         cmocka_unit_test(test_siirl_workflow_shape),

@@ -350,8 +350,23 @@ int df_worker_reward(df_dag_worker *w, df_batch *b, df_metrics *m);
  */
 int df_dynamic_sampling_kept_rows(const df_batch *b, const char *metric, int64_t *keep, int64_t *n_keep,
                                   int64_t *groups);
+/** mode=async: DAPO's next refill after a round that left `kept` of `target` groups, `taken`
+ *  prompts taken in the step so far: the missing target - kept groups (0: none missing), or -1
+ *  when taking them would pass max_gen x target prompts in the step (algorithm.filter_groups.
+ *  max_num_gen_batches train batches, the synchronous run's bound in prompts; max_gen 0: none). */
+int64_t df_dynamic_sampling_refill(int64_t target, int64_t kept, int64_t taken, int64_t max_gen);
 /** Register DAPO's dynamic_sampling node function (DAGWorker.dynamic_sampling and siiRL's name). */
 int df_worker_register_dynamic_sampling(void);
+/** mode=async, trainer side (workers/dag/async_trainer.c): the next re-run of the rollout node
+ *  takes `episodes` (>= 1) episodes from the rollout side, DAPO's refill of the groups still
+ *  missing, instead of a batch. Every trainer rank sets the same value. */
+void df_async_set_refill(df_dag_worker *w, int64_t episodes);
+/** mode=async, trainer side: the groups of b (rows sharing a uid) with no row among keep[n_keep]
+ *  (row indices of b) were taken but will not be trained on: each is reported to the rollout rank
+ *  that made it as not accepted, so that its admission makes up for it (docs/async.md). A
+ *  model-parallel replica reports nothing (its leader does). Errors: those of
+ *  df_async_count_rejected, comm errors. */
+int df_async_reject_groups(df_dag_worker *w, const df_batch *b, const int64_t *keep, int64_t n_keep);
 
 /**
  * KL penalty in the reward (verl ray_trainer apply_kl_penalty): with beta =

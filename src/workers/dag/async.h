@@ -16,9 +16,10 @@
  *     header, then the serialized batch rows. A header with `done` set is the rank's last
  *     message to that trainer rank (same tag, so it arrives after every episode: MPI's
  *     non-overtaking rule).
- *   - drops: a trainer rank that drops episodes as too stale tells their rollout rank at once
- *     (int64 count, tag DF_ASYNC_TAG_DROPPED), which takes them out of its accepted count: else its
- *     admission would stop short of the batch the trainer waits for.
+ *   - drops: a trainer rank that drops episodes as too stale, or whose DAPO filter throws
+ *     away taken groups, tells their rollout rank at once (int64 count, tag
+ *     DF_ASYNC_TAG_DROPPED), which takes them out of its accepted count: else its admission
+ *     would stop short of the batch the trainer waits for.
  */
 #ifndef DF_WORKERS_DAG_ASYNC_H
 #define DF_WORKERS_DAG_ASYNC_H
@@ -26,6 +27,7 @@
 #include "distflow/async.h"
 #include "distflow/batch.h"
 #include "distflow/comm.h"
+#include "distflow/dag.h"
 #include "distflow/model.h"
 #include "distflow/rollout.h"
 #include "distflow/tokenizer.h"
@@ -40,6 +42,9 @@ struct df_train_config;
 
 #define DF_ASYNC_TAG_EPISODE 101
 #define DF_ASYNC_TAG_DROPPED 102
+/** int64 column the trainer side adds to every received row: the rollout rank (0 .. R-1) that
+ *  generated it, so a rank the hand-off moved it to can report it rejected to its source. */
+#define DF_ASYNC_SOURCE_COLUMN "rollout_rank"
 
 /**
  * How the parameters follow a weights header: both sides derive it from their rollout's dtype
@@ -104,6 +109,17 @@ int df_async_inbox_take(df_async_inbox *in, const int64_t *limit, df_staleness *
                         struct df_batch **out);
 void df_async_inbox_clear(df_async_inbox *in);
 
+/** Count the groups (rows sharing a uid: one episode each) of b with no row among keep[n_keep]
+ *  (row indices of b) into per_src[n_src] (added to), by their DF_ASYNC_SOURCE_COLUMN value: what
+ *  a filter that kept those rows must report to each rollout rank. An empty b counts nothing;
+ *  on an error per_src is unchanged. Errors: DF_EINVAL without the uid or source columns, a kept index or a source out of range;
+ *  DF_ENOMEM. */
+int df_async_count_rejected(const struct df_batch *b, const int64_t *keep, int64_t n_keep, int n_src,
+                            int64_t *per_src);
+/** The rollout side's account of n reported episodes: no longer accepted (at most all of those),
+ *  rejected instead, so df_staleness_capacity admits as many again. */
+void df_async_unaccept(df_staleness *st, int64_t n);
+
 typedef struct df_async {
     df_comm *world;       /**< the job (borrowed) */
     df_comm *side;        /**< this side's ranks (owned) */
@@ -124,7 +140,14 @@ typedef struct df_async {
     double *last_idle, *last_busy; /**< [n_rollouts] the latest per rollout rank */
     int64_t *last_running, *last_accepted;
     int64_t *dropped;     /**< trainer side: [n_rollouts] episodes of each rollout rank dropped as too
-                               stale and not yet reported to it */
+                               stale or rejected by a filter, and not yet reported to it */
+    int64_t refill;       /**< episodes the next re-run of the rollout node takes (DAPO's refill,
+                               df_async_set_refill); 0: none asked */
+    struct df_batch *columns; /**< no rows, the columns of the step's episodes: a rank's empty share
+                                   of a refill it holds no episode for */
+    struct df_batch *prompts; /**< one row per episode of the latest take, without the responses:
+                                   what ReMax's greedy pass decodes on this rank */
+    df_node_fn generate;  /**< the rollout node's own function (the greedy pass runs it) */
     int64_t *take_limit;  /**< trainer side: [n_rollouts] the step's take (df_async_inbox_take's limit) */
 } df_async;
 
@@ -238,10 +261,12 @@ int df_async_publish(struct df_dag_worker *w, int64_t version);
  * rollout rank r, its df_async_share(need, n_rollouts, r) oldest (smallest order) of those the
  * trainer ranks hold together (every rank's (order, sender) gathered); limit[r] the largest order
  * taken of r's, INT64_MIN for none. Each rollout rank's share, as its admission counts on, not
- * the job's oldest (docs/async.md). Call once the ranks hold every share. Collective over the
- * side. Errors: DF_ENOMEM, comm errors.
+ * the job's oldest (docs/async.md). Call once the ranks hold every share. `each` false (DAPO's
+ * refill): the job's `need` oldest, whichever ranks sent them (the rejected groups were reported
+ * to their senders, whose admission makes up for them). Collective over the side. Errors:
+ * DF_ENOMEM, comm errors.
  */
-int df_async_take_limits(df_async *a, int64_t need, int64_t *limit);
+int df_async_take_limits(df_async *a, int64_t need, bool each, int64_t *limit);
 /** Trainer side: tell each rollout rank how many of its episodes were dropped as too stale since the
  *  last report (a->dropped[r], zeroed once sent: tag DF_ASYNC_TAG_DROPPED). Errors: comm errors. */
 int df_async_report_drops(df_async *a);

@@ -1,6 +1,9 @@
 /* A trainer rank's received episodes (async.h): kept in arrival order, checked for staleness at
- * consumption, taken oldest first. */
+ * consumption, taken oldest first; and the count, per rollout rank, of the taken episodes that a
+ * filter then threw away. */
 #include "workers/dag/async.h"
+
+#include "distflow/algo.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -109,4 +112,48 @@ void df_async_inbox_clear(df_async_inbox *in)
         df_batch_free(in->rows[i]);
     free(in->rows), free(in->order), free(in->version), free(in->src);
     memset(in, 0, sizeof *in);
+}
+
+/* ---- episodes consumed but not trained on (DAPO's filtered groups) ------------------ */
+
+int df_async_count_rejected(const df_batch *b, const int64_t *keep, int64_t n_keep, int n_src, int64_t *per_src)
+{
+    int64_t n = df_batch_size(b);
+    if (n == 0)
+        return DF_OK;
+    const df_column *uid = df_batch_column(b, "uid");
+    const int64_t *src = df_batch_i64(b, DF_ASYNC_SOURCE_COLUMN);
+    if (!uid || uid->kind != DF_COL_STR || !src)
+        return df_error(DF_EINVAL, "async: counting rejected episodes needs the uid and %s columns",
+                        DF_ASYNC_SOURCE_COLUMN);
+    int64_t *g = malloc((size_t)n * sizeof *g), *count = calloc((size_t)(n_src > 0 ? n_src : 1), sizeof *count);
+    char *kept = calloc((size_t)n, 1), *seen = calloc((size_t)n, 1);
+    int rc = g && count && kept && seen ? df_group_ids((const char *const *)uid->data, n, g)
+                                        : df_error(DF_ENOMEM, "out of memory");
+    /* a group with any row kept is trained on: only whole groups are rejected */
+    for (int64_t i = 0; !rc && i < n_keep; i++) {
+        if (keep[i] < 0 || keep[i] >= n)
+            rc = df_error(DF_EINVAL, "async: kept row %lld of a batch of %lld", (long long)keep[i], (long long)n);
+        else
+            kept[g[keep[i]]] = 1;
+    }
+    for (int64_t i = 0; !rc && i < n; i++) {
+        if (kept[g[i]] || seen[g[i]])
+            continue;
+        if (src[i] < 0 || src[i] >= n_src)
+            rc = df_error(DF_EINVAL, "async: row %lld says rollout rank %lld of %d", (long long)i, (long long)src[i],
+                          n_src);
+        else
+            count[src[i]]++, seen[g[i]] = 1;
+    }
+    for (int r = 0; !rc && r < n_src; r++) /* all or nothing */
+        per_src[r] += count[r];
+    free(g), free(count), free(kept), free(seen);
+    return rc;
+}
+
+void df_async_unaccept(df_staleness *st, int64_t n)
+{
+    n = n < st->accepted ? n : st->accepted;
+    st->accepted -= n, st->rejected += n;
 }

@@ -90,6 +90,8 @@ void df_async_free(df_async *a)
     if (!a)
         return;
     df_async_inbox_clear(&a->inbox);
+    df_batch_free(a->columns);
+    df_batch_free(a->prompts);
     free(a->dropped);
     free(a->take_limit);
     free(a->last_idle);

@@ -137,7 +137,8 @@ static int check_weights(executor *x, bool drained, bool *changed)
     return rc;
 }
 
-/* Episodes a trainer rank dropped as too stale: no longer accepted, so admission makes up for them. */
+/* Episodes a trainer rank dropped as too stale or rejected by its DAPO filter: no longer accepted, so
+ * admission makes up for them. */
 static int take_drops(executor *x)
 {
     for (;;) {
@@ -149,8 +150,7 @@ static int take_drops(executor *x)
             rc = df_comm_recv(x->a->world, &d, (int64_t)sizeof d, src, DF_ASYNC_TAG_DROPPED);
         if (rc || !found)
             return rc;
-        d = d < x->a->st.accepted ? d : x->a->st.accepted;
-        x->a->st.accepted -= d, x->a->st.rejected += d;
+        df_async_unaccept(&x->a->st, d);
     }
 }
 

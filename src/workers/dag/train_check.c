@@ -537,7 +537,7 @@ static const char *async_key_set(const df_train_config *t)
 
 /* actor_rollout_ref.rollout.mode=async (workers/dag/async.h): the rollout side's ranks, the batch
  * they share, and what the asynchronous runtime does not run yet. */
-static int check_async(const df_config *c, const df_train_config *t, df_task_graph *g, bool workflow)
+static int check_async(const df_config *c, const df_train_config *t)
 {
     const char *mode_key = "actor_rollout_ref.rollout.mode";
     if (strcmp(t->actor_rollout_ref.rollout.mode, "async")) {
@@ -564,20 +564,10 @@ static int check_async(const df_config *c, const df_train_config *t, df_task_gra
     else if (a->recompute_kv && !a->partial_rollout)
         key = "async_training.recompute_kv", why = "has nothing to recompute with async_training.partial_rollout=false "
                                                    "(the weights change only when nothing is in flight)";
-    else if (t->algorithm.filter_groups.enable)
-        key = "algorithm.filter_groups.enable", why = "dynamic sampling re-runs the rollout inside a step; not with "
-                                                      "the asynchronous runtime yet (issue 16)";
+    /* DAPO's refill and ReMax's greedy pass re-run the rollout node, which takes the refill from the
+       rollout side and decodes the greedy pass on the trainer side (async_trainer.c) */
     if (key)
         return df_error(DF_EINVAL, "%s (%s) with %s=async: %s", key, df_config_where(c, key), mode_key, why);
-    /* nodes that re-run the rollout inside a step (ReMax's greedy baseline, dynamic sampling) */
-    df_node_fn again[2] = {known_fn("DAGWorker.compute_reward_baseline"), known_fn("DAGWorker.dynamic_sampling")};
-    for (int i = 0; i < df_task_graph_num_nodes(g); i++) {
-        const df_node *n = df_task_graph_node_at(g, i);
-        df_node_fn fn = known_fn(ref_of(n, workflow));
-        if (fn && (fn == again[0] || fn == again[1]))
-            return df_error(DF_EINVAL, "node '%s' re-runs the rollout inside a step; not with %s=async yet (issue 16)",
-                            n->node_id, mode_key);
-    }
     return DF_OK;
 }
 
@@ -614,7 +604,7 @@ int df_train_check(const df_config *cfg, int world, df_warn_fn warn, void *user,
     if (!rc)
         rc = layouts(cfg, &t, p, world - p->rollout_ranks, &dp);
     if (!rc)
-        rc = check_async(cfg, &t, p->graph, !strcmp(p->pipeline, "workflow"));
+        rc = check_async(cfg, &t);
     if (!rc)
         rc = df_config_validate_train_ex(cfg, dp, warn, user);
     if (!rc) /* last: every check of the config itself comes first */

@@ -9,6 +9,13 @@
  * graph's nodes before this one on new prompts (df_node_rerun_upstream), so it is
  * rolled out and scored as the first. The surplus is cut in rank order, so every
  * rank knows which of its groups survive.
+ *
+ * With actor_rollout_ref.rollout.mode=async (docs/async.md) a re-run takes episodes from
+ * the rollout side instead: only as many as groups are missing, after the filtered ones
+ * were reported to the rollout ranks that made them as not accepted (AReaL's rejected
+ * rollouts), whose admission makes up for exactly those. The rollout side may then stay
+ * max_staleness batches ahead, never more; max_num_gen_batches bounds the prompts a step
+ * takes to what the synchronous run may generate (that many train batches).
  */
 #include "workers/worker_internal.h"
 
@@ -128,24 +135,84 @@ static int trim(df_dag_worker *w, df_batch **acc, int64_t mine, int64_t target)
 }
 
 /* One more generation batch: new prompts through the nodes before this one (the step's rollout
- * and reward nodes, the workflow's own included), as the graph ran them on the first batch. */
+ * and reward nodes, the workflow's own included), as the graph ran them on the first batch.
+ * mode=async: the rollout node takes the refill from the rollout side, which reads its own prompts. */
 static int generate_more(df_dag_worker *w, df_node_ctx *ctx, int gen, df_batch **out)
 {
-    int rc = df_worker_next_prompts(w, gen, out);
+    int rc = DF_OK;
+    if (!w->async)
+        rc = df_worker_next_prompts(w, gen, out);
+    else if (!(*out = df_batch_new(0)))
+        rc = df_error(DF_ENOMEM, "out of memory");
     return rc ? rc : df_node_rerun_upstream(ctx, gen, 0, out);
 }
 
-/* Append the rows of b's varying groups to *acc; their group count into *groups. */
-static int keep_varying(const df_batch *b, const char *metric, df_batch **acc, int64_t *groups)
+/* Append the rows of b's varying groups to *acc; their group count into *groups. mode=async: the
+ * other groups were taken from the rollout side, which is told (df_async_reject_groups). */
+static int keep_varying(df_dag_worker *w, const df_batch *b, const char *metric, df_batch **acc, int64_t *groups)
 {
     int64_t n = df_batch_size(b), n_keep = 0;
     int64_t *keep = malloc((size_t)(n ? n : 1) * sizeof *keep);
     int rc = keep ? df_dynamic_sampling_kept_rows(b, metric, keep, &n_keep, groups)
                   : df_error(DF_ENOMEM, "out of memory");
+    if (!rc && w->async)
+        rc = df_async_reject_groups(w, b, keep, n_keep);
     if (!rc)
         rc = accumulate(acc, b, keep, n_keep);
     free(keep);
     return rc;
+}
+
+int64_t df_dynamic_sampling_refill(int64_t target, int64_t kept, int64_t taken, int64_t max_gen)
+{
+    int64_t more = target - kept;
+    if (more < 1)
+        return 0;
+    return max_gen > 0 && taken + more > max_gen * target ? -1 : more;
+}
+
+/*
+ * Before another generation round, with `global` groups kept of `target` after round gen (from 0):
+ * synchronously a batch of new prompts, while fewer than max_num_gen_batches were made; mode=async
+ * only the missing groups (df_async_set_refill), while the prompts the step took, *taken, stay within
+ * max_num_gen_batches x target. The same on every rank (the counts are the group's).
+ */
+static int next_round(df_dag_worker *w, int gen, int64_t global, int64_t *taken)
+{
+    const df_train_config *t = &w->global.cfg;
+    const char *metric = t->algorithm.filter_groups.metric;
+    int64_t target = t->data.train_batch_size, max_gen = t->algorithm.filter_groups.max_num_gen_batches;
+    int64_t more = w->async ? df_dynamic_sampling_refill(target, global, *taken, max_gen) : target;
+    if (!w->async && max_gen > 0 && gen + 1 >= max_gen)
+        return df_error(DF_EINVAL, "dynamic sampling: %lld of %lld prompts have a varying %s after %d generation "
+                                   "batches (algorithm.filter_groups.max_num_gen_batches=%lld); the data may "
+                                   "be too easy or too hard for the model",
+                        (long long)global, (long long)target, metric, gen + 1, (long long)max_gen);
+    if (more < 0)
+        return df_error(DF_EINVAL, "dynamic sampling: %lld of %lld prompts have a varying %s after %lld prompts "
+                                   "in %d rounds; %lld more would pass algorithm.filter_groups."
+                                   "max_num_gen_batches=%lld train batches of prompts; the data may be too easy "
+                                   "or too hard for the model",
+                        (long long)global, (long long)target, metric, (long long)*taken, gen + 1,
+                        (long long)(target - global), (long long)max_gen);
+    if (w->async)
+        df_async_set_refill(w, more);
+    *taken += more;
+    return DF_OK;
+}
+
+/* The step's sampling metrics: verl's, and mode=async the share of the taken groups filtered out. */
+static void record(df_node_ctx *ctx, int gen, int64_t taken, int64_t global, double t0)
+{
+    df_dag_worker *w = ctx->worker;
+    if (!ctx->metrics)
+        return;
+    df_metrics_set(ctx->metrics, "train/num_gen_batches", gen + 1);
+    df_metrics_set(ctx->metrics, "timing_s/dynamic_sampling", df_now() - t0);
+    if (w->async) { /* every rank holds the group's counts: the mean over ranks is the count */
+        df_metrics_set(ctx->metrics, "fully_async/count/filtered_samples", (double)(taken - global));
+        df_metrics_set(ctx->metrics, "fully_async/filtered_frac", (double)(taken - global) / (double)taken);
+    }
 }
 
 /*
@@ -173,41 +240,33 @@ static int node_dynamic_sampling(df_node_ctx *ctx, df_batch *batch, df_node_outp
         return rc; /* DAPO without filtering: the batch passes through */
     double t0 = df_now();
     const char *metric = t->algorithm.filter_groups.metric;
-    int64_t target = t->data.train_batch_size;
-    int64_t max_gen = t->algorithm.filter_groups.max_num_gen_batches;
+    int64_t target = t->data.train_batch_size, taken = target;
     int64_t mine = 0, global = 0;
     df_batch *acc = NULL, *cur = batch;
     int gen = 0;
     for (;;) { /* a local failure skips the work but not the collective */
         int64_t groups = 0;
         if (!rc)
-            rc = keep_varying(cur, metric, &acc, &groups);
+            rc = keep_varying(w, cur, metric, &acc, &groups);
         if (cur != batch)
             df_batch_free(cur);
         cur = NULL;
         mine += rc ? 0 : groups;
         if ((rc = count_groups(w, rc, groups, &global)) || global >= target)
             break;
-        if (max_gen > 0 && gen + 1 >= max_gen) {
-            rc = df_error(DF_EINVAL, "dynamic sampling: %lld of %lld prompts have a varying %s after %d generation "
-                                     "batches (algorithm.filter_groups.max_num_gen_batches=%lld); the data may "
-                                     "be too easy or too hard for the model",
-                          (long long)global, (long long)target, metric, gen + 1, (long long)max_gen);
+        if ((rc = next_round(w, gen, global, &taken)))
             break;
-        }
         rc = generate_more(w, ctx, ++gen, &cur);
     }
-    if (!rc) /* every rank agrees here: the counts and the give-up are the group's */
+    int64_t kept = global;
+    if (!rc) /* every rank agrees here: the counts and the give-up are the group's (mode=async: nothing to cut) */
         rc = trim(w, &acc, mine, target);
     if (rc) {
         df_batch_free(acc);
         return rc;
     }
     out->batch = acc;
-    if (ctx->metrics) {
-        df_metrics_set(ctx->metrics, "train/num_gen_batches", gen + 1);
-        df_metrics_set(ctx->metrics, "timing_s/dynamic_sampling", df_now() - t0);
-    }
+    record(ctx, gen, taken, kept, t0);
     return DF_OK;
 }
 
