@@ -11,6 +11,7 @@
  */
 #include "workers/worker_internal.h"
 #include "workers/dag/preflight.h"
+#include "workers/embodied/embodied_worker.h"
 #include "distflow/algo_desc.h"
 #include "distflow/backend.h"
 #include "distflow/env.h"
@@ -452,6 +453,16 @@ static bool scores_by_registry(df_task_graph *g, bool workflow)
     return false;
 }
 
+/* Whether a node of g runs the embodied sampling filter (embodied_local_rank_sampling). */
+static bool has_embodied_sampling(df_task_graph *g, bool workflow)
+{
+    df_node_fn f = known_fn("embodied.embodied_local_rank_sampling");
+    for (int i = 0; f && i < df_task_graph_num_nodes(g); i++)
+        if (known_fn(ref_of(df_task_graph_node_at(g, i), workflow)) == f)
+            return true;
+    return false;
+}
+
 /* The checks that read the run's files (preflight.c), for the whole plan's graph. */
 static int preflight(const df_config *c, const df_train_config *t, const df_plan *p)
 {
@@ -557,6 +568,8 @@ int df_train_check(const df_config *cfg, int world, df_warn_fn warn, void *user,
         rc = layouts(cfg, &t, p, world - p->rollout_ranks, &dp);
     if (!rc)
         rc = check_async(cfg, &t, p->graph, !strcmp(p->pipeline, "workflow"));
+    if (!rc) /* model_type=embodied and what it needs (workers/embodied/) */
+        rc = df_embodied_check(cfg, &t, has_embodied_sampling(p->graph, !strcmp(p->pipeline, "workflow")));
     if (!rc)
         rc = df_config_validate_train_ex(cfg, dp, warn, user);
     if (!rc) /* last: every check of the config itself comes first */
