@@ -87,7 +87,7 @@ int df_reward_manager_run(const df_reward_manager_cfg *cfg, df_batch *b, const c
     int rc = df_reward_manager_check(cfg);
     if (rc)
         return rc;
-    if (!strcmp(cfg->manager ? cfg->manager : "", "embodied"))
+    if (cfg && cfg->manager && !strcmp(cfg->manager, "embodied"))
         return df_error(DF_EUNSUPPORTED, "the embodied reward manager scores control episodes "
                         "(actor_rollout_ref.model.model_type=embodied), not text responses");
     if (is_dapo(cfg))

@@ -467,9 +467,10 @@ static bool has_embodied_sampling(df_task_graph *g, bool workflow)
 static int preflight(const df_config *c, const df_train_config *t, const df_plan *p)
 {
     bool workflow = !strcmp(p->pipeline, "workflow");
-    /* a reward model scores the training responses instead of the registry (validation keeps it) */
+    /* a reward model scores the training responses instead of the registry (validation keeps it); an
+       embodied job's reward is SRPO's */
     return df_train_preflight(c, t, role_node(p->graph, DF_ROLE_CRITIC, true) != NULL,
-                              !t->reward_model.enable && scores_by_registry(p->graph, workflow));
+                              !t->reward_model.enable && !df_embodied_enabled(t) && scores_by_registry(p->graph, workflow));
 }
 
 /* A key of async_training / rollout set to something other than its default, or NULL. */

@@ -166,7 +166,7 @@ static int fill_unrun(const df_embodied_setup *s, ep_buf *b)
         if (b->prompts[k])
             continue;
         for (int64_t t = 0; t < s->call_tokens; t++) {
-            int32_t w = s->word[t > 0][(t % atl) * V];
+            int32_t w = s->word[(t % atl) * V];
             b->tokens[k * s->call_tokens + t] = w >= 0 ? w : 0;
             b->logp[k * s->call_tokens + t] = 0.0f;
         }

@@ -10,6 +10,7 @@
 #include "distflow/env.h"
 #include "planner/dag_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -79,35 +80,33 @@ static int32_t one_token(const df_tokenizer *tok, const char *text, int64_t *n, 
     return id;
 }
 
-/* word[f][p * vocab + v]: the token of action word (p, v), alone (f 0: a call's first token) or after
-   a space (f 1); each must be one token of the policy's tokenizer. */
-static int token_tables(df_embodied_setup *s, const df_tokenizer *tok)
+/* word[p * vocab + v]: the token of action word (p, v) after a space, which must be one token of the
+   policy's tokenizer. */
+static int token_table(df_embodied_setup *s, const df_tokenizer *tok)
 {
     const df_embodied_info *in = &s->info;
     const int64_t cells = (int64_t)in->action_token_len * in->action_vocab;
     if (!in->token_names)
         return df_error(DF_EUNSUPPORTED, "environment %s has no words for its action tokens (token_names): the "
                         "policy answers in text, one token per action token", s->env->name);
-    for (int f = 0; f < 2; f++) {
-        if (!(s->word[f] = malloc((size_t)cells * sizeof *s->word[f])))
-            return df_error(DF_ENOMEM, "out of memory");
-        for (int64_t i = 0; i < cells; i++) {
-            const char *name = in->token_names[i];
-            s->word[f][i] = -1;
-            if (!name || (f == 0 && i >= in->action_vocab)) /* a call starts with position 0 */
-                continue;
-            char text[128];
-            snprintf(text, sizeof text, "%s%s", f ? " " : "", name);
-            int64_t n;
-            int rc;
-            s->word[f][i] = one_token(tok, text, &n, &rc);
-            if (rc)
-                return rc;
-            if (s->word[f][i] < 0)
-                return df_error(DF_EUNSUPPORTED, "the action word '%s' is %lld tokens of the policy's tokenizer; the "
-                                "embodied rollout reads one token per action token (a tokenizer trained on the "
-                                "demonstrations has each word as one token: docs/embodied.md)", text, (long long)n);
-        }
+    if (!(s->word = malloc((size_t)cells * sizeof *s->word)))
+        return df_error(DF_ENOMEM, "out of memory");
+    for (int64_t i = 0; i < cells; i++) {
+        const char *name = in->token_names[i];
+        s->word[i] = -1;
+        if (!name)
+            continue;
+        char text[128];
+        snprintf(text, sizeof text, " %s", name);
+        int64_t n;
+        int rc;
+        s->word[i] = one_token(tok, text, &n, &rc);
+        if (rc)
+            return rc;
+        if (s->word[i] < 0)
+            return df_error(DF_EUNSUPPORTED, "the action word '%s' is %lld tokens of the policy's tokenizer; the "
+                            "embodied rollout reads one token per action token (a tokenizer trained on the "
+                            "demonstrations has each word as one token: docs/embodied.md)", text, (long long)n);
     }
     return DF_OK;
 }
@@ -127,7 +126,7 @@ int df_embodied_setup_init(df_embodied_setup *s, const df_config *c, const df_tr
                         df_config_where(c, EMB "env.num_envs"), (long long)k->env.num_envs);
     int rc = resolve_class(s, c, k, load);
     if (!rc && tok && s->env)
-        rc = token_tables(s, tok);
+        rc = token_table(s, tok);
     if (rc)
         df_embodied_setup_clear(s);
     return rc;
@@ -136,8 +135,7 @@ int df_embodied_setup_init(df_embodied_setup *s, const df_config *c, const df_tr
 void df_embodied_setup_clear(df_embodied_setup *s)
 {
     free(s->env_config);
-    free(s->word[0]);
-    free(s->word[1]);
+    free(s->word);
     memset(s, 0, sizeof *s);
 }
 
@@ -145,7 +143,7 @@ void df_embodied_decode_call(const df_embodied_setup *s, const int32_t *tokens, 
 {
     const int atl = s->info.action_token_len, V = s->info.action_vocab;
     for (int64_t t = 0; t < s->call_tokens; t++) {
-        const int32_t *row = s->word[t > 0] + (int64_t)(t % atl) * V;
+        const int32_t *row = s->word + (int64_t)(t % atl) * V;
         act[t] = -1;
         for (int v = 0; v < V; v++)
             if (row[v] >= 0 && row[v] == tokens[t])

@@ -39,10 +39,10 @@ typedef struct df_embodied_setup {
     df_embodied_vec_opts vo;    /* env.num_envs, env.max_steps, action_chunks_len */
     int64_t traj_len;           /* model calls per episode at most: ceil(max_steps / action_chunks_len) */
     int64_t call_tokens;        /* tokens per call: action_chunks_len x action_token_len */
-    /* The policy's token of action value v at position p: word[0][p * vocab + v] for a call's first
-       token (the word alone, as SFT encodes a response's start), word[1][...] for the others (the
-       word after a space); -1 where v is no value at p. */
-    int32_t *word[2];
+    /* The policy's token of action value v at position p: word[p * action_vocab + v], the token of
+       the word after a space (" north", as the demonstrations write every word); -1 where v is no
+       value at p. */
+    int32_t *word;
     const char *env_name;       /* env.env_name (borrowed from the config) */
 } df_embodied_setup;
 
