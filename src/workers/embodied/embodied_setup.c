@@ -188,6 +188,10 @@ static int check_job(const df_config *c, const df_train_config *t)
         key = "reward_model.reward_manager", why = "must be embodied: SRPO's reward scores the episodes";
     else if (atl != t->actor_rollout_ref.embodied.action_token_len)
         key = "reward_model.reward_kwargs", why = "action_token_len differs from " EMB "action_token_len";
+    else if (t->data.max_response_length < t->actor_rollout_ref.embodied.action_chunks_len *
+                                               t->actor_rollout_ref.embodied.action_token_len)
+        key = "data.max_response_length",
+        why = "must hold one model call's answer, action_chunks_len x action_token_len tokens";
     else if (t->reward_model.enable)
         key = "reward_model.enable", why = "a reward model scores text; the episodes' reward is SRPO's";
     else if (strcmp(t->actor_rollout_ref.actor.loss_agg_mode, "token-mean"))
