@@ -258,11 +258,16 @@ static int gp_observe(const void *state, char **text)
     int n = s->size, g = s->goal;
     df_sbuf b = {0};
     df_sbuf_printf(&b, "Task: %s.\n", k_descriptions[s->kind]);
-    draw(s, &b);
-    if (s->compact) { /* the grid says where everything is; what it hides is whether the arm holds it */
-        df_sbuf_printf(&b, "%s", s->d.held ? "holding" : "open");
+    if (s->compact) { /* positions only: a short prompt (the goal by its top-left cell) */
+        df_sbuf_printf(&b, "arm %d %d %s; %s %d %d; goal %d %d", s->d.arm / n + 1, s->d.arm % n + 1,
+                       s->d.held ? "holding" : "open", k_objects[s->kind], s->d.obj / n + 1, s->d.obj % n + 1,
+                       g / n + 1, g % n + 1);
+        for (int x = 0; x < n * n; x++)
+            if (s->wall[x])
+                df_sbuf_printf(&b, "; wall %d %d", x / n + 1, x % n + 1);
         return df_sbuf_finish(&b, text);
     }
+    draw(s, &b);
     df_sbuf_printf(&b, "A is the arm, o the %s, G the goal region, # obstacles; row 1 is the top.\n", k_objects[s->kind]);
     if (s->d.held)
         df_sbuf_printf(&b, "The arm is at row %d, column %d, holding the %s.", s->d.arm / n + 1, s->d.arm % n + 1,
