@@ -310,8 +310,9 @@ static void test_workflows_train(void **state)
         snprintf(wf, sizeof wf, "dag.workflow_path=" DF_SOURCE_DIR "/tests/fixtures/siirl_workflows/%s",
                  files[i] ? files[i] : "");
         snprintf(out, sizeof out, "wf%d", i);
-        const char *ov[] = {wf};
-        df_config *cfg = df_test_config(job_yaml("grid_place", 6, 2, 2, out), "wf.yaml", ov, files[i] ? 1 : 0);
+        /* the built-in pipeline without a KL term: no reference model, so no ref_log_prob to copy back */
+        const char *ov[] = {files[i] ? wf : "actor_rollout_ref.actor.use_kl_loss=false"};
+        df_config *cfg = df_test_config(job_yaml("grid_place", 6, 2, 2, out), "wf.yaml", ov, 1);
         if (df_test_run(self, cfg))
             fail_msg("%s: %s", files[i] ? files[i] : "workflow_type=embodied", df_last_error());
         json_t *lines = df_test_metrics(dir, out, false);

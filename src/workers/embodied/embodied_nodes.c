@@ -200,7 +200,7 @@ static int on_calls(df_node_ctx *ctx, df_batch *batch, df_node_output *out, cons
         return fn(ctx, batch, out);
     if (!rc)
         rc = fn(ctx, calls, out);
-    if (!rc && col)
+    if (!rc && col && df_batch_has(calls, col)) /* the reference writes none without a KL term */
         rc = df_embodied_calls_join(calls, col, batch);
     df_batch_free(calls);
     return rc;
