@@ -258,13 +258,17 @@ static int gp_observe(const void *state, char **text)
     int n = s->size, g = s->goal;
     df_sbuf b = {0};
     df_sbuf_printf(&b, "Task: %s.\n", k_descriptions[s->kind]);
-    if (s->compact) { /* positions only: a short prompt (the goal by its top-left cell) */
-        df_sbuf_printf(&b, "arm %d %d %s; %s %d %d; goal %d %d", s->d.arm / n + 1, s->d.arm % n + 1,
-                       s->d.held ? "holding" : "open", k_objects[s->kind], s->d.obj / n + 1, s->d.obj % n + 1,
-                       g / n + 1, g % n + 1);
+    if (s->compact) { /* offsets from the arm only: a short prompt, the geometry left to the policy */
+        int ar = s->d.arm / n, ac = s->d.arm % n, gr = g / n, gc = g % n;
+        int dr = ar < gr ? gr - ar : ar > gr + 1 ? gr + 1 - ar : 0, dc = ac < gc ? gc - ac : ac > gc + 1 ? gc + 1 - ac : 0;
+        if (s->d.held)
+            df_sbuf_printf(&b, "holding; goal %d %d", dr, dc);
+        else
+            df_sbuf_printf(&b, "open; %s %d %d; goal %d %d", k_objects[s->kind], s->d.obj / n - ar, s->d.obj % n - ac,
+                           dr, dc);
         for (int x = 0; x < n * n; x++)
             if (s->wall[x])
-                df_sbuf_printf(&b, "; wall %d %d", x / n + 1, x % n + 1);
+                df_sbuf_printf(&b, "; wall %d %d", x / n - ar, x % n - ac);
         return df_sbuf_finish(&b, text);
     }
     draw(s, &b);
