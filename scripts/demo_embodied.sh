@@ -3,7 +3,9 @@
 # grid_place (docs/embodied.md):
 #   task rows + scripted demonstrations -> tokenizer -> random Qwen2 -> SFT warm start ->
 #   held-out success -> SRPO through the DAG worker -> held-out success
-# Ends with exactly one line on stdout:  heldout success rate: before B after A
+# Ends with exactly one line on stdout:
+#   heldout success rate: before B after A (greedy); sampled: before b after a
+# (sampled: 4 episodes per row at temperature 1, as the rollout samples)
 #
 #   scripts/demo_embodied.sh [DISTFLOW]   (scripts/demo.sh hands ALGO=embodied_srpo here)
 #   DEMO_OUT=dir      where everything goes (default demo_out); this demo writes DEMO_OUT/embodied
@@ -22,14 +24,21 @@ start=$(date +%s)
 ENV=$(cat $EX/embodied_env.args)
 # the SRPO config's environment keys, as `distflow embodied eval` reads them
 read -r -a EXTRA <<< "${DEMO_TRAIN_ARGS:-}"
-success() { "$DF" embodied eval "$EX/embodied_srpo.yaml" --model "$1" --data "$OUT/data/heldout.jsonl" \
-                ${EXTRA[@]+"${EXTRA[@]}"} | awk '/^success_rate:/ {print $2}'; }
+# greedy, then sampled (4 episodes per row at temperature 1): "G S"
+success() {
+  local g s
+  g=$("$DF" embodied eval "$EX/embodied_srpo.yaml" --model "$1" --data "$OUT/data/heldout.jsonl" \
+      ${EXTRA[@]+"${EXTRA[@]}"} | awk '/^success_rate:/ {print $2}')
+  s=$("$DF" embodied eval "$EX/embodied_srpo.yaml" --model "$1" --data "$OUT/data/heldout.jsonl" --temperature 1 \
+      --n 4 --seed 1 ${EXTRA[@]+"${EXTRA[@]}"} | awk '/^success_rate:/ {print $2}')
+  echo "$g $s"
+}
 
 if [ -z "$SFT_FROM" ]; then
   rm -rf "$OUT" && mkdir -p "$OUT/data"
-  log "1/6 grid_place $ENV: task rows (150 training tasks x 3 trials, 20 held-out tasks x 4) and demonstrations"
+  log "1/6 grid_place $ENV: task rows (150 training tasks x 3 trials, 20 held-out tasks x 8) and demonstrations"
   "$DF" embodied tasks --out "$OUT/data/train.jsonl" --split train --trials 3 --env-config "$ENV"
-  "$DF" embodied tasks --out "$OUT/data/heldout.jsonl" --split heldout --trials 4 --env-config "$ENV"
+  "$DF" embodied tasks --out "$OUT/data/heldout.jsonl" --split heldout --trials 8 --env-config "$ENV"
   "$DF" embodied demos --out "$OUT/data/demos.jsonl" --max-steps 16 --chunks 2 --trials 3 --env-config "$ENV"
 
   log "2/6 tokenizer (byte-level BPE on the demonstrations: each action word one token) and a random Qwen2"
@@ -41,7 +50,7 @@ if [ -z "$SFT_FROM" ]; then
       trainer.default_local_dir="$OUT/sft" >&2
   SFT="$OUT/sft/global_step_$(tr -d '[:space:]' < "$OUT/sft/latest_checkpointed_iteration.txt")"
 
-  log "4/6 held-out success rate of the SFT policy (greedy)"
+  log "4/6 held-out success rate of the SFT policy (greedy, and sampled)"
   before=$(success "$SFT")
   echo "$before" > "$OUT/sft_success.txt"
 else
@@ -69,8 +78,10 @@ ${LAUNCH[@]+"${LAUNCH[@]}"} "$DF" train "$EX/embodied_srpo.yaml" data.train_file
     trainer.default_local_dir="$OUT/srpo" ${EXTRA[@]+"${EXTRA[@]}"} >&2
 RL="$OUT/srpo/global_step_$(tr -d '[:space:]' < "$OUT/srpo/latest_checkpointed_iteration.txt")/actor"
 
-log "6/6 held-out success rate after SRPO (greedy)"
+log "6/6 held-out success rate after SRPO (greedy, and sampled)"
 after=$(success "$RL")
 
 log "done in $(( $(date +%s) - start )) s; metrics in $OUT/srpo/metrics.jsonl"
-printf 'heldout success rate: before %.3f after %.3f\n' "$before" "$after"
+read -r bg bs <<< "$before"
+read -r ag as <<< "$after"
+printf 'heldout success rate: before %.3f after %.3f (greedy); sampled: before %.3f after %.3f\n' "$bg" "$ag" "$bs" "$as"
