@@ -23,6 +23,8 @@ SFT_FROM=${DEMO_SFT:-}
 # OpenMP threads that spin while waiting lose their core when anything else runs; yield instead.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 
+# the embodied workload has its own data, model and measure (docs/embodied.md)
+[ "$ALGO" = embodied_srpo ] && exec bash scripts/demo_embodied.sh "$DF"
 algos() { for f in "$EX"/*.yaml; do f=${f##*/}; case $f in sft*.yaml | tool_config.yaml) ;; *) printf ' %s' "${f%.yaml}" ;; esac; done; }
 if [ ! -f "$EX/$ALGO.yaml" ] || [ "${ALGO#sft}" != "$ALGO" ] || [ "$ALGO" = tool_config ]; then
   echo "make demo: unknown ALGO=$ALGO; available:$(algos)" >&2

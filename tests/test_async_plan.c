@@ -119,6 +119,10 @@ static void test_refusals(void **state)
         refused(2, ov, 4, "async_training.recompute_kv", "nothing to recompute");
     }
     {
+        const char *ov[] = {mode, "rollout.n_gpus_per_node=1", "actor_rollout_ref.model.model_type=embodied"};
+        refused(2, ov, 3, "actor_rollout_ref.model.model_type", "rolled out on the trainer ranks");
+    }
+    {
         const char *ov[] = {"async_training.partial_rollout=false"};
         refused(2, ov, 1, "async_training.partial_rollout", "read only with");
     }

@@ -11,6 +11,7 @@
 
 #include "testutil.h"
 
+#include <math.h>
 #include <time.h>
 
 static gp_state *make_state(const char *config)
@@ -432,6 +433,41 @@ static void test_speed(void **state)
     df_embodied_vec_free(v);
 }
 
+/* compact observations: the offsets from the arm, checked against the features' positions, holding or not */
+static void test_compact_observation(void **state)
+{
+    (void)state;
+    const df_embodied_env *E = &df_embodied_grid_place;
+    void *st = NULL;
+    assert_int_equal(E->create("{\"size\": 6, \"obstacles\": 0, \"compact\": 1}", &st), 0);
+    for (int64_t t = 0; t < 6; t++) {
+        assert_int_equal(E->reset(st, t, 0), 0);
+        float f[12];
+        E->features(st, f);
+        int ar = (int)lroundf(f[0] * 5), ac = (int)lroundf(f[1] * 5), or_ = (int)lroundf(f[2] * 5),
+            oc = (int)lroundf(f[3] * 5), gr = (int)lroundf(f[4] * 5 - 0.5f), gc = (int)lroundf(f[5] * 5 - 0.5f);
+        int dr = ar < gr ? gr - ar : ar > gr + 1 ? gr + 1 - ar : 0, dc = ac < gc ? gc - ac : ac > gc + 1 ? gc + 1 - ac : 0;
+        char want[256], *got = NULL;
+        snprintf(want, sizeof want, " %d %d; goal %d %d", or_ - ar, oc - ac, dr, dc);
+        assert_int_equal(E->observe(st, &got), 0);
+        assert_non_null(strstr(got, "\nopen; "));
+        if (!strstr(got, want))
+            fail_msg("task %lld: '%s' lacks '%s'", (long long)t, got, want);
+        assert_null(strchr(strchr(got, '\n') + 1, '\n')); /* no grid */
+        free(got);
+    }
+    const int32_t close[2] = {0, 1};
+    bool done = false;
+    gp_state *s = st; /* put the arm on the object, grip it: "holding", the goal's offset only */
+    s->d.arm = s->d.obj;
+    assert_int_equal(E->step(st, close, &done), 0);
+    char *got = NULL;
+    assert_int_equal(E->observe(st, &got), 0);
+    assert_non_null(strstr(got, "\nholding; goal "));
+    free(got);
+    E->release(st);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -445,6 +481,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_demos_file, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_speed),
+        cmocka_unit_test(test_compact_observation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -336,8 +336,6 @@ static void test_check_without_loading(void **state)
     assert_error_mentions(df_exec_check("siirl.algorithm.dapo.dynamic_sampler"), DF_ENOTFOUND,
                           "no executable registered for 'siirl.algorithm.dapo.dynamic_sampler' (closest distflow "
                           "function: 'DAGWorker.dynamic_sampling';");
-    assert_error_mentions(df_exec_check("siirl.algorithm.embodied.embodied_local_rank_sampling"), DF_EUNSUPPORTED,
-                          "is siiRL's embodied (VLA) verification");
     df_exec_unregister("DAGWorker.dynamic_sampling");
     /* an alias of a name nobody registered is not found */
     assert_int_equal(df_exec_check("siirl.algorithm.dapo.dynamic_sampling"), DF_ENOTFOUND);

@@ -5,7 +5,8 @@
  * distinct version of each siiRL workflow YAML, docs/siirl_workflows.md) and
  * on a few workflows made to fail one check each (plugins, per-node keys).
  * All three run df_train_check (include/distflow/worker.h); before it, plan
- * and config check accepted all 18 siiRL files and train refused 11.
+ * and config check accepted all 18 siiRL files and train refused 11. The two embodied files
+ * train with an embodied job's keys: test_embodied_pipeline.
  *
  * A file that is accepted must train: `train` runs one step of a tiny random
  * model on a one-rank job, so its setup got past validation and its graph ran.
@@ -42,9 +43,9 @@ typedef struct {
 } verdict;
 
 #define MULTI_AGENT "node 'rollout_actor': agent_group 1: multi-agent graphs (siiRL's MARFT"
+/* an embodied job's keys make them train (test_embodied_pipeline) */
 #define EMBODIED                                                                                   \
-    "node 'embodied_sampling': executable 'siirl.algorithm.embodied.embodied_local_rank_sampling' " \
-    "is siiRL's embodied (VLA) verification"
+    "the graph's embodied sampling node filters control episodes: set actor_rollout_ref.model.model_type=embodied"
 #define NO_CRITIC_MICRO "set critic.ppo_micro_batch_size_per_gpu (or critic.use_dynamic_bsz=true)"
 
 static const verdict k_siirl[] = {

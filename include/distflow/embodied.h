@@ -199,7 +199,8 @@ DF_API int df_grid_place_plan(const char *config_json, int64_t task_id, int64_t 
  * a temporary, then rename): for every task in [first_task, first_task + n_tasks) and trial in
  * [0, trials), the planner's solution cut into model calls of o->action_chunks_len actions (the last
  * padded with the no-op action), one row per call:
- *   {"prompt": <the observation text before the call>, "response": <the call's actions as words>,
+ *   {"prompt": <the observation text before the call>, "response": <the call's actions as words, each
+ *    after a space (" north keep east close"): one token each for a BPE tokenizer trained on the rows>,
  *    "task_id": t, "trial_id": r, "call": k}
  * so `data.prompt_key=prompt data.response_key=response` trains a policy to answer each observation
  * with its next chunk. *n_rows (may be NULL) = rows written. Errors: DF_EINVAL (config, ids, a

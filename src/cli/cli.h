@@ -55,6 +55,7 @@ int df_cli_require(const char *cmd, const df_opt *opts);
 int df_cmd_train(int argc, char **argv);
 int df_cmd_sft(int argc, char **argv);
 int df_cmd_eval(int argc, char **argv);
+int df_cmd_embodied(int argc, char **argv);
 int df_cmd_init_model(int argc, char **argv);
 int df_cmd_tokenize(int argc, char **argv);
 int df_cmd_score(int argc, char **argv);

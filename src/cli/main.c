@@ -23,6 +23,7 @@ static const df_cli_command commands[] = {
     {"data", "prepare datasets and tokenizers (gsm8k, math, synth, tokenizer)", df_cmd_data},
     {"config", "show the resolved config or the documented keys", df_cmd_config},
     {"plot", "draw a run's metrics.jsonl as PNG curves (score, lengths, losses, KL, ...)", df_cmd_plot},
+    {"embodied", "control episodes: task rows, grid_place demonstrations, a policy's success rate", df_cmd_embodied},
     {"env", "build options, CPU features, kernel variant, MPI, OpenMP, oneDNN (for bug reports)",
      df_cmd_env},
 };

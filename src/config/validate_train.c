@@ -369,7 +369,7 @@ static void warn_suspicious(const df_config *c, const df_train_config *t, df_war
                  "prints the same notice)",
                  kv(c, ACTOR "use_kl_loss", kb[0]), kv(c, "algorithm.use_kl_in_reward", kb[1]));
     const char *kw = rm->reward_kwargs;
-    if (kw && strcmp(kw, "{}"))
+    if (kw && strcmp(kw, "{}") && strcmp(manager, "embodied")) /* the embodied manager reads it */
         df_warnf(
             warn, user,
             "%s is not read by distflow: set the overlong buffer with reward_model.overlong_buffer.* and "

@@ -28,7 +28,7 @@ static const char *const k_names1[7] = {"stay", "north", "east", "south", "west"
 
 static int parse_config(const char *config_json, gp_state *s)
 {
-    int64_t size = 7, obstacles = 6, num_tasks = 10, num_heldout = 4, seed = 0, token_len = 2;
+    int64_t size = 7, obstacles = 6, num_tasks = 10, num_heldout = 4, seed = 0, token_len = 2, compact = 0;
     const df_env_option opts[] = {
         {"size", DF_ENV_OPT_INT, 5, GP_MAX, &size},
         {"obstacles", DF_ENV_OPT_INT, 0, GP_CELLS / 4, &obstacles},
@@ -36,12 +36,13 @@ static int parse_config(const char *config_json, gp_state *s)
         {"num_heldout", DF_ENV_OPT_INT, 0, 1000000, &num_heldout},
         {"seed", DF_ENV_OPT_INT, 0, 9007199254740991.0, &seed},
         {"action_token_len", DF_ENV_OPT_INT, 1, 2, &token_len},
+        {"compact", DF_ENV_OPT_INT, 0, 1, &compact},
     };
     int rc = df_env_config_read("grid_place", config_json, opts, (int)(sizeof opts / sizeof *opts));
     if (!rc && obstacles > size * size / 4) /* a quarter of the cells at most keeps the free cells connected */
         rc = df_error(DF_EINVAL, "grid_place: config.obstacles must be an integer in [0, %lld], got %lld",
                       (long long)(size * size / 4), (long long)obstacles);
-    s->size = (int)size, s->obstacles = (int)obstacles, s->token_len = (int)token_len;
+    s->size = (int)size, s->obstacles = (int)obstacles, s->token_len = (int)token_len, s->compact = compact != 0;
     s->num_tasks = num_tasks, s->num_heldout = num_heldout, s->seed = (uint64_t)seed;
     return rc;
 }
@@ -257,6 +258,19 @@ static int gp_observe(const void *state, char **text)
     int n = s->size, g = s->goal;
     df_sbuf b = {0};
     df_sbuf_printf(&b, "Task: %s.\n", k_descriptions[s->kind]);
+    if (s->compact) { /* offsets from the arm only: a short prompt, the geometry left to the policy */
+        int ar = s->d.arm / n, ac = s->d.arm % n, gr = g / n, gc = g % n;
+        int dr = ar < gr ? gr - ar : ar > gr + 1 ? gr + 1 - ar : 0, dc = ac < gc ? gc - ac : ac > gc + 1 ? gc + 1 - ac : 0;
+        if (s->d.held)
+            df_sbuf_printf(&b, "holding; goal %d %d", dr, dc);
+        else
+            df_sbuf_printf(&b, "open; %s %d %d; goal %d %d", k_objects[s->kind], s->d.obj / n - ar, s->d.obj % n - ac,
+                           dr, dc);
+        for (int x = 0; x < n * n; x++)
+            if (s->wall[x])
+                df_sbuf_printf(&b, "; wall %d %d", x / n - ar, x % n - ac);
+        return df_sbuf_finish(&b, text);
+    }
     draw(s, &b);
     df_sbuf_printf(&b, "A is the arm, o the %s, G the goal region, # obstacles; row 1 is the top.\n", k_objects[s->kind]);
     if (s->d.held)

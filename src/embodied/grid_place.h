@@ -24,6 +24,7 @@ typedef struct gp_dyn {
 typedef struct gp_state {
     /* config */
     int size, obstacles, token_len;
+    bool compact;            /* observation "compact": the task line, the grid and the gripper only */
     int64_t num_tasks, num_heldout;
     uint64_t seed;
     /* the task's layout */

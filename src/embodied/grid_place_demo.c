@@ -140,8 +140,17 @@ static int write_episode(df_tmpfile *f, gp_state *s, const df_embodied_vec_opts 
         rc = df_embodied_grid_place.observe(s, &prompt);
         if (!rc)
             rc = df_embodied_actions_text(&info, chunk, cl, &response);
-        if (!rc)
-            rc = write_row(f, prompt, response, task, trial, k);
+        /* every word after a space, the first too: each is then one token of a BPE tokenizer trained
+           on these rows, the same token wherever it stands (the embodied rollout reads them so) */
+        char *spaced = rc ? NULL : malloc(strlen(response) + 2);
+        if (!rc && !spaced)
+            rc = df_error(DF_ENOMEM, "out of memory");
+        if (!rc) {
+            spaced[0] = ' ';
+            strcpy(spaced + 1, response);
+            rc = write_row(f, prompt, spaced, task, trial, k);
+        }
+        free(spaced);
         for (int j = 0; !rc && j < cl && k * cl + j < n; j++)
             rc = df_embodied_grid_place.step(s, chunk + j * tl, &complete);
         free(prompt), free(response);

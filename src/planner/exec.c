@@ -55,18 +55,6 @@ static const char *const k_siirl_prefixes[] = {
     "siirl.user_interface.filter_interface.", /* dapo / embodied sampling filters */
 };
 
-/* siiRL functions distflow does not implement, with the reason (as written and prefix-stripped). */
-#define EMBODIED_WHY                                                                               \
-    "siiRL's embodied (VLA) verification and filtering of environment rollouts; distflow has no "   \
-    "embodied environments"
-static const struct {
-    const char *ref, *why;
-} k_unsupported[] = {
-    {"embodied.embodied_local_rank_sampling", EMBODIED_WHY},
-    {"siirl.algorithm.embodied.embodied_local_rank_sampling", EMBODIED_WHY},
-    {"siirl.algorithm.embodied.sampling.embodied_local_rank_sampling", EMBODIED_WHY},
-};
-
 /* ref with a siiRL module prefix removed (ref itself when it has none). */
 static const char *strip_prefix(const char *ref)
 {
@@ -85,7 +73,7 @@ static df_any_fn lookup(const char *ref)
     return f ? f : df_fn_registry_find(&g_exec, strip_prefix(ref));
 }
 
-/* The error for a ref that names nothing: why, when it is a siiRL function we lack, and what is closest. */
+/* The error for a ref that names nothing, with what is closest. */
 static int not_found(const char *ref)
 {
     const char *closest = df_fn_registry_closest(&g_exec, strip_prefix(ref));
@@ -94,10 +82,6 @@ static int not_found(const char *ref)
     if (closest)
         snprintf(hint, sizeof hint, "closest distflow function: '%s'%s%s%s", closest, target ? " (= '" : "",
                  target ? target : "", target ? "')" : "");
-    for (size_t i = 0; i < sizeof k_unsupported / sizeof k_unsupported[0]; i++)
-        if (!strcmp(ref, k_unsupported[i].ref) || !strcmp(strip_prefix(ref), k_unsupported[i].ref))
-            return df_error(DF_EUNSUPPORTED, "executable '%s' is %s: not supported%s%s%s", ref,
-                            k_unsupported[i].why, hint[0] ? " (" : "", hint, hint[0] ? ")" : "");
     char known[1024];
     df_fn_registry_names(&g_exec, known, sizeof known);
     return df_error(DF_ENOTFOUND,

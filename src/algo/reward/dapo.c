@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const MANAGERS[] = {"naive", "dapo"};
+/* "embodied" (siiRL's EmbodiedRewardManager) scores episodes, not text: the embodied reward node
+   (src/workers/embodied/) runs it, and df_reward_manager_run refuses it. */
+static const char *const MANAGERS[] = {"naive", "dapo", "embodied"};
 
 static bool is_dapo(const df_reward_manager_cfg *cfg)
 {
@@ -35,7 +37,7 @@ int df_reward_manager_check(const df_reward_manager_cfg *cfg)
     for (size_t i = 0; i < sizeof MANAGERS / sizeof *MANAGERS; i++)
         known |= !strcmp(name, MANAGERS[i]);
     if (!known)
-        return df_error(DF_ENOTFOUND, "unknown reward manager '%s' (known: naive, dapo)", name);
+        return df_error(DF_ENOTFOUND, "unknown reward manager '%s' (known: naive, dapo, embodied)", name);
     if (!is_dapo(cfg) || !cfg->overlong_buffer.enable)
         return DF_OK;
     const df_overlong_buffer_cfg *ob = &cfg->overlong_buffer;
@@ -85,6 +87,9 @@ int df_reward_manager_run(const df_reward_manager_cfg *cfg, df_batch *b, const c
     int rc = df_reward_manager_check(cfg);
     if (rc)
         return rc;
+    if (cfg && cfg->manager && !strcmp(cfg->manager, "embodied"))
+        return df_error(DF_EUNSUPPORTED, "the embodied reward manager scores control episodes "
+                        "(actor_rollout_ref.model.model_type=embodied), not text responses");
     if (is_dapo(cfg))
         return dapo_apply(cfg, b, responses, scores, acc, overlong_reward, n_empty);
     rc = df_reward_naive(cfg, b, responses, scores, acc, n_empty);

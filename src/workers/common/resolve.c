@@ -10,6 +10,8 @@
  * from the double keys, int64 step counts), so the numbers are the same bits.
  */
 #include "workers/worker_internal.h"
+
+#include "distflow/embodied.h"
 #include "workers/common/precision.h"
 
 #include "distflow/algo_desc.h"
@@ -97,12 +99,24 @@ static void logprob_limits(bool dyn, const df_config_opt_int *rows, int64_t max_
     p->logprob_max_token_len = dyn ? max_tokens : 0;
 }
 
+/* An embodied episode reaches the actor as its model calls, one row each (workers/embodied/): the
+   batch sizes that count samples count episodes, so they span calls x as many rows. */
+static int64_t embodied_rows(const df_train_config *t)
+{
+    if (strcmp(t->actor_rollout_ref.model.model_type, "embodied"))
+        return 1;
+    return df_embodied_model_calls(t->actor_rollout_ref.embodied.env.max_steps,
+                                   (int)t->actor_rollout_ref.embodied.action_chunks_len);
+}
+
 void df_worker_reference_params(const df_dag_worker *w, const df_actor_params *actor, df_actor_params *p)
 {
     const struct df_train_ref *r = &w->global.cfg.actor_rollout_ref.ref;
     *p = *actor;
     logprob_limits(r->log_prob_use_dynamic_bsz, &r->log_prob_micro_batch_size_per_gpu, r->log_prob_max_token_len_per_gpu,
                    p);
+    if (r->log_prob_micro_batch_size_per_gpu.set) /* else the actor's, scaled already */
+        p->logprob_micro_batch_size *= embodied_rows(&w->global.cfg);
     p->bf16 = compute_bf16(w, "actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype",
                            r->fsdp_config.mixed_precision.param_dtype);
     /* model_dtype null: verl's bf16 for a model without gradients, where it computes in bf16 (the
@@ -140,6 +154,8 @@ void df_worker_actor_params(const df_dag_worker *w, df_actor_params *p)
     p->gradient_checkpointing = t->actor_rollout_ref.model.enable_gradient_checkpointing;
     p->bf16 = compute_bf16(w, "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype",
                            a->fsdp_config.mixed_precision.param_dtype);
+    const int64_t calls = embodied_rows(t);
+    p->mini_batch_size *= calls, p->micro_batch_size *= calls, p->logprob_micro_batch_size *= calls;
 }
 
 void df_worker_critic_params(const df_dag_worker *w, df_critic_params *p)

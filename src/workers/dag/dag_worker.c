@@ -1,4 +1,5 @@
 /* The DAG worker: setup from the config, the training loop, validation, checkpoints. */
+#include "workers/embodied/embodied_worker.h"
 #include "workers/worker_internal.h"
 
 #include "distflow/env.h"
@@ -355,6 +356,8 @@ static int setup_trainer_side(df_dag_worker *w)
         m = NULL;
     }
     df_model_free(m);
+    if (!rc) /* model_type=embodied: the environment, the action tokens, the graph's embodied nodes */
+        rc = df_worker_embodied_setup(w);
     if (!rc) /* after the actor: the critic's vocabulary must match it */
         rc = df_worker_setup_critic(w);
     if (!rc)
@@ -409,6 +412,7 @@ void df_dag_worker_free(df_dag_worker *w)
     if (!w)
         return;
     df_worker_free_node_configs(w);
+    df_worker_embodied_free(w);
     df_task_graph_free(w->graph);
     df_data_buffers_free(w->buffers);
     df_worker_free_critic(w);

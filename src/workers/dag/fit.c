@@ -1,4 +1,5 @@
 /* The DAG worker's training loop: steps over the TaskGraph, validation, logging, checkpoints. */
+#include "workers/embodied/embodied_worker.h"
 #include "workers/worker_internal.h"
 
 #include "util/killpoint.h"
@@ -43,15 +44,19 @@ static int validate(df_dag_worker *w, df_metrics *m)
                       .seed = df_rng_key(df_worker_seed(w), 0x7a1, 0, 0),
                       .batch_prompts = vbs, .label = w->console && w->rank == 0 ? "validate" : NULL,
                       .comm = w->group, .replica = w->data_layout.mp_rank != 0, .agent = w->rollout.agent};
-    df_eval_result res;
+    df_eval_result res = {0};
     df_val_generations gen = {0};
     int rc = df_worker_rollout_sync(w);
     if (!rc)
         rc = df_val_generations_begin(w, &gen);
     o.dump = gen.f, o.with_step = true, o.step = w->step;
-    if (!rc)
+    if (!rc && w->embodied) /* control episodes: the success rate (siiRL's _validate_embodied) */
+        rc = df_worker_embodied_validate(w, &o.sp, o.n, o.seed, m, &res.acc_mean, &res.n_responses);
+    else if (!rc)
         rc = df_evaluate(w->rollout.engine, df_actor_model(w->actor.model), w->tok, &w->reward.cfg, w->val_ds,
                          &w->val_prompts, &o, m, &res);
+    if (!rc && w->embodied)
+        res.score_mean = res.acc_mean, res.n_prompts = (int64_t)w->con.prompts[1];
     rc = df_val_generations_end(w, &gen, rc);
     if (rc)
         return df_error_wrap(rc, "validation");

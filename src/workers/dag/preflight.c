@@ -1,5 +1,6 @@
 /* The checks of a train config against its files (preflight.h). */
 #include "workers/dag/preflight.h"
+#include "workers/embodied/embodied_worker.h"
 
 #include "distflow/dataset.h"
 #include "distflow/reward.h"
@@ -112,6 +113,6 @@ int df_train_preflight(const df_config *c, const df_train_config *t, bool critic
     if (!rc)
         rc = check_data(c, "data.train_files", &d->train_files, d->train_max_samples, train_scored && !custom);
     if (!rc)
-        rc = check_data(c, "data.val_files", &d->val_files, d->val_max_samples, !custom);
+        rc = check_data(c, "data.val_files", &d->val_files, d->val_max_samples, !custom && !df_embodied_enabled(t));
     return rc;
 }

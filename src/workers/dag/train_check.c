@@ -11,6 +11,7 @@
  */
 #include "workers/worker_internal.h"
 #include "workers/dag/preflight.h"
+#include "workers/embodied/embodied_worker.h"
 #include "distflow/algo_desc.h"
 #include "distflow/backend.h"
 #include "distflow/env.h"
@@ -510,13 +511,24 @@ static bool scores_by_registry(df_task_graph *g, bool workflow)
     return false;
 }
 
+/* Whether a node of g runs the embodied sampling filter (embodied_local_rank_sampling). */
+static bool has_embodied_sampling(df_task_graph *g, bool workflow)
+{
+    df_node_fn f = known_fn("embodied.embodied_local_rank_sampling");
+    for (int i = 0; f && i < df_task_graph_num_nodes(g); i++)
+        if (known_fn(ref_of(df_task_graph_node_at(g, i), workflow)) == f)
+            return true;
+    return false;
+}
+
 /* The checks that read the run's files (preflight.c), for the whole plan's graph. */
 static int preflight(const df_config *c, const df_train_config *t, const df_plan *p)
 {
     bool workflow = !strcmp(p->pipeline, "workflow");
-    /* a reward model scores the training responses instead of the registry (validation keeps it) */
+    /* a reward model scores the training responses instead of the registry (validation keeps it); an
+       embodied job's reward is SRPO's */
     return df_train_preflight(c, t, role_node(p->graph, DF_ROLE_CRITIC, true) != NULL,
-                              !t->reward_model.enable && scores_by_registry(p->graph, workflow));
+                              !t->reward_model.enable && !df_embodied_enabled(t) && scores_by_registry(p->graph, workflow));
 }
 
 /* A key of async_training / rollout set to something other than its default, or NULL. */
@@ -564,6 +576,9 @@ static int check_async(const df_config *c, const df_train_config *t)
     else if (a->recompute_kv && !a->partial_rollout)
         key = "async_training.recompute_kv", why = "has nothing to recompute with async_training.partial_rollout=false "
                                                    "(the weights change only when nothing is in flight)";
+    else if (df_embodied_enabled(t))
+        key = "actor_rollout_ref.model.model_type", why = "embodied episodes are rolled out on the trainer ranks (the "
+                                                          "rollout side's stream runs text episodes only)";
     /* DAPO's refill and ReMax's greedy pass re-run the rollout node, which takes the refill from the
        rollout side and decodes the greedy pass on the trainer side (async_trainer.c) */
     if (key)
@@ -605,6 +620,8 @@ int df_train_check(const df_config *cfg, int world, df_warn_fn warn, void *user,
         rc = layouts(cfg, &t, p, world - p->rollout_ranks, &dp);
     if (!rc)
         rc = check_async(cfg, &t);
+    if (!rc) /* model_type=embodied and what it needs (workers/embodied/) */
+        rc = df_embodied_check(cfg, &t, has_embodied_sampling(p->graph, !strcmp(p->pipeline, "workflow")));
     if (!rc)
         rc = df_config_validate_train_ex(cfg, dp, warn, user);
     if (!rc) /* last: every check of the config itself comes first */
