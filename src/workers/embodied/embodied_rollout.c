@@ -8,6 +8,7 @@
 #include "workers/embodied/embodied_worker.h"
 
 #include "distflow/rng.h"
+#include "util/timeutil.h"
 #include "workers/common/prompts.h"
 
 #include <jansson.h>
@@ -263,14 +264,14 @@ int df_embodied_rollout(const df_embodied_setup *s, df_rollout_engine *e, const 
         if (!b->tokens || !b->logp || !b->prompts || !b->plen)
             rc = df_error(DF_ENOMEM, "out of memory");
     }
+    df_progress bar;
+    df_progress_begin(&bar, o->label, N); /* episodes; drawn on a terminal only */
     for (int64_t first = 0; !rc && first < N; first += s->vo.num_envs) {
         int ne = (int)(N - first < s->vo.num_envs ? N - first : s->vo.num_envs);
         rc = run_wave(s, eps + first, first, ne, e, m, tok, task, trial, index, o, rec + first, emb + first * dim);
-        if (o->label)
-            fprintf(stderr, "\r%s: %lld / %lld episodes", o->label, (long long)(first + ne), (long long)N);
+        df_progress_update(&bar, first + ne, "episodes");
     }
-    if (o->label)
-        fprintf(stderr, "\n");
+    df_progress_end(&bar);
     for (int64_t q = 0; !rc && q < N; q++)
         rc = fill_unrun(s, &eps[q]);
     df_batch *b = NULL;
