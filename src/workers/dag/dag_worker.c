@@ -327,6 +327,8 @@ static int setup_trainer_side(df_dag_worker *w)
 {
     const df_train_config *t = &w->global.cfg;
     int rc = setup_graph(w);
+    if (!rc) /* a group's nodes may name its model (per-node actor_rollout_ref.model.path) */
+        rc = df_worker_setup_agent_dirs(w);
     if (!rc && w->async)
         rc = df_async_trainer_setup(w);
     if (!rc)
@@ -378,6 +380,8 @@ int df_dag_worker_create(const df_config *cfg, df_comm *comm, df_dag_worker **ou
         df_comm_set_timeout(comm, t->trainer.collective_timeout_s);
     if (!rc) /* plan, config check and train validate alike: everything before the files */
         rc = df_train_check(cfg, w->world, df_worker_warn, w, &w->plan);
+    if (!rc) /* a slot of role workers per agent group (agents.c); slot 0 is the fields below */
+        rc = df_worker_setup_agents(w);
     if (!rc) /* checked from their files above; now their code */
         rc = df_worker_plugins(cfg, t, true, &w->reward.cfg.compute_score);
     if (!rc) /* tools, interactions or the environment of the rollout's agent loop */
@@ -409,6 +413,7 @@ void df_dag_worker_free(df_dag_worker *w)
     if (!w)
         return;
     df_worker_free_node_configs(w);
+    df_worker_free_agents(w);
     df_task_graph_free(w->graph);
     df_data_buffers_free(w->buffers);
     df_worker_free_critic(w);

@@ -206,10 +206,25 @@ static int check_agents(const df_train_config *t, df_task_graph *g, const df_pla
     return DF_OK;
 }
 
+/* Per-node actor_rollout_ref.model.path (agents.c): one per agent group; not with mode=async,
+   whose rollout side loads the global path without the graph. */
+static int note_model_path(const df_config *c, const df_train_config *t, const df_train_config *mt,
+                           const df_node *n, char **paths, const df_node **from, int ng, const char *src)
+{
+    if (!df_worker_node_sets_model_path(n))
+        return DF_OK;
+    if (!strcmp(t->actor_rollout_ref.rollout.mode, "async"))
+        return df_error(DF_EUNSUPPORTED,
+                        "%s node '%s': actor_rollout_ref.model.path cannot be set per node with %s=async (its "
+                        "rollout side loads the global model): set the global key",
+                        src, n->node_id, df_config_where(c, "actor_rollout_ref.rollout.mode"));
+    return df_worker_note_model_path(paths, from, ng, n, mt->actor_rollout_ref.model.path, src);
+}
+
 /*
  * Every node: its executable, and (workflow files) its `config:`; rollout nodes
  * sampling at one temperature, the one the actor computes log-probs at
- * (dag_worker.c rollout_temperature).
+ * (dag_worker.c rollout_temperature); one model directory per agent group.
  */
 static int check_nodes(const df_config *c, const df_train_config *t, df_task_graph *g, bool workflow,
                        const char *src)
@@ -219,12 +234,18 @@ static int check_nodes(const df_config *c, const df_train_config *t, df_task_gra
         return df_error_wrap(DF_EINTERNAL, "the built-in node functions are not registered");
     const df_node *first_gen = NULL;
     double temp = 0;
-    int rc = DF_OK;
+    int ng = 1, rc = df_task_graph_agent_groups(g, &ng);
+    char **paths = rc ? NULL : calloc((size_t)ng, sizeof *paths);
+    const df_node **from = rc ? NULL : calloc((size_t)ng, sizeof *from);
+    if (!rc && (!paths || !from))
+        rc = df_error(DF_ENOMEM, "out of memory");
     for (int i = 0; !rc && i < df_task_graph_num_nodes(g); i++) {
         const df_node *n = df_task_graph_node_at(g, i);
         const char *ref = ref_of(n, workflow);
-        if (ref && (rc = df_exec_check(ref)))
-            return df_error_wrap(rc, "%s node '%s'", src, n->node_id);
+        if (ref && (rc = df_exec_check(ref))) {
+            rc = df_error_wrap(rc, "%s node '%s'", src, n->node_id);
+            break;
+        }
         df_node_fn fn = known_fn(ref);
         df_config *merged = NULL;
         if (workflow && n->n_config) {
@@ -235,6 +256,8 @@ static int check_nodes(const df_config *c, const df_train_config *t, df_task_gra
         df_train_config mt; /* the node's own keys over the global ones */
         if (!rc && merged)
             rc = df_train_config_resolve(merged, &mt);
+        if (!rc && merged)
+            rc = note_model_path(c, t, &mt, n, paths, from, ng, src);
         double temp_n = (merged ? &mt : t)->actor_rollout_ref.rollout.temperature;
         df_config_free(merged);
         if (rc || fn != gen)
@@ -247,6 +270,10 @@ static int check_nodes(const df_config *c, const df_train_config *t, df_task_gra
         first_gen = n;
         temp = temp_n;
     }
+    for (int i = 0; paths && i < ng; i++)
+        free(paths[i]);
+    free(paths);
+    free(from);
     if (!rc)
         rc = check_baseline(t, g, workflow, src);
     return rc ? rc : check_reruns(c, t, g, workflow, src);
