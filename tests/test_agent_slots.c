@@ -11,6 +11,7 @@
 #include "testutil.h"
 
 #include "distflow/node.h"
+#include "distflow/reward.h"
 #include "distflow/worker.h"
 #include "engine/hf_dir.h"
 #include "util/fsutil.h"
@@ -94,11 +95,11 @@ static df_config *job(const char *dir)
     char yaml[4096];
     snprintf(yaml, sizeof yaml,
              "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 4,\n"
-             "       max_prompt_length: 128, max_response_length: 4}\n"
+             "       max_prompt_length: 128, max_response_length: 8}\n"
              "actor_rollout_ref:\n"
              "  model: {path: %s/model}\n"
-             "  actor: {ppo_mini_batch_size: 4, ppo_micro_batch_size_per_gpu: 4}\n"
-             "  rollout: {n: 2, log_prob_micro_batch_size_per_gpu: 8}\n"
+             "  actor: {optim: {lr: 0.01}, ppo_mini_batch_size: 4, ppo_micro_batch_size_per_gpu: 8}\n"
+             "  rollout: {n: 4, log_prob_micro_batch_size_per_gpu: 16}\n"
              "algorithm: {adv_estimator: grpo}\n"
              "dag: {workflow_path: %s/wf.yaml}\n"
              "trainer: {total_training_steps: 1, logger: [], default_local_dir: %s/out}\n",
@@ -109,7 +110,7 @@ static df_config *job(const char *dir)
 /* The job's model (dir/model) and a second one of the same shape and tokenizer (dir/b/model). */
 static void two_models(const char *dir)
 {
-    df_test_digits_inputs(dir, "train.jsonl", 8, "openai/gsm8k", true);
+    df_test_digits_inputs(dir, "train.jsonl", 8, "test/digits", true);
     const char *texts[8];
     char store[8][128], b[1024];
     for (int i = 0; i < 8; i++) { /* df_test_digits_inputs' prompts: the same tokenizer */
@@ -175,12 +176,168 @@ static void test_node_model_path_loads(void **state)
     df_config_free(cfg);
 }
 
+
+/* ---- two agent groups, each its own GRPO chain ---- */
+
+/* A node of `grp` (suffix _<grp>) into text. */
+static void chain(char *text, size_t cap, int grp, const char *model, const char *after)
+{
+    char cfg[1200] = "", dep[200] = "[]";
+    if (model)
+        snprintf(cfg, sizeof cfg, ", config: {model.path: %s}", model);
+    if (after)
+        snprintf(dep, sizeof dep, "[%s]", after);
+    size_t n = strlen(text);
+    snprintf(text + n, cap - n,
+             "  - {node_id: rollout_%d, node_type: MODEL_INFERENCE, node_role: ROLLOUT, agent_group: %d,\n"
+             "     dependencies: %s%s}\n"
+             "  - {node_id: reward_%d, node_type: COMPUTE, node_role: REWARD, agent_group: %d,\n"
+             "     dependencies: [rollout_%d]}\n"
+             "  - {node_id: adv_%d, node_type: COMPUTE, node_role: ADVANTAGE, agent_group: %d,\n"
+             "     dependencies: [reward_%d]}\n"
+             "  - {node_id: old_%d, node_type: MODEL_TRAIN, node_role: ACTOR, only_forward_compute: true,\n"
+             "     agent_group: %d, dependencies: [adv_%d]}\n"
+             "  - {node_id: train_%d, node_type: MODEL_TRAIN, node_role: ACTOR, agent_group: %d,\n"
+             "     dependencies: [old_%d]}\n",
+             grp, grp, dep, cfg, grp, grp, grp, grp, grp, grp, grp, grp, grp, grp, grp, grp);
+}
+
+/* Group 0 on the job's model, group 1 on dir/b/model after it, into dir/wf.yaml. */
+static void write_two_groups(const char *dir)
+{
+    char text[8192] = "dag_id: two_agents\nnodes:\n", b[1024], path[1024];
+    snprintf(b, sizeof b, "%s/b/model", dir);
+    chain(text, sizeof text, 0, NULL, NULL);
+    chain(text, sizeof text, 1, b, "train_0");
+    snprintf(path, sizeof path, "%s/wf.yaml", dir);
+    assert_int_equal(df_write_file_atomic(path, text, strlen(text)), 0);
+}
+
+static df_model *copy_of(df_actor *a)
+{
+    df_model *m = NULL;
+    assert_int_equal(df_model_clone(df_actor_model(a), &m), 0);
+    return m;
+}
+
+static bool same_bits(const df_model *a, const df_model *b)
+{
+    return a->n_params == b->n_params && !memcmp(a->params, b->params, (size_t)a->n_params * sizeof *a->params);
+}
+
+/* Run the nodes of agent group grp in graph order on *b (the step's prompts in ctx->input). */
+static void run_group(df_dag_worker *w, int grp, const df_batch *prompts, df_batch **b)
+{
+    df_run_opts opts = {.release_batch = df_batch_free};
+    df_node_ctx ctx = {.worker = w, .step = 1, .metrics = w->metrics, .input = prompts};
+    for (int i = 0; i < df_task_graph_num_nodes(w->graph); i++) {
+        df_node *n = df_task_graph_node_at(w->graph, i);
+        if (n->agent_group == grp && df_node_run(n, &ctx, b, &opts))
+            fail_msg("%s", df_last_error());
+    }
+}
+
+/* The issue's isolation test: updating agent 0 leaves agent 1's weights bit-identical, and the
+   other way round. */
+static void test_agent_isolation(void **state)
+{
+    const char *dir = *state;
+    two_models(dir);
+    write_two_groups(dir);
+    df_config *cfg = job(dir);
+    df_dag_worker *w = NULL;
+    if (df_dag_worker_create(cfg, NULL, &w))
+        fail_msg("%s", df_last_error());
+    assert_int_equal(w->n_agents, 2);
+    df_actor *a0 = w->actor.model, *a1 = w->agents[1].actor->model;
+    assert_ptr_not_equal(a0, a1);
+    df_model *init0 = copy_of(a0), *init1 = copy_of(a1);
+    assert_true(df_test_max_param_diff(init0, init1) > 0); /* two models */
+
+    df_batch *prompts = NULL, *b = NULL;
+    assert_int_equal(df_worker_next_prompts(w, 0, &prompts), 0);
+    assert_int_equal(df_batch_copy(prompts, &b), 0);
+    run_group(w, 0, prompts, &b);
+    assert_true(df_test_max_param_diff(df_actor_model(a0), init0) > 0); /* agent 0 trained */
+    assert_true(same_bits(df_actor_model(a1), init1));                 /* agent 1 untouched */
+    df_model *after0 = copy_of(a0);
+    run_group(w, 1, prompts, &b);
+    assert_true(df_test_max_param_diff(df_actor_model(a1), init1) > 0);
+    assert_true(same_bits(df_actor_model(a0), after0));
+    assert_int_equal(df_batch_size(b), df_batch_size(prompts) * 4); /* group 1 sampled the prompts */
+
+    df_batch_free(b);
+    df_batch_free(prompts);
+    df_model_free(init0);
+    df_model_free(init1);
+    df_model_free(after0);
+    df_dag_worker_free(w);
+    df_config_free(cfg);
+}
+
+/* Two steps with a checkpoint each: global_step_<N>/actor_agent_1/ holds group 1's actor; a resumed
+   run restores it. */
+static void test_agent_checkpoints(void **state)
+{
+    const char *dir = *state;
+    two_models(dir);
+    write_two_groups(dir);
+    const char *ov[] = {"trainer.total_training_steps=2", "trainer.save_freq=1"};
+    char yaml[4096];
+    snprintf(yaml, sizeof yaml,
+             "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 4,\n"
+             "       max_prompt_length: 128, max_response_length: 8}\n"
+             "actor_rollout_ref:\n"
+             "  model: {path: %s/model}\n"
+             "  actor: {optim: {lr: 0.01}, ppo_mini_batch_size: 4, ppo_micro_batch_size_per_gpu: 8}\n"
+             "  rollout: {n: 4, log_prob_micro_batch_size_per_gpu: 16}\n"
+             "algorithm: {adv_estimator: grpo}\n"
+             "dag: {workflow_path: %s/wf.yaml}\n"
+             "trainer: {logger: [], default_local_dir: %s/out}\n",
+             dir, dir, dir, dir);
+    if (df_test_run(NULL, df_test_config(yaml, "two.yaml", ov, 2)))
+        fail_msg("%s", df_last_error());
+    char p[1200], *text = NULL;
+    snprintf(p, sizeof p, "%s/out/global_step_2/trainer_state.json", dir);
+    assert_int_equal(df_read_file(p, &text, NULL), 0);
+    if (!strstr(text, "actor_agent_1/train_state.safetensors"))
+        fail_msg("%s lacks agent group 1: %s", p, text);
+    free(text);
+    df_model *saved1 = NULL, *saved0 = NULL;
+    snprintf(p, sizeof p, "%s/out/global_step_2/actor_agent_1", dir);
+    assert_int_equal(df_hf_dir_load(p, NULL, &saved1, NULL), 0);
+    snprintf(p, sizeof p, "%s/out/global_step_2/actor", dir);
+    assert_int_equal(df_hf_dir_load(p, NULL, &saved0, NULL), 0);
+    assert_true(df_test_max_param_diff(saved0, saved1) > 0);
+
+    /* resumed: each group's actor as saved, its optimizer two steps on */
+    const char *ov3[] = {"trainer.total_training_steps=3", "trainer.save_freq=1"};
+    df_config *cfg = df_test_config(yaml, "two.yaml", ov3, 2);
+    df_dag_worker *w = NULL;
+    if (df_dag_worker_create(cfg, NULL, &w))
+        fail_msg("%s", df_last_error());
+    assert_int_equal(w->resumed_step, 2);
+    assert_true(same_bits(df_actor_model(w->agents[1].actor->model), saved1));
+    assert_true(same_bits(df_actor_model(w->actor.model), saved0));
+    assert_int_equal(df_actor_step_count(w->agents[1].actor->model), df_actor_step_count(w->actor.model));
+    assert_true(df_actor_step_count(w->agents[1].actor->model) > 0);
+    df_dag_worker_free(w);
+    df_config_free(cfg);
+    df_model_free(saved0);
+    df_model_free(saved1);
+}
+
 int main(void)
 {
+    /* a reward that varies between a random model's samples, so GRPO has advantages to train on */
+    if (df_reward_register("test/digits", df_test_digit_share))
+        return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_slot_routing),
         cmocka_unit_test_setup_teardown(test_node_model_path_conflict, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_node_model_path_loads, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_agent_isolation, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_agent_checkpoints, df_test_mkdtemp, df_test_rmtree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

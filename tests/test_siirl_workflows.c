@@ -42,6 +42,9 @@ typedef struct {
 } verdict;
 
 #define MULTI_AGENT "node 'rollout_actor': agent_group 1: multi-agent graphs (siiRL's MARFT"
+#define MULTI_AGENT_CRITIC                                                                          \
+    "node 'critic_value': agent_group 1: multi-agent graphs (siiRL's MARFT, 2 agent groups) do not run " \
+    "yet with a critic"
 #define EMBODIED                                                                                   \
     "node 'embodied_sampling': executable 'siirl.algorithm.embodied.embodied_local_rank_sampling' " \
     "is siiRL's embodied (VLA) verification"
@@ -51,7 +54,7 @@ static const verdict k_siirl[] = {
     {"2025-07-21_client_workflow_grpo.yaml", "", NULL},
     {"2025-07-21_client_workflow_ppo.yaml", CRITIC, NULL},
     {"2025-07-21_client_workflow_ppo.yaml", "", NO_CRITIC_MICRO},
-    {"2025-07-21_marft_workflow_marft.yaml", "", MULTI_AGENT},
+    {"2025-07-21_marft_workflow_marft.yaml", "", MULTI_AGENT_CRITIC},
     {"2025-08-01_client_workflow_grpo.yaml", "", NULL},
     {"2025-08-07_client_workflow_dapo.yaml", "",
      "planning: 2 subgraphs but only 1 workers (trainer.nnodes=1 x trainer.n_gpus_per_node=1)"},

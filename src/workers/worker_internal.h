@@ -86,9 +86,8 @@ typedef struct df_agent_own {
     df_rollout_worker rollout;
     df_actor_worker actor;
     df_reference_worker reference;
-    df_critic_worker critic;
-    df_tokenizer *tok;
-    char model_dir[1024], tokenizer_dir[1024];
+    df_critic_worker critic; /* no model yet: multi-agent graphs with a critic are refused */
+    char model_dir[1024];
 } df_agent_own;
 
 /*
@@ -526,6 +525,28 @@ int df_worker_note_model_path(char **paths, const df_node **from, int n_groups, 
  * global path. Errors: those of df_worker_note_model_path, a path too long (DF_EINVAL).
  */
 int df_worker_setup_agent_dirs(df_dag_worker *w);
+/**
+ * The models of agent groups 1..n-1 (after group 0's, p its actor settings): each group's model
+ * from its slot's directory as its actor (group 0's settings and data-parallel group), its
+ * reference when a KL term needs one, on trainer.device, and its rollout engine; every group reads
+ * group 0's tokenizer (DF_EUNSUPPORTED when its directory holds another tokenizer.json and
+ * data.tokenizer is unset). Errors name the group; those of loading and creating the models.
+ */
+int df_worker_setup_agent_models(df_dag_worker *w, const df_actor_params *p);
+/**
+ * agents_check.c: whether the worker runs multi-agent graph g (groups > 1 agent groups) today:
+ * every group its own rollout node, a later group's nodes after it and after every node of the
+ * groups before; no critic, share_instance, train_cycle, environment or chained-rollout options;
+ * a critic-free estimator without re-runs (no remax, no filter_groups), mode sync, no agent loop.
+ * Errors: DF_EUNSUPPORTED "<src> node '<id>': agent_group g: multi-agent graphs (siiRL's MARFT, N
+ * agent groups) do not run yet with <what>; what runs: ...", DF_ENOMEM.
+ */
+int df_worker_check_agents_run(const df_train_config *t, df_task_graph *g, int groups, const char *src);
+/** dag_worker.c: trainer.device for slot s's actor and reference. */
+int df_worker_set_device(df_dag_worker *w, const df_agent_slot *s);
+/** dag_worker.c: slot s's rollout engine for a model of `cfg` (sized for the step's sequences),
+ *  reading the actor's bf16 copy when both are bf16 (s->actor NULL: no actor, the async rollout side). */
+int df_worker_create_rollout(df_dag_worker *w, const df_agent_slot *s, const df_model_config *cfg, bool actor_bf16);
 
 /* ---- helpers of the node functions (nodes.c, nodes_critic.c) ---- */
 /** The worker running the node function's graph. */

@@ -6,6 +6,7 @@
  */
 #include "workers/worker_internal.h"
 
+#include "engine/hf_dir.h"
 #include "util/fsutil.h"
 
 #include <stdlib.h>
@@ -40,10 +41,8 @@ void df_worker_free_agents(df_dag_worker *w)
         if (!o)
             continue;
         df_rollout_engine_free(o->rollout.engine);
-        df_actor_free(o->actor.model);
-        df_comm_free(o->actor.dp);
+        df_actor_free(o->actor.model); /* its dp communicator is slot 0's */
         df_actor_free(o->reference.model);
-        df_tokenizer_free(o->tok);
         free(o);
     }
     free(w->agents);
@@ -125,7 +124,20 @@ int df_worker_setup_agent_dirs(df_dag_worker *w)
         rc = df_worker_note_model_path(paths, from, ng, n, df_worker_node_settings(w, n)->cfg.actor_rollout_ref.model.path,
                                        "dag.workflow_path");
     }
-    /* group 0's directory is the worker's own; a later group's goes into its slot when it gets one */
+    /* a later group's slot owns its workers, its directory its nodes' path or the global one */
+    for (int g = 1; !rc && g < w->n_agents; g++) {
+        df_agent_slot *s = &w->agents[g];
+        df_agent_own *o = s->own = calloc(1, sizeof *o);
+        if (!o) {
+            rc = df_error(DF_ENOMEM, "out of memory");
+            break;
+        }
+        rc = expand_into(paths[g] ? paths[g] : w->model_dir, o->model_dir, sizeof o->model_dir);
+        *s = (df_agent_slot){.group = g, .rollout = &o->rollout, .actor = &o->actor, .reference = &o->reference,
+                             .critic = &o->critic, .model_dir = o->model_dir, .tokenizer_dir = w->tokenizer_dir,
+                             .own = o};
+    }
+    /* group 0's directory is the worker's own */
     if (!rc && paths[0])
         rc = expand_into(paths[0], w->model_dir, sizeof w->model_dir);
     const char *tok = w->global.cfg.data.tokenizer;
@@ -136,4 +148,78 @@ int df_worker_setup_agent_dirs(df_dag_worker *w)
     free(paths);
     free(from);
     return rc ? df_error_wrap(rc, "%s", df_config_where(w->cfg, "dag.workflow_path")) : DF_OK;
+}
+
+/* ---- the models of the groups beyond 0 ---- */
+
+/* Until the chained rollout renders each agent's prompts with its own tokenizer, every group reads
+   the prompts group 0's tokenizer encoded and the reward decodes with it: a group's model
+   directory must hold the same tokenizer.json (or data.tokenizer names the one for all). */
+static int same_tokenizer(const df_dag_worker *w, const df_agent_slot *s)
+{
+    if (w->global.cfg.data.tokenizer || !strcmp(s->model_dir, w->tokenizer_dir))
+        return DF_OK;
+    char pa[1100], pb[1100], *a = NULL, *b = NULL;
+    size_t na = 0, nb = 0;
+    snprintf(pa, sizeof pa, "%s/tokenizer.json", w->tokenizer_dir);
+    snprintf(pb, sizeof pb, "%s/tokenizer.json", s->model_dir);
+    int rc = df_read_file(pa, &a, &na);
+    if (!rc)
+        rc = df_read_file(pb, &b, &nb);
+    if (!rc && (na != nb || memcmp(a, b, na)))
+        rc = df_error(DF_EUNSUPPORTED,
+                      "agent group %d: its model %s has another tokenizer than agent group 0's (%s); the groups "
+                      "share group 0's tokenizer until each agent renders its own prompts (docs/multi_agent.md): "
+                      "use models of one tokenizer, or set data.tokenizer",
+                      s->group, s->model_dir, w->tokenizer_dir);
+    free(a);
+    free(b);
+    return rc;
+}
+
+/* Slot s's actor (taking m), its reference when a KL term needs one, device and rollout engine, with
+   group 0's settings p and its data-parallel group (the groups share the ranks of the plan). */
+static int setup_slot(df_dag_worker *w, df_agent_slot *s, df_model *m, const df_actor_params *p)
+{
+    df_model *ref = NULL;
+    int rc = DF_OK;
+    if ((p->use_kl_loss || w->global.cfg.algorithm.use_kl_in_reward) && (rc = df_model_clone(m, &ref))) {
+        df_model_free(m);
+        return rc;
+    }
+    if ((rc = df_actor_create(m, p, true, &s->actor->model))) {
+        df_model_free(m);
+        df_model_free(ref);
+        return rc;
+    }
+    s->actor->layout = w->actor.layout;
+    df_actor_set_comm(s->actor->model, w->actor.dp); /* borrowed: slot 0 owns it */
+    df_actor_params rp;
+    df_worker_reference_params(w, p, &rp);
+    rp.offload_dir = NULL; /* one offload file per job: the groups' references stay in memory */
+    if (ref && (rc = df_actor_create(ref, &rp, false, &s->reference->model))) {
+        df_model_free(ref);
+        return rc;
+    }
+    if (!rc)
+        rc = df_worker_set_device(w, s);
+    return rc ? rc : df_worker_create_rollout(w, s, &df_actor_model(s->actor->model)->cfg, p->bf16);
+}
+
+int df_worker_setup_agent_models(df_dag_worker *w, const df_actor_params *p)
+{
+    int rc = DF_OK;
+    for (int g = 1; !rc && g < w->n_agents; g++) {
+        df_agent_slot *s = &w->agents[g];
+        df_model *m = NULL;
+        s->tok = w->tok;
+        rc = same_tokenizer(w, s);
+        if (!rc && (rc = df_hf_dir_load(s->model_dir, w->tokenizer_dir, &m, NULL)))
+            rc = df_error_wrap(rc, "agent group %d: actor_rollout_ref.model.path", g);
+        if (!rc)
+            rc = setup_slot(w, s, m, p);
+        if (rc)
+            rc = df_error_wrap(rc, "agent group %d (%s)", g, s->model_dir);
+    }
+    return rc;
 }

@@ -139,38 +139,11 @@ static int check_baseline(const df_train_config *t, df_task_graph *g, bool workf
     return rc;
 }
 
-/* "rollout, actor and reference models": what agent group grp's model nodes need of their own (a node
-   with agent_options.share_instance uses another group's). */
-static void group_models(df_task_graph *g, int grp, char *out, size_t cap)
-{
-    static const df_node_role order[] = {DF_ROLE_ROLLOUT, DF_ROLE_ACTOR, DF_ROLE_REFERENCE, DF_ROLE_CRITIC,
-                                         DF_ROLE_REWARD};
-    static const char *const names[] = {"rollout", "actor", "reference", "critic", "reward"};
-    const char *found[5];
-    int k = 0;
-    for (int r = 0; r < 5; r++)
-        for (int i = 0; i < df_task_graph_num_nodes(g); i++) {
-            const df_node *n = df_task_graph_node_at(g, i);
-            bool model = n->node_type == DF_NODE_MODEL_TRAIN || n->node_type == DF_NODE_MODEL_INFERENCE;
-            bool shares = n->agent_options && n->agent_options->share_instance >= 0; /* another group's */
-            if (model && !shares && n->agent_group == grp && n->node_role == order[r]) {
-                found[k++] = names[r];
-                break;
-            }
-        }
-    size_t len = 0;
-    out[0] = 0;
-    for (int i = 0; i < k && len < cap; i++)
-        len += (size_t)snprintf(out + len, cap - len, "%s%s", i == 0 ? "" : i == k - 1 ? " and " : ", ", found[i]);
-    if (len < cap)
-        snprintf(out + len, cap - len, "%s", k == 1 ? " model" : k ? " models" : "models");
-}
-
 /*
  * Agent groups (siiRL MARFT; docs/multi_agent.md). gae_marft needs several, and computes in one
  * advantage node of the last group over every agent's columns (siiRL compute_multi_agent_advantage).
- * A multi-agent graph is then refused, naming its first node beyond group 0 and what its group
- * would need of its own: the DAG worker holds one actor / rollout / reference / critic.
+ * A multi-agent graph runs when df_worker_check_agents_run accepts it (agents_check.c), else it is
+ * refused naming its node and what it needs of the runtime still missing.
  */
 static int check_agents(const df_train_config *t, df_task_graph *g, const df_plan *p, bool workflow,
                         const char *src)
@@ -190,20 +163,7 @@ static int check_agents(const df_train_config *t, df_task_graph *g, const df_pla
                             "agent's advantages in one node of the last agent group (%d), as siiRL does",
                             src, n->node_id, n->agent_group, t->algorithm.adv_estimator, groups - 1);
     }
-    for (int i = 0; i < df_task_graph_num_nodes(g); i++) {
-        const df_node *n = df_task_graph_node_at(g, i);
-        if (!n->agent_group)
-            continue;
-        char models[160];
-        group_models(g, n->agent_group, models, sizeof models);
-        return df_error(DF_EUNSUPPORTED,
-                        "%s node '%s': agent_group %d: multi-agent graphs (siiRL's MARFT, %d agent groups) do not "
-                        "run yet: agent group %d needs its own %s, tokenizer, optimizer and checkpoint directory "
-                        "actor_agent_%d, and the DAG worker holds one of each, so every node must be in agent "
-                        "group 0 (`distflow plan` shows the groups; docs/multi_agent.md)",
-                        src, n->node_id, n->agent_group, groups, n->agent_group, models, n->agent_group);
-    }
-    return DF_OK;
+    return groups > 1 ? df_worker_check_agents_run(t, g, groups, src) : DF_OK;
 }
 
 /* Per-node actor_rollout_ref.model.path (agents.c): one per agent group; not with mode=async,

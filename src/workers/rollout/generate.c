@@ -35,6 +35,8 @@ int df_worker_generate(df_dag_worker *w, const df_node *node, const df_batch *pr
     if (rc)
         return rc;
     uint64_t seed = df_rng_key(df_worker_seed(w), 0x6e6, (uint64_t)step, (uint64_t)gen);
+    if (s.group > 0) /* each agent group its own stream (group 0's as a single-agent job's) */
+        seed = df_rng_key(seed, 0xa6e, (uint64_t)s.group, 0);
     /* a workflow node may override the sampling keys: its own settings, resolved at setup */
     const df_sampling_params node_sp = df_worker_node_settings(w, node)->sampling;
     return generate_with_turns(w, &s, prompts, df_worker_n_samples(w), &node_sp, seed, step,
@@ -64,11 +66,14 @@ static int node_generate(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
 {
     double t0 = df_now();
     df_dag_worker *w = df_node_worker(ctx);
-    int rc = df_worker_need_batch(batch, "generate");
+    /* a later agent group samples the step's prompts, not the batch the group before it trained
+       on (until the chained rollout: docs/multi_agent.md) */
+    const df_batch *prompts = ctx->node && ctx->node->agent_group > 0 ? ctx->input : batch;
+    int rc = df_worker_need_batch(prompts, "generate");
     if (!rc && (ctx->flags & DF_PASS_GREEDY))
-        rc = generate_greedy(w, ctx->node, batch, ctx->step, &out->batch);
+        rc = generate_greedy(w, ctx->node, prompts, ctx->step, &out->batch);
     else if (!rc)
-        rc = df_worker_generate(w, ctx->node, batch, ctx->step, ctx->pass, &out->batch);
+        rc = df_worker_generate(w, ctx->node, prompts, ctx->step, ctx->pass, &out->batch);
     df_worker_timing(ctx, "gen", t0);
     return rc;
 }
