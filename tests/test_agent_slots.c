@@ -327,6 +327,59 @@ static void test_agent_checkpoints(void **state)
     df_model_free(saved1);
 }
 
+/* What the runtime does not do yet is refused before anything loads, naming the node. */
+static void test_agents_refused(void **state)
+{
+    const char *dir = *state;
+    two_models(dir);
+    char text[8192] = "dag_id: parallel_agents\nnodes:\n", path[1024];
+    chain(text, sizeof text, 0, NULL, NULL);
+    chain(text, sizeof text, 1, NULL, NULL); /* group 1 beside group 0, not after it */
+    snprintf(path, sizeof path, "%s/wf.yaml", dir);
+    assert_int_equal(df_write_file_atomic(path, text, strlen(text)), 0);
+    df_config *cfg = job(dir);
+    df_plan *p = NULL;
+    assert_error_mentions(df_train_check(cfg, 1, NULL, NULL, &p), DF_EUNSUPPORTED,
+                          "node 'rollout_0': agent_group 0: multi-agent graphs (siiRL's MARFT, 2 agent groups) do "
+                          "not run yet with a node that does not come before the next group's rollout node");
+    df_config_free(cfg);
+
+    /* an estimator reading a critic's values */
+    write_two_groups(dir);
+    const char *gae[] = {"algorithm.adv_estimator=gae"};
+    char yaml[4096];
+    snprintf(yaml, sizeof yaml,
+             "data: {train_files: [%s/train.jsonl], train_batch_size: 4}\n"
+             "actor_rollout_ref: {model: {path: %s/model}, actor: {ppo_mini_batch_size: 4,\n"
+             "                    ppo_micro_batch_size_per_gpu: 4}, rollout: {n: 2}}\n"
+             "dag: {workflow_path: %s/wf.yaml}\n", dir, dir, dir);
+    cfg = df_test_config(yaml, "gae.yaml", gae, 1);
+    assert_error_mentions(df_train_check(cfg, 1, NULL, NULL, &p), DF_EUNSUPPORTED,
+                          "node 'rollout_1': agent_group 1: multi-agent graphs (siiRL's MARFT, 2 agent groups) do "
+                          "not run yet with algorithm.adv_estimator reading a critic's values");
+    df_config_free(cfg);
+}
+
+/* Until each agent renders its own prompts, the groups read group 0's tokenizer: a group whose model
+   has another is refused at setup. */
+static void test_agent_other_tokenizer(void **state)
+{
+    const char *dir = *state;
+    two_models(dir);
+    const char *texts[] = {"a different corpus", "for a different tokenizer", "of another vocabulary"};
+    char b[1024];
+    snprintf(b, sizeof b, "%s/b", dir);
+    df_test_tiny_model(b, texts, 3, 280, 32, 2, 13); /* replaces dir/b/model */
+    write_two_groups(dir);
+    df_config *cfg = job(dir);
+    df_dag_worker *w = NULL;
+    assert_error_mentions(df_dag_worker_create(cfg, NULL, &w), DF_EUNSUPPORTED,
+                          "agent group 1: its model");
+    assert_last_error_mentions("has another tokenizer than agent group 0's");
+    assert_null(w);
+    df_config_free(cfg);
+}
+
 int main(void)
 {
     /* a reward that varies between a random model's samples, so GRPO has advantages to train on */
@@ -338,6 +391,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_node_model_path_loads, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_agent_isolation, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_agent_checkpoints, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_agents_refused, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_agent_other_tokenizer, df_test_mkdtemp, df_test_rmtree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
