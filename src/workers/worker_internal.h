@@ -94,9 +94,9 @@ typedef struct df_agent_own {
  * One agent group's models (docs/multi_agent.md, "Design: agent groups in the DAG worker"): the
  * role workers a node of the group runs on, its tokenizer and model directory. Slot 0 is the
  * single-agent job's: w->rollout, w->actor, w->reference, w->critic, w->tok, w->model_dir. A later
- * group's slot points at what it owns (own), or, for a role whose nodes set
- * agent_options.share_instance, at the shared group's (no second model, no second optimizer).
- * Node functions reach their node's slot through df_worker_slot.
+ * group's slot points at what it owns (own) and reads group 0's tokenizer; a role whose nodes set
+ * agent_options.share_instance would point at the shared group's (refused until then:
+ * agents_check.c). Node functions reach their node's slot through df_worker_slot.
  */
 typedef struct df_agent_slot {
     int group; /* its agent_group */
