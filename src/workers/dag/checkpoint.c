@@ -49,7 +49,6 @@ static int save_data_state(df_dag_worker *w, const char *dir)
                       p);
 }
 
-/* trainer_state.json: what is the same on every rank beyond the model files. */
 /* agent groups beyond 0 (agents.c): actor_agent_<g>/, as siiRL names its agents' checkpoints */
 static int agent_dir(char *out, const char *dir, int g, const char *rel)
 {
@@ -65,15 +64,17 @@ static int add_agents(df_dag_worker *w, json_t *o)
     json_t *a = json_array();
     for (int g = 1; a && g < w->n_agents; g++) {
         path_buf rel;
-        if (df_ckpt_path(rel, "actor_agent_%d/train_state.safetensors", g)) {
+        int rc = df_ckpt_path(rel, "actor_agent_%d/train_state.safetensors", g);
+        if (rc) {
             json_decref(a);
-            return DF_EINVAL;
+            return rc;
         }
         json_array_append_new(a, json_string(rel));
     }
     return a && !json_object_set_new(o, "agents", a) ? DF_OK : df_error(DF_ENOMEM, "out of memory");
 }
 
+/* trainer_state.json: what is the same on every rank beyond the model files. */
 static int save_trainer_state(df_dag_worker *w, const char *dir)
 {
     const df_train_config *t = &w->global.cfg;
