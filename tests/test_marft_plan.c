@@ -106,13 +106,14 @@ static void test_siirl_marft_plans_and_is_refused(void **state)
     assert_non_null(strstr(text, "  critic_2_value -> process_group_1, CRITIC instance of agent 0\n"));
     free(text);
     df_plan_free(p);
-    /* refused before anything is loaded, naming the node and what its group lacks */
+    /* refused before anything is loaded, naming the node and what of the runtime it needs */
     p = NULL;
     assert_int_equal(df_train_check(cfg, 1, NULL, NULL, &p), DF_EUNSUPPORTED);
     assert_null(p);
     const char *want = MARFT " node 'rollout_actor': agent_group 1: multi-agent graphs (siiRL's MARFT, 2 agent "
-                       "groups) do not run yet: agent group 1 needs its own rollout, actor and reference models, "
-                       "tokenizer, optimizer and checkpoint directory actor_agent_1";
+                       "groups) do not run yet with an environment (agent_options.obs_with_env / env_path / "
+                       "rewards_with_env); what runs: each agent group its own rollout -> reward -> advantage -> "
+                       "actor chain";
     if (!strstr(df_last_error(), want))
         fail_msg("'%s' lacks '%s'", df_last_error(), want);
     df_config_free(cfg);

@@ -298,7 +298,8 @@ static void test_node_keys_api(void **state)
     assert_int_equal(df_exec_node_keys("DAGWorker.generate", &k), 0);
     assert_string_equal(k.global[0], "actor_rollout_ref.rollout.temperature");
     assert_string_equal(k.global[3], "actor_rollout_ref.rollout.do_sample");
-    assert_string_equal(k.global[4], "");
+    assert_string_equal(k.global[4], "actor_rollout_ref.model.path"); /* its agent group's model */
+    assert_string_equal(k.global[5], "");
     assert_string_equal(k.own[0], "");
     assert_int_equal(df_exec_node_keys("siirl.dag_worker.dagworker:DAGWorker.train_critic", &k), 0);
     assert_string_equal(k.global[0], "critic.cliprange_value");

@@ -81,6 +81,34 @@ typedef struct df_critic_worker {
     df_comm *dp;           /* its data-parallel group (owned), NULL on one rank */
 } df_critic_worker;
 
+/* What an agent group beyond 0 owns (agents.c); group 0's are the worker's own fields. */
+typedef struct df_agent_own {
+    df_rollout_worker rollout;
+    df_actor_worker actor;
+    df_reference_worker reference;
+    df_critic_worker critic; /* no model yet: multi-agent graphs with a critic are refused */
+    char model_dir[1024];
+} df_agent_own;
+
+/*
+ * One agent group's models (docs/multi_agent.md, "Design: agent groups in the DAG worker"): the
+ * role workers a node of the group runs on, its tokenizer and model directory. Slot 0 is the
+ * single-agent job's: w->rollout, w->actor, w->reference, w->critic, w->tok, w->model_dir. A later
+ * group's slot points at what it owns (own) and reads group 0's tokenizer; a role whose nodes set
+ * agent_options.share_instance would point at the shared group's (refused until then:
+ * agents_check.c). Node functions reach their node's slot through df_worker_slot.
+ */
+typedef struct df_agent_slot {
+    int group; /* its agent_group */
+    df_rollout_worker *rollout;
+    df_actor_worker *actor;
+    df_reference_worker *reference;
+    df_critic_worker *critic;
+    df_tokenizer *tok;
+    const char *model_dir, *tokenizer_dir;
+    df_agent_own *own; /* NULL in slot 0 */
+} df_agent_slot;
+
 /* workers/reward/: the reward manager (or custom_reward_function) and the in-reward KL controller. */
 typedef struct df_reward_worker {
     df_reward_manager_cfg cfg; /* reward_model.reward_manager, its overlong buffer, the custom function */
@@ -133,6 +161,8 @@ struct df_dag_worker {
     df_critic_worker critic;
     df_reward_worker reward;
     df_advantage_worker advantage;
+    df_agent_slot *agents; /* [n_agents], one per agent group (df_worker_setup_agents); agents[0]: the above */
+    int n_agents;
 
     df_task_graph *graph;
     df_node_settings **node_set; /* [n_node_set], parallel to graph nodes: a node's own settings or NULL */
@@ -458,6 +488,67 @@ int df_worker_load_critic(df_dag_worker *w, const char *step_dir);
 int df_worker_check_critic_weights(df_dag_worker *w, df_metrics *m);
 /** Register DAGWorker.compute_value and DAGWorker.train_critic. */
 int df_worker_register_critic_nodes(void);
+
+/* ---- agent groups (agents.c) ---- */
+/**
+ * w->agents for the plan's agent groups (w->plan->n_agent_groups, 1 without a plan): slot 0 points
+ * at the single-agent workers (w->rollout, w->actor, ...: call after they are set up or before,
+ * the pointers stay valid). Errors: DF_ENOMEM.
+ */
+int df_worker_setup_agents(df_dag_worker *w);
+/** Free what the slots beyond 0 own, and w->agents. */
+void df_worker_free_agents(df_dag_worker *w);
+/**
+ * The slot node n runs on: that of its agent_group; slot 0 (w's own workers) for a NULL node, a
+ * group beyond w->n_agents, or a worker without w->agents (one assembled by a test). Through
+ * its pointers the caller may change the workers as through w's fields.
+ */
+df_agent_slot df_worker_slot(const df_dag_worker *w, const df_node *n);
+/** The rollout engine's copy of slot s's actor weights, made once per actor optimizer step (see
+ *  df_worker_rollout_sync, slot 0's). */
+int df_worker_slot_sync(const df_agent_slot *s);
+
+/** True when model node n of a rollout, actor or reference role sets actor_rollout_ref.model.path
+ *  (or model.path) in its `config:`: its agent group's model directory. */
+bool df_worker_node_sets_model_path(const df_node *n);
+/**
+ * The model directory of n's agent group from a node that sets one (df_worker_node_sets_model_path;
+ * others are skipped): `path` (the node's resolved actor_rollout_ref.model.path) kept in
+ * paths[n->agent_group] (strdup'd, the caller frees; NULL: none yet), n in from[]. Errors:
+ * DF_EINVAL "<src>: nodes 'a' and 'b' of agent_group g set actor_rollout_ref.model.path to X and
+ * Y ..." when another node of the group set another; DF_ENOMEM.
+ */
+int df_worker_note_model_path(char **paths, const df_node **from, int n_groups, const df_node *n, const char *path,
+                              const char *src);
+/**
+ * After df_worker_setup_workflow: group 0's model directory from its nodes' own
+ * actor_rollout_ref.model.path (df_worker_note_model_path) into w->model_dir, and
+ * w->tokenizer_dir with it unless data.tokenizer is set; a group whose nodes set none keeps the
+ * global path. Errors: those of df_worker_note_model_path, a path too long (DF_EINVAL).
+ */
+int df_worker_setup_agent_dirs(df_dag_worker *w);
+/**
+ * The models of agent groups 1..n-1 (after group 0's, p its actor settings): each group's model
+ * from its slot's directory as its actor (group 0's settings and data-parallel group), its
+ * reference when a KL term needs one, on trainer.device, and its rollout engine; every group reads
+ * group 0's tokenizer (DF_EUNSUPPORTED when its directory holds another tokenizer.json and
+ * data.tokenizer is unset). Errors name the group; those of loading and creating the models.
+ */
+int df_worker_setup_agent_models(df_dag_worker *w, const df_actor_params *p);
+/**
+ * agents_check.c: whether the worker runs multi-agent graph g (groups > 1 agent groups) today:
+ * every group its own rollout node, a later group's nodes after it and after every node of the
+ * groups before; no critic, share_instance, train_cycle, environment or chained-rollout options;
+ * a critic-free estimator without re-runs (no remax, no filter_groups), mode sync, no agent loop.
+ * Errors: DF_EUNSUPPORTED "<src> node '<id>': agent_group g: multi-agent graphs (siiRL's MARFT, N
+ * agent groups) do not run yet with <what>; what runs: ...", DF_ENOMEM.
+ */
+int df_worker_check_agents_run(const df_train_config *t, df_task_graph *g, int groups, const char *src);
+/** dag_worker.c: trainer.device for slot s's actor and reference. */
+int df_worker_set_device(df_dag_worker *w, const df_agent_slot *s);
+/** dag_worker.c: slot s's rollout engine for a model of `cfg` (sized for the step's sequences),
+ *  reading the actor's bf16 copy when both are bf16 (s->actor NULL: no actor, the async rollout side). */
+int df_worker_create_rollout(df_dag_worker *w, const df_agent_slot *s, const df_model_config *cfg, bool actor_bf16);
 
 /* ---- helpers of the node functions (nodes.c, nodes_critic.c) ---- */
 /** The worker running the node function's graph. */

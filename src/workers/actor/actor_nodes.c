@@ -14,7 +14,7 @@ static int node_compute_old_log_prob(df_node_ctx *ctx, df_batch *batch, df_node_
     double t0 = df_now(), entropy = 0;
     int rc = df_worker_need_batch(batch, "compute_old_log_prob");
     if (!rc)
-        rc = df_actor_compute_log_prob(w->actor.model, batch, "old_log_probs", &entropy);
+        rc = df_actor_compute_log_prob(df_worker_slot(w, ctx->node).actor->model, batch, "old_log_probs", &entropy);
     if (!rc && ctx->metrics)
         df_metrics_set(ctx->metrics, "actor/entropy", entropy);
     /* how far the rollout engine's log-probs are from the trainer's (verl's rollout-training mismatch) */
@@ -43,9 +43,9 @@ static int node_compute_old_log_prob(df_node_ctx *ctx, df_batch *batch, df_node_
  * N - 1 warmup steps; siiRL's DAGWorker.train_actor skips while
  * `critic_warmup > global_steps` (global_steps = finished steps), as here.
  */
-static bool critic_warmup(const df_dag_worker *w, int64_t step)
+static bool critic_warmup(const df_dag_worker *w, const df_agent_slot *s, int64_t step)
 {
-    return w->critic.model && step <= w->global.cfg.trainer.critic_warmup;
+    return s->critic->model && step <= w->global.cfg.trainer.critic_warmup;
 }
 
 /*
@@ -56,18 +56,20 @@ static bool critic_warmup(const df_dag_worker *w, int64_t step)
 static int node_train_actor(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
 {
     df_dag_worker *w = df_node_worker(ctx);
-    if (critic_warmup(w, ctx->step)) /* the critic trains alone */
+    df_agent_slot s = df_worker_slot(w, ctx->node); /* the node's agent group's policy */
+    df_actor *actor = s.actor->model;
+    if (critic_warmup(w, &s, ctx->step)) /* the critic trains alone */
         return DF_OK;
     double t0 = df_now();
     int rc = df_worker_need_batch(batch, "train_actor");
     /* a workflow node may override the loss settings: set them for this update only */
     const df_node_settings *ns = df_worker_node_settings(w, ctx->node);
     if (!rc && ns != &w->global)
-        df_actor_set_loss(w->actor.model, &ns->actor_loss);
+        df_actor_set_loss(actor, &ns->actor_loss);
     if (!rc)
-        rc = df_actor_update_policy(w->actor.model, batch, ctx->metrics);
+        rc = df_actor_update_policy(actor, batch, ctx->metrics);
     if (ns != &w->global) /* back to the global settings */
-        df_actor_set_loss(w->actor.model, &w->global.actor_loss);
+        df_actor_set_loss(actor, &w->global.actor_loss);
     (void)out;
     df_worker_timing(ctx, "update_actor", t0);
     return rc;
@@ -80,8 +82,10 @@ int df_worker_register_actor_nodes(void)
     static const df_node_keys train_keys = {
         .global = {AC "clip_ratio_low", AC "clip_ratio_high", AC "clip_ratio_c", AC "entropy_coeff",
                    AC "kl_loss_coef", AC "kl_loss_type", AC "loss_agg_mode", AC "policy_loss.loss_mode",
-                   AC "ppo_epochs"}};
-    int rc = df_exec_register("DAGWorker.compute_old_log_prob", node_compute_old_log_prob);
+                   AC "ppo_epochs", "actor_rollout_ref.model.path"}};
+    /* the model directory of the node's agent group (agents.c) */
+    static const df_node_keys fwd_keys = {.global = {"actor_rollout_ref.model.path"}};
+    int rc = df_exec_register_keys("DAGWorker.compute_old_log_prob", node_compute_old_log_prob, &fwd_keys);
     return rc ? rc : df_exec_register_keys("DAGWorker.train_actor", node_train_actor, &train_keys);
 }
 #undef AC

@@ -9,12 +9,18 @@
 
 #include <stdio.h>
 
+/* The critic of the node's agent group. */
+static df_critic *critic_of(const df_node_ctx *ctx)
+{
+    return df_worker_slot(df_node_worker(ctx), ctx->node).critic->model;
+}
+
 static int need_critic(df_node_ctx *ctx, const df_batch *b, const char *node)
 {
     int rc = df_worker_need_batch(b, node);
     if (rc)
         return rc;
-    if (!df_node_worker(ctx)->critic.model)
+    if (!critic_of(ctx))
         return df_error(DF_EINVAL, "%s (node '%s'): this worker has no critic", node, ctx->node->node_id);
     return DF_OK;
 }
@@ -25,7 +31,7 @@ static int node_compute_value(df_node_ctx *ctx, df_batch *batch, df_node_output 
     double t0 = df_now();
     int rc = need_critic(ctx, batch, "compute_value");
     if (!rc)
-        rc = df_critic_compute_values(df_node_worker(ctx)->critic.model, batch);
+        rc = df_critic_compute_values(critic_of(ctx), batch);
     (void)out;
     df_worker_timing(ctx, "values", t0);
     return rc;
@@ -39,12 +45,13 @@ static int node_train_critic(df_node_ctx *ctx, df_batch *batch, df_node_output *
     df_dag_worker *w = df_node_worker(ctx);
     int rc = need_critic(ctx, batch, "train_critic");
     const df_node_settings *ns = df_worker_node_settings(w, ctx->node);
+    df_critic *critic = critic_of(ctx);
     if (!rc && ns != &w->global)
-        rc = df_critic_set_loss(w->critic.model, &ns->critic_loss);
+        rc = df_critic_set_loss(critic, &ns->critic_loss);
     if (!rc)
-        rc = df_critic_update(w->critic.model, batch, ctx->metrics);
-    if (w->critic.model && ns != &w->global) /* back to the global settings (valid: the critic was created with them) */
-        df_critic_set_loss(w->critic.model, &w->global.critic_loss);
+        rc = df_critic_update(critic, batch, ctx->metrics);
+    if (critic && ns != &w->global) /* back to the global settings (valid: the critic was created with them) */
+        df_critic_set_loss(critic, &w->global.critic_loss);
     (void)out;
     df_worker_timing(ctx, "update_critic", t0);
     return rc;

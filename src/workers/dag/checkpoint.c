@@ -49,6 +49,31 @@ static int save_data_state(df_dag_worker *w, const char *dir)
                       p);
 }
 
+/* agent groups beyond 0 (agents.c): actor_agent_<g>/, as siiRL names its agents' checkpoints */
+static int agent_dir(char *out, const char *dir, int g, const char *rel)
+{
+    return df_ckpt_path(out, "%s/actor_agent_%d%s%s", dir, g, rel[0] ? "/" : "", rel);
+}
+
+/* "agents": the training state of each group beyond 0, in group order; none in a single-agent job,
+   whose file stays as it was. */
+static int add_agents(df_dag_worker *w, json_t *o)
+{
+    if (w->n_agents < 2)
+        return DF_OK;
+    json_t *a = json_array();
+    for (int g = 1; a && g < w->n_agents; g++) {
+        path_buf rel;
+        int rc = df_ckpt_path(rel, "actor_agent_%d/train_state.safetensors", g);
+        if (rc) {
+            json_decref(a);
+            return rc;
+        }
+        json_array_append_new(a, json_string(rel));
+    }
+    return a && !json_object_set_new(o, "agents", a) ? DF_OK : df_error(DF_ENOMEM, "out of memory");
+}
+
 /* trainer_state.json: what is the same on every rank beyond the model files. */
 static int save_trainer_state(df_dag_worker *w, const char *dir)
 {
@@ -64,8 +89,31 @@ static int save_trainer_state(df_dag_worker *w, const char *dir)
                                                    : json_null());
     }
     path_buf p;
-    int rc = df_ckpt_path(p, "%s/%s", dir, TRAINER_STATE);
+    int rc = o ? add_agents(w, o) : DF_OK;
+    if (!rc)
+        rc = df_ckpt_path(p, "%s/%s", dir, TRAINER_STATE);
     return rc ? (json_decref(o), rc) : df_ckpt_write_json(o, p);
+}
+
+/* Each agent group beyond 0: its actor as a Hugging Face directory with its training state. */
+static int save_agents(df_dag_worker *w, const char *tmp)
+{
+    int rc = DF_OK;
+    for (int g = 1; !rc && g < w->n_agents; g++) {
+        const df_agent_slot *s = &w->agents[g];
+        const df_model *m = df_actor_model(s->actor->model);
+        path_buf d, state;
+        rc = agent_dir(d, tmp, g, "");
+        if (!rc)
+            rc = agent_dir(state, tmp, g, "train_state.safetensors");
+        if (!rc)
+            rc = df_hf_dir_save(m, m->cfg.torch_dtype, s->tokenizer_dir, d);
+        if (!rc)
+            rc = df_actor_save_state(s->actor->model, state);
+        if (!rc)
+            rc = df_fsync_dir(d);
+    }
+    return rc;
 }
 
 static int save_shared(df_dag_worker *w, const char *tmp)
@@ -81,6 +129,8 @@ static int save_shared(df_dag_worker *w, const char *tmp)
         rc = df_actor_save_state(w->actor.model, state);
     if (!rc)
         rc = df_worker_save_critic(w, tmp);
+    if (!rc)
+        rc = save_agents(w, tmp);
     if (!rc)
         rc = save_trainer_state(w, tmp);
     if (!rc)
@@ -100,6 +150,8 @@ int df_worker_checkpoint_save(df_dag_worker *w)
     int rc = df_ckpt_check_finite(df_actor_model(w->actor.model), "actor");
     if (!rc && w->critic.model)
         rc = df_ckpt_check_finite(df_critic_model(w->critic.model), "critic");
+    for (int g = 1; !rc && g < w->n_agents; g++)
+        rc = df_ckpt_check_finite(df_actor_model(w->agents[g].actor->model), "agent group actor");
     if ((rc = sync_rc(w, rc, "checkpoint: checking the weights")))
         return df_error_wrap(rc, "saving checkpoint global_step_%lld", n);
     df_kill_point_save_scope(true);
@@ -163,6 +215,23 @@ static int load_data_state(df_dag_worker *w, const char *dir)
     return rc;
 }
 
+/* The training state of every agent group beyond 0 (trainer_state.json's "agents", in `p`). */
+static int load_agents(df_dag_worker *w, const char *dir, const json_t *agents, const char *p)
+{
+    int n = json_is_array(agents) ? (int)json_array_size(agents) : 0;
+    if (n != w->n_agents - 1)
+        return df_error(DF_EINVAL, "%s: the checkpoint has %d agent group(s) and this run %d", p, n + 1,
+                        w->n_agents > 0 ? w->n_agents : 1);
+    int rc = DF_OK;
+    for (int g = 1; !rc && g < w->n_agents; g++) {
+        path_buf state;
+        rc = agent_dir(state, dir, g, "train_state.safetensors");
+        if (!rc)
+            rc = df_actor_load_state(w->agents[g].actor->model, state);
+    }
+    return rc;
+}
+
 /* Everything of checkpoint `dir` into w. */
 static int load_checkpoint(df_dag_worker *w, const char *dir)
 {
@@ -180,6 +249,8 @@ static int load_checkpoint(df_dag_worker *w, const char *dir)
         rc = df_error(DF_EINVAL, "%s: the checkpoint was written by %lld ranks and this run has %d; resuming on "
                                  "another number of ranks is not supported", p, (long long)world, w->world);
     const json_t *critic = rc ? NULL : json_object_get(o, "critic"), *beta = rc ? NULL : json_object_get(o, "kl_ctrl_beta");
+    if (!rc)
+        rc = load_agents(w, dir, json_object_get(o, "agents"), p);
     if (!rc && (critic && !json_is_null(critic)) != (w->critic.model != NULL))
         rc = df_error(DF_EINVAL, "%s: the checkpoint %s a critic and this run %s", p,
                       w->critic.model ? "has no" : "has", w->critic.model ? "has one" : "has none");

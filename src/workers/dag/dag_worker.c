@@ -94,13 +94,13 @@ static int agree_rows(df_dag_worker *w)
 
 /* trainer.device: the actor's and the reference's log-probs and updates on that backend (the
  * rollout engine stays on the CPU: docs/cuda.md). */
-static int set_device(df_dag_worker *w)
+int df_worker_set_device(df_dag_worker *w, const df_agent_slot *s)
 {
     const char *dev = w->global.cfg.trainer.device;
     df_backend be;
     int rc = df_backend_open(dev, &be);
-    if (!rc && (rc = df_actor_set_backend(w->actor.model, &be)) == DF_OK && w->reference.model)
-        rc = df_actor_set_backend(w->reference.model, &be);
+    if (!rc && (rc = df_actor_set_backend(s->actor->model, &be)) == DF_OK && s->reference->model)
+        rc = df_actor_set_backend(s->reference->model, &be);
     return rc ? df_error_wrap(rc, "%s", df_config_where(w->cfg, "trainer.device")) : DF_OK;
 }
 
@@ -122,24 +122,24 @@ static df_rollout_dtype rollout_dtype(const df_dag_worker *w)
 /* Both in bf16 (rollout.dtype and the actor's mixed precision): the engine reads the actor's
  * bf16 copy, the same rounding of the same weights, refreshed after every update, instead of
  * a copy of its own (docs/mixed_precision.md). */
-static int share_weights(df_dag_worker *w, bool actor_bf16)
+static int share_weights(const df_agent_slot *s, bool actor_bf16)
 {
     df_rollout_options o;
-    df_rollout_engine_options(w->rollout.engine, &o);
+    df_rollout_engine_options(s->rollout->engine, &o);
     const df_weights16 *w16;
     if (o.dtype != DF_ROLLOUT_BF16 || !actor_bf16)
         return DF_OK;
-    int rc = df_actor_weights16(w->actor.model, &w16);
+    int rc = df_actor_weights16(s->actor->model, &w16);
     if (!rc)
-        rc = df_rollout_engine_share_weights16(w->rollout.engine, w16);
-    w->rollout.shared_w16 = rc == DF_OK;
+        rc = df_rollout_engine_share_weights16(s->rollout->engine, w16);
+    s->rollout->shared_w16 = rc == DF_OK;
     return rc;
 }
 
 /* The rollout engine: its KV cache preallocated once for as many sequences as a step needs,
  * within rollout.max_num_seqs and ~8 GiB; forward calls of max_num_batched_tokens rows; its pages
  * given back after every rollout with rollout.free_cache_engine. */
-static int create_rollout(df_dag_worker *w, const df_model_config *cfg, bool actor_bf16)
+int df_worker_create_rollout(df_dag_worker *w, const df_agent_slot *s, const df_model_config *cfg, bool actor_bf16)
 {
     const df_train_config *t = &w->global.cfg;
     const struct df_train_rollout *r = &t->actor_rollout_ref.rollout;
@@ -156,10 +156,10 @@ static int create_rollout(df_dag_worker *w, const df_model_config *cfg, bool act
         o.max_num_seqs = o.max_num_batched_tokens;
     while (o.max_num_seqs > 1 && df_rollout_engine_bytes_ex(cfg, &o) > (8LL << 30))
         o.max_num_seqs /= 2;
-    w->rollout.synced_step = -1;
-    int rc = df_rollout_engine_create_ex(cfg, &o, &w->rollout.engine);
-    if (!rc)
-        rc = share_weights(w, actor_bf16);
+    s->rollout->synced_step = -1;
+    int rc = df_rollout_engine_create_ex(cfg, &o, &s->rollout->engine);
+    if (!rc && s->actor) /* the async rollout side has no actor */
+        rc = share_weights(s, actor_bf16);
     return rc ? df_error_wrap(rc, "%s", df_config_where(w->cfg, "actor_rollout_ref.rollout")) : DF_OK;
 }
 
@@ -216,9 +216,10 @@ static int setup_models(df_dag_worker *w, df_model *m)
         df_model_free(ref);
         return rc;
     }
-    if ((rc = set_device(w)))
+    df_agent_slot s0 = df_worker_slot(w, NULL);
+    if ((rc = df_worker_set_device(w, &s0)) || (rc = df_worker_create_rollout(w, &s0, &m->cfg, p.bf16)))
         return rc;
-    return create_rollout(w, &m->cfg, p.bf16);
+    return df_worker_setup_agent_models(w, &p); /* the other agent groups' (agents.c) */
 }
 
 /* This rank's graph from the plan, finished and resolved, and its nodes' layouts. */
@@ -287,8 +288,9 @@ static int setup_rollout_side(df_dag_worker *w)
     int rc = load_policy_and_prompts(w, &a->model);
     if (!rc)
         rc = df_worker_resolve(w, NULL);
+    df_agent_slot s0 = {.rollout = &w->rollout}; /* the engine alone: no actor on this side */
     if (!rc)
-        rc = create_rollout(w, &a->model->cfg, false);
+        rc = df_worker_create_rollout(w, &s0, &a->model->cfg, false);
     return rc;
 }
 
@@ -328,6 +330,8 @@ static int setup_trainer_side(df_dag_worker *w)
 {
     const df_train_config *t = &w->global.cfg;
     int rc = setup_graph(w);
+    if (!rc) /* a group's nodes may name its model (per-node actor_rollout_ref.model.path) */
+        rc = df_worker_setup_agent_dirs(w);
     if (!rc && w->async)
         rc = df_async_trainer_setup(w);
     if (!rc)
@@ -381,6 +385,8 @@ int df_dag_worker_create(const df_config *cfg, df_comm *comm, df_dag_worker **ou
         df_comm_set_timeout(comm, t->trainer.collective_timeout_s);
     if (!rc) /* plan, config check and train validate alike: everything before the files */
         rc = df_train_check(cfg, w->world, df_worker_warn, w, &w->plan);
+    if (!rc) /* a slot of role workers per agent group (agents.c); slot 0 is the fields below */
+        rc = df_worker_setup_agents(w);
     if (!rc) /* checked from their files above; now their code */
         rc = df_worker_plugins(cfg, t, true, &w->reward.cfg.compute_score);
     if (!rc) /* tools, interactions or the environment of the rollout's agent loop */
@@ -413,6 +419,7 @@ void df_dag_worker_free(df_dag_worker *w)
         return;
     df_worker_free_node_configs(w);
     df_worker_embodied_free(w);
+    df_worker_free_agents(w);
     df_task_graph_free(w->graph);
     df_data_buffers_free(w->buffers);
     df_worker_free_critic(w);

@@ -6,7 +6,7 @@
 const df_tokenizer *df_node_tokenizer(const df_node_ctx *ctx)
 {
     const df_dag_worker *w = ctx ? ctx->worker : NULL;
-    return w ? w->tok : NULL;
+    return w ? df_worker_slot(w, ctx->node).tok : NULL;
 }
 
 const df_train_config *df_node_config(const df_node_ctx *ctx)
@@ -43,11 +43,12 @@ bool df_node_has_model(const df_node_ctx *ctx, df_node_role role)
     const df_dag_worker *w = ctx ? ctx->worker : NULL;
     if (!w)
         return false;
+    df_agent_slot s = df_worker_slot(w, ctx->node); /* the node's agent group's models */
     switch (role) {
     case DF_ROLE_ACTOR:
-    case DF_ROLE_ROLLOUT: return w->actor.model != NULL;
-    case DF_ROLE_REFERENCE: return w->reference.model != NULL;
-    case DF_ROLE_CRITIC: return w->critic.model != NULL;
+    case DF_ROLE_ROLLOUT: return s.actor->model != NULL;
+    case DF_ROLE_REFERENCE: return s.reference->model != NULL;
+    case DF_ROLE_CRITIC: return s.critic->model != NULL;
     default: return false;
     }
 }
@@ -71,7 +72,8 @@ int df_node_log_probs(const df_node_ctx *ctx, df_node_role role, df_batch *batch
     int rc = worker_of(ctx, batch, "df_node_log_probs", &w);
     if (rc)
         return rc;
-    df_actor *a = role == DF_ROLE_ACTOR ? w->actor.model : role == DF_ROLE_REFERENCE ? w->reference.model : NULL;
+    df_agent_slot s = df_worker_slot(w, ctx->node);
+    df_actor *a = role == DF_ROLE_ACTOR ? s.actor->model : role == DF_ROLE_REFERENCE ? s.reference->model : NULL;
     if (!a)
         return df_error(DF_EINVAL, "df_node_log_probs (node '%s'): %s", ctx->node ? ctx->node->node_id : "?",
                         role == DF_ROLE_REFERENCE ? "the job keeps no reference model (no KL term needs one)"
@@ -83,10 +85,11 @@ int df_node_values(const df_node_ctx *ctx, df_batch *batch)
 {
     df_dag_worker *w;
     int rc = worker_of(ctx, batch, "df_node_values", &w);
-    if (!rc && !w->critic.model)
+    df_critic *critic = rc ? NULL : df_worker_slot(w, ctx->node).critic->model;
+    if (!rc && !critic)
         rc = df_error(DF_EINVAL, "df_node_values (node '%s'): the job has no critic",
                       ctx->node ? ctx->node->node_id : "?");
-    return rc ? rc : df_critic_compute_values(w->critic.model, batch);
+    return rc ? rc : df_critic_compute_values(critic, batch);
 }
 
 int df_node_generate(const df_node_ctx *ctx, const df_batch *prompts, df_batch **out)

@@ -140,38 +140,11 @@ static int check_baseline(const df_train_config *t, df_task_graph *g, bool workf
     return rc;
 }
 
-/* "rollout, actor and reference models": what agent group grp's model nodes need of their own (a node
-   with agent_options.share_instance uses another group's). */
-static void group_models(df_task_graph *g, int grp, char *out, size_t cap)
-{
-    static const df_node_role order[] = {DF_ROLE_ROLLOUT, DF_ROLE_ACTOR, DF_ROLE_REFERENCE, DF_ROLE_CRITIC,
-                                         DF_ROLE_REWARD};
-    static const char *const names[] = {"rollout", "actor", "reference", "critic", "reward"};
-    const char *found[5];
-    int k = 0;
-    for (int r = 0; r < 5; r++)
-        for (int i = 0; i < df_task_graph_num_nodes(g); i++) {
-            const df_node *n = df_task_graph_node_at(g, i);
-            bool model = n->node_type == DF_NODE_MODEL_TRAIN || n->node_type == DF_NODE_MODEL_INFERENCE;
-            bool shares = n->agent_options && n->agent_options->share_instance >= 0; /* another group's */
-            if (model && !shares && n->agent_group == grp && n->node_role == order[r]) {
-                found[k++] = names[r];
-                break;
-            }
-        }
-    size_t len = 0;
-    out[0] = 0;
-    for (int i = 0; i < k && len < cap; i++)
-        len += (size_t)snprintf(out + len, cap - len, "%s%s", i == 0 ? "" : i == k - 1 ? " and " : ", ", found[i]);
-    if (len < cap)
-        snprintf(out + len, cap - len, "%s", k == 1 ? " model" : k ? " models" : "models");
-}
-
 /*
  * Agent groups (siiRL MARFT; docs/multi_agent.md). gae_marft needs several, and computes in one
  * advantage node of the last group over every agent's columns (siiRL compute_multi_agent_advantage).
- * A multi-agent graph is then refused, naming its first node beyond group 0 and what its group
- * would need of its own: the DAG worker holds one actor / rollout / reference / critic.
+ * A multi-agent graph runs when df_worker_check_agents_run accepts it (agents_check.c), else it is
+ * refused naming its node and what it needs of the runtime still missing.
  */
 static int check_agents(const df_train_config *t, df_task_graph *g, const df_plan *p, bool workflow,
                         const char *src)
@@ -191,26 +164,28 @@ static int check_agents(const df_train_config *t, df_task_graph *g, const df_pla
                             "agent's advantages in one node of the last agent group (%d), as siiRL does",
                             src, n->node_id, n->agent_group, t->algorithm.adv_estimator, groups - 1);
     }
-    for (int i = 0; i < df_task_graph_num_nodes(g); i++) {
-        const df_node *n = df_task_graph_node_at(g, i);
-        if (!n->agent_group)
-            continue;
-        char models[160];
-        group_models(g, n->agent_group, models, sizeof models);
+    return groups > 1 ? df_worker_check_agents_run(t, g, groups, src) : DF_OK;
+}
+
+/* Per-node actor_rollout_ref.model.path (agents.c): one per agent group; not with mode=async,
+   whose rollout side loads the global path without the graph. */
+static int note_model_path(const df_config *c, const df_train_config *t, const df_train_config *mt,
+                           const df_node *n, char **paths, const df_node **from, int ng, const char *src)
+{
+    if (!df_worker_node_sets_model_path(n))
+        return DF_OK;
+    if (!strcmp(t->actor_rollout_ref.rollout.mode, "async"))
         return df_error(DF_EUNSUPPORTED,
-                        "%s node '%s': agent_group %d: multi-agent graphs (siiRL's MARFT, %d agent groups) do not "
-                        "run yet: agent group %d needs its own %s, tokenizer, optimizer and checkpoint directory "
-                        "actor_agent_%d, and the DAG worker holds one of each, so every node must be in agent "
-                        "group 0 (`distflow plan` shows the groups; docs/multi_agent.md)",
-                        src, n->node_id, n->agent_group, groups, n->agent_group, models, n->agent_group);
-    }
-    return DF_OK;
+                        "%s node '%s': actor_rollout_ref.model.path cannot be set per node with %s=async (its "
+                        "rollout side loads the global model): set the global key",
+                        src, n->node_id, df_config_where(c, "actor_rollout_ref.rollout.mode"));
+    return df_worker_note_model_path(paths, from, ng, n, mt->actor_rollout_ref.model.path, src);
 }
 
 /*
  * Every node: its executable, and (workflow files) its `config:`; rollout nodes
  * sampling at one temperature, the one the actor computes log-probs at
- * (dag_worker.c rollout_temperature).
+ * (dag_worker.c rollout_temperature); one model directory per agent group.
  */
 static int check_nodes(const df_config *c, const df_train_config *t, df_task_graph *g, bool workflow,
                        const char *src)
@@ -220,12 +195,18 @@ static int check_nodes(const df_config *c, const df_train_config *t, df_task_gra
         return df_error_wrap(DF_EINTERNAL, "the built-in node functions are not registered");
     const df_node *first_gen = NULL;
     double temp = 0;
-    int rc = DF_OK;
+    int ng = 1, rc = df_task_graph_agent_groups(g, &ng);
+    char **paths = rc ? NULL : calloc((size_t)ng, sizeof *paths);
+    const df_node **from = rc ? NULL : calloc((size_t)ng, sizeof *from);
+    if (!rc && (!paths || !from))
+        rc = df_error(DF_ENOMEM, "out of memory");
     for (int i = 0; !rc && i < df_task_graph_num_nodes(g); i++) {
         const df_node *n = df_task_graph_node_at(g, i);
         const char *ref = ref_of(n, workflow);
-        if (ref && (rc = df_exec_check(ref)))
-            return df_error_wrap(rc, "%s node '%s'", src, n->node_id);
+        if (ref && (rc = df_exec_check(ref))) {
+            rc = df_error_wrap(rc, "%s node '%s'", src, n->node_id);
+            break;
+        }
         df_node_fn fn = known_fn(ref);
         df_config *merged = NULL;
         if (workflow && n->n_config) {
@@ -236,6 +217,8 @@ static int check_nodes(const df_config *c, const df_train_config *t, df_task_gra
         df_train_config mt; /* the node's own keys over the global ones */
         if (!rc && merged)
             rc = df_train_config_resolve(merged, &mt);
+        if (!rc && merged)
+            rc = note_model_path(c, t, &mt, n, paths, from, ng, src);
         double temp_n = (merged ? &mt : t)->actor_rollout_ref.rollout.temperature;
         df_config_free(merged);
         if (rc || fn != gen)
@@ -248,6 +231,10 @@ static int check_nodes(const df_config *c, const df_train_config *t, df_task_gra
         first_gen = n;
         temp = temp_n;
     }
+    for (int i = 0; paths && i < ng; i++)
+        free(paths[i]);
+    free(paths);
+    free(from);
     if (!rc)
         rc = check_baseline(t, g, workflow, src);
     return rc ? rc : check_reruns(c, t, g, workflow, src);

@@ -12,8 +12,9 @@ static int node_compute_ref_log_prob(df_node_ctx *ctx, df_batch *batch, df_node_
     df_dag_worker *w = df_node_worker(ctx);
     double t0 = df_now();
     int rc = df_worker_need_batch(batch, "compute_ref_log_prob");
-    if (!rc && w->reference.model)
-        rc = df_actor_compute_log_prob(w->reference.model, batch, "ref_log_prob", NULL);
+    df_actor *ref = df_worker_slot(w, ctx->node).reference->model; /* the node's agent group's */
+    if (!rc && ref)
+        rc = df_actor_compute_log_prob(ref, batch, "ref_log_prob", NULL);
     (void)out;
     df_worker_timing(ctx, "ref", t0);
     return rc;
@@ -21,5 +22,7 @@ static int node_compute_ref_log_prob(df_node_ctx *ctx, df_batch *batch, df_node_
 
 int df_worker_register_reference_nodes(void)
 {
-    return df_exec_register("DAGWorker.compute_ref_log_prob", node_compute_ref_log_prob);
+    /* the reference is its agent group's initial model (agents.c) */
+    static const df_node_keys keys = {.global = {"actor_rollout_ref.model.path"}};
+    return df_exec_register_keys("DAGWorker.compute_ref_log_prob", node_compute_ref_log_prob, &keys);
 }

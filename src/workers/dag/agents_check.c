@@ -1,0 +1,127 @@
+/*
+ * Which multi-agent (siiRL MARFT) graphs the DAG worker runs today (docs/multi_agent.md): agent
+ * groups that each own their rollout, actor and reference models (agents.c) and run one after
+ * another on the step's prompts, each its own rollout -> reward -> advantage -> actor chain with a
+ * critic-free estimator. The chained rollout (agents taking turns on one episode), shared
+ * instances, critics per group, train_cycle and the environment come with the rest of the runtime;
+ * until then a graph that needs them is refused here, naming the node and what it needs.
+ */
+#include "workers/worker_internal.h"
+
+#include "distflow/algo_desc.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RUNS "what runs: each agent group its own rollout -> reward -> advantage -> actor chain after the " \
+             "previous group's, every group sampling the step's prompts (docs/multi_agent.md)"
+
+static int refuse(const char *src, const df_node *n, int groups, const char *what)
+{
+    return df_error(DF_EUNSUPPORTED,
+                    "%s node '%s': agent_group %d: multi-agent graphs (siiRL's MARFT, %d agent groups) do not run "
+                    "yet with %s; " RUNS,
+                    src, n->node_id, n->agent_group, groups, what);
+}
+
+/* What of node n needs the parts of the runtime still missing, or NULL. */
+static const char *node_needs(const df_node *n)
+{
+    const df_agent_options *o = n->agent_options;
+    if (n->node_role == DF_ROLE_CRITIC)
+        return "a critic (an agent group has no critic of its own yet)";
+    if (!o)
+        return NULL;
+    if (o->share_instance >= 0)
+        return "agent_options.share_instance (a model shared between agent groups)";
+    if (o->train_cycle > 0)
+        return "agent_options.train_cycle (agents training in turns)";
+    if (o->obs_with_env || o->n_env_path || o->rewards_with_env)
+        return "an environment (agent_options.obs_with_env / env_path / rewards_with_env)";
+    if (o->process_path || o->n_pre_kwargs || o->n_post_kwargs)
+        return "the chained rollout (agent_options.process_path / pre_process_kwargs / post_process_kwargs: "
+               "agents taking turns on one episode)";
+    return NULL;
+}
+
+/* A job-wide setting the groups cannot share yet, or NULL. */
+static const char *job_needs(const df_train_config *t)
+{
+    const df_adv_estimator_desc *d = df_adv_estimator_find(t->algorithm.adv_estimator);
+    if (d && (d->needs & (DF_ADV_NEEDS_VALUES | DF_ADV_NEEDS_AGENTS)))
+        return "algorithm.adv_estimator reading a critic's values (gae, gae_marft)";
+    if (d && (d->needs & DF_ADV_NEEDS_BASELINES))
+        return "algorithm.adv_estimator=remax (its greedy pass re-runs one rollout)";
+    if (t->algorithm.filter_groups.enable)
+        return "algorithm.filter_groups.enable (its refills re-run one rollout)";
+    if (!strcmp(t->actor_rollout_ref.rollout.mode, "async"))
+        return "actor_rollout_ref.rollout.mode=async";
+    if (t->actor_rollout_ref.rollout.multi_turn.enable || t->dag.env_enable)
+        return "multi_turn.enable or dag.env_enable (one agent loop for the job)";
+    return NULL;
+}
+
+/* Group grp's ROLLOUT node into *r (NULL when none); the count into *count. */
+static void group_rollout(df_task_graph *g, int grp, const df_node **r, int *count)
+{
+    *r = NULL;
+    *count = 0;
+    for (int i = 0; i < df_task_graph_num_nodes(g); i++) {
+        const df_node *n = df_task_graph_node_at(g, i);
+        if (n->agent_group == grp && n->node_role == DF_ROLE_ROLLOUT && !(*count)++)
+            *r = n;
+    }
+}
+
+/* Group grp >= 1 starts at its one rollout node, after every node of the groups before it. */
+static int check_order(df_task_graph *g, int grp, int groups, const char *src, bool *up, bool *down)
+{
+    const df_node *r;
+    int count, nn = df_task_graph_num_nodes(g);
+    group_rollout(g, grp, &r, &count);
+    const df_node *first = NULL;
+    for (int i = 0; i < nn && !first; i++)
+        if (df_task_graph_node_at(g, i)->agent_group == grp)
+            first = df_task_graph_node_at(g, i);
+    if (count != 1)
+        return refuse(src, first, groups, count ? "two rollout nodes in one group" : "a group without a rollout node");
+    int ri = 0;
+    while (df_task_graph_node_at(g, ri) != r)
+        ri++;
+    int rc = df_task_graph_ancestors(g, r, up);
+    for (int i = 0; !rc && i < nn; i++) {
+        const df_node *n = df_task_graph_node_at(g, i);
+        if (n->agent_group < grp && !up[i])
+            return refuse(src, n, groups, "a node that does not come before the next group's rollout node");
+        if (n->agent_group != grp || n == r || (rc = df_task_graph_ancestors(g, n, down)))
+            continue;
+        if (!down[ri])
+            return refuse(src, n, groups, "a node that does not come after its group's rollout node");
+    }
+    return rc;
+}
+
+int df_worker_check_agents_run(const df_train_config *t, df_task_graph *g, int groups, const char *src)
+{
+    int nn = df_task_graph_num_nodes(g);
+    /* the later groups' nodes first: they are what a single-agent worker lacked */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < nn; i++) {
+            const df_node *n = df_task_graph_node_at(g, i);
+            const char *what = (n->agent_group > 0) == (pass == 0) ? node_needs(n) : NULL;
+            if (what)
+                return refuse(src, n, groups, what);
+        }
+    const char *what = job_needs(t);
+    for (int i = 0; what && i < nn; i++)
+        if (df_task_graph_node_at(g, i)->agent_group > 0)
+            return refuse(src, df_task_graph_node_at(g, i), groups, what);
+    bool *up = malloc((size_t)(nn ? nn : 1) * sizeof *up), *down = malloc((size_t)(nn ? nn : 1) * sizeof *down);
+    int rc = up && down ? DF_OK : df_error(DF_ENOMEM, "out of memory");
+    for (int grp = 1; !rc && grp < groups; grp++)
+        rc = check_order(g, grp, groups, src, up, down);
+    free(up);
+    free(down);
+    return rc;
+}
