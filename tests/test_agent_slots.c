@@ -297,6 +297,17 @@ static void test_agent_checkpoints(void **state)
              dir, dir, dir, dir);
     if (df_test_run(NULL, df_test_config(yaml, "two.yaml", ov, 2)))
         fail_msg("%s", df_last_error());
+    /* each group's node metrics under its prefix (siiRL's add_prefix_to_metrics), none overwritten; the
+       step's own (timing_s/step, the batch's data metrics: the last group's batch) without */
+    json_t *lines = df_test_metrics(dir, "out", true), *step1 = json_array_get(lines, 0);
+    const char *keys[] = {"agent_0_actor/pg_loss", "agent_1_actor/pg_loss", "agent_0_timing_s/gen",
+                          "agent_1_timing_s/gen"};
+    for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
+        if (!json_is_number(json_object_get(step1, keys[k])))
+            fail_msg("step 1 lacks %s", keys[k]);
+    assert_null(json_object_get(step1, "actor/pg_loss"));
+    assert_true(json_is_number(json_object_get(step1, "timing_s/step"))); /* the step's own: no prefix */
+    json_decref(lines);
     char p[1200], *text = NULL;
     snprintf(p, sizeof p, "%s/out/global_step_2/trainer_state.json", dir);
     assert_int_equal(df_read_file(p, &text, NULL), 0);

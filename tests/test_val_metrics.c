@@ -333,6 +333,35 @@ static void test_ranks(void **state)
     df_batch_free(all);
 }
 
+/* Multi-agent metrics (df_worker_agent_metrics): a node's metrics from its first on get its group's
+   prefix, names already prefixed stay, a prefixed name already present takes the value; the
+   cross-rank rule reads the name without the prefix. */
+static void test_agent_prefix(void **state)
+{
+    (void)state;
+    df_metrics *m = df_metrics_new();
+    assert_int_equal(df_metrics_set(m, "agent_1_actor/pg_loss", 9), 0);
+    assert_int_equal(df_metrics_set(m, "before", 1), 0);
+    assert_int_equal(df_metrics_set(m, "actor/pg_loss", 2), 0);
+    assert_int_equal(df_metrics_set(m, "agent_1_kept", 3), 0);
+    assert_int_equal(df_metrics_mean(m, "timing_s/gen", 4), 0);
+    assert_int_equal(df_metrics_mean(m, "timing_s/gen", 6), 0);
+    assert_int_equal(df_metrics_prefix_from(m, 2, "agent_1_"), 0);
+    assert_int_equal(df_metrics_count(m), 4);
+    double v = 0;
+    assert_string_equal(df_metrics_at(m, 0, &v), "agent_1_actor/pg_loss");
+    assert_true(v == 2);
+    assert_string_equal(df_metrics_at(m, 1, &v), "before");
+    assert_string_equal(df_metrics_at(m, 2, &v), "agent_1_kept");
+    assert_string_equal(df_metrics_at(m, 3, &v), "agent_1_timing_s/gen");
+    assert_true(v == 5);
+    df_metrics_free(m);
+    assert_int_equal(df_metric_reduce_of("agent_1_timing_s/gen"), DF_METRIC_MAX);
+    assert_int_equal(df_metric_reduce_of("agent_12_response_length/min"), DF_METRIC_MIN);
+    assert_int_equal(df_metric_reduce_of("agent_0_perf/total_num_tokens"), DF_METRIC_SUM);
+    assert_int_equal(df_metric_reduce_of("agent_x_timing_s/gen"), DF_METRIC_MEAN);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -340,6 +369,7 @@ int main(void)
         cmocka_unit_test(test_prompt_acc),   cmocka_unit_test(test_prompt_equal),
         cmocka_unit_test(test_maj_vote),     cmocka_unit_test(test_maj_bootstrap),
         cmocka_unit_test(test_placement),    cmocka_unit_test(test_ranks),
+        cmocka_unit_test(test_agent_prefix),
     };
     return cmocka_run_group_tests(tests, df_test_world_setup, df_test_world_teardown);
 }

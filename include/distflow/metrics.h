@@ -34,6 +34,13 @@ DF_API bool df_metrics_has(const df_metrics *m, const char *name);
 DF_API int df_metrics_count(const df_metrics *m);
 /** i-th metric in insertion order; returns its name and stores its value. */
 DF_API const char *df_metrics_at(const df_metrics *m, int i, double *value);
+/**
+ * Prefix the names of the metrics at positions [start, df_metrics_count) with `prefix`, those that
+ * already begin with it left as they are (siiRL's add_prefix_to_metrics: "agent_1_" for what a node
+ * of agent group 1 recorded). A prefixed name that is already present takes the value (set
+ * semantics). Errors: DF_ENOMEM (the metrics stay valid; some may be renamed).
+ */
+DF_API int df_metrics_prefix_from(df_metrics *m, int start, const char *prefix);
 /** Copy every metric of `src` into `dst` (set semantics). */
 DF_API int df_metrics_merge(df_metrics *dst, const df_metrics *src);
 /**

@@ -65,6 +65,33 @@ static metric *find_or_add(df_metrics *m, const char *name)
     return e;
 }
 
+int df_metrics_prefix_from(df_metrics *m, int start, const char *prefix)
+{
+    size_t lp = strlen(prefix);
+    for (int i = start < 0 ? 0 : start; i < m->n; i++) {
+        if (!strncmp(m->v[i].name, prefix, lp))
+            continue;
+        size_t ln = strlen(m->v[i].name);
+        char *name = malloc(lp + ln + 1);
+        if (!name)
+            return df_error(DF_ENOMEM, "out of memory renaming metric %s", m->v[i].name);
+        memcpy(name, prefix, lp);
+        memcpy(name + lp, m->v[i].name, ln + 1);
+        metric *old = find(m, name);
+        if (old) { /* the earlier one takes the value; this entry goes */
+            old->sum = m->v[i].sum, old->count = m->v[i].count;
+            free(name);
+            free(m->v[i].name);
+            memmove(&m->v[i], &m->v[i + 1], (size_t)(m->n - i - 1) * sizeof *m->v);
+            m->n--, i--;
+            continue;
+        }
+        free(m->v[i].name);
+        m->v[i].name = name;
+    }
+    return DF_OK;
+}
+
 int df_metrics_set(df_metrics *m, const char *name, double value)
 {
     metric *e = find_or_add(m, name);

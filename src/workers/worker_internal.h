@@ -147,6 +147,8 @@ struct df_dag_worker {
     df_node_layout data_layout; /* the first node's: the dataloader shards by it */
     df_node_layout cur_layout;  /* layout of the batch the step holds now */
     df_node_role prev_role;     /* role of the node that ran last in this step */
+    int metrics_group;          /* multi-agent: agent group of the node that ran last (-1: none yet) */
+    int metrics_mark;           /* multi-agent: its first metric's position in w->metrics */
     df_data_buffers *buffers;   /* this rank's Data Coordinator buffers */
     char model_dir[1024], tokenizer_dir[1024], out_dir[1024];
 
@@ -504,6 +506,13 @@ void df_worker_free_agents(df_dag_worker *w);
  * its pointers the caller may change the workers as through w's fields.
  */
 df_agent_slot df_worker_slot(const df_dag_worker *w, const df_node *n);
+/**
+ * Multi-agent graphs (w->n_agents > 1): the metrics the node that ran last recorded get its group's
+ * prefix "agent_<g>_" (siiRL's add_prefix_to_metrics), so two groups' actor/... do not overwrite
+ * each other; `next` starts the next node's (NULL: the step's graph ended). Reset
+ * w->metrics_group to -1 when a step starts. Nothing for one group. Errors: DF_ENOMEM.
+ */
+int df_worker_agent_metrics(df_dag_worker *w, const df_node *next);
 /** The rollout engine's copy of slot s's actor weights, made once per actor optimizer step (see
  *  df_worker_rollout_sync, slot 0's). */
 int df_worker_slot_sync(const df_agent_slot *s);

@@ -9,6 +9,7 @@
 #include "engine/hf_dir.h"
 #include "util/fsutil.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,6 +58,21 @@ df_agent_slot df_worker_slot(const df_dag_worker *w, const df_node *n)
     if (g <= 0 || !w->agents || g >= w->n_agents)
         return own_slot(w);
     return w->agents[g];
+}
+
+int df_worker_agent_metrics(df_dag_worker *w, const df_node *next)
+{
+    if (w->n_agents <= 1 || !w->metrics)
+        return DF_OK;
+    int rc = DF_OK;
+    if (w->metrics_group >= 0) {
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "agent_%d_", w->metrics_group);
+        rc = df_metrics_prefix_from(w->metrics, w->metrics_mark, prefix);
+    }
+    w->metrics_group = next ? next->agent_group : -1;
+    w->metrics_mark = df_metrics_count(w->metrics);
+    return rc;
 }
 
 int df_worker_slot_sync(const df_agent_slot *s)

@@ -99,8 +99,11 @@ static int train_step(df_dag_worker *w)
     df_node_ctx ctx = {.worker = w, .step = w->step, .metrics = m};
     df_run_opts opts = {.release_batch = df_batch_free, .copy_batch = df_batch_copy,
                         .before_node = df_worker_before_node, .begin_pass = df_worker_begin_pass, .hook_user = w};
+    w->metrics_group = -1;
     if (!rc)
         rc = df_task_graph_run(w->graph, &ctx, &b, &opts);
+    if (!rc)
+        rc = df_worker_agent_metrics(w, NULL);
     if (!rc) {
         double dt = df_now() - t0;
         df_metrics_set(m, "training/global_step", (double)w->step);

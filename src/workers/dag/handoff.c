@@ -42,6 +42,9 @@ static df_node_role handoff_role(const df_node *node)
 int df_worker_before_node(void *user, df_node *node, df_batch **batch)
 {
     df_dag_worker *w = user;
+    int arc = df_worker_agent_metrics(w, node);
+    if (arc)
+        return arc;
     const df_node_layout *to = df_worker_node_layout(w, node);
     bool force = forced(w, node) && to->dp_size > 1; /* one DP rank has nothing to balance */
     w->prev_role = handoff_role(node);

@@ -10,8 +10,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A multi-agent metric's name without its group prefix "agent_<g>_" (df_worker_agent_metrics). */
+static const char *unprefixed(const char *name)
+{
+    if (strncmp(name, "agent_", 6))
+        return name;
+    const char *p = name + 6;
+    while (*p >= '0' && *p <= '9')
+        p++;
+    return p > name + 6 && *p == '_' ? p + 1 : name;
+}
+
 df_metric_reduce df_metric_reduce_of(const char *name)
 {
+    name = unprefixed(name);
     const char *last = strrchr(name, '/');
     last = last ? last + 1 : name;
     if (!strncmp(name, "timing_s/", 9) || !strcmp(name, "perf/time_per_step"))

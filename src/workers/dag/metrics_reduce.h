@@ -14,7 +14,8 @@ typedef enum { DF_METRIC_MEAN, DF_METRIC_MAX, DF_METRIC_MIN, DF_METRIC_SUM } df_
  * "min" or ending in "_max" / "_min" (response_length/max,
  * training/rollout_probs_diff_max) the max / min, everything
  * else the mean over the ranks that report it (ranks hold equal sample counts
- * in data-parallel stages, so the mean of means is the global mean).
+ * in data-parallel stages, so the mean of means is the global mean). A multi-agent
+ * metric's group prefix "agent_<g>_" is not part of the name the rule reads.
  */
 df_metric_reduce df_metric_reduce_of(const char *name);
 
