@@ -32,28 +32,9 @@ static int64_t longest(const df_rollout_request *q, const df_rollout_result *r)
     return L;
 }
 
-static df_model_config small_config(void)
-{
-    df_model_config c;
-    df_model_config_defaults(&c);
-    c.vocab_size = 97;
-    c.hidden_size = 32;
-    c.intermediate_size = 64;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.head_dim = 8;
-    c.max_position_embeddings = 256;
-    c.initializer_range = 0.15; /* peaked enough that sampling differs from greedy */
-    c.tie_word_embeddings = false;
-    c.attention_bias = true;
-    c.n_eos = 0;
-    return c;
-}
-
 static df_model *small_model(void)
 {
-    df_model_config c = small_config();
+    df_model_config c = df_test_rollout_config(97);
     return df_test_biased_model(&c, 1234);
 }
 
@@ -504,7 +485,7 @@ static void expect_refused(df_rollout_engine *e, const df_model_config *c, const
 static void test_rope_and_qk_norm_must_match(void **state)
 {
     (void)state;
-    df_model_config c = small_config();
+    df_model_config c = df_test_rollout_config(97);
     df_rollout_engine *e = NULL;
     assert_int_equal(df_rollout_engine_create(&c, 2, 16, &e), 0);
     df_model_config d = c;
@@ -551,7 +532,7 @@ static void test_rope_and_qk_norm_must_match(void **state)
 static void test_memory_formula(void **state)
 {
     (void)state;
-    df_model_config c = small_config();
+    df_model_config c = df_test_rollout_config(97);
     /* 8 slots x 100 tokens, one thread, R = 2048 rows (formula in rollout.h):
      * KV 2*2*8*100*16*4 = 204800; activations 2048 * ((64+64+32+192+1)*4 + 20)
      * = 2932736; output rows 8 * ((32+32)*4 + 8) = 2112; scores 4*100*4 = 1600;

@@ -29,20 +29,7 @@
 
 static df_model *small_model(void)
 {
-    df_model_config c;
-    df_model_config_defaults(&c);
-    c.vocab_size = V;
-    c.hidden_size = 32;
-    c.intermediate_size = 64;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.head_dim = 8;
-    c.max_position_embeddings = 256;
-    c.initializer_range = 0.15;
-    c.tie_word_embeddings = false;
-    c.attention_bias = true;
-    c.n_eos = 0;
+    df_model_config c = df_test_rollout_config(V);
     return df_test_biased_model(&c, 1234);
 }
 

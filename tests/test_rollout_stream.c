@@ -24,25 +24,6 @@
 #include "testutil.h"
 #include "tolerance.h"
 
-static df_model_config small_config(void)
-{
-    df_model_config c;
-    df_model_config_defaults(&c);
-    c.vocab_size = 97;
-    c.hidden_size = 32;
-    c.intermediate_size = 64;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.head_dim = 8;
-    c.max_position_embeddings = 256;
-    c.initializer_range = 0.15; /* peaked enough that sampling differs from greedy */
-    c.tie_word_embeddings = false;
-    c.attention_bias = true;
-    c.n_eos = 0;
-    return c;
-}
-
 /* Prompts of lengths 3, 7, 1, 12, 5 with tokens derived from the index; keys and ids apart
  * from the index, so a mix-up of the three shows. */
 #define NP 5
@@ -231,7 +212,7 @@ static void assert_all_delivered(const feeder *f, int32_t v0)
 static void test_stream_is_generate(void **state)
 {
     (void)state;
-    df_model_config c = small_config();
+    df_model_config c = df_test_rollout_config(97);
     df_model *m = df_test_biased_model(&c, 1234);
     df_rollout_engine *e = engine(m, 4, DF_ROLLOUT_F32); /* 15 sequences through 4 slots */
     df_rollout_request q = request(NS);
@@ -280,7 +261,7 @@ static void test_stream_is_generate(void **state)
 static void feed_per_step(int64_t max_seqs, int64_t batched, const int64_t *plan,
                           const int64_t *order)
 {
-    df_model_config c = small_config();
+    df_model_config c = df_test_rollout_config(97);
     df_model *m = df_test_biased_model(&c, 1234);
     df_rollout_engine *e = engine(m, 4, DF_ROLLOUT_F32);
     df_rollout_engine *e2 = engine_ex(m, max_seqs, batched, DF_ROLLOUT_F32);
@@ -333,7 +314,7 @@ static void test_feed_per_step_chunked(void **state)
  * for bit; the later ones carry 1 and differ. */
 static void check_swap(df_rollout_dtype dt)
 {
-    df_model_config c = small_config();
+    df_model_config c = df_test_rollout_config(97);
     df_model *m = df_test_biased_model(&c, 1234), *m2 = NULL;
     assert_int_equal(df_model_clone(m, &m2), 0);
     df_rollout_engine *e = engine(m, 10, dt);
@@ -393,7 +374,7 @@ static void test_weight_swap_bf16(void **state)
 static void test_abort(void **state)
 {
     (void)state;
-    df_model_config c = small_config();
+    df_model_config c = df_test_rollout_config(97);
     df_model *m = df_test_biased_model(&c, 1234);
     df_rollout_engine *e = engine(m, 4, DF_ROLLOUT_F32);
     feeder *f = new_feeder(m, NS), *ok = new_feeder(m, NS), *ref = new_feeder(m, NS);
@@ -467,7 +448,7 @@ static int run_bad(df_rollout_engine *e, df_model *m, bad_feed *b)
 static void test_malformed_feed(void **state)
 {
     (void)state;
-    df_model_config c = small_config();
+    df_model_config c = df_test_rollout_config(97);
     df_model *m = df_test_biased_model(&c, 1234);
     df_rollout_engine *e = engine(m, 4, DF_ROLLOUT_F32);
     const int64_t ids[2] = {40, 41}, empty[3] = {0, 3, 3}, two[3] = {0, 3, 5}, shifted[3] = {1, 3, 5};
@@ -569,7 +550,7 @@ static int64_t sum_np(const int64_t *x)
  * rewrote P + 2 tokens of each sequence in flight (all but the last sampled). */
 static void check_recompute(df_rollout_dtype dt)
 {
-    df_model_config c = small_config();
+    df_model_config c = df_test_rollout_config(97);
     df_model *m = df_test_biased_model(&c, 1234), *mk = NULL;
     assert_int_equal(df_model_clone(m, &mk), 0);
     df_rollout_engine *e = engine(m, 10, dt);
@@ -644,7 +625,7 @@ static void test_recompute_kv_chunked(void **state)
 {
     (void)state;
     static const int64_t plan[6] = {2, 0, 0, 1, 1, 1}, order[NP] = {2, 3, 0, 1, 4};
-    df_model_config c = small_config();
+    df_model_config c = df_test_rollout_config(97);
     df_model *m = df_test_biased_model(&c, 1234), *mk = NULL;
     assert_int_equal(df_model_clone(m, &mk), 0);
     df_rollout_engine *e = engine_ex(m, 8, 8, DF_ROLLOUT_F32);

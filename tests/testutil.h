@@ -237,6 +237,28 @@ static inline df_model *df_test_micro_model(uint64_t seed)
     return m;
 }
 
+/** The rollout tests' small model shape: vocabulary `vocab`, hidden 32, 2 layers, 4 / 2 heads of 8,
+ *  untied, q/k/v biases, no EOS ids; initializer_range 0.15, peaked enough that sampling differs
+ *  from greedy. */
+static inline df_model_config df_test_rollout_config(int64_t vocab)
+{
+    df_model_config c;
+    df_model_config_defaults(&c);
+    c.vocab_size = vocab;
+    c.hidden_size = 32;
+    c.intermediate_size = 64;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.head_dim = 8;
+    c.max_position_embeddings = 256;
+    c.initializer_range = 0.15;
+    c.tie_word_embeddings = false;
+    c.attention_bias = true;
+    c.n_eos = 0;
+    return c;
+}
+
 /** A random model of config c (df_model_init_random(seed)) with non-zero k / v biases, so a
  *  bias dropped anywhere shows. */
 static inline df_model *df_test_biased_model(const df_model_config *c, uint64_t seed)
