@@ -307,16 +307,18 @@ static void test_turns_without_text(void **state)
     df_batch *prompts = prompt_batch(1, raw, "{}", 0), *gp = NULL;
     df_agent_loop *l = NULL;
     assert_int_equal(df_agent_loop_begin(&cfg, tok, prompts, 1, 0, &l, &gp), DF_OK);
-    const int32_t turns[2][2] = {{df_tokenizer_token_to_id(tok, "\xc4\x80"), df_tokenizer_token_to_id(tok, "\xc4\xa0" "a")},
-                                 {151700, 151701}}; /* byte 0 then " a" (stop string "a"); no tokens */
+    /* byte 0 then " a" (the stop string "a"); ids that name no token */
+    const int32_t turns[2][2] = {
+        {df_tokenizer_token_to_id(tok, "\xc4\x80"), df_tokenizer_token_to_id(tok, "\xc4\xa0" "a")},
+        {151700, 151701}};
     assert_true(turns[0][0] >= 0 && turns[0][1] >= 0);
     sim *s = calloc(1, sizeof *s);
     const df_turn_handler *h = df_agent_loop_handler(l);
     for (int k = 0; k < 2; k++) {
         int64_t start = s->n;
         s->resp[s->n++] = turns[k][0], s->resp[s->n++] = turns[k][1];
-        df_turn_info t = {.seq = 0, .turn = k + 1, .turn_tokens = s->resp + start, .n_turn = 2, .response = s->resp,
-                          .n_response = s->n, .budget_left = 1000};
+        df_turn_info t = {.seq = 0, .turn = k + 1, .turn_tokens = s->resp + start, .n_turn = 2,
+                          .response = s->resp, .n_response = s->n, .budget_left = 1000};
         df_turn_reply r = {0};
         if (h->on_turn_end(h->user, &t, &r))
             fail_msg("turn %d: %s", k + 1, df_last_error());

@@ -179,10 +179,10 @@ static void test_delta_errors(void **state)
     assert_null(ids);
     /* an empty model turn with nothing kept (its ids decode to no text): the sequence ends after the
        generation prompt, so the generation prompt's rendering + the delta is the whole rendering */
-    const char *head = "[{\"role\": \"user\", \"content\": \"hi\"}]";
-    const char *empty = "[{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"\"}]";
-    const char *all = "[{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"\"}, "
-                      "{\"role\": \"user\", \"content\": \"again\"}]";
+#define HI "{\"role\": \"user\", \"content\": \"hi\"}"
+#define NOTHING "{\"role\": \"assistant\", \"content\": \"\"}"
+    const char *head = "[" HI "]", *empty = "[" HI ", " NOTHING "]";
+    const char *all = "[" HI ", " NOTHING ", {\"role\": \"user\", \"content\": \"again\"}]";
     assert_int_equal(df_agent_render_delta(tok, empty, add, NULL, &ids, &n), DF_OK);
     assert_int_equal(ids[0], df_tokenizer_token_to_id(tok, "<|im_end|>"));
     char *prompt = NULL, *whole = NULL, *delta = NULL;
@@ -193,8 +193,10 @@ static void test_delta_errors(void **state)
     assert_memory_equal(whole, prompt, strlen(prompt));
     assert_string_equal(whole + strlen(prompt), delta);
     free(prompt), free(whole), free(delta), free(ids);
-    assert_error_mentions(df_agent_render_delta(tok, "[{\"role\": \"assistant\", \"content\": \"\"}]", add, NULL,
-                                                &ids, &n), DF_EINVAL, "the only message");
+    assert_error_mentions(df_agent_render_delta(tok, "[" NOTHING "]", add, NULL, &ids, &n), DF_EINVAL,
+                          "the only message");
+#undef HI
+#undef NOTHING
     assert_error_mentions(df_agent_render_delta(tok, "{}", add, NULL, &ids, &n), DF_EINVAL, "messages is not a JSON array");
     assert_error_mentions(df_agent_render_delta(tok, old, "[1", NULL, &ids, &n), DF_EINVAL, "new_messages");
     assert_error_mentions(df_agent_render_delta(tok, "[]", add, NULL, &ids, &n), DF_EINVAL, "empty");

@@ -38,20 +38,24 @@ static json_t *load_array(const char *text, const char *what)
    an id that is no special token, is an empty assistant message (verl's agent loop appends it as it is).
    Nothing of it marks its place in `old`, but the model's tokens followed the rendering of the messages
    before it with the generation prompt: that rendering's end. -1 (with the error set). */
-static long empty_turn_end(const df_tokenizer *tok, const char *old, json_t *msgs, const df_agent_render_opts *o)
+static long empty_turn_end(const df_tokenizer *tok, const char *old, json_t *msgs,
+                           const df_agent_render_opts *o)
 {
     json_t *head = json_copy(msgs);
     char *text = NULL;
     long end = -1;
-    int rc = head && !json_array_remove(head, json_array_size(head) - 1) ? DF_OK : df_error(DF_ENOMEM, "out of memory");
+    int rc = head ? DF_OK : df_error(DF_ENOMEM, "out of memory");
+    if (!rc)
+        json_array_remove(head, json_array_size(head) - 1);
     if (!rc && !json_array_size(head))
         rc = df_error(DF_EINVAL, "df_agent_render_delta: the model's empty turn is the only message");
     if (!rc)
         rc = render(tok, head, o, true, &text);
     if (!rc && strncmp(old, text, strlen(text)))
-        df_error(DF_EINVAL, "df_agent_render_delta: the last message has no content and kept_suffix is empty, and "
-                            "the template's rendering of the messages before it with the generation prompt is not "
-                            "where the conversation's rendering continues, so where the sequence ends cannot be found");
+        df_error(DF_EINVAL, "df_agent_render_delta: the last message has no content and kept_suffix is "
+                            "empty, and the template's rendering of the messages before it with the "
+                            "generation prompt does not begin the conversation's rendering, so where the "
+                            "sequence ends cannot be found");
     else if (!rc)
         end = (long)strlen(text);
     free(text);
@@ -61,7 +65,8 @@ static long empty_turn_end(const df_tokenizer *tok, const char *old, json_t *msg
 
 /* The byte offset in `old` where the KV-cached sequence ends: after the last old message's content and
    `kept` (the last occurrence of the two together), or -1 (with the error set). */
-static long sequence_end(const df_tokenizer *tok, const char *old, json_t *msgs, const df_agent_render_opts *o)
+static long sequence_end(const df_tokenizer *tok, const char *old, json_t *msgs,
+                         const df_agent_render_opts *o)
 {
     const char *kept = o->kept_suffix ? o->kept_suffix : "";
     json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
