@@ -291,6 +291,63 @@ static void test_partial_utf8(void **state)
     df_tokenizer_free(tok);
 }
 
+/* Turns of a sampled (random or early) model that end at a stop string or an id that is no special
+   token, with nothing of the template's end kept: one whose first token is byte 0 (its text is not cut
+   there: U+FFFD) and one of ids past the tokenizer's vocabulary (an empty assistant message, as verl
+   appends it). Both are answered, and prompt + response then decode to the conversation's rendering. */
+static void test_turns_without_text(void **state)
+{
+    (void)state;
+    df_tokenizer *tok = NULL;
+    assert_int_equal(df_tokenizer_load(QWEN, &tok), DF_OK);
+    df_agent_config cfg = {.max_parallel_calls = 1, .max_tool_response_length = 8};
+    assert_int_equal(df_interaction_set_create(&cfg.interactions), DF_OK);
+    assert_int_equal(df_interaction_set_add(cfg.interactions, "gsm8k", &df_interaction_gsm8k, NULL), DF_OK);
+    const char *raw = "[{\"role\":\"user\",\"content\":\"6*7?\"}]";
+    df_batch *prompts = prompt_batch(1, raw, "{}", 0), *gp = NULL;
+    df_agent_loop *l = NULL;
+    assert_int_equal(df_agent_loop_begin(&cfg, tok, prompts, 1, 0, &l, &gp), DF_OK);
+    /* byte 0 then " a" (the stop string "a"); ids that name no token */
+    const int32_t turns[2][2] = {
+        {df_tokenizer_token_to_id(tok, "\xc4\x80"), df_tokenizer_token_to_id(tok, "\xc4\xa0" "a")},
+        {151700, 151701}};
+    assert_true(turns[0][0] >= 0 && turns[0][1] >= 0);
+    sim *s = calloc(1, sizeof *s);
+    const df_turn_handler *h = df_agent_loop_handler(l);
+    for (int k = 0; k < 2; k++) {
+        int64_t start = s->n;
+        s->resp[s->n++] = turns[k][0], s->resp[s->n++] = turns[k][1];
+        df_turn_info t = {.seq = 0, .turn = k + 1, .turn_tokens = s->resp + start, .n_turn = 2,
+                          .response = s->resp, .n_response = s->n, .budget_left = 1000};
+        df_turn_reply r = {0};
+        if (h->on_turn_end(h->user, &t, &r))
+            fail_msg("turn %d: %s", k + 1, df_last_error());
+        assert_false(r.done);
+        assert_int_equal(r.tokens[0], df_tokenizer_token_to_id(tok, "<|im_end|>")); /* nothing was kept */
+        for (int64_t i = 0; i < r.n_tokens; i++)
+            s->resp[s->n++] = r.tokens[i];
+    }
+    const char *retry = "Your response is incorrect! You need to reflect on your answer and try again.";
+    json_t *conv = json_loads(raw, 0, NULL);
+    json_array_append_new(conv, json_pack("{s:s,s:s}", "role", "assistant", "content", "\xef\xbf\xbd a"));
+    json_array_append_new(conv, json_pack("{s:s,s:s}", "role", "user", "content", retry));
+    json_array_append_new(conv, json_pack("{s:s,s:s}", "role", "assistant", "content", ""));
+    json_array_append_new(conv, json_pack("{s:s,s:s}", "role", "user", "content", retry));
+    char *cj = json_dumps(conv, JSON_COMPACT), *want = NULL, *got = NULL;
+    assert_int_equal(df_tokenizer_apply_chat_template_json(tok, cj, NULL, true, NULL, &want), DF_OK);
+    int64_t np;
+    const int32_t *pids = df_batch_tok_i32(gp, "prompt_ids", 0, &np);
+    int32_t *all = malloc((size_t)(np + s->n) * sizeof *all);
+    memcpy(all, pids, (size_t)np * sizeof *all);
+    memcpy(all + np, s->resp, (size_t)s->n * sizeof *all);
+    assert_int_equal(df_tokenizer_decode(tok, all, np + s->n, false, &got), DF_OK);
+    assert_string_equal(got, want);
+    free(all), free(got), free(want), free(cj), json_decref(conv), free(s);
+    df_batch_free(gp), df_batch_free(prompts), df_agent_loop_free(l);
+    df_agent_config_clear(&cfg);
+    df_tokenizer_free(tok);
+}
+
 /* The number in the reply's "... too low" / "too high" ... hint: +1 higher, -1 lower, 0 neither. */
 static int hint(const df_tokenizer *tok, const sim *s, int64_t from)
 {
@@ -401,6 +458,7 @@ int main(void)
         cmocka_unit_test(test_user_turn_limit),
         cmocka_unit_test(test_env_guess),
         cmocka_unit_test(test_partial_utf8),
+        cmocka_unit_test(test_turns_without_text),
         cmocka_unit_test(test_config_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

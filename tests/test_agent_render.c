@@ -177,6 +177,26 @@ static void test_delta_errors(void **state)
     df_agent_render_opts o = {.kept_suffix = "</s>"};
     assert_error_mentions(df_agent_render_delta(tok, old, add, &o, &ids, &n), DF_EINVAL, "verbatim");
     assert_null(ids);
+    /* an empty model turn with nothing kept (its ids decode to no text): the sequence ends after the
+       generation prompt, so the generation prompt's rendering + the delta is the whole rendering */
+#define HI "{\"role\": \"user\", \"content\": \"hi\"}"
+#define NOTHING "{\"role\": \"assistant\", \"content\": \"\"}"
+    const char *head = "[" HI "]", *empty = "[" HI ", " NOTHING "]";
+    const char *all = "[" HI ", " NOTHING ", {\"role\": \"user\", \"content\": \"again\"}]";
+    assert_int_equal(df_agent_render_delta(tok, empty, add, NULL, &ids, &n), DF_OK);
+    assert_int_equal(ids[0], df_tokenizer_token_to_id(tok, "<|im_end|>"));
+    char *prompt = NULL, *whole = NULL, *delta = NULL;
+    assert_int_equal(df_tokenizer_apply_chat_template_json(tok, head, NULL, true, NULL, &prompt), DF_OK);
+    assert_int_equal(df_tokenizer_apply_chat_template_json(tok, all, NULL, true, NULL, &whole), DF_OK);
+    assert_int_equal(df_tokenizer_decode(tok, ids, n, false, &delta), DF_OK);
+    assert_int_equal(strlen(prompt) + strlen(delta), strlen(whole));
+    assert_memory_equal(whole, prompt, strlen(prompt));
+    assert_string_equal(whole + strlen(prompt), delta);
+    free(prompt), free(whole), free(delta), free(ids);
+    assert_error_mentions(df_agent_render_delta(tok, "[" NOTHING "]", add, NULL, &ids, &n), DF_EINVAL,
+                          "the only message");
+#undef HI
+#undef NOTHING
     assert_error_mentions(df_agent_render_delta(tok, "{}", add, NULL, &ids, &n), DF_EINVAL, "messages is not a JSON array");
     assert_error_mentions(df_agent_render_delta(tok, old, "[1", NULL, &ids, &n), DF_EINVAL, "new_messages");
     assert_error_mentions(df_agent_render_delta(tok, "[]", add, NULL, &ids, &n), DF_EINVAL, "empty");

@@ -42,6 +42,8 @@
  *   bound's arithmetic.)
  * - ReMax: the greedy baseline, decoded on the trainer side with its actor, is the synchronous
  *   run's (2 ranks: every metric bit for bit; 3: step 1's).
+ * A run expected to succeed that fails on one rank ends the whole job there (df_test_run_ok: MPI_Abort), so a
+ * failure never waits for collective_timeout_s and then hangs in MPI_Finalize.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -94,10 +96,10 @@ static int train(df_comm *comm, const char *out, const char *const *ov, int n)
     return df_test_run(comm, df_test_config(yaml, "async.yaml", ov, n));
 }
 
+/* A run that must succeed: a failure ends the whole job at once (df_test_run_ok), not in a hang. */
 static void train_ok(df_comm *comm, const char *out, const char *const *ov, int n)
 {
-    if (train(comm, out, ov, n))
-        fail_msg("rank %d: %s", df_comm_rank(world), df_last_error());
+    df_test_run_ok(train(comm, out, ov, n), out);
 }
 
 static double num(json_t *o, const char *key, int line)
@@ -458,15 +460,12 @@ static void test_dapo_refills(void **state)
         skip();
         return;
     }
-    if (train_dapo("dapo0", W - 1, 0, NULL))
-        fail_msg("rank %d: %s", df_comm_rank(world), df_last_error());
-    if (train_dapo("dapo1", 1, 1, NULL))
-        fail_msg("rank %d: %s", df_comm_rank(world), df_last_error());
+    df_test_run_ok(train_dapo("dapo0", W - 1, 0, NULL), "dapo0");
+    df_test_run_ok(train_dapo("dapo1", 1, 1, NULL), "dapo1");
     /* with ReMax's baseline before the filter: the greedy pass of a refill decodes the refill's prompts,
        and from step 2 on the step's prompts are not the trainer dataloader's batch (the refills took
        prompts ahead of it): a baseline of other prompts fails the step ("no greedy response") */
-    if (train_dapo("dapo_remax", 1, 0, "algorithm.adv_estimator=remax"))
-        fail_msg("rank %d: %s", df_comm_rank(world), df_last_error());
+    df_test_run_ok(train_dapo("dapo_remax", 1, 0, "algorithm.adv_estimator=remax"), "dapo_remax");
     assert_int_equal(df_comm_barrier(world), 0);
     if (df_comm_rank(world) != 0)
         return;

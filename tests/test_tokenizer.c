@@ -375,6 +375,12 @@ static void test_decode_special_and_lossy(void **state)
     s = dec(F.qwen, bad, 5, false);
     assert_string_equal(s, "\xef\xbf\xbd" "a" "\xef\xbf\xbd\xef\xbf\xbd");
     free(s);
+    /* byte 0 ("\xc4\x80" in ByteLevel's alphabet) -> U+FFFD: a NUL would end the text there */
+    const int32_t zero = df_tokenizer_token_to_id(F.qwen, "\xc4\x80"), nul[] = {zero, a, zero};
+    assert_true(zero >= 0);
+    s = dec(F.qwen, nul, 3, false);
+    assert_string_equal(s, "\xef\xbf\xbd" "a" "\xef\xbf\xbd");
+    free(s);
     /* streaming: a rare character spans tokens; their bytes concatenate to it */
     n = enc(F.qwen, "\xf0\x9f\xa6\xa9", false, &ids); /* U+1F9A9 flamingo */
     assert_true(n >= 2);

@@ -481,6 +481,28 @@ static inline int df_test_run(df_comm *comm, df_config *cfg)
     return rc;
 }
 
+/**
+ * A run that had to succeed returned `rc` (0: nothing to do; `what` names it in the message). Else
+ * this rank's error is printed and, in a job of more than one rank, the whole job ends now with
+ * MPI_Abort (df_comm_abort, as `distflow train` does): the other ranks would wait in the run's
+ * collectives until trainer.collective_timeout_s, or in the next test's, and a failed asynchronous
+ * run leaves posted requests that MPI_Finalize in the group teardown waits for forever, so the test
+ * would hang instead of failing. On one rank the test fails (fail_msg).
+ */
+static inline void df_test_run_ok(int rc, const char *what)
+{
+    if (!rc)
+        return;
+    df_comm *world = NULL;
+    if (!df_comm_world(&world) && df_comm_size(world) > 1) {
+        fprintf(stderr, "ERROR: rank %d of %d: %s: %s (ending the MPI job)\n", df_comm_rank(world),
+                df_comm_size(world), what, df_last_error());
+        fflush(stderr);
+        df_comm_abort(1);
+    }
+    fail_msg("%s: %s", what, df_last_error());
+}
+
 /** df_test_run on rank 0 of 1 for YAML text (`name` in errors); fails the test on error. */
 static inline void df_test_fit(const char *yaml, const char *name)
 {

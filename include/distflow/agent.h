@@ -309,10 +309,14 @@ typedef struct df_agent_render_opts {
  * what the template writes after the last content and the sequence lacks (Qwen2.5: "\n" after
  * <|im_end|>). The delta starts after a special token in the templates distflow knows, so
  * tokenising it alone gives the ids a whole re-tokenisation gives.
+ * A last message with empty content and no kept_suffix (a model turn whose tokens decode to no
+ * text, stopped by an id that is no special token; verl appends it as it is) ends where the
+ * rendering of the messages before it with the generation prompt ends.
  * On success *ids is malloc'd ([*n] int32). Errors: DF_EINVAL (bad JSON, an empty `messages`, a
  * template error, an old rendering that is not a prefix, a last message whose content the template
  * does not write verbatim or that lacks kept_suffix after it — a turn cut by the length limit has
- * no stop token to keep), DF_ENOMEM.
+ * no stop token to keep —, an empty last message alone or not after the generation prompt's
+ * rendering), DF_ENOMEM.
  */
 DF_API int df_agent_render_delta(const df_tokenizer *tok, const char *messages, const char *new_messages,
                                  const df_agent_render_opts *opts, int32_t **ids, int64_t *n);

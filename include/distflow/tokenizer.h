@@ -92,7 +92,8 @@ DF_API int df_tokenizer_encode_n(const df_tokenizer *t, const char *text, int64_
 /**
  * Decode ids [n] to malloc'd NUL-terminated UTF-8 text (HF `tokenizer.decode`):
  * ByteLevel bytes of each token concatenated, then lossy UTF-8 (U+FFFD for
- * invalid sequences). Added tokens contribute their content; special ones are
+ * invalid sequences, and for a byte 0, which HF keeps as U+0000 but would end
+ * the text here). Added tokens contribute their content; special ones are
  * dropped when `skip_special_tokens`. Ids that name no token (e.g. the padding
  * rows of an embedding larger than the vocabulary) are skipped, as in HF.
  * When tokenizer_config.json sets clean_up_tokenization_spaces, the

@@ -33,10 +33,42 @@ static json_t *load_array(const char *text, const char *what)
     return a;
 }
 
+/* The byte offset in `old` where the KV-cached sequence of a turn without text ends: a model turn whose
+   tokens decode to nothing (ids past the tokenizer's vocabulary, an embedding's padding rows), stopped by
+   an id that is no special token, is an empty assistant message (verl's agent loop appends it as it is).
+   Nothing of it marks its place in `old`, but the model's tokens followed the rendering of the messages
+   before it with the generation prompt: that rendering's end. -1 (with the error set). */
+static long empty_turn_end(const df_tokenizer *tok, const char *old, json_t *msgs,
+                           const df_agent_render_opts *o)
+{
+    json_t *head = json_copy(msgs);
+    char *text = NULL;
+    long end = -1;
+    int rc = head ? DF_OK : df_error(DF_ENOMEM, "out of memory");
+    if (!rc)
+        json_array_remove(head, json_array_size(head) - 1);
+    if (!rc && !json_array_size(head))
+        rc = df_error(DF_EINVAL, "df_agent_render_delta: the model's empty turn is the only message");
+    if (!rc)
+        rc = render(tok, head, o, true, &text);
+    if (!rc && strncmp(old, text, strlen(text)))
+        df_error(DF_EINVAL, "df_agent_render_delta: the last message has no content and kept_suffix is "
+                            "empty, and the template's rendering of the messages before it with the "
+                            "generation prompt does not begin the conversation's rendering, so where the "
+                            "sequence ends cannot be found");
+    else if (!rc)
+        end = (long)strlen(text);
+    free(text);
+    json_decref(head);
+    return end;
+}
+
 /* The byte offset in `old` where the KV-cached sequence ends: after the last old message's content and
    `kept` (the last occurrence of the two together), or -1 (with the error set). */
-static long sequence_end(const char *old, json_t *msgs, const char *kept)
+static long sequence_end(const df_tokenizer *tok, const char *old, json_t *msgs,
+                         const df_agent_render_opts *o)
 {
+    const char *kept = o->kept_suffix ? o->kept_suffix : "";
     json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
     json_t *c = json_object_get(last, "content");
     df_sbuf b = {0};
@@ -47,8 +79,7 @@ static long sequence_end(const char *old, json_t *msgs, const char *kept)
         return -1;
     long end = -1;
     if (!needle[0]) {
-        df_error(DF_EINVAL, "df_agent_render_delta: the last message has no content and kept_suffix is empty, so "
-                            "where the sequence ends cannot be found");
+        end = empty_turn_end(tok, old, msgs, o);
     } else {
         for (const char *p = strstr(old, needle); p; p = strstr(p + 1, needle))
             end = (long)(p - old) + (long)strlen(needle);
@@ -87,7 +118,7 @@ int df_agent_render_delta(const df_tokenizer *tok, const char *messages, const c
                                  "tokens cannot be extended",
                       i);
     }
-    long end = rc ? -1 : sequence_end(before, old, o.kept_suffix ? o.kept_suffix : "");
+    long end = rc ? -1 : sequence_end(tok, before, old, &o);
     if (!rc && end < 0)
         rc = DF_EINVAL;
     if (!rc) /* the template's text after the cached part of the old rendering, then the new part */

@@ -5,13 +5,15 @@
 #include <string.h>
 
 /* Copy bytes [n] to out as UTF-8, replacing each maximal invalid subpart with U+FFFD
- * (Unicode 3.9 "U+FFFD substitution of maximal subparts", as Rust's from_utf8_lossy). */
+ * (Unicode 3.9 "U+FFFD substitution of maximal subparts", as Rust's from_utf8_lossy), and each
+ * byte 0 too: the text is NUL-terminated, so a U+0000 (a token of a random or early model) would
+ * end it there and drop the rest, or all of it. */
 static int64_t utf8_lossy(const uint8_t *s, int64_t n, char *out)
 {
     int64_t o = 0;
     for (int64_t i = 0; i < n;) {
         uint8_t c = s[i];
-        if (c < 0x80) {
+        if (c < 0x80 && c != 0) {
             out[o++] = (char)c;
             i++;
             continue;
