@@ -426,7 +426,9 @@ static int train_dapo(const char *out, int rollouts, int S, const char *extra)
     snprintf(conc, sizeof conc, "async_training.max_concurrent_rollouts=%d", 8 * (S + 1));
     const char *ov[] = {"actor_rollout_ref.rollout.mode=async", r, st, conc, files, "algorithm.workflow_type=dapo",
                         "algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=score",
-                        "trainer.collective_timeout_s=10", extra};
+                        /* a lost report stalls the run: 30 s, not the suite's 20 s per collective,
+                           since a loaded 2-core machine has stalled a rank's first episodes 10 s */
+                        "trainer.collective_timeout_s=30", extra};
     return train(world, out, ov, extra ? 10 : 9);
 }
 
