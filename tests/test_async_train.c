@@ -242,7 +242,8 @@ static void test_multi_turn_staleness1(void **state)
         assert_true(num(y, "num_turns/max", (int)i) > 2);
         assert_true(num(y, "actor/behave_imp_weight", (int)i) > 0);
         print_message("mt1 step %zu: version gap max %g, multi-version responses %.3f\n", i + 1,
-                      num(y, "fully_async/version_gap/max", (int)i), num(y, "fully_async/multi_version_frac", (int)i));
+                      num(y, "fully_async/version_gap/max", (int)i),
+                      num(y, "fully_async/multi_version_frac", (int)i));
     }
     json_decref(got);
 }
