@@ -24,21 +24,17 @@
  * reference's copy goes to a file, docs/mixed_precision.md; only where the CPU computes in bf16,
  * a float32 reference keeps its weights); each run prints the precision notices train gave.
  */
+#include "common/bench_proc.h"
 #include "common/bench_util.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-extern char **environ;
 
 /* The engine's dtype paths as config overrides: the one place they plug in. bf16 is the
  * default of every key (param_dtype bf16, the reference's model_dtype null = bf16 storage,
@@ -88,92 +84,10 @@ static int parse(int argc, char **argv, grpo_args *g, char *exe_dir, size_t n)
            g->response < 1;
 }
 
-/* buf = dir + rest; exits the program on a path too long for the buffer (a bench's own
- * work directory: not worth an error path per call). */
-static char *join(char *buf, size_t n, const char *dir, const char *rest)
-{
-    if ((size_t)snprintf(buf, n, "%s%s", dir, rest) >= n) {
-        fprintf(stderr, "bench_grpo_step: path too long: %s%s\n", dir, rest);
-        exit(1);
-    }
-    return buf;
-}
-
-/* Run argv with stdout and stderr into `log`; *rss_mib the child's peak RSS, *wall_s, and
- * *cpu_s its user + system CPU time (steadier than wall time on a shared machine). */
-static int spawn(char *const argv[], const char *log, double *rss_mib, double *wall_s,
-                 double *cpu_s)
-{
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    pid_t pid;
-    double t0 = bench_now_s();
-    int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc) {
-        fprintf(stderr, "bench_grpo_step: cannot run %s: %s\n", argv[0], strerror(rc));
-        return 1;
-    }
-    int status;
-    struct rusage ru;
-    if (wait4(pid, &status, 0, &ru) < 0)
-        return 1;
-    if (wall_s)
-        *wall_s = bench_now_s() - t0;
-    if (rss_mib)
-        *rss_mib = (double)ru.ru_maxrss / 1024.0;
-    if (cpu_s)
-        *cpu_s = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 +
-                 (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
-    if (!WIFEXITED(status) || WEXITSTATUS(status)) {
-        fprintf(stderr, "bench_grpo_step: %s failed; its output: %s\n", argv[0], log);
-        return 1;
-    }
-    return 0;
-}
-
-/* Data, tokenizer and model in dir, unless an earlier run left them for this shape. */
-static int setup(const grpo_args *g, const char *dir)
-{
-    char stamp[1100], path[1100], log[1100], cfg[1100];
-    char name[64];
-    snprintf(name, sizeof name, "/model/.bench_shape_%s", g->shape);
-    join(stamp, sizeof stamp, dir, name);
-    if (access(stamp, F_OK) == 0)
-        return 0;
-    join(log, sizeof log, dir, "/setup.log");
-    join(path, sizeof path, dir, "/data/train.jsonl");
-    char tok[1100], model[1100];
-    join(tok, sizeof tok, dir, "/tokenizer");
-    join(model, sizeof model, dir, "/model");
-    join(cfg, sizeof cfg, dir, "/model_config.json");
-    df_model_config c; /* the shape without the original's token ids: the tokenizer's are used */
-    if (bench_shape(g->shape, &c) || df_model_config_save(&c, NULL, cfg)) {
-        fprintf(stderr, "bench_grpo_step: %s\n", df_last_error());
-        return 1;
-    }
-    char *df = (char *)g->distflow;
-    char *synth[] = {df, "data", "synth", "--out", path, "--split", "train", "--seed", "1",
-                     "--min-steps", "2", "--max-steps", "3", "--max-operand", "9",
-                     "--max-value", "30", "--n", "256", NULL};
-    char *tk[] = {df, "data", "tokenizer", "--in", path, "--vocab-size", "512", "--out", tok, NULL};
-    char *init[] = {df, "init-model", "--config", cfg, "--tokenizer", tok, "--out", model,
-                    "--seed", "1", NULL};
-    printf("grpo_setup: %s (data, tokenizer, random %s model)\n", dir, g->shape);
-    fflush(stdout);
-    if (spawn(synth, log, NULL, NULL, NULL) || spawn(tk, log, NULL, NULL, NULL) ||
-        spawn(init, log, NULL, NULL, NULL))
-        return 1;
-    FILE *f = fopen(stamp, "w");
-    return f ? fclose(f) != 0 : 1;
-}
-
 static int write_yaml(const grpo_args *g, const char *dir)
 {
     char path[1100];
-    join(path, sizeof path, dir, "/grpo.yaml");
+    bench_join(path, sizeof path, dir, "/grpo.yaml");
     FILE *f = fopen(path, "w");
     if (!f) {
         fprintf(stderr, "bench_grpo_step: %s: %s\n", path, strerror(errno));
@@ -243,14 +157,14 @@ static int run(const grpo_args *g, const char *dir, const char *label, const cha
                double *step_s, double *rss, double *cpu)
 {
     char yaml[1100], out[1200], log[1100], metrics[1100], ov[4096];
-    join(yaml, sizeof yaml, dir, "/grpo.yaml");
+    bench_join(yaml, sizeof yaml, dir, "/grpo.yaml");
     char rest[64];
     snprintf(rest, sizeof rest, "/out_%s", label);
-    join(out, sizeof out, "trainer.default_local_dir=", join(metrics, sizeof metrics, dir, rest));
+    bench_join(out, sizeof out, "trainer.default_local_dir=", bench_join(metrics, sizeof metrics, dir, rest));
     snprintf(rest, sizeof rest, "/out_%s/metrics.jsonl", label);
-    join(metrics, sizeof metrics, dir, rest);
+    bench_join(metrics, sizeof metrics, dir, rest);
     snprintf(rest, sizeof rest, "/train_%s.log", label);
-    join(log, sizeof log, dir, rest);
+    bench_join(log, sizeof log, dir, rest);
     snprintf(ov, sizeof ov, "%s", overrides);
     char *argv[64] = {(char *)g->distflow, "train", yaml, out};
     int n = 4;
@@ -260,9 +174,12 @@ static int run(const grpo_args *g, const char *dir, const char *label, const cha
     printf("grpo_%s_overrides: %s\n", label, overrides[0] ? overrides : "(none: the defaults)");
     fflush(stdout);
     unlink(metrics);
-    double wall;
-    if (spawn(argv, log, rss, &wall, cpu) || print_timings(label, metrics, step_s))
+    bench_proc_result r;
+    unlink(log); /* bench_spawn appends */
+    if (bench_spawn("bench_grpo_step", argv, NULL, log, &r) || print_timings(label, metrics, step_s))
         return 1;
+    double wall = r.wall_s;
+    *rss = r.rss_mib, *cpu = r.cpu_s;
     print_paths(label, log);
     printf("grpo_%s_process_wall_s: %.1f\n", label, wall);
     printf("grpo_%s_process_cpu_s: %.1f\n", label, *cpu);
@@ -281,14 +198,14 @@ int main(int argc, char **argv)
     }
     char rest[64];
     snprintf(rest, sizeof rest, "/bench_grpo_%s", g.shape);
-    join(df, sizeof df, exe_dir, "/distflow");
-    join(dir, sizeof dir, exe_dir, rest);
+    bench_join(df, sizeof df, exe_dir, "/distflow");
+    bench_join(dir, sizeof dir, exe_dir, rest);
     g.distflow = g.distflow ? g.distflow : df;
     g.workdir = g.workdir ? g.workdir : dir;
     mkdir(g.workdir, 0755);
     printf("grpo_config: shape %s, %lld prompts x n %lld, %lld response tokens, workdir %s\n",
            g.shape, (long long)g.prompts, (long long)g.n, (long long)g.response, g.workdir);
-    if (setup(&g, g.workdir) || write_yaml(&g, g.workdir))
+    if (bench_make_inputs("bench_grpo_step", g.distflow, g.shape, g.workdir) || write_yaml(&g, g.workdir))
         return 1;
     const char *bf = getenv("DF_BENCH_BF16_OVERRIDES"), *f32 = getenv("DF_BENCH_F32_OVERRIDES");
     bf = bf ? bf : df_model_bf16_available() == DF_OK ? BF16_OVERRIDES_DEFAULT : "";
