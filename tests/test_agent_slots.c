@@ -90,10 +90,10 @@ static void write_workflow(const char *dir, const char *rollout_path, const char
     assert_int_equal(df_write_file_atomic(path, text, strlen(text)), 0);
 }
 
-static df_config *job(const char *dir)
+/* The two-group job's config text into yaml[cap] (its steps and checkpoints set by overrides). */
+static void job_yaml(const char *dir, char *yaml, size_t cap)
 {
-    char yaml[4096];
-    snprintf(yaml, sizeof yaml,
+    snprintf(yaml, cap,
              "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 4,\n"
              "       max_prompt_length: 128, max_response_length: 8}\n"
              "actor_rollout_ref:\n"
@@ -102,9 +102,16 @@ static df_config *job(const char *dir)
              "  rollout: {n: 4, log_prob_micro_batch_size_per_gpu: 16}\n"
              "algorithm: {adv_estimator: grpo}\n"
              "dag: {workflow_path: %s/wf.yaml}\n"
-             "trainer: {total_training_steps: 1, logger: [], default_local_dir: %s/out}\n",
+             "trainer: {logger: [], default_local_dir: %s/out}\n",
              dir, dir, dir, dir);
-    return df_test_config(yaml, "slots.yaml", NULL, 0);
+}
+
+static df_config *job(const char *dir)
+{
+    char yaml[4096];
+    job_yaml(dir, yaml, sizeof yaml);
+    const char *ov[] = {"trainer.total_training_steps=1"};
+    return df_test_config(yaml, "slots.yaml", ov, 1);
 }
 
 /* The job's model (dir/model) and a second one of the same shape and tokenizer (dir/b/model). */
@@ -284,17 +291,7 @@ static void test_agent_checkpoints(void **state)
     write_two_groups(dir);
     const char *ov[] = {"trainer.total_training_steps=2", "trainer.save_freq=1"};
     char yaml[4096];
-    snprintf(yaml, sizeof yaml,
-             "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 4,\n"
-             "       max_prompt_length: 128, max_response_length: 8}\n"
-             "actor_rollout_ref:\n"
-             "  model: {path: %s/model}\n"
-             "  actor: {optim: {lr: 0.01}, ppo_mini_batch_size: 4, ppo_micro_batch_size_per_gpu: 8}\n"
-             "  rollout: {n: 4, log_prob_micro_batch_size_per_gpu: 16}\n"
-             "algorithm: {adv_estimator: grpo}\n"
-             "dag: {workflow_path: %s/wf.yaml}\n"
-             "trainer: {logger: [], default_local_dir: %s/out}\n",
-             dir, dir, dir, dir);
+    job_yaml(dir, yaml, sizeof yaml);
     if (df_test_run(NULL, df_test_config(yaml, "two.yaml", ov, 2)))
         fail_msg("%s", df_last_error());
     /* each group's node metrics under its prefix (siiRL's add_prefix_to_metrics), none overwritten; the
