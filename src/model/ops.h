@@ -237,6 +237,10 @@ uint16_t *df_weights16_write_begin(df_weights16 *w, int64_t *elems);
 void df_weights16_write_end(df_weights16 *w, const df_model *m);
 /** Bytes df_weights16_create_ex allocates for cfg and flags (model.h; cfg valid). */
 int64_t df_weights16_bytes_for(const df_model_config *cfg, unsigned flags);
+/** Whether a copy made with `flags` holds the tensor of m that starts at p (a layer's q/k/v/o or
+ *  gate/up/down; the LM head with DF_W16_LM_HEAD; the embedding with DF_W16_EMBED, or with
+ *  DF_W16_LM_HEAD when tied): the tensors a bf16 reader does not read in float32. */
+bool df_weights16_holds(const df_model *m, const float *p, unsigned flags);
 /** Elements of the widest matmul input of `rows` rows of a cfg decoder (max(hidden, intermediate,
  *  heads x head_dim) per row): the max_elems of a df_mm_ctx serving those rows. */
 int64_t df_mm_elems_for(const df_model_config *cfg, int64_t rows);

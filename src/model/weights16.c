@@ -169,6 +169,19 @@ static int refresh(df_weights16 *w, const df_model_view *src, give_back *g)
     return DF_OK;
 }
 
+bool df_weights16_holds(const df_model *m, const float *p, unsigned flags)
+{
+    if ((p == m->w.lm_head && (flags & DF_W16_LM_HEAD)) || (p == m->w.embed && (flags & DF_W16_EMBED)))
+        return true;
+    for (int64_t l = 0; l < m->cfg.num_hidden_layers; l++) {
+        const df_layer_view *v = &m->w.layers[l];
+        if (p == v->wq || p == v->wk || p == v->wv || p == v->wo || p == v->w_gate || p == v->w_up ||
+            p == v->w_down)
+            return true;
+    }
+    return false;
+}
+
 int df_weights16_refresh(df_weights16 *w, const df_model_view *src)
 {
     give_back keep = {0};

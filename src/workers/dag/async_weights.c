@@ -46,20 +46,6 @@ static const char *wire_name(int64_t wire)
                                                                                : "an unknown format";
 }
 
-/* Whether tensor p of m is one the bf16 copy holds (a layer's matmul, the embedding, the head). */
-static bool held16(const df_model *m, const float *p)
-{
-    if (p == m->w.embed || p == m->w.lm_head)
-        return true;
-    for (int64_t l = 0; l < m->cfg.num_hidden_layers; l++) {
-        const df_layer_view *v = &m->w.layers[l];
-        if (p == v->wq || p == v->wk || p == v->wv || p == v->wo || p == v->w_gate || p == v->w_up ||
-            p == v->w_down)
-            return true;
-    }
-    return false;
-}
-
 /* BF16: the float32 tensors (those the copy does not hold) as spans of m->params. */
 static int find_spans(df_async_weights *x, const df_model *m)
 {
@@ -69,7 +55,7 @@ static int find_spans(df_async_weights *x, const df_model *m)
         return df_error(DF_ENOMEM, "out of memory");
     for (int i = 0; i < m->n_tensors; i++) {
         const df_param_desc *d = &m->tensors[i];
-        if (held16(m, m->params + d->offset))
+        if (df_weights16_holds(m, m->params + d->offset, WIRE16))
             continue;
         x->span_off[x->n_spans] = d->offset, x->span_len[x->n_spans] = d->numel;
         x->n_spans++;
@@ -224,7 +210,7 @@ static void release_held16(df_async_weights *x, df_model *m)
 {
     for (int i = 0; i < m->n_tensors && !x->released; i++) {
         const df_param_desc *d = &m->tensors[i];
-        if (held16(m, m->params + d->offset))
+        if (df_weights16_holds(m, m->params + d->offset, WIRE16))
             df_pages_release(m->params + d->offset, (size_t)d->numel * sizeof(float));
     }
     x->released = true;
