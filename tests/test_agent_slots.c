@@ -349,7 +349,7 @@ static void test_agents_refused(void **state)
     df_plan *p = NULL;
     assert_error_mentions(df_train_check(cfg, 1, NULL, NULL, &p), DF_EUNSUPPORTED,
                           "node 'rollout_0': agent_group 0: multi-agent graphs (siiRL's MARFT, 2 agent groups) do "
-                          "not run yet with a node that does not come before the next group's rollout node");
+                          "not run with a node that does not come before the next group's rollout node");
     df_config_free(cfg);
 
     /* an estimator reading a critic's values */
@@ -364,7 +364,7 @@ static void test_agents_refused(void **state)
     cfg = df_test_config(yaml, "gae.yaml", gae, 1);
     assert_error_mentions(df_train_check(cfg, 1, NULL, NULL, &p), DF_EUNSUPPORTED,
                           "node 'rollout_1': agent_group 1: multi-agent graphs (siiRL's MARFT, 2 agent groups) do "
-                          "not run yet with algorithm.adv_estimator reading a critic's values");
+                          "not run with algorithm.adv_estimator reading a critic's values");
     df_config_free(cfg);
 }
 

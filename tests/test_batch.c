@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -85,6 +86,21 @@ static void test_columns(void **state)
     df_batch_drop(b, "absent");
     assert_int_equal(df_batch_num_columns(b), 4);
     assert_false(df_batch_has(b, "uid"));
+    /* rename keeps data and position, replaces a column of the new name */
+    const char *first = df_batch_column_at(b, 0)->name;
+    char was[DF_COL_NAME_MAX];
+    snprintf(was, sizeof was, "%s", first);
+    const void *data0 = df_batch_column_at(b, 0)->data;
+    assert_int_equal(df_batch_rename(b, was, "agent_group_1_x"), 0);
+    assert_string_equal(df_batch_column_at(b, 0)->name, "agent_group_1_x");
+    assert_ptr_equal(df_batch_column_at(b, 0)->data, data0);
+    assert_int_equal(df_batch_rename(b, "prompt_ids", "agent_group_1_x"), 0);
+    assert_int_equal(df_batch_num_columns(b), 3);
+    assert_false(df_batch_has(b, "prompt_ids"));
+    assert_int_equal(df_batch_offsets(b, "agent_group_1_x")[3], 5);
+    assert_int_equal(df_batch_rename(b, "absent", "y"), DF_ENOTFOUND);
+    assert_int_equal(df_batch_rename(b, "agent_group_1_x", ""), DF_EINVAL);
+    assert_int_equal(df_batch_rename(b, "agent_group_1_x", "prompt_ids"), 0);
     /* set_str_at */
     const char *s[] = {"x", NULL, "z"};
     assert_int_equal(df_batch_set_str(b, "s", s), 0);

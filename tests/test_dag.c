@@ -566,6 +566,30 @@ static void test_run_ok_with_retry(void **state)
     df_task_graph_free(g);
 }
 
+static bool skip_flaky(void *user, const df_node *n)
+{
+    (void)user;
+    return !strcmp(n->node_id, "flaky");
+}
+
+/* A skipped node (df_run_opts.skip_node: train_cycle) is not called and leaves the batch as it was. */
+static void test_run_skip_node(void **state)
+{
+    (void)state;
+    run_log log = {.flaky_failures = 100};
+    g_log = &log;
+    df_task_graph *g = run_graph(fn_flaky, 0);
+    char batch_a;
+    df_batch *batch = (df_batch *)&batch_a;
+    df_node_ctx tmpl = {.step = 42, .user = &log};
+    df_run_opts opts = {.release_batch = release, .skip_node = skip_flaky};
+    assert_int_equal(df_task_graph_run(g, &tmpl, &batch, &opts), 0);
+    assert_string_equal(log.calls, "load,replace,check");
+    assert_int_equal(node(g, "flaky")->status, DF_STATUS_SKIPPED);
+    assert_int_equal(node(g, "check")->status, DF_STATUS_COMPLETED);
+    df_task_graph_free(g);
+}
+
 static void test_run_failure(void **state)
 {
     (void)state;
@@ -679,6 +703,7 @@ int main(void)
         cmocka_unit_test(test_resolve),
         cmocka_unit_test(test_run_ok_with_retry),
         cmocka_unit_test(test_run_failure),
+        cmocka_unit_test(test_run_skip_node),
         cmocka_unit_test(test_run_resolves_and_skips),
         cmocka_unit_test(test_registry_aliases_and_closest),
     };

@@ -110,10 +110,8 @@ static void test_siirl_marft_plans_and_is_refused(void **state)
     p = NULL;
     assert_int_equal(df_train_check(cfg, 1, NULL, NULL, &p), DF_EUNSUPPORTED);
     assert_null(p);
-    const char *want = MARFT " node 'rollout_actor': agent_group 1: multi-agent graphs (siiRL's MARFT, 2 agent "
-                       "groups) do not run yet with an environment (agent_options.obs_with_env / env_path / "
-                       "rewards_with_env); what runs: each agent group its own rollout -> reward -> advantage -> "
-                       "actor chain";
+    const char *want = MARFT " node 'critic_2_value': agent_group 1: multi-agent graphs (siiRL's MARFT, 2 agent "
+                       "groups) do not run with a critic";
     if (!strstr(df_last_error(), want))
         fail_msg("'%s' lacks '%s'", df_last_error(), want);
     df_config_free(cfg);
@@ -134,7 +132,7 @@ static void test_cli_plan_shows_groups(void **state)
     assert_int_equal(df_test_command(cmd, out, sizeof out), 1);
     const char *groups = strstr(out, "\n== agent groups (2)\nagent 0: models ROLLOUT, ACTOR, REFERENCE, CRITIC; "
                                      "checkpoint actor_agent_0\n");
-    const char *err = strstr(out, "distflow plan: error: " MARFT " node 'rollout_actor': agent_group 1:");
+    const char *err = strstr(out, "distflow plan: error: " MARFT " node 'critic_2_value': agent_group 1:");
     if (!groups || !err || err < groups)
         fail_msg("the plan's agent groups, then the refusal, expected:\n%s", out);
     assert_non_null(strstr(out, "== planned for 2 ranks: a multi-agent graph, shown but refused (below)\n"));

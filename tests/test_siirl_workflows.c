@@ -42,10 +42,10 @@ typedef struct {
     const char *msg;
 } verdict;
 
-#define MULTI_AGENT "node 'rollout_actor': agent_group 1: multi-agent graphs (siiRL's MARFT"
+#define MULTI_AGENT "agent_group 1: multi-agent graphs (siiRL's MARFT, 2 agent groups) do not run with a critic"
 #define MULTI_AGENT_CRITIC                                                                          \
     "node 'critic_value': agent_group 1: multi-agent graphs (siiRL's MARFT, 2 agent groups) do not run " \
-    "yet with a critic"
+    "with a critic"
 /* an embodied job's keys make them train (test_embodied_pipeline) */
 #define EMBODIED                                                                                   \
     "the graph's embodied sampling node filters control episodes: set actor_rollout_ref.model.model_type=embodied"

@@ -355,6 +355,13 @@ static void test_agent_prefix(void **state)
     assert_string_equal(df_metrics_at(m, 2, &v), "agent_1_kept");
     assert_string_equal(df_metrics_at(m, 3, &v), "agent_1_timing_s/gen");
     assert_true(v == 5);
+    /* another group's metric keeps its prefix; a name that only begins "agent_" gets one */
+    int mark = df_metrics_count(m);
+    assert_int_equal(df_metrics_set(m, "agent_0_critic/score/mean", 7), 0);
+    assert_int_equal(df_metrics_set(m, "agent_loop/tool_calls/mean", 8), 0);
+    assert_int_equal(df_metrics_prefix_from(m, mark, "agent_1_"), 0);
+    assert_true(df_metrics_has(m, "agent_0_critic/score/mean"));
+    assert_true(df_metrics_has(m, "agent_1_agent_loop/tool_calls/mean"));
     df_metrics_free(m);
     assert_int_equal(df_metric_reduce_of("agent_1_timing_s/gen"), DF_METRIC_MAX);
     assert_int_equal(df_metric_reduce_of("agent_12_response_length/min"), DF_METRIC_MIN);

@@ -80,6 +80,12 @@ DF_API const df_column *df_batch_column(const df_batch *b, const char *name);
 DF_API bool df_batch_has(const df_batch *b, const char *name);
 /** Remove a column; no-op if absent. */
 DF_API void df_batch_drop(df_batch *b, const char *name);
+/**
+ * Rename column `from` to `to`, keeping its data and its position; a column already named `to` is
+ * dropped first. Errors: DF_ENOTFOUND when `from` is absent; DF_EINVAL for a `to` of 0 or
+ * DF_COL_NAME_MAX or more bytes (the batch is unchanged on error).
+ */
+DF_API int df_batch_rename(df_batch *b, const char *from, const char *to);
 
 /*
  * ---- adding columns ---------------------------------------------------------

@@ -695,7 +695,11 @@ struct df_run_opts {
     /** Called when a pass over nodes starts with a fresh input batch: df_task_graph_run's,
      *  and each df_node_rerun_upstream (the DAG worker resets where its data lies). NULL: nothing. */
     void (*begin_pass)(void *user);
-    void *hook_user; /**< passed to before_node and begin_pass */
+    /** Asked before each node of df_task_graph_run's pass: true skips it (status SKIPPED, the
+     *  batch passes on unchanged, before_node is not called). The DAG worker skips the nodes whose
+     *  agent_options.train_cycle gives the step to another agent group. NULL: nothing skipped. */
+    bool (*skip_node)(void *user, const df_node *node);
+    void *hook_user; /**< passed to before_node, begin_pass and skip_node */
 };
 
 /**

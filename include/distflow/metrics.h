@@ -36,8 +36,9 @@ DF_API int df_metrics_count(const df_metrics *m);
 DF_API const char *df_metrics_at(const df_metrics *m, int i, double *value);
 /**
  * Prefix the names of the metrics at positions [start, df_metrics_count) with `prefix`, those that
- * already begin with it left as they are (siiRL's add_prefix_to_metrics: "agent_1_" for what a node
- * of agent group 1 recorded). A prefixed name that is already present takes the value (set
+ * already begin with it, or with any agent group's "agent_<g>_", left as they are (siiRL's
+ * add_prefix_to_metrics: "agent_1_" for what a node of agent group 1 recorded; siiRL leaves every
+ * name beginning "agent_", which would also keep e.g. agent_loop/tool_calls/mean unprefixed). A prefixed name that is already present takes the value (set
  * semantics). Errors: DF_ENOMEM (the metrics stay valid; some may be renamed).
  */
 DF_API int df_metrics_prefix_from(df_metrics *m, int start, const char *prefix);

@@ -110,6 +110,22 @@ void df_batch_drop(df_batch *b, const char *name)
     b->ncol--;
 }
 
+int df_batch_rename(df_batch *b, const char *from, const char *to)
+{
+    int i = find_col(b, from);
+    size_t len = to ? strlen(to) : 0;
+    if (i < 0)
+        return df_error(DF_ENOTFOUND, "batch has no column '%s' to rename", from ? from : "(null)");
+    if (len == 0 || len >= DF_COL_NAME_MAX)
+        return df_error(DF_EINVAL, "column name '%s' must be 1 to %d bytes", to ? to : "(null)", DF_COL_NAME_MAX - 1);
+    if (!strcmp(from, to))
+        return DF_OK;
+    df_batch_drop(b, to);
+    i = find_col(b, from); /* the drop may have moved it */
+    memcpy(b->cols[i]->name, to, len + 1);
+    return DF_OK;
+}
+
 int df_batch_adopt(df_batch *b, df_column *c)
 {
     int i = find_col(b, c->name);

@@ -285,6 +285,10 @@ int df_task_graph_run(df_task_graph *g, const df_node_ctx *tmpl, df_batch **batc
             order[i]->status = DF_STATUS_SKIPPED;
             continue;
         }
+        if (opts && opts->skip_node && opts->skip_node(opts->hook_user, order[i])) {
+            order[i]->status = DF_STATUS_SKIPPED;
+            continue;
+        }
         order[i]->status = DF_STATUS_READY;
         if (opts && opts->before_node && (rc = opts->before_node(opts->hook_user, order[i], batch))) {
             order[i]->status = DF_STATUS_FAILED;

@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,11 +66,22 @@ static metric *find_or_add(df_metrics *m, const char *name)
     return e;
 }
 
+/* "agent_<g>_...": a multi-agent group's metric already (df_metrics_prefix_from leaves it). */
+static bool agent_prefixed(const char *name)
+{
+    if (strncmp(name, "agent_", 6) || !isdigit((unsigned char)name[6]))
+        return false;
+    const char *p = name + 6;
+    while (isdigit((unsigned char)*p))
+        p++;
+    return *p == '_';
+}
+
 int df_metrics_prefix_from(df_metrics *m, int start, const char *prefix)
 {
     size_t lp = strlen(prefix);
     for (int i = start < 0 ? 0 : start; i < m->n; i++) {
-        if (!strncmp(m->v[i].name, prefix, lp))
+        if (!strncmp(m->v[i].name, prefix, lp) || agent_prefixed(m->v[i].name))
             continue;
         size_t ln = strlen(m->v[i].name);
         char *name = malloc(lp + ln + 1);

@@ -178,6 +178,7 @@ struct df_dag_worker {
     df_console_info con; /* for the banner and the summary */
     struct df_embodied_setup *embodied; /* model_type=embodied: the environment and the action tokens
                                            (workers/embodied/); NULL otherwise */
+    struct df_marft_run *marft; /* a chained multi-agent graph (workers/dag/marft_run.h); NULL otherwise */
     struct df_async *async; /* mode=async: this rank's side of the job (workers/dag/async.h); NULL: sync */
     const volatile sig_atomic_t *stop_flag; /* df_dag_worker_set_stop_flag; NULL: none */
     int stopped;                            /* the agreed stop flag's value when fit stopped early */

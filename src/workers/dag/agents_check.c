@@ -1,12 +1,15 @@
 /*
- * Which multi-agent (siiRL MARFT) graphs the DAG worker runs today (docs/multi_agent.md): agent
- * groups that each own their rollout, actor and reference models (agents.c) and run one after
- * another on the step's prompts, each its own rollout -> reward -> advantage -> actor chain with a
- * critic-free estimator. The chained rollout (agents taking turns on one episode), shared
- * instances, critics per group, train_cycle and the environment come with the rest of the runtime;
- * until then a graph that needs them is refused here, naming the node and what it needs.
+ * Which multi-agent (siiRL MARFT) graphs the DAG worker runs (docs/multi_agent.md):
+ *   chained:     the groups' ROLLOUT nodes one after another at the head of the graph (siiRL's
+ *                layout): one episode through every agent (marft_run.h), each node of group g on
+ *                group g's columns, one ADVANTAGE node for every agent;
+ *   independent: agent groups that each own their models and run one after another on the step's
+ *                prompts, each its own rollout -> reward -> advantage -> actor chain with a
+ *                critic-free estimator.
+ * What neither takes is refused here, naming the node and what it needs.
  */
 #include "workers/worker_internal.h"
+#include "workers/dag/marft_run.h"
 
 #include "distflow/algo_desc.h"
 
@@ -14,19 +17,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define RUNS "what runs: each agent group its own rollout -> reward -> advantage -> actor chain after the " \
-             "previous group's, every group sampling the step's prompts (docs/multi_agent.md)"
+#define RUNS "what runs: the chained layout (each group's rollout node after the previous group's, one " \
+             "advantage node) or each agent group its own rollout -> reward -> advantage -> actor chain after the " \
+             "previous group's (docs/multi_agent.md)"
 
 static int refuse(const char *src, const df_node *n, int groups, const char *what)
 {
     return df_error(DF_EUNSUPPORTED,
                     "%s node '%s': agent_group %d: multi-agent graphs (siiRL's MARFT, %d agent groups) do not run "
-                    "yet with %s; " RUNS,
+                    "with %s; " RUNS,
                     src, n->node_id, n->agent_group, groups, what);
 }
 
-/* What of node n needs the parts of the runtime still missing, or NULL. */
-static const char *node_needs(const df_node *n)
+/* What of node n a graph of this layout does not run, or NULL. */
+static const char *node_needs(const df_node *n, bool chained, const df_node *last_rollout)
 {
     const df_agent_options *o = n->agent_options;
     if (n->node_role == DF_ROLE_CRITIC)
@@ -35,22 +39,23 @@ static const char *node_needs(const df_node *n)
         return NULL;
     if (o->share_instance >= 0)
         return "agent_options.share_instance (a model shared between agent groups)";
-    if (o->train_cycle > 0)
-        return "agent_options.train_cycle (agents training in turns)";
-    if (o->obs_with_env || o->n_env_path || o->rewards_with_env)
-        return "an environment (agent_options.obs_with_env / env_path / rewards_with_env)";
-    if (o->process_path || o->n_pre_kwargs || o->n_post_kwargs)
-        return "the chained rollout (agent_options.process_path / pre_process_kwargs / post_process_kwargs: "
-               "agents taking turns on one episode)";
+    if (!chained && (o->obs_with_env || o->n_env_path || o->process_path || o->n_pre_kwargs || o->n_post_kwargs))
+        return "the chained rollout's options (obs_with_env, env_path, process_path, pre_process_kwargs, "
+               "post_process_kwargs) in groups whose rollout nodes do not follow one another";
+    if (o->n_env_path && n != last_rollout)
+        return "agent_options.env_path outside the last agent's rollout node (the environment steps after the "
+               "last agent of each turn, as siiRL's MultiAgentLoop)";
+    if (o->n_env_path > 1)
+        return "more than one agent_options.env_path entry (siiRL runs the first only)";
     return NULL;
 }
 
-/* A job-wide setting the groups cannot share yet, or NULL. */
-static const char *job_needs(const df_train_config *t)
+/* A job-wide setting the groups cannot share, or NULL. */
+static const char *job_needs(const df_train_config *t, bool chained)
 {
     const df_adv_estimator_desc *d = df_adv_estimator_find(t->algorithm.adv_estimator);
-    if (d && (d->needs & (DF_ADV_NEEDS_VALUES | DF_ADV_NEEDS_AGENTS)))
-        return "algorithm.adv_estimator reading a critic's values (gae, gae_marft)";
+    if (!chained && d && (d->needs & (DF_ADV_NEEDS_VALUES | DF_ADV_NEEDS_AGENTS)))
+        return "algorithm.adv_estimator reading a critic's values (gae, gae_marft) in independent groups";
     if (d && (d->needs & DF_ADV_NEEDS_BASELINES))
         return "algorithm.adv_estimator=remax (its greedy pass re-runs one rollout)";
     if (t->algorithm.filter_groups.enable)
@@ -58,8 +63,35 @@ static const char *job_needs(const df_train_config *t)
     if (!strcmp(t->actor_rollout_ref.rollout.mode, "async"))
         return "actor_rollout_ref.rollout.mode=async";
     if (t->actor_rollout_ref.rollout.multi_turn.enable || t->dag.env_enable)
-        return "multi_turn.enable or dag.env_enable (one agent loop for the job)";
+        return "multi_turn.enable or dag.env_enable (one agent loop for the job; a chained graph's turns are "
+               "multi_turn.max_assistant_turns without it)";
+    if (t->actor_rollout_ref.rollout.agent.rewards_with_env && !chained)
+        return "actor_rollout_ref.rollout.agent.rewards_with_env outside a chained graph";
     return NULL;
+}
+
+/* A chained graph: one ADVANTAGE node (it computes every agent's); rewards_with_env needs the environment. */
+static int check_chained(const df_train_config *t, df_task_graph *g, int groups, const char *src,
+                         const df_node *last_rollout)
+{
+    const df_node *adv = NULL;
+    for (int i = 0; i < df_task_graph_num_nodes(g); i++) {
+        const df_node *n = df_task_graph_node_at(g, i);
+        if (n->node_role != DF_ROLE_ADVANTAGE)
+            continue;
+        if (adv)
+            return refuse(src, n, groups, "a second advantage node (the chained graph's one advantage node computes "
+                                          "every agent's advantages, as siiRL's compute_multi_agent_advantage)");
+        adv = n;
+    }
+    const df_agent_options *o = last_rollout->agent_options;
+    int rc = o && o->n_env_path ? df_marft_env_check(o->env_path[0]) : DF_OK;
+    if (rc)
+        return df_error_wrap(rc, "%s node '%s': agent_options.env_path", src, last_rollout->node_id);
+    if (t->actor_rollout_ref.rollout.agent.rewards_with_env && (!o || !o->n_env_path))
+        return df_error(DF_EINVAL, "%s: actor_rollout_ref.rollout.agent.rewards_with_env=true needs an environment: "
+                        "agent_options.env_path on the last agent's rollout node ('%s')", src, last_rollout->node_id);
+    return DF_OK;
 }
 
 /* Group grp's ROLLOUT node into *r (NULL when none); the count into *count. */
@@ -105,18 +137,25 @@ static int check_order(df_task_graph *g, int grp, int groups, const char *src, b
 int df_worker_check_agents_run(const df_train_config *t, df_task_graph *g, int groups, const char *src)
 {
     int nn = df_task_graph_num_nodes(g);
+    const bool chained = df_worker_marft_chained(g, groups);
+    const df_node *last = NULL;
+    int count;
+    if (chained)
+        group_rollout(g, groups - 1, &last, &count);
     /* the later groups' nodes first: they are what a single-agent worker lacked */
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < nn; i++) {
             const df_node *n = df_task_graph_node_at(g, i);
-            const char *what = (n->agent_group > 0) == (pass == 0) ? node_needs(n) : NULL;
+            const char *what = (n->agent_group > 0) == (pass == 0) ? node_needs(n, chained, last) : NULL;
             if (what)
                 return refuse(src, n, groups, what);
         }
-    const char *what = job_needs(t);
+    const char *what = job_needs(t, chained);
     for (int i = 0; what && i < nn; i++)
         if (df_task_graph_node_at(g, i)->agent_group > 0)
             return refuse(src, df_task_graph_node_at(g, i), groups, what);
+    if (chained)
+        return check_chained(t, g, groups, src, last);
     bool *up = malloc((size_t)(nn ? nn : 1) * sizeof *up), *down = malloc((size_t)(nn ? nn : 1) * sizeof *down);
     int rc = up && down ? DF_OK : df_error(DF_ENOMEM, "out of memory");
     for (int grp = 1; !rc && grp < groups; grp++)

@@ -1,6 +1,7 @@
 /* The DAG worker: setup from the config, the training loop, validation, checkpoints. */
 #include "workers/embodied/embodied_worker.h"
 #include "workers/worker_internal.h"
+#include "workers/dag/marft_run.h"
 
 #include "distflow/env.h"
 #include "distflow/scheduler.h"
@@ -364,6 +365,8 @@ static int setup_trainer_side(df_dag_worker *w)
         rc = df_worker_embodied_setup(w);
     if (!rc) /* after the actor: the critic's vocabulary must match it */
         rc = df_worker_setup_critic(w);
+    if (!rc) /* a chained multi-agent graph: its agents' tokenizers are loaded now */
+        rc = df_worker_marft_setup(w);
     if (!rc)
         rc = setup_output(w);
     return rc;
@@ -419,6 +422,7 @@ void df_dag_worker_free(df_dag_worker *w)
         return;
     df_worker_free_node_configs(w);
     df_worker_embodied_free(w);
+    df_worker_marft_free(w);
     df_worker_free_agents(w);
     df_task_graph_free(w->graph);
     df_data_buffers_free(w->buffers);

@@ -41,7 +41,9 @@ int df_evaluate(df_rollout_engine *e, const df_model *m, const df_tokenizer *tok
         rc = df_dataloader_next(dl, &prompts);
         if (!rc)
             rc = df_prompts_attach(prompts, pc);
-        if (!rc)
+        if (!rc && o->generate)
+            rc = o->generate(o->gen_user, prompts, o->n, o->seed, &b);
+        else if (!rc)
             rc = df_agent_generate(o->agent, tok, e, m, prompts, o->n, &o->sp, o->seed, df_rng_key(o->seed, 0xe57, 0, 0),
                                    o->label, &b);
         if (!rc)

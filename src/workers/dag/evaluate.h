@@ -28,6 +28,10 @@ typedef struct df_eval_opts {
     df_comm *comm;         /* ranks evaluating disjoint shards: results are their totals; NULL: this rank's */
     bool replica;          /* this rank repeats another rank's shard: it adds nothing to the totals */
     const df_agent_config *agent; /* multi-turn / environment rollouts (agent_loop.h); NULL: single-turn */
+    /* the generation when not e's (a chained multi-agent rollout: marft_run.h): n responses per
+       row of prompts into *out, the columns scored unprefixed; NULL: e's, through agent */
+    int (*generate)(void *user, const df_batch *prompts, int64_t n, uint64_t seed, df_batch **out);
+    void *gen_user;
 } df_eval_opts;
 
 typedef struct df_eval_result {

@@ -13,6 +13,7 @@
 #include "workers/dag/rollout_dump.h"
 #include "workers/dag/val_generations.h"
 #include "workers/dag/metrics_reduce.h"
+#include "workers/dag/marft_run.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -44,6 +45,8 @@ static int validate(df_dag_worker *w, df_metrics *m)
                       .seed = df_rng_key(df_worker_seed(w), 0x7a1, 0, 0),
                       .batch_prompts = vbs, .label = w->console && w->rank == 0 ? "validate" : NULL,
                       .comm = w->group, .replica = w->data_layout.mp_rank != 0, .agent = w->rollout.agent};
+    if (w->marft) /* the agents' chain, scored on the last agent's answers */
+        o.generate = df_marft_val_generate, o.gen_user = w;
     df_eval_result res = {0};
     df_val_generations gen = {0};
     int rc = df_worker_rollout_sync(w);
@@ -98,12 +101,16 @@ static int train_step(df_dag_worker *w)
     int rc = df_worker_next_prompts(w, 0, &b);
     df_node_ctx ctx = {.worker = w, .step = w->step, .metrics = m};
     df_run_opts opts = {.release_batch = df_batch_free, .copy_batch = df_batch_copy,
-                        .before_node = df_worker_before_node, .begin_pass = df_worker_begin_pass, .hook_user = w};
+                        .before_node = df_worker_before_node, .begin_pass = df_worker_begin_pass,
+                        .skip_node = df_worker_marft_skip, .hook_user = w};
     w->metrics_group = -1;
     if (!rc)
         rc = df_task_graph_run(w->graph, &ctx, &b, &opts);
     if (!rc)
         rc = df_worker_agent_metrics(w, NULL);
+    double other_tokens = 0; /* a chained multi-agent step: the agents' before the last */
+    if (!rc && w->marft)
+        rc = df_marft_step_metrics(w, b, m, ev_sums, &other_tokens);
     if (!rc) {
         double dt = df_now() - t0;
         df_metrics_set(m, "training/global_step", (double)w->step);
@@ -112,6 +119,7 @@ static int train_step(df_dag_worker *w)
                                 w->global.cfg.data.max_prompt_length, m);
         df_metrics_set(m, "timing_s/step", dt);
         df_compute_throughput_metrics(b, dt, w->world, m);
+        df_metrics_add(m, "perf/total_num_tokens", other_tokens);
         if (w->cur_layout.mp_rank != 0) /* a model-parallel replica: its tokens are counted once */
             df_metrics_set(m, "perf/total_num_tokens", 0);
         else

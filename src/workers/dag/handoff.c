@@ -6,6 +6,7 @@
  * through the Data Coordinator, with no central process.
  */
 #include "workers/worker_internal.h"
+#include "workers/dag/marft_run.h"
 
 #include <string.h>
 
@@ -64,6 +65,9 @@ int df_worker_before_node(void *user, df_node *node, df_batch **batch)
         return df_error_wrap(rc, "moving the batch from %d x %d to %d x %d ranks", src.dp_size, src.mp,
                              dst.dp_size, dst.mp);
     w->cur_layout = *to;
+    /* a chained multi-agent graph: the node sees its agent group's columns (marft_view.c) */
+    if (w->marft && (rc = df_marft_view(w->marft, *batch, df_marft_node_view(w->marft, node))))
+        return df_error_wrap(rc, "agent group %d's view of the batch", node->agent_group);
     if (!st.local) {
         df_metrics_add(w->metrics, "timing_s/redistribute", st.seconds);
         df_metrics_add(w->metrics, "perf/redistributed_bytes", (double)st.bytes_sent);
@@ -76,4 +80,6 @@ void df_worker_begin_pass(void *user)
     df_dag_worker *w = user;
     w->cur_layout = w->data_layout;
     w->prev_role = DF_ROLE_DEFAULT;
+    if (w->marft) /* a fresh batch: nothing of it is any agent's view */
+        w->marft->view = -1;
 }

@@ -11,6 +11,7 @@
  */
 #include "workers/worker_internal.h"
 #include "workers/dag/preflight.h"
+#include "workers/dag/marft_run.h"
 #include "workers/embodied/embodied_worker.h"
 #include "distflow/algo_desc.h"
 #include "distflow/backend.h"
@@ -164,6 +165,14 @@ static int check_agents(const df_train_config *t, df_task_graph *g, const df_pla
                             "agent's advantages in one node of the last agent group (%d), as siiRL does",
                             src, n->node_id, n->agent_group, t->algorithm.adv_estimator, groups - 1);
     }
+    if (t->data.multi_agent && groups < 2)
+        return df_error(DF_EINVAL, "data.multi_agent=true, but %s has one agent group (siiRL MARFT: nodes with "
+                        "agent_group 0, 1, ...)", src);
+    const struct df_train_rollout_multi_turn *mt = &t->actor_rollout_ref.rollout.multi_turn;
+    if (mt->max_assistant_turns.set && !mt->enable && !t->dag.env_enable && !df_worker_marft_chained(g, groups))
+        return df_error(DF_EINVAL, "actor_rollout_ref.rollout.multi_turn.max_assistant_turns is set but multi_turn.enable "
+                        "is false and %s is no chained multi-agent graph (siiRL MARFT: its agents' turns): enable "
+                        "multi-turn rollouts or drop it", src);
     return groups > 1 ? df_worker_check_agents_run(t, g, groups, src) : DF_OK;
 }
 
@@ -417,8 +426,9 @@ int df_worker_env(const df_config *c, const df_train_config *t, bool load, df_en
 static int multi_turn_unused(const df_config *c, const df_train_config *t)
 {
     const struct df_train_rollout_multi_turn *m = &t->actor_rollout_ref.rollout.multi_turn;
+    /* max_assistant_turns: also the turns of a chained multi-agent graph (check_agents) */
     const char *key = m->tool_config_path ? "tool_config_path" : m->interaction_config_path ? "interaction_config_path"
-                    : m->max_assistant_turns.set ? "max_assistant_turns" : m->max_user_turns.set ? "max_user_turns" : NULL;
+                    : m->max_user_turns.set ? "max_user_turns" : NULL;
     char full[96];
     if (!key)
         return DF_OK;

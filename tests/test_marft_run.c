@@ -1,0 +1,278 @@
+/* The chained multi-agent runtime (siiRL MARFT, docs/multi_agent.md): the rollout's prompts equal
+ * the agents' templates applied by hand, each node sees its own agent's columns, train_cycle lets
+ * one agent train at a time, and the advantage node shares the last agent's score. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "testutil.h"
+
+#include "distflow/marft.h"
+#include "distflow/reward.h"
+#include "distflow/worker.h"
+#include "util/fsutil.h"
+#include "workers/dag/marft_run.h"
+#include "workers/worker_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PRE0 "Plan this: ${prompt}"
+#define POST0 " PLAN: "
+#define PRE1 "Solve this: ${prompt}"
+#define POST1 " ANSWER: "
+
+/* A planner (group 0, the job's model) and a solver (group 1, dir/b/model): the chained layout of
+   siiRL's MARFT file, per-agent GRPO; `train_opts` the actors' agent_options (or ""), `env` the
+   solver's environment entries (or ""), into dir/wf.yaml. */
+static void write_chain(const char *dir, const char *train_opts, const char *env)
+{
+    char text[8192], path[1024];
+    snprintf(text, sizeof text,
+             "dag_id: planner_solver\nnodes:\n"
+             "  - {node_id: rollout_planner, node_type: MODEL_INFERENCE, node_role: ROLLOUT, agent_group: 0,\n"
+             "     dependencies: [], agent_options: {pre_process_kwargs: {pre_chat_template: \"" PRE0 "\"},\n"
+             "     post_process_kwargs: {post_chat_template: \"" POST0 "\"}}}\n"
+             "  - {node_id: rollout_solver, node_type: MODEL_INFERENCE, node_role: ROLLOUT, agent_group: 1,\n"
+             "     config: {model.path: %s/b/model}, dependencies: [rollout_planner],\n"
+             "     agent_options: {pre_process_kwargs: {pre_chat_template: \"" PRE1 "\"},\n"
+             "     post_process_kwargs: {post_chat_template: \"" POST1 "\"}%s}}\n"
+             "  - {node_id: reward, node_type: COMPUTE, node_role: REWARD, agent_group: 1, dependencies: [rollout_solver]}\n"
+             "  - {node_id: old_0, node_type: MODEL_TRAIN, node_role: ACTOR, only_forward_compute: true, agent_group: 0,\n"
+             "     dependencies: [reward]}\n"
+             "  - {node_id: old_1, node_type: MODEL_TRAIN, node_role: ACTOR, only_forward_compute: true, agent_group: 1,\n"
+             "     dependencies: [old_0]}\n"
+             "  - {node_id: adv, node_type: COMPUTE, node_role: ADVANTAGE, agent_group: 1, dependencies: [old_1]}\n"
+             "  - {node_id: train_0, node_type: MODEL_TRAIN, node_role: ACTOR, agent_group: 0, dependencies: [adv]%s}\n"
+             "  - {node_id: train_1, node_type: MODEL_TRAIN, node_role: ACTOR, agent_group: 1, dependencies: [train_0]%s}\n",
+             dir, env, train_opts, train_opts);
+    snprintf(path, sizeof path, "%s/wf.yaml", dir);
+    assert_int_equal(df_write_file_atomic(path, text, strlen(text)), 0);
+}
+
+static void job_yaml(const char *dir, char *yaml, size_t cap)
+{
+    snprintf(yaml, cap,
+             "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 4,\n"
+             "       max_prompt_length: 200, max_response_length: 6}\n"
+             "actor_rollout_ref:\n"
+             "  model: {path: %s/model}\n"
+             "  actor: {optim: {lr: 0.01}, ppo_mini_batch_size: 4, ppo_micro_batch_size_per_gpu: 8}\n"
+             "  rollout: {n: 2, log_prob_micro_batch_size_per_gpu: 16}\n"
+             "algorithm: {adv_estimator: grpo}\n"
+             "dag: {workflow_path: %s/wf.yaml}\n"
+             "trainer: {logger: [], default_local_dir: %s/out}\n",
+             dir, dir, dir, dir);
+}
+
+/* The job's model (dir/model) and a second of the same tokenizer (dir/b/model). */
+static void two_models(const char *dir)
+{
+    df_test_digits_inputs(dir, "train.jsonl", 8, "test/digits", true);
+    const char *texts[8];
+    char store[8][128], b[1024];
+    for (int i = 0; i < 8; i++) {
+        snprintf(store[i], sizeof store[i], "Add %d and %d. What do you get?", i, 2 * i + 1);
+        texts[i] = store[i];
+    }
+    snprintf(b, sizeof b, "%s/b", dir);
+    assert_int_equal(df_mkdir_p(b), 0);
+    df_test_tiny_model(b, texts, 8, 300, 32, 2, 11);
+}
+
+static df_dag_worker *worker(const char *dir, const char *const *ov, int n_ov)
+{
+    char yaml[4096];
+    job_yaml(dir, yaml, sizeof yaml);
+    df_config *cfg = df_test_config(yaml, "chain.yaml", ov, n_ov);
+    df_dag_worker *w = NULL;
+    if (df_dag_worker_create(cfg, NULL, &w))
+        fail_msg("%s", df_last_error());
+    /* the worker reads its config while it lives: freed with it below (df_config_free after) */
+    return w;
+}
+
+static void worker_free(df_dag_worker *w)
+{
+    const df_config *cfg = w->cfg;
+    df_dag_worker_free(w);
+    df_config_free((df_config *)cfg);
+}
+
+/* ids[n] of the batch's column at row i, as a malloc'd copy. */
+static char *decode_row(const df_tokenizer *tok, const df_batch *b, const char *col, int64_t i, bool skip)
+{
+    int64_t len;
+    const int32_t *ids = df_batch_tok_i32(b, col, i, &len);
+    assert_non_null(ids);
+    char *text = NULL;
+    assert_int_equal(df_tokenizer_decode(tok, ids, len, skip, &text), 0);
+    return text;
+}
+
+static void assert_ids_equal(const df_tokenizer *tok, const char *text, const df_batch *b, const char *col, int64_t i)
+{
+    int32_t *want = NULL;
+    int64_t nw, len;
+    assert_int_equal(df_tokenizer_encode(tok, text, false, &want, &nw), 0);
+    const int32_t *got = df_batch_tok_i32(b, col, i, &len);
+    if (len != nw || memcmp(got, want, (size_t)nw * sizeof *want))
+        fail_msg("%s row %lld: %lld tokens, the template applied by hand gives %lld (%s)", col, (long long)i,
+                 (long long)len, (long long)nw, text);
+    free(want);
+}
+
+/* The issue's test: the chained rollout's prompts equal the templates applied by hand. One turn:
+   the planner's prompt is its template around the data's prompt, the solver's its template around
+   the episode after the planner's answer. */
+static void test_chain_prompts(void **state)
+{
+    const char *dir = *state;
+    two_models(dir);
+    write_chain(dir, "", "");
+    df_dag_worker *w = worker(dir, NULL, 0);
+    assert_non_null(w->marft);
+    assert_int_equal(w->marft->n_agents, 2);
+    df_batch *prompts = NULL, *b = NULL;
+    assert_int_equal(df_worker_next_prompts(w, 0, &prompts), 0);
+    assert_int_equal(df_marft_generate(w, prompts, 2, NULL, 5, NULL, &b), 0);
+    assert_int_equal(df_batch_size(b), 2 * df_batch_size(prompts));
+    assert_false(df_batch_has(b, "prompt_ids")); /* each agent its own */
+    assert_true(df_batch_has(b, "uid") && df_batch_has(b, "ground_truth"));
+    const df_tokenizer *tok = w->tok;
+    df_marft_agent ag[2] = {{.tokenizer = tok, .pre_chat_template = PRE0, .post_chat_template = POST0},
+                            {.tokenizer = tok, .pre_chat_template = PRE1, .post_chat_template = POST1}};
+    df_marft_chain *c = NULL;
+    assert_int_equal(df_marft_chain_create(ag, 2, &c), 0);
+    for (int64_t i = 0; i < df_batch_size(b); i++) {
+        char *episode = decode_row(tok, prompts, "prompt_ids", i / 2, false), *p0 = NULL, *p1 = NULL, *next = NULL;
+        assert_int_equal(df_marft_chain_prompt(c, 0, episode, NULL, &p0), 0);
+        assert_ids_equal(tok, p0, b, "agent_group_0_prompt_ids", i);
+        char *answer = decode_row(tok, b, "agent_group_0_response_ids", i, false);
+        assert_int_equal(df_marft_chain_pass(c, 0, episode, answer, &next), 0);
+        assert_int_equal(df_marft_chain_prompt(c, 1, next, NULL, &p1), 0);
+        assert_ids_equal(tok, p1, b, "agent_group_1_prompt_ids", i);
+        assert_int_equal(df_batch_i64(b, "num_turns")[i], 1);
+        free(episode), free(p0), free(p1), free(next), free(answer);
+    }
+    /* each sample its own stream: the two samples of a prompt differ somewhere */
+    int64_t la, lb;
+    const int32_t *ra = df_batch_tok_i32(b, "agent_group_0_response_ids", 0, &la);
+    const int32_t *rb = df_batch_tok_i32(b, "agent_group_0_response_ids", 1, &lb);
+    assert_true(la != lb || memcmp(ra, rb, (size_t)la * sizeof *ra));
+    df_marft_chain_free(c);
+    df_batch_free(b);
+    df_batch_free(prompts);
+    worker_free(w);
+}
+
+/* Per-agent columns: a node of group g reads group g's without the prefix; what it adds is its. */
+static void test_views(void **state)
+{
+    (void)state;
+    df_marft_run r = {.n_agents = 2, .view = -1};
+    df_batch *b = df_batch_new(1);
+    const int64_t off[] = {0, 2};
+    const int32_t r0[] = {1, 2}, r1[] = {3, 4};
+    const char *uid[] = {"u"};
+    assert_int_equal(df_batch_set_str(b, "uid", uid), 0);
+    assert_int_equal(df_batch_set_tok_i32(b, "agent_group_0_response_ids", off, r0), 0);
+    assert_int_equal(df_batch_set_tok_i32(b, "agent_group_1_response_ids", off, r1), 0);
+    assert_int_equal(df_marft_view(&r, b, 1), 0);
+    assert_int_equal(df_batch_tok_i32(b, "response_ids", 0, NULL)[0], 3);
+    assert_true(df_batch_has(b, "agent_group_0_response_ids") && df_batch_has(b, "uid"));
+    const float lp[] = {-1, -2};
+    assert_int_equal(df_batch_set_tok_f32(b, "old_log_probs", off, lp), 0); /* a node of group 1 adds it */
+    assert_int_equal(df_marft_view(&r, b, 0), 0);
+    assert_true(df_batch_has(b, "agent_group_1_old_log_probs") && df_batch_has(b, "agent_group_1_response_ids"));
+    assert_false(df_batch_has(b, "old_log_probs"));
+    assert_int_equal(df_batch_tok_i32(b, "response_ids", 0, NULL)[0], 1);
+    assert_int_equal(df_marft_view(&r, b, -1), 0);
+    assert_int_equal(df_batch_num_columns(b), 4);
+    assert_true(df_batch_has(b, "uid") && df_batch_has(b, "agent_group_0_response_ids"));
+    /* a group's column named as one of the batch's own */
+    assert_int_equal(df_batch_set_str(b, "agent_group_0_uid", uid), 0);
+    assert_error_mentions(df_marft_view(&r, b, 0), DF_EINTERNAL, "'uid' is agent group 0's and the batch's own");
+    df_batch_free(b);
+    free(r.shared);
+}
+
+static df_model *copy_of(df_actor *a)
+{
+    df_model *m = NULL;
+    assert_int_equal(df_model_clone(df_actor_model(a), &m), 0);
+    return m;
+}
+
+static bool same_bits(const df_model *a, const df_model *b)
+{
+    return a->n_params == b->n_params && !memcmp(a->params, b->params, (size_t)a->n_params * sizeof *a->params);
+}
+
+/* A whole step: both agents train on their own responses (the planner on the solver's score,
+   shared), their metrics under their prefixes. */
+static void test_step_trains_both(void **state)
+{
+    const char *dir = *state;
+    two_models(dir);
+    write_chain(dir, "", "");
+    const char *ov[] = {"trainer.total_training_steps=1"};
+    df_dag_worker *w = worker(dir, ov, 1);
+    df_model *i0 = copy_of(w->actor.model), *i1 = copy_of(w->agents[1].actor->model);
+    if (df_dag_worker_fit(w))
+        fail_msg("%s", df_last_error());
+    assert_true(df_test_max_param_diff(df_actor_model(w->actor.model), i0) > 0);
+    assert_true(df_test_max_param_diff(df_actor_model(w->agents[1].actor->model), i1) > 0);
+    json_t *lines = df_test_metrics(dir, "out", true), *s1 = json_array_get(lines, 0);
+    const char *keys[] = {"agent_0_actor/pg_loss", "agent_1_actor/pg_loss", "agent_0_critic/score/mean",
+                          "agent_1_critic/score/mean", "agent_0_response_length/mean", "critic/score/mean",
+                          "agent_1_critic/advantages/max"};
+    for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
+        if (!json_is_number(json_object_get(s1, keys[k])))
+            fail_msg("step 1 lacks %s", keys[k]);
+    /* shared reward: the planner's score is the solver's (same sequences, summed per response) */
+    assert_true(json_real_value(json_object_get(s1, "agent_0_critic/score/mean")) ==
+                json_real_value(json_object_get(s1, "agent_1_critic/score/mean")));
+    json_decref(lines);
+    df_model_free(i0);
+    df_model_free(i1);
+    worker_free(w);
+}
+
+/* train_cycle 1 with two agents: step 1 trains agent 1 only ((1 / 1) mod 2), step 2 agent 0 only. */
+static void test_train_cycle(void **state)
+{
+    const char *dir = *state;
+    two_models(dir);
+    write_chain(dir, ", agent_options: {train_cycle: 1}", "");
+    const char *ov[] = {"trainer.total_training_steps=1"};
+    df_dag_worker *w = worker(dir, ov, 1);
+    df_model *i0 = copy_of(w->actor.model), *i1 = copy_of(w->agents[1].actor->model);
+    if (df_dag_worker_fit(w))
+        fail_msg("%s", df_last_error());
+    assert_true(same_bits(df_actor_model(w->actor.model), i0));
+    assert_true(df_test_max_param_diff(df_actor_model(w->agents[1].actor->model), i1) > 0);
+    json_t *lines = df_test_metrics(dir, "out", true), *s1 = json_array_get(lines, 0);
+    assert_null(json_object_get(s1, "agent_0_actor/pg_loss"));
+    assert_true(json_is_number(json_object_get(s1, "agent_1_actor/pg_loss")));
+    json_decref(lines);
+    df_model_free(i0);
+    df_model_free(i1);
+    worker_free(w);
+}
+
+int main(void)
+{
+    if (df_reward_register("test/digits", df_test_digit_share))
+        return 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_views),
+        cmocka_unit_test_setup_teardown(test_chain_prompts, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_step_trains_both, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_train_cycle, df_test_mkdtemp, df_test_rmtree),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
