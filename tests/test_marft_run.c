@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include "testutil.h"
+#include "marft_fixture.h"
 
 #include "distflow/marft.h"
 #include "distflow/reward.h"
@@ -19,69 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define PRE0 "Plan this: ${prompt}"
-#define POST0 " PLAN: "
-#define PRE1 "Solve this: ${prompt}"
-#define POST1 " ANSWER: "
-
-/* A planner (group 0, the job's model) and a solver (group 1, dir/b/model): the chained layout of
-   siiRL's MARFT file, per-agent GRPO; `train_opts` the actors' agent_options (or ""), `env` the
-   solver's environment entries (or ""), into dir/wf.yaml. */
-static void write_chain(const char *dir, const char *train_opts, const char *env)
-{
-    char text[8192], path[1024];
-    snprintf(text, sizeof text,
-             "dag_id: planner_solver\nnodes:\n"
-             "  - {node_id: rollout_planner, node_type: MODEL_INFERENCE, node_role: ROLLOUT, agent_group: 0,\n"
-             "     dependencies: [], agent_options: {pre_process_kwargs: {pre_chat_template: \"" PRE0 "\"},\n"
-             "     post_process_kwargs: {post_chat_template: \"" POST0 "\"}}}\n"
-             "  - {node_id: rollout_solver, node_type: MODEL_INFERENCE, node_role: ROLLOUT, agent_group: 1,\n"
-             "     config: {model.path: %s/b/model}, dependencies: [rollout_planner],\n"
-             "     agent_options: {pre_process_kwargs: {pre_chat_template: \"" PRE1 "\"},\n"
-             "     post_process_kwargs: {post_chat_template: \"" POST1 "\"}%s}}\n"
-             "  - {node_id: reward, node_type: COMPUTE, node_role: REWARD, agent_group: 1, dependencies: [rollout_solver]}\n"
-             "  - {node_id: old_0, node_type: MODEL_TRAIN, node_role: ACTOR, only_forward_compute: true, agent_group: 0,\n"
-             "     dependencies: [reward]}\n"
-             "  - {node_id: old_1, node_type: MODEL_TRAIN, node_role: ACTOR, only_forward_compute: true, agent_group: 1,\n"
-             "     dependencies: [old_0]}\n"
-             "  - {node_id: adv, node_type: COMPUTE, node_role: ADVANTAGE, agent_group: 1, dependencies: [old_1]}\n"
-             "  - {node_id: train_0, node_type: MODEL_TRAIN, node_role: ACTOR, agent_group: 0, dependencies: [adv]%s}\n"
-             "  - {node_id: train_1, node_type: MODEL_TRAIN, node_role: ACTOR, agent_group: 1, dependencies: [train_0]%s}\n",
-             dir, env, train_opts, train_opts);
-    snprintf(path, sizeof path, "%s/wf.yaml", dir);
-    assert_int_equal(df_write_file_atomic(path, text, strlen(text)), 0);
-}
-
-static void job_yaml(const char *dir, char *yaml, size_t cap)
-{
-    snprintf(yaml, cap,
-             "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 4,\n"
-             "       max_prompt_length: 200, max_response_length: 6}\n"
-             "actor_rollout_ref:\n"
-             "  model: {path: %s/model}\n"
-             "  actor: {optim: {lr: 0.01}, ppo_mini_batch_size: 4, ppo_micro_batch_size_per_gpu: 8}\n"
-             "  rollout: {n: 2, log_prob_micro_batch_size_per_gpu: 16}\n"
-             "algorithm: {adv_estimator: grpo}\n"
-             "dag: {workflow_path: %s/wf.yaml}\n"
-             "trainer: {logger: [], default_local_dir: %s/out}\n",
-             dir, dir, dir, dir);
-}
-
-/* The job's model (dir/model) and a second of the same tokenizer (dir/b/model). */
-static void two_models(const char *dir)
-{
-    df_test_digits_inputs(dir, "train.jsonl", 8, "test/digits", true);
-    const char *texts[8];
-    char store[8][128], b[1024];
-    for (int i = 0; i < 8; i++) {
-        snprintf(store[i], sizeof store[i], "Add %d and %d. What do you get?", i, 2 * i + 1);
-        texts[i] = store[i];
-    }
-    snprintf(b, sizeof b, "%s/b", dir);
-    assert_int_equal(df_mkdir_p(b), 0);
-    df_test_tiny_model(b, texts, 8, 300, 32, 2, 11);
-}
 
 static df_dag_worker *worker(const char *dir, const char *const *ov, int n_ov)
 {
@@ -164,6 +102,44 @@ static void test_chain_prompts(void **state)
     const int32_t *rb = df_batch_tok_i32(b, "agent_group_0_response_ids", 1, &lb);
     assert_true(la != lb || memcmp(ra, rb, (size_t)la * sizeof *ra));
     df_marft_chain_free(c);
+    df_batch_free(b);
+    df_batch_free(prompts);
+    worker_free(w);
+}
+
+/* Two turns with siiRL's MathEnv after the solver (rewards_with_env): the environment's verdict ends
+   the solver's episode text, so the planner's second prompt carries it; the solver's env_return is
+   the environment's score of its own answer. */
+static void test_chain_env_turns(void **state)
+{
+    const char *dir = *state;
+    two_models(dir);
+    write_chain(dir, "", ", obs_with_env: true, env_path: [examples/experimental/marft/config/math_env.py:MathEnv]");
+    const char *ov[] = {"actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",
+                        "actor_rollout_ref.rollout.agent.rewards_with_env=true"};
+    df_dag_worker *w = worker(dir, ov, 2);
+    assert_non_null(w->marft->env);
+    df_batch *prompts = NULL, *b = NULL;
+    assert_int_equal(df_worker_next_prompts(w, 0, &prompts), 0);
+    assert_int_equal(df_marft_generate(w, prompts, 2, NULL, 5, NULL, &b), 0);
+    const float *env = df_batch_f32(b, "agent_group_1_env_return");
+    assert_non_null(env);
+    int64_t two = 0;
+    for (int64_t i = 0; i < df_batch_size(b); i++) {
+        char *answer = decode_row(w->tok, b, "agent_group_1_response_ids", i, true);
+        double digits = 0;
+        df_test_digit_share(NULL, answer, NULL, NULL, &digits);
+        assert_true(env[i] == (float)digits); /* the digit-share scorer of test/digits on the solver's answer */
+        char *p0 = decode_row(w->tok, b, "agent_group_0_prompt_ids", i, false);
+        const int64_t turns = df_batch_i64(b, "num_turns")[i];
+        assert_true(turns == 1 || turns == 2);
+        if (turns == 2) { /* the planner's last prompt saw the first turn's verdict */
+            two++;
+            assert_non_null(strstr(p0, "This answer is wrong."));
+        }
+        free(answer), free(p0);
+    }
+    assert_true(two > 0);
     df_batch_free(b);
     df_batch_free(prompts);
     worker_free(w);
@@ -271,6 +247,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_views),
         cmocka_unit_test_setup_teardown(test_chain_prompts, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_chain_env_turns, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_step_trains_both, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_train_cycle, df_test_mkdtemp, df_test_rmtree),
     };

@@ -1,0 +1,88 @@
+/* The chained multi-agent pipeline (siiRL MARFT) on 2 ranks equals 1 rank: every episode's draws
+ * are keyed by its prompt's dataset index, sample, agent and turn, so the agents' responses, and
+ * every metric they decide, do not depend on how the batch is split; trainer.balance_batch moves
+ * the rows, every agent's columns with them, through the Data Coordinator after the rollout.
+ * mpi-test: np 2
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "testutil.h"
+#include "marft_fixture.h"
+
+#include "distflow/reward.h"
+#include "distflow/worker.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+static df_comm *world;
+static char dir[256];
+
+static void fit(df_comm *comm, const char *out)
+{
+    char yaml[4096], outdir[512];
+    job_yaml(dir, yaml, sizeof yaml);
+    snprintf(outdir, sizeof outdir, "trainer.default_local_dir=%s/%s", dir, out);
+    /* the whole dataset in the step's batch: the ranks split the same prompts as one rank takes */
+    const char *ov[] = {"trainer.total_training_steps=1", "trainer.balance_batch=true", outdir, "data.train_batch_size=8",
+                        "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",
+                        "actor_rollout_ref.rollout.agent.rewards_with_env=true"};
+    if (df_test_run(comm, df_test_config(yaml, "ranks.yaml", ov, 6)))
+        fail_msg("rank %d: %s", df_comm_rank(world), df_last_error());
+}
+
+static double num(json_t *o, const char *k)
+{
+    json_t *v = json_object_get(o, k);
+    if (!json_is_number(v))
+        fail_msg("metric %s missing", k);
+    return json_number_value(v);
+}
+
+static void test_two_ranks_equal_one(void **state)
+{
+    (void)state;
+    df_comm *self = NULL; /* rank 0 alone first: the reference */
+    assert_int_equal(df_comm_split(world, df_comm_rank(world), 0, &self), 0);
+    if (df_comm_rank(world) == 0)
+        fit(self, "one");
+    df_comm_free(self);
+    fit(world, "all");
+    if (df_comm_rank(world) != 0)
+        return;
+    json_t *la = df_test_metrics(dir, "one", false), *lb = df_test_metrics(dir, "all", false);
+    json_t *a = json_array_get(la, 0), *b = json_array_get(lb, 0);
+    /* means of the same per-sequence values summed in another order: equal to rounding; one sequence
+       drawn differently moves a length mean by >= 1 / 16 and a score mean by ~1e-2 */
+    static const char *const same[] = {"agent_0_response_length/mean", "agent_1_response_length/mean",
+                                       "agent_0_critic/score/mean", "agent_1_critic/score/mean",
+                                       "num_turns/mean", "agent_0_prompt_length/mean"};
+    for (size_t k = 0; k < sizeof same / sizeof *same; k++)
+        if (!(fabs(num(a, same[k]) - num(b, same[k])) <= 1e-9 * fmax(1, fabs(num(a, same[k])))))
+            fail_msg("%s: %.17g on one rank, %.17g on %d", same[k], num(a, same[k]), num(b, same[k]),
+                     df_comm_size(world));
+    json_decref(la), json_decref(lb);
+}
+
+int main(void)
+{
+    if (df_comm_world(&world) || !df_test_size_ok(df_comm_size(world)) ||
+        df_reward_register("test/digits", df_test_digit_share))
+        return 1;
+    if (df_comm_rank(world) == 0) {
+        snprintf(dir, sizeof dir, "/tmp/df_marft_ranks_XXXXXX");
+        if (!mkdtemp(dir))
+            return 1;
+        two_models(dir);
+        write_chain(dir, "", ", obs_with_env: true, env_path: [math_env.py:MathEnv]");
+    }
+    if (df_comm_broadcast(world, dir, sizeof dir, 0))
+        return 1;
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_two_ranks_equal_one)};
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    return df_test_shared_cleanup(world, dir) ? 1 : rc;
+}
