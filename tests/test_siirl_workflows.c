@@ -43,9 +43,10 @@ typedef struct {
 } verdict;
 
 #define MULTI_AGENT "node 'rollout_actor': agent_group 1: multi-agent graphs (siiRL's MARFT"
-#define MULTI_AGENT_CRITIC                                                                          \
-    "node 'critic_value': agent_group 1: multi-agent graphs (siiRL's MARFT, 2 agent groups) do not run " \
-    "yet with a critic"
+/* its group 1 critic runs (a critic per group); group 0's nodes interleave with group 1's */
+#define MULTI_AGENT_ORDER                                                                                 \
+    "node 'actor_1_old_log_prob': agent_group 0: multi-agent graphs (siiRL's MARFT, 2 agent groups) do not " \
+    "run yet with a node that does not come before the next group's rollout node"
 /* an embodied job's keys make them train (test_embodied_pipeline) */
 #define EMBODIED                                                                                   \
     "the graph's embodied sampling node filters control episodes: set actor_rollout_ref.model.model_type=embodied"
@@ -55,7 +56,7 @@ static const verdict k_siirl[] = {
     {"2025-07-21_client_workflow_grpo.yaml", "", NULL},
     {"2025-07-21_client_workflow_ppo.yaml", CRITIC, NULL},
     {"2025-07-21_client_workflow_ppo.yaml", "", NO_CRITIC_MICRO},
-    {"2025-07-21_marft_workflow_marft.yaml", "", MULTI_AGENT_CRITIC},
+    {"2025-07-21_marft_workflow_marft.yaml", "", MULTI_AGENT_ORDER},
     {"2025-08-01_client_workflow_grpo.yaml", "", NULL},
     {"2025-08-07_client_workflow_dapo.yaml", "",
      "planning: 2 subgraphs but only 1 workers (trainer.nnodes=1 x trainer.n_gpus_per_node=1)"},

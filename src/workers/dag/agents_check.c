@@ -1,10 +1,11 @@
 /*
  * Which multi-agent (siiRL MARFT) graphs the DAG worker runs today (docs/multi_agent.md): agent
  * groups that each own their rollout, actor and reference models (agents.c) and run one after
- * another on the step's prompts, each its own rollout -> reward -> advantage -> actor chain with a
- * critic-free estimator. The chained rollout (agents taking turns on one episode), shared
- * instances, critics per group, train_cycle and the environment come with the rest of the runtime;
- * until then a graph that needs them is refused here, naming the node and what it needs.
+ * another on the step's prompts, each its own rollout -> reward -> advantage -> actor chain (with
+ * gae, each group a critic of its own or another group's through share_instance). The chained
+ * rollout (agents taking turns on one episode), train_cycle and the environment come with the rest
+ * of the runtime; until then a graph that needs them is refused here, naming the node and what it
+ * needs.
  */
 #include "workers/worker_internal.h"
 
@@ -29,12 +30,8 @@ static int refuse(const char *src, const df_node *n, int groups, const char *wha
 static const char *node_needs(const df_node *n)
 {
     const df_agent_options *o = n->agent_options;
-    if (n->node_role == DF_ROLE_CRITIC)
-        return "a critic (an agent group has no critic of its own yet)";
-    if (!o)
+    if (!o) /* critics and share_instance: agents.c, agent_share.c (df_worker_check_agent_shares) */
         return NULL;
-    if (o->share_instance >= 0)
-        return "agent_options.share_instance (a model shared between agent groups)";
     if (o->train_cycle > 0)
         return "agent_options.train_cycle (agents training in turns)";
     if (o->obs_with_env || o->n_env_path || o->rewards_with_env)
@@ -45,12 +42,29 @@ static const char *node_needs(const df_node *n)
     return NULL;
 }
 
-/* A job-wide setting the groups cannot share yet, or NULL. */
-static const char *job_needs(const df_train_config *t)
+/* Whether every agent group has a CRITIC node (its own critic or a shared one). */
+static bool critic_per_group(df_task_graph *g, int groups)
+{
+    for (int grp = 0; grp < groups; grp++) {
+        bool found = false;
+        for (int i = 0; i < df_task_graph_num_nodes(g) && !found; i++)
+            found = df_task_graph_node_at(g, i)->agent_group == grp &&
+                    df_task_graph_node_at(g, i)->node_role == DF_ROLE_CRITIC;
+        if (!found)
+            return false;
+    }
+    return true;
+}
+
+/* A job-wide setting the groups cannot share yet, or NULL; `critics`: every group has a critic. */
+static const char *job_needs(const df_train_config *t, bool critics)
 {
     const df_adv_estimator_desc *d = df_adv_estimator_find(t->algorithm.adv_estimator);
-    if (d && (d->needs & (DF_ADV_NEEDS_VALUES | DF_ADV_NEEDS_AGENTS)))
-        return "algorithm.adv_estimator reading a critic's values (gae, gae_marft)";
+    if (d && (d->needs & DF_ADV_NEEDS_AGENTS))
+        return "algorithm.adv_estimator reading a critic's values across the agents (gae_marft: the chained "
+               "rollout)";
+    if (d && (d->needs & DF_ADV_NEEDS_VALUES) && !critics)
+        return "algorithm.adv_estimator reading a critic's values (gae) in an agent group without a CRITIC node";
     if (d && (d->needs & DF_ADV_NEEDS_BASELINES))
         return "algorithm.adv_estimator=remax (its greedy pass re-runs one rollout)";
     if (t->algorithm.filter_groups.enable)
@@ -113,12 +127,14 @@ int df_worker_check_agents_run(const df_train_config *t, df_task_graph *g, int g
             if (what)
                 return refuse(src, n, groups, what);
         }
-    const char *what = job_needs(t);
+    const char *what = job_needs(t, critic_per_group(g, groups));
     for (int i = 0; what && i < nn; i++)
         if (df_task_graph_node_at(g, i)->agent_group > 0)
             return refuse(src, df_task_graph_node_at(g, i), groups, what);
     bool *up = malloc((size_t)(nn ? nn : 1) * sizeof *up), *down = malloc((size_t)(nn ? nn : 1) * sizeof *down);
     int rc = up && down ? DF_OK : df_error(DF_ENOMEM, "out of memory");
+    if (!rc)
+        rc = df_worker_check_agent_shares(g, groups, src);
     for (int grp = 1; !rc && grp < groups; grp++)
         rc = check_order(g, grp, groups, src, up, down);
     free(up);
