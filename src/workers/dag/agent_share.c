@@ -43,13 +43,14 @@ static int check_node(df_task_graph *g, const df_node *n, const char *src)
 {
     int to = share_of(n);
     const df_node *first = first_of(g, n->agent_group, n->node_role);
-    if (first && share_of(first) != to) {
+    if (first && share_of(first) != to) { /* named from a sharing node: its share_instance is the point */
+        const df_node *sh = to >= 0 ? n : first, *other = sh == n ? first : n;
         char why[512];
         snprintf(why, sizeof why, "node '%s' of the same group and role %s; a group's %s nodes run on one "
-                 "instance, all its own or all one other group's", first->node_id,
-                 share_of(first) < 0 ? "uses its own instance" : "shares another group's",
+                 "instance, all its own or all one other group's", other->node_id,
+                 share_of(other) < 0 ? "uses its own instance" : "shares another group's",
                  df_node_role_name(n->node_role));
-        return refuse(src, n, why);
+        return refuse(src, sh, why);
     }
     if (to < 0)
         return DF_OK;
