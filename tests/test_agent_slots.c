@@ -488,6 +488,12 @@ static void test_agent_critics(void **state)
     run_group(w, 1, prompts, &bt);
     assert_true(df_test_max_param_diff(df_critic_model(c1), init1) > 0);
     assert_true(same_bits(df_critic_model(c0), after0));
+    /* the later group's own models' weights-in-sync check (for fit.c) */
+    df_metrics *m = df_metrics_new();
+    assert_int_equal(df_worker_check_agent_weights(w, m), 0);
+    assert_true(df_metrics_get(m, "agent_1_actor/weights_in_sync", 0) == 1);
+    assert_true(df_metrics_get(m, "agent_1_critic/weights_in_sync", 0) == 1);
+    df_metrics_free(m);
 
     df_batch_free(bt);
     df_batch_free(prompts);
