@@ -503,6 +503,20 @@ static void test_agent_critics(void **state)
     df_model_free(after0);
     df_dag_worker_free(w);
     df_config_free(cfg);
+
+    /* a group's critic nodes name one critic model */
+    char wf[1100], *text = NULL;
+    snprintf(wf, sizeof wf, "%s/wf.yaml", dir);
+    assert_int_equal(df_read_file(wf, &text, NULL), 0);
+    char *last = strstr(strstr(text, "critic_train_1"), "/b/model}"); /* critic_train_1 on the job's model */
+    memmove(last, last + 2, strlen(last + 2) + 1);
+    assert_int_equal(df_write_file_atomic(wf, text, strlen(text)), 0);
+    free(text);
+    cfg = ppo_job(dir, ov, 1);
+    df_plan *p = NULL;
+    assert_error_mentions(df_train_check(cfg, 1, NULL, NULL, &p), DF_EINVAL,
+                          "nodes 'value_1' and 'critic_train_1' of agent_group 1 set critic.model.path to");
+    df_config_free(cfg);
 }
 
 /* Whether file dir/rel exists. */
