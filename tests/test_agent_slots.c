@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- routing: a node of group g runs on slot g ---- */
 
@@ -388,6 +389,313 @@ static void test_agent_other_tokenizer(void **state)
     df_config_free(cfg);
 }
 
+/* ---- a critic per agent group, share_instance ---- */
+
+/* A PPO chain of group grp (siiRL's ppo order) into text: `pol` inside its rollout and actor nodes'
+   braces, `crit` inside its critic nodes' (e.g. ", agent_options: {share_instance: 0}"). */
+static void ppo_chain(char *text, size_t cap, int grp, const char *pol, const char *crit, const char *after)
+{
+    char dep[200] = "[]";
+    if (after)
+        snprintf(dep, sizeof dep, "[%s]", after);
+    size_t n = strlen(text);
+    snprintf(text + n, cap - n,
+             "  - {node_id: rollout_%d, node_type: MODEL_INFERENCE, node_role: ROLLOUT, agent_group: %d,\n"
+             "     dependencies: %s%s}\n"
+             "  - {node_id: reward_%d, node_type: COMPUTE, node_role: REWARD, agent_group: %d,\n"
+             "     dependencies: [rollout_%d]}\n"
+             "  - {node_id: value_%d, node_type: MODEL_TRAIN, node_role: CRITIC, only_forward_compute: true,\n"
+             "     agent_group: %d, dependencies: [reward_%d]%s}\n"
+             "  - {node_id: adv_%d, node_type: COMPUTE, node_role: ADVANTAGE, agent_group: %d,\n"
+             "     dependencies: [value_%d]}\n"
+             "  - {node_id: old_%d, node_type: MODEL_TRAIN, node_role: ACTOR, only_forward_compute: true,\n"
+             "     agent_group: %d, dependencies: [adv_%d]%s}\n"
+             "  - {node_id: train_%d, node_type: MODEL_TRAIN, node_role: ACTOR, agent_group: %d,\n"
+             "     dependencies: [old_%d]%s}\n"
+             "  - {node_id: critic_train_%d, node_type: MODEL_TRAIN, node_role: CRITIC, agent_group: %d,\n"
+             "     dependencies: [train_%d]%s}\n",
+             grp, grp, dep, pol, grp, grp, grp, grp, grp, grp, crit, grp, grp, grp, grp, grp, grp, pol, grp, grp,
+             grp, pol, grp, grp, grp, crit);
+}
+
+/* Two PPO groups into dir/wf.yaml, group 1's nodes with pol / crit (see ppo_chain). */
+static void write_ppo_groups(const char *dir, const char *pol, const char *crit)
+{
+    char text[8192] = "dag_id: two_ppo_agents\nnodes:\n", path[1024];
+    ppo_chain(text, sizeof text, 0, "", "", NULL);
+    ppo_chain(text, sizeof text, 1, pol, crit, "critic_train_0");
+    snprintf(path, sizeof path, "%s/wf.yaml", dir);
+    assert_int_equal(df_write_file_atomic(path, text, strlen(text)), 0);
+}
+
+/* The two-group PPO job (gae, a critic of the job's model), with `n` overrides. */
+static df_config *ppo_job(const char *dir, const char **ov, int n)
+{
+    char yaml[4096], more[1200];
+    job_yaml(dir, yaml, sizeof yaml);
+    snprintf(more, sizeof more,
+             "critic: {model: {path: %s/model}, optim: {lr: 0.01}, ppo_mini_batch_size: 4,\n"
+             "         ppo_micro_batch_size_per_gpu: 8}\n", dir);
+    strncat(yaml, more, sizeof yaml - strlen(yaml) - 1);
+    const char *all[8] = {"algorithm.adv_estimator=gae"};
+    for (int i = 0; i < n && i < 7; i++)
+        all[i + 1] = ov[i];
+    return df_test_config(yaml, "ppo.yaml", all, n + 1);
+}
+
+static df_model *critic_copy(df_critic *c)
+{
+    df_model *m = NULL;
+    assert_int_equal(df_model_clone(df_critic_model(c), &m), 0);
+    return m;
+}
+
+/* Group 1 with a critic of its own (its nodes' critic.model.path): two critic models, each updated
+   by its own group's node only. */
+static void test_agent_critics(void **state)
+{
+    const char *dir = *state;
+    two_models(dir);
+    char crit[1200], b[1024];
+    snprintf(b, sizeof b, "%s/b/model", dir);
+    snprintf(crit, sizeof crit, ", config: {critic.model.path: %s}", b);
+    write_ppo_groups(dir, "", crit);
+    const char *ov[] = {"trainer.total_training_steps=1"};
+    df_config *cfg = ppo_job(dir, ov, 1);
+    df_dag_worker *w = NULL;
+    if (df_dag_worker_create(cfg, NULL, &w))
+        fail_msg("%s", df_last_error());
+    df_critic *c0 = w->critic.model, *c1 = w->agents[1].critic->model;
+    assert_non_null(c0);
+    assert_non_null(c1);
+    assert_ptr_equal(w->agents[1].critic, &w->agents[1].own->critic);
+    assert_ptr_not_equal(c0, c1);
+    /* group 1's critic is b's model with the head the job's seed draws */
+    df_model *vb = NULL;
+    assert_int_equal(df_hf_dir_load(b, NULL, &vb, NULL), 0);
+    assert_int_equal(df_model_to_value_model(&vb, df_worker_seed(w)), 0);
+    assert_true(same_bits(df_critic_model(c1), vb));
+    df_model *init0 = critic_copy(c0), *init1 = critic_copy(c1);
+    assert_true(df_test_max_param_diff(init0, init1) > 0);
+
+    df_batch *prompts = NULL, *bt = NULL;
+    assert_int_equal(df_worker_next_prompts(w, 0, &prompts), 0);
+    assert_int_equal(df_batch_copy(prompts, &bt), 0);
+    run_group(w, 0, prompts, &bt);
+    assert_true(df_test_max_param_diff(df_critic_model(c0), init0) > 0); /* group 0's critic trained */
+    assert_true(same_bits(df_critic_model(c1), init1));                 /* group 1's untouched */
+    df_model *after0 = critic_copy(c0);
+    run_group(w, 1, prompts, &bt);
+    assert_true(df_test_max_param_diff(df_critic_model(c1), init1) > 0);
+    assert_true(same_bits(df_critic_model(c0), after0));
+    /* the later group's own models' weights-in-sync check (for fit.c) */
+    df_metrics *m = df_metrics_new();
+    assert_int_equal(df_worker_check_agent_weights(w, m), 0);
+    assert_true(df_metrics_get(m, "agent_1_actor/weights_in_sync", 0) == 1);
+    assert_true(df_metrics_get(m, "agent_1_critic/weights_in_sync", 0) == 1);
+    df_metrics_free(m);
+
+    df_batch_free(bt);
+    df_batch_free(prompts);
+    df_model_free(vb);
+    df_model_free(init0);
+    df_model_free(init1);
+    df_model_free(after0);
+    df_dag_worker_free(w);
+    df_config_free(cfg);
+
+    /* a group's critic nodes name one critic model */
+    char wf[1100], *text = NULL;
+    snprintf(wf, sizeof wf, "%s/wf.yaml", dir);
+    assert_int_equal(df_read_file(wf, &text, NULL), 0);
+    char *last = strstr(strstr(text, "critic_train_1"), "/b/model}"); /* critic_train_1 on the job's model */
+    memmove(last, last + 2, strlen(last + 2) + 1);
+    assert_int_equal(df_write_file_atomic(wf, text, strlen(text)), 0);
+    free(text);
+    cfg = ppo_job(dir, ov, 1);
+    df_plan *p = NULL;
+    assert_error_mentions(df_train_check(cfg, 1, NULL, NULL, &p), DF_EINVAL,
+                          "nodes 'value_1' and 'critic_train_1' of agent_group 1 set critic.model.path to");
+    df_config_free(cfg);
+}
+
+/* Whether file dir/rel exists. */
+static bool exists(const char *dir, const char *rel)
+{
+    char p[1400];
+    snprintf(p, sizeof p, "%s/%s", dir, rel);
+    return access(p, F_OK) == 0;
+}
+
+/* trainer_state.json's "agent_critics" of dir/out/global_step_<step>, compact (the caller frees). */
+static char *agent_critics(const char *dir, int step)
+{
+    char p[1200];
+    snprintf(p, sizeof p, "%s/out/global_step_%d/trainer_state.json", dir, step);
+    json_t *o = json_load_file(p, 0, NULL);
+    assert_non_null(o);
+    char *text = json_dumps(json_object_get(o, "agent_critics"), JSON_COMPACT | JSON_ENCODE_ANY);
+    json_decref(o);
+    assert_non_null(text);
+    return text;
+}
+
+/* critic_2_* of siiRL's file: share_instance 0 is group 0's critic itself, trained by both groups'
+   nodes and saved once, as critic/. */
+static void test_agent_shared_critic(void **state)
+{
+    const char *dir = *state;
+    two_models(dir);
+    write_ppo_groups(dir, "", ", agent_options: {share_instance: 0}");
+    const char *ov[] = {"trainer.total_training_steps=1"};
+    df_config *cfg = ppo_job(dir, ov, 1);
+    df_dag_worker *w = NULL;
+    if (df_dag_worker_create(cfg, NULL, &w))
+        fail_msg("%s", df_last_error());
+    assert_ptr_equal(w->agents[1].critic, &w->critic);
+    assert_null(w->agents[1].own->critic.model); /* no second model */
+    df_model *init = critic_copy(w->critic.model);
+    df_batch *prompts = NULL, *bt = NULL;
+    assert_int_equal(df_worker_next_prompts(w, 0, &prompts), 0);
+    assert_int_equal(df_batch_copy(prompts, &bt), 0);
+    run_group(w, 1, prompts, &bt); /* group 1's critic nodes train group 0's critic */
+    assert_true(df_test_max_param_diff(df_critic_model(w->critic.model), init) > 0);
+    df_batch_free(bt);
+    df_batch_free(prompts);
+    df_model_free(init);
+    df_dag_worker_free(w);
+    df_config_free(cfg);
+
+    const char *ov2[] = {"trainer.total_training_steps=1", "trainer.save_freq=1"};
+    if (df_test_run(NULL, ppo_job(dir, ov2, 2)))
+        fail_msg("%s", df_last_error());
+    char step[1200];
+    snprintf(step, sizeof step, "%s/out/global_step_1", dir);
+    assert_true(exists(step, "critic/train_state.safetensors"));
+    assert_false(exists(step, "critic_agent_1"));
+    assert_true(exists(step, "actor_agent_1/train_state.safetensors")); /* its actor is its own */
+    char *text = agent_critics(dir, 1);
+    assert_string_equal(text, "[null]");
+    free(text);
+}
+
+/* Two steps saved: global_step_<N>/critic_agent_1/ holds group 1's critic, listed in
+   trainer_state.json; a resumed run restores it bit-exact; a run sharing group 0's critic instead
+   refuses that checkpoint. */
+static void test_agent_critic_checkpoints(void **state)
+{
+    const char *dir = *state;
+    two_models(dir);
+    write_ppo_groups(dir, "", "");
+    const char *ov[] = {"trainer.total_training_steps=2", "trainer.save_freq=1"};
+    if (df_test_run(NULL, ppo_job(dir, ov, 2)))
+        fail_msg("%s", df_last_error());
+    json_t *lines = df_test_metrics(dir, "out", true), *step1 = json_array_get(lines, 0);
+    assert_true(json_is_number(json_object_get(step1, "agent_1_critic/vf_loss")));
+    assert_true(json_is_number(json_object_get(step1, "agent_0_critic/vf_loss")));
+    json_decref(lines);
+    char *text = agent_critics(dir, 2);
+    assert_string_equal(text, "[\"critic_agent_1/train_state.safetensors\"]");
+    free(text);
+    df_model *saved1 = NULL, *saved0 = NULL;
+    char p[1200];
+    snprintf(p, sizeof p, "%s/out/global_step_2/critic_agent_1", dir);
+    assert_int_equal(df_hf_dir_load(p, NULL, &saved1, NULL), 0);
+    snprintf(p, sizeof p, "%s/out/global_step_2/critic", dir);
+    assert_int_equal(df_hf_dir_load(p, NULL, &saved0, NULL), 0);
+
+    const char *ov3[] = {"trainer.total_training_steps=3", "trainer.save_freq=1"};
+    df_config *cfg = ppo_job(dir, ov3, 2);
+    df_dag_worker *w = NULL;
+    if (df_dag_worker_create(cfg, NULL, &w))
+        fail_msg("%s", df_last_error());
+    assert_int_equal(w->resumed_step, 2);
+    df_critic *c1 = w->agents[1].critic->model;
+    assert_true(same_bits(df_critic_model(c1), saved1));
+    assert_true(same_bits(df_critic_model(w->critic.model), saved0));
+    assert_true(df_test_max_param_diff(saved0, saved1) > 0);
+    df_dag_worker_free(w);
+    df_config_free(cfg);
+    df_model_free(saved0);
+    df_model_free(saved1);
+
+    write_ppo_groups(dir, "", ", agent_options: {share_instance: 0}");
+    cfg = ppo_job(dir, ov3, 2);
+    assert_error_mentions(df_dag_worker_create(cfg, NULL, &w), DF_EINVAL,
+                          "agent group 1: the checkpoint has a critic of its own and this run has none");
+    df_config_free(cfg);
+}
+
+/* A group sharing group 0's rollout and actor samples from and trains group 0's policy; sharing
+   one without the other, or a sharing node naming a model, is refused. */
+static void test_agent_shared_policy(void **state)
+{
+    const char *dir = *state;
+    two_models(dir);
+    const char *share = ", agent_options: {share_instance: 0}";
+    char text[8192] = "dag_id: shared\nnodes:\n", path[1024];
+    snprintf(path, sizeof path, "%s/wf.yaml", dir);
+    ppo_chain(text, sizeof text, 0, "", "", NULL);
+    ppo_chain(text, sizeof text, 1, share, share, "critic_train_0");
+    assert_int_equal(df_write_file_atomic(path, text, strlen(text)), 0);
+    const char *ov[] = {"trainer.total_training_steps=1", "trainer.save_freq=1"};
+    df_config *cfg = ppo_job(dir, ov, 2);
+    df_dag_worker *w = NULL;
+    if (df_dag_worker_create(cfg, NULL, &w))
+        fail_msg("%s", df_last_error());
+    assert_ptr_equal(w->agents[1].actor, &w->actor);
+    assert_ptr_equal(w->agents[1].rollout, &w->rollout);
+    assert_null(w->agents[1].own->actor.model);
+    assert_null(w->agents[1].own->rollout.engine);
+    df_model *init = copy_of(w->actor.model);
+    df_batch *prompts = NULL, *bt = NULL;
+    assert_int_equal(df_worker_next_prompts(w, 0, &prompts), 0);
+    assert_int_equal(df_batch_copy(prompts, &bt), 0);
+    run_group(w, 1, prompts, &bt);
+    assert_true(df_test_max_param_diff(df_actor_model(w->actor.model), init) > 0);
+    df_batch_free(bt);
+    df_batch_free(prompts);
+    df_model_free(init);
+    df_dag_worker_free(w);
+    df_config_free(cfg);
+    if (df_test_run(NULL, ppo_job(dir, ov, 2))) /* saved once: no actor_agent_1, no critic_agent_1 */
+        fail_msg("%s", df_last_error());
+    char step[1200];
+    snprintf(step, sizeof step, "%s/out/global_step_1", dir);
+    assert_true(exists(step, "actor/train_state.safetensors"));
+    assert_false(exists(step, "actor_agent_1"));
+    assert_false(exists(step, "critic_agent_1"));
+
+    /* the actor shared, the rollout not: its engine would sample another policy than it trains */
+    strcpy(text, "dag_id: half\nnodes:\n");
+    ppo_chain(text, sizeof text, 0, "", "", NULL);
+    ppo_chain(text, sizeof text, 1, share, share, "critic_train_0");
+    char *r = strstr(text, "[critic_train_0]") + strlen("[critic_train_0]"); /* rollout_1's share dropped */
+    assert_memory_equal(r, share, strlen(share));
+    memmove(r, r + strlen(share), strlen(r + strlen(share)) + 1);
+    assert_int_equal(df_write_file_atomic(path, text, strlen(text)), 0);
+    df_plan *p = NULL;
+    cfg = ppo_job(dir, ov, 1);
+    assert_error_mentions(df_train_check(cfg, 1, NULL, NULL, &p), DF_EUNSUPPORTED,
+                          "node 'old_1': agent_group 1: agent_options.share_instance 0: a group shares its "
+                          "ROLLOUT and its ACTOR together");
+    df_config_free(cfg);
+
+    /* one actor node sharing, the other not */
+    strcpy(text, "dag_id: mixed\nnodes:\n");
+    ppo_chain(text, sizeof text, 0, "", "", NULL);
+    ppo_chain(text, sizeof text, 1, "", "", "critic_train_0");
+    r = strstr(text, "[adv_1]") + strlen("[adv_1]");
+    memmove(r + strlen(share), r, strlen(r) + 1);
+    memcpy(r, share, strlen(share));
+    assert_int_equal(df_write_file_atomic(path, text, strlen(text)), 0);
+    cfg = ppo_job(dir, ov, 1);
+    assert_error_mentions(df_train_check(cfg, 1, NULL, NULL, &p), DF_EUNSUPPORTED,
+                          "node 'old_1': agent_group 1: agent_options.share_instance 0: node 'train_1' of the "
+                          "same group and role uses its own instance");
+    df_config_free(cfg);
+}
+
 int main(void)
 {
     /* a reward that varies between a random model's samples, so GRPO has advantages to train on */
@@ -401,6 +709,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_agent_checkpoints, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_agents_refused, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_agent_other_tokenizer, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_agent_critics, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_agent_shared_critic, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_agent_critic_checkpoints, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_agent_shared_policy, df_test_mkdtemp, df_test_rmtree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

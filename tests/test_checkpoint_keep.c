@@ -1,8 +1,8 @@
 /*
  * Checkpoint retention (src/workers/dag/checkpoint_keep.c): max_actor_ckpt_to_keep removes whole
  * older global_step_<N> directories (a step without its actor cannot be resumed),
- * max_critic_ckpt_to_keep only their critic/; the newest survive whatever the order of the
- * directory listing, and other files are left alone.
+ * max_critic_ckpt_to_keep only their critic/ (and a multi-agent job's critic_agent_<g>/); the
+ * newest survive whatever the order of the directory listing, and other files are left alone.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -86,6 +86,21 @@ static void test_keep_critic_only(void **state)
     assert_int_equal(df_remove_tree(root), DF_OK);
 }
 
+/* A multi-agent job's later groups' critics go with critic/; their actors stay. */
+static void test_keep_agent_critics(void **state)
+{
+    (void)state;
+    make_tree();
+    mk("global_step_2/critic_agent_1"), mk("global_step_2/critic_agent_3"), mk("global_step_2/actor_agent_1");
+    mk("global_step_11/critic_agent_1");
+    assert_int_equal(df_checkpoint_prune(root, 0, 1), DF_OK);
+    assert_false(exists("global_step_2/critic_agent_1"));
+    assert_false(exists("global_step_2/critic_agent_3"));
+    assert_true(exists("global_step_2/actor_agent_1") && exists("global_step_2/actor"));
+    assert_true(exists("global_step_11/critic_agent_1") && exists("global_step_11/critic"));
+    assert_int_equal(df_remove_tree(root), DF_OK);
+}
+
 static void test_missing_dir(void **state)
 {
     (void)state;
@@ -98,6 +113,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_keep_actor_and_critic),
         cmocka_unit_test(test_keep_critic_only),
+        cmocka_unit_test(test_keep_agent_critics),
         cmocka_unit_test(test_missing_dir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -42,10 +42,11 @@ typedef struct {
     const char *msg;
 } verdict;
 
-#define MULTI_AGENT "agent_group 1: multi-agent graphs (siiRL's MARFT, 2 agent groups) do not run with a critic"
-#define MULTI_AGENT_CRITIC                                                                          \
-    "node 'critic_value': agent_group 1: multi-agent graphs (siiRL's MARFT, 2 agent groups) do not run " \
-    "with a critic"
+#define MULTI_AGENT "TBD"
+/* siiRL's first MARFT file gives each agent group an advantage node of its own */
+#define MULTI_AGENT_ORDER                                                                                 \
+    "node 'calculate_1_advantages': agent_group 0: multi-agent graphs (siiRL's MARFT, 2 agent groups) do not " \
+    "run with a second advantage node"
 /* an embodied job's keys make them train (test_embodied_pipeline) */
 #define EMBODIED                                                                                   \
     "the graph's embodied sampling node filters control episodes: set actor_rollout_ref.model.model_type=embodied"
@@ -55,7 +56,7 @@ static const verdict k_siirl[] = {
     {"2025-07-21_client_workflow_grpo.yaml", "", NULL},
     {"2025-07-21_client_workflow_ppo.yaml", CRITIC, NULL},
     {"2025-07-21_client_workflow_ppo.yaml", "", NO_CRITIC_MICRO},
-    {"2025-07-21_marft_workflow_marft.yaml", "", MULTI_AGENT_CRITIC},
+    {"2025-07-21_marft_workflow_marft.yaml", "", MULTI_AGENT_ORDER},
     {"2025-08-01_client_workflow_grpo.yaml", "", NULL},
     {"2025-08-07_client_workflow_dapo.yaml", "",
      "planning: 2 subgraphs but only 1 workers (trainer.nnodes=1 x trainer.n_gpus_per_node=1)"},

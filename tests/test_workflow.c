@@ -453,7 +453,8 @@ static void test_worker_node_overrides(void **state)
     rc = load_in_worker(*state, "dag_id: d\nnodes:\n" GEN_NODE CRITIC_NODE "    config: {ppo_mini_batch_size: 2}\n", &w);
     assert_error_mentions(rc, DF_EUNSUPPORTED,
                           "wf.yaml node 'vf': critic.ppo_mini_batch_size cannot be changed per node (this node "
-                          "honours: critic.cliprange_value, critic.loss_agg_mode, critic.ppo_epochs)");
+                          "honours: critic.cliprange_value, critic.loss_agg_mode, critic.ppo_epochs, "
+                          "critic.model.path)");
     unload(&w);
     rc = load_in_worker(*state, "dag_id: d\nnodes:\n" GEN_NODE CRITIC_NODE "    config: {loss_agg_mode: nope}\n", &w);
     assert_error_mentions(rc, DF_EINVAL, "wf.yaml node 'vf'");

@@ -86,7 +86,7 @@ typedef struct df_agent_own {
     df_rollout_worker rollout;
     df_actor_worker actor;
     df_reference_worker reference;
-    df_critic_worker critic; /* no model yet: multi-agent graphs with a critic are refused */
+    df_critic_worker critic; /* when the group has CRITIC nodes of its own (no share_instance) */
     char model_dir[1024];
 } df_agent_own;
 
@@ -95,8 +95,8 @@ typedef struct df_agent_own {
  * role workers a node of the group runs on, its tokenizer and model directory. Slot 0 is the
  * single-agent job's: w->rollout, w->actor, w->reference, w->critic, w->tok, w->model_dir. A later
  * group's slot points at what it owns (own) and reads group 0's tokenizer; a role whose nodes set
- * agent_options.share_instance would point at the shared group's (refused until then:
- * agents_check.c). Node functions reach their node's slot through df_worker_slot.
+ * agent_options.share_instance h points at group h's worker of that role, the same object
+ * (df_worker_apply_shares). Node functions reach their node's slot through df_worker_slot.
  */
 typedef struct df_agent_slot {
     int group; /* its agent_group */
@@ -108,6 +108,17 @@ typedef struct df_agent_slot {
     const char *model_dir, *tokenizer_dir;
     df_agent_own *own; /* NULL in slot 0 */
 } df_agent_slot;
+
+/** Whether slot s beyond 0 holds its own critic model (not another group's through share_instance). */
+static inline bool df_agent_slot_owns_critic(const df_agent_slot *s)
+{
+    return s->own && s->critic == &s->own->critic && s->critic->model;
+}
+/** Whether slot s beyond 0 holds its own actor (not another group's through share_instance). */
+static inline bool df_agent_slot_owns_actor(const df_agent_slot *s)
+{
+    return s->own && s->actor == &s->own->actor && s->actor->model;
+}
 
 /* workers/reward/: the reward manager (or custom_reward_function) and the in-reward KL controller. */
 typedef struct df_reward_worker {
@@ -479,8 +490,23 @@ int df_worker_check_in_sync(df_dag_worker *w, const df_model *model, const char 
 /** The critic's layout and DP communicator when the graph has a CRITIC node (collective over w->group;
  *  parallel.c, as the actor's). */
 int df_worker_setup_critic_comm(df_dag_worker *w);
-/** Load critic.model.path as a value model and create w->critic.model when the graph has a CRITIC node. */
+/** Load critic.model.path (or group 0's critic nodes' own, df_worker_group_critic_path) as a value
+ *  model and create w->critic.model when agent group 0 has a CRITIC node. */
 int df_worker_setup_critic(df_dag_worker *w);
+/**
+ * The critics of agent groups 1..n-1 (after group 0's critic and the groups' actors): a group with
+ * CRITIC nodes of its own gets a value model from its nodes' critic.model.path, else the global
+ * one (df_worker_group_critic_path), with its own optimizer, group 0's critic settings, layout and
+ * data-parallel group, created as group 0's is; a group whose critic nodes share another group's
+ * (share_instance) has that group's already (df_worker_apply_shares). Errors name the group.
+ */
+int df_worker_setup_agent_critics(df_dag_worker *w);
+/**
+ * The critic model directory of agent group grp: its CRITIC nodes' own critic.model.path (per-node
+ * config; df_train_check made them agree) or, when none sets one, the global critic.model.path.
+ * Borrowed from the node's or the global settings.
+ */
+const char *df_worker_group_critic_path(const df_dag_worker *w, int grp);
 void df_worker_free_critic(df_dag_worker *w);
 /** Write the critic (when there is one) to `step_dir`/critic: an HF directory and its training state
  *  (train_state.safetensors, df_critic_save_state); rank 0 only (the ranks hold the same critic). */
@@ -489,6 +515,13 @@ int df_worker_save_critic(df_dag_worker *w, const char *step_dir);
 int df_worker_load_critic(df_dag_worker *w, const char *step_dir);
 /** critic/weights_in_sync: the critic's checksum agrees over w->group (collective); an error when not. */
 int df_worker_check_critic_weights(df_dag_worker *w, df_metrics *m);
+/**
+ * agent_<g>_actor/weights_in_sync and agent_<g>_critic/weights_in_sync for every agent group g >= 1
+ * holding its own actor / critic (a shared one is checked as its owner's), as
+ * df_worker_check_in_sync (collective over w->group; DF_EINTERNAL when a model differs across
+ * ranks). Nothing for a single-agent job. For fit.c beside group 0's checks.
+ */
+int df_worker_check_agent_weights(df_dag_worker *w, df_metrics *m);
 /** Register DAGWorker.compute_value and DAGWorker.train_critic. */
 int df_worker_register_critic_nodes(void);
 
@@ -521,6 +554,33 @@ int df_worker_slot_sync(const df_agent_slot *s);
 /** True when model node n of a rollout, actor or reference role sets actor_rollout_ref.model.path
  *  (or model.path) in its `config:`: its agent group's model directory. */
 bool df_worker_node_sets_model_path(const df_node *n);
+/** True when CRITIC model node n sets critic.model.path (or model.path) in its `config:`: its
+ *  agent group's critic model directory. */
+bool df_worker_node_sets_critic_path(const df_node *n);
+/**
+ * As df_worker_note_model_path for the critic: `path` (n's resolved critic.model.path) kept in
+ * paths[n->agent_group] when n sets one (df_worker_node_sets_critic_path). Errors: DF_EINVAL
+ * "<src>: nodes 'a' and 'b' of agent_group g set critic.model.path to X and Y ...", DF_ENOMEM.
+ */
+int df_worker_note_critic_path(char **paths, const df_node **from, int n_groups, const df_node *n, const char *path,
+                               const char *src);
+/**
+ * agent_share.c: the agent_options.share_instance of graph g (groups agent groups) the worker runs,
+ * beyond the plan's shape checks (df_task_graph_agent_groups): within a group, the model nodes of a
+ * role all share the same group's instance or all own theirs; only groups >= 1 share (group 0's
+ * models are the single-agent job's own); a group's ROLLOUT and ACTOR share together and with the
+ * same group (the rollout engine samples from its group's actor's weights); a sharing node sets no
+ * model path of its own (it takes the shared group's model). Errors: DF_EUNSUPPORTED
+ * "<src> node '<id>': agent_group g: agent_options.share_instance ...: <why>", DF_ENOMEM.
+ */
+int df_worker_check_agent_shares(df_task_graph *g, int groups, const char *src);
+/**
+ * agent_share.c: after the slots are made (df_worker_setup_agent_dirs): slot g's worker of each
+ * role whose nodes set agent_options.share_instance h becomes slot h's (the same pointer: one
+ * model, one optimizer, trained by both groups' nodes), and with a shared actor the slot's model
+ * directory is h's. df_worker_check_agent_shares vetted the graph.
+ */
+void df_worker_apply_shares(df_dag_worker *w);
 /**
  * The model directory of n's agent group from a node that sets one (df_worker_node_sets_model_path;
  * others are skipped): `path` (the node's resolved actor_rollout_ref.model.path) kept in
@@ -540,7 +600,8 @@ int df_worker_setup_agent_dirs(df_dag_worker *w);
 /**
  * The models of agent groups 1..n-1 (after group 0's, p its actor settings): each group's model
  * from its slot's directory as its actor (group 0's settings and data-parallel group), its
- * reference when a KL term needs one, on trainer.device, and its rollout engine; every group reads
+ * reference when a KL term needs one, on trainer.device, and its rollout engine, each only where
+ * the group does not share another group's (share_instance, df_worker_apply_shares); every group reads
  * group 0's tokenizer (DF_EUNSUPPORTED when its directory holds another tokenizer.json and
  * data.tokenizer is unset). Errors name the group; those of loading and creating the models.
  */
@@ -548,8 +609,9 @@ int df_worker_setup_agent_models(df_dag_worker *w, const df_actor_params *p);
 /**
  * agents_check.c: whether the worker runs multi-agent graph g (groups > 1 agent groups) today:
  * every group its own rollout node, a later group's nodes after it and after every node of the
- * groups before; no critic, share_instance, train_cycle, environment or chained-rollout options;
- * a critic-free estimator without re-runs (no remax, no filter_groups), mode sync, no agent loop.
+ * groups before; share_instance as df_worker_check_agent_shares allows; no train_cycle, environment
+ * or chained-rollout options; a critic-free estimator, or gae with a CRITIC node in every group,
+ * without re-runs (no remax, no filter_groups), mode sync, no agent loop.
  * Errors: DF_EUNSUPPORTED "<src> node '<id>': agent_group g: multi-agent graphs (siiRL's MARFT, N
  * agent groups) do not run yet with <what>; what runs: ...", DF_ENOMEM.
  */

@@ -90,7 +90,8 @@ int df_ckpt_json_int(const json_t *o, const char *key, const char *path, int64_t
 /**
  * Keep the newest keep_actor checkpoints of dir's global_step_<N> directories (older ones removed
  * whole: a step without its actor cannot be resumed) and the critic of the newest keep_critic
- * (older critic/ subdirectories removed); <= 0: keep all. Errors: DF_EIO naming the path.
+ * (older critic/ and critic_agent_<g>/ subdirectories removed); <= 0: keep all. Errors: DF_EIO naming
+ * the path.
  */
 int df_checkpoint_prune(const char *dir, int64_t keep_actor, int64_t keep_critic);
 

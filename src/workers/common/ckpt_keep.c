@@ -60,6 +60,21 @@ static int remove_path(const char *dir, int64_t step, const char *sub)
     return rc ? df_error_wrap(rc, "removing the old checkpoint %s", path) : DF_OK;
 }
 
+/* A step's critics: critic/ and a multi-agent job's critic_agent_<g>/ (docs/checkpoints.md). */
+static int remove_critics(const char *dir, int64_t step)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/global_step_%lld", dir, (long long)step);
+    int rc = remove_path(dir, step, "critic");
+    DIR *d = rc ? NULL : opendir(path);
+    for (struct dirent *e; d && !rc && (e = readdir(d));)
+        if (!strncmp(e->d_name, "critic_agent_", 13))
+            rc = remove_path(dir, step, e->d_name);
+    if (d)
+        closedir(d);
+    return rc;
+}
+
 int df_checkpoint_prune(const char *dir, int64_t keep_actor, int64_t keep_critic)
 {
     if (keep_actor <= 0 && keep_critic <= 0)
@@ -71,7 +86,7 @@ int df_checkpoint_prune(const char *dir, int64_t keep_actor, int64_t keep_critic
         if (keep_actor > 0 && i >= keep_actor)
             rc = remove_path(dir, steps[i], NULL);
         else if (keep_critic > 0 && i >= keep_critic)
-            rc = remove_path(dir, steps[i], "critic");
+            rc = remove_critics(dir, steps[i]);
     }
     free(steps);
     return rc;

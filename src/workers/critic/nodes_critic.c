@@ -59,8 +59,10 @@ static int node_train_critic(df_node_ctx *ctx, df_batch *batch, df_node_output *
 
 int df_worker_register_critic_nodes(void)
 {
+    /* critic.model.path: its agent group's critic model (df_worker_group_critic_path) */
     static const df_node_keys train_keys = {
-        .global = {"critic.cliprange_value", "critic.loss_agg_mode", "critic.ppo_epochs"}};
-    int rc = df_exec_register("DAGWorker.compute_value", node_compute_value);
+        .global = {"critic.cliprange_value", "critic.loss_agg_mode", "critic.ppo_epochs", "critic.model.path"}};
+    static const df_node_keys value_keys = {.global = {"critic.model.path"}};
+    int rc = df_exec_register_keys("DAGWorker.compute_value", node_compute_value, &value_keys);
     return rc ? rc : df_exec_register_keys("DAGWorker.train_critic", node_train_critic, &train_keys);
 }

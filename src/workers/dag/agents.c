@@ -44,6 +44,7 @@ void df_worker_free_agents(df_dag_worker *w)
         df_rollout_engine_free(o->rollout.engine);
         df_actor_free(o->actor.model); /* its dp communicator is slot 0's */
         df_actor_free(o->reference.model);
+        df_critic_free(o->critic.model); /* its dp communicator is slot 0's too */
         free(o);
     }
     free(w->agents);
@@ -98,11 +99,21 @@ bool df_worker_node_sets_model_path(const df_node *n)
     return false;
 }
 
-int df_worker_note_model_path(char **paths, const df_node **from, int n_groups, const df_node *n, const char *path,
-                              const char *src)
+bool df_worker_node_sets_critic_path(const df_node *n)
+{
+    bool model = n->node_type == DF_NODE_MODEL_TRAIN || n->node_type == DF_NODE_MODEL_INFERENCE;
+    for (int i = 0; model && n->node_role == DF_ROLE_CRITIC && i < n->n_config; i++)
+        if (!strcmp(n->config_keys[i], "model.path") || !strcmp(n->config_keys[i], "critic.model.path"))
+            return true;
+    return false;
+}
+
+/* One model directory per agent group for `key`, from the nodes that set it (`sets`). */
+static int note_path(char **paths, const df_node **from, int n_groups, const df_node *n, const char *path,
+                     const char *src, bool sets, const char *key, const char *roles)
 {
     int g = n->agent_group;
-    if (!df_worker_node_sets_model_path(n) || g < 0 || g >= n_groups)
+    if (!sets || g < 0 || g >= n_groups)
         return DF_OK;
     if (!paths[g]) {
         if (!(paths[g] = strdup(path)))
@@ -113,9 +124,23 @@ int df_worker_note_model_path(char **paths, const df_node **from, int n_groups, 
     if (!strcmp(paths[g], path))
         return DF_OK;
     return df_error(DF_EINVAL,
-                    "%s: nodes '%s' and '%s' of agent_group %d set actor_rollout_ref.model.path to %s and %s; the "
-                    "rollout, actor and reference nodes of a group share one model (docs/multi_agent.md)",
-                    src, from[g]->node_id, n->node_id, g, paths[g], path);
+                    "%s: nodes '%s' and '%s' of agent_group %d set %s to %s and %s; the %s nodes of a group "
+                    "share one model (docs/multi_agent.md)",
+                    src, from[g]->node_id, n->node_id, g, key, paths[g], path, roles);
+}
+
+int df_worker_note_model_path(char **paths, const df_node **from, int n_groups, const df_node *n, const char *path,
+                              const char *src)
+{
+    return note_path(paths, from, n_groups, n, path, src, df_worker_node_sets_model_path(n),
+                     "actor_rollout_ref.model.path", "rollout, actor and reference");
+}
+
+int df_worker_note_critic_path(char **paths, const df_node **from, int n_groups, const df_node *n, const char *path,
+                               const char *src)
+{
+    return note_path(paths, from, n_groups, n, path, src, df_worker_node_sets_critic_path(n), "critic.model.path",
+                     "critic");
 }
 
 /* A path with "~/" expanded into out[cap]. */
@@ -153,6 +178,8 @@ int df_worker_setup_agent_dirs(df_dag_worker *w)
                              .critic = &o->critic, .model_dir = o->model_dir, .tokenizer_dir = w->tokenizer_dir,
                              .own = o};
     }
+    if (!rc) /* agent_options.share_instance: another group's worker of the role */
+        df_worker_apply_shares(w);
     /* group 0's directory is the worker's own */
     if (!rc && paths[0])
         rc = expand_into(paths[0], w->model_dir, sizeof w->model_dir);
@@ -193,33 +220,77 @@ static int same_tokenizer(const df_dag_worker *w, const df_agent_slot *s)
     return rc;
 }
 
-/* Slot s's actor (taking m), its reference when a KL term needs one, device and rollout engine, with
-   group 0's settings p and its data-parallel group (the groups share the ranks of the plan). */
-static int setup_slot(df_dag_worker *w, df_agent_slot *s, df_model *m, const df_actor_params *p)
+/* trainer.device for a model the slot owns (a shared one is its owner's, set up already). */
+static int set_device(df_dag_worker *w, df_actor *a)
 {
-    df_model *ref = NULL;
-    int rc = DF_OK;
-    if ((p->use_kl_loss || w->global.cfg.algorithm.use_kl_in_reward) && (rc = df_model_clone(m, &ref))) {
+    df_backend be;
+    int rc = df_backend_open(w->global.cfg.trainer.device, &be);
+    if (!rc)
+        rc = df_actor_set_backend(a, &be);
+    return rc ? df_error_wrap(rc, "%s", df_config_where(w->cfg, "trainer.device")) : DF_OK;
+}
+
+/* Slot s's actor (taking m) and rollout engine, with group 0's settings p and its data-parallel
+   group (the groups share the ranks of the plan). */
+static int setup_actor(df_dag_worker *w, df_agent_slot *s, df_model *m, const df_actor_params *p)
+{
+    int rc = df_actor_create(m, p, true, &s->actor->model);
+    if (rc) {
         df_model_free(m);
-        return rc;
-    }
-    if ((rc = df_actor_create(m, p, true, &s->actor->model))) {
-        df_model_free(m);
-        df_model_free(ref);
         return rc;
     }
     s->actor->layout = w->actor.layout;
     df_actor_set_comm(s->actor->model, w->actor.dp); /* borrowed: slot 0 owns it */
+    rc = set_device(w, s->actor->model);
+    return rc ? rc : df_worker_create_rollout(w, s, &df_actor_model(s->actor->model)->cfg, p->bf16);
+}
+
+/* Slot s's frozen reference (taking ref). */
+static int setup_reference(df_dag_worker *w, df_agent_slot *s, df_model *ref, const df_actor_params *p)
+{
     df_actor_params rp;
     df_worker_reference_params(w, p, &rp);
     rp.offload_dir = NULL; /* one offload file per job: the groups' references stay in memory */
-    if (ref && (rc = df_actor_create(ref, &rp, false, &s->reference->model))) {
+    int rc = df_actor_create(ref, &rp, false, &s->reference->model);
+    if (rc) {
         df_model_free(ref);
         return rc;
     }
-    if (!rc)
-        rc = df_worker_set_device(w, s);
-    return rc ? rc : df_worker_create_rollout(w, s, &df_actor_model(s->actor->model)->cfg, p->bf16);
+    return set_device(w, s->reference->model);
+}
+
+/* What slot s owns of its actor (with its rollout engine: they share together) and reference,
+   from its model directory; a shared role is its owner's already. */
+static int setup_slot(df_dag_worker *w, df_agent_slot *s, const df_actor_params *p)
+{
+    bool own_actor = s->actor == &s->own->actor;
+    bool own_ref = s->reference == &s->own->reference &&
+                   (p->use_kl_loss || w->global.cfg.algorithm.use_kl_in_reward);
+    if (!own_actor && !own_ref)
+        return DF_OK;
+    df_model *m = NULL, *ref = NULL;
+    int rc = same_tokenizer(w, s);
+    if (!rc && (rc = df_hf_dir_load(s->model_dir, w->tokenizer_dir, &m, NULL)))
+        return df_error_wrap(rc, "actor_rollout_ref.model.path");
+    if (!rc && own_ref && !own_actor) { /* a shared actor: the reference is the directory's model */
+        ref = m;
+        m = NULL;
+    } else if (!rc && own_ref && (rc = df_model_clone(m, &ref))) {
+        df_model_free(m);
+        return rc;
+    }
+    if (!rc && own_actor) {
+        rc = setup_actor(w, s, m, p);
+        m = NULL;
+    }
+    if (ref) {
+        if (!rc)
+            rc = setup_reference(w, s, ref, p);
+        else
+            df_model_free(ref);
+    }
+    df_model_free(m);
+    return rc;
 }
 
 int df_worker_setup_agent_models(df_dag_worker *w, const df_actor_params *p)
@@ -227,14 +298,8 @@ int df_worker_setup_agent_models(df_dag_worker *w, const df_actor_params *p)
     int rc = DF_OK;
     for (int g = 1; !rc && g < w->n_agents; g++) {
         df_agent_slot *s = &w->agents[g];
-        df_model *m = NULL;
         s->tok = w->tok;
-        rc = same_tokenizer(w, s);
-        if (!rc && (rc = df_hf_dir_load(s->model_dir, w->tokenizer_dir, &m, NULL)))
-            rc = df_error_wrap(rc, "agent group %d: actor_rollout_ref.model.path", g);
-        if (!rc)
-            rc = setup_slot(w, s, m, p);
-        if (rc)
+        if ((rc = setup_slot(w, s, p)))
             rc = df_error_wrap(rc, "agent group %d (%s)", g, s->model_dir);
     }
     return rc;

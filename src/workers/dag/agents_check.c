@@ -33,12 +33,8 @@ static int refuse(const char *src, const df_node *n, int groups, const char *wha
 static const char *node_needs(const df_node *n, bool chained, const df_node *last_rollout)
 {
     const df_agent_options *o = n->agent_options;
-    if (n->node_role == DF_ROLE_CRITIC)
-        return "a critic (an agent group has no critic of its own yet)";
-    if (!o)
+    if (!o) /* critics and share_instance: agents.c, agent_share.c (df_worker_check_agent_shares) */
         return NULL;
-    if (o->share_instance >= 0)
-        return "agent_options.share_instance (a model shared between agent groups)";
     if (!chained && (o->obs_with_env || o->n_env_path || o->process_path || o->n_pre_kwargs || o->n_post_kwargs))
         return "the chained rollout's options (obs_with_env, env_path, process_path, pre_process_kwargs, "
                "post_process_kwargs) in groups whose rollout nodes do not follow one another";
@@ -50,12 +46,30 @@ static const char *node_needs(const df_node *n, bool chained, const df_node *las
     return NULL;
 }
 
-/* A job-wide setting the groups cannot share, or NULL. */
-static const char *job_needs(const df_train_config *t, bool chained)
+/* Whether every agent group has a CRITIC node (its own critic or a shared one). */
+static bool critic_per_group(df_task_graph *g, int groups)
+{
+    for (int grp = 0; grp < groups; grp++) {
+        bool found = false;
+        for (int i = 0; i < df_task_graph_num_nodes(g) && !found; i++)
+            found = df_task_graph_node_at(g, i)->agent_group == grp &&
+                    df_task_graph_node_at(g, i)->node_role == DF_ROLE_CRITIC;
+        if (!found)
+            return false;
+    }
+    return true;
+}
+
+/* A job-wide setting the groups cannot share, or NULL; `critics`: every group has a critic. */
+static const char *job_needs(const df_train_config *t, bool chained, bool critics)
 {
     const df_adv_estimator_desc *d = df_adv_estimator_find(t->algorithm.adv_estimator);
-    if (!chained && d && (d->needs & (DF_ADV_NEEDS_VALUES | DF_ADV_NEEDS_AGENTS)))
-        return "algorithm.adv_estimator reading a critic's values (gae, gae_marft) in independent groups";
+    if (!chained && d && (d->needs & DF_ADV_NEEDS_AGENTS))
+        return "algorithm.adv_estimator=gae_marft in independent groups (it chains GAE across the agents of one "
+               "episode: the chained layout)";
+    if (d && (d->needs & (DF_ADV_NEEDS_VALUES | DF_ADV_NEEDS_AGENTS)) && !critics)
+        return "algorithm.adv_estimator reading a critic's values (gae, gae_marft) in an agent group without a "
+               "CRITIC node";
     if (d && (d->needs & DF_ADV_NEEDS_BASELINES))
         return "algorithm.adv_estimator=remax (its greedy pass re-runs one rollout)";
     if (t->algorithm.filter_groups.enable)
@@ -70,19 +84,18 @@ static const char *job_needs(const df_train_config *t, bool chained)
     return NULL;
 }
 
-/* A chained graph: one ADVANTAGE node (it computes every agent's); rewards_with_env needs the environment. */
+/* A chained graph: at most one ADVANTAGE node per agent group (one node alone computes every agent's);
+ * rewards_with_env needs the environment. */
 static int check_chained(const df_train_config *t, df_task_graph *g, int groups, const char *src,
                          const df_node *last_rollout)
 {
-    const df_node *adv = NULL;
     for (int i = 0; i < df_task_graph_num_nodes(g); i++) {
         const df_node *n = df_task_graph_node_at(g, i);
-        if (n->node_role != DF_ROLE_ADVANTAGE)
-            continue;
-        if (adv)
-            return refuse(src, n, groups, "a second advantage node (the chained graph's one advantage node computes "
-                                          "every agent's advantages, as siiRL's compute_multi_agent_advantage)");
-        adv = n;
+        for (int j = 0; n->node_role == DF_ROLE_ADVANTAGE && j < i; j++) {
+            const df_node *m = df_task_graph_node_at(g, j);
+            if (m->node_role == DF_ROLE_ADVANTAGE && m->agent_group == n->agent_group)
+                return refuse(src, n, groups, "a second advantage node in one agent group");
+        }
     }
     const df_agent_options *o = last_rollout->agent_options;
     int rc = o && o->n_env_path ? df_marft_env_check(o->env_path[0]) : DF_OK;
@@ -150,14 +163,15 @@ int df_worker_check_agents_run(const df_train_config *t, df_task_graph *g, int g
             if (what)
                 return refuse(src, n, groups, what);
         }
-    const char *what = job_needs(t, chained);
+    const char *what = job_needs(t, chained, critic_per_group(g, groups));
     for (int i = 0; what && i < nn; i++)
         if (df_task_graph_node_at(g, i)->agent_group > 0)
             return refuse(src, df_task_graph_node_at(g, i), groups, what);
-    if (chained)
-        return check_chained(t, g, groups, src, last);
+    int rc = df_worker_check_agent_shares(g, groups, src);
+    if (rc || chained)
+        return rc ? rc : check_chained(t, g, groups, src, last);
     bool *up = malloc((size_t)(nn ? nn : 1) * sizeof *up), *down = malloc((size_t)(nn ? nn : 1) * sizeof *down);
-    int rc = up && down ? DF_OK : df_error(DF_ENOMEM, "out of memory");
+    rc = up && down ? DF_OK : df_error(DF_ENOMEM, "out of memory");
     for (int grp = 1; !rc && grp < groups; grp++)
         rc = check_order(g, grp, groups, src, up, down);
     free(up);

@@ -49,29 +49,38 @@ static int save_data_state(df_dag_worker *w, const char *dir)
                       p);
 }
 
-/* agent groups beyond 0 (agents.c): actor_agent_<g>/, as siiRL names its agents' checkpoints */
-static int agent_dir(char *out, const char *dir, int g, const char *rel)
+/* agent groups beyond 0 (agents.c): <role>_agent_<g>/ (actor, critic), as siiRL names its agents'
+   checkpoints */
+static int agent_dir(char *out, const char *dir, const char *role, int g, const char *rel)
 {
-    return df_ckpt_path(out, "%s/actor_agent_%d%s%s", dir, g, rel[0] ? "/" : "", rel);
+    return df_ckpt_path(out, "%s%s%s_agent_%d%s%s", dir, dir[0] ? "/" : "", role, g, rel[0] ? "/" : "", rel);
 }
 
-/* "agents": the training state of each group beyond 0, in group order; none in a single-agent job,
-   whose file stays as it was. */
+/* Group g's state file of `role` for trainer_state.json, or null when the group holds none of its own
+   (a model shared through share_instance is listed by its owner; a group without a critic). */
+static json_t *agent_entry(int g, const char *role, bool owns, int *rc)
+{
+    path_buf rel;
+    if (!owns || (*rc = agent_dir(rel, "", role, g, "train_state.safetensors")))
+        return json_null();
+    return json_string(rel);
+}
+
+/* "agents" and "agent_critics": the actor's and the critic's training state of each group beyond 0,
+   in group order; none in a single-agent job, whose file stays as it was. */
 static int add_agents(df_dag_worker *w, json_t *o)
 {
     if (w->n_agents < 2)
         return DF_OK;
-    json_t *a = json_array();
-    for (int g = 1; a && g < w->n_agents; g++) {
-        path_buf rel;
-        int rc = df_ckpt_path(rel, "actor_agent_%d/train_state.safetensors", g);
-        if (rc) {
-            json_decref(a);
-            return rc;
-        }
-        json_array_append_new(a, json_string(rel));
+    json_t *a = json_array(), *c = json_array();
+    int rc = DF_OK;
+    for (int g = 1; a && c && !rc && g < w->n_agents; g++) {
+        json_array_append_new(a, agent_entry(g, "actor", df_agent_slot_owns_actor(&w->agents[g]), &rc));
+        json_array_append_new(c, agent_entry(g, "critic", df_agent_slot_owns_critic(&w->agents[g]), &rc));
     }
-    return a && !json_object_set_new(o, "agents", a) ? DF_OK : df_error(DF_ENOMEM, "out of memory");
+    if (!rc && a && c && !json_object_set_new(o, "agents", a) && !json_object_set_new(o, "agent_critics", c))
+        return DF_OK;
+    return rc ? rc : df_error(DF_ENOMEM, "out of memory");
 }
 
 /* trainer_state.json: what is the same on every rank beyond the model files. */
@@ -95,23 +104,31 @@ static int save_trainer_state(df_dag_worker *w, const char *dir)
     return rc ? (json_decref(o), rc) : df_ckpt_write_json(o, p);
 }
 
-/* Each agent group beyond 0: its actor as a Hugging Face directory with its training state. */
+/* Group g's model of `role` (its actor or critic) as a Hugging Face directory with its training state. */
+static int save_agent_model(const df_agent_slot *s, const char *tmp, const char *role, const df_model *m)
+{
+    path_buf d, state;
+    int rc = agent_dir(d, tmp, role, s->group, "");
+    if (!rc)
+        rc = agent_dir(state, tmp, role, s->group, "train_state.safetensors");
+    if (!rc)
+        rc = df_hf_dir_save(m, m->cfg.torch_dtype, s->tokenizer_dir, d);
+    if (!rc)
+        rc = strcmp(role, "critic") ? df_actor_save_state(s->actor->model, state)
+                                    : df_critic_save_state(s->critic->model, state);
+    return rc ? rc : df_fsync_dir(d);
+}
+
+/* Each agent group beyond 0: the actor and the critic it owns (a shared one is saved by its owner). */
 static int save_agents(df_dag_worker *w, const char *tmp)
 {
     int rc = DF_OK;
     for (int g = 1; !rc && g < w->n_agents; g++) {
         const df_agent_slot *s = &w->agents[g];
-        const df_model *m = df_actor_model(s->actor->model);
-        path_buf d, state;
-        rc = agent_dir(d, tmp, g, "");
-        if (!rc)
-            rc = agent_dir(state, tmp, g, "train_state.safetensors");
-        if (!rc)
-            rc = df_hf_dir_save(m, m->cfg.torch_dtype, s->tokenizer_dir, d);
-        if (!rc)
-            rc = df_actor_save_state(s->actor->model, state);
-        if (!rc)
-            rc = df_fsync_dir(d);
+        if (df_agent_slot_owns_actor(s))
+            rc = save_agent_model(s, tmp, "actor", df_actor_model(s->actor->model));
+        if (!rc && df_agent_slot_owns_critic(s))
+            rc = save_agent_model(s, tmp, "critic", df_critic_model(s->critic->model));
     }
     return rc;
 }
@@ -150,8 +167,13 @@ int df_worker_checkpoint_save(df_dag_worker *w)
     int rc = df_ckpt_check_finite(df_actor_model(w->actor.model), "actor");
     if (!rc && w->critic.model)
         rc = df_ckpt_check_finite(df_critic_model(w->critic.model), "critic");
-    for (int g = 1; !rc && g < w->n_agents; g++)
-        rc = df_ckpt_check_finite(df_actor_model(w->agents[g].actor->model), "agent group actor");
+    for (int g = 1; !rc && g < w->n_agents; g++) {
+        const df_agent_slot *a = &w->agents[g];
+        if (df_agent_slot_owns_actor(a))
+            rc = df_ckpt_check_finite(df_actor_model(a->actor->model), "agent group actor");
+        if (!rc && df_agent_slot_owns_critic(a))
+            rc = df_ckpt_check_finite(df_critic_model(a->critic->model), "agent group critic");
+    }
     if ((rc = sync_rc(w, rc, "checkpoint: checking the weights")))
         return df_error_wrap(rc, "saving checkpoint global_step_%lld", n);
     df_kill_point_save_scope(true);
@@ -215,19 +237,38 @@ static int load_data_state(df_dag_worker *w, const char *dir)
     return rc;
 }
 
-/* The training state of every agent group beyond 0 (trainer_state.json's "agents", in `p`). */
-static int load_agents(df_dag_worker *w, const char *dir, const json_t *agents, const char *p)
+/* Whether trainer_state.json (p) lists a state of group g in `list` as the run has one (`owns`). */
+static int agent_matches(const json_t *list, int g, const char *role, bool owns, const char *p)
 {
+    const json_t *e = json_is_array(list) ? json_array_get(list, (size_t)g - 1) : NULL;
+    bool has = e && !json_is_null(e); /* no "agent_critics": a checkpoint from before critics per group */
+    if (has == owns)
+        return DF_OK;
+    return df_error(DF_EINVAL, "%s: agent group %d: the checkpoint %s a %s of its own and this run %s", p, g,
+                    has ? "has" : "has no", role, owns ? "has one" : "has none (or shares another group's)");
+}
+
+/* The training state of every agent group beyond 0 (trainer_state.json's "agents" and
+   "agent_critics", in `p`). */
+static int load_agents(df_dag_worker *w, const char *dir, const json_t *o, const char *p)
+{
+    const json_t *agents = json_object_get(o, "agents"), *critics = json_object_get(o, "agent_critics");
     int n = json_is_array(agents) ? (int)json_array_size(agents) : 0;
     if (n != w->n_agents - 1)
         return df_error(DF_EINVAL, "%s: the checkpoint has %d agent group(s) and this run %d", p, n + 1,
                         w->n_agents > 0 ? w->n_agents : 1);
     int rc = DF_OK;
     for (int g = 1; !rc && g < w->n_agents; g++) {
+        const df_agent_slot *s = &w->agents[g];
+        bool actor = df_agent_slot_owns_actor(s), critic = df_agent_slot_owns_critic(s);
         path_buf state;
-        rc = agent_dir(state, dir, g, "train_state.safetensors");
+        rc = agent_matches(agents, g, "actor", actor, p);
         if (!rc)
-            rc = df_actor_load_state(w->agents[g].actor->model, state);
+            rc = agent_matches(critics, g, "critic", critic, p);
+        if (!rc && actor && !(rc = agent_dir(state, dir, "actor", g, "train_state.safetensors")))
+            rc = df_actor_load_state(s->actor->model, state);
+        if (!rc && critic && !(rc = agent_dir(state, dir, "critic", g, "train_state.safetensors")))
+            rc = df_critic_load_state(s->critic->model, state);
     }
     return rc;
 }
@@ -250,7 +291,7 @@ static int load_checkpoint(df_dag_worker *w, const char *dir)
                                  "another number of ranks is not supported", p, (long long)world, w->world);
     const json_t *critic = rc ? NULL : json_object_get(o, "critic"), *beta = rc ? NULL : json_object_get(o, "kl_ctrl_beta");
     if (!rc)
-        rc = load_agents(w, dir, json_object_get(o, "agents"), p);
+        rc = load_agents(w, dir, o, p);
     if (!rc && (critic && !json_is_null(critic)) != (w->critic.model != NULL))
         rc = df_error(DF_EINVAL, "%s: the checkpoint %s a critic and this run %s", p,
                       w->critic.model ? "has no" : "has", w->critic.model ? "has one" : "has none");

@@ -365,6 +365,8 @@ static int setup_trainer_side(df_dag_worker *w)
         rc = df_worker_embodied_setup(w);
     if (!rc) /* after the actor: the critic's vocabulary must match it */
         rc = df_worker_setup_critic(w);
+    if (!rc) /* the later agent groups' own critics (critic_setup.c) */
+        rc = df_worker_setup_agent_critics(w);
     if (!rc) /* a chained multi-agent graph: its agents' tokenizers are loaded now */
         rc = df_worker_marft_setup(w);
     if (!rc)

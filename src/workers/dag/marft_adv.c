@@ -1,11 +1,13 @@
 /*
- * The ADVANTAGE node of a chained multi-agent graph (siiRL DAGWorker.compute_multi_agent_advantage):
+ * The ADVANTAGE nodes of a chained multi-agent graph (siiRL DAGWorker.compute_multi_agent_advantage):
  * first every agent's scores (an agent without a reward node of its own gets the next agent's,
  * share_reward_in_agent: df_marft_share_reward), then
- *   gae_marft:        GAE chained across the agents of each episode (df_adv_gae_marft), each
- *                     agent's KL-in-reward and whitening in its own view;
- *   other estimators: the advantage node's own function once per agent, in the agent's view
- *                     (per-agent GRPO: each agent's responses grouped by the shared uid).
+ *   gae_marft:        GAE chained across the agents of each episode (df_adv_gae_marft) in the one
+ *                     node (of the last group), each agent's KL-in-reward and whitening in its view;
+ *   other estimators: the advantage node's own function in an agent's view (per-agent GRPO: each
+ *                     agent's responses grouped by the shared uid): for every agent when the graph
+ *                     has one advantage node, for the node's group when each group has its own (siiRL's
+ *                     earlier MARFT files).
  * What the per-agent passes record is prefixed agent_<g>_.
  */
 #include "workers/dag/marft_run.h"
@@ -147,10 +149,12 @@ int df_marft_node_advantage(df_node_ctx *ctx, df_batch *batch, df_node_output *o
     bool joint = d && (d->needs & DF_ADV_NEEDS_AGENTS);
     (void)out;
     int rc = df_worker_need_batch(batch, "compute_advantage");
-    if (!rc)
+    if (!rc) /* the first advantage node shares; later ones find every agent's scores */
         rc = share_scores(w, batch);
+    const bool all = w->marft->n_adv == 1;
     for (int a = 0; !rc && a < w->marft->n_agents; a++)
-        rc = in_view(ctx, batch, a, joint ? kl_in_reward : run_own, NULL);
+        if (all || a == ctx->node->agent_group)
+            rc = in_view(ctx, batch, a, joint ? kl_in_reward : run_own, NULL);
     if (!rc && joint)
         rc = gae_marft(ctx, batch);
     return rc;

@@ -9,8 +9,8 @@
  *                    and the validation's generation
  *   marft_view.c     per-agent columns: agent_group_<g>_<column> in the batch, unprefixed for a
  *                    node of group g while it runs
- *   marft_adv.c      the one ADVANTAGE node: every agent's rewards, then gae_marft over all of them
- *                    or the configured estimator per agent
+ *   marft_adv.c      the ADVANTAGE node(s): every agent's rewards, then gae_marft over all of them,
+ *                    or the configured estimator per agent (all in one node, or each group's own)
  */
 #ifndef DF_WORKER_DAG_MARFT_RUN_H
 #define DF_WORKER_DAG_MARFT_RUN_H
@@ -28,7 +28,8 @@ typedef struct df_marft_run {
     const df_marft_env_class *env;  /* the environment stepped after the last agent, or NULL */
     bool rewards_with_env;          /* actor_rollout_ref.rollout.agent.rewards_with_env */
     int64_t max_turns;              /* multi_turn.max_assistant_turns (1 when unset) */
-    df_node_fn adv_fn;              /* the ADVANTAGE node's own function, run once per agent */
+    df_node_fn adv_fn;              /* the ADVANTAGE nodes' own function, run in an agent's view */
+    int n_adv;                      /* ADVANTAGE nodes: 1 computes every agent's, else each its group's */
     int view;                       /* the group whose columns are unprefixed now; -1: none */
     char (*shared)[DF_COL_NAME_MAX]; /* [n_shared] the batch's own columns when the view was entered */
     int n_shared, cap_shared;

@@ -81,7 +81,7 @@ static int find_env(df_marft_run *r)
     return rc ? df_error_wrap(rc, "node '%s': agent_options.env_path", last->node_id) : DF_OK;
 }
 
-/* The rollout nodes run the chain; the advantage node every agent's (its own function kept). */
+/* The rollout nodes run the chain; the advantage nodes the agents' (their own function kept). */
 static void bind_nodes(df_dag_worker *w, df_marft_run *r)
 {
     for (int a = 0; a < r->n_agents; a++)
@@ -91,6 +91,7 @@ static void bind_nodes(df_dag_worker *w, df_marft_run *r)
         if (n->node_role == DF_ROLE_ADVANTAGE) {
             r->adv_fn = n->fn;
             n->fn = df_marft_node_advantage;
+            r->n_adv++;
         }
     }
 }

@@ -194,7 +194,8 @@ static int note_model_path(const df_config *c, const df_train_config *t, const d
 /*
  * Every node: its executable, and (workflow files) its `config:`; rollout nodes
  * sampling at one temperature, the one the actor computes log-probs at
- * (dag_worker.c rollout_temperature); one model directory per agent group.
+ * (dag_worker.c rollout_temperature); one model directory and one critic model
+ * directory per agent group.
  */
 static int check_nodes(const df_config *c, const df_train_config *t, df_task_graph *g, bool workflow,
                        const char *src)
@@ -205,8 +206,9 @@ static int check_nodes(const df_config *c, const df_train_config *t, df_task_gra
     const df_node *first_gen = NULL;
     double temp = 0;
     int ng = 1, rc = df_task_graph_agent_groups(g, &ng);
-    char **paths = rc ? NULL : calloc((size_t)ng, sizeof *paths);
-    const df_node **from = rc ? NULL : calloc((size_t)ng, sizeof *from);
+    /* per group its model directory, then its critic's: [0, ng) and [ng, 2 ng) */
+    char **paths = rc ? NULL : calloc((size_t)ng * 2, sizeof *paths);
+    const df_node **from = rc ? NULL : calloc((size_t)ng * 2, sizeof *from);
     if (!rc && (!paths || !from))
         rc = df_error(DF_ENOMEM, "out of memory");
     for (int i = 0; !rc && i < df_task_graph_num_nodes(g); i++) {
@@ -228,6 +230,8 @@ static int check_nodes(const df_config *c, const df_train_config *t, df_task_gra
             rc = df_train_config_resolve(merged, &mt);
         if (!rc && merged)
             rc = note_model_path(c, t, &mt, n, paths, from, ng, src);
+        if (!rc && merged)
+            rc = df_worker_note_critic_path(paths + ng, from + ng, ng, n, mt.critic.model.path, src);
         double temp_n = (merged ? &mt : t)->actor_rollout_ref.rollout.temperature;
         df_config_free(merged);
         if (rc || fn != gen)
@@ -240,7 +244,7 @@ static int check_nodes(const df_config *c, const df_train_config *t, df_task_gra
         first_gen = n;
         temp = temp_n;
     }
-    for (int i = 0; paths && i < ng; i++)
+    for (int i = 0; paths && i < 2 * ng; i++)
         free(paths[i]);
     free(paths);
     free(from);
