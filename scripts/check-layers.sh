@@ -20,7 +20,7 @@ declare -A PUBLIC=(
   [algo]=algo [algo_desc]=algo [reward]=algo [srpo]=algo
   [async]=algo # the decoupled objective's weights (src/algo) and the staleness manager (src/async), which
                # includes nothing above util
-  [agent]=agent [env]=agent [marft]=agent [embodied]=embodied
+  [agent]=agent [env]=agent [marft]=agent [marft_env]=agent [embodied]=embodied
   [config]=config [config_table_begin]=config [config_table_end]=config [train_config]=config
   [sft_config]=config [train_optim]=config
   [batch]=data [dataset]=data [dataloader]=data [synth]=data

@@ -1,10 +1,12 @@
 /* Tools, interactions and environments from plugins: an exported class object registered under its
  * ref (include/distflow/dag.h, df_plugin_tool / df_plugin_interaction / df_plugin_env;
- * distflow/agent.h, distflow/env.h). */
+ * distflow/agent.h, distflow/env.h); and a multi-agent episode's environment class, which is not
+ * registered but pointed at (distflow/marft_env.h, df_marft_env_resolve / df_marft_env_check). */
 #include "planner/dag_internal.h"
 
 #include "distflow/agent.h"
 #include "distflow/env.h"
+#include "distflow/marft_env.h"
 
 static int register_tool(const void *obj, void *ref)
 {
@@ -51,4 +53,31 @@ int df_plugin_env(const char *ref)
                         ref ? ref : "(null)");
     int rc = df_plugin_object_register(ref, sizeof(df_env), register_env, (void *)ref);
     return rc ? df_error_wrap(rc, "environment class '%s'", ref) : DF_OK;
+}
+
+/* The loaded object's address, through df_plugin_object_register (file checked, library loaded once). */
+static int keep_marft_env(const void *obj, void *out)
+{
+    *(const df_marft_env_class **)out = obj;
+    return DF_OK;
+}
+
+static int marft_env_loader(const char *ref, bool load, const df_marft_env_class **out)
+{
+    *out = NULL;
+    if (load)
+        return df_plugin_object_register(ref, sizeof(df_marft_env_class), keep_marft_env, (void *)out);
+    df_marft_env_class bytes; /* only its size and kind matter: its pointers are relocated when loaded */
+    return df_plugin_check_object(ref, sizeof bytes, &bytes);
+}
+
+int df_marft_env_resolve(const char *entry, const df_marft_env_class **out)
+{
+    return df_marft_env_lookup(entry, marft_env_loader, true, out);
+}
+
+int df_marft_env_check(const char *entry)
+{
+    const df_marft_env_class *cls = NULL;
+    return df_marft_env_lookup(entry, marft_env_loader, false, &cls);
 }
