@@ -2,7 +2,8 @@
  * examples/experimental/marft/config/workflow_marft.yaml (tests/fixtures/siirl_workflows/, the
  * version of 2025-09-11, equal to siiRL's latest) parses with its agent_options, plans with two
  * agent groups, and is refused cleanly by df_train_check; the agent-group shape checks;
- * gae_marft's placement checks. */
+ * gae_marft's placement checks; the per-node keys its anchors set, accepted on every node when the
+ * job agrees and refused naming the node, the key and the job's value when it does not. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +19,7 @@
 #include "distflow/dag.h"
 #include "distflow/scheduler.h"
 #include "distflow/worker.h"
+#include "workers/worker_internal.h"
 
 #define MARFT DF_SOURCE_DIR "/tests/fixtures/siirl_workflows/2025-09-11_marft_workflow_marft.yaml"
 
@@ -211,6 +213,95 @@ static void test_agent_group_shapes(void **state)
     assert_non_null(strstr(df_last_error(), "agent_options.pre_process_kwargs.t must be a scalar"));
 }
 
+/* The job for the per-node keys: siiRL's run script's values (run_qwen2_5-3b_marft.sh: TP 4,
+   memory 0.3, n 1) and the workflow's micro-batch, each replaced by `change` when not NULL. */
+static df_config *keys_job(const char *change)
+{
+    const char *ov[] = {"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16",
+                        "actor_rollout_ref.rollout.tensor_model_parallel_size=4",
+                        "actor_rollout_ref.rollout.gpu_memory_utilization=0.3",
+                        "actor_rollout_ref.rollout.n=1", change ? change : "actor_rollout_ref.rollout.n=1"};
+    return df_test_config("data: {train_batch_size: 4}\n", "job.yaml", ov, 5);
+}
+
+/* Every node of siiRL's file with a `config:` through the per-node key check (*n_checked of them); the first
+ * refusal. */
+static int check_node_keys(const df_config *cfg, const df_task_graph *g, int *n_checked)
+{
+    *n_checked = 0;
+    for (int i = 0; i < df_task_graph_num_nodes(g); i++) {
+        const df_node *n = df_task_graph_node_at(g, i);
+        if (!n->n_config)
+            continue;
+        char where[256];
+        snprintf(where, sizeof where, "marft node '%s'", n->node_id);
+        df_config *merged = NULL;
+        int rc = df_worker_node_overrides(cfg, n, df_worker_default_exec(n), where, &merged);
+        df_config_free(merged);
+        if (rc)
+            return rc;
+        ++*n_checked;
+    }
+    return DF_OK;
+}
+
+static void test_siirl_marft_node_keys(void **state)
+{
+    (void)state;
+    df_task_graph *g = NULL;
+    if (df_workflow_load(MARFT, &g))
+        fail_msg("%s", df_last_error());
+    assert_int_equal(df_worker_register_nodes(), 0);
+    df_config *cfg = keys_job(NULL);
+    int checked = 0;
+    if (check_node_keys(cfg, g, &checked))
+        fail_msg("%s", df_last_error());
+    assert_int_equal(checked, 6); /* two rollout, two old-log-prob and two actor_train nodes */
+    df_config_free(cfg);
+    /* one key off the file's value: refused at the first node, its rollout of agent 0 */
+    static const struct {
+        const char *job, *msg;
+    } off[] = {
+        {"actor_rollout_ref.rollout.n=2", "marft node 'rollout_reasoner': actor_rollout_ref.rollout.n=1 "
+                                          "differs from the job's 2 (command line); "
+                                          "distflow reads this key once for the job, not per node (every "
+                                          "rollout node answers the same prompts, "
+                                          "every agent of a multi-agent graph the same episodes"},
+        {"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+         "marft node 'rollout_reasoner': actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16 "
+         "differs "
+         "from the job's 4 (command line)"},
+        {"actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+         "marft node 'rollout_reasoner': actor_rollout_ref.rollout.tensor_model_parallel_size=4 differs from "
+         "the "
+         "job's 2 (command line)"},
+        {"actor_rollout_ref.rollout.gpu_memory_utilization=0.5",
+         "marft node 'rollout_reasoner': actor_rollout_ref.rollout.gpu_memory_utilization=0.3 differs from "
+         "the "
+         "job's 0.5 (command line); distflow reads this key once for the job, not per node (it has no effect "
+         "in "
+         "distflow: no KV-cache pool is sized): set the job's "
+         "actor_rollout_ref.rollout.gpu_memory_utilization=0.3"},
+    };
+    for (size_t i = 0; i < sizeof off / sizeof *off; i++) {
+        cfg = keys_job(off[i].job);
+        assert_int_equal(check_node_keys(cfg, g, &checked), DF_EUNSUPPORTED);
+        if (!strstr(df_last_error(), off[i].msg))
+            fail_msg("'%s' lacks '%s'", df_last_error(), off[i].msg);
+        df_config_free(cfg);
+    }
+    /* an actor node alone is checked the same way */
+    cfg = keys_job("actor_rollout_ref.rollout.n=3");
+    const df_node *old = df_task_graph_get_node(g, "actor_2_old_log_prob");
+    df_config *merged = NULL;
+    assert_int_equal(df_worker_node_overrides(cfg, old, df_worker_default_exec(old), "n", &merged),
+                     DF_EUNSUPPORTED);
+    assert_non_null(strstr(df_last_error(), "n: actor_rollout_ref.rollout.n=1 differs from the job's 3"));
+    assert_null(merged);
+    df_config_free(cfg);
+    df_task_graph_free(g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -219,6 +310,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cli_plan_shows_groups, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_gae_marft_placement, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test(test_agent_group_shapes),
+        cmocka_unit_test(test_siirl_marft_node_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
