@@ -29,15 +29,19 @@ typedef struct {
     df_marft_env_turn turn;
 } two_agents;
 
-static void make_turn(two_agents *t, const char *source, const char *reasoner, const char *actor, const char *truth)
+static void make_turn(two_agents *t, const char *source, const char *reasoner, const char *actor,
+                      const char *truth)
 {
     static char ep0[512], ep1[1024];
     snprintf(ep0, sizeof ep0, "Q: what is 6 x 7? reasoner: %s", reasoner);
     snprintf(ep1, sizeof ep1, "%s actor: %s", ep0, actor);
     t->episodes[0] = ep0, t->episodes[1] = ep1;
     t->responses[0] = reasoner, t->responses[1] = actor;
-    t->turn = (df_marft_env_turn){.n_agents = 2, .episodes = t->episodes, .responses = t->responses,
-                                  .ground_truth = truth, .data_source = source};
+    t->turn = (df_marft_env_turn){.n_agents = 2,
+                                  .episodes = t->episodes,
+                                  .responses = t->responses,
+                                  .ground_truth = truth,
+                                  .data_source = source};
 }
 
 /* MathEnv on one turn: its score, stop, and both observations = episode + siiRL's sentence. */
@@ -116,7 +120,10 @@ static void test_math_env_last_agent_only(void **state)
     df_marft_env_result_clear(&r);
     /* one agent alone: its episode is the one observation */
     const char *ep[] = {"E #### 42"}, *resp[] = {"#### 42"};
-    df_marft_env_turn one = {.n_agents = 1, .episodes = ep, .responses = resp, .ground_truth = "42",
+    df_marft_env_turn one = {.n_agents = 1,
+                             .episodes = ep,
+                             .responses = resp,
+                             .ground_truth = "42",
                              .data_source = "openai/gsm8k"};
     assert_int_equal(df_marft_env_step(&df_marft_env_math, &one, &r), 0);
     assert_int_equal(r.n_obs, 1);
@@ -211,7 +218,8 @@ static void test_resolve_plugin(void **state)
     /* its mistakes: too few observations (caught by the checked step), no step, not an object */
     assert_int_equal(df_marft_env_resolve(LIB ":marft_env_short", &cls), 0);
     assert_int_equal(df_marft_env_step(cls, &t.turn, &r), DF_EINVAL);
-    assert_non_null(strstr(df_last_error(), "MARFT environment short: step gave 1 observations for 2 agents"));
+    assert_non_null(
+        strstr(df_last_error(), "MARFT environment short: step gave 1 observations for 2 agents"));
     assert_null(r.obs);
     assert_int_equal(df_marft_env_resolve(LIB ":marft_env_no_step", &cls), DF_EINVAL);
     assert_non_null(strstr(df_last_error(), "the plugin's df_marft_env_class has no step function"));
@@ -226,10 +234,8 @@ static void test_resolve_plugin(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_math_env_scores),
-        cmocka_unit_test(test_math_env_last_agent_only),
-        cmocka_unit_test(test_math_env_errors),
-        cmocka_unit_test(test_resolve_python_entries),
+        cmocka_unit_test(test_math_env_scores), cmocka_unit_test(test_math_env_last_agent_only),
+        cmocka_unit_test(test_math_env_errors), cmocka_unit_test(test_resolve_python_entries),
         cmocka_unit_test(test_resolve_plugin),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

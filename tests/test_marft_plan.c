@@ -2,7 +2,8 @@
  * examples/experimental/marft/config/workflow_marft.yaml (tests/fixtures/siirl_workflows/, the
  * version of 2025-09-11, equal to siiRL's latest) parses with its agent_options, plans with two
  * agent groups, and is refused cleanly by df_train_check; the agent-group shape checks;
- * gae_marft's placement checks. */
+ * gae_marft's placement checks; the per-node keys its anchors set, accepted on every node when the
+ * job agrees and refused naming the node, the key and the job's value when it does not. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +19,7 @@
 #include "distflow/dag.h"
 #include "distflow/scheduler.h"
 #include "distflow/worker.h"
+#include "workers/worker_internal.h"
 
 #define MARFT DF_SOURCE_DIR "/tests/fixtures/siirl_workflows/2025-09-11_marft_workflow_marft.yaml"
 
@@ -83,7 +85,7 @@ static void test_siirl_marft_parses(void **state)
     df_task_graph_free(g);
 }
 
-static void test_siirl_marft_plans_and_is_refused(void **state)
+static void test_siirl_marft_plans(void **state)
 {
     (void)state;
     df_config *cfg = job(MARFT, "gae_marft");
@@ -106,18 +108,19 @@ static void test_siirl_marft_plans_and_is_refused(void **state)
     assert_non_null(strstr(text, "  critic_2_value -> process_group_1, CRITIC instance of agent 0\n"));
     free(text);
     df_plan_free(p);
-    /* refused before anything is loaded, naming the node and what of the runtime it needs */
+    /* its nodes' per-node values (siiRL's run script's) must be the job's: this job's differ (the file
+       trains with them on 4 ranks: test_marft_ranks) */
     p = NULL;
     assert_int_equal(df_train_check(cfg, 1, NULL, NULL, &p), DF_EUNSUPPORTED);
     assert_null(p);
-    const char *want = MARFT " node 'critic_2_value': agent_group 1: multi-agent graphs (siiRL's MARFT, 2 agent "
-                       "groups) do not run with a critic";
+    const char *want = MARFT " node 'rollout_reasoner': actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16 "
+                       "differs from the job's";
     if (!strstr(df_last_error(), want))
         fail_msg("'%s' lacks '%s'", df_last_error(), want);
     df_config_free(cfg);
 }
 
-/* `distflow plan` prints the refused multi-agent plan, agent groups included, then the refusal. */
+/* `distflow plan` prints a refused multi-agent plan, agent groups included, then the refusal. */
 static void test_cli_plan_shows_groups(void **state)
 {
     char yaml[1024], cmd[4096];
@@ -132,7 +135,8 @@ static void test_cli_plan_shows_groups(void **state)
     assert_int_equal(df_test_command(cmd, out, sizeof out), 1);
     const char *groups = strstr(out, "\n== agent groups (2)\nagent 0: models ROLLOUT, ACTOR, REFERENCE, CRITIC; "
                                      "checkpoint actor_agent_0\n");
-    const char *err = strstr(out, "distflow plan: error: " MARFT " node 'critic_2_value': agent_group 1:");
+    const char *err = strstr(out, "distflow plan: error: " MARFT " node 'rollout_reasoner': actor_rollout_ref.rollout."
+                                     "log_prob_micro_batch_size_per_gpu=16 differs");
     if (!groups || !err || err < groups)
         fail_msg("the plan's agent groups, then the refusal, expected:\n%s", out);
     assert_non_null(strstr(out, "== planned for 2 ranks: a multi-agent graph, shown but refused (below)\n"));
@@ -209,14 +213,104 @@ static void test_agent_group_shapes(void **state)
     assert_non_null(strstr(df_last_error(), "agent_options.pre_process_kwargs.t must be a scalar"));
 }
 
+/* The job for the per-node keys: siiRL's run script's values (run_qwen2_5-3b_marft.sh: TP 4,
+   memory 0.3, n 1) and the workflow's micro-batch, each replaced by `change` when not NULL. */
+static df_config *keys_job(const char *change)
+{
+    const char *ov[] = {"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16",
+                        "actor_rollout_ref.rollout.tensor_model_parallel_size=4",
+                        "actor_rollout_ref.rollout.gpu_memory_utilization=0.3",
+                        "actor_rollout_ref.rollout.n=1", change ? change : "actor_rollout_ref.rollout.n=1"};
+    return df_test_config("data: {train_batch_size: 4}\n", "job.yaml", ov, 5);
+}
+
+/* Every node of siiRL's file with a `config:` through the per-node key check (*n_checked of them); the first
+ * refusal. */
+static int check_node_keys(const df_config *cfg, const df_task_graph *g, int *n_checked)
+{
+    *n_checked = 0;
+    for (int i = 0; i < df_task_graph_num_nodes(g); i++) {
+        const df_node *n = df_task_graph_node_at(g, i);
+        if (!n->n_config)
+            continue;
+        char where[256];
+        snprintf(where, sizeof where, "marft node '%s'", n->node_id);
+        df_config *merged = NULL;
+        int rc = df_worker_node_overrides(cfg, n, df_worker_default_exec(n), where, &merged);
+        df_config_free(merged);
+        if (rc)
+            return rc;
+        ++*n_checked;
+    }
+    return DF_OK;
+}
+
+static void test_siirl_marft_node_keys(void **state)
+{
+    (void)state;
+    df_task_graph *g = NULL;
+    if (df_workflow_load(MARFT, &g))
+        fail_msg("%s", df_last_error());
+    assert_int_equal(df_worker_register_nodes(), 0);
+    df_config *cfg = keys_job(NULL);
+    int checked = 0;
+    if (check_node_keys(cfg, g, &checked))
+        fail_msg("%s", df_last_error());
+    assert_int_equal(checked, 6); /* two rollout, two old-log-prob and two actor_train nodes */
+    df_config_free(cfg);
+    /* one key off the file's value: refused at the first node, its rollout of agent 0 */
+    static const struct {
+        const char *job, *msg;
+    } off[] = {
+        {"actor_rollout_ref.rollout.n=2", "marft node 'rollout_reasoner': actor_rollout_ref.rollout.n=1 "
+                                          "differs from the job's 2 (command line); "
+                                          "distflow reads this key once for the job, not per node (every "
+                                          "rollout node answers the same prompts, "
+                                          "every agent of a multi-agent graph the same episodes"},
+        {"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+         "marft node 'rollout_reasoner': actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16 "
+         "differs "
+         "from the job's 4 (command line)"},
+        {"actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+         "marft node 'rollout_reasoner': actor_rollout_ref.rollout.tensor_model_parallel_size=4 differs from "
+         "the "
+         "job's 2 (command line)"},
+        {"actor_rollout_ref.rollout.gpu_memory_utilization=0.5",
+         "marft node 'rollout_reasoner': actor_rollout_ref.rollout.gpu_memory_utilization=0.3 differs from "
+         "the "
+         "job's 0.5 (command line); distflow reads this key once for the job, not per node (it has no effect "
+         "in "
+         "distflow: no KV-cache pool is sized): set the job's "
+         "actor_rollout_ref.rollout.gpu_memory_utilization=0.3"},
+    };
+    for (size_t i = 0; i < sizeof off / sizeof *off; i++) {
+        cfg = keys_job(off[i].job);
+        assert_int_equal(check_node_keys(cfg, g, &checked), DF_EUNSUPPORTED);
+        if (!strstr(df_last_error(), off[i].msg))
+            fail_msg("'%s' lacks '%s'", df_last_error(), off[i].msg);
+        df_config_free(cfg);
+    }
+    /* an actor node alone is checked the same way */
+    cfg = keys_job("actor_rollout_ref.rollout.n=3");
+    const df_node *old = df_task_graph_get_node(g, "actor_2_old_log_prob");
+    df_config *merged = NULL;
+    assert_int_equal(df_worker_node_overrides(cfg, old, df_worker_default_exec(old), "n", &merged),
+                     DF_EUNSUPPORTED);
+    assert_non_null(strstr(df_last_error(), "n: actor_rollout_ref.rollout.n=1 differs from the job's 3"));
+    assert_null(merged);
+    df_config_free(cfg);
+    df_task_graph_free(g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_siirl_marft_parses),
-        cmocka_unit_test(test_siirl_marft_plans_and_is_refused),
+        cmocka_unit_test(test_siirl_marft_plans),
         cmocka_unit_test_setup_teardown(test_cli_plan_shows_groups, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_gae_marft_placement, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test(test_agent_group_shapes),
+        cmocka_unit_test(test_siirl_marft_node_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -42,11 +42,12 @@ typedef struct {
     const char *msg;
 } verdict;
 
-#define MULTI_AGENT "TBD"
-/* siiRL's first MARFT file gives each agent group an advantage node of its own */
-#define MULTI_AGENT_ORDER                                                                                 \
-    "node 'calculate_1_advantages': agent_group 0: multi-agent graphs (siiRL's MARFT, 2 agent groups) do not " \
-    "run with a second advantage node"
+/* siiRL's MARFT files set their run script's values per node (rollout.n 1, log-prob micro-batch 16,
+   TP 4): this job's differ; with the script's they train (test_marft_ranks, on 4 ranks) */
+#define MULTI_AGENT "node 'rollout_reasoner': actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16 differs from the job's"
+/* its code environment is a Python class */
+#define MULTI_AGENT_CODE "node 'rollout_actor': agent_options.env_path: env_path entry " \
+    "'examples/experimental/marft/config/code_env.py:CodeEnv': a Python class distflow does not have"
 /* an embodied job's keys make them train (test_embodied_pipeline) */
 #define EMBODIED                                                                                   \
     "the graph's embodied sampling node filters control episodes: set actor_rollout_ref.model.model_type=embodied"
@@ -56,7 +57,7 @@ static const verdict k_siirl[] = {
     {"2025-07-21_client_workflow_grpo.yaml", "", NULL},
     {"2025-07-21_client_workflow_ppo.yaml", CRITIC, NULL},
     {"2025-07-21_client_workflow_ppo.yaml", "", NO_CRITIC_MICRO},
-    {"2025-07-21_marft_workflow_marft.yaml", "", MULTI_AGENT_ORDER},
+    {"2025-07-21_marft_workflow_marft.yaml", "", MULTI_AGENT},
     {"2025-08-01_client_workflow_grpo.yaml", "", NULL},
     {"2025-08-07_client_workflow_dapo.yaml", "",
      "planning: 2 subgraphs but only 1 workers (trainer.nnodes=1 x trainer.n_gpus_per_node=1)"},
@@ -66,7 +67,7 @@ static const verdict k_siirl[] = {
     {"2025-08-20_marft_workflow_marft.yaml", "", MULTI_AGENT},
     {"2025-09-03_marft_workflow_marft.yaml", "", MULTI_AGENT},
     {"2025-09-11_marft_workflow_marft.yaml", "", MULTI_AGENT},
-    {"2025-09-17_marft_workflow_marft_code.yaml", "", MULTI_AGENT},
+    {"2025-09-17_marft_workflow_marft_code.yaml", "", MULTI_AGENT_CODE},
     {"2025-09-29_global_config_workflow_dapo.yaml", "", NULL},
     {"2025-09-29_global_config_workflow_dapo.yaml", FILTER, NULL},
     {"2025-09-29_global_config_workflow_grpo.yaml", "", NULL},
@@ -87,6 +88,20 @@ static const verdict k_siirl[] = {
     "     only_forward_compute: true, dependencies: [calculate_advantages]}\n"                     \
     "  - {node_id: actor_train, node_type: MODEL_TRAIN, node_role: ACTOR,\n"                       \
     "     dependencies: [actor_old_log_prob]}\n"
+/* GRPO_TAIL with `cfg` on the old-log-prob node, its actor_train node left open for a `config:` line */
+#define GRPO_TAIL_OLD(cfg)                                                                         \
+    "  - {node_id: function_reward, node_type: COMPUTE, node_role: REWARD,\n"                      \
+    "     dependencies: [rollout_actor]}\n"                                                        \
+    "  - {node_id: calculate_advantages, node_type: COMPUTE, node_role: ADVANTAGE,\n"               \
+    "     dependencies: [function_reward]}\n"                                                      \
+    "  - {node_id: actor_old_log_prob, node_type: MODEL_TRAIN, node_role: ACTOR,\n"                \
+    "     only_forward_compute: true, dependencies: [calculate_advantages]" cfg "}\n"              \
+    "  - node_id: actor_train\n    node_type: MODEL_TRAIN\n    node_role: ACTOR\n"                 \
+    "    dependencies: [actor_old_log_prob]\n"
+/* siiRL's MARFT anchors (actor_1_config) with write_job's values */
+#define MARFT_KEYS                                                                                 \
+    "{rollout.log_prob_micro_batch_size_per_gpu: 8, rollout.tensor_model_parallel_size: 1, "        \
+    "rollout.gpu_memory_utilization: 0.5, rollout.n: 2}"
 #define ROLLOUT(cfg) "dag_id: t\nnodes:\n  - {node_id: rollout_actor, node_type: MODEL_INFERENCE, node_role: ROLLOUT" cfg "}\n"
 
 typedef struct {
@@ -97,9 +112,21 @@ typedef struct {
 static const made k_made[] = {
     /* siiRL's scheduler key is the planner's, not a config key: accepted and trained */
     {"model_params", ROLLOUT(", config: {model_params: 500M, rollout.temperature: 0.9}") GRPO_TAIL, NULL, NULL},
-    {"per_node_key", ROLLOUT(", config: {rollout.n: 8}") GRPO_TAIL,
-     "node 'rollout_actor': actor_rollout_ref.rollout.n cannot be changed per node (this node honours: "
-     "actor_rollout_ref.rollout.temperature", NULL},
+    {"per_node_key", ROLLOUT(", config: {rollout.ignore_eos: true}") GRPO_TAIL,
+     "node 'rollout_actor': actor_rollout_ref.rollout.ignore_eos cannot be changed per node (this node "
+     "honours: actor_rollout_ref.rollout.temperature", NULL},
+    /* the keys siiRL's MARFT file sets on its rollout and actor nodes: the job's values accepted (and
+       trained), another value refused naming the node, the key and the job's value */
+    {"marft_keys_agree",
+     ROLLOUT(", config: " MARFT_KEYS) GRPO_TAIL_OLD(", config: " MARFT_KEYS) "    config: " MARFT_KEYS "\n",
+     NULL, NULL},
+    {"marft_n", ROLLOUT(", config: {rollout.n: 8}") GRPO_TAIL,
+     "node 'rollout_actor': actor_rollout_ref.rollout.n=8 differs from the job's 2 (%D/job.yaml:6); "
+     "distflow reads this key once for the job, not per node", NULL},
+    {"marft_tp_on_actor",
+     ROLLOUT("") GRPO_TAIL_OLD("") "    config: {rollout.tensor_model_parallel_size: 2}\n",
+     "node 'actor_train': actor_rollout_ref.rollout.tensor_model_parallel_size=2 differs from the job's 1 "
+     "(default); distflow reads this key once for the job", NULL},
     {"typo_ref",
      ROLLOUT("") GRPO_TAIL "  - {node_id: ds, node_type: COMPUTE, executable_ref: siirl.algorithm.dapo.dynamic_samplin,\n"
                           "     dependencies: [actor_train]}\n",

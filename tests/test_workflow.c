@@ -422,10 +422,17 @@ static void test_worker_node_overrides(void **state)
     assert_non_null(strstr(df_last_error(), "dag.workflow_path"));
     unload(&w);
     /* a key that exists but cannot change per node */
+    rc = load_in_worker(*state,
+                        "dag_id: d\nnodes:\n" GEN_NODE "    config:\n      rollout.ignore_eos: true\n", &w);
+    assert_error_mentions(
+        rc, DF_EUNSUPPORTED,
+        "wf.yaml node 'gen': actor_rollout_ref.rollout.ignore_eos cannot be changed per node "
+        "(this node honours: actor_rollout_ref.rollout.temperature");
+    unload(&w);
+    /* one read once for the job (siiRL's MARFT anchors): another value than the job's refused in setup too */
     rc = load_in_worker(*state, "dag_id: d\nnodes:\n" GEN_NODE "    config:\n      rollout.n: 8\n", &w);
     assert_error_mentions(rc, DF_EUNSUPPORTED,
-                          "wf.yaml node 'gen': actor_rollout_ref.rollout.n cannot be changed per node "
-                          "(this node honours: actor_rollout_ref.rollout.temperature");
+                          "wf.yaml node 'gen': actor_rollout_ref.rollout.n=8 differs from the job's ");
     unload(&w);
     /* a loss mode that does not exist */
     rc = load_in_worker(*state, "dag_id: d\nnodes:\n" GEN_NODE TRAIN_NODE

@@ -40,7 +40,8 @@ typedef struct df_marft_env_turn {
 
 /** What a step returns. Free with df_marft_env_result_clear. */
 typedef struct df_marft_env_result {
-    char **obs;   /**< [n_obs] malloc'd: each agent's next observation; obs[n_agents-1] is the next episode text */
+    char **
+        obs; /**< [n_obs] malloc'd: each agent's next observation; obs[n_agents-1] is the next episode text */
     int n_obs;    /**< entries of obs: the turn's n_agents after a successful step */
     double score; /**< the turn's reward */
     bool stop;    /**< the episode ends (MathEnv: the answer is right) */
@@ -66,7 +67,8 @@ DF_API void df_marft_env_result_clear(df_marft_env_result *r);
  * zeroed first, and cleared again on any error. Errors: DF_EINVAL for a malformed turn or result
  * (naming the class), the class's own status wrapped with its name.
  */
-DF_API int df_marft_env_step(const df_marft_env_class *cls, const df_marft_env_turn *turn, df_marft_env_result *out);
+DF_API int df_marft_env_step(const df_marft_env_class *cls, const df_marft_env_turn *turn,
+                             df_marft_env_result *out);
 
 /**
  * The built-in MathEnv (siiRL examples/experimental/marft/config/math_env.py:MathEnv):

@@ -40,12 +40,14 @@ static const char *class_name(const df_marft_env_class *cls)
 static int check_turn(const char *who, const df_marft_env_turn *t)
 {
     if (!t || t->n_agents < 1 || !t->episodes || !t->responses)
-        return df_error(DF_EINVAL, "MARFT environment %s: a turn needs n_agents >= 1 (got %d) and their "
-                        "episodes and responses", who, t ? t->n_agents : 0);
+        return df_error(DF_EINVAL,
+                        "MARFT environment %s: a turn needs n_agents >= 1 (got %d) and their "
+                        "episodes and responses",
+                        who, t ? t->n_agents : 0);
     for (int a = 0; a < t->n_agents; a++)
         if (!t->episodes[a] || !t->responses[a])
-            return df_error(DF_EINVAL, "MARFT environment %s: agent %d of %d has no %s text", who, a, t->n_agents,
-                            t->episodes[a] ? "response" : "episode");
+            return df_error(DF_EINVAL, "MARFT environment %s: agent %d of %d has no %s text", who, a,
+                            t->n_agents, t->episodes[a] ? "response" : "episode");
     return DF_OK;
 }
 
@@ -66,14 +68,15 @@ int df_marft_env_step(const df_marft_env_class *cls, const df_marft_env_turn *tu
     }
     /* a plugin's result is checked here, so that the rollout never reads a missing observation */
     if (out->n_obs != turn->n_agents || !out->obs)
-        rc = df_error(DF_EINVAL, "MARFT environment %s: step gave %d observations for %d agents", class_name(cls),
-                      out->obs ? out->n_obs : 0, turn->n_agents);
+        rc = df_error(DF_EINVAL, "MARFT environment %s: step gave %d observations for %d agents",
+                      class_name(cls), out->obs ? out->n_obs : 0, turn->n_agents);
     for (int a = 0; !rc && a < out->n_obs; a++)
         if (!out->obs[a])
-            rc = df_error(DF_EINVAL, "MARFT environment %s: step gave no observation for agent %d", class_name(cls),
-                          a);
+            rc = df_error(DF_EINVAL, "MARFT environment %s: step gave no observation for agent %d",
+                          class_name(cls), a);
     if (!rc && !isfinite(out->score))
-        rc = df_error(DF_EINVAL, "MARFT environment %s: step gave a score of %g", class_name(cls), out->score);
+        rc =
+            df_error(DF_EINVAL, "MARFT environment %s: step gave a score of %g", class_name(cls), out->score);
     if (rc)
         df_marft_env_result_clear(out);
     return rc;
@@ -99,7 +102,7 @@ static int math_step(const df_marft_env_turn *t, df_marft_env_result *out)
         return rc;
     if (!t->ground_truth)
         return df_error(DF_EINVAL, "MARFT environment " DF_MARFT_ENV_MATH_CLASS ": the row has no "
-                        "reward_model.ground_truth to score the answer against");
+                                   "reward_model.ground_truth to score the answer against");
     const char *source = t->data_source && t->data_source[0] ? t->data_source : MATH_SOURCE;
     df_reward_result r;
     memset(&r, 0, sizeof r);
@@ -124,8 +127,9 @@ const df_marft_env_class df_marft_env_math = {.name = DF_MARFT_ENV_MATH_CLASS, .
 
 /* ---- env_path entries ---------------------------------------------------------------------------- */
 
-#define FORMS                                                                                      \
-    "the built-in '<dir>/" DF_MARFT_ENV_MATH_FILE ":" DF_MARFT_ENV_MATH_CLASS "' (siiRL's MathEnv) or a plugin " \
+#define FORMS                                                                                                \
+    "the built-in '<dir>/" DF_MARFT_ENV_MATH_FILE ":" DF_MARFT_ENV_MATH_CLASS                                \
+    "' (siiRL's MathEnv) or a plugin "                                                                       \
     "'path/to/libx.so:symbol' exporting a df_marft_env_class (include/distflow/marft_env.h)"
 
 static bool ends_with(const char *s, size_t n, const char *tail)
@@ -147,23 +151,29 @@ static int python_entry(const char *entry, size_t n, const char *cls, const df_m
         *out = &df_marft_env_math;
         return DF_OK;
     }
-    return df_error(DF_EUNSUPPORTED, "env_path entry '%s': a Python class distflow does not have (distflow runs "
-                    "no Python); environments: " FORMS, entry);
+    return df_error(DF_EUNSUPPORTED,
+                    "env_path entry '%s': a Python class distflow does not have (distflow runs "
+                    "no Python); environments: " FORMS,
+                    entry);
 }
 
-int df_marft_env_lookup(const char *entry, df_marft_env_loader loader, bool load, const df_marft_env_class **out)
+int df_marft_env_lookup(const char *entry, df_marft_env_loader loader, bool load,
+                        const df_marft_env_class **out)
 {
     *out = NULL;
     const char *colon = entry ? strrchr(entry, ':') : NULL;
     if (!entry || !entry[0] || !colon || colon == entry || !colon[1])
-        return df_error(DF_EINVAL, "env_path entry '%s' is not 'file.py:Class' or 'lib.so:symbol': environments: "
-                        FORMS, entry ? entry : "(null)");
+        return df_error(DF_EINVAL,
+                        "env_path entry '%s' is not 'file.py:Class' or 'lib.so:symbol': environments: " FORMS,
+                        entry ? entry : "(null)");
     size_t n = (size_t)(colon - entry);
     if (ends_with(entry, n, ".py"))
         return python_entry(entry, n, colon + 1, out);
     if (!agent_is_plugin_ref(entry))
-        return df_error(DF_EINVAL, "env_path entry '%s' names neither a Python file nor a shared library: "
-                        "environments: " FORMS, entry);
+        return df_error(DF_EINVAL,
+                        "env_path entry '%s' names neither a Python file nor a shared library: "
+                        "environments: " FORMS,
+                        entry);
     if (!loader)
         return df_error(DF_EINVAL, "env_path entry '%s': a plugin, and no plugin loader was given", entry);
     int rc = loader(entry, load, out);

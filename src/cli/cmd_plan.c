@@ -26,9 +26,9 @@ static const char *PLAN_USAGE =
     "--dot writes the plan as a Graphviz file.";
 
 /*
- * A multi-agent (siiRL MARFT) workflow is refused until the DAG worker runs agent groups; its plan
- * is still shown, agent groups included, before the refusal (docs/multi_agent.md). The refusal's
- * message is kept for df_cli_fail.
+ * A multi-agent (siiRL MARFT) workflow the checks refuse still has its plan shown, agent groups
+ * included, before the refusal (docs/multi_agent.md): what a user adapting siiRL's file needs to
+ * see. The refusal's message is kept for df_cli_fail.
  */
 static void show_refused_agents(const df_config *cfg, int world, int code)
 {

@@ -103,6 +103,68 @@ static int refuse_key(const df_node_keys *k, const char *key, const char *where)
                     list);
 }
 
+/*
+ * Keys siiRL's MARFT workflow sets on its rollout and actor nodes (YAML anchors actor_1_config /
+ * actor_2_config) that distflow reads once for the whole job: a node may repeat the job's value, so
+ * that siiRL's file loads when the job agrees with it, and any other value is refused, naming the
+ * node, the key and the job's value (docs/siirl_workflows.md, docs/multi_agent.md). A function that
+ * declares one of them per node (df_node_keys.global) honours it instead.
+ */
+static const struct {
+    const char *key, *why;
+} k_job_wide[] = {
+    {"actor_rollout_ref.rollout.n",
+     "every rollout node answers the same prompts, every agent of a multi-agent "
+     "graph the same episodes, and the batch sizes count n responses per prompt"},
+    {"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+     "the old-log-prob pass's micro-batch is set when the actor is made"},
+    {"actor_rollout_ref.rollout.tensor_model_parallel_size",
+     "plan and config check size the rollout's data-parallel layout from the job's key"},
+    {"actor_rollout_ref.rollout.gpu_memory_utilization",
+     "it has no effect in distflow: no KV-cache pool is sized"},
+};
+
+static const char *job_wide_why(const char *key)
+{
+    for (size_t i = 0; i < sizeof k_job_wide / sizeof *k_job_wide; i++)
+        if (!strcmp(key, k_job_wide[i].key))
+            return k_job_wide[i].why;
+    return NULL;
+}
+
+/* c's value of `key` as text ("null" when null); exact (%.17g) or for people (%g). */
+static void value_text(const df_config *c, const char *key, bool exact, char *out, size_t cap)
+{
+    const df_config_entry *e = df_config_schema_find(df_config_get_schema(c), key);
+    if (!e || df_config_is_null(c, key))
+        snprintf(out, cap, "null");
+    else if (e->type == DF_CFG_INT)
+        snprintf(out, cap, "%lld", (long long)df_config_int(c, key));
+    else if (e->type == DF_CFG_FLOAT)
+        snprintf(out, cap, exact ? "%.17g" : "%g", df_config_float(c, key));
+    else if (e->type == DF_CFG_BOOL)
+        snprintf(out, cap, "%s", df_config_bool(c, key) ? "true" : "false");
+    else
+        snprintf(out, cap, "%s", e->type == DF_CFG_STR ? df_config_str(c, key) : "(a list or map)");
+}
+
+/* A job-wide key on a node: DF_OK when the node's value (in node) is the job's (in cfg). */
+static int check_job_value(const df_config *cfg, const df_config *node, const char *key, const char *why,
+                           const char *where)
+{
+    char mine[128], job[128];
+    value_text(node, key, true, mine, sizeof mine);
+    value_text(cfg, key, true, job, sizeof job);
+    if (!strcmp(mine, job))
+        return DF_OK;
+    value_text(node, key, false, mine, sizeof mine);
+    value_text(cfg, key, false, job, sizeof job);
+    return df_error(DF_EUNSUPPORTED,
+                    "%s: %s=%s differs from the job's %s (%s); distflow reads this key once for "
+                    "the job, not per node (%s): set the job's %s=%s, or leave it out of the node's config",
+                    where, key, mine, job, df_config_where(cfg, key), why, key, mine);
+}
+
 int df_worker_node_overrides(const df_config *cfg, const df_node *n, const char *ref, const char *where,
                              df_config **out)
 {
@@ -132,9 +194,13 @@ int df_worker_node_overrides(const df_config *cfg, const df_node *n, const char 
     }
     if (!rc) /* unknown keys and bad values first, with the schema's hints */
         rc = df_config_with_overrides(cfg, (const char *const *)keys, vals, nk, where, out);
-    for (int i = 0; !rc && i < nk; i++)
-        if (!key_in(k.global, keys[i]))
+    for (int i = 0; !rc && i < nk; i++) {
+        const char *why = key_in(k.global, keys[i]) ? NULL : job_wide_why(keys[i]);
+        if (why)
+            rc = check_job_value(cfg, *out, keys[i], why, where);
+        else if (!key_in(k.global, keys[i]))
             rc = refuse_key(&k, keys[i], where);
+    }
     df_train_config t; /* a loss the node overrides must be registered (a plugin's only globally) */
     df_policy_loss_fn pl;
     if (!rc && *out && !(rc = df_train_config_resolve(*out, &t)) &&
