@@ -13,10 +13,17 @@
 #define PRE1 "Solve this: ${prompt}"
 #define POST1 " ANSWER: "
 
+/* siiRL's value nodes: agent 0's critic, shared by agent 1 (share_instance: 0) */
+#define CRITICS                                                                                              \
+    "  - {node_id: value_0, node_type: MODEL_TRAIN, node_role: CRITIC, only_forward_compute: true, agent_group: 0,\n" \
+    "     dependencies: [old_1]}\n"                                                                           \
+    "  - {node_id: value_1, node_type: MODEL_TRAIN, node_role: CRITIC, only_forward_compute: true, agent_group: 1,\n" \
+    "     dependencies: [value_0], agent_options: {share_instance: 0}}\n"
+
 /* A planner (group 0, the job's model) and a solver (group 1, dir/b/model): the chained layout of
    siiRL's MARFT file, per-agent GRPO; `train_opts` the actors' agent_options (or ""), `env` the
-   solver's environment entries (or ""), into dir/wf.yaml. */
-static inline void write_chain(const char *dir, const char *train_opts, const char *env)
+   solver's environment entries (or ""), with `critics` siiRL's value nodes, into dir/wf.yaml. */
+static inline void write_chain_ex(const char *dir, const char *train_opts, const char *env, bool critics)
 {
     char text[8192], path[1024];
     snprintf(text, sizeof text,
@@ -33,12 +40,18 @@ static inline void write_chain(const char *dir, const char *train_opts, const ch
              "     dependencies: [reward]}\n"
              "  - {node_id: old_1, node_type: MODEL_TRAIN, node_role: ACTOR, only_forward_compute: true, agent_group: 1,\n"
              "     dependencies: [old_0]}\n"
-             "  - {node_id: adv, node_type: COMPUTE, node_role: ADVANTAGE, agent_group: 1, dependencies: [old_1]}\n"
+             "%s"
+             "  - {node_id: adv, node_type: COMPUTE, node_role: ADVANTAGE, agent_group: 1, dependencies: [%s]}\n"
              "  - {node_id: train_0, node_type: MODEL_TRAIN, node_role: ACTOR, agent_group: 0, dependencies: [adv]%s}\n"
              "  - {node_id: train_1, node_type: MODEL_TRAIN, node_role: ACTOR, agent_group: 1, dependencies: [train_0]%s}\n",
-             dir, env, train_opts, train_opts);
+             dir, env, critics ? CRITICS : "", critics ? "value_1" : "old_1", train_opts, train_opts);
     snprintf(path, sizeof path, "%s/wf.yaml", dir);
     assert_int_equal(df_write_file_atomic(path, text, strlen(text)), 0);
+}
+
+static inline void write_chain(const char *dir, const char *train_opts, const char *env)
+{
+    write_chain_ex(dir, train_opts, env, false);
 }
 
 static inline void job_yaml(const char *dir, char *yaml, size_t cap)

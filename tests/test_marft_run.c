@@ -240,6 +240,70 @@ static void test_train_cycle(void **state)
     worker_free(w);
 }
 
+/* One hand-made row of two agents through the advantage node with gae_marft (gamma = lam = 1, so
+ * a return is the value-free sum of the rewards after it along the chain): the solver's score 1 at
+ * its last token; shared, the planner's last token gets it too. Planner values [0.5, 0.25], solver
+ * values [0.1, 0.2]:
+ *   solver  t1: delta = 1 + 0 - 0.2 = 0.8;          g = 0.8;  return 0.8 + 0.2 = 1
+ *           t0: delta = 0.2 - 0.1 = 0.1;            g = 0.9;  return 0.9 + 0.1 = 1
+ *   planner t1: delta = 1 + 0.1 - 0.25 = 0.85;      g = 1.75; return 1.75 + 0.25 = 2
+ *           t0: delta = 0.25 - 0.5 = -0.25;         g = 1.5;  return 1.5 + 0.5 = 2
+ * Not shared, the planner's last delta is 0 + 0.1 - 0.25 and its returns are 1. Swapped agents or a
+ * lost share give other numbers. */
+static df_batch *gae_row(void)
+{
+    df_batch *b = df_batch_new(1);
+    const int64_t off[] = {0, 2};
+    const int32_t r0[] = {5, 6}, r1[] = {7, 8};
+    const float s1[] = {0, 1}, v0[] = {0.5f, 0.25f}, v1[] = {0.1f, 0.2f};
+    const char *uid[] = {"u"};
+    assert_int_equal(df_batch_set_str(b, "uid", uid), 0);
+    assert_int_equal(df_batch_set_tok_i32(b, "agent_group_0_response_ids", off, r0), 0);
+    assert_int_equal(df_batch_set_tok_i32(b, "agent_group_1_response_ids", off, r1), 0);
+    assert_int_equal(df_batch_set_tok_f32(b, "agent_group_1_token_level_scores", off, s1), 0);
+    assert_int_equal(df_batch_set_tok_f32(b, "agent_group_1_token_level_rewards", off, s1), 0);
+    assert_int_equal(df_batch_set_tok_f32(b, "agent_group_0_values", off, v0), 0);
+    assert_int_equal(df_batch_set_tok_f32(b, "agent_group_1_values", off, v1), 0);
+    return b;
+}
+
+static void assert_returns(const df_batch *b, const char *col, float want)
+{
+    int64_t len;
+    const float *r = df_batch_tok_f32(b, col, 0, &len);
+    assert_non_null(r);
+    assert_int_equal(len, 2);
+    for (int t = 0; t < 2; t++)
+        assert_near(r[t], want, 1e-6);
+}
+
+static void test_gae_marft_node(void **state)
+{
+    const char *dir = *state;
+    two_models(dir);
+    write_chain_ex(dir, "", "", true);
+    char crit[1200];
+    snprintf(crit, sizeof crit, "critic.model.path=%s/model", dir);
+    const char *ov[] = {"algorithm.adv_estimator=gae_marft", crit, "critic.ppo_micro_batch_size_per_gpu=2", "critic.ppo_mini_batch_size=4",
+                        "algorithm.gamma=1", "algorithm.lam=1"};
+    df_dag_worker *w = worker(dir, ov, 6);
+    df_node *adv = df_task_graph_get_node(w->graph, "adv");
+    df_node_ctx ctx = {.worker = w, .node = adv, .step = 1, .metrics = w->metrics};
+    for (int share = 1; share >= 0; share--) {
+        w->global.cfg.algorithm.share_reward_in_agent = share;
+        df_batch *b = gae_row();
+        df_node_output out = {0};
+        if (adv->fn(&ctx, b, &out))
+            fail_msg("%s", df_last_error());
+        assert_returns(b, "agent_group_1_returns", 1.0f);
+        assert_returns(b, "agent_group_0_returns", share ? 2.0f : 1.0f);
+        assert_true(df_batch_has(b, "agent_group_0_advantages") && !df_batch_has(b, "advantages"));
+        assert_near(df_batch_tok_f32(b, "agent_group_0_token_level_scores", 0, NULL)[1], share ? 1.0 : 0.0, 0);
+        df_batch_free(b);
+    }
+    worker_free(w);
+}
+
 int main(void)
 {
     if (df_reward_register("test/digits", df_test_digit_share))
@@ -250,6 +314,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_chain_env_turns, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_step_trains_both, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_train_cycle, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_gae_marft_node, df_test_mkdtemp, df_test_rmtree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

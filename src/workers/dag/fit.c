@@ -136,6 +136,8 @@ static int train_step(df_dag_worker *w)
         rc = df_worker_check_in_sync(w, df_actor_model(w->actor.model), "actor", m);
     if (!rc)
         rc = df_worker_check_critic_weights(w, m);
+    if (!rc) /* the later agent groups' own models */
+        rc = df_worker_check_agent_weights(w, m);
     return rc ? df_error_wrap(rc, "step %lld", (long long)w->step) : DF_OK;
 }
 
