@@ -9,6 +9,7 @@
 #include "distflow/train_config.h"
 #include "util/fsutil.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -321,10 +322,10 @@ static void plan_text(const df_plan *p, df_sbuf *b)
     }
 }
 
-/* The roles agent group grp has models of its own for, "ROLLOUT, ACTOR, ..." in first-seen order. */
-static void agent_roles(const df_task_graph *g, int grp, df_sbuf *b)
+/* The roles agent group grp has models of its own for, "ROLLOUT, ACTOR, ..." in first-seen order, into
+   b and seen[]. */
+static void agent_roles(const df_task_graph *g, int grp, df_sbuf *b, bool seen[DF_NODE_ROLE_COUNT])
 {
-    bool seen[DF_NODE_ROLE_COUNT] = {0};
     const char *sep = "";
     for (int i = 0; i < df_task_graph_num_nodes(g); i++) {
         const df_node *n = df_task_graph_node_at(g, i);
@@ -345,9 +346,21 @@ static void agent_groups_text(const df_plan *p, df_sbuf *b)
 {
     df_sbuf_printf(b, "\n== agent groups (%d)\n", p->n_agent_groups);
     for (int grp = 0; grp < p->n_agent_groups; grp++) {
+        bool own[DF_NODE_ROLE_COUNT] = {0};
         df_sbuf_printf(b, "agent %d: models ", grp);
-        agent_roles(p->graph, grp, b);
-        df_sbuf_printf(b, "; checkpoint actor_agent_%d\n", grp);
+        agent_roles(p->graph, grp, b, own);
+        /* group 0 keeps the single-agent layout (docs/checkpoints.md); a shared model is its owner's */
+        char sfx[32] = "";
+        if (grp > 0)
+            snprintf(sfx, sizeof sfx, "_agent_%d", grp);
+        df_sbuf_printf(b, "; checkpoint");
+        if (own[DF_ROLE_ACTOR])
+            df_sbuf_printf(b, " actor%s/", sfx);
+        if (own[DF_ROLE_CRITIC])
+            df_sbuf_printf(b, " critic%s/", sfx);
+        if (!own[DF_ROLE_ACTOR] && !own[DF_ROLE_CRITIC])
+            df_sbuf_printf(b, " (none of its own)");
+        df_sbuf_printf(b, "\n");
         for (int i = 0; i < df_task_graph_num_nodes(p->graph); i++) {
             const df_node *n = df_task_graph_node_at(p->graph, i);
             if (n->agent_group != grp)
