@@ -40,15 +40,15 @@ static void test_plan(void **state)
     assert_string_equal(plan, "3 * 3");
     free(plan);
     const char *bad[][2] = {
-        {"The answer is 28.", "line 1"},                      /* a bare answer: nothing to plan */
-        {"#### 28", "line 1"},                                /* no operation line */
+        {"The answer is 28.", "line 1"},                       /* a bare answer: nothing to plan */
+        {"#### 28", "line 1"},                                 /* no operation line */
         {"12 + 7 = 19\n18 - 5 = 13\n#### 13", "value before"}, /* the chain breaks */
-        {"12 + 7 = 20\n#### 20", "line 1"},                   /* wrong arithmetic */
-        {"12 + 7 = 19\n19 - 5 = 14", "no final"},             /* no "#### N" */
-        {"12 + 7 = 19\n#### 18", "last line's result"},       /* "#### N" disagrees */
-        {"12 + 7 = 19\n#### 19\nmore", "after the final"},    /* text after it */
-        {"12 / 2 = 6\n#### 6", "line 1"},                     /* not + - * */
-        {"12 + 7 = 19 \n#### 19", "line 1"},                  /* trailing space */
+        {"12 + 7 = 20\n#### 20", "line 1"},                    /* wrong arithmetic */
+        {"12 + 7 = 19\n19 - 5 = 14", "no final"},              /* no "#### N" */
+        {"12 + 7 = 19\n#### 18", "last line's result"},        /* "#### N" disagrees */
+        {"12 + 7 = 19\n#### 19\nmore", "after the final"},     /* text after it */
+        {"12 / 2 = 6\n#### 6", "line 1"},                      /* not + - * */
+        {"12 + 7 = 19 \n#### 19", "line 1"},                   /* trailing space */
     };
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
         plan = (char *)"unset";
@@ -84,8 +84,9 @@ static df_marft_chain *demo_chain(const df_tokenizer *tok)
     rollout_nodes(g, nodes);
     df_marft_agent a[2];
     for (int k = 0; k < 2; k++)
-        a[k] = (df_marft_agent){tok, df_agent_options_kwarg(nodes[k]->agent_options, false, "pre_chat_template"),
-                                df_agent_options_kwarg(nodes[k]->agent_options, true, "post_chat_template")};
+        a[k] =
+            (df_marft_agent){tok, df_agent_options_kwarg(nodes[k]->agent_options, false, "pre_chat_template"),
+                             df_agent_options_kwarg(nodes[k]->agent_options, true, "post_chat_template")};
     df_marft_chain *c = NULL;
     assert_int_equal(df_marft_chain_create(a, 2, &c), 0);
     df_task_graph_free(g);
@@ -121,14 +122,16 @@ static void test_one_problem_by_hand(void **state)
     make_data(dir, 20, 0);
     df_tokenizer *tok = load_tok(dir);
     df_marft_chain *c = demo_chain(tok);
-    const char *ep = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
-                     "Mia has 12 apples. She buys 7 more. She gives away 5. How many apples does Mia have now?"
-                     "<|im_end|>\n<|im_start|>assistant\n";
+    const char *ep =
+        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
+        "Mia has 12 apples. She buys 7 more. She gives away 5. How many apples does Mia have now?"
+        "<|im_end|>\n<|im_start|>assistant\n";
     df_marft_demo d;
     assert_int_equal(df_marft_demo_make(c, ep, "12 + 7 = 19\n19 - 5 = 14\n#### 14", NULL, &d), 0);
     /* siiRL's process.py by hand: an empty system message, the pre template around the episode as
        the user's, the generation prompt; the solver's episode has the planner's post template and plan */
-    const char *head = "<|im_start|>system\n<|im_end|>\n<|im_start|>user\n", *tail = "<|im_end|>\n<|im_start|>assistant\n";
+    const char *head = "<|im_start|>system\n<|im_end|>\n<|im_start|>user\n",
+               *tail = "<|im_end|>\n<|im_start|>assistant\n";
     char want[2048];
     snprintf(want, sizeof want, "%sPlanner. %s%s", head, ep, tail);
     assert_string_equal(d.prompt[0], want);
@@ -139,7 +142,8 @@ static void test_one_problem_by_hand(void **state)
     assert_int_equal(d.answer, 14);
     df_marft_demo_free(&d);
     /* a bare answer: the format's "{answer}"s replaced, the prompts unchanged */
-    assert_int_equal(df_marft_demo_make(c, ep, "12 + 7 = 19\n19 - 5 = 14\n#### 14", "{answer}: {answer}!", &d), 0);
+    assert_int_equal(
+        df_marft_demo_make(c, ep, "12 + 7 = 19\n19 - 5 = 14\n#### 14", "{answer}: {answer}!", &d), 0);
     assert_string_equal(d.response[1], "14: 14!");
     assert_string_equal(d.prompt[1] + strlen(head), want + strlen(head));
     df_marft_demo_free(&d);
@@ -156,7 +160,8 @@ static int marft_demos(const char *dir, const char *workflow, const char *opts, 
 {
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
-             "%s/distflow data marft-demos --workflow %s --in %s/train.jsonl --out %s/demos.jsonl --tokenizer %s/tok "
+             "%s/distflow data marft-demos --workflow %s --in %s/train.jsonl --out %s/demos.jsonl "
+             "--tokenizer %s/tok "
              "%s 2>&1",
              DF_BINARY_DIR, workflow, dir, dir, dir, opts);
     return df_test_command(cmd, out, cap);
@@ -197,10 +202,11 @@ static void test_cli_rows_equal_chain(void **state)
     assert_int_equal(json_array_size(rows), 2 * N);
     int n_bare = 0;
     for (size_t i = 0; i < N; i++) {
-        json_t *p = json_array_get(rows, 2 * i), *s = json_array_get(rows, 2 * i + 1), *t = json_array_get(train, i);
+        json_t *p = json_array_get(rows, 2 * i), *s = json_array_get(rows, 2 * i + 1),
+               *t = json_array_get(train, i);
         /* the chain the rollout runs, from the row's prompt as the chat template renders it */
-        df_chat_message m = {"user", json_string_value(json_object_get(json_array_get(json_object_get(t, "prompt"), 0),
-                                                                       "content"))};
+        df_chat_message m = {"user", json_string_value(json_object_get(
+                                         json_array_get(json_object_get(t, "prompt"), 0), "content"))};
         char *ep, *pp, *next, *sp;
         assert_int_equal(df_tokenizer_apply_chat_template(tok, &m, 1, true, &ep), 0);
         assert_int_equal(df_marft_chain_prompt(c, 0, ep, NULL, &pp), 0);
@@ -231,7 +237,8 @@ static void test_cli_rows_equal_chain(void **state)
         fail_msg("%s", out);
     rows = read_rows(dir, "demos.jsonl");
     assert_int_equal(json_array_size(rows), N);
-    assert_string_equal(str(json_object_get(json_array_get(rows, 7), "extra_info"), "agent", NULL), "rollout_solver");
+    assert_string_equal(str(json_object_get(json_array_get(rows, 7), "extra_info"), "agent", NULL),
+                        "rollout_solver");
     json_decref(rows);
     df_marft_chain_free(c);
     df_tokenizer_free(tok);
@@ -309,7 +316,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_one_problem_by_hand, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_cli_rows_equal_chain, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_cli_refuses, df_test_mkdtemp, df_test_rmtree),
-        cmocka_unit_test_setup_teardown(test_sft_tokens_equal_rollout_tokens, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_sft_tokens_equal_rollout_tokens, df_test_mkdtemp,
+                                        df_test_rmtree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,4 +1,4 @@
-/* distflow data marft-demos: the planner / solver SFT rows of `make demo ALGO=marft` (distflow/marft_demos.h) */
+/* distflow data marft-demos: the planner / solver SFT rows of `make demo ALGO=marft` (marft_demos.h) */
 #include "cli/cli.h"
 
 #include "distflow/dag.h"
@@ -26,14 +26,18 @@ static int rollout_agents(const df_task_graph *g, const char *path, const df_nod
             continue;
         n++;
         if (nd->agent_group < 0 || nd->agent_group > 1 || agents[nd->agent_group])
-            return df_error(DF_EINVAL, "%s: rollout node '%s' (agent group %d): the demonstrations are for two "
-                            "agents, one rollout node in agent group 0 (the planner) and one in group 1 (the solver)",
-                            path, nd->node_id, nd->agent_group);
+            return df_error(
+                DF_EINVAL,
+                "%s: rollout node '%s' (agent group %d): the demonstrations are for two "
+                "agents, one rollout node in agent group 0 (the planner) and one in group 1 (the solver)",
+                path, nd->node_id, nd->agent_group);
         agents[nd->agent_group] = nd;
     }
     if (n != 2 || !agents[0] || !agents[1])
-        return df_error(DF_EINVAL, "%s: %d rollout node(s); the demonstrations need two, in agent groups 0 "
-                        "(the planner) and 1 (the solver)", path, n);
+        return df_error(DF_EINVAL,
+                        "%s: %d rollout node(s); the demonstrations need two, in agent groups 0 "
+                        "(the planner) and 1 (the solver)",
+                        path, n);
     return DF_OK;
 }
 
@@ -42,24 +46,25 @@ static int make_chain(const df_node *const nodes[2], const df_tokenizer *tok, df
 {
     df_marft_agent a[2];
     for (int k = 0; k < 2; k++)
-        a[k] = (df_marft_agent){.tokenizer = tok,
-                                .pre_chat_template = df_agent_options_kwarg(nodes[k]->agent_options, false,
-                                                                            "pre_chat_template"),
-                                .post_chat_template = df_agent_options_kwarg(nodes[k]->agent_options, true,
-                                                                             "post_chat_template")};
+        a[k] = (df_marft_agent){
+            .tokenizer = tok,
+            .pre_chat_template = df_agent_options_kwarg(nodes[k]->agent_options, false, "pre_chat_template"),
+            .post_chat_template =
+                df_agent_options_kwarg(nodes[k]->agent_options, true, "post_chat_template")};
     return df_marft_chain_create(a, 2, c);
 }
 
 /* Append agent k's row for dataset row i as one JSON line: the verl RL columns (so `distflow eval`
    scores a solver-only file), the prompt as one user message and the demonstration as "response". */
-static int put_row(df_sbuf *b, const df_dataset *ds, int64_t i, const df_node *node, int k, const df_marft_demo *d,
-                   bool bare)
+static int put_row(df_sbuf *b, const df_dataset *ds, int64_t i, const df_node *node, int k,
+                   const df_marft_demo *d, bool bare)
 {
-    json_t *row = json_pack("{s:s, s:[{s:s, s:s}], s:s, s:{s:s, s:s}, s:s, s:{s:s, s:i, s:I, s:b}}",
-                            "data_source", df_dataset_data_source(ds, i), "prompt", "role", "user", "content",
-                            d->prompt[k], "ability", df_dataset_ability(ds, i), "reward_model", "style", "rule",
-                            "ground_truth", df_dataset_ground_truth(ds, i), "response", d->response[k], "extra_info",
-                            "agent", node->node_id, "agent_group", k, "index", (json_int_t)i, "bare", bare && k == 1);
+    json_t *row =
+        json_pack("{s:s, s:[{s:s, s:s}], s:s, s:{s:s, s:s}, s:s, s:{s:s, s:i, s:I, s:b}}", "data_source",
+                  df_dataset_data_source(ds, i), "prompt", "role", "user", "content", d->prompt[k], "ability",
+                  df_dataset_ability(ds, i), "reward_model", "style", "rule", "ground_truth",
+                  df_dataset_ground_truth(ds, i), "response", d->response[k], "extra_info", "agent",
+                  node->node_id, "agent_group", k, "index", (json_int_t)i, "bare", bare && k == 1);
     char *line = row ? json_dumps(row, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     json_decref(row);
     if (!line)
@@ -141,9 +146,10 @@ static int run(const char *workflow, const char *in, const char *out, const char
         df_mkdir_settle(made, rc);
     }
     if (!rc)
-        fprintf(stderr, "distflow " CMD ": %lld problems, %lld with a bare answer: wrote %s's and %s's rows to %s\n",
-                (long long)df_dataset_size(ds), (long long)(o->agent == 0 ? 0 : n_bare), nodes[0]->node_id,
-                nodes[1]->node_id, out);
+        fprintf(stderr,
+                "distflow " CMD ": %lld problems, %lld with a bare answer: wrote the rows of %s to %s\n",
+                (long long)df_dataset_size(ds), (long long)(o->agent == 0 ? 0 : n_bare),
+                o->agent < 0 ? "both agents" : nodes[o->agent]->node_id, out);
     free(text);
     df_marft_chain_free(c);
     df_dataset_free(ds);
@@ -156,26 +162,36 @@ int df_cmd_data_marft_demos(int argc, char **argv)
 {
     const char *workflow = NULL, *in = NULL, *out = NULL, *tokdir = NULL;
     demo_opts o = {.key = "extra_info.answer", .bare_fmt = "The answer is {answer}.", .agent = -1};
-    df_opt opts[] = {
-        {"workflow", DF_OPT_STR, &workflow, "the MARFT workflow: its rollout nodes of agent groups 0 (planner) and 1 "
-         "(solver) and their pre_process_kwargs.pre_chat_template / post_process_kwargs.post_chat_template (required)",
-         false},
-        {"in", DF_OPT_STR, &in, "synthetic rows with worked solutions (data synth --bare-answers 0) (required)", false},
-        {"out", DF_OPT_STR, &out, "output JSON lines: per problem the planner's row, then the solver's (required)", false},
-        {"tokenizer", DF_OPT_STR, &tokdir, "tokenizer directory whose chat template the agents' prompts use (required)",
-         false},
-        {"solution-key", DF_OPT_STR, &o.key, "field with the worked solution (default extra_info.answer)", false},
-        {"bare-answers", DF_OPT_FLOAT, &o.bare, "share of problems whose solver demonstration is a bare answer "
-         "(default 0)", false},
-        {"bare-answer", DF_OPT_STR, &o.bare_fmt, "text of a bare answer, {answer} standing for the number "
-         "(default \"The answer is {answer}.\", as data synth)", false},
-        {"seed", DF_OPT_INT, &o.seed, "seed of the bare-answer draw (default 0)", false},
-        {"agent", DF_OPT_INT, &o.agent, "write only agent 0's (planner) or 1's (solver) rows (default: both)", false},
-        {0}};
+    df_opt opts[] = {{"workflow", DF_OPT_STR, &workflow,
+                      "the MARFT workflow: its rollout nodes of agent groups 0 (planner) and 1 "
+                      "(solver) and their pre_process_kwargs.pre_chat_template / "
+                      "post_process_kwargs.post_chat_template (required)",
+                      false},
+                     {"in", DF_OPT_STR, &in,
+                      "synthetic rows with worked solutions (data synth --bare-answers 0) (required)", false},
+                     {"out", DF_OPT_STR, &out,
+                      "output JSON lines: per problem the planner's row, then the solver's (required)",
+                      false},
+                     {"tokenizer", DF_OPT_STR, &tokdir,
+                      "tokenizer directory whose chat template the agents' prompts use (required)", false},
+                     {"solution-key", DF_OPT_STR, &o.key,
+                      "field with the worked solution (default extra_info.answer)", false},
+                     {"bare-answers", DF_OPT_FLOAT, &o.bare,
+                      "share of problems whose solver demonstration is a bare answer "
+                      "(default 0)",
+                      false},
+                     {"bare-answer", DF_OPT_STR, &o.bare_fmt,
+                      "text of a bare answer, {answer} standing for the number "
+                      "(default \"The answer is {answer}.\", as data synth)",
+                      false},
+                     {"seed", DF_OPT_INT, &o.seed, "seed of the bare-answer draw (default 0)", false},
+                     {"agent", DF_OPT_INT, &o.agent,
+                      "write only agent 0's (planner) or 1's (solver) rows (default: both)", false},
+                     {0}};
     char *pos[1];
     int n_pos, code;
-    if (df_cli_parse(CMD, "--workflow W.yaml --in TRAIN.jsonl --out DEMOS.jsonl --tokenizer DIR [options]", opts,
-                     argc, argv, pos, 0, &n_pos, &code))
+    if (df_cli_parse(CMD, "--workflow W.yaml --in TRAIN.jsonl --out DEMOS.jsonl --tokenizer DIR [options]",
+                     opts, argc, argv, pos, 0, &n_pos, &code))
         return code;
     if ((code = df_cli_require(CMD, opts)))
         return code;

@@ -76,8 +76,8 @@ int df_marft_demo_plan(const char *solution, char **plan, int64_t *answer)
         if (lines > 0 && parse_final(s, end, &n))
             final = true;
         else if (!parse_step(s, end, &a, &op, &bv, &c))
-            rc = df_error(DF_EINVAL, "line %d '%.*s' is not 'a op b = c' (op + - *, c its result)%s", lines + 1,
-                          (int)(end - s), s, lines ? " nor '#### N'" : "");
+            rc = df_error(DF_EINVAL, "line %d '%.*s' is not 'a op b = c' (op + - *, c its result)%s",
+                          lines + 1, (int)(end - s), s, lines ? " nor '#### N'" : "");
         else if (lines > 0 && a != last)
             rc = df_error(DF_EINVAL, "line %d '%.*s' does not start from the value before, %lld", lines + 1,
                           (int)(end - s), s, (long long)last);
@@ -96,7 +96,8 @@ int df_marft_demo_plan(const char *solution, char **plan, int64_t *answer)
     else if (!rc && *s)
         rc = df_error(DF_EINVAL, "text after the final '#### %lld' line", (long long)n);
     else if (!rc && n != last)
-        rc = df_error(DF_EINVAL, "'#### %lld' is not the last line's result %lld", (long long)n, (long long)last);
+        rc = df_error(DF_EINVAL, "'#### %lld' is not the last line's result %lld", (long long)n,
+                      (long long)last);
     if (!rc)
         rc = df_sbuf_finish(&b, plan);
     if (rc) {
@@ -154,8 +155,8 @@ static char *bare_answer(const char *fmt, int64_t n)
     return df_sbuf_finish(&b, &s) ? NULL : s;
 }
 
-int df_marft_demo_make(const df_marft_chain *c, const char *episode, const char *solution, const char *bare_fmt,
-                       df_marft_demo *out)
+int df_marft_demo_make(const df_marft_chain *c, const char *episode, const char *solution,
+                       const char *bare_fmt, df_marft_demo *out)
 {
     memset(out, 0, sizeof *out);
     char *next = NULL;
