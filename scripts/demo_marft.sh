@@ -24,8 +24,8 @@ SFT_FROM=${DEMO_SFT:+$DEMO_SFT/marft}
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 log() { printf '\n[demo] %s\n' "$*" >&2; }
 start=$(date +%s)
-# problems: each gives the SFT a planner row and a solver row; 40% of the solver rows a bare answer
-N_TRAIN=12000 N_TEST=500 BARE=0.4
+# problems: each gives the SFT a planner row and a solver row; half the solver rows a bare answer
+N_TRAIN=12000 N_TEST=500 BARE=0.5
 # the agents' demonstrations, their prompts built from the workflow's templates with tokenizer $1
 demos() {
   "$DF" data marft-demos --workflow $WORKFLOW --in "$OUT/data/train.jsonl" --out "$OUT/data/demos.jsonl" \
