@@ -23,7 +23,7 @@ declare -A PUBLIC=(
   [agent]=agent [env]=agent [marft]=agent [marft_env]=agent [embodied]=embodied
   [config]=config [config_table_begin]=config [config_table_end]=config [train_config]=config
   [sft_config]=config [train_optim]=config
-  [batch]=data [dataset]=data [dataloader]=data [synth]=data
+  [batch]=data [dataset]=data [dataloader]=data [synth]=data [marft_demos]=data
   [coordinator]=coordinator
   [model]=model [optim]=model [backend]=model [rollout]=engine
   [dag]=planner [scheduler]=planner

@@ -23,10 +23,14 @@ SFT_FROM=${DEMO_SFT:-}
 # OpenMP threads that spin while waiting lose their core when anything else runs; yield instead.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 
-# the embodied workload has its own data, model and measure (docs/embodied.md)
+# the embodied workload has its own data, model and measure (docs/embodied.md); so has the
+# two-agent MARFT one (a planner and a solver; docs/demo.md, "ALGO=marft")
 [ "$ALGO" = embodied_srpo ] && exec bash scripts/demo_embodied.sh "$DF"
-algos() { for f in "$EX"/*.yaml; do f=${f##*/}; case $f in sft*.yaml | tool_config.yaml) ;; *) printf ' %s' "${f%.yaml}" ;; esac; done; }
-if [ ! -f "$EX/$ALGO.yaml" ] || [ "${ALGO#sft}" != "$ALGO" ] || [ "$ALGO" = tool_config ]; then
+[ "$ALGO" = marft ] && exec bash scripts/demo_marft.sh "$DF"
+# examples/demo/*.yaml that are not an RL config: SFT configs, the tool list, workflow files
+not_algo() { case $1 in sft* | tool_config | *_workflow) return 0 ;; esac; return 1; }
+algos() { for f in "$EX"/*.yaml; do f=${f##*/}; not_algo "${f%.yaml}" || printf ' %s' "${f%.yaml}"; done; }
+if [ ! -f "$EX/$ALGO.yaml" ] || not_algo "$ALGO"; then
   echo "make demo: unknown ALGO=$ALGO; available:$(algos)" >&2
   exit 2
 fi

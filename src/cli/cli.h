@@ -60,6 +60,8 @@ int df_cmd_init_model(int argc, char **argv);
 int df_cmd_tokenize(int argc, char **argv);
 int df_cmd_score(int argc, char **argv);
 int df_cmd_data(int argc, char **argv);
+/** `distflow data marft-demos` (cmd_marft_demos.c; cmd_data.c dispatches to it). */
+int df_cmd_data_marft_demos(int argc, char **argv);
 int df_cmd_config(int argc, char **argv);
 int df_cmd_plan(int argc, char **argv);
 int df_cmd_env(int argc, char **argv);

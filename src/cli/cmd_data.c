@@ -1,4 +1,4 @@
-/* distflow data gsm8k | math | synth | tokenizer */
+/* distflow data gsm8k | math | synth | tokenizer | marft-demos (cmd_marft_demos.c) */
 #include "cli/cli.h"
 
 #include "distflow/dataset.h"
@@ -13,11 +13,12 @@
 #include <string.h>
 
 static const char *USAGE =
-    "gsm8k | math | synth | tokenizer [options]   (distflow data <sub> --help)\n\n"
+    "gsm8k | math | synth | tokenizer | marft-demos [options]   (distflow data <sub> --help)\n\n"
     "  gsm8k      convert raw GSM8K JSON lines to the verl RL schema (as verl's gsm8k.py)\n"
     "  math       convert raw MATH / MATH-500 JSON lines to the verl RL schema (as verl's math_dataset.py)\n"
     "  synth      generate the synthetic arithmetic word-problem task (the embedded default)\n"
-    "  tokenizer  train a small byte-level BPE tokenizer on a dataset's chat-rendered text";
+    "  tokenizer  train a small byte-level BPE tokenizer on a dataset's chat-rendered text\n"
+    "  marft-demos  planner / solver SFT rows on a MARFT workflow's chained prompts (make demo ALGO=marft)";
 
 static int cmd_gsm8k(int argc, char **argv)
 {
@@ -253,6 +254,8 @@ int df_cmd_data(int argc, char **argv)
         return cmd_synth(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "tokenizer"))
         return cmd_tokenizer(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "marft-demos"))
+        return df_cmd_data_marft_demos(argc - 1, argv + 1);
     df_cli_usage("data", USAGE, NULL);
     bool help = argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
     return help ? 0 : 2;
