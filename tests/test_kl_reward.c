@@ -348,7 +348,7 @@ static df_batch *probe_batch(df_dag_worker *w)
     const df_node *rollout = df_task_graph_get_node(w->graph, "rollout_actor");
     assert_int_equal(df_worker_next_prompts(w, 0, &p), 0);
     assert_int_equal(df_worker_generate(w, rollout, p, w->step, 0, &b), 0);
-    assert_int_equal(df_worker_reward(w, b, NULL), 0);
+    assert_int_equal(df_worker_reward(w, NULL, b, NULL), 0);
     assert_int_equal(df_actor_compute_log_prob(w->actor.model, b, "old_log_probs", NULL), 0);
     assert_int_equal(df_actor_compute_log_prob(w->reference.model, b, "ref_log_prob", NULL), 0);
     df_batch_free(p);

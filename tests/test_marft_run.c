@@ -63,9 +63,31 @@ static void assert_ids_equal(const df_tokenizer *tok, const char *text, const df
     free(want);
 }
 
-/* The issue's test: the chained rollout's prompts equal the templates applied by hand. One turn:
-   the planner's prompt is its template around the data's prompt, the solver's its template around
-   the episode after the planner's answer. */
+/* Each row's prompts in b equal the templates applied by hand: the planner's is its template around
+   the data's prompt (decoded with its tokenizer t0), the solver's its template around the episode
+   after the planner's answer, encoded with its own tokenizer t1. */
+static void check_chain_prompts(const df_batch *prompts, const df_batch *b, const df_tokenizer *t0,
+                                const df_tokenizer *t1)
+{
+    df_marft_agent ag[2] = {{.tokenizer = t0, .pre_chat_template = PRE0, .post_chat_template = POST0},
+                            {.tokenizer = t1, .pre_chat_template = PRE1, .post_chat_template = POST1}};
+    df_marft_chain *c = NULL;
+    assert_int_equal(df_marft_chain_create(ag, 2, &c), 0);
+    for (int64_t i = 0; i < df_batch_size(b); i++) {
+        char *episode = decode_row(t0, prompts, "prompt_ids", i / 2, false), *p0 = NULL, *p1 = NULL, *next = NULL;
+        assert_int_equal(df_marft_chain_prompt(c, 0, episode, NULL, &p0), 0);
+        assert_ids_equal(t0, p0, b, "agent_group_0_prompt_ids", i);
+        char *answer = decode_row(t0, b, "agent_group_0_response_ids", i, false);
+        assert_int_equal(df_marft_chain_pass(c, 0, episode, answer, &next), 0);
+        assert_int_equal(df_marft_chain_prompt(c, 1, next, NULL, &p1), 0);
+        assert_ids_equal(t1, p1, b, "agent_group_1_prompt_ids", i);
+        assert_int_equal(df_batch_i64(b, "num_turns")[i], 1);
+        free(episode), free(p0), free(p1), free(next), free(answer);
+    }
+    df_marft_chain_free(c);
+}
+
+/* The test: the chained rollout's prompts equal the templates applied by hand (one turn). */
 static void test_chain_prompts(void **state)
 {
     const char *dir = *state;
@@ -80,30 +102,41 @@ static void test_chain_prompts(void **state)
     assert_int_equal(df_batch_size(b), 2 * df_batch_size(prompts));
     assert_false(df_batch_has(b, "prompt_ids")); /* each agent its own */
     assert_true(df_batch_has(b, "uid") && df_batch_has(b, "ground_truth"));
-    const df_tokenizer *tok = w->tok;
-    df_marft_agent ag[2] = {{.tokenizer = tok, .pre_chat_template = PRE0, .post_chat_template = POST0},
-                            {.tokenizer = tok, .pre_chat_template = PRE1, .post_chat_template = POST1}};
-    df_marft_chain *c = NULL;
-    assert_int_equal(df_marft_chain_create(ag, 2, &c), 0);
-    for (int64_t i = 0; i < df_batch_size(b); i++) {
-        char *episode = decode_row(tok, prompts, "prompt_ids", i / 2, false), *p0 = NULL, *p1 = NULL, *next = NULL;
-        assert_int_equal(df_marft_chain_prompt(c, 0, episode, NULL, &p0), 0);
-        assert_ids_equal(tok, p0, b, "agent_group_0_prompt_ids", i);
-        char *answer = decode_row(tok, b, "agent_group_0_response_ids", i, false);
-        assert_int_equal(df_marft_chain_pass(c, 0, episode, answer, &next), 0);
-        assert_int_equal(df_marft_chain_prompt(c, 1, next, NULL, &p1), 0);
-        assert_ids_equal(tok, p1, b, "agent_group_1_prompt_ids", i);
-        assert_int_equal(df_batch_i64(b, "num_turns")[i], 1);
-        free(episode), free(p0), free(p1), free(next), free(answer);
-    }
+    check_chain_prompts(prompts, b, w->tok, w->tok);
     /* each sample its own stream: the two samples of a prompt differ somewhere */
     int64_t la, lb;
     const int32_t *ra = df_batch_tok_i32(b, "agent_group_0_response_ids", 0, &la);
     const int32_t *rb = df_batch_tok_i32(b, "agent_group_0_response_ids", 1, &lb);
     assert_true(la != lb || memcmp(ra, rb, (size_t)la * sizeof *ra));
-    df_marft_chain_free(c);
     df_batch_free(b);
     df_batch_free(prompts);
+    worker_free(w);
+}
+
+/* In the chained layout each agent has its own tokenizer: the solver's model with another one renders
+   and decodes with it, and a step trains (independent groups refuse it: test_agent_slots). */
+static void test_chain_own_tokenizers(void **state)
+{
+    const char *dir = *state;
+    two_models(dir);
+    const char *texts[] = {"Solve this: a different corpus", "ANSWER: for a different tokenizer", "of 12 digits"};
+    char b_dir[1024];
+    snprintf(b_dir, sizeof b_dir, "%s/b", dir);
+    df_test_tiny_model(b_dir, texts, 3, 280, 32, 2, 13); /* replaces dir/b/model */
+    write_chain(dir, "", "");
+    const char *ov[] = {"trainer.total_training_steps=1"};
+    df_dag_worker *w = worker(dir, ov, 1);
+    const df_tokenizer *t1 = w->agents[1].tok;
+    assert_ptr_not_equal(t1, w->tok);
+    assert_true(df_tokenizer_vocab_size(t1) != df_tokenizer_vocab_size(w->tok));
+    df_batch *prompts = NULL, *b = NULL;
+    assert_int_equal(df_worker_next_prompts(w, 0, &prompts), 0);
+    assert_int_equal(df_marft_generate(w, prompts, 2, NULL, 5, NULL, &b), 0);
+    check_chain_prompts(prompts, b, w->tok, t1);
+    df_batch_free(b);
+    df_batch_free(prompts);
+    if (df_dag_worker_fit(w))
+        fail_msg("%s", df_last_error());
     worker_free(w);
 }
 
@@ -311,6 +344,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_views),
         cmocka_unit_test_setup_teardown(test_chain_prompts, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_chain_own_tokenizers, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_chain_env_turns, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_step_trains_both, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_train_cycle, df_test_mkdtemp, df_test_rmtree),

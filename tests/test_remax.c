@@ -133,7 +133,7 @@ static void check_greedy(df_dag_worker *w, const df_node_ctx *ctx, const df_batc
     df_sampling_params sp = w->global.sampling;
     sp.greedy = true;
     if (!ctx->input || df_generate_batch(w->rollout.engine, df_actor_model(w->actor.model), ctx->input, 1, &sp,
-                                         12345, NULL, &g) || df_worker_reward(w, g, NULL)) {
+                                         12345, NULL, &g) || df_worker_reward(w, NULL, g, NULL)) {
         probe_fail("step %lld: the independent greedy generation failed: %s", (long long)ctx->step, df_last_error());
         df_batch_free(g);
         return;

@@ -107,7 +107,7 @@ static void test_rm_scores_golden(void **state)
     w.reward.cfg.manager = "naive";
     df_batch *b2 = golden_rows(&g);
     df_metrics *m = df_metrics_new();
-    assert_int_equal(df_worker_reward(&w, b2, m), DF_OK);
+    assert_int_equal(df_worker_reward(&w, NULL, b2, m), DF_OK);
     assert_true(last_token_error(b2, "token_level_scores", want, g.n_seqs) <= tol);
     assert_true(last_token_error(b2, "token_level_rewards", want, g.n_seqs) <= tol);
     const float *score = df_batch_f32(b2, "score");

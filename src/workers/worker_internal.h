@@ -87,6 +87,7 @@ typedef struct df_agent_own {
     df_actor_worker actor;
     df_reference_worker reference;
     df_critic_worker critic; /* when the group has CRITIC nodes of its own (no share_instance) */
+    df_tokenizer *tok;       /* a chained graph's group whose model has its own tokenizer, else NULL */
     char model_dir[1024];
 } df_agent_own;
 
@@ -383,9 +384,10 @@ int df_worker_setup_reward(df_dag_worker *w);
 /** reward_setup.c: with reward_model.enable, load the reward model (and its tokenizers) into w->reward. */
 int df_worker_setup_reward_model(df_dag_worker *w);
 void df_worker_free_reward(df_dag_worker *w);
-/** Reward: scores, token_level_scores / _rewards, `acc`; critic/acc/mean into m (may be NULL). With
+/** Reward: scores, token_level_scores / _rewards, `acc`; critic/acc/mean into m (may be NULL); the
+ *  responses decoded with the tokenizer of node's agent group (NULL: group 0's). With
  *  reward_model.enable (w->reward.rm) the reward model's rm_scores instead, and `score` without `acc`. */
-int df_worker_reward(df_dag_worker *w, df_batch *b, df_metrics *m);
+int df_worker_reward(df_dag_worker *w, const df_node *node, df_batch *b, df_metrics *m);
 
 /**
  * DAPO's group filter: the rows of `b` (columns uid and the metric's) whose

@@ -5,6 +5,7 @@
  * runs exactly as before.
  */
 #include "workers/worker_internal.h"
+#include "workers/dag/marft_run.h"
 
 #include "engine/hf_dir.h"
 #include "util/fsutil.h"
@@ -45,6 +46,7 @@ void df_worker_free_agents(df_dag_worker *w)
         df_actor_free(o->actor.model); /* its dp communicator is slot 0's */
         df_actor_free(o->reference.model);
         df_critic_free(o->critic.model); /* its dp communicator is slot 0's too */
+        df_tokenizer_free(o->tok);
         free(o);
     }
     free(w->agents);
@@ -195,11 +197,10 @@ int df_worker_setup_agent_dirs(df_dag_worker *w)
 
 /* ---- the models of the groups beyond 0 ---- */
 
-/* Until the chained rollout renders each agent's prompts with its own tokenizer, every group reads
-   the prompts group 0's tokenizer encoded and the reward decodes with it: a group's model
-   directory must hold the same tokenizer.json (or data.tokenizer names the one for all). */
-static int same_tokenizer(const df_dag_worker *w, const df_agent_slot *s)
+/* Whether slot s's model directory holds group 0's tokenizer (or data.tokenizer names the one for all). */
+static int same_tokenizer(const df_dag_worker *w, const df_agent_slot *s, bool *same)
 {
+    *same = true;
     if (w->global.cfg.data.tokenizer || !strcmp(s->model_dir, w->tokenizer_dir))
         return DF_OK;
     char pa[1100], pb[1100], *a = NULL, *b = NULL;
@@ -209,15 +210,33 @@ static int same_tokenizer(const df_dag_worker *w, const df_agent_slot *s)
     int rc = df_read_file(pa, &a, &na);
     if (!rc)
         rc = df_read_file(pb, &b, &nb);
-    if (!rc && (na != nb || memcmp(a, b, na)))
-        rc = df_error(DF_EUNSUPPORTED,
-                      "agent group %d: its model %s has another tokenizer than agent group 0's (%s); the groups "
-                      "share group 0's tokenizer until each agent renders its own prompts (docs/multi_agent.md): "
-                      "use models of one tokenizer, or set data.tokenizer",
-                      s->group, s->model_dir, w->tokenizer_dir);
+    *same = !rc && na == nb && !memcmp(a, b, na);
     free(a);
     free(b);
     return rc;
+}
+
+/* Slot s's tokenizer: group 0's, or in a chained graph (each agent renders its own prompts and
+   decodes its own answers) the group's own when its model directory holds another. Independent
+   groups read the prompts group 0's tokenizer encoded: another is refused. */
+static int slot_tokenizer(df_dag_worker *w, df_agent_slot *s)
+{
+    bool same;
+    int rc = same_tokenizer(w, s, &same);
+    s->tok = w->tok;
+    if (rc || same)
+        return rc;
+    if (!df_worker_marft_chained(w->graph, w->n_agents))
+        return df_error(DF_EUNSUPPORTED,
+                        "agent group %d: its model %s has another tokenizer than agent group 0's (%s); agent groups "
+                        "that each sample the step's prompts share group 0's tokenizer (in siiRL's chained layout "
+                        "each agent has its own: docs/multi_agent.md): use models of one tokenizer, or set "
+                        "data.tokenizer",
+                        s->group, s->model_dir, w->tokenizer_dir);
+    if ((rc = df_tokenizer_load(s->model_dir, &s->own->tok)))
+        return df_error_wrap(rc, "agent group %d's tokenizer", s->group);
+    s->tok = s->own->tok;
+    return DF_OK;
 }
 
 /* trainer.device for a model the slot owns (a shared one is its owner's, set up already). */
@@ -269,8 +288,9 @@ static int setup_slot(df_dag_worker *w, df_agent_slot *s, const df_actor_params 
     if (!own_actor && !own_ref)
         return DF_OK;
     df_model *m = NULL, *ref = NULL;
-    int rc = same_tokenizer(w, s);
-    if (!rc && (rc = df_hf_dir_load(s->model_dir, w->tokenizer_dir, &m, NULL)))
+    /* the ids of the slot's tokenizer must fit the model's embedding */
+    int rc = df_hf_dir_load(s->model_dir, s->tok == w->tok ? w->tokenizer_dir : s->model_dir, &m, NULL);
+    if (rc)
         return df_error_wrap(rc, "actor_rollout_ref.model.path");
     if (!rc && own_ref && !own_actor) { /* a shared actor: the reference is the directory's model */
         ref = m;
@@ -298,8 +318,10 @@ int df_worker_setup_agent_models(df_dag_worker *w, const df_actor_params *p)
     int rc = DF_OK;
     for (int g = 1; !rc && g < w->n_agents; g++) {
         df_agent_slot *s = &w->agents[g];
-        s->tok = w->tok;
-        if ((rc = setup_slot(w, s, p)))
+        rc = s->own ? slot_tokenizer(w, s) : DF_OK;
+        if (!rc)
+            rc = setup_slot(w, s, p);
+        if (rc)
             rc = df_error_wrap(rc, "agent group %d (%s)", g, s->model_dir);
     }
     return rc;

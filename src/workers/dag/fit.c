@@ -56,7 +56,7 @@ static int validate(df_dag_worker *w, df_metrics *m)
     if (!rc && w->embodied) /* control episodes: the success rate (siiRL's _validate_embodied) */
         rc = df_worker_embodied_validate(w, &o.sp, o.n, o.seed, m, &res.acc_mean, &res.n_responses);
     else if (!rc)
-        rc = df_evaluate(w->rollout.engine, df_actor_model(w->actor.model), w->tok, &w->reward.cfg, w->val_ds,
+        rc = df_evaluate(w->rollout.engine, df_actor_model(w->actor.model), df_worker_marft_scorer_tok(w), &w->reward.cfg, w->val_ds,
                          &w->val_prompts, &o, m, &res);
     if (!rc && w->embodied)
         res.score_mean = res.acc_mean, res.n_prompts = (int64_t)w->con.prompts[1];

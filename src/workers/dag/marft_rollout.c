@@ -224,8 +224,15 @@ static int agent_turn(chain *c, int a, int64_t turn, const df_sampling_params *s
         rc = turn_prompts(c, a, turn, s.tok, map, &prompts);
     char what[64];
     snprintf(what, sizeof what, "%s agent %d turn %lld", label ? label : "", a, (long long)turn);
+    df_sampling_params own = *sp; /* the job's settings resolved with group 0's tokenizer: this agent's ends */
+    if (s.tok != c->w->tok) {
+        if (!own.ignore_eos)
+            own.stop_ids = df_tokenizer_eos_ids(s.tok, &own.n_stop);
+        if (own.tokenizer)
+            own.tokenizer = s.tok;
+    }
     if (!rc)
-        rc = df_generate_batch(s.rollout->engine, df_actor_model(s.actor->model), prompts, 1, sp,
+        rc = df_generate_batch(s.rollout->engine, df_actor_model(s.actor->model), prompts, 1, &own,
                                df_rng_key(seed, 0xa6e, (uint64_t)a, (uint64_t)turn), label ? what : NULL, &gen);
     for (int64_t j = 0; !rc && j < df_batch_size(gen); j++)
         rc = take_answer(c, a, map[j], gen, j, s.tok);

@@ -79,6 +79,10 @@ int df_marft_generate(df_dag_worker *w, const df_batch *prompts, int64_t n, cons
 int df_marft_step_metrics(df_dag_worker *w, df_batch *b, df_metrics *m, double ev_sums[DF_EV_NSUMS],
                           double *other_tokens);
 
+/** The tokenizer that decodes a step's or validation's batch at its end: the last agent's in a
+ *  chained graph (the batch is shown as its), else group 0's. */
+const df_tokenizer *df_worker_marft_scorer_tok(const df_dag_worker *w);
+
 /** df_eval_opts.generate of a chained graph (user: the worker): df_marft_generate with
  *  rollout.val_kwargs, the batch shown as the last agent's (the scorer reads its answers). */
 int df_marft_val_generate(void *user, const df_batch *prompts, int64_t n, uint64_t seed, df_batch **out);

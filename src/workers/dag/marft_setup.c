@@ -128,6 +128,11 @@ int df_worker_marft_setup(df_dag_worker *w)
     return rc;
 }
 
+const df_tokenizer *df_worker_marft_scorer_tok(const df_dag_worker *w)
+{
+    return w->marft ? df_worker_slot(w, w->marft->rollout[w->marft->n_agents - 1]).tok : w->tok;
+}
+
 void df_worker_marft_free(df_dag_worker *w)
 {
     df_marft_run *r = w->marft;

@@ -1,5 +1,6 @@
 /* trainer.rollout_data_dir (rollout_dump.h). */
 #include "workers/dag/rollout_dump.h"
+#include "workers/dag/marft_run.h"
 
 #include "util/timeutil.h"
 #include "workers/dag/gen_dump.h"
@@ -13,7 +14,7 @@ static int dump(df_dag_worker *w, const char *dir, const df_batch *b)
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len); /* the whole file first: it is renamed into place */
-    int rc = f ? df_gen_dump_rows(f, w->tok, b, true, w->step)
+    int rc = f ? df_gen_dump_rows(f, df_worker_marft_scorer_tok(w), b, true, w->step)
                : df_error(DF_ENOMEM, "out of memory collecting the rollouts");
     if (f && fclose(f) && !rc)
         rc = df_error(DF_ENOMEM, "out of memory collecting the rollouts");

@@ -34,9 +34,11 @@ static int reward_from_model(df_dag_worker *w, df_batch *batch)
     return rc ? df_error_wrap(rc, "reward model (reward_model.enable)") : DF_OK;
 }
 
-int df_worker_reward(df_dag_worker *w, df_batch *batch, df_metrics *m)
+int df_worker_reward(df_dag_worker *w, const df_node *node, df_batch *batch, df_metrics *m)
 {
-    int rc = w->reward.rm ? reward_from_model(w, batch) : df_score_batch(w->tok, &w->reward.cfg, batch, NULL);
+    /* the node's agent group decodes its own responses (a chained multi-agent graph: each its tokenizer) */
+    int rc = w->reward.rm ? reward_from_model(w, batch)
+                          : df_score_batch(df_worker_slot(w, node).tok, &w->reward.cfg, batch, NULL);
     /* rewards = scores; with algorithm.use_kl_in_reward the advantage node subtracts the KL penalty */
     const df_column *sc = rc ? NULL : df_batch_column(batch, "token_level_scores");
     if (sc)
@@ -57,7 +59,7 @@ static int node_compute_reward(df_node_ctx *ctx, df_batch *batch, df_node_output
     double t0 = df_now();
     int rc = df_worker_need_batch(batch, "compute_reward");
     if (!rc)
-        rc = df_worker_reward(df_node_worker(ctx), batch, ctx->metrics);
+        rc = df_worker_reward(df_node_worker(ctx), ctx->node, batch, ctx->metrics);
     (void)out;
     df_worker_timing(ctx, "reward", t0);
     return rc;
