@@ -109,7 +109,7 @@ static int chain_start(chain *c, const df_batch *prompts, int64_t n_samples)
     return rc;
 }
 
-/* Agent a's prompt tokens for sequence i into *ids / *len; *over when longer than the limit. */
+/* Agent a's prompt tokens for sequence i into *ids (malloc'd) / *len. */
 static int agent_prompt(chain *c, int a, int64_t i, const df_tokenizer *tok, int32_t **ids, int64_t *len)
 {
     const df_agent_options *o = c->r->rollout[a]->agent_options;
@@ -146,7 +146,8 @@ static int turn_prompts(chain *c, int a, int64_t turn, const df_tokenizer *tok, 
         total += lens[m];
         map[m++] = i;
     }
-    int64_t *off = rc ? NULL : malloc((size_t)(m + 1) * sizeof *off), *key = rc ? NULL : malloc((size_t)(m ? m : 1) * sizeof *key);
+    int64_t *off = rc ? NULL : malloc((size_t)(m + 1) * sizeof *off);
+    int64_t *key = rc ? NULL : malloc((size_t)(m ? m : 1) * sizeof *key);
     int32_t *flat = rc ? NULL : malloc((size_t)(total ? total : 1) * sizeof *flat);
     df_batch *b = rc ? NULL : df_batch_new(m);
     if (!rc && (!off || !key || !flat || !b))
