@@ -61,12 +61,15 @@ int df_marft_view(df_marft_run *r, df_batch *b, int g);
 int df_marft_node_view(const df_marft_run *r, const df_node *node);
 
 /**
- * The chained rollout over `prompts` (the dataloader's rows): n samples per row, each an episode
- * through every agent for up to max_turns turns; greedy decodes (ReMax / validation) or samples
- * with each rollout node's settings. *out: the rows repeated n times, with each agent's columns
- * agent_group_<g>_{prompt_ids, response_ids, rollout_log_probs} (its last turn), num_turns, and
- * with an environment env_return / agent_group_<last>_env_score. Errors: a prompt over
- * data.max_prompt_length in the first turn (naming the agent), the engines', DF_ENOMEM.
+ * The chained rollout over `prompts` (the dataloader's rows, prompt_ids rendered by agent 0's
+ * tokenizer): n samples per row, each an episode through every agent for up to max_turns turns,
+ * sampled with each agent's rollout node settings, or with val_sp for every agent (validation;
+ * NULL: the nodes'). seed: the pass's root; label: the progress bars' (NULL: none). *out: the rows
+ * repeated n times without prompt_ids, with each agent's columns agent_group_<g>_{prompt_ids,
+ * response_ids, rollout_log_probs} (its last turn), num_turns, and with rewards_with_env the
+ * environment's last score as agent_group_<last>_env_return. Errors: a prompt over
+ * data.max_prompt_length in the first turn (naming the agent), the engines' and the environment's
+ * (naming the agent or episode), DF_ENOMEM.
  */
 int df_marft_generate(df_dag_worker *w, const df_batch *prompts, int64_t n, const df_sampling_params *val_sp,
                       uint64_t seed, const char *label, df_batch **out);
