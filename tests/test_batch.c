@@ -323,6 +323,16 @@ static void test_sample_info(void **state)
     assert_int_equal(s.prompt_length, 0);
     assert_int_equal(s.response_length, 2);
     assert_null(s.uid);
+    /* a multi-agent batch: every agent's prompt and response count (the balancing key) */
+    const int64_t off[] = {0, 1, 4, 4};
+    const int32_t ids[] = {1, 2, 3, 4};
+    assert_int_equal(df_batch_set_tok_i32(b, "agent_group_0_prompt_ids", off, ids), 0);
+    assert_int_equal(df_batch_set_tok_i32(b, "agent_group_1_response_ids", off, ids), 0);
+    assert_int_equal(df_batch_set_tok_i32(b, "agent_group_1_old_log_probs_ids_not", off, ids), 0);
+    s = df_batch_sample_info(b, 1);
+    assert_int_equal(s.prompt_length, 3);
+    assert_int_equal(s.response_length, 2 + 3);
+    assert_int_equal(s.sum_tokens, 8);
     df_batch_free(b);
 }
 

@@ -211,7 +211,8 @@ DF_API int df_batch_deserialize(const uint8_t *buf, size_t len, df_batch **out);
 
 /**
  * Per-sample summary of row i: the lengths of its prompt_ids and response_ids
- * rows (0 when a column is absent or not per-token), its `uid` string (NULL
+ * rows (0 when a column is absent or not per-token; a multi-agent batch's
+ * agent_group_<g>_prompt_ids / _response_ids add every agent's), its `uid` string (NULL
  * when there is no STR uid column), its I64 `index` (-1 when absent), its F32
  * `score` (NaN when absent), src_rank 0 and src_index i. i outside [0, n)
  * gives zero lengths, no uid, group -1.

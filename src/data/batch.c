@@ -671,18 +671,38 @@ int df_batch_concat(const df_batch *const *parts, int n_parts, df_batch **out)
 /* ---- per-sample summary ------------------------------------------------------------ */
 
 /* The columns a summary reads, each looked up once: NULL where absent (or, but for the
-   ragged lengths, not of the kind read). */
+   ragged lengths, not of the kind read); a multi-agent batch's agent_group_<g>_prompt_ids /
+   _response_ids (every agent's own, distflow/marft.h) count into the lengths too. */
+#define AGENT_COLS 32
 typedef struct {
     const df_column *prompt, *response, *uid, *group, *score;
+    const df_column *agent_prompt[AGENT_COLS], *agent_response[AGENT_COLS];
+    int n_agent_prompt, n_agent_response;
 } sample_cols;
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
 
 static sample_cols sample_cols_of(const df_batch *b)
 {
-    return (sample_cols){.prompt = df_batch_column(b, "prompt_ids"),
-                         .response = df_batch_column(b, "response_ids"),
-                         .uid = col_of(b, "uid", DF_COL_STR),
-                         .group = col_of(b, "index", DF_COL_I64),
-                         .score = col_of(b, "score", DF_COL_F32)};
+    sample_cols c = {.prompt = df_batch_column(b, "prompt_ids"),
+                     .response = df_batch_column(b, "response_ids"),
+                     .uid = col_of(b, "uid", DF_COL_STR),
+                     .group = col_of(b, "index", DF_COL_I64),
+                     .score = col_of(b, "score", DF_COL_F32)};
+    for (int i = 0; i < b->ncol; i++) {
+        const df_column *col = b->cols[i];
+        if (strncmp(col->name, "agent_group_", 12))
+            continue;
+        if (ends_with(col->name, "_prompt_ids") && c.n_agent_prompt < AGENT_COLS)
+            c.agent_prompt[c.n_agent_prompt++] = col;
+        else if (ends_with(col->name, "_response_ids") && c.n_agent_response < AGENT_COLS)
+            c.agent_response[c.n_agent_response++] = col;
+    }
+    return c;
 }
 
 static int64_t row_len(const df_batch *b, const df_column *c, int64_t i)
@@ -698,6 +718,10 @@ static df_sample_info sample_info_at(const df_batch *b, const sample_cols *c, in
     bool in = i >= 0 && i < b->n;
     s.prompt_length = row_len(b, c->prompt, i);
     s.response_length = row_len(b, c->response, i);
+    for (int k = 0; k < c->n_agent_prompt; k++)
+        s.prompt_length += row_len(b, c->agent_prompt[k], i);
+    for (int k = 0; k < c->n_agent_response; k++)
+        s.response_length += row_len(b, c->agent_response[k], i);
     s.sum_tokens = s.prompt_length + s.response_length;
     s.uid = c->uid && in ? ((char **)c->uid->data)[i] : NULL;
     s.group = c->group && in ? ((const int64_t *)c->group->data)[i] : -1;
