@@ -17,9 +17,11 @@
 #include "workers/dag/marft_run.h"
 #include "workers/worker_internal.h"
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static df_dag_worker *worker(const char *dir, const char *const *ov, int n_ov)
 {
@@ -228,11 +230,31 @@ static void test_step_trains_both(void **state)
     const char *dir = *state;
     two_models(dir);
     write_chain(dir, "", "");
-    const char *ov[] = {"trainer.total_training_steps=1"};
-    df_dag_worker *w = worker(dir, ov, 1);
+    const char *ov[] = {"trainer.total_training_steps=1", "trainer.logger=[console]"};
+    df_dag_worker *w = worker(dir, ov, 2);
     df_model *i0 = copy_of(w->actor.model), *i1 = copy_of(w->agents[1].actor->model);
-    if (df_dag_worker_fit(w))
+    /* the console's lines into dir/console.txt */
+    char out[1100];
+    snprintf(out, sizeof out, "%s/console.txt", dir);
+    fflush(stdout);
+    int saved = dup(1), fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    assert_true(saved >= 0 && fd >= 0 && dup2(fd, 1) >= 0);
+    int rc = df_dag_worker_fit(w);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved), close(fd);
+    if (rc)
         fail_msg("%s", df_last_error());
+    char *text = NULL;
+    assert_int_equal(df_read_file(out, &text, NULL), 0);
+    /* the banner names the layout, the step line each agent's loss */
+    const char *want[] = {"agents: 2 agent groups, chained (rollout_planner -> rollout_solver), up to 1 turn, "
+                          "no environment\n  agent 1: ",
+                          " | pg_loss[0] ", " | pg_loss[1] ", " | score "};
+    for (size_t k = 0; k < sizeof want / sizeof *want; k++)
+        if (!strstr(text, want[k]))
+            fail_msg("the console lacks '%s':\n%s", want[k], text);
+    free(text);
     assert_true(df_test_max_param_diff(df_actor_model(w->actor.model), i0) > 0);
     assert_true(df_test_max_param_diff(df_actor_model(w->agents[1].actor->model), i1) > 0);
     json_t *lines = df_test_metrics(dir, "out", true), *s1 = json_array_get(lines, 0);

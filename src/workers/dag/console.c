@@ -1,5 +1,6 @@
 /* The DAG worker's console (console.h): the saved config, the banner, step lines, the summary. */
 #include "workers/dag/console.h"
+#include "workers/dag/marft_run.h"
 
 #include "util/fsutil.h"
 #include "util/timeutil.h"
@@ -130,6 +131,31 @@ static void banner_outputs(const df_dag_worker *w)
                (long long)w->total_steps);
 }
 
+/* A multi-agent graph: its layout and each later agent group's model (group 0's is shown above). */
+static void banner_agents(const df_dag_worker *w)
+{
+    if (w->n_agents <= 1)
+        return;
+    const df_marft_run *r = w->marft;
+    printf("agents: %d agent groups, ", w->n_agents);
+    if (r) {
+        printf("chained (");
+        for (int a = 0; a < r->n_agents; a++)
+            printf("%s%s", a ? " -> " : "", r->rollout[a]->node_id);
+        printf("), up to %lld turn%s, %s", (long long)r->max_turns, r->max_turns == 1 ? "" : "s",
+               r->env ? "environment " : "no environment");
+        if (r->env)
+            printf("%s%s", r->env->name ? r->env->name : "(plugin)", r->rewards_with_env ? " (its rewards)" : "");
+    } else {
+        printf("independent (each samples the step's prompts)");
+    }
+    printf("\n");
+    for (int g = 1; g < w->n_agents; g++) {
+        const df_agent_slot *s = &w->agents[g];
+        printf("  agent %d: %s%s\n", g, s->model_dir, s->tok != w->tok ? " (its own tokenizer)" : "");
+    }
+}
+
 void df_console_banner(const df_dag_worker *w)
 {
     if (!printing(w))
@@ -143,6 +169,7 @@ void df_console_banner(const df_dag_worker *w)
         printf("  (none: every key has its default)\n");
     df_print_model_info(stdout, w->model_dir, df_actor_model(w->actor.model), df_actor_bf16(w->actor.model),
                         w->tokenizer_dir, w->tok);
+    banner_agents(w);
     banner_data(w);
     banner_world(w);
     banner_rollout(w);
@@ -174,10 +201,18 @@ void df_console_step(const df_dag_worker *w, const df_metrics *m)
         return;
     printf("step %lld/%lld", (long long)w->step, (long long)w->total_steps);
     for (size_t i = 0; i < sizeof cols / sizeof *cols; i++) {
-        if (!df_metrics_has(m, cols[i].key))
-            continue;
-        printf(" | %s ", cols[i].label);
-        printf(cols[i].fmt, df_metrics_get(m, cols[i].key, 0));
+        if (df_metrics_has(m, cols[i].key)) {
+            printf(" | %s ", cols[i].label);
+            printf(cols[i].fmt, df_metrics_get(m, cols[i].key, 0));
+        }
+        for (int g = 0; w->n_agents > 1 && g < w->n_agents; g++) { /* a multi-agent node's, per group */
+            char key[128];
+            snprintf(key, sizeof key, "agent_%d_%s", g, cols[i].key);
+            if (!df_metrics_has(m, key) || df_metrics_has(m, cols[i].key))
+                continue;
+            printf(" | %s[%d] ", cols[i].label, g);
+            printf(cols[i].fmt, df_metrics_get(m, key, 0));
+        }
     }
     double tok = df_metrics_get(m, "perf/total_num_tokens", 0), t = df_metrics_get(m, "perf/time_per_step", 0);
     if (w->world > 1 && t > 0)
