@@ -31,9 +31,9 @@ extern "C" {
 
 /**
  * The name of agent group g's copy of `column` in a batch: "agent_group_<g>_<column>", as
- * siiRL's MultiAgentLoop and DAG worker prefix every agent's columns (its last agent's are
- * then unprefixed for the nodes after the rollout; distflow keeps every agent's prefixed, so
- * no column is two agents'). Written into out[cap]. Errors: DF_EINVAL for g < 0, an empty or
+ * siiRL's MultiAgentLoop and DAG worker prefix every agent's columns. The DAG worker keeps
+ * every agent's prefixed in the batch and shows a node its own group's without the prefix while
+ * it runs (src/workers/dag/marft_view.c), so no column is two agents'. Written into out[cap]. Errors: DF_EINVAL for g < 0, an empty or
  * NULL column, a column that already has an agent prefix, a name longer than cap - 1.
  */
 DF_API int df_marft_column(int g, const char *column, char *out, size_t cap);

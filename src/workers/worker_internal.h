@@ -609,13 +609,16 @@ int df_worker_setup_agent_dirs(df_dag_worker *w);
  */
 int df_worker_setup_agent_models(df_dag_worker *w, const df_actor_params *p);
 /**
- * agents_check.c: whether the worker runs multi-agent graph g (groups > 1 agent groups) today:
- * every group its own rollout node, a later group's nodes after it and after every node of the
- * groups before; share_instance as df_worker_check_agent_shares allows; no train_cycle, environment
- * or chained-rollout options; a critic-free estimator, or gae with a CRITIC node in every group,
- * without re-runs (no remax, no filter_groups), mode sync, no agent loop.
+ * agents_check.c: whether the worker runs multi-agent graph g (groups > 1 agent groups): the
+ * chained layout (each group's rollout node after the previous group's: marft_run.h; an env_path
+ * only on the last agent's rollout node; at most one advantage node per group) or independent
+ * groups (every group its own rollout node, a later group's nodes after it and after every node
+ * of the groups before; no chained-rollout options); in both share_instance as
+ * df_worker_check_agent_shares allows, gae / gae_marft only with a CRITIC node in every group
+ * (gae_marft only chained), no re-runs (remax, filter_groups), mode sync, no agent loop.
  * Errors: DF_EUNSUPPORTED "<src> node '<id>': agent_group g: multi-agent graphs (siiRL's MARFT, N
- * agent groups) do not run yet with <what>; what runs: ...", DF_ENOMEM.
+ * agent groups) do not run with <what>; what runs: ...", DF_EINVAL (rewards_with_env without an
+ * environment, an env_path entry that does not resolve), DF_ENOMEM.
  */
 int df_worker_check_agents_run(const df_train_config *t, df_task_graph *g, int groups, const char *src);
 /** dag_worker.c: trainer.device for slot s's actor and reference. */

@@ -66,8 +66,8 @@ static int node_generate(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
 {
     double t0 = df_now();
     df_dag_worker *w = df_node_worker(ctx);
-    /* a later agent group samples the step's prompts, not the batch the group before it trained
-       on (until the chained rollout: docs/multi_agent.md) */
+    /* independent agent groups: a later group samples the step's prompts, not the batch the group
+       before it trained on (a chained graph's rollout nodes run marft_rollout.c's instead) */
     const df_batch *prompts = ctx->node && ctx->node->agent_group > 0 ? ctx->input : batch;
     int rc = df_worker_need_batch(prompts, "generate");
     if (!rc && (ctx->flags & DF_PASS_GREEDY))
