@@ -295,6 +295,51 @@ static void test_train_cycle(void **state)
     worker_free(w);
 }
 
+/* Both agents' files of global_step_<k> under dir/a and dir/b are byte-identical. */
+static void assert_same_step(const char *dir, const char *a, const char *b, int k)
+{
+    static const char *const rel[] = {"actor/model.safetensors", "actor/train_state.safetensors",
+                                      "actor_agent_1/model.safetensors", "actor_agent_1/train_state.safetensors",
+                                      "trainer_state.json"};
+    for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) {
+        char pa[1200], pb[1200], *x = NULL, *y = NULL;
+        size_t nx = 0, ny = 0;
+        snprintf(pa, sizeof pa, "%s/%s/global_step_%d/%s", dir, a, k, rel[i]);
+        snprintf(pb, sizeof pb, "%s/%s/global_step_%d/%s", dir, b, k, rel[i]);
+        assert_int_equal(df_read_file(pa, &x, &nx), 0);
+        assert_int_equal(df_read_file(pb, &y, &ny), 0);
+        if (nx != ny || memcmp(x, y, nx))
+            fail_msg("%s and %s differ", pa, pb);
+        free(x), free(y);
+    }
+}
+
+/* Three steps straight, and one then a new run resuming to three: the same bits for both agents,
+   with train_cycle 1 giving the steps to agent 1, 0, 1 (the resumed run trains both) and the
+   environment's turns. */
+static void test_resume_chained(void **state)
+{
+    const char *dir = *state;
+    two_models(dir);
+    write_chain(dir, ", agent_options: {train_cycle: 1}", ", obs_with_env: true, env_path: [math_env.py:MathEnv]");
+    char yaml[4096], full[1200], part[1200];
+    job_yaml(dir, yaml, sizeof yaml);
+    snprintf(full, sizeof full, "trainer.default_local_dir=%s/full", dir);
+    snprintf(part, sizeof part, "trainer.default_local_dir=%s/part", dir);
+    const char *three[] = {full, "trainer.total_training_steps=3", "trainer.save_freq=1",
+                           "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2"};
+    if (df_test_run(NULL, df_test_config(yaml, "full.yaml", three, 4)))
+        fail_msg("%s", df_last_error());
+    three[0] = part;
+    three[1] = "trainer.total_training_steps=1";
+    if (df_test_run(NULL, df_test_config(yaml, "part.yaml", three, 4)))
+        fail_msg("%s", df_last_error());
+    three[1] = "trainer.total_training_steps=3"; /* resume_mode auto: from global_step_1 */
+    if (df_test_run(NULL, df_test_config(yaml, "part.yaml", three, 4)))
+        fail_msg("%s", df_last_error());
+    assert_same_step(dir, "full", "part", 3);
+}
+
 /* One hand-made row of two agents through the advantage node with gae_marft (gamma = lam = 1, so
  * a return is the value-free sum of the rewards after it along the chain): the solver's score 1 at
  * its last token; shared, the planner's last token gets it too. Planner values [0.5, 0.25], solver
@@ -371,6 +416,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_step_trains_both, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_train_cycle, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_gae_marft_node, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_resume_chained, df_test_mkdtemp, df_test_rmtree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
