@@ -69,19 +69,4 @@ static inline void job_yaml(const char *dir, char *yaml, size_t cap)
              dir, dir, dir, dir);
 }
 
-/* The job's model (dir/model) and a second of the same tokenizer (dir/b/model). */
-static inline void two_models(const char *dir)
-{
-    df_test_digits_inputs(dir, "train.jsonl", 8, "test/digits", true);
-    const char *texts[8];
-    char store[8][128], b[1024];
-    for (int i = 0; i < 8; i++) {
-        snprintf(store[i], sizeof store[i], "Add %d and %d. What do you get?", i, 2 * i + 1);
-        texts[i] = store[i];
-    }
-    snprintf(b, sizeof b, "%s/b", dir);
-    assert_int_equal(df_mkdir_p(b), 0);
-    df_test_tiny_model(b, texts, 8, 300, 32, 2, 11);
-}
-
 #endif

@@ -53,14 +53,6 @@ static void train(df_comm *comm, const char *out)
         fail_msg("rank %d: %s", df_comm_rank(world), df_last_error());
 }
 
-static double num(json_t *o, const char *key)
-{
-    json_t *x = json_object_get(o, key);
-    if (!json_is_number(x))
-        fail_msg("%s missing", key);
-    return json_number_value(x);
-}
-
 static void test_multi_turn_grpo(void **state)
 {
     (void)state;
@@ -78,16 +70,16 @@ static void test_multi_turn_grpo(void **state)
     assert_non_null(a);
     assert_non_null(b);
     print_message("num_turns mean %.3f max %.0f, response_length/mean %.2f, score/mean %.4f\n",
-                  num(a, "num_turns/mean"), num(a, "num_turns/max"), num(a, "response_length/mean"),
-                  num(a, "critic/score/mean"));
+                  df_test_metric(a, "num_turns/mean"), df_test_metric(a, "num_turns/max"), df_test_metric(a, "response_length/mean"),
+                  df_test_metric(a, "critic/score/mean"));
     /* conversations: at most 1 + 3 model turns + 2 replies; the replies happened */
-    assert_true(num(a, "num_turns/max") > 2.0 && num(a, "num_turns/max") <= 6.0);
-    assert_true(num(a, "num_turns/mean") > 2.0);
-    assert_true(num(a, "agent_loop/tool_calls/max") == 0.0); /* no tool config */
+    assert_true(df_test_metric(a, "num_turns/max") > 2.0 && df_test_metric(a, "num_turns/max") <= 6.0);
+    assert_true(df_test_metric(a, "num_turns/mean") > 2.0);
+    assert_true(df_test_metric(a, "agent_loop/tool_calls/max") == 0.0); /* no tool config */
     const char *same[] = {"critic/score/mean", "critic/score/max", "response_length/mean", "num_turns/mean",
                           "num_turns/max", "num_turns/min", "perf/total_num_tokens"};
     for (size_t k = 0; k < sizeof same / sizeof *same; k++) {
-        double u = num(a, same[k]), v = num(b, same[k]);
+        double u = df_test_metric(a, same[k]), v = df_test_metric(b, same[k]);
         if (fabs(u - v) > 1e-9 * fmax(1.0, fabs(u)))
             fail_msg("%s = %.9g on one rank, %.9g on %d", same[k], u, v, df_comm_size(world));
     }

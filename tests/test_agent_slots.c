@@ -115,25 +115,10 @@ static df_config *job(const char *dir)
     return df_test_config(yaml, "slots.yaml", ov, 1);
 }
 
-/* The job's model (dir/model) and a second one of the same shape and tokenizer (dir/b/model). */
-static void two_models(const char *dir)
-{
-    df_test_digits_inputs(dir, "train.jsonl", 8, "test/digits", true);
-    const char *texts[8];
-    char store[8][128], b[1024];
-    for (int i = 0; i < 8; i++) { /* df_test_digits_inputs' prompts: the same tokenizer */
-        snprintf(store[i], sizeof store[i], "Add %d and %d. What do you get?", i, 2 * i + 1);
-        texts[i] = store[i];
-    }
-    snprintf(b, sizeof b, "%s/b", dir);
-    assert_int_equal(df_mkdir_p(b), 0);
-    df_test_tiny_model(b, texts, 8, 300, 32, 2, 11);
-}
-
 static void test_node_model_path_conflict(void **state)
 {
     const char *dir = *state;
-    two_models(dir);
+    df_test_two_models(dir);
     char b[1024], c[1024];
     snprintf(b, sizeof b, "%s/b/model", dir);
     snprintf(c, sizeof c, "%s/model", dir);
@@ -157,7 +142,7 @@ static void test_node_model_path_conflict(void **state)
 static void test_node_model_path_loads(void **state)
 {
     const char *dir = *state;
-    two_models(dir);
+    df_test_two_models(dir);
     char b[1024];
     snprintf(b, sizeof b, "%s/b/model", dir);
     write_workflow(dir, b, NULL); /* only the rollout node names it: the whole group follows */
@@ -221,18 +206,6 @@ static void write_two_groups(const char *dir)
     assert_int_equal(df_write_file_atomic(path, text, strlen(text)), 0);
 }
 
-static df_model *copy_of(df_actor *a)
-{
-    df_model *m = NULL;
-    assert_int_equal(df_model_clone(df_actor_model(a), &m), 0);
-    return m;
-}
-
-static bool same_bits(const df_model *a, const df_model *b)
-{
-    return a->n_params == b->n_params && !memcmp(a->params, b->params, (size_t)a->n_params * sizeof *a->params);
-}
-
 /* Run the nodes of agent group grp in graph order on *b (the step's prompts in ctx->input). */
 static void run_group(df_dag_worker *w, int grp, const df_batch *prompts, df_batch **b)
 {
@@ -250,7 +223,7 @@ static void run_group(df_dag_worker *w, int grp, const df_batch *prompts, df_bat
 static void test_agent_isolation(void **state)
 {
     const char *dir = *state;
-    two_models(dir);
+    df_test_two_models(dir);
     write_two_groups(dir);
     df_config *cfg = job(dir);
     df_dag_worker *w = NULL;
@@ -259,7 +232,7 @@ static void test_agent_isolation(void **state)
     assert_int_equal(w->n_agents, 2);
     df_actor *a0 = w->actor.model, *a1 = w->agents[1].actor->model;
     assert_ptr_not_equal(a0, a1);
-    df_model *init0 = copy_of(a0), *init1 = copy_of(a1);
+    df_model *init0 = df_test_model_copy(df_actor_model(a0)), *init1 = df_test_model_copy(df_actor_model(a1));
     assert_true(df_test_max_param_diff(init0, init1) > 0); /* two models */
 
     df_batch *prompts = NULL, *b = NULL;
@@ -267,11 +240,11 @@ static void test_agent_isolation(void **state)
     assert_int_equal(df_batch_copy(prompts, &b), 0);
     run_group(w, 0, prompts, &b);
     assert_true(df_test_max_param_diff(df_actor_model(a0), init0) > 0); /* agent 0 trained */
-    assert_true(same_bits(df_actor_model(a1), init1));                 /* agent 1 untouched */
-    df_model *after0 = copy_of(a0);
+    assert_true(df_test_same_params(df_actor_model(a1), init1));                 /* agent 1 untouched */
+    df_model *after0 = df_test_model_copy(df_actor_model(a0));
     run_group(w, 1, prompts, &b);
     assert_true(df_test_max_param_diff(df_actor_model(a1), init1) > 0);
-    assert_true(same_bits(df_actor_model(a0), after0));
+    assert_true(df_test_same_params(df_actor_model(a0), after0));
     assert_int_equal(df_batch_size(b), df_batch_size(prompts) * 4); /* group 1 sampled the prompts */
 
     df_batch_free(b);
@@ -288,7 +261,7 @@ static void test_agent_isolation(void **state)
 static void test_agent_checkpoints(void **state)
 {
     const char *dir = *state;
-    two_models(dir);
+    df_test_two_models(dir);
     write_two_groups(dir);
     const char *ov[] = {"trainer.total_training_steps=2", "trainer.save_freq=1"};
     char yaml[4096];
@@ -326,8 +299,8 @@ static void test_agent_checkpoints(void **state)
     if (df_dag_worker_create(cfg, NULL, &w))
         fail_msg("%s", df_last_error());
     assert_int_equal(w->resumed_step, 2);
-    assert_true(same_bits(df_actor_model(w->agents[1].actor->model), saved1));
-    assert_true(same_bits(df_actor_model(w->actor.model), saved0));
+    assert_true(df_test_same_params(df_actor_model(w->agents[1].actor->model), saved1));
+    assert_true(df_test_same_params(df_actor_model(w->actor.model), saved0));
     assert_int_equal(df_actor_step_count(w->agents[1].actor->model), df_actor_step_count(w->actor.model));
     assert_true(df_actor_step_count(w->agents[1].actor->model) > 0);
     df_dag_worker_free(w);
@@ -340,7 +313,7 @@ static void test_agent_checkpoints(void **state)
 static void test_agents_refused(void **state)
 {
     const char *dir = *state;
-    two_models(dir);
+    df_test_two_models(dir);
     char text[8192] = "dag_id: parallel_agents\nnodes:\n", path[1024];
     chain(text, sizeof text, 0, NULL, NULL);
     chain(text, sizeof text, 1, NULL, NULL); /* group 1 beside group 0, not after it */
@@ -374,7 +347,7 @@ static void test_agents_refused(void **state)
 static void test_agent_other_tokenizer(void **state)
 {
     const char *dir = *state;
-    two_models(dir);
+    df_test_two_models(dir);
     const char *texts[] = {"a different corpus", "for a different tokenizer", "of another vocabulary"};
     char b[1024];
     snprintf(b, sizeof b, "%s/b", dir);
@@ -455,7 +428,7 @@ static df_model *critic_copy(df_critic *c)
 static void test_agent_critics(void **state)
 {
     const char *dir = *state;
-    two_models(dir);
+    df_test_two_models(dir);
     char crit[1200], b[1024];
     snprintf(b, sizeof b, "%s/b/model", dir);
     snprintf(crit, sizeof crit, ", config: {critic.model.path: %s}", b);
@@ -474,7 +447,7 @@ static void test_agent_critics(void **state)
     df_model *vb = NULL;
     assert_int_equal(df_hf_dir_load(b, NULL, &vb, NULL), 0);
     assert_int_equal(df_model_to_value_model(&vb, df_worker_seed(w)), 0);
-    assert_true(same_bits(df_critic_model(c1), vb));
+    assert_true(df_test_same_params(df_critic_model(c1), vb));
     df_model *init0 = critic_copy(c0), *init1 = critic_copy(c1);
     assert_true(df_test_max_param_diff(init0, init1) > 0);
 
@@ -483,11 +456,11 @@ static void test_agent_critics(void **state)
     assert_int_equal(df_batch_copy(prompts, &bt), 0);
     run_group(w, 0, prompts, &bt);
     assert_true(df_test_max_param_diff(df_critic_model(c0), init0) > 0); /* group 0's critic trained */
-    assert_true(same_bits(df_critic_model(c1), init1));                 /* group 1's untouched */
+    assert_true(df_test_same_params(df_critic_model(c1), init1));                 /* group 1's untouched */
     df_model *after0 = critic_copy(c0);
     run_group(w, 1, prompts, &bt);
     assert_true(df_test_max_param_diff(df_critic_model(c1), init1) > 0);
-    assert_true(same_bits(df_critic_model(c0), after0));
+    assert_true(df_test_same_params(df_critic_model(c0), after0));
     /* the later group's own models' weights-in-sync check (for fit.c) */
     df_metrics *m = df_metrics_new();
     assert_int_equal(df_worker_check_agent_weights(w, m), 0);
@@ -545,7 +518,7 @@ static char *agent_critics(const char *dir, int step)
 static void test_agent_shared_critic(void **state)
 {
     const char *dir = *state;
-    two_models(dir);
+    df_test_two_models(dir);
     write_ppo_groups(dir, "", ", agent_options: {share_instance: 0}");
     const char *ov[] = {"trainer.total_training_steps=1"};
     df_config *cfg = ppo_job(dir, ov, 1);
@@ -585,7 +558,7 @@ static void test_agent_shared_critic(void **state)
 static void test_agent_critic_checkpoints(void **state)
 {
     const char *dir = *state;
-    two_models(dir);
+    df_test_two_models(dir);
     write_ppo_groups(dir, "", "");
     const char *ov[] = {"trainer.total_training_steps=2", "trainer.save_freq=1"};
     if (df_test_run(NULL, ppo_job(dir, ov, 2)))
@@ -611,8 +584,8 @@ static void test_agent_critic_checkpoints(void **state)
         fail_msg("%s", df_last_error());
     assert_int_equal(w->resumed_step, 2);
     df_critic *c1 = w->agents[1].critic->model;
-    assert_true(same_bits(df_critic_model(c1), saved1));
-    assert_true(same_bits(df_critic_model(w->critic.model), saved0));
+    assert_true(df_test_same_params(df_critic_model(c1), saved1));
+    assert_true(df_test_same_params(df_critic_model(w->critic.model), saved0));
     assert_true(df_test_max_param_diff(saved0, saved1) > 0);
     df_dag_worker_free(w);
     df_config_free(cfg);
@@ -631,7 +604,7 @@ static void test_agent_critic_checkpoints(void **state)
 static void test_agent_shared_policy(void **state)
 {
     const char *dir = *state;
-    two_models(dir);
+    df_test_two_models(dir);
     const char *share = ", agent_options: {share_instance: 0}";
     char text[8192] = "dag_id: shared\nnodes:\n", path[1024];
     snprintf(path, sizeof path, "%s/wf.yaml", dir);
@@ -647,7 +620,7 @@ static void test_agent_shared_policy(void **state)
     assert_ptr_equal(w->agents[1].rollout, &w->rollout);
     assert_null(w->agents[1].own->actor.model);
     assert_null(w->agents[1].own->rollout.engine);
-    df_model *init = copy_of(w->actor.model);
+    df_model *init = df_test_model_copy(df_actor_model(w->actor.model));
     df_batch *prompts = NULL, *bt = NULL;
     assert_int_equal(df_worker_next_prompts(w, 0, &prompts), 0);
     assert_int_equal(df_batch_copy(prompts, &bt), 0);

@@ -78,14 +78,6 @@ static df_model *load(const char *sub)
     return m;
 }
 
-static double num(json_t *o, const char *key)
-{
-    json_t *v = json_object_get(o, key);
-    if (!json_is_number(v))
-        fail_msg("metric %s missing", key);
-    return json_number_value(v);
-}
-
 /* The metrics of every step of run `out`: the critic's every step, the actor's from step 3. */
 static void check_metrics(const char *out)
 {
@@ -98,10 +90,10 @@ static void check_metrics(const char *out)
                               "critic/values/max",   "critic/values/min",  "critic/vf_explained_var",
                               "critic/returns/mean", "timing_s/values",    "timing_s/update_critic"};
         for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
-            assert_true(isfinite(num(o, keys[k])));
-        assert_true(num(o, "critic/vf_loss") > 0);
-        assert_true(num(o, "critic/weights_in_sync") == 1.0);
-        assert_near(num(o, "critic/lr"), 0.005, 0); /* exact: the value configured, a constant schedule */
+            assert_true(isfinite(df_test_metric(o, keys[k])));
+        assert_true(df_test_metric(o, "critic/vf_loss") > 0);
+        assert_true(df_test_metric(o, "critic/weights_in_sync") == 1.0);
+        assert_near(df_test_metric(o, "critic/lr"), 0.005, 0); /* exact: the value configured, a constant schedule */
         bool actor_trains = i == 2;
         if (json_is_number(json_object_get(o, "actor/pg_loss")) != actor_trains ||
             json_is_number(json_object_get(o, "timing_s/update_actor")) != actor_trains)
@@ -173,9 +165,9 @@ static void test_critic_from_checkpoint_and_errors(void **state)
     if (run(self, yaml, lr0, 3))
         fail_msg("%s", df_last_error());
     json_t *lines = df_test_metrics(dir, "resumed", false);
-    assert_true(isfinite(num(json_array_get(lines, 0), "actor/pg_loss")));
-    assert_true(num(json_array_get(lines, 0), "critic/vf_loss") > 0);
-    assert_true(num(json_array_get(lines, 0), "critic/grad_norm") > 0);
+    assert_true(isfinite(df_test_metric(json_array_get(lines, 0), "actor/pg_loss")));
+    assert_true(df_test_metric(json_array_get(lines, 0), "critic/vf_loss") > 0);
+    assert_true(df_test_metric(json_array_get(lines, 0), "critic/grad_norm") > 0);
     json_decref(lines);
     df_model *loaded = load("ref/global_step_3/critic"), *saved = load("resumed/global_step_1/critic");
     assert_true(df_test_max_param_diff(loaded, saved) == 0.0); /* the checkpoint was taken as it is: no fresh head */
@@ -223,7 +215,7 @@ static void test_initial_critic(void **state)
     if (run(self, yaml, ovr, 4))
         fail_msg("%s", df_last_error());
     json_t *lines = df_test_metrics(dir, "lr0", false);
-    assert_true(num(json_array_get(lines, 0), "critic/grad_norm") > 0); /* an update ran, with lr 0 */
+    assert_true(df_test_metric(json_array_get(lines, 0), "critic/grad_norm") > 0); /* an update ran, with lr 0 */
     json_decref(lines);
     df_model *want = load("model"), *other = load("model"), *got = load("lr0/global_step_1/critic");
     assert_int_equal(df_model_to_value_model(&want, 7), 0);
@@ -282,7 +274,7 @@ static void test_critic_node_overrides(void **state)
     assert_true(d_same == 0.0);
     assert_true(d_dflt > 1e-4); /* not rounding: other settings, another Adam step (~lr) */
     json_t *la = df_test_metrics(dir, "wf_node", false), *lb = df_test_metrics(dir, "wf_global", false);
-    assert_true(num(json_array_get(la, 0), "critic/vf_loss") == num(json_array_get(lb, 0), "critic/vf_loss"));
+    assert_true(df_test_metric(json_array_get(la, 0), "critic/vf_loss") == df_test_metric(json_array_get(lb, 0), "critic/vf_loss"));
     json_decref(la);
     json_decref(lb);
     df_model_free(a);
@@ -327,39 +319,39 @@ static void same_as_one_rank(const char *out)
                              "response_length/max"};
     for (int i = 0; i < 3; i++)
         for (size_t k = 0; k < sizeof rollout / sizeof *rollout; k++)
-            expect_within(out, i + 1, rollout[k], num(json_array_get(got, i), rollout[k]),
-                          num(json_array_get(ref, i), rollout[k]), 0);
+            expect_within(out, i + 1, rollout[k], df_test_metric(json_array_get(got, i), rollout[k]),
+                          df_test_metric(json_array_get(ref, i), rollout[k]), 0);
     json_t *a1 = json_array_get(ref, 0), *b1 = json_array_get(got, 0);
     df_model *critic0 = load("model");
     assert_int_equal(df_model_to_value_model(&critic0, 1), 0); /* the head trainer.seed=1 draws */
     const double F = tb_forward_bound(critic0, 128 + 10, 1.0f);
     df_model_free(critic0);
-    const double T = round(num(a1, "response_length/mean") * 16), c = T / (T - 1);
-    const double vf = num(a1, "critic/vf_loss"),
-                 md = num(a1, "critic/returns/mean") - num(a1, "critic/values/mean");
-    const double ev = num(a1, "critic/vf_explained_var");
-    const double Rmax = fmax(fabs(num(a1, "critic/returns/max")), fabs(num(a1, "critic/returns/min")));
+    const double T = round(df_test_metric(a1, "response_length/mean") * 16), c = T / (T - 1);
+    const double vf = df_test_metric(a1, "critic/vf_loss"),
+                 md = df_test_metric(a1, "critic/returns/mean") - df_test_metric(a1, "critic/values/mean");
+    const double ev = df_test_metric(a1, "critic/vf_explained_var");
+    const double Rmax = fmax(fabs(df_test_metric(a1, "critic/returns/max")), fabs(df_test_metric(a1, "critic/returns/min")));
     const double ER = F + 2 * DF_U32 * Rmax, Ed = 2 * F + 2 * DF_U32 * Rmax;
     /* a from 2 vf_loss, whose own values are <= F from `values` */
     double a = c * (2 * vf - (2 * sqrt(2 * vf) * F + F * F) - md * md), b = a / (1 - ev) - 1e-5;
     double da = 2 * sqrt(a * c) * Ed + c * Ed * Ed, db = 2 * sqrt(b * c) * ER + c * ER * ER;
     assert_true(a > da && b > db);
-    expect_within(out, 1, "critic/vf_explained_var", num(b1, "critic/vf_explained_var"), ev,
+    expect_within(out, 1, "critic/vf_explained_var", df_test_metric(b1, "critic/vf_explained_var"), ev,
                   (da + (1 - ev) * db) / (b - db + 1e-5));
-    expect_within(out, 1, "critic/returns/max", num(b1, "critic/returns/max"), num(a1, "critic/returns/max"),
+    expect_within(out, 1, "critic/returns/max", df_test_metric(b1, "critic/returns/max"), df_test_metric(a1, "critic/returns/max"),
                   ER);
-    expect_within(out, 1, "critic/returns/min", num(b1, "critic/returns/min"), num(a1, "critic/returns/min"),
+    expect_within(out, 1, "critic/returns/min", df_test_metric(b1, "critic/returns/min"), df_test_metric(a1, "critic/returns/min"),
                   ER);
     const double sd = sqrt(a) - sqrt(c) * Ed;
     const char *adv[] = {"critic/advantages/max", "critic/advantages/min"};
     for (int k = 0; k < 2; k++) {
-        double y = num(a1, adv[k]);
-        expect_within(out, 1, adv[k], num(b1, adv[k]), y,
+        double y = df_test_metric(a1, adv[k]);
+        expect_within(out, 1, adv[k], df_test_metric(b1, adv[k]), y,
                       (2 * Ed + fabs(y) * sqrt(c) * Ed) / sd + DF_U32 * fabs(y));
     }
-    expect_within(out, 1, "critic/vf_loss", num(b1, "critic/vf_loss"), vf, sqrt(2 * vf) * 2 * F + 2 * F * F);
-    expect_within(out, 1, "critic/vpred_mean", num(b1, "critic/vpred_mean"), num(a1, "critic/vpred_mean"), F);
-    expect_within(out, 1, "critic/vf_clipfrac", num(b1, "critic/vf_clipfrac"), num(a1, "critic/vf_clipfrac"),
+    expect_within(out, 1, "critic/vf_loss", df_test_metric(b1, "critic/vf_loss"), vf, sqrt(2 * vf) * 2 * F + 2 * F * F);
+    expect_within(out, 1, "critic/vpred_mean", df_test_metric(b1, "critic/vpred_mean"), df_test_metric(a1, "critic/vpred_mean"), F);
+    expect_within(out, 1, "critic/vf_clipfrac", df_test_metric(b1, "critic/vf_clipfrac"), df_test_metric(a1, "critic/vf_clipfrac"),
                   0);
     json_decref(ref);
     json_decref(got);
@@ -443,7 +435,7 @@ static void test_ppo_critic_on_fewer_dp_ranks(void **state)
     same_as_one_rank("critic_sp2");
     json_t *lines = df_test_metrics(dir, "critic_sp2", false);
     for (size_t i = 0; i < json_array_size(lines); i++)
-        assert_true(num(json_array_get(lines, i), "perf/redistributed_bytes") > 0);
+        assert_true(df_test_metric(json_array_get(lines, i), "perf/redistributed_bytes") > 0);
     json_decref(lines);
 }
 

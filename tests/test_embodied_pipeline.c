@@ -373,14 +373,6 @@ static void fit(df_comm *comm, const char *out)
         fail_msg("rank %d: %s", df_comm_rank(world), df_last_error());
 }
 
-static double num(json_t *o, const char *key)
-{
-    json_t *x = json_object_get(o, key);
-    if (!json_is_number(x))
-        fail_msg("%s missing", key);
-    return json_number_value(x);
-}
-
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 /* Step 1's rollouts of run `out` (one file per data-parallel rank) as sorted "index sample-text" lines. */
@@ -441,19 +433,19 @@ static void test_ranks(void **state)
     static const char *const exact[] = {"embodied/countdown/success_rate", "embodied/countdown/finish_step/mean",
                                         "critic/score/mean", "critic/acc/mean", "response_length/mean"};
     for (size_t k = 0; k < sizeof exact / sizeof *exact; k++)
-        if (num(a, exact[k]) != num(b, exact[k]))
-            fail_msg("%s: %g on one rank, %g on %d", exact[k], num(a, exact[k]), num(b, exact[k]), df_comm_size(world));
+        if (df_test_metric(a, exact[k]) != df_test_metric(b, exact[k]))
+            fail_msg("%s: %g on one rank, %g on %d", exact[k], df_test_metric(a, exact[k]), df_test_metric(b, exact[k]), df_comm_size(world));
     /* the losses at the initial weights: each log-prob within F (test_dist_train's argument) */
     char p[512];
     snprintf(p, sizeof p, "%s/model", dir);
     df_model *m0;
     assert_int_equal(df_model_load(p, &m0), 0);
     const double F = tb_forward_bound(m0, 128, 1.0f);
-    double max_adv = fmax(fabs(num(a, "critic/advantages/max")), fabs(num(a, "critic/advantages/min")));
-    if (!(fabs(num(a, "actor/pg_loss") - num(b, "actor/pg_loss")) <= 2 * F * max_adv * exp(2 * F) + 1e-12))
-        fail_msg("pg_loss %g vs %g", num(a, "actor/pg_loss"), num(b, "actor/pg_loss"));
-    if (!(fabs(num(a, "actor/kl_loss") - num(b, "actor/kl_loss")) <= 2 * F))
-        fail_msg("kl_loss %g vs %g", num(a, "actor/kl_loss"), num(b, "actor/kl_loss"));
+    double max_adv = fmax(fabs(df_test_metric(a, "critic/advantages/max")), fabs(df_test_metric(a, "critic/advantages/min")));
+    if (!(fabs(df_test_metric(a, "actor/pg_loss") - df_test_metric(b, "actor/pg_loss")) <= 2 * F * max_adv * exp(2 * F) + 1e-12))
+        fail_msg("pg_loss %g vs %g", df_test_metric(a, "actor/pg_loss"), df_test_metric(b, "actor/pg_loss"));
+    if (!(fabs(df_test_metric(a, "actor/kl_loss") - df_test_metric(b, "actor/kl_loss")) <= 2 * F))
+        fail_msg("kl_loss %g vs %g", df_test_metric(a, "actor/kl_loss"), df_test_metric(b, "actor/kl_loss"));
     df_model_free(m0);
     json_decref(la), json_decref(lb);
 }

@@ -85,14 +85,6 @@ static json_t *dump(const df_tokenizer *tok, const df_batch *b, bool with_step)
     return rows;
 }
 
-static double num(const json_t *o, const char *k)
-{
-    const json_t *v = json_object_get(o, k);
-    if (!json_is_number(v))
-        fail_msg("key %s missing", k);
-    return json_number_value(v);
-}
-
 static void test_rows(void **state)
 {
     (void)state;
@@ -107,13 +99,13 @@ static void test_rows(void **state)
     assert_string_equal(json_string_value(json_object_get(r2, "output")), "");
     assert_string_equal(json_string_value(json_object_get(r2, "gts")), "9");
     /* the sequence score: token_level_scores summed (exact: a few binary fractions) */
-    assert_true(num(r0, "score") == 0.25);
-    assert_true(num(json_array_get(rows, 1), "score") == 0.5);
-    assert_true(num(r2, "score") == 1.0); /* empty: the score column */
-    assert_int_equal((int)num(r0, "step"), 7);
-    assert_true(num(r0, "acc") == 1.0 && num(json_array_get(rows, 1), "acc") == 0.0);
-    assert_true(num(r0, "overlong_reward") == -0.25 && num(r0, "overlong") == 1.0);
-    assert_int_equal((int)num(r2, "index"), 12);
+    assert_true(df_test_metric(r0, "score") == 0.25);
+    assert_true(df_test_metric(json_array_get(rows, 1), "score") == 0.5);
+    assert_true(df_test_metric(r2, "score") == 1.0); /* empty: the score column */
+    assert_int_equal((int)df_test_metric(r0, "step"), 7);
+    assert_true(df_test_metric(r0, "acc") == 1.0 && df_test_metric(json_array_get(rows, 1), "acc") == 0.0);
+    assert_true(df_test_metric(r0, "overlong_reward") == -0.25 && df_test_metric(r0, "overlong") == 1.0);
+    assert_int_equal((int)df_test_metric(r2, "index"), 12);
     assert_string_equal(json_string_value(json_object_get(r2, "data_source")), "x/y");
     assert_null(json_object_get(r0, "pred")); /* no column, no key */
     json_decref(rows);

@@ -280,14 +280,6 @@ static void report(const margin *mg)
     print_message("  %-28s worst error / bound %.3g (at %lld)\n", mg->what, mg->worst, (long long)mg->at);
 }
 
-static double metric(json_t *line, const char *key)
-{
-    json_t *v = json_object_get(line, key);
-    if (!json_is_number(v))
-        fail_msg("metric %s missing from metrics.jsonl", key);
-    return json_number_value(v);
-}
-
 static void check_metric(json_t *line, const char *key, double bound)
 {
     margin mg = {key, 0, 0};
@@ -295,8 +287,8 @@ static void check_metric(json_t *line, const char *key, double bound)
     /* metrics.jsonl prints 10 significant digits (half a unit of the 10th: 5e-10 relative); the
        reference's double rounding */
     bound += (5e-10 + df_tol_gamma(64, DF_U64)) * fabs(want);
-    within(&mg, 0, metric(line, key), want, bound);
-    print_message("  %-28s %.9f (reference %.9f, bound %.3g, error / bound %.3g)\n", key, metric(line, key), want,
+    within(&mg, 0, df_test_metric(line, key), want, bound);
+    print_message("  %-28s %.9f (reference %.9f, bound %.3g, error / bound %.3g)\n", key, df_test_metric(line, key), want,
                   bound, mg.worst);
 }
 

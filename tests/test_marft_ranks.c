@@ -36,14 +36,6 @@ static void fit(df_comm *comm, const char *out)
         fail_msg("rank %d: %s", df_comm_rank(world), df_last_error());
 }
 
-static double num(json_t *o, const char *k)
-{
-    json_t *v = json_object_get(o, k);
-    if (!json_is_number(v))
-        fail_msg("metric %s missing", k);
-    return json_number_value(v);
-}
-
 static void test_two_ranks_equal_one(void **state)
 {
     (void)state;
@@ -63,8 +55,8 @@ static void test_two_ranks_equal_one(void **state)
                                        "agent_0_critic/score/mean", "agent_1_critic/score/mean",
                                        "num_turns/mean", "agent_0_prompt_length/mean"};
     for (size_t k = 0; k < sizeof same / sizeof *same; k++)
-        if (!(fabs(num(a, same[k]) - num(b, same[k])) <= 1e-9 * fmax(1, fabs(num(a, same[k])))))
-            fail_msg("%s: %.17g on one rank, %.17g on %d", same[k], num(a, same[k]), num(b, same[k]),
+        if (!(fabs(df_test_metric(a, same[k]) - df_test_metric(b, same[k])) <= 1e-9 * fmax(1, fabs(df_test_metric(a, same[k])))))
+            fail_msg("%s: %.17g on one rank, %.17g on %d", same[k], df_test_metric(a, same[k]), df_test_metric(b, same[k]),
                      df_comm_size(world));
     json_decref(la), json_decref(lb);
 }
@@ -103,7 +95,7 @@ static void test_siirl_marft_file(void **state)
     static const char *const has[] = {"agent_0_actor/pg_loss", "agent_0_critic/vf_loss", "agent_1_critic/vf_loss",
                                       "agent_1_critic/score/mean", "agent_0_critic/advantages/max", "num_turns/mean"};
     for (size_t k = 0; k < sizeof has / sizeof *has; k++)
-        num(s1, has[k]);
+        df_test_metric(s1, has[k]);
     assert_null(json_object_get(s1, "agent_1_actor/pg_loss")); /* train_cycle: not agent 1's step */
     json_decref(lines);
     char p[700];
@@ -122,7 +114,7 @@ int main(void)
         snprintf(dir, sizeof dir, "/tmp/df_marft_ranks_XXXXXX");
         if (!mkdtemp(dir))
             return 1;
-        two_models(dir);
+        df_test_two_models(dir);
         write_chain(dir, "", ", obs_with_env: true, env_path: [math_env.py:MathEnv]");
     }
     if (df_comm_broadcast(world, dir, sizeof dir, 0))

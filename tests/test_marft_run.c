@@ -93,7 +93,7 @@ static void check_chain_prompts(const df_batch *prompts, const df_batch *b, cons
 static void test_chain_prompts(void **state)
 {
     const char *dir = *state;
-    two_models(dir);
+    df_test_two_models(dir);
     write_chain(dir, "", "");
     df_dag_worker *w = worker(dir, NULL, 0);
     assert_non_null(w->marft);
@@ -120,7 +120,7 @@ static void test_chain_prompts(void **state)
 static void test_chain_own_tokenizers(void **state)
 {
     const char *dir = *state;
-    two_models(dir);
+    df_test_two_models(dir);
     const char *texts[] = {"Solve this: a different corpus", "ANSWER: for a different tokenizer", "of 12 digits"};
     char b_dir[1024];
     snprintf(b_dir, sizeof b_dir, "%s/b", dir);
@@ -148,7 +148,7 @@ static void test_chain_own_tokenizers(void **state)
 static void test_chain_env_turns(void **state)
 {
     const char *dir = *state;
-    two_models(dir);
+    df_test_two_models(dir);
     write_chain(dir, "", ", obs_with_env: true, env_path: [examples/experimental/marft/config/math_env.py:MathEnv]");
     const char *ov[] = {"actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",
                         "actor_rollout_ref.rollout.agent.rewards_with_env=true"};
@@ -211,28 +211,16 @@ static void test_views(void **state)
     free(r.shared);
 }
 
-static df_model *copy_of(df_actor *a)
-{
-    df_model *m = NULL;
-    assert_int_equal(df_model_clone(df_actor_model(a), &m), 0);
-    return m;
-}
-
-static bool same_bits(const df_model *a, const df_model *b)
-{
-    return a->n_params == b->n_params && !memcmp(a->params, b->params, (size_t)a->n_params * sizeof *a->params);
-}
-
 /* A whole step: both agents train on their own responses (the planner on the solver's score,
    shared), their metrics under their prefixes. */
 static void test_step_trains_both(void **state)
 {
     const char *dir = *state;
-    two_models(dir);
+    df_test_two_models(dir);
     write_chain(dir, "", "");
     const char *ov[] = {"trainer.total_training_steps=1", "trainer.logger=[console]"};
     df_dag_worker *w = worker(dir, ov, 2);
-    df_model *i0 = copy_of(w->actor.model), *i1 = copy_of(w->agents[1].actor->model);
+    df_model *i0 = df_test_model_copy(df_actor_model(w->actor.model)), *i1 = df_test_model_copy(df_actor_model(w->agents[1].actor->model));
     /* the console's lines into dir/console.txt */
     char out[1100];
     snprintf(out, sizeof out, "%s/console.txt", dir);
@@ -277,14 +265,14 @@ static void test_step_trains_both(void **state)
 static void test_train_cycle(void **state)
 {
     const char *dir = *state;
-    two_models(dir);
+    df_test_two_models(dir);
     write_chain(dir, ", agent_options: {train_cycle: 1}", "");
     const char *ov[] = {"trainer.total_training_steps=1"};
     df_dag_worker *w = worker(dir, ov, 1);
-    df_model *i0 = copy_of(w->actor.model), *i1 = copy_of(w->agents[1].actor->model);
+    df_model *i0 = df_test_model_copy(df_actor_model(w->actor.model)), *i1 = df_test_model_copy(df_actor_model(w->agents[1].actor->model));
     if (df_dag_worker_fit(w))
         fail_msg("%s", df_last_error());
-    assert_true(same_bits(df_actor_model(w->actor.model), i0));
+    assert_true(df_test_same_params(df_actor_model(w->actor.model), i0));
     assert_true(df_test_max_param_diff(df_actor_model(w->agents[1].actor->model), i1) > 0);
     json_t *lines = df_test_metrics(dir, "out", true), *s1 = json_array_get(lines, 0);
     assert_null(json_object_get(s1, "agent_0_actor/pg_loss"));
@@ -320,7 +308,7 @@ static void assert_same_step(const char *dir, const char *a, const char *b, int 
 static void test_resume_chained(void **state)
 {
     const char *dir = *state;
-    two_models(dir);
+    df_test_two_models(dir);
     write_chain(dir, ", agent_options: {train_cycle: 1}", ", obs_with_env: true, env_path: [math_env.py:MathEnv]");
     char yaml[4096], full[1200], part[1200];
     job_yaml(dir, yaml, sizeof yaml);
@@ -380,7 +368,7 @@ static void assert_returns(const df_batch *b, const char *col, float want)
 static void test_gae_marft_node(void **state)
 {
     const char *dir = *state;
-    two_models(dir);
+    df_test_two_models(dir);
     write_chain_ex(dir, "", "", true);
     char crit[1200];
     snprintf(crit, sizeof crit, "critic.model.path=%s/model", dir);

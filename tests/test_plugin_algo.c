@@ -207,15 +207,6 @@ static json_t *run_one_step(df_config *c, const char *out)
     return lines;
 }
 
-/* A number of a metrics line; the test fails when it is missing. */
-static double metric(const json_t *o, const char *key)
-{
-    const json_t *v = json_object_get(o, key);
-    if (!json_is_number(v))
-        fail_msg("metric %s missing", key);
-    return json_number_value(v);
-}
-
 /* The typed config reaches plugin algorithms, as verl's `config` argument: tests/plugins/algo_config.c's
    estimator gives every token algorithm.gamma as its advantage, its loss actor.clip_ratio_c per token
    under token-mean weights (sum 1 over the mini-batch's tokens, up to float rounding). */
@@ -233,8 +224,8 @@ static void test_algorithms_get_config(void **state)
     df_config *c = NULL;
     assert_int_equal(df_config_load_text(df_config_schema_train(), yaml, "config.yaml", NULL, 0, &c), 0);
     json_t *lines = run_one_step(c, "out_config"), *o = json_array_get(lines, 0);
-    double lo = metric(o, "critic/advantages/min"), hi = metric(o, "critic/advantages/max");
-    double pg = metric(o, "actor/pg_loss");
+    double lo = df_test_metric(o, "critic/advantages/min"), hi = df_test_metric(o, "critic/advantages/max");
+    double pg = df_test_metric(o, "actor/pg_loss");
     print_message("advantages in [%g, %g], actor/pg_loss %.9g\n", lo, hi, pg);
     assert_true(lo == 0.25 && hi == 0.25);
     /* 8 responses of at most 6 tokens: the weights' float sum is 1 within 48 roundings */
@@ -499,8 +490,8 @@ static void test_baseline_reenters_graph(void **state)
     remax_job("out_remax", "  - {node_id: base, node_type: COMPUTE, executable_ref: DAGWorker.compute_reward_baseline,\n"
                            "     dependencies: [reward]}\n", "base", &c);
     json_t *lines = run_one_step(c, "out_remax"), *o = json_array_get(lines, 0);
-    double lo = metric(o, "critic/advantages/min"), hi = metric(o, "critic/advantages/max");
-    double score = metric(o, "critic/score/mean");
+    double lo = df_test_metric(o, "critic/advantages/min"), hi = df_test_metric(o, "critic/advantages/max");
+    double score = df_test_metric(o, "critic/score/mean");
     print_message("advantages in [%g, %g], score mean %g\n", lo, hi, score);
     if (lo != -1 || hi > 0 || score != 0)
         fail_msg("advantages [%g, %g], score %g: the greedy pass was not scored by the workflow's reward node",

@@ -383,6 +383,45 @@ static inline void df_test_digits_inputs(const char *dir, const char *name, int 
         df_test_tiny_model(dir, texts, n, 300, 32, 2, 7);
 }
 
+/** df_test_digits_inputs with its model in dir/model, and a second model of the same shape and
+ *  tokenizer but other weights (seed 11) in dir/b/model: two agent groups' models. */
+static inline void df_test_two_models(const char *dir)
+{
+    df_test_digits_inputs(dir, "train.jsonl", 8, "test/digits", true);
+    const char *texts[8];
+    char store[8][128], b[1024];
+    for (int i = 0; i < 8; i++) { /* df_test_digits_inputs' prompts: the same tokenizer */
+        snprintf(store[i], sizeof store[i], "Add %d and %d. What do you get?", i, 2 * i + 1);
+        texts[i] = store[i];
+    }
+    snprintf(b, sizeof b, "%s/b", dir);
+    assert_int_equal(df_mkdir_p(b), 0);
+    df_test_tiny_model(b, texts, 8, 300, 32, 2, 11);
+}
+
+/** A deep copy of m (free with df_model_free); fails the test when it cannot be made. */
+static inline df_model *df_test_model_copy(const df_model *m)
+{
+    df_model *c = NULL;
+    assert_int_equal(df_model_clone(m, &c), 0);
+    return c;
+}
+
+/** Whether a and b hold bit-identical parameters. */
+static inline bool df_test_same_params(const df_model *a, const df_model *b)
+{
+    return a->n_params == b->n_params && !memcmp(a->params, b->params, (size_t)a->n_params * sizeof *a->params);
+}
+
+/** The number `key` of a metrics line (or any JSON object); the test fails when it is missing. */
+static inline double df_test_metric(const json_t *o, const char *key)
+{
+    const json_t *v = json_object_get(o, key);
+    if (!json_is_number(v))
+        fail_msg("metric %s missing", key);
+    return json_number_value(v);
+}
+
 /**
  * A directory every rank of `world` shares: rank 0 makes "/tmp/<prefix>_XXXXXX" with `rows` digit
  * prompts of `source` in train.jsonl and the tiny model (df_test_digits_inputs), then its name is
