@@ -73,7 +73,7 @@ static void run_update(run_arg *r)
     double norm = sqrt(ss);
     if (norm > 1.0)
         OK(df_cuda_scale(cu, r->d_grads, np, (float)(1.0 / (norm + 1e-6))));
-    OK(df_cuda_adamw_step(cu, r->a->wblob, r->d_grads, r->d_m, r->d_v, np, &r->oc, ++r->step,
+    OK(df_cuda_adamw_step(cu, r->a->wdev.blob, r->d_grads, r->d_m, r->d_v, np, &r->oc, ++r->step,
                           1e-6));
 }
 

@@ -91,10 +91,12 @@ static int engine_backend(df_rollout_engine *e, int64_t R)
     e->be = e->opt.backend ? *e->opt.backend : df_backend_cpu();
     e->opt.backend = NULL; /* the caller's pointer is not kept */
     const df_backend_ops *ops = e->be.ops;
-    if (!ops->kv_write || !ops->kv_copy || !ops->kv_attention || !ops->kv_scratch_floats ||
-        !ops->host_memory)
+    if (!ops->kv_write || !ops->kv_copy || !ops->kv_attention || !ops->kv_scratch_floats)
         return df_error(DF_EUNSUPPORTED, "rollout engine: the %s backend has no KV-cache "
                         "operators", ops->name);
+    if (!ops->host_memory && e->opt.dtype == DF_ROLLOUT_F32) /* the LM head's logits there */
+        return ops->alloc(e->be.ctx, (size_t)(e->logit_rows * e->cfg.vocab_size) * sizeof(float),
+                          (void **)&e->d_logits);
     if (e->opt.dtype != DF_ROLLOUT_BF16)
         return DF_OK;
     if (!df_backend_is_cpu(&e->be))
@@ -137,10 +139,10 @@ int df_rollout_engine_create_ex(const df_model_config *cfg, const df_rollout_opt
     rc = engine_backend(e, R);
     e->bytes += df_packed16_bytes(e->p16);
     if (!rc)
-        rc = df_kv_cache_init(&e->kv, cfg, max_num_seqs, max_seq_len,
-                              e->opt.dtype == DF_ROLLOUT_BF16 ? DF_KV_BF16 : DF_KV_F32);
+        rc = df_kv_cache_init_on(&e->be, &e->kv, cfg, max_num_seqs, max_seq_len,
+                                 e->opt.dtype == DF_ROLLOUT_BF16 ? DF_KV_BF16 : DF_KV_F32);
     if (!rc)
-        rc = df_infer_scratch_init(&e->s, cfg, R, max_num_seqs, max_seq_len);
+        rc = df_infer_scratch_init(&e->s, &e->be, cfg, R, max_num_seqs, max_seq_len);
     if (rc) {
         df_rollout_engine_free(e);
         return df_error_wrap(rc, "rollout engine (%lld seqs x %lld tokens)",
@@ -187,8 +189,13 @@ void df_rollout_engine_free(df_rollout_engine *e)
 {
     if (!e)
         return;
-    df_kv_cache_release(&e->kv);
-    df_infer_scratch_release(&e->s);
+    if (e->be.ops) { /* made by engine_backend */
+        df_kv_cache_release_on(&e->be, &e->kv);
+        df_infer_scratch_release(&e->s);
+        df_weights_dev_free(&e->wdev);
+        if (e->d_logits)
+            e->be.ops->release(e->be.ctx, e->d_logits);
+    }
     df_weights16_free(e->own16);
     df_packed16_free(e->p16);
     free(e->h16);
@@ -206,7 +213,10 @@ void df_rollout_engine_free(df_rollout_engine *e)
 
 void df_rollout_engine_stats(const df_rollout_engine *e, df_rollout_stats *st) { *st = e->stats; }
 
-int64_t df_rollout_engine_kv_resident(const df_rollout_engine *e) { return df_kv_cache_resident(&e->kv); }
+int64_t df_rollout_engine_kv_resident(const df_rollout_engine *e)
+{
+    return df_kv_cache_resident_on(&e->be, &e->kv);
+}
 
 int64_t df_rollout_engine_scratch_resident(const df_rollout_engine *e)
 {
@@ -286,6 +296,8 @@ int df_rollout_check_model(const df_rollout_engine *e, const df_model *m)
 int df_rollout_engine_load_weights(df_rollout_engine *e, const df_model *m)
 {
     int rc = df_rollout_check_model(e, m);
+    if (!rc && !e->be.ops->host_memory) /* a device reads its copy: uploaded now */
+        return df_weights_dev_sync(&e->wdev, &e->be, m, true);
     if (rc || !e->mm || (e->w16 && e->w16 != e->own16))
         return rc; /* float32 reads m's own; a shared copy is refreshed by its owner */
     /* the one conversion of this weight version: every matmul of the rollout reads it */
@@ -329,9 +341,15 @@ static int packed_current(df_rollout_engine *e)
 }
 
 /* The weights a forward reads: m's own, and in bf16 a copy of them at m's current version
- * (with its packed layers unless opt.plain_weights). */
+ * (with its packed layers unless opt.plain_weights); on a device, its copy of m's at m's
+ * current version (uploaded here when it is not). */
 int df_rollout_infer_weights(df_rollout_engine *e, const df_model *m, df_infer_weights *w)
 {
+    if (!e->be.ops->host_memory) {
+        int rc = df_weights_dev_sync(&e->wdev, &e->be, m, false);
+        *w = (df_infer_weights){&e->wdev.view, NULL, NULL};
+        return rc ? df_error_wrap(rc, "rollout: weight sync") : DF_OK;
+    }
     if (e->mm && !df_weights16_is_current(e->w16, m))
         return df_error(DF_EINVAL, "rollout: the bf16 copy of this model's weights is %s (weight "
                         "version %lld, copy of %lld): call df_rollout_engine_load_weights after "

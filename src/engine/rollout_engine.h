@@ -13,6 +13,7 @@
 #include "distflow/rollout.h"
 #include "engine/rollout_internal.h"
 #include "model/ops.h"
+#include "model/weights_dev.h"
 
 /* Most columns per tile (and per statistics group) of fused sampling: a draw
  * recomputes one group of one row. */
@@ -53,6 +54,9 @@ struct df_rollout_engine {
     uint16_t *h16;            /* bf16: final hidden rows rounded for the LM head [rows16, H] */
     df_backend_kv kv;
     df_infer_scratch s;
+    df_weights_dev wdev;      /* a device backend: the model's weights there (uploaded at each
+                                 new version); unused on the host */
+    float *d_logits;          /* a device backend: [logit_rows, vocab] there, then downloaded */
     float *logits;            /* [logit_rows, vocab] */
     slot_state *slots;        /* [max_num_seqs] */
     int32_t *out_tok;         /* [max_num_seqs, max_seq_len] tokens generated so far */

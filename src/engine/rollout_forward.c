@@ -1,7 +1,8 @@
 /*
  * Inference forward over a KV cache (src/engine/rollout_internal.h): the model's one decoder
- * layer (model/decoder_layer.h) with the cache's attention step, on a compute backend. The
- * buffers are host memory (the backends with kv_* operators are host-memory ones so far).
+ * layer (model/decoder_layer.h) with the cache's attention step, on a compute backend: the
+ * host's (buffers in host memory, the batch's arrays read where they are) or a device's
+ * (buffers, cache and weights in its memory, the batch's arrays uploaded per call).
  */
 #include "engine/rollout_internal.h"
 #include "model/decoder_layer.h"
@@ -69,6 +70,62 @@ int64_t df_kv_cache_resident(const df_backend_kv *kv)
     return a < 0 || b < 0 ? -1 : a + b;
 }
 
+/* On a device backend the cache is two buffers of the backend's; free_cache_engine releases them
+ * (vLLM's sleep) and the next forward allocates them again (df_kv_cache_ready). */
+int df_kv_cache_init_on(const df_backend *be, df_backend_kv *kv, const df_model_config *cfg,
+                        int64_t n_slots, int64_t max_len, df_kv_dtype dtype)
+{
+    if (be->ops->host_memory)
+        return df_kv_cache_init(kv, cfg, n_slots, max_len, dtype);
+    *kv = (df_backend_kv){.n_layers = cfg->num_hidden_layers, .n_slots = n_slots,
+                          .max_len = max_len,
+                          .kv_dim = cfg->num_key_value_heads * cfg->head_dim, .dtype = dtype};
+    return df_kv_cache_ready(be, kv);
+}
+
+int df_kv_cache_ready(const df_backend *be, df_backend_kv *kv)
+{
+    if (be->ops->host_memory || (kv->k && kv->v))
+        return DF_OK;
+    const size_t bytes = df_backend_kv_bytes(kv);
+    int rc = kv->k ? DF_OK : be->ops->alloc(be->ctx, bytes, &kv->k);
+    if (!rc && !kv->v)
+        rc = be->ops->alloc(be->ctx, bytes, &kv->v);
+    if (rc)
+        df_kv_cache_release_on(be, kv);
+    return rc ? df_error_wrap(rc, "a KV cache of 2 x %zu bytes on the %s backend", bytes,
+                              be->ops->name)
+              : DF_OK;
+}
+
+void df_kv_cache_release_on(const df_backend *be, df_backend_kv *kv)
+{
+    if (be->ops->host_memory) {
+        df_kv_cache_release(kv);
+        return;
+    }
+    if (kv->k)
+        be->ops->release(be->ctx, kv->k);
+    if (kv->v)
+        be->ops->release(be->ctx, kv->v);
+    kv->k = kv->v = NULL;
+}
+
+int df_kv_cache_drop_on(const df_backend *be, df_backend_kv *kv)
+{
+    if (be->ops->host_memory)
+        return df_kv_cache_drop(kv);
+    df_kv_cache_release_on(be, kv);
+    return DF_OK;
+}
+
+int64_t df_kv_cache_resident_on(const df_backend *be, const df_backend_kv *kv)
+{
+    if (be->ops->host_memory)
+        return df_kv_cache_resident(kv);
+    return kv->k && kv->v ? 2 * (int64_t)df_backend_kv_bytes(kv) : 0;
+}
+
 #define NBUF 10
 
 /* Floats per row of each activation buffer, in allocation order. */
@@ -94,13 +151,70 @@ int64_t df_infer_scratch_bytes(const df_model_config *cfg, int64_t rows_cap, int
            df_kv_scratch_floats(cfg->num_attention_heads, max_len) * 4 + max_len * cfg->head_dim * 4;
 }
 
-int df_infer_scratch_init(df_infer_scratch *s, const df_model_config *cfg, int64_t rows_cap,
-                          int64_t out_cap, int64_t max_len)
+/* A buffer of s's: host memory (64-byte aligned) or the device backend's; *ok cleared on failure. */
+static void *sbuf(const df_infer_scratch *s, int64_t bytes, bool *ok)
+{
+    void *p = NULL;
+    if (!s->dev)
+        p = alloc64(bytes);
+    else if (s->be.ops->alloc(s->be.ctx, (size_t)bytes, &p))
+        p = NULL;
+    *ok &= p != NULL;
+    return p;
+}
+
+static void sfree(const df_infer_scratch *s, void *p)
+{
+    if (!s->dev)
+        free(p);
+    else if (p)
+        s->be.ops->release(s->be.ctx, p);
+}
+
+/* Host-made contents (the RoPE tables, the ones) into s's buffer dst. */
+static int sput(const df_infer_scratch *s, void *dst, const void *src, int64_t bytes)
+{
+    if (!s->dev) {
+        memcpy(dst, src, (size_t)bytes);
+        return DF_OK;
+    }
+    return s->be.ops->upload(s->be.ctx, dst, src, (size_t)bytes);
+}
+
+/* The ones and the RoPE tables of cfg for positions [0, max_len), made on the host. */
+static int fill_tables(df_infer_scratch *s, const df_model_config *cfg, int64_t max_len)
+{
+    const int64_t half = cfg->head_dim / 2, n = s->rows_cap > max_len * half ? s->rows_cap : max_len * half;
+    float *h = alloc64(2 * n * 4);
+    if (!h)
+        return df_error(DF_ENOMEM, "out of memory for the rollout's RoPE tables");
+    int rc = DF_OK;
+    if (s->ones) {
+        for (int64_t i = 0; i < s->rows_cap; i++)
+            h[i] = 1.0f;
+        rc = sput(s, s->ones, h, s->rows_cap * 4);
+    }
+    /* The model's RoPE must be the config's: df_rollout_generate checks it (check_model). */
+    float inv_freq[DF_MAX_HEAD_DIM / 2];
+    df_rope_inv_freq(inv_freq, cfg);
+    df_rope_table_freq(h, h + n, max_len, cfg->head_dim, inv_freq);
+    if (!rc)
+        rc = sput(s, s->rope_cos, h, max_len * half * 4);
+    if (!rc)
+        rc = sput(s, s->rope_sin, h + n, max_len * half * 4);
+    free(h);
+    return rc;
+}
+
+int df_infer_scratch_init(df_infer_scratch *s, const df_backend *be, const df_model_config *cfg,
+                          int64_t rows_cap, int64_t out_cap, int64_t max_len)
 {
     memset(s, 0, sizeof *s);
     if (cfg->head_dim > DF_MAX_HEAD_DIM)
         return df_error(DF_EUNSUPPORTED, "head_dim %lld exceeds the supported %d",
                         (long long)cfg->head_dim, DF_MAX_HEAD_DIM);
+    s->be = *be;
+    s->dev = !be->ops->host_memory;
     s->rows_cap = rows_cap;
     s->out_cap = out_cap;
     int64_t w[NBUF], H = cfg->hidden_size, qd = cfg->num_attention_heads * cfg->head_dim;
@@ -109,44 +223,45 @@ int df_infer_scratch_init(df_infer_scratch *s, const df_model_config *cfg, int64
                           &s->v, &s->att, &s->gate, &s->up, &s->act};
     bool ok = true;
     for (int i = 0; i < NBUF; i++)
-        ok &= (*bufs[i] = alloc64(rows_cap * w[i] * 4)) != NULL;
-    s->xc = alloc64(out_cap * H * 4);
-    s->qc = alloc64(out_cap * qd * 4);
-    s->slot = alloc64(out_cap * 4);
-    s->pos = alloc64(out_cap * 4);
-    s->ones = cfg->o_proj_bias ? alloc64(rows_cap * 4) : NULL;
-    s->scores_floats = df_kv_scratch_floats(cfg->num_attention_heads, max_len);
-    s->scores = alloc64(s->scores_floats * 4);
-    s->rope_cos = alloc64(max_len * (cfg->head_dim / 2) * 4);
-    s->rope_sin = alloc64(max_len * (cfg->head_dim / 2) * 4);
-    if (!ok || !s->xc || !s->qc || !s->slot || !s->pos || (cfg->o_proj_bias && !s->ones) ||
-        !s->scores || !s->rope_cos || !s->rope_sin) {
-        df_infer_scratch_release(s);
-        return df_error(DF_ENOMEM, "out of memory allocating rollout activations for %lld rows",
-                        (long long)rows_cap);
+        *bufs[i] = sbuf(s, rows_cap * w[i] * 4, &ok);
+    s->xc = sbuf(s, out_cap * H * 4, &ok);
+    s->qc = sbuf(s, out_cap * qd * 4, &ok);
+    s->slot = sbuf(s, out_cap * 4, &ok);
+    s->pos = sbuf(s, out_cap * 4, &ok);
+    s->ones = cfg->o_proj_bias ? sbuf(s, rows_cap * 4, &ok) : NULL;
+    s->scores_floats = be->ops->kv_scratch_floats(be->ctx, cfg->num_attention_heads, max_len);
+    s->scores = sbuf(s, s->scores_floats * 4, &ok);
+    s->rope_cos = sbuf(s, max_len * (cfg->head_dim / 2) * 4, &ok);
+    s->rope_sin = sbuf(s, max_len * (cfg->head_dim / 2) * 4, &ok);
+    if (s->dev) { /* the batch's index arrays in device memory, the output rows' staged here */
+        s->tok = sbuf(s, rows_cap * 4, &ok);
+        s->bslot = sbuf(s, rows_cap * 4, &ok);
+        s->bpos = sbuf(s, rows_cap * 4, &ok);
+        s->orows = sbuf(s, out_cap * 8, &ok);
+        s->h_slot = ok ? alloc64(out_cap * 8) : NULL;
+        ok &= s->h_slot != NULL;
+        s->h_pos = ok ? s->h_slot + out_cap : NULL;
     }
-    for (int64_t i = 0; s->ones && i < rows_cap; i++)
-        s->ones[i] = 1.0f;
-    /* The model's RoPE must be the config's: df_rollout_generate checks it (check_model). */
-    float inv_freq[DF_MAX_HEAD_DIM / 2];
-    df_rope_inv_freq(inv_freq, cfg);
-    df_rope_table_freq(s->rope_cos, s->rope_sin, max_len, cfg->head_dim, inv_freq);
-    return DF_OK;
+    int rc = ok ? fill_tables(s, cfg, max_len)
+                : df_error(DF_ENOMEM, "out of memory allocating rollout activations for %lld "
+                           "rows on the %s backend", (long long)rows_cap, be->ops->name);
+    if (rc)
+        df_infer_scratch_release(s);
+    return rc;
 }
 
 void df_infer_scratch_release(df_infer_scratch *s)
 {
+    if (!s->be.ops) /* never made */
+        return;
     float *bufs[NBUF] = {s->x, s->xn, s->rstd, s->q, s->k, s->v, s->att, s->gate, s->up, s->act};
     for (int i = 0; i < NBUF; i++)
-        free(bufs[i]);
-    free(s->xc);
-    free(s->qc);
-    free(s->slot);
-    free(s->pos);
-    free(s->ones);
-    free(s->scores);
-    free(s->rope_cos);
-    free(s->rope_sin);
+        sfree(s, bufs[i]);
+    void *more[] = {s->xc, s->qc, s->slot, s->pos, s->ones, s->scores, s->rope_cos,
+                    s->rope_sin, s->tok, s->bslot, s->bpos, s->orows};
+    for (size_t i = 0; i < sizeof more / sizeof more[0]; i++)
+        sfree(s, more[i]);
+    free(s->h_slot);
     memset(s, 0, sizeof *s);
 }
 
@@ -169,6 +284,8 @@ static int dead_bufs(const df_infer_scratch *s, const df_model_config *cfg, floa
 
 int64_t df_infer_scratch_drop(df_infer_scratch *s, const df_model_config *cfg)
 {
+    if (s->dev)
+        return 0;
     float *p[NBUF + 3];
     size_t bytes[NBUF + 3];
     int64_t n = 0;
@@ -179,6 +296,8 @@ int64_t df_infer_scratch_drop(df_infer_scratch *s, const df_model_config *cfg)
 
 int64_t df_infer_scratch_resident(const df_infer_scratch *s, const df_model_config *cfg)
 {
+    if (s->dev)
+        return 0;
     float *p[NBUF + 3];
     size_t bytes[NBUF + 3];
     int64_t n = 0;
@@ -198,11 +317,12 @@ static int ensure_scratch(const df_backend *be, df_infer_scratch *s, const df_ba
     const int64_t need = be->ops->kv_scratch_floats(be->ctx, nh, kv->max_len);
     if (need <= s->scores_floats)
         return DF_OK;
-    float *sc = alloc64(need * 4);
-    if (!sc)
+    bool ok = true;
+    float *sc = sbuf(s, need * 4, &ok);
+    if (!ok)
         return df_error(DF_ENOMEM, "out of memory growing attention scratch to %lld floats",
                         (long long)need);
-    free(s->scores);
+    sfree(s, s->scores);
     s->scores = sc;
     s->scores_floats = need;
     return DF_OK;
@@ -220,29 +340,61 @@ static df_layer_bufs infer_bufs(const df_infer_scratch *s, const df_infer_batch 
                            .act = s->act, .xout = s->x};
 }
 
+/* The batch's arrays where the backend reads them: b's own on the host; on a device, copies in
+ * s's buffers (the output rows' slots and positions gathered on the host first). */
+static int stage_batch(df_infer_scratch *s, const df_infer_batch *b, bool compact,
+                       df_infer_batch *d)
+{
+    int32_t *oslot = s->dev ? s->h_slot : s->slot, *opos = s->dev ? s->h_pos : s->pos;
+    for (int64_t j = 0; compact && j < b->n_out; j++) {
+        oslot[j] = b->slot[b->out_rows[j]];
+        opos[j] = b->pos[b->out_rows[j]];
+    }
+    *d = *b;
+    if (!s->dev)
+        return DF_OK;
+    const df_backend *be = &s->be;
+    const size_t n4 = (size_t)b->n * 4, o4 = compact ? (size_t)b->n_out * 4 : 0;
+    int rc = be->ops->upload(be->ctx, s->tok, b->tokens, n4);
+    if (!rc)
+        rc = be->ops->upload(be->ctx, s->bslot, b->slot, n4);
+    if (!rc)
+        rc = be->ops->upload(be->ctx, s->bpos, b->pos, n4);
+    if (!rc && compact)
+        rc = be->ops->upload(be->ctx, s->orows, b->out_rows, 2 * o4);
+    if (!rc && compact)
+        rc = be->ops->upload(be->ctx, s->slot, oslot, o4);
+    if (!rc && compact)
+        rc = be->ops->upload(be->ctx, s->pos, opos, o4);
+    *d = (df_infer_batch){b->n, s->tok, s->bslot, s->bpos, b->n_out, compact ? s->orows : NULL};
+    return rc;
+}
+
 int df_infer_forward(const df_backend *be, const df_model_config *c, const df_infer_weights *wt,
-                     df_backend_kv *kv, df_infer_scratch *s, const df_infer_batch *b)
+                     df_backend_kv *kv, df_infer_scratch *s, const df_infer_batch *hb)
 {
     const int64_t H = c->hidden_size, L = c->num_hidden_layers;
-    if (b->n > s->rows_cap || b->n < 1 || (b->out_rows && b->n_out > s->out_cap))
+    if (hb->n > s->rows_cap || hb->n < 1 || (hb->out_rows && hb->n_out > s->out_cap))
         return df_error(DF_EINVAL, "rollout forward: %lld rows (%lld output rows), capacity "
-                        "%lld (%lld)", (long long)b->n, (long long)b->n_out,
+                        "%lld (%lld)", (long long)hb->n, (long long)hb->n_out,
                         (long long)s->rows_cap, (long long)s->out_cap);
+    /* The last layer only needs the output rows beyond their K / V. */
+    const bool compact = hb->out_rows && hb->n_out < hb->n;
+    df_infer_batch bd;
     int rc = ensure_scratch(be, s, kv, c->num_attention_heads);
+    if (!rc)
+        rc = df_kv_cache_ready(be, kv);
+    if (!rc)
+        rc = stage_batch(s, hb, compact, &bd);
     if (rc)
         return rc;
+    const df_infer_batch *b = &bd;
     /* bf16: the copy's embedding rows when it holds them (as the mixed-precision actor) */
     const uint16_t *e16 = wt->w16 ? df_weights16_embed(wt->w16) : NULL;
     int err = e16 ? be->ops->embedding_fwd_w16(be->ctx, s->x, b->tokens, e16, b->n, H)
                   : be->ops->embedding_fwd(be->ctx, s->x, b->tokens, wt->w->embed, b->n, H);
     const df_layer_bufs bufs = infer_bufs(s, b);
     df_layer_attn at = {.kv = kv, .slot = b->slot, .scratch = s->scores};
-    /* The last layer only needs the output rows beyond their K / V. */
-    const bool compact = b->out_rows && b->n_out < b->n;
-    for (int64_t j = 0; compact && j < b->n_out; j++) {
-        s->slot[j] = b->slot[b->out_rows[j]];
-        s->pos[j] = b->pos[b->out_rows[j]];
-    }
     for (int64_t l = 0; l < L && !err; l++) {
         if (l == L - 1 && compact)
             at = (df_layer_attn){.kv = kv, .slot = b->slot, .scratch = s->scores,

@@ -71,7 +71,8 @@ int df_rollout_ctx_init(gen_ctx *g)
     g->n_seqs = g->req->n_prompts * g->req->n_samples;
     g->is_stop = calloc((size_t)V, 1);
     g->n_threads = omp_get_max_threads();
-    g->fused = sampling_is_fused(g->sp, V);
+    /* on a device the LM head's logits are made there and the rows sampled here */
+    g->fused = g->e->be.ops->host_memory && sampling_is_fused(g->sp, V);
     if (g->fused) {
         g->tiling = df_rollout_head_tiling(&g->e->cfg);
         g->n_groups = df_vocab_groups(V, &g->tiling);
@@ -523,7 +524,7 @@ int df_rollout_finish_call(gen_ctx *g, int rc, double t0)
     df_rollout_engine *e = g->e;
     /* free_cache_engine: training does not carry the cache's or the scratch's pages (the next
      * call refaults them) */
-    int drc = e->opt.free_cache_engine ? df_kv_cache_drop(&e->kv) : DF_OK;
+    int drc = e->opt.free_cache_engine ? df_kv_cache_drop_on(&e->be, &e->kv) : DF_OK;
     if (e->opt.free_cache_engine)
         df_rollout_drop_scratch(e);
     if (!rc && drc)

@@ -26,8 +26,24 @@ int df_kv_cache_drop(df_backend_kv *kv);
 /** Bytes of the cache resident in memory now (mincore), -1 when that cannot be read. */
 int64_t df_kv_cache_resident(const df_backend_kv *kv);
 
-/** Activations for up to rows_cap rows, of which up to out_cap output rows. */
+/** The cache on backend be: host-memory backends take the mappings above; a device's is two of
+ *  its buffers. Errors: DF_ENOMEM or the backend's. */
+int df_kv_cache_init_on(const df_backend *be, df_backend_kv *kv, const df_model_config *cfg,
+                        int64_t n_slots, int64_t max_len, df_kv_dtype dtype);
+void df_kv_cache_release_on(const df_backend *be, df_backend_kv *kv);
+/** free_cache_engine: the host's pages given back (df_kv_cache_drop); a device's buffers
+ *  released (vLLM's sleep), made again by df_kv_cache_ready before the next forward. */
+int df_kv_cache_drop_on(const df_backend *be, df_backend_kv *kv);
+/** A device's buffers allocated again after a drop (a host cache: nothing to do). */
+int df_kv_cache_ready(const df_backend *be, df_backend_kv *kv);
+/** Bytes held now: the host's resident pages (df_kv_cache_resident), a device's buffers. */
+int64_t df_kv_cache_resident_on(const df_backend *be, const df_backend_kv *kv);
+
+/** Activations for up to rows_cap rows, of which up to out_cap output rows, in the memory of
+ *  the backend given at init (every pointer below but h_slot / h_pos is the backend's). */
 typedef struct df_infer_scratch {
+    df_backend be;
+    bool dev;             /**< be's memory is not the host's */
     int64_t rows_cap, out_cap;
     float *x, *xn, *rstd, *q, *k, *v, *att, *gate, *up, *act; /**< [rows_cap, width] */
     float *xc, *qc;       /**< [out_cap, H], [out_cap, qd]: the last layer's output rows */
@@ -37,6 +53,11 @@ typedef struct df_infer_scratch {
     int64_t scores_floats;
     float *rope_cos, *rope_sin; /**< [max_len, hd / 2] rotations of positions 0 .. max_len-1
                                      with the RoPE of the config given at init */
+    /* dev only (else NULL): the batch's arrays copied per call, and the output rows' slots and
+     * positions gathered on the host before their upload into slot / pos */
+    int32_t *tok, *bslot, *bpos; /**< [rows_cap] */
+    int64_t *orows;              /**< [out_cap] */
+    int32_t *h_slot, *h_pos;     /**< [out_cap] host memory */
 } df_infer_scratch;
 
 /** One forward call: n rows, of which n_out (ascending rows) need the final hidden state. */
@@ -49,17 +70,18 @@ typedef struct df_infer_batch {
     const int64_t *out_rows; /**< [n_out] ascending; NULL when every row is an output row */
 } df_infer_batch;
 
-/** Allocate for rows_cap rows (out_cap of them output rows) and build the RoPE table of cfg
- *  (df_rope_inv_freq) for positions [0, max_len). Errors: DF_EUNSUPPORTED for head_dim >
- *  DF_MAX_HEAD_DIM, DF_ENOMEM. */
-int df_infer_scratch_init(df_infer_scratch *s, const df_model_config *cfg, int64_t rows_cap,
-                          int64_t out_cap, int64_t max_len);
+/** Allocate for rows_cap rows (out_cap of them output rows) on be (which must outlive s) and
+ *  build the RoPE table of cfg (df_rope_inv_freq) for positions [0, max_len). Errors:
+ *  DF_EUNSUPPORTED for head_dim > DF_MAX_HEAD_DIM, DF_ENOMEM, the backend's upload error. */
+int df_infer_scratch_init(df_infer_scratch *s, const df_backend *be, const df_model_config *cfg,
+                          int64_t rows_cap, int64_t out_cap, int64_t max_len);
 void df_infer_scratch_release(df_infer_scratch *s);
 /** Give the pages of s's per-row activation buffers back to the OS (df_pages_release: their
  *  contents are dead between forward calls; the RoPE tables and the ones are kept). cfg: the
- *  config of the init. Returns the bytes released. */
+ *  config of the init. Returns the bytes released (0 on a device: its buffers are kept). */
 int64_t df_infer_scratch_drop(df_infer_scratch *s, const df_model_config *cfg);
-/** Bytes of those buffers' pages resident now (whole pages, mincore), -1 when unknown. */
+/** Bytes of those buffers' pages resident now (whole pages, mincore), -1 when unknown; 0 on a
+ *  device. */
 int64_t df_infer_scratch_resident(const df_infer_scratch *s, const df_model_config *cfg);
 /** Bytes df_infer_scratch_init allocates (with the CPU's kv_attention scratch for
  *  omp_get_max_threads() threads). */
@@ -77,7 +99,8 @@ typedef struct df_infer_weights {
 /**
  * Run b through the model on backend `be` (the one decoder layer, decoder_layer.h, with the
  * KV cache's attention): writes every row's K / V into kv, and leaves the final-RMSNorm'd
- * hidden states of the n_out output rows in s->xn[0 .. n_out, H) (in out_rows order). The
+ * hidden states of the n_out output rows in s->xn[0 .. n_out, H) (in out_rows order; backend
+ * memory). b's arrays are host memory; s, kv and w are be's (s made on be). The
  * last layer runs past its K / V for the output rows only. Errors: DF_EINVAL if b->n is not
  * in [1, s->rows_cap] or n_out > s->out_cap; DF_ENOMEM if kv_attention's scratch must grow
  * (more threads than at init) and cannot; a backend operator's failure.

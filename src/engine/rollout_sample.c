@@ -147,6 +147,14 @@ int df_rollout_logits(df_rollout_engine *e, const df_model *m, int64_t r0, int64
         return df_mm_w16_packed(e->mm, n, V, H, 1.0f, e->s.xn + r0 * H, P, 0.0f, e->logits);
     if (W16)
         return df_mm_w16(e->mm, true, n, V, H, 1.0f, e->s.xn + r0 * H, W16, 0.0f, e->logits);
-    df_gemm_nt(n, V, H, 1.0f, e->s.xn + r0 * H, m->w.lm_head, 0.0f, e->logits);
-    return DF_OK;
+    if (e->be.ops->host_memory) {
+        df_gemm_nt(n, V, H, 1.0f, e->s.xn + r0 * H, m->w.lm_head, 0.0f, e->logits);
+        return DF_OK;
+    }
+    const df_backend *be = &e->be; /* the device's head, its logits downloaded for sampling */
+    int rc = be->ops->gemm(be->ctx, false, true, n, V, H, 1.0f, e->s.xn + r0 * H,
+                           e->wdev.view.lm_head, 0.0f, e->d_logits);
+    if (!rc)
+        rc = be->ops->download(be->ctx, e->logits, e->d_logits, (size_t)(n * V) * sizeof(float));
+    return rc ? df_error_wrap(rc, "rollout: the LM head on the %s backend", be->ops->name) : DF_OK;
 }

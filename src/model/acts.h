@@ -17,6 +17,7 @@
 #include "distflow/backend.h"
 #include "distflow/model.h"
 #include "model/ops.h"
+#include "model/weights_dev.h"
 
 /* A batch as the backend sees it: index arrays in its memory (the CPU's alias the caller's). */
 typedef struct df_acts_batch {
@@ -45,10 +46,7 @@ struct df_acts {
     int64_t *b_offsets, *b_rows;
     float *b_io;         /* [4][max_out]: logp, entropy, dlogp, dentropy */
     /* A device backend's weights (df_acts_load_weights); the CPU reads the model's own. */
-    float *wblob;
-    int64_t w_params;
-    df_model_view wview;
-    df_layer_view *wview_layers;
+    df_weights_dev wdev;
     /* Saved per layer l: x always ([L + 1], stride max_tokens rows); the rest in slot
      * df_acts_slot(a, l): 1 slot with ckpt, else num_hidden_layers (written "[L]" below). */
     float *x;            /* [L + 1][T, H] residual stream entering layer l (x[L]: leaving the last);

@@ -66,13 +66,13 @@ void df_acts_free(df_acts *a)
                     a->rope_cos, a->rope_sin, a->mlp_a, a->dres,
                     a->dxn,   a->dq,     a->dk,       a->dv,       a->dao,    a->dxf,
                     a->dxnf,  a->lm_scratch, a->b_tokens, a->b_targets, a->b_pos, a->b_offsets,
-                    a->b_rows, a->b_io,  a->wblob, a->qraw,    a->kraw,   a->qrstd,  a->krstd,
+                    a->b_rows, a->b_io,  a->qraw,    a->kraw,   a->qrstd,  a->krstd,
                     a->dqn,   a->dkn,    a->ones};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         a->be.ops->release(a->be.ctx, bufs[i]);
     free(a->pos);
     free(a->gview_layers);
-    free(a->wview_layers);
+    df_weights_dev_free(&a->wdev);
     df_mm_ctx_free(a->mm);
     drop_w16(a);
     free(a);
@@ -374,22 +374,7 @@ int df_acts_load_weights(df_acts *a, const df_model *m)
         return DF_OK;
     if (a->be.ops->host_memory)
         return DF_OK;
-    const size_t bytes = (size_t)m->n_params * sizeof(float);
-    if (!a->wblob || a->w_params != m->n_params) {
-        a->be.ops->release(a->be.ctx, a->wblob);
-        a->wblob = NULL;
-        free(a->wview_layers);
-        a->wview_layers = calloc((size_t)m->cfg.num_hidden_layers, sizeof(df_layer_view));
-        int rc = a->wview_layers ? a->be.ops->alloc(a->be.ctx, bytes, (void **)&a->wblob)
-                                 : df_error(DF_ENOMEM, "out of memory");
-        if (rc)
-            return df_error_wrap(rc, "df_acts_load_weights (%lld parameters)",
-                                 (long long)m->n_params);
-        a->w_params = m->n_params;
-        a->wview.layers = a->wview_layers;
-        df_model_view_of(m, a->wblob, &a->wview);
-    }
-    int rc = a->be.ops->upload(a->be.ctx, a->wblob, m->params, bytes);
+    int rc = df_weights_dev_sync(&a->wdev, &a->be, m, true);
     return rc ? df_error_wrap(rc, "df_acts_load_weights") : DF_OK;
 }
 
@@ -402,10 +387,10 @@ int df_acts_weights(const df_acts *a, const df_model *m, const df_model_view **w
         *w = &m->w;
         return DF_OK;
     }
-    if (!a->wblob || a->w_params != m->n_params)
+    if (!a->wdev.blob || a->wdev.n_params != m->n_params)
         return df_error(DF_EINVAL, "the model's weights are not on the %s backend (call "
                         "df_acts_load_weights after every change of them)", a->be.ops->name);
-    *w = &a->wview;
+    *w = &a->wdev.view;
     return DF_OK;
 }
 

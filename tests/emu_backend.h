@@ -1,0 +1,294 @@
+/*
+ * emu_backend.h — a device emulated on the host, for tests of code that runs on a backend
+ * whose memory is not the host's (the CUDA backend) on a machine without a GPU.
+ *
+ * emu_open(&dev) gives a backend with host_memory = false whose operators are the CPU
+ * backend's (so results are the CPU's bits) over buffers of its own: each alloc is a mapping
+ * of its own that is PROT_NONE except while one of the backend's calls runs. So
+ *   - host code that reads or writes backend memory directly crashes (SIGSEGV), as it would
+ *     fault or read garbage on a GPU;
+ *   - an operator handed a host pointer where backend memory is due aborts naming the
+ *     operator (emu_need), as a CUDA kernel would fault on it;
+ *   - everything crossing the seam goes through upload / download / copy, which it counts.
+ * The mixed-precision entries (gemm_w16, embedding_fwd_w16, lmhead_*_w16) are NULL: they take
+ * host bf16 copies on the CPU. Not thread-safe; one emu_dev per test.
+ */
+#ifndef DF_TESTS_EMU_BACKEND_H
+#define DF_TESTS_EMU_BACKEND_H
+
+#include "distflow/backend.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define EMU_MAX_BUFS 4096
+
+typedef struct emu_dev {
+    df_backend cpu;
+    df_backend_ops ops;
+    struct {
+        char *p;
+        size_t bytes; /* mapped */
+    } buf[EMU_MAX_BUFS];
+    int n;
+    int64_t uploads, downloads, copies, calls; /* counts of calls */
+    int64_t up_bytes, down_bytes;
+} emu_dev;
+
+static void emu_protect(emu_dev *d, int prot)
+{
+    for (int i = 0; i < d->n; i++)
+        if (mprotect(d->buf[i].p, d->buf[i].bytes, prot)) {
+            perror("emu_backend: mprotect");
+            abort();
+        }
+}
+
+/* Inside a call: the device's memory readable by the CPU operator. */
+static void emu_enter(emu_dev *d)
+{
+    d->calls++;
+    emu_protect(d, PROT_READ | PROT_WRITE);
+}
+
+static void emu_leave(emu_dev *d) { emu_protect(d, PROT_NONE); }
+
+/* p must be NULL or inside one of the device's buffers. */
+static void emu_need(const emu_dev *d, const void *p, const char *op)
+{
+    if (!p)
+        return;
+    for (int i = 0; i < d->n; i++)
+        if ((const char *)p >= d->buf[i].p && (const char *)p < d->buf[i].p + d->buf[i].bytes)
+            return;
+    fprintf(stderr, "emu_backend: %s was handed %p, which is not device memory\n", op, p);
+    abort();
+}
+
+#define EMU_NEED(d, op, ...)                                                                     \
+    do {                                                                                         \
+        const void *ps_[] = {__VA_ARGS__};                                                       \
+        for (size_t i_ = 0; i_ < sizeof ps_ / sizeof ps_[0]; i_++)                               \
+            emu_need(d, ps_[i_], op);                                                            \
+    } while (0)
+
+/* Run the CPU's entry `op` with the device's memory open; the pointers listed must be its. */
+#define EMU_CALL(ctx, op, ptrs, ...)                                                             \
+    emu_dev *d_ = (ctx);                                                                         \
+    EMU_NEED(d_, #op, EXPAND_PTRS ptrs);                                                         \
+    emu_enter(d_);                                                                               \
+    int rc_ = d_->cpu.ops->op(d_->cpu.ctx, __VA_ARGS__);                                        \
+    emu_leave(d_);                                                                               \
+    return rc_
+#define EXPAND_PTRS(...) __VA_ARGS__
+
+static int emu_alloc(void *ctx, size_t bytes, void **p)
+{
+    emu_dev *d = ctx;
+    const size_t mapped = (bytes + 4095) / 4096 * 4096 + 4096;
+    if (d->n == EMU_MAX_BUFS)
+        return df_error(DF_ENOMEM, "emu_backend: more than %d buffers", EMU_MAX_BUFS);
+    void *m = mmap(NULL, mapped, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return df_error(DF_ENOMEM, "emu_backend: out of memory for %zu bytes", bytes);
+    d->buf[d->n].p = m;
+    d->buf[d->n++].bytes = mapped;
+    *p = m;
+    return DF_OK;
+}
+
+static void emu_release(void *ctx, void *p)
+{
+    emu_dev *d = ctx;
+    if (!p)
+        return;
+    for (int i = 0; i < d->n; i++)
+        if (d->buf[i].p == p) {
+            munmap(p, d->buf[i].bytes);
+            d->buf[i] = d->buf[--d->n];
+            return;
+        }
+    fprintf(stderr, "emu_backend: release of %p, not a buffer of the device\n", p);
+    abort();
+}
+
+static int emu_upload(void *ctx, void *dst, const void *src, size_t bytes)
+{
+    emu_dev *d = ctx;
+    emu_need(d, dst, "upload");
+    d->uploads++;
+    d->up_bytes += (int64_t)bytes;
+    emu_enter(d);
+    memcpy(dst, src, bytes);
+    emu_leave(d);
+    return DF_OK;
+}
+
+static int emu_download(void *ctx, void *dst, const void *src, size_t bytes)
+{
+    emu_dev *d = ctx;
+    emu_need(d, src, "download");
+    d->downloads++;
+    d->down_bytes += (int64_t)bytes;
+    emu_enter(d);
+    memcpy(dst, src, bytes);
+    emu_leave(d);
+    return DF_OK;
+}
+
+static int emu_copy(void *ctx, void *dst, const void *src, size_t bytes)
+{
+    emu_dev *d = ctx;
+    EMU_NEED(d, "copy", dst, src);
+    d->copies++;
+    emu_enter(d);
+    memmove(dst, src, bytes);
+    emu_leave(d);
+    return DF_OK;
+}
+
+static int emu_zero(void *ctx, float *x, int64_t n) { EMU_CALL(ctx, zero, (x), x, n); }
+static int emu_sync(void *ctx) { return ((emu_dev *)ctx)->cpu.ops->sync(((emu_dev *)ctx)->cpu.ctx); }
+
+static int emu_gemm(void *ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                    const float *A, const float *B, float beta, float *C)
+{
+    EMU_CALL(ctx, gemm, (A, B, C), ta, tb, M, N, K, alpha, A, B, beta, C);
+}
+static int emu_rows_fill(void *ctx, float *y, const float *b, int64_t M, int64_t N)
+{
+    EMU_CALL(ctx, rows_fill, (y, b), y, b, M, N);
+}
+static int emu_col_sum_add(void *ctx, float *db, const float *dy, int64_t M, int64_t N)
+{
+    EMU_CALL(ctx, col_sum_add, (db, dy), db, dy, M, N);
+}
+static int emu_gather_rows(void *ctx, float *dst, const float *src, const int64_t *rows,
+                           int64_t n, int64_t H)
+{
+    EMU_CALL(ctx, gather_rows, (dst, src, rows), dst, src, rows, n, H);
+}
+static int emu_scatter_add_rows(void *ctx, float *dst, const float *src, const int64_t *rows,
+                                int64_t n, int64_t H)
+{
+    EMU_CALL(ctx, scatter_add_rows, (dst, src, rows), dst, src, rows, n, H);
+}
+static int emu_embedding_fwd(void *ctx, float *out, const int32_t *ids, const float *table,
+                             int64_t T, int64_t H)
+{
+    EMU_CALL(ctx, embedding_fwd, (out, ids, table), out, ids, table, T, H);
+}
+static int emu_embedding_bwd(void *ctx, float *dtable, const float *dout, const int32_t *ids,
+                             int64_t T, int64_t H)
+{
+    EMU_CALL(ctx, embedding_bwd, (dtable, dout, ids), dtable, dout, ids, T, H);
+}
+static int emu_rmsnorm_fwd(void *ctx, float *out, float *rstd, const float *x, const float *w,
+                           int64_t T, int64_t H, float eps)
+{
+    EMU_CALL(ctx, rmsnorm_fwd, (out, rstd, x, w), out, rstd, x, w, T, H, eps);
+}
+static int emu_rmsnorm_bwd(void *ctx, float *dx, float *dw, const float *dout, const float *x,
+                           const float *w, const float *rstd, int64_t T, int64_t H)
+{
+    EMU_CALL(ctx, rmsnorm_bwd, (dx, dw, dout, x, w, rstd), dx, dw, dout, x, w, rstd, T, H);
+}
+static int emu_rope_apply(void *ctx, float *x, const int32_t *pos, int64_t T, int64_t nh,
+                          int64_t hd, const float *cs, const float *sn, bool inverse)
+{
+    EMU_CALL(ctx, rope_apply, (x, pos, cs, sn), x, pos, T, nh, hd, cs, sn, inverse);
+}
+static int emu_attention_fwd(void *ctx, float *out, float *lse, const float *q, const float *k,
+                             const float *v, const df_backend_seqs *s, int64_t nh, int64_t nkv,
+                             int64_t hd)
+{
+    EMU_CALL(ctx, attention_fwd, (out, lse, q, k, v, s->offsets), out, lse, q, k, v, s, nh, nkv,
+             hd);
+}
+static int emu_attention_bwd(void *ctx, float *dq, float *dk, float *dv, const float *dout,
+                             const float *out, const float *lse, const float *q, const float *k,
+                             const float *v, const df_backend_seqs *s, int64_t nh, int64_t nkv,
+                             int64_t hd)
+{
+    EMU_CALL(ctx, attention_bwd, (dq, dk, dv, dout, out, lse, q, k, v, s->offsets), dq, dk, dv,
+             dout, out, lse, q, k, v, s, nh, nkv, hd);
+}
+static int emu_kv_write(void *ctx, const df_backend_kv *kv, int64_t layer, const float *k,
+                        const float *v, const int32_t *slot, const int32_t *pos, int64_t n)
+{
+    EMU_CALL(ctx, kv_write, (kv->k, kv->v, k, v, slot, pos), kv, layer, k, v, slot, pos, n);
+}
+static int emu_kv_copy(void *ctx, const df_backend_kv *kv, int64_t src, int64_t dst, int64_t len)
+{
+    EMU_CALL(ctx, kv_copy, (kv->k, kv->v), kv, src, dst, len);
+}
+static int64_t emu_kv_scratch_floats(void *ctx, int64_t nh, int64_t max_len)
+{
+    emu_dev *d = ctx;
+    return d->cpu.ops->kv_scratch_floats(d->cpu.ctx, nh, max_len);
+}
+static int emu_kv_attention(void *ctx, float *out, const float *q, const df_backend_kv *kv,
+                            int64_t layer, const int32_t *slot, const int32_t *pos, int64_t n,
+                            int64_t nh, int64_t nkv, int64_t hd, int64_t window, float *scratch)
+{
+    EMU_CALL(ctx, kv_attention, (out, q, kv->k, kv->v, slot, pos, scratch), out, q, kv, layer,
+             slot, pos, n, nh, nkv, hd, window, scratch);
+}
+static int emu_swiglu_fwd(void *ctx, float *out, const float *gate, const float *up, int64_t n)
+{
+    EMU_CALL(ctx, swiglu_fwd, (out, gate, up), out, gate, up, n);
+}
+static int emu_swiglu_bwd(void *ctx, float *dgate, float *dup, const float *dout,
+                          const float *gate, const float *up, int64_t n)
+{
+    EMU_CALL(ctx, swiglu_bwd, (dgate, dup, dout, gate, up), dgate, dup, dout, gate, up, n);
+}
+static int64_t emu_lmhead_scratch_floats(void *ctx, int64_t n, int64_t V, int64_t H)
+{
+    emu_dev *d = ctx;
+    return d->cpu.ops->lmhead_scratch_floats(d->cpu.ctx, n, V, H);
+}
+static int emu_lmhead_fwd(void *ctx, float *logp, float *entropy, float *lse, const float *h,
+                          const float *W, const int32_t *target, int64_t n, int64_t V, int64_t H,
+                          float temperature, float *scratch)
+{
+    EMU_CALL(ctx, lmhead_fwd, (logp, entropy, lse, h, W, target, scratch), logp, entropy, lse, h,
+             W, target, n, V, H, temperature, scratch);
+}
+static int emu_lmhead_bwd(void *ctx, float *dh, float *dW, const float *dlogp,
+                          const float *dentropy, const float *h, const float *W,
+                          const int32_t *target, const float *lse, const float *entropy,
+                          int64_t n, int64_t V, int64_t H, float temperature, float *scratch)
+{
+    EMU_CALL(ctx, lmhead_bwd, (dh, dW, dlogp, dentropy, h, W, target, lse, entropy, scratch), dh,
+             dW, dlogp, dentropy, h, W, target, lse, entropy, n, V, H, temperature, scratch);
+}
+
+/* A fresh emulated device (name "emu"); *d must outlive every use of the backend. */
+static df_backend emu_open(emu_dev *d)
+{
+    memset(d, 0, sizeof *d);
+    d->cpu = df_backend_cpu();
+    d->ops = (df_backend_ops){
+        .name = "emu", .host_memory = false, .attention_window = true,
+        .alloc = emu_alloc, .release = emu_release, .upload = emu_upload,
+        .download = emu_download, .copy = emu_copy, .zero = emu_zero, .sync = emu_sync,
+        .gemm = emu_gemm, .rows_fill = emu_rows_fill, .col_sum_add = emu_col_sum_add,
+        .gather_rows = emu_gather_rows, .scatter_add_rows = emu_scatter_add_rows,
+        .embedding_fwd = emu_embedding_fwd, .embedding_bwd = emu_embedding_bwd,
+        .rmsnorm_fwd = emu_rmsnorm_fwd, .rmsnorm_bwd = emu_rmsnorm_bwd,
+        .rope_apply = emu_rope_apply, .attention_fwd = emu_attention_fwd,
+        .attention_bwd = emu_attention_bwd, .kv_write = emu_kv_write, .kv_copy = emu_kv_copy,
+        .kv_scratch_floats = emu_kv_scratch_floats, .kv_attention = emu_kv_attention,
+        .swiglu_fwd = emu_swiglu_fwd, .swiglu_bwd = emu_swiglu_bwd,
+        .lmhead_scratch_floats = emu_lmhead_scratch_floats, .lmhead_fwd = emu_lmhead_fwd,
+        .lmhead_bwd = emu_lmhead_bwd};
+    return (df_backend){&d->ops, d};
+}
+
+/* Every buffer released (a leak check for the code under test); the count left. */
+static int emu_buffers(const emu_dev *d) { return d->n; }
+
+#endif /* DF_TESTS_EMU_BACKEND_H */

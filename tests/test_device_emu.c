@@ -1,0 +1,241 @@
+/*
+ * The engine on a backend whose memory is not the host's (issue 18's device path), checked
+ * on any machine through the emulated device of tests/emu_backend.h: the CPU's operators over
+ * memory the host cannot touch between calls, so every read of device memory by host code
+ * crashes and every host pointer handed to an operator aborts.
+ *
+ *   - the rollout (weights, KV cache, activations and the LM head's logits on the device;
+ *     the batch uploaded, the logits downloaded and sampled on the host): the same tokens
+ *     and log-probs as on the CPU, bit for bit (the same operators on the same inputs), with
+ *     chunked prefill, KV copies between samples and admission waves;
+ *   - its weight sync: a new weight version is uploaded once, at the next call; none without;
+ *   - free_cache_engine: the device's KV cache released after the call, made again by the next;
+ *   - nothing leaks: every device buffer released with the engine;
+ *   - training's forward and backward on the device (df_acts_create_on): the CPU's bits.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "distflow/backend.h"
+#include "distflow/model.h"
+#include "distflow/rollout.h"
+#include "emu_backend.h"
+#include "testutil.h"
+
+static df_model *small_model(void)
+{
+    df_model_config c;
+    df_model_config_defaults(&c);
+    c.vocab_size = 97;
+    c.hidden_size = 64;
+    c.intermediate_size = 128;
+    c.num_hidden_layers = 3;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.head_dim = 16;
+    c.max_position_embeddings = 256;
+    c.initializer_range = 0.1;
+    c.tie_word_embeddings = false;
+    c.attention_bias = true;
+    c.n_eos = 0;
+    return df_test_biased_model(&c, 4321);
+}
+
+/* Prompts of lengths 3, 9, 1, 14, 6: 14 > the 12-row budget below, so one is prefilled in
+ * chunks; 5 prompts x 3 samples over 4 slots: admission waves and KV copies. */
+#define NP 5
+static const int64_t POFF[NP + 1] = {0, 3, 12, 13, 27, 33};
+static int32_t PTOK[33];
+
+static df_rollout_request request(void)
+{
+    for (int i = 0; i < 33; i++)
+        PTOK[i] = (int32_t)((i * 41 + 7) % 97);
+    return (df_rollout_request){NP, POFF, PTOK, 3, 11, NULL, NULL};
+}
+
+/* Top-k sampling: the logits path on both backends (the CPU's fused path has no device twin). */
+static df_sampling_params sampling(void)
+{
+    df_sampling_params sp;
+    df_sampling_params_defaults(&sp);
+    sp.max_new_tokens = 10;
+    sp.temperature = 0.9f;
+    sp.top_k = 20;
+    return sp;
+}
+
+static df_rollout_options options(const df_backend *be, bool free_cache)
+{
+    return (df_rollout_options){4, 64, 12, DF_ROLLOUT_F32, be, free_cache, false};
+}
+
+static df_rollout_result run(df_rollout_engine *e, const df_model *m)
+{
+    df_rollout_request q = request();
+    df_sampling_params sp = sampling();
+    df_rollout_result r;
+    if (df_rollout_generate(e, m, &q, &sp, &r, NULL, NULL))
+        fail_msg("generate: %s", df_last_error());
+    return r;
+}
+
+static df_rollout_result on_cpu(const df_model *m)
+{
+    df_rollout_options o = options(NULL, false);
+    df_rollout_engine *e = NULL;
+    if (df_rollout_engine_create_ex(&m->cfg, &o, &e))
+        fail_msg("engine: %s", df_last_error());
+    df_rollout_result r = run(e, m);
+    df_rollout_engine_free(e);
+    return r;
+}
+
+static void assert_same(const df_rollout_result *a, const df_rollout_result *b)
+{
+    assert_int_equal(a->n_seqs, b->n_seqs);
+    assert_memory_equal(a->offsets, b->offsets, (size_t)(a->n_seqs + 1) * 8);
+    assert_memory_equal(a->tokens, b->tokens, (size_t)a->offsets[a->n_seqs] * 4);
+    assert_memory_equal(a->log_probs, b->log_probs, (size_t)a->offsets[a->n_seqs] * 4);
+}
+
+static void test_rollout_on_device_is_the_cpus(void **state)
+{
+    (void)state;
+    df_model *m = small_model();
+    emu_dev dev;
+    df_backend be = emu_open(&dev);
+    df_rollout_options o = options(&be, false);
+    df_rollout_engine *e = NULL;
+    assert_int_equal(df_rollout_engine_create_ex(&m->cfg, &o, &e), 0);
+    df_rollout_result a = on_cpu(m), b = run(e, m);
+    assert_same(&a, &b);
+    df_rollout_stats st;
+    df_rollout_engine_stats(e, &st);
+    print_message("%lld forwards (%lld prefill batches), %lld uploads, %lld downloads (%lld "
+                  "bytes), %lld device calls\n", (long long)(st.prefill_batches + st.decode_steps),
+                  (long long)st.prefill_batches, (long long)dev.uploads,
+                  (long long)dev.downloads, (long long)dev.down_bytes, (long long)dev.calls);
+    assert_true(st.prefill_batches > NP / 2); /* waves and chunks, not one batch */
+    assert_true(dev.downloads >= st.decode_steps); /* the logits of every step */
+    df_rollout_engine_free(e);
+    assert_int_equal(emu_buffers(&dev), 0);
+    df_rollout_result_free(&a);
+    df_rollout_result_free(&b);
+    df_model_free(m);
+}
+
+/* A new weight version reaches the device once, at the next call, without load_weights. */
+static void test_device_weight_sync(void **state)
+{
+    (void)state;
+    df_model *m = small_model();
+    emu_dev dev;
+    df_backend be = emu_open(&dev);
+    df_rollout_options o = options(&be, false);
+    df_rollout_engine *e = NULL;
+    assert_int_equal(df_rollout_engine_create_ex(&m->cfg, &o, &e), 0);
+    df_rollout_result r0 = run(e, m);
+    const int64_t wbytes = m->n_params * 4, up0 = dev.up_bytes;
+    df_rollout_result r1 = run(e, m); /* same version: no weight upload */
+    assert_true(dev.up_bytes - up0 < wbytes);
+    assert_same(&r0, &r1);
+    for (int64_t i = 0; i < m->n_params; i += 7)
+        m->params[i] *= 1.5f;
+    df_model_weights_changed(m);
+    const int64_t up1 = dev.up_bytes;
+    df_rollout_result r2 = run(e, m), c2 = on_cpu(m);
+    assert_true(dev.up_bytes - up1 >= wbytes && dev.up_bytes - up1 < 2 * wbytes);
+    assert_same(&c2, &r2);
+    assert_memory_not_equal(r0.tokens, r2.tokens, (size_t)r0.offsets[r0.n_seqs] * 4);
+    df_rollout_engine_free(e);
+    assert_int_equal(emu_buffers(&dev), 0);
+    df_rollout_result_free(&r0), df_rollout_result_free(&r1);
+    df_rollout_result_free(&r2), df_rollout_result_free(&c2);
+    df_model_free(m);
+}
+
+/* free_cache_engine on a device: K and V released after the call (2 buffers fewer), made again
+ * by the next one, which samples the same. */
+static void test_device_free_cache_engine(void **state)
+{
+    (void)state;
+    df_model *m = small_model();
+    emu_dev dev;
+    df_backend be = emu_open(&dev);
+    df_rollout_options o = options(&be, true);
+    df_rollout_engine *e = NULL;
+    assert_int_equal(df_rollout_engine_create_ex(&m->cfg, &o, &e), 0);
+    const int held = emu_buffers(&dev);
+    df_rollout_result a = run(e, m);
+    assert_int_equal(emu_buffers(&dev), held - 2 + 1); /* the weights came, K and V went */
+    assert_int_equal(df_rollout_engine_kv_resident(e), 0);
+    df_rollout_result b = run(e, m);
+    assert_int_equal(emu_buffers(&dev), held - 2 + 1);
+    assert_same(&a, &b);
+    df_rollout_engine_free(e);
+    assert_int_equal(emu_buffers(&dev), 0);
+    df_rollout_result_free(&a), df_rollout_result_free(&b);
+    df_model_free(m);
+}
+
+/* Training's forward and backward through df_acts on the device: the CPU's bits. */
+static void test_training_on_device_is_the_cpus(void **state)
+{
+    (void)state;
+    df_model *m = small_model();
+    const int64_t off[] = {0, 5, 17, 30}, T = 30;
+    int32_t tok[30], tgt[30];
+    int64_t rows[30], n = 0;
+    for (int64_t t = 0; t < T; t++)
+        tok[t] = (int32_t)((t * 29 + 3) % 97);
+    for (int s = 0; s < 3; s++)
+        for (int64_t t = off[s]; t + 1 < off[s + 1]; t++)
+            rows[n] = t, tgt[n++] = tok[t + 1];
+    df_seq_batch b = {T, tok, 3, off, n, rows, tgt};
+    float c[30], d[30], lp[2][30], en[2][30];
+    for (int64_t j = 0; j < n; j++)
+        c[j] = 0.1f * (float)(j % 5) - 0.2f, d[j] = 0.01f * (float)(j % 3);
+    const size_t gb = (size_t)m->n_params * sizeof(float);
+    float *g[2] = {calloc(1, gb), calloc(1, gb)};
+    emu_dev dev;
+    df_backend bes[2] = {df_backend_cpu(), emu_open(&dev)};
+    for (int k = 0; k < 2; k++) {
+        df_acts *a = NULL;
+        float *grads = g[k];
+        assert_int_equal(df_acts_create_on(&bes[k], &m->cfg, T, n, &a), 0);
+        assert_int_equal(df_acts_load_weights(a, m), 0);
+        if (k == 1) {
+            assert_int_equal(bes[1].ops->alloc(bes[1].ctx, gb, (void **)&grads), 0);
+            assert_int_equal(bes[1].ops->zero(bes[1].ctx, grads, m->n_params), 0);
+        }
+        assert_int_equal(df_model_forward(m, a, &b, 0.8f, lp[k], en[k]), 0);
+        assert_int_equal(df_model_backward(m, a, &b, 0.8f, c, d, grads), 0);
+        if (k == 1) {
+            assert_int_equal(bes[1].ops->download(bes[1].ctx, g[1], grads, gb), 0);
+            bes[1].ops->release(bes[1].ctx, grads);
+        }
+        df_acts_free(a);
+    }
+    assert_memory_equal(lp[0], lp[1], (size_t)n * 4);
+    assert_memory_equal(en[0], en[1], (size_t)n * 4);
+    assert_memory_equal(g[0], g[1], gb);
+    assert_int_equal(emu_buffers(&dev), 0);
+    free(g[0]), free(g[1]);
+    df_model_free(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rollout_on_device_is_the_cpus),
+        cmocka_unit_test(test_device_weight_sync),
+        cmocka_unit_test(test_device_free_cache_engine),
+        cmocka_unit_test(test_training_on_device_is_the_cpus),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
