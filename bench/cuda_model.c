@@ -6,16 +6,25 @@
  *   logprob   df_model_forward with entropy over T tokens (verl's compute_log_prob)
  *   update    forward + backward + global-norm clip + AdamW, weights, gradients and moments
  *             on the GPU (one actor micro-batch and optimizer step)
+ *   prefill   the rollout engine on the GPU (df_rollout_generate with the CUDA backend: weights,
+ *             KV cache and logits there, sampling on the host): B prompts of P tokens, one
+ *             new token each
+ *   decode    the same with N more tokens per prompt (ignore_eos): the extra time over the
+ *             prefill run, per generated token, and the weight bytes read per decode step
+ *             per second (a float32 decode step reads every weight once: compare with the
+ *             device copy bandwidth bench_cuda_backend measures)
  *
  * Each next to the cuBLAS float32 matmul rate measured in the same run (the model's matmul
  * FLOPs over time, as a fraction of it); bench/torch_cuda_model.py runs HF transformers'
  * Qwen2 on the same shapes and GPU.
  * Usage: bench_cuda_model [--tokens T (4096)] [--seq L (256)] [--layers N (24)]
+ *        [--prompts B (64)] [--prompt-len P (256)] [--new N (128)]
  * Prints `metric: value` lines (medians of 7 trials); exit 77 with a SKIP line without a GPU.
  */
 #include "backend/cuda/cuda_backend.h"
 #include "distflow/model.h"
 #include "distflow/optim.h"
+#include "distflow/rollout.h"
 #include "model/acts.h"
 
 #include <math.h>
@@ -93,6 +102,41 @@ static double time_it(void (*f)(run_arg *), run_arg *r)
     return t[3];
 }
 
+/* Seconds of one df_rollout_generate of B prompts of P tokens, `new_tokens` each (median of 3
+ * after a warm-up); the engine made once per call of this function. */
+static double time_generate(const df_model *m, const df_backend *be, int64_t B, int64_t P,
+                            int64_t new_tokens, int64_t max_new)
+{
+    df_rollout_options o = {B, P + max_new, 8192, DF_ROLLOUT_F32, be, false, false};
+    df_rollout_engine *e;
+    OK(df_rollout_engine_create_ex(&m->cfg, &o, &e));
+    int64_t *off = malloc(sizeof(int64_t) * (size_t)(B + 1));
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)(B * P));
+    for (int64_t i = 0; i <= B; i++)
+        off[i] = i * P;
+    for (int64_t t = 0; t < B * P; t++)
+        tok[t] = (int32_t)((t * 7919 + 13) % m->cfg.vocab_size);
+    df_rollout_request q = {B, off, tok, 1, 7, NULL, NULL};
+    df_sampling_params sp;
+    df_sampling_params_defaults(&sp);
+    sp.max_new_tokens = new_tokens;
+    sp.ignore_eos = true;
+    sp.top_k = 50; /* verl's rollouts sample; top-k keeps the logits path (the device's) */
+    double t[3];
+    for (int k = -1; k < 3; k++) {
+        df_rollout_result res;
+        double t0 = now_s();
+        OK(df_rollout_generate(e, m, &q, &sp, &res, NULL, NULL));
+        if (k >= 0)
+            t[k] = now_s() - t0;
+        df_rollout_result_free(&res);
+    }
+    qsort(t, 3, sizeof t[0], cmp_d);
+    df_rollout_engine_free(e);
+    free(off), free(tok);
+    return t[1];
+}
+
 /* cuBLAS float32 rate on an 8192^3 product (the ceiling of a float32 model). */
 static double f32_peak(void)
 {
@@ -119,7 +163,7 @@ static double f32_peak(void)
 
 int main(int argc, char **argv)
 {
-    int64_t T = 4096, Ls = 256, layers = 24;
+    int64_t T = 4096, Ls = 256, layers = 24, B = 64, P = 256, N = 128;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tokens") && i + 1 < argc)
             T = atoll(argv[++i]);
@@ -127,8 +171,15 @@ int main(int argc, char **argv)
             Ls = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--layers") && i + 1 < argc)
             layers = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--prompts") && i + 1 < argc)
+            B = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--prompt-len") && i + 1 < argc)
+            P = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--new") && i + 1 < argc)
+            N = atoll(argv[++i]);
         else {
-            fprintf(stderr, "usage: bench_cuda_model [--tokens T] [--seq L] [--layers N]\n");
+            fprintf(stderr, "usage: bench_cuda_model [--tokens T] [--seq L] [--layers N] "
+                            "[--prompts B] [--prompt-len P] [--new N]\n");
             return 2;
         }
     }
@@ -208,6 +259,16 @@ int main(int argc, char **argv)
            s_up * 1e3, T / s_up, 3 * fwd / s_up / peak);
     df_cuda_release(cu, r.d_grads), df_cuda_release(cu, r.d_m), df_cuda_release(cu, r.d_v);
     df_acts_free(r.a);
+    r.a = NULL;
+    /* the rollout: prefill alone, then N more tokens per prompt */
+    const double s_pf = time_generate(r.m, &be, B, P, 1, N + 1);
+    const double s_gen = time_generate(r.m, &be, B, P, N + 1, N + 1);
+    printf("rollout: %lld prompts x %lld tokens, %lld new tokens each, top-k 50, float32; "
+           "logits downloaded, sampled on the host\n", (long long)B, (long long)P, (long long)N);
+    printf("prefill_ms: %.3f\nprefill_tokens_per_s: %.0f\n", s_pf * 1e3, B * P / s_pf);
+    const double s_dec = s_gen - s_pf;
+    printf("decode_ms_per_step: %.3f\ndecode_tokens_per_s: %.0f\ndecode_weight_read_gb_per_s: "
+           "%.0f\n", s_dec / N * 1e3, B * N / s_dec, np * 4.0 * N / s_dec / 1e9);
     df_model_free(r.m);
     df_cuda_free(cu);
     free(off), free(rows), free(tok), free(tgt), free(r.lp), free(r.en), free(r.c);

@@ -4,11 +4,17 @@
 
   logprob  forward + verl's logprobs_from_logits / entropy_from_logits over the full logits
   update   forward, loss = -mean(logp), backward, clip_grad_norm_(1.0), AdamW(fused=True)
+  prefill  model.generate of B prompts of P tokens, one new token (top-k 50 sampling, KV cache)
+  decode   the same with N more new tokens (min_new_tokens = max_new_tokens): the extra time
 
 in float32 with TF32 off (as distflow's float32) and under torch.autocast(bfloat16) with float32
 master weights (the mixed precision verl's FSDP runs). Prints `torch_<metric>: value` lines,
 medians of 7 timed calls after a warm-up, CUDA-synchronised.
 Usage: python3 bench/torch_cuda_model.py [--tokens T (4096)] [--seq L (256)] [--layers N (24)]
+       [--prompts B (64)] [--prompt-len P (256)] [--new N (128)]
+(HF generate is the baseline at hand on the lent machine; vLLM, which verl's rollouts use, is not.)
+The generation runs last: the weights are cast to bfloat16 for its bf16 line, as an inference
+engine's dtype=bfloat16 loads them.
 """
 import argparse
 import contextlib
@@ -36,6 +42,9 @@ def main():
     ap.add_argument("--tokens", type=int, default=4096)
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--layers", type=int, default=24)
+    ap.add_argument("--prompts", type=int, default=64)
+    ap.add_argument("--prompt-len", type=int, default=256)
+    ap.add_argument("--new", type=int, default=128)
     args = ap.parse_args()
     import transformers
     from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -85,7 +94,28 @@ def main():
         s = time_s(up)
         print(f"torch_update_{name}_ms: {s * 1e3:.3f}\ntorch_update_{name}_tokens_per_s: "
               f"{args.tokens / s:.0f}")
+    generation(model, cfg, args)
     print(f"torch_peak_mem_gib: {torch.cuda.max_memory_allocated() / 2**30:.1f}")
+
+
+def generation(model, cfg, args):
+    B, P, N = args.prompts, args.prompt_len, args.new
+    prompts = torch.randint(0, cfg.vocab_size, (B, P), device="cuda")
+    mask = torch.ones_like(prompts)
+    for name, dtype in (("f32", torch.float32), ("bf16", torch.bfloat16)):
+        model.to(dtype)
+
+        def gen(n):
+            with torch.no_grad():
+                model.generate(prompts, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
+                               do_sample=True, top_k=50, pad_token_id=0)
+
+        s_pf = time_s(lambda: gen(1))
+        s_gen = time_s(lambda: gen(N + 1))
+        print(f"torch_prefill_{name}_ms: {s_pf * 1e3:.3f}\ntorch_prefill_{name}_tokens_per_s: "
+              f"{B * P / s_pf:.0f}")
+        print(f"torch_decode_{name}_ms_per_step: {(s_gen - s_pf) / N * 1e3:.3f}\n"
+              f"torch_decode_{name}_tokens_per_s: {B * N / (s_gen - s_pf):.0f}")
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ typedef struct emu_dev {
     } buf[EMU_MAX_BUFS];
     int n;
     int64_t uploads, downloads, copies, calls; /* counts of calls */
+    int64_t kv_attentions;                     /* kv_attention calls: a rollout ran here */
     int64_t up_bytes, down_bytes;
 } emu_dev;
 
@@ -233,6 +234,7 @@ static int emu_kv_attention(void *ctx, float *out, const float *q, const df_back
                             int64_t layer, const int32_t *slot, const int32_t *pos, int64_t n,
                             int64_t nh, int64_t nkv, int64_t hd, int64_t window, float *scratch)
 {
+    ((emu_dev *)ctx)->kv_attentions++;
     EMU_CALL(ctx, kv_attention, (out, q, kv->k, kv->v, slot, pos, scratch), out, q, kv, layer,
              slot, pos, n, nh, nkv, hd, window, scratch);
 }

@@ -66,7 +66,7 @@ static void banner_world(const df_dag_worker *w)
     printf("world: %d rank%s on %lld machine%s (%lld per machine)", w->world, w->world == 1 ? "" : "s",
            (long long)nnodes, nnodes == 1 ? "" : "s", (long long)(w->world / nnodes));
     if (strcmp(t->trainer.device, "cpu"))
-        printf("; trainer.device=%s: actor, reference and critic forward / backward there, rollout on the CPU",
+        printf("; trainer.device=%s: actor, reference, critic and rollout forward / backward there",
                t->trainer.device);
     else
         printf("; cpu");

@@ -94,7 +94,7 @@ static int agree_rows(df_dag_worker *w)
 }
 
 /* trainer.device: the actor's and the reference's log-probs and updates on that backend (the
- * rollout engine stays on the CPU: docs/cuda.md). */
+ * rollout engine's: df_worker_create_rollout; docs/cuda.md). */
 int df_worker_set_device(df_dag_worker *w, const df_agent_slot *s)
 {
     const char *dev = w->global.cfg.trainer.device;
@@ -105,15 +105,19 @@ int df_worker_set_device(df_dag_worker *w, const df_agent_slot *s)
     return rc ? df_error_wrap(rc, "%s", df_config_where(w->cfg, "trainer.device")) : DF_OK;
 }
 
-/* rollout.dtype: bfloat16 (verl's default) where this CPU has native bf16 matmuls, else one
- * notice and float32. */
+/* rollout.dtype: bfloat16 (verl's default) where this CPU has native bf16 matmuls and the
+ * rollout runs on the CPU, else one notice and float32. */
 static df_rollout_dtype rollout_dtype(const df_dag_worker *w)
 {
+    const char *dev = w->global.cfg.trainer.device;
     if (strcmp(w->global.cfg.actor_rollout_ref.rollout.dtype, "bfloat16"))
         return DF_ROLLOUT_F32;
-    if (!df_model_bf16_available())
+    if (!strcmp(dev, "cpu") && !df_model_bf16_available())
         return DF_ROLLOUT_BF16;
-    if (w->rank == 0)
+    if (w->rank == 0 && strcmp(dev, "cpu"))
+        fprintf(stderr, "notice: actor_rollout_ref.rollout.dtype=bfloat16: the rollout on "
+                "trainer.device=%s runs in float32 (bf16 there is not built yet: docs/cuda.md)\n", dev);
+    else if (w->rank == 0)
         fprintf(stderr, "notice: actor_rollout_ref.rollout.dtype=bfloat16: %s; the rollout runs "
                 "in float32\n", df_last_error());
     df_clear_error();
@@ -158,7 +162,11 @@ int df_worker_create_rollout(df_dag_worker *w, const df_agent_slot *s, const df_
     while (o.max_num_seqs > 1 && df_rollout_engine_bytes_ex(cfg, &o) > (8LL << 30))
         o.max_num_seqs /= 2;
     s->rollout->synced_step = -1;
-    int rc = df_rollout_engine_create_ex(cfg, &o, &s->rollout->engine);
+    df_backend be; /* trainer.device: the rollout on the actor's device (opened once per process) */
+    int rc = df_backend_open(t->trainer.device, &be);
+    o.backend = rc ? NULL : &be;
+    if (!rc)
+        rc = df_rollout_engine_create_ex(cfg, &o, &s->rollout->engine);
     if (!rc && s->actor) /* the async rollout side has no actor */
         rc = share_weights(s, actor_bf16);
     return rc ? df_error_wrap(rc, "%s", df_config_where(w->cfg, "actor_rollout_ref.rollout")) : DF_OK;

@@ -1,0 +1,116 @@
+/*
+ * trainer.device on a backend whose memory is not the host's, end to end: `distflow train`
+ * in-process with trainer.device=cuda, where this test registers the emulated device of
+ * tests/emu_backend.h under the name "cuda" (the CPU's operators over memory the host cannot
+ * touch between calls; the real CUDA backend is not linked into the tests). Two GRPO steps
+ * with a KL loss and a reference: the rollout, old / reference log-probs and the actor's
+ * updates all run there, and every metric but the timings is the CPU run's, to the digit
+ * metrics.jsonl prints (the same operators on the same inputs give the same bits; the rollout
+ * samples with top-k, whose logits path both backends take). A run with the rollout left on
+ * the host would not read the device's weights and still pass, so the emulated device's
+ * counters must show the rollout's attention over its KV cache.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "emu_backend.h"
+#include "testutil.h"
+
+#include "distflow/comm.h"
+#include "distflow/reward.h"
+
+static df_comm *world;
+static char dir[256];
+static emu_dev dev;
+
+static int open_emu(df_backend *out)
+{
+    *out = emu_open(&dev);
+    return DF_OK;
+}
+
+static void train(const char *device, const char *out)
+{
+    char yaml[2048];
+    snprintf(yaml, sizeof yaml,
+             "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 4,\n"
+             "       shuffle: false, max_prompt_length: 128, max_response_length: 8}\n"
+             "actor_rollout_ref:\n"
+             "  model: {path: %s/model}\n"
+             "  actor: {optim: {lr: 0.02}, ppo_mini_batch_size: 2, ppo_micro_batch_size_per_gpu: 4,\n"
+             "          use_kl_loss: true, kl_loss_coef: 0.1, entropy_coeff: 0.01}\n"
+             "  rollout: {n: 4, top_k: 20, log_prob_micro_batch_size_per_gpu: 8}\n"
+             "  ref: {log_prob_micro_batch_size_per_gpu: 8}\n"
+             "algorithm: {adv_estimator: grpo}\n"
+             "trainer: {total_training_steps: 2, save_freq: -1, test_freq: -1, logger: [],\n"
+             "          device: %s, default_local_dir: %s/%s}\n",
+             dir, dir, device, dir, out);
+    df_test_run_ok(df_test_run(world, df_test_config(yaml, "device_train.yaml", NULL, 0)), out);
+}
+
+static bool is_timing(const char *key)
+{
+    return !strcmp(key, "timestamp") || !strncmp(key, "timing_s/", 9) || !strncmp(key, "timing_per_token_ms/", 20) ||
+           !strncmp(key, "perf/", 5);
+}
+
+static void test_grpo_on_the_device_is_the_cpus(void **state)
+{
+    (void)state;
+    train("cpu", "cpu");
+    const int64_t calls0 = dev.calls;
+    train("cuda", "dev");
+    print_message("device: %lld calls, %lld uploads (%lld bytes), %lld downloads (%lld bytes)\n",
+                  (long long)(dev.calls - calls0), (long long)dev.uploads, (long long)dev.up_bytes,
+                  (long long)dev.downloads, (long long)dev.down_bytes);
+    json_t *a = df_test_metrics(dir, "cpu", true), *b = df_test_metrics(dir, "dev", true);
+    assert_int_equal(json_array_size(a), 2);
+    assert_int_equal(json_array_size(b), 2);
+    int compared = 0;
+    for (size_t i = 0; i < 2; i++) {
+        json_t *la = json_array_get(a, i), *lb = json_array_get(b, i), *v;
+        const char *key;
+        json_object_foreach(la, key, v) {
+            if (is_timing(key) || !json_is_number(v))
+                continue;
+            json_t *w = json_object_get(lb, key);
+            if (!json_is_number(w) || json_number_value(w) != json_number_value(v))
+                fail_msg("step %zu %s: cpu %.10g, device %.10g", i + 1, key, json_number_value(v),
+                         json_number_value(w));
+            compared++;
+        }
+        assert_true(json_number_value(json_object_get(la, "actor/grad_norm")) > 0);
+    }
+    print_message("%d metrics equal\n", compared);
+    assert_true(compared > 40);
+    /* the rollout ran there: its attention over the KV cache, per layer of every forward */
+    assert_true(dev.kv_attentions >= 2 * 8);
+    assert_int_equal(emu_buffers(&dev), 0);
+    json_decref(a);
+    json_decref(b);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    if (df_comm_world(&world) || df_reward_register("test/digits", df_test_digit_share) ||
+        df_backend_register("cuda", open_emu))
+        return -1;
+    return df_test_shared_inputs(world, "df_devtrain", 16, "test/digits", dir, sizeof dir);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    return df_test_shared_cleanup(world, dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_grpo_on_the_device_is_the_cpus),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
