@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CUDA backend's GPU checks, for a lent GPU machine that has the CUDA toolkit but none of
 # distflow's Debian libraries (docs/cuda.md):
-#   scripts/device-cuda.sh pack BUILD   here: copy BUILD's test_cuda_* and bench_cuda_*
+#   scripts/device-cuda.sh pack BUILD   here: copy BUILD's test_cuda_*, test_backend_ops and bench_cuda_*
 #                                       and the shared libraries they need (not CUDA's own)
 #                                       into .devpack/ (git-ignored, carried to the machine)
 #   scripts/device-cuda.sh run [OUTDIR] there: the conformance tests, then the benchmark and
@@ -9,7 +9,8 @@
 #                                       NO_BENCH=1: tests only; BENCH=ops|model: one of the two
 #                                       benchmarks (default both); SANITIZE=1: then each test again
 #                                       under compute-sanitizer memcheck and racecheck;
-#                                       TESTS=GLOB: only those tests (default test_cuda_*)
+#                                       TESTS=GLOBS: only those tests (default test_cuda_*
+#                                       test_backend_ops: every seam entry on the GPU)
 #   scripts/device-cuda.sh grpo [OUTDIR] there: `distflow train` with trainer.device=cuda: the
 #                                       demo configs, 2 GRPO and 2 PPO steps (and the same on the
 #                                       CPU, metrics side by side), then 2 steps of the Qwen2.5-0.5B shape on
@@ -21,7 +22,7 @@ pack() {
   local build=${1:?usage: device-cuda.sh pack BUILD}
   rm -rf .devpack && mkdir -p .devpack/bin .devpack/lib
   grep -qx '/.devpack/' .git/info/exclude 2>/dev/null || echo '/.devpack/' >>.git/info/exclude
-  cp "$build"/test_cuda_* "$build"/bench_cuda_* "$build"/distflow .devpack/bin/
+  cp "$build"/test_cuda_* "$build"/test_backend_ops "$build"/bench_cuda_* "$build"/distflow .devpack/bin/
   # what `grpo` reads of ../shared (which does not travel): the Qwen2.5 tokenizer, 64 GSM8K rows
   mkdir -p .devpack/data/qwen2.5
   cp ../shared/data/tokenizers/qwen2.5/tokenizer.json ../shared/data/tokenizers/qwen2.5/tokenizer_config.json \
@@ -48,6 +49,12 @@ unpack() {
   libs="$PWD/.devpack/lib:${cublas:+$(dirname "$cublas"):}${nccl:+$(dirname "$nccl"):}/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 }
 
+# The packed tests TESTS names (space-separated globs).
+test_bins() {
+  local g
+  for g in ${TESTS:-test_cuda_* test_backend_ops}; do ls -d .devpack/bin/$g 2>/dev/null; done
+}
+
 run() {
   local out=${1:-${OUT:-/tmp/cuda-out}} rc=0 t n libs
   mkdir -p "$out"
@@ -56,12 +63,12 @@ run() {
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv >"$out/gpu.txt"
   : >"$out/summary.txt"
   LD_LIBRARY_PATH=$libs ldd .devpack/bin/test_cuda_ops | grep 'not found' >>"$out/summary.txt"
-  for t in .devpack/bin/${TESTS:-test_cuda_*}; do
+  for t in $(test_bins); do
     n=$(basename "$t")
     LD_LIBRARY_PATH=$libs timeout 300 "$t" >"$out/$n.log" 2>&1
     local r=$?
     echo "$n: exit $r" >>"$out/summary.txt"
-    grep -E 'rel err|\|\|err|SKIP|\[  ERROR|\[  FAILED|Failure|failed' "$out/$n.log" >>"$out/summary.txt"
+    grep -E 'rel err|\|\|err|SKIP|\[  ERROR|\[  FAILED|Failure|failed|^  cuda ' "$out/$n.log" >>"$out/summary.txt"
     [ $r -eq 0 ] || rc=1
   done
   : >"$out/bench.txt"
@@ -78,7 +85,7 @@ run() {
       echo "torch model baseline failed" >>"$out/model.txt"
   fi
   if [ -n "${SANITIZE:-}" ] && command -v compute-sanitizer >/dev/null; then
-    for t in .devpack/bin/${TESTS:-test_cuda_*}; do
+    for t in $(test_bins); do
       n=$(basename "$t")
       for tool in memcheck racecheck; do # logs outside OUT (a lease returns 8 files); a failure's tail in the summary
         local log=/tmp/sanitizer.$n.$tool

@@ -407,6 +407,80 @@ static inline void br_attn_bwd_d(const br_attn *a, const double *q, const double
     free(s), free(sm);
 }
 
+/* ---- the rollout's KV cache ------------------------------------------------------------------ */
+
+/*
+ * x rounded to bfloat16, nearest even, as bits: computed in double (8 significant bits by
+ * nearbyint's ties-to-even; a subnormal's quantum is 2^-133; past the largest bf16 it overflows
+ * to inf), not by the library's bit trick. A NaN: the contract of df_backend_kv (backend.h,
+ * df_bf16_from_f32): its sign and top 7 payload bits, made quiet.
+ */
+static inline uint16_t br_bf16_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if (isnan(x))
+        return (uint16_t)((u >> 16) | 0x40u);
+    if (isinf(x) || x == 0)
+        return (uint16_t)(u >> 16);
+    int e = ilogb(x);
+    e = e < -126 ? -126 : e;
+    const float y = (float)ldexp(nearbyint(ldexp((double)x, 7 - e)), e - 7); /* exact, or inf */
+    memcpy(&u, &y, 4);
+    return (uint16_t)(u >> 16);
+}
+
+/*
+ * One row of df_kv_attention in double: q [nh hd] over L cached positions K, V (rows at stride
+ * kvd, the values the cache holds, bf16 ones widened; head h reads columns (h / (nh / nkv)) hd),
+ * out [nh hd] and its bound bout [nh hd]. Once K / V are read the backend's arithmetic is float32
+ * whatever the cache's dtype, so the bound is br_attn_fwd_bounds's for `out` with the row's L
+ * keys: scores gamma_{hd+3} sm_j; every weight e^(s_j - m) carries at most L + 1 factors of
+ * (rounded argument, exp, product): its own exp and one per later rescale, where a key tiling
+ * into chunks of an online softmax and partials merged by segment (the CUDA kernel: chunks of
+ * 32 in segments of 256, a partial's merge being one more factor) has at most chunks + segments
+ * <= L + 1 of them, th = max ds + (L + 1)(u span + BR_EXP_ERR + u); out = sum w v / sum w:
+ * 2 th sum p |v| plus gamma_{5L+3} for the two sums, the rescales and the division.
+ */
+static inline void br_kv_attn_row(const float *q, const float *K, const float *V, int64_t kvd,
+                                  int64_t L, int64_t nh, int64_t nkv, int64_t hd, double *out,
+                                  double *bout)
+{
+    const double u = DF_U32, isq = 1.0 / sqrt((double)hd);
+    double *s = br_dvec(L), *sm = br_dvec(L), *A = br_dvec(hd);
+    for (int64_t h = 0; h < nh; h++) {
+        const int64_t c0 = h / (nh / nkv) * hd;
+        const float *qh = q + h * hd;
+        double m = -INFINITY, mn = INFINITY, dsmax = 0, l = 0;
+        for (int64_t j = 0; j < L; j++) {
+            double d = 0, a = 0;
+            for (int64_t e = 0; e < hd; e++) {
+                const double p = (double)qh[e] * (double)K[j * kvd + c0 + e];
+                d += p, a += fabs(p);
+            }
+            s[j] = d * isq, sm[j] = a * isq;
+            m = fmax(m, s[j]), mn = fmin(mn, s[j]);
+            dsmax = fmax(dsmax, br_g((double)hd + 3) * sm[j]);
+        }
+        for (int64_t j = 0; j < L; j++)
+            l += exp(s[j] - m);
+        double *o = out + h * hd;
+        for (int64_t e = 0; e < hd; e++)
+            o[e] = 0, A[e] = 0;
+        for (int64_t j = 0; j < L; j++) {
+            const double p = exp(s[j] - m) / l;
+            for (int64_t e = 0; e < hd; e++) {
+                const double x = V[j * kvd + c0 + e];
+                o[e] += p * x, A[e] += p * fabs(x);
+            }
+        }
+        const double th = dsmax + (double)(L + 1) * (u * (m - mn) + BR_EXP_ERR + u);
+        for (int64_t e = 0; e < hd; e++)
+            bout[h * hd + e] = BR_REF * (2 * th + br_g(5.0 * (double)L + 3)) * A[e];
+    }
+    free(s), free(sm), free(A);
+}
+
 /* ---- LM head ------------------------------------------------------------------------------ */
 
 /* z[v] = h . W_v / temp and zm[v] = sum_e |h_e W_ve| / temp for one row h [H] (doubles). */

@@ -751,6 +751,253 @@ static void test_attention(void **state)
     attention_case(off4, 3, 8, 2, 64, 100, 260);
 }
 
+/* ---- the rollout's KV cache ---------------------------------------------------------------------- */
+
+/* A random host cache (both tensors N(0,1); bf16 ones rounded by br_bf16_bits). */
+static df_backend_kv kv_host(int64_t L, int64_t S, int64_t M, int64_t kvd, df_kv_dtype dt,
+                             uint64_t seed)
+{
+    df_backend_kv c = {NULL, NULL, L, S, M, kvd, dt};
+    const int64_t n = L * S * M * kvd;
+    for (int t = 0; t < 2; t++) {
+        float *x = bo_rand(n, seed + (uint64_t)t, 1);
+        void *p = x;
+        if (dt == DF_KV_BF16) {
+            uint16_t *b16 = xmalloc(2 * (size_t)n);
+            for (int64_t i = 0; i < n; i++)
+                b16[i] = br_bf16_bits(x[i]);
+            free(x);
+            p = b16;
+        }
+        *(t ? &c.v : &c.k) = p;
+    }
+    return c;
+}
+
+/* Element i of a cache tensor as float32 (a bf16 widened exactly). */
+static float kv_val(const df_backend_kv *c, const void *t, int64_t i)
+{
+    if (c->dtype == DF_KV_F32)
+        return ((const float *)t)[i];
+    const uint32_t bits = (uint32_t)((const uint16_t *)t)[i] << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* The backend's copy of host cache h. */
+static df_backend_kv kv_up(const bo_backend *b, const df_backend_kv *h)
+{
+    df_backend_kv d = *h;
+    d.k = bo_up(b, h->k, df_backend_kv_bytes(h));
+    d.v = bo_up(b, h->v, df_backend_kv_bytes(h));
+    return d;
+}
+
+/* Both tensors of the backend's cache d hold want's bits, every element. */
+static void kv_expect(const bo_backend *b, const char *op, const df_backend_kv *d,
+                      const df_backend_kv *want)
+{
+    const size_t bytes = df_backend_kv_bytes(want), es = want->dtype == DF_KV_BF16 ? 2 : 4;
+    for (int t = 0; t < 2; t++) {
+        unsigned char *got = bo_down(b, t ? d->v : d->k, bytes);
+        const unsigned char *w = t ? want->v : want->k;
+        for (size_t i = 0; i < bytes; i += es)
+            if (memcmp(got + i, w + i, es)) {
+                uint32_t g = 0, x = 0;
+                memcpy(&g, got + i, es), memcpy(&x, w + i, es);
+                fail_msg("%s %s: %c element %zu is 0x%x, expected 0x%x", b->name, op, "KV"[t],
+                         i / es, g, x);
+            }
+        free(got);
+    }
+    bo_note(b->name, op, 0, (int64_t)(2 * bytes / es));
+}
+
+static void kv_free(const bo_backend *b, df_backend_kv *d)
+{
+    if (b)
+        bo_free(b, d->k), bo_free(b, d->v);
+    else
+        free(d->k), free(d->v);
+}
+
+static float f_of(uint32_t bits)
+{
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/*
+ * kv_write: rows at distinct (slot, pos) cells of layer 1, the rest of the cache untouched; a
+ * float32 cache holds the rows' bits, a bf16 one br_bf16_bits of them (special values first:
+ * NaNs with payloads, infinities, -0, ties at 1 and in the subnormals, overflow to inf).
+ */
+static void kv_write_case(df_kv_dtype dt, uint64_t seed)
+{
+    const int64_t L = 3, S = 5, M = 40, kvd = 2 * 64, n = 7, layer = 1;
+    const int32_t slot[7] = {4, 0, 2, 0, 4, 1, 3}, pos[7] = {0, 39, 17, 0, 1, 5, 38};
+    /* (input, its bf16 by hand): the reference rounding itself checked */
+    const uint32_t sp[][2] = {
+        {0x7fa12345u, 0x7fe1u}, {0xffc00001u, 0xffc0u}, {0x7f800000u, 0x7f80u},
+        {0xff800000u, 0xff80u}, {0x80000000u, 0x8000u}, {0x3f808000u, 0x3f80u},
+        {0x3f818000u, 0x3f82u}, {0x7f7fffffu, 0x7f80u}, {0x00000001u, 0x0000u},
+        {0x00008000u, 0x0000u}, {0x00018000u, 0x0002u}, {0x807fffffu, 0x8080u},
+        {0x3f80ffffu, 0x3f81u}, {0x7f7f8000u, 0x7f80u}, {0xbf7f7fffu, 0xbf7fu}};
+    const int nsp = (int)(sizeof sp / sizeof sp[0]);
+    df_backend_kv init = kv_host(L, S, M, kvd, dt, seed), want = kv_host(L, S, M, kvd, dt, seed);
+    float *k = bo_rand(n * kvd, seed + 2, 3), *v = bo_rand(n * kvd, seed + 3, 3);
+    for (int i = 0; i < nsp; i++) {
+        k[i] = f_of(sp[i][0]), v[kvd + i] = f_of(sp[i][0]);
+        if (br_bf16_bits(k[i]) != sp[i][1])
+            fail_msg("br_bf16_bits(0x%08x) = 0x%04x, by hand 0x%04x", sp[i][0],
+                     br_bf16_bits(k[i]), sp[i][1]);
+    }
+    int64_t rounded_up = 0; /* rows where nearest-even is not truncation: the rounding shows */
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t e = 0; e < kvd; e++) {
+            const int64_t i = ((layer * S + slot[r]) * M + pos[r]) * kvd + e;
+            for (int t = 0; t < 2; t++) {
+                const float x = (t ? v : k)[r * kvd + e];
+                if (dt == DF_KV_F32) {
+                    ((float *)(t ? want.v : want.k))[i] = x;
+                } else {
+                    uint32_t u;
+                    memcpy(&u, &x, 4);
+                    const uint16_t h = br_bf16_bits(x);
+                    ((uint16_t *)(t ? want.v : want.k))[i] = h;
+                    rounded_up += !isnan(x) && h != (uint16_t)(u >> 16);
+                }
+            }
+        }
+    assert_true(dt == DF_KV_F32 || rounded_up > n * kvd / 4);
+    for (int bi = 0; bi < bo_n; bi++) {
+        const bo_backend *b = &bo_list[bi];
+        df_backend_kv d = kv_up(b, &init);
+        float *dk = bo_up(b, k, 4 * (size_t)(n * kvd)), *dv = bo_up(b, v, 4 * (size_t)(n * kvd));
+        int32_t *ds = bo_up(b, slot, sizeof slot), *dp = bo_up(b, pos, sizeof pos);
+        BO_OK(b->be.ops->kv_write(b->be.ctx, &d, layer, dk, dv, ds, dp, n));
+        kv_expect(b, dt == DF_KV_BF16 ? "kv_write bf16" : "kv_write f32", &d, &want);
+        kv_free(b, &d);
+        bo_free(b, dk), bo_free(b, dv), bo_free(b, ds), bo_free(b, dp);
+    }
+    kv_free(NULL, &init), kv_free(NULL, &want);
+    free(k), free(v);
+}
+
+/* kv_copy: positions [0, len) of slot src in every layer onto slot dst; nothing else moves. */
+static void kv_copy_case(df_kv_dtype dt, int64_t S, int64_t M, int64_t kvd, int64_t src,
+                         int64_t dst, int64_t len, uint64_t seed)
+{
+    const int64_t L = 3;
+    const size_t es = dt == DF_KV_BF16 ? 2 : 4;
+    df_backend_kv init = kv_host(L, S, M, kvd, dt, seed), want = kv_host(L, S, M, kvd, dt, seed);
+    for (int64_t l = 0; l < L; l++)
+        for (int t = 0; t < 2; t++) {
+            char *w = t ? want.v : want.k;
+            memcpy(w + (size_t)((l * S + dst) * M * kvd) * es,
+                   w + (size_t)((l * S + src) * M * kvd) * es, (size_t)(len * kvd) * es);
+        }
+    for (int bi = 0; bi < bo_n; bi++) {
+        const bo_backend *b = &bo_list[bi];
+        df_backend_kv d = kv_up(b, &init);
+        BO_OK(b->be.ops->kv_copy(b->be.ctx, &d, src, dst, len));
+        kv_expect(b, dt == DF_KV_BF16 ? "kv_copy bf16" : "kv_copy f32", &d, &want);
+        kv_free(b, &d);
+    }
+    kv_free(NULL, &init), kv_free(NULL, &want);
+}
+
+/*
+ * kv_attention over layer 1 of a random cache (2 layers, 4 slots of M positions) for n rows
+ * (slot[r], pos[r]) against br_kv_attn_row's float64 result and bound, outputs poisoned with NaN
+ * first; then each row alone (n = 1, the same scratch) must give the batch's bits: a row's
+ * result depends on no other row (backend.h).
+ */
+static void kv_attn_case(df_kv_dtype dt, int64_t nh, int64_t nkv, int64_t hd, int64_t window,
+                         int64_t M, const int32_t *slot, const int32_t *pos, int64_t n,
+                         uint64_t seed)
+{
+    const int64_t S = 4, kvd = nkv * hd, layer = 1, qd = nh * hd;
+    df_backend_kv c = kv_host(2, S, M, kvd, dt, seed);
+    float *q = bo_rand(n * qd, seed + 5, 1), *Kr = xmalloc(4 * (size_t)(M * kvd));
+    float *Vr = xmalloc(4 * (size_t)(M * kvd));
+    double *ref = br_dvec(n * qd), *bd = br_dvec(n * qd);
+    for (int64_t r = 0; r < n; r++) {
+        const int64_t j0 = window > 0 && pos[r] + 1 > window ? pos[r] + 1 - window : 0;
+        const int64_t Lr = pos[r] + 1 - j0;
+        for (int64_t j = 0; j < Lr; j++)
+            for (int64_t e = 0; e < kvd; e++) {
+                const int64_t i = ((layer * S + slot[r]) * M + j0 + j) * kvd + e;
+                Kr[j * kvd + e] = kv_val(&c, c.k, i), Vr[j * kvd + e] = kv_val(&c, c.v, i);
+            }
+        br_kv_attn_row(q + r * qd, Kr, Vr, kvd, Lr, nh, nkv, hd, ref + r * qd, bd + r * qd);
+    }
+    char op[48];
+    snprintf(op, sizeof op, "kv_attention %s%s", dt == DF_KV_BF16 ? "bf16" : "f32",
+             window ? " window" : "");
+    for (int bi = 0; bi < bo_n; bi++) {
+        const bo_backend *b = &bo_list[bi];
+        void *cx = b->be.ctx;
+        df_backend_kv d = kv_up(b, &c);
+        const int64_t nsc = b->be.ops->kv_scratch_floats(cx, nh, M);
+        float *sc = bo_nan(b, nsc > 0 ? nsc : 1), *dq = bo_up(b, q, 4 * (size_t)(n * qd));
+        float *dO = bo_nan(b, n * qd), *dO1 = bo_nan(b, qd);
+        int32_t *ds = bo_up(b, slot, 4 * (size_t)n), *dp = bo_up(b, pos, 4 * (size_t)n);
+        BO_OK(b->be.ops->kv_attention(cx, dO, dq, &d, layer, ds, dp, n, nh, nkv, hd, window, sc));
+        float *got = bo_down(b, dO, 4 * (size_t)(n * qd));
+        bo_check(b->name, op, got, ref, bd, n * qd);
+        for (int64_t r = 0; r < n; r++) {
+            BO_OK(b->be.ops->kv_attention(cx, dO1, dq + r * qd, &d, layer, ds + r, dp + r, 1, nh,
+                                          nkv, hd, window, sc));
+            float *one = bo_down(b, dO1, 4 * (size_t)qd);
+            if (memcmp(one, got + r * qd, 4 * (size_t)qd))
+                fail_msg("%s %s: row %lld (slot %d, pos %d) alone differs from the batch", b->name,
+                         op, (long long)r, slot[r], pos[r]);
+            free(one);
+        }
+        bo_note(b->name, "kv_attention row alone", 0, n * qd);
+        free(got);
+        kv_free(b, &d);
+        bo_free(b, sc), bo_free(b, dq), bo_free(b, dO), bo_free(b, dO1), bo_free(b, ds);
+        bo_free(b, dp);
+    }
+    kv_free(NULL, &c);
+    free(q), free(Kr), free(Vr), free(ref), free(bd);
+}
+
+static void test_kv(void **state)
+{
+    (void)state;
+    for (int i = 0; i < bo_n; i++)
+        if (!bo_list[i].be.ops->kv_write || !bo_list[i].be.ops->kv_copy ||
+            !bo_list[i].be.ops->kv_scratch_floats || !bo_list[i].be.ops->kv_attention)
+            fail_msg("%s: a kv_* entry is NULL", bo_list[i].name);
+    kv_write_case(DF_KV_F32, 400);
+    kv_write_case(DF_KV_BF16, 410);
+    /* word sizes of a device copy: 16-byte rows, 4-byte, 2-byte; the whole slot; nothing */
+    kv_copy_case(DF_KV_F32, 4, 40, 64, 3, 0, 23, 420);
+    kv_copy_case(DF_KV_F32, 4, 37, 25, 0, 2, 10, 421);
+    kv_copy_case(DF_KV_BF16, 3, 37, 25, 1, 2, 37, 422);
+    kv_copy_case(DF_KV_BF16, 3, 37, 64, 2, 1, 0, 423);
+    /* 48 rows (enough rows x heads that a GPU runs them unsplit; alone, each is split), pos 0,
+     * lengths on and off the 32-position chunks and 256-position segments, up to 1100 */
+    int32_t s1[48], p1[48];
+    const int32_t pl[12] = {0, 1099, 300, 255, 256, 17, 513, 31, 32, 1, 767, 1024};
+    for (int r = 0; r < 48; r++)
+        s1[r] = (int32_t)(r * 3 % 4), p1[r] = pl[r % 12] - (int32_t)(r / 12) * (pl[r % 12] > 40);
+    kv_attn_case(DF_KV_F32, 8, 2, 64, 0, 1100, s1, p1, 48, 430);     /* GQA 4 */
+    kv_attn_case(DF_KV_BF16, 8, 2, 64, 0, 1100, s1, p1, 48, 440);
+    kv_attn_case(DF_KV_BF16, 8, 2, 64, 1, 1100, s1, p1, 12, 445);    /* a window of itself */
+    const int32_t s2[5] = {3, 3, 0, 1, 2}, p2[5] = {0, 612, 99, 100, 450}; /* slot 3 twice */
+    kv_attn_case(DF_KV_F32, 4, 4, 128, 100, 640, s2, p2, 5, 450);    /* MHA, qwen3's hd */
+    kv_attn_case(DF_KV_BF16, 4, 2, 128, 300, 640, s2, p2, 5, 460);   /* a window past a segment */
+    kv_attn_case(DF_KV_F32, 4, 2, 128, 0, 640, s2, p2, 5, 465);
+    const int32_t s3[2] = {0, 2}, p3[2] = {599, 3};
+    kv_attn_case(DF_KV_BF16, 2, 1, 256, 0, 600, s3, p3, 2, 470);     /* hd 256 */
+}
+
 /* ---- LM head -------------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -999,6 +1246,7 @@ int main(void)
         cmocka_unit_test(test_rows),      cmocka_unit_test(test_embedding), cmocka_unit_test(test_embedding_w16),
         cmocka_unit_test(test_rmsnorm),   cmocka_unit_test(test_rope),
         cmocka_unit_test(test_swiglu),    cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_kv),
         cmocka_unit_test(test_lmhead),   cmocka_unit_test(test_lmhead_w16),
     };
     return cmocka_run_group_tests(tests, NULL, print_summary);

@@ -153,6 +153,31 @@ static int cu_scatter_add_rows(void *ctx, float *dst, const float *src, const in
     return df_cuda_scatter_add_rows(ctx, dst, src, rows, n, H);
 }
 
+static int cu_kv_write(void *ctx, const df_backend_kv *kv, int64_t layer, const float *k,
+                       const float *v, const int32_t *slot, const int32_t *pos, int64_t n)
+{
+    return df_cuda_kv_slots_write(ctx, kv, layer, k, v, slot, pos, n);
+}
+
+static int cu_kv_copy(void *ctx, const df_backend_kv *kv, int64_t src, int64_t dst, int64_t len)
+{
+    return df_cuda_kv_slots_copy(ctx, kv, src, dst, len);
+}
+
+static int64_t cu_kv_scratch_floats(void *ctx, int64_t nh, int64_t max_len)
+{
+    (void)ctx;
+    return df_cuda_kv_slots_scratch_floats(nh, max_len);
+}
+
+static int cu_kv_attention(void *ctx, float *out, const float *q, const df_backend_kv *kv,
+                           int64_t layer, const int32_t *slot, const int32_t *pos, int64_t n,
+                           int64_t nh, int64_t nkv, int64_t hd, int64_t window, float *scratch)
+{
+    return df_cuda_kv_slots_attention(ctx, out, q, kv, layer, slot, pos, n, nh, nkv, hd, window,
+                                      scratch);
+}
+
 static const df_backend_ops cuda_ops = {
     .name = "cuda",
     .host_memory = false,
@@ -177,8 +202,10 @@ static const df_backend_ops cuda_ops = {
     .rope_apply = cu_rope_apply,
     .attention_fwd = cu_attention_fwd,
     .attention_bwd = cu_attention_bwd,
-    /* kv_write, kv_copy, kv_scratch_floats, kv_attention: NULL, so the rollout refuses this
-     * backend (the paged df_cuda_kv_write / df_cuda_kv_attention are not wired to them yet) */
+    .kv_write = cu_kv_write,
+    .kv_copy = cu_kv_copy,
+    .kv_scratch_floats = cu_kv_scratch_floats,
+    .kv_attention = cu_kv_attention,
     .swiglu_fwd = cu_swiglu_fwd,
     .swiglu_bwd = cu_swiglu_bwd,
     .lmhead_scratch_floats = cu_lmhead_scratch_floats,

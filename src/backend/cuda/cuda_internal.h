@@ -43,4 +43,13 @@ static inline unsigned df_cuda_blocks(int64_t n, int threads)
     return (unsigned)(b < 1 ? 1 : b > 65535 * 8 ? 65535 * 8 : b);
 }
 
+/* float32 -> bfloat16 bits, the CPU's exactly (df_bf16_from_f32): nearest even, and a NaN keeps
+ * its sign and top payload, made quiet (__float2bfloat16_rn would give the canonical 0x7fff). */
+__device__ __forceinline__ uint16_t df_cuda_bf16_rne(float x)
+{
+    const uint32_t u = __float_as_uint(x);
+    return (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 0x40u)
+                                            : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
 #endif /* DF_BACKEND_CUDA_INTERNAL_H */

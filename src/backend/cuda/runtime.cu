@@ -209,13 +209,8 @@ int df_cuda_fill(df_cuda *c, float *d, int64_t n, float value)
 __global__ static void to_bf16_kernel(uint16_t *dst, const float *src, int64_t n)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        /* the CPU's bits exactly (df_bf16_from_f32): nearest even, and a NaN keeps its sign and
-         * top payload, made quiet (__float2bfloat16_rn would give the canonical 0x7fff) */
-        uint32_t u = __float_as_uint(src[i]);
-        dst[i] = (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 0x40u)
-                                                  : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-    }
+         i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] = df_cuda_bf16_rne(src[i]); /* the CPU's bits, NaNs too */
 }
 
 __global__ static void from_bf16_kernel(float *dst, const uint16_t *src, int64_t n)
