@@ -89,7 +89,7 @@ void df_worker_critic_loss(const df_train_config *t, df_critic_loss *l)
 /* compute_bf16: the role's param_dtype, a notice from rank 0 where the machine has no bf16 kernels. */
 static bool compute_bf16(const df_dag_worker *w, const char *key, const char *dtype)
 {
-    return df_role_compute_bf16(key, dtype, w->rank == 0);
+    return df_role_compute_bf16(key, dtype, w->global.cfg.trainer.device, w->rank == 0);
 }
 
 /* The micro-batch limits of a forward-only log-prob pass: by token budget, or rows (default: the update's). */

@@ -89,7 +89,8 @@ static int load_reward_model(df_dag_worker *w, bool retemplate)
         .max_token_len = dyn ? k->forward_max_token_len_per_gpu : 0,
         /* verl's reward model is bf16; where this machine has no bf16 kernels: a notice, float32 */
         .bf16 = df_role_compute_bf16(RM "model.fsdp_config.mixed_precision.param_dtype",
-                                     k->model.fsdp_config.mixed_precision.param_dtype, w->rank == 0)};
+                                     k->model.fsdp_config.mixed_precision.param_dtype,
+                                     w->global.cfg.trainer.device, w->rank == 0)};
     char *dir = df_expand_user(k->model.path);
     if (!dir)
         return df_error(DF_ENOMEM, "out of memory");

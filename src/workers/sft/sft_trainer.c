@@ -251,7 +251,8 @@ static void actor_params(const sft_run *s, df_actor_params *p)
     p->temperature = 1.0f;
     p->gradient_checkpointing = s->t.model.enable_gradient_checkpointing;
     p->bf16 = df_role_compute_bf16("model.fsdp_config.mixed_precision.param_dtype",
-                                   s->t.model.fsdp_config.mixed_precision.param_dtype, true);
+                                   s->t.model.fsdp_config.mixed_precision.param_dtype,
+                                   s->t.trainer.device, true);
 }
 
 /* Token-mean NLL of the validation responses (verl's val/loss). */
