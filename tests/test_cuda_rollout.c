@@ -1,0 +1,125 @@
+/*
+ * The rollout engine on the CUDA backend (weights, KV cache, activations and the LM head's
+ * logits on the GPU; sampling on the host: docs/cuda.md), against float32 training on the CPU.
+ *
+ * A GPU's sums are not the CPU's, so its sampled tokens need not be the CPU rollout's; what
+ * must hold is that every log-prob the GPU rollout recorded is the log-prob of the token it
+ * drew: the CPU's float32 training forward, teacher-forced on the GPU's own responses,
+ * gives each within twice the float32 bound of one such computation (tests/testbounds.h
+ * tb_teacher_forced, as test_rollout_dtype's float32 x float32 pair). A wrong KV row, slot,
+ * position or window, a stale weight or a mis-gathered output row moves log-probs far
+ * outside it. Also: the same request twice gives the same bits (free_cache_engine releasing
+ * and re-making the device's cache in between), and a new weight version reaches the GPU.
+ *
+ * Written on a machine without a GPU: it compiles there and prints a SKIP line (exit 77).
+ */
+#include "cuda_testutil.h"
+
+#include "distflow/model.h"
+#include "distflow/rollout.h"
+#include "testbounds.h"
+#include "testutil.h"
+
+static df_model *gqa_model(void)
+{
+    df_model_config c;
+    df_model_config_defaults(&c);
+    c.vocab_size = 211;
+    c.hidden_size = 256;
+    c.intermediate_size = 384;
+    c.num_hidden_layers = 3;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.head_dim = 64;
+    c.max_position_embeddings = 256;
+    c.initializer_range = 0.1;
+    c.tie_word_embeddings = false;
+    c.attention_bias = true;
+    c.n_eos = 0;
+    return df_test_biased_model(&c, 99);
+}
+
+/* Prompts of lengths 3, 9, 1, 20, 6 (20 > the 16-row budget: chunked prefill). */
+#define NP 5
+static const int64_t POFF[NP + 1] = {0, 3, 12, 13, 33, 39};
+static int32_t PTOK[39];
+
+static df_rollout_request request(void)
+{
+    for (int i = 0; i < 39; i++)
+        PTOK[i] = (int32_t)((i * 41 + 7) % 211);
+    return (df_rollout_request){NP, POFF, PTOK, 3, 5, NULL, NULL};
+}
+
+static df_rollout_result generate(df_rollout_engine *e, const df_model *m)
+{
+    df_rollout_request q = request();
+    df_sampling_params sp;
+    df_sampling_params_defaults(&sp);
+    sp.max_new_tokens = 24;
+    sp.top_k = 40;
+    df_rollout_result r;
+    DFCT_OK(df_rollout_generate(e, m, &q, &sp, &r, NULL, NULL));
+    return r;
+}
+
+/* Every recorded log-prob against the CPU's teacher-forced float32 one, within twice its bound. */
+static void check_logprobs(const df_model *m, const df_rollout_result *r)
+{
+    df_rollout_request q = request();
+    const int64_t n = r->offsets[r->n_seqs];
+    df_acts *a = NULL;
+    df_backend cpu = df_backend_cpu();
+    DFCT_OK(df_acts_create_ex(&cpu, &m->cfg, 64, 64, 0, &a));
+    DFCT_OK(df_acts_load_weights(a, m));
+    float *lp = malloc((size_t)n * sizeof *lp);
+    double *err = malloc((size_t)n * sizeof *err), worst = 0;
+    for (int64_t s = 0; s < r->n_seqs; s++) {
+        int64_t i = s / q.n_samples, P = q.prompt_offsets[i + 1] - q.prompt_offsets[i];
+        int64_t R = r->offsets[s + 1] - r->offsets[s];
+        tb_teacher_forced(m, a, q.prompt_tokens + q.prompt_offsets[i], P,
+                          r->tokens + r->offsets[s], R, 1.0f, tb_logp_eps(&m->cfg, 64),
+                          lp + r->offsets[s], err + r->offsets[s]);
+    }
+    for (int64_t t = 0; t < n; t++)
+        worst = fmax(worst, fabs((double)r->log_probs[t] - lp[t]) / (2 * err[t]));
+    print_message("%lld tokens: worst |GPU rollout - CPU training| / bound %.3f\n", (long long)n,
+                  worst);
+    assert_true(worst <= 1.0);
+    free(lp), free(err);
+    df_acts_free(a);
+}
+
+static void test_rollout_on_the_gpu(void **state)
+{
+    (void)state;
+    df_model *m = gqa_model();
+    df_backend be = df_backend_cuda(dfct_cu);
+    df_rollout_options o = {4, 64, 16, DF_ROLLOUT_F32, &be, true, false};
+    df_rollout_engine *e = NULL;
+    DFCT_OK(df_rollout_engine_create_ex(&m->cfg, &o, &e));
+    df_rollout_result a = generate(e, m);
+    assert_int_equal(df_rollout_engine_kv_resident(e), 0); /* free_cache_engine: released */
+    check_logprobs(m, &a);
+    df_rollout_result b = generate(e, m); /* the cache made again: the same bits */
+    assert_memory_equal(a.offsets, b.offsets, (size_t)(a.n_seqs + 1) * 8);
+    assert_memory_equal(a.tokens, b.tokens, (size_t)a.offsets[a.n_seqs] * 4);
+    assert_memory_equal(a.log_probs, b.log_probs, (size_t)a.offsets[a.n_seqs] * 4);
+    /* a new weight version: uploaded at the next call, and the log-probs are its */
+    for (int64_t i = 0; i < m->n_params; i += 5)
+        m->params[i] *= 1.25f;
+    df_model_weights_changed(m);
+    df_rollout_result c = generate(e, m);
+    check_logprobs(m, &c);
+    df_rollout_result_free(&a), df_rollout_result_free(&b), df_rollout_result_free(&c);
+    df_rollout_engine_free(e);
+    df_model_free(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rollout_on_the_gpu),
+    };
+    return dfct_main("test_cuda_rollout", tests, sizeof tests / sizeof tests[0]);
+}
