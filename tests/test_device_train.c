@@ -3,8 +3,9 @@
  * in-process with trainer.device=cuda, where this test registers the emulated device of
  * tests/emu_backend.h under the name "cuda" (the CPU's operators over memory the host cannot
  * touch between calls; the real CUDA backend is not linked into the tests). Two GRPO steps
- * with a KL loss and a reference: the rollout, old / reference log-probs and the actor's
- * updates all run there, and every metric but the timings is the CPU run's, to the digit
+ * with a KL loss and a reference, and two PPO steps with a critic: the rollout, old /
+ * reference log-probs, values and the actor's and critic's updates all run there, and every
+ * metric but the timings is the CPU run's, to the digit
  * metrics.jsonl prints (the same operators on the same inputs give the same bits; the rollout
  * samples with top-k, whose logits path both backends take). A run with the rollout left on
  * the host would not read the device's weights and still pass, so the emulated device's
@@ -23,6 +24,8 @@
 #include "distflow/comm.h"
 #include "distflow/reward.h"
 
+#include <math.h>
+
 static df_comm *world;
 static char dir[256];
 static emu_dev dev;
@@ -35,9 +38,13 @@ static int open_emu(df_backend *out)
 
 /* bf16_asked: the device run leaves verl's bf16 defaults (param_dtype, rollout.dtype), which a
  * device without bf16 matmuls turns into float32 with a notice: the CPU's float32 run. */
-static void train(const char *device, const char *out, bool bf16_asked)
+static void train(const char *device, const char *out, bool bf16_asked, bool ppo)
 {
-    char yaml[2048];
+    char yaml[2048], critic[512] = "";
+    if (ppo)
+        snprintf(critic, sizeof critic,
+                 "critic: {model: {path: %s/model}, optim: {lr: 0.005}, ppo_mini_batch_size: 2,\n"
+                 "         ppo_micro_batch_size_per_gpu: 4}\n", dir);
     snprintf(yaml, sizeof yaml,
              "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 4,\n"
              "       shuffle: false, max_prompt_length: 128, max_response_length: 8}\n"
@@ -47,14 +54,16 @@ static void train(const char *device, const char *out, bool bf16_asked)
              "          use_kl_loss: true, kl_loss_coef: 0.1, entropy_coeff: 0.01}\n"
              "  rollout: {n: 4, top_k: 20, log_prob_micro_batch_size_per_gpu: 8}\n"
              "  ref: {log_prob_micro_batch_size_per_gpu: 8}\n"
-             "algorithm: {adv_estimator: grpo}\n"
+             "%s"
+             "algorithm: {adv_estimator: %s}\n"
              "trainer: {total_training_steps: 2, save_freq: -1, test_freq: -1, logger: [],\n"
              "          device: %s, default_local_dir: %s/%s}\n",
-             dir, dir, device, dir, out);
+             dir, dir, critic, ppo ? "gae" : "grpo", device, dir, out);
     const char *const bf16[] = {"actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16",
                                 "actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype=bf16",
-                                "actor_rollout_ref.rollout.dtype=bfloat16"};
-    df_config *cfg = df_test_config(yaml, "device_train.yaml", bf16, bf16_asked ? 3 : 0);
+                                "actor_rollout_ref.rollout.dtype=bfloat16",
+                                "critic.model.fsdp_config.mixed_precision.param_dtype=bf16"};
+    df_config *cfg = df_test_config(yaml, "device_train.yaml", bf16, bf16_asked ? 3 + ppo : 0);
     df_test_run_ok(df_test_run(world, cfg), out);
 }
 
@@ -64,16 +73,12 @@ static bool is_timing(const char *key)
            !strncmp(key, "perf/", 5);
 }
 
-static void test_grpo_on_the_device_is_the_cpus(void **state)
+/* Every metric but the clocks of runs a (CPU) and b (the device) within rel (0: equal) at the
+ * first `steps` steps, and present at both; the count compared. */
+static int same_metrics(const char *a_out, const char *b_out, const char *must_move, double rel,
+                        size_t steps)
 {
-    (void)state;
-    train("cpu", "cpu", false);
-    const int64_t calls0 = dev.calls;
-    train("cuda", "dev", true);
-    print_message("device: %lld calls, %lld uploads (%lld bytes), %lld downloads (%lld bytes)\n",
-                  (long long)(dev.calls - calls0), (long long)dev.uploads, (long long)dev.up_bytes,
-                  (long long)dev.downloads, (long long)dev.down_bytes);
-    json_t *a = df_test_metrics(dir, "cpu", true), *b = df_test_metrics(dir, "dev", true);
+    json_t *a = df_test_metrics(dir, a_out, true), *b = df_test_metrics(dir, b_out, true);
     assert_int_equal(json_array_size(a), 2);
     assert_int_equal(json_array_size(b), 2);
     int compared = 0;
@@ -84,20 +89,58 @@ static void test_grpo_on_the_device_is_the_cpus(void **state)
             if (is_timing(key) || !json_is_number(v))
                 continue;
             json_t *w = json_object_get(lb, key);
-            if (!json_is_number(w) || json_number_value(w) != json_number_value(v))
-                fail_msg("step %zu %s: cpu %.10g, device %.10g", i + 1, key, json_number_value(v),
-                         json_number_value(w));
+            const double x = json_number_value(v), y = json_number_value(w);
+            if (!json_is_number(w) || (i < steps && !(fabs(x - y) <= rel * (fabs(x) + (rel > 0 ? 0.01 : 0)))))
+                fail_msg("%s step %zu %s: cpu %.10g, device %.10g", b_out, i + 1, key,
+                         json_number_value(v), json_number_value(w));
             compared++;
         }
-        assert_true(json_number_value(json_object_get(la, "actor/grad_norm")) > 0);
+        assert_true(json_number_value(json_object_get(la, must_move)) > 0);
     }
+    json_decref(a);
+    json_decref(b);
+    return compared;
+}
+
+static void test_grpo_on_the_device_is_the_cpus(void **state)
+{
+    (void)state;
+    train("cpu", "cpu", false, false);
+    const int64_t calls0 = dev.calls, kv0 = dev.kv_attentions;
+    train("cuda", "dev", true, false);
+    print_message("device: %lld calls, %lld uploads (%lld bytes), %lld downloads (%lld bytes)\n",
+                  (long long)(dev.calls - calls0), (long long)dev.uploads, (long long)dev.up_bytes,
+                  (long long)dev.downloads, (long long)dev.down_bytes);
+    const int compared = same_metrics("cpu", "dev", "actor/grad_norm", 0, 2);
     print_message("%d metrics equal\n", compared);
     assert_true(compared > 40);
     /* the rollout ran there: its attention over the KV cache, per layer of every forward */
-    assert_true(dev.kv_attentions >= 2 * 8);
+    assert_true(dev.kv_attentions - kv0 >= 2 * 8);
     assert_int_equal(emu_buffers(&dev), 0);
-    json_decref(a);
-    json_decref(b);
+}
+
+/*
+ * PPO: the critic's values and updates on the device too. One path differs from the CPU's by
+ * design: on a device the value head's H-term dot products are a float32 GEMM, the CPU sums them
+ * in double (docs/backend.md), so values move by up to gamma_H sum_i |w_i h_i| (H = 32 here:
+ * 1.9e-6 of that sum) and everything downstream with them: GAE's sums over at most 8 tokens
+ * (twice each value), the advantages' whitening and the losses' means. Step 1 must agree within
+ * 1e-4 relative, 50x gamma_H, for those sums and the conditioning of values near zero, plus
+ * 1e-6 absolute (1e-4 of 0.01) for means that cancel to rounding (the whitened advantages' mean
+ * is 0 up to ~1e-9, the scores and values are O(0.01..1)); step 2
+ * is not compared, as after one Adam step a gradient that is zero up to rounding moves its
+ * weight by +-lr either way (tests/test_kl_reward.c). A swapped column or a flipped sign moves
+ * step 1 by far more.
+ */
+static void test_ppo_on_the_device_is_the_cpus(void **state)
+{
+    (void)state;
+    train("cpu", "ppo_cpu", false, true);
+    train("cuda", "ppo_dev", true, true);
+    const int compared = same_metrics("ppo_cpu", "ppo_dev", "critic/grad_norm", 1e-4, 1);
+    print_message("%d metrics equal\n", compared);
+    assert_true(compared > 50);
+    assert_int_equal(emu_buffers(&dev), 0);
 }
 
 static int setup(void **state)
@@ -119,6 +162,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_grpo_on_the_device_is_the_cpus),
+        cmocka_unit_test(test_ppo_on_the_device_is_the_cpus),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
