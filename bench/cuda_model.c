@@ -7,8 +7,8 @@
  *   update    forward + backward + global-norm clip + AdamW, weights, gradients and moments
  *             on the GPU (one actor micro-batch and optimizer step)
  *   prefill   the rollout engine on the GPU (df_rollout_generate with the CUDA backend: weights,
- *             KV cache and logits there, sampling on the host): B prompts of P tokens, one
- *             new token each
+ *             KV cache, logits and sampling there; tokens and log-probs downloaded): B prompts
+ *             of P tokens, one new token each
  *   decode    the same with N more tokens per prompt (ignore_eos): the extra time over the
  *             prefill run, per generated token, and the weight bytes read per decode step
  *             per second (a float32 decode step reads every weight once: compare with the
@@ -264,7 +264,7 @@ int main(int argc, char **argv)
     const double s_pf = time_generate(r.m, &be, B, P, 1, N + 1);
     const double s_gen = time_generate(r.m, &be, B, P, N + 1, N + 1);
     printf("rollout: %lld prompts x %lld tokens, %lld new tokens each, top-k 50, float32; "
-           "logits downloaded, sampled on the host\n", (long long)B, (long long)P, (long long)N);
+           "sampled on the GPU (df_cuda_sample)\n", (long long)B, (long long)P, (long long)N);
     printf("prefill_ms: %.3f\nprefill_tokens_per_s: %.0f\n", s_pf * 1e3, B * P / s_pf);
     const double s_dec = s_gen - s_pf;
     printf("decode_ms_per_step: %.3f\ndecode_tokens_per_s: %.0f\ndecode_weight_read_gb_per_s: "

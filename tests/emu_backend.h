@@ -11,12 +11,20 @@
  *     operator (emu_need), as a CUDA kernel would fault on it;
  *   - everything crossing the seam goes through upload / download / copy, which it counts.
  * The mixed-precision entries (gemm_w16, embedding_fwd_w16, lmhead_*_w16) are NULL: they take
- * host bf16 copies on the CPU. Not thread-safe; one emu_dev per test.
+ * host bf16 copies on the CPU. `sample`, which the CPU backend has not (its rollout samples
+ * from host logits), is the CPU's logits GEMM and df_sample_token_u row by row, so a rollout
+ * sampling on the device draws the host path's tokens. Not thread-safe; one emu_dev per test.
  */
 #ifndef DF_TESTS_EMU_BACKEND_H
 #define DF_TESTS_EMU_BACKEND_H
 
 #include "distflow/backend.h"
+#include "engine/sampling.h"
+#include "model/ops.h"
+#include "distflow/model.h"
+#include "tolerance.h"
+
+#include <math.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +43,7 @@ typedef struct emu_dev {
     int n;
     int64_t uploads, downloads, copies, calls; /* counts of calls */
     int64_t kv_attentions;                     /* kv_attention calls: a rollout ran here */
+    int64_t samples;                           /* sample calls */
     int64_t up_bytes, down_bytes;
 } emu_dev;
 
@@ -268,6 +277,59 @@ static int emu_lmhead_bwd(void *ctx, float *dh, float *dW, const float *dlogp,
              dW, dlogp, dentropy, h, W, target, lse, entropy, n, V, H, temperature, scratch);
 }
 
+static int64_t emu_sample_scratch_floats(void *ctx, int64_t n, int64_t V, int64_t H)
+{
+    (void)ctx, (void)H;
+    return n * V + df_sample_work_bytes(V) / 4 + 16;
+}
+
+/* The host path's logits (df_gemm_nt over the n rows) and sampler, on the device's memory. */
+static int emu_sample(void *ctx, int32_t *tok, float *logp, const float *h, const float *W,
+                      int64_t n, int64_t V, int64_t H, float temperature, int64_t top_k,
+                      float top_p, const double *u, float *scratch)
+{
+    emu_dev *d = ctx;
+    EMU_NEED(d, "sample", tok, logp, h, W, scratch);
+    d->samples++;
+    emu_enter(d);
+    df_sampling_params sp;
+    df_sampling_params_defaults(&sp);
+    sp.temperature = temperature, sp.top_k = (int)top_k, sp.top_p = top_p;
+    sp.greedy = temperature == 0.0f;
+    df_gemm_nt(n, V, H, 1.0f, h, W, 0.0f, scratch);
+    void *work = (void *)(((uintptr_t)(scratch + n * V) + 63) / 64 * 64);
+    for (int64_t i = 0; i < n; i++) {
+        float lp;
+        tok[i] = df_sample_token_u(scratch + i * V, V, &sp, sp.greedy ? 0.0 : u[i], work, &lp);
+        if (logp)
+            logp[i] = lp;
+    }
+    emu_leave(d);
+    return DF_OK;
+}
+
+/*
+ * How far a log-prob the emulated device's `sample` records may sit from the host path's for the
+ * same token: only the LM head's row blocking differs (the device samples the slots' gathered
+ * rows, the host its chunk's rows, and oneDNN may sum each H-term logit in another order): every logit z_v = h . W_v within
+ * gamma_H sum_i |h_i W_vi| <= gamma_H ||h|| ||W_v||, with ||h|| <= sqrt(H) max |g| after the
+ * final RMSNorm (gain g), and log p = z_t / T - lse(z / T) moving by at most twice the largest.
+ */
+static double emu_head_logp_bound(const df_model *m, float T)
+{
+    const int64_t H = m->cfg.hidden_size, V = m->cfg.vocab_size;
+    double g = 0, w = 0;
+    for (int64_t i = 0; i < H; i++)
+        g = fmax(g, fabs(m->w.final_norm[i]));
+    for (int64_t v = 0; v < V; v++) {
+        double s = 0;
+        for (int64_t i = 0; i < H; i++)
+            s += (double)m->w.lm_head[v * H + i] * m->w.lm_head[v * H + i];
+        w = fmax(w, sqrt(s));
+    }
+    return 2 * df_tol_gamma((double)H, DF_U32) * sqrt((double)H) * g * w / T;
+}
+
 /* A fresh emulated device (name "emu"); *d must outlive every use of the backend. */
 static df_backend emu_open(emu_dev *d)
 {
@@ -286,7 +348,8 @@ static df_backend emu_open(emu_dev *d)
         .kv_scratch_floats = emu_kv_scratch_floats, .kv_attention = emu_kv_attention,
         .swiglu_fwd = emu_swiglu_fwd, .swiglu_bwd = emu_swiglu_bwd,
         .lmhead_scratch_floats = emu_lmhead_scratch_floats, .lmhead_fwd = emu_lmhead_fwd,
-        .lmhead_bwd = emu_lmhead_bwd};
+        .lmhead_bwd = emu_lmhead_bwd, .sample_scratch_floats = emu_sample_scratch_floats,
+        .sample = emu_sample};
     return (df_backend){&d->ops, d};
 }
 

@@ -1,6 +1,6 @@
 /*
- * The rollout engine on the CUDA backend (weights, KV cache, activations and the LM head's
- * logits on the GPU; sampling on the host: docs/cuda.md), against float32 training on the CPU.
+ * The rollout engine on the CUDA backend (weights, KV cache, activations, the LM head and the
+ * sampler on the GPU: docs/cuda.md), against float32 training on the CPU.
  *
  * A GPU's sums are not the CPU's, so its sampled tokens need not be the CPU rollout's; what
  * must hold is that every log-prob the GPU rollout recorded is the log-prob of the token it

@@ -73,8 +73,21 @@ static bool is_timing(const char *key)
            !strncmp(key, "perf/", 5);
 }
 
+/* The metrics of the rollout's log-probs (training/rollout_probs_diff_..., rollout_corr/...): the
+ * device's sampled log-probs sit within emu_head_logp_bound of the host's (test_device_emu), so
+ * a mean of them or of their differences moves by at most that, a sequence's sum (at most
+ * max_response_length = 8 tokens) by 8x, its importance ratio exp(sum) and chi2's square of it
+ * by 16x relatively: 16 x the bound x (1 + |value|) covers each. */
+static double rollout_logp_bound;
+
+static bool from_rollout_logp(const char *key)
+{
+    return !strncmp(key, "training/rollout_probs_diff", 27) || !strncmp(key, "rollout_corr/", 13);
+}
+
 /* Every metric but the clocks of runs a (CPU) and b (the device) within rel (0: equal) at the
- * first `steps` steps, and present at both; the count compared. */
+ * first `steps` steps, and present at both (the rollout_probs_diff ones within
+ * rollout_logp_bound); the count compared. */
 static int same_metrics(const char *a_out, const char *b_out, const char *must_move, double rel,
                         size_t steps)
 {
@@ -90,7 +103,9 @@ static int same_metrics(const char *a_out, const char *b_out, const char *must_m
                 continue;
             json_t *w = json_object_get(lb, key);
             const double x = json_number_value(v), y = json_number_value(w);
-            if (!json_is_number(w) || (i < steps && !(fabs(x - y) <= rel * (fabs(x) + (rel > 0 ? 0.01 : 0)))))
+            const double tol = from_rollout_logp(key) ? 16 * rollout_logp_bound * (1 + fabs(x))
+                                                      : rel * (fabs(x) + (rel > 0 ? 0.01 : 0));
+            if (!json_is_number(w) || (i < steps && !(fabs(x - y) <= tol)))
                 fail_msg("%s step %zu %s: cpu %.10g, device %.10g", b_out, i + 1, key,
                          json_number_value(v), json_number_value(w));
             compared++;
@@ -149,7 +164,16 @@ static int setup(void **state)
     if (df_comm_world(&world) || df_reward_register("test/digits", df_test_digit_share) ||
         df_backend_register("cuda", open_emu))
         return -1;
-    return df_test_shared_inputs(world, "df_devtrain", 16, "test/digits", dir, sizeof dir);
+    if (df_test_shared_inputs(world, "df_devtrain", 16, "test/digits", dir, sizeof dir))
+        return -1;
+    char path[512];
+    df_model *m = NULL;
+    snprintf(path, sizeof path, "%s/model", dir);
+    if (df_model_load(path, &m))
+        return -1;
+    rollout_logp_bound = emu_head_logp_bound(m, 1.0f); /* rollout.temperature 1 */
+    df_model_free(m);
+    return 0;
 }
 
 static int teardown(void **state)

@@ -200,6 +200,23 @@ typedef struct df_backend_ops {
                       const float *entropy, int64_t n, int64_t V, int64_t H, float temperature,
                       float *scratch);
 
+    /* ---- sampling from the LM head (NULL where the backend has none: the rollout then
+     *      downloads each row's logits and samples on the host) ---- */
+    /** Floats of scratch `sample` needs for n rows of a [V, H] head. */
+    int64_t (*sample_scratch_floats)(void *ctx, int64_t n, int64_t V, int64_t H);
+    /**
+     * tok[i] drawn from the logits z = h[i] W^T (h [n, H], W [V, H]) with the sampler of
+     * src/engine/sampling.c (df_sample_token_u): temperature (0: greedy, lowest argmax), then
+     * top_k (<= 0: off), then top_p (1: off), the first kept token in id order whose running
+     * probability exceeds u[i]; logp[i] (NULL: skipped) = log_softmax(z / T)[tok] over the
+     * whole vocabulary (T = 1 when greedy). tok [n] int32 and logp [n] in backend memory; u [n]
+     * HOST memory, uniforms in [0, 1) (NULL when greedy). The CUDA twin may pick a neighbour
+     * where rounding puts u at a cumulative-probability boundary.
+     */
+    int (*sample)(void *ctx, int32_t *tok, float *logp, const float *h, const float *W, int64_t n,
+                  int64_t V, int64_t H, float temperature, int64_t top_k, float top_p,
+                  const double *u, float *scratch);
+
     /* ---- mixed precision's LM head (NULL where the backend has none: the head then runs
      *      in float32, as lmhead_fwd / _bwd) ---- */
     /**

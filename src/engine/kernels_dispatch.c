@@ -15,6 +15,10 @@ DF_KDISPATCH(int32_t, df_sample_token,
              (const float *logits, int64_t V, const df_sampling_params *sp, df_rng *rng,
               void *work, float *logp),
              (logits, V, sp, rng, work, logp))
+DF_KDISPATCH(int32_t, df_sample_token_u,
+             (const float *logits, int64_t V, const df_sampling_params *sp, double u, void *work,
+              float *logp),
+             (logits, V, sp, u, work, logp))
 DF_KDISPATCH_VOID(df_sample_probs,
                   (const float *logits, int64_t V, const df_sampling_params *sp, void *work,
                    double *probs),

@@ -16,6 +16,7 @@
 #define df_sampling_params_defaults DF_KSYM(df_sampling_params_defaults)
 #define df_sampling_params_validate DF_KSYM(df_sampling_params_validate)
 #define df_sample_token DF_KSYM(df_sample_token)
+#define df_sample_token_u DF_KSYM(df_sample_token_u)
 #define df_sample_probs DF_KSYM(df_sample_probs)
 #endif
 

@@ -85,6 +85,42 @@ static int check_options(const df_model_config *cfg, const df_rollout_options *o
     return DF_OK;
 }
 
+/* A device's buffers beyond the forward's: the sampler's (ops->sample), else the LM head's
+ * logits, downloaded per forward. */
+static int device_buffers(df_rollout_engine *e)
+{
+    const df_backend_ops *ops = e->be.ops;
+    void *ctx = e->be.ctx;
+    const int64_t S = e->max_num_seqs, V = e->cfg.vocab_size, H = e->cfg.hidden_size;
+    if (!ops->sample)
+        return ops->alloc(ctx, (size_t)(e->logit_rows * V) * sizeof(float), (void **)&e->d_logits);
+    e->h_u = malloc((size_t)S * sizeof(double));
+    e->h_tok = malloc((size_t)S * sizeof(int32_t));
+    e->h_logp = malloc((size_t)S * sizeof(float));
+    int rc = e->h_u && e->h_tok && e->h_logp ? DF_OK : df_error(DF_ENOMEM, "out of memory");
+    const int64_t sc = ops->sample_scratch_floats(ctx, S, V, H);
+    if (!rc)
+        rc = ops->alloc(ctx, (size_t)sc * sizeof(float), (void **)&e->d_sscratch);
+    if (!rc)
+        rc = ops->alloc(ctx, (size_t)(S * H) * sizeof(float), (void **)&e->d_h);
+    if (!rc)
+        rc = ops->alloc(ctx, (size_t)S * sizeof(int64_t), (void **)&e->d_rows);
+    if (!rc)
+        rc = ops->alloc(ctx, (size_t)S * sizeof(int32_t), (void **)&e->d_tok);
+    if (!rc)
+        rc = ops->alloc(ctx, (size_t)S * sizeof(float), (void **)&e->d_logp);
+    return rc;
+}
+
+static void device_buffers_free(df_rollout_engine *e)
+{
+    void *bufs[] = {e->d_logits, e->d_sscratch, e->d_h, e->d_rows, e->d_tok, e->d_logp};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i])
+            e->be.ops->release(e->be.ctx, bufs[i]);
+    free(e->h_u), free(e->h_tok), free(e->h_logp);
+}
+
 /* The backend and, in bf16, its matmul context and the weight copy. */
 static int engine_backend(df_rollout_engine *e, int64_t R)
 {
@@ -94,9 +130,8 @@ static int engine_backend(df_rollout_engine *e, int64_t R)
     if (!ops->kv_write || !ops->kv_copy || !ops->kv_attention || !ops->kv_scratch_floats)
         return df_error(DF_EUNSUPPORTED, "rollout engine: the %s backend has no KV-cache "
                         "operators", ops->name);
-    if (!ops->host_memory && e->opt.dtype == DF_ROLLOUT_F32) /* the LM head's logits there */
-        return ops->alloc(e->be.ctx, (size_t)(e->logit_rows * e->cfg.vocab_size) * sizeof(float),
-                          (void **)&e->d_logits);
+    if (!ops->host_memory && e->opt.dtype == DF_ROLLOUT_F32)
+        return device_buffers(e);
     if (e->opt.dtype != DF_ROLLOUT_BF16)
         return DF_OK;
     if (!df_backend_is_cpu(&e->be))
@@ -193,8 +228,7 @@ void df_rollout_engine_free(df_rollout_engine *e)
         df_kv_cache_release_on(&e->be, &e->kv);
         df_infer_scratch_release(&e->s);
         df_weights_dev_free(&e->wdev);
-        if (e->d_logits)
-            e->be.ops->release(e->be.ctx, e->d_logits);
+        device_buffers_free(e);
     }
     df_weights16_free(e->own16);
     df_packed16_free(e->p16);

@@ -57,6 +57,15 @@ struct df_rollout_engine {
     df_weights_dev wdev;      /* a device backend: the model's weights there (uploaded at each
                                  new version); unused on the host */
     float *d_logits;          /* a device backend: [logit_rows, vocab] there, then downloaded */
+    /* a device backend with a sampler (ops->sample): tokens drawn there; NULL otherwise */
+    float *d_sscratch;        /* sample_scratch_floats(max_num_seqs) */
+    float *d_h;               /* [max_num_seqs, H] the sampled rows gathered */
+    int64_t *d_rows;          /* [max_num_seqs] */
+    int32_t *d_tok;           /* [max_num_seqs] */
+    float *d_logp;            /* [max_num_seqs] */
+    double *h_u;              /* [max_num_seqs] host: one uniform per sampled slot */
+    int32_t *h_tok;           /* [max_num_seqs] host */
+    float *h_logp;            /* [max_num_seqs] host */
     float *logits;            /* [logit_rows, vocab] */
     slot_state *slots;        /* [max_num_seqs] */
     int32_t *out_tok;         /* [max_num_seqs, max_seq_len] tokens generated so far */
@@ -174,6 +183,12 @@ int df_rollout_sample_slots(gen_ctx *g, const int32_t *list, const int64_t *rows
 int df_rollout_sample_fused(gen_ctx *g, const int32_t *list, const int64_t *rows, int64_t n,
                             int64_t n_rows);
 int df_rollout_logits(df_rollout_engine *e, const df_model *m, int64_t r0, int64_t n);
+/* Draw the next token of the listed slots, rows[k] being slot list[k]'s row among the hidden rows
+ * [r0, r0 + nr) of the last forward (rows relative to r0); then retire or end the turn of those
+ * that stopped. On a device with a sampler the draw happens there; else the chunk's logits
+ * (df_rollout_logits) are sampled here (df_rollout_sample_slots). */
+int df_rollout_sample_rows(gen_ctx *g, int64_t r0, int64_t nr, const int32_t *list,
+                           const int64_t *rows, int64_t n);
 
 /* rollout_gen.c: move a finished slot's response into the result arena and free the slot. */
 int df_rollout_retire(gen_ctx *g, int64_t si, int8_t reason);

@@ -240,11 +240,9 @@ static int run_prefill(gen_ctx *g, int64_t n_rows, const admission *ad, int64_t 
     }
     for (int64_t r0 = 0; r0 < n_out && !rc; r0 += e->logit_rows) {
         int64_t nr = n_out - r0 < e->logit_rows ? n_out - r0 : e->logit_rows, n = 0;
-        rc = df_rollout_logits(e, g->m, r0, nr);
         for (int64_t r = r0; r < r0 + nr; r++)
             out_row_slots(g, ad, aslots, r, r - r0, sl, rows, &n);
-        if (!rc)
-            rc = df_rollout_sample_slots(g, sl, rows, n);
+        rc = df_rollout_sample_rows(g, r0, nr, sl, rows, n);
     }
     return rc;
 }
@@ -379,11 +377,9 @@ static int decode_step(gen_ctx *g, int32_t *list, int64_t *rows)
     }
     for (int64_t r0 = 0; !rc && !g->fused && r0 < n; r0 += e->logit_rows) {
         int64_t nr = n - r0 < e->logit_rows ? n - r0 : e->logit_rows;
-        rc = df_rollout_logits(e, g->m, r0, nr);
         for (int64_t k = 0; k < nr; k++)
             rows[k] = k;
-        if (!rc)
-            rc = df_rollout_sample_slots(g, list + r0, rows, nr);
+        rc = df_rollout_sample_rows(g, r0, nr, list + r0, rows, nr);
     }
     if (!rc && g->progress)
         g->progress(g->user, g->done, g->n_seqs, g->tokens);

@@ -158,3 +158,50 @@ int df_rollout_logits(df_rollout_engine *e, const df_model *m, int64_t r0, int64
         rc = be->ops->download(be->ctx, e->logits, e->d_logits, (size_t)(n * V) * sizeof(float));
     return rc ? df_error_wrap(rc, "rollout: the LM head on the %s backend", be->ops->name) : DF_OK;
 }
+
+/* On a device with a sampler: the listed slots' hidden rows (rows[k] of the chunk at r0; gathered
+ * when they are not the chunk's rows in order) drawn from there with one uniform of each
+ * slot's stream; only the tokens and log-probs come back. */
+static int sample_on_device(gen_ctx *g, int64_t r0, const int32_t *list, const int64_t *rows,
+                            int64_t n)
+{
+    df_rollout_engine *e = g->e;
+    const df_backend *be = &e->be;
+    const int64_t V = e->cfg.vocab_size, H = e->cfg.hidden_size;
+    const bool greedy = g->sp->greedy || g->sp->temperature == 0.0f;
+    bool in_order = true;
+    for (int64_t k = 0; k < n; k++) {
+        in_order &= rows[k] == k;
+        e->h_u[k] = greedy ? 0.0 : df_rng_uniform(&e->slots[list[k]].rng);
+    }
+    const float *h = e->s.xn + r0 * H;
+    int rc = DF_OK;
+    if (!in_order) {
+        rc = be->ops->upload(be->ctx, e->d_rows, rows, (size_t)n * sizeof(int64_t));
+        if (!rc)
+            rc = be->ops->gather_rows(be->ctx, e->d_h, h, e->d_rows, n, H);
+        h = e->d_h;
+    }
+    if (!rc)
+        rc = be->ops->sample(be->ctx, e->d_tok, e->d_logp, h, e->wdev.view.lm_head, n, V, H,
+                             greedy ? 0.0f : g->sp->temperature, g->sp->top_k, g->sp->top_p,
+                             greedy ? NULL : e->h_u, e->d_sscratch);
+    if (!rc)
+        rc = be->ops->download(be->ctx, e->h_tok, e->d_tok, (size_t)n * sizeof(int32_t));
+    if (!rc)
+        rc = be->ops->download(be->ctx, e->h_logp, e->d_logp, (size_t)n * sizeof(float));
+    if (rc)
+        return df_error_wrap(rc, "rollout: sampling on the %s backend", be->ops->name);
+    for (int64_t k = 0; k < n; k++)
+        push_token(g, list[k], e->h_tok[k], e->h_logp[k]);
+    return retire_finished(g, list, n);
+}
+
+int df_rollout_sample_rows(gen_ctx *g, int64_t r0, int64_t nr, const int32_t *list,
+                           const int64_t *rows, int64_t n)
+{
+    if (g->e->d_sscratch)
+        return sample_on_device(g, r0, list, rows, n);
+    int rc = df_rollout_logits(g->e, g->m, r0, nr);
+    return rc ? rc : df_rollout_sample_slots(g, list, rows, n);
+}

@@ -473,6 +473,12 @@ static int64_t draw_kept(const float *x, int64_t V, const double *w, const keep_
 int32_t df_sample_token(const float *logits, int64_t V, const df_sampling_params *sp,
                         df_rng *rng, void *work, float *logp)
 {
+    return df_sample_token_u(logits, V, sp, is_greedy(sp) ? 0.0 : df_rng_uniform(rng), work, logp);
+}
+
+int32_t df_sample_token_u(const float *logits, int64_t V, const df_sampling_params *sp, double u,
+                          void *work, float *logp)
+{
     work_view wv = view_of(work, V);
     if (is_greedy(sp)) {
         int32_t tok = argmax_lowest(logits, V);
@@ -483,7 +489,7 @@ int32_t df_sample_token(const float *logits, int64_t V, const df_sampling_params
     double lse;
     keep_rule kr;
     filter(logits, V, sp, &wv, &lse, &kr);
-    int64_t tok = draw_kept(logits, V, wv.w, &kr, df_rng_uniform(rng) * kr.mass);
+    int64_t tok = draw_kept(logits, V, wv.w, &kr, u * kr.mass);
     if (logp)
         *logp = (float)((double)logits[tok] * (1.0 / (double)sp->temperature) - lse);
     return (int32_t)tok;

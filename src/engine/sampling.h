@@ -26,6 +26,11 @@ int64_t df_sample_work_bytes(int64_t V);
 int32_t df_sample_token(const float *logits, int64_t V, const df_sampling_params *sp,
                         df_rng *rng, void *work, float *logp);
 
+/** df_sample_token with the uniform u in [0, 1) given instead of drawn (unused when greedy):
+ *  what a device's sampler computes for the same u (backend.h `sample`). */
+int32_t df_sample_token_u(const float *logits, int64_t V, const df_sampling_params *sp, double u,
+                          void *work, float *logp);
+
 /**
  * The distribution df_sample_token draws from: probs[V] = the filtered,
  * renormalised softmax (exactly 0 for excluded tokens; one-hot when greedy).

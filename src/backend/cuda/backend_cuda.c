@@ -114,6 +114,14 @@ static int64_t cu_lmhead_scratch_floats(void *ctx, int64_t n, int64_t V, int64_t
     return df_cuda_vocab_scratch_floats(n, V, H);
 }
 
+/* Sampling shares the vocabulary operators' scratch (df_cuda_vocab_scratch_floats). */
+static int cu_sample(void *ctx, int32_t *tok, float *logp, const float *h, const float *W, int64_t n,
+                     int64_t V, int64_t H, float temperature, int64_t top_k, float top_p,
+                     const double *u, float *scratch)
+{
+    return df_cuda_sample(ctx, tok, logp, h, W, n, V, H, temperature, top_k, top_p, u, scratch);
+}
+
 static int cu_lmhead_fwd(void *ctx, float *logp, float *entropy, float *lse, const float *h,
                          const float *W, const int32_t *target, int64_t n, int64_t V, int64_t H,
                          float temperature, float *scratch)
@@ -209,6 +217,8 @@ static const df_backend_ops cuda_ops = {
     .swiglu_fwd = cu_swiglu_fwd,
     .swiglu_bwd = cu_swiglu_bwd,
     .lmhead_scratch_floats = cu_lmhead_scratch_floats,
+    .sample_scratch_floats = cu_lmhead_scratch_floats,
+    .sample = cu_sample,
     .lmhead_fwd = cu_lmhead_fwd,
     .lmhead_bwd = cu_lmhead_bwd,
 };
