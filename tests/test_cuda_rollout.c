@@ -20,22 +20,15 @@
 #include "testbounds.h"
 #include "testutil.h"
 
+/* The rollout tests' model at head_dim 64 (the device kernels' common size), GQA 4 / 2. */
 static df_model *gqa_model(void)
 {
-    df_model_config c;
-    df_model_config_defaults(&c);
-    c.vocab_size = 211;
+    df_model_config c = df_test_rollout_config(211);
     c.hidden_size = 256;
     c.intermediate_size = 384;
     c.num_hidden_layers = 3;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
     c.head_dim = 64;
-    c.max_position_embeddings = 256;
     c.initializer_range = 0.1;
-    c.tie_word_embeddings = false;
-    c.attention_bias = true;
-    c.n_eos = 0;
     return df_test_biased_model(&c, 99);
 }
 

@@ -30,20 +30,7 @@
 
 static df_model *small_model(void)
 {
-    df_model_config c;
-    df_model_config_defaults(&c);
-    c.vocab_size = 97;
-    c.hidden_size = 64;
-    c.intermediate_size = 128;
-    c.num_hidden_layers = 3;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.head_dim = 16;
-    c.max_position_embeddings = 256;
-    c.initializer_range = 0.1;
-    c.tie_word_embeddings = false;
-    c.attention_bias = true;
-    c.n_eos = 0;
+    df_model_config c = df_test_rollout_config(97);
     return df_test_biased_model(&c, 4321);
 }
 
@@ -86,12 +73,19 @@ static df_rollout_result run(df_rollout_engine *e, const df_model *m)
     return r;
 }
 
-static df_rollout_result on_cpu(const df_model *m)
+/* An engine on be (NULL: the CPU) for m's shapes. */
+static df_rollout_engine *engine_on(const df_backend *be, const df_model *m, bool free_cache)
 {
-    df_rollout_options o = options(NULL, false);
+    df_rollout_options o = options(be, free_cache);
     df_rollout_engine *e = NULL;
     if (df_rollout_engine_create_ex(&m->cfg, &o, &e))
         fail_msg("engine: %s", df_last_error());
+    return e;
+}
+
+static df_rollout_result on_cpu(const df_model *m)
+{
+    df_rollout_engine *e = engine_on(NULL, m, false);
     df_rollout_result r = run(e, m);
     df_rollout_engine_free(e);
     return r;
@@ -117,9 +111,7 @@ static void test_rollout_on_device_is_the_cpus(void **state)
     df_model *m = small_model();
     emu_dev dev;
     df_backend be = emu_open(&dev);
-    df_rollout_options o = options(&be, false);
-    df_rollout_engine *e = NULL;
-    assert_int_equal(df_rollout_engine_create_ex(&m->cfg, &o, &e), 0);
+    df_rollout_engine *e = engine_on(&be, m, false);
     df_rollout_result a = on_cpu(m), b = run(e, m);
     const double bound = emu_head_logp_bound(m, sampling().temperature);
     print_message("log-prob bound of the head's row blocking %.3g\n", bound);
@@ -141,8 +133,7 @@ static void test_rollout_on_device_is_the_cpus(void **state)
     emu_dev dev2;
     df_backend be2 = emu_open(&dev2);
     dev2.ops.sample = NULL;
-    o.backend = &be2;
-    assert_int_equal(df_rollout_engine_create_ex(&m->cfg, &o, &e), 0);
+    e = engine_on(&be2, m, false);
     df_rollout_result c = run(e, m);
     assert_same(&a, &c, 0);
     assert_true(dev2.down_bytes >= st.decode_steps * m->cfg.vocab_size * 4);
@@ -161,9 +152,7 @@ static void test_device_weight_sync(void **state)
     df_model *m = small_model();
     emu_dev dev;
     df_backend be = emu_open(&dev);
-    df_rollout_options o = options(&be, false);
-    df_rollout_engine *e = NULL;
-    assert_int_equal(df_rollout_engine_create_ex(&m->cfg, &o, &e), 0);
+    df_rollout_engine *e = engine_on(&be, m, false);
     df_rollout_result r0 = run(e, m);
     const int64_t wbytes = m->n_params * 4, up0 = dev.up_bytes;
     df_rollout_result r1 = run(e, m); /* same version: no weight upload */
@@ -192,9 +181,7 @@ static void test_device_free_cache_engine(void **state)
     df_model *m = small_model();
     emu_dev dev;
     df_backend be = emu_open(&dev);
-    df_rollout_options o = options(&be, true);
-    df_rollout_engine *e = NULL;
-    assert_int_equal(df_rollout_engine_create_ex(&m->cfg, &o, &e), 0);
+    df_rollout_engine *e = engine_on(&be, m, true);
     const int held = emu_buffers(&dev);
     df_rollout_result a = run(e, m);
     assert_int_equal(emu_buffers(&dev), held - 2 + 1); /* the weights came, K and V went */
