@@ -1,8 +1,8 @@
 /*
  * test_cuda_attention.c — the CUDA attention operators against the CPU references
  * (docs/cuda.md): df_cuda_attention_fwd / _bwd vs df_attention_fwd / _bwd on packed
- * sequences of unequal lengths with GQA, and the paged KV cache (df_cuda_kv_write,
- * df_cuda_kv_attention) vs df_kv_attention on the equivalent contiguous cache.
+ * sequences of unequal lengths with GQA. (The rollout's KV-cache operators are the seam's,
+ * checked by test_backend_ops.)
  * Without a GPU: a SKIP line and exit 77 (ctest: skipped).
  *
  * Bounds (tests/tolerance.h, the analysis of tests/test_ops.c's attention_bounds widened to
@@ -12,8 +12,6 @@
  * magnitudes in b (sums of |terms|, the exact weights) are computed in double from the inputs.
  */
 #include "cuda_testutil.h"
-#include "engine/rollout_internal.h"
-#include "model/ops.h"
 #include "model/ops.h"
 
 #include <omp.h>
@@ -274,114 +272,6 @@ static void test_attention_single_tokens(void **state)
     attention_case(lens, 5, 4, 4, 128, 100, 402);
 }
 
-/* ---- paged KV cache ------------------------------------------------------------------------ */
-
-enum { KV_LAYERS = 2, KV_LAYER = 1, KV_PAGES = 10, KV_PAGE = 16, KV_SLOTS = 3, KV_MAXP = 4 };
-
-/*
- * Write every position of three slots through a block table whose pages are out of order
- * (page 9 is listed but never written: NaN, like layer 0 and the pages' unused rows), in two
- * calls (a prefill of all but the last position, slots interleaved, then one decode row per
- * slot); check the cache bit for bit; then decode rows of different lengths (1, a page
- * boundary, full pages) against df_kv_attention on the contiguous host cache. The bound is
- * row_fwd_bounds' out bound (the CPU's single pass is the case without rescales).
- */
-static void kv_case(int64_t nh, int64_t nkv, int64_t hd, uint64_t seed)
-{
-    const int32_t bt[KV_SLOTS * KV_MAXP] = {5, 2, 9, 9, 0, 7, 3, 9, 4, 1, 6, 8};
-    const int64_t len[KV_SLOTS] = {29, 40, 64}, kvd = nkv * hd, maxlen = KV_MAXP * KV_PAGE;
-    printf(" kv cache: nh = %lld, nkv = %lld, hd = %lld, pages of %d\n", (long long)nh,
-           (long long)nkv, (long long)hd, KV_PAGE);
-    int32_t wslot[KV_SLOTS * KV_MAXP * KV_PAGE], wpos[KV_SLOTS * KV_MAXP * KV_PAGE];
-    int64_t nw = 0;
-    for (int64_t p = 0; p < maxlen; p++)
-        for (int64_t s = 0; s < KV_SLOTS; s++)
-            if (p < len[s] - 1)
-                wslot[nw] = (int32_t)s, wpos[nw++] = (int32_t)p;
-    const int64_t n1 = nw;
-    for (int64_t s = 0; s < KV_SLOTS; s++)
-        wslot[nw] = (int32_t)s, wpos[nw++] = (int32_t)(len[s] - 1);
-    float *kn = fvec(nw * kvd), *vn = fvec(nw * kvd);
-    dfct_rand(kn, nw * kvd, seed, -1, 1);
-    dfct_rand(vn, nw * kvd, seed + 1, -1, 1);
-
-    /* the contiguous host cache and the expected paged device cache */
-    const int64_t nc = KV_LAYERS * KV_SLOTS * maxlen * kvd, np = KV_LAYERS * KV_PAGES * KV_PAGE * kvd;
-    float *hk = fvec(nc), *hv = fvec(nc);
-    const df_backend_kv hc = {hk, hv, KV_LAYERS, KV_SLOTS, maxlen, kvd, DF_KV_F32};
-    float *ek = fvec(np), *ev = fvec(np);
-    for (int64_t i = 0; i < nc; i++)
-        hk[i] = hv[i] = NAN;
-    for (int64_t i = 0; i < np; i++)
-        ek[i] = ev[i] = NAN;
-    for (int64_t r = 0; r < nw; r++) {
-        const int64_t s = wslot[r], p = wpos[r];
-        const int64_t po = ((KV_LAYER * KV_PAGES + bt[s * KV_MAXP + p / KV_PAGE]) * KV_PAGE + p % KV_PAGE) * kvd;
-        memcpy((float *)df_kv_at(&hc, hc.k, KV_LAYER, s, p), kn + r * kvd, (size_t)kvd * 4);
-        memcpy((float *)df_kv_at(&hc, hc.v, KV_LAYER, s, p), vn + r * kvd, (size_t)kvd * 4);
-        memcpy(ek + po, kn + r * kvd, (size_t)kvd * 4);
-        memcpy(ev + po, vn + r * kvd, (size_t)kvd * 4);
-    }
-
-    df_cuda_kv dkv = {KV_LAYERS, KV_PAGES, KV_PAGE, kvd, dfct_alloc(4 * np), dfct_alloc(4 * np)};
-    int32_t *d_bt = dfct_up(bt, sizeof bt), *d_ws = dfct_up(wslot, 4 * nw), *d_wp = dfct_up(wpos, 4 * nw);
-    float *d_kn = dfct_up(kn, 4 * nw * kvd), *d_vn = dfct_up(vn, 4 * nw * kvd);
-    DFCT_OK(df_cuda_kv_write(dfct_cu, &dkv, KV_LAYER, d_bt, KV_MAXP, d_ws, d_wp, d_kn, d_vn, n1));
-    DFCT_OK(df_cuda_kv_write(dfct_cu, &dkv, KV_LAYER, d_bt, KV_MAXP, d_ws + n1, d_wp + n1,
-                             d_kn + n1 * kvd, d_vn + n1 * kvd, nw - n1));
-    float *gk = dfct_down(dkv.k, 4 * np), *gv = dfct_down(dkv.v, 4 * np);
-    for (int64_t i = 0; i < np; i++)
-        if ((isnan(ek[i]) ? !isnan(gk[i]) : gk[i] != ek[i]) ||
-            (isnan(ev[i]) ? !isnan(gv[i]) : gv[i] != ev[i]))
-            fail_msg("kv_write: paged cache element %lld: k %.9g (want %.9g), v %.9g (want %.9g)",
-                     (long long)i, (double)gk[i], (double)ek[i], (double)gv[i], (double)ev[i]);
-
-    enum { NR = 6 };
-    const int32_t qslot[NR] = {0, 1, 2, 1, 2, 0}, qpos[NR] = {28, 39, 63, 0, 16, 15};
-    const int64_t nq = NR * nh * hd;
-    float *q = fvec(nq), *out = fvec(nq);
-    dfct_rand(q, nq, seed + 2, -1, 1);
-    float *scores = fvec((int64_t)omp_get_max_threads() * nh * maxlen);
-    df_kv_attention(out, q, &hc, KV_LAYER, qslot, qpos, NR, nh, nkv, hd, 0, scores);
-    float *d_q = dfct_up(q, 4 * nq), *d_out = dfct_alloc(4 * nq);
-    int32_t *d_qs = dfct_up(qslot, sizeof qslot), *d_qp = dfct_up(qpos, sizeof qpos);
-    DFCT_OK(df_cuda_kv_attention(dfct_cu, d_out, d_q, &dkv, KV_LAYER, d_bt, KV_MAXP, d_qs, d_qp,
-                                 NR, nh, nkv, hd));
-    float *g_out = dfct_down(d_out, 4 * nq);
-
-    double *bo = dvec(nq), *s = dvec(maxlen), *ds = dvec(maxlen);
-    for (int64_t r = 0; r < NR; r++)
-        for (int64_t h = 0; h < nh; h++) {
-            const int64_t g = h / (nh / nkv);
-            const float *K = (float *)df_kv_at(&hc, hc.k, KV_LAYER, qslot[r], 0) + g * hd;
-            const float *V = (float *)df_kv_at(&hc, hc.v, KV_LAYER, qslot[r], 0) + g * hd;
-            row_fwd_bounds(q + (r * nh + h) * hd, K, V, kvd, (int64_t)qpos[r] + 1, hd, s, ds,
-                           bo + (r * nh + h) * hd);
-            if (qpos[r] == 0) /* one position: out = its v row exactly */
-                for (int64_t e = 0; e < hd; e++)
-                    if (g_out[(r * nh + h) * hd + e] != V[e])
-                        fail_msg("kv attention at position 0: row %lld head %lld col %lld: "
-                                 "%.9g, v = %.9g", (long long)r, (long long)h, (long long)e,
-                                 (double)g_out[(r * nh + h) * hd + e], (double)V[e]);
-        }
-    check_b("kv attention out", g_out, out, bo, nq);
-
-    free(kn), free(vn), free(hc.k), free(hc.v), free(ek), free(ev), free(gk), free(gv);
-    free(q), free(out), free(scores), free(g_out), free(bo), free(s), free(ds);
-    dfct_free(dkv.k), dfct_free(dkv.v), dfct_free(d_bt), dfct_free(d_ws), dfct_free(d_wp);
-    dfct_free(d_kn), dfct_free(d_vn), dfct_free(d_q), dfct_free(d_out), dfct_free(d_qs);
-    dfct_free(d_qp);
-}
-
-static void test_kv_paged(void **state)
-{
-    (void)state;
-    kv_case(14, 2, 64, 501);  /* Qwen2.5-0.5B */
-    kv_case(4, 4, 128, 502);  /* no GQA */
-    kv_case(2, 1, 256, 503);  /* above 48 KB of shared memory */
-    kv_case(6, 3, 50, 504);   /* a head dim that is not a multiple of 4 */
-}
-
 /* ---- argument checks ------------------------------------------------------------------------ */
 
 static void test_attention_errors(void **state)
@@ -389,7 +279,6 @@ static void test_attention_errors(void **state)
     (void)state;
     float x[4] = {0};
     const int64_t off[2] = {0, 1};
-    const int32_t i32[4] = {0};
     /* host pointers: the sizes are refused before anything is launched */
     assert_int_equal(df_cuda_attention_fwd(dfct_cu, x, x, x, x, x, off, 1, 1, 1, 2, 2, 257), DF_EINVAL);
     assert_int_equal(df_cuda_attention_fwd(dfct_cu, x, x, x, x, x, off, 1, 1, 1, 5, 2, 64), DF_EINVAL);
@@ -401,17 +290,6 @@ static void test_attention_errors(void **state)
                                            64), DF_EINVAL);
     /* nothing to do: no launch */
     DFCT_OK(df_cuda_attention_fwd(dfct_cu, x, x, x, x, x, off, 0, 0, 0, 2, 2, 64));
-    df_cuda_kv kv = {1, 1, 16, 64, x, x};
-    assert_int_equal(df_cuda_kv_attention(dfct_cu, x, x, &kv, 0, i32, 1, i32, i32, 1, 2, 1, 257),
-                     DF_EINVAL);
-    assert_int_equal(df_cuda_kv_attention(dfct_cu, x, x, &kv, 0, i32, 1, i32, i32, 1, 3, 2, 32),
-                     DF_EINVAL);
-    assert_int_equal(df_cuda_kv_attention(dfct_cu, x, x, &kv, 1, i32, 1, i32, i32, 1, 2, 1, 64),
-                     DF_EINVAL);
-    assert_int_equal(df_cuda_kv_attention(dfct_cu, x, x, &kv, 0, i32, 1, i32, i32, 1, 2, 2, 64),
-                     DF_EINVAL); /* nkv * hd > kv_dim */
-    assert_int_equal(df_cuda_kv_write(dfct_cu, &kv, 0, i32, 1, i32, i32, x, x, -1), DF_EINVAL);
-    assert_int_equal(df_cuda_kv_write(dfct_cu, &kv, -1, i32, 1, i32, i32, x, x, 1), DF_EINVAL);
     DFCT_OK(df_cuda_sync(dfct_cu)); /* the context still works after the errors */
 }
 
@@ -422,7 +300,6 @@ int main(void)
         cmocka_unit_test(test_attention_mha_hd128),
         cmocka_unit_test(test_attention_other_head_dims),
         cmocka_unit_test(test_attention_single_tokens),
-        cmocka_unit_test(test_kv_paged),
         cmocka_unit_test(test_attention_errors),
     };
     return dfct_main("test_cuda_attention", tests, sizeof tests / sizeof tests[0]);
