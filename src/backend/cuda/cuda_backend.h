@@ -193,6 +193,43 @@ int df_cuda_attention_bwd(df_cuda *c, float *d_dq, float *d_dk, float *d_dv, con
                           int64_t n_seqs, int64_t T, int64_t max_len, int64_t nh, int64_t nkv,
                           int64_t hd);
 
+/* ---- KV cache in slots (kv.cu): the seam's df_backend_kv, the rollout's layout ------------ */
+
+/*
+ * The cache (distflow/backend.h df_backend_kv): per layer [slot][max_len][kv_dim], K and V
+ * apart, float32 or bfloat16, kv->k / kv->v device memory. Twins of src/model/ops_kv.c. Rows,
+ * slots and positions are not range-checked on the device (they are device memory): slot <
+ * n_slots, pos < max_len, as the CPU requires. Errors: DF_EINVAL naming the operation for bad
+ * sizes, a launch's failure as DF_EINTERNAL.
+ */
+
+/** df_kv_write: k, v [n, kv_dim] (device float32) to (layer, slot[r], pos[r]); a bf16 cache gets
+ *  the CPU's bits (nearest even, a NaN's sign and top payload kept, made quiet). */
+int df_cuda_kv_slots_write(df_cuda *c, const df_backend_kv *kv, int64_t layer, const float *d_k,
+                           const float *d_v, const int32_t *d_slot, const int32_t *d_pos,
+                           int64_t n);
+/** df_kv_copy: positions [0, len) of slot src to slot dst (src != dst) in every layer, one
+ *  kernel. */
+int df_cuda_kv_slots_copy(df_cuda *c, const df_backend_kv *kv, int64_t src, int64_t dst,
+                          int64_t len);
+/** Device floats of scratch df_cuda_kv_slots_attention may use for nh heads over max_len
+ *  positions: the partials of 16 (row, head) pairs' segments at hd 256; 0 when max_len fits one
+ *  segment (256 positions). */
+int64_t df_cuda_kv_slots_scratch_floats(int64_t nh, int64_t max_len);
+/**
+ * df_kv_attention: out[n, nh*hd] = for row r, head h, softmax(q_h . K_j / sqrt(hd)) . V_j over
+ * positions j in [j0, pos[r]] of slot[r] in `layer` (j0 = 0, or pos[r] - window + 1 when
+ * window > 0), GQA h / (nh / nkv); q [n, nh*hd] float32; bf16 K / V widened as read; scores,
+ * softmax and sums float32; hd <= 256, nkv * hd <= kv_dim. Segments of 256 positions, each an
+ * online softmax, merged in order; split over blocks (partials in d_scratch, of
+ * df_cuda_kv_slots_scratch_floats(nh, kv->max_len) floats; may be NULL: no split) when rows
+ * are few, with the same bits as unsplit: a row's result depends on no other row.
+ */
+int df_cuda_kv_slots_attention(df_cuda *c, float *d_out, const float *d_q, const df_backend_kv *kv,
+                               int64_t layer, const int32_t *d_slot, const int32_t *d_pos,
+                               int64_t n, int64_t nh, int64_t nkv, int64_t hd, int64_t window,
+                               float *d_scratch);
+
 /* ---- vocabulary: log-probs, entropy, sampling (vocab.cu) -------------------------------- */
 
 /** Device floats of scratch df_cuda_lmhead_fwd / _bwd / df_cuda_sample need for n rows. */
