@@ -13,7 +13,11 @@
  * The mixed-precision entries (gemm_w16, embedding_fwd_w16, lmhead_*_w16) are NULL: they take
  * host bf16 copies on the CPU. `sample`, which the CPU backend has not (its rollout samples
  * from host logits), is the CPU's logits GEMM and df_sample_token_u row by row, so a rollout
- * sampling on the device draws the host path's tokens. Not thread-safe; one emu_dev per test.
+ * sampling on the device draws the host path's tokens. The optimizer's entries (adamw_step,
+ * grad_norm, scale, group_open / _close, allreduce_sum) are the CPU's over the device's memory,
+ * so training keeps its master weights, moments and all-reduce on the device; emu_no_optim
+ * takes them away (the host optimizer of a backend without them). Not thread-safe; one emu_dev
+ * per test.
  */
 #ifndef DF_TESTS_EMU_BACKEND_H
 #define DF_TESTS_EMU_BACKEND_H
@@ -44,6 +48,7 @@ typedef struct emu_dev {
     int64_t uploads, downloads, copies, calls; /* counts of calls */
     int64_t kv_attentions;                     /* kv_attention calls: a rollout ran here */
     int64_t samples;                           /* sample calls */
+    int64_t allreduces, adamw_steps;          /* of allreduce_sum and adamw_step */
     int64_t up_bytes, down_bytes;
 } emu_dev;
 
@@ -311,11 +316,12 @@ static int emu_sample(void *ctx, int32_t *tok, float *logp, const float *h, cons
 /*
  * How far a log-prob the emulated device's `sample` records may sit from the host path's for the
  * same token: only the LM head's row blocking differs (the device samples the slots' gathered
- * rows, the host its chunk's rows, and oneDNN may sum each H-term logit in another order): every logit z_v = h . W_v within
+ * rows, the host its chunk's rows, and oneDNN may sum each H-term logit in another order):
+ * every logit z_v = h . W_v within
  * gamma_H sum_i |h_i W_vi| <= gamma_H ||h|| ||W_v||, with ||h|| <= sqrt(H) max |g| after the
  * final RMSNorm (gain g), and log p = z_t / T - lse(z / T) moving by at most twice the largest.
  */
-static double emu_head_logp_bound(const df_model *m, float T)
+static inline double emu_head_logp_bound(const df_model *m, float T)
 {
     const int64_t H = m->cfg.hidden_size, V = m->cfg.vocab_size;
     double g = 0, w = 0;
@@ -328,6 +334,33 @@ static double emu_head_logp_bound(const df_model *m, float T)
         w = fmax(w, sqrt(s));
     }
     return 2 * df_tol_gamma((double)H, DF_U32) * sqrt((double)H) * g * w / T;
+}
+
+static int emu_adamw_step(void *ctx, float *p, const float *g, float *m, float *v, int64_t n,
+                          const df_adamw_config *cfg, int64_t step, double lr)
+{
+    ((emu_dev *)ctx)->adamw_steps++;
+    EMU_CALL(ctx, adamw_step, (p, g, m, v), p, g, m, v, n, cfg, step, lr);
+}
+static int emu_grad_norm(void *ctx, const float *x, int64_t n, double *norm)
+{
+    EMU_CALL(ctx, grad_norm, (x), x, n, norm); /* norm: a host result */
+}
+static int emu_scale(void *ctx, float *x, int64_t n, float s) { EMU_CALL(ctx, scale, (x), x, n, s); }
+static int emu_group_open(void *ctx, df_comm *group, void **h)
+{
+    emu_dev *d = ctx;
+    return d->cpu.ops->group_open(d->cpu.ctx, group, h);
+}
+static void emu_group_close(void *ctx, void *h)
+{
+    emu_dev *d = ctx;
+    d->cpu.ops->group_close(d->cpu.ctx, h);
+}
+static int emu_allreduce_sum(void *ctx, void *h, float *x, int64_t n)
+{
+    ((emu_dev *)ctx)->allreduces++;
+    EMU_CALL(ctx, allreduce_sum, (x), h, x, n); /* MPI reads and writes x while it is open */
 }
 
 /* A fresh emulated device (name "emu"); *d must outlive every use of the backend. */
@@ -349,8 +382,21 @@ static df_backend emu_open(emu_dev *d)
         .swiglu_fwd = emu_swiglu_fwd, .swiglu_bwd = emu_swiglu_bwd,
         .lmhead_scratch_floats = emu_lmhead_scratch_floats, .lmhead_fwd = emu_lmhead_fwd,
         .lmhead_bwd = emu_lmhead_bwd, .sample_scratch_floats = emu_sample_scratch_floats,
-        .sample = emu_sample};
+        .sample = emu_sample, .adamw_step = emu_adamw_step,
+        .grad_norm = emu_grad_norm, .scale = emu_scale, .group_open = emu_group_open,
+        .group_close = emu_group_close, .allreduce_sum = emu_allreduce_sum};
     return (df_backend){&d->ops, d};
+}
+
+/* Take the optimizer's entries away: a device backend whose training steps on the host. */
+static inline void emu_no_optim(emu_dev *d)
+{
+    d->ops.adamw_step = NULL;
+    d->ops.grad_norm = NULL;
+    d->ops.scale = NULL;
+    d->ops.group_open = NULL;
+    d->ops.group_close = NULL;
+    d->ops.allreduce_sum = NULL;
 }
 
 /* Every buffer released (a leak check for the code under test); the count left. */

@@ -24,7 +24,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "distflow/comm.h"
 #include "distflow/common.h"
+#include "distflow/optim.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -234,6 +236,45 @@ typedef struct df_backend_ops {
                           const float *dentropy, const float *h, const uint16_t *W16,
                           const int32_t *target, const float *lse, const float *entropy,
                           int64_t n, int64_t V, int64_t H, float temperature, float *scratch);
+
+    /* ---- the optimizer over backend memory (docs/backend.md, "Where things live"). All six
+     *      or none: NULL where a backend has none, and training then keeps the master weights,
+     *      AdamW and the gradient all-reduce on the host. Each is the device twin of a host
+     *      function of distflow/optim.h or distflow/comm.h. ---- */
+    /**
+     * df_adamw_step's update of p[n] from g[n] with moments m[n], v[n] (all float32), t = step
+     * (the update's 1-based count: df_adamw's step after its increment) at learning rate lr:
+     * the same formulas and the same float32 scalars rounded once from double, so the CPU's
+     * is df_adamw_step itself. Errors: DF_EINVAL (step < 1, lr < 0 or not finite).
+     */
+    int (*adamw_step)(void *ctx, float *p, const float *g, float *m, float *v, int64_t n,
+                      const df_adamw_config *cfg, int64_t step, double lr);
+    /**
+     * *norm (host) = sqrt(sum_i x[i]^2) of x[n], the squares exact and the sum in double, as
+     * df_grad_norm; the order of the additions is the backend's (fixed for a given n and
+     * thread count), so two backends' norms differ by at most (n - 1) u_f64 relative (plus
+     * the square root's rounding). Waits for the earlier calls. The CPU's: df_grad_norm.
+     */
+    int (*grad_norm)(void *ctx, const float *x, int64_t n, double *norm);
+    /** x[n] *= s in float32 (the clip's scaling, as df_clip_grad_norm's). */
+    int (*scale)(void *ctx, float *x, int64_t n, float s);
+    /**
+     * *h = the backend's handle for all-reducing over `group` (a df_comm of this process,
+     * which must outlive the handle): collective over group, so every rank calls it at the
+     * same point. The CPU's is the group itself; CUDA's an NCCL communicator (made once per
+     * group and shared by every handle of it), or the group with a host staging buffer in a
+     * build without NCCL. Errors: the communicator's (e.g. NCCL's), DF_ENOMEM.
+     */
+    int (*group_open)(void *ctx, df_comm *group, void **h);
+    /** Give back a handle of group_open (NULL: no-op); not collective. */
+    void (*group_close)(void *ctx, void *h);
+    /**
+     * x[n] (float32, backend memory) = its sum over the ranks of h's group, in place: what
+     * df_comm_allreduce(group, x, n, DF_COMM_FLOAT32, DF_COMM_SUM) gives on host memory (the
+     * CPU's is that call). Collective. The order of the ranks' additions is the
+     * communicator's (MPI's or NCCL's).
+     */
+    int (*allreduce_sum)(void *ctx, void *h, float *x, int64_t n);
 } df_backend_ops;
 
 /** A backend: its operator table and the context every operator receives. */

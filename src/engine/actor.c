@@ -296,10 +296,8 @@ int df_actor_update_policy(df_actor *a, df_batch *b, df_metrics *m)
 static int sft_local(df_actor *a, df_batch *b, double total, double *loss)
 {
     df_train_core *c = &a->c;
-    if (df_batch_size(b) == 0) {
-        memset(c->grads, 0, (size_t)c->model->n_params * sizeof(float));
-        return DF_OK;
-    }
+    if (df_batch_size(b) == 0)
+        return df_train_core_no_grads(c);
     int64_t *bounds, n_mb;
     const float *mask = df_batch_has(b, "loss_mask") ? df_batch_column(b, "loss_mask")->data : NULL;
     int rc = df_train_core_zero_grads(c);

@@ -118,7 +118,9 @@ void df_actor_set_loss(df_actor *a, const df_actor_loss *l);
 void df_actor_set_comm(df_actor *a, df_comm *dp);
 /**
  * Log-probs and updates on backend `be` (trainer.device; df_train_core_set_backend): before the
- * first of them. The model's host weights stay the master copy (rollout, checkpoints).
+ * first of them. A backend with the optimizer's entries keeps the master weights and AdamW there
+ * and the model's host weights are their download after every step; either way the host weights
+ * are current for the rollout, checkpoints and the reference.
  */
 int df_actor_set_backend(df_actor *a, const df_backend *be);
 df_model *df_actor_model(df_actor *a);

@@ -2,6 +2,7 @@
 #include "engine/train_core.h"
 
 #include "distflow/algo.h"
+#include "model/acts.h"
 #include "model/ops.h"
 #include "util/killpoint.h"
 
@@ -42,6 +43,12 @@ int df_train_core_init(df_train_core *c, df_model *model, const df_core_optim *o
 
 void df_train_core_release(df_train_core *c)
 {
+    if (c->dev_optim) {
+        c->be.ops->group_close(c->be.ctx, c->dp_group);
+        c->be.ops->release(c->be.ctx, c->dm);
+        c->be.ops->release(c->be.ctx, c->dv);
+        df_weights_dev_free(&c->wmaster);
+    }
     df_model_free(c->model);
     if (c->bgrads != c->grads)
         c->be.ops->release(c->be.ctx, c->bgrads);
@@ -58,7 +65,32 @@ void df_train_core_release(df_train_core *c)
 
 void df_train_core_set_comm(df_train_core *c, df_comm *dp)
 {
-    c->dp = dp && df_comm_size(dp) > 1 ? dp : NULL;
+    dp = dp && df_comm_size(dp) > 1 ? dp : NULL;
+    if (c->dp_group && dp != c->dp) { /* the handle is the old group's */
+        c->be.ops->group_close(c->be.ctx, c->dp_group);
+        c->dp_group = NULL;
+    }
+    c->dp = dp;
+}
+
+/* The backend has every entry the optimizer on the device needs. */
+static bool has_optim(const df_backend_ops *o)
+{
+    return o->adamw_step && o->grad_norm && o->scale && o->group_open && o->group_close &&
+           o->allreduce_sum;
+}
+
+/* dev_optim: AdamW's moments in be's memory, from the host's (zeros, or a state loaded before). */
+static int device_moments(df_train_core *c)
+{
+    const df_backend_ops *o = c->be.ops;
+    const size_t bytes = (size_t)c->model->n_params * sizeof(float);
+    int rc = o->alloc(c->be.ctx, bytes, (void **)&c->dm);
+    if (!rc)
+        rc = o->alloc(c->be.ctx, bytes, (void **)&c->dv);
+    if (!rc)
+        rc = df_train_core_moments_to_device(c);
+    return rc;
 }
 
 int df_train_core_set_backend(df_train_core *c, const df_backend *be)
@@ -73,10 +105,21 @@ int df_train_core_set_backend(df_train_core *c, const df_backend *be)
     if (!c->trainable || be->ops->host_memory)
         return DF_OK;
     rc = be->ops->alloc(be->ctx, (size_t)c->model->n_params * sizeof(float), (void **)&c->bgrads);
+    if (!rc && has_optim(be->ops)) {
+        c->dev_optim = true;
+        if ((rc = device_moments(c))) {
+            be->ops->release(be->ctx, c->dm);
+            be->ops->release(be->ctx, c->dv);
+            c->dm = c->dv = NULL;
+            c->dev_optim = false;
+            be->ops->release(be->ctx, c->bgrads);
+        }
+    }
     if (rc) {
         c->bgrads = c->grads;
         c->be = df_backend_cpu();
-        return df_error_wrap(rc, "%s: gradients on the %s backend", c->who, be->ops->name);
+        return df_error_wrap(rc, "%s: gradients and optimizer state on the %s backend", c->who,
+                             be->ops->name);
     }
     return df_train_core_zero_grads(c);
 }
@@ -167,9 +210,41 @@ int df_train_core_zero_grads(df_train_core *c)
     return rc ? df_error_wrap(rc, "%s: zeroing the gradients", c->who) : DF_OK;
 }
 
+int df_train_core_no_grads(df_train_core *c)
+{
+    if (c->dev_optim)
+        return df_train_core_zero_grads(c);
+    memset(c->grads, 0, (size_t)c->model->n_params * sizeof(float));
+    return DF_OK;
+}
+
+int df_train_core_moments_to_host(const df_train_core *c)
+{
+    if (!c->dev_optim)
+        return DF_OK;
+    const size_t bytes = (size_t)c->model->n_params * sizeof(float);
+    int rc = c->be.ops->download(c->be.ctx, c->opt->m, c->dm, bytes);
+    if (!rc)
+        rc = c->be.ops->download(c->be.ctx, c->opt->v, c->dv, bytes);
+    return rc ? df_error_wrap(rc, "%s: AdamW's moments from the %s backend", c->who, c->be.ops->name)
+              : DF_OK;
+}
+
+int df_train_core_moments_to_device(df_train_core *c)
+{
+    if (!c->dev_optim)
+        return DF_OK;
+    const size_t bytes = (size_t)c->model->n_params * sizeof(float);
+    int rc = c->be.ops->upload(c->be.ctx, c->dm, c->opt->m, bytes);
+    if (!rc)
+        rc = c->be.ops->upload(c->be.ctx, c->dv, c->opt->v, bytes);
+    return rc ? df_error_wrap(rc, "%s: AdamW's moments to the %s backend", c->who, c->be.ops->name)
+              : DF_OK;
+}
+
 int df_train_core_grads_to_host(df_train_core *c)
 {
-    if (c->bgrads == c->grads)
+    if (c->bgrads == c->grads || c->dev_optim)
         return DF_OK;
     int rc = c->be.ops->download(c->be.ctx, c->grads, c->bgrads,
                                  (size_t)c->model->n_params * sizeof(float));
@@ -248,9 +323,16 @@ int df_train_core_reduce(df_train_core *c, double *v, int n, df_comm_op op, int 
 int df_train_core_allreduce_grads(df_train_core *c)
 {
     int64_t n = c->model->n_params;
+    const df_backend_ops *o = c->be.ops;
+    if (c->dp && c->dev_optim && !c->dp_group) { /* collective: every rank's first all-reduce */
+        int rc = o->group_open(c->be.ctx, c->dp, &c->dp_group);
+        if (rc)
+            return df_error_wrap(rc, "%s: the gradient all-reduce on the %s backend", c->who, o->name);
+    }
     for (int64_t off = 0; c->dp && off < n; off += GRAD_BUCKET) {
         int64_t k = n - off < GRAD_BUCKET ? n - off : GRAD_BUCKET;
-        int rc = df_comm_allreduce(c->dp, c->grads + off, k, DF_COMM_FLOAT32, DF_COMM_SUM);
+        int rc = c->dev_optim ? o->allreduce_sum(c->be.ctx, c->dp_group, c->bgrads + off, k)
+                              : df_comm_allreduce(c->dp, c->grads + off, k, DF_COMM_FLOAT32, DF_COMM_SUM);
         if (rc)
             return df_error_wrap(rc, "%s: gradient all-reduce of elements %lld..%lld of %lld", c->who,
                                  (long long)off, (long long)(off + k), (long long)n);
@@ -282,10 +364,69 @@ int df_train_core_nonfinite(df_train_core *c, df_metrics *m, const char *prefix,
                     "updates as verl does)", c->who, what, where ? " (" : "", where ? where : "", where ? ")" : "");
 }
 
+/* dev_optim: df_clip_grad_norm over bgrads (its norm, its rule for the coefficient). */
+static int device_clip(df_train_core *c, double *norm)
+{
+    const df_backend_ops *o = c->be.ops;
+    const int64_t n = c->model->n_params;
+    int rc = o->grad_norm(c->be.ctx, c->bgrads, n, norm);
+    const double max_norm = c->o.grad_clip;
+    if (!rc && isfinite(*norm) && max_norm > 0) {
+        const double coef = max_norm / (*norm + 1e-6);
+        if (coef < 1.0)
+            rc = o->scale(c->be.ctx, c->bgrads, n, (float)coef);
+    }
+    return rc ? df_error_wrap(rc, "%s: clipping the gradient on the %s backend", c->who, o->name) : DF_OK;
+}
+
+/* dev_optim: df_adamw_step on the device's master weights, then their download to the model. */
+static int device_adamw(df_train_core *c, double lr)
+{
+    const df_backend_ops *o = c->be.ops;
+    df_model *m = c->model;
+    /* the host's weights when they moved there (the first step, a loaded state): one upload */
+    int rc = df_weights_dev_sync(&c->wmaster, &c->be, m, false);
+    if (!rc)
+        rc = o->adamw_step(c->be.ctx, c->wmaster.blob, c->bgrads, c->dm, c->dv, m->n_params, &c->opt->cfg,
+                           c->opt->step + 1, lr);
+    if (rc)
+        return rc; /* lr or the backend: df_adamw_step's errors */
+    c->opt->step++;
+    rc = o->download(c->be.ctx, m->params, c->wmaster.blob, (size_t)m->n_params * sizeof(float));
+    return rc ? df_error_wrap(rc, "%s: the new weights from the %s backend", c->who, o->name) : DF_OK;
+}
+
+/* dev_optim, after df_model_weights_changed: the master copy is this version, and the forward's
+   copy follows device to device (a df_acts not made yet uploads the host's at its first plan). */
+static int device_weights_out(df_train_core *c)
+{
+    df_model *m = c->model;
+    df_weights_dev *w = c->acts ? &c->acts->wdev : NULL;
+    c->wmaster.version = m->version;
+    int rc = c->w16 ? df_weights16_refresh_model(c->w16, m) : DF_OK;
+    if (rc || !c->acts)
+        return rc;
+    if (!w->blob || w->n_params != m->n_params)
+        return df_acts_load_weights(c->acts, m);
+    rc = c->be.ops->copy(c->be.ctx, w->blob, c->wmaster.blob, (size_t)m->n_params * sizeof(float));
+    if (rc)
+        return df_error_wrap(rc, "%s: the forward's copy of the weights on the %s backend", c->who,
+                             c->be.ops->name);
+    w->version = m->version;
+    return DF_OK;
+}
+
 int df_train_core_optimizer_step(df_train_core *c, double lr, df_metrics *m, const char *prefix, const char *where)
 {
     char key[64], lr_key[64], what[96];
-    double norm = df_clip_grad_norm(c->grads, c->model->n_params, c->o.grad_clip);
+    double norm = 0;
+    if (c->dev_optim) {
+        int rc = device_clip(c, &norm);
+        if (rc)
+            return rc;
+    } else {
+        norm = df_clip_grad_norm(c->grads, c->model->n_params, c->o.grad_clip);
+    }
     snprintf(key, sizeof key, "%s/grad_norm", prefix);
     snprintf(lr_key, sizeof lr_key, "%s/lr", prefix);
     if (!isfinite(norm)) { /* the weights stay as they are: skipped, or the run stops here */
@@ -293,10 +434,10 @@ int df_train_core_optimizer_step(df_train_core *c, double lr, df_metrics *m, con
         snprintf(what, sizeof what, "%s = %g", key, norm);
         return df_train_core_nonfinite(c, m, prefix, what, where);
     }
-    int rc = df_adamw_step(c->opt, c->model->params, c->grads, lr);
+    int rc = c->dev_optim ? device_adamw(c, lr) : df_adamw_step(c->opt, c->model->params, c->grads, lr);
     df_model_weights_changed(c->model); /* copies of the old values are stale from here on */
     if (!rc) /* the bf16 copy and a device's copy follow */
-        rc = df_train_core_weights_changed(c);
+        rc = c->dev_optim ? device_weights_out(c) : df_train_core_weights_changed(c);
     if (rc)
         return rc;
     df_metrics_mean(m, key, norm); /* grad_norm before lr: the order metrics.jsonl has always had */
@@ -333,10 +474,8 @@ static int mini_local(df_train_core *c, const df_batch *mb, int64_t tokens, int6
                       const df_core_loss *l, double *sums, int64_t bad[2])
 {
     bad[0] = bad[1] = 0;
-    if (!mb || tokens <= 0) {
-        memset(c->grads, 0, (size_t)c->model->n_params * sizeof(float));
-        return DF_OK;
-    }
+    if (!mb || tokens <= 0)
+        return df_train_core_no_grads(c);
     int64_t *bounds, n_mb;
     int rc = df_train_core_zero_grads(c);
     if (!rc)

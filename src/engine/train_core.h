@@ -22,6 +22,7 @@
 #include "distflow/model.h"
 #include "distflow/optim.h"
 #include "engine/packing.h"
+#include "model/weights_dev.h"
 #include "util/timeutil.h"
 
 enum { DF_CORE_MAX_BUFS = 8, DF_CORE_MAX_SUMS = 16 };
@@ -42,9 +43,20 @@ typedef struct df_train_core {
     bool trainable;
     df_core_optim o;
     df_backend be; /* where forward / backward run (trainer.device); CPU by default */
-    float *grads;  /* [n_params] host, when trainable: what is all-reduced, clipped, stepped */
+    float *grads;  /* [n_params] host, when trainable: what the host optimizer all-reduces, clips
+                      and steps (unused with dev_optim) */
     float *bgrads; /* [n_params] the backward's accumulator in the backend's memory (grads on the CPU) */
-    df_adamw *opt;
+    df_adamw *opt; /* config and step; m / v: the host's moments (with dev_optim a staging copy,
+                      current only around df_train_core_save_state / load_state) */
+    /* The optimizer on the device (a backend that is not host memory and has the optimizer's
+       entries of df_backend_ops: df_train_core_set_backend): the gradient is all-reduced,
+       clipped and stepped where it was accumulated, and model->params is the download of
+       wmaster after every step. */
+    bool dev_optim;
+    df_weights_dev wmaster; /* the master weights in the backend's memory, synced from
+                               model->params whenever model->version moved (first step, a load) */
+    float *dm, *dv;         /* [n_params] AdamW's moments in the backend's memory */
+    void *dp_group;         /* group_open's handle for dp (made at the first all-reduce) */
     df_acts *acts;
     int64_t acts_tokens, acts_out;
     bool checkpoint; /* activations checkpointed per layer (DF_ACTS_CHECKPOINT); set before a plan */
@@ -88,9 +100,14 @@ int df_train_core_need_columns(const df_batch *b, const char *const *cols, int n
 void df_train_core_set_comm(df_train_core *c, df_comm *dp);
 /**
  * Run forward / backward on backend `be` (before the first plan). A device backend keeps the
- * activations, a copy of the weights (refreshed after every optimizer step) and the gradient
- * accumulator (bgrads) in its memory; the master weights, AdamW state and the all-reduce stay
- * on the host (docs/cuda.md). Errors: DF_ENOMEM.
+ * activations, a copy of the weights and the gradient accumulator (bgrads) in its memory. With
+ * the optimizer's entries (adamw_step, grad_norm, scale, group_open / _close, allreduce_sum;
+ * a trainable core) it also keeps the master weights and AdamW's moments there (dev_optim):
+ * the gradient is all-reduced, clipped and stepped on the device, the forward's copy refreshed
+ * device to device, and the new weights downloaded to model->params once per step. Without
+ * them the master weights, AdamW and the all-reduce stay on the host (one gradient download
+ * and one weight upload per step). docs/backend.md, "Where things live". Errors: DF_ENOMEM
+ * (or the backend's), DF_EINVAL after the first micro-batch.
  */
 int df_train_core_set_backend(df_train_core *c, const df_backend *be);
 /**
@@ -133,8 +150,18 @@ void df_train_core_drop_acts(df_train_core *c);
 int df_train_core_weights16(df_train_core *c, const df_weights16 **out);
 /** Zero the backward's accumulator (bgrads) before a mini-batch. */
 int df_train_core_zero_grads(df_train_core *c);
-/** The accumulated gradient into the host blob `grads` (a no-op on the CPU). */
+/** This rank has no rows: a zero gradient where the all-reduce reads it (grads, or bgrads
+ *  with dev_optim). */
+int df_train_core_no_grads(df_train_core *c);
+/** The accumulated gradient into the host blob `grads` (a no-op on the CPU, and with
+ *  dev_optim: the gradient stays on the device). */
 int df_train_core_grads_to_host(df_train_core *c);
+/**
+ * dev_optim: AdamW's moments between the device (dm, dv) and the host's opt->m / opt->v, for
+ * the training state's file (train_state.c); no-ops otherwise. Errors: the backend's.
+ */
+int df_train_core_moments_to_host(const df_train_core *c);
+int df_train_core_moments_to_device(df_train_core *c);
 
 /**
  * Micro-batches of rows of at most `rows` samples / `tokens` packed tokens
@@ -151,13 +178,15 @@ int df_train_core_plan(df_train_core *c, const df_batch *b, int64_t rows, int64_
  * `where`). Returns rc untouched without DP.
  */
 int df_train_core_reduce(df_train_core *c, double *v, int n, df_comm_op op, int rc, const char *where);
-/** Sum the gradient blob over the DP group in buckets of 8 Mi floats. */
+/** Sum the gradient blob over the DP group in buckets of 8 Mi floats (with dev_optim, bgrads by
+ *  the backend's allreduce_sum: NCCL on CUDA). */
 int df_train_core_allreduce_grads(df_train_core *c);
 /** lr of the current step: o.lr times the warmup / cosine schedule at `steps`. */
 double df_train_core_lr(const df_train_core *c);
 /**
  * Clip the gradient to o.grad_clip, AdamW step at `lr`, record <prefix>/grad_norm (mean) and
- * <prefix>/lr into m. A NaN / Inf gradient norm fails the step (DF_EINVAL naming the role,
+ * <prefix>/lr into m. With dev_optim on the device (grad_norm, scale, adamw_step: the
+ * df_clip_grad_norm / df_adamw_step formulas), then the weights downloaded to model->params. A NaN / Inf gradient norm fails the step (DF_EINVAL naming the role,
  * <prefix>/grad_norm and `where`, e.g. "mini-batch 2 of 4, epoch 1", or NULL) and changes
  * nothing; with o.skip_nonfinite the update is skipped instead, as verl does, and counted in
  * <prefix>/nonfinite_steps (df_train_core_nonfinite). The gradient norm is the DP group's (the

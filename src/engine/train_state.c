@@ -24,7 +24,10 @@ int df_train_core_save_state(const df_train_core *c, const char *path)
         return df_error(DF_EINVAL, "%s: only a trainable %s has a training state", path, c->who);
     df_st_writer *w = NULL;
     int64_t shape[1] = {c->model->n_params};
-    int rc = df_st_writer_new(&w);
+    /* a device's moments to the host's copy first (model->params is current after every step) */
+    int rc = df_train_core_moments_to_host(c);
+    if (!rc)
+        rc = df_st_writer_new(&w);
     /* the master weights too: the HF directory beside may hold them rounded to bf16 / f16 */
     if (!rc)
         rc = df_st_writer_add_borrowed(w, "params", DF_DTYPE_F32, 1, shape, c->model->params);
@@ -108,7 +111,10 @@ int df_train_core_load_state(df_train_core *c, const char *path)
         return df_error_wrap(rc, "loading the %s's training state", c->who);
     c->opt->step = opt_step;
     c->steps = sched_step;
-    /* the bf16 copy and a device backend's copy of the weights follow the loaded ones */
+    /* the bf16 copy and a device backend's copy of the weights follow the loaded ones, and a
+       device's moments (its master weights follow the model's new version at the next step) */
     rc = df_train_core_weights_changed(c);
+    if (!rc)
+        rc = df_train_core_moments_to_device(c);
     return rc ? df_error_wrap(rc, "loading the %s's training state", c->who) : DF_OK;
 }

@@ -323,6 +323,49 @@ static int cpu_lmhead_bwd(void *ctx, float *dh, float *dW, const float *dlogp,
     return DF_OK;
 }
 
+/* ---- the optimizer's entries: the host functions themselves (optim.h, comm.h) ---- */
+
+static int cpu_adamw_step(void *ctx, float *p, const float *g, float *m, float *v, int64_t n,
+                          const df_adamw_config *cfg, int64_t step, double lr)
+{
+    (void)ctx;
+    if (step < 1)
+        return df_error(DF_EINVAL, "cpu adamw_step: step must be >= 1 (got %lld)", (long long)step);
+    /* df_adamw_step over these moments: it increments step to t first */
+    df_adamw o = {.cfg = *cfg, .n = n, .step = step - 1, .m = m, .v = v};
+    return n > 0 ? df_adamw_step(&o, p, g, lr) : DF_OK;
+}
+
+static int cpu_grad_norm(void *ctx, const float *x, int64_t n, double *norm)
+{
+    (void)ctx;
+    *norm = df_grad_norm(x, n);
+    return DF_OK;
+}
+
+static int cpu_scale(void *ctx, float *x, int64_t n, float s)
+{
+    (void)ctx;
+    for (int64_t i = 0; i < n; i++)
+        x[i] *= s;
+    return DF_OK;
+}
+
+static int cpu_group_open(void *ctx, df_comm *group, void **h)
+{
+    (void)ctx;
+    *h = group;
+    return group ? DF_OK : df_error(DF_EINVAL, "cpu group_open: no group");
+}
+
+static void cpu_group_close(void *ctx, void *h) { (void)ctx, (void)h; }
+
+static int cpu_allreduce_sum(void *ctx, void *h, float *x, int64_t n)
+{
+    (void)ctx;
+    return df_comm_allreduce(h, x, n, DF_COMM_FLOAT32, DF_COMM_SUM);
+}
+
 static const df_backend_ops cpu_ops = {
     .name = "cpu",
     .host_memory = true,
@@ -360,6 +403,12 @@ static const df_backend_ops cpu_ops = {
     .lmhead_bwd = cpu_lmhead_bwd,
     .lmhead_fwd_w16 = cpu_lmhead_fwd_w16,
     .lmhead_bwd_w16 = cpu_lmhead_bwd_w16,
+    .adamw_step = cpu_adamw_step,
+    .grad_norm = cpu_grad_norm,
+    .scale = cpu_scale,
+    .group_open = cpu_group_open,
+    .group_close = cpu_group_close,
+    .allreduce_sum = cpu_allreduce_sum,
 };
 
 df_backend df_backend_cpu(void)

@@ -5,6 +5,8 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <assert.h>
+#include <math.h>
+#include <stdlib.h>
 
 static int cu_alloc(void *ctx, size_t bytes, void **p)
 {
@@ -46,6 +48,117 @@ static int cu_gemm(void *ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                    const float *A, const float *B, float beta, float *C)
 {
     return df_cuda_gemm(ctx, ta, tb, M, N, K, alpha, A, B, DF_CUDA_F32, beta, C);
+}
+
+/* ---- the optimizer's entries (optim.cu, nccl.cu): a block of their own ---- */
+
+static int cu_adamw_step(void *ctx, float *p, const float *g, float *m, float *v, int64_t n,
+                         const df_adamw_config *cfg, int64_t step, double lr)
+{
+    return df_cuda_adamw_step(ctx, p, g, m, v, n, cfg, step, lr);
+}
+
+static int cu_grad_norm(void *ctx, const float *x, int64_t n, double *norm)
+{
+    double ss = 0.0;
+    int rc = df_cuda_sumsq(ctx, x, n, &ss); /* waits for the stream: the host has the sum */
+    *norm = sqrt(ss);
+    return rc;
+}
+
+static int cu_scale(void *ctx, float *x, int64_t n, float s)
+{
+    return df_cuda_scale(ctx, x, n, s);
+}
+
+/* One process group's all-reduce: an NCCL communicator, or (a build without NCCL) the group
+ * with a host staging buffer. Shared by every handle of the same (context, group), counted,
+ * so the communicator is made once per group; the group outlives its handles (group_open's
+ * contract), so its address cannot be reused while an entry holds it. */
+typedef struct cu_group {
+    df_cuda *c;
+    df_comm *group;
+    df_cuda_nccl *nccl; /* NULL: no NCCL in this build */
+    float *host;        /* staging: download, df_comm_allreduce, upload */
+    int64_t host_cap;
+    int refs;
+} cu_group;
+
+enum { CU_MAX_GROUPS = 16 };
+static cu_group *cu_groups[CU_MAX_GROUPS];
+
+static int cu_group_open(void *ctx, df_comm *group, void **h)
+{
+    *h = NULL;
+    if (!group)
+        return df_error(DF_EINVAL, "cuda group_open: no group");
+    int slot = -1;
+    for (int i = 0; i < CU_MAX_GROUPS; i++) {
+        if (cu_groups[i] && cu_groups[i]->c == ctx && cu_groups[i]->group == group) {
+            cu_groups[i]->refs++;
+            *h = cu_groups[i];
+            return DF_OK;
+        }
+        if (!cu_groups[i] && slot < 0)
+            slot = i;
+    }
+    if (slot < 0) /* every rank opens the same groups in the same order: all fail alike */
+        return df_error(DF_ENOMEM, "cuda group_open: more than %d process groups", CU_MAX_GROUPS);
+    cu_group *g = calloc(1, sizeof *g);
+    if (!g)
+        return df_error(DF_ENOMEM, "cuda group_open: out of memory");
+    g->c = ctx;
+    g->group = group;
+    g->refs = 1;
+    int rc = df_cuda_nccl_create(ctx, group, &g->nccl);
+    if (rc == DF_EUNSUPPORTED) /* the same build on every rank: all fall back alike */
+        rc = DF_OK;
+    if (rc) {
+        free(g);
+        return df_error_wrap(rc, "the gradient all-reduce's NCCL communicator");
+    }
+    cu_groups[slot] = g;
+    *h = g;
+    return DF_OK;
+}
+
+static void cu_group_close(void *ctx, void *h)
+{
+    (void)ctx;
+    cu_group *g = h;
+    if (!g || --g->refs > 0)
+        return;
+    for (int i = 0; i < CU_MAX_GROUPS; i++)
+        if (cu_groups[i] == g)
+            cu_groups[i] = NULL;
+    df_cuda_nccl_free(g->nccl);
+    free(g->host);
+    free(g);
+}
+
+static int cu_allreduce_sum(void *ctx, void *h, float *x, int64_t n)
+{
+    cu_group *g = h;
+    if (!g || n < 0)
+        return df_error(DF_EINVAL, "cuda allreduce_sum: no handle or n < 0");
+    if (g->nccl) /* in stream order, on the device */
+        return df_cuda_nccl_allreduce_sum(g->nccl, x, n);
+    if (n > g->host_cap) {
+        float *b = realloc(g->host, (size_t)n * sizeof(float));
+        if (!b)
+            return df_error(DF_ENOMEM, "cuda allreduce_sum: out of memory for %lld floats", (long long)n);
+        g->host = b;
+        g->host_cap = n;
+    }
+    const size_t bytes = (size_t)n * sizeof(float);
+    int rc = n ? df_cuda_download(ctx, g->host, x, bytes) : DF_OK;
+    /* every rank reaches the collective, even after a failed download: none is left waiting */
+    int crc = df_comm_allreduce(g->group, g->host, n, DF_COMM_FLOAT32, DF_COMM_SUM);
+    if (!rc)
+        rc = crc;
+    if (!rc && n)
+        rc = df_cuda_upload(ctx, x, g->host, bytes);
+    return rc;
 }
 
 static int cu_embedding_fwd(void *ctx, float *out, const int32_t *ids, const float *table,
@@ -221,6 +334,13 @@ static const df_backend_ops cuda_ops = {
     .sample = cu_sample,
     .lmhead_fwd = cu_lmhead_fwd,
     .lmhead_bwd = cu_lmhead_bwd,
+    /* the optimizer on the device (train_core.c keeps AdamW, the clip and the all-reduce here) */
+    .adamw_step = cu_adamw_step,
+    .grad_norm = cu_grad_norm,
+    .scale = cu_scale,
+    .group_open = cu_group_open,
+    .group_close = cu_group_close,
+    .allreduce_sum = cu_allreduce_sum,
 };
 
 df_backend df_backend_cuda(df_cuda *c)

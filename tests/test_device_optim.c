@@ -1,0 +1,405 @@
+/*
+ * The optimizer on a device backend (issue 18): with the optimizer's entries of df_backend_ops
+ * (adamw_step, grad_norm, scale, group_open / _close, allreduce_sum) the actor keeps its
+ * gradient, master weights and AdamW moments in the backend's memory and all-reduces, clips and
+ * steps there (train_core.c, dev_optim). Checked on any machine through the emulated device of
+ * tests/emu_backend.h (the CPU's operators over memory the host cannot touch between calls):
+ *
+ *   - an actor's updates on the device are the CPU actor's to the bit: weights after every
+ *     update (one optimizer step, then several), the grad_norm metric and the losses, with
+ *     the clip active; the same for a device without the optimizer's entries (the host
+ *     optimizer: one gradient download and one weight upload per step);
+ *   - the device's transfers: no weight upload after the first step, one weight download per
+ *     step, no gradient download;
+ *   - the training state: the file a device actor saves is the CPU actor's byte for byte (its
+ *     moments downloaded), and an actor resumed from it on the device continues as the CPU's;
+ *   - the test can fail: swapped betas in the device's AdamW, a device clip that does not
+ *     scale, and (under MPI) an all-reduce that does nothing each change the weights;
+ *   - the CPU's entries are the host functions (df_adamw_step, df_grad_norm, the clip's
+ *     scaling, df_comm_allreduce), bit for bit; a device's norm may add in another order:
+ *     within the bound derived below of df_grad_norm's, which a float32 sum exceeds.
+ *
+ * The same ops on the same inputs run on both sides (the all-reduce too: a sum of two ranks is
+ * one commutative addition), so everything but the norm's order test is compared with memcmp.
+ * Runs as one rank and under mpiexec, where each rank trains its shard of the batch:
+ * mpi-test: np 2
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "emu_backend.h" /* before testmpi.h: its parameters N and W would shadow the world's */
+#include "testmpi.h"
+
+#include "distflow/backend.h"
+#include "distflow/optim.h"
+#include "distflow/rng.h"
+#include "engine/actor.h"
+#include "engine/train_core.h"
+#include "tolerance.h"
+#include "util/fsutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { ROWS = 8 };
+
+static df_actor_params params(int epochs)
+{
+    df_actor_params p = {.optim.lr = 1e-2, .optim.beta1 = 0.9, .optim.beta2 = 0.99, .optim.adam_eps = 1e-6,
+                         .optim.weight_decay = 0.01, .optim.grad_clip = 0.05, .mini_batch_size = 0,
+                         .micro_batch_size = 2, .logprob_micro_batch_size = 2, .loss.ppo_epochs = epochs,
+                         .loss.policy_loss = "vanilla", .loss.loss_agg_mode = "token-mean",
+                         .loss.clip_ratio_low = 0.2, .loss.clip_ratio_high = 0.28, .loss.clip_ratio_c = 3.0,
+                         .loss.entropy_coeff = 0.01, .use_kl_loss = true, .loss.kl_loss_coef = 0.1,
+                         .loss.kl_loss_type = "low_var_kl", .temperature = 0.8f};
+    return p;
+}
+
+/* This rank's shard of a PPO batch every rank builds alike: old log-probs near the model's. */
+static df_batch *shard(void)
+{
+    df_batch *b = df_test_synth_batch(5, ROWS), *s = NULL;
+    df_actor *a;
+    df_actor_params p = params(1);
+    assert_int_equal(df_actor_create(df_test_micro_model(3), &p, false, &a), 0);
+    assert_int_equal(df_actor_compute_log_prob(a, b, "old_log_probs", NULL), 0);
+    df_actor_free(a);
+    float *old = df_batch_data_mut(b, "old_log_probs"), *ref, *adv;
+    assert_int_equal(df_batch_alloc_tok_f32_like(b, "ref_log_prob", "response_ids", &ref), 0);
+    assert_int_equal(df_batch_alloc_tok_f32_like(b, "advantages", "response_ids", &adv), 0);
+    const int64_t T = df_batch_offsets(b, "response_ids")[ROWS];
+    for (int64_t t = 0; t < T; t++) {
+        old[t] += 0.05f * (float)(t % 3 - 1);
+        ref[t] = old[t] + 0.03f * (float)(t % 5 - 2);
+        adv[t] = (float)(t % 4) - 1.3f;
+    }
+    assert_int_equal(df_batch_slice(b, (int64_t)R * ROWS / N, (int64_t)(R + 1) * ROWS / N, &s), 0);
+    df_batch_free(b);
+    return s;
+}
+
+/* A trainable actor of the test model on `be` (NULL: the CPU), over the world when N > 1. */
+static df_actor *actor_on(const df_backend *be, uint64_t seed)
+{
+    df_actor *a;
+    df_actor_params p = params(1);
+    assert_int_equal(df_actor_create(df_test_micro_model(seed), &p, true, &a), 0);
+    if (be)
+        assert_int_equal(df_actor_set_backend(a, be), 0);
+    df_actor_set_comm(a, N > 1 ? W : NULL);
+    return a;
+}
+
+/* One update over b (one mini-batch) of `epochs` passes, an optimizer step each; its metrics. */
+static df_metrics *update(df_actor *a, const df_batch *b, int epochs)
+{
+    df_actor_params p = params(epochs);
+    df_actor_set_loss(a, &p.loss);
+    df_batch *x = NULL;
+    assert_int_equal(df_batch_slice(b, 0, df_batch_size(b), &x), 0);
+    df_metrics *m = df_metrics_new();
+    assert_int_equal(df_actor_update_policy(a, x, m), 0);
+    df_batch_free(x);
+    return m;
+}
+
+static bool same_metric(const df_metrics *a, const df_metrics *b, const char *key)
+{
+    double x = df_metrics_get(a, key, NAN), y = df_metrics_get(b, key, NAN);
+    return isfinite(x) && memcmp(&x, &y, sizeof x) == 0;
+}
+
+static emu_dev *new_dev(df_backend *be)
+{
+    emu_dev *d = calloc(1, sizeof *d);
+    assert_non_null(d);
+    *be = emu_open(d);
+    return d;
+}
+
+static void test_updates_are_the_cpus(void **state)
+{
+    (void)state;
+    df_batch *b = shard();
+    df_backend be, be_host;
+    emu_dev *dev = new_dev(&be), *host = new_dev(&be_host);
+    emu_no_optim(host);
+    df_actor *cpu = actor_on(NULL, 3), *d = actor_on(&be, 3), *h = actor_on(&be_host, 3);
+    assert_true(df_actor_core(d)->dev_optim);
+    assert_false(df_actor_core(h)->dev_optim);
+    assert_false(df_actor_core(cpu)->dev_optim);
+    const df_model *mc = df_actor_model(cpu), *md = df_actor_model(d), *mh = df_actor_model(h);
+    const int64_t wbytes = mc->n_params * (int64_t)sizeof(float);
+    int64_t steps = 0;
+    for (int k = 0; k < 4; k++) {
+        /* three updates of one optimizer step, then one of three (ppo_epochs) */
+        const int epochs = k < 3 ? 1 : 3;
+        const int64_t n_steps = epochs;
+        const int64_t up0 = dev->up_bytes, down0 = dev->down_bytes, hup0 = host->up_bytes;
+        df_metrics *mcpu = update(cpu, b, epochs), *mdev = update(d, b, epochs),
+                   *mhost = update(h, b, epochs);
+        steps += n_steps;
+        if (!df_test_same_params(mc, md) || !df_test_same_params(mc, mh))
+            fail_msg("update %d: the device's weights (optimizer %s) are not the CPU's", k + 1,
+                     df_test_same_params(mc, md) ? "on the host" : "on the device");
+        const char *keys[] = {"actor/grad_norm", "actor/pg_loss", "actor/kl_loss", "actor/lr"};
+        for (int i = 0; i < 4; i++)
+            if (!same_metric(mcpu, mdev, keys[i]) || !same_metric(mcpu, mhost, keys[i]))
+                fail_msg("update %d: %s %.9g on the CPU, %.9g / %.9g on the device", k + 1, keys[i],
+                         df_metrics_get(mcpu, keys[i], NAN), df_metrics_get(mdev, keys[i], NAN),
+                         df_metrics_get(mhost, keys[i], NAN));
+        /* the clip took part: the norm is above grad_clip (0.05) */
+        assert_true(df_metrics_get(mcpu, "actor/grad_norm", 0) > 0.05);
+        /* on the device: the weights come down once per step, never up after the first step (the
+           batch's index arrays and the loss's inputs are far smaller), no gradient comes down */
+        const int64_t up = dev->up_bytes - up0, down = dev->down_bytes - down0;
+        if (k > 0)
+            assert_true(up < wbytes);
+        assert_true(down >= n_steps * wbytes && down < n_steps * wbytes + wbytes / 2);
+        /* the host optimizer: a weight upload per step */
+        assert_true(host->up_bytes - hup0 >= n_steps * wbytes);
+        print_message("update %d (rank %d): %lld steps, grad_norm %.6g, device up %lld / down %lld bytes "
+                      "(weights %lld)\n", k + 1, R, (long long)n_steps,
+                      df_metrics_get(mcpu, "actor/grad_norm", NAN), (long long)up, (long long)down,
+                      (long long)wbytes);
+        df_metrics_free(mcpu), df_metrics_free(mdev), df_metrics_free(mhost);
+    }
+    assert_int_equal(dev->adamw_steps, steps);
+    assert_int_equal(host->adamw_steps, 0);
+    assert_true(N > 1 ? dev->allreduces > 0 : dev->allreduces == 0);
+    assert_int_equal(host->allreduces, 0);
+    df_actor_free(d);
+    df_actor_free(h);
+    df_actor_free(cpu);
+    assert_int_equal(emu_buffers(dev), 0); /* moments, master weights, gradient: all released */
+    assert_int_equal(emu_buffers(host), 0);
+    free(dev), free(host);
+    df_batch_free(b);
+}
+
+/* Save after two updates, resume on a device actor of other weights, continue: the CPU's bits. */
+static void test_state_save_and_resume(void **state)
+{
+    (void)state;
+    df_batch *b = shard();
+    df_backend be, be2;
+    emu_dev *dev = new_dev(&be), *dev2 = new_dev(&be2);
+    df_actor *cpu = actor_on(NULL, 3), *d = actor_on(&be, 3);
+    for (int k = 0; k < 2; k++) {
+        df_metrics_free(update(cpu, b, k ? 2 : 1));
+        df_metrics_free(update(d, b, k ? 2 : 1));
+    }
+    char dir[] = "/tmp/df_test_devopt_XXXXXX", pa[64], pb[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(pa, sizeof pa, "%s/cpu.safetensors", dir);
+    snprintf(pb, sizeof pb, "%s/dev.safetensors", dir);
+    assert_int_equal(df_actor_save_state(cpu, pa), 0);
+    assert_int_equal(df_actor_save_state(d, pb), 0);
+    /* the moments came down for the file */
+    const df_train_core *cc = df_actor_core(cpu), *cd = df_actor_core(d);
+    const size_t bytes = (size_t)cc->model->n_params * sizeof(float);
+    assert_memory_equal(cc->opt->m, cd->opt->m, bytes);
+    assert_memory_equal(cc->opt->v, cd->opt->v, bytes);
+    assert_int_equal(cc->opt->step, cd->opt->step);
+    char *ta = NULL, *tb = NULL;
+    size_t la = 0, lb = 0;
+    assert_int_equal(df_read_file(pa, &ta, &la), 0);
+    assert_int_equal(df_read_file(pb, &tb, &lb), 0);
+    assert_true(la == lb && !memcmp(ta, tb, la));
+    free(ta), free(tb);
+    /* resumed on the device from other weights: the moments go up, the weights at the next step */
+    df_actor *r = actor_on(&be2, 9);
+    assert_int_equal(df_actor_load_state(r, pb), 0);
+    df_metrics *mc = update(cpu, b, 2), *mr = update(r, b, 2);
+    assert_true(df_test_same_params(df_actor_model(cpu), df_actor_model(r)));
+    assert_true(same_metric(mc, mr, "actor/grad_norm"));
+    assert_true(same_metric(mc, mr, "actor/lr"));
+    assert_int_equal(df_actor_step_count(cpu), df_actor_step_count(r));
+    df_metrics_free(mc), df_metrics_free(mr);
+    unlink(pa), unlink(pb), rmdir(dir);
+    df_actor_free(r), df_actor_free(d), df_actor_free(cpu);
+    assert_int_equal(emu_buffers(dev), 0);
+    assert_int_equal(emu_buffers(dev2), 0);
+    free(dev), free(dev2);
+    df_batch_free(b);
+}
+
+/* ---- mutations of the device's entries: each must change the weights ---------------------- */
+
+static int swapped_betas(void *ctx, float *p, const float *g, float *m, float *v, int64_t n,
+                         const df_adamw_config *cfg, int64_t step, double lr)
+{
+    df_adamw_config s = *cfg;
+    s.beta1 = cfg->beta2, s.beta2 = cfg->beta1;
+    return emu_adamw_step(ctx, p, g, m, v, n, &s, step, lr);
+}
+
+static int no_scale(void *ctx, float *x, int64_t n, float s)
+{
+    (void)ctx, (void)x, (void)n, (void)s;
+    return DF_OK;
+}
+
+static int no_allreduce(void *ctx, void *h, float *x, int64_t n)
+{
+    (void)ctx, (void)h, (void)x, (void)n;
+    return DF_OK;
+}
+
+/* Whether one update on a device with `mutate` applied gives the CPU's weights (every rank's
+   answer: the same on all). */
+static bool same_after_mutation(void (*mutate)(emu_dev *))
+{
+    df_batch *b = shard();
+    df_backend be;
+    emu_dev *dev = new_dev(&be);
+    mutate(dev);
+    df_actor *cpu = actor_on(NULL, 3), *d = actor_on(&be, 3);
+    df_metrics_free(update(cpu, b, 1));
+    df_metrics_free(update(d, b, 1));
+    bool same = df_test_same_params(df_actor_model(cpu), df_actor_model(d));
+    df_actor_free(d), df_actor_free(cpu);
+    free(dev);
+    df_batch_free(b);
+    return df_test_all_min(same) > 0;
+}
+
+static void mut_none(emu_dev *d) { (void)d; }
+static void mut_betas(emu_dev *d) { d->ops.adamw_step = swapped_betas; }
+static void mut_scale(emu_dev *d) { d->ops.scale = no_scale; }
+static void mut_allreduce(emu_dev *d) { d->ops.allreduce_sum = no_allreduce; }
+
+static void test_mutations_are_caught(void **state)
+{
+    (void)state;
+    assert_true(same_after_mutation(mut_none));
+    assert_false(same_after_mutation(mut_betas));
+    assert_false(same_after_mutation(mut_scale));
+    if (N > 1) /* one rank has no all-reduce to lose */
+        assert_false(same_after_mutation(mut_allreduce));
+}
+
+/* ---- the CPU's entries and the norm's contract ---------------------------------------------- */
+
+static void fill(float *x, int64_t n, uint64_t seed, double scale)
+{
+    df_rng r;
+    df_rng_seed(&r, df_rng_key(seed, 1, 0, 0));
+    for (int64_t i = 0; i < n; i++) /* magnitudes over six decades, either sign */
+        x[i] = (float)((2 * df_rng_uniform(&r) - 1) * scale * pow(10.0, -6 * df_rng_uniform(&r)));
+}
+
+static void test_cpu_entries_are_the_host_functions(void **state)
+{
+    (void)state;
+    const df_backend cpu = df_backend_cpu();
+    const df_backend_ops *o = cpu.ops;
+    enum { NE = 4099 };
+    float *p[2], *g = malloc(NE * 4), *m[2], *v[2];
+    for (int k = 0; k < 2; k++) {
+        p[k] = malloc(NE * 4), m[k] = malloc(NE * 4), v[k] = malloc(NE * 4);
+        fill(p[k], NE, 1, 1.0), fill(m[k], NE, 2, 1e-2), fill(v[k], NE, 3, 1e-4);
+        for (int64_t i = 0; i < NE; i++)
+            v[k][i] = fabsf(v[k][i]);
+    }
+    fill(g, NE, 4, 1e-1);
+    df_adamw_config cfg = {.beta1 = 0.85, .beta2 = 0.995, .eps = 1e-7, .weight_decay = 0.1};
+    df_adamw *opt;
+    assert_int_equal(df_adamw_create(&cfg, NE, &opt), 0);
+    memcpy(opt->m, m[0], NE * 4), memcpy(opt->v, v[0], NE * 4);
+    opt->step = 6;
+    assert_int_equal(df_adamw_step(opt, p[0], g, 3e-3), 0);
+    assert_int_equal(o->adamw_step(cpu.ctx, p[1], g, m[1], v[1], NE, &cfg, 7, 3e-3), 0);
+    assert_memory_equal(p[0], p[1], NE * 4);
+    assert_memory_equal(opt->m, m[1], NE * 4);
+    assert_memory_equal(opt->v, v[1], NE * 4);
+    assert_int_equal(o->adamw_step(cpu.ctx, p[1], g, m[1], v[1], NE, &cfg, 0, 3e-3), DF_EINVAL);
+    assert_int_equal(o->adamw_step(cpu.ctx, p[1], g, m[1], v[1], NE, &cfg, 8, -1.0), DF_EINVAL);
+    df_adamw_free(opt);
+    /* the norm is df_grad_norm's; the scale is the clip's */
+    double norm = 0;
+    assert_int_equal(o->grad_norm(cpu.ctx, g, NE, &norm), 0);
+    assert_true(norm == df_grad_norm(g, NE));
+    memcpy(p[0], g, NE * 4), memcpy(p[1], g, NE * 4);
+    const double clipped = df_clip_grad_norm(p[0], NE, 0.25 * norm);
+    assert_true(clipped == norm);
+    assert_int_equal(o->scale(cpu.ctx, p[1], NE, (float)(0.25 * norm / (norm + 1e-6))), 0);
+    assert_memory_equal(p[0], p[1], NE * 4);
+    /* the all-reduce is df_comm_allreduce's, over the group the handle names */
+    void *h = NULL;
+    assert_int_equal(o->group_open(cpu.ctx, W, &h), 0);
+    memcpy(p[0], g, NE * 4), memcpy(p[1], g, NE * 4);
+    for (int64_t i = 0; i < NE; i++)
+        p[0][i] *= (float)(R + 1), p[1][i] *= (float)(R + 1);
+    assert_int_equal(df_comm_allreduce(W, p[0], NE, DF_COMM_FLOAT32, DF_COMM_SUM), 0);
+    assert_int_equal(o->allreduce_sum(cpu.ctx, h, p[1], NE), 0);
+    assert_memory_equal(p[0], p[1], NE * 4);
+    o->group_close(cpu.ctx, h);
+    for (int k = 0; k < 2; k++)
+        free(p[k]), free(m[k]), free(v[k]);
+    free(g);
+}
+
+/*
+ * grad_norm's contract: squares exact in double (a float's 24-bit significand squared fits in
+ * 53 bits), n - 1 additions of non-negative terms in double in any order, then a square root.
+ * Each order's sum is S (1 + t), |t| <= gamma_{n-1}(u64) (Higham eq. 4.4: all terms >= 0, so
+ * sum |x| = S), and the root adds one rounding: norm = sqrt(S) (1 + e), |e| <= gamma_{n-1} / 2 +
+ * u + (their product) <= gamma_n. Two orders then differ by <= 2 gamma_n sqrt(S) <= 2 gamma_n /
+ * (1 - gamma_n) max(norm_a, norm_b). A device's order (CUDA: 256-thread blocks over a grid-stride
+ * loop, their partials summed) is held to it against df_grad_norm's.
+ */
+static double order_bound(int64_t n, double a, double b)
+{
+    const double gn = df_tol_gamma((double)n, DF_U64);
+    return 2 * gn / (1 - gn) * fmax(a, b);
+}
+
+static void test_norm_order_bound(void **state)
+{
+    (void)state;
+    const int64_t n = (int64_t)1 << 21;
+    float *x = malloc((size_t)n * 4);
+    fill(x, n, 11, 3.0);
+    const double ref = df_grad_norm(x, n);
+    /* reversed, and blocked as the CUDA kernel's pass 1 (1024 blocks x 256 threads, strided) */
+    double rev = 0, part[1024] = {0}, blk = 0;
+    for (int64_t i = n - 1; i >= 0; i--)
+        rev += (double)x[i] * x[i];
+    for (int64_t t = 0; t < 1024 * 256; t++) {
+        double acc = 0;
+        for (int64_t i = t; i < n; i += 1024 * 256)
+            acc += (double)x[i] * x[i];
+        part[t / 256] += acc;
+    }
+    for (int i = 0; i < 1024; i++)
+        blk += part[i];
+    float f32 = 0; /* a device summing in float32: what the contract excludes */
+    for (int64_t i = 0; i < n; i++)
+        f32 += x[i] * x[i];
+    const double nr = sqrt(rev), nb = sqrt(blk), nf = sqrt((double)f32);
+    print_message("norm %.17g: reversed %.3g, blocked %.3g, float32 %.3g apart; bound %.3g\n", ref,
+                  fabs(nr - ref), fabs(nb - ref), fabs(nf - ref), order_bound(n, ref, ref));
+    assert_true(fabs(nr - ref) <= order_bound(n, nr, ref));
+    assert_true(fabs(nb - ref) <= order_bound(n, nb, ref));
+    assert_true(fabs(nf - ref) > order_bound(n, nf, ref));
+    free(x);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cpu_entries_are_the_host_functions),
+        cmocka_unit_test(test_norm_order_bound),
+        cmocka_unit_test(test_updates_are_the_cpus),
+        cmocka_unit_test(test_state_save_and_resume),
+        cmocka_unit_test(test_mutations_are_caught),
+    };
+    return cmocka_run_group_tests(tests, df_test_world_setup, df_test_world_teardown);
+}
