@@ -294,6 +294,10 @@ static int emu_sample(void *ctx, int32_t *tok, float *logp, const float *h, cons
                       float top_p, const double *u, float *scratch)
 {
     emu_dev *d = ctx;
+    if (!tok || !h || !W || !scratch) {
+        fprintf(stderr, "emu_backend: sample was handed a NULL token, row, head or scratch\n");
+        abort();
+    }
     EMU_NEED(d, "sample", tok, logp, h, W, scratch);
     d->samples++;
     emu_enter(d);

@@ -15,6 +15,8 @@
  *     moments downloaded), and an actor resumed from it on the device continues as the CPU's;
  *   - the test can fail: swapped betas in the device's AdamW, a device clip that does not
  *     scale, and (under MPI) an all-reduce that does nothing each change the weights;
+ *   - a colocated rollout on the same device reads the actor's master weights after a step (no
+ *     weight transfer, its own copy freed), drawing what an engine with its own copy draws;
  *   - the CPU's entries are the host functions (df_adamw_step, df_grad_norm, the clip's
  *     scaling, df_comm_allreduce), bit for bit; a device's norm may add in another order:
  *     within the bound derived below of df_grad_norm's, which a float32 sum exceeds.
@@ -36,7 +38,9 @@
 #include "distflow/backend.h"
 #include "distflow/optim.h"
 #include "distflow/rng.h"
+#include "distflow/rollout.h"
 #include "engine/actor.h"
+#include "engine/rollout_internal.h"
 #include "engine/train_core.h"
 #include "tolerance.h"
 #include "util/fsutil.h"
@@ -180,6 +184,62 @@ static void test_updates_are_the_cpus(void **state)
     assert_int_equal(emu_buffers(dev), 0); /* moments, master weights, gradient: all released */
     assert_int_equal(emu_buffers(host), 0);
     free(dev), free(host);
+    df_batch_free(b);
+}
+
+/* One sampled rollout of 4 prompts x 2 on engine e from m. */
+static df_rollout_result rollout_of(df_rollout_engine *e, const df_model *m)
+{
+    static const int64_t off[] = {0, 3, 5, 9, 10};
+    static const int32_t tok[] = {1, 7, 3, 9, 2, 5, 5, 8, 11, 4};
+    df_rollout_request q = {4, off, tok, 2, 9, NULL, NULL};
+    df_sampling_params sp;
+    df_sampling_params_defaults(&sp);
+    sp.max_new_tokens = 6;
+    sp.top_k = 10;
+    df_rollout_result r;
+    assert_int_equal(df_rollout_generate(e, m, &q, &sp, &r, NULL, NULL), 0);
+    return r;
+}
+
+/* A colocated rollout on the actor's device reads the actor's master weights after a step (no
+ * weight transfer, its own copy freed) and draws what an engine with its own copy draws; before
+ * the first step (no master copy yet) it uploads its own. */
+static void test_rollout_reads_the_actors_weights(void **state)
+{
+    (void)state;
+    if (N > 1)
+        return; /* one actor is enough */
+    df_batch *b = shard();
+    df_backend be;
+    emu_dev *dev = new_dev(&be);
+    df_actor *a = actor_on(&be, 3);
+    const df_model *m = df_actor_model(a);
+    const int64_t wbytes = m->n_params * (int64_t)sizeof(float);
+    df_rollout_options o = {8, 32, 0, DF_ROLLOUT_F32, &be, false, false};
+    df_rollout_engine *shared, *own;
+    assert_int_equal(df_rollout_engine_create_ex(&m->cfg, &o, &shared), 0);
+    assert_int_equal(df_rollout_engine_create_ex(&m->cfg, &o, &own), 0);
+    assert_int_equal(df_rollout_engine_share_device_weights(shared, df_actor_device_weights(a)), 0);
+    int64_t up0 = dev->up_bytes;
+    df_rollout_result r0 = rollout_of(shared, m);
+    assert_true(dev->up_bytes - up0 >= wbytes); /* no master copy yet: its own, uploaded */
+    df_metrics_free(update(a, b, 1));
+    up0 = dev->up_bytes;
+    const int held = emu_buffers(dev);
+    df_rollout_result r1 = rollout_of(shared, m);
+    assert_true(dev->up_bytes - up0 < wbytes); /* the actor's, read where they are */
+    assert_int_equal(emu_buffers(dev), held - 1); /* its own copy freed */
+    df_rollout_result r2 = rollout_of(own, m);
+    assert_memory_equal(r1.tokens, r2.tokens, (size_t)r1.offsets[r1.n_seqs] * 4);
+    assert_memory_equal(r1.log_probs, r2.log_probs, (size_t)r1.offsets[r1.n_seqs] * 4);
+    assert_memory_not_equal(r0.log_probs, r1.log_probs, (size_t)r0.offsets[r0.n_seqs] * 4);
+    df_rollout_result_free(&r0), df_rollout_result_free(&r1), df_rollout_result_free(&r2);
+    df_rollout_engine_free(shared);
+    df_rollout_engine_free(own);
+    df_actor_free(a);
+    assert_int_equal(emu_buffers(dev), 0);
+    free(dev);
     df_batch_free(b);
 }
 
@@ -400,6 +460,7 @@ int main(void)
         cmocka_unit_test(test_updates_are_the_cpus),
         cmocka_unit_test(test_state_save_and_resume),
         cmocka_unit_test(test_mutations_are_caught),
+        cmocka_unit_test(test_rollout_reads_the_actors_weights),
     };
     return cmocka_run_group_tests(tests, df_test_world_setup, df_test_world_teardown);
 }

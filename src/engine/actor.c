@@ -65,6 +65,7 @@ df_train_core *df_actor_core(df_actor *a) { return &a->c; }
 int64_t df_actor_step_count(const df_actor *a) { return a->c.steps; }
 bool df_actor_bf16(const df_actor *a) { return a->c.bf16; }
 int df_actor_weights16(df_actor *a, const df_weights16 **out) { return df_train_core_weights16(&a->c, out); }
+const df_weights_dev *df_actor_device_weights(const df_actor *a) { return df_train_core_device_weights(&a->c); }
 int df_actor_save_state(const df_actor *a, const char *path) { return df_train_core_save_state(&a->c, path); }
 int df_actor_load_state(df_actor *a, const char *path) { return df_train_core_load_state(&a->c, path); }
 

@@ -137,6 +137,10 @@ bool df_actor_bf16(const df_actor *a);
  * after every optimizer step and state load. Errors: DF_EINVAL without mixed precision, DF_ENOMEM.
  */
 int df_actor_weights16(df_actor *a, const df_weights16 **out);
+/** The actor's master weights on its device (df_train_core_device_weights): for a colocated
+ *  rollout on the same backend to read (df_rollout_engine_share_device_weights); NULL when its
+ *  optimizer runs on the host. */
+const df_weights_dev *df_actor_device_weights(const df_actor *a);
 /** Save / restore a trainable actor's training state: weights, AdamW moments and step, lr schedule
  *  position (df_train_core_save_state / _load_state at `path`, errors as those). */
 int df_actor_save_state(const df_actor *a, const char *path);

@@ -327,11 +327,41 @@ int df_rollout_check_model(const df_rollout_engine *e, const df_model *m)
     return DF_OK;
 }
 
+/* A device's weights for m: the shared source when it holds m's version (the own copy freed),
+ * else the own copy, uploaded when stale (or `force`d). */
+static int device_weights(df_rollout_engine *e, const df_model *m, bool force, df_infer_weights *w)
+{
+    int rc = DF_OK;
+    const df_weights_dev *src = e->wsrc;
+    if (src && df_weights_dev_current(src, m) && src->be.ops == e->be.ops && src->be.ctx == e->be.ctx) {
+        df_weights_dev_free(&e->wdev);
+        *w = (df_infer_weights){&src->view, NULL, NULL};
+    } else {
+        rc = df_weights_dev_sync(&e->wdev, &e->be, m, force);
+        *w = (df_infer_weights){&e->wdev.view, NULL, NULL};
+    }
+    return rc ? df_error_wrap(rc, "rollout: weight sync") : DF_OK;
+}
+
+int df_rollout_engine_share_device_weights(df_rollout_engine *e, const df_weights_dev *src)
+{
+    if (e->be.ops->host_memory)
+        return df_error(DF_EINVAL, "rollout: a %s engine reads the model's own weights; only a "
+                        "device's shares device weights", e->be.ops->name);
+    if (src && src->blob && (src->be.ops != e->be.ops || src->be.ctx != e->be.ctx))
+        return df_error(DF_EINVAL, "rollout: shared device weights on the %s backend, the engine "
+                        "on %s", src->be.ops->name, e->be.ops->name);
+    e->wsrc = src;
+    return DF_OK;
+}
+
 int df_rollout_engine_load_weights(df_rollout_engine *e, const df_model *m)
 {
     int rc = df_rollout_check_model(e, m);
-    if (!rc && !e->be.ops->host_memory) /* a device reads its copy: uploaded now */
-        return df_weights_dev_sync(&e->wdev, &e->be, m, true);
+    if (!rc && !e->be.ops->host_memory) { /* a device reads the actor's or its own, uploaded now */
+        df_infer_weights w;
+        return device_weights(e, m, true, &w);
+    }
     if (rc || !e->mm || (e->w16 && e->w16 != e->own16))
         return rc; /* float32 reads m's own; a shared copy is refreshed by its owner */
     /* the one conversion of this weight version: every matmul of the rollout reads it */
@@ -379,11 +409,8 @@ static int packed_current(df_rollout_engine *e)
  * current version (uploaded here when it is not). */
 int df_rollout_infer_weights(df_rollout_engine *e, const df_model *m, df_infer_weights *w)
 {
-    if (!e->be.ops->host_memory) {
-        int rc = df_weights_dev_sync(&e->wdev, &e->be, m, false);
-        *w = (df_infer_weights){&e->wdev.view, NULL, NULL};
-        return rc ? df_error_wrap(rc, "rollout: weight sync") : DF_OK;
-    }
+    if (!e->be.ops->host_memory)
+        return device_weights(e, m, false, w);
     if (e->mm && !df_weights16_is_current(e->w16, m))
         return df_error(DF_EINVAL, "rollout: the bf16 copy of this model's weights is %s (weight "
                         "version %lld, copy of %lld): call df_rollout_engine_load_weights after "

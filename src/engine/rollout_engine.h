@@ -56,6 +56,8 @@ struct df_rollout_engine {
     df_infer_scratch s;
     df_weights_dev wdev;      /* a device backend: the model's weights there (uploaded at each
                                  new version); unused on the host */
+    const df_weights_dev *wsrc; /* a device backend: weights it reads when current (a colocated
+                                   actor's master copy), or NULL */
     float *d_logits;          /* a device backend: [logit_rows, vocab] there, then downloaded */
     /* a device backend with a sampler (ops->sample): tokens drawn there; NULL otherwise */
     float *d_sscratch;        /* sample_scratch_floats(max_num_seqs) */
@@ -182,7 +184,7 @@ int df_rollout_infer_weights(df_rollout_engine *e, const df_model *m, df_infer_w
 int df_rollout_sample_slots(gen_ctx *g, const int32_t *list, const int64_t *rows, int64_t n);
 int df_rollout_sample_fused(gen_ctx *g, const int32_t *list, const int64_t *rows, int64_t n,
                             int64_t n_rows);
-int df_rollout_logits(df_rollout_engine *e, const df_model *m, int64_t r0, int64_t n);
+int df_rollout_logits(df_rollout_engine *e, const df_infer_weights *w, int64_t r0, int64_t n);
 /* Draw the next token of the listed slots, rows[k] being slot list[k]'s row among the hidden rows
  * [r0, r0 + nr) of the last forward (rows relative to r0); then retire or end the turn of those
  * that stopped. On a device with a sampler the draw happens there; else the chunk's logits

@@ -12,7 +12,9 @@
 
 #include "distflow/backend.h"
 #include "distflow/model.h"
+#include "distflow/rollout.h"
 #include "model/ops.h"
+#include "model/weights_dev.h"
 
 /** The engine's KV cache (backend.h df_backend_kv) in host memory: float32 or bf16 elements,
  *  2 * n_layers * n_slots * max_len * kv_dim of them, mapped once (two anonymous mappings: K, V;
@@ -107,5 +109,15 @@ typedef struct df_infer_weights {
  */
 int df_infer_forward(const df_backend *be, const df_model_config *c, const df_infer_weights *w,
                      df_backend_kv *kv, df_infer_scratch *s, const df_infer_batch *b);
+
+/**
+ * A device rollout reads `src` (a colocated actor's master weights on the same backend:
+ * df_actor_device_weights) instead of a copy of its own whenever src holds the generating
+ * model's current version (df_weights_dev_current): the weight sync is then no transfer at all,
+ * and the engine's own copy is freed. Otherwise (before the actor's first step, another version)
+ * it uploads its own as before. NULL stops sharing. src must outlive the engine's use of it.
+ * Errors: DF_EINVAL for a host-memory engine or a source on another backend.
+ */
+int df_rollout_engine_share_device_weights(df_rollout_engine *e, const df_weights_dev *src);
 
 #endif /* DF_ENGINE_ROLLOUT_INTERNAL_H */

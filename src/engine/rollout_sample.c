@@ -137,7 +137,7 @@ int df_rollout_sample_fused(gen_ctx *g, const int32_t *list, const int64_t *rows
 
 /* LM head for rows [r0, r0 + n) of the final hidden states into e->logits (bf16: the
  * head's copy, packed or row-major, the rows rounded per call). */
-int df_rollout_logits(df_rollout_engine *e, const df_model *m, int64_t r0, int64_t n)
+int df_rollout_logits(df_rollout_engine *e, const df_infer_weights *w, int64_t r0, int64_t n)
 {
     int64_t H = e->cfg.hidden_size, V = e->cfg.vocab_size;
     const uint16_t *W16 = e->w16 ? df_weights16_lm_head(e->w16) : NULL;
@@ -148,12 +148,12 @@ int df_rollout_logits(df_rollout_engine *e, const df_model *m, int64_t r0, int64
     if (W16)
         return df_mm_w16(e->mm, true, n, V, H, 1.0f, e->s.xn + r0 * H, W16, 0.0f, e->logits);
     if (e->be.ops->host_memory) {
-        df_gemm_nt(n, V, H, 1.0f, e->s.xn + r0 * H, m->w.lm_head, 0.0f, e->logits);
+        df_gemm_nt(n, V, H, 1.0f, e->s.xn + r0 * H, w->w->lm_head, 0.0f, e->logits);
         return DF_OK;
     }
     const df_backend *be = &e->be; /* the device's head, its logits downloaded for sampling */
     int rc = be->ops->gemm(be->ctx, false, true, n, V, H, 1.0f, e->s.xn + r0 * H,
-                           e->wdev.view.lm_head, 0.0f, e->d_logits);
+                           w->w->lm_head, 0.0f, e->d_logits);
     if (!rc)
         rc = be->ops->download(be->ctx, e->logits, e->d_logits, (size_t)(n * V) * sizeof(float));
     return rc ? df_error_wrap(rc, "rollout: the LM head on the %s backend", be->ops->name) : DF_OK;
@@ -183,7 +183,7 @@ static int sample_on_device(gen_ctx *g, int64_t r0, const int32_t *list, const i
         h = e->d_h;
     }
     if (!rc)
-        rc = be->ops->sample(be->ctx, e->d_tok, e->d_logp, h, e->wdev.view.lm_head, n, V, H,
+        rc = be->ops->sample(be->ctx, e->d_tok, e->d_logp, h, g->w.w->lm_head, n, V, H,
                              greedy ? 0.0f : g->sp->temperature, g->sp->top_k, g->sp->top_p,
                              greedy ? NULL : e->h_u, e->d_sscratch);
     if (!rc)
@@ -202,6 +202,6 @@ int df_rollout_sample_rows(gen_ctx *g, int64_t r0, int64_t nr, const int32_t *li
 {
     if (g->e->d_sscratch)
         return sample_on_device(g, r0, list, rows, n);
-    int rc = df_rollout_logits(g->e, g->m, r0, nr);
+    int rc = df_rollout_logits(g->e, &g->w, r0, nr);
     return rc ? rc : df_rollout_sample_slots(g, list, rows, n);
 }

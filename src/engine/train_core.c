@@ -178,6 +178,11 @@ static int make_w16(df_train_core *c)
     return DF_OK;
 }
 
+const df_weights_dev *df_train_core_device_weights(const df_train_core *c)
+{
+    return c->dev_optim ? &c->wmaster : NULL;
+}
+
 int df_train_core_weights16(df_train_core *c, const df_weights16 **out)
 {
     *out = NULL;

@@ -148,6 +148,10 @@ void df_train_core_drop_acts(df_train_core *c);
  * are released once it is made. Errors: DF_EINVAL without bf16, df_weights16_create's.
  */
 int df_train_core_weights16(df_train_core *c, const df_weights16 **out);
+/** With dev_optim, the master weights in the backend's memory (current when their version is
+ *  the model's: df_weights_dev_current; not made before the first step), else NULL. Alive
+ *  until the core is freed. */
+const df_weights_dev *df_train_core_device_weights(const df_train_core *c);
 /** Zero the backward's accumulator (bgrads) before a mini-batch. */
 int df_train_core_zero_grads(df_train_core *c);
 /** This rank has no rows: a zero gradient where the all-reduce reads it (grads, or bgrads

@@ -6,6 +6,7 @@
 #include "distflow/env.h"
 #include "distflow/scheduler.h"
 #include "engine/hf_dir.h"
+#include "engine/rollout_internal.h"
 #include "util/fsutil.h"
 #include "util/timeutil.h"
 #include "workers/common/data_metrics.h"
@@ -126,11 +127,15 @@ static df_rollout_dtype rollout_dtype(const df_dag_worker *w)
 
 /* Both in bf16 (rollout.dtype and the actor's mixed precision): the engine reads the actor's
  * bf16 copy, the same rounding of the same weights, refreshed after every update, instead of
- * a copy of its own (docs/mixed_precision.md). */
+ * a copy of its own (docs/mixed_precision.md). Both on a device whose optimizer runs there: the
+ * engine reads the actor's master weights whenever they are the model's version. */
 static int share_weights(const df_agent_slot *s, bool actor_bf16)
 {
     df_rollout_options o;
     df_rollout_engine_options(s->rollout->engine, &o);
+    const df_weights_dev *dw = df_actor_device_weights(s->actor->model);
+    if (dw) /* both on the device: the rollout reads the actor's master weights (no transfer) */
+        return df_rollout_engine_share_device_weights(s->rollout->engine, dw);
     const df_weights16 *w16;
     if (o.dtype != DF_ROLLOUT_BF16 || !actor_bf16)
         return DF_OK;
