@@ -10,8 +10,11 @@
  *   - an operator handed a host pointer where backend memory is due aborts naming the
  *     operator (emu_need), as a CUDA kernel would fault on it;
  *   - everything crossing the seam goes through upload / download / copy, which it counts.
- * The mixed-precision entries (gemm_w16, embedding_fwd_w16, lmhead_*_w16) are NULL: they take
- * host bf16 copies on the CPU. `sample`, which the CPU backend has not (its rollout samples
+ * The mixed-precision entries (gemm_w16, embedding_fwd_w16, lmhead_*_w16, gemm_bf16) are NULL
+ * until emu_bf16(d) fills them with the CPU's under a bf16 context of the device's own (where
+ * the CPU has native bf16 kernels), over a df_weights16 in the device's memory; emu_close frees
+ * that context. bf16_from_f32 is always there (df_bf16_from_f32 over the device's memory).
+ * `sample`, which the CPU backend has not (its rollout samples
  * from host logits), is the CPU's logits GEMM and df_sample_token_u row by row, so a rollout
  * sampling on the device draws the host path's tokens. The optimizer's entries (adamw_step,
  * grad_norm, scale, group_open / _close, allreduce_sum) are the CPU's over the device's memory,
@@ -50,6 +53,9 @@ typedef struct emu_dev {
     int64_t samples;                           /* sample calls */
     int64_t allreduces, adamw_steps;          /* of allreduce_sum and adamw_step */
     int64_t up_bytes, down_bytes;
+    int64_t w16_calls, conversions;            /* gemm_w16 + gemm_bf16 calls; bf16_from_f32's */
+    df_mm_ctx *mm;                             /* emu_bf16: the CPU's bf16 context */
+    df_backend cpu16;                          /* the CPU backend under mm */
 } emu_dev;
 
 static void emu_protect(emu_dev *d, int prot)
@@ -164,6 +170,15 @@ static int emu_copy(void *ctx, void *dst, const void *src, size_t bytes)
     return DF_OK;
 }
 
+/* EMU_CALL on the CPU backend under the device's bf16 context (emu_bf16). */
+#define EMU_CALL16(ctx, op, ptrs, ...)                                                           \
+    emu_dev *d_ = (ctx);                                                                         \
+    EMU_NEED(d_, #op, EXPAND_PTRS ptrs);                                                         \
+    emu_enter(d_);                                                                               \
+    int rc_ = d_->cpu16.ops->op(d_->cpu16.ctx, __VA_ARGS__);                                    \
+    emu_leave(d_);                                                                               \
+    return rc_
+
 static int emu_zero(void *ctx, float *x, int64_t n) { EMU_CALL(ctx, zero, (x), x, n); }
 static int emu_sync(void *ctx) { return ((emu_dev *)ctx)->cpu.ops->sync(((emu_dev *)ctx)->cpu.ctx); }
 
@@ -171,6 +186,43 @@ static int emu_gemm(void *ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K
                     const float *A, const float *B, float beta, float *C)
 {
     EMU_CALL(ctx, gemm, (A, B, C), ta, tb, M, N, K, alpha, A, B, beta, C);
+}
+static int emu_gemm_bf16(void *ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                         float alpha, const float *A, const float *B, float beta, float *C)
+{
+    ((emu_dev *)ctx)->w16_calls++;
+    EMU_CALL16(ctx, gemm_bf16, (A, B, C), ta, tb, M, N, K, alpha, A, B, beta, C);
+}
+static int emu_gemm_w16(void *ctx, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                        const float *A, const uint16_t *W, float beta, float *C)
+{
+    ((emu_dev *)ctx)->w16_calls++;
+    EMU_CALL16(ctx, gemm_w16, (A, W, C), tb, M, N, K, alpha, A, W, beta, C);
+}
+static int emu_embedding_fwd_w16(void *ctx, float *out, const int32_t *ids,
+                                 const uint16_t *table16, int64_t T, int64_t H)
+{
+    EMU_CALL16(ctx, embedding_fwd_w16, (out, ids, table16), out, ids, table16, T, H);
+}
+static int emu_lmhead_fwd_w16(void *ctx, float *logp, float *entropy, float *lse, const float *h,
+                              const uint16_t *W16, const int32_t *target, int64_t n, int64_t V,
+                              int64_t H, float temperature, float *scratch)
+{
+    EMU_CALL16(ctx, lmhead_fwd_w16, (logp, entropy, lse, h, W16, target, scratch), logp, entropy,
+               lse, h, W16, target, n, V, H, temperature, scratch);
+}
+static int emu_lmhead_bwd_w16(void *ctx, float *dh, float *dW, const float *dlogp,
+                              const float *dentropy, const float *h, const uint16_t *W16,
+                              const int32_t *target, const float *lse, const float *entropy,
+                              int64_t n, int64_t V, int64_t H, float temperature, float *scratch)
+{
+    EMU_CALL16(ctx, lmhead_bwd_w16, (dh, dW, dlogp, dentropy, h, W16, target, lse, entropy, scratch),
+               dh, dW, dlogp, dentropy, h, W16, target, lse, entropy, n, V, H, temperature, scratch);
+}
+static int emu_bf16_from_f32(void *ctx, uint16_t *dst, const float *src, int64_t n)
+{
+    ((emu_dev *)ctx)->conversions++;
+    EMU_CALL(ctx, bf16_from_f32, (dst, src), dst, src, n);
 }
 static int emu_rows_fill(void *ctx, float *y, const float *b, int64_t M, int64_t N)
 {
@@ -388,8 +440,46 @@ static df_backend emu_open(emu_dev *d)
         .lmhead_bwd = emu_lmhead_bwd, .sample_scratch_floats = emu_sample_scratch_floats,
         .sample = emu_sample, .adamw_step = emu_adamw_step,
         .grad_norm = emu_grad_norm, .scale = emu_scale, .group_open = emu_group_open,
-        .group_close = emu_group_close, .allreduce_sum = emu_allreduce_sum};
+        .group_close = emu_group_close, .allreduce_sum = emu_allreduce_sum,
+        .bf16_from_f32 = emu_bf16_from_f32};
     return (df_backend){&d->ops, d};
+}
+
+/* Elements of one operand the emulated device's bf16 context rounds per call: larger than any
+ * test model's (a call over it would fall back to float32 sgemm, ops_mm_bf16.c). */
+#define EMU_MM_ELEMS ((int64_t)1 << 22)
+
+/*
+ * Mixed precision on the device: its gemm_w16, embedding_fwd_w16, lmhead_*_w16 and gemm_bf16
+ * become the CPU's under a bf16 context of its own, so a bf16 pass here computes the CPU's bf16
+ * bits. false (nothing changed) where the CPU has no native bf16 kernels
+ * (df_model_bf16_available) or the context cannot be made.
+ */
+static inline bool emu_bf16(emu_dev *d)
+{
+    if (df_model_bf16_available() != DF_OK || (!d->mm && df_mm_ctx_create(EMU_MM_ELEMS, &d->mm)))
+        return false;
+    d->cpu16 = df_backend_cpu_bf16(&d->mm);
+    d->ops.gemm_w16 = emu_gemm_w16;
+    d->ops.gemm_bf16 = emu_gemm_bf16;
+    d->ops.embedding_fwd_w16 = emu_embedding_fwd_w16;
+    d->ops.lmhead_fwd_w16 = emu_lmhead_fwd_w16;
+    d->ops.lmhead_bwd_w16 = emu_lmhead_bwd_w16;
+    return true;
+}
+
+/* Without the bf16 LM head (CUDA's today): the head then runs in float32 on the device. */
+static inline void emu_no_head16(emu_dev *d)
+{
+    d->ops.lmhead_fwd_w16 = NULL;
+    d->ops.lmhead_bwd_w16 = NULL;
+}
+
+/* What emu_bf16 made (the device's buffers are the test's to release). */
+static inline void emu_close(emu_dev *d)
+{
+    df_mm_ctx_free(d->mm);
+    d->mm = NULL;
 }
 
 /* Take the optimizer's entries away: a device backend whose training steps on the host. */

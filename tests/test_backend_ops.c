@@ -141,6 +141,88 @@ static void test_gemm_bf16(void **state)
 }
 
 /*
+ * Every backend's gemm_bf16 entry (both operands rounded per call): gemm_cases in bf16 through
+ * a copy of its table whose gemm is that entry. The CPU's needs its bf16 context (refused with a
+ * message without one).
+ */
+static void test_gemm_bf16_entry(void **state)
+{
+    (void)state;
+    for (int bi = 0; bi < bo_n; bi++) {
+        const bo_backend *b = &bo_list[bi];
+        if (!b->be.ops->gemm_bf16) {
+            print_message("SKIP: %s gemm_bf16: not provided\n", b->name);
+            continue;
+        }
+        df_backend_ops ops = *b->be.ops;
+        ops.gemm = ops.gemm_bf16;
+        df_mm_ctx *mm = NULL;
+        bo_backend e = {b->name, {&ops, b->be.ctx}};
+        if (df_backend_is_cpu(&b->be)) {
+            float a = 1, w = 1, c = 0;
+            assert_int_equal(ops.gemm_bf16(NULL, false, true, 1, 1, 1, 1, &a, &w, 0, &c), DF_EINVAL);
+            assert_true(strlen(df_last_error()) > 0);
+            int rc = df_mm_ctx_create(1 << 20, &mm);
+            if (rc == DF_EUNSUPPORTED) {
+                print_message("SKIP: cpu gemm_bf16: %s\n", df_last_error());
+                continue;
+            }
+            BO_OK(rc);
+            e.be.ctx = &mm;
+        }
+        gemm_cases(&e, true);
+        df_mm_ctx_free(mm);
+    }
+}
+
+/*
+ * bf16_from_f32 (a device's refresh of its bf16 weights): df_bf16_from_f32's bits for every
+ * element (random values over many binades, ties, NaN, infinities, subnormals, the overflow
+ * to infinity), with hand-checked values first: the two ties of 1 + 2^-8 (to 1, even) and
+ * 1 + 3 2^-8 (up, to even), a NaN staying a NaN.
+ */
+static void test_bf16_from_f32(void **state)
+{
+    (void)state;
+    const int64_t n = 4099; /* odd: off any vector width */
+    float *x = bo_rand(n, 61, 1);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = ldexpf(x[i], (int)(i % 61) - 30);
+    const uint32_t special[] = {0x3f808000u /* 1 + 2^-8 */, 0x3f818000u /* 1 + 3 2^-8 */,
+                                0x7fc00001u, 0xffa00000u /* NaNs */, 0x7f800000u, 0xff800000u,
+                                0x00000001u, 0x80008000u, 0x7f7fffffu /* to +inf */, 0};
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++)
+        memcpy(&x[i], &special[i], 4);
+    uint16_t *ref = xmalloc(2 * (size_t)n);
+    df_bf16_from_f32(ref, x, n);
+    assert_int_equal(ref[0], 0x3f80);
+    assert_int_equal(ref[1], 0x3f82);
+    assert_true((ref[2] & 0x7f80) == 0x7f80 && (ref[2] & 0x7f) != 0);
+    assert_int_equal(ref[8], 0x7f80);
+    for (int bi = 0; bi < bo_n; bi++) {
+        const bo_backend *b = &bo_list[bi];
+        if (!b->be.ops->bf16_from_f32) {
+            print_message("SKIP: %s bf16_from_f32: not provided (bf16 weights converted on the host)\n",
+                          b->name);
+            continue;
+        }
+        float *dx = bo_up(b, x, 4 * (size_t)n);
+        uint16_t *junk = xmalloc(2 * (size_t)n); /* every element must be written */
+        memset(junk, 0x55, 2 * (size_t)n);
+        uint16_t *dy = bo_up(b, junk, 2 * (size_t)n);
+        free(junk);
+        BO_OK(b->be.ops->bf16_from_f32(b->be.ctx, dy, dx, n));
+        BO_OK(b->be.ops->bf16_from_f32(b->be.ctx, dy, dx, 0)); /* n = 0: nothing */
+        uint16_t *got = bo_down(b, dy, 2 * (size_t)n);
+        assert_memory_equal(got, ref, 2 * (size_t)n);
+        print_message("%s bf16_from_f32: %lld elements, the CPU's bits\n", b->name, (long long)n);
+        free(got);
+        bo_free(b, dx), bo_free(b, dy);
+    }
+    free(x), free(ref);
+}
+
+/*
  * gemm_w16: C = alpha A op(W) + beta C0 with W in bf16 (tb: W [N,K], else W [K,N]) and A rounded
  * per call: against the float64 product of the float A and the bf16 W as given, within
  * br_gemm_rel(K, 1) S (one operand rounded); beyond the float32 bound somewhere (A is rounded).
@@ -1243,6 +1325,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_memory),    cmocka_unit_test(test_gemm),
         cmocka_unit_test(test_gemm_bf16), cmocka_unit_test(test_gemm_w16),
+        cmocka_unit_test(test_gemm_bf16_entry), cmocka_unit_test(test_bf16_from_f32),
         cmocka_unit_test(test_rows),      cmocka_unit_test(test_embedding), cmocka_unit_test(test_embedding_w16),
         cmocka_unit_test(test_rmsnorm),   cmocka_unit_test(test_rope),
         cmocka_unit_test(test_swiglu),    cmocka_unit_test(test_attention),

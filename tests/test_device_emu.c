@@ -13,7 +13,9 @@
  *   - its weight sync: a new weight version is uploaded once, at the next call; none without;
  *   - free_cache_engine: the device's KV cache released after the call, made again by the next;
  *   - nothing leaks: every device buffer released with the engine;
- *   - training's forward and backward on the device (df_acts_create_on): the CPU's bits.
+ *   - training's forward and backward on the device (df_acts_create_on): the CPU's bits;
+ *   - the same in mixed precision (DF_ACTS_BF16, the bf16 copy converted in the device's
+ *     memory): the CPU's bf16 bits; without a bf16 head (CUDA's) the head moves, the layers not.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -26,7 +28,12 @@
 #include "distflow/model.h"
 #include "distflow/rollout.h"
 #include "emu_backend.h"
+#include "model/weights_dev.h"
 #include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
 
 static df_model *small_model(void)
 {
@@ -241,6 +248,118 @@ static void test_training_on_device_is_the_cpus(void **state)
     df_model_free(m);
 }
 
+/* One forward + backward on `be` with `flags` (logp, entropy and the gradient out; host). */
+static void fwd_bwd(const df_backend *be, const df_model *m, unsigned flags, const df_seq_batch *b,
+                    float *lp, float *en, float *g)
+{
+    const size_t gb = (size_t)m->n_params * sizeof(float);
+    float c[30], d[30];
+    for (int64_t j = 0; j < b->n_out; j++)
+        c[j] = 0.1f * (float)(j % 5) - 0.2f, d[j] = 0.01f * (float)(j % 3);
+    df_acts *a = NULL;
+    float *grads = g;
+    assert_int_equal(df_acts_create_ex(be, &m->cfg, b->n_tokens, b->n_out, flags, &a), 0);
+    assert_int_equal(df_acts_load_weights(a, m), 0);
+    if (!be->ops->host_memory) {
+        assert_int_equal(be->ops->alloc(be->ctx, gb, (void **)&grads), 0);
+        assert_int_equal(be->ops->zero(be->ctx, grads, m->n_params), 0);
+    } else {
+        memset(g, 0, gb);
+    }
+    assert_int_equal(df_model_forward(m, a, b, 0.8f, lp, en), 0);
+    assert_int_equal(df_model_backward(m, a, b, 0.8f, c, d, grads), 0);
+    if (!be->ops->host_memory) {
+        assert_int_equal(be->ops->download(be->ctx, g, grads, gb), 0);
+        be->ops->release(be->ctx, grads);
+    }
+    df_acts_free(a);
+}
+
+/*
+ * Mixed precision (DF_ACTS_BF16) on the device: the bf16 copy in its memory (converted there
+ * from its float32 weights by bf16_from_f32), the layers' matmuls through its gemm_w16 /
+ * gemm_bf16, the lookup through embedding_fwd_w16, the head through lmhead_*_w16: the CPU's
+ * bf16 bits, kept and checkpointed; without the bf16 head (CUDA's table) the head runs float32
+ * on the device and the result moves (but stays bf16 elsewhere). Skipped without native bf16.
+ */
+static void test_bf16_training_on_device_is_the_cpus(void **state)
+{
+    (void)state;
+    emu_dev dev;
+    df_backend be = emu_open(&dev);
+    if (!emu_bf16(&dev)) {
+        printf("SKIP test_bf16_training_on_device_is_the_cpus: %s\n", df_last_error());
+        df_clear_error();
+        return;
+    }
+    df_model *m = small_model();
+    const int64_t off[] = {0, 5, 17, 30}, T = 30;
+    int32_t tok[30], tgt[30];
+    int64_t rows[30], n = 0;
+    for (int64_t t = 0; t < T; t++)
+        tok[t] = (int32_t)((t * 29 + 3) % 97);
+    for (int s = 0; s < 3; s++)
+        for (int64_t t = off[s]; t + 1 < off[s + 1]; t++)
+            rows[n] = t, tgt[n++] = tok[t + 1];
+    df_seq_batch b = {T, tok, 3, off, n, rows, tgt};
+    const size_t gb = (size_t)m->n_params * sizeof(float);
+    float *g[3] = {malloc(gb), malloc(gb), malloc(gb)};
+    float lp[3][30], en[3][30];
+    df_backend cpu = df_backend_cpu();
+    fwd_bwd(&cpu, m, 0, &b, lp[2], en[2], g[2]); /* float32, to see bf16 differ */
+    const unsigned fl[] = {DF_ACTS_BF16, DF_ACTS_BF16 | DF_ACTS_CHECKPOINT};
+    for (int f = 0; f < 2; f++) {
+        fwd_bwd(&cpu, m, fl[f], &b, lp[0], en[0], g[0]);
+        const int64_t w16 = dev.w16_calls, conv = dev.conversions;
+        fwd_bwd(&be, m, fl[f], &b, lp[1], en[1], g[1]);
+        assert_true(dev.w16_calls > w16 && dev.conversions > conv);
+        assert_memory_equal(lp[0], lp[1], (size_t)n * 4);
+        assert_memory_equal(en[0], en[1], (size_t)n * 4);
+        assert_memory_equal(g[0], g[1], gb);
+        assert_true(memcmp(lp[1], lp[2], (size_t)n * 4) != 0); /* not float32 */
+        assert_true(memcmp(g[1], g[2], gb) != 0);
+    }
+    /* the copy converted on the device is the host's copy, bit for bit */
+    df_weights16 *hw = NULL, *dw = NULL;
+    df_weights_dev wd = {0};
+    assert_int_equal(df_weights16_create_ex(&m->cfg, DF_W16_LM_HEAD | DF_W16_EMBED, &hw), 0);
+    assert_int_equal(df_weights16_create_on(&be, &m->cfg, DF_W16_LM_HEAD | DF_W16_EMBED, &dw), 0);
+    assert_int_equal(df_weights16_refresh_model(hw, m), 0);
+    assert_int_equal(df_weights_dev_sync(&wd, &be, m, true), 0);
+    const int64_t up = dev.up_bytes;
+    assert_int_equal(df_weights16_refresh_dev(dw, m, &wd.view), 0);
+    assert_int_equal(dev.up_bytes, up); /* converted there: nothing uploaded */
+    assert_true(df_weights16_is_current(dw, m) && df_weights16_on_device(dw));
+    int64_t ne = 0, nd = 0;
+    const uint16_t *hb = df_weights16_blob(hw, &ne), *db = df_weights16_blob(dw, &nd);
+    assert_int_equal(ne, nd);
+    uint16_t *back = malloc((size_t)nd * 2);
+    assert_int_equal(be.ops->download(be.ctx, back, db, (size_t)nd * 2), 0);
+    assert_memory_equal(hb, back, (size_t)nd * 2);
+    free(back);
+    df_weights16_free(hw);
+    df_weights16_free(dw);
+    df_weights_dev_free(&wd);
+    /* CUDA's table has no bf16 head: the head then reads the device's float32 weights */
+    emu_no_head16(&dev);
+    fwd_bwd(&be, m, DF_ACTS_BF16, &b, lp[1], en[1], g[1]);
+    assert_true(memcmp(lp[0], lp[1], (size_t)n * 4) != 0); /* the head moved ... */
+    assert_true(memcmp(lp[1], lp[2], (size_t)n * 4) != 0); /* ... and the layers are still bf16 */
+    for (int64_t j = 0; j < n; j++) /* a bf16 head's rounding of h and W: small */
+        assert_true(fabs(lp[1][j] - lp[0][j]) < 0.05 * (1.0 + fabs(lp[0][j])));
+    /* a weight change without df_acts_load_weights is refused, never read stale */
+    df_acts *a = NULL;
+    assert_int_equal(df_acts_create_ex(&be, &m->cfg, T, n, DF_ACTS_BF16, &a), 0);
+    assert_int_equal(df_acts_load_weights(a, m), 0);
+    df_model_weights_changed(m);
+    assert_int_equal(df_model_forward(m, a, &b, 0.8f, lp[1], NULL), DF_EINVAL);
+    df_acts_free(a);
+    assert_int_equal(emu_buffers(&dev), 0);
+    emu_close(&dev);
+    free(g[0]), free(g[1]), free(g[2]);
+    df_model_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -248,6 +367,7 @@ int main(void)
         cmocka_unit_test(test_device_weight_sync),
         cmocka_unit_test(test_device_free_cache_engine),
         cmocka_unit_test(test_training_on_device_is_the_cpus),
+        cmocka_unit_test(test_bf16_training_on_device_is_the_cpus),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -42,7 +42,18 @@ static int open_emu(df_backend *out)
 
 /* bf16_asked: the device run leaves verl's bf16 defaults (param_dtype, rollout.dtype), which a
  * device without bf16 matmuls turns into float32 with a notice: the CPU's float32 run. */
+static void train_ov(const char *device, const char *out, bool ppo, const char *const *ov, int n_ov);
+
 static void train(const char *device, const char *out, bool bf16_asked, bool ppo)
+{
+    const char *const bf16[] = {"actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16",
+                                "actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype=bf16",
+                                "actor_rollout_ref.rollout.dtype=bfloat16",
+                                "critic.model.fsdp_config.mixed_precision.param_dtype=bf16"};
+    train_ov(device, out, ppo, bf16, bf16_asked ? 3 + ppo : 0);
+}
+
+static void train_ov(const char *device, const char *out, bool ppo, const char *const *ov, int n_ov)
 {
     char yaml[2048], critic[512] = "";
     if (ppo)
@@ -63,11 +74,7 @@ static void train(const char *device, const char *out, bool bf16_asked, bool ppo
              "trainer: {total_training_steps: 2, save_freq: -1, test_freq: -1, logger: [],\n"
              "          device: %s, default_local_dir: %s/%s}\n",
              dir, dir, critic, ppo ? "gae" : "grpo", device, dir, out);
-    const char *const bf16[] = {"actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16",
-                                "actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype=bf16",
-                                "actor_rollout_ref.rollout.dtype=bfloat16",
-                                "critic.model.fsdp_config.mixed_precision.param_dtype=bf16"};
-    df_config *cfg = df_test_config(yaml, "device_train.yaml", bf16, bf16_asked ? 3 + ppo : 0);
+    df_config *cfg = df_test_config(yaml, "device_train.yaml", ov, n_ov);
     df_test_run_ok(df_test_run(world, cfg), out);
 }
 
@@ -165,6 +172,48 @@ static void test_ppo_on_the_device_is_the_cpus(void **state)
     assert_int_equal(emu_buffers(&dev), 0);
 }
 
+/*
+ * Mixed precision on the device: the emulated "cuda" with the CPU's bf16 entries (emu_bf16),
+ * the actor and the reference in bf16 (their bf16 copies in the device's memory, refreshed there
+ * after each optimizer step from the device's master weights), the rollout float32 on both
+ * sides (the device's rollout is float32): every metric of the CPU's bf16 run, to the digit.
+ * The bf16 matmuls must have run on the device (its gemm_w16 / gemm_bf16 calls and on-device
+ * conversions counted), and the metrics must differ from the float32 device run's (a bf16
+ * request quietly run in float32 would pass the comparison otherwise). Runs last: the device's
+ * table keeps the bf16 entries. Skipped where the CPU has no native bf16.
+ */
+static void test_grpo_bf16_on_the_device_is_the_cpus(void **state)
+{
+    (void)state;
+    if (!emu_bf16(&dev)) {
+        print_message("SKIP: %s\n", df_last_error());
+        df_clear_error();
+        return;
+    }
+    const char *const ov[] = {"actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16",
+                              "actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype=bf16",
+                              "actor_rollout_ref.rollout.dtype=float32"};
+    train_ov("cpu", "bf16_cpu", false, ov, 3);
+    const int64_t w16 = dev.w16_calls, conv = dev.conversions;
+    train_ov("cuda", "bf16_dev", false, ov, 3);
+    print_message("device: %lld bf16 GEMMs, %lld bf16 conversions\n", (long long)(dev.w16_calls - w16),
+                  (long long)(dev.conversions - conv));
+    assert_true(dev.w16_calls - w16 > 100);
+    assert_true(dev.conversions - conv > 0);
+    const int compared = same_metrics("bf16_cpu", "bf16_dev", "actor/grad_norm", 0, 2);
+    print_message("%d metrics equal\n", compared);
+    assert_true(compared > 40);
+    /* not the float32 run (test_grpo_on_the_device_is_the_cpus's "dev") */
+    json_t *a = df_test_metrics(dir, "dev", true), *b = df_test_metrics(dir, "bf16_dev", true);
+    const double x = json_number_value(json_object_get(json_array_get(a, 0), "actor/grad_norm"));
+    const double y = json_number_value(json_object_get(json_array_get(b, 0), "actor/grad_norm"));
+    print_message("step 1 actor/grad_norm: float32 %.10g, bf16 %.10g\n", x, y);
+    assert_true(x != y);
+    json_decref(a);
+    json_decref(b);
+    assert_int_equal(emu_buffers(&dev), 0);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -186,6 +235,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
+    emu_close(&dev);
     return df_test_shared_cleanup(world, dir);
 }
 
@@ -194,6 +244,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_grpo_on_the_device_is_the_cpus),
         cmocka_unit_test(test_ppo_on_the_device_is_the_cpus),
+        cmocka_unit_test(test_grpo_bf16_on_the_device_is_the_cpus),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

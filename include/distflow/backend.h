@@ -102,7 +102,7 @@ typedef struct df_backend_ops {
 
     /**
      * Mixed precision (docs/mixed_precision.md): C[M,N] = alpha A op(W) + beta C with W a
-     * bfloat16 weight of a df_weights16 (host memory on the CPU) and A float32 rounded to
+     * bfloat16 weight of a df_weights16 (in this backend's memory: df_weights16_create_on) and A float32 rounded to
      * bfloat16 (nearest even) per call, float32 accumulation and result. tb true: W [N,K],
      * op(W) = W^T (a Linear forward y = x W^T); tb false: W [K,N] (its input gradient dy W).
      * NULL on a backend without bf16 matmuls: df_model_check_backend_ex refuses mixed
@@ -117,6 +117,23 @@ typedef struct df_backend_ops {
      */
     int (*gemm_w16_packed)(void *ctx, int64_t M, int64_t N, int64_t K, float alpha,
                            const float *A, const uint16_t *Wp, float beta, float *C);
+    /**
+     * gemm with both operands rounded to bfloat16 (nearest even) per call, float32
+     * accumulation and result: autocast's matmul of two activations (a weight gradient
+     * dW += dy^T x, the o_proj bias's rank-1 product). Same shapes and (ta, tb) as gemm. What
+     * mixed precision on a device runs wherever the CPU's gemm rounds (the CPU's gemm does it
+     * itself under a bf16 context: df_backend_cpu_bf16, and this entry is that gemm). NULL on a
+     * backend without it: df_model_check_backend_ex refuses mixed precision on a device then.
+     */
+    int (*gemm_bf16)(void *ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                     const float *A, const float *B, float beta, float *C);
+    /**
+     * dst[n] = src[n] (float32) rounded to bfloat16 with df_bf16_from_f32's bits (nearest even,
+     * NaN stays a quiet NaN), both in backend memory: a df_weights16 on the device refreshed
+     * from the device's float32 weights (df_weights16_refresh_dev). NULL: the copy is converted
+     * on the host and uploaded.
+     */
+    int (*bf16_from_f32)(void *ctx, uint16_t *dst, const float *src, int64_t n);
 
     /* ---- rows ---- */
     /** y[i, :] = b for i < M (b [N]): a Linear layer's bias before its GEMM adds x W^T. */

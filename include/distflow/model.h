@@ -270,6 +270,29 @@ DF_API int df_weights16_create(const df_model_config *cfg, df_weights16 **out);
  *  unknown flag. */
 DF_API int df_weights16_create_ex(const df_model_config *cfg, unsigned flags, df_weights16 **out);
 /**
+ * As df_weights16_create_ex with the copy in `be`'s memory (NULL or a host-memory backend: host
+ * memory, as create_ex): df_weights16_layer / _lm_head / _embed then give device pointers that
+ * the decoder passes to be's gemm_w16 / embedding_fwd_w16 / lmhead_*_w16 as they are. The
+ * refreshes round with df_bf16_from_f32's bits either way: df_weights16_refresh / _refresh_model
+ * on the host, then one upload per tensor (a [largest tensor] host staging buffer);
+ * df_weights16_refresh_dev on the device. _refresh_release gives nothing back for such a copy,
+ * _offload and _page_out do nothing. be must outlive the copy. The copy is NOT zeroed: refresh
+ * it before reading. Errors: create_ex's, DF_ENOMEM naming the backend.
+ */
+DF_API int df_weights16_create_on(const df_backend *be, const df_model_config *cfg, unsigned flags,
+                                  df_weights16 **out);
+/**
+ * Refresh a copy in a device's memory from m's weights held in the same device's memory:
+ * `dsrc`, a view with m's layout into a float32 copy there (the forward's df_weights_dev or the
+ * optimizer's master weights), at m's current version (the caller's promise). Every tensor goes
+ * through the backend's bf16_from_f32 (the CPU's df_bf16_from_f32 bits), nothing crosses to the
+ * host; the copy then holds m->version. A host copy, or a backend without bf16_from_f32:
+ * df_weights16_refresh_model(w, m) (dsrc unused). Errors: DF_EINVAL (NULL), the backend's.
+ */
+DF_API int df_weights16_refresh_dev(df_weights16 *w, const df_model *m, const df_model_view *dsrc);
+/** Whether w lives in a device's memory (df_weights16_create_on with a non-host backend). */
+DF_API bool df_weights16_on_device(const df_weights16 *w);
+/**
  * Convert `src` (float32 weights with cfg's shapes, host memory: a df_model's w) into the shadow,
  * rounding to nearest even (NaN stays NaN), one threaded pass. Call it after every change of the
  * weights (an optimizer step, a load, a weight sync). Errors: DF_EINVAL (NULL, a value model's

@@ -379,6 +379,9 @@ int df_rollout_engine_share_weights16(df_rollout_engine *e, const df_weights16 *
     if (w && !e->mm)
         return df_error(DF_EINVAL, "rollout: a float32 engine reads the model's own weights; only "
                         "a bfloat16 one takes a bf16 copy");
+    if (w && df_weights16_on_device(w)) /* the engine's bf16 path is the CPU's */
+        return df_error(DF_EINVAL, "rollout: the bf16 copy lives in a device's memory; a bf16 "
+                        "engine reads host memory");
     /* the tensors of a copy the engine would make (the layers' matmuls and the LM head), with the
      * bf16 embedding a mixed-precision actor's copy also holds or without (float32 rows then) */
     const int64_t want = df_weights16_bytes_for(&e->cfg, DF_W16_LM_HEAD);

@@ -130,7 +130,8 @@ int df_train_core_set_precision(df_train_core *c, bool bf16, bool bf16_only)
         return df_error(DF_EINVAL, "%s: the precision is chosen before the first micro-batch", c->who);
     if (bf16_only && (!bf16 || c->trainable))
         return df_error(DF_EINVAL, "%s: bf16 storage is for a frozen model computing in bf16", c->who);
-    int rc = bf16 ? df_model_bf16_available() : DF_OK;
+    /* oneDNN's bf16 kernels are the CPU's; a device has its own (df_model_check_backend_ex) */
+    int rc = bf16 && df_backend_is_cpu(&c->be) ? df_model_bf16_available() : DF_OK;
     if (!rc && bf16)
         rc = df_model_check_backend_ex(&c->be, &c->model->cfg, DF_ACTS_BF16);
     if (rc)
@@ -155,6 +156,19 @@ void df_train_core_page_out(df_train_core *c)
         df_weights16_page_out(c->w16);
 }
 
+/* c->w16 from the model's current weights: on a device from a float32 copy there holding
+ * them (the optimizer's master weights, else the forward's), converted there; otherwise the
+ * host's rounded (and uploaded into a device copy). The same bits every way. */
+static int refresh_w16(df_train_core *c)
+{
+    const df_model *m = c->model;
+    if (c->dev_optim && df_weights_dev_current(&c->wmaster, m))
+        return df_weights16_refresh_dev(c->w16, m, &c->wmaster.view);
+    if (c->acts && !c->be.ops->host_memory && df_weights_dev_current(&c->acts->wdev, m))
+        return df_weights16_refresh_dev(c->w16, m, &c->acts->wdev.view);
+    return df_weights16_refresh_model(c->w16, m);
+}
+
 /* The bf16 copy the core's activations share (the layers' matmuls, the head, the embedding),
  * made once from the float32 weights (a frozen bf16-only core then gives back those the forward
  * no longer reads); later versions come from df_train_core_weights_changed. */
@@ -162,12 +176,13 @@ static int make_w16(df_train_core *c)
 {
     if (c->w16)
         return DF_OK;
-    int rc = df_weights16_create_ex(&c->model->cfg, DF_W16_LM_HEAD | DF_W16_EMBED, &c->w16);
+    /* in the compute backend's memory (a device: its own, refreshed there when it can) */
+    int rc = df_weights16_create_on(&c->be, &c->model->cfg, DF_W16_LM_HEAD | DF_W16_EMBED, &c->w16);
     /* bf16-only: each float32 tensor the forward no longer reads goes as soon as it is converted */
     const bool head16 = c->be.ops->lmhead_fwd_w16 && c->be.ops->lmhead_bwd_w16;
     if (!rc)
         rc = c->bf16_only ? df_weights16_refresh_release(c->w16, c->model, head16, NULL)
-                          : df_weights16_refresh_model(c->w16, c->model);
+                          : refresh_w16(c);
     if (!rc && c->offload_dir)
         rc = df_weights16_offload(c->w16, c->offload_dir);
     if (rc) {
@@ -196,9 +211,10 @@ int df_train_core_weights16(df_train_core *c, const df_weights16 **out)
 
 int df_train_core_weights_changed(df_train_core *c)
 {
-    int rc = c->w16 ? df_weights16_refresh_model(c->w16, c->model) : DF_OK;
-    if (!rc && c->acts)
-        rc = df_acts_load_weights(c->acts, c->model);
+    /* the forward's float32 copy first: a device's bf16 copy is converted from it there */
+    int rc = c->acts ? df_acts_load_weights(c->acts, c->model) : DF_OK;
+    if (!rc && c->w16)
+        rc = refresh_w16(c);
     return rc;
 }
 
@@ -408,7 +424,7 @@ static int device_weights_out(df_train_core *c)
     df_model *m = c->model;
     df_weights_dev *w = c->acts ? &c->acts->wdev : NULL;
     c->wmaster.version = m->version;
-    int rc = c->w16 ? df_weights16_refresh_model(c->w16, m) : DF_OK;
+    int rc = c->w16 ? refresh_w16(c) : DF_OK; /* device to device: from the master weights */
     if (rc || !c->acts)
         return rc;
     if (!w->blob || w->n_params != m->n_params)

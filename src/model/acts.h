@@ -82,6 +82,12 @@ struct df_acts {
                           * matmuls read: made and refreshed by df_acts_load_weights, or another
                           * owner's (w16_shared, df_acts_share_weights16); NULL: float32 */
     bool w16_shared;
+    /* Mixed precision on a device (no mm there): be.ops is ops16, the device's table with gemm
+     * replaced by its gemm_bf16 (what the CPU's gemm does under mm); be32 the device as given,
+     * for the float32 GEMMs of the value head (the CPU's sums those in double, unrounded). */
+    bool dev16;
+    df_backend_ops ops16;
+    df_backend be32;
     /* The last forward, checked by the backward. */
     int64_t fwd_tokens, fwd_out;
     float fwd_temperature;
@@ -102,6 +108,12 @@ enum { DF_ACTS_HEAD_LM = 0, DF_ACTS_HEAD_VALUE = 1 };
  * failure (and its df_last_error message) stays in a->err. */
 #define DF_BE(a, op, ...) \
     ((a)->err ? (void)0 : (void)((a)->err = (a)->be.ops->op((a)->be.ctx, __VA_ARGS__)))
+
+/* DF_BE on the device's float32 table (be32) under mixed precision on a device, else a->be:
+ * a GEMM the CPU does not round either (the value head's). */
+#define DF_BE32(a, op, ...)                                                                      \
+    ((a)->err ? (void)0                                                                          \
+              : (void)((a)->err = ((a)->dev16 ? (a)->be32 : (a)->be).ops->op((a)->be.ctx, __VA_ARGS__)))
 
 /* Stage b's index arrays for the backend (a->bb) and the positions (a->pos). */
 int df_acts_stage(df_acts *a, const df_seq_batch *b);
@@ -153,6 +165,12 @@ void df_acts_layer_recompute(const df_model_config *c, const df_layer_view *w, d
  * gemm_w16; df_mm_ctx_create's without AMX-BF16 / AVX512-BF16), DF_ENOMEM.
  */
 int df_acts_set_bf16_matmul(df_acts *a, bool on);
+
+/* Mixed precision is on: the CPU's bf16 context, or a device's bf16 table. */
+static inline bool df_acts_mixed(const df_acts *a)
+{
+    return a->mm || a->dev16;
+}
 
 /* Layer l's bf16 weights in mixed precision, else NULL (float32 matmuls). */
 static inline const df_layer16 *df_acts_layer16(const df_acts *a, int64_t l)

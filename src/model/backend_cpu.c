@@ -72,6 +72,23 @@ static int cpu_gemm_w16(void *ctx, bool tb, int64_t M, int64_t N, int64_t K, flo
     return df_mm_w16(mm, tb, M, N, K, alpha, A, W, beta, C);
 }
 
+/* Both operands rounded: the CPU's gemm under a bf16 context, which it needs. */
+static int cpu_gemm_bf16(void *ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                         float alpha, const float *A, const float *B, float beta, float *C)
+{
+    if (!ctx || !*(df_mm_ctx **)ctx)
+        return df_error(DF_EINVAL, "cpu gemm_bf16: this backend has no bf16 matmul context "
+                        "(df_backend_cpu_bf16)");
+    return cpu_gemm(ctx, ta, tb, M, N, K, alpha, A, B, beta, C);
+}
+
+static int cpu_bf16_from_f32(void *ctx, uint16_t *dst, const float *src, int64_t n)
+{
+    (void)ctx;
+    df_bf16_from_f32(dst, src, n);
+    return DF_OK;
+}
+
 static int cpu_gemm_w16_packed(void *ctx, int64_t M, int64_t N, int64_t K, float alpha,
                                const float *A, const uint16_t *Wp, float beta, float *C)
 {
@@ -380,6 +397,8 @@ static const df_backend_ops cpu_ops = {
     .gemm = cpu_gemm,
     .gemm_w16 = cpu_gemm_w16,
     .gemm_w16_packed = cpu_gemm_w16_packed,
+    .gemm_bf16 = cpu_gemm_bf16,
+    .bf16_from_f32 = cpu_bf16_from_f32,
     .rows_fill = cpu_rows_fill,
     .col_sum_add = cpu_col_sum_add,
     .gather_rows = cpu_gather_rows,

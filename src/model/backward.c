@@ -204,8 +204,8 @@ static void value_head_bwd_device(df_acts *a, const df_model_view *w, const df_m
 {
     float *d_dv = a->b_io + 2 * a->max_out;
     DF_BE(a, upload, d_dv, dvalues, (size_t)n * sizeof(float));
-    DF_BE(a, gemm, false, false, n, H, 1, 1.0f, d_dv, w->score_weight, 0.0f, a->dxnf);
-    DF_BE(a, gemm, true, false, 1, H, n, 1.0f, d_dv, a->xnf, 1.0f, gv->score_weight);
+    DF_BE32(a, gemm, false, false, n, H, 1, 1.0f, d_dv, w->score_weight, 0.0f, a->dxnf);
+    DF_BE32(a, gemm, true, false, 1, H, n, 1.0f, d_dv, a->xnf, 1.0f, gv->score_weight);
     DF_BE(a, col_sum_add, gv->score_bias, d_dv, n, 1);
 }
 

@@ -93,14 +93,27 @@ int df_acts_set_bf16_matmul(df_acts *a, bool on)
     if (!on) {
         df_mm_ctx_free(a->mm);
         a->mm = NULL;
+        if (a->dev16)
+            a->be = a->be32;
+        a->dev16 = false;
         drop_w16(a);
         return DF_OK;
     }
-    if (!df_backend_is_cpu(&a->be) || !a->be.ops->gemm_w16)
+    const df_backend_ops *o = a->dev16 ? a->be32.ops : a->be.ops;
+    const bool cpu = df_backend_is_cpu(&a->be);
+    if (!o->gemm_w16 || !o->embedding_fwd_w16 || (!cpu && !o->gemm_bf16))
         return df_error(DF_EUNSUPPORTED, "mixed precision (bf16 matmuls): the %s backend has no "
-                        "bf16 decoder matmuls yet", a->be.ops->name);
-    if (a->mm)
+                        "bf16 decoder matmuls yet (gemm_w16, embedding_fwd_w16, gemm_bf16)", o->name);
+    if (a->mm || a->dev16)
         return DF_OK;
+    if (!cpu) { /* a device: its own bf16 entries, no oneDNN context; the copy in its memory */
+        a->be32 = a->be;
+        a->ops16 = *a->be.ops;
+        a->ops16.gemm = a->ops16.gemm_bf16;
+        a->be.ops = &a->ops16;
+        a->dev16 = true;
+        return DF_OK;
+    }
     /* The weight copy comes with df_acts_load_weights (or df_acts_share_weights16). */
     int rc = df_mm_ctx_create(mm_elems(a), &a->mm);
     return rc ? df_error_wrap(rc, "mixed precision (bf16 matmuls)") : DF_OK;
@@ -108,12 +121,16 @@ int df_acts_set_bf16_matmul(df_acts *a, bool on)
 
 int df_acts_share_weights16(df_acts *a, const df_weights16 *w, const df_model *m)
 {
-    if (!a->mm)
+    if (!df_acts_mixed(a))
         return df_error(DF_EINVAL, "df_acts_share_weights16: the activations were not created "
                         "for mixed precision (DF_ACTS_BF16)");
     if (!w || !m || m->cfg.hidden_size != a->cfg.hidden_size ||
         m->cfg.num_hidden_layers != a->cfg.num_hidden_layers)
         return df_error(DF_EINVAL, "df_acts_share_weights16: no weights, or another model's");
+    if (df_weights16_on_device(w) != !a->be.ops->host_memory)
+        return df_error(DF_EINVAL, "df_acts_share_weights16: the copy is in %s memory, the "
+                        "activations on the %s backend", df_weights16_on_device(w) ? "device" : "host",
+                        a->be.ops->name);
     drop_w16(a);
     a->w16 = (df_weights16 *)w; /* only read: df_acts_load_weights never refreshes a shared copy */
     a->w16_shared = true;
@@ -247,7 +264,8 @@ int df_acts_create(const df_model_config *cfg, int64_t max_tokens, int64_t max_o
 int df_model_check_backend_ex(const df_backend *be, const df_model_config *cfg, unsigned flags)
 {
     if (be && be->ops && (flags & DF_ACTS_BF16) &&
-        (!be->ops->gemm_w16 || !be->ops->embedding_fwd_w16 || !df_backend_is_cpu(be)))
+        (!be->ops->gemm_w16 || !be->ops->embedding_fwd_w16 ||
+         (!df_backend_is_cpu(be) && !be->ops->gemm_bf16)))
         return df_error(DF_EUNSUPPORTED, "mixed precision (bf16 matmuls with a bf16 copy of the "
                         "weights) is not implemented on the %s backend; set param_dtype fp32 "
                         "(fsdp_config.mixed_precision) or train on the cpu backend",
@@ -351,7 +369,8 @@ int df_acts_bytes(const df_backend *be, const df_model_config *cfg, int64_t max_
     alloc_buffers(a, &fail);
     /* mixed precision: the bf16 weights df_acts_load_weights makes and the two operand
      * scratches of the bf16 matmuls */
-    *bytes = a->bytes + ((flags & DF_ACTS_BF16) ? df_weights16_bytes_for(cfg, W16_FLAGS) + df_mm_ctx_bytes(mm_elems(a)) : 0);
+    *bytes = a->bytes + ((flags & DF_ACTS_BF16) ? df_weights16_bytes_for(cfg, W16_FLAGS) +
+                         (df_backend_is_cpu(be) ? df_mm_ctx_bytes(mm_elems(a)) : 0) : 0);
     free(a); /* a dry run holds no buffer */
     return DF_OK;
 }
@@ -359,28 +378,30 @@ int df_acts_bytes(const df_backend *be, const df_model_config *cfg, int64_t max_
 int64_t df_acts_size(const df_acts *a)
 {
     const int64_t w16 = a->w16 && !a->w16_shared ? df_weights16_bytes(a->w16) : 0;
-    return a->bytes + (a->mm ? w16 + df_mm_ctx_bytes(mm_elems(a)) : 0);
+    return a->bytes + (a->mm ? w16 + df_mm_ctx_bytes(mm_elems(a)) : a->dev16 ? w16 : 0);
 }
 
 int df_acts_load_weights(df_acts *a, const df_model *m)
 {
-    if (a->mm && !a->w16_shared) { /* mixed precision: the one conversion of this weight version */
-        int rc = a->w16 ? DF_OK : df_weights16_create_ex(&a->cfg, W16_FLAGS, &a->w16);
+    int rc = DF_OK;
+    /* a device reads float32 weights too (norms, biases, a float32 head): uploaded first, so
+     * that the bf16 copy is converted from them there */
+    if (!a->be.ops->host_memory)
+        rc = df_weights_dev_sync(&a->wdev, &a->be, m, true);
+    if (!rc && df_acts_mixed(a) && !a->w16_shared) { /* the one conversion of this version */
+        if (!a->w16)
+            rc = df_weights16_create_on(&a->be, &a->cfg, W16_FLAGS, &a->w16);
         if (!rc)
-            rc = df_weights16_refresh_model(a->w16, m);
-        return rc ? df_error_wrap(rc, "df_acts_load_weights") : DF_OK;
+            rc = a->dev16 ? df_weights16_refresh_dev(a->w16, m, &a->wdev.view)
+                          : df_weights16_refresh_model(a->w16, m);
     }
-    if (a->mm) /* a shared copy: its owner refreshes it */
-        return DF_OK;
-    if (a->be.ops->host_memory)
-        return DF_OK;
-    int rc = df_weights_dev_sync(&a->wdev, &a->be, m, true);
+    /* a shared copy: its owner refreshes it */
     return rc ? df_error_wrap(rc, "df_acts_load_weights") : DF_OK;
 }
 
 int df_acts_weights(const df_acts *a, const df_model *m, const df_model_view **w)
 {
-    if (a->mm && !df_weights16_is_current(a->w16, m)) /* made from m, at its current version */
+    if (df_acts_mixed(a) && !df_weights16_is_current(a->w16, m)) /* made from m, at its current version */
         return df_error(DF_EINVAL, "mixed precision: the bf16 copy of this model's weights is not "
                         "current (call df_acts_load_weights after every change of them)");
     if (a->be.ops->host_memory) {
@@ -620,7 +641,7 @@ static void value_head_device(df_acts *a, const df_model_view *w, int64_t n, int
 {
     float *d_v = a->b_io;
     DF_BE(a, rows_fill, d_v, w->score_bias, n, 1);
-    DF_BE(a, gemm, false, true, n, 1, H, 1.0f, a->xnf, w->score_weight, 1.0f, d_v);
+    DF_BE32(a, gemm, false, true, n, 1, H, 1.0f, a->xnf, w->score_weight, 1.0f, d_v);
     DF_BE(a, download, values, d_v, (size_t)n * sizeof(float));
 }
 

@@ -5,6 +5,7 @@
  * master weights once per weight version. Mixed-precision matmuls read it instead of
  * rounding the same weight again at every call (backend gemm_w16).
  */
+#include "distflow/backend.h"
 #include "distflow/model.h"
 #include "model/ops.h"
 #include "util/pages.h"
@@ -24,6 +25,8 @@ struct df_weights16 {
     int64_t version;       /* refreshes so far */
     int64_t src_version;   /* df_model.version converted from (df_weights16_refresh_model /
                             * _refresh_release); 0: none */
+    df_backend be;         /* dev: the backend whose memory holds blob (df_weights16_create_on) */
+    bool dev;
 };
 
 static int64_t up32(int64_t n) { return (n + 31) / 32 * 32; }
@@ -77,6 +80,12 @@ int df_weights16_create(const df_model_config *cfg, df_weights16 **out)
 
 int df_weights16_create_ex(const df_model_config *cfg, unsigned flags, df_weights16 **out)
 {
+    return df_weights16_create_on(NULL, cfg, flags, out);
+}
+
+int df_weights16_create_on(const df_backend *be, const df_model_config *cfg, unsigned flags,
+                           df_weights16 **out)
+{
     int rc = df_model_config_validate(cfg);
     if (rc)
         return df_error_wrap(rc, "df_weights16_create");
@@ -91,15 +100,26 @@ int df_weights16_create_ex(const df_model_config *cfg, unsigned flags, df_weight
         return df_error(DF_ENOMEM, "out of memory for the bf16 weights");
     w->cfg = *cfg;
     w->elems = df_weights16_bytes_for(cfg, flags) / (int64_t)sizeof(uint16_t);
-    /* Anonymous pages: zero and page-aligned, and resident only once a refresh writes them
-     * (so a release-as-you-convert refresh never holds both copies whole). */
-    void *blob = mmap(NULL, blob_bytes(w), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    w->blob = blob == MAP_FAILED ? NULL : blob;
+    w->dev = be && be->ops && !be->ops->host_memory;
+    if (w->dev) {
+        w->be = *be;
+        void *blob = NULL;
+        if (be->ops->alloc(be->ctx, blob_bytes(w), &blob))
+            blob = NULL;
+        w->blob = blob;
+    } else {
+        /* Anonymous pages: zero and page-aligned, and resident only once a refresh writes them
+         * (so a release-as-you-convert refresh never holds both copies whole). */
+        void *blob = mmap(NULL, blob_bytes(w), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        w->blob = blob == MAP_FAILED ? NULL : blob;
+    }
     w->layers = calloc((size_t)L, sizeof *w->layers);
     if (!w->blob || !w->layers) {
+        const char *where = w->dev ? be->ops->name : "host";
+        const int64_t elems = w->elems;
         df_weights16_free(w);
-        return df_error(DF_ENOMEM, "out of memory for %lld bf16 weights (%.1f MiB)",
-                        (long long)w->elems, (double)w->elems * 2.0 / (1 << 20));
+        return df_error(DF_ENOMEM, "out of %s memory for %lld bf16 weights (%.1f MiB)", where,
+                        (long long)elems, (double)elems * 2.0 / (1 << 20));
     }
     uint16_t *p = w->blob;
     for (int64_t l = 0; l < L; l++) {
@@ -120,16 +140,44 @@ int df_weights16_create_ex(const df_model_config *cfg, unsigned flags, df_weight
     return DF_OK;
 }
 
-/* Which float32 tensors a refresh gives back after converting them (release), and the count. */
+/* Which float32 tensors a refresh gives back after converting them (release), and the count;
+ * for a copy in a device's memory how each tensor gets there. */
 typedef struct {
     bool release;          /* false: keep everything (a plain refresh) */
     bool embed, head;      /* the vocabulary tables too (their rules: df_weights16_refresh_release) */
     int64_t bytes;
+    const df_backend *be;  /* a device copy: its backend, else NULL */
+    bool on_dev;           /* src is device memory: be's bf16_from_f32 there; else host
+                              conversion into tmp, then an upload */
+    uint16_t *tmp;         /* [tmp_n] host staging (host conversion into a device copy) */
+    int64_t tmp_n;
+    int rc;                /* the first failure */
 } give_back;
 
 /* One tensor into the copy; then, when g says so (release and `go`), its float32 pages back. */
 static void conv(const uint16_t *dst, const float *src, int64_t n, give_back *g, bool go)
 {
+    if (g->rc)
+        return;
+    if (g->be && g->on_dev) {
+        g->rc = g->be->ops->bf16_from_f32(g->be->ctx, (uint16_t *)dst, src, n);
+        return;
+    }
+    if (g->be) { /* host rounding, the same bits, then up */
+        if (n > g->tmp_n) {
+            free(g->tmp);
+            g->tmp_n = n;
+            g->tmp = malloc((size_t)n * sizeof(uint16_t));
+            if (!g->tmp) {
+                g->tmp_n = 0;
+                g->rc = df_error(DF_ENOMEM, "out of memory staging a bf16 tensor");
+                return;
+            }
+        }
+        df_bf16_from_f32(g->tmp, src, n);
+        g->rc = g->be->ops->upload(g->be->ctx, (void *)dst, g->tmp, (size_t)n * sizeof(uint16_t));
+        return;
+    }
     df_bf16_from_f32((uint16_t *)dst, src, n);
     if (g->release && go)
         g->bytes += df_pages_release((void *)src, (size_t)n * sizeof(float));
@@ -164,6 +212,11 @@ static int refresh(df_weights16 *w, const df_model_view *src, give_back *g)
         conv(w->lm_head, src->lm_head, c->vocab_size * H, g, g->head && (!tied || g->embed));
     if (w->own_embed)
         conv(w->embed, src->embed, c->vocab_size * H, g, g->embed && !tied);
+    free(g->tmp);
+    g->tmp = NULL;
+    g->tmp_n = 0;
+    if (g->rc)
+        return df_error_wrap(g->rc, "df_weights16_refresh into %s memory", w->be.ops->name);
     w->version++;
     w->src_version = 0; /* a bare view carries no version */
     return DF_OK;
@@ -182,9 +235,15 @@ bool df_weights16_holds(const df_model *m, const float *p, unsigned flags)
     return false;
 }
 
+/* A plain refresh from host weights: into a device copy by host rounding and uploads. */
+static give_back keep_all(const df_weights16 *w)
+{
+    return (give_back){.be = w && w->dev ? &w->be : NULL};
+}
+
 int df_weights16_refresh(df_weights16 *w, const df_model_view *src)
 {
-    give_back keep = {0};
+    give_back keep = keep_all(w);
     return refresh(w, src, &keep);
 }
 
@@ -204,7 +263,9 @@ static int refresh_versioned(df_weights16 *w, const df_model *m, give_back *g)
 
 int df_weights16_refresh_release(df_weights16 *w, df_model *m, bool head16, int64_t *released)
 {
-    give_back g = {.release = true, .embed = w && w->embed, .head = head16};
+    /* a device copy: the device's forward reads float32 weights it uploads from m (norms, a
+     * float32 head), so nothing is given back */
+    give_back g = w && w->dev ? keep_all(w) : (give_back){.release = true, .embed = w && w->embed, .head = head16};
     /* the float32 pages given back keep the version: the copy is the weights now */
     int rc = refresh_versioned(w, m, &g);
     if (released)
@@ -214,9 +275,25 @@ int df_weights16_refresh_release(df_weights16 *w, df_model *m, bool head16, int6
 
 int df_weights16_refresh_model(df_weights16 *w, const df_model *m)
 {
-    give_back keep = {0};
+    give_back keep = keep_all(w);
     return refresh_versioned(w, m, &keep);
 }
+
+int df_weights16_refresh_dev(df_weights16 *w, const df_model *m, const df_model_view *dsrc)
+{
+    if (!w || !m || !dsrc)
+        return df_error(DF_EINVAL, "df_weights16_refresh_dev: NULL argument");
+    if (!w->dev || !w->be.ops->bf16_from_f32) /* host rounding of m's weights: the same bits */
+        return df_weights16_refresh_model(w, m);
+    give_back g = {.be = &w->be, .on_dev = true};
+    w->src_version = 0;
+    int rc = refresh(w, dsrc, &g);
+    if (!rc)
+        w->src_version = m->version;
+    return rc;
+}
+
+bool df_weights16_on_device(const df_weights16 *w) { return w && w->dev; }
 
 const uint16_t *df_weights16_blob(const df_weights16 *w, int64_t *elems)
 {
@@ -264,7 +341,9 @@ void df_weights16_free(df_weights16 *w)
 {
     if (!w)
         return;
-    if (w->blob)
+    if (w->blob && w->dev)
+        w->be.ops->release(w->be.ctx, w->blob);
+    else if (w->blob)
         munmap(w->blob, blob_bytes(w));
     free(w->layers);
     free(w);
@@ -272,8 +351,13 @@ void df_weights16_free(df_weights16 *w)
 
 int df_weights16_offload(df_weights16 *w, const char *dir)
 {
+    if (w->dev) /* device memory: no host pages to hand to a file */
+        return DF_OK;
     int rc = df_pages_to_file(w->blob, blob_bytes(w), dir, NULL);
     return rc ? df_error_wrap(rc, "the bf16 weights (%.1f MiB)", (double)blob_bytes(w) / 1048576.0) : DF_OK;
 }
 
-int64_t df_weights16_page_out(df_weights16 *w) { return w ? df_pages_release(w->blob, blob_bytes(w)) : 0; }
+int64_t df_weights16_page_out(df_weights16 *w)
+{
+    return w && !w->dev ? df_pages_release(w->blob, blob_bytes(w)) : 0;
+}

@@ -50,6 +50,31 @@ static int cu_gemm(void *ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
     return df_cuda_gemm(ctx, ta, tb, M, N, K, alpha, A, B, DF_CUDA_F32, beta, C);
 }
 
+/* ---- mixed precision (gemm16.cu, runtime.cu's conversion) ---- */
+
+static int cu_gemm_w16(void *ctx, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                       const float *A, const uint16_t *W, float beta, float *C)
+{
+    return df_cuda_gemm_w16(ctx, tb, M, N, K, alpha, A, W, beta, C);
+}
+
+static int cu_gemm_bf16(void *ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                        const float *A, const float *B, float beta, float *C)
+{
+    return df_cuda_gemm_bf16(ctx, ta, tb, M, N, K, alpha, A, B, beta, C);
+}
+
+static int cu_bf16_from_f32(void *ctx, uint16_t *dst, const float *src, int64_t n)
+{
+    return df_cuda_f32_to_bf16(ctx, dst, src, n);
+}
+
+static int cu_embedding_fwd_w16(void *ctx, float *out, const int32_t *ids, const uint16_t *table16,
+                                int64_t T, int64_t H)
+{
+    return df_cuda_embedding_fwd_w16(ctx, out, ids, table16, T, H);
+}
+
 /* ---- the optimizer's entries (optim.cu, nccl.cu): a block of their own ---- */
 
 static int cu_adamw_step(void *ctx, float *p, const float *g, float *m, float *v, int64_t n,
@@ -311,12 +336,17 @@ static const df_backend_ops cuda_ops = {
     .zero = cu_zero,
     .sync = cu_sync,
     .gemm = cu_gemm,
+    /* mixed precision: A rounded per call, the weight a df_weights16 in device memory; the LM
+     * head stays float32 here (lmhead_*_w16 NULL) */
+    .gemm_w16 = cu_gemm_w16,
+    .gemm_bf16 = cu_gemm_bf16,
+    .bf16_from_f32 = cu_bf16_from_f32,
     .rows_fill = cu_rows_fill,
     .col_sum_add = cu_col_sum_add,
     .gather_rows = cu_gather_rows,
     .scatter_add_rows = cu_scatter_add_rows,
     .embedding_fwd = cu_embedding_fwd,
-    /* embedding_fwd_w16: NULL, as gemm_w16: mixed precision is refused on this backend */
+    .embedding_fwd_w16 = cu_embedding_fwd_w16,
     .embedding_bwd = cu_embedding_bwd,
     .rmsnorm_fwd = cu_rmsnorm_fwd,
     .rmsnorm_bwd = cu_rmsnorm_bwd,

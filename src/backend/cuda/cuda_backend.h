@@ -101,6 +101,29 @@ int df_cuda_bf16_to_f32(df_cuda *c, float *d_dst, const uint16_t *d_src, int64_t
 int df_cuda_gemm(df_cuda *c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                  const void *d_A, const void *d_B, df_cuda_dtype dtype, float beta, float *d_C);
 
+/* ---- mixed precision's matmuls (gemm16.cu) -------------------------------------------- */
+
+/**
+ * The seam's gemm_w16: C[M,N] = alpha A op(W) + beta C, A [M,K] float32 rounded to bfloat16
+ * (nearest even, df_cuda_f32_to_bf16) into the context's workspace, W bfloat16 (a df_weights16
+ * tensor in device memory): [N,K] with op(W) = W^T when tb, else [K,N]; then df_cuda_gemm
+ * DF_CUDA_BF16 (tensor cores, float32 accumulation and C). The workspace grows to M*K
+ * elements on first need (cudaMalloc; DF_ENOMEM naming the size).
+ */
+int df_cuda_gemm_w16(df_cuda *c, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                     const float *d_A, const uint16_t *d_W, float beta, float *d_C);
+/**
+ * The seam's gemm_bf16: df_cuda_gemm's shapes and (ta, tb) with both float32 operands rounded
+ * to bfloat16 per call (two workspaces of M*K and K*N), float32 accumulation: autocast's
+ * matmul of two activations (a weight gradient).
+ */
+int df_cuda_gemm_bf16(df_cuda *c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                      const float *d_A, const float *d_B, float beta, float *d_C);
+/** out[T,H] = table16[ids[t]] widened exactly to float32 (table16 [rows, H] bfloat16, device):
+ *  df_embedding_fwd_bf16. */
+int df_cuda_embedding_fwd_w16(df_cuda *c, float *d_out, const int32_t *d_ids,
+                              const uint16_t *d_table16, int64_t T, int64_t H);
+
 /* ---- embedding, RMSNorm, RoPE, SwiGLU (elementwise.cu) --------------------------------- */
 
 /** out[T,H] = table[ids[t]] (ids device int32, in [0, rows of table)). df_embedding_fwd. */

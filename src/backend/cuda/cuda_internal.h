@@ -15,7 +15,14 @@ struct df_cuda {
     cudaStream_t stream;
     cublasHandle_t blas;
     cudaDeviceProp prop;
+    /* gemm_w16 / gemm_bf16: the float32 operands rounded to bf16 per call (gemm16.cu), grown
+     * on demand, freed with the context */
+    uint16_t *a16, *b16;
+    int64_t a16_n, b16_n;
 };
+
+/** Give back the bf16 operand workspace (df_cuda_free). */
+void df_cuda_gemm16_free(df_cuda *c);
 
 /** DF_EINTERNAL (DF_ENOMEM for an out-of-memory) naming the call and where it failed. */
 int df_cuda_fail(cudaError_t e, const char *what, const char *file, int line);

@@ -112,12 +112,13 @@ void df_cuda_free(df_cuda *c)
 {
     if (!c)
         return;
+    if (c->stream)
+        cudaStreamSynchronize(c->stream);
+    df_cuda_gemm16_free(c);
     if (c->blas)
         cublasDestroy(c->blas);
-    if (c->stream) {
-        cudaStreamSynchronize(c->stream);
+    if (c->stream)
         cudaStreamDestroy(c->stream);
-    }
     free(c);
 }
 

@@ -16,7 +16,7 @@ static int device_bf16(const char *device)
     int rc = df_backend_open(device, &be);
     if (rc) /* the trainer reports it when it opens the backend */
         return rc;
-    return be.ops->gemm_w16 && be.ops->embedding_fwd_w16
+    return be.ops->gemm_w16 && be.ops->embedding_fwd_w16 && be.ops->gemm_bf16
                ? DF_OK
                : df_error(DF_EUNSUPPORTED, "trainer.device=%s has no bf16 matmuls yet", device);
 }

@@ -122,7 +122,9 @@ static void unpack(const df_async_weights *x, df_model *m, const float *src)
 static int copy_to_send(df_async_weights *x, const df_model *m, const df_weights16 *w16, const uint16_t **blob)
 {
     int64_t n = 0;
-    if (w16 && df_weights16_is_current(w16, m) && df_weights16_bytes(w16) == x->n16 * (int64_t)sizeof(uint16_t)) {
+    /* a copy in a device's memory is not readable here: the host converts its own */
+    if (w16 && !df_weights16_on_device(w16) && df_weights16_is_current(w16, m) &&
+        df_weights16_bytes(w16) == x->n16 * (int64_t)sizeof(uint16_t)) {
         *blob = df_weights16_blob(w16, &n);
         return DF_OK;
     }
