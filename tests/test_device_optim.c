@@ -16,7 +16,8 @@
  *   - the test can fail: swapped betas in the device's AdamW, a device clip that does not
  *     scale, and (under MPI) an all-reduce that does nothing each change the weights;
  *   - a colocated rollout on the same device reads the actor's master weights after a step (no
- *     weight transfer, its own copy freed), drawing what an engine with its own copy draws;
+ *     weight transfer, its own copy freed), drawing what an engine with its own copy draws, and
+ *     its own copy again once the model's weights change outside a step (the master is stale);
  *   - the CPU's entries are the host functions (df_adamw_step, df_grad_norm, the clip's
  *     scaling, df_comm_allreduce), bit for bit; a device's norm may add in another order:
  *     within the bound derived below of df_grad_norm's, which a float32 sum exceeds.
@@ -234,6 +235,15 @@ static void test_rollout_reads_the_actors_weights(void **state)
     assert_memory_equal(r1.tokens, r2.tokens, (size_t)r1.offsets[r1.n_seqs] * 4);
     assert_memory_equal(r1.log_probs, r2.log_probs, (size_t)r1.offsets[r1.n_seqs] * 4);
     assert_memory_not_equal(r0.log_probs, r1.log_probs, (size_t)r0.offsets[r0.n_seqs] * 4);
+    /* the model's weights changed outside a step (a loaded state does so): the master copy is
+       stale until the next step, so the rollout reads its own, uploaded */
+    df_model *mm = df_actor_model(a);
+    for (int64_t i = 0; i < mm->n_params; i += 3)
+        mm->params[i] *= 0.5f;
+    df_model_weights_changed(mm);
+    df_rollout_result_free(&r1), df_rollout_result_free(&r2);
+    r1 = rollout_of(shared, m), r2 = rollout_of(own, m);
+    assert_memory_equal(r1.log_probs, r2.log_probs, (size_t)r1.offsets[r1.n_seqs] * 4);
     df_rollout_result_free(&r0), df_rollout_result_free(&r1), df_rollout_result_free(&r2);
     df_rollout_engine_free(shared);
     df_rollout_engine_free(own);
