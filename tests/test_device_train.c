@@ -7,11 +7,12 @@
  * reference log-probs, values and the actor's and critic's updates all run there, and every
  * metric but the timings is the CPU run's, to the digit
  * metrics.jsonl prints (the same operators on the same inputs give the same bits; the rollout
- * samples with top-k, whose logits path both backends take). A run with the rollout left on
+ * samples with top-k, drawn on the device by its `sample` entry). A run with the rollout left on
  * the host would not read the device's weights and still pass, so the emulated device's
  * counters must show the rollout's attention over its KV cache. The device run asks for verl's
- * bf16 defaults, which a device without bf16 matmuls (the emulated one, CUDA today) runs in
- * float32 after a notice: a silent bf16 there would change the metrics. Under mpiexec each rank
+ * bf16 defaults, which a device without bf16 matmuls (the emulated one without emu_bf16) runs
+ * in float32 after a notice: a silent bf16 there would change the metrics; with them, the CPU's
+ * bf16 run's metrics. Under mpiexec each rank
  * has its own emulated device, the gradient all-reduced through the seam (its allreduce_sum):
  * mpi-test: np 2
  */
