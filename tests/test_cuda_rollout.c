@@ -67,13 +67,7 @@ static void check_logprobs(const df_model *m, const df_rollout_result *r)
     DFCT_OK(df_acts_load_weights(a, m));
     float *lp = malloc((size_t)n * sizeof *lp);
     double *err = malloc((size_t)n * sizeof *err), worst = 0;
-    for (int64_t s = 0; s < r->n_seqs; s++) {
-        int64_t i = s / q.n_samples, P = q.prompt_offsets[i + 1] - q.prompt_offsets[i];
-        int64_t R = r->offsets[s + 1] - r->offsets[s];
-        tb_teacher_forced(m, a, q.prompt_tokens + q.prompt_offsets[i], P,
-                          r->tokens + r->offsets[s], R, 1.0f, tb_logp_eps(&m->cfg, 64),
-                          lp + r->offsets[s], err + r->offsets[s]);
-    }
+    tb_rollout_teacher_forced(m, a, &q, r, lp, err);
     for (int64_t t = 0; t < n; t++)
         worst = fmax(worst, fabs((double)r->log_probs[t] - lp[t]) / (2 * err[t]));
     print_message("%lld tokens: worst |GPU rollout - CPU training| / bound %.3f\n", (long long)n,

@@ -28,6 +28,7 @@
 #include "distflow/model.h"
 #include "distflow/rollout.h"
 #include "emu_backend.h"
+#include "testbounds.h"
 #include "model/weights_dev.h"
 #include "testutil.h"
 
@@ -360,6 +361,61 @@ static void test_bf16_training_on_device_is_the_cpus(void **state)
     df_model_free(m);
 }
 
+/*
+ * rollout.dtype=bfloat16 on a device with bf16 matmuls: the engine's own bf16 copy converted
+ * there from its float32 weights (no upload of it), the layers' matmuls through the device's
+ * gemm_w16, a bf16 KV cache, the LM head float32 (the sampler's). Its log-probs against CPU
+ * float32 training teacher-forced on its own responses: within df_tol_gamma_prob of the bf16
+ * roundings on the path (the weight and the activation of each of the 4 GEMM stages per layer,
+ * K and V in the cache: 10 per layer; the embedding row: 1) plus the float32 bound, and above
+ * the float32 bound (bf16 really ran), as test_rollout_dtype's pairs.
+ */
+static void test_bf16_rollout_on_device(void **state)
+{
+    (void)state;
+    emu_dev dev;
+    df_backend be = emu_open(&dev);
+    if (!emu_bf16(&dev)) {
+        printf("SKIP test_bf16_rollout_on_device: %s\n", df_last_error());
+        df_clear_error();
+        return;
+    }
+    df_model *m = small_model();
+    df_rollout_options o = {4, 64, 12, DF_ROLLOUT_BF16, &be, false, false};
+    df_rollout_engine *e = NULL;
+    assert_int_equal(df_rollout_engine_create_ex(&m->cfg, &o, &e), 0);
+    df_rollout_result r = run(e, m);
+    const int64_t n = r.offsets[r.n_seqs], L = m->cfg.num_hidden_layers;
+    assert_true(dev.w16_calls >= 7 * L && dev.conversions > 0);
+    df_acts *a = NULL;
+    df_backend cpu = df_backend_cpu();
+    assert_int_equal(df_acts_create_ex(&cpu, &m->cfg, 64, 64, 0, &a), 0);
+    assert_int_equal(df_acts_load_weights(a, m), 0);
+    float *lp = malloc((size_t)n * sizeof *lp);
+    double *err = malloc((size_t)n * sizeof *err), f32 = 0, num = 0, den = 0;
+    tb_rollout_teacher_forced(m, a, &(df_rollout_request){NP, POFF, PTOK, 3, 11, NULL, NULL}, &r,
+                              lp, err);
+    for (int64_t t = 0; t < n; t++) {
+        f32 = fmax(f32, 2 * err[t] / (fabs((double)lp[t]) + 1e-30));
+        num += ((double)r.log_probs[t] - lp[t]) * ((double)r.log_probs[t] - lp[t]);
+        den += (double)lp[t] * lp[t];
+    }
+    const double rel = sqrt(num) / sqrt(den);
+    const double bound = df_tol_gamma_prob(10.0 * L + 1, DF_TOL_LAMBDA, DF_U_BF16) + f32;
+    print_message("bf16 rollout on the device: log-prob rel err %.2e (bound %.2e, float32 %.2e), "
+                  "%lld bf16 GEMMs, %lld conversions\n", rel, bound, f32, (long long)dev.w16_calls,
+                  (long long)dev.conversions);
+    assert_true(rel <= bound);
+    assert_true(rel > f32);
+    free(lp), free(err);
+    df_acts_free(a);
+    df_rollout_result_free(&r);
+    df_rollout_engine_free(e);
+    assert_int_equal(emu_buffers(&dev), 0);
+    emu_close(&dev);
+    df_model_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -368,6 +424,7 @@ int main(void)
         cmocka_unit_test(test_device_free_cache_engine),
         cmocka_unit_test(test_training_on_device_is_the_cpus),
         cmocka_unit_test(test_bf16_training_on_device_is_the_cpus),
+        cmocka_unit_test(test_bf16_rollout_on_device),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

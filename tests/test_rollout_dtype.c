@@ -118,20 +118,6 @@ static double rel_err(const float *a, const float *b, int64_t n)
     return sqrt(num) / (sqrt(den) + 1e-30);
 }
 
-/* Teacher-forced log-probs of every response of r with activations a (float32 or mixed
- * precision), into lp[offsets], and each one's float32 bound into err. */
-static void training_logp(const df_model *m, df_acts *a, const df_rollout_request *q,
-                          const df_rollout_result *r, float *lp, double *err)
-{
-    for (int64_t s = 0; s < r->n_seqs; s++) {
-        int64_t i = s / q->n_samples, P = q->prompt_offsets[i + 1] - q->prompt_offsets[i];
-        int64_t R = r->offsets[s + 1] - r->offsets[s];
-        tb_teacher_forced(m, a, q->prompt_tokens + q->prompt_offsets[i], P,
-                          r->tokens + r->offsets[s], R, 1.0f, tb_logp_eps(&m->cfg, 64),
-                          lp + r->offsets[s], err + r->offsets[s]);
-    }
-}
-
 /*
  * One pair. float32 x float32: every token within twice its float32 bound (two float
  * computations). With bf16 on a side, the relative error of the log-prob vector within
@@ -154,7 +140,7 @@ static void check_pair(const df_model *m, df_rollout_dtype rd, bool train_bf16)
     assert_int_equal(df_acts_load_weights(a, m), 0);
     float *lp = malloc((size_t)n * sizeof *lp);
     double *err = malloc((size_t)n * sizeof *err), f32 = 0, worst = 0;
-    training_logp(m, a, &q, &r, lp, err);
+    tb_rollout_teacher_forced(m, a, &q, &r, lp, err);
     for (int64_t t = 0; t < n; t++) {
         double d = fabs((double)r.log_probs[t] - lp[t]);
         worst = fmax(worst, d / (2 * err[t]));
@@ -241,7 +227,7 @@ static void test_bf16_head(void **state)
         const int64_t n = r.offsets[r.n_seqs];
         float *lp = malloc((size_t)n * sizeof *lp);
         double *err = malloc((size_t)n * sizeof *err), f32 = 0;
-        training_logp(m, a, &q, &r, lp, err);
+        tb_rollout_teacher_forced(m, a, &q, &r, lp, err);
         for (int64_t t = 0; t < n; t++)
             f32 = fmax(f32, 2 * err[t] / (fabs((double)lp[t]) + 1e-30));
         const double rel = rel_err(r.log_probs, lp, n);
@@ -479,7 +465,7 @@ static void test_chunked_prefill(void **state)
     const int64_t n = a.offsets[a.n_seqs];
     float *lp = malloc((size_t)n * 4);
     double *err = malloc((size_t)n * 8), worst = 0;
-    training_logp(m, acts, &q, &a, lp, err);
+    tb_rollout_teacher_forced(m, acts, &q, &a, lp, err);
     bool same = true;
     for (int64_t t = 0; t < n; t++) {
         worst = fmax(worst, fabs((double)a.log_probs[t] - b.log_probs[t]) / (2 * err[t]));

@@ -14,6 +14,7 @@
 #define DF_TESTS_TESTBOUNDS_H
 
 #include "distflow/model.h"
+#include "distflow/rollout.h"
 #include "model/acts.h"
 #include "tolerance.h"
 
@@ -250,6 +251,19 @@ static inline void tb_teacher_forced(const df_model *m, df_acts *a, const int32_
     for (int64_t t = 0; t < nr; t++)
         err[t] = eps * tb_row_scale(m, a, t, r[t], T) + DF_U32 * fabs(lp[t]);
     free(tok), free(rows);
+}
+
+/* tb_teacher_forced (T = 1) for every response of rollout result r of request q, into
+ * lp[r->offsets[s] ...) and err alike; a holds the longest prompt + response (64 tokens). */
+static inline void tb_rollout_teacher_forced(const df_model *m, df_acts *a, const df_rollout_request *q,
+                                             const df_rollout_result *r, float *lp, double *err)
+{
+    for (int64_t s = 0; s < r->n_seqs; s++) {
+        int64_t i = s / q->n_samples, P = q->prompt_offsets[i + 1] - q->prompt_offsets[i];
+        int64_t R = r->offsets[s + 1] - r->offsets[s];
+        tb_teacher_forced(m, a, q->prompt_tokens + q->prompt_offsets[i], P, r->tokens + r->offsets[s],
+                          R, 1.0f, tb_logp_eps(&m->cfg, 64), lp + r->offsets[s], err + r->offsets[s]);
+    }
 }
 
 #endif

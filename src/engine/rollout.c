@@ -80,7 +80,8 @@ static int check_options(const df_model_config *cfg, const df_rollout_options *o
                         (long long)o->max_num_batched_tokens, (long long)o->max_num_seqs);
     if (o->dtype != DF_ROLLOUT_F32 && o->dtype != DF_ROLLOUT_BF16)
         return df_error(DF_EINVAL, "rollout engine: unknown dtype %d", (int)o->dtype);
-    if (o->dtype == DF_ROLLOUT_BF16 && (rc = df_model_bf16_available()))
+    const bool device = o->backend && !o->backend->ops->host_memory; /* its own bf16 matmuls */
+    if (o->dtype == DF_ROLLOUT_BF16 && !device && (rc = df_model_bf16_available()))
         return df_error_wrap(rc, "rollout engine: bfloat16");
     return DF_OK;
 }
@@ -130,8 +131,12 @@ static int engine_backend(df_rollout_engine *e, int64_t R)
     if (!ops->kv_write || !ops->kv_copy || !ops->kv_attention || !ops->kv_scratch_floats)
         return df_error(DF_EUNSUPPORTED, "rollout engine: the %s backend has no KV-cache "
                         "operators", ops->name);
-    if (!ops->host_memory && e->opt.dtype == DF_ROLLOUT_F32)
-        return device_buffers(e);
+    if (!ops->host_memory) {
+        if (e->opt.dtype == DF_ROLLOUT_BF16 && (!ops->gemm_w16 || !ops->embedding_fwd_w16))
+            return df_error(DF_EUNSUPPORTED, "rollout engine: bfloat16 on the %s backend needs its "
+                            "bf16 matmuls (gemm_w16, embedding_fwd_w16)", ops->name);
+        return device_buffers(e); /* bf16: the weight copy comes with the first weight sync */
+    }
     if (e->opt.dtype != DF_ROLLOUT_BF16)
         return DF_OK;
     if (!df_backend_is_cpu(&e->be))
@@ -327,19 +332,35 @@ int df_rollout_check_model(const df_rollout_engine *e, const df_model *m)
     return DF_OK;
 }
 
+/* bf16 on a device: the engine's own bf16 copy there, converted on the device from the float32
+ * weights `view` holds at m's version (no transfer). */
+static int device_weights16(df_rollout_engine *e, const df_model *m, bool force,
+                            const df_model_view *view)
+{
+    int rc = e->own16 ? DF_OK : df_weights16_create_on(&e->be, &e->cfg, OWN16, &e->own16);
+    e->w16 = e->own16;
+    if (!rc && (force || !df_weights16_is_current(e->own16, m)))
+        rc = df_weights16_refresh_dev(e->own16, m, view);
+    return rc;
+}
+
 /* A device's weights for m: the shared source when it holds m's version (the own copy freed),
- * else the own copy, uploaded when stale (or `force`d). */
+ * else the own copy, uploaded when stale (or `force`d); in bf16 with the bf16 copy made from them. */
 static int device_weights(df_rollout_engine *e, const df_model *m, bool force, df_infer_weights *w)
 {
     int rc = DF_OK;
     const df_weights_dev *src = e->wsrc;
+    const df_model_view *view = &e->wdev.view;
     if (src && df_weights_dev_current(src, m) && src->be.ops == e->be.ops && src->be.ctx == e->be.ctx) {
         df_weights_dev_free(&e->wdev);
-        *w = (df_infer_weights){&src->view, NULL, NULL};
+        view = &src->view;
     } else {
         rc = df_weights_dev_sync(&e->wdev, &e->be, m, force);
-        *w = (df_infer_weights){&e->wdev.view, NULL, NULL};
+        view = &e->wdev.view;
     }
+    if (!rc && e->opt.dtype == DF_ROLLOUT_BF16)
+        rc = device_weights16(e, m, force, view);
+    *w = (df_infer_weights){view, e->opt.dtype == DF_ROLLOUT_BF16 ? e->w16 : NULL, NULL};
     return rc ? df_error_wrap(rc, "rollout: weight sync") : DF_OK;
 }
 

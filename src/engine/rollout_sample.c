@@ -140,7 +140,8 @@ int df_rollout_sample_fused(gen_ctx *g, const int32_t *list, const int64_t *rows
 int df_rollout_logits(df_rollout_engine *e, const df_infer_weights *w, int64_t r0, int64_t n)
 {
     int64_t H = e->cfg.hidden_size, V = e->cfg.vocab_size;
-    const uint16_t *W16 = e->w16 ? df_weights16_lm_head(e->w16) : NULL;
+    /* a device's bf16 copy is not read by the host's bf16 head: its head stays float32 */
+    const uint16_t *W16 = e->w16 && e->be.ops->host_memory ? df_weights16_lm_head(e->w16) : NULL;
     int64_t stride;
     const uint16_t *P = W16 ? packed_head(e, &stride) : NULL;
     if (P)

@@ -7,8 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-/* DF_OK when `device` runs mixed precision, else an error saying why. */
-static int device_bf16(const char *device)
+int df_device_bf16(const char *device)
 {
     if (!strcmp(device, "cpu"))
         return df_model_bf16_available();
@@ -26,7 +25,7 @@ bool df_role_compute_bf16(const char *key, const char *dtype, const char *device
     static bool noticed;
     if (strcmp(dtype, "bf16") && strcmp(dtype, "bfloat16"))
         return false;
-    if (device_bf16(device) == DF_OK)
+    if (df_device_bf16(device) == DF_OK)
         return true;
     if (!noticed && say)
         fprintf(stderr, "[distflow] notice: %s=%s asks for bf16 matmuls, but %s; computing in float32 "

@@ -10,6 +10,7 @@
 #include "util/fsutil.h"
 #include "util/timeutil.h"
 #include "workers/common/data_metrics.h"
+#include "workers/common/precision.h"
 #include "workers/dag/async.h"
 #include "workers/dag/checkpoint.h"
 #include "workers/dag/console.h"
@@ -106,19 +107,15 @@ int df_worker_set_device(df_dag_worker *w, const df_agent_slot *s)
     return rc ? df_error_wrap(rc, "%s", df_config_where(w->cfg, "trainer.device")) : DF_OK;
 }
 
-/* rollout.dtype: bfloat16 (verl's default) where this CPU has native bf16 matmuls and the
- * rollout runs on the CPU, else one notice and float32. */
+/* rollout.dtype: bfloat16 (verl's default) where trainer.device has bf16 matmuls (a CPU's native
+ * ones, a device's gemm_w16), else one notice and float32. */
 static df_rollout_dtype rollout_dtype(const df_dag_worker *w)
 {
-    const char *dev = w->global.cfg.trainer.device;
     if (strcmp(w->global.cfg.actor_rollout_ref.rollout.dtype, "bfloat16"))
         return DF_ROLLOUT_F32;
-    if (!strcmp(dev, "cpu") && !df_model_bf16_available())
+    if (!df_device_bf16(w->global.cfg.trainer.device))
         return DF_ROLLOUT_BF16;
-    if (w->rank == 0 && strcmp(dev, "cpu"))
-        fprintf(stderr, "notice: actor_rollout_ref.rollout.dtype=bfloat16: the rollout on "
-                "trainer.device=%s runs in float32 (bf16 there is not built yet: docs/cuda.md)\n", dev);
-    else if (w->rank == 0)
+    if (w->rank == 0)
         fprintf(stderr, "notice: actor_rollout_ref.rollout.dtype=bfloat16: %s; the rollout runs "
                 "in float32\n", df_last_error());
     df_clear_error();
@@ -129,7 +126,7 @@ static df_rollout_dtype rollout_dtype(const df_dag_worker *w)
  * bf16 copy, the same rounding of the same weights, refreshed after every update, instead of
  * a copy of its own (docs/mixed_precision.md). Both on a device whose optimizer runs there: the
  * engine reads the actor's master weights whenever they are the model's version. */
-static int share_weights(const df_agent_slot *s, bool actor_bf16)
+static int share_weights(const df_agent_slot *s, bool actor_bf16, const char *device)
 {
     df_rollout_options o;
     df_rollout_engine_options(s->rollout->engine, &o);
@@ -137,7 +134,8 @@ static int share_weights(const df_agent_slot *s, bool actor_bf16)
     if (dw) /* both on the device: the rollout reads the actor's master weights (no transfer) */
         return df_rollout_engine_share_device_weights(s->rollout->engine, dw);
     const df_weights16 *w16;
-    if (o.dtype != DF_ROLLOUT_BF16 || !actor_bf16)
+    /* a device's rollout converts its own bf16 copy there, from the float32 weights it reads */
+    if (o.dtype != DF_ROLLOUT_BF16 || !actor_bf16 || strcmp(device, "cpu"))
         return DF_OK;
     int rc = df_actor_weights16(s->actor->model, &w16);
     if (!rc)
@@ -173,7 +171,7 @@ int df_worker_create_rollout(df_dag_worker *w, const df_agent_slot *s, const df_
     if (!rc)
         rc = df_rollout_engine_create_ex(cfg, &o, &s->rollout->engine);
     if (!rc && s->actor) /* the async rollout side has no actor */
-        rc = share_weights(s, actor_bf16);
+        rc = share_weights(s, actor_bf16, t->trainer.device);
     return rc ? df_error_wrap(rc, "%s", df_config_where(w->cfg, "actor_rollout_ref.rollout")) : DF_OK;
 }
 
