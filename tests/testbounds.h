@@ -259,10 +259,10 @@ static inline void tb_rollout_teacher_forced(const df_model *m, df_acts *a, cons
                                              const df_rollout_result *r, float *lp, double *err)
 {
     for (int64_t s = 0; s < r->n_seqs; s++) {
-        int64_t i = s / q->n_samples, P = q->prompt_offsets[i + 1] - q->prompt_offsets[i];
-        int64_t R = r->offsets[s + 1] - r->offsets[s];
-        tb_teacher_forced(m, a, q->prompt_tokens + q->prompt_offsets[i], P, r->tokens + r->offsets[s],
-                          R, 1.0f, tb_logp_eps(&m->cfg, 64), lp + r->offsets[s], err + r->offsets[s]);
+        int64_t i = s / q->n_samples, np = q->prompt_offsets[i + 1] - q->prompt_offsets[i];
+        int64_t nr = r->offsets[s + 1] - r->offsets[s];
+        tb_teacher_forced(m, a, q->prompt_tokens + q->prompt_offsets[i], np, r->tokens + r->offsets[s],
+                          nr, 1.0f, tb_logp_eps(&m->cfg, 64), lp + r->offsets[s], err + r->offsets[s]);
     }
 }
 
