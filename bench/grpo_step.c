@@ -16,6 +16,7 @@
  *
  * Usage: bench_grpo_step [--shape qwen2.5-0.5b|demo] [--prompts P (8)] [--n N (8)]
  *        [--response R (256)] [--runs bf16,f32] [--workdir DIR] [--distflow PATH]
+ *        [--device cpu|cuda (cpu)]   (trainer.device of both runs: the whole step on the GPU)
  * The two runs differ only by their config overrides, kept in one place: DF_BENCH_BF16_OVERRIDES
  * and DF_BENCH_F32_OVERRIDES (space-separated key=value; defaults below). The bf16 run is
  * distflow train's defaults (mixed-precision actor and reference, bf16 rollout where the CPU
@@ -48,7 +49,7 @@ static const char *const F32_OVERRIDES_DEFAULT =
     "actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype=fp32";
 
 typedef struct {
-    const char *shape, *runs, *workdir, *distflow;
+    const char *shape, *runs, *workdir, *distflow, *device;
     int64_t prompts, n, response;
 } grpo_args;
 
@@ -59,7 +60,7 @@ static int parse(int argc, char **argv, grpo_args *g, char *exe_dir, size_t n)
     char *slash = strrchr(exe_dir, '/');
     if (slash)
         *slash = '\0';
-    *g = (grpo_args){"qwen2.5-0.5b", "bf16,f32", NULL, NULL, 8, 8, 256};
+    *g = (grpo_args){"qwen2.5-0.5b", "bf16,f32", NULL, NULL, "cpu", 8, 8, 256};
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *a = argv[i], *v = argv[i + 1];
         if (!strcmp(a, "--shape"))
@@ -70,6 +71,8 @@ static int parse(int argc, char **argv, grpo_args *g, char *exe_dir, size_t n)
             g->workdir = v;
         else if (!strcmp(a, "--distflow"))
             g->distflow = v;
+        else if (!strcmp(a, "--device"))
+            g->device = v;
         else if (!strcmp(a, "--prompts"))
             g->prompts = atoll(v);
         else if (!strcmp(a, "--n"))
@@ -105,10 +108,11 @@ static int write_yaml(const grpo_args *g, const char *dir)
 
             "  rollout: {n: %lld, ignore_eos: true}\n"
             "algorithm: {adv_estimator: grpo}\n"
-            "trainer: {total_training_steps: 1, val_before_train: false, logger: [console]}\n",
+            "trainer: {total_training_steps: 1, val_before_train: false, logger: [console],\n"
+            "          device: %s}\n",
             (long long)g->prompts, (long long)g->n, (long long)g->response, dir, dir,
             (long long)g->prompts, (long long)g->response, dir, (long long)g->prompts,
-            (long long)g->n);
+            (long long)g->n, g->device);
     return fclose(f) != 0;
 }
 
@@ -208,7 +212,8 @@ int main(int argc, char **argv)
     if (bench_make_inputs("bench_grpo_step", g.distflow, g.shape, g.workdir) || write_yaml(&g, g.workdir))
         return 1;
     const char *bf = getenv("DF_BENCH_BF16_OVERRIDES"), *f32 = getenv("DF_BENCH_F32_OVERRIDES");
-    bf = bf ? bf : df_model_bf16_available() == DF_OK ? BF16_OVERRIDES_DEFAULT : "";
+    /* the reference's offload is the host's: on a GPU its bf16 copy lives there */
+    bf = bf ? bf : df_model_bf16_available() == DF_OK && !strcmp(g.device, "cpu") ? BF16_OVERRIDES_DEFAULT : "";
     f32 = f32 ? f32 : F32_OVERRIDES_DEFAULT;
     double t_bf = 0, t_f = 0, rss_bf = 0, rss_f = 0, cpu_bf = 0, cpu_f = 0;
     int do_bf = strstr(g.runs, "bf16") != NULL, do_f = strstr(g.runs, "f32") != NULL;

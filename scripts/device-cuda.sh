@@ -14,7 +14,8 @@
 #   scripts/device-cuda.sh grpo [OUTDIR] there: `distflow train` with trainer.device=cuda: the
 #                                       demo configs, 2 GRPO and 2 PPO steps (and the same on the
 #                                       CPU, metrics side by side), then 2 steps of the Qwen2.5-0.5B shape on
-#                                       GSM8K with the Qwen2.5 tokenizer (packed from ../shared)
+#                                       GSM8K with the Qwen2.5 tokenizer (packed from ../shared),
+#                                       then bench_grpo_step --device cuda (NO_STEP=1: not)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,7 +23,8 @@ pack() {
   local build=${1:?usage: device-cuda.sh pack BUILD}
   rm -rf .devpack && mkdir -p .devpack/bin .devpack/lib
   grep -qx '/.devpack/' .git/info/exclude 2>/dev/null || echo '/.devpack/' >>.git/info/exclude
-  cp "$build"/test_cuda_* "$build"/test_backend_ops "$build"/bench_cuda_* "$build"/distflow .devpack/bin/
+  cp "$build"/test_cuda_* "$build"/test_backend_ops "$build"/bench_cuda_* "$build"/bench_grpo_step \
+    "$build"/distflow .devpack/bin/
   # what `grpo` reads of ../shared (which does not travel): the Qwen2.5 tokenizer, 64 GSM8K rows
   mkdir -p .devpack/data/qwen2.5
   cp ../shared/data/tokenizers/qwen2.5/tokenizer.json ../shared/data/tokenizers/qwen2.5/tokenizer_config.json \
@@ -179,6 +181,14 @@ grpo() {
   echo "Qwen2.5-0.5B shape grpo: exit $? ($(grep -c . $D/q05_out/metrics.jsonl 2>/dev/null) metric lines)"
   grep -E 'error|trainer.device' "$out/q05.log" | head -3
   grpo_table $D/q05_out/metrics.jsonl | tee "$out/q05_table.txt"
+  # 3. one whole GRPO step of the 0.5B shape on the GPU (bench_grpo_step: 8 prompts x 8, 256
+  # tokens, bf16 and forced float32, per-stage timings); NO_STEP=1 skips it
+  if [ -z "${NO_STEP:-}" ]; then
+    LD_LIBRARY_PATH=$libs timeout "${STEP_TIMEOUT:-400}" .devpack/bin/bench_grpo_step --device cuda \
+      --distflow .devpack/bin/distflow --workdir $D/step ${STEP_ARGS:-} >"$out/grpo_step.txt" 2>&1
+    echo "bench_grpo_step --device cuda: exit $?"
+    grep -E '^[a-z0-9_./]+: ' "$out/grpo_step.txt" | head -40
+  fi
   return $rc
 }
 

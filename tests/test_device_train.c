@@ -43,7 +43,14 @@ static int open_emu(df_backend *out)
 
 /* bf16_asked: the device run leaves verl's bf16 defaults (param_dtype, rollout.dtype), which a
  * device without bf16 matmuls turns into float32 with a notice: the CPU's float32 run. */
-static void train_ov(const char *device, const char *out, bool ppo, const char *const *ov, int n_ov);
+static df_config *config_of(const char *device, const char *out, bool ppo, const char *const *ov,
+                            int n_ov);
+
+/* A run that must succeed (config_of's arguments). */
+static void train_ov(const char *device, const char *out, bool ppo, const char *const *ov, int n_ov)
+{
+    df_test_run_ok(df_test_run(world, config_of(device, out, ppo, ov, n_ov)), out);
+}
 
 static void train(const char *device, const char *out, bool bf16_asked, bool ppo)
 {
@@ -54,7 +61,9 @@ static void train(const char *device, const char *out, bool bf16_asked, bool ppo
     train_ov(device, out, ppo, bf16, bf16_asked ? 3 + ppo : 0);
 }
 
-static void train_ov(const char *device, const char *out, bool ppo, const char *const *ov, int n_ov)
+/* The job: 2 GRPO (or PPO with `ppo`) steps on `device` into dir/out, with n_ov overrides. */
+static df_config *config_of(const char *device, const char *out, bool ppo, const char *const *ov,
+                            int n_ov)
 {
     char yaml[2048], critic[512] = "";
     if (ppo)
@@ -75,8 +84,19 @@ static void train_ov(const char *device, const char *out, bool ppo, const char *
              "trainer: {total_training_steps: 2, save_freq: -1, test_freq: -1, logger: [],\n"
              "          device: %s, default_local_dir: %s/%s}\n",
              dir, dir, critic, ppo ? "gae" : "grpo", device, dir, out);
-    df_config *cfg = df_test_config(yaml, "device_train.yaml", ov, n_ov);
-    df_test_run_ok(df_test_run(world, cfg), out);
+    return df_test_config(yaml, "device_train.yaml", ov, n_ov);
+}
+
+/* The reference's param_offload moves host bf16 weights: on a device it is refused, naming the
+ * key and the device, not silently a no-op. */
+static void test_ref_offload_refused_on_device(void **state)
+{
+    (void)state;
+    const char *const ov[] = {"actor_rollout_ref.ref.fsdp_config.param_offload=true"};
+    assert_int_equal(df_test_run(world, config_of("cuda", "offload", false, ov, 1)), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "param_offload"));
+    assert_non_null(strstr(df_last_error(), "trainer.device=cuda"));
+    df_clear_error();
 }
 
 static bool is_timing(const char *key)
@@ -248,6 +268,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_grpo_on_the_device_is_the_cpus),
         cmocka_unit_test(test_ppo_on_the_device_is_the_cpus),
+        cmocka_unit_test(test_ref_offload_refused_on_device),
         cmocka_unit_test(test_grpo_bf16_on_the_device_is_the_cpus),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -180,6 +180,10 @@ int df_worker_create_rollout(df_dag_worker *w, const df_agent_slot *s, const df_
 static int check_ref_offload(const df_dag_worker *w, const df_actor_params *rp)
 {
     const char *key = "actor_rollout_ref.ref.fsdp_config.param_offload";
+    if (strcmp(w->global.cfg.trainer.device, "cpu"))
+        return df_error(DF_EINVAL, "%s (%s): offloads the reference's bf16 weights from host memory, "
+                        "but with trainer.device=%s they live in the device's: set it to false",
+                        key, df_config_where(w->cfg, key), w->global.cfg.trainer.device);
     if (!rp->bf16)
         return df_error(DF_EINVAL, "%s (%s): offloads the reference's bf16 weights, but the reference "
                         "computes in float32 here (its mixed_precision.param_dtype, or no native bf16 "
