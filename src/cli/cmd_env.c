@@ -1,5 +1,9 @@
 /* distflow env — the build and this machine as `key: value` lines, for bug reports. */
 #include "cli/cli.h"
+#include "distflow/backend.h"
+#ifdef DF_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 #include "distflow/comm.h"
 #include "distflow/platform.h"
@@ -108,6 +112,28 @@ static void print_onednn(void)
     df_mm_ctx_free(mm);
 }
 
+/* The backends trainer.device may name, and this machine's GPUs where the build has CUDA. */
+static void print_devices(void)
+{
+    printf("backends: %s\n", df_backend_names());
+#ifdef DF_HAVE_CUDA
+    int n = 0;
+    df_cuda_device_count(&n);
+    printf("cuda_devices: %d\n", n);
+    df_cuda *c = NULL;
+    if (n > 0 && df_cuda_create(-1, &c) == DF_OK) {
+        df_cuda_info in;
+        df_cuda_get_info(c, &in);
+        printf("cuda_device: %d %s (compute capability %d.%d, %d SMs, %.1f GiB; runtime %d, "
+               "driver %d)\n", in.device, in.name, in.cc_major, in.cc_minor, in.n_sm,
+               (double)in.mem_bytes / (1 << 30), in.runtime_version, in.driver_version);
+        df_cuda_free(c);
+    } else if (n > 0) {
+        printf("cuda_device: unavailable (%s)\n", df_last_error());
+    }
+#endif
+}
+
 int df_cmd_env(int argc, char **argv)
 {
     df_opt opts[] = {{0}};
@@ -121,5 +147,6 @@ int df_cmd_env(int argc, char **argv)
     print_cpu(&cpu);
     print_runtime();
     print_onednn();
+    print_devices();
     return 0;
 }
