@@ -276,6 +276,17 @@ static void fwd_bwd(const df_backend *be, const df_model *m, unsigned flags, con
     df_acts_free(a);
 }
 
+/* The device's bf16 entries (emu_bf16), or a SKIP line for `test` where the CPU has no native
+ * bf16 matmuls. */
+static bool bf16_device(emu_dev *dev, const char *test)
+{
+    if (emu_bf16(dev))
+        return true;
+    printf("SKIP %s: %s\n", test, df_last_error());
+    df_clear_error();
+    return false;
+}
+
 /*
  * Mixed precision (DF_ACTS_BF16) on the device: the bf16 copy in its memory (converted there
  * from its float32 weights by bf16_from_f32), the layers' matmuls through its gemm_w16 /
@@ -288,11 +299,8 @@ static void test_bf16_training_on_device_is_the_cpus(void **state)
     (void)state;
     emu_dev dev;
     df_backend be = emu_open(&dev);
-    if (!emu_bf16(&dev)) {
-        printf("SKIP test_bf16_training_on_device_is_the_cpus: %s\n", df_last_error());
-        df_clear_error();
+    if (!bf16_device(&dev, "test_bf16_training_on_device_is_the_cpus"))
         return;
-    }
     df_model *m = small_model();
     const int64_t off[] = {0, 5, 17, 30}, T = 30;
     int32_t tok[30], tgt[30];
@@ -375,11 +383,8 @@ static void test_bf16_rollout_on_device(void **state)
     (void)state;
     emu_dev dev;
     df_backend be = emu_open(&dev);
-    if (!emu_bf16(&dev)) {
-        printf("SKIP test_bf16_rollout_on_device: %s\n", df_last_error());
-        df_clear_error();
+    if (!bf16_device(&dev, "test_bf16_rollout_on_device"))
         return;
-    }
     df_model *m = small_model();
     df_rollout_options o = {4, 64, 12, DF_ROLLOUT_BF16, &be, false, false};
     df_rollout_engine *e = NULL;

@@ -25,23 +25,6 @@ namespace {
 
 constexpr int kWarps = 8, kThreads = kWarps * 32;
 
-__device__ __forceinline__ float warp_max(float x)
-{
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2)
-        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-    return x;
-}
-
-/* Butterfly: every lane ends with the same sum (each step adds the same two values). */
-__device__ __forceinline__ float warp_sum(float x)
-{
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2)
-        x += __shfl_xor_sync(0xffffffffu, x, o);
-    return x;
-}
-
 /* sm[rows][HD + 4] = global rows g + r * ld (r < n_valid), columns d < hd; zero elsewhere. */
 template <int HD>
 __device__ void load_tile(float *sm, int rows, const float *g, int64_t ld, int n_valid, int hd)
@@ -126,7 +109,7 @@ __device__ void load_rowstats(float *Ds, float *Ls, int rows, const float *dout,
             for (int d = lane; d < hd; d += 32)
                 acc = fmaf(g[d], o[d], acc);
         }
-        acc = warp_sum(acc);
+        acc = df_warp_sum(acc);
         if (lane == 0) {
             Ds[i] = acc;
             Ls[i] = i < n_valid ? lse[(row0 + i) * nh + h] : 0.0f;
@@ -192,7 +175,7 @@ attn_fwd_kernel(float *out, float *lse, const float *q, const float *k, const fl
                 sc[r][t] = kj <= qi && kj < L ? sc[r][t] * scale : -INFINITY;
                 mt = fmaxf(mt, sc[r][t]);
             }
-            const float mn = fmaxf(m[r], warp_max(mt));
+            const float mn = fmaxf(m[r], df_warp_max(mt));
             /* a row with no key yet (only rows past the end) keeps 0s, not NaN; a tile whose
              * keys are all masked for the row gives alpha = exp(0) = 1 and p = 0 exactly */
             const float base = mn == -INFINITY ? 0.0f : mn;
@@ -215,7 +198,7 @@ attn_fwd_kernel(float *out, float *lse, const float *q, const float *k, const fl
     }
 #pragma unroll
     for (int r = 0; r < R; r++) {
-        const float lt = warp_sum(l[r]);
+        const float lt = df_warp_sum(l[r]);
         const int qi = q0 + warp * R + r;
         if (qi < L) {
             const float inv = 1.0f / lt;

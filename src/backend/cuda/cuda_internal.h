@@ -50,6 +50,24 @@ static inline unsigned df_cuda_blocks(int64_t n, int threads)
     return (unsigned)(b < 1 ? 1 : b > 65535 * 8 ? 65535 * 8 : b);
 }
 
+/* The largest of a warp's 32 values, in every lane. */
+__device__ __forceinline__ float df_warp_max(float x)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2)
+        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
+
+/* Butterfly: every lane ends with the same sum (each step adds the same two values). */
+__device__ __forceinline__ float df_warp_sum(float x)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2)
+        x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
 /* float32 -> bfloat16 bits, the CPU's exactly (df_bf16_from_f32): nearest even, and a NaN keeps
  * its sign and top payload, made quiet (__float2bfloat16_rn would give the canonical 0x7fff). */
 __device__ __forceinline__ uint16_t df_cuda_bf16_rne(float x)

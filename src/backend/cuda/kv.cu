@@ -27,23 +27,6 @@ constexpr int kSeg = 256;     /* positions per segment (a multiple of kChunk) */
 constexpr int kMaxHd = 256;
 constexpr int64_t kSplitRows = 16; /* rows x heads the scratch holds partials for, at hd 256 */
 
-__device__ __forceinline__ float warp_max(float x)
-{
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2)
-        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-    return x;
-}
-
-/* Butterfly: every lane ends with the same sum. */
-__device__ __forceinline__ float warp_sum(float x)
-{
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2)
-        x += __shfl_xor_sync(0xffffffffu, x, o);
-    return x;
-}
-
 __device__ __forceinline__ float widen(float x) { return x; }
 __device__ __forceinline__ float widen(uint16_t x) { return __uint_as_float((uint32_t)x << 16); }
 
@@ -117,10 +100,10 @@ __device__ void attend_segment(const T *K, const T *V, int64_t kvd, int64_t s0, 
             float sj = ((part[j] + part[CH + j]) + (part[2 * CH + j] + part[3 * CH + j])) * scale;
             if (j >= nc)
                 sj = -INFINITY;
-            const float mn = fmaxf(m, warp_max(sj)); /* finite: the chunk holds a position */
+            const float mn = fmaxf(m, df_warp_max(sj)); /* finite: the chunk holds a position */
             const float alpha = expf(m - mn);
             const float p = expf(sj - mn);
-            l = __fmaf_rn(l, alpha, warp_sum(p));
+            l = __fmaf_rn(l, alpha, df_warp_sum(p));
             m = mn;
             ps[j] = p;
             if (j == 0)
