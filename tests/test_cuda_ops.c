@@ -125,6 +125,68 @@ static void test_buffers_and_errors(void **state)
     DFCT_OK(df_cuda_sync(dfct_cu)); /* the context still works after the errors */
 }
 
+/*
+ * df_cuda_upload's contract (cuda_backend.h): the host buffer may be reused when it returns.
+ * The rollout rewrites its batch arrays right after uploading them (rollout_forward.c
+ * stage_batch) while the stream is still busy; a copy that read the host later would see the
+ * new values. The stream is kept busy with matmuls first, so a deferred read would happen
+ * after the overwrite; sizes: one that fits a command, one staging chunk, many chunks.
+ */
+static void test_upload_reuse(void **state)
+{
+    (void)state;
+    const int64_t G = 2048;
+    float *ga = dfct_alloc((size_t)(G * G) * 4), *gc = dfct_alloc((size_t)(G * G) * 4);
+    const size_t sizes[3] = {16, (size_t)1 << 20, (size_t)64 << 20};
+    for (int i = 0; i < 3; i++) {
+        const int64_t n = (int64_t)(sizes[i] / 4);
+        float *h = malloc(sizes[i]), *want = malloc(sizes[i]);
+        assert_non_null(h), assert_non_null(want);
+        dfct_rand(want, n, 60 + (uint64_t)i, -1, 1);
+        memcpy(h, want, sizes[i]);
+        float *d = dfct_alloc(sizes[i]);
+        for (int r = 0; r < 8; r++) /* ~ms of queued work before the upload */
+            DFCT_OK(df_cuda_gemm(dfct_cu, false, false, G, G, G, 1.0f, ga, ga, DF_CUDA_F32, 0.0f, gc));
+        DFCT_OK(df_cuda_upload(dfct_cu, d, h, sizes[i]));
+        for (int64_t j = 0; j < n; j++) /* reused at once, as the rollout does */
+            h[j] = 1e30f;
+        float *back = dfct_down(d, sizes[i]);
+        if (memcmp(back, want, sizes[i]))
+            fail_msg("upload of %zu bytes read the host buffer after df_cuda_upload returned",
+                     sizes[i]);
+        free(back), free(h), free(want);
+        dfct_free(d);
+    }
+    dfct_free(ga), dfct_free(gc);
+}
+
+/* A bf16 operand workspace that cannot grow fails with DF_ENOMEM, and the next launch does not
+ * report that failure again (its cudaMalloc error is cleared). */
+static void test_gemm16_workspace_oom(void **state)
+{
+    (void)state;
+    float *x = dfct_alloc(64);
+    const int64_t big = (int64_t)1 << 25; /* M * K = 2^50 bf16 elements */
+    assert_int_equal(df_cuda_gemm_w16(dfct_cu, true, big, 1, big, 1.0f, x, (const uint16_t *)x,
+                                      0.0f, x), DF_ENOMEM);
+    DFCT_OK(df_cuda_fill(dfct_cu, x, 16, 1.0f));
+    DFCT_OK(df_cuda_sync(dfct_cu));
+    /* and the workspace still grows for a real call afterwards */
+    float one[16];
+    for (int i = 0; i < 16; i++)
+        one[i] = 1.0f;
+    uint16_t w16[16];
+    df_bf16_from_f32(w16, one, 16);
+    uint16_t *dw = dfct_up(w16, sizeof w16);
+    float *a = dfct_up(one, sizeof one), *c = dfct_alloc(16 * 4);
+    DFCT_OK(df_cuda_gemm_w16(dfct_cu, true, 4, 4, 4, 1.0f, a, dw, 0.0f, c));
+    float *got = dfct_down(c, 16 * 4);
+    for (int i = 0; i < 16; i++)
+        assert_true(got[i] == 4.0f); /* sums of four products of ones: exact */
+    free(got);
+    dfct_free(x), dfct_free(dw), dfct_free(a), dfct_free(c);
+}
+
 /* One rank per GPU: the node-local rank picks the device, modulo the count. */
 static void test_local_device(void **state)
 {
@@ -148,6 +210,8 @@ int main(void)
         cmocka_unit_test(test_gemm_bf16),
         cmocka_unit_test(test_bf16_conversion),
         cmocka_unit_test(test_buffers_and_errors),
+        cmocka_unit_test(test_upload_reuse),
+        cmocka_unit_test(test_gemm16_workspace_oom),
         cmocka_unit_test(test_local_device),
     };
     return dfct_main("test_cuda_ops", tests, sizeof tests / sizeof tests[0]);
