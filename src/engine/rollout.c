@@ -189,7 +189,9 @@ int df_rollout_engine_create_ex(const df_model_config *cfg, const df_rollout_opt
                              (long long)max_num_seqs, (long long)max_seq_len);
     }
     size_t st = (size_t)(max_num_seqs * max_seq_len);
-    e->logits = malloc((size_t)(e->logit_rows * cfg->vocab_size) * sizeof(float));
+    /* host rows of logits: not needed where the device samples itself */
+    const bool host_logits = e->be.ops->host_memory || !e->be.ops->sample;
+    e->logits = host_logits ? malloc((size_t)(e->logit_rows * cfg->vocab_size) * sizeof(float)) : NULL;
     e->slots = calloc((size_t)max_num_seqs, sizeof *e->slots);
     e->out_tok = malloc(st * sizeof(int32_t));
     e->out_logp = malloc(st * sizeof(float));
@@ -197,7 +199,7 @@ int df_rollout_engine_create_ex(const df_model_config *cfg, const df_rollout_opt
     e->b_slot = malloc((size_t)R * sizeof(int32_t));
     e->b_pos = malloc((size_t)R * sizeof(int32_t));
     e->b_out = malloc((size_t)R * sizeof(int64_t));
-    if (!e->logits || !e->slots || !e->out_tok || !e->out_logp || !e->b_tok || !e->b_slot ||
+    if ((host_logits && !e->logits) || !e->slots || !e->out_tok || !e->out_logp || !e->b_tok || !e->b_slot ||
         !e->b_pos || !e->b_out) {
         df_rollout_engine_free(e);
         return df_error(DF_ENOMEM, "out of memory allocating rollout buffers");
