@@ -151,13 +151,11 @@ int64_t df_infer_scratch_bytes(const df_model_config *cfg, int64_t rows_cap, int
            df_kv_scratch_floats(cfg->num_attention_heads, max_len) * 4 + max_len * cfg->head_dim * 4;
 }
 
-/* A buffer of s's: host memory (64-byte aligned) or the device backend's; *ok cleared on failure. */
+/* A buffer of s's backend (the CPU's: 64-byte aligned host memory); *ok cleared on failure. */
 static void *sbuf(const df_infer_scratch *s, int64_t bytes, bool *ok)
 {
     void *p = NULL;
-    if (!s->dev)
-        p = alloc64(bytes);
-    else if (s->be.ops->alloc(s->be.ctx, (size_t)bytes, &p))
+    if (s->be.ops->alloc(s->be.ctx, (size_t)bytes, &p))
         p = NULL;
     *ok &= p != NULL;
     return p;
@@ -165,20 +163,8 @@ static void *sbuf(const df_infer_scratch *s, int64_t bytes, bool *ok)
 
 static void sfree(const df_infer_scratch *s, void *p)
 {
-    if (!s->dev)
-        free(p);
-    else if (p)
+    if (p)
         s->be.ops->release(s->be.ctx, p);
-}
-
-/* Host-made contents (the RoPE tables, the ones) into s's buffer dst. */
-static int sput(const df_infer_scratch *s, void *dst, const void *src, int64_t bytes)
-{
-    if (!s->dev) {
-        memcpy(dst, src, (size_t)bytes);
-        return DF_OK;
-    }
-    return s->be.ops->upload(s->be.ctx, dst, src, (size_t)bytes);
 }
 
 /* The ones and the RoPE tables of cfg for positions [0, max_len), made on the host. */
@@ -192,16 +178,16 @@ static int fill_tables(df_infer_scratch *s, const df_model_config *cfg, int64_t 
     if (s->ones) {
         for (int64_t i = 0; i < s->rows_cap; i++)
             h[i] = 1.0f;
-        rc = sput(s, s->ones, h, s->rows_cap * 4);
+        rc = s->be.ops->upload(s->be.ctx, s->ones, h, (size_t)s->rows_cap * 4);
     }
     /* The model's RoPE must be the config's: df_rollout_generate checks it (check_model). */
     float inv_freq[DF_MAX_HEAD_DIM / 2];
     df_rope_inv_freq(inv_freq, cfg);
     df_rope_table_freq(h, h + n, max_len, cfg->head_dim, inv_freq);
     if (!rc)
-        rc = sput(s, s->rope_cos, h, max_len * half * 4);
+        rc = s->be.ops->upload(s->be.ctx, s->rope_cos, h, (size_t)(max_len * half) * 4);
     if (!rc)
-        rc = sput(s, s->rope_sin, h + n, max_len * half * 4);
+        rc = s->be.ops->upload(s->be.ctx, s->rope_sin, h + n, (size_t)(max_len * half) * 4);
     free(h);
     return rc;
 }
