@@ -19,7 +19,8 @@
  * sampling on the device draws the host path's tokens. The optimizer's entries (adamw_step,
  * grad_norm, scale, group_open / _close, allreduce_sum) are the CPU's over the device's memory,
  * so training keeps its master weights, moments and all-reduce on the device; emu_no_optim
- * takes them away (the host optimizer of a backend without them). Not thread-safe; one emu_dev
+ * takes them away (the host optimizer of a backend without them). `alltoallv` (the data
+ * coordinator's payloads) is MPI's over the device's memory. Not thread-safe; one emu_dev
  * per test.
  */
 #ifndef DF_TESTS_EMU_BACKEND_H
@@ -52,6 +53,7 @@ typedef struct emu_dev {
     int64_t kv_attentions;                     /* kv_attention calls: a rollout ran here */
     int64_t samples;                           /* sample calls */
     int64_t allreduces, adamw_steps;          /* of allreduce_sum and adamw_step */
+    int64_t alltoallvs, a2a_bytes;             /* alltoallv calls, bytes they sent */
     int64_t up_bytes, down_bytes;
     int64_t w16_calls, conversions;            /* gemm_w16 + gemm_bf16 calls; bf16_from_f32's */
     df_mm_ctx *mm;                             /* emu_bf16: the CPU's bf16 context */
@@ -419,6 +421,38 @@ static int emu_allreduce_sum(void *ctx, void *h, float *x, int64_t n)
     EMU_CALL(ctx, allreduce_sum, (x), h, x, n); /* MPI reads and writes x while it is open */
 }
 
+/* The coordinator's payload move: MPI's alltoallv over the handle's group (the CPU's handle is
+ * the group) from the device's memory into it, each received block's size checked against the
+ * caller's recv_counts (the counts exchange the seam leaves to the caller). */
+static int emu_alltoallv(void *ctx, void *h, const void *send, const int64_t *send_counts,
+                         void *recv, const int64_t *recv_counts)
+{
+    emu_dev *d = ctx;
+    df_comm *group = h;
+    int size = df_comm_size(group);
+    EMU_NEED(d, "alltoallv", send, recv);
+    d->alltoallvs++;
+    for (int p = 0; p < size; p++)
+        d->a2a_bytes += send_counts[p];
+    void *got = NULL;
+    int64_t *counts = NULL, *displs = NULL;
+    emu_enter(d);
+    int rc = df_comm_alltoallv(group, send, send_counts, &got, &counts, &displs);
+    for (int p = 0; !rc && p < size; p++)
+        if (counts[p] != recv_counts[p]) {
+            fprintf(stderr, "emu_backend: alltoallv: rank %d sent %lld bytes, recv_counts says %lld\n",
+                    p, (long long)counts[p], (long long)recv_counts[p]);
+            abort();
+        }
+    if (!rc && size > 0)
+        memcpy(recv, got, (size_t)(displs[size - 1] + counts[size - 1]));
+    emu_leave(d);
+    free(got);
+    free(counts);
+    free(displs);
+    return rc;
+}
+
 /* A fresh emulated device (name "emu"); *d must outlive every use of the backend. */
 static df_backend emu_open(emu_dev *d)
 {
@@ -441,6 +475,7 @@ static df_backend emu_open(emu_dev *d)
         .sample = emu_sample, .adamw_step = emu_adamw_step,
         .grad_norm = emu_grad_norm, .scale = emu_scale, .group_open = emu_group_open,
         .group_close = emu_group_close, .allreduce_sum = emu_allreduce_sum,
+        .alltoallv = emu_alltoallv,
         .bf16_from_f32 = emu_bf16_from_f32};
     return (df_backend){&d->ops, d};
 }
@@ -491,6 +526,7 @@ static inline void emu_no_optim(emu_dev *d)
     d->ops.group_open = NULL;
     d->ops.group_close = NULL;
     d->ops.allreduce_sum = NULL;
+    d->ops.alltoallv = NULL;
 }
 
 /* Every buffer released (a leak check for the code under test); the count left. */

@@ -1,5 +1,6 @@
 /*
- * test_cuda_nccl.c — the gradient all-reduce over NCCL (src/backend/cuda/nccl.cu): a
+ * test_cuda_nccl.c — the gradient all-reduce and the coordinator's all-to-all over NCCL
+ * (src/backend/cuda/nccl.cu): a
  * communicator made from the world's process group, one GPU per rank (the node-local rank picks
  * it). Each rank contributes (rank + 1) * (i % 7) to element i, so the sum is
  * N (N + 1) / 2 * (i % 7): small integers, exact in float32. Without a GPU, or with fewer GPUs
@@ -37,9 +38,56 @@ static void test_allreduce_sum(void **state)
     df_cuda_nccl_free(n);
 }
 
+/* Byte j of the block rank s sends rank d: a function of (s, d, j), so a block in the wrong
+ * place, cut short or shifted is seen. */
+static unsigned char byte_of(int s, int d, int64_t j)
+{
+    return (unsigned char)(s * 37 + d * 11 + j * 7 + 1);
+}
+
+/* The block rank s sends rank d: uneven, and empty from rank 0 to rank 1. */
+static int64_t block_of(int s, int d)
+{
+    return s == 0 && d == 1 ? 0 : (int64_t)(s + 1) * 1000 + d * 333 + 1;
+}
+
+/* The coordinator's payload all-to-all: every block at its place, with its bytes. */
+static void test_alltoallv(void **state)
+{
+    (void)state;
+    df_cuda_nccl *n = NULL;
+    DFCT_OK(df_cuda_nccl_create(dfct_cu, W, &n));
+    const int rank = df_comm_rank(W), size = df_comm_size(W);
+    int64_t sc[16], rc[16], st = 0, rt = 0;
+    assert_true(size <= 16);
+    for (int p = 0; p < size; p++) {
+        st += sc[p] = block_of(rank, p);
+        rt += rc[p] = block_of(p, rank);
+    }
+    unsigned char *h = malloc((size_t)st), *o = h;
+    for (int p = 0; p < size; p++)
+        for (int64_t j = 0; j < sc[p]; j++)
+            *o++ = byte_of(rank, p, j);
+    void *ds = dfct_up(h, (size_t)st), *dr = dfct_alloc((size_t)rt);
+    DFCT_OK(df_cuda_nccl_alltoallv(n, ds, sc, dr, rc));
+    unsigned char *got = dfct_down(dr, (size_t)rt), *g = got;
+    for (int p = 0; p < size; p++)
+        for (int64_t j = 0; j < rc[p]; j++, g++)
+            if (*g != byte_of(p, rank, j))
+                fail_msg("rank %d, from %d, byte %lld: %d, expected %d", rank, p, (long long)j, *g,
+                         byte_of(p, rank, j));
+    assert_int_equal(df_cuda_nccl_alltoallv(n, ds, NULL, dr, rc), DF_EINVAL);
+    free(h);
+    free(got);
+    dfct_free(ds);
+    dfct_free(dr);
+    df_cuda_nccl_free(n);
+}
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_allreduce_sum)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_allreduce_sum),
+                                       cmocka_unit_test(test_alltoallv)};
     if (df_test_world_setup(NULL))
         return 1;
     int n = 0, dev = 0;
@@ -52,7 +100,7 @@ int main(void)
     else if (df_cuda_local_device(&dev) || df_cuda_create(dev, &dfct_cu))
         rc = fprintf(stderr, "test_cuda_nccl: %s\n", df_last_error()) > 0;
     else {
-        rc = _cmocka_run_group_tests("test_cuda_nccl", tests, 1, NULL, NULL);
+        rc = cmocka_run_group_tests_name("test_cuda_nccl", tests, NULL, NULL);
         df_cuda_free(dfct_cu);
     }
     df_test_world_teardown(NULL);

@@ -6,7 +6,12 @@
  * Source rows are a pure function of their global id g, so every rank can
  * rebuild every source batch, recompute the plan and check what it received
  * byte for byte; cross-rank properties (each row once, replicas identical,
- * groups together) are checked on allgathered summaries.
+ * groups together) are checked on allgathered summaries. The redistribution
+ * tests run twice: payloads over MPI, then through a device
+ * (df_data_buffers_use_backend) — each rank's own emulated one
+ * (tests/emu_backend.h), whose alltoallv is MPI's over memory the host cannot
+ * touch, so the staging, the counts' exchange and the blocks' placement are
+ * the coordinator's, checked by the same byte-for-byte comparisons.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,6 +24,7 @@
 
 #include <cmocka.h>
 
+#include "emu_backend.h"
 #include "testmpi.h"
 #include "testutil.h"
 
@@ -65,6 +71,29 @@ static df_batch *take(df_data_buffers *db, const char *key, int dp_size, int dp_
     if (!note(df_data_buffers_get(db, key, dp_size, dp_rank, &b) == 0, __LINE__, key))
         b = df_batch_new(0);
     return b;
+}
+
+/* ---- the store: payloads over MPI, or through the emulated device ------------------------ */
+
+static bool on_device; /* the second group's stores move payloads through dev */
+static emu_dev dev;
+static df_backend dev_be;
+
+static df_data_buffers *new_store(void)
+{
+    df_data_buffers *db = NULL;
+    CHECK(df_data_buffers_create(W, &db) == 0);
+    if (db && on_device) {
+        CHECK(df_data_buffers_use_backend(db, &dev_be) == 0);
+        CHECK(df_data_buffers_on_device(db) == (N > 1)); /* one rank: nothing to move */
+    }
+    return db;
+}
+
+/* A put that moved payloads went through the device exactly when the store is on it. */
+static void check_path(const df_redist_stats *st)
+{
+    CHECK(st->device == (on_device && N > 1));
 }
 
 /* ---- the test rows --------------------------------------------------------------- */
@@ -367,8 +396,8 @@ static void check_global(const df_batch *got, const expect *e, df_dp_layout src,
 /* One put / get between two layouts, checked on every rank. */
 static void run_case(df_dp_layout src, df_dp_layout dst, const df_put_opts *o)
 {
-    df_data_buffers *db = NULL;
-    CHECK(df_data_buffers_create(W, &db) == 0);
+    df_data_buffers *db = new_store();
+    const int64_t a2a0 = dev.alltoallvs;
     bool in_src = R < src.dp_size * src.mp, sender = in_src && R % src.mp == 0;
     shape sh = {.rows = -1};
     df_batch *in = sender ? make_rows(R / src.mp, R, sh) : in_src ? make_decoy() : NULL;
@@ -379,6 +408,8 @@ static void run_case(df_dp_layout src, df_dp_layout dst, const df_put_opts *o)
         fail_msg("rank %d: put %dx%d -> %dx%d: %s", R, src.dp_size, src.mp, dst.dp_size, dst.mp,
                  df_last_error());
     CHECK(!st.local);
+    check_path(&st);
+    CHECK(dev.alltoallvs - a2a0 == (on_device && N > 1)); /* one payload move per put */
     expect e;
     expect_build(&e, src, dst, o);
     df_batch *got = NULL;
@@ -504,8 +535,7 @@ static void test_filter(void **state)
     df_dp_layout l = {N, 1};
     run_case(l, l, &o); /* a filter alone makes even an equal layout redistribute */
     /* which rows were dropped */
-    df_data_buffers *db = NULL;
-    CHECK(df_data_buffers_create(W, &db) == 0);
+    df_data_buffers *db = new_store();
     shape sh = {.rows = -1};
     df_redist_stats st;
     CHECK(df_data_buffers_put(db, "f", make_rows(R, R, sh), l, l, &o, &st) == 0);
@@ -526,8 +556,7 @@ static void test_filter(void **state)
 /* No rows anywhere, and a reference source other than rank 0. */
 static void test_empty(void **state)
 {
-    df_data_buffers *db = NULL;
-    CHECK(df_data_buffers_create(W, &db) == 0);
+    df_data_buffers *db = new_store();
     df_dp_layout l = {N, 1};
     df_put_opts o = {.force = true};
     shape zero = {.rows = 0}, blank = {.blank = true};
@@ -574,8 +603,7 @@ static void test_column_mismatch(void **state)
 {
     if (N < 2)
         skip();
-    df_data_buffers *db = NULL;
-    CHECK(df_data_buffers_create(W, &db) == 0);
+    df_data_buffers *db = new_store();
     df_dp_layout l = {N, 1}, one = {1, N};
     shape ok = {.rows = -1}, lacks = {.rows = -1, .no_logprobs = true},
           kind = {.rows = -1, .score_i64 = true};
@@ -608,8 +636,7 @@ static void test_column_mismatch(void **state)
 /* A rank inside the source layout without a batch: every rank fails, none hangs. */
 static void test_missing_batch(void **state)
 {
-    df_data_buffers *db = NULL;
-    CHECK(df_data_buffers_create(W, &db) == 0);
+    df_data_buffers *db = new_store();
     df_dp_layout l = {N, 1};
     df_put_opts o = {.force = true};
     shape ok = {.rows = -1};
@@ -648,6 +675,77 @@ static void test_bad_arguments(void **state)
     df_data_buffers_free(NULL);
 }
 
+/* ---- through the device ------------------------------------------------------------------ */
+
+/* A backend whose memory is the host's (the CPU), or one without alltoallv, leaves payloads on
+ * MPI without communicating; the device path releases every staging buffer. */
+static void test_device_store(void **state)
+{
+    df_data_buffers *db = NULL;
+    assert_int_equal(df_data_buffers_create(W, &db), 0);
+    df_backend cpu = df_backend_cpu();
+    assert_int_equal(df_data_buffers_use_backend(db, &cpu), 0);
+    assert_false(df_data_buffers_on_device(db));
+    emu_dev bare;
+    df_backend none = emu_open(&bare);
+    emu_no_optim(&bare); /* no group_open, no alltoallv */
+    assert_int_equal(df_data_buffers_use_backend(db, &none), 0);
+    assert_false(df_data_buffers_on_device(db));
+    assert_int_equal(df_data_buffers_use_backend(NULL, &cpu), DF_EINVAL);
+    assert_int_equal(df_data_buffers_use_backend(db, NULL), DF_EINVAL);
+    df_data_buffers_free(db);
+    assert_int_equal(emu_buffers(&dev), 0);
+}
+
+static int fail_upload_rank = -1; /* upload fails on this rank (the staging's failure) */
+static int (*real_upload)(void *, void *, const void *, size_t);
+
+static int upload_or_fail(void *ctx, void *dst, const void *src, size_t bytes)
+{
+    if (R == fail_upload_rank)
+        return df_error(DF_ENOMEM, "test: the device is out of memory");
+    return real_upload(ctx, dst, src, bytes);
+}
+
+/* One rank fails to stage its payload on the device: every rank fails with the same code
+ * before the device collective (none waits in it), names the rank, stores nothing, and
+ * the store works afterwards. */
+static void test_device_staging_fails(void **state)
+{
+    if (N < 2)
+        skip();
+    df_data_buffers *db = new_store();
+    df_dp_layout l = {N, 1};
+    df_put_opts o = {.force = true};
+    shape ok = {.rows = -1};
+    const int64_t a2a0 = dev.alltoallvs;
+    fail_upload_rank = 0; /* has rows to send (rank 1 has none) */
+    int rc = df_data_buffers_put(db, "s", make_rows(R, R, ok), l, l, &o, NULL);
+    fail_upload_rank = -1;
+    CHECK(rc == DF_ENOMEM);
+    char who[64];
+    snprintf(who, sizeof who, "rank %d failed staging", 0);
+    CHECK(df_test_error_mentions(R == 0 ? "out of memory" : who));
+    CHECK(!df_data_buffers_has(db, "s"));
+    CHECK(dev.alltoallvs == a2a0); /* nobody entered the device collective */
+    CHECK(df_data_buffers_put(db, "s", make_rows(R, R, ok), l, l, &o, NULL) == 0);
+    df_batch *got = take(db, "s", N, R);
+    df_batch_free(got);
+    df_data_buffers_free(db);
+    CHECK(emu_buffers(&dev) == 0); /* the staging buffers released, on failure too */
+    agree();
+}
+
+static int device_setup(void **state)
+{
+    on_device = true;
+    dev_be = emu_open(&dev);
+    real_upload = dev.ops.upload;
+    dev.ops.upload = upload_or_fail;
+    (void)state;
+    return 0;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -657,5 +755,18 @@ int main(void)
         cmocka_unit_test(test_column_mismatch), cmocka_unit_test(test_missing_batch),
         cmocka_unit_test(test_bad_arguments),
     };
-    return cmocka_run_group_tests(tests, df_test_world_setup, df_test_world_teardown);
+    /* the redistributions again, their payloads through each rank's emulated device */
+    const struct CMUnitTest device[] = {
+        cmocka_unit_test(test_device_store),    cmocka_unit_test(test_rebalance),
+        cmocka_unit_test(test_shrink_grow),     cmocka_unit_test(test_three_to_two),
+        cmocka_unit_test(test_filter),          cmocka_unit_test(test_empty),
+        cmocka_unit_test(test_column_mismatch), cmocka_unit_test(test_missing_batch),
+        cmocka_unit_test(test_device_staging_fails),
+    };
+    if (df_test_world_setup(NULL))
+        return 1;
+    int rc = cmocka_run_group_tests_name("mpi", tests, NULL, NULL);
+    rc |= cmocka_run_group_tests_name("device", device, device_setup, NULL);
+    df_test_world_teardown(NULL);
+    return rc;
 }

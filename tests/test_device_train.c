@@ -13,7 +13,8 @@
  * bf16 defaults, which a device without bf16 matmuls (the emulated one without emu_bf16) runs
  * in float32 after a notice: a silent bf16 there would change the metrics; with them, the CPU's
  * bf16 run's metrics. Under mpiexec each rank
- * has its own emulated device, the gradient all-reduced through the seam (its allreduce_sum):
+ * has its own emulated device, the gradient all-reduced through the seam (its allreduce_sum) and
+ * the Data Coordinator's payloads moved through it (its alltoallv):
  * mpi-test: np 2
  */
 #include <setjmp.h>
@@ -153,7 +154,7 @@ static void test_grpo_on_the_device_is_the_cpus(void **state)
 {
     (void)state;
     train("cpu", "cpu", false, false);
-    const int64_t calls0 = dev.calls, kv0 = dev.kv_attentions;
+    const int64_t calls0 = dev.calls, kv0 = dev.kv_attentions, a2a0 = dev.alltoallvs;
     train("cuda", "dev", true, false);
     print_message("device: %lld calls, %lld uploads (%lld bytes), %lld downloads (%lld bytes)\n",
                   (long long)(dev.calls - calls0), (long long)dev.uploads, (long long)dev.up_bytes,
@@ -165,6 +166,13 @@ static void test_grpo_on_the_device_is_the_cpus(void **state)
     assert_true(compared > 40);
     /* the rollout ran there: its attention over the KV cache, per layer of every forward */
     assert_true(dev.kv_attentions - kv0 >= 2 * 8);
+    /* the Data Coordinator's payloads through the device (balance_batch moves the rollout's
+     * batch every step) on more than one rank; one rank has nothing to move */
+    print_message("device: %lld payload moves\n", (long long)(dev.alltoallvs - a2a0));
+    if (df_comm_size(world) > 1)
+        assert_true(dev.alltoallvs - a2a0 >= 2);
+    else
+        assert_int_equal(dev.alltoallvs, a2a0);
     assert_int_equal(emu_buffers(&dev), 0);
 }
 

@@ -292,6 +292,20 @@ typedef struct df_backend_ops {
      * communicator's (MPI's or NCCL's).
      */
     int (*allreduce_sum)(void *ctx, void *h, float *x, int64_t n);
+
+    /* ---- the Data Coordinator's payload move over the device's fabric (docs/cuda.md) ---- */
+    /**
+     * Personalised all-to-all of bytes in backend memory among the ranks of h's group (a
+     * handle of group_open): what df_comm_alltoallv does on host memory, with the counts
+     * already exchanged. send holds the blocks for ranks 0..size-1 back to back
+     * (send_counts[d] bytes for rank d); recv receives the block of source s at the sum of
+     * recv_counts[0..s-1]; recv_counts[s] (host) must equal s's send_counts[this rank].
+     * Collective. NULL where the backend has none — the CPU's (its memory is the host's:
+     * MPI moves it) and CUDA's without NCCL — and the coordinator then moves payloads over
+     * MPI. CUDA's: NCCL grouped send / receive. Errors: the communicator's, DF_EINVAL.
+     */
+    int (*alltoallv)(void *ctx, void *h, const void *send, const int64_t *send_counts, void *recv,
+                     const int64_t *recv_counts);
 } df_backend_ops;
 
 /** A backend: its operator table and the context every operator receives. */

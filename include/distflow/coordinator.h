@@ -30,6 +30,7 @@
 #ifndef DISTFLOW_COORDINATOR_H
 #define DISTFLOW_COORDINATOR_H
 
+#include "distflow/backend.h"
 #include "distflow/batch.h"
 #include "distflow/comm.h"
 #include "distflow/common.h"
@@ -231,6 +232,8 @@ typedef struct df_redist_stats {
     int64_t messages_sent;  /**< non-empty payload blocks sent to other ranks */
     double seconds;         /**< wall time of the put on this rank */
     bool local;             /**< true for a local hand-off (no communication) */
+    bool device;            /**< the payloads moved through the device's fabric
+                                 (df_data_buffers_use_backend), not MPI */
 } df_redist_stats;
 
 /** One rank's key -> batch store. Opaque. */
@@ -245,6 +248,24 @@ DF_API int df_data_buffers_create(df_comm *world, df_data_buffers **out);
 
 /** Free the store and every batch still in it. NULL is a no-op. */
 DF_API void df_data_buffers_free(df_data_buffers *db);
+
+/**
+ * Move the payloads of every later collective put through backend `be`'s memory and
+ * fabric (its alltoallv entry: NCCL on CUDA) instead of MPI, as siiRL's coordinator moves
+ * tensors over NCCL: each sender uploads its serialized rows, the bytes move device to
+ * device, each receiver downloads its own. MPI stays the control plane (the SampleInfo
+ * allgather, the status agreements and the counts). A backend whose memory is the host's,
+ * one without alltoallv (CUDA built without NCCL) or a world of one rank changes nothing
+ * (DF_OK, no communication): the payloads stay on MPI. Otherwise collective over the
+ * store's world — every rank calls it with the same backend (trainer.device is the job's):
+ * it opens the backend's communicator over the world (group_open), kept until
+ * df_data_buffers_free. `be` is copied; its context must outlive the store.
+ * Errors: DF_EINVAL (NULL db or be), group_open's (e.g. NCCL refusing two ranks on one GPU).
+ */
+DF_API int df_data_buffers_use_backend(df_data_buffers *db, const df_backend *be);
+
+/** True when the store's collective puts move payloads through a backend (see above). */
+DF_API bool df_data_buffers_on_device(const df_data_buffers *db);
 
 /**
  * Hand `batch` ([n rows], any columns) from a node laid out as `src` to one
@@ -271,7 +292,9 @@ DF_API void df_data_buffers_free(df_data_buffers *db);
  *   2. every rank computes df_redistribution_plan(dst.dp_size, keep_groups);
  *   3. each sender serializes (df_batch_serialize) its rows for each
  *      destination DP rank once and sends the same bytes to each of that DP
- *      rank's mp world ranks in ONE df_comm_alltoallv;
+ *      rank's mp world ranks in ONE df_comm_alltoallv (or, on a store given a
+ *      device by df_data_buffers_use_backend, one alltoallv of the backend's
+ *      after the counts' exchange over MPI);
  *   4. each rank inside `dst` deserializes its parts, concatenates them in
  *      source-rank order and reorders them with df_redist_plan_recv's order:
  *      the rows of destination dp_rank, longest unit first. Replicas of one

@@ -17,6 +17,8 @@ typedef struct entry {
 
 struct df_data_buffers {
     df_comm *world;
+    df_payload_dev dev;
+    bool on_device; /* dev holds an open handle */
     entry *e;
     int n, cap;
 };
@@ -37,12 +39,36 @@ void df_data_buffers_free(df_data_buffers *db)
 {
     if (!db)
         return;
+    if (db->on_device)
+        db->dev.be.ops->group_close(db->dev.be.ctx, db->dev.h);
     for (int i = 0; i < db->n; i++) {
         free(db->e[i].key);
         df_batch_free(db->e[i].batch);
     }
     free(db->e);
     free(db);
+}
+
+int df_data_buffers_use_backend(df_data_buffers *db, const df_backend *be)
+{
+    if (!db || !be || !be->ops)
+        return df_error(DF_EINVAL, "data buffers: need a store and a backend");
+    const df_backend_ops *o = be->ops;
+    if (db->on_device || o->host_memory || !o->alltoallv || df_comm_size(db->world) < 2)
+        return DF_OK; /* already, or nothing to gain: MPI moves host memory */
+    if (!o->group_open || !o->group_close)
+        return df_error(DF_EINVAL, "backend '%s' has alltoallv but no group_open / group_close", o->name);
+    int rc = o->group_open(be->ctx, db->world, &db->dev.h);
+    if (rc)
+        return df_error_wrap(rc, "the data coordinator's communicator on backend '%s'", o->name);
+    db->dev.be = *be;
+    db->on_device = true;
+    return DF_OK;
+}
+
+bool df_data_buffers_on_device(const df_data_buffers *db)
+{
+    return db && db->on_device;
 }
 
 static int find(const df_data_buffers *db, const char *key)
@@ -155,7 +181,7 @@ int df_data_buffers_put(df_data_buffers *db, const char *key, df_batch *batch, d
             batch = NULL;
         }
     } else {
-        rc = df_redistribute(db->world, key, in_src ? batch : NULL, local_rc, src, dst, o, &out, &s);
+        rc = df_redistribute(db->world, db->on_device ? &db->dev : NULL, key, in_src ? batch : NULL, local_rc, src, dst, o, &out, &s);
     }
     df_batch_free(batch);
     if (rc) {

@@ -25,6 +25,24 @@ static inline bool df_dp_layout_sender(df_dp_layout l, int r)
     return r < df_dp_layout_ranks(l) && r % l.mp == 0;
 }
 
+/** A store's device path (df_data_buffers_use_backend): the backend and its handle of the
+ *  world's group (group_open). */
+typedef struct df_payload_dev {
+    df_backend be;
+    void *h;
+} df_payload_dev;
+
+/**
+ * df_comm_alltoallv's contract over `w` (host bytes in, *recv_out etc. malloc'd host
+ * outputs) with the bytes moved by dev's alltoallv between buffers of its memory: the counts
+ * over MPI first, the staging (alloc, upload) agreed over MPI before the device collective,
+ * its outcome and the download agreed after it, so every rank returns the same status.
+ * Errors: DF_ENOMEM, the backend's; on a rank that did not fail, DF_E* naming the one that did.
+ */
+int df_payload_alltoallv_dev(df_comm *w, const df_payload_dev *dev, const void *send,
+                             const int64_t *send_counts, void **recv_out, int64_t **recv_counts_out,
+                             int64_t **recv_displs_out);
+
 /**
  * The collective half of df_data_buffers_put (see coordinator.h for the
  * protocol). `in` is borrowed and may be NULL on ranks that do not send;
@@ -32,9 +50,11 @@ static inline bool df_dp_layout_sender(df_dp_layout l, int r)
  * the agreed status, so every rank still calls the same collectives.
  * *out receives the batch of this rank's destination DP rank, or NULL when
  * the rank is outside `dst`. `st` (non-NULL) receives the counts (not the
- * time). Returns the agreed status: the same on every rank.
+ * time). `dev` (NULL: MPI) moves the payloads through a backend (df_payload_alltoallv_dev).
+ * Returns the agreed status: the same on every rank.
  */
-int df_redistribute(df_comm *w, const char *key, const df_batch *in, int local_rc, df_dp_layout src,
-                    df_dp_layout dst, const df_put_opts *opts, df_batch **out, df_redist_stats *st);
+int df_redistribute(df_comm *w, const df_payload_dev *dev, const char *key, const df_batch *in,
+                    int local_rc, df_dp_layout src, df_dp_layout dst, const df_put_opts *opts,
+                    df_batch **out, df_redist_stats *st);
 
 #endif

@@ -5,7 +5,8 @@
  *      before payloads move;
  *   2. the same plan on every rank;
  *   3. rows serialized once per destination DP rank, copied to its mp replicas;
- *   4. a status allreduce, ONE alltoallv of the payloads, a final allreduce so
+ *   4. a status allreduce, ONE alltoallv of the payloads (MPI's, or a backend's:
+ *      payload_dev.c), a final allreduce so
  *      the put succeeds or fails on every rank alike.
  */
 #include "coordinator/buffers_internal.h"
@@ -23,6 +24,7 @@ enum { HDR_STATUS, HDR_SCHEMA, HDR_HASH, HDR_WORDS };
 
 typedef struct rd {
     df_comm *w;
+    const df_payload_dev *dev; /* NULL: the payloads move over MPI */
     int rank, size;
     int ref; /* reference source: lowest sender with rows or columns, else 0 */
     const char *key;
@@ -388,7 +390,9 @@ static int exchange(rd *r, int rc, df_batch **out)
         rc = build_payload(r, &send, counts);
     rc = agree(r, rc, "planning");
     if (!rc) {
-        rc = df_comm_alltoallv(r->w, send, counts, &recv, &got, &displs);
+        rc = r->dev ? df_payload_alltoallv_dev(r->w, r->dev, send, counts, &recv, &got, &displs)
+                    : df_comm_alltoallv(r->w, send, counts, &recv, &got, &displs);
+        r->st->device = r->dev != NULL;
         if (rc)
             rc = df_error_wrap(rc, "put '%s': payload exchange", r->key);
     }
@@ -410,10 +414,12 @@ static int exchange(rd *r, int rc, df_batch **out)
     return rc;
 }
 
-int df_redistribute(df_comm *w, const char *key, const df_batch *in, int local_rc, df_dp_layout src,
-                    df_dp_layout dst, const df_put_opts *opts, df_batch **out, df_redist_stats *st)
+int df_redistribute(df_comm *w, const df_payload_dev *dev, const char *key, const df_batch *in,
+                    int local_rc, df_dp_layout src, df_dp_layout dst, const df_put_opts *opts,
+                    df_batch **out, df_redist_stats *st)
 {
     rd r = {.w = w,
+            .dev = dev,
             .rank = df_comm_rank(w),
             .size = df_comm_size(w),
             .key = key,

@@ -96,10 +96,11 @@ static int cu_scale(void *ctx, float *x, int64_t n, float s)
     return df_cuda_scale(ctx, x, n, s);
 }
 
-/* One process group's all-reduce: an NCCL communicator, or (a build without NCCL) the group
- * with a host staging buffer. Shared by every handle of the same (context, group), counted,
- * so the communicator is made once per group; the group outlives its handles (group_open's
- * contract), so its address cannot be reused while an entry holds it. */
+/* One process group's collectives (the gradient all-reduce, the coordinator's all-to-all): an
+ * NCCL communicator, or (a build without NCCL) the group with a host staging buffer. Shared by
+ * every handle of the same (context, group), counted, so the communicator is made once per
+ * group; the group outlives its handles (group_open's contract), so its address cannot be
+ * reused while an entry holds it. */
 typedef struct cu_group {
     df_cuda *c;
     df_comm *group;
@@ -140,7 +141,7 @@ static int cu_group_open(void *ctx, df_comm *group, void **h)
         rc = DF_OK;
     if (rc) {
         free(g);
-        return df_error_wrap(rc, "the gradient all-reduce's NCCL communicator");
+        return df_error_wrap(rc, "an NCCL communicator over %d ranks", df_comm_size(group));
     }
     cu_groups[slot] = g;
     *h = g;
@@ -185,6 +186,20 @@ static int cu_allreduce_sum(void *ctx, void *h, float *x, int64_t n)
         rc = df_cuda_upload(ctx, x, g->host, bytes);
     return rc;
 }
+
+#ifdef DF_HAVE_NCCL
+/* The coordinator's payloads: only over NCCL (without it the entry is NULL and they stay on
+ * MPI, which moves host memory without the two staging copies). */
+static int cu_alltoallv(void *ctx, void *h, const void *send, const int64_t *send_counts,
+                        void *recv, const int64_t *recv_counts)
+{
+    (void)ctx;
+    cu_group *g = h;
+    if (!g || !g->nccl)
+        return df_error(DF_EINVAL, "cuda alltoallv: no NCCL communicator for the group");
+    return df_cuda_nccl_alltoallv(g->nccl, send, send_counts, recv, recv_counts);
+}
+#endif
 
 static int cu_embedding_fwd(void *ctx, float *out, const int32_t *ids, const float *table,
                             int64_t T, int64_t H)
@@ -371,6 +386,9 @@ static const df_backend_ops cuda_ops = {
     .group_open = cu_group_open,
     .group_close = cu_group_close,
     .allreduce_sum = cu_allreduce_sum,
+#ifdef DF_HAVE_NCCL
+    .alltoallv = cu_alltoallv, /* the data coordinator's payloads over NCCL */
+#endif
 };
 
 df_backend df_backend_cuda(df_cuda *c)

@@ -309,6 +309,15 @@ int df_cuda_nccl_size(const df_cuda_nccl *n);
  * stream (the gradient all-reduce). Collective: every rank calls it with the same count.
  */
 int df_cuda_nccl_allreduce_sum(df_cuda_nccl *n, float *d, int64_t count);
+/**
+ * The data coordinator's payload all-to-all (the seam's alltoallv): send_counts[p] bytes from
+ * send (blocks back to back in rank order) to rank p, recv_counts[p] bytes from rank p into
+ * recv (likewise), as one NCCL group of ncclSend / ncclRecv on the context's stream.
+ * Collective; recv_counts[p] must be p's send_counts[this rank]. Errors: DF_EINVAL,
+ * DF_EINTERNAL with NCCL's message, DF_EUNSUPPORTED without NCCL.
+ */
+int df_cuda_nccl_alltoallv(df_cuda_nccl *n, const void *send, const int64_t *send_counts,
+                           void *recv, const int64_t *recv_counts);
 
 #ifdef __cplusplus
 }

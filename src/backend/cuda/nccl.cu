@@ -1,6 +1,7 @@
 /*
  * nccl.cu — collectives on the GPU (cuda_backend.h): an NCCL communicator per process group,
- * made from the group's df_comm (MPI carries the unique id), and the gradient all-reduce. Built
+ * made from the group's df_comm (MPI carries the unique id), the gradient all-reduce and the
+ * data coordinator's payload all-to-all. Built
  * with NCCL when CMake finds it (DF_HAVE_NCCL); otherwise every call says NCCL is missing.
  */
 #include "backend/cuda/cuda_internal.h"
@@ -75,6 +76,30 @@ int df_cuda_nccl_allreduce_sum(df_cuda_nccl *n, float *d, int64_t count)
     return r == ncclSuccess ? DF_OK : nccl_fail(r, "ncclAllReduce");
 }
 
+int df_cuda_nccl_alltoallv(df_cuda_nccl *n, const void *send, const int64_t *send_counts,
+                           void *recv, const int64_t *recv_counts)
+{
+    if (!n || !send_counts || !recv_counts)
+        return df_error(DF_EINVAL, "df_cuda_nccl_alltoallv: no communicator or counts");
+    const char *s = (const char *)send;
+    char *r = (char *)recv;
+    int64_t so = 0, ro = 0;
+    ncclResult_t e = ncclGroupStart();
+    /* one group: NCCL matches every send with its receive whatever the peers' order */
+    for (int p = 0; p < n->size && e == ncclSuccess; p++) {
+        if (send_counts[p] > 0)
+            e = ncclSend(s + so, (size_t)send_counts[p], ncclUint8, p, n->comm, n->c->stream);
+        if (e == ncclSuccess && recv_counts[p] > 0)
+            e = ncclRecv(r + ro, (size_t)recv_counts[p], ncclUint8, p, n->comm, n->c->stream);
+        so += send_counts[p];
+        ro += recv_counts[p];
+    }
+    ncclResult_t end = ncclGroupEnd(); /* always closes the group it opened */
+    if (e != ncclSuccess)
+        return nccl_fail(e, "ncclSend / ncclRecv");
+    return end == ncclSuccess ? DF_OK : nccl_fail(end, "ncclGroupEnd (alltoallv)");
+}
+
 #else /* no NCCL in this build */
 
 static int no_nccl(void)
@@ -96,6 +121,13 @@ int df_cuda_nccl_size(const df_cuda_nccl *n) { (void)n; return 0; }
 int df_cuda_nccl_allreduce_sum(df_cuda_nccl *n, float *d, int64_t count)
 {
     (void)n, (void)d, (void)count;
+    return no_nccl();
+}
+
+int df_cuda_nccl_alltoallv(df_cuda_nccl *n, const void *send, const int64_t *send_counts,
+                           void *recv, const int64_t *recv_counts)
+{
+    (void)n, (void)send, (void)send_counts, (void)recv, (void)recv_counts;
     return no_nccl();
 }
 

@@ -66,8 +66,9 @@ static void banner_world(const df_dag_worker *w)
     printf("world: %d rank%s on %lld machine%s (%lld per machine)", w->world, w->world == 1 ? "" : "s",
            (long long)nnodes, nnodes == 1 ? "" : "s", (long long)(w->world / nnodes));
     if (strcmp(t->trainer.device, "cpu"))
-        printf("; trainer.device=%s: actor, reference, critic and rollout forward / backward there",
-               t->trainer.device);
+        printf("; trainer.device=%s: actor, reference, critic and rollout forward / backward there%s",
+               t->trainer.device,
+               df_data_buffers_on_device(w->buffers) ? ", the data coordinator's payloads over its fabric" : "");
     else
         printf("; cpu");
     printf("\n");

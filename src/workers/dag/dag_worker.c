@@ -342,6 +342,22 @@ static int agree_setup(df_dag_worker *w, int rc)
                       : DF_OK;
 }
 
+/* trainer.device: the Data Coordinator's payloads over the device's fabric (NCCL) where it has
+ * one (df_data_buffers_use_backend). The backend's opening is agreed first: its communicator is
+ * collective, and a rank without the device must not leave the others waiting in it. */
+static int coordinator_device(df_dag_worker *w)
+{
+    df_backend be;
+    int rc = df_backend_open(w->global.cfg.trainer.device, &be);
+    int64_t failed = rc != DF_OK;
+    int crc = df_comm_allreduce(w->group, &failed, 1, DF_COMM_INT64, DF_COMM_MAX);
+    if (!rc && !(rc = crc) && failed)
+        rc = df_error(DF_EINTERNAL, "another rank could not open the device; its own error says why");
+    if (!rc)
+        rc = df_data_buffers_use_backend(w->buffers, &be);
+    return rc ? df_error_wrap(rc, "%s", df_config_where(w->cfg, "trainer.device")) : DF_OK;
+}
+
 static int setup_trainer_side(df_dag_worker *w)
 {
     const df_train_config *t = &w->global.cfg;
@@ -354,6 +370,8 @@ static int setup_trainer_side(df_dag_worker *w)
         rc = df_adv_estimator_lookup(t->algorithm.adv_estimator, &w->advantage.fn);
     if (!rc)
         rc = df_data_buffers_create(w->group, &w->buffers);
+    if (!rc)
+        rc = coordinator_device(w);
     w->reward.cfg.reward_fn_key = t->data.reward_fn_key;
     if (!rc)
         rc = df_worker_setup_reward(w);
