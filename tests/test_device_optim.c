@@ -10,7 +10,7 @@
  *     the clip active; the same for a device without the optimizer's entries (the host
  *     optimizer: one gradient download and one weight upload per step);
  *   - the device's transfers: no weight upload after the first step, one weight download per
- *     step, no gradient download;
+ *     step, no gradient download; the forward reads the master weights (no second copy);
  *   - the training state: the file a device actor saves is the CPU actor's byte for byte (its
  *     moments downloaded), and an actor resumed from it on the device continues as the CPU's;
  *   - the test can fail: swapped betas in the device's AdamW, a device clip that does not
@@ -43,6 +43,7 @@
 #include "engine/actor.h"
 #include "engine/rollout_internal.h"
 #include "engine/train_core.h"
+#include "model/acts.h"
 #include "tolerance.h"
 #include "util/fsutil.h"
 
@@ -175,6 +176,13 @@ static void test_updates_are_the_cpus(void **state)
                       (long long)wbytes);
         df_metrics_free(mcpu), df_metrics_free(mdev), df_metrics_free(mhost);
     }
+    /* the forward reads the master weights: one float32 copy of the model on the device */
+    const df_train_core *cd = df_actor_core(d);
+    assert_ptr_equal(cd->acts->wlent, &cd->wmaster);
+    assert_null(cd->acts->wdev.blob);
+    const df_model_view *fw = NULL;
+    assert_int_equal(df_acts_weights(cd->acts, md, &fw), 0);
+    assert_ptr_equal(fw->embed, cd->wmaster.view.embed);
     assert_int_equal(dev->adamw_steps, steps);
     assert_int_equal(host->adamw_steps, 0);
     assert_true(N > 1 ? dev->allreduces > 0 : dev->allreduces == 0);

@@ -157,8 +157,9 @@ void df_train_core_page_out(df_train_core *c)
 }
 
 /* c->w16 from the model's current weights: on a device from a float32 copy there holding
- * them (the optimizer's master weights, else the forward's), converted there; otherwise the
- * host's rounded (and uploaded into a device copy). The same bits every way. */
+ * them (the optimizer's master weights, which the forward reads too, else the forward's own),
+ * converted there; otherwise the host's rounded (and uploaded into a device copy). The same
+ * bits every way. */
 static int refresh_w16(df_train_core *c)
 {
     const df_model *m = c->model;
@@ -288,6 +289,8 @@ static int reserve(df_train_core *c, const df_batch *b, const int64_t *bounds, i
         unsigned flags = (c->checkpoint ? DF_ACTS_CHECKPOINT : 0) | (c->bf16 ? DF_ACTS_BF16 : 0) |
                          (c->trainable ? 0 : DF_ACTS_FORWARD_ONLY);
         int rc = df_acts_create_ex(&c->be, &c->model->cfg, c->acts_tokens, c->acts_out, flags, &c->acts);
+        if (!rc && c->dev_optim) /* one float32 copy on the device: the master weights */
+            df_acts_borrow_weights(c->acts, &c->wmaster);
         if (!rc && c->bf16 && !(rc = make_w16(c)))
             rc = df_acts_share_weights16(c->acts, c->w16, c->model);
         if (!rc)
@@ -417,24 +420,12 @@ static int device_adamw(df_train_core *c, double lr)
     return rc ? df_error_wrap(rc, "%s: the new weights from the %s backend", c->who, o->name) : DF_OK;
 }
 
-/* dev_optim, after df_model_weights_changed: the master copy is this version, and the forward's
-   copy follows device to device (a df_acts not made yet uploads the host's at its first plan). */
+/* dev_optim, after df_model_weights_changed: the master copy, which the forward reads
+   (df_acts_borrow_weights), is this version; the bf16 copy is converted from it there. */
 static int device_weights_out(df_train_core *c)
 {
-    df_model *m = c->model;
-    df_weights_dev *w = c->acts ? &c->acts->wdev : NULL;
-    c->wmaster.version = m->version;
-    int rc = c->w16 ? refresh_w16(c) : DF_OK; /* device to device: from the master weights */
-    if (rc || !c->acts)
-        return rc;
-    if (!w->blob || w->n_params != m->n_params)
-        return df_acts_load_weights(c->acts, m);
-    rc = c->be.ops->copy(c->be.ctx, w->blob, c->wmaster.blob, (size_t)m->n_params * sizeof(float));
-    if (rc)
-        return df_error_wrap(rc, "%s: the forward's copy of the weights on the %s backend", c->who,
-                             c->be.ops->name);
-    w->version = m->version;
-    return DF_OK;
+    c->wmaster.version = c->model->version;
+    return c->w16 ? refresh_w16(c) : DF_OK;
 }
 
 int df_train_core_optimizer_step(df_train_core *c, double lr, df_metrics *m, const char *prefix, const char *where)

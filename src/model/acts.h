@@ -47,6 +47,7 @@ struct df_acts {
     float *b_io;         /* [4][max_out]: logp, entropy, dlogp, dentropy */
     /* A device backend's weights (df_acts_load_weights); the CPU reads the model's own. */
     df_weights_dev wdev;
+    df_weights_dev *wlent; /* df_acts_borrow_weights: read instead of wdev (never allocated then) */
     /* Saved per layer l: x always ([L + 1], stride max_tokens rows); the rest in slot
      * df_acts_slot(a, l): 1 slot with ckpt, else num_hidden_layers (written "[L]" below). */
     float *x;            /* [L + 1][T, H] residual stream entering layer l (x[L]: leaving the last);
@@ -119,6 +120,14 @@ enum { DF_ACTS_HEAD_LM = 0, DF_ACTS_HEAD_VALUE = 1 };
 int df_acts_stage(df_acts *a, const df_seq_batch *b);
 /* The weights the backend reads: m's own (CPU), or the copy df_acts_load_weights made. */
 int df_acts_weights(const df_acts *a, const df_model *m, const df_model_view **w);
+/*
+ * A device backend's forwards read `w` (float32, in a's backend memory, m's layout; its owner's,
+ * outliving a) instead of a copy of their own: the optimizer's master weights, which the
+ * trainer keeps on the device (train_core.c, dev_optim), so the model is held once, not twice.
+ * df_acts_load_weights then uploads into w only when it does not hold m's current version
+ * (df_weights_dev_sync without force: the owner keeps w's version). No-op on host memory.
+ */
+void df_acts_borrow_weights(df_acts *a, df_weights_dev *w);
 
 /* Per-layer slices: the slot holding layer l's saved activations. */
 static inline int64_t df_acts_slot(const df_acts *a, int64_t l)

@@ -381,18 +381,32 @@ int64_t df_acts_size(const df_acts *a)
     return a->bytes + (a->mm ? w16 + df_mm_ctx_bytes(mm_elems(a)) : a->dev16 ? w16 : 0);
 }
 
+/* The float32 weights a device's forward reads: a lent copy, else its own. */
+static df_weights_dev *dev_weights(const df_acts *a)
+{
+    return a->wlent ? a->wlent : (df_weights_dev *)&a->wdev;
+}
+
+void df_acts_borrow_weights(df_acts *a, df_weights_dev *w)
+{
+    if (a->be.ops->host_memory)
+        return;
+    df_weights_dev_free(&a->wdev);
+    a->wlent = w;
+}
+
 int df_acts_load_weights(df_acts *a, const df_model *m)
 {
     int rc = DF_OK;
     /* a device reads float32 weights too (norms, biases, a float32 head): uploaded first, so
-     * that the bf16 copy is converted from them there */
+     * that the bf16 copy is converted from them there; a lent copy only when it is stale */
     if (!a->be.ops->host_memory)
-        rc = df_weights_dev_sync(&a->wdev, &a->be, m, true);
+        rc = df_weights_dev_sync(dev_weights(a), &a->be, m, !a->wlent);
     if (!rc && df_acts_mixed(a) && !a->w16_shared) { /* the one conversion of this version */
         if (!a->w16)
             rc = df_weights16_create_on(&a->be, &a->cfg, W16_FLAGS, &a->w16);
         if (!rc)
-            rc = a->dev16 ? df_weights16_refresh_dev(a->w16, m, &a->wdev.view)
+            rc = a->dev16 ? df_weights16_refresh_dev(a->w16, m, &dev_weights(a)->view)
                           : df_weights16_refresh_model(a->w16, m);
     }
     /* a shared copy: its owner refreshes it */
@@ -408,10 +422,11 @@ int df_acts_weights(const df_acts *a, const df_model *m, const df_model_view **w
         *w = &m->w;
         return DF_OK;
     }
-    if (!a->wdev.blob || a->wdev.n_params != m->n_params)
+    const df_weights_dev *d = dev_weights(a);
+    if (!d->blob || d->n_params != m->n_params)
         return df_error(DF_EINVAL, "the model's weights are not on the %s backend (call "
                         "df_acts_load_weights after every change of them)", a->be.ops->name);
-    *w = &a->wdev.view;
+    *w = &d->view;
     return DF_OK;
 }
 
