@@ -307,6 +307,9 @@ int df_cuda_nccl_size(const df_cuda_nccl *n);
 /**
  * d[count] (device float32) summed over the communicator's ranks, in place, on the context's
  * stream (the gradient all-reduce). Collective: every rank calls it with the same count.
+ * Like the all-to-all below it returns once the collective is done, having watched NCCL's
+ * asynchronous error state meanwhile (a dead peer or a broken link: DF_EINTERNAL with NCCL's
+ * message, the communicator aborted, every later call refused), not a wait that never ends.
  */
 int df_cuda_nccl_allreduce_sum(df_cuda_nccl *n, float *d, int64_t count);
 /**

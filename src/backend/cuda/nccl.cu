@@ -6,6 +6,7 @@
  */
 #include "backend/cuda/cuda_internal.h"
 
+#include <sched.h>
 #include <stdlib.h>
 
 #ifdef DF_HAVE_NCCL
@@ -20,6 +21,36 @@ struct df_cuda_nccl {
 static int nccl_fail(ncclResult_t r, const char *what)
 {
     return df_error(DF_EINTERNAL, "NCCL: %s failed: %s", what, ncclGetErrorString(r));
+}
+
+/* Wait for the stream's work (the collective just queued), watching NCCL's asynchronous error
+ * state: a peer that died or a broken link is reported, and the communicator aborted, where a
+ * plain stream synchronisation would wait forever. An aborted communicator refuses later calls. */
+static int nccl_wait(df_cuda_nccl *n, const char *what)
+{
+    for (;;) {
+        cudaError_t q = cudaStreamQuery(n->c->stream);
+        if (q == cudaSuccess)
+            return DF_OK;
+        if (q != cudaErrorNotReady)
+            return df_error(DF_EINTERNAL, "CUDA: %s: %s", what, cudaGetErrorString(q));
+        ncclResult_t a = ncclSuccess, r = ncclCommGetAsyncError(n->comm, &a);
+        if (r == ncclSuccess && (a == ncclSuccess || a == ncclInProgress)) {
+            sched_yield();
+            continue;
+        }
+        ncclCommAbort(n->comm);
+        n->comm = NULL;
+        return nccl_fail(r != ncclSuccess ? r : a, what);
+    }
+}
+
+static int nccl_live(const df_cuda_nccl *n, const char *what)
+{
+    if (!n)
+        return df_error(DF_EINVAL, "%s: no communicator", what);
+    return n->comm ? DF_OK
+                   : df_error(DF_EINTERNAL, "%s: the NCCL communicator was aborted after an earlier error", what);
 }
 
 int df_cuda_nccl_create(df_cuda *c, df_comm *group, df_cuda_nccl **out)
@@ -60,7 +91,8 @@ void df_cuda_nccl_free(df_cuda_nccl *n)
 {
     if (!n)
         return;
-    ncclCommDestroy(n->comm);
+    if (n->comm)
+        ncclCommDestroy(n->comm);
     free(n);
 }
 
@@ -68,19 +100,21 @@ int df_cuda_nccl_size(const df_cuda_nccl *n) { return n ? n->size : 0; }
 
 int df_cuda_nccl_allreduce_sum(df_cuda_nccl *n, float *d, int64_t count)
 {
-    if (!n || count < 0)
-        return df_error(DF_EINVAL, "df_cuda_nccl_allreduce_sum: no communicator or count < 0");
+    int rc = nccl_live(n, "df_cuda_nccl_allreduce_sum");
+    if (rc || count < 0)
+        return rc ? rc : df_error(DF_EINVAL, "df_cuda_nccl_allreduce_sum: count < 0");
     if (count == 0)
         return DF_OK;
     ncclResult_t r = ncclAllReduce(d, d, (size_t)count, ncclFloat32, ncclSum, n->comm, n->c->stream);
-    return r == ncclSuccess ? DF_OK : nccl_fail(r, "ncclAllReduce");
+    return r == ncclSuccess ? nccl_wait(n, "ncclAllReduce") : nccl_fail(r, "ncclAllReduce");
 }
 
 int df_cuda_nccl_alltoallv(df_cuda_nccl *n, const void *send, const int64_t *send_counts,
                            void *recv, const int64_t *recv_counts)
 {
-    if (!n || !send_counts || !recv_counts)
-        return df_error(DF_EINVAL, "df_cuda_nccl_alltoallv: no communicator or counts");
+    int rc = nccl_live(n, "df_cuda_nccl_alltoallv");
+    if (rc || !send_counts || !recv_counts)
+        return rc ? rc : df_error(DF_EINVAL, "df_cuda_nccl_alltoallv: no counts");
     const char *s = (const char *)send;
     char *r = (char *)recv;
     int64_t so = 0, ro = 0;
@@ -97,7 +131,7 @@ int df_cuda_nccl_alltoallv(df_cuda_nccl *n, const void *send, const int64_t *sen
     ncclResult_t end = ncclGroupEnd(); /* always closes the group it opened */
     if (e != ncclSuccess)
         return nccl_fail(e, "ncclSend / ncclRecv");
-    return end == ncclSuccess ? DF_OK : nccl_fail(end, "ncclGroupEnd (alltoallv)");
+    return end == ncclSuccess ? nccl_wait(n, "ncclSend / ncclRecv") : nccl_fail(end, "ncclGroupEnd (alltoallv)");
 }
 
 #else /* no NCCL in this build */
