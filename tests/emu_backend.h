@@ -503,7 +503,7 @@ static inline bool emu_bf16(emu_dev *d)
     return true;
 }
 
-/* Without the bf16 LM head (CUDA's today): the head then runs in float32 on the device. */
+/* Without the bf16 LM head (a device that has none): the head then runs in float32 there. */
 static inline void emu_no_head16(emu_dev *d)
 {
     d->ops.lmhead_fwd_w16 = NULL;

@@ -349,7 +349,7 @@ static void test_bf16_training_on_device_is_the_cpus(void **state)
     df_weights16_free(hw);
     df_weights16_free(dw);
     df_weights_dev_free(&wd);
-    /* CUDA's table has no bf16 head: the head then reads the device's float32 weights */
+    /* a device without a bf16 head: the head then reads the device's float32 weights */
     emu_no_head16(&dev);
     fwd_bwd(&be, m, DF_ACTS_BF16, &b, lp[1], en[1], g[1]);
     assert_true(memcmp(lp[0], lp[1], (size_t)n * 4) != 0); /* the head moved ... */

@@ -292,6 +292,23 @@ static int cu_lmhead_bwd(void *ctx, float *dh, float *dW, const float *dlogp,
                               temperature, scratch);
 }
 
+static int cu_lmhead_fwd_w16(void *ctx, float *logp, float *entropy, float *lse, const float *h,
+                             const uint16_t *W16, const int32_t *target, int64_t n, int64_t V,
+                             int64_t H, float temperature, float *scratch)
+{
+    return df_cuda_lmhead_fwd_w16(ctx, logp, entropy, lse, h, W16, target, n, V, H, temperature,
+                                  scratch);
+}
+
+static int cu_lmhead_bwd_w16(void *ctx, float *dh, float *dW, const float *dlogp,
+                             const float *dentropy, const float *h, const uint16_t *W16,
+                             const int32_t *target, const float *lse, const float *entropy,
+                             int64_t n, int64_t V, int64_t H, float temperature, float *scratch)
+{
+    return df_cuda_lmhead_bwd_w16(ctx, dh, dW, dlogp, dentropy, h, W16, target, lse, entropy, n, V,
+                                  H, temperature, scratch);
+}
+
 static int cu_rows_fill(void *ctx, float *y, const float *b, int64_t M, int64_t N)
 {
     return df_cuda_rows_fill(ctx, y, b, M, N);
@@ -352,7 +369,7 @@ static const df_backend_ops cuda_ops = {
     .sync = cu_sync,
     .gemm = cu_gemm,
     /* mixed precision: A rounded per call, the weight a df_weights16 in device memory; the LM
-     * head stays float32 here (lmhead_*_w16 NULL) */
+     * head's tiles bf16 too (lmhead_*_w16, vocab.cu) */
     .gemm_w16 = cu_gemm_w16,
     .gemm_bf16 = cu_gemm_bf16,
     .bf16_from_f32 = cu_bf16_from_f32,
@@ -379,6 +396,8 @@ static const df_backend_ops cuda_ops = {
     .sample = cu_sample,
     .lmhead_fwd = cu_lmhead_fwd,
     .lmhead_bwd = cu_lmhead_bwd,
+    .lmhead_fwd_w16 = cu_lmhead_fwd_w16, /* mixed precision's head: bf16 tiles */
+    .lmhead_bwd_w16 = cu_lmhead_bwd_w16,
     /* the optimizer on the device (train_core.c keeps AdamW, the clip and the all-reduce here) */
     .adamw_step = cu_adamw_step,
     .grad_norm = cu_grad_norm,

@@ -275,6 +275,21 @@ int df_cuda_lmhead_bwd(df_cuda *c, float *d_dh, float *d_dW, const float *d_dlog
                        const int32_t *d_target, const float *d_lse, const float *d_entropy,
                        int64_t n, int64_t V, int64_t H, float temperature, float *d_scratch);
 /**
+ * Mixed precision's head (the seam's lmhead_fwd_w16 / _bwd_w16; df_lmhead_fwd16 / _bwd16):
+ * as df_cuda_lmhead_fwd / _bwd with W16 [V,H] bfloat16 (a df_weights16 LM head) and each row
+ * block of h rounded to bfloat16 (the context's workspace), every logits tile a bf16 x bf16
+ * cuBLAS product with float32 accumulation; the statistics float32 terms and double sums as
+ * the float32 head. The backward rounds each tile's dL/dlogits to bfloat16 for dh = dlogits
+ * W16 (OVERWRITTEN) and dW += dlogits^T h16 (float32 dW). Scratch: the float32 head's.
+ */
+int df_cuda_lmhead_fwd_w16(df_cuda *c, float *d_logp, float *d_entropy, float *d_lse,
+                           const float *d_h, const uint16_t *d_W16, const int32_t *d_target,
+                           int64_t n, int64_t V, int64_t H, float temperature, float *d_scratch);
+int df_cuda_lmhead_bwd_w16(df_cuda *c, float *d_dh, float *d_dW, const float *d_dlogp,
+                           const float *d_dentropy, const float *d_h, const uint16_t *d_W16,
+                           const int32_t *d_target, const float *d_lse, const float *d_entropy,
+                           int64_t n, int64_t V, int64_t H, float temperature, float *d_scratch);
+/**
  * Draw tok[i] from softmax(z[i]) with z = (h W^T) / temperature restricted as verl / vLLM do:
  * top_k > 0 keeps the k largest logits, 0 < top_p < 1 the smallest set of the highest
  * probabilities whose mass reaches top_p (applied after top-k); u [n] host uniforms in

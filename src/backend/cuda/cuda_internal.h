@@ -23,6 +23,8 @@ struct df_cuda {
 
 /** Give back the bf16 operand workspace (df_cuda_free). */
 void df_cuda_gemm16_free(df_cuda *c);
+/** *buf (c->a16 or c->b16, capacity *cap) holds at least n bf16 elements (grown on demand). */
+int df_cuda_reserve16(df_cuda *c, uint16_t **buf, int64_t *cap, int64_t n);
 
 /** DF_EINTERNAL (DF_ENOMEM for an out-of-memory) naming the call and where it failed. */
 int df_cuda_fail(cudaError_t e, const char *what, const char *file, int line);

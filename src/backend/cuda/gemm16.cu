@@ -9,7 +9,7 @@
 /* *buf holds at least n elements (grown: cudaFree waits for the work that used the old one).
  * df_cuda_alloc clears a failed cudaMalloc's error, which the next launch check would
  * otherwise report; the old buffer is forgotten before anything can fail. */
-static int reserve16(df_cuda *c, uint16_t **buf, int64_t *cap, int64_t n)
+int df_cuda_reserve16(df_cuda *c, uint16_t **buf, int64_t *cap, int64_t n)
 {
     if (n <= *cap)
         return DF_OK;
@@ -41,7 +41,7 @@ int df_cuda_gemm_w16(df_cuda *c, bool tb, int64_t M, int64_t N, int64_t K, float
     if (M <= 0 || N <= 0 || K <= 0) /* nothing to round: df_cuda_gemm's no-op / beta C */
         return df_cuda_gemm(c, false, tb, M, N, K, alpha, d_A, d_W, DF_CUDA_BF16, beta,
                             d_C);
-    int rc = reserve16(c, &c->a16, &c->a16_n, M * K);
+    int rc = df_cuda_reserve16(c, &c->a16, &c->a16_n, M * K);
     if (!rc)
         rc = df_cuda_f32_to_bf16(c, c->a16, d_A, M * K);
     return rc ? rc : df_cuda_gemm(c, false, tb, M, N, K, alpha, c->a16, d_W, DF_CUDA_BF16, beta, d_C);
@@ -54,9 +54,9 @@ int df_cuda_gemm_bf16(df_cuda *c, bool ta, bool tb, int64_t M, int64_t N, int64_
         return df_error(DF_EINVAL, "df_cuda_gemm_bf16: op(A) = A^T with op(B) = B^T is not supported");
     if (M <= 0 || N <= 0 || K <= 0)
         return df_cuda_gemm(c, ta, tb, M, N, K, alpha, d_A, d_B, DF_CUDA_BF16, beta, d_C);
-    int rc = reserve16(c, &c->a16, &c->a16_n, M * K);
+    int rc = df_cuda_reserve16(c, &c->a16, &c->a16_n, M * K);
     if (!rc)
-        rc = reserve16(c, &c->b16, &c->b16_n, K * N);
+        rc = df_cuda_reserve16(c, &c->b16, &c->b16_n, K * N);
     if (!rc)
         rc = df_cuda_f32_to_bf16(c, c->a16, d_A, M * K);
     if (!rc)

@@ -10,6 +10,9 @@
  * Terms are float (z - m, expf, as the CPU) but every sum is double: V = 152k float adds would
  * lose up to V u relative, double keeps the sums exact to the float terms' own rounding.
  * The backward recomputes each tile, turns it into dL/dlogits in place and feeds two GEMMs.
+ * Mixed precision's head (df_cuda_lmhead_*_w16) is the same with each row block of h rounded
+ * to bf16 and the bf16 head: bf16 x bf16 tiles with float32 accumulation, and in the
+ * backward the tile's dL/dlogits rounded to bf16 for both GEMMs (df_lmhead_bwd16).
  *
  * Sampling. The logits of a row block (rows x V, float, alpha = 1) are materialised and one
  * 1024-thread block per row filters and draws in double, with the formulas of sampling.c:
@@ -255,8 +258,24 @@ LmStats lm_stats(float *scratch, int64_t R)
     return s;
 }
 
+/* A row block's head operands: float32 h and W, or (mixed precision) the block's rows rounded
+ * to bf16 and the bf16 head. */
+struct LmOps {
+    const void *h, *W;
+    df_cuda_dtype dt;
+};
+
+/* tile [nr, nv] = (h W[v0 : v0 + nv]^T) * inv_t */
+int lm_tile(df_cuda *c, const LmOps &o, int64_t nr, int64_t v0, int64_t nv, int64_t H, float inv_t,
+            float *tile)
+{
+    const size_t es = o.dt == DF_CUDA_BF16 ? sizeof(uint16_t) : sizeof(float);
+    return df_cuda_gemm(c, false, true, nr, nv, H, inv_t, o.h, (const char *)o.W + (size_t)(v0 * H) * es,
+                        o.dt, 0.0f, tile);
+}
+
 /* Rows [r0, r0 + nr) of the forward. */
-int lm_fwd_rows(df_cuda *c, float *logp, float *entropy, float *lse, const float *h, const float *W,
+int lm_fwd_rows(df_cuda *c, float *logp, float *entropy, float *lse, const LmOps &o,
                 const int32_t *target, int64_t nr, int64_t V, int64_t H, float inv_t, int64_t Vt,
                 const LmStats &s)
 {
@@ -264,7 +283,7 @@ int lm_fwd_rows(df_cuda *c, float *logp, float *entropy, float *lse, const float
     DFC_LAUNCHED();
     for (int64_t v0 = 0; v0 < V; v0 += Vt) {
         const int64_t nv = min64(Vt, V - v0);
-        int rc = df_cuda_gemm(c, false, true, nr, nv, H, inv_t, h, W + v0 * H, DF_CUDA_F32, 0.0f, s.tile);
+        int rc = lm_tile(c, o, nr, v0, nv, H, inv_t, s.tile);
         if (rc)
             return rc;
         if (entropy)
@@ -541,26 +560,108 @@ int64_t df_cuda_vocab_scratch_floats(int64_t n, int64_t V, int64_t H)
     return a > b ? a : b;
 }
 
-int df_cuda_lmhead_fwd(df_cuda *c, float *d_logp, float *d_entropy, float *d_lse, const float *d_h,
-                       const float *d_W, const int32_t *d_target, int64_t n, int64_t V, int64_t H,
-                       float temperature, float *d_scratch)
+namespace
 {
-    int rc = lm_check("df_cuda_lmhead_fwd", n, V, H, temperature, d_scratch);
+
+/* The forward over row blocks; W16 non-NULL: mixed precision (h rounded per block). */
+int lm_fwd(df_cuda *c, const char *fn, float *d_logp, float *d_entropy, float *d_lse, const float *d_h,
+           const float *d_W, const uint16_t *d_W16, const int32_t *d_target, int64_t n, int64_t V, int64_t H,
+           float temperature, float *d_scratch)
+{
+    int rc = lm_check(fn, n, V, H, temperature, d_scratch);
     if (rc || n == 0)
         return rc;
-    if (!d_logp || !d_lse || !d_h || !d_W || !d_target)
-        return df_error(DF_EINVAL, "df_cuda_lmhead_fwd: NULL logp, lse, h, W or target");
+    if (!d_logp || !d_lse || !d_h || !(d_W || d_W16) || !d_target)
+        return df_error(DF_EINVAL, "%s: NULL logp, lse, h, W or target", fn);
     const float inv_t = 1.0f / temperature; /* float, as df_lmhead_fwd_tiled */
     const int64_t R = lm_rows(n), Vt = lm_cols(R, V);
     const LmStats s = lm_stats(d_scratch, R);
+    if (d_W16 && (rc = df_cuda_reserve16(c, &c->a16, &c->a16_n, R * H)))
+        return rc;
     for (int64_t r0 = 0; r0 < n; r0 += R) {
         const int64_t nr = min64(R, n - r0);
-        rc = lm_fwd_rows(c, d_logp + r0, d_entropy ? d_entropy + r0 : nullptr, d_lse + r0, d_h + r0 * H, d_W,
-                         d_target + r0, nr, V, H, inv_t, Vt, s);
+        LmOps o = {d_h + r0 * H, d_W, DF_CUDA_F32};
+        if (d_W16) {
+            o = LmOps{c->a16, d_W16, DF_CUDA_BF16};
+            if ((rc = df_cuda_f32_to_bf16(c, c->a16, d_h + r0 * H, nr * H)))
+                return rc;
+        }
+        rc = lm_fwd_rows(c, d_logp + r0, d_entropy ? d_entropy + r0 : nullptr, d_lse + r0, o, d_target + r0,
+                         nr, V, H, inv_t, Vt, s);
         if (rc)
             return rc;
     }
     return DF_OK;
+}
+
+/* dh = sum over tiles of dlogits W_tile (beta 0 first: dh is overwritten), dW_tile +=
+ * dlogits^T h: float32, or the tile rounded to bf16 (c->b16) against the bf16 operands. */
+int lm_bwd_gemms(df_cuda *c, const LmOps &o, float *tile, int64_t nr, int64_t v0, int64_t nv, int64_t H,
+                 float *dh, float *dW)
+{
+    const bool w16 = o.dt == DF_CUDA_BF16;
+    const void *g = tile;
+    const void *Wt = (const char *)o.W + (size_t)(v0 * H) * (w16 ? sizeof(uint16_t) : sizeof(float));
+    int rc = DF_OK;
+    if (w16 && !(rc = df_cuda_reserve16(c, &c->b16, &c->b16_n, nr * nv)))
+        rc = df_cuda_f32_to_bf16(c, c->b16, tile, nr * nv);
+    if (w16)
+        g = c->b16;
+    if (!rc)
+        rc = df_cuda_gemm(c, false, false, nr, H, nv, 1.0f, g, Wt, o.dt, v0 == 0 ? 0.0f : 1.0f, dh);
+    if (!rc)
+        rc = df_cuda_gemm(c, true, false, nv, H, nr, 1.0f, g, o.h, o.dt, 1.0f, dW + v0 * H);
+    return rc;
+}
+
+int lm_bwd(df_cuda *c, const char *fn, float *d_dh, float *d_dW, const float *d_dlogp, const float *d_dentropy,
+           const float *d_h, const float *d_W, const uint16_t *d_W16, const int32_t *d_target,
+           const float *d_lse, const float *d_entropy, int64_t n, int64_t V, int64_t H, float temperature,
+           float *d_scratch)
+{
+    int rc = lm_check(fn, n, V, H, temperature, d_scratch);
+    if (rc || n == 0)
+        return rc;
+    if (!d_dh || !d_dW || !d_h || !(d_W || d_W16) || !d_target || !d_lse || (d_dentropy && !d_entropy))
+        return df_error(DF_EINVAL, "%s: NULL dh, dW, h, W, target, lse, or entropy with dentropy given",
+                        fn);
+    const float inv_t = 1.0f / temperature;
+    const int64_t R = lm_rows(n), Vt = lm_cols(R, V);
+    float *tile = lm_stats(d_scratch, R).tile;
+    if (d_W16 && (rc = df_cuda_reserve16(c, &c->a16, &c->a16_n, R * H)))
+        return rc;
+    for (int64_t r0 = 0; r0 < n; r0 += R) {
+        const int64_t nr = min64(R, n - r0);
+        LmOps o = {d_h + r0 * H, d_W, DF_CUDA_F32};
+        if (d_W16) {
+            o = LmOps{c->a16, d_W16, DF_CUDA_BF16};
+            if ((rc = df_cuda_f32_to_bf16(c, c->a16, d_h + r0 * H, nr * H)))
+                return rc;
+        }
+        for (int64_t v0 = 0; v0 < V; v0 += Vt) {
+            const int64_t nv = min64(Vt, V - v0);
+            if ((rc = lm_tile(c, o, nr, v0, nv, H, inv_t, tile)))
+                return rc;
+            const dim3 grid((unsigned)min64((nv + 255) / 256, 4096), (unsigned)nr);
+            dlogits_tile<<<grid, 256, 0, c->stream>>>(
+                tile, nv, v0, d_dlogp ? d_dlogp + r0 : nullptr, d_dentropy ? d_dentropy + r0 : nullptr,
+                d_lse + r0, d_entropy ? d_entropy + r0 : nullptr, d_target + r0, inv_t);
+            DFC_LAUNCHED();
+            if ((rc = lm_bwd_gemms(c, o, tile, nr, v0, nv, H, d_dh + r0 * H, d_dW)))
+                return rc;
+        }
+    }
+    return DF_OK;
+}
+
+} /* namespace */
+
+int df_cuda_lmhead_fwd(df_cuda *c, float *d_logp, float *d_entropy, float *d_lse, const float *d_h,
+                       const float *d_W, const int32_t *d_target, int64_t n, int64_t V, int64_t H,
+                       float temperature, float *d_scratch)
+{
+    return lm_fwd(c, "df_cuda_lmhead_fwd", d_logp, d_entropy, d_lse, d_h, d_W, nullptr, d_target, n, V, H,
+                  temperature, d_scratch);
 }
 
 int df_cuda_lmhead_bwd(df_cuda *c, float *d_dh, float *d_dW, const float *d_dlogp, const float *d_dentropy,
@@ -568,39 +669,29 @@ int df_cuda_lmhead_bwd(df_cuda *c, float *d_dh, float *d_dW, const float *d_dlog
                        const float *d_entropy, int64_t n, int64_t V, int64_t H, float temperature,
                        float *d_scratch)
 {
-    int rc = lm_check("df_cuda_lmhead_bwd", n, V, H, temperature, d_scratch);
-    if (rc || n == 0)
-        return rc;
-    if (!d_dh || !d_dW || !d_h || !d_W || !d_target || !d_lse || (d_dentropy && !d_entropy))
-        return df_error(DF_EINVAL, "df_cuda_lmhead_bwd: NULL dh, dW, h, W, target, lse, or "
-                                   "entropy with dentropy given");
-    const float inv_t = 1.0f / temperature;
-    const int64_t R = lm_rows(n), Vt = lm_cols(R, V);
-    float *tile = lm_stats(d_scratch, R).tile;
-    for (int64_t r0 = 0; r0 < n; r0 += R) {
-        const int64_t nr = min64(R, n - r0);
-        const float *h = d_h + r0 * H;
-        for (int64_t v0 = 0; v0 < V; v0 += Vt) {
-            const int64_t nv = min64(Vt, V - v0);
-            const float *Wt = d_W + v0 * H;
-            rc = df_cuda_gemm(c, false, true, nr, nv, H, inv_t, h, Wt, DF_CUDA_F32, 0.0f, tile);
-            if (rc)
-                return rc;
-            const dim3 grid((unsigned)min64((nv + 255) / 256, 4096), (unsigned)nr);
-            dlogits_tile<<<grid, 256, 0, c->stream>>>(
-                tile, nv, v0, d_dlogp ? d_dlogp + r0 : nullptr, d_dentropy ? d_dentropy + r0 : nullptr,
-                d_lse + r0, d_entropy ? d_entropy + r0 : nullptr, d_target + r0, inv_t);
-            DFC_LAUNCHED();
-            /* dh = sum over tiles of dlogits W_tile (beta 0 first: dh is overwritten) */
-            rc = df_cuda_gemm(c, false, false, nr, H, nv, 1.0f, tile, Wt, DF_CUDA_F32, v0 == 0 ? 0.0f : 1.0f,
-                              d_dh + r0 * H);
-            if (!rc) /* dW_tile += dlogits^T h */
-                rc = df_cuda_gemm(c, true, false, nv, H, nr, 1.0f, tile, h, DF_CUDA_F32, 1.0f, d_dW + v0 * H);
-            if (rc)
-                return rc;
-        }
-    }
-    return DF_OK;
+    return lm_bwd(c, "df_cuda_lmhead_bwd", d_dh, d_dW, d_dlogp, d_dentropy, d_h, d_W, nullptr, d_target,
+                  d_lse, d_entropy, n, V, H, temperature, d_scratch);
+}
+
+int df_cuda_lmhead_fwd_w16(df_cuda *c, float *d_logp, float *d_entropy, float *d_lse, const float *d_h,
+                           const uint16_t *d_W16, const int32_t *d_target, int64_t n, int64_t V, int64_t H,
+                           float temperature, float *d_scratch)
+{
+    if (n > 0 && !d_W16)
+        return df_error(DF_EINVAL, "df_cuda_lmhead_fwd_w16: NULL W16");
+    return lm_fwd(c, "df_cuda_lmhead_fwd_w16", d_logp, d_entropy, d_lse, d_h, nullptr, d_W16, d_target, n, V,
+                  H, temperature, d_scratch);
+}
+
+int df_cuda_lmhead_bwd_w16(df_cuda *c, float *d_dh, float *d_dW, const float *d_dlogp,
+                           const float *d_dentropy, const float *d_h, const uint16_t *d_W16,
+                           const int32_t *d_target, const float *d_lse, const float *d_entropy, int64_t n,
+                           int64_t V, int64_t H, float temperature, float *d_scratch)
+{
+    if (n > 0 && !d_W16)
+        return df_error(DF_EINVAL, "df_cuda_lmhead_bwd_w16: NULL W16");
+    return lm_bwd(c, "df_cuda_lmhead_bwd_w16", d_dh, d_dW, d_dlogp, d_dentropy, d_h, nullptr, d_W16, d_target,
+                  d_lse, d_entropy, n, V, H, temperature, d_scratch);
 }
 
 int df_cuda_sample(df_cuda *c, int32_t *d_tok, float *d_logp, const float *d_h, const float *d_W, int64_t n,
