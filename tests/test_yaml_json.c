@@ -75,21 +75,51 @@ static void test_scalar_typing(void **state)
     static const struct {
         const char *yaml, *json;
     } cases[] = {
-        {"", "null"}, {"~", "null"}, {"null", "null"}, {"Null", "null"}, {"NULL", "null"},
+        {"", "null"},
+        {"~", "null"},
+        {"null", "null"},
+        {"Null", "null"},
+        {"NULL", "null"},
         {"nULL", "\"nULL\""}, /* YAML spells null three ways only */
-        {"true", "true"}, {"False", "false"}, {"TRUE", "true"}, {"yes", "true"}, {"No", "false"},
-        {"on", "true"}, {"OFF", "false"}, {"y", "\"y\""},
-        {"0", "0"}, {"-5", "-5"}, {"+7", "7"}, {"0123", "123"}, {"0x1F", "31"}, {"0o17", "15"},
-        {"1_000", "1000"}, {"9223372036854775807", "9223372036854775807"},
+        {"true", "true"},
+        {"False", "false"},
+        {"TRUE", "true"},
+        {"yes", "true"},
+        {"No", "false"},
+        {"on", "true"},
+        {"OFF", "false"},
+        {"y", "\"y\""},
+        {"0", "0"},
+        {"-5", "-5"},
+        {"+7", "7"},
+        {"0123", "123"},
+        {"0x1F", "31"},
+        {"0o17", "15"},
+        {"1_000", "1000"},
+        {"9223372036854775807", "9223372036854775807"},
         {"-9223372036854775808", "-9223372036854775808"},
         {"1234567890123456789", "1234567890123456789"}, /* 19 digits: still an integer, exactly */
-        {"1.5", "1.5"}, {"-2.5e-1", "-0.25"}, {"1e5", "100000.0"}, {".5", "0.5"}, {"5.", "5.0"},
-        {"1_000.5", "1000.5"}, {"1e400", "\"1e400\""}, /* beyond a double: text, not inf */
-        {".inf", "\".inf\""}, {"-.inf", "\"-.inf\""}, {".nan", "\".nan\""}, /* JSON has no inf / nan */
-        {"1.2.3", "\"1.2.3\""}, {"0x", "\"0x\""}, {"+", "\"+\""}, {"1_", "\"1_\""}, {"abc", "\"abc\""},
-        {"\"true\"", "\"true\""}, {"'3'", "\"3\""}, {"\"\"", "\"\""}, {"'null'", "\"null\""},
+        {"1.5", "1.5"},
+        {"-2.5e-1", "-0.25"},
+        {"1e5", "100000.0"},
+        {".5", "0.5"},
+        {"5.", "5.0"},
+        {"1_000.5", "1000.5"},
+        {"1e400", "\"1e400\""}, /* beyond a double: text, not inf */
+        {".inf", "\".inf\""},
+        {"-.inf", "\"-.inf\""},
+        {".nan", "\".nan\""}, /* JSON has no inf / nan */
+        {"1.2.3", "\"1.2.3\""},
+        {"0x", "\"0x\""},
+        {"+", "\"+\""},
+        {"1_", "\"1_\""},
+        {"abc", "\"abc\""},
+        {"\"true\"", "\"true\""},
+        {"'3'", "\"3\""},
+        {"\"\"", "\"\""},
+        {"'null'", "\"null\""},
         {"\"a\\0b\"", "\"a\\u0000b\""}, /* a NUL inside a quoted value is kept, whole */
-        {"|\n  1\n", "\"1\\n\""},    /* a block scalar is text */
+        {"|\n  1\n", "\"1\\n\""},       /* a block scalar is text */
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char text[128];
@@ -100,7 +130,9 @@ static void test_scalar_typing(void **state)
     }
     /* the predicates the config and workflow loaders type their fields with */
     yaml_document_t doc;
-    assert_int_equal(df_yaml_load("[~, '~', yes, 'yes', [x]]", strlen("[~, '~', yes, 'yes', [x]]"), "p", DF_YAML_VALUE, &doc), DF_OK);
+    assert_int_equal(df_yaml_load("[~, '~', yes, 'yes', [x]]", strlen("[~, '~', yes, 'yes', [x]]"), "p",
+                                  DF_YAML_VALUE, &doc),
+                     DF_OK);
     yaml_node_t *seq = yaml_document_get_root_node(&doc);
     yaml_node_t *it[5];
     for (int i = 0; i < 5; i++)
@@ -132,7 +164,8 @@ static void test_anchors_aliases_merges(void **state)
     expect_json("a: &a {x: 1}\nm: {<<: [*a, {x: 5, q: 6}]}\n", "{\"a\":{\"x\":1},\"m\":{\"x\":1,\"q\":6}}");
     /* a quoted "<<" is an ordinary key */
     expect_json("m: {\"<<\": {x: 1}}\n", "{\"m\":{\"<<\":{\"x\":1}}}");
-    expect_error("m:\n  <<: 3\n", DF_EINVAL, "t.yaml:2:3: '<<' takes a mapping or a list of mappings, got a scalar");
+    expect_error("m:\n  <<: 3\n", DF_EINVAL,
+                 "t.yaml:2:3: '<<' takes a mapping or a list of mappings, got a scalar");
     expect_error("m:\n  <<: [{a: 1}, [2]]\n", DF_EINVAL,
                  "t.yaml:2:16: '<<' takes a mapping or a list of mappings, got a list holding a list");
 }
@@ -146,8 +179,9 @@ static void test_bounds(void **state)
     char bomb[1024] = "l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n";
     for (int i = 1; i <= 6; i++) {
         char line[128];
-        snprintf(line, sizeof line, "l%d: &l%d [*l%d, *l%d, *l%d, *l%d, *l%d, *l%d, *l%d, *l%d, *l%d, *l%d]\n", i, i,
-                 i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1);
+        snprintf(line, sizeof line,
+                 "l%d: &l%d [*l%d, *l%d, *l%d, *l%d, *l%d, *l%d, *l%d, *l%d, *l%d, *l%d]\n", i, i, i - 1,
+                 i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1);
         strcat(bomb, line);
     }
     expect_error(bomb, DF_EINVAL, "more than 2^20 values once aliases are expanded");
@@ -202,8 +236,10 @@ static void test_bounds(void **state)
 static void test_located_errors(void **state)
 {
     (void)state;
-    expect_error("a: 1\nb:\n  c: 2\n  c: 3\n", DF_EINVAL, "t.yaml:4:3: the key 'c' appears twice in one mapping");
-    expect_error("a: &m {x: 1}\nb: {x: 2, <<: *m, x: 3}\n", DF_EINVAL, "t.yaml:2:19: the key 'x' appears twice");
+    expect_error("a: 1\nb:\n  c: 2\n  c: 3\n", DF_EINVAL,
+                 "t.yaml:4:3: the key 'c' appears twice in one mapping");
+    expect_error("a: &m {x: 1}\nb: {x: 2, <<: *m, x: 3}\n", DF_EINVAL,
+                 "t.yaml:2:19: the key 'x' appears twice");
     expect_error("? [1]\n: 2\n", DF_EINVAL, "t.yaml:1:3: a mapping key that is not a scalar");
     expect_error("\"a\\0b\": 1\n", DF_EINVAL, "t.yaml:1:1: a mapping key containing a NUL character");
     /* syntax: libyaml's problem at the line and column of the text */
@@ -213,8 +249,9 @@ static void test_located_errors(void **state)
     expect_error("a: \"\xff\"\n", DF_EINVAL, "t.yaml: invalid leading UTF-8 octet (byte 4)");
     /* a one-line value names the column only */
     yaml_document_t doc;
-    assert_error_mentions(df_yaml_load("{a: 1", 5, "command line: 'x={a: 1'", DF_YAML_VALUE, &doc), DF_EINVAL,
-                          "command line: 'x={a: 1': did not find expected ',' or '}' at the end of the value");
+    assert_error_mentions(
+        df_yaml_load("{a: 1", 5, "command line: 'x={a: 1'", DF_YAML_VALUE, &doc), DF_EINVAL,
+        "command line: 'x={a: 1': did not find expected ',' or '}' at the end of the value");
 }
 
 /* dir/name holding `text`, its path in buf. */
@@ -230,8 +267,9 @@ static void test_callers_agree(void **state)
 {
     const char *flow = "{n: 3, f: 0.5, b: yes, s: \"true\", z: ~, h: 0x10, u: 1_000, l: [a, 2], "
                        "m: {<<: {x: 1}, y: 2}, e: .inf}";
-    const char *want = "{\"n\":3,\"f\":0.5,\"b\":true,\"s\":\"true\",\"z\":null,\"h\":16,\"u\":1000,\"l\":[\"a\",2],"
-                       "\"m\":{\"x\":1,\"y\":2},\"e\":\".inf\"}";
+    const char *want =
+        "{\"n\":3,\"f\":0.5,\"b\":true,\"s\":\"true\",\"z\":null,\"h\":16,\"u\":1000,\"l\":[\"a\",2],"
+        "\"m\":{\"x\":1,\"y\":2},\"e\":\".inf\"}";
     char path[512];
     json_t *j = NULL;
     assert_int_equal(df_yaml_file_json(put(*state, "c.yaml", flow, path, sizeof path), &j), DF_OK);
@@ -248,8 +286,9 @@ static void test_callers_agree(void **state)
     assert_error_mentions(df_yaml_file_json(put(*state, "empty.yaml", "# nothing\n", path, sizeof path), &j),
                           DF_EINVAL, "empty.yaml: empty YAML document");
     assert_null(j);
-    assert_error_mentions(df_yaml_file_json(put(*state, "bad.yaml", "tools:\n  - a: 1\n    a: 2\n", path, sizeof path), &j),
-                          DF_EINVAL, "bad.yaml:3:5: the key 'a' appears twice");
+    assert_error_mentions(
+        df_yaml_file_json(put(*state, "bad.yaml", "tools:\n  - a: 1\n    a: 2\n", path, sizeof path), &j),
+        DF_EINVAL, "bad.yaml:3:5: the key 'a' appears twice");
     assert_int_equal(df_yaml_file_json("/nonexistent/t.yaml", &j), DF_ENOTFOUND);
     /* a map value with a key twice is refused, not cut to one of them */
     assert_error_mentions(df_config_map_json("{a: 1, a: 2}", &got), DF_EINVAL, "the key 'a' appears twice");

@@ -16,7 +16,8 @@ bool df_yaml_is_plain(const yaml_node_t *n)
 
 bool df_yaml_is_null(const yaml_node_t *n)
 {
-    return n && n->type == YAML_SCALAR_NODE && cfg_is_null_text((const char *)n->data.scalar.value, df_yaml_is_plain(n));
+    return n && n->type == YAML_SCALAR_NODE &&
+           cfg_is_null_text((const char *)n->data.scalar.value, df_yaml_is_plain(n));
 }
 
 bool df_yaml_bool(const yaml_node_t *n, bool *out)
@@ -63,7 +64,8 @@ static int at(const walk *w, const yaml_node_t *n, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    return df_error(DF_EINVAL, "%s:%zu:%zu: %s", w->name, n->start_mark.line + 1, n->start_mark.column + 1, what);
+    return df_error(DF_EINVAL, "%s:%zu:%zu: %s", w->name, n->start_mark.line + 1, n->start_mark.column + 1,
+                    what);
 }
 
 static const char *kind_of(const yaml_node_t *n)
@@ -73,7 +75,8 @@ static const char *kind_of(const yaml_node_t *n)
 
 static bool is_merge_key(const yaml_node_t *k)
 {
-    return k->type == YAML_SCALAR_NODE && df_yaml_is_plain(k) && !strcmp((const char *)k->data.scalar.value, "<<");
+    return k->type == YAML_SCALAR_NODE && df_yaml_is_plain(k) &&
+           !strcmp((const char *)k->data.scalar.value, "<<");
 }
 
 static int convert(walk *w, yaml_node_t *n, int depth, json_t **out);
@@ -148,7 +151,8 @@ static int mapping(walk *w, yaml_node_t *n, int depth, json_t *o)
             rc = at(w, k, "a mapping key that is not valid UTF-8");
     }
     for (yaml_node_pair_t *p = start; !rc && p < top; p++) {
-        yaml_node_t *k = yaml_document_get_node(w->doc, p->key), *v = yaml_document_get_node(w->doc, p->value);
+        yaml_node_t *k = yaml_document_get_node(w->doc, p->key),
+                    *v = yaml_document_get_node(w->doc, p->value);
         if (is_merge_key(k)) {
             rc = merge(w, k, v, own, o, depth);
             continue;
@@ -182,7 +186,8 @@ static int convert(walk *w, yaml_node_t *n, int depth, json_t **out)
         return df_error(DF_ENOMEM, "out of memory");
     int rc = DF_OK;
     if (n->type == YAML_SEQUENCE_NODE) {
-        for (yaml_node_item_t *it = n->data.sequence.items.start; !rc && it < n->data.sequence.items.top; it++) {
+        for (yaml_node_item_t *it = n->data.sequence.items.start; !rc && it < n->data.sequence.items.top;
+             it++) {
             json_t *item = NULL;
             rc = convert(w, yaml_document_get_node(w->doc, *it), depth + 1, &item);
             if (!rc && json_array_append_new(v, item))
@@ -212,7 +217,8 @@ int df_yaml_file_json(const char *path, json_t **out)
     if (rc)
         return rc;
     yaml_node_t *root = yaml_document_get_root_node(&doc);
-    rc = root ? df_yaml_node_json(&doc, root, path, out) : df_error(DF_EINVAL, "%s: empty YAML document", path);
+    rc = root ? df_yaml_node_json(&doc, root, path, out)
+              : df_error(DF_EINVAL, "%s: empty YAML document", path);
     yaml_document_delete(&doc);
     return rc;
 }

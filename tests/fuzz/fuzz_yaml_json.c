@@ -27,8 +27,11 @@ static size_t count(json_t *v, int level, int *depth)
             n += count(json_array_get(v, i), level + 1, depth);
     const char *key;
     json_t *val;
-    if (json_is_object(v))
-        json_object_foreach(v, key, val) n += count(val, level + 1, depth);
+    if (json_is_object(v)) {
+        json_object_foreach(v, key, val) {
+            n += count(val, level + 1, depth);
+        }
+    }
     return n;
 }
 
