@@ -14,22 +14,20 @@ char *agent_tool_error(const char *fmt, ...) DF_PRINTF(1, 2);
    Errors: DF_EINVAL "calculator: <why>", DF_ENOMEM. */
 int agent_calculate(const char *expression, char **result);
 
-/* yaml_json.c: the YAML file at `path` as a JSON value (*out, a new reference). Plain scalars are
-   typed as YAML 1.1 core (null / ~, true / false, integers, floats), quoted ones are strings; keys are
-   strings. Errors: DF_ENOTFOUND / DF_EIO (the file), DF_EINVAL "path:line:col: ..." (syntax, a
-   non-scalar key, nesting deeper than 64, an empty document), DF_ENOMEM. */
 struct json_t;
-int agent_yaml_load_json(const char *path, struct json_t **out);
-/* yaml_json.c: where the mapping key keys[n - 1] (under keys[0] ... keys[n - 2] from the root) is in
-   the YAML file `path`: *line and *col, 1-based; false when the file or the key cannot be found. For
-   error messages: it leaves df_last_error() as it may have changed it, so save the message first. */
+/* yaml_files.c (verl's YAML config files, read as JSON by df_yaml_file_json, config/yaml_json.h):
+   where the mapping key keys[n - 1] (under keys[0] ... keys[n - 2] from the root) is in the YAML
+   file `path`: *line and *col, 1-based; false when the file or the key cannot be found (a key
+   brought in by a `<<` merge is not followed). For error messages: it leaves df_last_error() as
+   it may have changed it, so save the message first. */
 bool agent_yaml_locate(const char *path, const char *const *keys, int n, int *line, int *col);
-/* yaml_json.c: DF_EINVAL "unknown key 'x' (<holds>); did you mean 'y'?" for the first key of the
+/* yaml_files.c: DF_EINVAL "unknown key 'x' (<holds>); did you mean 'y'?" for the first key of the
    object o that is not one of choices "a|b|c" (a misspelt key would otherwise be ignored); *bad
    (bad may be NULL) is then that key, valid while o lives. */
 int agent_known_keys(struct json_t *o, const char *choices, const char *holds, const char **bad);
-/* Load the YAML file `path` and call fn on each entry of its top-level list `key`, stopping at the
- * first failure, which is wrapped with "<what> config <path>: <key>[i] (class_name '...')". */
+/* yaml_files.c: load the YAML file `path` (df_yaml_file_json) and call fn on each entry of its
+ * top-level list `key`, stopping at the first failure, which is wrapped with
+ * "<what> config <path>: <key>[i] (class_name '...')". */
 int agent_yaml_each(const char *path, const char *key, const char *what,
                     int (*fn)(void *user, struct json_t *entry), void *user);
 

@@ -4,6 +4,7 @@
 #include "distflow/env.h"
 
 #include "agent/agent_internal.h"
+#include "config/yaml_json.h"
 #include "util/fn_registry.h"
 
 #include <ctype.h>
@@ -112,7 +113,7 @@ static int known_keys(const char *path, json_t *o, const char *parent, const cha
 static int read_file(const char *path, df_env_plugin_loader load, df_env_spec *out)
 {
     json_t *doc = NULL;
-    int rc = agent_yaml_load_json(path, &doc);
+    int rc = df_yaml_file_json(path, &doc);
     if (rc)
         return df_error_wrap(rc, "environment config %s", path);
     json_t *env = json_object_get(doc, "environment");

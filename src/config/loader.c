@@ -5,6 +5,7 @@
  * interpolation, so one set of rules types and checks them all. */
 #include "config/config_internal.h"
 #include "config/yaml_guard.h"
+#include "config/yaml_json.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -30,11 +31,6 @@ static void node_place(const walker *w, const yaml_node_t *n, char *buf, size_t 
 }
 
 static const char *text_of(const yaml_node_t *n) { return (const char *)n->data.scalar.value; }
-static bool plain_of(const yaml_node_t *n)
-{
-    return n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE ||
-           n->data.scalar.style == YAML_ANY_SCALAR_STYLE;
-}
 static bool is_list(df_config_type t) { return t == DF_CFG_STR_LIST || t == DF_CFG_FLOAT_LIST; }
 
 static const char *kind_of(const yaml_node_t *n)
@@ -197,7 +193,7 @@ static int assign_map(walker *w, int idx, yaml_node_t *n, const char *place)
     bool scalar = n->type == YAML_SCALAR_NODE;
     if (n->type == YAML_MAPPING_NODE) {
         rc = cfg_map_text(w->doc, n, place, &v.s);
-    } else if (scalar && cfg_is_null_text(text_of(n), plain_of(n))) {
+    } else if (df_yaml_is_null(n)) {
         v.is_null = true;
     } else if (scalar && !w->src->no_interp && whole_ref(text_of(n))) {
         if (!(raw = strdup(text_of(n))))
@@ -273,11 +269,11 @@ static int assign_node(walker *w, int idx, yaml_node_t *n)
                 rc = df_error(DF_EINVAL, "%s: %s[%d]: interpolation inside a list item is not supported",
                               ip, e->key, i);
             else
-                rc = list_push(e, &v, text_of(item), plain_of(item), ip);
+                rc = list_push(e, &v, text_of(item), df_yaml_is_plain(item), ip);
         }
     } else {
         const char *t = text_of(n);
-        bool plain = plain_of(n);
+        bool plain = df_yaml_is_plain(n);
         if (strlen(t) != n->data.scalar.length)
             rc = df_error(DF_EINVAL, "%s: %s: value contains a NUL character", place, e->key);
         else if (!w->src->no_interp && strstr(t, "${")) {
@@ -345,7 +341,7 @@ static int apply_at(walker *w, const char *full, yaml_node_t *key_node, yaml_nod
     if (cfg_is_group(s, full)) {
         if (val->type == YAML_MAPPING_NODE)
             return walk_mapping(w, val, full, depth + 1);
-        if (val->type == YAML_SCALAR_NODE && cfg_is_null_text(text_of(val), plain_of(val)))
+        if (df_yaml_is_null(val))
             return DF_OK; /* `critic:` with nothing under it */
         node_place(w, val, place, sizeof place);
         return df_error(DF_EINVAL, "%s: '%s' is a group of settings: expected a mapping, got %s", place,
@@ -372,7 +368,7 @@ static bool mapping_has(yaml_document_t *doc, yaml_node_t *map, const char *name
 
 static bool is_merge_key(const yaml_node_t *k)
 {
-    return k->type == YAML_SCALAR_NODE && plain_of(k) && !strcmp(text_of(k), "<<");
+    return k->type == YAML_SCALAR_NODE && df_yaml_is_plain(k) && !strcmp(text_of(k), "<<");
 }
 
 /* Apply the pairs of `m` at `prefix`; `skip(name)` pairs are left out. */
@@ -460,81 +456,29 @@ static int walk_mapping(walker *w, yaml_node_t *map, const char *prefix, int dep
 
 /* ---- documents ---- */
 
-static int parser_error(const yaml_parser_t *p, const char *name, bool in_file, size_t len)
-{
-    int code = p->error == YAML_MEMORY_ERROR ? DF_ENOMEM : DF_EINVAL;
-    const char *problem = p->problem ? p->problem : "invalid YAML";
-    if (p->error == YAML_READER_ERROR)
-        return df_error(code, "%s: %s (byte %zu)", name, problem, p->problem_offset);
-    char ctx[160] = "";
-    if (p->context)
-        snprintf(ctx, sizeof ctx, " (%s at line %zu)", p->context, p->context_mark.line + 1);
-    if (in_file)
-        return df_error(code, "%s:%zu:%zu: %s%s", name, p->problem_mark.line + 1,
-                        p->problem_mark.column + 1, problem, ctx);
-    if (p->problem_mark.index >= len) /* an override value is one line */
-        return df_error(code, "%s: %s at the end of the value%s", name, problem, ctx);
-    return df_error(code, "%s: %s at column %zu%s", name, problem, p->problem_mark.column + 1, ctx);
-}
-
-/* Load the single document of `text`; false (with the error set in *rc) on failure. */
-static bool load_one(yaml_parser_t *p, yaml_document_t *doc, const char *text, size_t len,
-                     const char *name, bool in_file, int *rc)
-{
-    if ((*rc = df_yaml_check_text(text, len, name)))
-        return false;
-    yaml_parser_initialize(p);
-    yaml_parser_set_input_string(p, (const unsigned char *)text, len);
-    if (!yaml_parser_load(p, doc)) {
-        *rc = parser_error(p, name, in_file, len);
-        yaml_parser_delete(p);
-        return false;
-    }
-    yaml_document_t extra;
-    if (!yaml_parser_load(p, &extra)) {
-        *rc = parser_error(p, name, in_file, len);
-    } else {
-        yaml_node_t *r = yaml_document_get_root_node(&extra);
-        if (r)
-            *rc = in_file ? df_error(DF_EINVAL, "%s:%zu: only one YAML document is allowed", name,
-                                     r->start_mark.line + 1)
-                          : df_error(DF_EINVAL, "%s: expected a single YAML value", name);
-        yaml_document_delete(&extra);
-    }
-    if (*rc) {
-        yaml_document_delete(doc);
-        yaml_parser_delete(p);
-        return false;
-    }
-    return true;
-}
-
 int cfg_apply_document(df_config *c, const char *text, size_t len, const char *name)
 {
-    yaml_parser_t p;
     yaml_document_t doc;
-    int rc = DF_OK;
-    if (!load_one(&p, &doc, text, len, name, true, &rc))
+    int rc = df_yaml_load(text, len, name, DF_YAML_FILE, &doc);
+    if (rc)
         return rc;
     cfg_src src = {.file = name, .in_file = true};
     walker w = {c, &doc, &src};
     yaml_node_t *root = yaml_document_get_root_node(&doc);
     if (root && root->type == YAML_MAPPING_NODE)
         rc = walk_mapping(&w, root, "", 0);
-    else if (root && !(root->type == YAML_SCALAR_NODE && cfg_is_null_text(text_of(root), plain_of(root))))
+    else if (root && !df_yaml_is_null(root))
         rc = df_error(DF_EINVAL, "%s:%zu: the top level must be a mapping of settings, got %s", name,
                       root->start_mark.line + 1, kind_of(root));
     yaml_document_delete(&doc);
-    yaml_parser_delete(&p);
     return rc;
 }
 
 int cfg_assign_text(df_config *c, int idx, const char *key, const char *text, const cfg_src *src)
 {
-    yaml_parser_t p;
     yaml_document_t doc;
-    int rc = DF_OK;
-    if (!load_one(&p, &doc, text, strlen(text), src->place, false, &rc))
+    int rc = df_yaml_load(text, strlen(text), src->place, DF_YAML_VALUE, &doc);
+    if (rc)
         return rc;
     walker w = {c, &doc, src};
     yaml_node_t *root = yaml_document_get_root_node(&doc);
@@ -546,7 +490,6 @@ int cfg_assign_text(df_config *c, int idx, const char *key, const char *text, co
     }
     rc = idx >= 0 ? assign_node(&w, idx, root) : apply_at(&w, key, NULL, root, 0);
     yaml_document_delete(&doc);
-    yaml_parser_delete(&p);
     return rc;
 }
 

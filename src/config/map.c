@@ -5,6 +5,8 @@
  * returns, what the dump prints and what a copy or an interpolation re-parses,
  * so emitting the same node twice must give the same bytes. */
 #include "config/config_internal.h"
+#include "config/yaml_guard.h"
+#include "config/yaml_json.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -42,11 +44,6 @@ static void emit_scalar(df_sbuf *b, const char *t, bool plain)
         cfg_quote(b, t);    /* a string: plain only when unambiguous */
 }
 
-static bool is_plain(const yaml_node_t *n)
-{
-    return n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE || n->data.scalar.style == YAML_ANY_SCALAR_STYLE;
-}
-
 static int too_big(const char *place)
 {
     return df_error(DF_EINVAL, "%s: mapping text longer than %u bytes (aliases repeated too often?)", place,
@@ -64,7 +61,7 @@ static int emit(df_sbuf *b, yaml_document_t *doc, yaml_node_t *n, int depth, con
         const char *t = (const char *)n->data.scalar.value;
         if (strlen(t) != n->data.scalar.length)
             return df_error(DF_EINVAL, "%s: value contains a NUL character", place);
-        emit_scalar(b, t, is_plain(n));
+        emit_scalar(b, t, df_yaml_is_plain(n));
     } else if (n->type == YAML_SEQUENCE_NODE) {
         df_sbuf_puts(b, "[");
         for (yaml_node_item_t *it = n->data.sequence.items.start; !rc && it < n->data.sequence.items.top; it++) {
@@ -158,14 +155,12 @@ int cfg_map_patch(const char *old, const char *sub, struct yaml_document_s *vdoc
             path[np++] = c;
     if (!rc && (!np || sub[0] == '.' || sub[strlen(sub) - 1] == '.' || strstr(sub, "..")))
         rc = df_error(DF_EINVAL, "%s: empty key component in '%s'", place, sub);
-    yaml_parser_t p;
     yaml_document_t od;
-    bool inited = false, loaded = false;
+    bool loaded = false;
     if (!rc) { /* `old` is text this file produced: it parses */
-        inited = yaml_parser_initialize(&p) != 0;
-        yaml_parser_set_input_string(&p, (const unsigned char *)(old ? old : "{}"), strlen(old ? old : "{}"));
-        loaded = yaml_parser_load(&p, &od) != 0;
-        if (!loaded)
+        const char *text = old ? old : "{}";
+        loaded = !(rc = df_yaml_load(text, strlen(text), place, DF_YAML_VALUE, &od));
+        if (rc && rc != DF_ENOMEM)
             rc = df_error(DF_EINTERNAL, "%s: stored mapping text does not parse", place);
     }
     df_sbuf b = {0};
@@ -176,8 +171,6 @@ int cfg_map_patch(const char *old, const char *sub, struct yaml_document_s *vdoc
     }
     if (loaded)
         yaml_document_delete(&od);
-    if (inited)
-        yaml_parser_delete(&p);
     if (!rc && b.len > MAP_MAX_TEXT)
         rc = too_big(place);
     free(dup);

@@ -1,12 +1,15 @@
 /*
  * Workflow files (include/distflow/dag.h, df_workflow_load): a task graph
  * written as YAML in siiRL's format (siirl/execution/dag/config_loader.py,
- * siirl/client/config/workflow_*.yaml). libyaml's document API resolves
- * anchors and aliases; `<<` merge keys are applied here.
+ * siirl/client/config/workflow_*.yaml), loaded by the config layer's guarded
+ * df_yaml_load and typed by its scalar predicates (config/yaml_json.h).
+ * libyaml's document API resolves anchors and aliases; `<<` merge keys are
+ * applied here, where a key is looked up.
  */
 #include "distflow/dag.h"
 
 #include "config/yaml_guard.h"
+#include "config/yaml_json.h"
 #include "planner/dag_internal.h"
 #include "util/fsutil.h"
 #include "util/sbuf.h"
@@ -17,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <yaml.h>
 
 #define MAX_DEPTH 32
@@ -38,14 +40,6 @@ static yaml_node_t *node_at(wf *w, int idx) { return yaml_document_get_node(&w->
 static const char *scalar(const yaml_node_t *n)
 {
     return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
-}
-
-static bool plain_null(const yaml_node_t *n)
-{
-    if (!n || n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
-        return false;
-    const char *s = scalar(n);
-    return !s[0] || !strcmp(s, "~") || !strcasecmp(s, "null");
 }
 
 /* "file:line: node 'id': " prefix for messages about a node. */
@@ -131,7 +125,7 @@ static int map_keys(wf *w, yaml_node_t *m, key_fn fn, void *arg, int depth)
 
 static int get_string(wf *w, yaml_node_t *v, const char *id, const char *field, const char **out)
 {
-    if (!v || plain_null(v)) {
+    if (!v || df_yaml_is_null(v)) {
         *out = NULL;
         return DF_OK;
     }
@@ -142,26 +136,16 @@ static int get_string(wf *w, yaml_node_t *v, const char *id, const char *field, 
 
 static int get_bool(wf *w, yaml_node_t *v, const char *id, const char *field, bool *out)
 {
-    const char *s = v && !plain_null(v) ? scalar(v) : NULL;
-    if (!v || plain_null(v))
-        return DF_OK; /* keep the default */
-    if (s && v->data.scalar.style == YAML_PLAIN_SCALAR_STYLE) {
-        if (!strcasecmp(s, "true") || !strcasecmp(s, "yes") || !strcasecmp(s, "on")) {
-            *out = true;
-            return DF_OK;
-        }
-        if (!strcasecmp(s, "false") || !strcasecmp(s, "no") || !strcasecmp(s, "off")) {
-            *out = false;
-            return DF_OK;
-        }
-    }
+    const char *s = v && !df_yaml_is_null(v) ? scalar(v) : NULL;
+    if (!v || df_yaml_is_null(v) || df_yaml_bool(v, out))
+        return DF_OK; /* null keeps the default */
     return node_err(w, v, id, "%s must be true or false, got %s%s%s", field, s ? "'" : "",
                     s ? s : "a collection", s ? "'" : "");
 }
 
 static int get_count(wf *w, yaml_node_t *v, const char *id, const char *field, int *out)
 {
-    if (!v || plain_null(v))
+    if (!v || df_yaml_is_null(v))
         return DF_OK;
     const char *s = scalar(v);
     char *end = NULL;
@@ -190,7 +174,7 @@ static int resolve_ref(wf *w, yaml_node_t *v, const char *id, yaml_node_t **out)
     for (char *save = NULL, *part = strtok_r(buf, ".", &save); cur && part;
          part = strtok_r(NULL, ".", &save))
         cur = map_get(w, cur, part, 0);
-    if (!cur || plain_null(cur))
+    if (!cur || df_yaml_is_null(cur))
         return node_err(w, v, id, "unresolved reference '%s'", path);
     *out = cur;
     return DF_OK;
@@ -302,7 +286,7 @@ typedef struct {
 /* A list of strings (null: none) into a new array; a second visit of a merged key keeps the first. */
 static int string_list(wf *w, yaml_node_t *v, const char *id, const char *field, char ***out, int *n)
 {
-    if (*out || !v || plain_null(v))
+    if (*out || !v || df_yaml_is_null(v))
         return DF_OK;
     if (v->type != YAML_SEQUENCE_NODE)
         return node_err(w, v, id, "agent_options.%s must be a list of strings", field);
@@ -321,7 +305,7 @@ static int string_list(wf *w, yaml_node_t *v, const char *id, const char *field,
 
 static int kwargs(wf *w, yaml_node_t *m, const char *id, const char *field, char ***out, int *n)
 {
-    if (*out || !m || plain_null(m))
+    if (*out || !m || df_yaml_is_null(m))
         return DF_OK;
     if (m->type != YAML_MAPPING_NODE)
         return node_err(w, m, id, "agent_options.%s must be a mapping of names to values", field);
@@ -335,7 +319,7 @@ static int kwargs(wf *w, yaml_node_t *m, const char *id, const char *field, char
         yaml_node_t *v = node_at(w, p->value);
         if (!k || v->type != YAML_SCALAR_NODE)
             return node_err(w, v, id, "agent_options.%s.%s must be a scalar", field, k ? k : "?");
-        char *key = strdup(k), *val = strdup(plain_null(v) ? "" : scalar(v));
+        char *key = strdup(k), *val = strdup(df_yaml_is_null(v) ? "" : scalar(v));
         if (!key || !val) {
             free(key);
             free(val);
@@ -389,7 +373,7 @@ static int agent_key(wf *w, const char *key, yaml_node_t *kn, void *argp)
 /* The node's agent_options mapping (null: none) into nd->agent_options. */
 static int parse_agent_options(wf *w, yaml_node_t *m, df_node *nd)
 {
-    if (!m || plain_null(m))
+    if (!m || df_yaml_is_null(m))
         return DF_OK;
     if (m->type != YAML_MAPPING_NODE)
         return node_err(w, m, nd->node_id, "agent_options must be a mapping");
@@ -427,7 +411,7 @@ static int check_key(wf *w, const char *key, yaml_node_t *kn, void *argp)
 
 static int add_deps(wf *w, yaml_node_t *deps, df_node *nd, const df_task_graph *ids)
 {
-    if (!deps || plain_null(deps))
+    if (!deps || df_yaml_is_null(deps))
         return DF_OK;
     if (deps->type != YAML_SEQUENCE_NODE)
         return node_err(w, deps, nd->node_id, "dependencies must be a list of node ids");
@@ -496,7 +480,7 @@ static int parse_node(wf *w, yaml_node_t *m, const df_task_graph *ids, df_node *
     if (!rc)
         rc = add_deps(w, map_get(w, m, "dependencies", 0), nd, ids);
     yaml_node_t *cv = map_get(w, m, "config", 0);
-    if (!rc && cv && !plain_null(cv)) {
+    if (!rc && cv && !df_yaml_is_null(cv)) {
         if (cv->type != YAML_MAPPING_NODE)
             rc = node_err(w, cv, id, "config must be a mapping of keys to values");
         else
@@ -528,7 +512,7 @@ static int collect_ids(wf *w, yaml_node_t *nodes, df_task_graph *ids)
                             w->path, line_of(m), i + 1);
         yaml_node_t *iv = map_get(w, m, "node_id", 0);
         const char *id = scalar(iv);
-        if (!iv || plain_null(iv) || !id || !id[0])
+        if (!iv || df_yaml_is_null(iv) || !id || !id[0])
             return df_error(DF_EINVAL, "%s:%d: node #%d: missing node_id (a non-empty string)",
                             w->path, line_of(iv ? iv : m), i + 1);
         df_node *prev = df_task_graph_get_node(ids, id);
@@ -556,7 +540,7 @@ static int build(wf *w, df_task_graph **out)
                         w->path, line_of(root));
     yaml_node_t *idv = map_get(w, root, "dag_id", 0);
     const char *dag_id = scalar(idv);
-    if (!dag_id || !dag_id[0] || plain_null(idv))
+    if (!dag_id || !dag_id[0] || df_yaml_is_null(idv))
         return df_error(DF_EINVAL, "%s:%d: missing dag_id (a non-empty string)", w->path,
                         line_of(idv ? idv : root));
     w->global = map_get(w, root, "global_config", 0);
@@ -589,23 +573,6 @@ static int build(wf *w, df_task_graph **out)
     return DF_OK;
 }
 
-static int parse_text(wf *w, const unsigned char *text, size_t len)
-{
-    int rc = df_yaml_check_text((const char *)text, len, w->path);
-    if (rc)
-        return rc;
-    yaml_parser_t p;
-    if (!yaml_parser_initialize(&p))
-        return df_error(DF_ENOMEM, "%s: out of memory", w->path);
-    yaml_parser_set_input_string(&p, text, len);
-    int ok = yaml_parser_load(&p, &w->doc);
-    if (!ok)
-        rc = df_error(DF_EINVAL, "%s:%d:%d: %s", w->path, (int)p.problem_mark.line + 1,
-                      (int)p.problem_mark.column + 1, p.problem ? p.problem : "YAML error");
-    yaml_parser_delete(&p);
-    return rc;
-}
-
 int df_workflow_load_text(const char *text, const char *name, df_warn_fn warn, void *user,
                           df_task_graph **out)
 {
@@ -613,7 +580,7 @@ int df_workflow_load_text(const char *text, const char *name, df_warn_fn warn, v
     wf w = {.path = name ? name : "workflow", .warn = warn, .user = user};
     if (!text)
         return df_error(DF_EINVAL, "%s: no text", w.path);
-    int rc = parse_text(&w, (const unsigned char *)text, strlen(text));
+    int rc = df_yaml_load(text, strlen(text), w.path, DF_YAML_FILE, &w.doc);
     if (rc)
         return rc;
     rc = build(&w, out);
