@@ -353,6 +353,43 @@ static void mut_betas(emu_dev *d) { d->ops.adamw_step = swapped_betas; }
 static void mut_scale(emu_dev *d) { d->ops.scale = no_scale; }
 static void mut_allreduce(emu_dev *d) { d->ops.allreduce_sum = no_allreduce; }
 
+/* Mixed precision on the device: the forward's activations run a bf16 variant of the device's
+ * table that lives in them (df_acts' ops16); the master weights they read outlive them, so the
+ * first upload into the master through them must keep the device's own table: after the
+ * activations are dropped and made again the master is still released and updated through it. */
+static void test_bf16_master_outlives_the_acts(void **state)
+{
+    (void)state;
+    df_backend be;
+    emu_dev *dev = new_dev(&be);
+    if (!emu_bf16(dev)) {
+        print_message("SKIP: %s\n", df_last_error());
+        df_clear_error();
+        free(dev);
+        return;
+    }
+    df_batch *b = shard();
+    df_actor *a;
+    df_actor_params p = params(1);
+    p.bf16 = true;
+    assert_int_equal(df_actor_create(df_test_micro_model(3), &p, true, &a), 0);
+    assert_int_equal(df_actor_set_backend(a, &be), 0);
+    df_actor_set_comm(a, N > 1 ? W : NULL);
+    df_train_core *c = df_actor_core(a);
+    assert_true(c->dev_optim && c->bf16);
+    for (int k = 0; k < 2; k++) {
+        df_metrics_free(update(a, b, 1));
+        assert_ptr_equal(c->wmaster.be.ops, be.ops); /* not the activations' ops16 */
+        df_train_core_drop_acts(c);
+    }
+    assert_true(dev->w16_calls > 0);
+    df_actor_free(a);
+    emu_close(dev);
+    assert_int_equal(emu_buffers(dev), 0);
+    free(dev);
+    df_batch_free(b);
+}
+
 static void test_mutations_are_caught(void **state)
 {
     (void)state;
@@ -477,6 +514,7 @@ int main(void)
         cmocka_unit_test(test_norm_order_bound),
         cmocka_unit_test(test_updates_are_the_cpus),
         cmocka_unit_test(test_state_save_and_resume),
+        cmocka_unit_test(test_bf16_master_outlives_the_acts),
         cmocka_unit_test(test_mutations_are_caught),
         cmocka_unit_test(test_rollout_reads_the_actors_weights),
     };

@@ -400,8 +400,9 @@ int df_acts_load_weights(df_acts *a, const df_model *m)
     int rc = DF_OK;
     /* a device reads float32 weights too (norms, biases, a float32 head): uploaded first, so
      * that the bf16 copy is converted from them there; a lent copy only when it is stale */
-    if (!a->be.ops->host_memory)
-        rc = df_weights_dev_sync(dev_weights(a), &a->be, m, !a->wlent);
+    if (!a->be.ops->host_memory) /* a lent copy outlives a: it keeps the device's own table,
+                                   not a's bf16 variant of it (ops16 lives in a) */
+        rc = df_weights_dev_sync(dev_weights(a), a->dev16 ? &a->be32 : &a->be, m, !a->wlent);
     if (!rc && df_acts_mixed(a) && !a->w16_shared) { /* the one conversion of this version */
         if (!a->w16)
             rc = df_weights16_create_on(&a->be, &a->cfg, W16_FLAGS, &a->w16);
