@@ -180,7 +180,7 @@ static int cmd_eval(int argc, char **argv)
         snprintf(b.why, sizeof b.why, "data.max_prompt_length=%lld (%s) + one call's %lld action tokens",
                  (long long)t.data.max_prompt_length, df_config_where(c, "data.max_prompt_length"),
                  (long long)s.call_tokens);
-        rc = df_check_max_pos(&m->cfg, model, "distflow embodied eval", "--model", &b);
+        rc = df_check_max_pos(&m->cfg, model, "command line", "--model", &b);
     }
     const char *path = data ? data : rc ? NULL : t.data.val_files.items[0];
     df_dataset_opts dopt = {.reward_optional = true};

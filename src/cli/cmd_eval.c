@@ -39,7 +39,7 @@ static int fit_lengths(const df_opt *opts, const char *dir, const df_model_confi
     df_seq_bound b = {.len = *max_prompt + max_resp};
     snprintf(b.why, sizeof b.why, "--max-prompt-length %lld%s + --max-response-length %lld", (long long)*max_prompt,
              given ? "" : " (default)", (long long)max_resp);
-    return df_check_max_pos(cfg, dir, "distflow eval", "--model", &b);
+    return df_check_max_pos(cfg, dir, "command line", "--model", &b);
 }
 
 int df_cmd_eval(int argc, char **argv)

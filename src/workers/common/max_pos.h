@@ -23,8 +23,8 @@ typedef struct df_seq_bound {
 
 /**
  * b->len <= cfg->max_position_embeddings, else DF_EINVAL naming `where` (the model key's
- * df_config_where, or a command's option), model_key=dir, the bound and the keys behind it, and
- * the model's max_position_embeddings with its config.json path. Writes nothing.
+ * df_config_where, or "command line" for a command's option), model_key=dir, the bound and the keys
+ * behind it, and the model's max_position_embeddings with its config.json path. Writes nothing.
  */
 int df_check_max_pos(const df_model_config *cfg, const char *dir, const char *where, const char *model_key,
                      const df_seq_bound *b);
