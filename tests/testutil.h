@@ -479,11 +479,16 @@ static inline json_t *df_test_metrics(const char *dir, const char *out, bool num
     return lines;
 }
 
+/* A model directory of this checkout for the commands that read only config.json (df_train_check:
+ * plan, config check): the tiny golden Qwen2's config with Qwen2Config's 32768 positions (the golden
+ * one's 128 is below the example configs' lengths, which the check refuses). */
+#define DF_TEST_MODEL_DIR DF_SOURCE_DIR "/tests/fixtures/tiny_qwen2_config"
+
 /* Command-line overrides pointing an example config at a model and data of this checkout, for the
- * commands that check the run's files (df_train_check: plan, config check): the tiny golden Qwen2's
- * directory and four GSM8K-style rows (data_source openai/gsm8k) as training and validation data. */
+ * commands that check the run's files (df_train_check: plan, config check): DF_TEST_MODEL_DIR and
+ * four GSM8K-style rows (data_source openai/gsm8k) as training and validation data. */
 #define DF_TEST_FILES                                                                                  \
-    " actor_rollout_ref.model.path=" DF_SOURCE_DIR "/tests/golden/tiny_qwen2 data.train_files=["     \
+    " actor_rollout_ref.model.path=" DF_TEST_MODEL_DIR " data.train_files=["                        \
     DF_SOURCE_DIR "/tests/fixtures/gsm8k_rows.jsonl] data.val_files=[" DF_SOURCE_DIR                 \
     "/tests/fixtures/gsm8k_rows.jsonl]"
 
