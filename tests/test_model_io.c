@@ -712,7 +712,7 @@ static void test_score_cli_limits(void **state)
 {
     const char *dir = *state;
     const char *texts[] = {"the cat sat on the mat", "a dog ran in the park", "one two three four"};
-    df_test_tiny_model(dir, texts, 3, 300, 16, 1, 7);
+    df_test_tiny_model_ex(dir, texts, 3, 300, 16, 1, 7, 256);
     char long_prompt[701], cmd[2048], out[4096];
     memset(long_prompt, 'z', 700); /* no z in the training texts: a token per byte */
     long_prompt[700] = '\0';

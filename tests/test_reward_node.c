@@ -311,8 +311,9 @@ static void test_grpo_with_reward_model(void **state)
     assert_last_error_mentions("reward_model.model.path=/nonexistent/rm");
     /* Without input_tokenizer the reward model must cover the actor's ids (97 < 300 here). */
     const char *small[] = {"reward_model.model.path=" GOLDEN_DIR "/tiny_qwen2_rm",
-                           "reward_model.model.input_tokenizer=null"};
-    c = df_test_config(yaml, "rm6.yaml", small, 2);
+                           "reward_model.model.input_tokenizer=null",
+                           "data.max_prompt_length=120"}; /* + 6: within its 128 positions */
+    c = df_test_config(yaml, "rm6.yaml", small, 3);
     assert_int_equal(df_test_run(NULL, c), DF_EINVAL);
     assert_last_error_mentions("vocab_size 97 is below the actor tokenizer's");
     snprintf(files, sizeof files, "reward_model.model.path=%s", md);

@@ -543,9 +543,9 @@ static void test_cli_plan(void **state)
     /* PPO by adv_estimator=gae; an unknown workflow is refused */
     snprintf(args, sizeof args,
              "%s/examples/gsm8k/grpo.yaml" DF_TEST_FILES " algorithm.adv_estimator=gae trainer.nnodes=1 " MICRO
-             "=4 critic.ppo_micro_batch_size_per_gpu=4 critic.ppo_mini_batch_size=8 --world 8 critic.model.path=%s"
-             "/tests/golden/tiny_qwen2",
-             DF_SOURCE_DIR, DF_SOURCE_DIR);
+             "=4 critic.ppo_micro_batch_size_per_gpu=4 critic.ppo_mini_batch_size=8 --world 8 critic.model.path="
+             DF_TEST_MODEL_DIR,
+             DF_SOURCE_DIR);
     assert_int_equal(run_cli(args, &out), 0);
     assert_has(out, "== pipeline ppo\n");
     assert_has(out, "rank 7 (node 0) -> ppo_training_pipeline_split_1\n");

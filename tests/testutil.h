@@ -152,10 +152,10 @@ static inline bool df_test_error_mentions(const char *text)
 /**
  * A tokenizer (byte-level BPE of `vocab` tokens trained on texts[n]) and a
  * random Qwen2 using it (hidden, layers; head_dim 8, hidden / 8 heads, half as
- * many KV heads, intermediate 2 x hidden), saved as an HF directory dir/model.
+ * many KV heads, intermediate 2 x hidden, max_pos positions), saved as an HF directory dir/model.
  */
-static inline void df_test_tiny_model(const char *dir, const char *const *texts, int n, int vocab,
-                                      int hidden, int layers, uint64_t seed)
+static inline void df_test_tiny_model_ex(const char *dir, const char *const *texts, int n, int vocab,
+                                         int hidden, int layers, uint64_t seed, int64_t max_pos)
 {
     df_tokenizer *tok;
     assert_int_equal(df_tokenizer_train_bpe(texts, n, vocab, NULL, &tok), 0);
@@ -170,7 +170,7 @@ static inline void df_test_tiny_model(const char *dir, const char *const *texts,
     cfg.num_attention_heads = hidden / 8;
     cfg.num_key_value_heads = hidden / 16;
     cfg.head_dim = 8;
-    cfg.max_position_embeddings = 256;
+    cfg.max_position_embeddings = max_pos;
     cfg.eos_token_ids[0] = df_tokenizer_eos_id(tok);
     cfg.n_eos = 1;
     df_model *m;
@@ -180,6 +180,14 @@ static inline void df_test_tiny_model(const char *dir, const char *const *texts,
     df_model_free(m);
     df_tokenizer_free(tok);
     free(model_dir);
+}
+
+/** df_test_tiny_model_ex with Qwen2Config's 32768 positions: the tests' jobs configure prompts of
+ *  up to 4096 tokens, and train / eval refuse lengths past a model's range (workers/common/max_pos.h). */
+static inline void df_test_tiny_model(const char *dir, const char *const *texts, int n, int vocab,
+                                      int hidden, int layers, uint64_t seed)
+{
+    df_test_tiny_model_ex(dir, texts, n, vocab, hidden, layers, seed, 32768);
 }
 
 /** max |a - b| over the parameters of two models of the same shape. */
@@ -471,11 +479,16 @@ static inline json_t *df_test_metrics(const char *dir, const char *out, bool num
     return lines;
 }
 
+/* A model directory of this checkout for the commands that read only config.json (df_train_check:
+ * plan, config check): the tiny golden Qwen2's config with Qwen2Config's 32768 positions (the golden
+ * one's 128 is below the example configs' lengths, which the check refuses). */
+#define DF_TEST_MODEL_DIR DF_SOURCE_DIR "/tests/fixtures/tiny_qwen2_config"
+
 /* Command-line overrides pointing an example config at a model and data of this checkout, for the
- * commands that check the run's files (df_train_check: plan, config check): the tiny golden Qwen2's
- * directory and four GSM8K-style rows (data_source openai/gsm8k) as training and validation data. */
+ * commands that check the run's files (df_train_check: plan, config check): DF_TEST_MODEL_DIR and
+ * four GSM8K-style rows (data_source openai/gsm8k) as training and validation data. */
 #define DF_TEST_FILES                                                                                  \
-    " actor_rollout_ref.model.path=" DF_SOURCE_DIR "/tests/golden/tiny_qwen2 data.train_files=["     \
+    " actor_rollout_ref.model.path=" DF_TEST_MODEL_DIR " data.train_files=["                        \
     DF_SOURCE_DIR "/tests/fixtures/gsm8k_rows.jsonl] data.val_files=[" DF_SOURCE_DIR                 \
     "/tests/fixtures/gsm8k_rows.jsonl]"
 

@@ -554,8 +554,10 @@ DF_API void df_acts_free(df_acts *a);
  * The LM head is evaluated in vocabulary chunks; [n_out, vocab] logits are
  * never materialised. Activations needed by df_model_backward are kept in `a`.
  * Errors: DF_EINVAL if the batch exceeds the sizes `a` was created for, for a
- * value model (m->cfg.num_labels > 0) and for activations created with a value
- * model's config (they hold no LM-head scratch).
+ * sequence longer than m->cfg.max_position_embeddings (its positions 0 .. len - 1 must
+ * lie in the model's range; one comparison per sequence, behind the commands' config
+ * checks), for a value model (m->cfg.num_labels > 0) and for activations created with
+ * a value model's config (they hold no LM-head scratch).
  */
 DF_API int df_model_forward(const df_model *m, df_acts *a, const df_seq_batch *b,
                             float temperature, float *logp, float *entropy);
@@ -599,7 +601,7 @@ DF_API int df_model_to_value_model(df_model **m, uint64_t seed);
  * with the value model's config or the causal LM's (same shapes). Activations
  * for df_model_backward_values are kept in `a`.
  * Errors: DF_EINVAL (not a value model, batch larger than `a`, bad tokens / rows,
- * values NULL with n_out > 0).
+ * a sequence longer than m->cfg.max_position_embeddings, values NULL with n_out > 0).
  */
 DF_API int df_model_forward_values(const df_model *m, df_acts *a, const df_seq_batch *b,
                                    float *values);

@@ -341,6 +341,9 @@ DF_API void df_rollout_engine_memory(const df_rollout_engine *e, int64_t *kv_byt
  * Response s stops after a stop token (included) or after
  * min(max_new_tokens, max_seq_len - prompt length) tokens (DF_FINISH_LENGTH).
  * Errors: DF_EINVAL for an empty prompt, a prompt longer than max_seq_len - 1,
+ * a prompt whose sequence could reach past the model's range (prompt length +
+ * min(max_new_tokens, max_seq_len - prompt length) > m->cfg.max_position_embeddings,
+ * whatever a turn handler appends within that limit; vLLM refuses the like),
  * a token id outside [0, vocab), n_samples < 1, bad sampling parameters or a
  * model whose shapes, RoPE (theta, rope_type and its parameters) or q/k norms
  * differ from the engine's; DF_ENOMEM. On error *res is
@@ -481,7 +484,8 @@ typedef struct df_rollout_stream_hooks {
  * the cache's pages when it returns.
  * Errors: DF_EINVAL for NULL arguments or hooks, n_samples < 1, version0 or new_version
  * outside [0, INT32_MAX], bad sampling parameters or model (as df_rollout_generate), a feed
- * with NULL arrays or offsets[0] != 0, an empty prompt, one longer than max_seq_len - 1 or a
+ * with NULL arrays or offsets[0] != 0, an empty prompt, one longer than max_seq_len - 1, one
+ * that could reach past m->cfg.max_position_embeddings (as df_rollout_generate) or a
  * token outside [0, vocab) (naming the prompt's id), a feed after finish, a change of m's
  * version (df_model_weights_changed) that no poll answered with weights_changed; a weight change's
  * errors (df_rollout_engine_load_weights, a stale shared bf16 copy); a turn handler's errors

@@ -40,7 +40,9 @@ typedef struct df_dag_worker df_dag_worker;
  *     are refused, naming the node and what its group would need of its own);
  *     every node's executable ref, or in a workflow file siiRL's default for
  *     its role, known (df_exec_check: names, siiRL aliases, plugin refs read
- *     from the library's ELF file, no plugin code run); in a workflow file
+ *     from the library's ELF file, no plugin code run); a node's own model
+ *     directory (an agent group's, a critic's) holds the job's longest
+ *     sequence within its max_position_embeddings (as in 6); in a workflow file
  *     each node's `config:` merged over `cfg` and every key one its function
  *     reads per node (the table in src/workers/dag/train_check.c; siiRL's
  *     `model_params` is the planner's and always allowed); with
@@ -53,7 +55,11 @@ typedef struct df_dag_worker df_dag_worker;
  *     lays it out (its process group's ranks / the actor's ulysses size; the
  *     group's ranks when rank 0 runs no actor update);
  *  6. the files (src/workers/dag/preflight.h): the model directories exist
- *     (a missing hub id `Org/Name` gets a "download it first" hint), the data
+ *     (a missing hub id `Org/Name` gets a "download it first" hint), each
+ *     model's max_position_embeddings (its config.json) is at least the job's
+ *     longest sequence (data.max_prompt_length + rollout.response_length, or
+ *     rollout.max_model_len when longer; the reward model's input limit for
+ *     it: src/workers/common/max_pos.h), as verl checks before starting vLLM; the data
  *     files exist, and every data_source of the rows the run reads has a
  *     scorer in the reward registry (unless custom_reward_function.path scores
  *     every row; training rows only when a built-in reward node scores them);

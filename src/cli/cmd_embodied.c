@@ -8,6 +8,7 @@
 #include "distflow/embodied.h"
 #include "engine/hf_dir.h"
 #include "util/fsutil.h"
+#include "workers/common/max_pos.h"
 #include "workers/embodied/embodied_worker.h"
 
 #include <jansson.h>
@@ -174,6 +175,13 @@ static int cmd_eval(int argc, char **argv)
         rc = df_hf_dir_load(model, NULL, &m, &tok);
     if (!rc)
         rc = df_embodied_setup_init(&s, c, &t, tok, true);
+    if (!rc) { /* an observation's prompt and one call's answer, within the model's positions */
+        df_seq_bound b = {.len = t.data.max_prompt_length + s.call_tokens}; /* the engine's slot below */
+        snprintf(b.why, sizeof b.why, "data.max_prompt_length=%lld (%s) + one call's %lld action tokens",
+                 (long long)t.data.max_prompt_length, df_config_where(c, "data.max_prompt_length"),
+                 (long long)s.call_tokens);
+        rc = df_check_max_pos(&m->cfg, model, "command line", "--model", &b);
+    }
     const char *path = data ? data : rc ? NULL : t.data.val_files.items[0];
     df_dataset_opts dopt = {.reward_optional = true};
     if (!rc)

@@ -5,6 +5,7 @@
 #include "distflow/dag.h"
 #include "distflow/dataset.h"
 #include "engine/hf_dir.h"
+#include "workers/common/max_pos.h"
 #include "workers/dag/evaluate.h"
 
 #include <stdio.h>
@@ -19,6 +20,27 @@ static const char *USAGE =
     "accuracy (mean of acc: score == 1), score, n_prompts, n_responses, response_length, then\n"
     "verl's validation metrics per data source (val-core/<data_source>/acc/mean@<n>, and with\n"
     "--n > 1 std@n, best@N, worst@N and pass@k; docs/validation.md).";
+
+/* No position past the model's range (workers/common/max_pos.h): a --max-prompt-length given must
+ * fit with --max-response-length into the model's max_position_embeddings; the default shrinks to
+ * what fits (longer prompts are skipped, and counted, as any over the limit). */
+static int fit_lengths(const df_opt *opts, const char *dir, const df_model_config *cfg, int64_t *max_prompt,
+                       int64_t max_resp)
+{
+    bool given = false;
+    for (const df_opt *o = opts; o->name; o++)
+        if (!strcmp(o->name, "max-prompt-length"))
+            given = o->seen;
+    const int64_t room = cfg->max_position_embeddings - max_resp;
+    if (!given && *max_prompt > room && room >= 1) {
+        *max_prompt = room;
+        return DF_OK;
+    }
+    df_seq_bound b = {.len = *max_prompt + max_resp};
+    snprintf(b.why, sizeof b.why, "--max-prompt-length %lld%s + --max-response-length %lld", (long long)*max_prompt,
+             given ? "" : " (default)", (long long)max_resp);
+    return df_check_max_pos(cfg, dir, "command line", "--model", &b);
+}
 
 int df_cmd_eval(int argc, char **argv)
 {
@@ -36,7 +58,8 @@ int df_cmd_eval(int argc, char **argv)
         {"top-p", DF_OPT_FLOAT, &top_p, "nucleus sampling mass (default 1: off)", false},
         {"top-k", DF_OPT_INT, &top_k, "top-k sampling (default -1: off)", false},
         {"max-response-length", DF_OPT_INT, &max_resp, "tokens per response (default 512)", false},
-        {"max-prompt-length", DF_OPT_INT, &max_prompt, "longer prompts are skipped (default 1024)", false},
+        {"max-prompt-length", DF_OPT_INT, &max_prompt, "longer prompts are skipped (default 1024, or less so that "
+         "it fits with the responses in the model's max_position_embeddings; a value given must fit)", false},
         {"batch", DF_OPT_INT, &batch, "prompts per generation call (default: all)", false},
         {"max-num-seqs", DF_OPT_INT, &max_seqs, "sequences decoded together (default 512)", false},
         {"limit", DF_OPT_INT, &limit, "evaluate only the first N prompts", false},
@@ -65,6 +88,8 @@ int df_cmd_eval(int argc, char **argv)
     FILE *dump = NULL;
     int64_t dropped = 0;
     int rc = df_hf_dir_load(model, tokdir, &m, &tok);
+    if (!rc)
+        rc = fit_lengths(opts, model, &m->cfg, &max_prompt, max_resp);
     if (!rc && tmpl_kwargs && (rc = df_tokenizer_set_chat_template_kwargs(tok, tmpl_kwargs)))
         rc = df_error_wrap(rc, "--chat-template-kwargs");
     df_dataset_opts dopt = {0};

@@ -195,10 +195,14 @@ int df_rollout_sample_rows(gen_ctx *g, int64_t r0, int64_t nr, const int32_t *li
 /* rollout_gen.c: move a finished slot's response into the result arena and free the slot. */
 int df_rollout_retire(gen_ctx *g, int64_t si, int8_t reason);
 
-/* rollout_gen.c: prompts [0, n) of off / tok against the engine: DF_EINVAL names prompt
- * ids[i] (i when ids is NULL) after `what`. */
+/* rollout_gen.c: prompts [0, n) of off / tok against the engine and the model: DF_EINVAL
+ * names prompt ids[i] (i when ids is NULL) after `what`: a length outside [1, max_seq_len),
+ * a token outside the vocabulary, or a sequence whose last position, prompt + min(max_new,
+ * max_seq_len - prompt) (its slot's limit), would be past max_pos (the model's
+ * max_position_embeddings): one comparison per prompt, the guard behind the config checks. */
 int df_rollout_check_prompts(const df_rollout_engine *e, const char *what, int64_t n,
-                             const int64_t *off, const int32_t *tok, const int64_t *ids);
+                             const int64_t *off, const int32_t *tok, const int64_t *ids,
+                             int64_t max_new, int64_t max_pos);
 /* rollout_gen.c: the scheduler over g (fed, or polled when g->hooks), and the end of a call
  * (the cache's pages dropped under free_cache_engine, the stats). */
 int df_rollout_run(gen_ctx *g);

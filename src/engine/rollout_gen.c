@@ -12,7 +12,8 @@
 #include <string.h>
 
 int df_rollout_check_prompts(const df_rollout_engine *e, const char *what, int64_t n,
-                             const int64_t *off, const int32_t *tok, const int64_t *ids)
+                             const int64_t *off, const int32_t *tok, const int64_t *ids,
+                             int64_t max_new, int64_t max_pos)
 {
     const char *name = ids ? "prompt id" : "prompt";
     for (int64_t i = 0; i < n; i++) {
@@ -22,6 +23,17 @@ int df_rollout_check_prompts(const df_rollout_engine *e, const char *what, int64
             return df_error(DF_EINVAL,
                             "%s: %s %lld has %lld tokens; it must have 1 to max_seq_len - 1 = %lld",
                             what, name, id, (long long)len, (long long)(e->max_seq_len - 1));
+        /* the slot's limit (slot_state.limit): no position of the sequence may pass the model's
+           range, whatever a turn handler appends (it counts against the same limit) */
+        int64_t room = e->max_seq_len - len, limit = max_new < room ? max_new : room;
+        if (len + limit > max_pos)
+            return df_error(DF_EINVAL,
+                            "%s: %s %lld has %lld tokens and may grow by %lld (min(max_new_tokens %lld, "
+                            "max_seq_len %lld - prompt)) to %lld positions, more than the model's "
+                            "max_position_embeddings %lld: positions past it are outside the range the "
+                            "model was trained for (lower max_new_tokens or the prompt length)",
+                            what, name, id, (long long)len, (long long)limit, (long long)max_new,
+                            (long long)e->max_seq_len, (long long)(len + limit), (long long)max_pos);
         for (int64_t t = off[i]; t < off[i + 1]; t++)
             if (tok[t] < 0 || tok[t] >= e->cfg.vocab_size)
                 return df_error(DF_EINVAL, "%s: %s %lld token %lld is %d, outside [0, %lld)", what,
@@ -31,7 +43,8 @@ int df_rollout_check_prompts(const df_rollout_engine *e, const char *what, int64
     return DF_OK;
 }
 
-static int check_request(const df_rollout_engine *e, const df_rollout_request *q)
+static int check_request(const df_rollout_engine *e, const df_model *m, const df_rollout_request *q,
+                         const df_sampling_params *sp)
 {
     if (q->n_prompts < 0 || (q->n_prompts > 0 && (!q->prompt_offsets || !q->prompt_tokens)))
         return df_error(DF_EINVAL, "rollout request: %lld prompts with NULL offsets or tokens",
@@ -43,7 +56,8 @@ static int check_request(const df_rollout_engine *e, const df_rollout_request *q
         return df_error(DF_EINVAL, "rollout request: prompt_offsets[0] must be 0 (got %lld)",
                         (long long)q->prompt_offsets[0]);
     return df_rollout_check_prompts(e, "rollout request", q->n_prompts, q->prompt_offsets,
-                                    q->prompt_tokens, NULL);
+                                    q->prompt_tokens, NULL, sp->max_new_tokens,
+                                    m->cfg.max_position_embeddings);
 }
 
 /* ---- per-call state ---------------------------------------------------------- */
@@ -486,7 +500,7 @@ int df_rollout_generate_turns(df_rollout_engine *e, const df_model *m,
     if (!rc)
         rc = df_sampling_params_validate(sp, e->cfg.vocab_size);
     if (!rc)
-        rc = check_request(e, req);
+        rc = check_request(e, m, req, sp);
     if (rc)
         return rc;
     double t0 = df_rollout_begin_call(e);

@@ -86,7 +86,8 @@ static int check_feed(const gen_ctx *g, const df_rollout_poll *p)
         return df_error(DF_EINVAL, "rollout stream: prompt_offsets[0] must be 0 (got %lld)",
                         (long long)p->prompt_offsets[0]);
     return df_rollout_check_prompts(g->e, "rollout stream", p->n_prompts, p->prompt_offsets,
-                                    p->prompt_tokens, p->prompt_ids);
+                                    p->prompt_tokens, p->prompt_ids, g->sp->max_new_tokens,
+                                    g->m->cfg.max_position_embeddings);
 }
 
 /* Append the fed prompts (checked first, so a bad feed queues nothing) to the queue. */

@@ -455,10 +455,18 @@ static int check_batch(const df_acts *a, const df_model_config *cfg, const df_se
     if (b->n_seqs <= 0 || b->seq_offsets[0] != 0 || b->seq_offsets[b->n_seqs] != b->n_tokens)
         return df_error(DF_EINVAL, "seq_offsets must start at 0 and end at n_tokens (%lld)",
                         (long long)b->n_tokens);
-    for (int64_t s = 0; s < b->n_seqs; s++)
-        if (b->seq_offsets[s + 1] <= b->seq_offsets[s])
+    for (int64_t s = 0; s < b->n_seqs; s++) {
+        int64_t len = b->seq_offsets[s + 1] - b->seq_offsets[s];
+        if (len <= 0)
             return df_error(DF_EINVAL, "sequence %lld is empty or seq_offsets decrease",
                             (long long)s);
+        /* positions 0 .. len - 1: none past the model's range (the config checks come first) */
+        if (len > cfg->max_position_embeddings)
+            return df_error(DF_EINVAL, "sequence %lld has %lld tokens, more than the model's "
+                            "max_position_embeddings %lld: positions past it are outside the range "
+                            "the model was trained for", (long long)s, (long long)len,
+                            (long long)cfg->max_position_embeddings);
+    }
     for (int64_t t = 0; t < b->n_tokens; t++)
         if (b->tokens[t] < 0 || b->tokens[t] >= c->vocab_size)
             return df_error(DF_EINVAL, "token %lld has id %d outside the vocabulary [0, %lld)",

@@ -1,5 +1,6 @@
 /* The checks of a train config against its files (preflight.h). */
 #include "workers/dag/preflight.h"
+#include "workers/common/max_pos.h"
 #include "workers/embodied/embodied_worker.h"
 
 #include "distflow/dataset.h"
@@ -101,13 +102,23 @@ int df_train_preflight(const df_config *c, const df_train_config *t, bool critic
     if (t->trainer.val_only && d->val_files.n == 0)
         return df_error(DF_EINVAL, "%s: trainer.val_only=true validates and exits, but data.val_files is empty",
                         df_config_where(c, "trainer.val_only"));
-    int rc = check_dir(c, "actor_rollout_ref.model.path", t->actor_rollout_ref.model.path, "config.json");
+    const char *A = "actor_rollout_ref.model.path", *C = "critic.model.path", *RM = "reward_model.model.path";
+    df_seq_bound seq, rm;
+    df_train_seq_bound(c, t, &seq);
+    df_train_rm_seq_bound(c, t, &rm);
+    int rc = check_dir(c, A, t->actor_rollout_ref.model.path, "config.json");
+    if (!rc) /* rollout, actor and reference (a group's own path: check_nodes) */
+        rc = df_check_max_pos_dir(t->actor_rollout_ref.model.path, df_config_where(c, A), A, &seq);
     if (!rc && d->tokenizer)
         rc = check_dir(c, "data.tokenizer", d->tokenizer, "tokenizer.json");
     if (!rc && critic)
-        rc = check_dir(c, "critic.model.path", t->critic.model.path, "config.json");
+        rc = check_dir(c, C, t->critic.model.path, "config.json");
+    if (!rc && critic)
+        rc = df_check_max_pos_dir(t->critic.model.path, df_config_where(c, C), C, &seq);
     if (!rc && t->reward_model.enable)
-        rc = check_dir(c, "reward_model.model.path", t->reward_model.model.path, "config.json");
+        rc = check_dir(c, RM, t->reward_model.model.path, "config.json");
+    if (!rc && t->reward_model.enable)
+        rc = df_check_max_pos_dir(t->reward_model.model.path, df_config_where(c, RM), RM, &rm);
     bool custom = t->custom_reward_function.path != NULL; /* it scores every row, whatever its source */
     /* data.*_max_samples = n: the run reads the first n rows of the files (df_dataset_head) */
     if (!rc)

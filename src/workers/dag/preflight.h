@@ -20,6 +20,9 @@
  *    critic.model.path with a critic, reward_model.model.path with reward_model.enable) exist and
  *    hold config.json (the tokenizer: tokenizer.json);
  *    a missing `Org/Name` gets "download it first" with the huggingface-cli line;
+ *  - each of those models' max_position_embeddings (its config.json) holds the job's longest
+ *    sequence (workers/common/max_pos.h: the policy's for the actor and the critic, the reward
+ *    model's input for it);
  *  - every data.train_files / data.val_files file exists;
  *  - unless custom_reward_function.path scores everything: every data_source value of the
  *    validation rows, and with train_scored of the training rows, has a scorer in the reward

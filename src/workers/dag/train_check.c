@@ -10,6 +10,7 @@
  * data-parallel size, and last the files the run reads (preflight.c).
  */
 #include "workers/worker_internal.h"
+#include "workers/common/max_pos.h"
 #include "workers/dag/preflight.h"
 #include "workers/dag/marft_run.h"
 #include "workers/embodied/embodied_worker.h"
@@ -191,6 +192,20 @@ static int note_model_path(const df_config *c, const df_train_config *t, const d
     return df_worker_note_model_path(paths, from, ng, n, mt->actor_rollout_ref.model.path, src);
 }
 
+/* A node's own model directory (an agent group's, or its critic's) holds the node's longest sequence
+   (max_pos.h); the global directories are preflight's. */
+static int node_max_pos(const df_config *merged, const df_train_config *mt, const df_node *n)
+{
+    const char *A = "actor_rollout_ref.model.path", *C = "critic.model.path";
+    df_seq_bound b;
+    df_train_seq_bound(merged, mt, &b);
+    if (df_worker_node_sets_model_path(n))
+        return df_check_max_pos_dir(mt->actor_rollout_ref.model.path, df_config_where(merged, A), A, &b);
+    if (df_worker_node_sets_critic_path(n))
+        return df_check_max_pos_dir(mt->critic.model.path, df_config_where(merged, C), C, &b);
+    return DF_OK;
+}
+
 /*
  * Every node: its executable, and (workflow files) its `config:`; rollout nodes
  * sampling at one temperature, the one the actor computes log-probs at
@@ -232,6 +247,8 @@ static int check_nodes(const df_config *c, const df_train_config *t, df_task_gra
             rc = note_model_path(c, t, &mt, n, paths, from, ng, src);
         if (!rc && merged)
             rc = df_worker_note_critic_path(paths + ng, from + ng, ng, n, mt.critic.model.path, src);
+        if (!rc && merged)
+            rc = node_max_pos(merged, &mt, n);
         double temp_n = (merged ? &mt : t)->actor_rollout_ref.rollout.temperature;
         df_config_free(merged);
         if (rc || fn != gen)

@@ -16,6 +16,7 @@
 #include "util/killpoint.h"
 #include "util/timeutil.h"
 #include "workers/common/ckpt_files.h"
+#include "workers/common/max_pos.h"
 #include "workers/common/model_info.h"
 #include "workers/common/precision.h"
 #include "workers/common/prompts.h"
@@ -428,6 +429,12 @@ int df_sft_run(const df_config *cfg)
     free(od);
     df_model *m = NULL;
     rc = check_supported(cfg, t);
+    df_seq_bound len = {.len = t->data.max_length}; /* multi-turn: the whole conversation */
+    snprintf(len.why, sizeof len.why, "data.max_length=%lld (%s)", (long long)len.len,
+             df_config_where(cfg, "data.max_length"));
+    if (!rc) /* before the weights are read */
+        rc = df_check_max_pos_dir(s.model_dir, df_config_where(cfg, "model.partial_pretrain"),
+                                  "model.partial_pretrain", &len);
     if (!rc && (rc = df_hf_dir_load(s.model_dir, NULL, &m, &s.tok)))
         rc = df_error_wrap(rc, "model.partial_pretrain");
     if (!rc)
