@@ -20,8 +20,7 @@ cd "$(dirname "$0")/.."
 EX=examples/demo
 OUT=${DEMO_OUT:-demo_out}
 SFT_FROM=${DEMO_SFT:-}
-# OpenMP threads that spin while waiting lose their core when anything else runs; yield instead.
-export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+. scripts/demo_lib.sh
 
 # the embodied workload has its own data, model and measure (docs/embodied.md); so has the
 # two-agent MARFT one (a planner and a solver; docs/demo.md, "ALGO=marft")
@@ -34,7 +33,6 @@ if [ ! -f "$EX/$ALGO.yaml" ] || not_algo "$ALGO"; then
   echo "make demo: unknown ALGO=$ALGO; available:$(algos)" >&2
   exit 2
 fi
-log() { printf '\n[demo] %s\n' "$*" >&2; }
 start=$(date +%s)
 EVAL=(--max-response-length 64)
 # the tool variant (grpo_tool): large numbers, SFT conversations that call the calculator, and every
@@ -69,7 +67,7 @@ if [ -z "$SFT_FROM" ]; then
   log "3/6 SFT warm start"
   "$DF" sft "$SFT_YAML" data.train_files="[$DATA/train.jsonl]" model.partial_pretrain="$OUT/init" \
       trainer.default_local_dir="$OUT/sft" >&2
-  SFT="$OUT/sft/global_step_$(tr -d '[:space:]' < "$OUT/sft/latest_checkpointed_iteration.txt")"
+  SFT=$(latest_ckpt "$OUT/sft")
 
   log "4/6 held-out accuracy of the SFT model (greedy)"
   before=$(accuracy "$SFT")
@@ -81,7 +79,7 @@ else
     echo "make demo: DEMO_SFT=$SFT_FROM holds no earlier demo run (needs data/train.jsonl, data/test.jsonl, sft/)" >&2
     exit 2
   fi
-  SFT="$SFT_FROM/sft/global_step_$(tr -d '[:space:]' < "$ckpt")"
+  SFT=$(latest_ckpt "$SFT_FROM/sft")
   mkdir -p "$OUT" && rm -rf "${OUT:?}/$ALGO"
   log "1-4/6 reusing the data and SFT model of $SFT_FROM ($SFT)"
   if [ -s "$SFT_FROM/sft_accuracy.txt" ]; then
@@ -94,16 +92,10 @@ fi
 
 log "5/6 $ALGO through the DAG worker ($EX/$ALGO.yaml)"
 read -r -a EXTRA <<< "${DEMO_TRAIN_ARGS:-}"
-LAUNCH=()
-if [ "${DEMO_NP:-1}" -gt 1 ]; then
-  LAUNCH=("${DEMO_MPIEXEC:-mpiexec}" --oversubscribe --bind-to none -np "$DEMO_NP")
-  # one thread per rank's share of the CPUs (more would oversubscribe them); Open MPI refuses root without these
-  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / DEMO_NP > 0 ? $(nproc) / DEMO_NP : 1 ))}
-  [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-fi
+demo_launch
 ${LAUNCH[@]+"${LAUNCH[@]}"} "$DF" train "$EX/$ALGO.yaml" data.train_files="[$DATA/train.jsonl]" data.val_files="[$DATA/test.jsonl]" \
     actor_rollout_ref.model.path="$SFT" trainer.default_local_dir="$OUT/$ALGO" ${EXTRA[@]+"${EXTRA[@]}"} >&2
-RL="$OUT/$ALGO/global_step_$(tr -d '[:space:]' < "$OUT/$ALGO/latest_checkpointed_iteration.txt")/actor"
+RL="$(latest_ckpt "$OUT/$ALGO")/actor"
 
 log "6/6 held-out accuracy after $ALGO (greedy)"
 after=$(accuracy "$RL")

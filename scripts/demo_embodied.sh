@@ -18,8 +18,7 @@ cd "$(dirname "$0")/.."
 EX=examples/demo
 OUT=${DEMO_OUT:-demo_out}/embodied
 SFT_FROM=${DEMO_SFT:+$DEMO_SFT/embodied}
-export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
-log() { printf '\n[demo] %s\n' "$*" >&2; }
+. scripts/demo_lib.sh
 start=$(date +%s)
 ENV=$(cat $EX/embodied_env.args)
 # the SRPO config's environment keys, as `distflow embodied eval` reads them
@@ -48,7 +47,7 @@ if [ -z "$SFT_FROM" ]; then
   log "3/6 SFT warm start on the demonstrations"
   "$DF" sft $EX/sft_embodied.yaml data.train_files="[$OUT/data/demos.jsonl]" model.partial_pretrain="$OUT/init" \
       trainer.default_local_dir="$OUT/sft" >&2
-  SFT="$OUT/sft/global_step_$(tr -d '[:space:]' < "$OUT/sft/latest_checkpointed_iteration.txt")"
+  SFT=$(latest_ckpt "$OUT/sft")
 
   log "4/6 held-out success rate of the SFT policy (greedy, and sampled)"
   before=$(success "$SFT")
@@ -60,23 +59,18 @@ else
     exit 2
   fi
   [ "$SFT_FROM" = "$OUT" ] || { rm -rf "$OUT" && mkdir -p "$OUT" && cp -r "$SFT_FROM/data" "$OUT/data"; }
-  SFT="$SFT_FROM/sft/global_step_$(tr -d '[:space:]' < "$ckpt")"
+  SFT=$(latest_ckpt "$SFT_FROM/sft")
   log "1-4/6 reusing the data and SFT policy of $SFT_FROM ($SFT)"
   before=$(cat "$SFT_FROM/sft_success.txt" 2>/dev/null || success "$SFT")
 fi
 
 log "5/6 SRPO through the DAG worker ($EX/embodied_srpo.yaml)"
 rm -rf "$OUT/srpo"
-LAUNCH=()
-if [ "${DEMO_NP:-1}" -gt 1 ]; then
-  LAUNCH=("${DEMO_MPIEXEC:-mpiexec}" --oversubscribe --bind-to none -np "$DEMO_NP")
-  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / DEMO_NP > 0 ? $(nproc) / DEMO_NP : 1 ))}
-  [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-fi
+demo_launch
 ${LAUNCH[@]+"${LAUNCH[@]}"} "$DF" train "$EX/embodied_srpo.yaml" data.train_files="[$OUT/data/train.jsonl]" \
     data.val_files="[$OUT/data/heldout.jsonl]" actor_rollout_ref.model.path="$SFT" \
     trainer.default_local_dir="$OUT/srpo" ${EXTRA[@]+"${EXTRA[@]}"} >&2
-RL="$OUT/srpo/global_step_$(tr -d '[:space:]' < "$OUT/srpo/latest_checkpointed_iteration.txt")/actor"
+RL="$(latest_ckpt "$OUT/srpo")/actor"
 
 log "6/6 held-out success rate after SRPO (greedy, and sampled)"
 after=$(success "$RL")

@@ -21,8 +21,7 @@ EX=examples/demo
 WORKFLOW=$EX/marft_workflow.yaml
 OUT=${DEMO_OUT:-demo_out}/marft
 SFT_FROM=${DEMO_SFT:+$DEMO_SFT/marft}
-export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
-log() { printf '\n[demo] %s\n' "$*" >&2; }
+. scripts/demo_lib.sh
 start=$(date +%s)
 # problems: each gives the SFT a planner row and a solver row; half the solver rows a bare answer
 N_TRAIN=12000 N_TEST=500 BARE=0.5
@@ -56,7 +55,7 @@ if [ -z "$SFT_FROM" ]; then
   log "3/4 SFT warm start of both agents (one model on both roles' demonstrations)"
   "$DF" sft $EX/sft_marft.yaml data.train_files="[$DATA/demos.jsonl]" model.partial_pretrain="$OUT/init" \
       trainer.default_local_dir="$OUT/sft" >&2
-  SFT="$OUT/sft/global_step_$(tr -d '[:space:]' < "$OUT/sft/latest_checkpointed_iteration.txt")"
+  SFT=$(latest_ckpt "$OUT/sft")
 else
   DATA="$SFT_FROM/data"
   ckpt="$SFT_FROM/sft/latest_checkpointed_iteration.txt"
@@ -64,19 +63,14 @@ else
     echo "make demo: DEMO_SFT=$DEMO_SFT holds no earlier marft demo run (needs marft/data/{train,test}.jsonl, marft/sft/)" >&2
     exit 2
   fi
-  SFT="$SFT_FROM/sft/global_step_$(tr -d '[:space:]' < "$ckpt")"
+  SFT=$(latest_ckpt "$SFT_FROM/sft")
   log "1-3/4 reusing the data and SFT model of $SFT_FROM ($SFT)"
 fi
 
 log "4/4 MARFT through the DAG worker ($EX/marft.yaml, $WORKFLOW): validation before the first step and after the last"
 mkdir -p "$OUT" && rm -rf "${OUT:?}/rl"
 read -r -a EXTRA <<< "${DEMO_TRAIN_ARGS:-}"
-LAUNCH=()
-if [ "${DEMO_NP:-1}" -gt 1 ]; then
-  LAUNCH=("${DEMO_MPIEXEC:-mpiexec}" --oversubscribe --bind-to none -np "$DEMO_NP")
-  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / DEMO_NP > 0 ? $(nproc) / DEMO_NP : 1 ))}
-  [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-fi
+demo_launch
 ${LAUNCH[@]+"${LAUNCH[@]}"} "$DF" train $EX/marft.yaml data.train_files="[$DATA/train.jsonl]" \
     data.val_files="[$DATA/test.jsonl]" actor_rollout_ref.model.path="$SFT" \
     trainer.default_local_dir="$OUT/rl" ${EXTRA[@]+"${EXTRA[@]}"} >&2
