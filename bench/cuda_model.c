@@ -14,9 +14,12 @@
  *             per second (a float32 decode step reads every weight once: compare with the
  *             device copy bandwidth bench_cuda_backend measures)
  *
- * Each next to the cuBLAS float32 matmul rate measured in the same run (the model's matmul
- * FLOPs over time, as a fraction of it); bench/torch_cuda_model.py runs HF transformers'
- * Qwen2 on the same shapes and GPU.
+ * Each in bf16 (mixed precision, what `trainer.device=cuda` runs by default: bf16 matmuls with
+ * float32 accumulation from a bf16 copy of the weights refreshed on the GPU after each step;
+ * the rollout's own bf16 copy, its head and sampler float32) and in float32, next to the cuBLAS
+ * matmul rate of that dtype measured in the same run (the model's matmul FLOPs over time, as
+ * a fraction of it); metrics are named <stage>_<bf16|f32>_..., as bench/torch_cuda_model.py's
+ * torch_<stage>_<bf16|f32>_... for HF transformers' Qwen2 on the same shapes and GPU.
  * Usage: bench_cuda_model [--tokens T (4096)] [--seq L (256)] [--layers N (24)]
  *        [--prompts B (64)] [--prompt-len P (256)] [--new N (128)]
  * Prints `metric: value` lines (medians of 7 trials); exit 77 with a SKIP line without a GPU.
@@ -64,6 +67,7 @@ typedef struct {
     float *d_grads, *d_m, *d_v;
     df_adamw_config oc;
     int64_t step;
+    bool bf16; /* mixed precision: the bf16 copy refreshed after each AdamW step */
 } run_arg;
 
 static void run_logprob(run_arg *r)
@@ -84,6 +88,8 @@ static void run_update(run_arg *r)
         OK(df_cuda_scale(cu, r->d_grads, np, (float)(1.0 / (norm + 1e-6))));
     OK(df_cuda_adamw_step(cu, r->a->wdev.blob, r->d_grads, r->d_m, r->d_v, np, &r->oc, ++r->step,
                           1e-6));
+    if (r->bf16) /* the trainer's weight sync: converted on the GPU from the new weights */
+        OK(df_weights16_refresh_dev(r->a->w16, r->m, &r->a->wdev.view));
 }
 
 /* Median of 7 timed calls after a warm-up, seconds (each call ends with a device sync). */
@@ -104,10 +110,10 @@ static double time_it(void (*f)(run_arg *), run_arg *r)
 
 /* Seconds of one df_rollout_generate of B prompts of P tokens, `new_tokens` each (median of 3
  * after a warm-up); the engine made once per call of this function. */
-static double time_generate(const df_model *m, const df_backend *be, int64_t B, int64_t P,
-                            int64_t new_tokens, int64_t max_new)
+static double time_generate(const df_model *m, const df_backend *be, df_rollout_dtype dt, int64_t B,
+                            int64_t P, int64_t new_tokens, int64_t max_new)
 {
-    df_rollout_options o = {B, P + max_new, 8192, DF_ROLLOUT_F32, be, false, false};
+    df_rollout_options o = {B, P + max_new, 8192, dt, be, false, false};
     df_rollout_engine *e;
     OK(df_rollout_engine_create_ex(&m->cfg, &o, &e));
     int64_t *off = malloc(sizeof(int64_t) * (size_t)(B + 1));
@@ -137,28 +143,67 @@ static double time_generate(const df_model *m, const df_backend *be, int64_t B, 
     return t[1];
 }
 
-/* cuBLAS float32 rate on an 8192^3 product (the ceiling of a float32 model). */
-static double f32_peak(void)
+/* cuBLAS rate on an 8192^3 product of dtype dt (the ceiling of a model computing in it). */
+static double gemm_peak(df_cuda_dtype dt)
 {
     const int64_t G = 8192;
     float *A, *B, *C;
+    uint16_t *A16, *B16;
     OK(df_cuda_alloc(cu, (size_t)(G * G) * 4, (void **)&A));
     OK(df_cuda_alloc(cu, (size_t)(G * G) * 4, (void **)&B));
     OK(df_cuda_alloc(cu, (size_t)(G * G) * 4, (void **)&C));
+    OK(df_cuda_alloc(cu, (size_t)(G * G) * 2, (void **)&A16));
+    OK(df_cuda_alloc(cu, (size_t)(G * G) * 2, (void **)&B16));
     OK(df_cuda_fill(cu, A, G * G, 0.5f));
     OK(df_cuda_fill(cu, B, G * G, 0.25f));
-    OK(df_cuda_gemm(cu, false, true, G, G, G, 1.0f, A, B, DF_CUDA_F32, 0.0f, C));
+    OK(df_cuda_f32_to_bf16(cu, A16, A, G * G));
+    OK(df_cuda_f32_to_bf16(cu, B16, B, G * G));
+    const void *a = dt == DF_CUDA_BF16 ? (const void *)A16 : A, *b = dt == DF_CUDA_BF16 ? (const void *)B16 : B;
+    OK(df_cuda_gemm(cu, false, true, G, G, G, 1.0f, a, b, dt, 0.0f, C));
     OK(df_cuda_sync(cu));
     double t[5];
     for (int k = 0; k < 5; k++) {
         double t0 = now_s();
-        OK(df_cuda_gemm(cu, false, true, G, G, G, 1.0f, A, B, DF_CUDA_F32, 0.0f, C));
+        OK(df_cuda_gemm(cu, false, true, G, G, G, 1.0f, a, b, dt, 0.0f, C));
         OK(df_cuda_sync(cu));
         t[k] = now_s() - t0;
     }
     qsort(t, 5, sizeof t[0], cmp_d);
     df_cuda_release(cu, A), df_cuda_release(cu, B), df_cuda_release(cu, C);
+    df_cuda_release(cu, A16), df_cuda_release(cu, B16);
     return 2.0 * G * G * G / t[2];
+}
+
+/* The log-prob forward, the update and the rollout in one dtype ("bf16": mixed precision);
+ * fwd: the matmul FLOPs of one forward; peak: cuBLAS's rate in that dtype. */
+static void bench_dtype(run_arg *r, const df_backend *be, const char *dt, double fwd, double peak,
+                        int64_t B, int64_t P, int64_t N)
+{
+    const int64_t np = r->m->n_params, T = r->b.n_tokens;
+    r->bf16 = !strcmp(dt, "bf16");
+    r->step = 0;
+    OK(df_acts_create_ex(be, &r->m->cfg, T, r->b.n_out, r->bf16 ? DF_ACTS_BF16 : 0, &r->a));
+    OK(df_acts_load_weights(r->a, r->m));
+    OK(df_cuda_fill(cu, r->d_m, np, 0.0f));
+    OK(df_cuda_fill(cu, r->d_v, np, 0.0f));
+    double s_lp = time_it(run_logprob, r);
+    printf("logprob_%s_ms: %.3f\nlogprob_%s_tokens_per_s: %.0f\nlogprob_%s_frac_of_gemm_%s: %.3f\n", dt,
+           s_lp * 1e3, dt, T / s_lp, dt, dt, fwd / s_lp / peak);
+    double s_up = time_it(run_update, r);
+    printf("update_%s_ms: %.3f\nupdate_%s_tokens_per_s: %.0f\nupdate_%s_frac_of_gemm_%s: %.3f\n", dt,
+           s_up * 1e3, dt, T / s_up, dt, dt, 3 * fwd / s_up / peak);
+    df_acts_free(r->a);
+    r->a = NULL;
+    /* the rollout: prefill alone, then N more tokens per prompt */
+    const df_rollout_dtype rd = r->bf16 ? DF_ROLLOUT_BF16 : DF_ROLLOUT_F32;
+    const double s_pf = time_generate(r->m, be, rd, B, P, 1, N + 1);
+    const double s_gen = time_generate(r->m, be, rd, B, P, N + 1, N + 1);
+    printf("rollout %s: %lld prompts x %lld tokens, %lld new tokens each, top-k 50; sampled on the "
+           "GPU (df_cuda_sample)\n", dt, (long long)B, (long long)P, (long long)N);
+    printf("prefill_%s_ms: %.3f\nprefill_%s_tokens_per_s: %.0f\n", dt, s_pf * 1e3, dt, B * P / s_pf);
+    const double s_dec = s_gen - s_pf, wbytes = r->bf16 ? 2.0 : 4.0;
+    printf("decode_%s_ms_per_step: %.3f\ndecode_%s_tokens_per_s: %.0f\ndecode_%s_weight_read_gb_per_s: "
+           "%.0f\n", dt, s_dec / N * 1e3, dt, B * N / s_dec, dt, np * wbytes * N / s_dec / 1e9);
 }
 
 int main(int argc, char **argv)
@@ -193,10 +238,11 @@ int main(int argc, char **argv)
     df_cuda_info in;
     df_cuda_get_info(cu, &in);
     printf("device: %s (cc %d.%d, %d SMs)\n", in.name, in.cc_major, in.cc_minor, in.n_sm);
-    printf("kernels: matmul cuBLAS cublasGemmEx f32 (no TF32); attention, norms, LM head, "
-           "AdamW: distflow's (src/backend/cuda), driven by src/model/forward.c / backward.c\n");
-    const double peak = f32_peak();
-    printf("gemm_f32_8192_tflops: %.1f\n", peak / 1e12);
+    printf("kernels: matmul cuBLAS cublasGemmEx, bf16 x bf16 -> f32 accumulation (mixed precision) "
+           "or f32 (no TF32); attention, norms, LM head, AdamW: distflow's (src/backend/cuda), "
+           "driven by src/model/forward.c / backward.c\n");
+    const double peak16 = gemm_peak(DF_CUDA_BF16), peak32 = gemm_peak(DF_CUDA_F32);
+    printf("gemm_bf16_8192_tflops: %.1f\ngemm_f32_8192_tflops: %.1f\n", peak16 / 1e12, peak32 / 1e12);
 
     df_model_config cfg;
     df_model_config_defaults(&cfg);
@@ -226,14 +272,10 @@ int main(int argc, char **argv)
         r.c[j] = 1.0f / (float)n;
 
     df_backend be = df_backend_cuda(cu);
-    OK(df_acts_create_on(&be, &cfg, T, n, &r.a));
-    OK(df_acts_load_weights(r.a, r.m));
     const int64_t np = r.m->n_params;
     OK(df_cuda_alloc(cu, (size_t)np * 4, (void **)&r.d_grads));
     OK(df_cuda_alloc(cu, (size_t)np * 4, (void **)&r.d_m));
     OK(df_cuda_alloc(cu, (size_t)np * 4, (void **)&r.d_v));
-    OK(df_cuda_fill(cu, r.d_m, np, 0.0f));
-    OK(df_cuda_fill(cu, r.d_v, np, 0.0f));
     df_adamw_config_defaults(&r.oc);
     printf("shape: %lld layers, hidden 896, heads 14/2 x 64, intermediate 4864, vocab 151936 "
            "(tied), %lld parameters; %lld tokens in %lld sequences of %lld, %lld scored\n",
@@ -251,24 +293,9 @@ int main(int argc, char **argv)
     const double fwd = layers * (2.0 * T * H * (2 * qd + 2 * kvd) + 6.0 * T * H * I +
                                  4.0 * pairs * qd) +
                        2.0 * n * 151936 * H;
-    double s_lp = time_it(run_logprob, &r);
-    printf("logprob_ms: %.3f\nlogprob_tokens_per_s: %.0f\nlogprob_frac_of_gemm_f32: %.3f\n",
-           s_lp * 1e3, T / s_lp, fwd / s_lp / peak);
-    double s_up = time_it(run_update, &r);
-    printf("update_ms: %.3f\nupdate_tokens_per_s: %.0f\nupdate_frac_of_gemm_f32: %.3f\n",
-           s_up * 1e3, T / s_up, 3 * fwd / s_up / peak);
+    bench_dtype(&r, &be, "bf16", fwd, peak16, B, P, N); /* train's default on the GPU first */
+    bench_dtype(&r, &be, "f32", fwd, peak32, B, P, N);
     df_cuda_release(cu, r.d_grads), df_cuda_release(cu, r.d_m), df_cuda_release(cu, r.d_v);
-    df_acts_free(r.a);
-    r.a = NULL;
-    /* the rollout: prefill alone, then N more tokens per prompt */
-    const double s_pf = time_generate(r.m, &be, B, P, 1, N + 1);
-    const double s_gen = time_generate(r.m, &be, B, P, N + 1, N + 1);
-    printf("rollout: %lld prompts x %lld tokens, %lld new tokens each, top-k 50, float32; "
-           "sampled on the GPU (df_cuda_sample)\n", (long long)B, (long long)P, (long long)N);
-    printf("prefill_ms: %.3f\nprefill_tokens_per_s: %.0f\n", s_pf * 1e3, B * P / s_pf);
-    const double s_dec = s_gen - s_pf;
-    printf("decode_ms_per_step: %.3f\ndecode_tokens_per_s: %.0f\ndecode_weight_read_gb_per_s: "
-           "%.0f\n", s_dec / N * 1e3, B * N / s_dec, np * 4.0 * N / s_dec / 1e9);
     df_model_free(r.m);
     df_cuda_free(cu);
     free(off), free(rows), free(tok), free(tgt), free(r.lp), free(r.en), free(r.c);

@@ -82,7 +82,7 @@ run() {
   fi
   : >"$out/model.txt"
   if [ -z "${NO_BENCH:-}" ] && [ "${BENCH:-model}" = model ]; then
-    LD_LIBRARY_PATH=$libs timeout 240 .devpack/bin/bench_cuda_model ${MODEL_ARGS:-} >"$out/model.txt" 2>&1 || rc=1
+    LD_LIBRARY_PATH=$libs timeout 300 .devpack/bin/bench_cuda_model ${MODEL_ARGS:-} >"$out/model.txt" 2>&1 || rc=1
     timeout 240 python3 bench/torch_cuda_model.py ${MODEL_ARGS:-} >>"$out/model.txt" 2>&1 ||
       echo "torch model baseline failed" >>"$out/model.txt"
   fi
@@ -112,6 +112,12 @@ run() {
   grep -E '^torch_.*bf16' "$out/torch.txt"
   echo "== the whole model (bench_cuda_model, bench/torch_cuda_model.py)"
   cat "$out/model.txt"
+  echo "== the whole model, distflow vs PyTorch in the same dtype (PyTorch time / distflow time)"
+  grep -E '^(logprob|update|prefill|decode)_(bf16|f32)_ms(_per_step)?:' "$out/model.txt" | while read -r k v; do
+    k=${k%:}
+    t=$(grep -E "^torch_${k}:" "$out/model.txt" | awk '{print $2}')
+    [ -n "$t" ] && awk -v k="$k" -v a="$v" -v b="$t" 'BEGIN{printf "%-28s %10.3f ms | torch %10.3f ms | %.2fx\n", k, a, b, b / a}'
+  done
   return $rc
 }
 
