@@ -120,6 +120,13 @@ static void print_devices(void)
     int n = 0;
     df_cuda_device_count(&n);
     printf("cuda_devices: %d\n", n);
+    const int nv = df_cuda_nccl_version();
+    if (nv)
+        printf("cuda_nccl: %d.%d.%d (the gradient all-reduce and the data coordinator's payloads "
+               "between GPUs)\n", nv / 10000, nv / 100 % 100, nv % 100);
+    else
+        printf("cuda_nccl: not in this build (gradients all-reduced through the host over MPI; "
+               "the data coordinator's payloads over MPI)\n");
     df_cuda *c = NULL;
     if (n > 0 && df_cuda_create(-1, &c) == DF_OK) {
         df_cuda_info in;

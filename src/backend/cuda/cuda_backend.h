@@ -319,6 +319,8 @@ int df_cuda_nccl_create(df_cuda *c, df_comm *group, df_cuda_nccl **out);
 void df_cuda_nccl_free(df_cuda_nccl *n);
 /** Ranks of the communicator. */
 int df_cuda_nccl_size(const df_cuda_nccl *n);
+/** NCCL's version code (e.g. 22803 for 2.28.3), 0 in a build without NCCL. */
+int df_cuda_nccl_version(void);
 /**
  * d[count] (device float32) summed over the communicator's ranks, in place, on the context's
  * stream (the gradient all-reduce). Collective: every rank calls it with the same count.

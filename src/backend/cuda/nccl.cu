@@ -98,6 +98,12 @@ void df_cuda_nccl_free(df_cuda_nccl *n)
 
 int df_cuda_nccl_size(const df_cuda_nccl *n) { return n ? n->size : 0; }
 
+int df_cuda_nccl_version(void)
+{
+    int v = 0;
+    return ncclGetVersion(&v) == ncclSuccess ? v : 0;
+}
+
 int df_cuda_nccl_allreduce_sum(df_cuda_nccl *n, float *d, int64_t count)
 {
     int rc = nccl_live(n, "df_cuda_nccl_allreduce_sum");
@@ -151,6 +157,8 @@ int df_cuda_nccl_create(df_cuda *c, df_comm *group, df_cuda_nccl **out)
 void df_cuda_nccl_free(df_cuda_nccl *n) { (void)n; }
 
 int df_cuda_nccl_size(const df_cuda_nccl *n) { (void)n; return 0; }
+
+int df_cuda_nccl_version(void) { return 0; }
 
 int df_cuda_nccl_allreduce_sum(df_cuda_nccl *n, float *d, int64_t count)
 {
