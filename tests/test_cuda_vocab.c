@@ -627,6 +627,18 @@ static void test_vocab_errors(void **state)
     assert_int_equal(df_cuda_vocab_scratch_floats(0, 100, 8), 0);
     assert_true(df_cuda_vocab_scratch_floats(64, 151936, 64) >= 64 * 151936);
     assert_true(df_cuda_vocab_scratch_floats(37, 151936, 64) < ((int64_t)1 << 24) + 4096);
+    /* sized once for the largest n (acts: max_out), so never smaller for more rows: the LM
+     * head's R x Vt tile alone is not monotone (21845 rows tile 768 columns, 21846 only 512) */
+    const int64_t Vs[3] = {151936, 152064, 1000};
+    for (int i = 0; i < 3; i++)
+        for (int64_t n = 2, prev = df_cuda_vocab_scratch_floats(1, Vs[i], 64); n <= 70000; n++) {
+            const int64_t f = df_cuda_vocab_scratch_floats(n, Vs[i], 64);
+            if (f < prev)
+                fail_msg("vocab scratch: %lld floats for %lld rows, %lld for %lld (V %lld)",
+                         (long long)f, (long long)n, (long long)prev, (long long)(n - 1),
+                         (long long)Vs[i]);
+            prev = f;
+        }
     DFCT_OK(df_cuda_sync(dfct_cu));
     dfct_free(d);
 }

@@ -207,7 +207,8 @@ typedef struct df_backend_ops {
     /** df_swiglu_bwd: dgate, dup OVERWRITTEN; dgate == gate and dup == up allowed (in place). */
     int (*swiglu_bwd)(void *ctx, float *dgate, float *dup, const float *dout, const float *gate,
                       const float *up, int64_t n);
-    /** Floats of scratch lmhead_fwd / _bwd need for n rows of a [V, H] head. */
+    /** Floats of scratch lmhead_fwd / _bwd need for n rows of a [V, H] head, or any fewer rows
+     *  (non-decreasing in n: df_acts sizes it once for max_out). */
     int64_t (*lmhead_scratch_floats)(void *ctx, int64_t n, int64_t V, int64_t H);
     /** df_lmhead_fwd: logp[n], entropy[n] (NULL: skipped), lse[n]; vocabulary-tiled. */
     int (*lmhead_fwd)(void *ctx, float *logp, float *entropy, float *lse, const float *h,
@@ -221,7 +222,8 @@ typedef struct df_backend_ops {
 
     /* ---- sampling from the LM head (NULL where the backend has none: the rollout then
      *      downloads each row's logits and samples on the host) ---- */
-    /** Floats of scratch `sample` needs for n rows of a [V, H] head. */
+    /** Floats of scratch `sample` needs for n rows of a [V, H] head, or any fewer rows
+     *  (non-decreasing in n: the rollout sizes it once for max_num_seqs). */
     int64_t (*sample_scratch_floats)(void *ctx, int64_t n, int64_t V, int64_t H);
     /**
      * tok[i] drawn from the logits z = h[i] W^T (h [n, H], W [V, H]) with the sampler of

@@ -255,7 +255,8 @@ int df_cuda_kv_slots_attention(df_cuda *c, float *d_out, const float *d_q, const
 
 /* ---- vocabulary: log-probs, entropy, sampling (vocab.cu) -------------------------------- */
 
-/** Device floats of scratch df_cuda_lmhead_fwd / _bwd / df_cuda_sample need for n rows. */
+/** Device floats of scratch df_cuda_lmhead_fwd / _bwd / df_cuda_sample need for n rows, or any
+ *  fewer (non-decreasing in n: the callers size it once for their largest n). */
 int64_t df_cuda_vocab_scratch_floats(int64_t n, int64_t V, int64_t H);
 /**
  * With z = (h W^T) / temperature, h [n,H], W [V,H], target [n] (device int32 in [0, V)):

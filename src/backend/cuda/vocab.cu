@@ -58,11 +58,14 @@ int64_t lm_cols(int64_t R, int64_t V)
 {
     return min64(V, kTileFloats / R / 256 * 256);
 }
-/* s0, s1 [R] double, m, zt [R] float, then the tile. */
+/* s0, s1 [R] double, m, zt [R] float, then the tile: R lm_cols(R, V) <= min(R V, 2^24) floats.
+ * The bound, not the tile itself, is what is reserved: R lm_cols(R, V) is not monotone in R
+ * (R = 21845 tiles 768 columns, R = 21846 only 512), and a buffer sized once for a largest n
+ * (the activations' max_out rows) must hold every call with fewer rows. */
 int64_t lm_floats(int64_t n, int64_t V)
 {
     const int64_t R = lm_rows(n);
-    return pad(6 * R) + R * lm_cols(R, V);
+    return pad(6 * R) + min64(R * V, kTileFloats);
 }
 
 /* Sampling: u [n] double, then the logits of Rs whole rows. */
@@ -546,8 +549,10 @@ __global__ void __launch_bounds__(kSampleThreads) sample_rows(SampleArgs a)
 /* ---- API ------------------------------------------------------------------------------- */
 
 /*
- * max(LM head, sampling) floats, at most ~64 MiB plus O(n) for any V <= 16M and n <= 32768:
- *   LM head: pad64(6 R) + R Vt, R = min(n, 32768) rows, Vt = min(V, floor(2^24 / R / 256) 256);
+ * max(LM head, sampling) floats, at most ~64 MiB plus O(n) for any V <= 16M and n <= 32768,
+ * non-decreasing in n (scratch sized for n rows serves every call with fewer):
+ *   LM head: pad64(6 R) + min(R V, 2^24) >= pad64(6 R) + R Vt, R = min(n, 32768) rows,
+ *   Vt = min(V, floor(2^24 / R / 256) 256);
  *   sampling: pad64(2 n) + Rs V, Rs = min(n, max(1, floor(2^24 / V))) whole rows of logits
  *   (V = 151936: 110 rows, 64 MiB; n = 64: 39 MB).
  */
