@@ -643,6 +643,52 @@ static void test_vocab_errors(void **state)
     dfct_free(d);
 }
 
+/*
+ * Scratch sized once for the largest n serves fewer rows (df_acts sizes it for max_out): 21846
+ * rows tile the head 512 columns wide, 21845 rows 768, so a sizing of R x Vt (before the fix)
+ * put the tile of a 21845-row call 87320 floats past the end of a scratch sized for 21846. A
+ * guard after the scratch must come back untouched through the float32 and bf16 heads' forward
+ * and backward (V = 1000, H = 8: cheap matmuls, the same tile arithmetic as V = 151936).
+ */
+static void test_lmhead_scratch_guard(void **state)
+{
+    (void)state;
+    const int64_t N = 21846, n = 21845, V = 1000, H = 8, G = (int64_t)1 << 18;
+    const int64_t sf = df_cuda_vocab_scratch_floats(N, V, H);
+    const size_t nh = (size_t)(n * H), vh = (size_t)(V * H), n4 = 4 * (size_t)n;
+    float *h = xmalloc(4 * nh), *W = xmalloc(4 * vh);
+    int32_t *tg = xmalloc(n4);
+    dfct_rand(h, (int64_t)nh, 71, -1, 1);
+    dfct_rand(W, (int64_t)vh, 72, -1, 1);
+    rand_targets(tg, n, V, 73);
+    float *dh = dfct_up(h, 4 * nh), *dW = dfct_up(W, 4 * vh);
+    int32_t *dt = dfct_up(tg, n4);
+    uint16_t *dW16 = dfct_alloc(2 * vh);
+    DFCT_OK(df_cuda_f32_to_bf16(dfct_cu, dW16, dW, (int64_t)vh));
+    float *dlogp = dfct_alloc(n4), *dlse = dfct_alloc(n4), *dent = dfct_alloc(n4);
+    float *ones = dfct_alloc(n4), *gh = dfct_alloc(4 * nh), *gW = dfct_alloc(4 * vh);
+    DFCT_OK(df_cuda_fill(dfct_cu, ones, n, 1.0f));
+    DFCT_OK(df_cuda_fill(dfct_cu, gW, (int64_t)vh, 0.0f));
+    float *ds = dfct_alloc(4 * (size_t)(sf + G));
+    DFCT_OK(df_cuda_fill(dfct_cu, ds + sf, G, 12345.0f));
+    DFCT_OK(df_cuda_lmhead_fwd(dfct_cu, dlogp, dent, dlse, dh, dW, dt, n, V, H, 1.0f, ds));
+    DFCT_OK(df_cuda_lmhead_bwd(dfct_cu, gh, gW, ones, ones, dh, dW, dt, dlse, dent, n, V, H, 1.0f, ds));
+    DFCT_OK(df_cuda_lmhead_fwd_w16(dfct_cu, dlogp, dent, dlse, dh, dW16, dt, n, V, H, 1.0f, ds));
+    DFCT_OK(df_cuda_lmhead_bwd_w16(dfct_cu, gh, gW, ones, ones, dh, dW16, dt, dlse, dent, n, V, H,
+                                   1.0f, ds));
+    float *guard = dfct_down(ds + sf, 4 * (size_t)G), *lse = dfct_down(dlse, n4);
+    for (int64_t i = 0; i < G; i++)
+        if (guard[i] != 12345.0f)
+            fail_msg("LM head with %lld rows wrote float %lld past a scratch of %lld floats sized "
+                     "for %lld rows", (long long)n, (long long)i, (long long)sf, (long long)N);
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(lse[i]))
+            fail_msg("lse[%lld] = %g: the head did not run", (long long)i, (double)lse[i]);
+    free(h), free(W), free(tg), free(guard), free(lse);
+    dfct_free(dh), dfct_free(dW), dfct_free(dt), dfct_free(dW16), dfct_free(dlogp);
+    dfct_free(dlse), dfct_free(dent), dfct_free(ones), dfct_free(gh), dfct_free(gW), dfct_free(ds);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -650,7 +696,7 @@ int main(void)
         cmocka_unit_test(test_lmhead_bwd),    cmocka_unit_test(test_lmhead_bwd_tiles),
         cmocka_unit_test(test_sample_greedy), cmocka_unit_test(test_sample_temperature),
         cmocka_unit_test(test_sample_top_k),  cmocka_unit_test(test_sample_top_p),
-        cmocka_unit_test(test_vocab_errors),
+        cmocka_unit_test(test_vocab_errors),  cmocka_unit_test(test_lmhead_scratch_guard),
     };
     return dfct_main("test_cuda_vocab", tests, sizeof tests / sizeof tests[0]);
 }
