@@ -169,17 +169,28 @@ static int cu_allreduce_sum(void *ctx, void *h, float *x, int64_t n)
         return df_error(DF_EINVAL, "cuda allreduce_sum: no handle or n < 0");
     if (g->nccl) /* in stream order, on the device */
         return df_cuda_nccl_allreduce_sum(g->nccl, x, n);
+    int rc = DF_OK;
     if (n > g->host_cap) {
         float *b = realloc(g->host, (size_t)n * sizeof(float));
-        if (!b)
-            return df_error(DF_ENOMEM, "cuda allreduce_sum: out of memory for %lld floats", (long long)n);
-        g->host = b;
-        g->host_cap = n;
+        if (b) {
+            g->host = b;
+            g->host_cap = n;
+        } else {
+            rc = df_error(DF_ENOMEM, "cuda allreduce_sum: out of memory for %lld floats", (long long)n);
+        }
     }
+    /* a rank without its staging buffer cannot join the sum: every rank learns it first */
+    int64_t bad = rc != DF_OK;
+    int crc = df_comm_allreduce(g->group, &bad, 1, DF_COMM_INT64, DF_COMM_MAX);
+    if (rc || crc)
+        return rc ? rc : crc;
+    if (bad)
+        return df_error(DF_ENOMEM, "cuda allreduce_sum: another rank could not stage the gradient "
+                        "(its own error says why)");
     const size_t bytes = (size_t)n * sizeof(float);
-    int rc = n ? df_cuda_download(ctx, g->host, x, bytes) : DF_OK;
+    rc = n ? df_cuda_download(ctx, g->host, x, bytes) : DF_OK;
     /* every rank reaches the collective, even after a failed download: none is left waiting */
-    int crc = df_comm_allreduce(g->group, g->host, n, DF_COMM_FLOAT32, DF_COMM_SUM);
+    crc = df_comm_allreduce(g->group, g->host, n, DF_COMM_FLOAT32, DF_COMM_SUM);
     if (!rc)
         rc = crc;
     if (!rc && n)
