@@ -181,7 +181,8 @@ int df_data_buffers_put(df_data_buffers *db, const char *key, df_batch *batch, d
             batch = NULL;
         }
     } else {
-        rc = df_redistribute(db->world, db->on_device ? &db->dev : NULL, key, in_src ? batch : NULL, local_rc, src, dst, o, &out, &s);
+        rc = df_redistribute(db->world, db->on_device ? &db->dev : NULL, key, in_src ? batch : NULL, local_rc,
+                             src, dst, o, &out, &s);
     }
     df_batch_free(batch);
     if (rc) {

@@ -75,8 +75,7 @@ int df_payload_alltoallv_dev(df_comm *w, const df_payload_dev *dev, const void *
         if (!rc)
             rc = o->alloc(ctx, (size_t)n_recv, &drecv);
         if (!rc && !(host = malloc((size_t)(n_recv ? n_recv : 1))))
-            rc = df_error(DF_ENOMEM, "device payload move: out of memory for %lld bytes",
-                          (long long)n_recv);
+            rc = df_error(DF_ENOMEM, "device payload move: out of memory for %lld bytes", (long long)n_recv);
         rc = agree(w, rc, "staging the payload on the device");
     }
     if (!rc) { /* every rank staged: all enter the device collective, all agree after it */
