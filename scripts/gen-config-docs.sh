@@ -41,7 +41,12 @@ Keys of type `map` are siiRL's free-form dict arguments (`model.override_config`
 them is checked. The value is kept as canonical flow YAML (`{a: 1, b: [x, y]}`), which
 `config show` prints. Set a whole map with `key={a: 1}` or one entry inside it with a dotted
 override (`actor_rollout_ref.model.override_config.attention_dropout=0.1`); `${...}` inside a
-map is kept as text.
+map is kept as text. Code that hands a map on as data (chat-template kwargs, an environment's
+config, reward kwargs) reads it as JSON through `df_config_map_json`, the same YAML -> JSON walker
+(`src/config/yaml_json.h`) that reads the agent's tool, interaction and environment files: plain
+scalars typed as the keys here are (null / ~, true / false / yes / no / on / off, integers with
+0x / 0o / `_`, finite floats, else strings; quoted ones are strings), `<<` merge keys applied, a
+key given twice refused.
 
 Which command checks what: `distflow plan`, `distflow config check --world N` and `distflow
 train` run the same validation (`df_train_check`, docs/architecture.md, "Validation: one path for
