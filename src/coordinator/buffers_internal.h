@@ -25,6 +25,13 @@ static inline bool df_dp_layout_sender(df_dp_layout l, int r)
     return r < df_dp_layout_ranks(l) && r % l.mp == 0;
 }
 
+/**
+ * The status every rank of w agrees on: an allreduce in which the lowest failing rank wins
+ * (its rank in the high bits, its code in the low 8). *code = that rank's rc (0: none
+ * failed), *who = its rank. Returns the allreduce's own error.
+ */
+int df_coord_agree(df_comm *w, int rc, int *code, int *who);
+
 /** A store's device path (df_data_buffers_use_backend): the backend and its handle of the
  *  world's group (group_open). */
 typedef struct df_payload_dev {

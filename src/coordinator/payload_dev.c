@@ -15,15 +15,12 @@
 /* Every rank gets the lowest failing rank's code; a failing rank keeps its own message. */
 static int agree(df_comm *w, int rc, const char *stage)
 {
-    int rank = df_comm_rank(w), size = df_comm_size(w);
-    int64_t v = rc ? ((int64_t)(size - rank) << 8) | (rc & 0xff) : 0;
-    int crc = df_comm_allreduce(w, &v, 1, DF_COMM_INT64, DF_COMM_MAX);
+    int code, who, crc = df_coord_agree(w, rc, &code, &who);
     if (crc)
         return df_error_wrap(crc, "device payload move: status allreduce after %s", stage);
-    if (!v || rc)
+    if (!code || rc)
         return rc;
-    return df_error((int)(v & 0xff), "device payload move: rank %d failed %s (its own error says why)",
-                    size - (int)(v >> 8), stage);
+    return df_error(code, "device payload move: rank %d failed %s (its own error says why)", who, stage);
 }
 
 /* got[s] = the bytes source s sends this rank: each rank's count for d is an 8-byte block. */

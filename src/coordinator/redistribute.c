@@ -56,14 +56,23 @@ static int agreed(const rd *r, int my_rc, int code, int who, const char *stage)
                     r->key, who, r->size, stage);
 }
 
-/* Allreduce of the status: the lowest failing rank wins (its rank in the high bits). */
+int df_coord_agree(df_comm *w, int rc, int *code, int *who)
+{
+    const int size = df_comm_size(w);
+    int64_t v = rc ? ((int64_t)(size - df_comm_rank(w)) << 8) | (rc & 0xff) : 0;
+    int crc = df_comm_allreduce(w, &v, 1, DF_COMM_INT64, DF_COMM_MAX);
+    *code = (int)(v & 0xff);
+    *who = size - (int)(v >> 8);
+    return crc;
+}
+
+/* The put's agreed status after `stage`. */
 static int agree(rd *r, int rc, const char *stage)
 {
-    int64_t v = rc ? ((int64_t)(r->size - r->rank) << 8) | (rc & 0xff) : 0;
-    int crc = df_comm_allreduce(r->w, &v, 1, DF_COMM_INT64, DF_COMM_MAX);
+    int code, who, crc = df_coord_agree(r->w, rc, &code, &who);
     if (crc)
         return df_error_wrap(crc, "put '%s': status allreduce %s", r->key, stage);
-    return agreed(r, rc, (int)(v & 0xff), r->size - (int)(v >> 8), stage);
+    return agreed(r, rc, code, who, stage);
 }
 
 /* ---- schema: which columns a batch has ------------------------------------------- */
