@@ -146,8 +146,14 @@ DF_API void df_dag_worker_free(df_dag_worker *w);
  * response tokens, AdamW with warmup + cosine / constant schedule. Saves the
  * model as a Hugging Face directory <default_local_dir>/global_step_<N> and
  * records N in <default_local_dir>/latest_checkpointed_iteration.txt.
+ * `comm`: the data-parallel ranks, every one calling this (collective); each
+ * loads and trains on its shard of the rows (i % size == rank) and of every
+ * batch (data.train_batch_size / size rows), the loss is the token mean over
+ * the whole global batch, rank 0 writes the logs and checkpoints, and every
+ * rank returns the same success or failure (DF_EINTERNAL on the ranks whose
+ * peer failed; the failing rank's own error says why). NULL: this process alone.
  */
-DF_API int df_sft_run(const df_config *cfg);
+DF_API int df_sft_run(const df_config *cfg, df_comm *comm);
 
 #ifdef __cplusplus
 }

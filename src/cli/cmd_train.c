@@ -21,7 +21,8 @@ static const char *SFT_USAGE =
     "CONFIG.yaml [key=value ...]\n\n"
     "Supervised fine-tuning with verl's SFT trainer keys (data.prompt_key / data.response_key as\n"
     "dotted paths into each JSON line, model.partial_pretrain, optim.*, trainer.*). Saves\n"
-    "<trainer.default_local_dir>/global_step_<N> as a Hugging Face directory.\n"
+    "<trainer.default_local_dir>/global_step_<N> as a Hugging Face directory. Under\n"
+    "`mpirun -np N` the N ranks train data-parallel: each its 1/N of the rows and of every batch.\n"
     "`distflow config help --sft` lists every key.";
 
 /* Parse CONFIG + overrides into a resolved config. */
@@ -120,25 +121,29 @@ int df_cmd_train(int argc, char **argv)
     return rc ? 1 : 0;
 }
 
+/* `distflow sft`: under mpirun each rank its shard of the data (df_sft_run agrees every failure, so
+   every rank returns and ends MPI itself). */
 int df_cmd_sft(int argc, char **argv)
 {
     df_comm *world = NULL;
     if (df_comm_world(&world))
         return df_cli_fail("sft");
-    if (df_comm_size(world) > 1) { /* each rank would write the same checkpoints */
-        if (df_comm_rank(world) == 0)
-            fprintf(stderr, "distflow sft: error: supervised fine-tuning runs on one rank; "
-                            "start it without mpirun (%d ranks were launched)\n", df_comm_size(world));
-        df_comm_shutdown();
-        return 1;
-    }
+    int rank = df_comm_rank(world), size = df_comm_size(world);
     df_config *cfg;
     int code;
-    if (load("sft", SFT_USAGE, df_config_schema_sft(), argc, argv, &cfg, &code, true))
+    if (load("sft", SFT_USAGE, df_config_schema_sft(), argc, argv, &cfg, &code, rank == 0)) {
+        df_comm_shutdown();
         return code;
-    int rc = df_sft_run(cfg);
-    if (rc)
+    }
+    int rc = df_sft_run(cfg, world);
+    if (rc && size > 1) {
+        fprintf(stderr, "distflow sft: error on rank %d of %d: %s\n", rank, size, df_last_error());
+        fflush(stderr);
+    } else if (rc) {
         df_cli_fail("sft");
+    }
     df_config_free(cfg);
+    if (df_comm_shutdown() && !rc)
+        rc = df_cli_fail("sft");
     return rc ? 1 : 0;
 }

@@ -17,6 +17,7 @@
 #include "engine/critic.h"
 #include "util/timeutil.h"
 #include "workers/common/ckpt_files.h"
+#include "workers/common/group_sum.h"
 #include "workers/common/run_log.h"
 #include "workers/common/prompts.h"
 #include "workers/reward/rm_score.h"
@@ -331,18 +332,6 @@ int df_worker_setup_parallel(df_dag_worker *w);
 /** Each node's layout and the actor's DP communicator (after the node configs exist). */
 int df_worker_setup_layouts(df_dag_worker *w);
 void df_worker_free_parallel(df_dag_worker *w);
-/**
- * Element-wise sum over the ranks of `comm` of the k values of vals, added in
- * rank order (the same bits on every rank), into totals[k] (zeroed first),
- * with a failure flag (rc != 0) summed alongside, as the actor's
- * df_train_core_reduce. A collective every rank makes, failed or not; NULL
- * comm: this rank alone. Returns the merged status: rc when this rank failed,
- * else a comm error wrapped with `what`, else DF_EINTERNAL "<what>: N other
- * rank(s) of the <group> (S ranks) failed; their own errors say why" when
- * another rank failed, else DF_OK. Errors also: DF_ENOMEM.
- */
-int df_worker_group_sum(df_comm *comm, int rc, const double *vals, int k, double *totals, const char *what,
-                        const char *group);
 /**
  * Index of `role`'s training node in w->graph (the last MODEL_TRAIN node of
  * the role that is not forward-only; with forward_ok also MODEL_INFERENCE

@@ -84,40 +84,6 @@ const df_node_layout *df_worker_node_layout(const df_dag_worker *w, const df_nod
     return i >= 0 ? &w->layouts[i] : NULL;
 }
 
-int df_worker_group_sum(df_comm *comm, int rc, const double *vals, int k, double *totals, const char *what,
-                        const char *group)
-{
-    int size = comm ? df_comm_size(comm) : 1;
-    for (int j = 0; j < k; j++)
-        totals[j] = 0;
-    const size_t row = (size_t)k + 1; /* k values, then the flag */
-    double *mine = malloc(((size_t)size + 1) * row * sizeof *mine);
-    if (!mine)
-        return rc ? rc : df_error(DF_ENOMEM, "%s: out of memory for %d ranks", what, size);
-    double *all = mine + row;
-    memcpy(mine, vals, (size_t)k * sizeof *mine);
-    mine[k] = rc != 0;
-    int crc = comm ? df_comm_allgather(comm, mine, (int64_t)(row * sizeof *mine), all) : DF_OK;
-    if (!comm)
-        memcpy(all, mine, row * sizeof *mine);
-    double failed = 0;
-    for (int r = 0; !crc && r < size; r++) {
-        for (int j = 0; j < k; j++)
-            totals[j] += all[(size_t)r * row + (size_t)j];
-        failed += all[(size_t)r * row + (size_t)k];
-    }
-    free(mine);
-    if (rc)
-        return rc;
-    if (crc)
-        return df_error_wrap(crc, "%s over %d ranks", what, size);
-    if (failed > 0)
-        return df_error(DF_EINTERNAL,
-                        "%s: %.0f other rank(s) of the %s (%d ranks) failed; their own errors say why", what,
-                        failed, group, size);
-    return DF_OK;
-}
-
 /*
  * ProcessGroupManager's groups as communicators: every rank walks the plan's
  * groups in the same order (df_comm_from_ranks is collective over the listed

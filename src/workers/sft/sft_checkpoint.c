@@ -5,6 +5,7 @@
 #include "util/fsutil.h"
 #include "util/killpoint.h"
 #include "workers/common/ckpt_files.h"
+#include "workers/common/group_sum.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -22,13 +23,20 @@ static int save_trainer_state(const df_sft_ckpt *c, int64_t step, const char *di
     df_dataloader_tell(c->dl, &epoch, &pos);
     char *p = df_path_join(dir, TRAINER_STATE);
     json_t *o = json_pack("{s:s, s:I, s:i, s:I, s:I, s:I, s:I, s:I, s:s}", "format", SFT_FORMAT, "global_step",
-                          (json_int_t)step, "world_size", 1, "total_training_steps", (json_int_t)c->total_steps,
+                          (json_int_t)step, "world_size", c->world, "total_training_steps", (json_int_t)c->total_steps,
                           "seed", (json_int_t)c->t->trainer.seed, "epoch", (json_int_t)epoch, "step",
                           (json_int_t)pos, "rows_per_rank", (json_int_t)df_dataloader_rows_per_rank(c->dl),
                           "train_state", STATE);
     int rc = p ? df_ckpt_write_json(o, p) : (json_decref(o), df_error(DF_ENOMEM, "out of memory"));
     free(p);
     return rc;
+}
+
+/* Every rank's status merged (collective): a failure anywhere fails every rank. */
+static int agree(const df_sft_ckpt *c, int rc, const char *what)
+{
+    double zero = 0, total;
+    return df_worker_group_sum(c->comm, rc, &zero, 1, &total, what, "job");
 }
 
 /* Everything of the checkpoint into s->tmp. */
@@ -49,22 +57,28 @@ static int save_files(const df_sft_ckpt *c, int64_t step, const char *tmp)
 
 int df_sft_checkpoint_save(const df_sft_ckpt *c, int64_t step)
 {
-    int rc = df_ckpt_check_finite(df_actor_model(c->actor), "model");
-    if (rc)
-        return df_error_wrap(rc, "saving checkpoint global_step_%lld", (long long)step);
     df_ckpt_save s;
+    bool writer = c->rank == 0; /* the ranks hold the same state: one writes it */
+    int rc = df_ckpt_check_finite(df_actor_model(c->actor), "model");
+    if ((rc = agree(c, rc, "checkpoint: checking the weights")))
+        return df_error_wrap(rc, "saving checkpoint global_step_%lld", (long long)step);
     df_kill_point_save_scope(true);
     rc = df_ckpt_save_paths(&s, c->out_dir, step);
-    if (!rc)
+    if (!rc && writer)
         rc = df_ckpt_save_begin(&s);
-    if (!rc)
+    if (!rc && writer)
         rc = save_files(c, step, s.tmp);
-    if (!rc)
+    rc = agree(c, rc, "checkpoint: writing");
+    if (!rc && writer)
         rc = df_ckpt_save_publish(&s);
-    df_ckpt_save_end(&s, rc);
+    rc = agree(c, rc, "checkpoint: renaming into place");
+    if (writer)
+        df_ckpt_save_end(&s, rc);
     df_kill_point_save_scope(false);
     if (rc)
         return df_error_wrap(rc, "saving checkpoint global_step_%lld", (long long)step);
+    if (!writer)
+        return DF_OK;
     printf("saved %s\n", s.final), fflush(stdout);
     const df_config_opt_int *keep = &c->t->trainer.max_ckpt_to_keep;
     if (keep->set && df_checkpoint_prune(c->out_dir, keep->v, 0)) /* costs disk, not the run */
@@ -94,13 +108,14 @@ static int load_trainer_state(const df_sft_ckpt *c, const char *dir, int64_t *st
     if (!rc)
         seed = (int64_t)json_integer_value(json_object_get(o, "seed"));
     json_decref(o);
-    if (!rc && world != 1)
-        rc = df_error(DF_EINVAL, "%s: written by %lld ranks; distflow sft runs on one", p, (long long)world);
+    if (!rc && world != c->world)
+        rc = df_error(DF_EINVAL, "%s: the checkpoint was written by %lld ranks and this run has %d; resuming on "
+                      "another number of ranks is not supported", p, (long long)world, c->world);
     if (!rc && rows != df_dataloader_rows_per_rank(c->dl))
-        rc = df_error(DF_EINVAL, "%s: written for %lld training rows, this run's data gives %lld (the dataset "
-                      "or data.train_max_samples changed)", p, (long long)rows,
+        rc = df_error(DF_EINVAL, "%s: written for %lld training rows per rank, this run's data gives %lld (the "
+                      "dataset or data.train_max_samples changed)", p, (long long)rows,
                       (long long)df_dataloader_rows_per_rank(c->dl));
-    if (!rc && seed != c->t->trainer.seed)
+    if (!rc && seed != c->t->trainer.seed && c->rank == 0)
         fprintf(stderr, "[distflow] warning: resuming with another trainer.seed (%lld) than the checkpoint's "
                         "(%lld): the data order differs from the original run's\n",
                 (long long)c->t->trainer.seed, (long long)seed);
@@ -116,7 +131,7 @@ int df_sft_checkpoint_resume(const df_sft_ckpt *c, int64_t *resumed)
     char dir[DF_CKPT_PATH_MAX];
     bool have = false;
     *resumed = 0;
-    int rc = df_ckpt_cleanup(c->out_dir, true);
+    int rc = agree(c, c->rank == 0 ? df_ckpt_cleanup(c->out_dir, true) : DF_OK, "removing a killed save's files");
     if (!rc)
         rc = df_ckpt_find(c->cfg, c->out_dir, tr->resume_mode, tr->resume_from_path, dir, &have);
     char *state = !rc && have ? df_path_join(dir, STATE) : NULL;
@@ -127,9 +142,9 @@ int df_sft_checkpoint_resume(const df_sft_ckpt *c, int64_t *resumed)
     if (!rc && have)
         rc = df_actor_load_state(c->actor, state);
     free(state);
-    if (rc)
+    if ((rc = agree(c, rc, "resuming")))
         return df_error_wrap(rc, "resuming (trainer.resume_mode=%s)", tr->resume_mode);
-    if (have)
+    if (have && c->rank == 0)
         fprintf(stderr, "[distflow] resuming from %s at step %lld\n", dir, (long long)*resumed + 1);
     return DF_OK;
 }

@@ -8,6 +8,7 @@
 #ifndef DF_WORKER_SFT_CHECKPOINT_H
 #define DF_WORKER_SFT_CHECKPOINT_H
 
+#include "distflow/comm.h"
 #include "distflow/config.h"
 #include "distflow/dataloader.h"
 #include "distflow/sft_config.h"
@@ -22,22 +23,27 @@ typedef struct df_sft_ckpt {
     df_actor *actor;
     df_dataloader *dl;
     int64_t total_steps;
+    df_comm *comm;             /**< the data-parallel ranks (NULL: this process alone) */
+    int rank, world;           /**< rank 0 writes; every rank reads */
 } df_sft_ckpt;
 
 /**
  * Save global_step_<step>: into .global_step_<step>.tmp, renamed into place, then `latest`; then
  * trainer.max_ckpt_to_keep applied (a removal that fails is a warning). A kill at any point leaves
- * `latest` naming a complete checkpoint. Errors: DF_EIO naming the file (with strerror), DF_EINVAL
- * (non-finite weights: nothing written), DF_ENOMEM.
+ * `latest` naming a complete checkpoint. Collective over c->comm: the ranks hold the same weights,
+ * optimizer state and dataloader position, so rank 0 writes them, and each stage's status is agreed
+ * (every rank returns the same success or failure). Errors: DF_EIO naming the file (with strerror),
+ * DF_EINVAL (non-finite weights: nothing written), DF_ENOMEM, DF_EINTERNAL (another rank failed).
  */
 int df_sft_checkpoint_save(const df_sft_ckpt *c, int64_t step);
 
 /**
- * Before the first step: remove what a killed save left in out_dir, then trainer.resume_mode (auto:
- * the checkpoint `latest` names, if any; resume_path: trainer.resume_from_path; disable: none) and,
- * from a checkpoint, the actor's weights, AdamW state and lr schedule position and the dataloader
- * position restored, *resumed = its step (0: a fresh start). Errors name the file: DF_ENOTFOUND,
- * DF_EINVAL (malformed, another format, a dataset of another size, world size other than 1).
+ * Before the first step (collective over c->comm): rank 0 removes what a killed save left in
+ * out_dir; then trainer.resume_mode picks the checkpoint (auto: the one `latest` names, if any;
+ * resume_path: trainer.resume_from_path; disable: none) and every rank restores from it the actor's
+ * weights, AdamW state and lr schedule position and the dataloader position; *resumed = its step
+ * (0: a fresh start). Errors name the file: DF_ENOTFOUND, DF_EINVAL (malformed, another format, a
+ * dataset of another size, written by another number of ranks), DF_EINTERNAL (another rank failed).
  */
 int df_sft_checkpoint_resume(const df_sft_ckpt *c, int64_t *resumed);
 

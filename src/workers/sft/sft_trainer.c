@@ -2,7 +2,10 @@
  * Supervised fine-tuning (verl's fsdp_sft_trainer): prompt -> response pairs,
  * token-mean cross-entropy on the response, with the actor's update machinery;
  * with data.multiturn.enable, chat conversations with the loss on the
- * assistant turns (sft_chat.c).
+ * assistant turns (sft_chat.c). On N ranks: data parallel, each rank its shard
+ * of the rows and of every batch, the loss and gradients summed over the ranks
+ * (the token mean of the whole global batch); rank 0 writes the outputs, and
+ * every step's status is agreed so that the ranks stop together.
  */
 #include "distflow/backend.h"
 #include "distflow/config.h"
@@ -16,6 +19,7 @@
 #include "util/killpoint.h"
 #include "util/timeutil.h"
 #include "workers/common/ckpt_files.h"
+#include "workers/common/group_sum.h"
 #include "workers/common/max_pos.h"
 #include "workers/common/model_info.h"
 #include "workers/common/precision.h"
@@ -116,15 +120,21 @@ static void warn_mismatch(const df_dataset *ds, const char *key, const df_sft_ch
     if (!st->mismatched)
         return;
     int64_t line = 0;
+    int shard, shards;
     const char *file = df_dataset_source(ds, st->first_mismatched, &line);
-    fprintf(stderr, "[distflow] warning: %s: %lld conversation(s) render differently turn by turn than whole "
+    df_dataset_shard(ds, &shard, &shards);
+    char where[48] = ""; /* on N ranks each rank reports the rows of its shard */
+    if (shards > 1)
+        snprintf(where, sizeof where, " of rank %d's shard", shard);
+    fprintf(stderr, "[distflow] warning: %s: %lld conversation(s)%s render differently turn by turn than whole "
             "(first: %s:%lld); trained on the turn-by-turn tokens (data.ignore_input_ids_mismatch=true)\n",
-            key, (long long)st->mismatched, file ? file : "?", (long long)line);
+            key, (long long)st->mismatched, where, file ? file : "?", (long long)line);
 }
 
-/* Load the files of list `files` (`key`: its name in messages); `pre`: the chat prefixes (multi-turn). */
+/* This rank's shard (rows i % world == rank) of the files of list `files` (`key`: its name in
+   messages); `pre`: the chat prefixes (multi-turn). */
 static int load(const df_sft_config *t, const char *key, const df_config_strs *files, int64_t max_rows,
-                const df_tokenizer *tok, const df_sft_chat_prefix *pre, sft_data *d)
+                const df_tokenizer *tok, const df_sft_chat_prefix *pre, int rank, int world, sft_data *d)
 {
     int n = files->n;
     const char **paths = calloc((size_t)(n ? n : 1), sizeof *paths);
@@ -135,10 +145,11 @@ static int load(const df_sft_config *t, const char *key, const df_config_strs *f
         if (!(paths[i] = df_expand_user(files->items[i])))
             rc = df_error(DF_ENOMEM, "out of memory");
     bool chat = t->data.multiturn.enable;
-    df_dataset_opts o = {.prompt_key = t->data.prompt_key, .reward_optional = true, .no_prompt = chat};
+    df_dataset_opts o = {.prompt_key = t->data.prompt_key, .reward_optional = true, .no_prompt = chat,
+                         .shard_index = rank, .shard_count = world};
     if (!rc)
         rc = df_dataset_load(paths, n, &o, &d->ds);
-    if (!rc && df_dataset_head(d->ds, max_rows) < 0) /* data.train_max_samples / val_max_samples */
+    if (!rc && df_dataset_head(d->ds, max_rows) < 0) /* data.*_max_samples: the same rows on any world size */
         rc = DF_ENOMEM;
     for (int i = 0; i < n; i++)
         free((char *)paths[i]);
@@ -219,6 +230,8 @@ static int make_batch(const sft_data *d, const int64_t *rows, int64_t n, int64_t
 
 typedef struct {
     df_sft_config t; /* the typed config; strings point into the df_config it was resolved from */
+    df_comm *comm;   /* the data-parallel ranks (NULL: this process alone) */
+    int rank, world;
     char model_dir[2048], out_dir[2048];
     df_tokenizer *tok;
     df_sft_chat_prefix prefix; /* multi-turn: the template's default system turn and generation prompt */
@@ -256,11 +269,18 @@ static void actor_params(const sft_run *s, df_actor_params *p)
                                    s->t.trainer.device, true);
 }
 
-/* Token-mean NLL of the validation responses (verl's val/loss). */
+/* Every rank's status agreed (collective): a failure anywhere fails every rank. */
+static int agree(const sft_run *s, int rc, const char *what)
+{
+    double zero = 0, total;
+    return df_worker_group_sum(s->comm, rc, &zero, 1, &total, what, "job");
+}
+
+/* Token-mean NLL of the validation responses (verl's val/loss), each rank its shard (collective). */
 static int val_loss(sft_run *s, double *loss)
 {
     int64_t n = df_dataset_size(s->val.ds);
-    double nll = 0, wsum = 0;
+    double nll = 0, wsum = 0, sums[2];
     int rc = DF_OK;
     for (int64_t start = 0; start < n && !rc; start += 256) {
         int64_t k = n - start < 256 ? n - start : 256, rows[256];
@@ -279,15 +299,18 @@ static int val_loss(sft_run *s, double *loss)
         }
         df_batch_free(b);
     }
-    *loss = wsum > 0 ? nll / wsum : 0;
+    rc = df_worker_group_sum(s->comm, rc, (const double[]){nll, wsum}, 2, sums, "val/loss", "job");
+    *loss = sums[1] > 0 ? sums[0] / sums[1] : 0;
     return rc;
 }
 
 /* The console line (trainer.logger has console), then metrics.jsonl's line of `step` and trainer.logger's
    other sinks; `sync`: the line durable before the checkpoint after it. */
-static int log_step(sft_run *s, int64_t step, df_metrics *m, double dt, int64_t tokens, bool sync)
+static int log_step(sft_run *s, int64_t step, df_metrics *m, double dt, double tokens, bool sync)
 {
-    df_metrics_set(m, "train/tokens_per_second", dt > 0 ? (double)tokens / dt : 0);
+    df_metrics_set(m, "train/tokens_per_second", dt > 0 ? tokens / dt : 0);
+    if (s->rank != 0) /* the metrics are global: rank 0 writes them */
+        return DF_OK;
     if (df_config_strs_has(&s->t.trainer.logger, "console")) {
         printf("sft step %lld/%lld | loss %.4f | lr %.2e | grad_norm %.3f | %.0f tok/s",
                (long long)step, (long long)s->total_steps, df_metrics_get(m, "train/loss", 0),
@@ -301,33 +324,40 @@ static int log_step(sft_run *s, int64_t step, df_metrics *m, double dt, int64_t 
     return df_run_log_step(&s->log, step, m, sync);
 }
 
+/* Step `step`'s rows of this rank as a batch; *tokens: the global batch's prompt + response tokens
+   (collective: the ranks' statuses agreed before the step's reductions). */
+static int step_batch(sft_run *s, int64_t *rows, df_batch **b, double *tokens)
+{
+    int64_t epoch, pos, n = 0;
+    df_dataloader_tell(s->dl, &epoch, &pos);
+    int rc = df_dataloader_indices(s->dl, epoch, pos, rows, s->t.data.train_batch_size, &n);
+    if (!rc)
+        rc = df_dataloader_seek(s->dl, epoch, pos + 1);
+    if (!rc)
+        rc = make_batch(&s->train, rows, n, s->max_len, s->trunc, b);
+    double mine = rc ? 0 : (double)(df_batch_offsets(*b, "prompt_ids")[n] + df_batch_offsets(*b, "response_ids")[n]);
+    return df_worker_group_sum(s->comm, rc, &mine, 1, tokens, "the step's batch", "job");
+}
+
 static int sft_loop(sft_run *s)
 {
     int64_t per_epoch = df_dataloader_steps_per_epoch(s->dl);
     int64_t save_freq = s->t.trainer.save_freq;
     int64_t test_freq = s->t.trainer.test_freq;
-    int64_t bs = s->t.data.train_batch_size;
-    int64_t *rows = malloc((size_t)bs * sizeof *rows);
+    int64_t *rows = malloc((size_t)s->t.data.train_batch_size * sizeof *rows);
     df_metrics *m = df_metrics_new();
-    int rc = rows && m ? DF_OK : df_error(DF_ENOMEM, "out of memory");
-    if (s->resumed >= s->total_steps)
+    int rc = agree(s, rows && m ? DF_OK : df_error(DF_ENOMEM, "out of memory"), "starting the loop");
+    if (s->resumed >= s->total_steps && s->rank == 0)
         fprintf(stderr, "[distflow] the checkpoint is at step %lld of %lld: nothing left to train\n",
                 (long long)s->resumed, (long long)s->total_steps);
     double start = df_now();
     for (int64_t step = s->resumed + 1; step <= s->total_steps && !rc; step++) {
-        double t0 = df_now();
-        int64_t epoch, pos, n;
-        df_dataloader_tell(s->dl, &epoch, &pos);
+        double t0 = df_now(), tokens = 0;
         df_batch *b = NULL;
-        rc = df_dataloader_indices(s->dl, epoch, pos, rows, bs, &n);
-        if (!rc)
-            rc = df_dataloader_seek(s->dl, epoch, pos + 1);
-        if (!rc)
-            rc = make_batch(&s->train, rows, n, s->max_len, s->trunc, &b);
         df_metrics_clear(m);
-        if (!rc)
+        rc = step_batch(s, rows, &b, &tokens);
+        if (!rc) /* collective: a rank that fails here fails them all */
             rc = df_actor_sft_step(s->actor, b, m);
-        int64_t tokens = rc ? 0 : df_batch_offsets(b, "prompt_ids")[n] + df_batch_offsets(b, "response_ids")[n];
         df_batch_free(b);
         bool last = step == s->total_steps, epoch_end = step % per_epoch == 0;
         if (!rc && s->val.ds && (last || (test_freq > 0 ? step % test_freq == 0 : epoch_end))) {
@@ -337,13 +367,13 @@ static int sft_loop(sft_run *s)
         }
         bool save = last || (save_freq > 0 && step % save_freq == 0);
         if (!rc) /* the line before the checkpoint, as train writes it (docs/checkpoints.md) */
-            rc = log_step(s, step, m, df_now() - t0, tokens, save);
+            rc = agree(s, log_step(s, step, m, df_now() - t0, tokens, save), "writing the metrics");
         if (!rc)
             df_kill_point("metrics");
         if (!rc && save)
             rc = df_sft_checkpoint_save(&s->ckpt, step);
     }
-    if (!rc && s->total_steps > 0) /* the last step is always saved */
+    if (!rc && s->total_steps > 0 && s->rank == 0) /* the last step is always saved */
         printf("== finished: %lld steps in %.1fs; last loss %.4f; checkpoint %s/global_step_%lld; metrics "
                "%s/metrics.jsonl\n",
                (long long)(s->total_steps - s->resumed), df_now() - start, df_metrics_get(m, "train/loss", 0), s->out_dir,
@@ -412,9 +442,82 @@ static int check_supported(const df_config *cfg, const df_sft_config *t)
     return DF_OK;
 }
 
-int df_sft_run(const df_config *cfg)
+/* The model and tokenizer of model.partial_pretrain, the chat template, the data shards. */
+static int load_inputs(sft_run *s, const df_config *cfg, df_model **m)
 {
-    sft_run s = {0};
+    const df_sft_config *t = &s->t;
+    int rc = check_supported(cfg, t);
+    df_seq_bound len = {.len = t->data.max_length}; /* multi-turn: the whole conversation */
+    snprintf(len.why, sizeof len.why, "data.max_length=%lld (%s)", (long long)len.len,
+             df_config_where(cfg, "data.max_length"));
+    if (!rc) /* before the weights are read */
+        rc = df_check_max_pos_dir(s->model_dir, df_config_where(cfg, "model.partial_pretrain"),
+                                  "model.partial_pretrain", &len);
+    if (!rc && (rc = df_hf_dir_load(s->model_dir, NULL, m, &s->tok)))
+        rc = df_error_wrap(rc, "model.partial_pretrain");
+    if (!rc)
+        rc = setup_chat(s);
+    if (!rc)
+        rc = load(t, "data.train_files", &t->data.train_files, t->data.train_max_samples, s->tok, &s->prefix,
+                  s->rank, s->world, &s->train);
+    if (!rc && t->data.val_files.n > 0)
+        rc = load(t, "data.val_files", &t->data.val_files, t->data.val_max_samples, s->tok, &s->prefix,
+                  s->rank, s->world, &s->val);
+    return agree(s, rc, "loading the model and data");
+}
+
+/* The dataloader over the ranks' shards: every rank as many rows as the smallest shard has. */
+static int make_loader(sft_run *s)
+{
+    const df_sft_config *t = &s->t;
+    int rc = df_dataloader_create(s->train.ds, t->data.train_batch_size, s->rank, s->world, true,
+                                  (uint64_t)t->trainer.seed, true, &s->dl);
+    if (rc)
+        rc = df_error_wrap(rc, "data.train_batch_size=%lld on %d rank(s)", (long long)t->data.train_batch_size,
+                           s->world);
+    int64_t rows = rc ? 0 : df_dataloader_rows_available(s->dl);
+    if ((rc = agree(s, rc, "the dataloader")))
+        return rc;
+    if (s->comm && (rc = df_comm_allreduce(s->comm, &rows, 1, DF_COMM_INT64, DF_COMM_MIN)))
+        return rc;
+    return df_dataloader_set_rows_per_rank(s->dl, rows);
+}
+
+/* The actor on trainer.device, its gradients summed over the ranks. */
+static int make_actor(sft_run *s, df_model **m)
+{
+    s->total_steps = s->t.trainer.total_training_steps.set
+                         ? s->t.trainer.total_training_steps.v
+                         : df_dataloader_steps_per_epoch(s->dl) * s->t.trainer.total_epochs;
+    df_actor_params p;
+    actor_params(s, &p);
+    int rc = df_actor_create(*m, &p, true, &s->actor);
+    if (!rc) {
+        *m = NULL;
+        df_actor_set_comm(s->actor, s->comm);
+    }
+    df_backend be; /* forward / backward on trainer.device (docs/cuda.md) */
+    if (!rc && ((rc = df_backend_open(s->t.trainer.device, &be)) || (rc = df_actor_set_backend(s->actor, &be))))
+        rc = df_error_wrap(rc, "trainer.device=%s", s->t.trainer.device);
+    return agree(s, rc, "creating the model's trainer");
+}
+
+static void print_banner(const sft_run *s, double examples)
+{
+    printf("== distflow %s sft\n", df_version());
+    df_print_model_info(stdout, s->model_dir, df_actor_model(s->actor), df_actor_bf16(s->actor), NULL, NULL);
+    printf("data: %.0f examples, %lld steps of %lld", examples, (long long)s->total_steps,
+           (long long)s->t.data.train_batch_size);
+    if (s->world > 1)
+        printf(" (%lld per rank on %d data-parallel ranks)", (long long)(s->t.data.train_batch_size / s->world),
+               s->world);
+    printf("; outputs: %s/ (global_step_<N>, metrics.jsonl)\n", s->out_dir);
+    fflush(stdout);
+}
+
+int df_sft_run(const df_config *cfg, df_comm *comm)
+{
+    sft_run s = {.comm = comm, .rank = comm ? df_comm_rank(comm) : 0, .world = comm ? df_comm_size(comm) : 1};
     int rc = df_sft_config_resolve(cfg, &s.t);
     if (rc)
         return rc;
@@ -428,59 +531,31 @@ int df_sft_run(const df_config *cfg)
     free(md);
     free(od);
     df_model *m = NULL;
-    rc = check_supported(cfg, t);
-    df_seq_bound len = {.len = t->data.max_length}; /* multi-turn: the whole conversation */
-    snprintf(len.why, sizeof len.why, "data.max_length=%lld (%s)", (long long)len.len,
-             df_config_where(cfg, "data.max_length"));
-    if (!rc) /* before the weights are read */
-        rc = df_check_max_pos_dir(s.model_dir, df_config_where(cfg, "model.partial_pretrain"),
-                                  "model.partial_pretrain", &len);
-    if (!rc && (rc = df_hf_dir_load(s.model_dir, NULL, &m, &s.tok)))
-        rc = df_error_wrap(rc, "model.partial_pretrain");
+    rc = load_inputs(&s, cfg, &m);
     if (!rc)
-        rc = setup_chat(&s);
+        rc = make_loader(&s);
     if (!rc)
-        rc = load(t, "data.train_files", &t->data.train_files, t->data.train_max_samples, s.tok, &s.prefix,
-                  &s.train);
-    if (!rc && t->data.val_files.n > 0)
-        rc = load(t, "data.val_files", &t->data.val_files, t->data.val_max_samples, s.tok, &s.prefix, &s.val);
-    if (!rc)
-        rc = df_dataloader_create(s.train.ds, t->data.train_batch_size, 0, 1, true, (uint64_t)t->trainer.seed, true,
-                                  &s.dl);
-    if (!rc) {
-        s.total_steps = t->trainer.total_training_steps.set
-                            ? t->trainer.total_training_steps.v
-                            : df_dataloader_steps_per_epoch(s.dl) * t->trainer.total_epochs;
-        df_actor_params p;
-        actor_params(&s, &p);
-        rc = df_actor_create(m, &p, true, &s.actor);
-        if (!rc)
-            m = NULL;
-    }
-    if (!rc) { /* forward / backward on trainer.device (docs/cuda.md) */
-        df_backend be;
-        if ((rc = df_backend_open(t->trainer.device, &be)) || (rc = df_actor_set_backend(s.actor, &be)))
-            rc = df_error_wrap(rc, "trainer.device=%s", t->trainer.device);
-    }
+        rc = make_actor(&s, &m);
     s.ckpt = (df_sft_ckpt){.cfg = cfg, .t = t, .out_dir = s.out_dir, .tokenizer_dir = s.model_dir,
-                           .actor = s.actor, .dl = s.dl, .total_steps = s.total_steps};
+                           .actor = s.actor, .dl = s.dl, .total_steps = s.total_steps, .comm = comm,
+                           .rank = s.rank, .world = s.world};
     if (!rc) /* the output directory itself is made by the first metrics line or checkpoint */
         rc = df_sft_checkpoint_resume(&s.ckpt, &s.resumed);
-    if (!rc)
-        rc = df_run_log_open(&s.log, &(df_run_log_opts){.out_dir = s.out_dir, .resumed_step = s.resumed,
-                                                        .logger = &t->trainer.logger,
-                                                        .tensorboard_dir = t->trainer.tensorboard_dir,
-                                                        .project = t->trainer.project_name,
-                                                        .experiment = t->trainer.experiment_name, .print = true});
-    if (!rc) {
-        printf("== distflow %s sft\n", df_version());
-        df_print_model_info(stdout, s.model_dir, df_actor_model(s.actor), df_actor_bf16(s.actor), NULL, NULL);
-        printf("data: %lld examples, %lld steps of %lld; outputs: %s/ (global_step_<N>, metrics.jsonl)\n",
-               (long long)df_dataset_size(s.train.ds), (long long)s.total_steps,
-               (long long)t->data.train_batch_size, s.out_dir);
-        fflush(stdout);
-        rc = sft_loop(&s);
+    double examples = 0, mine = rc ? 0 : (double)df_dataset_size(s.train.ds);
+    if (!rc) { /* rank 0 logs; the examples are the shards' sum */
+        int lrc = s.rank ? DF_OK
+                         : df_run_log_open(&s.log, &(df_run_log_opts){
+                                                       .out_dir = s.out_dir, .resumed_step = s.resumed,
+                                                       .logger = &t->trainer.logger,
+                                                       .tensorboard_dir = t->trainer.tensorboard_dir,
+                                                       .project = t->trainer.project_name,
+                                                       .experiment = t->trainer.experiment_name, .print = true});
+        rc = df_worker_group_sum(comm, lrc, &mine, 1, &examples, "opening the logs", "job");
     }
+    if (!rc && s.rank == 0)
+        print_banner(&s, examples);
+    if (!rc)
+        rc = sft_loop(&s);
     df_run_log_close(&s.log);
     df_model_free(m);
     df_actor_free(s.actor);
