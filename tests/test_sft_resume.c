@@ -8,7 +8,9 @@
  * state, trainer_state.json and metrics.jsonl (tokens per second aside) must be the straight run's
  * bytes, with no temporaries left. resume_mode=resume_path from the straight run's global_step_4
  * continues it to the same bytes; resume_mode=disable starts afresh beside a checkpoint; a
- * checkpoint of another dataset size is refused; trainer.max_ckpt_to_keep prunes; checkpoint contents without model, optimizer and
+ * checkpoint of another dataset size is refused; on 2 ranks (mpiexec) a run killed on rank 1 between
+ * micro-batches and on rank 0 mid-save resumes to the straight 2-rank run's bytes, and its checkpoint
+ * is refused on 1 rank; trainer.max_ckpt_to_keep prunes; checkpoint contents without model, optimizer and
  * extra are refused, and a run killed before its first step or refused leaves no output directory.
  * model.fsdp_config.mixed_precision.param_dtype (default bf16, as verl's SFT trainer) reaches the
  * matmuls: where this CPU has native bf16 kernels the default and a forced fp32 run train different
@@ -26,8 +28,9 @@ enum { STEPS = 6, EVERY = 2 };
 
 static char dir[256];
 
-/* `distflow sft dir/sft.yaml` into dir/<out> with overrides; log dir/<out>.log. */
-static int sft(const char *out, const char *kill_at, const char *counts, const char *const *ov, int n_ov)
+/* `distflow sft dir/sft.yaml` on np ranks into dir/<out> with overrides; log dir/<out>.log. */
+static int sft_np(int np, const char *out, const char *kill_at, const char *counts, const char *const *ov,
+                  int n_ov)
 {
     char yaml[512], outp[600], log[600], cnt[600];
     snprintf(yaml, sizeof yaml, "%s/sft.yaml", dir);
@@ -37,8 +40,13 @@ static int sft(const char *out, const char *kill_at, const char *counts, const c
     const char *argv[16] = {"sft", yaml, outp};
     for (int i = 0; i < n_ov && i < 12; i++)
         argv[3 + i] = ov[i];
-    df_cli_run o = {.np = 1, .kill_at = kill_at, .counts = counts ? cnt : NULL, .log = log};
+    df_cli_run o = {.np = np, .kill_at = kill_at, .counts = counts ? cnt : NULL, .log = log};
     return df_cli_exec(&o, argv);
+}
+
+static int sft(const char *out, const char *kill_at, const char *counts, const char *const *ov, int n_ov)
+{
+    return sft_np(1, out, kill_at, counts, ov, n_ov);
 }
 
 static void expect(int got, int want, const char *out, const char *what)
@@ -98,6 +106,34 @@ static void test_sft_kills(void **state)
     assert_int_equal(df_cli_latest(p), 4);
     expect(sft("kill", NULL, NULL, NULL, 0), DF_CLI_OK, "kill", "the resumed run");
     assert_same("full", "kill", STEPS, true);
+}
+
+/* 2 ranks: mpiexec ends the job when one rank dies (rank 1 between micro-batches, rank 0 in the middle
+   of a save); resumed on 2 ranks it ends with the straight 2-rank run's bytes; on 1 rank it is refused. */
+static void test_sft_kills_two_ranks(void **state)
+{
+    (void)state;
+    if (!DF_MPIEXEC[0])
+        skip(); /* built without MPI */
+    expect(sft_np(2, "np2", NULL, "np2.counts", NULL, 0), DF_CLI_OK, "np2", "the straight 2-rank run");
+    char p[1024], kill_at[64];
+    at(p, sizeof p, "np2.counts", "");
+    df_cli_counts c = df_cli_read_counts(p); /* rank 0's counts; the ranks step together */
+    assert_int_equal(c.update, STEPS); /* 4 rows a rank: one micro-batch a step */
+    expect(sft_np(2, "np2_kill", "update:4@1", NULL, NULL, 0), DF_CLI_KILLED, "np2_kill", "update:4@1");
+    at(p, sizeof p, "np2_kill", "");
+    assert_int_equal(df_cli_latest(p), 2);
+    snprintf(kill_at, sizeof kill_at, "save:%lld@0", c.save / (STEPS / EVERY) / 2); /* in step 4's save */
+    expect(sft_np(2, "np2_kill", kill_at, NULL, NULL, 0), DF_CLI_KILLED, "np2_kill", kill_at);
+    assert_int_equal(df_cli_latest(p), 2);
+    expect(sft_np(2, "np2_kill", NULL, NULL, NULL, 0), DF_CLI_OK, "np2_kill", "the resumed 2-rank run");
+    assert_same("np2", "np2_kill", STEPS, true);
+    expect(sft("np2_kill", NULL, NULL, NULL, 0), 1, "np2_kill", "a 2-rank checkpoint on 1 rank");
+    at(p, sizeof p, "np2_kill.log", "");
+    char *text = df_cli_log(p);
+    if (!strstr(text, "written by 2 ranks and this run has 1"))
+        fail_msg("the resume on 1 rank does not say why it is refused:\n%s", text);
+    free(text);
 }
 
 static void test_sft_resume_modes(void **state)
@@ -237,6 +273,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sft_kills),
         cmocka_unit_test(test_sft_resume_modes),
+        cmocka_unit_test(test_sft_kills_two_ranks),
         cmocka_unit_test(test_sft_nothing_left),
         cmocka_unit_test(test_sft_precision),
     };
