@@ -80,7 +80,7 @@ static void test_device_cuda(void **state)
     df_config_free(c);
     /* sft likewise, before it loads anything */
     assert_int_equal(df_config_load(df_config_schema_sft(), NULL, ov, 1, &c), DF_OK);
-    assert_int_equal(df_sft_run(c, NULL), DF_EUNSUPPORTED);
+    assert_int_equal(df_sft_run(c, NULL, NULL), DF_EUNSUPPORTED);
     assert_non_null(strstr(df_last_error(), "trainer.device=cuda: this build of distflow has the cpu backend only"));
     df_config_free(c);
 }

@@ -502,7 +502,7 @@ static void test_sft_tensorboard(void **state)
     df_config *cfg;
     if (df_config_load_text(df_config_schema_sft(), yaml, "sft.yaml", NULL, 0, &cfg))
         fail_msg("%s", df_last_error());
-    if (df_sft_run(cfg, NULL))
+    if (df_sft_run(cfg, NULL, NULL))
         fail_msg("%s", df_last_error());
     df_config_free(cfg);
     char *tb = df_path_join(dir, "sfttb"), *events = event_file(tb, NULL), *jsonl = df_path_join(dir, "sftout/metrics.jsonl");

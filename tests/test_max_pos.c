@@ -197,7 +197,7 @@ static int sft(int max_length, const char *out)
     df_config *cfg = NULL;
     if (df_config_load_text(df_config_schema_sft(), yaml, "sft.yaml", NULL, 0, &cfg))
         fail_msg("%s", df_last_error());
-    int rc = df_sft_run(cfg, NULL);
+    int rc = df_sft_run(cfg, NULL, NULL);
     df_config_free(cfg);
     return rc;
 }

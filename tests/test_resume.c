@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
-#include "testutil.h"
+#include "testcli.h"
 
 #include "distflow/comm.h"
 #include "distflow/reward.h"
@@ -266,51 +266,21 @@ static void test_stop_then_resume(void **state)
     assert_same_runs("grpo", "grpo_full", "grpo_stop");
 }
 
-/* `distflow train` in a child (SIGINT / SIGTERM as the shell gives them), stdout and stderr to
-   dir/<log>; out: trainer.default_local_dir under dir. */
+/* `distflow train` for 1000 steps in a child (df_cli_spawn), output to dir/<log>, into dir/<out>;
+   returns once its first step is done (a metrics.jsonl line). */
 static pid_t spawn_train(const char *out, const char *log)
 {
-    char bin[512], yaml[512], steps[] = "trainer.total_training_steps=1000", save[] = "trainer.save_freq=1000",
-         logp[512], outp[600], data[600];
-    snprintf(bin, sizeof bin, "%s/distflow", DF_BINARY_DIR);
+    char yaml[512], logp[512], outp[600], data[600], lines[600];
     snprintf(yaml, sizeof yaml, "%s/cli.yaml", dir);
     snprintf(logp, sizeof logp, "%s/%s", dir, log);
     snprintf(outp, sizeof outp, "trainer.default_local_dir=%s/%s", dir, out);
     snprintf(data, sizeof data, "data.train_files=[%s/cli.jsonl]", dir); /* a reward the CLI knows */
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
-            _exit(126);
-        signal(SIGINT, SIG_DFL);
-        signal(SIGTERM, SIG_DFL);
-        setenv("OMP_NUM_THREADS", "1", 1);
-        char *argv[] = {bin, "train", yaml, steps, save, outp, data, NULL};
-        execv(bin, argv);
-        _exit(127);
-    }
-    assert_true(pid > 0);
+    const char *argv[] = {"train", yaml, "trainer.total_training_steps=1000", "trainer.save_freq=1000", outp, data,
+                          NULL};
+    pid_t pid = df_cli_spawn(&(df_cli_run){.np = 1, .log = logp}, argv);
+    snprintf(lines, sizeof lines, "%s/%s/metrics.jsonl", dir, out);
+    df_cli_wait_line(lines, pid);
     return pid;
-}
-
-/* Wait until dir/<out>/metrics.jsonl holds a whole line (step 1 is done); fails after 120 s. */
-static void wait_first_step(const char *out, pid_t pid)
-{
-    char p[600];
-    snprintf(p, sizeof p, "%s/%s/metrics.jsonl", dir, out);
-    for (int i = 0; i < 2400; i++) {
-        char *text = NULL;
-        bool done = !df_read_file(p, &text, NULL) && strchr(text, '\n');
-        free(text);
-        if (done)
-            return;
-        int st;
-        if (waitpid(pid, &st, WNOHANG) == pid)
-            fail_msg("distflow train ended (status %d) before its first step", st);
-        usleep(50000);
-    }
-    kill(pid, SIGKILL);
-    fail_msg("no step of distflow train after 120 s");
 }
 
 static void test_signals_cli(void **state)
@@ -324,7 +294,6 @@ static void test_signals_cli(void **state)
     df_test_digits_inputs(dir, "cli.jsonl", 24, "openai/gsm8k", false);
     /* one SIGTERM: the step running finishes, is checkpointed, exit 143 */
     pid_t pid = spawn_train("sig", "sig.log");
-    wait_first_step("sig", pid);
     assert_int_equal(kill(pid, SIGTERM), 0);
     int st;
     assert_int_equal(waitpid(pid, &st, 0), pid);
@@ -341,7 +310,6 @@ static void test_signals_cli(void **state)
     /* a second signal ends it at once, by that signal's default action (SIGINT and SIGTERM: two signals
        of one kind could merge into one; the kernel may deliver them in either order) */
     pid = spawn_train("sig2", "sig2.log");
-    wait_first_step("sig2", pid);
     assert_int_equal(kill(pid, SIGINT), 0);
     assert_int_equal(kill(pid, SIGTERM), 0);
     assert_int_equal(waitpid(pid, &st, 0), pid);

@@ -33,6 +33,7 @@
 
 #include <jansson.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -46,8 +47,8 @@ static char dir[256];
 #define ADAM_EPS 1e-8  /* the SFT trainer's (src/workers/sft/sft_trainer.c) */
 #define GRAD_CLIP 1.0  /* optim.clip_grad's default */
 
-/* `distflow sft` on comm into dir/<out> with overrides; returns its status. */
-static int sft(df_comm *comm, const char *out, const char *const *ov, int n)
+/* `distflow sft` as o says into dir/<out> with overrides; returns its status, *stopped the flag. */
+static int sft_opts(const df_sft_opts *o, const char *out, const char *const *ov, int n, int *stopped)
 {
     char yaml[2048];
     snprintf(yaml, sizeof yaml,
@@ -62,9 +63,15 @@ static int sft(df_comm *comm, const char *out, const char *const *ov, int n)
     df_config *cfg = NULL;
     int rc = df_config_load_text(df_config_schema_sft(), yaml, "sft.yaml", ov, n, &cfg);
     if (!rc)
-        rc = df_sft_run(cfg, comm);
+        rc = df_sft_run(cfg, o, stopped);
     df_config_free(cfg);
     return rc;
+}
+
+/* `distflow sft` on comm into dir/<out> with overrides; returns its status. */
+static int sft(df_comm *comm, const char *out, const char *const *ov, int n)
+{
+    return sft_opts(&(df_sft_opts){.comm = comm}, out, ov, n, NULL);
 }
 
 /* The reference on rank 0 alone, then the same job over the world into dir/<out>. */
@@ -276,6 +283,22 @@ static void test_resume(void **state)
     assert_int_equal(df_comm_barrier(W), 0);
 }
 
+/* A stop flag raised on the last rank only, before the first step: every rank stops there (the
+   flag is agreed), nothing is trained or written, and each reports the signal. */
+static void test_stop_agreed(void **state)
+{
+    (void)state;
+    static volatile sig_atomic_t flag;
+    flag = R == N - 1 ? SIGTERM : 0;
+    int stopped = -1;
+    assert_int_equal(sft_opts(&(df_sft_opts){.comm = W, .stop = &flag}, "stopped", NULL, 0, &stopped), DF_ESTOPPED);
+    assert_int_equal(stopped, SIGTERM);
+    assert_int_equal(df_comm_barrier(W), 0);
+    char p[600];
+    snprintf(p, sizeof p, "%s/stopped", dir);
+    assert_false(df_dir_exists(p));
+}
+
 static int setup(void **state)
 {
     if (df_test_world_setup(state))
@@ -322,6 +345,7 @@ int main(void)
         cmocka_unit_test(test_frozen_losses),
         cmocka_unit_test(test_one_rank_fails),
         cmocka_unit_test(test_resume),
+        cmocka_unit_test(test_stop_agreed),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -49,6 +49,8 @@ static int sft(const char *out, const char *kill_at, const char *counts, const c
     return sft_np(1, out, kill_at, counts, ov, n_ov);
 }
 
+static bool log_has(const char *out, const char *text);
+
 static void expect(int got, int want, const char *out, const char *what)
 {
     if (got == want)
@@ -134,6 +136,41 @@ static void test_sft_kills_two_ranks(void **state)
     if (!strstr(text, "written by 2 ranks and this run has 1"))
         fail_msg("the resume on 1 rank does not say why it is refused:\n%s", text);
     free(text);
+}
+
+/* SIGTERM after the first step: the step in progress finishes and is checkpointed (save_freq > 0),
+   exit 143 (docs/checkpoints.md, "Stopping"); the same command resumes from it. */
+static void test_sft_sigterm(void **state)
+{
+    (void)state;
+    char yaml[512], outp[600], log[600], lines[600], p[1024];
+    snprintf(yaml, sizeof yaml, "%s/sft.yaml", dir);
+    snprintf(outp, sizeof outp, "trainer.default_local_dir=%s/sig", dir);
+    snprintf(log, sizeof log, "%s/sig.log", dir);
+    const char *argv[] = {"sft", yaml, outp, "trainer.total_training_steps=1000", "trainer.save_freq=1000", NULL};
+    df_cli_run o = {.np = 1, .log = log};
+    pid_t pid = df_cli_spawn(&o, argv);
+    snprintf(lines, sizeof lines, "%s/sig/metrics.jsonl", dir);
+    df_cli_wait_line(lines, pid);
+    assert_int_equal(kill(pid, SIGTERM), 0);
+    expect(df_cli_wait(&o, pid, "sft"), 143, "sig", "SIGTERM after the first step");
+    assert_true(log_has("sig", "stopped on request after step"));
+    at(p, sizeof p, "sig", "");
+    int step = df_cli_latest(p);
+    char rel[64];
+    snprintf(rel, sizeof rel, "global_step_%d/train_state.safetensors", step);
+    at(p, sizeof p, "sig", rel);
+    assert_true(step >= 1 && step < 1000 && df_file_exists(p));
+    at(p, sizeof p, "sig", "");
+    df_cli_no_temporaries(p);
+    /* resumed (to one step more than it had): it starts after the checkpoint */
+    char more[64];
+    snprintf(more, sizeof more, "trainer.total_training_steps=%d", step + 1);
+    const char *ov[] = {more};
+    expect(sft("sig", NULL, NULL, ov, 1), DF_CLI_OK, "sig", "the resumed run");
+    char from[400];
+    snprintf(from, sizeof from, "resuming from %s/sig/global_step_%d at step %d", dir, step, step + 1);
+    assert_true(log_has("sig", from));
 }
 
 static void test_sft_resume_modes(void **state)
@@ -274,6 +311,7 @@ int main(void)
         cmocka_unit_test(test_sft_kills),
         cmocka_unit_test(test_sft_resume_modes),
         cmocka_unit_test(test_sft_kills_two_ranks),
+        cmocka_unit_test(test_sft_sigterm),
         cmocka_unit_test(test_sft_nothing_left),
         cmocka_unit_test(test_sft_precision),
     };

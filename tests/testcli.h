@@ -30,11 +30,10 @@ typedef struct df_cli_run {
 } df_cli_run;
 
 /**
- * Run `distflow <argv...>` (argv NULL-terminated, without the binary) and wait at most 300 s.
- * Returns DF_CLI_OK, DF_CLI_KILLED (SIGKILL: the process itself, or under mpiexec a rank that
- * "exited on signal 9"), or the exit status (128 + signal for another signal).
+ * Start `distflow <argv...>` (argv NULL-terminated, without the binary) as o says, in a process group
+ * of its own (mpiexec and its ranks with it), SIGINT / SIGTERM at their default actions. Returns its pid.
  */
-static inline int df_cli_exec(const df_cli_run *o, const char *const *argv)
+static inline pid_t df_cli_spawn(const df_cli_run *o, const char *const *argv)
 {
     char bin[512], np[16];
     snprintf(bin, sizeof bin, "%s/distflow", DF_BINARY_DIR);
@@ -57,6 +56,8 @@ static inline int df_cli_exec(const df_cli_run *o, const char *const *argv)
         int fd = open(o->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
             _exit(126);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
         setenv("OMP_NUM_THREADS", "1", 1);
         setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
         setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
@@ -77,6 +78,16 @@ static inline int df_cli_exec(const df_cli_run *o, const char *const *argv)
         _exit(127);
     }
     assert_true(pid > 0);
+    return pid;
+}
+
+/**
+ * Wait at most 300 s for a df_cli_spawn'd run (`what` names it in the failure). Returns DF_CLI_OK,
+ * DF_CLI_KILLED (SIGKILL: the process itself, or under mpiexec a rank that "exited on signal 9"),
+ * or the exit status (128 + signal for another signal).
+ */
+static inline int df_cli_wait(const df_cli_run *o, pid_t pid, const char *what)
+{
     int st = 0;
     for (int i = 0; i < 30000; i++) {
         if (waitpid(pid, &st, WNOHANG) == pid)
@@ -84,7 +95,7 @@ static inline int df_cli_exec(const df_cli_run *o, const char *const *argv)
         if (i == 29999) {
             kill(-pid, SIGKILL);
             waitpid(pid, &st, 0);
-            fail_msg("distflow %s did not end within 300 s (log: %s)", argv[0], o->log);
+            fail_msg("distflow %s did not end within 300 s (log: %s)", what, o->log);
         }
         usleep(10000);
     }
@@ -99,6 +110,33 @@ static inline int df_cli_exec(const df_cli_run *o, const char *const *argv)
             return DF_CLI_KILLED;
     }
     return code;
+}
+
+/** Run `distflow <argv...>` to its end (df_cli_spawn, then df_cli_wait). */
+static inline int df_cli_exec(const df_cli_run *o, const char *const *argv)
+{
+    return df_cli_wait(o, df_cli_spawn(o, argv), argv[0]);
+}
+
+/**
+ * Wait until the file at `path` holds a whole line (e.g. a run's first metrics.jsonl line: its
+ * step 1 is done) while the df_cli_spawn'd `pid` runs; fails when it ends first or after 120 s.
+ */
+static inline void df_cli_wait_line(const char *path, pid_t pid)
+{
+    for (int i = 0; i < 2400; i++) {
+        char *text = NULL;
+        bool done = !df_read_file(path, &text, NULL) && strchr(text, '\n');
+        free(text);
+        if (done)
+            return;
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            fail_msg("the run ended (status %d) before a line of %s", st, path);
+        usleep(50000);
+    }
+    kill(-pid, SIGKILL);
+    fail_msg("no line in %s after 120 s", path);
 }
 
 /** The log's text (malloc'd; "" when unreadable). */

@@ -139,6 +139,15 @@ DF_API int df_dag_worker_stopped(const df_dag_worker *w);
 
 DF_API void df_dag_worker_free(df_dag_worker *w);
 
+/** How df_sft_run runs. A zeroed struct (or NULL): this process alone, never stopped. */
+typedef struct df_sft_opts {
+    /** The data-parallel ranks, every one calling df_sft_run (collective); NULL: this process alone. */
+    df_comm *comm;
+    /** Polled at every step boundary (a signal handler sets it); non-zero on any rank: every rank
+     *  stops after the same step. NULL: never. */
+    const volatile sig_atomic_t *stop;
+} df_sft_opts;
+
 /**
  * Supervised fine-tuning (verl's fsdp_sft_trainer) from a resolved `sft`
  * config: prompt (data.prompt_key: chat messages or text, rendered with the
@@ -146,14 +155,17 @@ DF_API void df_dag_worker_free(df_dag_worker *w);
  * response tokens, AdamW with warmup + cosine / constant schedule. Saves the
  * model as a Hugging Face directory <default_local_dir>/global_step_<N> and
  * records N in <default_local_dir>/latest_checkpointed_iteration.txt.
- * `comm`: the data-parallel ranks, every one calling this (collective); each
- * loads and trains on its shard of the rows (i % size == rank) and of every
- * batch (data.train_batch_size / size rows), the loss is the token mean over
- * the whole global batch, rank 0 writes the logs and checkpoints, and every
- * rank returns the same success or failure (DF_EINTERNAL on the ranks whose
- * peer failed; the failing rank's own error says why). NULL: this process alone.
+ * On o->comm's ranks (docs/sft.md, "On several ranks"): each loads and trains
+ * on its shard of the rows (i % size == rank) and of every batch
+ * (data.train_batch_size / size rows), the loss is the token mean over the
+ * whole global batch, rank 0 writes the logs and checkpoints, and every rank
+ * returns the same success or failure (DF_EINTERNAL on the ranks whose peer
+ * failed; the failing rank's own error says why). A stop request
+ * (docs/checkpoints.md, "Stopping") ends the run after the step in progress,
+ * checkpointed when trainer.save_freq > 0: DF_ESTOPPED, *stopped (may be NULL)
+ * the flag's largest value over the ranks (0 when not stopped).
  */
-DF_API int df_sft_run(const df_config *cfg, df_comm *comm);
+DF_API int df_sft_run(const df_config *cfg, const df_sft_opts *o, int *stopped);
 
 #ifdef __cplusplus
 }

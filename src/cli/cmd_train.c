@@ -122,7 +122,7 @@ int df_cmd_train(int argc, char **argv)
 }
 
 /* `distflow sft`: under mpirun each rank its shard of the data (df_sft_run agrees every failure, so
-   every rank returns and ends MPI itself). */
+   every rank returns and ends MPI itself). SIGINT / SIGTERM stop it as they stop train. */
 int df_cmd_sft(int argc, char **argv)
 {
     df_comm *world = NULL;
@@ -135,7 +135,14 @@ int df_cmd_sft(int argc, char **argv)
         df_comm_shutdown();
         return code;
     }
-    int rc = df_sft_run(cfg, world);
+    catch_stop_signals();
+    int stopped = 0;
+    int rc = df_sft_run(cfg, &(df_sft_opts){.comm = world, .stop = &g_stop}, &stopped);
+    if (rc == DF_ESTOPPED) { /* every rank stopped at the same boundary: 128 + the signal */
+        df_config_free(cfg);
+        df_comm_shutdown();
+        return 128 + stopped;
+    }
     if (rc && size > 1) {
         fprintf(stderr, "distflow sft: error on rank %d of %d: %s\n", rank, size, df_last_error());
         fflush(stderr);

@@ -232,6 +232,8 @@ typedef struct {
     df_sft_config t; /* the typed config; strings point into the df_config it was resolved from */
     df_comm *comm;   /* the data-parallel ranks (NULL: this process alone) */
     int rank, world;
+    const volatile sig_atomic_t *stop; /* the stop request (NULL: none) */
+    int stopped;                       /* the agreed stop flag when the loop stopped early */
     char model_dir[2048], out_dir[2048];
     df_tokenizer *tok;
     df_sft_chat_prefix prefix; /* multi-turn: the template's default system turn and generation prompt */
@@ -339,6 +341,32 @@ static int step_batch(sft_run *s, int64_t *rows, df_batch **b, double *tokens)
     return df_worker_group_sum(s->comm, rc, &mine, 1, tokens, "the step's batch", "job");
 }
 
+/* The stop flag's largest value over the ranks (collective, every step): every rank stops at the
+   same boundary whichever rank the signal reached. */
+static int poll_stop(const sft_run *s, int *stop)
+{
+    int64_t v = s->stop ? (int64_t)*s->stop : 0;
+    int rc = s->comm ? df_comm_allreduce(s->comm, &v, 1, DF_COMM_INT64, DF_COMM_MAX) : DF_OK;
+    *stop = rc ? 0 : (int)v;
+    return rc ? df_error_wrap(rc, "all-reduce of the stop request") : DF_OK;
+}
+
+/* A stop at a step boundary: say what was kept, return DF_ESTOPPED. */
+static int stopped(sft_run *s, int flag, int64_t done, bool saved)
+{
+    s->stopped = flag;
+    if (s->rank == 0 && saved)
+        fprintf(stderr, "[distflow] stopped on request after step %lld of %lld; checkpoint global_step_%lld "
+                        "saved: the same command resumes from it\n",
+                (long long)done, (long long)s->total_steps, (long long)done);
+    else if (s->rank == 0)
+        fprintf(stderr, "[distflow] stopped on request after step %lld of %lld; no checkpoint of it "
+                        "(trainer.save_freq=%lld)\n",
+                (long long)done, (long long)s->total_steps, (long long)s->t.trainer.save_freq);
+    return df_error(DF_ESTOPPED, "stopped on request after step %lld of %lld", (long long)done,
+                    (long long)s->total_steps);
+}
+
 static int sft_loop(sft_run *s)
 {
     int64_t per_epoch = df_dataloader_steps_per_epoch(s->dl);
@@ -351,6 +379,9 @@ static int sft_loop(sft_run *s)
         fprintf(stderr, "[distflow] the checkpoint is at step %lld of %lld: nothing left to train\n",
                 (long long)s->resumed, (long long)s->total_steps);
     double start = df_now();
+    int stop = 0; /* a signal while loading: stop before the first step */
+    if (!rc && s->resumed < s->total_steps && !(rc = poll_stop(s, &stop)) && stop)
+        rc = stopped(s, stop, s->resumed, false);
     for (int64_t step = s->resumed + 1; step <= s->total_steps && !rc; step++) {
         double t0 = df_now(), tokens = 0;
         df_batch *b = NULL;
@@ -365,13 +396,17 @@ static int sft_loop(sft_run *s)
             if (!(rc = val_loss(s, &vl)))
                 df_metrics_set(m, "val/loss", vl);
         }
-        bool save = last || (save_freq > 0 && step % save_freq == 0);
+        if (!rc && !last)
+            rc = poll_stop(s, &stop);
+        bool save = last || (save_freq > 0 && (step % save_freq == 0 || stop));
         if (!rc) /* the line before the checkpoint, as train writes it (docs/checkpoints.md) */
             rc = agree(s, log_step(s, step, m, df_now() - t0, tokens, save), "writing the metrics");
         if (!rc)
             df_kill_point("metrics");
         if (!rc && save)
             rc = df_sft_checkpoint_save(&s->ckpt, step);
+        if (!rc && stop)
+            rc = stopped(s, stop, step, save);
     }
     if (!rc && s->total_steps > 0 && s->rank == 0) /* the last step is always saved */
         printf("== finished: %lld steps in %.1fs; last loss %.4f; checkpoint %s/global_step_%lld; metrics "
@@ -515,9 +550,13 @@ static void print_banner(const sft_run *s, double examples)
     fflush(stdout);
 }
 
-int df_sft_run(const df_config *cfg, df_comm *comm)
+int df_sft_run(const df_config *cfg, const df_sft_opts *o, int *stopped_by)
 {
-    sft_run s = {.comm = comm, .rank = comm ? df_comm_rank(comm) : 0, .world = comm ? df_comm_size(comm) : 1};
+    df_comm *comm = o ? o->comm : NULL;
+    sft_run s = {.comm = comm, .rank = comm ? df_comm_rank(comm) : 0, .world = comm ? df_comm_size(comm) : 1,
+                 .stop = o ? o->stop : NULL};
+    if (stopped_by)
+        *stopped_by = 0;
     int rc = df_sft_config_resolve(cfg, &s.t);
     if (rc)
         return rc;
@@ -556,6 +595,8 @@ int df_sft_run(const df_config *cfg, df_comm *comm)
         print_banner(&s, examples);
     if (!rc)
         rc = sft_loop(&s);
+    if (stopped_by)
+        *stopped_by = s.stopped;
     df_run_log_close(&s.log);
     df_model_free(m);
     df_actor_free(s.actor);
