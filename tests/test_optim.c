@@ -191,6 +191,20 @@ static void test_schedules(void **state)
     assert_true(fabs(df_lr_schedule_factor(&w, 10) - 1.0) <= sched_tol(2 * M_PI, 0.5, 0.5, 1.0));
     assert_true(fabs(df_lr_schedule_factor(&w, 5)) <= sched_tol(M_PI, 0.5, 0.5, 0.0));
 
+    /* WSD (verl's get_wsd_schedule_with_warmup): warmup 2, 22 steps, floor 0.1: of the 20 after
+       warmup floor(0.9 x 20) = 18 stable (steps 2..19), 2 of decay (20, 21), then the floor. */
+    df_lr_schedule d = {DF_LR_WSD, 2, 22, 0.1, 0.5};
+    assert_true(df_lr_schedule_factor(&d, 1) == 0.5);
+    assert_true(df_lr_schedule_factor(&d, 2) == 1.0 && df_lr_schedule_factor(&d, 19) == 1.0);
+    assert_true(fabs(df_lr_schedule_factor(&d, 20) - 1.0) <= sched_tol(0, 0.45, 0.55, 1.0));
+    assert_true(fabs(df_lr_schedule_factor(&d, 21) - 0.55) <= sched_tol(M_PI / 2, 0.45, 0.55, 0.55));
+    assert_true(df_lr_schedule_factor(&d, 22) == 0.1 && df_lr_schedule_factor(&d, 500) == 0.1);
+    /* floor(0.9 x 7) = 6 stable steps after a warmup of 0: steps 0..5 at the peak, 6 the decay's start */
+    df_lr_schedule e = {DF_LR_WSD, 0, 7, 0.0, 0.5};
+    assert_true(df_lr_schedule_factor(&e, 5) == 1.0);
+    assert_true(fabs(df_lr_schedule_factor(&e, 6) - 1.0) <= sched_tol(0, 0.5, 0.5, 1.0));
+    assert_true(df_lr_schedule_factor(&e, 7) == 0.0);
+
     df_lr_kind k;
     assert_int_equal(df_lr_kind_parse("cosine", &k), DF_OK);
     assert_int_equal(k, DF_LR_COSINE);

@@ -82,8 +82,9 @@ static void sft_both(const char *ref, const char *out, const char *const *ov, in
     int rc = R == 0 ? sft(self, ref, ov, n) : DF_OK;
     df_comm_free(self);
     if (rc)
-        fail_msg("the one-rank run: %s", df_last_error());
-    assert_int_equal(df_comm_barrier(W), 0);
+        print_error("the one-rank run: %s\n", df_last_error());
+    if (df_test_all_max(rc != DF_OK)) /* all ranks leave together */
+        fail_msg("the one-rank run failed");
     if (df_test_all_max(sft(W, out, ov, n)))
         fail_msg("rank %d: %s", R, df_last_error());
 }
@@ -234,12 +235,11 @@ static void test_one_rank_fails(void **state)
     int rc = sft(W, "failed", ov, 1);
     const char *msg = df_last_error();
     bool holder = R == (N > 1 ? 1 : 0);
-    assert_true(df_test_all_min(rc != DF_OK) == 1);
-    if (holder && !strstr(msg, "bad.jsonl:2"))
-        fail_msg("rank %d: the error does not name bad.jsonl:2: %s", R, msg);
-    if (!holder && rc != DF_EINTERNAL)
-        fail_msg("rank %d: %d, expected DF_EINTERNAL (another rank failed): %s", R, rc, msg);
-    assert_int_equal(df_comm_barrier(W), 0);
+    bool wrong = rc == DF_OK || (holder ? !strstr(msg, "bad.jsonl:2") : rc != DF_EINTERNAL);
+    if (wrong) /* holder: its own error, naming the row; the others: DF_EINTERNAL (another rank failed) */
+        print_error("rank %d: status %d, error: %s\n", R, rc, msg);
+    if (df_test_all_max(wrong)) /* every rank fails together, none left waiting in a collective */
+        fail_msg("a rank's status or message is not the expected one");
     snprintf(p, sizeof p, "%s/failed", dir);
     assert_false(df_dir_exists(p));
 }
@@ -253,34 +253,35 @@ static void test_resume(void **state)
     const char *ov[] = {"trainer.resume_mode=resume_path", from};
     if (df_test_all_max(sft(W, "resumed", ov, 2)))
         fail_msg("rank %d: %s", R, df_last_error());
-    if (R == 0) {
-        const char *files[] = {"model.safetensors", "train_state.safetensors", "trainer_state.json"};
-        for (int i = 0; i < 3; i++) {
-            snprintf(p, sizeof p, "%s/dp/global_step_2/%s", dir, files[i]);
-            snprintf(q, sizeof q, "%s/resumed/global_step_2/%s", dir, files[i]);
-            char *x = NULL, *y = NULL;
-            size_t nx, ny;
-            assert_int_equal(df_read_file(p, &x, &nx), 0);
-            assert_int_equal(df_read_file(q, &y, &ny), 0);
-            if (nx != ny || memcmp(x, y, nx))
-                fail_msg("%s differs after the resume", files[i]);
-            free(x);
-            free(y);
-        }
+    int differ = 0; /* rank 0 compares; every rank learns the verdict */
+    const char *files[] = {"model.safetensors", "train_state.safetensors", "trainer_state.json"};
+    for (int i = 0; R == 0 && i < 3; i++) {
+        snprintf(p, sizeof p, "%s/dp/global_step_2/%s", dir, files[i]);
+        snprintf(q, sizeof q, "%s/resumed/global_step_2/%s", dir, files[i]);
+        char *x = NULL, *y = NULL;
+        size_t nx = 0, ny = 0;
+        if (df_read_file(p, &x, &nx) || df_read_file(q, &y, &ny) || nx != ny || memcmp(x, y, nx))
+            differ = i + 1;
+        free(x);
+        free(y);
     }
+    if (df_test_all_max(differ))
+        fail_msg("%s differs after the resume", files[(int)df_test_all_max(differ) - 1]);
     if (N == 1)
         return;
     df_comm *self = NULL;
     assert_int_equal(df_comm_split(W, R, 0, &self), 0);
+    bool refused = true;
     if (R == 0) {
-        assert_int_equal(sft(self, "other_world", ov, 2), DF_EINVAL);
         char want[64];
         snprintf(want, sizeof want, "written by %d ranks and this run has 1", N);
-        if (!strstr(df_last_error(), want))
-            fail_msg("the refusal does not say '%s': %s", want, df_last_error());
+        refused = sft(self, "other_world", ov, 2) == DF_EINVAL && strstr(df_last_error(), want);
+        if (!refused)
+            print_error("no refusal saying '%s': %s\n", want, df_last_error());
     }
     df_comm_free(self);
-    assert_int_equal(df_comm_barrier(W), 0);
+    if (df_test_all_max(!refused))
+        fail_msg("the %d-rank checkpoint was not refused on one rank", N);
 }
 
 /* A stop flag raised on the last rank only, before the first step: every rank stops there (the

@@ -24,6 +24,9 @@
 
 #include "testcli.h"
 
+#include <jansson.h>
+#include <math.h>
+
 enum { STEPS = 6, EVERY = 2 };
 
 static char dir[256];
@@ -173,6 +176,25 @@ static void test_sft_sigterm(void **state)
     assert_true(log_has("sig", from));
 }
 
+/* optim.lr_scheduler=wsd reaches the optimizer: 22 steps, warmup 2 (the yaml's), lr 0.01: the peak
+   through step 21 (scheduler steps 2..19 stable, 20 the decay's start), then the cosine: step 22 is half
+   way down (0.005; min_lr_ratio 0), as test_optim's hand-worked case. */
+static void test_sft_wsd(void **state)
+{
+    (void)state;
+    const char *ov[] = {"optim.lr_scheduler=wsd", "trainer.total_training_steps=22"};
+    expect(sft("wsd", NULL, NULL, ov, 2), DF_CLI_OK, "wsd", "lr_scheduler=wsd");
+    json_t *lines = df_test_metrics(dir, "wsd", true);
+    assert_int_equal(json_array_size(lines), 22);
+    const double want[][2] = {{1, 0.0}, {2, 0.005}, {3, 0.01}, {20, 0.01}, {21, 0.01}, {22, 0.005}};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        double got = df_test_metric(json_array_get(lines, (size_t)want[i][0] - 1), "train/lr");
+        if (!(fabs(got - want[i][1]) <= 1e-15)) /* a few double roundings of values ~0.01 */
+            fail_msg("step %.0f: train/lr %.17g, expected %g", want[i][0], got, want[i][1]);
+    }
+    json_decref(lines);
+}
+
 static void test_sft_resume_modes(void **state)
 {
     (void)state;
@@ -312,6 +334,7 @@ int main(void)
         cmocka_unit_test(test_sft_resume_modes),
         cmocka_unit_test(test_sft_kills_two_ranks),
         cmocka_unit_test(test_sft_sigterm),
+        cmocka_unit_test(test_sft_wsd),
         cmocka_unit_test(test_sft_nothing_left),
         cmocka_unit_test(test_sft_precision),
     };

@@ -80,15 +80,19 @@ DF_API double df_clip_grad_norm(float *grads, int64_t n, double max_norm);
 
 typedef enum df_lr_kind {
     DF_LR_CONSTANT = 0, /**< get_constant_schedule_with_warmup */
-    DF_LR_COSINE = 1    /**< get_cosine_schedule_with_warmup */
+    DF_LR_COSINE = 1,   /**< get_cosine_schedule_with_warmup */
+    DF_LR_WSD = 2       /**< get_wsd_schedule_with_warmup (warmup, stable, cosine decay; verl's SFT) */
 } df_lr_kind;
+
+/** WSD: the share of the steps after warmup held at the peak (verl's stable_ratio default). */
+#define DF_LR_WSD_STABLE_RATIO 0.9
 
 typedef struct df_lr_schedule {
     df_lr_kind kind;
     int64_t warmup_steps; /**< linear warmup from 0 over this many steps (0: none) */
-    int64_t total_steps;  /**< cosine: num_training_steps */
-    double min_lr_ratio;  /**< cosine: floor as a fraction of the peak lr, in [0, 1] (verl default 0) */
-    double num_cycles;    /**< cosine: waves over the decay (verl default 0.5: one half-cosine) */
+    int64_t total_steps;  /**< cosine, wsd: num_training_steps */
+    double min_lr_ratio;  /**< cosine, wsd: floor as a fraction of the peak lr, in [0, 1] (verl default 0) */
+    double num_cycles;    /**< cosine, wsd: waves over the decay (verl default 0.5: one half-cosine) */
 } df_lr_schedule;
 
 /** Parse verl's warmup_style name: "constant" or "cosine" (DF_EINVAL names the value). */
@@ -101,6 +105,11 @@ DF_API int df_lr_kind_parse(const char *name, df_lr_kind *out);
  *   constant:       1
  *   cosine:         p = (step - warmup) / max(1, total - warmup),
  *                   max(0, cos(2 pi num_cycles p) (1 - min) / 2 + (1 + min) / 2)
+ *   wsd:            r = max(0, total - warmup), S = floor(0.9 r) stable steps, D = r - S:
+ *                   1 while step < warmup + S; then, while step < total,
+ *                   p = (step - warmup - S) / max(1, D),
+ *                   (1 - min) max(0, (1 + cos(2 pi num_cycles p)) / 2) + min; min after
+ *                   (verl.utils.torch_functional.get_wsd_schedule_with_warmup)
  */
 DF_API double df_lr_schedule_factor(const df_lr_schedule *s, int64_t step);
 

@@ -366,7 +366,7 @@ int df_train_core_allreduce_grads(df_train_core *c)
 
 double df_train_core_lr(const df_train_core *c)
 {
-    df_lr_schedule s = {.kind = c->o.cosine ? DF_LR_COSINE : DF_LR_CONSTANT,
+    df_lr_schedule s = {.kind = c->o.schedule,
                         .warmup_steps = c->o.warmup_steps,
                         .total_steps = c->o.total_steps,
                         .min_lr_ratio = c->o.min_lr_ratio,

@@ -31,7 +31,7 @@ enum { DF_CORE_MAX_BUFS = 8, DF_CORE_MAX_SUMS = 16 };
 typedef struct df_core_optim {
     double lr, weight_decay, beta1, beta2, adam_eps;
     int64_t warmup_steps, total_steps;
-    bool cosine; /* cosine decay after warmup, else constant */
+    df_lr_kind schedule; /* after warmup: constant, cosine decay, or wsd (stable, then cosine) */
     double min_lr_ratio, num_cycles;
     double grad_clip;
     bool skip_nonfinite; /* trainer.skip_nonfinite_steps: skip a non-finite update (verl), else fail */
@@ -185,7 +185,7 @@ int df_train_core_reduce(df_train_core *c, double *v, int n, df_comm_op op, int 
 /** Sum the gradient blob over the DP group in buckets of 8 Mi floats (with dev_optim, bgrads by
  *  the backend's allreduce_sum: NCCL on CUDA). */
 int df_train_core_allreduce_grads(df_train_core *c);
-/** lr of the current step: o.lr times the warmup / cosine schedule at `steps`. */
+/** lr of the current step: o.lr times the schedule (df_lr_schedule_factor) at `steps`. */
 double df_train_core_lr(const df_train_core *c);
 /**
  * Clip the gradient to o.grad_clip, AdamW step at `lr`, record <prefix>/grad_norm (mean) and

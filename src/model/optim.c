@@ -71,12 +71,28 @@ int df_lr_kind_parse(const char *name, df_lr_kind *out)
                     name ? name : "(null)");
 }
 
+/* After warmup: held at 1 for the stable share, then a cosine to min_lr_ratio, then min_lr_ratio. */
+static double wsd_factor(const df_lr_schedule *s, int64_t step)
+{
+    int64_t rest = s->total_steps > s->warmup_steps ? s->total_steps - s->warmup_steps : 0;
+    int64_t stable = (int64_t)((double)rest * DF_LR_WSD_STABLE_RATIO), decay = rest - stable;
+    if (step < s->warmup_steps + stable)
+        return 1.0;
+    if (step >= s->total_steps)
+        return s->min_lr_ratio;
+    double progress = (double)(step - s->warmup_steps - stable) / (double)(decay > 1 ? decay : 1);
+    double v = 0.5 * (1.0 + cos(M_PI * s->num_cycles * 2.0 * progress));
+    return (1.0 - s->min_lr_ratio) * (v > 0.0 ? v : 0.0) + s->min_lr_ratio;
+}
+
 double df_lr_schedule_factor(const df_lr_schedule *s, int64_t step)
 {
     if (step < s->warmup_steps)
         return (double)step / (double)(s->warmup_steps > 1 ? s->warmup_steps : 1);
     if (s->kind == DF_LR_CONSTANT)
         return 1.0;
+    if (s->kind == DF_LR_WSD)
+        return wsd_factor(s, step);
     int64_t span = s->total_steps - s->warmup_steps;
     double progress = (double)(step - s->warmup_steps) / (double)(span > 1 ? span : 1);
     double coef = (1.0 - s->min_lr_ratio) * 0.5, intercept = (1.0 + s->min_lr_ratio) * 0.5;

@@ -39,7 +39,7 @@ void df_worker_optim(const struct df_train_optim *o, double grad_clip, int64_t t
     out->beta1 = o->betas.items[0]; /* the schema requires exactly 2 items */
     out->beta2 = o->betas.items[1];
     out->adam_eps = 1e-8;
-    out->cosine = !strcmp(o->warmup_style, "cosine");
+    out->schedule = !strcmp(o->warmup_style, "cosine") ? DF_LR_COSINE : DF_LR_CONSTANT;
     out->total_steps = o->total_training_steps > 0 ? o->total_training_steps : trainer_steps;
     out->warmup_steps = o->lr_warmup_steps > 0 ? o->lr_warmup_steps
                                                : (int64_t)(o->lr_warmup_steps_ratio * (double)out->total_steps);

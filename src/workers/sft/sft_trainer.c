@@ -255,7 +255,7 @@ static void actor_params(const sft_run *s, df_actor_params *p)
     p->optim.beta1 = o->betas.items[0]; /* the schema requires exactly 2 items */
     p->optim.beta2 = o->betas.items[1];
     p->optim.adam_eps = 1e-8;
-    p->optim.cosine = !strcmp(o->lr_scheduler, "cosine");
+    p->optim.schedule = !strcmp(o->lr_scheduler, "wsd") ? DF_LR_WSD : DF_LR_COSINE;
     p->optim.total_steps = s->total_steps;
     int64_t warm = o->lr_warmup_steps;
     p->optim.warmup_steps = warm > 0 ? warm : (int64_t)(o->lr_warmup_steps_ratio * (double)s->total_steps);
