@@ -171,6 +171,15 @@ grpo() {
     ls $D/${algo}_cuda/global_step_2/* 2>/dev/null | tr '\n' ' '; echo
     grpo_table $D/${algo}_*/metrics.jsonl | tee "$out/${algo}_table.txt"
   done
+  # 1b. the demo's SFT warm start (examples/demo/sft.yaml), 2 steps on each device: the losses must agree
+  # within the forward's rounding (bf16 on both where the CPU has bf16 kernels, else compare the dtypes)
+  for dev in ${DEVICES:-cuda cpu}; do
+    timeout "${DEMO_TIMEOUT:-200}" "${DF[@]}" sft examples/demo/sft.yaml data.train_files="[$D/train.jsonl]" \
+      model.partial_pretrain=$D/init trainer.default_local_dir=$D/sft_$dev trainer.total_training_steps=2 \
+      'trainer.logger=[console]' trainer.device=$dev >"$out/sft_$dev.log" 2>&1
+    echo "demo sft trainer.device=$dev: exit $?"
+    grep -E '^sft step|error|matmuls' "$out/sft_$dev.log" | head -4
+  done
   # 2. the Qwen2.5-0.5B shape, random weights, Qwen2.5 tokenizer, GSM8K (examples/gsm8k/grpo.yaml);
   # Q05=none skips it
   [ "${Q05:-}" = none ] && return $rc
