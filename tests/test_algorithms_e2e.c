@@ -47,7 +47,8 @@ static const char *const ALGOS[] = {"grpo",
                                     "remax",
                                     "clip_cov",
                                     "kl_cov",
-                                    "ppo"};
+                                    "ppo",
+                                    "pf_ppo"};
 #define N_ALGOS (int)(sizeof ALGOS / sizeof *ALGOS)
 
 static char *example(const char *kind, const char *algo)
@@ -431,6 +432,28 @@ static void test_ppo(void **state)
     free_lines(lines);
 }
 
+/* PF-PPO: examples/demo/pf_ppo.yaml (ppo's with use_pf_ppo, pow 2). With the parity reward (0 or
+ * 1) a zero score weighs 1e-8 against 1, so the resampled batch the metrics see holds only
+ * score-1 responses whenever the step has one (a zero is drawn with probability ~1e-8 per draw). */
+static void test_pf_ppo(void **state)
+{
+    (void)state;
+    const char *extra[] = {"trainer.critic_warmup=0"};
+    json_t *lines[STEPS] = {0};
+    run_ex("pf_ppo", extra, 1, lines);
+    int hits = 0;
+    for (int s = 0; s < STEPS; s++) {
+        metric(lines[s], "pf_ppo", "critic/vf_loss");
+        if (metric(lines[s], "pf_ppo", "critic/score/max") == 1.0) {
+            hits++;
+            if (metric(lines[s], "pf_ppo", "critic/score/mean") != 1.0)
+                fail_msg("pf_ppo step %d: a zero-score response survived the resampling", s + 1);
+        }
+    }
+    assert_true(hits > 0); /* the parity reward scores some response 1 in 3 steps of 16 */
+    free_lines(lines);
+}
+
 /* The decoupled PPO objective (docs/async.md) end to end: GRPO with use_decoupled_loss. The behaviour
  * policy is the rollout's own log-probs, which in the synchronous pipeline differ from the trainer's
  * recompute (the proximal policy) by the two engines' rounding only: the weights are about 1 and
@@ -492,6 +515,7 @@ int main(void)
         cmocka_unit_test(test_clip_cov),
         cmocka_unit_test(test_kl_cov),
         cmocka_unit_test(test_ppo),
+        cmocka_unit_test(test_pf_ppo),
         cmocka_unit_test(test_grpo_decoupled),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -26,6 +26,7 @@
 
 #include "distflow/common.h"
 #include "distflow/metrics.h"
+#include "distflow/rng.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -973,6 +974,42 @@ typedef struct df_value_loss_output {
 DF_API int df_value_loss(const df_value_loss_input *in, df_value_loss_output *out);
 
 /* ---- end of critic block ---- */
+
+/* ---- PF-PPO: policy filtration by resampling (algorithm.use_pf_ppo) ------------------ */
+
+/** algorithm.pf_ppo.reweight_method. */
+typedef enum df_pf_ppo_method {
+    DF_PF_PPO_POW = 0,        /**< |score|^weight_pow */
+    DF_PF_PPO_MAX_MIN = 1,    /**< 1 for the batch's highest and lowest scores, 0 for the rest */
+    DF_PF_PPO_MAX_RANDOM = 2  /**< 0.4 for the highest score, 0.1 for the rest */
+} df_pf_ppo_method;
+
+/** "pow" | "max_min" | "max_random"; DF_EINVAL naming the value otherwise. */
+DF_API int df_pf_ppo_method_parse(const char *name, df_pf_ppo_method *out);
+
+/**
+ * PF-PPO's sampling weights (Zhang et al. 2024, "Policy Filtration in RLHF to
+ * Fine-Tune LLM for Code Generation", arXiv 2409.06957; verl
+ * core_algos.compute_pf_ppo_reweight_data's compute_weights): from the
+ * sequences' scores[n] (the sums of their token_level_scores) the method's
+ * weight, then max(w + 1e-8, 1e-8), all in float32 as torch computes them,
+ * into weights[n]. The maximum and minimum are the whole batch's.
+ * Errors: DF_EINVAL (n < 0, NULL arrays with n > 0, weight_pow negative or
+ * not finite, a non-finite score).
+ */
+DF_API int df_pf_ppo_weights(const float *scores, int64_t n, df_pf_ppo_method method, double weight_pow,
+                             float *weights);
+
+/**
+ * n_draws indices into draws[], each i in [0, n) with probability
+ * weights[i] / sum(weights), drawn independently with replacement from `rng`
+ * (torch.multinomial(weights, n_draws, replacement=True): the same
+ * distribution, not torch's random stream): one uniform per draw, placed by
+ * binary search in the float64 running sums of the weights.
+ * Errors: DF_EINVAL (n < 1 with n_draws > 0, negative n_draws, NULL arrays,
+ * a negative or non-finite weight, all weights zero).
+ */
+DF_API int df_pf_ppo_draw(const float *weights, int64_t n, int64_t n_draws, df_rng *rng, int64_t *draws);
 
 #ifdef __cplusplus
 }

@@ -227,6 +227,11 @@ static int check_algorithm(const df_config *c, const df_train_config *t)
     df_reward_manager_cfg rm = {.manager = t->reward_model.reward_manager};
     if (df_reward_manager_check(&rm))
         return df_error_wrap(DF_EINVAL, "%s", kv(c, "reward_model.reward_manager", kb[0]));
+    /* verl resamples only in its gae branch (compute_advantage); another estimator would ignore it */
+    if (alg->use_pf_ppo && strcmp(adv, "gae"))
+        return df_error(DF_EINVAL, "%s resamples the batch after GAE's advantages (verl applies it with gae "
+                        "only); with %s it would do nothing: set algorithm.adv_estimator=gae or drop it",
+                        kv(c, "algorithm.use_pf_ppo", kb[0]), kv(c, "algorithm.adv_estimator", kb[1]));
     df_kl_ctrl *kc = NULL; /* the controller's own checks (adaptive needs target_kl > 0, ...) */
     if (alg->use_kl_in_reward &&
         df_kl_ctrl_create(alg->kl_ctrl.type, alg->kl_ctrl.kl_coef, alg->kl_ctrl.target_kl, alg->kl_ctrl.horizon, &kc))

@@ -160,6 +160,7 @@ struct df_dag_worker {
     df_node_layout data_layout; /* the first node's: the dataloader shards by it */
     df_node_layout cur_layout;  /* layout of the batch the step holds now */
     df_node_role prev_role;     /* role of the node that ran last in this step */
+    bool rebalance_next;        /* the ranks' row counts differ (PF-PPO): the next hand-off evens them */
     int metrics_group;          /* multi-agent: agent group of the node that ran last (-1: none yet) */
     int metrics_mark;           /* multi-agent: its first metric's position in w->metrics */
     df_data_buffers *buffers;   /* this rank's Data Coordinator buffers */
@@ -457,6 +458,16 @@ bool df_worker_defers_whiten(const df_dag_worker *w, const df_node *node);
  * the group's error wrapped with the estimator's name.
  */
 int df_worker_whiten_advantages(df_dag_worker *w, const df_node *node, int rc, df_batch *b);
+
+/**
+ * algorithm.use_pf_ppo after `node`'s advantages (pf_ppo.c): the data-parallel group's step batch
+ * resampled with replacement to its own size (df_pf_ppo_weights / df_pf_ppo_draw over the whole
+ * group's scores, the stream keyed by trainer.seed and the step, so the same on every rank and for
+ * any number of ranks); *out this rank's drawn rows in draw order (their counts differ between
+ * ranks: w->rebalance_next makes the next hand-off even them). Collective over w->group, failed
+ * (rc != 0) or not. Errors: rc, those of the gather, DF_EINVAL (no token_level_scores), DF_ENOMEM.
+ */
+int df_worker_pf_ppo(df_dag_worker *w, const df_node *node, int rc, df_batch *batch, df_batch **out);
 /**
  * For an estimator with DF_ADV_BATCH_COUNTS run by advantage node `node` over several
  * data-parallel ranks: the counts of `in` (this rank's shard; a replica's count nothing) summed

@@ -2,7 +2,8 @@
  * The advantage node: siiRL's DAGWorker.compute_advantage — the configured estimator
  * on group ids from `uid`, with the data-parallel group's batch statistics
  * (whitening, batch counts; adv_whiten.c) and, with algorithm.use_kl_in_reward, the
- * KL penalty subtracted from the rewards first.
+ * KL penalty subtracted from the rewards first; with algorithm.use_pf_ppo, the batch resampled
+ * after (pf_ppo.c).
  */
 #include "workers/worker_internal.h"
 
@@ -95,7 +96,8 @@ static int node_compute_advantage(df_node_ctx *ctx, df_batch *batch, df_node_out
         rc = df_worker_whiten_advantages(w, ctx->node, rc, batch);
     if (!rc) /* after the whitening: appended tokens end with none */
         apply_mask(df_batch_offsets(batch, "response_ids")[n], mask, adv, ret);
-    (void)out;
+    if (w->global.cfg.algorithm.use_pf_ppo) /* collective: every rank, failed or not */
+        rc = df_worker_pf_ppo(w, ctx->node, rc, batch, &out->batch);
     df_worker_timing(ctx, "adv", t0);
     return rc;
 }

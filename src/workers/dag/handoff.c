@@ -15,7 +15,8 @@
  * (siiRL's postprocess_sampling rebalances within its group) and the node
  * after DAPO's dynamic sampling (which leaves ranks with unequal numbers of
  * groups) always; verl's trainer.balance_batch, or the asynchronous runtime's trainer side, right
- * after rollout.
+ * after rollout. After PF-PPO's resampling (w->rebalance_next) too, by samples: a drawn group is
+ * no longer whole, and equal counts need single samples.
  */
 static bool forced(const df_dag_worker *w, const df_node *node)
 {
@@ -47,15 +48,17 @@ int df_worker_before_node(void *user, df_node *node, df_batch **batch)
     if (arc)
         return arc;
     const df_node_layout *to = df_worker_node_layout(w, node);
-    bool force = forced(w, node) && to->dp_size > 1; /* one DP rank has nothing to balance */
+    bool uneven = w->rebalance_next; /* PF-PPO's draws: counts per rank, not whole groups */
+    bool force = (forced(w, node) || uneven) && to->dp_size > 1; /* one DP rank has nothing to balance */
     w->prev_role = handoff_role(node);
+    w->rebalance_next = false;
     if (!*batch) { /* a first node without input */
         w->cur_layout = *to;
         return DF_OK;
     }
     df_dp_layout src = {.dp_size = w->cur_layout.dp_size, .mp = w->cur_layout.mp};
     df_dp_layout dst = {.dp_size = to->dp_size, .mp = to->mp};
-    df_put_opts o = {.force = force, .keep_groups = true};
+    df_put_opts o = {.force = force, .keep_groups = !uneven};
     df_redist_stats st = {0};
     int rc = df_data_buffers_put(w->buffers, node->node_id, *batch, src, dst, &o, &st);
     *batch = NULL; /* the buffers own it now */
