@@ -2,6 +2,7 @@
 #include "cli/cli.h"
 #include "util/fsutil.h"
 
+#include "distflow/comm.h"
 #include "distflow/dag.h"
 #include "distflow/dataset.h"
 #include "engine/hf_dir.h"
@@ -19,7 +20,9 @@ static const char *USAGE =
     "Greedy decoding unless --temperature is given. Prints `metric: value` lines on stdout:\n"
     "accuracy (mean of acc: score == 1), score, n_prompts, n_responses, response_length, then\n"
     "verl's validation metrics per data source (val-core/<data_source>/acc/mean@<n>, and with\n"
-    "--n > 1 std@n, best@N, worst@N and pass@k; docs/validation.md).";
+    "--n > 1 std@n, best@N, worst@N and pass@k; docs/validation.md).\n"
+    "Under mpirun each of the N ranks generates for the rows i % N == rank of the file; rank 0\n"
+    "scores them all in the file's order and prints: the results do not depend on N.";
 
 /* No position past the model's range (workers/common/max_pos.h): a --max-prompt-length given must
  * fit with --max-response-length into the model's max_position_embeddings; the default shrinks to
@@ -42,8 +45,33 @@ static int fit_lengths(const df_opt *opts, const char *dir, const df_model_confi
     return df_check_max_pos(cfg, dir, "command line", "--model", &b);
 }
 
+/* Every rank's status, agreed: 0 on every rank when none failed, else non-zero on every rank (a rank
+ * whose own step succeeded gets DF_EINTERNAL naming `what`). *sum (may be NULL) is added over the ranks.
+ * Collective over w: each rank calls it at the same points, failed or not. */
+static int agree(df_comm *w, int rc, int64_t *sum, const char *what)
+{
+    int64_t v[2] = {rc ? 1 : 0, sum ? *sum : 0};
+    int crc = df_comm_allreduce(w, v, 2, DF_COMM_INT64, DF_COMM_SUM);
+    if (!rc && !crc && v[0] > 0)
+        rc = df_error(DF_EINTERNAL, "%lld other rank(s) failed %s; their own errors say why", (long long)v[0], what);
+    if (sum)
+        *sum = v[1];
+    return rc ? rc : crc;
+}
+
+/*
+ * Under mpirun every rank runs this (docs/validation.md, "distflow eval on N ranks"): each loads and
+ * encodes its shard of the file (rows i % N == rank) and generates for it; df_evaluate (o.gather)
+ * gathers the responses to rank 0, which scores them in the file's order, prints and writes --output.
+ * Every failure is agreed at the next collective point instead of leaving the other ranks waiting:
+ * each failing rank prints its error and every rank exits 1.
+ */
 int df_cmd_eval(int argc, char **argv)
 {
+    df_comm *world = NULL;
+    if (df_comm_world(&world))
+        return df_cli_fail("eval");
+    const int rank = df_comm_rank(world), size = df_comm_size(world);
     const char *model = NULL, *data = NULL, *tokdir = NULL, *output = NULL;
     int64_t n = 1, top_k = -1, max_resp = 512, max_prompt = 1024, batch = 0, limit = 0, seed = 0;
     int64_t max_seqs = 512, max_turns = 0, max_user_turns = 0;
@@ -60,9 +88,9 @@ int df_cmd_eval(int argc, char **argv)
         {"max-response-length", DF_OPT_INT, &max_resp, "tokens per response (default 512)", false},
         {"max-prompt-length", DF_OPT_INT, &max_prompt, "longer prompts are skipped (default 1024, or less so that "
          "it fits with the responses in the model's max_position_embeddings; a value given must fit)", false},
-        {"batch", DF_OPT_INT, &batch, "prompts per generation call (default: all)", false},
+        {"batch", DF_OPT_INT, &batch, "prompts per generation call on each rank (default: all)", false},
         {"max-num-seqs", DF_OPT_INT, &max_seqs, "sequences decoded together (default 512)", false},
-        {"limit", DF_OPT_INT, &limit, "evaluate only the first N prompts", false},
+        {"limit", DF_OPT_INT, &limit, "evaluate only the first N prompts of the file", false},
         {"seed", DF_OPT_INT, &seed, "sampling seed (default 0)", false},
         {"tool-config", DF_OPT_STR, &tool_cfg, "multi-turn: answer hermes tool calls with the tools of this verl tool "
          "config (as multi_turn.tool_config_path; docs/agents.md)", false},
@@ -72,14 +100,16 @@ int df_cmd_eval(int argc, char **argv)
         {"max-user-turns", DF_OPT_INT, &max_user_turns, "multi-turn: interaction replies per conversation (default 0: no limit)", false},
         {"chat-template-kwargs", DF_OPT_STR, &tmpl_kwargs, "JSON object of chat-template variables for every prompt, "
          "e.g. '{\"enable_thinking\": false}' (as data.apply_chat_template_kwargs)", false},
-        {"output", DF_OPT_STR, &output, "write each response as a JSON line here (input, output, gts, score, acc, index, data_source), when the run succeeds", false},
+        {"output", DF_OPT_STR, &output, "write each response as a JSON line here (input, output, gts, score, acc, index, "
+         "data_source), in the file's order, when the run succeeds (rank 0)", false},
         {0}};
     char *pos[1];
     int n_pos, code;
-    if (df_cli_parse("eval", USAGE, opts, argc, argv, pos, 0, &n_pos, &code))
+    if (df_cli_parse("eval", USAGE, opts, argc, argv, pos, 0, &n_pos, &code) ||
+        (code = df_cli_require("eval", opts))) { /* the same on every rank */
+        df_comm_shutdown();
         return code;
-    if ((code = df_cli_require("eval", opts)))
-        return code;
+    }
     df_model *m = NULL;
     df_tokenizer *tok = NULL;
     df_dataset *ds = NULL;
@@ -92,7 +122,8 @@ int df_cmd_eval(int argc, char **argv)
         rc = fit_lengths(opts, model, &m->cfg, &max_prompt, max_resp);
     if (!rc && tmpl_kwargs && (rc = df_tokenizer_set_chat_template_kwargs(tok, tmpl_kwargs)))
         rc = df_error_wrap(rc, "--chat-template-kwargs");
-    df_dataset_opts dopt = {0};
+    /* this rank's shard; --limit keeps the file's first rows (df_dataset_head counts them over all shards) */
+    df_dataset_opts dopt = {.shard_index = rank, .shard_count = size};
     if (!rc)
         rc = df_dataset_load(&data, 1, &dopt, &ds);
     if (!rc && limit > 0 && df_dataset_head(ds, limit) < 0)
@@ -107,17 +138,24 @@ int df_cmd_eval(int argc, char **argv)
         rc = df_prompts_encode_rerendered(ds, tok, multi, agent.tools_json, &pc);
     if (!rc)
         rc = df_prompts_limit(ds, &pc, max_prompt, true, "error", &dropped);
-    if (!rc && dropped)
-        fprintf(stderr, "distflow eval: skipped %lld prompts longer than %lld tokens\n",
-                (long long)dropped, (long long)max_prompt);
     if (!rc)
         rc = df_rollout_engine_create(&m->cfg, max_seqs, max_prompt + max_resp, &e);
-    /* the responses are collected, then written atomically: a failed run leaves no half file */
+    /* the responses are collected, then written atomically by rank 0: a failed run leaves no half file */
     char *dump_buf = NULL;
     size_t dump_len = 0;
-    if (!rc && output && !(dump = open_memstream(&dump_buf, &dump_len)))
+    if (!rc && output && rank == 0 && !(dump = open_memstream(&dump_buf, &dump_len)))
         rc = df_error(DF_ENOMEM, "out of memory collecting the responses for %s", output);
-    df_eval_opts o = {.n = n, .seed = (uint64_t)seed, .batch_prompts = batch, .label = "eval", .dump = dump};
+    df_metrics *vm = rc ? NULL : df_metrics_new();
+    if (!rc && !vm)
+        rc = df_error(DF_ENOMEM, "out of memory");
+    /* a bad row or a missing file may fail one rank alone: no rank goes on to the evaluation's collectives */
+    rc = agree(world, rc, &dropped, "to load the model or the data");
+    const bool reached = !rc; /* the same on every rank */
+    if (!rc && dropped && rank == 0)
+        fprintf(stderr, "distflow eval: skipped %lld prompts longer than %lld tokens\n",
+                (long long)dropped, (long long)max_prompt);
+    df_eval_opts o = {.n = n, .seed = (uint64_t)seed, .batch_prompts = batch, .label = rank == 0 ? "eval" : NULL,
+                      .dump = dump, .comm = world, .gather = true};
     if (multi)
         o.agent = &agent;
     df_sampling_params_defaults(&o.sp);
@@ -128,12 +166,9 @@ int df_cmd_eval(int argc, char **argv)
     o.sp.max_new_tokens = max_resp;
     o.sp.stop_ids = tok ? df_tokenizer_eos_ids(tok, &o.sp.n_stop) : NULL;
     df_eval_result res;
-    df_metrics *vm = rc ? NULL : df_metrics_new();
-    if (!rc && !vm)
-        rc = df_error(DF_ENOMEM, "out of memory");
     if (!rc)
         rc = df_evaluate(e, m, tok, NULL, ds, &pc, &o, vm, &res);
-    if (!rc) {
+    if (!rc && rank == 0) {
         printf("accuracy: %.4f\nscore: %.4f\nn_prompts: %lld\nn_responses: %lld\nresponse_length: %.2f\n",
                res.acc_mean, res.score_mean, (long long)res.n_prompts, (long long)res.n_responses,
                res.response_length_mean);
@@ -142,12 +177,15 @@ int df_cmd_eval(int argc, char **argv)
             const char *k = df_metrics_at(vm, i, &v);
             printf("%s: %.4f\n", k, v);
         }
+        fflush(stdout);
     }
     df_metrics_free(vm);
     if (dump)
         fclose(dump);
     if (!rc && dump && (rc = df_write_file_atomic(output, dump_buf, dump_len)))
         rc = df_error_wrap(rc, "--output");
+    if (reached) /* rank 0's write: every rank's exit status says whether the run succeeded */
+        rc = agree(world, rc, NULL, "after the evaluation (rank 0 writing --output)");
     free(dump_buf);
     df_agent_config_clear(&agent);
     df_rollout_engine_free(e);
@@ -155,5 +193,13 @@ int df_cmd_eval(int argc, char **argv)
     df_dataset_free(ds);
     df_tokenizer_free(tok);
     df_model_free(m);
-    return rc ? df_cli_fail("eval") : 0;
+    if (rc && size > 1) {
+        fprintf(stderr, "distflow eval: error on rank %d of %d: %s\n", rank, size, df_last_error());
+        fflush(stderr);
+    } else if (rc) {
+        df_cli_fail("eval");
+    }
+    if (df_comm_shutdown() && !rc)
+        rc = df_cli_fail("eval");
+    return rc ? 1 : 0;
 }

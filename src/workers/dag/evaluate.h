@@ -27,6 +27,7 @@ typedef struct df_eval_opts {
     int64_t step;
     df_comm *comm;         /* ranks evaluating disjoint shards: results are their totals; NULL: this rank's */
     bool replica;          /* this rank repeats another rank's shard: it adds nothing to the totals */
+    bool gather;           /* with comm: rank 0 scores every rank's responses, in the dataset's order (below) */
     const df_agent_config *agent; /* multi-turn / environment rollouts (agent_loop.h); NULL: single-turn */
     /* the generation when not e's (a chained multi-agent rollout: marft_run.h): n responses per
        row of prompts into *out, the columns scored unprefixed; NULL: e's, through agent */
@@ -52,9 +53,24 @@ typedef struct df_eval_result {
  * overlong are variables too (val-aux).
  * With o->comm it is collective: every rank joins the one reduction even when
  * its shard is empty or it failed (then every rank returns an error); an
- * empty shard is fine as long as the group has prompts. Errors: DF_EINVAL when
- * there are no prompts at all, those of generation and scoring, DF_EINTERNAL
- * on the ranks whose peer failed.
+ * empty shard is fine as long as the group has prompts. Each rank scores its
+ * own responses and the sums are added over the ranks, so the metrics of one
+ * and several ranks differ by the order of the sums (the last bits).
+ *
+ * With o->gather (`distflow eval`) each rank only generates; its responses go
+ * to rank 0 of o->comm (NULL: this rank alone), which sorts them by the
+ * dataset-wide index (a prompt's responses in their order) and scores them in
+ * batches of o->batch_prompts prompts, cut as one rank's dataloader cuts them:
+ * the same operations on the same values in the same order as on one rank,
+ * so *res, the metrics and the dump are the same bits at any rank count
+ * (given the same responses: each one's sampling is keyed by o->seed and its
+ * prompt's dataset-wide index). Rank 0 alone fills `metrics` and writes
+ * o->dump; *res is broadcast to every rank. The responses must fit rank 0's
+ * memory and, serialized, 2^31 bytes (the comm's alltoallv).
+ *
+ * Errors: DF_EINVAL when there are no prompts at all, those of generation and
+ * scoring (with gather, scoring's on rank 0), DF_EINTERNAL on the ranks whose
+ * peer failed.
  */
 int df_evaluate(df_rollout_engine *e, const df_model *m, const df_tokenizer *tok,
                 const df_reward_manager_cfg *rcfg, const df_dataset *ds,
