@@ -24,7 +24,6 @@
 #include "distflow/comm.h"
 #include "distflow/reward.h"
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,28 +64,16 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* The lines of step 1's rollout dumps of dir/<out> (one file, or one per data-parallel rank),
-   sorted, into lines[ROWS]; returns how many there are. */
+/* Step 1's rollout dumps of dir/<out> (the resampled batch), one line each, sorted, into
+   lines[ROWS]; returns how many there are. */
 static int dump_lines(const char *out, char **lines)
 {
-    char rdir[512];
-    snprintf(rdir, sizeof rdir, "%s/%s/rollouts", dir, out);
-    DIR *d = opendir(rdir);
-    assert_non_null(d);
-    int n = 0;
-    for (struct dirent *e; (e = readdir(d));) {
-        if (strcmp(e->d_name, "1.jsonl") && strncmp(e->d_name, "1.dp", 4))
-            continue;
-        char path[1024], *text = NULL;
-        snprintf(path, sizeof path, "%s/%s", rdir, e->d_name);
-        assert_int_equal(df_read_file(path, &text, NULL), 0);
-        for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n")) {
-            assert_true(n < ROWS);
-            lines[n++] = strdup(l);
-        }
-        free(text);
-    }
-    closedir(d);
+    json_t *all = df_test_rollout_dumps(dir, out, 1);
+    int n = (int)json_array_size(all);
+    assert_true(n <= ROWS);
+    for (int i = 0; i < n; i++)
+        lines[i] = json_dumps(json_array_get(all, (size_t)i), JSON_SORT_KEYS | JSON_COMPACT);
+    json_decref(all);
     qsort(lines, (size_t)n, sizeof *lines, cmp_str);
     return n;
 }

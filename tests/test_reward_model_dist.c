@@ -25,7 +25,6 @@
 #include "engine/hf_dir.h"
 #include "testbounds.h"
 
-#include <dirent.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -74,29 +73,16 @@ static int by_row(const void *a, const void *b)
 /* Step 1's dumped rows of dir/<out>/rollouts (one file per data-parallel rank), sorted. */
 static int read_rows(const char *out, row *rows, int cap)
 {
-    char rdir[512];
-    snprintf(rdir, sizeof rdir, "%s/%s/rollouts", dir, out);
-    DIR *d = opendir(rdir);
-    assert_non_null(d);
-    int n = 0;
-    for (struct dirent *e; (e = readdir(d));) {
-        if (strncmp(e->d_name, "1.", 2))
-            continue;
-        char path[1024], *text = NULL;
-        snprintf(path, sizeof path, "%s/%s", rdir, e->d_name);
-        assert_int_equal(df_read_file(path, &text, NULL), 0);
-        for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n")) {
-            json_t *o = json_loads(l, 0, NULL);
-            assert_non_null(o);
-            assert_true(n < cap);
-            rows[n++] = (row){json_integer_value(json_object_get(o, "index")),
-                              strdup(json_string_value(json_object_get(o, "output"))),
-                              json_number_value(json_object_get(o, "score"))};
-            json_decref(o);
-        }
-        free(text);
+    json_t *all = df_test_rollout_dumps(dir, out, 1);
+    int n = (int)json_array_size(all);
+    assert_true(n <= cap);
+    for (int i = 0; i < n; i++) {
+        const json_t *o = json_array_get(all, (size_t)i);
+        rows[i] = (row){json_integer_value(json_object_get(o, "index")),
+                        strdup(json_string_value(json_object_get(o, "output"))),
+                        json_number_value(json_object_get(o, "score"))};
     }
-    closedir(d);
+    json_decref(all);
     qsort(rows, (size_t)n, sizeof *rows, by_row);
     return n;
 }

@@ -24,6 +24,7 @@
 #include "engine/hf_dir.h"
 #include "util/fsutil.h"
 
+#include <dirent.h>
 #include <ftw.h>
 #include <math.h>
 #include <stdio.h>
@@ -455,6 +456,38 @@ static inline int df_test_shared_cleanup(df_comm *world, const char *dir)
     if (df_comm_rank(world) == 0)
         df_test_remove_tree(dir);
     return df_comm_shutdown();
+}
+
+/**
+ * The lines of step `step`'s rollout dumps in dir/<out>/rollouts (trainer.rollout_data_dir: one
+ * <step>.jsonl, or one <step>.dp<d>.jsonl per data-parallel rank), each parsed, in a JSON array
+ * (caller frees); a line that does not parse fails the test.
+ */
+static inline json_t *df_test_rollout_dumps(const char *dir, const char *out, int step)
+{
+    char rdir[512], one[32], prefix[32];
+    snprintf(rdir, sizeof rdir, "%s/%s/rollouts", dir, out);
+    snprintf(one, sizeof one, "%d.jsonl", step);
+    snprintf(prefix, sizeof prefix, "%d.dp", step);
+    DIR *d = opendir(rdir);
+    assert_non_null(d);
+    json_t *rows = json_array();
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strcmp(e->d_name, one) && strncmp(e->d_name, prefix, strlen(prefix)))
+            continue;
+        char path[1024], *text = NULL;
+        snprintf(path, sizeof path, "%s/%s", rdir, e->d_name);
+        assert_int_equal(df_read_file(path, &text, NULL), 0);
+        for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n")) {
+            json_t *o = json_loads(l, 0, NULL);
+            if (!o)
+                fail_msg("%s: a line does not parse", path);
+            json_array_append_new(rows, o);
+        }
+        free(text);
+    }
+    closedir(d);
+    return rows;
 }
 
 /**
