@@ -6,6 +6,7 @@
 #include "distflow/dag.h"
 #include "distflow/dataset.h"
 #include "engine/hf_dir.h"
+#include "workers/common/group_sum.h"
 #include "workers/common/max_pos.h"
 #include "workers/dag/evaluate.h"
 
@@ -45,18 +46,16 @@ static int fit_lengths(const df_opt *opts, const char *dir, const df_model_confi
     return df_check_max_pos(cfg, dir, "command line", "--model", &b);
 }
 
-/* Every rank's status, agreed: 0 on every rank when none failed, else non-zero on every rank (a rank
- * whose own step succeeded gets DF_EINTERNAL naming `what`). *sum (may be NULL) is added over the ranks.
- * Collective over w: each rank calls it at the same points, failed or not. */
+/* Every rank's status, agreed (df_worker_group_sum over the world: a rank whose own step succeeded
+ * gets DF_EINTERNAL naming `what`); *sum (may be NULL) is added over the ranks. Collective: each
+ * rank calls it at the same points, failed or not. */
 static int agree(df_comm *w, int rc, int64_t *sum, const char *what)
 {
-    int64_t v[2] = {rc ? 1 : 0, sum ? *sum : 0};
-    int crc = df_comm_allreduce(w, v, 2, DF_COMM_INT64, DF_COMM_SUM);
-    if (!rc && !crc && v[0] > 0)
-        rc = df_error(DF_EINTERNAL, "%lld other rank(s) failed %s; their own errors say why", (long long)v[0], what);
+    double mine = sum ? (double)*sum : 0, total = 0;
+    rc = df_worker_group_sum(w, rc, &mine, 1, &total, what, "job");
     if (sum)
-        *sum = v[1];
-    return rc ? rc : crc;
+        *sum = (int64_t)total;
+    return rc;
 }
 
 /*
@@ -149,7 +148,7 @@ int df_cmd_eval(int argc, char **argv)
     if (!rc && !vm)
         rc = df_error(DF_ENOMEM, "out of memory");
     /* a bad row or a missing file may fail one rank alone: no rank goes on to the evaluation's collectives */
-    rc = agree(world, rc, &dropped, "to load the model or the data");
+    rc = agree(world, rc, &dropped, "loading the model and the data");
     const bool reached = !rc; /* the same on every rank */
     if (!rc && dropped && rank == 0)
         fprintf(stderr, "distflow eval: skipped %lld prompts longer than %lld tokens\n",
@@ -185,7 +184,7 @@ int df_cmd_eval(int argc, char **argv)
     if (!rc && dump && (rc = df_write_file_atomic(output, dump_buf, dump_len)))
         rc = df_error_wrap(rc, "--output");
     if (reached) /* rank 0's write: every rank's exit status says whether the run succeeded */
-        rc = agree(world, rc, NULL, "after the evaluation (rank 0 writing --output)");
+        rc = agree(world, rc, NULL, "rank 0 writing --output");
     free(dump_buf);
     df_agent_config_clear(&agent);
     df_rollout_engine_free(e);
