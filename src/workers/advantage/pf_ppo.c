@@ -9,6 +9,7 @@
 #include "workers/worker_internal.h"
 
 #include "distflow/algo.h"
+#include "util/hash.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -16,29 +17,38 @@
 #define WHAT "PF-PPO resampling"
 #define GROUP "data-parallel group"
 
-/* A sequence in the group's canonical order: its prompt's dataset row, its place among that prompt's
-   responses (a prompt's responses stay on one rank, in order: the hand-offs keep groups), and
-   where it lives. */
+/* A sequence in the group's canonical order: its prompt's dataset row and uid (the uid tells a
+   row drawn twice in a step apart, DAPO's refills across an epoch's end), its place among that
+   prompt's responses (they stay on one rank, in order: the hand-offs keep groups), and where it
+   lives. */
 typedef struct {
-    int64_t index, j, row;
+    int64_t index;
+    uint64_t uid;
+    int64_t j, row;
     int32_t dp_rank;
     float score;
 } seq;
 
+/* By prompt (dataset row, uid), then `last`: j for the canonical order, row for the local one. */
+static int cmp_prompt(const seq *x, const seq *y, int64_t xl, int64_t yl)
+{
+    if (x->index != y->index)
+        return x->index < y->index ? -1 : 1;
+    if (x->uid != y->uid)
+        return x->uid < y->uid ? -1 : 1;
+    return xl < yl ? -1 : xl > yl;
+}
+
 static int cmp_seq(const void *a, const void *b)
 {
     const seq *x = a, *y = b;
-    if (x->index != y->index)
-        return x->index < y->index ? -1 : 1;
-    return x->j < y->j ? -1 : x->j > y->j;
+    return cmp_prompt(x, y, x->j, y->j);
 }
 
 static int cmp_row(const void *a, const void *b)
 {
     const seq *x = a, *y = b;
-    if (x->index != y->index)
-        return x->index < y->index ? -1 : 1;
-    return x->row < y->row ? -1 : x->row > y->row;
+    return cmp_prompt(x, y, x->row, y->row);
 }
 
 /* This rank's sequences: the score is the sum of the token_level_scores (verl:
@@ -47,9 +57,11 @@ static int local_seqs(const df_batch *b, int dp_rank, seq **out)
 {
     const df_column *s = df_batch_column(b, "token_level_scores");
     const int64_t *index = df_batch_has(b, "index") ? df_batch_i64(b, "index") : NULL;
+    const df_column *uid = df_batch_column(b, "uid");
     int64_t n = df_batch_size(b);
-    if (!s || !index)
-        return df_error(DF_EINVAL, WHAT ": the batch has no %s column", s ? "index" : "token_level_scores");
+    if (!s || !index || !uid)
+        return df_error(DF_EINVAL, WHAT ": the batch has no %s column",
+                        !s ? "token_level_scores" : !index ? "index" : "uid");
     seq *v = calloc((size_t)(n ? n : 1), sizeof *v);
     if (!v)
         return df_error(DF_ENOMEM, "out of memory");
@@ -57,11 +69,12 @@ static int local_seqs(const df_batch *b, int dp_rank, seq **out)
         float sum = 0.0f;
         for (int64_t t = s->offsets[i]; t < s->offsets[i + 1]; t++)
             sum += ((const float *)s->data)[t];
-        v[i] = (seq){.index = index[i], .row = i, .dp_rank = dp_rank, .score = sum};
+        v[i] = (seq){.index = index[i], .uid = df_fnv1a(df_batch_str(b, "uid", i)), .row = i, .dp_rank = dp_rank,
+                     .score = sum};
     }
     qsort(v, (size_t)n, sizeof *v, cmp_row);
     for (int64_t i = 1; i < n; i++)
-        v[i].j = v[i].index == v[i - 1].index ? v[i - 1].j + 1 : 0;
+        v[i].j = v[i].index == v[i - 1].index && v[i].uid == v[i - 1].uid ? v[i - 1].j + 1 : 0;
     *out = v;
     return DF_OK;
 }
