@@ -12,7 +12,9 @@
  * stream keyed by the seed and the step: the resampled batch — what trainer.rollout_data_dir dumps
  * at the end of the step — must hold the same lines, however many ranks drew them and however the
  * Data Coordinator spread them. A draw with replacement of 12 rows repeats one (a run without
- * PF-PPO dumps each row once). Also: use_pf_ppo with another estimator than gae is refused.
+ * PF-PPO dumps each row once). The ranks' drawn rows differ in number; the hand-off after the
+ * advantage node evens them (each rank's dump holds 12 / N rows). Also: use_pf_ppo with another
+ * estimator than gae is refused.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -42,14 +44,14 @@ static int ppo(df_comm *comm, const char *out, const char *pf, const char *estim
              "       max_prompt_length: 128, max_response_length: 10}\n"
              "actor_rollout_ref:\n"
              "  model: {path: %s/model}\n"
-             "  actor: {optim: {lr: 0.01, weight_decay: 0.0}, ppo_mini_batch_size: 6,\n"
-             "          ppo_micro_batch_size_per_gpu: 2}\n"
+             "  actor: {optim: {lr: 0.01, weight_decay: 0.0}, ppo_mini_batch_size: 3,\n"
+             "          ppo_micro_batch_size_per_gpu: 1}\n"
              "  rollout: {n: 2, log_prob_micro_batch_size_per_gpu: 2}\n"
              "critic:\n"
              "  model: {path: %s/model}\n"
              "  optim: {lr: 0.005, weight_decay: 0.0}\n"
-             "  ppo_mini_batch_size: 6\n"
-             "  ppo_micro_batch_size_per_gpu: 2\n"
+             "  ppo_mini_batch_size: 3\n"
+             "  ppo_micro_batch_size_per_gpu: 1\n"
              "algorithm: {adv_estimator: gae, gamma: 1.0, lam: 0.95}\n"
              "trainer: {total_training_steps: 1, save_freq: -1, logger: [], default_local_dir: %s/%s,\n"
              "          rollout_data_dir: %s/%s/rollouts}\n",
@@ -75,6 +77,19 @@ static int dump_lines(const char *out, char **lines)
         lines[i] = json_dumps(json_array_get(all, (size_t)i), JSON_SORT_KEYS | JSON_COMPACT);
     json_decref(all);
     qsort(lines, (size_t)n, sizeof *lines, cmp_str);
+    return n;
+}
+
+/* The lines of step 1's dump of data-parallel rank d in dir/<out> (one file per rank on N > 1). */
+static int dp_lines(const char *out, int d)
+{
+    char p[600], *text = NULL;
+    snprintf(p, sizeof p, "%s/%s/rollouts/1.dp%d.jsonl", dir, out, d);
+    assert_int_equal(df_read_file(p, &text, NULL), 0);
+    int n = 0;
+    for (const char *c = text; *c; c++)
+        n += *c == '\n';
+    free(text);
     return n;
 }
 
@@ -117,6 +132,11 @@ static void test_same_draws_on_any_ranks(void **state)
         if (strcmp(ref[i], got[i]))
             fail_msg("the resampled batches differ (%d ranks against one):\n%s\n%s", df_comm_size(world), ref[i],
                      got[i]);
+    /* the Data Coordinator evened the ranks' drawn rows before the updates */
+    for (int d = 0; df_comm_size(world) > 1 && d < df_comm_size(world); d++)
+        if (dp_lines("dist", d) != ROWS / df_comm_size(world))
+            fail_msg("data-parallel rank %d ends the step with %d rows, not %d", d, dp_lines("dist", d),
+                     ROWS / df_comm_size(world));
     assert_int_equal(repeats(plain, ROWS), 0); /* each row once without PF-PPO */
     int rep = repeats(ref, ROWS);
     print_message("PF-PPO: %d of %d drawn rows repeat another\n", rep, ROWS);
