@@ -3,8 +3,9 @@
  * compute_pf_ppo_reweight_data after GAE). verl's single controller resamples the whole step batch;
  * here every rank gathers the data-parallel group's sequence scores, puts them in an order that
  * does not depend on the ranks (by prompt dataset row, then response), draws the same indices from
- * the same stream (trainer.seed, the step), and keeps the draws that fall on its own rows. The ranks then hold unequal numbers of rows: the hand-off before the next node
- * rebalances them through the Data Coordinator (handoff.c).
+ * the same stream (trainer.seed, the step), and keeps the draws that fall on its own rows. The
+ * ranks then hold unequal numbers of rows: the hand-off before the next node evens them through
+ * the Data Coordinator (handoff.c).
  */
 #include "workers/worker_internal.h"
 

@@ -37,3 +37,9 @@ int df_worker_group_sum(df_comm *comm, int rc, const double *vals, int k, double
                         failed, group, size);
     return DF_OK;
 }
+
+int df_worker_agree(df_comm *comm, int rc, const char *what, const char *group)
+{
+    double zero = 0, total;
+    return df_worker_group_sum(comm, rc, &zero, 1, &total, what, group);
+}

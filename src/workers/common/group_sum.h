@@ -20,4 +20,7 @@
 int df_worker_group_sum(df_comm *comm, int rc, const double *vals, int k, double *totals, const char *what,
                         const char *group);
 
+/** df_worker_group_sum with no values: every rank's status agreed over `comm` (collective). */
+int df_worker_agree(df_comm *comm, int rc, const char *what, const char *group);
+
 #endif

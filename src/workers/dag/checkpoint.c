@@ -21,8 +21,7 @@ typedef char path_buf[DF_CKPT_PATH_MAX];
 /* Every rank's status merged (collective over the world): a failure anywhere fails every rank. */
 static int sync_rc(df_dag_worker *w, int rc, const char *what)
 {
-    double zero = 0, total;
-    return df_worker_group_sum(w->comm, rc, &zero, 1, &total, what, "job");
+    return df_worker_agree(w->comm, rc, what, "job");
 }
 
 int df_worker_checkpoint_cleanup(df_dag_worker *w)

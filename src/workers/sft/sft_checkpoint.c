@@ -35,8 +35,7 @@ static int save_trainer_state(const df_sft_ckpt *c, int64_t step, const char *di
 /* Every rank's status merged (collective): a failure anywhere fails every rank. */
 static int agree(const df_sft_ckpt *c, int rc, const char *what)
 {
-    double zero = 0, total;
-    return df_worker_group_sum(c->comm, rc, &zero, 1, &total, what, "job");
+    return df_worker_agree(c->comm, rc, what, "job");
 }
 
 /* Everything of the checkpoint into s->tmp. */

@@ -274,8 +274,7 @@ static void actor_params(const sft_run *s, df_actor_params *p)
 /* Every rank's status agreed (collective): a failure anywhere fails every rank. */
 static int agree(const sft_run *s, int rc, const char *what)
 {
-    double zero = 0, total;
-    return df_worker_group_sum(s->comm, rc, &zero, 1, &total, what, "job");
+    return df_worker_agree(s->comm, rc, what, "job");
 }
 
 /* Token-mean NLL of the validation responses (verl's val/loss), each rank its shard (collective). */
