@@ -211,6 +211,33 @@ static df_batch *scored(int P, int n, const float *acc, const char *const *src, 
     return b;
 }
 
+/* A batch mixing a source whose scorer predicts (math_dapo: pred_valid 1) with one whose does not
+   (pred_valid 0, its pred ""): maj@N for the first only, as each source scored alone gives. */
+static void test_maj_mixed_sources(void **state)
+{
+    (void)state;
+    const float acc[] = {1, 1, 0, 0, 1, 0};
+    const char *src[] = {"dapo", "gsm8k"}, *pred[] = {"7", "7", "3", "", "", ""};
+    df_batch *b = scored(2, 3, acc, src, pred);
+    const int64_t valid[] = {1, 1, 1, 0, 0, 0};
+    assert_int_equal(df_batch_set_i64(b, "pred_valid", valid), 0);
+    df_metrics *sums = df_metrics_new(), *m = df_metrics_new();
+    assert_int_equal(df_val_metrics_add(sums, b, 3, 5), DF_OK);
+    assert_int_equal(df_val_metrics_finish(sums, 3, m), DF_OK);
+    int maj_dapo = 0, maj_gsm8k = 0;
+    for (int i = 0; i < df_metrics_count(m); i++) {
+        double x;
+        const char *k = df_metrics_at(m, i, &x);
+        maj_dapo += strstr(k, "/dapo/") && strstr(k, "/maj@");
+        maj_gsm8k += strstr(k, "/gsm8k/") && strstr(k, "/maj@");
+    }
+    assert_true(maj_dapo > 0);
+    assert_int_equal(maj_gsm8k, 0);
+    df_metrics_free(sums);
+    df_metrics_free(m);
+    df_batch_free(b);
+}
+
 /* verl's placement: the core variable (acc, else reward) at the largest N in val-core. */
 static void test_placement(void **state)
 {
@@ -376,6 +403,7 @@ int main(void)
         cmocka_unit_test(test_prompt_acc),   cmocka_unit_test(test_prompt_equal),
         cmocka_unit_test(test_maj_vote),     cmocka_unit_test(test_maj_bootstrap),
         cmocka_unit_test(test_placement),    cmocka_unit_test(test_ranks),
+        cmocka_unit_test(test_maj_mixed_sources),
         cmocka_unit_test(test_agent_prefix),
     };
     return cmocka_run_group_tests(tests, df_test_world_setup, df_test_world_teardown);

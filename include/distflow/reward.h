@@ -260,8 +260,11 @@ typedef struct df_reward_manager_cfg {
  * When a row's scorer sets extra_pred (math_dapo, whose verl scorer returns
  * a dict with "pred"), adds (or replaces) `pred` (STR): each row's
  * df_reward_result.pred where its scorer sets extra_pred, "" elsewhere, as
- * verl's reward_extra_info; the generation dumps show it and validation votes
- * with it (maj@N). Without such a row an earlier `pred` column is dropped.
+ * verl's reward_extra_info, and `pred_valid` (I64): 1 where the row's scorer
+ * set extra_pred, 0 elsewhere (a batch mixing data sources: only those rows
+ * have a prediction); the generation dumps show the valid ones and validation
+ * votes with them (maj@N). Without such a row earlier `pred` / `pred_valid`
+ * columns are dropped.
  *
  * Rows are scored as df_reward_compute with cfg->kwargs (or by
  * cfg->compute_score). Outputs (each may be NULL): scores[n] per-sample score,

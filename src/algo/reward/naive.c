@@ -44,11 +44,13 @@ int df_reward_naive(const df_reward_manager_cfg *cfg, df_batch *b, const char *c
     bool *ok = malloc((size_t)(n ? n : 1) * sizeof *ok);
     char (*pred)[DF_REWARD_PRED_MAX] = malloc((size_t)(n ? n : 1) * sizeof *pred);
     const char **preds = malloc((size_t)(n ? n : 1) * sizeof *preds);
-    if (!sc || !ok || !pred || !preds) {
+    int64_t *valid = calloc((size_t)(n ? n : 1), sizeof *valid);
+    if (!sc || !ok || !pred || !preds || !valid) {
         free(sc);
         free(ok);
         free(pred);
         free(preds);
+        free(valid);
         return df_error(DF_ENOMEM, "reward manager: out of memory");
     }
     const char *last_src = NULL; /* one-entry cache: batches usually hold one data_source */
@@ -75,6 +77,7 @@ int df_reward_naive(const df_reward_manager_cfg *cfg, df_batch *b, const char *c
         ok[i] = res.acc;
         memcpy(pred[i], res.extra_pred ? res.pred : "", res.extra_pred ? sizeof res.pred : 1);
         preds[i] = pred[i];
+        valid[i] = res.extra_pred;
         any_pred |= res.extra_pred;
         if (rc)
             rc = df_error_wrap(rc, "reward manager: scoring row %lld (data_source %s)",
@@ -83,14 +86,20 @@ int df_reward_naive(const df_reward_manager_cfg *cfg, df_batch *b, const char *c
     float *tls = NULL;
     if (!rc && any_pred) /* verl's reward_extra_info "pred": the dumps show it */
         rc = df_batch_set_str(b, "pred", preds);
-    else if (!rc) /* not one left from an earlier scoring of this batch */
+    if (!rc && any_pred)
+        rc = df_batch_set_i64(b, "pred_valid", valid);
+    if (!rc && !any_pred) { /* not one left from an earlier scoring of this batch */
         df_batch_drop(b, "pred");
+        df_batch_drop(b, "pred_valid");
+    }
     if (!rc)
         rc = df_batch_alloc_tok_f32_like(b, "token_level_scores", "response_ids", &tls);
     free(pred);
     free(preds);
+    free(valid);
     if (rc) {
         df_batch_drop(b, "pred");
+        df_batch_drop(b, "pred_valid");
         free(sc);
         free(ok);
         return rc;

@@ -156,6 +156,12 @@ double df_sequence_score(const df_batch *b, int64_t i)
     return t && len > 0 ? df_row_sum_f32(t, len) : df_batch_f32(b, "score")[i];
 }
 
+bool df_row_has_pred(const df_batch *b, int64_t i)
+{
+    const int64_t *valid = df_batch_has(b, "pred_valid") ? df_batch_i64(b, "pred_valid") : NULL;
+    return df_batch_str(b, "pred", 0) != NULL && (!valid || valid[i]);
+}
+
 /* The variables: reward, then the extra infos the batch has (acc gets pass@k). */
 static const char *const VARS[] = {"reward", "acc", "overlong_reward", "overlong"};
 #define NVARS (int)(sizeof VARS / sizeof *VARS)
@@ -171,7 +177,7 @@ static int add_prompt(df_metrics *sums, const df_batch *b, int64_t lo, int64_t n
                       double *v, const char **pred)
 {
     const char *src = df_batch_str(b, "data_source", lo);
-    bool has_pred = df_batch_str(b, "pred", 0) != NULL;
+    bool has_pred = df_row_has_pred(b, lo); /* a prompt's responses share their data source */
     for (int64_t j = 0; has_pred && j < n; j++)
         pred[j] = df_batch_str(b, "pred", lo + j);
     char prefix[KEY_CAP];

@@ -64,12 +64,16 @@ int df_val_prompt_stats(const double *v, const char *const *pred, int64_t n, boo
  */
 double df_sequence_score(const df_batch *b, int64_t i);
 
+/** Whether row i has a prediction (the reward manager's `pred`, where `pred_valid` says its scorer
+ *  gave one; a `pred` column without `pred_valid` counts for every row). */
+bool df_row_has_pred(const df_batch *b, int64_t i);
+
 /**
  * Add a scored batch's prompts to `sums`. The batch holds the n responses of each prompt on
  * consecutive rows (as df_generate_batch leaves them) with columns `index` (I64, the dataset-wide
  * row), `data_source` (STR), token_level_scores / score (the variable `reward`,
  * df_sequence_score), and, where present, `acc`, `overlong_reward`, `overlong` (F32) and `pred`
- * (STR, the votes of maj@N). Sums are keyed "val\x1f<data_source>\x1f<var>\x1f<metric>" plus
+ * (STR, the votes of maj@N, for the prompts whose rows df_row_has_pred). Sums are keyed "val\x1f<data_source>\x1f<var>\x1f<metric>" plus
  * "val\x1f<data_source>\x1fprompts"; they add across batches and ranks.
  * Errors: DF_EINVAL (a missing column, a prompt with other than n responses), DF_ENOMEM.
  */

@@ -21,7 +21,7 @@ static json_t *row_object(const df_batch *b, int64_t i, const char *input, const
     for (int k = 0; row && k < 3; k++)
         if (df_batch_f32(b, extra[k]))
             json_object_set_new(row, extra[k], json_real(df_batch_f32(b, extra[k])[i]));
-    if (row && df_batch_str(b, "pred", 0))
+    if (row && df_row_has_pred(b, i))
         json_object_set_new(row, "pred", json_string(df_batch_str(b, "pred", i)));
     if (row) {
         json_object_set_new(row, "index", json_integer((json_int_t)df_batch_i64(b, "index")[i]));
