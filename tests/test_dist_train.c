@@ -32,7 +32,6 @@
 #include "distflow/comm.h"
 #include "distflow/reward.h"
 
-#include <dirent.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -165,34 +164,18 @@ static void compare_with_reference(const char *out, bool moves)
    lines into count[64] and returns the number of lines and files; *score_sum the scores' sum. */
 static int read_rollouts(const char *out, int step, int count[64], int *files, double *score_sum)
 {
-    char rdir[512], one[32], prefix[32];
-    snprintf(rdir, sizeof rdir, "%s/%s/rollouts", dir, out);
-    snprintf(one, sizeof one, "%d.jsonl", step);
-    snprintf(prefix, sizeof prefix, "%d.dp", step);
-    DIR *d = opendir(rdir);
-    assert_non_null(d);
-    int lines = 0;
-    *files = 0, *score_sum = 0;
-    for (struct dirent *e; (e = readdir(d));) {
-        if (strcmp(e->d_name, one) && strncmp(e->d_name, prefix, strlen(prefix)))
-            continue;
-        char path[1024], *text = NULL;
-        snprintf(path, sizeof path, "%s/%s", rdir, e->d_name);
-        assert_int_equal(df_read_file(path, &text, NULL), 0);
-        (*files)++;
-        for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n"), lines++) {
-            json_t *row = json_loads(l, 0, NULL);
-            assert_non_null(row);
-            int64_t idx = json_integer_value(json_object_get(row, "index"));
-            assert_true(idx >= 0 && idx < 64);
-            count[idx]++;
-            *score_sum += json_number_value(json_object_get(row, "score"));
-            assert_int_equal(json_integer_value(json_object_get(row, "step")), step);
-            json_decref(row);
-        }
-        free(text);
+    json_t *rows = df_test_rollout_dumps(dir, out, step, files);
+    int lines = (int)json_array_size(rows);
+    *score_sum = 0;
+    for (int i = 0; i < lines; i++) {
+        const json_t *row = json_array_get(rows, (size_t)i);
+        int64_t idx = json_integer_value(json_object_get(row, "index"));
+        assert_true(idx >= 0 && idx < 64);
+        count[idx]++;
+        *score_sum += json_number_value(json_object_get(row, "score"));
+        assert_int_equal(json_integer_value(json_object_get(row, "step")), step);
     }
-    closedir(d);
+    json_decref(rows);
     return lines;
 }
 

@@ -70,7 +70,7 @@ static int cmp_str(const void *a, const void *b)
    lines[ROWS]; returns how many there are. */
 static int dump_lines(const char *out, char **lines)
 {
-    json_t *all = df_test_rollout_dumps(dir, out, 1);
+    json_t *all = df_test_rollout_dumps(dir, out, 1, NULL);
     int n = (int)json_array_size(all);
     assert_true(n <= ROWS);
     for (int i = 0; i < n; i++)

@@ -73,7 +73,7 @@ static int by_row(const void *a, const void *b)
 /* Step 1's dumped rows of dir/<out>/rollouts (one file per data-parallel rank), sorted. */
 static int read_rows(const char *out, row *rows, int cap)
 {
-    json_t *all = df_test_rollout_dumps(dir, out, 1);
+    json_t *all = df_test_rollout_dumps(dir, out, 1, NULL);
     int n = (int)json_array_size(all);
     assert_true(n <= cap);
     for (int i = 0; i < n; i++) {

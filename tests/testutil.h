@@ -461,9 +461,9 @@ static inline int df_test_shared_cleanup(df_comm *world, const char *dir)
 /**
  * The lines of step `step`'s rollout dumps in dir/<out>/rollouts (trainer.rollout_data_dir: one
  * <step>.jsonl, or one <step>.dp<d>.jsonl per data-parallel rank), each parsed, in a JSON array
- * (caller frees); a line that does not parse fails the test.
+ * (caller frees); a line that does not parse fails the test. *files (may be NULL): how many files.
  */
-static inline json_t *df_test_rollout_dumps(const char *dir, const char *out, int step)
+static inline json_t *df_test_rollout_dumps(const char *dir, const char *out, int step, int *files)
 {
     char rdir[512], one[32], prefix[32];
     snprintf(rdir, sizeof rdir, "%s/%s/rollouts", dir, out);
@@ -472,9 +472,13 @@ static inline json_t *df_test_rollout_dumps(const char *dir, const char *out, in
     DIR *d = opendir(rdir);
     assert_non_null(d);
     json_t *rows = json_array();
+    if (files)
+        *files = 0;
     for (struct dirent *e; (e = readdir(d));) {
         if (strcmp(e->d_name, one) && strncmp(e->d_name, prefix, strlen(prefix)))
             continue;
+        if (files)
+            (*files)++;
         char path[1024], *text = NULL;
         snprintf(path, sizeof path, "%s/%s", rdir, e->d_name);
         assert_int_equal(df_read_file(path, &text, NULL), 0);

@@ -6,6 +6,7 @@
 #include "util/timeutil.h"
 #include "util/warn.h"
 #include "workers/common/data_metrics.h"
+#include "workers/common/stop.h"
 #include "workers/dag/async.h"
 #include "workers/dag/checkpoint.h"
 #include "workers/dag/console.h"
@@ -151,32 +152,15 @@ int df_dag_worker_stopped(const df_dag_worker *w)
     return w->stopped;
 }
 
-/* The stop flag's largest value over the job (collective, every step): every rank stops at the same
-   boundary whichever rank the signal reached. */
 static int poll_stop(df_dag_worker *w, int *stop)
 {
-    double v = w->stop_flag ? (double)*w->stop_flag : 0;
-    int rc = df_comm_allreduce(w->comm, &v, 1, DF_COMM_FLOAT64, DF_COMM_MAX);
-    *stop = rc ? 0 : (int)v;
-    return rc ? df_error_wrap(rc, "all-reduce of the stop request") : DF_OK;
+    return df_worker_poll_stop(w->comm, w->stop_flag, stop);
 }
 
-/* A stop at a step boundary: say what was kept, return DF_ESTOPPED. */
 static int stopped(df_dag_worker *w, int flag, int64_t done, bool saved)
 {
     w->stopped = flag;
-    if (w->rank == 0) {
-        if (saved)
-            fprintf(stderr, "[distflow] stopped on request after step %lld of %lld; checkpoint global_step_%lld "
-                            "saved: the same command resumes from it\n",
-                    (long long)done, (long long)w->total_steps, (long long)done);
-        else
-            fprintf(stderr, "[distflow] stopped on request after step %lld of %lld; no checkpoint of it "
-                            "(trainer.save_freq=%lld)\n",
-                    (long long)done, (long long)w->total_steps, (long long)w->global.cfg.trainer.save_freq);
-    }
-    return df_error(DF_ESTOPPED, "stopped on request after step %lld of %lld", (long long)done,
-                    (long long)w->total_steps);
+    return df_worker_stopped(w->rank == 0, done, w->total_steps, saved, w->global.cfg.trainer.save_freq);
 }
 
 /* Updates trainer.skip_nonfinite_steps skipped in this step, on the console. */

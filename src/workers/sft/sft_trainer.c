@@ -25,6 +25,7 @@
 #include "workers/common/precision.h"
 #include "workers/common/prompts.h"
 #include "workers/common/run_log.h"
+#include "workers/common/stop.h"
 #include "workers/sft/sft_chat.h"
 #include "workers/sft/sft_checkpoint.h"
 
@@ -340,30 +341,15 @@ static int step_batch(sft_run *s, int64_t *rows, df_batch **b, double *tokens)
     return df_worker_group_sum(s->comm, rc, &mine, 1, tokens, "the step's batch", "job");
 }
 
-/* The stop flag's largest value over the ranks (collective, every step): every rank stops at the
-   same boundary whichever rank the signal reached. */
 static int poll_stop(const sft_run *s, int *stop)
 {
-    int64_t v = s->stop ? (int64_t)*s->stop : 0;
-    int rc = s->comm ? df_comm_allreduce(s->comm, &v, 1, DF_COMM_INT64, DF_COMM_MAX) : DF_OK;
-    *stop = rc ? 0 : (int)v;
-    return rc ? df_error_wrap(rc, "all-reduce of the stop request") : DF_OK;
+    return df_worker_poll_stop(s->comm, s->stop, stop);
 }
 
-/* A stop at a step boundary: say what was kept, return DF_ESTOPPED. */
 static int stopped(sft_run *s, int flag, int64_t done, bool saved)
 {
     s->stopped = flag;
-    if (s->rank == 0 && saved)
-        fprintf(stderr, "[distflow] stopped on request after step %lld of %lld; checkpoint global_step_%lld "
-                        "saved: the same command resumes from it\n",
-                (long long)done, (long long)s->total_steps, (long long)done);
-    else if (s->rank == 0)
-        fprintf(stderr, "[distflow] stopped on request after step %lld of %lld; no checkpoint of it "
-                        "(trainer.save_freq=%lld)\n",
-                (long long)done, (long long)s->total_steps, (long long)s->t.trainer.save_freq);
-    return df_error(DF_ESTOPPED, "stopped on request after step %lld of %lld", (long long)done,
-                    (long long)s->total_steps);
+    return df_worker_stopped(s->rank == 0, done, s->total_steps, saved, s->t.trainer.save_freq);
 }
 
 static int sft_loop(sft_run *s)
