@@ -214,7 +214,8 @@ typedef struct df_backend_ops {
     int (*lmhead_fwd)(void *ctx, float *logp, float *entropy, float *lse, const float *h,
                       const float *W, const int32_t *target, int64_t n, int64_t V, int64_t H,
                       float temperature, float *scratch);
-    /** df_lmhead_bwd: dh[n,H] OVERWRITTEN, dW[V,H] ACCUMULATED. */
+    /** df_lmhead_bwd: dh[n,H] OVERWRITTEN, dW[V,H] ACCUMULATED. dW NULL (a frozen head: LoRA,
+     *  distflow/lora.h) skips the weight gradient; only host-memory backends are called so. */
     int (*lmhead_bwd)(void *ctx, float *dh, float *dW, const float *dlogp, const float *dentropy,
                       const float *h, const float *W, const int32_t *target, const float *lse,
                       const float *entropy, int64_t n, int64_t V, int64_t H, float temperature,
@@ -250,7 +251,8 @@ typedef struct df_backend_ops {
                           const uint16_t *W16, const int32_t *target, int64_t n, int64_t V,
                           int64_t H, float temperature, float *scratch);
     /** lmhead_bwd with W16 as above: dL/dlogits rounded to bfloat16 per tile for
-     *  dh = dlogits W16 (OVERWRITTEN) and dW += dlogits^T h (h rounded; float32 dW). */
+     *  dh = dlogits W16 (OVERWRITTEN) and dW += dlogits^T h (h rounded; float32 dW); dW NULL as
+     *  lmhead_bwd's. */
     int (*lmhead_bwd_w16)(void *ctx, float *dh, float *dW, const float *dlogp,
                           const float *dentropy, const float *h, const uint16_t *W16,
                           const int32_t *target, const float *lse, const float *entropy,

@@ -19,6 +19,9 @@
 #include "model/ops.h"
 #include "model/weights_dev.h"
 
+struct df_lora;
+struct df_lora_layer;
+
 /* A batch as the backend sees it: index arrays in its memory (the CPU's alias the caller's). */
 typedef struct df_acts_batch {
     const int32_t *tokens, *targets, *pos; /* [T], [n_out], [T] */
@@ -95,6 +98,11 @@ struct df_acts {
     int fwd_entropy; /* entropy computed (the backward needs it for dentropy) */
     int fwd_valid;
     int fwd_head;    /* DF_ACTS_HEAD_*: which head ran, so a backward of the other kind fails */
+    /* LoRA (df_acts_set_lora): the adapter, views of its gradient blob, and the backward's
+     * [max_tokens, r] scratch for t = X A^T and u = dY B. NULL: none. */
+    const struct df_lora *lora;
+    struct df_lora_layer *lgrads; /* [L] */
+    float *lora_t, *lora_u;
 };
 
 enum { DF_ACTS_HEAD_LM = 0, DF_ACTS_HEAD_VALUE = 1 };

@@ -9,6 +9,7 @@
  */
 #include "model/acts.h"
 #include "model/decoder_layer.h"
+#include "model/lora_grad.h"
 #include "model/ops.h"
 
 #include <string.h>
@@ -51,19 +52,19 @@ static void layer_backward(const df_model_config *c, const df_layer_view *w, df_
         if (C < T)
             df_decoder_mlp_in(&a->be, c, w, w16, n, xn2c, gate, up, &a->err);
         DF_BE(a, swiglu_fwd, a->mlp_a, gate, up, n * I);
-        DF_BE(a, gemm, true, false, H, I, n, 1.0f, dresc, a->mlp_a, 1.0f, g->w_down);
+        df_lora_weight_grad(a, l, DF_LORA_DOWN, dresc, a->mlp_a, n, H, I, g->w_down);
         DF_WMM(a, false, n, I, H, 1.0f, dresc, w->w_down, w16 ? w16->w_down : NULL, 0.0f, a->mlp_a);
         float *dgate = gate, *dup = up;
         DF_BE(a, swiglu_bwd, dgate, dup, a->mlp_a, gate, up, n * I);
         DF_WMM(a, false, n, H, I, 1.0f, dgate, w->w_gate, w16 ? w16->w_gate : NULL, 0.0f, dxn + r0 * H);
         DF_WMM(a, false, n, H, I, 1.0f, dup, w->w_up, w16 ? w16->w_up : NULL, 1.0f, dxn + r0 * H);
-        DF_BE(a, gemm, true, false, I, H, n, 1.0f, dgate, xn2c, 1.0f, g->w_gate);
-        DF_BE(a, gemm, true, false, I, H, n, 1.0f, dup, xn2c, 1.0f, g->w_up);
+        df_lora_weight_grad(a, l, DF_LORA_GATE, dgate, xn2c, n, I, H, g->w_gate);
+        df_lora_weight_grad(a, l, DF_LORA_UP, dup, xn2c, n, I, H, g->w_up);
     }
     DF_BE(a, rmsnorm_bwd, dres, g->ln2, dxn, h, w->ln2, a->rstd2 + s * MT, T, H);
 
     /* Attention: h = x + att W_o^T (+ b_o). */
-    DF_BE(a, gemm, true, false, H, qd, T, 1.0f, dres, att, 1.0f, g->wo);
+    df_lora_weight_grad(a, l, DF_LORA_O, dres, att, T, H, qd, g->wo);
     if (g->bo)
         DF_BE(a, col_sum_add, g->bo, dres, T, H);
     DF_WMM(a, false, T, qd, H, 1.0f, dres, w->wo, w16 ? w16->wo : NULL, 0.0f, a->dao);
@@ -84,9 +85,9 @@ static void layer_backward(const df_model_config *c, const df_layer_view *w, df_
     DF_WMM(a, false, T, H, qd, 1.0f, dq, w->wq, w16 ? w16->wq : NULL, 0.0f, dxn);
     DF_WMM(a, false, T, H, kvd, 1.0f, dk, w->wk, w16 ? w16->wk : NULL, 1.0f, dxn);
     DF_WMM(a, false, T, H, kvd, 1.0f, a->dv, w->wv, w16 ? w16->wv : NULL, 1.0f, dxn);
-    DF_BE(a, gemm, true, false, qd, H, T, 1.0f, dq, xn1, 1.0f, g->wq);
-    DF_BE(a, gemm, true, false, kvd, H, T, 1.0f, dk, xn1, 1.0f, g->wk);
-    DF_BE(a, gemm, true, false, kvd, H, T, 1.0f, a->dv, xn1, 1.0f, g->wv);
+    df_lora_weight_grad(a, l, DF_LORA_Q, dq, xn1, T, qd, H, g->wq);
+    df_lora_weight_grad(a, l, DF_LORA_K, dk, xn1, T, kvd, H, g->wk);
+    df_lora_weight_grad(a, l, DF_LORA_V, a->dv, xn1, T, kvd, H, g->wv);
     if (g->bq) { /* bias gradients: column sums of dq / dk / dv */
         DF_BE(a, col_sum_add, g->bq, dq, T, qd);
         DF_BE(a, col_sum_add, g->bk, dk, T, kvd);
@@ -137,7 +138,8 @@ static int trunk_backward(const df_model *m, const df_model_view *w, df_acts *a,
         a->slot_layer = -1; /* its gate / up now hold their gradients */
     }
     a->fwd_valid = 0; /* the saved activations are spent: another backward needs a new forward */
-    DF_BE(a, embedding_bwd, gv->embed, a->dres, a->bb.tokens, T, H);
+    if (gv->embed)
+        DF_BE(a, embedding_bwd, gv->embed, a->dres, a->bb.tokens, T, H);
     return a->err;
 }
 
@@ -146,12 +148,23 @@ static int trunk_backward(const df_model *m, const df_model_view *w, df_acts *a,
 static int backward_begin(const df_model *m, df_acts *a, const df_seq_batch *b, float *grads,
                           const df_model_view **w, df_model_view *gv)
 {
+    if (!grads && !a->lora)
+        return df_error(DF_EINVAL, "no gradient blob (NULL grads needs a LoRA adapter: "
+                        "df_acts_set_lora)");
     int rc = df_acts_weights(a, m, w);
     if (!rc)
         rc = df_acts_stage(a, b);
-    if (!rc)
+    if (rc)
+        return rc;
+    if (grads) {
         df_model_view_of(m, grads, gv);
-    return rc;
+        return DF_OK;
+    }
+    /* The base frozen (LoRA): no view, so every base gradient below is skipped. */
+    df_layer_view *layers = gv->layers;
+    memset(layers, 0, (size_t)m->cfg.num_hidden_layers * sizeof *layers);
+    *gv = (df_model_view){.layers = layers};
+    return DF_OK;
 }
 
 int df_model_backward(const df_model *m, df_acts *a, const df_seq_batch *b, float temperature,

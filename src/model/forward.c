@@ -72,6 +72,9 @@ void df_acts_free(df_acts *a)
         a->be.ops->release(a->be.ctx, bufs[i]);
     free(a->pos);
     free(a->gview_layers);
+    free(a->lgrads);
+    free(a->lora_t);
+    free(a->lora_u);
     df_weights_dev_free(&a->wdev);
     df_mm_ctx_free(a->mm);
     drop_w16(a);

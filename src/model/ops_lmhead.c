@@ -154,7 +154,8 @@ static void bwd_item(const bwd_job *j, int64_t g)
             const int64_t nr = j->r0 + j->nr - rb < j->t.rows ? j->r0 + j->nr - rb : j->t.rows;
             df_gemm_nt(nr, ns, H, j->inv_t, j->h + rb * H, j->W + cs * H, 0.0f, tile);
             dlogits_tile(j, tile, rb, nr, cs, ns);
-            df_gemm_tn(ns, H, nr, 1.0f, tile, j->h + rb * H, 1.0f, j->dW + cs * H);
+            if (j->dW) /* NULL: a frozen head (LoRA) */
+                df_gemm_tn(ns, H, nr, 1.0f, tile, j->h + rb * H, 1.0f, j->dW + cs * H);
             df_gemm_nn(nr, H, ns, 1.0f, tile, j->W + cs * H, cs == c0 ? 0.0f : 1.0f,
                        part + (rb - j->r0) * H);
         }
@@ -203,7 +204,8 @@ static int bwd_item16(const bwd_job *j, int64_t g, uint16_t *d16)
                     df_bf16_from_f32_serial(d16 + (rb + i) * nc + (cs - cc), tile + i * ns, ns);
             }
         }
-        if (df_mm16_tile(b->mm, true, false, nc, H, rows, 1.0f, d16, h, 1.0f, j->dW + cc * H) ||
+        if ((j->dW &&
+             df_mm16_tile(b->mm, true, false, nc, H, rows, 1.0f, d16, h, 1.0f, j->dW + cc * H)) ||
             df_mm16_tile(b->mm, false, false, rows, H, nc, 1.0f, d16, b->W + cc * H,
                          cc == c0 ? 0.0f : 1.0f, part))
             return -1;

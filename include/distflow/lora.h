@@ -1,0 +1,138 @@
+/*
+ * distflow/lora.h — LoRA adapters (Hu et al., "LoRA: Low-Rank Adaptation of Large Language
+ * Models", arXiv 2106.09685, eq. 3) on the decoder's linear layers, as PEFT's LoraConfig with
+ * init_lora_weights=True, lora_dropout 0, bias "none" (verl's actor_rollout_ref.model.lora_rank /
+ * lora_alpha / target_modules).
+ *
+ * A targeted weight W0 [out, in] becomes W = W0 + s B A, with A [r, in], B [out, r] and
+ * s = lora_alpha / r. Only A and B train; every other tensor (embeddings, norms, biases, the
+ * LM head, untargeted projections) stays the base model's.
+ *
+ * How distflow runs it (docs/lora.md): the model's own parameter blob always holds the MERGED
+ * weights W = W0 + s B A (df_lora_merge after every change of A / B), so the forward, the
+ * rollout, validation, weight sync and the HF save all read an ordinary model; the adapter keeps
+ * a float32 copy of every targeted W0. The backward reads the merged W for the inputs'
+ * gradients (exact: it is the forward's W) and, instead of the base weights' gradient
+ * dW = dY^T X, accumulates the adapter's (arXiv 2106.09685 section 4.1):
+ *   t = X A^T [T, r]     dB += s dY^T t          u = dY B [T, r]     dA += s u^T X
+ * which are dW's projections s dW A^T and s B^T dW.
+ *
+ * Names: the adapter's tensors carry PEFT's names for a *ForCausalLM model,
+ * "base_model.model.model.layers.<l>.self_attn.q_proj.lora_A.weight" ([r, in]) / ".lora_B.weight"
+ * ([out, r]), mlp.gate_proj / up_proj / down_proj likewise.
+ */
+#ifndef DISTFLOW_LORA_H
+#define DISTFLOW_LORA_H
+
+#include "distflow/common.h"
+#include "distflow/model.h"
+
+#include <stdint.h>
+
+/** The projections an adapter can target, in layout order (PEFT module names q_proj ... down_proj). */
+typedef enum df_lora_target {
+    DF_LORA_Q = 0, DF_LORA_K, DF_LORA_V, DF_LORA_O, DF_LORA_GATE, DF_LORA_UP, DF_LORA_DOWN,
+    DF_LORA_N_TARGETS
+} df_lora_target;
+
+/** Every target: PEFT's "all-linear" on a causal LM (all linear layers but the LM head). */
+#define DF_LORA_ALL_LINEAR ((1u << DF_LORA_N_TARGETS) - 1u)
+
+typedef struct df_lora_config {
+    int64_t rank;     /**< r >= 1 */
+    double alpha;     /**< lora_alpha > 0; scale s = alpha / r (PEFT without use_rslora) */
+    unsigned targets; /**< bit (1 << df_lora_target) per targeted projection, != 0 */
+} df_lora_config;
+
+/** One layer's adapter tensors inside a blob (params or grads); NULL where not targeted. */
+typedef struct df_lora_layer {
+    float *a[DF_LORA_N_TARGETS]; /**< [r, in] */
+    float *b[DF_LORA_N_TARGETS]; /**< [out, r] */
+} df_lora_layer;
+
+typedef struct df_lora {
+    df_lora_config cfg;
+    float scale;            /**< alpha / rank */
+    df_model_config mcfg;   /**< the model it adapts (shapes) */
+    int n_tensors;
+    df_param_desc *tensors; /**< [n_tensors]: per layer, per target in enum order, A then B */
+    int64_t n_params;       /**< floats of the adapter blob (each tensor rounded up to 16) */
+    float *params;          /**< [n_params], 64-byte aligned */
+    df_lora_layer *layers;  /**< [num_hidden_layers] views into params */
+    float *base;            /**< float32 copies of the targeted W0, layer by layer in target order */
+    int64_t n_base;         /**< floats of base */
+} df_lora;
+
+/** Name of a target as PEFT spells it ("q_proj", ..., "down_proj"). */
+DF_API const char *df_lora_target_name(df_lora_target t);
+/** Shape of target t's W0 in a model of config c: *out_dim rows, *in_dim columns. */
+DF_API void df_lora_target_shape(const df_model_config *c, df_lora_target t, int64_t *out_dim,
+                                 int64_t *in_dim);
+/**
+ * The target mask of verl's / PEFT's target_modules: "all-linear", or module names among
+ * q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj (each at most once). Errors:
+ * DF_EINVAL naming the unknown or repeated name (`where` prefixes the message, e.g. the config
+ * key), or an empty list.
+ */
+DF_API int df_lora_parse_targets(const char *const *names, int n, const char *where,
+                                 unsigned *mask);
+
+/**
+ * Adapters for model m: A drawn as PEFT's default init (nn.init.kaiming_uniform_ with
+ * a = sqrt(5): uniform on [-1/sqrt(in), 1/sqrt(in)]) from a generator keyed by (seed, tensor
+ * index), B zero, so the merged model starts exactly as the base; the targeted W0 are copied
+ * from m->params (m must hold the base weights: nothing merged yet). m itself is unchanged.
+ * Errors: DF_EINVAL (rank < 1, alpha <= 0 or not finite, no target, a value model: LoRA adapts a
+ * causal LM here), DF_ENOMEM.
+ */
+DF_API int df_lora_create(const df_model *m, const df_lora_config *cfg, uint64_t seed,
+                          df_lora **out);
+DF_API void df_lora_free(df_lora *l);
+/** Views of a blob with l's layout (params or gradients): layers[num_hidden_layers]. */
+DF_API void df_lora_view_of(const df_lora *l, float *blob, df_lora_layer *layers);
+/** Descriptor by PEFT name, or NULL. */
+DF_API const df_param_desc *df_lora_find_tensor(const df_lora *l, const char *name);
+
+/**
+ * Write the merged weights into m: every targeted W = W0 + s B A (a float32 GEMM onto the copy
+ * of W0), then df_model_weights_changed(m). Other tensors are left alone. Errors: DF_EINVAL when
+ * m's config is not the adapter's.
+ */
+DF_API int df_lora_merge(const df_lora *l, df_model *m);
+
+/**
+ * Save the adapter in PEFT's layout to `dir` (created if missing): adapter_model.safetensors
+ * (F32 tensors by PEFT name, metadata {"format": "pt"}) and adapter_config.json (peft_type
+ * "LORA", task_type "CAUSAL_LM", r, lora_alpha, target_modules, lora_dropout 0, bias "none",
+ * fan_in_fan_out false, use_rslora false, use_dora false, init_lora_weights true,
+ * base_model_name_or_path = base_model (may be NULL: null)), each written to a temporary and
+ * renamed, the config last, so a failure leaves no adapter_config.json naming a partial file.
+ * Errors: DF_EIO naming the file, DF_ENOMEM.
+ */
+DF_API int df_lora_save_peft(const df_lora *l, const char *dir, const char *base_model);
+
+/**
+ * Read A / B from a PEFT adapter directory into l (whose base and shapes stay): `dir`/
+ * adapter_config.json must say peft_type LORA, r == l's rank, lora_alpha == l's alpha, the same
+ * target_modules set (a list of names or "all-linear"), use_rslora / use_dora false or absent,
+ * lora_dropout any; adapter_model.safetensors must hold exactly l's tensors (F32 / BF16 / F16, the
+ * shapes of l's). l->params is written only when every check passed. The caller merges after.
+ * Errors name the file and the key / tensor: DF_ENOTFOUND (no directory / file), DF_EINVAL
+ * (malformed JSON or safetensors, a missing / extra / mis-shaped tensor, a config that differs
+ * from l's, naming both values), DF_EUNSUPPORTED (another peft_type, use_rslora, use_dora),
+ * DF_EIO.
+ */
+DF_API int df_lora_load_peft(df_lora *l, const char *dir);
+
+/**
+ * Train adapters through df_model_backward / df_model_backward_values on activations a: the
+ * backward then accumulates l's gradients into `grads` ([l->n_params], host memory) and, when
+ * its own `grads` argument is NULL, computes no gradient of the base model (every base tensor
+ * frozen). l == NULL detaches. The forward is unchanged (the model holds the merged weights).
+ * CPU backend only. Errors: DF_EINVAL (config differs from a's model), DF_EUNSUPPORTED
+ * (activations on a device backend, naming it), DF_ENOMEM (the backward's [max_tokens, r]
+ * scratch).
+ */
+DF_API int df_acts_set_lora(df_acts *a, const df_lora *l, float *grads);
+
+#endif /* DISTFLOW_LORA_H */

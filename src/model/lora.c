@@ -1,0 +1,240 @@
+/* LoRA adapters (distflow/lora.h): layout, PEFT's initialisation, views and the merge. */
+#include "distflow/lora.h"
+#include "distflow/rng.h"
+#include "model/ops.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const target_names[DF_LORA_N_TARGETS] = {
+    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+
+const char *df_lora_target_name(df_lora_target t)
+{
+    return t < DF_LORA_N_TARGETS ? target_names[t] : "?";
+}
+
+void df_lora_target_shape(const df_model_config *c, df_lora_target t, int64_t *out_dim,
+                          int64_t *in_dim)
+{
+    const int64_t H = c->hidden_size, I = c->intermediate_size;
+    const int64_t qd = c->num_attention_heads * c->head_dim, kvd = c->num_key_value_heads * c->head_dim;
+    switch (t) {
+    case DF_LORA_Q: *out_dim = qd, *in_dim = H; break;
+    case DF_LORA_K:
+    case DF_LORA_V: *out_dim = kvd, *in_dim = H; break;
+    case DF_LORA_O: *out_dim = H, *in_dim = qd; break;
+    case DF_LORA_GATE:
+    case DF_LORA_UP: *out_dim = I, *in_dim = H; break;
+    default: *out_dim = H, *in_dim = I; break; /* down_proj */
+    }
+}
+
+int df_lora_parse_targets(const char *const *names, int n, const char *where, unsigned *mask)
+{
+    *mask = 0;
+    if (n <= 0)
+        return df_error(DF_EINVAL, "%s: no target module (give \"all-linear\" or names among "
+                        "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)", where);
+    for (int i = 0; i < n; i++) {
+        unsigned bit = 0;
+        if (!strcmp(names[i], "all-linear"))
+            bit = DF_LORA_ALL_LINEAR;
+        for (int t = 0; t < DF_LORA_N_TARGETS && !bit; t++)
+            if (!strcmp(names[i], target_names[t]))
+                bit = 1u << t;
+        if (!bit)
+            return df_error(DF_EINVAL, "%s: unknown target module \"%s\" (known: all-linear, "
+                            "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)",
+                            where, names[i]);
+        if (*mask & bit)
+            return df_error(DF_EINVAL, "%s: target module \"%s\" named twice", where, names[i]);
+        *mask |= bit;
+    }
+    return DF_OK;
+}
+
+/* Where target t of layer l sits in the model's view. */
+static float *base_tensor(const df_layer_view *w, df_lora_target t)
+{
+    float *const p[DF_LORA_N_TARGETS] = {w->wq, w->wk, w->wv, w->wo, w->w_gate, w->w_up, w->w_down};
+    return p[t];
+}
+
+static int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
+
+/* The tensor table (PEFT names) and the sizes of the blob and of the base copies. */
+static int layout(df_lora *l)
+{
+    const df_model_config *c = &l->mcfg;
+    const int64_t L = c->num_hidden_layers, r = l->cfg.rank;
+    int nt = 0;
+    for (int t = 0; t < DF_LORA_N_TARGETS; t++)
+        nt += (l->cfg.targets >> t & 1u) ? 2 : 0;
+    if (L * nt > 1 << 30)
+        return df_error(DF_EINVAL, "LoRA: %lld tensors", (long long)(L * nt));
+    l->tensors = calloc((size_t)(L * nt > 0 ? L * nt : 1), sizeof *l->tensors);
+    if (!l->tensors)
+        return df_error(DF_ENOMEM, "LoRA: tensor table");
+    int64_t off = 0;
+    for (int64_t li = 0; li < L; li++)
+        for (int t = 0; t < DF_LORA_N_TARGETS; t++) {
+            if (!(l->cfg.targets >> t & 1u))
+                continue;
+            int64_t od, id;
+            df_lora_target_shape(c, (df_lora_target)t, &od, &id);
+            const char *mod = t <= DF_LORA_O ? "self_attn" : "mlp";
+            for (int ab = 0; ab < 2; ab++) {
+                df_param_desc *d = &l->tensors[l->n_tensors++];
+                snprintf(d->name, sizeof d->name, "base_model.model.model.layers.%lld.%s.%s.lora_%c.weight",
+                         (long long)li, mod, target_names[t], ab ? 'B' : 'A');
+                d->ndim = 2;
+                d->shape[0] = ab ? od : r;
+                d->shape[1] = ab ? r : id;
+                d->numel = d->shape[0] * d->shape[1];
+                d->offset = off;
+                off += round16(d->numel);
+            }
+            l->n_base += od * id;
+        }
+    l->n_params = off;
+    return DF_OK;
+}
+
+void df_lora_view_of(const df_lora *l, float *blob, df_lora_layer *layers)
+{
+    const int64_t L = l->mcfg.num_hidden_layers;
+    memset(layers, 0, (size_t)L * sizeof *layers);
+    int i = 0;
+    for (int64_t li = 0; li < L; li++)
+        for (int t = 0; t < DF_LORA_N_TARGETS; t++)
+            if (l->cfg.targets >> t & 1u) {
+                layers[li].a[t] = blob + l->tensors[i++].offset;
+                layers[li].b[t] = blob + l->tensors[i++].offset;
+            }
+}
+
+const df_param_desc *df_lora_find_tensor(const df_lora *l, const char *name)
+{
+    for (int i = 0; i < l->n_tensors; i++)
+        if (!strcmp(l->tensors[i].name, name))
+            return &l->tensors[i];
+    return NULL;
+}
+
+static int check_config(const df_model *m, const df_lora_config *cfg)
+{
+    if (cfg->rank < 1)
+        return df_error(DF_EINVAL, "LoRA: rank %lld (lora_rank must be >= 1)", (long long)cfg->rank);
+    if (!(cfg->alpha > 0) || !isfinite(cfg->alpha))
+        return df_error(DF_EINVAL, "LoRA: lora_alpha %g (must be > 0)", cfg->alpha);
+    if (!cfg->targets || cfg->targets & ~DF_LORA_ALL_LINEAR)
+        return df_error(DF_EINVAL, "LoRA: no target module");
+    if (m->cfg.num_labels != 0)
+        return df_error(DF_EINVAL, "LoRA: the model is a value / reward model (adapters train "
+                        "a causal LM here)");
+    return DF_OK;
+}
+
+/* PEFT's default init: A ~ kaiming_uniform_(a = sqrt(5)), bound gain sqrt(3 / fan_in) with
+ * gain sqrt(2 / (1 + 5)): 1 / sqrt(in); B = 0 (the memory is zeroed). */
+static void init_a(df_lora *l, uint64_t seed)
+{
+    for (int i = 0; i < l->n_tensors; i += 2) {
+        const df_param_desc *d = &l->tensors[i];
+        const double bound = 1.0 / sqrt((double)d->shape[1]);
+        df_rng g;
+        df_rng_seed(&g, df_rng_key(seed, 0x4c6f5241u /* "LoRA" */, (uint64_t)i, 0));
+        float *a = l->params + d->offset;
+        for (int64_t k = 0; k < d->numel; k++)
+            a[k] = (float)((2.0 * df_rng_uniform(&g) - 1.0) * bound);
+    }
+}
+
+/* Copy (to_base) or read back the targeted W0 of model view w. */
+static void copy_base(const df_lora *l, const df_model_view *w, float *base)
+{
+    int64_t off = 0;
+    for (int64_t li = 0; li < l->mcfg.num_hidden_layers; li++)
+        for (int t = 0; t < DF_LORA_N_TARGETS; t++) {
+            if (!(l->cfg.targets >> t & 1u))
+                continue;
+            int64_t od, id;
+            df_lora_target_shape(&l->mcfg, (df_lora_target)t, &od, &id);
+            memcpy(base + off, base_tensor(&w->layers[li], (df_lora_target)t),
+                   (size_t)(od * id) * sizeof(float));
+            off += od * id;
+        }
+}
+
+int df_lora_create(const df_model *m, const df_lora_config *cfg, uint64_t seed, df_lora **out)
+{
+    *out = NULL;
+    int rc = check_config(m, cfg);
+    if (rc)
+        return rc;
+    df_lora *l = calloc(1, sizeof *l);
+    if (!l)
+        return df_error(DF_ENOMEM, "LoRA");
+    l->cfg = *cfg;
+    l->scale = (float)(cfg->alpha / (double)cfg->rank);
+    l->mcfg = m->cfg;
+    if ((rc = layout(l))) {
+        df_lora_free(l);
+        return rc;
+    }
+    const size_t pbytes = (size_t)round16(l->n_params) * sizeof(float);
+    l->params = aligned_alloc(64, pbytes > 0 ? pbytes : 64);
+    l->base = malloc((size_t)l->n_base * sizeof(float));
+    l->layers = calloc((size_t)m->cfg.num_hidden_layers, sizeof *l->layers);
+    if (!l->params || !l->base || !l->layers) {
+        df_lora_free(l);
+        return df_error(DF_ENOMEM, "LoRA: %lld adapter and %lld base floats",
+                        (long long)l->n_params, (long long)l->n_base);
+    }
+    memset(l->params, 0, pbytes);
+    df_lora_view_of(l, l->params, l->layers);
+    init_a(l, seed);
+    copy_base(l, &m->w, l->base);
+    *out = l;
+    return DF_OK;
+}
+
+void df_lora_free(df_lora *l)
+{
+    if (!l)
+        return;
+    free(l->tensors);
+    free(l->params);
+    free(l->base);
+    free(l->layers);
+    free(l);
+}
+
+int df_lora_merge(const df_lora *l, df_model *m)
+{
+    const df_model_config *a = &l->mcfg, *b = &m->cfg;
+    if (a->num_hidden_layers != b->num_hidden_layers || a->hidden_size != b->hidden_size ||
+        a->intermediate_size != b->intermediate_size || a->head_dim != b->head_dim ||
+        a->num_attention_heads != b->num_attention_heads ||
+        a->num_key_value_heads != b->num_key_value_heads)
+        return df_error(DF_EINVAL, "df_lora_merge: the model's shape is not the adapter's");
+    const int64_t r = l->cfg.rank;
+    int64_t off = 0;
+    for (int64_t li = 0; li < a->num_hidden_layers; li++)
+        for (int t = 0; t < DF_LORA_N_TARGETS; t++) {
+            if (!(l->cfg.targets >> t & 1u))
+                continue;
+            int64_t od, id;
+            df_lora_target_shape(a, (df_lora_target)t, &od, &id);
+            float *w = base_tensor(&m->w.layers[li], (df_lora_target)t);
+            memcpy(w, l->base + off, (size_t)(od * id) * sizeof(float));
+            /* W [od, id] += s B [od, r] A [r, id] */
+            df_gemm_nn(od, id, r, l->scale, l->layers[li].b[t], l->layers[li].a[t], 1.0f, w);
+            off += od * id;
+        }
+    df_model_weights_changed(m);
+    return DF_OK;
+}
