@@ -1,0 +1,420 @@
+/*
+ * LoRA adapters (distflow/lora.h): target names, PEFT's initialisation, the merge, and the
+ * backward's adapter gradients against the base weight's gradient they are projections of:
+ *   dB = s dW A^T,   dA = s B^T dW,   dW = dY^T X
+ * (W = W0 + s B A, so dL/dB = s dL/dW A^T and dL/dA = s B^T dL/dW.) The base gradient dW of
+ * every projection is the existing, golden-tested backward's; the adapter's comes from the
+ * same dY and X in another order of products. The comparison fails on a target wired to the
+ * wrong projection, input or output gradient, a transposed factor or a lost scale.
+ *
+ * Bound: the backend is the CPU's with its GEMM wrapped to also record, per weight-gradient
+ * call into the base blob, M = |dY|^T |X| in double (the products' magnitudes). Any order of
+ * float32 sums of k terms is within gamma_k = k u / (1 - k u) of the exact sum times the sum of
+ * magnitudes (Higham, Accuracy and Stability, 3.1), u = 2^-24. The adapter computes
+ * t = X A^T (in terms), dB = s dY^T t (T terms), so
+ *   |dB - s dY^T X A^T| <= s (gamma_T + gamma_in (1 + gamma_T) + 2u) (M |A|^T),
+ * the reference s fl(dY^T X) A^T (double from the float dW) is within s gamma_T (M |A|^T);
+ * likewise dA (u = dY B: out terms) with |B|^T M.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "distflow/backend.h"
+#include "distflow/lora.h"
+#include "distflow/model.h"
+#include "distflow/rng.h"
+#include "model/acts.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define U32 (1.0 / 16777216.0)
+
+static double gam(int64_t k) { return (double)k * U32 / (1.0 - (double)k * U32); }
+
+/* ---- target names ---------------------------------------------------------- */
+
+static void test_parse_targets(void **state)
+{
+    (void)state;
+    unsigned m = 0;
+    const char *all[] = {"all-linear"};
+    assert_int_equal(df_lora_parse_targets(all, 1, "k", &m), DF_OK);
+    assert_int_equal(m, DF_LORA_ALL_LINEAR);
+    const char *some[] = {"v_proj", "q_proj", "down_proj"};
+    assert_int_equal(df_lora_parse_targets(some, 3, "k", &m), DF_OK);
+    assert_int_equal(m, 1u << DF_LORA_Q | 1u << DF_LORA_V | 1u << DF_LORA_DOWN);
+    const char *bad[] = {"q_proj", "qkv_proj"};
+    assert_int_equal(df_lora_parse_targets(bad, 2, "model.target_modules", &m), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "qkv_proj"));
+    assert_non_null(strstr(df_last_error(), "model.target_modules"));
+    const char *twice[] = {"q_proj", "all-linear"};
+    assert_int_equal(df_lora_parse_targets(twice, 2, "k", &m), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "twice"));
+    assert_int_equal(df_lora_parse_targets(all, 0, "k", &m), DF_EINVAL);
+    for (int t = 0; t < DF_LORA_N_TARGETS; t++) { /* every name parses to its own bit */
+        const char *n = df_lora_target_name((df_lora_target)t);
+        assert_int_equal(df_lora_parse_targets(&n, 1, "k", &m), DF_OK);
+        assert_int_equal(m, 1u << t);
+    }
+}
+
+/* ---- create and merge ------------------------------------------------------ */
+
+static df_model_config lora_model_config(void)
+{
+    df_model_config c = df_test_micro_model_config();
+    c.intermediate_size = 24; /* every target's in / out differ from another's */
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.head_dim = 6; /* qd 24, kvd 12, H 16 */
+    c.tie_word_embeddings = true;
+    return c;
+}
+
+static void fill(float *x, int64_t n, double scale, uint64_t seed)
+{
+    df_rng r;
+    df_rng_seed(&r, df_rng_key(seed, 77, 0, 0));
+    for (int64_t i = 0; i < n; i++)
+        x[i] = (float)(scale * df_rng_normal(&r));
+}
+
+static void test_create_and_merge(void **state)
+{
+    (void)state;
+    df_model_config c = lora_model_config();
+    df_model *m = df_test_signal_model(&c, 3), *base = df_test_model_copy(m);
+    df_lora_config lc = {.rank = 4, .alpha = 8, .targets = 1u << DF_LORA_Q | 1u << DF_LORA_O |
+                                                           1u << DF_LORA_DOWN};
+    df_lora *l = NULL;
+    assert_int_equal(df_lora_create(m, &lc, 11, &l), DF_OK);
+    assert_float_equal(l->scale, 2.0f, 0.0f);
+    assert_int_equal(l->n_tensors, 2 * 3 * (int)c.num_hidden_layers);
+    /* PEFT names and shapes: A [r, in], B [out, r] */
+    const df_param_desc *d = df_lora_find_tensor(l, "base_model.model.model.layers.1.self_attn.o_proj.lora_A.weight");
+    assert_non_null(d);
+    assert_int_equal(d->shape[0], 4);
+    assert_int_equal(d->shape[1], 24); /* o_proj's in: qd */
+    d = df_lora_find_tensor(l, "base_model.model.model.layers.0.mlp.down_proj.lora_B.weight");
+    assert_non_null(d);
+    assert_int_equal(d->shape[0], 16);
+    assert_int_equal(d->shape[1], 4);
+    assert_null(df_lora_find_tensor(l, "base_model.model.model.layers.0.self_attn.k_proj.lora_A.weight"));
+    /* A uniform within 1 / sqrt(in), not all tiny; B zero */
+    for (int i = 0; i < l->n_tensors; i++) {
+        const df_param_desc *t = &l->tensors[i];
+        const float *p = l->params + t->offset;
+        double mx = 0;
+        for (int64_t k = 0; k < t->numel; k++)
+            mx = fmax(mx, fabs(p[k]));
+        if (i % 2 == 0) {
+            assert_true(mx <= 1.0 / sqrt((double)t->shape[1]));
+            assert_true(mx > 0.5 / sqrt((double)t->shape[1]));
+        } else {
+            assert_true(mx == 0.0);
+        }
+    }
+    /* B = 0: the merged model is the base, value for value */
+    assert_int_equal(df_lora_merge(l, m), DF_OK);
+    for (int64_t i = 0; i < m->n_params; i++)
+        assert_true(m->params[i] == base->params[i]);
+    /* B random: W = W0 + s B A on the targets (r products: gamma_r + u), the rest untouched */
+    for (int64_t li = 0; li < c.num_hidden_layers; li++)
+        for (int t = 0; t < DF_LORA_N_TARGETS; t++)
+            if (l->layers[li].b[t]) {
+                int64_t od, id;
+                df_lora_target_shape(&c, (df_lora_target)t, &od, &id);
+                fill(l->layers[li].b[t], od * 4, 0.3, (uint64_t)(li * 10 + t));
+            }
+    assert_int_equal(df_lora_merge(l, m), DF_OK);
+    df_model_view bv = {0};
+    df_layer_view bl[2];
+    bv.layers = bl;
+    df_model_view_of(base, base->params, &bv);
+    const float *w0[] = {bl[1].wq, bl[1].wo, bl[1].w_down};
+    const float *w1[] = {m->w.layers[1].wq, m->w.layers[1].wo, m->w.layers[1].w_down};
+    const df_lora_target tg[] = {DF_LORA_Q, DF_LORA_O, DF_LORA_DOWN};
+    for (int k = 0; k < 3; k++) {
+        int64_t od, id;
+        df_lora_target_shape(&c, tg[k], &od, &id);
+        const float *A = l->layers[1].a[tg[k]], *B = l->layers[1].b[tg[k]];
+        double moved = 0;
+        for (int64_t o = 0; o < od; o++)
+            for (int64_t j = 0; j < id; j++) {
+                double ex = 0, mag = 0;
+                for (int64_t q = 0; q < 4; q++) {
+                    ex += (double)B[o * 4 + q] * A[q * id + j];
+                    mag += fabs((double)B[o * 4 + q] * A[q * id + j]);
+                }
+                const double want = w0[k][o * id + j] + 2.0 * ex;
+                const double bound = 2.0 * gam(5) * mag + U32 * fabs(want);
+                assert_true(fabs(w1[k][o * id + j] - want) <= bound);
+                moved = fmax(moved, fabs(w1[k][o * id + j] - w0[k][o * id + j]));
+            }
+        assert_true(moved > 1e-3);
+    }
+    for (int64_t i = 0; i < 16 * 12; i++) /* k_proj is not a target */
+        assert_true(m->w.layers[1].wk[i] == bl[1].wk[i]);
+    assert_memory_equal(m->w.embed, bv.embed, (size_t)(40 * 16) * sizeof(float));
+    df_lora_config bad = lc;
+    bad.rank = 0;
+    df_lora *l2 = NULL;
+    assert_int_equal(df_lora_create(m, &bad, 1, &l2), DF_EINVAL);
+    bad = lc;
+    bad.targets = 0;
+    assert_int_equal(df_lora_create(m, &bad, 1, &l2), DF_EINVAL);
+    assert_null(l2);
+    df_lora_free(l);
+    df_model_free(m);
+    df_model_free(base);
+}
+
+/* ---- the backward ------------------------------------------------------------ */
+
+/* The CPU backend with its GEMM also recording |A|^T |B| of every weight-gradient call
+ * (ta, !tb, beta 1) whose C lies in the base gradient blob [g0, g0 + n). */
+static struct {
+    df_backend cpu;
+    df_backend_ops ops;
+    const float *g0;
+    int64_t n;
+    double *mag; /* [n]: |dY|^T |X| per base weight */
+} rec;
+
+static int rec_gemm(void *ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                    const float *A, const float *B, float beta, float *C)
+{
+    if (rec.mag && ta && !tb && beta == 1.0f && C >= rec.g0 && C < rec.g0 + rec.n) {
+        double *g = rec.mag + (C - rec.g0);
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++)
+                for (int64_t k = 0; k < K; k++)
+                    g[i * N + j] += fabs((double)A[k * M + i] * B[k * N + j] * alpha);
+    }
+    return rec.cpu.ops->gemm(ctx, ta, tb, M, N, K, alpha, A, B, beta, C);
+}
+
+static df_backend rec_backend(void)
+{
+    rec.cpu = df_backend_cpu();
+    rec.ops = *rec.cpu.ops;
+    rec.ops.gemm = rec_gemm;
+    return (df_backend){&rec.ops, rec.cpu.ctx};
+}
+
+typedef struct {
+    df_model *m;
+    df_lora *l;
+    df_test_packed p;
+    float *dlogp;
+} bwd_case;
+
+/* A model with adapters of random A and B, merged; a batch and an upstream gradient. */
+static void bwd_setup(bwd_case *k, unsigned targets, uint64_t seed)
+{
+    df_model_config c = lora_model_config();
+    k->m = df_test_signal_model(&c, seed);
+    df_lora_config lc = {.rank = 3, .alpha = 6, .targets = targets};
+    assert_int_equal(df_lora_create(k->m, &lc, seed + 1, &k->l), DF_OK);
+    for (int i = 1; i < k->l->n_tensors; i += 2)
+        fill(k->l->params + k->l->tensors[i].offset, k->l->tensors[i].numel, 0.2, seed + (uint64_t)i);
+    assert_int_equal(df_lora_merge(k->l, k->m), DF_OK);
+    const int64_t len[] = {7, 12, 5};
+    df_test_pack(&k->p, len, 3, c.vocab_size, seed + 2);
+    k->dlogp = malloc((size_t)k->p.b.n_out * sizeof(float));
+    fill(k->dlogp, k->p.b.n_out, 1.0, seed + 3);
+}
+
+static void bwd_teardown(bwd_case *k)
+{
+    df_lora_free(k->l);
+    df_model_free(k->m);
+    free(k->dlogp);
+}
+
+/* One forward / backward on activations of backend be (flags): the adapter's gradients into
+ * lg ([n_params] of the adapter), the base's into grads (NULL: frozen). */
+static void run_backward(bwd_case *k, df_backend be, unsigned flags, float *lg, float *grads)
+{
+    df_acts *a = NULL;
+    assert_int_equal(df_acts_create_ex(&be, &k->m->cfg, 64, 64, flags, &a), DF_OK);
+    assert_int_equal(df_acts_set_lora(a, k->l, lg), DF_OK);
+    float logp[64];
+    assert_int_equal(df_model_forward(k->m, a, &k->p.b, 1.0f, logp, NULL), DF_OK);
+    int rc = df_model_backward(k->m, a, &k->p.b, 1.0f, k->dlogp, NULL, grads);
+    if (rc)
+        fail_msg("backward: %s", df_last_error());
+    df_acts_free(a);
+}
+
+/* dB and dA of every targeted projection against s dW A^T and s B^T dW. Returns the largest
+ * |error| / bound. */
+static double check_identity(const bwd_case *k, const float *lg, const float *grads)
+{
+    const df_lora *l = k->l;
+    const df_model_config *c = &k->m->cfg;
+    const int64_t r = l->cfg.rank, T = k->p.b.n_tokens;
+    const double s = l->scale;
+    df_lora_layer gl[2];
+    df_lora_view_of(l, (float *)lg, gl);
+    df_model_view gv = {0};
+    df_layer_view gvl[2];
+    gv.layers = gvl;
+    df_model_view_of(k->m, (float *)grads, &gv);
+    double worst = 0;
+    int checked = 0;
+    for (int64_t li = 0; li < c->num_hidden_layers; li++)
+        for (int t = 0; t < DF_LORA_N_TARGETS; t++) {
+            if (!l->layers[li].a[t])
+                continue;
+            int64_t od, id;
+            df_lora_target_shape(c, (df_lora_target)t, &od, &id);
+            const float *dWs[] = {gvl[li].wq, gvl[li].wk, gvl[li].wv, gvl[li].wo,
+                                  gvl[li].w_gate, gvl[li].w_up, gvl[li].w_down};
+            const float *dW = dWs[t], *A = l->layers[li].a[t], *B = l->layers[li].b[t];
+            const double *M = rec.mag + (dW - grads);
+            const double cb = s * (gam(T) + gam(id) * (1 + gam(T)) + 2 * U32) + s * gam(T);
+            const double ca = s * (gam(T) + gam(od) * (1 + gam(T)) + 2 * U32) + s * gam(T);
+            for (int64_t o = 0; o < od; o++)
+                for (int64_t q = 0; q < r; q++) { /* dB[o][q] = s sum_j dW[o][j] A[q][j] */
+                    double ex = 0, mag = 0;
+                    for (int64_t j = 0; j < id; j++) {
+                        ex += (double)dW[o * id + j] * A[q * id + j];
+                        mag += M[o * id + j] * fabs(A[q * id + j]);
+                    }
+                    const double err = fabs(gl[li].b[t][o * r + q] - s * ex);
+                    worst = fmax(worst, err / (cb * mag + 1e-300));
+                }
+            for (int64_t q = 0; q < r; q++)
+                for (int64_t j = 0; j < id; j++) { /* dA[q][j] = s sum_o B[o][q] dW[o][j] */
+                    double ex = 0, mag = 0;
+                    for (int64_t o = 0; o < od; o++) {
+                        ex += (double)B[o * r + q] * dW[o * id + j];
+                        mag += fabs(B[o * r + q]) * M[o * id + j];
+                    }
+                    const double err = fabs(gl[li].a[t][q * id + j] - s * ex);
+                    worst = fmax(worst, err / (ca * mag + 1e-300));
+                }
+            checked++;
+        }
+    assert_true(checked > 0);
+    return worst;
+}
+
+static void identity_case(unsigned targets, unsigned flags)
+{
+    bwd_case k;
+    bwd_setup(&k, targets, 21);
+    float *lg = calloc((size_t)k.l->n_params, sizeof(float));
+    float *grads = calloc((size_t)k.m->n_params, sizeof(float));
+    rec.g0 = grads;
+    rec.n = k.m->n_params;
+    rec.mag = calloc((size_t)k.m->n_params, sizeof(double));
+    run_backward(&k, rec_backend(), flags, lg, grads);
+    const double worst = check_identity(&k, lg, grads);
+    print_message("targets %#x flags %#x: max |error| / bound %.3g\n", targets, flags, worst);
+    assert_true(worst <= 1.0);
+    /* The adapter's gradient does not depend on whether the base's is computed (frozen base:
+     * grads NULL), nor on checkpointed activations: the same operations on the same values. */
+    float *lg2 = calloc((size_t)k.l->n_params, sizeof(float));
+    free(rec.mag);
+    rec.mag = NULL;
+    run_backward(&k, rec_backend(), flags ^ DF_ACTS_CHECKPOINT, lg2, NULL);
+    assert_memory_equal(lg, lg2, (size_t)k.l->n_params * sizeof(float));
+    free(lg);
+    free(lg2);
+    free(grads);
+    bwd_teardown(&k);
+}
+
+static void test_grad_identity_all_linear(void **state)
+{
+    (void)state;
+    identity_case(DF_LORA_ALL_LINEAR, 0);
+}
+
+static void test_grad_identity_subset(void **state)
+{
+    (void)state;
+    identity_case(1u << DF_LORA_K | 1u << DF_LORA_UP, DF_ACTS_CHECKPOINT);
+}
+
+/* Teeth: the bound is tight enough that the adapter's gradient checked against another
+ * target's base gradient (a target wired to the wrong projection) fails it. */
+static void test_grad_identity_teeth(void **state)
+{
+    (void)state;
+    bwd_case k;
+    bwd_setup(&k, 1u << DF_LORA_GATE | 1u << DF_LORA_UP, 22);
+    float *lg = calloc((size_t)k.l->n_params, sizeof(float));
+    float *grads = calloc((size_t)k.m->n_params, sizeof(float));
+    rec.g0 = grads;
+    rec.n = k.m->n_params;
+    rec.mag = calloc((size_t)k.m->n_params, sizeof(double));
+    run_backward(&k, rec_backend(), 0, lg, grads);
+    /* swap the two targets' adapter gradients (same shapes) */
+    df_lora_layer gl[2];
+    df_lora_view_of(k.l, lg, gl);
+    const size_t na = (size_t)(3 * 16) * sizeof(float), nb = (size_t)(24 * 3) * sizeof(float);
+    float tmp[128];
+    memcpy(tmp, gl[0].a[DF_LORA_GATE], na);
+    memcpy(gl[0].a[DF_LORA_GATE], gl[0].a[DF_LORA_UP], na);
+    memcpy(gl[0].a[DF_LORA_UP], tmp, na);
+    memcpy(tmp, gl[0].b[DF_LORA_GATE], nb);
+    memcpy(gl[0].b[DF_LORA_GATE], gl[0].b[DF_LORA_UP], nb);
+    memcpy(gl[0].b[DF_LORA_UP], tmp, nb);
+    const double worst = check_identity(&k, lg, grads);
+    print_message("swapped gate / up: max |error| / bound %.3g\n", worst);
+    assert_true(worst > 10.0);
+    free(rec.mag);
+    rec.mag = NULL;
+    free(lg);
+    free(grads);
+    bwd_teardown(&k);
+}
+
+/* A frozen base computes no base gradient; attaching needs a causal LM and a blob. */
+static void test_frozen_base(void **state)
+{
+    (void)state;
+    bwd_case k;
+    bwd_setup(&k, DF_LORA_ALL_LINEAR, 23);
+    df_acts *a = NULL;
+    assert_int_equal(df_acts_create(&k.m->cfg, 64, 64, &a), DF_OK);
+    float logp[64];
+    assert_int_equal(df_model_forward(k.m, a, &k.p.b, 1.0f, logp, NULL), DF_OK);
+    /* no adapter: NULL grads refused */
+    assert_int_equal(df_model_backward(k.m, a, &k.p.b, 1.0f, k.dlogp, NULL, NULL), DF_EINVAL);
+    assert_int_equal(df_acts_set_lora(a, k.l, NULL), DF_EINVAL);
+    float *lg = calloc((size_t)k.l->n_params, sizeof(float));
+    assert_int_equal(df_acts_set_lora(a, k.l, lg), DF_OK);
+    assert_int_equal(df_model_forward(k.m, a, &k.p.b, 1.0f, logp, NULL), DF_OK);
+    assert_int_equal(df_model_backward(k.m, a, &k.p.b, 1.0f, k.dlogp, NULL, NULL), DF_OK);
+    double n2 = 0;
+    for (int64_t i = 0; i < k.l->n_params; i++)
+        n2 += (double)lg[i] * lg[i];
+    assert_true(n2 > 0);
+    assert_int_equal(df_acts_set_lora(a, NULL, NULL), DF_OK); /* detached */
+    df_acts_free(a);
+    free(lg);
+    bwd_teardown(&k);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_parse_targets),
+        cmocka_unit_test(test_create_and_merge),
+        cmocka_unit_test(test_grad_identity_all_linear),
+        cmocka_unit_test(test_grad_identity_subset),
+        cmocka_unit_test(test_grad_identity_teeth),
+        cmocka_unit_test(test_frozen_base),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
