@@ -217,7 +217,7 @@ static int ppo_micro(void *user, const df_batch *b, int64_t s, int64_t e, int64_
     }
     if (!rc)
         rc = df_model_backward(c->model, c->acts, &c->pk.sb, p->temperature, dlogp,
-                               want_ent ? dent : NULL, c->bgrads);
+                               want_ent ? dent : NULL, df_train_core_model_grads(c));
     if (rc)
         return rc;
     /* Losses are normalised by the mini-batch totals, so summing over micro-batches
@@ -317,7 +317,7 @@ static int sft_local(df_actor *a, df_batch *b, double total, double *loss)
             dlogp[j] = (float)(-wj / total); /* d(-mean logp) / d logp */
         }
         if (!rc)
-            rc = df_model_backward(c->model, c->acts, &c->pk.sb, 1.0f, dlogp, NULL, c->bgrads);
+            rc = df_model_backward(c->model, c->acts, &c->pk.sb, 1.0f, dlogp, NULL, df_train_core_model_grads(c));
     }
     free(bounds);
     return rc ? rc : df_train_core_grads_to_host(c);

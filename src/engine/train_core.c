@@ -29,10 +29,13 @@ int df_train_core_init(df_train_core *c, df_model *model, const df_core_optim *o
     c->be = df_backend_cpu();
     if (!trainable)
         return DF_OK;
-    c->grads = c->bgrads = calloc((size_t)model->n_params, sizeof(float));
+    int rc = o->lora.rank > 0 ? df_lora_create(model, &o->lora, o->lora_seed, &c->lora) : DF_OK;
+    const int64_t n = rc ? 0 : df_train_core_n_train(c);
+    c->grads = c->bgrads = rc ? NULL : calloc((size_t)(n > 0 ? n : 1), sizeof(float));
     df_adamw_config oc = {
         .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->adam_eps, .weight_decay = o->weight_decay};
-    int rc = c->grads ? df_adamw_create(&oc, model->n_params, &c->opt)
+    if (!rc)
+        rc = c->grads ? df_adamw_create(&oc, n, &c->opt)
                       : df_error(DF_ENOMEM, "out of memory allocating the %s's gradients", who);
     if (rc) {
         c->model = NULL; /* the caller keeps it */
@@ -50,6 +53,7 @@ void df_train_core_release(df_train_core *c)
         df_weights_dev_free(&c->wmaster);
     }
     df_model_free(c->model);
+    df_lora_free(c->lora);
     if (c->bgrads != c->grads)
         c->be.ops->release(c->be.ctx, c->bgrads);
     free(c->grads);
@@ -101,6 +105,9 @@ int df_train_core_set_backend(df_train_core *c, const df_backend *be)
     int rc = df_model_check_backend_ex(be, &c->model->cfg, c->bf16 ? DF_ACTS_BF16 : 0);
     if (rc)
         return df_error_wrap(rc, "%s", c->who);
+    if (c->lora && !be->ops->host_memory)
+        return df_error(DF_EUNSUPPORTED, "%s: LoRA adapters train on the CPU backend only, not on "
+                        "the %s backend", c->who, be->ops->name);
     c->be = *be;
     if (!c->trainable || be->ops->host_memory)
         return DF_OK;
@@ -228,7 +235,7 @@ void df_train_core_drop_acts(df_train_core *c)
 
 int df_train_core_zero_grads(df_train_core *c)
 {
-    int rc = c->be.ops->zero(c->be.ctx, c->bgrads, c->model->n_params);
+    int rc = c->be.ops->zero(c->be.ctx, c->bgrads, df_train_core_n_train(c));
     return rc ? df_error_wrap(rc, "%s: zeroing the gradients", c->who) : DF_OK;
 }
 
@@ -236,7 +243,7 @@ int df_train_core_no_grads(df_train_core *c)
 {
     if (c->dev_optim)
         return df_train_core_zero_grads(c);
-    memset(c->grads, 0, (size_t)c->model->n_params * sizeof(float));
+    memset(c->grads, 0, (size_t)df_train_core_n_train(c) * sizeof(float));
     return DF_OK;
 }
 
@@ -295,6 +302,8 @@ static int reserve(df_train_core *c, const df_batch *b, const int64_t *bounds, i
             rc = df_acts_share_weights16(c->acts, c->w16, c->model);
         if (!rc)
             rc = df_acts_load_weights(c->acts, c->model);
+        if (!rc && c->lora)
+            rc = df_acts_set_lora(c->acts, c->lora, c->bgrads);
         if (rc)
             return rc;
     }
@@ -346,7 +355,7 @@ int df_train_core_reduce(df_train_core *c, double *v, int n, df_comm_op op, int 
 
 int df_train_core_allreduce_grads(df_train_core *c)
 {
-    int64_t n = c->model->n_params;
+    int64_t n = df_train_core_n_train(c);
     const df_backend_ops *o = c->be.ops;
     if (c->dp && c->dev_optim && !c->dp_group) { /* collective: every rank's first all-reduce */
         int rc = o->group_open(c->be.ctx, c->dp, &c->dp_group);
@@ -437,7 +446,7 @@ int df_train_core_optimizer_step(df_train_core *c, double lr, df_metrics *m, con
         if (rc)
             return rc;
     } else {
-        norm = df_clip_grad_norm(c->grads, c->model->n_params, c->o.grad_clip);
+        norm = df_clip_grad_norm(c->grads, df_train_core_n_train(c), c->o.grad_clip);
     }
     snprintf(key, sizeof key, "%s/grad_norm", prefix);
     snprintf(lr_key, sizeof lr_key, "%s/lr", prefix);
@@ -446,7 +455,11 @@ int df_train_core_optimizer_step(df_train_core *c, double lr, df_metrics *m, con
         snprintf(what, sizeof what, "%s = %g", key, norm);
         return df_train_core_nonfinite(c, m, prefix, what, where);
     }
-    int rc = c->dev_optim ? device_adamw(c, lr) : df_adamw_step(c->opt, c->model->params, c->grads, lr);
+    int rc = c->dev_optim ? device_adamw(c, lr)
+                          : df_adamw_step(c->opt, c->lora ? c->lora->params : c->model->params,
+                                          c->grads, lr);
+    if (!rc && c->lora) /* the model's targeted weights: W0 + s B A of the new adapter */
+        rc = df_lora_merge(c->lora, c->model);
     df_model_weights_changed(c->model); /* copies of the old values are stale from here on */
     if (!rc) /* the bf16 copy and a device's copy follow */
         rc = c->dev_optim ? device_weights_out(c) : df_train_core_weights_changed(c);

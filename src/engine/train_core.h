@@ -18,6 +18,7 @@
 
 #include "distflow/batch.h"
 #include "distflow/comm.h"
+#include "distflow/lora.h"
 #include "distflow/metrics.h"
 #include "distflow/model.h"
 #include "distflow/optim.h"
@@ -35,6 +36,9 @@ typedef struct df_core_optim {
     double min_lr_ratio, num_cycles;
     double grad_clip;
     bool skip_nonfinite; /* trainer.skip_nonfinite_steps: skip a non-finite update (verl), else fail */
+    df_lora_config lora; /* rank > 0: train LoRA adapters of these targets instead of the model
+                            (a trainable core on the CPU backend; see df_train_core_init) */
+    uint64_t lora_seed;  /* draws the adapters' A */
 } df_core_optim;
 
 typedef struct df_train_core {
@@ -71,6 +75,8 @@ typedef struct df_train_core {
     int n_buf;
     int64_t buf_cap;
     int64_t steps;              /* updates taken: the lr schedule's step */
+    df_lora *lora;              /* LoRA (df_train_core_set_lora): the optimizer trains the
+                                   adapter's blob, model->params holds the merged weights; owned */
     df_comm *dp;                /* data-parallel group (borrowed); NULL: this rank alone */
     const char *progress_label; /* non-NULL: updates draw a TTY bar over samples */
     df_progress bar;
@@ -81,7 +87,13 @@ typedef struct df_train_core {
 
 /**
  * Take ownership of `model`; a trainable core allocates gradients and AdamW
- * state from `o`. n_buf (<= DF_CORE_MAX_BUFS) per-token scratch arrays are
+ * state from `o`. With o->lora.rank > 0 (distflow/lora.h) it trains LoRA adapters made from the
+ * model (which must hold the base weights; A drawn from o->lora_seed, B zero) instead: the
+ * gradients, AdamW's state, the all-reduce, clipping and the training state cover the adapter's
+ * blob only, every base tensor is frozen (the backward computes none of its gradients), and after
+ * every optimizer step or state load the model's targeted weights are the merged W0 + s B A, so
+ * its readers (the rollout, evaluation, the HF save) see the trained policy; a device backend is
+ * then refused (df_train_core_set_backend: DF_EUNSUPPORTED). n_buf (<= DF_CORE_MAX_BUFS) per-token scratch arrays are
  * kept as large as the largest micro-batch planned so far. On error the model
  * is not freed (the caller still owns it) and *c is released.
  */
@@ -96,6 +108,16 @@ void df_train_core_release(df_train_core *c);
  * the column otherwise.
  */
 int df_train_core_need_columns(const df_batch *b, const char *const *cols, int n, const char *what);
+/** Floats the optimizer trains: the adapter's with LoRA, else the model's n_params. */
+static inline int64_t df_train_core_n_train(const df_train_core *c)
+{
+    return c->lora ? c->lora->n_params : c->model->n_params;
+}
+/** What the backward accumulates the model's gradient into: bgrads, or NULL with LoRA (frozen). */
+static inline float *df_train_core_model_grads(const df_train_core *c)
+{
+    return c->lora ? NULL : c->bgrads;
+}
 /** NULL or a size-1 communicator: no data parallelism (no collective is ever called). */
 void df_train_core_set_comm(df_train_core *c, df_comm *dp);
 /**

@@ -18,19 +18,35 @@ static int set_i64(df_st_writer *w, const char *key, int64_t v)
     return df_st_writer_set_metadata(w, key, buf);
 }
 
+/* With LoRA, "params" and the moments are the adapter's: its rank, alpha and targets say so. */
+static int set_lora_meta(df_st_writer *w, const df_lora *l)
+{
+    char buf[32];
+    if (!l)
+        return DF_OK;
+    snprintf(buf, sizeof buf, "%.17g", l->cfg.alpha);
+    int rc = set_i64(w, "lora_rank", l->cfg.rank);
+    if (!rc)
+        rc = df_st_writer_set_metadata(w, "lora_alpha", buf);
+    if (!rc)
+        rc = set_i64(w, "lora_targets", (int64_t)l->cfg.targets);
+    return rc;
+}
+
 int df_train_core_save_state(const df_train_core *c, const char *path)
 {
     if (!c->trainable || !c->opt)
         return df_error(DF_EINVAL, "%s: only a trainable %s has a training state", path, c->who);
     df_st_writer *w = NULL;
-    int64_t shape[1] = {c->model->n_params};
+    int64_t shape[1] = {df_train_core_n_train(c)};
+    float *params = c->lora ? c->lora->params : c->model->params;
     /* a device's moments to the host's copy first (model->params is current after every step) */
     int rc = df_train_core_moments_to_host(c);
     if (!rc)
         rc = df_st_writer_new(&w);
     /* the master weights too: the HF directory beside may hold them rounded to bf16 / f16 */
     if (!rc)
-        rc = df_st_writer_add_borrowed(w, "params", DF_DTYPE_F32, 1, shape, c->model->params);
+        rc = df_st_writer_add_borrowed(w, "params", DF_DTYPE_F32, 1, shape, params);
     if (!rc)
         rc = df_st_writer_add_borrowed(w, "exp_avg", DF_DTYPE_F32, 1, shape, c->opt->m);
     if (!rc)
@@ -43,6 +59,8 @@ int df_train_core_save_state(const df_train_core *c, const char *path)
         rc = set_i64(w, "optim_step", c->opt->step);
     if (!rc)
         rc = set_i64(w, "lr_scheduler_step", c->steps);
+    if (!rc)
+        rc = set_lora_meta(w, c->lora);
     if (!rc)
         rc = df_st_writer_write(w, path);
     df_st_writer_free(w);
@@ -58,6 +76,28 @@ static int get_i64(const df_st_file *f, const char *key, int64_t *out)
     if (!s || end == s || *end || v < 0)
         return df_error(DF_EINVAL, "%s: metadata \"%s\" is missing or not a count", df_st_path(f), key);
     *out = (int64_t)v;
+    return DF_OK;
+}
+
+/* The file's LoRA metadata against the core's: both without, or the same rank, alpha, targets. */
+static int check_lora_meta(const df_st_file *f, const df_lora *l)
+{
+    const char *r = df_st_metadata(f, "lora_rank"), *a = df_st_metadata(f, "lora_alpha");
+    const char *t = df_st_metadata(f, "lora_targets");
+    if (!r && !l)
+        return DF_OK;
+    if (!r || !l)
+        return df_error(DF_EINVAL, "%s: the state is of %s and this run trains %s", df_st_path(f),
+                        r ? "LoRA adapters" : "the whole model", l ? "LoRA adapters" : "the whole model");
+    char want[3][32];
+    snprintf(want[0], sizeof want[0], "%lld", (long long)l->cfg.rank);
+    snprintf(want[1], sizeof want[1], "%.17g", l->cfg.alpha);
+    snprintf(want[2], sizeof want[2], "%u", l->cfg.targets);
+    const char *got[3] = {r, a ? a : "", t ? t : ""}, *keys[3] = {"lora_rank", "lora_alpha", "lora_targets"};
+    for (int i = 0; i < 3; i++)
+        if (strcmp(got[i], want[i]))
+            return df_error(DF_EINVAL, "%s: metadata %s is %s and this run's is %s", df_st_path(f),
+                            keys[i], got[i], want[i]);
     return DF_OK;
 }
 
@@ -88,10 +128,12 @@ int df_train_core_load_state(df_train_core *c, const char *path)
     if (rc)
         return df_error_wrap(rc, "loading the %s's training state", c->who);
     const char *fmt = df_st_metadata(f, "format");
-    int64_t n = c->model->n_params, opt_step = 0, sched_step = 0;
+    int64_t n = df_train_core_n_train(c), opt_step = 0, sched_step = 0;
     if (!fmt || strcmp(fmt, STATE_FORMAT))
         rc = df_error(DF_EINVAL, "%s: not a distflow training state (metadata format \"%s\", expected \"%s\")",
                       path, fmt ? fmt : "(none)", STATE_FORMAT);
+    if (!rc)
+        rc = check_lora_meta(f, c->lora);
     if (!rc)
         rc = get_i64(f, "optim_step", &opt_step);
     if (!rc)
@@ -102,7 +144,11 @@ int df_train_core_load_state(df_train_core *c, const char *path)
         rc = read_blob(f, "exp_avg", n, c->opt->m);
     if (!rc)
         rc = read_blob(f, "exp_avg_sq", n, c->opt->v);
-    if (!rc) {
+    if (!rc && c->lora) { /* the adapter, then the model's merged weights */
+        rc = read_blob(f, "params", n, c->lora->params);
+        if (!rc)
+            rc = df_lora_merge(c->lora, c->model);
+    } else if (!rc) {
         rc = read_blob(f, "params", n, c->model->params);
         df_model_weights_changed(c->model); /* even a failed read may have written some */
     }

@@ -109,10 +109,38 @@ static int64_t embodied_rows(const df_train_config *t)
                                    (int)t->actor_rollout_ref.embodied.action_chunks_len);
 }
 
+int df_worker_lora_config(const df_config *c, const df_train_config *t, df_lora_config *out)
+{
+    const struct df_train_model *m = &t->actor_rollout_ref.model;
+    df_lora_config lc = {.rank = m->lora_rank, .alpha = m->lora_alpha};
+    if (out)
+        *out = (df_lora_config){0};
+    if (m->lora_rank == 0)
+        return DF_OK;
+    const char *key = "actor_rollout_ref.model.target_modules";
+    int rc = df_lora_parse_targets(m->target_modules.items, m->target_modules.n,
+                                   df_config_where(c, key), &lc.targets);
+    if (rc)
+        return df_error_wrap(rc, "%s", key);
+    if (!(m->lora_alpha > 0))
+        return df_error(DF_EINVAL, "%s: actor_rollout_ref.model.lora_alpha must be > 0 with lora_rank "
+                        "%lld", df_config_where(c, "actor_rollout_ref.model.lora_alpha"),
+                        (long long)m->lora_rank);
+    if (strcmp(t->trainer.device, "cpu"))
+        return df_error(DF_EUNSUPPORTED, "%s: LoRA adapters (lora_rank %lld) train on the CPU backend "
+                        "only; trainer.device=%s has no LoRA path yet (docs/lora.md)",
+                        df_config_where(c, "actor_rollout_ref.model.lora_rank"),
+                        (long long)m->lora_rank, t->trainer.device);
+    if (out)
+        *out = lc;
+    return DF_OK;
+}
+
 void df_worker_reference_params(const df_dag_worker *w, const df_actor_params *actor, df_actor_params *p)
 {
     const struct df_train_ref *r = &w->global.cfg.actor_rollout_ref.ref;
     *p = *actor;
+    p->optim.lora = (df_lora_config){0}; /* frozen: the base model */
     logprob_limits(r->log_prob_use_dynamic_bsz, &r->log_prob_micro_batch_size_per_gpu, r->log_prob_max_token_len_per_gpu,
                    p);
     if (r->log_prob_micro_batch_size_per_gpu.set) /* else the actor's, scaled already */
@@ -135,6 +163,8 @@ void df_worker_actor_params(const df_dag_worker *w, df_actor_params *p)
     memset(p, 0, sizeof *p);
     df_worker_optim(&a->optim, a->grad_clip, w->total_steps, &p->optim);
     p->optim.skip_nonfinite = t->trainer.skip_nonfinite_steps;
+    df_worker_lora_config(w->cfg, t, &p->optim.lora); /* checked by df_train_check */
+    p->optim.lora_seed = df_worker_seed(w);
     /* ppo_mini_batch_size counts prompts (verl multiplies it by rollout.n), over all ranks */
     p->mini_batch_size = a->ppo_mini_batch_size * df_worker_n_samples(w) / w->actor.layout.dp_size;
     bool dyn = a->use_dynamic_bsz;
