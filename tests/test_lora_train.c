@@ -1,0 +1,202 @@
+/*
+ * test_lora_train.c — LoRA through the DAG worker (actor_rollout_ref.model.lora_rank; docs/lora.md).
+ *
+ * mpi-test: np 2
+ * (as a plain ctest it runs with one rank.)
+ *
+ * A GRPO run with adapters on q_proj, v_proj and down_proj: the checkpoint's Hugging Face actor
+ * holds the base model's every other tensor bit for bit (embeddings, norms, biases, k/o/gate/up)
+ * and moved targeted ones; its training state is the adapter's (its size and LoRA metadata), and
+ * the merge of that adapter onto the base is the saved actor exactly. Resuming from step 1 ends
+ * with the bytes of the run that was not interrupted; a state of another LoRA config or of a
+ * full fine-tune is refused naming both. Bad settings are refused before anything runs. On N ranks
+ * the run's weights are checked in sync by the worker itself every step (fit.c), so a gradient
+ * all-reduce that missed the adapter fails it.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "testutil.h"
+
+#include "distflow/comm.h"
+#include "distflow/lora.h"
+#include "distflow/reward.h"
+#include "model/safetensors.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static df_comm *world;
+static char dir[256];
+
+#define TARGETS "[q_proj, v_proj, down_proj]"
+
+/* `steps` GRPO steps on comm into dir/<out>, a checkpoint every step, with overrides ov[n]. */
+static int grpo(df_comm *comm, const char *out, int steps, const char *const *ov, int n)
+{
+    char yaml[4096];
+    snprintf(yaml, sizeof yaml,
+             "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 4, shuffle: true,\n"
+             "       max_prompt_length: 128, max_response_length: 8}\n"
+             "actor_rollout_ref:\n"
+             "  model: {path: %s/model, lora_rank: 4, lora_alpha: 8, target_modules: " TARGETS "}\n"
+             "  actor: {optim: {lr: 0.01, weight_decay: 0.01}, ppo_mini_batch_size: 2,\n"
+             "          ppo_micro_batch_size_per_gpu: 1, use_kl_loss: true}\n"
+             "  rollout: {n: 2, log_prob_micro_batch_size_per_gpu: 2}\n"
+             "algorithm: {adv_estimator: grpo}\n"
+             "trainer: {total_training_steps: %d, save_freq: 1, logger: [], default_local_dir: %s/%s}\n",
+             dir, dir, steps, dir, out);
+    return df_test_run(comm, df_test_config(yaml, "lora.yaml", ov, n));
+}
+
+static df_model *load_model(const char *rel)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, rel);
+    df_model *m = NULL;
+    if (df_model_load(p, &m))
+        fail_msg("%s", df_last_error());
+    return m;
+}
+
+static bool targeted(const char *name)
+{
+    return strstr(name, "q_proj.weight") || strstr(name, "v_proj.weight") || strstr(name, "down_proj.weight");
+}
+
+/* The adapter of a run's training state (its "params"), on a fresh adapter of the base. */
+static df_lora *state_adapter(const df_model *base, const char *rel)
+{
+    df_lora_config lc = {.rank = 4, .alpha = 8};
+    const char *names[] = {"q_proj", "v_proj", "down_proj"};
+    assert_int_equal(df_lora_parse_targets(names, 3, "t", &lc.targets), DF_OK);
+    df_lora *l = NULL;
+    assert_int_equal(df_lora_create(base, &lc, 99, &l), DF_OK);
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, rel);
+    df_st_file *f = NULL;
+    assert_int_equal(df_st_open(p, &f), DF_OK);
+    assert_string_equal(df_st_metadata(f, "lora_rank"), "4");
+    assert_string_equal(df_st_metadata(f, "lora_alpha"), "8");
+    assert_int_equal(df_st_read_f32(f, "params", l->params, l->n_params), DF_OK);
+    df_st_tensor t;
+    assert_int_equal(df_st_find(f, "exp_avg", &t), DF_OK);
+    assert_int_equal(t.shape[0], l->n_params); /* AdamW's moments are the adapter's too */
+    df_st_close(f);
+    return l;
+}
+
+static void test_frozen_base_and_merge(void **state)
+{
+    (void)state;
+    df_test_run_ok(grpo(world, "a", 2, NULL, 0), "LoRA GRPO");
+    if (df_comm_rank(world))
+        return;
+    df_model *base = load_model("model"), *trained = load_model("a/global_step_2/actor");
+    int moved = 0;
+    for (int i = 0; i < base->n_tensors; i++) {
+        const df_param_desc *d = &base->tensors[i];
+        const bool same = !memcmp(base->params + d->offset, trained->params + d->offset,
+                                  (size_t)d->numel * sizeof(float));
+        if (targeted(d->name)) {
+            moved += !same;
+        } else if (!same) {
+            fail_msg("%s is not a LoRA target but changed", d->name);
+        }
+    }
+    assert_int_equal(moved, 3 * 2); /* every targeted tensor of both layers */
+    /* the training state's adapter merged onto the base is the saved actor */
+    df_lora *l = state_adapter(base, "a/global_step_2/actor/train_state.safetensors");
+    assert_int_equal(df_lora_merge(l, base), DF_OK);
+    assert_memory_equal(base->params, trained->params, (size_t)base->n_params * sizeof(float));
+    df_lora_free(l);
+    df_model_free(base);
+    df_model_free(trained);
+}
+
+static bool same_file(const char *a, const char *b)
+{
+    char pa[512], pb[512];
+    snprintf(pa, sizeof pa, "%s/%s", dir, a);
+    snprintf(pb, sizeof pb, "%s/%s", dir, b);
+    size_t na = 0, nb = 0;
+    char *x = NULL, *y = NULL;
+    bool same = !df_read_file(pa, &x, &na) && !df_read_file(pb, &y, &nb) && na == nb &&
+                !memcmp(x, y, na);
+    free(x);
+    free(y);
+    return same;
+}
+
+static void test_resume(void **state)
+{
+    (void)state;
+    /* b: the run of test_frozen_base_and_merge cut back to its step-1 checkpoint, then resumed */
+    if (df_comm_rank(world) == 0) {
+        char cmd[2048];
+        snprintf(cmd, sizeof cmd, "rm -rf %s/b && cp -r %s/a %s/b && rm -rf %s/b/global_step_2 && "
+                 "echo 1 > %s/b/latest_checkpointed_iteration.txt", dir, dir, dir, dir, dir);
+        assert_int_equal(system(cmd), 0);
+    }
+    df_comm_barrier(world);
+    df_test_run_ok(grpo(world, "b", 2, NULL, 0), "LoRA GRPO resumed");
+    if (df_comm_rank(world) == 0) {
+        assert_true(same_file("a/global_step_2/actor/model.safetensors", "b/global_step_2/actor/model.safetensors"));
+        assert_true(same_file("a/global_step_2/actor/train_state.safetensors",
+                              "b/global_step_2/actor/train_state.safetensors"));
+    }
+    /* another rank, or no LoRA: the state does not fit and says why */
+    df_comm_barrier(world);
+    const char *r8[] = {"actor_rollout_ref.model.lora_rank=8"};
+    assert_int_equal(grpo(world, "b", 3, r8, 1), DF_EINVAL);
+    assert_last_error_mentions("lora_rank is 4 and this run's is 8");
+    const char *full[] = {"actor_rollout_ref.model.lora_rank=0"};
+    assert_int_equal(grpo(world, "b", 3, full, 1), DF_EINVAL);
+    assert_last_error_mentions("the state is of LoRA adapters and this run trains the whole model");
+}
+
+static void test_refused(void **state)
+{
+    (void)state;
+    const char *bad[] = {"actor_rollout_ref.model.target_modules=[q_proj,qkv_proj]"};
+    assert_int_equal(grpo(world, "c", 1, bad, 1), DF_EINVAL);
+    assert_last_error_mentions("qkv_proj");
+    assert_last_error_mentions("actor_rollout_ref.model.target_modules");
+    const char *excl[] = {"actor_rollout_ref.model.exclude_modules=.*k_proj"};
+    assert_int_equal(grpo(world, "c", 1, excl, 1), DF_EUNSUPPORTED);
+    assert_last_error_mentions("exclude_modules");
+    const char *dev[] = {"trainer.device=cuda"};
+    int rc = grpo(world, "c", 1, dev, 1);
+    assert_int_equal(rc, DF_EUNSUPPORTED);
+    assert_last_error_mentions("LoRA");
+    char p[512];
+    snprintf(p, sizeof p, "%s/c", dir);
+    assert_false(df_dir_exists(p)); /* refused before any output */
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    if (df_comm_world(&world) || df_reward_register("test/digits", df_test_digit_share))
+        return -1;
+    return df_test_shared_inputs(world, "df_lora_train", 8, "test/digits", dir, sizeof dir);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    return df_test_shared_cleanup(world, dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_frozen_base_and_merge),
+        cmocka_unit_test(test_resume),
+        cmocka_unit_test(test_refused),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
