@@ -311,10 +311,7 @@ void df_worker_critic_loss(const df_train_config *t, df_critic_loss *l);
 void df_worker_actor_params(const df_dag_worker *w, df_actor_params *p);
 /** The reference's parameters: the actor's, with the forward pass's limits from actor_rollout_ref.ref.log_prob_*. */
 void df_worker_reference_params(const df_dag_worker *w, const df_actor_params *actor, df_actor_params *p);
-/* The actor's LoRA settings (actor_rollout_ref.model.lora_rank / lora_alpha / target_modules) into
- * *out (may be NULL: only checked; rank 0 when off). Errors: DF_EINVAL (an unknown or repeated
- * target module, lora_alpha <= 0), DF_EUNSUPPORTED (trainer.device other than cpu), naming the key
- * and where the config set it. */
+/* The actor's LoRA settings (actor_rollout_ref.model.lora_*, target_modules): df_role_lora_config. */
 int df_worker_lora_config(const df_config *c, const df_train_config *t, df_lora_config *out);
 /** Critic settings (critic.*) from w->global, batching over the critic's DP size. */
 void df_worker_critic_params(const df_dag_worker *w, df_critic_params *p);

@@ -12,6 +12,7 @@
 #include "workers/worker_internal.h"
 
 #include "distflow/embodied.h"
+#include "workers/common/lora_config.h"
 #include "workers/common/precision.h"
 
 #include "distflow/algo_desc.h"
@@ -112,28 +113,8 @@ static int64_t embodied_rows(const df_train_config *t)
 int df_worker_lora_config(const df_config *c, const df_train_config *t, df_lora_config *out)
 {
     const struct df_train_model *m = &t->actor_rollout_ref.model;
-    df_lora_config lc = {.rank = m->lora_rank, .alpha = m->lora_alpha};
-    if (out)
-        *out = (df_lora_config){0};
-    if (m->lora_rank == 0)
-        return DF_OK;
-    const char *key = "actor_rollout_ref.model.target_modules";
-    int rc = df_lora_parse_targets(m->target_modules.items, m->target_modules.n,
-                                   df_config_where(c, key), &lc.targets);
-    if (rc)
-        return df_error_wrap(rc, "%s", key);
-    if (!(m->lora_alpha > 0))
-        return df_error(DF_EINVAL, "%s: actor_rollout_ref.model.lora_alpha must be > 0 with lora_rank "
-                        "%lld", df_config_where(c, "actor_rollout_ref.model.lora_alpha"),
-                        (long long)m->lora_rank);
-    if (strcmp(t->trainer.device, "cpu"))
-        return df_error(DF_EUNSUPPORTED, "%s: LoRA adapters (lora_rank %lld) train on the CPU backend "
-                        "only; trainer.device=%s has no LoRA path yet (docs/lora.md)",
-                        df_config_where(c, "actor_rollout_ref.model.lora_rank"),
-                        (long long)m->lora_rank, t->trainer.device);
-    if (out)
-        *out = lc;
-    return DF_OK;
+    return df_role_lora_config(c, "actor_rollout_ref.model", m->lora_rank, m->lora_alpha,
+                               &m->target_modules, t->trainer.device, out);
 }
 
 void df_worker_reference_params(const df_dag_worker *w, const df_actor_params *actor, df_actor_params *p)

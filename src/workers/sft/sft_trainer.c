@@ -22,6 +22,7 @@
 #include "workers/common/group_sum.h"
 #include "workers/common/max_pos.h"
 #include "workers/common/model_info.h"
+#include "workers/common/lora_config.h"
 #include "workers/common/precision.h"
 #include "workers/common/prompts.h"
 #include "workers/common/run_log.h"
@@ -263,6 +264,9 @@ static void actor_params(const sft_run *s, df_actor_params *p)
     p->optim.min_lr_ratio = o->min_lr_ratio;
     p->optim.num_cycles = o->num_cycles;
     p->optim.grad_clip = o->clip_grad;
+    df_role_lora_config(NULL, "model", s->t.model.lora_rank, s->t.model.lora_alpha,
+                        &s->t.model.target_modules, s->t.trainer.device, &p->optim.lora); /* checked */
+    p->optim.lora_seed = (uint64_t)s->t.trainer.seed;
     p->micro_batch_size = s->t.data.micro_batch_size_per_gpu;
     p->logprob_micro_batch_size = p->micro_batch_size;
     p->temperature = 1.0f;
@@ -455,6 +459,9 @@ static int check_supported(const df_config *cfg, const df_sft_config *t)
                                            {&t->trainer.checkpoint.load_contents, "trainer.checkpoint.load_contents"}};
     rc = df_config_check_outputs(cfg, contents, 2); /* trainer.logger, tensorboard_dir, checkpoint contents */
     if (rc)
+        return rc;
+    if ((rc = df_role_lora_config(cfg, "model", t->model.lora_rank, t->model.lora_alpha,
+                                  &t->model.target_modules, t->trainer.device, NULL)))
         return rc;
     if (!df_backend_available(t->trainer.device))
         return df_error(DF_EUNSUPPORTED, "trainer.device=%s: this build of distflow has the %s backend "

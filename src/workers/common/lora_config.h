@@ -1,0 +1,18 @@
+/* lora_config.h (internal) — a role's LoRA keys (verl's model.lora_rank / lora_alpha /
+ * target_modules) checked and turned into a df_lora_config (docs/lora.md). */
+#ifndef DF_WORKER_LORA_CONFIG_H
+#define DF_WORKER_LORA_CONFIG_H
+
+#include "distflow/config.h"
+#include "distflow/lora.h"
+
+/**
+ * The LoRA settings of the model block `prefix` ("actor_rollout_ref.model", SFT's "model") into
+ * *out (may be NULL: only checked; rank 0 when lora_rank is 0). device: trainer.device. Errors:
+ * DF_EINVAL (an unknown or repeated target module, lora_alpha <= 0), DF_EUNSUPPORTED (a device
+ * other than cpu), naming the key and where the config c (may be NULL) set it.
+ */
+int df_role_lora_config(const df_config *c, const char *prefix, int64_t rank, double alpha,
+                        const df_config_strs *targets, const char *device, df_lora_config *out);
+
+#endif
