@@ -25,7 +25,7 @@ declare -A PUBLIC=(
   [sft_config]=config [train_optim]=config
   [batch]=data [dataset]=data [dataloader]=data [synth]=data [marft_demos]=data
   [coordinator]=coordinator
-  [model]=model [optim]=model [backend]=model [rollout]=engine
+  [model]=model [lora]=model [optim]=model [backend]=model [rollout]=engine
   [dag]=planner [scheduler]=planner
   [worker]=workers [node]=workers
 )

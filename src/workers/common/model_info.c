@@ -16,8 +16,25 @@ static void count_text(int64_t n, char *out, size_t cap)
         snprintf(out, cap, "%.1fK", (double)n / 1e3);
 }
 
-void df_print_model_info(FILE *f, const char *dir, const df_model *m, bool bf16, const char *tok_dir,
-                         const df_tokenizer *tok)
+/* `  lora: r <r>, alpha <a> on <targets>: <N> trainable parameters (<p>% of the model)...` */
+static void print_lora(FILE *f, const df_model *m, const df_lora *l)
+{
+    char n[32], targets[128] = "";
+    count_text(l->n_params, n, sizeof n);
+    for (int t = 0; t < DF_LORA_N_TARGETS; t++)
+        if (l->cfg.targets >> t & 1u)
+            snprintf(targets + strlen(targets), sizeof targets - strlen(targets), "%s%s",
+                     targets[0] ? "," : "", df_lora_target_name((df_lora_target)t));
+    fprintf(f, "  lora: rank %lld, alpha %g on %s: %s trainable parameters (%.2f%% of the model; "
+               "every base weight frozen); float32 weights %.2f GiB, frozen copies of the targets "
+               "%.2f GiB, the adapters' weights, gradients and AdamW moments %.1f MiB\n",
+            (long long)l->cfg.rank, l->cfg.alpha, targets, n, 100.0 * (double)l->n_params / (double)m->n_params,
+            (double)m->n_params * 4 / (1 << 30), (double)l->n_base * 4 / (1 << 30),
+            (double)l->n_params * 16 / (1 << 20));
+}
+
+void df_print_model_info(FILE *f, const char *dir, const df_model *m, bool bf16, const df_lora *lora,
+                         const char *tok_dir, const df_tokenizer *tok)
 {
     const df_model_config *c = &m->cfg;
     char n[32];
@@ -32,10 +49,17 @@ void df_print_model_info(FILE *f, const char *dir, const df_model *m, bool bf16,
             c->rope_type != DF_ROPE_DEFAULT ? ", llama3 RoPE scaling" : "",
             c->sliding_window > 0 ? ", sliding-window attention" : "");
     /* weights, gradients and the two AdamW moments: 4 float32 numbers a parameter */
-    fprintf(f, "  dtype: %s files (config.json torch_dtype, kept on save); float32 master weights, "
-               "gradients and AdamW moments take %.2f GiB; matmuls in %s\n",
-            df_dtype_torch_name(c->torch_dtype), (double)m->n_params * 16 / (1 << 30),
-            bf16 ? "bf16 with float32 accumulation (mixed precision)" : "float32");
+    if (lora)
+        print_lora(f, m, lora);
+    else
+        fprintf(f, "  dtype: %s files (config.json torch_dtype, kept on save); float32 master weights, "
+                   "gradients and AdamW moments take %.2f GiB; matmuls in %s\n",
+                df_dtype_torch_name(c->torch_dtype), (double)m->n_params * 16 / (1 << 30),
+                bf16 ? "bf16 with float32 accumulation (mixed precision)" : "float32");
+    if (lora)
+        fprintf(f, "  dtype: %s files (config.json torch_dtype, kept on save); matmuls in %s\n",
+                df_dtype_torch_name(c->torch_dtype),
+                bf16 ? "bf16 with float32 accumulation (mixed precision)" : "float32");
     if (tok)
         fprintf(f, "tokenizer: %s (%lld tokens)\n", tok_dir, (long long)df_tokenizer_vocab_size(tok));
 }

@@ -169,7 +169,7 @@ void df_console_banner(const df_dag_worker *w)
     else if (n == 0)
         printf("  (none: every key has its default)\n");
     df_print_model_info(stdout, w->model_dir, df_actor_model(w->actor.model), df_actor_bf16(w->actor.model),
-                        w->tokenizer_dir, w->tok);
+                        df_actor_core(w->actor.model)->lora, w->tokenizer_dir, w->tok);
     banner_agents(w);
     banner_data(w);
     banner_world(w);

@@ -532,7 +532,8 @@ static int make_actor(sft_run *s, df_model **m)
 static void print_banner(const sft_run *s, double examples)
 {
     printf("== distflow %s sft\n", df_version());
-    df_print_model_info(stdout, s->model_dir, df_actor_model(s->actor), df_actor_bf16(s->actor), NULL, NULL);
+    df_print_model_info(stdout, s->model_dir, df_actor_model(s->actor), df_actor_bf16(s->actor),
+                        df_actor_core(s->actor)->lora, NULL, NULL);
     printf("data: %.0f examples, %lld steps of %lld", examples, (long long)s->total_steps,
            (long long)s->t.data.train_batch_size);
     if (s->world > 1)
