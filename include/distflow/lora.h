@@ -102,25 +102,31 @@ DF_API int df_lora_merge(const df_lora *l, df_model *m);
 
 /**
  * Save the adapter in PEFT's layout to `dir` (created if missing): adapter_model.safetensors
- * (F32 tensors by PEFT name, metadata {"format": "pt"}) and adapter_config.json (peft_type
- * "LORA", task_type "CAUSAL_LM", r, lora_alpha, target_modules, lora_dropout 0, bias "none",
- * fan_in_fan_out false, use_rslora false, use_dora false, init_lora_weights true,
- * base_model_name_or_path = base_model (may be NULL: null)), each written to a temporary and
- * renamed, the config last, so a failure leaves no adapter_config.json naming a partial file.
- * Errors: DF_EIO naming the file, DF_ENOMEM.
+ * (F32 tensors by PEFT name, metadata {"format": "pt"}) and adapter_config.json (sorted keys,
+ * indent 2, as PEFT writes it: peft_type "LORA", task_type "CAUSAL_LM", r, lora_alpha (an integer
+ * when integral), target_modules (the module names, sorted; all seven for DF_LORA_ALL_LINEAR),
+ * lora_dropout 0.0, bias "none", fan_in_fan_out false, use_rslora false, use_dora false,
+ * init_lora_weights true, base_model_name_or_path = base_model (may be NULL: null)). Both are
+ * written to temporaries and fsynced first, then renamed, the config last, so a failure leaves
+ * no adapter_config.json naming a partial file. Errors: DF_EIO naming the file, DF_ENOMEM.
  */
 DF_API int df_lora_save_peft(const df_lora *l, const char *dir, const char *base_model);
 
 /**
  * Read A / B from a PEFT adapter directory into l (whose base and shapes stay): `dir`/
- * adapter_config.json must say peft_type LORA, r == l's rank, lora_alpha == l's alpha, the same
- * target_modules set (a list of names or "all-linear"), use_rslora / use_dora false or absent,
- * lora_dropout any; adapter_model.safetensors must hold exactly l's tensors (F32 / BF16 / F16, the
- * shapes of l's). l->params is written only when every check passed. The caller merges after.
+ * adapter_config.json must say peft_type LORA, r == l's rank, lora_alpha == l's alpha (exactly),
+ * the same target_modules set (a list of names, "all-linear", or one module name as a string),
+ * use_rslora / use_dora false or absent, bias "none" or absent, rank_pattern / alpha_pattern
+ * empty or absent, layers_to_transform null or absent, modules_to_save null, [] or absent;
+ * lora_dropout and every other key are ignored. adapter_model.safetensors must hold exactly l's
+ * tensors under their file names ("...lora_A.weight", not PEFT's in-memory
+ * "...lora_A.<adapter>.weight"), F32 / BF16 / F16, the shapes of l's. l->params is written only
+ * when every check passed. The caller merges after.
  * Errors name the file and the key / tensor: DF_ENOTFOUND (no directory / file), DF_EINVAL
- * (malformed JSON or safetensors, a missing / extra / mis-shaped tensor, a config that differs
- * from l's, naming both values), DF_EUNSUPPORTED (another peft_type, use_rslora, use_dora),
- * DF_EIO.
+ * (malformed JSON or safetensors, a missing / mistyped key, a missing / extra / mis-shaped
+ * tensor, a config that differs from l's, naming both values), DF_EUNSUPPORTED (another
+ * peft_type, use_rslora, use_dora, a non-empty rank_pattern / alpha_pattern / layers_to_transform
+ * / modules_to_save, another bias, another tensor dtype), DF_EIO, DF_ENOMEM.
  */
 DF_API int df_lora_load_peft(df_lora *l, const char *dir);
 
