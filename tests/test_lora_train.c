@@ -7,7 +7,8 @@
  * A GRPO run with adapters on q_proj, v_proj and down_proj: the checkpoint's Hugging Face actor
  * holds the base model's every other tensor bit for bit (embeddings, norms, biases, k/o/gate/up)
  * and moved targeted ones; its training state is the adapter's (its size and LoRA metadata), and
- * the merge of that adapter onto the base is the saved actor exactly. Resuming from step 1 ends
+ * the merge of that adapter onto the base is the saved actor exactly, and actor/lora_adapter (PEFT's
+ * files, as verl's checkpoint holds them) is the same adapter. Resuming from step 1 ends
  * with the bytes of the run that was not interrupted; a state of another LoRA config or of a
  * full fine-tune is refused naming both. Bad settings are refused before anything runs. On N ranks
  * the run's weights are checked in sync by the worker itself every step (fit.c), so a gradient
@@ -110,8 +111,17 @@ static void test_frozen_base_and_merge(void **state)
     assert_int_equal(moved, 3 * 2); /* every targeted tensor of both layers */
     /* the training state's adapter merged onto the base is the saved actor */
     df_lora *l = state_adapter(base, "a/global_step_2/actor/train_state.safetensors");
+    /* the PEFT export beside (actor/lora_adapter, as verl's) is that adapter */
+    df_lora *peft = NULL;
+    assert_int_equal(df_lora_create(base, &l->cfg, 5, &peft), DF_OK);
+    char p[512];
+    snprintf(p, sizeof p, "%s/a/global_step_2/actor/lora_adapter", dir);
+    if (df_lora_load_peft(peft, p))
+        fail_msg("%s", df_last_error());
+    assert_memory_equal(peft->params, l->params, (size_t)l->n_params * sizeof(float));
     assert_int_equal(df_lora_merge(l, base), DF_OK);
     assert_memory_equal(base->params, trained->params, (size_t)base->n_params * sizeof(float));
+    df_lora_free(peft);
     df_lora_free(l);
     df_model_free(base);
     df_model_free(trained);

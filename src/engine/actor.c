@@ -5,6 +5,7 @@
 #include "distflow/async.h"
 #include "distflow/rng.h"
 #include "engine/train_core.h"
+#include "util/fsutil.h"
 #include "util/killpoint.h"
 
 #include <math.h>
@@ -67,6 +68,15 @@ bool df_actor_bf16(const df_actor *a) { return a->c.bf16; }
 int df_actor_weights16(df_actor *a, const df_weights16 **out) { return df_train_core_weights16(&a->c, out); }
 const df_weights_dev *df_actor_device_weights(const df_actor *a) { return df_train_core_device_weights(&a->c); }
 int df_actor_save_state(const df_actor *a, const char *path) { return df_train_core_save_state(&a->c, path); }
+int df_actor_save_lora(const df_actor *a, const char *dir, const char *base_model)
+{
+    if (!a->c.lora)
+        return DF_OK;
+    char *d = df_path_join(dir, "lora_adapter");
+    int rc = d ? df_lora_save_peft(a->c.lora, d, base_model) : df_error(DF_ENOMEM, "out of memory");
+    free(d);
+    return rc;
+}
 int df_actor_load_state(df_actor *a, const char *path) { return df_train_core_load_state(&a->c, path); }
 
 static int plan(df_actor *a, const df_batch *b, bool forward_only, int64_t **bounds, int64_t *n_mb)

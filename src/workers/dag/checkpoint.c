@@ -115,6 +115,8 @@ static int save_agent_model(const df_agent_slot *s, const char *tmp, const char 
     if (!rc)
         rc = strcmp(role, "critic") ? df_actor_save_state(s->actor->model, state)
                                     : df_critic_save_state(s->critic->model, state);
+    if (!rc && !strcmp(role, "actor"))
+        rc = df_actor_save_lora(s->actor->model, d, s->model_dir);
     return rc ? rc : df_fsync_dir(d);
 }
 
@@ -143,6 +145,8 @@ static int save_shared(df_dag_worker *w, const char *tmp)
         rc = df_hf_dir_save(m, m->cfg.torch_dtype, w->tokenizer_dir, actor);
     if (!rc)
         rc = df_actor_save_state(w->actor.model, state);
+    if (!rc)
+        rc = df_actor_save_lora(w->actor.model, actor, w->model_dir);
     if (!rc)
         rc = df_worker_save_critic(w, tmp);
     if (!rc)

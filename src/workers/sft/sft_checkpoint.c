@@ -49,6 +49,8 @@ static int save_files(const df_sft_ckpt *c, int64_t step, const char *tmp)
     if (!rc)
         rc = df_actor_save_state(c->actor, state);
     if (!rc)
+        rc = df_actor_save_lora(c->actor, tmp, c->model_dir);
+    if (!rc)
         rc = save_trainer_state(c, step, tmp);
     free(state);
     return rc;

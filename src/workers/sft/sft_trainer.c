@@ -568,7 +568,7 @@ int df_sft_run(const df_config *cfg, const df_sft_opts *o, int *stopped_by)
         rc = make_loader(&s);
     if (!rc)
         rc = make_actor(&s, &m);
-    s.ckpt = (df_sft_ckpt){.cfg = cfg, .t = t, .out_dir = s.out_dir, .tokenizer_dir = s.model_dir,
+    s.ckpt = (df_sft_ckpt){.cfg = cfg, .t = t, .out_dir = s.out_dir, .tokenizer_dir = s.model_dir, .model_dir = s.model_dir,
                            .actor = s.actor, .dl = s.dl, .total_steps = s.total_steps, .comm = comm,
                            .rank = s.rank, .world = s.world};
     if (!rc) /* the output directory itself is made by the first metrics line or checkpoint */
