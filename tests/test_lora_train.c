@@ -10,7 +10,7 @@
  * the merge of that adapter onto the base is the saved actor exactly, and actor/lora_adapter (PEFT's
  * files, as verl's checkpoint holds them) is the same adapter. Resuming from step 1 ends
  * with the bytes of the run that was not interrupted; a state of another LoRA config or of a
- * full fine-tune is refused naming both. Bad settings are refused before anything runs. On N ranks
+ * full fine-tune is refused naming both. lora_adapter_path continues from such an adapter. Bad settings are refused before anything runs. On N ranks
  * the run's weights are checked in sync by the worker itself every step (fit.c), so a gradient
  * all-reduce that missed the adapter fails it.
  */
@@ -168,6 +168,26 @@ static void test_resume(void **state)
     assert_last_error_mentions("the state is of LoRA adapters and this run trains the whole model");
 }
 
+/* lora_adapter_path: training continues from a PEFT adapter (verl's); with lr 0 the saved actor
+ * is the adapter's merge onto the base, bit for bit the run that wrote it. */
+static void test_adapter_path(void **state)
+{
+    (void)state;
+    char ap[512];
+    snprintf(ap, sizeof ap, "actor_rollout_ref.model.lora_adapter_path=%s/a/global_step_2/actor/lora_adapter", dir);
+    const char *ov[] = {ap, "actor_rollout_ref.actor.optim.lr=0"};
+    df_test_run_ok(grpo(world, "d", 1, ov, 2), "LoRA GRPO from an adapter");
+    if (df_comm_rank(world) == 0)
+        assert_true(same_file("a/global_step_2/actor/model.safetensors", "d/global_step_1/actor/model.safetensors"));
+    df_comm_barrier(world);
+    const char *r8[] = {ap, "actor_rollout_ref.model.lora_rank=8"};
+    assert_int_equal(grpo(world, "e", 1, r8, 2), DF_EINVAL);
+    assert_last_error_mentions("has r 4");
+    const char *none[] = {"actor_rollout_ref.model.lora_adapter_path=/nonexistent/adapter"};
+    assert_int_equal(grpo(world, "e", 1, none, 1), DF_ENOTFOUND);
+    assert_last_error_mentions("actor_rollout_ref.model.lora_adapter_path");
+}
+
 static void test_refused(void **state)
 {
     (void)state;
@@ -206,6 +226,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_frozen_base_and_merge),
         cmocka_unit_test(test_resume),
+        cmocka_unit_test(test_adapter_path),
         cmocka_unit_test(test_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -113,6 +113,14 @@ DF_API int df_lora_merge(const df_lora *l, df_model *m);
 DF_API int df_lora_save_peft(const df_lora *l, const char *dir, const char *base_model);
 
 /**
+ * The settings of a PEFT adapter directory (`dir`/adapter_config.json: r, lora_alpha,
+ * target_modules) into *out, with the checks df_lora_load_peft makes of the file alone (peft_type
+ * LORA, no rsLoRA / DoRA / patterns / extra modules / biases). What verl's lora_adapter_path takes
+ * the adapter's shape from. Errors as df_lora_load_peft's for the config file; *out zeroed.
+ */
+DF_API int df_lora_read_peft_config(const char *dir, df_lora_config *out);
+
+/**
  * Read A / B from a PEFT adapter directory into l (whose base and shapes stay): `dir`/
  * adapter_config.json must say peft_type LORA, r == l's rank, lora_alpha == l's alpha (exactly),
  * the same target_modules set (a list of names, "all-linear", or one module name as a string),

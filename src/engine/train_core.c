@@ -30,6 +30,8 @@ int df_train_core_init(df_train_core *c, df_model *model, const df_core_optim *o
     if (!trainable)
         return DF_OK;
     int rc = o->lora.rank > 0 ? df_lora_create(model, &o->lora, o->lora_seed, &c->lora) : DF_OK;
+    if (!rc && c->lora && o->lora_adapter && !(rc = df_lora_load_peft(c->lora, o->lora_adapter)))
+        rc = df_lora_merge(c->lora, model);
     const int64_t n = rc ? 0 : df_train_core_n_train(c);
     c->grads = c->bgrads = rc ? NULL : calloc((size_t)(n > 0 ? n : 1), sizeof(float));
     df_adamw_config oc = {

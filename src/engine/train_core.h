@@ -39,6 +39,8 @@ typedef struct df_core_optim {
     df_lora_config lora; /* rank > 0: train LoRA adapters of these targets instead of the model
                             (a trainable core on the CPU backend; see df_train_core_init) */
     uint64_t lora_seed;  /* draws the adapters' A */
+    const char *lora_adapter; /* non-NULL: A and B from this PEFT adapter directory instead
+                                 (lora_adapter_path; its config must be `lora`'s) */
 } df_core_optim;
 
 typedef struct df_train_core {
@@ -88,7 +90,8 @@ typedef struct df_train_core {
 /**
  * Take ownership of `model`; a trainable core allocates gradients and AdamW
  * state from `o`. With o->lora.rank > 0 (distflow/lora.h) it trains LoRA adapters made from the
- * model (which must hold the base weights; A drawn from o->lora_seed, B zero) instead: the
+ * model (which must hold the base weights; A drawn from o->lora_seed, B zero, or both read from
+ * o->lora_adapter and merged) instead: the
  * gradients, AdamW's state, the all-reduce, clipping and the training state cover the adapter's
  * blob only, every base tensor is frozen (the backward computes none of its gradients), and after
  * every optimizer step or state load the model's targeted weights are the merged W0 + s B A, so

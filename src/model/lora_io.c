@@ -205,7 +205,9 @@ static int check_unsupported(json_t *root, const char *src)
     return DF_OK;
 }
 
-static int check_config(const df_lora *l, json_t *root, const char *src)
+/* The adapter's settings from adapter_config.json's root: peft_type, r, lora_alpha,
+ * target_modules, and the settings this engine cannot run refused. */
+static int parse_config(json_t *root, const char *src, df_lora_config *out)
 {
     if (!json_is_object(root))
         return df_error(DF_EINVAL, "%s: must be a JSON object, got %s", src, df_cfg_type_name(root));
@@ -217,35 +219,21 @@ static int check_config(const df_lora *l, json_t *root, const char *src)
     if (strcmp(json_string_value(pt), "LORA"))
         return df_error(DF_EUNSUPPORTED, "%s: key \"peft_type\" is \"%s\" (only \"LORA\")", src,
                         json_string_value(pt));
-    int64_t r = 0;
-    int rc = df_cfg_get_int(root, src, "r", true, &r);
+    int rc = df_cfg_get_int(root, src, "r", true, &out->rank);
     if (rc)
         return rc;
-    if (r != l->cfg.rank)
-        return df_error(DF_EINVAL, "%s: key \"r\" is %lld, the adapter's rank (lora_rank) is %lld",
-                        src, (long long)r, (long long)l->cfg.rank);
+    if (out->rank < 1)
+        return df_error(DF_EINVAL, "%s: key \"r\" is %lld (must be >= 1)", src, (long long)out->rank);
     json_t *a = df_cfg_get(root, "lora_alpha");
     if (!a)
         return df_error(DF_EINVAL, "%s: missing key \"lora_alpha\"", src);
     if (!json_is_number(a))
         return df_cfg_wrong_type(src, "lora_alpha", "a number", a);
-    /* Exact: both sides are the same decimal text parsed to the nearest double. */
-    if (json_number_value(a) != l->cfg.alpha) {
-        char fa[32], fb[32];
-        df_format_double_py(json_number_value(a), fa, sizeof fa);
-        df_format_double_py(l->cfg.alpha, fb, sizeof fb);
-        return df_error(DF_EINVAL, "%s: key \"lora_alpha\" is %s, the adapter's lora_alpha is %s",
-                        src, fa, fb);
-    }
-    unsigned mask = 0;
-    if ((rc = parse_target_modules(root, src, &mask)))
+    out->alpha = json_number_value(a);
+    if (!(out->alpha > 0))
+        return df_error(DF_EINVAL, "%s: key \"lora_alpha\" must be > 0", src);
+    if ((rc = parse_target_modules(root, src, &out->targets)))
         return rc;
-    if (mask != l->cfg.targets) {
-        char fa[128], fb[128];
-        return df_error(DF_EINVAL, "%s: key \"target_modules\" is %s, the adapter's target modules "
-                        "are %s", src, mask_str(mask, fa, sizeof fa),
-                        mask_str(l->cfg.targets, fb, sizeof fb));
-    }
     if ((rc = check_false(root, src, "use_rslora", "rank-stabilized scale alpha / sqrt(r) is not "
                           "supported")) ||
         (rc = check_false(root, src, "use_dora", "DoRA's magnitude vectors are not supported")))
@@ -253,8 +241,32 @@ static int check_config(const df_lora *l, json_t *root, const char *src)
     return check_unsupported(root, src);
 }
 
-static int load_config(const df_lora *l, const char *dir)
+/* The file's settings against l's: the same rank, alpha (exactly: both sides are the same decimal
+ * text parsed to the nearest double) and target set. */
+static int check_config(const df_lora *l, const df_lora_config *c, const char *src)
 {
+    if (c->rank != l->cfg.rank)
+        return df_error(DF_EINVAL, "%s: key \"r\" is %lld, the adapter's rank (lora_rank) is %lld",
+                        src, (long long)c->rank, (long long)l->cfg.rank);
+    if (c->alpha != l->cfg.alpha) {
+        char fa[32], fb[32];
+        df_format_double_py(c->alpha, fa, sizeof fa);
+        df_format_double_py(l->cfg.alpha, fb, sizeof fb);
+        return df_error(DF_EINVAL, "%s: key \"lora_alpha\" is %s, the adapter's lora_alpha is %s",
+                        src, fa, fb);
+    }
+    if (c->targets != l->cfg.targets) {
+        char fa[128], fb[128];
+        return df_error(DF_EINVAL, "%s: key \"target_modules\" is %s, the adapter's target modules "
+                        "are %s", src, mask_str(c->targets, fa, sizeof fa),
+                        mask_str(l->cfg.targets, fb, sizeof fb));
+    }
+    return DF_OK;
+}
+
+int df_lora_read_peft_config(const char *dir, df_lora_config *out)
+{
+    *out = (df_lora_config){0};
     char *path = df_path_join(dir, CONFIG_FILE), *text = NULL;
     if (!path)
         return df_error(DF_ENOMEM, "out of memory loading %s", dir);
@@ -269,10 +281,25 @@ static int load_config(const df_lora *l, const char *dir)
             rc = df_error(DF_EINVAL, "%s: invalid JSON: %s (line %d, column %d)", path, jerr.text,
                           jerr.line, jerr.column);
     }
+    df_lora_config c = {0};
     if (!rc)
-        rc = check_config(l, root, path);
+        rc = parse_config(root, path, &c);
+    if (!rc)
+        *out = c;
     json_decref(root);
     free(text);
+    free(path);
+    return rc;
+}
+
+static int load_config(const df_lora *l, const char *dir)
+{
+    df_lora_config c;
+    int rc = df_lora_read_peft_config(dir, &c);
+    if (rc)
+        return rc;
+    char *path = df_path_join(dir, CONFIG_FILE);
+    rc = path ? check_config(l, &c, path) : df_error(DF_ENOMEM, "out of memory loading %s", dir);
     free(path);
     return rc;
 }

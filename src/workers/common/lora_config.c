@@ -4,33 +4,69 @@
 #include <stdio.h>
 #include <string.h>
 
+/* Where key `prefix.name` was set ("the config" without c), and whether it was. */
+static const char *where(const df_config *c, const char *prefix, const char *name, char *key,
+                         size_t cap, bool *set)
+{
+    snprintf(key, cap, "%s.%s", prefix, name);
+    const char *w = c ? df_config_where(c, key) : "the config";
+    *set = c && strcmp(w, "default");
+    return w;
+}
+
+/* lora_adapter_path: the adapter's settings, and those the config sets agreeing with them. */
+static int from_adapter(const df_config *c, const char *prefix, int64_t rank, double alpha,
+                        unsigned targets, const char *adapter, df_lora_config *lc)
+{
+    char key[160], ak[160];
+    bool set;
+    const char *aw = where(c, prefix, "lora_adapter_path", ak, sizeof ak, &set);
+    int rc = df_lora_read_peft_config(adapter, lc);
+    if (rc)
+        return df_error_wrap(rc, "%s (%s)", ak, aw);
+    const char *w = where(c, prefix, "lora_rank", key, sizeof key, &set);
+    if (set && rank != lc->rank)
+        return df_error(DF_EINVAL, "%s (%s) is %lld, and the adapter of %s (%s) has r %lld", key, w,
+                        (long long)rank, ak, adapter, (long long)lc->rank);
+    w = where(c, prefix, "lora_alpha", key, sizeof key, &set);
+    if (set && alpha != lc->alpha)
+        return df_error(DF_EINVAL, "%s (%s) is %g, and the adapter of %s (%s) has lora_alpha %g",
+                        key, w, alpha, ak, adapter, lc->alpha);
+    w = where(c, prefix, "target_modules", key, sizeof key, &set);
+    if (set && targets != lc->targets)
+        return df_error(DF_EINVAL, "%s (%s) names other modules than the adapter of %s (%s)", key,
+                        w, ak, adapter);
+    return DF_OK;
+}
+
 int df_role_lora_config(const df_config *c, const char *prefix, int64_t rank, double alpha,
-                        const df_config_strs *targets, const char *device, df_lora_config *out)
+                        const df_config_strs *targets, const char *adapter, const char *device,
+                        df_lora_config *out)
 {
     df_lora_config lc = {.rank = rank, .alpha = alpha};
     if (out)
         *out = (df_lora_config){0};
-    if (rank == 0)
+    if (rank == 0 && !adapter)
         return DF_OK;
-    char key[128];
-#define WHERE(k) (c ? df_config_where(c, k) : "the config")
-    snprintf(key, sizeof key, "%s.target_modules", prefix);
-    int rc = df_lora_parse_targets(targets->items, targets->n, WHERE(key), &lc.targets);
+    char key[160];
+    bool set;
+    const char *w = where(c, prefix, "target_modules", key, sizeof key, &set);
+    int rc = df_lora_parse_targets(targets->items, targets->n, w, &lc.targets);
     if (rc)
         return df_error_wrap(rc, "%s", key);
-    if (!(alpha > 0)) {
-        snprintf(key, sizeof key, "%s.lora_alpha", prefix);
-        return df_error(DF_EINVAL, "%s (%s): must be > 0 with lora_rank %lld", key,
-                        WHERE(key), (long long)rank);
+    if (adapter && (rc = from_adapter(c, prefix, rank, alpha, lc.targets, adapter, &lc)))
+        return rc;
+    if (!(lc.alpha > 0)) {
+        w = where(c, prefix, "lora_alpha", key, sizeof key, &set);
+        return df_error(DF_EINVAL, "%s (%s): must be > 0 with lora_rank %lld", key, w,
+                        (long long)lc.rank);
     }
     if (strcmp(device, "cpu")) {
-        snprintf(key, sizeof key, "%s.lora_rank", prefix);
+        w = where(c, prefix, adapter ? "lora_adapter_path" : "lora_rank", key, sizeof key, &set);
         return df_error(DF_EUNSUPPORTED, "%s (%s): LoRA adapters train on the CPU backend only; "
-                        "trainer.device=%s has no LoRA path yet (docs/lora.md)", key,
-                        WHERE(key), device);
+                        "trainer.device=%s has no LoRA path yet (docs/lora.md)", key, w, device);
     }
     if (out)
         *out = lc;
     return DF_OK;
-#undef WHERE
 }

@@ -114,7 +114,7 @@ int df_worker_lora_config(const df_config *c, const df_train_config *t, df_lora_
 {
     const struct df_train_model *m = &t->actor_rollout_ref.model;
     return df_role_lora_config(c, "actor_rollout_ref.model", m->lora_rank, m->lora_alpha,
-                               &m->target_modules, t->trainer.device, out);
+                               &m->target_modules, m->lora_adapter_path, t->trainer.device, out);
 }
 
 void df_worker_reference_params(const df_dag_worker *w, const df_actor_params *actor, df_actor_params *p)
@@ -146,6 +146,7 @@ void df_worker_actor_params(const df_dag_worker *w, df_actor_params *p)
     p->optim.skip_nonfinite = t->trainer.skip_nonfinite_steps;
     df_worker_lora_config(w->cfg, t, &p->optim.lora); /* checked by df_train_check */
     p->optim.lora_seed = df_worker_seed(w);
+    p->optim.lora_adapter = t->actor_rollout_ref.model.lora_adapter_path;
     /* ppo_mini_batch_size counts prompts (verl multiplies it by rollout.n), over all ranks */
     p->mini_batch_size = a->ppo_mini_batch_size * df_worker_n_samples(w) / w->actor.layout.dp_size;
     bool dyn = a->use_dynamic_bsz;
