@@ -259,7 +259,9 @@ static double check_identity(const bwd_case *k, const float *lg, const float *gr
 {
     const df_lora *l = k->l;
     const df_model_config *c = &k->m->cfg;
-    const int64_t r = l->cfg.rank, T = k->p.b.n_tokens;
+    /* T: the terms of a sum over rows, for any of the accumulated batches (at most 64 tokens, the
+     * activations' size) plus the accumulation onto the earlier batches' sum (beta 1) */
+    const int64_t r = l->cfg.rank, T = 64 + 1;
     const double s = l->scale;
     df_lora_layer gl[2];
     df_lora_view_of(l, (float *)lg, gl);
@@ -317,6 +319,11 @@ static void identity_case(unsigned targets, unsigned flags)
     rec.n = k.m->n_params;
     rec.mag = calloc((size_t)k.m->n_params, sizeof(double));
     run_backward(&k, rec_backend(), flags, lg, grads);
+    /* a second batch accumulates onto both (as micro-batches do): the identity holds for the sums */
+    const int64_t len[] = {9, 4};
+    df_test_pack(&k.p, len, 2, k.m->cfg.vocab_size, 31);
+    fill(k.dlogp, k.p.b.n_out, 1.0, 32);
+    run_backward(&k, rec_backend(), flags, lg, grads);
     const double worst = check_identity(&k, lg, grads);
     print_message("targets %#x flags %#x: max |error| / bound %.3g\n", targets, flags, worst);
     assert_true(worst <= 1.0);
@@ -325,6 +332,12 @@ static void identity_case(unsigned targets, unsigned flags)
     float *lg2 = calloc((size_t)k.l->n_params, sizeof(float));
     free(rec.mag);
     rec.mag = NULL;
+    const int64_t len0[] = {7, 12, 5};
+    df_test_pack(&k.p, len0, 3, k.m->cfg.vocab_size, 21 + 2);
+    fill(k.dlogp, k.p.b.n_out, 1.0, 21 + 3);
+    run_backward(&k, rec_backend(), flags ^ DF_ACTS_CHECKPOINT, lg2, NULL);
+    df_test_pack(&k.p, len, 2, k.m->cfg.vocab_size, 31);
+    fill(k.dlogp, k.p.b.n_out, 1.0, 32);
     run_backward(&k, rec_backend(), flags ^ DF_ACTS_CHECKPOINT, lg2, NULL);
     assert_memory_equal(lg, lg2, (size_t)k.l->n_params * sizeof(float));
     free(lg);

@@ -177,8 +177,13 @@ static void test_adapter_path(void **state)
     snprintf(ap, sizeof ap, "actor_rollout_ref.model.lora_adapter_path=%s/a/global_step_2/actor/lora_adapter", dir);
     const char *ov[] = {ap, "actor_rollout_ref.actor.optim.lr=0"};
     df_test_run_ok(grpo(world, "d", 1, ov, 2), "LoRA GRPO from an adapter");
-    if (df_comm_rank(world) == 0)
+    if (df_comm_rank(world) == 0) {
         assert_true(same_file("a/global_step_2/actor/model.safetensors", "d/global_step_1/actor/model.safetensors"));
+        /* the adapter was merged before step 1: the policy already differs from the reference */
+        json_t *lines = df_test_metrics(dir, "d", true);
+        assert_true(df_test_metric(json_array_get(lines, 0), "actor/kl_loss") > 0);
+        json_decref(lines);
+    }
     df_comm_barrier(world);
     const char *r8[] = {ap, "actor_rollout_ref.model.lora_rank=8"};
     assert_int_equal(grpo(world, "e", 1, r8, 2), DF_EINVAL);
