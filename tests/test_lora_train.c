@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "testcli.h"
 #include "testutil.h"
 
 #include "distflow/comm.h"
@@ -193,6 +194,45 @@ static void test_adapter_path(void **state)
     assert_last_error_mentions("actor_rollout_ref.model.lora_adapter_path");
 }
 
+/* `distflow eval --lora-adapter` on the base model answers as the merged checkpoint does, and
+ * df_lora_apply_peft (PEFT's merge_and_unload) gives that checkpoint's weights. One rank only
+ * (the CLI runs as a child process). */
+static void test_eval_adapter(void **state)
+{
+    (void)state;
+    if (df_comm_size(world) > 1)
+        return;
+    df_model *base = load_model("model"), *trained = load_model("a/global_step_2/actor");
+    char ad[512], data[512], o1[600], o2[600], l1[600], l2[600], m1[512], m2[512];
+    snprintf(ad, sizeof ad, "%s/a/global_step_2/actor/lora_adapter", dir);
+    assert_int_equal(df_lora_apply_peft(base, ad), DF_OK);
+    assert_memory_equal(base->params, trained->params, (size_t)base->n_params * sizeof(float));
+    df_model_free(base);
+    df_model_free(trained);
+    df_test_digits_inputs(dir, "eval.jsonl", 8, "openai/gsm8k", false);
+    snprintf(data, sizeof data, "%s/eval.jsonl", dir);
+    snprintf(m1, sizeof m1, "%s/model", dir);
+    snprintf(m2, sizeof m2, "%s/a/global_step_2/actor", dir);
+    snprintf(o1, sizeof o1, "%s/eval_adapter.jsonl", dir);
+    snprintf(o2, sizeof o2, "%s/eval_merged.jsonl", dir);
+    snprintf(l1, sizeof l1, "%s/eval_adapter.log", dir);
+    snprintf(l2, sizeof l2, "%s/eval_merged.log", dir);
+    const char *a1[] = {"eval", "--model", m1, "--lora-adapter", ad, "--data", data,
+                        "--max-response-length", "8", "--output", o1, NULL};
+    const char *a2[] = {"eval", "--model", m2, "--data", data, "--max-response-length", "8",
+                        "--output", o2, NULL};
+    df_cli_run r1 = {.log = l1}, r2 = {.log = l2};
+    assert_int_equal(df_cli_exec(&r1, a1), 0);
+    assert_int_equal(df_cli_exec(&r2, a2), 0);
+    df_cli_same_file(o1, o2);
+    /* not an adapter directory: refused naming the option */
+    const char *a3[] = {"eval", "--model", m1, "--lora-adapter", m1, "--data", data, NULL};
+    assert_int_not_equal(df_cli_exec(&r1, a3), 0);
+    char *log = df_cli_log(l1);
+    assert_non_null(strstr(log, "--lora-adapter"));
+    free(log);
+}
+
 static void test_refused(void **state)
 {
     (void)state;
@@ -232,6 +272,7 @@ int main(void)
         cmocka_unit_test(test_frozen_base_and_merge),
         cmocka_unit_test(test_resume),
         cmocka_unit_test(test_adapter_path),
+        cmocka_unit_test(test_eval_adapter),
         cmocka_unit_test(test_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -139,6 +139,13 @@ DF_API int df_lora_read_peft_config(const char *dir, df_lora_config *out);
 DF_API int df_lora_load_peft(df_lora *l, const char *dir);
 
 /**
+ * Merge the PEFT adapter of `dir` into m (PEFT's merge_and_unload): its settings
+ * (df_lora_read_peft_config), A and B (df_lora_load_peft) on m's targeted weights as they are
+ * (the base), W = W0 + s B A. m is unchanged on error. Errors: those two functions', df_lora_create's.
+ */
+DF_API int df_lora_apply_peft(df_model *m, const char *dir);
+
+/**
  * Train adapters through df_model_backward / df_model_backward_values on activations a: the
  * backward then accumulates l's gradients into `grads` ([l->n_params], host memory) and, when
  * its own `grads` argument is NULL, computes no gradient of the base model (every base tensor

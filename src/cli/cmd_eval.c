@@ -1,5 +1,6 @@
 /* distflow eval */
 #include "cli/cli.h"
+#include "distflow/lora.h"
 #include "util/fsutil.h"
 
 #include "distflow/comm.h"
@@ -71,7 +72,7 @@ int df_cmd_eval(int argc, char **argv)
     if (df_comm_world(&world))
         return df_cli_fail("eval");
     const int rank = df_comm_rank(world), size = df_comm_size(world);
-    const char *model = NULL, *data = NULL, *tokdir = NULL, *output = NULL;
+    const char *model = NULL, *data = NULL, *tokdir = NULL, *output = NULL, *adapter = NULL;
     int64_t n = 1, top_k = -1, max_resp = 512, max_prompt = 1024, batch = 0, limit = 0, seed = 0;
     int64_t max_seqs = 512, max_turns = 0, max_user_turns = 0;
     double temperature = 0, top_p = 1.0;
@@ -80,6 +81,8 @@ int df_cmd_eval(int argc, char **argv)
         {"model", DF_OPT_STR, &model, "HF model directory (required)", false},
         {"data", DF_OPT_STR, &data, "dataset, JSON lines in the verl RL schema (required)", false},
         {"tokenizer", DF_OPT_STR, &tokdir, "tokenizer directory (default: the model's)", false},
+        {"lora-adapter", DF_OPT_STR, &adapter, "a PEFT LoRA adapter directory merged into the model first "
+                                               "(docs/lora.md)", false},
         {"n", DF_OPT_INT, &n, "responses per prompt (default 1)", false},
         {"temperature", DF_OPT_FLOAT, &temperature, "sample at this temperature (default 0: greedy)", false},
         {"top-p", DF_OPT_FLOAT, &top_p, "nucleus sampling mass (default 1: off)", false},
@@ -117,6 +120,8 @@ int df_cmd_eval(int argc, char **argv)
     FILE *dump = NULL;
     int64_t dropped = 0;
     int rc = df_hf_dir_load(model, tokdir, &m, &tok);
+    if (!rc && adapter && (rc = df_lora_apply_peft(m, adapter)))
+        rc = df_error_wrap(rc, "--lora-adapter");
     if (!rc)
         rc = fit_lengths(opts, model, &m->cfg, &max_prompt, max_resp);
     if (!rc && tmpl_kwargs && (rc = df_tokenizer_set_chat_template_kwargs(tok, tmpl_kwargs)))

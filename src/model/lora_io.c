@@ -389,3 +389,18 @@ int df_lora_load_peft(df_lora *l, const char *dir)
     df_st_close(f);
     return rc ? df_error_wrap(rc, "loading LoRA adapter") : DF_OK;
 }
+
+int df_lora_apply_peft(df_model *m, const char *dir)
+{
+    df_lora_config c;
+    df_lora *l = NULL;
+    int rc = df_lora_read_peft_config(dir, &c);
+    if (!rc)
+        rc = df_lora_create(m, &c, 0, &l);
+    if (!rc)
+        rc = df_lora_load_peft(l, dir);
+    if (!rc)
+        rc = df_lora_merge(l, m);
+    df_lora_free(l);
+    return rc;
+}
