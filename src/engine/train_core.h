@@ -77,7 +77,7 @@ typedef struct df_train_core {
     int n_buf;
     int64_t buf_cap;
     int64_t steps;              /* updates taken: the lr schedule's step */
-    df_lora *lora;              /* LoRA (df_train_core_set_lora): the optimizer trains the
+    df_lora *lora;              /* LoRA (o.lora, df_train_core_init): the optimizer trains the
                                    adapter's blob, model->params holds the merged weights; owned */
     df_comm *dp;                /* data-parallel group (borrowed); NULL: this rank alone */
     const char *progress_label; /* non-NULL: updates draw a TTY bar over samples */
@@ -88,17 +88,17 @@ typedef struct df_train_core {
 } df_train_core;
 
 /**
- * Take ownership of `model`; a trainable core allocates gradients and AdamW
- * state from `o`. With o->lora.rank > 0 (distflow/lora.h) it trains LoRA adapters made from the
- * model (which must hold the base weights; A drawn from o->lora_seed, B zero, or both read from
- * o->lora_adapter and merged) instead: the
- * gradients, AdamW's state, the all-reduce, clipping and the training state cover the adapter's
- * blob only, every base tensor is frozen (the backward computes none of its gradients), and after
- * every optimizer step or state load the model's targeted weights are the merged W0 + s B A, so
- * its readers (the rollout, evaluation, the HF save) see the trained policy; a device backend is
- * then refused (df_train_core_set_backend: DF_EUNSUPPORTED). n_buf (<= DF_CORE_MAX_BUFS) per-token scratch arrays are
- * kept as large as the largest micro-batch planned so far. On error the model
- * is not freed (the caller still owns it) and *c is released.
+ * Take ownership of `model`; a trainable core allocates gradients and AdamW state from `o`.
+ * With o->lora.rank > 0 (distflow/lora.h) it trains LoRA adapters made from the model instead
+ * (which must hold the base weights; A drawn from o->lora_seed and B zero, or both read from
+ * o->lora_adapter and merged): the gradients, AdamW's state, the all-reduce, clipping and the
+ * training state cover the adapter's blob only, every base tensor is frozen (the backward
+ * computes none of its gradients), and after every optimizer step or state load the model's
+ * targeted weights are the merged W0 + s B A, so its readers (the rollout, evaluation, the HF
+ * save) see the trained policy; a device backend is then refused (df_train_core_set_backend:
+ * DF_EUNSUPPORTED). n_buf (<= DF_CORE_MAX_BUFS) per-token scratch arrays are kept as large as
+ * the largest micro-batch planned so far. On error the model is not freed (the caller still
+ * owns it) and *c is released.
  */
 int df_train_core_init(df_train_core *c, df_model *model, const df_core_optim *o, bool trainable, int n_buf,
                        const char *who);
@@ -236,7 +236,8 @@ int df_train_core_nonfinite(df_train_core *c, df_metrics *m, const char *prefix,
  * (temporary, fsync, rename): F32 tensors params (the float32 master weights; the HF directory beside
  * may round them), exp_avg and exp_avg_sq (AdamW's m and v), each [n_params] in the model's blob
  * layout (docs/checkpoints.md), and metadata format "distflow-train-state/1", role, optim_step
- * (AdamW's step) and lr_scheduler_step (c->steps). Errors: DF_EINVAL for a frozen core, DF_EIO naming
+ * (AdamW's step) and lr_scheduler_step (c->steps). With LoRA the three tensors are the adapter's
+ * ([its n_params], its layout) and the metadata adds lora_rank, lora_alpha and lora_targets. Errors: DF_EINVAL for a frozen core, DF_EIO naming
  * the file, DF_ENOMEM.
  */
 int df_train_core_save_state(const df_train_core *c, const char *path);
@@ -244,7 +245,9 @@ int df_train_core_save_state(const df_train_core *c, const char *path);
  * Restore weights, AdamW moments and step and the lr schedule's step from a file written by
  * df_train_core_save_state for a model of the same parameter count. Errors (naming the file):
  * DF_ENOTFOUND, DF_EIO, DF_EINVAL for a malformed or truncated file, another format, a missing
- * tensor or metadata key, or a tensor that is not F32 [n_params]. On error the core's state is
+ * tensor or metadata key, or a tensor that is not F32 [n_params]. With LoRA the adapter is read and merged
+ * into the model; a state whose LoRA metadata differs from the core's (or a LoRA state on a core
+ * without, and the reverse) is DF_EINVAL naming both. On error the core's state is
  * undefined (the caller gives up the run).
  */
 int df_train_core_load_state(df_train_core *c, const char *path);

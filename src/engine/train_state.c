@@ -18,18 +18,31 @@ static int set_i64(df_st_writer *w, const char *key, int64_t v)
     return df_st_writer_set_metadata(w, key, buf);
 }
 
+/* The LoRA metadata of a state: rank, alpha ("%.17g") and targets (PEFT names, comma-separated,
+ * in layout order). */
+static void lora_meta(const df_lora *l, char v[3][160])
+{
+    snprintf(v[0], 160, "%lld", (long long)l->cfg.rank);
+    snprintf(v[1], 160, "%.17g", l->cfg.alpha);
+    v[2][0] = 0;
+    for (int t = 0; t < DF_LORA_N_TARGETS; t++)
+        if (l->cfg.targets >> t & 1u)
+            snprintf(v[2] + strlen(v[2]), 160 - strlen(v[2]), "%s%s", v[2][0] ? "," : "",
+                     df_lora_target_name((df_lora_target)t));
+}
+
+static const char *const lora_keys[3] = {"lora_rank", "lora_alpha", "lora_targets"};
+
 /* With LoRA, "params" and the moments are the adapter's: its rank, alpha and targets say so. */
 static int set_lora_meta(df_st_writer *w, const df_lora *l)
 {
-    char buf[32];
     if (!l)
         return DF_OK;
-    snprintf(buf, sizeof buf, "%.17g", l->cfg.alpha);
-    int rc = set_i64(w, "lora_rank", l->cfg.rank);
-    if (!rc)
-        rc = df_st_writer_set_metadata(w, "lora_alpha", buf);
-    if (!rc)
-        rc = set_i64(w, "lora_targets", (int64_t)l->cfg.targets);
+    char v[3][160];
+    lora_meta(l, v);
+    int rc = DF_OK;
+    for (int i = 0; i < 3 && !rc; i++)
+        rc = df_st_writer_set_metadata(w, lora_keys[i], v[i]);
     return rc;
 }
 
@@ -82,22 +95,20 @@ static int get_i64(const df_st_file *f, const char *key, int64_t *out)
 /* The file's LoRA metadata against the core's: both without, or the same rank, alpha, targets. */
 static int check_lora_meta(const df_st_file *f, const df_lora *l)
 {
-    const char *r = df_st_metadata(f, "lora_rank"), *a = df_st_metadata(f, "lora_alpha");
-    const char *t = df_st_metadata(f, "lora_targets");
+    const char *r = df_st_metadata(f, "lora_rank");
     if (!r && !l)
         return DF_OK;
     if (!r || !l)
         return df_error(DF_EINVAL, "%s: the state is of %s and this run trains %s", df_st_path(f),
                         r ? "LoRA adapters" : "the whole model", l ? "LoRA adapters" : "the whole model");
-    char want[3][32];
-    snprintf(want[0], sizeof want[0], "%lld", (long long)l->cfg.rank);
-    snprintf(want[1], sizeof want[1], "%.17g", l->cfg.alpha);
-    snprintf(want[2], sizeof want[2], "%u", l->cfg.targets);
-    const char *got[3] = {r, a ? a : "", t ? t : ""}, *keys[3] = {"lora_rank", "lora_alpha", "lora_targets"};
-    for (int i = 0; i < 3; i++)
-        if (strcmp(got[i], want[i]))
+    char want[3][160];
+    lora_meta(l, want);
+    for (int i = 0; i < 3; i++) {
+        const char *got = df_st_metadata(f, lora_keys[i]);
+        if (!got || strcmp(got, want[i]))
             return df_error(DF_EINVAL, "%s: metadata %s is %s and this run's is %s", df_st_path(f),
-                            keys[i], got[i], want[i]);
+                            lora_keys[i], got ? got : "(none)", want[i]);
+    }
     return DF_OK;
 }
 
