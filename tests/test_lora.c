@@ -392,6 +392,73 @@ static void test_grad_identity_teeth(void **state)
     bwd_teardown(&k);
 }
 
+/* A value model (the critic): the adapters' gradients through the value head satisfy the same
+ * identity, and the score head, trained whole in the adapter's blob, gets exactly the gradient
+ * the full backward without an adapter gives it (the same operations into another blob). */
+static void test_grad_identity_value(void **state)
+{
+    (void)state;
+    df_model_config c = lora_model_config();
+    c.num_labels = 1;
+    bwd_case k = {0};
+    k.m = df_test_signal_model(&c, 41);
+    df_lora_config lc = {.rank = 3, .alpha = 6, .targets = DF_LORA_ALL_LINEAR};
+    assert_int_equal(df_lora_create(k.m, &lc, 42, &k.l), DF_OK);
+    assert_true(k.l->head >= 0);
+    assert_memory_equal(k.l->params + k.l->head, k.m->w.score_weight, 16 * sizeof(float));
+    assert_non_null(df_lora_find_tensor(k.l, "base_model.model.score.bias"));
+    for (int i = 1; i < k.l->n_tensors - 2; i += 2)
+        fill(k.l->params + k.l->tensors[i].offset, k.l->tensors[i].numel, 0.2, 43 + (uint64_t)i);
+    k.l->params[k.l->head] += 0.5f; /* a head that moved: the merge writes it back */
+    assert_int_equal(df_lora_merge(k.l, k.m), DF_OK);
+    assert_true(k.m->w.score_weight[0] == k.l->params[k.l->head]);
+    const int64_t len[] = {7, 12, 5};
+    df_test_pack(&k.p, len, 3, c.vocab_size, 44);
+    k.dlogp = malloc((size_t)k.p.b.n_out * sizeof(float));
+    fill(k.dlogp, k.p.b.n_out, 1.0, 45);
+    float *lg = calloc((size_t)k.l->n_params, sizeof(float)), *lg2 = calloc((size_t)k.l->n_params, sizeof(float));
+    float *grads = calloc((size_t)k.m->n_params, sizeof(float));
+    /* the base frozen (NULL grads), then with the base's gradient, its magnitudes recorded */
+    for (int pass = 0; pass < 2; pass++) {
+        rec.g0 = grads;
+        rec.n = k.m->n_params;
+        rec.mag = pass ? calloc((size_t)k.m->n_params, sizeof(double)) : NULL;
+        df_backend be = rec_backend();
+        df_acts *a = NULL;
+        assert_int_equal(df_acts_create_ex(&be, &c, 64, 64, 0, &a), DF_OK);
+        assert_int_equal(df_acts_set_lora(a, k.l, pass ? lg : lg2), DF_OK);
+        float v[64];
+        assert_int_equal(df_model_forward_values(k.m, a, &k.p.b, v), DF_OK);
+        assert_int_equal(df_model_backward_values(k.m, a, &k.p.b, k.dlogp, pass ? grads : NULL), DF_OK);
+        df_acts_free(a);
+    }
+    const double worst = check_identity(&k, lg, grads);
+    print_message("value model: max |error| / bound %.3g\n", worst);
+    assert_true(worst <= 1.0);
+    assert_memory_equal(lg, lg2, (size_t)k.l->n_params * sizeof(float));
+    /* the head's gradient is the full backward's (without an adapter) to the bit */
+    memset(grads, 0, (size_t)k.m->n_params * sizeof(float));
+    df_acts *a = NULL;
+    assert_int_equal(df_acts_create(&c, 64, 64, &a), DF_OK);
+    float v[64];
+    assert_int_equal(df_model_forward_values(k.m, a, &k.p.b, v), DF_OK);
+    assert_int_equal(df_model_backward_values(k.m, a, &k.p.b, k.dlogp, grads), DF_OK);
+    df_acts_free(a);
+    const df_param_desc *sw = df_model_find_tensor(k.m, "score.weight"), *sb = df_model_find_tensor(k.m, "score.bias");
+    assert_memory_equal(lg + k.l->head, grads + sw->offset, 16 * sizeof(float));
+    assert_true(lg[k.l->head + 16] == grads[sb->offset]);
+    double hn = 0;
+    for (int i = 0; i < 16; i++)
+        hn += fabs(lg[k.l->head + i]);
+    assert_true(hn > 0);
+    free(rec.mag);
+    rec.mag = NULL;
+    free(lg);
+    free(lg2);
+    free(grads);
+    bwd_teardown(&k);
+}
+
 /* A frozen base computes no base gradient; attaching needs a causal LM and a blob. */
 static void test_frozen_base(void **state)
 {
@@ -427,6 +494,7 @@ int main(void)
         cmocka_unit_test(test_grad_identity_all_linear),
         cmocka_unit_test(test_grad_identity_subset),
         cmocka_unit_test(test_grad_identity_teeth),
+        cmocka_unit_test(test_grad_identity_value),
         cmocka_unit_test(test_frozen_base),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

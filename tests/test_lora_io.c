@@ -417,7 +417,7 @@ static void test_config_refused(void **state)
         {"rank_pattern", "{\"q_proj\": 8}", DF_EUNSUPPORTED, "\"rank_pattern\"", "not empty"},
         {"alpha_pattern", "{\"q_proj\": 8}", DF_EUNSUPPORTED, "\"alpha_pattern\"", "not empty"},
         {"layers_to_transform", "[0]", DF_EUNSUPPORTED, "\"layers_to_transform\"", "not null"},
-        {"modules_to_save", "[\"lm_head\"]", DF_EUNSUPPORTED, "\"modules_to_save\"", "not null"},
+        {"modules_to_save", "[\"lm_head\"]", DF_EUNSUPPORTED, "\"modules_to_save\"", "lm_head"},
         {"bias", "\"lora_only\"", DF_EUNSUPPORTED, "\"bias\"", "lora_only"},
     };
     fixture f = saved(dir, DF_LORA_ALL_LINEAR);

@@ -233,6 +233,46 @@ static void test_eval_adapter(void **state)
     free(log);
 }
 
+/* critic.model.lora_rank (PPO): the critic trains adapters and its score head (PEFT's TOKEN_CLS);
+ * its trunk's untargeted tensors stay the base's, and critic/lora_adapter (with the head) merged
+ * onto any value model of that trunk is the saved critic. */
+static void test_critic(void **state)
+{
+    (void)state;
+    char cp[512];
+    snprintf(cp, sizeof cp, "critic.model.path=%s/model", dir);
+    const char *ov[] = {"algorithm.adv_estimator=gae", cp, "critic.ppo_mini_batch_size=2",
+                        "critic.ppo_micro_batch_size_per_gpu=1", "critic.model.lora_rank=4",
+                        "critic.model.lora_alpha=8", "critic.model.target_modules=[q_proj,down_proj]",
+                        "actor_rollout_ref.model.lora_rank=0"};
+    df_test_run_ok(grpo(world, "f", 2, ov, 8), "PPO with a LoRA critic");
+    if (df_comm_rank(world))
+        return;
+    df_model *base = load_model("model"), *critic = load_model("f/global_step_2/critic");
+    int moved = 0;
+    for (int i = 0; i < base->n_tensors; i++) {
+        const df_param_desc *d = &base->tensors[i];
+        const df_param_desc *e = df_model_find_tensor(critic, d->name);
+        if (!e) /* the LM head */
+            continue;
+        const bool same = !memcmp(base->params + d->offset, critic->params + e->offset,
+                                  (size_t)d->numel * sizeof(float));
+        if (strstr(d->name, "q_proj.weight") || strstr(d->name, "down_proj.weight"))
+            moved += !same;
+        else if (!same)
+            fail_msg("critic: %s is not a LoRA target but changed", d->name);
+    }
+    assert_int_equal(moved, 2 * 2);
+    assert_int_equal(df_model_to_value_model(&base, 123), DF_OK);
+    char ad[512];
+    snprintf(ad, sizeof ad, "%s/f/global_step_2/critic/lora_adapter", dir);
+    if (df_lora_apply_peft(base, ad))
+        fail_msg("%s", df_last_error());
+    assert_memory_equal(base->params, critic->params, (size_t)base->n_params * sizeof(float));
+    df_model_free(base);
+    df_model_free(critic);
+}
+
 static void test_refused(void **state)
 {
     (void)state;
@@ -273,6 +313,7 @@ int main(void)
         cmocka_unit_test(test_resume),
         cmocka_unit_test(test_adapter_path),
         cmocka_unit_test(test_eval_adapter),
+        cmocka_unit_test(test_critic),
         cmocka_unit_test(test_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

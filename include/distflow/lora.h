@@ -61,6 +61,10 @@ typedef struct df_lora {
     df_lora_layer *layers;  /**< [num_hidden_layers] views into params */
     float *base;            /**< float32 copies of the targeted W0, layer by layer in target order */
     int64_t n_base;         /**< floats of base */
+    int64_t head;           /**< a value model (num_labels 1, PEFT's TOKEN_CLS): the offset in a
+                                 blob of the fully trained score head (PEFT's modules_to_save
+                                 "score"): score.weight [1, H], then score.bias [1] at head + 16
+                                 floats rounded; -1 for a causal LM */
 } df_lora;
 
 /** Name of a target as PEFT spells it ("q_proj", ..., "down_proj"). */
@@ -82,8 +86,11 @@ DF_API int df_lora_parse_targets(const char *const *names, int n, const char *wh
  * a = sqrt(5): uniform on [-1/sqrt(in), 1/sqrt(in)]) from a generator keyed by (seed, tensor
  * index), B zero, so the merged model starts exactly as the base; the targeted W0 are copied
  * from m->params (m must hold the base weights: nothing merged yet). m itself is unchanged.
- * Errors: DF_EINVAL (rank < 1, alpha <= 0 or not finite, no target, a value model: LoRA adapts a
- * causal LM here), DF_ENOMEM.
+ * A value model (the critic: num_labels 1) also trains its score head whole, as PEFT's TOKEN_CLS
+ * task does (modules_to_save "score"): the adapter's blob then ends with a copy of the model's
+ * score.weight and score.bias (tensors "base_model.model.score.weight" / ".bias"), which the merge
+ * writes back. Errors: DF_EINVAL (rank < 1, alpha <= 0 or not finite, no target, num_labels
+ * other than 0 and 1), DF_ENOMEM.
  */
 DF_API int df_lora_create(const df_model *m, const df_lora_config *cfg, uint64_t seed,
                           df_lora **out);
@@ -95,7 +102,8 @@ DF_API const df_param_desc *df_lora_find_tensor(const df_lora *l, const char *na
 
 /**
  * Write the merged weights into m: every targeted W = W0 + s B A (a float32 GEMM onto the copy
- * of W0), then df_model_weights_changed(m). Other tensors are left alone. Errors: DF_EINVAL when
+ * of W0) and a value model's score head, then df_model_weights_changed(m). Other tensors are left
+ * alone. Errors: DF_EINVAL when
  * m's config is not the adapter's.
  */
 DF_API int df_lora_merge(const df_lora *l, df_model *m);
@@ -149,7 +157,8 @@ DF_API int df_lora_apply_peft(df_model *m, const char *dir);
  * Train adapters through df_model_backward / df_model_backward_values on activations a: the
  * backward then accumulates l's gradients into `grads` ([l->n_params], host memory) and, when
  * its own `grads` argument is NULL, computes no gradient of the base model (every base tensor
- * frozen). l == NULL detaches. The forward is unchanged (the model holds the merged weights).
+ * frozen). A value model's score head (l->head) gets its gradient in l's blob, never in `grads`.
+ * l == NULL detaches. The forward is unchanged (the model holds the merged weights).
  * CPU backend only. Errors: DF_EINVAL (config differs from a's model), DF_EUNSUPPORTED
  * (activations on a device backend, naming it), DF_ENOMEM (the backward's [max_tokens, r]
  * scratch).

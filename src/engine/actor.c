@@ -5,7 +5,6 @@
 #include "distflow/async.h"
 #include "distflow/rng.h"
 #include "engine/train_core.h"
-#include "util/fsutil.h"
 #include "util/killpoint.h"
 
 #include <math.h>
@@ -70,12 +69,7 @@ const df_weights_dev *df_actor_device_weights(const df_actor *a) { return df_tra
 int df_actor_save_state(const df_actor *a, const char *path) { return df_train_core_save_state(&a->c, path); }
 int df_actor_save_lora(const df_actor *a, const char *dir, const char *base_model)
 {
-    if (!a->c.lora)
-        return DF_OK;
-    char *d = df_path_join(dir, "lora_adapter");
-    int rc = d ? df_lora_save_peft(a->c.lora, d, base_model) : df_error(DF_ENOMEM, "out of memory");
-    free(d);
-    return rc;
+    return df_train_core_save_lora(&a->c, dir, base_model);
 }
 int df_actor_load_state(df_actor *a, const char *path) { return df_train_core_load_state(&a->c, path); }
 

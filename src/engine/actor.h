@@ -141,11 +141,8 @@ int df_actor_weights16(df_actor *a, const df_weights16 **out);
  *  rollout on the same backend to read (df_rollout_engine_share_device_weights); NULL when its
  *  optimizer runs on the host. */
 const df_weights_dev *df_actor_device_weights(const df_actor *a);
-/**
- * With LoRA (df_actor_params.optim.lora), the adapter in PEFT's layout into `dir`/lora_adapter
- * (df_lora_save_peft; base_model_name_or_path = base_model), as verl's checkpoint manager saves
- * lora_adapter/ beside the model; a no-op without. Errors: df_lora_save_peft's.
- */
+/** With LoRA (df_actor_params.optim.lora), the adapter's PEFT files into `dir`/lora_adapter
+ *  (df_train_core_save_lora); a no-op without. */
 int df_actor_save_lora(const df_actor *a, const char *dir, const char *base_model);
 /** Save / restore a trainable actor's training state: weights, AdamW moments and step, lr schedule
  *  position (df_train_core_save_state / _load_state at `path`, errors as those). */

@@ -100,6 +100,11 @@ int df_critic_save_state(const df_critic *c, const char *path)
 {
     return df_train_core_save_state(&c->c, path);
 }
+
+int df_critic_save_lora(const df_critic *c, const char *dir, const char *base_model)
+{
+    return df_train_core_save_lora(&c->c, dir, base_model);
+}
 int df_critic_load_state(df_critic *c, const char *path)
 {
     return df_train_core_load_state(&c->c, path);
@@ -159,7 +164,7 @@ static int value_micro(void *user, const df_batch *b, int64_t s, int64_t e, int6
     if (!rc)
         rc = df_value_loss(&in, &st);
     if (!rc)
-        rc = df_model_backward_values(k->model, k->acts, &k->pk.sb, dv, k->bgrads);
+        rc = df_model_backward_values(k->model, k->acts, &k->pk.sb, dv, df_train_core_model_grads(k));
     if (rc)
         return rc;
     /* the loss is normalised by the mini-batch totals; token means are weighted by tokens */

@@ -74,6 +74,9 @@ df_model *df_critic_model(df_critic *c);
 int64_t df_critic_step_count(const df_critic *c);
 /** Save / restore the critic's training state (df_train_core_save_state / _load_state at `path`). */
 int df_critic_save_state(const df_critic *c, const char *path);
+/** With LoRA (df_critic_params.optim.lora), the adapter's PEFT files (TOKEN_CLS, its score head
+ *  whole) into `dir`/lora_adapter (df_train_core_save_lora); a no-op without. */
+int df_critic_save_lora(const df_critic *c, const char *dir, const char *base_model);
 int df_critic_load_state(df_critic *c, const char *path);
 
 /**

@@ -252,6 +252,13 @@ int df_train_core_save_state(const df_train_core *c, const char *path);
  */
 int df_train_core_load_state(df_train_core *c, const char *path);
 
+/**
+ * With LoRA, the adapter in PEFT's layout into `dir`/lora_adapter (df_lora_save_peft;
+ * base_model_name_or_path = base_model), as verl's checkpoint manager saves lora_adapter/ beside
+ * the model; a no-op without. Errors: df_lora_save_peft's, naming the role.
+ */
+int df_train_core_save_lora(const df_train_core *c, const char *dir, const char *base_model);
+
 /** The loss of an update, called per micro-batch by df_train_core_update. */
 typedef struct df_core_loss {
     int n_sums;                       /* statistics per mini-batch, < DF_CORE_MAX_SUMS */

@@ -3,6 +3,7 @@
 
 #include "model/safetensors.h"
 #include "util/finite.h"
+#include "util/fsutil.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -174,4 +175,14 @@ int df_train_core_load_state(df_train_core *c, const char *path)
     if (!rc)
         rc = df_train_core_moments_to_device(c);
     return rc ? df_error_wrap(rc, "loading the %s's training state", c->who) : DF_OK;
+}
+
+int df_train_core_save_lora(const df_train_core *c, const char *dir, const char *base_model)
+{
+    if (!c->lora)
+        return DF_OK;
+    char *d = df_path_join(dir, "lora_adapter");
+    int rc = d ? df_lora_save_peft(c->lora, d, base_model) : df_error(DF_ENOMEM, "out of memory");
+    free(d);
+    return rc ? df_error_wrap(rc, "saving the %s's LoRA adapter", c->who) : DF_OK;
 }

@@ -102,6 +102,7 @@ struct df_acts {
      * [max_tokens, r] scratch for t = X A^T and u = dY B. NULL: none. */
     const struct df_lora *lora;
     struct df_lora_layer *lgrads; /* [L] */
+    float *lgrad_blob;            /* the adapter's gradient blob (its head: a value model's) */
     float *lora_t, *lora_u;
 };
 

@@ -158,12 +158,16 @@ static int backward_begin(const df_model *m, df_acts *a, const df_seq_batch *b, 
         return rc;
     if (grads) {
         df_model_view_of(m, grads, gv);
-        return DF_OK;
+    } else { /* the base frozen (LoRA): no view, so every base gradient below is skipped */
+        df_layer_view *layers = gv->layers;
+        memset(layers, 0, (size_t)m->cfg.num_hidden_layers * sizeof *layers);
+        *gv = (df_model_view){.layers = layers};
     }
-    /* The base frozen (LoRA): no view, so every base gradient below is skipped. */
-    df_layer_view *layers = gv->layers;
-    memset(layers, 0, (size_t)m->cfg.num_hidden_layers * sizeof *layers);
-    *gv = (df_model_view){.layers = layers};
+    /* a value model's score head trains whole in the adapter's blob (distflow/lora.h) */
+    if (a->lora && a->lora->head >= 0) {
+        gv->score_weight = a->lgrad_blob + a->lora->head;
+        gv->score_bias = gv->score_weight + (m->cfg.hidden_size + 15) / 16 * 16;
+    }
     return DF_OK;
 }
 

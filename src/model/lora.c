@@ -75,7 +75,7 @@ static int layout(df_lora *l)
         nt += (l->cfg.targets >> t & 1u) ? 2 : 0;
     if (L * nt > 1 << 30)
         return df_error(DF_EINVAL, "LoRA: %lld tensors", (long long)(L * nt));
-    l->tensors = calloc((size_t)(L * nt > 0 ? L * nt : 1), sizeof *l->tensors);
+    l->tensors = calloc((size_t)(L * nt + 2), sizeof *l->tensors);
     if (!l->tensors)
         return df_error(DF_ENOMEM, "LoRA: tensor table");
     int64_t off = 0;
@@ -99,6 +99,21 @@ static int layout(df_lora *l)
             }
             l->n_base += od * id;
         }
+    l->head = -1;
+    if (c->num_labels == 1) { /* the score head, trained whole (PEFT's modules_to_save) */
+        const char *names[2] = {"base_model.model.score.weight", "base_model.model.score.bias"};
+        l->head = off;
+        for (int k = 0; k < 2; k++) {
+            df_param_desc *d = &l->tensors[l->n_tensors++];
+            snprintf(d->name, sizeof d->name, "%s", names[k]);
+            d->ndim = k ? 1 : 2; /* [1, H], [1] */
+            d->shape[0] = 1;
+            d->shape[1] = k ? 0 : c->hidden_size;
+            d->numel = k ? 1 : c->hidden_size;
+            d->offset = off;
+            off += round16(d->numel);
+        }
+    }
     l->n_params = off;
     return DF_OK;
 }
@@ -132,9 +147,8 @@ static int check_config(const df_model *m, const df_lora_config *cfg)
         return df_error(DF_EINVAL, "LoRA: lora_alpha %g (must be > 0)", cfg->alpha);
     if (!cfg->targets || cfg->targets & ~DF_LORA_ALL_LINEAR)
         return df_error(DF_EINVAL, "LoRA: no target module");
-    if (m->cfg.num_labels != 0)
-        return df_error(DF_EINVAL, "LoRA: the model is a value / reward model (adapters train "
-                        "a causal LM here)");
+    if (m->cfg.num_labels != 0 && m->cfg.num_labels != 1)
+        return df_error(DF_EINVAL, "LoRA: a model of %lld labels", (long long)m->cfg.num_labels);
     return DF_OK;
 }
 
@@ -142,7 +156,7 @@ static int check_config(const df_model *m, const df_lora_config *cfg)
  * gain sqrt(2 / (1 + 5)): 1 / sqrt(in); B = 0 (the memory is zeroed). */
 static void init_a(df_lora *l, uint64_t seed)
 {
-    for (int i = 0; i < l->n_tensors; i += 2) {
+    for (int i = 0; i + 1 < l->n_tensors && (l->head < 0 || l->tensors[i].offset < l->head); i += 2) {
         const df_param_desc *d = &l->tensors[i];
         const double bound = 1.0 / sqrt((double)d->shape[1]);
         df_rng g;
@@ -198,6 +212,10 @@ int df_lora_create(const df_model *m, const df_lora_config *cfg, uint64_t seed, 
     df_lora_view_of(l, l->params, l->layers);
     init_a(l, seed);
     copy_base(l, &m->w, l->base);
+    if (l->head >= 0) { /* the head starts as the model's (PEFT copies the module) */
+        memcpy(l->params + l->head, m->w.score_weight, (size_t)m->cfg.hidden_size * sizeof(float));
+        l->params[l->head + round16(m->cfg.hidden_size)] = m->w.score_bias[0];
+    }
     *out = l;
     return DF_OK;
 }
@@ -235,6 +253,12 @@ int df_lora_merge(const df_lora *l, df_model *m)
             df_gemm_nn(od, id, r, l->scale, l->layers[li].b[t], l->layers[li].a[t], 1.0f, w);
             off += od * id;
         }
+    if (l->head >= 0) {
+        if (!m->w.score_weight)
+            return df_error(DF_EINVAL, "df_lora_merge: the adapter has a score head, the model none");
+        memcpy(m->w.score_weight, l->params + l->head, (size_t)a->hidden_size * sizeof(float));
+        m->w.score_bias[0] = l->params[l->head + round16(a->hidden_size)];
+    }
     df_model_weights_changed(m);
     return DF_OK;
 }

@@ -57,7 +57,10 @@ static int config_text(const df_lora *l, const char *base_model, char **out)
     json_t *alpha = a < 9.0e15 && a == (double)(json_int_t)a ? json_integer((json_int_t)a) : json_real(a);
     if (!bad) {
         bad |= json_object_set_new(o, "peft_type", json_string("LORA"));
-        bad |= json_object_set_new(o, "task_type", json_string("CAUSAL_LM"));
+        /* a value model (the critic): PEFT's token classification, its score head saved whole */
+        bad |= json_object_set_new(o, "task_type", json_string(l->head >= 0 ? "TOKEN_CLS" : "CAUSAL_LM"));
+        if (l->head >= 0)
+            bad |= json_object_set_new(o, "modules_to_save", json_pack("[s]", "score"));
         bad |= json_object_set_new(o, "r", json_integer((json_int_t)l->cfg.rank));
         bad |= json_object_set_new(o, "lora_alpha", alpha);
         bad |= json_object_set_new(o, "target_modules", tm);
@@ -193,9 +196,16 @@ static int check_unsupported(json_t *root, const char *src)
         return df_error(DF_EUNSUPPORTED, "%s: key \"layers_to_transform\" is not null (adapters on "
                         "every layer only)", src);
     json_t *m = df_cfg_get(root, "modules_to_save");
-    if (m && !(json_is_array(m) && json_array_size(m) == 0))
+    for (size_t i = 0; m && json_is_array(m) && i < json_array_size(m); i++) {
+        const char *name = json_string_value(json_array_get(m, i));
+        if (!name || (strcmp(name, "score") && strcmp(name, "classifier")))
+            return df_error(DF_EUNSUPPORTED, "%s: key \"modules_to_save\" names %s (fully trained "
+                            "modules: a value model's score head only)", src,
+                            name ? name : "a non-string");
+    }
+    if (m && !json_is_array(m))
         return df_error(DF_EUNSUPPORTED, "%s: key \"modules_to_save\" is not null (fully trained "
-                        "extra modules are not supported)", src);
+                        "modules: a value model's score head only)", src);
     json_t *b = df_cfg_get(root, "bias");
     if (b && !json_is_string(b))
         return df_cfg_wrong_type(src, "bias", "a string", b);
@@ -340,7 +350,7 @@ static int read_tensors(const df_lora *l, const df_st_file *f, float *stage)
         if (t.dtype != DF_DTYPE_F32 && t.dtype != DF_DTYPE_BF16 && t.dtype != DF_DTYPE_F16)
             return df_error(DF_EUNSUPPORTED, "%s: tensor \"%s\" has dtype %s (F32, BF16 or F16 "
                             "only)", src, d->name, df_st_dtype_name(t.dtype));
-        if (t.ndim != 2 || t.shape[0] != d->shape[0] || t.shape[1] != d->shape[1]) {
+        if (t.ndim != d->ndim || t.shape[0] != d->shape[0] || (d->ndim == 2 && t.shape[1] != d->shape[1])) {
             char got[96], want[96];
             df_st_shape_str(got, sizeof got, t.ndim, t.shape);
             df_st_shape_str(want, sizeof want, d->ndim, d->shape);

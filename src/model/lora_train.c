@@ -11,6 +11,7 @@ int df_acts_set_lora(df_acts *a, const df_lora *l, float *grads)
     free(a->lora_t);
     free(a->lora_u);
     a->lora = NULL;
+    a->lgrad_blob = NULL;
     a->lgrads = NULL;
     a->lora_t = a->lora_u = NULL;
     if (!l)
@@ -22,9 +23,10 @@ int df_acts_set_lora(df_acts *a, const df_lora *l, float *grads)
         l->mcfg.hidden_size != a->cfg.hidden_size ||
         l->mcfg.intermediate_size != a->cfg.intermediate_size)
         return df_error(DF_EINVAL, "df_acts_set_lora: the adapter is for another model shape");
-    if (a->cfg.num_labels != 0)
-        return df_error(DF_EINVAL, "df_acts_set_lora: a value model's activations (adapters "
-                        "train a causal LM)");
+    if ((a->cfg.num_labels == 1) != (l->head >= 0))
+        return df_error(DF_EINVAL, "df_acts_set_lora: the adapter is for a %s, the activations "
+                        "a %s's", l->head >= 0 ? "value model" : "causal LM",
+                        a->cfg.num_labels ? "value model" : "causal LM");
     if (!grads)
         return df_error(DF_EINVAL, "df_acts_set_lora: no gradient blob");
     const size_t n = (size_t)(a->max_tokens * l->cfg.rank);
@@ -36,6 +38,7 @@ int df_acts_set_lora(df_acts *a, const df_lora *l, float *grads)
         return df_error(DF_ENOMEM, "LoRA: backward scratch of 2 x %zu floats", n);
     }
     df_lora_view_of(l, grads, a->lgrads);
+    a->lgrad_blob = grads;
     a->lora = l;
     return DF_OK;
 }

@@ -313,6 +313,8 @@ void df_worker_actor_params(const df_dag_worker *w, df_actor_params *p);
 void df_worker_reference_params(const df_dag_worker *w, const df_actor_params *actor, df_actor_params *p);
 /* The actor's LoRA settings (actor_rollout_ref.model.lora_*, target_modules): df_role_lora_config. */
 int df_worker_lora_config(const df_config *c, const df_train_config *t, df_lora_config *out);
+/* The critic's (critic.model.lora_*, target_modules): df_role_lora_config. */
+int df_worker_critic_lora_config(const df_config *c, const df_train_config *t, df_lora_config *out);
 /** Critic settings (critic.*) from w->global, batching over the critic's DP size. */
 void df_worker_critic_params(const df_dag_worker *w, df_critic_params *p);
 /**

@@ -117,6 +117,13 @@ int df_worker_lora_config(const df_config *c, const df_train_config *t, df_lora_
                                &m->target_modules, m->lora_adapter_path, t->trainer.device, out);
 }
 
+int df_worker_critic_lora_config(const df_config *c, const df_train_config *t, df_lora_config *out)
+{
+    const struct df_train_critic_model *m = &t->critic.model;
+    return df_role_lora_config(c, "critic.model", m->lora_rank, m->lora_alpha, &m->target_modules,
+                               m->lora_adapter_path, t->trainer.device, out);
+}
+
 void df_worker_reference_params(const df_dag_worker *w, const df_actor_params *actor, df_actor_params *p)
 {
     const struct df_train_ref *r = &w->global.cfg.actor_rollout_ref.ref;
@@ -176,6 +183,9 @@ void df_worker_critic_params(const df_dag_worker *w, df_critic_params *p)
     memset(p, 0, sizeof *p);
     df_worker_optim(&c->optim, c->grad_clip, w->total_steps, &p->optim);
     p->optim.skip_nonfinite = w->global.cfg.trainer.skip_nonfinite_steps;
+    df_worker_critic_lora_config(w->cfg, &w->global.cfg, &p->optim.lora); /* checked by df_train_check */
+    p->optim.lora_seed = df_worker_seed(w) + 1; /* other A than the actor's */
+    p->optim.lora_adapter = c->model.lora_adapter_path;
     /* prompts x rollout_n over all ranks, divided by the critic's DP size (verl's fsdp critic worker) */
     int dp = w->critic.layout.dp_size > 0 ? w->critic.layout.dp_size : 1;
     p->mini_batch_size = c->ppo_mini_batch_size * c->rollout_n / dp;

@@ -153,6 +153,8 @@ int df_worker_save_critic(df_dag_worker *w, const char *step_dir)
     int rc = state ? df_hf_dir_save(m, m->cfg.torch_dtype, w->tokenizer_dir, dir) : df_error(DF_ENOMEM, "out of memory");
     if (!rc)
         rc = df_critic_save_state(w->critic.model, state);
+    if (!rc)
+        rc = df_critic_save_lora(w->critic.model, dir, w->global.cfg.critic.model.path);
     free(state);
     free(dir);
     return rc;

@@ -115,8 +115,9 @@ static int save_agent_model(const df_agent_slot *s, const char *tmp, const char 
     if (!rc)
         rc = strcmp(role, "critic") ? df_actor_save_state(s->actor->model, state)
                                     : df_critic_save_state(s->critic->model, state);
-    if (!rc && !strcmp(role, "actor"))
-        rc = df_actor_save_lora(s->actor->model, d, s->model_dir);
+    if (!rc)
+        rc = strcmp(role, "critic") ? df_actor_save_lora(s->actor->model, d, s->model_dir)
+                                    : df_critic_save_lora(s->critic->model, d, NULL);
     return rc ? rc : df_fsync_dir(d);
 }
 

@@ -32,7 +32,7 @@ static int check_supported(const df_config *c, const df_train_config *t)
     int rc = df_config_check_compat(c, NULL, NULL); /* warnings come with the cross-field checks */
     if (rc)
         return rc;
-    if ((rc = df_worker_lora_config(c, t, NULL)))
+    if ((rc = df_worker_lora_config(c, t, NULL)) || (rc = df_worker_critic_lora_config(c, t, NULL)))
         return rc;
     if (!df_backend_available(t->trainer.device))
         return df_error(DF_EUNSUPPORTED, "%s: trainer.device=%s: this build of distflow has the %s "
