@@ -77,7 +77,7 @@ static df_lora *state_adapter(const df_model *base, const char *rel)
     assert_int_equal(df_lora_parse_targets(names, 3, "t", &lc.targets), DF_OK);
     df_lora *l = NULL;
     assert_int_equal(df_lora_create(base, &lc, 99, &l), DF_OK);
-    char p[512];
+    char p[2048];
     snprintf(p, sizeof p, "%s/%s", dir, rel);
     df_st_file *f = NULL;
     assert_int_equal(df_st_open(p, &f), DF_OK);
@@ -91,13 +91,14 @@ static df_lora *state_adapter(const df_model *base, const char *rel)
     return l;
 }
 
-static void test_frozen_base_and_merge(void **state)
+/* dir/<out>'s checkpoint of `step`: every untargeted tensor is the base's bit for bit, every
+ * targeted one moved, the training state's adapter merged onto the base is the saved actor, and
+ * actor/lora_adapter (PEFT's files, as verl's checkpoint holds them) is that adapter. */
+static void check_checkpoint(const char *out, int step)
 {
-    (void)state;
-    df_test_run_ok(grpo(world, "a", 2, NULL, 0), "LoRA GRPO");
-    if (df_comm_rank(world))
-        return;
-    df_model *base = load_model("model"), *trained = load_model("a/global_step_2/actor");
+    char rel[256], p[1024];
+    snprintf(rel, sizeof rel, "%s/global_step_%d/actor", out, step);
+    df_model *base = load_model("model"), *trained = load_model(rel);
     int moved = 0;
     for (int i = 0; i < base->n_tensors; i++) {
         const df_param_desc *d = &base->tensors[i];
@@ -106,17 +107,15 @@ static void test_frozen_base_and_merge(void **state)
         if (targeted(d->name)) {
             moved += !same;
         } else if (!same) {
-            fail_msg("%s is not a LoRA target but changed", d->name);
+            fail_msg("%s: %s is not a LoRA target but changed", out, d->name);
         }
     }
     assert_int_equal(moved, 3 * 2); /* every targeted tensor of both layers */
-    /* the training state's adapter merged onto the base is the saved actor */
-    df_lora *l = state_adapter(base, "a/global_step_2/actor/train_state.safetensors");
-    /* the PEFT export beside (actor/lora_adapter, as verl's) is that adapter */
+    snprintf(p, sizeof p, "%s/train_state.safetensors", rel);
+    df_lora *l = state_adapter(base, p);
     df_lora *peft = NULL;
     assert_int_equal(df_lora_create(base, &l->cfg, 5, &peft), DF_OK);
-    char p[512];
-    snprintf(p, sizeof p, "%s/a/global_step_2/actor/lora_adapter", dir);
+    snprintf(p, sizeof p, "%s/%s/lora_adapter", dir, rel);
     if (df_lora_load_peft(peft, p))
         fail_msg("%s", df_last_error());
     assert_memory_equal(peft->params, l->params, (size_t)l->n_params * sizeof(float));
@@ -126,6 +125,31 @@ static void test_frozen_base_and_merge(void **state)
     df_lora_free(l);
     df_model_free(base);
     df_model_free(trained);
+}
+
+static void test_frozen_base_and_merge(void **state)
+{
+    (void)state;
+    df_test_run_ok(grpo(world, "a", 2, NULL, 0), "LoRA GRPO");
+    if (df_comm_rank(world) == 0)
+        check_checkpoint("a", 2);
+}
+
+/* The same in mixed precision (bf16 matmuls, the default where the CPU has bf16 kernels): the
+ * adapters' gradients come from bf16-rounded operands, the base still frozen bit for bit. */
+static void test_bf16(void **state)
+{
+    (void)state;
+    if (df_model_bf16_available()) {
+        df_clear_error();
+        print_message("skipped: no native bf16 matmuls on this CPU\n");
+        return;
+    }
+    const char *ov[] = {"actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16",
+                        "actor_rollout_ref.rollout.dtype=bfloat16"};
+    df_test_run_ok(grpo(world, "g", 1, ov, 2), "LoRA GRPO in bf16");
+    if (df_comm_rank(world) == 0)
+        check_checkpoint("g", 1);
 }
 
 static bool same_file(const char *a, const char *b)
@@ -310,6 +334,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_frozen_base_and_merge),
+        cmocka_unit_test(test_bf16),
         cmocka_unit_test(test_resume),
         cmocka_unit_test(test_adapter_path),
         cmocka_unit_test(test_eval_adapter),
