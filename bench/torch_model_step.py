@@ -5,11 +5,20 @@ Linear layers run on the packed [T, hidden] rows (no padding there); attention
 gathers each sequence into a padded [B, heads, Lmax, head_dim] batch with a
 causal + padding mask (what eager HF attention does without flash-attn); the LM
 head is applied to the scored rows only. Loss: mean NLL + 0.01 * mean entropy.
-Prints `metric: value` lines that model_step.c parses.
+Prints `metric: value` lines that model_step.c parses: medians over --iters steps after
+--warmup, CPU seconds of all threads averaged over the same steps.
+
+--lora R: LoRA as PEFT's LoraConfig(r=R, lora_alpha=2R, target_modules="all-linear",
+lora_dropout=0) runs it, unmerged: every q/k/v/o/gate/up/down Linear computes
+y = x W^T + b + s (x A^T) B^T with s = alpha / r, A [r, in] kaiming-uniform(a=sqrt(5)), B [out, r]
+zero; W, biases, embeddings, norms and the LM head frozen; clipping and AdamW over A and B only.
+Written here with torch alone (PEFT is not a Debian package). Metrics are then torch_lora_*.
 """
 import argparse
 import math
 import random
+import resource
+import statistics
 import time
 
 import torch
@@ -36,11 +45,49 @@ def build(args):
     return p
 
 
+# The LoRA targets: PEFT module name -> weight key in a layer's dict.
+LORA_TARGETS = {"q_proj": "wq", "k_proj": "wk", "v_proj": "wv", "o_proj": "wo",
+                "gate_proj": "wg", "up_proj": "wu", "down_proj": "wd"}
+
+
+def add_lora(p, r, alpha):
+    """Freeze every base tensor and give each target an adapter, as PEFT's LoRA Linear makes it:
+    lora_A kaiming_uniform_(a=sqrt(5)) (reset_lora_parameters), lora_B zeros."""
+    for t in params(p):
+        t.requires_grad_(False)
+    torch.manual_seed(2)
+    p["lora_scale"] = alpha / r
+    for l in p["layers"]:
+        l["lora"] = {}
+        for key in LORA_TARGETS.values():
+            out_f, in_f = l[key].shape
+            a = torch.empty(r, in_f)
+            torch.nn.init.kaiming_uniform_(a, a=math.sqrt(5))
+            l["lora"][key] = (a.requires_grad_(True), torch.zeros(out_f, r, requires_grad=True))
+
+
 def params(p):
-    out = [p["embed"], p["norm"]] + [t for l in p["layers"] for t in l.values()]
+    out = [p["embed"], p["norm"]] + [t for l in p["layers"] for k, t in l.items() if k != "lora"]
     if p["lm_head"] is not p["embed"]:
         out.append(p["lm_head"])
     return out
+
+
+def trainable(p):
+    """What the optimizer steps: the adapters with LoRA, else every tensor."""
+    if "lora_scale" in p:
+        return [t for l in p["layers"] for ab in l["lora"].values() for t in ab]
+    return params(p)
+
+
+def linear(h, l, key, bias=None, scale=1.0):
+    """F.linear through layer l's weight `key`, plus its adapter where it has one (PEFT's
+    lora.Linear.forward: base_layer(x) + lora_B(lora_A(dropout(x))) * scaling)."""
+    y = F.linear(h, l[key], bias)
+    if "lora" in l:
+        a, b = l["lora"][key]
+        y = y + F.linear(F.linear(h, a), b) * scale
+    return y
 
 
 def rms(x, w, eps=1e-6):
@@ -87,12 +134,13 @@ def forward(p, bt, args, float_logits=False):
     nh, nkv = args.heads, args.kv_heads
     hd = args.hidden // nh
     T, B, L = bt.T, bt.B, bt.Lmax
+    s_lora = p.get("lora_scale", 1.0)
     x = p["embed"][bt.tokens]
     for l in p["layers"]:
         h = rms(x, l["ln1"])
-        q = F.linear(h, l["wq"], l["bq"]).view(T, nh, hd)
-        k = F.linear(h, l["wk"], l["bk"]).view(T, nkv, hd)
-        v = F.linear(h, l["wv"], l["bv"]).view(T, nkv, hd)
+        q = linear(h, l, "wq", l["bq"], s_lora).view(T, nh, hd)
+        k = linear(h, l, "wk", l["bk"], s_lora).view(T, nkv, hd)
+        v = linear(h, l, "wv", l["bv"], s_lora).view(T, nkv, hd)
         q = q * bt.cos + rotate_half(q) * bt.sin
         k = k * bt.cos + rotate_half(k) * bt.sin
 
@@ -108,9 +156,10 @@ def forward(p, bt, args, float_logits=False):
         s = s.masked_fill(~bt.mask, float("-inf"))
         a = torch.softmax(s, dim=-1) @ vp                       # [B, nh, L, hd]
         a = a.transpose(1, 2).reshape(B * L, nh * hd)[bt.flat]  # back to packed rows
-        x = x + F.linear(a, l["wo"])
+        x = x + linear(a, l, "wo", None, s_lora)
         h = rms(x, l["ln2"])
-        x = x + F.linear(F.silu(F.linear(h, l["wg"])) * F.linear(h, l["wu"]), l["wd"])
+        m = F.silu(linear(h, l, "wg", None, s_lora)) * linear(h, l, "wu", None, s_lora)
+        x = x + linear(m, l, "wd", None, s_lora)
     hf = rms(x[bt.rows], p["norm"])
     z = F.linear(hf, p["lm_head"])
     if float_logits:
@@ -127,34 +176,47 @@ def main():
                  ("vocab", 600), ("tokens", 8192), ("iters", 5), ("warmup", 1), ("threads", 2)]:
         ap.add_argument("--" + k, type=int, default=d)
     ap.add_argument("--tied", action="store_true")
+    ap.add_argument("--lora", type=int, default=0, help="adapter rank R (alpha 2R, all-linear)")
     args = ap.parse_args()
+    if args.lora < 0 or args.iters < 1:
+        ap.error("--lora must be >= 0 and --iters >= 1")
     torch.set_num_threads(args.threads)
     p = build(args)
+    if args.lora:
+        add_lora(p, args.lora, 2.0 * args.lora)
     bt = Batch(args)
-    ps = params(p)
+    ps = trainable(p)
     opt = torch.optim.AdamW(ps, lr=1e-4, weight_decay=0.01)
-    t_fwd = t_step = t_opt = 0.0
+    t_fwd, t_step, t_opt, c_fwd, c_step = [], [], [], 0.0, 0.0
     for it in range(-args.warmup, args.iters):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         with torch.no_grad():
             forward(p, bt, args)
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         opt.zero_grad(set_to_none=False)
         logp, ent = forward(p, bt, args)
         loss = -logp.mean() + 0.01 * ent.mean()
         loss.backward()
-        t2 = time.perf_counter()
+        t2, c2 = time.perf_counter(), time.process_time()
         torch.nn.utils.clip_grad_norm_(ps, 1.0)
         opt.step()
         t3 = time.perf_counter()
         if it >= 0:
-            t_fwd += t1 - t0
-            t_step += t2 - t1
-            t_opt += t3 - t2
-    n = args.tokens * args.iters
-    print(f"torch_forward_tokens_per_s: {n / t_fwd:.0f}")
-    print(f"torch_fwd_bwd_tokens_per_s: {n / t_step:.0f}")
-    print(f"torch_adamw_ms: {1e3 * t_opt / args.iters:.2f}")
+            t_fwd.append(t1 - t0)
+            t_step.append(t2 - t1)
+            t_opt.append(t3 - t2)
+            c_fwd += (c1 - c0) / args.iters
+            c_step += (c2 - c1) / args.iters
+    pre = "torch_lora_" if args.lora else "torch_"
+    med = statistics.median
+    print(f"{pre}trainable_params: {sum(t.numel() for t in ps)}")
+    print(f"{pre}forward_tokens_per_s: {args.tokens / med(t_fwd):.0f}")
+    print(f"{pre}fwd_bwd_tokens_per_s: {args.tokens / med(t_step):.0f}")
+    print(f"{pre}adamw_ms: {1e3 * med(t_opt):.2f}")
+    print(f"{pre}step_ms: {1e3 * (med(t_step) + med(t_opt)):.2f}")
+    print(f"{pre}forward_cpu_s_per_step: {c_fwd:.3f}")
+    print(f"{pre}fwd_bwd_cpu_s_per_step: {c_step:.3f}")
+    print(f"{pre}peak_rss_mib: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0:.1f}")
 
 
 if __name__ == "__main__":
