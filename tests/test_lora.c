@@ -162,6 +162,8 @@ static void test_create_and_merge(void **state)
     for (int64_t i = 0; i < 16 * 12; i++) /* k_proj is not a target */
         assert_true(m->w.layers[1].wk[i] == bl[1].wk[i]);
     assert_memory_equal(m->w.embed, bv.embed, (size_t)(40 * 16) * sizeof(float));
+    assert_non_null(l->base); /* random float32 weights: a float32 base copy */
+    assert_null(l->base16);
     df_lora_config bad = lc;
     bad.rank = 0;
     df_lora *l2 = NULL;
@@ -172,6 +174,65 @@ static void test_create_and_merge(void **state)
     assert_null(l2);
     df_lora_free(l);
     df_model_free(m);
+    df_model_free(base);
+}
+
+/* A model of bf16 values (read from bf16 files) keeps its base copy in bf16, exactly: the merge
+ * with B = 0 gives the model back bit for bit, and with B random the float32 copy's result. */
+static void test_bf16_base(void **state)
+{
+    (void)state;
+    df_model_config c = lora_model_config();
+    df_model *m = df_test_signal_model(&c, 4);
+    for (int64_t i = 0; i < m->n_params; i++) { /* round every weight to a bf16 value */
+        uint32_t u;
+        memcpy(&u, &m->params[i], 4);
+        u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+        memcpy(&m->params[i], &u, 4);
+    }
+    df_model *base = df_test_model_copy(m);
+    df_lora_config lc = {.rank = 2, .alpha = 4, .targets = DF_LORA_ALL_LINEAR};
+    df_lora *l = NULL, *l32 = NULL;
+    assert_int_equal(df_lora_create(m, &lc, 7, &l), DF_OK);
+    assert_non_null(l->base16);
+    assert_null(l->base);
+    assert_int_equal(df_lora_merge(l, m), DF_OK);
+    assert_memory_equal(m->params, base->params, (size_t)m->n_params * sizeof(float));
+    /* one weight off the bf16 grid: the float32 copy */
+    m->params[m->w.layers[0].wq - m->params] += 1e-6f;
+    assert_int_equal(df_lora_create(m, &lc, 7, &l32), DF_OK);
+    assert_non_null(l32->base);
+    m->params[m->w.layers[0].wq - m->params] = base->w.layers[0].wq[0];
+    df_lora_free(l32);
+    assert_int_equal(df_lora_create(base, &lc, 7, &l32), DF_OK);
+    l32->base16 = NULL; /* force the float32 path on the same values */
+    free(l32->base);
+    l32->base = malloc((size_t)l32->n_base * sizeof(float));
+    int64_t off = 0;
+    for (int64_t li = 0; li < c.num_hidden_layers; li++)
+        for (int t = 0; t < DF_LORA_N_TARGETS; t++) {
+            int64_t od, id;
+            df_lora_target_shape(&c, (df_lora_target)t, &od, &id);
+            const float *w[] = {base->w.layers[li].wq, base->w.layers[li].wk, base->w.layers[li].wv,
+                                base->w.layers[li].wo, base->w.layers[li].w_gate, base->w.layers[li].w_up,
+                                base->w.layers[li].w_down};
+            memcpy(l32->base + off, w[t], (size_t)(od * id) * sizeof(float));
+            off += od * id;
+        }
+    for (int i = 1; i < l->n_tensors; i += 2) {
+        fill(l->params + l->tensors[i].offset, l->tensors[i].numel, 0.3, 50 + (uint64_t)i);
+        memcpy(l32->params + l->tensors[i].offset, l->params + l->tensors[i].offset,
+               (size_t)l->tensors[i].numel * sizeof(float));
+    }
+    df_model *m32 = df_test_model_copy(base);
+    assert_int_equal(df_lora_merge(l, m), DF_OK);
+    assert_int_equal(df_lora_merge(l32, m32), DF_OK);
+    assert_memory_equal(m->params, m32->params, (size_t)m->n_params * sizeof(float));
+    assert_false(df_test_same_params(m, base));
+    df_lora_free(l);
+    df_lora_free(l32);
+    df_model_free(m);
+    df_model_free(m32);
     df_model_free(base);
 }
 
@@ -491,6 +552,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_targets),
         cmocka_unit_test(test_create_and_merge),
+        cmocka_unit_test(test_bf16_base),
         cmocka_unit_test(test_grad_identity_all_linear),
         cmocka_unit_test(test_grad_identity_subset),
         cmocka_unit_test(test_grad_identity_teeth),

@@ -59,8 +59,11 @@ typedef struct df_lora {
     int64_t n_params;       /**< floats of the adapter blob (each tensor rounded up to 16) */
     float *params;          /**< [n_params], 64-byte aligned */
     df_lora_layer *layers;  /**< [num_hidden_layers] views into params */
-    float *base;            /**< float32 copies of the targeted W0, layer by layer in target order */
-    int64_t n_base;         /**< floats of base */
+    float *base;            /**< float32 copies of the targeted W0, layer by layer in target order;
+                                 NULL when base16 holds them */
+    uint16_t *base16;       /**< the same as bfloat16 when every W0 is a bf16 value (a model read
+                                 from bf16 files): exact at half the memory; else NULL */
+    int64_t n_base;         /**< weights in the base copy */
     int64_t head;           /**< a value model (num_labels 1, PEFT's TOKEN_CLS): the offset in a
                                  blob of the fully trained score head (PEFT's modules_to_save
                                  "score"): score.weight [1, H], then score.bias [1] at head + 16

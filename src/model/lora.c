@@ -167,20 +167,50 @@ static void init_a(df_lora *l, uint64_t seed)
     }
 }
 
-/* Copy (to_base) or read back the targeted W0 of model view w. */
-static void copy_base(const df_lora *l, const df_model_view *w, float *base)
+/* Calls fn(tensor, its float count, its offset in the base copy) for every targeted W0 of view w
+ * in layout order. */
+#define FOR_TARGETS(l, w, BODY)                                                                  \
+    do {                                                                                         \
+        int64_t off_ = 0;                                                                        \
+        for (int64_t li_ = 0; li_ < (l)->mcfg.num_hidden_layers; li_++)                          \
+            for (int t_ = 0; t_ < DF_LORA_N_TARGETS; t_++) {                                     \
+                if (!((l)->cfg.targets >> t_ & 1u))                                              \
+                    continue;                                                                    \
+                int64_t od_, id_;                                                                \
+                df_lora_target_shape(&(l)->mcfg, (df_lora_target)t_, &od_, &id_);               \
+                float *W = base_tensor(&(w)->layers[li_], (df_lora_target)t_);                  \
+                const int64_t N = od_ * id_, OFF = off_;                                         \
+                (void)OFF;                                                                       \
+                BODY;                                                                            \
+                off_ += N;                                                                       \
+            }                                                                                    \
+    } while (0)
+
+/* Whether every targeted W0 is a bfloat16 value (its low 16 bits zero): a model read from bf16
+ * files, as HF checkpoints mostly are, whose base copy then takes 2 bytes a weight, exactly. */
+static bool base_is_bf16(const df_lora *l, const df_model_view *w)
 {
-    int64_t off = 0;
-    for (int64_t li = 0; li < l->mcfg.num_hidden_layers; li++)
-        for (int t = 0; t < DF_LORA_N_TARGETS; t++) {
-            if (!(l->cfg.targets >> t & 1u))
-                continue;
-            int64_t od, id;
-            df_lora_target_shape(&l->mcfg, (df_lora_target)t, &od, &id);
-            memcpy(base + off, base_tensor(&w->layers[li], (df_lora_target)t),
-                   (size_t)(od * id) * sizeof(float));
-            off += od * id;
+    bool exact = true;
+    FOR_TARGETS(l, w, {
+        const uint32_t *u = (const uint32_t *)W;
+        for (int64_t i = 0; i < N && exact; i++)
+            exact = (u[i] & 0xFFFFu) == 0;
+    });
+    return exact;
+}
+
+/* The targeted W0 of view w into the base copy (bf16 or float32). */
+static void copy_base(df_lora *l, const df_model_view *w)
+{
+    FOR_TARGETS(l, w, {
+        if (l->base16) {
+            const uint32_t *u = (const uint32_t *)W;
+            for (int64_t i = 0; i < N; i++)
+                l->base16[OFF + i] = (uint16_t)(u[i] >> 16);
+        } else {
+            memcpy(l->base + OFF, W, (size_t)N * sizeof(float));
         }
+    });
 }
 
 int df_lora_create(const df_model *m, const df_lora_config *cfg, uint64_t seed, df_lora **out)
@@ -201,9 +231,12 @@ int df_lora_create(const df_model *m, const df_lora_config *cfg, uint64_t seed, 
     }
     const size_t pbytes = (size_t)round16(l->n_params) * sizeof(float);
     l->params = aligned_alloc(64, pbytes > 0 ? pbytes : 64);
-    l->base = malloc((size_t)l->n_base * sizeof(float));
+    if (base_is_bf16(l, &m->w))
+        l->base16 = malloc((size_t)(l->n_base ? l->n_base : 1) * sizeof(uint16_t));
+    else
+        l->base = malloc((size_t)(l->n_base ? l->n_base : 1) * sizeof(float));
     l->layers = calloc((size_t)m->cfg.num_hidden_layers, sizeof *l->layers);
-    if (!l->params || !l->base || !l->layers) {
+    if (!l->params || !(l->base || l->base16) || !l->layers) {
         df_lora_free(l);
         return df_error(DF_ENOMEM, "LoRA: %lld adapter and %lld base floats",
                         (long long)l->n_params, (long long)l->n_base);
@@ -211,7 +244,7 @@ int df_lora_create(const df_model *m, const df_lora_config *cfg, uint64_t seed, 
     memset(l->params, 0, pbytes);
     df_lora_view_of(l, l->params, l->layers);
     init_a(l, seed);
-    copy_base(l, &m->w, l->base);
+    copy_base(l, &m->w);
     if (l->head >= 0) { /* the head starts as the model's (PEFT copies the module) */
         memcpy(l->params + l->head, m->w.score_weight, (size_t)m->cfg.hidden_size * sizeof(float));
         l->params[l->head + round16(m->cfg.hidden_size)] = m->w.score_bias[0];
@@ -227,6 +260,7 @@ void df_lora_free(df_lora *l)
     free(l->tensors);
     free(l->params);
     free(l->base);
+    free(l->base16);
     free(l->layers);
     free(l);
 }
@@ -240,19 +274,18 @@ int df_lora_merge(const df_lora *l, df_model *m)
         a->num_key_value_heads != b->num_key_value_heads)
         return df_error(DF_EINVAL, "df_lora_merge: the model's shape is not the adapter's");
     const int64_t r = l->cfg.rank;
-    int64_t off = 0;
-    for (int64_t li = 0; li < a->num_hidden_layers; li++)
-        for (int t = 0; t < DF_LORA_N_TARGETS; t++) {
-            if (!(l->cfg.targets >> t & 1u))
-                continue;
-            int64_t od, id;
-            df_lora_target_shape(a, (df_lora_target)t, &od, &id);
-            float *w = base_tensor(&m->w.layers[li], (df_lora_target)t);
-            memcpy(w, l->base + off, (size_t)(od * id) * sizeof(float));
-            /* W [od, id] += s B [od, r] A [r, id] */
-            df_gemm_nn(od, id, r, l->scale, l->layers[li].b[t], l->layers[li].a[t], 1.0f, w);
-            off += od * id;
+    const df_lora_layer *ll = l->layers;
+    FOR_TARGETS(l, &m->w, {
+        if (l->base16) {
+            uint32_t *u = (uint32_t *)W;
+            for (int64_t i = 0; i < N; i++)
+                u[i] = (uint32_t)l->base16[OFF + i] << 16;
+        } else {
+            memcpy(W, l->base + OFF, (size_t)N * sizeof(float));
         }
+        /* W [od, id] += s B [od, r] A [r, id] */
+        df_gemm_nn(od_, id_, r, l->scale, ll[li_].b[t_], ll[li_].a[t_], 1.0f, W);
+    });
     if (l->head >= 0) {
         if (!m->w.score_weight)
             return df_error(DF_EINVAL, "df_lora_merge: the adapter has a score head, the model none");

@@ -26,11 +26,11 @@ static void print_lora(FILE *f, const df_model *m, const df_lora *l)
             snprintf(targets + strlen(targets), sizeof targets - strlen(targets), "%s%s",
                      targets[0] ? "," : "", df_lora_target_name((df_lora_target)t));
     fprintf(f, "  lora: rank %lld, alpha %g on %s: %s trainable parameters (%.2f%% of the model; "
-               "every base weight frozen); float32 weights %.2f GiB, frozen copies of the targets "
+               "every base weight frozen); float32 weights %.2f GiB, frozen %s copies of the targets "
                "%.2f GiB, the adapters' weights, gradients and AdamW moments %.1f MiB\n",
             (long long)l->cfg.rank, l->cfg.alpha, targets, n, 100.0 * (double)l->n_params / (double)m->n_params,
-            (double)m->n_params * 4 / (1 << 30), (double)l->n_base * 4 / (1 << 30),
-            (double)l->n_params * 16 / (1 << 20));
+            (double)m->n_params * 4 / (1 << 30), l->base16 ? "bf16 (exact)" : "float32",
+            (double)l->n_base * (l->base16 ? 2 : 4) / (1 << 30), (double)l->n_params * 16 / (1 << 20));
 }
 
 void df_print_model_info(FILE *f, const char *dir, const df_model *m, bool bf16, const df_lora *lora,
