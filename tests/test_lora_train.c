@@ -12,7 +12,8 @@
  * with the bytes of the run that was not interrupted; a state of another LoRA config or of a
  * full fine-tune is refused naming both. lora_adapter_path continues from such an adapter. Bad settings are refused before anything runs. On N ranks
  * the run's weights are checked in sync by the worker itself every step (fit.c), so a gradient
- * all-reduce that missed the adapter fails it.
+ * all-reduce that missed the adapter fails it. Every rank checks the files itself, so that a
+ * failing check fails every rank at the same place (none is left waiting in a collective).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -131,8 +132,7 @@ static void test_frozen_base_and_merge(void **state)
 {
     (void)state;
     df_test_run_ok(grpo(world, "a", 2, NULL, 0), "LoRA GRPO");
-    if (df_comm_rank(world) == 0)
-        check_checkpoint("a", 2);
+    check_checkpoint("a", 2);
 }
 
 /* The same in mixed precision (bf16 matmuls, the default where the CPU has bf16 kernels): the
@@ -148,8 +148,7 @@ static void test_bf16(void **state)
     const char *ov[] = {"actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16",
                         "actor_rollout_ref.rollout.dtype=bfloat16"};
     df_test_run_ok(grpo(world, "g", 1, ov, 2), "LoRA GRPO in bf16");
-    if (df_comm_rank(world) == 0)
-        check_checkpoint("g", 1);
+    check_checkpoint("g", 1);
 }
 
 static bool same_file(const char *a, const char *b)
@@ -170,21 +169,21 @@ static void test_resume(void **state)
 {
     (void)state;
     /* b: the run of test_frozen_base_and_merge cut back to its step-1 checkpoint, then resumed */
+    double failed = 0;
     if (df_comm_rank(world) == 0) {
         char cmd[2048];
         snprintf(cmd, sizeof cmd, "rm -rf %s/b && cp -r %s/a %s/b && rm -rf %s/b/global_step_2 && "
                  "echo 1 > %s/b/latest_checkpointed_iteration.txt", dir, dir, dir, dir, dir);
-        assert_int_equal(system(cmd), 0);
+        failed = system(cmd) != 0;
     }
-    df_comm_barrier(world);
+    /* every rank takes the verdict: one failing alone would leave the others in a collective */
+    assert_int_equal(df_comm_allreduce(world, &failed, 1, DF_COMM_FLOAT64, DF_COMM_MAX), 0);
+    assert_true(failed == 0);
     df_test_run_ok(grpo(world, "b", 2, NULL, 0), "LoRA GRPO resumed");
-    if (df_comm_rank(world) == 0) {
-        assert_true(same_file("a/global_step_2/actor/model.safetensors", "b/global_step_2/actor/model.safetensors"));
-        assert_true(same_file("a/global_step_2/actor/train_state.safetensors",
-                              "b/global_step_2/actor/train_state.safetensors"));
-    }
+    assert_true(same_file("a/global_step_2/actor/model.safetensors", "b/global_step_2/actor/model.safetensors"));
+    assert_true(same_file("a/global_step_2/actor/train_state.safetensors",
+                          "b/global_step_2/actor/train_state.safetensors"));
     /* another rank, or no LoRA: the state does not fit and says why */
-    df_comm_barrier(world);
     const char *r8[] = {"actor_rollout_ref.model.lora_rank=8"};
     assert_int_equal(grpo(world, "b", 3, r8, 1), DF_EINVAL);
     assert_last_error_mentions("lora_rank is 4 and this run's is 8");
@@ -202,14 +201,11 @@ static void test_adapter_path(void **state)
     snprintf(ap, sizeof ap, "actor_rollout_ref.model.lora_adapter_path=%s/a/global_step_2/actor/lora_adapter", dir);
     const char *ov[] = {ap, "actor_rollout_ref.actor.optim.lr=0"};
     df_test_run_ok(grpo(world, "d", 1, ov, 2), "LoRA GRPO from an adapter");
-    if (df_comm_rank(world) == 0) {
-        assert_true(same_file("a/global_step_2/actor/model.safetensors", "d/global_step_1/actor/model.safetensors"));
-        /* the adapter was merged before step 1: the policy already differs from the reference */
-        json_t *lines = df_test_metrics(dir, "d", true);
-        assert_true(df_test_metric(json_array_get(lines, 0), "actor/kl_loss") > 0);
-        json_decref(lines);
-    }
-    df_comm_barrier(world);
+    assert_true(same_file("a/global_step_2/actor/model.safetensors", "d/global_step_1/actor/model.safetensors"));
+    /* the adapter was merged before step 1: the policy already differs from the reference */
+    json_t *lines = df_test_metrics(dir, "d", true);
+    assert_true(df_test_metric(json_array_get(lines, 0), "actor/kl_loss") > 0);
+    json_decref(lines);
     const char *r8[] = {ap, "actor_rollout_ref.model.lora_rank=8"};
     assert_int_equal(grpo(world, "e", 1, r8, 2), DF_EINVAL);
     assert_last_error_mentions("has r 4");
@@ -270,8 +266,6 @@ static void test_critic(void **state)
                         "critic.model.lora_alpha=8", "critic.model.target_modules=[q_proj,down_proj]",
                         "actor_rollout_ref.model.lora_rank=0"};
     df_test_run_ok(grpo(world, "f", 2, ov, 8), "PPO with a LoRA critic");
-    if (df_comm_rank(world))
-        return;
     df_model *base = load_model("model"), *critic = load_model("f/global_step_2/critic");
     int moved = 0;
     for (int i = 0; i < base->n_tensors; i++) {
