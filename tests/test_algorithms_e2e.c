@@ -48,7 +48,8 @@ static const char *const ALGOS[] = {"grpo",
                                     "clip_cov",
                                     "kl_cov",
                                     "ppo",
-                                    "pf_ppo"};
+                                    "pf_ppo",
+                                    "grpo_lora"};
 #define N_ALGOS (int)(sizeof ALGOS / sizeof *ALGOS)
 
 static char *example(const char *kind, const char *algo)
@@ -272,6 +273,17 @@ static void test_grpo(void **state)
 {
     (void)state;
     check_kl_loss("grpo");
+}
+
+/* GRPO training LoRA adapters (docs/lora.md): the KL to the frozen reference grows from 0 as with
+ * every weight trained, and the adapters' PEFT files are in the checkpoint. */
+static void test_grpo_lora(void **state)
+{
+    (void)state;
+    check_kl_loss("grpo_lora");
+    char p[600];
+    snprintf(p, sizeof p, "%s/out_grpo_lora/global_step_%d/actor/lora_adapter/adapter_config.json", dir, STEPS);
+    assert_true(df_file_exists(p));
 }
 
 /* Dr. GRPO: advantages are centred rewards, not divided by the group std: within [-1, 1] for a 0/1
@@ -516,6 +528,7 @@ int main(void)
         cmocka_unit_test(test_kl_cov),
         cmocka_unit_test(test_ppo),
         cmocka_unit_test(test_pf_ppo),
+        cmocka_unit_test(test_grpo_lora),
         cmocka_unit_test(test_grpo_decoupled),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
