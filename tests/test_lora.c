@@ -205,8 +205,8 @@ static void test_bf16_base(void **state)
     m->params[m->w.layers[0].wq - m->params] = base->w.layers[0].wq[0];
     df_lora_free(l32);
     assert_int_equal(df_lora_create(base, &lc, 7, &l32), DF_OK);
-    l32->base16 = NULL; /* force the float32 path on the same values */
-    free(l32->base);
+    free(l32->base16); /* force the float32 path on the same values */
+    l32->base16 = NULL;
     l32->base = malloc((size_t)l32->n_base * sizeof(float));
     int64_t off = 0;
     for (int64_t li = 0; li < c.num_hidden_layers; li++)
