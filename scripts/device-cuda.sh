@@ -158,7 +158,7 @@ grpo() {
     "${DF[@]}" init-model --config examples/demo/model_config.json --tokenizer $D/tok --out $D/init --seed 1
   } >"$out/grpo_setup.log" 2>&1 || { echo "demo setup failed"; tail "$out/grpo_setup.log"; rc=1; }
   local algo run
-  for algo in ${DEMO_ALGOS:-grpo ppo}; do
+  for algo in ${DEMO_ALGOS:-grpo ppo grpo_lora}; do
     for dev in ${DEVICES:-cuda cpu}; do
       run=${algo}_$dev
       timeout "${DEMO_TIMEOUT:-200}" "${DF[@]}" train examples/demo/$algo.yaml data.train_files="[$D/train.jsonl]" \

@@ -211,6 +211,31 @@ static void test_ppo_on_the_device_is_the_cpus(void **state)
  * request quietly run in float32 would pass the comparison otherwise). Runs last: the device's
  * table keeps the bf16 entries. Skipped where the CPU has no native bf16.
  */
+/* LoRA (docs/lora.md) on the device: the backward's adapter gradients there, the adapters'
+ * optimizer on the host, the merged weights uploaded after every step (and the adapter's device
+ * copy): the CPU run's metrics to the digit, as the full fine-tune's. */
+static void test_lora_on_the_device_is_the_cpus(void **state)
+{
+    (void)state;
+    const char *const lora[] = {"actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.lora_alpha=8",
+                                "actor_rollout_ref.actor.optim.lr=0.005"};
+    train_ov("cpu", "lora_cpu", false, lora, 3);
+    train_ov("cuda", "lora_dev", false, lora, 3);
+    assert_int_equal(df_comm_barrier(world), 0);
+    const int compared = rank0() ? same_metrics("lora_cpu", "lora_dev", "actor/grad_norm", 0, 2) : 41;
+    print_message("%d metrics equal\n", compared);
+    assert_true(compared > 40);
+    /* a LoRA critic (its score head trained whole) too, within test_ppo_on_the_device_is_the_cpus's
+     * bound for the value head's float32 GEMM on a device */
+    const char *const critic[] = {"critic.model.lora_rank=4", "critic.model.lora_alpha=8"};
+    train_ov("cpu", "lora_ppo_cpu", true, critic, 2);
+    train_ov("cuda", "lora_ppo_dev", true, critic, 2);
+    assert_int_equal(df_comm_barrier(world), 0);
+    const int n = rank0() ? same_metrics("lora_ppo_cpu", "lora_ppo_dev", "critic/grad_norm", 1e-4, 1) : 51;
+    assert_true(n > 50);
+    assert_int_equal(emu_buffers(&dev), 0);
+}
+
 static void test_grpo_bf16_on_the_device_is_the_cpus(void **state)
 {
     (void)state;
@@ -277,6 +302,7 @@ int main(void)
         cmocka_unit_test(test_grpo_on_the_device_is_the_cpus),
         cmocka_unit_test(test_ppo_on_the_device_is_the_cpus),
         cmocka_unit_test(test_ref_offload_refused_on_device),
+        cmocka_unit_test(test_lora_on_the_device_is_the_cpus),
         cmocka_unit_test(test_grpo_bf16_on_the_device_is_the_cpus),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -27,6 +27,7 @@
 #include "distflow/model.h"
 #include "distflow/rng.h"
 #include "model/acts.h"
+#include "emu_backend.h"
 #include "testutil.h"
 
 #include <math.h>
@@ -520,6 +521,52 @@ static void test_grad_identity_value(void **state)
     bwd_teardown(&k);
 }
 
+/* On a device (the emulated one: the CPU's operators over memory the host cannot touch between
+ * calls) the adapter's gradients are the CPU's to the bit, through the device's copy of A / B,
+ * which df_acts_lora_sync refreshes: after B changes, the gradient of A follows it there. */
+static void test_on_device(void **state)
+{
+    (void)state;
+    bwd_case k;
+    bwd_setup(&k, DF_LORA_ALL_LINEAR, 61);
+    const size_t nb = (size_t)k.l->n_params * sizeof(float);
+    float *cpu = calloc(1, nb), *host = calloc(1, nb);
+    run_backward(&k, df_backend_cpu(), 0, cpu, NULL);
+    emu_dev dev;
+    df_backend be = emu_open(&dev);
+    float *dg = NULL;
+    assert_int_equal(be.ops->alloc(be.ctx, nb, (void **)&dg), DF_OK);
+    assert_int_equal(be.ops->zero(be.ctx, dg, k.l->n_params), DF_OK);
+    df_acts *a = NULL;
+    assert_int_equal(df_acts_create_on(&be, &k.m->cfg, 64, 64, &a), DF_OK);
+    assert_int_equal(df_acts_load_weights(a, k.m), DF_OK);
+    assert_int_equal(df_acts_set_lora(a, k.l, dg), DF_OK);
+    float logp[64];
+    assert_int_equal(df_model_forward(k.m, a, &k.p.b, 1.0f, logp, NULL), DF_OK);
+    assert_int_equal(df_model_backward(k.m, a, &k.p.b, 1.0f, k.dlogp, NULL, NULL), DF_OK);
+    assert_int_equal(be.ops->download(be.ctx, host, dg, nb), DF_OK);
+    assert_memory_equal(host, cpu, nb);
+    /* B doubled (the model not re-merged: only the adapter's copy matters to dA = s B^T dW) */
+    for (int i = 1; i < k.l->n_tensors; i += 2)
+        for (int64_t j = 0; j < k.l->tensors[i].numel; j++)
+            k.l->params[k.l->tensors[i].offset + j] *= 2.0f;
+    assert_int_equal(df_acts_lora_sync(a), DF_OK);
+    assert_int_equal(be.ops->zero(be.ctx, dg, k.l->n_params), DF_OK);
+    assert_int_equal(df_model_forward(k.m, a, &k.p.b, 1.0f, logp, NULL), DF_OK);
+    assert_int_equal(df_model_backward(k.m, a, &k.p.b, 1.0f, k.dlogp, NULL, NULL), DF_OK);
+    assert_int_equal(be.ops->download(be.ctx, host, dg, nb), DF_OK);
+    const float *a0 = cpu + k.l->tensors[0].offset, *a1 = host + k.l->tensors[0].offset;
+    for (int64_t j = 0; j < k.l->tensors[0].numel; j++) /* scaling by 2 is exact */
+        assert_true(a1[j] == 2.0f * a0[j]);
+    df_acts_free(a);
+    be.ops->release(be.ctx, dg);
+    assert_int_equal(emu_buffers(&dev), 0);
+    emu_close(&dev);
+    free(cpu);
+    free(host);
+    bwd_teardown(&k);
+}
+
 /* A frozen base computes no base gradient; attaching needs a causal LM and a blob. */
 static void test_frozen_base(void **state)
 {
@@ -557,6 +604,7 @@ int main(void)
         cmocka_unit_test(test_grad_identity_subset),
         cmocka_unit_test(test_grad_identity_teeth),
         cmocka_unit_test(test_grad_identity_value),
+        cmocka_unit_test(test_on_device),
         cmocka_unit_test(test_frozen_base),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

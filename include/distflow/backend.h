@@ -215,7 +215,7 @@ typedef struct df_backend_ops {
                       const float *W, const int32_t *target, int64_t n, int64_t V, int64_t H,
                       float temperature, float *scratch);
     /** df_lmhead_bwd: dh[n,H] OVERWRITTEN, dW[V,H] ACCUMULATED. dW NULL (a frozen head: LoRA,
-     *  distflow/lora.h) skips the weight gradient; only host-memory backends are called so. */
+     *  distflow/lora.h) skips the weight gradient. */
     int (*lmhead_bwd)(void *ctx, float *dh, float *dW, const float *dlogp, const float *dentropy,
                       const float *h, const float *W, const int32_t *target, const float *lse,
                       const float *entropy, int64_t n, int64_t V, int64_t H, float temperature,

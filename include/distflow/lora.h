@@ -158,14 +158,18 @@ DF_API int df_lora_apply_peft(df_model *m, const char *dir);
 
 /**
  * Train adapters through df_model_backward / df_model_backward_values on activations a: the
- * backward then accumulates l's gradients into `grads` ([l->n_params], host memory) and, when
+ * backward then accumulates l's gradients into `grads` ([l->n_params], in a's backend memory) and, when
  * its own `grads` argument is NULL, computes no gradient of the base model (every base tensor
  * frozen). A value model's score head (l->head) gets its gradient in l's blob, never in `grads`.
- * l == NULL detaches. The forward is unchanged (the model holds the merged weights).
- * CPU backend only. Errors: DF_EINVAL (config differs from a's model), DF_EUNSUPPORTED
- * (activations on a device backend, naming it), DF_ENOMEM (the backward's [max_tokens, r]
- * scratch).
+ * l == NULL detaches. The forward is unchanged (the model holds the merged weights). On a device
+ * backend (memory not the host's) `grads` is backend memory and a copy of l->params is kept
+ * there, uploaded now and by df_acts_lora_sync after every change of l->params. Errors:
+ * DF_EINVAL (the adapter is for another model, NULL grads), DF_ENOMEM or the backend's (the
+ * backward's [max_tokens, r] scratch, the device copy).
  */
 DF_API int df_acts_set_lora(df_acts *a, const df_lora *l, float *grads);
+/** After l->params changed (an optimizer step, a load): the device copy df_acts_set_lora keeps,
+ *  uploaded (a no-op on host memory or without an adapter). Errors: the backend's. */
+DF_API int df_acts_lora_sync(df_acts *a);
 
 #endif /* DISTFLOW_LORA_H */

@@ -107,14 +107,13 @@ int df_train_core_set_backend(df_train_core *c, const df_backend *be)
     int rc = df_model_check_backend_ex(be, &c->model->cfg, c->bf16 ? DF_ACTS_BF16 : 0);
     if (rc)
         return df_error_wrap(rc, "%s", c->who);
-    if (c->lora && !be->ops->host_memory)
-        return df_error(DF_EUNSUPPORTED, "%s: LoRA adapters train on the CPU backend only, not on "
-                        "the %s backend", c->who, be->ops->name);
     c->be = *be;
     if (!c->trainable || be->ops->host_memory)
         return DF_OK;
-    rc = be->ops->alloc(be->ctx, (size_t)c->model->n_params * sizeof(float), (void **)&c->bgrads);
-    if (!rc && has_optim(be->ops)) {
+    rc = be->ops->alloc(be->ctx, (size_t)df_train_core_n_train(c) * sizeof(float), (void **)&c->bgrads);
+    /* LoRA: the adapters' optimizer stays on the host (a few MiB a step each way); the merge
+     * then writes the model there and the device's copy follows (df_train_core_weights_changed) */
+    if (!rc && has_optim(be->ops) && !c->lora) {
         c->dev_optim = true;
         if ((rc = device_moments(c))) {
             be->ops->release(be->ctx, c->dm);
@@ -223,6 +222,8 @@ int df_train_core_weights_changed(df_train_core *c)
 {
     /* the forward's float32 copy first: a device's bf16 copy is converted from it there */
     int rc = c->acts ? df_acts_load_weights(c->acts, c->model) : DF_OK;
+    if (!rc && c->acts)
+        rc = df_acts_lora_sync(c->acts);
     if (!rc && c->w16)
         rc = refresh_w16(c);
     return rc;
@@ -278,7 +279,7 @@ int df_train_core_grads_to_host(df_train_core *c)
     if (c->bgrads == c->grads || c->dev_optim)
         return DF_OK;
     int rc = c->be.ops->download(c->be.ctx, c->grads, c->bgrads,
-                                 (size_t)c->model->n_params * sizeof(float));
+                                 (size_t)df_train_core_n_train(c) * sizeof(float));
     return rc ? df_error_wrap(rc, "%s: gradients from the %s backend", c->who, c->be.ops->name) : DF_OK;
 }
 

@@ -95,8 +95,8 @@ typedef struct df_train_core {
  * training state cover the adapter's blob only, every base tensor is frozen (the backward
  * computes none of its gradients), and after every optimizer step or state load the model's
  * targeted weights are the merged W0 + s B A, so its readers (the rollout, evaluation, the HF
- * save) see the trained policy; a device backend is then refused (df_train_core_set_backend:
- * DF_EUNSUPPORTED). n_buf (<= DF_CORE_MAX_BUFS) per-token scratch arrays are kept as large as
+ * save) see the trained policy. On a device backend the backward runs there (the adapter's
+ * gradient in its memory) and the adapters' optimizer on the host (no dev_optim). n_buf (<= DF_CORE_MAX_BUFS) per-token scratch arrays are kept as large as
  * the largest micro-batch planned so far. On error the model is not freed (the caller still
  * owns it) and *c is released.
  */

@@ -98,11 +98,13 @@ struct df_acts {
     int fwd_entropy; /* entropy computed (the backward needs it for dentropy) */
     int fwd_valid;
     int fwd_head;    /* DF_ACTS_HEAD_*: which head ran, so a backward of the other kind fails */
-    /* LoRA (df_acts_set_lora): the adapter, views of its gradient blob, and the backward's
-     * [max_tokens, r] scratch for t = X A^T and u = dY B. NULL: none. */
+    /* LoRA (df_acts_set_lora): the adapter, views of its gradient blob and of its A / B where the
+     * backend reads them (the adapter's own blob, or a device copy: lora_dev), and the backward's
+     * [max_tokens, r] scratch for t = X A^T and u = dY B, in backend memory. NULL: none. */
     const struct df_lora *lora;
-    struct df_lora_layer *lgrads; /* [L] */
+    struct df_lora_layer *lgrads, *lparams; /* [L] */
     float *lgrad_blob;            /* the adapter's gradient blob (its head: a value model's) */
+    float *lora_dev;              /* a device's copy of the adapter's blob (df_acts_lora_sync) */
     float *lora_t, *lora_u;
 };
 

@@ -13,6 +13,7 @@
  * runs with packed causal attention over the activations' buffers.
  */
 #include "model/acts.h"
+#include "model/lora_grad.h"
 #include "model/decoder_layer.h"
 #include "model/ops.h"
 
@@ -60,6 +61,7 @@ void df_acts_free(df_acts *a)
 {
     if (!a)
         return;
+    df_acts_lora_release(a);
     void *bufs[] = {a->x,     a->hmid,   a->xn1,      a->xn2,      a->rstd1,  a->rstd2,
                     a->q,     a->k,      a->v,        a->att,      a->att_lse, a->gate,
                     a->up,    a->xf,     a->xnf,      a->rstdf,    a->lse,    a->ent,
@@ -72,9 +74,6 @@ void df_acts_free(df_acts *a)
         a->be.ops->release(a->be.ctx, bufs[i]);
     free(a->pos);
     free(a->gview_layers);
-    free(a->lgrads);
-    free(a->lora_t);
-    free(a->lora_u);
     df_weights_dev_free(&a->wdev);
     df_mm_ctx_free(a->mm);
     drop_w16(a);

@@ -14,4 +14,7 @@
 void df_lora_weight_grad(df_acts *a, int64_t l, df_lora_target t, const float *dy, const float *x,
                          int64_t n, int64_t out_dim, int64_t in_dim, float *dw);
 
+/* Give back a's LoRA buffers (df_acts_set_lora's) and detach; df_acts_free calls it. */
+void df_acts_lora_release(df_acts *a);
+
 #endif

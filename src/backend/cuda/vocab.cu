@@ -614,7 +614,7 @@ int lm_bwd_gemms(df_cuda *c, const LmOps &o, float *tile, int64_t nr, int64_t v0
         g = c->b16;
     if (!rc)
         rc = df_cuda_gemm(c, false, false, nr, H, nv, 1.0f, g, Wt, o.dt, v0 == 0 ? 0.0f : 1.0f, dh);
-    if (!rc)
+    if (!rc && dW) /* NULL: a frozen head (LoRA) */
         rc = df_cuda_gemm(c, true, false, nv, H, nr, 1.0f, g, o.h, o.dt, 1.0f, dW + v0 * H);
     return rc;
 }
@@ -627,8 +627,8 @@ int lm_bwd(df_cuda *c, const char *fn, float *d_dh, float *d_dW, const float *d_
     int rc = lm_check(fn, n, V, H, temperature, d_scratch);
     if (rc || n == 0)
         return rc;
-    if (!d_dh || !d_dW || !d_h || !(d_W || d_W16) || !d_target || !d_lse || (d_dentropy && !d_entropy))
-        return df_error(DF_EINVAL, "%s: NULL dh, dW, h, W, target, lse, or entropy with dentropy given",
+    if (!d_dh || !d_h || !(d_W || d_W16) || !d_target || !d_lse || (d_dentropy && !d_entropy))
+        return df_error(DF_EINVAL, "%s: NULL dh, h, W, target, lse, or entropy with dentropy given",
                         fn);
     const float inv_t = 1.0f / temperature;
     const int64_t R = lm_rows(n), Vt = lm_cols(R, V);

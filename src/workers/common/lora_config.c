@@ -40,8 +40,7 @@ static int from_adapter(const df_config *c, const char *prefix, int64_t rank, do
 }
 
 int df_role_lora_config(const df_config *c, const char *prefix, int64_t rank, double alpha,
-                        const df_config_strs *targets, const char *adapter, const char *device,
-                        df_lora_config *out)
+                        const df_config_strs *targets, const char *adapter, df_lora_config *out)
 {
     df_lora_config lc = {.rank = rank, .alpha = alpha};
     if (out)
@@ -60,11 +59,6 @@ int df_role_lora_config(const df_config *c, const char *prefix, int64_t rank, do
         w = where(c, prefix, "lora_alpha", key, sizeof key, &set);
         return df_error(DF_EINVAL, "%s (%s): must be > 0 with lora_rank %lld", key, w,
                         (long long)lc.rank);
-    }
-    if (strcmp(device, "cpu")) {
-        w = where(c, prefix, adapter ? "lora_adapter_path" : "lora_rank", key, sizeof key, &set);
-        return df_error(DF_EUNSUPPORTED, "%s (%s): LoRA adapters train on the CPU backend only; "
-                        "trainer.device=%s has no LoRA path yet (docs/lora.md)", key, w, device);
     }
     if (out)
         *out = lc;
