@@ -26,6 +26,7 @@
 #include "distflow/comm.h"
 #include "distflow/lora.h"
 #include "distflow/reward.h"
+#include "distflow/worker.h"
 #include "model/safetensors.h"
 
 #include <stdio.h>
@@ -92,13 +93,12 @@ static df_lora *state_adapter(const df_model *base, const char *rel)
     return l;
 }
 
-/* dir/<out>'s checkpoint of `step`: every untargeted tensor is the base's bit for bit, every
+/* The HF model directory dir/<rel> of a checkpoint: every untargeted tensor is the base's bit for bit, every
  * targeted one moved, the training state's adapter merged onto the base is the saved actor, and
  * actor/lora_adapter (PEFT's files, as verl's checkpoint holds them) is that adapter. */
-static void check_checkpoint(const char *out, int step)
+static void check_model_dir(const char *rel)
 {
-    char rel[256], p[1024];
-    snprintf(rel, sizeof rel, "%s/global_step_%d/actor", out, step);
+    char p[1024];
     df_model *base = load_model("model"), *trained = load_model(rel);
     int moved = 0;
     for (int i = 0; i < base->n_tensors; i++) {
@@ -108,7 +108,7 @@ static void check_checkpoint(const char *out, int step)
         if (targeted(d->name)) {
             moved += !same;
         } else if (!same) {
-            fail_msg("%s: %s is not a LoRA target but changed", out, d->name);
+            fail_msg("%s: %s is not a LoRA target but changed", rel, d->name);
         }
     }
     assert_int_equal(moved, 3 * 2); /* every targeted tensor of both layers */
@@ -132,7 +132,7 @@ static void test_frozen_base_and_merge(void **state)
 {
     (void)state;
     df_test_run_ok(grpo(world, "a", 2, NULL, 0), "LoRA GRPO");
-    check_checkpoint("a", 2);
+    check_model_dir("a/global_step_2/actor");
 }
 
 /* The same in mixed precision (bf16 matmuls, the default where the CPU has bf16 kernels): the
@@ -148,7 +148,7 @@ static void test_bf16(void **state)
     const char *ov[] = {"actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16",
                         "actor_rollout_ref.rollout.dtype=bfloat16"};
     df_test_run_ok(grpo(world, "g", 1, ov, 2), "LoRA GRPO in bf16");
-    check_checkpoint("g", 1);
+    check_model_dir("g/global_step_1/actor");
 }
 
 static bool same_file(const char *a, const char *b)
@@ -190,6 +190,42 @@ static void test_resume(void **state)
     const char *full[] = {"actor_rollout_ref.model.lora_rank=0"};
     assert_int_equal(grpo(world, "b", 3, full, 1), DF_EINVAL);
     assert_last_error_mentions("the state is of LoRA adapters and this run trains the whole model");
+}
+
+/* `distflow sft` with adapters: its step directory (the HF model, the training state and
+ * lora_adapter/) checked as the actor's, and a resume from step 1 ending with the same bytes. */
+static void test_sft(void **state)
+{
+    (void)state;
+    char yaml[2048];
+    snprintf(yaml, sizeof yaml,
+             "data: {train_files: [%s/train.jsonl], val_files: [], prompt_key: prompt,\n"
+             "       response_key: reward_model.ground_truth,\n"
+             "       train_batch_size: 4, micro_batch_size_per_gpu: 2, max_length: 128}\n"
+             "model: {partial_pretrain: %s/model, lora_rank: 4, lora_alpha: 8, target_modules: " TARGETS ",\n"
+             "        fsdp_config: {mixed_precision: {param_dtype: fp32}}}\n"
+             "optim: {lr: 0.01, lr_warmup_steps_ratio: 0.0}\n"
+             "trainer: {total_training_steps: 2, save_freq: 1, logger: []}\n", dir, dir);
+    char out[512], p[2048];
+    for (int run = 0; run < 2; run++) { /* the straight run, then a resume from step 1 */
+        snprintf(out, sizeof out, "trainer.default_local_dir=%s/%s", dir, run ? "sft_b" : "sft_a");
+        const char *ov[] = {out};
+        df_config *cfg = NULL;
+        assert_int_equal(df_config_load_text(df_config_schema_sft(), yaml, "sft.yaml", ov, 1, &cfg), DF_OK);
+        df_test_run_ok(df_sft_run(cfg, &(df_sft_opts){.comm = world}, NULL), "LoRA SFT");
+        df_config_free(cfg);
+        double failed = 0;
+        if (!run && df_comm_rank(world) == 0) {
+            snprintf(p, sizeof p, "cp -r %s/sft_a %s/sft_b && rm -rf %s/sft_b/global_step_2 && "
+                     "echo 1 > %s/sft_b/latest_checkpointed_iteration.txt", dir, dir, dir, dir);
+            failed = system(p) != 0;
+        }
+        assert_int_equal(df_comm_allreduce(world, &failed, 1, DF_COMM_FLOAT64, DF_COMM_MAX), 0);
+        assert_true(failed == 0);
+    }
+    check_model_dir("sft_a/global_step_2");
+    assert_true(same_file("sft_a/global_step_2/model.safetensors", "sft_b/global_step_2/model.safetensors"));
+    assert_true(same_file("sft_a/global_step_2/train_state.safetensors", "sft_b/global_step_2/train_state.safetensors"));
 }
 
 /* lora_adapter_path: training continues from a PEFT adapter (verl's); with lr 0 the saved actor
@@ -329,6 +365,7 @@ int main(void)
         cmocka_unit_test(test_bf16),
         cmocka_unit_test(test_resume),
         cmocka_unit_test(test_adapter_path),
+        cmocka_unit_test(test_sft),
         cmocka_unit_test(test_eval_adapter),
         cmocka_unit_test(test_critic),
         cmocka_unit_test(test_refused),
