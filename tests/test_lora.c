@@ -26,6 +26,8 @@
 #include "distflow/lora.h"
 #include "distflow/model.h"
 #include "distflow/rng.h"
+#include "engine/actor.h"
+#include "engine/train_core.h"
 #include "model/acts.h"
 #include "emu_backend.h"
 #include "testutil.h"
@@ -567,6 +569,50 @@ static void test_on_device(void **state)
     bwd_teardown(&k);
 }
 
+/* The reference from a LoRA actor (verl's ref_in_actor): its log-probs are those of a frozen copy
+ * of the base to the bit, and the actor's merged weights are back afterwards, bit for bit. */
+static void test_reference_in_actor(void **state)
+{
+    (void)state;
+    df_model_config c = lora_model_config();
+    df_model *m = df_test_signal_model(&c, 71), *base = df_test_model_copy(m);
+    df_actor_params p = {.temperature = 1.0f};
+    p.optim = (df_core_optim){.lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .adam_eps = 1e-8,
+                              .lora = {.rank = 3, .alpha = 6, .targets = DF_LORA_ALL_LINEAR}, .lora_seed = 5};
+    df_actor *a = NULL, *ref = NULL;
+    assert_int_equal(df_actor_create(m, &p, true, &a), DF_OK);
+    df_train_core *core = df_actor_core(a);
+    for (int i = 1; i < core->lora->n_tensors; i += 2)
+        fill(core->lora->params + core->lora->tensors[i].offset, core->lora->tensors[i].numel, 0.3, 72 + (uint64_t)i);
+    assert_int_equal(df_lora_merge(core->lora, m), DF_OK);
+    assert_int_equal(df_train_core_weights_changed(core), DF_OK);
+    df_model *merged = df_test_model_copy(m);
+    df_actor_params rp = p;
+    rp.optim.lora.rank = 0;
+    rp.logprob_micro_batch_size = 2; /* the reference's own limits apply */
+    assert_int_equal(df_actor_create(base, &rp, false, &ref), DF_OK);
+    df_batch *b = df_test_small_batch();
+    assert_int_equal(df_actor_compute_base_log_prob(a, b, "ref_in_actor", &rp, NULL), DF_OK);
+    assert_int_equal(df_actor_compute_log_prob(ref, b, "ref_copy", NULL), DF_OK);
+    assert_int_equal(df_actor_compute_log_prob(a, b, "policy", NULL), DF_OK);
+    const df_column *x = df_batch_column(b, "ref_in_actor"), *y = df_batch_column(b, "ref_copy");
+    const df_column *z = df_batch_column(b, "policy");
+    const int64_t n = x->offsets[df_batch_size(b)];
+    assert_true(n > 0);
+    assert_memory_equal(x->data, y->data, (size_t)n * sizeof(float));
+    {
+        bool differ = false;
+        for (int64_t i = 0; i < n; i++)
+            differ |= ((const float *)x->data)[i] != ((const float *)z->data)[i];
+        assert_true(differ); /* the adapters change the policy: the base is not it */
+    }
+    assert_true(df_test_same_params(m, merged));
+    df_batch_free(b);
+    df_model_free(merged);
+    df_actor_free(a);
+    df_actor_free(ref);
+}
+
 /* A frozen base computes no base gradient; attaching needs a causal LM and a blob. */
 static void test_frozen_base(void **state)
 {
@@ -605,6 +651,7 @@ int main(void)
         cmocka_unit_test(test_grad_identity_teeth),
         cmocka_unit_test(test_grad_identity_value),
         cmocka_unit_test(test_on_device),
+        cmocka_unit_test(test_reference_in_actor),
         cmocka_unit_test(test_frozen_base),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -112,6 +112,13 @@ DF_API const df_param_desc *df_lora_find_tensor(const df_lora *l, const char *na
 DF_API int df_lora_merge(const df_lora *l, df_model *m);
 
 /**
+ * Write the base weights W0 back into m's targeted tensors (the adapters disabled: verl's
+ * reference "actor without LoRA"), then df_model_weights_changed(m); df_lora_merge puts the
+ * adapters back. A value model's head is left as it is. Errors: DF_EINVAL (another shape).
+ */
+DF_API int df_lora_unmerge(const df_lora *l, df_model *m);
+
+/**
  * Save the adapter in PEFT's layout to `dir` (created if missing): adapter_model.safetensors
  * (F32 tensors by PEFT name, metadata {"format": "pt"}) and adapter_config.json (sorted keys,
  * indent 2, as PEFT writes it: peft_type "LORA", task_type "CAUSAL_LM", r, lora_alpha (an integer

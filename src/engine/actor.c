@@ -127,6 +127,28 @@ int df_actor_compute_log_prob(df_actor *a, df_batch *b, const char *out_col, dou
     return DF_OK;
 }
 
+int df_actor_compute_base_log_prob(df_actor *a, df_batch *b, const char *out_col, const df_actor_params *ref,
+                                   double *entropy_mean)
+{
+    df_train_core *c = &a->c;
+    if (!c->lora)
+        return df_error(DF_EINVAL, "df_actor_compute_base_log_prob: the actor trains no LoRA adapters");
+    /* the base's weights in place of the merged ones (and in every copy: bf16, a device's) */
+    int rc = df_lora_unmerge(c->lora, c->model);
+    if (!rc)
+        rc = df_train_core_weights_changed(c);
+    const df_actor_params keep = a->p;
+    a->p.logprob_micro_batch_size = ref->logprob_micro_batch_size;
+    a->p.logprob_max_token_len = ref->logprob_max_token_len;
+    if (!rc)
+        rc = df_actor_compute_log_prob(a, b, out_col, entropy_mean);
+    a->p = keep;
+    int mrc = df_lora_merge(c->lora, c->model); /* the policy back, whatever happened */
+    if (!mrc)
+        mrc = df_train_core_weights_changed(c);
+    return rc ? rc : mrc;
+}
+
 /* A mini-batch's loss statistics: sums over micro-batches (and DP ranks) of terms
    already normalised by the mini-batch totals. */
 enum { S_PG_LOSS, S_KL_LOSS, S_ENTROPY, S_CLIPFRAC, S_CLIPFRAC_LOWER, S_PPO_KL,

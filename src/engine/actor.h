@@ -158,6 +158,17 @@ int df_actor_load_state(df_actor *a, const char *path);
  * (every rank passes NULL or every rank does not). An empty shard is fine.
  */
 int df_actor_compute_log_prob(df_actor *a, df_batch *b, const char *out_col, double *entropy_mean);
+/**
+ * The reference's log-probs from a LoRA actor (verl's ref_in_actor: "the actor without LoRA
+ * applied is the ref"): the base weights are written back into the model (df_lora_unmerge, its
+ * bf16 and device copies refreshed), `out_col` filled as df_actor_compute_log_prob does with the
+ * micro-batch limits of `ref` (the reference's logprob_micro_batch_size / logprob_max_token_len),
+ * then the adapters merged again. The same bits as a frozen copy of the base computing in the
+ * actor's precision. entropy_mean as df_actor_compute_log_prob's (collective exactly when given).
+ * Errors: DF_EINVAL (no LoRA), df_actor_compute_log_prob's.
+ */
+int df_actor_compute_base_log_prob(df_actor *a, df_batch *b, const char *out_col, const df_actor_params *ref,
+                                   double *entropy_mean);
 
 /**
  * PPO update over `b` (prompt_ids, response_ids, old_log_probs, advantages,

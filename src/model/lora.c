@@ -265,14 +265,21 @@ void df_lora_free(df_lora *l)
     free(l);
 }
 
-int df_lora_merge(const df_lora *l, df_model *m)
+/* m has the adapter's shapes (DF_EINVAL naming `fn` otherwise). */
+static int check_shape(const df_lora *l, const df_model *m, const char *fn)
 {
     const df_model_config *a = &l->mcfg, *b = &m->cfg;
     if (a->num_hidden_layers != b->num_hidden_layers || a->hidden_size != b->hidden_size ||
         a->intermediate_size != b->intermediate_size || a->head_dim != b->head_dim ||
         a->num_attention_heads != b->num_attention_heads ||
         a->num_key_value_heads != b->num_key_value_heads)
-        return df_error(DF_EINVAL, "df_lora_merge: the model's shape is not the adapter's");
+        return df_error(DF_EINVAL, "%s: the model's shape is not the adapter's", fn);
+    return DF_OK;
+}
+
+/* The base copy into m's targeted tensors, then (with_lora) W += s B A on each. */
+static void write_targets(const df_lora *l, df_model *m, bool with_lora)
+{
     const int64_t r = l->cfg.rank;
     const df_lora_layer *ll = l->layers;
     FOR_TARGETS(l, &m->w, {
@@ -283,14 +290,33 @@ int df_lora_merge(const df_lora *l, df_model *m)
         } else {
             memcpy(W, l->base + OFF, (size_t)N * sizeof(float));
         }
-        /* W [od, id] += s B [od, r] A [r, id] */
-        df_gemm_nn(od_, id_, r, l->scale, ll[li_].b[t_], ll[li_].a[t_], 1.0f, W);
+        if (with_lora) /* W [od, id] += s B [od, r] A [r, id] */
+            df_gemm_nn(od_, id_, r, l->scale, ll[li_].b[t_], ll[li_].a[t_], 1.0f, W);
     });
+}
+
+int df_lora_unmerge(const df_lora *l, df_model *m)
+{
+    int rc = check_shape(l, m, "df_lora_unmerge");
+    if (rc)
+        return rc;
+    write_targets(l, m, false);
+    df_model_weights_changed(m);
+    return DF_OK;
+}
+
+int df_lora_merge(const df_lora *l, df_model *m)
+{
+    int rc = check_shape(l, m, "df_lora_merge");
+    if (rc)
+        return rc;
+    if (l->head >= 0 && !m->w.score_weight)
+        return df_error(DF_EINVAL, "df_lora_merge: the adapter has a score head, the model none");
+    write_targets(l, m, true);
     if (l->head >= 0) {
-        if (!m->w.score_weight)
-            return df_error(DF_EINVAL, "df_lora_merge: the adapter has a score head, the model none");
-        memcpy(m->w.score_weight, l->params + l->head, (size_t)a->hidden_size * sizeof(float));
-        m->w.score_bias[0] = l->params[l->head + round16(a->hidden_size)];
+        const int64_t H = l->mcfg.hidden_size;
+        memcpy(m->w.score_weight, l->params + l->head, (size_t)H * sizeof(float));
+        m->w.score_bias[0] = l->params[l->head + round16(H)];
     }
     df_model_weights_changed(m);
     return DF_OK;

@@ -72,7 +72,10 @@ typedef struct df_actor_worker {
 
 /* workers/reference/: the frozen initial policy, when a KL term needs it. */
 typedef struct df_reference_worker {
-    df_actor *model; /* use_kl_loss or use_kl_in_reward, else NULL */
+    df_actor *model;      /* use_kl_loss or use_kl_in_reward, else NULL */
+    df_actor *in_actor;   /* instead of model: this LoRA actor with its adapters disabled (verl's
+                             ref_in_actor; df_worker_ref_in_actor), borrowed */
+    df_actor_params params; /* the reference's settings (its micro-batch limits), with in_actor */
 } df_reference_worker;
 
 /* workers/critic/: the value model of PPO. */
@@ -311,6 +314,15 @@ void df_worker_critic_loss(const df_train_config *t, df_critic_loss *l);
 void df_worker_actor_params(const df_dag_worker *w, df_actor_params *p);
 /** The reference's parameters: the actor's, with the forward pass's limits from actor_rollout_ref.ref.log_prob_*. */
 void df_worker_reference_params(const df_dag_worker *w, const df_actor_params *actor, df_actor_params *p);
+/* Whether the reference is the actor with its LoRA adapters disabled (verl's ref_in_actor) rather
+ * than a frozen copy of the base: the actor trains adapters and the reference's settings ask
+ * nothing a copy alone would give (the actor's compute precision, no param_offload). */
+bool df_worker_ref_in_actor(const df_actor_params *actor, const df_actor_params *ref);
+/* The reference worker r holds one (a model, or the actor's base). */
+bool df_worker_has_reference(const df_reference_worker *r);
+/* The reference's log-probs of b into `col` (df_actor_compute_log_prob, or with in_actor
+ * df_actor_compute_base_log_prob; entropy_mean as theirs); DF_EINVAL without a reference. */
+int df_worker_ref_log_prob(const df_reference_worker *r, df_batch *b, const char *col, double *entropy_mean);
 /* The actor's LoRA settings (actor_rollout_ref.model.lora_*, target_modules): df_role_lora_config. */
 int df_worker_lora_config(const df_config *c, const df_train_config *t, df_lora_config *out);
 /* The critic's (critic.model.lora_*, target_modules): df_role_lora_config. */

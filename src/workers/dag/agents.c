@@ -288,6 +288,10 @@ static int setup_slot(df_dag_worker *w, df_agent_slot *s, const df_actor_params 
     if (!own_actor && !own_ref)
         return DF_OK;
     df_model *m = NULL, *ref = NULL;
+    df_actor_params rp;
+    df_worker_reference_params(w, p, &rp);
+    rp.offload_dir = NULL; /* as setup_reference's */
+    const bool in_actor = own_actor && own_ref && df_worker_ref_in_actor(p, &rp);
     /* the ids of the slot's tokenizer must fit the model's embedding */
     int rc = df_hf_dir_load(s->model_dir, s->tok == w->tok ? w->tokenizer_dir : s->model_dir, &m, NULL);
     if (rc)
@@ -295,7 +299,7 @@ static int setup_slot(df_dag_worker *w, df_agent_slot *s, const df_actor_params 
     if (!rc && own_ref && !own_actor) { /* a shared actor: the reference is the directory's model */
         ref = m;
         m = NULL;
-    } else if (!rc && own_ref && (rc = df_model_clone(m, &ref))) {
+    } else if (!rc && own_ref && !in_actor && (rc = df_model_clone(m, &ref))) {
         df_model_free(m);
         return rc;
     }
@@ -303,6 +307,8 @@ static int setup_slot(df_dag_worker *w, df_agent_slot *s, const df_actor_params 
         rc = setup_actor(w, s, m, p);
         m = NULL;
     }
+    if (!rc && own_ref && in_actor) /* a LoRA actor is its own reference */
+        *s->reference = (df_reference_worker){.in_actor = s->actor->model, .params = rp};
     if (ref) {
         if (!rc)
             rc = setup_reference(w, s, ref, p);

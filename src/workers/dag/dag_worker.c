@@ -202,8 +202,12 @@ static int setup_models(df_dag_worker *w, df_model *m)
         df_model_free(m);
         return rc;
     }
-    bool kl_in_reward = t->algorithm.use_kl_in_reward;
-    if ((p.use_kl_loss || kl_in_reward) && (rc = df_model_clone(m, &ref))) {
+    bool kl_in_reward = t->algorithm.use_kl_in_reward, want_ref = p.use_kl_loss || kl_in_reward;
+    df_actor_params rp;
+    df_worker_reference_params(w, &p, &rp);
+    /* a LoRA actor is its own reference (the adapters disabled): no copy of the base */
+    const bool ref_in_actor = want_ref && df_worker_ref_in_actor(&p, &rp);
+    if (want_ref && !ref_in_actor && (rc = df_model_clone(m, &ref))) {
         df_model_free(m);
         return rc;
     }
@@ -222,8 +226,8 @@ static int setup_models(df_dag_worker *w, df_model *m)
         df_model_free(ref);
         return rc;
     }
-    df_actor_params rp;
-    df_worker_reference_params(w, &p, &rp);
+    if (ref_in_actor)
+        w->reference = (df_reference_worker){.in_actor = w->actor.model, .params = rp};
     if (ref && rp.offload_dir && (rc = check_ref_offload(w, &rp))) {
         df_model_free(ref);
         return rc;

@@ -47,7 +47,7 @@ bool df_node_has_model(const df_node_ctx *ctx, df_node_role role)
     switch (role) {
     case DF_ROLE_ACTOR:
     case DF_ROLE_ROLLOUT: return s.actor->model != NULL;
-    case DF_ROLE_REFERENCE: return s.reference->model != NULL;
+    case DF_ROLE_REFERENCE: return df_worker_has_reference(s.reference);
     case DF_ROLE_CRITIC: return s.critic->model != NULL;
     default: return false;
     }
@@ -73,12 +73,15 @@ int df_node_log_probs(const df_node_ctx *ctx, df_node_role role, df_batch *batch
     if (rc)
         return rc;
     df_agent_slot s = df_worker_slot(w, ctx->node);
-    df_actor *a = role == DF_ROLE_ACTOR ? s.actor->model : role == DF_ROLE_REFERENCE ? s.reference->model : NULL;
-    if (!a)
-        return df_error(DF_EINVAL, "df_node_log_probs (node '%s'): %s", ctx->node ? ctx->node->node_id : "?",
-                        role == DF_ROLE_REFERENCE ? "the job keeps no reference model (no KL term needs one)"
-                                                  : "log-probs come from the ACTOR or REFERENCE model");
-    return df_actor_compute_log_prob(a, batch, column, entropy_mean);
+    const char *id = ctx->node ? ctx->node->node_id : "?";
+    if (role == DF_ROLE_REFERENCE) { /* a model, or the LoRA actor's base */
+        rc = df_worker_ref_log_prob(s.reference, batch, column, entropy_mean);
+        return rc ? df_error_wrap(rc, "df_node_log_probs (node '%s')", id) : DF_OK;
+    }
+    if (role != DF_ROLE_ACTOR || !s.actor->model)
+        return df_error(DF_EINVAL, "df_node_log_probs (node '%s'): log-probs come from the ACTOR or "
+                        "REFERENCE model", id);
+    return df_actor_compute_log_prob(s.actor->model, batch, column, entropy_mean);
 }
 
 int df_node_values(const df_node_ctx *ctx, df_batch *batch)

@@ -6,15 +6,34 @@
 
 #include "util/timeutil.h"
 
+bool df_worker_ref_in_actor(const df_actor_params *actor, const df_actor_params *ref)
+{
+    return actor->optim.lora.rank > 0 && ref->bf16 == actor->bf16 && !ref->offload_dir;
+}
+
+bool df_worker_has_reference(const df_reference_worker *r)
+{
+    return r->model || r->in_actor;
+}
+
+int df_worker_ref_log_prob(const df_reference_worker *r, df_batch *b, const char *col, double *entropy_mean)
+{
+    if (r->in_actor)
+        return df_actor_compute_base_log_prob(r->in_actor, b, col, &r->params, entropy_mean);
+    if (!r->model)
+        return df_error(DF_EINVAL, "the job keeps no reference model (no KL term needs one)");
+    return df_actor_compute_log_prob(r->model, b, col, entropy_mean);
+}
+
 /* reference_log_prob: log-probs under the frozen reference (only when a KL term needs them). */
 static int node_compute_ref_log_prob(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
 {
     df_dag_worker *w = df_node_worker(ctx);
     double t0 = df_now();
     int rc = df_worker_need_batch(batch, "compute_ref_log_prob");
-    df_actor *ref = df_worker_slot(w, ctx->node).reference->model; /* the node's agent group's */
-    if (!rc && ref)
-        rc = df_actor_compute_log_prob(ref, batch, "ref_log_prob", NULL);
+    const df_reference_worker *ref = df_worker_slot(w, ctx->node).reference; /* the node's agent group's */
+    if (!rc && df_worker_has_reference(ref))
+        rc = df_worker_ref_log_prob(ref, batch, "ref_log_prob", NULL);
     (void)out;
     df_worker_timing(ctx, "ref", t0);
     return rc;
