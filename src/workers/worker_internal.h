@@ -316,7 +316,8 @@ void df_worker_actor_params(const df_dag_worker *w, df_actor_params *p);
 void df_worker_reference_params(const df_dag_worker *w, const df_actor_params *actor, df_actor_params *p);
 /* Whether the reference is the actor with its LoRA adapters disabled (verl's ref_in_actor) rather
  * than a frozen copy of the base: the actor trains adapters and the reference's settings ask
- * nothing a copy alone would give (the actor's compute precision, no param_offload). */
+ * nothing a copy alone would give (the actor's compute precision, its default storage for that
+ * precision, no param_offload). */
 bool df_worker_ref_in_actor(const df_actor_params *actor, const df_actor_params *ref);
 /* The reference worker r holds one (a model, or the actor's base). */
 bool df_worker_has_reference(const df_reference_worker *r);

@@ -8,7 +8,9 @@
 
 bool df_worker_ref_in_actor(const df_actor_params *actor, const df_actor_params *ref)
 {
-    return actor->optim.lora.rank > 0 && ref->bf16 == actor->bf16 && !ref->offload_dir;
+    /* a storage of its own (model_dtype fp32 beside bf16 compute) or param_offload needs a copy */
+    return actor->optim.lora.rank > 0 && ref->bf16 == actor->bf16 && ref->bf16_weights == ref->bf16 &&
+           !ref->offload_dir;
 }
 
 bool df_worker_has_reference(const df_reference_worker *r)
