@@ -22,12 +22,14 @@
 
 #include "testcli.h"
 #include "testutil.h"
+#include "marft_fixture.h"
 
 #include "distflow/comm.h"
 #include "distflow/lora.h"
 #include "distflow/reward.h"
 #include "distflow/worker.h"
 #include "model/safetensors.h"
+#include "workers/worker_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -329,6 +331,38 @@ static void test_critic(void **state)
     df_model_free(critic);
 }
 
+/* Two agent groups (a planner and a solver, each its own model) with adapters and a KL loss:
+ * each group's reference is its own actor with the adapters disabled, no copy of a base made. */
+static void test_agent_groups(void **state)
+{
+    (void)state;
+    if (df_comm_size(world) > 1)
+        return;
+    char sub[600], yaml[4096];
+    snprintf(sub, sizeof sub, "%s/agents", dir);
+    assert_int_equal(df_mkdir_p(sub), 0);
+    df_test_two_models(sub);
+    write_chain(sub, "", "");
+    job_yaml(sub, yaml, sizeof yaml);
+    const char *ov[] = {"trainer.total_training_steps=1", "actor_rollout_ref.model.lora_rank=4",
+                        "actor_rollout_ref.actor.use_kl_loss=true"};
+    df_config *cfg = df_test_config(yaml, "agents.yaml", ov, 3);
+    df_dag_worker *w = NULL;
+    if (df_dag_worker_create(cfg, NULL, &w))
+        fail_msg("%s", df_last_error());
+    assert_int_equal(w->n_agents, 2);
+    for (int g = 0; g < 2; g++) {
+        df_agent_slot s = df_worker_slot(w, NULL);
+        if (g)
+            s = w->agents[1];
+        assert_null(s.reference->model);
+        assert_ptr_equal(s.reference->in_actor, s.actor->model);
+        assert_non_null(df_actor_core(s.actor->model)->lora);
+    }
+    df_dag_worker_free(w);
+    df_config_free(cfg);
+}
+
 static void test_refused(void **state)
 {
     (void)state;
@@ -368,6 +402,7 @@ int main(void)
         cmocka_unit_test(test_sft),
         cmocka_unit_test(test_eval_adapter),
         cmocka_unit_test(test_critic),
+        cmocka_unit_test(test_agent_groups),
         cmocka_unit_test(test_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
