@@ -7,11 +7,10 @@
 
 void df_acts_lora_release(df_acts *a)
 {
-    const df_backend_ops *o = a->be.ops;
-    o->release(a->be.ctx, a->lora_t);
-    o->release(a->be.ctx, a->lora_u);
-    if (a->lora_dev)
-        o->release(a->be.ctx, a->lora_dev);
+    float *bufs[] = {a->lora_t, a->lora_u, a->lora_dev}; /* backend memory */
+    for (int i = 0; i < 3; i++)
+        if (bufs[i])
+            a->be.ops->release(a->be.ctx, bufs[i]);
     free(a->lgrads);
     free(a->lparams);
     a->lora = NULL;
