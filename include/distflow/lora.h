@@ -11,7 +11,7 @@
  * How distflow runs it (docs/lora.md): the model's own parameter blob always holds the MERGED
  * weights W = W0 + s B A (df_lora_merge after every change of A / B), so the forward, the
  * rollout, validation, weight sync and the HF save all read an ordinary model; the adapter keeps
- * a float32 copy of every targeted W0. The backward reads the merged W for the inputs'
+ * a copy of every targeted W0 (bf16 when exact, else float32). The backward reads the merged W for the inputs'
  * gradients (exact: it is the forward's W) and, instead of the base weights' gradient
  * dW = dY^T X, accumulates the adapter's (arXiv 2106.09685 section 4.1):
  *   t = X A^T [T, r]     dB += s dY^T t          u = dY B [T, r]     dA += s u^T X
@@ -55,7 +55,8 @@ typedef struct df_lora {
     float scale;            /**< alpha / rank */
     df_model_config mcfg;   /**< the model it adapts (shapes) */
     int n_tensors;
-    df_param_desc *tensors; /**< [n_tensors]: per layer, per target in enum order, A then B */
+    df_param_desc *tensors; /**< [n_tensors]: per layer, per target in enum order, A then B;
+                                 then a value model's score.weight and score.bias */
     int64_t n_params;       /**< floats of the adapter blob (each tensor rounded up to 16) */
     float *params;          /**< [n_params], 64-byte aligned */
     df_lora_layer *layers;  /**< [num_hidden_layers] views into params */
