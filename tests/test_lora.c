@@ -510,7 +510,7 @@ static void test_grad_identity_value(void **state)
     df_acts_free(a);
     const df_param_desc *sw = df_model_find_tensor(k.m, "score.weight"), *sb = df_model_find_tensor(k.m, "score.bias");
     assert_memory_equal(lg + k.l->head, grads + sw->offset, 16 * sizeof(float));
-    assert_true(lg[k.l->head + 16] == grads[sb->offset]);
+    assert_true(lg[k.l->head_bias] == grads[sb->offset]);
     double hn = 0;
     for (int i = 0; i < 16; i++)
         hn += fabs(lg[k.l->head + i]);

@@ -67,8 +67,8 @@ typedef struct df_lora {
     int64_t n_base;         /**< weights in the base copy */
     int64_t head;           /**< a value model (num_labels 1, PEFT's TOKEN_CLS): the offset in a
                                  blob of the fully trained score head (PEFT's modules_to_save
-                                 "score"): score.weight [1, H], then score.bias [1] at head + 16
-                                 floats rounded; -1 for a causal LM */
+                                 "score"): score.weight [1, H]; -1 for a causal LM */
+    int64_t head_bias;      /**< with head: the offset of score.bias [1]; else -1 */
 } df_lora;
 
 /** Name of a target as PEFT spells it ("q_proj", ..., "down_proj"). */

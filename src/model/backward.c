@@ -166,7 +166,7 @@ static int backward_begin(const df_model *m, df_acts *a, const df_seq_batch *b, 
     /* a value model's score head trains whole in the adapter's blob (distflow/lora.h) */
     if (a->lora && a->lora->head >= 0) {
         gv->score_weight = a->lgrad_blob + a->lora->head;
-        gv->score_bias = gv->score_weight + (m->cfg.hidden_size + 15) / 16 * 16;
+        gv->score_bias = a->lgrad_blob + a->lora->head_bias;
     }
     return DF_OK;
 }

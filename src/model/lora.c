@@ -99,10 +99,11 @@ static int layout(df_lora *l)
             }
             l->n_base += od * id;
         }
-    l->head = -1;
+    l->head = l->head_bias = -1;
     if (c->num_labels == 1) { /* the score head, trained whole (PEFT's modules_to_save) */
         const char *names[2] = {"base_model.model.score.weight", "base_model.model.score.bias"};
         l->head = off;
+        l->head_bias = off + round16(c->hidden_size);
         for (int k = 0; k < 2; k++) {
             df_param_desc *d = &l->tensors[l->n_tensors++];
             snprintf(d->name, sizeof d->name, "%s", names[k]);
@@ -167,8 +168,8 @@ static void init_a(df_lora *l, uint64_t seed)
     }
 }
 
-/* Calls fn(tensor, its float count, its offset in the base copy) for every targeted W0 of view w
- * in layout order. */
+/* Runs BODY for every targeted W0 of view w in layout order, with W the tensor, N its floats and
+ * OFF its offset in the base copy (od_ / id_ its shape, li_ / t_ its layer and target). */
 #define FOR_TARGETS(l, w, BODY)                                                                  \
     do {                                                                                         \
         int64_t off_ = 0;                                                                        \
@@ -229,7 +230,7 @@ int df_lora_create(const df_model *m, const df_lora_config *cfg, uint64_t seed, 
         df_lora_free(l);
         return rc;
     }
-    const size_t pbytes = (size_t)round16(l->n_params) * sizeof(float);
+    const size_t pbytes = (size_t)l->n_params * sizeof(float); /* tensors rounded to 16 floats */
     l->params = aligned_alloc(64, pbytes > 0 ? pbytes : 64);
     if (base_is_bf16(l, &m->w))
         l->base16 = malloc((size_t)(l->n_base ? l->n_base : 1) * sizeof(uint16_t));
@@ -247,7 +248,7 @@ int df_lora_create(const df_model *m, const df_lora_config *cfg, uint64_t seed, 
     copy_base(l, &m->w);
     if (l->head >= 0) { /* the head starts as the model's (PEFT copies the module) */
         memcpy(l->params + l->head, m->w.score_weight, (size_t)m->cfg.hidden_size * sizeof(float));
-        l->params[l->head + round16(m->cfg.hidden_size)] = m->w.score_bias[0];
+        l->params[l->head_bias] = m->w.score_bias[0];
     }
     *out = l;
     return DF_OK;
@@ -316,7 +317,7 @@ int df_lora_merge(const df_lora *l, df_model *m)
     if (l->head >= 0) {
         const int64_t H = l->mcfg.hidden_size;
         memcpy(m->w.score_weight, l->params + l->head, (size_t)H * sizeof(float));
-        m->w.score_bias[0] = l->params[l->head + round16(H)];
+        m->w.score_bias[0] = l->params[l->head_bias];
     }
     df_model_weights_changed(m);
     return DF_OK;
