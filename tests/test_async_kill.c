@@ -8,6 +8,7 @@
  * for the dead one) within 30 s of the straight run's time: the kill comes before the straight run
  * would have ended, so the bound holds only if the job ends soon after it.
  */
+/* rounding-free (scripts/test-variants.sh skips it): exit codes, files, two runs of one build compared */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -4,6 +4,7 @@
  * first ranks, the rollout side named after it), every refusal of df_train_check, with the key
  * and the reason in the message, and the graphs that re-run the rollout (DAPO, ReMax) accepted.
  */
+/* rounding-free (scripts/test-variants.sh skips it): placement and config checks only */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -8,6 +8,7 @@
  * raise_exception. Then the same through the tokenizer: the Qwen2.5
  * tokenizer's df_tokenizer_apply_chat_template_json on the golden messages.
  */
+/* rounding-free (scripts/test-variants.sh skips it): parsing, text and integers only */
 #include "distflow/jinja.h"
 #include "distflow/tokenizer.h"
 

@@ -4,6 +4,7 @@
  * max_critic_ckpt_to_keep only their critic/ (and a multi-agent job's critic_agent_<g>/); the
  * newest survive whatever the order of the directory listing, and other files are left alone.
  */
+/* rounding-free (scripts/test-variants.sh skips it): directory retention only */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -6,6 +6,7 @@
  * DF_TEST_EXPECT_SIZE (set by the mpiexec tests) makes a world of the wrong
  * size fail (df_test_world_setup) instead of passing trivially as one rank.
  */
+/* rounding-free (scripts/test-variants.sh skips it): sums of multiples of 1/4, exact in float32 */
 #include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>

@@ -5,6 +5,7 @@
  * (and every rank but 0 sends to rank 0 in the any-source test).
  * mpi-test: np 2 3
  */
+/* rounding-free (scripts/test-variants.sh skips it): point-to-point bytes, no arithmetic */
 #include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>

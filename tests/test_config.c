@@ -1,4 +1,5 @@
 /* Tests of the configuration layer (include/distflow/config.h). */
+/* rounding-free (scripts/test-variants.sh skips it): parsing, text and integers only */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

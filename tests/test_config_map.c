@@ -1,5 +1,6 @@
 /* Tests of free-form mapping keys (DF_CFG_MAP, include/distflow/config.h) and
  * of siiRL's trainer YAML (tests/fixtures/siirl_ppo_dag_trainer.yaml). */
+/* rounding-free (scripts/test-variants.sh skips it): parsing, text and integers only */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

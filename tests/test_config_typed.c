@@ -23,6 +23,7 @@
  * log-probs, in test_e2e_grpo.c), the loss settings in test_workflow.c and
  * test_losses_train.c (test_worker_actor_params).
  */
+/* rounding-free (scripts/test-variants.sh skips it): parsing, text and integers only */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

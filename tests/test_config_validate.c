@@ -1,6 +1,7 @@
 /* Tests of df_config_validate_train (src/config/validate_train.c), the schema
  * keys added from siiRL's argument groups, and the worker refusing a bad
  * config before it loads anything. */
+/* rounding-free (scripts/test-variants.sh skips it): parsing, text and integers only */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -9,6 +9,7 @@
  *  - the pre-flight errors: an unknown data_source, a missing model directory (a hub id gets the
  *    download hint), a missing data file, val_only without validation data, data.reward_fn_key.
  */
+/* rounding-free (scripts/test-variants.sh skips it): the console's text, checks before compute */
 #include "testutil.h"
 
 #include "distflow/metrics.h"

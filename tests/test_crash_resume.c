@@ -21,6 +21,7 @@
  * once published), the next start removes the temporaries the kill left (or puts back a checkpoint
  * a replacement had moved aside), and the final result equals the straight run's first 2 steps.
  */
+/* rounding-free (scripts/test-variants.sh skips it): exit codes, files, two runs of one build compared */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

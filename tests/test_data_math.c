@@ -2,6 +2,7 @@
  * `distflow data math` / df_math_convert: the real MATH-500 file to the verl
  * schema (verl's examples/data_preprocess/math_dataset.py), and malformed input.
  */
+/* rounding-free (scripts/test-variants.sh skips it): parsing, text and integers only */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

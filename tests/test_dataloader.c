@@ -7,6 +7,7 @@
  * rows_per_rank with an allreduce.
  * mpi-test: np 2 3 4
  */
+/* rounding-free (scripts/test-variants.sh skips it): parsing, text and integers only */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

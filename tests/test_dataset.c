@@ -1,4 +1,5 @@
 /* Datasets (verl JSONL schema), their shards, and GSM8K conversion (the dataloader: test_dataloader.c). */
+/* rounding-free (scripts/test-variants.sh skips it): parsing, text and integers only */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -16,6 +16,7 @@
  * Where no mount namespace can be made, the same scenario runs with RLIMIT_FSIZE instead (EFBIG,
  * "File too large"), and the test says so; it never passes without running.
  */
+/* rounding-free (scripts/test-variants.sh skips it): exit codes, files, two runs of one build compared */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

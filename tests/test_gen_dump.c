@@ -4,6 +4,7 @@
  * hand-made scored batch (score is the summed token_level_scores, not the scorer's score), the
  * file names per data-parallel rank, the atomic write and its error naming the setting.
  */
+/* rounding-free (scripts/test-variants.sh skips it): parsing, text and integers only */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -5,6 +5,7 @@
  * templates with the expected message and line:column, runtime errors,
  * raise_exception, the limits against runaway templates, and strftime_now.
  */
+/* rounding-free (scripts/test-variants.sh skips it): parsing, text and integers only */
 #include "distflow/jinja.h"
 
 #include <setjmp.h>

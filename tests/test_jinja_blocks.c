@@ -8,6 +8,7 @@
  * extends / block, %-formatting of strings): refused with a message naming the
  * line and column, never a crash; and malformed uses of the new syntax.
  */
+/* rounding-free (scripts/test-variants.sh skips it): parsing, text and integers only */
 #include "distflow/jinja.h"
 
 #include <setjmp.h>

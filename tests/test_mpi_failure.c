@@ -8,6 +8,7 @@
  * the rank, the node and the cause. Skipped when distflow was built without
  * MPI.
  */
+/* rounding-free (scripts/test-variants.sh skips it): exit codes, files, two runs of one build compared */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

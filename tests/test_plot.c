@@ -4,6 +4,7 @@
  * drawn per panel and per --keys key, checked for the PNG signature, the page size in their IHDR
  * chunk, a plausible size and no temporary left behind. (test_loggers plots a real run's file.)
  */
+/* rounding-free (scripts/test-variants.sh skips it): parsing, text and integers only */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -17,6 +17,7 @@
  * and dies at once on a second signal.
  * mpi-test: np 2
  */
+/* rounding-free (scripts/test-variants.sh skips it): exit codes, files, two runs of one build compared */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

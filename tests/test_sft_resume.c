@@ -17,6 +17,7 @@
  * weights and the banners say which dtype ran; elsewhere the default gives one notice and the same
  * float32 weights.
  */
+/* rounding-free (scripts/test-variants.sh skips it): exit codes, files, two runs of one build compared */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

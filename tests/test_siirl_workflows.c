@@ -11,6 +11,7 @@
  * A file that is accepted must train: `train` runs one step of a tiny random
  * model on a one-rank job, so its setup got past validation and its graph ran.
  */
+/* rounding-free (scripts/test-variants.sh skips it): verdicts and messages of plan / check / train */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

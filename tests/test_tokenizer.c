@@ -4,6 +4,7 @@
  * malformed files, a hand-made tokenizer.json for the pipeline options, the
  * BPE trainer, thread safety and GSM8K encoding throughput.
  */
+/* rounding-free (scripts/test-variants.sh skips it): parsing, text and integers only */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -4,6 +4,7 @@
  * and every kind of malformed block, which must become a call carrying the error text for the
  * model rather than a failure of the parser.
  */
+/* rounding-free (scripts/test-variants.sh skips it): parsing, text and integers only */
 #include "distflow/agent.h"
 
 #include <setjmp.h>

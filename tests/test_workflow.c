@@ -1,5 +1,6 @@
 /* Unit tests for workflow files (df_workflow_load, include/distflow/dag.h) and
  * per-node config overrides (df_config_with_overrides, include/distflow/config.h). */
+/* rounding-free (scripts/test-variants.sh skips it): parsing, text and integers only */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -8,6 +8,7 @@
  * agree: a tool config file (df_yaml_file_json) and a config map value (df_config_map_json) give
  * the same JSON for the same mapping.
  */
+/* rounding-free (scripts/test-variants.sh skips it): parsing, text and integers only */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
