@@ -29,6 +29,8 @@ PKGS=(
   libomp-dev          # OpenMP for clang builds (gcc ships its own)
   libopenmpi-dev      # MPI comm backend (without it: single-process build)
   openmpi-bin         # mpirun / mpiexec: multi-rank runs and the test_comm_mpi_np* tests
+  python3             # test_reward_python: a reward function written in Python (custom_reward_function.path
+                      # a .py file) runs in a python3 child; distflow itself needs none
 )
 
 # Optional group, with --fuzz: make fuzz builds the libFuzzer targets with clang; make test-asan

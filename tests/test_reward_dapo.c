@@ -172,7 +172,7 @@ static void test_manager_selection(void **state)
     df_batch_drop(b, "token_level_scores");
     cfg.manager = "prime";
     assert_error_mentions(df_reward_manager_run(&cfg, b, RESP, NULL, NULL, NULL, NULL), DF_ENOTFOUND,
-                          "unknown reward manager 'prime' (known: naive, dapo, embodied)");
+                          "unknown reward manager 'prime' (known: naive, dapo, batch, embodied)");
     assert_false(df_batch_has(b, "token_level_scores"));
     assert_error_mentions(df_reward_manager_check(&cfg), DF_ENOTFOUND, "'prime'");
     cfg.manager = "Naive"; /* names are exact, as verl's registry */
@@ -357,7 +357,7 @@ static void test_cli_config_check(void **state)
     assert_non_null(strstr(out, "ok\n"));
     assert_int_equal(config_check(DEMO("dapo") " reward_model.reward_manager=prime", out, sizeof out), 1);
     assert_non_null(strstr(out, "error: reward_model.reward_manager='prime' (command line): unknown reward "
-                                "manager 'prime' (known: naive, dapo, embodied)"));
+                                "manager 'prime' (known: naive, dapo, batch, embodied)"));
     assert_int_equal(config_check(DEMO("dapo") " --world 3", out, sizeof out), 1);
     assert_non_null(strstr(out, "not divisible by the 3 data-parallel ranks"));
     assert_int_equal(config_check(DEMO("dapo") " --world 0", out, sizeof out), 1);

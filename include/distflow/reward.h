@@ -218,6 +218,54 @@ DF_API int df_reward_math_dapo(const char *data_source, const char *solution_str
 DF_API int df_reward_synthetic(const char *data_source, const char *solution_str,
                                const char *ground_truth, const char *extra_info, double *score);
 
+/* ---- Python reward functions (verl's custom_reward_function as a .py file) -- */
+
+/**
+ * A reward function written in Python, as verl users write them: a `python3` child process
+ * that imports the file and calls the function for the reward managers. Opaque; one per
+ * process that scores (each MPI rank its own).
+ */
+typedef struct df_reward_python df_reward_python;
+
+/**
+ * Start `python3` (found on PATH; the environment variable DF_PYTHON names another
+ * interpreter), import the file `path` as verl's get_custom_reward_fn does (module name
+ * "custom_module", PYTHONPATH as inherited) and look up the callable `name`. `kwargs_json`
+ * (NULL: none) is a JSON object whose members are passed to every call as keyword arguments
+ * (verl's custom_reward_function.reward_kwargs). With `batch` false each response is scored
+ * by name(data_source=, solution_str=, ground_truth=, extra_info=, **kwargs) (verl's
+ * NaiveRewardManager); with `batch` true one call takes a whole batch,
+ * name(data_sources=, solution_strs=, ground_truths=, extra_infos=, **kwargs), and returns a
+ * list (verl's BatchRewardManager). The child prints to the inherited stdout / stderr; the
+ * requests and results travel over a socket of their own.
+ * Errors: DF_ENOTFOUND (no interpreter; the file cannot be read), DF_EINVAL (the import
+ * raised, or `name` is missing or not callable: the message quotes Python's), DF_EIO, DF_ENOMEM.
+ */
+DF_API int df_reward_python_open(const char *path, const char *name, const char *kwargs_json, bool batch,
+                                 df_reward_python **out);
+
+/**
+ * Score n responses (the rows' data_source, decoded response, ground truth text and
+ * extra_info JSON text; extra_info NULL or an entry NULL: Python None, else the parsed
+ * object) with one request to the child. Each result is read as verl's reward managers read
+ * it: a number (bool, int, float) is the score; a dict must hold "score", and its "acc"
+ * (truthiness) and "pred" (str()) fill out[i].acc / .pred (extra_pred true); without "acc",
+ * acc = (score == 1.0), as for a df_reward_fn. A score that is not finite is an error.
+ * Errors (out unspecified): DF_EINVAL (the function raised or returned something else: the
+ * message names the row and quotes Python's traceback; batch mode: a list of the wrong
+ * length), DF_EIO (the child died: its exit status or signal), DF_ENOMEM. After an error the
+ * child keeps running, except after DF_EIO; every later call then fails with DF_EIO.
+ */
+DF_API int df_reward_python_score(df_reward_python *p, int64_t n, const char *const *data_source,
+                                  const char *const *solution_str, const char *const *ground_truth,
+                                  const char *const *extra_info, df_reward_result *out);
+
+/** The batch flag df_reward_python_open was given. */
+DF_API bool df_reward_python_batched(const df_reward_python *p);
+
+/** End the child (EOF on its socket, then SIGKILL if it has not exited within 2 s) and free p. */
+DF_API void df_reward_python_close(df_reward_python *p);
+
 /* ---- naive reward manager -------------------------------------------------- */
 
 /**
@@ -236,9 +284,13 @@ typedef struct df_reward_manager_cfg {
     const char *reward_fn_key;
     /** When non-NULL, used for every row instead of the registry (verl custom_reward_function). */
     df_reward_fn compute_score;
+    /** When non-NULL, scores every row with one request per batch (custom_reward_function.path a
+        Python file); takes precedence over compute_score and the registry. */
+    df_reward_python *python;
     /** Keyword arguments of the built-in scorers (custom_reward_function.reward_kwargs.*); NULL: defaults. */
     const df_reward_kwargs *kwargs;
-    /** Reward manager (reward_model.reward_manager): "naive" or "dapo"; NULL / "" = "naive". */
+    /** Reward manager (reward_model.reward_manager): "naive", "dapo" or "batch" (naive scoring by a
+        `python` opened in batch mode, verl's BatchRewardManager); NULL / "" = "naive". */
     const char *manager;
     /** dapo: data.max_response_length, the length the overlong ramp ends at (tokens). */
     int64_t max_resp_len;
@@ -267,7 +319,7 @@ typedef struct df_reward_manager_cfg {
  * columns are dropped.
  *
  * Rows are scored as df_reward_compute with cfg->kwargs (or by
- * cfg->compute_score). Outputs (each may be NULL): scores[n] per-sample score,
+ * cfg->compute_score, or all at once by cfg->python). Outputs (each may be NULL): scores[n] per-sample score,
  * acc[n] the scorer's acc as 1.0 / 0.0 (verl's "acc" of reward_extra_info;
  * for a df_reward_fn without one: 1.0 where the score equals 1.0),
  * *n_empty the number of zero-length responses.
@@ -316,7 +368,7 @@ DF_API int df_reward_dapo(const df_reward_manager_cfg *cfg, df_batch *b, const c
                           float *scores, float *acc, float *overlong_reward, int64_t *n_empty);
 
 /**
- * Check `cfg` before scoring: the manager name is known ("naive", "dapo"; NULL
+ * Check `cfg` before scoring: the manager name is known ("naive", "dapo", "batch", "embodied"; NULL
  * or "" mean "naive") — else DF_ENOTFOUND with a message naming it and listing
  * the known ones — and, for dapo with the buffer enabled, max_resp_len >= 1,
  * overlong_buffer.len >= 0 and penalty_factor >= 0 (DF_EINVAL). NULL cfg: 0.
@@ -324,9 +376,11 @@ DF_API int df_reward_dapo(const df_reward_manager_cfg *cfg, df_batch *b, const c
 DF_API int df_reward_manager_check(const df_reward_manager_cfg *cfg);
 
 /**
- * Run the manager cfg->manager selects: df_reward_naive or df_reward_dapo
- * (same arguments; overlong_reward[n], may be NULL, is all 0.0 for naive).
- * Errors: those of df_reward_manager_check, then of the manager.
+ * Run the manager cfg->manager selects: df_reward_naive (naive, batch) or df_reward_dapo
+ * (same arguments; overlong_reward[n], may be NULL, is all 0.0 but for dapo).
+ * Errors: those of df_reward_manager_check; DF_EINVAL when "batch" comes without a batched
+ * cfg->python or a batched one with another manager; DF_EUNSUPPORTED for "embodied"; then the
+ * manager's.
  */
 DF_API int df_reward_manager_run(const df_reward_manager_cfg *cfg, df_batch *b, const char *const *responses,
                                  float *scores, float *acc, float *overlong_reward, int64_t *n_empty);

@@ -252,13 +252,18 @@ const char *df_worker_mp_key(df_node_role role, const df_train_config *t, int64_
  * df_train_check) or loaded (load true: the worker, after the check):
  * algorithm.adv_estimator and actor.policy_loss.loss_mode when they are plugin refs
  * ("path/to/libx.so:symbol", a descriptor object), registered under the ref (names that are not
- * refs are left to the registries); custom_reward_function.path / .name (verl's key: a shared
- * library exporting a df_reward_fn), stored in *score when loading (score may be NULL; unchanged
- * when no path is set). c is resolved into t; c names keys in messages.
+ * refs are left to the registries); custom_reward_function.path / .name (verl's key): a shared
+ * library exporting a df_reward_fn, stored in *score when loading, or a Python file (".py"),
+ * read when checking and started when loading into *python (df_reward_python_open, batch mode
+ * with reward_model.reward_manager=batch; the config's reward_kwargs its keyword arguments;
+ * the caller closes it). score / python may be NULL when not loading; unchanged when no path is
+ * set. c is resolved into t; c names keys in messages.
  * Errors: those of df_plugin_adv_estimator / df_plugin_policy_loss / df_plugin_check /
- * df_plugin_symbol, naming the key.
+ * df_plugin_symbol / df_reward_python_open, naming the key; DF_EINVAL for reward_manager=batch
+ * without a .py path.
  */
-int df_worker_plugins(const df_config *c, const df_train_config *t, bool load, df_reward_fn *score);
+int df_worker_plugins(const df_config *c, const df_train_config *t, bool load, df_reward_fn *score,
+                      df_reward_python **python);
 /**
  * dag.env_enable / dag.environment_path (distflow/env.h): with env_enable, the environment the path
  * names is resolved — a config file, a built-in class or a plugin ref — and its config tried; a

@@ -16,6 +16,33 @@ static int need_str_col(const df_batch *b, const char *name)
     return DF_OK;
 }
 
+/* Every row scored by cfg->python in one request into *out (n results; NULL when n is 0). */
+static int score_python(const df_reward_manager_cfg *cfg, const df_batch *b, const char *key,
+                        const char *const *responses, bool has_extra, df_reward_result **out)
+{
+    int64_t n = df_batch_size(b);
+    size_t m = (size_t)(n ? n : 1);
+    const char **src = malloc(m * sizeof *src), **gt = malloc(m * sizeof *gt);
+    const char **extra = malloc(m * sizeof *extra);
+    *out = malloc(m * sizeof **out);
+    int rc = src && gt && extra && *out ? DF_OK : df_error(DF_ENOMEM, "reward manager: out of memory");
+    for (int64_t i = 0; !rc && i < n; i++) {
+        src[i] = df_batch_str(b, key, i);
+        gt[i] = df_batch_str(b, "ground_truth", i);
+        extra[i] = has_extra ? df_batch_str(b, "extra_info", i) : NULL;
+    }
+    if (!rc)
+        rc = df_reward_python_score(cfg->python, n, src, responses, gt, extra, *out);
+    free(src);
+    free(gt);
+    free(extra);
+    if (rc) {
+        free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
 int df_reward_naive(const df_reward_manager_cfg *cfg, df_batch *b, const char *const *responses,
                     float *scores, float *acc, int64_t *n_empty)
 {
@@ -39,6 +66,14 @@ int df_reward_naive(const df_reward_manager_cfg *cfg, df_batch *b, const char *c
        reward manager scores the decoded response alone (src/workers/rollout/agent_loop.h) */
     const float *env_ret = df_batch_f32(b, "env_return");
 
+    df_reward_result *py = NULL; /* cfg->python's results, one request for the batch */
+    if (cfg && cfg->python && !env_ret) {
+        for (int64_t i = 0; i < n; i++)
+            if (!responses[i])
+                return df_error(DF_EINVAL, "reward manager: row %lld has no decoded response", (long long)i);
+        if ((rc = score_python(cfg, b, key, responses, has_extra, &py)))
+            return rc;
+    }
     /* score every row first, so a failure leaves the batch untouched */
     double *sc = malloc((size_t)(n ? n : 1) * sizeof *sc);
     bool *ok = malloc((size_t)(n ? n : 1) * sizeof *ok);
@@ -51,6 +86,7 @@ int df_reward_naive(const df_reward_manager_cfg *cfg, df_batch *b, const char *c
         free(pred);
         free(preds);
         free(valid);
+        free(py);
         return df_error(DF_ENOMEM, "reward manager: out of memory");
     }
     const char *last_src = NULL; /* one-entry cache: batches usually hold one data_source */
@@ -63,7 +99,7 @@ int df_reward_naive(const df_reward_manager_cfg *cfg, df_batch *b, const char *c
             sc[i] = env_ret[i], ok[i] = env_ret[i] > 0, pred[i][0] = 0, preds[i] = pred[i];
             continue;
         }
-        if (!custom && (!last_src || strcmp(src, last_src))) {
+        if (!py && !custom && (!last_src || strcmp(src, last_src))) {
             if ((rc = df_reward_resolve(src, &fn, &kw))) {
                 rc = df_error_wrap(rc, "reward manager: row %lld", (long long)i);
                 break;
@@ -71,8 +107,12 @@ int df_reward_naive(const df_reward_manager_cfg *cfg, df_batch *b, const char *c
             last_src = src;
         }
         df_reward_result res;
-        rc = df_reward_call(fn, kw, src, responses[i] ? responses[i] : "", df_batch_str(b, "ground_truth", i),
-                            has_extra ? df_batch_str(b, "extra_info", i) : NULL, cfg ? cfg->kwargs : NULL, &res);
+        if (py)
+            res = py[i];
+        else
+            rc = df_reward_call(fn, kw, src, responses[i] ? responses[i] : "", df_batch_str(b, "ground_truth", i),
+                                has_extra ? df_batch_str(b, "extra_info", i) : NULL, cfg ? cfg->kwargs : NULL,
+                                &res);
         sc[i] = res.score;
         ok[i] = res.acc;
         memcpy(pred[i], res.extra_pred ? res.pred : "", res.extra_pred ? sizeof res.pred : 1);
@@ -97,6 +137,7 @@ int df_reward_naive(const df_reward_manager_cfg *cfg, df_batch *b, const char *c
     free(pred);
     free(preds);
     free(valid);
+    free(py);
     if (rc) {
         df_batch_drop(b, "pred");
         df_batch_drop(b, "pred_valid");

@@ -430,7 +430,7 @@ int df_dag_worker_create(const df_config *cfg, df_comm *comm, df_dag_worker **ou
     if (!rc) /* a slot of role workers per agent group (agents.c); slot 0 is the fields below */
         rc = df_worker_setup_agents(w);
     if (!rc) /* checked from their files above; now their code */
-        rc = df_worker_plugins(cfg, t, true, &w->reward.cfg.compute_score);
+        rc = df_worker_plugins(cfg, t, true, &w->reward.cfg.compute_score, &w->reward.cfg.python);
     if (!rc) /* tools, interactions or the environment of the rollout's agent loop */
         rc = df_worker_multi_turn(cfg, t, &w->rollout.agent);
     if (!rc)

@@ -79,7 +79,7 @@ static int need_scorer(void *user, const char *value, const char *file, int64_t 
     snprintf(why, sizeof why, "%s", df_last_error());
     return df_error(DF_ENOTFOUND,
                     "%s: %s:%lld: %s. Every response to these prompts would fail at its reward: give the "
-                    "rows a known data_source, set custom_reward_function.path to a library that scores "
+                    "rows a known data_source, set custom_reward_function.path to a Python file or library that scores "
                     "them, or register a scorer (df_reward_register) from a plugin",
                     (const char *)user, file, (long long)line, why);
 }

@@ -19,9 +19,11 @@
 #include "distflow/env.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- settings and graph shapes distflow does not run -------------------------- */
 
@@ -375,13 +377,77 @@ static int layouts(const df_config *c, const df_train_config *t, const df_plan *
     return rc;
 }
 
-/* verl's custom_reward_function: `path` is a shared library here (a Python file there), `name`
- * the df_reward_fn it exports; checked from the file, or loaded into *score. */
-static int custom_reward(const df_config *c, const df_train_config *t, bool load, df_reward_fn *score)
+static bool python_file(const char *path)
+{
+    size_t n = path ? strlen(path) : 0;
+    return n > 3 && !strcmp(path + n - 3, ".py");
+}
+
+/* Whether the config's value of `key` was chosen (a file, the command line), not a default. */
+static bool chosen(const df_config *c, const char *key)
+{
+    const char *w = df_config_where(c, key);
+    return strcmp(w, "default") && strncmp(w, "derived from", 12);
+}
+
+/* The custom_reward_function.reward_kwargs.* the config sets, as the JSON object text a Python
+ * reward function gets them in (verl passes its reward_kwargs map as keyword arguments). */
+static int python_kwargs(const df_config *c, const struct df_train_custom_reward_function_reward_kwargs *kw,
+                         char **out)
+{
+#define KW "custom_reward_function.reward_kwargs."
+    json_t *o = json_object();
+    if (o && chosen(c, KW "method"))
+        json_object_set_new(o, "method", json_string(kw->method));
+    if (o && chosen(c, KW "format_score"))
+        json_object_set_new(o, "format_score", json_real(kw->format_score));
+    if (o && chosen(c, KW "score"))
+        json_object_set_new(o, "score", json_real(kw->score));
+    if (o && chosen(c, KW "gsm8k_match"))
+        json_object_set_new(o, "gsm8k_match", json_string(kw->gsm8k_match));
+    if (o && chosen(c, KW "strict_box_verify"))
+        json_object_set_new(o, "strict_box_verify", json_boolean(kw->strict_box_verify));
+#undef KW
+    *out = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return *out ? DF_OK : df_error(DF_ENOMEM, "out of memory");
+}
+
+/* verl's custom_reward_function as a Python file: read here; started (a python3 child) into
+ * *python when loading, in batch mode with reward_model.reward_manager=batch. */
+static int python_reward(const df_config *c, const df_train_config *t, bool load, df_reward_python **python)
 {
     const struct df_train_custom_reward_function *f = &t->custom_reward_function;
+    const char *where = df_config_where(c, "custom_reward_function.path");
+    if (access(f->path, R_OK))
+        return df_error(DF_ENOTFOUND, "%s: custom_reward_function.path: cannot read %s: %s", where, f->path,
+                        strerror(errno));
+    if (!load)
+        return DF_OK;
+    char *kwargs = NULL;
+    int rc = python_kwargs(c, &f->reward_kwargs, &kwargs);
+    if (!rc)
+        rc = df_reward_python_open(f->path, f->name, kwargs, !strcmp(t->reward_model.reward_manager, "batch"),
+                                   python);
+    free(kwargs);
+    return rc ? df_error_wrap(rc, "%s: custom_reward_function.path / .name", where) : DF_OK;
+}
+
+/* verl's custom_reward_function: `path` a Python file (python_reward) or a shared library
+ * exporting the df_reward_fn `name`; checked from the file, or loaded into *score / *python. */
+static int custom_reward(const df_config *c, const df_train_config *t, bool load, df_reward_fn *score,
+                         df_reward_python **python)
+{
+    const struct df_train_custom_reward_function *f = &t->custom_reward_function;
+    if (!strcmp(t->reward_model.reward_manager, "batch") && !python_file(f->path))
+        return df_error(DF_EINVAL,
+                        "%s: reward_model.reward_manager=batch calls a Python reward function with whole "
+                        "batches (verl's BatchRewardManager): set custom_reward_function.path to a .py file",
+                        df_config_where(c, "reward_model.reward_manager"));
     if (!f->path)
         return DF_OK;
+    if (python_file(f->path))
+        return python_reward(c, t, load, python);
     const struct df_train_custom_reward_function_reward_kwargs *kw = &f->reward_kwargs;
     if (strcmp(kw->method, "strict") || kw->format_score != 0.0 || kw->score != 1.0 ||
         strcmp(kw->gsm8k_match, "first") || kw->strict_box_verify)
@@ -404,7 +470,8 @@ static int custom_reward(const df_config *c, const df_train_config *t, bool load
     return DF_OK;
 }
 
-int df_worker_plugins(const df_config *c, const df_train_config *t, bool load, df_reward_fn *score)
+int df_worker_plugins(const df_config *c, const df_train_config *t, bool load, df_reward_fn *score,
+                      df_reward_python **python)
 {
     int rc = df_plugin_adv_estimator(t->algorithm.adv_estimator, load);
     if (rc)
@@ -412,7 +479,7 @@ int df_worker_plugins(const df_config *c, const df_train_config *t, bool load, d
     const char *loss_key = "actor_rollout_ref.actor.policy_loss.loss_mode";
     if ((rc = df_plugin_policy_loss(t->actor_rollout_ref.actor.policy_loss.loss_mode, load)))
         return df_error_wrap(rc, "%s: %s", df_config_where(c, loss_key), loss_key);
-    return custom_reward(c, t, load, score);
+    return custom_reward(c, t, load, score, python);
 }
 
 /* df_env_spec_load's loader for `config check` / `plan`: the library file is read (the df_env object's
@@ -618,7 +685,7 @@ int df_train_check(const df_config *cfg, int world, df_warn_fn warn, void *user,
     if (!rc)
         rc = check_supported(cfg, &t);
     if (!rc) /* before planning: the estimator's descriptor picks the pipeline */
-        rc = df_worker_plugins(cfg, &t, false, NULL);
+        rc = df_worker_plugins(cfg, &t, false, NULL, NULL);
     if (!rc)
         rc = df_worker_env(cfg, &t, false, NULL);
     if (!rc)

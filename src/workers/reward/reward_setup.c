@@ -135,6 +135,8 @@ int df_worker_setup_reward_model(df_dag_worker *w)
 void df_worker_free_reward(df_dag_worker *w)
 {
     df_reward_model_free(w->reward.rm);
+    df_reward_python_close(w->reward.cfg.python);
+    w->reward.cfg.python = NULL;
     df_tokenizer_free(w->reward.rm_tok);
     df_tokenizer_free(w->reward.input_tok);
     memset(&w->reward.scorer, 0, sizeof w->reward.scorer);

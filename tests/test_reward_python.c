@@ -1,0 +1,323 @@
+/*
+ * test_reward_python.c — verl's custom_reward_function as a Python file (df_reward_python_*,
+ * src/algo/reward/python.c; docs/rewards.md "Python reward functions"): the functions of
+ * tests/fixtures/reward_python/rewards.py called per response and per batch, their results read
+ * as verl's reward managers read them, every failure a message naming the file, the function and
+ * the row; then df_reward_naive with the bridge, and `train` / `config check` with the keys.
+ * Needs python3 (scripts/install-deps.sh installs it).
+ * mpi-test: np 2
+ * (each rank its own python3 children; as a plain ctest it runs with one rank.)
+ */
+/* rounding-free (scripts/test-variants.sh skips it): Python scores, exact; no engine value is compared */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "distflow/reward.h"
+#include "testutil.h"
+
+#define FIX DF_SOURCE_DIR "/tests/fixtures/reward_python"
+#define REWARDS FIX "/rewards.py"
+
+static const char *const SRC[] = {"src/a", "src/b", "src/c"};
+static const char *const SOL[] = {"1.5", "2", "-4"};
+static const char *const GT[] = {"1.5", "7", "-4"};
+static const char *const EXTRA[] = {"{\"index\": 10}", NULL, "{\"index\": 12}"};
+
+static df_reward_python *open_ok(const char *name, const char *kwargs, bool batch)
+{
+    df_reward_python *p = NULL;
+    if (df_reward_python_open(REWARDS, name, kwargs, batch, &p))
+        fail_msg("open %s: %s", name, df_last_error());
+    return p;
+}
+
+/* Each argument reaches its parameter, kwargs arrive as keyword arguments, a dict's score / acc /
+   pred are read, and the function's print() does not disturb the replies. */
+static void test_per_response(void **state)
+{
+    (void)state;
+    df_reward_python *p = open_ok("echo", "{\"bonus\": 0.5, \"tag\": \"x\"}", false);
+    assert_false(df_reward_python_batched(p));
+    df_reward_result r[3];
+    for (int round = 0; round < 2; round++) { /* the child serves request after request */
+        assert_int_equal(df_reward_python_score(p, 3, SRC, SOL, GT, EXTRA, r), 0);
+        const double want[] = {2.0, 2.5, -3.5};
+        const bool acc[] = {true, false, true};
+        const char *pred[] = {"src/a|1.5|10|tag", "src/b|7|None|tag", "src/c|-4|12|tag"};
+        for (int i = 0; i < 3; i++) {
+            assert_true(r[i].score == want[i]);
+            assert_int_equal(r[i].acc, acc[i]);
+            assert_true(r[i].extra_pred);
+            assert_string_equal(r[i].pred, pred[i]);
+        }
+    }
+    assert_int_equal(df_reward_python_score(p, 0, NULL, NULL, NULL, NULL, NULL), 0);
+    df_reward_python_close(p);
+}
+
+/* A bare number is the score (bool True = 1, int 0); acc is then score == 1, as for a df_reward_fn;
+   extra_info may be NULL as a whole. */
+static void test_plain_numbers(void **state)
+{
+    (void)state;
+    df_reward_python *p = open_ok("plain", NULL, false);
+    df_reward_result r[3];
+    assert_int_equal(df_reward_python_score(p, 3, SRC, SOL, GT, NULL, r), 0);
+    const double want[] = {1, 0, 1};
+    for (int i = 0; i < 3; i++) {
+        assert_true(r[i].score == want[i]);
+        assert_int_equal(r[i].acc, want[i] == 1);
+        assert_false(r[i].extra_pred);
+        assert_string_equal(r[i].pred, "");
+    }
+    df_reward_python_close(p);
+}
+
+/* verl's BatchRewardManager form: one call with lists, its kwargs, one result per response. */
+static void test_batch(void **state)
+{
+    (void)state;
+    df_reward_python *p = open_ok("batch_lengths", "{\"scale\": 2}", true);
+    assert_true(df_reward_python_batched(p));
+    df_reward_result r[3];
+    assert_int_equal(df_reward_python_score(p, 3, SRC, SOL, GT, EXTRA, r), 0);
+    const double want[] = {6, 2, 4};
+    for (int i = 0; i < 3; i++)
+        assert_true(r[i].score == want[i]);
+    df_reward_python_close(p);
+
+    p = open_ok("batch_short", NULL, true);
+    assert_int_equal(df_reward_python_score(p, 3, SRC, SOL, GT, EXTRA, r), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "2 results for 3 responses"));
+    df_reward_python_close(p);
+}
+
+/* Opening fails with the reason: no file, a syntax error (Python's own message), no such function,
+   a name that is not a function, no interpreter. */
+static void test_open_errors(void **state)
+{
+    (void)state;
+    df_reward_python *p = (df_reward_python *)1;
+    assert_int_equal(df_reward_python_open(FIX "/missing.py", "f", NULL, false, &p), DF_ENOTFOUND);
+    assert_null(p);
+    assert_non_null(strstr(df_last_error(), "missing.py"));
+    assert_int_equal(df_reward_python_open(FIX "/broken.py", "compute_score", NULL, false, &p), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "broken.py:compute_score"));
+    assert_non_null(strstr(df_last_error(), "SyntaxError"));
+    assert_int_equal(df_reward_python_open(REWARDS, "nope", NULL, false, &p), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "defines no function 'nope'"));
+    assert_int_equal(df_reward_python_open(REWARDS, "not_callable", NULL, false, &p), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "defines no function 'not_callable'"));
+    setenv("DF_PYTHON", "/nonexistent/python3", 1);
+    assert_int_equal(df_reward_python_open(REWARDS, "plain", NULL, false, &p), DF_ENOTFOUND);
+    unsetenv("DF_PYTHON");
+    assert_non_null(strstr(df_last_error(), "Python 3 interpreter"));
+    assert_null(p);
+}
+
+/* A call that fails names the function, the row and Python's reason; the child lives on. */
+static void test_call_errors(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *fn, *sol1, *want;
+    } cases[] = {
+        {"raises", "boom", "ValueError: cannot score boom"},
+        {"returns_text", "2", "the score is a string, '1.0'"},
+        {"returns_nan", "2", "the score is nan"},
+        {"no_score", "2", "a dict without \"score\" (keys: acc)"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        df_reward_python *p = open_ok(cases[c].fn, NULL, false);
+        const char *sol[] = {"1", cases[c].sol1, "3"};
+        df_reward_result r[3];
+        assert_int_equal(df_reward_python_score(p, 3, SRC, sol, GT, EXTRA, r), DF_EINVAL);
+        const char *msg = df_last_error();
+        if (!strstr(msg, cases[c].want) || !strstr(msg, "rewards.py:") || !strstr(msg, cases[c].fn))
+            fail_msg("%s: %s", cases[c].fn, msg);
+        if (!strcmp(cases[c].fn, "raises")) { /* the row that raised; the next batch is scored */
+            assert_non_null(strstr(msg, "(response 1 of the batch)"));
+            const char *fine[] = {"1", "2", "3"};
+            assert_int_equal(df_reward_python_score(p, 3, SRC, fine, GT, EXTRA, r), 0);
+        }
+        df_reward_python_close(p);
+    }
+}
+
+/* A child that exits mid-batch: DF_EIO with its exit status, and every later call DF_EIO. */
+static void test_child_dies(void **state)
+{
+    (void)state;
+    df_reward_python *p = open_ok("dies", NULL, false);
+    df_reward_result r[3];
+    assert_int_equal(df_reward_python_score(p, 3, SRC, SOL, GT, EXTRA, r), DF_EIO);
+    assert_non_null(strstr(df_last_error(), "exited with status 3"));
+    assert_int_equal(df_reward_python_score(p, 3, SRC, SOL, GT, EXTRA, r), DF_EIO);
+    df_reward_python_close(p);
+}
+
+/* df_reward_naive with cfg.python: the reward_fn_key column is the data_source argument, the
+   ground_truth and extra_info columns theirs; scores on each response's last token, acc, and the
+   dict's pred kept as verl's reward_extra_info. */
+static void test_naive_manager(void **state)
+{
+    (void)state;
+    df_batch *b = df_batch_new(3);
+    const int64_t off[] = {0, 2, 3, 3};
+    const int32_t ids[] = {5, 6, 7};
+    const char *task[] = {"t0", "t1", "t2"};
+    assert_int_equal(df_batch_set_tok_i32(b, "response_ids", off, ids), 0);
+    assert_int_equal(df_batch_set_str(b, "data_source", SRC), 0);
+    assert_int_equal(df_batch_set_str(b, "task", task), 0);
+    assert_int_equal(df_batch_set_str(b, "ground_truth", GT), 0);
+    const char *extra[] = {"{\"index\": 10}", "{\"index\": 11}", "{\"index\": 12}"};
+    assert_int_equal(df_batch_set_str(b, "extra_info", extra), 0);
+    df_reward_manager_cfg cfg = {.reward_fn_key = "task", .python = open_ok("echo", NULL, false)};
+    float scores[3], acc[3];
+    int64_t empty = -1;
+    assert_int_equal(df_reward_naive(&cfg, b, SOL, scores, acc, &empty), 0);
+    const float want[] = {1.5f, 2.0f, -4.0f}, want_acc[] = {1, 0, 1};
+    assert_memory_equal(scores, want, sizeof want);
+    assert_memory_equal(acc, want_acc, sizeof want_acc);
+    assert_int_equal(empty, 1);
+    const float *tls = df_batch_column(b, "token_level_scores")->data;
+    assert_true(tls[0] == 0.0f && tls[1] == 1.5f && tls[2] == 2.0f);
+    assert_string_equal(df_batch_str(b, "pred", 0), "t0|1.5|10|");
+    assert_string_equal(df_batch_str(b, "pred", 2), "t2|-4|12|");
+    df_reward_python_close(cfg.python);
+
+    /* the batch manager needs a batched bridge, and a batched bridge the batch manager */
+    cfg.manager = "batch";
+    cfg.python = open_ok("batch_lengths", NULL, true);
+    assert_int_equal(df_reward_manager_run(&cfg, b, SOL, scores, acc, NULL, NULL), 0);
+    assert_true(scores[0] == 3.0f && scores[1] == 1.0f && scores[2] == 2.0f);
+    cfg.manager = "naive";
+    assert_int_equal(df_reward_manager_run(&cfg, b, SOL, scores, acc, NULL, NULL), DF_EINVAL);
+    df_reward_python_close(cfg.python);
+    cfg.manager = "batch";
+    cfg.python = NULL;
+    assert_int_equal(df_reward_manager_run(&cfg, b, SOL, scores, acc, NULL, NULL), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "batch reward manager"));
+    df_batch_free(b);
+}
+
+/* ---- through config check and train ------------------------------------------------------- */
+
+static df_comm *world;
+static char dir[256];
+
+static int setup(void **state)
+{
+    (void)state;
+    if (df_comm_world(&world))
+        return -1;
+    return df_test_shared_inputs(world, "df_reward_python", 8, "test/digits", dir, sizeof dir);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    return df_test_shared_cleanup(world, dir);
+}
+
+/* A 2-step GRPO job on the digits rows with `reward` (YAML lines) into dir/`out`: its text in
+   yaml[2048], written to path[cap]. */
+static void write_job(const char *reward, const char *out, char *yaml, char *path, size_t cap)
+{
+    int len = snprintf(yaml, 2048,
+                       "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 4,\n"
+                       "       max_prompt_length: 128, max_response_length: 6}\n"
+                       "actor_rollout_ref:\n"
+                       "  model: {path: %s/model}\n"
+                       "  actor: {ppo_mini_batch_size: 4, ppo_micro_batch_size_per_gpu: 4, optim: {lr: 0.01}}\n"
+                       "  rollout: {n: 2, log_prob_micro_batch_size_per_gpu: 4}\n"
+                       "  ref: {log_prob_micro_batch_size_per_gpu: 4}\n"
+                       "algorithm: {adv_estimator: grpo}\n%s"
+                       "trainer: {total_training_steps: 2, save_freq: -1, test_freq: -1, val_before_train: false,\n"
+                       "          logger: [], default_local_dir: %s/%s}\n",
+                       dir, dir, reward, dir, out);
+    assert_true(len > 0 && len < 2048);
+    snprintf(path, cap, "%s/%s.yaml", dir, out);
+    assert_int_equal(df_write_file_atomic(path, yaml, strlen(yaml)), 0);
+}
+
+/* Every step's critic/score/mean is `want`: the Python function scored every response. */
+static void expect_scores(const char *out, double want)
+{
+    json_t *lines = df_test_metrics(dir, out, true), *o;
+    size_t i;
+    assert_int_equal(json_array_size(lines), 2);
+    json_array_foreach(lines, i, o) {
+        double got = df_test_metric(o, "critic/score/mean");
+        if (got != want)
+            fail_msg("%s step %zu: critic/score/mean %g, want %g", out, i + 1, got, want);
+    }
+    json_decref(lines);
+}
+
+/* train (on every rank of the world: each rank's reward node its own child) scores with the Python
+   function per response (naive, with a reward_kwargs key the config
+   sets passed on) and per batch (reward_manager=batch); 0.25 (+ format_score) only when the
+   arguments are the rows' data_source and ground truth. */
+static void test_train(void **state)
+{
+    (void)state;
+    char yaml[2048], path[512];
+    write_job("custom_reward_function: {path: " REWARDS ", name: digits_quarter,\n"
+              "                         reward_kwargs: {format_score: 0.5}}\n",
+              "naive", yaml, path, sizeof path);
+    df_test_run_ok(df_test_run(world, df_test_config(yaml, path, NULL, 0)), "naive");
+    expect_scores("naive", 0.75);
+    write_job("custom_reward_function: {path: " REWARDS ", name: digits_quarter_batch}\n"
+              "reward_model: {reward_manager: batch}\n",
+              "batch", yaml, path, sizeof path);
+    df_test_run_ok(df_test_run(world, df_test_config(yaml, path, NULL, 0)), "batch");
+    expect_scores("batch", 0.25);
+}
+
+/* config check refuses, naming the key: a missing .py file; the batch manager without a .py.
+   (One rank: a CLI child under mpiexec would take the job's MPI environment.) */
+static void test_config_check(void **state)
+{
+    (void)state;
+    if (df_comm_size(world) > 1)
+        return;
+    static const struct {
+        const char *reward, *want1, *want2;
+    } cases[] = {
+        {"custom_reward_function: {path: " FIX "/none.py}\n", "custom_reward_function.path", "none.py"},
+        {"reward_model: {reward_manager: batch}\n", "reward_model.reward_manager=batch", "a .py file"},
+        {"", NULL, NULL},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        char yaml[2048], path[512], cmd[1024], out[4096];
+        write_job(cases[c].reward, "check", yaml, path, sizeof path);
+        snprintf(cmd, sizeof cmd, "%s/distflow config check %s data.train_files=[%s/tests/fixtures/"
+                 "gsm8k_rows.jsonl] 2>&1", DF_BINARY_DIR, path, DF_SOURCE_DIR);
+        int st = df_test_command(cmd, out, sizeof out);
+        if (!cases[c].want1) {
+            assert_int_equal(st, 0);
+            continue;
+        }
+        if (st == 0 || !strstr(out, cases[c].want1) || !strstr(out, cases[c].want2))
+            fail_msg("case %zu: status %d, output %s", c, st, out);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_per_response), cmocka_unit_test(test_plain_numbers),
+        cmocka_unit_test(test_batch),        cmocka_unit_test(test_open_errors),
+        cmocka_unit_test(test_call_errors),  cmocka_unit_test(test_child_dies),
+        cmocka_unit_test(test_naive_manager), cmocka_unit_test(test_train),
+        cmocka_unit_test(test_config_check),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
