@@ -310,6 +310,32 @@ static void test_config_check(void **state)
     }
 }
 
+/* distflow eval --reward-function: every response scored by the Python function (0.25 for the
+   digits rows' arguments) or a library's df_reward_fn (tests/plugins/score_const.c, 0.25: the CLI
+   has no scorer of test/digits); a missing function refused naming the option. (One rank.) */
+static void test_eval(void **state)
+{
+    (void)state;
+    if (df_comm_size(world) > 1)
+        return;
+    static const struct {
+        const char *fn, *want1, *want2;
+        int status;
+    } cases[] = {
+        {REWARDS ":digits_quarter", "\nscore: 0.2500\n", "n_responses: 3\n", 0},
+        {DF_BINARY_DIR "/plugins/test/libscore_const.so:score_quarter", "\nscore: 0.2500\n", "n_responses: 3\n", 0},
+        {REWARDS ":nope", "--reward-function", "defines no function 'nope'", 1},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        char cmd[1024], out[8192];
+        snprintf(cmd, sizeof cmd, "%s/distflow eval --model %s/model --data %s/train.jsonl --limit 3 "
+                 "--max-response-length 4 --reward-function %s 2>&1", DF_BINARY_DIR, dir, dir, cases[c].fn);
+        int st = df_test_command(cmd, out, sizeof out);
+        if ((st != 0) != cases[c].status || !strstr(out, cases[c].want1) || !strstr(out, cases[c].want2))
+            fail_msg("%s: status %d, output %s", cases[c].fn, st, out);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -317,7 +343,7 @@ int main(void)
         cmocka_unit_test(test_batch),        cmocka_unit_test(test_open_errors),
         cmocka_unit_test(test_call_errors),  cmocka_unit_test(test_child_dies),
         cmocka_unit_test(test_naive_manager), cmocka_unit_test(test_train),
-        cmocka_unit_test(test_config_check),
+        cmocka_unit_test(test_config_check), cmocka_unit_test(test_eval),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

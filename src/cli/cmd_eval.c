@@ -18,7 +18,8 @@
 static const char *USAGE =
     "--model DIR --data FILE.jsonl [options]\n\n"
     "Generate responses for every prompt of a dataset in the verl schema (chat template applied,\n"
-    "as in training) and score them with the reward function of each row's data_source.\n"
+    "as in training) and score them with the reward function of each row's data_source\n"
+    "(or --reward-function's).\n"
     "Greedy decoding unless --temperature is given. Prints `metric: value` lines on stdout:\n"
     "accuracy (mean of acc: score == 1), score, n_prompts, n_responses, response_length, then\n"
     "verl's validation metrics per data source (val-core/<data_source>/acc/mean@<n>, and with\n"
@@ -45,6 +46,28 @@ static int fit_lengths(const df_opt *opts, const char *dir, const df_model_confi
     snprintf(b.why, sizeof b.why, "--max-prompt-length %lld%s + --max-response-length %lld", (long long)*max_prompt,
              given ? "" : " (default)", (long long)max_resp);
     return df_check_max_pos(cfg, dir, "command line", "--model", &b);
+}
+
+/* --reward-function FILE[:NAME] into *r: a Python file (.py, verl's custom_reward_function) or a
+ * library's exported df_reward_fn; NAME defaults to compute_score. */
+static int open_reward_function(const char *arg, df_reward_manager_cfg *r)
+{
+    const char *colon = strrchr(arg, ':');
+    bool named = colon && !strchr(colon, '/');
+    char *path = named ? strndup(arg, (size_t)(colon - arg)) : strdup(arg), *ref = NULL;
+    const char *name = named ? colon + 1 : "compute_score";
+    size_t n = path ? strlen(path) : 0;
+    int rc = path ? DF_OK : df_error(DF_ENOMEM, "out of memory");
+    void (*fn)(void) = NULL;
+    if (!rc && n > 3 && !strcmp(path + n - 3, ".py"))
+        rc = df_reward_python_open(path, name, NULL, false, &r->python);
+    else if (!rc && asprintf(&ref, "%s:%s", path, name) < 0)
+        rc = df_error(DF_ENOMEM, "out of memory");
+    else if (!rc && !(rc = df_plugin_symbol(ref, &fn)))
+        r->compute_score = (df_reward_fn)fn;
+    free(ref);
+    free(path);
+    return rc ? df_error_wrap(rc, "--reward-function %s", arg) : DF_OK;
 }
 
 /* Every rank's status, agreed (df_worker_group_sum over the world: a rank whose own step succeeded
@@ -76,7 +99,7 @@ int df_cmd_eval(int argc, char **argv)
     int64_t n = 1, top_k = -1, max_resp = 512, max_prompt = 1024, batch = 0, limit = 0, seed = 0;
     int64_t max_seqs = 512, max_turns = 0, max_user_turns = 0;
     double temperature = 0, top_p = 1.0;
-    const char *tool_cfg = NULL, *ia_cfg = NULL, *tmpl_kwargs = NULL;
+    const char *tool_cfg = NULL, *ia_cfg = NULL, *tmpl_kwargs = NULL, *reward_fn = NULL;
     df_opt opts[] = {
         {"model", DF_OPT_STR, &model, "HF model directory (required)", false},
         {"data", DF_OPT_STR, &data, "dataset, JSON lines in the verl RL schema (required)", false},
@@ -102,6 +125,9 @@ int df_cmd_eval(int argc, char **argv)
         {"max-user-turns", DF_OPT_INT, &max_user_turns, "multi-turn: interaction replies per conversation (default 0: no limit)", false},
         {"chat-template-kwargs", DF_OPT_STR, &tmpl_kwargs, "JSON object of chat-template variables for every prompt, "
          "e.g. '{\"enable_thinking\": false}' (as data.apply_chat_template_kwargs)", false},
+        {"reward-function", DF_OPT_STR, &reward_fn, "score every response with FILE.py[:NAME] (a verl reward "
+         "function, run in a python3 child; docs/rewards.md) or LIB.so[:NAME] (an exported df_reward_fn) instead of "
+         "the data_source scorers; NAME defaults to compute_score", false},
         {"output", DF_OPT_STR, &output, "write each response as a JSON line here (input, output, gts, score, acc, index, "
          "data_source), in the file's order, when the run succeeds (rank 0)", false},
         {0}};
@@ -149,6 +175,9 @@ int df_cmd_eval(int argc, char **argv)
     size_t dump_len = 0;
     if (!rc && output && rank == 0 && !(dump = open_memstream(&dump_buf, &dump_len)))
         rc = df_error(DF_ENOMEM, "out of memory collecting the responses for %s", output);
+    df_reward_manager_cfg rcfg = {0}; /* rank 0 scores every response */
+    if (!rc && reward_fn && rank == 0)
+        rc = open_reward_function(reward_fn, &rcfg);
     df_metrics *vm = rc ? NULL : df_metrics_new();
     if (!rc && !vm)
         rc = df_error(DF_ENOMEM, "out of memory");
@@ -171,7 +200,7 @@ int df_cmd_eval(int argc, char **argv)
     o.sp.stop_ids = tok ? df_tokenizer_eos_ids(tok, &o.sp.n_stop) : NULL;
     df_eval_result res;
     if (!rc)
-        rc = df_evaluate(e, m, tok, NULL, ds, &pc, &o, vm, &res);
+        rc = df_evaluate(e, m, tok, &rcfg, ds, &pc, &o, vm, &res);
     if (!rc && rank == 0) {
         printf("accuracy: %.4f\nscore: %.4f\nn_prompts: %lld\nn_responses: %lld\nresponse_length: %.2f\n",
                res.acc_mean, res.score_mean, (long long)res.n_prompts, (long long)res.n_responses,
@@ -184,6 +213,7 @@ int df_cmd_eval(int argc, char **argv)
         fflush(stdout);
     }
     df_metrics_free(vm);
+    df_reward_python_close(rcfg.python);
     if (dump)
         fclose(dump);
     if (!rc && dump && (rc = df_write_file_atomic(output, dump_buf, dump_len)))
