@@ -207,6 +207,35 @@ static void test_naive_manager(void **state)
     df_batch_free(b);
 }
 
+/* examples/rewards/gsm8k_format.py gives the scores of its C twin, examples/plugins/
+   score_gsm8k_format.c, which are the built-in scorer's with format_score 0.1 (df_reward_gsm8k_ex);
+   its dict also reports acc and the extracted answer. */
+static void test_example_matches_builtin(void **state)
+{
+    (void)state;
+    df_reward_python *p = NULL;
+    if (df_reward_python_open(DF_SOURCE_DIR "/examples/rewards/gsm8k_format.py", "compute_score", NULL, false, &p))
+        fail_msg("%s", df_last_error());
+    const char *src[] = {"openai/gsm8k", "openai/gsm8k", "openai/gsm8k", "openai/gsm8k", "openai/gsm8k"};
+    const char *sol[] = {"so 6 * 7 = 42\n#### 42", "#### 1,000", "I think #### 41", "the answer is 42",
+                         "#### $5 then #### 6"};
+    const char *gt[] = {"42", "1000", "42", "42", "5"};
+    df_reward_result r[5];
+    assert_int_equal(df_reward_python_score(p, 5, src, sol, gt, NULL, r), 0);
+    df_reward_kwargs kw = df_reward_kwargs_default();
+    kw.format_score = 0.1;
+    const double want[] = {1.0, 1.0, 0.1, 0.0, 0.1};
+    for (int i = 0; i < 5; i++) {
+        df_reward_result c;
+        assert_int_equal(df_reward_gsm8k_ex(sol[i], gt[i], &kw, &c), 0);
+        if (r[i].score != c.score || c.score != want[i])
+            fail_msg("'%s' vs '%s': Python %g, C %g, want %g", sol[i], gt[i], r[i].score, c.score, want[i]);
+        assert_int_equal(r[i].acc, c.acc);
+    }
+    assert_string_equal(r[1].pred, "1000");
+    df_reward_python_close(p);
+}
+
 /* ---- through config check and train ------------------------------------------------------- */
 
 static df_comm *world;
@@ -342,7 +371,8 @@ int main(void)
         cmocka_unit_test(test_per_response), cmocka_unit_test(test_plain_numbers),
         cmocka_unit_test(test_batch),        cmocka_unit_test(test_open_errors),
         cmocka_unit_test(test_call_errors),  cmocka_unit_test(test_child_dies),
-        cmocka_unit_test(test_naive_manager), cmocka_unit_test(test_train),
+        cmocka_unit_test(test_naive_manager), cmocka_unit_test(test_example_matches_builtin),
+        cmocka_unit_test(test_train),
         cmocka_unit_test(test_config_check), cmocka_unit_test(test_eval),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
