@@ -112,6 +112,10 @@ static void test_open_errors(void **state)
     assert_non_null(strstr(df_last_error(), "SyntaxError"));
     assert_int_equal(df_reward_python_open(REWARDS, "nope", NULL, false, &p), DF_EINVAL);
     assert_non_null(strstr(df_last_error(), "defines no function 'nope'"));
+    assert_int_equal(df_reward_python_open(REWARDS, "plain", "[1]", false, &p), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "must be a JSON object, got '[1]'"));
+    assert_int_equal(df_reward_python_open(REWARDS, "plain", "{\"a\": ", false, &p), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "must be a JSON object"));
     assert_int_equal(df_reward_python_open(REWARDS, "not_callable", NULL, false, &p), DF_EINVAL);
     assert_non_null(strstr(df_last_error(), "defines no function 'not_callable'"));
     setenv("DF_PYTHON", "/nonexistent/python3", 1);
@@ -354,6 +358,9 @@ static void test_eval(void **state)
         {REWARDS ":digits_quarter", "\nscore: 0.2500\n", "n_responses: 3\n", 0},
         {DF_BINARY_DIR "/plugins/test/libscore_const.so:score_quarter", "\nscore: 0.2500\n", "n_responses: 3\n", 0},
         {REWARDS ":nope", "--reward-function", "defines no function 'nope'", 1},
+        {REWARDS ":digits_quarter --reward-kwargs '{\"format_score\": 0.5}'", "\nscore: 0.7500\n", "n_prompts: 3", 0},
+        {DF_BINARY_DIR "/plugins/test/libscore_const.so:score_quarter --reward-kwargs '{}'", "--reward-kwargs",
+         "a library's df_reward_fn takes none", 1},
     };
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         char cmd[1024], out[8192];

@@ -238,8 +238,9 @@ typedef struct df_reward_python df_reward_python;
  * name(data_sources=, solution_strs=, ground_truths=, extra_infos=, **kwargs), and returns a
  * list (verl's BatchRewardManager). The child prints to the inherited stdout / stderr; the
  * requests and results travel over a socket of their own.
- * Errors: DF_ENOTFOUND (no interpreter; the file cannot be read), DF_EINVAL (the import
- * raised, or `name` is missing or not callable: the message quotes Python's), DF_EIO, DF_ENOMEM.
+ * Errors: DF_ENOTFOUND (no interpreter; the file cannot be read), DF_EINVAL (kwargs_json not a
+ * JSON object; the import raised, or `name` is missing or not callable: the message quotes
+ * Python's), DF_EIO, DF_ENOMEM.
  */
 DF_API int df_reward_python_open(const char *path, const char *name, const char *kwargs_json, bool batch,
                                  df_reward_python **out);

@@ -48,9 +48,10 @@ static int fit_lengths(const df_opt *opts, const char *dir, const df_model_confi
     return df_check_max_pos(cfg, dir, "command line", "--model", &b);
 }
 
-/* --reward-function FILE[:NAME] into *r: a Python file (.py, verl's custom_reward_function) or a
- * library's exported df_reward_fn; NAME defaults to compute_score. */
-static int open_reward_function(const char *arg, df_reward_manager_cfg *r)
+/* --reward-function FILE[:NAME] into *r: a Python file (.py, verl's custom_reward_function; kwargs,
+ * a JSON object or NULL, its keyword arguments) or a library's exported df_reward_fn; NAME defaults
+ * to compute_score. */
+static int open_reward_function(const char *arg, const char *kwargs, df_reward_manager_cfg *r)
 {
     const char *colon = strrchr(arg, ':');
     bool named = colon && !strchr(colon, '/');
@@ -60,7 +61,10 @@ static int open_reward_function(const char *arg, df_reward_manager_cfg *r)
     int rc = path ? DF_OK : df_error(DF_ENOMEM, "out of memory");
     void (*fn)(void) = NULL;
     if (!rc && n > 3 && !strcmp(path + n - 3, ".py"))
-        rc = df_reward_python_open(path, name, NULL, false, &r->python);
+        rc = df_reward_python_open(path, name, kwargs, false, &r->python);
+    else if (!rc && kwargs)
+        rc = df_error(DF_EINVAL, "--reward-kwargs: keyword arguments go to a Python reward function (a .py "
+                                 "file); a library's df_reward_fn takes none");
     else if (!rc && asprintf(&ref, "%s:%s", path, name) < 0)
         rc = df_error(DF_ENOMEM, "out of memory");
     else if (!rc && !(rc = df_plugin_symbol(ref, &fn)))
@@ -100,6 +104,7 @@ int df_cmd_eval(int argc, char **argv)
     int64_t max_seqs = 512, max_turns = 0, max_user_turns = 0;
     double temperature = 0, top_p = 1.0;
     const char *tool_cfg = NULL, *ia_cfg = NULL, *tmpl_kwargs = NULL, *reward_fn = NULL;
+    const char *reward_kwargs = NULL;
     df_opt opts[] = {
         {"model", DF_OPT_STR, &model, "HF model directory (required)", false},
         {"data", DF_OPT_STR, &data, "dataset, JSON lines in the verl RL schema (required)", false},
@@ -128,6 +133,8 @@ int df_cmd_eval(int argc, char **argv)
         {"reward-function", DF_OPT_STR, &reward_fn, "score every response with FILE.py[:NAME] (a verl reward "
          "function, run in a python3 child; docs/rewards.md) or LIB.so[:NAME] (an exported df_reward_fn) instead of "
          "the data_source scorers; NAME defaults to compute_score", false},
+        {"reward-kwargs", DF_OPT_STR, &reward_kwargs, "JSON object of keyword arguments for a Python "
+         "--reward-function (as custom_reward_function.reward_kwargs)", false},
         {"output", DF_OPT_STR, &output, "write each response as a JSON line here (input, output, gts, score, acc, index, "
          "data_source), in the file's order, when the run succeeds (rank 0)", false},
         {0}};
@@ -177,7 +184,10 @@ int df_cmd_eval(int argc, char **argv)
         rc = df_error(DF_ENOMEM, "out of memory collecting the responses for %s", output);
     df_reward_manager_cfg rcfg = {0}; /* rank 0 scores every response */
     if (!rc && reward_fn && rank == 0)
-        rc = open_reward_function(reward_fn, &rcfg);
+        rc = open_reward_function(reward_fn, reward_kwargs, &rcfg);
+    else if (!rc && reward_kwargs && !reward_fn)
+        rc = df_error(DF_EINVAL, "--reward-kwargs needs --reward-function (the built-in scorers' options are "
+                                 "not taken from it)");
     df_metrics *vm = rc ? NULL : df_metrics_new();
     if (!rc && !vm)
         rc = df_error(DF_ENOMEM, "out of memory");
