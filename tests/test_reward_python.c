@@ -125,6 +125,44 @@ static void test_open_errors(void **state)
     assert_null(p);
 }
 
+/* verl's reward_extra_info: a dict's other numeric keys per response (bools as 0 / 1, text left
+   out); a key missing from one result, a reserved name or a malformed one is an error. */
+static void test_extra_keys(void **state)
+{
+    (void)state;
+    df_reward_python *p = open_ok("with_extra", NULL, false);
+    df_reward_result r[3];
+    assert_int_equal(df_reward_python_score(p, 3, SRC, SOL, GT, EXTRA, r), 0);
+    int n_keys;
+    const char *const *names;
+    const double *v;
+    df_reward_python_extra(p, &n_keys, &names, &v);
+    assert_int_equal(n_keys, 2);
+    int f = strcmp(names[0], "format_ok") ? 1 : 0, c = 1 - f; /* the dict's order */
+    assert_string_equal(names[f], "format_ok");
+    assert_string_equal(names[c], "chars");
+    const double fmt[] = {1, 0, 0}, chars[] = {3, 1, 2};
+    for (int i = 0; i < 3; i++)
+        assert_true(v[f * 3 + i] == fmt[i] && v[c * 3 + i] == chars[i]);
+    df_reward_python_close(p);
+    static const struct {
+        const char *fn, *want;
+    } bad[] = {
+        {"extra_missing", "'chars' is in other results of the batch but not in this one"},
+        {"extra_reserved", "the result key 'index'"},
+        {"extra_bad_name", "the result key 'pass rate'"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        p = open_ok(bad[k].fn, NULL, false);
+        assert_int_equal(df_reward_python_score(p, 3, SRC, SOL, GT, EXTRA, r), DF_EINVAL);
+        if (!strstr(df_last_error(), bad[k].want))
+            fail_msg("%s: %s", bad[k].fn, df_last_error());
+        df_reward_python_extra(p, &n_keys, &names, &v);
+        assert_int_equal(n_keys, 0);
+        df_reward_python_close(p);
+    }
+}
+
 /* A call that fails names the function, the row and Python's reason; the child lives on. */
 static void test_call_errors(void **state)
 {
@@ -194,6 +232,19 @@ static void test_naive_manager(void **state)
     assert_true(tls[0] == 0.0f && tls[1] == 1.5f && tls[2] == 2.0f);
     assert_string_equal(df_batch_str(b, "pred", 0), "t0|1.5|10|");
     assert_string_equal(df_batch_str(b, "pred", 2), "t2|-4|12|");
+    assert_null(df_batch_column(b, DF_REWARD_EXTRA_PREFIX "chars"));
+    df_reward_python_close(cfg.python);
+    cfg.python = open_ok("with_extra", NULL, false); /* its numeric extra keys become columns */
+    assert_int_equal(df_reward_naive(&cfg, b, SOL, scores, acc, &empty), 0);
+    const float *chars = df_batch_f32(b, DF_REWARD_EXTRA_PREFIX "chars");
+    assert_non_null(chars);
+    assert_true(chars[0] == 3 && chars[1] == 1 && chars[2] == 2);
+    assert_non_null(df_batch_f32(b, DF_REWARD_EXTRA_PREFIX "format_ok"));
+    assert_null(df_batch_column(b, DF_REWARD_EXTRA_PREFIX "note"));
+    df_reward_python_close(cfg.python);
+    cfg.python = open_ok("plain", NULL, false); /* a later scoring without them drops them */
+    assert_int_equal(df_reward_naive(&cfg, b, SOL, scores, acc, &empty), 0);
+    assert_null(df_batch_column(b, DF_REWARD_EXTRA_PREFIX "chars"));
     df_reward_python_close(cfg.python);
 
     /* the batch manager needs a batched bridge, and a batched bridge the batch manager */
@@ -358,18 +409,33 @@ static void test_eval(void **state)
         {REWARDS ":digits_quarter", "\nscore: 0.2500\n", "n_responses: 3\n", 0},
         {DF_BINARY_DIR "/plugins/test/libscore_const.so:score_quarter", "\nscore: 0.2500\n", "n_responses: 3\n", 0},
         {REWARDS ":nope", "--reward-function", "defines no function 'nope'", 1},
+        {REWARDS ":digits_extra --output %s/eval.jsonl", "\nscore: 0.2500\n",
+         "val-aux/test/digits/half/mean@1: 0.5000\n", 0},
         {REWARDS ":digits_quarter --reward-kwargs '{\"format_score\": 0.5}'", "\nscore: 0.7500\n", "n_prompts: 3", 0},
         {DF_BINARY_DIR "/plugins/test/libscore_const.so:score_quarter --reward-kwargs '{}'", "--reward-kwargs",
          "a library's df_reward_fn takes none", 1},
     };
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
-        char cmd[1024], out[8192];
+        char cmd[2048], out[8192], fn[512];
+        snprintf(fn, sizeof fn, cases[c].fn, dir); /* the one with --output: into dir */
         snprintf(cmd, sizeof cmd, "%s/distflow eval --model %s/model --data %s/train.jsonl --limit 3 "
-                 "--max-response-length 4 --reward-function %s 2>&1", DF_BINARY_DIR, dir, dir, cases[c].fn);
+                 "--max-response-length 4 --reward-function %s 2>&1", DF_BINARY_DIR, dir, dir, fn);
         int st = df_test_command(cmd, out, sizeof out);
         if ((st != 0) != cases[c].status || !strstr(out, cases[c].want1) || !strstr(out, cases[c].want2))
             fail_msg("%s: status %d, output %s", cases[c].fn, st, out);
     }
+    char path[512], *text = NULL; /* the extra key in every dumped row */
+    snprintf(path, sizeof path, "%s/eval.jsonl", dir);
+    assert_int_equal(df_read_file(path, &text, NULL), 0);
+    int rows = 0;
+    for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n"), rows++) {
+        json_t *row = json_loads(l, 0, NULL);
+        if (!row || json_real_value(json_object_get(row, "half")) != 0.5)
+            fail_msg("eval.jsonl row %d has no \"half\": 0.5: %s", rows, l);
+        json_decref(row);
+    }
+    assert_int_equal(rows, 3);
+    free(text);
 }
 
 int main(void)
@@ -378,6 +444,7 @@ int main(void)
         cmocka_unit_test(test_per_response), cmocka_unit_test(test_plain_numbers),
         cmocka_unit_test(test_batch),        cmocka_unit_test(test_open_errors),
         cmocka_unit_test(test_call_errors),  cmocka_unit_test(test_child_dies),
+        cmocka_unit_test(test_extra_keys),
         cmocka_unit_test(test_naive_manager), cmocka_unit_test(test_example_matches_builtin),
         cmocka_unit_test(test_train),
         cmocka_unit_test(test_config_check), cmocka_unit_test(test_eval),

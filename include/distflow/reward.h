@@ -251,7 +251,12 @@ DF_API int df_reward_python_open(const char *path, const char *name, const char 
  * object) with one request to the child. Each result is read as verl's reward managers read
  * it: a number (bool, int, float) is the score; a dict must hold "score", and its "acc"
  * (truthiness) and "pred" (str()) fill out[i].acc / .pred (extra_pred true); without "acc",
- * acc = (score == 1.0), as for a df_reward_fn. A score that is not finite is an error.
+ * acc = (score == 1.0), as for a df_reward_fn. A score that is not finite is an error. The dict's
+ * other keys with number values (verl's reward_extra_info) are kept for df_reward_python_extra:
+ * each must be in every dict of the batch, be 1-50 characters of [A-Za-z0-9_.-] and not a
+ * name the managers, the metrics or the dumps use themselves (reward, overlong_reward, overlong,
+ * input, output, gts, step, index, data_source), its values finite; keys with other values are
+ * not kept.
  * Errors (out unspecified): DF_EINVAL (the function raised or returned something else: the
  * message names the row and quotes Python's traceback; batch mode: a list of the wrong
  * length), DF_EIO (the child died: its exit status or signal), DF_ENOMEM. After an error the
@@ -261,6 +266,14 @@ DF_API int df_reward_python_score(df_reward_python *p, int64_t n, const char *co
                                   const char *const *solution_str, const char *const *ground_truth,
                                   const char *const *extra_info, df_reward_result *out);
 
+/**
+ * The numeric extra keys of the last df_reward_python_score's results: *n_keys names and their
+ * values, values[k * n + i] for key k and response i of that call's n (row-major [n_keys][n]).
+ * Valid until the next call or df_reward_python_close; none after a failed call.
+ */
+DF_API void df_reward_python_extra(const df_reward_python *p, int *n_keys, const char *const **names,
+                                   const double **values);
+
 /** The batch flag df_reward_python_open was given. */
 DF_API bool df_reward_python_batched(const df_reward_python *p);
 
@@ -268,6 +281,10 @@ DF_API bool df_reward_python_batched(const df_reward_python *p);
 DF_API void df_reward_python_close(df_reward_python *p);
 
 /* ---- naive reward manager -------------------------------------------------- */
+
+/** Prefix of the F32 columns that hold a Python reward function's numeric extra keys (verl's
+ *  reward_extra_info): "reward_extra/<key>", one value per row. */
+#define DF_REWARD_EXTRA_PREFIX "reward_extra/"
 
 /**
  * DAPO's overlong reward shaping (reward_model.overlong_buffer.*; DAPO, Yu et
@@ -317,7 +334,9 @@ typedef struct df_reward_manager_cfg {
  * set extra_pred, 0 elsewhere (a batch mixing data sources: only those rows
  * have a prediction); the generation dumps show the valid ones and validation
  * votes with them (maj@N). Without such a row earlier `pred` / `pred_valid`
- * columns are dropped.
+ * columns are dropped. With cfg->python, its numeric extra keys
+ * (df_reward_python_extra) become F32 columns DF_REWARD_EXTRA_PREFIX<key>,
+ * replacing any earlier ones (dumps and validation metrics show them).
  *
  * Rows are scored as df_reward_compute with cfg->kwargs (or by
  * cfg->compute_score, or all at once by cfg->python). Outputs (each may be NULL): scores[n] per-sample score,

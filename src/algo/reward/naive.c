@@ -3,6 +3,7 @@
 
 #include "algo/reward/reward_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +15,40 @@ static int need_str_col(const df_batch *b, const char *name)
     if (c->kind != DF_COL_STR)
         return df_error(DF_EINVAL, "reward manager: column %s must hold strings", name);
     return DF_OK;
+}
+
+/* Drop the DF_REWARD_EXTRA_PREFIX columns of an earlier scoring of b. */
+static void drop_extra(df_batch *b)
+{
+    for (int c = df_batch_num_columns(b) - 1; c >= 0; c--) {
+        char name[DF_COL_NAME_MAX];
+        snprintf(name, sizeof name, "%s", df_batch_column_at(b, c)->name);
+        if (!strncmp(name, DF_REWARD_EXTRA_PREFIX, strlen(DF_REWARD_EXTRA_PREFIX)))
+            df_batch_drop(b, name);
+    }
+}
+
+/* The Python function's numeric extra keys as DF_REWARD_EXTRA_PREFIX<key> columns of b. */
+static int set_extra(const df_reward_python *p, df_batch *b)
+{
+    int n_keys;
+    const char *const *names;
+    const double *v;
+    df_reward_python_extra(p, &n_keys, &names, &v);
+    int64_t n = df_batch_size(b);
+    float *col = malloc((size_t)(n ? n : 1) * sizeof *col);
+    int rc = col ? DF_OK : df_error(DF_ENOMEM, "reward manager: out of memory");
+    for (int k = 0; !rc && k < n_keys; k++) {
+        char name[DF_COL_NAME_MAX];
+        if (snprintf(name, sizeof name, DF_REWARD_EXTRA_PREFIX "%s", names[k]) >= (int)sizeof name)
+            rc = df_error(DF_EINVAL, "reward manager: extra key '%s' is too long", names[k]);
+        for (int64_t i = 0; !rc && i < n; i++)
+            col[i] = (float)v[(size_t)k * (size_t)n + (size_t)i];
+        if (!rc)
+            rc = df_batch_set_f32(b, name, col);
+    }
+    free(col);
+    return rc;
 }
 
 /* Every row scored by cfg->python in one request into *out (n results; NULL when n is 0). */
@@ -132,6 +167,9 @@ int df_reward_naive(const df_reward_manager_cfg *cfg, df_batch *b, const char *c
         df_batch_drop(b, "pred");
         df_batch_drop(b, "pred_valid");
     }
+    drop_extra(b);
+    if (!rc && py)
+        rc = set_extra(cfg->python, b);
     if (!rc)
         rc = df_batch_alloc_tok_f32_like(b, "token_level_scores", "response_ids", &tls);
     free(pred);
@@ -141,6 +179,7 @@ int df_reward_naive(const df_reward_manager_cfg *cfg, df_batch *b, const char *c
     if (rc) {
         df_batch_drop(b, "pred");
         df_batch_drop(b, "pred_valid");
+        drop_extra(b);
         free(sc);
         free(ok);
         return rc;

@@ -27,7 +27,7 @@ extern char **environ;
  * It ignores SIGINT / SIGTERM: distflow stops at a step boundary on them and closes the
  * socket, which ends the child; a stray signal must not kill it mid-step. */
 static const char DRIVER[] =
-    "import importlib.util, json, math, signal, socket, sys, traceback\n"
+    "import importlib.util, json, math, numbers, re, signal, socket, sys, traceback\n"
     "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
     "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
     "fd, path, name, kwargs, batch = int(sys.argv[1]), sys.argv[2], sys.argv[3], json.loads(sys.argv[4]), "
@@ -59,11 +59,20 @@ static const char DRIVER[] =
     "    if not math.isfinite(v):\n"
     "        raise ValueError('%s is %r' % (what, v))\n"
     "    return v\n"
-    "def result(r):\n"
+    "RESERVED = ('reward', 'overlong_reward', 'overlong', 'input', 'output', 'gts', 'step', 'index', "
+    "'data_source')\n"
+    "def result(r, extras, row):\n"
     "    if not isinstance(r, dict):\n"
     "        return [number(r, 'the score'), None, None]\n"
     "    if 'score' not in r:\n"
     "        raise KeyError('the result is a dict without \"score\" (keys: %s)' % ', '.join(map(str, r)))\n"
+    "    for k, v in r.items():\n"
+    "        if k in ('score', 'acc', 'pred') or not isinstance(v, numbers.Number):\n"
+    "            continue\n"
+    "        if k in RESERVED or not isinstance(k, str) or not re.fullmatch(r'[A-Za-z0-9_.-]{1,50}', k):\n"
+    "            raise ValueError('the result key %r: a numeric extra key must be 1-50 characters of '\n"
+    "                             '[A-Za-z0-9_.-] and not one of %s' % (k, ', '.join(RESERVED)))\n"
+    "        extras.setdefault(k, {})[row] = number(v, 'the value of %r' % k)\n"
     "    return [number(r['score'], 'the score'), bool(r['acc']) if 'acc' in r else None,\n"
     "            str(r['pred']) if 'pred' in r else None]\n"
     "for line in rd:\n"
@@ -82,10 +91,14 @@ static const char DRIVER[] =
     "            for row in range(len(sol)):\n"
     "                rs.append(fn(data_source=src[row], solution_str=sol[row], ground_truth=gt[row], "
     "extra_info=extra[row], **kwargs))\n"
-    "        out = []\n"
+    "        out, extras = [], {}\n"
     "        for row in range(len(rs)):\n"
-    "            out.append(result(rs[row]))\n"
-    "        reply({'results': out})\n"
+    "            out.append(result(rs[row], extras, row))\n"
+    "        for k, got in extras.items():\n"
+    "            for row in range(len(rs)):\n"
+    "                if row not in got:\n"
+    "                    raise KeyError('%r is in other results of the batch but not in this one' % k)\n"
+    "        reply({'results': out, 'extra': {k: [got[i] for i in range(len(rs))] for k, got in extras.items()}})\n"
     "    except Exception:\n"
     "        reply(failure('calling ' + name, row))\n";
 
@@ -96,7 +109,43 @@ struct df_reward_python {
     char *where; /* "<path>:<name>" for messages */
     char *buf;   /* bytes read past the last line */
     size_t len, cap;
+    int n_extra;        /* the last batch's numeric extra keys */
+    char **extra_names; /* [n_extra] */
+    double *extra;      /* [n_extra][rows of the last batch] */
 };
+
+static void clear_extra(df_reward_python *p)
+{
+    for (int k = 0; k < p->n_extra; k++)
+        free(p->extra_names[k]);
+    free(p->extra_names);
+    free(p->extra);
+    p->extra_names = NULL, p->extra = NULL, p->n_extra = 0;
+}
+
+/* A reply's "extra": {key: [n numbers]} into p. */
+static int read_extra(df_reward_python *p, const json_t *extra, int64_t n)
+{
+    size_t keys = json_object_size(extra);
+    if (!keys)
+        return DF_OK;
+    p->extra_names = calloc(keys, sizeof *p->extra_names);
+    p->extra = malloc(keys * (size_t)n * sizeof *p->extra);
+    if (!p->extra_names || !p->extra)
+        return df_error(DF_ENOMEM, "Python reward function %s: out of memory", p->where);
+    const char *key;
+    const json_t *vals;
+    json_object_foreach((json_t *)extra, key, vals) {
+        if (json_array_size(vals) != (size_t)n)
+            return df_error(DF_EIO, "Python reward function %s: malformed extra values of '%s'", p->where, key);
+        if (!(p->extra_names[p->n_extra] = strdup(key)))
+            return df_error(DF_ENOMEM, "Python reward function %s: out of memory", p->where);
+        for (int64_t i = 0; i < n; i++)
+            p->extra[(size_t)p->n_extra * (size_t)n + (size_t)i] = json_number_value(json_array_get(vals, (size_t)i));
+        p->n_extra++;
+    }
+    return DF_OK;
+}
 
 /* Reap the child and describe how it ended into msg. */
 static void reap(df_reward_python *p, char *msg, size_t cap)
@@ -290,6 +339,7 @@ int df_reward_python_score(df_reward_python *p, int64_t n, const char *const *da
                            const char *const *solution_str, const char *const *ground_truth,
                            const char *const *extra_info, df_reward_result *out)
 {
+    clear_extra(p);
     if (p->fd < 0)
         return df_error(DF_EIO, "Python reward function %s: its python process has ended", p->where);
     if (n == 0)
@@ -311,8 +361,20 @@ int df_reward_python_score(df_reward_python *p, int64_t n, const char *const *da
                       json_array_size(res), (long long)n);
     for (int64_t i = 0; !rc && i < n; i++)
         rc = read_result(p, json_array_get(res, (size_t)i), i, &out[i]);
+    if (!rc)
+        rc = read_extra(p, json_object_get(reply, "extra"), n);
+    if (rc)
+        clear_extra(p);
     json_decref(reply);
     return rc;
+}
+
+void df_reward_python_extra(const df_reward_python *p, int *n_keys, const char *const **names,
+                            const double **values)
+{
+    *n_keys = p->n_extra;
+    *names = (const char *const *)p->extra_names;
+    *values = p->extra;
 }
 
 void df_reward_python_close(df_reward_python *p)
@@ -331,6 +393,7 @@ void df_reward_python_close(df_reward_python *p)
         kill(p->pid, SIGKILL);
         waitpid(p->pid, NULL, 0);
     }
+    clear_extra(p);
     free(p->where);
     free(p->buf);
     free(p);

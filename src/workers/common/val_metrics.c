@@ -1,6 +1,8 @@
 /* verl's validation metrics and pass@k (val_metrics.h). */
 #include "workers/common/val_metrics.h"
 
+#include "distflow/reward.h"
+
 #include "distflow/rng.h"
 #include "workers/common/data_metrics.h"
 
@@ -162,14 +164,28 @@ bool df_row_has_pred(const df_batch *b, int64_t i)
     return df_batch_str(b, "pred", 0) != NULL && (!valid || valid[i]);
 }
 
-/* The variables: reward, then the extra infos the batch has (acc gets pass@k). */
+/* The variables: reward, then the extra infos the batch has (acc gets pass@k), then a Python reward
+   function's numeric extra keys (DF_REWARD_EXTRA_PREFIX columns, named by their key). */
 static const char *const VARS[] = {"reward", "acc", "overlong_reward", "overlong"};
 #define NVARS (int)(sizeof VARS / sizeof *VARS)
 
-/* Row i's value of variable k (the caller checked the column exists). */
-static double var_value(const df_batch *b, int k, int64_t i)
+/* Variable k's column (NULL: absent) and name: VARS, then the batch's extra-key columns. */
+static const float *var_column(const df_batch *b, int k, const char **name)
 {
-    return k == 0 ? df_sequence_score(b, i) : (double)df_batch_f32(b, VARS[k])[i];
+    if (k < NVARS) {
+        *name = VARS[k];
+        return k ? df_batch_f32(b, VARS[k]) : NULL;
+    }
+    const size_t pre = strlen(DF_REWARD_EXTRA_PREFIX);
+    for (int c = 0, seen = NVARS; c < df_batch_num_columns(b); c++) {
+        const df_column *col = df_batch_column_at(b, c);
+        if (col->kind == DF_COL_F32 && !strncmp(col->name, DF_REWARD_EXTRA_PREFIX, pre) && seen++ == k) {
+            *name = col->name + pre;
+            return col->data;
+        }
+    }
+    *name = NULL;
+    return NULL;
 }
 
 /* One prompt's rows [lo, lo + n): every variable's statistics under "val<SEP><src><SEP><var><SEP>". */
@@ -182,12 +198,16 @@ static int add_prompt(df_metrics *sums, const df_batch *b, int64_t lo, int64_t n
         pred[j] = df_batch_str(b, "pred", lo + j);
     char prefix[KEY_CAP];
     int rc = DF_OK;
-    for (int k = 0; k < NVARS && !rc; k++) {
-        if (k > 0 && !df_batch_f32(b, VARS[k]))
+    for (int k = 0; !rc; k++) {
+        const char *var;
+        const float *col = var_column(b, k, &var);
+        if (!var)
+            break;
+        if (k > 0 && !col)
             continue;
         for (int64_t j = 0; j < n; j++)
-            v[j] = var_value(b, k, lo + j);
-        if (snprintf(prefix, sizeof prefix, "val" SEP "%s" SEP "%s" SEP, src, VARS[k]) >= (int)sizeof prefix)
+            v[j] = k == 0 ? df_sequence_score(b, lo + j) : (double)col[lo + j];
+        if (snprintf(prefix, sizeof prefix, "val" SEP "%s" SEP "%s" SEP, src, var) >= (int)sizeof prefix)
             return df_error(DF_EINVAL, "validation metrics: data_source '%.60s...' too long", src);
         rc = df_val_prompt_stats(v, has_pred ? pred : NULL, n, k == 1, seed,
                                  df_batch_i64(b, "index")[lo], prefix, sums);
