@@ -174,6 +174,35 @@ static void test_gen_batch_rounds(void **state)
     assert_int_equal(scored, rounds * (8 / P) * 4);
 }
 
+/* gen_batch_size below train_batch_size (allowed in verl): rounds of 2 prompts, at least two a step,
+ * each still training on exactly train_batch_size x n responses. */
+static void test_gen_batch_smaller(void **state)
+{
+    (void)state;
+    int P = df_comm_size(world);
+    char dumps[512];
+    snprintf(dumps, sizeof dumps, "trainer.rollout_data_dir=%s/small/rollouts", dir);
+    const char *ov[] = {"data.gen_batch_size=2", "algorithm.filter_groups.max_num_gen_batches=20", dumps};
+    long scored = n_scored;
+    df_test_run_ok(df_test_run(world, dapo_config_ov("score", "small", ov, 3)), "gen_batch_size=2");
+    scored = n_scored - scored;
+    assert_int_equal(df_comm_barrier(world), 0);
+    json_t *lines = df_test_metrics(dir, "small", true), *o;
+    assert_int_equal(json_array_size(lines), 2);
+    int64_t rounds = 0;
+    size_t i;
+    json_array_foreach(lines, i, o) {
+        double g = df_test_metric(o, "train/num_gen_batches");
+        assert_true(g >= 2 && g == floor(g));
+        rounds += (int64_t)g;
+        json_t *rows = df_test_rollout_dumps(dir, "small", (int)i + 1, NULL);
+        assert_int_equal(json_array_size(rows), 4 * 4);
+        json_decref(rows);
+    }
+    json_decref(lines);
+    assert_int_equal(scored, rounds * (2 / P) * 4);
+}
+
 /* The lines of a run's metrics.jsonl without timings (which differ between runs), as text. */
 static char *metrics_text(const char *out)
 {
@@ -337,6 +366,7 @@ int main(void)
         cmocka_unit_test(test_dapo_steps),
         cmocka_unit_test(test_dapo_gives_up),
         cmocka_unit_test(test_gen_batch_rounds),
+        cmocka_unit_test(test_gen_batch_smaller),
         cmocka_unit_test(test_siirl_workflow_shape),
         cmocka_unit_test(test_dapo_with_rollout_replicas),
         cmocka_unit_test(test_fails_on_one_rank),
