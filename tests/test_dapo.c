@@ -2,8 +2,9 @@
  * test_dapo.c — DAPO's dynamic sampling: the group filter on a hand-made
  * batch, and the dapo pipeline end to end (generating extra batches until
  * the kept groups fill the train batch, or failing after
- * max_num_gen_batches), the asynchronous runtime's refill bound, and a rank
- * failing alone: every rank returns an error, with no hang.
+ * max_num_gen_batches), generation rounds of data.gen_batch_size prompts (verl's
+ * DAPO recipe), the asynchronous runtime's refill bound, and a rank failing
+ * alone: every rank returns an error, with no hang.
  *
  * mpi-test: np 2
  */
@@ -19,10 +20,20 @@
 #include "workers/worker_internal.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <unistd.h>
 
 static df_comm *world;
 static char dir[256];
+static long n_scored; /* responses this rank scored: the reward is called once per response, in order */
+
+/* df_test_digit_share, counted */
+static int counted_digit_share(const char *data_source, const char *s, const char *gt, const char *extra,
+                               double *score)
+{
+    n_scored++;
+    return df_test_digit_share(data_source, s, gt, extra, score);
+}
 
 /* Groups: a = {1, 1} (all right: dropped), b = {0, 1} (kept), c = {0} (one sample: kept),
  * d = {0, 0, 0} (all wrong: dropped). Kept rows 2, 3, 4; groups b and c. */
@@ -59,8 +70,8 @@ static void test_async_refill_bound(void **state)
     assert_int_equal(df_dynamic_sampling_refill(8, 0, 800, 0), 8); /* 0: no bound */
 }
 
-/* The dapo config of these tests (metric, output dir and one extra override). */
-static df_config *dapo_config(const char *metric, const char *out, const char *extra)
+/* The dapo config of these tests (metric, output dir and n_extra more overrides). */
+static df_config *dapo_config_ov(const char *metric, const char *out, const char *const *extra, int n_extra)
 {
     char yaml[4096], m[64];
     snprintf(yaml, sizeof yaml,
@@ -76,8 +87,16 @@ static df_config *dapo_config(const char *metric, const char *out, const char *e
              "trainer: {total_training_steps: 2, logger: [], default_local_dir: %s/%s}\n",
              dir, dir, dir, out);
     snprintf(m, sizeof m, "algorithm.filter_groups.metric=%s", metric);
-    const char *ov[2] = {m, extra};
-    return df_test_config(yaml, "dapo.yaml", ov, extra ? 2 : 1);
+    const char *ov[8] = {m};
+    assert_true(n_extra < 8);
+    for (int i = 0; i < n_extra; i++)
+        ov[1 + i] = extra[i];
+    return df_test_config(yaml, "dapo.yaml", ov, 1 + n_extra);
+}
+
+static df_config *dapo_config(const char *metric, const char *out, const char *extra)
+{
+    return dapo_config_ov(metric, out, &extra, extra ? 1 : 0);
 }
 
 static int train(const char *metric, const char *out, const char *extra)
@@ -102,6 +121,86 @@ static void test_dapo_steps(void **state)
     }
     assert_int_equal(json_array_size(lines), 2);
     json_decref(lines);
+}
+
+/* This rank's dataloader position in dir/<out>/global_step_<step>, as batches from the start: epoch x
+ * per_epoch + step. */
+static int64_t saved_position(const char *out, int step, int64_t per_epoch)
+{
+    char p[1024];
+    snprintf(p, sizeof p, "%s/%s/global_step_%d/data_dp_rank_%d.json", dir, out, step, df_comm_rank(world));
+    json_t *o = json_load_file(p, 0, NULL);
+    if (!o)
+        fail_msg("%s does not load", p);
+    int64_t pos = json_integer_value(json_object_get(o, "epoch")) * per_epoch +
+                  json_integer_value(json_object_get(o, "step"));
+    json_decref(o);
+    return pos;
+}
+
+/*
+ * verl's DAPO recipe, data.gen_batch_size = 2 x train_batch_size: every round rolls out a dataloader
+ * batch of 8 prompts (this rank scores its 8 / ranks of them x n = 4), each step trains on exactly
+ * train_batch_size x n = 16 responses, and the dataloader counts generation batches: 16 rows make an
+ * epoch of 2 (total_training_steps from it: 2 steps, where batches of train_batch_size would give 4),
+ * and each checkpoint's data position has moved by the step's train/num_gen_batches.
+ */
+static void test_gen_batch_rounds(void **state)
+{
+    (void)state;
+    int P = df_comm_size(world);
+    char dumps[512];
+    snprintf(dumps, sizeof dumps, "trainer.rollout_data_dir=%s/gen/rollouts", dir);
+    const char *ov[] = {"data.gen_batch_size=8", "data.train_max_samples=16", "data.shuffle=false",
+                        "trainer.total_training_steps=null", "trainer.total_epochs=1", "trainer.save_freq=1", dumps};
+    long scored = n_scored;
+    df_test_run_ok(df_test_run(world, dapo_config_ov("score", "gen", ov, 7)), "gen_batch_size=8");
+    scored = n_scored - scored;
+    assert_int_equal(df_comm_barrier(world), 0); /* rank 0's metrics.jsonl is complete */
+    json_t *lines = df_test_metrics(dir, "gen", true), *o;
+    assert_int_equal(json_array_size(lines), 2);
+    int64_t rounds = 0;
+    size_t i;
+    json_array_foreach(lines, i, o) {
+        double g = df_test_metric(o, "train/num_gen_batches");
+        assert_true(g >= 1 && g <= 3 && g == floor(g));
+        rounds += (int64_t)g;
+        assert_int_equal(saved_position("gen", (int)i + 1, 2), rounds);
+        json_t *rows = df_test_rollout_dumps(dir, "gen", (int)i + 1, NULL);
+        assert_int_equal(json_array_size(rows), 4 * 4); /* train_batch_size x rollout.n, cut from 8 x 4 */
+        json_decref(rows);
+    }
+    json_decref(lines);
+    assert_int_equal(scored, rounds * (8 / P) * 4);
+}
+
+/* gen_batch_size below train_batch_size (allowed in verl): rounds of 2 prompts, at least two a step,
+ * each still training on exactly train_batch_size x n responses. */
+static void test_gen_batch_smaller(void **state)
+{
+    (void)state;
+    int P = df_comm_size(world);
+    char dumps[512];
+    snprintf(dumps, sizeof dumps, "trainer.rollout_data_dir=%s/small/rollouts", dir);
+    const char *ov[] = {"data.gen_batch_size=2", "algorithm.filter_groups.max_num_gen_batches=20", dumps};
+    long scored = n_scored;
+    df_test_run_ok(df_test_run(world, dapo_config_ov("score", "small", ov, 3)), "gen_batch_size=2");
+    scored = n_scored - scored;
+    assert_int_equal(df_comm_barrier(world), 0);
+    json_t *lines = df_test_metrics(dir, "small", true), *o;
+    assert_int_equal(json_array_size(lines), 2);
+    int64_t rounds = 0;
+    size_t i;
+    json_array_foreach(lines, i, o) {
+        double g = df_test_metric(o, "train/num_gen_batches");
+        assert_true(g >= 2 && g == floor(g));
+        rounds += (int64_t)g;
+        json_t *rows = df_test_rollout_dumps(dir, "small", (int)i + 1, NULL);
+        assert_int_equal(json_array_size(rows), 4 * 4);
+        json_decref(rows);
+    }
+    json_decref(lines);
+    assert_int_equal(scored, rounds * (2 / P) * 4);
 }
 
 /* The lines of a run's metrics.jsonl without timings (which differ between runs), as text. */
@@ -248,7 +347,7 @@ static void test_fails_on_one_rank(void **state)
 static int setup(void **state)
 {
     (void)state;
-    if (df_comm_world(&world) || df_reward_register("test/digits", df_test_digit_share))
+    if (df_comm_world(&world) || df_reward_register("test/digits", counted_digit_share))
         return -1;
     return df_test_shared_inputs(world, "df_dapo", 64, "test/digits", dir, sizeof dir);
 }
@@ -266,6 +365,8 @@ int main(void)
         cmocka_unit_test(test_async_refill_bound),
         cmocka_unit_test(test_dapo_steps),
         cmocka_unit_test(test_dapo_gives_up),
+        cmocka_unit_test(test_gen_batch_rounds),
+        cmocka_unit_test(test_gen_batch_smaller),
         cmocka_unit_test(test_siirl_workflow_shape),
         cmocka_unit_test(test_dapo_with_rollout_replicas),
         cmocka_unit_test(test_fails_on_one_rank),

@@ -1,7 +1,8 @@
 /*
  * test_resume.c — checkpoint and bit-exact resume of `distflow train` (docs/checkpoints.md).
  *
- * For GRPO (with the adaptive in-reward KL controller), PPO (critic) and DAPO (dynamic sampling):
+ * For GRPO (with the adaptive in-reward KL controller), PPO (critic) and DAPO (dynamic sampling; and
+ * with data.gen_batch_size = 2 x train_batch_size, whose dataloader counts generation batches):
  * a run of K steps straight through, and a run stopped at step J (trainer.total_training_steps=J,
  * the lr schedules pinned to K steps by optim.total_training_steps) then continued to K by a new
  * worker from the checkpoint alone (resume_mode auto), must end with byte-identical actor (and
@@ -43,10 +44,13 @@ static df_comm *world;
 static int R;
 static char dir[256];
 
-/* The YAML of the job of algorithm `algo` ("grpo", "ppo", "dapo") into dir/<out>, into yaml[4096]. */
+/* The YAML of the job of algorithm `algo` ("grpo", "ppo", "dapo", "dapo_gen") into dir/<out>, into
+   yaml[4096]. */
 static void job_yaml(const char *algo, const char *out, char *yaml)
 {
     char extra[1024] = "";
+    /* verl's DAPO recipe: rounds of 16 prompts for steps of 8 (24 rows: one round an epoch) */
+    const char *gen = strcmp(algo, "dapo_gen") ? "" : " gen_batch_size: 16,";
     if (!strcmp(algo, "ppo"))
         snprintf(extra, sizeof extra,
                  "critic:\n"
@@ -65,7 +69,7 @@ static void job_yaml(const char *algo, const char *out, char *yaml)
                  "algorithm: {adv_estimator: grpo, workflow_type: dapo,\n"
                  "            filter_groups: {enable: true, metric: score, max_num_gen_batches: 4}}\n");
     snprintf(yaml, 4096,
-             "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 8, shuffle: true,\n"
+             "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 8,%s shuffle: true,\n"
              "       max_prompt_length: 128, max_response_length: 8}\n"
              "actor_rollout_ref:\n"
              "  model: {path: %s/model}\n"
@@ -74,7 +78,7 @@ static void job_yaml(const char *algo, const char *out, char *yaml)
              "  rollout: {n: 2, log_prob_micro_batch_size_per_gpu: 8}\n"
              "%s"
              "trainer: {total_training_steps: %d, save_freq: %d, logger: [], default_local_dir: %s/%s}\n",
-             dir, dir, K, extra, K, J, dir, out);
+             dir, gen, dir, K, extra, K, J, dir, out);
 }
 
 /* The job's config, with n overrides. */
@@ -210,6 +214,12 @@ static void test_resume_dapo(void **state)
 {
     (void)state;
     check_resume("dapo");
+}
+
+static void test_resume_dapo_gen(void **state)
+{
+    (void)state;
+    check_resume("dapo_gen");
 }
 
 static void write_at(const char *rel, const char *text);
@@ -459,6 +469,7 @@ int main(void)
         cmocka_unit_test(test_resume_grpo),
         cmocka_unit_test(test_resume_ppo),
         cmocka_unit_test(test_resume_dapo),
+        cmocka_unit_test(test_resume_dapo_gen),
         cmocka_unit_test(test_stop_then_resume),
         cmocka_unit_test(test_signals_cli),
         cmocka_unit_test(test_failures),

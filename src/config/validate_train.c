@@ -111,6 +111,39 @@ static int check_mini(const df_config *c, const df_train_config *t, const char *
     return DF_OK;
 }
 
+/*
+ * data.gen_batch_size, the dataloader's batch (verl's DAPO trainer): only dynamic sampling cuts a
+ * generation batch to train_batch_size (verl would train on the whole gen batch: the actor's
+ * mini-batches are sized for train_batch_size here), and mode=async counts its refills in groups
+ * of the train batch. Below train_batch_size it means more rounds, as in verl.
+ */
+static int check_gen_batch(const df_config *c, const df_train_config *t, int world)
+{
+    char kb[3][KV_CAP];
+    int64_t gbs = t->data.gen_batch_size, tbs = t->data.train_batch_size;
+    if (gbs % world)
+        return df_error(DF_EINVAL,
+                        "%s is not divisible by the %d data-parallel ranks: each rank loads gen_batch_size / world "
+                        "prompts a generation round",
+                        kv(c, "data.gen_batch_size", kb[0]), world);
+    if (gbs == tbs)
+        return DF_OK;
+    if (!t->algorithm.filter_groups.enable)
+        return df_error(DF_EINVAL,
+                        "%s differs from %s with %s: only DAPO's dynamic sampling cuts a generation batch to the "
+                        "train batch (without it verl trains on all %lld prompts); set algorithm.filter_groups."
+                        "enable=true or leave data.gen_batch_size unset",
+                        kv(c, "data.gen_batch_size", kb[0]), kv(c, "data.train_batch_size", kb[1]),
+                        kv(c, "algorithm.filter_groups.enable", kb[2]), (long long)gbs);
+    if (!strcmp(t->actor_rollout_ref.rollout.mode, "async"))
+        return df_error(DF_EINVAL,
+                        "%s differs from %s with %s: the asynchronous runtime's batches and dynamic sampling's "
+                        "refills are counted in train batches; leave data.gen_batch_size unset",
+                        kv(c, "data.gen_batch_size", kb[0]), kv(c, "data.train_batch_size", kb[1]),
+                        kv(c, ROLLOUT "mode", kb[2]));
+    return DF_OK;
+}
+
 static int check_batches(const df_config *c, const df_train_config *t, int world)
 {
     char kb[3][KV_CAP];
@@ -125,7 +158,9 @@ static int check_batches(const df_config *c, const df_train_config *t, int world
                         "divisible; distflow partitions prompts so that groups stay on one rank)",
                         kv(c, "data.train_batch_size", kb[0]), world);
     bool dyn = a->use_dynamic_bsz;
-    int rc = check_micro(c, ACTOR "ppo_micro_batch_size", a->ppo_micro_batch_size, ACTOR "ppo_micro_batch_size_per_gpu",
+    int rc = check_gen_batch(c, t, world);
+    if (!rc)
+        rc = check_micro(c, ACTOR "ppo_micro_batch_size", a->ppo_micro_batch_size, ACTOR "ppo_micro_batch_size_per_gpu",
                          a->ppo_micro_batch_size_per_gpu, dyn, world);
     if (!rc)
         rc = check_micro(c, ROLLOUT "log_prob_micro_batch_size", r->log_prob_micro_batch_size,

@@ -54,8 +54,11 @@ static void banner_data(const df_dag_worker *w)
         printf(", %lld validation prompts", (long long)w->con.prompts[1]);
     if (w->val_ds && w->con.filtered[1])
         printf(" (%lld dropped)", (long long)w->con.filtered[1]);
-    printf("; %lld prompts x %lld responses a step\n", (long long)d->train_batch_size,
+    printf("; %lld prompts x %lld responses a step", (long long)d->train_batch_size,
            (long long)df_worker_n_samples(w));
+    if (d->gen_batch_size != d->train_batch_size) /* DAPO: rounds of gen_batch_size, cut to the step's */
+        printf(", generated in rounds of %lld prompts (data.gen_batch_size)", (long long)d->gen_batch_size);
+    printf("\n");
 }
 
 /* Ranks and machines; this rank's nodes in order with their data-parallel x model-parallel ranks. */

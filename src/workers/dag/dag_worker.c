@@ -144,7 +144,7 @@ static int share_weights(const df_agent_slot *s, bool actor_bf16, const char *de
     return rc;
 }
 
-/* The rollout engine: its KV cache preallocated once for as many sequences as a step needs,
+/* The rollout engine: its KV cache preallocated once for as many sequences as a round generates,
  * within rollout.max_num_seqs and ~8 GiB; forward calls of max_num_batched_tokens rows; its pages
  * given back after every rollout with rollout.free_cache_engine. */
 int df_worker_create_rollout(df_dag_worker *w, const df_agent_slot *s, const df_model_config *cfg, bool actor_bf16)
@@ -153,7 +153,7 @@ int df_worker_create_rollout(df_dag_worker *w, const df_agent_slot *s, const df_
     const struct df_train_rollout *r = &t->actor_rollout_ref.rollout;
     /* the rollout side of mode=async: as many sequences as its episodes in flight */
     int64_t per_step = (w->async && w->async->rollout_side ? w->async->st.p.max_concurrent_rollouts
-                                                           : t->data.train_batch_size / w->data_layout.dp_size) *
+                                                           : t->data.gen_batch_size / w->data_layout.dp_size) *
                        df_worker_n_samples(w);
     df_rollout_options o = {.max_num_seqs = r->max_num_seqs < per_step ? r->max_num_seqs : per_step,
                             .max_seq_len = t->data.max_prompt_length + r->response_length,
@@ -278,7 +278,9 @@ static int setup_output(df_dag_worker *w)
 
 /* What both a trainer rank and a rollout rank read: the policy's model and tokenizer (the chat
  * template's kwargs set before any render), this rank's shard of the training prompts (by
- * w->data_layout) and its dataloader, every rank drawing as many rows as the smallest shard holds. */
+ * w->data_layout) and its dataloader, every rank drawing as many rows as the smallest shard holds.
+ * A dataloader batch is one generation round, data.gen_batch_size prompts (verl's DAPO trainer);
+ * dynamic sampling cuts the kept groups to train_batch_size. */
 static int load_policy_and_prompts(df_dag_worker *w, df_model **m)
 {
     const df_train_config *t = &w->global.cfg;
@@ -291,7 +293,7 @@ static int load_policy_and_prompts(df_dag_worker *w, df_model **m)
         rc = load_data(w, "data.train_files", 0, &t->data.train_files, t->data.train_max_samples, &w->train_ds,
                        &w->train_prompts);
     if (!rc)
-        rc = df_dataloader_create(w->train_ds, t->data.train_batch_size, w->data_layout.dp_rank,
+        rc = df_dataloader_create(w->train_ds, t->data.gen_batch_size, w->data_layout.dp_rank,
                                   w->data_layout.dp_size, t->data.shuffle, (uint64_t)t->data.seed, true, &w->dl);
     return rc ? rc : agree_rows(w);
 }
@@ -386,6 +388,7 @@ static int setup_trainer_side(df_dag_worker *w)
     if (!rc)
         rc = df_worker_setup_reward_model(w);
     if (!rc) {
+        /* in generation batches (data.gen_batch_size), as verl's len(train_dataloader) */
         int64_t per_epoch = df_dataloader_steps_per_epoch(w->dl);
         w->total_steps = t->trainer.total_training_steps.set ? t->trainer.total_training_steps.v
                                                              : per_epoch * t->trainer.total_epochs;

@@ -117,6 +117,30 @@ static int check_reruns(const df_config *c, const df_train_config *t, df_task_gr
     return rc;
 }
 
+/*
+ * data.gen_batch_size other than train_batch_size (the validator allows it only with
+ * filter_groups.enable): a dynamic sampling node must cut each step's generation batches to the
+ * train batch, or every later node would get gen_batch_size prompts (verl's plain trainer trains on
+ * them all; distflow's mini-batches are sized for train_batch_size).
+ */
+static int check_gen_batch(const df_config *c, const df_train_config *t, df_task_graph *g, bool workflow,
+                           const char *src)
+{
+    int64_t gbs = t->data.gen_batch_size, tbs = t->data.train_batch_size;
+    df_node_fn ds = known_fn("DAGWorker.dynamic_sampling");
+    if (gbs == tbs || !t->algorithm.filter_groups.enable)
+        return DF_OK;
+    for (int i = 0; ds && i < df_task_graph_num_nodes(g); i++)
+        if (known_fn(ref_of(df_task_graph_node_at(g, i), workflow)) == ds)
+            return DF_OK;
+    return df_error(DF_EUNSUPPORTED,
+                    "data.gen_batch_size=%lld (%s) differs from data.train_batch_size=%lld (%s), and no node of %s "
+                    "runs DAPO's dynamic sampling (DAGWorker.dynamic_sampling), which cuts a step's generation "
+                    "batches to the train batch: set algorithm.workflow_type=dapo (%s) or add the node",
+                    (long long)gbs, df_config_where(c, "data.gen_batch_size"), (long long)tbs,
+                    df_config_where(c, "data.train_batch_size"), src, df_config_where(c, "algorithm.workflow_type"));
+}
+
 /* An estimator that needs reward_baselines (ReMax): every advantage node comes after a baseline node. */
 static int check_baseline(const df_train_config *t, df_task_graph *g, bool workflow, const char *src)
 {
@@ -271,6 +295,8 @@ static int check_nodes(const df_config *c, const df_train_config *t, df_task_gra
     free(from);
     if (!rc)
         rc = check_baseline(t, g, workflow, src);
+    if (!rc)
+        rc = check_gen_batch(c, t, g, workflow, src);
     return rc ? rc : check_reruns(c, t, g, workflow, src);
 }
 

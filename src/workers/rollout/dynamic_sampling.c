@@ -5,17 +5,20 @@
  * metric varies (a group that is all right or all wrong has zero GRPO
  * advantage and teaches nothing), and generate more batches until the kept
  * groups fill data.train_batch_size prompts — counted over every rank — or
- * algorithm.filter_groups.max_num_gen_batches is reached. A new batch re-runs the
- * graph's nodes before this one on new prompts (df_node_rerun_upstream), so it is
- * rolled out and scored as the first. The surplus is cut in rank order, so every
- * rank knows which of its groups survive.
+ * algorithm.filter_groups.max_num_gen_batches is reached. A generation batch is
+ * the dataloader's, data.gen_batch_size prompts (verl's DAPO recipe sets it
+ * above train_batch_size so that one round usually suffices). A new batch re-runs the
+ * graph's nodes before this one on the next dataloader batch (df_node_rerun_upstream),
+ * so it is rolled out and scored as the first. The surplus is cut in rank order
+ * (verl: batch[:train_batch_size * n]), so every rank knows which of its groups survive.
  *
  * With actor_rollout_ref.rollout.mode=async (docs/async.md) a re-run takes episodes from
  * the rollout side instead: only as many as groups are missing, after the filtered ones
  * were reported to the rollout ranks that made them as not accepted (AReaL's rejected
  * rollouts), whose admission makes up for exactly those. The rollout side may then stay
  * max_staleness batches ahead, never more; max_num_gen_batches bounds the prompts a step
- * takes to what the synchronous run may generate (that many train batches).
+ * takes to what the synchronous run may generate (that many train batches; data.gen_batch_size
+ * is train_batch_size there, train_check refuses another).
  */
 #include "workers/worker_internal.h"
 
@@ -173,7 +176,8 @@ int64_t df_dynamic_sampling_refill(int64_t target, int64_t kept, int64_t taken, 
 
 /*
  * Before another generation round, with `global` groups kept of `target` after round gen (from 0):
- * synchronously a batch of new prompts, while fewer than max_num_gen_batches were made; mode=async
+ * synchronously a dataloader batch of data.gen_batch_size new prompts, while fewer than
+ * max_num_gen_batches were made; mode=async
  * only the missing groups (df_async_set_refill), while the prompts the step took, *taken, stay within
  * max_num_gen_batches x target. The same on every rank (the counts are the group's).
  */
@@ -182,12 +186,13 @@ static int next_round(df_dag_worker *w, int gen, int64_t global, int64_t *taken)
     const df_train_config *t = &w->global.cfg;
     const char *metric = t->algorithm.filter_groups.metric;
     int64_t target = t->data.train_batch_size, max_gen = t->algorithm.filter_groups.max_num_gen_batches;
-    int64_t more = w->async ? df_dynamic_sampling_refill(target, global, *taken, max_gen) : target;
+    int64_t more = w->async ? df_dynamic_sampling_refill(target, global, *taken, max_gen) : t->data.gen_batch_size;
     if (!w->async && max_gen > 0 && gen + 1 >= max_gen)
         return df_error(DF_EINVAL, "dynamic sampling: %lld of %lld prompts have a varying %s after %d generation "
-                                   "batches (algorithm.filter_groups.max_num_gen_batches=%lld); the data may "
-                                   "be too easy or too hard for the model",
-                        (long long)global, (long long)target, metric, gen + 1, (long long)max_gen);
+                                   "batches of data.gen_batch_size=%lld prompts (algorithm.filter_groups."
+                                   "max_num_gen_batches=%lld); the data may be too easy or too hard for the model",
+                        (long long)global, (long long)target, metric, gen + 1, (long long)t->data.gen_batch_size,
+                        (long long)max_gen);
     if (more < 0)
         return df_error(DF_EINVAL, "dynamic sampling: %lld of %lld prompts have a varying %s after %lld prompts "
                                    "in %d rounds; %lld more would pass algorithm.filter_groups."
@@ -240,7 +245,8 @@ static int node_dynamic_sampling(df_node_ctx *ctx, df_batch *batch, df_node_outp
         return rc; /* DAPO without filtering: the batch passes through */
     double t0 = df_now();
     const char *metric = t->algorithm.filter_groups.metric;
-    int64_t target = t->data.train_batch_size, taken = target;
+    /* the first round is the step's dataloader batch: gen_batch_size prompts (mode=async: train_batch_size) */
+    int64_t target = t->data.train_batch_size, taken = t->data.gen_batch_size;
     int64_t mine = 0, global = 0;
     df_batch *acc = NULL, *cur = batch;
     int gen = 0;
