@@ -220,6 +220,10 @@ static void test_resume_dapo_gen(void **state)
 {
     (void)state;
     check_resume("dapo_gen");
+    /* its data position counts batches of 16: another gen_batch_size is refused, naming both */
+    const char *other[] = {"data.gen_batch_size=8", "trainer.total_training_steps=6"};
+    assert_error_mentions(run(world, "dapo_gen", "dapo_gen_part", other, 2), DF_EINVAL,
+                          "counts batches of 16 prompts, this run's data.gen_batch_size is 8");
 }
 
 static void write_at(const char *rel, const char *text);

@@ -41,10 +41,11 @@ static int save_data_state(df_dag_worker *w, const char *dir)
     int rc = df_ckpt_path(p, "%s/data_dp_rank_%d.json", dir, w->data_layout.dp_rank);
     if (rc)
         return rc;
-    return df_ckpt_write_json(json_pack("{s:s, s:I, s:I, s:I, s:I, s:I}", "format", CKPT_FORMAT, "dp_rank",
+    return df_ckpt_write_json(json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "format", CKPT_FORMAT, "dp_rank",
                                 (json_int_t)w->data_layout.dp_rank, "dp_size", (json_int_t)w->data_layout.dp_size,
                                 "epoch", (json_int_t)epoch, "step", (json_int_t)step, "rows_per_rank",
-                                (json_int_t)df_dataloader_rows_per_rank(w->dl)),
+                                (json_int_t)df_dataloader_rows_per_rank(w->dl), "batch_size",
+                                (json_int_t)w->global.cfg.data.gen_batch_size),
                       p);
 }
 
@@ -228,7 +229,16 @@ static int load_data_state(df_dag_worker *w, const char *dir)
         rc = df_ckpt_json_int(o, "epoch", p, &epoch);
     if (!rc)
         rc = df_ckpt_json_int(o, "step", p, &step);
+    /* the loader's batch, data.gen_batch_size (absent before that key existed: the train batch) */
+    int64_t batch = w->global.cfg.data.train_batch_size;
+    if (!rc && json_object_get(o, "batch_size"))
+        rc = df_ckpt_json_int(o, "batch_size", p, &batch);
     json_decref(o);
+    if (!rc && batch != w->global.cfg.data.gen_batch_size)
+        rc = df_error(DF_EINVAL, "%s: its data position counts batches of %lld prompts, this run's "
+                                 "data.gen_batch_size is %lld (%s): resume with the batch it was written with",
+                      p, (long long)batch, (long long)w->global.cfg.data.gen_batch_size,
+                      df_config_where(w->cfg, "data.gen_batch_size"));
     if (!rc && dp != w->data_layout.dp_size)
         rc = df_error(DF_EINVAL, "%s: written by %lld data-parallel ranks, this run has %d", p, (long long)dp,
                       w->data_layout.dp_size);
