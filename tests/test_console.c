@@ -295,6 +295,33 @@ static void test_preflight(void **state)
     assert_error_mentions(check_with(o2, 1), DF_EUNSUPPORTED, "data.reward_fn_key=ability is not supported");
 }
 
+static void write_file(const char *name, const char *text)
+{
+    char *path = df_path_join(dir, name);
+    assert_int_equal(df_write_file_atomic(path, text, strlen(text)), 0);
+    free(path);
+}
+
+/* verl's command line: `key=value ...` without a file is the defaults and the overrides (the same
+   output as an empty file); a first argument with '=' that names a file is still the file. */
+static void test_overrides_only(void **state)
+{
+    (void)state;
+    char cmd[1024], a[16384], b[16384];
+    write_file("empty.yaml", "{}\n");
+    write_file("seed=9.yaml", "trainer: {seed: 9}\n");
+    const char *ov = "trainer.seed=5 data.train_batch_size=12";
+    snprintf(cmd, sizeof cmd, "cd %s && %s/distflow config show %s 2>&1", dir, DF_BINARY_DIR, ov);
+    assert_int_equal(df_test_command(cmd, a, sizeof a), 0);
+    snprintf(cmd, sizeof cmd, "cd %s && %s/distflow config show empty.yaml %s 2>&1", dir, DF_BINARY_DIR, ov);
+    assert_int_equal(df_test_command(cmd, b, sizeof b), 0);
+    assert_string_equal(a, b);
+    assert_non_null(strstr(a, "  seed: 5  # command line\n"));
+    snprintf(cmd, sizeof cmd, "cd %s && %s/distflow config show seed=9.yaml 2>&1", dir, DF_BINARY_DIR);
+    assert_int_equal(df_test_command(cmd, a, sizeof a), 0);
+    assert_non_null(strstr(a, "  seed: 9  # seed=9.yaml:1\n"));
+}
+
 /* metrics.jsonl rows: "timestamp" right after "step", milliseconds; left out when negative. */
 static void test_metrics_timestamp(void **state)
 {
@@ -315,6 +342,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_metrics_timestamp),
+        cmocka_unit_test(test_overrides_only),
         cmocka_unit_test(test_preflight),
         cmocka_unit_test(test_val_only),
         cmocka_unit_test(test_cli_console),

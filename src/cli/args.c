@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void df_cli_usage(const char *cmd, const char *usage, const df_opt *opts)
 {
@@ -145,6 +146,13 @@ int df_cli_parse(const char *cmd, const char *usage, df_opt *opts, int argc, cha
         }
     }
     return 0;
+}
+
+int df_cli_load_config(const df_config_schema *s, char *const *pos, int n_pos, df_config **out)
+{
+    bool overrides_only = strchr(pos[0], '=') && access(pos[0], F_OK) != 0;
+    const char *const *ov = (const char *const *)pos + (overrides_only ? 0 : 1);
+    return df_config_load(s, overrides_only ? NULL : pos[0], ov, n_pos - (overrides_only ? 0 : 1), out);
 }
 
 int df_cli_require(const char *cmd, const df_opt *opts)

@@ -2,6 +2,8 @@
 #ifndef DF_CLI_H
 #define DF_CLI_H
 
+#include "distflow/config.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -49,6 +51,13 @@ void df_cli_warn(void *user, const char *msg);
 int df_cli_default_world(const char *cmd, bool given, int64_t *world, int *rank);
 /** Check required options were given; prints which is missing. */
 int df_cli_require(const char *cmd, const df_opt *opts);
+/**
+ * df_config_load of the positional arguments `CONFIG.yaml [key=value ...]`, or of `key=value ...`
+ * alone (the schema's defaults and the overrides, as `python3 -m verl.trainer.main_ppo k=v ...`
+ * starts from verl's defaults): pos[0] is taken as an override when it holds '=' and names no
+ * file. n_pos >= 1. Errors: df_config_load's.
+ */
+int df_cli_load_config(const df_config_schema *s, char *const *pos, int n_pos, df_config **out);
 
 /* ---- commands (cmd_*.c) ------------------------------------------------- */
 

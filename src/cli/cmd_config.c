@@ -8,7 +8,8 @@
 #include <string.h>
 
 static const char *USAGE =
-    "show CONFIG [key=value ...] | check CONFIG [key=value ...] | help [PREFIX]\n\n"
+    "show CONFIG [key=value ...] | check CONFIG [key=value ...] | help [PREFIX]\n"
+    "(CONFIG may be left out: the defaults, then the key=value overrides)\n\n"
     "  show   print the resolved configuration (file + overrides + defaults), with\n"
     "         '# where' comments on values that are not defaults\n"
     "  check  load a `train` config and run every check `distflow train` (and\n"
@@ -30,7 +31,7 @@ static int check(const df_config_schema *schema, char **pos, int n_pos, bool giv
     if (df_cli_default_world("config", given, &world, &rank))
         return 1;
     df_config *cfg;
-    int rc = df_config_load(schema, pos[1], (const char *const *)pos + 2, n_pos - 2, &cfg);
+    int rc = df_cli_load_config(schema, pos + 1, n_pos - 1, &cfg);
     if (!rc) {
         rc = df_train_check(cfg, (int)world, rank == 0 ? df_cli_warn : NULL, "config", NULL);
         df_config_free(cfg);
@@ -77,7 +78,7 @@ int df_cmd_config(int argc, char **argv)
         return check(schema, pos, n_pos, opts[1].seen, world);
     if (n_pos >= 2 && !strcmp(pos[0], "show")) {
         df_config *cfg;
-        if (df_config_load(schema, pos[1], (const char *const *)pos + 2, n_pos - 2, &cfg))
+        if (df_cli_load_config(schema, pos + 1, n_pos - 1, &cfg))
             return df_cli_fail("config");
         int rc = df_config_dump(cfg, stdout);
         df_config_free(cfg);

@@ -166,7 +166,7 @@ static int cmd_eval(int argc, char **argv)
     df_tokenizer *tok = NULL;
     df_dataset *ds = NULL;
     df_rollout_engine *e = NULL;
-    int rc = df_config_load(df_config_schema_train(), pos[0], (const char *const *)pos + 1, n_pos - 1, &c);
+    int rc = df_cli_load_config(df_config_schema_train(), pos, n_pos, &c);
     if (!rc)
         rc = df_train_config_resolve(c, &t);
     if (!rc && !data && t.data.val_files.n < 1)

@@ -12,7 +12,7 @@
 #include <string.h>
 
 static const char *PLAN_USAGE =
-    "CONFIG.yaml [key=value ...] [--world N] [--dot FILE]\n\n"
+    "CONFIG.yaml [key=value ...] | key=value ... [--world N] [--dot FILE]\n\n"
     "Show how `distflow train` would run this config on N ranks: the built-in pipeline chosen by\n"
     "algorithm.workflow_type / adv_estimator, its irreducible subgraphs (siiRL\n"
     "discover_and_split_parallel_paths), the rank -> subgraph assignment over trainer.nnodes\n"
@@ -61,7 +61,7 @@ int df_cmd_plan(int argc, char **argv)
     if (df_cli_parse("plan", PLAN_USAGE, opts, argc, argv, pos, 512, &n_pos, &code))
         return code;
     if (n_pos < 1) {
-        fprintf(stderr, "distflow plan: error: missing CONFIG.yaml (see --help)\n");
+        fprintf(stderr, "distflow plan: error: missing CONFIG.yaml or key=value overrides (see --help)\n");
         return 2;
     }
     int rank = 0;
@@ -70,7 +70,7 @@ int df_cmd_plan(int argc, char **argv)
     df_config *cfg = NULL;
     df_plan *plan = NULL;
     char *text = NULL;
-    int rc = df_config_load(df_config_schema_train(), pos[0], (const char *const *)pos + 1, n_pos - 1, &cfg);
+    int rc = df_cli_load_config(df_config_schema_train(), pos, n_pos, &cfg);
     if (!rc)
         rc = df_train_check(cfg, (int)world, rank == 0 ? df_cli_warn : NULL, "plan", &plan);
     if (!rc && rank == 0) {

@@ -10,15 +10,16 @@
 #include <string.h>
 
 static const char *TRAIN_USAGE =
-    "CONFIG.yaml [key=value ...]\n\n"
+    "CONFIG.yaml [key=value ...] | key=value ...\n\n"
     "RL training (GRPO and the PPO family) with siiRL / verl configuration keys: the YAML file,\n"
-    "then Hydra-style dotted overrides, e.g. actor_rollout_ref.rollout.n=8. The DAG worker walks\n"
+    "then Hydra-style dotted overrides, e.g. actor_rollout_ref.rollout.n=8 (without a file: the\n"
+    "defaults, then the overrides, as verl's main_ppo command line). The DAG worker walks\n"
     "the built-in pipeline chosen by algorithm.adv_estimator / workflow_type every step.\n"
     "Metrics: the console and <trainer.default_local_dir>/metrics.jsonl.\n"
     "`distflow config help` lists every key.";
 
 static const char *SFT_USAGE =
-    "CONFIG.yaml [key=value ...]\n\n"
+    "CONFIG.yaml [key=value ...] | key=value ...\n\n"
     "Supervised fine-tuning with verl's SFT trainer keys (data.prompt_key / data.response_key as\n"
     "dotted paths into each JSON line, model.partial_pretrain, optim.*, trainer.*). Saves\n"
     "<trainer.default_local_dir>/global_step_<N> as a Hugging Face directory. Under\n"
@@ -36,11 +37,11 @@ static int load(const char *cmd, const char *usage, const df_config_schema *sche
         return 1;
     if (n_pos < 1) {
         if (report)
-            fprintf(stderr, "distflow %s: error: missing CONFIG.yaml (see --help)\n", cmd);
+            fprintf(stderr, "distflow %s: error: missing CONFIG.yaml or key=value overrides (see --help)\n", cmd);
         *code = 2;
         return 1;
     }
-    if (df_config_load(schema, pos[0], (const char *const *)pos + 1, n_pos - 1, cfg)) {
+    if (df_cli_load_config(schema, pos, n_pos, cfg)) {
         *code = report ? df_cli_fail(cmd) : 1;
         return 1;
     }
