@@ -32,21 +32,22 @@ grep -o '"command": ".*' "$db" | sed -e 's/^"command": "//' -e 's/",\{0,1\}$//' 
 while read -r cmd; do
   cmd=$(sed -e 's/ -o [^ ]*/ -fsyntax-only/' -e 's/ -Werror\b//g' <<<"$cmd")
   eval "$cmd -DDF_CFG_AUDIT -Wno-error -Wdeprecated-declarations" 2>&1 |
-    grep -o "distflow-config-read [a-z]*:[A-Za-z0-9_.]*" | cut -d' ' -f2 >> "$tmp/read" || true
+    grep -o "distflow-config-read [a-z]*:[A-Za-z0-9_.*]*" | cut -d' ' -f2 >> "$tmp/read" || true
 done < "$tmp/commands"
 # the two optimizer blocks share one struct, whose keys the compiler names by the block's macro
 sed -n 's/^train:DFK_OPTIM_GROUP\.\(.*\)/train:actor_rollout_ref.actor.optim.\1\ntrain:critic.optim.\1/p' "$tmp/read" >> "$tmp/read"
 sort -u -o "$tmp/read" "$tmp/read"
 [ -s "$tmp/read" ] || { echo "check-config-readers: the audit build named no key (compiler?)" >&2; exit 2; }
 
-# Walk `config help` of both commands: key lines, their compat marker and their derived-default source.
+# Walk `config help` of both commands: key lines (an open group's `group.*` too), their compat marker and
+# their derived-default source.
 bad=0
 for table in train sft; do
   flag=; [ $table = sft ] && flag=--sft
   "$df" config help $flag > "$tmp/help.$table"
   # "KEY marked|- SOURCE,...": the keys its default derives from (null: value of X) or interpolates (${X})
   awk '
-    /^[A-Za-z0-9_.]+  / { key = $1; src = ""; line = $0
+    /^[A-Za-z0-9_.]+(\.\*)?  / { key = $1; src = ""; line = $0
                           if (match(line, /\(null: value of [A-Za-z0-9_.]+\)/)) src = substr(line, RSTART + 15, RLENGTH - 16)
                           while (match(line, /\$\{[A-Za-z0-9_.]+\}/)) {
                             src = src (src == "" ? "" : ",") substr(line, RSTART + 2, RLENGTH - 3); line = substr(line, RSTART + RLENGTH) }

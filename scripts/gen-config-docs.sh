@@ -51,6 +51,15 @@ scalars typed as the keys here are (null / ~, true / false / yes / no / on / off
 0x / 0o / `_`, finite floats, else strings; quoted ones are strings), `<<` merge keys applied, a
 key given twice refused.
 
+One group is open: `custom_reward_function.reward_kwargs` has typed keys (the built-in scorers'
+options, checked as any key) and takes keys of any other name too, with any YAML value, as the
+keyword arguments verl passes to a Python reward function (`reward_kwargs: {my_threshold: 0.3}`,
+`custom_reward_function.reward_kwargs.my_threshold=0.3`, `+...`). Its line below reads
+`custom_reward_function.reward_kwargs.*`; the other names are kept as one map (typed field
+`extra`), which `config show` prints as keys of the group, each with the place the last of them
+was set. A dotted path below a typed key is still an unknown key, and every other group refuses
+unknown keys.
+
 Which command checks what: `distflow plan`, `distflow config check --world N` and `distflow
 train` run the same validation (`df_train_check`, docs/architecture.md, "Validation: one path for
 plan, config check and train") before anything is loaded: the keys below, the settings distflow

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "distflow/config.h"
+#include "distflow/train_config.h"
 
 #define FIXTURE DF_SOURCE_DIR "/tests/fixtures/siirl_ppo_dag_trainer.yaml"
 #define OVR "actor_rollout_ref.model.override_config"
@@ -298,6 +299,100 @@ static void test_overrides(void **state)
                "'${actor_rollout_ref.model.override_config}'");
 }
 
+/* An open group (DFK_OPEN: custom_reward_function.reward_kwargs) takes keys of any other name with
+ * any value, in every spelling a key has; its typed keys keep their checks; other groups don't. */
+#define RKW "custom_reward_function.reward_kwargs"
+static void test_open_group(void **state)
+{
+    (void)state;
+    const df_config_entry *e = df_config_schema_find(df_config_schema_train(), RKW ".*");
+    assert_non_null(e);
+    assert_int_equal(e->type, DF_CFG_MAP);
+    char *help = NULL;
+    size_t hlen = 0;
+    FILE *hf = open_memstream(&help, &hlen);
+    assert_int_equal(df_config_schema_print(df_config_schema_train(), RKW, hf), 0);
+    fclose(hf);
+    assert_non_null(strstr(help, "\n" RKW ".*  any other key: any YAML value\n    any other key, with any YAML"));
+    assert_non_null(strstr(help, RKW ".format_score  float  default: 0.0"));
+    free(help);
+    /* nested, beside the typed keys: scalars, a list, a mapping; the typed key stays typed */
+    const char *nested = "custom_reward_function:\n"
+                         "  path: r.py\n"
+                         "  reward_kwargs:\n"
+                         "    format_score: 0.5\n"
+                         "    bonus: 0.25\n"
+                         "    tags: [a, \"b c\"]\n"
+                         "    opts: {depth: 2, on: true}\n";
+    df_config *c = text_ok(nested, NULL, 0);
+    assert_true(df_config_float(c, RKW ".format_score") == 0.5);
+    assert_string_equal(df_config_map_text(c, RKW ".*"), "{bonus: 0.25, tags: [a, \"b c\"], opts: {depth: 2, on: true}}");
+    assert_string_equal(df_config_where(c, RKW ".bonus"), "t.yaml:7");
+    df_train_config t;
+    assert_int_equal(df_train_config_resolve(c, &t), 0);
+    assert_string_equal(t.custom_reward_function.reward_kwargs.extra, df_config_map_text(c, RKW ".*"));
+    assert_true(t.custom_reward_function.reward_kwargs.format_score == 0.5);
+    /* the dump writes them as keys of the group and reloads to the same config */
+    char *text = dump_text(c);
+    assert_non_null(strstr(text, "\n  reward_kwargs:\n    method: strict\n"));
+    assert_non_null(strstr(text, "\n    strict_box_verify: false\n    bonus: 0.25  # t.yaml:7\n"
+                                 "    tags: [a, \"b c\"]  # t.yaml:7\n    opts: {depth: 2, on: true}  # t.yaml:7\n"));
+    df_config *d = load_ok(yaml_file("open", text), NULL, 0);
+    assert_string_equal(df_config_map_text(d, RKW ".*"), df_config_map_text(c, RKW ".*"));
+    assert_true(df_config_float(d, RKW ".format_score") == 0.5);
+    char *again = dump_text(d);
+    assert_non_null(strstr(again, "    bonus: 0.25  # "));
+    free(again);
+    df_config_free(d);
+    free(text);
+    /* dump_set: one line per key */
+    char *set = NULL;
+    size_t slen = 0;
+    int n = 0;
+    FILE *sf = open_memstream(&set, &slen);
+    assert_int_equal(df_config_dump_set(c, "  ", sf, &n), 0);
+    fclose(sf);
+    assert_int_equal(n, 5); /* path, format_score and the three others */
+    assert_non_null(strstr(set, "  " RKW ".format_score: 0.5  # t.yaml:4\n  " RKW ".bonus: 0.25  # t.yaml:7\n  "
+                                RKW ".tags: [a, \"b c\"]  # t.yaml:7\n  " RKW ".opts: {depth: 2, on: true}  # t.yaml:7\n"));
+    free(set);
+    df_config_free(c);
+    /* dotted in the file, into a mapping; then the command line, Hydra's + forms and a group mapping */
+    const char *ov[] = {RKW ".my_threshold=0.3", "+" RKW ".flag=true", "++" RKW ".opts.width=[1, 2]",
+                        RKW "={score: 2, name: x}"};
+    c = text_ok(RKW ".opts.depth: 3\n" RKW ".opts.kind: deep\n", ov, 4);
+    assert_string_equal(df_config_map_text(c, RKW ".*"),
+                        "{opts: {depth: 3, kind: deep, width: [1, 2]}, my_threshold: 0.3, flag: true, name: x}");
+    assert_true(df_config_float(c, RKW ".score") == 2.0);
+    assert_string_equal(df_config_where(c, RKW ".my_threshold"), "command line");
+    df_config *node = NULL;
+    const char *k[] = {RKW ".bonus"}, *v[] = {"{a: 1}"};
+    assert_int_equal(df_config_with_overrides(c, k, v, 1, "wf.yaml node 'reward'", &node), 0);
+    assert_string_equal(df_config_map_text(node, RKW ".*"),
+                        "{opts: {depth: 3, kind: deep, width: [1, 2]}, my_threshold: 0.3, flag: true, name: x, "
+                        "bonus: {a: 1}}");
+    df_config_free(node);
+    df_config_free(c);
+    /* the typed keys keep their checks; below one, and '*' itself, are not other keys */
+    text_fails("custom_reward_function:\n  reward_kwargs: {method: lenient}\n", NULL, 0,
+               "t.yaml:2: " RKW ".method: expected one of strict|flexible, got \"lenient\"");
+    text_fails(RKW ".format_score: abc\n", NULL, 0, "t.yaml:1: " RKW ".format_score: expected a number, got \"abc\"");
+    const char *ov1[] = {RKW ".method.x=1"};
+    text_fails(NULL, ov1, 1,
+               "command line: '" RKW ".method.x=1': unknown key '" RKW ".method.x' (did you mean '" RKW ".method'?)");
+    const char *ov2[] = {RKW ".*={a: 1}"};
+    text_fails(NULL, ov2, 1, "command line: '" RKW ".*={a: 1}': '" RKW ".*': '*' stands for the other keys of an "
+                             "open group: set each by its name");
+    /* other groups still refuse unknown keys, with a hint that is never the '*' entry */
+    text_fails("custom_reward_function:\n  nme: f\n", NULL, 0,
+               "t.yaml:2: unknown key 'custom_reward_function.nme' (did you mean 'custom_reward_function.name'?)");
+    const char *ov3[] = {"reward_model.reward_kwargs_x=1"};
+    text_fails(NULL, ov3, 1, "command line: 'reward_model.reward_kwargs_x=1': unknown key "
+                             "'reward_model.reward_kwargs_x' (did you mean 'reward_model.reward_kwargs'?)");
+    text_fails("data:\n  my_threshold: 0.3\n", NULL, 0, "t.yaml:2: unknown key 'data.my_threshold'");
+}
+#undef RKW
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -307,6 +402,7 @@ int main(void)
         cmocka_unit_test(test_canonical_text),
         cmocka_unit_test(test_type_errors),
         cmocka_unit_test(test_overrides),
+        cmocka_unit_test(test_open_group),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -346,18 +346,18 @@ static void expect_scores(const char *out, double want)
 }
 
 /* train (on every rank of the world: each rank's reward node its own child) scores with the Python
-   function per response (naive, with a reward_kwargs key the config
-   sets passed on) and per batch (reward_manager=batch); 0.25 (+ format_score) only when the
-   arguments are the rows' data_source and ground truth. */
+   function per response (naive, with reward_kwargs passed on: the typed format_score and bonus, a
+   key of any other name) and per batch (reward_manager=batch); 0.25 (+ format_score + bonus) only
+   when the arguments are the rows' data_source and ground truth: 1.0 needs both kwargs. */
 static void test_train(void **state)
 {
     (void)state;
     char yaml[2048], path[512];
-    write_job("custom_reward_function: {path: " REWARDS ", name: digits_quarter,\n"
-              "                         reward_kwargs: {format_score: 0.5}}\n",
+    write_job("custom_reward_function: {path: " REWARDS ", name: digits_bonus,\n"
+              "                         reward_kwargs: {format_score: 0.5, bonus: 0.25}}\n",
               "naive", yaml, path, sizeof path);
     df_test_run_ok(df_test_run(world, df_test_config(yaml, path, NULL, 0)), "naive");
-    expect_scores("naive", 0.75);
+    expect_scores("naive", 1.0);
     write_job("custom_reward_function: {path: " REWARDS ", name: digits_quarter_batch}\n"
               "reward_model: {reward_manager: batch}\n",
               "batch", yaml, path, sizeof path);
@@ -365,7 +365,9 @@ static void test_train(void **state)
     expect_scores("batch", 0.25);
 }
 
-/* config check refuses, naming the key: a missing .py file; the batch manager without a .py.
+/* config check refuses, naming the key: a missing .py file; the batch manager without a .py;
+   reward_kwargs of other names with a library's df_reward_fn (no kwargs) or without any path (the
+   built-in scorers read only the typed ones), each named with where it was set.
    (One rank: a CLI child under mpiexec would take the job's MPI environment.) */
 static void test_config_check(void **state)
 {
@@ -377,6 +379,14 @@ static void test_config_check(void **state)
     } cases[] = {
         {"custom_reward_function: {path: " FIX "/none.py}\n", "custom_reward_function.path", "none.py"},
         {"reward_model: {reward_manager: batch}\n", "reward_model.reward_manager=batch", "a .py file"},
+        {"custom_reward_function: {path: " DF_BINARY_DIR "/plugins/test/libscore_const.so, name: score_quarter,\n"
+         "                         reward_kwargs: {bonus: 0.25}}\n",
+         "custom_reward_function.reward_kwargs.bonus (/",
+         "check.yaml:10): keyword arguments, but custom_reward_function.path (/"},
+        {"custom_reward_function: {reward_kwargs: {bonus: 0.25, tags: [a]}}\n",
+         "custom_reward_function.reward_kwargs.bonus, custom_reward_function.reward_kwargs.tags (/",
+         "check.yaml:9): keyword arguments for a Python custom_reward_function, but custom_reward_function.path "
+         "is null: the built-in scorers read only"},
         {"", NULL, NULL},
     };
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {

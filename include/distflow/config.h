@@ -52,8 +52,22 @@
  * of editing a dict) sets that entry inside the map, creating nested mappings
  * as needed and replacing a non-mapping on the way.
  *
+ * Open groups. A group whose table ends with DFK_OPEN (config_table_begin.h;
+ * train: custom_reward_function.reward_kwargs, verl's kwargs dict of a Python
+ * reward function) takes keys of any other name too, with any YAML value. Its
+ * typed keys keep their types, checks and defaults; every other name under the
+ * group (`reward_kwargs: {bonus: 0.25}`, `reward_kwargs.bonus: 0.25`,
+ * `custom_reward_function.reward_kwargs.bonus=0.25`, a mapping value, a dotted
+ * path into one) is an entry of the map key "<group>.*" (typed field `extra`),
+ * patched as a map key's entries are. A path below a typed key
+ * (`reward_kwargs.method.x`) stays an unknown key, and "<group>.*" itself cannot
+ * be set. df_config_dump writes each entry as a key of the group,
+ * df_config_dump_set one line per entry; df_config_where of an entry's key is
+ * the map key's (the last place that set any of them). Every other group
+ * refuses an unknown key.
+ *
  * Overrides: `key=value`, `+key=value` and `++key=value` (Hydra's prefixes; the
- * key must still be in the schema). The value is parsed as one YAML value:
+ * key must still be in the schema, or lie in an open group). The value is parsed as one YAML value:
  * true/false, 64, 1e-6, null, 'quoted', [a,b]; a mapping is accepted for a group
  * key (`actor_rollout_ref.actor.optim={lr: 1e-5}`) and for a map key
  * (`ray_init={num_cpus: 8}`). An empty value (`key=`) is
@@ -165,7 +179,8 @@ DF_API const char *df_config_type_name(df_config_type t);
  * Print help for every entry whose key is `prefix` or lies under it (whole
  * dotted components: "data" matches "data.seed", not "database"); prefix NULL
  * or "" prints all. Per entry: `key  type [nullable]  default: D  [bounds]`
- * then the help text indented on the next line.
+ * then the help text indented on the next line; an open group's "<group>.*"
+ * entry reads `<group>.*  any other key: any YAML value`.
  * Returns DF_ENOTFOUND (with a "did you mean" hint) when nothing matches,
  * DF_EIO when writing fails.
  */
@@ -227,7 +242,8 @@ DF_API int df_config_check_compat(const df_config *c, df_warn_fn warn, void *use
 
 /**
  * Self-check of a schema table (used by tests): keys unique and well formed,
- * no key is also a group (`a.b` and `a.b.c`), every default parses and is in
+ * no key is also a group (`a.b` and `a.b.c`), a `*` only as an open group's
+ * last component and only on a map entry, every default parses and is in
  * bounds, null_from names a key of the same type and is only used on nullable
  * entries. Returns 0 or DF_EINTERNAL naming the bad entry.
  */
@@ -322,22 +338,26 @@ DF_API int df_config_with_overrides(const df_config *base, const char *const *ke
 /**
  * Where the value came from: "cfg.yaml:12" (file and line), "command line",
  * "default", "derived from <key>" (null_from), or "set by program"
- * (df_config_set). Owned by the config.
+ * (df_config_set). A key inside an open group that is not in the schema
+ * (custom_reward_function.reward_kwargs.bonus) answers for the group's "<group>.*"
+ * map (see "Open groups" above). Owned by the config.
  */
 DF_API const char *df_config_where(const df_config *c, const char *key);
 
 /**
  * Write the resolved config as block YAML (nested mappings in schema order,
  * lists in flow style, strings quoted when needed), each value not from the
- * defaults followed by a `# <where>` comment. Loading the output with the same
- * schema gives the same values. Returns DF_EIO when writing fails.
+ * defaults followed by a `# <where>` comment; an open group's other keys are
+ * written as keys of the group, after its typed keys. Loading the output with
+ * the same schema gives the same values. Returns DF_EIO when writing fails.
  */
 DF_API int df_config_dump(const df_config *c, FILE *f);
 /**
  * The values someone chose: one line `<prefix><dotted.key>: <value>  # <where>`
  * (values formatted as df_config_dump does) for each key set in a file, on the
  * command line or by the program, in schema order; defaults and derived
- * defaults are left out. prefix may be NULL. *n (may be NULL) receives the
+ * defaults are left out; an open group's other keys one line each
+ * (`custom_reward_function.reward_kwargs.bonus: 0.25`). prefix may be NULL. *n (may be NULL) receives the
  * number of lines. Errors: DF_EIO when writing fails, DF_ENOMEM.
  */
 DF_API int df_config_dump_set(const df_config *c, const char *prefix, FILE *f, int *n);

@@ -19,7 +19,11 @@
  *   N: nullable (the field is a df_config_opt_* or a NULL string / null list).
  * DFK_<type>_FROM(group, leaf, source key, ...): default null, which resolves to the source key's
  *   value after loading (verl's derived defaults); the field has the plain type (the resolver
- *   refuses a null left there), except DFK_IN_FROM, whose source may itself be null. */
+ *   refuses a null left there), except DFK_IN_FROM, whose source may itself be null.
+ * DFK_OPEN(group, help): the group takes keys of any other name too, with any YAML value (verl's
+ *   free-form kwargs dicts beside distflow's typed keys). Its entry is the DF_CFG_MAP key
+ *   "<group>.*", whose map collects those keys (the field `extra`, its canonical flow YAML); put it
+ *   after the group's keys. */
 /* DFK_NO_EFFECT(entry) / DFK_UNSUPPORTED(entry): the entry's df_config_compat class (distflow/config.h).
  * Includers that need the class define DF_CFG_COMPAT(class, ...) (the expanded entry follows the class);
  * for the others it is the entry. */
@@ -49,6 +53,8 @@
 #define DFK_LE(g, k, d, ch, h) DFK_CALL(DFK_KEY(g, k), DF_CFG_STR_LIST, df_config_strs, 0, d, -DFK_INF, DFK_INF, 0, ch, NULL, h)
 #define DFK_FL(g, k, d, n, lo, hi, h) DFK_CALL(DFK_KEY(g, k), DF_CFG_FLOAT_LIST, df_config_floats, 0, d, lo, hi, n, NULL, NULL, h)
 #define DFK_M(g, k, d, h) DFK_CALL(DFK_KEY(g, k), DF_CFG_MAP, const char *, 1, d, -DFK_INF, DFK_INF, 0, NULL, NULL, h)
+#define DFK_OPEN(g, h) \
+    DFK_CALL(g.extra, extra, DFK_STR(g) ".*", DF_CFG_MAP, const char *, 0, "{}", -DFK_INF, DFK_INF, 0, NULL, NULL, h)
 #define DFK_B_FROM(g, k, from, h) \
     DFK_CALL(DFK_KEY(g, k), DF_CFG_BOOL, bool, 1, "null", -DFK_INF, DFK_INF, 0, NULL, DFK_STR(from), h)
 #define DFK_I_FROM(g, k, from, lo, hi, h) \

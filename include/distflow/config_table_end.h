@@ -24,6 +24,7 @@
 #undef DFK_LE
 #undef DFK_FL
 #undef DFK_M
+#undef DFK_OPEN
 #undef DFK_B_FROM
 #undef DFK_I_FROM
 #undef DFK_IN_FROM

@@ -371,6 +371,8 @@ bool df_config_is_null(const df_config *c, const char *key)
 const char *df_config_where(const df_config *c, const char *key)
 {
     int i = cfg_find(c->schema, key);
+    if (i < 0) /* another name in an open group: its map's origin */
+        i = cfg_open_owner(c->schema, key);
     assert(i >= 0 && "config key not in the schema");
     return i >= 0 ? c->slots[i].where : "";
 }

@@ -150,6 +150,11 @@ bool cfg_choice_ok(const char *choices, const char *text);
 int cfg_find(const df_config_schema *s, const char *key);
 /* Whether some key lies under `key` ("data" for "data.seed"). */
 bool cfg_is_group(const df_config_schema *s, const char *key);
+/* An open group's "<group>.*" entry (DFK_OPEN): a DF_CFG_MAP holding the group's other keys. */
+bool cfg_is_open(const df_config_entry *e);
+/* Index of the open entry whose map takes `key` ("g.x" or "g.x.y" for the entry "g.*", where
+ * "g.x" is neither a key nor a group of the schema), or -1. */
+int cfg_open_owner(const df_config_schema *s, const char *key);
 /* "an integer", "a list of strings", ... for messages. */
 const char *cfg_type_desc(df_config_type t);
 /* "[lo, hi]", ">= lo", "<= hi", or "" when unbounded. */
@@ -175,6 +180,11 @@ int cfg_map_text(struct yaml_document_s *doc, struct yaml_node_s *map, const cha
  * set to node `val` of `vdoc`; missing or non-mapping steps become mappings. */
 int cfg_map_patch(const char *old, const char *sub, struct yaml_document_s *vdoc, struct yaml_node_s *val,
                   const char *place, char **out);
+
+/* Call fn(user, key, value) for each top-level entry of mapping text `text` (canonical
+ * map text), key and value as canonical flow YAML (a key quoted when it needs it); stops at
+ * fn's first non-zero result and returns it. DF_EINTERNAL when the text does not parse. */
+int cfg_map_each(const char *text, int (*fn)(void *user, const char *key, const char *value), void *user);
 
 /* ---- config.c ---- */
 void cfg_value_clear(cfg_value *v);

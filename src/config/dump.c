@@ -20,6 +20,36 @@ static bool first_of_component(const df_config_schema *s, int i, const char *pre
     return true;
 }
 
+/* One `<indent><key>: <value>  # <where>` line per entry of an open group's map. */
+typedef struct {
+    df_sbuf *b;
+    int indent;
+    const char *prefix; /* dump_set: the line's prefix and the group's dotted key; NULL in the dump */
+    const char *group;
+    const char *where;
+    int count;
+} extra_lines;
+
+static int extra_line(void *user, const char *key, const char *value)
+{
+    extra_lines *x = user;
+    if (x->group)
+        df_sbuf_printf(x->b, "%s%s.%s: %s", x->prefix, x->group, key, value);
+    else
+        df_sbuf_printf(x->b, "%*s%s: %s", x->indent, "", key, value);
+    if (strcmp(x->where, "default"))
+        df_sbuf_printf(x->b, "  # %s", x->where);
+    df_sbuf_puts(x->b, "\n");
+    x->count++;
+    return DF_OK;
+}
+
+static void emit_extras(const cfg_slot *slot, extra_lines *x)
+{
+    if (!slot->v.is_null && slot->v.s && cfg_map_each(slot->v.s, extra_line, x))
+        x->b->failed = true;
+}
+
 static void emit_group(const df_config *c, df_sbuf *b, const char *prefix, int indent)
 {
     const df_config_schema *s = c->schema;
@@ -32,6 +62,10 @@ static void emit_group(const df_config *c, df_sbuf *b, const char *prefix, int i
         size_t n = strcspn(comp, ".");
         if (!first_of_component(s, i, prefix, plen, comp, n))
             continue;
+        if (cfg_is_open(&s->entries[i])) { /* the group's other keys, as keys of the group */
+            emit_extras(&c->slots[i], &(extra_lines){.b = b, .indent = indent, .where = c->slots[i].where});
+            continue;
+        }
         if (indent == 0 && b->len)
             df_sbuf_puts(b, "\n"); /* blank line between top-level groups */
         df_sbuf_printf(b, "%*s%.*s:", indent, "", (int)n, comp);
@@ -85,6 +119,17 @@ int df_config_dump_set(const df_config *c, const char *prefix, FILE *f, int *n)
         const char *where = c->slots[i].where;
         if (!cfg_slot_user_set(&c->slots[i]))
             continue;
+        if (cfg_is_open(&c->schema->entries[i])) {
+            char *group = strndup(c->schema->entries[i].key, strlen(c->schema->entries[i].key) - 2);
+            extra_lines x = {.b = &b, .prefix = prefix ? prefix : "", .group = group, .where = where};
+            if (group)
+                emit_extras(&c->slots[i], &x);
+            else
+                b.failed = true;
+            free(group);
+            count += x.count;
+            continue;
+        }
         df_sbuf_printf(&b, "%s%s: ", prefix ? prefix : "", c->schema->entries[i].key);
         cfg_format_value(&b, &c->schema->entries[i], &c->slots[i].v);
         df_sbuf_printf(&b, "  # %s\n", where);

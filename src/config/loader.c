@@ -235,7 +235,8 @@ static int map_owner(const df_config_schema *s, const char *full)
     for (int i = 0; i < s->n; i++) {
         const char *k = s->entries[i].key;
         size_t n = strlen(k);
-        if (s->entries[i].type == DF_CFG_MAP && !strncmp(full, k, n) && full[n] == '.')
+        if (s->entries[i].type == DF_CFG_MAP && !cfg_is_open(&s->entries[i]) && !strncmp(full, k, n) &&
+            full[n] == '.')
             return i;
     }
     return -1;
@@ -328,6 +329,9 @@ static int apply_at(walker *w, const char *full, yaml_node_t *key_node, yaml_nod
     char place[PLACE_CAP];
     node_place(w, key_node ? key_node : val, place, sizeof place);
     int idx = cfg_find(s, full);
+    if (idx >= 0 && cfg_is_open(&s->entries[idx]))
+        return df_error(DF_EINVAL, "%s: '%s': '*' stands for the other keys of an open group: set each by its "
+                        "name", place, full);
     if (idx >= 0) {
         cfg_slot *slot = &w->c->slots[idx];
         if (w->src->in_file && slot->file_line)
@@ -350,6 +354,8 @@ static int apply_at(walker *w, const char *full, yaml_node_t *key_node, yaml_nod
     int m = map_owner(s, full);
     if (m >= 0) /* below a free-form map: an entry of its content */
         return assign_map_entry(w, m, full + strlen(s->entries[m].key) + 1, val, place);
+    if ((m = cfg_open_owner(s, full)) >= 0) /* another name in an open group: an entry of its "g.*" map */
+        return assign_map_entry(w, m, full + strlen(s->entries[m].key) - 1, val, place);
     char hint[256];
     if (cfg_suggest_key(s, full, hint, sizeof hint))
         return df_error(DF_EINVAL, "%s: unknown key '%s' (did you mean '%s'?)", place, full, hint);

@@ -181,3 +181,32 @@ int cfg_map_patch(const char *old, const char *sub, struct yaml_document_s *vdoc
     rc = df_sbuf_finish(&b, out);
     return rc ? df_error_wrap(rc, "%s", place) : DF_OK;
 }
+
+int cfg_map_each(const char *text, int (*fn)(void *user, const char *key, const char *value), void *user)
+{
+    yaml_document_t doc;
+    int rc = df_yaml_load(text, strlen(text), "map text", DF_YAML_VALUE, &doc);
+    if (rc) /* text this file produced parses */
+        return rc == DF_ENOMEM ? rc : df_error(DF_EINTERNAL, "stored mapping text does not parse");
+    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    for (yaml_node_pair_t *p = root && root->type == YAML_MAPPING_NODE ? root->data.mapping.pairs.start : NULL;
+         p && !rc && p < root->data.mapping.pairs.top; p++) {
+        df_sbuf k = {0}, v = {0};
+        rc = emit(&k, &doc, yaml_document_get_node(&doc, p->key), 1, "map text");
+        if (!rc)
+            rc = emit(&v, &doc, yaml_document_get_node(&doc, p->value), 1, "map text");
+        char *ks = NULL, *vs = NULL;
+        if (!rc)
+            rc = df_sbuf_finish(&k, &ks);
+        if (!rc)
+            rc = df_sbuf_finish(&v, &vs);
+        if (!rc)
+            rc = fn(user, ks, vs);
+        df_sbuf_free(&k); /* a no-op once finished */
+        df_sbuf_free(&v);
+        free(ks);
+        free(vs);
+    }
+    yaml_document_delete(&doc);
+    return rc;
+}

@@ -334,7 +334,8 @@ bool cfg_suggest_key(const df_config_schema *s, const char *key, char *buf, size
         const char *k = s->entries[i].key;
         for (const char *dot = strchr(k, '.'); dot; dot = strchr(dot + 1, '.'))
             consider(&h, k, (size_t)(dot - k)); /* its groups */
-        consider(&h, k, strlen(k));
+        if (!cfg_is_open(&s->entries[i])) /* "g.*" is no name to suggest */
+            consider(&h, k, strlen(k));
     }
     if (!h.best)
         return false;

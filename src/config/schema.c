@@ -38,6 +38,32 @@ bool cfg_is_group(const df_config_schema *s, const char *key)
     return false;
 }
 
+bool cfg_is_open(const df_config_entry *e)
+{
+    size_t n = strlen(e->key);
+    return n > 2 && !strcmp(e->key + n - 2, ".*");
+}
+
+int cfg_open_owner(const df_config_schema *s, const char *key)
+{
+    for (int i = 0; i < s->n; i++) {
+        if (!cfg_is_open(&s->entries[i]))
+            continue;
+        size_t g = strlen(s->entries[i].key) - 1; /* "grp." */
+        if (strncmp(key, s->entries[i].key, g) || !key[g] || key[g] == '.')
+            continue;
+        /* the first component below the group: a typed key or group of it is not "other" */
+        size_t n = g + strcspn(key + g, ".");
+        char *head = strndup(key, n);
+        if (!head)
+            return -1;
+        bool typed = cfg_find(s, head) >= 0 || cfg_is_group(s, head);
+        free(head);
+        return typed ? -1 : i;
+    }
+    return -1;
+}
+
 const char *df_config_type_name(df_config_type t)
 {
     switch (t) {
@@ -101,6 +127,11 @@ int df_config_schema_print(const df_config_schema *s, const char *prefix, FILE *
         const df_config_entry *e = &s->entries[i];
         if (!under_prefix(e->key, prefix))
             continue;
+        if (cfg_is_open(e)) { /* not a key: the group's other names */
+            fprintf(f, "%s  any other key: any YAML value\n    %s\n", e->key, e->help);
+            shown++;
+            continue;
+        }
         char bounds[120];
         cfg_bounds_text(e, bounds, sizeof bounds);
         fprintf(f, "%s  %s%s  default: %s", e->key, df_config_type_name(e->type),
@@ -155,9 +186,15 @@ static int check_entry_shape(const df_config_schema *s, int i)
 {
     const df_config_entry *e = &s->entries[i];
     const char *name = s->name;
-    if (!e->key || !key_well_formed(e->key))
+    bool open = e->key && cfg_is_open(e);
+    char *group = open ? strndup(e->key, strlen(e->key) - 2) : NULL;
+    bool formed = e->key && (open ? group && key_well_formed(group) : key_well_formed(e->key));
+    free(group);
+    if (!formed)
         return df_error(DF_EINTERNAL, "schema %s: entry %d: malformed key '%s'", name, i,
                         e->key ? e->key : "(null)");
+    if (open && e->type != DF_CFG_MAP)
+        return df_error(DF_EINTERNAL, "schema %s: %s: an open group's entry must be a map", name, e->key);
     if (!e->dflt || !e->help || !e->help[0])
         return df_error(DF_EINTERNAL, "schema %s: %s: missing default or help", name, e->key);
     if (!(e->min <= e->max))

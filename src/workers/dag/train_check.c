@@ -416,13 +416,47 @@ static bool chosen(const df_config *c, const char *key)
     return strcmp(w, "default") && strncmp(w, "derived from", 12);
 }
 
-/* The custom_reward_function.reward_kwargs.* the config sets, as the JSON object text a Python
- * reward function gets them in (verl passes its reward_kwargs map as keyword arguments). */
+#define KW "custom_reward_function.reward_kwargs."
+
+/* The group's keys of other names (reward_kwargs.extra) as a JSON object; NULL when out of memory. */
+static json_t *extra_kwargs(const struct df_train_custom_reward_function_reward_kwargs *kw)
+{
+    char *text = NULL;
+    if (!kw->extra) /* never null once loaded (DFK_OPEN's default {}); kept safe */
+        return json_object();
+    if (df_config_map_json(kw->extra, &text))
+        return NULL;
+    json_t *o = json_loads(text, 0, NULL);
+    free(text);
+    return o;
+}
+
+/* "custom_reward_function.reward_kwargs.a, ....b (where)" for the extra keys into buf; false when none. */
+static bool extra_names(const df_config *c, const struct df_train_custom_reward_function_reward_kwargs *kw,
+                        char *buf, size_t cap)
+{
+    json_t *o = extra_kwargs(kw), *v;
+    const char *name;
+    size_t len = 0;
+    buf[0] = '\0';
+    json_object_foreach(o, name, v) {
+        int w = snprintf(buf + len, cap - len, "%s" KW "%s", len ? ", " : "", name);
+        len = w < 0 || (size_t)w >= cap - len ? cap - 1 : len + (size_t)w;
+    }
+    bool any = json_object_size(o) > 0;
+    json_decref(o);
+    if (any && len + 1 < cap)
+        snprintf(buf + len, cap - len, " (%s)", df_config_where(c, KW "*"));
+    return any;
+}
+
+/* The custom_reward_function.reward_kwargs.* the config sets, typed keys and every other one, as
+ * the JSON object text a Python reward function gets them in (verl passes its whole reward_kwargs
+ * map as keyword arguments). */
 static int python_kwargs(const df_config *c, const struct df_train_custom_reward_function_reward_kwargs *kw,
                          char **out)
 {
-#define KW "custom_reward_function.reward_kwargs."
-    json_t *o = json_object();
+    json_t *o = extra_kwargs(kw);
     if (o && chosen(c, KW "method"))
         json_object_set_new(o, "method", json_string(kw->method));
     if (o && chosen(c, KW "format_score"))
@@ -433,7 +467,6 @@ static int python_kwargs(const df_config *c, const struct df_train_custom_reward
         json_object_set_new(o, "gsm8k_match", json_string(kw->gsm8k_match));
     if (o && chosen(c, KW "strict_box_verify"))
         json_object_set_new(o, "strict_box_verify", json_boolean(kw->strict_box_verify));
-#undef KW
     *out = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     return *out ? DF_OK : df_error(DF_ENOMEM, "out of memory");
@@ -470,17 +503,42 @@ static int custom_reward(const df_config *c, const df_train_config *t, bool load
                         "%s: reward_model.reward_manager=batch calls a Python reward function with whole "
                         "batches (verl's BatchRewardManager): set custom_reward_function.path to a .py file",
                         df_config_where(c, "reward_model.reward_manager"));
+    const struct df_train_custom_reward_function_reward_kwargs *kw = &f->reward_kwargs;
+    char extra[1024];
+    bool has_extra = extra_names(c, kw, extra, sizeof extra);
+    if (!f->path && has_extra)
+        return df_error(DF_EINVAL,
+                        "%s: keyword arguments for a Python custom_reward_function, but custom_reward_function.path "
+                        "is null: the built-in scorers read only reward_kwargs.method, format_score, score, "
+                        "gsm8k_match and strict_box_verify; set the path, or drop the other keys",
+                        extra);
     if (!f->path)
         return DF_OK;
     if (python_file(f->path))
         return python_reward(c, t, load, python);
-    const struct df_train_custom_reward_function_reward_kwargs *kw = &f->reward_kwargs;
-    if (strcmp(kw->method, "strict") || kw->format_score != 0.0 || kw->score != 1.0 ||
-        strcmp(kw->gsm8k_match, "first") || kw->strict_box_verify)
+    /* the typed keys that change the built-in scorers (their defaults written out are harmless) */
+    const struct {
+        const char *key;
+        bool changed;
+    } typed_keys[] = {{KW "method", strcmp(kw->method, "strict")},
+                      {KW "format_score", kw->format_score != 0.0},
+                      {KW "score", kw->score != 1.0},
+                      {KW "gsm8k_match", strcmp(kw->gsm8k_match, "first")},
+                      {KW "strict_box_verify", kw->strict_box_verify}};
+    char typed[1024] = "";
+    size_t len = 0;
+    for (size_t i = 0; i < sizeof typed_keys / sizeof *typed_keys && len + 1 < sizeof typed; i++)
+        if (typed_keys[i].changed) {
+            int w = snprintf(typed + len, sizeof typed - len, "%s%s (%s)", len ? ", " : "", typed_keys[i].key,
+                             df_config_where(c, typed_keys[i].key));
+            len = w < 0 || (size_t)w >= sizeof typed - len ? sizeof typed - 1 : len + (size_t)w;
+        }
+    if (len || has_extra)
         return df_error(DF_EINVAL,
-                        "%s: custom_reward_function.reward_kwargs.* set the built-in scorers, but "
-                        "custom_reward_function.path replaces them with a library whose df_reward_fn takes no "
-                        "keyword arguments: drop the reward_kwargs, or read the settings in the library",
+                        "%s%s%s: keyword arguments, but custom_reward_function.path (%s) is a library whose "
+                        "df_reward_fn takes no keyword arguments: drop the reward_kwargs, or read the settings "
+                        "in the library",
+                        typed, len && has_extra ? ", " : "", has_extra ? extra : "",
                         df_config_where(c, "custom_reward_function.path"));
     char ref[4200];
     if (snprintf(ref, sizeof ref, "%s:%s", f->path, f->name) >= (int)sizeof ref)
