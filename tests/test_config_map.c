@@ -327,7 +327,9 @@ static void test_open_group(void **state)
     df_config *c = text_ok(nested, NULL, 0);
     assert_true(df_config_float(c, RKW ".format_score") == 0.5);
     assert_string_equal(df_config_map_text(c, RKW ".*"), "{bonus: 0.25, tags: [a, \"b c\"], opts: {depth: 2, on: true}}");
-    assert_string_equal(df_config_where(c, RKW ".bonus"), "t.yaml:7");
+    assert_string_equal(df_config_where(c, RKW ".bonus"), "t.yaml:5"); /* each name its own line */
+    assert_string_equal(df_config_where(c, RKW ".opts.depth"), "t.yaml:7");
+    assert_string_equal(df_config_where(c, RKW ".*"), "t.yaml:7");
     df_train_config t;
     assert_int_equal(df_train_config_resolve(c, &t), 0);
     assert_string_equal(t.custom_reward_function.reward_kwargs.extra, df_config_map_text(c, RKW ".*"));
@@ -335,8 +337,8 @@ static void test_open_group(void **state)
     /* the dump writes them as keys of the group and reloads to the same config */
     char *text = dump_text(c);
     assert_non_null(strstr(text, "\n  reward_kwargs:\n    method: strict\n"));
-    assert_non_null(strstr(text, "\n    strict_box_verify: false\n    bonus: 0.25  # t.yaml:7\n"
-                                 "    tags: [a, \"b c\"]  # t.yaml:7\n    opts: {depth: 2, on: true}  # t.yaml:7\n"));
+    assert_non_null(strstr(text, "\n    strict_box_verify: false\n    bonus: 0.25  # t.yaml:5\n"
+                                 "    tags: [a, \"b c\"]  # t.yaml:6\n    opts: {depth: 2, on: true}  # t.yaml:7\n"));
     df_config *d = load_ok(yaml_file("open", text), NULL, 0);
     assert_string_equal(df_config_map_text(d, RKW ".*"), df_config_map_text(c, RKW ".*"));
     assert_true(df_config_float(d, RKW ".format_score") == 0.5);
@@ -353,23 +355,30 @@ static void test_open_group(void **state)
     assert_int_equal(df_config_dump_set(c, "  ", sf, &n), 0);
     fclose(sf);
     assert_int_equal(n, 5); /* path, format_score and the three others */
-    assert_non_null(strstr(set, "  " RKW ".format_score: 0.5  # t.yaml:4\n  " RKW ".bonus: 0.25  # t.yaml:7\n  "
-                                RKW ".tags: [a, \"b c\"]  # t.yaml:7\n  " RKW ".opts: {depth: 2, on: true}  # t.yaml:7\n"));
+    assert_non_null(strstr(set, "  " RKW ".format_score: 0.5  # t.yaml:4\n  " RKW ".bonus: 0.25  # t.yaml:5\n  "
+                                RKW ".tags: [a, \"b c\"]  # t.yaml:6\n  " RKW ".opts: {depth: 2, on: true}  # t.yaml:7\n"));
     free(set);
     df_config_free(c);
     /* dotted in the file, into a mapping; then the command line, Hydra's + forms and a group mapping */
     const char *ov[] = {RKW ".my_threshold=0.3", "+" RKW ".flag=true", "++" RKW ".opts.width=[1, 2]",
                         RKW "={score: 2, name: x}"};
-    c = text_ok(RKW ".opts.depth: 3\n" RKW ".opts.kind: deep\n", ov, 4);
+    c = text_ok(RKW ".opts.depth: 3\n" RKW ".opts.kind: deep\n" RKW ".keep: 1\n", ov, 4);
     assert_string_equal(df_config_map_text(c, RKW ".*"),
-                        "{opts: {depth: 3, kind: deep, width: [1, 2]}, my_threshold: 0.3, flag: true, name: x}");
+                        "{opts: {depth: 3, kind: deep, width: [1, 2]}, keep: 1, my_threshold: 0.3, flag: true, name: x}");
     assert_true(df_config_float(c, RKW ".score") == 2.0);
     assert_string_equal(df_config_where(c, RKW ".my_threshold"), "command line");
+    assert_string_equal(df_config_where(c, RKW ".keep"), "t.yaml:3");
+    assert_string_equal(df_config_where(c, RKW ".opts"), "command line"); /* its last change: width */
+    df_config *copy = NULL; /* origins survive a copy and a failed df_config_set */
+    assert_int_equal(df_config_copy(c, &copy), 0);
+    assert_int_equal(df_config_set(copy, RKW ".method", "lenient"), DF_EINVAL);
+    assert_string_equal(df_config_where(copy, RKW ".name"), "command line");
+    df_config_free(copy);
     df_config *node = NULL;
     const char *k[] = {RKW ".bonus"}, *v[] = {"{a: 1}"};
     assert_int_equal(df_config_with_overrides(c, k, v, 1, "wf.yaml node 'reward'", &node), 0);
     assert_string_equal(df_config_map_text(node, RKW ".*"),
-                        "{opts: {depth: 3, kind: deep, width: [1, 2]}, my_threshold: 0.3, flag: true, name: x, "
+                        "{opts: {depth: 3, kind: deep, width: [1, 2]}, keep: 1, my_threshold: 0.3, flag: true, name: x, "
                         "bonus: {a: 1}}");
     df_config_free(node);
     df_config_free(c);

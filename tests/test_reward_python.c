@@ -384,7 +384,7 @@ static void test_config_check(void **state)
          "custom_reward_function.reward_kwargs.bonus (/",
          "check.yaml:10): keyword arguments, but custom_reward_function.path (/"},
         {"custom_reward_function: {reward_kwargs: {bonus: 0.25, tags: [a]}}\n",
-         "custom_reward_function.reward_kwargs.bonus, custom_reward_function.reward_kwargs.tags (/",
+         "check.yaml:9), custom_reward_function.reward_kwargs.tags (/",
          "check.yaml:9): keyword arguments for a Python custom_reward_function, but custom_reward_function.path "
          "is null: the built-in scorers read only"},
         {"", NULL, NULL},

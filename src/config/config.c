@@ -20,12 +20,15 @@ void cfg_value_clear(cfg_value *v)
     memset(v, 0, sizeof *v);
 }
 
+static void subs_free(cfg_slot *s);
+
 static void slots_free(cfg_slot *slots, int n)
 {
     for (int i = 0; slots && i < n; i++) {
         cfg_value_clear(&slots[i].v);
         free(slots[i].raw);
         free(slots[i].where);
+        subs_free(&slots[i]);
     }
     free(slots);
 }
@@ -36,6 +39,54 @@ void df_config_free(df_config *c)
         return;
     slots_free(c->slots, c->schema->n);
     free(c);
+}
+
+static int sub_find(const cfg_slot *s, const char *name, size_t n)
+{
+    for (int k = 0; k < s->n_subs; k++)
+        if (strlen(s->subs[2 * k]) == n && !strncmp(s->subs[2 * k], name, n))
+            return k;
+    return -1;
+}
+
+int cfg_slot_note_sub(cfg_slot *s, const char *name, size_t n, const char *where)
+{
+    int k = sub_find(s, name, n);
+    char *w = strdup(where);
+    if (!w)
+        return df_error(DF_ENOMEM, "%s: out of memory", where);
+    if (k >= 0) {
+        free(s->subs[2 * k + 1]);
+        s->subs[2 * k + 1] = w;
+        return DF_OK;
+    }
+    char **d = realloc(s->subs, (size_t)(s->n_subs + 1) * 2 * sizeof *d);
+    char *nm = d ? strndup(name, n) : NULL;
+    if (d)
+        s->subs = d;
+    if (!nm) {
+        free(w);
+        return df_error(DF_ENOMEM, "%s: out of memory", where);
+    }
+    s->subs[2 * s->n_subs] = nm;
+    s->subs[2 * s->n_subs + 1] = w;
+    s->n_subs++;
+    return DF_OK;
+}
+
+const char *cfg_slot_sub_where(const cfg_slot *s, const char *name, size_t n)
+{
+    int k = sub_find(s, name, n);
+    return k >= 0 ? s->subs[2 * k + 1] : s->where;
+}
+
+static void subs_free(cfg_slot *s)
+{
+    for (int k = 0; k < 2 * s->n_subs; k++)
+        free(s->subs[k]);
+    free(s->subs);
+    s->subs = NULL;
+    s->n_subs = 0;
 }
 
 int cfg_commit(df_config *c, int idx, cfg_value *v, char *raw, const char *where)
@@ -371,8 +422,11 @@ bool df_config_is_null(const df_config *c, const char *key)
 const char *df_config_where(const df_config *c, const char *key)
 {
     int i = cfg_find(c->schema, key);
-    if (i < 0) /* another name in an open group: its map's origin */
-        i = cfg_open_owner(c->schema, key);
+    int o = i < 0 ? cfg_open_owner(c->schema, key) : -1;
+    if (o >= 0) { /* another name in an open group: where that name was last set */
+        const char *name = key + strlen(c->schema->entries[o].key) - 1;
+        return cfg_slot_sub_where(&c->slots[o], name, strcspn(name, "."));
+    }
     assert(i >= 0 && "config key not in the schema");
     return i >= 0 ? c->slots[i].where : "";
 }
@@ -411,8 +465,11 @@ static cfg_slot *slots_copy(const df_config *c)
         const cfg_slot *s = &c->slots[i];
         d[i].file_line = s->file_line;
         d[i].state = s->state;
-        if (value_copy(&d[i].v, &s->v) || !(d[i].where = strdup(s->where)) ||
-            (s->raw && !(d[i].raw = strdup(s->raw)))) {
+        bool ok = !value_copy(&d[i].v, &s->v) && (d[i].where = strdup(s->where)) &&
+                  (!s->raw || (d[i].raw = strdup(s->raw)));
+        for (int k = 0; ok && k < s->n_subs; k++)
+            ok = !cfg_slot_note_sub(&d[i], s->subs[2 * k], strlen(s->subs[2 * k]), s->subs[2 * k + 1]);
+        if (!ok) {
             slots_free(d, n);
             return NULL;
         }

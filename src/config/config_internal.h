@@ -99,6 +99,8 @@ typedef struct {
     char *where;   /* "cfg.yaml:12", "command line", "default", ... */
     int file_line; /* >0: set by the YAML file at this line (duplicate check) */
     int state;     /* CFG_PENDING until interpolation / null_from resolved */
+    char **subs;   /* an open group's map: [2 * n_subs] name, where of each top-level name set (the last) */
+    int n_subs;
 } cfg_slot;
 
 struct df_config {
@@ -120,6 +122,11 @@ typedef struct {
 /* Set by the user (the file, a workflow node, the command line): neither the schema's default nor a
    value derived from another key (that key's slot tells). */
 bool cfg_slot_user_set(const cfg_slot *s);
+
+/* Record that top-level `name` of an open group's map was set at `where` (cfg_slot.subs). DF_ENOMEM. */
+int cfg_slot_note_sub(cfg_slot *s, const char *name, size_t n, const char *where);
+/* Where top-level `name` (n bytes) of an open group's map was set; the slot's where when not noted. */
+const char *cfg_slot_sub_where(const cfg_slot *s, const char *name, size_t n);
 
 /* ---- scalar.c ---- */
 

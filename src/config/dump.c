@@ -26,19 +26,20 @@ typedef struct {
     int indent;
     const char *prefix; /* dump_set: the line's prefix and the group's dotted key; NULL in the dump */
     const char *group;
-    const char *where;
+    const cfg_slot *slot;
     int count;
 } extra_lines;
 
 static int extra_line(void *user, const char *key, const char *value)
 {
     extra_lines *x = user;
+    const char *where = cfg_slot_sub_where(x->slot, key, strlen(key)); /* a quoted key: the map's */
     if (x->group)
         df_sbuf_printf(x->b, "%s%s.%s: %s", x->prefix, x->group, key, value);
     else
         df_sbuf_printf(x->b, "%*s%s: %s", x->indent, "", key, value);
-    if (strcmp(x->where, "default"))
-        df_sbuf_printf(x->b, "  # %s", x->where);
+    if (strcmp(where, "default"))
+        df_sbuf_printf(x->b, "  # %s", where);
     df_sbuf_puts(x->b, "\n");
     x->count++;
     return DF_OK;
@@ -46,6 +47,7 @@ static int extra_line(void *user, const char *key, const char *value)
 
 static void emit_extras(const cfg_slot *slot, extra_lines *x)
 {
+    x->slot = slot;
     if (!slot->v.is_null && slot->v.s && cfg_map_each(slot->v.s, extra_line, x))
         x->b->failed = true;
 }
@@ -63,7 +65,7 @@ static void emit_group(const df_config *c, df_sbuf *b, const char *prefix, int i
         if (!first_of_component(s, i, prefix, plen, comp, n))
             continue;
         if (cfg_is_open(&s->entries[i])) { /* the group's other keys, as keys of the group */
-            emit_extras(&c->slots[i], &(extra_lines){.b = b, .indent = indent, .where = c->slots[i].where});
+            emit_extras(&c->slots[i], &(extra_lines){.b = b, .indent = indent});
             continue;
         }
         if (indent == 0 && b->len)
@@ -121,7 +123,7 @@ int df_config_dump_set(const df_config *c, const char *prefix, FILE *f, int *n)
             continue;
         if (cfg_is_open(&c->schema->entries[i])) {
             char *group = strndup(c->schema->entries[i].key, strlen(c->schema->entries[i].key) - 2);
-            extra_lines x = {.b = &b, .prefix = prefix ? prefix : "", .group = group, .where = where};
+            extra_lines x = {.b = &b, .prefix = prefix ? prefix : "", .group = group};
             if (group)
                 emit_extras(&c->slots[i], &x);
             else

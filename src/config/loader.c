@@ -224,9 +224,14 @@ static int assign_map_entry(walker *w, int idx, const char *sub, yaml_node_t *va
                         place, sub, key, slot->raw);
     cfg_value v = {0};
     int rc = cfg_map_patch(slot->v.is_null ? NULL : slot->v.s, sub, w->doc, val, place, &v.s);
-    if (rc)
+    const char *where = w->src->where ? w->src->where : place;
+    if (!rc && cfg_is_open(&w->c->schema->entries[idx])) /* each name of an open group keeps its origin */
+        rc = cfg_slot_note_sub(slot, sub, strcspn(sub, "."), where);
+    if (rc) {
+        free(v.s);
         return rc;
-    return cfg_commit(w->c, idx, &v, NULL, w->src->where ? w->src->where : place);
+    }
+    return cfg_commit(w->c, idx, &v, NULL, where);
 }
 
 /* Index of the map key that `full` lies under ("a.m" for "a.m.x.y"), or -1. */

@@ -431,7 +431,7 @@ static json_t *extra_kwargs(const struct df_train_custom_reward_function_reward_
     return o;
 }
 
-/* "custom_reward_function.reward_kwargs.a, ....b (where)" for the extra keys into buf; false when none. */
+/* "custom_reward_function.reward_kwargs.a (where), ..." for the extra keys into buf; false when none. */
 static bool extra_names(const df_config *c, const struct df_train_custom_reward_function_reward_kwargs *kw,
                         char *buf, size_t cap)
 {
@@ -440,13 +440,13 @@ static bool extra_names(const df_config *c, const struct df_train_custom_reward_
     size_t len = 0;
     buf[0] = '\0';
     json_object_foreach(o, name, v) {
-        int w = snprintf(buf + len, cap - len, "%s" KW "%s", len ? ", " : "", name);
+        char key[512];
+        snprintf(key, sizeof key, KW "%s", name);
+        int w = snprintf(buf + len, cap - len, "%s%s (%s)", len ? ", " : "", key, df_config_where(c, key));
         len = w < 0 || (size_t)w >= cap - len ? cap - 1 : len + (size_t)w;
     }
     bool any = json_object_size(o) > 0;
     json_decref(o);
-    if (any && len + 1 < cap)
-        snprintf(buf + len, cap - len, " (%s)", df_config_where(c, KW "*"));
     return any;
 }
 
