@@ -100,12 +100,17 @@ static void test_schema_check_catches_bad_tables(void **state)
     static const df_config_entry out_of_range[] = {KI("a.b", "-1", 0, INF, "x")};
     static const df_config_entry bad_from[] = {KF_FROM("a.b", "a.c", 0, INF, "x"), KI("a.c", "1", 0, INF, "y")};
     static const df_config_entry bad_key[] = {KI("a..b", "1", 0, INF, "x")};
+    /* an open group's "g.*" entry: only a map, and '*' only as its last component */
+    static const df_config_entry open_int[] = {KI("a.*", "1", 0, INF, "x")};
+    static const df_config_entry star_inside[] = {{"a.*.b", DF_CFG_MAP, false, "{}", -INF, INF, 0, NULL, NULL, "x"}};
     const df_config_schema cases[] = {{"dup", dup, 2, NULL, 0, NULL},           {"group", group, 2, NULL, 0, NULL},
                                       {"bad_default", bad_default, 1, NULL, 0, NULL}, {"range", out_of_range, 1, NULL, 0, NULL},
-                                      {"from", bad_from, 2, NULL, 0, NULL},     {"key", bad_key, 1, NULL, 0, NULL}};
+                                      {"from", bad_from, 2, NULL, 0, NULL},     {"key", bad_key, 1, NULL, 0, NULL},
+                                      {"open", open_int, 1, NULL, 0, NULL},     {"star", star_inside, 1, NULL, 0, NULL}};
     const char *want[] = {"duplicate key a.b", "a key cannot also be a group",
                           "expected an integer, got \"abc\"", "must be >= 0, got -1",
-                          "null_from 'a.c' must name another key of the same type", "malformed key 'a..b'"};
+                          "null_from 'a.c' must name another key of the same type", "malformed key 'a..b'",
+                          "a.*: an open group's entry must be a map", "malformed key 'a.*.b'"};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         assert_int_equal(df_config_schema_check(&cases[i]), DF_EINTERNAL);
         if (!strstr(df_last_error(), want[i]))
