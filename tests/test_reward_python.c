@@ -388,12 +388,13 @@ static void test_config_check(void **state)
          "check.yaml:9): keyword arguments for a Python custom_reward_function, but custom_reward_function.path "
          "is null: the built-in scorers read only"},
         {"", NULL, NULL},
+        {"custom_reward_function: {path: ~/rewards.py}\n", NULL, NULL}, /* HOME is FIX: ~ expanded */
     };
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         char yaml[2048], path[512], cmd[1024], out[4096];
         write_job(cases[c].reward, "check", yaml, path, sizeof path);
-        snprintf(cmd, sizeof cmd, "%s/distflow config check %s data.train_files=[%s/tests/fixtures/"
-                 "gsm8k_rows.jsonl] 2>&1", DF_BINARY_DIR, path, DF_SOURCE_DIR);
+        snprintf(cmd, sizeof cmd, "HOME=%s %s/distflow config check %s data.train_files=[%s/tests/fixtures/"
+                 "gsm8k_rows.jsonl] 2>&1", FIX, DF_BINARY_DIR, path, DF_SOURCE_DIR);
         int st = df_test_command(cmd, out, sizeof out);
         if (!cases[c].want1) {
             assert_int_equal(st, 0);

@@ -10,6 +10,7 @@
  * data-parallel size, and last the files the run reads (preflight.c).
  */
 #include "workers/worker_internal.h"
+#include "util/fsutil.h"
 #include "workers/common/max_pos.h"
 #include "workers/dag/preflight.h"
 #include "workers/dag/marft_run.h"
@@ -478,18 +479,18 @@ static int python_reward(const df_config *c, const df_train_config *t, bool load
 {
     const struct df_train_custom_reward_function *f = &t->custom_reward_function;
     const char *where = df_config_where(c, "custom_reward_function.path");
-    if (access(f->path, R_OK))
-        return df_error(DF_ENOTFOUND, "%s: custom_reward_function.path: cannot read %s: %s", where, f->path,
-                        strerror(errno));
-    if (!load)
-        return DF_OK;
-    char *kwargs = NULL;
-    int rc = python_kwargs(c, &f->reward_kwargs, &kwargs);
-    if (!rc)
-        rc = df_reward_python_open(f->path, f->name, kwargs, !strcmp(t->reward_model.reward_manager, "batch"),
-                                   python);
+    char *path = df_expand_user(f->path), *kwargs = NULL; /* ~/reward.py as verl's users write it */
+    int rc = path ? DF_OK : df_error(DF_ENOMEM, "out of memory");
+    if (!rc && access(path, R_OK))
+        rc = df_error(DF_ENOTFOUND, "%s: custom_reward_function.path: cannot read %s: %s", where, path,
+                      strerror(errno));
+    if (!rc && load && !(rc = python_kwargs(c, &f->reward_kwargs, &kwargs)) &&
+        (rc = df_reward_python_open(path, f->name, kwargs, !strcmp(t->reward_model.reward_manager, "batch"),
+                                    python)))
+        rc = df_error_wrap(rc, "%s: custom_reward_function.path / .name", where);
     free(kwargs);
-    return rc ? df_error_wrap(rc, "%s: custom_reward_function.path / .name", where) : DF_OK;
+    free(path);
+    return rc;
 }
 
 /* verl's custom_reward_function: `path` a Python file (python_reward) or a shared library
