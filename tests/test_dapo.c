@@ -54,6 +54,13 @@ static void test_filter_keeps_varying_groups(void **state)
     assert_int_equal(keep[2], 4);
     assert_error_mentions(df_dynamic_sampling_kept_rows(b, "accuracy", keep, &n_keep, &groups), DF_EINVAL,
                           "filter_groups.metric=accuracy");
+    /* a Python reward function's numeric key (verl: any key of reward_extra_info): only a varies */
+    const float fmt[] = {0, 1, 1, 1, 1, 0, 0, 0};
+    assert_int_equal(df_batch_set_f32(b, DF_REWARD_EXTRA_PREFIX "fmt", fmt), 0);
+    assert_int_equal(df_dynamic_sampling_kept_rows(b, "fmt", keep, &n_keep, &groups), 0);
+    assert_int_equal(n_keep, 3); /* a's two rows and c's one */
+    assert_int_equal(groups, 2);
+    assert_true(keep[0] == 0 && keep[1] == 1 && keep[2] == 4);
     df_batch_free(b);
 }
 

@@ -387,8 +387,12 @@ static void test_config_check(void **state)
          "check.yaml:9), custom_reward_function.reward_kwargs.tags (/",
          "check.yaml:9): keyword arguments for a Python custom_reward_function, but custom_reward_function.path "
          "is null: the built-in scorers read only"},
+        {"algorithm.filter_groups: {enable: true, metric: chars}\n", "algorithm.filter_groups.metric='chars'",
+         "another name is a numeric key of a Python reward function's results"},
         {"", NULL, NULL},
         {"custom_reward_function: {path: ~/rewards.py}\n", NULL, NULL}, /* HOME is FIX: ~ expanded */
+        {"custom_reward_function: {path: " REWARDS ", name: with_extra}\n" /* DAPO on its extra key */
+         "algorithm.workflow_type: dapo\nalgorithm.filter_groups: {enable: true, metric: chars}\n", NULL, NULL},
     };
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         char yaml[2048], path[512], cmd[1024], out[4096];

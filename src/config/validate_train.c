@@ -210,6 +210,25 @@ static int check_critic(const df_config *c, const df_train_config *t, int world)
     return rc ? df_error_wrap(rc, "%s needs a critic", kv(c, "algorithm.adv_estimator", kb[0])) : DF_OK;
 }
 
+/* DAPO's filter metric: a built-in column, or a numeric key of a Python reward function's results
+   (verl: any key of reward_extra_info), which only a .py custom_reward_function gives. */
+static int check_filter_metric(const df_config *c, const df_train_config *t)
+{
+    const struct df_train_algorithm_filter_groups *fg = &t->algorithm.filter_groups;
+    static const char *const builtin[] = {"acc", "score", "seq_reward", "seq_final_reward"};
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(fg->metric, builtin[i]))
+            return DF_OK;
+    const char *path = t->custom_reward_function.path;
+    size_t n = path ? strlen(path) : 0;
+    if (!fg->enable || (n > 3 && !strcmp(path + n - 3, ".py")))
+        return DF_OK;
+    char kb[2][KV_CAP];
+    return df_error(DF_EINVAL, "%s: expected acc, score, seq_reward or seq_final_reward; another name is a "
+                               "numeric key of a Python reward function's results, and %s is not a .py file",
+                    kv(c, "algorithm.filter_groups.metric", kb[0]), kv(c, "custom_reward_function.path", kb[1]));
+}
+
 /* reward_model.enable: the reward model's micro-batch size, as verl's RewardModelWorker reads it. */
 static int check_reward_model(const df_config *c, const df_train_config *t, int world)
 {
@@ -456,6 +475,8 @@ int df_config_validate_train_ex(const df_config *c, int world_size, df_warn_fn w
         rc = check_critic(c, &t, world_size);
     if (!rc)
         rc = check_reward_model(c, &t, world_size);
+    if (!rc)
+        rc = check_filter_metric(c, &t);
     if (!rc)
         rc = check_algorithm(c, &t);
     if (!rc)

@@ -405,8 +405,10 @@ int df_worker_reward(df_dag_worker *w, const df_node *node, df_batch *b, df_metr
  * DAPO's group filter: the rows of `b` (columns uid and the metric's) whose
  * group has one sample or a metric with non-zero population std, in batch
  * order, into keep[] (capacity = rows) and *n_keep; kept groups into *groups.
- * metric: acc, score, seq_reward (sum of token_level_scores) or
- * seq_final_reward (sum of token_level_rewards), as verl's dapo_ray_trainer. Errors: DF_EINVAL, DF_ENOMEM.
+ * metric: acc, score, seq_reward (sum of token_level_scores),
+ * seq_final_reward (sum of token_level_rewards), or the name of a Python reward function's numeric
+ * extra key (column DF_REWARD_EXTRA_PREFIX<metric>), as verl's dapo_ray_trainer. Errors: DF_EINVAL,
+ * DF_ENOMEM.
  */
 int df_dynamic_sampling_kept_rows(const df_batch *b, const char *metric, int64_t *keep, int64_t *n_keep,
                                   int64_t *groups);

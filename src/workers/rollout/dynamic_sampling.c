@@ -22,6 +22,7 @@
  */
 #include "workers/worker_internal.h"
 
+#include "distflow/reward.h"
 #include "util/timeutil.h"
 #include "workers/common/data_metrics.h"
 
@@ -29,18 +30,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Per-sample value of filter_groups.metric: acc, score, seq_reward (sum of token_level_scores) or
-   seq_final_reward (sum of token_level_rewards), as verl's dapo_ray_trainer. */
+/* Per-sample value of filter_groups.metric: acc, score, seq_reward (sum of token_level_scores),
+   seq_final_reward (sum of token_level_rewards), or another key of the reward's extra info (a Python
+   reward function's numeric key, column DF_REWARD_EXTRA_PREFIX<key>), as verl's dapo_ray_trainer
+   reads any key of reward_extra_info. */
 static int metric_values(const df_batch *b, const char *metric, double *v)
 {
     int64_t n = df_batch_size(b);
+    char extra[DF_COL_NAME_MAX];
     const char *col = !strcmp(metric, "acc") || !strcmp(metric, "score") ? metric
                       : !strcmp(metric, "seq_reward")                    ? "token_level_scores"
                       : !strcmp(metric, "seq_final_reward")              ? "token_level_rewards"
                                                                          : NULL;
+    if (!col && snprintf(extra, sizeof extra, DF_REWARD_EXTRA_PREFIX "%s", metric) < (int)sizeof extra &&
+        df_batch_f32(b, extra))
+        col = extra;
     if (!col)
-        return df_error(DF_EINVAL, "algorithm.filter_groups.metric=%s: expected acc, score, seq_reward or "
-                                   "seq_final_reward", metric);
+        return df_error(DF_EINVAL, "algorithm.filter_groups.metric=%s: expected acc, score, seq_reward, "
+                                   "seq_final_reward or a numeric key of the Python reward function's results "
+                                   "(this batch's have none named so)", metric);
     const df_column *c = df_batch_column(b, col);
     if (!c)
         return df_error(DF_EINVAL, "dynamic sampling: the batch has no %s column", col);
