@@ -266,11 +266,11 @@ int df_reward_python_open(const char *path, const char *name, const char *kwargs
         return df_error(DF_ENOTFOUND, "Python reward function: cannot read %s: %s", path, strerror(errno));
     json_error_t je;
     json_t *kw = kwargs_json ? json_loads(kwargs_json, JSON_REJECT_DUPLICATES, &je) : NULL;
-    bool object = json_is_object(kw);
+    bool parsed = kw != NULL, object = json_is_object(kw);
     json_decref(kw);
     if (kwargs_json && !object)
         return df_error(DF_EINVAL, "Python reward function %s:%s: the keyword arguments must be a JSON object, "
-                                   "got '%s'%s%s", path, name, kwargs_json, kw ? "" : ": ", kw ? "" : je.text);
+                                   "got '%s'%s%s", path, name, kwargs_json, parsed ? "" : ": ", parsed ? "" : je.text);
     df_reward_python *p = calloc(1, sizeof *p);
     if (!p || asprintf(&p->where, "%s:%s", path, name) < 0) {
         free(p);
