@@ -102,13 +102,8 @@ int df_reward_naive(const df_reward_manager_cfg *cfg, df_batch *b, const char *c
     const float *env_ret = df_batch_f32(b, "env_return");
 
     df_reward_result *py = NULL; /* cfg->python's results, one request for the batch */
-    if (cfg && cfg->python && !env_ret) {
-        for (int64_t i = 0; i < n; i++)
-            if (!responses[i])
-                return df_error(DF_EINVAL, "reward manager: row %lld has no decoded response", (long long)i);
-        if ((rc = score_python(cfg, b, key, responses, has_extra, &py)))
-            return rc;
-    }
+    if (cfg && cfg->python && !env_ret && (rc = score_python(cfg, b, key, responses, has_extra, &py)))
+        return rc; /* a NULL response goes as "", as below */
     /* score every row first, so a failure leaves the batch untouched */
     double *sc = malloc((size_t)(n ? n : 1) * sizeof *sc);
     bool *ok = malloc((size_t)(n ? n : 1) * sizeof *ok);
