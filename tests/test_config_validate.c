@@ -2,6 +2,7 @@
  * keys added from siiRL's argument groups, and the worker refusing a bad
  * config before it loads anything. */
 /* rounding-free (scripts/test-variants.sh skips it): parsing, text and integers only */
+#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -434,20 +435,37 @@ static void test_compat_classes(void **state)
     expect("only the default /m is accepted");
 }
 
+/* The example config `path` validates on 1 and 2 ranks. */
+static void example_passes(const char *path)
+{
+    df_config *c = NULL;
+    if (df_config_load(df_config_schema_train(), path, NULL, 0, &c))
+        fail_msg("%s: %s", path, df_last_error());
+    for (int world = 1; world <= 2; world++)
+        if (df_config_validate_train(c, world))
+            fail_msg("%s on %d ranks: %s", path, world, df_last_error());
+    df_config_free(c);
+}
+
 static void test_examples_pass(void **state)
 {
     (void)state;
-    const char *files[] = {DF_SOURCE_DIR "/examples/gsm8k/grpo.yaml", DF_SOURCE_DIR "/examples/demo/grpo.yaml",
-                           DF_SOURCE_DIR "/examples/gsm8k_multiturn/gsm8k_multiturn_w_tool.yaml"};
-    for (int i = 0; i < 3; i++) {
-        df_config *c = NULL;
-        if (df_config_load(df_config_schema_train(), files[i], NULL, 0, &c))
-            fail_msg("%s: %s", files[i], df_last_error());
-        for (int world = 1; world <= 2; world++)
-            if (df_config_validate_train(c, world))
-                fail_msg("%s on %d ranks: %s", files[i], world, df_last_error());
-        df_config_free(c);
+    example_passes(DF_SOURCE_DIR "/examples/demo/grpo.yaml");
+    example_passes(DF_SOURCE_DIR "/examples/gsm8k_multiturn/gsm8k_multiturn_w_tool.yaml");
+    DIR *d = opendir(DF_SOURCE_DIR "/examples/gsm8k"); /* every algorithm's GSM8K example */
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        char path[1024];
+        if (len < 6 || strcmp(e->d_name + len - 5, ".yaml"))
+            continue;
+        snprintf(path, sizeof path, "%s/examples/gsm8k/%s", DF_SOURCE_DIR, e->d_name);
+        example_passes(path);
+        n++;
     }
+    closedir(d);
+    assert_true(n >= 16);
 }
 
 /* Keys added from siiRL's argument groups: defaults, hints, types, bounds. */
