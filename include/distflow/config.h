@@ -344,6 +344,10 @@ DF_API int df_config_with_overrides(const df_config *base, const char *const *ke
  */
 DF_API const char *df_config_where(const df_config *c, const char *key);
 
+/** Whether someone chose `key`'s value (a file, the command line, the program): not a default and
+ *  not derived from another key. The key must be in the schema. */
+DF_API bool df_config_is_set(const df_config *c, const char *key);
+
 /**
  * Write the resolved config as block YAML (nested mappings in schema order,
  * lists in flow style, strings quoted when needed), each value not from the

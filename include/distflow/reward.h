@@ -274,6 +274,9 @@ DF_API int df_reward_python_score(df_reward_python *p, int64_t n, const char *co
 DF_API void df_reward_python_extra(const df_reward_python *p, int *n_keys, const char *const **names,
                                    const double **values);
 
+/** Whether `path` names a Python reward file (it ends in ".py"); false for NULL. */
+DF_API bool df_reward_python_file(const char *path);
+
 /** The batch flag df_reward_python_open was given. */
 DF_API bool df_reward_python_batched(const df_reward_python *p);
 
@@ -285,6 +288,10 @@ DF_API void df_reward_python_close(df_reward_python *p);
 /** Prefix of the F32 columns that hold a Python reward function's numeric extra keys (verl's
  *  reward_extra_info): "reward_extra/<key>", one value per row. */
 #define DF_REWARD_EXTRA_PREFIX "reward_extra/"
+
+/** The key of a column holding such extra values (an F32 column named DF_REWARD_EXTRA_PREFIX<key>:
+ *  a pointer into its name), else NULL. */
+DF_API const char *df_reward_extra_key(const df_column *col);
 
 /**
  * DAPO's overlong reward shaping (reward_model.overlong_buffer.*; DAPO, Yu et

@@ -57,10 +57,9 @@ static int open_reward_function(const char *arg, const char *kwargs, df_reward_m
     bool named = colon && !strchr(colon, '/');
     char *path = named ? strndup(arg, (size_t)(colon - arg)) : strdup(arg), *ref = NULL;
     const char *name = named ? colon + 1 : "compute_score";
-    size_t n = path ? strlen(path) : 0;
     int rc = path ? DF_OK : df_error(DF_ENOMEM, "out of memory");
     void (*fn)(void) = NULL;
-    if (!rc && n > 3 && !strcmp(path + n - 3, ".py"))
+    if (!rc && df_reward_python_file(path))
         rc = df_reward_python_open(path, name, kwargs, false, &r->python);
     else if (!rc && kwargs)
         rc = df_error(DF_EINVAL, "--reward-kwargs: keyword arguments go to a Python reward function (a .py "

@@ -543,3 +543,10 @@ bool cfg_slot_user_set(const cfg_slot *s)
 {
     return strcmp(s->where, "default") && strncmp(s->where, "derived from ", 13);
 }
+
+bool df_config_is_set(const df_config *c, const char *key)
+{
+    int i = cfg_find(c->schema, key);
+    assert(i >= 0 && "config key not in the schema");
+    return i >= 0 && cfg_slot_user_set(&c->slots[i]);
+}

@@ -219,9 +219,7 @@ static int check_filter_metric(const df_config *c, const df_train_config *t)
     for (int i = 0; i < 4; i++)
         if (!strcmp(fg->metric, builtin[i]))
             return DF_OK;
-    const char *path = t->custom_reward_function.path;
-    size_t n = path ? strlen(path) : 0;
-    if (!fg->enable || (n > 3 && !strcmp(path + n - 3, ".py")))
+    if (!fg->enable || df_reward_python_file(t->custom_reward_function.path))
         return DF_OK;
     char kb[2][KV_CAP];
     return df_error(DF_EINVAL, "%s: expected acc, score, seq_reward or seq_final_reward; another name is a "

@@ -17,14 +17,21 @@ static int need_str_col(const df_batch *b, const char *name)
     return DF_OK;
 }
 
+const char *df_reward_extra_key(const df_column *col)
+{
+    const size_t pre = strlen(DF_REWARD_EXTRA_PREFIX);
+    return col->kind == DF_COL_F32 && !strncmp(col->name, DF_REWARD_EXTRA_PREFIX, pre) ? col->name + pre : NULL;
+}
+
 /* Drop the DF_REWARD_EXTRA_PREFIX columns of an earlier scoring of b. */
 static void drop_extra(df_batch *b)
 {
     for (int c = df_batch_num_columns(b) - 1; c >= 0; c--) {
         char name[DF_COL_NAME_MAX];
-        snprintf(name, sizeof name, "%s", df_batch_column_at(b, c)->name);
-        if (!strncmp(name, DF_REWARD_EXTRA_PREFIX, strlen(DF_REWARD_EXTRA_PREFIX)))
-            df_batch_drop(b, name);
+        if (!df_reward_extra_key(df_batch_column_at(b, c)))
+            continue;
+        snprintf(name, sizeof name, "%s", df_batch_column_at(b, c)->name); /* dropping frees the column */
+        df_batch_drop(b, name);
     }
 }
 

@@ -236,7 +236,7 @@ static int spawn(df_reward_python *p, const char *path, const char *name, const 
     fcntl(sv[0], F_SETFD, FD_CLOEXEC); /* ours: the child must not hold it, or it never sees EOF */
     char fd[16];
     snprintf(fd, sizeof fd, "%d", sv[1]);
-    const char *py = getenv("DF_PYTHON") && getenv("DF_PYTHON")[0] ? getenv("DF_PYTHON") : "python3";
+    const char *env = getenv("DF_PYTHON"), *py = env && env[0] ? env : "python3";
     char *argv[] = {(char *)py,  "-c",          (char *)DRIVER,   fd, (char *)path, (char *)name,
                     (char *)kwargs, p->batch ? "1" : "0", NULL};
     posix_spawn_file_actions_t fa;
@@ -289,6 +289,12 @@ int df_reward_python_open(const char *path, const char *name, const char *kwargs
     }
     *out = p;
     return DF_OK;
+}
+
+bool df_reward_python_file(const char *path)
+{
+    size_t n = path ? strlen(path) : 0;
+    return n > 3 && !strcmp(path + n - 3, ".py");
 }
 
 bool df_reward_python_batched(const df_reward_python *p)

@@ -169,28 +169,38 @@ bool df_row_has_pred(const df_batch *b, int64_t i)
 static const char *const VARS[] = {"reward", "acc", "overlong_reward", "overlong"};
 #define NVARS (int)(sizeof VARS / sizeof *VARS)
 
-/* Variable k's column (NULL: absent) and name: VARS, then the batch's extra-key columns. */
-static const float *var_column(const df_batch *b, int k, const char **name)
+/* The batch's variables, found once per batch: names[k] and their columns (cols[0], reward, is
+   the sequence score: NULL); acc, when present, is k = 1. */
+typedef struct {
+    int n;
+    const char **names;
+    const float **cols;
+} var_set;
+
+static int find_vars(const df_batch *b, var_set *vs)
 {
-    if (k < NVARS) {
-        *name = VARS[k];
-        return k ? df_batch_f32(b, VARS[k]) : NULL;
+    size_t cap = (size_t)(NVARS + df_batch_num_columns(b));
+    vs->n = 0;
+    vs->names = malloc(cap * sizeof *vs->names);
+    vs->cols = malloc(cap * sizeof *vs->cols);
+    if (!vs->names || !vs->cols)
+        return df_error(DF_ENOMEM, "validation metrics: out of memory");
+    for (int k = 0; k < NVARS; k++) { /* the built-in ones keep their places: k == 1 is acc's pass@k */
+        vs->names[vs->n] = VARS[k];
+        vs->cols[vs->n++] = k ? df_batch_f32(b, VARS[k]) : NULL;
     }
-    const size_t pre = strlen(DF_REWARD_EXTRA_PREFIX);
-    for (int c = 0, seen = NVARS; c < df_batch_num_columns(b); c++) {
+    for (int c = 0; c < df_batch_num_columns(b); c++) {
         const df_column *col = df_batch_column_at(b, c);
-        if (col->kind == DF_COL_F32 && !strncmp(col->name, DF_REWARD_EXTRA_PREFIX, pre) && seen++ == k) {
-            *name = col->name + pre;
-            return col->data;
-        }
+        const char *key = df_reward_extra_key(col);
+        if (key)
+            vs->names[vs->n] = key, vs->cols[vs->n++] = col->data;
     }
-    *name = NULL;
-    return NULL;
+    return DF_OK;
 }
 
 /* One prompt's rows [lo, lo + n): every variable's statistics under "val<SEP><src><SEP><var><SEP>". */
-static int add_prompt(df_metrics *sums, const df_batch *b, int64_t lo, int64_t n, uint64_t seed,
-                      double *v, const char **pred)
+static int add_prompt(df_metrics *sums, const df_batch *b, const var_set *vs, int64_t lo, int64_t n,
+                      uint64_t seed, double *v, const char **pred)
 {
     const char *src = df_batch_str(b, "data_source", lo);
     bool has_pred = df_row_has_pred(b, lo); /* a prompt's responses share their data source */
@@ -198,16 +208,13 @@ static int add_prompt(df_metrics *sums, const df_batch *b, int64_t lo, int64_t n
         pred[j] = df_batch_str(b, "pred", lo + j);
     char prefix[KEY_CAP];
     int rc = DF_OK;
-    for (int k = 0; !rc; k++) {
-        const char *var;
-        const float *col = var_column(b, k, &var);
-        if (!var)
-            break;
+    for (int k = 0; k < vs->n && !rc; k++) {
+        const float *col = vs->cols[k];
         if (k > 0 && !col)
             continue;
         for (int64_t j = 0; j < n; j++)
             v[j] = k == 0 ? df_sequence_score(b, lo + j) : (double)col[lo + j];
-        if (snprintf(prefix, sizeof prefix, "val" SEP "%s" SEP "%s" SEP, src, var) >= (int)sizeof prefix)
+        if (snprintf(prefix, sizeof prefix, "val" SEP "%s" SEP "%s" SEP, src, vs->names[k]) >= (int)sizeof prefix)
             return df_error(DF_EINVAL, "validation metrics: data_source '%.60s...' too long", src);
         rc = df_val_prompt_stats(v, has_pred ? pred : NULL, n, k == 1, seed,
                                  df_batch_i64(b, "index")[lo], prefix, sums);
@@ -229,7 +236,8 @@ int df_val_metrics_add(df_metrics *sums, const df_batch *b, int64_t n, uint64_t 
         return df_error(DF_EINVAL, "validation metrics: %lld responses per prompt", (long long)n);
     double *v = malloc((size_t)n * sizeof *v);
     const char **pred = malloc((size_t)n * sizeof *pred);
-    int rc = v && pred ? DF_OK : df_error(DF_ENOMEM, "validation metrics: out of memory");
+    var_set vs = {0};
+    int rc = v && pred ? find_vars(b, &vs) : df_error(DF_ENOMEM, "validation metrics: out of memory");
     for (int64_t lo = 0, hi; lo < rows && !rc; lo = hi) {
         for (hi = lo + 1; hi < rows && idx[hi] == idx[lo]; hi++)
             ;
@@ -237,9 +245,9 @@ int df_val_metrics_add(df_metrics *sums, const df_batch *b, int64_t n, uint64_t 
             rc = df_error(DF_EINVAL, "validation metrics: prompt %lld has %lld consecutive responses, "
                                      "not %lld", (long long)idx[lo], (long long)(hi - lo), (long long)n);
         else
-            rc = add_prompt(sums, b, lo, n, seed, v, pred);
+            rc = add_prompt(sums, b, &vs, lo, n, seed, v, pred);
     }
-    free(v), free((void *)pred);
+    free(v), free((void *)pred), free(vs.names), free(vs.cols);
     return rc;
 }
 

@@ -22,11 +22,11 @@ static json_t *row_object(const df_batch *b, int64_t i, const char *input, const
     for (int k = 0; row && k < 3; k++)
         if (df_batch_f32(b, extra[k]))
             json_object_set_new(row, extra[k], json_real(df_batch_f32(b, extra[k])[i]));
-    const size_t pre = strlen(DF_REWARD_EXTRA_PREFIX); /* a Python reward function's numeric keys */
-    for (int c = 0; row && c < df_batch_num_columns(b); c++) {
+    for (int c = 0; row && c < df_batch_num_columns(b); c++) { /* a Python reward function's numeric keys */
         const df_column *col = df_batch_column_at(b, c);
-        if (col->kind == DF_COL_F32 && !strncmp(col->name, DF_REWARD_EXTRA_PREFIX, pre))
-            json_object_set_new(row, col->name + pre, json_real(((const float *)col->data)[i]));
+        const char *key = df_reward_extra_key(col);
+        if (key)
+            json_object_set_new(row, key, json_real(((const float *)col->data)[i]));
     }
     if (row && df_row_has_pred(b, i))
         json_object_set_new(row, "pred", json_string(df_batch_str(b, "pred", i)));

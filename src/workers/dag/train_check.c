@@ -404,20 +404,15 @@ static int layouts(const df_config *c, const df_train_config *t, const df_plan *
     return rc;
 }
 
-static bool python_file(const char *path)
-{
-    size_t n = path ? strlen(path) : 0;
-    return n > 3 && !strcmp(path + n - 3, ".py");
-}
-
-/* Whether the config's value of `key` was chosen (a file, the command line), not a default. */
-static bool chosen(const df_config *c, const char *key)
-{
-    const char *w = df_config_where(c, key);
-    return strcmp(w, "default") && strncmp(w, "derived from", 12);
-}
-
 #define KW "custom_reward_function.reward_kwargs."
+
+/* Append "key (where)" to the list in buf[cap] (*len bytes so far, ", " between items); a list
+   that does not fit is cut. */
+static void append_key(const df_config *c, const char *key, char *buf, size_t cap, size_t *len)
+{
+    int w = snprintf(buf + *len, cap - *len, "%s%s (%s)", *len ? ", " : "", key, df_config_where(c, key));
+    *len = w < 0 || (size_t)w >= cap - *len ? cap - 1 : *len + (size_t)w;
+}
 
 /* The group's keys of other names (reward_kwargs.extra) as a JSON object; NULL when out of memory. */
 static json_t *extra_kwargs(const struct df_train_custom_reward_function_reward_kwargs *kw)
@@ -443,8 +438,7 @@ static bool extra_names(const df_config *c, const struct df_train_custom_reward_
     json_object_foreach(o, name, v) {
         char key[512];
         snprintf(key, sizeof key, KW "%s", name);
-        int w = snprintf(buf + len, cap - len, "%s%s (%s)", len ? ", " : "", key, df_config_where(c, key));
-        len = w < 0 || (size_t)w >= cap - len ? cap - 1 : len + (size_t)w;
+        append_key(c, key, buf, cap, &len);
     }
     bool any = json_object_size(o) > 0;
     json_decref(o);
@@ -458,15 +452,15 @@ static int python_kwargs(const df_config *c, const struct df_train_custom_reward
                          char **out)
 {
     json_t *o = extra_kwargs(kw);
-    if (o && chosen(c, KW "method"))
+    if (o && df_config_is_set(c, KW "method"))
         json_object_set_new(o, "method", json_string(kw->method));
-    if (o && chosen(c, KW "format_score"))
+    if (o && df_config_is_set(c, KW "format_score"))
         json_object_set_new(o, "format_score", json_real(kw->format_score));
-    if (o && chosen(c, KW "score"))
+    if (o && df_config_is_set(c, KW "score"))
         json_object_set_new(o, "score", json_real(kw->score));
-    if (o && chosen(c, KW "gsm8k_match"))
+    if (o && df_config_is_set(c, KW "gsm8k_match"))
         json_object_set_new(o, "gsm8k_match", json_string(kw->gsm8k_match));
-    if (o && chosen(c, KW "strict_box_verify"))
+    if (o && df_config_is_set(c, KW "strict_box_verify"))
         json_object_set_new(o, "strict_box_verify", json_boolean(kw->strict_box_verify));
     *out = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
@@ -499,7 +493,7 @@ static int custom_reward(const df_config *c, const df_train_config *t, bool load
                          df_reward_python **python)
 {
     const struct df_train_custom_reward_function *f = &t->custom_reward_function;
-    if (!strcmp(t->reward_model.reward_manager, "batch") && !python_file(f->path))
+    if (!strcmp(t->reward_model.reward_manager, "batch") && !df_reward_python_file(f->path))
         return df_error(DF_EINVAL,
                         "%s: reward_model.reward_manager=batch calls a Python reward function with whole "
                         "batches (verl's BatchRewardManager): set custom_reward_function.path to a .py file",
@@ -515,7 +509,7 @@ static int custom_reward(const df_config *c, const df_train_config *t, bool load
                         extra);
     if (!f->path)
         return DF_OK;
-    if (python_file(f->path))
+    if (df_reward_python_file(f->path))
         return python_reward(c, t, load, python);
     /* the typed keys that change the built-in scorers (their defaults written out are harmless) */
     const struct {
@@ -528,12 +522,9 @@ static int custom_reward(const df_config *c, const df_train_config *t, bool load
                       {KW "strict_box_verify", kw->strict_box_verify}};
     char typed[1024] = "";
     size_t len = 0;
-    for (size_t i = 0; i < sizeof typed_keys / sizeof *typed_keys && len + 1 < sizeof typed; i++)
-        if (typed_keys[i].changed) {
-            int w = snprintf(typed + len, sizeof typed - len, "%s%s (%s)", len ? ", " : "", typed_keys[i].key,
-                             df_config_where(c, typed_keys[i].key));
-            len = w < 0 || (size_t)w >= sizeof typed - len ? sizeof typed - 1 : len + (size_t)w;
-        }
+    for (size_t i = 0; i < sizeof typed_keys / sizeof *typed_keys; i++)
+        if (typed_keys[i].changed)
+            append_key(c, typed_keys[i].key, typed, sizeof typed, &len);
     if (len || has_extra)
         return df_error(DF_EINVAL,
                         "%s%s%s: keyword arguments, but custom_reward_function.path (%s) is a library whose "
