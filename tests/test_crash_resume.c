@@ -12,7 +12,12 @@
  * written again), and a kill in the middle of a save; then a run to the end. Its final weights,
  * training states, trainer_state.json, data positions and metrics.jsonl (wall-clock metrics aside)
  * must equal the straight run's bytes. The same on 2 ranks, where the kills land on rank 1 or on
- * rank 0 and mpiexec ends the rest, and a resume on 1 rank from the 2-rank checkpoint is refused.
+ * rank 0 and mpiexec ends the rest.
+ *
+ * Another number of ranks: a checkpoint of step 2 written by 2 ranks, resumed on 1, and one written
+ * by 1 rank, resumed on 2, must read the prompts of steps 3 and 4 in the order the 1-rank run read
+ * them (trainer.rollout_data_dir's "input" fields; a 2-rank step's dp0 file then its dp1 file),
+ * steps 1 and 2 on 2 ranks those of 1 rank, and end at its data position.
  *
  * Kill between every write: a 2-step GRPO run with a checkpoint every step, stopped after its
  * checkpoint of step 1, is run again and killed before the 1st file-system operation (create,
@@ -108,7 +113,7 @@ static void expect(int got, int want, const char *out, const char *what)
 }
 
 /* global_step_<step> of dir/<out> is complete: every file there, the JSON and safetensors readable. */
-static void assert_complete(const char *out, int step, int world, bool critic)
+static void assert_complete(const char *out, int step, bool critic)
 {
     char rel[256], p[1024];
     const char *roles[] = {"actor", critic ? "critic" : NULL};
@@ -123,16 +128,13 @@ static void assert_complete(const char *out, int step, int world, bool critic)
             df_st_close(st);
         }
     }
-    for (int r = -1; r < world; r++) {
-        if (r < 0)
-            snprintf(rel, sizeof rel, "global_step_%d/trainer_state.json", step);
-        else
-            snprintf(rel, sizeof rel, "global_step_%d/data_dp_rank_%d.json", step, r);
+    for (int f = 0; f < 2; f++) {
+        snprintf(rel, sizeof rel, "global_step_%d/%s", step, f ? "data.json" : "trainer_state.json");
         path_of(p, sizeof p, out, rel);
         json_t *o = json_load_file(p, 0, NULL);
         if (!o)
             fail_msg("latest names step %d, but %s does not parse", step, p);
-        if (r < 0)
+        if (!f)
             assert_int_equal(json_integer_value(json_object_get(o, "global_step")), step);
         json_decref(o);
     }
@@ -140,14 +142,14 @@ static void assert_complete(const char *out, int step, int world, bool critic)
 
 /* After a kill: latest names a complete checkpoint or none, and metrics.jsonl holds a line for each
    step up to it (a resume keeps those and never writes them again); returns it (-1: none). */
-static int check_after_kill(const char *out, int world, bool critic)
+static int check_after_kill(const char *out, bool critic)
 {
     char p[1024];
     path_of(p, sizeof p, out, "");
     int latest = df_cli_latest(p);
     if (latest < 0)
         return latest;
-    assert_complete(out, latest, world, critic);
+    assert_complete(out, latest, critic);
     path_of(p, sizeof p, out, "metrics.jsonl");
     char *text = df_cli_log(p), key[32];
     for (int s = 1; s <= latest; s++) {
@@ -160,23 +162,17 @@ static int check_after_kill(const char *out, int world, bool critic)
 }
 
 /* The final checkpoint and metrics of dir/<a> and dir/<b> are the same, steps 1..last. */
-static void assert_same_runs(const char *a, const char *b, int last, int world, bool critic, bool state_json)
+static void assert_same_runs(const char *a, const char *b, int last, bool critic, bool state_json)
 {
     char rel[256], pa[1024], pb[1024];
     const char *files[] = {"actor/model.safetensors", "actor/train_state.safetensors", "critic/model.safetensors",
-                           "critic/train_state.safetensors", "trainer_state.json"};
-    for (int i = 0; i < 5; i++) {
+                           "critic/train_state.safetensors", "trainer_state.json", "data.json"};
+    for (int i = 0; i < 6; i++) {
         if ((i == 2 || i == 3) && !critic)
             continue;
         if (i == 4 && !state_json)
             continue;
         snprintf(rel, sizeof rel, "global_step_%d/%s", last, files[i]);
-        path_of(pa, sizeof pa, a, rel);
-        path_of(pb, sizeof pb, b, rel);
-        df_cli_same_file(pa, pb);
-    }
-    for (int r = 0; r < world; r++) {
-        snprintf(rel, sizeof rel, "global_step_%d/data_dp_rank_%d.json", last, r);
         path_of(pa, sizeof pa, a, rel);
         path_of(pb, sizeof pb, b, rel);
         df_cli_same_file(pa, pb);
@@ -194,7 +190,7 @@ static void kill_once(const char *algo, const char *out, int np, const char *kil
     char what[128];
     snprintf(what, sizeof what, "%s, %d rank(s), DF_TEST_KILL_AT=%s", algo, np, kill_at);
     expect(train(algo, out, np, kill_at, NULL, NULL, 0), DF_CLI_KILLED, out, what);
-    print_message("%s: killed, latest %d\n", what, check_after_kill(out, np, critic));
+    print_message("%s: killed, latest %d\n", what, check_after_kill(out, critic));
 }
 
 /* The straight run, then the chain of kills in one directory, then the run to the end. */
@@ -224,7 +220,7 @@ static void check_kills(const char *algo, int np)
     snprintf(at, sizeof at, "save:%lld@0", c.save / (T / SAVE) / 2);
     kill_once(algo, part, np, at, critic);
     expect(train(algo, part, np, NULL, NULL, NULL, 0), DF_CLI_OK, part, "the resumed run");
-    assert_same_runs(full, part, T, np, critic, true);
+    assert_same_runs(full, part, T, critic, true);
     print_message("%s on %d rank(s): %.1f s\n", algo, np, df_now() - t0);
 }
 
@@ -246,8 +242,7 @@ static void test_kills_dapo(void **state)
     check_kills("dapo", 1);
 }
 
-/* 2 ranks: mpiexec ends the job when one rank dies; the chain resumes it on 2 ranks, and a resume
-   on 1 rank is refused. */
+/* 2 ranks: mpiexec ends the job when one rank dies; the chain resumes it on 2 ranks. */
 static void test_kills_two_ranks(void **state)
 {
     (void)state;
@@ -256,14 +251,86 @@ static void test_kills_two_ranks(void **state)
     check_kills("grpo", 2);
     check_kills("ppo", 2);
     check_kills("dapo", 2);
-    /* the 2-rank checkpoint on 1 rank: refused, naming the world sizes */
-    expect(train("grpo", "grpo_np2_kill", 1, NULL, NULL, NULL, 0), 1, "grpo_np2_kill", "1 rank from 2");
-    char log[600];
-    snprintf(log, sizeof log, "%s/grpo_np2_kill.log", dir);
+}
+
+/* The "input" fields of dir/<dump>/<step>.jsonl, or of <step>.dp0.jsonl then <step>.dp1.jsonl (two
+   data-parallel ranks), one per line, into buf. */
+static void dump_inputs(const char *dump, int step, int ranks, char *buf, size_t cap)
+{
+    size_t at = 0;
+    for (int r = 0; r < ranks; r++) {
+        char rel[64], p[1024];
+        if (ranks > 1)
+            snprintf(rel, sizeof rel, "%d.dp%d.jsonl", step, r);
+        else
+            snprintf(rel, sizeof rel, "%d.jsonl", step);
+        path_of(p, sizeof p, dump, rel);
+        char *text = df_cli_log(p);
+        for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+            json_t *o = json_loads(line, 0, NULL);
+            const char *in = json_string_value(json_object_get(o, "input"));
+            if (!in)
+                fail_msg("%s: a line without \"input\": %s", p, line);
+            at += (size_t)snprintf(buf + at, at < cap ? cap - at : 0, "%s\n", in);
+            json_decref(o);
+        }
+        free(text);
+    }
+    assert_true(at > 0 && at < cap);
+}
+
+/* Steps first..last of dir/<dump> (read from `ranks` ranks) hold the prompts of dir/dump_np1, in order. */
+static void assert_same_prompts(const char *dump, int ranks, int first, int last)
+{
+    static char want[1 << 16], got[1 << 16];
+    for (int s = first; s <= last; s++) {
+        dump_inputs("dump_np1", s, 1, want, sizeof want);
+        dump_inputs(dump, s, ranks, got, sizeof got);
+        size_t k = 0, line = 1;
+        for (; want[k] && want[k] == got[k]; k++)
+            line += want[k] == '\n';
+        if (want[k] || got[k])
+            fail_msg("step %d: %s on %d rank(s) differs from 1 rank at line %zu of its inputs:\n%.80s\nvs\n%.80s", s, dump,
+                     ranks, line, got + k, want + k);
+    }
+}
+
+/* A checkpoint resumes on another number of ranks with the data order of one rank. */
+static void test_resume_on_other_ranks(void **state)
+{
+    (void)state;
+    if (!DF_MPIEXEC[0])
+        skip(); /* built without MPI */
+    char dump[600], from[600], log[600];
+    write_yaml("grpo");
+    /* unbalanced: verl's balance_batch moves samples between the ranks after generation */
+    const char *ov[3] = {dump, "trainer.balance_batch=false", "trainer.total_training_steps=2"};
+    snprintf(dump, sizeof dump, "trainer.rollout_data_dir=%s/dump_np1", dir);
+    expect(train("grpo", "ranks_np1", 1, NULL, NULL, ov, 2), DF_CLI_OK, "ranks_np1", "1 rank");
+    /* 2 ranks, steps 1 and 2, then steps 3 and 4 on 1 rank */
+    snprintf(dump, sizeof dump, "trainer.rollout_data_dir=%s/dump_2to1", dir);
+    expect(train("grpo", "ranks_2to1", 2, NULL, NULL, ov, 3), DF_CLI_OK, "ranks_2to1", "2 ranks, 2 steps");
+    expect(train("grpo", "ranks_2to1", 1, NULL, NULL, ov, 2), DF_CLI_OK, "ranks_2to1", "resumed on 1 rank");
+    snprintf(log, sizeof log, "%s/ranks_2to1.log", dir);
     char *text = df_cli_log(log);
-    if (!strstr(text, "written by 2 ranks and this run has 1"))
-        fail_msg("the resume on 1 rank does not say why it is refused:\n%s", text);
+    if (!strstr(text, "written by 2 ranks, on 1: the same data order"))
+        fail_msg("the resume on 1 rank does not say the checkpoint's ranks:\n%s", text);
     free(text);
+    assert_same_prompts("dump_2to1", 2, 1, 2);
+    assert_same_prompts("dump_2to1", 1, 3, 4);
+    /* the 1-rank checkpoint of step 2 on 2 ranks */
+    snprintf(dump, sizeof dump, "trainer.rollout_data_dir=%s/dump_1to2", dir);
+    snprintf(from, sizeof from, "trainer.resume_from_path=%s/ranks_np1/global_step_2", dir);
+    const char *ov2[4] = {dump, "trainer.balance_batch=false", "trainer.resume_mode=resume_path", from};
+    expect(train("grpo", "ranks_1to2", 2, NULL, NULL, ov2, 4), DF_CLI_OK, "ranks_1to2", "resumed on 2 ranks");
+    assert_same_prompts("dump_1to2", 2, 3, 4);
+    char pa[1024], pb[1024], rel[64];
+    snprintf(rel, sizeof rel, "global_step_%d/data.json", T);
+    path_of(pa, sizeof pa, "ranks_np1", rel);
+    for (int k = 0; k < 2; k++) {
+        path_of(pb, sizeof pb, k ? "ranks_1to2" : "ranks_2to1", rel);
+        df_cli_same_file(pa, pb);
+    }
 }
 
 /* Every temporary listed in `before` (left by a kill) was removed or restored by the run logged in `log`. */
@@ -296,7 +363,7 @@ static void test_kill_every_save_op(void **state)
     const char *ov[] = {"trainer.total_training_steps=2", "trainer.save_freq=1"};
     /* step 1 saved, step 2's line written, its save not begun */
     expect(train("grpo", "saves", 1, "metrics:2", NULL, ov, 2), DF_CLI_KILLED, "saves", "before the save of step 2");
-    assert_int_equal(check_after_kill("saves", 1, false), 1);
+    assert_int_equal(check_after_kill("saves", false), 1);
     int latest = 1, kills = 0, restored = 0;
     bool aside_tried = false;
     snprintf(log, sizeof log, "%s/saves.log", dir);
@@ -313,7 +380,7 @@ static void test_kill_every_save_op(void **state)
         expect(st, DF_CLI_KILLED, "saves", at);
         kills++;
         assert_true(kills <= 2 * per_save);
-        int now = check_after_kill("saves", 1, false);
+        int now = check_after_kill("saves", false);
         assert_true(now == latest || (latest == 1 && now == 2)); /* never back, never a step not saved */
         path_of(p, sizeof p, "saves", "global_step_2");
         if (now == 1 && df_dir_exists(p) && !aside_tried) {
@@ -323,7 +390,7 @@ static void test_kill_every_save_op(void **state)
             expect(train("grpo", "saves", 1, at, NULL, ov, 2), DF_CLI_KILLED, "saves", at);
             path_of(p, sizeof p, "saves", ".global_step_2.old.tmp");
             assert_true(df_dir_exists(p));
-            assert_int_equal(check_after_kill("saves", 1, false), 1);
+            assert_int_equal(check_after_kill("saves", false), 1);
         }
         path_of(p, sizeof p, "saves", "");
         df_cli_temporaries(p, temps, sizeof temps);
@@ -337,7 +404,7 @@ static void test_kill_every_save_op(void **state)
     assert_true(kills >= per_save);
     assert_true(restored >= 1);
     assert_int_equal(latest, 2);
-    assert_same_runs("grpo_np1_full", "saves", 2, 1, false, false);
+    assert_same_runs("grpo_np1_full", "saves", 2, false, false);
 }
 
 /* A reward that fails: a run that errors in its first step. */
@@ -416,6 +483,7 @@ int main(void)
         cmocka_unit_test(test_kill_every_save_op),
         cmocka_unit_test(test_failed_runs_leave_nothing),
         cmocka_unit_test(test_kills_two_ranks),
+        cmocka_unit_test(test_resume_on_other_ranks),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -130,12 +130,12 @@ static void test_dapo_steps(void **state)
     json_decref(lines);
 }
 
-/* This rank's dataloader position in dir/<out>/global_step_<step>, as batches from the start: epoch x
+/* The dataloader position in dir/<out>/global_step_<step>, as batches from the start: epoch x
  * per_epoch + step. */
 static int64_t saved_position(const char *out, int step, int64_t per_epoch)
 {
     char p[1024];
-    snprintf(p, sizeof p, "%s/%s/global_step_%d/data_dp_rank_%d.json", dir, out, step, df_comm_rank(world));
+    snprintf(p, sizeof p, "%s/%s/global_step_%d/data.json", dir, out, step);
     json_t *o = json_load_file(p, 0, NULL);
     if (!o)
         fail_msg("%s does not load", p);

@@ -1,10 +1,10 @@
 /*
- * test_dataloader.c — the partitioned dataloader over dataset shards.
- * One rank must reproduce the loader as it was before shards (a copy of its
- * index logic is the reference below); W ranks read strided rows whose union
- * per step is the global batch. The last test also runs under mpiexec, where
- * each rank loads only its shard from files and the ranks agree on
- * rows_per_rank with an allreduce.
+ * test_dataloader.c — the dataloader's one global order and the ranks' shares.
+ * One rank must reproduce the classic loader (a copy of its index logic is the
+ * reference below); on W ranks the ranks' shares, in rank order, must be
+ * exactly the one-rank batch of the same step (the order does not depend on
+ * W), with hand-computed shares for a short last batch. The last test also
+ * runs under mpiexec, each rank loading every row from files.
  * mpi-test: np 2 3 4
  */
 /* rounding-free (scripts/test-variants.sh skips it): parsing, text and integers only */
@@ -118,7 +118,7 @@ static void check_like_old(const df_dataset *ds, int64_t gbs, bool shuffle, uint
     }
     assert_int_equal(rc, 0);
     assert_int_equal(df_dataloader_steps_per_epoch(dl), steps);
-    assert_int_equal(df_dataloader_rows_per_rank(dl), n);
+    assert_int_equal(df_dataloader_rows(dl), n);
     for (int64_t e = 0; e < 3; e++)
         for (int64_t s = 0; s < steps; s++) {
             int64_t m = old_indices(n, gbs, shuffle, seed, e, s, want);
@@ -162,124 +162,116 @@ static void test_one_rank_is_the_old_loader(void **state)
 
 /* ---- W ranks --------------------------------------------------------------------- */
 
-/* Without shuffle the ranks' step s is the global batch [s G, (s + 1) G), from shards or from every row. */
-static void check_union(int n, int64_t gbs, int world, bool drop_last)
+/* Rank r's share of a batch of len rows: [floor(r len / W), floor((r + 1) len / W)). */
+static int64_t share_lo(int r, int64_t len, int world)
 {
-    df_dataset *all = numbered(n), *shard[4];
-    df_dataloader *full[4], *part[4];
-    int64_t min_rows = INT64_MAX;
-    for (int r = 0; r < world; r++) {
-        shard[r] = numbered_shard(n, r, world);
-        full[r] = make(all, gbs, r, world, false, 3, drop_last);
-        part[r] = make(shard[r], gbs, r, world, false, 3, drop_last);
-        assert_int_equal(df_dataloader_rows_available(part[r]), df_dataset_size(shard[r]));
-        assert_int_equal(df_dataloader_rows_available(full[r]), df_dataset_size(shard[r]));
-        if (df_dataloader_rows_available(part[r]) < min_rows)
-            min_rows = df_dataloader_rows_available(part[r]);
-    }
-    int64_t per = gbs / world, steps = drop_last ? min_rows / per : (min_rows + per - 1) / per;
-    for (int r = 0; r < world; r++) {
-        assert_int_equal(df_dataloader_rows_per_rank(full[r]), min_rows); /* computed alike by all */
-        assert_int_equal(df_dataloader_set_rows_per_rank(part[r], min_rows), 0);
-        assert_int_equal(df_dataloader_steps_per_epoch(part[r]), steps);
-        assert_int_equal(df_dataloader_steps_per_epoch(full[r]), steps);
-    }
-    for (int64_t s = 0; s < steps; s++) {
-        int64_t g[MAXB], h[MAXB], lo = s * gbs, left = (min_rows - s * per) * world;
-        int64_t want = left < gbs ? left : gbs;
-        int hit[128] = {0}, total = 0;
-        for (int r = 0; r < world; r++) {
-            int64_t k = globals_at(part[r], shard[r], 1, s, g);
-            assert_int_equal(globals_at(full[r], all, 1, s, h), k);
-            assert_memory_equal(g, h, (size_t)k * sizeof *g); /* shard = every row, picked */
-            assert_int_equal(k, want / world);
-            for (int64_t i = 0; i < k; i++) {
-                assert_int_equal(g[i] % world, r);
-                assert_in_range(g[i], lo, lo + want - 1);
-                hit[g[i]]++;
-                total++;
-            }
-        }
-        assert_int_equal(total, want);
-        for (int64_t i = lo; i < lo + want; i++)
-            assert_int_equal(hit[i], 1); /* disjoint and covering */
-    }
-    for (int r = 0; r < world; r++) {
-        df_dataloader_free(full[r]);
-        df_dataloader_free(part[r]);
-        df_dataset_free(shard[r]);
-    }
-    df_dataset_free(all);
+    return r * len / world;
 }
 
-static void test_union_is_the_global_batch(void **state)
+/* The ranks' shares at every (epoch, step), in rank order, are the one-rank batch. */
+static void check_shares(const df_dataset *ds, int64_t gbs, int world, bool shuffle, bool drop_last)
+{
+    df_dataloader *one = make(ds, gbs, 0, 1, shuffle, 7, drop_last), *dl[4];
+    for (int r = 0; r < world; r++) {
+        dl[r] = make(ds, gbs, r, world, shuffle, 7, drop_last);
+        assert_int_equal(df_dataloader_steps_per_epoch(dl[r]), df_dataloader_steps_per_epoch(one));
+        assert_int_equal(df_dataloader_rows(dl[r]), df_dataset_size(ds));
+    }
+    for (int64_t e = 0; e < 2; e++)
+        for (int64_t s = 0; s < df_dataloader_steps_per_epoch(one); s++) {
+            int64_t want[MAXB], got[MAXB], len = 0, at = 0, k = 0;
+            assert_int_equal(df_dataloader_indices(one, e, s, want, MAXB, &len), 0);
+            for (int r = 0; r < world; r++) {
+                assert_int_equal(df_dataloader_indices(dl[r], e, s, got, MAXB, &k), 0);
+                assert_int_equal(k, share_lo(r + 1, len, world) - share_lo(r, len, world));
+                assert_in_range(k, 0, gbs / world);
+                assert_memory_equal(got, want + at, (size_t)k * sizeof *got);
+                at += k;
+                /* next(): the batch carries the same rows, `index` their global numbers */
+                df_batch *b = NULL;
+                assert_int_equal(df_dataloader_next(dl[r], &b), 0);
+                assert_int_equal(df_batch_size(b), k);
+                for (int64_t i = 0; i < k; i++) {
+                    assert_int_equal(df_batch_i64(b, "row")[i], got[i]);
+                    assert_int_equal(df_batch_i64(b, "index")[i], df_dataset_global_index(ds, got[i]));
+                }
+                df_batch_free(b);
+            }
+            assert_int_equal(at, len); /* the shares cover the batch */
+        }
+    df_dataloader_free(one);
+    for (int r = 0; r < world; r++)
+        df_dataloader_free(dl[r]);
+}
+
+static void test_shares_are_the_global_batch(void **state)
 {
     (void)state;
-    check_union(24, 6, 1, true);
-    check_union(24, 6, 2, true);
-    check_union(24, 6, 3, true);
-    check_union(24, 8, 4, false);
-    check_union(25, 6, 2, true);  /* 13 + 12 rows: row 24 is never read */
-    check_union(22, 6, 3, false); /* 8 + 7 + 7: a last step of one row per rank */
-    check_union(22, 6, 3, true);
-    check_union(31, 12, 4, false);
+    static const struct { int n; int64_t gbs; int world; } c[] = {
+        {24, 6, 2}, {24, 6, 3}, {24, 8, 4}, {25, 6, 2}, {22, 6, 3}, {31, 12, 4}, {7, 4, 4}, {33, 9, 3},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        df_dataset *ds = numbered(c[i].n);
+        for (int f = 0; f < 4; f++)
+            check_shares(ds, c[i].gbs, c[i].world, f & 1, f & 2);
+        df_dataset_free(ds);
+    }
 }
 
+/* Hand-computed: 22 rows, G = 6 on 3 ranks, unshuffled, without drop_last: steps [0,6) [6,12)
+ * [12,18) [18,22); the last 4 rows split 1 / 1 / 2 (floor(r 4 / 3) = 0, 1, 2, 4). */
 static void test_partial_last_step(void **state)
 {
     (void)state;
     df_dataset *ds = numbered(22);
+    static const int64_t last[3][2] = {{18, -1}, {19, -1}, {20, 21}};
     for (int r = 0; r < 3; r++) {
         df_dataloader *dl = make(ds, 6, r, 3, false, 0, false);
-        assert_int_equal(df_dataloader_rows_per_rank(dl), 7);
         assert_int_equal(df_dataloader_steps_per_epoch(dl), 4);
         int64_t g[MAXB];
-        assert_int_equal(globals_at(dl, ds, 0, 3, g), 1);
-        assert_int_equal(g[0], 18 + r);
         assert_int_equal(globals_at(dl, ds, 0, 1, g), 2);
-        assert_int_equal(g[0], 6 + r);
-        assert_int_equal(g[1], 9 + r);
+        assert_int_equal(g[0], 6 + 2 * r); /* contiguous shares: rank r has 6 + 2r, 7 + 2r */
+        assert_int_equal(g[1], 7 + 2 * r);
+        assert_int_equal(globals_at(dl, ds, 0, 3, g), r == 2 ? 2 : 1);
+        for (int k = 0; k < (r == 2 ? 2 : 1); k++)
+            assert_int_equal(g[k], last[r][k]);
         df_dataloader_free(dl);
     }
+    /* with drop_last the short batch is skipped */
+    df_dataloader *dl = make(ds, 6, 1, 3, false, 0, true);
+    assert_int_equal(df_dataloader_steps_per_epoch(dl), 3);
+    df_dataloader_free(dl);
     df_dataset_free(ds);
 }
 
-/* Shuffled epochs: one permutation of local positions shared by the ranks, new each epoch. */
+/* Shuffled epochs: every row once per epoch, a new order each epoch and for another seed. */
 static void test_shuffled_epochs(void **state)
 {
     (void)state;
     enum { NR = 40, GB = 8, NW = 4 }; /* rows, global batch, ranks */
-    df_dataset *ds[NW];
-    df_dataloader *dl[NW], *other_seed = NULL;
+    df_dataset *ds = numbered(NR);
+    df_dataloader *dl[NW], *other_seed = make(ds, GB, 1, NW, true, 12, true);
     for (int r = 0; r < NW; r++) {
-        ds[r] = numbered_shard(NR, r, NW);
-        dl[r] = make(ds[r], GB, r, NW, true, 11, true);
+        dl[r] = make(ds, GB, r, NW, true, 11, true);
         assert_int_equal(df_dataloader_steps_per_epoch(dl[r]), 5);
     }
-    other_seed = make(ds[1], GB, 1, NW, true, 12, true);
-    int64_t first[5][2], g[MAXB], h[MAXB];
-    int differs_epoch = 0, differs_seed = 0;
+    int64_t first[5][NW][2], g[MAXB], h[MAXB];
+    int differs_epoch = 0, differs_seed = 0, unsorted = 0;
     for (int64_t e = 0; e < 3; e++) {
         int hit[NR] = {0};
         for (int64_t s = 0; s < 5; s++)
             for (int r = 0; r < NW; r++) {
-                assert_int_equal(globals_at(dl[r], ds[r], e, s, g), 2);
+                assert_int_equal(globals_at(dl[r], ds, e, s, g), 2);
                 for (int k = 0; k < 2; k++) {
-                    assert_int_equal(g[k] % NW, r);
                     hit[g[k]]++;
-                    if (r == 0 && e == 0)
-                        first[s][k] = g[k];
-                    /* the same local position on every rank */
-                    if (r > 0) {
-                        int64_t g0[MAXB];
-                        globals_at(dl[0], ds[0], e, s, g0);
-                        assert_int_equal((g[k] - r) / NW, g0[k] / NW);
-                    }
-                    if (r == 0 && e > 0)
-                        differs_epoch += g[k] != first[s][k];
+                    if (e == 0)
+                        first[s][r][k] = g[k];
+                    else
+                        differs_epoch += g[k] != first[s][r][k];
                 }
+                unsorted += g[0] > g[1];
                 if (r == 1) {
-                    globals_at(other_seed, ds[1], e, s, h);
+                    globals_at(other_seed, ds, e, s, h);
                     differs_seed += memcmp(g, h, 2 * sizeof *g) != 0;
                 }
             }
@@ -288,68 +280,44 @@ static void test_shuffled_epochs(void **state)
     }
     assert_true(differs_epoch > 0);
     assert_true(differs_seed > 0);
-    for (int r = 0; r < NW; r++) {
+    assert_true(unsorted > 0); /* shuffled within the shares too, not only across them */
+    for (int r = 0; r < NW; r++)
         df_dataloader_free(dl[r]);
-        df_dataset_free(ds[r]);
-    }
     df_dataloader_free(other_seed);
+    df_dataset_free(ds);
 }
 
-/* After the same per-row filter, a shard and every row give the same batches. */
+/* After a per-row filter the order is over the kept rows; `index` keeps the rows' file numbers. */
 static void test_filtered(void **state)
 {
     (void)state;
-    df_dataset *all = numbered(30);
+    df_dataset *ds = numbered(30);
     bool keep[30];
     for (int i = 0; i < 30; i++)
-        keep[i] = i % 7 != 0; /* drops 0, 7, 14, 21, 28: 12 even rows left, 13 odd */
-    assert_int_equal(df_dataset_filter(all, keep), 5);
-    for (int r = 0; r < 2; r++) {
-        df_dataset *ds = numbered_shard(30, r, 2);
-        bool k2[15];
-        for (int64_t i = 0; i < 15; i++)
-            k2[i] = df_dataset_global_index(ds, i) % 7 != 0;
-        df_dataset_filter(ds, k2);
-        df_dataloader *part = make(ds, 4, r, 2, true, 5, false), *full = make(all, 4, r, 2, true, 5, false);
-        assert_int_equal(df_dataloader_rows_available(part), r ? 13 : 12);
-        assert_int_equal(df_dataloader_rows_available(full), r ? 13 : 12);
-        assert_int_equal(df_dataloader_rows_per_rank(full), 12);
-        assert_int_equal(df_dataloader_steps_per_epoch(part), r ? 7 : 6); /* before the agreement */
-        assert_int_equal(df_dataloader_set_rows_per_rank(part, 12), 0);
-        assert_int_equal(df_dataloader_steps_per_epoch(part), 6);
-        for (int64_t e = 0; e < 2; e++)
-            for (int64_t s = 0; s < 6; s++) {
-                df_batch *a = NULL, *b = NULL;
-                assert_int_equal(df_dataloader_next(part, &a), 0);
-                assert_int_equal(df_dataloader_next(full, &b), 0);
-                assert_int_equal(df_batch_size(a), 2);
-                assert_memory_equal(df_batch_i64(a, "index"), df_batch_i64(b, "index"), 2 * sizeof(int64_t));
-                for (int64_t i = 0; i < 2; i++) {
-                    int64_t g = df_batch_i64(a, "index")[i];
-                    assert_true(g % 7 != 0 && g % 2 == r);
-                    /* `row` is the position in each loader's own dataset */
-                    assert_int_equal(df_dataset_global_index(ds, df_batch_i64(a, "row")[i]), g);
-                    assert_int_equal(df_dataset_global_index(all, df_batch_i64(b, "row")[i]), g);
-                    assert_string_equal(df_batch_str(a, "ground_truth", i),
-                                        df_batch_str(b, "ground_truth", i));
-                }
-                df_batch_free(a);
-                df_batch_free(b);
-            }
-        df_dataloader_free(part);
-        df_dataloader_free(full);
-        df_dataset_free(ds);
-    }
-    df_dataset_free(all);
+        keep[i] = i % 7 != 0; /* drops 0, 7, 14, 21, 28: 25 rows */
+    assert_int_equal(df_dataset_filter(ds, keep), 5);
+    check_shares(ds, 4, 2, true, false);
+    check_shares(ds, 6, 3, false, true);
+    df_dataloader *dl = make(ds, 4, 1, 2, false, 5, true);
+    assert_int_equal(df_dataloader_rows(dl), 25);
+    assert_int_equal(df_dataloader_steps_per_epoch(dl), 6);
+    df_batch *b = NULL;
+    assert_int_equal(df_dataloader_batch_at(dl, 0, 1, &b), 0); /* kept rows 4..7 of the order: 5 6 8 9 */
+    assert_int_equal(df_batch_size(b), 2);
+    assert_int_equal(df_batch_i64(b, "index")[0], 8);
+    assert_int_equal(df_batch_i64(b, "index")[1], 9);
+    assert_int_equal(df_batch_i64(b, "row")[0], 6);
+    assert_string_equal(df_batch_str(b, "ground_truth", 1), "9");
+    df_batch_free(b);
+    df_dataloader_free(dl);
+    df_dataset_free(ds);
 }
 
 static void test_batches_and_resume(void **state)
 {
     (void)state;
-    df_dataset *ds = numbered_shard(21, 1, 2); /* rows 1, 3, ..., 19 */
+    df_dataset *ds = numbered(21);
     df_dataloader *dl = make(ds, 4, 1, 2, true, 99, true), *again = make(ds, 4, 1, 2, true, 99, true);
-    assert_int_equal(df_dataloader_set_rows_per_rank(dl, 10), 0);
-    assert_int_equal(df_dataloader_set_rows_per_rank(again, 10), 0);
     assert_int_equal(df_dataloader_steps_per_epoch(dl), 5);
     int64_t seen[12][2];
     for (int k = 0; k < 12; k++) { /* 5 steps per epoch: crosses two epoch boundaries */
@@ -364,9 +332,9 @@ static void test_batches_and_resume(void **state)
             int64_t i = df_batch_i64(b, "index")[r];
             char want[64];
             seen[k][r] = i;
-            assert_int_equal(i % 2, 1);
-            assert_int_equal(df_batch_i64(b, "row")[r], i / 2);
-            assert_string_equal(df_batch_str(b, "data_source", r), "s1");
+            assert_int_equal(df_batch_i64(b, "row")[r], i);
+            snprintf(want, sizeof want, "s%lld", (long long)(i % 2));
+            assert_string_equal(df_batch_str(b, "data_source", r), want);
             snprintf(want, sizeof want, "%lld", (long long)i);
             assert_string_equal(df_batch_str(b, "ground_truth", r), want);
             snprintf(want, sizeof want, "[{\"role\":\"user\",\"content\":\"p%lld\"}]", (long long)i);
@@ -389,6 +357,15 @@ static void test_batches_and_resume(void **state)
         assert_int_equal(df_batch_i64(b, "index")[1], seen[k][1]);
         df_batch_free(b);
     }
+    /* the position resumes on another number of ranks: rank 2 of 4 reads the second half of rank 1 of 2's share */
+    df_dataloader *four = make(ds, 4, 2, 4, true, 99, true);
+    assert_int_equal(df_dataloader_seek(four, 1, 3), 0);
+    df_batch *b4 = NULL;
+    assert_int_equal(df_dataloader_next(four, &b4), 0);
+    assert_int_equal(df_batch_size(b4), 1);
+    assert_int_equal(df_batch_i64(b4, "index")[0], seen[8][0]);
+    df_batch_free(b4);
+    df_dataloader_free(four);
     assert_int_equal(df_dataloader_seek(again, 0, 5), 0); /* end of epoch 0 = start of epoch 1 */
     df_dataloader_tell(again, &e, &s);
     assert_int_equal(e, 1);
@@ -401,9 +378,6 @@ static void test_batches_and_resume(void **state)
     df_batch_free(b);
     df_dataloader_tell(again, &e, &s);
     assert_int_equal(e * 10 + s, 10);
-    /* a position past a smaller epoch refuses the new row count */
-    assert_int_equal(df_dataloader_seek(again, 0, 4), 0);
-    assert_int_equal(df_dataloader_set_rows_per_rank(again, 6), DF_EINVAL);
     df_dataloader_free(again);
     df_dataloader_free(dl);
     df_dataset_free(ds);
@@ -433,40 +407,24 @@ static void test_errors(void **state)
     assert_int_equal(df_dataloader_create(ds, 12, 0, 1, false, 0, true, &dl), DF_EINVAL);
     assert_non_null(strstr(df_last_error(), "10 rows give no batch of 12 with drop_last"));
     assert_int_equal(df_dataloader_create(ds, 12, 1, 2, false, 0, true, &dl), DF_EINVAL);
-    assert_non_null(strstr(df_last_error(), "5 rows per rank give no batch of 6 with drop_last"));
     assert_null(dl);
     dl = make(ds, 12, 0, 1, false, 0, false);
     assert_int_equal(df_dataloader_steps_per_epoch(dl), 1);
     df_dataloader_free(dl);
 
-    /* a shard only fits its own rank; one rank reads any dataset whole */
+    /* ranks need every row; one rank reads any dataset whole */
     df_dataset *sh = numbered_shard(10, 1, 3); /* rows 1, 4, 7 */
-    assert_int_equal(df_dataloader_create(sh, 3, 0, 3, false, 0, true, &dl), DF_EINVAL);
-    assert_non_null(strstr(df_last_error(), "rank 0 of 3 cannot read dataset shard 1 of 3"));
-    assert_int_equal(df_dataloader_create(sh, 2, 1, 2, false, 0, true, &dl), DF_EINVAL);
+    assert_int_equal(df_dataloader_create(sh, 3, 1, 3, false, 0, true, &dl), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "the dataset holds shard 1 of 3; a loader reads every row"));
     dl = make(sh, 3, 0, 1, false, 0, true);
     assert_int_equal(globals_at(dl, sh, 0, 0, x), 3);
     assert_int_equal(x[2], 7);
     df_dataloader_free(dl);
-
-    /* a rank's own shard too small: no error before the agreement, then on every rank */
-    dl = make(sh, 9, 1, 3, false, 0, true);
-    assert_int_equal(df_dataloader_steps_per_epoch(dl), 1);
-    assert_int_equal(df_dataloader_set_rows_per_rank(dl, 4), DF_EINVAL); /* more than it has */
-    assert_non_null(strstr(df_last_error(), "rows per rank 4 outside [0, 3]"));
-    assert_int_equal(df_dataloader_set_rows_per_rank(dl, -1), DF_EINVAL);
-    assert_int_equal(df_dataloader_set_rows_per_rank(dl, 2), DF_EINVAL);
-    assert_non_null(strstr(df_last_error(), "2 rows per rank give no batch of 3 with drop_last"));
-    assert_int_equal(df_dataloader_rows_per_rank(dl), 3); /* unchanged by a refused set */
-    df_dataloader_free(dl);
-    dl = make(sh, 12, 1, 3, false, 0, true); /* 3 rows, P = 4: deferred */
-    assert_int_equal(df_dataloader_steps_per_epoch(dl), 0);
-    df_batch *b = NULL;
-    assert_int_equal(df_dataloader_next(dl, &b), DF_EINVAL);
-    assert_null(b);
-    assert_int_equal(df_dataloader_set_rows_per_rank(dl, 3), DF_EINVAL);
-    df_dataloader_free(dl);
     df_dataset_free(sh);
+    df_dataset *none = numbered(0);
+    assert_int_equal(df_dataloader_create(none, 2, 0, 1, false, 0, false, &dl), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "0 rows give no batch of 2"));
+    df_dataset_free(none);
     df_dataset_free(ds);
 }
 
@@ -480,13 +438,12 @@ static void test_errors(void **state)
     } while (0)
 
 /*
- * Every rank loads only its shard of three files, the ranks agree on
- * rows_per_rank (allreduce MIN), and each step's rows are gathered: their
- * union must be the rows that one process picks for all ranks from the whole
- * dataset (and, unshuffled, the global rows [s G, (s + 1) G)). Failures are
- * counted and agreed on before asserting, so no rank is left in a collective.
+ * Every rank loads every row of three files and gathers each step's shares:
+ * in rank order they must be the one-process batch (unshuffled: the global
+ * rows [s G, (s + 1) G)). Failures are counted and agreed on before
+ * asserting, so no rank is left in a collective.
  */
-static void test_mpi_shards(void **state)
+static void test_mpi_ranks(void **state)
 {
     assert_in_range(N, 1, 4); /* the buffers below; every rank fails alike */
     const char *dir = *state;
@@ -509,40 +466,26 @@ static void test_mpi_shards(void **state)
     }
     int bad = 0;
     char why[256] = "";
-    df_dataset_opts o = {.shard_index = R, .shard_count = N};
     df_dataset *ds = NULL, *all = numbered(ROWS);
-    CHECK(df_dataset_load(pp, 3, &o, &ds) == 0);
+    CHECK(df_dataset_load(pp, 3, NULL, &ds) == 0);
     int64_t per = 2, gbs = per * N;
     for (int shuffle = 0; shuffle < 2 && ds; shuffle++) {
-        df_dataloader *dl = make(ds, gbs, R, N, shuffle, 17, true);
-        int64_t rows = df_dataloader_rows_available(dl);
-        CHECK(rows == (ROWS - R + N - 1) / N);
-        CHECK(df_dataset_global_size(ds) == ROWS);
-        assert_int_equal(df_comm_allreduce(W, &rows, 1, DF_COMM_INT64, DF_COMM_MIN), 0);
-        CHECK(rows == ROWS / N);
-        CHECK(df_dataloader_set_rows_per_rank(dl, rows) == 0);
+        df_dataloader *dl = make(ds, gbs, R, N, shuffle, 17, true), *ref = make(all, gbs, 0, 1, shuffle, 17, true);
         int64_t steps = df_dataloader_steps_per_epoch(dl);
-        CHECK(steps == rows / per);
-        df_dataloader *ref[4];
-        for (int r = 0; r < N; r++)
-            ref[r] = make(all, gbs, r, N, shuffle, 17, true);
+        CHECK(steps == ROWS / gbs);
         for (int64_t e = 0; e < 2; e++)
             for (int64_t s = 0; s < steps; s++) {
                 df_batch *b = NULL;
-                int64_t mine[2] = {-1, -1}, got[8], want[2];
+                int64_t mine[2] = {-1, -1}, got[8], want[8];
                 if (df_dataloader_next(dl, &b) == 0 && df_batch_size(b) == per)
                     memcpy(mine, df_batch_i64(b, "index"), sizeof mine);
                 df_batch_free(b);
                 assert_int_equal(df_comm_allgather(W, mine, sizeof mine, got), 0);
-                for (int r = 0; r < N; r++) {
-                    globals_at(ref[r], all, e, s, want);
-                    CHECK(got[2 * r] == want[0] && got[2 * r + 1] == want[1]);
-                    CHECK(!shuffle || (got[2 * r] % N == r && got[2 * r + 1] % N == r));
-                    CHECK(shuffle || (got[2 * r] == s * gbs + r && got[2 * r + 1] == s * gbs + r + N));
-                }
+                CHECK(globals_at(ref, all, e, s, want) == gbs);
+                for (int64_t k = 0; k < gbs; k++)
+                    CHECK(got[k] == want[k] && (shuffle || got[k] == s * gbs + k));
             }
-        for (int r = 0; r < N; r++)
-            df_dataloader_free(ref[r]);
+        df_dataloader_free(ref);
         df_dataloader_free(dl);
     }
     df_dataset_free(ds);
@@ -560,13 +503,13 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_rank_is_the_old_loader),
-        cmocka_unit_test(test_union_is_the_global_batch),
+        cmocka_unit_test(test_shares_are_the_global_batch),
         cmocka_unit_test(test_partial_last_step),
         cmocka_unit_test(test_shuffled_epochs),
         cmocka_unit_test(test_filtered),
         cmocka_unit_test(test_batches_and_resume),
         cmocka_unit_test(test_errors),
-        cmocka_unit_test_setup_teardown(test_mpi_shards, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_mpi_ranks, df_test_mkdtemp, df_test_rmtree),
     };
     return cmocka_run_group_tests(tests, df_test_world_setup, df_test_world_teardown);
 }

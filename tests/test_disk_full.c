@@ -179,7 +179,7 @@ static void test_disk_full(void **state)
     free(after);
     df_cli_no_temporaries(p);
     char a[1024], b[1024];
-    const char *same[] = {"actor/model.safetensors", "actor/train_state.safetensors", "data_dp_rank_0.json"};
+    const char *same[] = {"actor/model.safetensors", "actor/train_state.safetensors", "data.json"};
     for (int i = 0; i < 3; i++) { /* checkpoint 2 as the reference run wrote it */
         snprintf(a, sizeof a, "%s/full/global_step_2/%s", dir, same[i]);
         snprintf(b, sizeof b, "%s/out/global_step_2/%s", mnt, same[i]);
@@ -190,7 +190,7 @@ static void test_disk_full(void **state)
     unfill();
     assert_int_equal(train("resume.log", 4, 0), DF_CLI_OK);
     const char *final[] = {"actor/model.safetensors", "actor/train_state.safetensors", "trainer_state.json",
-                           "data_dp_rank_0.json"};
+                           "data.json"};
     for (int i = 0; i < 4; i++) {
         snprintf(a, sizeof a, "%s/full/global_step_4/%s", dir, final[i]);
         snprintf(b, sizeof b, "%s/out/global_step_4/%s", mnt, final[i]);

@@ -411,6 +411,64 @@ static char *rollouts(const char *out)
     return all;
 }
 
+/* One dumped sample: its file (-1: the one-rank run's), task, success, output and score. */
+typedef struct { int d; int64_t task; bool ok; char out[256]; double score; } dumped;
+
+/* Step 1's samples of run `out` into e[] (at most 16); returns their number. The rows' tasks are
+   setup's ids: index 0 -> task 0, 1 -> 1, 2 and 3 -> 2. */
+static int dumped_samples(const char *out, dumped *e)
+{
+    int k = 0;
+    for (int d = -1; d < 4; d++) {
+        char path[1024], *text = NULL;
+        if (d < 0)
+            snprintf(path, sizeof path, "%s/%s/rollouts/1.jsonl", dir, out);
+        else
+            snprintf(path, sizeof path, "%s/%s/rollouts/1.dp%d.jsonl", dir, out, d);
+        if (df_read_file(path, &text, NULL)) {
+            df_clear_error();
+            continue;
+        }
+        for (char *l = strtok(text, "\n"); l && k < 16; l = strtok(NULL, "\n"), k++) {
+            json_t *row = json_loads(l, 0, NULL);
+            int64_t index = json_integer_value(json_object_get(row, "index"));
+            e[k] = (dumped){.d = d, .task = index < 2 ? index : 2, .ok = json_number_value(json_object_get(row, "acc")) == 1,
+                            .score = json_number_value(json_object_get(row, "score"))};
+            snprintf(e[k].out, sizeof e[k].out, "%03lld %s", (long long)index, json_string_value(json_object_get(row, "output")));
+            json_decref(row);
+        }
+        free(text);
+    }
+    return k;
+}
+
+/* The SRPO reward clusters a task's successes per rank (docs/embodied.md): a success scores as on one rank;
+   a failure too where its rank holds a success of its task, else 0 (no cluster to be near). Returns the
+   two-rank run's mean score. */
+static double check_split_scores(void)
+{
+    dumped one[16], all[16];
+    int n1 = dumped_samples("one", one), n2 = dumped_samples("all", all);
+    assert_int_equal(n1, 8);
+    assert_int_equal(n2, 8);
+    double sum = 0;
+    for (int i = 0; i < n2; i++) {
+        const dumped *x = &all[i], *ref = NULL;
+        for (int j = 0; j < n1; j++)
+            if (!strcmp(one[j].out, x->out))
+                ref = &one[j];
+        assert_non_null(ref);
+        bool cluster = false;
+        for (int j = 0; j < n2; j++)
+            cluster |= all[j].d == x->d && all[j].task == x->task && all[j].ok;
+        double want = x->ok || cluster ? ref->score : 0.0;
+        if (x->score != want)
+            fail_msg("%s on rank %d: score %g, expected %g (one rank: %g)", x->out, x->d, x->score, want, ref->score);
+        sum += x->score;
+    }
+    return sum / n2;
+}
+
 static void test_ranks(void **state)
 {
     (void)state;
@@ -429,9 +487,10 @@ static void test_ranks(void **state)
     free(ra), free(rb);
     json_t *la = df_test_metrics(dir, "one", false), *lb = df_test_metrics(dir, "all", false);
     json_t *a = json_array_get(la, 0), *b = json_array_get(lb, 0);
-    /* what the episodes decide: the same on any split (sums of a few exact values) */
+    /* what the episodes decide: the same on any split (sums of a few exact values); the scores per rank */
     static const char *const exact[] = {"embodied/countdown/success_rate", "embodied/countdown/finish_step/mean",
-                                        "critic/score/mean", "critic/acc/mean", "response_length/mean"};
+                                        "critic/acc/mean", "response_length/mean"};
+    assert_true(df_test_metric(b, "critic/score/mean") == check_split_scores());
     for (size_t k = 0; k < sizeof exact / sizeof *exact; k++)
         if (df_test_metric(a, exact[k]) != df_test_metric(b, exact[k]))
             fail_msg("%s: %g on one rank, %g on %d", exact[k], df_test_metric(a, exact[k]), df_test_metric(b, exact[k]), df_comm_size(world));

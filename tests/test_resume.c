@@ -12,7 +12,7 @@
  * so the dataloader position, the schedule step, the AdamW moments and the KL coefficient must all
  * be restored. Then the
  * failures: resume_path without a checkpoint, stale temporaries from a killed save, a truncated
- * training state, a corrupt trainer_state.json, another world size. And stopping on request: a stop
+ * training state, a corrupt trainer_state.json, a data position for another number of rows. And stopping on request: a stop
  * flag raised on rank 0 during step 1 stops every rank after it with its checkpoint, from which a
  * resume gives the straight run's bits; `distflow train` exits 143 after SIGTERM with a checkpoint,
  * and dies at once on a second signal.
@@ -183,10 +183,8 @@ static void assert_same_runs(const char *algo, const char *full, const char *par
     }
     snprintf(rel, sizeof rel, "global_step_%d/trainer_state.json", K);
     assert_same_file(full, part, rel);
-    for (int r = 0; r < df_comm_size(world); r++) { /* the built-in pipelines: every rank a DP rank */
-        snprintf(rel, sizeof rel, "global_step_%d/data_dp_rank_%d.json", K, r);
-        assert_same_file(full, part, rel);
-    }
+    snprintf(rel, sizeof rel, "global_step_%d/data.json", K);
+    assert_same_file(full, part, rel);
     char *a = metrics_canon(full), *b = metrics_canon(part);
     if (strcmp(a, b))
         fail_msg("%s: metrics differ\nstraight:\n%s\nresumed:\n%s", algo, a, b);
@@ -425,18 +423,19 @@ static void test_failures(void **state)
         const char *fresh[] = {"trainer.total_training_steps=1", "trainer.save_freq=1", "trainer.resume_mode=disable"};
         if (run(self, "grpo", "trunc", fresh, 3))
             fail_msg("%s", df_last_error());
-        /* a corrupt trainer_state.json, and one of another world size */
+        /* a corrupt trainer_state.json, and a data position over other rows */
         copy_tree("stale", "badjson");
         write_at("badjson/global_step_1/trainer_state.json", "{\"format\": \"distflow-checkpoint/1\", \"global_st");
         assert_error_mentions(run(self, "grpo", "badjson", one, 2), DF_EINVAL, "global_step_1/trainer_state.json");
         copy_tree("stale", "world");
-        char *text = file_bytes("world", "global_step_1/trainer_state.json", NULL);
-        char *at = strstr(text, "\"world_size\": 1");
+        char *text = file_bytes("world", "global_step_1/data.json", NULL);
+        char *at = strstr(text, "\"rows\": 24");
         assert_non_null(at);
-        at[strlen("\"world_size\": ")] = '3';
-        write_at("world/global_step_1/trainer_state.json", text);
+        at[strlen("\"rows\": ")] = '9';
+        write_at("world/global_step_1/data.json", text);
         free(text);
-        assert_error_mentions(run(self, "grpo", "world", one, 2), DF_EINVAL, "written by 3 ranks and this run has 1");
+        assert_error_mentions(run(self, "grpo", "world", one, 2), DF_EINVAL,
+                              "written for 94 rows, this run's data gives 24 (the dataset or its filters changed)");
         /* latest naming a checkpoint that is not there */
         write_at("world/latest_checkpointed_iteration.txt", "9\n");
         assert_error_mentions(run(self, "grpo", "world", one, 2), DF_ENOTFOUND, "global_step_9 does not exist");

@@ -10,7 +10,7 @@
  * continues it to the same bytes; resume_mode=disable starts afresh beside a checkpoint; a
  * checkpoint of another dataset size is refused; on 2 ranks (mpiexec) a run killed on rank 1 between
  * micro-batches and on rank 0 mid-save resumes to the straight 2-rank run's bytes, and its checkpoint
- * is refused on 1 rank; trainer.max_ckpt_to_keep prunes; checkpoint contents without model, optimizer and
+ * of step 2 continues on 1 rank to the 1-rank run's data position; trainer.max_ckpt_to_keep prunes; checkpoint contents without model, optimizer and
  * extra are refused, and a run killed before its first step or refused leaves no output directory.
  * model.fsdp_config.mixed_precision.param_dtype (default bf16, as verl's SFT trainer) reaches the
  * matmuls: where this CPU has native bf16 kernels the default and a forced fp32 run train different
@@ -114,8 +114,23 @@ static void test_sft_kills(void **state)
     assert_same("full", "kill", STEPS, true);
 }
 
+/* "epoch" * 100 + "step" of dir/<out>/global_step_<step>/trainer_state.json: the data position. */
+static int64_t data_position(const char *out, int step)
+{
+    char p[1024], rel[64];
+    snprintf(rel, sizeof rel, "global_step_%d/trainer_state.json", step);
+    at(p, sizeof p, out, rel);
+    json_t *o = json_load_file(p, 0, NULL);
+    if (!o)
+        fail_msg("%s does not load", p);
+    int64_t pos = json_integer_value(json_object_get(o, "epoch")) * 100 + json_integer_value(json_object_get(o, "step"));
+    json_decref(o);
+    return pos;
+}
+
 /* 2 ranks: mpiexec ends the job when one rank dies (rank 1 between micro-batches, rank 0 in the middle
-   of a save); resumed on 2 ranks it ends with the straight 2-rank run's bytes; on 1 rank it is refused. */
+   of a save); resumed on 2 ranks it ends with the straight 2-rank run's bytes; its step 2 resumed on
+   1 rank ends where the 1-rank run's data ends. */
 static void test_sft_kills_two_ranks(void **state)
 {
     (void)state;
@@ -134,12 +149,14 @@ static void test_sft_kills_two_ranks(void **state)
     assert_int_equal(df_cli_latest(p), 2);
     expect(sft_np(2, "np2_kill", NULL, NULL, NULL, 0), DF_CLI_OK, "np2_kill", "the resumed 2-rank run");
     assert_same("np2", "np2_kill", STEPS, true);
-    expect(sft("np2_kill", NULL, NULL, NULL, 0), 1, "np2_kill", "a 2-rank checkpoint on 1 rank");
-    at(p, sizeof p, "np2_kill.log", "");
-    char *text = df_cli_log(p);
-    if (!strstr(text, "written by 2 ranks and this run has 1"))
-        fail_msg("the resume on 1 rank does not say why it is refused:\n%s", text);
-    free(text);
+    char from[600];
+    snprintf(from, sizeof from, "trainer.resume_from_path=%s/np2/global_step_2", dir);
+    const char *ov[] = {"trainer.resume_mode=resume_path", from};
+    expect(sft("np2_to1", NULL, NULL, ov, 2), DF_CLI_OK, "np2_to1", "a 2-rank checkpoint on 1 rank");
+    if (!log_has("np2_to1", "written by 2 ranks, this run has 1: the same data order"))
+        fail_msg("the resume on 1 rank does not say the checkpoint's ranks");
+    assert_int_equal(data_position("np2_to1", STEPS), data_position("full", STEPS));
+    assert_int_equal(data_position("np2", 2), data_position("full", 2));
 }
 
 /* SIGTERM after the first step: the step in progress finishes and is checkpointed (save_freq > 0),

@@ -145,6 +145,7 @@ typedef struct df_advantage_worker {
 typedef struct df_console_info {
     int64_t prompts[2], filtered[2]; /* data.train_files, data.val_files: prompts over the job, and those dropped */
     char resumed_from[2048];         /* the checkpoint directory this run continues from; "" on a fresh start */
+    int64_t resumed_world;           /* the ranks that wrote it (0: a fresh start) */
     double t_fit;                    /* df_now() when the fit loop began */
     int64_t saved_step;              /* the last checkpoint this run wrote; 0: none */
     int64_t val_step;                /* the last validation of this run: its step, -1 when none */

@@ -351,7 +351,7 @@ static int next_prompt(executor *x, int64_t i)
         return rc;
     e->used = true;
     e->got = 0;
-    /* the synchronous run's order: the global batch is the ranks' shards one after the other */
+    /* the synchronous run's order: the global batch is the ranks' shares one after the other */
     int64_t per = df_batch_size(x->cur);
     e->order = ((x->batches - 1) * x->a->n_rollouts + x->a->index) * per + x->cur_pos;
     x->seeds[i] = df_rng_key(df_worker_seed(w), 0x6e6, (uint64_t)x->batches, 0);

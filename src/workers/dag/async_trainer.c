@@ -337,7 +337,7 @@ static int take(df_node_ctx *ctx, df_dag_worker *w, df_node_output *out)
 
 /* The graph's rollout node on the trainer side: this step's episodes from the rollout side (or a
  * re-run's: DAPO's refill, ReMax's greedy pass). The dataloader's prompts it is given are not used
- * (the rollout side reads its own shard). */
+ * (the rollout side reads its own share of each batch). */
 static int node_take(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
 {
     (void)batch;

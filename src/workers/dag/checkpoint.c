@@ -13,6 +13,7 @@
 
 #define CKPT_FORMAT "distflow-checkpoint/1"
 #define TRAINER_STATE "trainer_state.json"
+#define DATA_STATE "data.json"
 #define ACTOR_STATE "actor/train_state.safetensors"
 #define CRITIC_STATE "critic/train_state.safetensors"
 
@@ -31,22 +32,20 @@ int df_worker_checkpoint_cleanup(df_dag_worker *w)
 
 /* ---- saving ---- */
 
-/* data_dp_rank_<d>.json: this data-parallel rank's dataloader position (its model-parallel replicas
-   read the same rows, so only mp rank 0 writes it). */
+/* data.json: the dataloader's position, the same on every rank (one global order: verl's data.pt). */
 static int save_data_state(df_dag_worker *w, const char *dir)
 {
     int64_t epoch, step;
     df_dataloader_tell(w->dl, &epoch, &step);
     path_buf p;
-    int rc = df_ckpt_path(p, "%s/data_dp_rank_%d.json", dir, w->data_layout.dp_rank);
+    int rc = df_ckpt_path(p, "%s/%s", dir, DATA_STATE);
     if (rc)
         return rc;
-    return df_ckpt_write_json(json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "format", CKPT_FORMAT, "dp_rank",
-                                (json_int_t)w->data_layout.dp_rank, "dp_size", (json_int_t)w->data_layout.dp_size,
-                                "epoch", (json_int_t)epoch, "step", (json_int_t)step, "rows_per_rank",
-                                (json_int_t)df_dataloader_rows_per_rank(w->dl), "batch_size",
-                                (json_int_t)w->global.cfg.data.gen_batch_size),
-                      p);
+    return df_ckpt_write_json(json_pack("{s:s, s:I, s:I, s:I, s:I}", "format", CKPT_FORMAT, "epoch",
+                                        (json_int_t)epoch, "step", (json_int_t)step, "rows",
+                                        (json_int_t)df_dataloader_rows(w->dl), "batch_size",
+                                        (json_int_t)w->global.cfg.data.gen_batch_size),
+                              p);
 }
 
 /* agent groups beyond 0 (agents.c): <role>_agent_<g>/ (actor, critic), as siiRL names its agents'
@@ -156,6 +155,8 @@ static int save_shared(df_dag_worker *w, const char *tmp)
     if (!rc)
         rc = save_trainer_state(w, tmp);
     if (!rc)
+        rc = save_data_state(w, tmp);
+    if (!rc)
         rc = df_fsync_dir(actor);
     path_buf critic;
     if (!rc && w->critic.model && !(rc = df_ckpt_path(critic, "%s/%s", tmp, "critic"))) {
@@ -189,9 +190,7 @@ int df_worker_checkpoint_save(df_dag_worker *w)
         df_kill_point_save_scope(false);
         return df_error_wrap(rc, "saving checkpoint global_step_%lld", n);
     }
-    if (w->data_layout.mp_rank == 0)
-        rc = save_data_state(w, s.tmp);
-    if (!rc && w->rank == 0)
+    if (w->rank == 0)
         rc = save_shared(w, s.tmp);
     rc = sync_rc(w, rc, "checkpoint: writing");
     if (!rc && w->rank == 0)
@@ -212,26 +211,22 @@ static int find_checkpoint(df_dag_worker *w, char *dir, bool *have)
     return df_ckpt_find(w->cfg, w->out_dir, tr->resume_mode, tr->resume_from_path, dir, have);
 }
 
-/* The dataloader position from this rank's data_dp_rank_<d>.json. */
+/* The dataloader position from data.json: the same rows and batch, any number of ranks. */
 static int load_data_state(df_dag_worker *w, const char *dir)
 {
     path_buf p;
     json_t *o = NULL;
-    int rc = df_ckpt_path(p, "%s/data_dp_rank_%d.json", dir, w->data_layout.dp_rank);
+    int rc = df_ckpt_path(p, "%s/%s", dir, DATA_STATE);
     if (!rc)
         rc = df_ckpt_load_json(p, CKPT_FORMAT, &o);
-    int64_t dp = 0, rows = 0, epoch = 0, step = 0;
+    int64_t rows = 0, epoch = 0, step = 0, batch = 0;
     if (!rc)
-        rc = df_ckpt_json_int(o, "dp_size", p, &dp);
-    if (!rc)
-        rc = df_ckpt_json_int(o, "rows_per_rank", p, &rows);
+        rc = df_ckpt_json_int(o, "rows", p, &rows);
     if (!rc)
         rc = df_ckpt_json_int(o, "epoch", p, &epoch);
     if (!rc)
         rc = df_ckpt_json_int(o, "step", p, &step);
-    /* the loader's batch, data.gen_batch_size (absent before that key existed: the train batch) */
-    int64_t batch = w->global.cfg.data.train_batch_size;
-    if (!rc && json_object_get(o, "batch_size"))
+    if (!rc)
         rc = df_ckpt_json_int(o, "batch_size", p, &batch);
     json_decref(o);
     if (!rc && batch != w->global.cfg.data.gen_batch_size)
@@ -239,13 +234,9 @@ static int load_data_state(df_dag_worker *w, const char *dir)
                                  "data.gen_batch_size is %lld (%s): resume with the batch it was written with",
                       p, (long long)batch, (long long)w->global.cfg.data.gen_batch_size,
                       df_config_where(w->cfg, "data.gen_batch_size"));
-    if (!rc && dp != w->data_layout.dp_size)
-        rc = df_error(DF_EINVAL, "%s: written by %lld data-parallel ranks, this run has %d", p, (long long)dp,
-                      w->data_layout.dp_size);
-    if (!rc && rows != df_dataloader_rows_per_rank(w->dl))
-        rc = df_error(DF_EINVAL, "%s: written for %lld rows per rank, this run's data gives %lld (the dataset "
-                                 "or its filters changed)", p, (long long)rows,
-                      (long long)df_dataloader_rows_per_rank(w->dl));
+    if (!rc && rows != df_dataloader_rows(w->dl))
+        rc = df_error(DF_EINVAL, "%s: written for %lld rows, this run's data gives %lld (the dataset or its "
+                                 "filters changed)", p, (long long)rows, (long long)df_dataloader_rows(w->dl));
     if (!rc && (rc = df_dataloader_seek(w->dl, epoch, step)))
         rc = df_error_wrap(rc, "%s", p);
     return rc;
@@ -300,9 +291,7 @@ static int load_checkpoint(df_dag_worker *w, const char *dir)
         rc = df_ckpt_json_int(o, "global_step", p, &step);
     if (!rc)
         rc = df_ckpt_json_int(o, "world_size", p, &world);
-    if (!rc && world != w->world)
-        rc = df_error(DF_EINVAL, "%s: the checkpoint was written by %lld ranks and this run has %d; resuming on "
-                                 "another number of ranks is not supported", p, (long long)world, w->world);
+    w->con.resumed_world = world; /* any number: the state is replicated, the data order global */
     const json_t *critic = rc ? NULL : json_object_get(o, "critic"), *beta = rc ? NULL : json_object_get(o, "kl_ctrl_beta");
     if (!rc)
         rc = load_agents(w, dir, o, p);

@@ -32,7 +32,9 @@ static int expand_path(const char *in, char *out, size_t cap)
 }
 
 /* Load a dataset list (`key`: its name in messages), encode its prompts and apply data.max_prompt_length;
-   its prompts and those dropped over the job into w->con's slot `which` (0 train, 1 validation). */
+   its prompts and those dropped over the job into w->con's slot `which` (0 train, 1 validation). The
+   training rows are loaded whole on every rank (the dataloader's one global order); the validation
+   rows are sharded over the data-parallel ranks, each generating for its own. */
 static int load_data(df_dag_worker *w, const char *key, int which, const df_config_strs *files, int64_t max_rows,
                      df_dataset **ds, df_prompt_cache *pc)
 {
@@ -46,9 +48,10 @@ static int load_data(df_dag_worker *w, const char *key, int which, const df_conf
         if (!rc && !(paths[i] = strdup(buf)))
             rc = df_error(DF_ENOMEM, "out of memory");
     }
-    /* this rank's shard: the first stage's DP rank (its model-parallel replicas read the same) */
-    df_dataset_opts o = {.prompt_key = d->prompt_key,
-                         .shard_index = w->data_layout.dp_rank, .shard_count = w->data_layout.dp_size};
+    /* validation: this rank's shard by the first stage's DP rank (its model-parallel replicas read the same) */
+    bool whole = which == 0;
+    df_dataset_opts o = {.prompt_key = d->prompt_key, .shard_index = whole ? 0 : w->data_layout.dp_rank,
+                         .shard_count = whole ? 1 : w->data_layout.dp_size};
     if (!rc)
         rc = df_dataset_load((const char *const *)paths, n, &o, ds);
     if (!rc && df_dataset_head(*ds, max_rows) < 0)
@@ -64,8 +67,8 @@ static int load_data(df_dag_worker *w, const char *key, int which, const df_conf
                             rerender ? "actor_rollout_ref.rollout.multi_turn.enable" : NULL};
     if (!rc)
         rc = df_prompts_limit_ex(*ds, pc, &lim, &dropped);
-    int64_t counts[2] = {before - dropped, dropped}; /* over the job: each shard counted once */
-    if (w->data_layout.mp_rank != 0)
+    int64_t counts[2] = {before - dropped, dropped}; /* over the job: each row counted once */
+    if (w->data_layout.mp_rank != 0 || (whole && w->data_layout.dp_rank != 0))
         counts[0] = counts[1] = 0;
     if (!rc)
         rc = df_comm_allreduce(w->group, counts, 2, DF_COMM_INT64, DF_COMM_SUM);
@@ -86,13 +89,6 @@ static int set_template_kwargs(df_tokenizer *tok, const char *map_text)
         rc = df_tokenizer_set_chat_template_kwargs(tok, json);
     free(json);
     return rc ? df_error_wrap(rc, "data.apply_chat_template_kwargs") : DF_OK;
-}
-
-static int agree_rows(df_dag_worker *w)
-{
-    int64_t r = df_dataloader_rows_available(w->dl);
-    int rc = df_comm_allreduce(w->group, &r, 1, DF_COMM_INT64, DF_COMM_MIN);
-    return rc ? rc : df_dataloader_set_rows_per_rank(w->dl, r);
 }
 
 /* trainer.device: the actor's and the reference's log-probs and updates on that backend (the
@@ -277,8 +273,8 @@ static int setup_output(df_dag_worker *w)
 }
 
 /* What both a trainer rank and a rollout rank read: the policy's model and tokenizer (the chat
- * template's kwargs set before any render), this rank's shard of the training prompts (by
- * w->data_layout) and its dataloader, every rank drawing as many rows as the smallest shard holds.
+ * template's kwargs set before any render), the training prompts and the dataloader that gives this
+ * rank its share (by w->data_layout) of each batch.
  * A dataloader batch is one generation round, data.gen_batch_size prompts (verl's DAPO trainer);
  * dynamic sampling cuts the kept groups to train_batch_size. */
 static int load_policy_and_prompts(df_dag_worker *w, df_model **m)
@@ -295,11 +291,11 @@ static int load_policy_and_prompts(df_dag_worker *w, df_model **m)
     if (!rc)
         rc = df_dataloader_create(w->train_ds, t->data.gen_batch_size, w->data_layout.dp_rank,
                                   w->data_layout.dp_size, t->data.shuffle, (uint64_t)t->data.seed, true, &w->dl);
-    return rc ? rc : agree_rows(w);
+    return rc;
 }
 
-/* The rollout side of mode=async (workers/dag/async.h): this rank reads its shard of the training
- * prompts (the side's ranks are its data-parallel ranks) and samples from its own copy of the weights,
+/* The rollout side of mode=async (workers/dag/async.h): this rank reads its share of each batch of
+ * training prompts (the side's ranks are its data-parallel ranks) and samples from its own copy of the weights,
  * which the trainer side sends; no graph, no trainer models. */
 static int setup_rollout_side(df_dag_worker *w)
 {

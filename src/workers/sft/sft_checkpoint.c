@@ -25,7 +25,7 @@ static int save_trainer_state(const df_sft_ckpt *c, int64_t step, const char *di
     json_t *o = json_pack("{s:s, s:I, s:i, s:I, s:I, s:I, s:I, s:I, s:s}", "format", SFT_FORMAT, "global_step",
                           (json_int_t)step, "world_size", c->world, "total_training_steps", (json_int_t)c->total_steps,
                           "seed", (json_int_t)c->t->trainer.seed, "epoch", (json_int_t)epoch, "step",
-                          (json_int_t)pos, "rows_per_rank", (json_int_t)df_dataloader_rows_per_rank(c->dl),
+                          (json_int_t)pos, "rows", (json_int_t)df_dataloader_rows(c->dl),
                           "train_state", STATE);
     int rc = p ? df_ckpt_write_json(o, p) : (json_decref(o), df_error(DF_ENOMEM, "out of memory"));
     free(p);
@@ -103,19 +103,19 @@ static int load_trainer_state(const df_sft_ckpt *c, const char *dir, int64_t *st
     if (!rc)
         rc = df_ckpt_json_int(o, "step", p, &pos);
     if (!rc)
-        rc = df_ckpt_json_int(o, "rows_per_rank", p, &rows);
+        rc = df_ckpt_json_int(o, "rows", p, &rows);
     if (!rc && !json_is_integer(json_object_get(o, "seed")))
         rc = df_error(DF_EINVAL, "%s: \"seed\" is missing or not an integer", p);
     if (!rc)
         seed = (int64_t)json_integer_value(json_object_get(o, "seed"));
     json_decref(o);
-    if (!rc && world != c->world)
-        rc = df_error(DF_EINVAL, "%s: the checkpoint was written by %lld ranks and this run has %d; resuming on "
-                      "another number of ranks is not supported", p, (long long)world, c->world);
-    if (!rc && rows != df_dataloader_rows_per_rank(c->dl))
-        rc = df_error(DF_EINVAL, "%s: written for %lld training rows per rank, this run's data gives %lld (the "
-                      "dataset or data.train_max_samples changed)", p, (long long)rows,
-                      (long long)df_dataloader_rows_per_rank(c->dl));
+    if (!rc && rows != df_dataloader_rows(c->dl))
+        rc = df_error(DF_EINVAL, "%s: written for %lld training rows, this run's data gives %lld (the dataset or "
+                      "data.train_max_samples changed)", p, (long long)rows, (long long)df_dataloader_rows(c->dl));
+    if (!rc && world != c->world && c->rank == 0) /* the state is replicated and the data order global */
+        fprintf(stderr, "[distflow] the checkpoint was written by %lld ranks, this run has %d: the same data "
+                        "order, gradients summed in another order (within rounding, not bit for bit)\n",
+                (long long)world, c->world);
     if (!rc && seed != c->t->trainer.seed && c->rank == 0)
         fprintf(stderr, "[distflow] warning: resuming with another trainer.seed (%lld) than the checkpoint's "
                         "(%lld): the data order differs from the original run's\n",

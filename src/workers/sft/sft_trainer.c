@@ -133,10 +133,12 @@ static void warn_mismatch(const df_dataset *ds, const char *key, const df_sft_ch
             key, (long long)st->mismatched, where, file ? file : "?", (long long)line);
 }
 
-/* This rank's shard (rows i % world == rank) of the files of list `files` (`key`: its name in
-   messages); `pre`: the chat prefixes (multi-turn). */
+/* The files of list `files` (`key`: its name in messages): every row (`whole`: the training rows,
+   in the dataloader's one global order; rank 0 reports them) or this rank's shard (rows i % world ==
+   rank: the validation rows, each rank scoring its own); `pre`: the chat prefixes (multi-turn). */
 static int load(const df_sft_config *t, const char *key, const df_config_strs *files, int64_t max_rows,
-                const df_tokenizer *tok, const df_sft_chat_prefix *pre, int rank, int world, sft_data *d)
+                const df_tokenizer *tok, const df_sft_chat_prefix *pre, int rank, int world, bool whole,
+                sft_data *d)
 {
     int n = files->n;
     const char **paths = calloc((size_t)(n ? n : 1), sizeof *paths);
@@ -148,7 +150,7 @@ static int load(const df_sft_config *t, const char *key, const df_config_strs *f
             rc = df_error(DF_ENOMEM, "out of memory");
     bool chat = t->data.multiturn.enable;
     df_dataset_opts o = {.prompt_key = t->data.prompt_key, .reward_optional = true, .no_prompt = chat,
-                         .shard_index = rank, .shard_count = world};
+                         .shard_index = whole ? 0 : rank, .shard_count = whole ? 1 : world};
     if (!rc)
         rc = df_dataset_load(paths, n, &o, &d->ds);
     if (!rc && df_dataset_head(d->ds, max_rows) < 0) /* data.*_max_samples: the same rows on any world size */
@@ -163,7 +165,7 @@ static int load(const df_sft_config *t, const char *key, const df_config_strs *f
     df_sft_chat_stats st = {0};
     if (!rc && chat) /* conversations, cut to data.max_length already */
         rc = df_sft_chat_load(d->ds, tok, pre, &k, &d->prompt, &d->response, &d->mask, &st);
-    if (!rc && chat)
+    if (!rc && chat && (!whole || rank == 0))
         warn_mismatch(d->ds, key, &st);
     if (!rc && !chat)
         rc = df_prompts_encode(d->ds, tok, &d->prompt);
@@ -471,7 +473,7 @@ static int check_supported(const df_config *cfg, const df_sft_config *t)
     return DF_OK;
 }
 
-/* The model and tokenizer of model.partial_pretrain, the chat template, the data shards. */
+/* The model and tokenizer of model.partial_pretrain, the chat template, the data. */
 static int load_inputs(sft_run *s, const df_config *cfg, df_model **m)
 {
     const df_sft_config *t = &s->t;
@@ -488,14 +490,14 @@ static int load_inputs(sft_run *s, const df_config *cfg, df_model **m)
         rc = setup_chat(s);
     if (!rc)
         rc = load(t, "data.train_files", &t->data.train_files, t->data.train_max_samples, s->tok, &s->prefix,
-                  s->rank, s->world, &s->train);
+                  s->rank, s->world, true, &s->train);
     if (!rc && t->data.val_files.n > 0)
         rc = load(t, "data.val_files", &t->data.val_files, t->data.val_max_samples, s->tok, &s->prefix,
-                  s->rank, s->world, &s->val);
+                  s->rank, s->world, false, &s->val);
     return agree(s, rc, "loading the model and data");
 }
 
-/* The dataloader over the ranks' shards: every rank as many rows as the smallest shard has. */
+/* The dataloader: one global order of the training rows, this rank its share of each batch. */
 static int make_loader(sft_run *s)
 {
     const df_sft_config *t = &s->t;
@@ -504,12 +506,7 @@ static int make_loader(sft_run *s)
     if (rc)
         rc = df_error_wrap(rc, "data.train_batch_size=%lld on %d rank(s)", (long long)t->data.train_batch_size,
                            s->world);
-    int64_t rows = rc ? 0 : df_dataloader_rows_available(s->dl);
-    if ((rc = agree(s, rc, "the dataloader")))
-        return rc;
-    if (s->comm && (rc = df_comm_allreduce(s->comm, &rows, 1, DF_COMM_INT64, DF_COMM_MIN)))
-        return rc;
-    return df_dataloader_set_rows_per_rank(s->dl, rows);
+    return agree(s, rc, "the dataloader");
 }
 
 /* The actor on trainer.device, its gradients summed over the ranks. */
