@@ -6,8 +6,8 @@
  *
  * Rank 0 first trains alone (a one-rank communicator split from the world) for
  * the reference; then every rank trains the same job together: the same global
- * batch (data.train_batch_size prompts x rollout.n) split over the ranks, the
- * same seeds (each prompt's sampling stream is keyed by its dataset row, so it
+ * batch (data.train_batch_size prompts x rollout.n, shuffled: the dataloader's
+ * order does not depend on the ranks) split over the ranks, the same seeds (each prompt's sampling stream is keyed by its dataset row, so it
  * does not depend on which rank generates it). What must match the reference,
  * and how closely, follows from rounding (tests/testtrain.h): the first step
  * (validation and rollout from the same initial weights, its losses and
@@ -46,7 +46,7 @@ static void train(df_comm *comm, const char *out, const char *override)
     char yaml[4096];
     snprintf(yaml, sizeof yaml,
              "data: {train_files: [%s/train.jsonl], val_files: [%s/val.jsonl], train_batch_size: 8,\n"
-             "       shuffle: false, max_prompt_length: 128, max_response_length: 12}\n"
+             "       shuffle: true, max_prompt_length: 128, max_response_length: 12}\n"
              "actor_rollout_ref:\n"
              "  model: {path: %s/model}\n"
              "  actor: {optim: {lr: 0.01, weight_decay: 0.0}, ppo_mini_batch_size: 8,\n"
