@@ -310,9 +310,13 @@ static void test_resume_on_other_ranks(void **state)
     /* 2 ranks, steps 1 and 2, then steps 3 and 4 on 1 rank */
     snprintf(dump, sizeof dump, "trainer.rollout_data_dir=%s/dump_2to1", dir);
     expect(train("grpo", "ranks_2to1", 2, NULL, NULL, ov, 3), DF_CLI_OK, "ranks_2to1", "2 ranks, 2 steps");
-    expect(train("grpo", "ranks_2to1", 1, NULL, NULL, ov, 2), DF_CLI_OK, "ranks_2to1", "resumed on 1 rank");
     snprintf(log, sizeof log, "%s/ranks_2to1.log", dir);
-    char *text = df_cli_log(log);
+    char *text = df_cli_log(log); /* every rank holds the 24 rows: counted once */
+    if (!strstr(text, "data: 24 training prompts"))
+        fail_msg("the 2-rank banner does not count 24 training prompts:\n%s", text);
+    free(text);
+    expect(train("grpo", "ranks_2to1", 1, NULL, NULL, ov, 2), DF_CLI_OK, "ranks_2to1", "resumed on 1 rank");
+    text = df_cli_log(log);
     if (!strstr(text, "written by 2 ranks, on 1: the same data order"))
         fail_msg("the resume on 1 rank does not say the checkpoint's ranks:\n%s", text);
     free(text);

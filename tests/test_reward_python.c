@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <cmocka.h>
 
 #include "distflow/reward.h"
@@ -32,7 +33,8 @@ static const char *const EXTRA[] = {"{\"index\": 10}", NULL, "{\"index\": 12}"};
 static df_reward_python *open_ok(const char *name, const char *kwargs, bool batch)
 {
     df_reward_python *p = NULL;
-    if (df_reward_python_open(REWARDS, name, kwargs, batch, &p))
+    df_reward_python_opts o = {.mode = batch ? DF_REWARD_PY_BATCH : DF_REWARD_PY_NAIVE};
+    if (df_reward_python_open(REWARDS, name, kwargs, &o, &p))
         fail_msg("open %s: %s", name, df_last_error());
     return p;
 }
@@ -43,7 +45,7 @@ static void test_per_response(void **state)
 {
     (void)state;
     df_reward_python *p = open_ok("echo", "{\"bonus\": 0.5, \"tag\": \"x\"}", false);
-    assert_false(df_reward_python_batched(p));
+    assert_int_equal(df_reward_python_mode(p), DF_REWARD_PY_NAIVE);
     df_reward_result r[3];
     for (int round = 0; round < 2; round++) { /* the child serves request after request */
         assert_int_equal(df_reward_python_score(p, 3, SRC, SOL, GT, EXTRA, r), 0);
@@ -84,7 +86,7 @@ static void test_batch(void **state)
 {
     (void)state;
     df_reward_python *p = open_ok("batch_lengths", "{\"scale\": 2}", true);
-    assert_true(df_reward_python_batched(p));
+    assert_int_equal(df_reward_python_mode(p), DF_REWARD_PY_BATCH);
     df_reward_result r[3];
     assert_int_equal(df_reward_python_score(p, 3, SRC, SOL, GT, EXTRA, r), 0);
     const double want[] = {6, 2, 4};
@@ -104,22 +106,22 @@ static void test_open_errors(void **state)
 {
     (void)state;
     df_reward_python *p = (df_reward_python *)1;
-    assert_int_equal(df_reward_python_open(FIX "/missing.py", "f", NULL, false, &p), DF_ENOTFOUND);
+    assert_int_equal(df_reward_python_open(FIX "/missing.py", "f", NULL, NULL, &p), DF_ENOTFOUND);
     assert_null(p);
     assert_non_null(strstr(df_last_error(), "missing.py"));
-    assert_int_equal(df_reward_python_open(FIX "/broken.py", "compute_score", NULL, false, &p), DF_EINVAL);
+    assert_int_equal(df_reward_python_open(FIX "/broken.py", "compute_score", NULL, NULL, &p), DF_EINVAL);
     assert_non_null(strstr(df_last_error(), "broken.py:compute_score"));
     assert_non_null(strstr(df_last_error(), "SyntaxError"));
-    assert_int_equal(df_reward_python_open(REWARDS, "nope", NULL, false, &p), DF_EINVAL);
+    assert_int_equal(df_reward_python_open(REWARDS, "nope", NULL, NULL, &p), DF_EINVAL);
     assert_non_null(strstr(df_last_error(), "defines no function 'nope'"));
-    assert_int_equal(df_reward_python_open(REWARDS, "plain", "[1]", false, &p), DF_EINVAL);
+    assert_int_equal(df_reward_python_open(REWARDS, "plain", "[1]", NULL, &p), DF_EINVAL);
     assert_non_null(strstr(df_last_error(), "must be a JSON object, got '[1]'"));
-    assert_int_equal(df_reward_python_open(REWARDS, "plain", "{\"a\": ", false, &p), DF_EINVAL);
+    assert_int_equal(df_reward_python_open(REWARDS, "plain", "{\"a\": ", NULL, &p), DF_EINVAL);
     assert_non_null(strstr(df_last_error(), "must be a JSON object"));
-    assert_int_equal(df_reward_python_open(REWARDS, "not_callable", NULL, false, &p), DF_EINVAL);
+    assert_int_equal(df_reward_python_open(REWARDS, "not_callable", NULL, NULL, &p), DF_EINVAL);
     assert_non_null(strstr(df_last_error(), "defines no function 'not_callable'"));
     setenv("DF_PYTHON", "/nonexistent/python3", 1);
-    assert_int_equal(df_reward_python_open(REWARDS, "plain", NULL, false, &p), DF_ENOTFOUND);
+    assert_int_equal(df_reward_python_open(REWARDS, "plain", NULL, NULL, &p), DF_ENOTFOUND);
     unsetenv("DF_PYTHON");
     assert_non_null(strstr(df_last_error(), "Python 3 interpreter"));
     assert_null(p);
@@ -204,6 +206,57 @@ static void test_child_dies(void **state)
     df_reward_python_close(p);
 }
 
+/* verl's PrimeRewardManager: the calls run in a pool (several workers' pids), a call that raises or
+   outlasts the batch's deadline scores 0.0 (a 60 s sleep is cut at 2 s), a sequence's first item
+   is the score, a dict is refused naming prime; the next batch is scored by a fresh pool. */
+static void test_prime(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/df_prime_XXXXXX", kw[256];
+    assert_non_null(mkdtemp(dir));
+    snprintf(kw, sizeof kw, "{\"pid_dir\": \"%s\"}", dir);
+    df_reward_python_opts o = {DF_REWARD_PY_PRIME, 4, 2.0};
+    df_reward_python *p = NULL;
+    if (df_reward_python_open(REWARDS, "prime_score", kw, &o, &p))
+        fail_msg("%s", df_last_error());
+    assert_int_equal(df_reward_python_mode(p), DF_REWARD_PY_PRIME);
+    const char *src[] = {"a", "b", "c", "d", "e", "f"}, *sol[] = {"1", "sleep", "2", "boom", "seq", "3"};
+    const char *gt[] = {"1", "x", "0", "x", "x", "0"};
+    const double want[] = {2.0, 0.0, 2.0, 0.0, 0.5, 3.0}; /* a number + 1 where it is the ground truth */
+    df_reward_result r[6];
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    if (df_reward_python_score(p, 6, src, sol, gt, NULL, r))
+        fail_msg("%s", df_last_error());
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double took = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+    for (int i = 0; i < 6; i++)
+        if (r[i].score != want[i] || r[i].extra_pred)
+            fail_msg("response %d (%s): score %g, expected %g", i, sol[i], r[i].score, want[i]);
+    assert_true(took >= 1.9 && took < 30); /* waited for the deadline, not for the sleep */
+    int n_keys = -1;
+    const char *const *names;
+    const double *v;
+    df_reward_python_extra(p, &n_keys, &names, &v);
+    assert_int_equal(n_keys, 0);
+    char cmd[300], out[64];
+    snprintf(cmd, sizeof cmd, "ls %s | wc -l", dir);
+    assert_int_equal(df_test_command(cmd, out, sizeof out), 0);
+    if (atoi(out) < 2) /* 4 calls of 0.3 s, 4 workers: not one after the other in one process */
+        fail_msg("the prime calls ran in %d process(es)", atoi(out));
+    const char *again[] = {"4"}, *dict[] = {"dict"};
+    assert_int_equal(df_reward_python_score(p, 1, src, again, gt, NULL, r), 0);
+    assert_true(r[0].score == 4.0);
+    assert_error_mentions(df_reward_python_score(p, 1, src, dict, gt, NULL, r), DF_EINVAL,
+                          "the prime reward manager reads a number, or a sequence");
+    df_reward_python_close(p);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+    o.processes = 0;
+    assert_error_mentions(df_reward_python_open(REWARDS, "prime_score", NULL, &o, &p), DF_EINVAL,
+                          "prime needs >= 1 process");
+}
+
 /* df_reward_naive with cfg.python: the reward_fn_key column is the data_source argument, the
    ground_truth and extra_info columns theirs; scores on each response's last token, acc, and the
    dict's pred kept as verl's reward_extra_info. */
@@ -269,7 +322,7 @@ static void test_example_matches_builtin(void **state)
 {
     (void)state;
     df_reward_python *p = NULL;
-    if (df_reward_python_open(DF_SOURCE_DIR "/examples/rewards/gsm8k_format.py", "compute_score", NULL, false, &p))
+    if (df_reward_python_open(DF_SOURCE_DIR "/examples/rewards/gsm8k_format.py", "compute_score", NULL, NULL, &p))
         fail_msg("%s", df_last_error());
     const char *src[] = {"openai/gsm8k", "openai/gsm8k", "openai/gsm8k", "openai/gsm8k", "openai/gsm8k"};
     const char *sol[] = {"so 6 * 7 = 42\n#### 42", "#### 1,000", "I think #### 41", "the answer is 42",
@@ -363,6 +416,11 @@ static void test_train(void **state)
               "batch", yaml, path, sizeof path);
     df_test_run_ok(df_test_run(world, df_test_config(yaml, path, NULL, 0)), "batch");
     expect_scores("batch", 0.25);
+    write_job("custom_reward_function: {path: " REWARDS ", name: digits_quarter, reward_kwargs: {format_score: 0.5}}\n"
+              "reward_model: {reward_manager: prime, reward_kwargs: {num_processes: 2, timeout: 60}}\n",
+              "prime", yaml, path, sizeof path);
+    df_test_run_ok(df_test_run(world, df_test_config(yaml, path, NULL, 0)), "prime");
+    expect_scores("prime", 0.75);
 }
 
 /* config check refuses, naming the key: a missing .py file; the batch manager without a .py;
@@ -389,6 +447,13 @@ static void test_config_check(void **state)
          "is null: the built-in scorers read only"},
         {"algorithm.filter_groups: {enable: true, metric: chars}\n", "algorithm.filter_groups.metric='chars'",
          "another name is a numeric key of a Python reward function's results"},
+        {"custom_reward_function: {path: " REWARDS ", name: digits_quarter}\n"
+         "reward_model: {reward_manager: prime, reward_kwargs: {num_processes: 0}}\n",
+         "check.yaml:10: reward_model.reward_kwargs (the prime reward manager)",
+         "config.num_processes must be an integer in [1, 65536], got 0"},
+        {"custom_reward_function: {path: " REWARDS ", name: digits_quarter}\n"
+         "reward_model: {reward_manager: prime, reward_kwargs: {workers: 4}}\n",
+         "check.yaml:10: reward_model.reward_kwargs (the prime reward manager)", "unknown key config.workers"},
         {"", NULL, NULL},
         {"custom_reward_function: {path: ~/rewards.py}\n", NULL, NULL}, /* HOME is FIX: ~ expanded */
         {"custom_reward_function: {path: " REWARDS ", name: with_extra}\n" /* DAPO on its extra key */
@@ -407,6 +472,16 @@ static void test_config_check(void **state)
         if (st == 0 || !strstr(out, cases[c].want1) || !strstr(out, cases[c].want2))
             fail_msg("case %zu: status %d, output %s", c, st, out);
     }
+    /* prime's pool settings with the built-in scorers: a warning, not silence */
+    char yaml[2048], path[512], cmd[1024], out[4096];
+    write_job("reward_model: {reward_manager: prime, reward_kwargs: {num_processes: 4}}\n", "check", yaml, path,
+              sizeof path);
+    snprintf(cmd, sizeof cmd, "%s/distflow config check %s data.train_files=[%s/tests/fixtures/gsm8k_rows.jsonl] 2>&1",
+             DF_BINARY_DIR, path, DF_SOURCE_DIR);
+    int st = df_test_command(cmd, out, sizeof out);
+    if (st != 0 || !strstr(out, "has no effect: the prime reward manager's pool (num_processes, timeout) runs a "
+                                "Python custom_reward_function"))
+        fail_msg("prime with the built-in scorers: status %d, output %s", st, out);
 }
 
 /* distflow eval --reward-function: every response scored by the Python function (0.25 for the
@@ -459,7 +534,7 @@ int main(void)
         cmocka_unit_test(test_per_response), cmocka_unit_test(test_plain_numbers),
         cmocka_unit_test(test_batch),        cmocka_unit_test(test_open_errors),
         cmocka_unit_test(test_call_errors),  cmocka_unit_test(test_child_dies),
-        cmocka_unit_test(test_extra_keys),
+        cmocka_unit_test(test_extra_keys),   cmocka_unit_test(test_prime),
         cmocka_unit_test(test_naive_manager), cmocka_unit_test(test_example_matches_builtin),
         cmocka_unit_test(test_train),
         cmocka_unit_test(test_config_check), cmocka_unit_test(test_eval),

@@ -227,23 +227,45 @@ DF_API int df_reward_synthetic(const char *data_source, const char *solution_str
  */
 typedef struct df_reward_python df_reward_python;
 
+/** How the child calls the function: as one of verl's reward managers. */
+typedef enum df_reward_py_mode {
+    /** NaiveRewardManager: name(data_source=, solution_str=, ground_truth=, extra_info=, **kwargs)
+        for each response in turn. */
+    DF_REWARD_PY_NAIVE,
+    /** BatchRewardManager: one call per batch, name(data_sources=, solution_strs=,
+        ground_truths=, extra_infos=, **kwargs), returning a list. */
+    DF_REWARD_PY_BATCH,
+    /** PrimeRewardManager: name(data_source, solution_str, ground_truth, extra_info, **kwargs)
+        (positional, as verl's prime calls it) for every response of a batch in a pool of
+        `processes` forked workers (no more than the batch's responses); a call still running
+        `timeout_s` seconds after the batch started, or one that raises, scores 0.0 and prints
+        verl's "[Timeout] Task timeout: ..." / "[Error] Task failed: ..." line; the pool's workers
+        are killed when the batch ends. A result is a number, or a sequence whose first item is
+        the score; a dict is an error (prime reads none of its keys). */
+    DF_REWARD_PY_PRIME,
+} df_reward_py_mode;
+
+/** df_reward_python_open's options; NULL there means {DF_REWARD_PY_NAIVE}. */
+typedef struct df_reward_python_opts {
+    df_reward_py_mode mode;
+    int processes;    /**< PRIME: pool size, >= 1 (verl's num_processes, 64 by default) */
+    double timeout_s; /**< PRIME: seconds a batch's calls may take, > 0 (verl: 300) */
+} df_reward_python_opts;
+
 /**
  * Start `python3` (found on PATH; the environment variable DF_PYTHON names another
  * interpreter), import the file `path` as verl's get_custom_reward_fn does (module name
  * "custom_module", PYTHONPATH as inherited) and look up the callable `name`. `kwargs_json`
  * (NULL: none) is a JSON object whose members are passed to every call as keyword arguments
- * (verl's custom_reward_function.reward_kwargs). With `batch` false each response is scored
- * by name(data_source=, solution_str=, ground_truth=, extra_info=, **kwargs) (verl's
- * NaiveRewardManager); with `batch` true one call takes a whole batch,
- * name(data_sources=, solution_strs=, ground_truths=, extra_infos=, **kwargs), and returns a
- * list (verl's BatchRewardManager). The child prints to the inherited stdout / stderr; the
- * requests and results travel over a socket of their own.
+ * (verl's custom_reward_function.reward_kwargs). `opts` (NULL: naive) says how the function is
+ * called: df_reward_py_mode. The child prints to the inherited stdout / stderr; the requests
+ * and results travel over a socket of their own.
  * Errors: DF_ENOTFOUND (no interpreter; the file cannot be read), DF_EINVAL (kwargs_json not a
- * JSON object; the import raised, or `name` is missing or not callable: the message quotes
- * Python's), DF_EIO, DF_ENOMEM.
+ * JSON object; a prime pool of < 1 process or a timeout <= 0; the import raised, or `name` is
+ * missing or not callable: the message quotes Python's), DF_EIO, DF_ENOMEM.
  */
-DF_API int df_reward_python_open(const char *path, const char *name, const char *kwargs_json, bool batch,
-                                 df_reward_python **out);
+DF_API int df_reward_python_open(const char *path, const char *name, const char *kwargs_json,
+                                 const df_reward_python_opts *opts, df_reward_python **out);
 
 /**
  * Score n responses (the rows' data_source, decoded response, ground truth text and
@@ -256,7 +278,8 @@ DF_API int df_reward_python_open(const char *path, const char *name, const char 
  * each must be in every dict of the batch, be 1-50 characters of [A-Za-z0-9_.-] and not a
  * name the managers, the metrics or the dumps use themselves (reward, overlong_reward, overlong,
  * input, output, gts, step, index, data_source), its values finite; keys with other values are
- * not kept.
+ * not kept. In PRIME mode a result is read as verl's prime reads it (df_reward_py_mode), acc =
+ * (score == 1.0), and no extra keys are kept.
  * Errors (out unspecified): DF_EINVAL (the function raised or returned something else: the
  * message names the row and quotes Python's traceback; batch mode: a list of the wrong
  * length), DF_EIO (the child died: its exit status or signal), DF_ENOMEM. After an error the
@@ -277,8 +300,8 @@ DF_API void df_reward_python_extra(const df_reward_python *p, int *n_keys, const
 /** Whether `path` names a Python reward file (it ends in ".py"); false for NULL. */
 DF_API bool df_reward_python_file(const char *path);
 
-/** The batch flag df_reward_python_open was given. */
-DF_API bool df_reward_python_batched(const df_reward_python *p);
+/** The mode df_reward_python_open was given (NULL: DF_REWARD_PY_NAIVE). */
+DF_API df_reward_py_mode df_reward_python_mode(const df_reward_python *p);
 
 /** End the child (EOF on its socket, then SIGKILL if it has not exited within 2 s) and free p. */
 DF_API void df_reward_python_close(df_reward_python *p);
@@ -314,8 +337,10 @@ typedef struct df_reward_manager_cfg {
     df_reward_python *python;
     /** Keyword arguments of the built-in scorers (custom_reward_function.reward_kwargs.*); NULL: defaults. */
     const df_reward_kwargs *kwargs;
-    /** Reward manager (reward_model.reward_manager): "naive", "dapo" or "batch" (naive scoring by a
-        `python` opened in batch mode, verl's BatchRewardManager); NULL / "" = "naive". */
+    /** Reward manager (reward_model.reward_manager): "naive", "dapo", "batch" (naive scoring by a
+        `python` opened in batch mode, verl's BatchRewardManager) or "prime" (by a `python` opened in
+        prime mode, verl's PrimeRewardManager; without one, the built-in scorers or compute_score
+        as naive); NULL / "" = "naive". `python`'s mode must be the manager's. */
     const char *manager;
     /** dapo: data.max_response_length, the length the overlong ramp ends at (tokens). */
     int64_t max_resp_len;
@@ -403,11 +428,12 @@ DF_API int df_reward_dapo(const df_reward_manager_cfg *cfg, df_batch *b, const c
 DF_API int df_reward_manager_check(const df_reward_manager_cfg *cfg);
 
 /**
- * Run the manager cfg->manager selects: df_reward_naive (naive, batch) or df_reward_dapo
+ * Run the manager cfg->manager selects: df_reward_naive (naive, batch, prime) or df_reward_dapo
  * (same arguments; overlong_reward[n], may be NULL, is all 0.0 but for dapo).
- * Errors: those of df_reward_manager_check; DF_EINVAL when "batch" comes without a batched
- * cfg->python or a batched one with another manager; DF_EUNSUPPORTED for "embodied"; then the
- * manager's.
+ * Errors: those of df_reward_manager_check; DF_EINVAL when "batch" comes without cfg->python,
+ * or cfg->python was opened in another mode than the manager's (batch: DF_REWARD_PY_BATCH,
+ * prime: DF_REWARD_PY_PRIME, the others: DF_REWARD_PY_NAIVE); DF_EUNSUPPORTED for "embodied";
+ * then the manager's.
  */
 DF_API int df_reward_manager_run(const df_reward_manager_cfg *cfg, df_batch *b, const char *const *responses,
                                  float *scores, float *acc, float *overlong_reward, int64_t *n_empty);

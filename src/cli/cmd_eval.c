@@ -60,7 +60,7 @@ static int open_reward_function(const char *arg, const char *kwargs, df_reward_m
     int rc = path ? DF_OK : df_error(DF_ENOMEM, "out of memory");
     void (*fn)(void) = NULL;
     if (!rc && df_reward_python_file(path))
-        rc = df_reward_python_open(path, name, kwargs, false, &r->python);
+        rc = df_reward_python_open(path, name, kwargs, NULL, &r->python);
     else if (!rc && kwargs)
         rc = df_error(DF_EINVAL, "--reward-kwargs: keyword arguments go to a Python reward function (a .py "
                                  "file); a library's df_reward_fn takes none");

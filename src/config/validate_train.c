@@ -426,7 +426,13 @@ static void warn_suspicious(const df_config *c, const df_train_config *t, df_war
                  "prints the same notice)",
                  kv(c, ACTOR "use_kl_loss", kb[0]), kv(c, "algorithm.use_kl_in_reward", kb[1]));
     const char *kw = rm->reward_kwargs;
-    if (kw && strcmp(kw, "{}") && strcmp(manager, "embodied")) /* the embodied manager reads it */
+    bool prime = !strcmp(manager, "prime"), py = df_reward_python_file(t->custom_reward_function.path);
+    if (kw && strcmp(kw, "{}") && prime && !py) /* the embodied manager and prime's pool read it */
+        df_warnf(warn, user,
+                 "%s has no effect: the prime reward manager's pool (num_processes, timeout) runs a Python "
+                 "custom_reward_function; the built-in scorers and a library's function score as naive",
+                 kv(c, "reward_model.reward_kwargs", kb[0]));
+    else if (kw && strcmp(kw, "{}") && strcmp(manager, "embodied") && !prime)
         df_warnf(
             warn, user,
             "%s is not read by distflow: set the overlong buffer with reward_model.overlong_buffer.* and "

@@ -11,7 +11,7 @@
 
 /* "embodied" (siiRL's EmbodiedRewardManager) scores episodes, not text: the embodied reward node
    (src/workers/embodied/) runs it, and df_reward_manager_run refuses it. */
-static const char *const MANAGERS[] = {"naive", "dapo", "batch", "embodied"};
+static const char *const MANAGERS[] = {"naive", "dapo", "batch", "prime", "embodied"};
 
 static bool is_dapo(const df_reward_manager_cfg *cfg)
 {
@@ -37,7 +37,7 @@ int df_reward_manager_check(const df_reward_manager_cfg *cfg)
     for (size_t i = 0; i < sizeof MANAGERS / sizeof *MANAGERS; i++)
         known |= !strcmp(name, MANAGERS[i]);
     if (!known)
-        return df_error(DF_ENOTFOUND, "unknown reward manager '%s' (known: naive, dapo, batch, embodied)", name);
+        return df_error(DF_ENOTFOUND, "unknown reward manager '%s' (known: naive, dapo, batch, prime, embodied)", name);
     if (!is_dapo(cfg) || !cfg->overlong_buffer.enable)
         return DF_OK;
     const df_overlong_buffer_cfg *ob = &cfg->overlong_buffer;
@@ -90,10 +90,16 @@ int df_reward_manager_run(const df_reward_manager_cfg *cfg, df_batch *b, const c
     if (cfg && cfg->manager && !strcmp(cfg->manager, "embodied"))
         return df_error(DF_EUNSUPPORTED, "the embodied reward manager scores control episodes "
                         "(actor_rollout_ref.model.model_type=embodied), not text responses");
-    bool batch = cfg && cfg->manager && !strcmp(cfg->manager, "batch");
-    if (batch != df_reward_python_batched(cfg ? cfg->python : NULL))
+    const char *m = cfg && cfg->manager && cfg->manager[0] ? cfg->manager : "naive";
+    df_reward_py_mode want = !strcmp(m, "batch") ? DF_REWARD_PY_BATCH
+                             : !strcmp(m, "prime") ? DF_REWARD_PY_PRIME : DF_REWARD_PY_NAIVE;
+    const df_reward_python *py = cfg ? cfg->python : NULL;
+    if (want == DF_REWARD_PY_BATCH && !py)
         return df_error(DF_EINVAL, "the batch reward manager calls a Python reward function once per batch "
                                    "(custom_reward_function.path a .py file), and only it does");
+    if (py && df_reward_python_mode(py) != want)
+        return df_error(DF_EINVAL, "the %s reward manager's Python reward function was opened for another "
+                                   "manager's calls (df_reward_python_opts.mode)", m);
     if (is_dapo(cfg))
         return dapo_apply(cfg, b, responses, scores, acc, overlong_reward, n_empty);
     rc = df_reward_naive(cfg, b, responses, scores, acc, n_empty);

@@ -4,7 +4,9 @@
  * serves one request per batch over a socketpair: a JSON line with the batch's columns out, a
  * JSON line with every row's [score, acc, pred] back. The socket (not stdin / stdout) carries
  * the protocol so that a reward function's print() reaches the console untouched, and send()
- * with MSG_NOSIGNAL turns a dead child into an error instead of a SIGPIPE.
+ * with MSG_NOSIGNAL turns a dead child into an error instead of a SIGPIPE. For verl's
+ * PrimeRewardManager the child scores a batch's rows in a process pool of its own (the
+ * function's calls run in parallel; a call past the batch's deadline or raising scores 0).
  */
 #include "distflow/reward.h"
 
@@ -23,15 +25,17 @@
 
 extern char **environ;
 
-/* The child's program (python3 -c): argv = fd, path, name, kwargs JSON, "1" for batch mode.
+/* The child's program (python3 -c): argv = fd, path, name, kwargs JSON, mode (naive | batch |
+ * prime), prime's pool size and its deadline in seconds.
  * It ignores SIGINT / SIGTERM: distflow stops at a step boundary on them and closes the
  * socket, which ends the child; a stray signal must not kill it mid-step. */
 static const char DRIVER[] =
     "import importlib.util, json, math, numbers, re, signal, socket, sys, traceback\n"
     "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
     "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-    "fd, path, name, kwargs, batch = int(sys.argv[1]), sys.argv[2], sys.argv[3], json.loads(sys.argv[4]), "
-    "sys.argv[5] == '1'\n"
+    "fd, path, name, kwargs, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3], json.loads(sys.argv[4]), "
+    "sys.argv[5]\n"
+    "processes, timeout = int(sys.argv[6]), float(sys.argv[7])\n"
     "conn = socket.socket(fileno=fd)\n"
     "rd = conn.makefile('r', encoding='utf-8', newline='\\n')\n"
     "wr = conn.makefile('w', encoding='utf-8', newline='\\n')\n"
@@ -75,13 +79,41 @@ static const char DRIVER[] =
     "        extras.setdefault(k, {})[row] = number(v, 'the value of %r' % k)\n"
     "    return [number(r['score'], 'the score'), bool(r['acc']) if 'acc' in r else None,\n"
     "            str(r['pred']) if 'pred' in r else None]\n"
+    "def prime_result(r):\n"
+    "    if isinstance(r, dict):\n"
+    "        raise TypeError('the prime reward manager reads a number, or a sequence whose first item is the '\n"
+    "                        'score (verl PrimeRewardManager); the function returned a dict: use '\n"
+    "                        'reward_model.reward_manager naive or batch for dict results')\n"
+    "    return [number(r if isinstance(r, numbers.Number) else r[0], 'the score'), None, None]\n"
+    "def prime(src, sol, gt, extra):\n"
+    "    import concurrent.futures as cf, functools, multiprocessing\n"
+    "    call = functools.partial(fn, **kwargs)\n"
+    "    ex = cf.ProcessPoolExecutor(max_workers=max(1, min(processes, len(sol))),\n"
+    "                                mp_context=multiprocessing.get_context('fork'))\n"
+    "    try:\n"
+    "        futs = [ex.submit(call, src[i], sol[i], gt[i], extra[i]) for i in range(len(sol))]\n"
+    "        late = cf.wait(futs, timeout=timeout).not_done\n"
+    "        rs = []\n"
+    "        for i, f in enumerate(futs):\n"
+    "            if f in late:\n"
+    "                print('[Timeout] Task timeout: %s' % sol[i], flush=True)\n"
+    "            elif f.exception() is not None:\n"
+    "                print('[Error] Task failed: %s, completion: %s' % (f.exception(), sol[i][:80]), flush=True)\n"
+    "            rs.append(0.0 if f in late or f.exception() is not None else f.result())\n"
+    "        return rs\n"
+    "    finally:\n"
+    "        for proc in list((getattr(ex, '_processes', None) or {}).values()):\n"
+    "            proc.kill()\n"
+    "        ex.shutdown(wait=True, cancel_futures=True)\n"
     "for line in rd:\n"
     "    q = json.loads(line)\n"
     "    src, sol, gt = q['data_source'], q['solution_str'], q['ground_truth']\n"
     "    extra = [None if e is None else json.loads(e) for e in q['extra_info']]\n"
     "    row = None\n"
     "    try:\n"
-    "        if batch:\n"
+    "        if mode == 'prime':\n"
+    "            rs = prime(src, sol, gt, extra)\n"
+    "        elif mode == 'batch':\n"
     "            rs = list(fn(data_sources=src, solution_strs=sol, ground_truths=gt, extra_infos=extra, "
     "**kwargs))\n"
     "            if len(rs) != len(sol):\n"
@@ -93,7 +125,7 @@ static const char DRIVER[] =
     "extra_info=extra[row], **kwargs))\n"
     "        out, extras = [], {}\n"
     "        for row in range(len(rs)):\n"
-    "            out.append(result(rs[row], extras, row))\n"
+    "            out.append(prime_result(rs[row]) if mode == 'prime' else result(rs[row], extras, row))\n"
     "        for k, got in extras.items():\n"
     "            for row in range(len(rs)):\n"
     "                if row not in got:\n"
@@ -105,7 +137,7 @@ static const char DRIVER[] =
 struct df_reward_python {
     pid_t pid; /* 0 once reaped */
     int fd;    /* our end of the socketpair, -1 once the child is gone */
-    bool batch;
+    df_reward_python_opts opts;
     char *where; /* "<path>:<name>" for messages */
     char *buf;   /* bytes read past the last line */
     size_t len, cap;
@@ -234,11 +266,14 @@ static int spawn(df_reward_python *p, const char *path, const char *name, const 
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
         return df_error(DF_EIO, "Python reward function %s: socketpair: %s", p->where, strerror(errno));
     fcntl(sv[0], F_SETFD, FD_CLOEXEC); /* ours: the child must not hold it, or it never sees EOF */
-    char fd[16];
+    char fd[16], procs[16], timeout[32];
     snprintf(fd, sizeof fd, "%d", sv[1]);
+    snprintf(procs, sizeof procs, "%d", p->opts.processes);
+    snprintf(timeout, sizeof timeout, "%.17g", p->opts.timeout_s);
+    static const char *const MODES[] = {"naive", "batch", "prime"};
     const char *env = getenv("DF_PYTHON"), *py = env && env[0] ? env : "python3";
-    char *argv[] = {(char *)py,  "-c",          (char *)DRIVER,   fd, (char *)path, (char *)name,
-                    (char *)kwargs, p->batch ? "1" : "0", NULL};
+    char *argv[] = {(char *)py, "-c", (char *)DRIVER, fd, (char *)path, (char *)name, (char *)kwargs,
+                    (char *)MODES[p->opts.mode], procs, timeout, NULL};
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
@@ -256,12 +291,18 @@ static int spawn(df_reward_python *p, const char *path, const char *name, const 
     return DF_OK;
 }
 
-int df_reward_python_open(const char *path, const char *name, const char *kwargs_json, bool batch,
-                          df_reward_python **out)
+int df_reward_python_open(const char *path, const char *name, const char *kwargs_json,
+                          const df_reward_python_opts *opts, df_reward_python **out)
 {
     *out = NULL;
+    df_reward_python_opts o = opts ? *opts : (df_reward_python_opts){DF_REWARD_PY_NAIVE, 0, 0};
     if (!path || !name || !name[0])
         return df_error(DF_EINVAL, "Python reward function: no file or function name");
+    if (o.mode < DF_REWARD_PY_NAIVE || o.mode > DF_REWARD_PY_PRIME ||
+        (o.mode == DF_REWARD_PY_PRIME && (o.processes < 1 || !(o.timeout_s > 0))))
+        return df_error(DF_EINVAL, "Python reward function %s:%s: mode %d with %d processes and a %g s timeout "
+                                   "(prime needs >= 1 process and a timeout > 0)", path, name, (int)o.mode,
+                        o.processes, o.timeout_s);
     if (access(path, R_OK))
         return df_error(DF_ENOTFOUND, "Python reward function: cannot read %s: %s", path, strerror(errno));
     json_error_t je;
@@ -277,7 +318,7 @@ int df_reward_python_open(const char *path, const char *name, const char *kwargs
         return df_error(DF_ENOMEM, "Python reward function: out of memory");
     }
     p->fd = -1;
-    p->batch = batch;
+    p->opts = o;
     int rc = spawn(p, path, name, kwargs_json ? kwargs_json : "{}");
     json_t *hello = NULL;
     if (!rc && !(rc = recv_json(p, "importing the file", &hello)) && !json_is_true(json_object_get(hello, "ready")))
@@ -297,9 +338,9 @@ bool df_reward_python_file(const char *path)
     return n > 3 && !strcmp(path + n - 3, ".py");
 }
 
-bool df_reward_python_batched(const df_reward_python *p)
+df_reward_py_mode df_reward_python_mode(const df_reward_python *p)
 {
-    return p && p->batch;
+    return p ? p->opts.mode : DF_REWARD_PY_NAIVE;
 }
 
 /* The request line: {"data_source": [...], "solution_str": [...], "ground_truth": [...],
