@@ -170,11 +170,11 @@ static void test_manager_selection(void **state)
     assert_near(over[3], -1.0, 0);
     /* unknown names are refused before anything is scored, listing the known ones */
     df_batch_drop(b, "token_level_scores");
-    cfg.manager = "prime";
+    cfg.manager = "custom";
     assert_error_mentions(df_reward_manager_run(&cfg, b, RESP, NULL, NULL, NULL, NULL), DF_ENOTFOUND,
-                          "unknown reward manager 'prime' (known: naive, dapo, batch, embodied)");
+                          "unknown reward manager 'custom' (known: naive, dapo, batch, prime, embodied)");
     assert_false(df_batch_has(b, "token_level_scores"));
-    assert_error_mentions(df_reward_manager_check(&cfg), DF_ENOTFOUND, "'prime'");
+    assert_error_mentions(df_reward_manager_check(&cfg), DF_ENOTFOUND, "'custom'");
     cfg.manager = "Naive"; /* names are exact, as verl's registry */
     assert_int_equal(df_reward_manager_check(&cfg), DF_ENOTFOUND);
     /* dapo with the buffer on needs a response limit and non-negative settings */
@@ -284,9 +284,9 @@ static void test_warn_reward_settings(void **state)
     assert_int_equal(w.n, 1);
     assert_non_null(strstr(w.last, "reward_model.overlong_buffer.*"));
     /* an unknown manager is an error of the validator, with the known names */
-    const char *bad[] = {"reward_model.reward_manager=prime"};
+    const char *bad[] = {"reward_model.reward_manager=custom"};
     assert_int_equal(validate(&w, bad, 1), DF_EINVAL);
-    assert_non_null(strstr(df_last_error(), "reward_model.reward_manager='prime' (command line)"));
+    assert_non_null(strstr(df_last_error(), "reward_model.reward_manager='custom' (command line)"));
     assert_non_null(strstr(df_last_error(), "known: naive, dapo"));
 }
 
@@ -326,10 +326,10 @@ static void test_worker_reward_setup(void **state)
     assert_int_equal(df_reward_compute("openai/gsm8k", "#### 5 ... so 7", "8", NULL, kw, &r), 0);
     assert_true(r.score == 0.1 && !r.acc);
     assert_string_equal(r.pred, "7");
-    assert_int_equal(df_config_set(cfg, "reward_model.reward_manager", "prime"), 0);
+    assert_int_equal(df_config_set(cfg, "reward_model.reward_manager", "custom"), 0);
     assert_int_equal(df_worker_settings_init(&w.global, cfg), 0); /* the typed struct lives until a change */
     assert_error_mentions(df_worker_setup_reward(&w), DF_ENOTFOUND,
-                          "reward_model.reward_manager (set by program): unknown reward manager 'prime'");
+                          "reward_model.reward_manager (set by program): unknown reward manager 'custom'");
     df_config_free(cfg);
 }
 
@@ -355,9 +355,9 @@ static void test_cli_config_check(void **state)
     assert_non_null(
         strstr(out, "distflow config: warning: actor_rollout_ref.actor.policy_loss.loss_mode='gspo'"));
     assert_non_null(strstr(out, "ok\n"));
-    assert_int_equal(config_check(DEMO("dapo") " reward_model.reward_manager=prime", out, sizeof out), 1);
-    assert_non_null(strstr(out, "error: reward_model.reward_manager='prime' (command line): unknown reward "
-                                "manager 'prime' (known: naive, dapo, batch, embodied)"));
+    assert_int_equal(config_check(DEMO("dapo") " reward_model.reward_manager=custom", out, sizeof out), 1);
+    assert_non_null(strstr(out, "error: reward_model.reward_manager='custom' (command line): unknown reward "
+                                "manager 'custom' (known: naive, dapo, batch, prime, embodied)"));
     assert_int_equal(config_check(DEMO("dapo") " --world 3", out, sizeof out), 1);
     assert_non_null(strstr(out, "not divisible by the 3 data-parallel ranks"));
     assert_int_equal(config_check(DEMO("dapo") " --world 0", out, sizeof out), 1);
