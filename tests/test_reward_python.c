@@ -449,11 +449,12 @@ static void test_config_check(void **state)
          "another name is a numeric key of a Python reward function's results"},
         {"custom_reward_function: {path: " REWARDS ", name: digits_quarter}\n"
          "reward_model: {reward_manager: prime, reward_kwargs: {num_processes: 0}}\n",
-         "check.yaml:10: reward_model.reward_kwargs (the prime reward manager)",
-         "config.num_processes must be an integer in [1, 65536], got 0"},
+         "check.yaml:10: reward_model.reward_kwargs: the prime reward manager:",
+         "num_processes must be an integer in [1, 65536]"},
         {"custom_reward_function: {path: " REWARDS ", name: digits_quarter}\n"
          "reward_model: {reward_manager: prime, reward_kwargs: {workers: 4}}\n",
-         "check.yaml:10: reward_model.reward_kwargs (the prime reward manager)", "unknown key config.workers"},
+         "check.yaml:10: reward_model.reward_kwargs: the prime reward manager:",
+         "unknown keyword argument 'workers' (it reads num_processes and timeout)"},
         {"", NULL, NULL},
         {"custom_reward_function: {path: ~/rewards.py}\n", NULL, NULL}, /* HOME is FIX: ~ expanded */
         {"custom_reward_function: {path: " REWARDS ", name: with_extra}\n" /* DAPO on its extra key */
@@ -504,6 +505,15 @@ static void test_eval(void **state)
         {REWARDS ":digits_quarter --reward-kwargs '{\"format_score\": 0.5}'", "\nscore: 0.7500\n", "n_prompts: 3", 0},
         {DF_BINARY_DIR "/plugins/test/libscore_const.so:score_quarter --reward-kwargs '{}'", "--reward-kwargs",
          "a library's df_reward_fn takes none", 1},
+        {REWARDS ":digits_quarter --reward-manager prime --reward-manager-kwargs '{\"num_processes\": 2}'",
+         "\nscore: 0.2500\n", "n_responses: 3\n", 0},
+        {REWARDS ":digits_quarter_batch --reward-manager batch", "\nscore: 0.2500\n", "n_responses: 3\n", 0},
+        {REWARDS ":digits_quarter --reward-manager prime --reward-manager-kwargs '{\"timeout\": 0}'",
+         "--reward-manager-kwargs: the prime reward manager:", "timeout must be a number of seconds > 0", 1},
+        {DF_BINARY_DIR "/plugins/test/libscore_const.so:score_quarter --reward-manager prime", "--reward-manager "
+         "prime calls a Python --reward-function", "(FILE.py[:NAME])", 1},
+        {REWARDS ":digits_quarter --reward-manager-kwargs '{}'", "--reward-manager-kwargs: only --reward-manager "
+         "prime reads settings", "(its pool)", 1},
     };
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         char cmd[2048], out[8192], fn[512];

@@ -253,6 +253,17 @@ typedef struct df_reward_python_opts {
 } df_reward_python_opts;
 
 /**
+ * The options a reward manager (reward_model.reward_manager: NULL or "" = naive) calls a Python
+ * function with: batch -> DF_REWARD_PY_BATCH, prime -> DF_REWARD_PY_PRIME with its pool read from
+ * kwargs_json (reward_model.reward_kwargs, NULL = {}): "num_processes" (an integer in [1, 65536],
+ * default 64 as verl's PrimeRewardManager) and "timeout" (seconds > 0, default 300, the value verl
+ * fixes); any other manager -> DF_REWARD_PY_NAIVE, kwargs_json unread.
+ * Errors (prime only): DF_EINVAL for kwargs_json not a JSON object, an unknown key or a value out
+ * of range, naming it.
+ */
+DF_API int df_reward_python_opts_for(const char *manager, const char *kwargs_json, df_reward_python_opts *o);
+
+/**
  * Start `python3` (found on PATH; the environment variable DF_PYTHON names another
  * interpreter), import the file `path` as verl's get_custom_reward_fn does (module name
  * "custom_module", PYTHONPATH as inherited) and look up the callable `name`. `kwargs_json`

@@ -48,19 +48,48 @@ static int fit_lengths(const df_opt *opts, const char *dir, const df_model_confi
     return df_check_max_pos(cfg, dir, "command line", "--model", &b);
 }
 
-/* --reward-function FILE[:NAME] into *r: a Python file (.py, verl's custom_reward_function; kwargs,
- * a JSON object or NULL, its keyword arguments) or a library's exported df_reward_fn; NAME defaults
- * to compute_score. */
-static int open_reward_function(const char *arg, const char *kwargs, df_reward_manager_cfg *r)
+/* FILE of --reward-function FILE[:NAME] (malloc'd; NULL: out of memory), NAME into *name (default
+ * compute_score). */
+static char *ref_path(const char *arg, const char **name)
 {
     const char *colon = strrchr(arg, ':');
     bool named = colon && !strchr(colon, '/');
-    char *path = named ? strndup(arg, (size_t)(colon - arg)) : strdup(arg), *ref = NULL;
-    const char *name = named ? colon + 1 : "compute_score";
+    *name = named ? colon + 1 : "compute_score";
+    return named ? strndup(arg, (size_t)(colon - arg)) : strdup(arg);
+}
+
+/* --reward-manager: naive, batch or prime; batch and prime call a Python --reward-function (the built-in
+ * scorers and a library's function score as naive), and only prime reads --reward-manager-kwargs. */
+static int check_manager(const char *manager, const char *manager_kwargs, const char *reward_fn)
+{
+    const char *name;
+    char *path = reward_fn ? ref_path(reward_fn, &name) : NULL;
+    bool py = path && df_reward_python_file(path);
+    free(path);
+    if (strcmp(manager, "naive") && strcmp(manager, "batch") && strcmp(manager, "prime"))
+        return df_error(DF_EINVAL, "--reward-manager %s: naive, batch or prime", manager);
+    if (strcmp(manager, "naive") && !py)
+        return df_error(DF_EINVAL, "--reward-manager %s calls a Python --reward-function (FILE.py[:NAME])", manager);
+    if (manager_kwargs && strcmp(manager, "prime"))
+        return df_error(DF_EINVAL, "--reward-manager-kwargs: only --reward-manager prime reads settings (its pool)");
+    df_reward_python_opts po; /* the same message on every rank, before any file is opened */
+    int rc = df_reward_python_opts_for(manager, manager_kwargs, &po);
+    return rc ? df_error_wrap(rc, "--reward-manager-kwargs") : DF_OK;
+}
+
+/* --reward-function FILE[:NAME] into *r: a Python file (.py, verl's custom_reward_function; kwargs,
+ * a JSON object or NULL, its keyword arguments; called as r->manager calls it, with `manager_kwargs`)
+ * or a library's exported df_reward_fn; NAME defaults to compute_score. */
+static int open_reward_function(const char *arg, const char *kwargs, const char *manager_kwargs,
+                                df_reward_manager_cfg *r)
+{
+    const char *name;
+    char *path = ref_path(arg, &name), *ref = NULL;
     int rc = path ? DF_OK : df_error(DF_ENOMEM, "out of memory");
     void (*fn)(void) = NULL;
-    if (!rc && df_reward_python_file(path))
-        rc = df_reward_python_open(path, name, kwargs, NULL, &r->python);
+    df_reward_python_opts po;
+    if (!rc && df_reward_python_file(path) && !(rc = df_reward_python_opts_for(r->manager, manager_kwargs, &po)))
+        rc = df_reward_python_open(path, name, kwargs, &po, &r->python);
     else if (!rc && kwargs)
         rc = df_error(DF_EINVAL, "--reward-kwargs: keyword arguments go to a Python reward function (a .py "
                                  "file); a library's df_reward_fn takes none");
@@ -103,7 +132,7 @@ int df_cmd_eval(int argc, char **argv)
     int64_t max_seqs = 512, max_turns = 0, max_user_turns = 0;
     double temperature = 0, top_p = 1.0;
     const char *tool_cfg = NULL, *ia_cfg = NULL, *tmpl_kwargs = NULL, *reward_fn = NULL;
-    const char *reward_kwargs = NULL;
+    const char *reward_kwargs = NULL, *manager = "naive", *manager_kwargs = NULL;
     df_opt opts[] = {
         {"model", DF_OPT_STR, &model, "HF model directory (required)", false},
         {"data", DF_OPT_STR, &data, "dataset, JSON lines in the verl RL schema (required)", false},
@@ -134,6 +163,11 @@ int df_cmd_eval(int argc, char **argv)
          "the data_source scorers; NAME defaults to compute_score", false},
         {"reward-kwargs", DF_OPT_STR, &reward_kwargs, "JSON object of keyword arguments for a Python "
          "--reward-function (as custom_reward_function.reward_kwargs)", false},
+        {"reward-manager", DF_OPT_STR, &manager, "how the --reward-function is called (as reward_model."
+         "reward_manager): naive (default: per response), batch (one call per batch with lists) or prime (the "
+         "responses in a process pool, a call that raises or outlasts the timeout scoring 0; docs/rewards.md)", false},
+        {"reward-manager-kwargs", DF_OPT_STR, &manager_kwargs, "JSON object of the manager's settings (as "
+         "reward_model.reward_kwargs): prime's num_processes (default 64) and timeout (seconds, default 300)", false},
         {"output", DF_OPT_STR, &output, "write each response as a JSON line here (input, output, gts, score, acc, index, "
          "data_source), in the file's order, when the run succeeds (rank 0)", false},
         {0}};
@@ -181,9 +215,11 @@ int df_cmd_eval(int argc, char **argv)
     size_t dump_len = 0;
     if (!rc && output && rank == 0 && !(dump = open_memstream(&dump_buf, &dump_len)))
         rc = df_error(DF_ENOMEM, "out of memory collecting the responses for %s", output);
-    df_reward_manager_cfg rcfg = {0}; /* rank 0 scores every response */
+    df_reward_manager_cfg rcfg = {.manager = manager}; /* rank 0 scores every response */
+    if (!rc)
+        rc = check_manager(manager, manager_kwargs, reward_fn);
     if (!rc && reward_fn && rank == 0)
-        rc = open_reward_function(reward_fn, reward_kwargs, &rcfg);
+        rc = open_reward_function(reward_fn, reward_kwargs, manager_kwargs, &rcfg);
     else if (!rc && reward_kwargs && !reward_fn)
         rc = df_error(DF_EINVAL, "--reward-kwargs needs --reward-function (the built-in scorers' options are "
                                  "not taken from it)");

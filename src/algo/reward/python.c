@@ -332,6 +332,44 @@ int df_reward_python_open(const char *path, const char *name, const char *kwargs
     return DF_OK;
 }
 
+/* prime's pool settings from a JSON object: num_processes (an integer), timeout (seconds). */
+static int prime_kwargs(const char *json, df_reward_python_opts *o)
+{
+    json_error_t je;
+    json_t *kw = json ? json_loads(json, JSON_REJECT_DUPLICATES, &je) : json_object();
+    int rc = json_is_object(kw) ? DF_OK : df_error(DF_EINVAL, "the prime reward manager's keyword arguments must "
+                                                   "be a JSON object, got '%s'", json ? json : "");
+    const char *key;
+    json_t *v;
+    json_object_foreach(rc ? NULL : kw, key, v) {
+        if (!strcmp(key, "num_processes") && json_is_integer(v) && json_integer_value(v) >= 1 &&
+            json_integer_value(v) <= 65536)
+            o->processes = (int)json_integer_value(v);
+        else if (!strcmp(key, "timeout") && json_is_number(v) && json_number_value(v) > 0)
+            o->timeout_s = json_number_value(v);
+        else if (!strcmp(key, "num_processes") || !strcmp(key, "timeout"))
+            rc = df_error(DF_EINVAL, "the prime reward manager: %s must be %s", key,
+                          key[0] == 'n' ? "an integer in [1, 65536]" : "a number of seconds > 0");
+        else
+            rc = df_error(DF_EINVAL, "the prime reward manager: unknown keyword argument '%s' (it reads "
+                                     "num_processes and timeout)", key);
+        if (rc)
+            break;
+    }
+    json_decref(kw);
+    return rc;
+}
+
+int df_reward_python_opts_for(const char *manager, const char *kwargs_json, df_reward_python_opts *o)
+{
+    const char *m = manager && manager[0] ? manager : "naive";
+    *o = (df_reward_python_opts){.mode = !strcmp(m, "batch")   ? DF_REWARD_PY_BATCH
+                                         : !strcmp(m, "prime") ? DF_REWARD_PY_PRIME
+                                                               : DF_REWARD_PY_NAIVE,
+                                 .processes = 64, .timeout_s = 300.0};
+    return o->mode == DF_REWARD_PY_PRIME ? prime_kwargs(kwargs_json, o) : DF_OK;
+}
+
 bool df_reward_python_file(const char *path)
 {
     size_t n = path ? strlen(path) : 0;

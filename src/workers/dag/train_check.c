@@ -467,28 +467,17 @@ static int python_kwargs(const df_config *c, const struct df_train_custom_reward
     return *out ? DF_OK : df_error(DF_ENOMEM, "out of memory");
 }
 
-/* How reward_model.reward_manager calls a Python reward function: batch and prime their way, with
- * prime's pool and deadline from reward_model.reward_kwargs (verl passes them to the manager:
- * num_processes, 64 by default; timeout is distflow's, verl fixes 300 s). */
+/* How reward_model.reward_manager calls a Python reward function (prime: its pool from
+ * reward_model.reward_kwargs). */
 static int python_opts(const df_config *c, const df_train_config *t, df_reward_python_opts *o)
 {
-    const char *m = t->reward_model.reward_manager;
-    *o = (df_reward_python_opts){.mode = !strcmp(m, "batch")   ? DF_REWARD_PY_BATCH
-                                         : !strcmp(m, "prime") ? DF_REWARD_PY_PRIME
-                                                               : DF_REWARD_PY_NAIVE};
-    if (o->mode != DF_REWARD_PY_PRIME)
-        return DF_OK;
-    int64_t procs = 64;
-    double timeout = 300.0;
     char *json = NULL;
-    const df_env_option opts[] = {{"num_processes", DF_ENV_OPT_INT, 1, 65536, &procs},
-                                  {"timeout", DF_ENV_OPT_NUMBER, 1e-3, 1e9, &timeout}};
     int rc = df_config_map_json(t->reward_model.reward_kwargs, &json);
     if (!rc)
-        rc = df_env_config_read("reward_model.reward_kwargs (the prime reward manager)", json ? json : "{}", opts, 2);
+        rc = df_reward_python_opts_for(t->reward_model.reward_manager, json, o);
     free(json);
-    o->processes = (int)procs, o->timeout_s = timeout;
-    return rc ? df_error_wrap(rc, "%s", df_config_where(c, "reward_model.reward_kwargs")) : DF_OK;
+    return rc ? df_error_wrap(rc, "%s: reward_model.reward_kwargs", df_config_where(c, "reward_model.reward_kwargs"))
+              : DF_OK;
 }
 
 /* verl's custom_reward_function as a Python file: read here; started (a python3 child) into
