@@ -375,44 +375,8 @@ static void fit(df_comm *comm, const char *out)
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-/* Step 1's rollouts of run `out` (one file per data-parallel rank) as sorted "index sample-text" lines. */
-static char *rollouts(const char *out)
-{
-    char path[1024], *all = calloc(1, 1 << 16);
-    size_t n = 0;
-    char *lines[64];
-    int k = 0;
-    for (int d = -1; d < 4; d++) {
-        char *text = NULL;
-        if (d < 0)
-            snprintf(path, sizeof path, "%s/%s/rollouts/1.jsonl", dir, out);
-        else
-            snprintf(path, sizeof path, "%s/%s/rollouts/1.dp%d.jsonl", dir, out, d);
-        if (df_read_file(path, &text, NULL)) {
-            df_clear_error();
-            continue;
-        }
-        for (char *l = strtok(text, "\n"); l && k < 64; l = strtok(NULL, "\n")) {
-            json_t *row = json_loads(l, 0, NULL);
-            assert_non_null(row);
-            lines[k] = malloc(4096);
-            snprintf(lines[k++], 4096, "%03lld %s", (long long)json_integer_value(json_object_get(row, "index")),
-                     json_string_value(json_object_get(row, "output")));
-            json_decref(row);
-        }
-        free(text);
-    }
-    assert_int_equal(k, 8);
-    qsort(lines, (size_t)k, sizeof *lines, cmp_str);
-    for (int i = 0; i < k; i++) {
-        n += (size_t)snprintf(all + n, (1 << 16) - n, "%s\n", lines[i]);
-        free(lines[i]);
-    }
-    return all;
-}
-
 /* One dumped sample: its file (-1: the one-rank run's), task, success, output and score. */
-typedef struct { int d; int64_t task; bool ok; char out[256]; double score; } dumped;
+typedef struct { int d; int64_t task; bool ok; char out[512]; double score; } dumped;
 
 /* Step 1's samples of run `out` into e[] (at most 16); returns their number. The rows' tasks are
    setup's ids: index 0 -> task 0, 1 -> 1, 2 and 3 -> 2. */
@@ -440,6 +404,22 @@ static int dumped_samples(const char *out, dumped *e)
         free(text);
     }
     return k;
+}
+
+/* Step 1's rollouts of run `out` (one file per data-parallel rank) as sorted "index sample-text" lines. */
+static char *rollouts(const char *out)
+{
+    dumped e[16];
+    char *lines[16], *all = calloc(1, 1 << 16);
+    int k = dumped_samples(out, e);
+    assert_int_equal(k, 8);
+    for (int i = 0; i < k; i++)
+        lines[i] = e[i].out;
+    qsort(lines, (size_t)k, sizeof *lines, cmp_str);
+    size_t n = 0;
+    for (int i = 0; i < k; i++)
+        n += (size_t)snprintf(all + n, (1 << 16) - n, "%s\n", lines[i]);
+    return all;
 }
 
 /* The SRPO reward clusters a task's successes per rank (docs/embodied.md): a success scores as on one rank;
