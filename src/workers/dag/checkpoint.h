@@ -18,7 +18,7 @@ int df_worker_checkpoint_cleanup(df_dag_worker *w);
 
 /**
  * Save global_step_<w->step>: the actor (HF directory + train_state.safetensors), the critic likewise,
- * trainer_state.json (rank 0) and data_dp_rank_<d>.json (each data-parallel rank), into
+ * trainer_state.json and data.json (rank 0: the dataloader's position), into
  * .global_step_<N>.tmp, then renamed into place and latest_checkpointed_iteration.txt updated.
  * Collective over w->comm: every rank calls it; when one fails every rank returns an error and
  * `latest` is left as it was. Errors: DF_EIO naming the file, DF_ENOMEM, DF_EINTERNAL (another rank).
