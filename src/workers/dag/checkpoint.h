@@ -40,8 +40,8 @@ int df_worker_checkpoint_prune(df_dag_worker *w);
  * the critic and the dataloader exist. Collective over w->comm; every rank reads the files itself.
  * rc: this rank's status so far, carried into the collective (a failed rank loads nothing).
  * Errors name the path and the problem: DF_ENOTFOUND (a missing checkpoint or file), DF_EINVAL
- * (malformed or truncated file, resume_from_path unset, another world size, a different dataset
- * size), DF_EINTERNAL (another rank failed).
+ * (malformed or truncated file, resume_from_path unset, a different dataset size or gen_batch_size),
+ * DF_EINTERNAL (another rank failed). Another world size resumes (the banner says it).
  */
 int df_worker_checkpoint_resume(df_dag_worker *w, int rc);
 

@@ -43,8 +43,8 @@ int df_sft_checkpoint_save(const df_sft_ckpt *c, int64_t step);
  * out_dir; then trainer.resume_mode picks the checkpoint (auto: the one `latest` names, if any;
  * resume_path: trainer.resume_from_path; disable: none) and every rank restores from it the actor's
  * weights, AdamW state and lr schedule position and the dataloader position; *resumed = its step
- * (0: a fresh start). Errors name the file: DF_ENOTFOUND, DF_EINVAL (malformed, another format, a
- * dataset of another size, written by another number of ranks), DF_EINTERNAL (another rank failed).
+ * (0: a fresh start; any number of ranks). Errors name the file: DF_ENOTFOUND, DF_EINVAL (malformed,
+ * another format, a dataset of another size), DF_EINTERNAL (another rank failed).
  */
 int df_sft_checkpoint_resume(const df_sft_ckpt *c, int64_t *resumed);
 
