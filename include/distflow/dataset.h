@@ -23,8 +23,9 @@
  * every rank holds the training rows for the dataloader's one global order). The
  * rows of all files, in order, are numbered 0, 1, ... (global row i = the i-th
  * non-blank line). Shard k of K keeps the rows with i % K == k: strided, so
- * consecutive rows spread evenly over the ranks. Lines of other shards are only counted (newline scan), never
- * parsed, so a malformed line fails only the shard that holds it. Local row
+ * consecutive rows spread evenly over the ranks. Lines of other shards are
+ * only counted (newline scan), never parsed, so a malformed line fails only
+ * the shard that holds it. Local row
  * positions [0, size) index the accessors below; df_dataset_global_index maps
  * them back to global row numbers.
  */
