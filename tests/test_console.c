@@ -7,7 +7,7 @@
  *    config; a second run resumes and says so; metrics.jsonl rows carry "step" then "timestamp";
  *  - trainer.val_only validates, logs step 0 and exits without training or saving;
  *  - the pre-flight errors: an unknown data_source, a missing model directory (a hub id gets the
- *    download hint), a missing data file, val_only without validation data, data.reward_fn_key.
+ *    download hint), a missing data file, val_only without validation data, data.reward_fn_key's scorers.
  */
 /* rounding-free (scripts/test-variants.sh skips it): the console's text, checks before compute */
 #include "testutil.h"
@@ -287,12 +287,17 @@ static void test_preflight(void **state)
     const char *m4[] = {model};
     assert_error_mentions(check_with(m4, 1), DF_ENOTFOUND, "data.tokenizer=");
     assert_last_error_mentions("the directory has no tokenizer.json");
-    /* val_only needs validation data; only data_source selects a scorer */
+    /* val_only needs validation data */
     const char *o1[] = {"trainer.val_only=true", "data.val_files=[]"};
     assert_error_mentions(check_with(o1, 2), DF_EINVAL, "trainer.val_only=true validates and exits, but "
                                                         "data.val_files is empty");
-    const char *o2[] = {"data.reward_fn_key=ability"};
-    assert_error_mentions(check_with(o2, 1), DF_EUNSUPPORTED, "data.reward_fn_key=ability is not supported");
+    /* data.reward_fn_key: the scorer is the one its column names (gsm8k_rows' extra_info.split "test": none) */
+    snprintf(train, sizeof train, "data.train_files=[%s]", DF_SOURCE_DIR "/tests/fixtures/gsm8k_rows.jsonl");
+    const char *o2[] = {train, "data.reward_fn_key=extra_info.split"};
+    assert_error_mentions(check_with(o2, 2), DF_ENOTFOUND,
+                          "gsm8k_rows.jsonl:1: unknown reward function for data_source 'test'");
+    assert_last_error_mentions("(the column data.reward_fn_key names)");
+    assert_int_equal(check_with(o2, 1), 0); /* by data_source: openai/gsm8k */
 }
 
 static void write_file(const char *name, const char *text)

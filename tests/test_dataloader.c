@@ -383,6 +383,31 @@ static void test_batches_and_resume(void **state)
     df_dataset_free(ds);
 }
 
+/* df_dataloader_add_column: a field of every row as a batch column (verl's data.reward_fn_key). */
+static void test_extra_column(void **state)
+{
+    (void)state;
+    df_dataset *ds = numbered(9);
+    df_dataloader *dl = make(ds, 4, 1, 2, true, 3, true);
+    assert_int_equal(df_dataloader_add_column(dl, "extra_info.i"), 0);
+    df_batch *b = NULL;
+    assert_int_equal(df_dataloader_next(dl, &b), 0);
+    for (int64_t r = 0; r < df_batch_size(b); r++) {
+        char want[32];
+        snprintf(want, sizeof want, "%lld", (long long)df_batch_i64(b, "index")[r]);
+        assert_string_equal(df_batch_str(b, "extra_info.i", r), want);
+    }
+    df_batch_free(b);
+    assert_error_mentions(df_dataloader_add_column(dl, "data_source"), DF_EINVAL, "a column of every batch already");
+    assert_error_mentions(df_dataloader_add_column(dl, "ability"), DF_ENOTFOUND, "num:1");
+    assert_int_equal(df_dataloader_add_column(dl, ""), DF_EINVAL);
+    for (int k = 1; k < DF_DATALOADER_MAX_FIELDS; k++)
+        assert_int_equal(df_dataloader_add_column(dl, "prompt"), 0);
+    assert_error_mentions(df_dataloader_add_column(dl, "prompt"), DF_EINVAL, "more than 4 extra columns");
+    df_dataloader_free(dl);
+    df_dataset_free(ds);
+}
+
 static void test_errors(void **state)
 {
     (void)state;
@@ -508,6 +533,7 @@ int main(void)
         cmocka_unit_test(test_shuffled_epochs),
         cmocka_unit_test(test_filtered),
         cmocka_unit_test(test_batches_and_resume),
+        cmocka_unit_test(test_extra_column),
         cmocka_unit_test(test_errors),
         cmocka_unit_test_setup_teardown(test_mpi_ranks, df_test_mkdtemp, df_test_rmtree),
     };

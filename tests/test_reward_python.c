@@ -421,6 +421,34 @@ static void test_train(void **state)
               "prime", yaml, path, sizeof path);
     df_test_run_ok(df_test_run(world, df_test_config(yaml, path, NULL, 0)), "prime");
     expect_scores("prime", 0.75);
+    /* data.reward_fn_key: rows whose data_source is another, their "ability" test/digits; the function
+       sees the ability as its data_source (digits_quarter gives -1 for any other) */
+    char *text = NULL, src[512], ov[2][600];
+    snprintf(src, sizeof src, "%s/train.jsonl", dir);
+    assert_int_equal(df_read_file(src, &text, NULL), 0);
+    const char *from = "\"data_source\": \"test/digits\"";
+    const size_t k = strlen(from);
+    char *out = calloc(1, 2 * strlen(text) + 1), *o = out;
+    for (const char *p = text, *hit; (hit = strstr(p, from)); p = hit + k) {
+        o += sprintf(o, "%.*s\"data_source\": \"src/other\", \"ability\": \"test/digits\"", (int)(hit - p), p);
+        if (!strstr(hit + k, from))
+            strcpy(o, hit + k);
+    }
+    snprintf(src, sizeof src, "%s/ability.jsonl", dir);
+    if (df_comm_rank(world) == 0)
+        assert_int_equal(df_write_file_atomic(src, out, strlen(out)), 0);
+    assert_int_equal(df_comm_barrier(world), 0);
+    free(text), free(out);
+    write_job("custom_reward_function: {path: " REWARDS ", name: digits_quarter}\n", "by_key", yaml, path, sizeof path);
+    snprintf(ov[0], sizeof ov[0], "data.train_files=[%s]", src);
+    snprintf(ov[1], sizeof ov[1], "data.val_files=[%s]", src);
+    const char *ovs[] = {ov[0], ov[1], "data.reward_fn_key=ability", "trainer.test_freq=2"};
+    df_test_run_ok(df_test_run(world, df_test_config(yaml, path, ovs, 4)), "reward_fn_key");
+    expect_scores("by_key", 0.25);
+    /* validation scores by the key too; its metrics stay keyed by data_source, as verl's */
+    json_t *lines = df_test_metrics(dir, "by_key", true);
+    assert_true(df_test_metric(json_array_get(lines, 1), "val-aux/src/other/reward/mean@1") == 0.25);
+    json_decref(lines);
 }
 
 /* config check refuses, naming the key: a missing .py file; the batch manager without a .py;

@@ -33,7 +33,8 @@
  *   ground_truth STR  reward_model.ground_truth as text
  *   raw_prompt   STR  JSON text of the message list
  *   extra_info   STR  JSON text
- * and metadata "epoch" and "step" (the step within the epoch).
+ * (and those df_dataloader_add_column adds), and metadata "epoch" and "step"
+ * (the step within the epoch).
  *
  * Position: (epoch, step) of the next batch, always normalised so that
  * 0 <= step < steps_per_epoch. Save it with df_dataloader_tell() in a
@@ -65,6 +66,19 @@ DF_API int df_dataloader_create(const df_dataset *ds, int64_t global_batch_size,
                                 int world, bool shuffle, uint64_t seed, bool drop_last,
                                 df_dataloader **out);
 DF_API void df_dataloader_free(df_dataloader *dl);
+
+/** The most columns df_dataloader_add_column adds to a loader. */
+#define DF_DATALOADER_MAX_FIELDS 4
+
+/**
+ * Every later batch also carries the STR column `key`: each row's field at that dotted path as
+ * df_dataset_field gives it (a string as is, a number in decimal, true / false, null as "",
+ * objects and arrays as compact JSON). For verl's data.reward_fn_key (e.g. "ability"), the
+ * column a reward manager scores by. Every row is read here, so a batch never fails on it.
+ * Errors: DF_EINVAL (no name, one of the batch's standard columns above, more than
+ * DF_DATALOADER_MAX_FIELDS), DF_ENOTFOUND (a row without the field: its file and line), DF_ENOMEM.
+ */
+DF_API int df_dataloader_add_column(df_dataloader *dl, const char *key);
 
 /** Rows the loader visits each epoch (N above). */
 DF_API int64_t df_dataloader_rows(const df_dataloader *dl);

@@ -60,11 +60,11 @@ typedef struct df_dag_worker df_dag_worker;
  *     longest sequence (data.max_prompt_length + rollout.response_length, or
  *     rollout.max_model_len when longer; the reward model's input limit for
  *     it: src/workers/common/max_pos.h), as verl checks before starting vLLM; the data
- *     files exist, and every data_source of the rows the run reads has a
- *     scorer in the reward registry (unless custom_reward_function.path scores
- *     every row; training rows only when a built-in reward node scores them);
- *     data.reward_fn_key other than data_source and trainer.val_only without
- *     data.val_files are refused.
+ *     files exist, and every data_source (or data.reward_fn_key column) value
+ *     of the rows the run reads has a scorer in the reward registry (unless
+ *     custom_reward_function.path scores every row; training rows only when a
+ *     built-in reward node scores them); trainer.val_only without
+ *     data.val_files is refused.
  * Messages name the file, node and key: "<workflow file> node '<id>': ...".
  * Warnings (workflow options ignored, settings that are probably mistakes) go
  * to `warn` (NULL: dropped). On success *plan (when plan is not NULL) is the

@@ -17,6 +17,8 @@ struct df_dataloader {
     int64_t epoch, step; /* position of the next batch */
     int64_t *perm;       /* permutation of perm_epoch (shuffle only), [rows] */
     int64_t perm_epoch;
+    char *fields[DF_DATALOADER_MAX_FIELDS]; /* df_dataloader_add_column's keys */
+    int n_fields;
 };
 
 static int check_args(const df_dataset *ds, int64_t gbs, int rank, int world)
@@ -67,8 +69,34 @@ void df_dataloader_free(df_dataloader *dl)
 {
     if (!dl)
         return;
+    for (int k = 0; k < dl->n_fields; k++)
+        free(dl->fields[k]);
     free(dl->perm);
     free(dl);
+}
+
+static const char *const COLUMNS[] = {"index", "row", "data_source", "ground_truth", "raw_prompt", "extra_info"};
+
+int df_dataloader_add_column(df_dataloader *dl, const char *key)
+{
+    if (!key || !key[0])
+        return df_error(DF_EINVAL, "dataloader: an extra column needs a name");
+    for (size_t c = 0; c < sizeof COLUMNS / sizeof *COLUMNS; c++)
+        if (!strcmp(key, COLUMNS[c]))
+            return df_error(DF_EINVAL, "dataloader: '%s' is a column of every batch already", key);
+    if (dl->n_fields == DF_DATALOADER_MAX_FIELDS)
+        return df_error(DF_EINVAL, "dataloader: more than %d extra columns", DF_DATALOADER_MAX_FIELDS);
+    for (int64_t i = 0; i < dl->rows; i++) { /* every row has it: no batch fails later */
+        char *v = NULL;
+        int rc = df_dataset_field(dl->ds, i, key, &v);
+        free(v);
+        if (rc)
+            return rc;
+    }
+    if (!(dl->fields[dl->n_fields] = strdup(key)))
+        return df_error(DF_ENOMEM, "dataloader: out of memory");
+    dl->n_fields++;
+    return DF_OK;
 }
 
 int64_t df_dataloader_rows(const df_dataloader *dl)
@@ -162,13 +190,24 @@ static int build_batch(const df_dataloader *dl, const int64_t *rows, int64_t k, 
         g[r] = df_dataset_global_index(dl->ds, rows[r]);
     if (!rc && !(rc = df_batch_set_i64(b, "index", g)))
         rc = df_batch_set_i64(b, "row", rows);
-    static const char *const names[] = {"data_source", "ground_truth", "raw_prompt", "extra_info"};
+    const char *const *names = COLUMNS + 2; /* after index and row */
     const char *(*const get[])(const df_dataset *, int64_t) = {
         df_dataset_data_source, df_dataset_ground_truth, df_dataset_raw_prompt, df_dataset_extra_info};
     for (int c = 0; !rc && c < 4; c++) {
         for (int64_t r = 0; r < k; r++)
             s[r] = get[c](dl->ds, rows[r]);
         rc = df_batch_set_str(b, names[c], s);
+    }
+    for (int c = 0; !rc && c < dl->n_fields; c++) {
+        char **v = calloc((size_t)(k ? k : 1), sizeof *v);
+        rc = v ? DF_OK : df_error(DF_ENOMEM, "dataloader: out of memory");
+        for (int64_t r = 0; !rc && r < k; r++)
+            rc = df_dataset_field(dl->ds, rows[r], dl->fields[c], &v[r]);
+        if (!rc)
+            rc = df_batch_set_str(b, dl->fields[c], (const char *const *)v);
+        for (int64_t r = 0; v && r < k; r++)
+            free(v[r]);
+        free(v);
     }
     if (!rc && !(rc = df_batch_meta_set(b, "epoch", (double)epoch)))
         rc = df_batch_meta_set(b, "step", (double)step);

@@ -1,6 +1,7 @@
 /* The DAG worker: setup from the config, the training loop, validation, checkpoints. */
 #include "workers/embodied/embodied_worker.h"
 #include "workers/worker_internal.h"
+#include "workers/reward/score_batch.h"
 #include "workers/dag/marft_run.h"
 
 #include "distflow/env.h"
@@ -291,6 +292,8 @@ static int load_policy_and_prompts(df_dag_worker *w, df_model **m)
     if (!rc)
         rc = df_dataloader_create(w->train_ds, t->data.gen_batch_size, w->data_layout.dp_rank,
                                   w->data_layout.dp_size, t->data.shuffle, (uint64_t)t->data.seed, true, &w->dl);
+    if (!rc && (rc = df_score_key_column(w->dl, t->data.reward_fn_key)))
+        rc = df_error_wrap(rc, "%s: data.reward_fn_key", df_config_where(w->cfg, "data.reward_fn_key"));
     return rc;
 }
 

@@ -6,6 +6,7 @@
 #include "workers/common/val_metrics.h"
 #include "workers/dag/gen_dump.h"
 #include "workers/dag/metrics_reduce.h"
+#include "workers/reward/score_batch.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +79,17 @@ static int finish(const df_metrics *t, const df_eval_opts *o, df_metrics *metric
     return rc;
 }
 
+/* The rows of ds in file order, `chunk` prompts a batch, with the column rcfg scores by. */
+static int prompt_loader(const df_dataset *ds, int64_t chunk, const df_reward_manager_cfg *rcfg, df_dataloader **dl)
+{
+    int rc = df_dataloader_create(ds, chunk, 0, 1, false, 0, false, dl);
+    if (!rc && (rc = df_score_key_column(*dl, rcfg ? rcfg->reward_fn_key : NULL))) {
+        df_dataloader_free(*dl);
+        *dl = NULL;
+    }
+    return rc;
+}
+
 /* Each rank scores its own rows; the sums are added over the ranks. */
 static int evaluate_reduced(df_rollout_engine *e, const df_model *m, const df_tokenizer *tok,
                             const df_reward_manager_cfg *rcfg, const df_dataset *ds,
@@ -88,7 +100,7 @@ static int evaluate_reduced(df_rollout_engine *e, const df_model *m, const df_to
     int64_t chunk = o->batch_prompts > 0 && o->batch_prompts < n_rows ? o->batch_prompts : n_rows;
     df_dataloader *dl = NULL;
     /* with a comm, a rank's shard may be empty (a small val set on many ranks) */
-    int rc = n_rows > 0 ? df_dataloader_create(ds, chunk, 0, 1, false, 0, false, &dl) : DF_OK;
+    int rc = n_rows > 0 ? prompt_loader(ds, chunk, rcfg, &dl) : DF_OK;
     df_metrics *t = df_metrics_new(); /* sums: total/<field> and df_val_metrics_add's */
     if (!t)
         rc = df_error(DF_ENOMEM, "out of memory");
@@ -123,13 +135,13 @@ static int evaluate_reduced(df_rollout_engine *e, const df_model *m, const df_to
 
 /* Every response this rank generates for its rows, serialized into *buf (NULL, 0 for none). */
 static int generate_shard(df_rollout_engine *e, const df_model *m, const df_tokenizer *tok,
-                          const df_dataset *ds, const df_prompt_cache *pc, const df_eval_opts *o,
-                          uint8_t **buf, size_t *len)
+                          const df_reward_manager_cfg *rcfg, const df_dataset *ds, const df_prompt_cache *pc,
+                          const df_eval_opts *o, uint8_t **buf, size_t *len)
 {
     int64_t n_rows = df_dataset_size(ds);
     int64_t chunk = o->batch_prompts > 0 && o->batch_prompts < n_rows ? o->batch_prompts : n_rows;
     df_dataloader *dl = NULL;
-    int rc = n_rows > 0 ? df_dataloader_create(ds, chunk, 0, 1, false, 0, false, &dl) : DF_OK;
+    int rc = n_rows > 0 ? prompt_loader(ds, chunk, rcfg, &dl) : DF_OK;
     int64_t steps = dl ? df_dataloader_steps_per_epoch(dl) : 0, done = 0;
     df_batch **parts = calloc((size_t)(steps ? steps : 1), sizeof *parts), *all = NULL;
     if (!rc && !parts)
@@ -240,7 +252,7 @@ static int evaluate_gathered(df_rollout_engine *e, const df_model *m, const df_t
     int64_t *send_counts = calloc((size_t)size, sizeof *send_counts); /* everything to rank 0 */
     int rc = send_counts ? DF_OK : df_error(DF_ENOMEM, "out of memory");
     if (!rc && !o->replica)
-        rc = generate_shard(e, m, tok, ds, pc, o, &buf, &len);
+        rc = generate_shard(e, m, tok, rcfg, ds, pc, o, &buf, &len);
     /* every rank joins, so none waits for a failed one */
     int64_t agree[2] = {rc ? 1 : 0, rc || o->replica ? 0 : df_dataset_size(ds)};
     if (c) {

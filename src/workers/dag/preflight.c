@@ -69,7 +69,8 @@ static void free_paths(char **paths)
     free(paths);
 }
 
-/* df_dataset_value_fn: a data_source value without a scorer is an error at the row it first appears. */
+/* df_dataset_value_fn: a data_source (data.reward_fn_key) value without a scorer is an error at the row it
+   first appears. */
 static int need_scorer(void *user, const char *value, const char *file, int64_t line)
 {
     df_reward_fn fn;
@@ -79,19 +80,21 @@ static int need_scorer(void *user, const char *value, const char *file, int64_t 
     snprintf(why, sizeof why, "%s", df_last_error());
     return df_error(DF_ENOTFOUND,
                     "%s: %s:%lld: %s. Every response to these prompts would fail at its reward: give the "
-                    "rows a known data_source, set custom_reward_function.path to a Python file or library that scores "
-                    "them, or register a scorer (df_reward_register) from a plugin",
+                    "rows a known data_source (the column data.reward_fn_key names), set "
+                    "custom_reward_function.path to a Python file or library that scores them, or register a "
+                    "scorer (df_reward_register) from a plugin",
                     (const char *)user, file, (long long)line, why);
 }
 
-/* The data files of `key` exist; with `scored` their data_source values have scorers. */
-static int check_data(const df_config *c, const char *key, const df_config_strs *files, int64_t rows, bool scored)
+/* The data files of `key` exist; with `scored` their data.reward_fn_key values (data_source by default)
+   have scorers. */
+static int check_data(const df_config *c, const char *key, const df_config_strs *files, int64_t rows, bool scored,
+                      const char *fn_key)
 {
     char **paths = NULL;
     int rc = check_files(c, key, files, &paths);
     if (!rc && scored)
-        rc = df_dataset_scan_values((const char *const *)paths, files->n, "data_source", rows, need_scorer,
-                                    (void *)key);
+        rc = df_dataset_scan_values((const char *const *)paths, files->n, fn_key, rows, need_scorer, (void *)key);
     free_paths(paths);
     return rc;
 }
@@ -122,8 +125,10 @@ int df_train_preflight(const df_config *c, const df_train_config *t, bool critic
     bool custom = t->custom_reward_function.path != NULL; /* it scores every row, whatever its source */
     /* data.*_max_samples = n: the run reads the first n rows of the files (df_dataset_head) */
     if (!rc)
-        rc = check_data(c, "data.train_files", &d->train_files, d->train_max_samples, train_scored && !custom);
+        rc = check_data(c, "data.train_files", &d->train_files, d->train_max_samples, train_scored && !custom,
+                        d->reward_fn_key);
     if (!rc)
-        rc = check_data(c, "data.val_files", &d->val_files, d->val_max_samples, !custom && !df_embodied_enabled(t));
+        rc = check_data(c, "data.val_files", &d->val_files, d->val_max_samples, !custom && !df_embodied_enabled(t),
+                        d->reward_fn_key);
     return rc;
 }

@@ -2,6 +2,7 @@
 #include "workers/reward/score_batch.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* verl's reward_extra_info with overlong_buffer.log: overlong_reward and overlong (1.0 where penalised). */
 static int set_overlong(df_batch *b, float *overlong_reward)
@@ -42,4 +43,11 @@ int df_score_batch(const df_tokenizer *tok, const df_reward_manager_cfg *rcfg, d
     free(acc);
     free(overlong);
     return rc;
+}
+
+int df_score_key_column(df_dataloader *dl, const char *reward_fn_key)
+{
+    if (!reward_fn_key || !reward_fn_key[0] || !strcmp(reward_fn_key, "data_source"))
+        return DF_OK;
+    return df_dataloader_add_column(dl, reward_fn_key);
 }

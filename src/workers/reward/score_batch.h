@@ -6,6 +6,7 @@
 #define DF_WORKER_SCORE_BATCH_H
 
 #include "distflow/batch.h"
+#include "distflow/dataloader.h"
 #include "distflow/reward.h"
 #include "distflow/tokenizer.h"
 
@@ -18,5 +19,12 @@
  */
 int df_score_batch(const df_tokenizer *tok, const df_reward_manager_cfg *rcfg, df_batch *b,
                    int64_t *n_empty);
+
+/**
+ * The column the reward manager selects a scorer by (verl's data.reward_fn_key; NULL, "" and
+ * "data_source" are the batch's own data_source): any other key is added to every batch of dl
+ * (df_dataloader_add_column, whose errors these are).
+ */
+int df_score_key_column(df_dataloader *dl, const char *reward_fn_key);
 
 #endif
