@@ -146,6 +146,18 @@ static void test_extra_keys(void **state)
     const double fmt[] = {1, 0, 0}, chars[] = {3, 1, 2};
     for (int i = 0; i < 3; i++)
         assert_true(v[f * 3 + i] == fmt[i] && v[c * 3 + i] == chars[i]);
+    const char *const *texts; /* the other values, as JSON text */
+    df_reward_python_extra_json(p, &n_keys, &names, &texts);
+    assert_int_equal(n_keys, 2);
+    int t = strcmp(names[0], "note") ? 1 : 0;
+    assert_string_equal(names[t], "note");
+    assert_string_equal(names[1 - t], "parts");
+    for (int i = 0; i < 3; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "[\"%s\", null]", SOL[i]);
+        assert_string_equal(texts[t * 3 + i], "\"kept as text\"");
+        assert_string_equal(texts[(1 - t) * 3 + i], want);
+    }
     df_reward_python_close(p);
     static const struct {
         const char *fn, *want;
@@ -153,6 +165,7 @@ static void test_extra_keys(void **state)
         {"extra_missing", "'chars' is in other results of the batch but not in this one"},
         {"extra_reserved", "the result key 'index'"},
         {"extra_bad_name", "the result key 'pass rate'"},
+        {"extra_mixed", "'chars' is a number in other results of the batch, \"two\" in this one"},
     };
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
         p = open_ok(bad[k].fn, NULL, false);
@@ -160,6 +173,8 @@ static void test_extra_keys(void **state)
         if (!strstr(df_last_error(), bad[k].want))
             fail_msg("%s: %s", bad[k].fn, df_last_error());
         df_reward_python_extra(p, &n_keys, &names, &v);
+        assert_int_equal(n_keys, 0);
+        df_reward_python_extra_json(p, &n_keys, &names, &texts);
         assert_int_equal(n_keys, 0);
         df_reward_python_close(p);
     }
@@ -287,17 +302,21 @@ static void test_naive_manager(void **state)
     assert_string_equal(df_batch_str(b, "pred", 2), "t2|-4|12|");
     assert_null(df_batch_column(b, DF_REWARD_EXTRA_PREFIX "chars"));
     df_reward_python_close(cfg.python);
-    cfg.python = open_ok("with_extra", NULL, false); /* its numeric extra keys become columns */
+    cfg.python = open_ok("with_extra", NULL, false); /* its extra keys become columns */
     assert_int_equal(df_reward_naive(&cfg, b, SOL, scores, acc, &empty), 0);
     const float *chars = df_batch_f32(b, DF_REWARD_EXTRA_PREFIX "chars");
     assert_non_null(chars);
     assert_true(chars[0] == 3 && chars[1] == 1 && chars[2] == 2);
     assert_non_null(df_batch_f32(b, DF_REWARD_EXTRA_PREFIX "format_ok"));
-    assert_null(df_batch_column(b, DF_REWARD_EXTRA_PREFIX "note"));
+    assert_string_equal(df_batch_str(b, DF_REWARD_EXTRA_PREFIX "note", 2), "\"kept as text\"");
+    assert_string_equal(df_batch_str(b, DF_REWARD_EXTRA_PREFIX "parts", 2), "[\"-4\", null]");
+    assert_null(df_reward_extra_key(df_batch_column(b, DF_REWARD_EXTRA_PREFIX "note"))); /* no metric */
+    assert_string_equal(df_reward_extra_json_key(df_batch_column(b, DF_REWARD_EXTRA_PREFIX "note")), "note");
     df_reward_python_close(cfg.python);
     cfg.python = open_ok("plain", NULL, false); /* a later scoring without them drops them */
     assert_int_equal(df_reward_naive(&cfg, b, SOL, scores, acc, &empty), 0);
     assert_null(df_batch_column(b, DF_REWARD_EXTRA_PREFIX "chars"));
+    assert_null(df_batch_column(b, DF_REWARD_EXTRA_PREFIX "note"));
     df_reward_python_close(cfg.python);
 
     /* the batch manager needs a batched bridge, and a batched bridge the batch manager */
@@ -558,8 +577,11 @@ static void test_eval(void **state)
     int rows = 0;
     for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n"), rows++) {
         json_t *row = json_loads(l, 0, NULL);
-        if (!row || json_real_value(json_object_get(row, "half")) != 0.5)
-            fail_msg("eval.jsonl row %d has no \"half\": 0.5: %s", rows, l);
+        const json_t *why = row ? json_object_get(row, "why") : NULL;
+        if (!row || json_real_value(json_object_get(row, "half")) != 0.5 ||
+            strcmp(json_string_value(json_object_get(why, "rule")) ? json_string_value(json_object_get(why, "rule")) : "",
+                   "digits") || strcmp(json_string_value(json_object_get(why, "gt")), json_string_value(json_object_get(row, "gts"))))
+            fail_msg("eval.jsonl row %d has no \"half\": 0.5 or no \"why\" object: %s", rows, l);
         json_decref(row);
     }
     assert_int_equal(rows, 3);

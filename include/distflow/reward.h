@@ -288,8 +288,8 @@ DF_API int df_reward_python_open(const char *path, const char *name, const char 
  * other keys with number values (verl's reward_extra_info) are kept for df_reward_python_extra:
  * each must be in every dict of the batch, be 1-50 characters of [A-Za-z0-9_.-] and not a
  * name the managers, the metrics or the dumps use themselves (reward, overlong_reward, overlong,
- * input, output, gts, step, index, data_source), its values finite; keys with other values are
- * not kept. In PRIME mode a result is read as verl's prime reads it (df_reward_py_mode), acc =
+ * input, output, gts, step, index, data_source), its values finite; keys with other values
+ * (text, lists, ...) are kept as JSON text for df_reward_python_extra_json. In PRIME mode a result is read as verl's prime reads it (df_reward_py_mode), acc =
  * (score == 1.0), and no extra keys are kept.
  * Errors (out unspecified): DF_EINVAL (the function raised or returned something else: the
  * message names the row and quotes Python's traceback; batch mode: a list of the wrong
@@ -308,6 +308,16 @@ DF_API int df_reward_python_score(df_reward_python *p, int64_t n, const char *co
 DF_API void df_reward_python_extra(const df_reward_python *p, int *n_keys, const char *const **names,
                                    const double **values);
 
+/**
+ * The other extra keys of the last df_reward_python_score's results (values that are not numbers:
+ * text, lists, objects, None; verl keeps them in reward_extra_info for its dumps): *n_keys names
+ * and each value as JSON text (json.dumps; what JSON cannot hold as str()), texts[k * n + i].
+ * The same rules as the numeric keys: in every result of the batch, a valid name, and a key is
+ * numeric in every result or in none. Valid until the next call or df_reward_python_close.
+ */
+DF_API void df_reward_python_extra_json(const df_reward_python *p, int *n_keys, const char *const **names,
+                                        const char *const **texts);
+
 /** Whether `path` names a Python reward file (it ends in ".py"); false for NULL. */
 DF_API bool df_reward_python_file(const char *path);
 
@@ -319,13 +329,18 @@ DF_API void df_reward_python_close(df_reward_python *p);
 
 /* ---- naive reward manager -------------------------------------------------- */
 
-/** Prefix of the F32 columns that hold a Python reward function's numeric extra keys (verl's
- *  reward_extra_info): "reward_extra/<key>", one value per row. */
+/** Prefix of the columns that hold a Python reward function's extra keys (verl's
+ *  reward_extra_info): "reward_extra/<key>", one value per row; F32 for a numeric key, STR (JSON
+ *  text) for the others. */
 #define DF_REWARD_EXTRA_PREFIX "reward_extra/"
 
-/** The key of a column holding such extra values (an F32 column named DF_REWARD_EXTRA_PREFIX<key>:
+/** The key of a column holding numeric extra values (an F32 column named DF_REWARD_EXTRA_PREFIX<key>:
  *  a pointer into its name), else NULL. */
 DF_API const char *df_reward_extra_key(const df_column *col);
+
+/** The key of a column holding other extra values as JSON text (a STR column named
+ *  DF_REWARD_EXTRA_PREFIX<key>), else NULL. */
+DF_API const char *df_reward_extra_json_key(const df_column *col);
 
 /**
  * DAPO's overlong reward shaping (reward_model.overlong_buffer.*; DAPO, Yu et
@@ -378,8 +393,10 @@ typedef struct df_reward_manager_cfg {
  * have a prediction); the generation dumps show the valid ones and validation
  * votes with them (maj@N). Without such a row earlier `pred` / `pred_valid`
  * columns are dropped. With cfg->python, its numeric extra keys
- * (df_reward_python_extra) become F32 columns DF_REWARD_EXTRA_PREFIX<key>,
- * replacing any earlier ones (dumps and validation metrics show them).
+ * (df_reward_python_extra) become F32 columns DF_REWARD_EXTRA_PREFIX<key>
+ * and its others (df_reward_python_extra_json) STR columns of JSON text of
+ * that name, replacing any earlier ones (dumps show both; validation
+ * metrics the numeric ones).
  *
  * Rows are scored as df_reward_compute with cfg->kwargs (or by
  * cfg->compute_score, or all at once by cfg->python). Outputs (each may be NULL): scores[n] per-sample score,

@@ -17,10 +17,21 @@ static int need_str_col(const df_batch *b, const char *name)
     return DF_OK;
 }
 
-const char *df_reward_extra_key(const df_column *col)
+/* The key of a DF_REWARD_EXTRA_PREFIX column of this kind, else NULL. */
+static const char *extra_key(const df_column *col, df_col_kind kind)
 {
     const size_t pre = strlen(DF_REWARD_EXTRA_PREFIX);
-    return col->kind == DF_COL_F32 && !strncmp(col->name, DF_REWARD_EXTRA_PREFIX, pre) ? col->name + pre : NULL;
+    return col->kind == kind && !strncmp(col->name, DF_REWARD_EXTRA_PREFIX, pre) ? col->name + pre : NULL;
+}
+
+const char *df_reward_extra_key(const df_column *col)
+{
+    return extra_key(col, DF_COL_F32);
+}
+
+const char *df_reward_extra_json_key(const df_column *col)
+{
+    return extra_key(col, DF_COL_STR);
 }
 
 /* Drop the DF_REWARD_EXTRA_PREFIX columns of an earlier scoring of b. */
@@ -28,31 +39,36 @@ static void drop_extra(df_batch *b)
 {
     for (int c = df_batch_num_columns(b) - 1; c >= 0; c--) {
         char name[DF_COL_NAME_MAX];
-        if (!df_reward_extra_key(df_batch_column_at(b, c)))
+        const df_column *col = df_batch_column_at(b, c);
+        if (!df_reward_extra_key(col) && !df_reward_extra_json_key(col))
             continue;
         snprintf(name, sizeof name, "%s", df_batch_column_at(b, c)->name); /* dropping frees the column */
         df_batch_drop(b, name);
     }
 }
 
-/* The Python function's numeric extra keys as DF_REWARD_EXTRA_PREFIX<key> columns of b. */
+/* The Python function's extra keys as DF_REWARD_EXTRA_PREFIX<key> columns of b: F32 for the numeric
+   ones, STR (JSON text) for the others. */
 static int set_extra(const df_reward_python *p, df_batch *b)
 {
-    int n_keys;
-    const char *const *names;
+    int n_keys, n_text;
+    const char *const *names, *const *tnames, *const *texts;
     const double *v;
     df_reward_python_extra(p, &n_keys, &names, &v);
+    df_reward_python_extra_json(p, &n_text, &tnames, &texts);
     int64_t n = df_batch_size(b);
     float *col = malloc((size_t)(n ? n : 1) * sizeof *col);
     int rc = col ? DF_OK : df_error(DF_ENOMEM, "reward manager: out of memory");
-    for (int k = 0; !rc && k < n_keys; k++) {
+    for (int k = 0; !rc && k < n_keys + n_text; k++) {
+        const char *key = k < n_keys ? names[k] : tnames[k - n_keys];
         char name[DF_COL_NAME_MAX];
-        if (snprintf(name, sizeof name, DF_REWARD_EXTRA_PREFIX "%s", names[k]) >= (int)sizeof name)
-            rc = df_error(DF_EINVAL, "reward manager: extra key '%s' is too long", names[k]);
-        for (int64_t i = 0; !rc && i < n; i++)
+        if (snprintf(name, sizeof name, DF_REWARD_EXTRA_PREFIX "%s", key) >= (int)sizeof name)
+            rc = df_error(DF_EINVAL, "reward manager: extra key '%s' is too long", key);
+        for (int64_t i = 0; !rc && k < n_keys && i < n; i++)
             col[i] = (float)v[(size_t)k * (size_t)n + (size_t)i];
         if (!rc)
-            rc = df_batch_set_f32(b, name, col);
+            rc = k < n_keys ? df_batch_set_f32(b, name, col)
+                            : df_batch_set_str(b, name, texts + (size_t)(k - n_keys) * (size_t)n);
     }
     free(col);
     return rc;

@@ -65,18 +65,21 @@ static const char DRIVER[] =
     "    return v\n"
     "RESERVED = ('reward', 'overlong_reward', 'overlong', 'input', 'output', 'gts', 'step', 'index', "
     "'data_source')\n"
-    "def result(r, extras, row):\n"
+    "def result(r, extras, texts, row):\n"
     "    if not isinstance(r, dict):\n"
     "        return [number(r, 'the score'), None, None]\n"
     "    if 'score' not in r:\n"
     "        raise KeyError('the result is a dict without \"score\" (keys: %s)' % ', '.join(map(str, r)))\n"
     "    for k, v in r.items():\n"
-    "        if k in ('score', 'acc', 'pred') or not isinstance(v, numbers.Number):\n"
+    "        if k in ('score', 'acc', 'pred'):\n"
     "            continue\n"
     "        if k in RESERVED or not isinstance(k, str) or not re.fullmatch(r'[A-Za-z0-9_.-]{1,50}', k):\n"
-    "            raise ValueError('the result key %r: a numeric extra key must be 1-50 characters of '\n"
+    "            raise ValueError('the result key %r: an extra key must be 1-50 characters of '\n"
     "                             '[A-Za-z0-9_.-] and not one of %s' % (k, ', '.join(RESERVED)))\n"
-    "        extras.setdefault(k, {})[row] = number(v, 'the value of %r' % k)\n"
+    "        if isinstance(v, numbers.Number):\n"
+    "            extras.setdefault(k, {})[row] = number(v, 'the value of %r' % k)\n"
+    "        else:\n"
+    "            texts.setdefault(k, {})[row] = json.dumps(v, allow_nan=False, default=str)\n"
     "    return [number(r['score'], 'the score'), bool(r['acc']) if 'acc' in r else None,\n"
     "            str(r['pred']) if 'pred' in r else None]\n"
     "def prime_result(r):\n"
@@ -123,14 +126,19 @@ static const char DRIVER[] =
     "            for row in range(len(sol)):\n"
     "                rs.append(fn(data_source=src[row], solution_str=sol[row], ground_truth=gt[row], "
     "extra_info=extra[row], **kwargs))\n"
-    "        out, extras = [], {}\n"
+    "        out, extras, texts = [], {}, {}\n"
     "        for row in range(len(rs)):\n"
-    "            out.append(prime_result(rs[row]) if mode == 'prime' else result(rs[row], extras, row))\n"
-    "        for k, got in extras.items():\n"
+    "            out.append(prime_result(rs[row]) if mode == 'prime' else result(rs[row], extras, texts, row))\n"
+    "        for k in set(extras) & set(texts):\n"
+    "            row = min(texts[k])\n"
+    "            raise TypeError('%r is a number in other results of the batch, %s in this one' % (k, texts[k][row]))\n"
+    "        for k, got in list(extras.items()) + list(texts.items()):\n"
     "            for row in range(len(rs)):\n"
     "                if row not in got:\n"
     "                    raise KeyError('%r is in other results of the batch but not in this one' % k)\n"
-    "        reply({'results': out, 'extra': {k: [got[i] for i in range(len(rs))] for k, got in extras.items()}})\n"
+    "        row = None\n"
+    "        reply({'results': out, 'extra': {k: [got[i] for i in range(len(rs))] for k, got in extras.items()},\n"
+    "               'extra_json': {k: [got[i] for i in range(len(rs))] for k, got in texts.items()}})\n"
     "    except Exception:\n"
     "        reply(failure('calling ' + name, row))\n";
 
@@ -144,6 +152,10 @@ struct df_reward_python {
     int n_extra;        /* the last batch's numeric extra keys */
     char **extra_names; /* [n_extra] */
     double *extra;      /* [n_extra][rows of the last batch] */
+    int n_text;         /* its other extra keys, each value as JSON text */
+    char **text_names;  /* [n_text] */
+    char **texts;       /* [n_text][rows of the last batch] */
+    int64_t text_rows;
 };
 
 static void clear_extra(df_reward_python *p)
@@ -153,6 +165,13 @@ static void clear_extra(df_reward_python *p)
     free(p->extra_names);
     free(p->extra);
     p->extra_names = NULL, p->extra = NULL, p->n_extra = 0;
+    for (int k = 0; k < p->n_text; k++)
+        free(p->text_names[k]);
+    for (int64_t i = 0; p->texts && i < (int64_t)p->n_text * p->text_rows; i++)
+        free(p->texts[i]);
+    free(p->text_names);
+    free(p->texts);
+    p->text_names = NULL, p->texts = NULL, p->n_text = 0, p->text_rows = 0;
 }
 
 /* A reply's "extra": {key: [n numbers]} into p. */
@@ -175,6 +194,36 @@ static int read_extra(df_reward_python *p, const json_t *extra, int64_t n)
         for (int64_t i = 0; i < n; i++)
             p->extra[(size_t)p->n_extra * (size_t)n + (size_t)i] = json_number_value(json_array_get(vals, (size_t)i));
         p->n_extra++;
+    }
+    return DF_OK;
+}
+
+/* A reply's "extra_json": {key: [n JSON texts]} into p. */
+static int read_texts(df_reward_python *p, const json_t *texts, int64_t n)
+{
+    size_t keys = json_object_size(texts);
+    if (!keys)
+        return DF_OK;
+    p->text_names = calloc(keys, sizeof *p->text_names);
+    p->texts = calloc(keys * (size_t)n, sizeof *p->texts);
+    if (!p->text_names || !p->texts)
+        return df_error(DF_ENOMEM, "Python reward function %s: out of memory", p->where);
+    p->text_rows = n;
+    const char *key;
+    const json_t *vals;
+    json_object_foreach((json_t *)texts, key, vals) {
+        if (json_array_size(vals) != (size_t)n)
+            return df_error(DF_EIO, "Python reward function %s: malformed extra values of '%s'", p->where, key);
+        if (!(p->text_names[p->n_text] = strdup(key)))
+            return df_error(DF_ENOMEM, "Python reward function %s: out of memory", p->where);
+        char **row = p->texts + (size_t)p->n_text++ * (size_t)n;
+        for (int64_t i = 0; i < n; i++) {
+            const char *t = json_string_value(json_array_get(vals, (size_t)i));
+            if (!t || !(row[i] = strdup(t)))
+                return t ? df_error(DF_ENOMEM, "Python reward function %s: out of memory", p->where)
+                         : df_error(DF_EIO, "Python reward function %s: malformed extra value of '%s'", p->where,
+                                    key);
+        }
     }
     return DF_OK;
 }
@@ -448,6 +497,8 @@ int df_reward_python_score(df_reward_python *p, int64_t n, const char *const *da
         rc = read_result(p, json_array_get(res, (size_t)i), i, &out[i]);
     if (!rc)
         rc = read_extra(p, json_object_get(reply, "extra"), n);
+    if (!rc)
+        rc = read_texts(p, json_object_get(reply, "extra_json"), n);
     if (rc)
         clear_extra(p);
     json_decref(reply);
@@ -460,6 +511,14 @@ void df_reward_python_extra(const df_reward_python *p, int *n_keys, const char *
     *n_keys = p->n_extra;
     *names = (const char *const *)p->extra_names;
     *values = p->extra;
+}
+
+void df_reward_python_extra_json(const df_reward_python *p, int *n_keys, const char *const **names,
+                                 const char *const **texts)
+{
+    *n_keys = p->n_text;
+    *names = (const char *const *)p->text_names;
+    *texts = (const char *const *)p->texts;
 }
 
 void df_reward_python_close(df_reward_python *p)

@@ -22,11 +22,13 @@ static json_t *row_object(const df_batch *b, int64_t i, const char *input, const
     for (int k = 0; row && k < 3; k++)
         if (df_batch_f32(b, extra[k]))
             json_object_set_new(row, extra[k], json_real(df_batch_f32(b, extra[k])[i]));
-    for (int c = 0; row && c < df_batch_num_columns(b); c++) { /* a Python reward function's numeric keys */
+    for (int c = 0; row && c < df_batch_num_columns(b); c++) { /* a Python reward function's extra keys */
         const df_column *col = df_batch_column_at(b, c);
-        const char *key = df_reward_extra_key(col);
+        const char *key = df_reward_extra_key(col), *jkey = df_reward_extra_json_key(col);
         if (key)
             json_object_set_new(row, key, json_real(((const float *)col->data)[i]));
+        else if (jkey) /* as the function returned it (JSON text from the Python child) */
+            json_object_set_new(row, jkey, json_loads(df_batch_str(b, col->name, i), JSON_DECODE_ANY, NULL));
     }
     if (row && df_row_has_pred(b, i))
         json_object_set_new(row, "pred", json_string(df_batch_str(b, "pred", i)));
