@@ -421,6 +421,28 @@ static void expect_scores(const char *out, double want)
    function per response (naive, with reward_kwargs passed on: the typed format_score and bonus, a
    key of any other name) and per batch (reward_manager=batch); 0.25 (+ format_score + bonus) only
    when the arguments are the rows' data_source and ground truth: 1.0 needs both kwargs. */
+/* dir/ability.jsonl (its path into path): dir/train.jsonl's rows with data_source src/other and
+   "ability": "test/digits" (rank 0 writes it; every rank returns once it is there). */
+static void write_ability_rows(char *path, size_t cap)
+{
+    char *text = NULL;
+    snprintf(path, cap, "%s/train.jsonl", dir);
+    assert_int_equal(df_read_file(path, &text, NULL), 0);
+    const char *from = "\"data_source\": \"test/digits\"";
+    const size_t k = strlen(from);
+    char *out = calloc(1, 2 * strlen(text) + 1), *o = out;
+    for (const char *p = text, *hit; (hit = strstr(p, from)); p = hit + k) {
+        o += sprintf(o, "%.*s\"data_source\": \"src/other\", \"ability\": \"test/digits\"", (int)(hit - p), p);
+        if (!strstr(hit + k, from))
+            strcpy(o, hit + k);
+    }
+    snprintf(path, cap, "%s/ability.jsonl", dir);
+    if (df_comm_rank(world) == 0)
+        assert_int_equal(df_write_file_atomic(path, out, strlen(out)), 0);
+    assert_int_equal(df_comm_barrier(world), 0);
+    free(text), free(out);
+}
+
 static void test_train(void **state)
 {
     (void)state;
@@ -442,22 +464,8 @@ static void test_train(void **state)
     expect_scores("prime", 0.75);
     /* data.reward_fn_key: rows whose data_source is another, their "ability" test/digits; the function
        sees the ability as its data_source (digits_quarter gives -1 for any other) */
-    char *text = NULL, src[512], ov[2][600];
-    snprintf(src, sizeof src, "%s/train.jsonl", dir);
-    assert_int_equal(df_read_file(src, &text, NULL), 0);
-    const char *from = "\"data_source\": \"test/digits\"";
-    const size_t k = strlen(from);
-    char *out = calloc(1, 2 * strlen(text) + 1), *o = out;
-    for (const char *p = text, *hit; (hit = strstr(p, from)); p = hit + k) {
-        o += sprintf(o, "%.*s\"data_source\": \"src/other\", \"ability\": \"test/digits\"", (int)(hit - p), p);
-        if (!strstr(hit + k, from))
-            strcpy(o, hit + k);
-    }
-    snprintf(src, sizeof src, "%s/ability.jsonl", dir);
-    if (df_comm_rank(world) == 0)
-        assert_int_equal(df_write_file_atomic(src, out, strlen(out)), 0);
-    assert_int_equal(df_comm_barrier(world), 0);
-    free(text), free(out);
+    char src[512], ov[2][600];
+    write_ability_rows(src, sizeof src);
     write_job("custom_reward_function: {path: " REWARDS ", name: digits_quarter}\n", "by_key", yaml, path, sizeof path);
     snprintf(ov[0], sizeof ov[0], "data.train_files=[%s]", src);
     snprintf(ov[1], sizeof ov[1], "data.val_files=[%s]", src);
@@ -571,6 +579,14 @@ static void test_eval(void **state)
         if ((st != 0) != cases[c].status || !strstr(out, cases[c].want1) || !strstr(out, cases[c].want2))
             fail_msg("%s: status %d, output %s", cases[c].fn, st, out);
     }
+    /* --reward-fn-key: the scorer's data_source from the rows' "ability" (src/other would score -1) */
+    char ab[512], cmd[2048], out[8192];
+    write_ability_rows(ab, sizeof ab);
+    snprintf(cmd, sizeof cmd, "%s/distflow eval --model %s/model --data %s --limit 3 --max-response-length 4 "
+             "--reward-function %s:digits_quarter --reward-fn-key ability 2>&1", DF_BINARY_DIR, dir, ab, REWARDS);
+    int st = df_test_command(cmd, out, sizeof out);
+    if (st != 0 || !strstr(out, "\nscore: 0.2500\n"))
+        fail_msg("--reward-fn-key ability: status %d, output %s", st, out);
     char path[512], *text = NULL; /* the extra key in every dumped row */
     snprintf(path, sizeof path, "%s/eval.jsonl", dir);
     assert_int_equal(df_read_file(path, &text, NULL), 0);

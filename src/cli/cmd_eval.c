@@ -132,7 +132,7 @@ int df_cmd_eval(int argc, char **argv)
     int64_t max_seqs = 512, max_turns = 0, max_user_turns = 0;
     double temperature = 0, top_p = 1.0;
     const char *tool_cfg = NULL, *ia_cfg = NULL, *tmpl_kwargs = NULL, *reward_fn = NULL;
-    const char *reward_kwargs = NULL, *manager = "naive", *manager_kwargs = NULL;
+    const char *reward_kwargs = NULL, *manager = "naive", *manager_kwargs = NULL, *fn_key = "data_source";
     df_opt opts[] = {
         {"model", DF_OPT_STR, &model, "HF model directory (required)", false},
         {"data", DF_OPT_STR, &data, "dataset, JSON lines in the verl RL schema (required)", false},
@@ -168,6 +168,8 @@ int df_cmd_eval(int argc, char **argv)
          "responses in a process pool, a call that raises or outlasts the timeout scoring 0; docs/rewards.md)", false},
         {"reward-manager-kwargs", DF_OPT_STR, &manager_kwargs, "JSON object of the manager's settings (as "
          "reward_model.reward_kwargs): prime's num_processes (default 64) and timeout (seconds, default 300)", false},
+        {"reward-fn-key", DF_OPT_STR, &fn_key, "the rows' field (a dotted path) whose value selects the scorer and "
+         "is a reward function's data_source (as data.reward_fn_key; default data_source)", false},
         {"output", DF_OPT_STR, &output, "write each response as a JSON line here (input, output, gts, score, acc, index, "
          "data_source), in the file's order, when the run succeeds (rank 0)", false},
         {0}};
@@ -215,7 +217,7 @@ int df_cmd_eval(int argc, char **argv)
     size_t dump_len = 0;
     if (!rc && output && rank == 0 && !(dump = open_memstream(&dump_buf, &dump_len)))
         rc = df_error(DF_ENOMEM, "out of memory collecting the responses for %s", output);
-    df_reward_manager_cfg rcfg = {.manager = manager}; /* rank 0 scores every response */
+    df_reward_manager_cfg rcfg = {.manager = manager, .reward_fn_key = fn_key}; /* rank 0 scores every response */
     if (!rc)
         rc = check_manager(manager, manager_kwargs, reward_fn);
     if (!rc && reward_fn && rank == 0)
