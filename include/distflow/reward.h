@@ -289,8 +289,9 @@ DF_API int df_reward_python_open(const char *path, const char *name, const char 
  * each must be in every dict of the batch, be 1-50 characters of [A-Za-z0-9_.-] and not a
  * name the managers, the metrics or the dumps use themselves (reward, overlong_reward, overlong,
  * input, output, gts, step, index, data_source), its values finite; keys with other values
- * (text, lists, ...) are kept as JSON text for df_reward_python_extra_json. In PRIME mode a result is read as verl's prime reads it (df_reward_py_mode), acc =
- * (score == 1.0), and no extra keys are kept.
+ * (text, lists, ...) are kept as JSON text for df_reward_python_extra_json. In PRIME mode a
+ * result is read as verl's prime reads it (df_reward_py_mode), acc = (score == 1.0), and no
+ * extra keys are kept.
  * Errors (out unspecified): DF_EINVAL (the function raised or returned something else: the
  * message names the row and quotes Python's traceback; batch mode: a list of the wrong
  * length), DF_EIO (the child died: its exit status or signal), DF_ENOMEM. After an error the

@@ -69,9 +69,11 @@ static int check_manager(const char *manager, const char *manager_kwargs, const 
     if (strcmp(manager, "naive") && strcmp(manager, "batch") && strcmp(manager, "prime"))
         return df_error(DF_EINVAL, "--reward-manager %s: naive, batch or prime", manager);
     if (strcmp(manager, "naive") && !py)
-        return df_error(DF_EINVAL, "--reward-manager %s calls a Python --reward-function (FILE.py[:NAME])", manager);
+        return df_error(DF_EINVAL, "--reward-manager %s calls a Python --reward-function (FILE.py[:NAME])",
+                        manager);
     if (manager_kwargs && strcmp(manager, "prime"))
-        return df_error(DF_EINVAL, "--reward-manager-kwargs: only --reward-manager prime reads settings (its pool)");
+        return df_error(DF_EINVAL,
+                        "--reward-manager-kwargs: only --reward-manager prime reads settings (its pool)");
     df_reward_python_opts po; /* the same message on every rank, before any file is opened */
     int rc = df_reward_python_opts_for(manager, manager_kwargs, &po);
     return rc ? df_error_wrap(rc, "--reward-manager-kwargs") : DF_OK;
@@ -88,7 +90,8 @@ static int open_reward_function(const char *arg, const char *kwargs, const char 
     int rc = path ? DF_OK : df_error(DF_ENOMEM, "out of memory");
     void (*fn)(void) = NULL;
     df_reward_python_opts po;
-    if (!rc && df_reward_python_file(path) && !(rc = df_reward_python_opts_for(r->manager, manager_kwargs, &po)))
+    if (!rc && df_reward_python_file(path) &&
+        !(rc = df_reward_python_opts_for(r->manager, manager_kwargs, &po)))
         rc = df_reward_python_open(path, name, kwargs, &po, &r->python);
     else if (!rc && kwargs)
         rc = df_error(DF_EINVAL, "--reward-kwargs: keyword arguments go to a Python reward function (a .py "
@@ -163,13 +166,16 @@ int df_cmd_eval(int argc, char **argv)
          "the data_source scorers; NAME defaults to compute_score", false},
         {"reward-kwargs", DF_OPT_STR, &reward_kwargs, "JSON object of keyword arguments for a Python "
          "--reward-function (as custom_reward_function.reward_kwargs)", false},
-        {"reward-manager", DF_OPT_STR, &manager, "how the --reward-function is called (as reward_model."
-         "reward_manager): naive (default: per response), batch (one call per batch with lists) or prime (the "
-         "responses in a process pool, a call that raises or outlasts the timeout scoring 0; docs/rewards.md)", false},
+        {"reward-manager", DF_OPT_STR, &manager, "how the --reward-function is called (as "
+         "reward_model.reward_manager): naive (default: per response), batch (one call per batch with "
+         "lists) or prime (the responses in a process pool, a call that raises or outlasts the timeout "
+         "scoring 0; docs/rewards.md)", false},
         {"reward-manager-kwargs", DF_OPT_STR, &manager_kwargs, "JSON object of the manager's settings (as "
-         "reward_model.reward_kwargs): prime's num_processes (default 64) and timeout (seconds, default 300)", false},
-        {"reward-fn-key", DF_OPT_STR, &fn_key, "the rows' field (a dotted path) whose value selects the scorer and "
-         "is a reward function's data_source (as data.reward_fn_key; default data_source)", false},
+         "reward_model.reward_kwargs): prime's num_processes (default 64) and timeout (seconds, default "
+         "300)", false},
+        {"reward-fn-key", DF_OPT_STR, &fn_key, "the rows' field (a dotted path) whose value selects the "
+         "scorer and is a reward function's data_source (as data.reward_fn_key; default data_source)",
+         false},
         {"output", DF_OPT_STR, &output, "write each response as a JSON line here (input, output, gts, score, acc, index, "
          "data_source), in the file's order, when the run succeeds (rank 0)", false},
         {0}};
@@ -217,7 +223,8 @@ int df_cmd_eval(int argc, char **argv)
     size_t dump_len = 0;
     if (!rc && output && rank == 0 && !(dump = open_memstream(&dump_buf, &dump_len)))
         rc = df_error(DF_ENOMEM, "out of memory collecting the responses for %s", output);
-    df_reward_manager_cfg rcfg = {.manager = manager, .reward_fn_key = fn_key}; /* rank 0 scores every response */
+    /* rank 0 scores every response */
+    df_reward_manager_cfg rcfg = {.manager = manager, .reward_fn_key = fn_key};
     if (!rc)
         rc = check_manager(manager, manager_kwargs, reward_fn);
     if (!rc && reward_fn && rank == 0)

@@ -36,8 +36,8 @@ static int check_args(const df_dataset *ds, int64_t gbs, int rank, int world)
     int si, sc;
     df_dataset_shard(ds, &si, &sc);
     if (world > 1 && sc > 1) /* the global order needs every row on every rank (one rank reads what it has) */
-        return df_error(DF_EINVAL, "dataloader: the dataset holds shard %d of %d; a loader reads every row", si,
-                        sc);
+        return df_error(DF_EINVAL, "dataloader: the dataset holds shard %d of %d; a loader reads every row",
+                        si, sc);
     return DF_OK;
 }
 
@@ -50,8 +50,8 @@ int df_dataloader_create(const df_dataset *ds, int64_t global_batch_size, int ra
     int64_t n = df_dataset_size(ds), g = global_batch_size;
     int64_t steps = drop_last ? n / g : (n + g - 1) / g;
     if (steps == 0)
-        return df_error(DF_EINVAL, "dataloader: %lld rows give no batch of %lld%s", (long long)n, (long long)g,
-                        drop_last ? " with drop_last" : "");
+        return df_error(DF_EINVAL, "dataloader: %lld rows give no batch of %lld%s", (long long)n,
+                        (long long)g, drop_last ? " with drop_last" : "");
     df_dataloader *dl = calloc(1, sizeof *dl);
     int64_t *perm = shuffle ? malloc((size_t)n * sizeof *perm) : NULL;
     if (!dl || (shuffle && !perm)) {
@@ -59,8 +59,17 @@ int df_dataloader_create(const df_dataset *ds, int64_t global_batch_size, int ra
         free(perm);
         return df_error(DF_ENOMEM, "dataloader: out of memory for %lld rows", (long long)n);
     }
-    *dl = (df_dataloader){.ds = ds, .rows = n, .global = g, .steps = steps, .rank = rank, .world = world,
-                          .shuffle = shuffle, .drop_last = drop_last, .seed = seed, .perm = perm, .perm_epoch = -1};
+    *dl = (df_dataloader){.ds = ds,
+                          .rows = n,
+                          .global = g,
+                          .steps = steps,
+                          .rank = rank,
+                          .world = world,
+                          .shuffle = shuffle,
+                          .drop_last = drop_last,
+                          .seed = seed,
+                          .perm = perm,
+                          .perm_epoch = -1};
     *out = dl;
     return DF_OK;
 }
@@ -75,7 +84,8 @@ void df_dataloader_free(df_dataloader *dl)
     free(dl);
 }
 
-static const char *const COLUMNS[] = {"index", "row", "data_source", "ground_truth", "raw_prompt", "extra_info"};
+static const char *const COLUMNS[] = {"index",        "row",        "data_source",
+                                      "ground_truth", "raw_prompt", "extra_info"};
 
 int df_dataloader_add_column(df_dataloader *dl, const char *key)
 {

@@ -37,7 +37,8 @@ int df_reward_manager_check(const df_reward_manager_cfg *cfg)
     for (size_t i = 0; i < sizeof MANAGERS / sizeof *MANAGERS; i++)
         known |= !strcmp(name, MANAGERS[i]);
     if (!known)
-        return df_error(DF_ENOTFOUND, "unknown reward manager '%s' (known: naive, dapo, batch, prime, embodied)", name);
+        return df_error(DF_ENOTFOUND,
+                        "unknown reward manager '%s' (known: naive, dapo, batch, prime, embodied)", name);
     if (!is_dapo(cfg) || !cfg->overlong_buffer.enable)
         return DF_OK;
     const df_overlong_buffer_cfg *ob = &cfg->overlong_buffer;

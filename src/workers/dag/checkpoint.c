@@ -235,8 +235,10 @@ static int load_data_state(df_dag_worker *w, const char *dir)
                       p, (long long)batch, (long long)w->global.cfg.data.gen_batch_size,
                       df_config_where(w->cfg, "data.gen_batch_size"));
     if (!rc && rows != df_dataloader_rows(w->dl))
-        rc = df_error(DF_EINVAL, "%s: written for %lld rows, this run's data gives %lld (the dataset or its "
-                                 "filters changed)", p, (long long)rows, (long long)df_dataloader_rows(w->dl));
+        rc = df_error(DF_EINVAL,
+                      "%s: written for %lld rows, this run's data gives %lld (the dataset or its "
+                      "filters changed)",
+                      p, (long long)rows, (long long)df_dataloader_rows(w->dl));
     if (!rc && (rc = df_dataloader_seek(w->dl, epoch, step)))
         rc = df_error_wrap(rc, "%s", p);
     return rc;

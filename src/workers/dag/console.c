@@ -128,10 +128,12 @@ static void banner_outputs(const df_dag_worker *w)
         printf("; validation responses %s/<step>.jsonl", tr->validation_data_dir);
     printf("\n");
     if (w->con.resumed_from[0] && w->con.resumed_world != w->world)
-        printf("start: resuming from %s (trainer.resume_mode=%s), written by %lld ranks, on %d: the same data "
-               "order, gradients summed in another order (within rounding, not bit for bit): steps %lld to %lld\n",
-               w->con.resumed_from, tr->resume_mode, (long long)w->con.resumed_world, w->world,
-               (long long)w->resumed_step + 1, (long long)w->total_steps);
+        printf(
+            "start: resuming from %s (trainer.resume_mode=%s), written by %lld ranks, on %d: the same data "
+            "order, gradients summed in another order (within rounding, not bit for bit): steps %lld to "
+            "%lld\n",
+            w->con.resumed_from, tr->resume_mode, (long long)w->con.resumed_world, w->world,
+            (long long)w->resumed_step + 1, (long long)w->total_steps);
     else if (w->con.resumed_from[0])
         printf("start: resuming from %s (trainer.resume_mode=%s): steps %lld to %lld\n", w->con.resumed_from,
                tr->resume_mode, (long long)w->resumed_step + 1, (long long)w->total_steps);

@@ -49,7 +49,7 @@ static int load_data(df_dag_worker *w, const char *key, int which, const df_conf
         if (!rc && !(paths[i] = strdup(buf)))
             rc = df_error(DF_ENOMEM, "out of memory");
     }
-    /* validation: this rank's shard by the first stage's DP rank (its model-parallel replicas read the same) */
+    /* validation: this rank's shard by the first stage's DP rank (its model-parallel replicas read it too) */
     bool whole = which == 0;
     df_dataset_opts o = {.prompt_key = d->prompt_key, .shard_index = whole ? 0 : w->data_layout.dp_rank,
                          .shard_count = whole ? 1 : w->data_layout.dp_size};
@@ -298,8 +298,8 @@ static int load_policy_and_prompts(df_dag_worker *w, df_model **m)
 }
 
 /* The rollout side of mode=async (workers/dag/async.h): this rank reads its share of each batch of
- * training prompts (the side's ranks are its data-parallel ranks) and samples from its own copy of the weights,
- * which the trainer side sends; no graph, no trainer models. */
+ * training prompts (the side's ranks are its data-parallel ranks) and samples from its own copy of the
+ * weights, which the trainer side sends; no graph, no trainer models. */
 static int setup_rollout_side(df_dag_worker *w)
 {
     df_async *a = w->async;

@@ -80,7 +80,8 @@ static int finish(const df_metrics *t, const df_eval_opts *o, df_metrics *metric
 }
 
 /* The rows of ds in file order, `chunk` prompts a batch, with the column rcfg scores by. */
-static int prompt_loader(const df_dataset *ds, int64_t chunk, const df_reward_manager_cfg *rcfg, df_dataloader **dl)
+static int prompt_loader(const df_dataset *ds, int64_t chunk, const df_reward_manager_cfg *rcfg,
+                         df_dataloader **dl)
 {
     int rc = df_dataloader_create(ds, chunk, 0, 1, false, 0, false, dl);
     if (!rc && (rc = df_score_key_column(*dl, rcfg ? rcfg->reward_fn_key : NULL))) {

@@ -88,13 +88,14 @@ static int need_scorer(void *user, const char *value, const char *file, int64_t 
 
 /* The data files of `key` exist; with `scored` their data.reward_fn_key values (data_source by default)
    have scorers. */
-static int check_data(const df_config *c, const char *key, const df_config_strs *files, int64_t rows, bool scored,
-                      const char *fn_key)
+static int check_data(const df_config *c, const char *key, const df_config_strs *files, int64_t rows,
+                      bool scored, const char *fn_key)
 {
     char **paths = NULL;
     int rc = check_files(c, key, files, &paths);
     if (!rc && scored)
-        rc = df_dataset_scan_values((const char *const *)paths, files->n, fn_key, rows, need_scorer, (void *)key);
+        rc = df_dataset_scan_values((const char *const *)paths, files->n, fn_key, rows, need_scorer,
+                                    (void *)key);
     free_paths(paths);
     return rc;
 }
@@ -128,7 +129,7 @@ int df_train_preflight(const df_config *c, const df_train_config *t, bool critic
         rc = check_data(c, "data.train_files", &d->train_files, d->train_max_samples, train_scored && !custom,
                         d->reward_fn_key);
     if (!rc)
-        rc = check_data(c, "data.val_files", &d->val_files, d->val_max_samples, !custom && !df_embodied_enabled(t),
-                        d->reward_fn_key);
+        rc = check_data(c, "data.val_files", &d->val_files, d->val_max_samples,
+                        !custom && !df_embodied_enabled(t), d->reward_fn_key);
     return rc;
 }

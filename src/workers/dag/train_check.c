@@ -476,7 +476,8 @@ static int python_opts(const df_config *c, const df_train_config *t, df_reward_p
     if (!rc)
         rc = df_reward_python_opts_for(t->reward_model.reward_manager, json, o);
     free(json);
-    return rc ? df_error_wrap(rc, "%s: reward_model.reward_kwargs", df_config_where(c, "reward_model.reward_kwargs"))
+    return rc ? df_error_wrap(rc, "%s: reward_model.reward_kwargs",
+                              df_config_where(c, "reward_model.reward_kwargs"))
               : DF_OK;
 }
 

@@ -110,8 +110,10 @@ static int load_trainer_state(const df_sft_ckpt *c, const char *dir, int64_t *st
         seed = (int64_t)json_integer_value(json_object_get(o, "seed"));
     json_decref(o);
     if (!rc && rows != df_dataloader_rows(c->dl))
-        rc = df_error(DF_EINVAL, "%s: written for %lld training rows, this run's data gives %lld (the dataset or "
-                      "data.train_max_samples changed)", p, (long long)rows, (long long)df_dataloader_rows(c->dl));
+        rc = df_error(DF_EINVAL,
+                      "%s: written for %lld training rows, this run's data gives %lld (the dataset or "
+                      "data.train_max_samples changed)",
+                      p, (long long)rows, (long long)df_dataloader_rows(c->dl));
     if (!rc && world != c->world && c->rank == 0) /* the state is replicated and the data order global */
         fprintf(stderr, "[distflow] the checkpoint was written by %lld ranks, this run has %d: the same data "
                         "order, gradients summed in another order (within rounding, not bit for bit)\n",
