@@ -142,6 +142,15 @@ static const char DRIVER[] =
     "    except Exception:\n"
     "        reply(failure('calling ' + name, row))\n";
 
+/* A batch's extra keys of one kind: names[n], and values[n][rows] as numbers or as JSON texts. */
+typedef struct extra_keys {
+    int n;
+    char **names;
+    double *nums;
+    char **texts;
+    int64_t rows;
+} extra_keys;
+
 struct df_reward_python {
     pid_t pid; /* 0 once reaped */
     int fd;    /* our end of the socketpair, -1 once the child is gone */
@@ -149,80 +158,60 @@ struct df_reward_python {
     char *where; /* "<path>:<name>" for messages */
     char *buf;   /* bytes read past the last line */
     size_t len, cap;
-    int n_extra;        /* the last batch's numeric extra keys */
-    char **extra_names; /* [n_extra] */
-    double *extra;      /* [n_extra][rows of the last batch] */
-    int n_text;         /* its other extra keys, each value as JSON text */
-    char **text_names;  /* [n_text] */
-    char **texts;       /* [n_text][rows of the last batch] */
-    int64_t text_rows;
+    extra_keys num;  /* the last batch's numeric extra keys */
+    extra_keys text; /* its other extra keys, each value as JSON text */
 };
+
+static void clear_keys(extra_keys *e)
+{
+    for (int k = 0; k < e->n; k++)
+        free(e->names[k]);
+    for (int64_t i = 0; e->texts && i < (int64_t)e->n * e->rows; i++)
+        free(e->texts[i]);
+    free(e->names);
+    free(e->nums);
+    free(e->texts);
+    *e = (extra_keys){0};
+}
 
 static void clear_extra(df_reward_python *p)
 {
-    for (int k = 0; k < p->n_extra; k++)
-        free(p->extra_names[k]);
-    free(p->extra_names);
-    free(p->extra);
-    p->extra_names = NULL, p->extra = NULL, p->n_extra = 0;
-    for (int k = 0; k < p->n_text; k++)
-        free(p->text_names[k]);
-    for (int64_t i = 0; p->texts && i < (int64_t)p->n_text * p->text_rows; i++)
-        free(p->texts[i]);
-    free(p->text_names);
-    free(p->texts);
-    p->text_names = NULL, p->texts = NULL, p->n_text = 0, p->text_rows = 0;
+    clear_keys(&p->num);
+    clear_keys(&p->text);
 }
 
-/* A reply's "extra": {key: [n numbers]} into p. */
-static int read_extra(df_reward_python *p, const json_t *extra, int64_t n)
+/* A reply's {key: [n values]} into e: numbers ("extra"), or JSON texts ("extra_json") when `text`. */
+static int read_keys(const df_reward_python *p, const json_t *obj, int64_t n, bool text, extra_keys *e)
 {
-    size_t keys = json_object_size(extra);
+    size_t keys = json_object_size(obj);
     if (!keys)
         return DF_OK;
-    p->extra_names = calloc(keys, sizeof *p->extra_names);
-    p->extra = malloc(keys * (size_t)n * sizeof *p->extra);
-    if (!p->extra_names || !p->extra)
+    e->rows = n;
+    e->names = calloc(keys, sizeof *e->names);
+    if (text)
+        e->texts = calloc(keys * (size_t)n, sizeof *e->texts);
+    else
+        e->nums = malloc(keys * (size_t)n * sizeof *e->nums);
+    if (!e->names || !(text ? (void *)e->texts : (void *)e->nums))
         return df_error(DF_ENOMEM, "Python reward function %s: out of memory", p->where);
     const char *key;
     const json_t *vals;
-    json_object_foreach((json_t *)extra, key, vals) {
+    json_object_foreach((json_t *)obj, key, vals) {
         if (json_array_size(vals) != (size_t)n)
             return df_error(DF_EIO, "Python reward function %s: malformed extra values of '%s'", p->where, key);
-        if (!(p->extra_names[p->n_extra] = strdup(key)))
+        if (!(e->names[e->n] = strdup(key)))
             return df_error(DF_ENOMEM, "Python reward function %s: out of memory", p->where);
-        for (int64_t i = 0; i < n; i++)
-            p->extra[(size_t)p->n_extra * (size_t)n + (size_t)i] = json_number_value(json_array_get(vals, (size_t)i));
-        p->n_extra++;
-    }
-    return DF_OK;
-}
-
-/* A reply's "extra_json": {key: [n JSON texts]} into p. */
-static int read_texts(df_reward_python *p, const json_t *texts, int64_t n)
-{
-    size_t keys = json_object_size(texts);
-    if (!keys)
-        return DF_OK;
-    p->text_names = calloc(keys, sizeof *p->text_names);
-    p->texts = calloc(keys * (size_t)n, sizeof *p->texts);
-    if (!p->text_names || !p->texts)
-        return df_error(DF_ENOMEM, "Python reward function %s: out of memory", p->where);
-    p->text_rows = n;
-    const char *key;
-    const json_t *vals;
-    json_object_foreach((json_t *)texts, key, vals) {
-        if (json_array_size(vals) != (size_t)n)
-            return df_error(DF_EIO, "Python reward function %s: malformed extra values of '%s'", p->where, key);
-        if (!(p->text_names[p->n_text] = strdup(key)))
-            return df_error(DF_ENOMEM, "Python reward function %s: out of memory", p->where);
-        char **row = p->texts + (size_t)p->n_text++ * (size_t)n;
+        size_t at = (size_t)e->n++ * (size_t)n;
         for (int64_t i = 0; i < n; i++) {
-            const char *t = json_string_value(json_array_get(vals, (size_t)i));
-            if (!t || !(row[i] = strdup(t)))
-                return t ? df_error(DF_ENOMEM, "Python reward function %s: out of memory", p->where)
-                         : df_error(DF_EIO, "Python reward function %s: malformed extra value of '%s'", p->where,
-                                    key);
+            const json_t *v = json_array_get(vals, (size_t)i);
+            if (!text) {
+                e->nums[at + (size_t)i] = json_number_value(v);
+                continue;
+            }
+            if (!json_is_string(v))
+                return df_error(DF_EIO, "Python reward function %s: malformed extra value of '%s'", p->where, key);
+            if (!(e->texts[at + (size_t)i] = strdup(json_string_value(v))))
+                return df_error(DF_ENOMEM, "Python reward function %s: out of memory", p->where);
         }
     }
     return DF_OK;
@@ -496,9 +485,9 @@ int df_reward_python_score(df_reward_python *p, int64_t n, const char *const *da
     for (int64_t i = 0; !rc && i < n; i++)
         rc = read_result(p, json_array_get(res, (size_t)i), i, &out[i]);
     if (!rc)
-        rc = read_extra(p, json_object_get(reply, "extra"), n);
+        rc = read_keys(p, json_object_get(reply, "extra"), n, false, &p->num);
     if (!rc)
-        rc = read_texts(p, json_object_get(reply, "extra_json"), n);
+        rc = read_keys(p, json_object_get(reply, "extra_json"), n, true, &p->text);
     if (rc)
         clear_extra(p);
     json_decref(reply);
@@ -508,17 +497,17 @@ int df_reward_python_score(df_reward_python *p, int64_t n, const char *const *da
 void df_reward_python_extra(const df_reward_python *p, int *n_keys, const char *const **names,
                             const double **values)
 {
-    *n_keys = p->n_extra;
-    *names = (const char *const *)p->extra_names;
-    *values = p->extra;
+    *n_keys = p->num.n;
+    *names = (const char *const *)p->num.names;
+    *values = p->num.nums;
 }
 
 void df_reward_python_extra_json(const df_reward_python *p, int *n_keys, const char *const **names,
                                  const char *const **texts)
 {
-    *n_keys = p->n_text;
-    *names = (const char *const *)p->text_names;
-    *texts = (const char *const *)p->texts;
+    *n_keys = p->text.n;
+    *names = (const char *const *)p->text.names;
+    *texts = (const char *const *)p->text.texts;
 }
 
 void df_reward_python_close(df_reward_python *p)
