@@ -12,7 +12,8 @@
  * so the dataloader position, the schedule step, the AdamW moments and the KL coefficient must all
  * be restored. Then the
  * failures: resume_path without a checkpoint, stale temporaries from a killed save, a truncated
- * training state, a corrupt trainer_state.json, a data position for another number of rows. And stopping on request: a stop
+ * training state, a corrupt trainer_state.json, a data position for another number of rows; a
+ * checkpoint of an earlier distflow (data_dp_rank_0.json) resumes at its position. And stopping on request: a stop
  * flag raised on rank 0 during step 1 stops every rank after it with its checkpoint, from which a
  * resume gives the straight run's bits; `distflow train` exits 143 after SIGTERM with a checkpoint,
  * and dies at once on a second signal.
@@ -139,6 +140,7 @@ static char *metrics_canon(const char *out)
 }
 
 static void assert_same_runs(const char *algo, const char *full, const char *part);
+static void write_at(const char *rel, const char *text);
 
 /* K steps straight, and J steps then a new worker resuming to K: the same bits. */
 static void check_resume(const char *algo)
@@ -202,6 +204,40 @@ static void test_resume_grpo(void **state)
     check_resume("grpo");
 }
 
+/* A checkpoint of an earlier distflow, whose data position was data_dp_rank_0.json (each rank
+   shuffled its own shard) instead of data.json: it resumes at that position. With one rank the
+   order was today's, so the run ends with the straight run's bits; with more (a warning says the
+   epoch's rows may repeat or be skipped) it ends at the straight run's data position. */
+static void test_resume_legacy(void **state)
+{
+    (void)state;
+    const int n = df_comm_size(world);
+    const char *stop[] = {"trainer.total_training_steps=2"};
+    if (run(world, "grpo", "legacy", stop, 1))
+        fail_msg("%s", df_last_error());
+    if (R == 0) {
+        char *text = file_bytes("legacy", "global_step_2/data.json", NULL), p[1024];
+        json_t *o = json_loads(text, 0, NULL);
+        free(text);
+        int64_t rows = json_integer_value(json_object_get(o, "rows"));
+        json_t *old = json_pack("{s:s, s:i, s:i, s:O, s:O, s:I}", "format", "distflow-checkpoint/1", "dp_rank", 0,
+                                "dp_size", n, "epoch", json_object_get(o, "epoch"), "step",
+                                json_object_get(o, "step"), "rows_per_rank", (json_int_t)(rows / n));
+        char *out = json_dumps(old, JSON_INDENT(2));
+        write_at("legacy/global_step_2/data_dp_rank_0.json", out);
+        snprintf(p, sizeof p, "%s/legacy/global_step_2/data.json", dir);
+        assert_int_equal(unlink(p), 0);
+        free(out), json_decref(old), json_decref(o);
+    }
+    assert_int_equal(df_comm_barrier(world), 0);
+    if (run(world, "grpo", "legacy", NULL, 0))
+        fail_msg("%s", df_last_error());
+    if (n == 1)
+        assert_same_runs("grpo", "grpo_full", "legacy");
+    else if (R == 0)
+        assert_same_file("grpo_full", "legacy", "global_step_5/data.json");
+}
+
 static void test_resume_ppo(void **state)
 {
     (void)state;
@@ -224,7 +260,6 @@ static void test_resume_dapo_gen(void **state)
                           "counts batches of 16 prompts, this run's data.gen_batch_size is 8");
 }
 
-static void write_at(const char *rel, const char *text);
 static bool exists_at(const char *rel);
 
 /* ---- stopping at a step boundary (SIGINT / SIGTERM) ---- */
@@ -470,6 +505,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_resume_grpo),
+        cmocka_unit_test(test_resume_legacy),
         cmocka_unit_test(test_resume_ppo),
         cmocka_unit_test(test_resume_dapo),
         cmocka_unit_test(test_resume_dapo_gen),

@@ -7,7 +7,8 @@
  * the middle of a save, each time run again (resume_mode auto) to the end: the final model, training
  * state, trainer_state.json and metrics.jsonl (tokens per second aside) must be the straight run's
  * bytes, with no temporaries left. resume_mode=resume_path from the straight run's global_step_4
- * continues it to the same bytes; resume_mode=disable starts afresh beside a checkpoint; a
+ * continues it to the same bytes (also as an earlier distflow wrote it, with rows_per_rank);
+ * resume_mode=disable starts afresh beside a checkpoint; a
  * checkpoint of another dataset size is refused; on 2 ranks (mpiexec) a run killed on rank 1 between
  * micro-batches and on rank 0 mid-save resumes to the straight 2-rank run's bytes, and its checkpoint
  * of step 2 continues on 1 rank to the 1-rank run's data position; trainer.max_ckpt_to_keep prunes; checkpoint contents without model, optimizer and
@@ -229,6 +230,21 @@ static void test_sft_resume_modes(void **state)
     at(p, sizeof p, "full", "");
     at(q, sizeof q, "other", "");
     df_cli_same_metrics(p, q, 5, 6); /* the resumed steps' lines only */
+    /* an earlier distflow's checkpoint (trainer_state.json with rows_per_rank, not rows): the same */
+    char cmd[2600], out[512], *text = NULL;
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/old && cp -r %s/full/global_step_4 %s/old/", dir, dir, dir);
+    assert_int_equal(df_test_command(cmd, out, sizeof out), 0);
+    at(p, sizeof p, "old", "global_step_4/trainer_state.json");
+    assert_int_equal(df_read_file(p, &text, NULL), 0);
+    char *k = strstr(text, "\"rows\"");
+    assert_non_null(k);
+    char *legacy = malloc(strlen(text) + 32);
+    sprintf(legacy, "%.*s\"rows_per_rank\"%s", (int)(k - text), text, k + strlen("\"rows\""));
+    assert_int_equal(df_write_file_atomic(p, legacy, strlen(legacy)), 0);
+    free(text), free(legacy);
+    snprintf(from, sizeof from, "trainer.resume_from_path=%s/old/global_step_4", dir);
+    expect(sft("legacy", NULL, NULL, path, 2), DF_CLI_OK, "legacy", "an earlier distflow's checkpoint");
+    assert_same("full", "legacy", STEPS, false);
     /* disable: afresh beside the checkpoints (2 steps: its own step 2 replaces the one there) */
     const char *fresh[] = {"trainer.resume_mode=disable", "trainer.total_training_steps=2"};
     expect(sft("other", NULL, NULL, fresh, 2), DF_CLI_OK, "other", "resume_mode=disable");

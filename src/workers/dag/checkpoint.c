@@ -6,10 +6,12 @@
 #include "util/killpoint.h"
 #include "workers/common/ckpt_files.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define CKPT_FORMAT "distflow-checkpoint/1"
 #define TRAINER_STATE "trainer_state.json"
@@ -211,35 +213,65 @@ static int find_checkpoint(df_dag_worker *w, char *dir, bool *have)
     return df_ckpt_find(w->cfg, w->out_dir, tr->resume_mode, tr->resume_from_path, dir, have);
 }
 
-/* The dataloader position from data.json: the same rows and batch, any number of ranks. */
+/* A checkpoint of distflow before the global data order: data_dp_rank_0.json (each data-parallel rank
+ * shuffled its own shard). Its position is kept: with one rank that order was today's; with more, the
+ * rest of its epoch follows the global order, so some of the epoch's rows may come twice or not at all
+ * (a warning says so) rather than the run being lost. rows = rows_per_rank of one rank (*ranks 1). */
+static int load_legacy_data_state(df_dag_worker *w, const char *dir, char *p, int64_t *pos, int64_t *rows,
+                                  int64_t *batch)
+{
+    json_t *o = NULL;
+    int64_t ranks = 0;
+    int rc = df_ckpt_path(p, "%s/data_dp_rank_0.json", dir);
+    if (!rc)
+        rc = df_ckpt_load_json(p, CKPT_FORMAT, &o);
+    const char *keys[] = {"epoch", "step", "dp_size", "rows_per_rank"};
+    int64_t *vals[] = {&pos[0], &pos[1], &ranks, rows};
+    for (int k = 0; !rc && k < 4; k++)
+        rc = df_ckpt_json_int(o, keys[k], p, vals[k]);
+    if (!rc && json_object_get(o, "batch_size")) /* absent before data.gen_batch_size: the train batch */
+        rc = df_ckpt_json_int(o, "batch_size", p, batch);
+    json_decref(o);
+    if (!rc && ranks > 1) {
+        char msg[sizeof(path_buf) + 400];
+        snprintf(msg, sizeof msg, "%s: written by an earlier distflow whose %lld data-parallel ranks each shuffled "
+                 "their own shard; the run goes on at epoch %lld step %lld of today's order, in which the rest "
+                 "of that epoch may repeat or skip some rows", p, (long long)ranks, (long long)pos[0],
+                 (long long)pos[1]);
+        df_worker_warn(w, msg);
+        *rows = -1; /* per rank: not comparable */
+    }
+    return rc;
+}
+
+/* The dataloader position from data.json (or an earlier distflow's data_dp_rank_0.json): the same rows
+ * and batch, any number of ranks. */
 static int load_data_state(df_dag_worker *w, const char *dir)
 {
     path_buf p;
     json_t *o = NULL;
+    int64_t rows = 0, pos[2] = {0, 0}, batch = w->global.cfg.data.train_batch_size;
     int rc = df_ckpt_path(p, "%s/%s", dir, DATA_STATE);
-    if (!rc)
-        rc = df_ckpt_load_json(p, CKPT_FORMAT, &o);
-    int64_t rows = 0, epoch = 0, step = 0, batch = 0;
-    if (!rc)
-        rc = df_ckpt_json_int(o, "rows", p, &rows);
-    if (!rc)
-        rc = df_ckpt_json_int(o, "epoch", p, &epoch);
-    if (!rc)
-        rc = df_ckpt_json_int(o, "step", p, &step);
-    if (!rc)
-        rc = df_ckpt_json_int(o, "batch_size", p, &batch);
-    json_decref(o);
+    if (!rc && access(p, F_OK) && errno == ENOENT)
+        rc = load_legacy_data_state(w, dir, p, pos, &rows, &batch);
+    else if (!rc && !(rc = df_ckpt_load_json(p, CKPT_FORMAT, &o))) {
+        const char *keys[] = {"rows", "epoch", "step", "batch_size"};
+        int64_t *vals[] = {&rows, &pos[0], &pos[1], &batch};
+        for (int k = 0; !rc && k < 4; k++)
+            rc = df_ckpt_json_int(o, keys[k], p, vals[k]);
+        json_decref(o);
+    }
     if (!rc && batch != w->global.cfg.data.gen_batch_size)
         rc = df_error(DF_EINVAL, "%s: its data position counts batches of %lld prompts, this run's "
                                  "data.gen_batch_size is %lld (%s): resume with the batch it was written with",
                       p, (long long)batch, (long long)w->global.cfg.data.gen_batch_size,
                       df_config_where(w->cfg, "data.gen_batch_size"));
-    if (!rc && rows != df_dataloader_rows(w->dl))
+    if (!rc && rows >= 0 && rows != df_dataloader_rows(w->dl))
         rc = df_error(DF_EINVAL,
                       "%s: written for %lld rows, this run's data gives %lld (the dataset or its "
                       "filters changed)",
                       p, (long long)rows, (long long)df_dataloader_rows(w->dl));
-    if (!rc && (rc = df_dataloader_seek(w->dl, epoch, step)))
+    if (!rc && (rc = df_dataloader_seek(w->dl, pos[0], pos[1])))
         rc = df_error_wrap(rc, "%s", p);
     return rc;
 }

@@ -102,8 +102,19 @@ static int load_trainer_state(const df_sft_ckpt *c, const char *dir, int64_t *st
         rc = df_ckpt_json_int(o, "epoch", p, &epoch);
     if (!rc)
         rc = df_ckpt_json_int(o, "step", p, &pos);
+    /* an earlier distflow's rows_per_rank (each rank shuffled its own shard): one rank's order was
+       today's; with more the rest of the epoch follows today's order (a warning says so) */
+    bool legacy = !rc && !json_object_get(o, "rows") && json_object_get(o, "rows_per_rank");
     if (!rc)
-        rc = df_ckpt_json_int(o, "rows", p, &rows);
+        rc = df_ckpt_json_int(o, legacy ? "rows_per_rank" : "rows", p, &rows);
+    if (!rc && legacy && world > 1) {
+        if (c->rank == 0)
+            fprintf(stderr, "[distflow] warning: %s: written by an earlier distflow whose %lld ranks each shuffled "
+                            "their own shard; the run goes on at epoch %lld step %lld of today's order, in which "
+                            "the rest of that epoch may repeat or skip some rows\n",
+                    p, (long long)world, (long long)epoch, (long long)pos);
+        rows = df_dataloader_rows(c->dl); /* per rank: not comparable */
+    }
     if (!rc && !json_is_integer(json_object_get(o, "seed")))
         rc = df_error(DF_EINVAL, "%s: \"seed\" is missing or not an integer", p);
     if (!rc)
