@@ -92,8 +92,9 @@ int df_reward_manager_run(const df_reward_manager_cfg *cfg, df_batch *b, const c
         return df_error(DF_EUNSUPPORTED, "the embodied reward manager scores control episodes "
                         "(actor_rollout_ref.model.model_type=embodied), not text responses");
     const char *m = cfg && cfg->manager && cfg->manager[0] ? cfg->manager : "naive";
-    df_reward_py_mode want = !strcmp(m, "batch") ? DF_REWARD_PY_BATCH
-                             : !strcmp(m, "prime") ? DF_REWARD_PY_PRIME : DF_REWARD_PY_NAIVE;
+    df_reward_python_opts o; /* the mode this manager calls a Python function in (no settings read) */
+    df_reward_python_opts_for(m, NULL, &o);
+    const df_reward_py_mode want = o.mode;
     const df_reward_python *py = cfg ? cfg->python : NULL;
     if (want == DF_REWARD_PY_BATCH && !py)
         return df_error(DF_EINVAL, "the batch reward manager calls a Python reward function once per batch "

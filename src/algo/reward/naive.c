@@ -42,7 +42,7 @@ static void drop_extra(df_batch *b)
         const df_column *col = df_batch_column_at(b, c);
         if (!df_reward_extra_key(col) && !df_reward_extra_json_key(col))
             continue;
-        snprintf(name, sizeof name, "%s", df_batch_column_at(b, c)->name); /* dropping frees the column */
+        snprintf(name, sizeof name, "%s", col->name); /* dropping frees the column */
         df_batch_drop(b, name);
     }
 }

@@ -243,6 +243,14 @@ int df_ckpt_json_int(const json_t *o, const char *key, const char *path, int64_t
     return DF_OK;
 }
 
+void df_ckpt_legacy_order_note(char *buf, size_t cap, const char *path, int64_t ranks, int64_t epoch,
+                               int64_t step)
+{
+    snprintf(buf, cap, "%s: written by an earlier distflow whose %lld ranks each shuffled their own shard; "
+             "the run goes on at epoch %lld step %lld of today's order, in which the rest of that epoch may "
+             "repeat or skip some rows", path, (long long)ranks, (long long)epoch, (long long)step);
+}
+
 /* ---- metrics.jsonl ---- */
 
 /* The lines of `text` whose "step" is at most `last`, into a new buffer. */

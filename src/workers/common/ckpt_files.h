@@ -88,6 +88,14 @@ int df_ckpt_load_json(const char *path, const char *format, json_t **out);
 int df_ckpt_json_int(const json_t *o, const char *key, const char *path, int64_t *v);
 
 /**
+ * The warning for a checkpoint `path` of an earlier distflow written by `ranks` > 1 ranks, each of
+ * which shuffled its own shard, resumed at (epoch, step) of today's global order, into buf[cap]
+ * (docs/checkpoints.md, "data.json").
+ */
+void df_ckpt_legacy_order_note(char *buf, size_t cap, const char *path, int64_t ranks, int64_t epoch,
+                               int64_t step);
+
+/**
  * Keep the newest keep_actor checkpoints of dir's global_step_<N> directories (older ones removed
  * whole: a step without its actor cannot be resumed) and the critic of the newest keep_critic
  * (older critic/ and critic_agent_<g>/ subdirectories removed); <= 0: keep all. Errors: DF_EIO naming

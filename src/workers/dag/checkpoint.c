@@ -217,14 +217,13 @@ static int find_checkpoint(df_dag_worker *w, char *dir, bool *have)
  * shuffled its own shard). Its position is kept: with one rank that order was today's; with more, the
  * rest of its epoch follows the global order, so some of the epoch's rows may come twice or not at all
  * (a warning says so) rather than the run being lost. rows = rows_per_rank of one rank (*ranks 1). */
-static int load_legacy_data_state(df_dag_worker *w, const char *dir, char *p, int64_t *pos, int64_t *rows,
+static int load_legacy_data_state(df_dag_worker *w, const char *legacy, char *p, int64_t *pos, int64_t *rows,
                                   int64_t *batch)
 {
     json_t *o = NULL;
     int64_t ranks = 0;
-    int rc = df_ckpt_path(p, "%s/data_dp_rank_0.json", dir);
-    if (!rc)
-        rc = df_ckpt_load_json(p, CKPT_FORMAT, &o);
+    snprintf(p, sizeof(path_buf), "%s", legacy); /* the file messages name */
+    int rc = df_ckpt_load_json(p, CKPT_FORMAT, &o);
     const char *keys[] = {"epoch", "step", "dp_size", "rows_per_rank"};
     int64_t *vals[] = {&pos[0], &pos[1], &ranks, rows};
     for (int k = 0; !rc && k < 4; k++)
@@ -234,10 +233,7 @@ static int load_legacy_data_state(df_dag_worker *w, const char *dir, char *p, in
     json_decref(o);
     if (!rc && ranks > 1) {
         char msg[sizeof(path_buf) + 400];
-        snprintf(msg, sizeof msg, "%s: written by an earlier distflow whose %lld data-parallel ranks each shuffled "
-                 "their own shard; the run goes on at epoch %lld step %lld of today's order, in which the rest "
-                 "of that epoch may repeat or skip some rows", p, (long long)ranks, (long long)pos[0],
-                 (long long)pos[1]);
+        df_ckpt_legacy_order_note(msg, sizeof msg, p, ranks, pos[0], pos[1]);
         df_worker_warn(w, msg);
         *rows = -1; /* per rank: not comparable */
     }
@@ -251,9 +247,12 @@ static int load_data_state(df_dag_worker *w, const char *dir)
     path_buf p;
     json_t *o = NULL;
     int64_t rows = 0, pos[2] = {0, 0}, batch = w->global.cfg.data.train_batch_size;
+    path_buf legacy;
     int rc = df_ckpt_path(p, "%s/%s", dir, DATA_STATE);
-    if (!rc && access(p, F_OK) && errno == ENOENT)
-        rc = load_legacy_data_state(w, dir, p, pos, &rows, &batch);
+    if (!rc)
+        rc = df_ckpt_path(legacy, "%s/data_dp_rank_0.json", dir);
+    if (!rc && access(p, F_OK) && errno == ENOENT && !access(legacy, F_OK)) /* else data.json's own error */
+        rc = load_legacy_data_state(w, legacy, p, pos, &rows, &batch);
     else if (!rc && !(rc = df_ckpt_load_json(p, CKPT_FORMAT, &o))) {
         const char *keys[] = {"rows", "epoch", "step", "batch_size"};
         int64_t *vals[] = {&rows, &pos[0], &pos[1], &batch};

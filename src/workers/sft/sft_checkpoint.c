@@ -108,11 +108,10 @@ static int load_trainer_state(const df_sft_ckpt *c, const char *dir, int64_t *st
     if (!rc)
         rc = df_ckpt_json_int(o, legacy ? "rows_per_rank" : "rows", p, &rows);
     if (!rc && legacy && world > 1) {
+        char msg[DF_CKPT_PATH_MAX + 400];
+        df_ckpt_legacy_order_note(msg, sizeof msg, p, world, epoch, pos);
         if (c->rank == 0)
-            fprintf(stderr, "[distflow] warning: %s: written by an earlier distflow whose %lld ranks each shuffled "
-                            "their own shard; the run goes on at epoch %lld step %lld of today's order, in which "
-                            "the rest of that epoch may repeat or skip some rows\n",
-                    p, (long long)world, (long long)epoch, (long long)pos);
+            fprintf(stderr, "[distflow] warning: %s\n", msg);
         rows = df_dataloader_rows(c->dl); /* per rank: not comparable */
     }
     if (!rc && !json_is_integer(json_object_get(o, "seed")))
