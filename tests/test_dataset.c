@@ -284,11 +284,99 @@ static void test_files_and_filter(void **state)
     if (!strstr(df_last_error(), want))
         fail_msg("'%s' lacks '%s'", df_last_error(), want);
     assert_int_equal(df_dataset_load(paths, 0, NULL, &ds), DF_EINVAL);
-    /* verl's usual Parquet files are recognised and refused with a hint */
+    /* a file with Parquet's magic is read as Parquet: a cut one is refused as such */
     write_text(b, "PAR1\x15\x04binary");
-    assert_int_equal(df_dataset_load(paths, 2, NULL, &ds), DF_EUNSUPPORTED);
-    assert_non_null(strstr(df_last_error(), "Parquet"));
-    assert_int_equal(df_gsm8k_convert(b, tmp_path("pq.jsonl"), NULL, NULL), DF_EUNSUPPORTED);
+    assert_int_equal(df_dataset_load(paths, 2, NULL, &ds), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "truncated Parquet file"));
+    assert_int_equal(df_gsm8k_convert(b, tmp_path("pq.jsonl"), NULL, NULL), DF_EINVAL);
+    assert_false(file_exists(tmp_path("pq.jsonl")));
+}
+
+/* ---- Parquet files (verl's usual format; the reader itself: test_parquet.c) ---------- */
+
+#define PQ_DIR DF_SOURCE_DIR "/tests/fixtures/parquet/"
+
+/* Row i of a equals row j of b, accessor by accessor. */
+static void same_row(const df_dataset *a, int64_t i, const df_dataset *b, int64_t j)
+{
+    assert_string_equal(df_dataset_data_source(a, i), df_dataset_data_source(b, j));
+    assert_string_equal(df_dataset_ground_truth(a, i), df_dataset_ground_truth(b, j));
+    assert_string_equal(df_dataset_reward_style(a, i), df_dataset_reward_style(b, j));
+    assert_string_equal(df_dataset_ability(a, i), df_dataset_ability(b, j));
+    assert_string_equal(df_dataset_extra_info(a, i), df_dataset_extra_info(b, j));
+    assert_string_equal(df_dataset_raw_prompt(a, i), df_dataset_raw_prompt(b, j));
+}
+
+static int first_value(void *user, const char *value, const char *file, int64_t line)
+{
+    char *log = user;
+    size_t n = strlen(log);
+    snprintf(log + n, 256 - n, "%s@%s:%lld;", value, strrchr(file, '/') + 1, (long long)line);
+    return 0;
+}
+
+static void test_parquet_files(void **state)
+{
+    (void)state;
+    const char *pq[] = {PQ_DIR "gsm8k_verl.parquet"}, *js[] = {PQ_DIR "gsm8k_verl.jsonl"};
+    df_dataset *a = NULL, *b = NULL;
+    assert_int_equal(df_dataset_load(pq, 1, NULL, &a), DF_OK);
+    assert_int_equal(df_dataset_load(js, 1, NULL, &b), DF_OK);
+    assert_int_equal(df_dataset_size(a), 10);
+    assert_int_equal(df_dataset_size(b), 10);
+    for (int64_t i = 0; i < 10; i++)
+        same_row(a, i, b, i); /* the Parquet file reads as its JSON-lines rendering (DuckDB's) */
+    assert_string_equal(df_dataset_data_source(a, 0), "openai/gsm8k");
+    assert_string_equal(df_dataset_ground_truth(a, 0), "60");
+    assert_string_equal(df_dataset_reward_style(a, 0), "rule");
+    const char *role, *content;
+    assert_int_equal(df_dataset_message(a, 0, 0, &role, &content), DF_OK);
+    assert_string_equal(role, "user");
+    assert_non_null(strstr(content, "12 muffins per tray"));
+    assert_non_null(strstr(df_dataset_extra_info(a, 0), "\"index\":0"));
+    assert_non_null(strstr(df_dataset_extra_info(a, 6), "\"split\":\"test\"")); /* the second row group */
+    int64_t row = 0;
+    assert_string_equal(df_dataset_source(a, 6, &row), pq[0]);
+    assert_int_equal(row, 7); /* 1-based row, where JSON lines give the line */
+    df_dataset_free(a);
+
+    /* shards and mixed formats: the rows of both files numbered in order */
+    const char *both[] = {js[0], pq[0]};
+    df_dataset_opts o = {.shard_index = 1, .shard_count = 3};
+    assert_int_equal(df_dataset_load(both, 2, &o, &a), DF_OK);
+    assert_int_equal(df_dataset_size(a), 7); /* global rows 1, 4, ..., 19 */
+    for (int64_t i = 0; i < 7; i++)
+        same_row(a, i, b, (1 + 3 * i) % 10), assert_int_equal(df_dataset_global_index(a, i), 1 + 3 * i);
+    assert_string_equal(df_dataset_source(a, 4, &row), pq[0]);
+    assert_int_equal(row, 4); /* global row 13 = row 4 of the Parquet file */
+    df_dataset_free(a);
+    df_dataset_free(b);
+
+    /* a row that is not a dataset row names the file and the row */
+    const char *types[] = {PQ_DIR "types_snappy.parquet"};
+    assert_int_equal(df_dataset_load(types, 1, NULL, &a), DF_EINVAL);
+    if (!strstr(df_last_error(), "types_snappy.parquet: row 1: missing"))
+        fail_msg("%s", df_last_error());
+    const char *map[] = {PQ_DIR "map.parquet"};
+    assert_int_equal(df_dataset_load(map, 1, NULL, &a), DF_EUNSUPPORTED);
+    assert_non_null(strstr(df_last_error(), "MAP"));
+
+    /* the converters read Hugging Face's own openai/gsm8k parquet layout (question, answer) */
+    int64_t n = 0;
+    const char *out = tmp_path("gsm8k_from_parquet.jsonl");
+    assert_int_equal(df_gsm8k_convert(PQ_DIR "gsm8k_raw.parquet", out, "train", &n), DF_OK);
+    assert_int_equal(n, 3);
+    const char *conv[] = {out};
+    assert_int_equal(df_dataset_load(conv, 1, NULL, &a), DF_OK);
+    assert_string_equal(df_dataset_ground_truth(a, 0), "42");
+    assert_string_equal(df_dataset_ground_truth(a, 2), "135");
+    assert_non_null(strstr(df_dataset_extra_info(a, 1), "\"index\":1"));
+    df_dataset_free(a);
+
+    /* scans read Parquet too */
+    char log[256] = "";
+    assert_int_equal(df_dataset_scan_values(pq, 1, "extra_info.split", -1, first_value, log), DF_OK);
+    assert_string_equal(log, "train@gsm8k_verl.parquet:1;test@gsm8k_verl.parquet:6;");
 }
 
 /* ---- shards -------------------------------------------------------------------- */
@@ -647,6 +735,7 @@ int main(void)
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_sft_options),
         cmocka_unit_test(test_files_and_filter),
+        cmocka_unit_test(test_parquet_files),
         cmocka_unit_test(test_shards),
         cmocka_unit_test(test_shard_errors),
         cmocka_unit_test(test_head_is_global),

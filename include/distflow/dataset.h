@@ -1,8 +1,11 @@
 /*
- * distflow/dataset.h — RL / SFT datasets in the verl / siiRL JSON-lines schema,
- * and the GSM8K converter that produces them.
+ * distflow/dataset.h — RL / SFT datasets in the verl / siiRL schema, from JSON
+ * lines or Parquet files, and the GSM8K converter that produces them.
  *
- * One JSON object per line (blank lines skipped):
+ * A file is JSON lines, one JSON object per line (blank lines skipped), or
+ * Parquet (recognised by its "PAR1" magic, whatever its name): each row read as
+ * the same object, top-level columns as members (docs/data.md gives the type
+ * mapping and what is refused). The fields:
  *   prompt        list of {"role": str, "content": str} chat messages; a plain
  *                 string is taken as one user message
  *   data_source   str, selects the reward function (e.g. "openai/gsm8k")
@@ -11,12 +14,14 @@
  *   ability       str, optional
  * This is the row layout verl's RLHFDataset reads from parquet (the
  * `prompt_key`, `data_source`, `reward_model.ground_truth`, `extra_info`
- * columns), written as JSON lines. Every record also keeps its whole JSON
- * object, so any field can be read by dotted path (df_dataset_field).
+ * columns). Every record also keeps its whole JSON object, so any field can be
+ * read by dotted path (df_dataset_field).
  *
  * Errors name the file and line: "train.jsonl:12:7: invalid JSON: ...",
  * "train.jsonl:3: missing \"prompt\"", "train.jsonl:5: reward_model.ground_truth
- * must be a string or number, got array".
+ * must be a string or number, got array"; in a Parquet file the 1-based row:
+ * "train.parquet: row 3: missing \"prompt\"". Where a line number is returned
+ * (df_dataset_source, the scan's callback), a Parquet file gives the row.
  *
  * Shards (the partitioned dataset of siiRL / DistFlow: each data-parallel rank
  * holds only its part; distflow shards the validation and evaluation rows, while
@@ -27,7 +32,8 @@
  * only counted (newline scan), never parsed, so a malformed line fails only
  * the shard that holds it. Local row
  * positions [0, size) index the accessors below; df_dataset_global_index maps
- * them back to global row numbers.
+ * them back to global row numbers. (A Parquet file is decoded whole by every
+ * shard; its rows are then numbered and kept the same way.)
  */
 #ifndef DISTFLOW_DATASET_H
 #define DISTFLOW_DATASET_H
@@ -68,13 +74,14 @@ typedef struct df_dataset_opts {
 } df_dataset_opts;
 
 /**
- * Load and concatenate JSON-lines files (verl data.train_files is a list), in
- * order, keeping this shard's rows (opts->shard_*). `opts` may be NULL
- * (defaults: every row). Errors: DF_ENOTFOUND (no such file),
- * DF_EIO (cannot read a file), DF_EUNSUPPORTED (a Parquet file: convert it to
- * JSON lines first),
- * DF_EINVAL (bad JSON with line and column, missing prompt, wrong types, in a
- * kept row; the message names file:line; or a bad shard), DF_ENOMEM. *out is
+ * Load and concatenate JSON-lines and Parquet files (verl data.train_files is
+ * a list; formats may be mixed), in order, keeping this shard's rows
+ * (opts->shard_*). `opts` may be NULL (defaults: every row). Errors:
+ * DF_ENOTFOUND (no such file), DF_EIO (cannot read a file), DF_EUNSUPPORTED (a
+ * Parquet feature distflow does not read: a MAP column, LZ4 / BROTLI pages, ...;
+ * the message names the column), DF_EINVAL (bad JSON with line and column, a
+ * corrupt Parquet file, missing prompt, wrong types, in a kept row; the message
+ * names file:line or file: row N; or a bad shard), DF_ENOMEM. *out is
  * untouched on failure.
  */
 DF_API int df_dataset_load(const char *const *paths, int n_paths, const df_dataset_opts *opts,
@@ -86,18 +93,19 @@ typedef int (*df_dataset_value_fn)(void *user, const char *value, const char *fi
 /**
  * The distinct string values of the field at dotted path `key` (e.g.
  * "data_source") over the first max_rows non-blank rows (< 0: every row) of
- * the JSON-lines files paths[n_paths], in order, without building a dataset:
+ * the files paths[n_paths] (JSON lines or Parquet), in order, without building a dataset:
  * fn(user, value, file, line) once per value, at the row where it first
  * appears. Rows where the field is absent or not a string are passed over
  * (df_dataset_load reports those). Errors: those of reading a file
- * (DF_ENOTFOUND, DF_EIO), DF_EUNSUPPORTED (Parquet), DF_EINVAL (a line that
- * is not a JSON object: file:line:column), DF_ENOMEM, or fn's non-zero return.
+ * (DF_ENOTFOUND, DF_EIO), a Parquet file's (DF_EINVAL, DF_EUNSUPPORTED),
+ * DF_EINVAL (a line that is not a JSON object: file:line:column), DF_ENOMEM,
+ * or fn's non-zero return.
  */
 DF_API int df_dataset_scan_values(const char *const *paths, int n_paths, const char *key, int64_t max_rows,
                                   df_dataset_value_fn fn, void *user);
 
 /**
- * Load JSON lines from memory; `name` stands for the file name in messages and
+ * Load a file's contents from memory (JSON lines or Parquet); `name` stands for the file name in messages and
  * in df_dataset_source. Same rules and errors as df_dataset_load.
  */
 DF_API int df_dataset_load_buffer(const char *text, size_t len, const char *name,
@@ -186,8 +194,9 @@ DF_API int64_t df_dataset_head(df_dataset *ds, int64_t n);
 #define DF_GSM8K_INSTRUCTION "Let's think step by step and output the final answer after \"####\"."
 
 /**
- * Convert raw openai/grade-school-math JSON lines ({"question", "answer"})
- * to the verl RL schema, exactly as verl's examples/data_preprocess/gsm8k.py:
+ * Convert raw openai/grade-school-math rows ({"question", "answer"}: the
+ * original JSON lines, or Hugging Face's openai/gsm8k parquet files) to the
+ * verl RL schema, exactly as verl's examples/data_preprocess/gsm8k.py:
  *   data_source "openai/gsm8k", ability "math",
  *   prompt [{"role": "user", "content": question + " " + DF_GSM8K_INSTRUCTION}],
  *   reward_model {"style": "rule", "ground_truth": the first `#### (-?[0-9.,]+)`
@@ -199,8 +208,8 @@ DF_API int64_t df_dataset_head(df_dataset *ds, int64_t n);
  * `split` NULL: the input file's base name without extension ("train").
  * The output is written atomically (temp file + rename): a failure leaves no
  * partial file. *n_rows (may be NULL) receives the number of rows written.
- * Errors: DF_ENOTFOUND (no input file), DF_EIO, DF_EUNSUPPORTED (Parquet input),
- * DF_EINVAL naming in_path:line (bad JSON, missing / non-string
+ * Errors: DF_ENOTFOUND (no input file), DF_EIO, a Parquet file's errors
+ * (DF_EINVAL, DF_EUNSUPPORTED), DF_EINVAL naming in_path:line (bad JSON, missing / non-string
  * question or answer, an answer without "#### <number>").
  */
 DF_API int df_gsm8k_convert(const char *in_path, const char *out_path, const char *split,
@@ -239,7 +248,7 @@ DF_API bool df_gsm8k_extract_answer(const char *answer, char *out, size_t cap);
 #define DF_MATH_DATA_SOURCE "HuggingFaceH4/MATH-500"
 
 /**
- * Convert raw MATH JSON lines ({"problem", "solution", ...}: MATH-500's
+ * Convert raw MATH rows, JSON lines or Parquet ({"problem", "solution", ...}: MATH-500's
  * {"problem", "solution", "answer", "subject", "level", "unique_id"} or
  * MATH-lighteval's {"problem", "solution", "level", "type"}) to the verl RL
  * schema as verl's examples/data_preprocess/math_dataset.py:

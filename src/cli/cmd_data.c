@@ -14,8 +14,8 @@
 
 static const char *USAGE =
     "gsm8k | math | synth | tokenizer | marft-demos [options]   (distflow data <sub> --help)\n\n"
-    "  gsm8k      convert raw GSM8K JSON lines to the verl RL schema (as verl's gsm8k.py)\n"
-    "  math       convert raw MATH / MATH-500 JSON lines to the verl RL schema (as verl's math_dataset.py)\n"
+    "  gsm8k      convert raw GSM8K rows (JSON lines or HF parquet) to the verl RL schema (as verl's gsm8k.py)\n"
+    "  math       convert raw MATH / MATH-500 rows (JSON lines or parquet) to the verl RL schema (as verl's math_dataset.py)\n"
     "  synth      generate the synthetic arithmetic word-problem task (the embedded default)\n"
     "  tokenizer  train a small byte-level BPE tokenizer on a dataset's chat-rendered text\n"
     "  marft-demos  planner / solver SFT rows on a MARFT workflow's chained prompts (make demo ALGO=marft)";
@@ -25,7 +25,7 @@ static int cmd_gsm8k(int argc, char **argv)
     const char *in = NULL, *out = NULL, *split = NULL;
     bool tool = false;
     df_opt opts[] = {
-        {"in", DF_OPT_STR, &in, "raw GSM8K file, e.g. ../shared/data/gsm8k/train.jsonl (required)", false},
+        {"in", DF_OPT_STR, &in, "raw GSM8K file, JSON lines or parquet, e.g. ../shared/data/gsm8k/train.jsonl (required)", false},
         {"multiturn-tool", DF_OPT_FLAG, &tool, "verl's gsm8k_multiturn_w_tool layout: a system prompt asking for the "
          "calc_gsm8k_reward tool, extra_info.tools_kwargs / interaction_kwargs (examples/gsm8k_multiturn)", false},
         {"out", DF_OPT_STR, &out, "output JSON lines in the verl schema (required)", false},
@@ -53,7 +53,7 @@ static int cmd_math(int argc, char **argv)
 {
     const char *in = NULL, *out = NULL, *split = NULL, *source = DF_MATH_DATA_SOURCE;
     df_opt opts[] = {
-        {"in", DF_OPT_STR, &in, "raw MATH file, e.g. ../shared/data/math500/test.jsonl (required)", false},
+        {"in", DF_OPT_STR, &in, "raw MATH file, JSON lines or parquet, e.g. ../shared/data/math500/test.jsonl (required)", false},
         {"out", DF_OPT_STR, &out, "output JSON lines in the verl schema (required)", false},
         {"split", DF_OPT_STR, &split, "extra_info.split (default: the input's base name)", false},
         {"data-source", DF_OPT_STR, &source,
@@ -102,7 +102,7 @@ static int cmd_synth(int argc, char **argv)
         {"bare-answers-short", DF_OPT_FLOAT, &bare_short, "share of bare answers among the problems with "
          "--min-steps operations, --bare-answers then covering the longer ones (default: --bare-answers for all)",
          false},
-        {"exclude", DF_OPT_STR, &exclude, "skip problems that appear in this JSON-lines file", false},
+        {"exclude", DF_OPT_STR, &exclude, "skip problems that appear in this file (JSON lines or parquet)", false},
         {"tool", DF_OPT_FLAG, &tool, "add \"messages\": a multi-turn SFT conversation calling the calculator tool "
          "(a bare-answer row answers without it; make demo ALGO=grpo_tool)", false},
         {0}};
@@ -201,7 +201,7 @@ static int cmd_tokenizer(int argc, char **argv)
     const char *system = "You are a helpful assistant.";
     int64_t vocab = 0;
     df_opt opts[] = {
-        {"in", DF_OPT_STR, &in, "dataset in the verl schema (JSON lines) (required)", false},
+        {"in", DF_OPT_STR, &in, "dataset in the verl schema (JSON lines or parquet) (required)", false},
         {"out", DF_OPT_STR, &out, "output directory for tokenizer.json + tokenizer_config.json (required)", false},
         {"vocab-size", DF_OPT_INT, &vocab, "vocabulary size incl. 256 bytes and 3 specials (required)", false},
         {"messages-key", DF_OPT_STR, &messages_key, "field with a row's whole conversation, trained on when present "

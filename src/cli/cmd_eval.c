@@ -138,7 +138,7 @@ int df_cmd_eval(int argc, char **argv)
     const char *reward_kwargs = NULL, *manager = "naive", *manager_kwargs = NULL, *fn_key = "data_source";
     df_opt opts[] = {
         {"model", DF_OPT_STR, &model, "HF model directory (required)", false},
-        {"data", DF_OPT_STR, &data, "dataset, JSON lines in the verl RL schema (required)", false},
+        {"data", DF_OPT_STR, &data, "dataset in the verl RL schema, JSON lines or parquet (required)", false},
         {"tokenizer", DF_OPT_STR, &tokdir, "tokenizer directory (default: the model's)", false},
         {"lora-adapter", DF_OPT_STR, &adapter, "a PEFT LoRA adapter directory merged into the model first "
                                                "(docs/lora.md)", false},

@@ -2,6 +2,7 @@
 #include "distflow/dataset.h"
 
 #include "data/jsonl.h"
+#include "data/rows.h"
 #include "util/fsutil.h"
 
 #include <stdarg.h>
@@ -57,7 +58,8 @@ void df_dataset_free(df_dataset *ds)
 
 typedef struct {
     const char *file;
-    int64_t line;
+    int64_t line; /* a Parquet file's 1-based row */
+    bool parquet;
 } where;
 
 #define BAD(w, ...) bad_at(w, __VA_ARGS__)
@@ -69,7 +71,7 @@ static int bad_at(where w, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return df_error(DF_EINVAL, "%s:%lld: %s", w.file, (long long)w.line, msg);
+    return df_error(DF_EINVAL, w.parquet ? "%s: row %lld: %s" : "%s:%lld: %s", w.file, (long long)w.line, msg);
 }
 
 /* Optional string field: absent / null -> "", else must be a string. */
@@ -204,32 +206,33 @@ static int append_buffer(df_dataset *ds, const char *text, size_t len, const cha
                          const df_dataset_opts *opts)
 {
     int rc = add_file_name(ds, name);
-    if (rc || (rc = df_jsonl_check_text(text, len, name ? name : "<buffer>")))
-        return rc;
-    const char *fname = ds->files[ds->nfiles - 1];
-    df_jsonl_lines it;
-    const char *s;
-    size_t sl;
-    df_jsonl_lines_init(&it, text, len);
-    while (df_jsonl_lines_next(&it, &s, &sl)) {
-        int64_t g = ds->global_n++;
-        if (g % ds->shard_count != ds->shard_index)
-            continue; /* another rank's row: not even parsed */
+    const char *fname = rc ? NULL : ds->files[ds->nfiles - 1];
+    df_rows rows = {0};
+    if (!rc)
+        rc = df_rows_open(&rows, text, len, fname);
+    while (!rc) {
+        int64_t g = ds->global_n;
+        if (g % ds->shard_count != ds->shard_index) { /* another rank's row: not even parsed */
+            if (!df_rows_skip(&rows))
+                break;
+            ds->global_n++;
+            continue;
+        }
         json_t *obj = NULL;
+        if ((rc = df_rows_next(&rows, &obj)) || !obj)
+            break;
+        ds->global_n++;
         record r;
-        where w = {fname, it.line};
-        if ((rc = df_jsonl_parse_line(s, sl, fname, it.line, &obj)))
-            return rc;
+        where w = {fname, rows.where, df_rows_parquet(&rows)};
         rc = parse_record(w, obj, opts, &r);
         r.obj = obj;
         r.file = ds->nfiles - 1;
         r.global = g;
-        if (rc || (rc = push_row(ds, &r))) {
+        if (rc || (rc = push_row(ds, &r)))
             record_free(&r);
-            return rc;
-        }
     }
-    return DF_OK;
+    df_rows_close(&rows);
+    return rc;
 }
 
 static int dataset_new(const df_dataset_opts *o, df_dataset **out)

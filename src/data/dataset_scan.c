@@ -2,6 +2,7 @@
 #include "distflow/dataset.h"
 
 #include "data/jsonl.h"
+#include "data/rows.h"
 #include "util/fsutil.h"
 
 #include <stdlib.h>
@@ -45,27 +46,23 @@ static int scan_file(const char *path, const char *key, int64_t *left, seen_set 
 {
     char *text = NULL;
     size_t len = 0;
+    df_rows rows = {0};
     int rc = df_read_file(path, &text, &len);
     if (!rc)
-        rc = df_jsonl_check_text(text, len, path);
-    df_jsonl_lines it;
-    df_jsonl_lines_init(&it, text, rc ? 0 : len);
-    const char *s;
-    size_t n;
-    while (!rc && *left != 0 && df_jsonl_lines_next(&it, &s, &n)) {
-        json_t *row = NULL;
-        if ((rc = df_jsonl_parse_line(s, n, path, it.line, &row)))
-            break;
+        rc = df_rows_open(&rows, text, len, path);
+    json_t *row = NULL;
+    while (!rc && *left != 0 && !(rc = df_rows_next(&rows, &row)) && row) {
         const char *v = json_string_value(df_jsonl_path(row, key));
         int added = v ? seen_add(seen, v) : 0;
         if (added < 0)
             rc = df_error(DF_ENOMEM, "out of memory");
         else if (added)
-            rc = fn(user, v, path, it.line);
+            rc = fn(user, v, path, rows.where);
         json_decref(row);
         if (*left > 0)
             (*left)--;
     }
+    df_rows_close(&rows);
     free(text);
     return rc;
 }

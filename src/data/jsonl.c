@@ -1,6 +1,8 @@
 /* File, JSON-lines and jansson helpers for the data layer (src/data/jsonl.h). */
 #include "data/jsonl.h"
 
+#include "data/rows.h"
+
 #include "distflow/common.h"
 #include "util/fsutil.h"
 
@@ -9,16 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-int df_jsonl_check_text(const char *text, size_t len, const char *name)
-{
-    if (len >= 4 && !memcmp(text, "PAR1", 4))
-        return df_error(DF_EUNSUPPORTED,
-                        "%s: this is a Parquet file; distflow reads JSON lines (convert it, e.g. "
-                        "pandas.read_parquet(path).to_json(out, orient=\"records\", lines=True))",
-                        name);
-    return DF_OK;
-}
 
 void df_jsonl_lines_init(df_jsonl_lines *it, const char *buf, size_t len)
 {
@@ -282,26 +274,17 @@ int df_jsonl_convert(const char *in_path, const char *out_path, const char *spli
 {
     char *text = NULL, *own_split = NULL;
     size_t len = 0;
+    df_rows rows = {0};
     int rc = df_read_file(in_path, &text, &len);
-    if (!rc && (rc = df_jsonl_check_text(text, len, in_path)))
-        free(text);
-    if (rc)
-        return rc;
-    if (!split && !(split = own_split = df_jsonl_split_name(in_path))) {
-        free(text);
-        return df_error(DF_ENOMEM, "out of memory");
-    }
+    if (!rc)
+        rc = df_rows_open(&rows, text, len, in_path);
+    if (!rc && !split && !(split = own_split = df_jsonl_split_name(in_path)))
+        rc = df_error(DF_ENOMEM, "out of memory");
     df_jsonl_buf out = {0};
-    df_jsonl_lines it;
-    const char *s;
-    size_t sl;
     int64_t index = 0;
-    df_jsonl_lines_init(&it, text, len);
-    while (!rc && df_jsonl_lines_next(&it, &s, &sl)) {
-        json_t *raw = NULL;
-        rc = df_jsonl_parse_line(s, sl, in_path, it.line, &raw);
-        if (!rc)
-            rc = fn(user, raw, in_path, it.line, split, index++, &out);
+    json_t *raw = NULL;
+    while (!rc && !(rc = df_rows_next(&rows, &raw)) && raw) {
+        rc = fn(user, raw, in_path, rows.where, split, index++, &out);
         json_decref(raw);
     }
     if (!rc && need_rows && index == 0)
@@ -310,6 +293,7 @@ int df_jsonl_convert(const char *in_path, const char *out_path, const char *spli
         rc = df_write_file_atomic(out_path, out.p ? out.p : "", out.len);
     if (!rc && n_rows)
         *n_rows = index;
+    df_rows_close(&rows);
     free(out.p);
     free(own_split);
     free(text);

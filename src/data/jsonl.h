@@ -12,12 +12,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/**
- * Refuse input that is clearly not JSON lines: a Parquet file (verl's usual
- * format, "PAR1" magic) gets DF_EUNSUPPORTED with a conversion hint.
- */
-int df_jsonl_check_text(const char *text, size_t len, const char *name);
-
 /** Iterator over the lines of a buffer ('\n' separated, a trailing '\r' removed). */
 typedef struct df_jsonl_lines {
     const char *p, *end;
@@ -82,19 +76,20 @@ bool df_jsonl_buf_addf(df_jsonl_buf *b, const char *fmt, ...) __attribute__((for
 bool df_jsonl_buf_add_py_line(df_jsonl_buf *b, json_t *row);
 
 /**
- * A converter's row: append the output line of `raw` (line `line` of `file`,
- * the `index`-th non-blank row from 0) to *out. DF_* status with file:line.
+ * A converter's row: append the output line of `raw` (line `line` of `file`, or
+ * its row for a Parquet file; the `index`-th row from 0) to *out. DF_* status
+ * with file:line.
  */
 typedef int (*df_jsonl_row_fn)(void *user, json_t *raw, const char *file, int64_t line, const char *split,
                                int64_t index, df_jsonl_buf *out);
 
 /**
- * The converters' driver (distflow data gsm8k / math): read the JSON lines of
- * `in_path`, pass each row to fn (`split` NULL: df_jsonl_split_name of the
+ * The converters' driver (distflow data gsm8k / math): read the rows of
+ * `in_path` (JSON lines or Parquet, data/rows.h), pass each row to fn (`split` NULL: df_jsonl_split_name of the
  * path), write the output to `out_path` atomically and the row count to
  * *n_rows (may be NULL). `need_rows`: an input without rows is DF_EINVAL.
- * Errors: those of reading the file (DF_ENOTFOUND, DF_EIO, DF_EUNSUPPORTED
- * for Parquet), of a line (DF_EINVAL with file:line:column), of fn, of the
+ * Errors: those of reading the file (DF_ENOTFOUND, DF_EIO; a Parquet file's
+ * DF_EINVAL / DF_EUNSUPPORTED), of a line (DF_EINVAL with file:line:column), of fn, of the
  * write; DF_ENOMEM. Nothing is written on failure.
  */
 int df_jsonl_convert(const char *in_path, const char *out_path, const char *split, bool need_rows,

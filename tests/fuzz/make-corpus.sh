@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerate the generated part of the fuzz seed corpora (tests/fuzz/corpus/; docs/testing.md,
 # "Fuzzing"): the .safetensors files (binary, written here byte by byte), and the tokenizer and
-# dataset seeds made by distflow's own writers (`distflow data synth`, `distflow data tokenizer`).
+# dataset seeds made by distflow's own writers (`distflow data synth`, `distflow data tokenizer`), and
+# the Parquet seeds copied from tests/fixtures/parquet.
 # The hand-written seeds beside them (YAML, config.json, near-valid JSON) are plain files.
 # Seeds are named ok-* (the parser must accept them) or bad-* (it must refuse them); the replay
 # tests check that.
@@ -57,4 +58,13 @@ cp "$tmp/tok/tokenizer.json" "$c/tokenizer_json/ok-bpe-300.json"
 # the same tokenizer with its tokenizer_config.json after the marker line fuzz_tokenizer_json.c splits at
 { cat "$tmp/tok/tokenizer.json"; printf '\n//tokenizer_config.json\n'; cat "$tmp/tok/tokenizer_config.json"; } \
   > "$c/tokenizer_json/ok-bpe-300-with-config.json"
-echo "make-corpus: wrote $(ls "$c/safetensors" | wc -l) safetensors seeds, the synth rows and the tokenizer seeds" >&2
+
+# ---- Parquet: the reader's fixtures (two writers, tests/fixtures/parquet), whole and cut ------------
+pq=$here/../fixtures/parquet
+mkdir -p "$c/parquet"
+for f in gsm8k_verl types_zstd v1_plain_snappy v2_dict_zstd v2_delta_zstd empty; do
+  cp "$pq/$f.parquet" "$c/parquet/ok-$f.parquet"
+done
+cp "$pq/map.parquet" "$c/parquet/bad-map.parquet"
+head -c 2000 "$pq/gsm8k_verl.parquet" > "$c/parquet/bad-truncated.parquet"
+echo "make-corpus: wrote $(ls "$c/safetensors" | wc -l) safetensors seeds, the synth rows, the tokenizer and the Parquet seeds" >&2

@@ -1,0 +1,156 @@
+// Writes the Parquet test fixtures in tests/fixtures/parquet/ (see the README.md there):
+//   gsm8k_verl, gsm8k_raw, types_{none,snappy,gzip,zstd}, map, empty   -- written by DuckDB
+//   v1_plain_snappy, v2_{plain,delta,dict}_zstd                        -- written by parquet-wasm (arrow-rs)
+// and, for every X.parquet except map.parquet, X.jsonl: DuckDB's reading of X.parquet,
+// one JSON object per row, in file order, keys in schema order (identical ones become symlinks).
+// All content is synthetic. Not run by CI; run it by hand to regenerate (packages are resolved
+// from the current directory):
+//   mkdir /tmp/g && cd /tmp/g && npm install @duckdb/node-api@1.5.6-r.1 parquet-wasm@0.8.0 apache-arrow@21.2.0
+//   node /path/to/repo/tests/golden/gen_parquet_fixtures.mjs [OUTDIR]   (default: <repo>/tests/fixtures/parquet)
+import fs from 'node:fs';
+import path from 'node:path';
+import { createRequire } from 'node:module';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+const load = (m) => import(pathToFileURL(createRequire(path.join(process.cwd(), '_')).resolve(m)));
+const { DuckDBInstance } = await load('@duckdb/node-api');
+const arrow = await load('apache-arrow');
+const pw = await load('parquet-wasm/node');
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const out = path.resolve(process.argv[2] ?? path.join(here, '..', 'fixtures', 'parquet'));
+fs.mkdirSync(out, { recursive: true });
+const P = (name) => path.join(out, name);
+
+const db = await (await DuckDBInstance.create(':memory:', { threads: '1' })).connect();
+const rows = async (sql) => (await db.runAndReadAll(sql)).getRows();
+
+// ---- gsm8k_verl: verl examples/data_preprocess/gsm8k.py row layout ----------------------------
+const INSTR = ` Let's think step by step and output the final answer after "####".`;
+const problems = [ // [split, index, question, answer (gsm8k style: steps, <<calc>>, "#### n")]
+  ['train', 0, 'A baker makes 12 muffins per tray and bakes 5 trays. How many muffins does she bake?',
+    'She bakes 12 * 5 = <<12*5=60>>60 muffins.\n#### 60'],
+  ['train', 1, 'Tom has 45 marbles and gives 17 to his sister. How many marbles does Tom have left?',
+    'Tom has 45 - 17 = <<45-17=28>>28 marbles left.\n#### 28'],
+  ['train', 2, 'A bus ticket costs $3. How much do 4 adults and 3 children pay if children ride at half price?',
+    'Adults pay 4 * 3 = <<4*3=12>>12 dollars.\nA child ticket costs 3 / 2 = <<3/2=1.5>>1.5 dollars, so children pay 3 * 1.5 = <<3*1.5=4.5>>4.5 dollars.\nIn total they pay 12 + 4.5 = <<12+4.5=16.5>>16.5 dollars.\n#### 16.5'],
+  ['train', 3, 'A garden has 8 rows of 9 tulips. 14 tulips are picked. How many tulips remain?',
+    'There are 8 * 9 = <<8*9=72>>72 tulips.\n72 - 14 = <<72-14=58>>58 remain.\n#### 58'],
+  ['train', 4, 'A train travels 60 km per hour for 2.5 hours. How far does it go?',
+    'It goes 60 * 2.5 = <<60*2.5=150>>150 km.\n#### 150'],
+  ['test', 0, 'Mia reads 25 pages a day. How many days does she need for a 300-page book?',
+    'She needs 300 / 25 = <<300/25=12>>12 days.\n#### 12'],
+  ['test', 1, 'A tank holds 1,200 liters and is 3/4 full. How many liters are in it?',
+    'It holds 1200 * 3 / 4 = <<1200*3/4=900>>900 liters.\n#### 900'],
+  ['test', 2, 'Pens cost $2 each. Leo pays with a $20 bill for 7 pens. How much change does he get?',
+    '7 pens cost 7 * 2 = <<7*2=14>>14 dollars.\nHis change is 20 - 14 = <<20-14=6>>6 dollars.\n#### 6'],
+  ['test', 3, 'Ana saves $15 a week. After how many weeks has she saved $135?',
+    'She needs 135 / 15 = <<135/15=9>>9 weeks.\n#### 9'],
+  ['test', 4, 'A class of 28 students splits into teams of 4. Each team gets 3 balls. How many balls are needed?',
+    'There are 28 / 4 = <<28/4=7>>7 teams.\nThey need 7 * 3 = <<7*3=21>>21 balls.\n#### 21'],
+];
+const q = (s) => `'${s.replaceAll("'", "''")}'`;
+await db.run(`CREATE TABLE gsm8k (data_source VARCHAR, prompt STRUCT(content VARCHAR, role VARCHAR)[],
+  ability VARCHAR, reward_model STRUCT(ground_truth VARCHAR, style VARCHAR),
+  extra_info STRUCT(split VARCHAR, "index" BIGINT, answer VARCHAR, question VARCHAR))`);
+for (const [split, idx, question, answer] of problems) {
+  const truth = answer.split('#### ').pop();
+  await db.run(`INSERT INTO gsm8k VALUES ('openai/gsm8k', [{'content': ${q(question + INSTR)}, 'role': 'user'}], 'math',
+    {'ground_truth': ${q(truth)}, 'style': 'rule'},
+    {'split': ${q(split)}, 'index': ${idx}, 'answer': ${q(answer)}, 'question': ${q(question)}})`);
+}
+// DuckDB only cuts a row group at a chunk boundary (a table scan is one chunk), and it dictionary-encodes
+// only in row groups of >= 5 rows (and then only near-constant columns). The UNION ALL feeds two 5-row
+// chunks -> two row groups, each with its own dictionaries (split: 'train' in the first, 'test' in the second).
+await db.run(`COPY (FROM gsm8k WHERE rowid < 5 UNION ALL FROM gsm8k WHERE rowid >= 5)
+  TO '${P('gsm8k_verl.parquet')}' (FORMAT parquet, COMPRESSION snappy, ROW_GROUP_SIZE 5)`);
+await db.run(`COPY (FROM gsm8k LIMIT 0) TO '${P('empty.parquet')}' (FORMAT parquet, COMPRESSION snappy)`);
+
+// ---- gsm8k_raw: Hugging Face openai/gsm8k 'main' parquet layout (question, answer) -------------
+const raw = [ // made-up problems, gsm8k answer style: steps with <<calc>>, then "#### n"
+  ['A farmer plants 6 rows of corn with 7 plants in each row. How many corn plants does he plant?',
+    'He plants 6 * 7 = <<6*7=42>>42 corn plants.\n#### 42'],
+  ['Lena buys 3 notebooks at $4 each and a backpack for $25. How much does she spend in total?',
+    'The notebooks cost 3 * 4 = $<<3*4=12>>12.\nShe spends 12 + 25 = $<<12+25=37>>37 in total.\n#### 37'],
+  ['A library has 240 books. It lends out 1/3 of them on Monday and 25 more on Tuesday. How many books are still in the library?',
+    'On Monday it lends out 240 / 3 = <<240/3=80>>80 books.\nAfter Monday 240 - 80 = <<240-80=160>>160 books are left.\nAfter Tuesday 160 - 25 = <<160-25=135>>135 books are left.\n#### 135'],
+];
+await db.run(`CREATE TABLE gsm8k_raw (question VARCHAR, answer VARCHAR)`);
+for (const [question, answer] of raw) await db.run(`INSERT INTO gsm8k_raw VALUES (${q(question)}, ${q(answer)})`);
+await db.run(`COPY gsm8k_raw TO '${P('gsm8k_raw.parquet')}' (FORMAT parquet, COMPRESSION snappy)`);
+
+// ---- types_*: one table, four codecs; special cases repeat via rownum modulo --------------------
+await db.run(`CREATE TABLE types AS SELECT r AS rownum,
+  CASE WHEN r % 7 = 3 THEN NULL ELSE r % 3 = 0 END AS b,
+  CASE r % 11 WHEN 0 THEN NULL WHEN 1 THEN -2147483648 WHEN 2 THEN 2147483647
+    ELSE (r * 37) % 2001 - 1000 END::INTEGER AS i32,
+  CASE r % 13 WHEN 0 THEN NULL WHEN 1 THEN 9007199254740993 WHEN 2 THEN -9223372036854775808
+    WHEN 3 THEN 9223372036854775807 WHEN 4 THEN -9007199254740993 ELSE r * 1000003 - 1500000000 END::BIGINT AS i64,
+  ((r % 41 - 20) * 0.25)::FLOAT AS f,
+  CASE r % 17 WHEN 0 THEN NULL WHEN 1 THEN 1e10 WHEN 2 THEN -0.5 ELSE (r - 1500) * 0.125 END::DOUBLE AS d,
+  CASE r % 10 WHEN 0 THEN NULL WHEN 1 THEN '' WHEN 2 THEN 'naïve 数学 🚀'
+    WHEN 3 THEN 'quote " backslash \\ newline' || chr(10) || 'end'
+    WHEN 4 THEN repeat(chr(97 + (r % 26)::INTEGER), 200) || r ELSE 'row ' || r END AS s,
+  CASE r % 6 WHEN 0 THEN NULL WHEN 1 THEN [] WHEN 2 THEN [r, NULL, -r] WHEN 3 THEN [NULL]
+    ELSE [r % 5, r % 7, r] END::INTEGER[] AS li,
+  CASE r % 5 WHEN 0 THEN NULL WHEN 1 THEN [] WHEN 2 THEN [[], NULL, ['a']]
+    WHEN 3 THEN [['x' || r, NULL], []] ELSE [['p', 'q', 'r' || r]] END::VARCHAR[][] AS lls,
+  CASE r % 4 WHEN 0 THEN NULL WHEN 1 THEN {'a': NULL, 'b': 'b' || r} WHEN 2 THEN {'a': r, 'b': NULL}
+    ELSE {'a': -r, 'b': 'ok'} END::STRUCT(a INTEGER, b VARCHAR) AS st,
+  CASE r % 5 WHEN 0 THEN NULL WHEN 1 THEN [] WHEN 2 THEN [{'x': r, 'y': 'y' || r}, NULL, {'x': NULL, 'y': NULL}]
+    WHEN 3 THEN [{'x': 9007199254740993, 'y': 'big'}] ELSE [{'x': -r, 'y': NULL}, {'x': r, 'y': 'z'}]
+    END::STRUCT(x BIGINT, y VARCHAR)[] AS lst
+  FROM range(360) t(r) ORDER BY r`);
+for (const [name, codec] of [['none', 'uncompressed'], ['snappy', 'snappy'], ['gzip', 'gzip'], ['zstd', 'zstd']])
+  await db.run(`COPY types TO '${P(`types_${name}.parquet`)}' (FORMAT parquet, COMPRESSION ${codec})`);
+
+// ---- map.parquet: a MAP column (the reader is expected to refuse it; no .jsonl) -----------------
+await db.run(`COPY (SELECT * FROM (VALUES (MAP {'a': 1, 'b': 2}, 1), (MAP {}, 2), (NULL, 3)) t(m, k))
+  TO '${P('map.parquet')}' (FORMAT parquet, COMPRESSION snappy)`);
+
+// ---- parquet-wasm (arrow-rs): data page v1/v2, plain / delta / dictionary -----------------------
+const N = 250, ids = [], ss = [], xs = [], flags = [], lis = [];
+for (let r = 0; r < N; r++) {
+  ids.push(BigInt(r) * 4294967311n - 1000000000000n);          // crosses 2^32, negatives
+  ss.push(r % 7 === 0 ? null : r % 5 === 0 ? '' : `s${r % 23}-é😀`);  // repeats -> dictionary-friendly
+  xs.push(r % 6 === 0 ? null : (r - 250) * 0.5);
+  flags.push(r % 3 === 1);
+  lis.push(r % 9 === 0 ? null : r % 9 === 1 ? [] : [r, r % 4 === 0 ? null : -r, r % 10]);
+}
+const table = new arrow.Table({
+  id: arrow.vectorFromArray(ids, new arrow.Int64()),
+  s: arrow.vectorFromArray(ss, new arrow.Utf8()),
+  x: arrow.vectorFromArray(xs, new arrow.Float64()),
+  flag: arrow.vectorFromArray(flags, new arrow.Bool()),
+  li: arrow.vectorFromArray(lis, new arrow.List(new arrow.Field('item', new arrow.Int32(), true))),
+});
+const pwWrite = (file, version, compression, dict, encoding) => {
+  let b = new pw.WriterPropertiesBuilder().setWriterVersion(version).setCompression(compression)
+    .setDictionaryEnabled(dict).setDataPageSizeLimit(1024).setWriteBatchSize(64); // several pages per chunk
+  if (encoding !== undefined) b = b.setEncoding(encoding);
+  const bytes = pw.writeParquet(pw.Table.fromIPCStream(arrow.tableToIPC(table, 'stream')), b.build());
+  fs.writeFileSync(P(file), bytes);
+};
+const { V1, V2 } = pw.WriterVersion, { SNAPPY, ZSTD } = pw.Compression, { PLAIN } = pw.Encoding;
+pwWrite('v1_plain_snappy.parquet', V1, SNAPPY, false, PLAIN);
+pwWrite('v2_plain_zstd.parquet', V2, ZSTD, false, PLAIN);
+pwWrite('v2_delta_zstd.parquet', V2, ZSTD, false);   // no dictionary: arrow-rs's V2 defaults (DELTA_*, RLE)
+pwWrite('v2_dict_zstd.parquet', V2, ZSTD, true);
+
+// ---- expected rows: DuckDB's reading of each file, then sanity checks --------------------------
+// Files with the same content (types_*, v1_*/v2_*) read back identically; to keep the fixtures small
+// the later X.jsonl are then relative symlinks to the first one with that exact text.
+const seen = new Map();
+for (const f of fs.readdirSync(out).filter((f) => f.endsWith('.parquet') && f !== 'map.parquet').sort()) {
+  const src = P(f), dst = src.replace(/\.parquet$/, '.jsonl');
+  const lines = (await rows(`SELECT to_json(t)::VARCHAR FROM read_parquet('${src}') t`)).map((r) => r[0]);
+  const text = lines.map((l) => l + '\n').join('');
+  fs.rmSync(dst, { force: true });
+  if (seen.has(text)) fs.symlinkSync(seen.get(text), dst);
+  else { fs.writeFileSync(dst, text); seen.set(text, path.basename(dst)); }
+  const [[n]] = await rows(`SELECT num_rows FROM parquet_file_metadata('${src}')`);
+  lines.forEach((l) => JSON.parse(l));
+  if (BigInt(lines.length) !== BigInt(n)) throw new Error(`${f}: ${lines.length} lines, ${n} rows`);
+  if (lines.some((l) => /\b(NaN|-?Infinity|inf|nan)\b/.test(l.replace(/"(\\.|[^"\\])*"/g, '""'))))
+    throw new Error(`${f}: NaN/Inf in expected rows`);
+  console.log(`${f}: ${n} rows -> ${path.basename(dst)}${fs.lstatSync(dst).isSymbolicLink() ? ' -> ' + fs.readlinkSync(dst) : ''}`);
+}

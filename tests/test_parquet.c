@@ -1,0 +1,148 @@
+/* The Parquet reader (src/data/parquet.c): every fixture of tests/fixtures/parquet read as
+ * DuckDB reads it (X.jsonl, written by tests/golden/gen_parquet_fixtures.mjs), and malformed
+ * files refused with the file's name and the problem. */
+/* rounding-free (scripts/test-variants.sh skips it): parsing, text and integers only */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "data/jsonl.h"
+#include "data/parquet.h"
+#include "distflow/common.h"
+#include "util/fsutil.h"
+
+#define FIXTURES DF_SOURCE_DIR "/tests/fixtures/parquet/"
+
+static char *slurp(const char *path, size_t *len)
+{
+    char *text = NULL;
+    assert_int_equal(df_read_file(path, &text, len), DF_OK);
+    return text;
+}
+
+/* The rows of FIXTURES/<base>.parquet equal those of <base>.jsonl, row by row. */
+static void check_fixture(const char *base)
+{
+    char pq[256], js[256];
+    snprintf(pq, sizeof pq, FIXTURES "%s.parquet", base);
+    snprintf(js, sizeof js, FIXTURES "%s.jsonl", base);
+    size_t n = 0, m = 0;
+    char *bin = slurp(pq, &n), *text = slurp(js, &m);
+    json_t *rows = NULL;
+    int rc = df_parquet_rows(bin, n, pq, &rows);
+    if (rc)
+        fail_msg("%s: %s", base, df_last_error());
+    df_jsonl_lines it;
+    const char *s;
+    size_t sl;
+    size_t i = 0;
+    df_jsonl_lines_init(&it, text, m);
+    while (df_jsonl_lines_next(&it, &s, &sl)) {
+        json_t *want = NULL;
+        assert_int_equal(df_jsonl_parse_line(s, sl, js, it.line, &want), DF_OK);
+        json_t *got = json_array_get(rows, i);
+        if (!got || !json_equal(got, want)) {
+            char *g = got ? json_dumps(got, JSON_COMPACT) : NULL, *w = json_dumps(want, JSON_COMPACT);
+            fail_msg("%s row %zu:\n got  %s\n want %s", base, i + 1, g ? g : "(none)", w);
+        }
+        json_decref(want);
+        i++;
+    }
+    assert_int_equal(json_array_size(rows), i);
+    json_decref(rows);
+    free(bin);
+    free(text);
+}
+
+static void test_verl_gsm8k(void **state)
+{
+    (void)state;
+    check_fixture("gsm8k_verl"); /* two row groups, each with its own dictionaries */
+    check_fixture("empty");
+}
+
+static void test_codecs_and_nesting(void **state)
+{
+    (void)state;
+    check_fixture("types_none");
+    check_fixture("types_snappy");
+    check_fixture("types_gzip");
+    check_fixture("types_zstd");
+}
+
+static void test_page_versions_and_encodings(void **state)
+{
+    (void)state;
+    check_fixture("v1_plain_snappy");
+    check_fixture("v2_plain_zstd");
+    check_fixture("v2_dict_zstd");
+    check_fixture("v2_delta_zstd");
+}
+
+/* rc and an error naming the file and containing `what`. */
+static void expect_error(const char *bin, size_t n, int want_rc, const char *what)
+{
+    json_t *rows = NULL;
+    int rc = df_parquet_rows(bin, n, "bad.parquet", &rows);
+    assert_int_equal(rc, want_rc);
+    assert_null(rows);
+    assert_non_null(strstr(df_last_error(), "bad.parquet"));
+    if (!strstr(df_last_error(), what))
+        fail_msg("error '%s' lacks '%s'", df_last_error(), what);
+}
+
+static void test_refusals(void **state)
+{
+    (void)state;
+    size_t n = 0;
+    char *map = slurp(FIXTURES "map.parquet", &n);
+    expect_error(map, n, DF_EUNSUPPORTED, "column 'm' is a MAP");
+    free(map);
+
+    char *bin = slurp(FIXTURES "types_snappy.parquet", &n);
+    expect_error(bin, 3, DF_EINVAL, "truncated Parquet file");
+    expect_error(bin, n - 1, DF_EINVAL, "truncated Parquet file"); /* the end magic cut */
+    char *copy = malloc(n);
+    /* a footer length beyond the file */
+    memcpy(copy, bin, n);
+    copy[n - 5] = 0x7f;
+    expect_error(copy, n, DF_EINVAL, "footer");
+    /* the footer cut short at every length: refused, never read past */
+    uint32_t flen = (uint8_t)bin[n - 8] | (uint8_t)bin[n - 7] << 8 | (uint8_t)bin[n - 6] << 16;
+    for (uint32_t cut = 1; cut < flen; cut += 7) {
+        memcpy(copy, bin, n);
+        uint32_t f = flen - cut;
+        memcpy(copy + n - 8 - f, bin + n - 8 - flen, f); /* its first f bytes, then length and magic */
+        memcpy(copy + n - 8, &f, 4);
+        json_t *rows = NULL;
+        int rc = df_parquet_rows(copy, n, "bad.parquet", &rows);
+        assert_int_not_equal(rc, DF_OK);
+        assert_non_null(strstr(df_last_error(), "bad.parquet"));
+    }
+    /* the first data page's bytes flipped: a codec or page error, never a crash */
+    memcpy(copy, bin, n);
+    for (size_t i = 4; i < 64; i++)
+        copy[i] ^= 0x5a;
+    json_t *rows = NULL;
+    assert_int_not_equal(df_parquet_rows(copy, n, "bad.parquet", &rows), DF_OK);
+    assert_non_null(strstr(df_last_error(), "bad.parquet"));
+    free(copy);
+    free(bin);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_verl_gsm8k),
+        cmocka_unit_test(test_codecs_and_nesting),
+        cmocka_unit_test(test_page_versions_and_encodings),
+        cmocka_unit_test(test_refusals),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
