@@ -19,7 +19,7 @@ PKGS=(
   libjansson-dev      # JSON: config.json, tokenizer.json, datasets, metrics
   libpcre2-dev        # tokenizer pre-tokenizer regex
   libutf8proc-dev     # NFC normalisation
-  libsnappy-dev libzstd-dev zlib1g-dev # Parquet datasets: the page codecs (SNAPPY, ZSTD, GZIP)
+  libsnappy-dev libzstd-dev zlib1g-dev liblz4-dev libbrotli-dev # Parquet datasets: the page codecs
   libelf-dev          # plugin refs checked from the library's ELF symbol table, without loading it
   libprotobuf-c-dev   # TensorBoard event files (trainer.logger=[tensorboard]): protobuf-c runtime
   protobuf-c-compiler # protoc-c: compiles src/logging/tb_event.proto at build time

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -74,6 +75,9 @@ static void test_codecs_and_nesting(void **state)
     check_fixture("types_snappy");
     check_fixture("types_gzip");
     check_fixture("types_zstd");
+    check_fixture("types_lz4raw");
+    check_fixture("types_brotli");
+    check_fixture("lz4_hadoop"); /* the deprecated LZ4 codec, Hadoop-framed (arrow-rs) */
 }
 
 static void test_page_versions_and_encodings(void **state)
@@ -83,6 +87,8 @@ static void test_page_versions_and_encodings(void **state)
     check_fixture("v2_plain_zstd");
     check_fixture("v2_dict_zstd");
     check_fixture("v2_delta_zstd");
+    check_fixture("types_v2");  /* DuckDB's v2: DELTA_BINARY_PACKED, DELTA_LENGTH_BYTE_ARRAY, BYTE_STREAM_SPLIT */
+    check_fixture("bss_zstd");  /* BYTE_STREAM_SPLIT on floats and integers, required columns, pages stored raw */
 }
 
 /* rc and an error naming the file and containing `what`. */
@@ -136,6 +142,37 @@ static void test_refusals(void **state)
     free(bin);
 }
 
+/* `distflow data jsonl` writes the rows as DuckDB renders them, byte for byte (compact JSON, keys in
+   schema order, UTF-8 as is, reals as read); a refused file leaves no output. */
+static void test_cli_jsonl(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/df_test_parquet_XXXXXX", cmd[1024], out[256];
+    assert_non_null(mkdtemp(dir));
+    const char *bases[] = {"gsm8k_verl", "types_zstd", "v2_delta_zstd"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(out, sizeof out, "%s/%s.jsonl", dir, bases[i]);
+        snprintf(cmd, sizeof cmd, "%s/distflow data jsonl --in " FIXTURES "%s.parquet --out %s 2>/dev/null",
+                 DF_BINARY_DIR, bases[i], out);
+        assert_int_equal(system(cmd), 0);
+        char want[256];
+        snprintf(want, sizeof want, FIXTURES "%s.jsonl", bases[i]);
+        size_t n = 0, m = 0;
+        char *got = slurp(out, &n), *exp = slurp(want, &m);
+        assert_int_equal(n, m);
+        assert_memory_equal(got, exp, n);
+        free(got);
+        free(exp);
+        remove(out);
+    }
+    snprintf(out, sizeof out, "%s/map.jsonl", dir);
+    snprintf(cmd, sizeof cmd, "%s/distflow data jsonl --in " FIXTURES "map.parquet --out %s 2>/dev/null",
+             DF_BINARY_DIR, out);
+    assert_int_not_equal(system(cmd), 0);
+    assert_int_not_equal(access(out, F_OK), 0);
+    assert_int_equal(rmdir(dir), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -143,6 +180,7 @@ int main(void)
         cmocka_unit_test(test_codecs_and_nesting),
         cmocka_unit_test(test_page_versions_and_encodings),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_cli_jsonl),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,7 @@
-/* distflow data gsm8k | math | synth | tokenizer | marft-demos (cmd_marft_demos.c) */
+/* distflow data gsm8k | math | jsonl | synth | tokenizer | marft-demos (cmd_marft_demos.c) */
 #include "cli/cli.h"
 
+#include "data/jsonl.h"
 #include "distflow/dataset.h"
 #include "distflow/synth.h"
 #include "distflow/tokenizer.h"
@@ -13,9 +14,10 @@
 #include <string.h>
 
 static const char *USAGE =
-    "gsm8k | math | synth | tokenizer | marft-demos [options]   (distflow data <sub> --help)\n\n"
+    "gsm8k | math | jsonl | synth | tokenizer | marft-demos [options]   (distflow data <sub> --help)\n\n"
     "  gsm8k      convert raw GSM8K rows (JSON lines or HF parquet) to the verl RL schema (as verl's gsm8k.py)\n"
     "  math       convert raw MATH / MATH-500 rows (JSON lines or parquet) to the verl RL schema (as verl's math_dataset.py)\n"
+    "  jsonl      write a dataset file's rows (a parquet file's, say) as JSON lines, as distflow reads them\n"
     "  synth      generate the synthetic arithmetic word-problem task (the embedded default)\n"
     "  tokenizer  train a small byte-level BPE tokenizer on a dataset's chat-rendered text\n"
     "  marft-demos  planner / solver SFT rows on a MARFT workflow's chained prompts (make demo ALGO=marft)";
@@ -75,6 +77,39 @@ static int cmd_math(int argc, char **argv)
     if (rc)
         return df_cli_fail("data math");
     fprintf(stderr, "distflow data math: wrote %lld rows to %s\n", (long long)n, out);
+    return 0;
+}
+
+/* One row as compact JSON, keys in the file's order. */
+static int row_as_line(void *user, json_t *raw, const char *file, int64_t line, const char *split, int64_t index,
+                       df_jsonl_buf *out)
+{
+    (void)user, (void)file, (void)line, (void)split, (void)index;
+    char *text = df_jsonl_compact(raw);
+    bool ok = text && df_jsonl_buf_add(out, text, strlen(text)) && df_jsonl_buf_add(out, "\n", 1);
+    free(text);
+    return ok ? DF_OK : df_error(DF_ENOMEM, "out of memory");
+}
+
+static int cmd_jsonl(int argc, char **argv)
+{
+    const char *in = NULL, *out = NULL;
+    df_opt opts[] = {{"in", DF_OPT_STR, &in, "dataset file, parquet or JSON lines (required)", false},
+                     {"out", DF_OPT_STR, &out, "output JSON lines, one compact object per row (required)", false},
+                     {0}};
+    char *pos[1];
+    int n_pos, code;
+    if (df_cli_parse("data jsonl", "--in FILE.parquet --out OUT.jsonl", opts, argc, argv, pos, 0, &n_pos, &code))
+        return code;
+    if ((code = df_cli_require("data jsonl", opts)))
+        return code;
+    int64_t n = 0;
+    char *made = NULL; /* directories made for the output go again if it is not written */
+    int rc = df_mkdir_parent_undoable(out, &made) || df_jsonl_convert(in, out, "", false, row_as_line, NULL, &n);
+    df_mkdir_settle(made, rc);
+    if (rc)
+        return df_cli_fail("data jsonl");
+    fprintf(stderr, "distflow data jsonl: wrote %lld rows to %s\n", (long long)n, out);
     return 0;
 }
 
@@ -250,6 +285,8 @@ int df_cmd_data(int argc, char **argv)
         return cmd_gsm8k(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "math"))
         return cmd_math(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "jsonl"))
+        return cmd_jsonl(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "synth"))
         return cmd_synth(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "tokenizer"))

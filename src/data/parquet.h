@@ -9,8 +9,9 @@
  * BYTE_ARRAY -> string (must be UTF-8); a null -> null. Groups: a LIST (3-level, or the older
  * 2-level forms of parquet's LogicalTypes.md) -> array, a bare repeated field -> array, any other
  * group -> object. Refused with DF_EUNSUPPORTED: MAP columns, INT96, FIXED_LEN_BYTE_ARRAY,
- * compression other than UNCOMPRESSED / SNAPPY / GZIP / ZSTD, encodings other than PLAIN,
- * dictionaries, RLE booleans and the DELTA encodings, column data in other files.
+ * LZO compression (UNCOMPRESSED, SNAPPY, GZIP, ZSTD, LZ4_RAW, LZ4, BROTLI are read), encodings
+ * other than PLAIN, dictionaries, RLE booleans, the DELTA encodings and BYTE_STREAM_SPLIT,
+ * column data in other files.
  */
 #ifndef DF_DATA_PARQUET_H
 #define DF_DATA_PARQUET_H

@@ -4,6 +4,8 @@
 
 #include "distflow/common.h"
 
+#include <brotli/decode.h>
+#include <lz4.h>
 #include <snappy-c.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +43,28 @@ static const char *codec_name(int codec)
     return codec >= 0 && codec < 8 ? names[codec] : "unknown";
 }
 
+static uint32_t be32(const uint8_t *p) { return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]; }
+
+/* The deprecated LZ4 codec as Hadoop frames it (what older parquet-mr / Arrow wrote): blocks of
+ * [uncompressed size, compressed size] (big-endian u32) and a raw LZ4 block. Readers fall back to
+ * a bare block when this framing does not fit, as Arrow's does. */
+static bool lz4_hadoop(const uint8_t *src, size_t n, uint8_t *dst, size_t want)
+{
+    size_t in = 0, out = 0;
+    while (in < n) {
+        if (n - in < 8)
+            return false;
+        uint32_t raw = be32(src + in), packed = be32(src + in + 4);
+        in += 8;
+        if (packed > n - in || raw > want - out || packed > INT32_MAX ||
+            LZ4_decompress_safe((const char *)src + in, (char *)dst + out, (int)packed, (int)raw) != (int)raw)
+            return false;
+        in += packed;
+        out += raw;
+    }
+    return out == want;
+}
+
 /* src[0, n) decompressed into dst[0, want); false when the stream does not make exactly that. */
 static bool inflate_all(const uint8_t *src, size_t n, uint8_t *dst, size_t want, int codec)
 {
@@ -52,6 +76,17 @@ static bool inflate_all(const uint8_t *src, size_t n, uint8_t *dst, size_t want,
     if (codec == PQ_ZSTD) {
         size_t got = ZSTD_decompress(dst, want, src, n);
         return !ZSTD_isError(got) && got == want;
+    }
+    if (codec == PQ_LZ4_RAW)
+        return n <= INT32_MAX && want <= INT32_MAX && LZ4_decompress_safe((const char *)src, (char *)dst, (int)n,
+                                                                           (int)want) == (int)want;
+    if (codec == PQ_LZ4)
+        return lz4_hadoop(src, n, dst, want) ||
+               (n <= INT32_MAX && want <= INT32_MAX &&
+                LZ4_decompress_safe((const char *)src, (char *)dst, (int)n, (int)want) == (int)want);
+    if (codec == PQ_BROTLI) {
+        size_t got = want;
+        return BrotliDecoderDecompress(n, src, &got, dst) == BROTLI_DECODER_RESULT_SUCCESS && got == want;
     }
     z_stream z = {0}; /* GZIP: a gzip member (windowBits + 32 also takes a zlib stream) */
     if (inflateInit2(&z, 15 + 32) != Z_OK)
@@ -66,8 +101,8 @@ static bool inflate_all(const uint8_t *src, size_t n, uint8_t *dst, size_t want,
     return ok;
 }
 
-/* Whether `n` compressed bytes can make `want`, asked of the stream before allocating: snappy and
- * zstd state the size; deflate expands at most ~1032:1. */
+/* Whether `n` compressed bytes can make `want`, asked before allocating: snappy and zstd state the
+ * size, deflate and LZ4 have a bounded expansion. */
 static bool plausible(int codec, const uint8_t *src, size_t n, size_t want)
 {
     size_t stated = 0;
@@ -81,7 +116,11 @@ static bool plausible(int codec, const uint8_t *src, size_t n, size_t want)
         unsigned long long z = ZSTD_getFrameContentSize(src, n);
         return z == ZSTD_CONTENTSIZE_UNKNOWN || z == want;
     }
-    return want <= 1032 * n + 64;
+    if (codec == PQ_LZ4_RAW || codec == PQ_LZ4)
+        return want <= 256 * n + 64; /* an LZ4 block expands at most ~255:1 */
+    if (codec == PQ_GZIP)
+        return want <= 1032 * n + 64; /* deflate: at most ~1032:1 */
+    return true;                     /* brotli: bounded by MAX_PAGE_BYTES only */
 }
 
 /* A page's body, `n` stored bytes of which the first `keep` are never compressed (v2 levels), as
@@ -361,10 +400,34 @@ static int delta_strings(ctx *c, bits *b, int64_t n, pq_value *out, int64_t *tmp
     return rc;
 }
 
+/* BYTE_STREAM_SPLIT: byte k of every value together, stream after stream; reassembled into the
+ * PLAIN layout and read as such. */
+static int byte_stream_split(ctx *c, bits *b, int64_t n, pq_value *out)
+{
+    int w = c->type == PQ_INT32 || c->type == PQ_FLOAT ? 4 : 8;
+    if (c->type == PQ_BOOLEAN || c->type == PQ_BYTE_ARRAY)
+        return corrupt(c, "BYTE_STREAM_SPLIT on a boolean or string column");
+    if (n > (b->end - b->p) / w)
+        return corrupt(c, "fewer BYTE_STREAM_SPLIT bytes than values");
+    uint8_t *plain_bytes = malloc((size_t)(n ? n : 1) * (size_t)w);
+    if (!plain_bytes)
+        return oom(c);
+    for (int64_t i = 0; i < n; i++)
+        for (int k = 0; k < w; k++)
+            plain_bytes[i * w + k] = b->p[(int64_t)k * n + i];
+    b->p += n * w;
+    bits pb = {plain_bytes, plain_bytes + n * w};
+    int rc = plain(c, &pb, n, out);
+    free(plain_bytes);
+    return rc;
+}
+
 static int values(ctx *c, int encoding, bits *b, int64_t n, pq_value *out, uint32_t *tmp)
 {
     if (encoding == PQ_PLAIN)
         return plain(c, b, n, out);
+    if (encoding == PQ_BYTE_STREAM_SPLIT)
+        return byte_stream_split(c, b, n, out);
     if (encoding == PQ_PLAIN_DICTIONARY || encoding == PQ_RLE_DICTIONARY)
         return dictionary_indices(c, b, n, out, tmp);
     if (encoding == PQ_RLE && c->type == PQ_BOOLEAN) { /* a 4-byte length, then the hybrid at width 1 */
@@ -395,7 +458,7 @@ static int values(ctx *c, int encoding, bits *b, int64_t n, pq_value *out, uint3
     }
     return df_error(DF_EUNSUPPORTED,
                     "%s: column '%s': value encoding %d is not supported (distflow reads PLAIN, dictionaries, RLE "
-                    "booleans and the DELTA encodings)",
+                    "booleans, the DELTA encodings and BYTE_STREAM_SPLIT)",
                     c->name, c->what, encoding);
 }
 
@@ -472,10 +535,10 @@ static int check_chunk(const ctx *c, const pq_chunk *ch, size_t len)
     if (ch->external)
         return df_error(DF_EUNSUPPORTED, "%s: column '%s': its data lives in another file (ColumnChunk.file_path)",
                         c->name, c->what);
-    if (ch->codec != PQ_UNCOMPRESSED && ch->codec != PQ_SNAPPY && ch->codec != PQ_GZIP && ch->codec != PQ_ZSTD)
+    if (ch->codec < PQ_UNCOMPRESSED || ch->codec > PQ_LZ4_RAW || ch->codec == PQ_LZO)
         return df_error(DF_EUNSUPPORTED,
-                        "%s: column '%s': compression %s is not supported (distflow reads UNCOMPRESSED, SNAPPY, GZIP "
-                        "and ZSTD; rewrite the file with one of them)",
+                        "%s: column '%s': compression %s is not supported (distflow reads UNCOMPRESSED, SNAPPY, GZIP, "
+                        "ZSTD, LZ4_RAW, LZ4 and BROTLI; rewrite the file with one of them)",
                         c->name, c->what, codec_name(ch->codec));
     int64_t start = ch->dictionary_page_offset > 0 && ch->dictionary_page_offset < ch->data_page_offset
                         ? ch->dictionary_page_offset

@@ -17,7 +17,7 @@
 enum { PQ_BOOLEAN, PQ_INT32, PQ_INT64, PQ_INT96, PQ_FLOAT, PQ_DOUBLE, PQ_BYTE_ARRAY, PQ_FIXED_LEN_BYTE_ARRAY };
 enum { PQ_REQUIRED, PQ_OPTIONAL, PQ_REPEATED };
 enum { PQ_PLAIN = 0, PQ_PLAIN_DICTIONARY = 2, PQ_RLE = 3, PQ_BIT_PACKED = 4, PQ_DELTA_BINARY_PACKED = 5,
-       PQ_DELTA_LENGTH_BYTE_ARRAY = 6, PQ_DELTA_BYTE_ARRAY = 7, PQ_RLE_DICTIONARY = 8 };
+       PQ_DELTA_LENGTH_BYTE_ARRAY = 6, PQ_DELTA_BYTE_ARRAY = 7, PQ_RLE_DICTIONARY = 8, PQ_BYTE_STREAM_SPLIT = 9 };
 enum { PQ_UNCOMPRESSED, PQ_SNAPPY, PQ_GZIP, PQ_LZO, PQ_BROTLI, PQ_LZ4, PQ_ZSTD, PQ_LZ4_RAW };
 enum { PQ_DATA_PAGE, PQ_INDEX_PAGE, PQ_DICTIONARY_PAGE, PQ_DATA_PAGE_V2 };
 /* ConvertedType values the reader acts on. */
@@ -114,8 +114,9 @@ typedef struct pq_column {
 
 /**
  * Read column chunk `c` of `file` (`len` bytes) into *out: its dictionary and data pages (v1 and
- * v2), decompressed (UNCOMPRESSED, SNAPPY, GZIP, ZSTD), decoded (PLAIN, PLAIN_ / RLE_DICTIONARY,
- * RLE booleans, DELTA_BINARY_PACKED, DELTA_LENGTH_BYTE_ARRAY, DELTA_BYTE_ARRAY). `max_rep` /
+ * v2), decompressed (UNCOMPRESSED, SNAPPY, GZIP, ZSTD, LZ4_RAW, LZ4, BROTLI), decoded (PLAIN,
+ * PLAIN_ / RLE_DICTIONARY, RLE booleans, DELTA_BINARY_PACKED, DELTA_LENGTH_BYTE_ARRAY,
+ * DELTA_BYTE_ARRAY, BYTE_STREAM_SPLIT). `max_rep` /
  * `max_def` are the leaf's maximum levels. Errors name `name` and the column `what`:
  * DF_EUNSUPPORTED (codec, encoding), DF_EINVAL (corrupt pages), DF_ENOMEM.
  */

@@ -220,9 +220,11 @@ static void schema_element(tin *t, pq_schema_el *e)
             e->type_length = i32(t);
         else if (id == 3 && is(t, type, T_I32))
             e->repetition = i32(t);
-        else if (id == 4 && is(t, type, T_BINARY))
-            e->name = string(t);
-        else if (id == 5 && is(t, type, T_I32))
+        else if (id == 4 && is(t, type, T_BINARY)) {
+            char *name = string(t); /* a field given twice: the last one counts */
+            free(e->name);
+            e->name = name;
+        } else if (id == 5 && is(t, type, T_I32))
             e->num_children = i32(t);
         else if (id == 6 && is(t, type, T_I32))
             e->converted = i32(t);
@@ -244,7 +246,9 @@ static void column_meta(tin *t, pq_chunk *c)
     while (field(t, &id, &type)) {
         if (id == 1 && is(t, type, T_I32))
             c->type = i32(t);
-        else if (id == 3 && is(t, type, T_LIST)) {
+        else if (id == 3 && is(t, type, T_LIST) && c->path)
+            skip(t, type, 1); /* a field given twice: the first one counts */
+        else if (id == 3 && type == T_LIST) {
             int64_t n = list_header(t, &et);
             if (et != T_BINARY && n) {
                 fail(t, "path_in_schema is not a list of strings");
@@ -294,7 +298,9 @@ static void row_group(tin *t, pq_row_group *g)
     int16_t id = 0;
     int type, et;
     while (field(t, &id, &type)) {
-        if (id == 1 && is(t, type, T_LIST)) {
+        if (id == 1 && is(t, type, T_LIST) && g->cols)
+            skip(t, type, 1); /* a field given twice: the first one counts */
+        else if (id == 1 && type == T_LIST) {
             int64_t n = list_header(t, &et);
             if (n && et != T_STRUCT) {
                 fail(t, "columns is not a list of structs");
@@ -332,14 +338,18 @@ int pq_meta_parse(const uint8_t *p, size_t len, const char *name, pq_meta *m)
     int16_t id = 0;
     int type;
     while (!t.bad && field(&t, &id, &type)) {
-        if (id == 2 && is(&t, type, T_LIST) && !m->schema) {
+        if (id == 2 && is(&t, type, T_LIST) && m->schema)
+            skip(&t, type, 0); /* a field given twice: the first one counts */
+        else if (id == 2 && type == T_LIST) {
             int n = 0;
             m->schema = struct_list(&t, sizeof *m->schema, &n);
             for (int i = 0; i < n && !t.bad; i++, m->nschema++)
                 schema_element(&t, &m->schema[i]);
         } else if (id == 3 && is(&t, type, T_I64))
             m->num_rows = zigzag(&t);
-        else if (id == 4 && is(&t, type, T_LIST) && !m->rgs) {
+        else if (id == 4 && is(&t, type, T_LIST) && m->rgs)
+            skip(&t, type, 0);
+        else if (id == 4 && type == T_LIST) {
             int n = 0;
             m->rgs = struct_list(&t, sizeof *m->rgs, &n);
             for (int i = 0; i < n && !t.bad; i++, m->nrgs++)

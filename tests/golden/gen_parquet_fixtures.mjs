@@ -1,13 +1,19 @@
 // Writes the Parquet test fixtures in tests/fixtures/parquet/ (see the README.md there):
-//   gsm8k_verl, gsm8k_raw, types_{none,snappy,gzip,zstd}, map, empty   -- written by DuckDB
-//   v1_plain_snappy, v2_{plain,delta,dict}_zstd                        -- written by parquet-wasm (arrow-rs)
+//   gsm8k_verl, gsm8k_raw, types_{none,snappy,gzip,zstd,lz4raw,brotli,v2}, map, empty  -- written by DuckDB
+//   v1_plain_snappy, v2_{plain,delta,dict}_zstd, bss_zstd, lz4_hadoop                  -- written by parquet-wasm (arrow-rs)
 // and, for every X.parquet except map.parquet, X.jsonl: DuckDB's reading of X.parquet,
 // one JSON object per row, in file order, keys in schema order (identical ones become symlinks).
+// Two files DuckDB cannot read whole, whose expectation is DuckDB's reading of a twin (same table,
+// same writer) that arrow-rs reads exactly like the file: lz4_hadoop (DuckDB has no LZ4 (5) codec; twin
+// v1_plain_snappy) and bss_zstd (DuckDB reads BYTE_STREAM_SPLIT only for FLOAT/DOUBLE; twin: the same
+// table and settings with PLAIN, written to a temporary directory; DuckDB's reading of bss_zstd's float
+// columns is checked against it too).
 // All content is synthetic. Not run by CI; run it by hand to regenerate (packages are resolved
 // from the current directory):
 //   mkdir /tmp/g && cd /tmp/g && npm install @duckdb/node-api@1.5.6-r.1 parquet-wasm@0.8.0 apache-arrow@21.2.0
 //   node /path/to/repo/tests/golden/gen_parquet_fixtures.mjs [OUTDIR]   (default: <repo>/tests/fixtures/parquet)
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { createRequire } from 'node:module';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -102,6 +108,12 @@ await db.run(`CREATE TABLE types AS SELECT r AS rownum,
   FROM range(360) t(r) ORDER BY r`);
 for (const [name, codec] of [['none', 'uncompressed'], ['snappy', 'snappy'], ['gzip', 'gzip'], ['zstd', 'zstd']])
   await db.run(`COPY types TO '${P(`types_${name}.parquet`)}' (FORMAT parquet, COMPRESSION ${codec})`);
+// Added later. 'lz4_raw' (DuckDB's 'lz4' is the same) writes codec LZ4_RAW (7), not the deprecated LZ4 (5).
+// PARQUET_VERSION v2 keeps DATA_PAGE (v1) headers but switches encodings: DELTA_BINARY_PACKED ints,
+// DELTA_LENGTH_BYTE_ARRAY strings, BYTE_STREAM_SPLIT double, RLE_DICTIONARY (not PLAIN_DICTIONARY) for f.
+for (const [name, opts] of [['lz4raw', 'COMPRESSION lz4_raw'], ['brotli', 'COMPRESSION brotli'],
+  ['v2', 'COMPRESSION snappy, PARQUET_VERSION v2']])
+  await db.run(`COPY types TO '${P(`types_${name}.parquet`)}' (FORMAT parquet, ${opts})`);
 
 // ---- map.parquet: a MAP column (the reader is expected to refuse it; no .jsonl) -----------------
 await db.run(`COPY (SELECT * FROM (VALUES (MAP {'a': 1, 'b': 2}, 1), (MAP {}, 2), (NULL, 3)) t(m, k))
@@ -123,26 +135,60 @@ const table = new arrow.Table({
   flag: arrow.vectorFromArray(flags, new arrow.Bool()),
   li: arrow.vectorFromArray(lis, new arrow.List(new arrow.Field('item', new arrow.Int32(), true))),
 });
-const pwWrite = (file, version, compression, dict, encoding) => {
+const pwWrite = (file, version, compression, dict, encoding, tbl = table) => {
   let b = new pw.WriterPropertiesBuilder().setWriterVersion(version).setCompression(compression)
     .setDictionaryEnabled(dict).setDataPageSizeLimit(1024).setWriteBatchSize(64); // several pages per chunk
   if (encoding !== undefined) b = b.setEncoding(encoding);
-  const bytes = pw.writeParquet(pw.Table.fromIPCStream(arrow.tableToIPC(table, 'stream')), b.build());
-  fs.writeFileSync(P(file), bytes);
+  const bytes = pw.writeParquet(pw.Table.fromIPCStream(arrow.tableToIPC(tbl, 'stream')), b.build());
+  fs.writeFileSync(path.resolve(out, file), bytes);
 };
-const { V1, V2 } = pw.WriterVersion, { SNAPPY, ZSTD } = pw.Compression, { PLAIN } = pw.Encoding;
+const { V1, V2 } = pw.WriterVersion, { SNAPPY, ZSTD, LZ4 } = pw.Compression, { PLAIN, BYTE_STREAM_SPLIT } = pw.Encoding;
 pwWrite('v1_plain_snappy.parquet', V1, SNAPPY, false, PLAIN);
 pwWrite('v2_plain_zstd.parquet', V2, ZSTD, false, PLAIN);
 pwWrite('v2_delta_zstd.parquet', V2, ZSTD, false);   // no dictionary: arrow-rs's V2 defaults (DELTA_*, RLE)
 pwWrite('v2_dict_zstd.parquet', V2, ZSTD, true);
+// Added later. lz4_hadoop: the deprecated codec LZ4 (5); arrow-rs writes each page as one Hadoop frame
+// (big-endian u32 decompressed size, u32 compressed size, raw LZ4 block). Same table as v1_plain_snappy.
+pwWrite('lz4_hadoop.parquet', V1, LZ4, false, PLAIN);
+// bss_zstd: BYTE_STREAM_SPLIT for every column (floats and, since Parquet 2.11, ints), V2, ZSTD.
+// Float values are short dyadic decimals exact in float32 (so any printer gives DuckDB's text), no NaN/Inf/-0.
+const bss = { f: [], d: [], i: [], l: [] };
+for (let r = 0; r < 300; r++) {
+  bss.f.push(r % 10 === 0 ? null : r % 10 === 5 ? ((r * 31) % 1000 - 500) * 1048576 : ((r * 7919) % 4001 - 2000) * 0.125);
+  bss.d.push(r % 7 === 0 ? null : r % 7 === 3 ? ((r * 131) % 255 + 1) / 256 : ((r * 104729) % 2000003 - 1000001) * 0.5);
+  bss.i.push(r === 1 ? -2147483648 : r === 2 ? 2147483647 : Math.imul(r, 2654435761 | 0));
+  bss.l.push(r === 1 ? -9223372036854775808n : r === 2 ? 9223372036854775807n
+    : BigInt.asIntN(64, BigInt(r) * 0x9E3779B97F4A7C15n));
+}
+const shortest32 = (x) => { for (let p = 1; ; p++) { const t = Number(x.toPrecision(p)); if (Math.fround(t) === x) return t; } };
+for (const x of [...bss.f, ...bss.d]) if (x !== null && (Math.fround(x) !== x || Object.is(x, -0) || shortest32(x) !== x))
+  throw new Error(`bss: ${x} is not a short float32-exact value`);
+const bssCols = [['f', new arrow.Float32(), true], ['d', new arrow.Float64(), true], // i, l: REQUIRED
+  ['i', new arrow.Int32(), false], ['l', new arrow.Int64(), false]];
+const bssSchema = new arrow.Schema(bssCols.map(([n, t, nullable]) => new arrow.Field(n, t, nullable)));
+const bssTable = new arrow.Table(new arrow.RecordBatch(bssSchema, arrow.makeData({ type: new arrow.Struct(bssSchema.fields),
+  length: 300, nullCount: 0, children: bssCols.map(([n, t]) => arrow.vectorFromArray(bss[n], t).data[0]) })));
+pwWrite('bss_zstd.parquet', V2, ZSTD, false, BYTE_STREAM_SPLIT, bssTable);
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'pq-twin-'));
+pwWrite(path.join(tmp, 'bss_plain_zstd.parquet'), V2, ZSTD, false, PLAIN, bssTable);
 
 // ---- expected rows: DuckDB's reading of each file, then sanity checks --------------------------
 // Files with the same content (types_*, v1_*/v2_*) read back identically; to keep the fixtures small
 // the later X.jsonl are then relative symlinks to the first one with that exact text.
+// Files added later go last, so that the older X.jsonl stay the real files (types_gzip, v1_plain_snappy).
+const late = ['types_lz4raw', 'types_brotli', 'types_v2', 'bss_zstd', 'lz4_hadoop'].map((n) => n + '.parquet');
+const twin = { 'lz4_hadoop.parquet': P('v1_plain_snappy.parquet'), 'bss_zstd.parquet': path.join(tmp, 'bss_plain_zstd.parquet') };
+const arrowRows = (file) => JSON.stringify(arrow.tableFromIPC(pw.readParquet(fs.readFileSync(file)).intoIPCStream()).toArray(),
+  (k, v) => (typeof v === 'bigint' ? String(v) : v));
+for (const [f, t] of Object.entries(twin))
+  if (arrowRows(P(f)) !== arrowRows(t)) throw new Error(`${f}: arrow-rs reads it unlike its twin ${t}`);
+const fd = async (file) => JSON.stringify(await rows(`SELECT to_json(t)::VARCHAR FROM (SELECT f, d FROM read_parquet('${file}')) t`));
+if (await fd(P('bss_zstd.parquet')) !== await fd(twin['bss_zstd.parquet'])) throw new Error('bss_zstd: DuckDB reads f, d unlike the twin');
 const seen = new Map();
-for (const f of fs.readdirSync(out).filter((f) => f.endsWith('.parquet') && f !== 'map.parquet').sort()) {
+const files = fs.readdirSync(out).filter((f) => f.endsWith('.parquet') && f !== 'map.parquet').sort();
+for (const f of [...files.filter((f) => !late.includes(f)), ...late.filter((f) => files.includes(f))]) {
   const src = P(f), dst = src.replace(/\.parquet$/, '.jsonl');
-  const lines = (await rows(`SELECT to_json(t)::VARCHAR FROM read_parquet('${src}') t`)).map((r) => r[0]);
+  const lines = (await rows(`SELECT to_json(t)::VARCHAR FROM read_parquet('${twin[f] ?? src}') t`)).map((r) => r[0]);
   const text = lines.map((l) => l + '\n').join('');
   fs.rmSync(dst, { force: true });
   if (seen.has(text)) fs.symlinkSync(seen.get(text), dst);
@@ -154,3 +200,4 @@ for (const f of fs.readdirSync(out).filter((f) => f.endsWith('.parquet') && f !=
     throw new Error(`${f}: NaN/Inf in expected rows`);
   console.log(`${f}: ${n} rows -> ${path.basename(dst)}${fs.lstatSync(dst).isSymbolicLink() ? ' -> ' + fs.readlinkSync(dst) : ''}`);
 }
+fs.rmSync(tmp, { recursive: true });
