@@ -222,9 +222,10 @@ static int bit_width(int64_t max)
 
 /* ---- levels ---------------------------------------------------------------------------- */
 
+/* *p holds at least `need` elements, and is allocated even for none (p + 0 must not be NULL + 0). */
 static bool grow(void **p, int64_t *cap, int64_t need, size_t elem)
 {
-    if (need <= *cap)
+    if (need <= *cap && *p)
         return true;
     int64_t nc = *cap ? *cap : 1024;
     while (nc < need)
