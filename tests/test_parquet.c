@@ -66,6 +66,7 @@ static void test_verl_gsm8k(void **state)
     (void)state;
     check_fixture("gsm8k_verl"); /* two row groups, each with its own dictionaries */
     check_fixture("empty");
+    check_fixture("logical"); /* unsigned and small integers, decimals on INT32 / INT64, an enum */
 }
 
 static void test_codecs_and_nesting(void **state)
@@ -110,6 +111,12 @@ static void test_refusals(void **state)
     char *map = slurp(FIXTURES "map.parquet", &n);
     expect_error(map, n, DF_EUNSUPPORTED, "column 'm' is a MAP");
     free(map);
+    char *big = slurp(FIXTURES "u64_big.parquet", &n);
+    expect_error(big, n, DF_EINVAL, "row 2, column 'u': unsigned value 18446744073709551615 is above INT64_MAX");
+    free(big);
+    char *blob = slurp(FIXTURES "blob.parquet", &n);
+    expect_error(blob, n, DF_EINVAL, "row 2, column 'b': a value that is not UTF-8 text");
+    free(blob);
 
     char *bin = slurp(FIXTURES "types_snappy.parquet", &n);
     expect_error(bin, 3, DF_EINVAL, "truncated Parquet file");

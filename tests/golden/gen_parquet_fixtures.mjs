@@ -1,7 +1,8 @@
 // Writes the Parquet test fixtures in tests/fixtures/parquet/ (see the README.md there):
-//   gsm8k_verl, gsm8k_raw, types_{none,snappy,gzip,zstd,lz4raw,brotli,v2}, map, empty  -- written by DuckDB
+//   gsm8k_verl, gsm8k_raw, types_{none,snappy,gzip,zstd,lz4raw,brotli,v2}, map, empty,
+//   logical, u64_big, blob                                                              -- written by DuckDB
 //   v1_plain_snappy, v2_{plain,delta,dict}_zstd, bss_zstd, lz4_hadoop                  -- written by parquet-wasm (arrow-rs)
-// and, for every X.parquet except map.parquet, X.jsonl: DuckDB's reading of X.parquet,
+// and, for every X.parquet except map, u64_big and blob (the reader must refuse those), X.jsonl: DuckDB's reading of X.parquet,
 // one JSON object per row, in file order, keys in schema order (identical ones become symlinks).
 // Two files DuckDB cannot read whole, whose expectation is DuckDB's reading of a twin (same table,
 // same writer) that arrow-rs reads exactly like the file: lz4_hadoop (DuckDB has no LZ4 (5) codec; twin
@@ -119,6 +120,40 @@ for (const [name, opts] of [['lz4raw', 'COMPRESSION lz4_raw'], ['brotli', 'COMPR
 await db.run(`COPY (SELECT * FROM (VALUES (MAP {'a': 1, 'b': 2}, 1), (MAP {}, 2), (NULL, 3)) t(m, k))
   TO '${P('map.parquet')}' (FORMAT parquet, COMPRESSION snappy)`);
 
+// ---- Added later. logical: unsigned / small ints, decimals, enum (all nullable) -----------------
+// DuckDB writes DECIMAL(9,2) as INT32 and DECIMAL(18,3) as INT64 (DECIMAL annotation), the unsigned
+// types as INT32/INT64 with UINT_* / INTEGER(bits, false), TINYINT/SMALLINT as INT32 with INT_8/INT_16,
+// and ENUM as a plain UTF8 BYTE_ARRAY. Decimals have <= 15 significant digits (|dec_b| < 10^12, unscaled
+// < 10^15), so the JSON number DuckDB prints reads back as exactly the stored decimal's double (checked below).
+await db.run(`CREATE TABLE logical AS SELECT
+  CASE r % 9 WHEN 0 THEN NULL WHEN 1 THEN 0 WHEN 2 THEN 255 WHEN 3 THEN 128 ELSE (r * 37) % 256 END::UTINYINT AS u8,
+  CASE r % 10 WHEN 0 THEN NULL WHEN 1 THEN 0 WHEN 2 THEN 65535 WHEN 3 THEN 32768 ELSE (r * 7919) % 65536 END::USMALLINT AS u16,
+  CASE r % 11 WHEN 0 THEN NULL WHEN 1 THEN 4294967295 WHEN 2 THEN 2147483648 WHEN 3 THEN 0 WHEN 4 THEN 2147483647
+    ELSE (r * 2654435761) % 4294967296 END::UINTEGER AS u32,
+  CASE r % 12 WHEN 0 THEN NULL WHEN 1 THEN 9223372036854775807 WHEN 2 THEN 9007199254740993 WHEN 3 THEN 0
+    WHEN 4 THEN 9223372036854775806 WHEN 5 THEN 4294967296 ELSE r * 123456789012345678 END::UBIGINT AS u64,
+  CASE r % 8 WHEN 0 THEN NULL WHEN 1 THEN -128 WHEN 2 THEN 127 WHEN 3 THEN 0 ELSE (r * 37) % 256 - 128 END::TINYINT AS i8,
+  CASE r % 9 WHEN 0 THEN NULL WHEN 1 THEN -32768 WHEN 2 THEN 32767 WHEN 3 THEN -1 ELSE (r * 7919) % 65536 - 32768 END::SMALLINT AS i16,
+  CASE r % 7 WHEN 0 THEN NULL WHEN 1 THEN 1234567.89 WHEN 2 THEN -1234567.89 WHEN 3 THEN 0 WHEN 4 THEN -0.01
+    WHEN 5 THEN 9999999.99 ELSE ((r * 1234567891) % 1999999999 - 999999999) * 0.01 END::DECIMAL(9,2) AS dec_a,
+  CASE r % 6 WHEN 0 THEN NULL WHEN 1 THEN 123456789012.345 WHEN 2 THEN -123456789012.345 WHEN 3 THEN 0 WHEN 4 THEN 0.001
+    ELSE ((r * 28147497671065) % 1999999999999999 - 999999999999999) * 0.001 END::DECIMAL(18,3) AS dec_b,
+  CASE WHEN r % 5 = 0 THEN NULL ELSE (['a', 'bb', 'ccc'])[r % 3 + 1] END::ENUM('a', 'bb', 'ccc') AS e
+  FROM range(40) t(r) ORDER BY r`);
+await db.run(`COPY logical TO '${P('logical.parquet')}' (FORMAT parquet, COMPRESSION snappy)`);
+for (const [a, b] of await rows(`SELECT to_json(t)::VARCHAR, [dec_a::VARCHAR, dec_b::VARCHAR]::VARCHAR
+    FROM read_parquet('${P('logical.parquet')}') t`)) {
+  const j = JSON.parse(a), [da, db_] = b.slice(1, -1).split(', ');
+  if (j.dec_a !== (da === 'NULL' ? null : Number(da)) || j.dec_b !== (db_ === 'NULL' ? null : Number(db_)))
+    throw new Error(`logical: decimals ${b} printed as ${a}`);
+}
+// u64_big: a UBIGINT above INT64_MAX; blob: a BLOB (no UTF8 annotation) whose 2nd value is not UTF-8.
+// The reader is expected to refuse both values, so neither has a .jsonl.
+await db.run(`COPY (SELECT * FROM (VALUES (1::UBIGINT), (18446744073709551615::UBIGINT)) t(u))
+  TO '${P('u64_big.parquet')}' (FORMAT parquet, COMPRESSION snappy)`);
+await db.run(`COPY (SELECT * FROM (VALUES ('ok'::BLOB), ('\\xff\\xfe\\x00\\x80'::BLOB)) t(b))
+  TO '${P('blob.parquet')}' (FORMAT parquet, COMPRESSION snappy)`);
+
 // ---- parquet-wasm (arrow-rs): data page v1/v2, plain / delta / dictionary -----------------------
 const N = 250, ids = [], ss = [], xs = [], flags = [], lis = [];
 for (let r = 0; r < N; r++) {
@@ -176,7 +211,7 @@ pwWrite(path.join(tmp, 'bss_plain_zstd.parquet'), V2, ZSTD, false, PLAIN, bssTab
 // Files with the same content (types_*, v1_*/v2_*) read back identically; to keep the fixtures small
 // the later X.jsonl are then relative symlinks to the first one with that exact text.
 // Files added later go last, so that the older X.jsonl stay the real files (types_gzip, v1_plain_snappy).
-const late = ['types_lz4raw', 'types_brotli', 'types_v2', 'bss_zstd', 'lz4_hadoop'].map((n) => n + '.parquet');
+const late = ['types_lz4raw', 'types_brotli', 'types_v2', 'bss_zstd', 'lz4_hadoop', 'logical'].map((n) => n + '.parquet');
 const twin = { 'lz4_hadoop.parquet': P('v1_plain_snappy.parquet'), 'bss_zstd.parquet': path.join(tmp, 'bss_plain_zstd.parquet') };
 const arrowRows = (file) => JSON.stringify(arrow.tableFromIPC(pw.readParquet(fs.readFileSync(file)).intoIPCStream()).toArray(),
   (k, v) => (typeof v === 'bigint' ? String(v) : v));
@@ -185,7 +220,8 @@ for (const [f, t] of Object.entries(twin))
 const fd = async (file) => JSON.stringify(await rows(`SELECT to_json(t)::VARCHAR FROM (SELECT f, d FROM read_parquet('${file}')) t`));
 if (await fd(P('bss_zstd.parquet')) !== await fd(twin['bss_zstd.parquet'])) throw new Error('bss_zstd: DuckDB reads f, d unlike the twin');
 const seen = new Map();
-const files = fs.readdirSync(out).filter((f) => f.endsWith('.parquet') && f !== 'map.parquet').sort();
+const noJsonl = ['map.parquet', 'u64_big.parquet', 'blob.parquet'];
+const files = fs.readdirSync(out).filter((f) => f.endsWith('.parquet') && !noJsonl.includes(f)).sort();
 for (const f of [...files.filter((f) => !late.includes(f)), ...late.filter((f) => files.includes(f))]) {
   const src = P(f), dst = src.replace(/\.parquet$/, '.jsonl');
   const lines = (await rows(`SELECT to_json(t)::VARCHAR FROM read_parquet('${twin[f] ?? src}') t`)).map((r) => r[0]);

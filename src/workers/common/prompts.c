@@ -48,63 +48,120 @@ static int encode_row(const df_dataset *ds, int64_t i, const df_tokenizer *tok, 
 
 int df_prompts_encode(const df_dataset *ds, const df_tokenizer *tok, df_prompt_cache *out)
 {
-    return df_prompts_encode_rerendered(ds, tok, false, NULL, out);
+    return df_prompts_encode_shared(ds, tok, false, NULL, NULL, out);
 }
 
 int df_prompts_encode_rerendered(const df_dataset *ds, const df_tokenizer *tok, bool rerender,
                                  const char *tools_json, df_prompt_cache *out)
 {
-    int64_t n = df_dataset_size(ds);
-    int32_t **ids = calloc((size_t)(n ? n : 1), sizeof *ids);
-    int64_t *len = calloc((size_t)(n ? n : 1), sizeof *len);
-    memset(out, 0, sizeof *out);
-    if (!ids || !len) {
-        free(ids);
-        free(len);
-        return df_error(DF_ENOMEM, "out of memory encoding %lld prompts", (long long)n);
-    }
-    int64_t bad = -1; /* first failing row; its message is re-created serially below */
+    return df_prompts_encode_shared(ds, tok, rerender, tools_json, NULL, out);
+}
+
+/* Rows [lo, hi) encoded (OpenMP across rows) into ids[i - lo] / len[i - lo]; the first failing row,
+   or INT64_MAX when none failed. */
+static int64_t encode_range(const df_dataset *ds, const df_tokenizer *tok, bool rerender, const char *tools,
+                            int64_t lo, int64_t hi, int32_t **ids, int64_t *len)
+{
+    int64_t bad = INT64_MAX;
 #pragma omp parallel for schedule(dynamic, 64)
-    for (int64_t i = 0; i < n; i++) {
-        int rc = encode_row(ds, i, tok, rerender, tools_json, &ids[i], &len[i]);
-        if (rc) {
+    for (int64_t i = lo; i < hi; i++) {
+        if (encode_row(ds, i, tok, rerender, tools, &ids[i - lo], &len[i - lo])) {
 #pragma omp critical(df_prompts_bad)
-            if (bad < 0 || i < bad)
+            if (i < bad)
                 bad = i;
         }
     }
-    int rc = DF_OK;
-    if (bad >= 0) {
-        int64_t line, nb = 0;
-        int32_t *b = NULL;
-        const char *file = df_dataset_source(ds, bad, &line);
-        rc = encode_row(ds, bad, tok, rerender, tools_json, &b, &nb);
-        if (!rc)
-            rc = df_error(DF_EINTERNAL, "tokenizer failed");
-        rc = df_error_wrap(rc, "%s:%lld: encoding the prompt", file, (long long)line);
-        free(b);
-    }
-    int64_t total = 0;
-    for (int64_t i = 0; i < n; i++)
+    return bad;
+}
+
+/* Row `bad`'s error again, serially: its message, naming the row's file:line. */
+static int row_error(const df_dataset *ds, const df_tokenizer *tok, bool rerender, const char *tools, int64_t bad)
+{
+    int64_t line, nb = 0;
+    int32_t *b = NULL;
+    const char *file = df_dataset_source(ds, bad, &line);
+    int rc = encode_row(ds, bad, tok, rerender, tools, &b, &nb);
+    if (!rc)
+        rc = df_error(DF_EINTERNAL, "tokenizer failed");
+    free(b);
+    return df_error_wrap(rc, "%s:%lld: encoding the prompt", file, (long long)line);
+}
+
+/* This rank's rows [lo, hi), encoded: their lengths and their tokens back to back (malloc'd). */
+static int encode_share(const df_dataset *ds, const df_tokenizer *tok, bool rerender, const char *tools,
+                        int64_t lo, int64_t hi, int64_t *bad, int64_t **len_out, int32_t **tok_out)
+{
+    int64_t n = hi - lo, total = 0;
+    int32_t **ids = calloc((size_t)(n ? n : 1), sizeof *ids);
+    int64_t *len = calloc((size_t)(n ? n : 1), sizeof *len);
+    int32_t *flat = NULL;
+    int rc = ids && len ? DF_OK : df_error(DF_ENOMEM, "out of memory encoding %lld prompts", (long long)n);
+    if (!rc)
+        *bad = encode_range(ds, tok, rerender, tools, lo, hi, ids, len);
+    for (int64_t i = 0; !rc && i < n; i++)
         total += len[i];
-    if (!rc) {
-        out->offsets = malloc((size_t)(n + 1) * sizeof *out->offsets);
-        out->tokens = malloc((size_t)(total ? total : 1) * sizeof *out->tokens);
-        if (!out->offsets || !out->tokens)
-            rc = df_error(DF_ENOMEM, "out of memory for %lld prompt tokens", (long long)total);
-    }
-    if (!rc) {
-        out->n = n;
-        out->offsets[0] = 0;
-        for (int64_t i = 0; i < n; i++) {
-            memcpy(out->tokens + out->offsets[i], ids[i], (size_t)len[i] * sizeof(int32_t));
-            out->offsets[i + 1] = out->offsets[i] + len[i];
-        }
-    }
-    for (int64_t i = 0; i < n; i++)
+    if (!rc && !(flat = malloc((size_t)(total ? total : 1) * sizeof *flat)))
+        rc = df_error(DF_ENOMEM, "out of memory for %lld prompt tokens", (long long)total);
+    for (int64_t i = 0, t = 0; !rc && i < n; t += len[i], i++)
+        memcpy(flat + t, ids[i], (size_t)len[i] * sizeof *flat);
+    for (int64_t i = 0; ids && i < n; i++)
         free(ids[i]);
     free(ids);
-    free(len);
+    if (rc) {
+        free(len);
+        free(flat);
+        return rc;
+    }
+    *len_out = len;
+    *tok_out = flat;
+    return DF_OK;
+}
+
+int df_prompts_encode_shared(const df_dataset *ds, const df_tokenizer *tok, bool rerender, const char *tools_json,
+                             df_comm *comm, df_prompt_cache *out)
+{
+    memset(out, 0, sizeof *out);
+    int64_t n = df_dataset_size(ds), W = comm ? df_comm_size(comm) : 1, r = comm ? df_comm_rank(comm) : 0;
+    int64_t lo = n * r / W, hi = n * (r + 1) / W, bad = INT64_MAX, *len = NULL;
+    int32_t *flat = NULL;
+    int rc = encode_share(ds, tok, rerender, tools_json, lo, hi, &bad, &len, &flat);
+    int64_t verdict[2] = {rc ? 1 : 0, bad}; /* every rank reaches the same one */
+    if (W > 1) {
+        int64_t failed = verdict[0];
+        int crc = df_comm_allreduce(comm, &failed, 1, DF_COMM_INT64, DF_COMM_MAX);
+        if (!crc)
+            crc = df_comm_allreduce(comm, &verdict[1], 1, DF_COMM_INT64, DF_COMM_MIN);
+        if (crc) /* a lost collective: this rank's own verdict is all it can report */
+            rc = rc ? rc : crc;
+        else if (failed && !rc)
+            rc = df_error(DF_ENOMEM, "another rank ran out of memory encoding the prompts");
+    }
+    if (!rc && verdict[1] != INT64_MAX)
+        rc = row_error(ds, tok, rerender, tools_json, verdict[1]);
+    void *all_len = len, *all_tok = flat;
+    if (!rc && W > 1) {
+        all_len = all_tok = NULL; /* the shares in rank order: the rows in order */
+        rc = df_comm_allgatherv(comm, len, (hi - lo) * (int64_t)sizeof *len, &all_len, NULL, NULL);
+        int64_t mine = 0;
+        for (int64_t i = 0; !rc && i < hi - lo; i++)
+            mine += len[i];
+        if (!rc)
+            rc = df_comm_allgatherv(comm, flat, mine * (int64_t)sizeof *flat, &all_tok, NULL, NULL);
+        free(len);
+        free(flat);
+    }
+    if (!rc && !(out->offsets = malloc((size_t)(n + 1) * sizeof *out->offsets)))
+        rc = df_error(DF_ENOMEM, "out of memory encoding %lld prompts", (long long)n);
+    if (!rc) {
+        out->n = n;
+        out->tokens = all_tok;
+        out->offsets[0] = 0;
+        for (int64_t i = 0; i < n; i++)
+            out->offsets[i + 1] = out->offsets[i] + ((int64_t *)all_len)[i];
+        all_tok = NULL;
+    }
+    free(all_len);
+    free(all_tok);
     if (rc)
         df_prompt_cache_free(out);
     return rc;

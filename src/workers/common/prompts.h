@@ -8,6 +8,7 @@
 #define DF_WORKER_PROMPTS_H
 
 #include "distflow/batch.h"
+#include "distflow/comm.h"
 #include "distflow/dataset.h"
 #include "distflow/tokenizer.h"
 
@@ -29,6 +30,17 @@ int df_prompts_encode(const df_dataset *ds, const df_tokenizer *tok, df_prompt_c
  */
 int df_prompts_encode_rerendered(const df_dataset *ds, const df_tokenizer *tok, bool rerender,
                                  const char *tools_json, df_prompt_cache *out);
+
+/**
+ * df_prompts_encode_rerendered with the work shared by the ranks of `comm` (NULL or one rank: all
+ * here): each encodes a contiguous share of the rows (rank r: [r n / W, (r + 1) n / W)) and the
+ * shares are allgathered in rank order, so every rank ends with the whole cache, the same as one
+ * rank's. Collective: every rank of comm calls it on the same rows. Every rank returns the same
+ * verdict: the first failing row's error (each rank encodes that row again for the message), or a
+ * lost collective's. Errors: as df_prompts_encode_rerendered; the comm's.
+ */
+int df_prompts_encode_shared(const df_dataset *ds, const df_tokenizer *tok, bool rerender, const char *tools_json,
+                             df_comm *comm, df_prompt_cache *out);
 
 /**
  * One prompt as the multi-turn agent loop feeds it to the model: messages_json (a JSON array of

@@ -61,8 +61,9 @@ static int load_data(df_dag_worker *w, const char *key, int which, const df_conf
        again, with the tools' schemas (an environment's rows are replaced by its observations) */
     const df_agent_config *ag = w->rollout.agent;
     bool rerender = ag && !ag->env.env;
-    if (!rc)
-        rc = df_prompts_encode_rerendered(*ds, w->tok, rerender, rerender ? ag->tools_json : NULL, pc);
+    if (!rc) /* the training rows are every rank's: each encodes a share, the shares are allgathered */
+        rc = df_prompts_encode_shared(*ds, w->tok, rerender, rerender ? ag->tools_json : NULL,
+                                      whole ? w->group : NULL, pc);
     int64_t dropped = 0, before = rc ? 0 : df_dataset_size(*ds);
     df_prompt_limits lim = {d->max_prompt_length, d->filter_overlong_prompts, d->truncation,
                             rerender ? "actor_rollout_ref.rollout.multi_turn.enable" : NULL};
