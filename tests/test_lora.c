@@ -67,6 +67,38 @@ static void test_parse_targets(void **state)
     }
 }
 
+/* PEFT's exclude_modules pattern (re.fullmatch over "model.layers.<i>.<self_attn|mlp>.<name>"): a
+   target matched in every layer goes, one matched nowhere stays, one matched in some layers only
+   is refused naming a layer of each; *targets untouched on error. */
+static void test_exclude(void **state)
+{
+    (void)state;
+    unsigned all = DF_LORA_ALL_LINEAR, m = all;
+    assert_int_equal(df_lora_exclude(".*\\.o_proj", 3, &m, "k"), DF_OK);
+    assert_int_equal(m, all & ~(1u << DF_LORA_O));
+    m = all; /* attention and MLP names are distinct: self_attn holds q/k/v/o, mlp gate/up/down */
+    assert_int_equal(df_lora_exclude("model\\.layers\\.\\d+\\.mlp\\..*", 3, &m, "k"), DF_OK);
+    assert_int_equal(m, 1u << DF_LORA_Q | 1u << DF_LORA_K | 1u << DF_LORA_V | 1u << DF_LORA_O);
+    m = all; /* fullmatch: a pattern that only starts a name matches nothing */
+    assert_int_equal(df_lora_exclude("model\\.layers", 3, &m, "k"), DF_OK);
+    assert_int_equal(m, all);
+    assert_int_equal(df_lora_exclude(".*visual.*", 3, &m, "k"), DF_OK); /* a vision tower's pattern */
+    assert_int_equal(m, all);
+    m = 1u << DF_LORA_Q | 1u << DF_LORA_UP; /* only the targets in the mask are looked at */
+    assert_int_equal(df_lora_exclude(".*(up|down)_proj", 2, &m, "k"), DF_OK);
+    assert_int_equal(m, 1u << DF_LORA_Q);
+    m = all;
+    assert_int_equal(df_lora_exclude("model\\.layers\\.[01]\\..*", 3, &m, "the.key"), DF_EUNSUPPORTED);
+    assert_int_equal(m, all);
+    assert_non_null(strstr(df_last_error(), "the.key"));
+    assert_non_null(strstr(df_last_error(), "excludes model.layers.0.self_attn.q_proj but not model.layers.2.self_attn.q_proj"));
+    assert_int_equal(df_lora_exclude(".*_proj", 3, &m, "k"), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "every target module"));
+    assert_int_equal(df_lora_exclude("(q_proj", 3, &m, "k"), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "not a regular expression"));
+    assert_int_equal(m, all);
+}
+
 /* ---- create and merge ------------------------------------------------------ */
 
 static df_model_config lora_model_config(void)
@@ -644,6 +676,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_targets),
+        cmocka_unit_test(test_exclude),
         cmocka_unit_test(test_create_and_merge),
         cmocka_unit_test(test_bf16_base),
         cmocka_unit_test(test_grad_identity_all_linear),

@@ -417,6 +417,8 @@ static void test_config_refused(void **state)
         {"rank_pattern", "{\"q_proj\": 8}", DF_EUNSUPPORTED, "\"rank_pattern\"", "not empty"},
         {"alpha_pattern", "{\"q_proj\": 8}", DF_EUNSUPPORTED, "\"alpha_pattern\"", "not empty"},
         {"layers_to_transform", "[0]", DF_EUNSUPPORTED, "\"layers_to_transform\"", "not null"},
+        {"exclude_modules", "\".*o_proj\"", DF_EUNSUPPORTED, "\"exclude_modules\"", "is set"},
+        {"exclude_modules", "[\"o_proj\"]", DF_EUNSUPPORTED, "\"exclude_modules\"", "is set"},
         {"modules_to_save", "[\"lm_head\"]", DF_EUNSUPPORTED, "\"modules_to_save\"", "lm_head"},
         {"bias", "\"lora_only\"", DF_EUNSUPPORTED, "\"bias\"", "lora_only"},
     };

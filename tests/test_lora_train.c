@@ -363,6 +363,38 @@ static void test_agent_groups(void **state)
     df_config_free(cfg);
 }
 
+/* exclude_modules drops v_proj from the targets [q_proj, v_proj, down_proj] (PEFT's pattern over
+   every layer's module names): the adapter trains q_proj and down_proj only, the saved PEFT
+   config names those two, and every v_proj weight stays the base's. */
+static void test_exclude_modules(void **state)
+{
+    (void)state;
+    const char *ov[] = {"actor_rollout_ref.model.exclude_modules=.*\\.v_proj"};
+    df_test_run_ok(grpo(world, "x", 1, ov, 1), "LoRA GRPO without v_proj");
+    char p[512];
+    snprintf(p, sizeof p, "%s/x/global_step_1/actor/lora_adapter/adapter_config.json", dir);
+    json_error_t e;
+    json_t *o = json_load_file(p, 0, &e);
+    assert_non_null(o);
+    json_t *tm = json_object_get(o, "target_modules");
+    assert_int_equal(json_array_size(tm), 2);
+    assert_string_equal(json_string_value(json_array_get(tm, 0)), "down_proj");
+    assert_string_equal(json_string_value(json_array_get(tm, 1)), "q_proj");
+    json_decref(o);
+    df_model *base = load_model("model"), *trained = load_model("x/global_step_1/actor");
+    int moved = 0;
+    for (int i = 0; i < base->n_tensors; i++) {
+        const df_param_desc *d = &base->tensors[i];
+        bool same = !memcmp(base->params + d->offset, trained->params + d->offset, (size_t)d->numel * sizeof(float));
+        if (strstr(d->name, "v_proj.weight") && !same)
+            fail_msg("%s changed: v_proj is excluded", d->name);
+        moved += !same;
+    }
+    assert_int_equal(moved, 2 * 2); /* q_proj and down_proj of both layers */
+    df_model_free(base);
+    df_model_free(trained);
+}
+
 static void test_refused(void **state)
 {
     (void)state;
@@ -370,9 +402,11 @@ static void test_refused(void **state)
     assert_int_equal(grpo(world, "c", 1, bad, 1), DF_EINVAL);
     assert_last_error_mentions("qkv_proj");
     assert_last_error_mentions("actor_rollout_ref.model.target_modules");
-    const char *excl[] = {"actor_rollout_ref.model.exclude_modules=.*k_proj"};
+    /* exclude_modules in some layers only: adapters cover every layer here */
+    const char *excl[] = {"actor_rollout_ref.model.exclude_modules=model\\.layers\\.0\\..*"};
     assert_int_equal(grpo(world, "c", 1, excl, 1), DF_EUNSUPPORTED);
-    assert_last_error_mentions("exclude_modules");
+    assert_last_error_mentions("actor_rollout_ref.model.exclude_modules (command line)");
+    assert_last_error_mentions("excludes model.layers.0.self_attn.q_proj but not model.layers.1.self_attn.q_proj");
     char p[512];
     snprintf(p, sizeof p, "%s/c", dir);
     assert_false(df_dir_exists(p)); /* refused before any output */
@@ -403,6 +437,7 @@ int main(void)
         cmocka_unit_test(test_eval_adapter),
         cmocka_unit_test(test_critic),
         cmocka_unit_test(test_agent_groups),
+        cmocka_unit_test(test_exclude_modules),
         cmocka_unit_test(test_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -86,6 +86,20 @@ DF_API int df_lora_parse_targets(const char *const *names, int n, const char *wh
                                  unsigned *mask);
 
 /**
+ * PEFT's exclude_modules given as a string (LoraConfig.exclude_modules; verl's
+ * actor_rollout_ref.model.exclude_modules): a regular expression that excludes every module whose
+ * whole name it matches (Python's re.fullmatch; here PCRE2, whose syntax agrees for the usual
+ * patterns). The names are PEFT's on a Qwen2 / Llama causal LM of `n_layers` layers,
+ * "model.layers.<i>.self_attn.{q,k,v,o}_proj" and "model.layers.<i>.mlp.{gate,up,down}_proj". A
+ * target of *targets whose module the pattern matches in every layer is removed from *targets;
+ * one it matches nowhere stays (so ".*visual.*", a vision tower's pattern, changes nothing).
+ * Errors (*targets unchanged): DF_EINVAL (not a regular expression; every target excluded),
+ * DF_EUNSUPPORTED (a target matched in some layers and not in others, naming one of each: an
+ * adapter covers every layer here), each prefixed by `where`.
+ */
+DF_API int df_lora_exclude(const char *pattern, int64_t n_layers, unsigned *targets, const char *where);
+
+/**
  * Adapters for model m: A drawn as PEFT's default init (nn.init.kaiming_uniform_ with
  * a = sqrt(5): uniform on [-1/sqrt(in), 1/sqrt(in)]) from a generator keyed by (seed, tensor
  * index), B zero, so the merged model starts exactly as the base; the targeted W0 are copied

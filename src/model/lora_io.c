@@ -195,6 +195,10 @@ static int check_unsupported(json_t *root, const char *src)
     if (df_cfg_get(root, "layers_to_transform"))
         return df_error(DF_EUNSUPPORTED, "%s: key \"layers_to_transform\" is not null (adapters on "
                         "every layer only)", src);
+    json_t *ex = df_cfg_get(root, "exclude_modules"); /* PEFT writes null when unused */
+    if (ex && !(json_is_string(ex) && !*json_string_value(ex)) && !(json_is_array(ex) && !json_array_size(ex)))
+        return df_error(DF_EUNSUPPORTED, "%s: key \"exclude_modules\" is set (distflow reads adapters whose "
+                        "target_modules alone name their modules)", src);
     json_t *m = df_cfg_get(root, "modules_to_save");
     for (size_t i = 0; m && json_is_array(m) && i < json_array_size(m); i++) {
         const char *name = json_string_value(json_array_get(m, i));

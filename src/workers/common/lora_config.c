@@ -1,7 +1,10 @@
 /* A role's LoRA keys (lora_config.h). */
 #include "workers/common/lora_config.h"
 
+#include "util/fsutil.h"
+
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Where key `prefix.name` was set ("the config" without c), and whether it was. */
@@ -39,8 +42,34 @@ static int from_adapter(const df_config *c, const char *prefix, int64_t rank, do
     return DF_OK;
 }
 
+/* exclude_modules: PEFT's pattern over the module names of the model at model_path (its layer count
+   from config.json). An adapter's own adapter_config.json decides its modules: not with one. */
+static int exclude(const df_config *c, const char *prefix, const char *pattern, const char *model_path,
+                   const char *adapter, unsigned *targets)
+{
+    char key[160], ak[160];
+    bool set;
+    const char *w = where(c, prefix, "exclude_modules", key, sizeof key, &set);
+    if (adapter) {
+        const char *aw = where(c, prefix, "lora_adapter_path", ak, sizeof ak, &set);
+        return df_error(DF_EINVAL, "%s (%s) with %s (%s): the adapter's adapter_config.json names its modules", key,
+                        w, ak, aw);
+    }
+    df_model_config mc;
+    char *dir = model_path ? df_expand_user(model_path) : NULL, *file = dir ? df_path_join(dir, "config.json") : NULL;
+    int rc = file ? df_model_config_load(file, &mc) : df_error(DF_ENOMEM, "out of memory");
+    free(dir);
+    free(file);
+    if (rc)
+        return df_error_wrap(rc, "%s (%s): reading the model's layer count", key, w);
+    char label[256];
+    snprintf(label, sizeof label, "%s (%s)", key, w);
+    return df_lora_exclude(pattern, mc.num_hidden_layers, targets, label);
+}
+
 int df_role_lora_config(const df_config *c, const char *prefix, int64_t rank, double alpha,
-                        const df_config_strs *targets, const char *adapter, df_lora_config *out)
+                        const df_config_strs *targets, const char *adapter, const char *exclude_modules,
+                        const char *model_path, df_lora_config *out)
 {
     df_lora_config lc = {.rank = rank, .alpha = alpha};
     if (out)
@@ -53,6 +82,8 @@ int df_role_lora_config(const df_config *c, const char *prefix, int64_t rank, do
     int rc = df_lora_parse_targets(targets->items, targets->n, w, &lc.targets);
     if (rc)
         return df_error_wrap(rc, "%s", key);
+    if (exclude_modules && (rc = exclude(c, prefix, exclude_modules, model_path, adapter, &lc.targets)))
+        return rc;
     if (adapter && (rc = from_adapter(c, prefix, rank, alpha, lc.targets, adapter, &lc)))
         return rc;
     if (!(lc.alpha > 0)) {

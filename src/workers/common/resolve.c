@@ -114,14 +114,14 @@ int df_worker_lora_config(const df_config *c, const df_train_config *t, df_lora_
 {
     const struct df_train_model *m = &t->actor_rollout_ref.model;
     return df_role_lora_config(c, "actor_rollout_ref.model", m->lora_rank, m->lora_alpha,
-                               &m->target_modules, m->lora_adapter_path, out);
+                               &m->target_modules, m->lora_adapter_path, m->exclude_modules, m->path, out);
 }
 
 int df_worker_critic_lora_config(const df_config *c, const df_train_config *t, df_lora_config *out)
 {
     const struct df_train_critic_model *m = &t->critic.model;
     return df_role_lora_config(c, "critic.model", m->lora_rank, m->lora_alpha, &m->target_modules,
-                               m->lora_adapter_path, out);
+                               m->lora_adapter_path, NULL, NULL, out);
 }
 
 void df_worker_reference_params(const df_dag_worker *w, const df_actor_params *actor, df_actor_params *p)

@@ -267,7 +267,7 @@ static void actor_params(const sft_run *s, df_actor_params *p)
     p->optim.num_cycles = o->num_cycles;
     p->optim.grad_clip = o->clip_grad;
     df_role_lora_config(NULL, "model", s->t.model.lora_rank, s->t.model.lora_alpha,
-                        &s->t.model.target_modules, s->t.model.lora_adapter_path,
+                        &s->t.model.target_modules, s->t.model.lora_adapter_path, NULL, NULL,
                         &p->optim.lora); /* checked */
     p->optim.lora_seed = (uint64_t)s->t.trainer.seed;
     p->optim.lora_adapter = s->t.model.lora_adapter_path;
@@ -465,7 +465,7 @@ static int check_supported(const df_config *cfg, const df_sft_config *t)
     if (rc)
         return rc;
     if ((rc = df_role_lora_config(cfg, "model", t->model.lora_rank, t->model.lora_alpha,
-                                  &t->model.target_modules, t->model.lora_adapter_path, NULL)))
+                                  &t->model.target_modules, t->model.lora_adapter_path, NULL, NULL, NULL)))
         return rc;
     if (!df_backend_available(t->trainer.device))
         return df_error(DF_EUNSUPPORTED, "trainer.device=%s: this build of distflow has the %s backend "
