@@ -69,7 +69,7 @@ typedef struct pq_page {
     int type;
     int32_t uncompressed_size, compressed_size;
     int32_t num_values, num_nulls, num_rows;
-    int encoding, def_encoding, rep_encoding;
+    int32_t encoding, def_encoding, rep_encoding;
     int32_t def_bytes, rep_bytes; /**< v2: the level sections' sizes (never compressed) */
     bool is_compressed;           /**< v2 only; true by default */
 } pq_page;

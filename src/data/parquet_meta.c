@@ -389,51 +389,18 @@ void pq_meta_free(pq_meta *m)
 
 /* ---- page headers ------------------------------------------------------------------ */
 
-static void data_page_v1(tin *t, pq_page *pg)
+/* A struct whose fields 1..n are i32s, into dst[id - 1] (a NULL entry: skipped), and whose field
+   `flag_id` (0: none) is a bool, into *flag; any other field skipped. */
+static void i32_struct(tin *t, int32_t *const *dst, int n, int flag_id, bool *flag)
 {
     int16_t id = 0;
     int type;
     while (field(t, &id, &type)) {
-        if (id == 1 && is(t, type, T_I32))
-            pg->num_values = i32(t);
-        else if (id == 2 && is(t, type, T_I32))
-            pg->encoding = i32(t);
-        else if (id == 3 && is(t, type, T_I32))
-            pg->def_encoding = i32(t);
-        else if (id == 4 && is(t, type, T_I32))
-            pg->rep_encoding = i32(t);
-        else if (id < 1 || id > 4)
-            skip(t, type, 1);
-    }
-}
-
-static void data_page_v2(tin *t, pq_page *pg)
-{
-    int16_t id = 0;
-    int type;
-    while (field(t, &id, &type)) {
-        if (id == 7 && is(t, type, T_TRUE))
-            pg->is_compressed = type == T_TRUE;
-        else if (id >= 1 && id <= 6 && is(t, type, T_I32)) {
-            int32_t v = i32(t);
-            int32_t *dst[] = {&pg->num_values, &pg->num_nulls, &pg->num_rows, &pg->encoding, &pg->def_bytes,
-                              &pg->rep_bytes};
-            *dst[id - 1] = v;
-        } else if (id < 1 || id > 7)
-            skip(t, type, 1);
-    }
-}
-
-static void dictionary_page(tin *t, pq_page *pg)
-{
-    int16_t id = 0;
-    int type;
-    while (field(t, &id, &type)) {
-        if (id == 1 && is(t, type, T_I32))
-            pg->num_values = i32(t);
-        else if (id == 2 && is(t, type, T_I32))
-            pg->encoding = i32(t);
-        else if (id != 1 && id != 2)
+        if (flag_id && id == flag_id && is(t, type, T_TRUE))
+            *flag = type == T_TRUE;
+        else if (id >= 1 && id <= n && dst[id - 1] && is(t, type, T_I32))
+            *dst[id - 1] = i32(t);
+        else if (!((flag_id && id == flag_id) || (id >= 1 && id <= n && dst[id - 1])))
             skip(t, type, 1);
     }
 }
@@ -452,12 +419,16 @@ int pq_page_parse(const uint8_t *p, size_t avail, const char *name, const char *
             pg->uncompressed_size = i32(&t);
         else if (id == 3 && is(&t, type, T_I32))
             pg->compressed_size = i32(&t);
-        else if (id == 5 && is(&t, type, T_STRUCT))
-            data_page_v1(&t, pg);
-        else if (id == 7 && is(&t, type, T_STRUCT))
-            dictionary_page(&t, pg);
-        else if (id == 8 && is(&t, type, T_STRUCT))
-            data_page_v2(&t, pg);
+        else if (id == 5 && is(&t, type, T_STRUCT)) /* DataPageHeader */
+            i32_struct(&t, (int32_t *const[]){&pg->num_values, &pg->encoding, &pg->def_encoding, &pg->rep_encoding}, 4,
+                       0, NULL);
+        else if (id == 7 && is(&t, type, T_STRUCT)) /* DictionaryPageHeader */
+            i32_struct(&t, (int32_t *const[]){&pg->num_values, &pg->encoding}, 2, 0, NULL);
+        else if (id == 8 && is(&t, type, T_STRUCT)) /* DataPageHeaderV2 */
+            i32_struct(&t,
+                       (int32_t *const[]){&pg->num_values, &pg->num_nulls, &pg->num_rows, &pg->encoding,
+                                          &pg->def_bytes, &pg->rep_bytes},
+                       6, 7, &pg->is_compressed);
         else if (!(id == 1 || id == 2 || id == 3 || id == 5 || id == 7 || id == 8))
             skip(&t, type, 0);
     }
