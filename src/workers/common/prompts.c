@@ -103,7 +103,8 @@ static int encode_share(const df_dataset *ds, const df_tokenizer *tok, bool rere
     if (!rc && !(flat = malloc((size_t)(total ? total : 1) * sizeof *flat)))
         rc = df_error(DF_ENOMEM, "out of memory for %lld prompt tokens", (long long)total);
     for (int64_t i = 0, t = 0; !rc && i < n; t += len[i], i++)
-        memcpy(flat + t, ids[i], (size_t)len[i] * sizeof *flat);
+        if (ids[i]) /* a failed row has none (the verdict reports it) */
+            memcpy(flat + t, ids[i], (size_t)len[i] * sizeof *flat);
     for (int64_t i = 0; ids && i < n; i++)
         free(ids[i]);
     free(ids);
