@@ -78,8 +78,8 @@ typedef struct df_dataset_opts {
  * a list; formats may be mixed), in order, keeping this shard's rows
  * (opts->shard_*). `opts` may be NULL (defaults: every row). Errors:
  * DF_ENOTFOUND (no such file), DF_EIO (cannot read a file), DF_EUNSUPPORTED (a
- * Parquet feature distflow does not read: a MAP column, LZ4 / BROTLI pages, ...;
- * the message names the column), DF_EINVAL (bad JSON with line and column, a
+ * Parquet feature distflow does not read: INT96 timestamps, LZO pages, ...; the
+ * message names the column), DF_EINVAL (bad JSON with line and column, a
  * corrupt Parquet file, missing prompt, wrong types, in a kept row; the message
  * names file:line or file: row N; or a bad shard), DF_ENOMEM. *out is
  * untouched on failure.

@@ -2,6 +2,7 @@
  * columns assembled back into records from their repetition / definition levels (Dremel). */
 #include "data/parquet.h"
 
+#include "data/jsonl.h"
 #include "data/parquet_internal.h"
 #include "distflow/common.h"
 
@@ -11,7 +12,7 @@
 
 #define MAX_NESTING 64
 
-enum { LEAF, STRUCT, LIST };
+enum { LEAF, STRUCT, LIST, MAP };
 
 typedef struct node {
     const pq_schema_el *el;
@@ -19,7 +20,8 @@ typedef struct node {
     int def, rep;              /* maximum levels at this node (itself included) */
     int first_leaf, last_leaf; /* leaves under it: [first, last) */
     int *child, nchild;
-    int repeated, element;     /* LIST: its repeated child and the element node (may be the same) */
+    int repeated, element;     /* LIST: its repeated child and the element node (may be the same);
+                                  MAP: the repeated key_value group, and its key (its value follows) */
     char *path;                /* dotted column path, for messages */
 } node;
 
@@ -42,10 +44,8 @@ typedef struct asm_ctx {
 
 static bool is_list(const pq_schema_el *e) { return e->converted == PQ_CT_LIST || e->logical == PQ_LT_LIST; }
 
-static bool is_map(const pq_schema_el *e)
-{
-    return e->converted == PQ_CT_MAP || e->converted == PQ_CT_MAP_KEY_VALUE || e->logical == PQ_LT_MAP;
-}
+/* A MAP group (its repeated key_value child, once annotated MAP_KEY_VALUE, is read as a struct). */
+static bool is_map(const pq_schema_el *e) { return e->converted == PQ_CT_MAP || e->logical == PQ_LT_MAP; }
 
 static char *join_path(const char *parent, const char *name)
 {
@@ -86,9 +86,6 @@ static int build(tree *t, const pq_meta *m, int *pos, const node *parent, int de
         return df_error(DF_ENOMEM, "out of memory");
     if (e->repetition < PQ_REQUIRED || e->repetition > PQ_REPEATED)
         return df_error(DF_EINVAL, "%s: column '%s': unknown repetition %d", name, n->path, e->repetition);
-    if (is_map(e))
-        return df_error(DF_EUNSUPPORTED, "%s: column '%s' is a MAP, which distflow does not read (store it as a "
-                        "struct or a list of structs)", name, n->path);
     if (e->num_children <= 0) {
         if (e->type < 0)
             return df_error(DF_EINVAL, "%s: column '%s': a group without fields", name, n->path);
@@ -97,7 +94,7 @@ static int build(tree *t, const pq_meta *m, int *pos, const node *parent, int de
         n->last_leaf = t->nleaves;
         return DF_OK;
     }
-    n->kind = is_list(e) ? LIST : STRUCT;
+    n->kind = is_list(e) ? LIST : is_map(e) ? MAP : STRUCT;
     if (e->num_children > m->nschema || !(n->child = malloc((size_t)e->num_children * sizeof(int))))
         return e->num_children > m->nschema ? df_error(DF_EINVAL, "%s: corrupt Parquet schema", name)
                                             : df_error(DF_ENOMEM, "out of memory");
@@ -109,11 +106,16 @@ static int build(tree *t, const pq_meta *m, int *pos, const node *parent, int de
             return rc;
     }
     n->last_leaf = t->nleaves;
-    if (n->kind == LIST) {
+    if (n->kind == LIST || n->kind == MAP) {
+        const char *what = n->kind == LIST ? "a LIST" : "a MAP";
         if (n->nchild != 1 || t->nodes[n->child[0]].el->repetition != PQ_REPEATED)
-            return df_error(DF_EINVAL, "%s: column '%s': a LIST whose only field is not repeated", name, n->path);
+            return df_error(DF_EINVAL, "%s: column '%s': %s whose only field is not repeated", name, n->path, what);
         n->repeated = n->child[0];
-        n->element = list_element(t, n, n->repeated);
+        const node *kv = &t->nodes[n->repeated];
+        if (n->kind == MAP && (kv->kind == LEAF || kv->nchild != 2))
+            return df_error(DF_EINVAL, "%s: column '%s': a MAP whose entries are not (key, value) pairs", name,
+                            n->path);
+        n->element = n->kind == LIST ? list_element(t, n, n->repeated) : kv->child[0];
     }
     return DF_OK;
 }
@@ -172,12 +174,65 @@ static int skip_slot(asm_ctx *a, const node *n)
     return DF_OK;
 }
 
-static double pow10i(int e)
+/* A DECIMAL's value, unscaled (big-endian two's complement, n bytes) / 10^scale, as the double
+   nearest its decimal text: the text strtod reads, so it is the number DuckDB's or pandas' JSON of
+   the same value parses to. */
+static json_t *decimal_json(const uint8_t *be, size_t n, int scale)
 {
-    double p = 1;
-    for (int i = 0; i < e && i < 400; i++)
-        p *= 10;
-    return p;
+    uint8_t mag[64];
+    char digits[160], text[176];
+    if (n == 0 || n > sizeof mag || scale < 0 || scale > 100)
+        return NULL;
+    bool neg = be[0] & 0x80;
+    for (size_t i = 0; i < n; i++)
+        mag[i] = neg ? (uint8_t)~be[i] : be[i];
+    for (size_t i = n; neg && i-- > 0;) /* two's complement: invert, add one */
+        if (++mag[i])
+            break;
+    int nd = 0;
+    for (bool nonzero = true; nonzero && nd < (int)sizeof digits;) { /* divide by 10, digit by digit */
+        unsigned rem = 0;
+        nonzero = false;
+        for (size_t i = 0; i < n; i++) {
+            unsigned cur = rem << 8 | mag[i];
+            mag[i] = (uint8_t)(cur / 10);
+            rem = cur % 10;
+            nonzero |= mag[i] != 0;
+        }
+        digits[nd++] = (char)('0' + rem);
+    }
+    while (nd <= scale) /* at least one digit before the point */
+        digits[nd++] = '0';
+    int k = 0;
+    if (neg)
+        text[k++] = '-';
+    for (int i = nd - 1; i >= 0; i--) {
+        text[k++] = digits[i];
+        if (i == scale && scale > 0)
+            text[k++] = '.';
+    }
+    text[k] = 0;
+    return json_real(strtod(text, NULL));
+}
+
+static json_t *uuid_json(const uint8_t *b)
+{
+    char s[37];
+    int k = 0;
+    for (int i = 0; i < 16; i++) {
+        k += snprintf(s + k, sizeof s - (size_t)k, "%02x", b[i]);
+        if (i == 3 || i == 5 || i == 7 || i == 9)
+            s[k++] = '-';
+    }
+    return json_stringn(s, 36);
+}
+
+/* IEEE half precision (little-endian, Parquet's FLOAT16) widened exactly. */
+static double half_to_double(const uint8_t *b)
+{
+    unsigned h = b[0] | (unsigned)b[1] << 8, e = h >> 10 & 0x1f, m = h & 0x3ff;
+    double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(m | 0x400, (int)e - 25);
+    return h & 0x8000 ? -v : v;
 }
 
 static int leaf_json(const asm_ctx *a, const node *n, const pq_value *v, json_t **out)
@@ -195,15 +250,27 @@ static int leaf_json(const asm_ctx *a, const node *n, const pq_value *v, json_t 
         if (e->type == PQ_INT64 && is_unsigned && i < 0)
             return df_error(DF_EINVAL, "%s: row %lld, column '%s': unsigned value %llu is above INT64_MAX", a->name,
                             (long long)a->row, n->path, (unsigned long long)i);
-        *out = decimal ? json_real((double)i / pow10i(e->scale)) : json_integer((json_int_t)i);
+        uint8_t be[8];
+        for (int k = 0; k < 8; k++)
+            be[k] = (uint8_t)((uint64_t)i >> (56 - 8 * k));
+        *out = decimal ? decimal_json(be, 8, e->scale) : json_integer((json_int_t)i);
         break;
     }
     case PQ_FLOAT:
     case PQ_DOUBLE:
         *out = isfinite(v->d) ? json_real(v->d) : json_null();
         break;
-    default: /* BYTE_ARRAY */
-        if (!(*out = json_stringn((const char *)v->s, v->n)))
+    default: /* BYTE_ARRAY, FIXED_LEN_BYTE_ARRAY */
+        if (decimal && !(*out = decimal_json(v->s, v->n, e->scale)))
+            return df_error(DF_EUNSUPPORTED, "%s: row %lld, column '%s': a DECIMAL of %u bytes, scale %d", a->name,
+                            (long long)a->row, n->path, v->n, e->scale);
+        else if (decimal)
+            break;
+        if (e->logical == PQ_LT_UUID && v->n == 16)
+            *out = uuid_json(v->s);
+        else if (e->logical == PQ_LT_FLOAT16 && v->n == 2)
+            *out = isfinite(half_to_double(v->s)) ? json_real(half_to_double(v->s)) : json_null();
+        else if (!(*out = json_stringn((const char *)v->s, v->n)))
             return df_error(DF_EINVAL, "%s: row %lld, column '%s': a value that is not UTF-8 text (binary data?)",
                             a->name, (long long)a->row, n->path);
     }
@@ -237,6 +304,44 @@ static int list(asm_ctx *a, int r, int e, json_t **out)
     } while (a->lv[l] < a->cols[l].n_levels && a->cols[l].rep[a->lv[l]] == rn->rep);
     *out = arr;
     return DF_OK;
+}
+
+/* A MAP's entries as an object: each key as text (a string as is; a number or boolean as JSON
+   prints it, as DuckDB's to_json and pandas' do), a later entry of the same key winning. */
+static int map_object(asm_ctx *a, const node *n, json_t **out)
+{
+    const node *kv = &a->t->nodes[n->repeated];
+    int l = kv->first_leaf, rc = DF_OK;
+    json_t *obj = json_object();
+    if (!obj)
+        return df_error(DF_ENOMEM, "out of memory");
+    if (next_def(a, kv) < kv->def) { /* no entry */
+        if ((rc = skip_slot(a, kv)))
+            json_decref(obj);
+        else
+            *out = obj;
+        return rc;
+    }
+    do {
+        json_t *key = NULL, *val = NULL;
+        char *text = NULL;
+        rc = value(a, kv->child[0], false, &key);
+        if (!rc)
+            rc = value(a, kv->child[1], false, &val);
+        if (!rc)
+            rc = json_is_string(key) ? DF_OK : df_jsonl_text(key, &text);
+        if (!rc && json_object_set_new(obj, text ? text : json_string_value(key), val)) /* takes val */
+            rc = df_error(DF_ENOMEM, "out of memory");
+        else if (rc)
+            json_decref(val);
+        free(text);
+        json_decref(key);
+    } while (!rc && a->lv[l] < a->cols[l].n_levels && a->cols[l].rep[a->lv[l]] == kv->rep);
+    if (rc)
+        json_decref(obj);
+    else
+        *out = obj;
+    return rc;
 }
 
 static int object(asm_ctx *a, const node *n, json_t **out)
@@ -275,6 +380,8 @@ static int value(asm_ctx *a, int ni, bool as_element, json_t **out)
         return object(a, n, out);
     if (n->kind == LIST)
         return list(a, n->repeated, n->element, out);
+    if (n->kind == MAP)
+        return map_object(a, n, out);
     int l = n->first_leaf;
     if (d != n->def || a->v[l] >= a->cols[l].n_values)
         return corrupt_levels(a, n);
@@ -315,7 +422,8 @@ static int row_group(const char *buf, size_t len, const tree *t, const pq_row_gr
     for (int l = 0; !rc && l < t->nleaves; l++) {
         const node *leaf = &t->nodes[t->leaf[l]];
         if (!(rc = check_chunk_path(t, &g->cols[l], l, name)))
-            rc = pq_column_read((const uint8_t *)buf, len, &g->cols[l], leaf->rep, leaf->def, name, leaf->path,
+            rc = pq_column_read((const uint8_t *)buf, len, &g->cols[l], leaf->el->type_length, leaf->rep, leaf->def,
+                                name, leaf->path,
                                 &a.cols[l]);
     }
     for (int64_t r = 0; !rc && r < g->num_rows; r++, a.row++) {

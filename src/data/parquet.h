@@ -4,14 +4,16 @@
  *
  * A row is an object with one member per top-level column, in schema order. Values: BOOLEAN ->
  * true / false; INT32 / INT64 (any integer annotation, dates and timestamps as the stored count)
- * -> integer, unsigned 64-bit values above INT64_MAX refused; DECIMAL on INT32 / INT64 -> real
- * (unscaled / 10^scale); FLOAT / DOUBLE -> real, NaN and infinities -> null (as pandas' to_json);
- * BYTE_ARRAY -> string (must be UTF-8); a null -> null. Groups: a LIST (3-level, or the older
- * 2-level forms of parquet's LogicalTypes.md) -> array, a bare repeated field -> array, any other
- * group -> object. Refused with DF_EUNSUPPORTED: MAP columns, INT96, FIXED_LEN_BYTE_ARRAY,
- * LZO compression (UNCOMPRESSED, SNAPPY, GZIP, ZSTD, LZ4_RAW, LZ4, BROTLI are read), encodings
- * other than PLAIN, dictionaries, RLE booleans, the DELTA encodings and BYTE_STREAM_SPLIT,
- * column data in other files.
+ * -> integer, unsigned 64-bit values above INT64_MAX refused; DECIMAL (on INT32, INT64,
+ * FIXED_LEN_BYTE_ARRAY or BYTE_ARRAY) -> real, the double nearest its decimal text; FLOAT /
+ * DOUBLE / FLOAT16 -> real, NaN and infinities -> null (as pandas' to_json); UUID -> its
+ * 8-4-4-4-12 hex text; other BYTE_ARRAY / FIXED_LEN_BYTE_ARRAY -> string (must be UTF-8); a null
+ * -> null. Groups: a LIST (3-level, or the older 2-level forms of parquet's LogicalTypes.md) ->
+ * array, a bare repeated field -> array, a MAP -> object (keys as text, a repeated key's last
+ * value), any other group -> object. Refused with DF_EUNSUPPORTED: INT96, LZO compression
+ * (UNCOMPRESSED, SNAPPY, GZIP, ZSTD, LZ4_RAW, LZ4, BROTLI are read), encodings other than PLAIN,
+ * dictionaries, RLE booleans, the DELTA encodings and BYTE_STREAM_SPLIT, column data in other
+ * files.
  */
 #ifndef DF_DATA_PARQUET_H
 #define DF_DATA_PARQUET_H

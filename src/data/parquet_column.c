@@ -17,7 +17,7 @@
 
 typedef struct ctx {
     const char *name, *what;
-    int type;
+    int type, width; /* width: FIXED_LEN_BYTE_ARRAY's bytes per value */
     pq_column *col;
     int64_t cap_rep, cap_def, cap_values;
     pq_value *dict;
@@ -268,6 +268,13 @@ static int plain(ctx *c, bits *b, int64_t n, pq_value *out)
         b->p += (n + 7) / 8;
         return DF_OK;
     }
+    if (c->type == PQ_FIXED_LEN_BYTE_ARRAY) {
+        if (n > (b->end - b->p) / c->width)
+            return corrupt(c, "fewer fixed-length values than the levels say");
+        for (int64_t i = 0; i < n; i++, b->p += c->width)
+            out[i].s = b->p, out[i].n = (uint32_t)c->width;
+        return DF_OK;
+    }
     for (int64_t i = 0; i < n; i++) {
         if (c->type == PQ_BYTE_ARRAY) {
             if (b->end - b->p < 4 || le32(b->p) > (uint64_t)(b->end - b->p - 4))
@@ -405,22 +412,25 @@ static int delta_strings(ctx *c, bits *b, int64_t n, pq_value *out, int64_t *tmp
  * PLAIN layout and read as such. */
 static int byte_stream_split(ctx *c, bits *b, int64_t n, pq_value *out)
 {
-    int w = c->type == PQ_INT32 || c->type == PQ_FLOAT ? 4 : 8;
+    int w = c->type == PQ_FIXED_LEN_BYTE_ARRAY ? c->width : c->type == PQ_INT32 || c->type == PQ_FLOAT ? 4 : 8;
     if (c->type == PQ_BOOLEAN || c->type == PQ_BYTE_ARRAY)
         return corrupt(c, "BYTE_STREAM_SPLIT on a boolean or string column");
     if (n > (b->end - b->p) / w)
         return corrupt(c, "fewer BYTE_STREAM_SPLIT bytes than values");
     uint8_t *plain_bytes = malloc((size_t)(n ? n : 1) * (size_t)w);
-    if (!plain_bytes)
+    uint8_t **nb = plain_bytes ? realloc(c->col->bufs, (size_t)(c->col->nbufs + 1) * sizeof *nb) : NULL;
+    if (!nb) {
+        free(plain_bytes);
         return oom(c);
+    }
+    c->col->bufs = nb; /* kept with the column: fixed-length values point into it */
+    c->col->bufs[c->col->nbufs++] = plain_bytes;
     for (int64_t i = 0; i < n; i++)
         for (int k = 0; k < w; k++)
             plain_bytes[i * w + k] = b->p[(int64_t)k * n + i];
     b->p += n * w;
     bits pb = {plain_bytes, plain_bytes + n * w};
-    int rc = plain(c, &pb, n, out);
-    free(plain_bytes);
-    return rc;
+    return plain(c, &pb, n, out);
 }
 
 static int values(ctx *c, int encoding, bits *b, int64_t n, pq_value *out, uint32_t *tmp)
@@ -444,7 +454,8 @@ static int values(ctx *c, int encoding, bits *b, int64_t n, pq_value *out, uint3
     int64_t *t64 = NULL;
     int rc = DF_OK;
     if ((encoding == PQ_DELTA_BINARY_PACKED && (c->type == PQ_INT32 || c->type == PQ_INT64)) ||
-        ((encoding == PQ_DELTA_LENGTH_BYTE_ARRAY || encoding == PQ_DELTA_BYTE_ARRAY) && c->type == PQ_BYTE_ARRAY)) {
+        (encoding == PQ_DELTA_LENGTH_BYTE_ARRAY && c->type == PQ_BYTE_ARRAY) ||
+        (encoding == PQ_DELTA_BYTE_ARRAY && (c->type == PQ_BYTE_ARRAY || c->type == PQ_FIXED_LEN_BYTE_ARRAY))) {
         if (!(t64 = malloc((size_t)(n ? n : 1) * sizeof *t64)))
             return oom(c);
         if (encoding == PQ_DELTA_BINARY_PACKED) {
@@ -551,16 +562,17 @@ static int check_chunk(const ctx *c, const pq_chunk *ch, size_t len)
     return DF_OK;
 }
 
-int pq_column_read(const uint8_t *file, size_t len, const pq_chunk *ch, int max_rep, int max_def, const char *name,
-                   const char *what, pq_column *out)
+int pq_column_read(const uint8_t *file, size_t len, const pq_chunk *ch, int type_length, int max_rep, int max_def,
+                   const char *name, const char *what, pq_column *out)
 {
     *out = (pq_column){0};
-    ctx c = {.name = name, .what = what, .type = ch->type, .col = out};
+    ctx c = {.name = name, .what = what, .type = ch->type, .width = type_length, .col = out};
     int rc = check_chunk(&c, ch, len);
-    if (!rc && ch->type != PQ_BOOLEAN && ch->type != PQ_INT32 && ch->type != PQ_INT64 && ch->type != PQ_FLOAT &&
-        ch->type != PQ_DOUBLE && ch->type != PQ_BYTE_ARRAY)
-        rc = df_error(DF_EUNSUPPORTED, "%s: column '%s': physical type %d (INT96 or FIXED_LEN_BYTE_ARRAY) is not "
-                      "supported", name, what, ch->type);
+    if (!rc && (ch->type < PQ_BOOLEAN || ch->type > PQ_FIXED_LEN_BYTE_ARRAY || ch->type == PQ_INT96))
+        rc = df_error(DF_EUNSUPPORTED, "%s: column '%s': physical type %s is not supported", name, what,
+                      ch->type == PQ_INT96 ? "INT96 (legacy timestamps; rewrite them as INT64)" : "unknown");
+    if (!rc && ch->type == PQ_FIXED_LEN_BYTE_ARRAY && (type_length < 1 || type_length > (1 << 20)))
+        rc = df_error(DF_EINVAL, "%s: column '%s': FIXED_LEN_BYTE_ARRAY of %d bytes", name, what, type_length);
     int64_t pos = ch->dictionary_page_offset > 0 && ch->dictionary_page_offset < ch->data_page_offset
                       ? ch->dictionary_page_offset
                       : ch->data_page_offset;

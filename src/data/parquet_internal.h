@@ -88,7 +88,8 @@ void pq_meta_free(pq_meta *m);
 int pq_page_parse(const uint8_t *p, size_t avail, const char *name, const char *what, pq_page *out,
                   size_t *hdr_len);
 
-/** One value of a column: integers and booleans in i, FLOAT / DOUBLE in d, BYTE_ARRAY in s / n. */
+/** One value of a column: integers and booleans in i, FLOAT / DOUBLE in d, BYTE_ARRAY and
+ *  FIXED_LEN_BYTE_ARRAY in s / n. */
 typedef struct pq_value {
     union {
         int64_t i;
@@ -113,14 +114,14 @@ typedef struct pq_column {
 } pq_column;
 
 /**
- * Read column chunk `c` of `file` (`len` bytes) into *out: its dictionary and data pages (v1 and
+ * Read column chunk `c` of `file` (`len` bytes; `type_length` its FIXED_LEN_BYTE_ARRAY width) into *out: its dictionary and data pages (v1 and
  * v2), decompressed (UNCOMPRESSED, SNAPPY, GZIP, ZSTD, LZ4_RAW, LZ4, BROTLI), decoded (PLAIN,
  * PLAIN_ / RLE_DICTIONARY, RLE booleans, DELTA_BINARY_PACKED, DELTA_LENGTH_BYTE_ARRAY,
  * DELTA_BYTE_ARRAY, BYTE_STREAM_SPLIT). `max_rep` /
  * `max_def` are the leaf's maximum levels. Errors name `name` and the column `what`:
  * DF_EUNSUPPORTED (codec, encoding), DF_EINVAL (corrupt pages), DF_ENOMEM.
  */
-int pq_column_read(const uint8_t *file, size_t len, const pq_chunk *c, int max_rep, int max_def,
+int pq_column_read(const uint8_t *file, size_t len, const pq_chunk *c, int type_length, int max_rep, int max_def,
                    const char *name, const char *what, pq_column *out);
 void pq_column_free(pq_column *c);
 

@@ -65,6 +65,7 @@ mkdir -p "$c/parquet"
 for f in gsm8k_verl types_zstd v1_plain_snappy v2_dict_zstd v2_delta_zstd empty; do
   cp "$pq/$f.parquet" "$c/parquet/ok-$f.parquet"
 done
-cp "$pq/map.parquet" "$c/parquet/bad-map.parquet"
+cp "$pq/map.parquet" "$c/parquet/ok-map.parquet"
+cp "$pq/blob.parquet" "$c/parquet/bad-blob.parquet"
 head -c 2000 "$pq/gsm8k_verl.parquet" > "$c/parquet/bad-truncated.parquet"
 echo "make-corpus: wrote $(ls "$c/safetensors" | wc -l) safetensors seeds, the synth rows, the tokenizer and the Parquet seeds" >&2

@@ -1,8 +1,8 @@
 // Writes the Parquet test fixtures in tests/fixtures/parquet/ (see the README.md there):
 //   gsm8k_verl, gsm8k_raw, types_{none,snappy,gzip,zstd,lz4raw,brotli,v2}, map, empty,
-//   logical, u64_big, blob                                                              -- written by DuckDB
+//   logical, u64_big, blob, flba, maps                                                  -- written by DuckDB
 //   v1_plain_snappy, v2_{plain,delta,dict}_zstd, bss_zstd, lz4_hadoop                  -- written by parquet-wasm (arrow-rs)
-// and, for every X.parquet except map, u64_big and blob (the reader must refuse those), X.jsonl: DuckDB's reading of X.parquet,
+// and, for every X.parquet except u64_big and blob (the reader must refuse those), X.jsonl: DuckDB's reading of X.parquet,
 // one JSON object per row, in file order, keys in schema order (identical ones become symlinks).
 // Two files DuckDB cannot read whole, whose expectation is DuckDB's reading of a twin (same table,
 // same writer) that arrow-rs reads exactly like the file: lz4_hadoop (DuckDB has no LZ4 (5) codec; twin
@@ -116,7 +116,7 @@ for (const [name, opts] of [['lz4raw', 'COMPRESSION lz4_raw'], ['brotli', 'COMPR
   ['v2', 'COMPRESSION snappy, PARQUET_VERSION v2']])
   await db.run(`COPY types TO '${P(`types_${name}.parquet`)}' (FORMAT parquet, ${opts})`);
 
-// ---- map.parquet: a MAP column (the reader is expected to refuse it; no .jsonl) -----------------
+// ---- map.parquet: a MAP column ---------------------------------------------------------------------
 await db.run(`COPY (SELECT * FROM (VALUES (MAP {'a': 1, 'b': 2}, 1), (MAP {}, 2), (NULL, 3)) t(m, k))
   TO '${P('map.parquet')}' (FORMAT parquet, COMPRESSION snappy)`);
 
@@ -153,6 +153,58 @@ await db.run(`COPY (SELECT * FROM (VALUES (1::UBIGINT), (18446744073709551615::U
   TO '${P('u64_big.parquet')}' (FORMAT parquet, COMPRESSION snappy)`);
 await db.run(`COPY (SELECT * FROM (VALUES ('ok'::BLOB), ('\\xff\\xfe\\x00\\x80'::BLOB)) t(b))
   TO '${P('blob.parquet')}' (FORMAT parquet, COMPRESSION snappy)`);
+
+// ---- Added later. flba: FIXED_LEN_BYTE_ARRAY columns (all nullable) -------------------------------
+// DuckDB writes DECIMAL with precision > 18 as FIXED_LEN_BYTE_ARRAY(16) (big-endian two's complement; 16
+// bytes even for DECIMAL(20,0), which would fit in 9) with ConvertedType DECIMAL + LogicalType
+// DECIMAL, and UUID as FIXED_LEN_BYTE_ARRAY(16) with LogicalType UUID only (checked below); all PLAIN.
+// Values cover 0, ±1 unscaled, byte boundaries (unscaled 128, -128, -129, 256, 255, -256), 2^63 / -2^64
+// unscaled, 2^64, -(2^63+1), ±(10^precision - 1), and hash-scattered 20-35 digit values. Unlike the
+// INT32 decimals in logical, to_json prints these as exact JSON numbers keeping all `scale` digits
+// (0.0000, -1.5000; dec20 as plain integers), i.e. exactly dec::VARCHAR (checked below).
+await db.run(`CREATE TABLE flba AS SELECT
+  CASE r % 15 WHEN 0 THEN NULL WHEN 1 THEN '12345678901234567890.1234' WHEN 2 THEN '-99999999999999999999999999999999.9999'
+    WHEN 3 THEN '0' WHEN 4 THEN '0.0001' WHEN 5 THEN '-0.0001' WHEN 6 THEN '9999999999999999999999999999999999.9999'
+    WHEN 7 THEN '-9999999999999999999999999999999999.9999' WHEN 8 THEN (CASE WHEN r < 15 THEN '0.0128' ELSE '-0.0129' END)
+    WHEN 9 THEN (CASE WHEN r < 15 THEN '-0.0128' ELSE '0.0256' END) WHEN 10 THEN '-1.5'
+    WHEN 11 THEN '922337203685477.5808' WHEN 12 THEN '-1844674407370955.1616'
+    ELSE CASE WHEN h < 0 THEN '-' ELSE '' END || abs(h) // 10000 || '.' || lpad((abs(h) % 10000)::VARCHAR, 4, '0')
+    END::DECIMAL(38,4) AS dec38,
+  CASE r % 10 WHEN 0 THEN NULL WHEN 1 THEN 99999999999999999999 WHEN 2 THEN -99999999999999999999 WHEN 3 THEN 0
+    WHEN 4 THEN (CASE WHEN r < 10 THEN 1 ELSE -1 END) WHEN 5 THEN 18446744073709551616 WHEN 6 THEN -9223372036854775809
+    WHEN 7 THEN (CASE WHEN r < 10 THEN 255 ELSE -256 END) ELSE (r * 2345678901234567891::HUGEINT) * (r % 2 * 2 - 1) END::DECIMAL(20,0) AS dec20,
+  CASE r % 8 WHEN 0 THEN NULL WHEN 1 THEN '00000000-0000-0000-0000-000000000000' WHEN 2 THEN 'ffffffff-ffff-ffff-ffff-ffffffffffff'
+    WHEN 3 THEN (CASE WHEN r < 8 THEN '80000000-0000-0000-0000-000000000000' ELSE '7fffffff-ffff-ffff-ffff-ffffffffffff' END)
+    ELSE md5('uuid ' || r) END::UUID AS u
+  FROM (SELECT r, (r * 1234567890123456789012345678901234567::HUGEINT) % 100000000000000000000000000000000000::HUGEINT
+    - 50000000000000000000000000000000000::HUGEINT AS h FROM range(30) t(r)) ORDER BY r`);
+await db.run(`COPY flba TO '${P('flba.parquet')}' (FORMAT parquet, COMPRESSION snappy)`);
+{
+  const want = 'dec38 FIXED_LEN_BYTE_ARRAY 16 DECIMAL|dec20 FIXED_LEN_BYTE_ARRAY 16 DECIMAL|u FIXED_LEN_BYTE_ARRAY 16 null';
+  const got = (await rows(`SELECT name, type, type_length, converted_type FROM parquet_schema('${P('flba.parquet')}')
+    WHERE type IS NOT NULL`)).map((r) => r.map(String).join(' ')).join('|');
+  if (got !== want) throw new Error(`flba: schema ${got}`);
+  for (const [j, a, b, c] of await rows(`SELECT to_json(t)::VARCHAR, dec38::VARCHAR, dec20::VARCHAR, u::VARCHAR
+      FROM read_parquet('${P('flba.parquet')}') t`))
+    if (j !== `{"dec38":${a ?? 'null'},"dec20":${b ?? 'null'},"u":${c === null ? 'null' : `"${c}"`}}`)
+      throw new Error(`flba: ${[a, b, c]} printed as ${j}`);
+}
+
+// ---- Added later. maps: MAP columns (a readable counterpart of map.parquet) ----------------------
+// DuckDB writes MAP as the standard 3-level layout: <name> OPTIONAL group (ConvertedType MAP, no
+// LogicalType) > key_value REPEATED group (no annotation) > key REQUIRED, value OPTIONAL. to_json prints a
+// MAP as a JSON object, keys as strings (integer keys in decimal), in map order; {} for an empty map.
+// No NULL keys (DuckDB forbids them).
+await db.run(`CREATE TABLE maps AS SELECT r::INTEGER AS id,
+  CASE r % 8 WHEN 0 THEN NULL WHEN 1 THEN MAP {} WHEN 2 THEN MAP {'a': r} WHEN 3 THEN MAP {'a': 1, 'b': NULL}
+    WHEN 4 THEN MAP {'k' || r: -r, '': 0, 'naïve 数学 🚀': 2147483647} WHEN 5 THEN MAP {'x': NULL}
+    WHEN 6 THEN MAP {'quote " backslash \\': -2147483648, 'b': r * 1000}
+    ELSE MAP {'z': r, 'y': NULL, 'a': r % 3} END::MAP(VARCHAR, INTEGER) AS m1,
+  CASE r % 7 WHEN 0 THEN MAP {} WHEN 1 THEN NULL WHEN 2 THEN MAP {r: 'v' || r}
+    WHEN 3 THEN MAP {-2147483648: 'min', 2147483647: NULL, 0: ''} WHEN 4 THEN MAP {-1: NULL}
+    WHEN 5 THEN MAP {r * 100: 'a', -r: 'b'} ELSE MAP {1: 'one', 2: 'two', 3: 'three'} END::MAP(INTEGER, VARCHAR) AS m2
+  FROM range(20) t(r) ORDER BY r`);
+await db.run(`COPY maps TO '${P('maps.parquet')}' (FORMAT parquet, COMPRESSION snappy)`);
 
 // ---- parquet-wasm (arrow-rs): data page v1/v2, plain / delta / dictionary -----------------------
 const N = 250, ids = [], ss = [], xs = [], flags = [], lis = [];
@@ -211,7 +263,7 @@ pwWrite(path.join(tmp, 'bss_plain_zstd.parquet'), V2, ZSTD, false, PLAIN, bssTab
 // Files with the same content (types_*, v1_*/v2_*) read back identically; to keep the fixtures small
 // the later X.jsonl are then relative symlinks to the first one with that exact text.
 // Files added later go last, so that the older X.jsonl stay the real files (types_gzip, v1_plain_snappy).
-const late = ['types_lz4raw', 'types_brotli', 'types_v2', 'bss_zstd', 'lz4_hadoop', 'logical'].map((n) => n + '.parquet');
+const late = ['types_lz4raw', 'types_brotli', 'types_v2', 'bss_zstd', 'lz4_hadoop', 'logical', 'flba', 'maps'].map((n) => n + '.parquet');
 const twin = { 'lz4_hadoop.parquet': P('v1_plain_snappy.parquet'), 'bss_zstd.parquet': path.join(tmp, 'bss_plain_zstd.parquet') };
 const arrowRows = (file) => JSON.stringify(arrow.tableFromIPC(pw.readParquet(fs.readFileSync(file)).intoIPCStream()).toArray(),
   (k, v) => (typeof v === 'bigint' ? String(v) : v));
@@ -220,7 +272,7 @@ for (const [f, t] of Object.entries(twin))
 const fd = async (file) => JSON.stringify(await rows(`SELECT to_json(t)::VARCHAR FROM (SELECT f, d FROM read_parquet('${file}')) t`));
 if (await fd(P('bss_zstd.parquet')) !== await fd(twin['bss_zstd.parquet'])) throw new Error('bss_zstd: DuckDB reads f, d unlike the twin');
 const seen = new Map();
-const noJsonl = ['map.parquet', 'u64_big.parquet', 'blob.parquet'];
+const noJsonl = ['u64_big.parquet', 'blob.parquet'];
 const files = fs.readdirSync(out).filter((f) => f.endsWith('.parquet') && !noJsonl.includes(f)).sort();
 for (const f of [...files.filter((f) => !late.includes(f)), ...late.filter((f) => files.includes(f))]) {
   const src = P(f), dst = src.replace(/\.parquet$/, '.jsonl');
