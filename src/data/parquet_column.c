@@ -12,7 +12,7 @@
 #include <zlib.h>
 #include <zstd.h>
 
-#define MAX_PAGE_BYTES ((size_t)1 << 30) /* one page decompressed; real ones are ~1 MiB */
+#define MAX_PAGE_BYTES ((size_t)1 << 30) /* one page decompressed (pyarrow writes ~1 MiB pages, DuckDB a whole chunk) */
 #define MAX_VALUE_BYTES ((size_t)1 << 30) /* a DELTA_BYTE_ARRAY page's values rebuilt */
 
 typedef struct ctx {
