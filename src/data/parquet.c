@@ -306,37 +306,30 @@ static int list(asm_ctx *a, int r, int e, json_t **out)
     return DF_OK;
 }
 
-/* A MAP's entries as an object: each key as text (a string as is; a number or boolean as JSON
-   prints it, as DuckDB's to_json and pandas' do), a later entry of the same key winning. */
+/* A MAP's entries as an object: its key_value groups read as a list of {key, value} objects, then
+   each key as text (a string as is; a number or boolean as JSON prints it, as DuckDB's to_json and
+   pandas' do), a later entry of the same key winning. */
 static int map_object(asm_ctx *a, const node *n, json_t **out)
 {
     const node *kv = &a->t->nodes[n->repeated];
-    int l = kv->first_leaf, rc = DF_OK;
-    json_t *obj = json_object();
-    if (!obj)
-        return df_error(DF_ENOMEM, "out of memory");
-    if (next_def(a, kv) < kv->def) { /* no entry */
-        if ((rc = skip_slot(a, kv)))
-            json_decref(obj);
-        else
-            *out = obj;
-        return rc;
-    }
-    do {
-        json_t *key = NULL, *val = NULL;
+    const char *kname = a->t->nodes[kv->child[0]].el->name, *vname = a->t->nodes[kv->child[1]].el->name;
+    json_t *pairs = NULL, *obj = NULL, *p;
+    int rc = list(a, n->repeated, n->repeated, &pairs);
+    if (!rc && !(obj = json_object()))
+        rc = df_error(DF_ENOMEM, "out of memory");
+    size_t i;
+    json_array_foreach(rc ? NULL : pairs, i, p) {
+        json_t *key = json_object_get(p, kname);
         char *text = NULL;
-        rc = value(a, kv->child[0], false, &key);
-        if (!rc)
-            rc = value(a, kv->child[1], false, &val);
-        if (!rc)
-            rc = json_is_string(key) ? DF_OK : df_jsonl_text(key, &text);
-        if (!rc && json_object_set_new(obj, text ? text : json_string_value(key), val)) /* takes val */
+        if (!json_is_string(key) && (rc = df_jsonl_text(key, &text)))
+            break;
+        if (json_object_set(obj, text ? text : json_string_value(key), json_object_get(p, vname)))
             rc = df_error(DF_ENOMEM, "out of memory");
-        else if (rc)
-            json_decref(val);
         free(text);
-        json_decref(key);
-    } while (!rc && a->lv[l] < a->cols[l].n_levels && a->cols[l].rep[a->lv[l]] == kv->rep);
+        if (rc)
+            break;
+    }
+    json_decref(pairs);
     if (rc)
         json_decref(obj);
     else

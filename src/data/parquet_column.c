@@ -123,6 +123,18 @@ static bool plausible(int codec, const uint8_t *src, size_t n, size_t want)
     return true;                     /* brotli: bounded by MAX_PAGE_BYTES only */
 }
 
+/* A new buffer of `size` bytes that lives as long as the column (values point into it). */
+static int column_buffer(ctx *c, size_t size, uint8_t **out)
+{
+    uint8_t **nb = realloc(c->col->bufs, (size_t)(c->col->nbufs + 1) * sizeof *nb);
+    if (nb)
+        c->col->bufs = nb;
+    if (!nb || !(*out = malloc(size ? size : 1)))
+        return oom(c);
+    c->col->bufs[c->col->nbufs++] = *out;
+    return DF_OK;
+}
+
 /* A page's body, `n` stored bytes of which the first `keep` are never compressed (v2 levels), as
  * `want` plain bytes in a buffer the column keeps. */
 static int page_body(ctx *c, int codec, const uint8_t *src, size_t n, size_t keep, size_t want, const uint8_t **out)
@@ -132,14 +144,9 @@ static int page_body(ctx *c, int codec, const uint8_t *src, size_t n, size_t kee
     if (!plausible(codec, src + keep, n - keep, want - keep))
         return df_error(DF_EINVAL, "%s: column '%s': a %s page cannot hold its stated %zu bytes", c->name, c->what,
                         codec_name(codec), want);
-    uint8_t **nb = realloc(c->col->bufs, (size_t)(c->col->nbufs + 1) * sizeof *nb);
-    if (!nb)
-        return oom(c);
-    c->col->bufs = nb;
-    uint8_t *dst = malloc(want ? want : 1);
-    if (!dst)
-        return oom(c);
-    c->col->bufs[c->col->nbufs++] = dst;
+    uint8_t *dst = NULL;
+    if (column_buffer(c, want, &dst))
+        return DF_ENOMEM;
     memcpy(dst, src, keep);
     bool ok = codec == PQ_UNCOMPRESSED ? n == want && (memcpy(dst + keep, src + keep, n - keep), true)
                                        : inflate_all(src + keep, n - keep, dst + keep, want - keep, codec);
@@ -387,22 +394,16 @@ static int delta_strings(ctx *c, bits *b, int64_t n, pq_value *out, int64_t *tmp
         if (!rc && total > MAX_VALUE_BYTES)
             rc = corrupt(c, "DELTA_BYTE_ARRAY values over 1 GiB");
     }
-    uint8_t *buf = rc ? NULL : malloc(total ? total : 1);
-    uint8_t **nb = buf ? realloc(c->col->bufs, (size_t)(c->col->nbufs + 1) * sizeof *nb) : NULL;
-    if (!rc && !nb) {
-        free(buf);
-        rc = oom(c);
-    } else if (!rc) {
-        c->col->bufs = nb;
-        c->col->bufs[c->col->nbufs++] = buf;
-        for (int64_t i = 0; i < n; i++) {
-            if (i)
-                memcpy(buf, out[i - 1].s, (size_t)prefix[i]);
-            memcpy(buf + prefix[i], out[i].s, out[i].n);
-            out[i].s = buf;
-            out[i].n += (uint32_t)prefix[i];
-            buf += out[i].n;
-        }
+    uint8_t *buf = NULL;
+    if (!rc)
+        rc = column_buffer(c, total, &buf);
+    for (int64_t i = 0; !rc && i < n; i++) {
+        if (i)
+            memcpy(buf, out[i - 1].s, (size_t)prefix[i]);
+        memcpy(buf + prefix[i], out[i].s, out[i].n);
+        out[i].s = buf;
+        out[i].n += (uint32_t)prefix[i];
+        buf += out[i].n;
     }
     free(prefix);
     return rc;
@@ -417,14 +418,9 @@ static int byte_stream_split(ctx *c, bits *b, int64_t n, pq_value *out)
         return corrupt(c, "BYTE_STREAM_SPLIT on a boolean or string column");
     if (n > (b->end - b->p) / w)
         return corrupt(c, "fewer BYTE_STREAM_SPLIT bytes than values");
-    uint8_t *plain_bytes = malloc((size_t)(n ? n : 1) * (size_t)w);
-    uint8_t **nb = plain_bytes ? realloc(c->col->bufs, (size_t)(c->col->nbufs + 1) * sizeof *nb) : NULL;
-    if (!nb) {
-        free(plain_bytes);
-        return oom(c);
-    }
-    c->col->bufs = nb; /* kept with the column: fixed-length values point into it */
-    c->col->bufs[c->col->nbufs++] = plain_bytes;
+    uint8_t *plain_bytes = NULL; /* kept with the column: fixed-length values point into it */
+    if (column_buffer(c, (size_t)n * (size_t)w, &plain_bytes))
+        return DF_ENOMEM;
     for (int64_t i = 0; i < n; i++)
         for (int k = 0; k < w; k++)
             plain_bytes[i * w + k] = b->p[(int64_t)k * n + i];
