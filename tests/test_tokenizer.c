@@ -639,12 +639,17 @@ static void test_malformed_files(void **state)
                       NULL, DF_EINVAL, "merges[0]");
     expect_load_error("badid", "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":-1},\"merges\":[]}," GOOD_PRE "}",
                       NULL, DF_EINVAL, "model.vocab[\"a\"]");
-    expect_load_error("whitespace", "{" GOOD_MODEL ",\"pre_tokenizer\":{\"type\":\"Whitespace\"}}", NULL,
-                      DF_EUNSUPPORTED, "Whitespace");
-    expect_load_error("nobytelevel",
-                      "{" GOOD_MODEL ",\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"String\":\" \"},"
-                      "\"behavior\":\"Isolated\"},\"decoder\":{\"type\":\"ByteLevel\"}}",
-                      NULL, DF_EUNSUPPORTED, "ByteLevel");
+    expect_load_error("whitespace",
+                      "{" GOOD_MODEL ",\"pre_tokenizer\":{\"type\":\"Whitespace\"},\"decoder\":{\"type\":\"Fuse\"}}",
+                      NULL, DF_EUNSUPPORTED, "Whitespace");
+    expect_load_error("nodecoder", "{" GOOD_MODEL ",\"pre_tokenizer\":" BYTELEVEL_PRE "}", NULL, DF_EUNSUPPORTED,
+                      "decoder \"null\"");
+    expect_load_error("fallbackbytelevel",
+                      "{\"model\":{\"type\":\"BPE\",\"byte_fallback\":true,\"vocab\":" TINY_VOCAB ",\"merges\":[]},"
+                      GOOD_PRE "}", NULL, DF_EUNSUPPORTED, "byte_fallback with a ByteLevel pre_tokenizer");
+    expect_load_error("unkmissing",
+                      "{\"model\":{\"type\":\"BPE\",\"unk_token\":\"<unk>\",\"vocab\":" TINY_VOCAB ",\"merges\":[]},"
+                      GOOD_PRE "}", NULL, DF_EINVAL, "model.unk_token \"<unk>\" is not in model.vocab");
     expect_load_error("lowercase", "{" GOOD_MODEL "," GOOD_PRE ",\"normalizer\":{\"type\":\"Lowercase\"}}", NULL,
                       DF_EUNSUPPORTED, "Lowercase");
     expect_load_error("badregex",

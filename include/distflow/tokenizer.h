@@ -1,27 +1,39 @@
 /*
- * distflow/tokenizer.h — Hugging Face byte-level BPE tokenizers (Qwen2 / 2.5,
- * Llama-3, GPT-2), chat templates, and a small BPE trainer.
+ * distflow/tokenizer.h — Hugging Face BPE tokenizers: byte-level (Qwen2 / 2.5,
+ * Llama-3, GPT-2) and SentencePiece-style with byte fallback (Llama 2,
+ * TinyLlama, Mistral v0.1, CodeLlama); chat templates; a small BPE trainer.
  *
  * Semantics follow the Rust `tokenizers` library (what transformers'
  * PreTrainedTokenizerFast calls): encode = split out added tokens (Aho-Corasick
  * leftmost-longest, tokenizers/src/tokenizer/added_vocabulary.rs) -> normalizer
  * -> pre-tokenizer -> BPE model (merge ranks, models/bpe/word.rs merge_all) ->
- * post-processor. Decode = ByteLevel decoder followed by lossy UTF-8 (invalid
- * sequences become U+FFFD, as Rust's String::from_utf8_lossy).
+ * post-processor. Decode = the decoder chain over the token strings
+ * (tokenizers/src/decoders/), joined.
  *
  * Supported tokenizer.json components (anything else is DF_EUNSUPPORTED):
  *   model          BPE (vocab + merges as "a b" or ["a","b"], ignore_merges,
- *                  unk_token); byte_fallback, dropout, subword prefixes/suffixes
- *                  are rejected.
- *   normalizer     null, NFC, NFD, NFKC, NFKD (utf8proc), Sequence of those.
- *   pre_tokenizer  Split (Regex or String pattern, PCRE2 in UTF + UCP mode;
- *                  behaviours Isolated / Removed / MergedWithPrevious /
- *                  MergedWithNext / Contiguous; invert), ByteLevel
- *                  (add_prefix_space; use_regex = GPT-2 regex), Sequence.
- *                  ByteLevel must be present and last.
+ *                  unk_token, which must be in the vocab; byte_fallback and
+ *                  fuse_unk, models/bpe/model.rs merge_word); dropout and
+ *                  subword prefixes / suffixes are rejected.
+ *                  With a ByteLevel pre-tokenizer the model works on bytes;
+ *                  without one on UTF-8 chars: a char not in the vocabulary
+ *                  becomes its "<0xHH>" tokens (byte_fallback) or <unk>.
+ *   normalizer     null, NFC, NFD, NFKC, NFKD (utf8proc), Prepend, Replace
+ *                  (String or Regex pattern), Sequence of those.
+ *   pre_tokenizer  null, Split (Regex or String pattern, PCRE2 in UTF + UCP
+ *                  mode; behaviours Isolated / Removed / MergedWithPrevious /
+ *                  MergedWithNext / Contiguous; invert), Metaspace
+ *                  (replacement, prepend_scheme always / first / never, split),
+ *                  ByteLevel (add_prefix_space; use_regex = GPT-2 regex; last),
+ *                  Sequence.
  *   post_processor null, ByteLevel (no effect on ids), TemplateProcessing
- *                  (the "single" template: e.g. Llama-3's BOS), Sequence.
- *   decoder        ByteLevel (or a Sequence holding only ByteLevel).
+ *                  (the "single" template: e.g. Llama's BOS), Sequence.
+ *   decoder        ByteLevel, Replace (String pattern), ByteFallback, Fuse,
+ *                  Strip, Metaspace, Sequence of those.
+ * Llama 2's files (transformers' LlamaConverter) are: normalizer Prepend "▁" +
+ * Replace " " -> "▁", no pre-tokenizer (legacy) or Metaspace with
+ * prepend_scheme "first" (legacy = false), decoder Replace "▁" -> " ",
+ * ByteFallback, Fuse, Strip one leading space.
  *
  * Thread safety: a loaded tokenizer is immutable; every const function may be
  * called from several threads at once. Functions taking a non-const pointer
@@ -59,6 +71,12 @@ typedef struct df_tokenizer df_tokenizer;
  * TemplateProcessing post-processor puts first (if any) and eos / pad are
  * absent (-1). A special token named in the config must exist in the
  * vocabulary (transformers would silently add it; we report it instead).
+ * When tokenizer_class is LlamaTokenizer, CodeLlamaTokenizer or GemmaTokenizer
+ * (with or without "Fast"), add_bos_token (default true) and add_eos_token
+ * (default false) replace the file's post-processor template, as those
+ * transformers classes do (update_post_processor); DF_EINVAL when one is true
+ * and its token is absent. A directory with only a SentencePiece
+ * tokenizer.model is refused with DF_ENOTFOUND and how to convert it.
  *
  * Errors: DF_ENOTFOUND (no tokenizer files at path), DF_EIO, DF_EINVAL (bad JSON
  * with the file:line:column from jansson, missing "model", a merge naming a token
@@ -91,13 +109,16 @@ DF_API int df_tokenizer_encode_n(const df_tokenizer *t, const char *text, int64_
 
 /**
  * Decode ids [n] to malloc'd NUL-terminated UTF-8 text (HF `tokenizer.decode`):
- * ByteLevel bytes of each token concatenated, then lossy UTF-8 (U+FFFD for
- * invalid sequences, and for a byte 0, which HF keeps as U+0000 but would end
- * the text here). Added tokens contribute their content; special ones are
- * dropped when `skip_special_tokens`. Ids that name no token (e.g. the padding
- * rows of an embedding larger than the vocabulary) are skipped, as in HF.
- * When tokenizer_config.json sets clean_up_tokenization_spaces, the
- * transformers clean-up (" ." -> ".", " n't" -> "n't", ...) is applied.
+ * the token strings (added tokens: their content; special ones dropped when
+ * `skip_special_tokens`; ids that name no token, e.g. the padding rows of an
+ * embedding larger than the vocabulary, skipped as in HF) through the decoder
+ * chain, joined. ByteLevel: the tokens' bytes concatenated, then lossy UTF-8
+ * (U+FFFD for each maximal invalid subpart, as Rust's from_utf8_lossy).
+ * Llama 2: "▁" -> " ", runs of "<0xHH>" tokens -> their UTF-8 text (or one
+ * U+FFFD per byte when invalid), one leading space stripped from the whole
+ * text. A byte 0, which HF keeps as U+0000, becomes U+FFFD (it would end the
+ * text here). When tokenizer_config.json sets clean_up_tokenization_spaces,
+ * the transformers clean-up (" ." -> ".", " n't" -> "n't", ...) follows.
  * Errors: DF_ENOMEM.
  */
 DF_API int df_tokenizer_decode(const df_tokenizer *t, const int32_t *ids, int64_t n,
@@ -107,6 +128,9 @@ DF_API int df_tokenizer_decode(const df_tokenizer *t, const int32_t *ids, int64_
  * Raw bytes of one token, for streaming output: *bytes points into the
  * tokenizer (valid until df_tokenizer_free), *len bytes, not NUL-terminated and
  * possibly a partial UTF-8 sequence (a multi-byte character can span tokens).
+ * They are the decoder's per-token steps alone (ByteLevel alphabet, Replace,
+ * one "<0xHH>" byte, Metaspace's replacement -> " "), so for Llama 2 a text's
+ * tokens give its leading space that df_tokenizer_decode strips.
  * Added tokens give their content. Returns DF_ENOTFOUND when `id` names no token.
  */
 DF_API int df_tokenizer_token_bytes(const df_tokenizer *t, int32_t id, const char **bytes,

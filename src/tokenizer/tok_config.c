@@ -125,6 +125,34 @@ static bool exists(const char *p)
     return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* transformers' LlamaTokenizerFast (CodeLlama, Gemma alike) rebuilds the post-processor from
+ * add_bos_token (default true) and add_eos_token (default false) whatever tokenizer.json holds
+ * (update_post_processor). Other classes keep the file's template. */
+static int class_template(df_tokenizer *t, json_t *cfg, const char *src)
+{
+    static const char *classes[] = {"LlamaTokenizer", "CodeLlamaTokenizer", "GemmaTokenizer"};
+    const char *cls = json_string_value(json_object_get(cfg, "tokenizer_class"));
+    bool hit = false;
+    for (int k = 0; cls && k < 3; k++) {
+        size_t n = strlen(classes[k]);
+        hit |= strncmp(cls, classes[k], n) == 0 && (!cls[n] || strcmp(cls + n, "Fast") == 0);
+    }
+    if (!hit)
+        return 0;
+    json_t *b = json_object_get(cfg, "add_bos_token"), *e = json_object_get(cfg, "add_eos_token");
+    bool bos = !json_is_boolean(b) || json_is_true(b), eos = json_is_true(e);
+    int32_t eos_id = df_tokenizer_eos_id(t);
+    if ((bos && t->bos_id < 0) || (eos && eos_id < 0))
+        return df_error(DF_EINVAL, "%s: %s is true but there is no %s", src, bos && t->bos_id < 0 ?
+                        "add_bos_token" : "add_eos_token", bos && t->bos_id < 0 ? "bos_token" : "eos_token");
+    t->n_post_prefix = t->n_post_suffix = 0;
+    if (bos)
+        t->post_prefix[t->n_post_prefix++] = t->bos_id;
+    if (eos)
+        t->post_suffix[t->n_post_suffix++] = eos_id;
+    return 0;
+}
+
 int tok_apply_config(df_tokenizer *t, json_t *cfg, const char *src)
 {
     int32_t eos = df_tokenizer_eos_id(t);
@@ -138,6 +166,8 @@ int tok_apply_config(df_tokenizer *t, json_t *cfg, const char *src)
         rc = special_from_config(t, cfg, "pad_token", src, &t->pad_id);
     if (!rc)
         rc = special_from_config(t, cfg, "bos_token", src, &t->bos_id);
+    if (!rc)
+        rc = class_template(t, cfg, src);
     if (!rc)
         rc = parse_template(t, json_object_get(cfg, "chat_template"), src);
     t->clean_up_spaces = json_is_true(json_object_get(cfg, "clean_up_tokenization_spaces"));

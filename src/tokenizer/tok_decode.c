@@ -1,8 +1,14 @@
-/* Decoding: ByteLevel bytes -> lossy UTF-8 -> optional transformers clean-up. */
+/*
+ * Decoding: the tokenizer.json decoder chain over the token strings (tokenizers
+ * decoders/: ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace), then the
+ * optional transformers clean-up. A ByteLevel-only chain takes a fast path over the
+ * tokens' precomputed bytes.
+ */
 #include "tokenizer/tok_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
 /* Copy bytes [n] to out as UTF-8, replacing each maximal invalid subpart with U+FFFD
  * (Unicode 3.9 "U+FFFD substitution of maximal subparts", as Rust's from_utf8_lossy), and each
@@ -71,33 +77,286 @@ static void clean_up(char *s)
         replace_all(s, pairs[k][0], pairs[k][1]);
 }
 
+/* ---- the decoder chain over a list of token strings ------------------------------- */
+
+typedef struct piece {
+    char *s;
+    int64_t n;
+} piece;
+
+typedef struct plist {
+    piece *v;
+    int64_t n;
+} plist;
+
+static void plist_free(plist *l)
+{
+    for (int64_t i = 0; i < l->n; i++)
+        free(l->v[i].s);
+    free(l->v);
+    l->v = NULL;
+    l->n = 0;
+}
+
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* The byte of a "<0xHH>" token, or -1 (tokenizers ByteFallback: u8::from_str_radix of the two
+ * chars, which also reads "+H"). */
+static int byte_token(const char *s, int64_t n)
+{
+    if (n != 6 || memcmp(s, "<0x", 3) != 0 || s[5] != '>')
+        return -1;
+    int hi = s[3] == '+' ? 0 : hexval(s[3]), lo = hexval(s[4]);
+    return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+}
+
+static int step_replace(piece *p, const char *from, const char *to)
+{
+    int64_t n;
+    char *r = tok_replace_all(p->s, p->n, from, to, &n);
+    if (!r)
+        return DF_ENOMEM;
+    free(p->s);
+    p->s = r;
+    p->n = n;
+    return 0;
+}
+
+/* Up to `start` leading and `stop` trailing copies of cp (tokenizers decoders/strip.rs). */
+static void step_strip(piece *p, uint32_t cp, int64_t start, int64_t stop)
+{
+    char enc[4];
+    int64_t l = (int64_t)utf8proc_encode_char((utf8proc_int32_t)cp, (utf8proc_uint8_t *)enc), a = 0, b = p->n;
+    for (int64_t k = 0; k < start && b - a >= l && memcmp(p->s + a, enc, (size_t)l) == 0; k++)
+        a += l;
+    for (int64_t k = 0; k < stop && b - a >= l && memcmp(p->s + b - l, enc, (size_t)l) == 0; k++)
+        b -= l;
+    memmove(p->s, p->s + a, (size_t)(b - a));
+    p->n = b - a;
+    p->s[p->n] = '\0';
+}
+
+/* Join pieces [lo, hi) into one malloc'd piece. */
+static int fuse(const piece *v, int64_t lo, int64_t hi, piece *out)
+{
+    int64_t n = 0;
+    for (int64_t i = lo; i < hi; i++)
+        n += v[i].n;
+    if (!(out->s = malloc((size_t)n + 1)))
+        return DF_ENOMEM;
+    out->n = 0;
+    for (int64_t i = lo; i < hi; i++) {
+        memcpy(out->s + out->n, v[i].s, (size_t)v[i].n);
+        out->n += v[i].n;
+    }
+    out->s[n] = '\0';
+    return 0;
+}
+
+/* Runs of byte tokens -> their text when it is valid UTF-8, else one U+FFFD per byte. */
+static int step_byte_fallback(plist *l)
+{
+    piece *v = malloc((size_t)(l->n + 1) * sizeof *v);
+    int64_t w = 0;
+    if (!v)
+        return DF_ENOMEM;
+    for (int64_t i = 0; i < l->n;) {
+        int64_t j = i;
+        while (j < l->n && byte_token(l->v[j].s, l->v[j].n) >= 0)
+            j++;
+        if (j == i) {
+            v[w++] = l->v[i++];
+            continue;
+        }
+        char *run = malloc((size_t)(j - i) * 3 + 1);
+        if (!run) {
+            free(v);
+            return DF_ENOMEM;
+        }
+        int64_t n = 0;
+        for (int64_t k = i; k < j; k++)
+            run[n++] = (char)byte_token(l->v[k].s, l->v[k].n);
+        if (tok_utf8_invalid_at(run, n) >= 0)
+            for (n = 0; n < 3 * (j - i); n += 3)
+                memcpy(run + n, "\xEF\xBF\xBD", 3);
+        run[n] = '\0';
+        for (int64_t k = i; k < j; k++)
+            free(l->v[k].s);
+        v[w++] = (piece){run, n};
+        i = j;
+    }
+    free(l->v);
+    l->v = v;
+    l->n = w;
+    return 0;
+}
+
+static int step_byte_level(plist *l)
+{
+    int64_t total = 0;
+    for (int64_t i = 0; i < l->n; i++)
+        total += l->v[i].n;
+    char *raw = malloc((size_t)total + 1), *out = malloc((size_t)total * 3 + 1);
+    int64_t r = 0;
+    for (int64_t i = 0; raw && out && i < l->n; i++) {
+        int32_t bl = 0;
+        char *b = tok_vocab_to_bytes(l->v[i].s, &bl); /* never longer than the token */
+        if (!b) {
+            free(raw);
+            raw = NULL;
+            break;
+        }
+        memcpy(raw + r, b, (size_t)bl);
+        r += bl;
+        free(b);
+    }
+    if (!raw || !out) {
+        free(raw);
+        free(out);
+        return DF_ENOMEM;
+    }
+    int64_t o = utf8_lossy((const uint8_t *)raw, r, out);
+    out[o] = '\0';
+    free(raw);
+    plist_free(l);
+    if (!(l->v = malloc(sizeof *l->v))) {
+        free(out);
+        return DF_ENOMEM;
+    }
+    l->v[0] = (piece){out, o};
+    l->n = 1;
+    return 0;
+}
+
+static int apply_step(const tok_dec_step *d, plist *l)
+{
+    int rc = 0;
+    switch (d->kind) {
+    case TOK_DEC_BYTE_LEVEL:
+        return step_byte_level(l);
+    case TOK_DEC_BYTE_FALLBACK:
+        return step_byte_fallback(l);
+    case TOK_DEC_FUSE: {
+        piece one;
+        if (l->n <= 1)
+            return 0;
+        if (fuse(l->v, 0, l->n, &one))
+            return DF_ENOMEM;
+        plist_free(l);
+        if (!(l->v = malloc(sizeof *l->v))) {
+            free(one.s);
+            return DF_ENOMEM;
+        }
+        l->v[0] = one;
+        l->n = 1;
+        return 0;
+    }
+    case TOK_DEC_REPLACE:
+    case TOK_DEC_METASPACE:
+        for (int64_t i = 0; !rc && i < l->n; i++)
+            rc = step_replace(&l->v[i], d->from,
+                              d->kind == TOK_DEC_REPLACE ? d->to : i == 0 && d->prepend ? "" : " ");
+        return rc;
+    case TOK_DEC_STRIP:
+        for (int64_t i = 0; i < l->n; i++)
+            step_strip(&l->v[i], d->cp, d->start, d->stop);
+        return 0;
+    }
+    return 0;
+}
+
+char *tok_piece_bytes(const df_tokenizer *t, const char *tok, int32_t *out_len)
+{
+    if (t->n_dec == 0)
+        return tok_vocab_to_bytes(tok, out_len);
+    piece p = {strdup(tok), (int64_t)strlen(tok)};
+    for (int k = 0; p.s && k < t->n_dec; k++) {
+        const tok_dec_step *d = &t->dec[k];
+        int b;
+        if (d->kind == TOK_DEC_BYTE_LEVEL) {
+            int32_t n = 0;
+            char *r = tok_vocab_to_bytes(p.s, &n);
+            free(p.s);
+            p = (piece){r, n};
+        } else if (d->kind == TOK_DEC_BYTE_FALLBACK && (b = byte_token(p.s, p.n)) >= 0) {
+            p.s[0] = (char)b;
+            p.s[p.n = 1] = '\0';
+        } else if ((d->kind == TOK_DEC_REPLACE || d->kind == TOK_DEC_METASPACE) &&
+                   step_replace(&p, d->from, d->kind == TOK_DEC_REPLACE ? d->to : " ")) {
+            free(p.s);
+            p.s = NULL;
+        }
+    }
+    *out_len = (int32_t)p.n;
+    return p.s;
+}
+
+/* The whole chain; *text is the joined result. */
+static int decode_chain(const df_tokenizer *t, const int32_t *ids, int64_t n, bool skip_special, char **text,
+                        int64_t *text_n)
+{
+    plist l = {malloc((size_t)(n + 1) * sizeof(piece)), 0};
+    int rc = l.v ? 0 : DF_ENOMEM;
+    for (int64_t i = 0; !rc && i < n; i++) {
+        int32_t id = ids[i];
+        if (id < 0 || id >= t->n_ids || !t->tok_str[id] || (skip_special && (t->flags[id] & TOK_F_SPECIAL)))
+            continue;
+        int64_t len = (int64_t)strlen(t->tok_str[id]);
+        char *s = malloc((size_t)len + 1);
+        if (!s)
+            rc = DF_ENOMEM;
+        else
+            memcpy(s, t->tok_str[id], (size_t)len + 1), l.v[l.n++] = (piece){s, len};
+    }
+    for (int k = 0; !rc && k < t->n_dec; k++)
+        rc = apply_step(&t->dec[k], &l);
+    piece all = {NULL, 0};
+    if (!rc)
+        rc = fuse(l.v, 0, l.n, &all);
+    plist_free(&l);
+    *text = all.s;
+    *text_n = all.n;
+    return rc;
+}
+
 int df_tokenizer_decode(const df_tokenizer *t, const int32_t *ids, int64_t n, bool skip_special_tokens,
                         char **text)
 {
     *text = NULL;
     int64_t total = 0;
-    for (int64_t i = 0; i < n; i++) {
-        int32_t id = ids[i];
-        if (id >= 0 && id < t->n_ids && t->tok_bytes[id])
-            total += t->tok_blen[id];
-    }
-    char *raw = malloc((size_t)total + 1), *out = malloc((size_t)total * 3 + 1);
-    if (!raw || !out) {
+    char *raw = NULL;
+    bool byte_level = t->n_dec == 0 || (t->n_dec == 1 && t->dec[0].kind == TOK_DEC_BYTE_LEVEL);
+    if (byte_level) { /* every token's bytes, concatenated */
+        for (int64_t i = 0; i < n; i++) {
+            int32_t id = ids[i];
+            if (id >= 0 && id < t->n_ids && t->tok_bytes[id])
+                total += t->tok_blen[id];
+        }
+        if ((raw = malloc((size_t)total + 1))) {
+            total = 0;
+            for (int64_t i = 0; i < n; i++) {
+                int32_t id = ids[i];
+                if (id < 0 || id >= t->n_ids || !t->tok_bytes[id]) /* no such token: HF skips it */
+                    continue;
+                if (skip_special_tokens && (t->flags[id] & TOK_F_SPECIAL))
+                    continue;
+                memcpy(raw + total, t->tok_bytes[id], (size_t)t->tok_blen[id]);
+                total += t->tok_blen[id];
+            }
+        }
+    } else if (decode_chain(t, ids, n, skip_special_tokens, &raw, &total)) {
         free(raw);
-        free(out);
+        raw = NULL;
+    }
+    char *out = raw ? malloc((size_t)total * 3 + 1) : NULL;
+    if (!out) {
+        free(raw);
         return df_error(DF_ENOMEM, "tokenizer: out of memory decoding %lld ids", (long long)n);
     }
-    int64_t r = 0;
-    for (int64_t i = 0; i < n; i++) {
-        int32_t id = ids[i];
-        if (id < 0 || id >= t->n_ids || !t->tok_bytes[id]) /* no such token: HF skips it */
-            continue;
-        if (skip_special_tokens && (t->flags[id] & TOK_F_SPECIAL))
-            continue;
-        memcpy(raw + r, t->tok_bytes[id], (size_t)t->tok_blen[id]);
-        r += t->tok_blen[id];
-    }
-    int64_t o = utf8_lossy((const uint8_t *)raw, r, out);
+    int64_t o = utf8_lossy((const uint8_t *)raw, total, out); /* chain output: only NULs change */
     free(raw);
     out[o] = '\0';
     if (t->clean_up_spaces)

@@ -1,5 +1,6 @@
 /*
- * Encoding: added-token split -> normalizer -> pre-tokenizer -> byte-level BPE.
+ * Encoding: added-token split -> normalizer -> pre-tokenizer -> BPE, over bytes
+ * (byte-level models) or UTF-8 chars with byte fallback (SentencePiece-style models).
  *
  * Everything mutable lives in an enc_ctx on the caller's stack, so a const
  * tokenizer can be shared by many threads (no caches, PCRE2 match data per call).
@@ -152,41 +153,95 @@ static int bpe_short(enc_ctx *c, const int32_t *init, int m)
     return 0;
 }
 
+static int utf8_len(uint8_t b) { return b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4; }
+
+/* Initial symbols of a word of a char-level model (tokenizers models/bpe/model.rs merge_word):
+ * each char's id; else its "<0xHH>" ids (byte_fallback); else <unk>, runs of unknown chars
+ * fused when fuse_unk. As there, a pending <unk> is written only before the next known char
+ * or at the end, so it follows any byte-fallback ids in between. At most n symbols. */
+static int64_t char_symbols(const df_tokenizer *t, const char *w, int64_t n, int32_t *out)
+{
+    int64_t m = 0;
+    bool unk = false;
+    for (int64_t i = 0, l; i < n; i += l) {
+        l = utf8_len((uint8_t)w[i]);
+        int32_t id = tok_strmap_get(&t->vocab, w + i, l);
+        bool bytes = id < 0 && t->byte_fallback;
+        for (int64_t k = 0; bytes && k < l; k++)
+            bytes = t->fallback_id[(uint8_t)w[i + k]] >= 0;
+        if (id >= 0) {
+            if (unk)
+                out[m++] = t->unk_id;
+            unk = false;
+            out[m++] = id;
+        } else if (bytes) {
+            for (int64_t k = 0; k < l; k++)
+                out[m++] = t->fallback_id[(uint8_t)w[i + k]];
+        } else if (t->unk_id >= 0) {
+            if (unk && !t->fuse_unk)
+                out[m++] = t->unk_id;
+            unk = true;
+        }
+    }
+    if (unk)
+        out[m++] = t->unk_id;
+    return m;
+}
+
+/* Initial symbols of a word: its chars (char-level models) or bytes; at most n. */
+static int64_t word_symbols(const df_tokenizer *t, const char *w, int64_t n, int32_t *out)
+{
+    if (t->char_level)
+        return char_symbols(t, w, n, out);
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int32_t id = t->byte_id[(uint8_t)w[i]];
+        id = id >= 0 ? id : t->unk_id; /* HF drops a symbol with no id and no unk */
+        if (id >= 0)
+            out[m++] = id;
+    }
+    return m;
+}
+
+/* Id of the whole word when it is a vocabulary token, else -1 (ignore_merges). */
+static int32_t whole_word(enc_ctx *c, const char *w, int64_t n)
+{
+    const df_tokenizer *t = c->t;
+    if (t->char_level)
+        return tok_strmap_get(&t->vocab, w, n);
+    if (grow((void **)&c->vbuf, &c->vcap, 2 * n + 1, 1))
+        return -2;
+    char *p = c->vbuf;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t cp = tok_byte_to_cp((uint8_t)w[i]);
+        if (cp < 0x80) {
+            *p++ = (char)cp;
+        } else {
+            *p++ = (char)(0xC0 | (cp >> 6));
+            *p++ = (char)(0x80 | (cp & 0x3F));
+        }
+    }
+    return tok_strmap_get(&t->vocab, c->vbuf, p - c->vbuf);
+}
+
 static int bpe_word(enc_ctx *c, const char *w, int64_t n)
 {
     const df_tokenizer *t = c->t;
-    if (n == 1) {
+    if (n == 1 && !t->char_level) {
         int32_t id = t->byte_id[(uint8_t)w[0]];
         id = id >= 0 ? id : t->unk_id;
         return id >= 0 ? push_id(c, id) : 0;
     }
     if (t->ignore_merges) { /* Llama-3: a pre-token that is itself a token is emitted whole */
-        if (grow((void **)&c->vbuf, &c->vcap, 2 * n + 1, 1))
+        int32_t id = whole_word(c, w, n);
+        if (id == -2)
             return DF_ENOMEM;
-        char *p = c->vbuf;
-        for (int64_t i = 0; i < n; i++) {
-            uint32_t cp = tok_byte_to_cp((uint8_t)w[i]);
-            if (cp < 0x80) {
-                *p++ = (char)cp;
-            } else {
-                *p++ = (char)(0xC0 | (cp >> 6));
-                *p++ = (char)(0x80 | (cp & 0x3F));
-            }
-        }
-        int32_t id = tok_strmap_get(&t->vocab, c->vbuf, p - c->vbuf);
         if (id >= 0)
             return push_id(c, id);
     }
     if (n <= TOK_SHORT_WORD) {
         int32_t init[TOK_SHORT_WORD];
-        int m = 0;
-        for (int64_t i = 0; i < n; i++) {
-            int32_t id = t->byte_id[(uint8_t)w[i]];
-            id = id >= 0 ? id : t->unk_id; /* HF drops a symbol with no id and no unk */
-            if (id >= 0)
-                init[m++] = id;
-        }
-        return bpe_short(c, init, m);
+        return bpe_short(c, init, (int)word_symbols(t, w, n, init));
     }
     if (n > c->scap) { /* the three arrays share one capacity */
         int64_t cap = c->scap, pcap = c->scap, ncap = c->scap;
@@ -197,13 +252,7 @@ static int bpe_word(enc_ctx *c, const char *w, int64_t n)
     }
     if (grow((void **)&c->heap, &c->hcap, 3 * n, sizeof *c->heap))
         return DF_ENOMEM;
-    int32_t m = 0;
-    for (int64_t i = 0; i < n; i++) {
-        int32_t id = t->byte_id[(uint8_t)w[i]];
-        id = id >= 0 ? id : t->unk_id; /* HF drops a symbol with no id and no unk */
-        if (id >= 0)
-            c->sym[m++] = id;
-    }
+    int32_t m = (int32_t)word_symbols(t, w, n, c->sym);
     for (int32_t i = 0; i < m; i++) {
         c->prev[i] = i - 1;
         c->next[i] = i + 1 < m ? i + 1 : -1;
@@ -243,8 +292,6 @@ static int add_span(enc_ctx *c, int depth, int64_t *k, int64_t s, int64_t e, boo
     c->spans[depth][(*k)++] = (span){s, e, m};
     return 0;
 }
-
-static int utf8_len(uint8_t b) { return b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4; }
 
 /* Cut s [n] into match / gap spans covering it (tokenizers Pattern::find_matches). */
 static int find_spans(enc_ctx *c, int depth, const pcre2_code *re, bool invert, const char *s, int64_t n,
@@ -328,7 +375,28 @@ static void apply_behavior(span *v, int64_t k, tok_split_behavior b, int64_t *lo
     *lo = 0, *hi = w;
 }
 
-static int pre_tokenize(enc_ctx *c, int depth, const char *s, int64_t n)
+/* Metaspace (tokenizers pre_tokenizers/metaspace.rs): spaces become the replacement, which is
+ * also put in front (always, or only for the piece at the start of the input, "first") unless
+ * the piece already starts with it. malloc'd. */
+static char *metaspace(const tok_pre_step *st, const char *s, int64_t n, bool at0, int64_t *out_n)
+{
+    int64_t lr = (int64_t)strlen(st->replacement);
+    char *r = tok_replace_all(s, n, " ", st->replacement, out_n);
+    bool lead = st->prepend == TOK_PREPEND_ALWAYS || (st->prepend == TOK_PREPEND_FIRST && at0);
+    if (!r || !lead || (*out_n >= lr && memcmp(r, st->replacement, (size_t)lr) == 0))
+        return r;
+    char *q = malloc((size_t)(*out_n + lr) + 1);
+    if (q) {
+        memcpy(q, st->replacement, (size_t)lr);
+        memcpy(q + lr, r, (size_t)*out_n + 1);
+        *out_n += lr;
+    }
+    free(r);
+    return q;
+}
+
+/* `at0`: the piece starts at offset 0 of the input (Metaspace's prepend_scheme "first"). */
+static int pre_tokenize(enc_ctx *c, int depth, const char *s, int64_t n, bool at0)
 {
     const df_tokenizer *t = c->t;
     if (n == 0)
@@ -338,7 +406,11 @@ static int pre_tokenize(enc_ctx *c, int depth, const char *s, int64_t n)
     const tok_pre_step *st = &t->pre[depth];
     char *tmp = NULL;
     int rc = 0;
-    if (st->byte_level && st->add_prefix_space && s[0] != ' ') {
+    if (st->replacement) {
+        if (!(tmp = metaspace(st, s, n, at0, &n)))
+            return df_error(DF_ENOMEM, "tokenizer: out of memory while encoding");
+        s = tmp;
+    } else if (st->byte_level && st->add_prefix_space && s[0] != ' ') {
         if (!(tmp = malloc((size_t)n + 1)))
             return df_error(DF_ENOMEM, "tokenizer: out of memory while encoding");
         tmp[0] = ' ';
@@ -347,7 +419,7 @@ static int pre_tokenize(enc_ctx *c, int depth, const char *s, int64_t n)
         n++;
     }
     if (!st->re) {
-        rc = pre_tokenize(c, depth + 1, s, n);
+        rc = pre_tokenize(c, depth + 1, s, n, at0);
     } else {
         int64_t k = 0, lo = 0, hi = 0;
         rc = find_spans(c, depth, st->re, st->invert, s, n, &k);
@@ -355,7 +427,7 @@ static int pre_tokenize(enc_ctx *c, int depth, const char *s, int64_t n)
             apply_behavior(c->spans[depth], k, st->behavior, &lo, &hi);
         for (int64_t i = lo; !rc && i < hi; i++) {
             span sp = c->spans[depth][i];
-            rc = pre_tokenize(c, depth + 1, s + sp.s, sp.e - sp.s);
+            rc = pre_tokenize(c, depth + 1, s + sp.s, sp.e - sp.s, at0 && sp.s == 0);
         }
     }
     free(tmp);
@@ -364,29 +436,112 @@ static int pre_tokenize(enc_ctx *c, int depth, const char *s, int64_t n)
 
 /* ---- normalizers ------------------------------------------------------------------- */
 
-int tok_normalize(const df_tokenizer *t, const char *s, int64_t n, char **out, int64_t *out_n)
+/* Unicode normal form k of s [n]; *out NULL when unchanged (every form leaves ASCII alone). */
+static int norm_unicode(tok_norm_kind k, const char *s, int64_t n, char **out, int64_t *out_n)
 {
-    *out = NULL;
-    *out_n = n;
-    if (t->n_norm == 0)
-        return 0;
+    static const int flags[] = {UTF8PROC_COMPOSE, UTF8PROC_DECOMPOSE, UTF8PROC_COMPOSE | UTF8PROC_COMPAT,
+                                UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT};
     bool ascii = true;
     for (int64_t i = 0; i < n && ascii; i++)
         ascii = (uint8_t)s[i] < 0x80;
-    if (ascii) /* every Unicode normal form leaves ASCII alone */
+    if (ascii)
         return 0;
-    static const int flags[] = {UTF8PROC_COMPOSE, UTF8PROC_DECOMPOSE, UTF8PROC_COMPOSE | UTF8PROC_COMPAT,
-                                UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT};
+    utf8proc_uint8_t *dst = NULL;
+    utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, n, &dst,
+                                      (utf8proc_option_t)(UTF8PROC_STABLE | flags[k]));
+    if (r < 0)
+        return df_error(DF_EINVAL, "tokenizer: normalisation failed: %s", utf8proc_errmsg(r));
+    *out = (char *)dst;
+    *out_n = r;
+    return 0;
+}
+
+/* Every non-empty match of a regex replaced by text (tokenizers normalizers/replace.rs; an
+ * empty match replaces nothing, as the pre-tokenizer Split treats it). */
+static int norm_regex(const tok_norm_step *st, const char *s, int64_t n, char **out, int64_t *out_n)
+{
+    pcre2_match_data *md = pcre2_match_data_create(1, NULL);
+    int64_t lt = (int64_t)strlen(st->text), cap = n + 16, o = 0, off = 0, prev = 0;
+    char *r = malloc((size_t)cap);
+    int rc = md && r ? 0 : DF_ENOMEM;
+    while (!rc && off < n) {
+        int m = pcre2_match(st->re, (PCRE2_SPTR)s, (PCRE2_SIZE)n, (PCRE2_SIZE)off, PCRE2_NO_UTF_CHECK, md, NULL);
+        if (m < 0)
+            break;
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+        int64_t ms = (int64_t)ov[0], me = (int64_t)ov[1];
+        if (me == ms) {
+            off = ms + utf8_len((uint8_t)s[ms]);
+            continue;
+        }
+        if ((rc = grow((void **)&r, &cap, o + (ms - prev) + lt + 1, 1)))
+            break;
+        memcpy(r + o, s + prev, (size_t)(ms - prev));
+        memcpy(r + o + (ms - prev), st->text, (size_t)lt);
+        o += ms - prev + lt;
+        prev = off = me;
+    }
+    if (!rc && !(rc = grow((void **)&r, &cap, o + (n - prev) + 1, 1))) {
+        memcpy(r + o, s + prev, (size_t)(n - prev));
+        o += n - prev;
+        r[o] = '\0';
+    }
+    pcre2_match_data_free(md);
+    if (rc) {
+        free(r);
+        return df_error(DF_ENOMEM, "tokenizer: out of memory while normalising");
+    }
+    *out = r;
+    *out_n = o;
+    return 0;
+}
+
+static int norm_step(const tok_norm_step *st, const char *s, int64_t n, char **out, int64_t *out_n)
+{
+    *out = NULL;
+    *out_n = n;
+    switch (st->kind) {
+    case TOK_NORM_PREPEND: /* tokenizers normalizers/prepend.rs: not on an empty string */
+        if (n == 0)
+            return 0;
+        *out_n = (int64_t)strlen(st->text) + n;
+        if (!(*out = malloc((size_t)*out_n + 1)))
+            break;
+        memcpy(*out, st->text, (size_t)(*out_n - n));
+        memcpy(*out + (*out_n - n), s, (size_t)n);
+        (*out)[*out_n] = '\0';
+        return 0;
+    case TOK_NORM_REPLACE:
+        if (st->re)
+            return norm_regex(st, s, n, out, out_n);
+        if (!memmem(s, (size_t)n, st->literal, strlen(st->literal)))
+            return 0;
+        if (!(*out = tok_replace_all(s, n, st->literal, st->text, out_n)))
+            break;
+        return 0;
+    default:
+        return norm_unicode(st->kind, s, n, out, out_n);
+    }
+    return df_error(DF_ENOMEM, "tokenizer: out of memory while normalising");
+}
+
+int tok_normalize(const df_tokenizer *t, const char *s, int64_t n, char **out, int64_t *out_n)
+{
     char *cur = NULL;
+    *out_n = n;
     for (int k = 0; k < t->n_norm; k++) {
-        utf8proc_uint8_t *dst = NULL;
-        utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)(cur ? cur : s), cur ? *out_n : n, &dst,
-                                          (utf8proc_option_t)(UTF8PROC_STABLE | flags[t->norm[k]]));
-        free(cur);
-        if (r < 0)
-            return df_error(DF_EINVAL, "tokenizer: normalisation failed: %s", utf8proc_errmsg(r));
-        cur = (char *)dst;
-        *out_n = r;
+        char *next;
+        int64_t nn;
+        int rc = norm_step(&t->norm[k], cur ? cur : s, *out_n, &next, &nn);
+        if (rc) {
+            free(cur);
+            return rc;
+        }
+        if (next) {
+            free(cur);
+            cur = next;
+            *out_n = nn;
+        }
     }
     *out = cur;
     return 0;
@@ -437,16 +592,16 @@ static int match_added(const df_tokenizer *t, bool norm_pass, const char *s, int
     return best;
 }
 
-static int split_norm(enc_ctx *c, const char *s, int64_t n);
+static int split_norm(enc_ctx *c, const char *s, int64_t n, bool at0);
 
-static int segment(enc_ctx *c, bool norm_pass, const char *s, int64_t n)
+static int segment(enc_ctx *c, bool norm_pass, const char *s, int64_t n, bool at0)
 {
-    return norm_pass ? pre_tokenize(c, 0, s, n) : split_norm(c, s, n);
+    return norm_pass ? pre_tokenize(c, 0, s, n, at0) : split_norm(c, s, n, at0);
 }
 
 /* Cut out added tokens (leftmost-longest, with single_word / lstrip / rstrip as in
  * tokenizers AddedVocabulary::find_matches) and pass the text between them on. */
-static int split_added(enc_ctx *c, bool norm_pass, const char *s, int64_t n)
+static int split_added(enc_ctx *c, bool norm_pass, const char *s, int64_t n, bool at0)
 {
     const df_tokenizer *t = c->t;
     const bool *first = norm_pass ? t->first_norm : t->first_raw;
@@ -484,17 +639,17 @@ static int split_added(enc_ctx *c, bool norm_pass, const char *s, int64_t n)
                 stop += l;
         }
         if (start > seg)
-            rc = segment(c, norm_pass, s + seg, start - seg);
+            rc = segment(c, norm_pass, s + seg, start - seg, at0 && seg == 0);
         if (!rc)
             rc = push_id(c, a->id);
         seg = i = stop;
     }
     if (!rc && seg < n)
-        rc = segment(c, norm_pass, s + seg, n - seg);
+        rc = segment(c, norm_pass, s + seg, n - seg, at0 && seg == 0);
     return rc;
 }
 
-static int split_norm(enc_ctx *c, const char *s, int64_t n)
+static int split_norm(enc_ctx *c, const char *s, int64_t n, bool at0)
 {
     char *norm;
     int64_t nn;
@@ -502,7 +657,7 @@ static int split_norm(enc_ctx *c, const char *s, int64_t n)
     if (rc)
         return rc;
     const char *p = norm ? norm : s;
-    rc = c->t->any_norm_added ? split_added(c, true, p, nn) : pre_tokenize(c, 0, p, nn);
+    rc = c->t->any_norm_added ? split_added(c, true, p, nn, at0) : pre_tokenize(c, 0, p, nn, at0);
     free(norm);
     return rc;
 }
@@ -527,7 +682,7 @@ int df_tokenizer_encode_n(const df_tokenizer *t, const char *text, int64_t len, 
     for (int k = 0; !rc && add_special_tokens && k < t->n_post_prefix; k++)
         rc = push_id(&c, t->post_prefix[k]);
     if (!rc)
-        rc = split_added(&c, false, text, len);
+        rc = split_added(&c, false, text, len, true);
     for (int k = 0; !rc && add_special_tokens && k < t->n_post_suffix; k++)
         rc = push_id(&c, t->post_suffix[k]);
     pcre2_match_data_free(c.md);

@@ -50,14 +50,20 @@ typedef struct tok_pairmap {
 int tok_pairmap_put(tok_pairmap *m, int32_t a, int32_t b, int32_t rank, int32_t merged);
 /** Make room for n entries without rehashing. */
 int tok_pairmap_reserve(tok_pairmap *m, int64_t n);
+/** First probe of key k in a table of cap (a power of two >= 2) slots: Fibonacci hashing,
+ *  the top bits of k * 2^64/phi, which depend on every bit of both ids. */
+static inline int64_t tok_pair_home(uint64_t k, int64_t cap)
+{
+    return (int64_t)((k * 0x9E3779B97F4A7C15ull) >> (64 - __builtin_ctzll((unsigned long long)cap)));
+}
+
 /** Slot of (a, b), or NULL. */
 static inline const tok_pair_slot *tok_pairmap_find(const tok_pairmap *m, int32_t a, int32_t b)
 {
     if (m->cap == 0)
         return NULL;
     uint64_t k = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
-    uint64_t h = k * 0x9E3779B97F4A7C15ull;
-    int64_t mask = m->cap - 1, i = (int64_t)(h >> 17) & mask;
+    int64_t mask = m->cap - 1, i = tok_pair_home(k, m->cap);
     while (m->slots[i].key != UINT64_MAX) {
         if (m->slots[i].key == k)
             return &m->slots[i];
@@ -78,6 +84,9 @@ char *tok_bytes_to_vocab(const char *bytes, int64_t n);
 /** Raw bytes of a vocabulary string: each char through the alphabet; if any char is
  *  outside it, the string's own UTF-8 (the HF ByteLevel decoder's fallback). malloc'd. */
 char *tok_vocab_to_bytes(const char *tok, int32_t *out_len);
+/** s [n] with every occurrence of `from` (non-empty) replaced by `to`, left to right;
+ *  malloc'd and NUL-terminated, its length in *out_n. NULL when out of memory. */
+char *tok_replace_all(const char *s, int64_t n, const char *from, const char *to, int64_t *out_n);
 /** Byte offset of the first invalid UTF-8 sequence in s [n], or -1 when valid. */
 int64_t tok_utf8_invalid_at(const char *s, int64_t n);
 
@@ -85,7 +94,41 @@ int64_t tok_utf8_invalid_at(const char *s, int64_t n);
 
 enum { TOK_F_ADDED = 1, TOK_F_SPECIAL = 2 };
 
-typedef enum { TOK_NORM_NFC, TOK_NORM_NFD, TOK_NORM_NFKC, TOK_NORM_NFKD } tok_norm;
+typedef enum {
+    TOK_NORM_NFC,
+    TOK_NORM_NFD,
+    TOK_NORM_NFKC,
+    TOK_NORM_NFKD,
+    TOK_NORM_PREPEND, /* text before a non-empty string (SentencePiece's "▁") */
+    TOK_NORM_REPLACE  /* every match of a literal or regex by text */
+} tok_norm_kind;
+
+typedef struct tok_norm_step {
+    tok_norm_kind kind;
+    char *text;        /* Prepend: the prefix; Replace: the replacement */
+    char *literal;     /* Replace {"String": ...}: the pattern */
+    pcre2_code *re;    /* Replace {"Regex": ...}: the pattern */
+} tok_norm_step;
+
+typedef enum { TOK_PREPEND_ALWAYS, TOK_PREPEND_FIRST, TOK_PREPEND_NEVER } tok_prepend_scheme;
+
+/* Decoder steps (tokenizers decoders/): each maps the list of token strings. */
+typedef enum {
+    TOK_DEC_BYTE_LEVEL,    /* alphabet chars -> bytes, all tokens fused, lossy UTF-8 */
+    TOK_DEC_REPLACE,       /* a literal by text, in every token */
+    TOK_DEC_BYTE_FALLBACK, /* runs of "<0xHH>" tokens -> their UTF-8 text, else U+FFFD per byte */
+    TOK_DEC_FUSE,          /* all tokens -> one */
+    TOK_DEC_STRIP,         /* up to `start` leading / `stop` trailing `cp` chars of every token */
+    TOK_DEC_METASPACE      /* replacement -> ' '; dropped in the first token unless prepend never */
+} tok_dec_kind;
+
+typedef struct tok_dec_step {
+    tok_dec_kind kind;
+    char *from, *to;   /* Replace; Metaspace: from = the replacement char */
+    uint32_t cp;       /* Strip */
+    int64_t start, stop;
+    bool prepend;      /* Metaspace: prepend_scheme is not "never" */
+} tok_dec_step;
 
 typedef enum {
     TOK_SPLIT_ISOLATED,
@@ -95,18 +138,22 @@ typedef enum {
     TOK_SPLIT_CONTIGUOUS
 } tok_split_behavior;
 
-/** One pre-tokenizer step: a regex Split, or the final ByteLevel step. */
+/** One pre-tokenizer step: a regex Split, Metaspace, or the final ByteLevel step. */
 typedef struct tok_pre_step {
     bool byte_level;
-    pcre2_code *re;          /* Split pattern, or the GPT-2 regex when use_regex */
+    pcre2_code *re;          /* Split pattern, the GPT-2 regex when use_regex, Metaspace's
+                                replacement when split */
     tok_split_behavior behavior;
     bool invert;
     bool add_prefix_space;   /* ByteLevel only */
+    char *replacement;       /* Metaspace only (non-NULL marks the step) */
+    tok_prepend_scheme prepend;
 } tok_pre_step;
 
 #define TOK_MAX_NORM 8
 #define TOK_MAX_PRE 8
 #define TOK_MAX_TEMPLATE 8
+#define TOK_MAX_DEC 8
 
 typedef struct tok_added {
     int32_t id;
@@ -130,9 +177,14 @@ struct df_tokenizer {
     int32_t *merges;    /* [n_merges][2] left, right ids in rank order */
     int64_t n_merges;
     tok_pairmap pairs;
-    int32_t byte_id[256]; /* id of each single byte, -1 when missing */
+    int32_t byte_id[256]; /* id of each single byte (byte-level models), -1 when missing */
     bool ignore_merges;
     int32_t unk_id;
+    /* char-level models (no ByteLevel pre-tokenizer: SentencePiece BPE): words start as
+     * UTF-8 chars; a char not in the vocabulary becomes its "<0xHH>" byte tokens
+     * (byte_fallback) or <unk>, consecutive unknowns fused into one (fuse_unk) */
+    bool char_level, byte_fallback, fuse_unk;
+    int32_t fallback_id[256]; /* id of "<0xHH>", -1 when missing */
 
     /* added tokens, and a first-byte filter for each matching pass */
     tok_added *added;
@@ -142,10 +194,12 @@ struct df_tokenizer {
     bool any_norm_added;
 
     /* pipeline */
-    tok_norm norm[TOK_MAX_NORM];
+    tok_norm_step norm[TOK_MAX_NORM];
     int n_norm;
     tok_pre_step pre[TOK_MAX_PRE];
     int n_pre;
+    tok_dec_step dec[TOK_MAX_DEC]; /* none: ByteLevel (tokenizers trained or read from vocab.json) */
+    int n_dec;
     int32_t post_prefix[TOK_MAX_TEMPLATE], post_suffix[TOK_MAX_TEMPLATE];
     int n_post_prefix, n_post_suffix;
 
@@ -182,6 +236,11 @@ int tok_parse_pipeline(df_tokenizer *t, json_t *root, const char *src);
 json_t *tok_load_json(const char *path, int *rc);
 /** Recompute first-byte filters and normalised match strings of added tokens. */
 int tok_refresh_added(df_tokenizer *t);
+
+/* tok_decode.c */
+/** Raw bytes of one model token in vocabulary form: the decoder's per-token steps (ByteLevel
+ *  alphabet, Replace, a "<0xHH>" byte, Metaspace's replacement); malloc'd, NUL-terminated. */
+char *tok_piece_bytes(const df_tokenizer *t, const char *piece, int32_t *out_len);
 
 /* tok_config.c */
 int tok_load_config(df_tokenizer *t, const char *dir, bool gpt2_layout);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
 /* Largest id accepted from a file: guards the id tables against absurd sizes. */
 #define TOK_MAX_ID (1 << 24)
@@ -20,7 +21,7 @@ df_tokenizer *tok_new(void)
     if (!t)
         return NULL;
     for (int b = 0; b < 256; b++)
-        t->byte_id[b] = -1;
+        t->byte_id[b] = t->fallback_id[b] = -1;
     t->unk_id = t->pad_id = t->bos_id = -1;
     return t;
 }
@@ -46,8 +47,19 @@ void df_tokenizer_free(df_tokenizer *t)
     }
     free(t->added);
     tok_strmap_free(&t->added_map);
-    for (int i = 0; i < t->n_pre; i++)
+    for (int i = 0; i < t->n_norm; i++) {
+        free(t->norm[i].text);
+        free(t->norm[i].literal);
+        pcre2_code_free(t->norm[i].re);
+    }
+    for (int i = 0; i < t->n_pre; i++) {
         pcre2_code_free(t->pre[i].re);
+        free(t->pre[i].replacement);
+    }
+    for (int i = 0; i < t->n_dec; i++) {
+        free(t->dec[i].from);
+        free(t->dec[i].to);
+    }
     json_decref(t->j_normalizer);
     json_decref(t->j_pre_tokenizer);
     json_decref(t->j_post_processor);
@@ -102,7 +114,7 @@ static int set_token(df_tokenizer *t, int32_t id, const char *vocab_form, const 
         t->tok_blen[id] = (int32_t)blen;
     } else {
         int32_t l = 0;
-        t->tok_bytes[id] = tok_vocab_to_bytes(vocab_form, &l);
+        t->tok_bytes[id] = tok_piece_bytes(t, vocab_form, &l);
         t->tok_blen[id] = l;
     }
     if (!t->tok_str[id] || !t->tok_bytes[id])
@@ -138,6 +150,9 @@ int tok_build_model(df_tokenizer *t, const char *const *vocab_str, const int32_t
             return df_error(DF_ENOMEM, "tokenizer: out of memory");
         t->byte_id[b] = tok_strmap_get(&t->vocab, s, (int64_t)strlen(s));
         free(s);
+        char hex[8]; /* tokenizers formats the byte_fallback token as "<{b:#04X}>" */
+        snprintf(hex, sizeof hex, "<0x%02X>", b);
+        t->fallback_id[b] = tok_strmap_get(&t->vocab, hex, 6);
     }
     t->merges = malloc((size_t)(n_merges ? n_merges : 1) * 2 * sizeof *t->merges);
     if (!t->merges)
@@ -276,6 +291,17 @@ static bool jbool(json_t *obj, const char *key, bool dflt)
 
 static const char *jtype(json_t *obj) { return json_string_value(json_object_get(obj, "type")); }
 
+/* A copy of the string at obj[key]; `what` names the component in the message. */
+static int jstr_dup(json_t *obj, const char *key, const char *what, const char *src, char **out)
+{
+    const char *v = json_string_value(json_object_get(obj, key));
+    if (!v)
+        return df_error(DF_EINVAL, "%s: %s needs a string \"%s\"", src, what, key);
+    if (!(*out = strdup(v)))
+        return df_error(DF_ENOMEM, "tokenizer: out of memory");
+    return 0;
+}
+
 static int parse_added_tokens(df_tokenizer *t, json_t *arr, const char *src)
 {
     if (!arr || json_is_null(arr))
@@ -316,8 +342,8 @@ static int parse_model(df_tokenizer *t, json_t *model, const char *src)
         return df_error(DF_EINVAL, "%s: model.vocab must be an object of token -> id", src);
     if (!json_is_array(merges))
         return df_error(DF_EINVAL, "%s: model.merges must be an array", src);
-    if (jbool(model, "byte_fallback", false))
-        return df_error(DF_EUNSUPPORTED, "%s: model.byte_fallback is not supported", src);
+    t->byte_fallback = jbool(model, "byte_fallback", false);
+    t->fuse_unk = jbool(model, "fuse_unk", false);
     json_t *dropout = json_object_get(model, "dropout");
     if (json_is_number(dropout) && json_number_value(dropout) > 0)
         return df_error(DF_EUNSUPPORTED, "%s: model.dropout is not supported", src);
@@ -385,8 +411,8 @@ static int parse_model(df_tokenizer *t, json_t *model, const char *src)
     }
     rc = tok_build_model(t, vs, vi, nv, ml, mr, nm, src);
     const char *unk = json_string_value(json_object_get(model, "unk_token"));
-    if (!rc && unk)
-        t->unk_id = tok_strmap_get(&t->vocab, unk, (int64_t)strlen(unk));
+    if (!rc && unk && (t->unk_id = tok_strmap_get(&t->vocab, unk, (int64_t)strlen(unk))) < 0)
+        rc = df_error(DF_EINVAL, "%s: model.unk_token \"%s\" is not in model.vocab", src, unk);
 done:
     free(vs);
     free(vi);
@@ -415,17 +441,33 @@ static int parse_normalizer(df_tokenizer *t, json_t *j, const char *src)
         }
         return 0;
     }
-    static const char *names[] = {"NFC", "NFD", "NFKC", "NFKD"};
-    for (int k = 0; k < 4; k++) {
-        if (strcmp(type, names[k]) != 0)
-            continue;
-        if (t->n_norm == TOK_MAX_NORM)
-            return df_error(DF_EUNSUPPORTED, "%s: more than %d normalizers", src, TOK_MAX_NORM);
-        t->norm[t->n_norm++] = (tok_norm)k;
-        return 0;
+    static const char *names[] = {"NFC", "NFD", "NFKC", "NFKD", "Prepend", "Replace"};
+    int k = 0;
+    while (k < 6 && strcmp(type, names[k]) != 0)
+        k++;
+    if (k == 6)
+        return df_error(DF_EUNSUPPORTED, "%s: normalizer type \"%s\" is not supported (NFC, NFD, NFKC, NFKD, "
+                        "Prepend, Replace, Sequence)", src, type);
+    if (t->n_norm == TOK_MAX_NORM)
+        return df_error(DF_EUNSUPPORTED, "%s: more than %d normalizers", src, TOK_MAX_NORM);
+    tok_norm_step *st = &t->norm[t->n_norm];
+    *st = (tok_norm_step){.kind = (tok_norm_kind)k};
+    int rc = 0;
+    if (st->kind == TOK_NORM_PREPEND) {
+        rc = jstr_dup(j, "prepend", "normalizer Prepend", src, &st->text);
+    } else if (st->kind == TOK_NORM_REPLACE) {
+        json_t *pat = json_object_get(j, "pattern");
+        const char *rx = json_string_value(json_object_get(pat, "Regex"));
+        rc = jstr_dup(j, "content", "normalizer Replace", src, &st->text);
+        if (!rc && rx)
+            rc = tok_compile_regex(rx, false, &st->re, src);
+        else if (!rc)
+            rc = jstr_dup(pat, "String", "normalizer Replace pattern", src, &st->literal);
+        if (!rc && st->literal && !st->literal[0])
+            rc = df_error(DF_EINVAL, "%s: normalizer Replace: empty pattern", src);
     }
-    return df_error(DF_EUNSUPPORTED, "%s: normalizer type \"%s\" is not supported (NFC, NFD, NFKC, NFKD, Sequence)",
-                    src, type);
+    t->n_norm++; /* counted even on error, so that free() releases what was set */
+    return rc;
 }
 
 static int parse_behavior(const char *s, tok_split_behavior *b)
@@ -438,6 +480,45 @@ static int parse_behavior(const char *s, tok_split_behavior *b)
             return 0;
         }
     return -1;
+}
+
+/* The replacement char of a Metaspace component; NULL unless exactly one UTF-8 char. */
+static char *one_char(json_t *j)
+{
+    const char *v = json_string_value(json_object_get(j, "replacement"));
+    int64_t n = v ? (int64_t)strlen(v) : 0;
+    if (n == 0 || tok_utf8_invalid_at(v, n) >= 0)
+        return NULL;
+    int64_t l = (uint8_t)v[0] < 0x80 ? 1 : (uint8_t)v[0] < 0xE0 ? 2 : (uint8_t)v[0] < 0xF0 ? 3 : 4;
+    return l == n ? strdup(v) : NULL;
+}
+
+/* prepend_scheme "always" | "first" | "never"; older files say add_prefix_space instead
+ * (tokenizers pre_tokenizers/metaspace.rs deserialisation: false -> never, else always). */
+static int parse_prepend(json_t *j, const char *what, const char *src, tok_prepend_scheme *out)
+{
+    static const char *names[] = {"always", "first", "never"};
+    json_t *v = json_object_get(j, "prepend_scheme");
+    *out = jbool(j, "add_prefix_space", true) ? TOK_PREPEND_ALWAYS : TOK_PREPEND_NEVER;
+    if (!v || json_is_null(v) || *out == TOK_PREPEND_NEVER)
+        return 0;
+    for (int k = 0; k < 3; k++)
+        if (json_is_string(v) && strcmp(json_string_value(v), names[k]) == 0) {
+            *out = (tok_prepend_scheme)k;
+            return 0;
+        }
+    return df_error(DF_EINVAL, "%s: %s: prepend_scheme must be \"always\", \"first\" or \"never\"", src, what);
+}
+
+static int parse_metaspace(json_t *j, tok_pre_step *s, const char *src)
+{
+    if (!(s->replacement = one_char(j)))
+        return df_error(DF_EINVAL, "%s: pre_tokenizer Metaspace: \"replacement\" must be one character", src);
+    s->behavior = TOK_SPLIT_MERGED_NEXT;
+    int rc = parse_prepend(j, "pre_tokenizer Metaspace", src, &s->prepend);
+    if (!rc && jbool(j, "split", true))
+        rc = tok_compile_regex(s->replacement, true, &s->re, src);
+    return rc;
 }
 
 static int parse_pre(df_tokenizer *t, json_t *j, const char *src)
@@ -486,9 +567,12 @@ static int parse_pre(df_tokenizer *t, json_t *j, const char *src)
         s->invert = jbool(j, "invert", false);
         if ((rc = tok_compile_regex(rx ? rx : lit, !rx, &s->re, src)))
             return rc;
+    } else if (strcmp(type, "Metaspace") == 0) {
+        t->n_pre++; /* counted now, so that free() releases the copies on error */
+        return parse_metaspace(j, s, src);
     } else {
-        return df_error(DF_EUNSUPPORTED, "%s: pre_tokenizer type \"%s\" is not supported (Split, ByteLevel, Sequence)",
-                        src, type);
+        return df_error(DF_EUNSUPPORTED, "%s: pre_tokenizer type \"%s\" is not supported (Split, Metaspace, "
+                        "ByteLevel, Sequence)", src, type);
     }
     t->n_pre++;
     return 0;
@@ -540,43 +624,92 @@ static int parse_post(df_tokenizer *t, json_t *j, const char *src)
     return 0;
 }
 
-static int check_decoder(json_t *j, const char *src)
+static int parse_decoder_step(tok_dec_step *d, json_t *j, const char *type, const char *src)
+{
+    static const char *names[] = {"ByteLevel", "Replace", "ByteFallback", "Fuse", "Strip", "Metaspace"};
+    int k = 0;
+    while (k < 6 && strcmp(type, names[k]) != 0)
+        k++;
+    if (k == 6)
+        return df_error(DF_EUNSUPPORTED, "%s: decoder \"%s\" is not supported (ByteLevel, Replace, ByteFallback, "
+                        "Fuse, Strip, Metaspace, Sequence)", src, type);
+    d->kind = (tok_dec_kind)k;
+    if (d->kind == TOK_DEC_REPLACE) {
+        json_t *pat = json_object_get(j, "pattern");
+        if (json_object_get(pat, "Regex"))
+            return df_error(DF_EUNSUPPORTED, "%s: decoder Replace with a Regex pattern is not supported", src);
+        int rc = jstr_dup(pat, "String", "decoder Replace pattern", src, &d->from);
+        if (!rc)
+            rc = jstr_dup(j, "content", "decoder Replace", src, &d->to);
+        if (!rc && !d->from[0])
+            rc = df_error(DF_EINVAL, "%s: decoder Replace: empty pattern", src);
+        return rc;
+    }
+    if (d->kind == TOK_DEC_STRIP) {
+        const char *c = json_string_value(json_object_get(j, "content"));
+        json_t *a = json_object_get(j, "start"), *b = json_object_get(j, "stop");
+        utf8proc_int32_t cp = -1;
+        if (!c || utf8proc_iterate((const utf8proc_uint8_t *)c, -1, &cp) != (utf8proc_ssize_t)strlen(c) ||
+            !json_is_integer(a) || !json_is_integer(b) || json_integer_value(a) < 0 || json_integer_value(b) < 0)
+            return df_error(DF_EINVAL, "%s: decoder Strip needs one \"content\" character and integers "
+                            "\"start\", \"stop\" >= 0", src);
+        d->cp = (uint32_t)cp;
+        d->start = (int64_t)json_integer_value(a);
+        d->stop = (int64_t)json_integer_value(b);
+    }
+    if (d->kind == TOK_DEC_METASPACE) {
+        tok_prepend_scheme p;
+        if (!(d->from = one_char(j)))
+            return df_error(DF_EINVAL, "%s: decoder Metaspace: \"replacement\" must be one character", src);
+        int rc = parse_prepend(j, "decoder Metaspace", src, &p);
+        d->prepend = p != TOK_PREPEND_NEVER;
+        return rc;
+    }
+    return 0;
+}
+
+static int parse_decoder(df_tokenizer *t, json_t *j, const char *src)
 {
     const char *type = jtype(j);
-    if (type && strcmp(type, "ByteLevel") == 0)
-        return 0;
-    if (type && strcmp(type, "Sequence") == 0) {
+    if (!type)
+        return df_error(DF_EUNSUPPORTED, "%s: decoder \"null\" is not supported (tokens would be joined by "
+                        "spaces)", src);
+    if (strcmp(type, "Sequence") == 0) {
         json_t *arr = json_object_get(j, "decoders"), *e;
         size_t i;
         if (json_array_size(arr) == 0)
             return df_error(DF_EUNSUPPORTED, "%s: decoder Sequence without decoders", src);
         json_array_foreach(arr, i, e) {
-            int rc = check_decoder(e, src);
+            int rc = parse_decoder(t, e, src);
             if (rc)
                 return rc;
         }
         return 0;
     }
-    return df_error(DF_EUNSUPPORTED, "%s: decoder \"%s\" is not supported (only ByteLevel)", src,
-                    type ? type : "null");
+    if (t->n_dec == TOK_MAX_DEC)
+        return df_error(DF_EUNSUPPORTED, "%s: more than %d decoders", src, TOK_MAX_DEC);
+    tok_dec_step *d = &t->dec[t->n_dec++]; /* counted first, so that free() releases its strings */
+    memset(d, 0, sizeof *d);
+    return parse_decoder_step(d, j, type, src);
 }
 
 static json_t *keep(json_t *j) { return j ? json_incref(j) : json_null(); }
 
 int tok_parse_pipeline(df_tokenizer *t, json_t *root, const char *src)
 {
-    int rc = parse_model(t, json_object_get(root, "model"), src);
+    /* the decoder first: it gives each model token its raw bytes */
+    int rc = parse_decoder(t, json_object_get(root, "decoder"), src);
+    if (!rc)
+        rc = parse_model(t, json_object_get(root, "model"), src);
     if (!rc)
         rc = parse_normalizer(t, json_object_get(root, "normalizer"), src);
     if (!rc)
         rc = parse_pre(t, json_object_get(root, "pre_tokenizer"), src);
-    if (!rc && (t->n_pre == 0 || !t->pre[t->n_pre - 1].byte_level))
-        rc = df_error(DF_EUNSUPPORTED, "%s: pre_tokenizer has no ByteLevel step; only byte-level BPE is supported",
-                      src);
+    t->char_level = t->n_pre == 0 || !t->pre[t->n_pre - 1].byte_level;
+    if (!rc && t->byte_fallback && !t->char_level)
+        rc = df_error(DF_EUNSUPPORTED, "%s: model.byte_fallback with a ByteLevel pre_tokenizer is not supported", src);
     if (!rc)
         rc = parse_post(t, json_object_get(root, "post_processor"), src);
-    if (!rc)
-        rc = check_decoder(json_object_get(root, "decoder"), src);
     if (!rc)
         rc = parse_added_tokens(t, json_object_get(root, "added_tokens"), src);
     if (!rc)

@@ -141,8 +141,7 @@ int tok_pairmap_put(tok_pairmap *m, int32_t a, int32_t b, int32_t rank, int32_t 
             return rc;
     }
     uint64_t k = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
-    uint64_t h = k * 0x9E3779B97F4A7C15ull;
-    int64_t mask = m->cap - 1, i = (int64_t)(h >> 17) & mask;
+    int64_t mask = m->cap - 1, i = tok_pair_home(k, m->cap);
     while (m->slots[i].key != UINT64_MAX && m->slots[i].key != k)
         i = (i + 1) & mask;
     if (m->slots[i].key == UINT64_MAX)
@@ -295,4 +294,27 @@ int64_t tok_utf8_invalid_at(const char *s, int64_t n)
         i += l;
     }
     return -1;
+}
+
+char *tok_replace_all(const char *s, int64_t n, const char *from, const char *to, int64_t *out_n)
+{
+    int64_t lf = (int64_t)strlen(from), lt = (int64_t)strlen(to), hits = 0;
+    for (const char *p = s; (p = memmem(p, (size_t)(s + n - p), from, (size_t)lf)); p += lf)
+        hits++;
+    char *out = malloc((size_t)(n + hits * (lt > lf ? lt - lf : 0)) + 1), *w = out;
+    if (!out)
+        return NULL;
+    const char *r = s, *p;
+    while ((p = memmem(r, (size_t)(s + n - r), from, (size_t)lf))) {
+        memcpy(w, r, (size_t)(p - r));
+        w += p - r;
+        memcpy(w, to, (size_t)lt);
+        w += lt;
+        r = p + lf;
+    }
+    memcpy(w, r, (size_t)(s + n - r));
+    w += s + n - r;
+    *w = '\0';
+    *out_n = w - out;
+    return out;
 }

@@ -5,6 +5,7 @@
 #include "tokenizer/tok_internal.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,37 @@ static int read_file(const char *path, char **out, int64_t *n)
     return 0;
 }
 
+/* A whole-number real within +-2^53 as a new integer; NULL for anything else. */
+static json_t *as_int(json_t *v)
+{
+    double d = json_is_real(v) ? json_real_value(v) : 0.5;
+    return fabs(d) <= 9007199254740992.0 && d == floor(d) ? json_integer((json_int_t)d) : NULL;
+}
+
+/* Undo JSON_DECODE_INT_AS_REAL where it was not needed: transformers writes model_max_length
+ * = int(1e30), beyond what jansson reads as an integer; the other integers keep their type. */
+static void ints_back(json_t *j)
+{
+    const char *key;
+    json_t *v, *k;
+    size_t i;
+    if (json_is_object(j)) {
+        json_object_foreach(j, key, v) {
+            if ((k = as_int(v)))
+                json_object_set_new(j, key, k);
+            else
+                ints_back(v);
+        }
+    } else if (json_is_array(j)) {
+        json_array_foreach(j, i, v) {
+            if ((k = as_int(v)))
+                json_array_set_new(j, i, k);
+            else
+                ints_back(v);
+        }
+    }
+}
+
 json_t *tok_load_json(const char *path, int *rc)
 {
     char *text;
@@ -53,6 +85,10 @@ json_t *tok_load_json(const char *path, int *rc)
         return NULL;
     json_error_t err;
     json_t *root = json_loadb(text, (size_t)len, 0, &err); /* much faster than json_loadf's getc */
+    if (!root && json_error_code(&err) == json_error_numeric_overflow) { /* "model_max_length": 1e30 as an int */
+        root = json_loadb(text, (size_t)len, JSON_DECODE_INT_AS_REAL, &err);
+        ints_back(root);
+    }
     free(text);
     if (!root) {
         *rc = df_error(DF_EINVAL, "%s:%d:%d: invalid JSON: %s", path, err.line, err.column, err.text);
@@ -170,8 +206,10 @@ int df_tokenizer_load(const char *path, df_tokenizer **out)
             snprintf(f1, n, "%s/vocab.json", path);
             snprintf(f2, n, "%s/merges.txt", path);
             if (!is_file(f1) || !is_file(f2)) {
-                rc = df_error(DF_ENOTFOUND, "tokenizer: %s has no tokenizer.json and no vocab.json + merges.txt",
-                              path);
+                snprintf(f2, n, "%s/tokenizer.model", path);
+                rc = df_error(DF_ENOTFOUND, "tokenizer: %s has no tokenizer.json and no vocab.json + merges.txt%s",
+                              path, is_file(f2) ? " (its SentencePiece tokenizer.model is not read: write a "
+                              "tokenizer.json with transformers' AutoTokenizer(...).save_pretrained)" : "");
                 goto done;
             }
             gpt2 = true;

@@ -90,7 +90,7 @@ static json_t *model_json(const df_tokenizer *t, const char **str)
     const char *unk = t->unk_id >= 0 ? str[t->unk_id] : NULL;
     return json_pack("{s:s, s:n, s:o, s:n, s:n, s:b, s:b, s:b, s:o, s:o}", "type", "BPE", "dropout",
                      "unk_token", unk ? json_string(unk) : json_null(), "continuing_subword_prefix",
-                     "end_of_word_suffix", "fuse_unk", 0, "byte_fallback", 0, "ignore_merges",
+                     "end_of_word_suffix", "fuse_unk", (int)t->fuse_unk, "byte_fallback", (int)t->byte_fallback, "ignore_merges",
                      (int)t->ignore_merges, "vocab", vocab, "merges", merges);
 }
 

@@ -480,7 +480,7 @@ static int prepare(trainer *tr, const char *const *texts, int64_t n_texts, const
     if (!md || !nfc)
         rc = df_error(DF_ENOMEM, "BPE trainer: out of memory");
     else
-        nfc->norm[nfc->n_norm++] = TOK_NORM_NFC;
+        nfc->norm[nfc->n_norm++].kind = TOK_NORM_NFC;
     for (int64_t i = 0; !rc && i < n_texts; i++)
         rc = texts[i] ? count_text(tr, nfc, re, md, texts[i], i)
                       : df_error(DF_EINVAL, "BPE trainer: text %lld is NULL", (long long)i);
