@@ -1,7 +1,8 @@
 /*
  * config.json of the model families beyond Qwen2 (model.h df_model_config_parse / _save,
  * src/model/config_pos.c): Qwen3, Llama 3.1 / 3.2 rope_scaling, Llama's attention_bias,
- * Qwen2 / Qwen3 sliding windows, transformers 5's rope_parameters; what stays refused is
+ * Qwen2 / Qwen3 sliding windows, Mistral (its window on every layer), transformers 5's
+ * rope_parameters; what stays refused is
  * refused with a message naming the key and the value; saves round-trip.
  */
 #include <setjmp.h>
@@ -44,6 +45,26 @@ static const char *k_llama32_1b =
     "\"rope_type\": \"llama3\"}, \"rope_theta\": 500000.0, \"tie_word_embeddings\": true, "
     "\"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.45.0.dev0\", \"use_cache\": true, "
     "\"vocab_size\": 128256}";
+
+/* mistralai/Mistral-7B-v0.1's config.json: the window on every layer. */
+static const char *k_mistral_v01 =
+    "{\"architectures\": [\"MistralForCausalLM\"], \"bos_token_id\": 1, \"eos_token_id\": 2, "
+    "\"hidden_act\": \"silu\", \"hidden_size\": 4096, \"initializer_range\": 0.02, "
+    "\"intermediate_size\": 14336, \"max_position_embeddings\": 32768, \"model_type\": \"mistral\", "
+    "\"num_attention_heads\": 32, \"num_hidden_layers\": 32, \"num_key_value_heads\": 8, "
+    "\"rms_norm_eps\": 1e-05, \"rope_theta\": 10000.0, \"sliding_window\": 4096, "
+    "\"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\", \"transformers_version\": "
+    "\"4.34.0.dev0\", \"use_cache\": true, \"vocab_size\": 32000}";
+
+/* mistralai/Mistral-7B-v0.3's config.json: no window. */
+static const char *k_mistral_v03 =
+    "{\"architectures\": [\"MistralForCausalLM\"], \"attention_dropout\": 0.0, \"bos_token_id\": 1, "
+    "\"eos_token_id\": 2, \"hidden_act\": \"silu\", \"hidden_size\": 4096, \"initializer_range\": 0.02, "
+    "\"intermediate_size\": 14336, \"max_position_embeddings\": 32768, \"model_type\": \"mistral\", "
+    "\"num_attention_heads\": 32, \"num_hidden_layers\": 32, \"num_key_value_heads\": 8, "
+    "\"rms_norm_eps\": 1e-05, \"rope_theta\": 1000000.0, \"sliding_window\": null, "
+    "\"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\", \"transformers_version\": "
+    "\"4.42.0.dev0\", \"use_cache\": true, \"vocab_size\": 32768}";
 
 /* A small config of `type` with `extra` keys appended (", \"key\": value ..."). */
 static const char *small(char *buf, size_t cap, const char *type, const char *extra)
@@ -219,6 +240,66 @@ static void test_sliding_window(void **state)
                  "llama has no sliding-window attention");
 }
 
+/* MistralConfig: the Llama layer without biases, sliding_window (default 4096, null: none) on
+   every layer, num_key_value_heads 8 by default; written back as transformers reads it. */
+static void test_mistral(void **state)
+{
+    const char *dir = *state;
+    df_model_config c, back;
+    char b[1024], path[512];
+    assert_int_equal(df_model_config_parse(k_mistral_v01, NULL, &c), DF_OK);
+    assert_string_equal(c.model_type, "mistral");
+    assert_true(!c.attention_bias && !c.o_proj_bias && !c.qk_norm);
+    assert_int_equal(c.num_key_value_heads, 8);
+    assert_int_equal(c.head_dim, 128);
+    assert_int_equal(c.sliding_window, 4096);
+    assert_int_equal(df_model_layer_window(&c, 0), 4096);
+    assert_int_equal(df_model_layer_window(&c, 31), 4096);
+    assert_true(c.bos_token_id == 1 && c.n_eos == 1 && c.eos_token_ids[0] == 2);
+    assert_int_equal(df_model_config_parse(k_mistral_v03, NULL, &c), DF_OK);
+    assert_int_equal(c.sliding_window, 0);
+    assert_true(c.rope_theta == 1e6);
+    /* defaults: 8 kv heads, a 4096 window; an attention_bias key is ignored as in transformers */
+    assert_int_equal(df_model_config_parse("{\"model_type\": \"mistral\", \"vocab_size\": 100, \"hidden_size\": 64, "
+                                           "\"intermediate_size\": 96, \"num_hidden_layers\": 2, "
+                                           "\"num_attention_heads\": 16, \"attention_bias\": true, "
+                                           "\"head_dim\": 8}", NULL, &c),
+                     DF_OK);
+    assert_true(c.num_key_value_heads == 8 && c.sliding_window == 4096 && !c.attention_bias);
+    assert_int_equal(c.head_dim, 8);
+    assert_int_equal(c.max_position_embeddings, 131072);
+    expect_error(small(b, sizeof b, "mistral", ", \"sliding_window\": 0"), DF_EINVAL,
+                 "key \"sliding_window\" must be > 0 or null");
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    const char *srcs[] = {k_mistral_v01, k_mistral_v03};
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(df_model_config_parse(srcs[i], NULL, &c), DF_OK);
+        for (int fresh = 0; fresh < 2; fresh++) {
+            assert_int_equal(df_model_config_save(&c, fresh ? NULL : srcs[i], path), DF_OK);
+            assert_int_equal(df_model_config_load(path, &back), DF_OK);
+            assert_int_equal(back.sliding_window, c.sliding_window);
+            assert_int_equal(back.max_window_layers, 0);
+            assert_int_equal(back.num_key_value_heads, 8);
+            json_t *j = json_load_file(path, 0, NULL);
+            assert_non_null(j);
+            assert_string_equal(json_string_value(json_array_get(json_object_get(j, "architectures"), 0)),
+                                "MistralForCausalLM");
+            json_t *sw = json_object_get(j, "sliding_window");
+            assert_true(i == 0 ? json_integer_value(sw) == 4096 : json_is_null(sw));
+            assert_null(json_object_get(j, "use_sliding_window")); /* MistralConfig has none */
+            assert_null(json_object_get(j, "max_window_layers"));
+            assert_null(json_object_get(j, "attention_bias"));
+            json_decref(j);
+        }
+    }
+    c.num_labels = 1; /* a Mistral critic */
+    assert_int_equal(df_model_config_save(&c, NULL, path), DF_OK);
+    json_t *j = json_load_file(path, 0, NULL);
+    assert_string_equal(json_string_value(json_array_get(json_object_get(j, "architectures"), 0)),
+                        "MistralForTokenClassification");
+    json_decref(j);
+}
+
 /* transformers 5 writes rope_parameters (with the theta) instead of rope_theta / rope_scaling. */
 static void test_rope_parameters(void **state)
 {
@@ -281,7 +362,7 @@ static void test_refusals(void **state)
                  DF_EINVAL, "low_freq_factor < high_freq_factor");
     expect_error(small(b, sizeof b, "qwen2", ", \"rope_scaling\": 2"), DF_EINVAL,
                  "key \"rope_scaling\" must be an object or null");
-    expect_error(small(b, sizeof b, "gemma", ""), DF_EUNSUPPORTED, "(qwen2, qwen3, llama)");
+    expect_error(small(b, sizeof b, "gemma", ""), DF_EUNSUPPORTED, "(qwen2, qwen3, llama, mistral)");
 }
 
 /* Fresh saves and saves over an original round-trip every new field; an original's layout
@@ -358,6 +439,7 @@ int main(void)
         cmocka_unit_test(test_llama3_rope),
         cmocka_unit_test(test_llama_attention_bias),
         cmocka_unit_test(test_sliding_window),
+        cmocka_unit_test_setup_teardown(test_mistral, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test(test_rope_parameters),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test_setup_teardown(test_save_roundtrip, df_test_mkdtemp, df_test_rmtree),

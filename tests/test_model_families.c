@@ -4,7 +4,9 @@
  *   tiny_qwen3    q/k RMSNorms, head_dim 16 with hidden 32, no biases, and the sliding window
  *                 (4 positions) on layer 1 only (max_window_layers 1);
  *   tiny_llama31  Llama 3.1's llama3 RoPE scaling (frequencies in all three bands), q/k/v and
- *                 o_proj biases (attention_bias), tied embeddings.
+ *                 o_proj biases (attention_bias), tied embeddings;
+ *   tiny_mistral  MistralConfig's window (4 positions) on every layer, no biases, head_dim 16
+ *                 with hidden 32, rope_theta 1e6, untied.
  * For each: log-probs and entropies at two temperatures, full logits of a few rows and the
  * gradient of sum(c logp) + sum(d entropy) w.r.t. every parameter, within the bounds of
  * test_model_golden.c (tests/testbounds.h chains, which add the q/k norms' and the o_proj
@@ -13,7 +15,8 @@
  *
  * Can it fail? Each feature is switched off or moved on the same weights (no q/k norm effect:
  * a norm weight moved by 1e-2; no window; the window on every layer; plain RoPE instead of
- * llama3; an o_proj bias moved by 1e-2) and the same comparison must then exceed its bound.
+ * llama3; an o_proj bias moved by 1e-2; Mistral's window on layer 1 only, or rope_theta 1e4)
+ * and the same comparison must then exceed its bound.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -269,6 +272,34 @@ static void test_llama31_detects(void **state)
     unload(&g);
 }
 
+/* ---- Mistral ----------------------------------------------------------------------------- */
+
+static void test_mistral_golden(void **state)
+{
+    (void)state;
+    golden g = load("tiny_mistral");
+    const df_model_config *c = &g.m->cfg;
+    assert_string_equal(c->model_type, "mistral");
+    assert_true(!c->attention_bias && !c->o_proj_bias && !c->qk_norm && !c->tie_word_embeddings);
+    assert_int_equal(c->head_dim, 16);
+    assert_true(c->rope_theta == 1e6);
+    assert_int_equal(df_model_layer_window(c, 0), 4);
+    assert_int_equal(df_model_layer_window(c, 1), 4);
+    assert_null(df_model_find_tensor(g.m, "model.layers.0.self_attn.q_proj.bias"));
+    check_golden(&g, "mistral");
+    df_model_config v = *c;
+    v.max_window_layers = 1; /* the window on layer 1 only, as a Qwen2 reading would give */
+    df_model *m = variant(&g, &v);
+    expect_forward_moves(m, &g, "window on layer 1 only");
+    df_model_free(m);
+    v = *c;
+    v.rope_theta = 1e4; /* Mistral 7B v0.1's theta on v0.2's weights */
+    m = variant(&g, &v);
+    expect_forward_moves(m, &g, "rope_theta 1e4");
+    df_model_free(m);
+    unload(&g);
+}
+
 /* ---- the rollout decoder ------------------------------------------------------------------- */
 
 /*
@@ -327,6 +358,7 @@ static void test_rollout_decoder(void **state)
     (void)state;
     check_rollout("tiny_qwen3");
     check_rollout("tiny_llama31");
+    check_rollout("tiny_mistral");
 }
 
 /* ---- files ------------------------------------------------------------------------------------ */
@@ -336,8 +368,9 @@ static void test_rollout_decoder(void **state)
 static void test_save_load_roundtrip(void **state)
 {
     const char *dir = *state;
-    const char *names[2] = {"tiny_qwen3", "tiny_llama31"};
-    for (int i = 0; i < 2; i++) {
+    const char *names[3] = {"tiny_qwen3", "tiny_llama31", "tiny_mistral"};
+    const char *archs[3] = {"Qwen3ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM"};
+    for (int i = 0; i < 3; i++) {
         golden g = load(names[i]);
         char sub[512], cfgp[600];
         snprintf(sub, sizeof sub, "%s/%s", dir, names[i]);
@@ -357,12 +390,15 @@ static void test_save_load_roundtrip(void **state)
         json_t *j = json_load_file(cfgp, 0, &je);
         assert_non_null(j);
         const char *arch = json_string_value(json_array_get(json_object_get(j, "architectures"), 0));
-        assert_string_equal(arch, i == 0 ? "Qwen3ForCausalLM" : "LlamaForCausalLM");
+        assert_string_equal(arch, archs[i]);
         assert_int_equal(json_integer_value(json_object_get(j, "head_dim")), 16);
         if (i == 0) {
             assert_true(json_is_true(json_object_get(j, "use_sliding_window")));
             assert_int_equal(json_integer_value(json_object_get(j, "sliding_window")), 4);
             assert_int_equal(json_integer_value(json_object_get(j, "max_window_layers")), 1);
+        } else if (i == 2) {
+            assert_int_equal(json_integer_value(json_object_get(j, "sliding_window")), 4);
+            assert_null(json_object_get(j, "use_sliding_window"));
         } else {
             json_t *rs = json_object_get(j, "rope_scaling");
             assert_string_equal(json_string_value(json_object_get(rs, "rope_type")), "llama3");
@@ -413,6 +449,7 @@ int main(void)
         cmocka_unit_test(test_qwen3_detects),
         cmocka_unit_test(test_llama31_golden),
         cmocka_unit_test(test_llama31_detects),
+        cmocka_unit_test(test_mistral_golden),
         cmocka_unit_test(test_rollout_decoder),
         cmocka_unit_test_setup_teardown(test_save_load_roundtrip, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test(test_device_refuses_window),

@@ -52,7 +52,7 @@ typedef enum df_rope_type {
 
 /** The fields of HF config.json that define the architecture. */
 typedef struct df_model_config {
-    char model_type[32];             /**< "qwen2", "qwen3" or "llama" */
+    char model_type[32];             /**< "qwen2", "qwen3", "llama" or "mistral" */
     int64_t vocab_size;
     int64_t hidden_size;
     int64_t intermediate_size;
@@ -138,22 +138,24 @@ typedef struct df_model {
 /** Defaults of a Qwen2 config (values of Qwen2Config in transformers; no window, plain RoPE). */
 DF_API void df_model_config_defaults(df_model_config *cfg);
 /**
- * Parse HF config.json. model_type must be "qwen2", "qwen3" or "llama"; vocab_size,
+ * Parse HF config.json. model_type must be "qwen2", "qwen3", "llama" or "mistral"; vocab_size,
  * hidden_size, intermediate_size, num_hidden_layers and num_attention_heads
  * are required; every other key falls back to the default of transformers'
- * Qwen2Config / Qwen3Config / LlamaConfig (null counts as absent). num_key_value_heads
+ * Qwen2Config / Qwen3Config / LlamaConfig / MistralConfig (null counts as absent). num_key_value_heads
  * defaults to num_attention_heads, head_dim to hidden_size / num_attention_heads
  * (qwen3: 128). attention_bias: qwen2 always has q/k/v biases (no such HF key; an
  * explicit false is honoured so our own files round-trip); for llama and qwen3 it is
  * read (default false) and gives q/k/v AND o_proj biases (LlamaAttention,
- * Qwen3Attention). qwen3 has q/k norms (qk_norm). RoPE: rope_theta, and rope_scaling
+ * Qwen3Attention); mistral has no biases and no such key (an attention_bias there is
+ * ignored, as transformers does). qwen3 has q/k norms (qk_norm). RoPE: rope_theta, and rope_scaling
  * null or of rope_type (or "type") "default" or "llama3" (factor, low_freq_factor,
  * high_freq_factor, original_max_position_embeddings, all required); transformers 5's
  * rope_parameters is read the same way (its rope_theta first). Sliding window (qwen2,
  * qwen3; HF Qwen2Config): with use_sliding_window true and sliding_window W (default
  * 4096; null: no window), the layers of index >= max_window_layers (default 28) attend
  * to their last W positions; a layer_types list, when present, names those layers
- * instead. eos_token_id (int or list) fills eos_token_ids / n_eos in order.
+ * instead. mistral (MistralConfig): sliding_window W (default 4096; null: no window) on
+ * every layer (max_window_layers 0). eos_token_id (int or list) fills eos_token_ids / n_eos in order.
  * torch_dtype (or "dtype") must be float32 / bfloat16 / float16.
  * architectures: *ForCausalLM (or absent) gives a causal LM, num_labels 0
  * whatever id2label says; *ForTokenClassification a value model, its label
@@ -179,14 +181,15 @@ DF_API int df_model_config_parse(const char *json_text, const char *source,
  * formatted as transformers does (indent 2, sorted keys). Every key of
  * `original_json` (the text the model was loaded from; NULL for a fresh file)
  * is kept and the known ones are updated: architectures ["<P>ForCausalLM"] with
- * P = Qwen2 / Qwen3 / Llama (a value model, and a *ForSequenceClassification one, which then
+ * P = Qwen2 / Qwen3 / Llama / Mistral (a value model, and a *ForSequenceClassification one, which then
  * holds a score.bias: ["<P>ForTokenClassification"], id2label
  * {"0": "LABEL_0"}, label2id {"LABEL_0": 0}, and num_labels when the original has that
  * key), model_type, the sizes, head_dim (qwen2: only when it differs from hidden_size /
  * num_attention_heads), rope_theta and rope_scaling (or, when the original has it,
  * rope_parameters), use_sliding_window / sliding_window / max_window_layers (qwen2,
- * qwen3; layer_types when the original has it), rms_norm_eps, initializer_range,
- * tie_word_embeddings, attention_bias (llama, qwen3; qwen2 only when false),
+ * qwen3; layer_types when the original has it; mistral: sliding_window alone, an int or
+ * null), rms_norm_eps, initializer_range, tie_word_embeddings, attention_bias (llama,
+ * qwen3; qwen2 only when false; mistral only when the original has it),
  * bos_token_id, eos_token_id (an int for one id unless the original held a list),
  * torch_dtype. A fresh file also gets hidden_act, use_cache and transformers_version.
  * Errors: DF_EINVAL (invalid cfg or original), DF_EIO naming the path.
@@ -197,7 +200,7 @@ DF_API int df_model_config_save(const df_model_config *cfg, const char *original
  * Check internal consistency (heads divide, sizes > 0, ...): DF_EINVAL; num_labels
  * must be 0 or 1 (DF_EINVAL below 0, DF_EUNSUPPORTED above 1). The attention features
  * must be those of model_type in HF (DF_EINVAL): qk_norm exactly for qwen3, o_proj_bias
- * never for qwen2 and equal to attention_bias for llama / qwen3; llama3 RoPE needs
+ * never for qwen2 and equal to attention_bias for llama / qwen3, no biases in mistral; llama3 RoPE needs
  * factor > 0, 0 < low_freq_factor < high_freq_factor, original_max_position_embeddings
  * > 0; sliding_window and max_window_layers >= 0, no window for llama.
  */

@@ -211,10 +211,10 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
     if (!json_is_string(mt))
         return df_cfg_wrong_type(src, "model_type", "a string", mt);
     const char *type = json_string_value(mt);
-    bool llama = !strcmp(type, "llama"), qwen3 = !strcmp(type, "qwen3");
-    if (!llama && !qwen3 && strcmp(type, "qwen2"))
+    bool llama = !strcmp(type, "llama"), qwen3 = !strcmp(type, "qwen3"), mistral = !strcmp(type, "mistral");
+    if (!llama && !qwen3 && !mistral && strcmp(type, "qwen2"))
         return df_error(DF_EUNSUPPORTED, "%s: key \"model_type\": \"%s\" is not supported (qwen2, "
-                        "qwen3, llama)", src, type);
+                        "qwen3, llama, mistral)", src, type);
     df_model_config_defaults(c);
     snprintf(c->model_type, sizeof c->model_type, "%s", type);
     if (llama) { /* LlamaConfig defaults where they differ from Qwen2Config */
@@ -230,6 +230,16 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
         c->attention_bias = false;
         c->qk_norm = true;
     }
+    if (mistral) { /* MistralConfig defaults where they differ from Qwen2Config */
+        c->vocab_size = 32000;
+        c->intermediate_size = 14336;
+        c->num_key_value_heads = 8;
+        c->max_position_embeddings = 4096 * 32;
+        c->attention_bias = false;
+        c->bos_token_id = 1;
+        c->eos_token_ids[0] = 2;
+        c->n_eos = 1;
+    }
     int rc = check_unsupported(root, src);
     if (!rc)
         rc = parse_head(root, src, c);
@@ -240,7 +250,8 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
                           &c->num_hidden_layers, &c->num_attention_heads};
     for (int i = 0; i < 5 && !rc; i++)
         rc = df_cfg_get_int(root, src, required[i], true, req_dst[i]);
-    c->num_key_value_heads = c->num_attention_heads;
+    if (!mistral) /* MistralConfig's default is 8; the others' the number of heads */
+        c->num_key_value_heads = c->num_attention_heads;
     if (!rc)
         rc = df_cfg_get_int(root, src, "num_key_value_heads", false, &c->num_key_value_heads);
     if (!rc)
@@ -267,8 +278,9 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
         rc = df_cfg_get_bool(root, src, "tie_word_embeddings", &c->tie_word_embeddings);
     /* Qwen2 always has q/k/v biases and no such key; we honour an explicit
      * "attention_bias": false there only so our own files round-trip. LlamaAttention and
-     * Qwen3Attention give o_proj a bias too when it is set. */
-    if (!rc)
+     * Qwen3Attention give o_proj a bias too when it is set; MistralAttention has no biases
+     * and no such key (transformers ignores one). */
+    if (!rc && !mistral)
         rc = df_cfg_get_bool(root, src, "attention_bias", &c->attention_bias);
     c->o_proj_bias = c->attention_bias && (llama || qwen3);
     if (!rc)
@@ -338,7 +350,10 @@ static int set_fresh_defaults(json_t *o, bool llama)
 /* The HF class prefix of a model_type. */
 const char *df_model_class_prefix(const char *model_type)
 {
-    return !strcmp(model_type, "llama") ? "Llama" : !strcmp(model_type, "qwen3") ? "Qwen3" : "Qwen2";
+    return !strcmp(model_type, "llama")     ? "Llama"
+           : !strcmp(model_type, "qwen3")   ? "Qwen3"
+           : !strcmp(model_type, "mistral") ? "Mistral"
+                                            : "Qwen2";
 }
 
 int df_model_config_to_json(const df_model_config *c, const char *original_json, char **out)
@@ -360,6 +375,7 @@ int df_model_config_to_json(const df_model_config *c, const char *original_json,
         return df_error(DF_ENOMEM, "out of memory writing config.json");
     }
     bool llama = !strcmp(c->model_type, "llama"), qwen2 = !strcmp(c->model_type, "qwen2");
+    bool mistral = !strcmp(c->model_type, "mistral");
     char arch[64];
     int bad = 0;
     if (!original_json)
@@ -395,7 +411,7 @@ int df_model_config_to_json(const df_model_config *c, const char *original_json,
     bad |= json_object_set_new(o, "rms_norm_eps", json_real(c->rms_norm_eps));
     bad |= json_object_set_new(o, "initializer_range", json_real(c->initializer_range));
     bad |= json_object_set_new(o, "tie_word_embeddings", json_boolean(c->tie_word_embeddings));
-    if (!qwen2 || !c->attention_bias || json_object_get(o, "attention_bias"))
+    if ((!qwen2 && !mistral) || (qwen2 && !c->attention_bias) || json_object_get(o, "attention_bias"))
         bad |= json_object_set_new(o, "attention_bias", json_boolean(c->attention_bias));
     if (c->bos_token_id >= 0)
         bad |= json_object_set_new(o, "bos_token_id", json_integer(c->bos_token_id));

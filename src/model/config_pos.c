@@ -124,12 +124,29 @@ static int parse_layer_types(json_t *lt, const char *src, const df_model_config 
     return DF_OK;
 }
 
+/* MistralConfig.sliding_window: an int (default 4096) or null; windowed attention on every
+ * layer when set (modeling_mistral.py has no use_sliding_window / max_window_layers). */
+static int parse_mistral_window(json_t *root, const char *src, df_model_config *c)
+{
+    int64_t w = 4096;
+    json_t *sw = json_object_get(root, "sliding_window");
+    int rc = json_is_null(sw) ? (w = 0, 0) : df_cfg_get_int(root, src, "sliding_window", false, &w);
+    if (!rc && sw && !json_is_null(sw) && w <= 0)
+        return df_error(DF_EINVAL, "%s: key \"sliding_window\" must be > 0 or null (got %lld)", src,
+                        (long long)w);
+    c->sliding_window = w;
+    c->max_window_layers = 0;
+    return rc;
+}
+
 int df_cfg_parse_window(json_t *root, const char *src, df_model_config *c)
 {
     bool use = false;
     int rc = df_cfg_get_bool(root, src, "use_sliding_window", &use);
     if (rc)
         return rc;
+    if (!strcmp(c->model_type, "mistral")) /* MistralConfig: every layer, when set */
+        return parse_mistral_window(root, src, c);
     if (!strcmp(c->model_type, "llama")) {
         if (use)
             return df_error(DF_EUNSUPPORTED,
@@ -221,6 +238,9 @@ int df_cfg_write_window(json_t *o, const df_model_config *c, bool fresh)
 {
     if (!strcmp(c->model_type, "llama"))
         return 0;
+    if (!strcmp(c->model_type, "mistral"))
+        return json_object_set_new(o, "sliding_window",
+                                   c->sliding_window > 0 ? json_integer(c->sliding_window) : json_null());
     const bool use = c->sliding_window > 0;
     int bad = json_object_set_new(o, "use_sliding_window", json_boolean(use));
     if (use)

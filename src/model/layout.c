@@ -36,13 +36,17 @@ void df_model_config_defaults(df_model_config *c)
 }
 
 /* The attention features each model_type has in Hugging Face: qwen2 q/k/v biases only; llama and
-   qwen3 an o_proj bias exactly when they have q/k/v ones; q/k norms exactly in qwen3. */
+   qwen3 an o_proj bias exactly when they have q/k/v ones; mistral no biases; q/k norms exactly in
+   qwen3. */
 static int validate_type(const df_model_config *c)
 {
     bool qwen2 = !strcmp(c->model_type, "qwen2"), qwen3 = !strcmp(c->model_type, "qwen3");
-    if (!qwen2 && !qwen3 && strcmp(c->model_type, "llama"))
-        return df_error(DF_EUNSUPPORTED, "model_type \"%s\" is not supported (qwen2, qwen3, llama)",
+    bool mistral = !strcmp(c->model_type, "mistral");
+    if (!qwen2 && !qwen3 && !mistral && strcmp(c->model_type, "llama"))
+        return df_error(DF_EUNSUPPORTED, "model_type \"%s\" is not supported (qwen2, qwen3, llama, mistral)",
                         c->model_type);
+    if (mistral && c->attention_bias)
+        return df_error(DF_EINVAL, "mistral: attention biases do not exist in mistral");
     if (c->qk_norm != qwen3)
         return df_error(DF_EINVAL, "%s: q/k norms are %s (qwen3 has them, qwen2 and llama do not)",
                         c->model_type, c->qk_norm ? "set" : "not set");

@@ -11,6 +11,10 @@ float64 reference and file layout, for two tiny models that exercise what Qwen2 
                 sliding_window 4 and max_window_layers 1, so layer 0 attends causally and
                 layer 1 only to its last 4 positions (masking_utils: key j is visible to
                 query i when i - 4 < j <= i).
+  tiny_mistral  MistralForCausalLM (modeling_mistral.py): the Llama layer without biases and
+                MistralConfig's sliding window on every layer (sliding_window 4, no
+                use_sliding_window / max_window_layers keys), head_dim 16 with hidden 32,
+                rope_theta 1e6 (Mistral 7B v0.2+), untied LM head.
   tiny_llama31  LlamaForCausalLM with Llama 3.1's rope_scaling (rope_type llama3; the
                 inverse frequencies rescaled as _compute_llama3_parameters, in float32),
                 chosen so that the 8 frequencies fall in all three bands (3 high, 2 medium,
@@ -70,6 +74,16 @@ LLAMA31 = dict(COMMON, **{
     "tie_word_embeddings": True,
     "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                      "high_freq_factor": 8.0, "original_max_position_embeddings": 1024},
+})
+
+
+MISTRAL = dict(COMMON, **{
+    "architectures": ["MistralForCausalLM"],
+    "model_type": "mistral",
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 1000000.0,
+    "tie_word_embeddings": False,
+    "sliding_window": 4,
 })
 
 
@@ -144,7 +158,10 @@ def rope_cos_sin(c, L):
 
 
 def window_of(c, i):
-    """Qwen2Config / Qwen3Config: windowed layers are those with index >= max_window_layers."""
+    """Qwen2Config / Qwen3Config: windowed layers are those with index >= max_window_layers;
+    MistralConfig: every layer when sliding_window is set."""
+    if c["model_type"] == "mistral":
+        return c.get("sliding_window") or 0
     if c.get("use_sliding_window") and c.get("sliding_window") and i >= c["max_window_layers"]:
         return c["sliding_window"]
     return 0
@@ -255,6 +272,7 @@ def main():
     torch.manual_seed(0)
     write_fixture("tiny_qwen3", QWEN3, 3003)
     write_fixture("tiny_llama31", LLAMA31, 3101)
+    write_fixture("tiny_mistral", MISTRAL, 3211)
 
 
 if __name__ == "__main__":
