@@ -156,40 +156,36 @@ static int fuse(const piece *v, int64_t lo, int64_t hi, piece *out)
     return 0;
 }
 
-/* Runs of byte tokens -> their text when it is valid UTF-8, else one U+FFFD per byte. */
+/* Runs of byte tokens -> their text when it is valid UTF-8, else one U+FFFD per byte. The list
+ * is compacted in place: slot w <= i receives what slots [i, j) became. */
 static int step_byte_fallback(plist *l)
 {
-    piece *v = malloc((size_t)(l->n + 1) * sizeof *v);
     int64_t w = 0;
-    if (!v)
-        return DF_ENOMEM;
     for (int64_t i = 0; i < l->n;) {
-        int64_t j = i;
+        int64_t j = i, n = 0;
         while (j < l->n && byte_token(l->v[j].s, l->v[j].n) >= 0)
             j++;
         if (j == i) {
-            v[w++] = l->v[i++];
+            l->v[w++] = l->v[i++];
             continue;
         }
         char *run = malloc((size_t)(j - i) * 3 + 1);
-        if (!run) {
-            free(v);
+        if (!run) { /* keep the list whole for plist_free */
+            memmove(l->v + w, l->v + i, (size_t)(l->n - i) * sizeof *l->v);
+            l->n = w + (l->n - i);
             return DF_ENOMEM;
         }
-        int64_t n = 0;
-        for (int64_t k = i; k < j; k++)
+        for (int64_t k = i; k < j; k++) {
             run[n++] = (char)byte_token(l->v[k].s, l->v[k].n);
+            free(l->v[k].s);
+        }
         if (tok_utf8_invalid_at(run, n) >= 0)
             for (n = 0; n < 3 * (j - i); n += 3)
                 memcpy(run + n, "\xEF\xBF\xBD", 3);
         run[n] = '\0';
-        for (int64_t k = i; k < j; k++)
-            free(l->v[k].s);
-        v[w++] = (piece){run, n};
+        l->v[w++] = (piece){run, n};
         i = j;
     }
-    free(l->v);
-    l->v = v;
     l->n = w;
     return 0;
 }
@@ -304,12 +300,11 @@ static int decode_chain(const df_tokenizer *t, const int32_t *ids, int64_t n, bo
         int32_t id = ids[i];
         if (id < 0 || id >= t->n_ids || !t->tok_str[id] || (skip_special && (t->flags[id] & TOK_F_SPECIAL)))
             continue;
-        int64_t len = (int64_t)strlen(t->tok_str[id]);
-        char *s = malloc((size_t)len + 1);
+        char *s = strdup(t->tok_str[id]);
         if (!s)
             rc = DF_ENOMEM;
         else
-            memcpy(s, t->tok_str[id], (size_t)len + 1), l.v[l.n++] = (piece){s, len};
+            l.v[l.n++] = (piece){s, (int64_t)strlen(s)};
     }
     for (int k = 0; !rc && k < t->n_dec; k++)
         rc = apply_step(&t->dec[k], &l);
