@@ -1,0 +1,124 @@
+/*
+ * A GRPO step of a Llama 2-style job: a tiny `llama` model whose tokenizer is SentencePiece-style
+ * (tests/fixtures/sp_tokenizers/llama2_legacy: byte_fallback, "▁" spaces, LlamaTokenizer) with
+ * the Llama 2 chat template (tests/fixtures/chat_templates). Pins where the pieces meet: the
+ * prompts are the template's rendering of each row's messages, encoded without adding a second
+ * <s> (verl: apply_chat_template, then add_special_tokens=False); the rollout dump decodes them
+ * back through the SentencePiece decoder (legacy: "<s> [INST] ..."), and responses are
+ * scored and trained on.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "testutil.h"
+
+#include "distflow/model.h"
+#include "distflow/tokenizer.h"
+#include "engine/hf_dir.h"
+#include "util/fsutil.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ROWS DF_SOURCE_DIR "/tests/fixtures/gsm8k_rows.jsonl"
+
+/* dir/model: a random 2-layer llama with the fixture tokenizer and the Llama 2 chat template. */
+static void llama2_model(const char *dir)
+{
+    df_tokenizer *tok = NULL;
+    assert_int_equal(df_tokenizer_load(DF_SOURCE_DIR "/tests/fixtures/sp_tokenizers/llama2_legacy", &tok), 0);
+    char *tmpl = NULL;
+    assert_int_equal(df_read_file(DF_SOURCE_DIR "/tests/fixtures/chat_templates/meta-llama-Llama-2-7b-chat-hf.jinja",
+                                  &tmpl, NULL), 0);
+    assert_int_equal(df_tokenizer_set_chat_template(tok, tmpl), 0);
+    free(tmpl);
+    char *md = df_path_join(dir, "model");
+    assert_int_equal(df_tokenizer_save(tok, md), 0);
+    df_model_config c;
+    df_model_config_defaults(&c);
+    snprintf(c.model_type, sizeof c.model_type, "llama");
+    c.attention_bias = false;
+    c.vocab_size = df_tokenizer_vocab_size(tok);
+    c.hidden_size = 32;
+    c.intermediate_size = 64;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 4;
+    c.head_dim = 8;
+    c.max_position_embeddings = 4096;
+    c.bos_token_id = df_tokenizer_bos_id(tok);
+    c.eos_token_ids[0] = df_tokenizer_eos_id(tok);
+    c.n_eos = 1;
+    df_model *m;
+    assert_int_equal(df_model_create(&c, &m), 0);
+    assert_int_equal(df_model_init_random(m, 11), 0);
+    assert_int_equal(df_hf_dir_save(m, DF_DTYPE_F32, NULL, md), 0);
+    df_model_free(m);
+    df_tokenizer_free(tok);
+    free(md);
+}
+
+static void test_grpo_step(void **state)
+{
+    const char *dir = *state;
+    llama2_model(dir);
+    char yaml[2048];
+    snprintf(yaml, sizeof yaml,
+             "data: {train_files: [%s], val_files: [%s], train_batch_size: 4,\n"
+             "       max_prompt_length: 128, max_response_length: 8}\n"
+             "actor_rollout_ref:\n"
+             "  model: {path: %s/model}\n"
+             "  actor: {ppo_mini_batch_size: 4, ppo_micro_batch_size_per_gpu: 8}\n"
+             "  rollout: {n: 2, log_prob_micro_batch_size_per_gpu: 8}\n"
+             "algorithm: {adv_estimator: grpo}\n"
+             "trainer: {total_training_steps: 1, test_freq: -1, val_before_train: false, logger: [],\n"
+             "          default_local_dir: %s/out, rollout_data_dir: %s/out/rollouts}\n",
+             ROWS, ROWS, dir, dir, dir);
+    df_test_fit(yaml, "llama2.yaml");
+    /* every dumped prompt is one of the rows' questions through the template, decoded */
+    char *rows = NULL;
+    assert_int_equal(df_read_file(ROWS, &rows, NULL), 0);
+    json_t *dump = df_test_rollout_dumps(dir, "out", 1, NULL);
+    assert_int_equal(json_array_size(dump), 8);
+    size_t i;
+    json_t *row;
+    json_array_foreach(dump, i, row) {
+        const char *input = json_string_value(json_object_get(row, "input"));
+        assert_non_null(input);
+        const char *pre = "<s> [INST] ", *post = " [/INST]";
+        if (strncmp(input, pre, strlen(pre)) != 0 || strlen(input) < strlen(pre) + strlen(post) ||
+            strcmp(input + strlen(input) - strlen(post), post) != 0)
+            fail_msg("dumped prompt \"%s\" is not \"<s> [INST] question [/INST]\"", input);
+        char question[512];
+        snprintf(question, sizeof question, "\"content\": \"%.*s\"", (int)(strlen(input) - strlen(pre) - strlen(post)),
+                 input + strlen(pre));
+        /* the rows' JSON escapes the quotes around ####; compare up to them */
+        char *q = strstr(question, "output the final answer after");
+        assert_non_null(q);
+        q[0] = '\0';
+        if (!strstr(rows, question))
+            fail_msg("dumped prompt \"%s\" is no row's question", input);
+        assert_non_null(json_object_get(row, "output"));
+    }
+    json_decref(dump);
+    free(rows);
+    json_t *metrics = df_test_metrics(dir, "out", true);
+    json_t *m = json_array_get(metrics, 0);
+    assert_true(df_test_metric(m, "response_length/mean") > 0);
+    assert_true(df_test_metric(m, "prompt_length/mean") > 20); /* the template's tokens and the question's */
+    json_decref(metrics);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_grpo_step, df_test_mkdtemp, df_test_rmtree),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
