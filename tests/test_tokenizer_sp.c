@@ -258,15 +258,17 @@ static void write_text(const char *dir, const char *name, const char *text)
     fclose(f);
 }
 
-/* A copy of llama2_legacy's tokenizer.json beside the given tokenizer_config.json. */
-static char *with_config(const char *dir, const char *name, const char *config)
+/* A copy of a fixture variant's tokenizer.json beside the given tokenizer_config.json. */
+static char *variant_with_config(const char *dir, const char *variant, const char *name, const char *config)
 {
     static char d[600];
     snprintf(d, sizeof d, "%s/%s", dir, name);
     assert_int_equal(mkdir(d, 0755), 0);
     char *src = NULL;
     size_t cap = 0;
-    FILE *f = fopen(FIXTURES "/llama2_legacy/tokenizer.json", "r");
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s/tokenizer.json", FIXTURES, variant);
+    FILE *f = fopen(p, "r");
     assert_non_null(f);
     ssize_t n = getdelim(&src, &cap, '\0', f);
     fclose(f);
@@ -276,6 +278,11 @@ static char *with_config(const char *dir, const char *name, const char *config)
     if (config)
         write_text(d, "tokenizer_config.json", config);
     return d;
+}
+
+static char *with_config(const char *dir, const char *name, const char *config)
+{
+    return variant_with_config(dir, "llama2_legacy", name, config);
 }
 
 static void expect_encoding(const char *dir, const int32_t *want, int64_t nw)
@@ -314,6 +321,24 @@ static void test_llama_class_template(void **state)
     assert_null(t);
     assert_non_null(strstr(df_last_error(), "add_bos_token is true but there is no bos_token"));
     assert_non_null(strstr(df_last_error(), "nobostoken/tokenizer_config.json"));
+    /* add_prefix_space makes LlamaTokenizerFast rebuild the pipeline from tokenizer.model: accepted
+       when tokenizer.json already has LlamaConverter's pipeline for it, refused otherwise */
+    expect_encoding(with_config(dir, "aps_legacy", "{\"tokenizer_class\": \"LlamaTokenizer\", "
+                                                   "\"add_prefix_space\": true, \"legacy\": null}"), bos, 1);
+    expect_encoding(variant_with_config(dir, "metaspace_first", "aps_first", "{\"tokenizer_class\": "
+                                        "\"LlamaTokenizerFast\", \"add_prefix_space\": true, \"legacy\": false}"),
+                    bos, 1);
+    const char *refused[][2] = {{"aps_off", "{\"tokenizer_class\": \"LlamaTokenizer\", \"add_prefix_space\": false}"},
+                                {"aps_nonlegacy", "{\"tokenizer_class\": \"LlamaTokenizer\", \"add_prefix_space\": true, "
+                                                  "\"legacy\": false}"}};
+    for (int k = 0; k < 2; k++) {
+        d = with_config(dir, refused[k][0], refused[k][1]);
+        t = (df_tokenizer *)1;
+        assert_int_equal(df_tokenizer_load(d, &t), DF_EUNSUPPORTED);
+        assert_null(t);
+        assert_non_null(strstr(df_last_error(), "rebuilds the tokenizer from tokenizer.model"));
+        assert_non_null(strstr(df_last_error(), refused[k][0]));
+    }
 }
 
 /* A component of a Llama-2 file replaced by a malformed or unsupported one. */

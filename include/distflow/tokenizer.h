@@ -75,7 +75,10 @@ typedef struct df_tokenizer df_tokenizer;
  * (with or without "Fast"), add_bos_token (default true) and add_eos_token
  * (default false) replace the file's post-processor template, as those
  * transformers classes do (update_post_processor); DF_EINVAL when one is true
- * and its token is absent. A directory with only a SentencePiece
+ * and its token is absent. With LlamaTokenizer, an add_prefix_space that is set
+ * (which makes transformers rebuild the pipeline from tokenizer.model) is
+ * accepted when tokenizer.json already has that pipeline and refused with
+ * DF_EUNSUPPORTED otherwise. A directory with only a SentencePiece
  * tokenizer.model is refused with DF_ENOTFOUND and how to convert it.
  *
  * Errors: DF_ENOTFOUND (no tokenizer files at path), DF_EIO, DF_EINVAL (bad JSON

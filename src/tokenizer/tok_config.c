@@ -125,20 +125,24 @@ static bool exists(const char *p)
     return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* Index in classes[] of the config's tokenizer_class (with or without "Fast"), -1 for others. */
+static int llama_class(json_t *cfg)
+{
+    static const char *classes[] = {"LlamaTokenizer", "CodeLlamaTokenizer", "GemmaTokenizer"};
+    const char *cls = json_string_value(json_object_get(cfg, "tokenizer_class"));
+    for (int k = 0; cls && k < 3; k++) {
+        size_t n = strlen(classes[k]);
+        if (strncmp(cls, classes[k], n) == 0 && (!cls[n] || strcmp(cls + n, "Fast") == 0))
+            return k;
+    }
+    return -1;
+}
+
 /* transformers' LlamaTokenizerFast (CodeLlama, Gemma alike) rebuilds the post-processor from
  * add_bos_token (default true) and add_eos_token (default false) whatever tokenizer.json holds
  * (update_post_processor). Other classes keep the file's template. */
 static int class_template(df_tokenizer *t, json_t *cfg, const char *src)
 {
-    static const char *classes[] = {"LlamaTokenizer", "CodeLlamaTokenizer", "GemmaTokenizer"};
-    const char *cls = json_string_value(json_object_get(cfg, "tokenizer_class"));
-    bool hit = false;
-    for (int k = 0; cls && k < 3; k++) {
-        size_t n = strlen(classes[k]);
-        hit |= strncmp(cls, classes[k], n) == 0 && (!cls[n] || strcmp(cls + n, "Fast") == 0);
-    }
-    if (!hit)
-        return 0;
     json_t *b = json_object_get(cfg, "add_bos_token"), *e = json_object_get(cfg, "add_eos_token");
     bool bos = !json_is_boolean(b) || json_is_true(b), eos = json_is_true(e);
     int32_t eos_id = df_tokenizer_eos_id(t);
@@ -151,6 +155,44 @@ static int class_template(df_tokenizer *t, json_t *cfg, const char *src)
     if (eos)
         t->post_suffix[t->n_post_suffix++] = eos_id;
     return 0;
+}
+
+/* Whether t's pipeline is what transformers' LlamaConverter writes for `legacy` and
+ * add_prefix_space `aps`: legacy, normalizer [Prepend "▁" when aps] + Replace " " -> "▁" and no
+ * pre-tokenizer; else no normalizer and Metaspace "▁" (prepend_scheme first when aps, else
+ * never; no split); the decoder ends with a Strip exactly when aps. */
+static bool converter_layout(const df_tokenizer *t, bool legacy, bool aps)
+{
+    static const char *sp = "\xe2\x96\x81";
+    bool strip = t->n_dec > 0 && t->dec[t->n_dec - 1].kind == TOK_DEC_STRIP;
+    if (strip != aps)
+        return false;
+    if (!legacy)
+        return t->n_norm == 0 && t->n_pre == 1 && t->pre[0].replacement && !strcmp(t->pre[0].replacement, sp) &&
+               !t->pre[0].re && t->pre[0].prepend == (aps ? TOK_PREPEND_FIRST : TOK_PREPEND_NEVER);
+    const tok_norm_step *r = &t->norm[aps ? 1 : 0];
+    return t->n_pre == 0 && t->n_norm == (aps ? 2 : 1) &&
+           (!aps || (t->norm[0].kind == TOK_NORM_PREPEND && !strcmp(t->norm[0].text, sp))) &&
+           r->kind == TOK_NORM_REPLACE && r->literal && !strcmp(r->literal, " ") && !strcmp(r->text, sp);
+}
+
+/* LlamaTokenizerFast re-converts the tokenizer from its tokenizer.model when add_prefix_space is
+ * set (from_slow), with LlamaConverter's pipeline for `legacy` (null: true) and that setting.
+ * distflow reads tokenizer.json only: the setting is accepted when the file already has that
+ * pipeline (Mistral v0.3's does) and refused otherwise. */
+static int check_prefix_space(const df_tokenizer *t, json_t *cfg, const char *src)
+{
+    json_t *a = json_object_get(cfg, "add_prefix_space");
+    if (!json_is_boolean(a))
+        return 0;
+    bool legacy = !json_is_false(json_object_get(cfg, "legacy"));
+    if (converter_layout(t, legacy, json_is_true(a)))
+        return 0;
+    return df_error(DF_EUNSUPPORTED, "%s: add_prefix_space %s with legacy %s: transformers' LlamaTokenizerFast "
+                    "then rebuilds the tokenizer from tokenizer.model with another pipeline than tokenizer.json's, "
+                    "and distflow reads only tokenizer.json (save the tokenizer with transformers and load that "
+                    "directory, or remove the key)", src, json_is_true(a) ? "true" : "false",
+                    legacy ? "true" : "false");
 }
 
 int tok_apply_config(df_tokenizer *t, json_t *cfg, const char *src)
@@ -166,8 +208,11 @@ int tok_apply_config(df_tokenizer *t, json_t *cfg, const char *src)
         rc = special_from_config(t, cfg, "pad_token", src, &t->pad_id);
     if (!rc)
         rc = special_from_config(t, cfg, "bos_token", src, &t->bos_id);
-    if (!rc)
+    int cls = llama_class(cfg);
+    if (!rc && cls >= 0)
         rc = class_template(t, cfg, src);
+    if (!rc && cls == 0)
+        rc = check_prefix_space(t, cfg, src);
     if (!rc)
         rc = parse_template(t, json_object_get(cfg, "chat_template"), src);
     t->clean_up_spaces = json_is_true(json_object_get(cfg, "clean_up_tokenization_spaces"));
