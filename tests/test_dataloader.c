@@ -401,9 +401,14 @@ static void test_extra_column(void **state)
     assert_error_mentions(df_dataloader_add_column(dl, "data_source"), DF_EINVAL, "a column of every batch already");
     assert_error_mentions(df_dataloader_add_column(dl, "ability"), DF_ENOTFOUND, "num:1");
     assert_int_equal(df_dataloader_add_column(dl, ""), DF_EINVAL);
-    for (int k = 1; k < DF_DATALOADER_MAX_FIELDS; k++)
-        assert_int_equal(df_dataloader_add_column(dl, "prompt"), 0);
-    assert_error_mentions(df_dataloader_add_column(dl, "prompt"), DF_EINVAL, "more than 4 extra columns");
+    const char *more[] = {"prompt", "reward_model.ground_truth", "reward_model"};
+    for (int k = 0; k < 3; k++)
+        assert_int_equal(df_dataloader_add_column(dl, more[k]), 0);
+    assert_int_equal(df_dataloader_add_column(dl, "prompt"), 0); /* again: nothing added */
+    assert_error_mentions(df_dataloader_add_column(dl, "no_such_key"), DF_EINVAL, "more than 4 extra columns");
+    assert_int_equal(df_dataloader_next(dl, &b), 0); /* one column per key */
+    assert_non_null(strstr(df_batch_str(b, "reward_model", 0), "ground_truth"));
+    df_batch_free(b);
     df_dataloader_free(dl);
     df_dataset_free(ds);
 }

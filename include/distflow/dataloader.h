@@ -75,6 +75,7 @@ DF_API void df_dataloader_free(df_dataloader *dl);
  * df_dataset_field gives it (a string as is, a number in decimal, true / false, null as "",
  * objects and arrays as compact JSON). For verl's data.reward_fn_key (e.g. "ability"), the
  * column a reward manager scores by. Every row is read here, so a batch never fails on it.
+ * A key added before is not added again (DF_OK).
  * Errors: DF_EINVAL (no name, one of the batch's standard columns above, more than
  * DF_DATALOADER_MAX_FIELDS), DF_ENOTFOUND (a row without the field: its file and line), DF_ENOMEM.
  */

@@ -94,6 +94,9 @@ int df_dataloader_add_column(df_dataloader *dl, const char *key)
     for (size_t c = 0; c < sizeof COLUMNS / sizeof *COLUMNS; c++)
         if (!strcmp(key, COLUMNS[c]))
             return df_error(DF_EINVAL, "dataloader: '%s' is a column of every batch already", key);
+    for (int k = 0; k < dl->n_fields; k++)
+        if (!strcmp(key, dl->fields[k]))
+            return DF_OK; /* one column per key: a batch cannot hold two of a name */
     if (dl->n_fields == DF_DATALOADER_MAX_FIELDS)
         return df_error(DF_EINVAL, "dataloader: more than %d extra columns", DF_DATALOADER_MAX_FIELDS);
     for (int64_t i = 0; i < dl->rows; i++) { /* every row has it: no batch fails later */
