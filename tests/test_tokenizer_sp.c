@@ -391,6 +391,9 @@ static void test_malformed_components(void **state)
                    "{\"type\": \"WordPiece\"}]}", DF_EUNSUPPORTED, "decoder \"WordPiece\"");
     expect_refused(dir, "bytelevel", "pre_tokenizer", "{\"type\": \"ByteLevel\"}", DF_EUNSUPPORTED,
                    "byte_fallback with a ByteLevel pre_tokenizer");
+    /* \C matches one byte of a UTF-8 char: a piece could end inside one (found by fuzzing) */
+    expect_refused(dir, "backslash_c", "pre_tokenizer", "{\"type\": \"Split\", \"pattern\": {\"Regex\": "
+                   "\"a+\\\\C\"}, \"behavior\": \"Isolated\"}", DF_EINVAL, "bad regex");
     /* a directory with only SentencePiece's tokenizer.model says how to convert it */
     char d[600];
     snprintf(d, sizeof d, "%s/spm_only", dir);

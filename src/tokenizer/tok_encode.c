@@ -165,6 +165,8 @@ static int64_t char_symbols(const df_tokenizer *t, const char *w, int64_t n, int
     bool unk = false;
     for (int64_t i = 0, l; i < n; i += l) {
         l = utf8_len((uint8_t)w[i]);
+        if (l > n - i) /* never past the word (whole chars when the input is valid UTF-8) */
+            l = n - i;
         int32_t id = tok_strmap_get(&t->vocab, w + i, l);
         bool bytes = id < 0 && t->byte_fallback;
         for (int64_t k = 0; bytes && k < l; k++)
@@ -293,6 +295,29 @@ static int add_span(enc_ctx *c, int depth, int64_t *k, int64_t s, int64_t e, boo
     return 0;
 }
 
+/* The first match of re in s [n] from off, in [*ms, *me): 0; -1 when there is none; DF_EINTERNAL
+ * (reported) when PCRE2 fails, e.g. at its match limit. A JIT stack too small for a long input
+ * falls back to the interpreter. */
+static int match_at(const pcre2_code *re, const char *s, int64_t n, int64_t off, pcre2_match_data *md,
+                    int64_t *ms, int64_t *me)
+{
+    int rc = pcre2_match(re, (PCRE2_SPTR)s, (PCRE2_SIZE)n, (PCRE2_SIZE)off, PCRE2_NO_UTF_CHECK, md, NULL);
+    if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
+        rc = pcre2_match(re, (PCRE2_SPTR)s, (PCRE2_SIZE)n, (PCRE2_SIZE)off, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md,
+                         NULL);
+    if (rc == PCRE2_ERROR_NOMATCH)
+        return -1;
+    if (rc < 0) {
+        PCRE2_UCHAR msg[256];
+        pcre2_get_error_message(rc, msg, sizeof msg);
+        return df_error(DF_EINTERNAL, "tokenizer: PCRE2 match failed: %s", (const char *)msg);
+    }
+    PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+    *ms = (int64_t)ov[0];
+    *me = (int64_t)ov[1];
+    return 0;
+}
+
 /* Cut s [n] into match / gap spans covering it (tokenizers Pattern::find_matches). */
 static int find_spans(enc_ctx *c, int depth, const pcre2_code *re, bool invert, const char *s, int64_t n,
                       int64_t *k)
@@ -300,21 +325,14 @@ static int find_spans(enc_ctx *c, int depth, const pcre2_code *re, bool invert, 
     int64_t off = 0, prev = 0;
     *k = 0;
     while (off < n) {
-        int rc = pcre2_match(re, (PCRE2_SPTR)s, (PCRE2_SIZE)n, (PCRE2_SIZE)off, PCRE2_NO_UTF_CHECK, c->md, NULL);
-        if (rc == PCRE2_ERROR_JIT_STACKLIMIT) /* long input for the JIT stack: interpret instead */
-            rc = pcre2_match(re, (PCRE2_SPTR)s, (PCRE2_SIZE)n, (PCRE2_SIZE)off,
-                             PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, c->md, NULL);
-        if (rc == PCRE2_ERROR_NOMATCH)
+        int64_t ms, me;
+        int rc = match_at(re, s, n, off, c->md, &ms, &me);
+        if (rc < 0)
             break;
-        if (rc < 0) {
-            PCRE2_UCHAR msg[256];
-            pcre2_get_error_message(rc, msg, sizeof msg);
-            return df_error(DF_EINTERNAL, "tokenizer: PCRE2 match failed: %s", (const char *)msg);
-        }
-        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(c->md);
-        int64_t ms = (int64_t)ov[0], me = (int64_t)ov[1];
-        if (me == ms) { /* an empty match cuts nothing */
-            off = ms + utf8_len((uint8_t)s[ms]);
+        if (rc)
+            return rc;
+        if (me == ms) { /* an empty match cuts nothing; s[n] is not ours to read */
+            off = ms < n ? ms + utf8_len((uint8_t)s[ms]) : n;
             continue;
         }
         if ((ms > prev && add_span(c, depth, k, prev, ms, invert)) || add_span(c, depth, k, ms, me, !invert))
@@ -465,13 +483,14 @@ static int norm_regex(const tok_norm_step *st, const char *s, int64_t n, char **
     char *r = malloc((size_t)cap);
     int rc = md && r ? 0 : DF_ENOMEM;
     while (!rc && off < n) {
-        int m = pcre2_match(st->re, (PCRE2_SPTR)s, (PCRE2_SIZE)n, (PCRE2_SIZE)off, PCRE2_NO_UTF_CHECK, md, NULL);
-        if (m < 0)
+        int64_t ms, me;
+        int m = match_at(st->re, s, n, off, md, &ms, &me);
+        if (m) {
+            rc = m < 0 ? 0 : m;
             break;
-        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
-        int64_t ms = (int64_t)ov[0], me = (int64_t)ov[1];
-        if (me == ms) {
-            off = ms + utf8_len((uint8_t)s[ms]);
+        }
+        if (me == ms) { /* s[n] is not ours to read (encode_n text need not be NUL-terminated) */
+            off = ms < n ? ms + utf8_len((uint8_t)s[ms]) : n;
             continue;
         }
         if ((rc = grow((void **)&r, &cap, o + (ms - prev) + lt + 1, 1)))
@@ -489,7 +508,7 @@ static int norm_regex(const tok_norm_step *st, const char *s, int64_t n, char **
     pcre2_match_data_free(md);
     if (rc) {
         free(r);
-        return df_error(DF_ENOMEM, "tokenizer: out of memory while normalising");
+        return rc == DF_ENOMEM ? df_error(DF_ENOMEM, "tokenizer: out of memory while normalising") : rc;
     }
     *out = r;
     *out_n = o;

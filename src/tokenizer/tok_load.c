@@ -268,7 +268,9 @@ int tok_compile_regex(const char *pattern, bool literal, pcre2_code **out, const
 {
     int err;
     PCRE2_SIZE off;
-    uint32_t opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP); /* LITERAL rejects UCP */
+    /* LITERAL rejects UCP. NEVER_BACKSLASH_C: \C matches one byte even in UTF mode, so a split
+     * or replacement could cut a character; the encoder relies on whole UTF-8 chars. */
+    uint32_t opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP | PCRE2_NEVER_BACKSLASH_C);
     pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, opts, &err, &off, NULL);
     if (!re) {
         PCRE2_UCHAR msg[256];
