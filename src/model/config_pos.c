@@ -130,13 +130,17 @@ static int parse_mistral_window(json_t *root, const char *src, df_model_config *
 {
     int64_t w = 4096;
     json_t *sw = json_object_get(root, "sliding_window");
-    int rc = json_is_null(sw) ? (w = 0, 0) : df_cfg_get_int(root, src, "sliding_window", false, &w);
-    if (!rc && sw && !json_is_null(sw) && w <= 0)
+    int rc;
+    if (json_is_null(sw))
+        w = 0;
+    else if ((rc = df_cfg_get_int(root, src, "sliding_window", false, &w)))
+        return rc;
+    else if (w <= 0)
         return df_error(DF_EINVAL, "%s: key \"sliding_window\" must be > 0 or null (got %lld)", src,
                         (long long)w);
     c->sliding_window = w;
     c->max_window_layers = 0;
-    return rc;
+    return DF_OK;
 }
 
 int df_cfg_parse_window(json_t *root, const char *src, df_model_config *c)

@@ -46,7 +46,7 @@ static int validate_type(const df_model_config *c)
         return df_error(DF_EUNSUPPORTED, "model_type \"%s\" is not supported (qwen2, qwen3, llama, mistral)",
                         c->model_type);
     if (mistral && c->attention_bias)
-        return df_error(DF_EINVAL, "mistral: attention biases do not exist in mistral");
+        return df_error(DF_EINVAL, "mistral has no attention biases (attention_bias set)");
     if (c->qk_norm != qwen3)
         return df_error(DF_EINVAL, "%s: q/k norms are %s (qwen3 has them, qwen2 and llama do not)",
                         c->model_type, c->qk_norm ? "set" : "not set");
