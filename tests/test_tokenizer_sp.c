@@ -394,12 +394,33 @@ static void test_malformed_components(void **state)
     /* \C matches one byte of a UTF-8 char: a piece could end inside one (found by fuzzing) */
     expect_refused(dir, "backslash_c", "pre_tokenizer", "{\"type\": \"Split\", \"pattern\": {\"Regex\": "
                    "\"a+\\\\C\"}, \"behavior\": \"Isolated\"}", DF_EINVAL, "bad regex");
-    /* a directory with only SentencePiece's tokenizer.model says how to convert it */
+    /* Replace decoders that make one token's bytes longer than INT32_MAX (46341^2 for "ab"): its
+       int32 length came out negative (found by reading the code). One small token, so that without
+       the check the load costs 2 GB, not one such string per token of a real vocabulary. */
     char d[600];
+    snprintf(d, sizeof d, "%s/huge_piece", dir);
+    assert_int_equal(mkdir(d, 0755), 0);
+    size_t cap = 2 * 46341 + 400;
+    char *big = malloc(46342), *text = malloc(cap);
+    assert_non_null(big);
+    assert_non_null(text);
+    memset(big, 'c', 46341);
+    big[46341] = '\0';
+    snprintf(text, cap, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, "
+             "\"merges\": [\"a b\"]}, \"decoder\": {\"type\": \"Sequence\", \"decoders\": ["
+             "{\"type\": \"Replace\", \"pattern\": {\"String\": \"ab\"}, \"content\": \"%s\"}, "
+             "{\"type\": \"Replace\", \"pattern\": {\"String\": \"c\"}, \"content\": \"%s\"}]}}", big, big);
+    write_text(d, "tokenizer.json", text);
+    free(big);
+    free(text);
+    df_tokenizer *t = (df_tokenizer *)1;
+    assert_int_equal(df_tokenizer_load(d, &t), DF_EINVAL);
+    assert_null(t);
+    assert_non_null(strstr(df_last_error(), "decoder makes token 2 (\"ab\") longer than 2147483647 bytes"));
+    /* a directory with only SentencePiece's tokenizer.model says how to convert it */
     snprintf(d, sizeof d, "%s/spm_only", dir);
     assert_int_equal(mkdir(d, 0755), 0);
     write_text(d, "tokenizer.model", "\n\x0f<unk>");
-    df_tokenizer *t;
     assert_int_equal(df_tokenizer_load(d, &t), DF_ENOTFOUND);
     assert_non_null(strstr(df_last_error(), "tokenizer.model is not read"));
 }
@@ -436,6 +457,70 @@ static void test_unk_and_partial_byte_fallback(void **state)
     }
 }
 
+/* Regexes that match the empty string (lookaheads, "$", "b*"): tokenizers' find_matches (onig's
+ * find_iter) gives empty matches too, except right where the previous match ended; a Split cuts
+ * there and a Replace inserts its content. The ids are HF tokenizers 0.23.2's for this char-level
+ * vocabulary (a b c X ab bc abc; merges a b, ab c, b c) on "abcabc", "b", "bb", "abc", "". */
+static void test_empty_regex_matches(void **state)
+{
+    const char *dir = *state;
+    static const char *texts[5] = {"abcabc", "b", "bb", "abc", ""};
+    static const struct {
+        const char *kind, *arg; /* Split: behavior (suffix "!" = invert); Replace: the regex */
+        int32_t ids[5][9];
+        int n[5];
+    } cases[] = {
+        {"Split", "Isolated", {{0, 1, 2, 0, 1, 2}, {1}, {1, 1}, {0, 1, 2}}, {6, 1, 2, 3, 0}},
+        {"Split", "Isolated!", {{0, 1, 2, 0, 1, 2}, {1}, {1, 1}, {0, 1, 2}}, {6, 1, 2, 3, 0}},
+        {"Split", "Removed", {{0, 1, 0, 1}, {1}, {1, 1}, {0, 1}}, {4, 1, 2, 2, 0}},
+        {"Split", "Removed!", {{2, 2}, {0}, {0}, {2}}, {2, 0, 0, 1, 0}},
+        {"Split", "MergedWithPrevious", {{0, 5, 0, 5}, {1}, {1, 1}, {0, 5}}, {4, 1, 2, 2, 0}},
+        {"Split", "MergedWithPrevious!", {{0, 1, 2, 0, 1, 2}, {1}, {1, 1}, {0, 1, 2}}, {6, 1, 2, 3, 0}},
+        {"Split", "MergedWithNext", {{0, 1, 2, 0, 1, 2}, {1}, {1, 1}, {0, 1, 2}}, {6, 1, 2, 3, 0}},
+        {"Split", "MergedWithNext!", {{0, 5, 0, 5}, {1}, {1, 1}, {0, 5}}, {4, 1, 2, 2, 0}},
+        {"Split", "Contiguous", {{0, 1, 2, 0, 1, 2}, {1}, {1, 1}, {0, 1, 2}}, {6, 1, 2, 3, 0}},
+        {"Replace", "(?=b)", {{0, 3, 5, 0, 3, 5}, {3, 1}, {3, 1, 3, 1}, {0, 3, 5}}, {6, 2, 4, 3, 0}},
+        {"Replace", "$", {{6, 6, 3}, {1, 3}, {1, 1, 3}, {6, 3}}, {3, 2, 3, 2, 0}},
+        {"Replace", "^", {{3, 6, 6}, {3, 1}, {3, 1, 1}, {3, 6}}, {3, 2, 3, 2, 0}},
+        {"Replace", "b*", {{3, 0, 3, 2, 3, 0, 3, 2, 3}, {3}, {3}, {3, 0, 3, 2, 3}}, {9, 1, 1, 5, 0}},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        char d[600], comp[256], text[1024];
+        snprintf(d, sizeof d, "%s/empty%zu", dir, k);
+        assert_int_equal(mkdir(d, 0755), 0);
+        bool split = !strcmp(cases[k].kind, "Split"), invert = strchr(cases[k].arg, '!') != NULL;
+        if (split)
+            snprintf(comp, sizeof comp, "\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": "
+                     "\"(?=b)|c\"}, \"behavior\": \"%.*s\", \"invert\": %s}", (int)strcspn(cases[k].arg, "!"),
+                     cases[k].arg, invert ? "true" : "false");
+        else
+            snprintf(comp, sizeof comp, "\"normalizer\": {\"type\": \"Replace\", \"pattern\": {\"Regex\": \"%s\"}, "
+                     "\"content\": \"X\"}", cases[k].arg);
+        snprintf(text, sizeof text,
+                 "{%s, \"decoder\": {\"type\": \"Fuse\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, "
+                 "\"b\": 1, \"c\": 2, \"X\": 3, \"ab\": 4, \"bc\": 5, \"abc\": 6}, \"merges\": [\"a b\", \"ab c\", "
+                 "\"b c\"]}}", comp);
+        write_text(d, "tokenizer.json", text);
+        df_tokenizer *t = NULL;
+        if (df_tokenizer_load(d, &t))
+            fail_msg("%s %s: %s", cases[k].kind, cases[k].arg, df_last_error());
+        for (int i = 0; i < 5; i++) {
+            int32_t *ids;
+            int64_t n;
+            assert_int_equal(df_tokenizer_encode(t, texts[i], false, &ids, &n), 0);
+            bool same = n == cases[k].n[i] && !memcmp(ids, cases[k].ids[i], (size_t)n * sizeof *ids);
+            if (!same) {
+                print_error("%s %s on \"%s\": got", cases[k].kind, cases[k].arg, texts[i]);
+                for (int64_t j = 0; j < n; j++)
+                    print_error(" %d", ids[j]);
+                fail_msg("ids differ from HF's");
+            }
+            free(ids);
+        }
+        df_tokenizer_free(t);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -445,6 +530,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_llama_class_template, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_malformed_components, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_unk_and_partial_byte_fallback, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_empty_regex_matches, df_test_mkdtemp, df_test_rmtree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

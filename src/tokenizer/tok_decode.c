@@ -116,7 +116,7 @@ static int byte_token(const char *s, int64_t n)
 static int step_replace(piece *p, const char *from, const char *to)
 {
     int64_t n;
-    char *r = tok_replace_all(p->s, p->n, from, to, &n);
+    char *r = tok_replace_all(p->s, p->n, from, to, INT64_MAX, &n);
     if (!r)
         return DF_ENOMEM;
     free(p->s);
@@ -266,11 +266,13 @@ static int apply_step(const tok_dec_step *d, plist *l)
 
 char *tok_piece_bytes(const df_tokenizer *t, const char *tok, int32_t *out_len)
 {
+    *out_len = 0;
     if (t->n_dec == 0)
         return tok_vocab_to_bytes(tok, out_len);
     piece p = {strdup(tok), (int64_t)strlen(tok)};
     for (int k = 0; p.s && k < t->n_dec; k++) {
         const tok_dec_step *d = &t->dec[k];
+        const char *to = d->kind == TOK_DEC_REPLACE ? d->to : " ";
         int b;
         if (d->kind == TOK_DEC_BYTE_LEVEL) {
             int32_t n = 0;
@@ -280,10 +282,15 @@ char *tok_piece_bytes(const df_tokenizer *t, const char *tok, int32_t *out_len)
         } else if (d->kind == TOK_DEC_BYTE_FALLBACK && (b = byte_token(p.s, p.n)) >= 0) {
             p.s[0] = (char)b;
             p.s[p.n = 1] = '\0';
-        } else if ((d->kind == TOK_DEC_REPLACE || d->kind == TOK_DEC_METASPACE) &&
-                   step_replace(&p, d->from, d->kind == TOK_DEC_REPLACE ? d->to : " ")) {
+        } else if (d->kind == TOK_DEC_REPLACE || d->kind == TOK_DEC_METASPACE) {
+            int64_t n;
+            char *r = tok_replace_all(p.s, p.n, d->from, to, INT32_MAX, &n); /* tok_blen is int32 */
             free(p.s);
-            p.s = NULL;
+            p = (piece){r, n};
+            if (!r && n < 0) {
+                *out_len = -1;
+                return NULL;
+            }
         }
     }
     *out_len = (int32_t)p.n;

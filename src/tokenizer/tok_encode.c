@@ -318,26 +318,40 @@ static int match_at(const pcre2_code *re, const char *s, int64_t n, int64_t off,
     return 0;
 }
 
-/* Cut s [n] into match / gap spans covering it (tokenizers Pattern::find_matches). */
+/* The next match of re in s [n] as the onig crate's find_iter gives it (tokenizers' regexes): from
+ * *off, an empty match right where the previous match (*last) ended skipped, the search going on
+ * one char further; *off moves past the match (an empty one: by one char, past n at the end).
+ * 0 with the match in [*ms, *me); -1 when there is none; DF_EINTERNAL when PCRE2 fails. */
+static int next_match(const pcre2_code *re, const char *s, int64_t n, int64_t *off, int64_t *last,
+                      pcre2_match_data *md, int64_t *ms, int64_t *me)
+{
+    for (;;) {
+        if (*off > n)
+            return -1;
+        int rc = match_at(re, s, n, *off, md, ms, me);
+        if (rc)
+            return rc;
+        *off = *me > *ms ? *me : *ms < n ? *ms + utf8_len((uint8_t)s[*ms]) : n + 1;
+        if (*me > *ms || *ms != *last)
+            break;
+    }
+    *last = *me;
+    return 0;
+}
+
+/* Cut s [n] into match / gap spans covering it (tokenizers Pattern::find_matches: an empty match
+ * is a span too, so it cuts the text there). */
 static int find_spans(enc_ctx *c, int depth, const pcre2_code *re, bool invert, const char *s, int64_t n,
                       int64_t *k)
 {
-    int64_t off = 0, prev = 0;
+    int64_t off = 0, prev = 0, last = -1, ms, me;
     *k = 0;
-    while (off < n) {
-        int64_t ms, me;
-        int rc = match_at(re, s, n, off, c->md, &ms, &me);
-        if (rc < 0)
-            break;
+    for (int rc; (rc = next_match(re, s, n, &off, &last, c->md, &ms, &me)) != -1;) {
         if (rc)
             return rc;
-        if (me == ms) { /* an empty match cuts nothing; s[n] is not ours to read */
-            off = ms < n ? ms + utf8_len((uint8_t)s[ms]) : n;
-            continue;
-        }
         if ((ms > prev && add_span(c, depth, k, prev, ms, invert)) || add_span(c, depth, k, ms, me, !invert))
             return DF_ENOMEM;
-        prev = off = me;
+        prev = me;
     }
     if (prev < n && add_span(c, depth, k, prev, n, invert))
         return DF_ENOMEM;
@@ -399,7 +413,7 @@ static void apply_behavior(span *v, int64_t k, tok_split_behavior b, int64_t *lo
 static char *metaspace(const tok_pre_step *st, const char *s, int64_t n, bool at0, int64_t *out_n)
 {
     int64_t lr = (int64_t)strlen(st->replacement);
-    char *r = tok_replace_all(s, n, " ", st->replacement, out_n);
+    char *r = tok_replace_all(s, n, " ", st->replacement, INT64_MAX, out_n);
     bool lead = st->prepend == TOK_PREPEND_ALWAYS || (st->prepend == TOK_PREPEND_FIRST && at0);
     if (!r || !lead || (*out_n >= lr && memcmp(r, st->replacement, (size_t)lr) == 0))
         return r;
@@ -474,31 +488,28 @@ static int norm_unicode(tok_norm_kind k, const char *s, int64_t n, char **out, i
     return 0;
 }
 
-/* Every non-empty match of a regex replaced by text (tokenizers normalizers/replace.rs; an
- * empty match replaces nothing, as the pre-tokenizer Split treats it). */
+/* Every match of a regex replaced by text, an empty one too (it inserts the text), found as
+ * find_spans finds them; an empty string is left alone (tokenizers normalizers/replace.rs). */
 static int norm_regex(const tok_norm_step *st, const char *s, int64_t n, char **out, int64_t *out_n)
 {
+    if (n == 0)
+        return 0;
     pcre2_match_data *md = pcre2_match_data_create(1, NULL);
-    int64_t lt = (int64_t)strlen(st->text), cap = n + 16, o = 0, off = 0, prev = 0;
+    int64_t lt = (int64_t)strlen(st->text), cap = n + 16, o = 0, off = 0, prev = 0, last = -1, ms, me;
     char *r = malloc((size_t)cap);
     int rc = md && r ? 0 : DF_ENOMEM;
-    while (!rc && off < n) {
-        int64_t ms, me;
-        int m = match_at(st->re, s, n, off, md, &ms, &me);
+    while (!rc) {
+        int m = next_match(st->re, s, n, &off, &last, md, &ms, &me);
         if (m) {
             rc = m < 0 ? 0 : m;
             break;
-        }
-        if (me == ms) { /* s[n] is not ours to read (encode_n text need not be NUL-terminated) */
-            off = ms < n ? ms + utf8_len((uint8_t)s[ms]) : n;
-            continue;
         }
         if ((rc = grow((void **)&r, &cap, o + (ms - prev) + lt + 1, 1)))
             break;
         memcpy(r + o, s + prev, (size_t)(ms - prev));
         memcpy(r + o + (ms - prev), st->text, (size_t)lt);
         o += ms - prev + lt;
-        prev = off = me;
+        prev = me;
     }
     if (!rc && !(rc = grow((void **)&r, &cap, o + (n - prev) + 1, 1))) {
         memcpy(r + o, s + prev, (size_t)(n - prev));
@@ -535,7 +546,7 @@ static int norm_step(const tok_norm_step *st, const char *s, int64_t n, char **o
             return norm_regex(st, s, n, out, out_n);
         if (!memmem(s, (size_t)n, st->literal, strlen(st->literal)))
             return 0;
-        if (!(*out = tok_replace_all(s, n, st->literal, st->text, out_n)))
+        if (!(*out = tok_replace_all(s, n, st->literal, st->text, INT64_MAX, out_n)))
             break;
         return 0;
     default:

@@ -85,8 +85,9 @@ char *tok_bytes_to_vocab(const char *bytes, int64_t n);
  *  outside it, the string's own UTF-8 (the HF ByteLevel decoder's fallback). malloc'd. */
 char *tok_vocab_to_bytes(const char *tok, int32_t *out_len);
 /** s [n] with every occurrence of `from` (non-empty) replaced by `to`, left to right;
- *  malloc'd and NUL-terminated, its length in *out_n. NULL when out of memory. */
-char *tok_replace_all(const char *s, int64_t n, const char *from, const char *to, int64_t *out_n);
+ *  malloc'd and NUL-terminated, its length in *out_n. NULL when out of memory (*out_n 0), or
+ *  with *out_n -1 when the result would be longer than max bytes. */
+char *tok_replace_all(const char *s, int64_t n, const char *from, const char *to, int64_t max, int64_t *out_n);
 /** Byte offset of the first invalid UTF-8 sequence in s [n], or -1 when valid. */
 int64_t tok_utf8_invalid_at(const char *s, int64_t n);
 
@@ -239,7 +240,8 @@ int tok_refresh_added(df_tokenizer *t);
 
 /* tok_decode.c */
 /** Raw bytes of one model token in vocabulary form: the decoder's per-token steps (ByteLevel
- *  alphabet, Replace, a "<0xHH>" byte, Metaspace's replacement); malloc'd, NUL-terminated. */
+ *  alphabet, Replace, a "<0xHH>" byte, Metaspace's replacement); malloc'd, NUL-terminated.
+ *  NULL when out of memory, or with *out_len -1 when the bytes would exceed INT32_MAX. */
 char *tok_piece_bytes(const df_tokenizer *t, const char *piece, int32_t *out_len);
 
 /* tok_config.c */

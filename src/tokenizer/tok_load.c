@@ -100,7 +100,7 @@ int tok_reserve_ids(df_tokenizer *t, int64_t n)
 }
 
 static int set_token(df_tokenizer *t, int32_t id, const char *vocab_form, const char *bytes,
-                     int64_t blen)
+                     int64_t blen, const char *src)
 {
     free(t->tok_str[id]);
     free(t->tok_bytes[id]);
@@ -115,6 +115,9 @@ static int set_token(df_tokenizer *t, int32_t id, const char *vocab_form, const 
     } else {
         int32_t l = 0;
         t->tok_bytes[id] = tok_piece_bytes(t, vocab_form, &l);
+        if (!t->tok_bytes[id] && l < 0)
+            return df_error(DF_EINVAL, "%s: the decoder makes token %d (\"%.40s\") longer than %d bytes", src, id,
+                            vocab_form, INT32_MAX);
         t->tok_blen[id] = l;
     }
     if (!t->tok_str[id] || !t->tok_bytes[id])
@@ -139,7 +142,7 @@ int tok_build_model(df_tokenizer *t, const char *const *vocab_str, const int32_t
         int64_t len = (int64_t)strlen(vocab_str[i]);
         rc = tok_strmap_put(&t->vocab, vocab_str[i], len, vocab_id[i]);
         if (!rc && !t->tok_str[vocab_id[i]]) /* a duplicated id keeps its first token */
-            rc = set_token(t, vocab_id[i], vocab_str[i], NULL, 0);
+            rc = set_token(t, vocab_id[i], vocab_str[i], NULL, 0, src);
     }
     if (rc)
         return rc;
@@ -224,7 +227,7 @@ int tok_add_token(df_tokenizer *t, const tok_added *a, const char *src)
     *d = *a;
     d->content = content;
     d->match = NULL;
-    rc = set_token(t, a->id, a->content, a->content, (int64_t)strlen(a->content));
+    rc = set_token(t, a->id, a->content, a->content, (int64_t)strlen(a->content), src);
     if (rc)
         return rc;
     t->flags[a->id] = (uint8_t)(TOK_F_ADDED | (a->special ? TOK_F_SPECIAL : 0));

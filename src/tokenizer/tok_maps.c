@@ -296,12 +296,16 @@ int64_t tok_utf8_invalid_at(const char *s, int64_t n)
     return -1;
 }
 
-char *tok_replace_all(const char *s, int64_t n, const char *from, const char *to, int64_t *out_n)
+char *tok_replace_all(const char *s, int64_t n, const char *from, const char *to, int64_t max, int64_t *out_n)
 {
     int64_t lf = (int64_t)strlen(from), lt = (int64_t)strlen(to), hits = 0;
     for (const char *p = s; (p = memmem(p, (size_t)(s + n - p), from, (size_t)lf)); p += lf)
         hits++;
+    *out_n = -1;
+    if (lt > lf && hits > (max - n) / (lt - lf))
+        return NULL;
     char *out = malloc((size_t)(n + hits * (lt > lf ? lt - lf : 0)) + 1), *w = out;
+    *out_n = 0;
     if (!out)
         return NULL;
     const char *r = s, *p;
