@@ -199,7 +199,7 @@ struct df_tokenizer {
     int n_norm;
     tok_pre_step pre[TOK_MAX_PRE];
     int n_pre;
-    tok_dec_step dec[TOK_MAX_DEC]; /* none: ByteLevel (tokenizers trained or read from vocab.json) */
+    tok_dec_step dec[TOK_MAX_DEC]; /* none (no pipeline parsed): bytes as ByteLevel gives them */
     int n_dec;
     int32_t post_prefix[TOK_MAX_TEMPLATE], post_suffix[TOK_MAX_TEMPLATE];
     int n_post_prefix, n_post_suffix;
