@@ -16,9 +16,7 @@
 
 #include "testutil.h"
 
-#include "distflow/model.h"
 #include "distflow/tokenizer.h"
-#include "engine/hf_dir.h"
 #include "util/fsutil.h"
 
 #include <jansson.h>
@@ -38,30 +36,8 @@ static void llama2_model(const char *dir)
                                   &tmpl, NULL), 0);
     assert_int_equal(df_tokenizer_set_chat_template(tok, tmpl), 0);
     free(tmpl);
-    char *md = df_path_join(dir, "model");
-    assert_int_equal(df_tokenizer_save(tok, md), 0);
-    df_model_config c;
-    df_model_config_defaults(&c);
-    snprintf(c.model_type, sizeof c.model_type, "llama");
-    c.attention_bias = false;
-    c.vocab_size = df_tokenizer_vocab_size(tok);
-    c.hidden_size = 32;
-    c.intermediate_size = 64;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 4;
-    c.head_dim = 8;
-    c.max_position_embeddings = 4096;
-    c.bos_token_id = df_tokenizer_bos_id(tok);
-    c.eos_token_ids[0] = df_tokenizer_eos_id(tok);
-    c.n_eos = 1;
-    df_model *m;
-    assert_int_equal(df_model_create(&c, &m), 0);
-    assert_int_equal(df_model_init_random(m, 11), 0);
-    assert_int_equal(df_hf_dir_save(m, DF_DTYPE_F32, NULL, md), 0);
-    df_model_free(m);
+    df_test_random_model(dir, tok, "llama", 32, 2, 11, 4096);
     df_tokenizer_free(tok);
-    free(md);
 }
 
 static void test_grpo_step(void **state)

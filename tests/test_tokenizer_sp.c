@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "distflow/tokenizer.h"
+#include "util/fsutil.h"
 #include "util/hash.h"
 
 #define FIXTURES DF_SOURCE_DIR "/tests/fixtures/sp_tokenizers"
@@ -38,24 +39,30 @@ static df_tokenizer *load_variant(const char *name)
     return t;
 }
 
-/* Line `line` (0-based) of a ../shared/data file, parsed. */
+/* Line `line` (0-based) of a ../shared/data file, parsed; each file is read once (kept, reachable,
+ * until the test exits). */
 static json_t *data_row(const char *source, int64_t line)
 {
+    static struct {
+        char name[64];
+        char *text;
+    } files[4];
+    int k = 0;
+    while (k < 4 && files[k].text && strcmp(files[k].name, source) != 0)
+        k++;
+    assert_true(k < 4);
     char path[512];
     snprintf(path, sizeof path, "%s/data/%s", DF_SHARED_DIR, source);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        fail_msg("cannot open %s", path);
-    char *buf = NULL;
-    size_t cap = 0;
-    json_t *row = NULL;
-    for (int64_t i = 0; getline(&buf, &cap, f) > 0; i++)
-        if (i == line) {
-            row = json_loads(buf, 0, NULL);
-            break;
-        }
-    free(buf);
-    fclose(f);
+    if (!files[k].text) {
+        if (df_read_file(path, &files[k].text, NULL))
+            fail_msg("cannot read %s", path);
+        snprintf(files[k].name, sizeof files[k].name, "%s", source);
+    }
+    const char *p = files[k].text;
+    for (int64_t i = 0; p && i < line; i++)
+        if ((p = strchr(p, '\n')))
+            p++;
+    json_t *row = p ? json_loadb(p, strcspn(p, "\n"), 0, NULL) : NULL;
     if (!row)
         fail_msg("%s: no line %lld", path, (long long)line);
     return row;
@@ -252,10 +259,7 @@ static void write_text(const char *dir, const char *name, const char *text)
 {
     char p[600];
     snprintf(p, sizeof p, "%s/%s", dir, name);
-    FILE *f = fopen(p, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
+    assert_int_equal(df_write_file_atomic(p, text, strlen(text)), 0);
 }
 
 /* A copy of a fixture variant's tokenizer.json beside the given tokenizer_config.json. */
@@ -264,15 +268,9 @@ static char *variant_with_config(const char *dir, const char *variant, const cha
     static char d[600];
     snprintf(d, sizeof d, "%s/%s", dir, name);
     assert_int_equal(mkdir(d, 0755), 0);
-    char *src = NULL;
-    size_t cap = 0;
-    char p[600];
+    char *src = NULL, p[600];
     snprintf(p, sizeof p, "%s/%s/tokenizer.json", FIXTURES, variant);
-    FILE *f = fopen(p, "r");
-    assert_non_null(f);
-    ssize_t n = getdelim(&src, &cap, '\0', f);
-    fclose(f);
-    assert_true(n > 0);
+    assert_int_equal(df_read_file(p, &src, NULL), 0);
     write_text(d, "tokenizer.json", src);
     free(src);
     if (config)

@@ -151,19 +151,19 @@ static inline bool df_test_error_mentions(const char *text)
     } while (0)
 
 /**
- * A tokenizer (byte-level BPE of `vocab` tokens trained on texts[n]) and a
- * random Qwen2 using it (hidden, layers; head_dim 8, hidden / 8 heads, half as
- * many KV heads, intermediate 2 x hidden, max_pos positions), saved as an HF directory dir/model.
+ * dir/model: `tok` and a random model of `model_type` ("qwen2": its q/k/v biases; "llama": none)
+ * using it (hidden, layers; head_dim 8, hidden / 8 heads, half as many KV heads, intermediate
+ * 2 x hidden, max_pos positions), saved as an HF directory.
  */
-static inline void df_test_tiny_model_ex(const char *dir, const char *const *texts, int n, int vocab,
-                                         int hidden, int layers, uint64_t seed, int64_t max_pos)
+static inline void df_test_random_model(const char *dir, const df_tokenizer *tok, const char *model_type,
+                                        int hidden, int layers, uint64_t seed, int64_t max_pos)
 {
-    df_tokenizer *tok;
-    assert_int_equal(df_tokenizer_train_bpe(texts, n, vocab, NULL, &tok), 0);
     char *model_dir = df_path_join(dir, "model");
     assert_int_equal(df_tokenizer_save(tok, model_dir), 0);
     df_model_config cfg;
     df_model_config_defaults(&cfg);
+    snprintf(cfg.model_type, sizeof cfg.model_type, "%s", model_type);
+    cfg.attention_bias = !strcmp(model_type, "qwen2");
     cfg.vocab_size = df_tokenizer_vocab_size(tok);
     cfg.hidden_size = hidden;
     cfg.intermediate_size = 2 * hidden;
@@ -179,8 +179,20 @@ static inline void df_test_tiny_model_ex(const char *dir, const char *const *tex
     assert_int_equal(df_model_init_random(m, seed), 0);
     assert_int_equal(df_hf_dir_save(m, DF_DTYPE_F32, NULL, model_dir), 0);
     df_model_free(m);
-    df_tokenizer_free(tok);
     free(model_dir);
+}
+
+/**
+ * A tokenizer (byte-level BPE of `vocab` tokens trained on texts[n]) and a random Qwen2 using it
+ * (df_test_random_model), saved as an HF directory dir/model.
+ */
+static inline void df_test_tiny_model_ex(const char *dir, const char *const *texts, int n, int vocab,
+                                         int hidden, int layers, uint64_t seed, int64_t max_pos)
+{
+    df_tokenizer *tok;
+    assert_int_equal(df_tokenizer_train_bpe(texts, n, vocab, NULL, &tok), 0);
+    df_test_random_model(dir, tok, "qwen2", hidden, layers, seed, max_pos);
+    df_tokenizer_free(tok);
 }
 
 /** df_test_tiny_model_ex with Qwen2Config's 32768 positions: the tests' jobs configure prompts of
@@ -378,10 +390,11 @@ static inline void df_test_digits_inputs(const char *dir, const char *name, int 
     for (int i = 0; i < n; i++) {
         snprintf(store[i], sizeof store[i], "Add %d and %d. What do you get?", i, 2 * i + 1);
         texts[i] = store[i];
-        snprintf(line, sizeof line,
-                 "{\"data_source\": \"%s\", \"prompt\": [{\"role\": \"user\", \"content\": "
-                 "\"%s\"}], \"reward_model\": {\"style\": \"rule\", \"ground_truth\": \"%d\"}}\n",
-                 source, store[i], 3 * i + 1);
+        int w = snprintf(line, sizeof line,
+                         "{\"data_source\": \"%s\", \"prompt\": [{\"role\": \"user\", \"content\": "
+                         "\"%s\"}], \"reward_model\": {\"style\": \"rule\", \"ground_truth\": \"%d\"}}\n",
+                         source, store[i], 3 * i + 1);
+        assert_true(w < (int)sizeof line);
         strcat(data, line);
     }
     char *path = df_path_join(dir, name);

@@ -6,6 +6,7 @@
  */
 #include "tokenizer/tok_internal.h"
 
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
@@ -98,19 +99,15 @@ static void plist_free(plist *l)
     l->n = 0;
 }
 
-static int hexval(char c)
-{
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
 /* The byte of a "<0xHH>" token, or -1 (tokenizers ByteFallback: u8::from_str_radix of the two
  * chars, which also reads "+H"). */
 static int byte_token(const char *s, int64_t n)
 {
-    if (n != 6 || memcmp(s, "<0x", 3) != 0 || s[5] != '>')
+    if (n != 6 || memcmp(s, "<0x", 3) != 0 || s[5] != '>' || !isxdigit((unsigned char)s[4]) ||
+        !(isxdigit((unsigned char)s[3]) || s[3] == '+'))
         return -1;
-    int hi = s[3] == '+' ? 0 : hexval(s[3]), lo = hexval(s[4]);
-    return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+    char hex[3] = {s[3], s[4], '\0'};
+    return (int)strtol(hex, NULL, 16);
 }
 
 static int step_replace(piece *p, const char *from, const char *to)

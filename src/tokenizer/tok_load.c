@@ -487,15 +487,20 @@ static int parse_behavior(const char *s, tok_split_behavior *b)
     return -1;
 }
 
-/* The replacement char of a Metaspace component; NULL unless exactly one UTF-8 char. */
-static char *one_char(json_t *j)
+/* The code point of j[key] when that is a string of exactly one char, else -1 (jansson's
+ * strings are valid UTF-8). */
+static int32_t one_char(json_t *j, const char *key)
 {
-    const char *v = json_string_value(json_object_get(j, "replacement"));
-    int64_t n = v ? (int64_t)strlen(v) : 0;
-    if (n == 0 || tok_utf8_invalid_at(v, n) >= 0)
-        return NULL;
-    int64_t l = (uint8_t)v[0] < 0x80 ? 1 : (uint8_t)v[0] < 0xE0 ? 2 : (uint8_t)v[0] < 0xF0 ? 3 : 4;
-    return l == n ? strdup(v) : NULL;
+    const char *v = json_string_value(json_object_get(j, key));
+    utf8proc_int32_t cp = -1;
+    return v && v[0] && utf8proc_iterate((const utf8proc_uint8_t *)v, -1, &cp) == (utf8proc_ssize_t)strlen(v)
+               ? cp : -1;
+}
+
+/* A copy of j["replacement"], a Metaspace component's one char; NULL when it is not one. */
+static char *replacement(json_t *j)
+{
+    return one_char(j, "replacement") >= 0 ? strdup(json_string_value(json_object_get(j, "replacement"))) : NULL;
 }
 
 /* prepend_scheme "always" | "first" | "never"; older files say add_prefix_space instead
@@ -517,7 +522,7 @@ static int parse_prepend(json_t *j, const char *what, const char *src, tok_prepe
 
 static int parse_metaspace(json_t *j, tok_pre_step *s, const char *src)
 {
-    if (!(s->replacement = one_char(j)))
+    if (!(s->replacement = replacement(j)))
         return df_error(DF_EINVAL, "%s: pre_tokenizer Metaspace: \"replacement\" must be one character", src);
     s->behavior = TOK_SPLIT_MERGED_NEXT;
     int rc = parse_prepend(j, "pre_tokenizer Metaspace", src, &s->prepend);
@@ -651,11 +656,10 @@ static int parse_decoder_step(tok_dec_step *d, json_t *j, const char *type, cons
         return rc;
     }
     if (d->kind == TOK_DEC_STRIP) {
-        const char *c = json_string_value(json_object_get(j, "content"));
         json_t *a = json_object_get(j, "start"), *b = json_object_get(j, "stop");
-        utf8proc_int32_t cp = -1;
-        if (!c || utf8proc_iterate((const utf8proc_uint8_t *)c, -1, &cp) != (utf8proc_ssize_t)strlen(c) ||
-            !json_is_integer(a) || !json_is_integer(b) || json_integer_value(a) < 0 || json_integer_value(b) < 0)
+        int32_t cp = one_char(j, "content");
+        if (cp < 0 || !json_is_integer(a) || !json_is_integer(b) || json_integer_value(a) < 0 ||
+            json_integer_value(b) < 0)
             return df_error(DF_EINVAL, "%s: decoder Strip needs one \"content\" character and integers "
                             "\"start\", \"stop\" >= 0", src);
         d->cp = (uint32_t)cp;
@@ -664,7 +668,7 @@ static int parse_decoder_step(tok_dec_step *d, json_t *j, const char *type, cons
     }
     if (d->kind == TOK_DEC_METASPACE) {
         tok_prepend_scheme p;
-        if (!(d->from = one_char(j)))
+        if (!(d->from = replacement(j)))
             return df_error(DF_EINVAL, "%s: decoder Metaspace: \"replacement\" must be one character", src);
         int rc = parse_prepend(j, "decoder Metaspace", src, &p);
         d->prepend = p != TOK_PREPEND_NEVER;
