@@ -28,7 +28,7 @@ ignored:
   other than the default is named in one warning before the run starts
   (`N settings with no effect in distflow: key=value (file:line), ...`).
 - **[not supported by distflow]**: a feature distflow lacks (`data.custom_cls`,
-  `model.override_config`, FIRE sampling, Megatron's learning-rate schedules, ...). Only the default is
+  `actor.shuffle`, FIRE sampling, Megatron's learning-rate schedules, ...). Only the default is
   accepted; another value is refused with the key, the value, where it was set and what the key
   would do. Writing the default out, as verl's own files do, is fine.
 
@@ -41,9 +41,10 @@ a key that nothing reads and that carries no class fails the suite.
 Keys of type `map` are siiRL's free-form dict arguments (`model.override_config`,
 `fsdp_config.wrap_policy`, `rollout.engine_kwargs.vllm`, the `megatron` blocks, `ray_init`,
 `profiler`, `hydra`, ...). They take any YAML mapping (nested, with lists) or null; nothing under
-them is checked. The value is kept as canonical flow YAML (`{a: 1, b: [x, y]}`), which
+them is checked by the config reader (the code that uses a map checks its entries:
+`model.override_config` against the model's config.json, docs/models.md). The value is kept as canonical flow YAML (`{a: 1, b: [x, y]}`), which
 `config show` prints. Set a whole map with `key={a: 1}` or one entry inside it with a dotted
-override (`actor_rollout_ref.model.override_config.attention_dropout=0.1`); `${...}` inside a
+override (`actor_rollout_ref.model.override_config.max_position_embeddings=32768`); `${...}` inside a
 map is kept as text. Code that hands a map on as data (chat-template kwargs, an environment's
 config, reward kwargs) reads it as JSON through `df_config_map_json`, the same YAML -> JSON walker
 (`src/config/yaml_json.h`) that reads the agent's tool, interaction and environment files: plain

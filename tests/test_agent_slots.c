@@ -156,8 +156,8 @@ static void test_node_model_path_loads(void **state)
     df_tokenizer *tb = NULL, *ta = NULL;
     char a[1024];
     snprintf(a, sizeof a, "%s/model", dir);
-    assert_int_equal(df_hf_dir_load(b, b, &mb, &tb), 0);
-    assert_int_equal(df_hf_dir_load(a, a, &ma, &ta), 0);
+    assert_int_equal(df_hf_dir_load(b, b, NULL, &mb, &tb), 0);
+    assert_int_equal(df_hf_dir_load(a, a, NULL, &ma, &ta), 0);
     const df_model *actor = df_actor_model(w->actor.model);
     assert_true(df_test_max_param_diff(actor, mb) == 0.0);
     assert_true(df_test_max_param_diff(actor, ma) > 0.0); /* the two models differ */
@@ -287,9 +287,9 @@ static void test_agent_checkpoints(void **state)
     free(text);
     df_model *saved1 = NULL, *saved0 = NULL;
     snprintf(p, sizeof p, "%s/out/global_step_2/actor_agent_1", dir);
-    assert_int_equal(df_hf_dir_load(p, NULL, &saved1, NULL), 0);
+    assert_int_equal(df_hf_dir_load(p, NULL, NULL, &saved1, NULL), 0);
     snprintf(p, sizeof p, "%s/out/global_step_2/actor", dir);
-    assert_int_equal(df_hf_dir_load(p, NULL, &saved0, NULL), 0);
+    assert_int_equal(df_hf_dir_load(p, NULL, NULL, &saved0, NULL), 0);
     assert_true(df_test_max_param_diff(saved0, saved1) > 0);
 
     /* resumed: each group's actor as saved, its optimizer two steps on */
@@ -445,7 +445,7 @@ static void test_agent_critics(void **state)
     assert_ptr_not_equal(c0, c1);
     /* group 1's critic is b's model with the head the job's seed draws */
     df_model *vb = NULL;
-    assert_int_equal(df_hf_dir_load(b, NULL, &vb, NULL), 0);
+    assert_int_equal(df_hf_dir_load(b, NULL, NULL, &vb, NULL), 0);
     assert_int_equal(df_model_to_value_model(&vb, df_worker_seed(w)), 0);
     assert_true(df_test_same_params(df_critic_model(c1), vb));
     df_model *init0 = critic_copy(c0), *init1 = critic_copy(c1);
@@ -573,9 +573,9 @@ static void test_agent_critic_checkpoints(void **state)
     df_model *saved1 = NULL, *saved0 = NULL;
     char p[1200];
     snprintf(p, sizeof p, "%s/out/global_step_2/critic_agent_1", dir);
-    assert_int_equal(df_hf_dir_load(p, NULL, &saved1, NULL), 0);
+    assert_int_equal(df_hf_dir_load(p, NULL, NULL, &saved1, NULL), 0);
     snprintf(p, sizeof p, "%s/out/global_step_2/critic", dir);
-    assert_int_equal(df_hf_dir_load(p, NULL, &saved0, NULL), 0);
+    assert_int_equal(df_hf_dir_load(p, NULL, NULL, &saved0, NULL), 0);
 
     const char *ov3[] = {"trainer.total_training_steps=3", "trainer.save_freq=1"};
     df_config *cfg = ppo_job(dir, ov3, 2);

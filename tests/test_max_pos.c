@@ -184,6 +184,58 @@ static void test_train_at_limit_runs(void **state)
     json_decref(lines);
 }
 
+/*
+ * actor_rollout_ref.model.override_config / critic.model.override_config: the checks read each
+ * config.json with its role's overrides (a longer max_position_embeddings lets a job through; past
+ * it, the message names the override), a key or value the loader refuses is refused by the check,
+ * and a job past the file's range runs: the worker builds the model from the merged config (its
+ * rollout engine refuses prompt + response past the file's 128 positions), and its checkpoint's
+ * config.json records the override.
+ */
+static void test_override_config(void **state)
+{
+    (void)state;
+    const char *ov[] = {"actor_rollout_ref.model.override_config.max_position_embeddings=256"};
+    assert_int_equal(check("model", LIMIT - RESP + 1, ov, 1), DF_OK);
+    assert_error_mentions(check("model", 256 - RESP + 1, ov, 1), DF_EINVAL, "max_position_embeddings 256 (");
+    assert_last_error_mentions("/model/config.json with actor_rollout_ref.model.override_config)");
+    /* the critic reads its own overrides, not the policy's */
+    char critic[600];
+    snprintf(critic, sizeof critic, "critic.model.path=%s/model", dir);
+    const char *gae[] = {"algorithm.adv_estimator=gae", critic, "critic.ppo_micro_batch_size_per_gpu=4",
+                         "critic.ppo_mini_batch_size=4", ov[0], "critic.model.override_config={}"};
+    assert_error_mentions(check("model", LIMIT - RESP + 1, gae, 6), DF_EINVAL, "critic.model.path=");
+    gae[5] = "critic.model.override_config={max_position_embeddings: 256}";
+    assert_int_equal(check("model", LIMIT - RESP + 1, gae, 6), DF_OK);
+    gae[5] = "critic.model.override_config.hidden_dropout=0";
+    assert_error_mentions(check("model", 8, gae, 6), DF_EUNSUPPORTED, "critic.model.override_config.hidden_dropout");
+    /* refused before anything is loaded, naming where the setting was made */
+    const char *key[] = {"actor_rollout_ref.model.override_config.pad_token_id=0"};
+    assert_error_mentions(check("model", 8, key, 1), DF_EUNSUPPORTED,
+                          "actor_rollout_ref.model.override_config.pad_token_id: distflow does not read");
+    assert_last_error_mentions("command line");
+    const char *val[] = {"actor_rollout_ref.model.override_config.rope_theta=fast"};
+    assert_error_mentions(check("model", 8, val, 1), DF_EINVAL,
+                          "config.json with actor_rollout_ref.model.override_config: key \"rope_theta\"");
+
+    char yaml[4096], cfg_path[600], *text = NULL;
+    snprintf(yaml, sizeof yaml,
+             "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 4,\n"
+             "       max_prompt_length: 80, max_response_length: 100}\n"
+             "actor_rollout_ref:\n"
+             "  model: {path: %s/model, override_config: {max_position_embeddings: 192}}\n"
+             "  actor: {optim: {lr: 0.01}, ppo_mini_batch_size: 4, ppo_micro_batch_size_per_gpu: 8}\n"
+             "  rollout: {n: 2, log_prob_micro_batch_size_per_gpu: 16}\n"
+             "algorithm: {adv_estimator: grpo}\n"
+             "trainer: {total_training_steps: 1, save_freq: 1, logger: [], default_local_dir: %s/overridden}\n",
+             dir, dir, dir);
+    df_test_fit(yaml, "overridden.yaml");
+    snprintf(cfg_path, sizeof cfg_path, "%s/overridden/global_step_1/actor/config.json", dir);
+    assert_int_equal(df_read_file(cfg_path, &text, NULL), DF_OK);
+    assert_non_null(strstr(text, "\"max_position_embeddings\": 192"));
+    free(text);
+}
+
 static int sft(int max_length, const char *out)
 {
     char yaml[2048];
@@ -303,7 +355,7 @@ int main(void)
         cmocka_unit_test(test_train_refused),      cmocka_unit_test(test_node_model_refused),
         cmocka_unit_test(test_train_cli_writes_nothing), cmocka_unit_test(test_train_at_limit_runs),
         cmocka_unit_test(test_sft),                cmocka_unit_test(test_eval),
-        cmocka_unit_test(test_engine_refuses),
+        cmocka_unit_test(test_engine_refuses),     cmocka_unit_test(test_override_config),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -732,7 +732,7 @@ static void test_score_cli_limits(void **state)
     char src[600], bad[600];
     snprintf(src, sizeof src, "%s/model", dir);
     snprintf(bad, sizeof bad, "%s/nan_model", dir);
-    assert_int_equal(df_hf_dir_load(src, NULL, &m, &tok), 0);
+    assert_int_equal(df_hf_dir_load(src, NULL, NULL, &m, &tok), 0);
     m->params[df_model_find_tensor(m, "model.norm.weight")->offset] = NAN;
     assert_int_equal(df_hf_dir_save(m, DF_DTYPE_F32, src, bad), 0);
     df_model_free(m);
@@ -742,6 +742,28 @@ static void test_score_cli_limits(void **state)
     assert_int_equal(df_test_command(cmd, out, sizeof out), 1);
     if (!strstr(out, "\"model.norm.weight\" holds a non-finite value (nan)") || strstr(out, "log_probs"))
         fail_msg("unexpected output: %s", out);
+}
+
+/* `distflow init-model`: --tokenizer is a directory whose files are copied into --out; a tokenizer.json
+   path is refused (it would load, and leave --out without a tokenizer), and nothing is written. */
+static void test_init_model_cli(void **state)
+{
+    const char *dir = *state;
+    const char *texts[] = {"the cat sat on the mat", "a dog ran in the park"};
+    df_test_tiny_model(dir, texts, 2, 300, 16, 1, 7);
+    char cmd[2048], out[4096], path[600];
+    const char *fmt = "%s/distflow init-model --config %s/model/config.json --tokenizer %s/model%s --out %s/%s 2>&1";
+    snprintf(cmd, sizeof cmd, fmt, DF_BINARY_DIR, dir, dir, "/tokenizer.json", dir, "from_file");
+    assert_int_equal(df_test_command(cmd, out, sizeof out), 1);
+    if (!strstr(out, "/tokenizer.json: not a directory"))
+        fail_msg("unexpected output: %s", out);
+    snprintf(path, sizeof path, "%s/from_file", dir);
+    assert_false(df_dir_exists(path));
+    snprintf(cmd, sizeof cmd, fmt, DF_BINARY_DIR, dir, dir, "", dir, "from_dir");
+    if (df_test_command(cmd, out, sizeof out))
+        fail_msg("init-model: %s", out);
+    snprintf(path, sizeof path, "%s/from_dir/tokenizer.json", dir);
+    assert_true(df_file_exists(path));
 }
 
 static void test_config_roundtrip_keeps_unknown_keys(void **state)
@@ -851,6 +873,7 @@ int main(void)
         T(test_config_roundtrip_keeps_unknown_keys),
         T(test_config_fresh_save),
         T(test_score_cli_limits),
+        T(test_init_model_cli),
     };
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -142,7 +142,7 @@ static int setup(void **state)
         snprintf(md, sizeof md, "%s/model", dir);
         snprintf(rd, sizeof rd, "%s/rm", dir);
         df_model *m;
-        if (df_hf_dir_load(md, NULL, &m, NULL) || df_model_to_value_model(&m, 9))
+        if (df_hf_dir_load(md, NULL, NULL, &m, NULL) || df_model_to_value_model(&m, 9))
             return -1;
         m->w.score_weight[0] += 3.0f;
         int rc = df_hf_dir_save(m, DF_DTYPE_F32, md, rd);

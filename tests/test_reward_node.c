@@ -136,7 +136,7 @@ static void rm_dir(const char *dir)
     char *md = df_path_join(dir, "model");
     df_model *m;
     df_tokenizer *tok;
-    assert_int_equal(df_hf_dir_load(md, NULL, &m, &tok), DF_OK);
+    assert_int_equal(df_hf_dir_load(md, NULL, NULL, &m, &tok), DF_OK);
     assert_int_equal(df_model_to_value_model(&m, 5), DF_OK);
     assert_int_equal(df_tokenizer_set_chat_template(
                          tok, "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"),
@@ -245,7 +245,7 @@ static void test_grpo_with_reward_model(void **state)
     /* the reward model: the actor's trunk with a random score head, its tokenizer beside */
     char *md = df_path_join(dir, "model"), *rd = df_path_join(dir, "rm");
     df_model *m;
-    assert_int_equal(df_hf_dir_load(md, NULL, &m, NULL), DF_OK);
+    assert_int_equal(df_hf_dir_load(md, NULL, NULL, &m, NULL), DF_OK);
     assert_int_equal(df_model_to_value_model(&m, 9), DF_OK);
     m->w.score_weight[0] += 3.0f; /* scores well away from 0 and 1 */
     assert_int_equal(df_hf_dir_save(m, DF_DTYPE_F32, md, rd), DF_OK);

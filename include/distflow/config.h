@@ -48,7 +48,7 @@
  * kept as literal text (a whole-value `${map.key}` at the map key itself does
  * resolve). A scalar or list at a map key, or a mapping at a scalar key, is an
  * error naming the place. A dotted key that reaches below a map key
- * (`actor_rollout_ref.model.override_config.attention_dropout=0.1`, Hydra's way
+ * (`actor_rollout_ref.model.override_config.max_position_embeddings=32768`, Hydra's way
  * of editing a dict) sets that entry inside the map, creating nested mappings
  * as needed and replacing a non-mapping on the way.
  *

@@ -176,6 +176,40 @@ DF_API int df_model_config_load(const char *path, df_model_config *cfg);
 /** As df_model_config_load, from text; `source` names it in errors (NULL: "config.json"). */
 DF_API int df_model_config_parse(const char *json_text, const char *source,
                                  df_model_config *cfg);
+
+/**
+ * Overrides of a config.json: verl's `actor_rollout_ref.model.override_config` /
+ * `critic.model.override_config`, as JSON, merged into the file before it is parsed.
+ */
+typedef struct df_config_overrides {
+    const char *json; /**< a JSON object's text; NULL or an empty object: no overrides */
+    const char *who;  /**< the setting they come from, named in errors (NULL: "override_config") */
+} df_config_overrides;
+
+/**
+ * Merge `ov` into the config.json text `config_json` (`source` names it in errors; NULL:
+ * "config.json") as verl's update_model_config sets them on the transformers config: each key of
+ * ov->json replaces the file's value (null included: it is a value, not a deletion), except that
+ * an object given where the file holds an object merges into it, recursively
+ * (`rope_scaling: {factor: 4}` changes that entry only). Only keys that change what distflow
+ * computes may be overridden: those df_model_config_parse reads (model_type and architectures
+ * excepted: they pick the model class, which transformers takes from the file too; attention_bias
+ * not for mistral), `attention_dropout` and `classifier_dropout` when 0 (there is no dropout), and
+ * `use_cache` (a boolean; the rollout always keeps a KV cache, training never does, as in verl).
+ * *merged: malloc'd JSON text; `config_json` copied unchanged when there are no overrides.
+ * Errors: DF_EINVAL (ov->json or config_json not a JSON object, use_cache not a boolean),
+ * DF_EUNSUPPORTED naming ov->who and the key (any other key, a non-zero dropout), DF_ENOMEM.
+ * Values are checked by the parse that follows, not here.
+ */
+DF_API int df_model_config_merge(const char *config_json, const char *source,
+                                 const df_config_overrides *ov, char **merged);
+/**
+ * df_model_config_load with `ov` merged in first (df_model_config_merge; ov may be NULL). A
+ * value that came from the overrides is reported as "<path> with <ov->who>: key ...".
+ * Errors: df_model_config_load's and df_model_config_merge's.
+ */
+DF_API int df_model_config_load_ex(const char *path, const df_config_overrides *ov,
+                                   df_model_config *cfg);
 /**
  * Write an HF-compatible config.json to `path` (atomically: temporary + rename),
  * formatted as transformers does (indent 2, sorted keys). Every key of
@@ -377,6 +411,13 @@ DF_API int df_model_init_random(df_model *m, uint64_t seed);
  * *out is NULL on error.
  */
 DF_API int df_model_load(const char *dir, df_model **out);
+/**
+ * df_model_load with `ov` merged into config.json first (df_model_config_load_ex; ov may be NULL):
+ * the model is built from the merged config, and m->config_json holds the merged text, so a
+ * checkpoint saved from m records the overrides (as verl saves the overridden HF config).
+ * Errors: df_model_load's and df_model_config_merge's.
+ */
+DF_API int df_model_load_ex(const char *dir, const df_config_overrides *ov, df_model **out);
 /**
  * Save m to `dir` (created if missing) in the Hugging Face layout, weights in
  * `dtype` (F32, BF16 round-to-nearest-even, F16) with HF tensor names and

@@ -172,7 +172,7 @@ static int cmd_eval(int argc, char **argv)
     if (!rc && !data && t.data.val_files.n < 1)
         rc = df_error(DF_EINVAL, "no --data and the config lists no data.val_files");
     if (!rc)
-        rc = df_hf_dir_load(model, NULL, &m, &tok);
+        rc = df_hf_dir_load(model, NULL, NULL, &m, &tok);
     if (!rc)
         rc = df_embodied_setup_init(&s, c, &t, tok, true);
     if (!rc) { /* an observation's prompt and one call's answer, within the model's positions */

@@ -193,7 +193,7 @@ int df_cmd_eval(int argc, char **argv)
     df_rollout_engine *e = NULL;
     FILE *dump = NULL;
     int64_t dropped = 0;
-    int rc = df_hf_dir_load(model, tokdir, &m, &tok);
+    int rc = df_hf_dir_load(model, tokdir, NULL, &m, &tok);
     if (!rc && adapter && (rc = df_lora_apply_peft(m, adapter)))
         rc = df_error_wrap(rc, "--lora-adapter");
     if (!rc)

@@ -4,6 +4,7 @@
 #include "distflow/model.h"
 #include "distflow/tokenizer.h"
 #include "engine/hf_dir.h"
+#include "util/fsutil.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -52,7 +53,10 @@ int df_cmd_init_model(int argc, char **argv)
     df_model_config cfg;
     df_tokenizer *tok = NULL;
     df_model *m = NULL;
-    int rc = df_model_config_load(config, &cfg);
+    /* its files are copied into --out: a tokenizer.json path would load and leave --out without one */
+    int rc = df_dir_exists(tokdir) ? df_model_config_load(config, &cfg)
+                                   : df_error(DF_EINVAL, "--tokenizer %s: not a directory (its tokenizer.json, "
+                                              "tokenizer_config.json, ... are copied into --out)", tokdir);
     df_dtype dtype = cfg.torch_dtype;
     if (!rc)
         rc = parse_dtype(dtype_s, &dtype);
@@ -141,7 +145,7 @@ int df_cmd_score(int argc, char **argv)
     int32_t *p = NULL, *r = NULL;
     int64_t np = 0, nr = 0;
     float *logp = NULL;
-    int rc = df_hf_dir_load(dir, NULL, &m, &tok);
+    int rc = df_hf_dir_load(dir, NULL, NULL, &m, &tok);
     if (!rc)
         rc = df_tokenizer_encode(tok, prompt, false, &p, &np);
     if (!rc)

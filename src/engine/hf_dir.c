@@ -23,13 +23,13 @@ static int check_pair(const df_model *m, df_tokenizer *t, const char *model_dir,
     return DF_OK;
 }
 
-int df_hf_dir_load(const char *model_dir, const char *tokenizer_path, df_model **model,
-                   df_tokenizer **tok)
+int df_hf_dir_load(const char *model_dir, const char *tokenizer_path, const df_config_overrides *ov,
+                   df_model **model, df_tokenizer **tok)
 {
     const char *tp = tokenizer_path ? tokenizer_path : model_dir;
     df_model *m = NULL;
     df_tokenizer *t = NULL;
-    int rc = df_model_load(model_dir, &m);
+    int rc = df_model_load_ex(model_dir, ov, &m);
     if (!rc && tok)
         rc = df_tokenizer_load(tp, &t);
     if (!rc && t)

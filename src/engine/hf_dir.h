@@ -9,13 +9,13 @@
 #include "distflow/tokenizer.h"
 
 /**
- * Load the model in `model_dir` and the tokenizer in `tokenizer_path`
- * (NULL: model_dir). Checks the tokenizer's ids fit the embedding; when the
+ * Load the model in `model_dir` (config.json with the overrides `ov` merged in: df_model_load_ex;
+ * ov may be NULL) and the tokenizer in `tokenizer_path` (NULL: model_dir). Checks the tokenizer's ids fit the embedding; when the
  * tokenizer names no EOS (e.g. a bare Llama-3 tokenizer.json) the model's
  * eos_token_id is used for it. Either output may be NULL to skip loading it.
  */
-int df_hf_dir_load(const char *model_dir, const char *tokenizer_path, df_model **model,
-                   df_tokenizer **tok);
+int df_hf_dir_load(const char *model_dir, const char *tokenizer_path, const df_config_overrides *ov,
+                   df_model **model, df_tokenizer **tok);
 
 /**
  * Save `m` into `out_dir` in `dtype` and copy the tokenizer files found in

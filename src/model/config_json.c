@@ -306,17 +306,6 @@ int df_model_config_parse(const char *json_text, const char *source, df_model_co
     return rc;
 }
 
-int df_model_config_load(const char *path, df_model_config *cfg)
-{
-    char *text;
-    int rc = df_read_file(path, &text, NULL);
-    if (rc)
-        return rc;
-    rc = df_model_config_parse(text, path, cfg);
-    free(text);
-    return rc;
-}
-
 /* ---- writing ------------------------------------------------------------------ */
 
 const char *df_dtype_torch_name(df_dtype d)

@@ -50,6 +50,14 @@ int df_cfg_get_int(json_t *root, const char *src, const char *key, bool required
 int df_cfg_get_num(json_t *root, const char *src, const char *key, double *out);
 int df_cfg_get_bool(json_t *root, const char *src, const char *key, bool *out);
 
+/**
+ * Read the config.json at `path`, merge `ov` into it (df_model_config_merge) and parse the result
+ * into *cfg; *text (may be NULL) receives the merged text, malloc'd. Errors name the path, and
+ * `ov->who` for a value that came from the overrides.
+ */
+int df_model_config_text_ex(const char *path, const df_config_overrides *ov, df_model_config *cfg,
+                            char **text);
+
 /* ---- positions: RoPE and the sliding window (config_pos.c) ---- */
 
 /**

@@ -241,7 +241,7 @@ done:
     return rc;
 }
 
-int df_model_load(const char *dir, df_model **out)
+int df_model_load_ex(const char *dir, const df_config_overrides *ov, df_model **out)
 {
     *out = NULL;
     char *cfg_path = df_path_join(dir, "config.json"), *text = NULL;
@@ -249,9 +249,7 @@ int df_model_load(const char *dir, df_model **out)
         return df_error(DF_ENOMEM, "out of memory loading %s", dir);
     df_model_config cfg;
     df_model *m = NULL;
-    int rc = df_read_file(cfg_path, &text, NULL);
-    if (!rc)
-        rc = df_model_config_parse(text, cfg_path, &cfg);
+    int rc = df_model_config_text_ex(cfg_path, ov, &cfg, &text);
     if (!rc && (rc = df_model_create(&cfg, &m)))
         rc = df_error_wrap(rc, "%s", cfg_path);
     free(cfg_path);
@@ -269,6 +267,8 @@ int df_model_load(const char *dir, df_model **out)
     *out = m;
     return DF_OK;
 }
+
+int df_model_load(const char *dir, df_model **out) { return df_model_load_ex(dir, NULL, out); }
 
 /* ---- saving -------------------------------------------------------------------- */
 

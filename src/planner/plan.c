@@ -163,16 +163,28 @@ int df_pipeline_from_config(const df_config *c, df_warn_fn warn, void *user, con
     return checked(DF_OK, &t, out);
 }
 
-/* Parameters of the model at dir/config.json, or 0 when it cannot be read (a plan needs no files). */
-static double model_dir_params(const char *dir)
+/* The override_config of a role's model (flow-YAML map text), NULL for none. */
+static const char *role_overrides(df_node_role r, const df_train_config *t)
 {
-    char *d = df_expand_user(dir), *path = d ? df_path_join(d, "config.json") : NULL;
+    return r == DF_ROLE_CRITIC    ? t->critic.model.override_config
+           : r == DF_ROLE_REWARD ? NULL
+                                  : t->actor_rollout_ref.model.override_config;
+}
+
+/* Parameters of the model at dir/config.json with the overrides of `overrides` (map text), or 0 when
+   it cannot be read (a plan needs no files). */
+static double model_dir_params(const char *dir, const char *overrides)
+{
+    char *d = df_expand_user(dir), *path = d ? df_path_join(d, "config.json") : NULL, *json = NULL;
     df_model_config mc;
     df_param_desc *descs = NULL;
     int n = 0;
     int64_t total = 0;
-    if (!path || df_model_config_load(path, &mc) || df_model_layout(&mc, &descs, &n, &total))
+    if (!path || df_config_map_json(overrides, &json) ||
+        df_model_config_load_ex(path, &(df_config_overrides){.json = json}, &mc) ||
+        df_model_layout(&mc, &descs, &n, &total))
         df_clear_error(), total = 0;
+    free(json);
     free(descs);
     free(path);
     free(d);
@@ -200,7 +212,7 @@ static double node_model_params(const df_node *n, void *user)
     for (int i = 0; i < ps->n; i++)
         if (!strcmp(ps->seen[i].key, key))
             return ps->seen[i].params;
-    double p = model_dir_params(path);
+    double p = model_dir_params(path, role_overrides(n->node_role, ps->t));
     if (ps->n < (int)(sizeof ps->seen / sizeof ps->seen[0]))
         ps->seen[ps->n].key = key, ps->seen[ps->n++].params = p;
     return p;

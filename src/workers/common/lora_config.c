@@ -43,7 +43,8 @@ static int from_adapter(const df_config *c, const char *prefix, int64_t rank, do
 }
 
 /* exclude_modules: PEFT's pattern over the module names of the model at model_path (its layer count
-   from config.json). An adapter's own adapter_config.json decides its modules: not with one. */
+   from config.json with the role's override_config). An adapter's own adapter_config.json decides its
+   modules: not with one. */
 static int exclude(const df_config *c, const char *prefix, const char *pattern, const char *model_path,
                    const char *adapter, unsigned *targets)
 {
@@ -56,8 +57,14 @@ static int exclude(const df_config *c, const char *prefix, const char *pattern, 
                         w, ak, aw);
     }
     df_model_config mc;
+    char ok[160];
+    snprintf(ok, sizeof ok, "%s.override_config", prefix);
+    df_config_overrides ov = {.json = NULL, .who = ok};
     char *dir = model_path ? df_expand_user(model_path) : NULL, *file = dir ? df_path_join(dir, "config.json") : NULL;
-    int rc = file ? df_model_config_load(file, &mc) : df_error(DF_ENOMEM, "out of memory");
+    int rc = file ? df_config_map_json(c ? df_config_map_text(c, ok) : NULL, (char **)&ov.json) : df_error(DF_ENOMEM, "out of memory");
+    if (!rc)
+        rc = df_model_config_load_ex(file, &ov, &mc);
+    free((char *)ov.json);
     free(dir);
     free(file);
     if (rc)

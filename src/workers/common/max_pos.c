@@ -8,29 +8,38 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-int df_check_max_pos(const df_model_config *cfg, const char *dir, const char *where, const char *model_key,
-                     const df_seq_bound *b)
+/* `who`: the overrides merged into config.json, or NULL */
+static int check(const df_model_config *cfg, const char *dir, const char *who, const char *where,
+                 const char *model_key, const df_seq_bound *b)
 {
     if (b->len <= cfg->max_position_embeddings)
         return DF_OK;
     return df_error(DF_EINVAL,
                     "%s: %s=%s: the job's sequences reach %lld tokens (%s), more than the model's "
-                    "max_position_embeddings %lld (%s/config.json): positions past it are outside the range "
+                    "max_position_embeddings %lld (%s/config.json%s%s): positions past it are outside the range "
                     "the model was trained for (vLLM refuses such a max_model_len); lower the lengths or use a "
                     "model with a longer context",
-                    where, model_key, dir, (long long)b->len, b->why, (long long)cfg->max_position_embeddings, dir);
+                    where, model_key, dir, (long long)b->len, b->why, (long long)cfg->max_position_embeddings, dir,
+                    who ? " with " : "", who ? who : "");
 }
 
-int df_check_max_pos_dir(const char *dir, const char *where, const char *model_key, const df_seq_bound *b)
+int df_check_max_pos(const df_model_config *cfg, const char *dir, const char *where, const char *model_key,
+                     const df_seq_bound *b)
+{
+    return check(cfg, dir, NULL, where, model_key, b);
+}
+
+int df_check_max_pos_dir(const char *dir, const df_config_overrides *ov, const char *where, const char *model_key,
+                         const df_seq_bound *b)
 {
     char *d = df_expand_user(dir), *file = d ? df_path_join(d, "config.json") : NULL;
     int rc = file ? DF_OK : df_error(DF_ENOMEM, "out of memory");
     df_model_config cfg;
     if (!rc && df_file_exists(file)) {
-        if (df_model_config_load(file, &cfg)) /* the loader says what is wrong with it, first */
+        if (df_model_config_load_ex(file, ov, &cfg)) /* the loader says what is wrong with it, first */
             df_clear_error();
         else
-            rc = df_check_max_pos(&cfg, d, where, model_key, b);
+            rc = check(&cfg, d, ov && ov->json ? ov->who : NULL, where, model_key, b);
     }
     free(file);
     free(d);

@@ -31,10 +31,11 @@ int df_check_max_pos(const df_model_config *cfg, const char *dir, const char *wh
 
 /**
  * df_check_max_pos with the config of directory `dir` (as configured; "~/" expanded): its
- * config.json only, no weights. A directory without a config.json that parses is DF_OK: the
+ * config.json with the overrides `ov` (may be NULL) merged in, no weights. A directory without a config.json that parses is DF_OK: the
  * model's loader refuses it before anything runs. Errors: DF_EINVAL, DF_ENOMEM.
  */
-int df_check_max_pos_dir(const char *dir, const char *where, const char *model_key, const df_seq_bound *b);
+int df_check_max_pos_dir(const char *dir, const df_config_overrides *ov, const char *where, const char *model_key,
+                         const df_seq_bound *b);
 
 /**
  * train: the longest sequence of the policy and its critic (rollout, actor, reference, critic,

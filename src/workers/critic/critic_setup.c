@@ -10,6 +10,7 @@
 
 #include "engine/hf_dir.h"
 #include "util/fsutil.h"
+#include "workers/common/model_overrides.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,7 +61,11 @@ static int load_value_model(df_dag_worker *w, const df_agent_slot *s, df_model *
     if (!dir)
         return df_error(DF_ENOMEM, "out of memory");
     df_model *m = NULL;
-    int rc = df_hf_dir_load(dir, NULL, &m, NULL);
+    df_config_overrides ov;
+    int rc = df_train_model_overrides(&w->global.cfg, true, &ov);
+    if (!rc)
+        rc = df_hf_dir_load(dir, NULL, &ov, &m, NULL);
+    df_train_model_overrides_free(&ov);
     if (rc)
         rc = df_error_wrap(rc, "%s", where);
     int64_t vocab = df_actor_model(s->actor->model)->cfg.vocab_size;

@@ -9,6 +9,7 @@
 
 #include "engine/hf_dir.h"
 #include "util/fsutil.h"
+#include "workers/common/model_overrides.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -293,7 +294,11 @@ static int setup_slot(df_dag_worker *w, df_agent_slot *s, const df_actor_params 
     rp.offload_dir = NULL; /* as setup_reference's */
     const bool in_actor = own_actor && own_ref && df_worker_ref_in_actor(p, &rp);
     /* the ids of the slot's tokenizer must fit the model's embedding */
-    int rc = df_hf_dir_load(s->model_dir, s->tok == w->tok ? w->tokenizer_dir : s->model_dir, &m, NULL);
+    df_config_overrides ov;
+    int rc = df_train_model_overrides(&w->global.cfg, false, &ov);
+    if (!rc)
+        rc = df_hf_dir_load(s->model_dir, s->tok == w->tok ? w->tokenizer_dir : s->model_dir, &ov, &m, NULL);
+    df_train_model_overrides_free(&ov);
     if (rc)
         return df_error_wrap(rc, "actor_rollout_ref.model.path");
     if (!rc && own_ref && !own_actor) { /* a shared actor: the reference is the directory's model */

@@ -11,6 +11,7 @@
 #include "util/fsutil.h"
 #include "util/timeutil.h"
 #include "workers/common/data_metrics.h"
+#include "workers/common/model_overrides.h"
 #include "workers/common/precision.h"
 #include "workers/dag/async.h"
 #include "workers/dag/checkpoint.h"
@@ -282,9 +283,11 @@ static int setup_output(df_dag_worker *w)
 static int load_policy_and_prompts(df_dag_worker *w, df_model **m)
 {
     const df_train_config *t = &w->global.cfg;
-    int rc = df_hf_dir_load(w->model_dir, w->tokenizer_dir, m, &w->tok);
-    if (rc)
+    df_config_overrides ov;
+    int rc = df_train_model_overrides(t, false, &ov);
+    if (!rc && (rc = df_hf_dir_load(w->model_dir, w->tokenizer_dir, &ov, m, &w->tok)))
         rc = df_error_wrap(rc, "actor_rollout_ref.model.path");
+    df_train_model_overrides_free(&ov);
     if (!rc)
         rc = set_template_kwargs(w->tok, t->data.apply_chat_template_kwargs);
     if (!rc)

@@ -1,6 +1,7 @@
 /* The checks of a train config against its files (preflight.h). */
 #include "workers/dag/preflight.h"
 #include "workers/common/max_pos.h"
+#include "workers/common/model_overrides.h"
 #include "workers/embodied/embodied_worker.h"
 
 #include "distflow/dataset.h"
@@ -100,6 +101,29 @@ static int check_data(const df_config *c, const char *key, const df_config_strs 
     return rc;
 }
 
+/* A policy (critic false) or critic directory: its config.json with the role's override_config, read
+   here when there are overrides so that a key or value the loader would refuse is refused before the
+   run (config check, plan); then the job's longest sequence against max_position_embeddings. */
+static int check_model_config(const df_config *c, const df_train_config *t, bool critic, const char *key,
+                              const char *dir, const df_seq_bound *seq)
+{
+    df_config_overrides ov;
+    int rc = df_train_model_overrides(t, critic, &ov);
+    if (!rc && ov.json) {
+        char *d = df_expand_user(dir), *file = d ? df_path_join(d, "config.json") : NULL;
+        df_model_config mc;
+        rc = file ? df_model_config_load_ex(file, &ov, &mc) : df_error(DF_ENOMEM, "out of memory");
+        if (rc)
+            rc = df_error_wrap(rc, "%s", df_config_where(c, ov.who));
+        free(file);
+        free(d);
+    }
+    if (!rc)
+        rc = df_check_max_pos_dir(dir, &ov, df_config_where(c, key), key, seq);
+    df_train_model_overrides_free(&ov);
+    return rc;
+}
+
 int df_train_preflight(const df_config *c, const df_train_config *t, bool critic, bool train_scored)
 {
     const struct df_train_data *d = &t->data;
@@ -112,17 +136,17 @@ int df_train_preflight(const df_config *c, const df_train_config *t, bool critic
     df_train_rm_seq_bound(c, t, &rm);
     int rc = check_dir(c, A, t->actor_rollout_ref.model.path, "config.json");
     if (!rc) /* rollout, actor and reference (a group's own path: check_nodes) */
-        rc = df_check_max_pos_dir(t->actor_rollout_ref.model.path, df_config_where(c, A), A, &seq);
+        rc = check_model_config(c, t, false, A, t->actor_rollout_ref.model.path, &seq);
     if (!rc && d->tokenizer)
         rc = check_dir(c, "data.tokenizer", d->tokenizer, "tokenizer.json");
     if (!rc && critic)
         rc = check_dir(c, C, t->critic.model.path, "config.json");
     if (!rc && critic)
-        rc = df_check_max_pos_dir(t->critic.model.path, df_config_where(c, C), C, &seq);
+        rc = check_model_config(c, t, true, C, t->critic.model.path, &seq);
     if (!rc && t->reward_model.enable)
         rc = check_dir(c, RM, t->reward_model.model.path, "config.json");
     if (!rc && t->reward_model.enable)
-        rc = df_check_max_pos_dir(t->reward_model.model.path, df_config_where(c, RM), RM, &rm);
+        rc = df_check_max_pos_dir(t->reward_model.model.path, NULL, df_config_where(c, RM), RM, &rm);
     bool custom = t->custom_reward_function.path != NULL; /* it scores every row, whatever its source */
     /* data.*_max_samples = n: the run reads the first n rows of the files (df_dataset_head) */
     if (!rc)

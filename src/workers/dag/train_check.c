@@ -12,6 +12,7 @@
 #include "workers/worker_internal.h"
 #include "util/fsutil.h"
 #include "workers/common/max_pos.h"
+#include "workers/common/model_overrides.h"
 #include "workers/dag/preflight.h"
 #include "workers/dag/marft_run.h"
 #include "workers/embodied/embodied_worker.h"
@@ -226,13 +227,18 @@ static int note_model_path(const df_config *c, const df_train_config *t, const d
 static int node_max_pos(const df_config *merged, const df_train_config *mt, const df_node *n)
 {
     const char *A = "actor_rollout_ref.model.path", *C = "critic.model.path";
+    const bool actor = df_worker_node_sets_model_path(n), critic = !actor && df_worker_node_sets_critic_path(n);
+    if (!actor && !critic)
+        return DF_OK;
     df_seq_bound b;
     df_train_seq_bound(merged, mt, &b);
-    if (df_worker_node_sets_model_path(n))
-        return df_check_max_pos_dir(mt->actor_rollout_ref.model.path, df_config_where(merged, A), A, &b);
-    if (df_worker_node_sets_critic_path(n))
-        return df_check_max_pos_dir(mt->critic.model.path, df_config_where(merged, C), C, &b);
-    return DF_OK;
+    df_config_overrides ov;
+    int rc = df_train_model_overrides(mt, critic, &ov);
+    if (!rc)
+        rc = df_check_max_pos_dir(actor ? mt->actor_rollout_ref.model.path : mt->critic.model.path, &ov,
+                                  df_config_where(merged, actor ? A : C), actor ? A : C, &b);
+    df_train_model_overrides_free(&ov);
+    return rc;
 }
 
 /*

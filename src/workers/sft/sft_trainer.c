@@ -482,9 +482,9 @@ static int load_inputs(sft_run *s, const df_config *cfg, df_model **m)
     snprintf(len.why, sizeof len.why, "data.max_length=%lld (%s)", (long long)len.len,
              df_config_where(cfg, "data.max_length"));
     if (!rc) /* before the weights are read */
-        rc = df_check_max_pos_dir(s->model_dir, df_config_where(cfg, "model.partial_pretrain"),
+        rc = df_check_max_pos_dir(s->model_dir, NULL, df_config_where(cfg, "model.partial_pretrain"),
                                   "model.partial_pretrain", &len);
-    if (!rc && (rc = df_hf_dir_load(s->model_dir, NULL, m, &s->tok)))
+    if (!rc && (rc = df_hf_dir_load(s->model_dir, NULL, NULL, m, &s->tok)))
         rc = df_error_wrap(rc, "model.partial_pretrain");
     if (!rc)
         rc = setup_chat(s);

@@ -1,0 +1,165 @@
+/*
+ * verl's model.override_config: a mapping merged into config.json before it is parsed
+ * (df_model_config_merge, distflow/model.h). verl sets each entry on the transformers config
+ * object (update_model_config); only the keys this engine reads can change what it computes, so
+ * every other key is refused rather than carried along without effect.
+ */
+#include "distflow/model.h"
+#include "model/hf_io.h"
+#include "util/fsutil.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The keys df_model_config_parse reads (config_json.c, config_pos.c). model_type and architectures
+   are not among them: they pick the model class, which transformers takes from config.json whatever
+   the override says. */
+static const char *const READ_KEYS[] = {
+    "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+    "num_key_value_heads", "head_dim", "max_position_embeddings", "rope_theta", "rope_scaling",
+    "rope_parameters", "use_sliding_window", "sliding_window", "max_window_layers", "layer_types",
+    "rms_norm_eps", "initializer_range", "tie_word_embeddings", "attention_bias", "bos_token_id",
+    "eos_token_id", "torch_dtype", "dtype", "hidden_act", "mlp_bias", "num_labels", "id2label"};
+
+/* Dropout probabilities: the engine has no dropout, so 0 is what it computes and any other value
+   is refused. */
+static const char *const DROPOUT_KEYS[] = {"attention_dropout", "classifier_dropout"};
+
+static bool listed(const char *key, const char *const *list, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(key, list[i]))
+            return true;
+    return false;
+}
+
+#define LISTED(key, list) listed(key, list, sizeof list / sizeof *list)
+
+static int check_key(const char *key, const json_t *v, const char *model_type, const char *who)
+{
+    if (!strcmp(key, "model_type") || !strcmp(key, "architectures"))
+        return df_error(DF_EUNSUPPORTED, "%s.%s: cannot be overridden (it picks the model class, which "
+                        "transformers takes from config.json too)", who, key);
+    if (!strcmp(key, "attention_bias") && !strcmp(model_type, "mistral"))
+        return df_error(DF_EUNSUPPORTED, "%s.attention_bias: a mistral model has no attention biases "
+                        "(MistralAttention does not read the key)", who);
+    if (LISTED(key, READ_KEYS))
+        return DF_OK;
+    if (LISTED(key, DROPOUT_KEYS)) {
+        if (json_is_number(v) && json_number_value(v) == 0.0)
+            return DF_OK;
+        return df_error(DF_EUNSUPPORTED, "%s.%s: only 0 is supported (distflow has no dropout), got %s",
+                        who, key, json_is_number(v) ? "a non-zero value" : df_cfg_type_name(v));
+    }
+    if (!strcmp(key, "use_cache")) { /* no effect here as in verl's training: the rollout keeps a KV cache */
+        if (json_is_boolean(v))
+            return DF_OK;
+        return df_error(DF_EINVAL, "%s.use_cache: must be a boolean, got %s", who, df_cfg_type_name(v));
+    }
+    return df_error(DF_EUNSUPPORTED, "%s.%s: distflow does not read \"%s\" from config.json, so overriding "
+                    "it would change nothing (docs/models.md lists the keys it reads)", who, key, key);
+}
+
+static int merge(json_t *root, json_t *ov, const char *source, const char *who)
+{
+    json_t *mt = json_object_get(root, "model_type");
+    const char *model_type = json_is_string(mt) ? json_string_value(mt) : "";
+    const char *key;
+    json_t *v;
+    json_object_foreach(ov, key, v) {
+        int rc = check_key(key, v, model_type, who);
+        if (rc)
+            return df_error_wrap(rc, "%s", source);
+    }
+    /* an object merges into an object (rope_scaling: {factor: 4} changes one entry); else replaced */
+    return json_object_update_recursive(root, ov) ? df_error(DF_ENOMEM, "out of memory") : DF_OK;
+}
+
+static bool no_overrides(const df_config_overrides *ov)
+{
+    if (!ov || !ov->json)
+        return true;
+    const char *s = ov->json;
+    while (*s == ' ' || *s == '\n' || *s == '\t' || *s == '\r')
+        s++;
+    if (*s++ != '{')
+        return false;
+    while (*s == ' ' || *s == '\n' || *s == '\t' || *s == '\r')
+        s++;
+    return *s == '}';
+}
+
+int df_model_config_merge(const char *config_json, const char *source, const df_config_overrides *ov,
+                          char **merged)
+{
+    *merged = NULL;
+    const char *src = source ? source : "config.json";
+    if (no_overrides(ov)) {
+        *merged = strdup(config_json);
+        return *merged ? DF_OK : df_error(DF_ENOMEM, "out of memory");
+    }
+    const char *who = ov->who ? ov->who : "override_config";
+    json_error_t jerr;
+    json_t *o = json_loads(ov->json, JSON_REJECT_DUPLICATES, &jerr);
+    if (!o || !json_is_object(o)) {
+        json_decref(o);
+        return df_error(DF_EINVAL, "%s: not a JSON object%s%s", who, o ? "" : ": ", o ? "" : jerr.text);
+    }
+    json_t *root = json_loads(config_json, JSON_REJECT_DUPLICATES, &jerr);
+    int rc = DF_OK;
+    if (!root)
+        rc = df_error(DF_EINVAL, "%s: invalid JSON: %s (line %d, column %d)", src, jerr.text, jerr.line,
+                      jerr.column);
+    else if (!json_is_object(root))
+        rc = df_error(DF_EINVAL, "%s: not a JSON object", src);
+    if (!rc)
+        rc = merge(root, o, src, who);
+    if (!rc && !(*merged = json_dumps(root, JSON_INDENT(2))))
+        rc = df_error(DF_ENOMEM, "out of memory");
+    json_decref(root);
+    json_decref(o);
+    return rc;
+}
+
+/* "<source> with <who>": where a value in the merged text came from, for the parser's errors. */
+static char *merged_source(const char *source, const df_config_overrides *ov)
+{
+    const char *who = no_overrides(ov) ? NULL : ov->who ? ov->who : "override_config";
+    size_t n = strlen(source) + (who ? strlen(who) + 6 : 0) + 1;
+    char *s = malloc(n);
+    if (s)
+        snprintf(s, n, "%s%s%s", source, who ? " with " : "", who ? who : "");
+    return s;
+}
+
+int df_model_config_text_ex(const char *path, const df_config_overrides *ov, df_model_config *cfg,
+                            char **text)
+{
+    char *file = NULL, *merged = NULL, *src = NULL;
+    int rc = df_read_file(path, &file, NULL);
+    if (!rc)
+        rc = df_model_config_merge(file, path, ov, &merged);
+    if (!rc && !(src = merged_source(path, ov)))
+        rc = df_error(DF_ENOMEM, "out of memory");
+    if (!rc)
+        rc = df_model_config_parse(merged, src, cfg);
+    free(file);
+    free(src);
+    if (!rc && text)
+        *text = merged;
+    else
+        free(merged);
+    return rc;
+}
+
+int df_model_config_load_ex(const char *path, const df_config_overrides *ov, df_model_config *cfg)
+{
+    return df_model_config_text_ex(path, ov, cfg, NULL);
+}
+
+int df_model_config_load(const char *path, df_model_config *cfg)
+{
+    return df_model_config_text_ex(path, NULL, cfg, NULL);
+}

@@ -1,0 +1,269 @@
+/*
+ * config.json overrides (verl's model.override_config; model.h df_model_config_merge,
+ * df_model_config_load_ex, df_model_load_ex): values replace the file's, a mapping merges into a
+ * mapping, keys the engine does not read are refused naming the setting, a value's error names the
+ * file and the setting, the loaded model computes with the overridden values and its saves keep them.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "testutil.h"
+
+#include "distflow/model.h"
+#include "util/fsutil.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WHO "actor_rollout_ref.model.override_config"
+
+/* meta-llama/Llama-3.2-1B's config.json (its llama3 rope_scaling is what the nested merge edits). */
+static const char *k_llama =
+    "{\"architectures\": [\"LlamaForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0, "
+    "\"bos_token_id\": 128000, \"eos_token_id\": 128001, \"head_dim\": 64, \"hidden_act\": \"silu\", "
+    "\"hidden_size\": 2048, \"initializer_range\": 0.02, \"intermediate_size\": 8192, "
+    "\"max_position_embeddings\": 131072, \"mlp_bias\": false, \"model_type\": \"llama\", "
+    "\"num_attention_heads\": 32, \"num_hidden_layers\": 16, \"num_key_value_heads\": 8, "
+    "\"pretraining_tp\": 1, \"rms_norm_eps\": 1e-05, \"rope_scaling\": {\"factor\": 32.0, "
+    "\"high_freq_factor\": 4.0, \"low_freq_factor\": 1.0, \"original_max_position_embeddings\": 8192, "
+    "\"rope_type\": \"llama3\"}, \"rope_theta\": 500000.0, \"tie_word_embeddings\": true, "
+    "\"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.45.0.dev0\", \"use_cache\": true, "
+    "\"vocab_size\": 128256}";
+
+/* A Mistral 7B v0.1-shaped config (its window on every layer). */
+static const char *k_mistral =
+    "{\"architectures\": [\"MistralForCausalLM\"], \"hidden_size\": 4096, \"intermediate_size\": 14336, "
+    "\"model_type\": \"mistral\", \"num_attention_heads\": 32, \"num_hidden_layers\": 32, "
+    "\"num_key_value_heads\": 8, \"sliding_window\": 4096, \"vocab_size\": 32000}";
+
+static int merge(const char *config, const char *ov_json, char **out)
+{
+    df_config_overrides ov = {.json = ov_json, .who = WHO};
+    return df_model_config_merge(config, "m/config.json", &ov, out);
+}
+
+static int parse_merged(const char *config, const char *ov_json, df_model_config *c)
+{
+    char *text = NULL;
+    int rc = merge(config, ov_json, &text);
+    if (!rc)
+        rc = df_model_config_parse(text, "m/config.json with " WHO, c);
+    free(text);
+    return rc;
+}
+
+static void test_no_overrides_keep_the_text(void **state)
+{
+    (void)state;
+    const char *none[] = {NULL, "{}", " { \n} "};
+    for (int i = 0; i < 3; i++) {
+        char *out = NULL;
+        assert_int_equal(merge(k_llama, none[i], &out), DF_OK);
+        assert_string_equal(out, k_llama);
+        free(out);
+    }
+    char *out = NULL;
+    assert_int_equal(df_model_config_merge(k_llama, NULL, NULL, &out), DF_OK);
+    assert_string_equal(out, k_llama);
+    free(out);
+}
+
+static void test_values_replace_and_mappings_merge(void **state)
+{
+    (void)state;
+    df_model_config c;
+    /* one rope_scaling entry changes, the other three stay; the scalars replace the file's */
+    assert_int_equal(parse_merged(k_llama,
+                                  "{\"rope_scaling\": {\"factor\": 8.0}, \"max_position_embeddings\": 4096, "
+                                  "\"rope_theta\": 10000, \"rms_norm_eps\": 1e-6, \"tie_word_embeddings\": false, "
+                                  "\"attention_dropout\": 0, \"use_cache\": false, \"eos_token_id\": [1, 2]}",
+                                  &c),
+                     DF_OK);
+    assert_int_equal(c.rope_type, DF_ROPE_LLAMA3);
+    assert_true(c.rope_factor == 8.0);
+    assert_true(c.rope_low_freq_factor == 1.0 && c.rope_high_freq_factor == 4.0);
+    assert_int_equal(c.rope_original_max_pos, 8192);
+    assert_int_equal(c.max_position_embeddings, 4096);
+    assert_true(c.rope_theta == 10000.0 && c.rms_norm_eps == 1e-6);
+    assert_false(c.tie_word_embeddings);
+    assert_int_equal(c.n_eos, 2);
+    assert_int_equal(c.eos_token_ids[1], 2);
+    /* untouched keys are the file's */
+    assert_int_equal(c.hidden_size, 2048);
+    assert_int_equal(c.bos_token_id, 128000);
+
+    /* null is a value: Mistral's window goes, and rope_scaling null gives plain RoPE */
+    assert_int_equal(parse_merged(k_mistral, "{\"sliding_window\": null}", &c), DF_OK);
+    assert_int_equal(c.sliding_window, 0);
+    assert_int_equal(parse_merged(k_mistral, "{}", &c), DF_OK);
+    assert_int_equal(c.sliding_window, 4096);
+    assert_int_equal(parse_merged(k_llama, "{\"rope_scaling\": null}", &c), DF_OK);
+    assert_int_equal(c.rope_type, DF_ROPE_DEFAULT);
+    /* siiRL's example override (ppo_dag_trainer.yaml) on a model without rope_scaling: the linear
+       type it asks for is refused by name, not run as plain RoPE */
+    assert_error_mentions(parse_merged(k_mistral,
+                                       "{\"attention_dropout\": 0.0, \"rope_scaling\": {\"type\": \"linear\", "
+                                       "\"factor\": 2}}",
+                                       &c),
+                          DF_EUNSUPPORTED, "linear");
+    /* a mapping where the file has none is set whole */
+    assert_int_equal(parse_merged(k_mistral,
+                                  "{\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 2.0, "
+                                  "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+                                  "\"original_max_position_embeddings\": 1024}}",
+                                  &c),
+                     DF_OK);
+    assert_int_equal(c.rope_type, DF_ROPE_LLAMA3);
+    assert_int_equal(c.rope_original_max_pos, 1024);
+}
+
+static void test_refused_keys(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *config, *ov;
+        int rc;
+        const char *says;
+    } cases[] = {
+        {NULL, "{\"model_type\": \"qwen2\"}", DF_EUNSUPPORTED, WHO ".model_type: cannot be overridden"},
+        {NULL, "{\"architectures\": [\"LlamaForTokenClassification\"]}", DF_EUNSUPPORTED,
+         WHO ".architectures: cannot be overridden"},
+        {NULL, "{\"pad_token_id\": 0}", DF_EUNSUPPORTED, WHO ".pad_token_id: distflow does not read \"pad_token_id\""},
+        {NULL, "{\"output_hidden_states\": true}", DF_EUNSUPPORTED, WHO ".output_hidden_states"},
+        {NULL, "{\"attention_dropout\": 0.1}", DF_EUNSUPPORTED, WHO ".attention_dropout: only 0 is supported"},
+        {NULL, "{\"classifier_dropout\": \"0\"}", DF_EUNSUPPORTED, "got a string"},
+        {NULL, "{\"use_cache\": \"no\"}", DF_EINVAL, WHO ".use_cache: must be a boolean"},
+        {"mistral", "{\"attention_bias\": true}", DF_EUNSUPPORTED, WHO ".attention_bias: a mistral model"},
+        {NULL, "[1]", DF_EINVAL, WHO ": not a JSON object"},
+        {NULL, "{\"a\": ", DF_EINVAL, WHO ": not a JSON object"},
+        {"[]", "{\"rope_theta\": 1}", DF_EINVAL, "m/config.json: not a JSON object"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const char *config = !cases[i].config                     ? k_llama
+                             : !strcmp(cases[i].config, "mistral") ? k_mistral
+                                                                   : cases[i].config;
+        char *out = (char *)"untouched";
+        assert_error_mentions(merge(config, cases[i].ov, &out), cases[i].rc, cases[i].says);
+        assert_null(out);
+    }
+    /* the file is named too */
+    char *out = NULL;
+    assert_error_mentions(merge(k_llama, "{\"pad_token_id\": 0}", &out), DF_EUNSUPPORTED, "m/config.json");
+}
+
+/* A value the parser refuses names the file and the setting it came from. */
+static void test_bad_value_names_the_setting(void **state)
+{
+    (void)state;
+    char d[] = "/tmp/df_override_XXXXXX", path[256];
+    assert_non_null(mkdtemp(d));
+    snprintf(path, sizeof path, "%s/config.json", d);
+    assert_int_equal(df_write_file_atomic(path, k_llama, strlen(k_llama)), DF_OK);
+    df_config_overrides ov = {.json = "{\"max_position_embeddings\": \"4096\"}", .who = WHO};
+    df_model_config c;
+    assert_error_mentions(df_model_config_load_ex(path, &ov, &c), DF_EINVAL,
+                          "config.json with " WHO ": key \"max_position_embeddings\" must be an integer");
+    ov.json = "{\"rope_scaling\": {\"rope_type\": \"yarn\"}}";
+    assert_error_mentions(df_model_config_load_ex(path, &ov, &c), DF_EUNSUPPORTED, "with " WHO);
+    assert_last_error_mentions("yarn");
+    ov.json = "{\"num_attention_heads\": 3}"; /* 2048 / 3: the sizes disagree */
+    assert_error_mentions(df_model_config_load_ex(path, &ov, &c), DF_EINVAL, "with " WHO);
+    /* without overrides the file alone is named, as df_model_config_load does */
+    ov.json = "{}";
+    assert_int_equal(df_model_config_load_ex(path, &ov, &c), DF_OK);
+    assert_int_equal(df_test_remove_tree(d), 0);
+}
+
+/* log p of every next token of one sequence, with activations made for m's config. */
+static void logps(const df_model *m, float *out, int64_t n)
+{
+    int32_t tok[16];
+    int64_t rows[15], off[2] = {0, n};
+    int32_t tgt[15];
+    for (int64_t i = 0; i < n; i++)
+        tok[i] = (int32_t)((7 * i + 3) % m->cfg.vocab_size);
+    for (int64_t i = 0; i + 1 < n; i++)
+        rows[i] = i, tgt[i] = tok[i + 1];
+    df_seq_batch b = {.n_tokens = n, .tokens = tok, .n_seqs = 1, .seq_offsets = off, .n_out = n - 1,
+                      .out_rows = rows, .out_targets = tgt};
+    df_acts *a = NULL;
+    assert_int_equal(df_acts_create(&m->cfg, n, n, &a), DF_OK);
+    assert_int_equal(df_acts_load_weights(a, m), DF_OK);
+    assert_int_equal(df_model_forward(m, a, &b, 1.0f, out, NULL), DF_OK);
+    df_acts_free(a);
+}
+
+/*
+ * df_model_load_ex: the model is built and run with the merged config (a rope_theta override gives
+ * the log-probs of the same weights with that theta, bit for bit, and not the file's), and a save
+ * keeps the override.
+ */
+static void test_load_computes_with_overrides(void **state)
+{
+    (void)state;
+    char d[] = "/tmp/df_override_XXXXXX", saved[300];
+    assert_non_null(mkdtemp(d));
+    df_model_config cfg;
+    df_model_config_defaults(&cfg);
+    cfg.vocab_size = 64, cfg.hidden_size = 32, cfg.intermediate_size = 48, cfg.num_hidden_layers = 2;
+    cfg.num_attention_heads = 4, cfg.num_key_value_heads = 2, cfg.head_dim = 8, cfg.rope_theta = 10000.0;
+    cfg.initializer_range = 0.5; /* weights large enough for attention to depend on positions */
+    cfg.initializer_range = 0.5; /* weights large enough for attention to depend on positions */
+    df_model *base = NULL, *m = NULL, *want = NULL, *again = NULL;
+    assert_int_equal(df_model_create(&cfg, &base), DF_OK);
+    assert_int_equal(df_model_init_random(base, 5), DF_OK);
+    assert_int_equal(df_model_save(base, d, DF_DTYPE_F32, 0), DF_OK);
+
+    df_config_overrides ov = {.json = "{\"rope_theta\": 50.0, \"max_position_embeddings\": 16}", .who = WHO};
+    assert_int_equal(df_model_load_ex(d, &ov, &m), DF_OK);
+    assert_true(m->cfg.rope_theta == 50.0);
+    assert_int_equal(m->cfg.max_position_embeddings, 16);
+    assert_int_equal(df_model_clone(base, &want), DF_OK);
+    want->cfg.rope_theta = 50.0;
+    enum { N = 16 };
+    float lp_m[N], lp_want[N], lp_base[N];
+    logps(m, lp_m, N);
+    logps(want, lp_want, N);
+    logps(base, lp_base, N);
+    assert_memory_equal(lp_m, lp_want, sizeof(float) * (N - 1));
+    double diff = 0;
+    for (int i = 0; i + 1 < N; i++)
+        diff = fmax(diff, fabs(lp_m[i] - lp_base[i]));
+    assert_true(diff > 1e-3); /* theta 50 vs 1e4 moves every position past the first (4.0 here) */
+
+    /* the save records the override; the file reloads to the same config without it */
+    snprintf(saved, sizeof saved, "%s/saved", d);
+    assert_int_equal(df_model_save(m, saved, DF_DTYPE_F32, 0), DF_OK);
+    assert_int_equal(df_model_load(saved, &again), DF_OK);
+    assert_true(again->cfg.rope_theta == 50.0);
+    assert_int_equal(again->cfg.max_position_embeddings, 16);
+    /* a refused override loads nothing */
+    df_model *none = (df_model *)&ov;
+    ov.json = "{\"use_cache\": 1}";
+    assert_error_mentions(df_model_load_ex(d, &ov, &none), DF_EINVAL, WHO ".use_cache");
+    assert_null(none);
+    df_model_free(again);
+    df_model_free(want);
+    df_model_free(m);
+    df_model_free(base);
+    assert_int_equal(df_test_remove_tree(d), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_no_overrides_keep_the_text),
+        cmocka_unit_test(test_values_replace_and_mappings_merge),
+        cmocka_unit_test(test_refused_keys),
+        cmocka_unit_test(test_bad_value_names_the_setting),
+        cmocka_unit_test(test_load_computes_with_overrides),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
