@@ -5,7 +5,8 @@
  * prompts are the template's rendering of each row's messages, encoded without adding a second
  * <s> (verl: apply_chat_template, then add_special_tokens=False); the rollout dump decodes them
  * back through the SentencePiece decoder (legacy: "<s> [INST] ..."), and responses are
- * scored and trained on.
+ * scored and trained on. A Phi-3 job (the same tokenizer family) trains and checkpoints its model
+ * in Phi-3's layout: fused qkv_proj / gate_up_proj tensors, Phi3ForCausalLM.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -26,8 +27,8 @@
 
 #define ROWS DF_SOURCE_DIR "/tests/fixtures/gsm8k_rows.jsonl"
 
-/* dir/model: a random 2-layer llama with the fixture tokenizer and the Llama 2 chat template. */
-static void llama2_model(const char *dir)
+/* dir/model: a random 2-layer `type` model with the fixture tokenizer and the Llama 2 chat template. */
+static void sp_model(const char *dir, const char *type)
 {
     df_tokenizer *tok = NULL;
     assert_int_equal(df_tokenizer_load(DF_SOURCE_DIR "/tests/fixtures/sp_tokenizers/llama2_legacy", &tok), 0);
@@ -36,14 +37,14 @@ static void llama2_model(const char *dir)
                                   &tmpl, NULL), 0);
     assert_int_equal(df_tokenizer_set_chat_template(tok, tmpl), 0);
     free(tmpl);
-    df_test_random_model(dir, tok, "llama", 32, 2, 11, 4096);
+    df_test_random_model(dir, tok, type, 32, 2, 11, 4096);
     df_tokenizer_free(tok);
 }
 
 static void test_grpo_step(void **state)
 {
     const char *dir = *state;
-    llama2_model(dir);
+    sp_model(dir, "llama");
     char yaml[2048];
     snprintf(yaml, sizeof yaml,
              "data: {train_files: [%s], val_files: [%s], train_batch_size: 4,\n"
@@ -91,10 +92,51 @@ static void test_grpo_step(void **state)
     json_decref(metrics);
 }
 
+/* One GRPO step of a phi3 model, checkpointed: the actor's files are Phi-3's (fused projections). */
+static void test_phi3_step(void **state)
+{
+    const char *dir = *state;
+    sp_model(dir, "phi3");
+    char yaml[2048], path[600], *cfg = NULL;
+    snprintf(yaml, sizeof yaml,
+             "data: {train_files: [%s], val_files: [], train_batch_size: 4,\n"
+             "       max_prompt_length: 128, max_response_length: 8}\n"
+             "actor_rollout_ref:\n"
+             "  model: {path: %s/model}\n"
+             "  actor: {ppo_mini_batch_size: 4, ppo_micro_batch_size_per_gpu: 8}\n"
+             "  rollout: {n: 2, log_prob_micro_batch_size_per_gpu: 8}\n"
+             "algorithm: {adv_estimator: grpo}\n"
+             "trainer: {total_training_steps: 1, save_freq: 1, logger: [], default_local_dir: %s/out}\n",
+             ROWS, dir, dir);
+    df_test_fit(yaml, "phi3.yaml");
+    snprintf(path, sizeof path, "%s/out/global_step_1/actor/config.json", dir);
+    assert_int_equal(df_read_file(path, &cfg, NULL), 0);
+    assert_non_null(strstr(cfg, "\"Phi3ForCausalLM\""));
+    free(cfg);
+    snprintf(path, sizeof path, "%s/out/global_step_1/actor/model.safetensors", dir);
+    char *st = NULL;
+    size_t n = 0;
+    assert_int_equal(df_read_file(path, &st, &n), 0);
+    uint64_t hlen = 0; /* the header: its little-endian length, then its JSON */
+    for (int i = 7; i >= 0; i--)
+        hlen = hlen << 8 | (unsigned char)st[i];
+    assert_true(hlen + 8 <= n);
+    st[8 + hlen] = '\0';
+    assert_non_null(strstr(st + 8, "model.layers.1.self_attn.qkv_proj.weight"));
+    assert_non_null(strstr(st + 8, "model.layers.1.mlp.gate_up_proj.weight"));
+    assert_null(strstr(st + 8, "q_proj"));
+    free(st);
+    df_model *m = NULL;
+    snprintf(path, sizeof path, "%s/out/global_step_1/actor", dir);
+    assert_int_equal(df_model_load(path, &m), 0); /* and it loads back */
+    df_model_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_grpo_step, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_phi3_step, df_test_mkdtemp, df_test_rmtree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

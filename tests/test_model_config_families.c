@@ -66,6 +66,19 @@ static const char *k_mistral_v03 =
     "\"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\", \"transformers_version\": "
     "\"4.42.0.dev0\", \"use_cache\": true, \"vocab_size\": 32768}";
 
+/* microsoft/Phi-3-mini-4k-instruct's config.json (transformers 4.40; its auto_map left out): the
+   window on every layer. */
+static const char *k_phi3_mini =
+    "{\"_name_or_path\": \"Phi-3-mini-4k-instruct\", \"architectures\": [\"Phi3ForCausalLM\"], "
+    "\"attention_dropout\": 0.0, \"bos_token_id\": 1, \"embd_pdrop\": 0.0, \"eos_token_id\": 32000, "
+    "\"hidden_act\": \"silu\", \"hidden_size\": 3072, \"initializer_range\": 0.02, \"intermediate_size\": 8192, "
+    "\"max_position_embeddings\": 4096, \"model_type\": \"phi3\", \"num_attention_heads\": 32, "
+    "\"num_hidden_layers\": 32, \"num_key_value_heads\": 32, \"original_max_position_embeddings\": 4096, "
+    "\"pad_token_id\": 32000, \"resid_pdrop\": 0.0, \"rms_norm_eps\": 1e-05, \"rope_scaling\": null, "
+    "\"rope_theta\": 10000.0, \"sliding_window\": 2047, \"tie_word_embeddings\": false, "
+    "\"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.40.2\", \"use_cache\": true, "
+    "\"attention_bias\": false, \"vocab_size\": 32064}";
+
 /* A small config of `type` with `extra` keys appended (", \"key\": value ..."). */
 static const char *small(char *buf, size_t cap, const char *type, const char *extra)
 {
@@ -300,6 +313,56 @@ static void test_mistral(void **state)
     json_decref(j);
 }
 
+/* Phi-3: Phi3Config's defaults, the window on every layer when set, what stays refused (Phi-3.5's
+   longrope, Phi-4-mini's partial rotary, dropout), and save round trips. */
+static void test_phi3(void **state)
+{
+    const char *dir = *state;
+    df_model_config c, back;
+    char b[1024], path[512];
+    assert_int_equal(df_model_config_parse(k_phi3_mini, NULL, &c), DF_OK);
+    assert_string_equal(c.model_type, "phi3");
+    assert_true(!c.attention_bias && !c.o_proj_bias && !c.qk_norm && !c.tie_word_embeddings);
+    assert_int_equal(c.head_dim, 96);
+    assert_int_equal(c.num_key_value_heads, 32);
+    assert_int_equal(df_model_layer_window(&c, 0), 2047);
+    assert_int_equal(df_model_layer_window(&c, 31), 2047);
+    assert_true(c.bos_token_id == 1 && c.n_eos == 1 && c.eos_token_ids[0] == 32000);
+    /* defaults: no window, 4096 positions, eps 1e-5, bos 1 / eos 32000; attention_bias ignored */
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "phi3", ", \"attention_bias\": true"), NULL, &c), DF_OK);
+    assert_true(c.sliding_window == 0 && !c.attention_bias && c.num_key_value_heads == 4);
+    assert_int_equal(c.max_position_embeddings, 4096);
+    assert_true(c.rms_norm_eps == 1e-5 && c.rope_theta == 1e4);
+    assert_true(c.bos_token_id == 1 && c.eos_token_ids[0] == 32000);
+    expect_error(small(b, sizeof b, "phi3", ", \"partial_rotary_factor\": 0.75"), DF_EUNSUPPORTED,
+                 "\"partial_rotary_factor\" 0.75");
+    expect_error(small(b, sizeof b, "phi3", ", \"rope_scaling\": {\"type\": \"longrope\", \"long_factor\": [1.0], "
+                                            "\"short_factor\": [1.0]}"),
+                 DF_EUNSUPPORTED, "longrope");
+    expect_error(small(b, sizeof b, "phi3", ", \"resid_pdrop\": 0.1"), DF_EUNSUPPORTED, "\"resid_pdrop\" 0.1");
+    expect_error(small(b, sizeof b, "phi3", ", \"embd_pdrop\": \"0\""), DF_EINVAL, "\"embd_pdrop\" must be a number");
+    expect_error(small(b, sizeof b, "qwen2", ", \"attention_dropout\": 0.05"), DF_EUNSUPPORTED,
+                 "distflow has no dropout");
+    /* the phi3 keys mean nothing to the others (transformers ignores them there) */
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "llama", ", \"resid_pdrop\": 0.1"), NULL, &c), DF_OK);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    assert_int_equal(df_model_config_parse(k_phi3_mini, NULL, &c), DF_OK);
+    for (int fresh = 0; fresh < 2; fresh++) {
+        assert_int_equal(df_model_config_save(&c, fresh ? NULL : k_phi3_mini, path), DF_OK);
+        assert_int_equal(df_model_config_load(path, &back), DF_OK);
+        assert_int_equal(back.sliding_window, 2047);
+        assert_int_equal(back.max_window_layers, 0);
+        assert_int_equal(back.vocab_size, 32064);
+        json_t *j = json_load_file(path, 0, NULL);
+        assert_string_equal(json_string_value(json_array_get(json_object_get(j, "architectures"), 0)),
+                            "Phi3ForCausalLM");
+        assert_int_equal(json_integer_value(json_object_get(j, "sliding_window")), 2047);
+        assert_null(json_object_get(j, "use_sliding_window"));
+        assert_true(fresh ? !json_object_get(j, "attention_bias") : json_is_false(json_object_get(j, "attention_bias")));
+        json_decref(j);
+    }
+}
+
 /* transformers 5 writes rope_parameters (with the theta) instead of rope_theta / rope_scaling. */
 static void test_rope_parameters(void **state)
 {
@@ -362,7 +425,7 @@ static void test_refusals(void **state)
                  DF_EINVAL, "low_freq_factor < high_freq_factor");
     expect_error(small(b, sizeof b, "qwen2", ", \"rope_scaling\": 2"), DF_EINVAL,
                  "key \"rope_scaling\" must be an object or null");
-    expect_error(small(b, sizeof b, "gemma", ""), DF_EUNSUPPORTED, "(qwen2, qwen3, llama, mistral)");
+    expect_error(small(b, sizeof b, "gemma", ""), DF_EUNSUPPORTED, "(qwen2, qwen3, llama, mistral, phi3)");
 }
 
 /* Fresh saves and saves over an original round-trip every new field; an original's layout
@@ -440,6 +503,7 @@ int main(void)
         cmocka_unit_test(test_llama_attention_bias),
         cmocka_unit_test(test_sliding_window),
         cmocka_unit_test_setup_teardown(test_mistral, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_phi3, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test(test_rope_parameters),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test_setup_teardown(test_save_roundtrip, df_test_mkdtemp, df_test_rmtree),

@@ -6,7 +6,10 @@
  *   tiny_llama31  Llama 3.1's llama3 RoPE scaling (frequencies in all three bands), q/k/v and
  *                 o_proj biases (attention_bias), tied embeddings;
  *   tiny_mistral  MistralConfig's window (4 positions) on every layer, no biases, head_dim 16
- *                 with hidden 32, rope_theta 1e6, untied.
+ *                 with hidden 32, rope_theta 1e6, untied;
+ *   tiny_phi3     Phi-3's checkpoint layout: each layer's q / k / v weights fused in
+ *                 self_attn.qkv_proj and gate / up in mlp.gate_up_proj (split at load, fused
+ *                 at save), GQA, no biases, no window; its gradients compared per fused tensor.
  * For each: log-probs and entropies at two temperatures, full logits of a few rows and the
  * gradient of sum(c logp) + sum(d entropy) w.r.t. every parameter, within the bounds of
  * test_model_golden.c (tests/testbounds.h chains, which add the q/k norms' and the o_proj
@@ -15,8 +18,9 @@
  *
  * Can it fail? Each feature is switched off or moved on the same weights (no q/k norm effect:
  * a norm weight moved by 1e-2; no window; the window on every layer; plain RoPE instead of
- * llama3; an o_proj bias moved by 1e-2; Mistral's window on layer 1 only, or rope_theta 1e4)
- * and the same comparison must then exceed its bound.
+ * llama3; an o_proj bias moved by 1e-2; Mistral's window on layer 1 only, or rope_theta 1e4;
+ * phi3's k and v, or gate and up, read in each other's place) and the same comparison must then
+ * exceed its bound.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -27,6 +31,7 @@
 
 #include "testutil.h"
 
+#include "distflow/lora.h"
 #include "distflow/model.h"
 #include "distflow/rollout.h"
 #include "model/acts.h"
@@ -300,6 +305,119 @@ static void test_mistral_golden(void **state)
     unload(&g);
 }
 
+/* ---- Phi-3 ---------------------------------------------------------------------------------- */
+
+/* A copy of g's model with the contents of layout tensors a and b of every layer exchanged. */
+static df_model *swapped(const golden *g, const char *a, const char *b)
+{
+    df_model *m = variant(g, &g->m->cfg);
+    for (int64_t l = 0; l < m->cfg.num_hidden_layers; l++) {
+        char na[96], nb[96];
+        snprintf(na, sizeof na, "model.layers.%lld.%s", (long long)l, a);
+        snprintf(nb, sizeof nb, "model.layers.%lld.%s", (long long)l, b);
+        const df_param_desc *da = df_model_find_tensor(m, na), *db = df_model_find_tensor(m, nb);
+        assert_true(da && db && da->numel == db->numel);
+        for (int64_t j = 0; j < da->numel; j++) {
+            float t = m->params[da->offset + j];
+            m->params[da->offset + j] = m->params[db->offset + j];
+            m->params[db->offset + j] = t;
+        }
+    }
+    return m;
+}
+
+static void test_phi3_golden(void **state)
+{
+    (void)state;
+    golden g = load("tiny_phi3");
+    const df_model_config *c = &g.m->cfg;
+    assert_string_equal(c->model_type, "phi3");
+    assert_true(!c->attention_bias && !c->o_proj_bias && !c->qk_norm && !c->tie_word_embeddings);
+    assert_int_equal(c->num_key_value_heads, 2);
+    assert_int_equal(c->sliding_window, 0);
+    /* split inside: the engine's tensors are Llama's */
+    const df_param_desc *k = df_model_find_tensor(g.m, "model.layers.1.self_attn.k_proj.weight");
+    assert_non_null(k);
+    assert_int_equal(k->shape[0], 32);
+    assert_null(df_model_find_tensor(g.m, "model.layers.1.self_attn.qkv_proj.weight"));
+    check_golden(&g, "phi3");
+    /* the rows of each part: k and v, gate and up (same shapes) taken in each other's place */
+    df_model *m = swapped(&g, "self_attn.k_proj.weight", "self_attn.v_proj.weight");
+    expect_forward_moves(m, &g, "phi3 k and v exchanged");
+    df_model_free(m);
+    m = swapped(&g, "mlp.gate_proj.weight", "mlp.up_proj.weight");
+    expect_forward_moves(m, &g, "phi3 gate and up exchanged");
+    df_model_free(m);
+    unload(&g);
+}
+
+/* dir/config.json of m and dir/model.safetensors of m's checkpoint tensors, except: `split` writes
+   the layout's own (split) names instead; `drop` leaves one out; `short_qkv` writes layer 0's
+   qkv_proj without its v rows. Then df_model_load(dir)'s status. */
+static int phi3_file(const df_model *m, const char *dir, bool split, const char *drop, bool short_qkv)
+{
+    char path[600];
+    assert_int_equal(df_mkdir_p(dir), DF_OK);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    assert_int_equal(df_model_config_save(&m->cfg, m->config_json, path), DF_OK);
+    df_hf_tensor *hf = NULL;
+    int n = 0;
+    assert_int_equal(df_hf_tensor_table(m, &hf, &n), DF_OK);
+    df_st_writer *w = NULL;
+    assert_int_equal(df_st_writer_new(&w), DF_OK);
+    for (int i = 0; i < n; i++) {
+        df_hf_tensor h = hf[i];
+        const float *parts[3];
+        int64_t numel[3];
+        for (int k = 0; k < h.n_parts; k++) {
+            const df_param_desc *d = &m->tensors[h.part[k]];
+            parts[k] = m->params + d->offset, numel[k] = d->numel;
+            if (split)
+                assert_int_equal(df_st_writer_add_borrowed(w, d->name, DF_DTYPE_F32, d->ndim, d->shape, parts[k]), DF_OK);
+        }
+        if (split || (drop && !strcmp(h.name, drop)))
+            continue;
+        if (short_qkv && !strcmp(h.name, "model.layers.0.self_attn.qkv_proj.weight"))
+            h.n_parts = 2, h.shape[0] -= m->tensors[h.part[2]].shape[0];
+        assert_int_equal(df_st_writer_add_gathered(w, h.name, DF_DTYPE_F32, h.ndim, h.shape, parts, numel, h.n_parts),
+                         DF_OK);
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    assert_int_equal(df_st_writer_write(w, path), DF_OK);
+    df_st_writer_free(w);
+    free(hf);
+    df_model *back = NULL;
+    int rc = df_model_load(dir, &back);
+    df_model_free(back);
+    return rc;
+}
+
+/* A phi3 checkpoint holds the fused names only: split tensors are unexpected, a missing or
+   mis-shaped fused tensor is named with the shape config.json gives it. */
+static void test_phi3_file_errors(void **state)
+{
+    const char *dir = *state;
+    golden g = load("tiny_phi3");
+    char d[600];
+    snprintf(d, sizeof d, "%s/ok", dir);
+    assert_int_equal(phi3_file(g.m, d, false, NULL, false), DF_OK);
+    snprintf(d, sizeof d, "%s/split", dir);
+    assert_error_mentions(phi3_file(g.m, d, true, NULL, false), DF_EINVAL,
+                          "unexpected tensor \"model.layers.0.self_attn.q_proj.weight\" (not in the phi3 layout");
+    snprintf(d, sizeof d, "%s/missing", dir);
+    assert_error_mentions(phi3_file(g.m, d, false, "model.layers.1.mlp.gate_up_proj.weight", false), DF_EINVAL,
+                          "missing tensor \"model.layers.1.mlp.gate_up_proj.weight\" [shape 48, 32]");
+    snprintf(d, sizeof d, "%s/short", dir);
+    assert_error_mentions(phi3_file(g.m, d, false, NULL, true), DF_EINVAL,
+                          "\"model.layers.0.self_attn.qkv_proj.weight\" has shape [96, 32], config.json implies [128, 32]");
+    /* LoRA would adapt the fused modules as PEFT does: refused rather than adapted per projection */
+    df_lora_config lc = {.rank = 2, .alpha = 4, .targets = DF_LORA_ALL_LINEAR};
+    df_lora *l = NULL;
+    assert_error_mentions(df_lora_create(g.m, &lc, 1, &l), DF_EUNSUPPORTED, "LoRA on a phi3 model");
+    assert_null(l);
+    unload(&g);
+}
+
 /* ---- the rollout decoder ------------------------------------------------------------------- */
 
 /*
@@ -359,18 +477,62 @@ static void test_rollout_decoder(void **state)
     check_rollout("tiny_qwen3");
     check_rollout("tiny_llama31");
     check_rollout("tiny_mistral");
+    check_rollout("tiny_phi3");
 }
 
 /* ---- files ------------------------------------------------------------------------------------ */
+
+/* phi3 as saved in `dir`: the fixture's fused tensors, each bit for bit (float32), none split; in
+   bfloat16 each element is the original's rounding. */
+static void check_phi3_files(const char *dir)
+{
+    static const char *const fused[] = {"model.layers.1.self_attn.qkv_proj.weight", "model.layers.1.mlp.gate_up_proj.weight"};
+    static const int64_t rows[] = {16 * 4 + 2 * 16 * 2, 2 * 24};
+    char path[600], orig[600], half_dir[600];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    snprintf(orig, sizeof orig, "%s/tiny_phi3/model.safetensors", GOLDEN_DIR);
+    snprintf(half_dir, sizeof half_dir, "%s_bf16", dir);
+    df_model *m = NULL;
+    assert_int_equal(df_model_load(dir, &m), DF_OK);
+    assert_int_equal(df_model_save(m, half_dir, DF_DTYPE_BF16, 0), DF_OK);
+    df_model_free(m);
+    char half[700];
+    snprintf(half, sizeof half, "%s/model.safetensors", half_dir);
+    df_st_file *f = NULL, *o = NULL, *h = NULL;
+    assert_int_equal(df_st_open(path, &f), DF_OK);
+    assert_int_equal(df_st_open(orig, &o), DF_OK);
+    assert_int_equal(df_st_open(half, &h), DF_OK);
+    df_st_tensor t;
+    assert_int_equal(df_st_find(f, "model.layers.0.self_attn.q_proj.weight", &t), DF_ENOTFOUND);
+    assert_int_equal(df_st_find(f, "model.layers.0.mlp.up_proj.weight", &t), DF_ENOTFOUND);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(df_st_find(f, fused[i], &t), DF_OK);
+        assert_int_equal(t.shape[0], rows[i]);
+        assert_int_equal(t.shape[1], 32);
+        const int64_t n = rows[i] * 32;
+        float *a = malloc(sizeof(float) * (size_t)n), *b = malloc(sizeof(float) * (size_t)n),
+              *c = malloc(sizeof(float) * (size_t)n);
+        assert_int_equal(df_st_read_f32(f, fused[i], a, n), DF_OK);
+        assert_int_equal(df_st_read_f32(o, fused[i], b, n), DF_OK);
+        assert_int_equal(df_st_read_f32(h, fused[i], c, n), DF_OK);
+        assert_memory_equal(a, b, sizeof(float) * (size_t)n);
+        for (int64_t j = 0; j < n; j++)
+            assert_true(c[j] == df_bf16_to_f32(df_f32_to_bf16(b[j])));
+        free(a), free(b), free(c);
+    }
+    df_st_close(f);
+    df_st_close(o);
+    df_st_close(h);
+}
 
 /* Save each fixture (its config.json kept and updated) and load it back: the same weights and
    configuration; the written config.json is what transformers reads for these models. */
 static void test_save_load_roundtrip(void **state)
 {
     const char *dir = *state;
-    const char *names[3] = {"tiny_qwen3", "tiny_llama31", "tiny_mistral"};
-    const char *archs[3] = {"Qwen3ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM"};
-    for (int i = 0; i < 3; i++) {
+    const char *names[4] = {"tiny_qwen3", "tiny_llama31", "tiny_mistral", "tiny_phi3"};
+    const char *archs[4] = {"Qwen3ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM", "Phi3ForCausalLM"};
+    for (int i = 0; i < 4; i++) {
         golden g = load(names[i]);
         char sub[512], cfgp[600];
         snprintf(sub, sizeof sub, "%s/%s", dir, names[i]);
@@ -399,6 +561,11 @@ static void test_save_load_roundtrip(void **state)
         } else if (i == 2) {
             assert_int_equal(json_integer_value(json_object_get(j, "sliding_window")), 4);
             assert_null(json_object_get(j, "use_sliding_window"));
+        } else if (i == 3) {
+            assert_true(json_is_null(json_object_get(j, "sliding_window")));
+            assert_null(json_object_get(j, "use_sliding_window"));
+            assert_null(json_object_get(j, "attention_bias"));
+            check_phi3_files(sub);
         } else {
             json_t *rs = json_object_get(j, "rope_scaling");
             assert_string_equal(json_string_value(json_object_get(rs, "rope_type")), "llama3");
@@ -450,6 +617,8 @@ int main(void)
         cmocka_unit_test(test_llama31_golden),
         cmocka_unit_test(test_llama31_detects),
         cmocka_unit_test(test_mistral_golden),
+        cmocka_unit_test(test_phi3_golden),
+        cmocka_unit_test_setup_teardown(test_phi3_file_errors, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test(test_rollout_decoder),
         cmocka_unit_test_setup_teardown(test_save_load_roundtrip, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test(test_device_refuses_window),

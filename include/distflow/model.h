@@ -52,7 +52,7 @@ typedef enum df_rope_type {
 
 /** The fields of HF config.json that define the architecture. */
 typedef struct df_model_config {
-    char model_type[32];             /**< "qwen2", "qwen3", "llama" or "mistral" */
+    char model_type[32];             /**< "qwen2", "qwen3", "llama", "mistral" or "phi3" */
     int64_t vocab_size;
     int64_t hidden_size;
     int64_t intermediate_size;
@@ -138,15 +138,15 @@ typedef struct df_model {
 /** Defaults of a Qwen2 config (values of Qwen2Config in transformers; no window, plain RoPE). */
 DF_API void df_model_config_defaults(df_model_config *cfg);
 /**
- * Parse HF config.json. model_type must be "qwen2", "qwen3", "llama" or "mistral"; vocab_size,
- * hidden_size, intermediate_size, num_hidden_layers and num_attention_heads
+ * Parse HF config.json. model_type must be "qwen2", "qwen3", "llama", "mistral" or "phi3";
+ * vocab_size, hidden_size, intermediate_size, num_hidden_layers and num_attention_heads
  * are required; every other key falls back to the default of transformers'
- * Qwen2Config / Qwen3Config / LlamaConfig / MistralConfig (null counts as absent). num_key_value_heads
+ * Qwen2Config / Qwen3Config / LlamaConfig / MistralConfig / Phi3Config (null counts as absent). num_key_value_heads
  * defaults to num_attention_heads, head_dim to hidden_size / num_attention_heads
  * (qwen3: 128). attention_bias: qwen2 always has q/k/v biases (no such HF key; an
  * explicit false is honoured so our own files round-trip); for llama and qwen3 it is
  * read (default false) and gives q/k/v AND o_proj biases (LlamaAttention,
- * Qwen3Attention); mistral has no biases and no such key (an attention_bias there is
+ * Qwen3Attention); mistral and phi3 have no biases and no such key (an attention_bias there is
  * ignored, as transformers does). qwen3 has q/k norms (qk_norm). RoPE: rope_theta, and rope_scaling
  * null or of rope_type (or "type") "default" or "llama3" (factor, low_freq_factor,
  * high_freq_factor, original_max_position_embeddings, all required); transformers 5's
@@ -155,7 +155,9 @@ DF_API void df_model_config_defaults(df_model_config *cfg);
  * 4096; null: no window), the layers of index >= max_window_layers (default 28) attend
  * to their last W positions; a layer_types list, when present, names those layers
  * instead. mistral (MistralConfig): sliding_window W (default 4096; null: no window) on
- * every layer (max_window_layers 0). eos_token_id (int or list) fills eos_token_ids / n_eos in order.
+ * every layer (max_window_layers 0); phi3 the same with default null. phi3's checkpoint fuses
+ * projections (df_model_load). attention_dropout, and phi3's resid_pdrop / embd_pdrop, must be 0
+ * (there is no dropout), phi3's partial_rotary_factor 1. eos_token_id (int or list) fills eos_token_ids / n_eos in order.
  * torch_dtype (or "dtype") must be float32 / bfloat16 / float16.
  * architectures: *ForCausalLM (or absent) gives a causal LM, num_labels 0
  * whatever id2label says; *ForTokenClassification a value model, its label
@@ -167,7 +169,8 @@ DF_API void df_model_config_defaults(df_model_config *cfg);
  * without one of its keys), DF_EUNSUPPORTED (other model_type, a rope type other than
  * default / llama3 (named), rope_scaling and rope_parameters both given and different,
  * layer_types with a full-attention layer after a windowed one, llama with
- * use_sliding_window true, hidden_act other than silu, mlp_bias true, architectures
+ * use_sliding_window true, hidden_act other than silu, mlp_bias true, a non-zero dropout,
+ * partial_rotary_factor other than 1, architectures
  * none of *ForCausalLM / *ForTokenClassification / *ForSequenceClassification or
  * mixing them, a classifier with other than one label (naming id2label or
  * num_labels), more than DF_MAX_EOS eos ids).
@@ -403,7 +406,9 @@ DF_API int df_model_init_random(df_model *m, uint64_t seed);
  * f64 / i32 / i64), converted to f32. Every tensor of the layout must be present
  * exactly once with its shape (a *ForTokenClassification checkpoint: score.weight
  * and score.bias, no lm_head.weight; a *ForSequenceClassification one: score.weight,
- * and score.bias when it has one, else the bias is 0). Ignored: lm_head.weight of a tied model and
+ * and score.bias when it has one, else the bias is 0; phi3: each layer's q / k / v as one
+ * self_attn.qkv_proj.weight and gate / up as one mlp.gate_up_proj.weight, split into the layout's
+ * tensors, their rows in that order). Ignored: lm_head.weight of a tied model and
  * *.rotary_emb.inv_freq buffers; any other extra tensor is an error.
  * Errors name the file and the tensor: DF_ENOTFOUND (no config.json, no
  * weights, a shard named by the index is missing), DF_EINVAL (malformed file,
@@ -434,6 +439,8 @@ DF_API int df_model_load_ex(const char *dir, const df_config_overrides *ov, df_m
  *                           model-00001-of-0000N.safetensors ... plus
  *                           model.safetensors.index.json {"metadata":
  *                           {"total_size": data bytes}, "weight_map": {...}}.
+ *                           phi3: q / k / v and gate / up written fused, as
+ *                           df_model_load reads them.
  * All files are written to temporaries first and renamed into place only when
  * every one is complete, so a failure while writing (disk full, I/O error)
  * leaves the directory as it was. Weight

@@ -125,11 +125,43 @@ static int parse_dtype(json_t *root, const char *src, df_model_config *c)
     return DF_OK;
 }
 
+/* A dropout probability other than 0: the engine has none (it computes what HF does with 0). */
+static int check_dropout(json_t *root, const char *src, const char *key)
+{
+    json_t *v = df_cfg_get(root, key);
+    if (v && !json_is_number(v))
+        return df_cfg_wrong_type(src, key, "a number", v);
+    if (v && json_number_value(v) != 0.0)
+        return df_error(DF_EUNSUPPORTED, "%s: key \"%s\" %g is not supported: distflow has no dropout (set "
+                        "<model>.override_config.%s=0.0 to train without it)", src, key, json_number_value(v), key);
+    return DF_OK;
+}
+
+/* Phi3Config.partial_rotary_factor: RoPE on a part of each head (Phi-4-mini: 0.75); only 1. */
+static int check_partial_rotary(json_t *root, const char *src)
+{
+    json_t *v = df_cfg_get(root, "partial_rotary_factor");
+    if (v && !json_is_number(v))
+        return df_cfg_wrong_type(src, "partial_rotary_factor", "a number", v);
+    if (v && json_number_value(v) != 1.0)
+        return df_error(DF_EUNSUPPORTED, "%s: key \"partial_rotary_factor\" %g is not supported (RoPE on the "
+                        "whole head only: 1.0)", src, json_number_value(v));
+    return DF_OK;
+}
+
 /* Keys whose non-default values select features this engine does not have. */
-static int check_unsupported(json_t *root, const char *src)
+static int check_unsupported(json_t *root, const char *src, bool phi3)
 {
     bool b = false;
-    int rc;
+    int rc = check_dropout(root, src, "attention_dropout");
+    if (!rc && phi3) /* Phi3DecoderLayer's residual dropout, Phi3Model's embedding dropout */
+        rc = check_dropout(root, src, "resid_pdrop");
+    if (!rc && phi3)
+        rc = check_dropout(root, src, "embd_pdrop");
+    if (!rc && phi3)
+        rc = check_partial_rotary(root, src);
+    if (rc)
+        return rc;
     if ((rc = df_cfg_get_bool(root, src, "mlp_bias", &b)))
         return rc;
     if (b)
@@ -212,9 +244,10 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
         return df_cfg_wrong_type(src, "model_type", "a string", mt);
     const char *type = json_string_value(mt);
     bool llama = !strcmp(type, "llama"), qwen3 = !strcmp(type, "qwen3"), mistral = !strcmp(type, "mistral");
-    if (!llama && !qwen3 && !mistral && strcmp(type, "qwen2"))
+    bool phi3 = !strcmp(type, "phi3");
+    if (!llama && !qwen3 && !mistral && !phi3 && strcmp(type, "qwen2"))
         return df_error(DF_EUNSUPPORTED, "%s: key \"model_type\": \"%s\" is not supported (qwen2, "
-                        "qwen3, llama, mistral)", src, type);
+                        "qwen3, llama, mistral, phi3)", src, type);
     df_model_config_defaults(c);
     snprintf(c->model_type, sizeof c->model_type, "%s", type);
     if (llama) { /* LlamaConfig defaults where they differ from Qwen2Config */
@@ -240,7 +273,18 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
         c->eos_token_ids[0] = 2;
         c->n_eos = 1;
     }
-    int rc = check_unsupported(root, src);
+    if (phi3) { /* Phi3Config defaults where they differ from Qwen2Config */
+        c->vocab_size = 32064;
+        c->intermediate_size = 8192;
+        c->max_position_embeddings = 4096;
+        c->rms_norm_eps = 1e-5;
+        c->rope_theta = 10000.0;
+        c->attention_bias = false;
+        c->bos_token_id = 1;
+        c->eos_token_ids[0] = 32000;
+        c->n_eos = 1;
+    }
+    int rc = check_unsupported(root, src, phi3);
     if (!rc)
         rc = parse_head(root, src, c);
     /* The sizes that define the tensors have no sensible default: require them. */
@@ -280,7 +324,7 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
      * "attention_bias": false there only so our own files round-trip. LlamaAttention and
      * Qwen3Attention give o_proj a bias too when it is set; MistralAttention has no biases
      * and no such key (transformers ignores one). */
-    if (!rc && !mistral)
+    if (!rc && !mistral && !phi3)
         rc = df_cfg_get_bool(root, src, "attention_bias", &c->attention_bias);
     c->o_proj_bias = c->attention_bias && (llama || qwen3);
     if (!rc)
@@ -342,6 +386,7 @@ const char *df_model_class_prefix(const char *model_type)
     return !strcmp(model_type, "llama")     ? "Llama"
            : !strcmp(model_type, "qwen3")   ? "Qwen3"
            : !strcmp(model_type, "mistral") ? "Mistral"
+           : !strcmp(model_type, "phi3")    ? "Phi3"
                                             : "Qwen2";
 }
 
@@ -364,7 +409,7 @@ int df_model_config_to_json(const df_model_config *c, const char *original_json,
         return df_error(DF_ENOMEM, "out of memory writing config.json");
     }
     bool llama = !strcmp(c->model_type, "llama"), qwen2 = !strcmp(c->model_type, "qwen2");
-    bool mistral = !strcmp(c->model_type, "mistral");
+    bool unbiased = !strcmp(c->model_type, "mistral") || !strcmp(c->model_type, "phi3"); /* no such key */
     char arch[64];
     int bad = 0;
     if (!original_json)
@@ -400,7 +445,7 @@ int df_model_config_to_json(const df_model_config *c, const char *original_json,
     bad |= json_object_set_new(o, "rms_norm_eps", json_real(c->rms_norm_eps));
     bad |= json_object_set_new(o, "initializer_range", json_real(c->initializer_range));
     bad |= json_object_set_new(o, "tie_word_embeddings", json_boolean(c->tie_word_embeddings));
-    if ((!qwen2 && !mistral) || (qwen2 && !c->attention_bias) || json_object_get(o, "attention_bias"))
+    if ((!qwen2 && !unbiased) || (qwen2 && !c->attention_bias) || json_object_get(o, "attention_bias"))
         bad |= json_object_set_new(o, "attention_bias", json_boolean(c->attention_bias));
     if (c->bos_token_id >= 0)
         bad |= json_object_set_new(o, "bos_token_id", json_integer(c->bos_token_id));

@@ -125,14 +125,15 @@ static int parse_layer_types(json_t *lt, const char *src, const df_model_config 
 }
 
 /* MistralConfig.sliding_window: an int (default 4096) or null; windowed attention on every
- * layer when set (modeling_mistral.py has no use_sliding_window / max_window_layers). */
-static int parse_mistral_window(json_t *root, const char *src, df_model_config *c)
+ * layer when set (modeling_mistral.py has no use_sliding_window / max_window_layers). Phi3Config's
+ * is the same key with default None (`dflt` 0). */
+static int parse_every_layer_window(json_t *root, const char *src, int64_t dflt, df_model_config *c)
 {
-    int64_t w = 4096;
+    int64_t w = dflt;
     json_t *sw = json_object_get(root, "sliding_window");
     int rc;
-    if (json_is_null(sw))
-        w = 0;
+    if (!sw || json_is_null(sw))
+        w = sw ? 0 : dflt;
     else if ((rc = df_cfg_get_int(root, src, "sliding_window", false, &w)))
         return rc;
     else if (w <= 0)
@@ -150,7 +151,9 @@ int df_cfg_parse_window(json_t *root, const char *src, df_model_config *c)
     if (rc)
         return rc;
     if (!strcmp(c->model_type, "mistral")) /* MistralConfig: every layer, when set */
-        return parse_mistral_window(root, src, c);
+        return parse_every_layer_window(root, src, 4096, c);
+    if (!strcmp(c->model_type, "phi3")) /* Phi3Config: the same, no window by default */
+        return parse_every_layer_window(root, src, 0, c);
     if (!strcmp(c->model_type, "llama")) {
         if (use)
             return df_error(DF_EUNSUPPORTED,
@@ -242,7 +245,7 @@ int df_cfg_write_window(json_t *o, const df_model_config *c, bool fresh)
 {
     if (!strcmp(c->model_type, "llama"))
         return 0;
-    if (!strcmp(c->model_type, "mistral"))
+    if (!strcmp(c->model_type, "mistral") || !strcmp(c->model_type, "phi3"))
         return json_object_set_new(o, "sliding_window",
                                    c->sliding_window > 0 ? json_integer(c->sliding_window) : json_null());
     const bool use = c->sliding_window > 0;

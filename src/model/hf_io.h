@@ -58,6 +58,28 @@ int df_cfg_get_bool(json_t *root, const char *src, const char *key, bool *out);
 int df_model_config_text_ex(const char *path, const df_config_overrides *ov, df_model_config *cfg,
                             char **text);
 
+/* ---- tensor names of a checkpoint (hf_names.c) ---- */
+
+/** One tensor of a Hugging Face checkpoint: n_parts layout tensors (indices into df_model.tensors),
+ *  their rows in order. */
+typedef struct df_hf_tensor {
+    char name[96];
+    int ndim;
+    int64_t shape[2];
+    int64_t numel;
+    int n_parts;
+    int part[3];
+} df_hf_tensor;
+
+/** Whether model_type stores fused projections (phi3: qkv_proj, gate_up_proj). */
+bool df_model_fused_projections(const df_model_config *c);
+/**
+ * m's tensors as its checkpoint names and shapes them, in layout order: each layout tensor as it
+ * is, except phi3's q / k / v weights of a layer (one "self_attn.qkv_proj.weight") and gate / up
+ * weights (one "mlp.gate_up_proj.weight"). *out malloc'd, *n entries. Errors: DF_ENOMEM.
+ */
+int df_hf_tensor_table(const df_model *m, df_hf_tensor **out, int *n);
+
 /* ---- positions: RoPE and the sliding window (config_pos.c) ---- */
 
 /**

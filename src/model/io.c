@@ -28,8 +28,10 @@ typedef struct {
 
 typedef struct {
     df_model *m;
-    name_idx *sorted;   /* layout names, sorted for lookup */
-    const char **from;  /* [n_tensors]: file each tensor was read from, NULL if not yet */
+    df_hf_tensor *hf;   /* the checkpoint's tensors (df_hf_tensor_table) */
+    int n_hf;
+    name_idx *sorted;   /* their names, sorted for lookup */
+    const char **from;  /* [n_hf]: file each was read from, NULL if not yet */
     char **files;       /* owned copies of the file names used in `from` */
     int n_files;
 } loader;
@@ -39,18 +41,35 @@ static int cmp_name_idx(const void *a, const void *b)
     return strcmp(((const name_idx *)a)->name, ((const name_idx *)b)->name);
 }
 
-static int layout_index(const loader *L, const char *name)
+static int hf_index(const loader *L, const char *name)
 {
     name_idx key = {name, 0};
-    const name_idx *hit = bsearch(&key, L->sorted, (size_t)L->m->n_tensors, sizeof key,
-                                  cmp_name_idx);
+    const name_idx *hit = bsearch(&key, L->sorted, (size_t)L->n_hf, sizeof key, cmp_name_idx);
     return hit ? hit->idx : -1;
+}
+
+/* File tensor t into its layout tensors: directly, or (a fused projection) through a float32 copy
+   whose rows go to each part in turn. */
+static int read_parts(df_model *m, const df_hf_tensor *h, const df_st_tensor *t)
+{
+    const df_param_desc *d0 = &m->tensors[h->part[0]];
+    if (h->n_parts == 1)
+        return df_st_tensor_to_f32(t, m->params + d0->offset);
+    float *tmp = malloc((size_t)h->numel * sizeof *tmp);
+    int rc = tmp ? df_st_tensor_to_f32(t, tmp) : df_error(DF_ENOMEM, "out of memory reading \"%s\"", h->name);
+    for (int64_t k = 0, at = 0; !rc && k < h->n_parts; k++) {
+        const df_param_desc *d = &m->tensors[h->part[k]];
+        memcpy(m->params + d->offset, tmp + at, (size_t)d->numel * sizeof *tmp);
+        at += d->numel;
+    }
+    free(tmp);
+    return rc;
 }
 
 static int load_tensor(loader *L, const char *path, const df_st_tensor *t)
 {
     df_model *m = L->m;
-    int idx = layout_index(L, t->name);
+    int idx = hf_index(L, t->name);
     if (idx < 0) {
         /* Tied checkpoints sometimes carry lm_head anyway; old ones save RoPE buffers. */
         if (m->cfg.tie_word_embeddings && !strcmp(t->name, "lm_head.weight"))
@@ -60,30 +79,33 @@ static int load_tensor(loader *L, const char *path, const df_st_tensor *t)
         return df_error(DF_EINVAL, "%s: unexpected tensor \"%s\" (not in the %s layout of "
                         "config.json)", path, t->name, m->cfg.model_type);
     }
-    const df_param_desc *d = &m->tensors[idx];
+    const df_hf_tensor *h = &L->hf[idx];
     if (L->from[idx])
         return df_error(DF_EINVAL, "%s: tensor \"%s\" is also in %s", path, t->name,
                         L->from[idx]);
-    bool same = t->ndim == d->ndim;
-    for (int i = 0; same && i < d->ndim; i++)
-        same = t->shape[i] == d->shape[i];
+    bool same = t->ndim == h->ndim;
+    for (int i = 0; same && i < h->ndim; i++)
+        same = t->shape[i] == h->shape[i];
     if (!same) {
         char got[160], want[160];
         df_st_shape_str(got, sizeof got, t->ndim, t->shape);
-        df_st_shape_str(want, sizeof want, d->ndim, d->shape);
+        df_st_shape_str(want, sizeof want, h->ndim, h->shape);
         return df_error(DF_EINVAL, "%s: tensor \"%s\" has shape %s, config.json implies %s", path,
                         t->name, got, want);
     }
-    float *dst = m->params + d->offset;
-    int rc = df_st_tensor_to_f32(t, dst);
+    int rc = read_parts(m, h, t);
     if (rc)
         return df_error_wrap(rc, "%s", path);
     /* a NaN / Inf weight would poison every activation and gradient of the run; refuse it here */
-    int64_t bad = df_first_nonfinite(dst, d->numel);
-    if (bad >= 0)
-        return df_error(DF_EINVAL, "%s: tensor \"%s\" holds a non-finite value (%g) at element %lld of %lld; "
-                        "the file is corrupt or was saved from a diverged run", path, t->name, (double)dst[bad],
-                        (long long)bad, (long long)d->numel);
+    for (int k = 0, at = 0; k < h->n_parts; k++) {
+        const df_param_desc *d = &m->tensors[h->part[k]];
+        int64_t bad = df_first_nonfinite(m->params + d->offset, d->numel);
+        if (bad >= 0)
+            return df_error(DF_EINVAL, "%s: tensor \"%s\" holds a non-finite value (%g) at element %lld of %lld; "
+                            "the file is corrupt or was saved from a diverged run", path, t->name,
+                            (double)m->params[d->offset + bad], (long long)(at + bad), (long long)h->numel);
+        at += d->numel;
+    }
     L->from[idx] = L->files[L->n_files - 1];
     return DF_OK;
 }
@@ -198,17 +220,19 @@ static int load_sharded(loader *L, const char *dir, const char *index_path)
 static int load_weights(df_model *m, const char *dir)
 {
     loader L = {.m = m};
-    L.sorted = malloc((size_t)m->n_tensors * sizeof *L.sorted);
-    L.from = calloc((size_t)m->n_tensors, sizeof *L.from);
+    int rc = df_hf_tensor_table(m, &L.hf, &L.n_hf);
+    if (rc)
+        return rc;
+    L.sorted = malloc((size_t)L.n_hf * sizeof *L.sorted);
+    L.from = calloc((size_t)L.n_hf, sizeof *L.from);
     char *single = df_path_join(dir, SINGLE_FILE), *index = df_path_join(dir, INDEX_FILE);
-    int rc = DF_OK;
     if (!L.sorted || !L.from || !single || !index) {
         rc = df_error(DF_ENOMEM, "out of memory loading %s", dir);
         goto done;
     }
-    for (int i = 0; i < m->n_tensors; i++)
-        L.sorted[i] = (name_idx){m->tensors[i].name, i};
-    qsort(L.sorted, (size_t)m->n_tensors, sizeof *L.sorted, cmp_name_idx);
+    for (int i = 0; i < L.n_hf; i++)
+        L.sorted[i] = (name_idx){L.hf[i].name, i};
+    qsort(L.sorted, (size_t)L.n_hf, sizeof *L.sorted, cmp_name_idx);
     /* Like transformers: a single model.safetensors wins over an index. */
     const char *where;
     if (df_file_exists(single)) {
@@ -224,16 +248,16 @@ static int load_weights(df_model *m, const char *dir)
     }
     /* HF's *ForSequenceClassification head has no bias: a file without one keeps the 0 that
        df_model_create gave it (verl's AutoModelForTokenClassification load does the same). */
-    for (int i = 0; !rc && i < m->n_tensors; i++)
-        if (!L.from[i] && !(m->cfg.seq_cls && !strcmp(m->tensors[i].name, "score.bias")))
+    for (int i = 0; !rc && i < L.n_hf; i++)
+        if (!L.from[i] && !(m->cfg.seq_cls && !strcmp(L.hf[i].name, "score.bias")))
             rc = df_error(DF_EINVAL, "%s: missing tensor \"%s\" [shape %lld%s%lld] required by "
-                          "config.json", where, m->tensors[i].name,
-                          (long long)m->tensors[i].shape[0], m->tensors[i].ndim > 1 ? ", " : "",
-                          m->tensors[i].ndim > 1 ? (long long)m->tensors[i].shape[1] : 0LL);
+                          "config.json", where, L.hf[i].name, (long long)L.hf[i].shape[0],
+                          L.hf[i].ndim > 1 ? ", " : "", L.hf[i].ndim > 1 ? (long long)L.hf[i].shape[1] : 0LL);
 done:
     for (int i = 0; i < L.n_files; i++)
         free(L.files[i]);
     free(L.files);
+    free(L.hf);
     free(L.sorted);
     free(L.from);
     free(single);
@@ -327,13 +351,13 @@ static int stage_text(staging *s, const char *dir, const char *name, const char 
     return rc ? rc : df_tmpfile_close(t);
 }
 
-/* HF's sharding rule: fill shards in layout order; a tensor larger than the limit gets its own. */
-static int plan_shards(const df_model *m, size_t esize, int64_t max_bytes, int *shard_of)
+/* HF's sharding rule: fill shards in order; a tensor larger than the limit gets its own. */
+static int plan_shards(const df_hf_tensor *hf, int n, size_t esize, int64_t max_bytes, int *shard_of)
 {
     int shard = 0;
     int64_t cur = 0;
-    for (int i = 0; i < m->n_tensors; i++) {
-        int64_t b = m->tensors[i].numel * (int64_t)esize;
+    for (int i = 0; i < n; i++) {
+        int64_t b = hf[i].numel * (int64_t)esize;
         if (max_bytes > 0 && cur > 0 && cur + b > max_bytes) {
             shard++;
             cur = 0;
@@ -344,19 +368,32 @@ static int plan_shards(const df_model *m, size_t esize, int64_t max_bytes, int *
     return shard + 1;
 }
 
-static int stage_shard(staging *s, const df_model *m, const char *dir, const char *file,
-                       df_dtype dtype, const int *shard_of, int shard)
+/* The checkpoint's tensors and the shard of each (df_model_save). */
+typedef struct {
+    const df_model *m;
+    df_hf_tensor *hf;
+    int n_hf;
+    int *shard_of;
+} save_plan;
+
+static int stage_shard(staging *s, const save_plan *P, const char *dir, const char *file, df_dtype dtype,
+                       int shard)
 {
     df_st_writer *w;
     int rc = df_st_writer_new(&w);
     if (rc)
         return rc;
     rc = df_st_writer_set_metadata(w, "format", "pt");
-    for (int i = 0; !rc && i < m->n_tensors; i++) {
-        const df_param_desc *d = &m->tensors[i];
-        if (shard_of[i] == shard)
-            rc = df_st_writer_add_borrowed(w, d->name, dtype, d->ndim, d->shape,
-                                           m->params + d->offset);
+    for (int i = 0; !rc && i < P->n_hf; i++) {
+        const df_hf_tensor *h = &P->hf[i];
+        const float *parts[DF_ST_MAX_PARTS];
+        int64_t numel[DF_ST_MAX_PARTS];
+        for (int k = 0; k < h->n_parts; k++) {
+            const df_param_desc *d = &P->m->tensors[h->part[k]];
+            parts[k] = P->m->params + d->offset, numel[k] = d->numel;
+        }
+        if (P->shard_of[i] == shard)
+            rc = df_st_writer_add_gathered(w, h->name, dtype, h->ndim, h->shape, parts, numel, h->n_parts);
     }
     char *path = rc ? NULL : df_path_join(dir, file);
     df_tmpfile *t = rc ? NULL : stage_slot(s);
@@ -374,17 +411,16 @@ static int stage_shard(staging *s, const df_model *m, const char *dir, const cha
     return rc;
 }
 
-static int index_json(const df_model *m, size_t esize, const int *shard_of, int n_shards,
-                      char **out)
+static int index_json(const save_plan *P, size_t esize, int n_shards, char **out)
 {
     json_t *wm = json_object();
     int64_t total = 0;
     int bad = !wm;
     char file[64];
-    for (int i = 0; !bad && i < m->n_tensors; i++) {
-        snprintf(file, sizeof file, SHARD_FMT, shard_of[i] + 1, n_shards);
-        bad |= json_object_set_new(wm, m->tensors[i].name, json_string(file));
-        total += m->tensors[i].numel * (int64_t)esize;
+    for (int i = 0; !bad && i < P->n_hf; i++) {
+        snprintf(file, sizeof file, SHARD_FMT, P->shard_of[i] + 1, n_shards);
+        bad |= json_object_set_new(wm, P->hf[i].name, json_string(file));
+        total += P->hf[i].numel * (int64_t)esize;
     }
     json_t *root = bad ? NULL : json_pack("{s:{s:I}, s:o}", "metadata", "total_size",
                                           (json_int_t)total, "weight_map", wm);
@@ -472,10 +508,14 @@ int df_model_save(const df_model *m, const char *dir, df_dtype dtype, int64_t ma
     if (rc)
         return df_error_wrap(rc, "saving model");
     size_t esize = df_st_dtype_size(dtype);
-    int *shard_of = malloc((size_t)m->n_tensors * sizeof *shard_of);
-    if (!shard_of)
+    save_plan P = {.m = m};
+    if ((rc = df_hf_tensor_table(m, &P.hf, &P.n_hf)))
+        return df_error_wrap(rc, "saving %s", dir);
+    if (!(P.shard_of = malloc((size_t)P.n_hf * sizeof *P.shard_of))) {
+        free(P.hf);
         return df_error(DF_ENOMEM, "out of memory saving %s", dir);
-    int n_shards = plan_shards(m, esize, max_shard_bytes, shard_of);
+    }
+    int n_shards = plan_shards(P.hf, P.n_hf, esize, max_shard_bytes, P.shard_of);
     staging s = {0};
     char file[64], *text = NULL;
     /* One shard is written as model.safetensors without an index, as transformers does. */
@@ -484,9 +524,9 @@ int df_model_save(const df_model *m, const char *dir, df_dtype dtype, int64_t ma
             snprintf(file, sizeof file, SINGLE_FILE);
         else
             snprintf(file, sizeof file, SHARD_FMT, k + 1, n_shards);
-        rc = stage_shard(&s, m, dir, file, dtype, shard_of, k);
+        rc = stage_shard(&s, &P, dir, file, dtype, k);
     }
-    if (!rc && n_shards > 1 && !(rc = index_json(m, esize, shard_of, n_shards, &text))) {
+    if (!rc && n_shards > 1 && !(rc = index_json(&P, esize, n_shards, &text))) {
         rc = stage_text(&s, dir, INDEX_FILE, text);
         free(text);
     }
@@ -504,7 +544,8 @@ int df_model_save(const df_model *m, const char *dir, df_dtype dtype, int64_t ma
     for (int i = 0; !rc && i < s.n; i++)
         rc = df_tmpfile_commit(stage_at(&s, i));
     staging_discard(&s);
-    free(shard_of);
+    free(P.shard_of);
+    free(P.hf);
     if (rc)
         return df_error_wrap(rc, "saving model to %s", dir);
     remove_stale(dir, n_shards);

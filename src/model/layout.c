@@ -36,17 +36,17 @@ void df_model_config_defaults(df_model_config *c)
 }
 
 /* The attention features each model_type has in Hugging Face: qwen2 q/k/v biases only; llama and
-   qwen3 an o_proj bias exactly when they have q/k/v ones; mistral no biases; q/k norms exactly in
-   qwen3. */
+   qwen3 an o_proj bias exactly when they have q/k/v ones; mistral and phi3 no biases; q/k norms
+   exactly in qwen3. */
 static int validate_type(const df_model_config *c)
 {
     bool qwen2 = !strcmp(c->model_type, "qwen2"), qwen3 = !strcmp(c->model_type, "qwen3");
-    bool mistral = !strcmp(c->model_type, "mistral");
-    if (!qwen2 && !qwen3 && !mistral && strcmp(c->model_type, "llama"))
-        return df_error(DF_EUNSUPPORTED, "model_type \"%s\" is not supported (qwen2, qwen3, llama, mistral)",
+    bool unbiased = !strcmp(c->model_type, "mistral") || !strcmp(c->model_type, "phi3");
+    if (!qwen2 && !qwen3 && !unbiased && strcmp(c->model_type, "llama"))
+        return df_error(DF_EUNSUPPORTED, "model_type \"%s\" is not supported (qwen2, qwen3, llama, mistral, phi3)",
                         c->model_type);
-    if (mistral && c->attention_bias)
-        return df_error(DF_EINVAL, "mistral has no attention biases (attention_bias set)");
+    if (unbiased && c->attention_bias)
+        return df_error(DF_EINVAL, "%s has no attention biases (attention_bias set)", c->model_type);
     if (c->qk_norm != qwen3)
         return df_error(DF_EINVAL, "%s: q/k norms are %s (qwen3 has them, qwen2 and llama do not)",
                         c->model_type, c->qk_norm ? "set" : "not set");

@@ -1,5 +1,6 @@
 /* LoRA adapters (distflow/lora.h): layout, PEFT's initialisation, views and the merge. */
 #include "distflow/lora.h"
+#include "model/hf_io.h"
 #include "distflow/rng.h"
 #include "model/ops.h"
 
@@ -150,6 +151,9 @@ static int check_config(const df_model *m, const df_lora_config *cfg)
         return df_error(DF_EINVAL, "LoRA: no target module");
     if (m->cfg.num_labels != 0 && m->cfg.num_labels != 1)
         return df_error(DF_EINVAL, "LoRA: a model of %lld labels", (long long)m->cfg.num_labels);
+    if (df_model_fused_projections(&m->cfg)) /* one adapter on a fused module is not three on its parts */
+        return df_error(DF_EUNSUPPORTED, "LoRA on a %s model is not supported: PEFT adapts its fused qkv_proj and "
+                        "gate_up_proj as single modules, distflow's adapters are per projection", m->cfg.model_type);
     return DF_OK;
 }
 

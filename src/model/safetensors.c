@@ -461,7 +461,9 @@ typedef struct {
     int64_t shape[DF_ST_MAX_DIMS];
     int64_t numel;
     void *bytes;          /* converted copy, or NULL when borrowed */
-    const float *borrowed;
+    const float *part[DF_ST_MAX_PARTS]; /* borrowed: the data is these pieces in order */
+    int64_t part_numel[DF_ST_MAX_PARTS];
+    int n_parts;
     size_t nbytes;
 } w_entry;
 
@@ -539,7 +541,7 @@ static int writer_add(df_st_writer *w, const char *name, df_dtype dtype, int ndi
         if (e->bytes)
             df_half_from_f32_array(dtype, src, e->bytes, numel);
     } else {
-        e->borrowed = src;
+        e->part[0] = src, e->part_numel[0] = numel, e->n_parts = 1;
     }
     if (!e->name || (copy && e->nbytes && !e->bytes)) {
         free(e->name);
@@ -561,6 +563,32 @@ int df_st_writer_add_borrowed(df_st_writer *w, const char *name, df_dtype dtype,
                               const int64_t *shape, const float *src)
 {
     return writer_add(w, name, dtype, ndim, shape, src, false);
+}
+
+int df_st_writer_add_gathered(df_st_writer *w, const char *name, df_dtype dtype, int ndim,
+                              const int64_t *shape, const float *const *parts,
+                              const int64_t *part_numel, int n_parts)
+{
+    int64_t sum = 0;
+    bool ok = n_parts >= 1 && n_parts <= DF_ST_MAX_PARTS;
+    for (int i = 0; ok && i < n_parts; i++)
+        ok = part_numel[i] >= 0 && (parts[i] || !part_numel[i]) && !__builtin_add_overflow(sum, part_numel[i], &sum);
+    int rc = ok ? writer_add(w, name, dtype, ndim, shape, parts[0], false)
+                : df_error(DF_EINVAL, "safetensors writer: tensor \"%s\": bad pieces", name ? name : "(null)");
+    if (rc)
+        return rc;
+    w_entry *e = &w->e[w->n - 1];
+    if (sum != e->numel) {
+        free(e->name);
+        w->n--;
+        w->data_bytes -= (int64_t)e->nbytes;
+        return df_error(DF_EINVAL, "safetensors writer: tensor \"%s\": its pieces hold %lld elements, its "
+                        "shape %lld", name, (long long)sum, (long long)e->numel);
+    }
+    for (int i = 0; i < n_parts; i++)
+        e->part[i] = parts[i], e->part_numel[i] = part_numel[i];
+    e->n_parts = n_parts;
+    return DF_OK;
 }
 
 int df_st_writer_set_metadata(df_st_writer *w, const char *key, const char *value)
@@ -611,6 +639,20 @@ static char *build_header(const df_st_writer *w, size_t *len)
     return h;
 }
 
+/* n floats of src in dtype: float32 as they are, half types converted in chunks through `chunk`. */
+static int write_piece(struct df_tmpfile *t, df_dtype dtype, const float *src, int64_t n, uint16_t *chunk)
+{
+    if (dtype == DF_DTYPE_F32)
+        return n ? df_tmpfile_write(t, src, (size_t)n * sizeof *src) : DF_OK;
+    int rc = DF_OK;
+    for (int64_t s = 0; s < n && !rc; s += WRITE_CHUNK) {
+        int64_t m = n - s < WRITE_CHUNK ? n - s : WRITE_CHUNK;
+        df_half_from_f32_array(dtype, src + s, chunk, m);
+        rc = df_tmpfile_write(t, chunk, (size_t)m * 2);
+    }
+    return rc;
+}
+
 int df_st_writer_write_to(df_st_writer *w, struct df_tmpfile *t)
 {
     size_t hlen;
@@ -627,20 +669,16 @@ int df_st_writer_write_to(df_st_writer *w, struct df_tmpfile *t)
     uint16_t *chunk = NULL;
     for (int i = 0; i < w->n && !rc; i++) {
         const w_entry *e = &w->e[i];
-        if (e->bytes || e->dtype == DF_DTYPE_F32) {
-            const void *src = e->bytes ? e->bytes : (const void *)e->borrowed;
-            rc = df_tmpfile_write(t, src, e->nbytes);
+        if (e->bytes) {
+            rc = df_tmpfile_write(t, e->bytes, e->nbytes);
             continue;
         }
-        if (!chunk && !(chunk = malloc(WRITE_CHUNK * sizeof *chunk))) {
+        if (e->dtype != DF_DTYPE_F32 && !chunk && !(chunk = malloc(WRITE_CHUNK * sizeof *chunk))) {
             rc = df_error(DF_ENOMEM, "%s: out of memory", t->path);
             break;
         }
-        for (int64_t s = 0; s < e->numel && !rc; s += WRITE_CHUNK) {
-            int64_t m = e->numel - s < WRITE_CHUNK ? e->numel - s : WRITE_CHUNK;
-            df_half_from_f32_array(e->dtype, e->borrowed + s, chunk, m);
-            rc = df_tmpfile_write(t, chunk, (size_t)m * 2);
-        }
+        for (int p = 0; p < e->n_parts && !rc; p++)
+            rc = write_piece(t, e->dtype, e->part[p], e->part_numel[p], chunk);
     }
     free(chunk);
     return rc;

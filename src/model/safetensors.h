@@ -133,6 +133,17 @@ int df_st_writer_add(df_st_writer *w, const char *name, df_dtype dtype, int ndim
  */
 int df_st_writer_add_borrowed(df_st_writer *w, const char *name, df_dtype dtype, int ndim,
                               const int64_t *shape, const float *src);
+/** Most pieces df_st_writer_add_gathered joins. */
+#define DF_ST_MAX_PARTS 3
+/**
+ * As df_st_writer_add_borrowed, for a tensor whose data is the concatenation of n_parts (1 ..
+ * DF_ST_MAX_PARTS) borrowed arrays parts[i][part_numel[i]] in order (a fused projection written
+ * from its separate weights, e.g. phi3's qkv_proj from q, k and v); the numels must sum to
+ * prod(shape). DF_EINVAL otherwise, and as df_st_writer_add.
+ */
+int df_st_writer_add_gathered(df_st_writer *w, const char *name, df_dtype dtype, int ndim,
+                              const int64_t *shape, const float *const *parts,
+                              const int64_t *part_numel, int n_parts);
 /** Set a "__metadata__" entry (replaces an existing key), e.g. ("format", "pt"). */
 int df_st_writer_set_metadata(df_st_writer *w, const char *key, const char *value);
 /** Bytes of tensor data added so far (excluding the header). */

@@ -15,6 +15,12 @@ float64 reference and file layout, for two tiny models that exercise what Qwen2 
                 MistralConfig's sliding window on every layer (sliding_window 4, no
                 use_sliding_window / max_window_layers keys), head_dim 16 with hidden 32,
                 rope_theta 1e6 (Mistral 7B v0.2+), untied LM head.
+  tiny_phi3     Phi3ForCausalLM (modeling_phi3.py): the Llama layer without biases whose
+                checkpoint fuses each layer's projections: self_attn.qkv_proj.weight (the rows
+                of q, then k, then v, sliced as Phi3Attention does) and mlp.gate_up_proj.weight
+                (gate's rows, then up's: Phi3MLP's chunk(2)); GQA (4 heads, 2 key/value
+                heads), head_dim 16 with hidden 32, no window, untied. Its gradients are of the
+                fused tensors.
   tiny_llama31  LlamaForCausalLM with Llama 3.1's rope_scaling (rope_type llama3; the
                 inverse frequencies rescaled as _compute_llama3_parameters, in float32),
                 chosen so that the 8 frequencies fall in all three bands (3 high, 2 medium,
@@ -87,16 +93,33 @@ MISTRAL = dict(COMMON, **{
 })
 
 
+PHI3 = dict(COMMON, **{
+    "architectures": ["Phi3ForCausalLM"],
+    "model_type": "phi3",
+    "rms_norm_eps": 1e-5,
+    "tie_word_embeddings": False,
+    "rope_scaling": None,
+    "sliding_window": None,
+    "original_max_position_embeddings": 2048,
+    "partial_rotary_factor": 1.0,
+    "resid_pdrop": 0.0,
+    "embd_pdrop": 0.0,
+})
+
+
 def param_shapes(c):
-    """HF names and shapes in distflow's layout order (include/distflow/model.h)."""
+    """HF names and shapes in the checkpoint's order (distflow's layout, phi3's fused)."""
     H, I, V, d = c["hidden_size"], c["intermediate_size"], c["vocab_size"], c["head_dim"]
     q, kv = c["num_attention_heads"] * d, c["num_key_value_heads"] * d
     bias = c.get("attention_bias", False)
+    phi3 = c["model_type"] == "phi3"
     out = [("model.embed_tokens.weight", (V, H))]
     for i in range(c["num_hidden_layers"]):
         p = f"model.layers.{i}.self_attn."
         out.append((f"model.layers.{i}.input_layernorm.weight", (H,)))
-        for proj, n in (("q", q), ("k", kv), ("v", kv)):
+        if phi3:
+            out.append((p + "qkv_proj.weight", (q + 2 * kv, H)))
+        for proj, n in (("q", q), ("k", kv), ("v", kv)) if not phi3 else ():
             out.append((p + f"{proj}_proj.weight", (n, H)))
             if bias:
                 out.append((p + f"{proj}_proj.bias", (n,)))
@@ -106,9 +129,12 @@ def param_shapes(c):
         if c["model_type"] == "qwen3":
             out += [(p + "q_norm.weight", (d,)), (p + "k_norm.weight", (d,))]
         m = f"model.layers.{i}."
-        out += [(m + "post_attention_layernorm.weight", (H,)),
-                (m + "mlp.gate_proj.weight", (I, H)), (m + "mlp.up_proj.weight", (I, H)),
-                (m + "mlp.down_proj.weight", (H, I))]
+        out.append((m + "post_attention_layernorm.weight", (H,)))
+        if phi3:
+            out.append((m + "mlp.gate_up_proj.weight", (2 * I, H)))
+        else:
+            out += [(m + "mlp.gate_proj.weight", (I, H)), (m + "mlp.up_proj.weight", (I, H))]
+        out.append((m + "mlp.down_proj.weight", (H, I)))
     out.append(("model.norm.weight", (H,)))
     if not c["tie_word_embeddings"]:
         out.append(("lm_head.weight", (V, H)))
@@ -159,8 +185,8 @@ def rope_cos_sin(c, L):
 
 def window_of(c, i):
     """Qwen2Config / Qwen3Config: windowed layers are those with index >= max_window_layers;
-    MistralConfig: every layer when sliding_window is set."""
-    if c["model_type"] == "mistral":
+    MistralConfig / Phi3Config: every layer when sliding_window is set."""
+    if c["model_type"] in ("mistral", "phi3"):
         return c.get("sliding_window") or 0
     if c.get("use_sliding_window") and c.get("sliding_window") and i >= c["max_window_layers"]:
         return c["sliding_window"]
@@ -178,9 +204,16 @@ def layer(c, p, i, x):
     L = x.shape[0]
     nh, nkv, d, eps = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"], c["rms_norm_eps"]
     h = rms_norm(x, p[pre + "input_layernorm.weight"], eps)
-    q = linear(p, at + "q_proj", h).view(L, nh, d)
-    k = linear(p, at + "k_proj", h).view(L, nkv, d)
-    v = linear(p, at + "v_proj", h).view(L, nkv, d)
+    if c["model_type"] == "phi3":                # Phi3Attention: one projection, sliced
+        qkv = linear(p, at + "qkv_proj", h)
+        qp = nh * d
+        q = qkv[..., :qp].reshape(L, nh, d)
+        k = qkv[..., qp:qp + nkv * d].reshape(L, nkv, d)
+        v = qkv[..., qp + nkv * d:].reshape(L, nkv, d)
+    else:
+        q = linear(p, at + "q_proj", h).view(L, nh, d)
+        k = linear(p, at + "k_proj", h).view(L, nkv, d)
+        v = linear(p, at + "v_proj", h).view(L, nkv, d)
     if c["model_type"] == "qwen3":               # Qwen3RMSNorm over head_dim, per head
         q = rms_norm(q, p[at + "q_norm.weight"], eps)
         k = rms_norm(k, p[at + "k_norm.weight"], eps)
@@ -200,8 +233,11 @@ def layer(c, p, i, x):
     a = (torch.softmax(s, dim=-1) @ v).transpose(0, 1).reshape(L, nh * d)
     x = x + linear(p, at + "o_proj", a)
     h = rms_norm(x, p[pre + "post_attention_layernorm.weight"], eps)
-    gate = h @ p[pre + "mlp.gate_proj.weight"].T
-    up = h @ p[pre + "mlp.up_proj.weight"].T
+    if c["model_type"] == "phi3":                # Phi3MLP: gate, up = gate_up_proj(h).chunk(2)
+        gate, up = (h @ p[pre + "mlp.gate_up_proj.weight"].T).chunk(2, dim=-1)
+    else:
+        gate = h @ p[pre + "mlp.gate_proj.weight"].T
+        up = h @ p[pre + "mlp.up_proj.weight"].T
     return x + (torch.nn.functional.silu(gate) * up) @ p[pre + "mlp.down_proj.weight"].T
 
 
@@ -273,6 +309,7 @@ def main():
     write_fixture("tiny_qwen3", QWEN3, 3003)
     write_fixture("tiny_llama31", LLAMA31, 3101)
     write_fixture("tiny_mistral", MISTRAL, 3211)
+    write_fixture("tiny_phi3", PHI3, 3307)
 
 
 if __name__ == "__main__":
