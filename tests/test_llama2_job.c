@@ -41,23 +41,30 @@ static void sp_model(const char *dir, const char *type)
     df_tokenizer_free(tok);
 }
 
-static void test_grpo_step(void **state)
+/* One GRPO step on dir/model from the fixture rows into dir/out, with `trainer` (more keys). */
+static void grpo_step(const char *dir, const char *trainer, const char *name)
 {
-    const char *dir = *state;
-    sp_model(dir, "llama");
     char yaml[2048];
     snprintf(yaml, sizeof yaml,
-             "data: {train_files: [%s], val_files: [%s], train_batch_size: 4,\n"
+             "data: {train_files: [%s], val_files: [], train_batch_size: 4,\n"
              "       max_prompt_length: 128, max_response_length: 8}\n"
              "actor_rollout_ref:\n"
              "  model: {path: %s/model}\n"
              "  actor: {ppo_mini_batch_size: 4, ppo_micro_batch_size_per_gpu: 8}\n"
              "  rollout: {n: 2, log_prob_micro_batch_size_per_gpu: 8}\n"
              "algorithm: {adv_estimator: grpo}\n"
-             "trainer: {total_training_steps: 1, test_freq: -1, val_before_train: false, logger: [],\n"
-             "          default_local_dir: %s/out, rollout_data_dir: %s/out/rollouts}\n",
-             ROWS, ROWS, dir, dir, dir);
-    df_test_fit(yaml, "llama2.yaml");
+             "trainer: {total_training_steps: 1, logger: [], default_local_dir: %s/out, %s}\n",
+             ROWS, dir, dir, trainer);
+    df_test_fit(yaml, name);
+}
+
+static void test_grpo_step(void **state)
+{
+    const char *dir = *state;
+    sp_model(dir, "llama");
+    char trainer[700];
+    snprintf(trainer, sizeof trainer, "save_freq: -1, rollout_data_dir: %s/out/rollouts", dir);
+    grpo_step(dir, trainer, "llama2.yaml");
     /* every dumped prompt is one of the rows' questions through the template, decoded */
     char *rows = NULL;
     assert_int_equal(df_read_file(ROWS, &rows, NULL), 0);
@@ -97,18 +104,8 @@ static void test_phi3_step(void **state)
 {
     const char *dir = *state;
     sp_model(dir, "phi3");
-    char yaml[2048], path[600], *cfg = NULL;
-    snprintf(yaml, sizeof yaml,
-             "data: {train_files: [%s], val_files: [], train_batch_size: 4,\n"
-             "       max_prompt_length: 128, max_response_length: 8}\n"
-             "actor_rollout_ref:\n"
-             "  model: {path: %s/model}\n"
-             "  actor: {ppo_mini_batch_size: 4, ppo_micro_batch_size_per_gpu: 8}\n"
-             "  rollout: {n: 2, log_prob_micro_batch_size_per_gpu: 8}\n"
-             "algorithm: {adv_estimator: grpo}\n"
-             "trainer: {total_training_steps: 1, save_freq: 1, logger: [], default_local_dir: %s/out}\n",
-             ROWS, dir, dir);
-    df_test_fit(yaml, "phi3.yaml");
+    char path[600], *cfg = NULL;
+    grpo_step(dir, "save_freq: 1", "phi3.yaml");
     snprintf(path, sizeof path, "%s/out/global_step_1/actor/config.json", dir);
     assert_int_equal(df_read_file(path, &cfg, NULL), 0);
     assert_non_null(strstr(cfg, "\"Phi3ForCausalLM\""));

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "testutil.h"
+#include "hf_configs.h"
 
 #include "distflow/model.h"
 #include "util/fsutil.h"
@@ -23,25 +24,6 @@
 #include <string.h>
 
 #define WHO "actor_rollout_ref.model.override_config"
-
-/* meta-llama/Llama-3.2-1B's config.json (its llama3 rope_scaling is what the nested merge edits). */
-static const char *k_llama =
-    "{\"architectures\": [\"LlamaForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0, "
-    "\"bos_token_id\": 128000, \"eos_token_id\": 128001, \"head_dim\": 64, \"hidden_act\": \"silu\", "
-    "\"hidden_size\": 2048, \"initializer_range\": 0.02, \"intermediate_size\": 8192, "
-    "\"max_position_embeddings\": 131072, \"mlp_bias\": false, \"model_type\": \"llama\", "
-    "\"num_attention_heads\": 32, \"num_hidden_layers\": 16, \"num_key_value_heads\": 8, "
-    "\"pretraining_tp\": 1, \"rms_norm_eps\": 1e-05, \"rope_scaling\": {\"factor\": 32.0, "
-    "\"high_freq_factor\": 4.0, \"low_freq_factor\": 1.0, \"original_max_position_embeddings\": 8192, "
-    "\"rope_type\": \"llama3\"}, \"rope_theta\": 500000.0, \"tie_word_embeddings\": true, "
-    "\"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.45.0.dev0\", \"use_cache\": true, "
-    "\"vocab_size\": 128256}";
-
-/* A Mistral 7B v0.1-shaped config (its window on every layer). */
-static const char *k_mistral =
-    "{\"architectures\": [\"MistralForCausalLM\"], \"hidden_size\": 4096, \"intermediate_size\": 14336, "
-    "\"model_type\": \"mistral\", \"num_attention_heads\": 32, \"num_hidden_layers\": 32, "
-    "\"num_key_value_heads\": 8, \"sliding_window\": 4096, \"vocab_size\": 32000}";
 
 static int merge(const char *config, const char *ov_json, char **out)
 {
@@ -65,13 +47,13 @@ static void test_no_overrides_keep_the_text(void **state)
     const char *none[] = {NULL, "{}", " { \n} "};
     for (int i = 0; i < 3; i++) {
         char *out = NULL;
-        assert_int_equal(merge(k_llama, none[i], &out), DF_OK);
-        assert_string_equal(out, k_llama);
+        assert_int_equal(merge(k_llama32_1b, none[i], &out), DF_OK);
+        assert_string_equal(out, k_llama32_1b);
         free(out);
     }
     char *out = NULL;
-    assert_int_equal(df_model_config_merge(k_llama, NULL, NULL, &out), DF_OK);
-    assert_string_equal(out, k_llama);
+    assert_int_equal(df_model_config_merge(k_llama32_1b, NULL, NULL, &out), DF_OK);
+    assert_string_equal(out, k_llama32_1b);
     free(out);
 }
 
@@ -80,7 +62,7 @@ static void test_values_replace_and_mappings_merge(void **state)
     (void)state;
     df_model_config c;
     /* one rope_scaling entry changes, the other three stay; the scalars replace the file's */
-    assert_int_equal(parse_merged(k_llama,
+    assert_int_equal(parse_merged(k_llama32_1b,
                                   "{\"rope_scaling\": {\"factor\": 8.0}, \"max_position_embeddings\": 4096, "
                                   "\"rope_theta\": 10000, \"rms_norm_eps\": 1e-6, \"tie_word_embeddings\": false, "
                                   "\"attention_dropout\": 0, \"use_cache\": false, \"eos_token_id\": [1, 2]}",
@@ -100,21 +82,21 @@ static void test_values_replace_and_mappings_merge(void **state)
     assert_int_equal(c.bos_token_id, 128000);
 
     /* null is a value: Mistral's window goes, and rope_scaling null gives plain RoPE */
-    assert_int_equal(parse_merged(k_mistral, "{\"sliding_window\": null}", &c), DF_OK);
+    assert_int_equal(parse_merged(k_mistral_v01, "{\"sliding_window\": null}", &c), DF_OK);
     assert_int_equal(c.sliding_window, 0);
-    assert_int_equal(parse_merged(k_mistral, "{}", &c), DF_OK);
+    assert_int_equal(parse_merged(k_mistral_v01, "{}", &c), DF_OK);
     assert_int_equal(c.sliding_window, 4096);
-    assert_int_equal(parse_merged(k_llama, "{\"rope_scaling\": null}", &c), DF_OK);
+    assert_int_equal(parse_merged(k_llama32_1b, "{\"rope_scaling\": null}", &c), DF_OK);
     assert_int_equal(c.rope_type, DF_ROPE_DEFAULT);
     /* siiRL's example override (ppo_dag_trainer.yaml) on a model without rope_scaling: the linear
        type it asks for is refused by name, not run as plain RoPE */
-    assert_error_mentions(parse_merged(k_mistral,
+    assert_error_mentions(parse_merged(k_mistral_v01,
                                        "{\"attention_dropout\": 0.0, \"rope_scaling\": {\"type\": \"linear\", "
                                        "\"factor\": 2}}",
                                        &c),
                           DF_EUNSUPPORTED, "linear");
     /* a mapping where the file has none is set whole */
-    assert_int_equal(parse_merged(k_mistral,
+    assert_int_equal(parse_merged(k_mistral_v01,
                                   "{\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 2.0, "
                                   "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
                                   "\"original_max_position_embeddings\": 1024}}",
@@ -146,8 +128,8 @@ static void test_refused_keys(void **state)
         {"[]", "{\"rope_theta\": 1}", DF_EINVAL, "m/config.json: not a JSON object"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        const char *config = !cases[i].config                     ? k_llama
-                             : !strcmp(cases[i].config, "mistral") ? k_mistral
+        const char *config = !cases[i].config                     ? k_llama32_1b
+                             : !strcmp(cases[i].config, "mistral") ? k_mistral_v01
                                                                    : cases[i].config;
         char *out = (char *)"untouched";
         assert_error_mentions(merge(config, cases[i].ov, &out), cases[i].rc, cases[i].says);
@@ -155,7 +137,7 @@ static void test_refused_keys(void **state)
     }
     /* the file is named too */
     char *out = NULL;
-    assert_error_mentions(merge(k_llama, "{\"pad_token_id\": 0}", &out), DF_EUNSUPPORTED, "m/config.json");
+    assert_error_mentions(merge(k_llama32_1b, "{\"pad_token_id\": 0}", &out), DF_EUNSUPPORTED, "m/config.json");
 }
 
 /* A value the parser refuses names the file and the setting it came from. */
@@ -165,7 +147,7 @@ static void test_bad_value_names_the_setting(void **state)
     char d[] = "/tmp/df_override_XXXXXX", path[256];
     assert_non_null(mkdtemp(d));
     snprintf(path, sizeof path, "%s/config.json", d);
-    assert_int_equal(df_write_file_atomic(path, k_llama, strlen(k_llama)), DF_OK);
+    assert_int_equal(df_write_file_atomic(path, k_llama32_1b, strlen(k_llama32_1b)), DF_OK);
     df_config_overrides ov = {.json = "{\"max_position_embeddings\": \"4096\"}", .who = WHO};
     df_model_config c;
     assert_error_mentions(df_model_config_load_ex(path, &ov, &c), DF_EINVAL,
