@@ -88,6 +88,9 @@ static void test_values_replace_and_mappings_merge(void **state)
     assert_int_equal(c.sliding_window, 4096);
     assert_int_equal(parse_merged(k_llama32_1b, "{\"rope_scaling\": null}", &c), DF_OK);
     assert_int_equal(c.rope_type, DF_ROPE_DEFAULT);
+    /* a dropout the engine does not have is refused by the parse, naming the override */
+    assert_error_mentions(parse_merged(k_llama32_1b, "{\"attention_dropout\": 0.1}", &c), DF_EUNSUPPORTED,
+                          "with " WHO ": key \"attention_dropout\" 0.1 is not supported");
     /* siiRL's example override (ppo_dag_trainer.yaml) on a model without rope_scaling: the linear
        type it asks for is refused by name, not run as plain RoPE */
     assert_error_mentions(parse_merged(k_mistral_v01,
@@ -119,7 +122,8 @@ static void test_refused_keys(void **state)
          WHO ".architectures: cannot be overridden"},
         {NULL, "{\"pad_token_id\": 0}", DF_EUNSUPPORTED, WHO ".pad_token_id: distflow does not read \"pad_token_id\""},
         {NULL, "{\"output_hidden_states\": true}", DF_EUNSUPPORTED, WHO ".output_hidden_states"},
-        {NULL, "{\"attention_dropout\": 0.1}", DF_EUNSUPPORTED, WHO ".attention_dropout: only 0 is supported"},
+        {NULL, "{\"classifier_dropout\": 0.1}", DF_EUNSUPPORTED, WHO ".classifier_dropout: only 0 is supported"},
+        {NULL, "{\"resid_pdrop\": 0.0}", DF_EUNSUPPORTED, WHO ".resid_pdrop: distflow does not read"}, /* phi3's */
         {NULL, "{\"classifier_dropout\": \"0\"}", DF_EUNSUPPORTED, "got a string"},
         {NULL, "{\"use_cache\": \"no\"}", DF_EINVAL, WHO ".use_cache: must be a boolean"},
         {"mistral", "{\"attention_bias\": true}", DF_EUNSUPPORTED, WHO ".attention_bias: a mistral model"},

@@ -197,8 +197,9 @@ typedef struct df_config_overrides {
  * (`rope_scaling: {factor: 4}` changes that entry only). Only keys that change what distflow
  * computes may be overridden: those df_model_config_parse reads (model_type and architectures
  * excepted: they pick the model class, which transformers takes from the file too; attention_bias
- * not for mistral), `attention_dropout` and `classifier_dropout` when 0 (there is no dropout), and
- * `use_cache` (a boolean; the rollout always keeps a KV cache, training never does, as in verl).
+ * not for mistral and phi3; resid_pdrop, embd_pdrop and partial_rotary_factor for phi3 only),
+ * `classifier_dropout` when 0 (there is no dropout), and `use_cache` (a boolean; the rollout
+ * always keeps a KV cache, training never does, as in verl).
  * *merged: malloc'd JSON text; `config_json` copied unchanged when there are no overrides.
  * Errors: DF_EINVAL (ov->json or config_json not a JSON object, use_cache not a boolean),
  * DF_EUNSUPPORTED naming ov->who and the key (any other key, a non-zero dropout), DF_ENOMEM.

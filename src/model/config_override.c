@@ -13,19 +13,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The keys df_model_config_parse reads (config_json.c, config_pos.c). model_type and architectures
-   are not among them: they pick the model class, which transformers takes from config.json whatever
-   the override says. */
+/* The keys df_model_config_parse reads (config_json.c, config_pos.c) and checks. model_type and
+   architectures are not among them: they pick the model class, which transformers takes from
+   config.json whatever the override says. */
 static const char *const READ_KEYS[] = {
     "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
     "num_key_value_heads", "head_dim", "max_position_embeddings", "rope_theta", "rope_scaling",
     "rope_parameters", "use_sliding_window", "sliding_window", "max_window_layers", "layer_types",
     "rms_norm_eps", "initializer_range", "tie_word_embeddings", "attention_bias", "bos_token_id",
-    "eos_token_id", "torch_dtype", "dtype", "hidden_act", "mlp_bias", "num_labels", "id2label"};
-
-/* Dropout probabilities: the engine has no dropout, so 0 is what it computes and any other value
-   is refused. */
-static const char *const DROPOUT_KEYS[] = {"attention_dropout", "classifier_dropout"};
+    "eos_token_id", "torch_dtype", "dtype", "hidden_act", "mlp_bias", "num_labels", "id2label",
+    "attention_dropout"};
+/* ... and for phi3 only (Phi3Config's dropouts and partial rotary factor). */
+static const char *const PHI3_KEYS[] = {"resid_pdrop", "embd_pdrop", "partial_rotary_factor"};
 
 static bool listed(const char *key, const char *const *list, size_t n)
 {
@@ -42,12 +41,14 @@ static int check_key(const char *key, const json_t *v, const char *model_type, c
     if (!strcmp(key, "model_type") || !strcmp(key, "architectures"))
         return df_error(DF_EUNSUPPORTED, "%s.%s: cannot be overridden (it picks the model class, which "
                         "transformers takes from config.json too)", who, key);
-    if (!strcmp(key, "attention_bias") && !strcmp(model_type, "mistral"))
-        return df_error(DF_EUNSUPPORTED, "%s.attention_bias: a mistral model has no attention biases "
-                        "(MistralAttention does not read the key)", who);
-    if (LISTED(key, READ_KEYS))
+    const bool phi3 = !strcmp(model_type, "phi3");
+    if (!strcmp(key, "attention_bias") && (phi3 || !strcmp(model_type, "mistral")))
+        return df_error(DF_EUNSUPPORTED, "%s.attention_bias: a %s model has no attention biases "
+                        "(transformers does not read the key)", who, model_type);
+    if (LISTED(key, READ_KEYS) || (phi3 && LISTED(key, PHI3_KEYS)))
         return DF_OK;
-    if (LISTED(key, DROPOUT_KEYS)) {
+    /* the critic's head dropout: verl sets it to 0 itself; 0 is what distflow computes */
+    if (!strcmp(key, "classifier_dropout")) {
         if (json_is_number(v) && json_number_value(v) == 0.0)
             return DF_OK;
         return df_error(DF_EUNSUPPORTED, "%s.%s: only 0 is supported (distflow has no dropout), got %s",
