@@ -57,7 +57,8 @@ static int read_parts(df_model *m, const df_hf_tensor *h, const df_st_tensor *t)
         return df_st_tensor_to_f32(t, m->params + d0->offset);
     float *tmp = malloc((size_t)h->numel * sizeof *tmp);
     int rc = tmp ? df_st_tensor_to_f32(t, tmp) : df_error(DF_ENOMEM, "out of memory reading \"%s\"", h->name);
-    for (int64_t k = 0, at = 0; !rc && k < h->n_parts; k++) {
+    int64_t at = 0;
+    for (int k = 0; !rc && k < h->n_parts; k++) {
         const df_param_desc *d = &m->tensors[h->part[k]];
         memcpy(m->params + d->offset, tmp + at, (size_t)d->numel * sizeof *tmp);
         at += d->numel;
@@ -97,7 +98,8 @@ static int load_tensor(loader *L, const char *path, const df_st_tensor *t)
     if (rc)
         return df_error_wrap(rc, "%s", path);
     /* a NaN / Inf weight would poison every activation and gradient of the run; refuse it here */
-    for (int k = 0, at = 0; k < h->n_parts; k++) {
+    int64_t at = 0;
+    for (int k = 0; k < h->n_parts; k++) {
         const df_param_desc *d = &m->tensors[h->part[k]];
         int64_t bad = df_first_nonfinite(m->params + d->offset, d->numel);
         if (bad >= 0)
