@@ -369,6 +369,33 @@ static void test_unhonoured_settings(void **state)
     assert_int_equal(VALIDATE(1, "critic.checkpoint.load_contents=[model, optimizer]"), DF_EUNSUPPORTED);
     expect("critic.checkpoint.load_contents (command line)");
     assert_int_equal(VALIDATE(1, ACTOR "checkpoint.save_contents=[hf_model, extra, optimizer, model]"), DF_OK);
+    /* an empty output directory (an unset shell variable) would write into the working directory */
+    assert_int_equal(VALIDATE(1, "trainer.default_local_dir="), DF_EINVAL);
+    expect("trainer.default_local_dir (command line) is empty");
+    assert_int_equal(VALIDATE(1, "trainer.default_local_dir=''"), DF_EINVAL);
+    /* resume_from_path is read with resume_mode=resume_path only: with auto it would start elsewhere */
+    assert_int_equal(VALIDATE(1, "trainer.resume_from_path=/ckpt/global_step_2"), DF_EINVAL);
+    expect("trainer.resume_from_path=/ckpt/global_step_2 (command line) is read only with "
+           "trainer.resume_mode=resume_path (verl's rule), but resume_mode is auto (default)");
+    assert_int_equal(VALIDATE(1, "trainer.resume_mode=disable", "trainer.resume_from_path=/c"), DF_EINVAL);
+    assert_int_equal(VALIDATE(1, "trainer.resume_mode=resume_path", "trainer.resume_from_path=/c"), DF_OK);
+}
+
+/* Integer keys the engine holds in an int are bounded by INT32_MAX, not wrapped (2^32 + 1 -> 1). */
+static void test_int_keys_bounded(void **state)
+{
+    (void)state;
+    static const char *const keys[] = {ROLLOUT "top_k", ROLLOUT "val_kwargs.top_k", ACTOR "ppo_epochs", "critic.ppo_epochs",
+                                       ROLLOUT "multi_turn.max_parallel_calls"};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+        char ov[200];
+        snprintf(ov, sizeof ov, "%s=4294967297", keys[i]);
+        const char *const one[] = {ov};
+        df_config *c = NULL;
+        assert_int_equal(df_config_load_text(df_config_schema_train(), BASE, "base.yaml", one, 1, &c), DF_EINVAL);
+        if (!strstr(df_last_error(), keys[i]) || !strstr(df_last_error(), "2147483647"))
+            fail_msg("%s: %s", keys[i], df_last_error());
+    }
 }
 
 /* Warnings handed to the validation's df_warn_fn, joined. */
@@ -576,6 +603,7 @@ int main(void)
         cmocka_unit_test(test_device_cuda),
         cmocka_unit_test(test_gen_batch_size),
         cmocka_unit_test(test_unhonoured_settings),
+        cmocka_unit_test(test_int_keys_bounded),
         cmocka_unit_test(test_compat_classes),
         cmocka_unit_test(test_examples_pass),
         cmocka_unit_test(test_siirl_keys),

@@ -764,6 +764,17 @@ static void test_init_model_cli(void **state)
         fail_msg("init-model: %s", out);
     snprintf(path, sizeof path, "%s/from_dir/tokenizer.json", dir);
     assert_true(df_file_exists(path));
+    /* again into the same directory: a tokenizer file of the earlier contents that this tokenizer
+       lacks goes (transformers would read it with the new ones) */
+    snprintf(path, sizeof path, "%s/model/special_tokens_map.json", dir);
+    assert_false(df_file_exists(path));
+    snprintf(path, sizeof path, "%s/from_dir/special_tokens_map.json", dir);
+    assert_int_equal(df_write_file_atomic(path, "{}", 2), 0);
+    if (df_test_command(cmd, out, sizeof out))
+        fail_msg("init-model again: %s", out);
+    assert_false(df_file_exists(path));
+    snprintf(path, sizeof path, "%s/from_dir/tokenizer.json", dir);
+    assert_true(df_file_exists(path));
 }
 
 static void test_config_roundtrip_keeps_unknown_keys(void **state)

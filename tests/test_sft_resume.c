@@ -245,6 +245,12 @@ static void test_sft_resume_modes(void **state)
     snprintf(from, sizeof from, "trainer.resume_from_path=%s/old/global_step_4", dir);
     expect(sft("legacy", NULL, NULL, path, 2), DF_CLI_OK, "legacy", "an earlier distflow's checkpoint");
     assert_same("full", "legacy", STEPS, false);
+    /* a resume_from_path without resume_mode=resume_path is refused before anything is written */
+    const char *auto_from[] = {from};
+    expect(sft("auto_from", NULL, NULL, auto_from, 1) != DF_CLI_OK, true, "auto_from", "resume_from_path with auto");
+    assert_true(log_has("auto_from", "is read only with trainer.resume_mode=resume_path"));
+    at(p, sizeof p, "auto_from", "");
+    assert_false(df_dir_exists(p));
     /* disable: afresh beside the checkpoints (2 steps: its own step 2 replaces the one there) */
     const char *fresh[] = {"trainer.resume_mode=disable", "trainer.total_training_steps=2"};
     expect(sft("other", NULL, NULL, fresh, 2), DF_CLI_OK, "other", "resume_mode=disable");

@@ -225,7 +225,10 @@ typedef struct df_config_list_ref {
  * the list, logging/loggers.h), trainer.tensorboard_dir is not set without `tensorboard` in it
  * (DF_EINVAL: no event file would be written), and each of the n checkpoint contents lists names
  * model, optimizer and extra (DF_EUNSUPPORTED: a distflow checkpoint always holds the three,
- * docs/checkpoints.md). Messages name the key and where it was set.
+ * docs/checkpoints.md); trainer.default_local_dir is not empty (DF_EINVAL: the run would write
+ * into the working directory and lose its first checkpoint), and trainer.resume_from_path is set
+ * only with trainer.resume_mode=resume_path (DF_EINVAL: verl reads it in that mode alone, so the
+ * run would not start from it). Messages name the key and where it was set.
  */
 DF_API int df_config_check_outputs(const df_config *c, const df_config_list_ref *contents, int n);
 

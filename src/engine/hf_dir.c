@@ -3,8 +3,10 @@
 
 #include "util/fsutil.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int check_pair(const df_model *m, df_tokenizer *t, const char *model_dir,
                       const char *tok_path)
@@ -58,6 +60,8 @@ int df_hf_dir_save(const df_model *m, df_dtype dtype, const char *tokenizer_dir,
     int rc = df_model_save(m, out_dir, dtype, 0);
     if (rc || !tokenizer_dir || !strcmp(tokenizer_dir, out_dir))
         return rc;
+    /* a tokenizer file of an earlier save that this tokenizer lacks would be read with it (an old
+       tokenizer.json wins over new vocab.json / merges.txt): removed */
     for (size_t i = 0; i < sizeof TOKENIZER_FILES / sizeof *TOKENIZER_FILES && !rc; i++) {
         char *src = df_path_join(tokenizer_dir, TOKENIZER_FILES[i]);
         char *dst = df_path_join(out_dir, TOKENIZER_FILES[i]);
@@ -65,6 +69,8 @@ int df_hf_dir_save(const df_model *m, df_dtype dtype, const char *tokenizer_dir,
             rc = df_error(DF_ENOMEM, "out of memory");
         else if (df_file_exists(src))
             rc = df_copy_file(src, dst);
+        else if (df_file_exists(dst) && unlink(dst))
+            rc = df_error(DF_EIO, "%s: cannot remove a tokenizer file of an earlier save: %s", dst, strerror(errno));
         free(src);
         free(dst);
     }

@@ -21,7 +21,8 @@ int df_hf_dir_load(const char *model_dir, const char *tokenizer_path, const df_c
  * Save `m` into `out_dir` in `dtype` and copy the tokenizer files found in
  * `tokenizer_dir` (tokenizer.json, tokenizer_config.json, vocab.json,
  * merges.txt, special_tokens_map.json) next to it, so the directory loads in
- * transformers as it is. tokenizer_dir may be NULL or equal to out_dir.
+ * transformers as it is; those files left in out_dir by an earlier save that tokenizer_dir lacks are
+ * removed (they would be read with the new ones). tokenizer_dir may be NULL or equal to out_dir.
  */
 int df_hf_dir_save(const df_model *m, df_dtype dtype, const char *tokenizer_dir,
                    const char *out_dir);
