@@ -207,7 +207,8 @@ static void test_load_computes_with_overrides(void **state)
     assert_int_equal(df_model_init_random(base, 5), DF_OK);
     assert_int_equal(df_model_save(base, d, DF_DTYPE_F32, 0), DF_OK);
 
-    df_config_overrides ov = {.json = "{\"rope_theta\": 50.0, \"max_position_embeddings\": 16}", .who = WHO};
+    df_config_overrides ov = {.json = "{\"rope_theta\": 50.0, \"max_position_embeddings\": 16, \"use_cache\": false}",
+                              .who = WHO};
     assert_int_equal(df_model_load_ex(d, &ov, &m), DF_OK);
     assert_true(m->cfg.rope_theta == 50.0);
     assert_int_equal(m->cfg.max_position_embeddings, 16);
@@ -230,6 +231,8 @@ static void test_load_computes_with_overrides(void **state)
     assert_int_equal(df_model_load(saved, &again), DF_OK);
     assert_true(again->cfg.rope_theta == 50.0);
     assert_int_equal(again->cfg.max_position_embeddings, 16);
+    /* a key the engine does not model is kept from the merged text too */
+    assert_non_null(strstr(again->config_json, "\"use_cache\": false"));
     /* a refused override loads nothing */
     df_model *none = (df_model *)&ov;
     ov.json = "{\"use_cache\": 1}";
