@@ -725,6 +725,19 @@ static void test_gsm8k_malformed(void **state)
     /* unwritable destination */
     write_text(in, "{\"question\": \"Q\", \"answer\": \"#### 1\"}\n");
     assert_int_equal(df_gsm8k_convert(in, tmp_path("no/such/dir.jsonl"), NULL, &n), DF_EIO);
+    /* the input as the output: refused, the input kept */
+    assert_int_equal(df_gsm8k_convert(in, in, NULL, &n), DF_EINVAL);
+    assert_last_error_mentions("the output is the input file");
+    char *text = NULL;
+    assert_int_equal(df_read_file(in, &text, NULL), 0);
+    assert_string_equal(text, "{\"question\": \"Q\", \"answer\": \"#### 1\"}\n");
+    free(text);
+    /* an input without rows, as df_math_convert: no empty output */
+    write_text(in, "\n\n");
+    assert_int_equal(df_gsm8k_convert(in, fresh, NULL, &n), DF_EINVAL);
+    assert_last_error_mentions("raw.jsonl: no rows");
+    assert_int_equal(df_gsm8k_convert_tool(in, fresh, NULL, &n), DF_EINVAL);
+    assert_false(file_exists(fresh));
 }
 
 int main(void)

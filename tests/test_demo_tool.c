@@ -3,8 +3,8 @@
  *
  * `distflow data tokenizer` on `data synth --tool` rows trains on the conversations the model reads
  * (their "messages": the tool call and the calculator's answer included), so the call's JSON is a
- * few tokens, where a tokenizer trained on the answers only (--messages-key naming no column: the
- * old input) spells it byte by byte; digits stay one token each (the Qwen2 pre-tokenizer), so
+ * few tokens, where a tokenizer trained on the answers only (--messages-key '': the old input)
+ * spells it byte by byte; digits stay one token each (the Qwen2 pre-tokenizer), so
  * copying a number is a token-for-token copy; the saved tokenizer.json loads and round-trips a
  * conversation. And the tokens a multi-turn rollout holds after a tool call (the prompt with its
  * generation prompt, the model's call, the stop token it keeps, the delta of
@@ -83,7 +83,7 @@ static void test_tokenizer_trained_on_conversations(void **state)
 {
     const char *dir = *state;
     make_tokenizer(dir, "conv", "");
-    make_tokenizer(dir, "answers", "--messages-key no_such_column");
+    make_tokenizer(dir, "answers", "--messages-key ''");
     df_tokenizer *conv = load(dir, "conv"), *ans = load(dir, "answers");
     int64_t n_conv = n_tokens(conv, CALL), n_ans = n_tokens(ans, CALL);
     /* 16 tokens on the conversations against 58 (the call is not in the answers) */

@@ -262,6 +262,20 @@ static void test_cli_refuses(void **state)
         fail_msg("%s", out);
     assert_int_equal(marft_demos(dir, WORKFLOW, "--bare-answers 1.5", out, sizeof out), 2);
     assert_int_equal(marft_demos(dir, WORKFLOW, "--agent 2", out, sizeof out), 2);
+    /* a bare-answer text with no bare answers drawn, or without the number's place */
+    assert_int_equal(marft_demos(dir, WORKFLOW, "--bare-answer 'Answer: {answer}'", out, sizeof out), 2);
+    if (!strstr(out, "--bare-answer is the text of the bare answers: it needs --bare-answers > 0"))
+        fail_msg("%s", out);
+    assert_int_equal(marft_demos(dir, WORKFLOW, "--bare-answers 0.5 --bare-answer 'Done.'", out, sizeof out), 2);
+    if (!strstr(out, "--bare-answer \"Done.\" has no {answer}"))
+        fail_msg("%s", out);
+    /* an input without rows */
+    char in[1024];
+    snprintf(in, sizeof in, "%s/train.jsonl", dir);
+    assert_int_equal(df_write_file_atomic(in, "\n", 1), 0);
+    assert_int_equal(marft_demos(dir, WORKFLOW, "", out, sizeof out), 1);
+    if (!strstr(out, "train.jsonl: no rows"))
+        fail_msg("%s", out);
     assert_false(df_file_exists(path));
 }
 

@@ -260,6 +260,20 @@ static void test_cli_chat_conversation(void **state)
     snprintf(cmd, sizeof cmd, "%s/distflow tokenize --tokenizer %s/qwen2.5 --tools x hi 2>&1", DF_BINARY_DIR, TOKDIR);
     assert_int_equal(df_test_command(cmd, out, sizeof out), 2);
     assert_non_null(strstr(out, "--tools and --extra need --messages"));
+    /* options the mode given would ignore: --chat beside --messages, no generation prompt to leave out */
+    snprintf(cmd, sizeof cmd, "%s/distflow tokenize --tokenizer %s/qwen2.5 --chat --messages %s/conv.json 2>&1",
+             DF_BINARY_DIR, TOKDIR, dir);
+    assert_int_equal(df_test_command(cmd, out, sizeof out), 2);
+    assert_non_null(strstr(out, "--chat renders TEXT as a user message and --messages a conversation"));
+    snprintf(cmd, sizeof cmd, "%s/distflow tokenize --tokenizer %s/qwen2.5 --no-generation-prompt hi 2>&1",
+             DF_BINARY_DIR, TOKDIR);
+    assert_int_equal(df_test_command(cmd, out, sizeof out), 2);
+    assert_non_null(strstr(out, "--no-generation-prompt needs a chat rendering (--chat or --messages)"));
+    snprintf(cmd, sizeof cmd, "%s/distflow tokenize --tokenizer %s/qwen2.5 --chat --no-generation-prompt --render "
+             "hi 2>&1", DF_BINARY_DIR, TOKDIR);
+    assert_int_equal(df_test_command(cmd, out, sizeof out), 0);
+    assert_string_equal(out, "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
+                             "assistant.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n");
 }
 
 static void test_gpt2_known_ids(void **state)

@@ -210,7 +210,8 @@ DF_API int64_t df_dataset_head(df_dataset *ds, int64_t n);
  * partial file. *n_rows (may be NULL) receives the number of rows written.
  * Errors: DF_ENOTFOUND (no input file), DF_EIO, a Parquet file's errors
  * (DF_EINVAL, DF_EUNSUPPORTED), DF_EINVAL naming in_path:line (bad JSON, missing / non-string
- * question or answer, an answer without "#### <number>").
+ * question or answer, an answer without "#### <number>"), DF_EINVAL for an input with no rows
+ * or an output that is the input file.
  */
 DF_API int df_gsm8k_convert(const char *in_path, const char *out_path, const char *split,
                             int64_t *n_rows);
@@ -266,7 +267,7 @@ DF_API bool df_gsm8k_extract_answer(const char *answer, char *out, size_t cap);
  * Errors: DF_ENOTFOUND (no input file), DF_EIO, DF_EUNSUPPORTED (Parquet),
  * DF_EINVAL naming in_path:line (bad JSON, a missing / non-string problem or
  * solution, no boxed answer and no "answer"), DF_EINVAL for an input with no
- * rows.
+ * rows or an output that is the input file.
  */
 DF_API int df_math_convert(const char *in_path, const char *out_path, const char *split,
                            const char *data_source, int64_t *n_rows);

@@ -4,7 +4,11 @@
 #include "distflow/comm.h"
 #include "distflow/common.h"
 
+#include "util/fsutil.h"
+
+#include <assert.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +24,7 @@ void df_cli_usage(const char *cmd, const char *usage, const df_opt *opts)
         any = true;
         const char *arg = o->kind == DF_OPT_FLAG ? ""
                           : o->kind == DF_OPT_STR ? " STR"
+                          : o->kind == DF_OPT_PATH ? " PATH"
                           : o->kind == DF_OPT_INT ? " N"
                                                   : " X";
         char left[64];
@@ -62,6 +67,10 @@ static int set_value(const char *cmd, df_opt *o, const char *val)
     char *end = NULL;
     errno = 0;
     switch (o->kind) {
+    case DF_OPT_PATH:
+        if (!*val)
+            break;
+        /* fall through */
     case DF_OPT_STR:
         *(const char **)o->dst = val;
         return 0;
@@ -72,9 +81,9 @@ static int set_value(const char *cmd, df_opt *o, const char *val)
         *(int64_t *)o->dst = v;
         return 0;
     }
-    case DF_OPT_FLOAT: {
+    case DF_OPT_FLOAT: { /* strtod reads "nan" and "inf": no option means either */
         double v = strtod(val, &end);
-        if (errno || !*val || *end)
+        if (errno || !*val || *end || !isfinite(v))
             break;
         *(double *)o->dst = v;
         return 0;
@@ -83,8 +92,54 @@ static int set_value(const char *cmd, df_opt *o, const char *val)
         return 0;
     }
     fprintf(stderr, "distflow %s: error: --%s expects %s, got '%s'\n", cmd, o->name,
-            o->kind == DF_OPT_INT ? "an integer" : "a number", val);
+            o->kind == DF_OPT_PATH  ? "a path"
+            : o->kind == DF_OPT_INT ? "an integer"
+                                    : "a finite number",
+            val);
     return 1;
+}
+
+int df_cli_check_ranges(const char *cmd, const df_opt *opts, const df_opt_range *ranges)
+{
+    for (const df_opt_range *r = ranges; r->name; r++) {
+        const df_opt *o = opts;
+        while (o->name && strcmp(o->name, r->name))
+            o++;
+        assert(o->name && (o->kind == DF_OPT_INT || o->kind == DF_OPT_FLOAT)); /* a range of no number option */
+        bool integral = o->kind == DF_OPT_INT;
+        double v = integral ? (double)*(const int64_t *)o->dst : *(const double *)o->dst;
+        if (!o->seen || (v >= r->min && v <= r->max))
+            continue;
+        char got[32], lo[32], hi[32];
+        snprintf(got, sizeof got, integral ? "%.0f" : "%g", v);
+        snprintf(lo, sizeof lo, integral ? "%.0f" : "%g", r->min);
+        snprintf(hi, sizeof hi, integral ? "%.0f" : "%g", r->max);
+        if (isinf(r->max))
+            fprintf(stderr, "distflow %s: error: --%s must be >= %s, got %s\n", cmd, o->name, lo, got);
+        else
+            fprintf(stderr, "distflow %s: error: --%s must be in [%s, %s], got %s\n", cmd, o->name, lo, hi, got);
+        return 2;
+    }
+    return 0;
+}
+
+int df_cli_distinct(const char *cmd, const char *out_opt, const char *out, const char *in_opt, const char *in)
+{
+    if (!out || !in || !df_same_file(out, in))
+        return 0;
+    fprintf(stderr, "distflow %s: error: --%s names the input file --%s (%s): writing it would destroy the input\n",
+            cmd, out_opt, in_opt, in);
+    return 2;
+}
+
+int df_cli_bad_subcommand(const char *cmd, const char *usage, const char *name)
+{
+    if (name)
+        fprintf(stderr, "distflow %s: error: unknown subcommand '%s'\n", cmd, name);
+    else
+        fprintf(stderr, "distflow %s: error: missing subcommand\n", cmd);
+    df_cli_usage(cmd, usage, NULL);
+    return 2;
 }
 
 int df_cli_parse(const char *cmd, const char *usage, df_opt *opts, int argc, char **argv,
@@ -121,6 +176,11 @@ int df_cli_parse(const char *cmd, const char *usage, df_opt *opts, int argc, cha
         if (!o || !o->name) {
             fprintf(stderr, "distflow %s: error: unknown option '--%.*s' (see --help)\n", cmd,
                     (int)len, name);
+            *exit_code = 2;
+            return 1;
+        }
+        if (o->seen && o->kind != DF_OPT_FLAG) { /* which one was meant? (a repeated flag says the same) */
+            fprintf(stderr, "distflow %s: error: --%s given twice\n", cmd, o->name);
             *exit_code = 2;
             return 1;
         }

@@ -16,25 +16,51 @@ typedef struct df_cli_command {
 
 /* ---- option parsing ---------------------------------------------------- */
 
-typedef enum { DF_OPT_FLAG, DF_OPT_STR, DF_OPT_INT, DF_OPT_FLOAT } df_opt_kind;
+/* DF_OPT_PATH: a string that names a file or directory, so never empty (an empty path would be the
+   current directory to some calls and no file to others). */
+typedef enum { DF_OPT_FLAG, DF_OPT_STR, DF_OPT_PATH, DF_OPT_INT, DF_OPT_FLOAT } df_opt_kind;
 
 typedef struct df_opt {
     const char *name;  /* long name without "--" */
     df_opt_kind kind;
-    void *dst;         /* bool*, const char**, int64_t*, double* */
+    void *dst;         /* bool*, const char** (STR, PATH), int64_t*, double* */
     const char *help;  /* one line; "(required)" in it marks a required option */
     bool seen;         /* set by the parser */
 } df_opt;
+
+/** The values a number option (INT or FLOAT) may take: [min, max]; INFINITY: no upper bound. */
+typedef struct df_opt_range {
+    const char *name; /* the option's long name */
+    double min, max;
+} df_opt_range;
 
 /**
  * Parse `--name value`, `--name=value` and `--flag` options; everything else is
  * collected in order into positional[] (at most max_pos), and so is every
  * argument after a `--` (which is dropped). `--help` / `-h` (before `--`) prints
  * usage and returns 1 with *exit_code = 0. Errors print a message naming the
- * option and return 1 with *exit_code = 2. Returns 0 to continue.
+ * option and return 1 with *exit_code = 2: an unknown option, a missing value, a
+ * value option given twice, an empty PATH, an INT that is not an integer, a FLOAT
+ * that is not a finite number. Returns 0 to continue.
  */
 int df_cli_parse(const char *cmd, const char *usage, df_opt *opts, int argc, char **argv,
                  char **positional, int max_pos, int *n_pos, int *exit_code);
+/**
+ * After df_cli_parse: every option of `ranges` ({0}-terminated) that was given holds a value in
+ * its range, else prints "--name must be in [min, max], got V" and returns 2; 0 when all do.
+ * (Defaults outside the range, such as 0 for "no limit", stay allowed when the option is not given.)
+ */
+int df_cli_check_ranges(const char *cmd, const df_opt *opts, const df_opt_range *ranges);
+/**
+ * 2 after printing "--<out_opt> names the input file --<in_opt> (PATH)" when `out` and `in` are the
+ * same existing file (df_same_file): writing the output would destroy the input. 0 otherwise, and
+ * when either is NULL.
+ */
+int df_cli_distinct(const char *cmd, const char *out_opt, const char *out, const char *in_opt, const char *in);
+/** A command with subcommands (data, embodied, config) given none it knows: prints "distflow <cmd>:
+ *  error: unknown subcommand 'NAME'" (NULL: "missing subcommand") to stderr, then the usage as
+ *  --help does; returns 2. */
+int df_cli_bad_subcommand(const char *cmd, const char *usage, const char *name);
 /** Print the usage text and the option table to stdout. */
 void df_cli_usage(const char *cmd, const char *usage, const df_opt *opts);
 /** Print "distflow <cmd>: error: <df_last_error()>" to stderr and return 1. */

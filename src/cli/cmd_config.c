@@ -52,13 +52,24 @@ int df_cmd_config(int argc, char **argv)
     df_opt opts[] = {
         {"sft", DF_OPT_FLAG, &sft, "use the `distflow sft` schema instead of `train`", false},
         {"world", DF_OPT_INT, &world,
-         "check: ranks of the job, as `mpirun -np` (default: this job's, 1 outside mpirun)", false},
+         "check only: ranks of the job, as `mpirun -np` (default: this job's, 1 outside mpirun)", false},
         {0}};
     char *pos[256];
     int n_pos, code;
     if (df_cli_parse("config", USAGE, opts, argc, argv, pos, 256, &n_pos, &code))
         return code;
     const df_config_schema *schema = sft ? df_config_schema_sft() : df_config_schema_train();
+    if (n_pos < 1 || (strcmp(pos[0], "show") && strcmp(pos[0], "check") && strcmp(pos[0], "help")))
+        return df_cli_bad_subcommand("config", USAGE, n_pos ? pos[0] : NULL);
+    if (opts[1].seen && strcmp(pos[0], "check")) { /* show and help do not depend on the ranks */
+        fprintf(stderr, "distflow config: error: --world is the job size `check` checks for; %s takes none\n",
+                pos[0]);
+        return 2;
+    }
+    if (!strcmp(pos[0], "help") && n_pos > 2) {
+        fprintf(stderr, "distflow config: error: help takes one PREFIX, got '%s' and '%s'\n", pos[1], pos[2]);
+        return 2;
+    }
     if (n_pos >= 1 && !strcmp(pos[0], "help")) {
         if (df_config_schema_print(schema, n_pos > 1 ? pos[1] : NULL, stdout))
             return df_cli_fail("config");
@@ -70,8 +81,9 @@ int df_cmd_config(int argc, char **argv)
                         "and bounds, and `distflow sft` the rest when it starts\n");
         return 2;
     }
-    if (n_pos == 1 && !strcmp(pos[0], "check")) {
-        fprintf(stderr, "distflow config: error: check needs a CONFIG file (see --help)\n");
+    if (n_pos == 1) { /* show or check */
+        fprintf(stderr, "distflow config: error: %s needs a CONFIG file or key=value overrides (see --help)\n",
+                pos[0]);
         return 2;
     }
     if (n_pos >= 2 && !strcmp(pos[0], "check"))

@@ -9,6 +9,7 @@
 #include "util/sbuf.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,10 +28,10 @@ static int cmd_gsm8k(int argc, char **argv)
     const char *in = NULL, *out = NULL, *split = NULL;
     bool tool = false;
     df_opt opts[] = {
-        {"in", DF_OPT_STR, &in, "raw GSM8K file, JSON lines or parquet, e.g. ../shared/data/gsm8k/train.jsonl (required)", false},
+        {"in", DF_OPT_PATH, &in, "raw GSM8K file, JSON lines or parquet, e.g. ../shared/data/gsm8k/train.jsonl (required)", false},
         {"multiturn-tool", DF_OPT_FLAG, &tool, "verl's gsm8k_multiturn_w_tool layout: a system prompt asking for the "
          "calc_gsm8k_reward tool, extra_info.tools_kwargs / interaction_kwargs (examples/gsm8k_multiturn)", false},
-        {"out", DF_OPT_STR, &out, "output JSON lines in the verl schema (required)", false},
+        {"out", DF_OPT_PATH, &out, "output JSON lines in the verl schema (required)", false},
         {"split", DF_OPT_STR, &split, "extra_info.split (default: the input's base name)", false},
         {0}};
     char *pos[1];
@@ -38,7 +39,8 @@ static int cmd_gsm8k(int argc, char **argv)
     if (df_cli_parse("data gsm8k", "--in RAW.jsonl --out OUT.jsonl [--split NAME] [--multiturn-tool]", opts, argc,
                      argv, pos, 0, &n_pos, &code))
         return code;
-    if ((code = df_cli_require("data gsm8k", opts)))
+    if ((code = df_cli_require("data gsm8k", opts)) ||
+        (code = df_cli_distinct("data gsm8k", "out", out, "in", in)))
         return code;
     int64_t n = 0;
     char *made = NULL; /* directories made for the output go again if it is not written */
@@ -55,8 +57,8 @@ static int cmd_math(int argc, char **argv)
 {
     const char *in = NULL, *out = NULL, *split = NULL, *source = DF_MATH_DATA_SOURCE;
     df_opt opts[] = {
-        {"in", DF_OPT_STR, &in, "raw MATH file, JSON lines or parquet, e.g. ../shared/data/math500/test.jsonl (required)", false},
-        {"out", DF_OPT_STR, &out, "output JSON lines in the verl schema (required)", false},
+        {"in", DF_OPT_PATH, &in, "raw MATH file, JSON lines or parquet, e.g. ../shared/data/math500/test.jsonl (required)", false},
+        {"out", DF_OPT_PATH, &out, "output JSON lines in the verl schema (required)", false},
         {"split", DF_OPT_STR, &split, "extra_info.split (default: the input's base name)", false},
         {"data-source", DF_OPT_STR, &source,
          "data_source of every row (default " DF_MATH_DATA_SOURCE "; verl's MATH script writes "
@@ -68,7 +70,8 @@ static int cmd_math(int argc, char **argv)
     if (df_cli_parse("data math", "--in RAW.jsonl --out OUT.jsonl [--split NAME] [--data-source NAME]", opts,
                      argc, argv, pos, 0, &n_pos, &code))
         return code;
-    if ((code = df_cli_require("data math", opts)))
+    if ((code = df_cli_require("data math", opts)) ||
+        (code = df_cli_distinct("data math", "out", out, "in", in)))
         return code;
     int64_t n = 0;
     char *made = NULL; /* directories made for the output go again if it is not written */
@@ -94,18 +97,19 @@ static int row_as_line(void *user, json_t *raw, const char *file, int64_t line, 
 static int cmd_jsonl(int argc, char **argv)
 {
     const char *in = NULL, *out = NULL;
-    df_opt opts[] = {{"in", DF_OPT_STR, &in, "dataset file, parquet or JSON lines (required)", false},
-                     {"out", DF_OPT_STR, &out, "output JSON lines, one compact object per row (required)", false},
+    df_opt opts[] = {{"in", DF_OPT_PATH, &in, "dataset file, parquet or JSON lines (required)", false},
+                     {"out", DF_OPT_PATH, &out, "output JSON lines, one compact object per row (required)", false},
                      {0}};
     char *pos[1];
     int n_pos, code;
     if (df_cli_parse("data jsonl", "--in FILE.parquet --out OUT.jsonl", opts, argc, argv, pos, 0, &n_pos, &code))
         return code;
-    if ((code = df_cli_require("data jsonl", opts)))
+    if ((code = df_cli_require("data jsonl", opts)) ||
+        (code = df_cli_distinct("data jsonl", "out", out, "in", in)))
         return code;
     int64_t n = 0;
     char *made = NULL; /* directories made for the output go again if it is not written */
-    int rc = df_mkdir_parent_undoable(out, &made) || df_jsonl_convert(in, out, "", false, row_as_line, NULL, &n);
+    int rc = df_mkdir_parent_undoable(out, &made) || df_jsonl_convert(in, out, "", true, row_as_line, NULL, &n);
     df_mkdir_settle(made, rc);
     if (rc)
         return df_cli_fail("data jsonl");
@@ -123,7 +127,7 @@ static int cmd_synth(int argc, char **argv)
     int64_t n = 0, seed = 0, min_steps = cfg.min_steps, max_steps = cfg.max_steps;
     int64_t max_operand = cfg.max_operand, max_value = cfg.max_value;
     df_opt opts[] = {
-        {"out", DF_OPT_STR, &out, "output JSON lines (required)", false},
+        {"out", DF_OPT_PATH, &out, "output JSON lines (required)", false},
         {"n", DF_OPT_INT, &n, "number of problems (required)", false},
         {"seed", DF_OPT_INT, &seed, "generator seed; use different seeds for train and test", false},
         {"split", DF_OPT_STR, &split, "extra_info.split (default train)", false},
@@ -137,17 +141,27 @@ static int cmd_synth(int argc, char **argv)
         {"bare-answers-short", DF_OPT_FLOAT, &bare_short, "share of bare answers among the problems with "
          "--min-steps operations, --bare-answers then covering the longer ones (default: --bare-answers for all)",
          false},
-        {"exclude", DF_OPT_STR, &exclude, "skip problems that appear in this file (JSON lines or parquet)", false},
+        {"exclude", DF_OPT_PATH, &exclude, "skip problems that appear in this file (JSON lines or parquet)", false},
         {"tool", DF_OPT_FLAG, &tool, "add \"messages\": a multi-turn SFT conversation calling the calculator tool "
          "(a bare-answer row answers without it; make demo ALGO=grpo_tool)", false},
         {0}};
     char *pos[1];
     int n_pos, code;
+    static const df_opt_range ranges[] = {
+        {"n", 1, INFINITY}, {"min-steps", 1, DF_SYNTH_MAX_STEPS}, {"max-steps", 1, DF_SYNTH_MAX_STEPS},
+        {"max-operand", 1, 1e9}, {"max-value", 1, 1e9}, {"bare-answers", 0, 1}, {"bare-answers-short", 0, 1},
+        {0}};
     if (df_cli_parse("data synth", "--out FILE --n N [--seed S] [knobs]", opts, argc, argv, pos, 0,
                      &n_pos, &code))
         return code;
-    if ((code = df_cli_require("data synth", opts)))
+    if ((code = df_cli_require("data synth", opts)) ||
+        (code = df_cli_check_ranges("data synth", opts, ranges)) ||
+        (code = df_cli_distinct("data synth", "out", out, "exclude", exclude)))
         return code;
+    if (ops && strlen(ops) >= sizeof cfg.ops) { /* cfg.ops holds three; a longer text would be cut */
+        fprintf(stderr, "distflow data synth: error: --ops \"%s\": 1 to 3 of \"+-*\", each once\n", ops);
+        return 2;
+    }
     cfg.seed = (uint64_t)seed;
     cfg.split = split;
     cfg.min_steps = (int)min_steps;
@@ -208,12 +222,15 @@ static bool put_conversation(const df_dataset *ds, int64_t i, const char *key, c
 
 /* The text a model sees for row i in ChatML: the row's conversation (the messages of `messages_key`:
    what multi-turn SFT trains on, tool calls and tool answers included), or else the system turn, its
-   prompt and the answer of `answer_key` as the assistant turn. NULL when out of memory. */
+   prompt and the answer of `answer_key` as the assistant turn. Counts the rows with a conversation in
+   uses[0], those with an answer in uses[1]. NULL when out of memory. */
 static char *chat_text(const df_dataset *ds, int64_t i, const char *system, const char *messages_key,
-                       const char *answer_key)
+                       const char *answer_key, int64_t uses[2])
 {
     df_sbuf b = {0};
-    if (!put_conversation(ds, i, messages_key, system, &b)) {
+    if (put_conversation(ds, i, messages_key, system, &b)) {
+        uses[0]++;
+    } else {
         put_turn(&b, "system", system);
         for (int j = 0; j < df_dataset_num_messages(ds, i); j++) {
             const char *role, *content;
@@ -223,11 +240,35 @@ static char *chat_text(const df_dataset *ds, int64_t i, const char *system, cons
         char *answer = NULL;
         if (answer_key && df_dataset_field(ds, i, answer_key, &answer))
             answer = NULL;
+        uses[1] += answer != NULL;
         put_turn(&b, "assistant", answer ? answer : "");
         free(answer);
     }
     char *s = NULL;
     return df_sbuf_finish(&b, &s) ? NULL : s;
+}
+
+/* The text the keys found (chat_text's uses[] over n rows): a --messages-key no row has would be
+   ignored, and a --response-key that none of the rows without a conversation has would train on
+   empty answers. */
+static int check_keys(const df_opt *opts, const char *in, int64_t n, const int64_t uses[2])
+{
+    const df_opt *mk = NULL, *rk = NULL;
+    for (const df_opt *o = opts; o->name; o++) {
+        if (!strcmp(o->name, "messages-key"))
+            mk = o;
+        if (!strcmp(o->name, "response-key"))
+            rk = o;
+    }
+    const char *mkey = *(const char *const *)mk->dst, *rkey = *(const char *const *)rk->dst;
+    if (mk->seen && *mkey && uses[0] == 0)
+        return df_error(DF_EINVAL, "--messages-key %s: no row of %s has a conversation there ('' to train on "
+                        "none)", mkey, in);
+    if (uses[0] < n && uses[1] == 0)
+        return df_error(DF_EINVAL, "--response-key %s%s: none of the %lld rows of %s without a conversation "
+                        "has it: every answer would be empty",
+                        rkey, rk->seen ? "" : " (default)", (long long)(n - uses[0]), in);
+    return DF_OK;
 }
 
 static int cmd_tokenizer(int argc, char **argv)
@@ -236,13 +277,14 @@ static int cmd_tokenizer(int argc, char **argv)
     const char *system = "You are a helpful assistant.";
     int64_t vocab = 0;
     df_opt opts[] = {
-        {"in", DF_OPT_STR, &in, "dataset in the verl schema (JSON lines or parquet) (required)", false},
-        {"out", DF_OPT_STR, &out, "output directory for tokenizer.json + tokenizer_config.json (required)", false},
+        {"in", DF_OPT_PATH, &in, "dataset in the verl schema (JSON lines or parquet) (required)", false},
+        {"out", DF_OPT_PATH, &out, "output directory for tokenizer.json + tokenizer_config.json (required)", false},
         {"vocab-size", DF_OPT_INT, &vocab, "vocabulary size incl. 256 bytes and 3 specials (required)", false},
         {"messages-key", DF_OPT_STR, &messages_key, "field with a row's whole conversation, trained on when present "
-         "(default messages: multi-turn SFT data, e.g. data synth --tool)", false},
+         "(default messages: multi-turn SFT data, e.g. data synth --tool; '': none, every row's prompt and "
+         "response); one given that no row has is refused", false},
         {"response-key", DF_OPT_STR, &answer_key, "field with the response text of rows without a conversation "
-         "(default extra_info.answer)", false},
+         "(default extra_info.answer); refused when none of those rows has it", false},
         {"system", DF_OPT_STR, &system, "default system message of the chat template", false},
         {0}};
     char *pos[1];
@@ -256,12 +298,16 @@ static int cmd_tokenizer(int argc, char **argv)
     df_dataset_opts dopt = {.reward_optional = true};
     if (df_dataset_load(&in, 1, &dopt, &ds))
         return df_cli_fail("data tokenizer");
-    int64_t n = df_dataset_size(ds);
+    int64_t n = df_dataset_size(ds), uses[2] = {0, 0};
     char **texts = calloc((size_t)(n ? n : 1), sizeof *texts);
     int rc = texts ? 0 : df_error(DF_ENOMEM, "out of memory");
+    if (!rc && n == 0)
+        rc = df_error(DF_EINVAL, "%s: no rows", in);
     for (int64_t i = 0; i < n && !rc; i++)
-        if (!(texts[i] = chat_text(ds, i, system, messages_key, answer_key)))
+        if (!(texts[i] = chat_text(ds, i, system, *messages_key ? messages_key : NULL, answer_key, uses)))
             rc = df_error(DF_ENOMEM, "out of memory");
+    if (!rc)
+        rc = check_keys(opts, in, n, uses);
     df_tokenizer *tok = NULL;
     df_bpe_train_options bo = {.system_message = system};
     if (!rc)
@@ -293,7 +339,9 @@ int df_cmd_data(int argc, char **argv)
         return cmd_tokenizer(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "marft-demos"))
         return df_cmd_data_marft_demos(argc - 1, argv + 1);
-    df_cli_usage("data", USAGE, NULL);
     bool help = argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
-    return help ? 0 : 2;
+    if (!help)
+        return df_cli_bad_subcommand("data", USAGE, argc >= 2 ? argv[1] : NULL);
+    df_cli_usage("data", USAGE, NULL);
+    return 0;
 }

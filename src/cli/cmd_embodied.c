@@ -12,6 +12,7 @@
 #include "workers/embodied/embodied_worker.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,17 +41,19 @@ static int cmd_tasks(int argc, char **argv)
 {
     const char *out = NULL, *split = NULL, *env_config = NULL, *env_name = "grid_place";
     int64_t trials = 1;
-    df_opt opts[] = {{"out", DF_OPT_STR, &out, "output JSON lines (required)", false},
+    df_opt opts[] = {{"out", DF_OPT_PATH, &out, "output JSON lines (required)", false},
                      {"split", DF_OPT_STR, &split, "train (task ids [0, num_tasks)) or heldout (required)", false},
                      {"trials", DF_OPT_INT, &trials, "trials (initial states) per task (default 1)", false},
                      {"env-config", DF_OPT_STR, &env_config, "grid_place's config as JSON (default {})", false},
                      {"env-name", DF_OPT_STR, &env_name, "the rows' data_source (default grid_place)", false},
                      {0}};
+    static const df_opt_range ranges[] = {{"trials", 1, INFINITY}, {0}};
     char *pos[1];
     int n_pos, code;
     if (df_cli_parse("embodied tasks", USAGE, opts, argc, argv, pos, 0, &n_pos, &code))
         return code;
-    if ((code = df_cli_require("embodied tasks", opts)))
+    if ((code = df_cli_require("embodied tasks", opts)) ||
+        (code = df_cli_check_ranges("embodied tasks", opts, ranges)))
         return code;
     void *st = NULL;
     df_embodied_info info;
@@ -58,8 +61,6 @@ static int cmd_tasks(int argc, char **argv)
     bool held = split && !strcmp(split, "heldout");
     if (!rc && (!held && strcmp(split, "train")))
         rc = df_error(DF_EINVAL, "--split must be train or heldout, got '%s'", split);
-    if (!rc && trials < 1)
-        rc = df_error(DF_EINVAL, "--trials must be >= 1");
     int64_t first = held ? info.num_tasks : 0, n = held ? info.num_heldout : info.num_tasks;
     char *text = NULL;
     size_t len = 0;
@@ -99,17 +100,20 @@ static int cmd_demos(int argc, char **argv)
 {
     const char *out = NULL, *env_config = NULL;
     int64_t max_steps = 0, chunks = 0, trials = 1;
-    df_opt opts[] = {{"out", DF_OPT_STR, &out, "output JSON lines (required)", false},
+    df_opt opts[] = {{"out", DF_OPT_PATH, &out, "output JSON lines (required)", false},
                      {"max-steps", DF_OPT_INT, &max_steps, "env.max_steps (required)", false},
                      {"chunks", DF_OPT_INT, &chunks, "action_chunks_len (required)", false},
                      {"trials", DF_OPT_INT, &trials, "trials per training task (default 1)", false},
                      {"env-config", DF_OPT_STR, &env_config, "grid_place's config as JSON (default {})", false},
                      {0}};
+    static const df_opt_range ranges[] = {
+        {"max-steps", 1, 1000000}, {"chunks", 1, 4096}, {"trials", 1, INFINITY}, {0}};
     char *pos[1];
     int n_pos, code;
     if (df_cli_parse("embodied demos", USAGE, opts, argc, argv, pos, 0, &n_pos, &code))
         return code;
-    if ((code = df_cli_require("embodied demos", opts)))
+    if ((code = df_cli_require("embodied demos", opts)) ||
+        (code = df_cli_check_ranges("embodied demos", opts, ranges)))
         return code;
     void *st = NULL;
     df_embodied_info info;
@@ -118,8 +122,6 @@ static int cmd_demos(int argc, char **argv)
         df_embodied_grid_place.release(st);
     df_embodied_vec_opts o = {.num_envs = 1, .max_steps = max_steps, .action_chunks_len = (int)chunks};
     int64_t rows = 0;
-    if (!rc && (chunks < 1 || chunks > 4096))
-        rc = df_error(DF_EINVAL, "--chunks must be in [1, 4096]");
     if (!rc)
         rc = df_grid_place_write_demos(out, env_config, &o, 0, info.num_tasks, trials, &rows);
     if (!rc)
@@ -143,21 +145,24 @@ static int cmd_eval(int argc, char **argv)
     const char *model = NULL, *data = NULL;
     int64_t n = 1, seed = 0, max_seqs = 256;
     double temperature = 0;
-    df_opt opts[] = {{"model", DF_OPT_STR, &model, "HF model directory of the policy (required)", false},
-                     {"data", DF_OPT_STR, &data, "episode rows (default: the config's first data.val_files)", false},
+    df_opt opts[] = {{"model", DF_OPT_PATH, &model, "HF model directory of the policy (required)", false},
+                     {"data", DF_OPT_PATH, &data, "episode rows (default: the config's first data.val_files)", false},
                      {"n", DF_OPT_INT, &n, "episodes per row (default 1)", false},
                      {"temperature", DF_OPT_FLOAT, &temperature, "sample at this temperature (default 0: greedy)", false},
                      {"seed", DF_OPT_INT, &seed, "sampling seed (default 0)", false},
                      {"max-num-seqs", DF_OPT_INT, &max_seqs, "sequences decoded together (default 256)", false},
                      {0}};
+    static const df_opt_range ranges[] = {
+        {"n", 1, INFINITY}, {"temperature", 0, INFINITY}, {"max-num-seqs", 1, INFINITY}, {0}};
     char *pos[64];
     int n_pos, code;
     if (df_cli_parse("embodied eval", USAGE, opts, argc, argv, pos, 64, &n_pos, &code))
         return code;
-    if ((code = df_cli_require("embodied eval", opts)))
+    if ((code = df_cli_require("embodied eval", opts)) ||
+        (code = df_cli_check_ranges("embodied eval", opts, ranges)))
         return code;
-    if (n_pos < 1 || n < 1)
-        return df_error(DF_EINVAL, "a train config (the environment's keys) is required, and --n >= 1"),
+    if (n_pos < 1)
+        return df_error(DF_EINVAL, "a train config (the environment's keys) is required"),
                df_cli_fail("embodied eval");
     df_config *c = NULL;
     df_train_config t;
@@ -186,6 +191,8 @@ static int cmd_eval(int argc, char **argv)
     df_dataset_opts dopt = {.reward_optional = true};
     if (!rc)
         rc = df_dataset_load(&path, 1, &dopt, &ds);
+    if (!rc && df_dataset_size(ds) == 0) /* a success rate over no episodes means nothing */
+        rc = df_error(DF_EINVAL, "%s: no rows", path);
     if (!rc)
         rc = df_rollout_engine_create(&m->cfg, max_seqs, t.data.max_prompt_length + s.call_tokens, &e);
     df_embodied_rollout_opts o = {.sp = eval_sampling(temperature), .seed = (uint64_t)seed, .n = n, .label = "eval"};
@@ -212,7 +219,9 @@ int df_cmd_embodied(int argc, char **argv)
         return cmd_demos(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "eval"))
         return cmd_eval(argc - 1, argv + 1);
-    df_cli_usage("embodied", USAGE, NULL);
     bool help = argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
-    return help ? 0 : 2;
+    if (!help)
+        return df_cli_bad_subcommand("embodied", USAGE, argc >= 2 ? argv[1] : NULL);
+    df_cli_usage("embodied", USAGE, NULL);
+    return 0;
 }

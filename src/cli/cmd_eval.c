@@ -9,8 +9,11 @@
 #include "engine/hf_dir.h"
 #include "workers/common/group_sum.h"
 #include "workers/common/max_pos.h"
+#include "workers/common/scorer_check.h"
 #include "workers/dag/evaluate.h"
 
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +22,8 @@ static const char *USAGE =
     "--model DIR --data FILE.jsonl [options]\n\n"
     "Generate responses for every prompt of a dataset in the verl schema (chat template applied,\n"
     "as in training) and score them with the reward function of each row's data_source\n"
-    "(or --reward-function's).\n"
+    "(or --reward-function's); a row whose data_source has no scorer is refused, naming FILE:LINE,\n"
+    "before the model loads, and so is an --output whose directory does not exist.\n"
     "Greedy decoding unless --temperature is given. Prints `metric: value` lines on stdout:\n"
     "accuracy (mean of acc: score == 1), score, n_prompts, n_responses, response_length, then\n"
     "verl's validation metrics per data source (val-core/<data_source>/acc/mean@<n>, and with\n"
@@ -117,6 +121,39 @@ static int agree(df_comm *w, int rc, int64_t *sum, const char *what)
     return rc;
 }
 
+/* The options' combinations, before any file is read (the same on every rank): an option with no
+ * effect in this mode, an --output that would replace an input. 2 after printing why, else 0. */
+static int check_options(const df_opt *opts, const char *output, const char *data, const char *tool_cfg,
+                         const char *ia_cfg, const char *reward_fn)
+{
+    bool turns = false, user_turns = false;
+    for (const df_opt *o = opts; o->name; o++) {
+        turns |= o->seen && !strcmp(o->name, "max-assistant-turns");
+        user_turns |= o->seen && !strcmp(o->name, "max-user-turns");
+    }
+    if (turns && !tool_cfg && !ia_cfg) {
+        fprintf(stderr, "distflow eval: error: --max-assistant-turns limits a multi-turn conversation: it needs "
+                        "--tool-config or --interaction-config\n");
+        return 2;
+    }
+    if (user_turns && !ia_cfg) {
+        fprintf(stderr, "distflow eval: error: --max-user-turns counts the replies of --interaction-config: it "
+                        "needs one\n");
+        return 2;
+    }
+    const char *name;
+    char *fn_file = reward_fn ? ref_path(reward_fn, &name) : NULL;
+    int code = df_cli_distinct("eval", "output", output, "data", data);
+    if (!code)
+        code = df_cli_distinct("eval", "output", output, "tool-config", tool_cfg);
+    if (!code)
+        code = df_cli_distinct("eval", "output", output, "interaction-config", ia_cfg);
+    if (!code)
+        code = df_cli_distinct("eval", "output", output, "reward-function", fn_file);
+    free(fn_file);
+    return code;
+}
+
 /*
  * Under mpirun every rank runs this (docs/validation.md, "distflow eval on N ranks"): each loads and
  * encodes its shard of the file (rows i % N == rank) and generates for it; df_evaluate (o.gather)
@@ -137,10 +174,10 @@ int df_cmd_eval(int argc, char **argv)
     const char *tool_cfg = NULL, *ia_cfg = NULL, *tmpl_kwargs = NULL, *reward_fn = NULL;
     const char *reward_kwargs = NULL, *manager = "naive", *manager_kwargs = NULL, *fn_key = "data_source";
     df_opt opts[] = {
-        {"model", DF_OPT_STR, &model, "HF model directory (required)", false},
-        {"data", DF_OPT_STR, &data, "dataset in the verl RL schema, JSON lines or parquet (required)", false},
-        {"tokenizer", DF_OPT_STR, &tokdir, "tokenizer directory (default: the model's)", false},
-        {"lora-adapter", DF_OPT_STR, &adapter, "a PEFT LoRA adapter directory merged into the model first "
+        {"model", DF_OPT_PATH, &model, "HF model directory (required)", false},
+        {"data", DF_OPT_PATH, &data, "dataset in the verl RL schema, JSON lines or parquet (required)", false},
+        {"tokenizer", DF_OPT_PATH, &tokdir, "tokenizer directory (default: the model's)", false},
+        {"lora-adapter", DF_OPT_PATH, &adapter, "a PEFT LoRA adapter directory merged into the model first "
                                                "(docs/lora.md)", false},
         {"n", DF_OPT_INT, &n, "responses per prompt (default 1)", false},
         {"temperature", DF_OPT_FLOAT, &temperature, "sample at this temperature (default 0: greedy)", false},
@@ -151,17 +188,19 @@ int df_cmd_eval(int argc, char **argv)
          "it fits with the responses in the model's max_position_embeddings; a value given must fit)", false},
         {"batch", DF_OPT_INT, &batch, "prompts per generation call on each rank (default: all)", false},
         {"max-num-seqs", DF_OPT_INT, &max_seqs, "sequences decoded together (default 512)", false},
-        {"limit", DF_OPT_INT, &limit, "evaluate only the first N prompts of the file", false},
+        {"limit", DF_OPT_INT, &limit, "evaluate only the first N prompts of the file (default: all)", false},
         {"seed", DF_OPT_INT, &seed, "sampling seed (default 0)", false},
-        {"tool-config", DF_OPT_STR, &tool_cfg, "multi-turn: answer hermes tool calls with the tools of this verl tool "
+        {"tool-config", DF_OPT_PATH, &tool_cfg, "multi-turn: answer hermes tool calls with the tools of this verl tool "
          "config (as multi_turn.tool_config_path; docs/agents.md)", false},
-        {"interaction-config", DF_OPT_STR, &ia_cfg, "multi-turn: a turn without a tool call is answered by this "
+        {"interaction-config", DF_OPT_PATH, &ia_cfg, "multi-turn: a turn without a tool call is answered by this "
          "interaction config's (as multi_turn.interaction_config_path)", false},
-        {"max-assistant-turns", DF_OPT_INT, &max_turns, "multi-turn: model turns per conversation (default 0: no limit)", false},
-        {"max-user-turns", DF_OPT_INT, &max_user_turns, "multi-turn: interaction replies per conversation (default 0: no limit)", false},
+        {"max-assistant-turns", DF_OPT_INT, &max_turns, "multi-turn (--tool-config or --interaction-config): "
+         "model turns per conversation (default 0: no limit)", false},
+        {"max-user-turns", DF_OPT_INT, &max_user_turns, "with --interaction-config: its replies per conversation "
+         "(default 0: no limit)", false},
         {"chat-template-kwargs", DF_OPT_STR, &tmpl_kwargs, "JSON object of chat-template variables for every prompt, "
          "e.g. '{\"enable_thinking\": false}' (as data.apply_chat_template_kwargs)", false},
-        {"reward-function", DF_OPT_STR, &reward_fn, "score every response with FILE.py[:NAME] (a verl reward "
+        {"reward-function", DF_OPT_PATH, &reward_fn, "score every response with FILE.py[:NAME] (a verl reward "
          "function, run in a python3 child; docs/rewards.md) or LIB.so[:NAME] (an exported df_reward_fn) instead of "
          "the data_source scorers; NAME defaults to compute_score", false},
         {"reward-kwargs", DF_OPT_STR, &reward_kwargs, "JSON object of keyword arguments for a Python "
@@ -176,13 +215,20 @@ int df_cmd_eval(int argc, char **argv)
         {"reward-fn-key", DF_OPT_STR, &fn_key, "the rows' field (a dotted path) whose value selects the "
          "scorer and is a reward function's data_source (as data.reward_fn_key; default data_source)",
          false},
-        {"output", DF_OPT_STR, &output, "write each response as a JSON line here (input, output, gts, score, acc, index, "
-         "data_source), in the file's order, when the run succeeds (rank 0)", false},
+        {"output", DF_OPT_PATH, &output, "write each response as a JSON line here (input, output, gts, score, acc, index, "
+         "data_source), in the file's order, when the run succeeds (rank 0); its directory must exist, and is "
+         "checked before the model loads", false},
         {0}};
+    static const df_opt_range ranges[] = {
+        {"n", 1, INFINITY}, {"temperature", 0, INFINITY}, {"top-p", 0, 1}, {"top-k", -1, INT_MAX},
+        {"max-response-length", 1, INFINITY}, {"max-prompt-length", 1, INFINITY}, {"batch", 1, INFINITY},
+        {"max-num-seqs", 1, INFINITY}, {"limit", 1, INFINITY}, {"max-assistant-turns", 0, INFINITY},
+        {"max-user-turns", 0, INFINITY}, {0}};
     char *pos[1];
     int n_pos, code;
     if (df_cli_parse("eval", USAGE, opts, argc, argv, pos, 0, &n_pos, &code) ||
-        (code = df_cli_require("eval", opts))) { /* the same on every rank */
+        (code = df_cli_require("eval", opts)) || (code = df_cli_check_ranges("eval", opts, ranges)) ||
+        (code = check_options(opts, output, data, tool_cfg, ia_cfg, reward_fn))) { /* the same on every rank */
         df_comm_shutdown();
         return code;
     }
@@ -193,7 +239,20 @@ int df_cmd_eval(int argc, char **argv)
     df_rollout_engine *e = NULL;
     FILE *dump = NULL;
     int64_t dropped = 0;
-    int rc = df_hf_dir_load(model, tokdir, NULL, &m, &tok);
+    /* what would otherwise fail only after the whole generation, checked by rank 0 (which scores and
+       writes): the settings of the reward manager, --output's directory, a scorer for every row */
+    int rc = check_manager(manager, manager_kwargs, reward_fn);
+    if (!rc && reward_kwargs && !reward_fn)
+        rc = df_error(DF_EINVAL, "--reward-kwargs needs --reward-function (the built-in scorers' options are "
+                                 "not taken from it)");
+    if (!rc && rank == 0 && output && (rc = df_check_output_path(output)))
+        rc = df_error_wrap(rc, "--output");
+    if (!rc && rank == 0 && !reward_fn)
+        rc = df_scorer_check_files(&data, 1, fn_key, limit > 0 ? limit : -1,
+                                   &(df_scorer_check){"--data", "--reward-fn-key", "--reward-function"});
+    rc = agree(world, rc, NULL, "checking the options");
+    if (!rc)
+        rc = df_hf_dir_load(model, tokdir, NULL, &m, &tok);
     if (!rc && adapter && (rc = df_lora_apply_peft(m, adapter)))
         rc = df_error_wrap(rc, "--lora-adapter");
     if (!rc)
@@ -225,13 +284,8 @@ int df_cmd_eval(int argc, char **argv)
         rc = df_error(DF_ENOMEM, "out of memory collecting the responses for %s", output);
     /* rank 0 scores every response */
     df_reward_manager_cfg rcfg = {.manager = manager, .reward_fn_key = fn_key};
-    if (!rc)
-        rc = check_manager(manager, manager_kwargs, reward_fn);
     if (!rc && reward_fn && rank == 0)
         rc = open_reward_function(reward_fn, reward_kwargs, manager_kwargs, &rcfg);
-    else if (!rc && reward_kwargs && !reward_fn)
-        rc = df_error(DF_EINVAL, "--reward-kwargs needs --reward-function (the built-in scorers' options are "
-                                 "not taken from it)");
     df_metrics *vm = rc ? NULL : df_metrics_new();
     if (!rc && !vm)
         rc = df_error(DF_ENOMEM, "out of memory");

@@ -139,6 +139,8 @@ static int run(const char *workflow, const char *in, const char *out, const char
         rc = make_chain(nodes, tok, &c);
     if (!rc)
         rc = df_dataset_load(&in, 1, &dopt, &ds);
+    if (!rc && df_dataset_size(ds) == 0)
+        rc = df_error(DF_EINVAL, "%s: no rows", in);
     if (!rc)
         rc = make_rows(ds, c, tok, nodes, o, &text, &n_bare);
     if (!rc) {
@@ -162,17 +164,17 @@ int df_cmd_data_marft_demos(int argc, char **argv)
 {
     const char *workflow = NULL, *in = NULL, *out = NULL, *tokdir = NULL;
     demo_opts o = {.key = "extra_info.answer", .bare_fmt = "The answer is {answer}.", .agent = -1};
-    df_opt opts[] = {{"workflow", DF_OPT_STR, &workflow,
+    df_opt opts[] = {{"workflow", DF_OPT_PATH, &workflow,
                       "the MARFT workflow: its rollout nodes of agent groups 0 (planner) and 1 "
                       "(solver) and their pre_process_kwargs.pre_chat_template / "
                       "post_process_kwargs.post_chat_template (required)",
                       false},
-                     {"in", DF_OPT_STR, &in,
+                     {"in", DF_OPT_PATH, &in,
                       "synthetic rows with worked solutions (data synth --bare-answers 0) (required)", false},
-                     {"out", DF_OPT_STR, &out,
+                     {"out", DF_OPT_PATH, &out,
                       "output JSON lines: per problem the planner's row, then the solver's (required)",
                       false},
-                     {"tokenizer", DF_OPT_STR, &tokdir,
+                     {"tokenizer", DF_OPT_PATH, &tokdir,
                       "tokenizer directory whose chat template the agents' prompts use (required)", false},
                      {"solution-key", DF_OPT_STR, &o.key,
                       "field with the worked solution (default extra_info.answer)", false},
@@ -181,8 +183,8 @@ int df_cmd_data_marft_demos(int argc, char **argv)
                       "(default 0)",
                       false},
                      {"bare-answer", DF_OPT_STR, &o.bare_fmt,
-                      "text of a bare answer, {answer} standing for the number "
-                      "(default \"The answer is {answer}.\", as data synth)",
+                      "with --bare-answers > 0: text of a bare answer, {answer} (which it must hold) "
+                      "standing for the number (default \"The answer is {answer}.\", as data synth)",
                       false},
                      {"seed", DF_OPT_INT, &o.seed, "seed of the bare-answer draw (default 0)", false},
                      {"agent", DF_OPT_INT, &o.agent,
@@ -193,10 +195,19 @@ int df_cmd_data_marft_demos(int argc, char **argv)
     if (df_cli_parse(CMD, "--workflow W.yaml --in TRAIN.jsonl --out DEMOS.jsonl --tokenizer DIR [options]",
                      opts, argc, argv, pos, 0, &n_pos, &code))
         return code;
-    if ((code = df_cli_require(CMD, opts)))
+    static const df_opt_range ranges[] = {{"bare-answers", 0, 1}, {"agent", 0, 1}, {0}};
+    if ((code = df_cli_require(CMD, opts)) || (code = df_cli_check_ranges(CMD, opts, ranges)) ||
+        (code = df_cli_distinct(CMD, "out", out, "in", in)) ||
+        (code = df_cli_distinct(CMD, "out", out, "workflow", workflow)))
         return code;
-    if (!(o.bare >= 0 && o.bare <= 1) || o.agent < -1 || o.agent > 1) {
-        fprintf(stderr, "distflow " CMD ": error: --bare-answers must be in [0, 1] and --agent 0 or 1\n");
+    if (opts[6].seen && o.bare == 0) { /* the text of bare answers, and none is drawn */
+        fprintf(stderr, "distflow " CMD ": error: --bare-answer is the text of the bare answers: it needs "
+                        "--bare-answers > 0\n");
+        return 2;
+    }
+    if (!strstr(o.bare_fmt, "{answer}")) {
+        fprintf(stderr, "distflow " CMD ": error: --bare-answer \"%s\" has no {answer}: every bare answer would "
+                        "be the same text, whatever the problem's number\n", o.bare_fmt);
         return 2;
     }
     return run(workflow, in, out, tokdir, &o) ? df_cli_fail(CMD) : 0;

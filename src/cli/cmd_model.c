@@ -38,9 +38,9 @@ int df_cmd_init_model(int argc, char **argv)
     const char *config = NULL, *tokdir = NULL, *out = NULL, *dtype_s = NULL;
     int64_t seed = 0;
     df_opt opts[] = {
-        {"config", DF_OPT_STR, &config, "HF config.json of the architecture (required)", false},
-        {"tokenizer", DF_OPT_STR, &tokdir, "tokenizer directory to pair with it (required)", false},
-        {"out", DF_OPT_STR, &out, "output model directory (required)", false},
+        {"config", DF_OPT_PATH, &config, "HF config.json of the architecture (required)", false},
+        {"tokenizer", DF_OPT_PATH, &tokdir, "tokenizer directory to pair with it (required)", false},
+        {"out", DF_OPT_PATH, &out, "output model directory (required)", false},
         {"seed", DF_OPT_INT, &seed, "seed of the random init (default 0)", false},
         {"dtype", DF_OPT_STR, &dtype_s, "weights dtype (default: config's torch_dtype)", false},
         {0}};
@@ -130,7 +130,7 @@ int df_cmd_score(int argc, char **argv)
 {
     const char *dir = NULL, *prompt = NULL, *response = NULL;
     df_opt opts[] = {
-        {"model", DF_OPT_STR, &dir, "HF model directory with its tokenizer (required)", false},
+        {"model", DF_OPT_PATH, &dir, "HF model directory with its tokenizer (required)", false},
         {"prompt", DF_OPT_STR, &prompt, "prompt text (required)", false},
         {"response", DF_OPT_STR, &response, "response text (required)", false},
         {0}};

@@ -53,7 +53,7 @@ int df_cmd_plan(int argc, char **argv)
     df_opt opts[] = {
         {"world", DF_OPT_INT, &world, "ranks of the job, as `mpirun -np` (default: this job's, 1 outside mpirun)",
          false},
-        {"dot", DF_OPT_STR, &dot, "write the plan as Graphviz DOT to FILE", false},
+        {"dot", DF_OPT_PATH, &dot, "write the plan as Graphviz DOT to FILE (not the CONFIG)", false},
         {0},
     };
     char *pos[512];
@@ -62,6 +62,11 @@ int df_cmd_plan(int argc, char **argv)
         return code;
     if (n_pos < 1) {
         fprintf(stderr, "distflow plan: error: missing CONFIG.yaml or key=value overrides (see --help)\n");
+        return 2;
+    }
+    if (dot && df_same_file(dot, pos[0])) {
+        fprintf(stderr, "distflow plan: error: --dot names the config file %s: writing it would destroy the "
+                        "config\n", pos[0]);
         return 2;
     }
     int rank = 0;

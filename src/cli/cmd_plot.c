@@ -49,7 +49,7 @@ static int split_keys(char *list, char **keys, int *n)
 int df_cmd_plot(int argc, char **argv)
 {
     const char *out = NULL, *keys_opt = NULL;
-    df_opt opts[] = {{"out", DF_OPT_STR, &out, "directory for the PNGs (made if missing) (required)", false},
+    df_opt opts[] = {{"out", DF_OPT_PATH, &out, "directory for the PNGs (made if missing) (required)", false},
                      {"keys", DF_OPT_STR, &keys_opt, "comma-separated metric names instead of the panels", false},
                      {0}};
     char *pos[1];

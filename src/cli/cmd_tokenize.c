@@ -74,14 +74,14 @@ int df_cmd_tokenize(int argc, char **argv)
     const char *dir = NULL, *messages = NULL, *tools = NULL, *extra = NULL;
     bool chat = false, special = false, no_gen = false, show = false;
     df_opt opts[] = {
-        {"tokenizer", DF_OPT_STR, &dir, "tokenizer directory or tokenizer.json (required)", false},
+        {"tokenizer", DF_OPT_PATH, &dir, "tokenizer directory or tokenizer.json (required)", false},
         {"chat", DF_OPT_FLAG, &chat, "apply the chat template to TEXT as a user message", false},
-        {"messages", DF_OPT_STR, &messages, "a JSON array of messages to render instead of TEXT ('-': stdin)",
+        {"messages", DF_OPT_PATH, &messages, "a JSON array of messages to render instead of TEXT ('-': stdin)",
          false},
-        {"tools", DF_OPT_STR, &tools, "with --messages: a JSON array of tool (function) schemas", false},
+        {"tools", DF_OPT_PATH, &tools, "with --messages: a JSON array of tool (function) schemas", false},
         {"extra", DF_OPT_STR, &extra, "with --messages: a JSON object of extra template variables", false},
-        {"no-generation-prompt", DF_OPT_FLAG, &no_gen, "do not append the assistant generation prompt",
-         false},
+        {"no-generation-prompt", DF_OPT_FLAG, &no_gen, "with --chat or --messages: do not append the assistant "
+         "generation prompt", false},
         {"render", DF_OPT_FLAG, &show, "print the rendered text instead of token ids", false},
         {"special", DF_OPT_FLAG, &special, "add the tokenizer's special tokens (e.g. Llama-3 BOS)", false},
         {0}};
@@ -98,6 +98,16 @@ int df_cmd_tokenize(int argc, char **argv)
     }
     if ((tools || extra) && !messages) {
         fprintf(stderr, "distflow tokenize: error: --tools and --extra need --messages\n");
+        return 2;
+    }
+    if (chat && messages) { /* --chat renders TEXT, which --messages replaces */
+        fprintf(stderr, "distflow tokenize: error: --chat renders TEXT as a user message and --messages a "
+                        "conversation: give one of them\n");
+        return 2;
+    }
+    if (no_gen && !chat && !messages) {
+        fprintf(stderr, "distflow tokenize: error: --no-generation-prompt needs a chat rendering (--chat or "
+                        "--messages): plain TEXT has no generation prompt\n");
         return 2;
     }
     df_tokenizer *tok;

@@ -99,7 +99,7 @@ int df_gsm8k_convert(const char *in_path, const char *out_path, const char *spli
 {
     if (!in_path || !out_path)
         return df_error(DF_EINVAL, "gsm8k: input and output paths are required");
-    return df_jsonl_convert(in_path, out_path, split, false, convert_row, NULL, n_rows);
+    return df_jsonl_convert(in_path, out_path, split, true, convert_row, NULL, n_rows);
 }
 
 int df_gsm8k_convert_tool(const char *in_path, const char *out_path, const char *split, int64_t *n_rows)
@@ -107,5 +107,5 @@ int df_gsm8k_convert_tool(const char *in_path, const char *out_path, const char 
     static int tools = 1;
     if (!in_path || !out_path)
         return df_error(DF_EINVAL, "gsm8k: input and output paths are required");
-    return df_jsonl_convert(in_path, out_path, split, false, convert_row, &tools, n_rows);
+    return df_jsonl_convert(in_path, out_path, split, true, convert_row, &tools, n_rows);
 }

@@ -275,6 +275,8 @@ int df_jsonl_convert(const char *in_path, const char *out_path, const char *spli
     char *text = NULL, *own_split = NULL;
     size_t len = 0;
     df_rows rows = {0};
+    if (df_same_file(in_path, out_path)) /* the atomic write would replace the rows being converted */
+        return df_error(DF_EINVAL, "%s: the output is the input file", out_path);
     int rc = df_read_file(in_path, &text, &len);
     if (!rc)
         rc = df_rows_open(&rows, text, len, in_path);

@@ -88,7 +88,7 @@ typedef int (*df_jsonl_row_fn)(void *user, json_t *raw, const char *file, int64_
  * `in_path` (JSON lines or Parquet, data/rows.h), pass each row to fn (`split` NULL: df_jsonl_split_name of the
  * path), write the output to `out_path` atomically and the row count to
  * *n_rows (may be NULL). `need_rows`: an input without rows is DF_EINVAL.
- * Errors: those of reading the file (DF_ENOTFOUND, DF_EIO; a Parquet file's
+ * Errors: DF_EINVAL when out_path is the input file (df_same_file), those of reading the file (DF_ENOTFOUND, DF_EIO; a Parquet file's
  * DF_EINVAL / DF_EUNSUPPORTED), of a line (DF_EINVAL with file:line:column), of fn, of the
  * write; DF_ENOMEM. Nothing is written on failure.
  */

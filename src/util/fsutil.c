@@ -147,14 +147,50 @@ bool df_file_exists(const char *path)
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+bool df_same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+int df_check_output_path(const char *path)
+{
+    if (!*path)
+        return df_error(DF_EINVAL, "an empty path");
+    if (df_dir_exists(path))
+        return df_error(DF_EINVAL, "%s: is a directory", path);
+    const char *slash = strrchr(path, '/');
+    char *dir = !slash ? strdup(".") : slash == path ? strdup("/") : strndup(path, (size_t)(slash - path));
+    if (!dir)
+        return df_error(DF_ENOMEM, "out of memory");
+    struct stat st;
+    int rc = DF_OK;
+    if (stat(dir, &st) != 0 && errno == ENOENT)
+        rc = df_error(DF_ENOTFOUND, "%s: no such directory %s", path, dir);
+    else if (stat(dir, &st) != 0)
+        rc = df_error(DF_EIO, "%s: directory %s: %s", path, dir, strerror(errno));
+    else if (!S_ISDIR(st.st_mode))
+        rc = df_error(DF_EINVAL, "%s: %s is not a directory", path, dir);
+    else if (access(dir, W_OK) != 0)
+        rc = df_error(DF_EIO, "%s: cannot write in directory %s: %s", path, dir, strerror(errno));
+    free(dir);
+    return rc;
+}
+
 int df_read_file(const char *path, char **text, size_t *len)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
         return df_error(errno == ENOENT ? DF_ENOTFOUND : DF_EIO, "%s: cannot open: %s", path,
                         strerror(errno));
+    struct stat st; /* fopen opens a directory; its first read would fail with EISDIR */
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+        fclose(f);
+        return df_error(DF_EIO, "%s: is a directory, not a file", path);
+    }
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap);
+    errno = 0; /* what a failed read sets, for the message */
     while (buf) {
         if (n + 1 >= cap) {
             char *nb = realloc(buf, cap * 2);
@@ -171,13 +207,13 @@ int df_read_file(const char *path, char **text, size_t *len)
         if (r == 0)
             break;
     }
-    int err = ferror(f);
+    int err = ferror(f) ? (errno ? errno : EIO) : 0;
     fclose(f);
     if (!buf)
         return df_error(DF_ENOMEM, "%s: out of memory reading the file", path);
     if (err) {
         free(buf);
-        return df_error(DF_EIO, "%s: read error", path);
+        return df_error(DF_EIO, "%s: read error: %s", path, strerror(err));
     }
     buf[n] = '\0';
     *text = buf;

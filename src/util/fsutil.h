@@ -42,8 +42,22 @@ char *df_path_join(const char *dir, const char *name);
 /** True if `path` names an existing regular file. */
 bool df_file_exists(const char *path);
 /**
+ * True if `a` and `b` both exist and are the same file (device and inode: another spelling of the
+ * path, a hard or symbolic link included). A command that writes `b` after reading `a` refuses this,
+ * for the write would replace its input.
+ */
+bool df_same_file(const char *a, const char *b);
+/**
+ * Whether a file can be written at `path` later (a command's output, written at the end of a long
+ * run): the path is not empty and not a directory, and the directory that holds it exists and is
+ * writable. Nothing is created. DF_EINVAL (empty, a directory, a parent that is not a directory),
+ * DF_ENOTFOUND (no such directory), DF_EIO (not writable), naming the path and the reason.
+ */
+int df_check_output_path(const char *path);
+/**
  * Read a whole file into a malloc'd NUL-terminated buffer (*len bytes without
- * the NUL; len may be NULL). DF_ENOTFOUND if it does not exist, DF_EIO otherwise.
+ * the NUL; len may be NULL). DF_ENOTFOUND if it does not exist, DF_EIO otherwise
+ * (the message names the path and the reason: "is a directory", strerror).
  */
 int df_read_file(const char *path, char **text, size_t *len);
 /** mkdir -p (mode 0755). DF_EIO naming the component that failed. */

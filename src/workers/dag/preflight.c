@@ -2,6 +2,7 @@
 #include "workers/dag/preflight.h"
 #include "workers/common/max_pos.h"
 #include "workers/common/model_overrides.h"
+#include "workers/common/scorer_check.h"
 #include "workers/embodied/embodied_worker.h"
 
 #include "distflow/dataset.h"
@@ -70,23 +71,6 @@ static void free_paths(char **paths)
     free(paths);
 }
 
-/* df_dataset_value_fn: a data_source (data.reward_fn_key) value without a scorer is an error at the row it
-   first appears. */
-static int need_scorer(void *user, const char *value, const char *file, int64_t line)
-{
-    df_reward_fn fn;
-    if (!df_reward_lookup(value, &fn))
-        return DF_OK;
-    char why[512];
-    snprintf(why, sizeof why, "%s", df_last_error());
-    return df_error(DF_ENOTFOUND,
-                    "%s: %s:%lld: %s. Every response to these prompts would fail at its reward: give the "
-                    "rows a known data_source (the column data.reward_fn_key names), set "
-                    "custom_reward_function.path to a Python file or library that scores them, or register a "
-                    "scorer (df_reward_register) from a plugin",
-                    (const char *)user, file, (long long)line, why);
-}
-
 /* The data files of `key` exist; with `scored` their data.reward_fn_key values (data_source by default)
    have scorers. */
 static int check_data(const df_config *c, const char *key, const df_config_strs *files, int64_t rows,
@@ -95,8 +79,8 @@ static int check_data(const df_config *c, const char *key, const df_config_strs 
     char **paths = NULL;
     int rc = check_files(c, key, files, &paths);
     if (!rc && scored)
-        rc = df_dataset_scan_values((const char *const *)paths, files->n, fn_key, rows, need_scorer,
-                                    (void *)key);
+        rc = df_scorer_check_files((const char *const *)paths, files->n, fn_key, rows,
+                                   &(df_scorer_check){key, "data.reward_fn_key", "custom_reward_function.path"});
     free_paths(paths);
     return rc;
 }
