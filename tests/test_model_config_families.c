@@ -19,6 +19,7 @@
 #include "model/hf_io.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -280,9 +281,25 @@ static void test_phi3(void **state)
     assert_true(c.bos_token_id == 1 && c.eos_token_ids[0] == 32000);
     expect_error(small(b, sizeof b, "phi3", ", \"partial_rotary_factor\": 0.75"), DF_EUNSUPPORTED,
                  "\"partial_rotary_factor\" 0.75");
-    expect_error(small(b, sizeof b, "phi3", ", \"rope_scaling\": {\"type\": \"longrope\", \"long_factor\": [1.0], "
-                                            "\"short_factor\": [1.0]}"),
-                 DF_EUNSUPPORTED, "longrope");
+    /* longrope (Phi-3 128k, Phi-3.5): head_dim / 2 factors in each list, phi3 only */
+    const char *lr = ", \"max_position_embeddings\": 131072, \"original_max_position_embeddings\": 4096, "
+                     "\"rope_scaling\": {\"type\": \"%s\", \"short_factor\": [%s], \"long_factor\": [%s]%s}";
+    char ex[600];
+    snprintf(ex, sizeof ex, lr, "longrope", "1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7", "2, 2, 2, 2, 2, 2, 2, 2", "");
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "phi3", ex), NULL, &c), DF_OK);
+    assert_int_equal(c.rope_type, DF_ROPE_LONGROPE);
+    assert_int_equal(c.rope_original_max_pos, 4096);
+    assert_true(c.rope_attention_factor == sqrt(1 + log(32.0) / log(4096.0)));
+    assert_int_equal(df_model_max_positions(&c), 4096);
+    snprintf(ex, sizeof ex, lr, "su", "1, 1, 1, 1, 1, 1, 1, 1", "2, 2, 2, 2, 2, 2, 2, 2", ", \"attention_factor\": 1.5");
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "phi3", ex), NULL, &c), DF_OK);
+    assert_true(c.rope_type == DF_ROPE_LONGROPE && c.rope_attention_factor == 1.5);
+    snprintf(ex, sizeof ex, lr, "longrope", "1, 1, 1", "2, 2, 2", "");
+    expect_error(small(b, sizeof b, "phi3", ex), DF_EINVAL, "\"short_factor\", a list of head_dim / 2 = 8 numbers");
+    snprintf(ex, sizeof ex, lr, "longrope", "1, 1, 1, 1, 1, 1, 1, 1", "2, 2, 2, 2, 2, 2, 2, 0", "");
+    expect_error(small(b, sizeof b, "phi3", ex), DF_EINVAL, "long_factor[7] must be a number > 0");
+    snprintf(ex, sizeof ex, lr, "longrope", "1, 1, 1, 1, 1, 1, 1, 1", "2, 2, 2, 2, 2, 2, 2, 2", "");
+    expect_error(small(b, sizeof b, "llama", ex), DF_EUNSUPPORTED, "longrope is supported for phi3 models only");
     expect_error(small(b, sizeof b, "phi3", ", \"resid_pdrop\": 0.1"), DF_EUNSUPPORTED, "\"resid_pdrop\" 0.1");
     expect_error(small(b, sizeof b, "phi3", ", \"embd_pdrop\": \"0\""), DF_EINVAL, "\"embd_pdrop\" must be a number");
     expect_error(small(b, sizeof b, "qwen2", ", \"attention_dropout\": 0.05"), DF_EUNSUPPORTED,
@@ -344,8 +361,8 @@ static void test_refusals(void **state)
 {
     (void)state;
     char b[1024], ex[256];
-    const char *types[] = {"linear", "dynamic", "yarn", "longrope", "ntk"};
-    for (int i = 0; i < 5; i++) {
+    const char *types[] = {"linear", "dynamic", "yarn", "ntk"}; /* longrope: phi3 only (test_phi3) */
+    for (int i = 0; i < 4; i++) {
         snprintf(ex, sizeof ex, ", \"rope_scaling\": {\"rope_type\": \"%s\", \"factor\": 4.0}", types[i]);
         char want[96];
         snprintf(want, sizeof want, "key \"rope_scaling\": rope_type \"%s\" is not supported", types[i]);

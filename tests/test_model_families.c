@@ -9,7 +9,9 @@
  *                 with hidden 32, rope_theta 1e6, untied;
  *   tiny_phi3     Phi-3's checkpoint layout: each layer's q / k / v weights fused in
  *                 self_attn.qkv_proj and gate / up in mlp.gate_up_proj (split at load, fused
- *                 at save), GQA, no biases, no window; its gradients compared per fused tensor.
+ *                 at save), GQA, no biases, no window; its gradients compared per fused tensor;
+ *   tiny_phi3_longrope  the same with Phi-3.5's LongRoPE (per-frequency short factors, cos / sin
+ *                 times the attention factor of a 16x context extension).
  * For each: log-probs and entropies at two temperatures, full logits of a few rows and the
  * gradient of sum(c logp) + sum(d entropy) w.r.t. every parameter, within the bounds of
  * test_model_golden.c (tests/testbounds.h chains, which add the q/k norms' and the o_proj
@@ -19,8 +21,8 @@
  * Can it fail? Each feature is switched off or moved on the same weights (no q/k norm effect:
  * a norm weight moved by 1e-2; no window; the window on every layer; plain RoPE instead of
  * llama3; an o_proj bias moved by 1e-2; Mistral's window on layer 1 only, or rope_theta 1e4;
- * phi3's k and v, or gate and up, read in each other's place) and the same comparison must then
- * exceed its bound.
+ * phi3's k and v, or gate and up, read in each other's place; longrope's long factors, no attention
+ * factor, or plain RoPE) and the same comparison must then exceed its bound.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -351,6 +353,39 @@ static void test_phi3_golden(void **state)
     unload(&g);
 }
 
+/* LongRoPE within the original context: the short factors and the attention factor. */
+static void test_phi3_longrope_golden(void **state)
+{
+    (void)state;
+    golden g = load("tiny_phi3_longrope");
+    const df_model_config *c = &g.m->cfg;
+    assert_int_equal(c->rope_type, DF_ROPE_LONGROPE);
+    assert_int_equal(c->rope_original_max_pos, 512);
+    assert_true(fabs(c->rope_attention_factor - sqrt(1 + log(16.0) / log(512.0))) < 1e-15);
+    assert_true(c->rope_short_factor[7] == 9.5 && c->rope_long_factor[7] == 20.0);
+    /* the short factors' range is what runs: 512 positions, not 8192 */
+    assert_int_equal(df_model_max_positions(c), 512);
+    assert_non_null(strstr(df_model_max_positions_name(c), "original_max_position_embeddings"));
+    check_golden(&g, "phi3 longrope");
+    df_model_config v = *c;
+    memcpy(v.rope_short_factor, c->rope_long_factor, sizeof v.rope_short_factor);
+    df_model *m = variant(&g, &v);
+    expect_forward_moves(m, &g, "longrope's long factors");
+    df_model_free(m);
+    v = *c;
+    v.rope_attention_factor = 1.0;
+    assert_false(df_rope_same(c, &v)); /* a rollout engine built for one refuses a model of the other */
+    m = variant(&g, &v);
+    expect_forward_moves(m, &g, "longrope without its attention factor");
+    df_model_free(m);
+    v = *c;
+    v.rope_type = DF_ROPE_DEFAULT;
+    m = variant(&g, &v);
+    expect_forward_moves(m, &g, "plain RoPE");
+    df_model_free(m);
+    unload(&g);
+}
+
 /* dir/config.json of m and dir/model.safetensors of m's checkpoint tensors, except: `split` writes
    the layout's own (split) names instead; `drop` leaves one out; `short_qkv` writes layer 0's
    qkv_proj without its v rows. Then df_model_load(dir)'s status. */
@@ -478,6 +513,7 @@ static void test_rollout_decoder(void **state)
     check_rollout("tiny_llama31");
     check_rollout("tiny_mistral");
     check_rollout("tiny_phi3");
+    check_rollout("tiny_phi3_longrope");
 }
 
 /* ---- files ------------------------------------------------------------------------------------ */
@@ -530,9 +566,10 @@ static void check_phi3_files(const char *dir)
 static void test_save_load_roundtrip(void **state)
 {
     const char *dir = *state;
-    const char *names[4] = {"tiny_qwen3", "tiny_llama31", "tiny_mistral", "tiny_phi3"};
-    const char *archs[4] = {"Qwen3ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM", "Phi3ForCausalLM"};
-    for (int i = 0; i < 4; i++) {
+    const char *names[5] = {"tiny_qwen3", "tiny_llama31", "tiny_mistral", "tiny_phi3", "tiny_phi3_longrope"};
+    const char *archs[5] = {"Qwen3ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM", "Phi3ForCausalLM",
+                            "Phi3ForCausalLM"};
+    for (int i = 0; i < 5; i++) {
         golden g = load(names[i]);
         char sub[512], cfgp[600];
         snprintf(sub, sizeof sub, "%s/%s", dir, names[i]);
@@ -546,6 +583,7 @@ static void test_save_load_roundtrip(void **state)
         assert_int_equal(a->o_proj_bias, b->o_proj_bias);
         assert_int_equal(a->rope_type, b->rope_type);
         assert_int_equal(a->sliding_window, b->sliding_window);
+        assert_true(df_rope_same(a, b));
         assert_int_equal(a->max_window_layers, b->max_window_layers);
         snprintf(cfgp, sizeof cfgp, "%s/config.json", sub);
         json_error_t je;
@@ -561,6 +599,13 @@ static void test_save_load_roundtrip(void **state)
         } else if (i == 2) {
             assert_int_equal(json_integer_value(json_object_get(j, "sliding_window")), 4);
             assert_null(json_object_get(j, "use_sliding_window"));
+        } else if (i == 4) { /* Phi-3's form: "type" and the two lists, the context at the top */
+            json_t *rs = json_object_get(j, "rope_scaling");
+            assert_string_equal(json_string_value(json_object_get(rs, "type")), "longrope");
+            assert_null(json_object_get(rs, "rope_type"));
+            assert_int_equal(json_object_size(rs), 3);
+            assert_true(json_number_value(json_array_get(json_object_get(rs, "short_factor"), 6)) == 5.0);
+            assert_int_equal(json_integer_value(json_object_get(j, "original_max_position_embeddings")), 512);
         } else if (i == 3) {
             assert_true(json_is_null(json_object_get(j, "sliding_window")));
             assert_null(json_object_get(j, "use_sliding_window"));
@@ -618,6 +663,7 @@ int main(void)
         cmocka_unit_test(test_llama31_detects),
         cmocka_unit_test(test_mistral_golden),
         cmocka_unit_test(test_phi3_golden),
+        cmocka_unit_test(test_phi3_longrope_golden),
         cmocka_unit_test_setup_teardown(test_phi3_file_errors, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test(test_rollout_decoder),
         cmocka_unit_test_setup_teardown(test_save_load_roundtrip, df_test_mkdtemp, df_test_rmtree),

@@ -43,11 +43,16 @@ extern "C" {
 typedef enum df_dtype { DF_DTYPE_F32 = 0, DF_DTYPE_BF16 = 1, DF_DTYPE_F16 = 2 } df_dtype;
 
 #define DF_MAX_EOS 8
+#define DF_MAX_ROPE_FREQS 128 /**< RoPE frequencies per head at most: head_dim / 2 (head_dim <= 256) */
 
 /** RoPE frequencies (HF rope_scaling / rope_parameters "rope_type"). */
 typedef enum df_rope_type {
     DF_ROPE_DEFAULT = 0, /**< inv_freq[i] = 1 / theta^(2i / head_dim) */
-    DF_ROPE_LLAMA3 = 1   /**< Llama 3.1 rescaling of those (HF _compute_llama3_parameters) */
+    DF_ROPE_LLAMA3 = 1,  /**< Llama 3.1 rescaling of those (HF _compute_llama3_parameters) */
+    DF_ROPE_LONGROPE = 2 /**< Phi-3's LongRoPE with its short factors (HF _compute_longrope_parameters
+                              at sequence lengths up to original_max_position_embeddings):
+                              inv_freq[i] = 1 / (short_factor[i] theta^(2i / head_dim)), cos and sin
+                              multiplied by attention_factor */
 } df_rope_type;
 
 /** The fields of HF config.json that define the architecture. */
@@ -73,7 +78,14 @@ typedef struct df_model_config {
     double rope_factor;              /**< llama3: factor (8 for Llama 3.1) */
     double rope_low_freq_factor;     /**< llama3: low_freq_factor (1) */
     double rope_high_freq_factor;    /**< llama3: high_freq_factor (4) */
-    int64_t rope_original_max_pos;   /**< llama3: original_max_position_embeddings (8192) */
+    int64_t rope_original_max_pos;   /**< llama3: original_max_position_embeddings (8192); longrope:
+                                          the pretraining context, the short factors' range */
+    double rope_short_factor[DF_MAX_ROPE_FREQS]; /**< longrope: [head_dim / 2] */
+    double rope_long_factor[DF_MAX_ROPE_FREQS];  /**< longrope: [head_dim / 2], past the short range
+                                                      (read and written back; distflow does not run it) */
+    double rope_attention_factor;    /**< longrope: the cos / sin multiplier (attention_factor, else
+                                          sqrt(1 + ln(max_pos / original) / ln(original)) when
+                                          max_position_embeddings > original, else 1) */
     int64_t sliding_window;          /**< 0: every layer attends to all earlier positions. W > 0
                                           (qwen2 / qwen3 use_sliding_window): layers with index
                                           >= max_window_layers attend to the last W positions */
@@ -149,7 +161,10 @@ DF_API void df_model_config_defaults(df_model_config *cfg);
  * Qwen3Attention); mistral and phi3 have no biases and no such key (an attention_bias there is
  * ignored, as transformers does). qwen3 has q/k norms (qk_norm). RoPE: rope_theta, and rope_scaling
  * null or of rope_type (or "type") "default" or "llama3" (factor, low_freq_factor,
- * high_freq_factor, original_max_position_embeddings, all required); transformers 5's
+ * high_freq_factor, original_max_position_embeddings, all required) or, for phi3, "longrope" /
+ * "su" (short_factor and long_factor, head_dim / 2 numbers > 0 each; original_max_position_embeddings
+ * from the object, else the config, else max_position_embeddings; attention_factor optional:
+ * DF_ROPE_LONGROPE); transformers 5's
  * rope_parameters is read the same way (its rope_theta first). Sliding window (qwen2,
  * qwen3; HF Qwen2Config): with use_sliding_window true and sliding_window W (default
  * 4096; null: no window), the layers of index >= max_window_layers (default 28) attend
@@ -167,7 +182,7 @@ DF_API void df_model_config_defaults(df_model_config *cfg);
  * Errors name the file and the key: DF_ENOTFOUND / DF_EIO (file), DF_EINVAL
  * (bad JSON, missing required key, wrong type, inconsistent sizes, a llama3 rope_scaling
  * without one of its keys), DF_EUNSUPPORTED (other model_type, a rope type other than
- * default / llama3 (named), rope_scaling and rope_parameters both given and different,
+ * default / llama3 / longrope (named; longrope outside phi3), rope_scaling and rope_parameters both given and different,
  * layer_types with a full-attention layer after a windowed one, llama with
  * use_sliding_window true, hidden_act other than silu, mlp_bias true, a non-zero dropout,
  * partial_rotary_factor other than 1, architectures
@@ -250,6 +265,16 @@ DF_API int df_model_config_validate(const df_model_config *cfg);
  * sliding_window_overlay with the causal mask: W keys, itself included).
  */
 DF_API int64_t df_model_layer_window(const df_model_config *cfg, int64_t layer);
+/**
+ * The positions distflow runs for cfg, 0 .. N - 1: max_position_embeddings; with longrope the
+ * short factors' range, min(original_max_position_embeddings, max_position_embeddings) (HF switches
+ * to the long factors for a batch whose longest sequence passes it: distflow does not). Every
+ * guard against positions past a model's range uses it.
+ */
+DF_API int64_t df_model_max_positions(const df_model_config *cfg);
+/** What df_model_max_positions is called in messages: "max_position_embeddings", or for longrope
+ *  "original_max_position_embeddings (longrope: the short factors' range)". */
+DF_API const char *df_model_max_positions_name(const df_model_config *cfg);
 
 /* ---- layout ------------------------------------------------------------- */
 

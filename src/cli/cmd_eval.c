@@ -41,7 +41,7 @@ static int fit_lengths(const df_opt *opts, const char *dir, const df_model_confi
     for (const df_opt *o = opts; o->name; o++)
         if (!strcmp(o->name, "max-prompt-length"))
             given = o->seen;
-    const int64_t room = cfg->max_position_embeddings - max_resp;
+    const int64_t room = df_model_max_positions(cfg) - max_resp;
     if (!given && *max_prompt > room && room >= 1) {
         *max_prompt = room;
         return DF_OK;

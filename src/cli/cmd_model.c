@@ -152,10 +152,10 @@ int df_cmd_score(int argc, char **argv)
         rc = df_tokenizer_encode(tok, response, false, &r, &nr);
     if (!rc && np == 0)
         rc = df_error(DF_EINVAL, "the prompt encodes to no tokens; at least one is needed");
-    if (!rc && np + nr > m->cfg.max_position_embeddings) /* no position past the model's range */
+    if (!rc && np + nr > df_model_max_positions(&m->cfg)) /* no position past the model's range */
         rc = df_error(DF_EINVAL, "prompt (%lld tokens) + response (%lld tokens) exceed the model's "
-                      "max_position_embeddings of %lld (%s/config.json)", (long long)np, (long long)nr,
-                      (long long)m->cfg.max_position_embeddings, dir);
+                      "%s of %lld (%s/config.json)", (long long)np, (long long)nr,
+                      df_model_max_positions_name(&m->cfg), (long long)df_model_max_positions(&m->cfg), dir);
     if (!rc && !(logp = malloc((size_t)(nr ? nr : 1) * sizeof *logp)))
         rc = df_error(DF_ENOMEM, "out of memory");
     if (!rc)

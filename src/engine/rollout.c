@@ -294,7 +294,7 @@ void df_rollout_result_free(df_rollout_result *r)
 
 static const char *rope_name(const df_model_config *c)
 {
-    return c->rope_type == DF_ROPE_LLAMA3 ? "llama3 scaling" : "default";
+    return c->rope_type == DF_ROPE_LLAMA3 ? "llama3 scaling" : c->rope_type == DF_ROPE_LONGROPE ? "longrope" : "default";
 }
 
 int df_rollout_check_model(const df_rollout_engine *e, const df_model *m)
@@ -318,13 +318,7 @@ int df_rollout_check_model(const df_rollout_engine *e, const df_model *m)
                         (long long)a->hidden_size, (long long)a->num_hidden_layers,
                         (long long)a->num_attention_heads, (long long)a->num_key_value_heads);
     /* The engine's RoPE table and rstd buffer (widths of qk_norm's rows) follow its config. */
-    bool llama3 = a->rope_type == DF_ROPE_LLAMA3;
-    if (a->rope_theta != b->rope_theta || a->rope_type != b->rope_type ||
-        (llama3 && (a->rope_factor != b->rope_factor ||
-                    a->rope_low_freq_factor != b->rope_low_freq_factor ||
-                    a->rope_high_freq_factor != b->rope_high_freq_factor ||
-                    a->rope_original_max_pos != b->rope_original_max_pos)) ||
-        a->qk_norm != b->qk_norm || a->o_proj_bias != b->o_proj_bias)
+    if (!df_rope_same(a, b) || a->qk_norm != b->qk_norm || a->o_proj_bias != b->o_proj_bias)
         return df_error(DF_EINVAL,
                         "rollout: the model's RoPE (theta %g, %s), q/k norms (%s) or o_proj bias "
                         "(%s) differ from the engine's (theta %g, %s; %s; %s)",

@@ -181,9 +181,7 @@ static int fill_tables(df_infer_scratch *s, const df_model_config *cfg, int64_t 
         rc = s->be.ops->upload(s->be.ctx, s->ones, h, (size_t)s->rows_cap * 4);
     }
     /* The model's RoPE must be the config's: df_rollout_generate checks it (check_model). */
-    float inv_freq[DF_MAX_HEAD_DIM / 2];
-    df_rope_inv_freq(inv_freq, cfg);
-    df_rope_table_freq(h, h + n, max_len, cfg->head_dim, inv_freq);
+    df_rope_model_table(h, h + n, max_len, cfg);
     if (!rc)
         rc = s->be.ops->upload(s->be.ctx, s->rope_cos, h, (size_t)(max_len * half) * 4);
     if (!rc)

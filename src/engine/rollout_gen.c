@@ -30,10 +30,11 @@ int df_rollout_check_prompts(const df_rollout_engine *e, const char *what, int64
             return df_error(DF_EINVAL,
                             "%s: %s %lld has %lld tokens and may grow by %lld (min(max_new_tokens %lld, "
                             "max_seq_len %lld - prompt)) to %lld positions, more than the model's "
-                            "max_position_embeddings %lld: positions past it are outside the range the "
+                            "%s %lld: positions past it are outside the range the "
                             "model was trained for (lower max_new_tokens or the prompt length)",
                             what, name, id, (long long)len, (long long)limit, (long long)max_new,
-                            (long long)e->max_seq_len, (long long)(len + limit), (long long)max_pos);
+                            (long long)e->max_seq_len, (long long)(len + limit), df_model_max_positions_name(&e->cfg),
+                            (long long)max_pos);
         for (int64_t t = off[i]; t < off[i + 1]; t++)
             if (tok[t] < 0 || tok[t] >= e->cfg.vocab_size)
                 return df_error(DF_EINVAL, "%s: %s %lld token %lld is %d, outside [0, %lld)", what,
@@ -57,7 +58,7 @@ static int check_request(const df_rollout_engine *e, const df_model *m, const df
                         (long long)q->prompt_offsets[0]);
     return df_rollout_check_prompts(e, "rollout request", q->n_prompts, q->prompt_offsets,
                                     q->prompt_tokens, NULL, sp->max_new_tokens,
-                                    m->cfg.max_position_embeddings);
+                                    df_model_max_positions(&m->cfg));
 }
 
 /* ---- per-call state ---------------------------------------------------------- */

@@ -73,7 +73,7 @@ typedef struct df_infer_batch {
 } df_infer_batch;
 
 /** Allocate for rows_cap rows (out_cap of them output rows) on be (which must outlive s) and
- *  build the RoPE table of cfg (df_rope_inv_freq) for positions [0, max_len). Errors:
+ *  build the RoPE table of cfg (df_rope_model_table) for positions [0, max_len). Errors:
  *  DF_EUNSUPPORTED for head_dim > DF_MAX_HEAD_DIM, DF_ENOMEM, the backend's upload error. */
 int df_infer_scratch_init(df_infer_scratch *s, const df_backend *be, const df_model_config *cfg,
                           int64_t rows_cap, int64_t out_cap, int64_t max_len);

@@ -87,7 +87,7 @@ static int check_feed(const gen_ctx *g, const df_rollout_poll *p)
                         (long long)p->prompt_offsets[0]);
     return df_rollout_check_prompts(g->e, "rollout stream", p->n_prompts, p->prompt_offsets,
                                     p->prompt_tokens, p->prompt_ids, g->sp->max_new_tokens,
-                                    g->m->cfg.max_position_embeddings);
+                                    df_model_max_positions(&g->m->cfg));
 }
 
 /* Append the fed prompts (checked first, so a bad feed queues nothing) to the queue. */

@@ -23,8 +23,9 @@ static const char *const READ_KEYS[] = {
     "rms_norm_eps", "initializer_range", "tie_word_embeddings", "attention_bias", "bos_token_id",
     "eos_token_id", "torch_dtype", "dtype", "hidden_act", "mlp_bias", "num_labels", "id2label",
     "attention_dropout"};
-/* ... and for phi3 only (Phi3Config's dropouts and partial rotary factor). */
-static const char *const PHI3_KEYS[] = {"resid_pdrop", "embd_pdrop", "partial_rotary_factor"};
+/* ... and for phi3 only (Phi3Config's dropouts, partial rotary factor, LongRoPE's context). */
+static const char *const PHI3_KEYS[] = {"resid_pdrop", "embd_pdrop", "partial_rotary_factor",
+                                        "original_max_position_embeddings"};
 
 static bool listed(const char *key, const char *const *list, size_t n)
 {

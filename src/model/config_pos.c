@@ -5,6 +5,7 @@
  */
 #include "model/hf_io.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -36,10 +37,70 @@ static int parse_llama3(json_t *o, const char *src, const char *key, df_model_co
     return DF_OK;
 }
 
+/* A longrope factor list: head_dim / 2 finite numbers > 0 (HF's _validate_longrope_parameters). */
+static int parse_factors(json_t *o, const char *src, const char *key, const char *name, double *out,
+                         const df_model_config *c)
+{
+    json_t *a = json_object_get(o, name);
+    const int64_t half = c->head_dim / 2;
+    if (!json_is_array(a) || (int64_t)json_array_size(a) != half)
+        return df_error(DF_EINVAL, "%s: key \"%s\" (longrope) must have \"%s\", a list of head_dim / 2 = %lld "
+                        "numbers", src, key, name, (long long)half);
+    for (int64_t i = 0; i < half; i++) {
+        json_t *v = json_array_get(a, (size_t)i);
+        if (!json_is_number(v) || !(json_number_value(v) > 0) || !isfinite(json_number_value(v)))
+            return df_error(DF_EINVAL, "%s: key \"%s\" (longrope): %s[%lld] must be a number > 0", src, key,
+                            name, (long long)i);
+        out[i] = json_number_value(v);
+    }
+    return DF_OK;
+}
+
+/* The paper's attention factor HF uses when none is given: sqrt(1 + ln s / ln original) for the
+   extension s = max_position_embeddings / original_max_position_embeddings > 1, else 1. */
+static double longrope_default_attention(const df_model_config *c)
+{
+    double s = (double)c->max_position_embeddings / (double)c->rope_original_max_pos;
+    return s <= 1.0 ? 1.0 : sqrt(1.0 + log(s) / log((double)c->rope_original_max_pos));
+}
+
+/* Phi-3's LongRoPE (HF _compute_longrope_parameters): the factor lists, the context it was
+   pretrained on (the object's original_max_position_embeddings, else the config's, else
+   max_position_embeddings) and the attention factor. phi3 only. */
+static int parse_longrope(json_t *root, json_t *o, const char *src, const char *key, df_model_config *c)
+{
+    if (strcmp(c->model_type, "phi3"))
+        return df_error(DF_EUNSUPPORTED, "%s: key \"%s\": longrope is supported for phi3 models only", src, key);
+    if (c->head_dim / 2 > DF_MAX_ROPE_FREQS)
+        return df_error(DF_EUNSUPPORTED, "%s: key \"%s\" (longrope): head_dim %lld has more than %d frequencies",
+                        src, key, (long long)c->head_dim, DF_MAX_ROPE_FREQS);
+    const char *omp = "original_max_position_embeddings";
+    int rc = parse_factors(o, src, key, "short_factor", c->rope_short_factor, c);
+    if (!rc)
+        rc = parse_factors(o, src, key, "long_factor", c->rope_long_factor, c);
+    c->rope_original_max_pos = c->max_position_embeddings;
+    if (!rc)
+        rc = df_cfg_get_int(root, src, omp, false, &c->rope_original_max_pos);
+    if (!rc)
+        rc = df_cfg_get_int(o, src, omp, false, &c->rope_original_max_pos);
+    if (!rc && c->rope_original_max_pos <= 1)
+        return df_error(DF_EINVAL, "%s: %s must be > 1 with longrope (got %lld)", src, omp,
+                        (long long)c->rope_original_max_pos);
+    c->rope_attention_factor = longrope_default_attention(c);
+    json_t *af = df_cfg_get(o, "attention_factor");
+    if (!rc && af && (!json_is_number(af) || !(json_number_value(af) > 0)))
+        return df_error(DF_EINVAL, "%s: key \"%s\" (longrope): attention_factor must be a number > 0", src, key);
+    if (!rc && af)
+        c->rope_attention_factor = json_number_value(af);
+    if (!rc)
+        c->rope_type = DF_ROPE_LONGROPE;
+    return rc;
+}
+
 /* One RoPE object: its type ("rope_type", or the older "type"), then that type's entries.
    `untyped_default`: a missing type means "default" (rope_parameters); else it is refused
    (HF's rotary embedding would look up a None type). */
-static int parse_rope_obj(json_t *o, const char *src, const char *key, bool untyped_default,
+static int parse_rope_obj(json_t *root, json_t *o, const char *src, const char *key, bool untyped_default,
                           df_model_config *c)
 {
     if (!json_is_object(o))
@@ -58,16 +119,18 @@ static int parse_rope_obj(json_t *o, const char *src, const char *key, bool unty
     if (!type && !untyped_default)
         return df_error(DF_EUNSUPPORTED,
                         "%s: key \"%s\" names no rope_type (supported: "
-                        "\"default\", \"llama3\")",
+                        "\"default\", \"llama3\", \"longrope\")",
                         src, key);
     c->rope_type = DF_ROPE_DEFAULT;
     if (!type || !strcmp(type, "default"))
         return DF_OK;
     if (!strcmp(type, "llama3"))
         return parse_llama3(o, src, key, c);
+    if (!strcmp(type, "longrope") || !strcmp(type, "su")) /* "su": its name in Phi-3's first configs */
+        return parse_longrope(root, o, src, key, c);
     return df_error(DF_EUNSUPPORTED,
                     "%s: key \"%s\": rope_type \"%s\" is not supported (supported: "
-                    "\"default\", \"llama3\")",
+                    "\"default\", \"llama3\", \"longrope\" (phi3))",
                     src, key, type);
 }
 
@@ -84,7 +147,7 @@ int df_cfg_parse_rope(json_t *root, const char *src, df_model_config *c)
                         "given and differ; keep one",
                         src);
     if (rp) {
-        rc = parse_rope_obj(rp, src, "rope_parameters", true, c);
+        rc = parse_rope_obj(root, rp, src, "rope_parameters", true, c);
         json_t *th = df_cfg_get(rp, "rope_theta");
         if (!rc && th && !json_is_number(th))
             return df_cfg_wrong_type(src, "rope_parameters.rope_theta", "a number", th);
@@ -92,7 +155,7 @@ int df_cfg_parse_rope(json_t *root, const char *src, df_model_config *c)
             c->rope_theta = json_number_value(th);
         return rc;
     }
-    return parse_rope_obj(rs, src, "rope_scaling", false, c);
+    return parse_rope_obj(root, rs, src, "rope_scaling", false, c);
 }
 
 /* layer_types: "full_attention" for layers [0, m), then "sliding_attention": *first = m. */
@@ -196,9 +259,34 @@ int df_cfg_parse_window(json_t *root, const char *src, df_model_config *c)
 
 /* ---- writing ------------------------------------------------------------------------------- */
 
+/* A longrope object: its type where the file names one ("type" alone in Phi-3's files, which older
+   transformers require to hold exactly type, short_factor and long_factor), the two lists; other
+   entries (attention_factor, factor) stay as the file has them. */
+static int write_longrope_obj(json_t *o, const df_model_config *c)
+{
+    const int64_t half = c->head_dim / 2;
+    json_t *s = json_array(), *l = json_array();
+    int bad = !s || !l;
+    for (int64_t i = 0; !bad && i < half; i++) {
+        bad |= json_array_append_new(s, json_real(c->rope_short_factor[i]));
+        bad |= json_array_append_new(l, json_real(c->rope_long_factor[i]));
+    }
+    if (json_object_get(o, "rope_type"))
+        bad |= json_object_set_new(o, "rope_type", json_string("longrope"));
+    if (json_object_get(o, "type") || !json_object_get(o, "rope_type"))
+        bad |= json_object_set_new(o, "type", json_string("longrope"));
+    bad |= json_object_set_new(o, "short_factor", s);
+    bad |= json_object_set_new(o, "long_factor", l);
+    if (json_object_get(o, "attention_factor") || c->rope_attention_factor != longrope_default_attention(c))
+        bad |= json_object_set_new(o, "attention_factor", json_real(c->rope_attention_factor));
+    return bad;
+}
+
 /* The type and (llama3) entries of a RoPE object, as HF writes them. */
 static int write_rope_obj(json_t *o, const df_model_config *c)
 {
+    if (c->rope_type == DF_ROPE_LONGROPE)
+        return write_longrope_obj(o, c);
     static const char *const keys[] = {"factor", "low_freq_factor", "high_freq_factor",
                                        "original_max_position_embeddings"};
     bool llama3 = c->rope_type == DF_ROPE_LLAMA3;
@@ -222,6 +310,8 @@ int df_cfg_write_rope(json_t *o, const df_model_config *c)
 {
     json_t *rp = json_object_get(o, "rope_parameters"), *rs = json_object_get(o, "rope_scaling");
     int bad = 0;
+    if (c->rope_type == DF_ROPE_LONGROPE) /* Phi3Config keeps the pretraining context at the top */
+        bad |= json_object_set_new(o, "original_max_position_embeddings", json_integer(c->rope_original_max_pos));
     if (json_is_object(rp)) { /* transformers 5: the theta lives there */
         bad |= write_rope_obj(rp, c);
         bad |= json_object_set_new(rp, "rope_theta", json_real(c->rope_theta));

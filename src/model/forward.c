@@ -139,20 +139,17 @@ int df_acts_share_weights16(df_acts *a, const df_weights16 *w, const df_model *m
     return DF_OK;
 }
 
-/* The RoPE table for every position the activations hold (the model's frequencies: plain or
- * llama3-scaled), and the o_proj bias's column of ones, in the backend's memory. */
+/* The RoPE table for every position the activations hold (the model's: df_rope_model_table), and the o_proj bias's column of ones, in the backend's memory. */
 static int rope_tables(df_acts *a)
 {
     const int64_t n = a->max_tokens * (a->cfg.head_dim / 2), T = a->max_tokens;
-    float inv_freq[DF_MAX_HEAD_DIM / 2];
-    df_rope_inv_freq(inv_freq, &a->cfg);
     const bool host = a->be.ops->host_memory;
     float *c = host ? a->rope_cos : malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
     float *s = host ? a->rope_sin : malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
     float *one = host ? a->ones : a->ones ? malloc((size_t)T * sizeof(float)) : NULL;
     int rc = c && s && (one || !a->ones) ? DF_OK : df_error(DF_ENOMEM, "out of memory for the RoPE table");
     if (!rc) {
-        df_rope_table_freq(c, s, a->max_tokens, a->cfg.head_dim, inv_freq);
+        df_rope_model_table(c, s, a->max_tokens, &a->cfg);
         for (int64_t t = 0; one && t < T; t++)
             one[t] = 1.0f;
     }
@@ -463,11 +460,11 @@ static int check_batch(const df_acts *a, const df_model_config *cfg, const df_se
             return df_error(DF_EINVAL, "sequence %lld is empty or seq_offsets decrease",
                             (long long)s);
         /* positions 0 .. len - 1: none past the model's range (the config checks come first) */
-        if (len > cfg->max_position_embeddings)
+        if (len > df_model_max_positions(cfg))
             return df_error(DF_EINVAL, "sequence %lld has %lld tokens, more than the model's "
-                            "max_position_embeddings %lld: positions past it are outside the range "
+                            "%s %lld: positions past it are outside the range "
                             "the model was trained for", (long long)s, (long long)len,
-                            (long long)cfg->max_position_embeddings);
+                            df_model_max_positions_name(cfg), (long long)df_model_max_positions(cfg));
     }
     for (int64_t t = 0; t < b->n_tokens; t++)
         if (b->tokens[t] < 0 || b->tokens[t] >= c->vocab_size)

@@ -4,6 +4,7 @@
 #include "model/strutil.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -67,7 +68,17 @@ static int validate_positions(const df_model_config *c)
                         "high_freq_factor and original_max_position_embeddings > 0 (got %g, %g, %g, %lld)",
                         c->rope_factor, c->rope_low_freq_factor, c->rope_high_freq_factor,
                         (long long)c->rope_original_max_pos);
-    if (c->rope_type != DF_ROPE_DEFAULT && c->rope_type != DF_ROPE_LLAMA3)
+    if (c->rope_type == DF_ROPE_LONGROPE) {
+        bool ok = c->head_dim / 2 <= DF_MAX_ROPE_FREQS && c->rope_original_max_pos > 1 &&
+                  c->rope_attention_factor > 0 && isfinite(c->rope_attention_factor);
+        for (int64_t i = 0; ok && i < c->head_dim / 2; i++)
+            ok = c->rope_short_factor[i] > 0 && c->rope_long_factor[i] > 0 && isfinite(c->rope_short_factor[i]) &&
+                 isfinite(c->rope_long_factor[i]);
+        if (!ok || strcmp(c->model_type, "phi3"))
+            return df_error(DF_EINVAL, "longrope needs a phi3 model, head_dim / 2 <= %d factors > 0 of each list, "
+                            "original_max_position_embeddings > 1 and attention_factor > 0", DF_MAX_ROPE_FREQS);
+    }
+    if (c->rope_type != DF_ROPE_DEFAULT && c->rope_type != DF_ROPE_LLAMA3 && c->rope_type != DF_ROPE_LONGROPE)
         return df_error(DF_EINVAL, "rope_type %d is not a df_rope_type", (int)c->rope_type);
     if (c->sliding_window < 0 || c->max_window_layers < 0)
         return df_error(DF_EINVAL, "sliding_window (%lld) and max_window_layers (%lld) must be >= 0",
@@ -75,6 +86,19 @@ static int validate_positions(const df_model_config *c)
     if (c->sliding_window > 0 && !strcmp(c->model_type, "llama"))
         return df_error(DF_EINVAL, "llama has no sliding-window attention");
     return DF_OK;
+}
+
+int64_t df_model_max_positions(const df_model_config *c)
+{
+    if (c->rope_type == DF_ROPE_LONGROPE && c->rope_original_max_pos < c->max_position_embeddings)
+        return c->rope_original_max_pos;
+    return c->max_position_embeddings;
+}
+
+const char *df_model_max_positions_name(const df_model_config *c)
+{
+    return c->rope_type == DF_ROPE_LONGROPE ? "original_max_position_embeddings (longrope: the short factors' range)"
+                                            : "max_position_embeddings";
 }
 
 int64_t df_model_layer_window(const df_model_config *c, int64_t layer)

@@ -291,10 +291,21 @@ void df_rope_table_freq(float *cos_t, float *sin_t, int64_t n_pos, int64_t hd,
  * DF_ROPE_DEFAULT 1 / theta^(2i / hd); DF_ROPE_LLAMA3 those rescaled as HF's
  * _compute_llama3_parameters (wavelength 2 pi / f above original_max_position_embeddings /
  * low_freq_factor: f / factor; below original_max_position_embeddings / high_freq_factor: f;
- * between: (1 - s) f / factor + s f with s = (original / wavelength - low) / (high - low)),
- * each operation in float32 as PyTorch evaluates it.
+ * between: (1 - s) f / factor + s f with s = (original / wavelength - low) / (high - low));
+ * DF_ROPE_LONGROPE 1 / (short_factor[i] theta^(2i / hd)) (HF _compute_longrope_parameters), each
+ * operation in float32 as PyTorch evaluates it.
  */
 void df_rope_inv_freq(float *inv_freq, const df_model_config *c);
+/** The multiplier of c's cos / sin tables: LongRoPE's attention factor (in float32), else 1. */
+float df_rope_attention_factor(const df_model_config *c);
+/**
+ * cos_t, sin_t [n_pos, head_dim / 2] of c's RoPE: df_rope_table_freq of df_rope_inv_freq, times
+ * df_rope_attention_factor (HF multiplies emb.cos() / emb.sin() by attention_scaling). The tables
+ * every decoder (training, rollout, any backend) rotates with.
+ */
+void df_rope_model_table(float *cos_t, float *sin_t, int64_t n_pos, const df_model_config *c);
+/** Whether a and b rotate alike: the same head_dim, frequencies (bit for bit) and attention factor. */
+bool df_rope_same(const df_model_config *a, const df_model_config *b);
 /**
  * In place on x[T, n_heads * hd] with table rows pos[t] (< the table's n_pos).
  * inverse = true rotates by the negative angle: the backward pass (the

@@ -9,6 +9,7 @@
 #include "model/ops.h"
 
 #include <math.h>
+#include <string.h>
 
 /* inv_freq[i] = 1 / theta^(2i / hd) in float32, as HF's _compute_default_rope_parameters. */
 static float default_inv_freq(int64_t i, int64_t hd, double theta)
@@ -42,12 +43,49 @@ static float llama3_inv_freq(float f, const df_model_config *c)
     return g;
 }
 
+/* LongRoPE's short range (HF _compute_longrope_parameters): 1 / (ext_factor * theta^(2i / hd)),
+   the product and the division in float32 as PyTorch evaluates them. */
+static float longrope_inv_freq(int64_t i, int64_t hd, const df_model_config *c)
+{
+    float e = (float)(2 * i) / (float)hd;
+    return 1.0f / ((float)c->rope_short_factor[i] * powf((float)c->rope_theta, e));
+}
+
 void df_rope_inv_freq(float *inv_freq, const df_model_config *c)
 {
     const int64_t hd = c->head_dim;
     for (int64_t i = 0; i < hd / 2; i++) {
-        inv_freq[i] = default_inv_freq(i, hd, c->rope_theta);
+        inv_freq[i] = c->rope_type == DF_ROPE_LONGROPE ? longrope_inv_freq(i, hd, c)
+                                                        : default_inv_freq(i, hd, c->rope_theta);
         if (c->rope_type == DF_ROPE_LLAMA3)
             inv_freq[i] = llama3_inv_freq(inv_freq[i], c);
     }
+}
+
+float df_rope_attention_factor(const df_model_config *c)
+{
+    return c->rope_type == DF_ROPE_LONGROPE ? (float)c->rope_attention_factor : 1.0f;
+}
+
+void df_rope_model_table(float *cos_t, float *sin_t, int64_t n_pos, const df_model_config *c)
+{
+    float inv_freq[DF_MAX_HEAD_DIM / 2];
+    df_rope_inv_freq(inv_freq, c);
+    df_rope_table_freq(cos_t, sin_t, n_pos, c->head_dim, inv_freq);
+    const float a = df_rope_attention_factor(c);
+    if (a == 1.0f)
+        return;
+    /* HF: cos = emb.cos() * attention_scaling, a float32 product */
+    for (int64_t k = 0; k < n_pos * (c->head_dim / 2); k++)
+        cos_t[k] *= a, sin_t[k] *= a;
+}
+
+bool df_rope_same(const df_model_config *a, const df_model_config *b)
+{
+    if (a->head_dim != b->head_dim || df_rope_attention_factor(a) != df_rope_attention_factor(b))
+        return false;
+    float fa[DF_MAX_HEAD_DIM / 2], fb[DF_MAX_HEAD_DIM / 2];
+    df_rope_inv_freq(fa, a);
+    df_rope_inv_freq(fb, b);
+    return !memcmp(fa, fb, sizeof(float) * (size_t)(a->head_dim / 2));
 }

@@ -21,6 +21,11 @@ float64 reference and file layout, for two tiny models that exercise what Qwen2 
                 (gate's rows, then up's: Phi3MLP's chunk(2)); GQA (4 heads, 2 key/value
                 heads), head_dim 16 with hidden 32, no window, untied. Its gradients are of the
                 fused tensors.
+  tiny_phi3_longrope  tiny_phi3's layout with Phi-3.5's rope_scaling "longrope": per-frequency
+                short factors (all different) and max_position_embeddings 16 x
+                original_max_position_embeddings, so cos / sin carry the attention factor
+                sqrt(1 + ln 16 / ln 512) (HF _compute_longrope_parameters at lengths within the
+                original context, where the short factors apply).
   tiny_llama31  LlamaForCausalLM with Llama 3.1's rope_scaling (rope_type llama3; the
                 inverse frequencies rescaled as _compute_llama3_parameters, in float32),
                 chosen so that the 8 frequencies fall in all three bands (3 high, 2 medium,
@@ -107,6 +112,15 @@ PHI3 = dict(COMMON, **{
 })
 
 
+PHI3_LONGROPE = dict(PHI3, **{
+    "max_position_embeddings": 8192,
+    "original_max_position_embeddings": 512,
+    "rope_scaling": {"type": "longrope",
+                     "short_factor": [1.0, 1.05, 1.2, 1.5, 2.1, 3.3, 5.0, 9.5],
+                     "long_factor": [1.0, 1.3, 2.0, 3.1, 5.2, 8.8, 14.0, 20.0]},
+})
+
+
 def param_shapes(c):
     """HF names and shapes in the checkpoint's order (distflow's layout, phi3's fused)."""
     H, I, V, d = c["hidden_size"], c["intermediate_size"], c["vocab_size"], c["head_dim"]
@@ -163,6 +177,9 @@ def inv_freq(c):
     d = c["head_dim"]
     f = 1.0 / (c["rope_theta"] ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
     rs = c.get("rope_scaling")
+    if rs and rs.get("type") == "longrope":     # the short factors: lengths within the original context
+        shape = torch.arange(0, d, 2, dtype=torch.int64).float() / d
+        return 1.0 / (torch.tensor(rs["short_factor"], dtype=torch.float32) * c["rope_theta"] ** shape)
     if not rs or rs["rope_type"] != "llama3":
         return f
     n0, lo, hi, factor = (rs["original_max_position_embeddings"], rs["low_freq_factor"],
@@ -177,10 +194,20 @@ def inv_freq(c):
     return torch.where(between, blend, slowed)
 
 
+def attention_factor(c):
+    """LongRoPE's cos / sin multiplier: sqrt(1 + ln s / ln original) for the extension s > 1."""
+    rs = c.get("rope_scaling")
+    if not rs or rs.get("type") != "longrope":
+        return 1.0
+    s = c["max_position_embeddings"] / c["original_max_position_embeddings"]
+    return 1.0 if s <= 1 else math.sqrt(1 + math.log(s) / math.log(c["original_max_position_embeddings"]))
+
+
 def rope_cos_sin(c, L):
     freqs = torch.arange(L).float()[:, None] * inv_freq(c)[None, :]
     emb = torch.cat((freqs, freqs), dim=-1).double()
-    return emb.cos(), emb.sin()
+    a = attention_factor(c)
+    return emb.cos() * a, emb.sin() * a
 
 
 def window_of(c, i):
@@ -310,6 +337,7 @@ def main():
     write_fixture("tiny_llama31", LLAMA31, 3101)
     write_fixture("tiny_mistral", MISTRAL, 3211)
     write_fixture("tiny_phi3", PHI3, 3307)
+    write_fixture("tiny_phi3_longrope", PHI3_LONGROPE, 3313)
 
 
 if __name__ == "__main__":

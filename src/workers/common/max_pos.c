@@ -12,14 +12,15 @@
 static int check(const df_model_config *cfg, const char *dir, const char *who, const char *where,
                  const char *model_key, const df_seq_bound *b)
 {
-    if (b->len <= cfg->max_position_embeddings)
+    if (b->len <= df_model_max_positions(cfg))
         return DF_OK;
     return df_error(DF_EINVAL,
                     "%s: %s=%s: the job's sequences reach %lld tokens (%s), more than the model's "
-                    "max_position_embeddings %lld (%s/config.json%s%s): positions past it are outside the range "
+                    "%s %lld (%s/config.json%s%s): positions past it are outside the range "
                     "the model was trained for (vLLM refuses such a max_model_len); lower the lengths or use a "
                     "model with a longer context",
-                    where, model_key, dir, (long long)b->len, b->why, (long long)cfg->max_position_embeddings, dir,
+                    where, model_key, dir, (long long)b->len, b->why, df_model_max_positions_name(cfg),
+                    (long long)df_model_max_positions(cfg), dir,
                     who ? " with " : "", who ? who : "");
 }
 
