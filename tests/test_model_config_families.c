@@ -294,6 +294,11 @@ static void test_phi3(void **state)
     snprintf(ex, sizeof ex, lr, "su", "1, 1, 1, 1, 1, 1, 1, 1", "2, 2, 2, 2, 2, 2, 2, 2", ", \"attention_factor\": 1.5");
     assert_int_equal(df_model_config_parse(small(b, sizeof b, "phi3", ex), NULL, &c), DF_OK);
     assert_true(c.rope_type == DF_ROPE_LONGROPE && c.rope_attention_factor == 1.5);
+    /* without original_max_position_embeddings: Phi3Config's 4096, as transformers reads it */
+    snprintf(ex, sizeof ex, ", \"max_position_embeddings\": 131072, \"rope_scaling\": {\"type\": \"longrope\", "
+                            "\"short_factor\": [1, 1, 1, 1, 1, 1, 1, 1], \"long_factor\": [2, 2, 2, 2, 2, 2, 2, 2]}");
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "phi3", ex), NULL, &c), DF_OK);
+    assert_int_equal(c.rope_original_max_pos, 4096);
     snprintf(ex, sizeof ex, lr, "longrope", "1, 1, 1", "2, 2, 2", "");
     expect_error(small(b, sizeof b, "phi3", ex), DF_EINVAL, "\"short_factor\", a list of head_dim / 2 = 8 numbers");
     snprintf(ex, sizeof ex, lr, "longrope", "1, 1, 1, 1, 1, 1, 1, 1", "2, 2, 2, 2, 2, 2, 2, 0", "");

@@ -163,7 +163,7 @@ DF_API void df_model_config_defaults(df_model_config *cfg);
  * null or of rope_type (or "type") "default" or "llama3" (factor, low_freq_factor,
  * high_freq_factor, original_max_position_embeddings, all required) or, for phi3, "longrope" /
  * "su" (short_factor and long_factor, head_dim / 2 numbers > 0 each; original_max_position_embeddings
- * from the object, else the config, else max_position_embeddings; attention_factor optional:
+ * from the object, else the config, else Phi3Config's 4096; attention_factor optional:
  * DF_ROPE_LONGROPE); transformers 5's
  * rope_parameters is read the same way (its rope_theta first). Sliding window (qwen2,
  * qwen3; HF Qwen2Config): with use_sliding_window true and sliding_window W (default

@@ -66,7 +66,7 @@ static double longrope_default_attention(const df_model_config *c)
 
 /* Phi-3's LongRoPE (HF _compute_longrope_parameters): the factor lists, the context it was
    pretrained on (the object's original_max_position_embeddings, else the config's, else
-   max_position_embeddings) and the attention factor. phi3 only. */
+   Phi3Config's default 4096) and the attention factor. phi3 only. */
 static int parse_longrope(json_t *root, json_t *o, const char *src, const char *key, df_model_config *c)
 {
     if (strcmp(c->model_type, "phi3"))
@@ -78,7 +78,7 @@ static int parse_longrope(json_t *root, json_t *o, const char *src, const char *
     int rc = parse_factors(o, src, key, "short_factor", c->rope_short_factor, c);
     if (!rc)
         rc = parse_factors(o, src, key, "long_factor", c->rope_long_factor, c);
-    c->rope_original_max_pos = c->max_position_embeddings;
+    c->rope_original_max_pos = 4096; /* Phi3Config.original_max_position_embeddings */
     if (!rc)
         rc = df_cfg_get_int(root, src, omp, false, &c->rope_original_max_pos);
     if (!rc)
