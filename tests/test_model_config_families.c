@@ -294,6 +294,17 @@ static void test_phi3(void **state)
     snprintf(ex, sizeof ex, lr, "su", "1, 1, 1, 1, 1, 1, 1, 1", "2, 2, 2, 2, 2, 2, 2, 2", ", \"attention_factor\": 1.5");
     assert_int_equal(df_model_config_parse(small(b, sizeof b, "phi3", ex), NULL, &c), DF_OK);
     assert_true(c.rope_type == DF_ROPE_LONGROPE && c.rope_attention_factor == 1.5);
+    /* Phi-3 128k / 3.5's window (262144) is longer than any sequence: no layer is windowed, so a
+       backend without windowed attention (CUDA) runs it; the file keeps it */
+    snprintf(ex, sizeof ex, lr, "longrope", "1, 1, 1, 1, 1, 1, 1, 1", "2, 2, 2, 2, 2, 2, 2, 2", "");
+    strcat(ex, ", \"sliding_window\": 262144");
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "phi3", ex), NULL, &c), DF_OK);
+    assert_int_equal(c.sliding_window, 262144);
+    assert_int_equal(df_model_layer_window(&c, 3), 0);
+    c.sliding_window = 4096; /* as long as the positions run: still nothing masked */
+    assert_int_equal(df_model_layer_window(&c, 3), 0);
+    c.sliding_window = 4095;
+    assert_int_equal(df_model_layer_window(&c, 3), 4095);
     /* without original_max_position_embeddings: Phi3Config's 4096, as transformers reads it */
     snprintf(ex, sizeof ex, ", \"max_position_embeddings\": 131072, \"rope_scaling\": {\"type\": \"longrope\", "
                             "\"short_factor\": [1, 1, 1, 1, 1, 1, 1, 1], \"long_factor\": [2, 2, 2, 2, 2, 2, 2, 2]}");

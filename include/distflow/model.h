@@ -260,7 +260,9 @@ DF_API int df_model_config_save(const df_model_config *cfg, const char *original
 DF_API int df_model_config_validate(const df_model_config *cfg);
 /**
  * The attention window of layer `layer`: cfg->sliding_window for a windowed layer (index >=
- * max_window_layers when sliding_window > 0), else 0 (all earlier positions). A query at
+ * max_window_layers when sliding_window > 0), else 0 (all earlier positions); 0 too when the window
+ * is at least df_model_max_positions (no sequence fills it, so it masks nothing: Phi-3 128k's
+ * 262144 over 131072 positions; the CUDA backend runs such a model). A query at
  * position p attends to keys at positions p - W < j <= p (transformers' masking_utils
  * sliding_window_overlay with the causal mask: W keys, itself included).
  */

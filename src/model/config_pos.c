@@ -350,6 +350,6 @@ int df_cfg_write_window(json_t *o, const df_model_config *c, bool fresh)
     json_t *lt = json_array();
     for (int64_t l = 0; lt && l < c->num_hidden_layers; l++)
         bad |= json_array_append_new(
-            lt, json_string(df_model_layer_window(c, l) ? "sliding_attention" : "full_attention"));
+            lt, json_string(use && l >= c->max_window_layers ? "sliding_attention" : "full_attention"));
     return bad | !lt | json_object_set_new(o, "layer_types", lt);
 }

@@ -103,6 +103,9 @@ const char *df_model_max_positions_name(const df_model_config *c)
 
 int64_t df_model_layer_window(const df_model_config *c, int64_t layer)
 {
+    /* a window no sequence can fill masks nothing (Phi-3 128k / 3.5: 262144 over 131072 positions) */
+    if (c->sliding_window >= df_model_max_positions(c))
+        return 0;
     return c->sliding_window > 0 && layer >= c->max_window_layers ? c->sliding_window : 0;
 }
 
