@@ -266,6 +266,13 @@ static void test_cli_refuses(void **state)
     assert_int_equal(marft_demos(dir, WORKFLOW, "--bare-answer 'Answer: {answer}'", out, sizeof out), 2);
     if (!strstr(out, "--bare-answer is the text of the bare answers: it needs --bare-answers > 0"))
         fail_msg("%s", out);
+    /* a seed of no draw, and bare answers for the planner's rows alone: settings without effect */
+    assert_int_equal(marft_demos(dir, WORKFLOW, "--seed 3", out, sizeof out), 2);
+    if (!strstr(out, "--seed seeds the draw of bare answers: it needs --bare-answers > 0"))
+        fail_msg("unexpected output: %s", out);
+    assert_int_equal(marft_demos(dir, WORKFLOW, "--agent 0 --bare-answers 0.5", out, sizeof out), 2);
+    if (!strstr(out, "--agent 0 writes the planner's rows, which --bare-answers does not change"))
+        fail_msg("unexpected output: %s", out);
     assert_int_equal(marft_demos(dir, WORKFLOW, "--bare-answers 0.5 --bare-answer 'Done.'", out, sizeof out), 2);
     if (!strstr(out, "--bare-answer \"Done.\" has no {answer}"))
         fail_msg("%s", out);

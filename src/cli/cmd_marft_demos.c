@@ -186,9 +186,11 @@ int df_cmd_data_marft_demos(int argc, char **argv)
                       "with --bare-answers > 0: text of a bare answer, {answer} (which it must hold) "
                       "standing for the number (default \"The answer is {answer}.\", as data synth)",
                       false},
-                     {"seed", DF_OPT_INT, &o.seed, "seed of the bare-answer draw (default 0)", false},
+                     {"seed", DF_OPT_INT, &o.seed, "with --bare-answers > 0: seed of the bare-answer draw (default 0)",
+                      false},
                      {"agent", DF_OPT_INT, &o.agent,
-                      "write only agent 0's (planner) or 1's (solver) rows (default: both)", false},
+                      "write only agent 0's (planner) or 1's (solver) rows (default: both); bare answers "
+                      "replace solver rows only", false},
                      {0}};
     char *pos[1];
     int n_pos, code;
@@ -203,6 +205,15 @@ int df_cmd_data_marft_demos(int argc, char **argv)
     if (opts[6].seen && o.bare == 0) { /* the text of bare answers, and none is drawn */
         fprintf(stderr, "distflow " CMD ": error: --bare-answer is the text of the bare answers: it needs "
                         "--bare-answers > 0\n");
+        return 2;
+    }
+    if (opts[7].seen && o.bare == 0) { /* the seed of a draw that does not happen */
+        fprintf(stderr, "distflow " CMD ": error: --seed seeds the draw of bare answers: it needs --bare-answers > 0\n");
+        return 2;
+    }
+    if (o.agent == 0 && o.bare > 0) { /* bare answers replace solver demonstrations only */
+        fprintf(stderr, "distflow " CMD ": error: --agent 0 writes the planner's rows, which --bare-answers does not "
+                        "change (it replaces solver demonstrations)\n");
         return 2;
     }
     if (!strstr(o.bare_fmt, "{answer}")) {
