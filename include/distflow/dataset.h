@@ -71,6 +71,11 @@ typedef struct df_dataset_opts {
      * DF_EINVAL unless 0 <= shard_index < max(shard_count, 1).
      */
     int shard_index, shard_count;
+    /**
+     * When true, files holding no row at all (every shard's rows counted) are an error, DF_EINVAL
+     * "<first file>: no rows": for a command whose result over no rows would mean nothing. [false]
+     */
+    bool need_rows;
 } df_dataset_opts;
 
 /**

@@ -99,13 +99,20 @@ static int set_value(const char *cmd, df_opt *o, const char *val)
     return 1;
 }
 
+const df_opt *df_cli_opt(const df_opt *opts, const char *name)
+{
+    const df_opt *o = opts;
+    while (o->name && strcmp(o->name, name))
+        o++;
+    assert(o->name); /* a name the command's table does not have */
+    return o;
+}
+
 int df_cli_check_ranges(const char *cmd, const df_opt *opts, const df_opt_range *ranges)
 {
     for (const df_opt_range *r = ranges; r->name; r++) {
-        const df_opt *o = opts;
-        while (o->name && strcmp(o->name, r->name))
-            o++;
-        assert(o->name && (o->kind == DF_OPT_INT || o->kind == DF_OPT_FLOAT)); /* a range of no number option */
+        const df_opt *o = df_cli_opt(opts, r->name);
+        assert(o->kind == DF_OPT_INT || o->kind == DF_OPT_FLOAT); /* a range of no number option */
         bool integral = o->kind == DF_OPT_INT;
         double v = integral ? (double)*(const int64_t *)o->dst : *(const double *)o->dst;
         if (!o->seen || (v >= r->min && v <= r->max))

@@ -45,6 +45,8 @@ typedef struct df_opt_range {
  */
 int df_cli_parse(const char *cmd, const char *usage, df_opt *opts, int argc, char **argv,
                  char **positional, int max_pos, int *n_pos, int *exit_code);
+/** The option of opts named `name` (it must be there: asserted). */
+const df_opt *df_cli_opt(const df_opt *opts, const char *name);
 /**
  * After df_cli_parse: every option of `ranges` ({0}-terminated) that was given holds a value in
  * its range, else prints "--name must be in [min, max], got V" and returns 2; 0 when all do.

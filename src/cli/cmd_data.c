@@ -253,13 +253,7 @@ static char *chat_text(const df_dataset *ds, int64_t i, const char *system, cons
    empty answers. */
 static int check_keys(const df_opt *opts, const char *in, int64_t n, const int64_t uses[2])
 {
-    const df_opt *mk = NULL, *rk = NULL;
-    for (const df_opt *o = opts; o->name; o++) {
-        if (!strcmp(o->name, "messages-key"))
-            mk = o;
-        if (!strcmp(o->name, "response-key"))
-            rk = o;
-    }
+    const df_opt *mk = df_cli_opt(opts, "messages-key"), *rk = df_cli_opt(opts, "response-key");
     const char *mkey = *(const char *const *)mk->dst, *rkey = *(const char *const *)rk->dst;
     if (mk->seen && *mkey && uses[0] == 0)
         return df_error(DF_EINVAL, "--messages-key %s: no row of %s has a conversation there ('' to train on "
@@ -295,14 +289,12 @@ static int cmd_tokenizer(int argc, char **argv)
     if ((code = df_cli_require("data tokenizer", opts)))
         return code;
     df_dataset *ds;
-    df_dataset_opts dopt = {.reward_optional = true};
+    df_dataset_opts dopt = {.reward_optional = true, .need_rows = true};
     if (df_dataset_load(&in, 1, &dopt, &ds))
         return df_cli_fail("data tokenizer");
     int64_t n = df_dataset_size(ds), uses[2] = {0, 0};
     char **texts = calloc((size_t)(n ? n : 1), sizeof *texts);
     int rc = texts ? 0 : df_error(DF_ENOMEM, "out of memory");
-    if (!rc && n == 0)
-        rc = df_error(DF_EINVAL, "%s: no rows", in);
     for (int64_t i = 0; i < n && !rc; i++)
         if (!(texts[i] = chat_text(ds, i, system, *messages_key ? messages_key : NULL, answer_key, uses)))
             rc = df_error(DF_ENOMEM, "out of memory");

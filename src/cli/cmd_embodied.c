@@ -185,14 +185,12 @@ static int cmd_eval(int argc, char **argv)
         snprintf(b.why, sizeof b.why, "data.max_prompt_length=%lld (%s) + one call's %lld action tokens",
                  (long long)t.data.max_prompt_length, df_config_where(c, "data.max_prompt_length"),
                  (long long)s.call_tokens);
-        rc = df_check_max_pos(&m->cfg, model, "command line", "--model", &b);
+        rc = df_check_max_pos(&m->cfg, model, NULL, "command line", "--model", &b);
     }
     const char *path = data ? data : rc ? NULL : t.data.val_files.items[0];
-    df_dataset_opts dopt = {.reward_optional = true};
+    df_dataset_opts dopt = {.reward_optional = true, .need_rows = true}; /* a rate over no episodes means nothing */
     if (!rc)
         rc = df_dataset_load(&path, 1, &dopt, &ds);
-    if (!rc && df_dataset_size(ds) == 0) /* a success rate over no episodes means nothing */
-        rc = df_error(DF_EINVAL, "%s: no rows", path);
     if (!rc)
         rc = df_rollout_engine_create(&m->cfg, max_seqs, t.data.max_prompt_length + s.call_tokens, &e);
     df_embodied_rollout_opts o = {.sp = eval_sampling(temperature), .seed = (uint64_t)seed, .n = n, .label = "eval"};

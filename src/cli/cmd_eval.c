@@ -37,10 +37,7 @@ static const char *USAGE =
 static int fit_lengths(const df_opt *opts, const char *dir, const df_model_config *cfg, int64_t *max_prompt,
                        int64_t max_resp)
 {
-    bool given = false;
-    for (const df_opt *o = opts; o->name; o++)
-        if (!strcmp(o->name, "max-prompt-length"))
-            given = o->seen;
+    const bool given = df_cli_opt(opts, "max-prompt-length")->seen;
     const int64_t room = df_model_max_positions(cfg) - max_resp;
     if (!given && *max_prompt > room && room >= 1) {
         *max_prompt = room;
@@ -49,7 +46,7 @@ static int fit_lengths(const df_opt *opts, const char *dir, const df_model_confi
     df_seq_bound b = {.len = *max_prompt + max_resp};
     snprintf(b.why, sizeof b.why, "--max-prompt-length %lld%s + --max-response-length %lld", (long long)*max_prompt,
              given ? "" : " (default)", (long long)max_resp);
-    return df_check_max_pos(cfg, dir, "command line", "--model", &b);
+    return df_check_max_pos(cfg, dir, NULL, "command line", "--model", &b);
 }
 
 /* FILE of --reward-function FILE[:NAME] (malloc'd; NULL: out of memory), NAME into *name (default
@@ -126,11 +123,8 @@ static int agree(df_comm *w, int rc, int64_t *sum, const char *what)
 static int check_options(const df_opt *opts, const char *output, const char *data, const char *tool_cfg,
                          const char *ia_cfg, const char *reward_fn)
 {
-    bool turns = false, user_turns = false;
-    for (const df_opt *o = opts; o->name; o++) {
-        turns |= o->seen && !strcmp(o->name, "max-assistant-turns");
-        user_turns |= o->seen && !strcmp(o->name, "max-user-turns");
-    }
+    const bool turns = df_cli_opt(opts, "max-assistant-turns")->seen,
+               user_turns = df_cli_opt(opts, "max-user-turns")->seen;
     if (turns && !tool_cfg && !ia_cfg) {
         fprintf(stderr, "distflow eval: error: --max-assistant-turns limits a multi-turn conversation: it needs "
                         "--tool-config or --interaction-config\n");

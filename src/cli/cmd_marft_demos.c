@@ -129,7 +129,7 @@ static int run(const char *workflow, const char *in, const char *out, const char
     const df_node *nodes[2];
     char *text = NULL, *made = NULL;
     int64_t n_bare = 0;
-    df_dataset_opts dopt = {.reward_optional = true};
+    df_dataset_opts dopt = {.reward_optional = true, .need_rows = true};
     int rc = df_workflow_load_ex(workflow, df_cli_warn, (void *)CMD, &g);
     if (!rc)
         rc = rollout_agents(g, workflow, nodes);
@@ -139,8 +139,6 @@ static int run(const char *workflow, const char *in, const char *out, const char
         rc = make_chain(nodes, tok, &c);
     if (!rc)
         rc = df_dataset_load(&in, 1, &dopt, &ds);
-    if (!rc && df_dataset_size(ds) == 0)
-        rc = df_error(DF_EINVAL, "%s: no rows", in);
     if (!rc)
         rc = make_rows(ds, c, tok, nodes, o, &text, &n_bare);
     if (!rc) {
@@ -202,12 +200,12 @@ int df_cmd_data_marft_demos(int argc, char **argv)
         (code = df_cli_distinct(CMD, "out", out, "in", in)) ||
         (code = df_cli_distinct(CMD, "out", out, "workflow", workflow)))
         return code;
-    if (opts[6].seen && o.bare == 0) { /* the text of bare answers, and none is drawn */
+    if (df_cli_opt(opts, "bare-answer")->seen && o.bare == 0) { /* the text of bare answers, and none is drawn */
         fprintf(stderr, "distflow " CMD ": error: --bare-answer is the text of the bare answers: it needs "
                         "--bare-answers > 0\n");
         return 2;
     }
-    if (opts[7].seen && o.bare == 0) { /* the seed of a draw that does not happen */
+    if (df_cli_opt(opts, "seed")->seen && o.bare == 0) { /* the seed of a draw that does not happen */
         fprintf(stderr, "distflow " CMD ": error: --seed seeds the draw of bare answers: it needs --bare-answers > 0\n");
         return 2;
     }

@@ -282,6 +282,8 @@ int df_dataset_load(const char *const *paths, int n_paths, const df_dataset_opts
             rc = append_buffer(ds, text, len, paths[f], opts);
         free(text);
     }
+    if (!rc && opts && opts->need_rows && ds->global_n == 0)
+        rc = df_error(DF_EINVAL, "%s%s: no rows", paths[0], n_paths > 1 ? " and the other files" : "");
     if (rc) {
         df_dataset_free(ds);
         return rc;

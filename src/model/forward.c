@@ -139,7 +139,8 @@ int df_acts_share_weights16(df_acts *a, const df_weights16 *w, const df_model *m
     return DF_OK;
 }
 
-/* The RoPE table for every position the activations hold (the model's: df_rope_model_table), and the o_proj bias's column of ones, in the backend's memory. */
+/* The RoPE table for every position the activations hold (the model's: df_rope_model_table), and
+ * the o_proj bias's column of ones, in the backend's memory. */
 static int rope_tables(df_acts *a)
 {
     const int64_t n = a->max_tokens * (a->cfg.head_dim / 2), T = a->max_tokens;

@@ -2,6 +2,7 @@
 #include "workers/common/lora_config.h"
 
 #include "util/fsutil.h"
+#include "workers/common/model_overrides.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,12 +60,12 @@ static int exclude(const df_config *c, const char *prefix, const char *pattern, 
     df_model_config mc;
     char ok[160];
     snprintf(ok, sizeof ok, "%s.override_config", prefix);
-    df_config_overrides ov = {.json = NULL, .who = ok};
+    df_config_overrides ov = {0};
     char *dir = model_path ? df_expand_user(model_path) : NULL, *file = dir ? df_path_join(dir, "config.json") : NULL;
-    int rc = file ? df_config_map_json(c ? df_config_map_text(c, ok) : NULL, (char **)&ov.json) : df_error(DF_ENOMEM, "out of memory");
+    int rc = file ? df_config_model_overrides(c, ok, &ov) : df_error(DF_ENOMEM, "out of memory");
     if (!rc)
         rc = df_model_config_load_ex(file, &ov, &mc);
-    free((char *)ov.json);
+    df_train_model_overrides_free(&ov);
     free(dir);
     free(file);
     if (rc)

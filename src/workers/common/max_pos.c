@@ -8,12 +8,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* `who`: the overrides merged into config.json, or NULL */
-static int check(const df_model_config *cfg, const char *dir, const char *who, const char *where,
-                 const char *model_key, const df_seq_bound *b)
+int df_check_max_pos(const df_model_config *cfg, const char *dir, const df_config_overrides *ov, const char *where,
+                     const char *model_key, const df_seq_bound *b)
 {
     if (b->len <= df_model_max_positions(cfg))
         return DF_OK;
+    const char *who = ov && ov->json ? ov->who : NULL;
     return df_error(DF_EINVAL,
                     "%s: %s=%s: the job's sequences reach %lld tokens (%s), more than the model's "
                     "%s %lld (%s/config.json%s%s): positions past it are outside the range "
@@ -22,12 +22,6 @@ static int check(const df_model_config *cfg, const char *dir, const char *who, c
                     where, model_key, dir, (long long)b->len, b->why, df_model_max_positions_name(cfg),
                     (long long)df_model_max_positions(cfg), dir,
                     who ? " with " : "", who ? who : "");
-}
-
-int df_check_max_pos(const df_model_config *cfg, const char *dir, const char *where, const char *model_key,
-                     const df_seq_bound *b)
-{
-    return check(cfg, dir, NULL, where, model_key, b);
 }
 
 int df_check_max_pos_dir(const char *dir, const df_config_overrides *ov, const char *where, const char *model_key,
@@ -40,7 +34,7 @@ int df_check_max_pos_dir(const char *dir, const df_config_overrides *ov, const c
         if (df_model_config_load_ex(file, ov, &cfg)) /* the loader says what is wrong with it, first */
             df_clear_error();
         else
-            rc = check(&cfg, d, ov && ov->json ? ov->who : NULL, where, model_key, b);
+            rc = df_check_max_pos(&cfg, d, ov, where, model_key, b);
     }
     free(file);
     free(d);

@@ -22,17 +22,19 @@ typedef struct df_seq_bound {
 } df_seq_bound;
 
 /**
- * b->len <= cfg->max_position_embeddings, else DF_EINVAL naming `where` (the model key's
+ * b->len <= df_model_max_positions(cfg), else DF_EINVAL naming `where` (the model key's
  * df_config_where, or "command line" for a command's option), model_key=dir, the bound and the keys
- * behind it, and the model's max_position_embeddings with its config.json path. Writes nothing.
+ * behind it, and the model's limit with its config.json path (and ov->who when cfg was read with
+ * overrides `ov`; may be NULL). Writes nothing.
  */
-int df_check_max_pos(const df_model_config *cfg, const char *dir, const char *where, const char *model_key,
-                     const df_seq_bound *b);
+int df_check_max_pos(const df_model_config *cfg, const char *dir, const df_config_overrides *ov, const char *where,
+                     const char *model_key, const df_seq_bound *b);
 
 /**
  * df_check_max_pos with the config of directory `dir` (as configured; "~/" expanded): its
- * config.json with the overrides `ov` (may be NULL) merged in, no weights. A directory without a config.json that parses is DF_OK: the
- * model's loader refuses it before anything runs. Errors: DF_EINVAL, DF_ENOMEM.
+ * config.json with the overrides `ov` (may be NULL) merged in, no weights. A directory without a
+ * config.json that parses is DF_OK: the model's loader refuses it before anything runs. Errors:
+ * DF_EINVAL, DF_ENOMEM.
  */
 int df_check_max_pos_dir(const char *dir, const df_config_overrides *ov, const char *where, const char *model_key,
                          const df_seq_bound *b);

@@ -15,6 +15,8 @@
  * Errors: DF_EINVAL naming the key (text that is not a mapping), DF_ENOMEM.
  */
 int df_train_model_overrides(const df_train_config *t, bool critic, df_config_overrides *ov);
+/** As df_train_model_overrides from the map key `key` of an untyped config c (NULL: none). */
+int df_config_model_overrides(const df_config *c, const char *key, df_config_overrides *ov);
 void df_train_model_overrides_free(df_config_overrides *ov);
 
 #endif

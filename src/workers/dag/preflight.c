@@ -85,25 +85,25 @@ static int check_data(const df_config *c, const char *key, const df_config_strs 
     return rc;
 }
 
-/* A policy (critic false) or critic directory: its config.json with the role's override_config, read
-   here when there are overrides so that a key or value the loader would refuse is refused before the
-   run (config check, plan); then the job's longest sequence against max_position_embeddings. */
+/* A policy (critic false) or critic directory: the job's longest sequence against its config.json's
+   positions. With the role's override_config the file is read here strictly, so that a key or value
+   the loader would refuse is refused before the run (config check, plan). */
 static int check_model_config(const df_config *c, const df_train_config *t, bool critic, const char *key,
                               const char *dir, const df_seq_bound *seq)
 {
     df_config_overrides ov;
     int rc = df_train_model_overrides(t, critic, &ov);
-    if (!rc && ov.json) {
-        char *d = df_expand_user(dir), *file = d ? df_path_join(d, "config.json") : NULL;
-        df_model_config mc;
-        rc = file ? df_model_config_load_ex(file, &ov, &mc) : df_error(DF_ENOMEM, "out of memory");
-        if (rc)
-            rc = df_error_wrap(rc, "%s", df_config_where(c, ov.who));
-        free(file);
-        free(d);
-    }
-    if (!rc)
-        rc = df_check_max_pos_dir(dir, &ov, df_config_where(c, key), key, seq);
+    if (rc || !ov.json)
+        return rc ? rc : df_check_max_pos_dir(dir, NULL, df_config_where(c, key), key, seq);
+    char *d = df_expand_user(dir), *file = d ? df_path_join(d, "config.json") : NULL;
+    df_model_config mc;
+    rc = file ? df_model_config_load_ex(file, &ov, &mc) : df_error(DF_ENOMEM, "out of memory");
+    if (rc)
+        rc = df_error_wrap(rc, "%s", df_config_where(c, ov.who));
+    else
+        rc = df_check_max_pos(&mc, d, &ov, df_config_where(c, key), key, seq);
+    free(file);
+    free(d);
     df_train_model_overrides_free(&ov);
     return rc;
 }
