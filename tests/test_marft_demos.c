@@ -262,20 +262,18 @@ static void test_cli_refuses(void **state)
         fail_msg("%s", out);
     assert_int_equal(marft_demos(dir, WORKFLOW, "--bare-answers 1.5", out, sizeof out), 2);
     assert_int_equal(marft_demos(dir, WORKFLOW, "--agent 2", out, sizeof out), 2);
-    /* a bare-answer text with no bare answers drawn, or without the number's place */
-    assert_int_equal(marft_demos(dir, WORKFLOW, "--bare-answer 'Answer: {answer}'", out, sizeof out), 2);
-    if (!strstr(out, "--bare-answer is the text of the bare answers: it needs --bare-answers > 0"))
-        fail_msg("%s", out);
-    /* a seed of no draw, and bare answers for the planner's rows alone: settings without effect */
-    assert_int_equal(marft_demos(dir, WORKFLOW, "--seed 3", out, sizeof out), 2);
-    if (!strstr(out, "--seed seeds the draw of bare answers: it needs --bare-answers > 0"))
-        fail_msg("unexpected output: %s", out);
-    assert_int_equal(marft_demos(dir, WORKFLOW, "--agent 0 --bare-answers 0.5", out, sizeof out), 2);
-    if (!strstr(out, "--agent 0 writes the planner's rows, which --bare-answers does not change"))
-        fail_msg("unexpected output: %s", out);
-    assert_int_equal(marft_demos(dir, WORKFLOW, "--bare-answers 0.5 --bare-answer 'Done.'", out, sizeof out), 2);
-    if (!strstr(out, "--bare-answer \"Done.\" has no {answer}"))
-        fail_msg("%s", out);
+    /* a bare-answer text with no bare answers drawn, or without the number's place; a seed of no
+       draw; bare answers for the planner's rows alone: settings without effect */
+    static const char *const refused[][2] = {
+        {"--bare-answer 'Answer: {answer}'", "--bare-answer is the text of the bare answers: it needs --bare-answers > 0"},
+        {"--seed 3", "--seed seeds the draw of bare answers: it needs --bare-answers > 0"},
+        {"--agent 0 --bare-answers 0.5", "--agent 0 writes the planner's rows, which --bare-answers does not change"},
+        {"--bare-answers 0.5 --bare-answer 'Done.'", "--bare-answer \"Done.\" has no {answer}"}};
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        assert_int_equal(marft_demos(dir, WORKFLOW, refused[i][0], out, sizeof out), 2);
+        if (!strstr(out, refused[i][1]))
+            fail_msg("%s: %s", refused[i][0], out);
+    }
     /* an input without rows */
     char in[1024];
     snprintf(in, sizeof in, "%s/train.jsonl", dir);
