@@ -136,7 +136,7 @@ static void run_swiglu(void *p)
 static void run_rope(void *p)
 {
     layer_arg *a = p;
-    OK(df_cuda_rope_apply(cu, a->q, a->pos, a->T, a->nh, a->hd, a->cos_t, a->sin_t, false));
+    OK(df_cuda_rope_apply(cu, a->q, a->pos, a->T, a->nh, a->hd, a->hd, a->cos_t, a->sin_t, false));
 }
 static void run_attn_fwd(void *p)
 {

@@ -164,15 +164,18 @@ static inline void br_rmsnorm_bwd(double *dx, double *dw, double *bdx, double *b
 /* ---- RoPE ---------------------------------------------------------------------------------- */
 
 /*
- * x'[i] = x[i] c - x[i + h] s, x'[i + h] = x[i + h] c + x[i] s with c, s the given float table
- * entries of the row's position (inverse: the signs of s flipped, the transpose). Two products
- * and a sum: gamma_3 of |x[i] c| + |x[i + h] s|. Position 0 (c = 1, s = 0) is exact.
+ * x'[i] = x[i] c - x[i + h] s, x'[i + h] = x[i + h] c + x[i] s, h = rd / 2, with c, s the given
+ * float table entries of the row's position (inverse: the signs of s flipped, the transpose). Two
+ * products and a sum: gamma_3 of |x[i] c| + |x[i + h] s|. Position 0 (c = 1, s = 0) is exact, and
+ * so are the dims rd .. hd-1 of each head, passed unchanged (bound 0).
  */
 static inline void br_rope(double *out, double *b, const float *x, const int32_t *pos, int64_t T,
-                           int64_t nh, int64_t hd, const float *cos_t, const float *sin_t,
-                           bool inverse)
+                           int64_t nh, int64_t hd, int64_t rd, const float *cos_t,
+                           const float *sin_t, bool inverse)
 {
-    const int64_t half = hd / 2;
+    const int64_t half = rd / 2;
+    for (int64_t i = 0; i < T * nh * hd; i++)
+        out[i] = x[i], b[i] = 0;
     for (int64_t t = 0; t < T; t++)
         for (int64_t h = 0; h < nh; h++)
             for (int64_t i = 0; i < half; i++) {

@@ -265,9 +265,9 @@ static int emu_rmsnorm_bwd(void *ctx, float *dx, float *dw, const float *dout, c
     EMU_CALL(ctx, rmsnorm_bwd, (dx, dw, dout, x, w, rstd), dx, dw, dout, x, w, rstd, T, H);
 }
 static int emu_rope_apply(void *ctx, float *x, const int32_t *pos, int64_t T, int64_t nh,
-                          int64_t hd, const float *cs, const float *sn, bool inverse)
+                          int64_t hd, int64_t rd, const float *cs, const float *sn, bool inverse)
 {
-    EMU_CALL(ctx, rope_apply, (x, pos, cs, sn), x, pos, T, nh, hd, cs, sn, inverse);
+    EMU_CALL(ctx, rope_apply, (x, pos, cs, sn), x, pos, T, nh, hd, rd, cs, sn, inverse);
 }
 static int emu_attention_fwd(void *ctx, float *out, float *lse, const float *q, const float *k,
                              const float *v, const df_backend_seqs *s, int64_t nh, int64_t nkv,

@@ -581,26 +581,27 @@ static void test_rmsnorm(void **state)
 
 /* ---- RoPE -------------------------------------------------------------------------------------- */
 
-/* Tables of n_pos rows in double, rounded: cos / sin of p theta^(-2i / hd) (the op takes them as
+/* Tables of n_pos rows in double, rounded: cos / sin of p theta^(-2i / rd) (the op takes them as
  * given; df_rope_table's own rounding is test_ops.c's). */
-static void rope_tables(float *c, float *s, int64_t n_pos, int64_t hd, double theta)
+static void rope_tables(float *c, float *s, int64_t n_pos, int64_t rd, double theta)
 {
     for (int64_t p = 0; p < n_pos; p++)
-        for (int64_t i = 0; i < hd / 2; i++) {
-            const double a = (double)p * pow(theta, -2.0 * (double)i / (double)hd);
-            c[p * hd / 2 + i] = (float)cos(a), s[p * hd / 2 + i] = (float)sin(a);
+        for (int64_t i = 0; i < rd / 2; i++) {
+            const double a = (double)p * pow(theta, -2.0 * (double)i / (double)rd);
+            c[p * rd / 2 + i] = (float)cos(a), s[p * rd / 2 + i] = (float)sin(a);
         }
 }
 
-static void rope_case(int64_t T, int64_t nh, int64_t hd, const int32_t *pos, int64_t n_pos,
-                      uint64_t seed)
+/* rd < hd: a partial rotary embedding (phi3 partial_rotary_factor), the rest of each head passed. */
+static void rope_case(int64_t T, int64_t nh, int64_t hd, int64_t rd, const int32_t *pos,
+                      int64_t n_pos, uint64_t seed)
 {
-    const int64_t n = T * nh * hd, nt = n_pos * hd / 2;
+    const int64_t n = T * nh * hd, nt = n_pos * rd / 2;
     float *x = bo_rand(n, seed, 1), *ct = xmalloc(4 * (size_t)nt), *st = xmalloc(4 * (size_t)nt);
-    rope_tables(ct, st, n_pos, hd, 1e6);
+    rope_tables(ct, st, n_pos, rd, 1e6);
     double *ref = br_dvec(n), *bd = br_dvec(n), *inv = br_dvec(n), *bi_ = br_dvec(n);
-    br_rope(ref, bd, x, pos, T, nh, hd, ct, st, false);
-    br_rope(inv, bi_, x, pos, T, nh, hd, ct, st, true);
+    br_rope(ref, bd, x, pos, T, nh, hd, rd, ct, st, false);
+    br_rope(inv, bi_, x, pos, T, nh, hd, rd, ct, st, true);
     /* The reference's inverse is the forward's transpose: <y, F x> = <F^T y, x> for y = x. */
     double l = 0, r = 0, m = 0;
     for (int64_t i = 0; i < n; i++)
@@ -612,7 +613,7 @@ static void rope_case(int64_t T, int64_t nh, int64_t hd, const int32_t *pos, int
         float *dc = bo_up(b, ct, 4 * (size_t)nt), *ds = bo_up(b, st, 4 * (size_t)nt);
         for (int dir = 0; dir < 2; dir++) {
             float *dx = bo_up(b, x, 4 * (size_t)n);
-            BO_OK(b->be.ops->rope_apply(b->be.ctx, dx, dp, T, nh, hd, dc, ds, dir == 1));
+            BO_OK(b->be.ops->rope_apply(b->be.ctx, dx, dp, T, nh, hd, rd, dc, ds, dir == 1));
             float *got = bo_down(b, dx, 4 * (size_t)n);
             bo_check(b->name, dir ? "rope_apply inverse" : "rope_apply", got, dir ? inv : ref,
                      dir ? bi_ : bd, n);
@@ -628,9 +629,11 @@ static void test_rope(void **state)
 {
     (void)state;
     const int32_t pos1[9] = {0, 1, 2, 0, 57, 1999, 3, 4, 5}; /* two packed sequences */
-    rope_case(9, 3, 8, pos1, 2000, 90);
+    rope_case(9, 3, 8, 8, pos1, 2000, 90);
     const int32_t pos2[5] = {4095, 0, 1, 2, 700};
-    rope_case(5, 4, 128, pos2, 4096, 91); /* qwen3's head_dim */
+    rope_case(5, 4, 128, 128, pos2, 4096, 91); /* qwen3's head_dim */
+    rope_case(5, 3, 128, 96, pos2, 4096, 92);  /* Phi-4-mini: 96 of 128 dims rotated */
+    rope_case(9, 2, 8, 2, pos1, 2000, 93);     /* one rotated pair, six dims passed */
 }
 
 /* ---- SwiGLU ------------------------------------------------------------------------------------- */

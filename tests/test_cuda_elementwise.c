@@ -241,9 +241,9 @@ static void test_rmsnorm(void **state)
 /* Pair (a, b) = (x0 c - x1 s', x1 c + x0 s'): two products and an add, gamma_2 of
  * |x0 c| + |x1 s| (resp. |x1 c| + |x0 s|) on each side, with the same table values. */
 static double *rope_bound(const float *x, const int32_t *pos, int64_t T, int64_t nh, int64_t hd,
-                          const float *ct, const float *st)
+                          int64_t rd, const float *ct, const float *st)
 {
-    const int64_t half = hd / 2, n = T * nh * hd;
+    const int64_t half = rd / 2, n = T * nh * hd; /* dims rd .. hd-1 pass exactly: bound 0 */
     double *b = dzeros(n);
     for (int64_t t = 0; t < T; t++)
         for (int64_t h = 0; h < nh; h++)
@@ -257,14 +257,15 @@ static double *rope_bound(const float *x, const int32_t *pos, int64_t T, int64_t
     return b;
 }
 
-static void rope_case(int64_t T, int64_t nh, int64_t hd, int64_t n_pos, double theta,
+/* rd < hd: the first rd dims of each head rotate (phi3 partial_rotary_factor), the rest pass. */
+static void rope_case(int64_t T, int64_t nh, int64_t hd, int64_t rd, int64_t n_pos, double theta,
                       uint64_t seed)
 {
     char what[96];
-    const int64_t n = T * nh * hd, half = hd / 2;
+    const int64_t n = T * nh * hd, half = rd / 2;
     float *ct = malloc(sizeof(float) * (size_t)(n_pos * half));
     float *st = malloc(sizeof(float) * (size_t)(n_pos * half));
-    df_rope_table(ct, st, n_pos, hd, theta);
+    df_rope_table(ct, st, n_pos, rd, theta);
     int32_t *pos = irand(T, seed, n_pos);
     pos[0] = 0;
     pos[T - 1] = (int32_t)(n_pos - 1); /* the table's first and last rows */
@@ -273,20 +274,20 @@ static void rope_case(int64_t T, int64_t nh, int64_t hd, int64_t n_pos, double t
     float *d_st = dfct_up(st, sizeof(float) * (size_t)(n_pos * half));
     int32_t *d_pos = dfct_up(pos, sizeof(int32_t) * (size_t)T);
     float *d_x = dfct_up(x, sizeof(float) * (size_t)n), *d_y = dfct_up(x, sizeof(float) * (size_t)n);
-    double *b = rope_bound(x, pos, T, nh, hd, ct, st);
+    double *b = rope_bound(x, pos, T, nh, hd, rd, ct, st);
 
-    DFCT_OK(df_cuda_rope_apply(dfct_cu, d_x, d_pos, T, nh, hd, d_ct, d_st, false));
+    DFCT_OK(df_cuda_rope_apply(dfct_cu, d_x, d_pos, T, nh, hd, rd, d_ct, d_st, false));
     float *got = dfct_down(d_x, sizeof(float) * (size_t)n), *ref = fdup(x, n);
-    df_rope_apply(ref, pos, T, nh, hd, ct, st, false);
-    snprintf(what, sizeof what, "rope fwd T=%lld nh=%lld hd=%lld", (long long)T, (long long)nh,
-             (long long)hd);
+    df_rope_apply(ref, pos, T, nh, hd, rd, ct, st, false);
+    snprintf(what, sizeof what, "rope fwd T=%lld nh=%lld hd=%lld rd=%lld", (long long)T,
+             (long long)nh, (long long)hd, (long long)rd);
     check_abs(what, got, ref, b, n);
     free(got), free(ref);
 
     /* the inverse on the same input (the bound's terms are symmetric in the sign of s) */
-    DFCT_OK(df_cuda_rope_apply(dfct_cu, d_y, d_pos, T, nh, hd, d_ct, d_st, true));
+    DFCT_OK(df_cuda_rope_apply(dfct_cu, d_y, d_pos, T, nh, hd, rd, d_ct, d_st, true));
     got = dfct_down(d_y, sizeof(float) * (size_t)n), ref = fdup(x, n);
-    df_rope_apply(ref, pos, T, nh, hd, ct, st, true);
+    df_rope_apply(ref, pos, T, nh, hd, rd, ct, st, true);
     snprintf(what, sizeof what, "rope inverse T=%lld nh=%lld hd=%lld", (long long)T,
              (long long)nh, (long long)hd);
     check_abs(what, got, ref, b, n);
@@ -295,7 +296,7 @@ static void rope_case(int64_t T, int64_t nh, int64_t hd, int64_t n_pos, double t
     /* forward then inverse on the device returns x: R^T R = (c^2 + s^2) I with c, s rounded
      * (|c^2 + s^2 - 1| <= 2 u), and each pass adds gamma_2 of m with ||m|| <= sqrt(2) ||x||
      * (Cauchy-Schwarz per pair): ||x'' - x|| <= (2 u + 2 sqrt(2) gamma_2) ||x|| < (2 u + 3 gamma_2) ||x||. */
-    DFCT_OK(df_cuda_rope_apply(dfct_cu, d_x, d_pos, T, nh, hd, d_ct, d_st, true));
+    DFCT_OK(df_cuda_rope_apply(dfct_cu, d_x, d_pos, T, nh, hd, rd, d_ct, d_st, true));
     got = dfct_down(d_x, sizeof(float) * (size_t)n);
     snprintf(what, sizeof what, "rope fwd+inverse T=%lld nh=%lld hd=%lld", (long long)T,
              (long long)nh, (long long)hd);
@@ -307,12 +308,14 @@ static void rope_case(int64_t T, int64_t nh, int64_t hd, int64_t n_pos, double t
 static void test_rope(void **state)
 {
     (void)state;
-    rope_case(37, 14, 64, 4096, 1e6, 301);   /* Qwen2-0.5B q: 14 heads of 64 */
-    rope_case(37, 2, 64, 4096, 1e6, 311);    /* its k: 2 kv heads (GQA) */
-    rope_case(53, 7, 128, 32768, 1e6, 321);  /* hd = 128, long positions */
-    rope_case(3, 1, 2, 5, 1e4, 331);         /* one pair per row */
-    assert_int_equal(df_cuda_rope_apply(dfct_cu, NULL, NULL, 4, 2, 63, NULL, NULL, false), DF_EINVAL);
-    DFCT_OK(df_cuda_rope_apply(dfct_cu, NULL, NULL, 0, 2, 64, NULL, NULL, false));
+    rope_case(37, 14, 64, 64, 4096, 1e6, 301);   /* Qwen2-0.5B q: 14 heads of 64 */
+    rope_case(37, 2, 64, 64, 4096, 1e6, 311);    /* its k: 2 kv heads (GQA) */
+    rope_case(53, 7, 128, 128, 32768, 1e6, 321); /* hd = 128, long positions */
+    rope_case(3, 1, 2, 2, 5, 1e4, 331);          /* one pair per row */
+    rope_case(41, 24, 128, 96, 4096, 1e4, 341);  /* Phi-4-mini: 96 of 128 dims rotated */
+    assert_int_equal(df_cuda_rope_apply(dfct_cu, NULL, NULL, 4, 2, 63, 63, NULL, NULL, false), DF_EINVAL);
+    assert_int_equal(df_cuda_rope_apply(dfct_cu, NULL, NULL, 4, 2, 64, 66, NULL, NULL, false), DF_EINVAL);
+    DFCT_OK(df_cuda_rope_apply(dfct_cu, NULL, NULL, 0, 2, 64, 64, NULL, NULL, false));
 }
 
 /* ---- SwiGLU ------------------------------------------------------------------------------------ */

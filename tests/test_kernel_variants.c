@@ -133,7 +133,7 @@ static void test_rope(void **state)
         y[v] = kv_fvec(T * nh * hd);
         memcpy(y[v], x, (size_t)(T * nh * hd) * sizeof(float));
         kv_use(l.name[v]);
-        df_rope_apply(y[v], pos, T, nh, hd, cs, sn, false);
+        df_rope_apply(y[v], pos, T, nh, hd, hd, cs, sn, false);
     }
     kv_restore();
     double *bd = kv_dvec(T * nh * hd);

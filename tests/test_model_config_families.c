@@ -258,8 +258,8 @@ static void test_mistral(void **state)
     json_decref(j);
 }
 
-/* Phi-3: Phi3Config's defaults, the window on every layer when set, what stays refused (Phi-3.5's
-   longrope, Phi-4-mini's partial rotary, dropout), and save round trips. */
+/* Phi-3: Phi3Config's defaults, the window on every layer when set, LongRoPE (Phi-3 128k /
+   Phi-3.5), what stays refused (dropout, longrope outside phi3), and save round trips. */
 static void test_phi3(void **state)
 {
     const char *dir = *state;
@@ -279,8 +279,6 @@ static void test_phi3(void **state)
     assert_int_equal(c.max_position_embeddings, 4096);
     assert_true(c.rms_norm_eps == 1e-5 && c.rope_theta == 1e4);
     assert_true(c.bos_token_id == 1 && c.eos_token_ids[0] == 32000);
-    expect_error(small(b, sizeof b, "phi3", ", \"partial_rotary_factor\": 0.75"), DF_EUNSUPPORTED,
-                 "\"partial_rotary_factor\" 0.75");
     /* longrope (Phi-3 128k, Phi-3.5): head_dim / 2 factors in each list, phi3 only */
     const char *lr = ", \"max_position_embeddings\": 131072, \"original_max_position_embeddings\": 4096, "
                      "\"rope_scaling\": {\"type\": \"%s\", \"short_factor\": [%s], \"long_factor\": [%s]%s}";
@@ -311,7 +309,7 @@ static void test_phi3(void **state)
     assert_int_equal(df_model_config_parse(small(b, sizeof b, "phi3", ex), NULL, &c), DF_OK);
     assert_int_equal(c.rope_original_max_pos, 4096);
     snprintf(ex, sizeof ex, lr, "longrope", "1, 1, 1", "2, 2, 2", "");
-    expect_error(small(b, sizeof b, "phi3", ex), DF_EINVAL, "\"short_factor\", a list of head_dim / 2 = 8 numbers");
+    expect_error(small(b, sizeof b, "phi3", ex), DF_EINVAL, "\"short_factor\", a list of 8 numbers");
     snprintf(ex, sizeof ex, lr, "longrope", "1, 1, 1, 1, 1, 1, 1, 1", "2, 2, 2, 2, 2, 2, 2, 0", "");
     expect_error(small(b, sizeof b, "phi3", ex), DF_EINVAL, "long_factor[7] must be a number > 0");
     snprintf(ex, sizeof ex, lr, "longrope", "1, 1, 1, 1, 1, 1, 1, 1", "2, 2, 2, 2, 2, 2, 2, 2", "");
@@ -337,6 +335,85 @@ static void test_phi3(void **state)
         assert_null(json_object_get(j, "use_sliding_window"));
         assert_true(fresh ? !json_object_get(j, "attention_bias") : json_is_false(json_object_get(j, "attention_bias")));
         json_decref(j);
+    }
+}
+
+/*
+ * Phi-4-mini: partial_rotary_factor 0.75 rotates 96 of each head's 128 dims (HF int(head_dim *
+ * factor)), so its LongRoPE lists have 48 factors; the published file parses to the published
+ * size (3.84 B parameters, tied) and round-trips; bad factors and other families are refused.
+ */
+static void test_phi4_mini(void **state)
+{
+    const char *dir = *state;
+    df_model_config c, back;
+    char b[1024], path[512];
+    assert_int_equal(df_model_config_parse(k_phi4_mini, NULL, &c), DF_OK);
+    assert_true(c.head_dim == 128 && c.rope_dim == 96 && df_model_rope_dim(&c) == 96);
+    assert_true(c.rope_type == DF_ROPE_LONGROPE && c.rope_short_factor[47] == 1.0 && c.rope_long_factor[47] == 47.77);
+    assert_true(c.rope_attention_factor == sqrt(1 + log(32.0) / log(4096.0)));
+    assert_true(c.tie_word_embeddings && c.vocab_size == 200064 && c.num_key_value_heads == 8);
+    assert_true(c.bos_token_id == 199999 && c.n_eos == 1 && c.eos_token_ids[0] == 200020);
+    assert_int_equal(df_model_max_positions(&c), 4096);
+    assert_int_equal(df_model_layer_window(&c, 0), 0); /* 262144 over 4096 positions masks nothing */
+    int64_t total = 0;
+    assert_int_equal(df_model_param_count(&c, &total, NULL), DF_OK);
+    assert_int_equal(total, 3836021760LL); /* Phi-4-mini's published 3.84 B */
+    /* the rotated dims: 16 * f must be an even int >= 2; f in (0, 1] */
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "phi3", ", \"partial_rotary_factor\": 0.5"), NULL, &c),
+                     DF_OK);
+    assert_int_equal(c.rope_dim, 8);
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "phi3", ", \"partial_rotary_factor\": 1"), NULL, &c),
+                     DF_OK);
+    assert_int_equal(df_model_rope_dim(&c), 16);
+    expect_error(small(b, sizeof b, "phi3", ", \"partial_rotary_factor\": 0.7"), DF_EINVAL,
+                 "int(head_dim 16 * factor) = 11");
+    expect_error(small(b, sizeof b, "phi3", ", \"partial_rotary_factor\": 0.1"), DF_EINVAL, "= 1)");
+    expect_error(small(b, sizeof b, "phi3", ", \"partial_rotary_factor\": 1.5"), DF_EINVAL, "must be in (0, 1]");
+    expect_error(small(b, sizeof b, "phi3", ", \"partial_rotary_factor\": -0.5"), DF_EINVAL, "must be in (0, 1]");
+    expect_error(small(b, sizeof b, "phi3", ", \"partial_rotary_factor\": \"0.75\""), DF_EINVAL,
+                 "\"partial_rotary_factor\" must be a number");
+    expect_error(small(b, sizeof b, "llama", ", \"partial_rotary_factor\": 0.5"), DF_EUNSUPPORTED,
+                 "not supported for llama");
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen2", ", \"partial_rotary_factor\": 1.0"), NULL, &c),
+                     DF_OK);
+    /* longrope lists are sized by the rotated dims: 4 factors for 8 of 16 */
+    const char *lr = ", \"partial_rotary_factor\": 0.5, \"rope_scaling\": {\"type\": \"longrope\", "
+                     "\"short_factor\": [%s], \"long_factor\": [2, 2, 2, 2]}";
+    char ex[300];
+    snprintf(ex, sizeof ex, lr, "1, 1.5, 2, 3");
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "phi3", ex), NULL, &c), DF_OK);
+    assert_true(c.rope_dim == 8 && c.rope_short_factor[3] == 3.0);
+    snprintf(ex, sizeof ex, lr, "1, 1, 1, 1, 1, 1, 1, 1");
+    expect_error(small(b, sizeof b, "phi3", ex), DF_EINVAL, "\"short_factor\", a list of 4 numbers");
+    /* a model validated outside the parser: the rotated dims are even, <= head_dim, phi3's */
+    c.rope_dim = 7;
+    assert_int_equal(df_model_config_validate(&c), DF_EINVAL);
+    c.rope_dim = 18;
+    assert_int_equal(df_model_config_validate(&c), DF_EINVAL);
+    df_model_config_defaults(&c);
+    c.rope_dim = 64;
+    assert_int_equal(df_model_config_validate(&c), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "qwen2 rotates whole heads"));
+    /* save: the file's factor kept; a fresh file gets rope_dim / head_dim */
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    assert_int_equal(df_model_config_parse(k_phi4_mini, NULL, &c), DF_OK);
+    for (int fresh = 0; fresh < 2; fresh++) {
+        assert_int_equal(df_model_config_save(&c, fresh ? NULL : k_phi4_mini, path), DF_OK);
+        assert_int_equal(df_model_config_load(path, &back), DF_OK);
+        assert_true(back.rope_dim == 96 && back.rope_long_factor[46] == 44.16 && back.tie_word_embeddings);
+        json_t *j = json_load_file(path, 0, NULL);
+        assert_true(json_number_value(json_object_get(j, "partial_rotary_factor")) == 0.75);
+        json_decref(j);
+    }
+    /* rope_dim / head_dim that HF's int() would truncate below rope_dim is raised to the next double */
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "phi3", ", \"head_dim\": 98"), NULL, &c), DF_OK);
+    for (int64_t rd = 2; rd <= 98; rd += 2) {
+        c.rope_dim = rd;
+        assert_int_equal(df_model_config_save(&c, NULL, path), DF_OK);
+        assert_int_equal(df_model_config_load(path, &back), DF_OK);
+        if (df_model_rope_dim(&back) != rd)
+            fail_msg("rope_dim %lld of head_dim 98 read back as %lld", (long long)rd, (long long)back.rope_dim);
     }
 }
 
@@ -481,6 +558,7 @@ int main(void)
         cmocka_unit_test(test_sliding_window),
         cmocka_unit_test_setup_teardown(test_mistral, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_phi3, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_phi4_mini, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test(test_rope_parameters),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test_setup_teardown(test_save_roundtrip, df_test_mkdtemp, df_test_rmtree),

@@ -11,7 +11,9 @@
  *                 self_attn.qkv_proj and gate / up in mlp.gate_up_proj (split at load, fused
  *                 at save), GQA, no biases, no window; its gradients compared per fused tensor;
  *   tiny_phi3_longrope  the same with Phi-3.5's LongRoPE (per-frequency short factors, cos / sin
- *                 times the attention factor of a 16x context extension).
+ *                 times the attention factor of a 16x context extension);
+ *   tiny_phi4_mini  Phi-4-mini's partial rotary embedding (partial_rotary_factor 0.75: the first
+ *                 12 of each head's 16 dims rotated, 6 frequencies) with LongRoPE, tied embeddings.
  * For each: log-probs and entropies at two temperatures, full logits of a few rows and the
  * gradient of sum(c logp) + sum(d entropy) w.r.t. every parameter, within the bounds of
  * test_model_golden.c (tests/testbounds.h chains, which add the q/k norms' and the o_proj
@@ -22,7 +24,8 @@
  * a norm weight moved by 1e-2; no window; the window on every layer; plain RoPE instead of
  * llama3; an o_proj bias moved by 1e-2; Mistral's window on layer 1 only, or rope_theta 1e4;
  * phi3's k and v, or gate and up, read in each other's place; longrope's long factors, no attention
- * factor, or plain RoPE) and the same comparison must then exceed its bound.
+ * factor, or plain RoPE; the whole head or fewer dims rotated instead of 12) and the same
+ * comparison must then exceed its bound.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -386,6 +389,33 @@ static void test_phi3_longrope_golden(void **state)
     unload(&g);
 }
 
+/* Partial rotary: RoPE on the first 12 of 16 dims per head, the frequencies sized by those 12. */
+static void test_phi4_mini_golden(void **state)
+{
+    (void)state;
+    golden g = load("tiny_phi4_mini");
+    const df_model_config *c = &g.m->cfg;
+    assert_int_equal(c->rope_dim, 12);
+    assert_int_equal(df_model_rope_dim(c), 12);
+    assert_int_equal(c->rope_type, DF_ROPE_LONGROPE);
+    assert_true(c->tie_word_embeddings && c->rope_short_factor[5] == 4.0);
+    check_golden(&g, "phi4-mini partial rotary");
+    /* the whole head rotated (the two extra frequencies given factor 1), or only 8 dims */
+    df_model_config v = *c;
+    v.rope_dim = 16;
+    v.rope_short_factor[6] = v.rope_short_factor[7] = v.rope_long_factor[6] = v.rope_long_factor[7] = 1.0;
+    assert_false(df_rope_same(c, &v));
+    df_model *m = variant(&g, &v);
+    expect_forward_moves(m, &g, "RoPE on the whole head");
+    df_model_free(m);
+    v = *c;
+    v.rope_dim = 8;
+    m = variant(&g, &v);
+    expect_forward_moves(m, &g, "RoPE on 8 dims");
+    df_model_free(m);
+    unload(&g);
+}
+
 /* dir/config.json of m and dir/model.safetensors of m's checkpoint tensors, except: `split` writes
    the layout's own (split) names instead; `drop` leaves one out; `short_qkv` writes layer 0's
    qkv_proj without its v rows. Then df_model_load(dir)'s status. */
@@ -514,6 +544,7 @@ static void test_rollout_decoder(void **state)
     check_rollout("tiny_mistral");
     check_rollout("tiny_phi3");
     check_rollout("tiny_phi3_longrope");
+    check_rollout("tiny_phi4_mini");
 }
 
 /* ---- files ------------------------------------------------------------------------------------ */
@@ -566,10 +597,11 @@ static void check_phi3_files(const char *dir)
 static void test_save_load_roundtrip(void **state)
 {
     const char *dir = *state;
-    const char *names[5] = {"tiny_qwen3", "tiny_llama31", "tiny_mistral", "tiny_phi3", "tiny_phi3_longrope"};
-    const char *archs[5] = {"Qwen3ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM", "Phi3ForCausalLM",
-                            "Phi3ForCausalLM"};
-    for (int i = 0; i < 5; i++) {
+    const char *names[6] = {"tiny_qwen3",         "tiny_llama31",  "tiny_mistral", "tiny_phi3",
+                            "tiny_phi3_longrope", "tiny_phi4_mini"};
+    const char *archs[6] = {"Qwen3ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM", "Phi3ForCausalLM",
+                            "Phi3ForCausalLM",  "Phi3ForCausalLM"};
+    for (int i = 0; i < 6; i++) {
         golden g = load(names[i]);
         char sub[512], cfgp[600];
         snprintf(sub, sizeof sub, "%s/%s", dir, names[i]);
@@ -584,6 +616,7 @@ static void test_save_load_roundtrip(void **state)
         assert_int_equal(a->rope_type, b->rope_type);
         assert_int_equal(a->sliding_window, b->sliding_window);
         assert_true(df_rope_same(a, b));
+        assert_int_equal(a->rope_dim, b->rope_dim);
         assert_int_equal(a->max_window_layers, b->max_window_layers);
         snprintf(cfgp, sizeof cfgp, "%s/config.json", sub);
         json_error_t je;
@@ -606,6 +639,11 @@ static void test_save_load_roundtrip(void **state)
             assert_int_equal(json_object_size(rs), 3);
             assert_true(json_number_value(json_array_get(json_object_get(rs, "short_factor"), 6)) == 5.0);
             assert_int_equal(json_integer_value(json_object_get(j, "original_max_position_embeddings")), 512);
+        } else if (i == 5) { /* the factor as the file has it, 6 frequencies per list */
+            assert_true(json_number_value(json_object_get(j, "partial_rotary_factor")) == 0.75);
+            json_t *rs = json_object_get(j, "rope_scaling");
+            assert_int_equal(json_array_size(json_object_get(rs, "short_factor")), 6);
+            assert_true(json_is_true(json_object_get(j, "tie_word_embeddings")));
         } else if (i == 3) {
             assert_true(json_is_null(json_object_get(j, "sliding_window")));
             assert_null(json_object_get(j, "use_sliding_window"));
@@ -664,6 +702,7 @@ int main(void)
         cmocka_unit_test(test_mistral_golden),
         cmocka_unit_test(test_phi3_golden),
         cmocka_unit_test(test_phi3_longrope_golden),
+        cmocka_unit_test(test_phi4_mini_golden),
         cmocka_unit_test_setup_teardown(test_phi3_file_errors, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test(test_rollout_decoder),
         cmocka_unit_test_setup_teardown(test_save_load_roundtrip, df_test_mkdtemp, df_test_rmtree),

@@ -694,7 +694,7 @@ static void test_rope(void **state)
     check_bound("rope_fwd", y, ref, bf, n);
     df_rope_table(ct, st, 2000, hd, theta);
     memcpy(y2, x, sizeof(float) * n);
-    df_rope_apply(y2, pos, T, nh, hd, ct, st, false);
+    df_rope_apply(y2, pos, T, nh, hd, hd, ct, st, false);
     for (int64_t i = 0; i < n; i++)
         assert_true(y2[i] == y[i]); /* the same float cos / sin and the same rotation code */
     /* Position 0 is the identity: cos 0 = 1 and sin 0 = 0 exactly. */
@@ -711,7 +711,7 @@ static void test_rope(void **state)
     }
     check_bound("rope_bwd", dx, g, eg, n);
     memcpy(y2, R, sizeof(float) * n);
-    df_rope_apply(y2, pos, T, nh, hd, ct, st, true);
+    df_rope_apply(y2, pos, T, nh, hd, hd, ct, st, true);
     check_bound("rope_apply inverse", y2, g, eg, n);
     free(x), free(y), free(y2), free(R), free(dx), free(ct), free(st), free(c.x), free(c.R);
     free(ref), free(g), free(bf), free(eg);
@@ -769,6 +769,51 @@ static void test_rope_llama3(void **state)
     assert_memory_equal(c1, c2, sizeof(float) * 50 * 64);
     assert_memory_equal(s1, s2, sizeof(float) * 50 * 64);
     free(c1), free(s1), free(c2), free(s2);
+}
+
+/*
+ * Partial rotary (phi3 partial_rotary_factor, Phi-4-mini: 96 of 128): the first rd dims of each
+ * head are rotated exactly as a whole head of rd dims is, by the same code and table, and the
+ * other dims pass untouched, so both are compared bit for bit; the model's table and frequencies
+ * are those of a head_dim-rd model (HF sizes them by the rotated dims).
+ */
+static void test_rope_partial(void **state)
+{
+    (void)state;
+    const int64_t T = 7, nh = 3, hd = 16, rd = 12, P = 300;
+    const int32_t pos[7] = {0, 1, 299, 5, 0, 64, 200};
+    df_model_config c;
+    df_model_config_defaults(&c);
+    snprintf(c.model_type, sizeof c.model_type, "phi3");
+    c.attention_bias = false, c.head_dim = hd, c.rope_dim = rd, c.rope_theta = 10000.0;
+    float *ct = fvec(P * rd / 2), *st = fvec(P * rd / 2), *c2 = fvec(P * rd / 2), *s2 = fvec(P * rd / 2);
+    df_rope_model_table(ct, st, P, &c);
+    df_rope_table(c2, s2, P, rd, 10000.0);
+    assert_memory_equal(ct, c2, sizeof(float) * (size_t)(P * rd / 2));
+    assert_memory_equal(st, s2, sizeof(float) * (size_t)(P * rd / 2));
+    float *x = fvec(T * nh * hd), *y = fvec(T * nh * hd), *xr = fvec(T * nh * rd);
+    fill(x, T * nh * hd, 41, 1.0);
+    for (int dir = 0; dir < 2; dir++) {
+        memcpy(y, x, sizeof(float) * (size_t)(T * nh * hd));
+        df_rope_apply(y, pos, T, nh, hd, rd, ct, st, dir == 1);
+        for (int64_t r = 0; r < T * nh; r++) /* each head's rotated part, packed as heads of rd */
+            memcpy(xr + r * rd, x + r * hd, sizeof(float) * (size_t)rd);
+        df_rope_apply(xr, pos, T, nh, rd, rd, ct, st, dir == 1);
+        for (int64_t r = 0; r < T * nh; r++) {
+            assert_memory_equal(y + r * hd, xr + r * rd, sizeof(float) * (size_t)rd);
+            assert_memory_equal(y + r * hd + rd, x + r * hd + rd, sizeof(float) * (size_t)(hd - rd));
+        }
+    }
+    /* A changed pair of a non-zero position proves the part is rotated at all. */
+    assert_true(y[5 * nh * hd] != x[5 * nh * hd]);
+    /* df_rope_same tells the rotated dims apart even with equal frequencies. */
+    df_model_config whole = c;
+    whole.rope_dim = 0, whole.head_dim = 12;
+    assert_false(df_rope_same(&c, &whole));
+    whole.head_dim = hd;
+    assert_false(df_rope_same(&c, &whole));
+    assert_true(df_rope_same(&c, &c));
+    free(ct), free(st), free(c2), free(s2), free(x), free(y), free(xr);
 }
 
 /* ---- attention -------------------------------------------------------------------------- */
@@ -1418,6 +1463,7 @@ int main(void)
         cmocka_unit_test(test_qk_norm),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_rope_llama3),
+        cmocka_unit_test(test_rope_partial),
         cmocka_unit_test(test_attention_small_heads),
         cmocka_unit_test(test_attention_specialised),
         cmocka_unit_test(test_attention_window),

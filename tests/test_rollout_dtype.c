@@ -519,11 +519,11 @@ static int w_norm(void *ctx, float *out, float *rstd, const float *x, const floa
     return c->inner.ops->rmsnorm_fwd(c->inner.ctx, out, rstd, x, w, T, H, eps);
 }
 static int w_rope(void *ctx, float *x, const int32_t *pos, int64_t T, int64_t nh, int64_t hd,
-                  const float *cs, const float *sn, bool inverse)
+                  int64_t rd, const float *cs, const float *sn, bool inverse)
 {
     counting *c = ctx;
     c->n[C_ROPE]++;
-    return c->inner.ops->rope_apply(c->inner.ctx, x, pos, T, nh, hd, cs, sn, inverse);
+    return c->inner.ops->rope_apply(c->inner.ctx, x, pos, T, nh, hd, rd, cs, sn, inverse);
 }
 static int w_swiglu(void *ctx, float *out, const float *gate, const float *up, int64_t n)
 {

@@ -167,9 +167,10 @@ typedef struct df_backend_ops {
     /** df_rmsnorm_bwd: dx[T,H] += ..., dw[H] += ... (dw may be NULL). */
     int (*rmsnorm_bwd)(void *ctx, float *dx, float *dw, const float *dout, const float *x,
                        const float *w, const float *rstd, int64_t T, int64_t H);
-    /** df_rope_apply: x[T, n_heads*hd] in place, cos/sin the df_rope_table rows. */
+    /** df_rope_apply: x[T, n_heads*hd] in place, the first rd dims of each head rotated by the
+     *  df_rope_model_table rows cos/sin [n_pos, rd/2], the others passed. */
     int (*rope_apply)(void *ctx, float *x, const int32_t *pos, int64_t T, int64_t n_heads,
-                      int64_t hd, const float *cos_t, const float *sin_t, bool inverse);
+                      int64_t hd, int64_t rd, const float *cos_t, const float *sin_t, bool inverse);
     /** df_attention_fwd over the sequences of s (and its window): out[T, nh*hd], lse[T, nh]. */
     int (*attention_fwd)(void *ctx, float *out, float *lse, const float *q, const float *k,
                          const float *v, const df_backend_seqs *s, int64_t nh, int64_t nkv,

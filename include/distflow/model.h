@@ -43,7 +43,7 @@ extern "C" {
 typedef enum df_dtype { DF_DTYPE_F32 = 0, DF_DTYPE_BF16 = 1, DF_DTYPE_F16 = 2 } df_dtype;
 
 #define DF_MAX_EOS 8
-#define DF_MAX_ROPE_FREQS 128 /**< RoPE frequencies per head at most: head_dim / 2 (head_dim <= 256) */
+#define DF_MAX_ROPE_FREQS 128 /**< RoPE frequencies per head at most: rope_dim / 2 (head_dim <= 256) */
 
 /** RoPE frequencies (HF rope_scaling / rope_parameters "rope_type"). */
 typedef enum df_rope_type {
@@ -74,14 +74,19 @@ typedef struct df_model_config {
     bool o_proj_bias;                /**< an o_proj bias too (llama / qwen3 attention_bias) */
     bool qk_norm;                    /**< per-head RMSNorm of q and k before RoPE, weights
                                           q_norm / k_norm [head_dim] (qwen3) */
+    int64_t rope_dim;                /**< the leading dims of each head RoPE rotates (phi3
+                                          partial_rotary_factor: HF's int(head_dim * factor);
+                                          Phi-4-mini 96 of 128); 0 = all of head_dim (the
+                                          parser's value then).
+                                          df_model_rope_dim reads it */
     df_rope_type rope_type;
     double rope_factor;              /**< llama3: factor (8 for Llama 3.1) */
     double rope_low_freq_factor;     /**< llama3: low_freq_factor (1) */
     double rope_high_freq_factor;    /**< llama3: high_freq_factor (4) */
     int64_t rope_original_max_pos;   /**< llama3: original_max_position_embeddings (8192); longrope:
                                           the pretraining context, the short factors' range */
-    double rope_short_factor[DF_MAX_ROPE_FREQS]; /**< longrope: [head_dim / 2] */
-    double rope_long_factor[DF_MAX_ROPE_FREQS];  /**< longrope: [head_dim / 2], past the short range
+    double rope_short_factor[DF_MAX_ROPE_FREQS]; /**< longrope: [rope_dim / 2] */
+    double rope_long_factor[DF_MAX_ROPE_FREQS];  /**< longrope: [rope_dim / 2], past the short range
                                                       (read and written back; distflow does not run it) */
     double rope_attention_factor;    /**< longrope: the cos / sin multiplier (attention_factor, else
                                           sqrt(1 + ln(max_pos / original) / ln(original)) when
@@ -162,7 +167,7 @@ DF_API void df_model_config_defaults(df_model_config *cfg);
  * ignored, as transformers does). qwen3 has q/k norms (qk_norm). RoPE: rope_theta, and rope_scaling
  * null or of rope_type (or "type") "default" or "llama3" (factor, low_freq_factor,
  * high_freq_factor, original_max_position_embeddings, all required) or, for phi3, "longrope" /
- * "su" (short_factor and long_factor, head_dim / 2 numbers > 0 each; original_max_position_embeddings
+ * "su" (short_factor and long_factor, rope_dim / 2 numbers > 0 each; original_max_position_embeddings
  * from the object, else the config, else Phi3Config's 4096; attention_factor optional:
  * DF_ROPE_LONGROPE); transformers 5's
  * rope_parameters is read the same way (its rope_theta first). Sliding window (qwen2,
@@ -172,7 +177,9 @@ DF_API void df_model_config_defaults(df_model_config *cfg);
  * instead. mistral (MistralConfig): sliding_window W (default 4096; null: no window) on
  * every layer (max_window_layers 0); phi3 the same with default null. phi3's checkpoint fuses
  * projections (df_model_load). attention_dropout, and phi3's resid_pdrop / embd_pdrop, must be 0
- * (there is no dropout), phi3's partial_rotary_factor 1. eos_token_id (int or list) fills eos_token_ids / n_eos in order.
+ * (there is no dropout). phi3's partial_rotary_factor f (0 < f <= 1, default 1) gives rope_dim =
+ * int(head_dim * f), which must be even and >= 2 (Phi-4-mini: 0.75); other families refuse a
+ * factor other than 1 (their HF attention rotates whole heads). eos_token_id (int or list) fills eos_token_ids / n_eos in order.
  * torch_dtype (or "dtype") must be float32 / bfloat16 / float16.
  * architectures: *ForCausalLM (or absent) gives a causal LM, num_labels 0
  * whatever id2label says; *ForTokenClassification a value model, its label
@@ -185,7 +192,7 @@ DF_API void df_model_config_defaults(df_model_config *cfg);
  * default / llama3 / longrope (named; longrope outside phi3), rope_scaling and rope_parameters both given and different,
  * layer_types with a full-attention layer after a windowed one, llama with
  * use_sliding_window true, hidden_act other than silu, mlp_bias true, a non-zero dropout,
- * partial_rotary_factor other than 1, architectures
+ * a partial_rotary_factor other than 1 outside phi3, architectures
  * none of *ForCausalLM / *ForTokenClassification / *ForSequenceClassification or
  * mixing them, a classifier with other than one label (naming id2label or
  * num_labels), more than DF_MAX_EOS eos ids).
@@ -277,6 +284,12 @@ DF_API int64_t df_model_max_positions(const df_model_config *cfg);
 /** What df_model_max_positions is called in messages: "max_position_embeddings", or for longrope
  *  "original_max_position_embeddings (longrope: the short factors' range)". */
 DF_API const char *df_model_max_positions_name(const df_model_config *cfg);
+/**
+ * The dims of each head RoPE rotates, its first ones (HF Phi3 apply_rotary_pos_emb rotates
+ * q[..., :rope_dim] and passes the rest): cfg->rope_dim, or head_dim when that is 0. Even.
+ * The RoPE tables (df_rope_model_table) are [positions, rope_dim / 2].
+ */
+DF_API int64_t df_model_rope_dim(const df_model_config *cfg);
 
 /* ---- layout ------------------------------------------------------------- */
 

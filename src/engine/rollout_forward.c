@@ -170,7 +170,7 @@ static void sfree(const df_infer_scratch *s, void *p)
 /* The ones and the RoPE tables of cfg for positions [0, max_len), made on the host. */
 static int fill_tables(df_infer_scratch *s, const df_model_config *cfg, int64_t max_len)
 {
-    const int64_t half = cfg->head_dim / 2, n = s->rows_cap > max_len * half ? s->rows_cap : max_len * half;
+    const int64_t half = df_model_rope_dim(cfg) / 2, n = s->rows_cap > max_len * half ? s->rows_cap : max_len * half;
     float *h = alloc64(2 * n * 4);
     if (!h)
         return df_error(DF_ENOMEM, "out of memory for the rollout's RoPE tables");
@@ -215,8 +215,8 @@ int df_infer_scratch_init(df_infer_scratch *s, const df_backend *be, const df_mo
     s->ones = cfg->o_proj_bias ? sbuf(s, rows_cap * 4, &ok) : NULL;
     s->scores_floats = be->ops->kv_scratch_floats(be->ctx, cfg->num_attention_heads, max_len);
     s->scores = sbuf(s, s->scores_floats * 4, &ok);
-    s->rope_cos = sbuf(s, max_len * (cfg->head_dim / 2) * 4, &ok);
-    s->rope_sin = sbuf(s, max_len * (cfg->head_dim / 2) * 4, &ok);
+    s->rope_cos = sbuf(s, max_len * (df_model_rope_dim(cfg) / 2) * 4, &ok);
+    s->rope_sin = sbuf(s, max_len * (df_model_rope_dim(cfg) / 2) * 4, &ok);
     if (s->dev) { /* the batch's index arrays in device memory, the output rows' staged here */
         s->tok = sbuf(s, rows_cap * 4, &ok);
         s->bslot = sbuf(s, rows_cap * 4, &ok);

@@ -53,7 +53,7 @@ typedef struct df_infer_scratch {
     float *ones;          /**< [rows_cap] of 1 (an o_proj bias's rank-1 GEMM), or NULL */
     float *scores;        /**< kv_attention's scratch, scores_floats of them */
     int64_t scores_floats;
-    float *rope_cos, *rope_sin; /**< [max_len, hd / 2] rotations of positions 0 .. max_len-1
+    float *rope_cos, *rope_sin; /**< [max_len, rope_dim / 2] rotations of positions 0 .. max_len-1
                                      with the RoPE of the config given at init */
     /* dev only (else NULL): the batch's arrays copied per call, and the output rows' slots and
      * positions gathered on the host before their upload into slot / pos */

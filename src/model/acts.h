@@ -71,7 +71,7 @@ struct df_acts {
     float *rstdf, *lse, *ent; /* [max_out] */
     /* Positions and RoPE tables. */
     int32_t *pos;        /* [max_tokens] host memory */
-    float *rope_cos, *rope_sin; /* [max_tokens, hd / 2] */
+    float *rope_cos, *rope_sin; /* [max_tokens, rope_dim / 2] */
     /* Scratch: mlp_a (forward and backward), the others the backward's (forward-only: NULL). */
     float *mlp_a;        /* [mlp_rows, I] silu(gate) * up, then its gradient */
     float *dres, *dxn;   /* [T, H] */

@@ -177,10 +177,10 @@ static int cpu_rmsnorm_bwd(void *ctx, float *dx, float *dw, const float *dout, c
 }
 
 static int cpu_rope_apply(void *ctx, float *x, const int32_t *pos, int64_t T, int64_t n_heads,
-                          int64_t hd, const float *cos_t, const float *sin_t, bool inverse)
+                          int64_t hd, int64_t rd, const float *cos_t, const float *sin_t, bool inverse)
 {
     (void)ctx;
-    df_rope_apply(x, pos, T, n_heads, hd, cos_t, sin_t, inverse);
+    df_rope_apply(x, pos, T, n_heads, hd, rd, cos_t, sin_t, inverse);
     return DF_OK;
 }
 

@@ -70,8 +70,8 @@ static void layer_backward(const df_model_config *c, const df_layer_view *w, df_
     DF_WMM(a, false, T, qd, H, 1.0f, dres, w->wo, w16 ? w16->wo : NULL, 0.0f, a->dao);
     DF_BE(a, attention_bwd, a->dq, a->dk, a->dv, a->dao, att, a->att_lse + s * MT * nh, q, k, v,
           &seqs, nh, nkv, hd);
-    DF_BE(a, rope_apply, a->dq, bb->pos, T, nh, hd, a->rope_cos, a->rope_sin, true);
-    DF_BE(a, rope_apply, a->dk, bb->pos, T, nkv, hd, a->rope_cos, a->rope_sin, true);
+    DF_BE(a, rope_apply, a->dq, bb->pos, T, nh, hd, df_model_rope_dim(c), a->rope_cos, a->rope_sin, true);
+    DF_BE(a, rope_apply, a->dk, bb->pos, T, nkv, hd, df_model_rope_dim(c), a->rope_cos, a->rope_sin, true);
     /* The projections' outputs: q / k themselves, or the inputs of qwen3's q/k norms. */
     const float *dq = a->dq, *dk = a->dk;
     if (c->qk_norm) {

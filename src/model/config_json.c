@@ -8,6 +8,7 @@
 #include "model/strutil.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,15 +138,29 @@ static int check_dropout(json_t *root, const char *src, const char *key)
     return DF_OK;
 }
 
-/* Phi3Config.partial_rotary_factor: RoPE on a part of each head (Phi-4-mini: 0.75); only 1. */
-static int check_partial_rotary(json_t *root, const char *src)
+/*
+ * partial_rotary_factor f: RoPE on the first int(head_dim * f) dims of each head (Phi-4-mini:
+ * 0.75 of 128), as HF's Phi3 rotary embedding sizes its frequencies and Phi3Attention slices q
+ * and k. The other families' attention rotates whole heads (HF would fail on their shapes), so
+ * only 1 is accepted there. An odd or empty rotated part fails in HF too: refused here.
+ */
+static int parse_partial_rotary(json_t *root, const char *src, df_model_config *c)
 {
     json_t *v = df_cfg_get(root, "partial_rotary_factor");
-    if (v && !json_is_number(v))
+    if (!v)
+        return DF_OK;
+    if (!json_is_number(v))
         return df_cfg_wrong_type(src, "partial_rotary_factor", "a number", v);
-    if (v && json_number_value(v) != 1.0)
-        return df_error(DF_EUNSUPPORTED, "%s: key \"partial_rotary_factor\" %g is not supported (RoPE on the "
-                        "whole head only: 1.0)", src, json_number_value(v));
+    double f = json_number_value(v);
+    if (f != 1.0 && strcmp(c->model_type, "phi3"))
+        return df_error(DF_EUNSUPPORTED, "%s: key \"partial_rotary_factor\" %g is not supported for %s (its "
+                        "attention rotates whole heads: 1.0)", src, f, c->model_type);
+    int64_t rd = f > 0 && f <= 1 ? (int64_t)((double)c->head_dim * f) : 0;
+    if (rd < 2 || rd % 2)
+        return df_error(DF_EINVAL, "%s: key \"partial_rotary_factor\" %g must be in (0, 1] and give an even "
+                        "number >= 2 of rotated dims (int(head_dim %lld * factor) = %lld)", src, f,
+                        (long long)c->head_dim, (long long)rd);
+    c->rope_dim = rd == c->head_dim ? 0 : rd; /* 0: the whole head, as without the key */
     return DF_OK;
 }
 
@@ -158,8 +173,6 @@ static int check_unsupported(json_t *root, const char *src, bool phi3)
         rc = check_dropout(root, src, "resid_pdrop");
     if (!rc && phi3)
         rc = check_dropout(root, src, "embd_pdrop");
-    if (!rc && phi3)
-        rc = check_partial_rotary(root, src);
     if (rc)
         return rc;
     if ((rc = df_cfg_get_bool(root, src, "mlp_bias", &b)))
@@ -311,6 +324,8 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
         c->head_dim = c->hidden_size / c->num_attention_heads;
     }
     if (!rc)
+        rc = parse_partial_rotary(root, src, c);
+    if (!rc)
         rc = df_cfg_parse_rope(root, src, c);
     if (!rc)
         rc = df_cfg_parse_window(root, src, c);
@@ -380,6 +395,23 @@ static int set_fresh_defaults(json_t *o, bool llama)
     return bad;
 }
 
+/* partial_rotary_factor when the heads are rotated in part: the file's value when it still gives
+   rope_dim, else rope_dim / head_dim, raised to the next double if HF's int(head_dim * f) would
+   truncate it below rope_dim. */
+static int write_partial_rotary(json_t *o, const df_model_config *c)
+{
+    const int64_t rd = df_model_rope_dim(c);
+    json_t *v = json_object_get(o, "partial_rotary_factor");
+    if (json_is_number(v) && (int64_t)((double)c->head_dim * json_number_value(v)) == rd)
+        return 0;
+    if (!v && rd == c->head_dim)
+        return 0;
+    double f = (double)rd / (double)c->head_dim;
+    if ((int64_t)((double)c->head_dim * f) < rd)
+        f = nextafter(f, 2.0);
+    return json_object_set_new(o, "partial_rotary_factor", json_real(f));
+}
+
 /* The HF class prefix of a model_type. */
 const char *df_model_class_prefix(const char *model_type)
 {
@@ -414,7 +446,7 @@ int df_model_config_to_json(const df_model_config *c, const char *original_json,
     int bad = 0;
     if (!original_json)
         bad |= set_fresh_defaults(o, llama);
-    bad |= df_cfg_write_rope(o, c) | df_cfg_write_window(o, c, !original_json);
+    bad |= df_cfg_write_rope(o, c) | df_cfg_write_window(o, c, !original_json) | write_partial_rotary(o, c);
     if (c->num_labels > 0) {
         /* transformers' form of one label: {"0": "LABEL_0"} and its inverse. */
         snprintf(arch, sizeof arch, "%sForTokenClassification", df_model_class_prefix(c->model_type));

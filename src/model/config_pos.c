@@ -37,15 +37,17 @@ static int parse_llama3(json_t *o, const char *src, const char *key, df_model_co
     return DF_OK;
 }
 
-/* A longrope factor list: head_dim / 2 finite numbers > 0 (HF's _validate_longrope_parameters). */
+/* A longrope factor list: one finite number > 0 per rotated pair, rope_dim / 2 (HF's
+   _validate_longrope_parameters). */
 static int parse_factors(json_t *o, const char *src, const char *key, const char *name, double *out,
                          const df_model_config *c)
 {
     json_t *a = json_object_get(o, name);
-    const int64_t half = c->head_dim / 2;
+    const int64_t half = df_model_rope_dim(c) / 2;
     if (!json_is_array(a) || (int64_t)json_array_size(a) != half)
-        return df_error(DF_EINVAL, "%s: key \"%s\" (longrope) must have \"%s\", a list of head_dim / 2 = %lld "
-                        "numbers", src, key, name, (long long)half);
+        return df_error(DF_EINVAL, "%s: key \"%s\" (longrope) must have \"%s\", a list of %lld numbers (the "
+                        "rotated dims / 2: head_dim times partial_rotary_factor, halved)", src, key, name,
+                        (long long)half);
     for (int64_t i = 0; i < half; i++) {
         json_t *v = json_array_get(a, (size_t)i);
         if (!json_is_number(v) || !(json_number_value(v) > 0) || !isfinite(json_number_value(v)))
@@ -71,9 +73,9 @@ static int parse_longrope(json_t *root, json_t *o, const char *src, const char *
 {
     if (strcmp(c->model_type, "phi3"))
         return df_error(DF_EUNSUPPORTED, "%s: key \"%s\": longrope is supported for phi3 models only", src, key);
-    if (c->head_dim / 2 > DF_MAX_ROPE_FREQS)
-        return df_error(DF_EUNSUPPORTED, "%s: key \"%s\" (longrope): head_dim %lld has more than %d frequencies",
-                        src, key, (long long)c->head_dim, DF_MAX_ROPE_FREQS);
+    if (df_model_rope_dim(c) / 2 > DF_MAX_ROPE_FREQS)
+        return df_error(DF_EUNSUPPORTED, "%s: key \"%s\" (longrope): %lld rotated dims have more than %d "
+                        "frequencies", src, key, (long long)df_model_rope_dim(c), DF_MAX_ROPE_FREQS);
     const char *omp = "original_max_position_embeddings";
     int rc = parse_factors(o, src, key, "short_factor", c->rope_short_factor, c);
     if (!rc)
@@ -264,7 +266,7 @@ int df_cfg_parse_window(json_t *root, const char *src, df_model_config *c)
    entries (attention_factor, factor) stay as the file has them. */
 static int write_longrope_obj(json_t *o, const df_model_config *c)
 {
-    const int64_t half = c->head_dim / 2;
+    const int64_t half = df_model_rope_dim(c) / 2;
     json_t *s = json_array(), *l = json_array();
     int bad = !s || !l;
     for (int64_t i = 0; !bad && i < half; i++) {

@@ -55,8 +55,9 @@ static void qkv(const run *r, const df_model_config *c, const df_layer_view *w,
         linear(r, b->k, b->xn1, w->wk, w16 ? w16->wk : NULL, w->bk, T, kvd, H);
     }
     linear(r, b->v, b->xn1, w->wv, w16 ? w16->wv : NULL, w->bv, T, kvd, H);
-    LB(r, rope_apply, b->q, b->pos, T, nh, hd, b->rope_cos, b->rope_sin, false);
-    LB(r, rope_apply, b->k, b->pos, T, nkv, hd, b->rope_cos, b->rope_sin, false);
+    const int64_t rd = df_model_rope_dim(c);
+    LB(r, rope_apply, b->q, b->pos, T, nh, hd, rd, b->rope_cos, b->rope_sin, false);
+    LB(r, rope_apply, b->k, b->pos, T, nkv, hd, rd, b->rope_cos, b->rope_sin, false);
 }
 
 /* The residual stream and queries of the rows that go on past the attention: all of them, or

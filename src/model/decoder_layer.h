@@ -25,7 +25,7 @@
  */
 typedef struct df_layer_bufs {
     const int32_t *pos;                /**< [T] positions (RoPE and the KV cache) */
-    const float *rope_cos, *rope_sin;  /**< df_rope_table_freq rows */
+    const float *rope_cos, *rope_sin;  /**< df_rope_model_table rows [n_pos, rope_dim / 2] */
     const float *ones;                 /**< [T] of 1 when the model has an o_proj bias */
     const float *x;                    /**< [T, H] residual stream in */
     float *xn1, *rstd1;                /**< [T, H], [T] */

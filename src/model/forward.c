@@ -143,7 +143,7 @@ int df_acts_share_weights16(df_acts *a, const df_weights16 *w, const df_model *m
  * the o_proj bias's column of ones, in the backend's memory. */
 static int rope_tables(df_acts *a)
 {
-    const int64_t n = a->max_tokens * (a->cfg.head_dim / 2), T = a->max_tokens;
+    const int64_t n = a->max_tokens * (df_model_rope_dim(&a->cfg) / 2), T = a->max_tokens;
     const bool host = a->be.ops->host_memory;
     float *c = host ? a->rope_cos : malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
     float *s = host ? a->rope_sin : malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
@@ -235,8 +235,8 @@ static void alloc_buffers(df_acts *a, int *fail)
     a->rstdf = falloc(a, O, fail);
     a->lse = falloc(a, O, fail);
     a->ent = falloc(a, O, fail);
-    a->rope_cos = falloc(a, T * cfg->head_dim / 2, fail);
-    a->rope_sin = falloc(a, T * cfg->head_dim / 2, fail);
+    a->rope_cos = falloc(a, T * (df_model_rope_dim(cfg) / 2), fail);
+    a->rope_sin = falloc(a, T * (df_model_rope_dim(cfg) / 2), fail);
     a->mlp_a = falloc(a, a->mlp_rows * I, fail); /* act, then its gradient (gate / up: in place) */
     a->dres = bwd_alloc(a, T * H, fail);
     a->dxn = bwd_alloc(a, T * H, fail);

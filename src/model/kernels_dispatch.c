@@ -46,8 +46,8 @@ DF_KDISPATCH_VOID(df_rope_table_freq,
                   (cos_t, sin_t, n_pos, hd, inv_freq))
 DF_KDISPATCH_VOID(df_rope_apply,
                   (float *x, const int32_t *pos, int64_t T, int64_t n_heads, int64_t hd,
-                   const float *cos_t, const float *sin_t, bool inverse),
-                  (x, pos, T, n_heads, hd, cos_t, sin_t, inverse))
+                   int64_t rd, const float *cos_t, const float *sin_t, bool inverse),
+                  (x, pos, T, n_heads, hd, rd, cos_t, sin_t, inverse))
 DF_KDISPATCH_VOID(df_rope_fwd,
                   (float *x, const int32_t *pos, int64_t T, int64_t n_heads, int64_t hd,
                    double theta),

@@ -68,14 +68,15 @@ static int validate_positions(const df_model_config *c)
                         "high_freq_factor and original_max_position_embeddings > 0 (got %g, %g, %g, %lld)",
                         c->rope_factor, c->rope_low_freq_factor, c->rope_high_freq_factor,
                         (long long)c->rope_original_max_pos);
+    const int64_t rd = df_model_rope_dim(c);
     if (c->rope_type == DF_ROPE_LONGROPE) {
-        bool ok = c->head_dim / 2 <= DF_MAX_ROPE_FREQS && c->rope_original_max_pos > 1 &&
+        bool ok = rd / 2 <= DF_MAX_ROPE_FREQS && c->rope_original_max_pos > 1 &&
                   c->rope_attention_factor > 0 && isfinite(c->rope_attention_factor);
-        for (int64_t i = 0; ok && i < c->head_dim / 2; i++)
+        for (int64_t i = 0; ok && i < rd / 2; i++)
             ok = c->rope_short_factor[i] > 0 && c->rope_long_factor[i] > 0 && isfinite(c->rope_short_factor[i]) &&
                  isfinite(c->rope_long_factor[i]);
         if (!ok || strcmp(c->model_type, "phi3"))
-            return df_error(DF_EINVAL, "longrope needs a phi3 model, head_dim / 2 <= %d factors > 0 of each list, "
+            return df_error(DF_EINVAL, "longrope needs a phi3 model, rope_dim / 2 <= %d factors > 0 of each list, "
                             "original_max_position_embeddings > 1 and attention_factor > 0", DF_MAX_ROPE_FREQS);
     }
     if (c->rope_type != DF_ROPE_DEFAULT && c->rope_type != DF_ROPE_LLAMA3 && c->rope_type != DF_ROPE_LONGROPE)
@@ -99,6 +100,11 @@ const char *df_model_max_positions_name(const df_model_config *c)
 {
     return c->rope_type == DF_ROPE_LONGROPE ? "original_max_position_embeddings (longrope: the short factors' range)"
                                             : "max_position_embeddings";
+}
+
+int64_t df_model_rope_dim(const df_model_config *c)
+{
+    return c->rope_dim ? c->rope_dim : c->head_dim;
 }
 
 int64_t df_model_layer_window(const df_model_config *c, int64_t layer)
@@ -136,6 +142,13 @@ int df_model_config_validate(const df_model_config *c)
     if (c->head_dim % 2)
         return df_error(DF_EINVAL, "head_dim (%lld) must be even for rotary embeddings",
                         (long long)c->head_dim);
+    const int64_t rd = df_model_rope_dim(c);
+    if (c->rope_dim < 0 || rd > c->head_dim || rd < 2 || rd % 2)
+        return df_error(DF_EINVAL, "rope_dim %lld must be even, >= 2 and at most head_dim %lld",
+                        (long long)c->rope_dim, (long long)c->head_dim);
+    if (rd != c->head_dim && strcmp(c->model_type, "phi3"))
+        return df_error(DF_EINVAL, "%s rotates whole heads (rope_dim %lld, head_dim %lld): a partial "
+                        "rotary embedding is phi3's", c->model_type, (long long)rd, (long long)c->head_dim);
     if (!(c->rms_norm_eps > 0) || !(c->rope_theta > 0))
         return df_error(DF_EINVAL, "rms_norm_eps and rope_theta must be > 0");
     if (c->num_labels < 0)

@@ -287,7 +287,7 @@ void df_rope_table(float *cos_t, float *sin_t, int64_t n_pos, int64_t hd, double
 void df_rope_table_freq(float *cos_t, float *sin_t, int64_t n_pos, int64_t hd,
                         const float *inv_freq);
 /**
- * inv_freq[c->head_dim / 2] of c's RoPE in float32 (not a per-variant kernel: src/model/rope.c):
+ * inv_freq[rope_dim / 2] of c's RoPE (over df_model_rope_dim's rd in hd's place) in float32 (not a per-variant kernel: src/model/rope.c):
  * DF_ROPE_DEFAULT 1 / theta^(2i / hd); DF_ROPE_LLAMA3 those rescaled as HF's
  * _compute_llama3_parameters (wavelength 2 pi / f above original_max_position_embeddings /
  * low_freq_factor: f / factor; below original_max_position_embeddings / high_freq_factor: f;
@@ -299,20 +299,23 @@ void df_rope_inv_freq(float *inv_freq, const df_model_config *c);
 /** The multiplier of c's cos / sin tables: LongRoPE's attention factor (in float32), else 1. */
 float df_rope_attention_factor(const df_model_config *c);
 /**
- * cos_t, sin_t [n_pos, head_dim / 2] of c's RoPE: df_rope_table_freq of df_rope_inv_freq, times
+ * cos_t, sin_t [n_pos, df_model_rope_dim(c) / 2] of c's RoPE: df_rope_table_freq of df_rope_inv_freq, times
  * df_rope_attention_factor (HF multiplies emb.cos() / emb.sin() by attention_scaling). The tables
  * every decoder (training, rollout, any backend) rotates with.
  */
 void df_rope_model_table(float *cos_t, float *sin_t, int64_t n_pos, const df_model_config *c);
-/** Whether a and b rotate alike: the same head_dim, frequencies (bit for bit) and attention factor. */
+/** Whether a and b rotate alike: the same head_dim, rotated dims, frequencies (bit for bit) and
+ *  attention factor. */
 bool df_rope_same(const df_model_config *a, const df_model_config *b);
 /**
- * In place on x[T, n_heads * hd] with table rows pos[t] (< the table's n_pos).
- * inverse = true rotates by the negative angle: the backward pass (the
+ * In place on x[T, n_heads * hd] with table rows pos[t] (< the table's n_pos): the first rd dims
+ * of each head (rd even, <= hd) rotate as above with rd in hd's place (pairs (i, i + rd/2), the
+ * table [n_pos, rd/2]); dims rd .. hd-1 pass unchanged (HF Phi3 apply_rotary_pos_emb's q_pass;
+ * rd = hd: the whole head). inverse = true rotates by the negative angle: the backward pass (the
  * rotation's transpose) applied to a gradient.
  */
 void df_rope_apply(float *x, const int32_t *pos, int64_t T, int64_t n_heads, int64_t hd,
-                   const float *cos_t, const float *sin_t, bool inverse);
+                   int64_t rd, const float *cos_t, const float *sin_t, bool inverse);
 /** As df_rope_apply(inverse = false) without a table (angles computed per token). */
 void df_rope_fwd(float *x, const int32_t *pos, int64_t T, int64_t n_heads, int64_t hd,
                  double theta);

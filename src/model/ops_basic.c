@@ -139,11 +139,12 @@ void df_rope_table(float *cos_t, float *sin_t, int64_t n_pos, int64_t hd, double
     df_rope_table_freq(cos_t, sin_t, n_pos, hd, inv_freq);
 }
 
-/* Rotate every head of row x[n_heads * hd] by (c, s); sign = -1 applies the inverse. */
+/* Rotate the first rd dims of every head of row x[n_heads * hd] by (c, s); sign = -1 applies
+   the inverse. */
 static void rope_row(float *x, const float *c, const float *s, int64_t n_heads, int64_t hd,
-                     float sign)
+                     int64_t rd, float sign)
 {
-    int64_t half = hd / 2;
+    int64_t half = rd / 2;
     for (int64_t h = 0; h < n_heads; h++) {
         float *a = x + h * hd, *b = a + half;
 #pragma omp simd
@@ -156,14 +157,14 @@ static void rope_row(float *x, const float *c, const float *s, int64_t n_heads, 
 }
 
 void df_rope_apply(float *x, const int32_t *pos, int64_t T, int64_t n_heads, int64_t hd,
-                   const float *cos_t, const float *sin_t, bool inverse)
+                   int64_t rd, const float *cos_t, const float *sin_t, bool inverse)
 {
-    int64_t half = hd / 2;
+    int64_t half = rd / 2;
     float sign = inverse ? -1.0f : 1.0f;
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < T; t++)
         rope_row(x + t * n_heads * hd, cos_t + (int64_t)pos[t] * half,
-                 sin_t + (int64_t)pos[t] * half, n_heads, hd, sign);
+                 sin_t + (int64_t)pos[t] * half, n_heads, hd, rd, sign);
 }
 
 /* Without a table: one row of angles per token (the decode path's few tokens). */
@@ -181,7 +182,7 @@ static void rope_direct(float *x, const int32_t *pos, int64_t T, int64_t n_heads
             c[i] = (float)cos((double)ang);
             s[i] = (float)sin((double)ang);
         }
-        rope_row(x + t * n_heads * hd, c, s, n_heads, hd, sign);
+        rope_row(x + t * n_heads * hd, c, s, n_heads, hd, hd, sign);
     }
 }
 

@@ -1,6 +1,7 @@
 /*
  * RoPE inverse frequencies of a model configuration (ops.h df_rope_inv_freq): the
- * default ones and Llama 3.1's rescaling of them; the only definition of them (the
+ * default ones, Llama 3.1's rescaling of them and LongRoPE's short factors, over the rotated
+ * dims (df_model_rope_dim); the only definition of them (the
  * theta-only ops df_rope_table / df_rope_fwd / df_rope_bwd call it too). Not a kernel:
  * computed once per table or call, in float32 operation by operation as transformers
  * computes them, so the tables match HF's to the last bit where the math library's powf
@@ -53,7 +54,7 @@ static float longrope_inv_freq(int64_t i, int64_t hd, const df_model_config *c)
 
 void df_rope_inv_freq(float *inv_freq, const df_model_config *c)
 {
-    const int64_t hd = c->head_dim;
+    const int64_t hd = df_model_rope_dim(c); /* HF sizes the frequencies by the rotated dims */
     for (int64_t i = 0; i < hd / 2; i++) {
         inv_freq[i] = c->rope_type == DF_ROPE_LONGROPE ? longrope_inv_freq(i, hd, c)
                                                         : default_inv_freq(i, hd, c->rope_theta);
@@ -71,21 +72,23 @@ void df_rope_model_table(float *cos_t, float *sin_t, int64_t n_pos, const df_mod
 {
     float inv_freq[DF_MAX_HEAD_DIM / 2];
     df_rope_inv_freq(inv_freq, c);
-    df_rope_table_freq(cos_t, sin_t, n_pos, c->head_dim, inv_freq);
+    const int64_t rd = df_model_rope_dim(c);
+    df_rope_table_freq(cos_t, sin_t, n_pos, rd, inv_freq);
     const float a = df_rope_attention_factor(c);
     if (a == 1.0f)
         return;
     /* HF: cos = emb.cos() * attention_scaling, a float32 product */
-    for (int64_t k = 0; k < n_pos * (c->head_dim / 2); k++)
+    for (int64_t k = 0; k < n_pos * (rd / 2); k++)
         cos_t[k] *= a, sin_t[k] *= a;
 }
 
 bool df_rope_same(const df_model_config *a, const df_model_config *b)
 {
-    if (a->head_dim != b->head_dim || df_rope_attention_factor(a) != df_rope_attention_factor(b))
+    if (a->head_dim != b->head_dim || df_model_rope_dim(a) != df_model_rope_dim(b) ||
+        df_rope_attention_factor(a) != df_rope_attention_factor(b))
         return false;
     float fa[DF_MAX_HEAD_DIM / 2], fb[DF_MAX_HEAD_DIM / 2];
     df_rope_inv_freq(fa, a);
     df_rope_inv_freq(fb, b);
-    return !memcmp(fa, fb, sizeof(float) * (size_t)(a->head_dim / 2));
+    return !memcmp(fa, fb, sizeof(float) * (size_t)(df_model_rope_dim(a) / 2));
 }

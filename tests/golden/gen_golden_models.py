@@ -26,6 +26,10 @@ float64 reference and file layout, for two tiny models that exercise what Qwen2 
                 original_max_position_embeddings, so cos / sin carry the attention factor
                 sqrt(1 + ln 16 / ln 512) (HF _compute_longrope_parameters at lengths within the
                 original context, where the short factors apply).
+  tiny_phi4_mini  Phi-4-mini's attention on tiny_phi3's layout: partial_rotary_factor 0.75, so
+                RoPE rotates the first int(16 * 0.75) = 12 dims of each head (Phi3Attention's
+                q_rot / q_pass slices; the frequencies sized by those 12 dims), LongRoPE with 6
+                short factors (all different), tied embeddings as Phi-4-mini has.
   tiny_llama31  LlamaForCausalLM with Llama 3.1's rope_scaling (rope_type llama3; the
                 inverse frequencies rescaled as _compute_llama3_parameters, in float32),
                 chosen so that the 8 frequencies fall in all three bands (3 high, 2 medium,
@@ -41,6 +45,7 @@ Not run by CI; rerun by hand with Debian's torch: /usr/bin/python3.
 import json
 import math
 import os
+import sys
 
 import torch
 
@@ -121,6 +126,20 @@ PHI3_LONGROPE = dict(PHI3, **{
 })
 
 
+PHI4_MINI = dict(PHI3_LONGROPE, **{
+    "partial_rotary_factor": 0.75,
+    "tie_word_embeddings": True,
+    "rope_scaling": {"type": "longrope",
+                     "short_factor": [1.0, 1.1, 1.35, 1.8, 2.6, 4.0],
+                     "long_factor": [1.0, 1.4, 2.2, 3.5, 6.0, 11.0]},
+})
+
+
+def rot_dim(c):
+    """The dims of each head RoPE rotates: int(head_dim * partial_rotary_factor) as HF computes it."""
+    return int(c["head_dim"] * c.get("partial_rotary_factor", 1.0))
+
+
 def param_shapes(c):
     """HF names and shapes in the checkpoint's order (distflow's layout, phi3's fused)."""
     H, I, V, d = c["hidden_size"], c["intermediate_size"], c["vocab_size"], c["head_dim"]
@@ -174,7 +193,7 @@ def init_params(c, seed):
 
 def inv_freq(c):
     """The rotary inverse frequencies in float32, with Llama 3.1's rescaling when configured."""
-    d = c["head_dim"]
+    d = rot_dim(c)
     f = 1.0 / (c["rope_theta"] ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
     rs = c.get("rope_scaling")
     if rs and rs.get("type") == "longrope":     # the short factors: lengths within the original context
@@ -246,8 +265,9 @@ def layer(c, p, i, x):
         k = rms_norm(k, p[at + "k_norm.weight"], eps)
     q, k, v = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)
     cos, sin = rope_cos_sin(c, L)
-    q = q * cos + rotate_half(q) * sin
-    k = k * cos + rotate_half(k) * sin
+    rd = rot_dim(c)                              # Phi3's apply_rotary_pos_emb: rotate [:rd], pass the rest
+    q = torch.cat((q[..., :rd] * cos + rotate_half(q[..., :rd]) * sin, q[..., rd:]), dim=-1)
+    k = torch.cat((k[..., :rd] * cos + rotate_half(k[..., :rd]) * sin, k[..., rd:]), dim=-1)
     k = k.repeat_interleave(nh // nkv, dim=0)
     v = v.repeat_interleave(nh // nkv, dim=0)
     s = (q @ k.transpose(1, 2)) * d ** -0.5
@@ -331,13 +351,18 @@ def write_fixture(name, c, seed):
     print(f"{name}: n_out={len(rows)} loss={float(loss):.6f} logp.t1[0]={float(logp1[0]):.6f}")
 
 
+FIXTURES = [("tiny_qwen3", QWEN3, 3003), ("tiny_llama31", LLAMA31, 3101),
+            ("tiny_mistral", MISTRAL, 3211), ("tiny_phi3", PHI3, 3307),
+            ("tiny_phi3_longrope", PHI3_LONGROPE, 3313), ("tiny_phi4_mini", PHI4_MINI, 3319)]
+
+
 def main():
+    """Every fixture, or those named on the command line (each is seeded on its own)."""
     torch.manual_seed(0)
-    write_fixture("tiny_qwen3", QWEN3, 3003)
-    write_fixture("tiny_llama31", LLAMA31, 3101)
-    write_fixture("tiny_mistral", MISTRAL, 3211)
-    write_fixture("tiny_phi3", PHI3, 3307)
-    write_fixture("tiny_phi3_longrope", PHI3_LONGROPE, 3313)
+    only = set(sys.argv[1:])
+    for name, c, seed in FIXTURES:
+        if not only or name in only:
+            write_fixture(name, c, seed)
 
 
 if __name__ == "__main__":

@@ -237,9 +237,9 @@ static int cu_rmsnorm_bwd(void *ctx, float *dx, float *dw, const float *dout, co
 }
 
 static int cu_rope_apply(void *ctx, float *x, const int32_t *pos, int64_t T, int64_t n_heads,
-                         int64_t hd, const float *cos_t, const float *sin_t, bool inverse)
+                         int64_t hd, int64_t rd, const float *cos_t, const float *sin_t, bool inverse)
 {
-    return df_cuda_rope_apply(ctx, x, pos, T, n_heads, hd, cos_t, sin_t, inverse);
+    return df_cuda_rope_apply(ctx, x, pos, T, n_heads, hd, rd, cos_t, sin_t, inverse);
 }
 
 static int cu_attention_fwd(void *ctx, float *out, float *lse, const float *q, const float *k,

@@ -140,13 +140,14 @@ int df_cuda_rmsnorm_bwd(df_cuda *c, float *d_dx, float *d_dw, const float *d_dou
                         const float *d_x, const float *d_w, const float *d_rstd, int64_t T,
                         int64_t H);
 /**
- * In place on x[T, n_heads * hd], rows rotated by table rows pos[t] (device int32 < n_pos of
- * the table); cos_t, sin_t [n_pos, hd/2] device copies of df_rope_table's output, so the
- * angles are bit-identical to the CPU's. inverse: the transpose (the backward). df_rope_apply.
+ * In place on x[T, n_heads * hd]: the first rd dims of each head (rd even, <= hd) rotated by
+ * table rows pos[t] (device int32 < n_pos of the table), the rest passed; cos_t, sin_t
+ * [n_pos, rd/2] device copies of df_rope_model_table's output, so the angles are bit-identical
+ * to the CPU's. inverse: the transpose (the backward). df_rope_apply.
  */
 int df_cuda_rope_apply(df_cuda *c, float *d_x, const int32_t *d_pos, int64_t T,
-                       int64_t n_heads, int64_t hd, const float *d_cos, const float *d_sin,
-                       bool inverse);
+                       int64_t n_heads, int64_t hd, int64_t rd, const float *d_cos,
+                       const float *d_sin, bool inverse);
 /** out[n] = silu(gate) · up. df_swiglu_fwd. */
 int df_cuda_swiglu_fwd(df_cuda *c, float *d_out, const float *d_gate, const float *d_up,
                        int64_t n);

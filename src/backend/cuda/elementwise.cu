@@ -194,13 +194,15 @@ int df_cuda_rmsnorm_bwd(df_cuda *c, float *d_dx, float *d_dw, const float *d_dou
 /* ---- RoPE ---------------------------------------------------------------------------------- */
 
 /*
- * One thread per pair (t, head h, i < half): x[t, h hd + i] and x[t, h hd + i + half] rotate
- * by table row pos[t], column i; sign = -1 is the inverse. df_rope_apply's expressions.
+ * One thread per pair (t, head h, i < half = rd / 2): x[t, h hd + i] and x[t, h hd + i + half]
+ * rotate by table row pos[t], column i; dims rd .. hd-1 are not touched; sign = -1 is the
+ * inverse. df_rope_apply's expressions.
  */
 __global__ static void rope_kernel(float *x, const int32_t *pos, int64_t T, int64_t n_heads,
-                                   int64_t hd, const float *cos_t, const float *sin_t, float sign)
+                                   int64_t hd, int64_t rd, const float *cos_t, const float *sin_t,
+                                   float sign)
 {
-    const int64_t half = hd / 2, per_row = n_heads * half;
+    const int64_t half = rd / 2, per_row = n_heads * half;
     GRID_LOOP(k, T * per_row)
     {
         const int64_t t = k / per_row, rem = k - t * per_row;
@@ -215,17 +217,17 @@ __global__ static void rope_kernel(float *x, const int32_t *pos, int64_t T, int6
 }
 
 int df_cuda_rope_apply(df_cuda *c, float *d_x, const int32_t *d_pos, int64_t T,
-                       int64_t n_heads, int64_t hd, const float *d_cos, const float *d_sin,
-                       bool inverse)
+                       int64_t n_heads, int64_t hd, int64_t rd, const float *d_cos,
+                       const float *d_sin, bool inverse)
 {
-    if (T < 0 || n_heads < 0 || hd < 0 || hd % 2)
-        return df_error(DF_EINVAL, "df_cuda_rope_apply: T = %lld, n_heads = %lld, hd = %lld (even)",
-                        (long long)T, (long long)n_heads, (long long)hd);
-    const int64_t n = T * n_heads * (hd / 2);
+    if (T < 0 || n_heads < 0 || hd < 0 || hd % 2 || rd < 0 || rd % 2 || rd > hd)
+        return df_error(DF_EINVAL, "df_cuda_rope_apply: T = %lld, n_heads = %lld, hd = %lld, rd = %lld "
+                        "(even, rd <= hd)", (long long)T, (long long)n_heads, (long long)hd, (long long)rd);
+    const int64_t n = T * n_heads * (rd / 2);
     if (n == 0)
         return DF_OK;
     rope_kernel<<<df_cuda_blocks(n, EW_THREADS), EW_THREADS, 0, c->stream>>>(
-        d_x, d_pos, T, n_heads, hd, d_cos, d_sin, inverse ? -1.0f : 1.0f);
+        d_x, d_pos, T, n_heads, hd, rd, d_cos, d_sin, inverse ? -1.0f : 1.0f);
     DFC_LAUNCHED();
     return DF_OK;
 }
