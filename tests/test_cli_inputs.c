@@ -17,6 +17,7 @@
 #define SRC DF_SOURCE_DIR
 #define TOK DF_SHARED_DIR "/data/tokenizers/qwen2.5"
 #define RAW_GSM8K "{\"question\": \"Two and two?\", \"answer\": \"2 + 2 = 4\\n#### 4\"}\n"
+#define RAW_MATH "{\"problem\": \"Two and two?\", \"solution\": \"It is $\\\\boxed{4}$.\"}\n"
 
 /* `cd dir && distflow ARGS 2>&1` (ARGS printf-style): its exit status, its output in out[cap]. */
 static int cli(const char *dir, char *out, size_t cap, const char *fmt, ...)
@@ -142,6 +143,36 @@ static void test_empty_paths(void **state)
         if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
             fail_msg("%s was written in the current directory", e->d_name);
     closedir(d);
+}
+
+/* An empty option value is refused naming the option, as an empty path is: '' was written as the
+   rows' split or data_source, or taken as the default; an empty help PREFIX listed every key. Where
+   '' means something (free text, --messages-key: none) it is still taken. */
+static void test_empty_values(void **state)
+{
+    const char *dir = *state;
+    inputs(dir);
+    put(dir, "math.jsonl", RAW_MATH);
+    static const struct {
+        const char *args, *msg;
+    } cases[] = {
+        {"data gsm8k --in raw.jsonl --out e.jsonl --split ''", "--split expects a non-empty value, got ''"},
+        {"data gsm8k --multiturn-tool --in raw.jsonl --out e.jsonl --split=", "--split expects a non-empty"},
+        {"data math --in math.jsonl --out e.jsonl --split ''", "--split expects a non-empty value, got ''"},
+        {"data math --in math.jsonl --out e.jsonl --data-source ''", "--data-source expects a non-empty"},
+        {"data synth --out e.jsonl --n 2 --split ''", "--split expects a non-empty value, got ''"},
+        {"embodied tasks --out e.jsonl --split train --env-name ''", "--env-name expects a non-empty value"},
+        {"eval --model m --data g.jsonl --output e.jsonl --reward-fn-key ''",
+         "--reward-fn-key expects a non-empty value, got ''"},
+        {"config help ''", "help PREFIX expects a key prefix, got '' (leave it out to list every key)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        expect(dir, 2, cases[i].msg, "%s", cases[i].args);
+    assert_false(exists(dir, "e.jsonl"));
+    char out[4096];
+    if (cli(dir, out, sizeof out, "data tokenizer --in g.jsonl --vocab-size 300 --out tk --messages-key '' "
+                                  "--system ''"))
+        fail_msg("%s", out);
 }
 
 /* eval checks what would fail only after the whole generation before it loads the model (the model
@@ -299,9 +330,9 @@ int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, df_test_mkdtemp, df_test_rmtree)
     const struct CMUnitTest tests[] = {
-        T(test_output_names_an_input), T(test_empty_paths),   T(test_eval_checks_before_loading),
-        T(test_number_ranges),         T(test_options_without_effect), T(test_empty_inputs),
-        T(test_parser),                T(test_fsutil_checks),
+        T(test_output_names_an_input), T(test_empty_paths), T(test_empty_values),
+        T(test_eval_checks_before_loading), T(test_number_ranges), T(test_options_without_effect),
+        T(test_empty_inputs), T(test_parser), T(test_fsutil_checks),
     };
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);

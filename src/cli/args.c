@@ -23,7 +23,7 @@ void df_cli_usage(const char *cmd, const char *usage, const df_opt *opts)
             printf("\noptions:\n");
         any = true;
         const char *arg = o->kind == DF_OPT_FLAG ? ""
-                          : o->kind == DF_OPT_STR ? " STR"
+                          : o->kind == DF_OPT_STR || o->kind == DF_OPT_TEXT ? " STR"
                           : o->kind == DF_OPT_PATH ? " PATH"
                           : o->kind == DF_OPT_INT ? " N"
                                                   : " X";
@@ -68,10 +68,11 @@ static int set_value(const char *cmd, df_opt *o, const char *val)
     errno = 0;
     switch (o->kind) {
     case DF_OPT_PATH:
+    case DF_OPT_STR:
         if (!*val)
             break;
         /* fall through */
-    case DF_OPT_STR:
+    case DF_OPT_TEXT:
         *(const char **)o->dst = val;
         return 0;
     case DF_OPT_INT: {
@@ -93,6 +94,7 @@ static int set_value(const char *cmd, df_opt *o, const char *val)
     }
     fprintf(stderr, "distflow %s: error: --%s expects %s, got '%s'\n", cmd, o->name,
             o->kind == DF_OPT_PATH  ? "a path"
+            : o->kind == DF_OPT_STR ? "a non-empty value"
             : o->kind == DF_OPT_INT ? "an integer"
                                     : "a finite number",
             val);

@@ -17,13 +17,16 @@ typedef struct df_cli_command {
 /* ---- option parsing ---------------------------------------------------- */
 
 /* DF_OPT_PATH: a string that names a file or directory, so never empty (an empty path would be the
-   current directory to some calls and no file to others). */
-typedef enum { DF_OPT_FLAG, DF_OPT_STR, DF_OPT_PATH, DF_OPT_INT, DF_OPT_FLOAT } df_opt_kind;
+   current directory to some calls and no file to others). DF_OPT_STR is never empty either: '' is
+   most often an unset shell variable, and a name, key or JSON text that is empty would be taken as
+   the default or written as is. DF_OPT_TEXT: any text, '' included, for the few options where an
+   empty one means something (free text, "none"). */
+typedef enum { DF_OPT_FLAG, DF_OPT_STR, DF_OPT_TEXT, DF_OPT_PATH, DF_OPT_INT, DF_OPT_FLOAT } df_opt_kind;
 
 typedef struct df_opt {
     const char *name;  /* long name without "--" */
     df_opt_kind kind;
-    void *dst;         /* bool*, const char** (STR, PATH), int64_t*, double* */
+    void *dst;         /* bool*, const char** (STR, TEXT, PATH), int64_t*, double* */
     const char *help;  /* one line; "(required)" in it marks a required option */
     bool seen;         /* set by the parser */
 } df_opt;
@@ -40,8 +43,8 @@ typedef struct df_opt_range {
  * argument after a `--` (which is dropped). `--help` / `-h` (before `--`) prints
  * usage and returns 1 with *exit_code = 0. Errors print a message naming the
  * option and return 1 with *exit_code = 2: an unknown option, a missing value, a
- * value option given twice, an empty PATH, an INT that is not an integer, a FLOAT
- * that is not a finite number. Returns 0 to continue.
+ * value option given twice, an empty PATH or STR, an INT that is not an integer, a
+ * FLOAT that is not a finite number. Returns 0 to continue.
  */
 int df_cli_parse(const char *cmd, const char *usage, df_opt *opts, int argc, char **argv,
                  char **positional, int max_pos, int *n_pos, int *exit_code);

@@ -66,6 +66,11 @@ int df_cmd_config(int argc, char **argv)
                 pos[0]);
         return 2;
     }
+    if (!strcmp(pos[0], "help") && n_pos == 2 && !*pos[1]) { /* '' would list every key, as no PREFIX does */
+        fprintf(stderr, "distflow config: error: help PREFIX expects a key prefix, got '' (leave it out "
+                        "to list every key)\n");
+        return 2;
+    }
     if (!strcmp(pos[0], "help") && n_pos > 2) {
         fprintf(stderr, "distflow config: error: help takes one PREFIX, got '%s' and '%s'\n", pos[1], pos[2]);
         return 2;

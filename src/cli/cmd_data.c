@@ -274,12 +274,12 @@ static int cmd_tokenizer(int argc, char **argv)
         {"in", DF_OPT_PATH, &in, "dataset in the verl schema (JSON lines or parquet) (required)", false},
         {"out", DF_OPT_PATH, &out, "output directory for tokenizer.json + tokenizer_config.json (required)", false},
         {"vocab-size", DF_OPT_INT, &vocab, "vocabulary size incl. 256 bytes and 3 specials (required)", false},
-        {"messages-key", DF_OPT_STR, &messages_key, "field with a row's whole conversation, trained on when present "
-         "(default messages: multi-turn SFT data, e.g. data synth --tool; '': none, every row's prompt and "
-         "response); one given that no row has is refused", false},
+        {"messages-key", DF_OPT_TEXT, &messages_key, "field with a row's whole conversation, trained on when "
+         "present (default messages: multi-turn SFT data, e.g. data synth --tool; '': none, every row's "
+         "prompt and response); one given that no row has is refused", false},
         {"response-key", DF_OPT_STR, &answer_key, "field with the response text of rows without a conversation "
          "(default extra_info.answer); refused when none of those rows has it", false},
-        {"system", DF_OPT_STR, &system, "default system message of the chat template", false},
+        {"system", DF_OPT_TEXT, &system, "default system message of the chat template", false},
         {0}};
     char *pos[1];
     int n_pos, code;

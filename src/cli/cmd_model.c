@@ -132,7 +132,7 @@ int df_cmd_score(int argc, char **argv)
     df_opt opts[] = {
         {"model", DF_OPT_PATH, &dir, "HF model directory with its tokenizer (required)", false},
         {"prompt", DF_OPT_STR, &prompt, "prompt text (required)", false},
-        {"response", DF_OPT_STR, &response, "response text (required)", false},
+        {"response", DF_OPT_TEXT, &response, "response text (required; may be empty)", false},
         {0}};
     char *pos[1];
     int n_pos, code;
