@@ -41,20 +41,21 @@ static void sp_model(const char *dir, const char *type)
     df_tokenizer_free(tok);
 }
 
-/* One GRPO step on dir/model from the fixture rows into dir/out, with `trainer` (more keys). */
-static void grpo_step(const char *dir, const char *trainer, const char *name)
+/* One GRPO step on dir/model from the fixture rows into dir/out, with `trainer` and `model`
+   (more keys, "" for none). */
+static void grpo_step(const char *dir, const char *model, const char *trainer, const char *name)
 {
     char yaml[2048];
     snprintf(yaml, sizeof yaml,
              "data: {train_files: [%s], val_files: [], train_batch_size: 4,\n"
              "       max_prompt_length: 128, max_response_length: 8}\n"
              "actor_rollout_ref:\n"
-             "  model: {path: %s/model}\n"
+             "  model: {path: %s/model%s}\n"
              "  actor: {ppo_mini_batch_size: 4, ppo_micro_batch_size_per_gpu: 8}\n"
              "  rollout: {n: 2, log_prob_micro_batch_size_per_gpu: 8}\n"
              "algorithm: {adv_estimator: grpo}\n"
              "trainer: {total_training_steps: 1, logger: [], default_local_dir: %s/out, %s}\n",
-             ROWS, dir, dir, trainer);
+             ROWS, dir, model, dir, trainer);
     df_test_fit(yaml, name);
 }
 
@@ -64,7 +65,7 @@ static void test_grpo_step(void **state)
     sp_model(dir, "llama");
     char trainer[700];
     snprintf(trainer, sizeof trainer, "save_freq: -1, rollout_data_dir: %s/out/rollouts", dir);
-    grpo_step(dir, trainer, "llama2.yaml");
+    grpo_step(dir, "", trainer, "llama2.yaml");
     /* every dumped prompt is one of the rows' questions through the template, decoded */
     char *rows = NULL;
     assert_int_equal(df_read_file(ROWS, &rows, NULL), 0);
@@ -99,29 +100,37 @@ static void test_grpo_step(void **state)
     json_decref(metrics);
 }
 
+/* The safetensors header of `path` (its JSON text), malloc'd. */
+static char *st_header(const char *path)
+{
+    char *st = NULL;
+    size_t n = 0;
+    assert_int_equal(df_read_file(path, &st, &n), 0);
+    uint64_t hlen = 0; /* its little-endian length, then its JSON */
+    for (int i = 7; i >= 0; i--)
+        hlen = hlen << 8 | (unsigned char)st[i];
+    assert_true(hlen + 8 <= n);
+    st[8 + hlen] = '\0';
+    memmove(st, st + 8, hlen + 1);
+    return st;
+}
+
 /* One GRPO step of a phi3 model, checkpointed: the actor's files are Phi-3's (fused projections). */
 static void test_phi3_step(void **state)
 {
     const char *dir = *state;
     sp_model(dir, "phi3");
     char path[600], *cfg = NULL;
-    grpo_step(dir, "save_freq: 1", "phi3.yaml");
+    grpo_step(dir, "", "save_freq: 1", "phi3.yaml");
     snprintf(path, sizeof path, "%s/out/global_step_1/actor/config.json", dir);
     assert_int_equal(df_read_file(path, &cfg, NULL), 0);
     assert_non_null(strstr(cfg, "\"Phi3ForCausalLM\""));
     free(cfg);
     snprintf(path, sizeof path, "%s/out/global_step_1/actor/model.safetensors", dir);
-    char *st = NULL;
-    size_t n = 0;
-    assert_int_equal(df_read_file(path, &st, &n), 0);
-    uint64_t hlen = 0; /* the header: its little-endian length, then its JSON */
-    for (int i = 7; i >= 0; i--)
-        hlen = hlen << 8 | (unsigned char)st[i];
-    assert_true(hlen + 8 <= n);
-    st[8 + hlen] = '\0';
-    assert_non_null(strstr(st + 8, "model.layers.1.self_attn.qkv_proj.weight"));
-    assert_non_null(strstr(st + 8, "model.layers.1.mlp.gate_up_proj.weight"));
-    assert_null(strstr(st + 8, "q_proj"));
+    char *st = st_header(path);
+    assert_non_null(strstr(st, "model.layers.1.self_attn.qkv_proj.weight"));
+    assert_non_null(strstr(st, "model.layers.1.mlp.gate_up_proj.weight"));
+    assert_null(strstr(st, "q_proj"));
     free(st);
     df_model *m = NULL;
     snprintf(path, sizeof path, "%s/out/global_step_1/actor", dir);
@@ -129,11 +138,34 @@ static void test_phi3_step(void **state)
     df_model_free(m);
 }
 
+/* A LoRA GRPO step of a phi3 model, o_proj excluded by PEFT's pattern over phi3's module names:
+   the checkpoint's adapter holds qkv_proj, gate_up_proj and down_proj adapters, PEFT's files. */
+static void test_phi3_lora_step(void **state)
+{
+    const char *dir = *state;
+    sp_model(dir, "phi3");
+    char path[600], *cfg = NULL;
+    grpo_step(dir, ", lora_rank: 4, lora_alpha: 8, target_modules: all-linear, exclude_modules: '.*\\.o_proj'",
+              "save_freq: 1", "phi3_lora.yaml");
+    snprintf(path, sizeof path, "%s/out/global_step_1/actor/lora_adapter/adapter_config.json", dir);
+    assert_int_equal(df_read_file(path, &cfg, NULL), 0);
+    assert_non_null(strstr(cfg, "\"target_modules\": [\n    \"down_proj\",\n    \"gate_up_proj\",\n    \"qkv_proj\"\n  ]"));
+    free(cfg);
+    snprintf(path, sizeof path, "%s/out/global_step_1/actor/lora_adapter/adapter_model.safetensors", dir);
+    char *h = st_header(path);
+    assert_non_null(strstr(h, "base_model.model.model.layers.1.self_attn.qkv_proj.lora_B.weight"));
+    assert_non_null(strstr(h, "base_model.model.model.layers.0.mlp.gate_up_proj.lora_A.weight"));
+    assert_null(strstr(h, "o_proj"));
+    assert_null(strstr(h, "q_proj.lora"));
+    free(h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_grpo_step, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_phi3_step, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_phi3_lora_step, df_test_mkdtemp, df_test_rmtree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

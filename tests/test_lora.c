@@ -52,10 +52,17 @@ static void test_parse_targets(void **state)
     const char *some[] = {"v_proj", "q_proj", "down_proj"};
     assert_int_equal(df_lora_parse_targets(some, 3, "k", &m), DF_OK);
     assert_int_equal(m, 1u << DF_LORA_Q | 1u << DF_LORA_V | 1u << DF_LORA_DOWN);
-    const char *bad[] = {"q_proj", "qkv_proj"};
+    const char *bad[] = {"q_proj", "qkv"};
     assert_int_equal(df_lora_parse_targets(bad, 2, "model.target_modules", &m), DF_EINVAL);
-    assert_non_null(strstr(df_last_error(), "qkv_proj"));
+    assert_non_null(strstr(df_last_error(), "unknown target module \"qkv\""));
     assert_non_null(strstr(df_last_error(), "model.target_modules"));
+    /* phi3's fused modules stand for their parts; a part named again is refused */
+    const char *fused[] = {"qkv_proj", "gate_up_proj"};
+    assert_int_equal(df_lora_parse_targets(fused, 2, "k", &m), DF_OK);
+    assert_int_equal(m, 1u << DF_LORA_Q | 1u << DF_LORA_K | 1u << DF_LORA_V | 1u << DF_LORA_GATE | 1u << DF_LORA_UP);
+    const char *overlap[] = {"k_proj", "qkv_proj"};
+    assert_int_equal(df_lora_parse_targets(overlap, 2, "k", &m), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "\"qkv_proj\" names a projection twice"));
     const char *twice[] = {"q_proj", "all-linear"};
     assert_int_equal(df_lora_parse_targets(twice, 2, "k", &m), DF_EINVAL);
     assert_non_null(strstr(df_last_error(), "twice"));
@@ -73,30 +80,44 @@ static void test_parse_targets(void **state)
 static void test_exclude(void **state)
 {
     (void)state;
+    df_model_config c3 = df_test_micro_model_config(), c2 = c3;
+    c3.num_hidden_layers = 3;
     unsigned all = DF_LORA_ALL_LINEAR, m = all;
-    assert_int_equal(df_lora_exclude(".*\\.o_proj", 3, &m, "k"), DF_OK);
+    assert_int_equal(df_lora_exclude(".*\\.o_proj", &c3, &m, "k"), DF_OK);
     assert_int_equal(m, all & ~(1u << DF_LORA_O));
     m = all; /* attention and MLP names are distinct: self_attn holds q/k/v/o, mlp gate/up/down */
-    assert_int_equal(df_lora_exclude("model\\.layers\\.\\d+\\.mlp\\..*", 3, &m, "k"), DF_OK);
+    assert_int_equal(df_lora_exclude("model\\.layers\\.\\d+\\.mlp\\..*", &c3, &m, "k"), DF_OK);
     assert_int_equal(m, 1u << DF_LORA_Q | 1u << DF_LORA_K | 1u << DF_LORA_V | 1u << DF_LORA_O);
     m = all; /* fullmatch: a pattern that only starts a name matches nothing */
-    assert_int_equal(df_lora_exclude("model\\.layers", 3, &m, "k"), DF_OK);
+    assert_int_equal(df_lora_exclude("model\\.layers", &c3, &m, "k"), DF_OK);
     assert_int_equal(m, all);
-    assert_int_equal(df_lora_exclude(".*visual.*", 3, &m, "k"), DF_OK); /* a vision tower's pattern */
+    assert_int_equal(df_lora_exclude(".*visual.*", &c3, &m, "k"), DF_OK); /* a vision tower's pattern */
     assert_int_equal(m, all);
     m = 1u << DF_LORA_Q | 1u << DF_LORA_UP; /* only the targets in the mask are looked at */
-    assert_int_equal(df_lora_exclude(".*(up|down)_proj", 2, &m, "k"), DF_OK);
+    assert_int_equal(df_lora_exclude(".*(up|down)_proj", &c2, &m, "k"), DF_OK);
     assert_int_equal(m, 1u << DF_LORA_Q);
     m = all;
-    assert_int_equal(df_lora_exclude("model\\.layers\\.[01]\\..*", 3, &m, "the.key"), DF_EUNSUPPORTED);
+    assert_int_equal(df_lora_exclude("model\\.layers\\.[01]\\..*", &c3, &m, "the.key"), DF_EUNSUPPORTED);
     assert_int_equal(m, all);
     assert_non_null(strstr(df_last_error(), "the.key"));
     assert_non_null(strstr(df_last_error(), "excludes model.layers.0.self_attn.q_proj but not model.layers.2.self_attn.q_proj"));
-    assert_int_equal(df_lora_exclude(".*_proj", 3, &m, "k"), DF_EINVAL);
+    assert_int_equal(df_lora_exclude(".*_proj", &c3, &m, "k"), DF_EINVAL);
     assert_non_null(strstr(df_last_error(), "every target module"));
-    assert_int_equal(df_lora_exclude("(q_proj", 3, &m, "k"), DF_EINVAL);
+    assert_int_equal(df_lora_exclude("(q_proj", &c3, &m, "k"), DF_EINVAL);
     assert_non_null(strstr(df_last_error(), "not a regular expression"));
     assert_int_equal(m, all);
+    /* phi3: the fused modules' names; excluding one removes all its parts, its parts' names match
+       no module there */
+    df_model_config p3 = c3;
+    snprintf(p3.model_type, sizeof p3.model_type, "phi3");
+    p3.attention_bias = false;
+    assert_int_equal(df_lora_exclude(".*\\.qkv_proj", &p3, &m, "k"), DF_OK);
+    assert_int_equal(m, all & ~(1u << DF_LORA_Q | 1u << DF_LORA_K | 1u << DF_LORA_V));
+    m = all;
+    assert_int_equal(df_lora_exclude(".*\\.(gate|up)_proj", &p3, &m, "k"), DF_OK);
+    assert_int_equal(m, all);
+    assert_int_equal(df_lora_exclude("model\\.layers\\.0\\.mlp\\.gate_up_proj", &p3, &m, "k"), DF_EUNSUPPORTED);
+    assert_non_null(strstr(df_last_error(), "excludes model.layers.0.mlp.gate_up_proj but not model.layers.1.mlp.gate_up_proj"));
 }
 
 /* ---- create and merge ------------------------------------------------------ */
@@ -109,6 +130,15 @@ static df_model_config lora_model_config(void)
     c.num_key_value_heads = 2;
     c.head_dim = 6; /* qd 24, kvd 12, H 16 */
     c.tie_word_embeddings = true;
+    return c;
+}
+
+/* lora_model_config as phi3: q/k/v and gate/up fused modules, one adapter each. */
+static df_model_config lora_phi3_config(void)
+{
+    df_model_config c = lora_model_config();
+    snprintf(c.model_type, sizeof c.model_type, "phi3");
+    c.attention_bias = false;
     return c;
 }
 
@@ -206,6 +236,63 @@ static void test_create_and_merge(void **state)
     bad = lc;
     bad.targets = 0;
     assert_int_equal(df_lora_create(m, &bad, 1, &l2), DF_EINVAL);
+    assert_null(l2);
+    df_lora_free(l);
+    df_model_free(m);
+    df_model_free(base);
+}
+
+/* phi3: one adapter per fused module, PEFT's names and shapes (qkv_proj's B [q + 2 kv, r]); the
+ * parts' views share A and cut B by rows, so the merge gives each part W0 + s B_part A; part of a
+ * fused module is refused. */
+static void test_create_fused(void **state)
+{
+    (void)state;
+    df_model_config c = lora_phi3_config();
+    df_model *m = df_test_signal_model(&c, 5), *base = df_test_model_copy(m);
+    df_lora_config lc = {.rank = 3, .alpha = 3, .targets = DF_LORA_ALL_LINEAR};
+    df_lora *l = NULL;
+    assert_int_equal(df_lora_create(m, &lc, 12, &l), DF_OK);
+    assert_int_equal(l->n_tensors, 2 * 4 * (int)c.num_hidden_layers);
+    df_lora_module mods[DF_LORA_N_TARGETS];
+    assert_int_equal(df_lora_modules(&c, mods), 4);
+    assert_string_equal(mods[0].name, "qkv_proj");
+    assert_string_equal(mods[2].name, "gate_up_proj");
+    const df_param_desc *d = df_lora_find_tensor(l, "base_model.model.model.layers.1.self_attn.qkv_proj.lora_B.weight");
+    assert_non_null(d);
+    assert_true(d->shape[0] == 24 + 2 * 12 && d->shape[1] == 3);
+    d = df_lora_find_tensor(l, "base_model.model.model.layers.0.mlp.gate_up_proj.lora_A.weight");
+    assert_true(d && d->shape[0] == 3 && d->shape[1] == 16);
+    assert_null(df_lora_find_tensor(l, "base_model.model.model.layers.0.self_attn.k_proj.lora_A.weight"));
+    const df_lora_layer *ly = &l->layers[1];
+    assert_true(ly->a[DF_LORA_K] == ly->a[DF_LORA_Q] && ly->a[DF_LORA_V] == ly->a[DF_LORA_Q]);
+    assert_true(ly->b[DF_LORA_K] == ly->b[DF_LORA_Q] + 24 * 3 && ly->b[DF_LORA_V] == ly->b[DF_LORA_K] + 12 * 3);
+    assert_true(ly->a[DF_LORA_UP] == ly->a[DF_LORA_GATE] && ly->b[DF_LORA_UP] == ly->b[DF_LORA_GATE] + 24 * 3);
+    for (int i = 1; i < l->n_tensors; i += 2)
+        fill(l->params + l->tensors[i].offset, l->tensors[i].numel, 0.3, 90 + (uint64_t)i);
+    assert_int_equal(df_lora_merge(l, m), DF_OK);
+    df_model_view bv = {0};
+    df_layer_view bl[2];
+    bv.layers = bl;
+    df_model_view_of(base, base->params, &bv);
+    /* v: the last rows of qkv_proj's B times the shared A (r products: gamma_r + u of the sum) */
+    const float *A = l->layers[1].a[DF_LORA_Q], *B = d ? l->layers[1].b[DF_LORA_V] : NULL;
+    for (int64_t o = 0; o < 12; o++)
+        for (int64_t j = 0; j < 16; j++) {
+            double ex = 0, mag = 0;
+            for (int64_t q = 0; q < 3; q++)
+                ex += (double)B[o * 3 + q] * A[q * 16 + j], mag += fabs((double)B[o * 3 + q] * A[q * 16 + j]);
+            const double want = bl[1].wv[o * 16 + j] + ex;
+            assert_true(fabs(m->w.layers[1].wv[o * 16 + j] - want) <= gam(4) * mag + U32 * fabs(want));
+        }
+    df_lora_config part = lc;
+    part.targets = 1u << DF_LORA_Q | 1u << DF_LORA_O;
+    df_lora *l2 = NULL;
+    assert_int_equal(df_lora_create(m, &part, 1, &l2), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "phi3 fuses q_proj, k_proj and v_proj into qkv_proj"));
+    part.targets = 1u << DF_LORA_UP;
+    assert_int_equal(df_lora_create(m, &part, 1, &l2), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "gate_up_proj"));
     assert_null(l2);
     df_lora_free(l);
     df_model_free(m);
@@ -312,9 +399,8 @@ typedef struct {
 } bwd_case;
 
 /* A model with adapters of random A and B, merged; a batch and an upstream gradient. */
-static void bwd_setup(bwd_case *k, unsigned targets, uint64_t seed)
+static void bwd_setup(bwd_case *k, df_model_config c, unsigned targets, uint64_t seed)
 {
-    df_model_config c = lora_model_config();
     k->m = df_test_signal_model(&c, seed);
     df_lora_config lc = {.rank = 3, .alpha = 6, .targets = targets};
     assert_int_equal(df_lora_create(k->m, &lc, seed + 1, &k->l), DF_OK);
@@ -349,7 +435,8 @@ static void run_backward(bwd_case *k, df_backend be, unsigned flags, float *lg, 
     df_acts_free(a);
 }
 
-/* dB and dA of every targeted projection against s dW A^T and s B^T dW. Returns the largest
+/* dB and dA of every targeted module against s dW A^T and s B^T dW, where a fused module's dW and
+ * B are its parts' stacked by rows (one A: its gradient sums the parts'). Returns the largest
  * |error| / bound. */
 static double check_identity(const bwd_case *k, const float *lg, const float *grads)
 {
@@ -365,38 +452,51 @@ static double check_identity(const bwd_case *k, const float *lg, const float *gr
     df_layer_view gvl[2];
     gv.layers = gvl;
     df_model_view_of(k->m, (float *)grads, &gv);
+    df_lora_module mods[DF_LORA_N_TARGETS];
+    const int n_mods = df_lora_modules(c, mods);
     double worst = 0;
     int checked = 0;
     for (int64_t li = 0; li < c->num_hidden_layers; li++)
-        for (int t = 0; t < DF_LORA_N_TARGETS; t++) {
-            if (!l->layers[li].a[t])
+        for (int mi = 0; mi < n_mods; mi++) {
+            const int t0 = mods[mi].first, np = mods[mi].n_parts;
+            if (!l->layers[li].a[t0])
                 continue;
-            int64_t od, id;
-            df_lora_target_shape(c, (df_lora_target)t, &od, &id);
             const float *dWs[] = {gvl[li].wq, gvl[li].wk, gvl[li].wv, gvl[li].wo,
                                   gvl[li].w_gate, gvl[li].w_up, gvl[li].w_down};
-            const float *dW = dWs[t], *A = l->layers[li].a[t], *B = l->layers[li].b[t];
-            const double *M = rec.mag + (dW - grads);
+            int64_t od_all = 0, id = 0, od[3];
+            for (int p = 0; p < np; p++) {
+                df_lora_target_shape(c, (df_lora_target)(t0 + p), &od[p], &id);
+                od_all += od[p];
+            }
+            const float *A = l->layers[li].a[t0];
             const double cb = s * (gam(T) + gam(id) * (1 + gam(T)) + 2 * U32) + s * gam(T);
-            const double ca = s * (gam(T) + gam(od) * (1 + gam(T)) + 2 * U32) + s * gam(T);
-            for (int64_t o = 0; o < od; o++)
-                for (int64_t q = 0; q < r; q++) { /* dB[o][q] = s sum_j dW[o][j] A[q][j] */
-                    double ex = 0, mag = 0;
-                    for (int64_t j = 0; j < id; j++) {
-                        ex += (double)dW[o * id + j] * A[q * id + j];
-                        mag += M[o * id + j] * fabs(A[q * id + j]);
+            const double ca = s * (gam(T) + gam(od_all) * (1 + gam(T)) + 2 * U32) + s * gam(T);
+            for (int p = 0; p < np; p++) {
+                const float *dW = dWs[t0 + p];
+                const double *M = rec.mag + (dW - grads);
+                for (int64_t o = 0; o < od[p]; o++)
+                    for (int64_t q = 0; q < r; q++) { /* dB[o][q] = s sum_j dW[o][j] A[q][j] */
+                        double ex = 0, mag = 0;
+                        for (int64_t j = 0; j < id; j++) {
+                            ex += (double)dW[o * id + j] * A[q * id + j];
+                            mag += M[o * id + j] * fabs(A[q * id + j]);
+                        }
+                        const double err = fabs(gl[li].b[t0 + p][o * r + q] - s * ex);
+                        worst = fmax(worst, err / (cb * mag + 1e-300));
                     }
-                    const double err = fabs(gl[li].b[t][o * r + q] - s * ex);
-                    worst = fmax(worst, err / (cb * mag + 1e-300));
-                }
+            }
             for (int64_t q = 0; q < r; q++)
-                for (int64_t j = 0; j < id; j++) { /* dA[q][j] = s sum_o B[o][q] dW[o][j] */
+                for (int64_t j = 0; j < id; j++) { /* dA[q][j] = s sum_parts sum_o B[o][q] dW[o][j] */
                     double ex = 0, mag = 0;
-                    for (int64_t o = 0; o < od; o++) {
-                        ex += (double)B[o * r + q] * dW[o * id + j];
-                        mag += fabs(B[o * r + q]) * M[o * id + j];
+                    for (int p = 0; p < np; p++) {
+                        const float *dW = dWs[t0 + p], *B = l->layers[li].b[t0 + p];
+                        const double *M = rec.mag + (dW - grads);
+                        for (int64_t o = 0; o < od[p]; o++) {
+                            ex += (double)B[o * r + q] * dW[o * id + j];
+                            mag += fabs(B[o * r + q]) * M[o * id + j];
+                        }
                     }
-                    const double err = fabs(gl[li].a[t][q * id + j] - s * ex);
+                    const double err = fabs(gl[li].a[t0][q * id + j] - s * ex);
                     worst = fmax(worst, err / (ca * mag + 1e-300));
                 }
             checked++;
@@ -405,10 +505,10 @@ static double check_identity(const bwd_case *k, const float *lg, const float *gr
     return worst;
 }
 
-static void identity_case(unsigned targets, unsigned flags)
+static void identity_case(df_model_config c, unsigned targets, unsigned flags)
 {
     bwd_case k;
-    bwd_setup(&k, targets, 21);
+    bwd_setup(&k, c, targets, 21);
     float *lg = calloc((size_t)k.l->n_params, sizeof(float));
     float *grads = calloc((size_t)k.m->n_params, sizeof(float));
     rec.g0 = grads;
@@ -445,13 +545,45 @@ static void identity_case(unsigned targets, unsigned flags)
 static void test_grad_identity_all_linear(void **state)
 {
     (void)state;
-    identity_case(DF_LORA_ALL_LINEAR, 0);
+    identity_case(lora_model_config(), DF_LORA_ALL_LINEAR, 0);
+}
+
+/* phi3's fused modules: B's row blocks get their parts' gradients, the shared A the sum of all. */
+static void test_grad_identity_fused(void **state)
+{
+    (void)state;
+    identity_case(lora_phi3_config(), DF_LORA_ALL_LINEAR, 0);
+    identity_case(lora_phi3_config(), 1u << DF_LORA_GATE | 1u << DF_LORA_UP, DF_ACTS_CHECKPOINT);
+    /* teeth: k's and v's row blocks of B's gradient exchanged (same shapes) */
+    bwd_case k;
+    bwd_setup(&k, lora_phi3_config(), DF_LORA_ALL_LINEAR, 24);
+    float *lg = calloc((size_t)k.l->n_params, sizeof(float));
+    float *grads = calloc((size_t)k.m->n_params, sizeof(float));
+    rec.g0 = grads;
+    rec.n = k.m->n_params;
+    rec.mag = calloc((size_t)k.m->n_params, sizeof(double));
+    run_backward(&k, rec_backend(), 0, lg, grads);
+    assert_true(check_identity(&k, lg, grads) <= 1.0);
+    df_lora_layer gl[2];
+    df_lora_view_of(k.l, lg, gl);
+    float tmp[36]; /* kvd 12 x r 3 */
+    memcpy(tmp, gl[1].b[DF_LORA_K], sizeof tmp);
+    memcpy(gl[1].b[DF_LORA_K], gl[1].b[DF_LORA_V], sizeof tmp);
+    memcpy(gl[1].b[DF_LORA_V], tmp, sizeof tmp);
+    const double worst = check_identity(&k, lg, grads);
+    print_message("phi3 k / v blocks of dB exchanged: max |error| / bound %.3g\n", worst);
+    assert_true(worst > 10.0);
+    free(rec.mag);
+    rec.mag = NULL;
+    free(lg);
+    free(grads);
+    bwd_teardown(&k);
 }
 
 static void test_grad_identity_subset(void **state)
 {
     (void)state;
-    identity_case(1u << DF_LORA_K | 1u << DF_LORA_UP, DF_ACTS_CHECKPOINT);
+    identity_case(lora_model_config(), 1u << DF_LORA_K | 1u << DF_LORA_UP, DF_ACTS_CHECKPOINT);
 }
 
 /* Teeth: the bound is tight enough that the adapter's gradient checked against another
@@ -460,7 +592,7 @@ static void test_grad_identity_teeth(void **state)
 {
     (void)state;
     bwd_case k;
-    bwd_setup(&k, 1u << DF_LORA_GATE | 1u << DF_LORA_UP, 22);
+    bwd_setup(&k, lora_model_config(), 1u << DF_LORA_GATE | 1u << DF_LORA_UP, 22);
     float *lg = calloc((size_t)k.l->n_params, sizeof(float));
     float *grads = calloc((size_t)k.m->n_params, sizeof(float));
     rec.g0 = grads;
@@ -562,7 +694,7 @@ static void test_on_device(void **state)
 {
     (void)state;
     bwd_case k;
-    bwd_setup(&k, DF_LORA_ALL_LINEAR, 61);
+    bwd_setup(&k, lora_model_config(), DF_LORA_ALL_LINEAR, 61);
     const size_t nb = (size_t)k.l->n_params * sizeof(float);
     float *cpu = calloc(1, nb), *host = calloc(1, nb);
     run_backward(&k, df_backend_cpu(), 0, cpu, NULL);
@@ -650,7 +782,7 @@ static void test_frozen_base(void **state)
 {
     (void)state;
     bwd_case k;
-    bwd_setup(&k, DF_LORA_ALL_LINEAR, 23);
+    bwd_setup(&k, lora_model_config(), DF_LORA_ALL_LINEAR, 23);
     df_acts *a = NULL;
     assert_int_equal(df_acts_create(&k.m->cfg, 64, 64, &a), DF_OK);
     float logp[64];
@@ -681,6 +813,8 @@ int main(void)
         cmocka_unit_test(test_bf16_base),
         cmocka_unit_test(test_grad_identity_all_linear),
         cmocka_unit_test(test_grad_identity_subset),
+        cmocka_unit_test(test_grad_identity_fused),
+        cmocka_unit_test(test_create_fused),
         cmocka_unit_test(test_grad_identity_teeth),
         cmocka_unit_test(test_grad_identity_value),
         cmocka_unit_test(test_on_device),

@@ -475,11 +475,61 @@ static void test_phi3_file_errors(void **state)
     snprintf(d, sizeof d, "%s/short", dir);
     assert_error_mentions(phi3_file(g.m, d, false, NULL, true), DF_EINVAL,
                           "\"model.layers.0.self_attn.qkv_proj.weight\" has shape [96, 32], config.json implies [128, 32]");
-    /* LoRA would adapt the fused modules as PEFT does: refused rather than adapted per projection */
+    unload(&g);
+}
+
+/* LoRA on phi3 as PEFT adapts it: one adapter per fused module. Its PEFT files name qkv_proj /
+ * gate_up_proj (B [128, r] and [48, r]), load back bit for bit, and merged onto the base by
+ * df_lora_apply_peft (merge_and_unload) give the merge's weights; saved, the merged model is a
+ * phi3 checkpoint whose fused tensors hold every part's update. */
+static void test_phi3_lora(void **state)
+{
+    const char *dir = *state;
+    golden g = load("tiny_phi3");
+    df_model *base = df_test_model_copy(g.m);
     df_lora_config lc = {.rank = 2, .alpha = 4, .targets = DF_LORA_ALL_LINEAR};
-    df_lora *l = NULL;
-    assert_error_mentions(df_lora_create(g.m, &lc, 1, &l), DF_EUNSUPPORTED, "LoRA on a phi3 model");
-    assert_null(l);
+    df_lora *l = NULL, *back = NULL;
+    assert_int_equal(df_lora_create(g.m, &lc, 1, &l), DF_OK);
+    const df_param_desc *d = df_lora_find_tensor(l, "base_model.model.model.layers.1.self_attn.qkv_proj.lora_B.weight");
+    assert_true(d && d->shape[0] == 128 && d->shape[1] == 2);
+    d = df_lora_find_tensor(l, "base_model.model.model.layers.0.mlp.gate_up_proj.lora_B.weight");
+    assert_true(d && d->shape[0] == 48);
+    for (int i = 1; i < l->n_tensors; i += 2)
+        for (int64_t k = 0; k < l->tensors[i].numel; k++)
+            l->params[l->tensors[i].offset + k] = 0.01f * (float)((k * 7 + i) % 13) - 0.06f;
+    assert_int_equal(df_lora_merge(l, g.m), DF_OK);
+    char ad[600], md[600];
+    snprintf(ad, sizeof ad, "%s/adapter", dir);
+    assert_int_equal(df_lora_save_peft(l, ad, NULL), DF_OK);
+    snprintf(md, sizeof md, "%s/adapter/adapter_config.json", dir);
+    json_t *j = json_load_file(md, 0, NULL);
+    json_t *tm = json_object_get(j, "target_modules");
+    const char *want[4] = {"down_proj", "gate_up_proj", "o_proj", "qkv_proj"};
+    assert_int_equal(json_array_size(tm), 4);
+    for (size_t i = 0; i < 4; i++)
+        assert_string_equal(json_string_value(json_array_get(tm, i)), want[i]);
+    json_decref(j);
+    assert_int_equal(df_lora_create(base, &lc, 2, &back), DF_OK);
+    assert_int_equal(df_lora_load_peft(back, ad), DF_OK);
+    assert_memory_equal(back->params, l->params, sizeof(float) * (size_t)l->n_params);
+    assert_int_equal(df_lora_apply_peft(base, ad), DF_OK);
+    assert_memory_equal(base->params, g.m->params, sizeof(float) * (size_t)g.m->n_params);
+    /* every part moved: the fused file tensor differs from the fixture's in each row block */
+    const df_param_desc *wk = df_model_find_tensor(g.m, "model.layers.0.self_attn.k_proj.weight");
+    const df_param_desc *wv = df_model_find_tensor(g.m, "model.layers.0.self_attn.v_proj.weight");
+    golden g0 = load("tiny_phi3");
+    assert_true(memcmp(g.m->params + wk->offset, g0.m->params + wk->offset, 4 * (size_t)wk->numel));
+    assert_true(memcmp(g.m->params + wv->offset, g0.m->params + wv->offset, 4 * (size_t)wv->numel));
+    snprintf(md, sizeof md, "%s/merged", dir);
+    assert_int_equal(df_model_save(g.m, md, DF_DTYPE_F32, 0), DF_OK);
+    df_model *rm = NULL;
+    assert_int_equal(df_model_load(md, &rm), DF_OK);
+    assert_memory_equal(rm->params, g.m->params, sizeof(float) * (size_t)g.m->n_params);
+    df_model_free(rm);
+    unload(&g0);
+    df_lora_free(back);
+    df_lora_free(l);
+    df_model_free(base);
     unload(&g);
 }
 
@@ -704,6 +754,7 @@ int main(void)
         cmocka_unit_test(test_phi3_longrope_golden),
         cmocka_unit_test(test_phi4_mini_golden),
         cmocka_unit_test_setup_teardown(test_phi3_file_errors, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_phi3_lora, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test(test_rollout_decoder),
         cmocka_unit_test_setup_teardown(test_save_load_roundtrip, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test(test_device_refuses_window),

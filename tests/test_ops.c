@@ -813,6 +813,9 @@ static void test_rope_partial(void **state)
     whole.head_dim = hd;
     assert_false(df_rope_same(&c, &whole));
     assert_true(df_rope_same(&c, &c));
+    df_model_config two = c, four = c; /* one frequency each, equal: only the width tells them apart */
+    two.rope_dim = 2, four.rope_dim = 4;
+    assert_false(df_rope_same(&two, &four));
     free(ct), free(st), free(c2), free(s2), free(x), free(y), free(xr);
 }
 

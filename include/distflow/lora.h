@@ -20,6 +20,14 @@
  * Names: the adapter's tensors carry PEFT's names for a *ForCausalLM model,
  * "base_model.model.model.layers.<l>.self_attn.q_proj.lora_A.weight" ([r, in]) / ".lora_B.weight"
  * ([out, r]), mlp.gate_proj / up_proj / down_proj likewise.
+ *
+ * Fused modules (phi3): PEFT adapts each nn.Linear, and Phi-3's q / k / v are one, qkv_proj, as
+ * gate / up are gate_up_proj. Its adapter is one A [r, H] shared by the parts and one B
+ * [q + 2 kv, r] (resp. [2 I, r]) whose row blocks are the parts' B in order: the update s B A of
+ * the fused weight, split by rows, is each part's s B_part A. distflow keeps the per-projection
+ * views (df_lora_layer) with a[Q] = a[K] = a[V] the one A and b[K] / b[V] pointing into B, so the
+ * merge and the backward are the unfused ones; A's gradient, accumulated by the three
+ * projections into the same memory, is the fused module's s B^T dW.
  */
 #ifndef DISTFLOW_LORA_H
 #define DISTFLOW_LORA_H
@@ -55,7 +63,8 @@ typedef struct df_lora {
     float scale;            /**< alpha / rank */
     df_model_config mcfg;   /**< the model it adapts (shapes) */
     int n_tensors;
-    df_param_desc *tensors; /**< [n_tensors]: per layer, per target in enum order, A then B;
+    df_param_desc *tensors; /**< [n_tensors]: per layer, per targeted module (df_lora_modules) in
+                                 order, A then B;
                                  then a value model's score.weight and score.bias */
     int64_t n_params;       /**< floats of the adapter blob (each tensor rounded up to 16) */
     float *params;          /**< [n_params], 64-byte aligned */
@@ -73,14 +82,31 @@ typedef struct df_lora {
 
 /** Name of a target as PEFT spells it ("q_proj", ..., "down_proj"). */
 DF_API const char *df_lora_target_name(df_lora_target t);
+
+/** A PEFT module: one adapter (one A, one B) over n_parts consecutive targets from `first`. */
+typedef struct df_lora_module {
+    const char *name;     /**< PEFT's module name ("q_proj", or phi3's "qkv_proj", "gate_up_proj") */
+    df_lora_target first; /**< its first projection */
+    int n_parts;          /**< 1, or the fused parts (qkv_proj 3, gate_up_proj 2) */
+} df_lora_module;
+
+/**
+ * The modules of a model of config c in layout order into mods[DF_LORA_N_TARGETS]; returns their
+ * count: the seven projections, each its own module, or for a model with fused projections (phi3)
+ * qkv_proj (q, k, v), o_proj, gate_up_proj (gate, up), down_proj.
+ */
+DF_API int df_lora_modules(const df_model_config *c, df_lora_module *mods);
 /** Shape of target t's W0 in a model of config c: *out_dim rows, *in_dim columns. */
 DF_API void df_lora_target_shape(const df_model_config *c, df_lora_target t, int64_t *out_dim,
                                  int64_t *in_dim);
 /**
  * The target mask of verl's / PEFT's target_modules: "all-linear", or module names among
- * q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj (each at most once). Errors:
- * DF_EINVAL naming the unknown or repeated name (`where` prefixes the message, e.g. the config
- * key), or an empty list.
+ * q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj and the fused modules' qkv_proj
+ * (q, k and v) and gate_up_proj (gate and up), each projection named at most once. Either
+ * spelling is accepted for either layout (the mask names projections); an adapter is created,
+ * saved and compared by its model's modules (df_lora_create refuses part of a fused module).
+ * Errors: DF_EINVAL naming the unknown or repeated name (`where` prefixes the message, e.g. the
+ * config key), or an empty list.
  */
 DF_API int df_lora_parse_targets(const char *const *names, int n, const char *where,
                                  unsigned *mask);
@@ -89,15 +115,18 @@ DF_API int df_lora_parse_targets(const char *const *names, int n, const char *wh
  * PEFT's exclude_modules given as a string (LoraConfig.exclude_modules; verl's
  * actor_rollout_ref.model.exclude_modules): a regular expression that excludes every module whose
  * whole name it matches (Python's re.fullmatch; here PCRE2, whose syntax agrees for the usual
- * patterns). The names are PEFT's on a Qwen2 / Llama causal LM of `n_layers` layers,
- * "model.layers.<i>.self_attn.{q,k,v,o}_proj" and "model.layers.<i>.mlp.{gate,up,down}_proj". A
- * target of *targets whose module the pattern matches in every layer is removed from *targets;
- * one it matches nowhere stays (so ".*visual.*", a vision tower's pattern, changes nothing).
+ * patterns). The names are PEFT's on a causal LM of config c (its num_hidden_layers and
+ * df_lora_modules): "model.layers.<i>.self_attn.{q,k,v,o}_proj" and
+ * "model.layers.<i>.mlp.{gate,up,down}_proj", for phi3 "model.layers.<i>.self_attn.qkv_proj" and
+ * "model.layers.<i>.mlp.gate_up_proj" instead of the parts. A module of *targets that the pattern
+ * matches in every layer is removed from *targets (all its parts); one it matches nowhere stays
+ * (so ".*visual.*", a vision tower's pattern, changes nothing).
  * Errors (*targets unchanged): DF_EINVAL (not a regular expression; every target excluded),
  * DF_EUNSUPPORTED (a target matched in some layers and not in others, naming one of each: an
  * adapter covers every layer here), each prefixed by `where`.
  */
-DF_API int df_lora_exclude(const char *pattern, int64_t n_layers, unsigned *targets, const char *where);
+DF_API int df_lora_exclude(const char *pattern, const df_model_config *c, unsigned *targets,
+                           const char *where);
 
 /**
  * Adapters for model m: A drawn as PEFT's default init (nn.init.kaiming_uniform_ with
@@ -107,8 +136,9 @@ DF_API int df_lora_exclude(const char *pattern, int64_t n_layers, unsigned *targ
  * A value model (the critic: num_labels 1) also trains its score head whole, as PEFT's TOKEN_CLS
  * task does (modules_to_save "score"): the adapter's blob then ends with a copy of the model's
  * score.weight and score.bias (tensors "base_model.model.score.weight" / ".bias"), which the merge
- * writes back. Errors: DF_EINVAL (rank < 1, alpha <= 0 or not finite, no target, num_labels
- * other than 0 and 1), DF_ENOMEM.
+ * writes back. With fused modules (phi3) a module's parts are targeted together (one A, B split
+ * by rows: see above). Errors: DF_EINVAL (rank < 1, alpha <= 0 or not finite, no target, num_labels
+ * other than 0 and 1, part of a fused module targeted, naming the module), DF_ENOMEM.
  */
 DF_API int df_lora_create(const df_model *m, const df_lora_config *cfg, uint64_t seed,
                           df_lora **out);
@@ -137,7 +167,7 @@ DF_API int df_lora_unmerge(const df_lora *l, df_model *m);
  * Save the adapter in PEFT's layout to `dir` (created if missing): adapter_model.safetensors
  * (F32 tensors by PEFT name, metadata {"format": "pt"}) and adapter_config.json (sorted keys,
  * indent 2, as PEFT writes it: peft_type "LORA", task_type "CAUSAL_LM", r, lora_alpha (an integer
- * when integral), target_modules (the module names, sorted; all seven for DF_LORA_ALL_LINEAR),
+ * when integral), target_modules (the model's module names, sorted; all of them for DF_LORA_ALL_LINEAR),
  * lora_dropout 0.0, bias "none", fan_in_fan_out false, use_rslora false, use_dora false,
  * init_lora_weights true, base_model_name_or_path = base_model (may be NULL: null)). Both are
  * written to temporaries and fsynced first, then renamed, the config last, so a failure leaves

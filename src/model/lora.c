@@ -33,6 +33,45 @@ void df_lora_target_shape(const df_model_config *c, df_lora_target t, int64_t *o
     }
 }
 
+/* phi3's fused modules: one nn.Linear each in transformers, so one adapter each in PEFT. */
+static const df_lora_module fused_qkv = {"qkv_proj", DF_LORA_Q, 3};
+static const df_lora_module fused_gate_up = {"gate_up_proj", DF_LORA_GATE, 2};
+
+int df_lora_modules(const df_model_config *c, df_lora_module *mods)
+{
+    if (df_model_fused_projections(c)) {
+        mods[0] = fused_qkv;
+        mods[1] = (df_lora_module){target_names[DF_LORA_O], DF_LORA_O, 1};
+        mods[2] = fused_gate_up;
+        mods[3] = (df_lora_module){target_names[DF_LORA_DOWN], DF_LORA_DOWN, 1};
+        return 4;
+    }
+    for (int t = 0; t < DF_LORA_N_TARGETS; t++)
+        mods[t] = (df_lora_module){target_names[t], (df_lora_target)t, 1};
+    return DF_LORA_N_TARGETS;
+}
+
+/* The projections of module m as mask bits. */
+static unsigned module_bits(const df_lora_module *m)
+{
+    return ((1u << m->n_parts) - 1u) << m->first;
+}
+
+/* The projections a target_modules name stands for; 0 for none. */
+static unsigned name_bits(const char *name)
+{
+    if (!strcmp(name, "all-linear"))
+        return DF_LORA_ALL_LINEAR;
+    if (!strcmp(name, fused_qkv.name))
+        return module_bits(&fused_qkv);
+    if (!strcmp(name, fused_gate_up.name))
+        return module_bits(&fused_gate_up);
+    for (int t = 0; t < DF_LORA_N_TARGETS; t++)
+        if (!strcmp(name, target_names[t]))
+            return 1u << t;
+    return 0;
+}
+
 int df_lora_parse_targets(const char *const *names, int n, const char *where, unsigned *mask)
 {
     *mask = 0;
@@ -40,18 +79,14 @@ int df_lora_parse_targets(const char *const *names, int n, const char *where, un
         return df_error(DF_EINVAL, "%s: no target module (give \"all-linear\" or names among "
                         "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)", where);
     for (int i = 0; i < n; i++) {
-        unsigned bit = 0;
-        if (!strcmp(names[i], "all-linear"))
-            bit = DF_LORA_ALL_LINEAR;
-        for (int t = 0; t < DF_LORA_N_TARGETS && !bit; t++)
-            if (!strcmp(names[i], target_names[t]))
-                bit = 1u << t;
+        unsigned bit = name_bits(names[i]);
         if (!bit)
             return df_error(DF_EINVAL, "%s: unknown target module \"%s\" (known: all-linear, "
-                            "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)",
-                            where, names[i]);
+                            "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj; phi3's "
+                            "qkv_proj, gate_up_proj)", where, names[i]);
         if (*mask & bit)
-            return df_error(DF_EINVAL, "%s: target module \"%s\" named twice", where, names[i]);
+            return df_error(DF_EINVAL, "%s: target module \"%s\" names a projection twice (qkv_proj is "
+                            "q_proj, k_proj and v_proj; gate_up_proj gate_proj and up_proj)", where, names[i]);
         *mask |= bit;
     }
     return DF_OK;
@@ -66,14 +101,27 @@ static float *base_tensor(const df_layer_view *w, df_lora_target t)
 
 static int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
 
+/* Module m's weight as one linear: *out_dim its parts' rows together, *in_dim their input. */
+static void module_shape(const df_model_config *c, const df_lora_module *m, int64_t *out_dim, int64_t *in_dim)
+{
+    *out_dim = 0;
+    for (int p = 0; p < m->n_parts; p++) {
+        int64_t od;
+        df_lora_target_shape(c, (df_lora_target)(m->first + p), &od, in_dim);
+        *out_dim += od;
+    }
+}
+
 /* The tensor table (PEFT names) and the sizes of the blob and of the base copies. */
 static int layout(df_lora *l)
 {
     const df_model_config *c = &l->mcfg;
     const int64_t L = c->num_hidden_layers, r = l->cfg.rank;
+    df_lora_module mods[DF_LORA_N_TARGETS];
+    const int n_mods = df_lora_modules(c, mods);
     int nt = 0;
-    for (int t = 0; t < DF_LORA_N_TARGETS; t++)
-        nt += (l->cfg.targets >> t & 1u) ? 2 : 0;
+    for (int i = 0; i < n_mods; i++)
+        nt += (l->cfg.targets & module_bits(&mods[i])) ? 2 : 0;
     if (L * nt > 1 << 30)
         return df_error(DF_EINVAL, "LoRA: %lld tensors", (long long)(L * nt));
     l->tensors = calloc((size_t)(L * nt + 2), sizeof *l->tensors);
@@ -81,16 +129,16 @@ static int layout(df_lora *l)
         return df_error(DF_ENOMEM, "LoRA: tensor table");
     int64_t off = 0;
     for (int64_t li = 0; li < L; li++)
-        for (int t = 0; t < DF_LORA_N_TARGETS; t++) {
-            if (!(l->cfg.targets >> t & 1u))
+        for (int i = 0; i < n_mods; i++) {
+            if (!(l->cfg.targets & module_bits(&mods[i])))
                 continue;
             int64_t od, id;
-            df_lora_target_shape(c, (df_lora_target)t, &od, &id);
-            const char *mod = t <= DF_LORA_O ? "self_attn" : "mlp";
+            module_shape(c, &mods[i], &od, &id);
+            const char *sub = mods[i].first <= DF_LORA_O ? "self_attn" : "mlp";
             for (int ab = 0; ab < 2; ab++) {
                 df_param_desc *d = &l->tensors[l->n_tensors++];
                 snprintf(d->name, sizeof d->name, "base_model.model.model.layers.%lld.%s.%s.lora_%c.weight",
-                         (long long)li, mod, target_names[t], ab ? 'B' : 'A');
+                         (long long)li, sub, mods[i].name, ab ? 'B' : 'A');
                 d->ndim = 2;
                 d->shape[0] = ab ? od : r;
                 d->shape[1] = ab ? r : id;
@@ -122,15 +170,25 @@ static int layout(df_lora *l)
 
 void df_lora_view_of(const df_lora *l, float *blob, df_lora_layer *layers)
 {
-    const int64_t L = l->mcfg.num_hidden_layers;
+    const int64_t L = l->mcfg.num_hidden_layers, r = l->cfg.rank;
+    df_lora_module mods[DF_LORA_N_TARGETS];
+    const int n_mods = df_lora_modules(&l->mcfg, mods);
     memset(layers, 0, (size_t)L * sizeof *layers);
     int i = 0;
     for (int64_t li = 0; li < L; li++)
-        for (int t = 0; t < DF_LORA_N_TARGETS; t++)
-            if (l->cfg.targets >> t & 1u) {
-                layers[li].a[t] = blob + l->tensors[i++].offset;
-                layers[li].b[t] = blob + l->tensors[i++].offset;
+        for (int k = 0; k < n_mods; k++) {
+            if (!(l->cfg.targets & module_bits(&mods[k])))
+                continue;
+            float *A = blob + l->tensors[i++].offset, *B = blob + l->tensors[i++].offset;
+            for (int p = 0; p < mods[k].n_parts; p++) { /* the parts share A; B's row blocks in order */
+                const df_lora_target t = (df_lora_target)(mods[k].first + p);
+                int64_t od, id;
+                layers[li].a[t] = A;
+                layers[li].b[t] = B;
+                df_lora_target_shape(&l->mcfg, t, &od, &id);
+                B += od * r;
             }
+        }
 }
 
 const df_param_desc *df_lora_find_tensor(const df_lora *l, const char *name)
@@ -151,9 +209,16 @@ static int check_config(const df_model *m, const df_lora_config *cfg)
         return df_error(DF_EINVAL, "LoRA: no target module");
     if (m->cfg.num_labels != 0 && m->cfg.num_labels != 1)
         return df_error(DF_EINVAL, "LoRA: a model of %lld labels", (long long)m->cfg.num_labels);
-    if (df_model_fused_projections(&m->cfg)) /* one adapter on a fused module is not three on its parts */
-        return df_error(DF_EUNSUPPORTED, "LoRA on a %s model is not supported: PEFT adapts its fused qkv_proj and "
-                        "gate_up_proj as single modules, distflow's adapters are per projection", m->cfg.model_type);
+    df_lora_module mods[DF_LORA_N_TARGETS];
+    const int n_mods = df_lora_modules(&m->cfg, mods);
+    for (int i = 0; i < n_mods; i++) { /* one adapter per module: a fused one's parts go together */
+        const unsigned bits = module_bits(&mods[i]), got = cfg->targets & bits;
+        if (got && got != bits)
+            return df_error(DF_EINVAL, "LoRA: %s fuses %s into %s, one module with one adapter in PEFT: "
+                            "target all its parts or none", m->cfg.model_type,
+                            mods[i].n_parts == 3 ? "q_proj, k_proj and v_proj" : "gate_proj and up_proj",
+                            mods[i].name);
+    }
     return DF_OK;
 }
 

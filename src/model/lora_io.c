@@ -13,13 +13,16 @@
 #define WEIGHTS_FILE "adapter_model.safetensors"
 #define CONFIG_FILE "adapter_config.json"
 
-/* The target names of mask in alphabetical order (how the config lists them, and messages). */
-static int sorted_targets(unsigned mask, const char **names)
+/* The names of c's modules that mask targets, in alphabetical order (how the config lists them,
+   and messages). */
+static int sorted_targets(const df_model_config *c, unsigned mask, const char **names)
 {
+    df_lora_module mods[DF_LORA_N_TARGETS];
+    const int n_mods = df_lora_modules(c, mods);
     int n = 0;
-    for (int t = 0; t < DF_LORA_N_TARGETS; t++)
-        if (mask >> t & 1u) {
-            const char *s = df_lora_target_name((df_lora_target)t);
+    for (int i = 0; i < n_mods; i++)
+        if (mask >> mods[i].first & 1u) {
+            const char *s = mods[i].name;
             int k = n++;
             for (; k > 0 && strcmp(names[k - 1], s) > 0; k--)
                 names[k] = names[k - 1];
@@ -29,10 +32,10 @@ static int sorted_targets(unsigned mask, const char **names)
 }
 
 /* "[k_proj, q_proj]" into buf, for messages. */
-static const char *mask_str(unsigned mask, char *buf, size_t cap)
+static const char *mask_str(const df_model_config *c, unsigned mask, char *buf, size_t cap)
 {
     const char *names[DF_LORA_N_TARGETS];
-    int n = sorted_targets(mask, names);
+    int n = sorted_targets(c, mask, names);
     size_t len = (size_t)snprintf(buf, cap, "[");
     for (int i = 0; i < n && len < cap; i++)
         len += (size_t)snprintf(buf + len, cap - len, "%s%s", i ? ", " : "", names[i]);
@@ -49,7 +52,7 @@ static int config_text(const df_lora *l, const char *base_model, char **out)
     *out = NULL;
     json_t *o = json_object(), *tm = json_array();
     const char *names[DF_LORA_N_TARGETS];
-    int n = sorted_targets(l->cfg.targets, names), bad = !o || !tm;
+    int n = sorted_targets(&l->mcfg, l->cfg.targets, names), bad = !o || !tm;
     for (int i = 0; !bad && i < n; i++)
         bad |= json_array_append_new(tm, json_string(names[i]));
     /* An integral alpha is written as an int, as verl / PEFT configs carry it (16, not 16.0). */
@@ -272,8 +275,8 @@ static int check_config(const df_lora *l, const df_lora_config *c, const char *s
     if (c->targets != l->cfg.targets) {
         char fa[128], fb[128];
         return df_error(DF_EINVAL, "%s: key \"target_modules\" is %s, the adapter's target modules "
-                        "are %s", src, mask_str(c->targets, fa, sizeof fa),
-                        mask_str(l->cfg.targets, fb, sizeof fb));
+                        "are %s", src, mask_str(&l->mcfg, c->targets, fa, sizeof fa),
+                        mask_str(&l->mcfg, l->cfg.targets, fb, sizeof fb));
     }
     return DF_OK;
 }

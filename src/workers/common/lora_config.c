@@ -43,8 +43,8 @@ static int from_adapter(const df_config *c, const char *prefix, int64_t rank, do
     return DF_OK;
 }
 
-/* exclude_modules: PEFT's pattern over the module names of the model at model_path (its layer count
-   from config.json with the role's override_config). An adapter's own adapter_config.json decides its
+/* exclude_modules: PEFT's pattern over the module names of the model at model_path (its layers and
+   modules from config.json with the role's override_config). An adapter's own adapter_config.json decides its
    modules: not with one. */
 static int exclude(const df_config *c, const char *prefix, const char *pattern, const char *model_path,
                    const char *adapter, unsigned *targets)
@@ -69,10 +69,10 @@ static int exclude(const df_config *c, const char *prefix, const char *pattern, 
     free(dir);
     free(file);
     if (rc)
-        return df_error_wrap(rc, "%s (%s): reading the model's layer count", key, w);
+        return df_error_wrap(rc, "%s (%s): reading the model's layers and modules", key, w);
     char label[256];
     snprintf(label, sizeof label, "%s (%s)", key, w);
-    return df_lora_exclude(pattern, mc.num_hidden_layers, targets, label);
+    return df_lora_exclude(pattern, &mc, targets, label);
 }
 
 int df_role_lora_config(const df_config *c, const char *prefix, int64_t rank, double alpha,
