@@ -6,7 +6,8 @@
  * <s> (verl: apply_chat_template, then add_special_tokens=False); the rollout dump decodes them
  * back through the SentencePiece decoder (legacy: "<s> [INST] ..."), and responses are
  * scored and trained on. A Phi-3 job (the same tokenizer family) trains and checkpoints its model
- * in Phi-3's layout: fused qkv_proj / gate_up_proj tensors, Phi3ForCausalLM.
+ * in Phi-3's layout: fused qkv_proj / gate_up_proj tensors, Phi3ForCausalLM; a Phi-4-mini-like
+ * one (partial rotary) trains LoRA adapters on the fused modules and checkpoints them as PEFT's.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -138,15 +139,21 @@ static void test_phi3_step(void **state)
     df_model_free(m);
 }
 
-/* A LoRA GRPO step of a phi3 model, o_proj excluded by PEFT's pattern over phi3's module names:
-   the checkpoint's adapter holds qkv_proj, gate_up_proj and down_proj adapters, PEFT's files. */
-static void test_phi3_lora_step(void **state)
+/* A LoRA GRPO step of a Phi-4-mini-like model (RoPE on half of each head: partial_rotary_factor
+   0.5), o_proj excluded by PEFT's pattern over phi3's module names: the checkpoint's adapter holds
+   qkv_proj, gate_up_proj and down_proj adapters, PEFT's files, and its actor keeps the factor. */
+static void test_phi4_mini_lora_step(void **state)
 {
     const char *dir = *state;
     sp_model(dir, "phi3");
     char path[600], *cfg = NULL;
+    snprintf(path, sizeof path, "%s/model/config.json", dir);
+    json_t *j = json_load_file(path, 0, NULL);
+    assert_int_equal(json_object_set_new(j, "partial_rotary_factor", json_real(0.5)), 0);
+    assert_int_equal(json_dump_file(j, path, 0), 0);
+    json_decref(j);
     grpo_step(dir, ", lora_rank: 4, lora_alpha: 8, target_modules: all-linear, exclude_modules: '.*\\.o_proj'",
-              "save_freq: 1", "phi3_lora.yaml");
+              "save_freq: 1", "phi4_mini_lora.yaml");
     snprintf(path, sizeof path, "%s/out/global_step_1/actor/lora_adapter/adapter_config.json", dir);
     assert_int_equal(df_read_file(path, &cfg, NULL), 0);
     assert_non_null(strstr(cfg, "\"target_modules\": [\n    \"down_proj\",\n    \"gate_up_proj\",\n    \"qkv_proj\"\n  ]"));
@@ -158,6 +165,10 @@ static void test_phi3_lora_step(void **state)
     assert_null(strstr(h, "o_proj"));
     assert_null(strstr(h, "q_proj.lora"));
     free(h);
+    df_model_config c;
+    snprintf(path, sizeof path, "%s/out/global_step_1/actor/config.json", dir);
+    assert_int_equal(df_model_config_load(path, &c), 0);
+    assert_int_equal(df_model_rope_dim(&c), 4);
 }
 
 int main(void)
@@ -165,7 +176,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_grpo_step, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_phi3_step, df_test_mkdtemp, df_test_rmtree),
-        cmocka_unit_test_setup_teardown(test_phi3_lora_step, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_phi4_mini_lora_step, df_test_mkdtemp, df_test_rmtree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
