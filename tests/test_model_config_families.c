@@ -111,6 +111,41 @@ static void test_llama3_rope(void **state)
     assert_int_equal(c.rope_type, DF_ROPE_DEFAULT);
 }
 
+/* Linear scaling (position interpolation; siiRL's example override): its factor, required and > 0,
+   read from either spelling and written back with the object's own keys; in messages by name. */
+static void test_linear_rope(void **state)
+{
+    const char *dir = *state;
+    df_model_config c, back;
+    char b[512], path[512];
+    const char *lin = ", \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.5}";
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen2", lin), NULL, &c), DF_OK);
+    assert_true(c.rope_type == DF_ROPE_LINEAR && c.rope_factor == 2.5);
+    char name[48];
+    assert_string_equal(df_model_rope_name(&c, name, sizeof name), "linear scaling x2.5");
+    assert_int_equal(df_model_max_positions(&c), c.max_position_embeddings);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    for (int fresh = 0; fresh < 2; fresh++) {
+        assert_int_equal(df_model_config_save(&c, fresh ? NULL : small(b, sizeof b, "qwen2", lin), path), DF_OK);
+        assert_int_equal(df_model_config_load(path, &back), DF_OK);
+        assert_true(back.rope_type == DF_ROPE_LINEAR && back.rope_factor == 2.5);
+        json_t *j = json_load_file(path, 0, NULL);
+        json_t *rs = json_object_get(j, "rope_scaling");
+        assert_string_equal(json_string_value(json_object_get(rs, "rope_type")), "linear");
+        assert_true(fresh ? !json_object_get(rs, "type") : !!json_object_get(rs, "type"));
+        assert_int_equal(json_object_size(rs), fresh ? 2 : 3);
+        json_decref(j);
+    }
+    expect_error(small(b, sizeof b, "llama", ", \"rope_scaling\": {\"rope_type\": \"linear\"}"), DF_EINVAL,
+                 "key \"rope_scaling\" (linear) has no \"factor\"");
+    expect_error(small(b, sizeof b, "llama", ", \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": \"2\"}"),
+                 DF_EINVAL, "key \"rope_scaling.factor\" must be a number");
+    expect_error(small(b, sizeof b, "llama", ", \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 0}"),
+                 DF_EINVAL, "\"rope_scaling.factor\" must be > 0");
+    c.rope_factor = -1;
+    assert_int_equal(df_model_config_validate(&c), DF_EINVAL);
+}
+
 static void test_llama_attention_bias(void **state)
 {
     (void)state;
@@ -454,8 +489,8 @@ static void test_refusals(void **state)
 {
     (void)state;
     char b[1024], ex[256];
-    const char *types[] = {"linear", "dynamic", "yarn", "ntk"}; /* longrope: phi3 only (test_phi3) */
-    for (int i = 0; i < 4; i++) {
+    const char *types[] = {"dynamic", "yarn", "ntk"}; /* longrope: phi3 only (test_phi3) */
+    for (int i = 0; i < 3; i++) {
         snprintf(ex, sizeof ex, ", \"rope_scaling\": {\"rope_type\": \"%s\", \"factor\": 4.0}", types[i]);
         char want[96];
         snprintf(want, sizeof want, "key \"rope_scaling\": rope_type \"%s\" is not supported", types[i]);
@@ -554,6 +589,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_qwen3),
         cmocka_unit_test(test_llama3_rope),
+        cmocka_unit_test_setup_teardown(test_linear_rope, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test(test_llama_attention_bias),
         cmocka_unit_test(test_sliding_window),
         cmocka_unit_test_setup_teardown(test_mistral, df_test_mkdtemp, df_test_rmtree),

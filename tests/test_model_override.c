@@ -91,13 +91,16 @@ static void test_values_replace_and_mappings_merge(void **state)
     /* a dropout the engine does not have is refused by the parse, naming the override */
     assert_error_mentions(parse_merged(k_llama32_1b, "{\"attention_dropout\": 0.1}", &c), DF_EUNSUPPORTED,
                           "with " WHO ": key \"attention_dropout\" 0.1 is not supported");
-    /* siiRL's example override (ppo_dag_trainer.yaml) on a model without rope_scaling: the linear
-       type it asks for is refused by name, not run as plain RoPE */
-    assert_error_mentions(parse_merged(k_mistral_v01,
-                                       "{\"attention_dropout\": 0.0, \"rope_scaling\": {\"type\": \"linear\", "
-                                       "\"factor\": 2}}",
-                                       &c),
-                          DF_EUNSUPPORTED, "linear");
+    /* siiRL's example override (ppo_dag_trainer.yaml) on a model without rope_scaling: linear
+       scaling by 2 */
+    assert_int_equal(parse_merged(k_mistral_v01,
+                                  "{\"attention_dropout\": 0.0, \"rope_scaling\": {\"type\": \"linear\", "
+                                  "\"factor\": 2}}",
+                                  &c),
+                     DF_OK);
+    assert_true(c.rope_type == DF_ROPE_LINEAR && c.rope_factor == 2.0);
+    assert_error_mentions(parse_merged(k_mistral_v01, "{\"rope_scaling\": {\"type\": \"dynamic\", \"factor\": 2}}", &c),
+                          DF_EUNSUPPORTED, "rope_type \"dynamic\" is not supported");
     /* a mapping where the file has none is set whole */
     assert_int_equal(parse_merged(k_mistral_v01,
                                   "{\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 2.0, "
@@ -188,8 +191,8 @@ static void logps(const df_model *m, float *out, int64_t n)
 
 /*
  * df_model_load_ex: the model is built and run with the merged config (a rope_theta override gives
- * the log-probs of the same weights with that theta, bit for bit, and not the file's), and a save
- * keeps the override.
+ * the log-probs of the same weights with that theta, bit for bit, and not the file's; so does a
+ * linear rope_scaling), and a save keeps the override.
  */
 static void test_load_computes_with_overrides(void **state)
 {
@@ -224,6 +227,19 @@ static void test_load_computes_with_overrides(void **state)
     for (int i = 0; i + 1 < N; i++)
         diff = fmax(diff, fabs(lp_m[i] - lp_base[i]));
     assert_true(diff > 1e-3); /* theta 50 vs 1e4 moves every position past the first (4.0 here) */
+    /* siiRL's linear scaling by 2: the weights run with the frequencies halved */
+    df_model *lin = NULL;
+    df_config_overrides ov2 = {.json = "{\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2}}", .who = WHO};
+    assert_int_equal(df_model_load_ex(d, &ov2, &lin), DF_OK);
+    want->cfg.rope_theta = 10000.0, want->cfg.rope_type = DF_ROPE_LINEAR, want->cfg.rope_factor = 2.0;
+    logps(lin, lp_m, N);
+    logps(want, lp_want, N);
+    assert_memory_equal(lp_m, lp_want, sizeof(float) * (N - 1));
+    diff = 0;
+    for (int i = 0; i + 1 < N; i++)
+        diff = fmax(diff, fabs(lp_m[i] - lp_base[i]));
+    assert_true(diff > 1e-3);
+    df_model_free(lin);
 
     /* the save records the override; the file reloads to the same config without it */
     snprintf(saved, sizeof saved, "%s/saved", d);

@@ -771,6 +771,36 @@ static void test_rope_llama3(void **state)
     free(c1), free(s1), free(c2), free(s2);
 }
 
+/* Linear scaling: each default frequency divided by the factor in float32 (HF's inv_freq /= factor),
+ * bit for bit; factor 1 is the default RoPE's table. */
+static void test_rope_linear(void **state)
+{
+    (void)state;
+    df_model_config c;
+    df_model_config_defaults(&c);
+    c.head_dim = 64, c.rope_theta = 1e6;
+    float plain[32], got[32];
+    df_rope_inv_freq(plain, &c);
+    c.rope_type = DF_ROPE_LINEAR;
+    const double factors[] = {2.0, 3.7, 0.5};
+    for (int k = 0; k < 3; k++) {
+        c.rope_factor = factors[k];
+        df_rope_inv_freq(got, &c);
+        for (int i = 0; i < 32; i++)
+            assert_true(got[i] == plain[i] / (float)factors[k]);
+    }
+    c.rope_factor = 1.0;
+    float *c1 = fvec(20 * 32), *s1 = fvec(20 * 32), *c2 = fvec(20 * 32), *s2 = fvec(20 * 32);
+    df_rope_model_table(c1, s1, 20, &c);
+    df_rope_table(c2, s2, 20, 64, 1e6);
+    assert_memory_equal(c1, c2, sizeof(float) * 20 * 32);
+    assert_memory_equal(s1, s2, sizeof(float) * 20 * 32);
+    df_model_config two = c;
+    two.rope_factor = 2.0;
+    assert_false(df_rope_same(&c, &two));
+    free(c1), free(s1), free(c2), free(s2);
+}
+
 /*
  * Partial rotary (phi3 partial_rotary_factor, Phi-4-mini: 96 of 128): the first rd dims of each
  * head are rotated exactly as a whole head of rd dims is, by the same code and table, and the
@@ -1467,6 +1497,7 @@ int main(void)
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_rope_llama3),
         cmocka_unit_test(test_rope_partial),
+        cmocka_unit_test(test_rope_linear),
         cmocka_unit_test(test_attention_small_heads),
         cmocka_unit_test(test_attention_specialised),
         cmocka_unit_test(test_attention_window),

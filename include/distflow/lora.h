@@ -96,6 +96,8 @@ typedef struct df_lora_module {
  * qkv_proj (q, k, v), o_proj, gate_up_proj (gate, up), down_proj.
  */
 DF_API int df_lora_modules(const df_model_config *c, df_lora_module *mods);
+/** The target mask bits of module m's projections. */
+DF_API unsigned df_lora_module_mask(const df_lora_module *m);
 /** Shape of target t's W0 in a model of config c: *out_dim rows, *in_dim columns. */
 DF_API void df_lora_target_shape(const df_model_config *c, df_lora_target t, int64_t *out_dim,
                                  int64_t *in_dim);

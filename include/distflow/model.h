@@ -49,10 +49,12 @@ typedef enum df_dtype { DF_DTYPE_F32 = 0, DF_DTYPE_BF16 = 1, DF_DTYPE_F16 = 2 } 
 typedef enum df_rope_type {
     DF_ROPE_DEFAULT = 0, /**< inv_freq[i] = 1 / theta^(2i / head_dim) */
     DF_ROPE_LLAMA3 = 1,  /**< Llama 3.1 rescaling of those (HF _compute_llama3_parameters) */
-    DF_ROPE_LONGROPE = 2 /**< Phi-3's LongRoPE with its short factors (HF _compute_longrope_parameters
+    DF_ROPE_LONGROPE = 2, /**< Phi-3's LongRoPE with its short factors (HF _compute_longrope_parameters
                               at sequence lengths up to original_max_position_embeddings):
                               inv_freq[i] = 1 / (short_factor[i] theta^(2i / head_dim)), cos and sin
                               multiplied by attention_factor */
+    DF_ROPE_LINEAR = 3    /**< position interpolation: the default frequencies divided by rope_factor
+                              (HF _compute_linear_scaling_rope_parameters) */
 } df_rope_type;
 
 /** The fields of HF config.json that define the architecture. */
@@ -80,7 +82,7 @@ typedef struct df_model_config {
                                           parser's value then).
                                           df_model_rope_dim reads it */
     df_rope_type rope_type;
-    double rope_factor;              /**< llama3: factor (8 for Llama 3.1) */
+    double rope_factor;              /**< llama3: factor (8 for Llama 3.1); linear: the divisor */
     double rope_low_freq_factor;     /**< llama3: low_freq_factor (1) */
     double rope_high_freq_factor;    /**< llama3: high_freq_factor (4) */
     int64_t rope_original_max_pos;   /**< llama3: original_max_position_embeddings (8192); longrope:
@@ -166,7 +168,8 @@ DF_API void df_model_config_defaults(df_model_config *cfg);
  * Qwen3Attention); mistral and phi3 have no biases and no such key (an attention_bias there is
  * ignored, as transformers does). qwen3 has q/k norms (qk_norm). RoPE: rope_theta, and rope_scaling
  * null or of rope_type (or "type") "default" or "llama3" (factor, low_freq_factor,
- * high_freq_factor, original_max_position_embeddings, all required) or, for phi3, "longrope" /
+ * high_freq_factor, original_max_position_embeddings, all required) or "linear" (factor, a
+ * number > 0, required) or, for phi3, "longrope" /
  * "su" (short_factor and long_factor, rope_dim / 2 numbers > 0 each; original_max_position_embeddings
  * from the object, else the config, else Phi3Config's 4096; attention_factor optional:
  * DF_ROPE_LONGROPE); transformers 5's
@@ -189,7 +192,7 @@ DF_API void df_model_config_defaults(df_model_config *cfg);
  * Errors name the file and the key: DF_ENOTFOUND / DF_EIO (file), DF_EINVAL
  * (bad JSON, missing required key, wrong type, inconsistent sizes, a llama3 rope_scaling
  * without one of its keys), DF_EUNSUPPORTED (other model_type, a rope type other than
- * default / llama3 / longrope (named; longrope outside phi3), rope_scaling and rope_parameters both given and different,
+ * default / llama3 / linear / longrope (named; longrope outside phi3), rope_scaling and rope_parameters both given and different,
  * layer_types with a full-attention layer after a windowed one, llama with
  * use_sliding_window true, hidden_act other than silu, mlp_bias true, a non-zero dropout,
  * a partial_rotary_factor other than 1 outside phi3, architectures
@@ -290,6 +293,9 @@ DF_API const char *df_model_max_positions_name(const df_model_config *cfg);
  * The RoPE tables (df_rope_model_table) are [positions, rope_dim / 2].
  */
 DF_API int64_t df_model_rope_dim(const df_model_config *cfg);
+/** cfg's RoPE in messages, written into buf[cap] and returned: "default", "llama3 scaling",
+ *  "linear scaling x<factor>" or "longrope". */
+DF_API const char *df_model_rope_name(const df_model_config *cfg, char *buf, size_t cap);
 
 /* ---- layout ------------------------------------------------------------- */
 

@@ -292,11 +292,6 @@ void df_rollout_result_free(df_rollout_result *r)
 
 /* ---- validation ------------------------------------------------------------ */
 
-static const char *rope_name(const df_model_config *c)
-{
-    return c->rope_type == DF_ROPE_LLAMA3 ? "llama3 scaling" : c->rope_type == DF_ROPE_LONGROPE ? "longrope" : "default";
-}
-
 int df_rollout_check_model(const df_rollout_engine *e, const df_model *m)
 {
     const df_model_config *a = &e->cfg, *b = &m->cfg;
@@ -318,13 +313,14 @@ int df_rollout_check_model(const df_rollout_engine *e, const df_model *m)
                         (long long)a->hidden_size, (long long)a->num_hidden_layers,
                         (long long)a->num_attention_heads, (long long)a->num_key_value_heads);
     /* The engine's RoPE table and rstd buffer (widths of qk_norm's rows) follow its config. */
-    if (!df_rope_same(a, b) || a->qk_norm != b->qk_norm || a->o_proj_bias != b->o_proj_bias)
+    if (!df_rope_same(a, b) || a->qk_norm != b->qk_norm || a->o_proj_bias != b->o_proj_bias) {
+        char rb[48], ra[48];
         return df_error(DF_EINVAL,
                         "rollout: the model's RoPE (theta %g, %s), q/k norms (%s) or o_proj bias "
                         "(%s) differ from the engine's (theta %g, %s; %s; %s)",
-                        b->rope_theta, rope_name(b), b->qk_norm ? "yes" : "no",
-                        b->o_proj_bias ? "yes" : "no", a->rope_theta, rope_name(a),
-                        a->qk_norm ? "yes" : "no", a->o_proj_bias ? "yes" : "no");
+                        b->rope_theta, df_model_rope_name(b, rb, sizeof rb), b->qk_norm ? "yes" : "no", b->o_proj_bias ? "yes" : "no",
+                        a->rope_theta, df_model_rope_name(a, ra, sizeof ra), a->qk_norm ? "yes" : "no", a->o_proj_bias ? "yes" : "no");
+    }
     return DF_OK;
 }
 

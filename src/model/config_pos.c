@@ -37,6 +37,24 @@ static int parse_llama3(json_t *o, const char *src, const char *key, df_model_co
     return DF_OK;
 }
 
+/* Linear scaling (position interpolation, HF _compute_linear_scaling_rope_parameters): its factor,
+   required; HF only warns below 1, so any number > 0 is taken. */
+static int parse_linear(json_t *o, const char *src, const char *key, df_model_config *c)
+{
+    char full[96];
+    snprintf(full, sizeof full, "%s.factor", key);
+    json_t *v = df_cfg_get(o, "factor");
+    if (!v)
+        return df_error(DF_EINVAL, "%s: key \"%s\" (linear) has no \"factor\"", src, key);
+    if (!json_is_number(v))
+        return df_cfg_wrong_type(src, full, "a number", v);
+    if (!(json_number_value(v) > 0) || !isfinite(json_number_value(v)))
+        return df_error(DF_EINVAL, "%s: key \"%s\" must be > 0 (got %g)", src, full, json_number_value(v));
+    c->rope_factor = json_number_value(v);
+    c->rope_type = DF_ROPE_LINEAR;
+    return DF_OK;
+}
+
 /* A longrope factor list: one finite number > 0 per rotated pair, rope_dim / 2 (HF's
    _validate_longrope_parameters). */
 static int parse_factors(json_t *o, const char *src, const char *key, const char *name, double *out,
@@ -121,18 +139,20 @@ static int parse_rope_obj(json_t *root, json_t *o, const char *src, const char *
     if (!type && !untyped_default)
         return df_error(DF_EUNSUPPORTED,
                         "%s: key \"%s\" names no rope_type (supported: "
-                        "\"default\", \"llama3\", \"longrope\")",
+                        "\"default\", \"llama3\", \"linear\", \"longrope\")",
                         src, key);
     c->rope_type = DF_ROPE_DEFAULT;
     if (!type || !strcmp(type, "default"))
         return DF_OK;
     if (!strcmp(type, "llama3"))
         return parse_llama3(o, src, key, c);
+    if (!strcmp(type, "linear"))
+        return parse_linear(o, src, key, c);
     if (!strcmp(type, "longrope") || !strcmp(type, "su")) /* "su": its name in Phi-3's first configs */
         return parse_longrope(root, o, src, key, c);
     return df_error(DF_EUNSUPPORTED,
                     "%s: key \"%s\": rope_type \"%s\" is not supported (supported: "
-                    "\"default\", \"llama3\", \"longrope\" (phi3))",
+                    "\"default\", \"llama3\", \"linear\", \"longrope\" (phi3))",
                     src, key, type);
 }
 
@@ -284,22 +304,22 @@ static int write_longrope_obj(json_t *o, const df_model_config *c)
     return bad;
 }
 
-/* The type and (llama3) entries of a RoPE object, as HF writes them. */
+/* The type and (llama3, linear) entries of a RoPE object, as HF writes them. */
 static int write_rope_obj(json_t *o, const df_model_config *c)
 {
     if (c->rope_type == DF_ROPE_LONGROPE)
         return write_longrope_obj(o, c);
     static const char *const keys[] = {"factor", "low_freq_factor", "high_freq_factor",
                                        "original_max_position_embeddings"};
-    bool llama3 = c->rope_type == DF_ROPE_LLAMA3;
-    const char *type = llama3 ? "llama3" : "default";
+    bool llama3 = c->rope_type == DF_ROPE_LLAMA3, linear = c->rope_type == DF_ROPE_LINEAR;
+    const char *type = llama3 ? "llama3" : linear ? "linear" : "default";
     int bad = json_object_set_new(o, "rope_type", json_string(type));
     if (json_object_get(o, "type"))
         bad |= json_object_set_new(o, "type", json_string(type));
     if (!llama3) {
-        for (int i = 0; i < 4; i++)
+        for (int i = linear; i < 4; i++) /* linear keeps its factor, set below */
             json_object_del(o, keys[i]);
-        return bad;
+        return linear ? bad | json_object_set_new(o, keys[0], json_real(c->rope_factor)) : bad;
     }
     bad |= json_object_set_new(o, keys[0], json_real(c->rope_factor));
     bad |= json_object_set_new(o, keys[1], json_real(c->rope_low_freq_factor));

@@ -79,7 +79,10 @@ static int validate_positions(const df_model_config *c)
             return df_error(DF_EINVAL, "longrope needs a phi3 model, rope_dim / 2 <= %d factors > 0 of each list, "
                             "original_max_position_embeddings > 1 and attention_factor > 0", DF_MAX_ROPE_FREQS);
     }
-    if (c->rope_type != DF_ROPE_DEFAULT && c->rope_type != DF_ROPE_LLAMA3 && c->rope_type != DF_ROPE_LONGROPE)
+    if (c->rope_type == DF_ROPE_LINEAR && !(c->rope_factor > 0 && isfinite(c->rope_factor)))
+        return df_error(DF_EINVAL, "linear rope scaling needs a factor > 0 (got %g)", c->rope_factor);
+    if (c->rope_type != DF_ROPE_DEFAULT && c->rope_type != DF_ROPE_LLAMA3 && c->rope_type != DF_ROPE_LONGROPE &&
+        c->rope_type != DF_ROPE_LINEAR)
         return df_error(DF_EINVAL, "rope_type %d is not a df_rope_type", (int)c->rope_type);
     if (c->sliding_window < 0 || c->max_window_layers < 0)
         return df_error(DF_EINVAL, "sliding_window (%lld) and max_window_layers (%lld) must be >= 0",
@@ -105,6 +108,17 @@ const char *df_model_max_positions_name(const df_model_config *c)
 int64_t df_model_rope_dim(const df_model_config *c)
 {
     return c->rope_dim ? c->rope_dim : c->head_dim;
+}
+
+const char *df_model_rope_name(const df_model_config *c, char *buf, size_t cap)
+{
+    if (c->rope_type == DF_ROPE_LINEAR)
+        snprintf(buf, cap, "linear scaling x%g", c->rope_factor);
+    else
+        snprintf(buf, cap, "%s", c->rope_type == DF_ROPE_LLAMA3     ? "llama3 scaling"
+                                 : c->rope_type == DF_ROPE_LONGROPE ? "longrope"
+                                                                    : "default");
+    return buf;
 }
 
 int64_t df_model_layer_window(const df_model_config *c, int64_t layer)

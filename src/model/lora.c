@@ -51,8 +51,7 @@ int df_lora_modules(const df_model_config *c, df_lora_module *mods)
     return DF_LORA_N_TARGETS;
 }
 
-/* The projections of module m as mask bits. */
-static unsigned module_bits(const df_lora_module *m)
+unsigned df_lora_module_mask(const df_lora_module *m)
 {
     return ((1u << m->n_parts) - 1u) << m->first;
 }
@@ -63,9 +62,9 @@ static unsigned name_bits(const char *name)
     if (!strcmp(name, "all-linear"))
         return DF_LORA_ALL_LINEAR;
     if (!strcmp(name, fused_qkv.name))
-        return module_bits(&fused_qkv);
+        return df_lora_module_mask(&fused_qkv);
     if (!strcmp(name, fused_gate_up.name))
-        return module_bits(&fused_gate_up);
+        return df_lora_module_mask(&fused_gate_up);
     for (int t = 0; t < DF_LORA_N_TARGETS; t++)
         if (!strcmp(name, target_names[t]))
             return 1u << t;
@@ -121,7 +120,7 @@ static int layout(df_lora *l)
     const int n_mods = df_lora_modules(c, mods);
     int nt = 0;
     for (int i = 0; i < n_mods; i++)
-        nt += (l->cfg.targets & module_bits(&mods[i])) ? 2 : 0;
+        nt += (l->cfg.targets & df_lora_module_mask(&mods[i])) ? 2 : 0;
     if (L * nt > 1 << 30)
         return df_error(DF_EINVAL, "LoRA: %lld tensors", (long long)(L * nt));
     l->tensors = calloc((size_t)(L * nt + 2), sizeof *l->tensors);
@@ -130,7 +129,7 @@ static int layout(df_lora *l)
     int64_t off = 0;
     for (int64_t li = 0; li < L; li++)
         for (int i = 0; i < n_mods; i++) {
-            if (!(l->cfg.targets & module_bits(&mods[i])))
+            if (!(l->cfg.targets & df_lora_module_mask(&mods[i])))
                 continue;
             int64_t od, id;
             module_shape(c, &mods[i], &od, &id);
@@ -177,7 +176,7 @@ void df_lora_view_of(const df_lora *l, float *blob, df_lora_layer *layers)
     int i = 0;
     for (int64_t li = 0; li < L; li++)
         for (int k = 0; k < n_mods; k++) {
-            if (!(l->cfg.targets & module_bits(&mods[k])))
+            if (!(l->cfg.targets & df_lora_module_mask(&mods[k])))
                 continue;
             float *A = blob + l->tensors[i++].offset, *B = blob + l->tensors[i++].offset;
             for (int p = 0; p < mods[k].n_parts; p++) { /* the parts share A; B's row blocks in order */
@@ -212,7 +211,7 @@ static int check_config(const df_model *m, const df_lora_config *cfg)
     df_lora_module mods[DF_LORA_N_TARGETS];
     const int n_mods = df_lora_modules(&m->cfg, mods);
     for (int i = 0; i < n_mods; i++) { /* one adapter per module: a fused one's parts go together */
-        const unsigned bits = module_bits(&mods[i]), got = cfg->targets & bits;
+        const unsigned bits = df_lora_module_mask(&mods[i]), got = cfg->targets & bits;
         if (got && got != bits)
             return df_error(DF_EINVAL, "LoRA: %s fuses %s into %s, one module with one adapter in PEFT: "
                             "target all its parts or none", m->cfg.model_type,

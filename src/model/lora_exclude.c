@@ -52,7 +52,7 @@ int df_lora_exclude(const char *pattern, const df_model_config *c, unsigned *tar
     unsigned keep = *targets;
     int rc = md ? DF_OK : df_error(DF_ENOMEM, "out of memory");
     for (int k = 0; !rc && k < n_mods; k++) {
-        const unsigned bits = ((1u << mods[k].n_parts) - 1u) << mods[k].first;
+        const unsigned bits = df_lora_module_mask(&mods[k]);
         if (!(keep & bits))
             continue;
         int64_t in, out, hits = count_matches(re, md, &mods[k], n_layers, &in, &out);

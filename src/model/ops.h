@@ -292,6 +292,7 @@ void df_rope_table_freq(float *cos_t, float *sin_t, int64_t n_pos, int64_t hd,
  * _compute_llama3_parameters (wavelength 2 pi / f above original_max_position_embeddings /
  * low_freq_factor: f / factor; below original_max_position_embeddings / high_freq_factor: f;
  * between: (1 - s) f / factor + s f with s = (original / wavelength - low) / (high - low));
+ * DF_ROPE_LINEAR the default ones / factor (HF _compute_linear_scaling_rope_parameters);
  * DF_ROPE_LONGROPE 1 / (short_factor[i] theta^(2i / hd)) (HF _compute_longrope_parameters), each
  * operation in float32 as PyTorch evaluates it.
  */

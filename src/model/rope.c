@@ -1,6 +1,7 @@
 /*
  * RoPE inverse frequencies of a model configuration (ops.h df_rope_inv_freq): the
- * default ones, Llama 3.1's rescaling of them and LongRoPE's short factors, over the rotated
+ * default ones, Llama 3.1's rescaling of them, linear scaling's division and LongRoPE's short
+ * factors, over the rotated
  * dims (df_model_rope_dim); the only definition of them (the
  * theta-only ops df_rope_table / df_rope_fwd / df_rope_bwd call it too). Not a kernel:
  * computed once per table or call, in float32 operation by operation as transformers
@@ -60,6 +61,8 @@ void df_rope_inv_freq(float *inv_freq, const df_model_config *c)
                                                         : default_inv_freq(i, hd, c->rope_theta);
         if (c->rope_type == DF_ROPE_LLAMA3)
             inv_freq[i] = llama3_inv_freq(inv_freq[i], c);
+        else if (c->rope_type == DF_ROPE_LINEAR) /* HF: inv_freq /= factor, a float32 division */
+            inv_freq[i] /= (float)c->rope_factor;
     }
 }
 

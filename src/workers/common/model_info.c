@@ -37,16 +37,17 @@ void df_print_model_info(FILE *f, const char *dir, const df_model *m, bool bf16,
                          const char *tok_dir, const df_tokenizer *tok)
 {
     const df_model_config *c = &m->cfg;
-    char n[32];
+    char n[32], rope[48];
     count_text(m->n_params, n, sizeof n);
     fprintf(f, "model: %s: %s%s, %s parameters (%lld layers, hidden %lld, %lld attention heads, %lld KV heads, "
-               "head_dim %lld, vocab %lld%s%s%s%s%s%s)\n",
+               "head_dim %lld, vocab %lld%s%s%s%s%s%s%s)\n",
             dir, df_model_class_prefix(c->model_type), c->num_labels ? "ForTokenClassification" : "ForCausalLM", n,
             (long long)c->num_hidden_layers, (long long)c->hidden_size, (long long)c->num_attention_heads,
             (long long)c->num_key_value_heads, (long long)c->head_dim, (long long)c->vocab_size,
             c->tie_word_embeddings ? ", tied embeddings" : "", c->attention_bias ? ", q/k/v bias" : "",
             c->o_proj_bias ? ", o_proj bias" : "", c->qk_norm ? ", q/k norm" : "",
-            c->rope_type != DF_ROPE_DEFAULT ? ", llama3 RoPE scaling" : "",
+            c->rope_type != DF_ROPE_DEFAULT ? ", RoPE " : "",
+            c->rope_type != DF_ROPE_DEFAULT ? df_model_rope_name(c, rope, sizeof rope) : "",
             c->sliding_window > 0 ? ", sliding-window attention" : "");
     /* weights, gradients and the two AdamW moments: 4 float32 numbers a parameter */
     if (lora)
