@@ -690,11 +690,10 @@ static void test_grad_identity_value(void **state)
 /* On a device (the emulated one: the CPU's operators over memory the host cannot touch between
  * calls) the adapter's gradients are the CPU's to the bit, through the device's copy of A / B,
  * which df_acts_lora_sync refreshes: after B changes, the gradient of A follows it there. */
-static void test_on_device(void **state)
+static void on_device_case(df_model_config c)
 {
-    (void)state;
     bwd_case k;
-    bwd_setup(&k, lora_model_config(), DF_LORA_ALL_LINEAR, 61);
+    bwd_setup(&k, c, DF_LORA_ALL_LINEAR, 61);
     const size_t nb = (size_t)k.l->n_params * sizeof(float);
     float *cpu = calloc(1, nb), *host = calloc(1, nb);
     run_backward(&k, df_backend_cpu(), 0, cpu, NULL);
@@ -731,6 +730,14 @@ static void test_on_device(void **state)
     free(cpu);
     free(host);
     bwd_teardown(&k);
+}
+
+/* ... and with phi3's fused modules, whose parts share A in the device's copy too. */
+static void test_on_device(void **state)
+{
+    (void)state;
+    on_device_case(lora_model_config());
+    on_device_case(lora_phi3_config());
 }
 
 /* The reference from a LoRA actor (verl's ref_in_actor): its log-probs are those of a frozen copy
