@@ -82,6 +82,10 @@ static void test_registry_names(void **state)
         {"gpg", df_adv_gpg},
         {"gpg_paper", df_adv_gpg_paper},
         {"cpgd", df_adv_cpgd},
+        {"grpo_vectorized", df_adv_grpo_vectorized},
+        {"rloo_vectorized", df_adv_rloo_vectorized},
+        {"grpo_passk", df_adv_grpo_passk},
+        {"opo", df_adv_opo},
     };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) {
         df_adv_estimator_fn fn = NULL;
@@ -366,6 +370,112 @@ static void test_rloo(void **state)
         assert_near(adv[t], 0, 0);
 }
 
+/* rloo_vectorized: rloo's baselines, but a group of one gets 0 (B's sample 3), not its score. */
+static void test_rloo_vectorized(void **state)
+{
+    (void)state;
+    df_adv_input in = {.n = 6, .offsets = k_off, .token_level_rewards = k_rew, .group = k_grp};
+    float adv[8], ret[8];
+    assert_int_equal(df_adv_rloo_vectorized(&in, adv, ret), 0);
+    const double want[] = {0, 0, -1.5, 1.5, 1.5, 1.5, 0, 3};
+    assert_all_near(adv, want, 8, 0);
+    assert_same(ret, adv, 8);
+}
+
+/*
+ * grpo_vectorized on k_off's groups equals grpo where the variance is past the floor (A: var 1;
+ * B alone: mean 0, std 1; C: var 4.5), and floors a near-flat group: scores 1 and 1.0001f
+ * (var = (1.0001f - 1)^2 / 2 ~ 5e-9 < 1e-6) are divided by sqrt(1e-6) + 1e-6, not by their std.
+ */
+static void test_grpo_vectorized(void **state)
+{
+    (void)state;
+    df_adv_input in = {.n = 6, .offsets = k_off, .token_level_rewards = k_rew, .group = k_grp,
+                       .norm_adv_by_std_in_grpo = true, .epsilon = 1e-6f};
+    float adv[8], ret[8], ref[8], rret[8];
+    assert_int_equal(df_adv_grpo_vectorized(&in, adv, ret), 0);
+    assert_int_equal(df_adv_grpo(&in, ref, rret), 0);
+    assert_memory_equal(adv, ref, sizeof adv);
+    assert_same(ret, adv, 8);
+    const int64_t off[] = {0, 1, 2};
+    const float r[] = {1.0f, 1.0001f};
+    const int64_t g[] = {0, 0};
+    df_adv_input near = {.n = 2, .offsets = off, .token_level_rewards = r, .group = g,
+                         .norm_adv_by_std_in_grpo = true, .epsilon = 1e-6f};
+    assert_int_equal(df_adv_grpo_vectorized(&near, adv, ret), 0);
+    const double half = ((double)1.0001f - 1.0) / 2, eps = (double)1e-6f;
+    const double want = half / (sqrt(eps) + eps); /* ~0.05, where grpo gives ~0.7 */
+    assert_near(adv[1], want, 4 * DF_U32 * want);
+    assert_near(adv[0], -want, 4 * DF_U32 * want);
+    assert_int_equal(df_adv_grpo(&near, ref, rret), 0);
+    assert_true(ref[1] > 10 * adv[1]);
+    near.norm_adv_by_std_in_grpo = false;
+    assert_int_equal(df_adv_grpo_vectorized(&near, adv, ret), 0);
+    assert_near(adv[1], half, DF_U32 * half);
+}
+
+/*
+ * grpo_passk. Group 0: scores 1, 0, 2 (std 1): only sample 2 is reinforced, by 2 - 1 over
+ * std + eps; group 1: 4, 4, 3 (a tie at the top): every advantage 0. A prompt with one response
+ * is refused, naming the sample.
+ */
+static void test_grpo_passk(void **state)
+{
+    (void)state;
+    const int64_t off[] = {0, 2, 3, 6, 7, 8, 9};
+    const float r[] = {0, 1, 0, 0.5f, 0.5f, 1, 4, 4, 3};
+    const int64_t g[] = {0, 0, 0, 1, 1, 1};
+    df_adv_input in = {.n = 6, .offsets = off, .token_level_rewards = r, .group = g,
+                       .norm_adv_by_std_in_grpo = true, .epsilon = 1e-6f};
+    float adv[9], ret[9];
+    assert_int_equal(df_adv_grpo_passk(&in, adv, ret), 0);
+    const double m = 1.0 / (1.0 + (double)1e-6f);
+    const double want[] = {0, 0, 0, m, m, m, 0, 0, 0};
+    assert_all_near(adv, want, 9, DF_U32);
+    assert_same(ret, adv, 9);
+    in.norm_adv_by_std_in_grpo = false;
+    assert_int_equal(df_adv_grpo_passk(&in, adv, ret), 0);
+    assert_near(adv[3], 1.0, 0);
+    const int64_t g1[] = {0, 0, 0, 1, 1, 2};
+    in.group = g1;
+    assert_error_mentions(df_adv_grpo_passk(&in, adv, ret), DF_EINVAL, "sample 5 is its prompt's only response");
+}
+
+/*
+ * opo. Group 0: lengths 2, 1, 3 and scores 1, 0, 2: baseline (2 + 0 + 6) / 6 = 4/3, advantages
+ * -1/3, -4/3, 2/3; group 1: lengths 1, 1, 1, scores 4, 4, 3: baseline 11/3, advantages 1/3, 1/3,
+ * -2/3. Masking sample 2's last token (length 2): baseline (2 + 0 + 4) / 5 = 1.2. A group of one
+ * has baseline 0; a group whose responses have no model token, the plain mean.
+ */
+static void test_opo(void **state)
+{
+    (void)state;
+    const int64_t off[] = {0, 2, 3, 6, 7, 8, 9};
+    const float r[] = {0, 1, 0, 0.5f, 0.5f, 1, 4, 4, 3};
+    const int64_t g[] = {0, 0, 0, 1, 1, 1};
+    df_adv_input in = {.n = 6, .offsets = off, .token_level_rewards = r, .group = g};
+    float adv[9], ret[9];
+    assert_int_equal(df_adv_opo(&in, adv, ret), 0);
+    const double want[] = {-1.0 / 3, -1.0 / 3, -4.0 / 3, 2.0 / 3, 2.0 / 3, 2.0 / 3, 1.0 / 3, 1.0 / 3, -2.0 / 3};
+    assert_all_hand(adv, want, 9, 0);
+    assert_same(ret, adv, 9);
+    const int32_t mask[] = {1, 1, 1, 1, 1, 0, 1, 1, 1};
+    in.response_mask = mask;
+    assert_int_equal(df_adv_opo(&in, adv, ret), 0);
+    const double want_m[] = {-0.2, -0.2, -1.2, 0.8, 0.8, 0.8, 1.0 / 3, 1.0 / 3, -2.0 / 3};
+    assert_all_hand(adv, want_m, 9, 0);
+    in.response_mask = NULL;
+    const int64_t g1[] = {0, 0, 0, 1, 1, 2};
+    in.group = g1;
+    assert_int_equal(df_adv_opo(&in, adv, ret), 0);
+    assert_near(adv[8], 3.0, 0); /* alone: baseline 0 */
+    const int64_t off0[] = {0, 0, 0};
+    const float r0[] = {0};
+    const int64_t g0[] = {0, 0};
+    df_adv_input empty = {.n = 2, .offsets = off0, .token_level_rewards = r0, .group = g0};
+    assert_int_equal(df_adv_opo(&empty, NULL, NULL), 0);
+}
+
 /* ====================================================================== gpg */
 
 /* verl's alpha = B / max(M', 1), M' = samples with a non-zero score (algo.h "gpg"). */
@@ -627,7 +737,7 @@ static void test_cpgd_clip_default(void **state)
 
 static const char *const k_names[] = {
     "gae", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "gpg", "gpg_paper", "cpgd",
-    "grpo"};
+    "grpo", "grpo_vectorized", "rloo_vectorized", "grpo_passk", "opo"};
 enum { N_NAMES = sizeof k_names / sizeof *k_names };
 
 /* Inputs every estimator accepts (values, baselines, gamma / lam set). */
@@ -738,12 +848,13 @@ static void test_bad_input(void **state)
     (void)state;
     const int64_t off[] = {0, 2, 3};
     const float r[] = {1, 0, 1}, v[] = {0, 0, 0};
-    const int64_t g[] = {0, 1};
+    const int64_t g_two[] = {0, 1}, g_pair[] = {0, 0};
     const float base[] = {0, 0};
     float adv[3], ret[3];
     for (int k = 0; k < N_NAMES; k++) {
         df_adv_estimator_fn fn;
         assert_int_equal(df_adv_estimator_lookup(k_names[k], &fn), 0);
+        const int64_t *g = strcmp(k_names[k], "grpo_passk") ? g_two : g_pair; /* Pass@k compares two */
         df_adv_input in = full_input(2, off, r, v, g, base);
         assert_int_equal(fn(&in, adv, ret), 0);
 
@@ -796,6 +907,10 @@ int main(void)
         cmocka_unit_test(test_reinforce_plus_plus_baseline),
         cmocka_unit_test(test_remax),
         cmocka_unit_test(test_rloo),
+        cmocka_unit_test(test_rloo_vectorized),
+        cmocka_unit_test(test_grpo_vectorized),
+        cmocka_unit_test(test_grpo_passk),
+        cmocka_unit_test(test_opo),
         cmocka_unit_test(test_gpg),
         cmocka_unit_test(test_gpg_paper),
         cmocka_unit_test(test_batch_counts),

@@ -49,7 +49,12 @@ static const char *const ALGOS[] = {"grpo",
                                     "kl_cov",
                                     "ppo",
                                     "pf_ppo",
-                                    "grpo_lora"};
+                                    "grpo_lora",
+                                    "gmpo",
+                                    "cispo",
+                                    "sapo",
+                                    "grpo_passk",
+                                    "opo"};
 #define N_ALGOS (int)(sizeof ALGOS / sizeof *ALGOS)
 
 static char *example(const char *kind, const char *algo)
@@ -429,6 +434,65 @@ static void test_kl_cov(void **state)
     run_with("kl_cov", keys, 1);
 }
 
+/* GMPO: the geometric-mean ratio's clip fractions on every step, no KL term. */
+static void test_gmpo(void **state)
+{
+    (void)state;
+    json_t *lines[STEPS] = {0};
+    run("gmpo", lines);
+    for (int s = 0; s < STEPS; s++) {
+        metric(lines[s], "gmpo", "actor/pg_clipfrac");
+        assert_near(metric(lines[s], "gmpo", "actor/kl_loss"), 0.0, 0);
+    }
+    free_lines(lines);
+}
+
+/* CISPO with verl's recipe: its KL loss to the reference grows from 0. */
+static void test_cispo(void **state)
+{
+    (void)state;
+    check_kl_loss("cispo");
+}
+
+/* SAPO gates instead of clipping: verl reports clip fractions of 0. */
+static void test_sapo(void **state)
+{
+    (void)state;
+    json_t *lines[STEPS] = {0};
+    run("sapo", lines);
+    for (int s = 0; s < STEPS; s++)
+        assert_near(metric(lines[s], "sapo", "actor/pg_clipfrac"), 0.0, 0);
+    free_lines(lines);
+}
+
+/* Pass@k reinforces a group's best response by its margin over the second: no advantage is
+ * negative (a sign flipped where the estimator meets the pipeline would make some). */
+static void test_grpo_passk(void **state)
+{
+    (void)state;
+    json_t *lines[STEPS] = {0};
+    run("grpo_passk", lines);
+    for (int s = 0; s < STEPS; s++)
+        assert_true(metric(lines[s], "grpo_passk", "critic/advantages/min") >= 0.0);
+    free_lines(lines);
+}
+
+/* OPO's baseline is each group's length-weighted mean, so the token mean of the advantages is 0
+ * for every group, hence for the batch: the exact values sum to 0, their float32 roundings move the
+ * mean by at most DF_U32 max |a| (doubled for the double sums). */
+static void test_opo(void **state)
+{
+    (void)state;
+    json_t *lines[STEPS] = {0};
+    run("opo", lines);
+    for (int s = 0; s < STEPS; s++) {
+        double amax = fmax(fabs(metric(lines[s], "opo", "critic/advantages/max")),
+                           fabs(metric(lines[s], "opo", "critic/advantages/min")));
+        assert_near(metric(lines[s], "opo", "critic/advantages/mean"), 0.0, 2 * DF_U32 * amax);
+    }
+    free_lines(lines);
+}
+
 /* PPO: GAE from the critic of examples/demo/ppo.yaml. Its critic_warmup would leave the actor
  * untrained for all 3 steps here, so it is off (test_e2e_ppo tests the warmup itself). */
 static void test_ppo(void **state)
@@ -529,6 +593,11 @@ int main(void)
         cmocka_unit_test(test_ppo),
         cmocka_unit_test(test_pf_ppo),
         cmocka_unit_test(test_grpo_lora),
+        cmocka_unit_test(test_gmpo),
+        cmocka_unit_test(test_cispo),
+        cmocka_unit_test(test_sapo),
+        cmocka_unit_test(test_grpo_passk),
+        cmocka_unit_test(test_opo),
         cmocka_unit_test(test_grpo_decoupled),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,5 +1,5 @@
 /* Unit tests for the policy losses of include/distflow/algo.h's losses block: gspo,
- * gpg, cpgd, clip_cov, kl_cov (hand-computed cases, finite differences, the
+ * gpg, cpgd, clip_cov, kl_cov, cispo, sapo, geo_mean (hand-computed cases, finite differences, the
  * micro-batch / data-parallel split property for every loss and aggregation mode),
  * TIS weights inside the vanilla loss. KL controllers, the TIS weights themselves
  * and the losses inside the actor: test_losses_train.c. */
@@ -33,7 +33,9 @@ static df_policy_loss_input mk_in(int64_t n, const int64_t *off, const float *lp
                                .weights = w,
                                .clip_ratio_low = 0.2f,
                                .clip_ratio_high = 0.2f,
-                               .clip_ratio_c = 3.0f};
+                               .clip_ratio_c = 3.0f,
+                               .tau_pos = 1.0,
+                               .tau_neg = 1.05};
     return in;
 }
 
@@ -113,17 +115,19 @@ static void check_fd(df_policy_loss_fn fn, const df_policy_loss_input *in0)
 static void test_registry_names(void **state)
 {
     (void)state;
-    const char *names[] = {"vanilla", "gspo", "gpg", "cpgd", "clip_cov", "kl_cov", "clip-cov", "kl-cov"};
+    const char *names[] = {"vanilla", "gspo",     "gpg",   "cpgd", "clip_cov", "kl_cov",
+                           "clip-cov", "kl-cov", "cispo", "sapo", "geo_mean"};
     const df_policy_loss_fn want[] = {df_policy_loss_vanilla,  df_policy_loss_gspo,     df_policy_loss_gpg,
                                       df_policy_loss_cpgd,     df_policy_loss_clip_cov, df_policy_loss_kl_cov,
-                                      df_policy_loss_clip_cov, df_policy_loss_kl_cov};
+                                      df_policy_loss_clip_cov, df_policy_loss_kl_cov,   df_policy_loss_cispo,
+                                      df_policy_loss_sapo,     df_policy_loss_geo_mean};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         df_policy_loss_fn fn = NULL;
         assert_int_equal(df_policy_loss_lookup(names[i], &fn), 0);
         assert_true(fn == want[i]);
     }
     df_policy_loss_fn fn;
-    assert_error_mentions(df_policy_loss_lookup("geo_mean", &fn), DF_EINVAL, "kl_cov");
+    assert_error_mentions(df_policy_loss_lookup("geomean", &fn), DF_EINVAL, "geo_mean");
 }
 
 /* ====================================================================== gspo */
@@ -518,13 +522,121 @@ static void test_cov_bad_input(void **state)
     assert_error_mentions(df_policy_loss_kl_cov(&in, &out), DF_EINVAL, "old_log_prob");
 }
 
+/* ====================================================================== cispo, sapo, geo_mean */
+
+/*
+ * Exactly representable inputs (clip ratios 0.25, log-ratios in eighths), so the bounds are the
+ * hand values' last digit, the float32 outputs' rounding and double arithmetic (df_tol_hand).
+ * Tokens: t0 log-ratio 0.125, A = 1; t1 log-ratio -0.5, A = -2; t2 not the model's (mask 0).
+ * cispo: r0 = e^0.125 = 1.1331484531 inside [0.75, 1.25]: c0 = r0; r1 = e^-0.5 = 0.6065 < 0.75:
+ *   c1 = 0.75 (clipped). l0 = -c0 * 1 * (-1) = c0; l1 = -0.75 * (-2) * (-2) = -3;
+ *   loss = 0.5 c0 - 1.5 = -0.9334257735; grad0 = -0.5 c0 = -0.5665742265, grad1 = -0.5 * 0.75 * -2
+ *   = 0.75; pg_clipfrac 1/2; ppo_kl = (-0.125 + 0.5) / 2 = 0.1875.
+ */
+static void test_cispo_hand(void **state)
+{
+    (void)state;
+    const int64_t off[] = {0, 3};
+    const float lp[] = {-1.0f, -2.0f, -7.0f}, old[] = {-1.125f, -1.5f, -1.0f}, adv[] = {1, -2, 5};
+    const float w[] = {0.5f, 0.5f, 0.5f};
+    const int32_t mask[] = {1, 1, 0};
+    df_policy_loss_input in = mk_in(1, off, lp, old, adv, w);
+    in.clip_ratio_low = in.clip_ratio_high = 0.25f, in.response_mask = mask;
+    float g[3] = {9, 9, 9};
+    df_policy_loss_output out = {.grad = g};
+    assert_int_equal(df_policy_loss_cispo(&in, &out), 0);
+    assert_near(out.loss, -0.9334257735, df_tol_hand(5e-11, 0, 0, 2.1));
+    assert_near(g[0], -0.5665742265, df_tol_hand(5e-11, 0.57, 0, 0.57));
+    assert_near(g[1], 0.75, 0);
+    assert_near(g[2], 0.0, 0);
+    assert_near(out.pg_clipfrac, 0.5, 0);
+    assert_near(out.pg_clipfrac_lower, 0.0, 0);
+    assert_near(out.ppo_kl, 0.1875, 0);
+}
+
+/*
+ * sapo on test_cispo_hand's tokens, tau_pos 1, tau_neg 1.05:
+ *   t0 (A > 0, tau 1): s0 = sigmoid(r0 - 1), l0 = -4 s0; grad0 = -0.5 * 4 s0 (1 - s0) r0
+ *   t1 (A < 0, tau 1.05): s1 = sigmoid(1.05 (r1 - 1)), l1 = 2 * 4 s1 / 1.05;
+ *   grad1 = -0.5 * -2 * 4 s1 (1 - s1) r1
+ *   loss = 0.5 l0 + 0.5 l1 = 0.4503192874; grad0 = -0.5640704984, grad1 = 0.5813678009;
+ *   no clip fractions; ppo_kl 0.1875. A temperature <= 0 is refused.
+ */
+static void test_sapo_hand(void **state)
+{
+    (void)state;
+    const int64_t off[] = {0, 3};
+    const float lp[] = {-1.0f, -2.0f, -7.0f}, old[] = {-1.125f, -1.5f, -1.0f}, adv[] = {1, -2, 5};
+    const float w[] = {0.5f, 0.5f, 0.5f};
+    const int32_t mask[] = {1, 1, 0};
+    df_policy_loss_input in = mk_in(1, off, lp, old, adv, w);
+    in.response_mask = mask;
+    float g[3] = {9, 9, 9};
+    df_policy_loss_output out = {.grad = g};
+    assert_int_equal(df_policy_loss_sapo(&in, &out), 0);
+    assert_near(out.loss, 0.4503192874, df_tol_hand(5e-11, 0, 0, 3.6));
+    assert_near(g[0], -0.5640704984, df_tol_hand(5e-11, 0.57, 0, 0.57));
+    assert_near(g[1], 0.5813678009, df_tol_hand(5e-11, 0.59, 0, 0.59));
+    assert_near(g[2], 0.0, 0);
+    assert_near(out.pg_clipfrac, 0.0, 0);
+    assert_near(out.ppo_kl, 0.1875, 0);
+    /* the temperatures pick by the advantage's sign: exchanged, the loss moves */
+    in.tau_pos = 1.05, in.tau_neg = 1.0;
+    assert_true(fabs(run_loss(df_policy_loss_sapo, &in, NULL) - 0.4503192874) > 1e-3);
+    in.tau_neg = 0;
+    assert_error_mentions(df_policy_loss_sapo(&in, &out), DF_EINVAL, "tau_pos and tau_neg must be > 0");
+}
+
+/*
+ * geo_mean, clip ratios 0.25, seq-mean-token-mean weights of 2 samples:
+ * Sample 0 (A = 1, w = 1/8): log-ratios 0.125, -0.5, 0, 0.5 -> m = 0.125, -0.5 (the unclipped
+ *   side is the min for A > 0), 0, min(0.5, 0.25) = 0.25 (clipped: no gradient);
+ *   L0 = -(4 / (4 + 1e-8)) exp(-0.125 / (4 + 1e-8)); grad = 0.5 L0 / (4 + 1e-8) = -0.1211541537
+ *   on t0..t2, 0 on t3.
+ * Sample 1 (A = -1, w = 1/4): log-ratios 0.375, -0.125 -> s = -1: m = 0.375 (min(-0.375, -0.25)
+ *   negated: the pessimistic side), -0.125 (a tie); L1 = (2 / (2 + 1e-8)) exp(0.25 / (2 + 1e-8));
+ *   grad = 0.5 L1 / (2 + 1e-8) = 0.2832871103 on both.
+ * loss = 0.5 L0 + 0.5 L1 = 0.0819576073; pg_clipfrac = 2/6 (t1, t3 of A > 0), pg_clipfrac_lower
+ * = 1/6 (sample 1's first); ppo_kl = -(0.125 - 0.5 + 0 + 0.5 + 0.375 - 0.125) / 6 = -0.0625.
+ */
+static void test_geo_mean_hand(void **state)
+{
+    (void)state;
+    const int64_t off[] = {0, 4, 6};
+    const float lp[] = {-1.0f, -2.0f, -0.5f, -0.5f, -1.0f, -1.0f};
+    const float old[] = {-1.125f, -1.5f, -0.5f, -1.0f, -1.375f, -0.875f};
+    const float adv[] = {1, 1, 1, 1, -1, -1};
+    float w[6];
+    assert_int_equal(df_loss_agg_weights("seq-mean-token-mean", 2, off, 6, 2, w), 0);
+    assert_near(w[0], 0.125, 0);
+    df_policy_loss_input in = mk_in(2, off, lp, old, adv, w);
+    in.clip_ratio_low = in.clip_ratio_high = 0.25f;
+    float g[6];
+    df_policy_loss_output out = {.grad = g};
+    assert_int_equal(df_policy_loss_geo_mean(&in, &out), 0);
+    assert_near(out.loss, 0.0819576073, df_tol_hand(5e-11, 0, 0, 2.2));
+    for (int t = 0; t < 3; t++)
+        assert_near(g[t], -0.1211541537, df_tol_hand(5e-11, 0.13, 0, 0.13));
+    assert_near(g[3], 0.0, 0);
+    for (int t = 4; t < 6; t++)
+        assert_near(g[t], 0.2832871103, df_tol_hand(5e-11, 0.29, 0, 0.29));
+    assert_near(out.pg_clipfrac, 2.0 / 6, 0);
+    assert_near(out.pg_clipfrac_lower, 1.0 / 6, 0);
+    assert_near(out.ppo_kl, -0.0625, df_tol_hand(0, 0, 0, 0.3));
+    /* a zero advantage gives its token neither a term in the ratio nor a gradient */
+    const float adv0[] = {1, 0, 1, 1, -1, -1};
+    in.advantages = adv0;
+    assert_int_equal(df_policy_loss_geo_mean(&in, &out), 0);
+    assert_near(g[1], 0.0, 0);
+}
+
 /* Every loss: no tokens at all (empty responses only) gives 0 and no error. */
 static void test_losses_no_tokens(void **state)
 {
     (void)state;
     const int64_t off[] = {0, 0, 0};
-    const char *names[] = {"gspo", "gpg", "cpgd", "clip_cov", "kl_cov"};
-    for (size_t i = 0; i < 5; i++) {
+    const char *names[] = {"gspo", "gpg", "cpgd", "clip_cov", "kl_cov", "cispo", "sapo", "geo_mean"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         df_policy_loss_fn fn;
         assert_int_equal(df_policy_loss_lookup(names[i], &fn), 0);
         df_policy_loss_input in = mk_in(2, off, NULL, NULL, NULL, NULL);
@@ -632,25 +744,26 @@ static void check_split(const char *loss, const char *mode)
 static void test_split_property(void **state)
 {
     (void)state;
-    const char *losses[] = {"vanilla", "gspo", "gpg", "cpgd", "clip_cov", "kl_cov"};
+    const char *losses[] = {"vanilla", "gspo", "gpg", "cpgd", "clip_cov", "kl_cov", "cispo", "sapo", "geo_mean"};
     const char *modes[] = {"token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
                            "seq-mean-token-sum-norm"};
-    for (size_t i = 0; i < 6; i++)
+    for (size_t i = 0; i < sizeof losses / sizeof *losses; i++)
         for (size_t j = 0; j < 4; j++)
             check_split(losses[i], modes[j]);
 }
 
-/* Finite differences of every loss on the split data, every aggregation mode. */
+/* Finite differences of every loss on the split data, every aggregation mode (cispo's gradient is
+ * by definition not its loss's derivative: its clipped weight is data). */
 static void test_fd_all_losses(void **state)
 {
     (void)state;
-    const char *losses[] = {"vanilla", "gspo", "gpg", "cpgd", "clip_cov", "kl_cov"};
+    const char *losses[] = {"vanilla", "gspo", "gpg", "cpgd", "clip_cov", "kl_cov", "sapo", "geo_mean"};
     const char *modes[] = {"token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"};
     float lp[PT], old[PT], adv[PT], w[PT];
     fill_split_data(lp, old, adv);
     for (size_t j = 0; j < 3; j++) {
         assert_int_equal(df_loss_agg_weights_ex(modes[j], PN, p_off, PT, PN, 7, w), 0);
-        for (size_t i = 0; i < 6; i++) {
+        for (size_t i = 0; i < sizeof losses / sizeof *losses; i++) {
             df_policy_loss_fn fn;
             assert_int_equal(df_policy_loss_lookup(losses[i], &fn), 0);
             df_policy_loss_input in = mk_in(PN, p_off, lp, old, adv, w);
@@ -696,6 +809,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_registry_names),   cmocka_unit_test(test_gspo_hand),
+        cmocka_unit_test(test_cispo_hand),       cmocka_unit_test(test_sapo_hand),
+        cmocka_unit_test(test_geo_mean_hand),
         cmocka_unit_test(test_gspo_extreme),     cmocka_unit_test(test_gspo_fd),
         cmocka_unit_test(test_gpg_hand),         cmocka_unit_test(test_cpgd_hand),
         cmocka_unit_test(test_cpgd_edges),       cmocka_unit_test(test_cpgd_fd),

@@ -277,6 +277,46 @@ DF_API int df_adv_gae(const df_adv_input *in, float *advantages, float *returns)
 DF_API int df_adv_rloo(const df_adv_input *in, float *advantages, float *returns);
 
 /**
+ * "rloo_vectorized" — verl compute_rloo_vectorized_outcome_advantage: rloo's leave-one-out
+ * baseline, A_i = (k_g score_i - sum_g score) / (k_g - 1) for k_g >= 2, and A_i = 0 for a group
+ * of one (rloo keeps the score there). Needs group ids.
+ */
+DF_API int df_adv_rloo_vectorized(const df_adv_input *in, float *advantages, float *returns);
+
+/**
+ * "grpo_vectorized" — verl compute_grpo_vectorized_outcome_advantage (utils/groupwise.py
+ * group_mean_std): grpo with the unbiased variance floored at epsilon,
+ *   A_i = (score_i - mean_g) / (sqrt(max(var_g, epsilon)) + epsilon)   (norm_adv_by_std_in_grpo)
+ *   A_i = score_i - mean_g                                            (otherwise)
+ * mean 0 and std 1 for a group of one, as grpo; the floor keeps a near-flat group's advantages
+ * within |score_i - mean_g| / sqrt(epsilon). distflow takes the variance in two passes in double
+ * (verl: (sum x^2 - (sum x)^2 / k) / (k - 1) in float32). Needs group ids.
+ */
+DF_API int df_adv_grpo_vectorized(const df_adv_input *in, float *advantages, float *returns);
+
+/**
+ * "grpo_passk" — Pass@k training (Chen et al. 2025, arXiv 2503.19595), verl
+ * compute_grpo_passk_outcome_advantage: only the best response of each group is reinforced,
+ * by the margin over the second best:
+ *   A_best = (score_max - score_second) / (std_g + epsilon)   (std_g unbiased; without the division
+ *                                                              when !norm_adv_by_std_in_grpo)
+ *   A_i = 0 for every other response of the group
+ * score_second is the second largest score counting repeats, so a tie at the top gives 0 to
+ * all (which of the tied responses verl's topk picks does not matter). Needs group ids and at
+ * least two responses in every group (DF_EINVAL naming the sample otherwise, as verl raises).
+ */
+DF_API int df_adv_grpo_passk(const df_adv_input *in, float *advantages, float *returns);
+
+/**
+ * "opo" — On-Policy RL with Optimal reward baseline (Hao et al. 2025, arXiv 2505.23585), verl
+ * compute_opo_outcome_advantage: the group's length-weighted mean score as the baseline,
+ *   b_g = sum_{j in g} len_j score_j / sum_{j in g} len_j;  A_i = score_i - b_g
+ * with len_j sample j's model tokens (response_mask), b_g = 0 for a group of one (verl), and
+ * the plain mean when the group's lengths sum to 0 (verl would divide 0 by 0). Needs group ids.
+ */
+DF_API int df_adv_opo(const df_adv_input *in, float *advantages, float *returns);
+
+/**
  * "reinforce_plus_plus" — verl compute_reinforce_plus_plus_outcome_advantage;
  * REINFORCE++, Hu 2025 (arXiv 2501.03262), §3 (token-level discounted return,
  * global advantage normalisation):
@@ -594,6 +634,9 @@ typedef struct df_policy_loss_input {
                                      token takes no part: no loss term, gradient 0, not in the
                                      statistics, nor in gspo's sequence ratio or the covariance
                                      losses' means and selection (verl masks all of these). */
+    double tau_pos;             /**< sapo: gate temperature of tokens with A > 0 (actor.tau_pos, 1.0) */
+    double tau_neg;             /**< sapo: gate temperature of the others (actor.tau_neg, 1.05); last,
+                                     so that a plugin built before them finds the fields above */
 } df_policy_loss_input;
 
 typedef struct df_policy_loss_output {
@@ -753,6 +796,51 @@ DF_API int df_policy_loss_gpg(const df_policy_loss_input *in, df_policy_loss_out
  * policy_drift_coeff.
  */
 DF_API int df_policy_loss_cpgd(const df_policy_loss_input *in, df_policy_loss_output *out);
+
+/**
+ * "cispo" — CISPO (MiniMax 2025, arXiv 2506.13585 eq. 4), verl compute_policy_loss_cispo: the
+ * importance weight clipped and taken as data, the gradient that of log_prob. Per model token,
+ * d = clamp(log_prob - old_log_prob, -20, 20), r = e^d:
+ *   c_t    = clamp(r, 1 - clip_ratio_low, 1 + clip_ratio_high)   (no gradient: verl's detach)
+ *   l_t    = -c_t A_t log_prob_t;  loss = sum_t w_t l_t;  grad_t = -w_t c_t A_t
+ *   pg_clipfrac = token mean of [r != c_t]; pg_clipfrac_lower = 0; ppo_kl = token mean of -d.
+ * grad is not the derivative of loss where r is inside the clip range (c_t depends on log_prob
+ * there); it is the objective's gradient by definition. Errors as vanilla (clip_ratio_c not read).
+ */
+DF_API int df_policy_loss_cispo(const df_policy_loss_input *in, df_policy_loss_output *out);
+
+/**
+ * "sapo" — SAPO (Qwen 2025, arXiv 2511.20347), verl compute_policy_loss_sapo: a smooth gate in
+ * place of the ratio's clip. Per model token, d = clamp(log_prob - old_log_prob, -20, 20),
+ * r = e^d, tau = tau_pos where A_t > 0, else tau_neg:
+ *   g_t = sigmoid(tau (r - 1)) 4 / tau;  l_t = -g_t A_t;  loss = sum_t w_t l_t
+ *   grad_t = -w_t A_t 4 s (1 - s) r with s = sigmoid(tau (r - 1)); 0 where d is clamped
+ *   pg_clipfrac = pg_clipfrac_lower = 0 (verl reports 0); ppo_kl = token mean of -d.
+ * verl aggregates it with seq-mean-token-mean whatever loss_agg_mode says; distflow uses the
+ * caller's weights (the descriptor's loss_agg_mode makes `config check` warn, as for gspo).
+ * Errors: as vanilla (clip ratios not read), tau_pos or tau_neg not > 0.
+ */
+DF_API int df_policy_loss_sapo(const df_policy_loss_input *in, df_policy_loss_output *out);
+
+/**
+ * "geo_mean" — GMPO (Zhao et al. 2025, arXiv 2507.20673: the geometric mean of the token ratios),
+ * verl compute_policy_loss_geo_mean. Per sample i with M_i its model tokens (n_i of them),
+ * d_t = log_prob_t - old_log_prob_t (not clamped, as verl), s_t = sign(A_t):
+ *   m_t   = s_t min(s_t d_t, s_t clamp(d_t, -clip_ratio_low, clip_ratio_high))  (the clip on the
+ *           log-ratio itself, pessimistic in A's direction)
+ *   R_i   = exp(sum_{M_i} m_t / (n_i + 1e-8));  Abar_i = sum_{M_i} A_t / (n_i + 1e-8)
+ *   L_i   = -Abar_i R_i;  W_i = sum_{M_i} w_t;  loss = sum_i W_i L_i
+ *   grad_t = W_i L_i / (n_i + 1e-8) where s_t != 0 and s_t d_t <= s_t clamp(d_t) (the unclipped
+ *            side is the min, ties included: torch's min splits a tie's gradient between two
+ *            equal paths), else 0
+ *   pg_clipfrac = token mean of [d_t clamped and A_t > 0]; pg_clipfrac_lower the same for
+ *   A_t < 0; ppo_kl = token mean of -d.
+ * verl averages L_i over the sequences (torch.mean) whatever loss_agg_mode says: with
+ * seq-mean-token-mean weights W_i is 1/#sequences, its loss (the descriptor makes `config check`
+ * warn otherwise). With rollout IS weights in w, W_i sums them (verl takes their geometric mean).
+ * Errors as vanilla (clip_ratio_c not read).
+ */
+DF_API int df_policy_loss_geo_mean(const df_policy_loss_input *in, df_policy_loss_output *out);
 
 /**
  * Token selection of the covariance losses (Cui et al. 2025, "The Entropy

@@ -9,9 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Check the input, compute group statistics and a per-sample buffer a[n]. */
-static int begin(const char *who, const df_adv_input *in, const float *adv, const float *ret,
-                 df_adv_groups *g, double **a)
+int df_adv_group_begin(const char *who, const df_adv_input *in, const float *adv, const float *ret,
+                       df_adv_groups *g, double **a)
 {
     *a = NULL;
     int rc = df_adv_check(who, in, DF_ADV_NEED_GROUP, adv, ret);
@@ -27,7 +26,7 @@ static int begin(const char *who, const df_adv_input *in, const float *adv, cons
     return DF_OK;
 }
 
-static int finish(const df_adv_input *in, df_adv_groups *g, double *a, float *adv, float *ret)
+int df_adv_group_finish(const df_adv_input *in, df_adv_groups *g, double *a, float *adv, float *ret)
 {
     df_adv_broadcast(in, a, adv, ret);
     df_adv_groups_free(g);
@@ -41,7 +40,7 @@ int df_adv_grpo(const df_adv_input *in, float *advantages, float *returns)
         return df_error(DF_EINVAL, "grpo: epsilon must be >= 0, got %g", (double)in->epsilon);
     df_adv_groups g;
     double *a;
-    int rc = begin("grpo", in, advantages, returns, &g, &a);
+    int rc = df_adv_group_begin("grpo", in, advantages, returns, &g, &a);
     if (rc)
         return rc;
     for (int64_t i = 0; i < in->n; i++) {
@@ -50,14 +49,14 @@ int df_adv_grpo(const df_adv_input *in, float *advantages, float *returns)
         if (in->norm_adv_by_std_in_grpo)
             a[i] /= g.std[k] + (double)in->epsilon;
     }
-    return finish(in, &g, a, advantages, returns);
+    return df_adv_group_finish(in, &g, a, advantages, returns);
 }
 
 int df_adv_rloo(const df_adv_input *in, float *advantages, float *returns)
 {
     df_adv_groups g;
     double *a;
-    int rc = begin("rloo", in, advantages, returns, &g, &a);
+    int rc = df_adv_group_begin("rloo", in, advantages, returns, &g, &a);
     if (rc)
         return rc;
     for (int64_t i = 0; i < in->n; i++) {
@@ -65,7 +64,7 @@ int df_adv_rloo(const df_adv_input *in, float *advantages, float *returns)
         /* the mean of the other c - 1 scores; none for a group of one (verl keeps the score) */
         a[i] = c > 1 ? g.score[i] - (g.sum[k] - g.score[i]) / (double)(c - 1) : g.score[i];
     }
-    return finish(in, &g, a, advantages, returns);
+    return df_adv_group_finish(in, &g, a, advantages, returns);
 }
 
 int df_adv_reinforce_plus_plus_baseline(const df_adv_input *in, float *advantages, float *returns)
@@ -73,7 +72,7 @@ int df_adv_reinforce_plus_plus_baseline(const df_adv_input *in, float *advantage
     const char *who = "reinforce_plus_plus_baseline";
     df_adv_groups g;
     double *a;
-    int rc = begin(who, in, advantages, returns, &g, &a);
+    int rc = df_adv_group_begin(who, in, advantages, returns, &g, &a);
     if (rc)
         return rc;
     const int64_t n_tok = in->offsets[in->n];
@@ -136,7 +135,7 @@ static int gpg(const char *who, const df_adv_input *in, bool paper, float *advan
 {
     df_adv_groups g;
     double *a;
-    int rc = begin(who, in, advantages, returns, &g, &a);
+    int rc = df_adv_group_begin(who, in, advantages, returns, &g, &a);
     if (rc)
         return rc;
     const df_adv_batch_counts c = batch_counts(in, &g);
@@ -147,7 +146,7 @@ static int gpg(const char *who, const df_adv_input *in, bool paper, float *advan
     const double alpha = (double)c.n_samples / (double)(m > 0 ? m : 1);
     for (int64_t i = 0; i < in->n; i++)
         a[i] = alpha * (g.score[i] - g.mean[in->group[i]]);
-    return finish(in, &g, a, advantages, returns);
+    return df_adv_group_finish(in, &g, a, advantages, returns);
 }
 
 int df_adv_gpg(const df_adv_input *in, float *advantages, float *returns)
@@ -193,7 +192,7 @@ int df_adv_cpgd(const df_adv_input *in, float *advantages, float *returns)
     df_adv_groups g;
     double *a;
     if (!rc)
-        rc = begin("cpgd", in, advantages, returns, &g, &a);
+        rc = df_adv_group_begin("cpgd", in, advantages, returns, &g, &a);
     if (rc)
         return rc;
     /* clip-filter-like weight: groups over non-flat groups (MM-EUREKA's prompts ratio), capped */
@@ -210,5 +209,5 @@ int df_adv_cpgd(const df_adv_input *in, float *advantages, float *returns)
         case CPGD_NAIVE: a[i] = centred; break;
         }
     }
-    return finish(in, &g, a, advantages, returns);
+    return df_adv_group_finish(in, &g, a, advantages, returns);
 }

@@ -42,6 +42,13 @@ typedef struct df_adv_groups {
 int df_adv_groups_compute(const char *who, const df_adv_input *in, df_adv_groups *g);
 void df_adv_groups_free(df_adv_groups *g);
 
+/* A group estimator's start: check the input (group ids needed), compute *g and a per-sample
+   buffer *a[n] (both released by df_adv_group_finish). DF_EINVAL / DF_ENOMEM. */
+int df_adv_group_begin(const char *who, const df_adv_input *in, const float *adv, const float *ret,
+                       df_adv_groups *g, double **a);
+/* Broadcast a[i] to sample i's tokens (df_adv_broadcast), free g and a; DF_OK. */
+int df_adv_group_finish(const df_adv_input *in, df_adv_groups *g, double *a, float *adv, float *ret);
+
 /* Every token of sample i gets a[i], in advantages and (if not NULL) returns. */
 void df_adv_broadcast(const df_adv_input *in, const double *a, float *advantages, float *returns);
 

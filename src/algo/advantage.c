@@ -86,7 +86,12 @@ int df_group_ids(const char *const *uids, int64_t n, int64_t *group)
     X(gpg_paper, df_adv_gpg_paper, G, BC, NULL, "GPG with the paper's alpha (Chu 2025, section 3)")    \
     X(cpgd, df_adv_cpgd, G, BC, "cpgd", "group baseline for clipped policy gradient (CPGD, Liu 2025)")      \
     X(gae_marft, df_adv_gae_marft_single, V | AG, W, NULL,                                            \
-      "GAE chained across the agents and turns of multi-agent episodes (siiRL MARFT)")
+      "GAE chained across the agents and turns of multi-agent episodes (siiRL MARFT)")                \
+    X(grpo_vectorized, df_adv_grpo_vectorized, G, 0, NULL, "grpo with the group variance floored at epsilon (verl)") \
+    X(rloo_vectorized, df_adv_rloo_vectorized, G, 0, NULL, "rloo giving a group of one 0 (verl)")     \
+    X(grpo_passk, df_adv_grpo_passk, G, 0, NULL,                                                      \
+      "the best response's margin over the second (Pass@k training, Chen 2025)")                        \
+    X(opo, df_adv_opo, G, 0, NULL, "length-weighted group mean as baseline (OPO, Hao 2025)")
 
 #define DESC(id, f, nd, fl, pl, sum) {#id, f, nd, fl, pl, sum},
 static const df_adv_estimator_desc k_builtin_descs[] = {BUILTIN_ESTIMATORS(DESC)};

@@ -19,7 +19,12 @@
     X(4, "clip_cov", df_policy_loss_clip_cov, NULL, "Clip-Cov (Cui 2025, arXiv 2505.22617)")                 \
     X(5, "kl_cov", df_policy_loss_kl_cov, NULL, "KL-Cov (Cui 2025, arXiv 2505.22617)")                       \
     X(6, "clip-cov", df_policy_loss_clip_cov, NULL, "Clip-Cov (Cui 2025, arXiv 2505.22617)")                 \
-    X(7, "kl-cov", df_policy_loss_kl_cov, NULL, "KL-Cov (Cui 2025, arXiv 2505.22617)")
+    X(7, "kl-cov", df_policy_loss_kl_cov, NULL, "KL-Cov (Cui 2025, arXiv 2505.22617)")                       \
+    X(8, "cispo", df_policy_loss_cispo, NULL, "clipped importance weight as data (CISPO, arXiv 2506.13585)")    \
+    X(9, "sapo", df_policy_loss_sapo, "seq-mean-token-mean",                                                \
+      "smooth gate on the ratio (SAPO, arXiv 2511.20347); verl aggregates it over sequences")               \
+    X(10, "geo_mean", df_policy_loss_geo_mean, "seq-mean-token-mean",                                       \
+      "geometric-mean sequence ratio (GMPO, arXiv 2507.20673); verl averages it over sequences")
 
 #define DESC(i, nm, f, agg, sum) [i] = {nm, f, agg, sum},
 static const df_policy_loss_desc k_builtin_descs[] = {BUILTIN_LOSSES(DESC)};

@@ -269,6 +269,10 @@ static int check_algorithm(const df_config *c, const df_train_config *t)
     df_policy_loss_fn pl;
     if (df_policy_loss_lookup(a->policy_loss.loss_mode, &pl))
         return df_error_wrap(DF_EINVAL, "%s", kv(c, ACTOR "policy_loss.loss_mode", kb[0]));
+    if (pl == df_policy_loss_sapo && !(a->tau_pos > 0 && a->tau_neg > 0)) /* sapo divides by them */
+        return df_error(DF_EINVAL, "%s with %s and %s: both temperatures must be > 0",
+                        kv(c, ACTOR "policy_loss.loss_mode", kb[0]), kv(c, ACTOR "tau_pos", kb[1]),
+                        kv(c, ACTOR "tau_neg", kb[2]));
     int64_t off[1] = {0};
     if (df_loss_agg_weights_ex(a->loss_agg_mode, 0, off, 1, 1, 1, NULL))
         return df_error_wrap(DF_EINVAL, "%s", kv(c, ACTOR "loss_agg_mode", kb[0]));

@@ -198,7 +198,7 @@ static int policy_loss(df_actor *a, const df_batch *b, int64_t n, const int64_t 
                                .clip_cov_ratio = l->clip_cov_ratio, .clip_cov_lb = l->clip_cov_lb,
                                .clip_cov_ub = l->clip_cov_ub, .kl_cov_ratio = l->kl_cov_ratio,
                                .ppo_kl_coef = l->ppo_kl_coef, .seed = key, .config = l->config,
-                               .response_mask = mask};
+                               .response_mask = mask, .tau_pos = l->tau_pos, .tau_neg = l->tau_neg};
     return a->loss_fn(&in, st);
 }
 

@@ -47,6 +47,7 @@ typedef struct df_actor_loss {
     double cpgd_drift_clip;       /* cpgd: bound on the drift weight r - 1; <= 0: none (the paper) */
     double clip_cov_ratio, clip_cov_lb, clip_cov_ub; /* policy_loss.clip_cov_* */
     double kl_cov_ratio, ppo_kl_coef;                /* policy_loss.kl_cov_ratio, ppo_kl_coef */
+    double tau_pos, tau_neg;                         /* sapo: actor.tau_pos, tau_neg */
     const struct df_train_actor *config; /* the typed actor settings these come from, handed to the
                                             policy loss (df_policy_loss_input.config); may be NULL */
 } df_actor_loss;

@@ -75,6 +75,8 @@ void df_worker_actor_loss(const df_train_config *t, df_actor_loss *l)
     l->clip_cov_ub = a->policy_loss.clip_cov_ub;
     l->kl_cov_ratio = a->policy_loss.kl_cov_ratio;
     l->ppo_kl_coef = a->policy_loss.ppo_kl_coef;
+    l->tau_pos = a->tau_pos;
+    l->tau_neg = a->tau_neg;
     l->config = a;
 }
 
