@@ -505,6 +505,44 @@ static double check_identity(const bwd_case *k, const float *lg, const float *gr
     return worst;
 }
 
+/* Teeth: the adapter gradients of targets t1 and t2 of layer li (out rows each, rank 3) exchanged
+ * after a recorded backward (B's, and A's too when with_a) must break the identity by far. */
+static void swapped_case(df_model_config c, unsigned targets, uint64_t seed, int li, df_lora_target t1,
+                         df_lora_target t2, bool with_a, int64_t out)
+{
+    bwd_case k;
+    bwd_setup(&k, c, targets, seed);
+    float *lg = calloc((size_t)k.l->n_params, sizeof(float));
+    float *grads = calloc((size_t)k.m->n_params, sizeof(float));
+    rec.g0 = grads;
+    rec.n = k.m->n_params;
+    rec.mag = calloc((size_t)k.m->n_params, sizeof(double));
+    run_backward(&k, rec_backend(), 0, lg, grads);
+    assert_true(check_identity(&k, lg, grads) <= 1.0);
+    df_lora_layer gl[2];
+    df_lora_view_of(k.l, lg, gl);
+    int64_t od, id;
+    df_lora_target_shape(&c, t1, &od, &id);
+    float tmp[256];
+    const size_t na = (size_t)(3 * id) * sizeof(float), nb = (size_t)(out * 3) * sizeof(float);
+    assert_true(na <= sizeof tmp && nb <= sizeof tmp);
+    float *pa[2] = {gl[li].a[t1], gl[li].a[t2]}, *pb[2] = {gl[li].b[t1], gl[li].b[t2]};
+    for (int ab = with_a ? 0 : 1; ab < 2; ab++) {
+        float **p = ab ? pb : pa;
+        const size_t n = ab ? nb : na;
+        memcpy(tmp, p[0], n), memcpy(p[0], p[1], n), memcpy(p[1], tmp, n);
+    }
+    const double worst = check_identity(&k, lg, grads);
+    print_message("%s / %s gradients exchanged: max |error| / bound %.3g\n", df_lora_target_name(t1),
+                  df_lora_target_name(t2), worst);
+    assert_true(worst > 10.0);
+    free(rec.mag);
+    rec.mag = NULL;
+    free(lg);
+    free(grads);
+    bwd_teardown(&k);
+}
+
 static void identity_case(df_model_config c, unsigned targets, unsigned flags)
 {
     bwd_case k;
@@ -555,29 +593,7 @@ static void test_grad_identity_fused(void **state)
     identity_case(lora_phi3_config(), DF_LORA_ALL_LINEAR, 0);
     identity_case(lora_phi3_config(), 1u << DF_LORA_GATE | 1u << DF_LORA_UP, DF_ACTS_CHECKPOINT);
     /* teeth: k's and v's row blocks of B's gradient exchanged (same shapes) */
-    bwd_case k;
-    bwd_setup(&k, lora_phi3_config(), DF_LORA_ALL_LINEAR, 24);
-    float *lg = calloc((size_t)k.l->n_params, sizeof(float));
-    float *grads = calloc((size_t)k.m->n_params, sizeof(float));
-    rec.g0 = grads;
-    rec.n = k.m->n_params;
-    rec.mag = calloc((size_t)k.m->n_params, sizeof(double));
-    run_backward(&k, rec_backend(), 0, lg, grads);
-    assert_true(check_identity(&k, lg, grads) <= 1.0);
-    df_lora_layer gl[2];
-    df_lora_view_of(k.l, lg, gl);
-    float tmp[36]; /* kvd 12 x r 3 */
-    memcpy(tmp, gl[1].b[DF_LORA_K], sizeof tmp);
-    memcpy(gl[1].b[DF_LORA_K], gl[1].b[DF_LORA_V], sizeof tmp);
-    memcpy(gl[1].b[DF_LORA_V], tmp, sizeof tmp);
-    const double worst = check_identity(&k, lg, grads);
-    print_message("phi3 k / v blocks of dB exchanged: max |error| / bound %.3g\n", worst);
-    assert_true(worst > 10.0);
-    free(rec.mag);
-    rec.mag = NULL;
-    free(lg);
-    free(grads);
-    bwd_teardown(&k);
+    swapped_case(lora_phi3_config(), DF_LORA_ALL_LINEAR, 24, 1, DF_LORA_K, DF_LORA_V, false, 12);
 }
 
 static void test_grad_identity_subset(void **state)
@@ -591,33 +607,8 @@ static void test_grad_identity_subset(void **state)
 static void test_grad_identity_teeth(void **state)
 {
     (void)state;
-    bwd_case k;
-    bwd_setup(&k, lora_model_config(), 1u << DF_LORA_GATE | 1u << DF_LORA_UP, 22);
-    float *lg = calloc((size_t)k.l->n_params, sizeof(float));
-    float *grads = calloc((size_t)k.m->n_params, sizeof(float));
-    rec.g0 = grads;
-    rec.n = k.m->n_params;
-    rec.mag = calloc((size_t)k.m->n_params, sizeof(double));
-    run_backward(&k, rec_backend(), 0, lg, grads);
-    /* swap the two targets' adapter gradients (same shapes) */
-    df_lora_layer gl[2];
-    df_lora_view_of(k.l, lg, gl);
-    const size_t na = (size_t)(3 * 16) * sizeof(float), nb = (size_t)(24 * 3) * sizeof(float);
-    float tmp[128];
-    memcpy(tmp, gl[0].a[DF_LORA_GATE], na);
-    memcpy(gl[0].a[DF_LORA_GATE], gl[0].a[DF_LORA_UP], na);
-    memcpy(gl[0].a[DF_LORA_UP], tmp, na);
-    memcpy(tmp, gl[0].b[DF_LORA_GATE], nb);
-    memcpy(gl[0].b[DF_LORA_GATE], gl[0].b[DF_LORA_UP], nb);
-    memcpy(gl[0].b[DF_LORA_UP], tmp, nb);
-    const double worst = check_identity(&k, lg, grads);
-    print_message("swapped gate / up: max |error| / bound %.3g\n", worst);
-    assert_true(worst > 10.0);
-    free(rec.mag);
-    rec.mag = NULL;
-    free(lg);
-    free(grads);
-    bwd_teardown(&k);
+    swapped_case(lora_model_config(), 1u << DF_LORA_GATE | 1u << DF_LORA_UP, 22, 0, DF_LORA_GATE, DF_LORA_UP,
+                 true, 24);
 }
 
 /* A value model (the critic): the adapters' gradients through the value head satisfy the same

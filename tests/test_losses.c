@@ -533,15 +533,24 @@ static void test_cov_bad_input(void **state)
  *   loss = 0.5 c0 - 1.5 = -0.9334257735; grad0 = -0.5 c0 = -0.5665742265, grad1 = -0.5 * 0.75 * -2
  *   = 0.75; pg_clipfrac 1/2; ppo_kl = (-0.125 + 0.5) / 2 = 0.1875.
  */
+static const int64_t k3_off[] = {0, 3};
+static const float k3_lp[] = {-1.0f, -2.0f, -7.0f}, k3_old[] = {-1.125f, -1.5f, -1.0f}, k3_adv[] = {1, -2, 5};
+static const float k3_w[] = {0.5f, 0.5f, 0.5f};
+static const int32_t k3_mask[] = {1, 1, 0};
+
+/* The three tokens above as one sample. */
+static df_policy_loss_input three_tokens(void)
+{
+    df_policy_loss_input in = mk_in(1, k3_off, k3_lp, k3_old, k3_adv, k3_w);
+    in.response_mask = k3_mask;
+    return in;
+}
+
 static void test_cispo_hand(void **state)
 {
     (void)state;
-    const int64_t off[] = {0, 3};
-    const float lp[] = {-1.0f, -2.0f, -7.0f}, old[] = {-1.125f, -1.5f, -1.0f}, adv[] = {1, -2, 5};
-    const float w[] = {0.5f, 0.5f, 0.5f};
-    const int32_t mask[] = {1, 1, 0};
-    df_policy_loss_input in = mk_in(1, off, lp, old, adv, w);
-    in.clip_ratio_low = in.clip_ratio_high = 0.25f, in.response_mask = mask;
+    df_policy_loss_input in = three_tokens();
+    in.clip_ratio_low = in.clip_ratio_high = 0.25f;
     float g[3] = {9, 9, 9};
     df_policy_loss_output out = {.grad = g};
     assert_int_equal(df_policy_loss_cispo(&in, &out), 0);
@@ -565,12 +574,7 @@ static void test_cispo_hand(void **state)
 static void test_sapo_hand(void **state)
 {
     (void)state;
-    const int64_t off[] = {0, 3};
-    const float lp[] = {-1.0f, -2.0f, -7.0f}, old[] = {-1.125f, -1.5f, -1.0f}, adv[] = {1, -2, 5};
-    const float w[] = {0.5f, 0.5f, 0.5f};
-    const int32_t mask[] = {1, 1, 0};
-    df_policy_loss_input in = mk_in(1, off, lp, old, adv, w);
-    in.response_mask = mask;
+    df_policy_loss_input in = three_tokens();
     float g[3] = {9, 9, 9};
     df_policy_loss_output out = {.grad = g};
     assert_int_equal(df_policy_loss_sapo(&in, &out), 0);
