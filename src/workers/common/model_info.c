@@ -33,22 +33,34 @@ static void print_lora(FILE *f, const df_model *m, const df_lora *l)
             (double)l->n_base * (l->base16 ? 2 : 4) / (1 << 30), (double)l->n_params * 16 / (1 << 20));
 }
 
+/* The architecture's features beyond the plain decoder, each as ", feature", into buf[cap]. */
+static void features(const df_model_config *c, char *buf, size_t cap)
+{
+    char rope[48];
+    size_t k = (size_t)snprintf(buf, cap, "%s%s%s%s", c->tie_word_embeddings ? ", tied embeddings" : "",
+                                c->attention_bias ? ", q/k/v bias" : "", c->o_proj_bias ? ", o_proj bias" : "",
+                                c->qk_norm ? ", q/k norm" : "");
+    if (k < cap && c->rope_type != DF_ROPE_DEFAULT)
+        k += (size_t)snprintf(buf + k, cap - k, ", RoPE %s", df_model_rope_name(c, rope, sizeof rope));
+    if (k < cap && df_model_rope_dim(c) != c->head_dim)
+        k += (size_t)snprintf(buf + k, cap - k, ", RoPE on %lld of %lld dims", (long long)df_model_rope_dim(c),
+                              (long long)c->head_dim);
+    if (k < cap && c->sliding_window > 0)
+        snprintf(buf + k, cap - k, ", sliding-window attention");
+}
+
 void df_print_model_info(FILE *f, const char *dir, const df_model *m, bool bf16, const df_lora *lora,
                          const char *tok_dir, const df_tokenizer *tok)
 {
     const df_model_config *c = &m->cfg;
-    char n[32], rope[48];
+    char n[32], feat[256];
     count_text(m->n_params, n, sizeof n);
+    features(c, feat, sizeof feat);
     fprintf(f, "model: %s: %s%s, %s parameters (%lld layers, hidden %lld, %lld attention heads, %lld KV heads, "
-               "head_dim %lld, vocab %lld%s%s%s%s%s%s%s)\n",
+               "head_dim %lld, vocab %lld%s)\n",
             dir, df_model_class_prefix(c->model_type), c->num_labels ? "ForTokenClassification" : "ForCausalLM", n,
             (long long)c->num_hidden_layers, (long long)c->hidden_size, (long long)c->num_attention_heads,
-            (long long)c->num_key_value_heads, (long long)c->head_dim, (long long)c->vocab_size,
-            c->tie_word_embeddings ? ", tied embeddings" : "", c->attention_bias ? ", q/k/v bias" : "",
-            c->o_proj_bias ? ", o_proj bias" : "", c->qk_norm ? ", q/k norm" : "",
-            c->rope_type != DF_ROPE_DEFAULT ? ", RoPE " : "",
-            c->rope_type != DF_ROPE_DEFAULT ? df_model_rope_name(c, rope, sizeof rope) : "",
-            c->sliding_window > 0 ? ", sliding-window attention" : "");
+            (long long)c->num_key_value_heads, (long long)c->head_dim, (long long)c->vocab_size, feat);
     /* weights, gradients and the two AdamW moments: 4 float32 numbers a parameter */
     if (lora)
         print_lora(f, m, lora);
