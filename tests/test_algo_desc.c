@@ -22,6 +22,10 @@ static const struct {
     /* group baseline over the rollout.n responses of a prompt */
     {"grpo", DF_ADV_NEEDS_GROUPS, 0, NULL, "grpo"},
     {"rloo", DF_ADV_NEEDS_GROUPS, 0, NULL, "grpo"},
+    {"grpo_vectorized", DF_ADV_NEEDS_GROUPS, 0, NULL, "grpo"},
+    {"rloo_vectorized", DF_ADV_NEEDS_GROUPS, 0, NULL, "grpo"},
+    {"grpo_passk", DF_ADV_NEEDS_GROUPS, 0, NULL, "grpo"},
+    {"opo", DF_ADV_NEEDS_GROUPS, 0, NULL, "grpo"},
     /* alpha / the weight from counts over the whole step batch */
     {"gpg", DF_ADV_NEEDS_GROUPS, DF_ADV_BATCH_COUNTS, NULL, "grpo"},
     {"gpg_paper", DF_ADV_NEEDS_GROUPS, DF_ADV_BATCH_COUNTS, NULL, "grpo"},
