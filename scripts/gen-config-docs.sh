@@ -13,7 +13,12 @@ cd "$(dirname "$0")/.."
 `distflow train` and `distflow sft` read a YAML file, then apply Hydra-style dotted overrides
 from the command line (`actor_rollout_ref.rollout.n=8`, `+key=value` and `++key=value` are
 accepted too). Key names and defaults follow siiRL / verl; OmegaConf interpolation (`${key}`,
-relative `${.key}`) works as in verl's own YAML. Unknown keys, wrong types and out-of-range values
+relative `${.key}`) works as in verl's own YAML, and so does the whole-value resolver of verl's
+generated configs, `${oc.select:key,default}` (the key's value; the default, null without one, where
+the key is not in the table, as for a group or a path inside a map); other resolvers (`oc.env`, ...)
+are refused. verl's complete layout (its `_generated_ppo_trainer.yaml`) loads: `_target_` entries
+are skipped (inside maps too), and OmegaConf's `???` (no value given) leaves a key without effect at
+its default and is refused on any other key. Unknown keys, wrong types and out-of-range values
 are errors that name the file and line (or "command line") and suggest the closest key.
 `distflow config show CONFIG [overrides]` prints the resolved configuration with the source of
 every non-default value.

@@ -312,7 +312,8 @@ static void write_file(const char *name, const char *text)
 static void test_overrides_only(void **state)
 {
     (void)state;
-    char cmd[1024], a[16384], b[16384];
+    static char a[65536], b[65536]; /* `config show` of every key: ~22 KB */
+    char cmd[1024];
     write_file("empty.yaml", "{}\n");
     write_file("seed=9.yaml", "trainer: {seed: 9}\n");
     const char *ov = "trainer.seed=5 data.train_batch_size=12";

@@ -19,7 +19,9 @@
  *   N: nullable (the field is a df_config_opt_* or a NULL string / null list).
  * DFK_<type>_FROM(group, leaf, source key, ...): default null, which resolves to the source key's
  *   value after loading (verl's derived defaults); the field has the plain type (the resolver
- *   refuses a null left there), except DFK_IN_FROM, whose source may itself be null.
+ *   refuses a null left there), except DFK_IN_FROM, whose source may itself be null (a string's may be
+ *   too). DFK_E_FROM takes the choices after the source. Classed DFK_UNSUPPORTED, a _FROM key is verl's
+ *   copy of its source: accepted while it equals the source's value, refused otherwise.
  * DFK_OPEN(group, help): the group takes keys of any other name too, with any YAML value (verl's
  *   free-form kwargs dicts beside distflow's typed keys). Its entry is the DF_CFG_MAP key
  *   "<group>.*", whose map collects those keys (the field `extra`, its canonical flow YAML); put it
@@ -63,6 +65,9 @@
     DFK_CALL(DFK_KEY(g, k), DF_CFG_INT, df_config_opt_int, 1, "null", lo, hi, 0, NULL, DFK_STR(from), h)
 #define DFK_F_FROM(g, k, from, lo, hi, h) \
     DFK_CALL(DFK_KEY(g, k), DF_CFG_FLOAT, double, 1, "null", lo, hi, 0, NULL, DFK_STR(from), h)
+#define DFK_E_FROM(g, k, from, ch, h) \
+    DFK_CALL(DFK_KEY(g, k), DF_CFG_STR, const char *, 1, "null", -DFK_INF, DFK_INF, 0, ch, DFK_STR(from), h)
+#define DFK_BN(g, k, d, h) DFK_CALL(DFK_KEY(g, k), DF_CFG_BOOL, df_config_opt_bool, 1, d, -DFK_INF, DFK_INF, 0, NULL, NULL, h)
 #define DFK_S_FROM(g, k, from, h) \
     DFK_CALL(DFK_KEY(g, k), DF_CFG_STR, const char *, 1, "null", -DFK_INF, DFK_INF, 0, NULL, DFK_STR(from), h)
 #define DFK_I0(k, d, lo, hi, h) DF_CFG_KEY(k, k, #k, DF_CFG_INT, int64_t, 0, d, lo, hi, 0, NULL, NULL, h)

@@ -30,6 +30,8 @@
 #undef DFK_IN_FROM
 #undef DFK_F_FROM
 #undef DFK_S_FROM
+#undef DFK_E_FROM
+#undef DFK_BN
 #undef DFK_I0
 #undef DFK_B0
 #undef DFK_M0

@@ -220,6 +220,39 @@ static int splice(df_config *c, int i, const char *raw, const char *where)
     return cfg_commit(c, i, &v, NULL, where);
 }
 
+#define OC_SELECT "oc.select:"
+
+/* Whole-value `${oc.select:key}` / `${oc.select:key,default}` (verl's generated configs): the key's
+ * value when the table has that key (relative forms as in `${.key}`), else the default's YAML text
+ * (null without one), as OmegaConf's resolver does for a key the config lacks. A group or a path inside
+ * a free-form map is not a key: it takes the default too. */
+static int resolve_select(df_config *c, int i, const char *body, size_t n, const char *where)
+{
+    const char *comma = memchr(body, ',', n);
+    size_t kn = comma ? (size_t)(comma - body) : n;
+    while (kn && *body == ' ')
+        body++, kn--;
+    while (kn && body[kn - 1] == ' ')
+        kn--;
+    char *k = kn ? ref_key(c->schema->entries[i].key, body, kn) : NULL;
+    if (!k)
+        return df_error(DF_EINVAL, "%s: %s: '${" OC_SELECT "%.*s}' names no key", where,
+                        c->schema->entries[i].key, (int)n, body);
+    int j = cfg_find(c->schema, k);
+    free(k);
+    if (j >= 0) {
+        int rc = resolve_slot(c, j);
+        return rc ? rc : copy_from(c, i, j, where, where);
+    }
+    char *def = comma ? strndup(comma + 1, (size_t)(body + n - comma - 1)) : strdup("null");
+    if (!def)
+        return df_error(DF_ENOMEM, "%s: out of memory", where);
+    cfg_src src = {.place = where, .where = where, .no_interp = true};
+    int rc = cfg_assign_text(c, i, NULL, def, &src);
+    free(def);
+    return rc;
+}
+
 static int resolve_raw(df_config *c, int i)
 {
     cfg_slot *s = &c->slots[i];
@@ -229,7 +262,10 @@ static int resolve_raw(df_config *c, int i)
     size_t n = strlen(raw);
     bool whole = !strncmp(raw, "${", 2) && raw[n - 1] == '}' && strchr(raw, '}') == raw + n - 1;
     int j;
-    if (!rc && whole) {
+    size_t sel = strlen(OC_SELECT);
+    if (!rc && whole && !strncmp(raw + 2, OC_SELECT, sel)) {
+        rc = resolve_select(c, i, raw + 2 + sel, n - 3 - sel, where);
+    } else if (!rc && whole) {
         rc = lookup_ref(c, i, raw + 2, n - 3, &j);
         if (!rc)
             rc = copy_from(c, i, j, where, where);

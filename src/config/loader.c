@@ -247,11 +247,24 @@ static int map_owner(const df_config_schema *s, const char *full)
     return -1;
 }
 
+/* OmegaConf's `???` (a value the user must give; verl's rollout.name): a key without effect keeps its
+   default, any other key is refused, as verl fails when it reads one left missing. */
+static int missing_value(const walker *w, int idx, const char *place)
+{
+    const df_config_schema *s = w->c->schema;
+    if (df_config_schema_compat(s, idx) == DF_CFG_NO_EFFECT)
+        return DF_OK;
+    return df_error(DF_EINVAL, "%s: %s: '?\?\?' (OmegaConf's missing mandatory value): give it a value",
+                    place, s->entries[idx].key);
+}
+
 static int assign_node(walker *w, int idx, yaml_node_t *n)
 {
     const df_config_entry *e = &w->c->schema->entries[idx];
     char place[PLACE_CAP];
     node_place(w, n, place, sizeof place);
+    if (n->type == YAML_SCALAR_NODE && df_yaml_is_plain(n) && !strcmp(text_of(n), "?\?\?"))
+        return missing_value(w, idx, place);
     if (e->type == DF_CFG_MAP)
         return assign_map(w, idx, n, place);
     cfg_value v = {0};

@@ -50,6 +50,11 @@ static int too_big(const char *place)
                     MAP_MAX_TEXT);
 }
 
+static bool is_target(const yaml_node_t *k)
+{
+    return k->type == YAML_SCALAR_NODE && !strcmp((const char *)k->data.scalar.value, "_target_");
+}
+
 static int emit(df_sbuf *b, yaml_document_t *doc, yaml_node_t *n, int depth, const char *place)
 {
     if (depth > MAP_MAX_DEPTH)
@@ -72,10 +77,14 @@ static int emit(df_sbuf *b, yaml_document_t *doc, yaml_node_t *n, int depth, con
         df_sbuf_puts(b, "]");
     } else if (n->type == YAML_MAPPING_NODE) {
         df_sbuf_puts(b, "{");
+        bool first = true;
         for (yaml_node_pair_t *p = n->data.mapping.pairs.start; !rc && p < n->data.mapping.pairs.top; p++) {
             yaml_node_t *k = yaml_document_get_node(doc, p->key);
-            if (p > n->data.mapping.pairs.start)
+            if (is_target(k)) /* verl's dataclass hint, as the loader skips it outside maps */
+                continue;
+            if (!first)
                 df_sbuf_puts(b, ", ");
+            first = false;
             if (k->type != YAML_SCALAR_NODE)
                 return df_error(DF_EINVAL, "%s: a key inside a mapping value must be a scalar, got %s",
                                 place, k->type == YAML_MAPPING_NODE ? "a mapping" : "a list");

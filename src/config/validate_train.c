@@ -195,7 +195,12 @@ static int check_critic(const df_config *c, const df_train_config *t, int world)
     char kb[3][KV_CAP];
     const struct df_train_critic *k = &t->critic;
     const df_adv_estimator_desc *d = df_adv_estimator_find(t->algorithm.adv_estimator);
-    if (!d || !(d->needs & DF_ADV_NEEDS_VALUES))
+    bool values = d && (d->needs & DF_ADV_NEEDS_VALUES);
+    if (d && k->enable.set && k->enable.v != values) /* verl's need_critic: an explicit enable wins there */
+        return df_error(DF_EUNSUPPORTED, "%s with %s: distflow trains a critic exactly when the estimator needs "
+                        "values (gae, gae_marft); leave critic.enable null", kv(c, "critic.enable", kb[0]),
+                        kv(c, "algorithm.adv_estimator", kb[1]));
+    if (!values)
         return DF_OK;
     bool dyn = k->use_dynamic_bsz;
     int rc = check_micro(c, "critic.ppo_micro_batch_size", k->ppo_micro_batch_size, "critic.ppo_micro_batch_size_per_gpu",

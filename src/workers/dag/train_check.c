@@ -749,7 +749,8 @@ static int check_async(const df_config *c, const df_train_config *t)
     const char *why = NULL, *key = NULL;
     if (R < 1)
         key = "rollout.n_gpus_per_node", why = "must be >= 1: the asynchronous runtime runs the rollout on ranks of "
-                                               "its own (verl fully-async's rollout.n_gpus_per_node)";
+                                               "its own (verl fully-async's rollout.n_gpus_per_node); verl's other mode=async, its default (an AsyncLLM "
+                                               "server on the training GPUs), is distflow's mode=sync";
     else if (a->consumer_batch_size != B)
         key = "async_training.consumer_batch_size", why = "must equal data.train_batch_size (null): one consumed "
                                                           "batch is one training step";
