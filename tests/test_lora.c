@@ -255,7 +255,7 @@ static void test_create_fused(void **state)
     assert_int_equal(df_lora_create(m, &lc, 12, &l), DF_OK);
     assert_int_equal(l->n_tensors, 2 * 4 * (int)c.num_hidden_layers);
     df_lora_module mods[DF_LORA_N_TARGETS];
-    assert_int_equal(df_lora_modules(&c, mods), 4);
+    assert_int_equal(df_lora_modules(&c, DF_LORA_ALL_LINEAR, mods), 4);
     assert_string_equal(mods[0].name, "qkv_proj");
     assert_string_equal(mods[2].name, "gate_up_proj");
     const df_param_desc *d = df_lora_find_tensor(l, "base_model.model.model.layers.1.self_attn.qkv_proj.lora_B.weight");
@@ -453,14 +453,12 @@ static double check_identity(const bwd_case *k, const float *lg, const float *gr
     gv.layers = gvl;
     df_model_view_of(k->m, (float *)grads, &gv);
     df_lora_module mods[DF_LORA_N_TARGETS];
-    const int n_mods = df_lora_modules(c, mods);
+    const int n_mods = df_lora_modules(c, l->cfg.targets, mods);
     double worst = 0;
     int checked = 0;
     for (int64_t li = 0; li < c->num_hidden_layers; li++)
         for (int mi = 0; mi < n_mods; mi++) {
             const int t0 = mods[mi].first, np = mods[mi].n_parts;
-            if (!l->layers[li].a[t0])
-                continue;
             const float *dWs[] = {gvl[li].wq, gvl[li].wk, gvl[li].wv, gvl[li].wo,
                                   gvl[li].w_gate, gvl[li].w_up, gvl[li].w_down};
             int64_t od_all = 0, id = 0, od[3];

@@ -91,11 +91,12 @@ typedef struct df_lora_module {
 } df_lora_module;
 
 /**
- * The modules of a model of config c in layout order into mods[DF_LORA_N_TARGETS]; returns their
- * count: the seven projections, each its own module, or for a model with fused projections (phi3)
- * qkv_proj (q, k, v), o_proj, gate_up_proj (gate, up), down_proj.
+ * The modules of a model of config c with a projection in `targets` (DF_LORA_ALL_LINEAR: all), in
+ * layout order, into mods[DF_LORA_N_TARGETS]; returns their count. The modules are the seven
+ * projections, each its own, or for a model with fused projections (phi3) qkv_proj (q, k, v),
+ * o_proj, gate_up_proj (gate, up), down_proj.
  */
-DF_API int df_lora_modules(const df_model_config *c, df_lora_module *mods);
+DF_API int df_lora_modules(const df_model_config *c, unsigned targets, df_lora_module *mods);
 /** The target mask bits of module m's projections. */
 DF_API unsigned df_lora_module_mask(const df_lora_module *m);
 /** Shape of target t's W0 in a model of config c: *out_dim rows, *in_dim columns. */

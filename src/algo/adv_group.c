@@ -29,18 +29,30 @@ int df_adv_group_begin(const char *who, const df_adv_input *in, const float *adv
 int df_adv_group_finish(const df_adv_input *in, df_adv_groups *g, double *a, float *adv, float *ret)
 {
     df_adv_broadcast(in, a, adv, ret);
+    return df_adv_group_release(g, a, DF_OK);
+}
+
+int df_adv_group_release(df_adv_groups *g, double *a, int rc)
+{
     df_adv_groups_free(g);
     free(a);
+    return rc;
+}
+
+int df_adv_check_epsilon(const char *who, const df_adv_input *in)
+{
+    if (in && !(in->epsilon >= 0))
+        return df_error(DF_EINVAL, "%s: epsilon must be >= 0, got %g", who, (double)in->epsilon);
     return DF_OK;
 }
 
 int df_adv_grpo(const df_adv_input *in, float *advantages, float *returns)
 {
-    if (in && !(in->epsilon >= 0))
-        return df_error(DF_EINVAL, "grpo: epsilon must be >= 0, got %g", (double)in->epsilon);
     df_adv_groups g;
     double *a;
-    int rc = df_adv_group_begin("grpo", in, advantages, returns, &g, &a);
+    int rc = df_adv_check_epsilon("grpo", in);
+    if (!rc)
+        rc = df_adv_group_begin("grpo", in, advantages, returns, &g, &a);
     if (rc)
         return rc;
     for (int64_t i = 0; i < in->n; i++) {
@@ -77,11 +89,9 @@ int df_adv_reinforce_plus_plus_baseline(const df_adv_input *in, float *advantage
         return rc;
     const int64_t n_tok = in->offsets[in->n];
     double *tok = malloc((size_t)(n_tok > 0 ? n_tok : 1) * sizeof *tok);
-    if (!tok) {
-        df_adv_groups_free(&g);
-        free(a);
-        return df_error(DF_ENOMEM, "%s: out of memory for %lld tokens", who, (long long)n_tok);
-    }
+    if (!tok)
+        return df_adv_group_release(&g, a, df_error(DF_ENOMEM, "%s: out of memory for %lld tokens", who,
+                                                  (long long)n_tok));
     for (int64_t i = 0; i < in->n; i++) {
         a[i] = g.score[i] - g.mean[in->group[i]];
         for (int64_t t = in->offsets[i]; t < in->offsets[i + 1]; t++)
@@ -93,9 +103,7 @@ int df_adv_reinforce_plus_plus_baseline(const df_adv_input *in, float *advantage
     if (n_tok > 0)
         memcpy(returns, advantages, (size_t)n_tok * sizeof *returns);
     free(tok);
-    df_adv_groups_free(&g);
-    free(a);
-    return DF_OK;
+    return df_adv_group_release(&g, a, DF_OK);
 }
 
 static void counts_of(const df_adv_input *in, const df_adv_groups *g, df_adv_batch_counts *c)
@@ -175,8 +183,9 @@ static int cpgd_options(const df_adv_input *in, enum cpgd_weight *mode, double *
                         "cpgd: unknown weight factor '%s' (known: STD_weight, "
                         "clip_filter_like_weight, naive)",
                         f);
-    if (!(in->epsilon >= 0))
-        return df_error(DF_EINVAL, "cpgd: epsilon must be >= 0, got %g", (double)in->epsilon);
+    int rc = df_adv_check_epsilon("cpgd", in);
+    if (rc)
+        return rc;
     if (!(in->cpgd_weight_clip >= 0))
         return df_error(DF_EINVAL, "cpgd: cpgd_weight_clip must be >= 0 (0: 3), got %g",
                         (double)in->cpgd_weight_clip);

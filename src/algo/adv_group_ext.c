@@ -24,11 +24,11 @@ int df_adv_rloo_vectorized(const df_adv_input *in, float *advantages, float *ret
 
 int df_adv_grpo_vectorized(const df_adv_input *in, float *advantages, float *returns)
 {
-    if (in && !(in->epsilon >= 0))
-        return df_error(DF_EINVAL, "grpo_vectorized: epsilon must be >= 0, got %g", (double)in->epsilon);
     df_adv_groups g;
     double *a;
-    int rc = df_adv_group_begin("grpo_vectorized", in, advantages, returns, &g, &a);
+    int rc = df_adv_check_epsilon("grpo_vectorized", in);
+    if (!rc)
+        rc = df_adv_group_begin("grpo_vectorized", in, advantages, returns, &g, &a);
     if (rc)
         return rc;
     const double eps = in->epsilon;
@@ -52,28 +52,28 @@ typedef struct {
 
 int df_adv_grpo_passk(const df_adv_input *in, float *advantages, float *returns)
 {
-    if (in && !(in->epsilon >= 0))
-        return df_error(DF_EINVAL, "grpo_passk: epsilon must be >= 0, got %g", (double)in->epsilon);
     df_adv_groups g;
     double *a;
-    int rc = df_adv_group_begin("grpo_passk", in, advantages, returns, &g, &a);
+    int rc = df_adv_check_epsilon("grpo_passk", in);
+    if (!rc)
+        rc = df_adv_group_begin("grpo_passk", in, advantages, returns, &g, &a);
     if (rc)
         return rc;
+    for (int64_t i = 0; i < in->n; i++)
+        if (g.count[in->group[i]] < 2)
+            return df_adv_group_release(&g, a, df_error(DF_EINVAL, "grpo_passk: sample %lld is its prompt's only "
+                                      "response (Pass@k compares at least two: actor_rollout_ref.rollout.n >= 2)",
+                                      (long long)i));
     top2 *tp = malloc((size_t)(in->n > 0 ? in->n : 1) * sizeof *tp);
-    if (!tp) {
-        free(a);
-        df_adv_groups_free(&g);
-        return df_error(DF_ENOMEM, "grpo_passk: out of memory for %lld samples", (long long)in->n);
-    }
+    if (!tp)
+        return df_adv_group_release(&g, a, df_error(DF_ENOMEM, "grpo_passk: out of memory for %lld samples",
+                                                  (long long)in->n));
     for (int64_t i = 0; i < in->n; i++)
         tp[in->group[i]].best = -1;
-    for (int64_t i = 0; i < in->n && !rc; i++) {
+    for (int64_t i = 0; i < in->n; i++) {
         top2 *t = &tp[in->group[i]];
         const double s = g.score[i];
-        if (g.count[in->group[i]] < 2)
-            rc = df_error(DF_EINVAL, "grpo_passk: sample %lld is its prompt's only response (Pass@k compares at "
-                          "least two: actor_rollout_ref.rollout.n >= 2)", (long long)i);
-        else if (t->best < 0)
+        if (t->best < 0)
             *t = (top2){i, s, -INFINITY};
         else if (s > t->top)
             *t = (top2){i, s, t->top};
@@ -81,7 +81,7 @@ int df_adv_grpo_passk(const df_adv_input *in, float *advantages, float *returns)
             t->second = s;
         a[i] = 0.0;
     }
-    for (int64_t i = 0; i < in->n && !rc; i++) {
+    for (int64_t i = 0; i < in->n; i++) {
         const int64_t k = in->group[i];
         if (tp[k].best != i)
             continue;
@@ -90,21 +90,7 @@ int df_adv_grpo_passk(const df_adv_input *in, float *advantages, float *returns)
             a[i] /= g.std[k] + (double)in->epsilon;
     }
     free(tp);
-    if (rc) {
-        free(a);
-        df_adv_groups_free(&g);
-        return rc;
-    }
     return df_adv_group_finish(in, &g, a, advantages, returns);
-}
-
-/* The model's tokens of sample i (every token without a response mask). */
-static int64_t model_tokens(const df_adv_input *in, int64_t i)
-{
-    int64_t n = 0;
-    for (int64_t t = in->offsets[i]; t < in->offsets[i + 1]; t++)
-        n += !in->response_mask || in->response_mask[t] != 0;
-    return n;
 }
 
 int df_adv_opo(const df_adv_input *in, float *advantages, float *returns)
@@ -117,14 +103,14 @@ int df_adv_opo(const df_adv_input *in, float *advantages, float *returns)
     double *len_sum = calloc((size_t)(in->n > 0 ? in->n : 1), sizeof *len_sum);
     double *wsum = calloc((size_t)(in->n > 0 ? in->n : 1), sizeof *wsum);
     if (!len_sum || !wsum) {
-        free(len_sum), free(wsum), free(a);
-        df_adv_groups_free(&g);
-        return df_error(DF_ENOMEM, "opo: out of memory for %lld samples", (long long)in->n);
+        free(len_sum), free(wsum);
+        return df_adv_group_release(&g, a, df_error(DF_ENOMEM, "opo: out of memory for %lld samples", (long long)in->n));
     }
     for (int64_t i = 0; i < in->n; i++) {
-        const double len = (double)model_tokens(in, i);
-        len_sum[in->group[i]] += len;
-        wsum[in->group[i]] += len * g.score[i];
+        int64_t len; /* the model's tokens of sample i (response_mask) */
+        df_loss_agg_count_masked(1, in->offsets + i, in->response_mask, &len, NULL);
+        len_sum[in->group[i]] += (double)len;
+        wsum[in->group[i]] += (double)len * g.score[i];
     }
     for (int64_t i = 0; i < in->n; i++) {
         const int64_t k = in->group[i];

@@ -48,6 +48,11 @@ int df_adv_group_begin(const char *who, const df_adv_input *in, const float *adv
                        df_adv_groups *g, double **a);
 /* Broadcast a[i] to sample i's tokens (df_adv_broadcast), free g and a; DF_OK. */
 int df_adv_group_finish(const df_adv_input *in, df_adv_groups *g, double *a, float *adv, float *ret);
+/* Free g and a (a group estimator done, or stopped with error rc); returns rc. */
+int df_adv_group_release(df_adv_groups *g, double *a, int rc);
+/* DF_EINVAL naming `who` unless in's epsilon (the std guard) is >= 0; DF_OK for a NULL in (the
+   estimator's input check names that). */
+int df_adv_check_epsilon(const char *who, const df_adv_input *in);
 
 /* Every token of sample i gets a[i], in advantages and (if not NULL) returns. */
 void df_adv_broadcast(const df_adv_input *in, const double *a, float *advantages, float *returns);

@@ -39,6 +39,16 @@ static inline bool df_loss_skip_token(const df_policy_loss_input *in, int64_t t,
 /* Mean of a statistic summed over n model tokens (0 for none), as verl's masked_mean. */
 static inline double df_loss_token_mean(double sum, int64_t n) { return n ? sum / (double)n : 0.0; }
 
+/* A loss's output: its value and the token means of its statistics' sums over n_model tokens. */
+static inline void df_loss_output(df_policy_loss_output *out, double loss, double kl, int64_t n_clip,
+                                  int64_t n_lower, int64_t n_model)
+{
+    out->loss = loss;
+    out->ppo_kl = df_loss_token_mean(kl, n_model);
+    out->pg_clipfrac = df_loss_token_mean((double)n_clip, n_model);
+    out->pg_clipfrac_lower = df_loss_token_mean((double)n_lower, n_model);
+}
+
 /* Clamp a log-ratio to +-DF_LOSS_LOG_RATIO_CLAMP (NaN stays NaN). */
 static inline double df_loss_clamp(double x)
 {

@@ -123,9 +123,6 @@ int df_policy_loss_vanilla(const df_policy_loss_input *in, df_policy_loss_output
         if (out->grad)
             out->grad[t] = (float)((double)in->weights[t] * o.grad);
     }
-    out->loss = loss;
-    out->ppo_kl = df_loss_token_mean(kl, n_model);
-    out->pg_clipfrac = df_loss_token_mean((double)n_clip, n_model);
-    out->pg_clipfrac_lower = df_loss_token_mean((double)n_lower, n_model);
+    df_loss_output(out, loss, kl, n_clip, n_lower, n_model);
     return DF_OK;
 }

@@ -191,10 +191,7 @@ int df_policy_loss_clip_cov(const df_policy_loss_input *in, df_policy_loss_outpu
         if (out->grad)
             out->grad[t] = (float)(!sel && !clipped && live ? w * l1 : 0.0);
     }
-    out->loss = loss;
-    out->ppo_kl = df_loss_token_mean(kl, n_model);
-    out->pg_clipfrac = df_loss_token_mean((double)n_sel, n_model);
-    out->pg_clipfrac_lower = 0.0;
+    df_loss_output(out, loss, kl, n_sel, 0, n_model);
     return DF_OK;
 }
 
@@ -224,9 +221,6 @@ int df_policy_loss_kl_cov(const df_policy_loss_input *in, df_policy_loss_output 
         if (out->grad) /* d|x|/dx = sign(x), 0 at 0 as torch.abs */
             out->grad[t] = (float)(live ? w * (-A * r + pen * (double)((d > 0) - (d < 0))) : 0.0);
     }
-    out->loss = loss;
-    out->ppo_kl = df_loss_token_mean(kl_abs, n_model);
-    out->pg_clipfrac = 0.0;
-    out->pg_clipfrac_lower = 0.0;
+    df_loss_output(out, loss, kl_abs, 0, 0, n_model);
     return DF_OK;
 }

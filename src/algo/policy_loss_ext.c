@@ -40,10 +40,7 @@ typedef struct {
 
 static void finish(const loss_sums *s, df_policy_loss_output *out)
 {
-    out->loss = s->loss;
-    out->ppo_kl = df_loss_token_mean(s->kl, s->n_model);
-    out->pg_clipfrac = df_loss_token_mean((double)s->n_clip, s->n_model);
-    out->pg_clipfrac_lower = 0.0;
+    df_loss_output(out, s->loss, s->kl, s->n_clip, 0, s->n_model);
 }
 
 /* ---------------------------------------------------------------- gspo */

@@ -8,16 +8,6 @@
 
 #include <math.h>
 
-/* Token means of this call's statistics over its n_model model tokens. */
-static void stats(df_policy_loss_output *out, double loss, double kl, int64_t n_clip, int64_t n_lower,
-                  int64_t n_model)
-{
-    out->loss = loss;
-    out->ppo_kl = df_loss_token_mean(kl, n_model);
-    out->pg_clipfrac = df_loss_token_mean((double)n_clip, n_model);
-    out->pg_clipfrac_lower = df_loss_token_mean((double)n_lower, n_model);
-}
-
 /* ---------------------------------------------------------------- cispo */
 
 int df_policy_loss_cispo(const df_policy_loss_input *in, df_policy_loss_output *out)
@@ -45,7 +35,7 @@ int df_policy_loss_cispo(const df_policy_loss_input *in, df_policy_loss_output *
         if (out->grad)
             out->grad[t] = (float)(-w * c * A);
     }
-    stats(out, loss, kl, n_clip, 0, n_model);
+    df_loss_output(out, loss, kl, n_clip, 0, n_model);
     return DF_OK;
 }
 
@@ -84,7 +74,7 @@ int df_policy_loss_sapo(const df_policy_loss_input *in, df_policy_loss_output *o
         if (out->grad) /* d/dd of s 4 / tau: 4 s (1 - s) r */
             out->grad[t] = (float)(live ? -w * A * 4.0 * s * (1.0 - s) * r : 0.0);
     }
-    stats(out, loss, kl, 0, 0, n_model);
+    df_loss_output(out, loss, kl, 0, 0, n_model);
     return DF_OK;
 }
 
@@ -141,6 +131,6 @@ int df_policy_loss_geo_mean(const df_policy_loss_input *in, df_policy_loss_outpu
             out->grad[t] = (float)(live ? wsum * L / den : 0.0);
         }
     }
-    stats(out, loss, kl, n_clip, n_lower, n_model);
+    df_loss_output(out, loss, kl, n_clip, n_lower, n_model);
     return DF_OK;
 }

@@ -318,8 +318,9 @@ int df_rollout_check_model(const df_rollout_engine *e, const df_model *m)
         return df_error(DF_EINVAL,
                         "rollout: the model's RoPE (theta %g, %s), q/k norms (%s) or o_proj bias "
                         "(%s) differ from the engine's (theta %g, %s; %s; %s)",
-                        b->rope_theta, df_model_rope_name(b, rb, sizeof rb), b->qk_norm ? "yes" : "no", b->o_proj_bias ? "yes" : "no",
-                        a->rope_theta, df_model_rope_name(a, ra, sizeof ra), a->qk_norm ? "yes" : "no", a->o_proj_bias ? "yes" : "no");
+                        b->rope_theta, df_model_rope_name(b, rb, sizeof rb), b->qk_norm ? "yes" : "no",
+                        b->o_proj_bias ? "yes" : "no", a->rope_theta, df_model_rope_name(a, ra, sizeof ra),
+                        a->qk_norm ? "yes" : "no", a->o_proj_bias ? "yes" : "no");
     }
     return DF_OK;
 }

@@ -317,9 +317,11 @@ static int write_rope_obj(json_t *o, const df_model_config *c)
     if (json_object_get(o, "type"))
         bad |= json_object_set_new(o, "type", json_string(type));
     if (!llama3) {
-        for (int i = linear; i < 4; i++) /* linear keeps its factor, set below */
+        for (int i = 0; i < 4; i++)
             json_object_del(o, keys[i]);
-        return linear ? bad | json_object_set_new(o, keys[0], json_real(c->rope_factor)) : bad;
+        if (linear)
+            bad |= json_object_set_new(o, keys[0], json_real(c->rope_factor));
+        return bad;
     }
     bad |= json_object_set_new(o, keys[0], json_real(c->rope_factor));
     bad |= json_object_set_new(o, keys[1], json_real(c->rope_low_freq_factor));

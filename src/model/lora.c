@@ -37,23 +37,26 @@ void df_lora_target_shape(const df_model_config *c, df_lora_target t, int64_t *o
 static const df_lora_module fused_qkv = {"qkv_proj", DF_LORA_Q, 3};
 static const df_lora_module fused_gate_up = {"gate_up_proj", DF_LORA_GATE, 2};
 
-int df_lora_modules(const df_model_config *c, df_lora_module *mods)
-{
-    if (df_model_fused_projections(c)) {
-        mods[0] = fused_qkv;
-        mods[1] = (df_lora_module){target_names[DF_LORA_O], DF_LORA_O, 1};
-        mods[2] = fused_gate_up;
-        mods[3] = (df_lora_module){target_names[DF_LORA_DOWN], DF_LORA_DOWN, 1};
-        return 4;
-    }
-    for (int t = 0; t < DF_LORA_N_TARGETS; t++)
-        mods[t] = (df_lora_module){target_names[t], (df_lora_target)t, 1};
-    return DF_LORA_N_TARGETS;
-}
-
 unsigned df_lora_module_mask(const df_lora_module *m)
 {
     return ((1u << m->n_parts) - 1u) << m->first;
+}
+
+int df_lora_modules(const df_model_config *c, unsigned targets, df_lora_module *mods)
+{
+    const bool fused = df_model_fused_projections(c);
+    int n = 0;
+    for (int t = 0; t < DF_LORA_N_TARGETS;) {
+        df_lora_module m = {target_names[t], (df_lora_target)t, 1};
+        if (fused && t == DF_LORA_Q)
+            m = fused_qkv;
+        else if (fused && t == DF_LORA_GATE)
+            m = fused_gate_up;
+        if (targets & df_lora_module_mask(&m))
+            mods[n++] = m;
+        t += m.n_parts;
+    }
+    return n;
 }
 
 /* The projections a target_modules name stands for; 0 for none. */
@@ -117,10 +120,7 @@ static int layout(df_lora *l)
     const df_model_config *c = &l->mcfg;
     const int64_t L = c->num_hidden_layers, r = l->cfg.rank;
     df_lora_module mods[DF_LORA_N_TARGETS];
-    const int n_mods = df_lora_modules(c, mods);
-    int nt = 0;
-    for (int i = 0; i < n_mods; i++)
-        nt += (l->cfg.targets & df_lora_module_mask(&mods[i])) ? 2 : 0;
+    const int n_mods = df_lora_modules(c, l->cfg.targets, mods), nt = 2 * n_mods;
     if (L * nt > 1 << 30)
         return df_error(DF_EINVAL, "LoRA: %lld tensors", (long long)(L * nt));
     l->tensors = calloc((size_t)(L * nt + 2), sizeof *l->tensors);
@@ -129,8 +129,6 @@ static int layout(df_lora *l)
     int64_t off = 0;
     for (int64_t li = 0; li < L; li++)
         for (int i = 0; i < n_mods; i++) {
-            if (!(l->cfg.targets & df_lora_module_mask(&mods[i])))
-                continue;
             int64_t od, id;
             module_shape(c, &mods[i], &od, &id);
             const char *sub = mods[i].first <= DF_LORA_O ? "self_attn" : "mlp";
@@ -171,13 +169,11 @@ void df_lora_view_of(const df_lora *l, float *blob, df_lora_layer *layers)
 {
     const int64_t L = l->mcfg.num_hidden_layers, r = l->cfg.rank;
     df_lora_module mods[DF_LORA_N_TARGETS];
-    const int n_mods = df_lora_modules(&l->mcfg, mods);
+    const int n_mods = df_lora_modules(&l->mcfg, l->cfg.targets, mods);
     memset(layers, 0, (size_t)L * sizeof *layers);
     int i = 0;
     for (int64_t li = 0; li < L; li++)
         for (int k = 0; k < n_mods; k++) {
-            if (!(l->cfg.targets & df_lora_module_mask(&mods[k])))
-                continue;
             float *A = blob + l->tensors[i++].offset, *B = blob + l->tensors[i++].offset;
             for (int p = 0; p < mods[k].n_parts; p++) { /* the parts share A; B's row blocks in order */
                 const df_lora_target t = (df_lora_target)(mods[k].first + p);
@@ -209,10 +205,10 @@ static int check_config(const df_model *m, const df_lora_config *cfg)
     if (m->cfg.num_labels != 0 && m->cfg.num_labels != 1)
         return df_error(DF_EINVAL, "LoRA: a model of %lld labels", (long long)m->cfg.num_labels);
     df_lora_module mods[DF_LORA_N_TARGETS];
-    const int n_mods = df_lora_modules(&m->cfg, mods);
+    const int n_mods = df_lora_modules(&m->cfg, cfg->targets, mods);
     for (int i = 0; i < n_mods; i++) { /* one adapter per module: a fused one's parts go together */
-        const unsigned bits = df_lora_module_mask(&mods[i]), got = cfg->targets & bits;
-        if (got && got != bits)
+        const unsigned bits = df_lora_module_mask(&mods[i]);
+        if ((cfg->targets & bits) != bits)
             return df_error(DF_EINVAL, "LoRA: %s fuses %s into %s, one module with one adapter in PEFT: "
                             "target all its parts or none", m->cfg.model_type,
                             mods[i].n_parts == 3 ? "q_proj, k_proj and v_proj" : "gate_proj and up_proj",

@@ -47,14 +47,12 @@ int df_lora_exclude(const char *pattern, const df_model_config *c, unsigned *tar
     }
     pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
     df_lora_module mods[DF_LORA_N_TARGETS];
-    const int n_mods = df_lora_modules(c, mods);
+    const int n_mods = df_lora_modules(c, *targets, mods);
     const int64_t n_layers = c->num_hidden_layers;
     unsigned keep = *targets;
     int rc = md ? DF_OK : df_error(DF_ENOMEM, "out of memory");
     for (int k = 0; !rc && k < n_mods; k++) {
         const unsigned bits = df_lora_module_mask(&mods[k]);
-        if (!(keep & bits))
-            continue;
         int64_t in, out, hits = count_matches(re, md, &mods[k], n_layers, &in, &out);
         char a[96], b[96];
         module_name(&mods[k], in, a, sizeof a);

@@ -18,16 +18,13 @@
 static int sorted_targets(const df_model_config *c, unsigned mask, const char **names)
 {
     df_lora_module mods[DF_LORA_N_TARGETS];
-    const int n_mods = df_lora_modules(c, mods);
-    int n = 0;
-    for (int i = 0; i < n_mods; i++)
-        if (mask >> mods[i].first & 1u) {
-            const char *s = mods[i].name;
-            int k = n++;
-            for (; k > 0 && strcmp(names[k - 1], s) > 0; k--)
-                names[k] = names[k - 1];
-            names[k] = s;
-        }
+    const int n = df_lora_modules(c, mask, mods);
+    for (int i = 0; i < n; i++) {
+        int k = i;
+        for (; k > 0 && strcmp(names[k - 1], mods[i].name) > 0; k--)
+            names[k] = names[k - 1];
+        names[k] = mods[i].name;
+    }
     return n;
 }
 

@@ -1,9 +1,8 @@
 /*
- * RoPE inverse frequencies of a model configuration (ops.h df_rope_inv_freq): the
- * default ones, Llama 3.1's rescaling of them, linear scaling's division and LongRoPE's short
- * factors, over the rotated
- * dims (df_model_rope_dim); the only definition of them (the
- * theta-only ops df_rope_table / df_rope_fwd / df_rope_bwd call it too). Not a kernel:
+ * RoPE inverse frequencies of a model configuration (ops.h df_rope_inv_freq): the default ones,
+ * Llama 3.1's rescaling of them, linear scaling's division and LongRoPE's short factors, over the
+ * rotated dims (df_model_rope_dim); the only definition of them (the theta-only ops
+ * df_rope_table / df_rope_fwd / df_rope_bwd call it too). Not a kernel:
  * computed once per table or call, in float32 operation by operation as transformers
  * computes them, so the tables match HF's to the last bit where the math library's powf
  * does.
@@ -55,10 +54,10 @@ static float longrope_inv_freq(int64_t i, int64_t hd, const df_model_config *c)
 
 void df_rope_inv_freq(float *inv_freq, const df_model_config *c)
 {
-    const int64_t hd = df_model_rope_dim(c); /* HF sizes the frequencies by the rotated dims */
-    for (int64_t i = 0; i < hd / 2; i++) {
-        inv_freq[i] = c->rope_type == DF_ROPE_LONGROPE ? longrope_inv_freq(i, hd, c)
-                                                        : default_inv_freq(i, hd, c->rope_theta);
+    const int64_t rd = df_model_rope_dim(c); /* HF sizes the frequencies by the rotated dims */
+    for (int64_t i = 0; i < rd / 2; i++) {
+        inv_freq[i] = c->rope_type == DF_ROPE_LONGROPE ? longrope_inv_freq(i, rd, c)
+                                                        : default_inv_freq(i, rd, c->rope_theta);
         if (c->rope_type == DF_ROPE_LLAMA3)
             inv_freq[i] = llama3_inv_freq(inv_freq[i], c);
         else if (c->rope_type == DF_ROPE_LINEAR) /* HF: inv_freq /= factor, a float32 division */

@@ -22,11 +22,10 @@ static void print_lora(FILE *f, const df_model *m, const df_lora *l)
     char n[32], targets[128] = "";
     count_text(l->n_params, n, sizeof n);
     df_lora_module mods[DF_LORA_N_TARGETS]; /* PEFT's modules: phi3's fused ones by their names */
-    const int n_mods = df_lora_modules(&l->mcfg, mods);
+    const int n_mods = df_lora_modules(&l->mcfg, l->cfg.targets, mods);
     for (int i = 0; i < n_mods; i++)
-        if (l->cfg.targets & df_lora_module_mask(&mods[i]))
-            snprintf(targets + strlen(targets), sizeof targets - strlen(targets), "%s%s",
-                     targets[0] ? "," : "", mods[i].name);
+        snprintf(targets + strlen(targets), sizeof targets - strlen(targets), "%s%s", targets[0] ? "," : "",
+                 mods[i].name);
     fprintf(f, "  lora: rank %lld, alpha %g on %s: %s trainable parameters (%.2f%% of the model; "
                "every base weight frozen); float32 weights %.2f GiB, frozen %s copies of the targets "
                "%.2f GiB, the adapters' weights, gradients and AdamW moments %.1f MiB\n",
