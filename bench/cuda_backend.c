@@ -153,7 +153,7 @@ static void run_attn_bwd(void *p)
 static void run_lmhead(void *p)
 {
     layer_arg *a = p;
-    OK(df_cuda_lmhead_fwd(cu, a->logp, a->ent, a->lse_v, a->x, a->W, a->target, a->T, a->V,
+    OK(df_cuda_lmhead_fwd(cu, a->logp, a->ent, NULL, a->lse_v, a->x, a->W, a->target, a->T, a->V,
                           a->H, 1.0f, a->scratch));
 }
 

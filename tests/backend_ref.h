@@ -631,6 +631,22 @@ static inline void br_lmhead_fwd_bounds(const double *h, const double *W, const 
     br_lmhead_fwd_bounds_ex(h, W, tgt, n, V, H, temp, logp, ent, lse, blp, bent, blse, 0);
 }
 
+/* sum_v p_v^2 of n rows in double (sq) and the bound on a backend's float value (bsq): the logits
+ * as br_lmhead_fwd_bounds_ex's (bf16: one operand rounded), tb_row_lse_bound_e's dsq with every sum
+ * float over the whole vocabulary, and the float store. */
+static inline void br_lmhead_sumsq_d(const double *h, const double *W, int64_t n, int64_t V, int64_t H,
+                                     double temp, int bf16, double *sq, double *bsq)
+{
+    double *z = br_dvec(V), *zm = br_dvec(V);
+    for (int64_t i = 0; i < n; i++) {
+        br_logits(h + i * H, W, V, H, temp, z, zm);
+        const tb_lse_bound r = tb_row_lse_bound_e(z, zm, br_gemm_rel(H, bf16 ? 1 : 0), V, V, BR_EXP_ERR);
+        sq[i] = r.sq;
+        bsq[i] = BR_REF * (r.dsq + DF_U32 * r.sq);
+    }
+    free(z), free(zm);
+}
+
 /* ---- finite differences of a float64 loss ------------------------------------------------- */
 
 typedef double (*br_loss_fn)(void *ctx);

@@ -206,12 +206,12 @@ static int emu_embedding_fwd_w16(void *ctx, float *out, const int32_t *ids,
 {
     EMU_CALL16(ctx, embedding_fwd_w16, (out, ids, table16), out, ids, table16, T, H);
 }
-static int emu_lmhead_fwd_w16(void *ctx, float *logp, float *entropy, float *lse, const float *h,
-                              const uint16_t *W16, const int32_t *target, int64_t n, int64_t V,
-                              int64_t H, float temperature, float *scratch)
+static int emu_lmhead_fwd_w16(void *ctx, float *logp, float *entropy, float *sum_pi_sq, float *lse,
+                              const float *h, const uint16_t *W16, const int32_t *target, int64_t n,
+                              int64_t V, int64_t H, float temperature, float *scratch)
 {
-    EMU_CALL16(ctx, lmhead_fwd_w16, (logp, entropy, lse, h, W16, target, scratch), logp, entropy,
-               lse, h, W16, target, n, V, H, temperature, scratch);
+    EMU_CALL16(ctx, lmhead_fwd_w16, (logp, entropy, sum_pi_sq, lse, h, W16, target, scratch), logp,
+               entropy, sum_pi_sq, lse, h, W16, target, n, V, H, temperature, scratch);
 }
 static int emu_lmhead_bwd_w16(void *ctx, float *dh, float *dW, const float *dlogp,
                               const float *dentropy, const float *h, const uint16_t *W16,
@@ -320,12 +320,12 @@ static int64_t emu_lmhead_scratch_floats(void *ctx, int64_t n, int64_t V, int64_
     emu_dev *d = ctx;
     return d->cpu.ops->lmhead_scratch_floats(d->cpu.ctx, n, V, H);
 }
-static int emu_lmhead_fwd(void *ctx, float *logp, float *entropy, float *lse, const float *h,
-                          const float *W, const int32_t *target, int64_t n, int64_t V, int64_t H,
-                          float temperature, float *scratch)
+static int emu_lmhead_fwd(void *ctx, float *logp, float *entropy, float *sum_pi_sq, float *lse,
+                          const float *h, const float *W, const int32_t *target, int64_t n, int64_t V,
+                          int64_t H, float temperature, float *scratch)
 {
-    EMU_CALL(ctx, lmhead_fwd, (logp, entropy, lse, h, W, target, scratch), logp, entropy, lse, h,
-             W, target, n, V, H, temperature, scratch);
+    EMU_CALL(ctx, lmhead_fwd, (logp, entropy, sum_pi_sq, lse, h, W, target, scratch), logp, entropy,
+             sum_pi_sq, lse, h, W, target, n, V, H, temperature, scratch);
 }
 static int emu_lmhead_bwd(void *ctx, float *dh, float *dW, const float *dlogp,
                           const float *dentropy, const float *h, const float *W,

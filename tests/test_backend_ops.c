@@ -1114,8 +1114,9 @@ static void lmhead_case(int64_t n, int64_t V, int64_t H, double temp, uint64_t s
     lm_fd c = {n, V, H, temp, to_d(h, n * H), to_d(W, V * H), to_d(a, n), to_d(bb, n),
                br_dvec(n), br_dvec(n), br_dvec(n), tgt};
     lm_loss(&c);
-    double *blp = br_dvec(n), *bent = br_dvec(n), *blse = br_dvec(n);
+    double *blp = br_dvec(n), *bent = br_dvec(n), *blse = br_dvec(n), *sq = br_dvec(n), *bsq = br_dvec(n);
     br_lmhead_fwd_bounds(c.h, c.W, tgt, n, V, H, temp, c.logp, c.ent, c.lse, blp, bent, blse);
+    br_lmhead_sumsq_d(c.h, c.W, n, V, H, temp, 0, sq, bsq);
     float *lsef = to_f(c.lse, n), *entf = to_f(c.ent, n);
     double *lsed = to_d(lsef, n), *entd = to_d(entf, n);
     double *dh = br_dvec(n * H), *dW = br_dvec(V * H), *bdh = br_dvec(n * H), *bdW = br_dvec(V * H);
@@ -1130,7 +1131,7 @@ static void lmhead_case(int64_t n, int64_t V, int64_t H, double temp, uint64_t s
         float *dWt = bo_up(b, W, 4 * (size_t)(V * H)), *dlp = bo_nan(b, n), *den = bo_nan(b, n);
         float *dls = bo_nan(b, n);
         int32_t *dt = bo_up(b, tgt, 4 * (size_t)n);
-        BO_OK(b->be.ops->lmhead_fwd(cx, dlp, den, dls, dH, dWt, dt, n, V, H, (float)temp, sc));
+        BO_OK(b->be.ops->lmhead_fwd(cx, dlp, den, NULL, dls, dH, dWt, dt, n, V, H, (float)temp, sc));
         float *got = bo_down(b, dlp, 4 * (size_t)n);
         bo_check(b->name, "lmhead_fwd logp", got, c.logp, blp, n);
         free(got);
@@ -1140,11 +1141,23 @@ static void lmhead_case(int64_t n, int64_t V, int64_t H, double temp, uint64_t s
         got = bo_down(b, dls, 4 * (size_t)n);
         bo_check(b->name, "lmhead_fwd lse", got, c.lse, blse, n);
         free(got);
-        /* no entropy: the same log-probs */
-        BO_OK(b->be.ops->lmhead_fwd(cx, dlp, NULL, dls, dH, dWt, dt, n, V, H, (float)temp, sc));
+        /* no entropy: the same log-probs; the sum of p^2 with and without the entropy */
+        BO_OK(b->be.ops->lmhead_fwd(cx, dlp, NULL, NULL, dls, dH, dWt, dt, n, V, H, (float)temp, sc));
         got = bo_down(b, dlp, 4 * (size_t)n);
         bo_check(b->name, "lmhead_fwd logp", got, c.logp, blp, n);
         free(got);
+        float *dsq = bo_nan(b, n);
+        for (int withe = 0; withe < 2; withe++) {
+            BO_OK(b->be.ops->lmhead_fwd(cx, dlp, withe ? den : NULL, dsq, dls, dH, dWt, dt, n, V, H,
+                                        (float)temp, sc));
+            got = bo_down(b, dsq, 4 * (size_t)n);
+            bo_check(b->name, "lmhead_fwd sum_pi_sq", got, sq, bsq, n);
+            free(got);
+            got = bo_down(b, withe ? den : dlp, 4 * (size_t)n);
+            bo_check(b->name, withe ? "lmhead_fwd entropy" : "lmhead_fwd logp", got,
+                     withe ? c.ent : c.logp, withe ? bent : blp, n);
+            free(got);
+        }
         /* backward from the float lse and entropy, with and without an entropy gradient */
         float *da = bo_up(b, a, 4 * (size_t)n), *db = bo_up(b, bb, 4 * (size_t)n);
         BO_OK(b->be.ops->upload(cx, dls, lsef, 4 * (size_t)n));
@@ -1162,7 +1175,7 @@ static void lmhead_case(int64_t n, int64_t V, int64_t H, double temp, uint64_t s
             bo_free(b, ddh), bo_free(b, ddW);
         }
         bo_free(b, sc), bo_free(b, dH), bo_free(b, dWt), bo_free(b, dlp), bo_free(b, den);
-        bo_free(b, dls), bo_free(b, dt), bo_free(b, da), bo_free(b, db);
+        bo_free(b, dls), bo_free(b, dt), bo_free(b, da), bo_free(b, db), bo_free(b, dsq);
     }
     /* the reference backward (exact lse and entropy, dW0 = 0) against finite differences over
      * (h, W); the double loss: H + V + 10 roundings per row */
@@ -1186,6 +1199,7 @@ static void lmhead_case(int64_t n, int64_t V, int64_t H, double temp, uint64_t s
     free(c.h), free(c.W), free(c.a), free(c.b), free(c.logp), free(c.ent), free(c.lse);
     free(blp), free(bent), free(blse), free(lsef), free(entf), free(lsed), free(entd);
     free(dh), free(dW), free(bdh), free(bdW), free(dh1), free(dW1), free(bdh1), free(bdW1);
+    free(sq), free(bsq);
 }
 
 /* Whether some |got - ref| exceeds the float32 bound b32: the bf16 path is not float32. */
@@ -1222,7 +1236,7 @@ static void lmhead_w16_case(const bo_backend *b, int64_t n, int64_t V, int64_t H
     double *hd = to_d(h, n * H), *Wd = to_d(W, V * H), *ad = to_d(a, n), *bd = to_d(bb, n);
     double *lp = br_dvec(n), *ent = br_dvec(n), *lse = br_dvec(n);
     br_lmhead_fwd_d(hd, Wd, tgt, n, V, H, temp, lp, ent, lse);
-    double *b16[3], *b32[3];
+    double *b16[4], *b32[4];
     for (int k = 0; k < 3; k++)
         b16[k] = br_dvec(n), b32[k] = br_dvec(n);
     br_lmhead_fwd_bounds_ex(hd, Wd, tgt, n, V, H, temp, lp, ent, lse, b16[0], b16[1], b16[2], 1);
@@ -1237,16 +1251,20 @@ static void lmhead_w16_case(const bo_backend *b, int64_t n, int64_t V, int64_t H
     void *cx = b->be.ctx;
     const int64_t nsc = b->be.ops->lmhead_scratch_floats(cx, n, V, H);
     float *sc = bo_nan(b, nsc), *dH = bo_up(b, h, 4 * (size_t)(n * H)), *dlp = bo_nan(b, n);
-    float *den = bo_nan(b, n), *dls = bo_nan(b, n);
+    float *den = bo_nan(b, n), *dls = bo_nan(b, n), *dsq = bo_nan(b, n);
     uint16_t *dW16 = bo_up(b, W16, 2 * (size_t)(V * H));
     int32_t *dt = bo_up(b, tgt, 4 * (size_t)n);
-    BO_OK(b->be.ops->lmhead_fwd_w16(cx, dlp, den, dls, dH, dW16, dt, n, V, H, (float)temp, sc));
-    float *got[3] = {bo_down(b, dlp, 4 * (size_t)n), bo_down(b, den, 4 * (size_t)n),
-                     bo_down(b, dls, 4 * (size_t)n)};
-    const double *ref[3] = {lp, ent, lse};
-    const char *names[3] = {"lmhead_fwd_w16 logp", "lmhead_fwd_w16 entropy", "lmhead_fwd_w16 lse"};
+    double *sq = br_dvec(n);
+    br_lmhead_sumsq_d(hd, Wd, n, V, H, temp, 1, sq, b16[3] = br_dvec(n));
+    br_lmhead_sumsq_d(hd, Wd, n, V, H, temp, 0, sq, b32[3] = br_dvec(n));
+    BO_OK(b->be.ops->lmhead_fwd_w16(cx, dlp, den, dsq, dls, dH, dW16, dt, n, V, H, (float)temp, sc));
+    float *got[4] = {bo_down(b, dlp, 4 * (size_t)n), bo_down(b, den, 4 * (size_t)n),
+                     bo_down(b, dls, 4 * (size_t)n), bo_down(b, dsq, 4 * (size_t)n)};
+    const double *ref[4] = {lp, ent, lse, sq};
+    const char *names[4] = {"lmhead_fwd_w16 logp", "lmhead_fwd_w16 entropy", "lmhead_fwd_w16 lse",
+                            "lmhead_fwd_w16 sum_pi_sq"};
     bool any32 = false;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
         bo_check(b->name, names[k], got[k], ref[k], b16[k], n);
         any32 |= beyond(got[k], ref[k], b32[k], n);
         free(got[k]);
@@ -1265,10 +1283,10 @@ static void lmhead_w16_case(const bo_backend *b, int64_t n, int64_t V, int64_t H
     free(gh), free(gW), free(h), free(W), free(a), free(bb), free(dW0), free(W16), free(tgt);
     free(hd), free(Wd), free(ad), free(bd), free(lp), free(ent), free(lse), free(lsef), free(entf);
     free(lsed), free(entd), free(dh), free(dW), free(bdh), free(bdW), free(dh32), free(dW32);
-    free(bdh32), free(bdW32);
-    for (int k = 0; k < 3; k++)
+    free(bdh32), free(bdW32), free(sq);
+    for (int k = 0; k < 4; k++)
         free(b16[k]), free(b32[k]);
-    bo_free(b, sc), bo_free(b, dH), bo_free(b, dlp), bo_free(b, den), bo_free(b, dls);
+    bo_free(b, sc), bo_free(b, dH), bo_free(b, dlp), bo_free(b, den), bo_free(b, dls), bo_free(b, dsq);
     bo_free(b, dW16), bo_free(b, dt), bo_free(b, da), bo_free(b, db), bo_free(b, ddh);
     bo_free(b, ddW);
 }

@@ -76,11 +76,14 @@ static void check_within(const char *what, const float *got, const float *ref, c
  *   logp = z_t - lse: Ez + Ez + rho0 + u |logp|;
  *   entropy = log s0 - s1 / s0, dH/dz_v = -p_v (z_v - E z): 2 Ez M1 from the logits; the
  *        rounding of log s0 (rho0), of s1 / s0 (terms e d: u M2 + 6 u M1; sum: gc M1; s0's
- *        rho0 times s1 / s0 = M1); then u |entropy|.
+ *        rho0 times s1 / s0 = M1); then u |entropy|;
+ *   sum of p^2 S = s2 / s0^2 (m cancels): |d log S / d z_v| = 2 |p_v^2 / S - p_v| sums to <= 4,
+ *        so 4 Ez from the logits; s2's terms are squared weights, 2 (u |d| + 4 u) + u relative,
+ *        and its sum gc; s0's rho0 twice; then u S (S, b_sq NULL: skipped).
  */
 static void lm_fwd_bounds(const float *h, const float *W, int64_t n, int64_t V, int64_t H, float T,
                           const float *logp, const float *lse, const float *ent, double *b_logp,
-                          double *b_lse, double *b_ent)
+                          double *b_lse, double *b_ent, const float *sq, double *b_sq)
 {
     const double inv_t = (double)(1.0f / T), u = DF_U32, E = 2 * SECOND_ORDER;
     df_vocab_tiling t = df_vocab_tiling_for(V, H);
@@ -89,7 +92,7 @@ static void lm_fwd_bounds(const float *h, const float *W, int64_t n, int64_t V, 
     double *z = xmalloc(8 * (size_t)V), *A = xmalloc(8 * (size_t)V);
     for (int64_t i = 0; i < n; i++) {
         row_logits(h + i * H, W, V, H, inv_t, z, A);
-        double m = -INFINITY, amax = 0, s = 0, M1 = 0, M2 = 0;
+        double m = -INFINITY, amax = 0, s = 0, M1 = 0, M2 = 0, S = 0, Sd = 0;
         for (int64_t v = 0; v < V; v++) {
             m = fmax(m, z[v]);
             amax = fmax(amax, A[v]);
@@ -100,6 +103,8 @@ static void lm_fwd_bounds(const float *h, const float *W, int64_t n, int64_t V, 
             double d = m - z[v], p = exp(-d) / s;
             M1 += p * d;
             M2 += p * d * d;
+            S += p * p;
+            Sd += p * p * d;
         }
         const double Ez = df_tol_gamma((double)H + 2, u) * amax, rho0 = u * M1 + 4 * u + gc;
         b_lse[i] = E * (Ez + rho0 + u * fabs(lse[i]));
@@ -107,6 +112,8 @@ static void lm_fwd_bounds(const float *h, const float *W, int64_t n, int64_t V, 
         if (ent)
             b_ent[i] =
                 E * (2 * Ez * M1 + rho0 + u * M2 + 6 * u * M1 + gc * M1 + M1 * rho0 + u * fabs(ent[i]));
+        if (sq)
+            b_sq[i] = E * (S * (4 * Ez + 9 * u + gc + 2 * rho0) + 2 * u * Sd + u * fabs(sq[i]));
     }
     free(z), free(A);
 }
@@ -130,32 +137,37 @@ static void lm_fwd_case(int64_t n, int64_t V, int64_t H, float T, bool with_ent,
     dfct_rand(h, (int64_t)nh, seed, -1, 1);
     dfct_rand(W, (int64_t)vh, seed + 1, -1, 1);
     rand_targets(tg, n, V, seed + 2);
-    float *logp = xmalloc(n4), *ent = xmalloc(n4), *lse = xmalloc(n4);
+    /* the sum of p^2 without the entropy (the other flag combination) */
+    float *logp = xmalloc(n4), *ent = xmalloc(n4), *lse = xmalloc(n4), *sq = with_ent ? NULL : xmalloc(n4);
     float *cs = xmalloc(4 * (size_t)df_lmhead_scratch_floats(n, V, H));
-    df_lmhead_fwd(logp, with_ent ? ent : NULL, lse, h, W, tg, n, V, H, T, cs);
+    df_lmhead_fwd(logp, with_ent ? ent : NULL, sq, lse, h, W, tg, n, V, H, T, cs);
 
     float *dh = dfct_up(h, 4 * nh), *dW = dfct_up(W, 4 * vh);
     int32_t *dt = dfct_up(tg, n4);
     float *dlogp = dfct_alloc(n4), *dlse = dfct_alloc(n4), *dent = with_ent ? dfct_alloc(n4) : NULL;
+    float *dsq = with_ent ? NULL : dfct_alloc(n4);
     float *ds = dfct_alloc(4 * (size_t)df_cuda_vocab_scratch_floats(n, V, H));
-    DFCT_OK(df_cuda_lmhead_fwd(dfct_cu, dlogp, dent, dlse, dh, dW, dt, n, V, H, T, ds));
+    DFCT_OK(df_cuda_lmhead_fwd(dfct_cu, dlogp, dent, dsq, dlse, dh, dW, dt, n, V, H, T, ds));
     float *g_logp = dfct_down(dlogp, n4), *g_lse = dfct_down(dlse, n4);
-    float *g_ent = with_ent ? dfct_down(dent, n4) : NULL;
+    float *g_ent = with_ent ? dfct_down(dent, n4) : NULL, *g_sq = with_ent ? NULL : dfct_down(dsq, n4);
 
     double *b_logp = xmalloc(8 * (size_t)n), *b_lse = xmalloc(8 * (size_t)n);
-    double *b_ent = xmalloc(8 * (size_t)n);
-    lm_fwd_bounds(h, W, n, V, H, T, logp, lse, with_ent ? ent : NULL, b_logp, b_lse, b_ent);
+    double *b_ent = xmalloc(8 * (size_t)n), *b_sq = xmalloc(8 * (size_t)n);
+    lm_fwd_bounds(h, W, n, V, H, T, logp, lse, with_ent ? ent : NULL, b_logp, b_lse, b_ent, sq, b_sq);
     assert_meaningful("logp", b_logp, n, 1e-2);
     check_within("logp", g_logp, logp, b_logp, n);
     check_within("lse", g_lse, lse, b_lse, n);
     if (with_ent) {
         assert_meaningful("entropy", b_ent, n, 5e-2);
         check_within("entropy", g_ent, ent, b_ent, n);
+    } else {
+        assert_meaningful("sum of p^2", b_sq, n, 1e-3);
+        check_within("sum of p^2", g_sq, sq, b_sq, n);
     }
-    free(h), free(W), free(tg), free(logp), free(ent), free(lse), free(cs);
-    free(g_logp), free(g_lse), free(g_ent), free(b_logp), free(b_lse), free(b_ent);
+    free(h), free(W), free(tg), free(logp), free(ent), free(lse), free(sq), free(cs);
+    free(g_logp), free(g_lse), free(g_ent), free(g_sq), free(b_logp), free(b_lse), free(b_ent), free(b_sq);
     dfct_free(dh), dfct_free(dW), dfct_free(dt), dfct_free(dlogp), dfct_free(dlse);
-    dfct_free(dent), dfct_free(ds);
+    dfct_free(dent), dfct_free(dsq), dfct_free(ds);
 }
 
 /* n = 37: one tile. V = 5003 and 151936 (Qwen2's vocabulary), T = 1 and 0.7. */
@@ -174,6 +186,7 @@ static void test_lmhead_fwd_tiles(void **state)
 {
     (void)state;
     lm_fwd_case(120, 151936, 16, 1.0f, true, 111);
+    lm_fwd_case(120, 151936, 16, 0.7f, false, 113); /* the sum of p^2's rescale */
     lm_fwd_case(33000, 300, 8, 0.7f, true, 112);
 }
 
@@ -248,7 +261,7 @@ static void lm_bwd_case(int64_t n, int64_t V, int64_t H, float T, bool with_dent
     /* small initial dW: the gradient of a non-target row (~ n p) stays visible above it */
     dfct_rand(dW0, (int64_t)vh, seed + 5, -1e-3f, 1e-3f);
     float *cs = xmalloc(4 * (size_t)df_lmhead_scratch_floats(n, V, H));
-    df_lmhead_fwd(logp, ent, lse, h, W, tg, n, V, H, T, cs);
+    df_lmhead_fwd(logp, ent, NULL, lse, h, W, tg, n, V, H, T, cs);
     float *dh_c = xmalloc(4 * nh), *dW_c = xmalloc(4 * vh);
     memcpy(dW_c, dW0, 4 * vh);
     df_lmhead_bwd(dh_c, dW_c, dlogp, with_dent ? dent : NULL, h, W, tg, lse, with_dent ? ent : NULL, n, V, H,
@@ -614,10 +627,10 @@ static void test_vocab_errors(void **state)
     float *d = dfct_alloc(4096);
     int32_t *ti = (int32_t *)(void *)d;
     double u[4] = {0};
-    assert_int_equal(df_cuda_lmhead_fwd(dfct_cu, d, NULL, d, d, d, ti, 4, 0, 8, 1.0f, d), DF_EINVAL);
-    assert_int_equal(df_cuda_lmhead_fwd(dfct_cu, d, NULL, d, d, d, ti, 4, 16, 8, 0.0f, d), DF_EINVAL);
-    assert_int_equal(df_cuda_lmhead_fwd(dfct_cu, d, NULL, d, d, d, ti, 4, 16, 0, 1.0f, d), DF_EINVAL);
-    DFCT_OK(df_cuda_lmhead_fwd(dfct_cu, NULL, NULL, NULL, NULL, NULL, NULL, 0, 16, 8, 1.0f, NULL));
+    assert_int_equal(df_cuda_lmhead_fwd(dfct_cu, d, NULL, NULL, d, d, d, ti, 4, 0, 8, 1.0f, d), DF_EINVAL);
+    assert_int_equal(df_cuda_lmhead_fwd(dfct_cu, d, NULL, NULL, d, d, d, ti, 4, 16, 8, 0.0f, d), DF_EINVAL);
+    assert_int_equal(df_cuda_lmhead_fwd(dfct_cu, d, NULL, NULL, d, d, d, ti, 4, 16, 0, 1.0f, d), DF_EINVAL);
+    DFCT_OK(df_cuda_lmhead_fwd(dfct_cu, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, 16, 8, 1.0f, NULL));
     assert_int_equal(df_cuda_lmhead_bwd(dfct_cu, d, d, d, d, d, d, ti, d, NULL, 4, 16, 8, 1.0f, d),
                      DF_EINVAL); /* dentropy without entropy */
     assert_int_equal(df_cuda_sample(dfct_cu, ti, d, d, d, 4, 16, 8, 1.0f, 0, 0.0f, u, d), DF_EINVAL);
@@ -671,9 +684,9 @@ static void test_lmhead_scratch_guard(void **state)
     DFCT_OK(df_cuda_fill(dfct_cu, gW, (int64_t)vh, 0.0f));
     float *ds = dfct_alloc(4 * (size_t)(sf + G));
     DFCT_OK(df_cuda_fill(dfct_cu, ds + sf, G, 12345.0f));
-    DFCT_OK(df_cuda_lmhead_fwd(dfct_cu, dlogp, dent, dlse, dh, dW, dt, n, V, H, 1.0f, ds));
+    DFCT_OK(df_cuda_lmhead_fwd(dfct_cu, dlogp, dent, NULL, dlse, dh, dW, dt, n, V, H, 1.0f, ds));
     DFCT_OK(df_cuda_lmhead_bwd(dfct_cu, gh, gW, ones, ones, dh, dW, dt, dlse, dent, n, V, H, 1.0f, ds));
-    DFCT_OK(df_cuda_lmhead_fwd_w16(dfct_cu, dlogp, dent, dlse, dh, dW16, dt, n, V, H, 1.0f, ds));
+    DFCT_OK(df_cuda_lmhead_fwd_w16(dfct_cu, dlogp, dent, NULL, dlse, dh, dW16, dt, n, V, H, 1.0f, ds));
     DFCT_OK(df_cuda_lmhead_bwd_w16(dfct_cu, gh, gW, ones, ones, dh, dW16, dt, dlse, dent, n, V, H,
                                    1.0f, ds));
     float *guard = dfct_down(ds + sf, 4 * (size_t)G), *lse = dfct_down(dlse, n4);

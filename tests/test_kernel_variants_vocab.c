@@ -63,7 +63,8 @@ static void lm_free(lm_in *a) { free(a->h), free(a->W), free(a->tgt), free(a->z)
  * max_v(error of the term) sum_v p_v |log p_v + H| through the weights, plus
  * the roundings of d = z - m and e d and the float sums of s1.
  */
-static void lm_row_bounds(const lm_in *a, int64_t i, double *blogp, double *bent, double *blse)
+static void lm_row_bounds(const lm_in *a, int64_t i, double *blogp, double *bent, double *blse,
+                          double *bsq)
 {
     const double *z = a->z + i * a->V, *ez = a->ez + i * a->V, E = kv_exp_err();
     double m = -INFINITY, emax = 0, dmax = 0, s0 = 0, Ez = 0, S1 = 0, Sd = 0;
@@ -75,16 +76,22 @@ static void lm_row_bounds(const lm_in *a, int64_t i, double *blogp, double *bent
     for (int64_t v = 0; v < a->V; v++)
         Ez += exp(z[v] - lse) * z[v];
     const double ent = lse - Ez, gc = kv_g((double)a->cols);
+    double sq = 0;
     for (int64_t v = 0; v < a->V; v++) {
         double p = exp(z[v] - lse);
         S1 += p * fabs(z[v] - lse + ent);
         Sd += p * (m - z[v]);
+        sq += p * p;
     }
     const double delta = kv_grow(emax + KV_U * dmax + E), dbl = df_tol_gamma((double)a->V + 8, U64);
     *blse = delta + gc / (1 - gc) + KV_U * fabs(lse) + dbl * (1 + fabs(m) + fabs(lse));
     *blogp = ez[a->tgt[i]] + *blse + KV_U * fabs(z[a->tgt[i]] - lse);
     *bent = (emax + delta) * S1 + 2 * KV_U * Sd + gc * (1 + Sd) * (1 + delta) + KV_U * fabs(ent) +
             dbl * (1 + Sd + fabs(lse));
+    /* sum of p^2 = s2 / s0^2: each weight relative delta, squared (2 delta + u), both float
+     * sums gc; s0 counts twice; to second order; the float store */
+    const double Esq = 2 * delta + KV_U + gc + 2 * (delta + gc);
+    *bsq = sq * (Esq * (1 + Esq) + KV_U + dbl);
 }
 
 static void test_lmhead_fwd(void **state)
@@ -93,26 +100,27 @@ static void test_lmhead_fwd(void **state)
     kv_list l = kv_runnable();
     KV_REQUIRE_TWO(l);
     lm_in a = lm_make(40, 3000, 64, 0.7f);
-    float *lp[KV_MAX], *en[KV_MAX], *ls[KV_MAX];
+    float *lp[KV_MAX], *en[KV_MAX], *ls[KV_MAX], *sq[KV_MAX];
     float *scratch = kv_fvec(df_lmhead_scratch_floats(a.n, a.V, a.H));
     for (int v = 0; v < l.n; v++) {
-        lp[v] = kv_fvec(a.n), en[v] = kv_fvec(a.n), ls[v] = kv_fvec(a.n);
+        lp[v] = kv_fvec(a.n), en[v] = kv_fvec(a.n), ls[v] = kv_fvec(a.n), sq[v] = kv_fvec(a.n);
         kv_use(l.name[v]);
-        df_lmhead_fwd(lp[v], en[v], ls[v], a.h, a.W, a.tgt, a.n, a.V, a.H, a.temp, scratch);
+        df_lmhead_fwd(lp[v], en[v], sq[v], ls[v], a.h, a.W, a.tgt, a.n, a.V, a.H, a.temp, scratch);
     }
     kv_restore();
-    double *bl = kv_dvec(a.n), *be = kv_dvec(a.n), *bs = kv_dvec(a.n);
+    double *bl = kv_dvec(a.n), *be = kv_dvec(a.n), *bs = kv_dvec(a.n), *bq = kv_dvec(a.n);
     for (int64_t i = 0; i < a.n; i++)
-        lm_row_bounds(&a, i, &bl[i], &be[i], &bs[i]);
+        lm_row_bounds(&a, i, &bl[i], &be[i], &bs[i], &bq[i]);
     PAIRS(l, p, q)
     {
         kv_check_f("lmhead logp", l.name[p], lp[p], l.name[q], lp[q], bl, a.n);
         kv_check_f("lmhead entropy", l.name[p], en[p], l.name[q], en[q], be, a.n);
         kv_check_f("lmhead lse", l.name[p], ls[p], l.name[q], ls[q], bs, a.n);
+        kv_check_f("lmhead sum of p^2", l.name[p], sq[p], l.name[q], sq[q], bq, a.n);
     }
     for (int v = 0; v < l.n; v++)
-        free(lp[v]), free(en[v]), free(ls[v]);
-    free(scratch), free(bl), free(be), free(bs);
+        free(lp[v]), free(en[v]), free(ls[v]), free(sq[v]);
+    free(scratch), free(bl), free(be), free(bs), free(bq);
     lm_free(&a);
 }
 
@@ -157,7 +165,7 @@ static void test_lmhead_bwd(void **state)
     kv_fill(dlp, n, 43, -1.0, 1.0);
     kv_fill(den, n, 44, -0.1, 0.1);
     kv_use(l.name[0]); /* the same forward statistics feed every variant's backward */
-    df_lmhead_fwd(lp, ent, lse, a.h, a.W, a.tgt, n, V, H, a.temp, scratch);
+    df_lmhead_fwd(lp, ent, NULL, lse, a.h, a.W, a.tgt, n, V, H, a.temp, scratch);
     for (int v = 0; v < l.n; v++) {
         dh[v] = kv_fvec(n * H), dW[v] = kv_fvec(V * H);
         memset(dW[v], 0, (size_t)(V * H) * sizeof(float));

@@ -121,6 +121,61 @@ static void test_golden_forward(void **state)
     df_acts_free(a);
 }
 
+/*
+ * df_model_forward_head's sum of p^2 (verl's sum_pi_squared) on the rows whose full logits the
+ * fixture holds, against sum_v softmax(z)_v^2 of PyTorch's logits in double. Every logit is
+ * within dz = LOGITS_TOL ||z|| of the fixture's (the relative L2 bound of all rows, a bound on
+ * each entry too) and |d log S / d z_v| = 2 |p_v^2 / S - p_v| sums to <= 4, so log S moves by
+ * <= 4 dz; plus the head's own roundings (each weight e^(z - m) relative w = u |z - m| + the
+ * exp's error, squared 2 w + u, the sums gamma_V, s0 twice) and the float store. The log-probs are df_model_forward's bit for bit: the extra output changes nothing else.
+ */
+static void test_golden_sum_pi_squared(void **state)
+{
+    golden *g = *state;
+    const int64_t n = g->gb.n_out, V = g->m->cfg.vocab_size;
+    df_acts *a;
+    assert_int_equal(df_acts_create(&g->m->cfg, g->gb.T, n, &a), DF_OK);
+    float *lp = malloc(sizeof(float) * (size_t)n), *lp0 = malloc(sizeof(float) * (size_t)n);
+    float *en = malloc(sizeof(float) * (size_t)n), *sq = malloc(sizeof(float) * (size_t)n);
+    assert_int_equal(df_model_forward(g->m, a, &g->gb.b, 1.0f, lp0, NULL), DF_OK);
+    const df_head_out out = {.logp = lp, .entropy = en, .sum_pi_sq = sq};
+    assert_int_equal(df_model_forward_head(g->m, a, &g->gb.b, 1.0f, &out), DF_OK);
+    assert_memory_equal(lp, lp0, (size_t)n * sizeof(float));
+    int64_t nr, nl;
+    float *rows = df_golden_read_vec(g->gb.exp, "logits.rows", &nr), *z = df_golden_read_vec(g->gb.exp, "logits", &nl);
+    double norm = 0;
+    for (int64_t k = 0; k < nl; k++)
+        norm += (double)z[k] * z[k];
+    const double dz = LOGITS_TOL * sqrt(norm), gv = df_tol_gamma((double)V, DF_U32);
+    double worst = 0, rel = 0;
+    for (int64_t r = 0; r < nr; r++) {
+        const float *zr = z + r * V;
+        double m = -INFINITY, lo = INFINITY, s = 0, s2 = 0;
+        for (int64_t v = 0; v < V; v++)
+            m = fmax(m, zr[v]), lo = fmin(lo, zr[v]);
+        for (int64_t v = 0; v < V; v++) {
+            double e = exp(zr[v] - m);
+            s += e, s2 += e * e;
+        }
+        const double w = DF_U32 * (m - lo + 4 * dz) + DF_TOL_EXPF;
+        const double rr = expm1(4 * dz) + 4 * w + 3 * gv + 2 * DF_U32;
+        const double want = s2 / (s * s), got = sq[(int64_t)rows[r]];
+        worst = fmax(worst, fabs(got - want) / (rr * want));
+        rel = fmax(rel, rr);
+        assert_true(fabs(got - want) <= rr * want);
+    }
+    print_message("sum_pi_squared worst error / bound %.3f (bound %.2e relative)\n", worst, rel);
+    assert_true(rel < 1e-3); /* tighter than any formula slip (p instead of p^2, a missed rescale) */
+    /* no entropy asked: the sums of p^2 unchanged */
+    float *sq2 = malloc(sizeof(float) * (size_t)n);
+    const df_head_out out2 = {.logp = lp, .sum_pi_sq = sq2};
+    assert_int_equal(df_model_forward_head(g->m, a, &g->gb.b, 1.0f, &out2), DF_OK);
+    assert_memory_equal(sq2, sq, (size_t)n * sizeof(float));
+    assert_int_equal(df_model_forward_head(g->m, a, &g->gb.b, 1.0f, NULL), DF_EINVAL);
+    free(lp), free(lp0), free(en), free(sq), free(sq2), free(rows), free(z);
+    df_acts_free(a);
+}
+
 /* Gradient of the golden loss; returns a malloc'd blob. */
 static float *golden_grads(const df_model *m, const golden *g, int passes)
 {
@@ -503,6 +558,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_forward),
+        cmocka_unit_test(test_golden_sum_pi_squared),
         cmocka_unit_test(test_golden_backward),
         cmocka_unit_test(test_golden_adamw),
         cmocka_unit_test(test_golden_detects_perturbation),

@@ -1256,6 +1256,7 @@ typedef struct {
     const int32_t *tgt;
     double *h, *W, *cl, *ce;
     double *logp, *ent; /* filled by ref_lmhead */
+    double *sq;         /* NULL, or filled by ref_lmhead: sum_v p_v^2 */
 } lm_ctx;
 
 static void ref_lmhead(lm_ctx *c)
@@ -1272,11 +1273,16 @@ static void ref_lmhead(lm_ctx *c)
         }
         for (int64_t v = 0; v < c->V; v++)
             s += exp(z[v] - m);
-        double lse = m + log(s);
-        for (int64_t v = 0; v < c->V; v++)
-            pz += exp(z[v] - lse) * z[v];
+        double lse = m + log(s), sq = 0;
+        for (int64_t v = 0; v < c->V; v++) {
+            double p = exp(z[v] - lse);
+            pz += p * z[v];
+            sq += p * p;
+        }
         c->logp[i] = z[c->tgt[i]] - lse;
         c->ent[i] = lse - pz;
+        if (c->sq)
+            c->sq[i] = sq;
     }
     free(z);
 }
@@ -1298,7 +1304,8 @@ static double lm_loss(void *p)
  *   logit z_v: a GEMM of H terms with alpha = 1/t rounded: dz_v = gamma_{H+2} zm_v;
  *   lse = m + log(s0) and entropy = log(s0) - s1 / s0 from these logits: dlse, dent of
  *     tb_row_lse_bound (tests/testbounds.h); logp = z_t - lse rounded to float, the lse
- *     kept for the backward rounded too, the entropy's float store;
+ *     kept for the backward rounded too, the entropy's float store; sum of p^2: its dsq and
+ *     float store;
  * Backward (dlogits_row): p_v = exp(z_v - lse) from the stored lse:
  *   th_p = dz_v + dlse + u |z_v - lse| + DF_TOL_EXPF; the entropy term's lp + ent
  *   carries dz_v + dlse + dent plus two roundings; g = -gl p - ge p (lp + ent) (+ gl
@@ -1309,7 +1316,7 @@ static double lm_loss(void *p)
  * The double reference adds gamma_n of double on its logits, sums and logs.
  */
 typedef struct {
-    double *logp, *ent, *dh, *dW, loss_eps;
+    double *logp, *ent, *sq, *dh, *dW, loss_eps;
 } lm_bounds;
 
 static lm_bounds lmhead_bounds(const lm_ctx *c, const df_vocab_tiling *tl)
@@ -1317,7 +1324,7 @@ static lm_bounds lmhead_bounds(const lm_ctx *c, const df_vocab_tiling *tl)
     const int64_t n = c->n, V = c->V, H = c->H, G = df_vocab_groups(V, tl);
     const int64_t ct = df_vocab_tiling_clamp(tl).cols, cols = ct < V ? ct : V;
     const double u = DF_U32, ex = DF_TOL_EXPF;
-    lm_bounds b = {dvec(n), dvec(n), dvec(n * H), dvec(V * H), 0};
+    lm_bounds b = {dvec(n), dvec(n), dvec(n), dvec(n * H), dvec(V * H), 0};
     double *z = dvec(V), *zm = dvec(V), *dz = dvec(V), *gm = dvec(V);
     double *ge_ = dvec(V), *dWm = dvec(V * H), *dWe = dvec(V * H);
     for (int64_t i = 0; i < n; i++) {
@@ -1341,6 +1348,7 @@ static lm_bounds lmhead_bounds(const lm_ctx *c, const df_vocab_tiling *tl)
         b.logp[i] = dz[c->tgt[i]] + dlse_d + u * fabs(logp) + e64;
         const double de = r.dent + u * ent + e64;
         b.ent[i] = de;
+        b.sq[i] = r.dsq + u * r.sq + r.sq * (4 * g64(H + 2) * zmax + 3 * g64(V + 4));
         b.loss_eps += fabs(c->cl[i]) * e64 + fabs(c->ce[i]) * 2 * e64;
         /* backward */
         const double dlse = dlse_d + u * fabs(lse), gl = c->cl[i] / c->temp;
@@ -1384,6 +1392,7 @@ static void check_lmhead(int64_t n, int64_t V, int64_t H, float temp, int64_t rt
 {
     float *h = fvec(n * H), *W = fvec(V * H), *cl = fvec(n), *ce = fvec(n);
     float *logp = fvec(n), *ent = fvec(n), *lse = fvec(n), *dh = fvec(n * H), *dW = fvec(V * H);
+    float *sq = fvec(n), *lp2 = fvec(n), *lse2 = fvec(n);
     int32_t *tgt = malloc(sizeof(int32_t) * (size_t)n);
     fill(h, n * H, seed, 1.0);
     fill(W, V * H, seed + 1, 1.0);
@@ -1395,14 +1404,22 @@ static void check_lmhead(int64_t n, int64_t V, int64_t H, float temp, int64_t rt
         tgt[i] = (int32_t)df_rng_below(&r, (uint64_t)V);
     tgt[0] = (int32_t)(V - 1); /* last column of the last, partial tile */
     lm_ctx c = {n, V, H, temp, tgt, to_d(h, n * H), to_d(W, V * H), to_d(cl, n), to_d(ce, n),
-                dvec(n), dvec(n)};
+                dvec(n), dvec(n), dvec(n)};
     ref_lmhead(&c);
+    double *ref_sq = c.sq;
+    c.sq = NULL; /* the finite differences below need no sum of p^2 */
     df_vocab_tiling tl = {rt, ctile, group, 2 * rt + 1};
     lm_bounds bd = lmhead_bounds(&c, &tl);
     float *scratch = fvec(df_lmhead_scratch_floats_tiled(n, V, H, &tl));
-    df_lmhead_fwd_tiled(logp, ent, lse, h, W, tgt, n, V, H, temp, &tl, scratch);
+    /* the sum of p^2 alone, then with the entropy: the same log-probs either way */
+    df_lmhead_fwd_tiled(lp2, NULL, sq, lse2, h, W, tgt, n, V, H, temp, &tl, scratch);
+    check_bound("lmhead sum of p^2", sq, ref_sq, bd.sq, n);
+    df_lmhead_fwd_tiled(logp, ent, sq, lse, h, W, tgt, n, V, H, temp, &tl, scratch);
     check_bound("lmhead logp", logp, c.logp, bd.logp, n);
     check_bound("lmhead entropy", ent, c.ent, bd.ent, n);
+    check_bound("lmhead sum of p^2 with entropy", sq, ref_sq, bd.sq, n);
+    assert_memory_equal(lp2, logp, (size_t)n * sizeof(float));
+    assert_memory_equal(lse2, lse, (size_t)n * sizeof(float));
     for (int64_t i = 0; i < V * H; i++)
         dW[i] = 2.0f;
     for (int64_t i = 0; i < n * H; i++)
@@ -1427,9 +1444,10 @@ static void check_lmhead(int64_t n, int64_t V, int64_t H, float temp, int64_t rt
     check_bound("lmhead dh", dh, gh, eh, n * H);
     check_bound("lmhead dW", dW, gW, eW, V * H);
     free(h), free(W), free(cl), free(ce), free(logp), free(ent), free(lse), free(dh), free(dW);
+    free(sq), free(lp2), free(lse2), free(ref_sq);
     free(tgt), free(scratch), free(c.h), free(c.W), free(c.cl), free(c.ce), free(c.logp);
     free(c.ent), free(gh), free(eh), free(gW), free(eW);
-    free(bd.logp), free(bd.ent), free(bd.dh), free(bd.dW);
+    free(bd.logp), free(bd.ent), free(bd.sq), free(bd.dh), free(bd.dW);
 }
 
 static void test_lmhead_tiles(void **state)
@@ -1449,31 +1467,34 @@ static void test_lmhead_default_tiles(void **state)
     /* Default tiles with a vocabulary of two groups, not a multiple of DF_LMHEAD_COLS. */
     const int64_t n = 3, V = DF_LMHEAD_GROUP + DF_LMHEAD_COLS + 37, H = 3;
     float *h = fvec(n * H), *W = fvec(V * H), *logp = fvec(n), *ent = fvec(n), *lse = fvec(n);
-    float *scratch = fvec(df_lmhead_scratch_floats(n, V, H));
+    float *sq = fvec(n), *scratch = fvec(df_lmhead_scratch_floats(n, V, H));
     int32_t tgt[3] = {5, (int32_t)V - 1, DF_LMHEAD_GROUP};
     fill(h, n * H, 130, 2.0);
     fill(W, V * H, 131, 1.0);
     lm_ctx c = {n, V, H, 0.7, tgt, to_d(h, n * H), to_d(W, V * H), dvec(n), dvec(n), dvec(n),
-                dvec(n)};
+                dvec(n), dvec(n)};
     df_vocab_tiling tl = df_vocab_tiling_for(V, H);
     ref_lmhead(&c);
     lm_bounds bd = lmhead_bounds(&c, &tl);
-    df_lmhead_fwd(logp, ent, lse, h, W, tgt, n, V, H, 0.7f, scratch);
+    df_lmhead_fwd(logp, ent, sq, lse, h, W, tgt, n, V, H, 0.7f, scratch);
     check_bound("lmhead default logp", logp, c.logp, bd.logp, n);
     check_bound("lmhead default entropy", ent, c.ent, bd.ent, n);
-    free(bd.logp), free(bd.ent), free(bd.dh), free(bd.dW);
+    check_bound("lmhead default sum of p^2", sq, c.sq, bd.sq, n);
+    free(bd.logp), free(bd.ent), free(bd.sq), free(bd.dh), free(bd.dW);
     /* A large logit range: entropy stays accurate (no lse - E[z] cancellation, which
      * would cost u |lse| absolute, far above this bound). */
     for (int64_t i = 0; i < H; i++)
         h[i] *= 40.0f, c.h[i] = h[i];
     ref_lmhead(&c);
     bd = lmhead_bounds(&c, &tl);
-    df_lmhead_fwd(logp, ent, lse, h, W, tgt, n, V, H, 0.7f, scratch);
+    df_lmhead_fwd(logp, ent, sq, lse, h, W, tgt, n, V, H, 0.7f, scratch);
     check_bound("lmhead peaked logp", logp, c.logp, bd.logp, n);
     check_bound("lmhead peaked entropy", ent, c.ent, bd.ent, n);
-    free(bd.logp), free(bd.ent), free(bd.dh), free(bd.dW);
-    free(h), free(W), free(logp), free(ent), free(lse), free(scratch), free(c.h), free(c.W);
-    free(c.cl), free(c.ce), free(c.logp), free(c.ent);
+    check_bound("lmhead peaked sum of p^2", sq, c.sq, bd.sq, n);
+    assert_true(c.sq[0] > 0.5); /* the peak: the groups' s2 rescaled by e^(2 dm) matter */
+    free(bd.logp), free(bd.ent), free(bd.sq), free(bd.dh), free(bd.dW);
+    free(h), free(W), free(logp), free(ent), free(lse), free(sq), free(scratch), free(c.h), free(c.W);
+    free(c.cl), free(c.ce), free(c.logp), free(c.ent), free(c.sq);
 }
 
 static void test_lmhead_many_rows(void **state)

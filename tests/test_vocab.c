@@ -598,8 +598,8 @@ static void test_entropy_is_optional(void **state)
     problem p = make_problem(n, V, H, NULL, 0, 110);
     float *lp1 = fvec(n), *lp2 = fvec(n), *ls1 = fvec(n), *ls2 = fvec(n), *ent = fvec(n);
     float *scratch = fvec(df_lmhead_scratch_floats(n, V, H));
-    df_lmhead_fwd(lp1, ent, ls1, p.h, p.W, p.tgt, n, V, H, 0.8f, scratch);
-    df_lmhead_fwd(lp2, NULL, ls2, p.h, p.W, p.tgt, n, V, H, 0.8f, scratch);
+    df_lmhead_fwd(lp1, ent, NULL, ls1, p.h, p.W, p.tgt, n, V, H, 0.8f, scratch);
+    df_lmhead_fwd(lp2, NULL, NULL, ls2, p.h, p.W, p.tgt, n, V, H, 0.8f, scratch);
     assert_memory_equal(lp1, lp2, (size_t)n * sizeof(float));
     assert_memory_equal(ls1, ls2, (size_t)n * sizeof(float));
     free(lp1), free(lp2), free(ls1), free(ls2), free(ent), free(scratch);

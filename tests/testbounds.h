@@ -142,6 +142,7 @@ typedef struct {
     double lse, Ez; /* of the exact logits, in double */
     double dzmax;   /* the largest logit error */
     double dlse, dent;
+    double sq, dsq; /* sum_v p_v^2 of the exact logits and the bound on its computed value */
 } tb_lse_bound;
 
 /*
@@ -156,6 +157,9 @@ typedef struct {
  *   z errors move it by p_v |z_v - E z| dz_v, weight errors by p_v th_v (1 + |z_v - E z|);
  *   d = z - m, the product, s1's float sum (2 u + gamma_cols) and s0's d0 act on
  *   sum p |z - m|; d0 on log(s0).
+ *   sum of p^2 = s2 / s0^2, s2 = sum e^(2 (z - m)) (m cancels): each weight relative
+ *   eta_v = dz_v + th_v, squared 2 eta_v + u; s2's float sum gamma_cols (positive terms) and
+ *   s0's sum_v p_v eta_v + d0 twice; to second order, E (1 + E) of sq for the sum E.
  * The caller adds its reference's double rounding and any float store.
  */
 static inline tb_lse_bound tb_row_lse_bound_e(const double *z, const double *zm, double c, int64_t V,
@@ -190,13 +194,18 @@ static inline tb_lse_bound tb_row_lse_bound_e(const double *z, const double *zm,
         Ez += exp(z[v] - b.lse) * z[v];
     b.Ez = Ez;
     b.dlse = b.dent = d0;
+    const double gc = df_tol_gamma(cols < V ? cols : V, DF_U32);
+    double e2 = 0;
     for (int64_t v = 0; v < V; v++) {
         double p = exp(z[v] - b.lse), dz = c * zm[v];
         double th = v == am && m - m2 > 2 * b.dzmax ? 0 : u * fabs(z[v] - m) + exp_err;
         b.dlse += p * (dz + th);
-        b.dent += p * (fabs(z[v] - Ez) * (dz + th) + th +
-                       (2 * u + df_tol_gamma(cols < V ? cols : V, DF_U32) + d0) * fabs(z[v] - m));
+        b.dent += p * (fabs(z[v] - Ez) * (dz + th) + th + (2 * u + gc + d0) * fabs(z[v] - m));
+        b.sq += p * p;
+        e2 += p * p * (2 * (dz + th) + u);
     }
+    const double E = e2 / b.sq + gc + 2 * b.dlse; /* dlse: s0's relative error */
+    b.dsq = b.sq * E * (1 + E);
     return b;
 }
 

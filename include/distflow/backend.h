@@ -211,10 +211,11 @@ typedef struct df_backend_ops {
     /** Floats of scratch lmhead_fwd / _bwd need for n rows of a [V, H] head, or any fewer rows
      *  (non-decreasing in n: df_acts sizes it once for max_out). */
     int64_t (*lmhead_scratch_floats)(void *ctx, int64_t n, int64_t V, int64_t H);
-    /** df_lmhead_fwd: logp[n], entropy[n] (NULL: skipped), lse[n]; vocabulary-tiled. */
-    int (*lmhead_fwd)(void *ctx, float *logp, float *entropy, float *lse, const float *h,
-                      const float *W, const int32_t *target, int64_t n, int64_t V, int64_t H,
-                      float temperature, float *scratch);
+    /** df_lmhead_fwd: logp[n], entropy[n] and sum_pi_sq[n] (each NULL: skipped), lse[n];
+     *  vocabulary-tiled. sum_pi_sq[i] = sum_v softmax(z_i)_v^2 (verl's sum_pi_squared). */
+    int (*lmhead_fwd)(void *ctx, float *logp, float *entropy, float *sum_pi_sq, float *lse,
+                      const float *h, const float *W, const int32_t *target, int64_t n, int64_t V,
+                      int64_t H, float temperature, float *scratch);
     /** df_lmhead_bwd: dh[n,H] OVERWRITTEN, dW[V,H] ACCUMULATED. dW NULL (a frozen head: LoRA,
      *  distflow/lora.h) skips the weight gradient. */
     int (*lmhead_bwd)(void *ctx, float *dh, float *dW, const float *dlogp, const float *dentropy,
@@ -245,12 +246,12 @@ typedef struct df_backend_ops {
     /**
      * lmhead_fwd with the head W16 [V, H] in bfloat16 (a df_weights16 LM head) and h rounded
      * to bfloat16 here: every logits tile a bf16 x bf16 product with float32 accumulation
-     * (autocast's logits matmul), softmax statistics, log-probs and entropies float32 / double
-     * as in lmhead_fwd. scratch: lmhead_scratch_floats's.
+     * (autocast's logits matmul), softmax statistics, log-probs, entropies and sums of p^2
+     * float32 / double as in lmhead_fwd. scratch: lmhead_scratch_floats's.
      */
-    int (*lmhead_fwd_w16)(void *ctx, float *logp, float *entropy, float *lse, const float *h,
-                          const uint16_t *W16, const int32_t *target, int64_t n, int64_t V,
-                          int64_t H, float temperature, float *scratch);
+    int (*lmhead_fwd_w16)(void *ctx, float *logp, float *entropy, float *sum_pi_sq, float *lse,
+                          const float *h, const uint16_t *W16, const int32_t *target, int64_t n,
+                          int64_t V, int64_t H, float temperature, float *scratch);
     /** lmhead_bwd with W16 as above: dL/dlogits rounded to bfloat16 per tile for
      *  dh = dlogits W16 (OVERWRITTEN) and dW += dlogits^T h (h rounded; float32 dW); dW NULL as
      *  lmhead_bwd's. */

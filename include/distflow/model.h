@@ -660,6 +660,23 @@ DF_API void df_acts_free(df_acts *a);
 DF_API int df_model_forward(const df_model *m, df_acts *a, const df_seq_batch *b,
                             float temperature, float *logp, float *entropy);
 
+/** What df_model_forward_head computes per output row j ([n_out] host arrays each). */
+typedef struct df_head_out {
+    float *logp;      /**< required: df_model_forward's logp */
+    float *entropy;   /**< NULL: not computed (df_model_forward's entropy) */
+    float *sum_pi_sq; /**< NULL: not computed; sum_v p_v^2 of the same distribution, in (0, 1]:
+                           verl's sum_pi_squared (calculate_sum_pi_squared_from_logits), which its
+                           optimal token baseline reads. No gradient flows through it. */
+} df_head_out;
+
+/**
+ * df_model_forward with the outputs in `out` (sum_pi_sq costs one multiply-add per logit). The
+ * backward takes dentropy only when out->entropy was given. Errors: df_model_forward's, and
+ * DF_EINVAL for a NULL out.
+ */
+DF_API int df_model_forward_head(const df_model *m, df_acts *a, const df_seq_batch *b,
+                                 float temperature, const df_head_out *out);
+
 /**
  * Backward pass of the last df_model_forward on `a`: given dL/dlogp [n_out]
  * and optionally dL/dentropy [n_out] (NULL = 0), ACCUMULATE dL/dparams into

@@ -47,7 +47,7 @@ struct df_acts {
     /* A device backend's copies: the batch's index arrays and the head's inputs / outputs. */
     int32_t *b_tokens, *b_targets, *b_pos;
     int64_t *b_offsets, *b_rows;
-    float *b_io;         /* [4][max_out]: logp, entropy, dlogp, dentropy */
+    float *b_io;         /* [4][max_out]: logp, sum_pi_sq, dlogp, dentropy */
     /* A device backend's weights (df_acts_load_weights); the CPU reads the model's own. */
     df_weights_dev wdev;
     df_weights_dev *wlent; /* df_acts_borrow_weights: read instead of wdev (never allocated then) */

@@ -290,15 +290,16 @@ static int head16_operands(void *ctx, const float *h, const uint16_t *W16, int64
     return DF_OK;
 }
 
-static int cpu_lmhead_fwd_w16(void *ctx, float *logp, float *entropy, float *lse, const float *h,
-                              const uint16_t *W16, const int32_t *target, int64_t n, int64_t V,
+static int cpu_lmhead_fwd_w16(void *ctx, float *logp, float *entropy, float *sum_pi_sq,
+                              float *lse, const float *h, const uint16_t *W16, const int32_t *target, int64_t n, int64_t V,
                               int64_t H, float temperature, float *scratch)
 {
     df_vocab_tiling t = df_vocab_tiling_for(V, H);
     df_vocab16 b;
     uint16_t *h16 = NULL;
     int rc = head16_operands(ctx, h, W16, n, H, &t, &b, &h16);
-    if (!rc && df_lmhead_fwd16(logp, entropy, lse, &b, target, n, V, H, temperature, &t, scratch))
+    if (!rc && df_lmhead_fwd16(logp, entropy, sum_pi_sq, lse, &b, target, n, V, H, temperature,
+                                &t, scratch))
         rc = df_error(DF_EINTERNAL, "cpu lmhead_fwd_w16: oneDNN failed on a bf16 logits tile");
     free(h16);
     return rc;
@@ -320,12 +321,12 @@ static int cpu_lmhead_bwd_w16(void *ctx, float *dh, float *dW, const float *dlog
     return rc;
 }
 
-static int cpu_lmhead_fwd(void *ctx, float *logp, float *entropy, float *lse, const float *h,
-                          const float *W, const int32_t *target, int64_t n, int64_t V, int64_t H,
+static int cpu_lmhead_fwd(void *ctx, float *logp, float *entropy, float *sum_pi_sq, float *lse,
+                          const float *h, const float *W, const int32_t *target, int64_t n, int64_t V, int64_t H,
                           float temperature, float *scratch)
 {
     (void)ctx;
-    df_lmhead_fwd(logp, entropy, lse, h, W, target, n, V, H, temperature, scratch);
+    df_lmhead_fwd(logp, entropy, sum_pi_sq, lse, h, W, target, n, V, H, temperature, scratch);
     return DF_OK;
 }
 

@@ -609,30 +609,34 @@ static void mark_forward(df_acts *a, const df_seq_batch *b, int head, float temp
     a->fwd_valid = 1;
 }
 
-/* The head's log-probs and entropies: host arrays, written by the backend (CPU) or copied
- * from its staging rows (a device). */
+/* The head's log-probs, entropies and sums of p^2: host arrays, written by the backend (CPU) or
+ * copied from its staging rows (a device; b_io's second row holds the sums). */
 static void lm_head(const df_model *m, const df_model_view *w, df_acts *a, int64_t n,
-                    float temperature, float *logp, float *entropy)
+                    float temperature, const df_head_out *out)
 {
     const df_model_config *c = &m->cfg;
     const bool host = a->be.ops->host_memory;
-    float *d_logp = host ? logp : a->b_io;
+    float *d_logp = host ? out->logp : a->b_io;
+    float *d_spq = !out->sum_pi_sq ? NULL : host ? out->sum_pi_sq : a->b_io + a->max_out;
     /* Entropy only when asked: the backward then takes no dentropy. */
+    float *d_ent = out->entropy ? a->ent : NULL;
     const uint16_t *w16 = df_acts_lm_head16(a);
     if (w16)
-        DF_BE(a, lmhead_fwd_w16, d_logp, entropy ? a->ent : NULL, a->lse, a->xnf, w16,
-              a->bb.targets, n, c->vocab_size, c->hidden_size, temperature, a->lm_scratch);
+        DF_BE(a, lmhead_fwd_w16, d_logp, d_ent, d_spq, a->lse, a->xnf, w16, a->bb.targets, n,
+              c->vocab_size, c->hidden_size, temperature, a->lm_scratch);
     else
-        DF_BE(a, lmhead_fwd, d_logp, entropy ? a->ent : NULL, a->lse, a->xnf, w->lm_head,
-              a->bb.targets, n, c->vocab_size, c->hidden_size, temperature, a->lm_scratch);
+        DF_BE(a, lmhead_fwd, d_logp, d_ent, d_spq, a->lse, a->xnf, w->lm_head, a->bb.targets, n,
+              c->vocab_size, c->hidden_size, temperature, a->lm_scratch);
     if (!host)
-        DF_BE(a, download, logp, d_logp, (size_t)n * sizeof(float));
-    if (entropy)
-        DF_BE(a, download, entropy, a->ent, (size_t)n * sizeof(float));
+        DF_BE(a, download, out->logp, d_logp, (size_t)n * sizeof(float));
+    if (out->entropy)
+        DF_BE(a, download, out->entropy, a->ent, (size_t)n * sizeof(float));
+    if (out->sum_pi_sq && !host)
+        DF_BE(a, download, out->sum_pi_sq, d_spq, (size_t)n * sizeof(float));
 }
 
-int df_model_forward(const df_model *m, df_acts *a, const df_seq_batch *b, float temperature,
-                     float *logp, float *entropy)
+int df_model_forward_head(const df_model *m, df_acts *a, const df_seq_batch *b, float temperature,
+                          const df_head_out *out)
 {
     if (m->cfg.num_labels > 0)
         return df_error(DF_EINVAL, "df_model_forward: a value model (num_labels %lld) has no LM "
@@ -640,7 +644,7 @@ int df_model_forward(const df_model *m, df_acts *a, const df_seq_batch *b, float
     int rc = df_acts_check_batch(a, &m->cfg, b, temperature);
     if (rc)
         return df_error_wrap(rc, "df_model_forward");
-    if (!logp && b->n_out > 0)
+    if (!out || (!out->logp && b->n_out > 0))
         return df_error(DF_EINVAL, "df_model_forward: logp must not be NULL");
     const df_model_view *w = NULL;
     rc = df_acts_weights(a, m, &w);
@@ -649,13 +653,20 @@ int df_model_forward(const df_model *m, df_acts *a, const df_seq_batch *b, float
     a->fwd_valid = 0;
     rc = trunk_forward(m, w, a, b);
     if (!rc) {
-        lm_head(m, w, a, b->n_out, temperature, logp, entropy);
+        lm_head(m, w, a, b->n_out, temperature, out);
         rc = a->err;
     }
     if (rc)
         return df_error_wrap(rc, "df_model_forward on the %s backend", a->be.ops->name);
-    mark_forward(a, b, DF_ACTS_HEAD_LM, temperature, entropy != NULL);
+    mark_forward(a, b, DF_ACTS_HEAD_LM, temperature, out->entropy != NULL);
     return DF_OK;
+}
+
+int df_model_forward(const df_model *m, df_acts *a, const df_seq_batch *b, float temperature,
+                     float *logp, float *entropy)
+{
+    const df_head_out out = {.logp = logp, .entropy = entropy};
+    return df_model_forward_head(m, a, b, temperature, &out);
 }
 
 /* A device backend's value head: values = xnf score_weight^T + score_bias as one GEMM (the

@@ -103,10 +103,10 @@ DF_KDISPATCH(int32_t, df_vocab_draw16,
 DF_KDISPATCH(int64_t, df_lmhead_scratch_floats16,
              (int64_t n, int64_t V, int64_t H, const df_vocab_tiling *t), (n, V, H, t))
 DF_KDISPATCH(int, df_lmhead_fwd16,
-             (float *logp, float *entropy, float *lse, const df_vocab16 *b,
+             (float *logp, float *entropy, float *sum_pi_sq, float *lse, const df_vocab16 *b,
               const int32_t *target, int64_t n, int64_t V, int64_t H, float temperature,
               const df_vocab_tiling *t, float *scratch),
-             (logp, entropy, lse, b, target, n, V, H, temperature, t, scratch))
+             (logp, entropy, sum_pi_sq, lse, b, target, n, V, H, temperature, t, scratch))
 DF_KDISPATCH(int, df_lmhead_bwd16,
              (float *dh, float *dW, const float *dlogp, const float *dentropy,
               const df_vocab16 *b, const int32_t *target, const float *lse,
@@ -118,10 +118,10 @@ DF_KDISPATCH(int64_t, df_lmhead_scratch_floats, (int64_t n, int64_t V, int64_t H
 DF_KDISPATCH(int64_t, df_lmhead_scratch_floats_tiled,
              (int64_t n, int64_t V, int64_t H, const df_vocab_tiling *t), (n, V, H, t))
 DF_KDISPATCH_VOID(df_lmhead_fwd,
-                  (float *logp, float *entropy, float *lse, const float *h, const float *W,
+                  (float *logp, float *entropy, float *sum_pi_sq, float *lse, const float *h, const float *W,
                    const int32_t *target, int64_t n, int64_t V, int64_t H, float temperature,
                    float *scratch),
-                  (logp, entropy, lse, h, W, target, n, V, H, temperature, scratch))
+                  (logp, entropy, sum_pi_sq, lse, h, W, target, n, V, H, temperature, scratch))
 DF_KDISPATCH_VOID(df_lmhead_bwd,
                   (float *dh, float *dW, const float *dlogp, const float *dentropy,
                    const float *h, const float *W, const int32_t *target, const float *lse,
@@ -130,10 +130,10 @@ DF_KDISPATCH_VOID(df_lmhead_bwd,
                   (dh, dW, dlogp, dentropy, h, W, target, lse, entropy, n, V, H, temperature,
                    scratch))
 DF_KDISPATCH_VOID(df_lmhead_fwd_tiled,
-                  (float *logp, float *entropy, float *lse, const float *h, const float *W,
+                  (float *logp, float *entropy, float *sum_pi_sq, float *lse, const float *h, const float *W,
                    const int32_t *target, int64_t n, int64_t V, int64_t H, float temperature,
                    const df_vocab_tiling *t, float *scratch),
-                  (logp, entropy, lse, h, W, target, n, V, H, temperature, t, scratch))
+                  (logp, entropy, sum_pi_sq, lse, h, W, target, n, V, H, temperature, t, scratch))
 DF_KDISPATCH_VOID(df_lmhead_bwd_tiled,
                   (float *dh, float *dW, const float *dlogp, const float *dentropy,
                    const float *h, const float *W, const int32_t *target, const float *lse,

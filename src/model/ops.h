@@ -424,11 +424,12 @@ int64_t df_vocab_groups(int64_t V, const df_vocab_tiling *t);
 typedef struct df_vstat {
     double s0;   /**< sum_v e^(z_v - m) */
     double s1;   /**< sum_v e^(z_v - m) (z_v - m); DF_VSTAT_ENTROPY only */
+    double s2;   /**< sum_v e^(2 (z_v - m)); DF_VSTAT_SUMSQ only */
     float m;     /**< max_v z_v */
     int32_t arg; /**< lowest v with z_v = m (a vocabulary index); DF_VSTAT_ARGMAX only */
 } df_vstat;
 
-enum { DF_VSTAT_ENTROPY = 1, DF_VSTAT_ARGMAX = 2 };
+enum { DF_VSTAT_ENTROPY = 1, DF_VSTAT_ARGMAX = 2, DF_VSTAT_SUMSQ = 4 };
 
 /**
  * st[n, G] (G = df_vocab_groups) = per-group statistics of z = (h W^T) * inv_t,
@@ -445,6 +446,7 @@ void df_vocab_stats(df_vstat *st, float *zt, const int32_t *target, const float 
  *  the rescaling of the online softmax (Milakov & Gimelshein 2018). */
 typedef struct df_vrow {
     double m, s0, s1; /**< log-sum-exp = m + log(s0); entropy = log(s0) - s1 / s0 */
+    double s2;        /**< sum_v p_v^2 = s2 / s0^2 (DF_VSTAT_SUMSQ) */
     int32_t arg;      /**< lowest argmax (DF_VSTAT_ARGMAX) */
 } df_vrow;
 void df_vstat_merge(const df_vstat *st, int64_t G, df_vrow *out);
@@ -508,13 +510,15 @@ double df_row_exp_f64(double *w, const float *x, int64_t n, double scale, double
  *  (n - 1 if none): a sequential CDF walk. */
 int64_t df_row_cdf_find(const float *w, int64_t n, double target);
 
-/* ---- LM head: log-prob of given tokens and entropy, in vocabulary tiles ---- */
+/* ---- LM head: log-prob of given tokens, entropy and sum of p^2, in vocabulary tiles ---- */
 
 /**
  * For rows h[n, H] and weights W[V, H], with z = (h W^T) / temperature:
  *   logp[i] = z[i, target[i]] - logsumexp(z[i])     (lse[i] saved)
  *   entropy[i] = logsumexp(z[i]) - sum_v softmax(z[i])_v z[i,v]  (NULL = skip;
  *   the entropy's extra multiply-add per logit is then not done)
+ *   sum_pi_sq[i] = sum_v softmax(z[i])_v^2 = exp(logsumexp(2 z[i]) - 2 logsumexp(z[i]))
+ *   (NULL = skip; verl calculate_sum_pi_squared_from_logits, for the optimal token baseline)
  * target[i] in [0, V). Streams over vocabulary tiles (df_vocab_stats) with an
  * online log-sum-exp (Milakov & Gimelshein 2018, "Online normalizer
  * calculation for softmax") extended with a running sum of p (z - m) for the
@@ -522,7 +526,7 @@ int64_t df_row_cdf_find(const float *w, int64_t n, double target);
  * to logits.div(temperature). scratch: df_lmhead_scratch_floats(n, V, H)
  * floats, 8-byte aligned. Parallel over (row item, column group).
  */
-void df_lmhead_fwd(float *logp, float *entropy, float *lse, const float *h, const float *W,
+void df_lmhead_fwd(float *logp, float *entropy, float *sum_pi_sq, float *lse, const float *h, const float *W,
                    const int32_t *target, int64_t n, int64_t V, int64_t H, float temperature,
                    float *scratch);
 /**
@@ -544,7 +548,7 @@ void df_lmhead_bwd(float *dh, float *dW, const float *dlogp, const float *dentro
  * df_vocab_tiling_clamp); scratch holds df_lmhead_scratch_floats_tiled(n, V,
  * H, t) floats. For tests (small tiles exercise every boundary) and tuning.
  */
-void df_lmhead_fwd_tiled(float *logp, float *entropy, float *lse, const float *h,
+void df_lmhead_fwd_tiled(float *logp, float *entropy, float *sum_pi_sq, float *lse, const float *h,
                          const float *W, const int32_t *target, int64_t n, int64_t V, int64_t H,
                          float temperature, const df_vocab_tiling *t, float *scratch);
 void df_lmhead_bwd_tiled(float *dh, float *dW, const float *dlogp, const float *dentropy,
@@ -560,7 +564,7 @@ void df_lmhead_bwd_tiled(float *dh, float *dW, const float *dlogp, const float *
  * rows). The float32 h and W are not read. scratch: df_lmhead_scratch_floats16 floats.
  * Errors: DF_EINTERNAL (oneDNN).
  */
-int df_lmhead_fwd16(float *logp, float *entropy, float *lse, const df_vocab16 *b,
+int df_lmhead_fwd16(float *logp, float *entropy, float *sum_pi_sq, float *lse, const df_vocab16 *b,
                     const int32_t *target, int64_t n, int64_t V, int64_t H, float temperature,
                     const df_vocab_tiling *t, float *scratch);
 int df_lmhead_bwd16(float *dh, float *dW, const float *dlogp, const float *dentropy,

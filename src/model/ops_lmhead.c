@@ -45,9 +45,10 @@ int64_t df_lmhead_scratch_floats16(int64_t n, int64_t V, int64_t H, const df_voc
     return df_lmhead_scratch_floats_tiled(df_vocab16_rows(n, t), V, H, t);
 }
 
-/* logp[i] = z[i, target[i]] - lse[i] (z_t already in logp), entropy, from the statistics. */
-static void fwd_merge(float *logp, float *entropy, float *lse, const df_vstat *st, int64_t n,
-                      int64_t G)
+/* logp[i] = z[i, target[i]] - lse[i] (z_t already in logp), entropy, sum of p^2, from the
+ * statistics. */
+static void fwd_merge(float *logp, float *entropy, float *sum_pi_sq, float *lse, const df_vstat *st,
+                      int64_t n, int64_t G)
 {
     for (int64_t i = 0; i < n; i++) {
         df_vrow r;
@@ -57,10 +58,18 @@ static void fwd_merge(float *logp, float *entropy, float *lse, const df_vstat *s
         logp[i] = (float)((double)logp[i] - l);
         if (entropy)
             entropy[i] = (float)(ls - r.s1 / r.s0);
+        if (sum_pi_sq)
+            sum_pi_sq[i] = (float)(r.s2 / (r.s0 * r.s0));
     }
 }
 
-void df_lmhead_fwd_tiled(float *logp, float *entropy, float *lse, const float *h,
+/* The statistics the outputs asked for. */
+static unsigned fwd_flags(const float *entropy, const float *sum_pi_sq)
+{
+    return (entropy ? DF_VSTAT_ENTROPY : 0u) | (sum_pi_sq ? DF_VSTAT_SUMSQ : 0u);
+}
+
+void df_lmhead_fwd_tiled(float *logp, float *entropy, float *sum_pi_sq, float *lse, const float *h,
                          const float *W, const int32_t *target, int64_t n, int64_t V, int64_t H,
                          float temperature, const df_vocab_tiling *t, float *scratch)
 {
@@ -69,11 +78,11 @@ void df_lmhead_fwd_tiled(float *logp, float *entropy, float *lse, const float *h
     df_vstat *st = (df_vstat *)(void *)scratch;
     /* z[i, target[i]] lands in logp first. */
     df_vocab_stats(st, logp, target, h, W, n, V, H, 1.0f / temperature,
-                   entropy ? DF_VSTAT_ENTROPY : 0u, &c);
-    fwd_merge(logp, entropy, lse, st, n, G);
+                   fwd_flags(entropy, sum_pi_sq), &c);
+    fwd_merge(logp, entropy, sum_pi_sq, lse, st, n, G);
 }
 
-int df_lmhead_fwd16(float *logp, float *entropy, float *lse, const df_vocab16 *b,
+int df_lmhead_fwd16(float *logp, float *entropy, float *sum_pi_sq, float *lse, const df_vocab16 *b,
                     const int32_t *target, int64_t n, int64_t V, int64_t H, float temperature,
                     const df_vocab_tiling *t, float *scratch)
 {
@@ -81,9 +90,9 @@ int df_lmhead_fwd16(float *logp, float *entropy, float *lse, const df_vocab16 *b
     const int64_t G = df_vocab_groups(V, &c);
     df_vstat *st = (df_vstat *)(void *)scratch;
     int rc = df_vocab_stats16(st, logp, target, b, n, V, H, 1.0f / temperature,
-                              entropy ? DF_VSTAT_ENTROPY : 0u, &c);
+                              fwd_flags(entropy, sum_pi_sq), &c);
     if (!rc)
-        fwd_merge(logp, entropy, lse, st, n, G);
+        fwd_merge(logp, entropy, sum_pi_sq, lse, st, n, G);
     return rc;
 }
 
@@ -275,12 +284,13 @@ int df_lmhead_bwd16(float *dh, float *dW, const float *dlogp, const float *dentr
     return j.failed ? DF_EINTERNAL : DF_OK;
 }
 
-void df_lmhead_fwd(float *logp, float *entropy, float *lse, const float *h, const float *W,
+void df_lmhead_fwd(float *logp, float *entropy, float *sum_pi_sq, float *lse, const float *h, const float *W,
                    const int32_t *target, int64_t n, int64_t V, int64_t H, float temperature,
                    float *scratch)
 {
     df_vocab_tiling t = df_vocab_tiling_for(V, H);
-    df_lmhead_fwd_tiled(logp, entropy, lse, h, W, target, n, V, H, temperature, &t, scratch);
+    df_lmhead_fwd_tiled(logp, entropy, sum_pi_sq, lse, h, W, target, n, V, H, temperature, &t,
+                        scratch);
 }
 
 void df_lmhead_bwd(float *dh, float *dW, const float *dlogp, const float *dentropy,

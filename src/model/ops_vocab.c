@@ -102,12 +102,12 @@ int64_t df_row_find(const float *z, int64_t n, float m)
     return n;
 }
 
-/* s0 += sum e^(z - m), and with ENT s1 += sum e^(z - m) (z - m); two chains each. */
-static ALWAYS_INLINE void row_expsum(const float *z, int64_t n, float m, int ent, float *s0,
-                                     float *s1)
+/* s0 += sum e^(z - m); with ENT s1 += sum e^(z - m) (z - m), with SQ s2 += sum e^(2 (z - m));
+ * two chains each. */
+static ALWAYS_INLINE void row_expsum(const float *z, int64_t n, float m, int ent, int sq, float *s)
 {
     const df_v16 mv = df_v16_set1(m);
-    df_v16 a0 = df_v16_set1(0.0f), a1 = a0, b0 = a0, b1 = a0;
+    df_v16 a0 = df_v16_set1(0.0f), a1 = a0, a2 = a0, b0 = a0, b1 = a0, b2 = a0;
     int64_t j = 0;
     for (; j + 32 <= n; j += 32) {
         df_v16 d = df_v16_load(z + j) - mv, e = df_v16_exp_softmax(d);
@@ -118,21 +118,30 @@ static ALWAYS_INLINE void row_expsum(const float *z, int64_t n, float m, int ent
             a1 += e * d;
             b1 += e2 * d2;
         }
+        if (sq) {
+            a2 += e * e;
+            b2 += e2 * e2;
+        }
     }
     for (; j + 16 <= n; j += 16) {
         df_v16 d = df_v16_load(z + j) - mv, e = df_v16_exp_softmax(d);
         a0 += e;
         if (ent)
             a1 += e * d;
+        if (sq)
+            a2 += e * e;
     }
     float t0 = df_v16_hsum(a0 + b0), t1 = ent ? df_v16_hsum(a1 + b1) : 0.0f;
+    float t2 = sq ? df_v16_hsum(a2 + b2) : 0.0f;
     for (; j < n; j++) {
         float d = z[j] - m, e = df_expf(d);
         t0 += e;
         t1 += ent ? e * d : 0.0f;
+        t2 += sq ? e * e : 0.0f;
     }
-    *s0 = t0;
-    *s1 = t1;
+    s[0] = t0;
+    s[1] = t1;
+    s[2] = t2;
 }
 
 double df_row_exp(float *w, const float *x, int64_t n, float shift)
@@ -212,18 +221,22 @@ static void fold_tile_row(df_vstat *r, const float *z, int64_t ns, int64_t c0, u
             double dm = (double)r->m - (double)mb, a = exp(dm);
             r->s1 = a * (r->s1 + dm * r->s0);
             r->s0 *= a;
+            r->s2 *= a * a;
         }
         r->m = mb;
         if (flags & DF_VSTAT_ARGMAX)
             r->arg = (int32_t)(c0 + df_row_find(z, ns, mb));
     }
-    float s0, s1;
-    if (flags & DF_VSTAT_ENTROPY)
-        row_expsum(z, ns, r->m, 1, &s0, &s1);
-    else
-        row_expsum(z, ns, r->m, 0, &s0, &s1);
-    r->s0 += s0;
-    r->s1 += s1;
+    float s[3];
+    switch (flags & (DF_VSTAT_ENTROPY | DF_VSTAT_SUMSQ)) { /* constant flags: four loops */
+    case DF_VSTAT_ENTROPY | DF_VSTAT_SUMSQ: row_expsum(z, ns, r->m, 1, 1, s); break;
+    case DF_VSTAT_ENTROPY: row_expsum(z, ns, r->m, 1, 0, s); break;
+    case DF_VSTAT_SUMSQ: row_expsum(z, ns, r->m, 0, 1, s); break;
+    default: row_expsum(z, ns, r->m, 0, 0, s); break;
+    }
+    r->s0 += s[0];
+    r->s1 += s[1];
+    r->s2 += s[2];
 }
 
 typedef struct {
@@ -274,7 +287,7 @@ static int stats_item(const stats_job *j, int64_t r0, int64_t r1, int64_t g)
     const int64_t H = j->H, G = j->G, c0 = g * j->t.group;
     const int64_t c1 = c0 + j->t.group < j->V ? c0 + j->t.group : j->V;
     for (int64_t r = r0; r < r1; r++)
-        j->st[r * G + g] = (df_vstat){0.0, 0.0, -INFINITY, (int32_t)c0};
+        j->st[r * G + g] = (df_vstat){.m = -INFINITY, .arg = (int32_t)c0};
     for (int64_t cs = c0; cs < c1; cs += j->t.cols) {
         const int64_t ns = c1 - cs < j->t.cols ? c1 - cs : j->t.cols;
         for (int64_t rb = r0; rb < r1; rb += j->t.rows) {
@@ -333,7 +346,7 @@ int df_vocab_stats16(df_vstat *st, float *zt, const int32_t *target, const df_vo
 
 void df_vstat_merge(const df_vstat *st, int64_t G, df_vrow *out)
 {
-    double m = -INFINITY, s0 = 0.0, s1 = 0.0;
+    double m = -INFINITY, s0 = 0.0, s1 = 0.0, s2 = 0.0;
     int32_t arg = st[0].arg;
     for (int64_t g = 0; g < G; g++)
         if (st[g].m > m) { /* strict: on ties the lower group (lower ids) wins */
@@ -346,8 +359,9 @@ void df_vstat_merge(const df_vstat *st, int64_t G, df_vrow *out)
         double dm = (double)st[g].m - m, a = exp(dm);
         s0 += a * st[g].s0;
         s1 += a * (st[g].s1 + dm * st[g].s0);
+        s2 += a * a * st[g].s2;
     }
-    *out = (df_vrow){m, s0, s1, arg};
+    *out = (df_vrow){.m = m, .s0 = s0, .s1 = s1, .s2 = s2, .arg = arg};
 }
 
 /* ---- inverse-CDF draw ------------------------------------------------------------ */

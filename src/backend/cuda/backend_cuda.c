@@ -286,11 +286,11 @@ static int cu_sample(void *ctx, int32_t *tok, float *logp, const float *h, const
     return df_cuda_sample(ctx, tok, logp, h, W, n, V, H, temperature, top_k, top_p, u, scratch);
 }
 
-static int cu_lmhead_fwd(void *ctx, float *logp, float *entropy, float *lse, const float *h,
-                         const float *W, const int32_t *target, int64_t n, int64_t V, int64_t H,
-                         float temperature, float *scratch)
+static int cu_lmhead_fwd(void *ctx, float *logp, float *entropy, float *sum_pi_sq, float *lse,
+                         const float *h, const float *W, const int32_t *target, int64_t n, int64_t V,
+                         int64_t H, float temperature, float *scratch)
 {
-    return df_cuda_lmhead_fwd(ctx, logp, entropy, lse, h, W, target, n, V, H, temperature,
+    return df_cuda_lmhead_fwd(ctx, logp, entropy, sum_pi_sq, lse, h, W, target, n, V, H, temperature,
                               scratch);
 }
 
@@ -303,12 +303,12 @@ static int cu_lmhead_bwd(void *ctx, float *dh, float *dW, const float *dlogp,
                               temperature, scratch);
 }
 
-static int cu_lmhead_fwd_w16(void *ctx, float *logp, float *entropy, float *lse, const float *h,
-                             const uint16_t *W16, const int32_t *target, int64_t n, int64_t V,
-                             int64_t H, float temperature, float *scratch)
+static int cu_lmhead_fwd_w16(void *ctx, float *logp, float *entropy, float *sum_pi_sq, float *lse,
+                             const float *h, const uint16_t *W16, const int32_t *target, int64_t n,
+                             int64_t V, int64_t H, float temperature, float *scratch)
 {
-    return df_cuda_lmhead_fwd_w16(ctx, logp, entropy, lse, h, W16, target, n, V, H, temperature,
-                                  scratch);
+    return df_cuda_lmhead_fwd_w16(ctx, logp, entropy, sum_pi_sq, lse, h, W16, target, n, V, H,
+                                  temperature, scratch);
 }
 
 static int cu_lmhead_bwd_w16(void *ctx, float *dh, float *dW, const float *dlogp,

@@ -262,10 +262,11 @@ int64_t df_cuda_vocab_scratch_floats(int64_t n, int64_t V, int64_t H);
 /**
  * With z = (h W^T) / temperature, h [n,H], W [V,H], target [n] (device int32 in [0, V)):
  * logp[i] = z[i,target[i]] - lse[i], lse[i] = logsumexp(z[i]), entropy[i] (NULL = skip) =
- * lse[i] - sum_v softmax(z[i])_v z[i,v]. Logits are computed in vocabulary tiles (cuBLAS)
- * and reduced with an online log-sum-exp; the [n, V] logits never exist. df_lmhead_fwd.
+ * lse[i] - sum_v softmax(z[i])_v z[i,v], sum_pi_sq[i] (NULL = skip) = sum_v softmax(z[i])_v^2.
+ * Logits are computed in vocabulary tiles (cuBLAS) and reduced with an online log-sum-exp; the
+ * [n, V] logits never exist. df_lmhead_fwd.
  */
-int df_cuda_lmhead_fwd(df_cuda *c, float *d_logp, float *d_entropy, float *d_lse,
+int df_cuda_lmhead_fwd(df_cuda *c, float *d_logp, float *d_entropy, float *d_sum_pi_sq, float *d_lse,
                        const float *d_h, const float *d_W, const int32_t *d_target, int64_t n,
                        int64_t V, int64_t H, float temperature, float *d_scratch);
 /**
@@ -284,8 +285,8 @@ int df_cuda_lmhead_bwd(df_cuda *c, float *d_dh, float *d_dW, const float *d_dlog
  * the float32 head. The backward rounds each tile's dL/dlogits to bfloat16 for dh = dlogits
  * W16 (OVERWRITTEN) and dW += dlogits^T h16 (float32 dW). Scratch: the float32 head's.
  */
-int df_cuda_lmhead_fwd_w16(df_cuda *c, float *d_logp, float *d_entropy, float *d_lse,
-                           const float *d_h, const uint16_t *d_W16, const int32_t *d_target,
+int df_cuda_lmhead_fwd_w16(df_cuda *c, float *d_logp, float *d_entropy, float *d_sum_pi_sq,
+                           float *d_lse, const float *d_h, const uint16_t *d_W16, const int32_t *d_target,
                            int64_t n, int64_t V, int64_t H, float temperature, float *d_scratch);
 int df_cuda_lmhead_bwd_w16(df_cuda *c, float *d_dh, float *d_dW, const float *d_dlogp,
                            const float *d_dentropy, const float *d_h, const uint16_t *d_W16,

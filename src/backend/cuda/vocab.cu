@@ -5,7 +5,8 @@
  *
  * LM head. Rows go in blocks of at most kMaxRows, the vocabulary in tiles of Vt columns
  * (lm_cols). cuBLAS writes z_tile = (h W_tile^T) / T into the scratch; one block per row folds
- * the tile into running statistics m = max z, s0 = sum e^(z-m), s1 = sum e^(z-m) (z-m) with
+ * the tile into running statistics m = max z, s0 = sum e^(z-m), s1 = sum e^(z-m) (z-m) (and
+ * s2 = sum e^(2 (z-m)) for the sum of p^2) with
  * the online-softmax rescale (Milakov & Gimelshein 2018), as ops_vocab.c's fold_tile_row.
  * Terms are float (z - m, expf, as the CPU) but every sum is double: V = 152k float adds would
  * lose up to V u relative, double keeps the sums exact to the float terms' own rounding.
@@ -58,14 +59,14 @@ int64_t lm_cols(int64_t R, int64_t V)
 {
     return min64(V, kTileFloats / R / 256 * 256);
 }
-/* s0, s1 [R] double, m, zt [R] float, then the tile: R lm_cols(R, V) <= min(R V, 2^24) floats.
+/* s0, s1, s2 [R] double, m, zt [R] float, then the tile: R lm_cols(R, V) <= min(R V, 2^24) floats.
  * The bound, not the tile itself, is what is reserved: R lm_cols(R, V) is not monotone in R
  * (R = 21845 tiles 768 columns, R = 21846 only 512), and a buffer sized once for a largest n
  * (the activations' max_out rows) must hold every call with fewer rows. */
 int64_t lm_floats(int64_t n, int64_t V)
 {
     const int64_t R = lm_rows(n);
-    return pad(6 * R) + min64(R * V, kTileFloats);
+    return pad(8 * R) + min64(R * V, kTileFloats);
 }
 
 /* Sampling: u [n] double, then the logits of Rs whole rows. */
@@ -150,20 +151,20 @@ template <class T> __device__ T block_exclusive_scan(T v, T *total)
 
 /* ---- LM head ----------------------------------------------------------------------- */
 
-__global__ void stats_init(double *s0, double *s1, float *m, float *zt, int64_t R)
+__global__ void stats_init(double *s0, double *s1, double *s2, float *m, float *zt, int64_t R)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < R;
          i += (int64_t)gridDim.x * blockDim.x) {
-        s0[i] = 0.0, s1[i] = 0.0, m[i] = -INFINITY;
+        s0[i] = 0.0, s1[i] = 0.0, s2[i] = 0.0, m[i] = -INFINITY;
         zt[i] = NAN; /* stays NaN (logp NaN) if target[i] is outside [0, V) */
     }
 }
 
 /* Block i folds tile row i (nv columns from v0) into its running statistics. */
-template <bool ENT>
+template <bool ENT, bool SQ>
 __global__ void __launch_bounds__(kRedThreads)
     fold_tile(const float *tile, int64_t nv, int64_t v0, const int32_t *target, double *s0, double *s1,
-              float *m, float *zt)
+              double *s2, float *m, float *zt)
 {
     const int64_t i = blockIdx.x;
     const float *z = tile + i * nv;
@@ -172,25 +173,32 @@ __global__ void __launch_bounds__(kRedThreads)
         mx = fmaxf(mx, z[j]);
     /* every thread reads m[i] before the barriers that precede thread 0's write */
     const float mo = m[i], M = fmaxf(mo, block_reduce(mx, Max(), -INFINITY));
-    double a0 = 0.0, a1 = 0.0;
+    double a0 = 0.0, a1 = 0.0, a2 = 0.0;
     if (M > -INFINITY) /* else every z is -inf: no mass, and z - M would be NaN */
         for (int64_t j = threadIdx.x; j < nv; j += blockDim.x) {
             const float d = z[j] - M, e = expf(d);
             a0 += e;
             if (ENT)
                 a1 += (double)e * d;
+            if (SQ)
+                a2 += (double)e * e;
         }
     a0 = block_reduce(a0, Sum(), 0.0);
     if (ENT)
         a1 = block_reduce(a1, Sum(), 0.0);
+    if (SQ)
+        a2 = block_reduce(a2, Sum(), 0.0);
     if (threadIdx.x == 0) {
-        double S0 = s0[i], S1 = s1[i];
+        double S0 = s0[i], S1 = s1[i], S2 = SQ ? s2[i] : 0.0;
         if (M > mo && S0 > 0.0) { /* z - M = (z - mo) + dm */
             const double dm = (double)mo - (double)M, a = exp(dm);
             S1 = a * (S1 + dm * S0);
             S0 *= a;
+            S2 *= a * a;
         }
         s0[i] = S0 + a0, s1[i] = S1 + a1, m[i] = M;
+        if (SQ)
+            s2[i] = S2 + a2;
         const int64_t t = (int64_t)target[i] - v0;
         if (t >= 0 && t < nv)
             zt[i] = z[t];
@@ -198,8 +206,8 @@ __global__ void __launch_bounds__(kRedThreads)
 }
 
 /* The formulas of df_lmhead_fwd_tiled, in double. */
-__global__ void stats_finish(float *logp, float *entropy, float *lse, const double *s0, const double *s1,
-                             const float *m, const float *zt, int64_t R)
+__global__ void stats_finish(float *logp, float *entropy, float *sum_pi_sq, float *lse, const double *s0,
+                             const double *s1, const double *s2, const float *m, const float *zt, int64_t R)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < R;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -208,6 +216,8 @@ __global__ void stats_finish(float *logp, float *entropy, float *lse, const doub
         logp[i] = (float)((double)zt[i] - l);
         if (entropy)
             entropy[i] = (float)(ls - s1[i] / s0[i]);
+        if (sum_pi_sq)
+            sum_pi_sq[i] = (float)(s2[i] / (s0[i] * s0[i]));
     }
 }
 
@@ -246,7 +256,7 @@ int lm_check(const char *fn, int64_t n, int64_t V, int64_t H, float temperature,
 
 /* Per-row statistics of the scratch (lm_floats layout). */
 struct LmStats {
-    double *s0, *s1;
+    double *s0, *s1, *s2;
     float *m, *zt, *tile;
 };
 
@@ -255,9 +265,10 @@ LmStats lm_stats(float *scratch, int64_t R)
     LmStats s;
     s.s0 = (double *)(void *)scratch;
     s.s1 = s.s0 + R;
-    s.m = (float *)(void *)(s.s1 + R);
+    s.s2 = s.s1 + R;
+    s.m = (float *)(void *)(s.s2 + R);
     s.zt = s.m + R;
-    s.tile = scratch + pad(6 * R);
+    s.tile = scratch + pad(8 * R);
     return s;
 }
 
@@ -277,28 +288,32 @@ int lm_tile(df_cuda *c, const LmOps &o, int64_t nr, int64_t v0, int64_t nv, int6
                         o.dt, 0.0f, tile);
 }
 
+/* One tile's fold, with the statistics the outputs need (four instantiations). */
+void lm_fold(df_cuda *c, bool ent, bool sq, const float *tile, int64_t nr, int64_t nv, int64_t v0,
+             const int32_t *target, const LmStats &s)
+{
+    auto *k = ent ? (sq ? fold_tile<true, true> : fold_tile<true, false>)
+                  : (sq ? fold_tile<false, true> : fold_tile<false, false>);
+    k<<<(unsigned)nr, kRedThreads, 0, c->stream>>>(tile, nv, v0, target, s.s0, s.s1, s.s2, s.m, s.zt);
+}
+
 /* Rows [r0, r0 + nr) of the forward. */
-int lm_fwd_rows(df_cuda *c, float *logp, float *entropy, float *lse, const LmOps &o,
+int lm_fwd_rows(df_cuda *c, float *logp, float *entropy, float *sum_pi_sq, float *lse, const LmOps &o,
                 const int32_t *target, int64_t nr, int64_t V, int64_t H, float inv_t, int64_t Vt,
                 const LmStats &s)
 {
-    stats_init<<<df_cuda_blocks(nr, 256), 256, 0, c->stream>>>(s.s0, s.s1, s.m, s.zt, nr);
+    stats_init<<<df_cuda_blocks(nr, 256), 256, 0, c->stream>>>(s.s0, s.s1, s.s2, s.m, s.zt, nr);
     DFC_LAUNCHED();
     for (int64_t v0 = 0; v0 < V; v0 += Vt) {
         const int64_t nv = min64(Vt, V - v0);
         int rc = lm_tile(c, o, nr, v0, nv, H, inv_t, s.tile);
         if (rc)
             return rc;
-        if (entropy)
-            fold_tile<true>
-                <<<(unsigned)nr, kRedThreads, 0, c->stream>>>(s.tile, nv, v0, target, s.s0, s.s1, s.m, s.zt);
-        else
-            fold_tile<false>
-                <<<(unsigned)nr, kRedThreads, 0, c->stream>>>(s.tile, nv, v0, target, s.s0, s.s1, s.m, s.zt);
+        lm_fold(c, entropy != nullptr, sum_pi_sq != nullptr, s.tile, nr, nv, v0, target, s);
         DFC_LAUNCHED();
     }
-    stats_finish<<<df_cuda_blocks(nr, 256), 256, 0, c->stream>>>(logp, entropy, lse, s.s0, s.s1, s.m, s.zt,
-                                                                 nr);
+    stats_finish<<<df_cuda_blocks(nr, 256), 256, 0, c->stream>>>(logp, entropy, sum_pi_sq, lse, s.s0, s.s1,
+                                                                 s.s2, s.m, s.zt, nr);
     DFC_LAUNCHED();
     return DF_OK;
 }
@@ -569,9 +584,9 @@ namespace
 {
 
 /* The forward over row blocks; W16 non-NULL: mixed precision (h rounded per block). */
-int lm_fwd(df_cuda *c, const char *fn, float *d_logp, float *d_entropy, float *d_lse, const float *d_h,
-           const float *d_W, const uint16_t *d_W16, const int32_t *d_target, int64_t n, int64_t V, int64_t H,
-           float temperature, float *d_scratch)
+int lm_fwd(df_cuda *c, const char *fn, float *d_logp, float *d_entropy, float *d_sum_pi_sq, float *d_lse,
+           const float *d_h, const float *d_W, const uint16_t *d_W16, const int32_t *d_target, int64_t n,
+           int64_t V, int64_t H, float temperature, float *d_scratch)
 {
     int rc = lm_check(fn, n, V, H, temperature, d_scratch);
     if (rc || n == 0)
@@ -591,8 +606,9 @@ int lm_fwd(df_cuda *c, const char *fn, float *d_logp, float *d_entropy, float *d
             if ((rc = df_cuda_f32_to_bf16(c, c->a16, d_h + r0 * H, nr * H)))
                 return rc;
         }
-        rc = lm_fwd_rows(c, d_logp + r0, d_entropy ? d_entropy + r0 : nullptr, d_lse + r0, o, d_target + r0,
-                         nr, V, H, inv_t, Vt, s);
+        rc = lm_fwd_rows(c, d_logp + r0, d_entropy ? d_entropy + r0 : nullptr,
+                         d_sum_pi_sq ? d_sum_pi_sq + r0 : nullptr, d_lse + r0, o, d_target + r0, nr, V, H,
+                         inv_t, Vt, s);
         if (rc)
             return rc;
     }
@@ -661,12 +677,12 @@ int lm_bwd(df_cuda *c, const char *fn, float *d_dh, float *d_dW, const float *d_
 
 } /* namespace */
 
-int df_cuda_lmhead_fwd(df_cuda *c, float *d_logp, float *d_entropy, float *d_lse, const float *d_h,
-                       const float *d_W, const int32_t *d_target, int64_t n, int64_t V, int64_t H,
-                       float temperature, float *d_scratch)
+int df_cuda_lmhead_fwd(df_cuda *c, float *d_logp, float *d_entropy, float *d_sum_pi_sq, float *d_lse,
+                       const float *d_h, const float *d_W, const int32_t *d_target, int64_t n, int64_t V,
+                       int64_t H, float temperature, float *d_scratch)
 {
-    return lm_fwd(c, "df_cuda_lmhead_fwd", d_logp, d_entropy, d_lse, d_h, d_W, nullptr, d_target, n, V, H,
-                  temperature, d_scratch);
+    return lm_fwd(c, "df_cuda_lmhead_fwd", d_logp, d_entropy, d_sum_pi_sq, d_lse, d_h, d_W, nullptr, d_target,
+                  n, V, H, temperature, d_scratch);
 }
 
 int df_cuda_lmhead_bwd(df_cuda *c, float *d_dh, float *d_dW, const float *d_dlogp, const float *d_dentropy,
@@ -678,14 +694,14 @@ int df_cuda_lmhead_bwd(df_cuda *c, float *d_dh, float *d_dW, const float *d_dlog
                   d_lse, d_entropy, n, V, H, temperature, d_scratch);
 }
 
-int df_cuda_lmhead_fwd_w16(df_cuda *c, float *d_logp, float *d_entropy, float *d_lse, const float *d_h,
-                           const uint16_t *d_W16, const int32_t *d_target, int64_t n, int64_t V, int64_t H,
-                           float temperature, float *d_scratch)
+int df_cuda_lmhead_fwd_w16(df_cuda *c, float *d_logp, float *d_entropy, float *d_sum_pi_sq, float *d_lse,
+                           const float *d_h, const uint16_t *d_W16, const int32_t *d_target, int64_t n,
+                           int64_t V, int64_t H, float temperature, float *d_scratch)
 {
     if (n > 0 && !d_W16)
         return df_error(DF_EINVAL, "df_cuda_lmhead_fwd_w16: NULL W16");
-    return lm_fwd(c, "df_cuda_lmhead_fwd_w16", d_logp, d_entropy, d_lse, d_h, nullptr, d_W16, d_target, n, V,
-                  H, temperature, d_scratch);
+    return lm_fwd(c, "df_cuda_lmhead_fwd_w16", d_logp, d_entropy, d_sum_pi_sq, d_lse, d_h, nullptr, d_W16,
+                  d_target, n, V, H, temperature, d_scratch);
 }
 
 int df_cuda_lmhead_bwd_w16(df_cuda *c, float *d_dh, float *d_dW, const float *d_dlogp,
