@@ -86,6 +86,8 @@ static void test_registry_names(void **state)
         {"rloo_vectorized", df_adv_rloo_vectorized},
         {"grpo_passk", df_adv_grpo_passk},
         {"opo", df_adv_opo},
+        {"optimal_token_baseline", df_adv_optimal_token_baseline},
+        {"tir_optimal_token_baseline", df_adv_tir_optimal_token_baseline},
     };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) {
         df_adv_estimator_fn fn = NULL;
@@ -476,6 +478,222 @@ static void test_opo(void **state)
     assert_int_equal(df_adv_opo(&empty, NULL, NULL), 0);
 }
 
+/* ====================================================================== optimal token baseline */
+
+/*
+ * Token weights w = 1 - 2 pi + sum pi^2 chosen simple: pi = 0.5, sum 0.5 -> w = 0.5; pi = 0.25,
+ * sum 0.5 -> w = 1; pi = 1, sum 1 -> w = 0 (log-prob 0: exact). ln 0.5 and ln 0.25 are float32
+ * (LH, LQ): exp of them is pi (1 + d), |d| <= |ln pi| DF_U32, so each w is off by at most
+ * 0.7 DF_U32 and a W by its token count times that; a baseline B = sum G W / sum W moves by
+ * sum_i |G_i - B| |dW_i| / sum W, at most 1.2 DF_U32 in the cases below: cond 2 (df_tol_hand).
+ * The hand values keep the estimators' epsilon 1e-8 in B's denominator (B = num / (den + 1e-8)).
+ */
+#define LH (-0.693147181f) /* ln 0.5 */
+#define LQ (-1.386294361f) /* ln 0.25 */
+#define OTB_B(num, den) ((double)(num) / ((double)(den) + 1e-8))
+
+static void assert_otb(const float *got, const double *want, int n)
+{
+    for (int t = 0; t < n; t++)
+        if (!(fabs((double)got[t] - want[t]) <= df_tol_hand(0, fabs(want[t]), 2, 8)))
+            fail_msg("token %d: %.9g, expected %.9g", t, (double)got[t], want[t]);
+}
+
+/*
+ * No mask. Group 0: three samples of 3, 2 and 4 tokens; group 1: sample 3 alone.
+ *   s0: r 0 0 1    -> G 1 1 1;     w 1, 0.5, 0.5      -> W 1, 1.5, 2
+ *   s1: r 0 0      -> G 0 0;       w 0.5, 0.5         -> W 0.5, 1
+ *   s2: r 0 0 0 2  -> G 2 2 2 2;   w 1, 0, 0.25, 1    -> W 1, 1, 1.25, 2.25
+ *       (w 0.25: pi = 0.5, sum pi^2 = 0.25)
+ *   position 0: B = (1*1 + 0*0.5 + 2*1) / (1 + 0.5 + 1) = 3 / 2.5 = 1.2 -> A -0.2, -1.2, 0.8
+ *   position 1: B = (1*1.5 + 0*1 + 2*1) / (1.5 + 1 + 1) = 3.5 / 3.5 = 1 -> A 0, -1, 1
+ *   position 2: B = (1*2 + 2*1.25) / (2 + 1.25) = 4.5 / 3.25 = 18/13 -> A -5/13, 8/13 (s1 has
+ *               no token there and adds nothing)
+ *   position 3: s2 alone: B = 2*2.25 / 2.25 = 2 -> A 0 (up to the epsilon: 2 - 4.5 / (2.25 + 1e-8))
+ *   s3 (alone): r 0.5 0.5 -> G 1, 0.5; B = 0, A = G.
+ * returns = G everywhere (sums of halves: exact). tir_optimal_token_baseline, without a mask,
+ * differs only by the zero tail: s2 is the group's only longest sample (4 model tokens, the
+ * second longest 3), so its baseline at positions >= 3 is 0 and A = G = 2 there.
+ */
+static void test_otb_group(void **state)
+{
+    (void)state;
+    const int64_t off[] = {0, 3, 5, 9, 11};
+    const float r[] = {0, 0, 1, 0, 0, 0, 0, 0, 2, 0.5f, 0.5f};
+    const float lp[] = {LQ, LH, LH, LH, LH, LQ, 0, LH, LQ, LH, LQ};
+    const float sq[] = {0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 1, 0.25f, 0.5f, 0.5f, 0.5f};
+    const int64_t g[] = {0, 0, 0, 1};
+    df_adv_input in = {.n = 4, .offsets = off, .token_level_rewards = r, .group = g, .old_log_probs = lp,
+                       .sum_pi_squared = sq, .epsilon = 1e-6f /* not used: OTB's epsilon is 1e-8 */};
+    float adv[11], ret[11];
+    assert_int_equal(df_adv_optimal_token_baseline(&in, adv, ret), 0);
+    const double b0 = OTB_B(3, 2.5), b1 = OTB_B(3.5, 3.5), b2 = OTB_B(4.5, 3.25), b3 = OTB_B(4.5, 2.25);
+    const double want[] = {1 - b0, 1 - b1, 1 - b2, 0 - b0, 0 - b1, 2 - b0, 2 - b1, 2 - b2, 2 - b3, 1, 0.5};
+    assert_otb(adv, want, 11);
+    assert_near(adv[0], -0.2, 1e-6); /* the hand values above, to their digits */
+    assert_near(adv[7], 8.0 / 13, 1e-6);
+    assert_near(adv[8], 0, 1e-7);
+    const double want_ret[] = {1, 1, 1, 0, 0, 2, 2, 2, 2, 1, 0.5};
+    assert_all_near(ret, want_ret, 11, 0);
+    /* in->epsilon is grpo's std guard, not OTB's: another value changes nothing */
+    float adv_e[11], ret_e[11];
+    in.epsilon = 0.5f;
+    assert_int_equal(df_adv_optimal_token_baseline(&in, adv_e, ret_e), 0);
+    assert_memory_equal(adv_e, adv, sizeof adv);
+    in.epsilon = 1e-6f;
+
+    assert_int_equal(df_adv_tir_optimal_token_baseline(&in, adv, ret), 0);
+    double want_tir[11];
+    memcpy(want_tir, want, sizeof want);
+    want_tir[8] = 2; /* the zero tail */
+    assert_otb(adv, want_tir, 11);
+    assert_all_near(ret, want_ret, 11, 0);
+
+    /* A tie for the longest: no zero tail. s0 made 4 tokens long like s2 (an extra model token
+       with w = 0, reward 0): position 3 then has s0 (G 1, W 2) and s2 (G 2, W 2.25):
+       B = (2 + 4.5) / 4.25 for both estimators. */
+    const int64_t off2[] = {0, 4, 6, 10, 12};
+    const float r2[] = {0, 0, 1, 0, 0, 0, 0, 0, 0, 2, 0.5f, 0.5f};
+    const float lp2[] = {LQ, LH, LH, 0, LH, LH, LQ, 0, LH, LQ, LH, LQ};
+    const float sq2[] = {0.5f, 0.5f, 0.5f, 1, 0.5f, 0.5f, 0.5f, 1, 0.25f, 0.5f, 0.5f, 0.5f};
+    in.offsets = off2, in.token_level_rewards = r2, in.old_log_probs = lp2, in.sum_pi_squared = sq2;
+    /* s0: r 0 0 1 0 -> G 1 1 1 0; W 1, 1.5, 2, 2 */
+    const double c0 = OTB_B(3, 2.5), c1 = OTB_B(3.5, 3.5), c2 = OTB_B(4.5, 3.25);
+    const double c3 = OTB_B(0 * 2 + 2 * 2.25, 2 + 2.25);
+    const double want2[] = {1 - c0, 1 - c1, 1 - c2, 0 - c3, 0 - c0, 0 - c1,
+                            2 - c0, 2 - c1, 2 - c2, 2 - c3, 1,      0.5};
+    assert_int_equal(df_adv_optimal_token_baseline(&in, adv, ret), 0);
+    assert_otb(adv, want2, 12);
+    assert_int_equal(df_adv_tir_optimal_token_baseline(&in, adv, ret), 0);
+    assert_otb(adv, want2, 12);
+}
+
+/*
+ * Multi-turn: a tool token inside a response. Group 0:
+ *   s0: 4 tokens, mask 1 0 1 1, r 0 3 0 1 (the tool token's reward is not the model's: left out)
+ *       -> G 1 1 1 1; w 1, -, 0.5, 0.5 -> W 1, (1), 1.5, 2 (model tokens at indices 0, 2, 3)
+ *   s1: 3 tokens, all the model's, r 0 0 0 -> G 0 0 0; w 0.5 each -> W 0.5, 1, 1.5
+ * optimal_token_baseline compares token indices:
+ *   index 0: B = 1*1 / (1 + 0.5) = 2/3   -> A s0 1/3, s1 -2/3
+ *   index 1: s0's tool token adds nothing: B = 0*1 / 1 = 0 -> A s1 0; s0's tool token 0
+ *   index 2: B = (1*1.5 + 0*1.5) / 3 = 0.5 -> A s0 0.5, s1 -0.5
+ *   index 3: s0 alone: B = 2/2 = 1 -> A 0 (to the epsilon)
+ * tir_optimal_token_baseline compares the k-th model tokens (both samples have 3: a tie, no
+ * zero tail):
+ *   k 0 (s0 t0, s1 t0): B = 1 / 1.5 = 2/3 -> A 1/3, -2/3
+ *   k 1 (s0 t2, s1 t1): B = 1*1.5 / (1.5 + 1) = 0.6 -> A 0.4, -0.6
+ *   k 2 (s0 t3, s1 t2): B = 1*2 / (2 + 1.5) = 4/7 -> A 3/7, -4/7
+ *   s0's tool token: 0.
+ * Group 1: s2 with two model tokens (r 0 1 -> G 1 1; w 0.5 0.5 -> W 0.5, 1) and s3 with none
+ * (one tool token, r 2 -> G 0). optimal_token_baseline keeps s3 in the group, a group of two
+ * whose baseline is s2's own return: A = 1 - 0.5 / (0.5 + 1e-8) ~ 2e-8, 1 - 1 / (1 + 1e-8);
+ * tir_optimal_token_baseline leaves s3 out: s2 is alone, B = 0, A = G = 1, 1. s3's advantage
+ * is 0 in both. returns: G on every token (1 1 1 1 | 0 0 0 | 1 1 | 0).
+ */
+static void test_otb_multi_turn(void **state)
+{
+    (void)state;
+    const int64_t off[] = {0, 4, 7, 9, 10};
+    const float r[] = {0, 3, 0, 1, 0, 0, 0, 0, 1, 2};
+    const int32_t mask[] = {1, 0, 1, 1, 1, 1, 1, 1, 1, 0};
+    const float nan = NAN; /* on tool tokens: not read */
+    const float lp[] = {LQ, nan, LH, LH, LH, LH, LH, LH, LH, nan};
+    const float sq[] = {0.5f, nan, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 7};
+    const int64_t g[] = {0, 0, 1, 1};
+    df_adv_input in = {.n = 4, .offsets = off, .token_level_rewards = r, .group = g, .old_log_probs = lp,
+                       .sum_pi_squared = sq, .response_mask = mask};
+    float adv[10], ret[10];
+    const double want_ret[] = {1, 1, 1, 1, 0, 0, 0, 1, 1, 0};
+
+    assert_int_equal(df_adv_optimal_token_baseline(&in, adv, ret), 0);
+    const double want[] = {1 - OTB_B(1, 1.5), 0, 1 - OTB_B(1.5, 3), 1 - OTB_B(2, 2),
+                           -OTB_B(1, 1.5), -OTB_B(0, 1), -OTB_B(1.5, 3),
+                           1 - OTB_B(0.5, 0.5), 1 - OTB_B(1, 1), 0};
+    assert_otb(adv, want, 10);
+    assert_all_near(ret, want_ret, 10, 0);
+    assert_true(adv[1] == 0.0f && adv[9] == 0.0f);
+
+    assert_int_equal(df_adv_tir_optimal_token_baseline(&in, adv, ret), 0);
+    const double want_tir[] = {1 - OTB_B(1, 1.5), 0, 1 - OTB_B(1.5, 2.5), 1 - OTB_B(2, 3.5),
+                               -OTB_B(1, 1.5), -OTB_B(1.5, 2.5), -OTB_B(2, 3.5),
+                               1, 1, 0};
+    assert_otb(adv, want_tir, 10);
+    assert_near(adv[2], 0.4, 1e-6);
+    assert_near(adv[3], 3.0 / 7, 1e-6);
+    assert_all_near(ret, want_ret, 10, 0);
+    assert_true(adv[1] == 0.0f && adv[9] == 0.0f);
+
+    /* All of a group's samples without a model token: every advantage 0, returns 0. */
+    const int32_t none[] = {0, 0, 0, 0, 0, 0, 0, 1, 1, 0};
+    in.response_mask = none;
+    assert_int_equal(df_adv_tir_optimal_token_baseline(&in, adv, ret), 0);
+    for (int t = 0; t < 7; t++)
+        assert_true(adv[t] == 0.0f && ret[t] == 0.0f);
+}
+
+/* Refusals: the actor's pass missing (the message says how to turn it on), values that are not
+   probabilities, on the model's tokens; float rounding just past the bounds passes. */
+static void test_otb_errors(void **state)
+{
+    (void)state;
+    const int64_t off[] = {0, 2, 3};
+    const float r[] = {0, 1, 1};
+    const float lp_ok[] = {LH, LH, 0};
+    const float sq_ok[] = {0.5f, 0.5f, 1};
+    const int64_t g[] = {0, 0};
+    df_adv_input in = {.n = 2, .offsets = off, .token_level_rewards = r, .group = g, .old_log_probs = lp_ok,
+                       .sum_pi_squared = sq_ok};
+    float adv[3], ret[3];
+    const df_adv_estimator_fn fns[] = {df_adv_optimal_token_baseline, df_adv_tir_optimal_token_baseline};
+    const char *const names[] = {"optimal_token_baseline", "tir_optimal_token_baseline"};
+    for (int e = 0; e < 2; e++) {
+        in.old_log_probs = lp_ok, in.sum_pi_squared = sq_ok;
+        assert_int_equal(fns[e](&in, adv, ret), 0);
+        in.sum_pi_squared = NULL;
+        assert_error_mentions(fns[e](&in, adv, ret), DF_EINVAL, "calculate_sum_pi_squared: true");
+        assert_last_error_mentions(names[e]);
+        assert_last_error_mentions("sum_pi_squared is NULL");
+        in.sum_pi_squared = sq_ok, in.old_log_probs = NULL;
+        assert_error_mentions(fns[e](&in, adv, ret), DF_EINVAL, "old_log_probs is NULL");
+        assert_last_error_mentions("calculate_sum_pi_squared: true");
+        in.old_log_probs = lp_ok;
+
+        const float sq_big[] = {0.5f, 0.5f, 1.5f};
+        in.sum_pi_squared = sq_big;
+        assert_error_mentions(fns[e](&in, adv, ret), DF_EINVAL, "sum_pi_squared of sample 1, token 0 is 1.5");
+        const float sq_neg[] = {0.5f, -0.25f, 1};
+        in.sum_pi_squared = sq_neg;
+        assert_error_mentions(fns[e](&in, adv, ret), DF_EINVAL, "sum_pi_squared of sample 0, token 1");
+        const float sq_nan[] = {NAN, 0.5f, 1};
+        in.sum_pi_squared = sq_nan;
+        assert_error_mentions(fns[e](&in, adv, ret), DF_EINVAL, "sum_pi_squared of sample 0, token 0 is nan");
+        const float sq_round[] = {0.5f, 0.5f, 1.000001f}; /* float rounding of a sum that is 1 */
+        in.sum_pi_squared = sq_round;
+        assert_int_equal(fns[e](&in, adv, ret), 0);
+        in.sum_pi_squared = sq_ok;
+
+        const float lp_nan[] = {LH, NAN, 0};
+        in.old_log_probs = lp_nan;
+        assert_error_mentions(fns[e](&in, adv, ret), DF_EINVAL, "old log-prob of sample 0, token 1 is nan");
+        const float lp_inf[] = {LH, LH, -INFINITY};
+        in.old_log_probs = lp_inf;
+        assert_error_mentions(fns[e](&in, adv, ret), DF_EINVAL, "old log-prob of sample 1, token 0");
+        const float lp_pos[] = {0.5f, LH, 0};
+        in.old_log_probs = lp_pos;
+        assert_error_mentions(fns[e](&in, adv, ret), DF_EINVAL, "old log-prob of sample 0, token 0 is 0.5");
+        const float lp_round[] = {1e-6f, LH, 0};
+        in.old_log_probs = lp_round;
+        assert_int_equal(fns[e](&in, adv, ret), 0);
+        in.old_log_probs = lp_ok;
+
+        /* the common checks come first */
+        const float r_nan[] = {0, 1, NAN};
+        in.token_level_rewards = r_nan;
+        assert_error_mentions(fns[e](&in, adv, ret), DF_EINVAL, "reward of sample 1, token 0");
+        in.token_level_rewards = r;
+    }
+}
+
 /* ====================================================================== gpg */
 
 /* verl's alpha = B / max(M', 1), M' = samples with a non-zero score (algo.h "gpg"). */
@@ -737,12 +955,14 @@ static void test_cpgd_clip_default(void **state)
 
 static const char *const k_names[] = {
     "gae", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "gpg", "gpg_paper", "cpgd",
-    "grpo", "grpo_vectorized", "rloo_vectorized", "grpo_passk", "opo"};
+    "grpo", "grpo_vectorized", "rloo_vectorized", "grpo_passk", "opo", "optimal_token_baseline",
+    "tir_optimal_token_baseline"};
 enum { N_NAMES = sizeof k_names / sizeof *k_names };
 
-/* Inputs every estimator accepts (values, baselines, gamma / lam set). */
+/* Inputs every estimator accepts (values, baselines, gamma / lam, the actor's old log-probs and
+   sums of squared probabilities set; each estimator reads what it needs). */
 static df_adv_input full_input(int64_t n, const int64_t *off, const float *r, const float *v,
-                               const int64_t *g, const float *base)
+                               const int64_t *g, const float *base, const float *lp, const float *sq)
 {
     return (df_adv_input){.n = n,
                           .offsets = off,
@@ -753,7 +973,9 @@ static df_adv_input full_input(int64_t n, const int64_t *off, const float *r, co
                           .lam = 0.8f,
                           .norm_adv_by_std_in_grpo = true,
                           .epsilon = 1e-6f,
-                          .reward_baselines = base};
+                          .reward_baselines = base,
+                          .old_log_probs = lp,
+                          .sum_pi_squared = sq};
 }
 
 static void test_zero_length_and_empty(void **state)
@@ -763,9 +985,9 @@ static void test_zero_length_and_empty(void **state)
     const int64_t off[] = {0, 0, 0};
     const int64_t g[] = {0, 0};
     const float base[] = {1, 2};
-    df_adv_input in = full_input(2, off, NULL, NULL, g, base);
+    df_adv_input in = full_input(2, off, NULL, NULL, g, base, NULL, NULL);
     const int64_t off0[] = {0};
-    df_adv_input none = full_input(0, off0, NULL, NULL, NULL, NULL);
+    df_adv_input none = full_input(0, off0, NULL, NULL, NULL, NULL, NULL, NULL);
     for (int k = 0; k < N_NAMES; k++) {
         df_adv_estimator_fn fn;
         assert_int_equal(df_adv_estimator_lookup(k_names[k], &fn), 0);
@@ -789,12 +1011,14 @@ static void test_order_invariance(void **state)
     const int64_t grp[N] = {0, 1, 2, 0, 1, 2, 0, 1};
     const float base[N] = {0.5f, 1, -1, 0, 2, 0.25f, 1, 0};
     int64_t off[N + 1] = {0}, poff[N + 1] = {0}, pgrp[N];
-    float r[T], v[T], pr[T], pv[T], pbase[N];
+    float r[T], v[T], pr[T], pv[T], pbase[N], lp[T], sq[T], plp[T], psq[T];
     for (int i = 0; i < N; i++)
         off[i + 1] = off[i] + len[i];
     for (int t = 0; t < T; t++) {
         r[t] = (float)((t * 7) % 5) * 0.5f - 1; /* -1 .. 1 */
         v[t] = (float)((t * 3) % 4) * 0.25f;
+        lp[t] = logf(t % 3 ? 0.5f : 0.25f); /* with sq 0.5: w = 0.5 or 1 (the OTB estimators) */
+        sq[t] = 0.5f;
     }
     /* permuted sample j = original sample N - 1 - j; group ids relabelled g -> (g + 2) % 3 */
     for (int j = 0; j < N; j++) {
@@ -804,9 +1028,11 @@ static void test_order_invariance(void **state)
         pbase[j] = base[i];
         memcpy(pr + poff[j], r + off[i], (size_t)len[i] * sizeof *r);
         memcpy(pv + poff[j], v + off[i], (size_t)len[i] * sizeof *v);
+        memcpy(plp + poff[j], lp + off[i], (size_t)len[i] * sizeof *lp);
+        memcpy(psq + poff[j], sq + off[i], (size_t)len[i] * sizeof *sq);
     }
-    df_adv_input a = full_input(N, off, r, v, grp, base);
-    df_adv_input b = full_input(N, poff, pr, pv, pgrp, pbase);
+    df_adv_input a = full_input(N, off, r, v, grp, base, lp, sq);
+    df_adv_input b = full_input(N, poff, pr, pv, pgrp, pbase, plp, psq);
     for (int k = 0; k < N_NAMES; k++) {
         for (int mode = 0; mode < 3; mode++) {
             if (mode > 0 && strcmp(k_names[k], "cpgd"))
@@ -847,7 +1073,7 @@ static void test_bad_input(void **state)
 {
     (void)state;
     const int64_t off[] = {0, 2, 3};
-    const float r[] = {1, 0, 1}, v[] = {0, 0, 0};
+    const float r[] = {1, 0, 1}, v[] = {0, 0, 0}, lp[] = {-1, -1, -1}, sq[] = {0.5f, 0.5f, 0.5f};
     const int64_t g_two[] = {0, 1}, g_pair[] = {0, 0};
     const float base[] = {0, 0};
     float adv[3], ret[3];
@@ -855,7 +1081,7 @@ static void test_bad_input(void **state)
         df_adv_estimator_fn fn;
         assert_int_equal(df_adv_estimator_lookup(k_names[k], &fn), 0);
         const int64_t *g = strcmp(k_names[k], "grpo_passk") ? g_two : g_pair; /* Pass@k compares two */
-        df_adv_input in = full_input(2, off, r, v, g, base);
+        df_adv_input in = full_input(2, off, r, v, g, base, lp, sq);
         assert_int_equal(fn(&in, adv, ret), 0);
 
         assert_int_equal(fn(NULL, adv, ret), DF_EINVAL);
@@ -911,6 +1137,9 @@ int main(void)
         cmocka_unit_test(test_grpo_vectorized),
         cmocka_unit_test(test_grpo_passk),
         cmocka_unit_test(test_opo),
+        cmocka_unit_test(test_otb_group),
+        cmocka_unit_test(test_otb_multi_turn),
+        cmocka_unit_test(test_otb_errors),
         cmocka_unit_test(test_gpg),
         cmocka_unit_test(test_gpg_paper),
         cmocka_unit_test(test_batch_counts),

@@ -26,6 +26,9 @@ static const struct {
     {"rloo_vectorized", DF_ADV_NEEDS_GROUPS, 0, NULL, "grpo"},
     {"grpo_passk", DF_ADV_NEEDS_GROUPS, 0, NULL, "grpo"},
     {"opo", DF_ADV_NEEDS_GROUPS, 0, NULL, "grpo"},
+    /* verl's compute_advantage asserts sum_pi_squared from the actor for both */
+    {"optimal_token_baseline", DF_ADV_NEEDS_GROUPS | DF_ADV_NEEDS_SUM_PI_SQUARED, 0, NULL, "grpo"},
+    {"tir_optimal_token_baseline", DF_ADV_NEEDS_GROUPS | DF_ADV_NEEDS_SUM_PI_SQUARED, 0, NULL, "grpo"},
     /* alpha / the weight from counts over the whole step batch */
     {"gpg", DF_ADV_NEEDS_GROUPS, DF_ADV_BATCH_COUNTS, NULL, "grpo"},
     {"gpg_paper", DF_ADV_NEEDS_GROUPS, DF_ADV_BATCH_COUNTS, NULL, "grpo"},
@@ -110,6 +113,13 @@ static void test_register_desc(void **state)
     df_adv_estimator_desc v = {.name = "my_values", .fn = my_estimator, .needs = DF_ADV_NEEDS_VALUES};
     assert_int_equal(df_adv_estimator_register_desc(&v), 0);
     assert_string_equal(df_adv_estimator_pipeline(df_adv_estimator_find("my_values")), "ppo");
+
+    /* a plugin's estimator may ask for the actor's sums of squared probabilities */
+    df_adv_estimator_desc sq = {.name = "my_otb", .fn = my_estimator,
+                                .needs = DF_ADV_NEEDS_GROUPS | DF_ADV_NEEDS_SUM_PI_SQUARED};
+    assert_int_equal(df_adv_estimator_register_desc(&sq), 0);
+    assert_int_equal(df_adv_estimator_find("my_otb")->needs,
+                     DF_ADV_NEEDS_GROUPS | DF_ADV_NEEDS_SUM_PI_SQUARED);
 }
 
 /* A plain registration of another function replaces a built-in's descriptor too (it is not

@@ -101,9 +101,13 @@ typedef struct df_adv_input {
                                            appended tool / user tokens (distflow/rollout.h); NULL:
                                            every token the model's. gae carries values and TD error
                                            over appended tokens (verl), and whitening estimators
-                                           take their statistics over the model's tokens. Last, so
-                                           that a plugin built before it finds the fields above
-                                           where they were */
+                                           take their statistics over the model's tokens */
+    /* -- response_mask and the fields below came later, each appended last, so that a plugin
+          built before a field finds the fields ahead of it where they were: add new ones last -- */
+    const float *old_log_probs;       /**< [offsets[n]] the actor's old log-probs (its old-log-prob
+                                           pass); estimators with DF_ADV_NEEDS_SUM_PI_SQUARED */
+    const float *sum_pi_squared;      /**< [offsets[n]] sum over the vocabulary of pi^2 per token
+                                           (actor.calculate_sum_pi_squared); likewise */
 } df_adv_input;
 
 /**
@@ -315,6 +319,56 @@ DF_API int df_adv_grpo_passk(const df_adv_input *in, float *advantages, float *r
  * the plain mean when the group's lengths sum to 0 (verl would divide 0 by 0). Needs group ids.
  */
 DF_API int df_adv_opo(const df_adv_input *in, float *advantages, float *returns);
+
+/**
+ * "optimal_token_baseline" — Optimal Token Baseline (OTB; Li 2025, https://richardli.xyz/
+ * optimal-token-baseline, verl docs/algo/otb.md), verl compute_optimal_token_baseline_advantage (core_algos.py at commit
+ * b178a3cd56f58b2d502255daba591e92833930a7): a baseline per token position, weighted by how much
+ * policy-gradient variance each response has accumulated up to that token. For the token of
+ * sample i at index t within the sample, with m_t = response_mask (NULL: 1):
+ *   G_t = sum_{s >= t} r_s m_s                        (reward-to-go of the model's rewards)
+ *   w_t = 1 - 2 exp(old_log_probs_t) + sum_pi_squared_t   (the logit-gradient proxy of the
+ *                                     token's squared score norm; >= (1 - pi_t)^2 as sum pi^2 >= pi_t^2)
+ *   W_t = sum_{s <= t} w_s m_s                        (cumulative "realized energy")
+ *   per group g and position t:
+ *     B_t = sum_{i in g} G_t^i W_t^i m_t^i / (sum_{i in g} W_t^i m_t^i + 1e-8)
+ *   A_t = (G_t - B_t) m_t;  returns = G (every token, appended ones too)
+ * Positions are token indices, so an appended (tool) token takes up a position without adding to
+ * it: samples whose turns are laid out differently are compared token index by token index (use
+ * "tir_optimal_token_baseline" for multi-turn). A group of one sample has B = 0 (A = G m); samples
+ * shorter than t, or masked at t, add nothing to B_t. The epsilon is verl's default 1e-8, fixed:
+ * verl calls the estimator without it, and in->epsilon is grpo's std guard (1e-6 by default),
+ * which would pull B_t toward 0 where the group's W_t is small. verl's handle_zero_tail is off
+ * by default for this estimator, and off here. Not implemented: verl's rollout-IS scaling of w_t
+ * by rollout_is_weights^2 (used when the batch carries such weights). Needs group ids,
+ * old_log_probs and sum_pi_squared (DF_ADV_NEEDS_SUM_PI_SQUARED); their values on tokens with
+ * m_t = 0 are not read.
+ * Errors: the common ones; old_log_probs or sum_pi_squared NULL while there are tokens (the
+ * message says to set actor_rollout_ref.actor.calculate_sum_pi_squared: true); on a model token,
+ * an old log-prob that is not finite or above 1e-5, a sum_pi_squared outside [0, 1 + 1e-5] or
+ * not finite (naming the sample and token).
+ */
+DF_API int df_adv_optimal_token_baseline(const df_adv_input *in, float *advantages, float *returns);
+
+/**
+ * "tir_optimal_token_baseline" — OTB for multi-turn (tool-integrated) responses, verl
+ * compute_multi_turn_optimal_token_baseline_advantage (same commit): G, w, W as
+ * "optimal_token_baseline", but positions count the model's tokens only: the k-th token of a
+ * sample with m = 1 is at compacted position k, so appended tool / user tokens do not shift the
+ * comparison. Per group g and compacted position k:
+ *   B_k = sum_{i in g} G_k^i W_k^i / (sum_{i in g} W_k^i + 1e-8)
+ * over the samples with more than k model tokens; A = G - B scattered back to the model's tokens,
+ * 0 on the others; returns = G on every token. A sample with no model token leaves its group
+ * (advantage 0); a group of one (after that) has B = 0. handle_zero_tail is on, as verl's
+ * default for this estimator: when one sample of a group is strictly the longest (in model
+ * tokens, L_1 > L_2 the second longest), its baseline at compacted positions k >= L_2 is 0, so
+ * A = G there (no other sample reaches those positions: the baseline would be its own return and
+ * its advantage about 0). A tie for the longest keeps every baseline. Not implemented: verl's
+ * rollout-IS scaling (as above). Needs as "optimal_token_baseline"; tool tokens' old_log_probs
+ * and sum_pi_squared are not read.
+ * Errors: those of "optimal_token_baseline".
+ */
+DF_API int df_adv_tir_optimal_token_baseline(const df_adv_input *in, float *advantages, float *returns);
 
 /**
  * "reinforce_plus_plus" — verl compute_reinforce_plus_plus_outcome_advantage;

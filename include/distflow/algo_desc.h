@@ -41,6 +41,11 @@ enum {
      *  workflow, its nodes in several agent groups (siiRL MARFT's gae_marft, df_adv_gae_marft);
      *  `config check` refuses it for a graph of one agent group. */
     DF_ADV_NEEDS_AGENTS = 1u << 3,
+    /** df_adv_input.old_log_probs and .sum_pi_squared: the actor's old-log-prob pass must compute
+     *  each token's sum of squared probabilities (actor_rollout_ref.actor.calculate_sum_pi_squared:
+     *  true, as verl asserts) and run before the advantage node (the Optimal Token Baseline
+     *  estimators, df_adv_optimal_token_baseline). */
+    DF_ADV_NEEDS_SUM_PI_SQUARED = 1u << 4,
 };
 
 /** How an estimator behaves. */

@@ -69,6 +69,7 @@ int df_group_ids(const char *const *uids, int64_t n, int64_t *group)
 #define V DF_ADV_NEEDS_VALUES
 #define BL DF_ADV_NEEDS_BASELINES
 #define AG DF_ADV_NEEDS_AGENTS
+#define SQ DF_ADV_NEEDS_SUM_PI_SQUARED
 #define W DF_ADV_WHITENS
 #define WR (DF_ADV_WHITENS | DF_ADV_WHITENS_RETURNS)
 #define BC DF_ADV_BATCH_COUNTS
@@ -91,7 +92,11 @@ int df_group_ids(const char *const *uids, int64_t n, int64_t *group)
     X(rloo_vectorized, df_adv_rloo_vectorized, G, 0, NULL, "rloo giving a group of one 0 (verl)")     \
     X(grpo_passk, df_adv_grpo_passk, G, 0, NULL,                                                      \
       "the best response's margin over the second (Pass@k training, Chen 2025)")                        \
-    X(opo, df_adv_opo, G, 0, NULL, "length-weighted group mean as baseline (OPO, Hao 2025)")
+    X(opo, df_adv_opo, G, 0, NULL, "length-weighted group mean as baseline (OPO, Hao 2025)")        \
+    X(optimal_token_baseline, df_adv_optimal_token_baseline, G | SQ, 0, NULL,                         \
+      "per-token group baseline weighted by accumulated path variance (OTB, Li 2025, verl)")           \
+    X(tir_optimal_token_baseline, df_adv_tir_optimal_token_baseline, G | SQ, 0, NULL,                 \
+      "OTB over the model's tokens of multi-turn responses, zero tail (OTB, Li 2025, verl)")
 
 #define DESC(id, f, nd, fl, pl, sum) {#id, f, nd, fl, pl, sum},
 static const df_adv_estimator_desc k_builtin_descs[] = {BUILTIN_ESTIMATORS(DESC)};
@@ -108,6 +113,7 @@ static const df_fn_entry k_builtin_estimators[] = {BUILTIN_ESTIMATORS(ENTRY)};
 #undef V
 #undef BL
 #undef AG
+#undef SQ
 #undef W
 #undef WR
 #undef BC
@@ -122,7 +128,8 @@ int df_adv_estimator_register_desc(const df_adv_estimator_desc *d)
 {
     if (!d)
         return df_error(DF_EINVAL, "advantage estimator registry: NULL descriptor");
-    const unsigned needs = DF_ADV_NEEDS_GROUPS | DF_ADV_NEEDS_VALUES | DF_ADV_NEEDS_BASELINES | DF_ADV_NEEDS_AGENTS;
+    const unsigned needs = DF_ADV_NEEDS_GROUPS | DF_ADV_NEEDS_VALUES | DF_ADV_NEEDS_BASELINES |
+                           DF_ADV_NEEDS_AGENTS | DF_ADV_NEEDS_SUM_PI_SQUARED;
     const unsigned flags = DF_ADV_WHITENS | DF_ADV_WHITENS_RETURNS | DF_ADV_BATCH_COUNTS;
     if ((d->needs & ~needs) || (d->flags & ~flags))
         return df_error(DF_EINVAL, "advantage estimator '%s': unknown needs / flags bits (0x%x / 0x%x)",
