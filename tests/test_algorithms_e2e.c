@@ -54,7 +54,8 @@ static const char *const ALGOS[] = {"grpo",
                                     "cispo",
                                     "sapo",
                                     "grpo_passk",
-                                    "opo"};
+                                    "opo",
+                                    "otb"};
 #define N_ALGOS (int)(sizeof ALGOS / sizeof *ALGOS)
 
 static char *example(const char *kind, const char *algo)
@@ -493,6 +494,32 @@ static void test_opo(void **state)
     free_lines(lines);
 }
 
+/*
+ * The optimal token baseline: the old-log-prob pass runs before the advantage (the built-in chain
+ * rewired) and writes sum_pi_squared, which the estimator refuses when missing or misplaced (a
+ * log-prob in it is negative). The variance proxies hold what they measure: W = sum_t w_t with
+ * w_t = ||e_y - pi||^2 in [0, 2], so 0 <= expected_w <= 2 MAX_RESP; proxy2 = mean(A^2 W) <= 2
+ * MAX_RESP E[A^2]; proxy1 = actor/grad_norm^2; proxy3 >= 0.
+ */
+static void test_otb(void **state)
+{
+    (void)state;
+    json_t *lines[STEPS] = {0};
+    run("otb", lines);
+    for (int s = 0; s < STEPS; s++) {
+        double ew = metric(lines[s], "otb", "variance_proxy/expected_w");
+        double a2 = metric(lines[s], "otb", "variance_proxy/expected_a_squared");
+        double p2 = metric(lines[s], "otb", "variance_proxy/proxy2_total_power");
+        double g = metric(lines[s], "otb", "actor/grad_norm");
+        assert_true(ew > 0 && ew <= 2.0 * MAX_RESP);
+        assert_true(p2 >= 0 && p2 <= 2.0 * MAX_RESP * a2 * (1 + 1e-9));
+        /* metrics.jsonl prints 10 significant digits: each value within 5e-10 relative */
+        assert_near(metric(lines[s], "otb", "variance_proxy/proxy1_signal_strength"), g * g, 1.6e-9 * g * g);
+        assert_true(metric(lines[s], "otb", "variance_proxy/proxy3_pure_noise") >= 0);
+    }
+    free_lines(lines);
+}
+
 /* PPO: GAE from the critic of examples/demo/ppo.yaml. Its critic_warmup would leave the actor
  * untrained for all 3 steps here, so it is off (test_e2e_ppo tests the warmup itself). */
 static void test_ppo(void **state)
@@ -598,6 +625,7 @@ int main(void)
         cmocka_unit_test(test_sapo),
         cmocka_unit_test(test_grpo_passk),
         cmocka_unit_test(test_opo),
+        cmocka_unit_test(test_otb),
         cmocka_unit_test(test_grpo_decoupled),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

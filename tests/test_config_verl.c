@@ -115,7 +115,7 @@ static void test_verl_unsupported_refused(void **state)
         {ARR "rollout.skip_rollout=true", ARR "rollout.skip_rollout=true is not supported"},
         {ARR "actor.freeze_vision_tower=true", ARR "actor.freeze_vision_tower=true is not supported"},
         {ARR "actor.router_replay.mode=R3", ARR "actor.router_replay.mode=R3 is not supported"},
-        {ARR "actor.calculate_sum_pi_squared=true", ARR "actor.calculate_sum_pi_squared=true is not supported"},
+        {"algorithm.adv_estimator=optimal_token_baseline", ARR "actor.calculate_sum_pi_squared=false (" },
         {"data.sampler.class_path=curriculum.py", "data.sampler.class_path=curriculum.py is not supported"},
         {"reward_manager.module.path=rm.py", "reward_manager.module.path=rm.py is not supported"},
         {"algorithm.rollout_correction.bypass_mode=true", "rollout_correction.bypass_mode=true is not supported"},

@@ -242,6 +242,13 @@ static void test_builtin_order(void **state)
     order_of("algorithm.workflow_type=dapo", "algorithm.adv_estimator=remax", s, sizeof s);
     assert_string_equal(s, "rollout_actor function_reward reward_baseline dynamic_sampling calculate_advantages "
                            "actor_old_log_prob reference_log_prob actor_train");
+    /* the optimal token baseline reads old_log_probs and sum_pi_squared: verl's order too */
+    order_of("algorithm.adv_estimator=optimal_token_baseline", NULL, s, sizeof s);
+    assert_string_equal(s, "rollout_actor function_reward actor_old_log_prob reference_log_prob "
+                           "calculate_advantages actor_train");
+    order_of("algorithm.adv_estimator=tir_optimal_token_baseline", "algorithm.workflow_type=dapo", s, sizeof s);
+    assert_string_equal(s, "rollout_actor function_reward dynamic_sampling actor_old_log_prob "
+                           "reference_log_prob calculate_advantages actor_train");
 }
 
 static void write_workflow(const char *name, const char *adv_dep, const char *old_dep)
@@ -296,6 +303,13 @@ static void test_workflow_order(void **state)
     cfg = load(yaml, wf, "algorithm.use_kl_in_reward=false");
     assert_int_equal(df_pipeline_from_config(cfg, NULL, NULL, &name, &g), 0);
     df_task_graph_free(g);
+    df_config_free(cfg);
+    /* the optimal token baseline needs the old log-probs first: refused as well, naming the estimator */
+    cfg = load(yaml, wf, "algorithm={use_kl_in_reward: false, adv_estimator: optimal_token_baseline}");
+    assert_error_mentions(df_pipeline_from_config(cfg, NULL, NULL, &name, &g), DF_EINVAL,
+                          "algorithm.adv_estimator=optimal_token_baseline reads old_log_probs and sum_pi_squared, "
+                          "but node 'adv' (ADVANTAGE) does not depend on the old-log-prob node (role ACTOR, "
+                          "only_forward_compute: true);");
     df_config_free(cfg);
     snprintf(wf, sizeof wf, "dag.workflow_path=%s/verl_order.yaml", dir);
     cfg = load(yaml, wf, NULL);

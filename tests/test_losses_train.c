@@ -155,6 +155,53 @@ static void test_tis_weights(void **state)
 }
 
 /*
+ * Variance proxies. Sample 0: advantages [1, 3] (A = 4 / (2 + 1e-8) = 2), pi = [0.5, 1] and sum pi^2
+ * [0.5, 1]: w = [1 - 1 + 0.5, 1 - 2 + 1] = [0.5, 0], W = 0.5. Sample 1: tool token in the middle
+ * (mask 0, its garbage unread), advantages [-1, -1] (A = -1), pi = 0.25, sum pi^2 0.25 on both:
+ * w = 0.75, W = 1.5. Empty sample 2: A = 0, W = 0. Sums: 3 responses, A^2 W = 2 + 1.5 = 3.5,
+ * A^2 = 5, W = 2. With grad_norm 1: proxy1 1, proxy2 3.5 / 3, proxy3 (3.5 / 3 - 1) / 2 = 1 / 12,
+ * E[A^2] 5 / 3, E[W] 2 / 3; with grad_norm 2 proxy3 is clamped to 0; without one, proxy1 = proxy3 = 0.
+ * Error: the 1e-8 of verl's masked mean (A^2 relative 1e-8) and the float log-probs (each pi within
+ * 2 u, so each w within 4 u absolute and W within 8 u): < 1e-7 on every sum.
+ */
+static void test_variance_proxy(void **state)
+{
+    (void)state;
+    const int64_t off[] = {0, 2, 5, 5};
+    const int32_t mask[] = {1, 1, 1, 0, 1};
+    const float adv[] = {1, 3, -1, 99, -1};
+    const float lp[] = {logf(0.5f), 0, logf(0.25f), 7, logf(0.25f)}, sq[] = {0.5f, 1, 0.25f, -3, 0.25f};
+    double sums[DF_VPROXY_SUMS] = {0};
+    assert_int_equal(df_variance_proxy_sums(3, off, mask, adv, lp, sq, sums), 0);
+    const double want[DF_VPROXY_SUMS] = {3, 3.5, 5, 2};
+    for (int k = 0; k < DF_VPROXY_SUMS; k++)
+        assert_near(sums[k], want[k], 1e-7);
+    df_metrics *m = df_metrics_new();
+    assert_int_equal(df_variance_proxy_record(sums, 1.0, m), 0);
+    assert_near(df_metrics_get(m, "variance_proxy/proxy1_signal_strength", NAN), 1.0, 0);
+    assert_near(df_metrics_get(m, "variance_proxy/proxy2_total_power", NAN), 3.5 / 3, 1e-7);
+    assert_near(df_metrics_get(m, "variance_proxy/proxy3_pure_noise", NAN), 1.0 / 12, 1e-7);
+    assert_near(df_metrics_get(m, "variance_proxy/expected_a_squared", NAN), 5.0 / 3, 1e-7);
+    assert_near(df_metrics_get(m, "variance_proxy/expected_w", NAN), 2.0 / 3, 1e-7);
+    assert_int_equal(df_variance_proxy_record(sums, 2.0, m), 0);
+    assert_near(df_metrics_get(m, "variance_proxy/proxy3_pure_noise", NAN), 0.0, 0);
+    assert_int_equal(df_variance_proxy_record(sums, NAN, m), 0);
+    assert_near(df_metrics_get(m, "variance_proxy/proxy1_signal_strength", NAN), 0.0, 0);
+    assert_near(df_metrics_get(m, "variance_proxy/proxy3_pure_noise", NAN), 0.0, 0);
+    /* the sums add: a second shard (rank) with sample 0 again */
+    assert_int_equal(df_variance_proxy_sums(1, off, NULL, adv, lp, sq, sums), 0);
+    assert_near(sums[DF_VPROXY_A2W], 5.5, 1e-7);
+    df_metrics_free(m);
+    /* no response: nothing recorded */
+    df_metrics *e = df_metrics_new();
+    const double none[DF_VPROXY_SUMS] = {0};
+    assert_int_equal(df_variance_proxy_record(none, 1.0, e), 0);
+    assert_int_equal(df_metrics_count(e), 0);
+    df_metrics_free(e);
+    assert_error_mentions(df_variance_proxy_sums(3, off, mask, adv, NULL, sq, sums), DF_EINVAL, "NULL");
+}
+
+/*
  * Samples: old [-1, -2] / rollout [-1.5, -2]; empty; old [-0.5] / rollout [-0.25].
  * Tokens: |e^ro - e^old| = |0.223130 - 0.367879| = 0.144749, 0, |0.778801 - 0.606531| = 0.172270
  *   max 0.172270, mean 0.105673, std (n - 1) 0.092544
@@ -617,6 +664,7 @@ int main(void)
         cmocka_unit_test(test_kl_ctrl_bad),
         cmocka_unit_test(test_kl_ctrl_in_reward),
         cmocka_unit_test(test_tis_weights),
+        cmocka_unit_test(test_variance_proxy),
         cmocka_unit_test(test_mismatch_metrics),
         cmocka_unit_test(test_mismatch_edges),
         cmocka_unit_test(test_actor_micro_invariant),

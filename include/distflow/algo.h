@@ -1066,6 +1066,34 @@ DF_API int df_rollout_mismatch_compute_masked(int64_t n, const int64_t *offsets,
  */
 DF_API int df_rollout_mismatch_record(const df_rollout_mismatch *mm, df_metrics *m);
 
+/*
+ * Gradient-variance proxies (verl compute_variance_proxy_metrics, docs/algo/otb.md; Li 2025,
+ * "Optimal Token Baseline"): with w_t = 1 - 2 exp(old_log_prob_t) + sum_pi_squared_t (the squared
+ * norm of token t's logit gradient, ||e_y - pi||^2 in [0, 2]), each response's score-norm proxy
+ * W = sum_t w_t and scalar advantage A = masked mean of its advantages (sum / (tokens + 1e-8), as
+ * verl's masked_mean), over the B responses of the step batch:
+ *   variance_proxy/proxy1_signal_strength = g^2, g = actor/grad_norm (0 when not given)
+ *   variance_proxy/proxy2_total_power     = mean(A^2 max(W, 0))
+ *   variance_proxy/proxy3_pure_noise      = max(0, (proxy2 - proxy1) / (B - 1)) (0 for B < 2 or no g)
+ *   variance_proxy/expected_a_squared     = mean(A^2);  variance_proxy/expected_w = mean(W)
+ * verl's rollout-IS branch (rollout_is_weights) does not arise: distflow's algorithm.rollout_correction
+ * .rollout_is is refused. Sums are double, so a data-parallel group adds its ranks' sums.
+ */
+enum { DF_VPROXY_N, DF_VPROXY_A2W, DF_VPROXY_A2, DF_VPROXY_W, DF_VPROXY_SUMS };
+
+/**
+ * Add n responses' terms to sums[DF_VPROXY_SUMS] (count, sum A^2 max(W, 0), sum A^2, sum W).
+ * mask [offsets[n]]: the model's tokens (NULL: all). Errors: DF_EINVAL for bad offsets or NULL arrays
+ * while there are tokens.
+ */
+DF_API int df_variance_proxy_sums(int64_t n, const int64_t *offsets, const int32_t *mask,
+                                  const float *advantages, const float *old_log_probs,
+                                  const float *sum_pi_squared, double sums[DF_VPROXY_SUMS]);
+
+/** Record the five metrics above from a batch's sums; grad_norm NAN: proxy1 and proxy3 are 0.
+ *  Nothing when the sums count no response. Errors: DF_ENOMEM from df_metrics. */
+DF_API int df_variance_proxy_record(const double sums[DF_VPROXY_SUMS], double grad_norm, df_metrics *m);
+
 /* ---- end of losses block ---- */
 
 /* ---- critic block: the PPO value loss ---------------------------------- */

@@ -80,12 +80,15 @@ static int plan(df_actor *a, const df_batch *b, bool forward_only, int64_t **bou
     return df_train_core_plan(&a->c, b, rows, toks, bounds, n_mb);
 }
 
-/* Log-probs of this rank's rows; ent non-NULL: the entropy sum and token count added to ent[0], ent[1]. */
-static int log_prob_local(df_actor *a, df_batch *b, const char *out_col, double *ent)
+/* Log-probs of this rank's rows (and sums of p^2 into sq_col, when given); ent non-NULL: the entropy
+ * sum and token count added to ent[0], ent[1]. */
+static int log_prob_local(df_actor *a, df_batch *b, const char *out_col, const char *sq_col, double *ent)
 {
     df_train_core *c = &a->c;
-    float *dst;
+    float *dst, *sq = NULL;
     int rc = df_batch_alloc_tok_f32_like(b, out_col, "response_ids", &dst);
+    if (!rc && sq_col)
+        rc = df_batch_alloc_tok_f32_like(b, sq_col, "response_ids", &sq);
     if (rc)
         return rc;
     int64_t *bounds, n_mb;
@@ -99,7 +102,9 @@ static int log_prob_local(df_actor *a, df_batch *b, const char *out_col, double 
         if ((rc = df_pack_responses(&c->pk, b, bounds[m], bounds[m + 1])))
             break;
         float *tok_ent = ent ? c->buf[B_ENT] : NULL;
-        rc = df_model_forward(c->model, c->acts, &c->pk.sb, a->p.temperature, dst + ro[bounds[m]], tok_ent);
+        const df_head_out out = {.logp = dst + ro[bounds[m]], .entropy = tok_ent,
+                                 .sum_pi_sq = sq ? sq + ro[bounds[m]] : NULL};
+        rc = df_model_forward_head(c->model, c->acts, &c->pk.sb, a->p.temperature, &out);
         const int32_t *mk = mask ? mask + ro[bounds[m]] : NULL;
         for (int64_t j = 0; ent && j < c->pk.sb.n_out; j++)
             if (!mk || mk[j]) {
@@ -117,8 +122,14 @@ static int log_prob_local(df_actor *a, df_batch *b, const char *out_col, double 
 
 int df_actor_compute_log_prob(df_actor *a, df_batch *b, const char *out_col, double *entropy_mean)
 {
+    return df_actor_compute_log_prob_sq(a, b, out_col, NULL, entropy_mean);
+}
+
+int df_actor_compute_log_prob_sq(df_actor *a, df_batch *b, const char *out_col, const char *sq_col,
+                                 double *entropy_mean)
+{
     double ent[2] = {0, 0}; /* entropy sum, tokens */
-    int rc = log_prob_local(a, b, out_col, entropy_mean ? ent : NULL);
+    int rc = log_prob_local(a, b, out_col, sq_col, entropy_mean ? ent : NULL);
     if (!entropy_mean)
         return rc;
     if ((rc = df_train_core_reduce(&a->c, ent, 2, DF_COMM_SUM, rc, "the entropy mean")))

@@ -160,6 +160,14 @@ int df_actor_load_state(df_actor *a, const char *path);
  */
 int df_actor_compute_log_prob(df_actor *a, df_batch *b, const char *out_col, double *entropy_mean);
 /**
+ * df_actor_compute_log_prob that also fills TOK_F32 column `sq_col` (NULL: not computed) with each
+ * response token's sum over the vocabulary of squared probabilities at the same temperature,
+ * sum_v softmax(z / T)_v^2 in (0, 1] (verl's sum_pi_squared, actor.calculate_sum_pi_squared), which
+ * the optimal token baseline estimators read. One multiply-add per logit more (df_head_out).
+ */
+int df_actor_compute_log_prob_sq(df_actor *a, df_batch *b, const char *out_col, const char *sq_col,
+                                 double *entropy_mean);
+/**
  * The reference's log-probs from a LoRA actor (verl's ref_in_actor: "the actor without LoRA
  * applied is the ref"): the base weights are written back into the model (df_lora_unmerge, its
  * bf16 and device copies refreshed), `out_col` filled as df_actor_compute_log_prob does with the

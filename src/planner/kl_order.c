@@ -1,10 +1,12 @@
 /*
- * Node order for algorithm.use_kl_in_reward (sched_internal.h). The penalty
- * beta * KL(old_log_probs, ref_log_prob) is subtracted from the reward before
- * the advantage, so the advantage node must run after the old-log-prob and
- * reference nodes — verl's RayPPOTrainer.fit order. siiRL's built-in chains
- * compute the advantage first; they are rewired here, and any other graph is
- * checked instead of silently reordered.
+ * Node order for an advantage that reads log-probs (sched_internal.h): with
+ * algorithm.use_kl_in_reward the penalty beta * KL(old_log_probs, ref_log_prob)
+ * is subtracted from the reward before the advantage, and the optimal token
+ * baseline weighs tokens by old_log_probs and sum_pi_squared, so the advantage
+ * node must run after the old-log-prob (and reference) nodes — verl's
+ * RayPPOTrainer.fit order. siiRL's built-in chains compute the advantage first;
+ * they are rewired here, and any other graph is checked instead of silently
+ * reordered.
  */
 #include "planner/dag_internal.h"
 #include "planner/sched_internal.h"
@@ -105,7 +107,8 @@ static int rewire_chain(df_task_graph *g, df_node *a, bool *done)
     return rc;
 }
 
-int df_task_graph_order_for_kl_in_reward(df_task_graph *g, bool may_reorder, const char *source)
+int df_task_graph_order_log_probs_first(df_task_graph *g, int need, bool may_reorder, const char *source,
+                                        const char *why)
 {
     df_node **adv = NULL;
     int n_adv = 0;
@@ -113,24 +116,24 @@ int df_task_graph_order_for_kl_in_reward(df_task_graph *g, bool may_reorder, con
     for (int i = 0; i < n_adv && !rc; i++) {
         int found = 0;
         rc = upstream_kinds(g, adv[i], &found);
-        if (rc || found == 3)
+        if (rc || (found & need) == need)
             continue;
         bool done = false;
         if (may_reorder && (rc = rewire_chain(g, adv[i], &done)) == DF_OK && done)
             continue;
         if (rc)
             break;
-        const char *missing = found == 1   ? "the REFERENCE node"
-                              : found == 2 ? "the old-log-prob node (role ACTOR, only_forward_compute: true)"
-                                           : "the old-log-prob node (role ACTOR, only_forward_compute: true) "
-                                             "and the REFERENCE node";
-        rc = df_error(
-            DF_EINVAL,
-            "%s: algorithm.use_kl_in_reward=true subtracts beta * KL(old_log_probs, ref_log_prob) from "
-            "the reward before the advantage, but node '%s' (ADVANTAGE) does not depend on %s; make "
-            "it come after both, as verl does: rollout -> reward -> actor_old_log_prob -> "
-            "reference_log_prob -> calculate_advantages -> actor_train",
-            source, adv[i]->node_id, missing);
+        const int missing = need & ~found;
+        const char *what = missing == DF_NEED_REF_LOG_PROB ? "the REFERENCE node"
+                           : missing == DF_NEED_OLD_LOG_PROB
+                               ? "the old-log-prob node (role ACTOR, only_forward_compute: true)"
+                               : "the old-log-prob node (role ACTOR, only_forward_compute: true) "
+                                 "and the REFERENCE node";
+        rc = df_error(DF_EINVAL,
+                      "%s: %s, but node '%s' (ADVANTAGE) does not depend on %s; make it come after it, as "
+                      "verl does: rollout -> reward -> actor_old_log_prob -> reference_log_prob -> "
+                      "calculate_advantages -> actor_train",
+                      source, why, adv[i]->node_id, what);
     }
     free(adv);
     return rc;

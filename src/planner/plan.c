@@ -108,17 +108,27 @@ static int reward_baseline(const df_train_config *t, const char *name, df_task_g
 }
 
 /*
- * algorithm.use_kl_in_reward needs both log-probs before the advantage: the
- * built-in chains take verl's order, other graphs must have it (kl_order.c).
- * The default graphs are untouched. *g is freed on failure.
+ * An advantage that reads log-probs runs after the nodes computing them: both for
+ * algorithm.use_kl_in_reward, the old ones for the optimal token baseline
+ * (DF_ADV_NEEDS_SUM_PI_SQUARED). The built-in chains take verl's order, other graphs
+ * must have it (kl_order.c). The default graphs are untouched. *g is freed on failure.
  */
-static int kl_in_reward_order(const df_train_config *t, bool builtin, const char *source, df_task_graph **g)
+static int log_prob_order(const df_train_config *t, bool builtin, const char *source, df_task_graph **g)
 {
-    if (!t->algorithm.use_kl_in_reward)
+    const df_adv_estimator_desc *d = df_adv_estimator_find(t->algorithm.adv_estimator);
+    const bool kl = t->algorithm.use_kl_in_reward, sq = d && (d->needs & DF_ADV_NEEDS_SUM_PI_SQUARED);
+    if (!kl && !sq)
         return DF_OK;
-    char what[1300];
+    char what[1300], why[300];
     snprintf(what, sizeof what, "%s%s%s", builtin ? "built-in pipeline '" : "", source, builtin ? "'" : "");
-    int rc = df_task_graph_order_for_kl_in_reward(*g, builtin, what);
+    if (kl)
+        snprintf(why, sizeof why, "algorithm.use_kl_in_reward=true subtracts beta * KL(old_log_probs, "
+                 "ref_log_prob) from the reward before the advantage");
+    else
+        snprintf(why, sizeof why, "algorithm.adv_estimator=%s reads old_log_probs and sum_pi_squared",
+                 t->algorithm.adv_estimator);
+    const int need = DF_NEED_OLD_LOG_PROB | (kl ? DF_NEED_REF_LOG_PROB : 0);
+    int rc = df_task_graph_order_log_probs_first(*g, need, builtin, what, why);
     if (rc) {
         df_task_graph_free(*g);
         *g = NULL;
@@ -142,7 +152,7 @@ int df_pipeline_from_config(const df_config *c, df_warn_fn warn, void *user, con
             rc = checked(df_builtin_pipeline(*name, out), &t, out);
         if (!rc)
             rc = reward_baseline(&t, *name, out);
-        return rc ? rc : kl_in_reward_order(&t, true, *name, out);
+        return rc ? rc : log_prob_order(&t, true, *name, out);
     }
     if (key == wf) {
         *name = "workflow";
@@ -156,7 +166,7 @@ int df_pipeline_from_config(const df_config *c, df_warn_fn warn, void *user, con
     if (!rc) {
         char src[1200];
         snprintf(src, sizeof src, "%s '%s'", key == wf ? "workflow file" : "custom pipeline", value);
-        rc = kl_in_reward_order(&t, false, src, out);
+        rc = log_prob_order(&t, false, src, out);
     }
     if (rc)
         return df_error_wrap(rc, "%s: %s", df_config_where(c, key), key);

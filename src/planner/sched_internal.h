@@ -10,18 +10,23 @@
 /* Node indices of g sorted by node id (strcmp, = Python's str order for UTF-8), malloc'd. */
 int *df_sched_sorted_ids(const df_task_graph *g);
 
+/** What an advantage node must come after (df_task_graph_order_log_probs_first). */
+enum { DF_NEED_OLD_LOG_PROB = 1, DF_NEED_REF_LOG_PROB = 2 };
+
 /**
- * Put g's ADVANTAGE nodes after the old-log-prob node (role ACTOR,
- * only_forward_compute) and the REFERENCE node, as algorithm.use_kl_in_reward
- * needs (verl RayPPOTrainer.fit: old_log_prob -> ref -> values -> adv). An
- * advantage node that already depends on both (transitively) is left alone.
- * With may_reorder (siiRL's built-in chains), a chain advantage -> old ->
- * reference -> rest becomes old -> reference -> advantage -> rest (the
- * advantage's own dependency moves to the old-log-prob node). Otherwise, or
- * for any other shape: DF_EINVAL naming `source` (e.g. "workflow file 'x.yaml'"),
- * the node and the missing dependency. DF_ENOMEM.
+ * Put g's ADVANTAGE nodes after the log-prob nodes `need` names (DF_NEED_*: the old-log-prob
+ * node, role ACTOR with only_forward_compute; the REFERENCE node), as verl's order has them
+ * (RayPPOTrainer.fit: old_log_prob -> ref -> values -> adv): algorithm.use_kl_in_reward needs
+ * both, the optimal token baseline the old log-probs. An advantage node that already depends on
+ * them (transitively) is left alone. With may_reorder (siiRL's built-in chains), a chain
+ * advantage -> old -> reference -> rest becomes old -> reference -> advantage -> rest (the
+ * advantage's own dependency moves to the old-log-prob node). Otherwise, or for any other
+ * shape: DF_EINVAL naming `source` (e.g. "workflow file 'x.yaml'"), `why` (the setting that
+ * needs the order, e.g. "algorithm.use_kl_in_reward=true subtracts ..."), the node and the
+ * missing dependency. DF_ENOMEM.
  */
-int df_task_graph_order_for_kl_in_reward(df_task_graph *g, bool may_reorder, const char *source);
+int df_task_graph_order_log_probs_first(df_task_graph *g, int need, bool may_reorder, const char *source,
+                                        const char *why);
 
 /** The node id of ReMax's greedy pass in the built-in chains. */
 #define DF_REWARD_BASELINE_NODE "reward_baseline"

@@ -7,14 +7,19 @@
 
 #include "util/timeutil.h"
 
-/* actor_old_log_prob: log-probs of the responses under the policy before the update. */
+#include <math.h>
+
+/* actor_old_log_prob: log-probs of the responses under the policy before the update (and, with
+ * actor.calculate_sum_pi_squared, each token's sum of squared probabilities). */
 static int node_compute_old_log_prob(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
 {
     df_dag_worker *w = df_node_worker(ctx);
     double t0 = df_now(), entropy = 0;
+    const char *sq = w->global.cfg.actor_rollout_ref.actor.calculate_sum_pi_squared ? "sum_pi_squared" : NULL;
     int rc = df_worker_need_batch(batch, "compute_old_log_prob");
     if (!rc)
-        rc = df_actor_compute_log_prob(df_worker_slot(w, ctx->node).actor->model, batch, "old_log_probs", &entropy);
+        rc = df_actor_compute_log_prob_sq(df_worker_slot(w, ctx->node).actor->model, batch, "old_log_probs", sq,
+                                          &entropy);
     if (!rc && ctx->metrics)
         df_metrics_set(ctx->metrics, "actor/entropy", entropy);
     /* how far the rollout engine's log-probs are from the trainer's (verl's rollout-training mismatch) */
@@ -49,6 +54,38 @@ static bool critic_warmup(const df_dag_worker *w, const df_agent_slot *s, int64_
 }
 
 /*
+ * With actor.calculate_sum_pi_squared, verl's gradient-variance proxies of the step batch
+ * (df_variance_proxy_sums / _record) from its advantages, old log-probs and sums of p^2, and the
+ * update's actor/grad_norm: the sums over the data-parallel group (a replica counts nothing).
+ * Collective over w->group, failed or not.
+ */
+static int variance_proxy(df_dag_worker *w, const df_node *node, int rc, const df_batch *b, df_metrics *m)
+{
+    if (!w->global.cfg.actor_rollout_ref.actor.calculate_sum_pi_squared)
+        return rc;
+    const df_node_layout *l = df_worker_node_layout(w, node);
+    double mine[DF_VPROXY_SUMS] = {0}, tot[DF_VPROXY_SUMS] = {0};
+    if (!rc && (!l || l->mp_rank == 0)) {
+        const df_column *adv = df_batch_column(b, "advantages"), *old = df_batch_column(b, "old_log_probs");
+        const df_column *sq = df_batch_column(b, "sum_pi_squared");
+        const int32_t *mask = NULL;
+        if (!adv || !old || !sq)
+            rc = df_error(DF_EINVAL, "variance_proxy metrics: the batch lacks advantages, old_log_probs or "
+                                     "sum_pi_squared (is the old-log-prob node before actor_train?)");
+        if (!rc)
+            rc = df_batch_response_mask(b, &mask);
+        if (!rc)
+            rc = df_variance_proxy_sums(df_batch_size(b), adv->offsets, mask, adv->data, old->data, sq->data,
+                                        mine);
+    }
+    rc = df_worker_group_sum(w->group, rc, mine, DF_VPROXY_SUMS, tot, "variance_proxy metrics",
+                             "data-parallel group");
+    if (!rc && m)
+        rc = df_variance_proxy_record(tot, df_metrics_get(m, "actor/grad_norm", NAN), m);
+    return rc;
+}
+
+/*
  * actor_train: the PPO update. The rollout engine then generates from the
  * updated weights directly: in one process actor and rollout share one copy
  * (verl's hybrid engine), so the weight sync is this hand-over of the model.
@@ -70,6 +107,7 @@ static int node_train_actor(df_node_ctx *ctx, df_batch *batch, df_node_output *o
         rc = df_actor_update_policy(actor, batch, ctx->metrics);
     if (ns != &w->global) /* back to the global settings */
         df_actor_set_loss(actor, &w->global.actor_loss);
+    rc = variance_proxy(w, ctx->node, rc, batch, ctx->metrics);
     (void)out;
     df_worker_timing(ctx, "update_actor", t0);
     return rc;

@@ -12,7 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The estimator's input: the batch's rewards, values and ReMax baselines, the algorithm's settings. */
+/* The estimator's input: the batch's rewards, values, ReMax baselines and (for the optimal token
+   baseline) old log-probs and sums of p^2, the algorithm's settings. */
 static df_adv_input adv_input(const df_dag_worker *w, const df_batch *batch, const df_column *rew,
                               const int64_t *group, bool defer)
 {
@@ -20,6 +21,7 @@ static df_adv_input adv_input(const df_dag_worker *w, const df_batch *batch, con
     const df_column *val = df_batch_column(batch, "values");
     /* per-sample reward of the greedy response, when a ReMax baseline step filled it */
     const float *baselines = df_batch_has(batch, "reward_baselines") ? df_batch_f32(batch, "reward_baselines") : NULL;
+    const df_column *old = df_batch_column(batch, "old_log_probs"), *sq = df_batch_column(batch, "sum_pi_squared");
     return (df_adv_input){.n = df_batch_size(batch), .offsets = rew->offsets, .token_level_rewards = rew->data,
                           .values = val ? val->data : NULL, .group = group,
                           .gamma = (float)alg->gamma,
@@ -29,7 +31,9 @@ static df_adv_input adv_input(const df_dag_worker *w, const df_batch *batch, con
                           .reward_baselines = baselines,
                           .cpgd_weight_factor = alg->weight_factor_in_cpgd,
                           .defer_whiten = defer,
-                          .config = alg};
+                          .config = alg,
+                          .old_log_probs = old ? old->data : NULL,
+                          .sum_pi_squared = sq ? sq->data : NULL};
 }
 
 /* Multi-turn responses (a response_mask column): the estimators read the mask (gae skips

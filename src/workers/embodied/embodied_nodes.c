@@ -186,8 +186,10 @@ static int node_reward(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
     return rc;
 }
 
-/* A built-in actor / reference node run on the episodes' model calls; `col`: its output column. */
-static int on_calls(df_node_ctx *ctx, df_batch *batch, df_node_output *out, const char *ref, const char *col)
+/* A built-in actor / reference node run on the episodes' model calls; `col`, `col2`: its output
+ * columns (NULL: none), joined back where the node wrote them. */
+static int on_calls(df_node_ctx *ctx, df_batch *batch, df_node_output *out, const char *ref, const char *col,
+                    const char *col2)
 {
     df_node_fn fn = NULL;
     df_batch *calls = NULL;
@@ -202,21 +204,24 @@ static int on_calls(df_node_ctx *ctx, df_batch *batch, df_node_output *out, cons
         rc = fn(ctx, calls, out);
     if (!rc && col && df_batch_has(calls, col)) /* the reference writes none without a KL term */
         rc = df_embodied_calls_join(calls, col, batch);
+    if (!rc && col2 && df_batch_has(calls, col2))
+        rc = df_embodied_calls_join(calls, col2, batch);
     df_batch_free(calls);
     return rc;
 }
 
 static int node_old_log_prob(df_node_ctx *ctx, df_batch *b, df_node_output *out)
 {
-    return on_calls(ctx, b, out, "DAGWorker.compute_old_log_prob", "old_log_probs");
+    /* sum_pi_squared: with actor.calculate_sum_pi_squared */
+    return on_calls(ctx, b, out, "DAGWorker.compute_old_log_prob", "old_log_probs", "sum_pi_squared");
 }
 static int node_ref_log_prob(df_node_ctx *ctx, df_batch *b, df_node_output *out)
 {
-    return on_calls(ctx, b, out, "DAGWorker.compute_ref_log_prob", "ref_log_prob");
+    return on_calls(ctx, b, out, "DAGWorker.compute_ref_log_prob", "ref_log_prob", NULL);
 }
 static int node_train_actor(df_node_ctx *ctx, df_batch *b, df_node_output *out)
 {
-    return on_calls(ctx, b, out, "DAGWorker.train_actor", NULL);
+    return on_calls(ctx, b, out, "DAGWorker.train_actor", NULL, NULL);
 }
 
 /* The built-in nodes an embodied job runs its own way, and the function it runs instead. */
