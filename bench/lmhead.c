@@ -332,7 +332,8 @@ int main(int argc, char **argv)
     printf("fwd_tokens_per_s: %.0f\n", (double)n / t_fwd.wall);
     printf("bwd_tokens_per_s: %.0f\n", (double)n / t_bwd.wall);
     printf("ratio_fwd_vs_naive: %.2f (cpu %.2f)\n", t_nf.wall / t_fwd.wall, t_nf.cpu / t_fwd.cpu);
-    printf("ratio_fwd_sum_pi_sq_vs_fwd: %.3f (cpu %.3f)\n", t_fwd_sq.wall / t_fwd.wall, t_fwd_sq.cpu / t_fwd.cpu);
+    printf("ratio_fwd_sum_pi_sq_vs_fwd: %.3f (cpu %.3f)\n", t_fwd_sq.wall / t_fwd.wall,
+           t_fwd_sq.cpu / t_fwd.cpu);
     printf("ratio_bwd_vs_naive: %.2f (cpu %.2f)\n", t_nb.wall / t_bwd.wall, t_nb.cpu / t_bwd.cpu);
     printf("fwd_vs_naive_max_abs_diff: logp %.2e entropy %.2e\n", max_abs_diff(lp, lp0, n),
            max_abs_diff(ent, ent0, n));

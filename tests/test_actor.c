@@ -134,6 +134,20 @@ static void test_log_prob_matches_model(void **state)
     }
     /* the mean of six: each entropy within the bound, the double sums' rounding */
     assert_true(fabs(ent - emean) <= bound + df_tol_gamma(8, DF_U64) * log(40.0));
+    /* sums of p^2 (micro-batches of 2, each written at its rows) against the whole batch's: a logit is
+       within a quarter of the bound in each pass, and |d log S / d z_v| sums to <= 4, so S moves by
+       <= 2 bound relative (first order), plus the head's own sums (gamma_V twice, s0 squared) */
+    assert_int_equal(df_actor_compute_log_prob_sq(a, b, "lp2", "sq", NULL), 0);
+    float sq[6];
+    const df_head_out out = {.logp = lp, .sum_pi_sq = sq};
+    assert_int_equal(df_model_forward_head(df_actor_model(a), acts, &pk.sb, 0.8f, &out), 0);
+    const float *gsq = df_batch_column(b, "sq")->data;
+    const double V = (double)df_actor_model(a)->cfg.vocab_size, rel = 2 * bound + 6 * df_tol_gamma(V, DF_U32);
+    for (int j = 0; j < 6; j++) {
+        assert_true(sq[j] > 0 && sq[j] <= 1);
+        assert_true(fabsf(gsq[j] - sq[j]) <= rel * sq[j]);
+    }
+    assert_memory_equal(df_batch_column(b, "lp2")->data, got, sizeof lp); /* the same pass for the log-probs */
     df_acts_free(acts);
     df_packed_free(&pk);
     df_batch_free(b);

@@ -5,7 +5,9 @@
  * interaction replies. Checks the run's metrics (num_turns above the single-turn 2, the replies'
  * tokens masked out of the response length the actor trains on) and, on several ranks, that the
  * distributed run's first step equals the one-rank run's: the same rollouts (each sequence's
- * conversation depends on its own tokens only), scores and turns.
+ * conversation depends on its own tokens only), scores and turns. The same with verl's multi-turn
+ * optimal token baseline (tir_optimal_token_baseline: positions over the model's tokens, the
+ * interaction's replies skipped), whose variance proxies are summed over the ranks.
  *
  * mpi-test: np 2
  * (as a plain ctest it runs with one rank and checks the run against itself.)
@@ -15,6 +17,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "testbounds.h"
 #include "testutil.h"
 
 #include "distflow/comm.h"
@@ -30,7 +33,8 @@ static char dir[256];
 
 #define IA DF_SOURCE_DIR "/examples/gsm8k_multiturn/config/interaction_config/gsm8k_interaction_config.yaml"
 
-static void train(df_comm *comm, const char *out)
+/* One step; `ov`: n_ov more overrides. */
+static void train_ex(df_comm *comm, const char *out, const char *const *ov, int n_ov)
 {
     char yaml[4096];
     snprintf(yaml, sizeof yaml,
@@ -49,8 +53,13 @@ static void train(df_comm *comm, const char *out)
              "trainer: {total_training_steps: 1, save_freq: -1, test_freq: -1, logger: [],\n"
              "          default_local_dir: %s/%s, rollout_data_dir: %s/%s/rollouts}\n",
              dir, dir, IA, dir, out, dir, out);
-    if (df_test_run(comm, df_test_config(yaml, "agent.yaml", NULL, 0)))
+    if (df_test_run(comm, df_test_config(yaml, "agent.yaml", ov, n_ov)))
         fail_msg("rank %d: %s", df_comm_rank(world), df_last_error());
+}
+
+static void train(df_comm *comm, const char *out)
+{
+    train_ex(comm, out, NULL, 0);
 }
 
 static void test_multi_turn_grpo(void **state)
@@ -87,6 +96,48 @@ static void test_multi_turn_grpo(void **state)
     json_decref(got);
 }
 
+/*
+ * tir_optimal_token_baseline on multi-turn responses, one rank and all of them. expected_w is the
+ * mean over responses of W = sum over the model's tokens of w = 1 - 2 pi + sum pi^2, summed over
+ * the ranks: in [0, 2 x 120 tokens], and the one-rank run's up to the forward passes' difference
+ * (other micro-batches): each log-prob within F (tb_forward_bound), so pi within F (1 + F)
+ * relative, and each logit within F / 2, so sum pi^2 (|d log S / d z_v| summing to <= 4) within
+ * 2 F (1 + 2 F) relative; w within 4 F (1 + 2 F), W within 120 times that; plus metrics.jsonl's
+ * 10 digits.
+ */
+static void test_multi_turn_tir_otb(void **state)
+{
+    (void)state;
+    const char *ov[] = {"algorithm.adv_estimator=tir_optimal_token_baseline",
+                        "actor_rollout_ref.actor.calculate_sum_pi_squared=true"};
+    df_comm *self = NULL;
+    assert_int_equal(df_comm_split(world, df_comm_rank(world), 0, &self), 0);
+    if (df_comm_rank(world) == 0)
+        train_ex(self, "otb_ref", ov, 2);
+    df_comm_free(self);
+    train_ex(world, "otb_dist", ov, 2);
+    assert_int_equal(df_comm_barrier(world), 0);
+    if (df_comm_rank(world) != 0)
+        return;
+    json_t *ref = df_test_metrics(dir, "otb_ref", false), *got = df_test_metrics(dir, "otb_dist", false);
+    json_t *a = json_array_get(ref, 0), *b = json_array_get(got, 0);
+    assert_true(df_test_metric(a, "num_turns/mean") > 2.0); /* replies to skip */
+    char path[512];
+    snprintf(path, sizeof path, "%s/model", dir);
+    df_model *m;
+    assert_int_equal(df_model_load(path, &m), 0);
+    const double F = tb_forward_bound(m, 100 + 120, 1.0f);
+    df_model_free(m);
+    const double u = df_test_metric(a, "variance_proxy/expected_w"), v = df_test_metric(b, "variance_proxy/expected_w");
+    const double bound = 120 * 4 * F * (1 + 2 * F) + 1e-9 * fmax(u, v);
+    print_message("expected_w %.6f on one rank, %.6f on %d (bound %.2e)\n", u, v, df_comm_size(world), bound);
+    assert_true(u > 0 && u <= 240.0);
+    assert_true(fabs(u - v) <= bound);
+    assert_true(df_test_metric(b, "variance_proxy/proxy3_pure_noise") >= 0);
+    json_decref(ref);
+    json_decref(got);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -115,6 +166,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_multi_turn_grpo),
+        cmocka_unit_test(test_multi_turn_tir_otb),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -321,8 +321,9 @@ DF_API int df_adv_grpo_passk(const df_adv_input *in, float *advantages, float *r
 DF_API int df_adv_opo(const df_adv_input *in, float *advantages, float *returns);
 
 /**
- * "optimal_token_baseline" — Optimal Token Baseline (OTB; Li 2025, https://richardli.xyz/
- * optimal-token-baseline, verl docs/algo/otb.md), verl compute_optimal_token_baseline_advantage (core_algos.py at commit
+ * "optimal_token_baseline" — Optimal Token Baseline (OTB; Li 2025,
+ * https://richardli.xyz/optimal-token-baseline, verl docs/algo/otb.md), verl
+ * compute_optimal_token_baseline_advantage (core_algos.py at commit
  * b178a3cd56f58b2d502255daba591e92833930a7): a baseline per token position, weighted by how much
  * policy-gradient variance each response has accumulated up to that token. For the token of
  * sample i at index t within the sample, with m_t = response_mask (NULL: 1):

@@ -275,7 +275,8 @@ static int check_algorithm(const df_config *c, const df_train_config *t)
         return df_error(DF_EINVAL,
                         "%s weighs each token by the actor's sum of squared probabilities, which the "
                         "old-log-prob pass computes only with %s: set it to true (as verl requires)",
-                        kv(c, "algorithm.adv_estimator", kb[0]), kv(c, ACTOR "calculate_sum_pi_squared", kb[1]));
+                        kv(c, "algorithm.adv_estimator", kb[0]),
+                        kv(c, ACTOR "calculate_sum_pi_squared", kb[1]));
     df_policy_loss_fn pl;
     if (df_policy_loss_lookup(a->policy_loss.loss_mode, &pl))
         return df_error_wrap(DF_EINVAL, "%s", kv(c, ACTOR "policy_loss.loss_mode", kb[0]));

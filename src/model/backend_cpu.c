@@ -290,9 +290,9 @@ static int head16_operands(void *ctx, const float *h, const uint16_t *W16, int64
     return DF_OK;
 }
 
-static int cpu_lmhead_fwd_w16(void *ctx, float *logp, float *entropy, float *sum_pi_sq,
-                              float *lse, const float *h, const uint16_t *W16, const int32_t *target, int64_t n, int64_t V,
-                              int64_t H, float temperature, float *scratch)
+static int cpu_lmhead_fwd_w16(void *ctx, float *logp, float *entropy, float *sum_pi_sq, float *lse,
+                              const float *h, const uint16_t *W16, const int32_t *target, int64_t n,
+                              int64_t V, int64_t H, float temperature, float *scratch)
 {
     df_vocab_tiling t = df_vocab_tiling_for(V, H);
     df_vocab16 b;

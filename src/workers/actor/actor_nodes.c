@@ -15,11 +15,11 @@ static int node_compute_old_log_prob(df_node_ctx *ctx, df_batch *batch, df_node_
 {
     df_dag_worker *w = df_node_worker(ctx);
     double t0 = df_now(), entropy = 0;
-    const char *sq = w->global.cfg.actor_rollout_ref.actor.calculate_sum_pi_squared ? "sum_pi_squared" : NULL;
+    const bool sq = w->global.cfg.actor_rollout_ref.actor.calculate_sum_pi_squared;
+    df_actor *actor = df_worker_slot(w, ctx->node).actor->model;
     int rc = df_worker_need_batch(batch, "compute_old_log_prob");
     if (!rc)
-        rc = df_actor_compute_log_prob_sq(df_worker_slot(w, ctx->node).actor->model, batch, "old_log_probs", sq,
-                                          &entropy);
+        rc = df_actor_compute_log_prob_sq(actor, batch, "old_log_probs", sq ? "sum_pi_squared" : NULL, &entropy);
     if (!rc && ctx->metrics)
         df_metrics_set(ctx->metrics, "actor/entropy", entropy);
     /* how far the rollout engine's log-probs are from the trainer's (verl's rollout-training mismatch) */
