@@ -794,7 +794,8 @@ DF_API int df_kl_apply_in_reward_masked(const char *type, int64_t n, const int64
  * rollout-training mismatch (truncated importance sampling) ----
  * verl commits read: core_algos.py 012be9d9dcb7c38499f23616142870d2682757fc
  * (policy losses, KL controllers, agg_loss), rollout_corr_helper.py
- * e1904109a3a83d7c911baaf8998b9188b4cf7874 (mismatch metrics); TIS is verl
+ * e1904109a3a83d7c911baaf8998b9188b4cf7874 (mismatch metrics) and
+ * b178a3cd5 (rollout correction: IS weights, rejection sampling); TIS is verl
  * PR #2953 (tis_imp_ratio_cap in compute_policy_loss_vanilla).
  * ====================================================================== */
 
@@ -1066,6 +1067,179 @@ DF_API int df_rollout_mismatch_compute_masked(int64_t n, const int64_t *offsets,
  * tokens. Errors: DF_ENOMEM from df_metrics.
  */
 DF_API int df_rollout_mismatch_record(const df_rollout_mismatch *mm, df_metrics *m);
+
+/* ---- Rollout correction (algorithm.rollout_correction; verl rollout_corr_helper.py at b178a3cd5,
+ * decoupled mode): importance-sampling weights and rejection sampling between the trainer's
+ * recomputed log-probs and the rollout engine's ----
+ *
+ * Per token, lr_t = old_log_probs_t - rollout_log_probs_t (in double from the float inputs), the
+ * log of the training-to-rollout probability ratio; c_t = clamp(lr_t, -20, 20) (verl SAFETY_BOUND).
+ * mask [offsets[n]] int32: 1 (non-zero) on a token the model sampled, 0 on an appended tool / user
+ * token (verl's response_mask); NULL: every token is the model's. The model tokens of response i are
+ * M_i, k_i = |M_i|; a response is "valid" when k_i > 0; T = sum_i k_i, S = the valid responses.
+ * "masked mean" below is verl_F.masked_mean, sum / (count + 1e-8), kept literally (in verl's float32
+ * arithmetic the 1e-8 vanishes for counts >= 1; here it is a relative 1e-8 / count).
+ *
+ * Deviations from verl, all for responses or inputs verl does not meet in practice:
+ * - a response with no model token (empty, or only appended tokens) takes no part in any
+ *   per-sequence statistic; verl's padded rows count it in the sequence-level rollout_is_max /
+ *   _min / _ratio_fraction_* (as a log-ratio sum of 0), in rollout_is_seq_* (as a mean weight of 0)
+ *   and in the denominator of rollout_rs_seq_masked_fraction (its per-option RS metrics skip it, as
+ *   here);
+ * - a shard with no model token records nothing and is no error (verl raises: it sees the whole
+ *   batch, a data-parallel shard may be empty);
+ * - the off-policy diagnostics verl adds in the same call (compute_offpolicy_metrics: kl, k3_kl,
+ *   ppls, chi2) are df_rollout_mismatch_compute_masked / _record's. That record also writes
+ *   rollout_corr/rollout_is_mean, _max, _min and _ratio_fraction_high (an older verl's raw-ratio
+ *   statistics): record df_rollout_correction's metrics after it so that, with rollout_is on, these
+ *   names carry verl b178a3cd's values (set semantics);
+ * - the parsers refuse what verl lets through to a degenerate run: a k1 spec whose lower bound
+ *   exceeds its upper (verl rejects every token), a NaN threshold (passes verl's `<= 0` test).
+ */
+
+/* algorithm.rollout_correction.rollout_is */
+enum { DF_ROLLOUT_IS_OFF = 0, DF_ROLLOUT_IS_TOKEN = 1, DF_ROLLOUT_IS_SEQUENCE = 2 };
+
+/**
+ * rollout_is: "token" -> DF_ROLLOUT_IS_TOKEN, "sequence" -> DF_ROLLOUT_IS_SEQUENCE, NULL (the
+ * config's null) -> DF_ROLLOUT_IS_OFF. Errors: DF_EINVAL for anything else ("" included, as verl's
+ * "Invalid rollout_is"), naming the value and the choices, or a NULL level.
+ */
+DF_API int df_rollout_is_parse(const char *s, int *level);
+
+/** rollout_rs option levels (df_rollout_rs_opt.level). */
+enum {
+    DF_ROLLOUT_RS_TOKEN = 0,
+    DF_ROLLOUT_RS_SEQ_SUM = 1,
+    DF_ROLLOUT_RS_SEQ_MEAN = 2,
+    DF_ROLLOUT_RS_SEQ_MAX = 3
+};
+
+/** One rejection-sampling option: verl's name (e.g. "seq_mean_k3"), its level, its divergence
+ *  estimator k and its bounds. k1: lower, upper > 0, bounds on exp(-lr) (the rollout-to-training
+ *  probability ratio; compared in log space); k2 / k3: upper > 0 and lower = 0. */
+typedef struct df_rollout_rs_opt {
+    char name[16];
+    int level;           /**< DF_ROLLOUT_RS_TOKEN, _SEQ_SUM, _SEQ_MEAN, _SEQ_MAX */
+    int k;               /**< 1, 2 or 3 (seq_max: 2 or 3) */
+    double lower, upper;
+} df_rollout_rs_opt;
+
+/** algorithm.rollout_correction.rollout_rs with its thresholds: n options (0: off), each once,
+ *  in the order first given. */
+typedef struct df_rollout_rs {
+    int n;
+    df_rollout_rs_opt opt[11];
+} df_rollout_rs;
+
+/**
+ * Parse rollout_rs and rollout_rs_threshold as verl compute_rollout_rejection_mask and
+ * _parse_rollout_rs_thresholds. rs: comma-separated options among token_k1, token_k2, token_k3,
+ * seq_sum_k1, seq_sum_k2, seq_sum_k3, seq_mean_k1, seq_mean_k2, seq_mean_k3, seq_max_k2,
+ * seq_max_k3 (blanks around each trimmed, empty fields skipped, a repeated option kept once, as
+ * verl); NULL or "" -> out->n = 0 (off; threshold is then not read). threshold: comma-separated
+ * specs (trimmed, empty fields skipped), either one shared by every option or exactly one per
+ * (deduplicated) option, in order. A k1 option's spec is "lower_upper" (split at the first '_') or
+ * a bare "upper" with lower = 1 / upper; a k2 / k3 option's spec is one upper bound, '_' refused.
+ * Numbers are read by strtod, the whole field (trimmed) must be one, NaN refused, inf accepted.
+ * Errors (DF_EINVAL, naming the option or spec and what is expected): an unknown option, a
+ * non-empty rs with no option, threshold NULL with rs set, no spec, a spec count that is neither 1
+ * nor the option count, a non-numeric spec, a bound <= 0, a k1 lower bound above its upper
+ * (verl would keep nothing), '_' in a k2 / k3 spec, a NULL out; DF_ENOMEM.
+ */
+DF_API int df_rollout_rs_parse(const char *rs, const char *threshold, df_rollout_rs *out);
+
+/** Settings of df_rollout_correction. */
+typedef struct df_rollout_corr_cfg {
+    int is_level;              /**< DF_ROLLOUT_IS_OFF / _TOKEN / _SEQUENCE */
+    double is_threshold;       /**< rollout_is_threshold: the weights' truncation (> 0, finite) */
+    const df_rollout_rs *rs;   /**< NULL or n = 0: no rejection sampling */
+} df_rollout_corr_cfg;
+
+/**
+ * This shard's rollout correction, verl compute_rollout_correction_and_rejection_mask (decoupled
+ * mode: old_log_probs recomputed by the trainer), with its IS weights NOT batch-normalised (see
+ * df_rollout_is_normalize). n responses packed by offsets; old_log_probs, rollout_log_probs
+ * [offsets[n]]; mask_in [offsets[n]] or NULL (see above).
+ *
+ * IS weights (is_level not OFF; verl compute_rollout_correction_weights), w [offsets[n]]:
+ *   token:    w_t = min(exp(c_t), is_threshold)                      on model tokens
+ *   sequence: w_t = min(exp(clamp(sum_{M_i} lr, -20, 20)), is_threshold) on the model tokens of i
+ *             (the sum of the unclamped log-ratios of i's model tokens)
+ *   w_t = 0 on the other tokens (those of mask 0).
+ * norm[2] (may be NULL) += this shard's normalisation sums over mask_in (before any rejection):
+ *   token: (sum of the weights w_t as written, over model tokens; T);
+ *   sequence: (sum over valid responses of their weight; S).
+ * Add them over the data-parallel group, then call df_rollout_is_normalize on every shard.
+ * is_level OFF: w and norm are not touched (w may be NULL).
+ *
+ * Rejection sampling (rs->n > 0; verl compute_rollout_rejection_mask): per token, on c_t,
+ *   k1_t = -c_t,  k2_t = c_t^2 / 2,  k3_t = exp(c_t) - 1 - c_t.
+ * An option's statistic: token_kX: kX_t per token; seq_sum_kX: sum_{M_i} kX_t; seq_mean_kX: that
+ * sum / (k_i + 1e-8); seq_max_kX: max_{M_i} kX_t (0 for none); a sequence statistic applies to
+ * every token of i. Kept: k1 when log(lower) <= stat <= log(upper), k2 / k3 when stat <= upper
+ * (NaN: rejected). mask_out [offsets[n]] = 1 where mask_in is not 0 (or NULL) and every option
+ * keeps the token, else 0. mask_out may be mask_in itself (updated in place); it must not
+ * overlap it otherwise. rs off: mask_out, when not NULL, receives mask_in's 0 / 1 (1 for NULL).
+ *
+ * Metrics (m may be NULL; set semantics; nothing when T = 0), all named "rollout_corr/...":
+ * With rollout_is on (verl compute_is_metrics), from the weights before truncation, p_t = exp(c_t)
+ * (token) or P_i = exp(clamp(sum_{M_i} lr)) on i's tokens (sequence); thr = is_threshold,
+ * lo = 1 / thr; q_t = clamp(p_t, lo, thr):
+ *   rollout_is_mean                masked mean of p over the model tokens
+ *   rollout_is_max, _min           token: max / min of p_t; sequence: exp(min(max_i L_i, 20)) and
+ *                                  exp(min_i L_i), L_i = sum_{M_i} lr over valid i (the minimum
+ *                                  unclamped as verl's: inf when every L_i > 709, 0 below -745)
+ *   rollout_is_ratio_fraction_high token: masked mean of [p_t > thr]; sequence: the fraction of
+ *                                  valid responses with L_i > log(thr)
+ *   rollout_is_ratio_fraction_low  the same with p_t < lo / L_i < log(lo)
+ *   rollout_is_std                 sqrt(max(0, mm(q^2) - mm(q)^2)), mm the masked mean over the
+ *                                  model tokens; 0 when T = 1 (verl's population form)
+ *   rollout_is_eff_sample_size     1 / mm((q / (mm(q) + 1e-8))^2)
+ *   rollout_is_seq_mean, _seq_std, _seq_max, _seq_min over the valid responses of v_i = the masked
+ *                                  mean of p over M_i (std unbiased as torch .std(), 0 for S = 1)
+ *   rollout_is_seq_max_deviation   max_i |v_i - 1|
+ *   rollout_is_seq_fraction_high / _low  fraction of valid responses with v_i > thr / v_i < lo
+ * With rollout_rs on (verl compute_rs_metrics), per option <o> with statistic s (per token; a
+ * sequence option's value on each of its tokens), hi = log(upper) (k1) or upper, lw = log(lower)
+ * (k1) or 0, and per valid response u_i = its sequence statistic (token options: the masked mean
+ * of s over M_i):
+ *   rollout_rs_<o>_mean            masked mean of s over the model tokens (token-weighted)
+ *   rollout_rs_<o>_max, _min       token option: over the model tokens; sequence: over u_i
+ *   rollout_rs_<o>_fraction_high   token: masked mean of [s > hi]; sequence: fraction of u_i > hi
+ *   rollout_rs_<o>_fraction_low    k1: the same with < lw; k2 / k3: 0
+ *   rollout_rs_<o>_std             sqrt(max(0, mm(z^2) - mm(z)^2)), z = clamp(s, lw, hi); 0 for T = 1
+ *   rollout_rs_<o>_seq_mean, _seq_std (unbiased, 0 for S = 1), _seq_max, _seq_min of u_i
+ *   rollout_rs_<o>_seq_max_deviation  max_i |u_i|
+ *   rollout_rs_<o>_seq_fraction_high  fraction of u_i > hi
+ *   rollout_rs_<o>_seq_fraction_low   (k1 only) fraction of u_i < lw
+ *   rollout_rs_<o>_masked_fraction    masked mean of [the option rejects the token]
+ *   rollout_rs_<o>_seq_masked_fraction  fraction of valid responses with a model token it rejects
+ *   rollout_rs_masked_fraction     masked mean of [some option rejects the token]
+ *   rollout_rs_seq_masked_fraction fraction of valid responses with a rejected model token (verl
+ *                                  divides by every row, empty ones included)
+ * Errors: DF_EINVAL for a NULL cfg, bad offsets, NULL log-prob arrays while there are tokens, an
+ * unknown is_level, with rollout_is on is_threshold <= 0 or not finite or w NULL while there are
+ * tokens, with rs on an invalid option (n > 11, level / k / bounds out of range) or mask_out NULL
+ * while there are tokens; DF_ENOMEM (only with m).
+ */
+DF_API int df_rollout_correction(const df_rollout_corr_cfg *cfg, int64_t n, const int64_t *offsets,
+                                 const int32_t *mask_in, const float *old_log_probs,
+                                 const float *rollout_log_probs, float *w, int32_t *mask_out,
+                                 double norm[2], df_metrics *m);
+
+/**
+ * verl's rollout_is_batch_normalize: with mean = sums[0] / sums[1] (df_rollout_correction's norm
+ * summed over the data-parallel group, verl distributed_masked_mean), w_t /= mean on the model
+ * tokens of mask (NULL: all) when mean > 1e-8; otherwise (sums[1] = 0 included: verl's 0 / 0)
+ * w is unchanged. Records rollout_corr/rollout_is_batch_norm_factor = mean, or 1 when unchanged,
+ * into m (may be NULL). Tokens of mask 0 are not touched (df_rollout_correction wrote 0 there).
+ * verl's single-process path divides by count + 1e-8 (token) or max(count, 1e-8) (sequence), the
+ * same in its float32 arithmetic. Errors: DF_EINVAL for bad offsets, sums NULL, w NULL while there
+ * are tokens; DF_ENOMEM from m.
+ */
+DF_API int df_rollout_is_normalize(int64_t n, const int64_t *offsets, const int32_t *mask,
+                                   const double sums[2], float *w, df_metrics *m);
 
 /*
  * Gradient-variance proxies (verl compute_variance_proxy_metrics, docs/algo/otb.md; Li 2025,
