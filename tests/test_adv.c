@@ -566,6 +566,18 @@ static void test_otb_group(void **state)
     assert_otb(adv, want2, 12);
     assert_int_equal(df_adv_tir_optimal_token_baseline(&in, adv, ret), 0);
     assert_otb(adv, want2, 12);
+
+    /* Rollout IS weights rho scale w by rho^2 (verl): rho = 2 on s1's tokens, 1 elsewhere (exact),
+       s1's W becomes 2, 4: position 0 B = (1 + 0 + 2) / (1 + 2 + 1) = 3/4 -> A 0.25, -0.75, 1.25;
+       position 1 B = (1.5 + 0 + 2) / (1.5 + 4 + 1) = 3.5 / 6.5. */
+    const float rho[] = {1, 1, 1, 2, 2, 1, 1, 1, 1, 1, 1};
+    in.offsets = off, in.token_level_rewards = r, in.old_log_probs = lp, in.sum_pi_squared = sq;
+    in.rollout_is_weights = rho;
+    assert_int_equal(df_adv_optimal_token_baseline(&in, adv, ret), 0);
+    const double i0 = OTB_B(3, 4), i1 = OTB_B(3.5, 6.5);
+    const double want_is[] = {1 - i0, 1 - i1, 0 - i0, 0 - i1, 2 - i0, 2 - i1};
+    const float got_is[] = {adv[0], adv[1], adv[3], adv[4], adv[5], adv[6]};
+    assert_otb(got_is, want_is, 6);
 }
 
 /*

@@ -520,6 +520,88 @@ static void test_otb(void **state)
     free_lines(lines);
 }
 
+/* ---- verl's rollout correction (algorithm.rollout_correction) on examples/demo/grpo.yaml ---- */
+
+/* Step 1's metrics of grpo with the extra overrides, trained into out_<name>. */
+static json_t *first_step(const char *name, const char *const *extra, int n_extra)
+{
+    char od[512], out[64];
+    snprintf(od, sizeof od, "trainer.default_local_dir=%s/out_%s", dir, name);
+    const char *ex[8];
+    for (int i = 0; i < n_extra; i++)
+        ex[i] = extra[i];
+    ex[n_extra] = od;
+    if (fit("grpo", ex, n_extra + 1))
+        fail_msg("%s: %s", name, df_last_error());
+    snprintf(out, sizeof out, "out_%s", name);
+    json_t *all = df_test_metrics(dir, out, true);
+    json_t *line = json_incref(json_array_get(all, 0));
+    json_decref(all);
+    return line;
+}
+
+#define RC "algorithm.rollout_correction."
+/* metrics.jsonl's 10 digits: two printed values within 5e-10 relative each */
+#define PRINTED(x) (1.1e-9 * fabs(x))
+
+/*
+ * The rollout's and the trainer's log-probs of the same weights differ by rounding only (|log
+ * ratio| <= F, far below ln 2), so every IS weight exceeds a threshold of 0.5 and is truncated to
+ * exactly 0.5. Without the KL loss (and with entropy_coeff 0) the gradient is the policy term's
+ * alone, linear in its weights: halved exactly (a power of 2 through a linear backward), so
+ * actor/grad_norm is exactly half the uncorrected run's (the policy loss itself is 0 here: every
+ * response of the random model runs to the length limit and GRPO's advantages sum to 0 per group).
+ * Batch-normalised, the weights are 1 again: the uncorrected gradient. A rejection rule no token
+ * passes (k1 bounds [2, 3] on the ratio) masks every token out of the loss: no gradient; one
+ * every token passes changes nothing.
+ */
+static void test_rollout_correction(void **state)
+{
+    (void)state;
+    const char *nokl = "actor_rollout_ref.actor.use_kl_loss=false";
+    const char *b0[] = {nokl};
+    json_t *base = first_step("rc_base", b0, 1);
+    const double g = metric(base, "rc", "actor/grad_norm");
+    assert_true(g > 0);
+    const char *is[] = {nokl, RC "rollout_is=token", RC "rollout_is_threshold=0.5"};
+    json_t *half = first_step("rc_is", is, 3);
+    assert_near(metric(half, "rc_is", "actor/grad_norm"), 0.5 * g, PRINTED(g));
+    const double isw = metric(half, "rc_is", "rollout_corr/rollout_is_mean"); /* before truncation */
+    assert_true(fabs(isw - 1) <= 2 * first_step_kl_bound());
+    const char *norm[] = {nokl, RC "rollout_is=token", RC "rollout_is_threshold=0.5",
+                          RC "rollout_is_batch_normalize=true"};
+    json_t *one = first_step("rc_norm", norm, 4);
+    assert_near(metric(one, "rc_norm", "actor/grad_norm"), g, PRINTED(g));
+    assert_near(metric(one, "rc_norm", "rollout_corr/rollout_is_batch_norm_factor"), 0.5, 0);
+    const char *keep[] = {nokl, RC "rollout_rs=seq_max_k2", RC "rollout_rs_threshold=1e9"};
+    json_t *kept = first_step("rc_keep", keep, 3);
+    assert_near(metric(kept, "rc_keep", "rollout_corr/rollout_rs_masked_fraction"), 0.0, 0);
+    assert_near(metric(kept, "rc_keep", "actor/grad_norm"), g, PRINTED(g));
+    const char *reject[] = {nokl, RC "rollout_rs=token_k1", RC "rollout_rs_threshold=2_3"};
+    json_t *none = first_step("rc_reject", reject, 3);
+    /* verl's masked mean divides by the token count + 1e-8 */
+    assert_near(metric(none, "rc_reject", "rollout_corr/rollout_rs_masked_fraction"), 1.0, 1e-8);
+    assert_near(metric(none, "rc_reject", "actor/grad_norm"), 0.0, 0);
+    json_decref(base), json_decref(half), json_decref(one), json_decref(kept), json_decref(none);
+}
+
+/*
+ * bypass_mode: old_log_probs are the rollout's, no old-log-prob forward (so no actor/entropy, as
+ * verl). The first update's ratio is then trainer over rollout before any step: its ppo_kl is
+ * within the forward bound of 0.
+ */
+static void test_rollout_bypass(void **state)
+{
+    (void)state;
+    const char *by[] = {RC "bypass_mode=true"};
+    json_t *l = first_step("rc_bypass", by, 1);
+    assert_null(json_object_get(l, "actor/entropy"));
+    assert_true(fabs(metric(l, "rc_bypass", "actor/ppo_kl")) <= first_step_kl_bound());
+    assert_true(metric(l, "rc_bypass", "actor/grad_norm") > 0);
+    json_decref(l);
+}
+#undef RC
+
 /* PPO: GAE from the critic of examples/demo/ppo.yaml. Its critic_warmup would leave the actor
  * untrained for all 3 steps here, so it is off (test_e2e_ppo tests the warmup itself). */
 static void test_ppo(void **state)
@@ -626,6 +708,8 @@ int main(void)
         cmocka_unit_test(test_grpo_passk),
         cmocka_unit_test(test_opo),
         cmocka_unit_test(test_otb),
+        cmocka_unit_test(test_rollout_correction),
+        cmocka_unit_test(test_rollout_bypass),
         cmocka_unit_test(test_grpo_decoupled),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -282,6 +282,42 @@ static void test_kl_loss_and_kl_in_reward(void **state)
     assert_int_equal(VALIDATE(1, "algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.type=adaptive"), DF_OK);
 }
 
+/* algorithm.rollout_correction: what runs, and each refusal naming its keys. */
+static void test_rollout_correction(void **state)
+{
+    (void)state;
+#define RC "algorithm.rollout_correction."
+    assert_int_equal(VALIDATE(2, RC "rollout_is=sequence", RC "rollout_is_batch_normalize=true",
+                              RC "rollout_rs=token_k1,seq_mean_k3", RC "rollout_rs_threshold=0.5_2,0.01"),
+                     DF_OK);
+    assert_int_equal(VALIDATE(1, RC "bypass_mode=true"), DF_OK);
+    assert_int_equal(VALIDATE(1, RC "rollout_is=token", RC "rollout_is_threshold=0"), DF_EINVAL);
+    expect(RC "rollout_is_threshold=0 (command line) must be > 0");
+    assert_int_equal(VALIDATE(1, RC "rollout_rs=seq_max_k1", RC "rollout_rs_threshold=2"), DF_EINVAL);
+    expect("seq_max_k1");
+    assert_int_equal(VALIDATE(1, RC "rollout_rs=token_k2"), DF_EINVAL);
+    expect(RC "rollout_rs_threshold=null");
+    assert_int_equal(VALIDATE(1, RC "rollout_rs_threshold=2"), DF_EINVAL);
+    expect("has an effect only with " RC "rollout_rs");
+    assert_int_equal(VALIDATE(1, RC "rollout_is_batch_normalize=true"), DF_EINVAL);
+    expect("has an effect only with " RC "rollout_is");
+    assert_int_equal(VALIDATE(1, RC "bypass_mode=true", RC "rollout_is=token"), DF_EUNSUPPORTED);
+    expect("inside the loss against the policy being trained");
+    assert_int_equal(VALIDATE(1, RC "bypass_mode=true", ACTOR "policy_loss.loss_mode=gspo"), DF_EINVAL);
+    expect(ACTOR "policy_loss.loss_mode='gspo' (command line)");
+    assert_int_equal(VALIDATE(1, RC "bypass_mode=true", ACTOR "calculate_sum_pi_squared=true"), DF_EINVAL);
+    expect("needs the old-log-prob forward pass");
+    assert_int_equal(VALIDATE(1, RC "rollout_is=token", ACTOR "tis_imp_ratio_cap=2"), DF_EINVAL);
+    expect("both correct the policy loss");
+    assert_int_equal(VALIDATE(1, RC "rollout_rs=token_k2", RC "rollout_rs_threshold=1",
+                              "algorithm.adv_estimator=reinforce_plus_plus"),
+                     DF_EUNSUPPORTED);
+    expect("reinforce_plus_plus");
+    assert_int_equal(VALIDATE(1, RC "loss_type=reinforce"), DF_EUNSUPPORTED);
+    expect(RC "loss_type='reinforce' (command line) is not supported");
+#undef RC
+}
+
 static void test_clip_ratios(void **state)
 {
     (void)state;
@@ -597,6 +633,7 @@ int main(void)
         cmocka_unit_test(test_registry_names),
         cmocka_unit_test(test_kl_loss_and_kl_in_reward),
         cmocka_unit_test(test_clip_ratios),
+        cmocka_unit_test(test_rollout_correction),
         cmocka_unit_test(test_val_kwargs),
         cmocka_unit_test(test_stop_strings),
         cmocka_unit_test(test_bad_arguments),

@@ -246,6 +246,17 @@ static void test_builtin_order(void **state)
     order_of("algorithm.adv_estimator=optimal_token_baseline", NULL, s, sizeof s);
     assert_string_equal(s, "rollout_actor function_reward actor_old_log_prob reference_log_prob "
                            "calculate_advantages actor_train");
+    /* verl's rollout correction weighs and rejects by old_log_probs before the advantage */
+    order_of("algorithm.rollout_correction.rollout_rs=token_k2", "algorithm.rollout_correction.rollout_rs_threshold=1",
+             s, sizeof s);
+    assert_string_equal(s, "rollout_actor function_reward actor_old_log_prob reference_log_prob "
+                           "calculate_advantages actor_train");
+    order_of("algorithm.rollout_correction.rollout_is=token", NULL, s, sizeof s);
+    assert_string_equal(s, "rollout_actor function_reward actor_old_log_prob reference_log_prob "
+                           "calculate_advantages actor_train");
+    order_of("algorithm.rollout_correction.bypass_mode=true", NULL, s, sizeof s); /* siiRL's order stays */
+    assert_string_equal(s, "rollout_actor function_reward calculate_advantages actor_old_log_prob "
+                           "reference_log_prob actor_train");
     order_of("algorithm.adv_estimator=tir_optimal_token_baseline", "algorithm.workflow_type=dapo", s, sizeof s);
     assert_string_equal(s, "rollout_actor function_reward dynamic_sampling actor_old_log_prob "
                            "reference_log_prob calculate_advantages actor_train");

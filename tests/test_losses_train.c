@@ -172,7 +172,7 @@ static void test_variance_proxy(void **state)
     const float adv[] = {1, 3, -1, 99, -1};
     const float lp[] = {logf(0.5f), 0, logf(0.25f), 7, logf(0.25f)}, sq[] = {0.5f, 1, 0.25f, -3, 0.25f};
     double sums[DF_VPROXY_SUMS] = {0};
-    assert_int_equal(df_variance_proxy_sums(3, off, mask, adv, lp, sq, sums), 0);
+    assert_int_equal(df_variance_proxy_sums(3, off, mask, adv, lp, sq, NULL, sums), 0);
     const double want[DF_VPROXY_SUMS] = {3, 3.5, 5, 2};
     for (int k = 0; k < DF_VPROXY_SUMS; k++)
         assert_near(sums[k], want[k], 1e-7);
@@ -188,8 +188,18 @@ static void test_variance_proxy(void **state)
     assert_int_equal(df_variance_proxy_record(sums, NAN, m), 0);
     assert_near(df_metrics_get(m, "variance_proxy/proxy1_signal_strength", NAN), 0.0, 0);
     assert_near(df_metrics_get(m, "variance_proxy/proxy3_pure_noise", NAN), 0.0, 0);
+    /* rollout IS weights rho (verl's IS branch): rho = [2, 1] on sample 0 (mean 1.5), 1 on sample 1.
+       Sample 0: w rho^2 = [2, 0], so W = 2 for expected_w; proxy2 takes rho_bar^2 A^2 W_0 with W_0 =
+       sum w rho^2 / rho^2 = 0.5: 2.25 * 4 * 0.5 = 4.5. Sample 1 unchanged (1.5); sample 2 empty (0).
+       Sums: A^2 W 6, A^2 5, W 3.5. */
+    const float rho[] = {2, 1, 1, 9, 1};
+    double isums[DF_VPROXY_SUMS] = {0};
+    assert_int_equal(df_variance_proxy_sums(3, off, mask, adv, lp, sq, rho, isums), 0);
+    const double iwant[DF_VPROXY_SUMS] = {3, 6, 5, 3.5};
+    for (int k = 0; k < DF_VPROXY_SUMS; k++)
+        assert_near(isums[k], iwant[k], 1e-7);
     /* the sums add: a second shard (rank) with sample 0 again */
-    assert_int_equal(df_variance_proxy_sums(1, off, NULL, adv, lp, sq, sums), 0);
+    assert_int_equal(df_variance_proxy_sums(1, off, NULL, adv, lp, sq, NULL, sums), 0);
     assert_near(sums[DF_VPROXY_A2W], 5.5, 1e-7);
     df_metrics_free(m);
     /* no response: nothing recorded */
@@ -198,7 +208,7 @@ static void test_variance_proxy(void **state)
     assert_int_equal(df_variance_proxy_record(none, 1.0, e), 0);
     assert_int_equal(df_metrics_count(e), 0);
     df_metrics_free(e);
-    assert_error_mentions(df_variance_proxy_sums(3, off, mask, adv, NULL, sq, sums), DF_EINVAL, "NULL");
+    assert_error_mentions(df_variance_proxy_sums(3, off, mask, adv, NULL, sq, NULL, sums), DF_EINVAL, "NULL");
 }
 
 /*

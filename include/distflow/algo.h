@@ -108,6 +108,10 @@ typedef struct df_adv_input {
                                            pass); estimators with DF_ADV_NEEDS_SUM_PI_SQUARED */
     const float *sum_pi_squared;      /**< [offsets[n]] sum over the vocabulary of pi^2 per token
                                            (actor.calculate_sum_pi_squared); likewise */
+    const float *rollout_is_weights;  /**< [offsets[n]] algorithm.rollout_correction.rollout_is's
+                                           weights (batch field rollout_is_weights), NULL when off:
+                                           the optimal token baselines scale w_t by their square
+                                           (verl); the other estimators ignore them */
 } df_adv_input;
 
 /**
@@ -340,8 +344,9 @@ DF_API int df_adv_opo(const df_adv_input *in, float *advantages, float *returns)
  * shorter than t, or masked at t, add nothing to B_t. The epsilon is verl's default 1e-8, fixed:
  * verl calls the estimator without it, and in->epsilon is grpo's std guard (1e-6 by default),
  * which would pull B_t toward 0 where the group's W_t is small. verl's handle_zero_tail is off
- * by default for this estimator, and off here. Not implemented: verl's rollout-IS scaling of w_t
- * by rollout_is_weights^2 (used when the batch carries such weights). Needs group ids,
+ * by default for this estimator, and off here. With in->rollout_is_weights (rho, the rollout
+ * correction's IS weights) w_t is scaled by rho_t^2 before the cumulative sum (verl: the baseline
+ * that minimises the MSE under truncated IS). Needs group ids,
  * old_log_probs and sum_pi_squared (DF_ADV_NEEDS_SUM_PI_SQUARED); their values on tokens with
  * m_t = 0 are not read.
  * Errors: the common ones; old_log_probs or sum_pi_squared NULL while there are tokens (the
@@ -364,8 +369,8 @@ DF_API int df_adv_optimal_token_baseline(const df_adv_input *in, float *advantag
  * default for this estimator: when one sample of a group is strictly the longest (in model
  * tokens, L_1 > L_2 the second longest), its baseline at compacted positions k >= L_2 is 0, so
  * A = G there (no other sample reaches those positions: the baseline would be its own return and
- * its advantage about 0). A tie for the longest keeps every baseline. Not implemented: verl's
- * rollout-IS scaling (as above). Needs as "optimal_token_baseline"; tool tokens' old_log_probs
+ * its advantage about 0). A tie for the longest keeps every baseline. The rollout-IS scaling as
+ * above. Needs as "optimal_token_baseline"; tool tokens' old_log_probs
  * and sum_pi_squared are not read.
  * Errors: those of "optimal_token_baseline".
  */
@@ -1258,12 +1263,16 @@ enum { DF_VPROXY_N, DF_VPROXY_A2W, DF_VPROXY_A2, DF_VPROXY_W, DF_VPROXY_SUMS };
 
 /**
  * Add n responses' terms to sums[DF_VPROXY_SUMS] (count, sum A^2 max(W, 0), sum A^2, sum W).
- * mask [offsets[n]]: the model's tokens (NULL: all). Errors: DF_EINVAL for bad offsets or NULL arrays
- * while there are tokens.
+ * mask [offsets[n]]: the model's tokens (NULL: all). is_weights [offsets[n]] (NULL: none): the
+ * rollout IS weights rho of algorithm.rollout_correction.rollout_is, with which verl scales w_t by
+ * rho_t^2 (so expected_w is the mean of sum_t rho_t^2 w_t) and takes proxy2 as the mean of
+ * rho_bar^2 A^2 max(W_0, 0), rho_bar the response's mean weight, W_0 = sum_t rho_t^2 w_t /
+ * max(rho_t^2, 1e-10). Errors: DF_EINVAL for bad offsets or NULL arrays while there are tokens.
  */
 DF_API int df_variance_proxy_sums(int64_t n, const int64_t *offsets, const int32_t *mask,
                                   const float *advantages, const float *old_log_probs,
-                                  const float *sum_pi_squared, double sums[DF_VPROXY_SUMS]);
+                                  const float *sum_pi_squared, const float *is_weights,
+                                  double sums[DF_VPROXY_SUMS]);
 
 /** Record the five metrics above from a batch's sums; grad_norm NAN: proxy1 and proxy3 are 0.
  *  Nothing when the sums count no response. Errors: DF_ENOMEM from df_metrics. */

@@ -91,7 +91,8 @@ static int otb(const otb_mode *md, const df_adv_input *in, float *advantages, fl
         for (int64_t t = off[i]; t < off[i + 1]; t++) {
             pos[t] = md->compact ? k : t - off[i];
             if (is_model(in, t)) {
-                w += 1.0 - 2.0 * exp((double)in->old_log_probs[t]) + (double)in->sum_pi_squared[t];
+                const double rho = in->rollout_is_weights ? in->rollout_is_weights[t] : 1.0;
+                w += (1.0 - 2.0 * exp((double)in->old_log_probs[t]) + (double)in->sum_pi_squared[t]) * rho * rho;
                 k++;
             }
             W[t] = w;

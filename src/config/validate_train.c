@@ -353,6 +353,93 @@ static int check_decoupled(const df_config *c, const df_train_config *t)
     return DF_OK;
 }
 
+#define RC "algorithm.rollout_correction."
+
+/* A key of the rollout correction that acts only with another: refused when away from its default
+   without it (verl's generated config spells every default out). */
+static int rc_needs(const df_config *c, const char *key, bool changed, bool on, const char *needed)
+{
+    char kb[2][KV_CAP];
+    if (on || !changed)
+        return DF_OK;
+    return df_error(DF_EINVAL, "%s has an effect only with %s (now %s): set it as well, or leave this key unset",
+                    kv(c, key, kb[0]), needed, kv(c, needed, kb[1]));
+}
+
+/* What verl's bypass mode replaces or computes elsewhere: refused beside it. */
+static int check_bypass(const df_config *c, const df_train_config *t, bool corr)
+{
+    char kb[2][KV_CAP];
+    const struct df_train_actor *a = &t->actor_rollout_ref.actor;
+    const char *by = RC "bypass_mode";
+    if (corr)
+        return df_error(DF_EUNSUPPORTED,
+                        "%s with rollout_is / rollout_rs: in bypass mode verl computes the weights and rejections "
+                        "inside the loss against the policy being trained; distflow computes them once before "
+                        "the advantage (decoupled mode, bypass_mode false) only",
+                        kv(c, by, kb[0]));
+    if (strcmp(a->policy_loss.loss_mode, "vanilla"))
+        return df_error(DF_EINVAL,
+                        "%s with %s: verl's bypass mode replaces the policy loss by its ppo_clip loss (the "
+                        "vanilla one); set loss_mode vanilla",
+                        kv(c, by, kb[0]), kv(c, ACTOR "policy_loss.loss_mode", kb[1]));
+    const struct { const char *key; bool set; const char *why; } off[] = {
+        {ACTOR "calculate_sum_pi_squared", a->calculate_sum_pi_squared, "needs the old-log-prob forward pass"},
+        {ACTOR "tis_imp_ratio_cap", a->tis_imp_ratio_cap > 0, "would weigh by exp(old - rollout) = 1"},
+        {ACTOR "use_decoupled_loss", a->use_decoupled_loss, "needs a proximal policy besides the rollout's"},
+    };
+    for (size_t i = 0; i < sizeof off / sizeof *off; i++)
+        if (off[i].set)
+            return df_error(DF_EINVAL, "%s with %s: the latter %s, and bypass mode takes the rollout's log-probs "
+                                       "as old_log_probs", kv(c, by, kb[0]), kv(c, off[i].key, kb[1]), off[i].why);
+    return DF_OK;
+}
+
+/* verl's rollout correction (docs/losses.md, "Rollout correction"). */
+static int check_rollout_correction(const df_config *c, const df_train_config *t)
+{
+    char kb[2][KV_CAP];
+    const struct df_train_algorithm_rollout_correction *co = &t->algorithm.rollout_correction;
+    const struct df_train_actor *a = &t->actor_rollout_ref.actor;
+    const bool is = co->rollout_is && *co->rollout_is, rs = co->rollout_rs && *co->rollout_rs;
+    int rc = rc_needs(c, RC "rollout_is_threshold", co->rollout_is_threshold != 2.0, is, RC "rollout_is");
+    if (!rc)
+        rc = rc_needs(c, RC "rollout_is_batch_normalize", co->rollout_is_batch_normalize, is, RC "rollout_is");
+    if (!rc)
+        rc = rc_needs(c, RC "rollout_rs_threshold", co->rollout_rs_threshold != NULL, rs, RC "rollout_rs");
+    if (!rc && strcmp(co->loss_type, "ppo_clip"))
+        rc = df_error(DF_EUNSUPPORTED, "%s is not supported by distflow: REINFORCE with importance weights "
+                                       "computed in the loss; bypass mode runs the ppo_clip loss",
+                      kv(c, RC "loss_type", kb[0]));
+    if (rc)
+        return rc;
+    if (is && !(co->rollout_is_threshold > 0))
+        return df_error(DF_EINVAL, "%s must be > 0", kv(c, RC "rollout_is_threshold", kb[0]));
+    df_rollout_rs parsed;
+    if (rs && (rc = df_rollout_rs_parse(co->rollout_rs, co->rollout_rs_threshold, &parsed)))
+        return df_error_wrap(rc, "%s, %s", kv(c, RC "rollout_rs", kb[0]), kv(c, RC "rollout_rs_threshold", kb[1]));
+    if ((is || rs || co->bypass_mode) && !strcmp(t->actor_rollout_ref.rollout.mode, "async"))
+        return df_error(DF_EUNSUPPORTED, "%s with %s: the fully asynchronous trainer corrects for its stale "
+                                         "rollouts with actor.use_decoupled_loss (docs/async.md)",
+                        kv(c, co->bypass_mode ? RC "bypass_mode" : is ? RC "rollout_is" : RC "rollout_rs", kb[0]),
+                        kv(c, ROLLOUT "mode", kb[1]));
+    if (co->bypass_mode)
+        return check_bypass(c, t, is || rs);
+    if (!is && !rs)
+        return DF_OK;
+    const char *what = is ? RC "rollout_is" : RC "rollout_rs";
+    if (a->tis_imp_ratio_cap > 0 || a->use_decoupled_loss)
+        return df_error(DF_EINVAL, "%s with %s: both correct the policy loss for the rollout's log-probs; set one",
+                        kv(c, what, kb[0]),
+                        kv(c, a->use_decoupled_loss ? ACTOR "use_decoupled_loss" : ACTOR "tis_imp_ratio_cap", kb[1]));
+    if (rs && !strcmp(t->algorithm.adv_estimator, "reinforce_plus_plus"))
+        return df_error(DF_EUNSUPPORTED, "%s with %s: rejected tokens leave response_mask, and reinforce_plus_plus "
+                                         "discounts its return over every response token",
+                        kv(c, RC "rollout_rs", kb[0]), kv(c, "algorithm.adv_estimator", kb[1]));
+    return DF_OK;
+}
+#undef RC
+
 static bool is_bf16(const char *dtype)
 {
     return dtype && (!strcmp(dtype, "bf16") || !strcmp(dtype, "bfloat16"));
@@ -502,6 +589,8 @@ int df_config_validate_train_ex(const df_config *c, int world_size, df_warn_fn w
         rc = check_clip(c, &t);
     if (!rc)
         rc = check_decoupled(c, &t);
+    if (!rc)
+        rc = check_rollout_correction(c, &t);
     if (!rc)
         rc = check_sampling(c, &t);
     if (!rc)

@@ -196,6 +196,14 @@ static int policy_loss(df_actor *a, const df_batch *b, int64_t n, const int64_t 
             return rc;
         w = a->c.buf[B_WPG];
     }
+    const df_column *isw = df_batch_column(b, "rollout_is_weights");
+    if (isw) { /* algorithm.rollout_correction.rollout_is (not with the two above): verl's pg_losses * w */
+        const float *iw = (const float *)isw->data + base;
+        float *wpg = a->c.buf[B_WPG];
+        for (int64_t t = 0; t < offs[n]; t++)
+            wpg[t] = w[t] * iw[t];
+        w = wpg;
+    }
     /* clip_cov's random choice: one stream per (step, micro-batch, DP rank) */
     uint64_t rank = (uint64_t)(a->c.dp ? df_comm_rank(a->c.dp) : 0);
     uint64_t key = df_rng_key(p->seed, (uint64_t)a->c.steps, (uint64_t)a->n_micro++, rank);

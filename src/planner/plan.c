@@ -110,23 +110,30 @@ static int reward_baseline(const df_train_config *t, const char *name, df_task_g
 /*
  * An advantage that reads log-probs runs after the nodes computing them: both for
  * algorithm.use_kl_in_reward, the old ones for the optimal token baseline
- * (DF_ADV_NEEDS_SUM_PI_SQUARED). The built-in chains take verl's order, other graphs
- * must have it (kl_order.c). The default graphs are untouched. *g is freed on failure.
+ * (DF_ADV_NEEDS_SUM_PI_SQUARED) and verl's rollout correction (its weights and rejections are
+ * made at the advantage node, as verl makes them before compute_advantage). The built-in chains
+ * take verl's order, other graphs must have it (kl_order.c). The default graphs are untouched. *g
+ * is freed on failure.
  */
 static int log_prob_order(const df_train_config *t, bool builtin, const char *source, df_task_graph **g)
 {
     const df_adv_estimator_desc *d = df_adv_estimator_find(t->algorithm.adv_estimator);
+    const struct df_train_algorithm_rollout_correction *co = &t->algorithm.rollout_correction;
     const bool kl = t->algorithm.use_kl_in_reward, sq = d && (d->needs & DF_ADV_NEEDS_SUM_PI_SQUARED);
-    if (!kl && !sq)
+    const bool corr = (co->rollout_is && *co->rollout_is) || (co->rollout_rs && *co->rollout_rs);
+    if (!kl && !sq && !corr)
         return DF_OK;
     char what[1300], why[300];
     snprintf(what, sizeof what, "%s%s%s", builtin ? "built-in pipeline '" : "", source, builtin ? "'" : "");
     if (kl)
         snprintf(why, sizeof why, "algorithm.use_kl_in_reward=true subtracts beta * KL(old_log_probs, "
                  "ref_log_prob) from the reward before the advantage");
-    else
+    else if (sq)
         snprintf(why, sizeof why, "algorithm.adv_estimator=%s reads old_log_probs and sum_pi_squared",
                  t->algorithm.adv_estimator);
+    else
+        snprintf(why, sizeof why, "algorithm.rollout_correction (rollout_is / rollout_rs) weighs and masks "
+                 "the responses by old_log_probs against the rollout's before the advantage");
     const int need = DF_NEED_OLD_LOG_PROB | (kl ? DF_NEED_REF_LOG_PROB : 0);
     int rc = df_task_graph_order_log_probs_first(*g, need, builtin, what, why);
     if (rc) {

@@ -9,15 +9,31 @@
 
 #include <math.h>
 
+/* algorithm.rollout_correction.bypass_mode (verl apply_bypass_mode): the rollout engine's log-probs
+ * become old_log_probs, no forward pass (so no actor/entropy, and no mismatch to measure). */
+static int bypass_old_log_prob(df_node_ctx *ctx, df_batch *batch)
+{
+    double t0 = df_now();
+    const df_column *rl = df_batch_column(batch, "rollout_log_probs");
+    int rc = rl ? df_batch_set_tok_f32(batch, "old_log_probs", rl->offsets, rl->data)
+                : df_error(DF_EINVAL, "compute_old_log_prob: algorithm.rollout_correction.bypass_mode needs the "
+                                      "rollout's log-probs (batch field rollout_log_probs), and the batch has none");
+    df_worker_timing(ctx, "old_log_prob", t0);
+    return rc;
+}
+
 /* actor_old_log_prob: log-probs of the responses under the policy before the update (and, with
  * actor.calculate_sum_pi_squared, each token's sum of squared probabilities). */
 static int node_compute_old_log_prob(df_node_ctx *ctx, df_batch *batch, df_node_output *out)
 {
     df_dag_worker *w = df_node_worker(ctx);
+    (void)out;
+    int rc = df_worker_need_batch(batch, "compute_old_log_prob");
+    if (!rc && w->global.cfg.algorithm.rollout_correction.bypass_mode)
+        return bypass_old_log_prob(ctx, batch);
     double t0 = df_now(), entropy = 0;
     const bool sq = w->global.cfg.actor_rollout_ref.actor.calculate_sum_pi_squared;
     df_actor *actor = df_worker_slot(w, ctx->node).actor->model;
-    int rc = df_worker_need_batch(batch, "compute_old_log_prob");
     if (!rc)
         rc = df_actor_compute_log_prob_sq(actor, batch, "old_log_probs", sq ? "sum_pi_squared" : NULL, &entropy);
     if (!rc && ctx->metrics)
@@ -36,7 +52,6 @@ static int node_compute_old_log_prob(df_node_ctx *ctx, df_batch *batch, df_node_
         if (!rc)
             rc = df_rollout_mismatch_record(&mm, ctx->metrics);
     }
-    (void)out;
     df_worker_timing(ctx, "old_log_prob", t0);
     return rc;
 }
@@ -67,7 +82,7 @@ static int variance_proxy(df_dag_worker *w, const df_node *node, int rc, const d
     double mine[DF_VPROXY_SUMS] = {0}, tot[DF_VPROXY_SUMS] = {0};
     if (!rc && (!l || l->mp_rank == 0)) {
         const df_column *adv = df_batch_column(b, "advantages"), *old = df_batch_column(b, "old_log_probs");
-        const df_column *sq = df_batch_column(b, "sum_pi_squared");
+        const df_column *sq = df_batch_column(b, "sum_pi_squared"), *isw = df_batch_column(b, "rollout_is_weights");
         const int32_t *mask = NULL;
         if (!adv || !old || !sq)
             rc = df_error(DF_EINVAL, "variance_proxy metrics: the batch lacks advantages, old_log_probs or "
@@ -76,7 +91,7 @@ static int variance_proxy(df_dag_worker *w, const df_node *node, int rc, const d
             rc = df_batch_response_mask(b, &mask);
         if (!rc)
             rc = df_variance_proxy_sums(df_batch_size(b), adv->offsets, mask, adv->data, old->data, sq->data,
-                                        mine);
+                                        isw ? isw->data : NULL, mine);
     }
     rc = df_worker_group_sum(w->group, rc, mine, DF_VPROXY_SUMS, tot, "variance_proxy metrics",
                              "data-parallel group");

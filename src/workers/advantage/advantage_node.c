@@ -22,6 +22,7 @@ static df_adv_input adv_input(const df_dag_worker *w, const df_batch *batch, con
     /* per-sample reward of the greedy response, when a ReMax baseline step filled it */
     const float *baselines = df_batch_has(batch, "reward_baselines") ? df_batch_f32(batch, "reward_baselines") : NULL;
     const df_column *old = df_batch_column(batch, "old_log_probs"), *sq = df_batch_column(batch, "sum_pi_squared");
+    const df_column *isw = df_batch_column(batch, "rollout_is_weights");
     return (df_adv_input){.n = df_batch_size(batch), .offsets = rew->offsets, .token_level_rewards = rew->data,
                           .values = val ? val->data : NULL, .group = group,
                           .gamma = (float)alg->gamma,
@@ -33,7 +34,8 @@ static df_adv_input adv_input(const df_dag_worker *w, const df_batch *batch, con
                           .defer_whiten = defer,
                           .config = alg,
                           .old_log_probs = old ? old->data : NULL,
-                          .sum_pi_squared = sq ? sq->data : NULL};
+                          .sum_pi_squared = sq ? sq->data : NULL,
+                          .rollout_is_weights = isw ? isw->data : NULL};
 }
 
 /* Multi-turn responses (a response_mask column): the estimators read the mask (gae skips
@@ -67,6 +69,8 @@ static int node_compute_advantage(df_node_ctx *ctx, df_batch *batch, df_node_out
     int rc = df_worker_need_batch(batch, "compute_advantage");
     if (!rc) /* algorithm.use_kl_in_reward: rewards = scores - beta * KL, before the estimator */
         rc = df_worker_kl_in_reward(w, ctx->node, batch, ctx->metrics);
+    /* algorithm.rollout_correction: IS weights and rejections, after the KL as verl (collective) */
+    rc = df_worker_rollout_correction(w, ctx->node, rc, batch, ctx->metrics);
     const int32_t *mask = NULL;
     if (!rc)
         rc = check_mask(w, batch, &mask);
