@@ -12,8 +12,10 @@
 #                                       TESTS=GLOBS: only those tests (default test_cuda_*
 #                                       test_backend_ops: every seam entry on the GPU)
 #   scripts/device-cuda.sh grpo [OUTDIR] there: `distflow train` with trainer.device=cuda: the
-#                                       demo configs, 2 GRPO and 2 PPO steps (and the same on the
-#                                       CPU, metrics side by side), then 2 steps of the Qwen2.5-0.5B shape on
+#                                       demo configs, 2 steps each of GRPO, PPO, LoRA GRPO and the
+#                                       optimal token baseline (its sums of p^2 from the CUDA head;
+#                                       DEMO_ALGOS to choose), the same on the CPU, metrics side by
+#                                       side, then 2 steps of the Qwen2.5-0.5B shape on
 #                                       GSM8K with the Qwen2.5 tokenizer (packed from ../shared),
 #                                       then bench_grpo_step --device cuda (NO_STEP=1: not)
 set -uo pipefail
@@ -130,6 +132,7 @@ runs = [[json.loads(l) for l in open(f) if l.strip()] for f in sys.argv[1:]]
 keys = ["critic/score/mean", "response_length/mean", "actor/pg_loss", "actor/entropy",
         "critic/vf_loss", "critic/vpred_mean", "critic/grad_norm", "critic/values/mean",
         "actor/ppo_kl", "actor/grad_norm", "actor/kl_loss", "training/rollout_probs_diff_mean",
+        "variance_proxy/expected_w", "variance_proxy/proxy2_total_power",
         "timing_s/gen", "timing_s/old_log_prob", "timing_s/ref", "timing_s/update_actor",
         "timing_s/step", "perf/throughput"]
 print("%-36s" % "step metric" + "".join("%22s" % f.split("/")[-2] for f in sys.argv[1:]))
@@ -158,7 +161,7 @@ grpo() {
     "${DF[@]}" init-model --config examples/demo/model_config.json --tokenizer $D/tok --out $D/init --seed 1
   } >"$out/grpo_setup.log" 2>&1 || { echo "demo setup failed"; tail "$out/grpo_setup.log"; rc=1; }
   local algo run
-  for algo in ${DEMO_ALGOS:-grpo ppo grpo_lora}; do
+  for algo in ${DEMO_ALGOS:-grpo ppo grpo_lora otb}; do
     for dev in ${DEVICES:-cuda cpu}; do
       run=${algo}_$dev
       timeout "${DEMO_TIMEOUT:-200}" "${DF[@]}" train examples/demo/$algo.yaml data.train_files="[$D/train.jsonl]" \
