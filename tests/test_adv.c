@@ -525,7 +525,7 @@ static void test_otb_group(void **state)
     const int64_t g[] = {0, 0, 0, 1};
     df_adv_input in = {.n = 4, .offsets = off, .token_level_rewards = r, .group = g, .old_log_probs = lp,
                        .sum_pi_squared = sq, .epsilon = 1e-6f /* not used: OTB's epsilon is 1e-8 */};
-    float adv[11], ret[11];
+    float adv[12], ret[12]; /* 11 tokens, then 12 (the tie below) */
     assert_int_equal(df_adv_optimal_token_baseline(&in, adv, ret), 0);
     const double b0 = OTB_B(3, 2.5), b1 = OTB_B(3.5, 3.5), b2 = OTB_B(4.5, 3.25), b3 = OTB_B(4.5, 2.25);
     const double want[] = {1 - b0, 1 - b1, 1 - b2, 0 - b0, 0 - b1, 2 - b0, 2 - b1, 2 - b2, 2 - b3, 1, 0.5};
@@ -539,7 +539,7 @@ static void test_otb_group(void **state)
     float adv_e[11], ret_e[11];
     in.epsilon = 0.5f;
     assert_int_equal(df_adv_optimal_token_baseline(&in, adv_e, ret_e), 0);
-    assert_memory_equal(adv_e, adv, sizeof adv);
+    assert_memory_equal(adv_e, adv, sizeof adv_e);
     in.epsilon = 1e-6f;
 
     assert_int_equal(df_adv_tir_optimal_token_baseline(&in, adv, ret), 0);

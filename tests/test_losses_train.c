@@ -617,6 +617,27 @@ static void test_actor_set_loss(void **state)
     df_model_free(xb);
 }
 
+/*
+ * A loss whose descriptor fixes its aggregation (gspo, sapo: seq-mean-token-mean, as verl's agg_loss
+ * calls) aggregates its policy term with it whatever loss_agg_mode: without KL and entropy terms,
+ * gspo under token-mean trains to the same bits as under seq-mean-token-mean. The responses have
+ * 2, 3, 0 and 1 tokens, so the two modes weigh tokens differently: vanilla under them differs.
+ */
+static void test_actor_loss_own_aggregation(void **state)
+{
+    (void)state;
+    double la, lb;
+    df_actor_params pa = actor_params("gspo", "token-mean", 2), pb = actor_params("gspo", "seq-mean-token-mean", 2);
+    df_model *xa = actor_update(&pa, false, &la), *xb = actor_update(&pb, false, &lb);
+    assert_true(df_test_max_param_diff(xa, xb) == 0);
+    assert_true(la == lb);
+    df_model_free(xa), df_model_free(xb);
+    pa.loss.policy_loss = pb.loss.policy_loss = "vanilla";
+    xa = actor_update(&pa, false, &la), xb = actor_update(&pb, false, &lb);
+    assert_true(df_test_max_param_diff(xa, xb) > 0);
+    df_model_free(xa), df_model_free(xb);
+}
+
 /* The worker's actor settings: loss_scale_factor else data.max_response_length; CPGD
  * selected by use_cpgd_loss or adv_estimator=cpgd; the policy_loss.* keys; TIS cap; the loss
  * coefficients and clip ratios each from its own key. */
@@ -681,6 +702,7 @@ int main(void)
         cmocka_unit_test(test_actor_tis),
         cmocka_unit_test(test_actor_norm_length_and_cov),
         cmocka_unit_test(test_actor_set_loss),
+        cmocka_unit_test(test_actor_loss_own_aggregation),
         cmocka_unit_test(test_worker_actor_params),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

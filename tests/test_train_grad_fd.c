@@ -71,6 +71,8 @@
 #include "testbounds.h"
 #include "tolerance.h"
 
+#include "distflow/algo_desc.h"
+
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -245,6 +247,7 @@ typedef struct actor_fd {
     const df_actor_loss *l;
     double cap;      /* tis_imp_ratio_cap */
     double *w, *tis; /* aggregation and TIS weights, exact */
+    double *wpg;     /* the policy term's aggregation weights: w, or the loss's own mode's (gspo) */
     float temp;
     df_acts *acts;  /* for the error bounds' own forward of each row (tb_teacher_forced) */
     double eps;     /* tb_logp_eps: relative rounding of a log-prob's chain */
@@ -412,7 +415,7 @@ static bool actor_loss(void *ctx, double *loss, double *ferr, double *parts, con
             int b1, b2;
             double p = pg_token(l, lp[j], f->old[t], f->adv[t], f->seq0[i], f->lp0[t], &c1, &d1, &b1);
             double k = kl_token(l->kl_loss_type, lp[j], f->ref[t], &c2, &d2, &b2);
-            double wp = f->w[t] * f->tis[t], wk = f->w[t] * l->kl_loss_coef;
+            double wp = f->wpg[t] * f->tis[t], wk = f->w[t] * l->kl_loss_coef;
             pg += wp * p;
             kl += f->w[t] * k;
             double ct = fabs(wp * c1) + fabs(wk * c2), dct = wp * d1 + wk * d2;
@@ -780,6 +783,7 @@ static void actor_check(const actor_setup *s, const actor_case *k, uint64_t seed
     f.adv = df_batch_column(s->b, "advantages")->data;
     f.rollout = df_batch_column(s->b, "rollout_log_probs")->data;
     f.w = malloc((size_t)T * sizeof(double));
+    f.wpg = malloc((size_t)T * sizeof(double));
     f.tis = malloc((size_t)T * sizeof(double));
     f.lp0 = malloc((size_t)T * sizeof(double));
     f.seq0 = calloc(G_ROWS, sizeof(double));
@@ -788,6 +792,9 @@ static void actor_check(const actor_setup *s, const actor_case *k, uint64_t seed
     f.dc = malloc((size_t)T * sizeof(double));
     f.cent = malloc((size_t)T * sizeof(double));
     agg_weights(k->agg, G_ROWS, f.ro, f.w);
+    /* gspo (sapo, geo_mean) aggregate their policy term with their own mode, as verl */
+    const df_policy_loss_desc *pd = df_policy_loss_find(k->policy_loss);
+    agg_weights(pd && pd->loss_agg_mode ? pd->loss_agg_mode : k->agg, G_ROWS, f.ro, f.wpg);
     for (int64_t t = 0; t < T; t++)
         f.tis[t] = fmin(exp((double)f.old[t] - f.rollout[t]), f.cap);
     double l0, ferr0, parts0[N_PARTS];
@@ -840,7 +847,7 @@ static void actor_check(const actor_setup *s, const actor_case *k, uint64_t seed
     free(f.lpb), free(f.errb), free(f.err0);
     for (int64_t i = 0; i < G_ROWS; i++)
         df_batch_free(f.rows[i]);
-    free(f.rows), free(f.w), free(f.tis), free(f.lp0), free(f.seq0), free(f.sig0), free(f.c), free(f.dc),
+    free(f.rows), free(f.w), free(f.wpg), free(f.tis), free(f.lp0), free(f.seq0), free(f.sig0), free(f.c), free(f.dc),
         free(f.cent);
     free(g), free(rec);
 }

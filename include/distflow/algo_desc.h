@@ -102,8 +102,11 @@ typedef struct df_policy_loss_desc {
     const char *name;          /**< actor.policy_loss.loss_mode (verl's name); non-empty; first member (as above) */
     df_policy_loss_fn fn;      /**< the loss; non-NULL */
     const char *loss_agg_mode; /**< the aggregation its objective is defined with, or NULL for
-                                    any: `config check` warns when actor.loss_agg_mode differs
-                                    (gspo: seq-mean-token-mean, arXiv 2507.18071 eq. 7) */
+                                    any. When set, the actor aggregates the policy term with it
+                                    whatever actor.loss_agg_mode says (which then aggregates the KL
+                                    and entropy terms only), as verl's gspo and sapo call agg_loss
+                                    with "seq-mean-token-mean"; `config check` says so when they
+                                    differ (gspo: arXiv 2507.18071 eq. 7) */
     const char *summary;       /**< one line: what it computes and its source, or NULL */
 } df_policy_loss_desc;
 

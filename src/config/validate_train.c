@@ -506,7 +506,9 @@ static void warn_suspicious(const df_config *c, const df_train_config *t, df_war
     const struct df_train_reward_model *rm = &t->reward_model;
     const df_policy_loss_desc *loss = df_policy_loss_find(a->policy_loss.loss_mode);
     if (loss && loss->loss_agg_mode && strcmp(a->loss_agg_mode, loss->loss_agg_mode))
-        df_warnf(warn, user, "%s with %s: the loss's objective is defined with loss_agg_mode=%s (%s)",
+        df_warnf(warn, user,
+                 "%s with %s: the policy term is aggregated with %s, the loss's own (verl forces it; %s); "
+                 "loss_agg_mode aggregates the KL and entropy terms",
                  kv(c, ACTOR "policy_loss.loss_mode", kb[0]), kv(c, ACTOR "loss_agg_mode", kb[1]),
                  loss->loss_agg_mode, loss->summary ? loss->summary : "its descriptor");
     const char *manager = rm->reward_manager;

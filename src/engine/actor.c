@@ -2,6 +2,7 @@
 #include "engine/actor.h"
 
 #include "distflow/algo.h"
+#include "distflow/algo_desc.h"
 #include "distflow/async.h"
 #include "distflow/rng.h"
 #include "engine/train_core.h"
@@ -169,10 +170,11 @@ static const char *const SUM_NAMES[N_SUMS] = {"pg_loss", "kl_loss", "entropy_los
                                               "behave_approx_kl", "behave_kept", "behave_filtered_frac"};
 _Static_assert((int)N_SUMS < (int)DF_CORE_MAX_SUMS, "df_train_core_reduce's limit");
 
-/* The policy loss of one micro-batch (n samples from token `base` of b) into *st; the decoupled
-   objective's behaviour weights seen into *bst (mask: the model's tokens, or NULL). */
+/* The policy loss of one micro-batch (n samples from token `base` of b) into *st, its terms
+   aggregated by the weights w (pg_weights); the decoupled objective's behaviour weights seen into
+   *bst (mask: the model's tokens, or NULL). */
 static int policy_loss(df_actor *a, const df_batch *b, int64_t n, const int64_t *offs, int64_t base,
-                       const int32_t *mask, const float *logp, df_policy_loss_output *st,
+                       const int32_t *mask, const float *logp, const float *w, df_policy_loss_output *st,
                        df_behav_stats *bst)
 {
     const df_actor_params *p = &a->p;
@@ -182,16 +184,15 @@ static int policy_loss(df_actor *a, const df_batch *b, int64_t n, const int64_t 
         return rc;
     const float *old = (const float *)df_batch_column(b, "old_log_probs")->data + base;
     const float *adv = (const float *)df_batch_column(b, "advantages")->data + base;
-    const float *w = a->c.buf[B_W];
     if (p->tis_imp_ratio_cap > 0 || p->use_decoupled_loss) { /* verl and AReaL weight pg_losses only */
         const float *ro = (const float *)df_batch_column(b, "rollout_log_probs")->data + base;
         if (p->tis_imp_ratio_cap > 0)
-            rc = df_tis_weights(offs[n], old, ro, p->tis_imp_ratio_cap, a->c.buf[B_W], a->c.buf[B_WPG]);
+            rc = df_tis_weights(offs[n], old, ro, p->tis_imp_ratio_cap, w, a->c.buf[B_WPG]);
         else /* AReaL's decoupled PPO: the ratio against the proximal policy (old_log_probs, the
                 trainer's recompute), the weight exp(proximal - behaviour), the behaviour policy
                 being the rollout engine's log-probs */
-            rc = df_behav_imp_weights(offs[n], old, ro, mask, p->behav_imp_weight_cap,
-                                      a->c.buf[B_W], a->c.buf[B_WPG], bst);
+            rc = df_behav_imp_weights(offs[n], old, ro, mask, p->behav_imp_weight_cap, w,
+                                      a->c.buf[B_WPG], bst);
         if (rc)
             return rc;
         w = a->c.buf[B_WPG];
@@ -219,6 +220,22 @@ static int policy_loss(df_actor *a, const df_batch *b, int64_t n, const int64_t 
                                .ppo_kl_coef = l->ppo_kl_coef, .seed = key, .config = l->config,
                                .response_mask = mask, .tau_pos = l->tau_pos, .tau_neg = l->tau_neg};
     return a->loss_fn(&in, st);
+}
+
+/* The aggregation weights of the policy term: loss_agg_mode's (w), or the loss's own where its
+   descriptor fixes one (gspo, sapo: verl's agg_loss(..., "seq-mean-token-mean") whatever
+   loss_agg_mode, which then aggregates only the KL and entropy terms) into B_WPG. */
+static int pg_weights(df_actor *a, int64_t n, const int64_t *offs, const int32_t *mask, int64_t global_tokens,
+                      int64_t global_seqs, const float *w, const float **out)
+{
+    const df_actor_loss *l = &a->p.loss;
+    const df_policy_loss_desc *d = df_policy_loss_find(l->policy_loss);
+    *out = w;
+    if (!d || !d->loss_agg_mode || !strcmp(d->loss_agg_mode, l->loss_agg_mode))
+        return DF_OK;
+    *out = a->c.buf[B_WPG];
+    return df_loss_agg_weights_masked(d->loss_agg_mode, n, offs, mask, global_tokens, global_seqs,
+                                      l->loss_agg_norm_length, a->c.buf[B_WPG]);
 }
 
 /* Loss and gradient for one micro-batch [s, e) of a PPO mini-batch of
@@ -249,8 +266,11 @@ static int ppo_micro(void *user, const df_batch *b, int64_t s, int64_t e, int64_
                                         global_seqs, l->loss_agg_norm_length, w);
     df_policy_loss_output st = {.grad = dlogp};
     df_behav_stats bst = {0};
+    const float *wpg = w;
     if (!rc)
-        rc = policy_loss(a, b, e - s, offs, base, mask, logp, &st, &bst);
+        rc = pg_weights(a, e - s, offs, mask, global_tokens, global_seqs, w, &wpg);
+    if (!rc)
+        rc = policy_loss(a, b, e - s, offs, base, mask, logp, wpg, &st, &bst);
     double kl = 0, ent_loss = 0;
     if (!rc && p->use_kl_loss) {
         const float *ref = df_batch_column(b, "ref_log_prob")->data;
