@@ -638,6 +638,35 @@ static void test_actor_loss_own_aggregation(void **state)
     df_model_free(xa), df_model_free(xb);
 }
 
+/*
+ * geo_mean (GMPO) takes its importance weights per sequence as the geometric mean of its tokens'
+ * (verl compute_policy_loss_geo_mean), the other losses per token. One epoch over the whole batch at
+ * the weights that made old_log_probs (ratio exactly 1): pg_loss = -(1/S) sum_i g_i A_i over the
+ * S = 3 responses with tokens, g the geometric means of rollout_is_weights [4, 1], [1, 1, 1], [0.25]
+ * = 2, 1, 0.25 (verl's +1e-10 and +1e-8 move them by < 1e-9): -(1.8 - 0.6 + 0.325) / 3; per
+ * token (the arithmetic mean 2.5 for the first) it would be -(2.25 - 0.6 + 0.325) / 3. The float
+ * weights and the double sums: within 1e-6.
+ */
+static void test_actor_geo_mean_is_weights(void **state)
+{
+    (void)state;
+    df_actor_params p = actor_params("geo_mean", "seq-mean-token-mean", 8);
+    p.loss.ppo_epochs = 1;
+    df_actor *a;
+    assert_int_equal(df_actor_create(df_test_micro_model(5), &p, true, &a), 0);
+    df_batch *b = actor_batch(a, false);
+    float *rw;
+    assert_int_equal(df_batch_alloc_tok_f32_like(b, "rollout_is_weights", "response_ids", &rw), 0);
+    const float rho[] = {4, 1, 1, 1, 1, 0.25f};
+    memcpy(rw, rho, sizeof rho);
+    df_metrics *m = df_metrics_new();
+    assert_int_equal(df_actor_update_policy(a, b, m), 0);
+    assert_near(df_metrics_get(m, "actor/pg_loss", NAN), -(1.8 - 0.6 + 0.325) / 3, 1e-6);
+    df_metrics_free(m);
+    df_batch_free(b);
+    df_actor_free(a);
+}
+
 /* The worker's actor settings: loss_scale_factor else data.max_response_length; CPGD
  * selected by use_cpgd_loss or adv_estimator=cpgd; the policy_loss.* keys; TIS cap; the loss
  * coefficients and clip ratios each from its own key. */
@@ -703,6 +732,7 @@ int main(void)
         cmocka_unit_test(test_actor_norm_length_and_cov),
         cmocka_unit_test(test_actor_set_loss),
         cmocka_unit_test(test_actor_loss_own_aggregation),
+        cmocka_unit_test(test_actor_geo_mean_is_weights),
         cmocka_unit_test(test_worker_actor_params),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

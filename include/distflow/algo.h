@@ -897,8 +897,10 @@ DF_API int df_policy_loss_sapo(const df_policy_loss_input *in, df_policy_loss_ou
  *   pg_clipfrac = token mean of [d_t clamped and A_t > 0]; pg_clipfrac_lower the same for
  *   A_t < 0; ppo_kl = token mean of -d.
  * verl averages L_i over the sequences (torch.mean) whatever loss_agg_mode says: with
- * seq-mean-token-mean weights W_i is 1/#sequences, its loss (the descriptor makes `config check`
- * warn otherwise). With rollout IS weights in w, W_i sums them (verl takes their geometric mean).
+ * seq-mean-token-mean weights W_i is 1/#sequences, its loss (the actor aggregates this loss with
+ * its descriptor's seq-mean-token-mean whatever loss_agg_mode says). With rollout IS weights the
+ * actor puts in w the sequence's geometric mean of them on each of its tokens (verl), so W_i
+ * carries it; given per-token weights here W_i would sum them.
  * Errors as vanilla (clip_ratio_c not read).
  */
 DF_API int df_policy_loss_geo_mean(const df_policy_loss_input *in, df_policy_loss_output *out);

@@ -14,7 +14,7 @@
 
 /* Per-token scratch of the core: logp, entropy, dlogp, dentropy, aggregation weights,
    policy-loss weights (w times the TIS or the decoupled objective's behaviour weights). */
-enum { B_LOGP, B_ENT, B_DLOGP, B_DENT, B_W, B_WPG, N_BUF };
+enum { B_LOGP, B_ENT, B_DLOGP, B_DENT, B_W, B_WPG, B_RHO, N_BUF };
 
 struct df_actor {
     df_train_core c;           /* model, gradients, AdamW, activations, DP comm, steps */
@@ -170,6 +170,23 @@ static const char *const SUM_NAMES[N_SUMS] = {"pg_loss", "kl_loss", "entropy_los
                                               "behave_approx_kl", "behave_kept", "behave_filtered_frac"};
 _Static_assert((int)N_SUMS < (int)DF_CORE_MAX_SUMS, "df_train_core_reduce's limit");
 
+/* out[t] = w[t] rho[t] (out may be w), or, geo true (verl's geo_mean takes its IS weights per
+   sequence), w[t] times the geometric mean of the sequence's weights over its model tokens,
+   exp(sum log(rho + 1e-10) / (tokens + 1e-8)), as verl's compute_policy_loss_geo_mean. */
+static void weigh_by_rho(bool geo, int64_t n, const int64_t *offs, const int32_t *mask, const float *w,
+                         const float *rho, float *out)
+{
+    for (int64_t i = 0; i < n; i++) {
+        double g = 0, k = 0;
+        for (int64_t t = offs[i]; geo && t < offs[i + 1]; t++)
+            if (!mask || mask[t])
+                g += log((double)rho[t] + 1e-10), k += 1;
+        g = exp(g / (k + 1e-8));
+        for (int64_t t = offs[i]; t < offs[i + 1]; t++)
+            out[t] = geo ? (float)((double)w[t] * g) : w[t] * rho[t];
+    }
+}
+
 /* The policy loss of one micro-batch (n samples from token `base` of b) into *st, its terms
    aggregated by the weights w (pg_weights); the decoupled objective's behaviour weights seen into
    *bst (mask: the model's tokens, or NULL). */
@@ -184,26 +201,28 @@ static int policy_loss(df_actor *a, const df_batch *b, int64_t n, const int64_t 
         return rc;
     const float *old = (const float *)df_batch_column(b, "old_log_probs")->data + base;
     const float *adv = (const float *)df_batch_column(b, "advantages")->data + base;
-    if (p->tis_imp_ratio_cap > 0 || p->use_decoupled_loss) { /* verl and AReaL weight pg_losses only */
-        const float *ro = (const float *)df_batch_column(b, "rollout_log_probs")->data + base;
-        if (p->tis_imp_ratio_cap > 0)
-            rc = df_tis_weights(offs[n], old, ro, p->tis_imp_ratio_cap, w, a->c.buf[B_WPG]);
-        else /* AReaL's decoupled PPO: the ratio against the proximal policy (old_log_probs, the
-                trainer's recompute), the weight exp(proximal - behaviour), the behaviour policy
-                being the rollout engine's log-probs */
-            rc = df_behav_imp_weights(offs[n], old, ro, mask, p->behav_imp_weight_cap, w,
-                                      a->c.buf[B_WPG], bst);
-        if (rc)
+    const df_column *isw = df_batch_column(b, "rollout_is_weights");
+    if (p->use_decoupled_loss) { /* AReaL's decoupled PPO: the ratio against the proximal policy
+                                    (old_log_probs, the trainer's recompute), the policy term
+                                    weighted by exp(proximal - behaviour), the behaviour policy
+                                    being the rollout engine's log-probs */
+        const float *rl = (const float *)df_batch_column(b, "rollout_log_probs")->data + base;
+        if ((rc = df_behav_imp_weights(offs[n], old, rl, mask, p->behav_imp_weight_cap, w, a->c.buf[B_WPG],
+                                       bst)))
             return rc;
         w = a->c.buf[B_WPG];
-    }
-    const df_column *isw = df_batch_column(b, "rollout_is_weights");
-    if (isw) { /* algorithm.rollout_correction.rollout_is (not with the two above): verl's pg_losses * w */
-        const float *iw = (const float *)isw->data + base;
-        float *wpg = a->c.buf[B_WPG];
-        for (int64_t t = 0; t < offs[n]; t++)
-            wpg[t] = w[t] * iw[t];
-        w = wpg;
+    } else if (p->tis_imp_ratio_cap > 0 || isw) { /* verl's pg_losses * rho: the TIS weights of
+                                                     tis_imp_ratio_cap or rollout_correction's (not both) */
+        float *rho = a->c.buf[B_RHO];
+        if (isw)
+            memcpy(rho, (const float *)isw->data + base, (size_t)offs[n] * sizeof *rho);
+        else
+            rc = df_tis_weights(offs[n], old, (const float *)df_batch_column(b, "rollout_log_probs")->data + base,
+                                p->tis_imp_ratio_cap, NULL, rho);
+        if (rc)
+            return rc;
+        weigh_by_rho(a->loss_fn == df_policy_loss_geo_mean, n, offs, mask, w, rho, a->c.buf[B_WPG]);
+        w = a->c.buf[B_WPG]; /* w rho */
     }
     /* clip_cov's random choice: one stream per (step, micro-batch, DP rank) */
     uint64_t rank = (uint64_t)(a->c.dp ? df_comm_rank(a->c.dp) : 0);
