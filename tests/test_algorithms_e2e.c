@@ -600,6 +600,45 @@ static void test_rollout_bypass(void **state)
     assert_true(metric(l, "rc_bypass", "actor/grad_norm") > 0);
     json_decref(l);
 }
+
+/*
+ * bypass_mode's correction in the loss (verl's bypass presets), without the KL loss so the gradient
+ * is the policy term's alone. The trained policy's ratio to the rollout's is within F of 1 before
+ * the first step, so a threshold of 0.5 truncates every weight to exactly 0.5: with loss_type
+ * reinforce (-A log p times the weights) the gradient is exactly half the unweighted REINFORCE
+ * one's; with ppo_clip the weights are left out (verl: the ratio already corrects), the gradient
+ * exactly the plain bypass one's. A rejection rule no token passes leaves no gradient.
+ */
+static void test_rollout_bypass_correction(void **state)
+{
+    (void)state;
+    const char *nokl = "actor_rollout_ref.actor.use_kl_loss=false", *by = RC "bypass_mode=true";
+    const char *ppo[] = {nokl, by};
+    json_t *clip = first_step("by_clip", ppo, 2);
+    const double gc = metric(clip, "by_clip", "actor/grad_norm");
+    const char *rf[] = {nokl, by, RC "loss_type=reinforce"};
+    json_t *re = first_step("by_reinforce", rf, 3);
+    const double gr = metric(re, "by_reinforce", "actor/grad_norm");
+    assert_true(gr > 0);
+    const char *rfis[] = {nokl, by, RC "loss_type=reinforce", RC "rollout_is=token", RC "rollout_is_threshold=0.5"};
+    json_t *rehalf = first_step("by_reinforce_is", rfis, 5);
+    assert_near(metric(rehalf, "by_reinforce_is", "actor/grad_norm"), 0.5 * gr, PRINTED(gr));
+    const char *clipis[] = {nokl, by, RC "rollout_is=token", RC "rollout_is_threshold=0.5"};
+    json_t *clip2 = first_step("by_clip_is", clipis, 4);
+    assert_near(metric(clip2, "by_clip_is", "actor/grad_norm"), gc, PRINTED(gc));
+    const char *rej[] = {nokl, by, RC "rollout_rs=token_k1", RC "rollout_rs_threshold=2_3"};
+    json_t *none = first_step("by_reject", rej, 4);
+    assert_near(metric(none, "by_reject", "actor/grad_norm"), 0.0, 0);
+    /* a second epoch sees ratios moved by the first step: REINFORCE's -A log p and the clipped
+       ratio then differ (by ~lr relative: far above the 10 printed digits) */
+    const char *clip_e2[] = {nokl, by, "actor_rollout_ref.actor.ppo_epochs=2"};
+    const char *rf_e2[] = {nokl, by, RC "loss_type=reinforce", "actor_rollout_ref.actor.ppo_epochs=2"};
+    json_t *c2 = first_step("by_clip_e2", clip_e2, 3), *r2 = first_step("by_reinforce_e2", rf_e2, 4);
+    const double g2 = metric(c2, "by_clip_e2", "actor/grad_norm");
+    assert_true(fabs(metric(r2, "by_reinforce_e2", "actor/grad_norm") - g2) > 1e-7 * g2);
+    json_decref(clip), json_decref(re), json_decref(rehalf), json_decref(clip2), json_decref(none);
+    json_decref(c2), json_decref(r2);
+}
 #undef RC
 
 /* PPO: GAE from the critic of examples/demo/ppo.yaml. Its critic_warmup would leave the actor
@@ -710,6 +749,7 @@ int main(void)
         cmocka_unit_test(test_otb),
         cmocka_unit_test(test_rollout_correction),
         cmocka_unit_test(test_rollout_bypass),
+        cmocka_unit_test(test_rollout_bypass_correction),
         cmocka_unit_test(test_grpo_decoupled),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -301,8 +301,13 @@ static void test_rollout_correction(void **state)
     expect("has an effect only with " RC "rollout_rs");
     assert_int_equal(VALIDATE(1, RC "rollout_is_batch_normalize=true"), DF_EINVAL);
     expect("has an effect only with " RC "rollout_is");
-    assert_int_equal(VALIDATE(1, RC "bypass_mode=true", RC "rollout_is=token"), DF_EUNSUPPORTED);
-    expect("inside the loss against the policy being trained");
+    /* bypass mode: the weights and rejections in the loss (verl's bypass presets) */
+    assert_int_equal(VALIDATE(1, RC "bypass_mode=true", RC "rollout_is=sequence", RC "loss_type=reinforce",
+                              RC "rollout_rs=seq_mean_k1", RC "rollout_rs_threshold=0.5_2"),
+                     DF_OK);
+    assert_int_equal(VALIDATE(1, RC "bypass_mode=true", RC "rollout_is=token", RC "rollout_is_batch_normalize=true"),
+                     DF_EUNSUPPORTED);
+    expect("per micro-batch");
     assert_int_equal(VALIDATE(1, RC "bypass_mode=true", ACTOR "policy_loss.loss_mode=gspo"), DF_EINVAL);
     expect(ACTOR "policy_loss.loss_mode='gspo' (command line)");
     assert_int_equal(VALIDATE(1, RC "bypass_mode=true", ACTOR "calculate_sum_pi_squared=true"), DF_EINVAL);
@@ -313,8 +318,8 @@ static void test_rollout_correction(void **state)
                               "algorithm.adv_estimator=reinforce_plus_plus"),
                      DF_EUNSUPPORTED);
     expect("reinforce_plus_plus");
-    assert_int_equal(VALIDATE(1, RC "loss_type=reinforce"), DF_EUNSUPPORTED);
-    expect(RC "loss_type='reinforce' (command line) is not supported");
+    assert_int_equal(VALIDATE(1, RC "loss_type=reinforce"), DF_EINVAL);
+    expect("has an effect only with " RC "bypass_mode");
 #undef RC
 }
 

@@ -118,7 +118,7 @@ static void test_verl_unsupported_refused(void **state)
         {"algorithm.adv_estimator=optimal_token_baseline", ARR "actor.calculate_sum_pi_squared=false (" },
         {"data.sampler.class_path=curriculum.py", "data.sampler.class_path=curriculum.py is not supported"},
         {"reward_manager.module.path=rm.py", "reward_manager.module.path=rm.py is not supported"},
-        {"algorithm.rollout_correction.loss_type=reinforce", "rollout_correction.loss_type='reinforce' (command line) is not supported"},
+        {"algorithm.rollout_correction.loss_type=reinforce", "has an effect only with algorithm.rollout_correction.bypass_mode"},
         {"algorithm.rollout_correction.rollout_is_threshold=3", "has an effect only with algorithm.rollout_correction.rollout_is"},
         {ARR "actor.optim.optimizer=SGD", ARR "actor.optim.optimizer=SGD is not supported"},
         {"critic.model.fsdp_config.full_determinism=true", "critic.model.fsdp_config.full_determinism=true"},

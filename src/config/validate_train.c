@@ -367,21 +367,21 @@ static int rc_needs(const df_config *c, const char *key, bool changed, bool on, 
 }
 
 /* What verl's bypass mode replaces or computes elsewhere: refused beside it. */
-static int check_bypass(const df_config *c, const df_train_config *t, bool corr)
+static int check_bypass(const df_config *c, const df_train_config *t)
 {
     char kb[2][KV_CAP];
     const struct df_train_actor *a = &t->actor_rollout_ref.actor;
     const char *by = RC "bypass_mode";
-    if (corr)
+    if (t->algorithm.rollout_correction.rollout_is_batch_normalize)
         return df_error(DF_EUNSUPPORTED,
-                        "%s with rollout_is / rollout_rs: in bypass mode verl computes the weights and rejections "
-                        "inside the loss against the policy being trained; distflow computes them once before "
-                        "the advantage (decoupled mode, bypass_mode false) only",
-                        kv(c, by, kb[0]));
+                        "%s with %s: in bypass mode the weights are made in the loss per micro-batch, where "
+                        "verl normalises them over the data-parallel ranks' micro-batches; distflow normalises "
+                        "over the step batch in decoupled mode (bypass_mode false) only",
+                        kv(c, by, kb[0]), kv(c, RC "rollout_is_batch_normalize", kb[1]));
     if (strcmp(a->policy_loss.loss_mode, "vanilla"))
         return df_error(DF_EINVAL,
-                        "%s with %s: verl's bypass mode replaces the policy loss by its ppo_clip loss (the "
-                        "vanilla one); set loss_mode vanilla",
+                        "%s with %s: verl's bypass mode replaces the policy loss by its own (loss_type: "
+                        "ppo_clip, the vanilla loss, or reinforce); set loss_mode vanilla",
                         kv(c, by, kb[0]), kv(c, ACTOR "policy_loss.loss_mode", kb[1]));
     const struct { const char *key; bool set; const char *why; } off[] = {
         {ACTOR "calculate_sum_pi_squared", a->calculate_sum_pi_squared, "needs the old-log-prob forward pass"},
@@ -407,10 +407,9 @@ static int check_rollout_correction(const df_config *c, const df_train_config *t
         rc = rc_needs(c, RC "rollout_is_batch_normalize", co->rollout_is_batch_normalize, is, RC "rollout_is");
     if (!rc)
         rc = rc_needs(c, RC "rollout_rs_threshold", co->rollout_rs_threshold != NULL, rs, RC "rollout_rs");
-    if (!rc && strcmp(co->loss_type, "ppo_clip"))
-        rc = df_error(DF_EUNSUPPORTED, "%s is not supported by distflow: REINFORCE with importance weights "
-                                       "computed in the loss; bypass mode runs the ppo_clip loss",
-                      kv(c, RC "loss_type", kb[0]));
+    if (!rc)
+        rc = rc_needs(c, RC "loss_type", strcmp(co->loss_type, "ppo_clip") != 0, co->bypass_mode,
+                      RC "bypass_mode");
     if (rc)
         return rc;
     if (is && !(co->rollout_is_threshold > 0))
@@ -424,7 +423,7 @@ static int check_rollout_correction(const df_config *c, const df_train_config *t
                         kv(c, co->bypass_mode ? RC "bypass_mode" : is ? RC "rollout_is" : RC "rollout_rs", kb[0]),
                         kv(c, ROLLOUT "mode", kb[1]));
     if (co->bypass_mode)
-        return check_bypass(c, t, is || rs);
+        return check_bypass(c, t);
     if (!is && !rs)
         return DF_OK;
     const char *what = is ? RC "rollout_is" : RC "rollout_rs";

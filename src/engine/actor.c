@@ -187,6 +187,29 @@ static void weigh_by_rho(bool geo, int64_t n, const int64_t *offs, const int32_t
     }
 }
 
+/* verl's bypass-mode correction (compute_policy_loss_bypass_mode): the weights and rejections of
+   the policy being trained (logp) against the rollout's log-probs (old), detached; out[t] = w[t]
+   times 0 where rejected, times the weight with loss_type reinforce (ppo_clip leaves them out). */
+static int bypass_weights(df_actor *a, int64_t n, const int64_t *offs, const int32_t *mask, const float *logp,
+                          const float *old, const float *w, float *out)
+{
+    const df_actor_params *p = &a->p;
+    const int64_t T = offs[n];
+    int32_t *keep = p->bypass_rs.n ? malloc((size_t)(T > 0 ? T : 1) * sizeof *keep) : NULL;
+    if (p->bypass_rs.n && !keep)
+        return df_error(DF_ENOMEM, "bypass-mode rejection: out of memory for %lld tokens", (long long)T);
+    float *rho = a->c.buf[B_RHO];
+    const df_rollout_corr_cfg cfg = {.is_level = p->bypass_is_level, .is_threshold = p->bypass_is_threshold,
+                                     .rs = &p->bypass_rs};
+    float *w_is = p->bypass_is_level ? rho : NULL;
+    int rc = df_rollout_correction(&cfg, n, offs, mask, logp, old, w_is, keep, NULL, NULL);
+    for (int64_t t = 0; !rc && t < T; t++)
+        out[t] = w[t] * (keep && !keep[t] ? 0.0f : 1.0f) *
+                 (p->bypass_reinforce && p->bypass_is_level ? rho[t] : 1.0f);
+    free(keep);
+    return rc;
+}
+
 /* The policy loss of one micro-batch (n samples from token `base` of b) into *st, its terms
    aggregated by the weights w (pg_weights); the decoupled objective's behaviour weights seen into
    *bst (mask: the model's tokens, or NULL). */
@@ -196,7 +219,8 @@ static int policy_loss(df_actor *a, const df_batch *b, int64_t n, const int64_t 
 {
     const df_actor_params *p = &a->p;
     const df_actor_loss *l = &p->loss;
-    int rc = a->loss_fn ? DF_OK : df_policy_loss_lookup(l->policy_loss, &a->loss_fn);
+    const char *name = p->bypass_reinforce ? "gpg" : l->policy_loss; /* verl's bypass REINFORCE: -A log p */
+    int rc = a->loss_fn ? DF_OK : df_policy_loss_lookup(name, &a->loss_fn);
     if (rc)
         return rc;
     const float *old = (const float *)df_batch_column(b, "old_log_probs")->data + base;
@@ -223,6 +247,10 @@ static int policy_loss(df_actor *a, const df_batch *b, int64_t n, const int64_t 
             return rc;
         weigh_by_rho(a->loss_fn == df_policy_loss_geo_mean, n, offs, mask, w, rho, a->c.buf[B_WPG]);
         w = a->c.buf[B_WPG]; /* w rho */
+    } else if (p->bypass_is_level || p->bypass_rs.n) {
+        if ((rc = bypass_weights(a, n, offs, mask, logp, old, w, a->c.buf[B_WPG])))
+            return rc;
+        w = a->c.buf[B_WPG];
     }
     /* clip_cov's random choice: one stream per (step, micro-batch, DP rank) */
     uint64_t rank = (uint64_t)(a->c.dp ? df_comm_rank(a->c.dp) : 0);
@@ -238,7 +266,15 @@ static int policy_loss(df_actor *a, const df_batch *b, int64_t n, const int64_t 
                                .clip_cov_ub = l->clip_cov_ub, .kl_cov_ratio = l->kl_cov_ratio,
                                .ppo_kl_coef = l->ppo_kl_coef, .seed = key, .config = l->config,
                                .response_mask = mask, .tau_pos = l->tau_pos, .tau_neg = l->tau_neg};
-    return a->loss_fn(&in, st);
+    rc = a->loss_fn(&in, st);
+    if (!rc && p->bypass_reinforce) { /* verl's REINFORCE reports ppo_kl, the token mean of old - logp */
+        double kl = 0, k = 0;
+        for (int64_t t = 0; t < offs[n]; t++)
+            if (!mask || mask[t])
+                kl += (double)old[t] - logp[t], k += 1;
+        st->ppo_kl = k > 0 ? kl / k : 0.0;
+    }
+    return rc;
 }
 
 /* The aggregation weights of the policy term: loss_agg_mode's (w), or the loss's own where its

@@ -22,6 +22,7 @@
 #ifndef DF_ENGINE_ACTOR_H
 #define DF_ENGINE_ACTOR_H
 
+#include "distflow/algo.h"
 #include "distflow/batch.h"
 #include "distflow/comm.h"
 #include "distflow/metrics.h"
@@ -71,6 +72,15 @@ typedef struct df_actor_params {
                                      tis_imp_ratio_cap (the worker's validation refuses both) */
     double behav_imp_weight_cap;  /* with use_decoupled_loss: tokens whose weight exceeds it are
                                      dropped from the policy loss; <= 0: no cap */
+    /* algorithm.rollout_correction in bypass mode (old_log_probs are the rollout's): verl's
+       weights and rejections made in the loss, per micro-batch, from the policy being trained
+       against old_log_probs (df_rollout_correction; not with the two corrections above) */
+    int bypass_is_level;          /* DF_ROLLOUT_IS_*: the weights (OFF: none) */
+    double bypass_is_threshold;   /* their truncation */
+    df_rollout_rs bypass_rs;      /* the rejections (n = 0: none): a rejected token leaves the policy term */
+    bool bypass_reinforce;        /* loss_type reinforce: the policy term is REINFORCE's -A log p (the gpg
+                                     loss) times the weights; ppo_clip: the clipped ratio, unweighted
+                                     (verl: the ratio against the rollout already corrects) */
     uint64_t seed;                /* clip_cov's random token choice, keyed per micro-batch */
     float temperature;          /* rollout temperature: logits are divided by it */
     bool gradient_checkpointing; /* recompute each layer's activations in the backward

@@ -13,7 +13,8 @@
 bool df_worker_rollout_correction_on(const df_dag_worker *w)
 {
     const struct df_train_algorithm_rollout_correction *co = &w->global.cfg.algorithm.rollout_correction;
-    return (co->rollout_is && *co->rollout_is) || (co->rollout_rs && *co->rollout_rs);
+    /* bypass mode corrects in the loss instead (the actor's bypass_* settings) */
+    return !co->bypass_mode && ((co->rollout_is && *co->rollout_is) || (co->rollout_rs && *co->rollout_rs));
 }
 
 /* This rank's weights (into the batch) and rejections (into mask_out), and the normalisation's sums. */

@@ -169,6 +169,14 @@ void df_worker_actor_params(const df_dag_worker *w, df_actor_params *p)
     p->tis_imp_ratio_cap = a->tis_imp_ratio_cap;
     p->use_decoupled_loss = a->use_decoupled_loss;
     p->behav_imp_weight_cap = a->behav_imp_weight_cap;
+    const struct df_train_algorithm_rollout_correction *co = &t->algorithm.rollout_correction;
+    if (co->bypass_mode) { /* verl's bypass-mode correction, in the loss (validated: these parse) */
+        if (df_rollout_is_parse(co->rollout_is, &p->bypass_is_level) ||
+            df_rollout_rs_parse(co->rollout_rs, co->rollout_rs_threshold, &p->bypass_rs))
+            p->bypass_is_level = 0, p->bypass_rs.n = 0;
+        p->bypass_is_threshold = co->rollout_is_threshold;
+        p->bypass_reinforce = !strcmp(co->loss_type, "reinforce");
+    }
     p->seed = df_worker_seed(w);
     p->temperature = (float)t->actor_rollout_ref.rollout.temperature;
     p->progress_label = w->rank == 0 ? "update_actor" : NULL;
