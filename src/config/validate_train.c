@@ -417,20 +417,19 @@ static int check_rollout_correction(const df_config *c, const df_train_config *t
     df_rollout_rs parsed;
     if (rs && (rc = df_rollout_rs_parse(co->rollout_rs, co->rollout_rs_threshold, &parsed)))
         return df_error_wrap(rc, "%s, %s", kv(c, RC "rollout_rs", kb[0]), kv(c, RC "rollout_rs_threshold", kb[1]));
+    const char *first = co->bypass_mode ? RC "bypass_mode" : is ? RC "rollout_is" : RC "rollout_rs";
     if ((is || rs || co->bypass_mode) && !strcmp(t->actor_rollout_ref.rollout.mode, "async"))
         return df_error(DF_EUNSUPPORTED, "%s with %s: the fully asynchronous trainer corrects for its stale "
                                          "rollouts with actor.use_decoupled_loss (docs/async.md)",
-                        kv(c, co->bypass_mode ? RC "bypass_mode" : is ? RC "rollout_is" : RC "rollout_rs", kb[0]),
-                        kv(c, ROLLOUT "mode", kb[1]));
+                        kv(c, first, kb[0]), kv(c, ROLLOUT "mode", kb[1]));
     if (co->bypass_mode)
         return check_bypass(c, t);
     if (!is && !rs)
         return DF_OK;
-    const char *what = is ? RC "rollout_is" : RC "rollout_rs";
+    const char *other = a->use_decoupled_loss ? ACTOR "use_decoupled_loss" : ACTOR "tis_imp_ratio_cap";
     if (a->tis_imp_ratio_cap > 0 || a->use_decoupled_loss)
         return df_error(DF_EINVAL, "%s with %s: both correct the policy loss for the rollout's log-probs; set one",
-                        kv(c, what, kb[0]),
-                        kv(c, a->use_decoupled_loss ? ACTOR "use_decoupled_loss" : ACTOR "tis_imp_ratio_cap", kb[1]));
+                        kv(c, first, kb[0]), kv(c, other, kb[1]));
     if (rs && !strcmp(t->algorithm.adv_estimator, "reinforce_plus_plus"))
         return df_error(DF_EUNSUPPORTED, "%s with %s: rejected tokens leave response_mask, and reinforce_plus_plus "
                                          "discounts its return over every response token",

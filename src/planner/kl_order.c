@@ -1,8 +1,9 @@
 /*
  * Node order for an advantage that reads log-probs (sched_internal.h): with
  * algorithm.use_kl_in_reward the penalty beta * KL(old_log_probs, ref_log_prob)
- * is subtracted from the reward before the advantage, and the optimal token
- * baseline weighs tokens by old_log_probs and sum_pi_squared, so the advantage
+ * is subtracted from the reward before the advantage, the optimal token
+ * baseline weighs tokens by old_log_probs and sum_pi_squared, and verl's rollout
+ * correction weighs and rejects by old_log_probs against the rollout's, so the advantage
  * node must run after the old-log-prob (and reference) nodes — verl's
  * RayPPOTrainer.fit order. siiRL's built-in chains compute the advantage first;
  * they are rewired here, and any other graph is checked instead of silently
@@ -130,8 +131,8 @@ int df_task_graph_order_log_probs_first(df_task_graph *g, int need, bool may_reo
                                : "the old-log-prob node (role ACTOR, only_forward_compute: true) "
                                  "and the REFERENCE node";
         rc = df_error(DF_EINVAL,
-                      "%s: %s, but node '%s' (ADVANTAGE) does not depend on %s; make it come after it, as "
-                      "verl does: rollout -> reward -> actor_old_log_prob -> reference_log_prob -> "
+                      "%s: %s, but node '%s' (ADVANTAGE) does not depend on %s; order the nodes as verl "
+                      "does: rollout -> reward -> actor_old_log_prob -> reference_log_prob -> "
                       "calculate_advantages -> actor_train",
                       source, why, adv[i]->node_id, what);
     }
