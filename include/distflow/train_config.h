@@ -105,6 +105,13 @@ typedef struct df_train_config {
  */
 DF_API int df_train_config_resolve(const df_config *c, df_train_config *out);
 
+/**
+ * Whether algorithm.rollout_correction corrects at the advantage node (verl's decoupled mode):
+ * rollout_is or rollout_rs set and bypass_mode false (bypass mode corrects in the loss). Then the
+ * advantage needs old_log_probs before it.
+ */
+DF_API bool df_train_rollout_correction_decoupled(const df_train_config *t);
+
 #ifdef __cplusplus
 }
 #endif

@@ -17,3 +17,9 @@ int df_train_config_resolve(const df_config *c, df_train_config *out)
 {
     return cfg_resolve_typed(c, &cfg_schema, out);
 }
+
+bool df_train_rollout_correction_decoupled(const df_train_config *t)
+{
+    const struct df_train_algorithm_rollout_correction *co = &t->algorithm.rollout_correction;
+    return !co->bypass_mode && ((co->rollout_is && *co->rollout_is) || (co->rollout_rs && *co->rollout_rs));
+}

@@ -189,7 +189,7 @@ static void weigh_by_rho(bool geo, int64_t n, const int64_t *offs, const int32_t
 
 /* verl's bypass-mode correction (compute_policy_loss_bypass_mode): the weights and rejections of
    the policy being trained (logp) against the rollout's log-probs (old), detached; out[t] = w[t]
-   times 0 where rejected, times the weight with loss_type reinforce (ppo_clip leaves them out). */
+   times 0 where rejected, times the weight when there are weights (loss_type reinforce only). */
 static int bypass_weights(df_actor *a, int64_t n, const int64_t *offs, const int32_t *mask, const float *logp,
                           const float *old, const float *w, float *out)
 {
@@ -204,8 +204,7 @@ static int bypass_weights(df_actor *a, int64_t n, const int64_t *offs, const int
     float *w_is = p->bypass_is_level ? rho : NULL;
     int rc = df_rollout_correction(&cfg, n, offs, mask, logp, old, w_is, keep, NULL, NULL);
     for (int64_t t = 0; !rc && t < T; t++)
-        out[t] = w[t] * (keep && !keep[t] ? 0.0f : 1.0f) *
-                 (p->bypass_reinforce && p->bypass_is_level ? rho[t] : 1.0f);
+        out[t] = w[t] * (keep && !keep[t] ? 0.0f : 1.0f) * (w_is ? rho[t] : 1.0f);
     free(keep);
     return rc;
 }

@@ -118,10 +118,8 @@ static int reward_baseline(const df_train_config *t, const char *name, df_task_g
 static int log_prob_order(const df_train_config *t, bool builtin, const char *source, df_task_graph **g)
 {
     const df_adv_estimator_desc *d = df_adv_estimator_find(t->algorithm.adv_estimator);
-    const struct df_train_algorithm_rollout_correction *co = &t->algorithm.rollout_correction;
     const bool kl = t->algorithm.use_kl_in_reward, sq = d && (d->needs & DF_ADV_NEEDS_SUM_PI_SQUARED);
-    const bool rc_set = (co->rollout_is && *co->rollout_is) || (co->rollout_rs && *co->rollout_rs);
-    const bool corr = !co->bypass_mode && rc_set; /* bypass mode corrects in the loss */
+    const bool corr = df_train_rollout_correction_decoupled(t);
     if (!kl && !sq && !corr)
         return DF_OK;
     char what[1300], why[300];

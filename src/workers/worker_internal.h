@@ -483,13 +483,12 @@ bool df_worker_defers_whiten(const df_dag_worker *w, const df_node *node);
  * the group's error wrapped with the estimator's name.
  */
 int df_worker_whiten_advantages(df_dag_worker *w, const df_node *node, int rc, df_batch *b);
-/** Whether algorithm.rollout_correction weighs or rejects (rollout_is or rollout_rs set). */
-bool df_worker_rollout_correction_on(const df_dag_worker *w);
 /**
  * verl's rollout correction at advantage node `node` (decoupled mode, rollout_corr_node.c): with
  * rollout_is the batch gets column rollout_is_weights (df_rollout_correction), batch-normalised over
  * w->group with rollout_is_batch_normalize; with rollout_rs the rejected tokens leave column
- * response_mask (made when absent); metrics into m (may be NULL). Nothing when off. Collective
+ * response_mask (made when absent); metrics into m (may be NULL). Nothing unless
+ * df_train_rollout_correction_decoupled. Collective
  * over w->group with batch normalisation: every rank calls it with its status rc. Returns the
  * merged status; errors those of the kernels, a batch without old_log_probs / rollout_log_probs,
  * DF_ENOMEM.

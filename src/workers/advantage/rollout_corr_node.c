@@ -10,13 +10,6 @@
 
 #include <stdlib.h>
 
-bool df_worker_rollout_correction_on(const df_dag_worker *w)
-{
-    const struct df_train_algorithm_rollout_correction *co = &w->global.cfg.algorithm.rollout_correction;
-    /* bypass mode corrects in the loss instead (the actor's bypass_* settings) */
-    return !co->bypass_mode && ((co->rollout_is && *co->rollout_is) || (co->rollout_rs && *co->rollout_rs));
-}
-
 /* This rank's weights (into the batch) and rejections (into mask_out), and the normalisation's sums. */
 static int shard(const df_dag_worker *w, df_batch *b, int32_t **mask_out, double norm[2], df_metrics *m)
 {
@@ -48,7 +41,7 @@ static int shard(const df_dag_worker *w, df_batch *b, int32_t **mask_out, double
 
 int df_worker_rollout_correction(df_dag_worker *w, const df_node *node, int rc, df_batch *b, df_metrics *m)
 {
-    if (!df_worker_rollout_correction_on(w))
+    if (!df_train_rollout_correction_decoupled(&w->global.cfg)) /* off, or in the loss (bypass) */
         return rc;
     const struct df_train_algorithm_rollout_correction *co = &w->global.cfg.algorithm.rollout_correction;
     const df_node_layout *l = df_worker_node_layout(w, node);

@@ -176,6 +176,8 @@ void df_worker_actor_params(const df_dag_worker *w, df_actor_params *p)
             p->bypass_is_level = 0, p->bypass_rs.n = 0;
         p->bypass_is_threshold = co->rollout_is_threshold;
         p->bypass_reinforce = !strcmp(co->loss_type, "reinforce");
+        if (!p->bypass_reinforce) /* verl's ppo_clip: the ratio against the rollout already weighs */
+            p->bypass_is_level = 0;
     }
     p->seed = df_worker_seed(w);
     p->temperature = (float)t->actor_rollout_ref.rollout.temperature;
