@@ -281,6 +281,71 @@ static void test_micro_batching_invariant(void **state)
     free(o1.params), free(o1.grads), free(o4.params), free(o4.grads);
 }
 
+/*
+ * verl's actor-side rollout_corr/ metrics (dp_actor.update_policy): per micro-batch, the gap of the
+ * policy being trained to the rollout's log-probs, folded over micro-batches by verl's
+ * reduce_metrics (names with "max": the largest; "min": the smallest; else the plain mean of the
+ * micro-batch values, not a token mean). Rollout log-probs old - d_t, micro-batches of two rows:
+ * rows 0-1 (tokens 0-4) and rows 2-3 (token 5, row 2 empty). One mini-batch, one epoch: every
+ * micro-batch sees the weights old_log_probs came from, so current = old within two forward
+ * bounds per token (each pass within tb_forward_bound of the exact value).
+ */
+static const float D[6] = {0.1f, 0.2f, 0.3f, 0.1f, 0.3f, -0.4f};
+
+static df_metrics *update_rollout_gap(bool bypass, const char *rollout_col)
+{
+    df_actor *a;
+    df_actor_params p = params(2);
+    p.bypass = bypass, p.bypass_is_level = bypass ? DF_ROLLOUT_IS_TOKEN : 0, p.bypass_is_threshold = 2.0;
+    assert_int_equal(df_actor_create(df_test_micro_model(3), &p, true, &a), 0);
+    df_batch *b = ppo_batch(a);
+    float *ro;
+    assert_int_equal(df_batch_alloc_tok_f32_like(b, "rl", "response_ids", &ro), 0);
+    float *old = df_batch_column(b, "old_log_probs")->data;
+    for (int j = 0; j < 6; j++)
+        ro[j] = old[j] - D[j];
+    if (bypass) /* old_log_probs are the rollout's */
+        memcpy(old, ro, sizeof D);
+    else
+        assert_int_equal(df_batch_rename(b, "rl", rollout_col), 0);
+    df_metrics *m = df_metrics_new();
+    assert_int_equal(df_actor_update_policy(a, b, m), 0);
+    df_batch_free(b);
+    df_actor_free(a);
+    return m;
+}
+
+static void test_rollout_corr_metrics(void **state)
+{
+    (void)state;
+    df_model *ref = df_test_micro_model(3);
+    const double fb = 2 * tb_forward_bound(ref, MAX_LEN, 0.8f), tol = fb + 1e-12;
+    df_model_free(ref);
+    /* by hand from D (the stored floats differ from old - d by rounding only: 1e-6 covers it
+       against the values below, which the fold rule moves by >= 0.1) */
+    const double kl = 0.5 * (-(0.1 + 0.2 + 0.3 + 0.1 + 0.3) / 5 + 0.4); /* token mean: -0.1 */
+    const double diff_max = 0.4, diff_min = -(0.3 + 0.1 + 0.3) / 3;   /* row 3; row 1 */
+    for (int by = 0; by < 2; by++) {
+        df_metrics *m = update_rollout_gap(by, "rollout_log_probs");
+        assert_true(fabs(df_metrics_get(m, "rollout_corr/kl", NAN) - kl) <= tol + 1e-6);
+        assert_true(fabs(df_metrics_get(m, "rollout_corr/log_ppl_diff_max", NAN) - diff_max) <= tol + 1e-6);
+        assert_true(fabs(df_metrics_get(m, "rollout_corr/log_ppl_diff_min", NAN) - diff_min) <= tol + 1e-6);
+        if (by) { /* ppo_clip measures the weights exp(current - rollout) = e^d it does not apply */
+            double is = 0.5 * ((exp(0.1) + exp(0.2) + exp(0.3) + exp(0.1) + exp(0.3)) / 5 + exp(-0.4));
+            assert_true(fabs(df_metrics_get(m, "rollout_corr/rollout_is_mean", NAN) - is) <= 2 * (tol + 1e-6));
+            assert_true(fabs(df_metrics_get(m, "rollout_corr/rollout_is_max", NAN) - exp(0.3)) <= 2 * (tol + 1e-6));
+        } else {
+            assert_false(df_metrics_has(m, "rollout_corr/rollout_is_mean"));
+        }
+        df_metrics_free(m);
+    }
+    /* no rollout log-probs, no rollout_corr/ metrics */
+    df_metrics *m = update_rollout_gap(false, "not_the_rollout");
+    assert_false(df_metrics_has(m, "rollout_corr/kl"));
+    assert_true(df_metrics_has(m, "actor/pg_loss"));
+    df_metrics_free(m);
+}
+
 static void test_sft_lowers_loss(void **state)
 {
     (void)state;
@@ -340,6 +405,7 @@ int main(void)
         cmocka_unit_test(test_log_prob_matches_model),
         cmocka_unit_test(test_micro_batching_invariant),
         cmocka_unit_test(test_checkpointing_same_update),
+        cmocka_unit_test(test_rollout_corr_metrics),
         cmocka_unit_test(test_sft_lowers_loss),
         cmocka_unit_test(test_errors),
     };

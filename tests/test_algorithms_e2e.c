@@ -586,9 +586,10 @@ static void test_rollout_correction(void **state)
 }
 
 /*
- * bypass_mode: old_log_probs are the rollout's, no old-log-prob forward (so no actor/entropy, as
- * verl). The first update's ratio is then trainer over rollout before any step: its ppo_kl is
- * within the forward bound of 0.
+ * bypass_mode: old_log_probs are the rollout's, no old-log-prob forward (so no actor/entropy and no
+ * training/rollout_probs_diff_*, as verl). The first update's ratio is then trainer over rollout
+ * before any step: its ppo_kl is within the forward bound of 0, and so is the actor's
+ * rollout_corr/kl (verl's bypass loss measures the same gap per micro-batch).
  */
 static void test_rollout_bypass(void **state)
 {
@@ -596,7 +597,9 @@ static void test_rollout_bypass(void **state)
     const char *by[] = {RC "bypass_mode=true"};
     json_t *l = first_step("rc_bypass", by, 1);
     assert_null(json_object_get(l, "actor/entropy"));
+    assert_null(json_object_get(l, "training/rollout_probs_diff_mean"));
     assert_true(fabs(metric(l, "rc_bypass", "actor/ppo_kl")) <= first_step_kl_bound());
+    assert_true(fabs(metric(l, "rc_bypass", "rollout_corr/kl")) <= first_step_kl_bound());
     assert_true(metric(l, "rc_bypass", "actor/grad_norm") > 0);
     json_decref(l);
 }
@@ -626,6 +629,9 @@ static void test_rollout_bypass_correction(void **state)
     const char *clipis[] = {nokl, by, RC "rollout_is=token", RC "rollout_is_threshold=0.5"};
     json_t *clip2 = first_step("by_clip_is", clipis, 4);
     assert_near(metric(clip2, "by_clip_is", "actor/grad_norm"), gc, PRINTED(gc));
+    /* ... yet measured, as verl's bypass loss does: the raw ratio, within F of 1 */
+    assert_true(fabs(metric(clip2, "by_clip_is", "rollout_corr/rollout_is_mean") - 1) <= 2 * first_step_kl_bound());
+    assert_null(json_object_get(clip, "rollout_corr/rollout_is_mean"));
     const char *rej[] = {nokl, by, RC "rollout_rs=token_k1", RC "rollout_rs_threshold=2_3"};
     json_t *none = first_step("by_reject", rej, 4);
     assert_near(metric(none, "by_reject", "actor/grad_norm"), 0.0, 0);

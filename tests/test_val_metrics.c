@@ -1,7 +1,8 @@
 /*
  * test_val_metrics.c — verl's validation metrics and pass@k (workers/common/val_metrics.h):
  * hand-computed per-prompt statistics, the bootstrap's known expectations, the majority vote, the
- * val-core / val-aux placement, and the same metrics from the prompts split over the ranks.
+ * val-core / val-aux placement, and the same metrics from the prompts split over the ranks; the
+ * metric rules beside them (agent prefixes, df_metrics_fold's verl reduce_metrics).
  * mpi-test: np 2 3
  *
  * Statistical checks: a bootstrap metric of 0/1 values is the mean of DF_VAL_BOOTSTRAP Bernoulli
@@ -396,6 +397,27 @@ static void test_agent_prefix(void **state)
     assert_int_equal(df_metric_reduce_of("agent_x_timing_s/gen"), DF_METRIC_MEAN);
 }
 
+/* df_metrics_fold, verl's reduce_metrics over micro-batches: "max" anywhere in a name takes the
+   largest (before "min": seq_max_k2_min is a max), "min" the smallest, the rest the plain mean. */
+static void test_fold(void **state)
+{
+    (void)state;
+    df_metrics *acc = df_metrics_new(), *s = df_metrics_new();
+    const double v[2][4] = {{1, 5, 2, -1}, {3, 4, 4, -3}};
+    const char *names[4] = {"a/x_max", "a/y_min", "a/m", "rs_seq_max_k2_min"};
+    for (int k = 0; k < 2; k++) {
+        for (int j = 0; j < 4; j++)
+            assert_int_equal(df_metrics_set(s, names[j], v[k][j]), 0);
+        assert_int_equal(df_metrics_fold(acc, s), 0);
+        df_metrics_clear(s);
+    }
+    assert_true(df_metrics_get(acc, "a/x_max", 0) == 3);
+    assert_true(df_metrics_get(acc, "a/y_min", 0) == 4);
+    assert_true(df_metrics_get(acc, "a/m", 0) == 3);
+    assert_true(df_metrics_get(acc, "rs_seq_max_k2_min", 0) == -1);
+    df_metrics_free(acc), df_metrics_free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -405,6 +427,7 @@ int main(void)
         cmocka_unit_test(test_placement),    cmocka_unit_test(test_ranks),
         cmocka_unit_test(test_maj_mixed_sources),
         cmocka_unit_test(test_agent_prefix),
+        cmocka_unit_test(test_fold),
     };
     return cmocka_run_group_tests(tests, df_test_world_setup, df_test_world_teardown);
 }

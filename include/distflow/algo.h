@@ -1075,6 +1075,16 @@ DF_API int df_rollout_mismatch_compute_masked(int64_t n, const int64_t *offsets,
  */
 DF_API int df_rollout_mismatch_record(const df_rollout_mismatch *mm, df_metrics *m);
 
+/**
+ * Record only verl's off-policy diagnostics of `mm` (compute_offpolicy_metrics; the names above
+ * from rollout_corr/training_ppl to rollout_corr/chi2_seq), as verl's actor logs them per
+ * micro-batch from the policy being trained against the rollout's log-probs
+ * (compute_rollout_corr_metrics_from_logprobs, dp_actor.update_policy): pass those as
+ * old_log_prob to df_rollout_mismatch_compute_masked. Nothing when mm has no tokens.
+ * Errors: DF_EINVAL for NULL arguments; DF_ENOMEM from df_metrics.
+ */
+DF_API int df_rollout_offpolicy_record(const df_rollout_mismatch *mm, df_metrics *m);
+
 /* ---- Rollout correction (algorithm.rollout_correction; verl rollout_corr_helper.py at b178a3cd5,
  * decoupled mode): importance-sampling weights and rejection sampling between the trainer's
  * recomputed log-probs and the rollout engine's ----

@@ -45,6 +45,13 @@ DF_API int df_metrics_prefix_from(df_metrics *m, int start, const char *prefix);
 /** Copy every metric of `src` into `dst` (set semantics). */
 DF_API int df_metrics_merge(df_metrics *dst, const df_metrics *src);
 /**
+ * Fold one sample of metrics (a micro-batch's) into `acc` by verl's reduce_metrics rule
+ * (verl/utils/metric/utils.py): a name containing "max" keeps the largest value seen, else one
+ * containing "min" the smallest, any other the mean of its samples. `acc` should hold only folded
+ * values (a plain value there counts as one sample). Errors: DF_ENOMEM.
+ */
+DF_API int df_metrics_fold(df_metrics *acc, const df_metrics *sample);
+/**
  * One JSON object on one line, `{"step": step, "<name>": value, ...}` with a
  * trailing newline, malloc'd into *out. Non-finite values are written as null.
  */

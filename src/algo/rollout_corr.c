@@ -140,25 +140,21 @@ int df_rollout_mismatch_compute_masked(int64_t n, const int64_t *offsets, const 
     return DF_OK;
 }
 
-int df_rollout_mismatch_record(const df_rollout_mismatch *mm, df_metrics *m)
+typedef struct named {
+    const char *name;
+    double v;
+} named;
+
+/* verl's compute_offpolicy_metrics (rollout_corr_helper.py) into kv; returns their count (13). */
+static size_t offpolicy(const df_rollout_mismatch *mm, named *kv)
 {
-    if (!mm || !m)
-        return df_error(DF_EINVAL, "rollout mismatch: NULL statistics or metrics");
-    if (mm->n_tokens == 0)
-        return DF_OK;
-    const struct {
-        const char *name;
-        double v;
-    } kv[] = {
-        {"training/rollout_probs_diff_max", mm->probs_diff_max},
-        {"training/rollout_probs_diff_mean", mm->probs_diff_mean},
-        {"training/rollout_probs_diff_std", mm->probs_diff_std},
+    const named o[] = {
         {"rollout_corr/training_ppl", mm->training_ppl},
         {"rollout_corr/training_log_ppl", mm->training_log_ppl},
-        {"rollout_corr/rollout_ppl", mm->rollout_ppl},
-        {"rollout_corr/rollout_log_ppl", mm->rollout_log_ppl},
         {"rollout_corr/kl", mm->kl},
         {"rollout_corr/k3_kl", mm->k3_kl},
+        {"rollout_corr/rollout_ppl", mm->rollout_ppl},
+        {"rollout_corr/rollout_log_ppl", mm->rollout_log_ppl},
         {"rollout_corr/log_ppl_diff", mm->log_ppl_diff},
         {"rollout_corr/log_ppl_abs_diff", mm->log_ppl_abs_diff},
         {"rollout_corr/log_ppl_diff_max", mm->log_ppl_diff_max},
@@ -166,15 +162,47 @@ int df_rollout_mismatch_record(const df_rollout_mismatch *mm, df_metrics *m)
         {"rollout_corr/ppl_ratio", mm->ppl_ratio},
         {"rollout_corr/chi2_token", mm->chi2_token},
         {"rollout_corr/chi2_seq", mm->chi2_seq},
-        {"rollout_corr/rollout_is_mean", mm->is_mean},
-        {"rollout_corr/rollout_is_max", mm->is_max},
-        {"rollout_corr/rollout_is_min", mm->is_min},
-        {"rollout_corr/rollout_is_ratio_fraction_high", mm->is_fraction_high},
     };
-    for (size_t i = 0; i < sizeof kv / sizeof *kv; i++) {
+    memcpy(kv, o, sizeof o);
+    return sizeof o / sizeof *o;
+}
+
+static int record(const named *kv, size_t n, df_metrics *m)
+{
+    for (size_t i = 0; i < n; i++) {
         int rc = df_metrics_set(m, kv[i].name, kv[i].v);
         if (rc)
             return rc;
     }
     return DF_OK;
+}
+
+int df_rollout_mismatch_record(const df_rollout_mismatch *mm, df_metrics *m)
+{
+    if (!mm || !m)
+        return df_error(DF_EINVAL, "rollout mismatch: NULL statistics or metrics");
+    if (mm->n_tokens == 0)
+        return DF_OK;
+    named kv[32] = {
+        {"training/rollout_probs_diff_max", mm->probs_diff_max},
+        {"training/rollout_probs_diff_mean", mm->probs_diff_mean},
+        {"training/rollout_probs_diff_std", mm->probs_diff_std},
+    };
+    size_t n = 3 + offpolicy(mm, kv + 3);
+    const named is[] = { /* an older verl's raw-ratio statistics */
+        {"rollout_corr/rollout_is_mean", mm->is_mean},
+        {"rollout_corr/rollout_is_max", mm->is_max},
+        {"rollout_corr/rollout_is_min", mm->is_min},
+        {"rollout_corr/rollout_is_ratio_fraction_high", mm->is_fraction_high},
+    };
+    memcpy(kv + n, is, sizeof is);
+    return record(kv, n + sizeof is / sizeof *is, m);
+}
+
+int df_rollout_offpolicy_record(const df_rollout_mismatch *mm, df_metrics *m)
+{
+    if (!mm || !m)
+        return df_error(DF_EINVAL, "rollout off-policy metrics: NULL statistics or metrics");
+    named kv[16];
+    return mm->n_tokens ? record(kv, offpolicy(mm, kv), m) : DF_OK;
 }

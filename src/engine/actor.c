@@ -21,6 +21,8 @@ struct df_actor {
     df_actor_params p;
     int64_t n_micro;           /* micro-batches of this update so far: keys clip_cov's random choice */
     df_policy_loss_fn loss_fn; /* p.loss.policy_loss, looked up at this update's first micro-batch */
+    df_metrics *micro;         /* one micro-batch's rollout_corr/ metrics, then folded into ... */
+    df_metrics *folded;        /* ... this update's (verl reduce_metrics over micro-batches) */
 };
 
 int df_actor_create(df_model *model, const df_actor_params *p, bool trainable, df_actor **out)
@@ -54,6 +56,8 @@ void df_actor_free(df_actor *a)
     if (!a)
         return;
     df_train_core_release(&a->c);
+    df_metrics_free(a->micro);
+    df_metrics_free(a->folded);
     free(a);
 }
 
@@ -188,8 +192,9 @@ static void weigh_by_rho(bool geo, int64_t n, const int64_t *offs, const int32_t
 }
 
 /* verl's bypass-mode correction (compute_policy_loss_bypass_mode): the weights and rejections of
-   the policy being trained (logp) against the rollout's log-probs (old), detached; out[t] = w[t]
-   times 0 where rejected, times the weight when there are weights (loss_type reinforce only). */
+   the policy being trained (logp) against the rollout's log-probs (old), detached, and their
+   rollout_corr/ metrics into a->micro; out[t] = w[t] times 0 where rejected, times the weight
+   with loss_type reinforce (ppo_clip's weights are measured, not applied, as verl). */
 static int bypass_weights(df_actor *a, int64_t n, const int64_t *offs, const int32_t *mask, const float *logp,
                           const float *old, const float *w, float *out)
 {
@@ -201,11 +206,30 @@ static int bypass_weights(df_actor *a, int64_t n, const int64_t *offs, const int
     float *rho = a->c.buf[B_RHO];
     const df_rollout_corr_cfg cfg = {.is_level = p->bypass_is_level, .is_threshold = p->bypass_is_threshold,
                                      .rs = &p->bypass_rs};
-    float *w_is = p->bypass_is_level ? rho : NULL;
-    int rc = df_rollout_correction(&cfg, n, offs, mask, logp, old, w_is, keep, NULL, NULL);
+    const bool weigh = p->bypass_is_level && p->bypass_reinforce;
+    int rc = df_rollout_correction(&cfg, n, offs, mask, logp, old, rho, keep, NULL, a->micro);
     for (int64_t t = 0; !rc && t < T; t++)
-        out[t] = w[t] * (keep && !keep[t] ? 0.0f : 1.0f) * (w_is ? rho[t] : 1.0f);
+        out[t] = w[t] * (keep && !keep[t] ? 0.0f : 1.0f) * (weigh ? rho[t] : 1.0f);
     free(keep);
+    return rc;
+}
+
+/* verl's rollout_corr/ metrics of one micro-batch (dp_actor.update_policy): the off-policy gap of
+   the policy being trained (logp) to the rollout's log-probs (bypass mode: old_log_probs), with
+   the bypass correction's own (bypass_weights) already in a->micro; folded into a->folded. */
+static int micro_rollout_corr(df_actor *a, const df_batch *b, int64_t n, const int64_t *offs, int64_t base,
+                              const int32_t *mask, const float *logp)
+{
+    const df_column *rl = df_batch_column(b, a->p.bypass ? "old_log_probs" : "rollout_log_probs");
+    if (!rl)
+        return DF_OK;
+    df_rollout_mismatch mm;
+    int rc = df_rollout_mismatch_compute_masked(n, offs, mask, logp, (const float *)rl->data + base, 0, &mm);
+    if (!rc)
+        rc = df_rollout_offpolicy_record(&mm, a->micro);
+    if (!rc)
+        rc = df_metrics_fold(a->folded, a->micro);
+    df_metrics_clear(a->micro);
     return rc;
 }
 
@@ -246,7 +270,7 @@ static int policy_loss(df_actor *a, const df_batch *b, int64_t n, const int64_t 
             return rc;
         weigh_by_rho(a->loss_fn == df_policy_loss_geo_mean, n, offs, mask, w, rho, a->c.buf[B_WPG]);
         w = a->c.buf[B_WPG]; /* w rho */
-    } else if (p->bypass_is_level || p->bypass_rs.n) {
+    } else if (p->bypass) {
         if ((rc = bypass_weights(a, n, offs, mask, logp, old, w, a->c.buf[B_WPG])))
             return rc;
         w = a->c.buf[B_WPG];
@@ -325,6 +349,8 @@ static int ppo_micro(void *user, const df_batch *b, int64_t s, int64_t e, int64_
         rc = pg_weights(a, e - s, offs, mask, global_tokens, global_seqs, w, &wpg);
     if (!rc)
         rc = policy_loss(a, b, e - s, offs, base, mask, logp, wpg, &st, &bst);
+    if (!rc)
+        rc = micro_rollout_corr(a, b, e - s, offs, base, mask, logp);
     double kl = 0, ent_loss = 0;
     if (!rc && p->use_kl_loss) {
         const float *ref = df_batch_column(b, "ref_log_prob")->data;
@@ -409,7 +435,13 @@ int df_actor_update_policy(df_actor *a, df_batch *b, df_metrics *m)
                          .user = a, .prefix = "actor", .sum_names = SUM_NAMES};
     a->n_micro = 0;
     a->loss_fn = NULL; /* df_actor_set_loss may have changed the name since the last update */
-    return df_train_core_update(&a->c, b, a->p.mini_batch_size, a->p.loss.ppo_epochs, &loss, m, rc);
+    if (!rc && ((!a->micro && !(a->micro = df_metrics_new())) || (!a->folded && !(a->folded = df_metrics_new()))))
+        rc = df_error(DF_ENOMEM, "actor update: out of memory for its metrics");
+    if (a->folded)
+        df_metrics_clear(a->folded);
+    rc = df_train_core_update(&a->c, b, a->p.mini_batch_size, a->p.loss.ppo_epochs, &loss, m, rc);
+    /* verl's actor metrics replace the step's (the old-log-prob node's off-policy gap included) */
+    return !rc && m ? df_metrics_merge(m, a->folded) : rc;
 }
 
 /* This rank's part of the SFT loss and gradient; `total` is the group's token count. */

@@ -75,8 +75,9 @@ typedef struct df_actor_params {
     /* algorithm.rollout_correction in bypass mode (old_log_probs are the rollout's): verl's
        weights and rejections made in the loss, per micro-batch, from the policy being trained
        against old_log_probs (df_rollout_correction; not with the two corrections above) */
-    int bypass_is_level;          /* DF_ROLLOUT_IS_*: the weights (OFF: none; always with ppo_clip, whose
-                                     ratio against the rollout already weighs, verl) */
+    bool bypass;                  /* bypass mode on: old_log_probs are the rollout's */
+    int bypass_is_level;          /* DF_ROLLOUT_IS_*: the weights (OFF: none); ppo_clip measures them
+                                     only, its ratio against the rollout already weighs (verl) */
     double bypass_is_threshold;   /* their truncation */
     df_rollout_rs bypass_rs;      /* the rejections (n = 0: none): a rejected token leaves the policy term */
     bool bypass_reinforce;        /* loss_type reinforce: the policy term is REINFORCE's -A log p (the gpg

@@ -165,6 +165,24 @@ int df_metrics_merge(df_metrics *dst, const df_metrics *src)
     return DF_OK;
 }
 
+int df_metrics_fold(df_metrics *acc, const df_metrics *sample)
+{
+    for (int i = 0; i < sample->n; i++) {
+        const char *name = sample->v[i].name;
+        double v = value_of(&sample->v[i]);
+        const metric *e = find(acc, name);
+        bool hi = strstr(name, "max") != NULL, lo = !hi && strstr(name, "min");
+        int rc = DF_OK;
+        if (!hi && !lo)
+            rc = df_metrics_mean(acc, name, v);
+        else if (!e || (hi ? v > value_of(e) : v < value_of(e)))
+            rc = df_metrics_set(acc, name, v);
+        if (rc)
+            return rc;
+    }
+    return DF_OK;
+}
+
 int df_metrics_to_json(const df_metrics *m, int64_t step, char **out)
 {
     return df_metrics_to_json_at(m, step, -1, out);

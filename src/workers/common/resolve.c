@@ -170,14 +170,13 @@ void df_worker_actor_params(const df_dag_worker *w, df_actor_params *p)
     p->use_decoupled_loss = a->use_decoupled_loss;
     p->behav_imp_weight_cap = a->behav_imp_weight_cap;
     const struct df_train_algorithm_rollout_correction *co = &t->algorithm.rollout_correction;
+    p->bypass = co->bypass_mode;
     if (co->bypass_mode) { /* verl's bypass-mode correction, in the loss (validated: these parse) */
         if (df_rollout_is_parse(co->rollout_is, &p->bypass_is_level) ||
             df_rollout_rs_parse(co->rollout_rs, co->rollout_rs_threshold, &p->bypass_rs))
             p->bypass_is_level = 0, p->bypass_rs.n = 0;
         p->bypass_is_threshold = co->rollout_is_threshold;
         p->bypass_reinforce = !strcmp(co->loss_type, "reinforce");
-        if (!p->bypass_reinforce) /* verl's ppo_clip: the ratio against the rollout already weighs */
-            p->bypass_is_level = 0;
     }
     p->seed = df_worker_seed(w);
     p->temperature = (float)t->actor_rollout_ref.rollout.temperature;
