@@ -113,8 +113,7 @@ static double num(json_t *o, const char *key, int line)
 /* Metrics that depend on the clock or on the runtime's own bookkeeping. */
 static bool clocked(const char *key)
 {
-    return !strncmp(key, "timing_s/", 9) || !strncmp(key, "perf/", 5) || !strncmp(key, "fully_async/", 12) ||
-           !strcmp(key, "timestamp");
+    return df_test_clock_metric(key) || !strncmp(key, "fully_async/", 12);
 }
 
 /* Every metric of every line of a equals b's (the wall-clock ones aside), and b has no other. */

@@ -220,7 +220,7 @@ static char *metrics_text(const char *out)
         void *tmp;
         json_t *v;
         json_object_foreach_safe(o, tmp, k, v) {
-            bool clock = !strncmp(k, "timing_s/", 9) || !strncmp(k, "perf/", 5) || !strcmp(k, "timestamp");
+            bool clock = df_test_clock_metric(k);
             if (json_is_number(v) && clock)
                 json_object_del(o, k);
         }

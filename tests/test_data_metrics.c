@@ -1,7 +1,7 @@
 /*
- * test_data_metrics.c — critic/vf_explained_var from sums (worker/data_metrics.h):
- * a hand-computed case, shards whose sums add up to the whole batch's, and
- * the cases that give no number.
+ * test_data_metrics.c — the step metrics of worker/data_metrics.h: critic/vf_explained_var from
+ * sums (a hand-computed case, shards whose sums add up to the whole batch's, the cases that give
+ * no number), multi-turn masks, verl's aborted responses and timing_per_token_ms.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -152,6 +152,50 @@ static void test_multi_turn(void **state)
     df_batch_free(b);
 }
 
+/* verl's aborted responses (no tokens): out of the score and reward statistics and of
+   response_length_non_aborted, counted by response/aborted_ratio. Rows: lengths 2, 0, 1, 0 of
+   scores 1, 5, 3, 7 (the empty rows' scores are seen only if the rule is missing). */
+static void test_aborted(void **state)
+{
+    (void)state;
+    df_batch *b = df_batch_new(4);
+    const int64_t off[] = {0, 2, 2, 3, 3}, scalar_off[] = {0, 1, 2, 3, 4}, poff[] = {0, 1, 2, 3, 4};
+    const int32_t ids[] = {5, 6, 7}, pids[] = {1, 2, 3, 4};
+    const float sc[] = {1, 5, 3, 7};
+    assert_int_equal(df_batch_set_tok_i32(b, "response_ids", off, ids), 0);
+    assert_int_equal(df_batch_set_tok_i32(b, "prompt_ids", poff, pids), 0);
+    assert_int_equal(df_batch_set_tok_f32(b, "token_level_scores", scalar_off, sc), 0);
+    df_metrics *m = df_metrics_new();
+    assert_int_equal(df_compute_data_metrics(b, 2, 10, m), 0);
+    assert_near(df_metrics_get(m, "critic/score/mean", 0), 2.0, 0); /* (1 + 3) / 2 */
+    assert_near(df_metrics_get(m, "critic/score/max", 0), 3.0, 0);
+    assert_near(df_metrics_get(m, "response/aborted_ratio", 0), 0.5, 0);
+    assert_near(df_metrics_get(m, "response_length/mean", 0), 0.75, 0);
+    assert_near(df_metrics_get(m, "response_length/clip_ratio", 0), 0.25, 0);
+    assert_near(df_metrics_get(m, "response_length_non_aborted/mean", 0), 1.5, 0);
+    assert_near(df_metrics_get(m, "response_length_non_aborted/min", 0), 1.0, 0);
+    assert_near(df_metrics_get(m, "response_length_non_aborted/clip_ratio", 0), 0.5, 0);
+    df_metrics_free(m);
+    df_batch_free(b);
+}
+
+/* timing_per_token_ms: gen over the response tokens, the training stages over all; nothing for a
+   stage without a time (old_log_prob has no per-token figure in verl). */
+static void test_timing_per_token(void **state)
+{
+    (void)state;
+    df_metrics *m = df_metrics_new();
+    df_metrics_set(m, "timing_s/gen", 3.0);
+    df_metrics_set(m, "timing_s/update_actor", 8.0);
+    df_metrics_set(m, "timing_s/old_log_prob", 1.0);
+    df_compute_timing_per_token(m, 1000, 3000);
+    assert_near(df_metrics_get(m, "timing_per_token_ms/gen", 0), 1.0, 0);
+    assert_near(df_metrics_get(m, "timing_per_token_ms/update_actor", 0), 2.0, 0);
+    assert_false(df_metrics_has(m, "timing_per_token_ms/ref"));
+    assert_false(df_metrics_has(m, "timing_per_token_ms/old_log_prob"));
+    df_metrics_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -159,6 +203,8 @@ int main(void)
         cmocka_unit_test(test_no_number),
         cmocka_unit_test(test_data_metrics_leave_it_to_the_worker),
         cmocka_unit_test(test_multi_turn),
+        cmocka_unit_test(test_aborted),
+        cmocka_unit_test(test_timing_per_token),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -100,12 +100,6 @@ static void test_ref_offload_refused_on_device(void **state)
     df_clear_error();
 }
 
-static bool is_timing(const char *key)
-{
-    return !strcmp(key, "timestamp") || !strncmp(key, "timing_s/", 9) || !strncmp(key, "timing_per_token_ms/", 20) ||
-           !strncmp(key, "perf/", 5);
-}
-
 /* The metrics of the rollout's log-probs (training/rollout_probs_diff_..., rollout_corr/...): the
  * device's sampled log-probs sit within emu_head_logp_bound of the host's (test_device_emu), so
  * a mean of them or of their differences moves by at most that, a sequence's sum (at most
@@ -132,7 +126,7 @@ static int same_metrics(const char *a_out, const char *b_out, const char *must_m
         json_t *la = json_array_get(a, i), *lb = json_array_get(b, i), *v;
         const char *key;
         json_object_foreach(la, key, v) {
-            if (is_timing(key) || !json_is_number(v))
+            if (df_test_clock_metric(key) || !json_is_number(v))
                 continue;
             json_t *w = json_object_get(lb, key);
             const double x = json_number_value(v), y = json_number_value(w);

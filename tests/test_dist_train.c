@@ -102,6 +102,21 @@ static void expect_within(json_t *a, json_t *b, const char *key, double bound, i
  * |kl| <= F against the same reference); entropy <= F; grad_norm by
  * tt_e2e_grad_bound. The weights after step 1: tt_adam_first_step_check.
  */
+/* verl's timing_per_token_ms: the stage's time (the slowest rank's) over the whole step batch's
+   tokens, not a rank's: gen over the response tokens (response_length/mean times the responses:
+   equal shards, so the ranks' mean of means is the batch's), update_actor over prompt + response
+   tokens (perf/total_num_tokens, summed over the ranks). Each printed value has 10 digits. */
+static void per_token_timing(json_t *o, int line)
+{
+    const double resp = num(o, "response_length/mean", line) * RESPONSES;
+    const double want[2] = {num(o, "timing_s/gen", line) * 1000 / resp,
+                            num(o, "timing_s/update_actor", line) * 1000 / num(o, "perf/total_num_tokens", line)};
+    const char *key[2] = {"timing_per_token_ms/gen", "timing_per_token_ms/update_actor"};
+    for (int k = 0; k < 2; k++)
+        if (!(fabs(num(o, key[k], line) - want[k]) <= 4e-9 * want[k]))
+            fail_msg("line %d: %s = %.10g, want %.10g", line, key[k], num(o, key[k], line), want[k]);
+}
+
 static void compare_with_reference(const char *out, bool moves)
 {
     if (df_comm_rank(world) != 0)
@@ -132,6 +147,7 @@ static void compare_with_reference(const char *out, bool moves)
     for (size_t i = 1; i < json_array_size(ref); i++) {
         json_t *x = json_array_get(ref, i), *y = json_array_get(got, i);
         expect_within(x, y, "actor/lr", 0, (int)i); /* the schedule: exact */
+        per_token_timing(y, (int)i);
         assert_true(num(y, "actor/weights_in_sync", (int)i) == 1.0);
         double moved = json_number_value(json_object_get(y, "perf/redistributed_bytes")); /* 0 when absent */
         if (moves && df_comm_size(world) > 1 && !(moved > 0))

@@ -126,7 +126,7 @@ static char *metrics_canon(const char *out)
         json_t *v;
         void *tmp;
         json_object_foreach_safe(o, tmp, key, v) {
-            if (!strncmp(key, "timing_s/", 9) || !strncmp(key, "perf/", 5) || !strcmp(key, "timestamp"))
+            if (df_test_clock_metric(key))
                 json_object_del(o, key);
         }
         char *line = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);

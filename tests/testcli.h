@@ -222,8 +222,7 @@ static inline char *df_cli_metrics(const char *out, int first, int last)
         json_t *v;
         void *tmp;
         json_object_foreach_safe(o, tmp, key, v) {
-            if (!strncmp(key, "timing_s/", 9) || !strncmp(key, "perf/", 5) || !strcmp(key, "timestamp") ||
-                !strcmp(key, "train/tokens_per_second"))
+            if (df_test_clock_metric(key) || !strcmp(key, "train/tokens_per_second"))
                 json_object_del(o, key);
         }
         if (step >= first && step <= last) {

@@ -435,6 +435,14 @@ static inline bool df_test_same_params(const df_model *a, const df_model *b)
     return a->n_params == b->n_params && !memcmp(a->params, b->params, (size_t)a->n_params * sizeof *a->params);
 }
 
+/** Whether a metrics line's `key` depends on the clock (timestamp, timing_s/..., timing_per_token_ms/...,
+ *  perf/...): runs that must agree are compared without these. */
+static inline bool df_test_clock_metric(const char *key)
+{
+    return !strcmp(key, "timestamp") || !strncmp(key, "timing_s/", 9) || !strncmp(key, "timing_per_token_ms/", 20) ||
+           !strncmp(key, "perf/", 5);
+}
+
 /** The number `key` of a metrics line (or any JSON object); the test fails when it is missing. */
 static inline double df_test_metric(const json_t *o, const char *key)
 {

@@ -2,6 +2,7 @@
 #include "workers/common/data_metrics.h"
 
 #include <float.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -41,15 +42,19 @@ double df_row_sum_f32(const float *v, int64_t n)
     return t;
 }
 
-/* Per-sample sums of a TOK_F32 column. */
-static void seq_sums(const df_batch *b, const char *col, stat *s)
+/* verl's aborted response: one of no tokens (an aborted request returns none). */
+static bool aborted(const int64_t *ro, int64_t i) { return ro && ro[i + 1] == ro[i]; }
+
+/* Per-sample sums of a TOK_F32 column over the responses not aborted (ro: response offsets). */
+static void seq_sums(const df_batch *b, const char *col, const int64_t *ro, stat *s)
 {
     const df_column *c = df_batch_column(b, col);
     if (!c || c->kind != DF_COL_TOK_F32)
         return;
     const float *v = c->data;
     for (int64_t i = 0; i < df_batch_size(b); i++)
-        stat_add(s, df_row_sum_f32(v + c->offsets[i], c->offsets[i + 1] - c->offsets[i]));
+        if (!aborted(ro, i))
+            stat_add(s, df_row_sum_f32(v + c->offsets[i], c->offsets[i + 1] - c->offsets[i]));
 }
 
 /* Token-level values of a TOK_F32 column, on the model's tokens (mask; NULL: all of them). */
@@ -72,7 +77,9 @@ static void sample_values(const df_batch *b, const char *col, stat *s)
         stat_add(s, v[i]);
 }
 
-static void lengths(const df_batch *b, const char *col, int64_t limit, df_metrics *m,
+/* prefix/{mean,max,min,clip_ratio} of the rows' lengths in col, the empty ones left out when
+   skip_empty (verl's response_length_non_aborted). */
+static void lengths(const df_batch *b, const char *col, int64_t limit, bool skip_empty, df_metrics *m,
                     const char *prefix)
 {
     const int64_t *o = df_batch_offsets(b, col);
@@ -82,6 +89,8 @@ static void lengths(const df_batch *b, const char *col, int64_t limit, df_metric
     int64_t clipped = 0;
     for (int64_t i = 0; i < df_batch_size(b); i++) {
         int64_t len = o[i + 1] - o[i];
+        if (skip_empty && len == 0)
+            continue;
         stat_add(&s, (double)len);
         clipped += limit > 0 && len >= limit;
     }
@@ -139,8 +148,9 @@ int df_compute_data_metrics(const df_batch *b, int64_t max_response_length,
     int rc = df_batch_response_mask(b, &mask);
     if (rc)
         return rc;
-    seq_sums(b, "token_level_scores", &score);
-    seq_sums(b, "token_level_rewards", &rew);
+    const int64_t *ro = df_batch_offsets(b, "response_ids");
+    seq_sums(b, "token_level_scores", ro, &score);
+    seq_sums(b, "token_level_rewards", ro, &rew);
     token_values(b, "advantages", mask, &adv);
     token_values(b, "returns", mask, &ret);
     stat_put(m, "critic/score", &score);
@@ -175,20 +185,49 @@ int df_compute_data_metrics(const df_batch *b, int64_t max_response_length,
     stat_put(m, "env/episode_return", &eret);
     if (er && df_batch_size(b) > 0)
         df_metrics_set(m, "env/success_rate", wins / (double)df_batch_size(b));
-    lengths(b, "response_ids", max_response_length, m, "response_length");
-    lengths(b, "prompt_ids", max_prompt_length, m, "prompt_length");
+    lengths(b, "response_ids", max_response_length, false, m, "response_length");
+    lengths(b, "response_ids", max_response_length, true, m, "response_length_non_aborted");
+    int64_t n_aborted = 0;
+    for (int64_t i = 0; ro && i < df_batch_size(b); i++)
+        n_aborted += aborted(ro, i);
+    if (ro && df_batch_size(b) > 0)
+        df_metrics_set(m, "response/aborted_ratio", (double)n_aborted / (double)df_batch_size(b));
+    lengths(b, "prompt_ids", max_prompt_length, false, m, "prompt_length");
     return DF_OK;
+}
+
+void df_step_token_counts(const df_batch *b, double tok[2])
+{
+    const int64_t *po = df_batch_offsets(b, "prompt_ids"), *ro = df_batch_offsets(b, "response_ids");
+    int64_t n = df_batch_size(b);
+    tok[0] += po ? (double)po[n] : 0;
+    tok[1] += ro ? (double)ro[n] : 0;
 }
 
 int df_compute_throughput_metrics(const df_batch *b, double step_seconds, int n_workers,
                                   df_metrics *m)
 {
-    const int64_t *po = df_batch_offsets(b, "prompt_ids"), *ro = df_batch_offsets(b, "response_ids");
-    int64_t n = df_batch_size(b);
-    double tokens = (double)((po ? po[n] : 0) + (ro ? ro[n] : 0));
+    double tok[2] = {0};
+    df_step_token_counts(b, tok);
+    double tokens = tok[0] + tok[1];
     df_metrics_set(m, "perf/total_num_tokens", tokens);
     df_metrics_set(m, "perf/time_per_step", step_seconds);
     if (step_seconds > 0 && n_workers > 0)
         df_metrics_set(m, "perf/throughput", tokens / (step_seconds * n_workers));
     return DF_OK;
+}
+
+void df_compute_timing_per_token(df_metrics *m, double prompt_tokens, double response_tokens)
+{
+    static const char *const all[] = {"ref", "values", "adv", "update_critic", "update_actor"};
+    for (size_t i = 0; i <= sizeof all / sizeof *all; i++) {
+        const char *name = i ? all[i - 1] : "gen";
+        double tokens = i ? prompt_tokens + response_tokens : response_tokens;
+        char k[64];
+        snprintf(k, sizeof k, "timing_s/%s", name);
+        double t = df_metrics_get(m, k, NAN);
+        snprintf(k, sizeof k, "timing_per_token_ms/%s", name);
+        if (!isnan(t) && tokens > 0)
+            df_metrics_set(m, k, t * 1000.0 / tokens);
+    }
 }

@@ -11,14 +11,17 @@
  * From the step batch (response_ids, prompt_ids, token_level_scores,
  * token_level_rewards, advantages, returns — whichever are present) record,
  * with verl's names (verl/trainer/ppo/metric_utils.py, compute_data_metrics):
- * critic/score/{mean,max,min}, critic/rewards/{mean,max,min},
+ * critic/score/{mean,max,min}, critic/rewards/{mean,max,min} (over the responses not aborted),
  * critic/advantages/{mean,max,min}, critic/returns/{mean,max,min},
- * response_length/{mean,max,min,clip_ratio}, prompt_length/{mean,max,min,clip_ratio};
+ * response_length/{mean,max,min,clip_ratio}, response_length_non_aborted/{...},
+ * response/aborted_ratio, prompt_length/{mean,max,min,clip_ratio};
  * with a critic's `values` column critic/values/{mean,max,min} (but not
  * critic/vf_explained_var, a global number: df_explained_var_sums);
  * with the dapo reward manager's overlong_buffer.log columns also
  * critic/overlong_reward/{mean,max,min} and critic/overlong/mean (the share of
  * penalised responses; verl keeps them as reward extra info).
+ * A response of no tokens is verl's aborted one (an aborted request returns none): it is left
+ * out of the score and reward statistics and of response_length_non_aborted.
  * Sequence scores are per-sample sums of the token-level values; advantages
  * and returns are token means over response tokens. clip_ratio is the fraction
  * of responses (prompts) whose length reached max_response_length
@@ -57,5 +60,18 @@ bool df_explained_var(const double s[DF_EV_NSUMS], double *out);
  */
 int df_compute_throughput_metrics(const df_batch *b, double step_seconds, int n_workers,
                                   df_metrics *m);
+
+/** Add the batch's prompt tokens to tok[0] and its response tokens to tok[1]. */
+void df_step_token_counts(const df_batch *b, double tok[2]);
+
+/**
+ * verl's compute_timing_metrics, per-token part: timing_per_token_ms/<name> = timing_s/<name> *
+ * 1000 / tokens for gen (tokens = response_tokens) and ref, values, adv, update_critic,
+ * update_actor (prompt + response tokens), each where m holds its timing_s and tokens > 0. Pass
+ * the step's timings after the cross-rank reduction (the slowest rank's) and the tokens of the
+ * whole step batch (summed over the data-parallel ranks), as verl's driver divides the stage's
+ * wall time by the batch's tokens.
+ */
+void df_compute_timing_per_token(df_metrics *m, double prompt_tokens, double response_tokens);
 
 #endif

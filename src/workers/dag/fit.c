@@ -79,6 +79,17 @@ static int reduce_step_metrics(df_dag_worker *w, df_metrics *m)
     return rc;
 }
 
+/* timing_per_token_ms/<stage> from the step's (reduced) timings and the tokens of the whole step batch:
+   tok = this rank's (prompt, response) tokens, a model-parallel replica's zeros. Collective over
+   w->group. */
+static int timing_per_token(df_dag_worker *w, double tok[2], df_metrics *m)
+{
+    int rc = df_comm_allreduce(w->group, tok, 2, DF_COMM_FLOAT64, DF_COMM_SUM);
+    if (!rc)
+        df_compute_timing_per_token(m, tok[0], tok[1]);
+    return rc;
+}
+
 /* critic/vf_explained_var of the whole step batch, as verl's: the sums of every DP rank (model-parallel
    replicas pass zeros) all-reduced, then the formula. Collective over w->group when there is a critic. */
 static int global_explained_var(df_dag_worker *w, double s[DF_EV_NSUMS], df_metrics *m)
@@ -94,7 +105,7 @@ static int global_explained_var(df_dag_worker *w, double s[DF_EV_NSUMS], df_metr
 
 static int train_step(df_dag_worker *w)
 {
-    double ev_sums[DF_EV_NSUMS] = {0};
+    double ev_sums[DF_EV_NSUMS] = {0}, tok[2] = {0};
     double t0 = df_now();
     df_metrics *m = w->metrics;
     df_batch *b = NULL;
@@ -124,7 +135,7 @@ static int train_step(df_dag_worker *w)
         if (w->cur_layout.mp_rank != 0) /* a model-parallel replica: its tokens are counted once */
             df_metrics_set(m, "perf/total_num_tokens", 0);
         else
-            df_explained_var_sums(b, ev_sums);
+            df_explained_var_sums(b, ev_sums), df_step_token_counts(b, tok);
     }
     if (!rc)
         rc = df_worker_rollout_dump(w, b, m);
@@ -133,6 +144,8 @@ static int train_step(df_dag_worker *w)
         rc = reduce_step_metrics(w, m);
     if (!rc)
         rc = global_explained_var(w, ev_sums, m);
+    if (!rc)
+        rc = timing_per_token(w, tok, m);
     if (!rc)
         rc = df_worker_check_in_sync(w, df_actor_model(w->actor.model), "actor", m);
     if (!rc)
