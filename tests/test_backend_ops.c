@@ -1174,6 +1174,15 @@ static void lmhead_case(int64_t n, int64_t V, int64_t H, double temp, uint64_t s
             free(got);
             bo_free(b, ddh), bo_free(b, ddW);
         }
+        { /* a frozen head (LoRA): dW NULL skips the weight gradient, dh as with it */
+            float *ddh = bo_nan(b, n * H);
+            BO_OK(b->be.ops->lmhead_bwd(cx, ddh, NULL, da, db, dH, dWt, dt, dls, den, n, V, H,
+                                        (float)temp, sc));
+            got = bo_down(b, ddh, 4 * (size_t)(n * H));
+            bo_check(b->name, "lmhead_bwd dh, dW NULL", got, dh, bdh, n * H);
+            free(got);
+            bo_free(b, ddh);
+        }
         bo_free(b, sc), bo_free(b, dH), bo_free(b, dWt), bo_free(b, dlp), bo_free(b, den);
         bo_free(b, dls), bo_free(b, dt), bo_free(b, da), bo_free(b, db), bo_free(b, dsq);
     }
@@ -1280,6 +1289,12 @@ static void lmhead_w16_case(const bo_backend *b, int64_t n, int64_t V, int64_t H
     bo_check(b->name, "lmhead_bwd_w16 dh", gh, dh, bdh, n * H);
     bo_check(b->name, "lmhead_bwd_w16 dW", gW, dW, bdW, V * H);
     assert_true(beyond(gh, dh32, bdh32, n * H) && beyond(gW, dW32, bdW32, V * H));
+    free(gh);
+    /* a frozen head (LoRA): dW NULL skips the weight gradient, dh as with it */
+    BO_OK(b->be.ops->lmhead_bwd_w16(cx, ddh, NULL, da, db, dH, dW16, dt, dls, den, n, V, H,
+                                    (float)temp, sc));
+    gh = bo_down(b, ddh, 4 * (size_t)(n * H));
+    bo_check(b->name, "lmhead_bwd_w16 dh, dW NULL", gh, dh, bdh, n * H);
     free(gh), free(gW), free(h), free(W), free(a), free(bb), free(dW0), free(W16), free(tgt);
     free(hd), free(Wd), free(ad), free(bd), free(lp), free(ent), free(lse), free(lsef), free(entf);
     free(lsed), free(entd), free(dh), free(dW), free(bdh), free(bdW), free(dh32), free(dW32);

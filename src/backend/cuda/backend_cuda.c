@@ -179,20 +179,21 @@ static int cu_allreduce_sum(void *ctx, void *h, float *x, int64_t n)
             rc = df_error(DF_ENOMEM, "cuda allreduce_sum: out of memory for %lld floats", (long long)n);
         }
     }
-    /* a rank without its staging buffer cannot join the sum: every rank learns it first */
+    /* The download is the first sync after the backward's kernels, so it also reports their
+     * asynchronous errors. A rank without its gradient on the host (no staging buffer, a failed
+     * download) cannot join the sum: every rank learns it first and all fail alike, instead of
+     * the others summing that rank's stale staging buffer and stepping on it. */
+    const size_t bytes = (size_t)n * sizeof(float);
+    if (!rc && n)
+        rc = df_cuda_download(ctx, g->host, x, bytes);
     int64_t bad = rc != DF_OK;
     int crc = df_comm_allreduce(g->group, &bad, 1, DF_COMM_INT64, DF_COMM_MAX);
     if (rc || crc)
         return rc ? rc : crc;
     if (bad)
-        return df_error(DF_ENOMEM, "cuda allreduce_sum: another rank could not stage the gradient "
-                        "(its own error says why)");
-    const size_t bytes = (size_t)n * sizeof(float);
-    rc = n ? df_cuda_download(ctx, g->host, x, bytes) : DF_OK;
-    /* every rank reaches the collective, even after a failed download: none is left waiting */
-    crc = df_comm_allreduce(g->group, g->host, n, DF_COMM_FLOAT32, DF_COMM_SUM);
-    if (!rc)
-        rc = crc;
+        return df_error(DF_EINTERNAL, "cuda allreduce_sum: another rank could not stage its gradient "
+                        "on the host (its own error says why)");
+    rc = df_comm_allreduce(g->group, g->host, n, DF_COMM_FLOAT32, DF_COMM_SUM);
     if (!rc && n)
         rc = df_cuda_upload(ctx, x, g->host, bytes);
     return rc;

@@ -566,7 +566,7 @@ __global__ void __launch_bounds__(kSampleThreads) sample_rows(SampleArgs a)
 /*
  * max(LM head, sampling) floats, at most ~64 MiB plus O(n) for any V <= 16M and n <= 32768,
  * non-decreasing in n (scratch sized for n rows serves every call with fewer):
- *   LM head: pad64(6 R) + min(R V, 2^24) >= pad64(6 R) + R Vt, R = min(n, 32768) rows,
+ *   LM head: pad64(8 R) + min(R V, 2^24) >= pad64(8 R) + R Vt, R = min(n, 32768) rows,
  *   Vt = min(V, floor(2^24 / R / 256) 256);
  *   sampling: pad64(2 n) + Rs V, Rs = min(n, max(1, floor(2^24 / V))) whole rows of logits
  *   (V = 151936: 110 rows, 64 MiB; n = 64: 39 MB).
