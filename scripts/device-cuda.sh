@@ -134,7 +134,7 @@ keys = ["critic/score/mean", "response_length/mean", "actor/pg_loss", "actor/ent
         "actor/ppo_kl", "actor/grad_norm", "actor/kl_loss", "training/rollout_probs_diff_mean",
         "variance_proxy/expected_w", "variance_proxy/proxy2_total_power",
         "timing_s/gen", "timing_s/old_log_prob", "timing_s/ref", "timing_s/update_actor",
-        "timing_s/step", "perf/throughput"]
+        "timing_s/step", "perf/throughput", "perf/mfu/actor", "perf/mfu/critic"]
 print("%-36s" % "step metric" + "".join("%22s" % f.split("/")[-2] for f in sys.argv[1:]))
 for step in range(max(len(r) for r in runs)):
     for k in keys:

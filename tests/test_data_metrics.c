@@ -1,14 +1,16 @@
 /*
  * test_data_metrics.c — the step metrics of worker/data_metrics.h: critic/vf_explained_var from
  * sums (a hand-computed case, shards whose sums add up to the whole batch's, the cases that give
- * no number), multi-turn masks, verl's aborted responses and timing_per_token_ms.
+ * no number), multi-turn masks, verl's aborted responses, timing_per_token_ms and the MFU.
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "distflow/backend.h"
 #include "distflow/batch.h"
+#include "distflow/model.h"
 #include "distflow/common.h"
 #include "testutil.h"
 #include "tolerance.h"
@@ -196,6 +198,39 @@ static void test_timing_per_token(void **state)
     df_metrics_free(m);
 }
 
+/* verl's MFU: its _estimate_qwen2_flops on H 4, I 8, 2 layers, 2 heads of 2, 1 KV head, V 10 and
+   sequences of 2 and 3 tokens gives 11664 (run on verl b178a3cd's function): per layer 3 H I = 96
+   plus H (2 q + 2 kv) = 48, times 2, plus 2 V H = 80: N = 368; 6 N 5 = 11040 and 6 (4 + 9) 2 2 2 =
+   624. The peak table's lookup order (H200 before H20, GB200 before B200), verl's CPU constant. */
+static void test_mfu(void **state)
+{
+    (void)state;
+    df_model_config c = {.hidden_size = 4, .intermediate_size = 8, .num_hidden_layers = 2,
+                         .num_attention_heads = 2, .num_key_value_heads = 1, .head_dim = 2, .vocab_size = 10};
+    assert_near(df_model_train_flops(&c, 5, 13), 11664, 0);
+    assert_near(df_device_peak_flops("NVIDIA H200"), 989e12, 0);
+    assert_near(df_device_peak_flops("NVIDIA H20"), 148e12, 0);
+    assert_near(df_device_peak_flops("NVIDIA GB200"), 2.5e15, 0);
+    assert_near(df_device_peak_flops("NVIDIA H100 80GB HBM3"), 989e12, 0);
+    assert_near(df_device_peak_flops(NULL), 448e9, 0);
+    assert_near(df_device_peak_flops("Tesla T4"), 0, 0);
+    df_backend cpu = df_backend_cpu();
+    assert_near(df_backend_peak_flops(&cpu), 448e9, 0);
+    /* batch()'s responses of 2 and 1 tokens after prompts of 0 and 2: sequences of 2 and 3 tokens,
+       the FLOPs above, 2 epochs, over 2 s at a peak of 11664 FLOP/s: exactly 1 */
+    df_batch *b = batch();
+    const int64_t po[] = {0, 0, 2};
+    const int32_t p[] = {1, 2};
+    assert_int_equal(df_batch_set_tok_i32(b, "prompt_ids", po, p), 0);
+    df_metrics *m = df_metrics_new();
+    df_record_mfu(m, "perf/mfu/actor", &c, b, 2, 2.0, 11664);
+    assert_near(df_metrics_get(m, "perf/mfu/actor", 0), 1.0, 0);
+    df_record_mfu(m, "perf/mfu/critic", &c, b, 1, 2.0, 0); /* unknown device: nothing */
+    assert_false(df_metrics_has(m, "perf/mfu/critic"));
+    df_metrics_free(m);
+    df_batch_free(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -205,6 +240,7 @@ int main(void)
         cmocka_unit_test(test_multi_turn),
         cmocka_unit_test(test_aborted),
         cmocka_unit_test(test_timing_per_token),
+        cmocka_unit_test(test_mfu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -88,7 +88,8 @@ static void check_metrics(const char *out)
         const char *keys[] = {"critic/vf_loss",      "critic/vf_clipfrac", "critic/vpred_mean",
                               "critic/grad_norm",    "critic/lr",          "critic/values/mean",
                               "critic/values/max",   "critic/values/min",  "critic/vf_explained_var",
-                              "critic/returns/mean", "timing_s/values",    "timing_s/update_critic"};
+                              "critic/returns/mean", "timing_s/values",    "timing_s/update_critic",
+                              "perf/mfu/critic",     "timing_per_token_ms/update_critic"};
         for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
             assert_true(isfinite(df_test_metric(o, keys[k])));
         assert_true(df_test_metric(o, "critic/vf_loss") > 0);

@@ -312,6 +312,11 @@ typedef struct df_backend_ops {
      */
     int (*alltoallv)(void *ctx, void *h, const void *send, const int64_t *send_counts, void *recv,
                      const int64_t *recv_counts);
+
+    /* ---- description ---- */
+    /** The device's name as its driver gives it (CUDA: "NVIDIA H100 80GB HBM3"), for
+     *  df_device_peak_flops; NULL (the entry or its result): a CPU. */
+    const char *(*device_name)(void *ctx);
 } df_backend_ops;
 
 /** A backend: its operator table and the context every operator receives. */
@@ -325,6 +330,17 @@ DF_API df_backend df_backend_cpu(void);
 
 /** True when b is the CPU backend (its memory is the host's and its kernels are the CPU's). */
 DF_API bool df_backend_is_cpu(const df_backend *b);
+
+/**
+ * The peak FLOP/s verl's MFU divides by (verl/utils/flops_counter.py _DEVICE_FLOPS, the dense
+ * bf16 figure of each datasheet: H100 / H200 989e12, A100 312e12, ...; "CPU" 448e9, verl's
+ * constant for any CPU): the first key of that table, in its reverse-sorted order ("H200" before
+ * "H20"), contained in `device_name`; NULL is "CPU". 0 for a name the table lacks (verl: inf,
+ * an MFU of 0).
+ */
+DF_API double df_device_peak_flops(const char *device_name);
+/** df_device_peak_flops of b's device (its device_name entry; a CPU without one). */
+DF_API double df_backend_peak_flops(const df_backend *b);
 
 /* ---- backends by name (trainer.device) ---- */
 

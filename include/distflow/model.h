@@ -297,6 +297,20 @@ DF_API int64_t df_model_rope_dim(const df_model_config *cfg);
  *  "linear scaling x<factor>" or "longrope". */
 DF_API const char *df_model_rope_name(const df_model_config *cfg, char *buf, size_t cap);
 
+/* ---- FLOP accounting ---------------------------------------------------- */
+
+/**
+ * Model FLOPs of one forward and backward over sequences of `tokens` tokens in all whose squared
+ * lengths sum to `seqlen_sq`, as verl counts them for its MFU (verl/utils/flops_counter.py,
+ * _estimate_qwen2_flops, which it uses for qwen2, qwen3, llama and mistral; here for every family):
+ *   6 N tokens + 6 seqlen_sq head_dim n_heads n_layers,
+ *   N = n_layers (3 H I + H (2 q + 2 kv)) + 2 V H,
+ * q = n_heads head_dim, kv = n_kv_heads head_dim, I = intermediate_size, V = vocab_size (the
+ * embedding counted as a matmul, biases, norms and the recomputation of gradient checkpointing
+ * not at all). In double; no error.
+ */
+DF_API double df_model_train_flops(const df_model_config *c, double tokens, double seqlen_sq);
+
 /* ---- layout ------------------------------------------------------------- */
 
 /**

@@ -76,3 +76,30 @@ int df_backend_open(const char *name, df_backend *out)
     *out = reg[i].be;
     return DF_OK;
 }
+
+double df_device_peak_flops(const char *device_name)
+{
+    /* verl's table in its lookup order (sorted(..., reverse=True)): a longer key first where
+       one contains another */
+    static const struct {
+        const char *key;
+        double flops;
+    } peak[] = {
+        {"RTX 3070 Ti", 21.75e12}, {"MI300X", 1336e12}, {"L40S", 362.05e12}, {"L40", 181.05e12},
+        {"L20", 119.5e12},         {"H800", 989e12},    {"H200", 989e12},    {"H20", 148e12},
+        {"H100", 989e12},          {"GB200", 2.5e15},   {"CPU", 448e9},      {"B200", 2.25e15},
+        {"Ascend910", 354e12},     {"A800", 312e12},    {"A40", 149.7e12},   {"A100", 312e12},
+        {"910B", 354e12},
+    };
+    const char *name = device_name ? device_name : "CPU";
+    for (size_t i = 0; i < sizeof peak / sizeof *peak; i++)
+        if (strstr(name, peak[i].key))
+            return peak[i].flops;
+    return 0;
+}
+
+double df_backend_peak_flops(const df_backend *b)
+{
+    const char *name = b && b->ops && b->ops->device_name ? b->ops->device_name(b->ctx) : NULL;
+    return df_device_peak_flops(name);
+}

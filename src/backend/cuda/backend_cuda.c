@@ -368,6 +368,8 @@ static int cu_kv_attention(void *ctx, float *out, const float *q, const df_backe
                                       scratch);
 }
 
+static const char *cu_device_name(void *ctx) { return df_cuda_device_name(ctx); }
+
 static const df_backend_ops cuda_ops = {
     .name = "cuda",
     .host_memory = false,
@@ -420,6 +422,7 @@ static const df_backend_ops cuda_ops = {
 #ifdef DF_HAVE_NCCL
     .alltoallv = cu_alltoallv, /* the data coordinator's payloads over NCCL */
 #endif
+    .device_name = cu_device_name,
 };
 
 df_backend df_backend_cuda(df_cuda *c)

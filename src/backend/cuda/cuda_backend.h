@@ -60,6 +60,8 @@ int df_cuda_local_device(int *device);
 int df_cuda_create(int device, df_cuda **out);
 void df_cuda_free(df_cuda *c);
 void df_cuda_get_info(const df_cuda *c, df_cuda_info *out);
+/** The device's name (cudaDeviceProp.name), owned by c. */
+const char *df_cuda_device_name(const df_cuda *c);
 /** Wait for the context's stream; reports the first failure of any earlier launch. */
 int df_cuda_sync(df_cuda *c);
 

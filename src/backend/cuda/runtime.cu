@@ -122,6 +122,8 @@ void df_cuda_free(df_cuda *c)
     free(c);
 }
 
+const char *df_cuda_device_name(const df_cuda *c) { return c->prop.name; }
+
 void df_cuda_get_info(const df_cuda *c, df_cuda_info *out)
 {
     memset(out, 0, sizeof *out);

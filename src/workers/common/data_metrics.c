@@ -231,3 +231,16 @@ void df_compute_timing_per_token(df_metrics *m, double prompt_tokens, double res
             df_metrics_set(m, k, t * 1000.0 / tokens);
     }
 }
+
+void df_record_mfu(df_metrics *m, const char *name, const df_model_config *c, const df_batch *b, int epochs,
+                   double seconds, double peak)
+{
+    const int64_t *po = df_batch_offsets(b, "prompt_ids"), *ro = df_batch_offsets(b, "response_ids");
+    double tokens = 0, sq = 0;
+    for (int64_t i = 0; po && ro && i < df_batch_size(b); i++) {
+        double len = (double)(po[i + 1] - po[i] + ro[i + 1] - ro[i]);
+        tokens += len, sq += len * len;
+    }
+    if (m && seconds > 0 && peak > 0)
+        df_metrics_set(m, name, df_model_train_flops(c, tokens, sq) * (epochs > 0 ? epochs : 1) / (seconds * peak));
+}

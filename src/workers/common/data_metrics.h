@@ -4,6 +4,7 @@
 
 #include "distflow/batch.h"
 #include "distflow/metrics.h"
+#include "distflow/model.h"
 
 #include <stdbool.h>
 
@@ -73,5 +74,16 @@ void df_step_token_counts(const df_batch *b, double tok[2]);
  * wall time by the batch's tokens.
  */
 void df_compute_timing_per_token(df_metrics *m, double prompt_tokens, double response_tokens);
+
+/**
+ * verl's perf/mfu/actor and perf/mfu/critic (fsdp_workers update_actor / update_critic): the
+ * model FLOPs of `epochs` passes over the batch's sequences (prompt + response;
+ * df_model_train_flops) over seconds times the device's peak FLOP/s (df_backend_peak_flops),
+ * into m as `name`. This rank's batch and time: the cross-rank mean then averages the ranks'
+ * utilisations (verl divides the whole batch's FLOPs by the world size and one rank's time).
+ * Nothing when seconds or peak is not positive (an unknown device: verl logs 0).
+ */
+void df_record_mfu(df_metrics *m, const char *name, const df_model_config *c, const df_batch *b, int epochs,
+                   double seconds, double peak);
 
 #endif

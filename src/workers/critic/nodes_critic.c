@@ -6,6 +6,7 @@
 #include "workers/worker_internal.h"
 
 #include "util/timeutil.h"
+#include "workers/common/data_metrics.h"
 
 #include <stdio.h>
 
@@ -50,6 +51,9 @@ static int node_train_critic(df_node_ctx *ctx, df_batch *batch, df_node_output *
         rc = df_critic_set_loss(critic, &ns->critic_loss);
     if (!rc)
         rc = df_critic_update(critic, batch, ctx->metrics);
+    if (!rc)
+        df_record_mfu(ctx->metrics, "perf/mfu/critic", &df_critic_model(critic)->cfg, batch, ns->critic_loss.ppo_epochs,
+                      df_now() - t0, df_worker_peak_flops(w));
     if (critic && ns != &w->global) /* back to the global settings (valid: the critic was created with them) */
         df_critic_set_loss(critic, &w->global.critic_loss);
     (void)out;
