@@ -437,8 +437,8 @@ int df_actor_update_policy(df_actor *a, df_batch *b, df_metrics *m)
     a->loss_fn = NULL; /* df_actor_set_loss may have changed the name since the last update */
     if (!rc && ((!a->micro && !(a->micro = df_metrics_new())) || (!a->folded && !(a->folded = df_metrics_new()))))
         rc = df_error(DF_ENOMEM, "actor update: out of memory for its metrics");
-    if (a->folded)
-        df_metrics_clear(a->folded);
+    if (!rc) /* nothing left from a failed update */
+        df_metrics_clear(a->micro), df_metrics_clear(a->folded);
     rc = df_train_core_update(&a->c, b, a->p.mini_batch_size, a->p.loss.ppo_epochs, &loss, m, rc);
     /* verl's actor metrics replace the step's (the old-log-prob node's off-policy gap included) */
     return !rc && m ? df_metrics_merge(m, a->folded) : rc;
