@@ -224,12 +224,44 @@ static void test_data_parallel(void **state)
         compare_rollouts("dp", df_comm_size(world) > 1 ? df_comm_size(world) : 1);
 }
 
+/* verl's global_seqlen/... of trainer.balance_batch: each rank's prompt + response tokens before
+ * and after the balancing hand-off, over the ranks (whole numbers, exact in double): the mean
+ * is the batch's tokens over the ranks, the balanced extremes lie around it, minmax_diff is
+ * max - min; and a run without balance_batch logs none. */
+static void check_seqlen_balance(const char *out, bool on)
+{
+    if (df_comm_rank(world) != 0)
+        return;
+    json_t *lines = df_test_metrics(dir, out, false), *o; /* validation's step 0 first */
+    size_t i;
+    const double k = df_comm_size(world);
+    json_array_foreach(lines, i, o) {
+        if (!json_object_get(o, "actor/pg_loss"))
+            continue; /* validation only */
+        if (!on) {
+            assert_null(json_object_get(o, "global_seqlen/mean"));
+            continue;
+        }
+        const int line = (int)i + 1;
+        double mean = num(o, "global_seqlen/mean", line), lo = num(o, "global_seqlen/min", line),
+               hi = num(o, "global_seqlen/max", line);
+        assert_true(mean * k == num(o, "perf/total_num_tokens", line));
+        assert_true(lo <= mean && mean <= hi);
+        assert_true(num(o, "global_seqlen/balanced_min", line) <= mean);
+        assert_true(num(o, "global_seqlen/balanced_max", line) >= mean);
+        assert_true(num(o, "global_seqlen/minmax_diff", line) == hi - lo);
+    }
+    json_decref(lines);
+}
+
 static void test_balance_batch(void **state)
 {
     (void)state;
     train(world, "balanced", "trainer.balance_batch=true");
     assert_int_equal(df_comm_barrier(world), 0);
     compare_with_reference("balanced", true);
+    check_seqlen_balance("balanced", true);
+    check_seqlen_balance("dp", false);
 }
 
 static void test_actor_on_fewer_dp_ranks(void **state)

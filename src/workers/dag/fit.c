@@ -76,6 +76,9 @@ static int reduce_step_metrics(df_dag_worker *w, df_metrics *m)
     double tok = df_metrics_get(m, "perf/total_num_tokens", 0), t = df_metrics_get(m, "perf/time_per_step", 0);
     if (!rc && t > 0)
         df_metrics_set(m, "perf/throughput", tok / (t * w->group_size));
+    if (!rc && df_metrics_has(m, "global_seqlen/max")) /* trainer.balance_batch's (handoff.c) */
+        df_metrics_set(m, "global_seqlen/minmax_diff",
+                       df_metrics_get(m, "global_seqlen/max", 0) - df_metrics_get(m, "global_seqlen/min", 0));
     return rc;
 }
 

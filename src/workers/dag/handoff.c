@@ -6,6 +6,7 @@
  * through the Data Coordinator, with no central process.
  */
 #include "workers/worker_internal.h"
+#include "workers/common/data_metrics.h"
 #include "workers/dag/marft_run.h"
 
 #include <string.h>
@@ -41,6 +42,20 @@ static df_node_role handoff_role(const df_node *node)
     return node->node_role;
 }
 
+/* verl's trainer.balance_batch metrics (log_seqlen_unbalance): this rank's prompt + response tokens
+   before the balancing hand-off (global_seqlen/min, /max, /mean) and after it (/balanced_min,
+   /balanced_max); the cross-rank reduction takes their minimum, maximum and mean, and fit.c adds
+   /minmax_diff. */
+static void seqlen_balance(df_metrics *m, const df_batch *b, bool after)
+{
+    double tok[2] = {0};
+    df_step_token_counts(b, tok);
+    static const char *const before_names[] = {"global_seqlen/min", "global_seqlen/max", "global_seqlen/mean"};
+    static const char *const after_names[] = {"global_seqlen/balanced_min", "global_seqlen/balanced_max"};
+    for (int i = 0; i < (after ? 2 : 3); i++)
+        df_metrics_set(m, after ? after_names[i] : before_names[i], tok[0] + tok[1]);
+}
+
 int df_worker_before_node(void *user, df_node *node, df_batch **batch)
 {
     df_dag_worker *w = user;
@@ -50,6 +65,8 @@ int df_worker_before_node(void *user, df_node *node, df_batch **batch)
     const df_node_layout *to = df_worker_node_layout(w, node);
     bool uneven = w->rebalance_next; /* PF-PPO's draws: counts per rank, not whole groups */
     bool force = (forced(w, node) || uneven) && to->dp_size > 1; /* one DP rank has nothing to balance */
+    const bool balance = w->global.cfg.trainer.balance_batch && w->prev_role == DF_ROLE_ROLLOUT &&
+                         node->node_role != DF_ROLE_ROLLOUT && *batch;
     w->prev_role = handoff_role(node);
     w->rebalance_next = false;
     if (!*batch) { /* a first node without input */
@@ -58,6 +75,8 @@ int df_worker_before_node(void *user, df_node *node, df_batch **batch)
     }
     df_dp_layout src = {.dp_size = w->cur_layout.dp_size, .mp = w->cur_layout.mp};
     df_dp_layout dst = {.dp_size = to->dp_size, .mp = to->mp};
+    if (balance)
+        seqlen_balance(w->metrics, *batch, false);
     df_put_opts o = {.force = force, .keep_groups = !uneven};
     df_redist_stats st = {0};
     int rc = df_data_buffers_put(w->buffers, node->node_id, *batch, src, dst, &o, &st);
@@ -68,6 +87,8 @@ int df_worker_before_node(void *user, df_node *node, df_batch **batch)
         return df_error_wrap(rc, "moving the batch from %d x %d to %d x %d ranks", src.dp_size, src.mp,
                              dst.dp_size, dst.mp);
     w->cur_layout = *to;
+    if (balance)
+        seqlen_balance(w->metrics, *batch, true);
     /* a chained multi-agent graph: the node sees its agent group's columns (marft_view.c) */
     if (w->marft && (rc = df_marft_view(w->marft, *batch, df_marft_node_view(w->marft, node))))
         return df_error_wrap(rc, "agent group %d's view of the batch", node->agent_group);
