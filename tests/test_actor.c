@@ -292,11 +292,13 @@ static void test_micro_batching_invariant(void **state)
  */
 static const float D[6] = {0.1f, 0.2f, 0.3f, 0.1f, 0.3f, -0.4f};
 
-static df_metrics *update_rollout_gap(bool bypass, const char *rollout_col)
+static df_metrics *update_rollout_gap_rs(bool bypass, const char *rollout_col, const char *rs, const char *thr)
 {
     df_actor *a;
     df_actor_params p = params(2);
     p.bypass = bypass, p.bypass_is_level = bypass ? DF_ROLLOUT_IS_TOKEN : 0, p.bypass_is_threshold = 2.0;
+    if (rs)
+        assert_int_equal(df_rollout_rs_parse(rs, thr, &p.bypass_rs), 0);
     assert_int_equal(df_actor_create(df_test_micro_model(3), &p, true, &a), 0);
     df_batch *b = ppo_batch(a);
     float *ro;
@@ -313,6 +315,11 @@ static df_metrics *update_rollout_gap(bool bypass, const char *rollout_col)
     df_batch_free(b);
     df_actor_free(a);
     return m;
+}
+
+static df_metrics *update_rollout_gap(bool bypass, const char *rollout_col)
+{
+    return update_rollout_gap_rs(bypass, rollout_col, NULL, NULL);
 }
 
 static void test_rollout_corr_metrics(void **state)
@@ -343,6 +350,25 @@ static void test_rollout_corr_metrics(void **state)
     df_metrics *m = update_rollout_gap(false, "not_the_rollout");
     assert_false(df_metrics_has(m, "rollout_corr/kl"));
     assert_true(df_metrics_has(m, "actor/pg_loss"));
+    df_metrics_free(m);
+}
+
+/*
+ * Bypass mode's rejections leave the policy loss's own statistics, as verl's effective_mask: the
+ * ratios exp(d) against the rollout are 1.105, 1.221, 1.350, 1.105, 1.350, 0.670 (each within
+ * e^(2F) of it, F the forward bound: far from every edge below) and the advantages -0.8, 0.2, 1.2,
+ * -0.8, 0.2, 1.2 (ppo_batch), so PPO's clip (0.2) clips tokens 1, 2 and 4. token_k1 with bounds
+ * 0.8_2 keeps k1 = -d in [log 0.8, log 2]: tokens 2 and 4 (d 0.3) are rejected. Micro-batch 1
+ * (tokens 0-4) then clips 1 of its 3 kept tokens, micro-batch 2 none; actor/pg_clipfrac weighs
+ * each by its share of the mini-batch's model tokens (5 / 6 and 1 / 6): 1/3 x 5/6. Counting the
+ * rejected tokens would give 3/5 x 5/6.
+ */
+static void test_bypass_rejections_leave_stats(void **state)
+{
+    (void)state;
+    df_metrics *m = update_rollout_gap_rs(true, "rollout_log_probs", "token_k1", "0.8_2");
+    assert_true(fabs(df_metrics_get(m, "actor/pg_clipfrac", NAN) - 5.0 / 18) <= 1e-12);
+    assert_true(fabs(df_metrics_get(m, "rollout_corr/rollout_rs_masked_fraction", NAN) - 0.5 * (2.0 / 5)) <= 1e-9);
     df_metrics_free(m);
 }
 
@@ -406,6 +432,7 @@ int main(void)
         cmocka_unit_test(test_micro_batching_invariant),
         cmocka_unit_test(test_checkpointing_same_update),
         cmocka_unit_test(test_rollout_corr_metrics),
+        cmocka_unit_test(test_bypass_rejections_leave_stats),
         cmocka_unit_test(test_sft_lowers_loss),
         cmocka_unit_test(test_errors),
     };

@@ -194,23 +194,25 @@ static void weigh_by_rho(bool geo, int64_t n, const int64_t *offs, const int32_t
 /* verl's bypass-mode correction (compute_policy_loss_bypass_mode): the weights and rejections of
    the policy being trained (logp) against the rollout's log-probs (old), detached, and their
    rollout_corr/ metrics into a->micro; out[t] = w[t] times 0 where rejected, times the weight
-   with loss_type reinforce (ppo_clip's weights are measured, not applied, as verl). */
+   with loss_type reinforce (ppo_clip's weights are measured, not applied, as verl). With
+   rejections *keep (malloc'd, the caller frees) is the mask of the tokens kept, verl's
+   effective_mask: the policy loss's own statistics (clip fractions, ppo_kl) count only those. */
 static int bypass_weights(df_actor *a, int64_t n, const int64_t *offs, const int32_t *mask, const float *logp,
-                          const float *old, const float *w, float *out)
+                          const float *old, const float *w, float *out, int32_t **keep)
 {
     const df_actor_params *p = &a->p;
     const int64_t T = offs[n];
-    int32_t *keep = p->bypass_rs.n ? malloc((size_t)(T > 0 ? T : 1) * sizeof *keep) : NULL;
-    if (p->bypass_rs.n && !keep)
+    int32_t *k = p->bypass_rs.n ? malloc((size_t)(T > 0 ? T : 1) * sizeof *k) : NULL;
+    if (p->bypass_rs.n && !k)
         return df_error(DF_ENOMEM, "bypass-mode rejection: out of memory for %lld tokens", (long long)T);
     float *rho = a->c.buf[B_RHO];
     const df_rollout_corr_cfg cfg = {.is_level = p->bypass_is_level, .is_threshold = p->bypass_is_threshold,
                                      .rs = &p->bypass_rs};
     const bool weigh = p->bypass_is_level && p->bypass_reinforce;
-    int rc = df_rollout_correction(&cfg, n, offs, mask, logp, old, rho, keep, NULL, a->micro);
+    int rc = df_rollout_correction(&cfg, n, offs, mask, logp, old, rho, k, NULL, a->micro);
     for (int64_t t = 0; !rc && t < T; t++)
-        out[t] = w[t] * (keep && !keep[t] ? 0.0f : 1.0f) * (weigh ? rho[t] : 1.0f);
-    free(keep);
+        out[t] = w[t] * (k && !k[t] ? 0.0f : 1.0f) * (weigh ? rho[t] : 1.0f);
+    *keep = k;
     return rc;
 }
 
@@ -249,6 +251,7 @@ static int policy_loss(df_actor *a, const df_batch *b, int64_t n, const int64_t 
     const float *old = (const float *)df_batch_column(b, "old_log_probs")->data + base;
     const float *adv = (const float *)df_batch_column(b, "advantages")->data + base;
     const df_column *isw = df_batch_column(b, "rollout_is_weights");
+    int32_t *keep = NULL; /* bypass mode's rejections */
     if (p->use_decoupled_loss) { /* AReaL's decoupled PPO: the ratio against the proximal policy
                                     (old_log_probs, the trainer's recompute), the policy term
                                     weighted by exp(proximal - behaviour), the behaviour policy
@@ -271,9 +274,13 @@ static int policy_loss(df_actor *a, const df_batch *b, int64_t n, const int64_t 
         weigh_by_rho(a->loss_fn == df_policy_loss_geo_mean, n, offs, mask, w, rho, a->c.buf[B_WPG]);
         w = a->c.buf[B_WPG]; /* w rho */
     } else if (p->bypass) {
-        if ((rc = bypass_weights(a, n, offs, mask, logp, old, w, a->c.buf[B_WPG])))
+        rc = bypass_weights(a, n, offs, mask, logp, old, w, a->c.buf[B_WPG], &keep);
+        if (rc) {
+            free(keep);
             return rc;
+        }
         w = a->c.buf[B_WPG];
+        mask = keep ? keep : mask;
     }
     /* clip_cov's random choice: one stream per (step, micro-batch, DP rank) */
     uint64_t rank = (uint64_t)(a->c.dp ? df_comm_rank(a->c.dp) : 0);
@@ -297,6 +304,7 @@ static int policy_loss(df_actor *a, const df_batch *b, int64_t n, const int64_t 
                 kl += (double)old[t] - logp[t], k += 1;
         st->ppo_kl = k > 0 ? kl / k : 0.0;
     }
+    free(keep);
     return rc;
 }
 
