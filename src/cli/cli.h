@@ -95,6 +95,7 @@ int df_cli_load_config(const df_config_schema *s, char *const *pos, int n_pos, d
 int df_cmd_train(int argc, char **argv);
 int df_cmd_sft(int argc, char **argv);
 int df_cmd_eval(int argc, char **argv);
+int df_cmd_generate(int argc, char **argv);
 int df_cmd_embodied(int argc, char **argv);
 int df_cmd_init_model(int argc, char **argv);
 int df_cmd_tokenize(int argc, char **argv);

@@ -17,6 +17,8 @@ static const df_cli_command commands[] = {
      df_cmd_plan},
     {"sft", "supervised fine-tuning on prompt -> response pairs (verl SFT keys)", df_cmd_sft},
     {"eval", "accuracy of a model on a dataset (greedy or sampled)", df_cmd_eval},
+    {"generate", "a model's responses to one prompt, as text or JSON (chat template, sampling)",
+     df_cmd_generate},
     {"init-model", "random-init a Hugging Face model directory from a config.json", df_cmd_init_model},
     {"tokenize", "print token ids of a text as a JSON array", df_cmd_tokenize},
     {"score", "log-probabilities of a response given a prompt, as JSON", df_cmd_score},
