@@ -358,6 +358,7 @@ static void test_bad_input(void **state)
     BAD(2, "--system hi --messages '[]'", "--system");
     BAD(2, "--prompt hi --n 0", "--n must be >= 1, got 0");
     BAD(2, "--prompt hi --top-p 1.5", "--top-p must be in [0, 1], got 1.5");
+    BAD(2, "--prompt hi --top-k 5", "--top-k shapes sampling", "greedy"); /* nothing it would change */
     /* past max_position_embeddings (256): alone, before the weights load, and with the prompt's length */
     BAD(1, "--prompt hi --max-new-tokens 300", "--max-new-tokens 300", "max_position_embeddings 256");
     df_tokenizer *tok = load_tok();

@@ -217,6 +217,8 @@ static void test_number_ranges(void **state)
         {"eval --model m --data g.jsonl --top-p 1.5", "--top-p must be in [0, 1], got 1.5"},
         {"eval --model m --data g.jsonl --top-k 4294967297", "--top-k must be in [-1, 2147483647], got 4294967297"},
         {"eval --model m --data g.jsonl --top-k -5", "--top-k must be in [-1, 2147483647], got -5"},
+        {"eval --model m --data g.jsonl --top-p 0.9", "--top-p shapes sampling"}, /* greedy would ignore it */
+        {"eval --model m --data g.jsonl --seed 3 --temperature 0", "--seed shapes sampling"},
         {"eval --model m --data g.jsonl --limit 0", "--limit must be >= 1, got 0"},
         {"eval --model m --data g.jsonl --limit -1", "--limit must be >= 1, got -1"},
         {"eval --model m --data g.jsonl --batch -1", "--batch must be >= 1, got -1"},

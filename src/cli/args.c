@@ -141,6 +141,19 @@ int df_cli_distinct(const char *cmd, const char *out_opt, const char *out, const
     return 2;
 }
 
+int df_cli_greedy_options(const char *cmd, const df_opt *opts, double temperature)
+{
+    static const char *const sampling[] = {"top-p", "top-k", "seed"};
+    for (size_t i = 0; temperature <= 0 && i < sizeof sampling / sizeof *sampling; i++)
+        if (df_cli_opt(opts, sampling[i])->seen) {
+            fprintf(stderr, "distflow %s: error: --%s shapes sampling, and without --temperature > 0 the "
+                            "decoding is greedy: give a temperature or leave --%s out\n",
+                    cmd, sampling[i], sampling[i]);
+            return 2;
+        }
+    return 0;
+}
+
 int df_cli_bad_subcommand(const char *cmd, const char *usage, const char *name)
 {
     if (name)

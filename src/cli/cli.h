@@ -62,6 +62,9 @@ int df_cli_check_ranges(const char *cmd, const df_opt *opts, const df_opt_range 
  * when either is NULL.
  */
 int df_cli_distinct(const char *cmd, const char *out_opt, const char *out, const char *in_opt, const char *in);
+/** 2 after printing why when `temperature` <= 0 (greedy decoding) and --top-p, --top-k or --seed
+ *  (options of opts, which must have all three) was given: greedy decoding would ignore it. */
+int df_cli_greedy_options(const char *cmd, const df_opt *opts, double temperature);
 /** A command with subcommands (data, embodied, config) given none it knows: prints "distflow <cmd>:
  *  error: unknown subcommand 'NAME'" (NULL: "missing subcommand") to stderr, then the usage as
  *  --help does; returns 2. */

@@ -222,7 +222,8 @@ int df_cmd_eval(int argc, char **argv)
     int n_pos, code;
     if (df_cli_parse("eval", USAGE, opts, argc, argv, pos, 0, &n_pos, &code) ||
         (code = df_cli_require("eval", opts)) || (code = df_cli_check_ranges("eval", opts, ranges)) ||
-        (code = check_options(opts, output, data, tool_cfg, ia_cfg, reward_fn))) { /* the same on every rank */
+        (code = check_options(opts, output, data, tool_cfg, ia_cfg, reward_fn)) ||
+        (code = df_cli_greedy_options("eval", opts, temperature))) { /* the same on every rank */
         df_comm_shutdown();
         return code;
     }

@@ -249,7 +249,8 @@ int df_cmd_generate(int argc, char **argv)
     char *pos[1];
     int n_pos, code;
     if (df_cli_parse("generate", USAGE, opts, argc, argv, pos, 0, &n_pos, &code) ||
-        (code = df_cli_require("generate", opts)) || (code = df_cli_check_ranges("generate", opts, ranges)))
+        (code = df_cli_require("generate", opts)) || (code = df_cli_check_ranges("generate", opts, ranges)) ||
+        (code = df_cli_greedy_options("generate", opts, a.temperature)))
         return code;
     if (check_options(&a)) { /* a usage error: 2, as the parser's */
         df_cli_fail("generate");
