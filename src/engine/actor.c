@@ -193,10 +193,10 @@ static void weigh_by_rho(bool geo, int64_t n, const int64_t *offs, const int32_t
 
 /* verl's bypass-mode correction (compute_policy_loss_bypass_mode): the weights and rejections of
    the policy being trained (logp) against the rollout's log-probs (old), detached, and their
-   rollout_corr/ metrics into a->micro; out[t] = w[t] times 0 where rejected, times the weight
-   with loss_type reinforce (ppo_clip's weights are measured, not applied, as verl). With
-   rejections *keep (malloc'd, the caller frees) is the mask of the tokens kept, verl's
-   effective_mask: the policy loss's own statistics (clip fractions, ppo_kl) count only those. */
+   rollout_corr/ metrics into a->micro; out[t] = w[t] times the weight with loss_type reinforce
+   (ppo_clip's weights are measured, not applied, as verl). With rejections *keep (malloc'd, the
+   caller frees) is the mask of the tokens kept, verl's effective_mask: the policy loss sees only
+   those (its term, gradient, clip fractions and ppo_kl). */
 static int bypass_weights(df_actor *a, int64_t n, const int64_t *offs, const int32_t *mask, const float *logp,
                           const float *old, const float *w, float *out, int32_t **keep)
 {
@@ -211,7 +211,7 @@ static int bypass_weights(df_actor *a, int64_t n, const int64_t *offs, const int
     const bool weigh = p->bypass_is_level && p->bypass_reinforce;
     int rc = df_rollout_correction(&cfg, n, offs, mask, logp, old, rho, k, NULL, a->micro);
     for (int64_t t = 0; !rc && t < T; t++)
-        out[t] = w[t] * (k && !k[t] ? 0.0f : 1.0f) * (weigh ? rho[t] : 1.0f);
+        out[t] = weigh ? w[t] * rho[t] : w[t];
     *keep = k;
     return rc;
 }
