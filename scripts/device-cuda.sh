@@ -134,7 +134,8 @@ keys = ["critic/score/mean", "response_length/mean", "actor/pg_loss", "actor/ent
         "actor/ppo_kl", "actor/grad_norm", "actor/kl_loss", "training/rollout_probs_diff_mean",
         "variance_proxy/expected_w", "variance_proxy/proxy2_total_power",
         "timing_s/gen", "timing_s/old_log_prob", "timing_s/ref", "timing_s/update_actor",
-        "timing_s/step", "perf/throughput", "perf/mfu/actor", "perf/mfu/critic"]
+        "timing_s/step", "perf/throughput", "perf/mfu/actor", "perf/mfu/critic",
+        "perf/max_memory_allocated_gb", "perf/cpu_memory_used_gb"]
 print("%-36s" % "step metric" + "".join("%22s" % f.split("/")[-2] for f in sys.argv[1:]))
 for step in range(max(len(r) for r in runs)):
     for k in keys:

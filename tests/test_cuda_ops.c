@@ -187,6 +187,32 @@ static void test_gemm16_workspace_oom(void **state)
     dfct_free(x), dfct_free(dw), dfct_free(a), dfct_free(c);
 }
 
+/* perf/max_memory_allocated_gb's count on a fresh context: the most bytes live at once, the
+ * bf16 workspace included, and a release that lowers what is live but not the peak. */
+static void test_memory_peak(void **state)
+{
+    (void)state;
+    df_cuda *c = NULL;
+    DFCT_OK(df_cuda_create(0, &c));
+    assert_int_equal(df_cuda_memory_peak(c), 0);
+    void *a = NULL, *b = NULL, *d = NULL;
+    DFCT_OK(df_cuda_alloc(c, 3 << 20, &a));
+    DFCT_OK(df_cuda_alloc(c, 1 << 20, &b));
+    df_cuda_release(c, a);
+    DFCT_OK(df_cuda_alloc(c, 2 << 20, &d));
+    assert_int_equal(df_cuda_memory_peak(c), 4 << 20);
+    /* a 4x4x4 bf16 GEMM grows the two operand workspaces to 16 elements each: 64 bytes more */
+    DFCT_OK(df_cuda_alloc(c, 2 << 20, &a));
+    float *x = NULL;
+    DFCT_OK(df_cuda_alloc(c, 64, (void **)&x));
+    DFCT_OK(df_cuda_fill(c, x, 16, 0.0f));
+    DFCT_OK(df_cuda_gemm_bf16(c, false, true, 4, 4, 4, 1.0f, x, x, 0.0f, x));
+    DFCT_OK(df_cuda_sync(c));
+    assert_int_equal(df_cuda_memory_peak(c), (5 << 20) + 64 + 2 * 16 * 2);
+    df_cuda_release(c, a), df_cuda_release(c, b), df_cuda_release(c, d), df_cuda_release(c, x);
+    df_cuda_free(c);
+}
+
 /* One rank per GPU: the node-local rank picks the device, modulo the count. */
 static void test_local_device(void **state)
 {
@@ -212,6 +238,7 @@ int main(void)
         cmocka_unit_test(test_buffers_and_errors),
         cmocka_unit_test(test_upload_reuse),
         cmocka_unit_test(test_gemm16_workspace_oom),
+        cmocka_unit_test(test_memory_peak),
         cmocka_unit_test(test_local_device),
     };
     return dfct_main("test_cuda_ops", tests, sizeof tests / sizeof tests[0]);

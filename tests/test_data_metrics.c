@@ -1,7 +1,8 @@
 /*
  * test_data_metrics.c — the step metrics of worker/data_metrics.h: critic/vf_explained_var from
  * sums (a hand-computed case, shards whose sums add up to the whole batch's, the cases that give
- * no number), multi-turn masks, verl's aborted responses, timing_per_token_ms and the MFU.
+ * no number), multi-turn masks, verl's aborted responses, timing_per_token_ms, the MFU and the
+ * memory metrics.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +17,7 @@
 #include "tolerance.h"
 #include "workers/common/data_metrics.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* Two responses of 2 and 1 tokens: returns r = [1, 2, 4], values v = [0.5, 2.5, 3]. */
@@ -231,6 +233,39 @@ static void test_mfu(void **state)
     df_batch_free(b);
 }
 
+static int64_t fake_peak(void *ctx)
+{
+    (void)ctx;
+    return 3LL << 30;
+}
+
+static void test_memory(void **state)
+{
+    (void)state;
+    df_metrics *m = df_metrics_new();
+    df_record_memory(m, 3LL << 29, 5LL << 30); /* bytes: 1.5 GiB and 5 GiB */
+    assert_near(df_metrics_get(m, "perf/max_memory_allocated_gb", 0), 1.5, 0);
+    assert_near(df_metrics_get(m, "perf/max_memory_reserved_gb", 0), 1.5, 0);
+    assert_near(df_metrics_get(m, "perf/cpu_memory_used_gb", 0), 5.0, 0);
+    df_metrics_free(m);
+    m = df_metrics_new();
+    df_record_memory(m, -1, -1); /* unknown: nothing */
+    assert_false(df_metrics_has(m, "perf/max_memory_allocated_gb") || df_metrics_has(m, "perf/cpu_memory_used_gb"));
+    df_metrics_free(m);
+    /* a backend that counts its memory is asked; the CPU's memory is the process's peak resident set,
+       which holds at least the 64 MiB touched here */
+    static const df_backend_ops ops = {.memory_peak = fake_peak};
+    df_backend dev = {.ops = &ops}, cpu = df_backend_cpu();
+    assert_int_equal(df_backend_memory_peak(&dev), 3LL << 30);
+    size_t n = (size_t)64 << 20;
+    char *buf = malloc(n);
+    assert_non_null(buf);
+    memset(buf, 1, n);
+    int64_t rss = df_backend_memory_peak(&cpu);
+    assert_true(rss >= (int64_t)n && buf[n - 1] == 1);
+    free(buf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -241,6 +276,7 @@ int main(void)
         cmocka_unit_test(test_aborted),
         cmocka_unit_test(test_timing_per_token),
         cmocka_unit_test(test_mfu),
+        cmocka_unit_test(test_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -184,13 +184,18 @@ static void test_grpo_steps(void **state)
                               "actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/pg_clipfrac",
                               "actor/grad_norm", "actor/lr", "timing_s/gen", "timing_s/step",
                               "perf/throughput", "perf/mfu/actor", "timing_per_token_ms/gen",
-                              "response/aborted_ratio"};
+                              "response/aborted_ratio", "perf/max_memory_allocated_gb",
+                              "perf/max_memory_reserved_gb", "perf/cpu_memory_used_gb"};
         for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
             if (!json_is_number(json_object_get(o, keys[k])))
                 fail_msg("step %d: metric %s missing", (int)s + 1, keys[k]);
         /* verl's CPU peak (448 GFLOP/s) and a tiny model: a small positive fraction */
         const double mfu = json_number_value(json_object_get(o, "perf/mfu/actor"));
         assert_true(mfu > 0 && mfu < 1);
+        /* the CPU's device memory is the process's peak resident set: at least the model's
+           weights and Adam's two moments (far less than 1 GiB for the tiny model) */
+        const double gb = json_number_value(json_object_get(o, "perf/max_memory_allocated_gb"));
+        assert_true(gb > 0 && gb < 8);
         grad_norm_sum += json_number_value(json_object_get(o, "actor/grad_norm"));
         assert_true(json_number_value(json_object_get(o, "actor/lr")) > 0);
     }

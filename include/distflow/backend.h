@@ -317,6 +317,10 @@ typedef struct df_backend_ops {
     /** The device's name as its driver gives it (CUDA: "NVIDIA H100 80GB HBM3"), for
      *  df_device_peak_flops; NULL (the entry or its result): a CPU. */
     const char *(*device_name)(void *ctx);
+    /** The most bytes of device memory live at once since the backend opened: its alloc's
+     *  buffers and its own scratch (CUDA: every cudaMalloc it made; it keeps no cache, so this
+     *  is also what it reserved). NULL: memory the OS counts for the process — the CPU's. */
+    int64_t (*memory_peak)(void *ctx);
 } df_backend_ops;
 
 /** A backend: its operator table and the context every operator receives. */
@@ -341,6 +345,13 @@ DF_API bool df_backend_is_cpu(const df_backend *b);
 DF_API double df_device_peak_flops(const char *device_name);
 /** df_device_peak_flops of b's device (its device_name entry; a CPU without one). */
 DF_API double df_backend_peak_flops(const df_backend *b);
+
+/**
+ * The peak bytes of b's memory in use (verl's perf/max_memory_allocated_gb, torch's
+ * max_memory_allocated of the device): its memory_peak entry, or the process's peak resident
+ * set (getrusage) where it has none — the CPU's memory is the process's. -1 if unknown.
+ */
+DF_API int64_t df_backend_memory_peak(const df_backend *b);
 
 /* ---- backends by name (trainer.device) ---- */
 

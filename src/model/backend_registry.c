@@ -5,6 +5,8 @@
  */
 #include "distflow/backend.h"
 
+#include "util/memstat.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -96,6 +98,13 @@ double df_device_peak_flops(const char *device_name)
         if (strstr(name, peak[i].key))
             return peak[i].flops;
     return 0;
+}
+
+int64_t df_backend_memory_peak(const df_backend *b)
+{
+    if (b && b->ops && b->ops->memory_peak)
+        return b->ops->memory_peak(b->ctx);
+    return df_process_peak_rss_bytes();
 }
 
 double df_backend_peak_flops(const df_backend *b)

@@ -657,8 +657,8 @@ int df_worker_setup_agent_models(df_dag_worker *w, const df_actor_params *p);
  * environment, an env_path entry that does not resolve), DF_ENOMEM.
  */
 int df_worker_check_agents_run(const df_train_config *t, df_task_graph *g, int groups, const char *src);
-/** dag_worker.c: the peak FLOP/s of trainer.device's backend (df_backend_peak_flops; 0: unknown). */
-double df_worker_peak_flops(const df_dag_worker *w);
+/** dag_worker.c: trainer.device's backend (opened at setup; for its peak FLOP/s and memory). */
+df_backend df_worker_backend(const df_dag_worker *w);
 /** dag_worker.c: trainer.device for slot s's actor and reference. */
 int df_worker_set_device(df_dag_worker *w, const df_agent_slot *s);
 /** dag_worker.c: slot s's rollout engine for a model of `cfg` (sized for the step's sequences),

@@ -369,6 +369,7 @@ static int cu_kv_attention(void *ctx, float *out, const float *q, const df_backe
 }
 
 static const char *cu_device_name(void *ctx) { return df_cuda_device_name(ctx); }
+static int64_t cu_memory_peak(void *ctx) { return df_cuda_memory_peak(ctx); }
 
 static const df_backend_ops cuda_ops = {
     .name = "cuda",
@@ -423,6 +424,7 @@ static const df_backend_ops cuda_ops = {
     .alltoallv = cu_alltoallv, /* the data coordinator's payloads over NCCL */
 #endif
     .device_name = cu_device_name,
+    .memory_peak = cu_memory_peak,
 };
 
 df_backend df_backend_cuda(df_cuda *c)

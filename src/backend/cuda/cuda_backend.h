@@ -62,6 +62,8 @@ void df_cuda_free(df_cuda *c);
 void df_cuda_get_info(const df_cuda *c, df_cuda_info *out);
 /** The device's name (cudaDeviceProp.name), owned by c. */
 const char *df_cuda_device_name(const df_cuda *c);
+/** The most bytes of df_cuda_alloc's buffers live at once since c was created (df_memtrack). */
+int64_t df_cuda_memory_peak(const df_cuda *c);
 /** Wait for the context's stream; reports the first failure of any earlier launch. */
 int df_cuda_sync(df_cuda *c);
 

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_backend.h"
+#include "util/memtrack.h"
 
 struct df_cuda {
     int device;
@@ -19,6 +20,7 @@ struct df_cuda {
      * on demand, freed with the context */
     uint16_t *a16, *b16;
     int64_t a16_n, b16_n;
+    df_memtrack mem; /* df_cuda_alloc's buffers live, and their peak (df_cuda_memory_peak) */
 };
 
 /** Give back the bf16 operand workspace (df_cuda_free). */

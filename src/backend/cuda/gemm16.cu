@@ -16,8 +16,7 @@ int df_cuda_reserve16(df_cuda *c, uint16_t **buf, int64_t *cap, int64_t n)
     uint16_t *old = *buf;
     *buf = NULL;
     *cap = 0;
-    if (old)
-        DFC_TRY(cudaFree(old));
+    df_cuda_release(c, old);
     void *p = NULL;
     int rc = df_cuda_alloc(c, (size_t)n * sizeof(uint16_t), &p);
     if (rc)
@@ -29,8 +28,8 @@ int df_cuda_reserve16(df_cuda *c, uint16_t **buf, int64_t *cap, int64_t n)
 
 void df_cuda_gemm16_free(df_cuda *c)
 {
-    cudaFree(c->a16);
-    cudaFree(c->b16);
+    df_cuda_release(c, c->a16);
+    df_cuda_release(c, c->b16);
     c->a16 = c->b16 = NULL;
     c->a16_n = c->b16_n = 0;
 }

@@ -119,6 +119,7 @@ void df_cuda_free(df_cuda *c)
         cublasDestroy(c->blas);
     if (c->stream)
         cudaStreamDestroy(c->stream);
+    df_memtrack_free(&c->mem);
     free(c);
 }
 
@@ -158,15 +159,23 @@ int df_cuda_alloc(df_cuda *c, size_t bytes, void **d)
                         "CUDA: cannot allocate %zu bytes on device %d: %s", bytes, c->device,
                         cudaGetErrorString(e));
     }
+    if (df_memtrack_add(&c->mem, *d, (int64_t)bytes)) {
+        cudaFree(*d);
+        *d = NULL;
+        return DF_ENOMEM;
+    }
     return DF_OK;
 }
 
 void df_cuda_release(df_cuda *c, void *d)
 {
-    (void)c;
-    if (d)
-        cudaFree(d);
+    if (!d)
+        return;
+    df_memtrack_remove(&c->mem, d);
+    cudaFree(d);
 }
+
+int64_t df_cuda_memory_peak(const df_cuda *c) { return c->mem.peak; }
 
 int df_cuda_upload(df_cuda *c, void *d_dst, const void *src, size_t bytes)
 {

@@ -5,6 +5,7 @@
  */
 #include "workers/worker_internal.h"
 
+#include "util/memstat.h"
 #include "util/timeutil.h"
 #include "workers/common/data_metrics.h"
 
@@ -121,9 +122,12 @@ static int node_train_actor(df_node_ctx *ctx, df_batch *batch, df_node_output *o
         df_actor_set_loss(actor, &ns->actor_loss);
     if (!rc)
         rc = df_actor_update_policy(actor, batch, ctx->metrics);
-    if (!rc)
+    df_backend be = df_worker_backend(w);
+    if (!rc) {
         df_record_mfu(ctx->metrics, "perf/mfu/actor", &df_actor_model(actor)->cfg, batch, ns->actor_loss.ppo_epochs,
-                      df_now() - t0, df_worker_peak_flops(w));
+                      df_now() - t0, df_backend_peak_flops(&be));
+        df_record_memory(ctx->metrics, df_backend_memory_peak(&be), df_host_memory_used_bytes());
+    }
     if (ns != &w->global) /* back to the global settings */
         df_actor_set_loss(actor, &w->global.actor_loss);
     rc = variance_proxy(w, ctx->node, rc, batch, ctx->metrics);

@@ -244,3 +244,14 @@ void df_record_mfu(df_metrics *m, const char *name, const df_model_config *c, co
     if (m && seconds > 0 && peak > 0)
         df_metrics_set(m, name, df_model_train_flops(c, tokens, sq) * (epochs > 0 ? epochs : 1) / (seconds * peak));
 }
+
+void df_record_memory(df_metrics *m, int64_t device_peak, int64_t host_used)
+{
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    if (device_peak >= 0) {
+        df_metrics_set(m, "perf/max_memory_allocated_gb", (double)device_peak / gib);
+        df_metrics_set(m, "perf/max_memory_reserved_gb", (double)device_peak / gib);
+    }
+    if (host_used >= 0)
+        df_metrics_set(m, "perf/cpu_memory_used_gb", (double)host_used / gib);
+}

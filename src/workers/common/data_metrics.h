@@ -86,4 +86,13 @@ void df_compute_timing_per_token(df_metrics *m, double prompt_tokens, double res
 void df_record_mfu(df_metrics *m, const char *name, const df_model_config *c, const df_batch *b, int epochs,
                    double seconds, double peak);
 
+/**
+ * verl's perf/max_memory_allocated_gb and perf/max_memory_reserved_gb (fsdp_workers
+ * update_actor: torch's peaks on the device, in GiB) from device_peak bytes
+ * (df_backend_memory_peak: distflow keeps no allocator cache, so both are that peak), and
+ * perf/cpu_memory_used_gb (psutil's used memory of the host) from host_used bytes
+ * (df_host_memory_used_bytes). A negative input (unknown) sets none of its metrics.
+ */
+void df_record_memory(df_metrics *m, int64_t device_peak, int64_t host_used);
+
 #endif

@@ -51,9 +51,10 @@ static int node_train_critic(df_node_ctx *ctx, df_batch *batch, df_node_output *
         rc = df_critic_set_loss(critic, &ns->critic_loss);
     if (!rc)
         rc = df_critic_update(critic, batch, ctx->metrics);
+    df_backend be = df_worker_backend(w);
     if (!rc)
         df_record_mfu(ctx->metrics, "perf/mfu/critic", &df_critic_model(critic)->cfg, batch, ns->critic_loss.ppo_epochs,
-                      df_now() - t0, df_worker_peak_flops(w));
+                      df_now() - t0, df_backend_peak_flops(&be));
     if (critic && ns != &w->global) /* back to the global settings (valid: the critic was created with them) */
         df_critic_set_loss(critic, &w->global.critic_loss);
     (void)out;

@@ -106,14 +106,14 @@ int df_worker_set_device(df_dag_worker *w, const df_agent_slot *s)
     return rc ? df_error_wrap(rc, "%s", df_config_where(w->cfg, "trainer.device")) : DF_OK;
 }
 
-double df_worker_peak_flops(const df_dag_worker *w)
+df_backend df_worker_backend(const df_dag_worker *w)
 {
     df_backend be;
     if (df_backend_open(w->global.cfg.trainer.device, &be)) {
         df_clear_error(); /* opened at setup already: this cannot fail after it */
-        return 0;
+        return (df_backend){0};
     }
-    return df_backend_peak_flops(&be);
+    return be;
 }
 
 /* rollout.dtype: bfloat16 (verl's default) where trainer.device has bf16 matmuls (a CPU's native
