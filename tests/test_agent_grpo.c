@@ -33,8 +33,8 @@ static char dir[256];
 
 #define IA DF_SOURCE_DIR "/examples/gsm8k_multiturn/config/interaction_config/gsm8k_interaction_config.yaml"
 
-/* One step; `ov`: n_ov more overrides. */
-static void train_ex(df_comm *comm, const char *out, const char *const *ov, int n_ov)
+/* The one-step multi-turn config; `ov`: n_ov more overrides. */
+static df_config *config(const char *out, const char *const *ov, int n_ov)
 {
     char yaml[4096];
     snprintf(yaml, sizeof yaml,
@@ -53,7 +53,12 @@ static void train_ex(df_comm *comm, const char *out, const char *const *ov, int 
              "trainer: {total_training_steps: 1, save_freq: -1, test_freq: -1, logger: [],\n"
              "          default_local_dir: %s/%s, rollout_data_dir: %s/%s/rollouts}\n",
              dir, dir, IA, dir, out, dir, out);
-    if (df_test_run(comm, df_test_config(yaml, "agent.yaml", ov, n_ov)))
+    return df_test_config(yaml, "agent.yaml", ov, n_ov);
+}
+
+static void train_ex(df_comm *comm, const char *out, const char *const *ov, int n_ov)
+{
+    if (df_test_run(comm, config(out, ov, n_ov)))
         fail_msg("rank %d: %s", df_comm_rank(world), df_last_error());
 }
 
@@ -138,6 +143,38 @@ static void test_multi_turn_tir_otb(void **state)
     json_decref(got);
 }
 
+/* dir/<name>: train.jsonl's rows, each with verl's agent_name `agent`. */
+static void rows_with_agent(const char *name, const char *agent)
+{
+    char *text = NULL, out[16384] = "", path[512];
+    snprintf(path, sizeof path, "%s/train.jsonl", dir);
+    assert_int_equal(df_read_file(path, &text, NULL), DF_OK);
+    for (char *line = text, *end; (end = strchr(line, '\n')); line = end + 1) {
+        size_t n = strlen(out);
+        snprintf(out + n, sizeof out - n, "{\"agent_name\": \"%s\", %.*s\n", agent, (int)(end - line - 1), line + 1);
+    }
+    assert_true(strlen(out) < sizeof out - 1);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    assert_int_equal(df_write_file_atomic(path, out, strlen(out)), DF_OK);
+    free(text);
+}
+
+/* A row that names verl's single-turn loop in a multi-turn job is refused at its line (distflow runs
+ * one agent loop per job: the row would otherwise go through the tool loop unannounced); rank 0 alone. */
+static void test_single_turn_rows_refused(void **state)
+{
+    (void)state;
+    if (df_comm_rank(world) != 0)
+        return;
+    rows_with_agent("single.jsonl", "single_turn_agent");
+    char ov[600];
+    snprintf(ov, sizeof ov, "data.train_files=[%s/single.jsonl]", dir);
+    const char *ovs[] = {ov};
+    assert_int_equal(df_test_run(NULL, config("single", ovs, 1)), DF_EINVAL);
+    if (!strstr(df_last_error(), "single.jsonl:1: agent_name \"single_turn_agent\": the tool loop is on"))
+        fail_msg("error: %s", df_last_error());
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -167,6 +204,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_multi_turn_grpo),
         cmocka_unit_test(test_multi_turn_tir_otb),
+        cmocka_unit_test(test_single_turn_rows_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -215,6 +215,38 @@ static void test_malformed(void **state)
                       DF_EINVAL, "got true");
 }
 
+/* verl's per-row agent_name against the job's one agent loop (df_dataset_opts.agent_loop). */
+static void test_agent_name(void **state)
+{
+    (void)state;
+#define ROW(agent) "{\"data_source\": \"x\", \"prompt\": \"q\", \"reward_model\": {\"ground_truth\": \"1\"}" agent "}\n"
+    const char *text = ROW("") ROW(", \"agent_name\": null") ROW(", \"agent_name\": \"tool_agent\"");
+    df_dataset_opts tool = {.agent_loop = "tool_agent"}, single = {.agent_loop = "single_turn_agent"};
+    df_dataset *ds = load_text(text, &tool);
+    assert_int_equal(df_dataset_size(ds), 3);
+    df_dataset_free(ds);
+    ds = load_text(text, NULL); /* not checked */
+    df_dataset_free(ds);
+    const struct {
+        const char *row;
+        const df_dataset_opts *o;
+        const char *msg;
+    } bad[] = {
+        {ROW(", \"agent_name\": \"tool_agent\""), &single, "mem.jsonl:1: agent_name \"tool_agent\": the tool loop is off"},
+        {ROW(", \"agent_name\": \"single_turn_agent\""), &tool, "agent_name \"single_turn_agent\": the tool loop is on"},
+        {ROW(", \"agent_name\": \"react_agent\""), &single, "agent_name \"react_agent\": distflow's agent loops are"},
+        {ROW(", \"agent_name\": 3"), &tool, "agent_name must be a string, got integer"},
+    };
+#undef ROW
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        ds = NULL;
+        assert_int_equal(df_dataset_load_buffer(bad[i].row, strlen(bad[i].row), "mem.jsonl", bad[i].o, &ds), DF_EINVAL);
+        assert_null(ds);
+        if (!strstr(df_last_error(), bad[i].msg))
+            fail_msg("error '%s' lacks '%s'", df_last_error(), bad[i].msg);
+    }
+}
+
 static void test_sft_options(void **state)
 {
     (void)state;
@@ -746,6 +778,7 @@ int main(void)
         cmocka_unit_test(test_load_rows),
         cmocka_unit_test(test_field),
         cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_agent_name),
         cmocka_unit_test(test_sft_options),
         cmocka_unit_test(test_files_and_filter),
         cmocka_unit_test(test_parquet_files),

@@ -323,11 +323,30 @@ static void test_rollout_temperatures_disagree(void **state)
     assert_int_equal(df_test_remove_tree(tmp), 0);
 }
 
+/* A row for verl's tool_agent in a single-turn job is refused at its line, naming the key that turns
+ * the tool loop on (it would otherwise be answered single-turn). */
+static void test_tool_agent_rows_refused(void **state)
+{
+    (void)state;
+    make_inputs();
+    write_text("tool.jsonl", "{\"agent_name\": \"tool_agent\", \"data_source\": \"test/digits\", \"prompt\": \"Add 1 and 2.\", "
+                             "\"reward_model\": {\"ground_truth\": \"3\"}}\n");
+    char yaml[2048], ov[512];
+    workflow_config("", yaml, sizeof yaml);
+    snprintf(ov, sizeof ov, "data.train_files=[%s/tool.jsonl]", tmp);
+    const char *ovs[] = {ov, "dag.workflow_path=null"};
+    assert_int_equal(df_test_run(NULL, df_test_config(yaml, "e2e.yaml", ovs, 2)), DF_EINVAL);
+    assert_last_error_mentions("tool.jsonl:1: agent_name \"tool_agent\": the tool loop is off");
+    assert_last_error_mentions("multi_turn.enable");
+    assert_int_equal(df_test_remove_tree(tmp), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_grpo_steps),
                                        cmocka_unit_test(test_workflow_file_step),
                                        cmocka_unit_test(test_workflow_node_temperature),
-                                       cmocka_unit_test(test_rollout_temperatures_disagree)};
+                                       cmocka_unit_test(test_rollout_temperatures_disagree),
+                                       cmocka_unit_test(test_tool_agent_rows_refused)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

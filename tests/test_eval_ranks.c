@@ -268,6 +268,13 @@ static void test_failures_end_every_rank(void **state)
     write_data("unknown.jsonl", -1, true);
     expect_failure(1, "model", "bad.jsonl", "bad1", NULL, "bad.jsonl:2");
     expect_failure(1, "model", "unknown.jsonl", "unknown1", NULL, "no/such/source");
+    /* a row for verl's tool loop without --tool-config would be answered single-turn */
+    const char *tool = "{\"agent_name\": \"tool_agent\", \"data_source\": \"openai/gsm8k\", \"prompt\": \"1+2?\", "
+                       "\"reward_model\": {\"ground_truth\": \"3\"}}\n";
+    char *p = df_path_join(dir, "tool.jsonl");
+    assert_int_equal(df_write_file_atomic(p, tool, strlen(tool)), 0);
+    free(p);
+    expect_failure(1, "model", "tool.jsonl", "tool1", NULL, "tool.jsonl:1: agent_name \"tool_agent\": the tool loop is off");
     if (!DF_MPIEXEC[0])
         skip(); /* built without MPI */
     /* row 1 is parsed by rank 1 alone (the others only count its line) */

@@ -76,6 +76,14 @@ typedef struct df_dataset_opts {
      * "<first file>: no rows": for a command whose result over no rows would mean nothing. [false]
      */
     bool need_rows;
+    /**
+     * The agent loop every row runs through: "single_turn_agent" or "tool_agent" (verl's names;
+     * distflow's tool loop is multi_turn.enable). A row's `agent_name` (verl's agent-loop field),
+     * where present and not null, must name it, else DF_EINVAL at the row ("agent_name
+     * \"tool_agent\": ..."): distflow runs one loop per job and would otherwise ignore it.
+     * [NULL: not checked]
+     */
+    const char *agent_loop;
 } df_dataset_opts;
 
 /**

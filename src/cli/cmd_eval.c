@@ -255,14 +255,15 @@ int df_cmd_eval(int argc, char **argv)
     if (!rc && tmpl_kwargs && (rc = df_tokenizer_set_chat_template_kwargs(tok, tmpl_kwargs)))
         rc = df_error_wrap(rc, "--chat-template-kwargs");
     /* this rank's shard; --limit keeps the file's first rows (df_dataset_head counts them over all shards) */
-    df_dataset_opts dopt = {.shard_index = rank, .shard_count = size};
+    bool multi = tool_cfg || ia_cfg;
+    df_dataset_opts dopt = {.shard_index = rank, .shard_count = size,
+                            .agent_loop = multi ? "tool_agent" : "single_turn_agent"};
     if (!rc)
         rc = df_dataset_load(&data, 1, &dopt, &ds);
     if (!rc && limit > 0 && df_dataset_head(ds, limit) < 0)
         rc = DF_ENOMEM;
     df_agent_config agent = {.max_assistant_turns = max_turns, .max_user_turns = max_user_turns,
                              .max_prompt_length = max_prompt};
-    bool multi = tool_cfg || ia_cfg;
     if (!rc && multi)
         rc = df_agent_config_load(&agent, tool_cfg, ia_cfg, df_plugin_tool, df_plugin_interaction, NULL);
     /* measured as the agent loop renders them: with the tools' schemas in the system prompt */

@@ -151,6 +151,26 @@ static int parse_reward(where w, record *r, json_t *obj, bool optional)
     return r->ground_truth ? DF_OK : df_error(DF_ENOMEM, "out of memory");
 }
 
+/* verl's per-row agent_name against the job's one loop (df_dataset_opts.agent_loop). */
+static int check_agent_name(where w, json_t *obj, const char *loop)
+{
+    json_t *a = json_object_get(obj, "agent_name");
+    const char *name = "";
+    if (!loop || !a || json_is_null(a))
+        return DF_OK;
+    int rc = opt_string(w, a, "agent_name", &name);
+    if (rc || !strcmp(name, loop))
+        return rc;
+    if (!strcmp(name, "tool_agent"))
+        return BAD(w, "agent_name \"tool_agent\": the tool loop is off, so the row would run single-turn "
+                      "(turn it on: actor_rollout_ref.rollout.multi_turn.enable, eval --tool-config)");
+    if (!strcmp(name, "single_turn_agent"))
+        return BAD(w, "agent_name \"single_turn_agent\": the tool loop is on, and distflow runs every row "
+                      "of a job through it (verl's tool_agent)");
+    return BAD(w, "agent_name \"%s\": distflow's agent loops are single_turn_agent and tool_agent (the "
+                  "tool loop)", name);
+}
+
 static int parse_record(where w, json_t *obj, const df_dataset_opts *o, record *r)
 {
     memset(r, 0, sizeof *r);
@@ -162,7 +182,8 @@ static int parse_record(where w, json_t *obj, const df_dataset_opts *o, record *
     int rc = prompt ? parse_messages(w, r, prompt, key) : DF_OK;
     if (rc || (rc = parse_reward(w, r, obj, o && o->reward_optional)))
         return rc;
-    if ((rc = opt_string(w, json_object_get(obj, "ability"), "ability", &r->ability)))
+    if ((rc = opt_string(w, json_object_get(obj, "ability"), "ability", &r->ability)) ||
+        (rc = check_agent_name(w, obj, o ? o->agent_loop : NULL)))
         return rc;
     json_t *ei = json_object_get(obj, "extra_info");
     if (ei && !json_is_null(ei) && !json_is_object(ei))

@@ -52,16 +52,18 @@ static int load_data(df_dag_worker *w, const char *key, int which, const df_conf
     }
     /* validation: this rank's shard by the first stage's DP rank (its model-parallel replicas read it too) */
     bool whole = which == 0;
+    /* an environment's rows are replaced by its observations: their agent_name means nothing */
+    const df_agent_config *ag = w->rollout.agent;
+    bool rerender = ag && !ag->env.env;
     df_dataset_opts o = {.prompt_key = d->prompt_key, .shard_index = whole ? 0 : w->data_layout.dp_rank,
-                         .shard_count = whole ? 1 : w->data_layout.dp_size};
+                         .shard_count = whole ? 1 : w->data_layout.dp_size,
+                         .agent_loop = rerender ? "tool_agent" : ag ? NULL : "single_turn_agent"};
     if (!rc)
         rc = df_dataset_load((const char *const *)paths, n, &o, ds);
     if (!rc && df_dataset_head(*ds, max_rows) < 0)
         rc = DF_ENOMEM;
     /* measured as the rollout renders them: the multi-turn agent loop renders each row's messages
-       again, with the tools' schemas (an environment's rows are replaced by its observations) */
-    const df_agent_config *ag = w->rollout.agent;
-    bool rerender = ag && !ag->env.env;
+       again, with the tools' schemas */
     if (!rc) /* the training rows are every rank's: each encodes a share, the shares are allgathered */
         rc = df_prompts_encode_shared(*ds, w->tok, rerender, rerender ? ag->tools_json : NULL,
                                       whole ? w->group : NULL, pc);
