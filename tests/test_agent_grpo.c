@@ -164,15 +164,18 @@ static void rows_with_agent(const char *name, const char *agent)
 static void test_single_turn_rows_refused(void **state)
 {
     (void)state;
-    if (df_comm_rank(world) != 0)
-        return;
-    rows_with_agent("single.jsonl", "single_turn_agent");
-    char ov[600];
-    snprintf(ov, sizeof ov, "data.train_files=[%s/single.jsonl]", dir);
-    const char *ovs[] = {ov};
-    assert_int_equal(df_test_run(NULL, config("single", ovs, 1)), DF_EINVAL);
-    if (!strstr(df_last_error(), "single.jsonl:1: agent_name \"single_turn_agent\": the tool loop is on"))
-        fail_msg("error: %s", df_last_error());
+    df_comm *self = NULL;
+    assert_int_equal(df_comm_split(world, df_comm_rank(world), 0, &self), 0);
+    if (df_comm_rank(world) == 0) {
+        rows_with_agent("single.jsonl", "single_turn_agent");
+        char ov[600];
+        snprintf(ov, sizeof ov, "data.train_files=[%s/single.jsonl]", dir);
+        const char *ovs[] = {ov};
+        assert_int_equal(df_test_run(self, config("single", ovs, 1)), DF_EINVAL);
+        if (!strstr(df_last_error(), "single.jsonl:1: agent_name \"single_turn_agent\": the tool loop is on"))
+            fail_msg("error: %s", df_last_error());
+    }
+    df_comm_free(self);
 }
 
 static int setup(void **state)

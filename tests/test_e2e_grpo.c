@@ -341,12 +341,51 @@ static void test_tool_agent_rows_refused(void **state)
     assert_int_equal(df_test_remove_tree(tmp), 0);
 }
 
+/* actor_rollout_ref.model.custom_chat_template (here a file): every prompt is rendered with it (the
+ * rollout dump's decoded inputs), and the checkpoint's actor/ carries it as chat_template.jinja, so the
+ * saved model renders as the run did. */
+static void test_custom_chat_template(void **state)
+{
+    (void)state;
+    make_inputs();
+    const char *tmpl = "{% for m in messages %}Q: {{ m.content }}\n{% endfor %}A:"; /* trim_blocks: no \n after a tag */
+    write_text("tmpl.jinja", tmpl);
+    char yaml[2048];
+    snprintf(yaml, sizeof yaml,
+             "data: {train_files: [%s/train.jsonl], val_files: [], train_batch_size: 8,\n"
+             "       max_prompt_length: 128, max_response_length: 4}\n"
+             "actor_rollout_ref:\n"
+             "  model: {path: %s/model, custom_chat_template: %s/tmpl.jinja}\n"
+             "  actor: {optim: {lr: 0.01}, ppo_mini_batch_size: 8, ppo_micro_batch_size_per_gpu: 8}\n"
+             "  rollout: {n: 2, log_prob_micro_batch_size_per_gpu: 16}\n"
+             "algorithm: {adv_estimator: grpo}\n"
+             "trainer: {total_training_steps: 1, save_freq: 1, logger: [], default_local_dir: %s/out,\n"
+             "          rollout_data_dir: %s/rollouts}\n",
+             tmp, tmp, tmp, tmp, tmp);
+    df_test_fit(yaml, "e2e.yaml");
+    char *p = df_path_join(tmp, "rollouts/1.jsonl"), *text = NULL;
+    assert_int_equal(df_read_file(p, &text, NULL), DF_OK);
+    json_t *row = json_loads(text, JSON_DISABLE_EOF_CHECK, NULL);
+    assert_non_null(row);
+    const char *input = json_string_value(json_object_get(row, "input"));
+    if (!input || strncmp(input, "Q: Add ", 7) || !strstr(input, "What do you get?\nA:"))
+        fail_msg("the dumped prompt was not rendered with the custom template: %s", input ? input : "(none)");
+    json_decref(row);
+    free(text), free(p);
+    p = df_path_join(tmp, "out/global_step_1/actor/chat_template.jinja");
+    assert_int_equal(df_read_file(p, &text, NULL), DF_OK);
+    assert_string_equal(text, tmpl);
+    free(text), free(p);
+    assert_int_equal(df_test_remove_tree(tmp), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_grpo_steps),
                                        cmocka_unit_test(test_workflow_file_step),
                                        cmocka_unit_test(test_workflow_node_temperature),
                                        cmocka_unit_test(test_rollout_temperatures_disagree),
-                                       cmocka_unit_test(test_tool_agent_rows_refused)};
+                                       cmocka_unit_test(test_tool_agent_rows_refused),
+                                       cmocka_unit_test(test_custom_chat_template)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -78,7 +78,7 @@ static void expect_load(const df_model *m, df_dtype dtype, const char *sub, int 
 {
     char d[512];
     snprintf(d, sizeof d, "%s/%s", dir, sub);
-    assert_int_equal(df_hf_dir_save(m, dtype, NULL, d), 0);
+    assert_int_equal(df_hf_dir_save(m, dtype, NULL, NULL, d), 0);
     df_model *r = NULL;
     int rc = df_model_load(d, &r);
     if (rc != code)

@@ -140,6 +140,15 @@ static void test_chain_own_tokenizers(void **state)
     if (df_dag_worker_fit(w))
         fail_msg("%s", df_last_error());
     worker_free(w);
+    /* custom_chat_template replaces group 0's template only: refused rather than half applied */
+    char yaml[4096];
+    job_yaml(dir, yaml, sizeof yaml);
+    const char *ov2[] = {"trainer.total_training_steps=1", "actor_rollout_ref.model.custom_chat_template='{{ x }}'"};
+    df_config *cfg = df_test_config(yaml, "chain.yaml", ov2, 2);
+    assert_int_equal(df_dag_worker_create(cfg, NULL, &w), DF_EUNSUPPORTED);
+    if (!strstr(df_last_error(), "agent group 1 renders with its own tokenizer"))
+        fail_msg("%s", df_last_error());
+    df_config_free(cfg);
 }
 
 /* Two turns with siiRL's MathEnv after the solver (rewards_with_env): the environment's verdict ends

@@ -734,7 +734,7 @@ static void test_score_cli_limits(void **state)
     snprintf(bad, sizeof bad, "%s/nan_model", dir);
     assert_int_equal(df_hf_dir_load(src, NULL, NULL, &m, &tok), 0);
     m->params[df_model_find_tensor(m, "model.norm.weight")->offset] = NAN;
-    assert_int_equal(df_hf_dir_save(m, DF_DTYPE_F32, src, bad), 0);
+    assert_int_equal(df_hf_dir_save(m, DF_DTYPE_F32, src, NULL, bad), 0);
     df_model_free(m);
     df_tokenizer_free(tok);
     snprintf(cmd, sizeof cmd, "%s/distflow score --model %s --prompt 'the cat' --response ' sat' 2>&1", DF_BINARY_DIR,
@@ -865,6 +865,42 @@ static void test_config_fresh_save(void **state)
     assert_true(back.attention_bias && back.o_proj_bias);
 }
 
+/* A run's chat template saved with the model (chat_template.jinja: the file transformers 4.47+ reads
+ * first) loads back as the directory's template; the source directory's own jinja file is copied, and
+ * one left by an earlier save is removed when the new save has none. */
+static void test_save_chat_template(void **state)
+{
+    const char *dir = *state;
+    const char *texts[] = {"the cat sat on the mat", "a dog ran in the park"};
+    df_test_tiny_model(dir, texts, 2, 300, 16, 1, 7);
+    char src[600], out[600], jinja[700];
+    snprintf(src, sizeof src, "%s/model", dir);
+    snprintf(out, sizeof out, "%s/saved", dir);
+    snprintf(jinja, sizeof jinja, "%s/chat_template.jinja", out);
+    df_model *m = NULL;
+    df_tokenizer *tok = NULL;
+    assert_int_equal(df_hf_dir_load(src, NULL, NULL, &m, &tok), 0);
+    const char *tmpl = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}";
+    assert_int_equal(df_hf_dir_save(m, DF_DTYPE_F32, src, tmpl, out), 0);
+    df_tokenizer *back = NULL;
+    assert_int_equal(df_tokenizer_load(out, &back), 0);
+    assert_string_equal(df_tokenizer_chat_template(back), tmpl);
+    df_tokenizer_free(back);
+    /* saved again from a source without the file and no template: the earlier file goes */
+    assert_int_equal(df_hf_dir_save(m, DF_DTYPE_F32, src, NULL, out), 0);
+    assert_false(df_file_exists(jinja));
+    /* a source directory's jinja file travels with its other tokenizer files */
+    char sj[700];
+    snprintf(sj, sizeof sj, "%s/chat_template.jinja", src);
+    assert_int_equal(df_write_file_atomic(sj, tmpl, strlen(tmpl)), 0);
+    assert_int_equal(df_hf_dir_save(m, DF_DTYPE_F32, src, NULL, out), 0);
+    assert_int_equal(df_tokenizer_load(out, &back), 0);
+    assert_string_equal(df_tokenizer_chat_template(back), tmpl);
+    df_tokenizer_free(back);
+    df_model_free(m);
+    df_tokenizer_free(tok);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, df_test_mkdtemp, df_test_rmtree)
@@ -885,6 +921,7 @@ int main(void)
         T(test_config_fresh_save),
         T(test_score_cli_limits),
         T(test_init_model_cli),
+        T(test_save_chat_template),
     };
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -145,7 +145,7 @@ static int setup(void **state)
         if (df_hf_dir_load(md, NULL, NULL, &m, NULL) || df_model_to_value_model(&m, 9))
             return -1;
         m->w.score_weight[0] += 3.0f;
-        int rc = df_hf_dir_save(m, DF_DTYPE_F32, md, rd);
+        int rc = df_hf_dir_save(m, DF_DTYPE_F32, md, NULL, rd);
         df_model_free(m);
         if (rc)
             return -1;

@@ -248,7 +248,7 @@ static void test_grpo_with_reward_model(void **state)
     assert_int_equal(df_hf_dir_load(md, NULL, NULL, &m, NULL), DF_OK);
     assert_int_equal(df_model_to_value_model(&m, 9), DF_OK);
     m->w.score_weight[0] += 3.0f; /* scores well away from 0 and 1 */
-    assert_int_equal(df_hf_dir_save(m, DF_DTYPE_F32, md, rd), DF_OK);
+    assert_int_equal(df_hf_dir_save(m, DF_DTYPE_F32, md, NULL, rd), DF_OK);
     df_model_free(m);
     char yaml[4096];
     snprintf(

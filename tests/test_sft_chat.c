@@ -326,6 +326,14 @@ static void test_cli_trains(void **state)
     if (!strstr(text, "the kwargs reached the template") || !strstr(text, "message 0"))
         fail_msg("the kwargs did not reach the first message's render; log:\n%s", text);
     free(text);
+    /* without the kwarg the run trains, and its checkpoint carries the template (chat_template.jinja,
+       read before tokenizer_config.json's), so the saved model renders as it was trained */
+    assert_int_equal(sft2("kw_saved", opt, "trainer.total_training_steps=1"), 0);
+    char *saved = NULL;
+    snprintf(log, sizeof log, "%s/kw_saved/global_step_1/chat_template.jinja", dir);
+    assert_int_equal(df_read_file(log, &saved, NULL), 0);
+    assert_string_equal(saved, src);
+    free(saved);
     /* distflow eval hands --chat-template-kwargs to the tokenizer (df_tokenizer_set_chat_template_kwargs):
        a key of apply_chat_template's own is refused there, naming the flag */
     char model[300], data[300];

@@ -740,6 +740,34 @@ static void test_config_cleanup_and_overrides(void **state)
     df_tokenizer_free(t);
 }
 
+/* chat_template.jinja (transformers 4.47+: save_pretrained's file) wins over tokenizer_config.json's
+ * entry, as AutoTokenizer reads it; a file that is not UTF-8 text is refused naming it. */
+static void test_chat_template_file(void **state)
+{
+    (void)state;
+    char *dir = subdir("jinja");
+    write_file(dir, "tokenizer.json", "{" GOOD_MODEL "," GOOD_PRE "}");
+    write_file(dir, "tokenizer_config.json", "{\"chat_template\": \"config:{{ messages[0].content }}\"}");
+    df_tokenizer *t;
+    assert_int_equal(df_tokenizer_load(dir, &t), 0);
+    assert_string_equal(df_tokenizer_chat_template(t), "config:{{ messages[0].content }}");
+    df_tokenizer_free(t);
+    write_file(dir, "chat_template.jinja", "file:{{ messages[0].content }}\n");
+    assert_int_equal(df_tokenizer_load(dir, &t), 0);
+    df_chat_message m = {.role = "user", .content = "hi"};
+    char *s;
+    assert_int_equal(df_tokenizer_apply_chat_template(t, &m, 1, false, &s), 0);
+    assert_string_equal(s, "file:hi"); /* Jinja drops a template's one trailing newline */
+    free(s);
+    df_tokenizer_free(t);
+    write_file(dir, "chat_template.jinja", "{{ messages }}\xc3(");
+    t = (df_tokenizer *)1;
+    assert_int_equal(df_tokenizer_load(dir, &t), DF_EINVAL);
+    assert_null(t);
+    if (!strstr(df_last_error(), "chat_template.jinja: not UTF-8 text (an invalid byte at offset 14)"))
+        fail_msg("%s", df_last_error());
+}
+
 /* An added token with normalized = true matches the NFC form of the text. */
 static void test_normalized_added_token(void **state)
 {
@@ -1024,6 +1052,7 @@ int main(void)
         cmocka_unit_test(test_tiny_split_behaviors),
         cmocka_unit_test(test_malformed_files),
         cmocka_unit_test(test_save_reload_gpt2),
+        cmocka_unit_test(test_chat_template_file),
         cmocka_unit_test(test_config_cleanup_and_overrides),
         cmocka_unit_test(test_normalized_added_token),
         cmocka_unit_test(test_bpe_trainer),

@@ -177,7 +177,7 @@ static inline void df_test_random_model(const char *dir, const df_tokenizer *tok
     df_model *m;
     assert_int_equal(df_model_create(&cfg, &m), 0);
     assert_int_equal(df_model_init_random(m, seed), 0);
-    assert_int_equal(df_hf_dir_save(m, DF_DTYPE_F32, NULL, model_dir), 0);
+    assert_int_equal(df_hf_dir_save(m, DF_DTYPE_F32, NULL, NULL, model_dir), 0);
     df_model_free(m);
     free(model_dir);
 }

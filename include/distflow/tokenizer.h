@@ -62,7 +62,10 @@ typedef struct df_tokenizer df_tokenizer;
  *     GPT-2 regex + ByteLevel, and `<|endoftext|>` as a special added token.
  * In the directory holding the files, tokenizer_config.json (when present)
  * supplies eos_token / pad_token / bos_token (a string or {"content": ...}),
- * added_tokens_decoder, chat_template and clean_up_tokenization_spaces, and
+ * added_tokens_decoder, chat_template and clean_up_tokenization_spaces,
+ * chat_template.jinja (when present; UTF-8 text) replaces that chat_template
+ * as transformers 4.47 and later read it (the file save_pretrained writes;
+ * additional_chat_templates/ are not read), and
  * generation_config.json (when present) adds its eos_token_id (int or list)
  * to the eos ids, as verl does for stop tokens.
  * Defaults, which the config's keys override (a key set to null clears it):

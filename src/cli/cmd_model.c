@@ -78,7 +78,7 @@ int df_cmd_init_model(int argc, char **argv)
     if (!rc)
         rc = df_model_init_random(m, (uint64_t)seed);
     if (!rc)
-        rc = df_hf_dir_save(m, dtype, tokdir, out);
+        rc = df_hf_dir_save(m, dtype, tokdir, NULL, out);
     if (!rc)
         fprintf(stderr, "distflow init-model: wrote %s (%lld parameters, %s)\n", out,
                 (long long)m->n_params, cfg.model_type);

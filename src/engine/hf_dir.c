@@ -52,14 +52,11 @@ int df_hf_dir_load(const char *model_dir, const char *tokenizer_path, const df_c
 
 static const char *const TOKENIZER_FILES[] = {"tokenizer.json", "tokenizer_config.json",
                                               "vocab.json", "merges.txt",
-                                              "special_tokens_map.json"};
+                                              "special_tokens_map.json", "chat_template.jinja"};
 
-int df_hf_dir_save(const df_model *m, df_dtype dtype, const char *tokenizer_dir,
-                   const char *out_dir)
+static int copy_tokenizer(const char *tokenizer_dir, const char *out_dir)
 {
-    int rc = df_model_save(m, out_dir, dtype, 0);
-    if (rc || !tokenizer_dir || !strcmp(tokenizer_dir, out_dir))
-        return rc;
+    int rc = DF_OK;
     /* a tokenizer file of an earlier save that this tokenizer lacks would be read with it (an old
        tokenizer.json wins over new vocab.json / merges.txt): removed */
     for (size_t i = 0; i < sizeof TOKENIZER_FILES / sizeof *TOKENIZER_FILES && !rc; i++) {
@@ -75,4 +72,21 @@ int df_hf_dir_save(const df_model *m, df_dtype dtype, const char *tokenizer_dir,
         free(dst);
     }
     return rc;
+}
+
+static int write_template(const char *out_dir, const char *tmpl)
+{
+    char *p = df_path_join(out_dir, "chat_template.jinja");
+    int rc = p ? df_write_file_atomic(p, tmpl, strlen(tmpl)) : df_error(DF_ENOMEM, "out of memory");
+    free(p);
+    return rc;
+}
+
+int df_hf_dir_save(const df_model *m, df_dtype dtype, const char *tokenizer_dir, const char *chat_template,
+                   const char *out_dir)
+{
+    int rc = df_model_save(m, out_dir, dtype, 0);
+    if (!rc && tokenizer_dir && strcmp(tokenizer_dir, out_dir))
+        rc = copy_tokenizer(tokenizer_dir, out_dir);
+    return rc || !chat_template ? rc : write_template(out_dir, chat_template);
 }

@@ -3,6 +3,7 @@
  * tokens and the chat template; plus the vocabulary accessors.
  */
 #include "tokenizer/tok_internal.h"
+#include "util/fsutil.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -223,6 +224,24 @@ int tok_apply_config(df_tokenizer *t, json_t *cfg, const char *src)
     return rc;
 }
 
+/* chat_template.jinja: the template transformers (4.47 and later) saves beside tokenizer_config.json
+ * and reads in place of its entry (UTF-8; the "default" template). */
+static int load_template_file(df_tokenizer *t, const char *path)
+{
+    char *text = NULL;
+    size_t len = 0;
+    int rc = df_read_file(path, &text, &len);
+    int64_t bad = rc ? -1 : tok_utf8_invalid_at(text, (int64_t)len);
+    if (!rc && bad >= 0)
+        rc = df_error(DF_EINVAL, "%s: not UTF-8 text (an invalid byte at offset %lld)", path, (long long)bad);
+    else if (!rc && strlen(text) != len)
+        rc = df_error(DF_EINVAL, "%s: a NUL byte at offset %zu", path, strlen(text));
+    if (!rc)
+        rc = df_tokenizer_set_chat_template(t, text);
+    free(text);
+    return rc;
+}
+
 int tok_load_config(df_tokenizer *t, const char *dir, bool gpt2_layout)
 {
     size_t n = strlen(dir) + 40;
@@ -244,6 +263,9 @@ int tok_load_config(df_tokenizer *t, const char *dir, bool gpt2_layout)
             rc = tok_apply_config(t, cfg, path);
         json_decref(cfg);
     }
+    snprintf(path, n, "%s/chat_template.jinja", dir);
+    if (!rc && exists(path))
+        rc = load_template_file(t, path);
     snprintf(path, n, "%s/generation_config.json", dir);
     if (!rc && exists(path))
         rc = load_generation_config(t, path);

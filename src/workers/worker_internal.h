@@ -657,6 +657,9 @@ int df_worker_setup_agent_models(df_dag_worker *w, const df_actor_params *p);
  * environment, an env_path entry that does not resolve), DF_ENOMEM.
  */
 int df_worker_check_agents_run(const df_train_config *t, df_task_graph *g, int groups, const char *src);
+/** dag_worker.c: the chat template a checkpoint's model directories carry as chat_template.jinja:
+ *  actor_rollout_ref.model.custom_chat_template's text when set (NULL: the tokenizer's own files). */
+const char *df_worker_saved_chat_template(const df_dag_worker *w);
 /** dag_worker.c: trainer.device's backend (opened at setup; for its peak FLOP/s and memory). */
 df_backend df_worker_backend(const df_dag_worker *w);
 /** dag_worker.c: trainer.device for slot s's actor and reference. */

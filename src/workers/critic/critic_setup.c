@@ -155,7 +155,8 @@ int df_worker_save_critic(df_dag_worker *w, const char *step_dir)
     char *dir = df_path_join(step_dir, "critic");
     char *state = dir ? df_path_join(dir, "train_state.safetensors") : NULL;
     const df_model *m = df_critic_model(w->critic.model);
-    int rc = state ? df_hf_dir_save(m, m->cfg.torch_dtype, w->tokenizer_dir, dir) : df_error(DF_ENOMEM, "out of memory");
+    int rc = state ? df_hf_dir_save(m, m->cfg.torch_dtype, w->tokenizer_dir, df_worker_saved_chat_template(w), dir)
+                   : df_error(DF_ENOMEM, "out of memory");
     if (!rc)
         rc = df_critic_save_state(w->critic.model, state);
     if (!rc)

@@ -234,6 +234,10 @@ static int slot_tokenizer(df_dag_worker *w, df_agent_slot *s)
                         "each agent has its own: docs/multi_agent.md): use models of one tokenizer, or set "
                         "data.tokenizer",
                         s->group, s->model_dir, w->tokenizer_dir);
+    if (w->global.cfg.actor_rollout_ref.model.custom_chat_template)
+        return df_error(DF_EUNSUPPORTED, "agent group %d renders with its own tokenizer (%s), and "
+                        "actor_rollout_ref.model.custom_chat_template replaces group 0's template only: drop the key, "
+                        "or give the groups one tokenizer (data.tokenizer)", s->group, s->model_dir);
     if ((rc = df_tokenizer_load(s->model_dir, &s->own->tok)))
         return df_error_wrap(rc, "agent group %d's tokenizer", s->group);
     s->tok = s->own->tok;

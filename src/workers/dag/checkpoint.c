@@ -106,14 +106,15 @@ static int save_trainer_state(df_dag_worker *w, const char *dir)
 }
 
 /* Group g's model of `role` (its actor or critic) as a Hugging Face directory with its training state. */
-static int save_agent_model(const df_agent_slot *s, const char *tmp, const char *role, const df_model *m)
+static int save_agent_model(const df_dag_worker *w, const df_agent_slot *s, const char *tmp, const char *role,
+                            const df_model *m)
 {
     path_buf d, state;
     int rc = agent_dir(d, tmp, role, s->group, "");
     if (!rc)
         rc = agent_dir(state, tmp, role, s->group, "train_state.safetensors");
     if (!rc)
-        rc = df_hf_dir_save(m, m->cfg.torch_dtype, s->tokenizer_dir, d);
+        rc = df_hf_dir_save(m, m->cfg.torch_dtype, s->tokenizer_dir, s->tok == w->tok ? df_worker_saved_chat_template(w) : NULL, d);
     if (!rc)
         rc = strcmp(role, "critic") ? df_actor_save_state(s->actor->model, state)
                                     : df_critic_save_state(s->critic->model, state);
@@ -130,9 +131,9 @@ static int save_agents(df_dag_worker *w, const char *tmp)
     for (int g = 1; !rc && g < w->n_agents; g++) {
         const df_agent_slot *s = &w->agents[g];
         if (df_agent_slot_owns_actor(s))
-            rc = save_agent_model(s, tmp, "actor", df_actor_model(s->actor->model));
+            rc = save_agent_model(w, s, tmp, "actor", df_actor_model(s->actor->model));
         if (!rc && df_agent_slot_owns_critic(s))
-            rc = save_agent_model(s, tmp, "critic", df_critic_model(s->critic->model));
+            rc = save_agent_model(w, s, tmp, "critic", df_critic_model(s->critic->model));
     }
     return rc;
 }
@@ -145,7 +146,7 @@ static int save_shared(df_dag_worker *w, const char *tmp)
         rc = df_ckpt_path(state, "%s/%s", tmp, ACTOR_STATE);
     const df_model *m = df_actor_model(w->actor.model);
     if (!rc) /* actor/ stays a Hugging Face directory, as verl's huggingface/ export */
-        rc = df_hf_dir_save(m, m->cfg.torch_dtype, w->tokenizer_dir, actor);
+        rc = df_hf_dir_save(m, m->cfg.torch_dtype, w->tokenizer_dir, df_worker_saved_chat_template(w), actor);
     if (!rc)
         rc = df_actor_save_state(w->actor.model, state);
     if (!rc)

@@ -10,6 +10,7 @@
 #include "engine/rollout_internal.h"
 #include "util/fsutil.h"
 #include "util/timeutil.h"
+#include "workers/common/chat_template.h"
 #include "workers/common/data_metrics.h"
 #include "workers/common/model_overrides.h"
 #include "workers/common/precision.h"
@@ -106,6 +107,11 @@ int df_worker_set_device(df_dag_worker *w, const df_agent_slot *s)
     if (!rc && (rc = df_actor_set_backend(s->actor->model, &be)) == DF_OK && s->reference->model)
         rc = df_actor_set_backend(s->reference->model, &be);
     return rc ? df_error_wrap(rc, "%s", df_config_where(w->cfg, "trainer.device")) : DF_OK;
+}
+
+const char *df_worker_saved_chat_template(const df_dag_worker *w)
+{
+    return w->global.cfg.actor_rollout_ref.model.custom_chat_template ? df_tokenizer_chat_template(w->tok) : NULL;
 }
 
 df_backend df_worker_backend(const df_dag_worker *w)
@@ -300,6 +306,11 @@ static int load_policy_and_prompts(df_dag_worker *w, df_model **m)
     if (!rc && (rc = df_hf_dir_load(w->model_dir, w->tokenizer_dir, &ov, m, &w->tok)))
         rc = df_error_wrap(rc, "actor_rollout_ref.model.path");
     df_train_model_overrides_free(&ov);
+    char key[600];
+    snprintf(key, sizeof key, "%s: actor_rollout_ref.model.custom_chat_template",
+             df_config_where(w->cfg, "actor_rollout_ref.model.custom_chat_template"));
+    if (!rc)
+        rc = df_worker_chat_template(w->tok, t->actor_rollout_ref.model.custom_chat_template, key);
     if (!rc)
         rc = set_template_kwargs(w->tok, t->data.apply_chat_template_kwargs);
     if (!rc)

@@ -45,7 +45,7 @@ static int save_files(const df_sft_ckpt *c, int64_t step, const char *tmp)
     char *state = df_path_join(tmp, STATE);
     int rc = state ? DF_OK : df_error(DF_ENOMEM, "out of memory");
     if (!rc) /* the directory stays a Hugging Face model, loadable as it is */
-        rc = df_hf_dir_save(m, m->cfg.torch_dtype, c->tokenizer_dir, tmp);
+        rc = df_hf_dir_save(m, m->cfg.torch_dtype, c->tokenizer_dir, c->chat_template, tmp);
     if (!rc)
         rc = df_actor_save_state(c->actor, state);
     if (!rc)

@@ -20,6 +20,7 @@ typedef struct df_sft_ckpt {
     const df_sft_config *t;    /**< its typed keys */
     const char *out_dir;       /**< trainer.default_local_dir, expanded */
     const char *tokenizer_dir; /**< the tokenizer files copied into each checkpoint */
+    const char *chat_template; /**< data.chat_template's text, saved as chat_template.jinja (NULL: none) */
     const char *model_dir;     /**< the base model (a LoRA adapter's base_model_name_or_path) */
     df_actor *actor;
     df_dataloader *dl;

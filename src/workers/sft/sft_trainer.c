@@ -18,6 +18,7 @@
 #include "util/fsutil.h"
 #include "util/killpoint.h"
 #include "util/timeutil.h"
+#include "workers/common/chat_template.h"
 #include "workers/common/ckpt_files.h"
 #include "workers/common/group_sum.h"
 #include "workers/common/max_pos.h"
@@ -411,23 +412,6 @@ static int sft_loop(sft_run *s)
     return rc;
 }
 
-/* data.chat_template: template text (it has "{{" or "{%"), else a file holding one, replaces the tokenizer's. */
-static int set_chat_template(df_tokenizer *tok, const char *value)
-{
-    if (!value)
-        return DF_OK;
-    if (strstr(value, "{{") || strstr(value, "{%"))
-        return df_tokenizer_set_chat_template(tok, value);
-    char *path = df_expand_user(value), *text = NULL;
-    int rc = path ? df_read_file(path, &text, NULL) : df_error(DF_ENOMEM, "out of memory");
-    if (!rc)
-        rc = df_tokenizer_set_chat_template(tok, text);
-    free(path);
-    free(text);
-    return rc ? df_error_wrap(rc, "data.chat_template '%s' (neither template text nor a readable file)", value)
-              : DF_OK;
-}
-
 /*
  * The tokenizer's chat template as data.* asks: data.chat_template in place of its own, the
  * multi-turn prefixes, then data.apply_chat_template_kwargs as variables of every render (verl
@@ -436,7 +420,7 @@ static int set_chat_template(df_tokenizer *tok, const char *value)
 static int setup_chat(sft_run *s)
 {
     const df_sft_config *t = &s->t;
-    int rc = set_chat_template(s->tok, t->data.chat_template);
+    int rc = df_worker_chat_template(s->tok, t->data.chat_template, "data.chat_template");
     if (!rc && t->data.multiturn.enable)
         rc = df_sft_chat_prefix_init(s->tok, &s->prefix);
     if (rc)
@@ -568,6 +552,7 @@ int df_sft_run(const df_config *cfg, const df_sft_opts *o, int *stopped_by)
     if (!rc)
         rc = make_actor(&s, &m);
     s.ckpt = (df_sft_ckpt){.cfg = cfg, .t = t, .out_dir = s.out_dir, .tokenizer_dir = s.model_dir, .model_dir = s.model_dir,
+                           .chat_template = t->data.chat_template && s.tok ? df_tokenizer_chat_template(s.tok) : NULL,
                            .actor = s.actor, .dl = s.dl, .total_steps = s.total_steps, .comm = comm,
                            .rank = s.rank, .world = s.world};
     if (!rc) /* the output directory itself is made by the first metrics line or checkpoint */
