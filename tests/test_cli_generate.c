@@ -326,6 +326,20 @@ static void test_chat_template(void **state)
     assert_true(json_equal(json_object_get(m, "prompt"), json_object_get(o, "prompt")));
     assert_true(json_equal(json_object_get(m, "prompt_ids"), json_object_get(o, "prompt_ids")));
     json_decref(m);
+    /* the same conversation from a file, and from stdin ('-') */
+    const char *conv = "[{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": \""
+                       PROMPT "\"}]";
+    char *path = df_path_join(dir, "conv.json"), args[1024];
+    assert_int_equal(df_write_file_atomic(path, conv, strlen(conv)), 0);
+    snprintf(args, sizeof args, "--messages %s --max-new-tokens 2", path);
+    m = gen_json(args);
+    assert_true(json_equal(json_object_get(m, "prompt_ids"), json_object_get(o, "prompt_ids")));
+    json_decref(m);
+    snprintf(args, sizeof args, "--messages - --max-new-tokens 2 < %s", path);
+    m = gen_json(args);
+    assert_true(json_equal(json_object_get(m, "prompt_ids"), json_object_get(o, "prompt_ids")));
+    json_decref(m);
+    free(path);
     json_decref(o);
 }
 
@@ -354,6 +368,7 @@ static void test_bad_input(void **state)
     BAD(2, "--max-new-tokens 4", "give --prompt TEXT or --messages JSON");
     BAD(2, "--messages '{\"role\": \"user\", \"content\": \"hi\"}'", "--messages must be a JSON array");
     BAD(2, "--messages '[{\"role\": '", "--messages is not JSON");
+    BAD(1, "--messages no_such_conv.json", "--messages", "no_such_conv.json");
     BAD(2, "--raw --messages '[]'", "--raw", "--messages needs the chat template");
     BAD(2, "--system hi --messages '[]'", "--system");
     BAD(2, "--prompt hi --n 0", "--n must be >= 1, got 0");

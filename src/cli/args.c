@@ -246,3 +246,28 @@ int df_cli_require(const char *cmd, const df_opt *opts)
         }
     return 0;
 }
+
+int df_cli_read_arg(const char *path, const char *what, char **text)
+{
+    if (strcmp(path, "-") != 0) {
+        size_t len;
+        int rc = df_read_file(path, text, &len);
+        return rc ? df_error_wrap(rc, "--%s", what) : 0;
+    }
+    size_t cap = 4096, n = 0;
+    char *s = malloc(cap);
+    for (size_t k; s && (k = fread(s + n, 1, cap - n - 1, stdin)) > 0;) {
+        n += k;
+        if (n + 1 == cap) {
+            char *t = realloc(s, cap *= 2);
+            if (!t)
+                free(s);
+            s = t;
+        }
+    }
+    if (!s)
+        return df_error(DF_ENOMEM, "--%s: out of memory reading stdin", what);
+    s[n] = '\0';
+    *text = s;
+    return 0;
+}

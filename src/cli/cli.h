@@ -65,6 +65,9 @@ int df_cli_distinct(const char *cmd, const char *out_opt, const char *out, const
 /** 2 after printing why when `temperature` <= 0 (greedy decoding) and --top-p, --top-k or --seed
  *  (options of opts, which must have all three) was given: greedy decoding would ignore it. */
 int df_cli_greedy_options(const char *cmd, const df_opt *opts, double temperature);
+/** An option's file as text (malloc'd into *text): `path`, or standard input for "-". Errors name
+ *  --<what> (df_read_file's, DF_ENOMEM). */
+int df_cli_read_arg(const char *path, const char *what, char **text);
 /** A command with subcommands (data, embodied, config) given none it knows: prints "distflow <cmd>:
  *  error: unknown subcommand 'NAME'" (NULL: "missing subcommand") to stderr, then the usage as
  *  --help does; returns 2. */

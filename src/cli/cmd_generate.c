@@ -15,10 +15,10 @@
 #include <string.h>
 
 static const char *USAGE =
-    "--model DIR (--prompt TEXT | --messages JSON) [options]\n\n"
+    "--model DIR (--prompt TEXT | --messages JSON|FILE) [options]\n\n"
     "Generate --n responses to one prompt and print them. --prompt is a user message (after a\n"
     "--system message if given) and --messages a whole conversation (a JSON array of {role,\n"
-    "content} messages), rendered with the tokenizer's chat template and the assistant generation\n"
+    "content} messages: the JSON text, or a file holding it, '-' for stdin), rendered with the tokenizer's chat template and the assistant generation\n"
     "prompt and encoded without special tokens, as training and eval render a dataset's prompt.\n"
     "--raw encodes --prompt as plain text instead, adding no special tokens (as `distflow tokenize\n"
     "TEXT`) unless --special adds the tokenizer's own (e.g. Llama-3's <|begin_of_text|>).\n"
@@ -223,7 +223,8 @@ int df_cmd_generate(int argc, char **argv)
          "(required)", false},
         {"prompt", DF_OPT_STR, &a.prompt, "the user message (or with --raw the plain text)", false},
         {"messages", DF_OPT_STR, &a.messages, "the whole conversation instead: a JSON array of {role, "
-         "content} messages", false},
+         "content} messages, given as the JSON text itself (starting with '[') or a file holding it ('-': "
+         "stdin)", false},
         {"system", DF_OPT_STR, &a.system, "with --prompt: a system message before it", false},
         {"raw", DF_OPT_FLAG, &a.raw, "encode --prompt as plain text, without the chat template", false},
         {"special", DF_OPT_FLAG, &a.special, "with --raw: add the tokenizer's special tokens (e.g. Llama-3 "
@@ -252,7 +253,14 @@ int df_cmd_generate(int argc, char **argv)
         (code = df_cli_require("generate", opts)) || (code = df_cli_check_ranges("generate", opts, ranges)) ||
         (code = df_cli_greedy_options("generate", opts, a.temperature)))
         return code;
+    char *msgs = NULL; /* --messages FILE's text */
+    if (a.messages && !strchr("[{", a.messages[strspn(a.messages, " \t\r\n")])) {
+        if (df_cli_read_arg(a.messages, "messages", &msgs))
+            return df_cli_fail("generate");
+        a.messages = msgs;
+    }
     if (check_options(&a)) { /* a usage error: 2, as the parser's */
+        free(msgs);
         df_cli_fail("generate");
         return 2;
     }
@@ -285,6 +293,7 @@ int df_cmd_generate(int argc, char **argv)
     df_rollout_result_free(&res);
     free(ids);
     free(text);
+    free(msgs);
     df_tokenizer_free(tok);
     df_model_free(m);
     return rc ? df_cli_fail("generate") : 0;

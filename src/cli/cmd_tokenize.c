@@ -21,31 +21,6 @@ static const char *USAGE =
     "e.g. '{\"enable_thinking\": false}'). --render prints the rendered text instead of ids:\n"
     "exactly what the model is fed (docs/chat_templates.md).";
 
-static int read_arg_file(const char *path, const char *what, char **text)
-{
-    if (strcmp(path, "-") != 0) {
-        size_t len;
-        int rc = df_read_file(path, text, &len);
-        return rc ? df_error_wrap(rc, "--%s", what) : 0;
-    }
-    size_t cap = 4096, n = 0;
-    char *s = malloc(cap);
-    for (size_t k; s && (k = fread(s + n, 1, cap - n - 1, stdin)) > 0;) {
-        n += k;
-        if (n + 1 == cap) {
-            char *t = realloc(s, cap *= 2);
-            if (!t)
-                free(s);
-            s = t;
-        }
-    }
-    if (!s)
-        return df_error(DF_ENOMEM, "--%s: out of memory reading stdin", what);
-    s[n] = '\0';
-    *text = s;
-    return 0;
-}
-
 /* The text to encode: TEXT, TEXT as a user message, or the --messages conversation. */
 static int render(const df_tokenizer *tok, bool chat, const char *text, const char *messages,
                   const char *tools, const char *extra, bool gen_prompt, char **out)
@@ -59,9 +34,9 @@ static int render(const df_tokenizer *tok, bool chat, const char *text, const ch
         return df_tokenizer_apply_chat_template(tok, &msg, 1, gen_prompt, out);
     }
     char *msgs = NULL, *tl = NULL;
-    int rc = read_arg_file(messages, "messages", &msgs);
+    int rc = df_cli_read_arg(messages, "messages", &msgs);
     if (!rc && tools)
-        rc = read_arg_file(tools, "tools", &tl);
+        rc = df_cli_read_arg(tools, "tools", &tl);
     if (!rc)
         rc = df_tokenizer_apply_chat_template_json(tok, msgs, tl, gen_prompt, extra, out);
     free(msgs);
