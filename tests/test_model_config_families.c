@@ -514,7 +514,7 @@ static void test_refusals(void **state)
                  DF_EINVAL, "low_freq_factor < high_freq_factor");
     expect_error(small(b, sizeof b, "qwen2", ", \"rope_scaling\": 2"), DF_EINVAL,
                  "key \"rope_scaling\" must be an object or null");
-    expect_error(small(b, sizeof b, "gemma", ""), DF_EUNSUPPORTED, "(qwen2, qwen3, llama, mistral, phi3)");
+    expect_error(small(b, sizeof b, "gemma", ""), DF_EUNSUPPORTED, "(qwen2, qwen3, llama, mistral, phi3, olmo2)");
 }
 
 /* Fresh saves and saves over an original round-trip every new field; an original's layout
