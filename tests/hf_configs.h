@@ -84,4 +84,17 @@ static const char *const k_phi4_mini =
     "\"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.45.0\", \"use_cache\": true, "
     "\"vocab_size\": 200064}";
 
+/* allenai/OLMo-2-0425-1B's config.json: its published architecture values (sizes, heads,
+ * vocabulary, rope_theta 500000 as an integer, eps, positions, untied); the bookkeeping keys
+ * (eos / pad ids, torch_dtype, transformers_version) as OLMo 2 releases write them, not checked
+ * against the file. OLMo-2-1124-7B / 13B and the RLVR Instruct models have the same keys. */
+static const char *const k_olmo2_1b =
+    "{\"architectures\": [\"Olmo2ForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0, "
+    "\"eos_token_id\": 100257, \"hidden_act\": \"silu\", \"hidden_size\": 2048, \"initializer_range\": 0.02, "
+    "\"intermediate_size\": 8192, \"max_position_embeddings\": 4096, \"model_type\": \"olmo2\", "
+    "\"num_attention_heads\": 16, \"num_hidden_layers\": 16, \"num_key_value_heads\": 16, "
+    "\"pad_token_id\": 100277, \"rms_norm_eps\": 1e-06, \"rope_scaling\": null, \"rope_theta\": 500000, "
+    "\"tie_word_embeddings\": false, \"torch_dtype\": \"float32\", \"transformers_version\": \"4.48.3\", "
+    "\"use_cache\": true, \"vocab_size\": 100352}";
+
 #endif

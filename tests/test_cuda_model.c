@@ -14,8 +14,9 @@
  *     sequences of 1 .. 130 tokens) against the CPU backend: each within its bound of the
  *     exact result, so the two within twice it;
  *   - the value model (the PPO critic's head) against its golden reference;
- *   - the newer families (test_model_families.c's fixtures): Llama 3.1 against PyTorch, Qwen3's
- *     q/k norms against the CPU, and Qwen3's sliding window refused;
+ *   - the newer families (test_model_families.c's fixtures): Llama 3.1 and OLMo 2 (post-norm
+ *     layers, full-width q/k norms; with and without biases) against PyTorch, Qwen3's q/k norms
+ *     against the CPU, and Qwen3's sliding window refused;
  *   - what the device backend refuses (weights not loaded, bf16 matmuls).
  * Exit 77 with a SKIP line where no GPU is present.
  */
@@ -298,20 +299,12 @@ static df_model *family_model(const char *name, const df_model_config *c, df_gol
     return v;
 }
 
-/*
- * The newer families through the same seam (no new device operator: llama3 RoPE is a table,
- * the o_proj bias a rank-1 GEMM, qwen3's q/k norms the RMSNorm over rows of head_dim):
- *   - Llama 3.1 (llama3 RoPE, q/k/v/o biases, tied head) against its PyTorch reference at
- *     temperature 0.7, log-probs and every gradient, within test_model_families.c's bounds;
- *   - Qwen3 (q/k norms, head_dim != hidden / heads): its sliding window is refused on this
- *     backend; with the window off, log-probs and gradients against the CPU's (each within
- *     the bound of the exact result, so the two within twice it).
- */
-static void test_families_cuda(void **state)
+/* Fixture `name` of test_model_families.c on the device against its PyTorch reference at
+ * temperature 0.7: log-probs and every gradient, within that test's bounds. */
+static void family_vs_golden(const char *name)
 {
-    (void)state;
     df_golden_batch g;
-    df_model *m = family_model("tiny_llama31", NULL, &g);
+    df_model *m = family_model(name, NULL, &g);
     const int64_t n = g.n_out;
     double ftol = df_golden_tol(tb_logp_chain(&m->cfg, df_golden_max_len(&g)));
     double gtol = df_golden_tol(tb_grad_chain(&m->cfg, df_golden_max_len(&g), g.T));
@@ -324,18 +317,37 @@ static void test_families_cuda(void **state)
     float *want = df_golden_read_vec(g.exp, "logp.t07", NULL);
     const char *wn = "";
     double fe = df_golden_rel_err(lp, want, n), ge = df_golden_worst_grad(m, g.exp, grads, 1.0f, &wn);
-    print_message("llama3.1: logp rel err %.2e (bound %.2e), worst gradient %.2e (%s, bound %.2e)\n",
+    print_message("%s: logp rel err %.2e (bound %.2e), worst gradient %.2e (%s, bound %.2e)\n", name,
                   fe, ftol, ge, wn, gtol);
     assert_true(fe <= ftol && ge <= gtol);
     free(want), free(c), free(d), free(lp), free(en), free(grads);
     df_acts_free(a);
     df_golden_batch_free(&g);
-    df_model_config qc;
     df_model_free(m);
+}
 
-    m = family_model("tiny_qwen3", NULL, &g);
+/*
+ * The newer families through the same seam (no new device operator: llama3 RoPE is a table,
+ * the o_proj bias a rank-1 GEMM, the q/k norms the RMSNorm over rows of head_dim or of the
+ * whole projection, OLMo 2's post-norms RMSNorms and one-row column sums as the residual adds):
+ *   - Llama 3.1 (llama3 RoPE, q/k/v/o biases, tied head) and OLMo 2 (tiny_olmo2, and
+ *     tiny_olmo2_bias with its biases and tied head) against their PyTorch references
+ *     (family_vs_golden);
+ *   - Qwen3 (q/k norms, head_dim != hidden / heads): its sliding window is refused on this
+ *     backend; with the window off, log-probs and gradients against the CPU's (each within
+ *     the bound of the exact result, so the two within twice it).
+ */
+static void test_families_cuda(void **state)
+{
+    (void)state;
+    family_vs_golden("tiny_llama31");
+    family_vs_golden("tiny_olmo2");
+    family_vs_golden("tiny_olmo2_bias");
+    df_golden_batch g;
+    df_model_config qc;
+    df_model *m = family_model("tiny_qwen3", NULL, &g);
     df_backend be = df_backend_cuda(dfct_cu);
-    a = NULL;
+    df_acts *a = NULL;
     assert_int_equal(df_acts_create_on(&be, &m->cfg, g.T, g.n_out, &a), DF_EUNSUPPORTED);
     assert_non_null(strstr(df_last_error(), "sliding-window attention"));
     qc = m->cfg;
@@ -343,12 +355,13 @@ static void test_families_cuda(void **state)
     df_model_free(m);
     df_golden_batch_free(&g);
     m = family_model("tiny_qwen3", &qc, &g);
-    ftol = df_golden_tol(tb_logp_chain(&m->cfg, df_golden_max_len(&g)));
-    gtol = df_golden_tol(tb_grad_chain(&m->cfg, df_golden_max_len(&g), g.T));
-    c = df_golden_read_vec(g.exp, "loss.c", NULL), d = df_golden_read_vec(g.exp, "loss.d", NULL);
-    lp = malloc(sizeof(float) * (size_t)n), en = malloc(sizeof(float) * (size_t)n);
+    const int64_t n = g.n_out;
+    const double ftol = df_golden_tol(tb_logp_chain(&m->cfg, df_golden_max_len(&g)));
+    const double gtol = df_golden_tol(tb_grad_chain(&m->cfg, df_golden_max_len(&g), g.T));
+    float *c = df_golden_read_vec(g.exp, "loss.c", NULL), *d = df_golden_read_vec(g.exp, "loss.d", NULL);
+    float *lp = malloc(sizeof(float) * (size_t)n), *en = malloc(sizeof(float) * (size_t)n);
     float *lc = malloc(sizeof(float) * (size_t)n), *ec = malloc(sizeof(float) * (size_t)n);
-    grads = malloc(sizeof(float) * (size_t)m->n_params);
+    float *grads = malloc(sizeof(float) * (size_t)m->n_params);
     float *gc = calloc((size_t)m->n_params, sizeof(float));
     a = cuda_acts(m, g.T, n);
     run_model(m, a, &g.b, 0.7f, c, d, 1, lp, en, grads);
@@ -356,8 +369,8 @@ static void test_families_cuda(void **state)
     DFCT_OK(df_acts_create(&m->cfg, g.T, n, &ac));
     DFCT_OK(df_model_forward(m, ac, &g.b, 0.7f, lc, ec));
     DFCT_OK(df_model_backward(m, ac, &g.b, 0.7f, c, d, gc));
-    fe = df_golden_rel_err(lp, lc, n);
-    ge = 0;
+    const double fe = df_golden_rel_err(lp, lc, n);
+    double ge = 0;
     for (int i = 0; i < m->n_tensors; i++) {
         const df_param_desc *t = &m->tensors[i];
         ge = fmax(ge, df_golden_rel_err(grads + t->offset, gc + t->offset, t->numel));

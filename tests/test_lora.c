@@ -142,6 +142,17 @@ static df_model_config lora_phi3_config(void)
     return c;
 }
 
+/* lora_model_config as olmo2: post-norm layers (the adapters of q/k/v and gate/up read the residual
+ * stream itself, not a norm's output), q/k norms over the whole projections, all four biases. */
+static df_model_config lora_olmo2_config(void)
+{
+    df_model_config c = lora_model_config();
+    snprintf(c.model_type, sizeof c.model_type, "olmo2");
+    c.attention_bias = c.o_proj_bias = true;
+    c.qk_norm = c.qk_norm_full = c.post_norm = true;
+    return c;
+}
+
 static void fill(float *x, int64_t n, double scale, uint64_t seed)
 {
     df_rng r;
@@ -584,6 +595,15 @@ static void test_grad_identity_all_linear(void **state)
     identity_case(lora_model_config(), DF_LORA_ALL_LINEAR, 0);
 }
 
+/* OLMo 2's post-norm layer: every target, with and without checkpointing (its recompute runs the
+ * whole layer). */
+static void test_grad_identity_olmo2(void **state)
+{
+    (void)state;
+    identity_case(lora_olmo2_config(), DF_LORA_ALL_LINEAR, 0);
+    identity_case(lora_olmo2_config(), DF_LORA_ALL_LINEAR, DF_ACTS_CHECKPOINT);
+}
+
 /* phi3's fused modules: B's row blocks get their parts' gradients, the shared A the sum of all. */
 static void test_grad_identity_fused(void **state)
 {
@@ -727,6 +747,7 @@ static void test_on_device(void **state)
     (void)state;
     on_device_case(lora_model_config());
     on_device_case(lora_phi3_config());
+    on_device_case(lora_olmo2_config());
 }
 
 /* The reference from a LoRA actor (verl's ref_in_actor): its log-probs are those of a frozen copy
@@ -810,6 +831,7 @@ int main(void)
         cmocka_unit_test(test_grad_identity_all_linear),
         cmocka_unit_test(test_grad_identity_subset),
         cmocka_unit_test(test_grad_identity_fused),
+        cmocka_unit_test(test_grad_identity_olmo2),
         cmocka_unit_test(test_create_fused),
         cmocka_unit_test(test_grad_identity_teeth),
         cmocka_unit_test(test_grad_identity_value),

@@ -3,8 +3,9 @@
  *   - log-probs, entropies and the gradient blob of a checkpointed forward + backward equal
  *     those of the plain one to the bit (memcmp), for a Qwen2 with GQA and q/k/v biases over
  *     df_test_packed sequences, a Qwen3 (q/k norms, explicit head_dim, o_proj bias, a sliding window
- *     on its last layer), a Llama 3.1 (llama3 RoPE, tied embeddings, o_proj bias), the value
- *     head (the critic) and the bf16 matmuls where the CPU has them;
+ *     on its last layer), a Llama 3.1 (llama3 RoPE, tied embeddings, o_proj bias), an OLMo 2
+ *     (post-norm layers, whose recompute runs the whole layer; full-width q/k norms, all four
+ *     attention biases), the value head (the critic) and the bf16 matmuls where the CPU has them;
  *   - two micro-batches accumulated into one blob on reused activations;
  *   - the MLP in row chunks (checkpointed activations above DF_MLP_CHUNK_ROWS tokens; here 7-row
  *     chunks of 48-row buffers): outputs and gradients equal to the plain pass's within the
@@ -57,6 +58,15 @@ static df_model_config qwen3_config(void)
     c.attention_bias = c.o_proj_bias = true;
     c.sliding_window = 5;
     c.max_window_layers = 2; /* the last layer attends to 5 positions */
+    return c;
+}
+
+static df_model_config olmo2_config(void)
+{
+    df_model_config c = base_config("olmo2");
+    c.head_dim = 16;
+    c.qk_norm = c.qk_norm_full = c.post_norm = true;
+    c.attention_bias = c.o_proj_bias = true;
     return c;
 }
 
@@ -195,8 +205,8 @@ static void check_chunked(const char *what, const df_model *m, bool bf16)
 static void test_mlp_chunks(void **state)
 {
     (void)state;
-    df_model_config cs[2] = {base_config("qwen2"), qwen3_config()};
-    for (int i = 0; i < 2; i++) {
+    df_model_config cs[3] = {base_config("qwen2"), qwen3_config(), olmo2_config()};
+    for (int i = 0; i < 3; i++) {
         df_model *m = df_test_signal_model(&cs[i], 21 + i);
         check_chunked(cs[i].model_type, m, false);
         if (df_model_bf16_available() == DF_OK)
@@ -229,6 +239,17 @@ static void test_llama31(void **state)
     df_model_config c = llama31_config();
     df_model *m = df_test_signal_model(&c, 13);
     check_identical("llama 3.1", m, false);
+    df_model_free(m);
+}
+
+static void test_olmo2(void **state)
+{
+    (void)state;
+    df_model_config c = olmo2_config();
+    df_model *m = df_test_signal_model(&c, 16);
+    check_identical("olmo2", m, false);
+    if (df_model_bf16_available() == DF_OK)
+        check_identical("olmo2 bf16 matmuls", m, true);
     df_model_free(m);
 }
 
@@ -331,7 +352,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_qwen2_gqa_bias), cmocka_unit_test(test_qwen3_and_window),
-        cmocka_unit_test(test_llama31),        cmocka_unit_test(test_value_head),
+        cmocka_unit_test(test_llama31),
+        cmocka_unit_test(test_olmo2),        cmocka_unit_test(test_value_head),
         cmocka_unit_test(test_bf16_matmuls),   cmocka_unit_test(test_layout_bytes),
         cmocka_unit_test(test_mlp_chunks),
     };

@@ -1,7 +1,8 @@
 /*
  * config.json of the model families beyond Qwen2 (model.h df_model_config_parse / _save,
  * src/model/config_pos.c): Qwen3, Llama 3.1 / 3.2 rope_scaling, Llama's attention_bias,
- * Qwen2 / Qwen3 sliding windows, Mistral (its window on every layer), transformers 5's
+ * Qwen2 / Qwen3 sliding windows, Mistral (its window on every layer), OLMo 2 (post-norm layers,
+ * q/k norms over the whole projections), transformers 5's
  * rope_parameters; what stays refused is
  * refused with a message naming the key and the value; saves round-trip.
  */
@@ -453,6 +454,119 @@ static void test_phi4_mini(void **state)
 }
 
 /* transformers 5 writes rope_parameters (with the theta) instead of rope_theta / rope_scaling. */
+/* OLMo 2: the published 1B config, Olmo2Config's defaults, its layout (no input norm, full-width
+   q/k norms, a post-feedforward norm), the features checked against the type, what stays refused,
+   and save round trips (Olmo2ForCausalLM, no window keys, head_dim only when not derived). */
+static void test_olmo2(void **state)
+{
+    const char *dir = *state;
+    df_model_config c, back;
+    char b[1024], path[512];
+    assert_int_equal(df_model_config_parse(k_olmo2_1b, NULL, &c), DF_OK);
+    assert_string_equal(c.model_type, "olmo2");
+    assert_true(c.post_norm && c.qk_norm && c.qk_norm_full);
+    assert_false(c.attention_bias || c.o_proj_bias || c.tie_word_embeddings);
+    assert_true(c.hidden_size == 2048 && c.num_hidden_layers == 16 && c.intermediate_size == 8192);
+    assert_true(c.num_attention_heads == 16 && c.num_key_value_heads == 16 && c.head_dim == 128);
+    assert_true(c.vocab_size == 100352 && c.max_position_embeddings == 4096);
+    assert_true(c.rope_theta == 500000.0 && c.rope_type == DF_ROPE_DEFAULT && c.rms_norm_eps == 1e-6);
+    assert_true(c.sliding_window == 0 && c.bos_token_id == -1 && c.n_eos == 1 && c.eos_token_ids[0] == 100257);
+    assert_int_equal(c.torch_dtype, DF_DTYPE_F32);
+    /* the layout: 11 tensors a layer, q_norm / k_norm [2048], no input_layernorm */
+    int64_t floats, tensors;
+    assert_int_equal(df_model_param_count(&c, &floats, &tensors), DF_OK);
+    assert_int_equal(tensors, 1 + 16 * 11 + 1 + 1);
+    df_param_desc *d;
+    int n;
+    int64_t total;
+    assert_int_equal(df_model_layout(&c, &d, &n, &total), DF_OK);
+    assert_int_equal(total, floats);
+    const char *want[11] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                            "self_attn.o_proj.weight", "self_attn.q_norm.weight", "self_attn.k_norm.weight",
+                            "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
+                            "mlp.down_proj.weight", "post_feedforward_layernorm.weight"};
+    for (int i = 0; i < 11; i++) {
+        char full[96];
+        snprintf(full, sizeof full, "model.layers.0.%s", want[i]);
+        assert_string_equal(d[1 + i].name, full);
+    }
+    assert_true(d[5].ndim == 1 && d[5].shape[0] == 2048 && d[6].shape[0] == 2048 && d[11].shape[0] == 2048);
+    /* 1.485B parameters: OLMo-2-0425-1B's count (embedding and head untied) */
+    int64_t params = 0;
+    for (int i = 0; i < n; i++)
+        params += d[i].numel;
+    assert_int_equal(params, 1484916736);
+    free(d);
+    /* Olmo2Config's defaults; GQA and attention_bias (all four projections) as the file says */
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "olmo2", ""), NULL, &c), DF_OK);
+    assert_true(c.rms_norm_eps == 1e-5 && c.max_position_embeddings == 2048 && c.rope_theta == 10000.0);
+    assert_true(c.num_key_value_heads == 4 && c.head_dim == 16 && !c.attention_bias && c.bos_token_id == -1);
+    assert_true(c.n_eos == 1 && c.eos_token_ids[0] == 50279);
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "olmo2", ", \"attention_bias\": true, "
+                                                 "\"num_key_value_heads\": 2, \"head_dim\": 32"), NULL, &c),
+                     DF_OK);
+    assert_true(c.attention_bias && c.o_proj_bias && c.num_key_value_heads == 2 && c.head_dim == 32);
+    assert_int_equal(df_model_layout(&c, &d, &n, &total), DF_OK);
+    assert_true(!strcmp(d[9].name, "model.layers.0.self_attn.q_norm.weight") && d[9].shape[0] == 128);
+    assert_true(!strcmp(d[10].name, "model.layers.0.self_attn.k_norm.weight") && d[10].shape[0] == 64);
+    free(d);
+    /* refused as for llama, naming the key */
+    expect_error(small(b, sizeof b, "olmo2", ", \"use_sliding_window\": true"), DF_EUNSUPPORTED,
+                 "key \"use_sliding_window\" true: olmo2 has no sliding-window attention");
+    expect_error(small(b, sizeof b, "olmo2", ", \"partial_rotary_factor\": 0.5"), DF_EUNSUPPORTED,
+                 "\"partial_rotary_factor\" 0.5 is not supported for olmo2");
+    expect_error(small(b, sizeof b, "olmo2", ", \"hidden_act\": \"gelu\""), DF_EUNSUPPORTED, "\"hidden_act\": \"gelu\"");
+    expect_error(small(b, sizeof b, "olmo2", ", \"num_key_value_heads\": 3"), DF_EINVAL, "num_key_value_heads");
+    /* a config whose features are not olmo2's is refused by validation, naming them */
+    assert_int_equal(df_model_config_parse(k_olmo2_1b, NULL, &c), DF_OK);
+    df_model_config v = c;
+    v.post_norm = false;
+    assert_error_mentions(df_model_config_validate(&v), DF_EINVAL, "olmo2: post-norm layers are not set");
+    v = c;
+    v.qk_norm_full = false; /* Qwen3's per-head norms */
+    assert_error_mentions(df_model_config_validate(&v), DF_EINVAL, "olmo2: q/k norms are set per head");
+    v = c;
+    snprintf(v.model_type, sizeof v.model_type, "llama"); /* a llama with OLMo 2's layer */
+    assert_error_mentions(df_model_config_validate(&v), DF_EINVAL, "llama: q/k norms are set over the whole projection");
+    v.qk_norm = v.qk_norm_full = false;
+    assert_error_mentions(df_model_config_validate(&v), DF_EINVAL, "llama: post-norm layers are set");
+    v = c;
+    v.sliding_window = 64;
+    assert_error_mentions(df_model_config_validate(&v), DF_EINVAL, "olmo2 has no sliding-window attention");
+    /* saves: Olmo2ForCausalLM, no window keys, head_dim only when it is not hidden / heads */
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    for (int fresh = 0; fresh < 2; fresh++) {
+        assert_int_equal(df_model_config_save(&c, fresh ? NULL : k_olmo2_1b, path), DF_OK);
+        assert_int_equal(df_model_config_load(path, &back), DF_OK);
+        assert_true(back.post_norm && back.qk_norm_full && back.rope_theta == 500000.0);
+        assert_true(back.head_dim == 128 && back.num_key_value_heads == 16 && back.eos_token_ids[0] == 100257);
+        json_t *j = json_load_file(path, 0, NULL);
+        assert_non_null(j);
+        assert_string_equal(json_string_value(json_array_get(json_object_get(j, "architectures"), 0)),
+                            "Olmo2ForCausalLM");
+        assert_null(json_object_get(j, "head_dim"));
+        assert_null(json_object_get(j, "use_sliding_window"));
+        assert_null(json_object_get(j, "sliding_window"));
+        assert_null(json_object_get(j, "max_window_layers"));
+        assert_true(json_is_false(json_object_get(j, "attention_bias")));
+        assert_true(fresh || json_integer_value(json_object_get(j, "pad_token_id")) == 100277);
+        json_decref(j);
+    }
+    c.head_dim = 64; /* not derived: written */
+    assert_int_equal(df_model_config_save(&c, k_olmo2_1b, path), DF_OK);
+    assert_int_equal(df_model_config_load(path, &back), DF_OK);
+    assert_int_equal(back.head_dim, 64);
+    c.head_dim = 128;
+    c.num_labels = 1; /* an OLMo 2 critic */
+    assert_int_equal(df_model_config_save(&c, NULL, path), DF_OK);
+    json_t *j = json_load_file(path, 0, NULL);
+    assert_string_equal(json_string_value(json_array_get(json_object_get(j, "architectures"), 0)),
+                        "Olmo2ForTokenClassification");
+    json_decref(j);
+    assert_int_equal(df_model_config_load(path, &back), DF_OK);
+    assert_true(back.num_labels == 1 && back.post_norm);
+}
+
 static void test_rope_parameters(void **state)
 {
     (void)state;
@@ -514,7 +628,7 @@ static void test_refusals(void **state)
                  DF_EINVAL, "low_freq_factor < high_freq_factor");
     expect_error(small(b, sizeof b, "qwen2", ", \"rope_scaling\": 2"), DF_EINVAL,
                  "key \"rope_scaling\" must be an object or null");
-    expect_error(small(b, sizeof b, "gemma", ""), DF_EUNSUPPORTED, "(qwen2, qwen3, llama, mistral, phi3)");
+    expect_error(small(b, sizeof b, "gemma", ""), DF_EUNSUPPORTED, "(qwen2, qwen3, llama, mistral, phi3, olmo2)");
 }
 
 /* Fresh saves and saves over an original round-trip every new field; an original's layout
@@ -595,6 +709,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_mistral, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_phi3, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_phi4_mini, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_olmo2, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test(test_rope_parameters),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test_setup_teardown(test_save_roundtrip, df_test_mkdtemp, df_test_rmtree),

@@ -13,7 +13,12 @@
  *   tiny_phi3_longrope  the same with Phi-3.5's LongRoPE (per-frequency short factors, cos / sin
  *                 times the attention factor of a 16x context extension);
  *   tiny_phi4_mini  Phi-4-mini's partial rotary embedding (partial_rotary_factor 0.75: the first
- *                 12 of each head's 16 dims rotated, 6 frequencies) with LongRoPE, tied embeddings.
+ *                 12 of each head's 16 dims rotated, 6 frequencies) with LongRoPE, tied embeddings;
+ *   tiny_olmo2    OLMo 2's post-norm layers (no input norm; post_attention_layernorm on the
+ *                 attention's output, post_feedforward_layernorm on the MLP's, before the residual
+ *                 adds) and q/k norms over the whole projections, GQA, head_dim 16 with hidden 32,
+ *                 rope_theta 5e5, untied; tiny_olmo2_bias the same with attention_bias (q/k/v and
+ *                 o_proj biases) and tied embeddings.
  * For each: log-probs and entropies at two temperatures, full logits of a few rows and the
  * gradient of sum(c logp) + sum(d entropy) w.r.t. every parameter, within the bounds of
  * test_model_golden.c (tests/testbounds.h chains, which add the q/k norms' and the o_proj
@@ -24,8 +29,8 @@
  * a norm weight moved by 1e-2; no window; the window on every layer; plain RoPE instead of
  * llama3; an o_proj bias moved by 1e-2; Mistral's window on layer 1 only, or rope_theta 1e4;
  * phi3's k and v, or gate and up, read in each other's place; longrope's long factors, no attention
- * factor, or plain RoPE; the whole head or fewer dims rotated instead of 12) and the same
- * comparison must then exceed its bound.
+ * factor, or plain RoPE; the whole head or fewer dims rotated instead of 12; an OLMo 2 post-norm
+ * or q/k norm weight moved) and the same comparison must then exceed its bound.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -533,6 +538,131 @@ static void test_phi3_lora(void **state)
     unload(&g);
 }
 
+/* ---- OLMo 2 ------------------------------------------------------------------------------------ */
+
+static void test_olmo2_config_and_layout(void **state)
+{
+    (void)state;
+    golden g = load("tiny_olmo2");
+    const df_model_config *c = &g.m->cfg;
+    assert_string_equal(c->model_type, "olmo2");
+    assert_true(c->post_norm && c->qk_norm && c->qk_norm_full);
+    assert_false(c->attention_bias || c->o_proj_bias || c->tie_word_embeddings);
+    assert_true(c->num_key_value_heads == 2 && c->head_dim == 16 && c->rope_theta == 5e5);
+    assert_int_equal(c->sliding_window, 0);
+    /* the q/k norms span the projections [4 x 16], [2 x 16]; no input norm; a post-feedforward one */
+    const df_param_desc *q = df_model_find_tensor(g.m, "model.layers.1.self_attn.q_norm.weight");
+    const df_param_desc *k = df_model_find_tensor(g.m, "model.layers.1.self_attn.k_norm.weight");
+    const df_param_desc *f = df_model_find_tensor(g.m, "model.layers.1.post_feedforward_layernorm.weight");
+    const df_param_desc *p = df_model_find_tensor(g.m, "model.layers.1.post_attention_layernorm.weight");
+    assert_true(q && k && f && p);
+    assert_true(q->ndim == 1 && q->shape[0] == 64 && k->shape[0] == 32 && f->shape[0] == 32);
+    assert_null(df_model_find_tensor(g.m, "model.layers.0.input_layernorm.weight"));
+    assert_null(g.m->w.layers[0].ln1);
+    assert_ptr_equal(g.m->w.layers[1].ln3, g.m->params + f->offset);
+    assert_ptr_equal(g.m->w.layers[1].ln2, g.m->params + p->offset);
+    assert_ptr_equal(g.m->w.layers[1].k_norm, g.m->params + k->offset);
+    /* HF's init: every norm 1, the full-width q/k norms too */
+    df_model *r;
+    assert_int_equal(df_model_create(c, &r), DF_OK);
+    assert_int_equal(df_model_init_random(r, 5), DF_OK);
+    for (int64_t i = 0; i < 64; i++)
+        assert_true(r->w.layers[0].q_norm[i] == 1.0f && (i >= 32 || r->w.layers[1].ln3[i] == 1.0f));
+    df_model_free(r);
+    unload(&g);
+}
+
+static void test_olmo2_golden(void **state)
+{
+    (void)state;
+    golden g = load("tiny_olmo2");
+    check_golden(&g, "olmo2");
+    unload(&g);
+    g = load("tiny_olmo2_bias");
+    assert_true(g.m->cfg.attention_bias && g.m->cfg.o_proj_bias && g.m->cfg.tie_word_embeddings);
+    assert_non_null(df_model_find_tensor(g.m, "model.layers.0.self_attn.o_proj.bias"));
+    check_golden(&g, "olmo2 with biases");
+    unload(&g);
+}
+
+/* Each of OLMo 2's norms matters where HF applies it: a weight moved breaks the bound (q_norm's
+ * in the third head: the norm reads the whole projection). */
+static void test_olmo2_detects(void **state)
+{
+    (void)state;
+    golden g = load("tiny_olmo2");
+    df_model *m;
+    assert_int_equal(df_model_clone(g.m, &m), DF_OK);
+    df_layer_view *l0 = &m->w.layers[0], *l1 = &m->w.layers[1];
+    float *moved[3] = {&l1->ln2[3], &l0->ln3[5], &l1->q_norm[40]};
+    const char *what[3] = {"post_attention_layernorm weight + 1e-2", "post_feedforward_layernorm weight + 1e-2",
+                           "q_norm weight 40 (head 2) + 1e-2"};
+    for (int i = 0; i < 3; i++) {
+        *moved[i] += 1e-2f;
+        expect_forward_moves(m, &g, what[i]);
+        *moved[i] -= 1e-2f;
+    }
+    l0->k_norm[20] += 1e-3f;
+    float *grads = golden_grads(m, &g, 1);
+    double ge = df_golden_worst_grad(m, g.gb.exp, grads, 1.0f, NULL);
+    print_message("k_norm weight 20 + 1e-3: gradient %.2e (bound %.2e)\n", ge, GRAD_TOL(&g));
+    assert_true(ge > GRAD_TOL(&g));
+    free(grads);
+    df_model_free(m);
+    unload(&g);
+}
+
+/* dir/config.json of m and a dir/model.safetensors of m's tensors, except `drop` left out and
+   `extra` written as a [n] tensor (instead of the tensor of that name, or besides them); then
+   df_model_load(dir)'s status. */
+static int olmo2_file(const df_model *m, const char *dir, const char *drop, const char *extra, int64_t n)
+{
+    char path[600];
+    assert_int_equal(df_mkdir_p(dir), DF_OK);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    assert_int_equal(df_model_config_save(&m->cfg, m->config_json, path), DF_OK);
+    df_st_writer *w = NULL;
+    assert_int_equal(df_st_writer_new(&w), DF_OK);
+    for (int i = 0; i < m->n_tensors; i++) {
+        const df_param_desc *d = &m->tensors[i];
+        if ((drop && !strcmp(d->name, drop)) || (extra && !strcmp(d->name, extra)))
+            continue;
+        assert_int_equal(df_st_writer_add_borrowed(w, d->name, DF_DTYPE_F32, d->ndim, d->shape, m->params + d->offset),
+                         DF_OK);
+    }
+    const int64_t shape[2] = {n, 0};
+    if (extra)
+        assert_int_equal(df_st_writer_add_borrowed(w, extra, DF_DTYPE_F32, 1, shape, m->params), DF_OK);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    assert_int_equal(df_st_writer_write(w, path), DF_OK);
+    df_st_writer_free(w);
+    df_model *back = NULL;
+    int rc = df_model_load(dir, &back);
+    df_model_free(back);
+    return rc;
+}
+
+/* An OLMo 2 checkpoint with a Llama / Qwen3 layer's norms is refused naming the tensor: a q_norm of
+   one head's width, an input_layernorm, no post_feedforward_layernorm. */
+static void test_olmo2_file_errors(void **state)
+{
+    const char *dir = *state;
+    golden g = load("tiny_olmo2");
+    char d[600];
+    snprintf(d, sizeof d, "%s/ok", dir);
+    assert_int_equal(olmo2_file(g.m, d, NULL, NULL, 0), DF_OK);
+    snprintf(d, sizeof d, "%s/per_head", dir);
+    assert_error_mentions(olmo2_file(g.m, d, NULL, "model.layers.1.self_attn.q_norm.weight", 16), DF_EINVAL,
+                          "\"model.layers.1.self_attn.q_norm.weight\" has shape [16], config.json implies [64]");
+    snprintf(d, sizeof d, "%s/input_norm", dir);
+    assert_error_mentions(olmo2_file(g.m, d, NULL, "model.layers.0.input_layernorm.weight", 32), DF_EINVAL,
+                          "unexpected tensor \"model.layers.0.input_layernorm.weight\" (not in the olmo2 layout");
+    snprintf(d, sizeof d, "%s/no_ff_norm", dir);
+    assert_error_mentions(olmo2_file(g.m, d, "model.layers.0.post_feedforward_layernorm.weight", NULL, 0),
+                          DF_EINVAL, "missing tensor \"model.layers.0.post_feedforward_layernorm.weight\" [shape 32]");
+    unload(&g);
+}
+
 /* ---- the rollout decoder ------------------------------------------------------------------- */
 
 /*
@@ -595,6 +725,8 @@ static void test_rollout_decoder(void **state)
     check_rollout("tiny_phi3");
     check_rollout("tiny_phi3_longrope");
     check_rollout("tiny_phi4_mini");
+    check_rollout("tiny_olmo2");
+    check_rollout("tiny_olmo2_bias");
 }
 
 /* ---- files ------------------------------------------------------------------------------------ */
@@ -647,11 +779,11 @@ static void check_phi3_files(const char *dir)
 static void test_save_load_roundtrip(void **state)
 {
     const char *dir = *state;
-    const char *names[6] = {"tiny_qwen3",         "tiny_llama31",  "tiny_mistral", "tiny_phi3",
-                            "tiny_phi3_longrope", "tiny_phi4_mini"};
-    const char *archs[6] = {"Qwen3ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM", "Phi3ForCausalLM",
-                            "Phi3ForCausalLM",  "Phi3ForCausalLM"};
-    for (int i = 0; i < 6; i++) {
+    const char *names[7] = {"tiny_qwen3",         "tiny_llama31",   "tiny_mistral", "tiny_phi3",
+                            "tiny_phi3_longrope", "tiny_phi4_mini", "tiny_olmo2"};
+    const char *archs[7] = {"Qwen3ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM", "Phi3ForCausalLM",
+                            "Phi3ForCausalLM",  "Phi3ForCausalLM",  "Olmo2ForCausalLM"};
+    for (int i = 0; i < 7; i++) {
         golden g = load(names[i]);
         char sub[512], cfgp[600];
         snprintf(sub, sizeof sub, "%s/%s", dir, names[i]);
@@ -662,6 +794,8 @@ static void test_save_load_roundtrip(void **state)
         assert_memory_equal(back->params, g.m->params, sizeof(float) * (size_t)g.m->n_params);
         const df_model_config *a = &g.m->cfg, *b = &back->cfg;
         assert_int_equal(a->qk_norm, b->qk_norm);
+        assert_int_equal(a->qk_norm_full, b->qk_norm_full);
+        assert_int_equal(a->post_norm, b->post_norm);
         assert_int_equal(a->o_proj_bias, b->o_proj_bias);
         assert_int_equal(a->rope_type, b->rope_type);
         assert_int_equal(a->sliding_window, b->sliding_window);
@@ -694,6 +828,13 @@ static void test_save_load_roundtrip(void **state)
             json_t *rs = json_object_get(j, "rope_scaling");
             assert_int_equal(json_array_size(json_object_get(rs, "short_factor")), 6);
             assert_true(json_is_true(json_object_get(j, "tie_word_embeddings")));
+        } else if (i == 6) { /* Olmo2Config: no window keys, attention_bias written, the file's pad kept */
+            assert_string_equal(json_string_value(json_object_get(j, "model_type")), "olmo2");
+            assert_null(json_object_get(j, "use_sliding_window"));
+            assert_null(json_object_get(j, "sliding_window"));
+            assert_true(json_is_false(json_object_get(j, "attention_bias")));
+            assert_true(json_number_value(json_object_get(j, "rope_theta")) == 5e5);
+            assert_int_equal(json_integer_value(json_object_get(j, "pad_token_id")), 1);
         } else if (i == 3) {
             assert_true(json_is_null(json_object_get(j, "sliding_window")));
             assert_null(json_object_get(j, "use_sliding_window"));
@@ -755,6 +896,10 @@ int main(void)
         cmocka_unit_test(test_phi4_mini_golden),
         cmocka_unit_test_setup_teardown(test_phi3_file_errors, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_phi3_lora, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test(test_olmo2_config_and_layout),
+        cmocka_unit_test(test_olmo2_golden),
+        cmocka_unit_test(test_olmo2_detects),
+        cmocka_unit_test_setup_teardown(test_olmo2_file_errors, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test(test_rollout_decoder),
         cmocka_unit_test_setup_teardown(test_save_load_roundtrip, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test(test_device_refuses_window),

@@ -5,7 +5,8 @@
  *     a normal pass to the bit (memcmp), float32 and bf16, for a Qwen2 with GQA and q/k/v
  *     biases, a Qwen3 (q/k norms, o_proj bias, a sliding window), a Llama 3.1 with tied
  *     embeddings and an even number of layers (the two residual buffers end on the other one),
- *     and the value head; two batches on reused activations;
+ *     an OLMo 2 (post-norm: its norms made in place where the layer's rows are one buffer), and
+ *     the value head; two batches on reused activations;
  *   - a backward on them is refused, naming why;
  *   - df_acts_bytes: the bytes a forward-only layout saves, the formula written out here from
  *     acts.h, and on the Qwen2.5-0.5B shape the ratio it reaches against the checkpointed
@@ -70,6 +71,15 @@ static df_model_config llama_tied_config(void)
     c.num_hidden_layers = 4; /* even: the last layer writes the buffer the first one read */
     c.attention_bias = c.o_proj_bias = true;
     c.tie_word_embeddings = true;
+    return c;
+}
+
+static df_model_config olmo2_config(void)
+{
+    df_model_config c = base_config("olmo2");
+    c.head_dim = 16;
+    c.qk_norm = c.qk_norm_full = c.post_norm = true;
+    c.attention_bias = c.o_proj_bias = true;
     return c;
 }
 
@@ -162,6 +172,13 @@ static void test_llama_tied_even(void **state)
     (void)state;
     df_model_config c = llama_tied_config();
     check_model("llama, tied, 4 layers", &c, 13);
+}
+
+static void test_olmo2(void **state)
+{
+    (void)state;
+    df_model_config c = olmo2_config();
+    check_model("olmo2", &c, 15);
 }
 
 static void test_value_head(void **state)
@@ -352,6 +369,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_qwen2),           cmocka_unit_test(test_qwen3_window),
         cmocka_unit_test(test_llama_tied_even), cmocka_unit_test(test_value_head),
+        cmocka_unit_test(test_olmo2),
         cmocka_unit_test(test_layout_bytes),    cmocka_unit_test(test_weights16_embed),
         cmocka_unit_test(test_bf16_lookup),     cmocka_unit_test(test_refresh_release),
     };

@@ -502,7 +502,12 @@ static void test_rope_and_qk_norm_must_match(void **state)
     snprintf(d.model_type, sizeof d.model_type, "qwen3");
     d.qk_norm = true;
     d.o_proj_bias = true; /* goes with attention_bias in qwen3 */
-    expect_refused(e, &d, "q/k norms (yes)");
+    expect_refused(e, &d, "q/k norms (per head)");
+    d = c; /* olmo2's layer on the same shapes: full-width norms, post-norm */
+    snprintf(d.model_type, sizeof d.model_type, "olmo2");
+    d.attention_bias = false;
+    d.qk_norm = d.qk_norm_full = d.post_norm = true;
+    expect_refused(e, &d, "layer (post-norm)");
     df_rollout_engine_free(e);
     /* llama3 on both sides: its parameters must match too */
     c.rope_type = DF_ROPE_LLAMA3;

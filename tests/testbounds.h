@@ -52,18 +52,27 @@ static inline double tb_head_bound(const df_model *m, float temperature)
 
 /* ---- roundings on the longest path (n of df_tol_gamma_prob), sequences of <= L tokens ---- */
 
-/* Roundings the attention features of some families add per layer: qwen3's q/k norms (an RMSNorm
-   over head_dim: hd + 4 forward as H + 4 for the hidden one, hd + 8 backward as H + 8) and an
-   o_proj bias (one add forward; its gradient sums the T tokens, which the chain ends with). */
+/* The width of the q/k norms' rows (0 without them): head_dim (qwen3) or the query's whole
+   projection (olmo2; the key's is narrower). */
+static inline double tb_qk_norm_width(const df_model_config *c)
+{
+    return !c->qk_norm ? 0 : (double)c->head_dim * (c->qk_norm_full ? (double)c->num_attention_heads : 1);
+}
+
+/* Roundings the attention features of some families add per layer: q/k norms (an RMSNorm over
+   rows of width w: w + 4 forward as H + 4 for the hidden one, w + 8 backward as H + 8) and an
+   o_proj bias (one add forward; its gradient sums the T tokens, which the chain ends with).
+   OLMo 2's post-norm layer has as many RMSNorms and residual adds as the pre-norm one, in
+   other places on the path: its chain is the same. */
 static inline double tb_attn_extra_fwd(const df_model_config *c)
 {
-    double per_layer = (c->qk_norm ? (double)c->head_dim + 4 : 0) + (c->o_proj_bias ? 1 : 0);
+    double per_layer = (c->qk_norm ? tb_qk_norm_width(c) + 4 : 0) + (c->o_proj_bias ? 1 : 0);
     return (double)c->num_hidden_layers * per_layer;
 }
 
 static inline double tb_attn_extra_bwd(const df_model_config *c)
 {
-    return (double)c->num_hidden_layers * (c->qk_norm ? (double)c->head_dim + 8 : 0);
+    return (double)c->num_hidden_layers * (c->qk_norm ? tb_qk_norm_width(c) + 8 : 0);
 }
 
 /* To the head's outputs: the decoder (df_tol_decoder_fwd_chain), then the LM head (a GEMM of

@@ -1,5 +1,5 @@
 /*
- * distflow/model.h — the Qwen2 / Qwen3 / Llama decoder: configuration, parameter
+ * distflow/model.h — the Qwen2 / Qwen3 / Llama decoder (and OLMo 2's post-norm variant of it): configuration, parameter
  * layout, Hugging Face file I/O, and training forward / backward on packed
  * variable-length sequences.
  *
@@ -9,7 +9,7 @@
  * optimizer, clipping, checkpoints and all-reduce are flat loops. Order:
  *   model.embed_tokens.weight                    [vocab, hidden]
  *   for each layer i:
- *     model.layers.i.input_layernorm.weight      [hidden]
+ *     model.layers.i.input_layernorm.weight      [hidden]                  (pre-norm: all but olmo2)
  *     model.layers.i.self_attn.q_proj.weight     [n_heads * head_dim, hidden]
  *     model.layers.i.self_attn.q_proj.bias       [n_heads * head_dim]      (attention_bias)
  *     model.layers.i.self_attn.k_proj.weight     [n_kv_heads * head_dim, hidden]
@@ -18,12 +18,16 @@
  *     model.layers.i.self_attn.v_proj.bias       [n_kv_heads * head_dim]   (attention_bias)
  *     model.layers.i.self_attn.o_proj.weight     [hidden, n_heads * head_dim]
  *     model.layers.i.self_attn.o_proj.bias       [hidden]                  (o_proj_bias)
- *     model.layers.i.self_attn.q_norm.weight     [head_dim]                (qk_norm)
- *     model.layers.i.self_attn.k_norm.weight     [head_dim]                (qk_norm)
- *     model.layers.i.post_attention_layernorm.weight [hidden]
+ *     model.layers.i.self_attn.q_norm.weight     [head_dim]                (qk_norm; olmo2
+ *                                                 qk_norm_full: [n_heads * head_dim])
+ *     model.layers.i.self_attn.k_norm.weight     [head_dim]                (qk_norm; olmo2
+ *                                                 qk_norm_full: [n_kv_heads * head_dim])
+ *     model.layers.i.post_attention_layernorm.weight [hidden]  (pre-norm: the MLP's input norm;
+ *                                                 post_norm: the attention output's norm)
  *     model.layers.i.mlp.gate_proj.weight        [intermediate, hidden]
  *     model.layers.i.mlp.up_proj.weight          [intermediate, hidden]
  *     model.layers.i.mlp.down_proj.weight        [hidden, intermediate]
+ *     model.layers.i.post_feedforward_layernorm.weight [hidden]       (post_norm: olmo2)
  *   model.norm.weight                            [hidden]
  *   lm_head.weight                               [vocab, hidden]  (causal LM, absent when tied)
  *   score.weight                                 [num_labels, hidden] (value model only)
@@ -59,7 +63,7 @@ typedef enum df_rope_type {
 
 /** The fields of HF config.json that define the architecture. */
 typedef struct df_model_config {
-    char model_type[32];             /**< "qwen2", "qwen3", "llama", "mistral" or "phi3" */
+    char model_type[32];             /**< "qwen2", "qwen3", "llama", "mistral", "phi3" or "olmo2" */
     int64_t vocab_size;
     int64_t hidden_size;
     int64_t intermediate_size;
@@ -74,8 +78,17 @@ typedef struct df_model_config {
     bool tie_word_embeddings;
     bool attention_bias;             /**< q/k/v biases (true for qwen2) */
     bool o_proj_bias;                /**< an o_proj bias too (llama / qwen3 attention_bias) */
-    bool qk_norm;                    /**< per-head RMSNorm of q and k before RoPE, weights
-                                          q_norm / k_norm [head_dim] (qwen3) */
+    bool qk_norm;                    /**< RMSNorms of q and k before RoPE: per head, weights
+                                          q_norm / k_norm [head_dim] (qwen3), or over the whole
+                                          projection with qk_norm_full (olmo2) */
+    bool qk_norm_full;               /**< olmo2 (Olmo2Attention): q_norm over each token's
+                                          n_heads * head_dim projection and k_norm over its
+                                          n_kv_heads * head_dim one, before the split into heads
+                                          (weights [n_heads * head_dim], [n_kv_heads * head_dim]) */
+    bool post_norm;                  /**< olmo2 (Olmo2DecoderLayer): no input norm; each sublayer's
+                                          OUTPUT is normalised before its residual add:
+                                          h = x + post_attention_layernorm(attn(x)),
+                                          x' = h + post_feedforward_layernorm(mlp(h)) */
     int64_t rope_dim;                /**< the leading dims of each head RoPE rotates (phi3
                                           partial_rotary_factor: HF's int(head_dim * factor);
                                           Phi-4-mini 96 of 128); 0 = all of head_dim (the
@@ -123,10 +136,12 @@ typedef struct df_param_desc {
 } df_param_desc;
 
 /** Views of one layer's tensors inside a blob (params or grads). bq / bk / bv are NULL without
- *  attention_bias, bo without o_proj_bias, q_norm / k_norm without qk_norm. */
+ *  attention_bias, bo without o_proj_bias, q_norm / k_norm without qk_norm. The norms by their HF
+ *  names: ln1 input_layernorm (NULL with post_norm), ln2 post_attention_layernorm, ln3
+ *  post_feedforward_layernorm (post_norm only, else NULL). */
 typedef struct df_layer_view {
     float *ln1, *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo, *q_norm, *k_norm, *ln2, *w_gate, *w_up,
-        *w_down;
+        *w_down, *ln3;
 } df_layer_view;
 
 /** Views of a whole blob. lm_head == embed when embeddings are tied, NULL in a value model. */
@@ -157,16 +172,18 @@ typedef struct df_model {
 /** Defaults of a Qwen2 config (values of Qwen2Config in transformers; no window, plain RoPE). */
 DF_API void df_model_config_defaults(df_model_config *cfg);
 /**
- * Parse HF config.json. model_type must be "qwen2", "qwen3", "llama", "mistral" or "phi3";
- * vocab_size, hidden_size, intermediate_size, num_hidden_layers and num_attention_heads
+ * Parse HF config.json. model_type must be "qwen2", "qwen3", "llama", "mistral", "phi3" or
+ * "olmo2"; vocab_size, hidden_size, intermediate_size, num_hidden_layers and num_attention_heads
  * are required; every other key falls back to the default of transformers'
- * Qwen2Config / Qwen3Config / LlamaConfig / MistralConfig / Phi3Config (null counts as absent). num_key_value_heads
+ * Qwen2Config / Qwen3Config / LlamaConfig / MistralConfig / Phi3Config / Olmo2Config (null counts as absent). num_key_value_heads
  * defaults to num_attention_heads, head_dim to hidden_size / num_attention_heads
  * (qwen3: 128). attention_bias: qwen2 always has q/k/v biases (no such HF key; an
  * explicit false is honoured so our own files round-trip); for llama and qwen3 it is
  * read (default false) and gives q/k/v AND o_proj biases (LlamaAttention,
  * Qwen3Attention); mistral and phi3 have no biases and no such key (an attention_bias there is
- * ignored, as transformers does). qwen3 has q/k norms (qk_norm). RoPE: rope_theta, and rope_scaling
+ * ignored, as transformers does). qwen3 has q/k norms (qk_norm). olmo2 (Olmo2Config): post_norm and
+ * full-width q/k norms (qk_norm, qk_norm_full), attention_bias read as llama's (q/k/v and o_proj), no
+ * window (use_sliding_window true refused, as for llama). RoPE: rope_theta, and rope_scaling
  * null or of rope_type (or "type") "default" or "llama3" (factor, low_freq_factor,
  * high_freq_factor, original_max_position_embeddings, all required) or "linear" (factor, a
  * number > 0, required) or, for phi3, "longrope" /
@@ -244,15 +261,15 @@ DF_API int df_model_config_load_ex(const char *path, const df_config_overrides *
  * formatted as transformers does (indent 2, sorted keys). Every key of
  * `original_json` (the text the model was loaded from; NULL for a fresh file)
  * is kept and the known ones are updated: architectures ["<P>ForCausalLM"] with
- * P = Qwen2 / Qwen3 / Llama / Mistral (a value model, and a *ForSequenceClassification one, which then
+ * P = Qwen2 / Qwen3 / Llama / Mistral / Phi3 / Olmo2 (a value model, and a *ForSequenceClassification one, which then
  * holds a score.bias: ["<P>ForTokenClassification"], id2label
  * {"0": "LABEL_0"}, label2id {"LABEL_0": 0}, and num_labels when the original has that
  * key), model_type, the sizes, head_dim (qwen2: only when it differs from hidden_size /
  * num_attention_heads), rope_theta and rope_scaling (or, when the original has it,
  * rope_parameters), use_sliding_window / sliding_window / max_window_layers (qwen2,
  * qwen3; layer_types when the original has it; mistral: sliding_window alone, an int or
- * null), rms_norm_eps, initializer_range, tie_word_embeddings, attention_bias (llama,
- * qwen3; qwen2 only when false; mistral only when the original has it),
+ * null; llama and olmo2: none), rms_norm_eps, initializer_range, tie_word_embeddings, attention_bias (llama,
+ * qwen3, olmo2; qwen2 only when false; mistral only when the original has it),
  * bos_token_id, eos_token_id (an int for one id unless the original held a list),
  * torch_dtype. A fresh file also gets hidden_act, use_cache and transformers_version.
  * Errors: DF_EINVAL (invalid cfg or original), DF_EIO naming the path.
@@ -262,10 +279,11 @@ DF_API int df_model_config_save(const df_model_config *cfg, const char *original
 /**
  * Check internal consistency (heads divide, sizes > 0, ...): DF_EINVAL; num_labels
  * must be 0 or 1 (DF_EINVAL below 0, DF_EUNSUPPORTED above 1). The attention features
- * must be those of model_type in HF (DF_EINVAL): qk_norm exactly for qwen3, o_proj_bias
- * never for qwen2 and equal to attention_bias for llama / qwen3, no biases in mistral; llama3 RoPE needs
+ * must be those of model_type in HF (DF_EINVAL): qk_norm exactly for qwen3 and olmo2,
+ * qk_norm_full and post_norm exactly for olmo2, o_proj_bias
+ * never for qwen2 and equal to attention_bias for llama / qwen3 / olmo2, no biases in mistral; llama3 RoPE needs
  * factor > 0, 0 < low_freq_factor < high_freq_factor, original_max_position_embeddings
- * > 0; sliding_window and max_window_layers >= 0, no window for llama.
+ * > 0; sliding_window and max_window_layers >= 0, no window for llama and olmo2.
  */
 DF_API int df_model_config_validate(const df_model_config *cfg);
 /**

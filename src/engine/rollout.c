@@ -292,6 +292,12 @@ void df_rollout_result_free(df_rollout_result *r)
 
 /* ---- validation ------------------------------------------------------------ */
 
+/* A config's q/k norms in messages. */
+static const char *qk_norm_name(const df_model_config *c)
+{
+    return !c->qk_norm ? "no" : c->qk_norm_full ? "over the whole projection" : "per head";
+}
+
 int df_rollout_check_model(const df_rollout_engine *e, const df_model *m)
 {
     const df_model_config *a = &e->cfg, *b = &m->cfg;
@@ -312,15 +318,17 @@ int df_rollout_check_model(const df_rollout_engine *e, const df_model *m)
                         (long long)b->num_key_value_heads, (long long)a->vocab_size,
                         (long long)a->hidden_size, (long long)a->num_hidden_layers,
                         (long long)a->num_attention_heads, (long long)a->num_key_value_heads);
-    /* The engine's RoPE table and rstd buffer (widths of qk_norm's rows) follow its config. */
-    if (!df_rope_same(a, b) || a->qk_norm != b->qk_norm || a->o_proj_bias != b->o_proj_bias) {
+    /* The engine's RoPE table, rstd buffer (widths of qk_norm's rows) and layer follow its config. */
+    if (!df_rope_same(a, b) || a->qk_norm != b->qk_norm || a->qk_norm_full != b->qk_norm_full ||
+        a->o_proj_bias != b->o_proj_bias || a->post_norm != b->post_norm) {
         char rb[48], ra[48];
         return df_error(DF_EINVAL,
-                        "rollout: the model's RoPE (theta %g, %s), q/k norms (%s) or o_proj bias "
-                        "(%s) differ from the engine's (theta %g, %s; %s; %s)",
-                        b->rope_theta, df_model_rope_name(b, rb, sizeof rb), b->qk_norm ? "yes" : "no",
-                        b->o_proj_bias ? "yes" : "no", a->rope_theta, df_model_rope_name(a, ra, sizeof ra),
-                        a->qk_norm ? "yes" : "no", a->o_proj_bias ? "yes" : "no");
+                        "rollout: the model's RoPE (theta %g, %s), q/k norms (%s), o_proj bias (%s) or "
+                        "layer (%s) differ from the engine's (theta %g, %s; %s; %s; %s)",
+                        b->rope_theta, df_model_rope_name(b, rb, sizeof rb), qk_norm_name(b),
+                        b->o_proj_bias ? "yes" : "no", b->post_norm ? "post-norm" : "pre-norm", a->rope_theta,
+                        df_model_rope_name(a, ra, sizeof ra), qk_norm_name(a), a->o_proj_bias ? "yes" : "no",
+                        a->post_norm ? "post-norm" : "pre-norm");
     }
     return DF_OK;
 }

@@ -134,7 +134,7 @@ static void widths(const df_model_config *c, int64_t w[NBUF])
     int64_t H = c->hidden_size, qd = c->num_attention_heads * c->head_dim;
     int64_t kvd = c->num_key_value_heads * c->head_dim, I = c->intermediate_size;
     /* x xn rstd q k v att gate up act (rstd: one per head for qwen3's q/k norms) */
-    int64_t r = c->qk_norm ? c->num_attention_heads : 1;
+    int64_t r = c->qk_norm && !c->qk_norm_full ? c->num_attention_heads : 1;
     int64_t v[NBUF] = {H, H, r, qd, kvd, kvd, qd, I, I, I};
     memcpy(w, v, sizeof v);
 }

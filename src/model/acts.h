@@ -56,13 +56,14 @@ struct df_acts {
     float *x;            /* [L + 1][T, H] residual stream entering layer l (x[L]: leaving the last);
                           * forward-only [2][T, H]: df_acts_x */
     float *hmid;         /* [L][T, H] residual after attention (forward-only: NULL, x's other one) */
-    float *xn1, *xn2;    /* [L][T, H] inputs of the q/k/v and gate/up projections */
-    float *rstd1, *rstd2;/* [L][T] */
+    float *xn1, *xn2;    /* [L][T, H] inputs of the q/k/v and gate/up projections; post_norm:
+                          * the attention's and the MLP's outputs (their norms' inputs) */
+    float *rstd1, *rstd2;/* [L][T] (post_norm: of those norms) */
     float *q;            /* [L][T, nh * hd] after RoPE */
     float *k, *v;        /* [L][T, nkv * hd] (k after RoPE) */
     /* q/k norms (qk_norm only, else NULL): their inputs (the projections) and row statistics. */
     float *qraw, *kraw;  /* [L][T, nh * hd], [L][T, nkv * hd] */
-    float *qrstd, *krstd;/* [L][T * nh], [L][T * nkv] */
+    float *qrstd, *krstd;/* [L][T * nh], [L][T * nkv] (qk_norm_full: T of each used) */
     float *att;          /* [L][T, nh * hd] attention output (o_proj input) */
     float *att_lse;      /* [L][T, nh] */
     float *gate, *up;    /* [L][T, I]; checkpointed / forward-only: [mlp_rows, I], one chunk */
@@ -171,7 +172,8 @@ static inline int64_t df_acts_kvd(const df_acts *a)
 /**
  * Layer l's saved activations (its slot: norms, q / k / v, attention, gate / up) computed
  * again from x[l] with the forward's kernels, for the backward of a checkpointed pass. The
- * batch is the one staged (a->bb). Sets a->slot_layer = l. Failures land in a->err.
+ * batch is the one staged (a->bb). Sets a->slot_layer = l. Failures land in a->err. A post-norm
+ * layer (olmo2) runs whole, writing x[l + 1] again with its own bits.
  */
 void df_acts_layer_recompute(const df_model_config *c, const df_layer_view *w, df_acts *a,
                              int64_t l);

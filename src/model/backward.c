@@ -14,7 +14,7 @@
 
 #include <string.h>
 
-/* Backward of a per-head RMSNorm (qwen3's q_norm / k_norm over rows of hd): dx OVERWRITTEN
+/* Backward of a q/k norm (qwen3's per head, olmo2's over the whole projection): dx OVERWRITTEN
  * (rmsnorm_bwd accumulates, so it starts from zero), dw accumulated. */
 static void head_norm_bwd(df_acts *a, float *dx, float *dw, const float *dy, const float *x,
                           const float *w, const float *rstd, int64_t rows, int64_t hd)
@@ -23,77 +23,126 @@ static void head_norm_bwd(df_acts *a, float *dx, float *dw, const float *dy, con
     DF_BE(a, rmsnorm_bwd, dx, dw, dy, x, w, rstd, rows, hd);
 }
 
-static void layer_backward(const df_model_config *c, const df_layer_view *w, df_acts *a,
-                           int64_t l, const df_layer_view *g)
-{
-    const df_acts_batch *bb = &a->bb;
-    const int64_t T = bb->seqs.T, H = c->hidden_size, I = c->intermediate_size;
-    const int64_t nh = c->num_attention_heads, nkv = c->num_key_value_heads, hd = c->head_dim;
-    const int64_t qd = nh * hd, kvd = nkv * hd, MT = a->max_tokens, s = df_acts_slot(a, l);
-    const float *x = a->x + l * MT * H, *h = a->hmid + s * MT * H;
-    const float *xn1 = a->xn1 + s * MT * H, *xn2 = a->xn2 + s * MT * H;
-    const float *q = a->q + s * MT * qd, *k = a->k + s * MT * kvd, *v = a->v + s * MT * kvd;
-    const float *att = a->att + s * MT * qd;
-    /* gate / up become their own gradients in place (swiglu_bwd): the slot is spent */
-    float *gate = a->gate + s * MT * I, *up = a->up + s * MT * I;
-    float *dres = a->dres, *dxn = a->dxn;
-    const df_layer16 *w16 = df_acts_layer16(a, l); /* mixed precision: dy W from the bf16 copy */
-    df_backend_seqs seqs = bb->seqs;
-    seqs.window = df_model_layer_window(c, l);
+/* Where a sublayer's gradients go. Pre-norm: its output's gradient is the residual's (dres) and
+ * its input's is gathered in dxn (beta 0) for the input norm's backward to add onto dres.
+ * Post-norm: its output's gradient is its norm's backward of dres (made in dxn) and its input,
+ * the residual itself, adds its gradient onto dres (beta 1). */
+typedef struct {
+    const float *dy; /* [T, out] the sublayer's output gradient */
+    float *din;      /* [T, in] where its input's gradient goes */
+    float beta;      /* onto din: 0 (overwrite) or 1 (add) */
+    const float *in; /* [T, in] its input (the projections' x of their weight gradients) */
+} sub_grads;
 
-    /* MLP: x_next = h + act W_down^T, act = silu(gate) * up (recomputed, not saved), in the
-     * forward's row chunks (gate / up projected again per chunk when chunked).
-     * gemm(ta, tb): (1, 0) accumulates a weight gradient dy^T x (in mixed precision both
-     * rounded per call, as autocast does), DF_WMM(tb = 0) is an input gradient dy W. */
+/* Post-norm: dxn = rmsnorm_bwd(dres) of the norm whose input y (statistics rstd, weight wn,
+ * gradient gn) the sublayer produced; the sublayer then sends its input's gradient onto dres. */
+static sub_grads post_norm_grads(df_acts *a, const float *y, const float *rstd, const float *wn,
+                                 float *gn, const float *in, int64_t T, int64_t H)
+{
+    DF_BE(a, zero, a->dxn, T * H);
+    DF_BE(a, rmsnorm_bwd, a->dxn, gn, a->dres, y, wn, rstd, T, H);
+    return (sub_grads){a->dxn, a->dres, 1.0f, in};
+}
+
+/* MLP: out = act W_down^T, act = silu(gate) * up (recomputed, not saved), in the forward's row
+ * chunks (gate / up projected again per chunk when chunked). gemm(ta, tb): (1, 0) accumulates a
+ * weight gradient dy^T x (in mixed precision both rounded per call, as autocast does),
+ * DF_WMM(tb = 0) is an input gradient dy W. gate / up become their own gradients in place. */
+static void mlp_backward(const df_model_config *c, const df_layer_view *w, df_acts *a, int64_t l,
+                         const df_layer_view *g, const sub_grads *sg, float *gate, float *up)
+{
+    const int64_t T = a->bb.seqs.T, H = c->hidden_size, I = c->intermediate_size;
+    const df_layer16 *w16 = df_acts_layer16(a, l); /* mixed precision: dy W from the bf16 copy */
     const int64_t C = a->mlp_rows < T ? a->mlp_rows : T;
     for (int64_t r0 = 0; r0 < T; r0 += C) {
         const int64_t n = T - r0 < C ? T - r0 : C;
-        const float *xn2c = xn2 + r0 * H, *dresc = dres + r0 * H;
+        const float *xc = sg->in + r0 * H, *dyc = sg->dy + r0 * H;
+        float *dinc = sg->din + r0 * H;
         if (C < T)
-            df_decoder_mlp_in(&a->be, c, w, w16, n, xn2c, gate, up, &a->err);
+            df_decoder_mlp_in(&a->be, c, w, w16, n, xc, gate, up, &a->err);
         DF_BE(a, swiglu_fwd, a->mlp_a, gate, up, n * I);
-        df_lora_weight_grad(a, l, DF_LORA_DOWN, dresc, a->mlp_a, n, H, I, g->w_down);
-        DF_WMM(a, false, n, I, H, 1.0f, dresc, w->w_down, w16 ? w16->w_down : NULL, 0.0f, a->mlp_a);
+        df_lora_weight_grad(a, l, DF_LORA_DOWN, dyc, a->mlp_a, n, H, I, g->w_down);
+        DF_WMM(a, false, n, I, H, 1.0f, dyc, w->w_down, w16 ? w16->w_down : NULL, 0.0f, a->mlp_a);
         float *dgate = gate, *dup = up;
         DF_BE(a, swiglu_bwd, dgate, dup, a->mlp_a, gate, up, n * I);
-        DF_WMM(a, false, n, H, I, 1.0f, dgate, w->w_gate, w16 ? w16->w_gate : NULL, 0.0f, dxn + r0 * H);
-        DF_WMM(a, false, n, H, I, 1.0f, dup, w->w_up, w16 ? w16->w_up : NULL, 1.0f, dxn + r0 * H);
-        df_lora_weight_grad(a, l, DF_LORA_GATE, dgate, xn2c, n, I, H, g->w_gate);
-        df_lora_weight_grad(a, l, DF_LORA_UP, dup, xn2c, n, I, H, g->w_up);
+        DF_WMM(a, false, n, H, I, 1.0f, dgate, w->w_gate, w16 ? w16->w_gate : NULL, sg->beta, dinc);
+        DF_WMM(a, false, n, H, I, 1.0f, dup, w->w_up, w16 ? w16->w_up : NULL, 1.0f, dinc);
+        df_lora_weight_grad(a, l, DF_LORA_GATE, dgate, xc, n, I, H, g->w_gate);
+        df_lora_weight_grad(a, l, DF_LORA_UP, dup, xc, n, I, H, g->w_up);
     }
-    DF_BE(a, rmsnorm_bwd, dres, g->ln2, dxn, h, w->ln2, a->rstd2 + s * MT, T, H);
+}
 
-    /* Attention: h = x + att W_o^T (+ b_o). */
-    df_lora_weight_grad(a, l, DF_LORA_O, dres, att, T, H, qd, g->wo);
+/* Attention: out = att W_o^T (+ b_o) from q, k, v = proj(in) (q, k through their norms), RoPE. */
+static void attn_backward(const df_model_config *c, const df_layer_view *w, df_acts *a, int64_t l,
+                          const df_layer_view *g, const sub_grads *sg)
+{
+    const df_acts_batch *bb = &a->bb;
+    const int64_t T = bb->seqs.T, H = c->hidden_size;
+    const int64_t nh = c->num_attention_heads, nkv = c->num_key_value_heads, hd = c->head_dim;
+    const int64_t qd = nh * hd, kvd = nkv * hd, MT = a->max_tokens, s = df_acts_slot(a, l);
+    const float *q = a->q + s * MT * qd, *k = a->k + s * MT * kvd, *v = a->v + s * MT * kvd;
+    const float *att = a->att + s * MT * qd;
+    const df_layer16 *w16 = df_acts_layer16(a, l);
+    df_backend_seqs seqs = bb->seqs;
+    seqs.window = df_model_layer_window(c, l);
+    df_lora_weight_grad(a, l, DF_LORA_O, sg->dy, att, T, H, qd, g->wo);
     if (g->bo)
-        DF_BE(a, col_sum_add, g->bo, dres, T, H);
-    DF_WMM(a, false, T, qd, H, 1.0f, dres, w->wo, w16 ? w16->wo : NULL, 0.0f, a->dao);
+        DF_BE(a, col_sum_add, g->bo, sg->dy, T, H);
+    DF_WMM(a, false, T, qd, H, 1.0f, sg->dy, w->wo, w16 ? w16->wo : NULL, 0.0f, a->dao);
     DF_BE(a, attention_bwd, a->dq, a->dk, a->dv, a->dao, att, a->att_lse + s * MT * nh, q, k, v,
           &seqs, nh, nkv, hd);
     DF_BE(a, rope_apply, a->dq, bb->pos, T, nh, hd, df_model_rope_dim(c), a->rope_cos, a->rope_sin, true);
     DF_BE(a, rope_apply, a->dk, bb->pos, T, nkv, hd, df_model_rope_dim(c), a->rope_cos, a->rope_sin, true);
-    /* The projections' outputs: q / k themselves, or the inputs of qwen3's q/k norms. */
+    /* The projections' outputs: q / k themselves, or the inputs of the q/k norms. */
     const float *dq = a->dq, *dk = a->dk;
     if (c->qk_norm) {
+        const int64_t wq = df_qk_norm_width(c, nh), wk = df_qk_norm_width(c, nkv);
         dq = a->dqn;
         dk = a->dkn;
         head_norm_bwd(a, a->dqn, g->q_norm, a->dq, a->qraw + s * MT * qd, w->q_norm,
-                      a->qrstd + s * MT * nh, T * nh, hd);
+                      a->qrstd + s * MT * nh, T * qd / wq, wq);
         head_norm_bwd(a, a->dkn, g->k_norm, a->dk, a->kraw + s * MT * kvd, w->k_norm,
-                      a->krstd + s * MT * nkv, T * nkv, hd);
+                      a->krstd + s * MT * nkv, T * kvd / wk, wk);
     }
-    DF_WMM(a, false, T, H, qd, 1.0f, dq, w->wq, w16 ? w16->wq : NULL, 0.0f, dxn);
-    DF_WMM(a, false, T, H, kvd, 1.0f, dk, w->wk, w16 ? w16->wk : NULL, 1.0f, dxn);
-    DF_WMM(a, false, T, H, kvd, 1.0f, a->dv, w->wv, w16 ? w16->wv : NULL, 1.0f, dxn);
-    df_lora_weight_grad(a, l, DF_LORA_Q, dq, xn1, T, qd, H, g->wq);
-    df_lora_weight_grad(a, l, DF_LORA_K, dk, xn1, T, kvd, H, g->wk);
-    df_lora_weight_grad(a, l, DF_LORA_V, a->dv, xn1, T, kvd, H, g->wv);
+    DF_WMM(a, false, T, H, qd, 1.0f, dq, w->wq, w16 ? w16->wq : NULL, sg->beta, sg->din);
+    DF_WMM(a, false, T, H, kvd, 1.0f, dk, w->wk, w16 ? w16->wk : NULL, 1.0f, sg->din);
+    DF_WMM(a, false, T, H, kvd, 1.0f, a->dv, w->wv, w16 ? w16->wv : NULL, 1.0f, sg->din);
+    df_lora_weight_grad(a, l, DF_LORA_Q, dq, sg->in, T, qd, H, g->wq);
+    df_lora_weight_grad(a, l, DF_LORA_K, dk, sg->in, T, kvd, H, g->wk);
+    df_lora_weight_grad(a, l, DF_LORA_V, a->dv, sg->in, T, kvd, H, g->wv);
     if (g->bq) { /* bias gradients: column sums of dq / dk / dv */
         DF_BE(a, col_sum_add, g->bq, dq, T, qd);
         DF_BE(a, col_sum_add, g->bk, dk, T, kvd);
         DF_BE(a, col_sum_add, g->bv, a->dv, T, kvd);
     }
-    DF_BE(a, rmsnorm_bwd, dres, g->ln1, dxn, x, w->ln1, a->rstd1 + s * MT, T, H);
+}
+
+/* Layer l's backward from the residual gradient dres of its output, which becomes that of its
+ * input x[l]: pre-norm (x' = h + mlp(ln2(h)), h = x + attn(ln1(x))) or post-norm (x' = h +
+ * ln3(mlp(h)), h = x + ln2(attn(x))); the residual adds are dres carried through. */
+static void layer_backward(const df_model_config *c, const df_layer_view *w, df_acts *a,
+                           int64_t l, const df_layer_view *g)
+{
+    const int64_t T = a->bb.seqs.T, H = c->hidden_size, I = c->intermediate_size;
+    const int64_t MT = a->max_tokens, s = df_acts_slot(a, l);
+    const float *x = a->x + l * MT * H, *h = a->hmid + s * MT * H;
+    const float *xn1 = a->xn1 + s * MT * H, *xn2 = a->xn2 + s * MT * H;
+    const float *rstd1 = a->rstd1 + s * MT, *rstd2 = a->rstd2 + s * MT;
+    /* gate / up become their own gradients in place (swiglu_bwd): the slot is spent */
+    float *gate = a->gate + s * MT * I, *up = a->up + s * MT * I;
+    if (c->post_norm) {
+        sub_grads sg = post_norm_grads(a, xn2, rstd2, w->ln3, g->ln3, h, T, H);
+        mlp_backward(c, w, a, l, g, &sg, gate, up);
+        sg = post_norm_grads(a, xn1, rstd1, w->ln2, g->ln2, x, T, H);
+        attn_backward(c, w, a, l, g, &sg);
+        return;
+    }
+    sub_grads sg = {a->dres, a->dxn, 0.0f, xn2};
+    mlp_backward(c, w, a, l, g, &sg, gate, up);
+    DF_BE(a, rmsnorm_bwd, a->dres, g->ln2, a->dxn, h, w->ln2, rstd2, T, H);
+    sg = (sub_grads){a->dres, a->dxn, 0.0f, xn1};
+    attn_backward(c, w, a, l, g, &sg);
+    DF_BE(a, rmsnorm_bwd, a->dres, g->ln1, a->dxn, x, w->ln1, rstd1, T, H);
 }
 
 /* Checks common to both heads: a forward of kind `head` on `a` for this batch. */

@@ -1,7 +1,6 @@
 /*
- * Hugging Face config.json for Qwen2 / Qwen3 / Llama: parse (with the defaults of
- * transformers' Qwen2Config / Qwen3Config / LlamaConfig) and write back (keeping unknown
- * keys). The RoPE and sliding-window keys are config_pos.c's.
+ * Hugging Face config.json for Qwen2 / Qwen3 / Llama / Mistral / Phi-3 / OLMo 2: parse (with
+ * the defaults of transformers' config classes) and write back (keeping unknown keys). The RoPE and sliding-window keys are config_pos.c's.
  */
 #include "distflow/model.h"
 #include "model/hf_io.h"
@@ -257,10 +256,10 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
         return df_cfg_wrong_type(src, "model_type", "a string", mt);
     const char *type = json_string_value(mt);
     bool llama = !strcmp(type, "llama"), qwen3 = !strcmp(type, "qwen3"), mistral = !strcmp(type, "mistral");
-    bool phi3 = !strcmp(type, "phi3");
-    if (!llama && !qwen3 && !mistral && !phi3 && strcmp(type, "qwen2"))
+    bool phi3 = !strcmp(type, "phi3"), olmo2 = !strcmp(type, "olmo2");
+    if (!llama && !qwen3 && !mistral && !phi3 && !olmo2 && strcmp(type, "qwen2"))
         return df_error(DF_EUNSUPPORTED, "%s: key \"model_type\": \"%s\" is not supported (qwen2, "
-                        "qwen3, llama, mistral, phi3)", src, type);
+                        "qwen3, llama, mistral, phi3, olmo2)", src, type);
     df_model_config_defaults(c);
     snprintf(c->model_type, sizeof c->model_type, "%s", type);
     if (llama) { /* LlamaConfig defaults where they differ from Qwen2Config */
@@ -296,6 +295,16 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
         c->bos_token_id = 1;
         c->eos_token_ids[0] = 32000;
         c->n_eos = 1;
+    }
+    if (olmo2) { /* Olmo2Config defaults where they differ from Qwen2Config; its layer's structure */
+        c->vocab_size = 50304;
+        c->intermediate_size = 11008;
+        c->max_position_embeddings = 2048;
+        c->rms_norm_eps = 1e-5;
+        c->attention_bias = false;
+        c->eos_token_ids[0] = 50279;
+        c->n_eos = 1;
+        c->qk_norm = c->qk_norm_full = c->post_norm = true;
     }
     int rc = check_unsupported(root, src, phi3);
     if (!rc)
@@ -337,11 +346,11 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
         rc = df_cfg_get_bool(root, src, "tie_word_embeddings", &c->tie_word_embeddings);
     /* Qwen2 always has q/k/v biases and no such key; we honour an explicit
      * "attention_bias": false there only so our own files round-trip. LlamaAttention and
-     * Qwen3Attention give o_proj a bias too when it is set; MistralAttention has no biases
-     * and no such key (transformers ignores one). */
+     * Qwen3Attention (and Olmo2Attention) give o_proj a bias too when it is set; MistralAttention
+     * has no biases and no such key (transformers ignores one). */
     if (!rc && !mistral && !phi3)
         rc = df_cfg_get_bool(root, src, "attention_bias", &c->attention_bias);
-    c->o_proj_bias = c->attention_bias && (llama || qwen3);
+    c->o_proj_bias = c->attention_bias && (llama || qwen3 || olmo2);
     if (!rc)
         rc = get_token_ids(root, src, c);
     if (!rc)
@@ -419,6 +428,7 @@ const char *df_model_class_prefix(const char *model_type)
            : !strcmp(model_type, "qwen3")   ? "Qwen3"
            : !strcmp(model_type, "mistral") ? "Mistral"
            : !strcmp(model_type, "phi3")    ? "Phi3"
+           : !strcmp(model_type, "olmo2")   ? "Olmo2"
                                             : "Qwen2";
 }
 
@@ -441,6 +451,7 @@ int df_model_config_to_json(const df_model_config *c, const char *original_json,
         return df_error(DF_ENOMEM, "out of memory writing config.json");
     }
     bool llama = !strcmp(c->model_type, "llama"), qwen2 = !strcmp(c->model_type, "qwen2");
+    bool derived_hd = qwen2 || !strcmp(c->model_type, "olmo2"); /* configs without a head_dim default */
     bool unbiased = !strcmp(c->model_type, "mistral") || !strcmp(c->model_type, "phi3"); /* no such key */
     char arch[64];
     int bad = 0;
@@ -468,8 +479,8 @@ int df_model_config_to_json(const df_model_config *c, const char *original_json,
     bad |= json_object_set_new(o, "num_hidden_layers", json_integer(c->num_hidden_layers));
     bad |= json_object_set_new(o, "num_attention_heads", json_integer(c->num_attention_heads));
     bad |= json_object_set_new(o, "num_key_value_heads", json_integer(c->num_key_value_heads));
-    /* Qwen2Config has no head_dim: write it only when it is not the derived value. */
-    if (!qwen2 || json_object_get(o, "head_dim") ||
+    /* Qwen2Config and Olmo2Config have no head_dim: write it only when it is not the derived value. */
+    if (!derived_hd || json_object_get(o, "head_dim") ||
         c->head_dim * c->num_attention_heads != c->hidden_size)
         bad |= json_object_set_new(o, "head_dim", json_integer(c->head_dim));
     bad |= json_object_set_new(o, "max_position_embeddings",

@@ -239,12 +239,12 @@ int df_cfg_parse_window(json_t *root, const char *src, df_model_config *c)
         return parse_every_layer_window(root, src, 4096, c);
     if (!strcmp(c->model_type, "phi3")) /* Phi3Config: the same, no window by default */
         return parse_every_layer_window(root, src, 0, c);
-    if (!strcmp(c->model_type, "llama")) {
+    if (!strcmp(c->model_type, "llama") || !strcmp(c->model_type, "olmo2")) {
         if (use)
             return df_error(DF_EUNSUPPORTED,
-                            "%s: key \"use_sliding_window\" true: llama has no "
+                            "%s: key \"use_sliding_window\" true: %s has no "
                             "sliding-window attention",
-                            src);
+                            src, c->model_type);
         return DF_OK;
     }
     /* Qwen2Config: sliding_window = sliding_window if use_sliding_window else None (default
@@ -357,7 +357,7 @@ int df_cfg_write_rope(json_t *o, const df_model_config *c)
 
 int df_cfg_write_window(json_t *o, const df_model_config *c, bool fresh)
 {
-    if (!strcmp(c->model_type, "llama"))
+    if (!strcmp(c->model_type, "llama") || !strcmp(c->model_type, "olmo2"))
         return 0;
     if (!strcmp(c->model_type, "mistral") || !strcmp(c->model_type, "phi3"))
         return json_object_set_new(o, "sliding_window",

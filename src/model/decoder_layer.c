@@ -2,6 +2,8 @@
  * prefill and decode. */
 #include "model/decoder_layer.h"
 
+#include <assert.h>
+
 /* A call of the layer: where operators run and the first failure. */
 typedef struct {
     const df_backend *be;
@@ -35,26 +37,39 @@ static void linear(const run *r, float *y, const float *x, const float *W, const
     wmm(r, M, N, K, x, W, W16, b ? 1.0f : 0.0f, y);
 }
 
-/* n1 = rmsnorm1(x), then q / k / v with their biases, qwen3's per-head norms and RoPE. */
+/* dst[n] += src[n]: the column sums of one row (col_sum_add with M = 1), a single rounded add
+ * per element on every backend, so the seam needs no operator of its own for it. */
+static void add(const run *r, float *dst, const float *src, int64_t n)
+{
+    LB(r, col_sum_add, dst, src, 1, n);
+}
+
+/* n1 = rmsnorm1(x) (the post-norm layer projects x itself), then q / k / v with their biases,
+ * the q/k norms and RoPE. */
 static void qkv(const run *r, const df_model_config *c, const df_layer_view *w,
                 const df_layer16 *w16, int64_t T, const df_layer_bufs *b)
 {
     const int64_t H = c->hidden_size, nh = c->num_attention_heads, nkv = c->num_key_value_heads;
     const int64_t hd = c->head_dim, qd = nh * hd, kvd = nkv * hd;
     const float eps = (float)c->rms_norm_eps;
-    LB(r, rmsnorm_fwd, b->xn1, b->rstd1, b->x, w->ln1, T, H, eps);
-    if (c->qk_norm) {
-        /* qwen3's per-head RMSNorms (Qwen3RMSNorm over head_dim): [T, n hd] is T n rows of hd.
-         * Training keeps the projections for the norms' backward. */
-        linear(r, b->qraw, b->xn1, w->wq, w16 ? w16->wq : NULL, w->bq, T, qd, H);
-        linear(r, b->kraw, b->xn1, w->wk, w16 ? w16->wk : NULL, w->bk, T, kvd, H);
-        LB(r, rmsnorm_fwd, b->q, b->qrstd, b->qraw, w->q_norm, T * nh, hd, eps);
-        LB(r, rmsnorm_fwd, b->k, b->krstd, b->kraw, w->k_norm, T * nkv, hd, eps);
-    } else {
-        linear(r, b->q, b->xn1, w->wq, w16 ? w16->wq : NULL, w->bq, T, qd, H);
-        linear(r, b->k, b->xn1, w->wk, w16 ? w16->wk : NULL, w->bk, T, kvd, H);
+    const float *in = b->x;
+    if (!c->post_norm) {
+        LB(r, rmsnorm_fwd, b->xn1, b->rstd1, b->x, w->ln1, T, H, eps);
+        in = b->xn1;
     }
-    linear(r, b->v, b->xn1, w->wv, w16 ? w16->wv : NULL, w->bv, T, kvd, H);
+    if (c->qk_norm) {
+        /* qwen3's per-head RMSNorms (T n rows of hd) or olmo2's over the whole projection (T rows
+         * of n hd): df_qk_norm_width. Training keeps the projections for the norms' backward. */
+        const int64_t wq = df_qk_norm_width(c, nh), wk = df_qk_norm_width(c, nkv);
+        linear(r, b->qraw, in, w->wq, w16 ? w16->wq : NULL, w->bq, T, qd, H);
+        linear(r, b->kraw, in, w->wk, w16 ? w16->wk : NULL, w->bk, T, kvd, H);
+        LB(r, rmsnorm_fwd, b->q, b->qrstd, b->qraw, w->q_norm, T * qd / wq, wq, eps);
+        LB(r, rmsnorm_fwd, b->k, b->krstd, b->kraw, w->k_norm, T * kvd / wk, wk, eps);
+    } else {
+        linear(r, b->q, in, w->wq, w16 ? w16->wq : NULL, w->bq, T, qd, H);
+        linear(r, b->k, in, w->wk, w16 ? w16->wk : NULL, w->bk, T, kvd, H);
+    }
+    linear(r, b->v, in, w->wv, w16 ? w16->wv : NULL, w->bv, T, kvd, H);
     const int64_t rd = df_model_rope_dim(c);
     LB(r, rope_apply, b->q, b->pos, T, nh, hd, rd, b->rope_cos, b->rope_sin, false);
     LB(r, rope_apply, b->k, b->pos, T, nkv, hd, rd, b->rope_cos, b->rope_sin, false);
@@ -93,6 +108,41 @@ static void attention(const run *r, const df_model_config *c, int64_t l, int64_t
        at->scratch);
 }
 
+/* dst = res + rmsnorm(y) over n rows of H: the norm into dst, then res added; when dst is res
+ * (the rollout's and the forward-only pass's rows, where nothing reads y again) the norm is
+ * made in y and added to res. Either way each element is one rounded add of the same two
+ * values. */
+static void norm_add(const run *r, float *dst, const float *res, float *y, const float *wn,
+                     float *rstd, int64_t n, int64_t H, float eps)
+{
+    float *out = dst == res ? y : dst;
+    LB(r, rmsnorm_fwd, out, rstd, y, wn, n, H, eps);
+    add(r, dst, dst == res ? y : res, n * H);
+}
+
+/* The post-norm layer after the attention (olmo2, Olmo2DecoderLayer):
+ *   h = x + ln2(att W_o^T (+ b_o)),  x' = h + ln3(down(silu(gate(h)) * up(h))),
+ * the sublayers' outputs, the norms' inputs the backward reads, kept in xn1 / xn2 with their
+ * statistics in rstd1 / rstd2. */
+static void post_norm_rest(const run *r, const df_model_config *c, const df_layer_view *w,
+                           const df_layer16 *w16, const df_layer_bufs *b, const rows_on *o)
+{
+    const int64_t H = c->hidden_size, I = c->intermediate_size;
+    const int64_t qd = c->num_attention_heads * c->head_dim;
+    const float eps = (float)c->rms_norm_eps;
+    assert(o->xout); /* the checkpointed recompute runs the whole post-norm layer (forward.c) */
+    linear(r, b->xn1, b->att, w->wo, w16 ? w16->wo : NULL, w->bo, o->T, H, qd);
+    norm_add(r, o->h, o->x, b->xn1, w->ln2, b->rstd1, o->T, H, eps);
+    const int64_t C = df_decoder_mlp_chunk(b, o->T);
+    for (int64_t r0 = 0; r0 < o->T && !*r->err; r0 += C) {
+        const int64_t n = o->T - r0 < C ? o->T - r0 : C;
+        df_decoder_mlp_in(r->be, c, w, w16, n, o->h + r0 * H, b->gate, b->up, r->err);
+        LB(r, swiglu_fwd, b->act, b->gate, b->up, n * I);
+        wmm(r, n, H, I, b->act, w->w_down, w16 ? w16->w_down : NULL, 0.0f, b->xn2 + r0 * H);
+    }
+    norm_add(r, o->xout, o->h, b->xn2, w->ln3, b->rstd2, o->T, H, eps);
+}
+
 int df_decoder_layer(const df_backend *be, const df_model_config *c, const df_layer_view *w,
                      const df_layer16 *w16, int64_t l, int64_t T, const df_layer_bufs *b,
                      const df_layer_attn *at, int *err)
@@ -104,6 +154,10 @@ int df_decoder_layer(const df_backend *be, const df_model_config *c, const df_la
     qkv(&r, c, w, w16, T, b);
     rows_on o;
     attention(&r, c, l, T, b, at, &o);
+    if (c->post_norm) {
+        post_norm_rest(&r, c, w, w16, b, &o);
+        return *err;
+    }
     /* h = x + att W_o^T: the residual add rides on the GEMM's beta = 1; an o_proj bias on a
      * rank-1 one (ones b^T). */
     if (o.h != o.x)

@@ -9,6 +9,12 @@
  *   h = x + o_proj(att) (+ bias);  n2 = rmsnorm2(h);  gate, up = proj(n2)
  *   x' = h + down(silu(gate) * up)
  *
+ * and OLMo 2's post-norm layer (HF modeling_olmo2.py Olmo2DecoderLayer, post_norm), whose q/k
+ * norms span the whole projection (Olmo2Attention, qk_norm_full):
+ *
+ *   q, k, v = proj(x) (+ biases);  q, k = qk_norm(q, k);  RoPE;  att = ATTENTION(q, k, v)
+ *   h = x + rmsnorm2(o_proj(att) (+ bias));  x' = h + rmsnorm3(down(silu(gate(h)) * up(h)))
+ *
  * Only ATTENTION differs between the callers: causal attention over packed sequences saving
  * its log-sum-exp (training), or K / V written into the rollout's cache and the queries
  * attending over it (prefill and decode). The residual adds ride on the GEMMs (beta = 1).
@@ -28,21 +34,25 @@ typedef struct df_layer_bufs {
     const float *rope_cos, *rope_sin;  /**< df_rope_model_table rows [n_pos, rope_dim / 2] */
     const float *ones;                 /**< [T] of 1 when the model has an o_proj bias */
     const float *x;                    /**< [T, H] residual stream in */
-    float *xn1, *rstd1;                /**< [T, H], [T] */
-    float *qraw, *kraw;                /**< qwen3: q / k before their norms ([T, qd], [T, kvd]);
+    float *xn1, *rstd1;                /**< [T, H], [T]: rmsnorm1's output and statistics;
+                                            post_norm: o_proj's output (rmsnorm2's input) and
+                                            rmsnorm2's statistics */
+    float *qraw, *kraw;                /**< qk_norm: q / k before their norms ([T, qd], [T, kvd]);
                                             may be q / k (normalised in place) */
-    float *qrstd, *krstd;              /**< qwen3: [T, nh], [T, nkv] */
+    float *qrstd, *krstd;              /**< qk_norm: [T, nh], [T, nkv] (qk_norm_full: [T] each) */
     float *q, *k, *v;                  /**< [T, qd] [T, kvd] [T, kvd], q and k after RoPE */
     float *att;                        /**< [T, qd] attention output */
     float *h;                          /**< [T, H] residual after attention; may be x */
-    float *xn2, *rstd2, *gate, *up;    /**< [T, H], [T], [T, I], [T, I] */
+    float *xn2, *rstd2, *gate, *up;    /**< [T, H], [T], [T, I], [T, I]; post_norm: xn2 the
+                                            MLP's output (rmsnorm3's input), rstd2 rmsnorm3's */
     float *act;                        /**< [T, I] silu(gate) * up */
     int64_t mlp_rows;                  /**< rows gate / up / act hold: the MLP runs in chunks
                                             of that many rows ([mlp_rows, I] each); 0 or >= T:
                                             all T rows at once */
     float *xout;                       /**< [T, H] residual out, may be h; NULL: stop after
                                             gate / up (the checkpointed recompute; chunked, after
-                                            n2: the backward projects each chunk itself) */
+                                            n2: the backward projects each chunk itself); never
+                                            NULL with post_norm (its norms come after the MLP) */
 } df_layer_bufs;
 
 /** The attention step: the packed one (kv == NULL) or the KV cache's. */
@@ -72,6 +82,13 @@ typedef struct df_layer_attn {
 int df_decoder_layer(const df_backend *be, const df_model_config *c, const df_layer_view *w,
                      const df_layer16 *w16, int64_t l, int64_t T, const df_layer_bufs *b,
                      const df_layer_attn *at, int *err);
+
+/** The width of the q (n = nh) or k (n = nkv) norm's rows: head_dim (qwen3, per head) or the
+ *  whole projection n head_dim (olmo2, qk_norm_full); T tokens make T n head_dim / width rows. */
+static inline int64_t df_qk_norm_width(const df_model_config *c, int64_t n)
+{
+    return c->qk_norm_full ? n * c->head_dim : c->head_dim;
+}
 
 /** Rows per MLP chunk for a call over T rows with buffers b (T when not chunked). */
 static inline int64_t df_decoder_mlp_chunk(const df_layer_bufs *b, int64_t T)

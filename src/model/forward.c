@@ -6,7 +6,10 @@
  *                                                                        n1 = rmsnorm1(x)
  *     x = h + down(silu(gate(n2)) * up(n2)),                             n2 = rmsnorm2(h)
  *   with qn / kn the per-head RMSNorms of qwen3 (identity otherwise), o_proj's bias where
- *   the model has one, and attention limited to the layer's window (df_model_layer_window).
+ *   the model has one, and attention limited to the layer's window (df_model_layer_window);
+ *   OLMo 2's post-norm layer (modeling_olmo2.py) instead:
+ *     h = x + rmsnorm2(o_proj(attn(rope(qn(q_proj(x))), rope(kn(k_proj(x))), v_proj(x)))),
+ *     x = h + rmsnorm3(down(silu(gate(h)) * up(h))),  qn / kn over the whole projection.
  *   final rmsnorm and the head, for the output rows only: the LM head
  *   (df_model_forward) or a value model's score head (df_model_forward_values).
  * The layer itself is decoder_layer.c's, shared with the rollout's prefill and decode; here it
@@ -177,7 +180,8 @@ static int64_t slots_of(const df_acts *a)
 }
 
 /* The q/k norms' saved inputs and statistics (slots_of(a) layers) and their gradients' scratch
- * (qwen3), the o_proj bias's ones (its GEMM adds it). */
+ * (qwen3, olmo2; the statistics sized for qwen3's rows per head), the o_proj bias's ones (its
+ * GEMM adds it). */
 static void alloc_attention_extras(df_acts *a, int *fail)
 {
     const df_model_config *c = &a->cfg;
@@ -569,8 +573,9 @@ static void layer_run(const df_layer_view *w, df_acts *a, int64_t l, bool full)
 void df_acts_layer_recompute(const df_model_config *c, const df_layer_view *w, df_acts *a,
                              int64_t l)
 {
-    (void)c;
-    layer_run(w, a, l, false);
+    /* Post-norm: the whole layer, whose MLP output and norm come after gate / up. It writes
+     * x[l + 1] again, the same bits, which only layer l + 1's backward (done by now) reads. */
+    layer_run(w, a, l, c->post_norm);
 }
 
 /* Stage the batch, then embedding, decoder layers, and the final norm of the output rows

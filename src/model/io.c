@@ -251,10 +251,12 @@ static int load_weights(df_model *m, const char *dir)
     /* HF's *ForSequenceClassification head has no bias: a file without one keeps the 0 that
        df_model_create gave it (verl's AutoModelForTokenClassification load does the same). */
     for (int i = 0; !rc && i < L.n_hf; i++)
-        if (!L.from[i] && !(m->cfg.seq_cls && !strcmp(L.hf[i].name, "score.bias")))
-            rc = df_error(DF_EINVAL, "%s: missing tensor \"%s\" [shape %lld%s%lld] required by "
-                          "config.json", where, L.hf[i].name, (long long)L.hf[i].shape[0],
-                          L.hf[i].ndim > 1 ? ", " : "", L.hf[i].ndim > 1 ? (long long)L.hf[i].shape[1] : 0LL);
+        if (!L.from[i] && !(m->cfg.seq_cls && !strcmp(L.hf[i].name, "score.bias"))) {
+            char sh[64]; /* "[d0, d1]": printed after "[shape " without its "[" */
+            df_st_shape_str(sh, sizeof sh, L.hf[i].ndim, L.hf[i].shape);
+            rc = df_error(DF_EINVAL, "%s: missing tensor \"%s\" [shape %s required by config.json", where,
+                          L.hf[i].name, sh + 1);
+        }
 done:
     for (int i = 0; i < L.n_files; i++)
         free(L.files[i]);

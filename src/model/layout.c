@@ -36,25 +36,30 @@ void df_model_config_defaults(df_model_config *c)
     c->torch_dtype = DF_DTYPE_F32;
 }
 
-/* The attention features each model_type has in Hugging Face: qwen2 q/k/v biases only; llama and
-   qwen3 an o_proj bias exactly when they have q/k/v ones; mistral and phi3 no biases; q/k norms
-   exactly in qwen3. */
+/* The attention features each model_type has in Hugging Face: qwen2 q/k/v biases only; llama,
+   qwen3 and olmo2 an o_proj bias exactly when they have q/k/v ones; mistral and phi3 no biases;
+   q/k norms in qwen3 (per head) and olmo2 (full width); the post-norm layer exactly in olmo2. */
 static int validate_type(const df_model_config *c)
 {
     bool qwen2 = !strcmp(c->model_type, "qwen2"), qwen3 = !strcmp(c->model_type, "qwen3");
     bool unbiased = !strcmp(c->model_type, "mistral") || !strcmp(c->model_type, "phi3");
-    if (!qwen2 && !qwen3 && !unbiased && strcmp(c->model_type, "llama"))
-        return df_error(DF_EUNSUPPORTED, "model_type \"%s\" is not supported (qwen2, qwen3, llama, mistral, phi3)",
-                        c->model_type);
+    bool olmo2 = !strcmp(c->model_type, "olmo2");
+    if (!qwen2 && !qwen3 && !unbiased && !olmo2 && strcmp(c->model_type, "llama"))
+        return df_error(DF_EUNSUPPORTED, "model_type \"%s\" is not supported (qwen2, qwen3, llama, mistral, phi3, "
+                        "olmo2)", c->model_type);
     if (unbiased && c->attention_bias)
         return df_error(DF_EINVAL, "%s has no attention biases (attention_bias set)", c->model_type);
-    if (c->qk_norm != qwen3)
-        return df_error(DF_EINVAL, "%s: q/k norms are %s (qwen3 has them, qwen2 and llama do not)",
-                        c->model_type, c->qk_norm ? "set" : "not set");
+    if (c->qk_norm != (qwen3 || olmo2) || c->qk_norm_full != olmo2)
+        return df_error(DF_EINVAL, "%s: q/k norms are %s (qwen3 has them per head, olmo2 over the whole "
+                        "projection, the others none)", c->model_type,
+                        !c->qk_norm ? "not set" : c->qk_norm_full ? "set over the whole projection" : "set per head");
+    if (c->post_norm != olmo2)
+        return df_error(DF_EINVAL, "%s: post-norm layers are %s (olmo2's layers normalise their sublayers' "
+                        "outputs, the others' their inputs)", c->model_type, c->post_norm ? "set" : "not set");
     if (qwen2 ? c->o_proj_bias : c->o_proj_bias != c->attention_bias)
         return df_error(DF_EINVAL, "%s: an o_proj bias %s", c->model_type,
                         qwen2 ? "does not exist in qwen2"
-                              : "goes with the q/k/v biases (attention_bias) in llama and qwen3");
+                              : "goes with the q/k/v biases (attention_bias) in llama, qwen3 and olmo2");
     return DF_OK;
 }
 
@@ -87,8 +92,8 @@ static int validate_positions(const df_model_config *c)
     if (c->sliding_window < 0 || c->max_window_layers < 0)
         return df_error(DF_EINVAL, "sliding_window (%lld) and max_window_layers (%lld) must be >= 0",
                         (long long)c->sliding_window, (long long)c->max_window_layers);
-    if (c->sliding_window > 0 && !strcmp(c->model_type, "llama"))
-        return df_error(DF_EINVAL, "llama has no sliding-window attention");
+    if (c->sliding_window > 0 && (!strcmp(c->model_type, "llama") || !strcmp(c->model_type, "olmo2")))
+        return df_error(DF_EINVAL, "%s has no sliding-window attention", c->model_type);
     return DF_OK;
 }
 
@@ -206,13 +211,16 @@ int df_model_param_count(const df_model_config *c, int64_t *total, int64_t *n_te
         ok = ok && count_add(&layer, 1, q, 1) && count_add(&layer, 2, kv, 1);
     if (c->o_proj_bias)
         ok = ok && count_add(&layer, 1, H, 1);
-    if (c->qk_norm)
+    if (c->qk_norm && c->qk_norm_full)
+        ok = ok && count_add(&layer, 1, q, 1) && count_add(&layer, 1, kv, 1);
+    else if (c->qk_norm)
         ok = ok && count_add(&layer, 2, c->head_dim, 1);
     ok = ok && count_add(&sum, L, layer, 1) && count_add(&sum, 1, V, H) && count_add(&sum, 1, H, 1);
     if (c->num_labels > 0)
         ok = ok && count_add(&sum, 1, c->num_labels, H) && count_add(&sum, 1, c->num_labels, 1);
     else if (!c->tie_word_embeddings)
         ok = ok && count_add(&sum, 1, V, H);
+    /* two norms per layer: input and post-attention, or (post_norm) post-attention and post-feedforward */
     const int64_t per_layer = 9 + 3 * c->attention_bias + c->o_proj_bias + 2 * c->qk_norm;
     if (!ok || L > (INT_MAX - 4) / per_layer)
         return df_error(DF_EINVAL,
@@ -272,7 +280,7 @@ int df_model_layout(const df_model_config *c, df_param_desc **descs, int *n, int
         snprintf(nm, sizeof nm, "model.layers.%lld." suffix, (long long)i);      \
         rc = add(&lb, nm, d0, d1);                                               \
     }
-        L("input_layernorm.weight", H, 0);
+        if (!c->post_norm) L("input_layernorm.weight", H, 0);
         L("self_attn.q_proj.weight", q, H);
         if (c->attention_bias) L("self_attn.q_proj.bias", q, 0);
         L("self_attn.k_proj.weight", kv, H);
@@ -281,12 +289,13 @@ int df_model_layout(const df_model_config *c, df_param_desc **descs, int *n, int
         if (c->attention_bias) L("self_attn.v_proj.bias", kv, 0);
         L("self_attn.o_proj.weight", H, q);
         if (c->o_proj_bias) L("self_attn.o_proj.bias", H, 0);
-        if (c->qk_norm) L("self_attn.q_norm.weight", c->head_dim, 0);
-        if (c->qk_norm) L("self_attn.k_norm.weight", c->head_dim, 0);
+        if (c->qk_norm) L("self_attn.q_norm.weight", c->qk_norm_full ? q : c->head_dim, 0);
+        if (c->qk_norm) L("self_attn.k_norm.weight", c->qk_norm_full ? kv : c->head_dim, 0);
         L("post_attention_layernorm.weight", H, 0);
         L("mlp.gate_proj.weight", I, H);
         L("mlp.up_proj.weight", I, H);
         L("mlp.down_proj.weight", H, I);
+        if (c->post_norm) L("post_feedforward_layernorm.weight", H, 0);
 #undef L
     }
     if (!rc)
@@ -320,7 +329,7 @@ void df_model_view_of(const df_model *m, float *blob, df_model_view *v)
     v->embed = blob + d[k++].offset;
     for (int64_t i = 0; i < c->num_hidden_layers; i++) {
         df_layer_view *l = &v->layers[i];
-        l->ln1 = blob + d[k++].offset;
+        l->ln1 = c->post_norm ? NULL : blob + d[k++].offset;
         l->wq = blob + d[k++].offset;
         l->bq = c->attention_bias ? blob + d[k++].offset : NULL;
         l->wk = blob + d[k++].offset;
@@ -335,6 +344,7 @@ void df_model_view_of(const df_model *m, float *blob, df_model_view *v)
         l->w_gate = blob + d[k++].offset;
         l->w_up = blob + d[k++].offset;
         l->w_down = blob + d[k++].offset;
+        l->ln3 = c->post_norm ? blob + d[k++].offset : NULL;
     }
     v->final_norm = blob + d[k++].offset;
     v->lm_head = v->score_weight = v->score_bias = NULL;

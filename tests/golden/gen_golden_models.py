@@ -35,6 +35,14 @@ float64 reference and file layout, for two tiny models that exercise what Qwen2 
                 chosen so that the 8 frequencies fall in all three bands (3 high, 2 medium,
                 3 low), attention_bias true (q/k/v AND o_proj biases, LlamaAttention), tied
                 embeddings, head_dim 16.
+  tiny_olmo2    Olmo2ForCausalLM (modeling_olmo2.py): post-norm layers, with no input norm,
+                post_attention_layernorm on the attention's output and
+                post_feedforward_layernorm on the MLP's, each before its residual add; q_norm /
+                k_norm over the whole projection (widths 4 x 16 and 2 x 16) before the split
+                into heads and RoPE; GQA, head_dim 16 with hidden 32, no biases, untied,
+                rope_theta 5e5 (OLMo 2's).
+  tiny_olmo2_bias  tiny_olmo2 with attention_bias (q / k / v AND o_proj biases, Olmo2Attention;
+                the o_proj bias inside the post-attention norm) and tied embeddings.
 
 For each <name>: <name>/config.json, <name>/model.safetensors (F32) and
 <name>_expected.safetensors with batch.*, logits.rows / logits (temperature 1), logp.t1,
@@ -135,6 +143,21 @@ PHI4_MINI = dict(PHI3_LONGROPE, **{
 })
 
 
+OLMO2 = dict(COMMON, **{
+    "architectures": ["Olmo2ForCausalLM"],
+    "model_type": "olmo2",
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 500000.0,
+    "attention_bias": False,
+    "tie_word_embeddings": False,
+    "rope_scaling": None,
+    "pad_token_id": 1,
+})
+
+
+OLMO2_BIAS = dict(OLMO2, **{"attention_bias": True, "tie_word_embeddings": True})
+
+
 def rot_dim(c):
     """The dims of each head RoPE rotates: int(head_dim * partial_rotary_factor) as HF computes it."""
     return int(c["head_dim"] * c.get("partial_rotary_factor", 1.0))
@@ -145,11 +168,12 @@ def param_shapes(c):
     H, I, V, d = c["hidden_size"], c["intermediate_size"], c["vocab_size"], c["head_dim"]
     q, kv = c["num_attention_heads"] * d, c["num_key_value_heads"] * d
     bias = c.get("attention_bias", False)
-    phi3 = c["model_type"] == "phi3"
+    phi3, olmo2 = c["model_type"] == "phi3", c["model_type"] == "olmo2"
     out = [("model.embed_tokens.weight", (V, H))]
     for i in range(c["num_hidden_layers"]):
         p = f"model.layers.{i}.self_attn."
-        out.append((f"model.layers.{i}.input_layernorm.weight", (H,)))
+        if not olmo2:                            # Olmo2DecoderLayer has no input norm
+            out.append((f"model.layers.{i}.input_layernorm.weight", (H,)))
         if phi3:
             out.append((p + "qkv_proj.weight", (q + 2 * kv, H)))
         for proj, n in (("q", q), ("k", kv), ("v", kv)) if not phi3 else ():
@@ -161,6 +185,8 @@ def param_shapes(c):
             out.append((p + "o_proj.bias", (H,)))
         if c["model_type"] == "qwen3":
             out += [(p + "q_norm.weight", (d,)), (p + "k_norm.weight", (d,))]
+        if olmo2:                                # over the whole projections
+            out += [(p + "q_norm.weight", (q,)), (p + "k_norm.weight", (kv,))]
         m = f"model.layers.{i}."
         out.append((m + "post_attention_layernorm.weight", (H,)))
         if phi3:
@@ -168,6 +194,8 @@ def param_shapes(c):
         else:
             out += [(m + "mlp.gate_proj.weight", (I, H)), (m + "mlp.up_proj.weight", (I, H))]
         out.append((m + "mlp.down_proj.weight", (H, I)))
+        if olmo2:
+            out.append((m + "post_feedforward_layernorm.weight", (H,)))
     out.append(("model.norm.weight", (H,)))
     if not c["tie_word_embeddings"]:
         out.append(("lm_head.weight", (V, H)))
@@ -244,12 +272,22 @@ def linear(p, name, x):
     return y + p[name + ".bias"] if name + ".bias" in p else y
 
 
+def mlp(c, p, pre, h):
+    if c["model_type"] == "phi3":                # Phi3MLP: gate, up = gate_up_proj(h).chunk(2)
+        gate, up = (h @ p[pre + "mlp.gate_up_proj.weight"].T).chunk(2, dim=-1)
+    else:
+        gate = h @ p[pre + "mlp.gate_proj.weight"].T
+        up = h @ p[pre + "mlp.up_proj.weight"].T
+    return (torch.nn.functional.silu(gate) * up) @ p[pre + "mlp.down_proj.weight"].T
+
+
 def layer(c, p, i, x):
     """One decoder layer on a single sequence x [L, H]."""
     pre, at = f"model.layers.{i}.", f"model.layers.{i}.self_attn."
     L = x.shape[0]
     nh, nkv, d, eps = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"], c["rms_norm_eps"]
-    h = rms_norm(x, p[pre + "input_layernorm.weight"], eps)
+    olmo2 = c["model_type"] == "olmo2"
+    h = x if olmo2 else rms_norm(x, p[pre + "input_layernorm.weight"], eps)
     if c["model_type"] == "phi3":                # Phi3Attention: one projection, sliced
         qkv = linear(p, at + "qkv_proj", h)
         qp = nh * d
@@ -257,9 +295,12 @@ def layer(c, p, i, x):
         k = qkv[..., qp:qp + nkv * d].reshape(L, nkv, d)
         v = qkv[..., qp + nkv * d:].reshape(L, nkv, d)
     else:
-        q = linear(p, at + "q_proj", h).view(L, nh, d)
-        k = linear(p, at + "k_proj", h).view(L, nkv, d)
+        q, k = linear(p, at + "q_proj", h), linear(p, at + "k_proj", h)
         v = linear(p, at + "v_proj", h).view(L, nkv, d)
+        if olmo2:                                # Olmo2Attention: over the whole projection, then heads
+            q = rms_norm(q, p[at + "q_norm.weight"], eps)
+            k = rms_norm(k, p[at + "k_norm.weight"], eps)
+        q, k = q.view(L, nh, d), k.view(L, nkv, d)
     if c["model_type"] == "qwen3":               # Qwen3RMSNorm over head_dim, per head
         q = rms_norm(q, p[at + "q_norm.weight"], eps)
         k = rms_norm(k, p[at + "k_norm.weight"], eps)
@@ -278,14 +319,12 @@ def layer(c, p, i, x):
         hidden = hidden | (kj <= qi - W)
     s = s.masked_fill(hidden, float("-inf"))
     a = (torch.softmax(s, dim=-1) @ v).transpose(0, 1).reshape(L, nh * d)
-    x = x + linear(p, at + "o_proj", a)
-    h = rms_norm(x, p[pre + "post_attention_layernorm.weight"], eps)
-    if c["model_type"] == "phi3":                # Phi3MLP: gate, up = gate_up_proj(h).chunk(2)
-        gate, up = (h @ p[pre + "mlp.gate_up_proj.weight"].T).chunk(2, dim=-1)
-    else:
-        gate = h @ p[pre + "mlp.gate_proj.weight"].T
-        up = h @ p[pre + "mlp.up_proj.weight"].T
-    return x + (torch.nn.functional.silu(gate) * up) @ p[pre + "mlp.down_proj.weight"].T
+    o = linear(p, at + "o_proj", a)
+    if olmo2:                                    # Olmo2DecoderLayer: the sublayers' outputs normed
+        x = x + rms_norm(o, p[pre + "post_attention_layernorm.weight"], eps)
+        return x + rms_norm(mlp(c, p, pre, x), p[pre + "post_feedforward_layernorm.weight"], eps)
+    x = x + o
+    return x + mlp(c, p, pre, rms_norm(x, p[pre + "post_attention_layernorm.weight"], eps))
 
 
 def final_hidden(c, p, tokens, offsets):
@@ -353,7 +392,8 @@ def write_fixture(name, c, seed):
 
 FIXTURES = [("tiny_qwen3", QWEN3, 3003), ("tiny_llama31", LLAMA31, 3101),
             ("tiny_mistral", MISTRAL, 3211), ("tiny_phi3", PHI3, 3307),
-            ("tiny_phi3_longrope", PHI3_LONGROPE, 3313), ("tiny_phi4_mini", PHI4_MINI, 3319)]
+            ("tiny_phi3_longrope", PHI3_LONGROPE, 3313), ("tiny_phi4_mini", PHI4_MINI, 3319),
+            ("tiny_olmo2", OLMO2, 3401), ("tiny_olmo2_bias", OLMO2_BIAS, 3403)]
 
 
 def main():

@@ -38,9 +38,10 @@ static void print_lora(FILE *f, const df_model *m, const df_lora *l)
 static void features(const df_model_config *c, char *buf, size_t cap)
 {
     char rope[48];
-    size_t k = (size_t)snprintf(buf, cap, "%s%s%s%s", c->tie_word_embeddings ? ", tied embeddings" : "",
+    size_t k = (size_t)snprintf(buf, cap, "%s%s%s%s%s", c->tie_word_embeddings ? ", tied embeddings" : "",
                                 c->attention_bias ? ", q/k/v bias" : "", c->o_proj_bias ? ", o_proj bias" : "",
-                                c->qk_norm ? ", q/k norm" : "");
+                                !c->qk_norm ? "" : c->qk_norm_full ? ", q/k norm over the whole projection" : ", q/k norm",
+                                c->post_norm ? ", post-norm layers" : "");
     if (k < cap && c->rope_type != DF_ROPE_DEFAULT)
         k += (size_t)snprintf(buf + k, cap - k, ", RoPE %s", df_model_rope_name(c, rope, sizeof rope));
     if (k < cap && df_model_rope_dim(c) != c->head_dim)
