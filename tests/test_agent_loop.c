@@ -437,6 +437,16 @@ static void test_config_errors(void **state)
     (void)state;
     const char *a[] = {MT "tool_config_path=" TOOLS};
     check(a, 1, DF_EINVAL, "multi_turn.tool_config_path is set but multi_turn.enable is false");
+    /* verl's default_agent_loop: tool_agent is distflow's tool loop, which multi_turn.enable turns on */
+    const char *al[] = {"actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent"};
+    check(al, 1, DF_EINVAL, "default_agent_loop is tool_agent but the tool loop is off");
+    const char *al2[] = {"actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent", MT "enable=true",
+                         MT "tool_config_path=" TOOLS};
+    check(al2, 3, 0, NULL);
+    const char *al3[] = {"actor_rollout_ref.rollout.agent.default_agent_loop=react_agent"};
+    assert_int_not_equal(df_config_load_text(df_config_schema_train(), "data: {}\n", "base.yaml", al3, 1,
+                                             &(df_config *){NULL}), 0);
+    assert_non_null(strstr(df_last_error(), "single_turn_agent|tool_agent"));
     const char *b[] = {MT "enable=true", MT "format=llama3_json"};
     check(b, 2, DF_EUNSUPPORTED, "multi_turn.format 'llama3_json' is not supported");
     const char *c[] = {MT "enable=true", MT "tool_config_path=/nonexistent/tools.yaml"};

@@ -640,6 +640,10 @@ int df_worker_multi_turn(const df_config *c, const df_train_config *t, df_agent_
     const struct df_train_rollout_multi_turn *m = &t->actor_rollout_ref.rollout.multi_turn;
     if (agent)
         *agent = NULL;
+    if (!m->enable && !strcmp(t->actor_rollout_ref.rollout.agent.default_agent_loop, "tool_agent"))
+        return df_error(DF_EINVAL, "%s: actor_rollout_ref.rollout.agent.default_agent_loop is tool_agent but the tool loop "
+                        "is off: set actor_rollout_ref.rollout.multi_turn.enable (distflow's switch for it)",
+                        df_config_where(c, "actor_rollout_ref.rollout.agent.default_agent_loop"));
     if (!m->enable && !t->dag.env_enable)
         return multi_turn_unused(c, t);
     if (m->enable && t->dag.env_enable)
