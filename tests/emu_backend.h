@@ -315,6 +315,15 @@ static int emu_swiglu_bwd(void *ctx, float *dgate, float *dup, const float *dout
 {
     EMU_CALL(ctx, swiglu_bwd, (dgate, dup, dout, gate, up), dgate, dup, dout, gate, up, n);
 }
+static int emu_geglu_fwd(void *ctx, float *out, const float *gate, const float *up, int64_t n)
+{
+    EMU_CALL(ctx, geglu_fwd, (out, gate, up), out, gate, up, n);
+}
+static int emu_geglu_bwd(void *ctx, float *dgate, float *dup, const float *dout,
+                         const float *gate, const float *up, int64_t n)
+{
+    EMU_CALL(ctx, geglu_bwd, (dgate, dup, dout, gate, up), dgate, dup, dout, gate, up, n);
+}
 static int64_t emu_lmhead_scratch_floats(void *ctx, int64_t n, int64_t V, int64_t H)
 {
     emu_dev *d = ctx;
@@ -470,6 +479,7 @@ static df_backend emu_open(emu_dev *d)
         .attention_bwd = emu_attention_bwd, .kv_write = emu_kv_write, .kv_copy = emu_kv_copy,
         .kv_scratch_floats = emu_kv_scratch_floats, .kv_attention = emu_kv_attention,
         .swiglu_fwd = emu_swiglu_fwd, .swiglu_bwd = emu_swiglu_bwd,
+        .geglu_fwd = emu_geglu_fwd, .geglu_bwd = emu_geglu_bwd,
         .lmhead_scratch_floats = emu_lmhead_scratch_floats, .lmhead_fwd = emu_lmhead_fwd,
         .lmhead_bwd = emu_lmhead_bwd, .sample_scratch_floats = emu_sample_scratch_floats,
         .sample = emu_sample, .adamw_step = emu_adamw_step,

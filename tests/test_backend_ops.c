@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "backend_testutil.h"
+#include "geglu_ref.h"
 #include "model/ops.h"
 
 /* ---- memory ------------------------------------------------------------------------------- */
@@ -701,6 +702,82 @@ static void test_swiglu(void **state)
     free(g), free(u), free(R), free(out), free(dg), free(du), free(bo), free(bg), free(bu);
 }
 
+/* ---- GeGLU (tests/geglu_ref.h: the float64 values and the bounds) ------------------------------ */
+
+static double geg_loss(void *p)
+{
+    const swi_fd *c = p;
+    const double k0 = sqrt(2.0 / 3.14159265358979323846);
+    double l = 0;
+    for (int64_t i = 0; i < c->n; i++) {
+        const double g = c->g[i];
+        l += c->R[i] * 0.5 * g * (1 + tanh(k0 * (g + 0.044715 * g * g * g))) * c->u[i];
+    }
+    return l;
+}
+
+static void test_geglu(void **state)
+{
+    (void)state;
+    const int64_t n = 1003;
+    float *g = bo_rand(n, 130, 4), *u = bo_rand(n, 131, 1), *R = bo_rand(n, 132, 1);
+    /* exp overflow (and its edge), gelu' near 0, saturation */
+    const float special[] = {-100.0f, -10.2f, -9.7f, -0.7518f, -1e-3f, 0.0f, 1e-3f, 20.0f, 100.0f};
+    memcpy(g, special, sizeof special);
+    double *out = br_dvec(n), *dg = br_dvec(n), *du = br_dvec(n), *bo = br_dvec(n);
+    double *bg = br_dvec(n), *bu = br_dvec(n);
+    for (int64_t i = 0; i < n; i++) {
+        const geglu_ref r = geglu_ref_at(g[i], u[i], R[i], BR_EXP_ERR, DF_U32);
+        out[i] = r.out, dg[i] = r.dgate, du[i] = r.dup;
+        bo[i] = BR_REF * r.bout, bg[i] = BR_REF * r.bdgate, bu[i] = BR_REF * r.bdup;
+    }
+    for (int bi = 0; bi < bo_n; bi++) {
+        const bo_backend *b = &bo_list[bi];
+        float *dG = bo_up(b, g, 4 * (size_t)n), *dU = bo_up(b, u, 4 * (size_t)n);
+        float *dR = bo_up(b, R, 4 * (size_t)n), *dO = bo_nan(b, n), *ddg = bo_nan(b, n);
+        float *ddu = bo_nan(b, n);
+        BO_OK(b->be.ops->geglu_fwd(b->be.ctx, dO, dG, dU, n));
+        BO_OK(b->be.ops->geglu_bwd(b->be.ctx, ddg, ddu, dR, dG, dU, n));
+        float *got = bo_down(b, dO, 4 * (size_t)n);
+        bo_check(b->name, "geglu_fwd", got, out, bo, n);
+        free(got);
+        got = bo_down(b, ddg, 4 * (size_t)n);
+        bo_check(b->name, "geglu_bwd dgate", got, dg, bg, n);
+        free(got);
+        got = bo_down(b, ddu, 4 * (size_t)n);
+        bo_check(b->name, "geglu_bwd dup", got, du, bu, n);
+        free(got);
+        /* in place (dgate == gate, dup == up), as the decoder's backward calls it */
+        BO_OK(b->be.ops->geglu_bwd(b->be.ctx, dG, dU, dR, dG, dU, n));
+        got = bo_down(b, dG, 4 * (size_t)n);
+        bo_check(b->name, "geglu_bwd dgate in place", got, dg, bg, n);
+        free(got);
+        got = bo_down(b, dU, 4 * (size_t)n);
+        bo_check(b->name, "geglu_bwd dup in place", got, du, bu, n);
+        free(got);
+        bo_free(b, dG), bo_free(b, dU), bo_free(b, dR), bo_free(b, dO), bo_free(b, ddg);
+        bo_free(b, ddu);
+    }
+    /* the reference backward against finite differences of the tanh form (12 roundings a term) */
+    swi_fd c = {n, to_d(g, n), to_d(u, n), to_d(R, n)};
+    double mag = 0;
+    for (int64_t i = 0; i < n; i++)
+        mag += fabs(R[i] * out[i]);
+    for (int d = 0; d < 2; d++) {
+        float *vg = bo_rand(n, 140 + d, 1), *vu = bo_rand(n, 150 + d, 1);
+        double *ug = to_d(vg, n), *uu = to_d(vu, n), *xs[2] = {c.g, c.u}, *us[2] = {ug, uu};
+        const int64_t ns[2] = {n, n};
+        double fe, bound = 0;
+        const double fd = br_fd_slope(geg_loss, &c, xs, us, ns, 2, 1e-3,
+                                      df_tol_gamma((double)n + 14, DF_U64) * mag, &fe);
+        const double an = dot_b(dg, ug, n, &bound) + dot_b(du, uu, n, &bound);
+        bo_fd("geglu_bwd", an, fd, fe + bound);
+        free(vg), free(vu), free(ug), free(uu);
+    }
+    free(c.g), free(c.u), free(c.R);
+    free(g), free(u), free(R), free(out), free(dg), free(du), free(bo), free(bg), free(bu);
+}
+
 /* ---- attention over packed sequences ------------------------------------------------------------ */
 
 typedef struct {
@@ -1364,7 +1441,8 @@ int main(void)
         cmocka_unit_test(test_gemm_bf16_entry), cmocka_unit_test(test_bf16_from_f32),
         cmocka_unit_test(test_rows),      cmocka_unit_test(test_embedding), cmocka_unit_test(test_embedding_w16),
         cmocka_unit_test(test_rmsnorm),   cmocka_unit_test(test_rope),
-        cmocka_unit_test(test_swiglu),    cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_swiglu),    cmocka_unit_test(test_geglu),
+        cmocka_unit_test(test_attention),
         cmocka_unit_test(test_kv),
         cmocka_unit_test(test_lmhead),   cmocka_unit_test(test_lmhead_w16),
     };

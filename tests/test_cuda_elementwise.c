@@ -11,6 +11,7 @@
  */
 #include "cuda_testutil.h"
 #include "distflow/optim.h"
+#include "geglu_ref.h"
 #include "model/ops.h"
 
 static double g32(double n) { return df_tol_gamma(n, DF_U32); }
@@ -368,6 +369,38 @@ static void test_swiglu(void **state)
     dfct_free(d_g), dfct_free(d_u), dfct_free(d_R), dfct_free(d_o), dfct_free(d_dg), dfct_free(d_du);
 }
 
+/* GeGLU: the device and the CPU each within tests/geglu_ref.h's bound of the exact value. */
+static void test_geglu(void **state)
+{
+    (void)state;
+    const int64_t n = 37 * 896 + 5;
+    float *g = frand(n, 404, -12, 12), *u = frand(n, 405, -1.5f, 1.5f), *R = frand(n, 406, -1, 1);
+    const float special[] = {-100.0f, 100.0f, 0.0f, -10.2f, -9.7f};
+    memcpy(g, special, sizeof special);
+    const size_t bytes = sizeof(float) * (size_t)n;
+    float *d_g = dfct_up(g, bytes), *d_u = dfct_up(u, bytes), *d_R = dfct_up(R, bytes);
+    float *d_o = dfct_alloc(bytes), *d_dg = dfct_alloc(bytes), *d_du = dfct_alloc(bytes);
+    DFCT_OK(df_cuda_geglu_fwd(dfct_cu, d_o, d_g, d_u, n));
+    DFCT_OK(df_cuda_geglu_bwd(dfct_cu, d_dg, d_du, d_R, d_g, d_u, n));
+    float *o = dfct_down(d_o, bytes), *dg = dfct_down(d_dg, bytes), *du = dfct_down(d_du, bytes);
+    float *o_c = malloc(bytes), *dg_c = malloc(bytes), *du_c = malloc(bytes);
+    df_geglu_fwd(o_c, g, u, n);
+    df_geglu_bwd(dg_c, du_c, R, g, u, n);
+    double *bo = dzeros(n), *bg = dzeros(n), *bu = dzeros(n);
+    for (int64_t i = 0; i < n; i++) {
+        const geglu_ref r = geglu_ref_at(g[i], u[i], R[i], DEV_EXPF, DF_U32);
+        bo[i] = 2 * r.bout, bg[i] = 2 * r.bdgate, bu[i] = 2 * r.bdup;
+    }
+    assert_true(o[0] == 0.0f && !signbit(o[0]) == !signbit(o_c[0])); /* -100 / inf * up */
+    check_abs("geglu_fwd", o, o_c, bo, n);
+    check_abs("geglu_bwd dgate", dg, dg_c, bg, n);
+    check_abs("geglu_bwd dup", du, du_c, bu, n);
+    DFCT_OK(df_cuda_geglu_fwd(dfct_cu, NULL, NULL, NULL, 0));
+    free(g), free(u), free(R), free(o), free(dg), free(du), free(o_c), free(dg_c), free(du_c);
+    free(bo), free(bg), free(bu);
+    dfct_free(d_g), dfct_free(d_u), dfct_free(d_R), dfct_free(d_o), dfct_free(d_dg), dfct_free(d_du);
+}
+
 /* ---- AdamW ------------------------------------------------------------------------------------- */
 
 /*
@@ -512,6 +545,7 @@ int main(void)
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_swiglu),
+        cmocka_unit_test(test_geglu),
         cmocka_unit_test(test_adamw),
         cmocka_unit_test(test_sumsq_scale),
     };

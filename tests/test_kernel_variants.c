@@ -11,6 +11,7 @@
  */
 #include "kvariants.h"
 
+#include "geglu_ref.h"
 #include "model/ops.h"
 #include "model/ops_attention_vec.h"
 
@@ -194,6 +195,42 @@ static void test_swiglu(void **state)
         kv_check_f("swiglu out", l.name[a], out[a], l.name[b], out[b], bo, n);
         kv_check_f("swiglu dgate", l.name[a], dg[a], l.name[b], dg[b], bg, n);
         kv_check_f("swiglu dup", l.name[a], du[a], l.name[b], du[b], bu, n);
+    }
+    for (int v = 0; v < l.n; v++)
+        free(out[v]), free(dg[v]), free(du[v]);
+    free(g), free(up), free(dout), free(bo), free(bg), free(bu);
+}
+
+/* GeGLU: each variant within tests/geglu_ref.h's bound of the exact value, so two within the
+ * sum of theirs. */
+static void test_geglu(void **state)
+{
+    (void)state;
+    kv_list l = kv_runnable();
+    KV_REQUIRE_TWO(l);
+    const int64_t n = 1000;
+    float *g = kv_fvec(n), *up = kv_fvec(n), *dout = kv_fvec(n);
+    float *out[KV_MAX], *dg[KV_MAX], *du[KV_MAX];
+    kv_fill(g, n, 11, -12.0, 12.0);
+    kv_fill(up, n, 12, -2.0, 2.0);
+    kv_fill(dout, n, 13, -1.0, 1.0);
+    for (int v = 0; v < l.n; v++) {
+        out[v] = kv_fvec(n), dg[v] = kv_fvec(n), du[v] = kv_fvec(n);
+        kv_use(l.name[v]);
+        df_geglu_fwd(out[v], g, up, n);
+        df_geglu_bwd(dg[v], du[v], dout, g, up, n);
+    }
+    kv_restore();
+    double *bo = kv_dvec(n), *bg = kv_dvec(n), *bu = kv_dvec(n);
+    for (int64_t i = 0; i < n; i++) {
+        const geglu_ref r = geglu_ref_at(g[i], up[i], dout[i], kv_exp_err(), KV_U);
+        bo[i] = 2 * r.bout, bg[i] = 2 * r.bdgate, bu[i] = 2 * r.bdup;
+    }
+    PAIRS(l, a, b)
+    {
+        kv_check_f("geglu out", l.name[a], out[a], l.name[b], out[b], bo, n);
+        kv_check_f("geglu dgate", l.name[a], dg[a], l.name[b], dg[b], bg, n);
+        kv_check_f("geglu dup", l.name[a], du[a], l.name[b], du[b], bu, n);
     }
     for (int v = 0; v < l.n; v++)
         free(out[v]), free(dg[v]), free(du[v]);
@@ -423,6 +460,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rmsnorm_fwd),   cmocka_unit_test(test_rmsnorm_bwd),
         cmocka_unit_test(test_rope),          cmocka_unit_test(test_swiglu),
+        cmocka_unit_test(test_geglu),
         cmocka_unit_test(test_attention_fwd), cmocka_unit_test(test_attention_bwd),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

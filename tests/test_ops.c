@@ -28,6 +28,7 @@
 #include "model/ops_attention_vec.h"
 #include "testbounds.h"
 #include "tolerance.h"
+#include "geglu_ref.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -1248,6 +1249,65 @@ static void test_swiglu(void **state)
     free(ref), free(bf), free(gg), free(eg), free(gu), free(eu);
 }
 
+/* ---- GeGLU ----------------------------------------------------------------------------- */
+
+static double geg_loss(void *p)
+{
+    swi_ctx *c = p;
+    const double k0 = sqrt(2.0 / 3.14159265358979323846);
+    double l = 0;
+    for (int64_t i = 0; i < c->n; i++) {
+        const double g = c->g[i];
+        l += 0.5 * g * (1 + tanh(k0 * (g + 0.044715 * g * g * g))) * c->u[i] * c->R[i];
+    }
+    return l;
+}
+
+/* df_geglu_fwd / _bwd against float64 (the bounds: tests/geglu_ref.h) and the backward
+ * against finite differences of the tanh form (PyTorch's gelu(approximate="tanh")). */
+static void test_geglu(void **state)
+{
+    (void)state;
+    const int64_t n = 211;
+    float *g = fvec(n), *u = fvec(n), *R = fvec(n), *o = fvec(n), *dg = fvec(n), *du = fvec(n);
+    fill(g, n, 93, 4.0);
+    fill(u, n, 94, 1.0);
+    fill(R, n, 95, 1.0);
+    const float special[] = {-100.0f, 100.0f, 0.0f, -0.7518f, -9.7f, -10.2f, 1e-4f, -1e-4f, 6.0f};
+    memcpy(g, special, sizeof special); /* exp overflow, saturation, gelu' = 0, the edge of exp */
+    swi_ctx c = {n, to_d(g, n), to_d(u, n), to_d(R, n)};
+    double *ref = dvec(n), *bf = dvec(n), *gg = dvec(n), *eg = dvec(n), *gu = dvec(n);
+    double *eu = dvec(n), loss_mag = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const geglu_ref r = geglu_ref_at(g[i], u[i], R[i], DF_TOL_EXPF, DF_U32);
+        ref[i] = r.out, bf[i] = r.bout, eg[i] = r.bdgate, eu[i] = r.bdup;
+        loss_mag += fabs(r.out * R[i]);
+    }
+    df_geglu_fwd(o, g, u, n);
+    assert_true(o[0] == 0.0f && o[1] == 100.0f * u[1]); /* -100 / inf: -0 */
+    check_bound("geglu_fwd", o, ref, bf, n);
+    df_geglu_bwd(dg, du, R, g, u, n);
+    /* the double loss: about twelve operations per term, n terms */
+    const double eps_l = g64(14 + n) * loss_mag;
+    double e;
+    for (int64_t i = 0; i < n; i++) {
+        gg[i] = fd_at(geg_loss, &c, c.g, i, eps_l, &e);
+        eg[i] += e;
+        gu[i] = fd_at(geg_loss, &c, c.u, i, eps_l, &e);
+        eu[i] += e;
+    }
+    check_bound("geglu_bwd dgate", dg, gg, eg, n);
+    check_bound("geglu_bwd dup", du, gu, eu, n);
+    /* in place, as the backward runs it: the same bits */
+    float *g2 = fvec(n), *u2 = fvec(n);
+    memcpy(g2, g, sizeof(float) * (size_t)n), memcpy(u2, u, sizeof(float) * (size_t)n);
+    df_geglu_bwd(g2, u2, R, g2, u2, n);
+    assert_memory_equal(g2, dg, sizeof(float) * (size_t)n);
+    assert_memory_equal(u2, du, sizeof(float) * (size_t)n);
+    free(g), free(u), free(R), free(o), free(dg), free(du), free(c.g), free(c.u), free(c.R);
+    free(ref), free(bf), free(gg), free(eg), free(gu), free(eu), free(g2), free(u2);
+}
+
 /* ---- LM head ---------------------------------------------------------------------------- */
 
 typedef struct {
@@ -1523,6 +1583,7 @@ int main(void)
         cmocka_unit_test(test_attention_specialised),
         cmocka_unit_test(test_attention_window),
         cmocka_unit_test(test_swiglu),
+        cmocka_unit_test(test_geglu),
         cmocka_unit_test(test_lmhead_tiles),
         cmocka_unit_test(test_lmhead_default_tiles),
         cmocka_unit_test(test_lmhead_many_rows),

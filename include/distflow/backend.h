@@ -208,6 +208,11 @@ typedef struct df_backend_ops {
     /** df_swiglu_bwd: dgate, dup OVERWRITTEN; dgate == gate and dup == up allowed (in place). */
     int (*swiglu_bwd)(void *ctx, float *dgate, float *dup, const float *dout, const float *gate,
                       const float *up, int64_t n);
+    /** df_geglu_fwd: out[n] = gelu_tanh(gate) up (Gemma 3's MLP). */
+    int (*geglu_fwd)(void *ctx, float *out, const float *gate, const float *up, int64_t n);
+    /** df_geglu_bwd: dgate, dup OVERWRITTEN; dgate == gate and dup == up allowed (in place). */
+    int (*geglu_bwd)(void *ctx, float *dgate, float *dup, const float *dout, const float *gate,
+                     const float *up, int64_t n);
     /** Floats of scratch lmhead_fwd / _bwd need for n rows of a [V, H] head, or any fewer rows
      *  (non-decreasing in n: df_acts sizes it once for max_out). */
     int64_t (*lmhead_scratch_floats)(void *ctx, int64_t n, int64_t V, int64_t H);

@@ -249,6 +249,21 @@ static int cpu_swiglu_bwd(void *ctx, float *dgate, float *dup, const float *dout
     return DF_OK;
 }
 
+static int cpu_geglu_fwd(void *ctx, float *out, const float *gate, const float *up, int64_t n)
+{
+    (void)ctx;
+    df_geglu_fwd(out, gate, up, n);
+    return DF_OK;
+}
+
+static int cpu_geglu_bwd(void *ctx, float *dgate, float *dup, const float *dout,
+                         const float *gate, const float *up, int64_t n)
+{
+    (void)ctx;
+    df_geglu_bwd(dgate, dup, dout, gate, up, n);
+    return DF_OK;
+}
+
 /* The bf16 head's backward tiling: df_vocab_tiling_for with work items of up to
  * DF_LMHEAD_ITEM_ROWS rows while the groups' dh parts stay under 64 MiB. Every item streams
  * the whole dW once, and its rows are the reduction length of dW += dlogits^T h
@@ -418,6 +433,8 @@ static const df_backend_ops cpu_ops = {
     .kv_attention = cpu_kv_attention,
     .swiglu_fwd = cpu_swiglu_fwd,
     .swiglu_bwd = cpu_swiglu_bwd,
+    .geglu_fwd = cpu_geglu_fwd,
+    .geglu_bwd = cpu_geglu_bwd,
     .lmhead_scratch_floats = cpu_lmhead_scratch_floats,
     .lmhead_fwd = cpu_lmhead_fwd,
     .lmhead_bwd = cpu_lmhead_bwd,

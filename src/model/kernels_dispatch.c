@@ -62,6 +62,12 @@ DF_KDISPATCH_VOID(df_swiglu_bwd,
                   (float *dgate, float *dup, const float *dout, const float *gate,
                    const float *up, int64_t n),
                   (dgate, dup, dout, gate, up, n))
+DF_KDISPATCH_VOID(df_geglu_fwd, (float *out, const float *gate, const float *up, int64_t n),
+                  (out, gate, up, n))
+DF_KDISPATCH_VOID(df_geglu_bwd,
+                  (float *dgate, float *dup, const float *dout, const float *gate,
+                   const float *up, int64_t n),
+                  (dgate, dup, dout, gate, up, n))
 
 /* ops_vocab.c */
 DF_KDISPATCH(df_vocab_tiling, df_vocab_tiling_default, (void), ())

@@ -29,6 +29,8 @@
 #define df_rope_bwd DF_KSYM(df_rope_bwd)
 #define df_swiglu_fwd DF_KSYM(df_swiglu_fwd)
 #define df_swiglu_bwd DF_KSYM(df_swiglu_bwd)
+#define df_geglu_fwd DF_KSYM(df_geglu_fwd)
+#define df_geglu_bwd DF_KSYM(df_geglu_bwd)
 /* ops_vocab.c */
 #define df_vocab_tiling_default DF_KSYM(df_vocab_tiling_default)
 #define df_vocab_tiling_for DF_KSYM(df_vocab_tiling_for)

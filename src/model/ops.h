@@ -390,6 +390,23 @@ void df_swiglu_fwd(float *out, const float *gate, const float *up, int64_t n);
 void df_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate,
                    const float *up, int64_t n);
 
+/* ---- GeGLU MLP activation (Shazeer 2020; Gemma 3) ---------------------------- */
+
+/* GELU's tanh approximation (Hendrycks & Gimpel 2016; PyTorch gelu(approximate="tanh")):
+ * 2 sqrt(2 / pi), 0.044715 and 3 x 0.044715, as float32 constants. */
+#define DF_GELU_2K0 1.5957691216057308f
+#define DF_GELU_K1 0.044715f
+#define DF_GELU_3K1 0.134145f
+
+/** out[n] = gelu_tanh(gate) * up, gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2 / pi) (g + 0.044715
+ *  g^3))) (HF Gemma3MLP with hidden_activation "gelu_pytorch_tanh"), evaluated as g sigmoid(2
+ *  sqrt(2 / pi) (g + 0.044715 g^3)). */
+void df_geglu_fwd(float *out, const float *gate, const float *up, int64_t n);
+/** dgate, dup OVERWRITTEN: dgate = dout * up * gelu_tanh'(gate), dup = dout * gelu_tanh(gate).
+ *  dgate may be gate and dup may be up (in place), as df_swiglu_bwd; no other overlap. */
+void df_geglu_bwd(float *dgate, float *dup, const float *dout, const float *gate,
+                  const float *up, int64_t n);
+
 /* ---- softmax statistics over the vocabulary (ops_vocab.c) -------------------- */
 /*
  * For rows h[n, H] and weights W[V, H], z = (h W^T) * inv_t is computed tile by

@@ -43,6 +43,19 @@ float64 reference and file layout, for two tiny models that exercise what Qwen2 
                 rope_theta 5e5 (OLMo 2's).
   tiny_olmo2_bias  tiny_olmo2 with attention_bias (q / k / v AND o_proj biases, Olmo2Attention;
                 the o_proj bias inside the post-attention norm) and tied embeddings.
+  tiny_gemma3   Gemma3ForCausalLM (modeling_gemma3.py, model_type gemma3_text): every RMSNorm
+                scales by (1 + w) (Gemma3RMSNorm; the weights drawn around 0, 0.3 N(0, 1), so
+                the 1 matters); four norms a layer (input, post_attention on the attention's
+                output, pre_feedforward, post_feedforward on the MLP's output, the latter two
+                each before its residual add); q_norm / k_norm per head over head_dim (as
+                Qwen3's, with the 1 +); GeGLU MLP with gelu_pytorch_tanh; the embedding times
+                sqrt(hidden) rounded to float32 (Gemma3TextScaledWordEmbedding on float32
+                weights); attention scale query_pre_attn_scalar^-0.5 (24, head_dim 16);
+                layer_types [sliding, sliding, full] with sliding_window 4 (masking_utils: key j
+                visible to query i when i - 4 < j <= i); RoPE per layer type: sliding layers
+                rope_local_base_freq 1e4 without scaling, the full layer rope_theta 1e6 with
+                rope_scaling linear factor 8 (inv_freq / 8 in float32); GQA 4 / 2, head_dim 16
+                with hidden 32, tied, no biases.
 
 For each <name>: <name>/config.json, <name>/model.safetensors (F32) and
 <name>_expected.safetensors with batch.*, logits.rows / logits (temperature 1), logp.t1,
@@ -158,6 +171,50 @@ OLMO2 = dict(COMMON, **{
 OLMO2_BIAS = dict(OLMO2, **{"attention_bias": True, "tie_word_embeddings": True})
 
 
+GEMMA3 = {k: v for k, v in COMMON.items() if k != "hidden_act"}
+GEMMA3.update({
+    "architectures": ["Gemma3ForCausalLM"],
+    "model_type": "gemma3_text",
+    "num_hidden_layers": 3,
+    "hidden_activation": "gelu_pytorch_tanh",
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 1000000.0,
+    "rope_local_base_freq": 10000.0,
+    "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+    "query_pre_attn_scalar": 24,
+    "sliding_window": 4,
+    "layer_types": ["sliding_attention", "sliding_attention", "full_attention"],
+    "attn_logit_softcapping": None,
+    "final_logit_softcapping": None,
+    "attention_bias": False,
+    "tie_word_embeddings": True,
+    "bos_token_id": 2,
+    "eos_token_id": 1,
+    "pad_token_id": 0,
+})
+
+
+def is_gemma3(c):
+    return c["model_type"] == "gemma3_text"
+
+
+def gemma3_full(c, i):
+    """Gemma3TextConfig: layer_types, else layer i is full when (i + 1) % sliding_window_pattern == 0."""
+    if c.get("layer_types"):
+        return c["layer_types"][i] == "full_attention"
+    return (i + 1) % c.get("sliding_window_pattern", 6) == 0
+
+
+def norm(c, x, w, eps):
+    """RMSNorm; Gemma3RMSNorm scales by (1 + w)."""
+    return rms_norm(x, 1 + w if is_gemma3(c) else w, eps)
+
+
+def embed_scale(c):
+    """Gemma3TextScaledWordEmbedding: sqrt(hidden) as a float32 tensor (the weights' dtype)."""
+    return float(torch.tensor(c["hidden_size"] ** 0.5, dtype=torch.float32)) if is_gemma3(c) else 1.0
+
+
 def rot_dim(c):
     """The dims of each head RoPE rotates: int(head_dim * partial_rotary_factor) as HF computes it."""
     return int(c["head_dim"] * c.get("partial_rotary_factor", 1.0))
@@ -187,14 +244,18 @@ def param_shapes(c):
             out += [(p + "q_norm.weight", (d,)), (p + "k_norm.weight", (d,))]
         if olmo2:                                # over the whole projections
             out += [(p + "q_norm.weight", (q,)), (p + "k_norm.weight", (kv,))]
+        if is_gemma3(c):                         # per head over head_dim, as Qwen3's
+            out += [(p + "q_norm.weight", (d,)), (p + "k_norm.weight", (d,))]
         m = f"model.layers.{i}."
         out.append((m + "post_attention_layernorm.weight", (H,)))
+        if is_gemma3(c):
+            out.append((m + "pre_feedforward_layernorm.weight", (H,)))
         if phi3:
             out.append((m + "mlp.gate_up_proj.weight", (2 * I, H)))
         else:
             out += [(m + "mlp.gate_proj.weight", (I, H)), (m + "mlp.up_proj.weight", (I, H))]
         out.append((m + "mlp.down_proj.weight", (H, I)))
-        if olmo2:
+        if olmo2 or is_gemma3(c):
             out.append((m + "post_feedforward_layernorm.weight", (H,)))
     out.append(("model.norm.weight", (H,)))
     if not c["tie_word_embeddings"]:
@@ -207,10 +268,14 @@ def init_params(c, seed):
     g = torch.Generator().manual_seed(seed)
     params = {}
     for name, shape in param_shapes(c):
-        if name.endswith("norm.weight"):
+        if name.endswith("norm.weight") and is_gemma3(c):
+            t = 0.3 * torch.randn(shape, generator=g)    # Gemma3RMSNorm's w, used as 1 + w
+        elif name.endswith("norm.weight"):
             t = 1.0 + 0.2 * torch.randn(shape, generator=g)
         elif name.endswith(".bias"):
             t = 0.1 * torch.randn(shape, generator=g)
+        elif "embed" in name and is_gemma3(c):   # times sqrt(hidden) in, tied head out
+            t = 0.15 * torch.randn(shape, generator=g)
         elif "embed" in name:
             t = 0.8 * torch.randn(shape, generator=g)
         else:
@@ -219,11 +284,17 @@ def init_params(c, seed):
     return params
 
 
-def inv_freq(c):
-    """The rotary inverse frequencies in float32, with Llama 3.1's rescaling when configured."""
+def inv_freq(c, i=0):
+    """The rotary inverse frequencies in float32, with Llama 3.1's rescaling when configured.
+    Gemma 3 (Gemma3RotaryEmbedding): sliding layers rope_local_base_freq without scaling, full
+    layers rope_theta with rope_scaling (linear: inv_freq / factor in float32)."""
     d = rot_dim(c)
+    if is_gemma3(c) and not gemma3_full(c, i):
+        return 1.0 / (c["rope_local_base_freq"] ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
     f = 1.0 / (c["rope_theta"] ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
     rs = c.get("rope_scaling")
+    if rs and rs.get("rope_type", rs.get("type")) == "linear":
+        return f / rs["factor"]
     if rs and rs.get("type") == "longrope":     # the short factors: lengths within the original context
         shape = torch.arange(0, d, 2, dtype=torch.int64).float() / d
         return 1.0 / (torch.tensor(rs["short_factor"], dtype=torch.float32) * c["rope_theta"] ** shape)
@@ -250,8 +321,8 @@ def attention_factor(c):
     return 1.0 if s <= 1 else math.sqrt(1 + math.log(s) / math.log(c["original_max_position_embeddings"]))
 
 
-def rope_cos_sin(c, L):
-    freqs = torch.arange(L).float()[:, None] * inv_freq(c)[None, :]
+def rope_cos_sin(c, L, i=0):
+    freqs = torch.arange(L).float()[:, None] * inv_freq(c, i)[None, :]
     emb = torch.cat((freqs, freqs), dim=-1).double()
     a = attention_factor(c)
     return emb.cos() * a, emb.sin() * a
@@ -262,6 +333,8 @@ def window_of(c, i):
     MistralConfig / Phi3Config: every layer when sliding_window is set."""
     if c["model_type"] in ("mistral", "phi3"):
         return c.get("sliding_window") or 0
+    if is_gemma3(c):                             # Gemma3Attention: sliding_attention layers only
+        return 0 if gemma3_full(c, i) else c["sliding_window"]
     if c.get("use_sliding_window") and c.get("sliding_window") and i >= c["max_window_layers"]:
         return c["sliding_window"]
     return 0
@@ -278,7 +351,11 @@ def mlp(c, p, pre, h):
     else:
         gate = h @ p[pre + "mlp.gate_proj.weight"].T
         up = h @ p[pre + "mlp.up_proj.weight"].T
-    return (torch.nn.functional.silu(gate) * up) @ p[pre + "mlp.down_proj.weight"].T
+    if is_gemma3(c):                             # Gemma3MLP: hidden_activation gelu_pytorch_tanh
+        act = torch.nn.functional.gelu(gate, approximate="tanh")
+    else:
+        act = torch.nn.functional.silu(gate)
+    return (act * up) @ p[pre + "mlp.down_proj.weight"].T
 
 
 def layer(c, p, i, x):
@@ -287,7 +364,7 @@ def layer(c, p, i, x):
     L = x.shape[0]
     nh, nkv, d, eps = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"], c["rms_norm_eps"]
     olmo2 = c["model_type"] == "olmo2"
-    h = x if olmo2 else rms_norm(x, p[pre + "input_layernorm.weight"], eps)
+    h = x if olmo2 else norm(c, x, p[pre + "input_layernorm.weight"], eps)
     if c["model_type"] == "phi3":                # Phi3Attention: one projection, sliced
         qkv = linear(p, at + "qkv_proj", h)
         qp = nh * d
@@ -301,17 +378,18 @@ def layer(c, p, i, x):
             q = rms_norm(q, p[at + "q_norm.weight"], eps)
             k = rms_norm(k, p[at + "k_norm.weight"], eps)
         q, k = q.view(L, nh, d), k.view(L, nkv, d)
-    if c["model_type"] == "qwen3":               # Qwen3RMSNorm over head_dim, per head
-        q = rms_norm(q, p[at + "q_norm.weight"], eps)
-        k = rms_norm(k, p[at + "k_norm.weight"], eps)
+    if c["model_type"] in ("qwen3", "gemma3_text"):  # over head_dim, per head (Gemma: 1 + w)
+        q = norm(c, q, p[at + "q_norm.weight"], eps)
+        k = norm(c, k, p[at + "k_norm.weight"], eps)
     q, k, v = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)
-    cos, sin = rope_cos_sin(c, L)
+    cos, sin = rope_cos_sin(c, L, i)
     rd = rot_dim(c)                              # Phi3's apply_rotary_pos_emb: rotate [:rd], pass the rest
     q = torch.cat((q[..., :rd] * cos + rotate_half(q[..., :rd]) * sin, q[..., rd:]), dim=-1)
     k = torch.cat((k[..., :rd] * cos + rotate_half(k[..., :rd]) * sin, k[..., rd:]), dim=-1)
     k = k.repeat_interleave(nh // nkv, dim=0)
     v = v.repeat_interleave(nh // nkv, dim=0)
-    s = (q @ k.transpose(1, 2)) * d ** -0.5
+    scale = c["query_pre_attn_scalar"] ** -0.5 if is_gemma3(c) else d ** -0.5
+    s = (q @ k.transpose(1, 2)) * scale
     qi, kj = torch.arange(L)[:, None], torch.arange(L)[None, :]
     hidden = kj > qi
     W = window_of(c, i)
@@ -323,6 +401,10 @@ def layer(c, p, i, x):
     if olmo2:                                    # Olmo2DecoderLayer: the sublayers' outputs normed
         x = x + rms_norm(o, p[pre + "post_attention_layernorm.weight"], eps)
         return x + rms_norm(mlp(c, p, pre, x), p[pre + "post_feedforward_layernorm.weight"], eps)
+    if is_gemma3(c):                             # Gemma3DecoderLayer: four norms
+        x = x + norm(c, o, p[pre + "post_attention_layernorm.weight"], eps)
+        m = mlp(c, p, pre, norm(c, x, p[pre + "pre_feedforward_layernorm.weight"], eps))
+        return x + norm(c, m, p[pre + "post_feedforward_layernorm.weight"], eps)
     x = x + o
     return x + mlp(c, p, pre, rms_norm(x, p[pre + "post_attention_layernorm.weight"], eps))
 
@@ -330,10 +412,10 @@ def layer(c, p, i, x):
 def final_hidden(c, p, tokens, offsets):
     outs = []
     for s in range(len(offsets) - 1):
-        x = p["model.embed_tokens.weight"][tokens[offsets[s]:offsets[s + 1]]]
+        x = p["model.embed_tokens.weight"][tokens[offsets[s]:offsets[s + 1]]] * embed_scale(c)
         for i in range(c["num_hidden_layers"]):
             x = layer(c, p, i, x)
-        outs.append(rms_norm(x, p["model.norm.weight"], c["rms_norm_eps"]))
+        outs.append(norm(c, x, p["model.norm.weight"], c["rms_norm_eps"]))
     return torch.cat(outs, dim=0)
 
 
@@ -393,7 +475,8 @@ def write_fixture(name, c, seed):
 FIXTURES = [("tiny_qwen3", QWEN3, 3003), ("tiny_llama31", LLAMA31, 3101),
             ("tiny_mistral", MISTRAL, 3211), ("tiny_phi3", PHI3, 3307),
             ("tiny_phi3_longrope", PHI3_LONGROPE, 3313), ("tiny_phi4_mini", PHI4_MINI, 3319),
-            ("tiny_olmo2", OLMO2, 3401), ("tiny_olmo2_bias", OLMO2_BIAS, 3403)]
+            ("tiny_olmo2", OLMO2, 3401), ("tiny_olmo2_bias", OLMO2_BIAS, 3403),
+            ("tiny_gemma3", GEMMA3, 3501)]
 
 
 def main():

@@ -273,6 +273,17 @@ static int cu_swiglu_bwd(void *ctx, float *dgate, float *dup, const float *dout,
     return df_cuda_swiglu_bwd(ctx, dgate, dup, dout, gate, up, n);
 }
 
+static int cu_geglu_fwd(void *ctx, float *out, const float *gate, const float *up, int64_t n)
+{
+    return df_cuda_geglu_fwd(ctx, out, gate, up, n);
+}
+
+static int cu_geglu_bwd(void *ctx, float *dgate, float *dup, const float *dout,
+                        const float *gate, const float *up, int64_t n)
+{
+    return df_cuda_geglu_bwd(ctx, dgate, dup, dout, gate, up, n);
+}
+
 static int64_t cu_lmhead_scratch_floats(void *ctx, int64_t n, int64_t V, int64_t H)
 {
     (void)ctx;
@@ -406,6 +417,8 @@ static const df_backend_ops cuda_ops = {
     .kv_attention = cu_kv_attention,
     .swiglu_fwd = cu_swiglu_fwd,
     .swiglu_bwd = cu_swiglu_bwd,
+    .geglu_fwd = cu_geglu_fwd,
+    .geglu_bwd = cu_geglu_bwd,
     .lmhead_scratch_floats = cu_lmhead_scratch_floats,
     .sample_scratch_floats = cu_lmhead_scratch_floats,
     .sample = cu_sample,

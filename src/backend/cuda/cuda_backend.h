@@ -158,6 +158,12 @@ int df_cuda_swiglu_fwd(df_cuda *c, float *d_out, const float *d_gate, const floa
 /** dgate, dup OVERWRITTEN. df_swiglu_bwd. */
 int df_cuda_swiglu_bwd(df_cuda *c, float *d_dgate, float *d_dup, const float *d_dout,
                        const float *d_gate, const float *d_up, int64_t n);
+/** out[n] = gelu_tanh(gate) · up. df_geglu_fwd. */
+int df_cuda_geglu_fwd(df_cuda *c, float *d_out, const float *d_gate, const float *d_up,
+                      int64_t n);
+/** dgate, dup OVERWRITTEN (dgate == gate, dup == up allowed). df_geglu_bwd. */
+int df_cuda_geglu_bwd(df_cuda *c, float *d_dgate, float *d_dup, const float *d_dout,
+                      const float *d_gate, const float *d_up, int64_t n);
 
 /* ---- rows (rows.cu): the backend seam's row operators ----------------------------------- */
 

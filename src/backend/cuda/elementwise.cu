@@ -279,3 +279,57 @@ int df_cuda_swiglu_bwd(df_cuda *c, float *d_dgate, float *d_dup, const float *d_
     DFC_LAUNCHED();
     return DF_OK;
 }
+
+/* ---- GeGLU (GELU, tanh approximation) --------------------------------------------------------- */
+
+/* The constants and the evaluation of df_geglu_fwd / _bwd (src/model/ops_basic.c, ops.h):
+ * gelu_tanh(g) = g sigmoid(z), z = 2 sqrt(2 / pi) (g + 0.044715 g^3). */
+#define GELU_2K0 1.5957691216057308f
+#define GELU_K1 0.044715f
+#define GELU_3K1 0.134145f
+
+__global__ static void geglu_fwd_kernel(float *out, const float *gate, const float *up, int64_t n)
+{
+    GRID_LOOP(i, n)
+    {
+        const float g = gate[i], g2 = g * g;
+        const float z = GELU_2K0 * (g + GELU_K1 * g2 * g);
+        out[i] = g / (1.0f + expf(-z)) * up[i];
+    }
+}
+
+/* gelu'(g) = s (1 + 2 sqrt(2 / pi) g (1 - s) (1 + 3 0.044715 g^2)), s = sigmoid(z). */
+__global__ static void geglu_bwd_kernel(float *dgate, float *dup, const float *dout,
+                                        const float *gate, const float *up, int64_t n)
+{
+    GRID_LOOP(i, n)
+    {
+        /* inputs read before outputs are written: dgate == gate, dup == up allowed */
+        const float g = gate[i], u = up[i], d = dout[i], g2 = g * g;
+        const float z = GELU_2K0 * (g + GELU_K1 * g2 * g);
+        const float s = 1.0f / (1.0f + expf(-z));
+        dup[i] = d * g * s;
+        dgate[i] = d * u * s * (1.0f + GELU_2K0 * g * (1.0f - s) * (1.0f + GELU_3K1 * g2));
+    }
+}
+
+int df_cuda_geglu_fwd(df_cuda *c, float *d_out, const float *d_gate, const float *d_up, int64_t n)
+{
+    if (n <= 0)
+        return DF_OK;
+    geglu_fwd_kernel<<<df_cuda_blocks(n, EW_THREADS), EW_THREADS, 0, c->stream>>>(d_out, d_gate,
+                                                                                   d_up, n);
+    DFC_LAUNCHED();
+    return DF_OK;
+}
+
+int df_cuda_geglu_bwd(df_cuda *c, float *d_dgate, float *d_dup, const float *d_dout,
+                      const float *d_gate, const float *d_up, int64_t n)
+{
+    if (n <= 0)
+        return DF_OK;
+    geglu_bwd_kernel<<<df_cuda_blocks(n, EW_THREADS), EW_THREADS, 0, c->stream>>>(
+        d_dgate, d_dup, d_dout, d_gate, d_up, n);
+    DFC_LAUNCHED();
+    return DF_OK;
+}
