@@ -653,6 +653,59 @@ static double swi_loss(void *p)
     return l;
 }
 
+/* A gated unit (SwiGLU or GeGLU: `gelu`) on every backend against the float64 references (out,
+ * dgate, dup with their bounds), the backward also in place (dgate == gate, dup == up) as the
+ * decoder's backward calls it. */
+static void glu_on_backends(bool gelu, const float *g, const float *u, const float *R, const double *const ref[3],
+                            const double *const bnd[3], int64_t n)
+{
+    const char *name = gelu ? "geglu" : "swiglu", *what[3] = {"fwd", "bwd dgate", "bwd dup"};
+    for (int bi = 0; bi < bo_n; bi++) {
+        const bo_backend *b = &bo_list[bi];
+        const df_backend_ops *o = b->be.ops;
+        float *dG = bo_up(b, g, 4 * (size_t)n), *dU = bo_up(b, u, 4 * (size_t)n);
+        float *dR = bo_up(b, R, 4 * (size_t)n), *dv[3] = {bo_nan(b, n), bo_nan(b, n), bo_nan(b, n)};
+        BO_OK((gelu ? o->geglu_fwd : o->swiglu_fwd)(b->be.ctx, dv[0], dG, dU, n));
+        BO_OK((gelu ? o->geglu_bwd : o->swiglu_bwd)(b->be.ctx, dv[1], dv[2], dR, dG, dU, n));
+        BO_OK((gelu ? o->geglu_bwd : o->swiglu_bwd)(b->be.ctx, dG, dU, dR, dG, dU, n)); /* in place */
+        float *in_place[3] = {NULL, dG, dU};
+        for (int k = 0; k < 3; k++)
+            for (int ip = 0; ip < (k ? 2 : 1); ip++) {
+                char label[64];
+                snprintf(label, sizeof label, "%s_%s%s", name, what[k], ip ? " in place" : "");
+                float *got = bo_down(b, ip ? in_place[k] : dv[k], 4 * (size_t)n);
+                bo_check(b->name, label, got, ref[k], bnd[k], n);
+                free(got);
+            }
+        bo_free(b, dG), bo_free(b, dU), bo_free(b, dR);
+        for (int k = 0; k < 3; k++)
+            bo_free(b, dv[k]);
+    }
+}
+
+/* The reference backward (dg, du) against finite differences of `loss` over (g, u): `roundings` a
+ * term of the loss, n terms; direction seeds from `seed`. */
+static void glu_fd(const char *name, double (*loss)(void *), const float *g, const float *u, const float *R,
+                   const double *out, const double *dg, const double *du, int64_t n, int roundings, uint64_t seed)
+{
+    swi_fd c = {n, to_d(g, n), to_d(u, n), to_d(R, n)};
+    double mag = 0;
+    for (int64_t i = 0; i < n; i++)
+        mag += fabs(R[i] * out[i]);
+    for (int d = 0; d < 2; d++) {
+        float *vg = bo_rand(n, seed + (uint64_t)d, 1), *vu = bo_rand(n, seed + 10 + (uint64_t)d, 1);
+        double *ug = to_d(vg, n), *uu = to_d(vu, n), *xs[2] = {c.g, c.u}, *us[2] = {ug, uu};
+        const int64_t ns[2] = {n, n};
+        double fe, bound = 0;
+        const double fd = br_fd_slope(loss, &c, xs, us, ns, 2, 1e-3,
+                                      df_tol_gamma((double)(n + roundings), DF_U64) * mag, &fe);
+        const double an = dot_b(dg, ug, n, &bound) + dot_b(du, uu, n, &bound);
+        bo_fd(name, an, fd, fe + bound);
+        free(vg), free(vu), free(ug), free(uu);
+    }
+    free(c.g), free(c.u), free(c.R);
+}
+
 static void test_swiglu(void **state)
 {
     (void)state;
@@ -663,42 +716,8 @@ static void test_swiglu(void **state)
     double *out = br_dvec(n), *dg = br_dvec(n), *du = br_dvec(n), *bo = br_dvec(n);
     double *bg = br_dvec(n), *bu = br_dvec(n);
     br_swiglu(out, dg, du, bo, bg, bu, g, u, R, n);
-    for (int bi = 0; bi < bo_n; bi++) {
-        const bo_backend *b = &bo_list[bi];
-        float *dG = bo_up(b, g, 4 * (size_t)n), *dU = bo_up(b, u, 4 * (size_t)n);
-        float *dR = bo_up(b, R, 4 * (size_t)n), *dO = bo_nan(b, n), *ddg = bo_nan(b, n);
-        float *ddu = bo_nan(b, n);
-        BO_OK(b->be.ops->swiglu_fwd(b->be.ctx, dO, dG, dU, n));
-        BO_OK(b->be.ops->swiglu_bwd(b->be.ctx, ddg, ddu, dR, dG, dU, n));
-        float *got = bo_down(b, dO, 4 * (size_t)n);
-        bo_check(b->name, "swiglu_fwd", got, out, bo, n);
-        free(got);
-        got = bo_down(b, ddg, 4 * (size_t)n);
-        bo_check(b->name, "swiglu_bwd dgate", got, dg, bg, n);
-        free(got);
-        got = bo_down(b, ddu, 4 * (size_t)n);
-        bo_check(b->name, "swiglu_bwd dup", got, du, bu, n);
-        free(got);
-        bo_free(b, dG), bo_free(b, dU), bo_free(b, dR), bo_free(b, dO), bo_free(b, ddg);
-        bo_free(b, ddu);
-    }
-    /* the reference backward against finite differences (the loss: 6 roundings a term, n terms) */
-    swi_fd c = {n, to_d(g, n), to_d(u, n), to_d(R, n)};
-    double mag = 0;
-    for (int64_t i = 0; i < n; i++)
-        mag += fabs(R[i] * out[i]);
-    for (int d = 0; d < 2; d++) {
-        float *vg = bo_rand(n, 110 + d, 1), *vu = bo_rand(n, 120 + d, 1);
-        double *ug = to_d(vg, n), *uu = to_d(vu, n), *xs[2] = {c.g, c.u}, *us[2] = {ug, uu};
-        const int64_t ns[2] = {n, n};
-        double fe, bound = 0;
-        const double fd = br_fd_slope(swi_loss, &c, xs, us, ns, 2, 1e-3,
-                                      df_tol_gamma((double)n + 8, DF_U64) * mag, &fe);
-        const double an = dot_b(dg, ug, n, &bound) + dot_b(du, uu, n, &bound);
-        bo_fd("swiglu_bwd", an, fd, fe + bound);
-        free(vg), free(vu), free(ug), free(uu);
-    }
-    free(c.g), free(c.u), free(c.R);
+    glu_on_backends(false, g, u, R, (const double *const[3]){out, dg, du}, (const double *const[3]){bo, bg, bu}, n);
+    glu_fd("swiglu_bwd", swi_loss, g, u, R, out, dg, du, n, 8, 110); /* the loss: 6 roundings a term */
     free(g), free(u), free(R), free(out), free(dg), free(du), free(bo), free(bg), free(bu);
 }
 
@@ -731,50 +750,8 @@ static void test_geglu(void **state)
         out[i] = r.out, dg[i] = r.dgate, du[i] = r.dup;
         bo[i] = BR_REF * r.bout, bg[i] = BR_REF * r.bdgate, bu[i] = BR_REF * r.bdup;
     }
-    for (int bi = 0; bi < bo_n; bi++) {
-        const bo_backend *b = &bo_list[bi];
-        float *dG = bo_up(b, g, 4 * (size_t)n), *dU = bo_up(b, u, 4 * (size_t)n);
-        float *dR = bo_up(b, R, 4 * (size_t)n), *dO = bo_nan(b, n), *ddg = bo_nan(b, n);
-        float *ddu = bo_nan(b, n);
-        BO_OK(b->be.ops->geglu_fwd(b->be.ctx, dO, dG, dU, n));
-        BO_OK(b->be.ops->geglu_bwd(b->be.ctx, ddg, ddu, dR, dG, dU, n));
-        float *got = bo_down(b, dO, 4 * (size_t)n);
-        bo_check(b->name, "geglu_fwd", got, out, bo, n);
-        free(got);
-        got = bo_down(b, ddg, 4 * (size_t)n);
-        bo_check(b->name, "geglu_bwd dgate", got, dg, bg, n);
-        free(got);
-        got = bo_down(b, ddu, 4 * (size_t)n);
-        bo_check(b->name, "geglu_bwd dup", got, du, bu, n);
-        free(got);
-        /* in place (dgate == gate, dup == up), as the decoder's backward calls it */
-        BO_OK(b->be.ops->geglu_bwd(b->be.ctx, dG, dU, dR, dG, dU, n));
-        got = bo_down(b, dG, 4 * (size_t)n);
-        bo_check(b->name, "geglu_bwd dgate in place", got, dg, bg, n);
-        free(got);
-        got = bo_down(b, dU, 4 * (size_t)n);
-        bo_check(b->name, "geglu_bwd dup in place", got, du, bu, n);
-        free(got);
-        bo_free(b, dG), bo_free(b, dU), bo_free(b, dR), bo_free(b, dO), bo_free(b, ddg);
-        bo_free(b, ddu);
-    }
-    /* the reference backward against finite differences of the tanh form (12 roundings a term) */
-    swi_fd c = {n, to_d(g, n), to_d(u, n), to_d(R, n)};
-    double mag = 0;
-    for (int64_t i = 0; i < n; i++)
-        mag += fabs(R[i] * out[i]);
-    for (int d = 0; d < 2; d++) {
-        float *vg = bo_rand(n, 140 + d, 1), *vu = bo_rand(n, 150 + d, 1);
-        double *ug = to_d(vg, n), *uu = to_d(vu, n), *xs[2] = {c.g, c.u}, *us[2] = {ug, uu};
-        const int64_t ns[2] = {n, n};
-        double fe, bound = 0;
-        const double fd = br_fd_slope(geg_loss, &c, xs, us, ns, 2, 1e-3,
-                                      df_tol_gamma((double)n + 14, DF_U64) * mag, &fe);
-        const double an = dot_b(dg, ug, n, &bound) + dot_b(du, uu, n, &bound);
-        bo_fd("geglu_bwd", an, fd, fe + bound);
-        free(vg), free(vu), free(ug), free(uu);
-    }
-    free(c.g), free(c.u), free(c.R);
+    glu_on_backends(true, g, u, R, (const double *const[3]){out, dg, du}, (const double *const[3]){bo, bg, bu}, n);
+    glu_fd("geglu_bwd", geg_loss, g, u, R, out, dg, du, n, 14, 140); /* the tanh form: 12 roundings a term */
     free(g), free(u), free(R), free(out), free(dg), free(du), free(bo), free(bg), free(bu);
 }
 
