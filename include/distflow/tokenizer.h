@@ -256,6 +256,13 @@ DF_API const char *df_tokenizer_chat_template(const df_tokenizer *t);
  */
 DF_API int df_tokenizer_set_chat_template(df_tokenizer *t, const char *tmpl);
 
+/**
+ * df_tokenizer_set_chat_template with the text of the file at `path` (a chat_template.jinja, as
+ * transformers 4.47 and later save it). Errors: the read's (DF_EIO / DF_ENOTFOUND naming the path),
+ * DF_EINVAL "<path>: not UTF-8 text (...)" or "<path>: a NUL byte at offset N", DF_ENOMEM.
+ */
+DF_API int df_tokenizer_set_chat_template_file(df_tokenizer *t, const char *path);
+
 /* ---- BPE trainer and saving ----------------------------------------------- */
 
 typedef struct df_bpe_train_options {

@@ -224,9 +224,7 @@ int tok_apply_config(df_tokenizer *t, json_t *cfg, const char *src)
     return rc;
 }
 
-/* chat_template.jinja: the template transformers (4.47 and later) saves beside tokenizer_config.json
- * and reads in place of its entry (UTF-8; the "default" template). */
-static int load_template_file(df_tokenizer *t, const char *path)
+int df_tokenizer_set_chat_template_file(df_tokenizer *t, const char *path)
 {
     char *text = NULL;
     size_t len = 0;
@@ -265,7 +263,7 @@ int tok_load_config(df_tokenizer *t, const char *dir, bool gpt2_layout)
     }
     snprintf(path, n, "%s/chat_template.jinja", dir);
     if (!rc && exists(path))
-        rc = load_template_file(t, path);
+        rc = df_tokenizer_set_chat_template_file(t, path); /* transformers 4.47+: wins over the entry */
     snprintf(path, n, "%s/generation_config.json", dir);
     if (!rc && exists(path))
         rc = load_generation_config(t, path);

@@ -13,14 +13,8 @@ int df_worker_chat_template(df_tokenizer *tok, const char *value, const char *ke
         return DF_OK;
     if (strstr(value, "{{") || strstr(value, "{%"))
         return df_tokenizer_set_chat_template(tok, value);
-    char *path = df_expand_user(value), *text = NULL;
-    size_t len = 0;
-    int rc = path ? df_read_file(path, &text, &len) : df_error(DF_ENOMEM, "out of memory");
-    if (!rc && strlen(text) != len)
-        rc = df_error(DF_EINVAL, "%s: a NUL byte at offset %zu", path, strlen(text));
-    if (!rc)
-        rc = df_tokenizer_set_chat_template(tok, text);
+    char *path = df_expand_user(value);
+    int rc = path ? df_tokenizer_set_chat_template_file(tok, path) : df_error(DF_ENOMEM, "out of memory");
     free(path);
-    free(text);
     return rc ? df_error_wrap(rc, "%s '%s' (neither template text nor a readable file)", key, value) : DF_OK;
 }

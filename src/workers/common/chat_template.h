@@ -9,8 +9,9 @@
 
 /**
  * Replace tok's chat template with `value`: the template text itself when it contains "{{" or "{%",
- * else the path of a UTF-8 file holding it ("~" expanded). NULL: tok keeps its own. Errors (the file
- * unreadable, not UTF-8, out of memory) are wrapped with `key` and the value.
+ * else the path of a UTF-8 file holding it ("~" expanded; df_tokenizer_set_chat_template_file). NULL:
+ * tok keeps its own. Errors (the file unreadable, not UTF-8, out of memory) are wrapped with `key`
+ * and the value.
  */
 int df_worker_chat_template(df_tokenizer *tok, const char *value, const char *key);
 
