@@ -142,13 +142,13 @@ static void run_attn_fwd(void *p)
 {
     layer_arg *a = p;
     OK(df_cuda_attention_fwd(cu, a->o, a->lse, a->q, a->k, a->v, a->offs, a->n_seqs, a->T,
-                             a->max_len, a->nh, a->nkv, a->hd));
+                             a->max_len, a->nh, a->nkv, a->hd, 0));
 }
 static void run_attn_bwd(void *p)
 {
     layer_arg *a = p; /* dout = out: any tensor of the right shape times the same */
     OK(df_cuda_attention_bwd(cu, a->dq, a->dk, a->dv, a->o, a->o, a->lse, a->q, a->k, a->v,
-                             a->offs, a->n_seqs, a->T, a->max_len, a->nh, a->nkv, a->hd));
+                             a->offs, a->n_seqs, a->T, a->max_len, a->nh, a->nkv, a->hd, 0));
 }
 static void run_lmhead(void *p)
 {

@@ -1,8 +1,8 @@
 /*
  * test_cuda_attention.c — the CUDA attention operators against the CPU references
  * (docs/cuda.md): df_cuda_attention_fwd / _bwd vs df_attention_fwd / _bwd on packed
- * sequences of unequal lengths with GQA. (The rollout's KV-cache operators are the seam's,
- * checked by test_backend_ops.)
+ * sequences of unequal lengths with GQA, causal and over sliding windows. (The rollout's
+ * KV-cache operators are the seam's, checked by test_backend_ops.)
  * Without a GPU: a SKIP line and exit 77 (ctest: skipped).
  *
  * Bounds (tests/tolerance.h, the analysis of tests/test_ops.c's attention_bounds widened to
@@ -23,7 +23,8 @@ static double g32(double n) { return df_tol_gamma(n, DF_U32); }
 /* logf: 1 ulp on both sides */
 #define LOG_ERR (2 * DF_U32)
 /* fewest keys in a tile on either side (CPU DF_ATTN_BK = 32, device Bc = 32 or 64), so a
- * row of L keys sees at most ceil(L / 32) online-softmax rescales */
+ * row of L keys sees at most ceil(L / 32) online-softmax rescales, one more under a window
+ * (its L keys need not start on a tile boundary) */
 #define MIN_TILE 32
 
 static float *fvec(int64_t n)
@@ -88,10 +89,11 @@ static void check_b(const char *what, const float *got, const float *ref, const 
  *     (gamma_{L + 2nt + 5}), logf's error on |log l| and the final add.
  */
 static double row_fwd_bounds(const float *q, const float *K, const float *V, int64_t ld,
-                             int64_t L, int64_t hd, double *s, double *ds, double *bout)
+                             int64_t L, int64_t hd, bool windowed, double *s, double *ds,
+                             double *bout)
 {
     const double isq = 1.0 / sqrt((double)hd), u = DF_U32;
-    const int64_t nt = (L + MIN_TILE - 1) / MIN_TILE;
+    const int64_t nt = (L + MIN_TILE - 1) / MIN_TILE + windowed;
     double m = -INFINITY, mn = INFINITY, dsmax = 0;
     for (int64_t j = 0; j < L; j++) {
         double d = 0, a = 0;
@@ -116,7 +118,7 @@ static double row_fwd_bounds(const float *q, const float *K, const float *V, int
     return dsmax + th1 + g32((double)(L + 2 * nt + 5)) + LOG_ERR * fabs(log(l)) + u * fabs(lse);
 }
 
-/* ---- packed causal attention ------------------------------------------------------------ */
+/* ---- packed causal attention, optionally windowed ------------------------------------------------------------ */
 
 /*
  * Backward bounds, both sides given the same out, lse and dout (so those are exact inputs):
@@ -128,9 +130,11 @@ static double row_fwd_bounds(const float *q, const float *K, const float *V, int
  *   dq_i = sum_j dS_ij k_j (L_i terms), dk_j = sum over the group's rows i >= j of
  *   dS_ij q_i and dv_j = sum P_ij dO_i (at most grp L terms): gamma of the count times
  *   sum |terms|, plus the propagated dS / P errors times |k|, |q|, |dO| (first order).
+ * With a window W each row i sees the L_i = min(i + 1, W) keys from j_lo = i + 1 - L_i: the
+ * same bounds over those keys only (a key outside the window has weight 0 on both sides).
  */
 static void attention_case(const int64_t *lens, int64_t n_seqs, int64_t nh, int64_t nkv,
-                           int64_t hd, int64_t extra_len, uint64_t seed)
+                           int64_t hd, int64_t extra_len, int64_t window, uint64_t seed)
 {
     int64_t off[17], maxL = 0;
     assert_true(n_seqs <= 16);
@@ -141,29 +145,30 @@ static void attention_case(const int64_t *lens, int64_t n_seqs, int64_t nh, int6
     }
     const int64_t T = off[n_seqs], ldq = nh * hd, ldk = nkv * hd, nq = T * ldq, nk = T * ldk;
     const int64_t grp = nh / nkv;
-    printf(" attention: %lld sequences, T = %lld, nh = %lld, nkv = %lld, hd = %lld\n",
-           (long long)n_seqs, (long long)T, (long long)nh, (long long)nkv, (long long)hd);
+    printf(" attention: %lld sequences, T = %lld, nh = %lld, nkv = %lld, hd = %lld, window %lld\n",
+           (long long)n_seqs, (long long)T, (long long)nh, (long long)nkv, (long long)hd,
+           (long long)window);
     float *q = fvec(nq), *k = fvec(nk), *v = fvec(nk), *dout = fvec(nq);
     dfct_rand(q, nq, seed, -1, 1);
     dfct_rand(k, nk, seed + 1, -1, 1);
     dfct_rand(v, nk, seed + 2, -1, 1);
     dfct_rand(dout, nq, seed + 3, -1, 1);
     float *out = fvec(nq), *lse = fvec(T * nh), *dq = fvec(nq), *dk = fvec(nk), *dv = fvec(nk);
-    df_attention_fwd(out, lse, q, k, v, off, n_seqs, nh, nkv, hd, 0);
-    df_attention_bwd(dq, dk, dv, dout, out, lse, q, k, v, off, n_seqs, nh, nkv, hd, 0);
+    df_attention_fwd(out, lse, q, k, v, off, n_seqs, nh, nkv, hd, window);
+    df_attention_bwd(dq, dk, dv, dout, out, lse, q, k, v, off, n_seqs, nh, nkv, hd, window);
 
     float *d_q = dfct_up(q, 4 * nq), *d_k = dfct_up(k, 4 * nk), *d_v = dfct_up(v, 4 * nk);
     int64_t *d_off = dfct_up(off, 8 * (n_seqs + 1));
     float *d_out = dfct_alloc(4 * nq), *d_lse = dfct_alloc(4 * T * nh); /* NaN: unwritten shows */
     DFCT_OK(df_cuda_attention_fwd(dfct_cu, d_out, d_lse, d_q, d_k, d_v, d_off, n_seqs, T,
-                                  maxL + extra_len, nh, nkv, hd));
+                                  maxL + extra_len, nh, nkv, hd, window));
     float *g_out = dfct_down(d_out, 4 * nq), *g_lse = dfct_down(d_lse, 4 * T * nh);
     /* the backward on the CPU forward's out and lse, so both sides see the same inputs */
     float *d_cout = dfct_up(out, 4 * nq), *d_clse = dfct_up(lse, 4 * T * nh);
     float *d_dout = dfct_up(dout, 4 * nq);
     float *d_dq = dfct_alloc(4 * nq), *d_dk = dfct_alloc(4 * nk), *d_dv = dfct_alloc(4 * nk);
     DFCT_OK(df_cuda_attention_bwd(dfct_cu, d_dq, d_dk, d_dv, d_dout, d_cout, d_clse, d_q, d_k,
-                                  d_v, d_off, n_seqs, T, maxL + extra_len, nh, nkv, hd));
+                                  d_v, d_off, n_seqs, T, maxL + extra_len, nh, nkv, hd, window));
     float *g_dq = dfct_down(d_dq, 4 * nq), *g_dk = dfct_down(d_dk, 4 * nk);
     float *g_dv = dfct_down(d_dv, 4 * nk);
 
@@ -177,10 +182,13 @@ static void attention_case(const int64_t *lens, int64_t n_seqs, int64_t nh, int6
             const int64_t kh = h / grp;
             const float *K = k + j0 * ldk + kh * hd, *V = v + j0 * ldk + kh * hd;
             for (int64_t i = 0; i < L; i++) {
-                const int64_t row = j0 + i, Li = i + 1;
+                const int64_t row = j0 + i;
+                const int64_t Li = window > 0 && window < i + 1 ? window : i + 1, jl = i + 1 - Li;
                 const float *qi = q + row * ldq + h * hd, *oi = out + row * ldq + h * hd;
                 const float *gi = dout + row * ldq + h * hd;
-                bl[row * nh + h] = row_fwd_bounds(qi, K, V, ldk, Li, hd, s, ds, bo + row * ldq + h * hd);
+                const float *Kw = K + jl * ldk, *Vw = V + jl * ldk; /* the row's visible keys */
+                bl[row * nh + h] = row_fwd_bounds(qi, Kw, Vw, ldk, Li, hd, window > 0, s, ds,
+                                                  bo + row * ldq + h * hd);
                 const double lf = lse[row * nh + h];
                 double D = 0, Dm = 0;
                 for (int64_t e = 0; e < hd; e++)
@@ -189,7 +197,7 @@ static void attention_case(const int64_t *lens, int64_t n_seqs, int64_t nh, int6
                 for (int64_t j = 0; j < Li; j++) {
                     double dp = 0, dm = 0;
                     for (int64_t e = 0; e < hd; e++)
-                        dp += (double)gi[e] * V[j * ldk + e], dm += fabs((double)gi[e] * V[j * ldk + e]);
+                        dp += (double)gi[e] * Vw[j * ldk + e], dm += fabs((double)gi[e] * Vw[j * ldk + e]);
                     const double diff = fabs(dp - D);
                     P[j] = exp(s[j] - lf);
                     thp[j] = ds[j] + u * fabs(s[j] - lf) + EXP_ERR;
@@ -198,8 +206,9 @@ static void attention_case(const int64_t *lens, int64_t n_seqs, int64_t nh, int6
                 }
                 double *bqi = bq + row * ldq + h * hd;
                 for (int64_t j = 0; j < Li; j++) {
-                    const float *kj = K + j * ldk;
-                    double *bkj = bk + (j0 + j) * ldk + kh * hd, *bvj = bv + (j0 + j) * ldk + kh * hd;
+                    const float *kj = Kw + j * ldk;
+                    double *bkj = bk + (j0 + jl + j) * ldk + kh * hd;
+                    double *bvj = bv + (j0 + jl + j) * ldk + kh * hd;
                     for (int64_t e = 0; e < hd; e++) {
                         bqi[e] += g32((double)Li + 1) * fabs(dS[j] * kj[e]) + edS[j] * fabs(kj[e]);
                         bkj[e] += g32((double)(grp * L + 1)) * fabs(dS[j] * qi[e]) + edS[j] * fabs(qi[e]);
@@ -240,7 +249,7 @@ static void test_attention_gqa_hd64(void **state)
 {
     (void)state;
     const int64_t lens[4] = {1, 17, 64, 130};
-    attention_case(lens, 4, 14, 2, 64, 0, 101);
+    attention_case(lens, 4, 14, 2, 64, 0, 0, 101);
 }
 
 /* hd 128 without GQA; max_len above the longest sequence (tiles past every end leave). */
@@ -248,7 +257,7 @@ static void test_attention_mha_hd128(void **state)
 {
     (void)state;
     const int64_t lens[4] = {130, 1, 64, 17};
-    attention_case(lens, 4, 4, 4, 128, 37, 202);
+    attention_case(lens, 4, 4, 4, 128, 37, 0, 202);
 }
 
 /* The third tile shape (hd 256), and head dims that are not multiples of 32 or of 4. */
@@ -256,11 +265,11 @@ static void test_attention_other_head_dims(void **state)
 {
     (void)state;
     const int64_t l256[3] = {33, 1, 70};
-    attention_case(l256, 3, 2, 1, 256, 0, 303);
+    attention_case(l256, 3, 2, 1, 256, 0, 0, 303);
     const int64_t l50[4] = {5, 96, 1, 40};
-    attention_case(l50, 4, 6, 3, 50, 3, 304);
+    attention_case(l50, 4, 6, 3, 50, 3, 0, 304);
     const int64_t l96[3] = {65, 2, 31};
-    attention_case(l96, 3, 4, 2, 96, 0, 305);
+    attention_case(l96, 3, 4, 2, 96, 0, 0, 305);
 }
 
 /* Every sequence of length 1: each row's softmax has one score. */
@@ -268,8 +277,25 @@ static void test_attention_single_tokens(void **state)
 {
     (void)state;
     const int64_t lens[5] = {1, 1, 1, 1, 1};
-    attention_case(lens, 5, 14, 2, 64, 0, 401);
-    attention_case(lens, 5, 4, 4, 128, 100, 402);
+    attention_case(lens, 5, 14, 2, 64, 0, 0, 401);
+    attention_case(lens, 5, 4, 4, 128, 100, 0, 402);
+}
+
+/* Sliding windows (Mistral / Qwen2 / Gemma layers): shorter than a tile (7), a tile (32, 64),
+ * off the tiles (33, 100), one short of the longest sequence and as long as it (the kernels
+ * then run causal), over sequences of many tiles, each head-dim bucket. */
+static void test_attention_window(void **state)
+{
+    (void)state;
+    const int64_t lens[5] = {1, 17, 64, 130, 257};
+    attention_case(lens, 5, 14, 2, 64, 0, 7, 501);
+    attention_case(lens, 5, 14, 2, 64, 0, 64, 502);
+    attention_case(lens, 5, 4, 4, 128, 5, 32, 503);
+    attention_case(lens, 5, 4, 2, 128, 0, 100, 504);
+    const int64_t l256[3] = {70, 1, 129};
+    attention_case(l256, 3, 2, 1, 256, 0, 33, 505);
+    attention_case(lens, 5, 6, 3, 50, 0, 256, 506);
+    attention_case(lens, 5, 6, 3, 50, 0, 257, 507);
 }
 
 /* ---- argument checks ------------------------------------------------------------------------ */
@@ -280,16 +306,19 @@ static void test_attention_errors(void **state)
     float x[4] = {0};
     const int64_t off[2] = {0, 1};
     /* host pointers: the sizes are refused before anything is launched */
-    assert_int_equal(df_cuda_attention_fwd(dfct_cu, x, x, x, x, x, off, 1, 1, 1, 2, 2, 257), DF_EINVAL);
-    assert_int_equal(df_cuda_attention_fwd(dfct_cu, x, x, x, x, x, off, 1, 1, 1, 5, 2, 64), DF_EINVAL);
-    assert_int_equal(df_cuda_attention_fwd(dfct_cu, x, x, x, x, x, off, 1, -1, 1, 2, 2, 64), DF_EINVAL);
-    assert_int_equal(df_cuda_attention_fwd(dfct_cu, x, x, x, x, x, off, 1, 1, 1, 2, 2, 0), DF_EINVAL);
+    assert_int_equal(df_cuda_attention_fwd(dfct_cu, x, x, x, x, x, off, 1, 1, 1, 2, 2, 257, 0), DF_EINVAL);
+    assert_int_equal(df_cuda_attention_fwd(dfct_cu, x, x, x, x, x, off, 1, 1, 1, 5, 2, 64, 0), DF_EINVAL);
+    assert_int_equal(df_cuda_attention_fwd(dfct_cu, x, x, x, x, x, off, 1, -1, 1, 2, 2, 64, 0), DF_EINVAL);
+    assert_int_equal(df_cuda_attention_fwd(dfct_cu, x, x, x, x, x, off, 1, 1, 1, 2, 2, 0, 0), DF_EINVAL);
+    assert_int_equal(df_cuda_attention_fwd(dfct_cu, x, x, x, x, x, off, 1, 1, 1, 2, 2, 64, -1), DF_EINVAL);
     assert_int_equal(df_cuda_attention_bwd(dfct_cu, x, x, x, x, x, x, x, x, x, off, 1, 1, 1, 2, 2,
-                                           300), DF_EINVAL);
+                                           300, 0), DF_EINVAL);
     assert_int_equal(df_cuda_attention_bwd(dfct_cu, x, x, x, x, x, x, x, x, x, off, 1, 1, 1, 6, 4,
-                                           64), DF_EINVAL);
+                                           64, 0), DF_EINVAL);
+    assert_int_equal(df_cuda_attention_bwd(dfct_cu, x, x, x, x, x, x, x, x, x, off, 1, 1, 1, 2, 2,
+                                           64, -3), DF_EINVAL);
     /* nothing to do: no launch */
-    DFCT_OK(df_cuda_attention_fwd(dfct_cu, x, x, x, x, x, off, 0, 0, 0, 2, 2, 64));
+    DFCT_OK(df_cuda_attention_fwd(dfct_cu, x, x, x, x, x, off, 0, 0, 0, 2, 2, 64, 0));
     DFCT_OK(df_cuda_sync(dfct_cu)); /* the context still works after the errors */
 }
 
@@ -298,6 +327,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attention_gqa_hd64),
         cmocka_unit_test(test_attention_mha_hd128),
+        cmocka_unit_test(test_attention_window),
         cmocka_unit_test(test_attention_other_head_dims),
         cmocka_unit_test(test_attention_single_tokens),
         cmocka_unit_test(test_attention_errors),

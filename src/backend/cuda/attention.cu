@@ -1,6 +1,8 @@
 /*
  * attention.cu — causal attention over packed sequences (FlashAttention-2, Dao 2023;
- * cuda_backend.h, "attention"). The rollout's decode attention over its KV cache is kv.cu's.
+ * cuda_backend.h, "attention"), optionally over a sliding window of the last W keys (the
+ * CPU's df_attention_fwd convention: query i sees keys i - W < j <= i). The rollout's decode
+ * attention over its KV cache is kv.cu's.
  *
  * Float32 throughout, expf / logf of the CUDA math library (2 / 1 ulp; no fast math).
  * The packed-sequence kernels share one layout: a block of 8 warps, tiles of HD columns
@@ -14,7 +16,8 @@
  * dK / dV per (key tile, kv head, sequence) over the group's query heads and the query rows
  * at or after the tile, dQ per (query tile, head, sequence) over the keys up to the tile.
  * Both recompute P = exp(S - lse) and D_i = dO_i . O_i (the latter read from out, so no
- * scratch buffer is needed).
+ * scratch buffer is needed). A window only narrows the tile loops (tiles no row of the block
+ * can see are skipped) and the mask; `w` is 0 for plain causal attention.
  */
 #include "backend/cuda/cuda_internal.h"
 
@@ -117,6 +120,18 @@ __device__ void load_rowstats(float *Ds, float *Ls, int rows, const float *dout,
     }
 }
 
+/* Key j is visible to query i: causal, and within the window when w > 0. */
+__device__ __forceinline__ bool visible(int j, int i, int w)
+{
+    return j <= i && (w == 0 || i - j < w);
+}
+
+/* The first key tile (a multiple of bc, as the CPU's first_tile) rows from q0 on can see. */
+__device__ __forceinline__ int first_key_tile(int q0, int w, int bc)
+{
+    return w > 0 && q0 - w + 1 > 0 ? (q0 - w + 1) / bc * bc : 0;
+}
+
 /* ---- forward: grid (sequence, query tile, head) ----------------------------------------- */
 
 template <int HD, int R, int NK>
@@ -128,7 +143,7 @@ struct fwd_cfg {
 template <int HD, int R, int NK>
 __global__ void __launch_bounds__(kThreads)
 attn_fwd_kernel(float *out, float *lse, const float *q, const float *k, const float *v,
-                const int64_t *offs, int64_t nh, int64_t nkv, int hd, float scale)
+                const int64_t *offs, int64_t nh, int64_t nkv, int hd, float scale, int w)
 {
     using C = fwd_cfg<HD, R, NK>;
     constexpr int BR = C::BR, BC = C::BC, LD = C::LD;
@@ -157,7 +172,7 @@ attn_fwd_kernel(float *out, float *lse, const float *q, const float *k, const fl
             o[r][c] = 0.0f;
     }
     const int kend = min(q0 + BR, L); /* causal: no key after the tile's last row */
-    for (int k0 = 0; k0 < kend; k0 += BC) {
+    for (int k0 = first_key_tile(q0, w, BC); k0 < kend; k0 += BC) {
         __syncthreads(); /* the previous tile's K / V reads are done */
         const int nk = min(BC, L - k0);
         load_tile<HD>(Ks, BC, k + (r0 + k0) * ldk + kvh * hd, ldk, nk, hd);
@@ -172,7 +187,7 @@ attn_fwd_kernel(float *out, float *lse, const float *q, const float *k, const fl
 #pragma unroll
             for (int t = 0; t < NK; t++) {
                 const int kj = k0 + lane + 32 * t;
-                sc[r][t] = kj <= qi && kj < L ? sc[r][t] * scale : -INFINITY;
+                sc[r][t] = visible(kj, qi, w) && kj < L ? sc[r][t] * scale : -INFINITY;
                 mt = fmaxf(mt, sc[r][t]);
             }
             const float mn = fmaxf(m[r], df_warp_max(mt));
@@ -230,7 +245,7 @@ template <int HD, int R, int NQ>
 __global__ void __launch_bounds__(kThreads, 1)
 attn_bwd_dkdv_kernel(float *dk, float *dv, const float *dout, const float *out,
                      const float *lse, const float *q, const float *k, const float *v,
-                     const int64_t *offs, int64_t nh, int64_t nkv, int hd, float scale)
+                     const int64_t *offs, int64_t nh, int64_t nkv, int hd, float scale, int w)
 {
     using C = dkdv_cfg<HD, R, NQ>;
     constexpr int BR = C::BR, BC = C::BC, LD = C::LD;
@@ -250,6 +265,8 @@ attn_bwd_dkdv_kernel(float *dk, float *dv, const float *dout, const float *out,
     float *Pw = Ps + warp * R * BR, *dSw = dSs + warp * R * BR;
 
     const int nk = min(BC, L - k0);
+    /* rows past the tile's last key's window see none of it */
+    const int qend = w > 0 ? min(L, k0 + nk - 1 + w) : L;
     load_tile<HD>(Ks, BC, k + (r0 + k0) * ldk + kvh * hd, ldk, nk, hd);
     load_tile<HD>(Vs, BC, v + (r0 + k0) * ldk + kvh * hd, ldk, nk, hd);
     float dka[R][HD / 32], dva[R][HD / 32];
@@ -260,7 +277,7 @@ attn_bwd_dkdv_kernel(float *dk, float *dv, const float *dout, const float *out,
             dka[r][c] = dva[r][c] = 0.0f;
 
     for (int64_t h = kvh * grp; h < (kvh + 1) * grp; h++)
-        for (int q0 = k0; q0 < L; q0 += BR) { /* causal: rows before k0 see none of these keys */
+        for (int q0 = k0; q0 < qend; q0 += BR) { /* causal: rows before k0 see none of these keys */
             __syncthreads(); /* the previous tile's Q / dO / P reads are done */
             const int nq = min(BR, L - q0);
             load_tile<HD>(Qs, BR, q + (r0 + q0) * ldq + h * hd, ldq, nq, hd);
@@ -276,7 +293,7 @@ attn_bwd_dkdv_kernel(float *dk, float *dv, const float *dout, const float *out,
 #pragma unroll
                 for (int t = 0; t < NQ; t++) {
                     const int i = lane + 32 * t, qi = q0 + i;
-                    const bool ok = kj <= qi && qi < L;
+                    const bool ok = visible(kj, qi, w) && qi < L;
                     const float p = ok ? expf(st[r][t] * scale - Ls[i]) : 0.0f;
                     Pw[r * BR + i] = p;
                     dSw[r * BR + i] = ok ? p * (dpt[r][t] - Ds[i]) * scale : 0.0f;
@@ -315,7 +332,7 @@ template <int HD, int R, int NK>
 __global__ void __launch_bounds__(kThreads)
 attn_bwd_dq_kernel(float *dq, const float *dout, const float *out, const float *lse,
                    const float *q, const float *k, const float *v, const int64_t *offs,
-                   int64_t nh, int64_t nkv, int hd, float scale)
+                   int64_t nh, int64_t nkv, int hd, float scale, int w)
 {
     using C = dq_cfg<HD, R, NK>;
     constexpr int BR = C::BR, BC = C::BC, LD = C::LD;
@@ -345,7 +362,7 @@ attn_bwd_dq_kernel(float *dq, const float *dout, const float *out, const float *
             dqa[r][c] = 0.0f;
 
     const int kend = min(q0 + BR, L);
-    for (int k0 = 0; k0 < kend; k0 += BC) {
+    for (int k0 = first_key_tile(q0, w, BC); k0 < kend; k0 += BC) {
         __syncthreads(); /* previous K / V reads done (first pass: Q, dO, D, lse visible below) */
         const int nk = min(BC, L - k0);
         load_tile<HD>(Ks, BC, k + (r0 + k0) * ldk + kvh * hd, ldk, nk, hd);
@@ -360,7 +377,7 @@ attn_bwd_dq_kernel(float *dq, const float *dout, const float *out, const float *
 #pragma unroll
             for (int t = 0; t < NK; t++) {
                 const int kj = k0 + lane + 32 * t;
-                const bool ok = kj <= qi && qi < L;
+                const bool ok = visible(kj, qi, w) && qi < L;
                 const float p = ok ? expf(sc[r][t] * scale - Ls[i]) : 0.0f;
                 dSw[r * BC + lane + 32 * t] = ok ? p * (dp[r][t] - Ds[i]) * scale : 0.0f;
             }
@@ -385,13 +402,14 @@ attn_bwd_dq_kernel(float *dq, const float *dout, const float *out, const float *
 /* ---- host side ----------------------------------------------------------------------------- */
 
 int check_sizes(const char *fn, int64_t n_seqs, int64_t T, int64_t max_len, int64_t nh,
-                int64_t nkv, int64_t hd)
+                int64_t nkv, int64_t hd, int64_t window)
 {
-    if (n_seqs < 0 || T < 0 || max_len < 0 || nh <= 0 || nkv <= 0 || hd <= 0)
+    if (n_seqs < 0 || T < 0 || max_len < 0 || nh <= 0 || nkv <= 0 || hd <= 0 || window < 0)
         return df_error(DF_EINVAL,
-                        "%s: bad sizes n_seqs=%lld T=%lld max_len=%lld nh=%lld nkv=%lld hd=%lld",
+                        "%s: bad sizes n_seqs=%lld T=%lld max_len=%lld nh=%lld nkv=%lld hd=%lld "
+                        "window=%lld",
                         fn, (long long)n_seqs, (long long)T, (long long)max_len, (long long)nh,
-                        (long long)nkv, (long long)hd);
+                        (long long)nkv, (long long)hd, (long long)window);
     if (hd > 256)
         return df_error(DF_EINVAL, "%s: head_dim %lld > 256", fn, (long long)hd);
     if (nh % nkv != 0)
@@ -430,7 +448,7 @@ int tile_grid(dim3 *grid, int64_t n_seqs, int64_t T, int64_t max_len, int rows, 
 template <int HD, int R, int NK>
 int launch_fwd(df_cuda *c, float *out, float *lse, const float *q, const float *k, const float *v,
                const int64_t *offs, int64_t n_seqs, int64_t T, int64_t max_len, int64_t nh,
-               int64_t nkv, int hd, float scale)
+               int64_t nkv, int hd, float scale, int w)
 {
     using C = fwd_cfg<HD, R, NK>;
     auto kern = attn_fwd_kernel<HD, R, NK>;
@@ -440,7 +458,7 @@ int launch_fwd(df_cuda *c, float *out, float *lse, const float *q, const float *
         rc = prepare(c, kern, C::smem, "df_cuda_attention_fwd");
     if (rc)
         return rc;
-    kern<<<grid, kThreads, C::smem, c->stream>>>(out, lse, q, k, v, offs, nh, nkv, hd, scale);
+    kern<<<grid, kThreads, C::smem, c->stream>>>(out, lse, q, k, v, offs, nh, nkv, hd, scale, w);
     DFC_LAUNCHED();
     return DF_OK;
 }
@@ -449,7 +467,7 @@ template <int HD, int R1, int NQ, int R2, int NK>
 int launch_bwd(df_cuda *c, float *dq, float *dk, float *dv, const float *dout, const float *out,
                const float *lse, const float *q, const float *k, const float *v,
                const int64_t *offs, int64_t n_seqs, int64_t T, int64_t max_len, int64_t nh,
-               int64_t nkv, int hd, float scale)
+               int64_t nkv, int hd, float scale, int w)
 {
     using C1 = dkdv_cfg<HD, R1, NQ>;
     using C2 = dq_cfg<HD, R2, NK>;
@@ -466,16 +484,23 @@ int launch_bwd(df_cuda *c, float *dq, float *dk, float *dv, const float *dout, c
     if (rc)
         return rc;
     k1<<<g1, kThreads, C1::smem, c->stream>>>(dk, dv, dout, out, lse, q, k, v, offs, nh, nkv,
-                                               hd, scale);
+                                               hd, scale, w);
     DFC_LAUNCHED();
     k2<<<g2, kThreads, C2::smem, c->stream>>>(dq, dout, out, lse, q, k, v, offs, nh, nkv, hd,
-                                               scale);
+                                               scale, w);
     DFC_LAUNCHED();
     return DF_OK;
 }
 
 /* The CPU's scale, bit for bit: 1.0f / sqrtf((float)hd), both correctly rounded. */
 float attn_scale(int64_t hd) { return 1.0f / sqrtf((float)hd); }
+
+/* The kernels' window: 0 when none or when it covers every sequence (no row of at most max_len
+ * positions has a key W or more behind it), so the int never overflows. */
+int kernel_window(int64_t window, int64_t max_len)
+{
+    return window > 0 && window < max_len ? (int)window : 0;
+}
 
 } // namespace
 
@@ -489,44 +514,46 @@ float attn_scale(int64_t hd) { return 1.0f / sqrtf((float)hd); }
 int df_cuda_attention_fwd(df_cuda *c, float *d_out, float *d_lse, const float *d_q,
                           const float *d_k, const float *d_v, const int64_t *d_seq_offsets,
                           int64_t n_seqs, int64_t T, int64_t max_len, int64_t nh, int64_t nkv,
-                          int64_t hd)
+                          int64_t hd, int64_t window)
 {
-    int rc = check_sizes("df_cuda_attention_fwd", n_seqs, T, max_len, nh, nkv, hd);
+    int rc = check_sizes("df_cuda_attention_fwd", n_seqs, T, max_len, nh, nkv, hd, window);
     if (rc)
         return rc;
     if (n_seqs == 0 || T == 0)
         return DF_OK;
     const float sc = attn_scale(hd);
-    const int h = (int)hd;
+    const int h = (int)hd, w = kernel_window(window, max_len);
     if (hd <= 64)
         return launch_fwd<64, 8, 2>(c, d_out, d_lse, d_q, d_k, d_v, d_seq_offsets, n_seqs, T,
-                                    max_len, nh, nkv, h, sc);
+                                    max_len, nh, nkv, h, sc, w);
     if (hd <= 128)
         return launch_fwd<128, 8, 1>(c, d_out, d_lse, d_q, d_k, d_v, d_seq_offsets, n_seqs, T,
-                                     max_len, nh, nkv, h, sc);
+                                     max_len, nh, nkv, h, sc, w);
     return launch_fwd<256, 4, 1>(c, d_out, d_lse, d_q, d_k, d_v, d_seq_offsets, n_seqs, T,
-                                 max_len, nh, nkv, h, sc);
+                                 max_len, nh, nkv, h, sc, w);
 }
 
 int df_cuda_attention_bwd(df_cuda *c, float *d_dq, float *d_dk, float *d_dv, const float *d_dout,
                           const float *d_out, const float *d_lse, const float *d_q,
                           const float *d_k, const float *d_v, const int64_t *d_seq_offsets,
                           int64_t n_seqs, int64_t T, int64_t max_len, int64_t nh, int64_t nkv,
-                          int64_t hd)
+                          int64_t hd, int64_t window)
 {
-    int rc = check_sizes("df_cuda_attention_bwd", n_seqs, T, max_len, nh, nkv, hd);
+    int rc = check_sizes("df_cuda_attention_bwd", n_seqs, T, max_len, nh, nkv, hd, window);
     if (rc)
         return rc;
     if (n_seqs == 0 || T == 0)
         return DF_OK;
     const float sc = attn_scale(hd);
-    const int h = (int)hd;
+    const int h = (int)hd, w = kernel_window(window, max_len);
     if (hd <= 64)
         return launch_bwd<64, 8, 2, 8, 2>(c, d_dq, d_dk, d_dv, d_dout, d_out, d_lse, d_q, d_k,
-                                          d_v, d_seq_offsets, n_seqs, T, max_len, nh, nkv, h, sc);
+                                          d_v, d_seq_offsets, n_seqs, T, max_len, nh, nkv, h, sc,
+                                          w);
     if (hd <= 128)
         return launch_bwd<128, 4, 1, 8, 1>(c, d_dq, d_dk, d_dv, d_dout, d_out, d_lse, d_q, d_k,
-                                           d_v, d_seq_offsets, n_seqs, T, max_len, nh, nkv, h, sc);
+                                           d_v, d_seq_offsets, n_seqs, T, max_len, nh, nkv, h, sc,
+                                           w);
     return launch_bwd<256, 4, 1, 4, 1>(c, d_dq, d_dk, d_dv, d_dout, d_out, d_lse, d_q, d_k, d_v,
-                                       d_seq_offsets, n_seqs, T, max_len, nh, nkv, h, sc);
+                                       d_seq_offsets, n_seqs, T, max_len, nh, nkv, h, sc, w);
 }

@@ -4,7 +4,6 @@
  */
 #include "backend/cuda/cuda_backend.h"
 
-#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -247,9 +246,8 @@ static int cu_attention_fwd(void *ctx, float *out, float *lse, const float *q, c
                             const float *v, const df_backend_seqs *s, int64_t nh, int64_t nkv,
                             int64_t hd)
 {
-    assert(!s->window); /* attention_window is false: df_model_check_backend refused it */
     return df_cuda_attention_fwd(ctx, out, lse, q, k, v, s->offsets, s->n_seqs, s->T, s->max_len,
-                                 nh, nkv, hd);
+                                 nh, nkv, hd, s->window);
 }
 
 static int cu_attention_bwd(void *ctx, float *dq, float *dk, float *dv, const float *dout,
@@ -257,9 +255,8 @@ static int cu_attention_bwd(void *ctx, float *dq, float *dk, float *dv, const fl
                             const float *v, const df_backend_seqs *s, int64_t nh, int64_t nkv,
                             int64_t hd)
 {
-    assert(!s->window);
     return df_cuda_attention_bwd(ctx, dq, dk, dv, dout, out, lse, q, k, v, s->offsets, s->n_seqs,
-                                 s->T, s->max_len, nh, nkv, hd);
+                                 s->T, s->max_len, nh, nkv, hd, s->window);
 }
 
 static int cu_swiglu_fwd(void *ctx, float *out, const float *gate, const float *up, int64_t n)
@@ -385,7 +382,7 @@ static int64_t cu_memory_peak(void *ctx) { return df_cuda_memory_peak(ctx); }
 static const df_backend_ops cuda_ops = {
     .name = "cuda",
     .host_memory = false,
-    .attention_window = false, /* the kernels are causal only (docs/cuda.md) */
+    .attention_window = true,
     .alloc = cu_alloc,
     .release = cu_release,
     .upload = cu_upload,

@@ -214,18 +214,22 @@ int df_cuda_scale(df_cuda *c, float *d_x, int64_t n, float s);
  * out[T, nh*hd] and lse[T, nh] from q [T, nh*hd], k, v [T, nkv*hd]; sequences
  * [seq_offsets[s], seq_offsets[s+1]) (device int64, n_seqs + 1 entries, seq_offsets[n_seqs] = T),
  * max_len >= the longest sequence; GQA h → h / (nh / nkv); scale 1 / sqrt(hd); hd <= 256.
- * FlashAttention-2 tiling (Dao 2023, Algorithm 1): the [L, L] scores never reach device memory.
+ * window 0: every earlier position; W > 0: the query at position i sees keys i - W < j <= i
+ * (df_model_layer_window). FlashAttention-2 tiling (Dao 2023, Algorithm 1): the [L, L] scores
+ * never reach device memory; with a window only the key tiles a query tile can see are read.
+ * DF_EINVAL for negative sizes or window, hd > 256, nh not a multiple of nkv.
  */
 int df_cuda_attention_fwd(df_cuda *c, float *d_out, float *d_lse, const float *d_q,
                           const float *d_k, const float *d_v, const int64_t *d_seq_offsets,
                           int64_t n_seqs, int64_t T, int64_t max_len, int64_t nh, int64_t nkv,
-                          int64_t hd);
-/** dq, dk, dv OVERWRITTEN from dout and the forward's out, lse (Algorithm 2). df_attention_bwd. */
+                          int64_t hd, int64_t window);
+/** dq, dk, dv OVERWRITTEN from dout and the forward's out, lse (Algorithm 2), under the same
+ * window. df_attention_bwd. */
 int df_cuda_attention_bwd(df_cuda *c, float *d_dq, float *d_dk, float *d_dv, const float *d_dout,
                           const float *d_out, const float *d_lse, const float *d_q,
                           const float *d_k, const float *d_v, const int64_t *d_seq_offsets,
                           int64_t n_seqs, int64_t T, int64_t max_len, int64_t nh, int64_t nkv,
-                          int64_t hd);
+                          int64_t hd, int64_t window);
 
 /* ---- KV cache in slots (kv.cu): the seam's df_backend_kv, the rollout's layout ------------ */
 
