@@ -15,8 +15,8 @@
  *     exact result, so the two within twice it;
  *   - the value model (the PPO critic's head) against its golden reference;
  *   - the newer families (test_model_families.c's fixtures): Llama 3.1 and OLMo 2 (post-norm
- *     layers, full-width q/k norms; with and without biases) against PyTorch, Qwen3's q/k norms
- *     against the CPU, and Qwen3's sliding window refused;
+ *     layers, full-width q/k norms; with and without biases) and the sliding windows of Qwen3
+ *     (windowed from layer 1) and Mistral (every layer) against PyTorch, Qwen3 against the CPU;
  *   - what the device backend refuses (weights not loaded, bf16 matmuls).
  * Exit 77 with a SKIP line where no GPU is present.
  */
@@ -279,24 +279,17 @@ static void test_golden_value_head_cuda(void **state)
     df_model_free(m);
 }
 
-/* One fixture of tests/test_model_families.c: its model (config `c` when non-NULL, same
- * weights) and batch. */
-static df_model *family_model(const char *name, const df_model_config *c, df_golden_batch *g)
+/* One fixture of tests/test_model_families.c: its model and batch. */
+static df_model *family_model(const char *name, df_golden_batch *g)
 {
     char dir[4096], exp[4096], leaf[256];
     golden_path(dir, sizeof dir, name);
     snprintf(leaf, sizeof leaf, "%s_expected.safetensors", name);
     golden_path(exp, sizeof exp, leaf);
-    df_model *m, *v;
+    df_model *m;
     DFCT_OK(df_model_load(dir, &m));
     df_golden_batch_load(g, exp);
-    if (!c)
-        return m;
-    DFCT_OK(df_model_create(c, &v));
-    assert_int_equal(v->n_params, m->n_params);
-    memcpy(v->params, m->params, sizeof(float) * (size_t)m->n_params);
-    df_model_free(m);
-    return v;
+    return m;
 }
 
 /* Fixture `name` of test_model_families.c on the device against its PyTorch reference at
@@ -304,7 +297,7 @@ static df_model *family_model(const char *name, const df_model_config *c, df_gol
 static void family_vs_golden(const char *name)
 {
     df_golden_batch g;
-    df_model *m = family_model(name, NULL, &g);
+    df_model *m = family_model(name, &g);
     const int64_t n = g.n_out;
     double ftol = df_golden_tol(tb_logp_chain(&m->cfg, df_golden_max_len(&g)));
     double gtol = df_golden_tol(tb_grad_chain(&m->cfg, df_golden_max_len(&g), g.T));
@@ -330,12 +323,12 @@ static void family_vs_golden(const char *name)
  * The newer families through the same seam (no new device operator: llama3 RoPE is a table,
  * the o_proj bias a rank-1 GEMM, the q/k norms the RMSNorm over rows of head_dim or of the
  * whole projection, OLMo 2's post-norms RMSNorms and one-row column sums as the residual adds):
- *   - Llama 3.1 (llama3 RoPE, q/k/v/o biases, tied head) and OLMo 2 (tiny_olmo2, and
- *     tiny_olmo2_bias with its biases and tied head) against their PyTorch references
- *     (family_vs_golden);
- *   - Qwen3 (q/k norms, head_dim != hidden / heads): its sliding window is refused on this
- *     backend; with the window off, log-probs and gradients against the CPU's (each within
- *     the bound of the exact result, so the two within twice it).
+ *   - Llama 3.1 (llama3 RoPE, q/k/v/o biases, tied head), OLMo 2 (tiny_olmo2, and
+ *     tiny_olmo2_bias with its biases and tied head), and the windowed attention of Qwen3 and
+ *     Mistral (a window of 4 positions under sequences longer than it) against their PyTorch
+ *     references (family_vs_golden);
+ *   - Qwen3 (q/k norms, head_dim != hidden / heads, its window): log-probs and gradients
+ *     against the CPU's (each within the bound of the exact result, so the two within twice it).
  */
 static void test_families_cuda(void **state)
 {
@@ -343,18 +336,12 @@ static void test_families_cuda(void **state)
     family_vs_golden("tiny_llama31");
     family_vs_golden("tiny_olmo2");
     family_vs_golden("tiny_olmo2_bias");
+    family_vs_golden("tiny_qwen3");
+    family_vs_golden("tiny_mistral");
     df_golden_batch g;
-    df_model_config qc;
-    df_model *m = family_model("tiny_qwen3", NULL, &g);
-    df_backend be = df_backend_cuda(dfct_cu);
-    df_acts *a = NULL;
-    assert_int_equal(df_acts_create_on(&be, &m->cfg, g.T, g.n_out, &a), DF_EUNSUPPORTED);
-    assert_non_null(strstr(df_last_error(), "sliding-window attention"));
-    qc = m->cfg;
-    qc.sliding_window = 0;
-    df_model_free(m);
-    df_golden_batch_free(&g);
-    m = family_model("tiny_qwen3", &qc, &g);
+    df_model *m = family_model("tiny_qwen3", &g);
+    assert_true(m->cfg.sliding_window > 0); /* the comparison below runs the window */
+    df_acts *a;
     const int64_t n = g.n_out;
     const double ftol = df_golden_tol(tb_logp_chain(&m->cfg, df_golden_max_len(&g)));
     const double gtol = df_golden_tol(tb_grad_chain(&m->cfg, df_golden_max_len(&g), g.T));
@@ -375,7 +362,7 @@ static void test_families_cuda(void **state)
         const df_param_desc *t = &m->tensors[i];
         ge = fmax(ge, df_golden_rel_err(grads + t->offset, gc + t->offset, t->numel));
     }
-    print_message("qwen3 (no window): logp vs cpu %.2e (bound %.2e), worst gradient %.2e (bound %.2e)\n",
+    print_message("qwen3: logp vs cpu %.2e (bound %.2e), worst gradient %.2e (bound %.2e)\n",
                   fe, 2 * ftol, ge, 2 * gtol);
     assert_true(fe <= 2 * ftol && ge <= 2 * gtol);
     df_acts_free(ac);
