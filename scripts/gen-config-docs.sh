@@ -33,7 +33,7 @@ ignored:
   other than the default is named in one warning before the run starts
   (`N settings with no effect in distflow: key=value (file:line), ...`).
 - **[not supported by distflow]**: a feature distflow lacks (`data.custom_cls`,
-  `actor.shuffle`, FIRE sampling, Megatron's learning-rate schedules, ...). Only the default is
+  `rollout.skip_rollout`, FIRE sampling, Megatron's learning-rate schedules, ...). Only the default is
   accepted; another value is refused with the key, the value, where it was set and what the key
   would do. Writing the default out, as verl's own files do, is fine.
 

@@ -467,18 +467,18 @@ static void test_compat_classes(void **state)
 {
     (void)state;
     const df_config_schema *s = df_config_schema_train();
-    int i_shuffle = -1, i_offload = -1, i_clip = -1;
+    int i_skip = -1, i_offload = -1, i_clip = -1;
     for (int i = 0; i < df_config_schema_count(s); i++) {
         const char *k = df_config_schema_at(s, i)->key;
-        i_shuffle = strcmp(k, ACTOR "shuffle") ? i_shuffle : i;
+        i_skip = strcmp(k, ROLLOUT "skip_rollout") ? i_skip : i;
         i_offload = strcmp(k, ACTOR "fsdp_config.param_offload") ? i_offload : i;
         i_clip = strcmp(k, ACTOR "clip_ratio") ? i_clip : i;
     }
-    assert_int_equal(df_config_schema_compat(s, i_shuffle), DF_CFG_UNSUPPORTED);
+    assert_int_equal(df_config_schema_compat(s, i_skip), DF_CFG_UNSUPPORTED);
     assert_int_equal(df_config_schema_compat(s, i_offload), DF_CFG_NO_EFFECT);
     assert_int_equal(df_config_schema_compat(s, i_clip), DF_CFG_EFFECTIVE);
 
-    const char *defaults = "actor_rollout_ref:\n  actor:\n    shuffle: false\n    fsdp_config:\n      param_offload: false\n";
+    const char *defaults = "actor_rollout_ref:\n  rollout:\n    skip_rollout: false\n  actor:\n    fsdp_config:\n      param_offload: false\n";
     assert_int_equal(compat_of(defaults, NULL, 0), DF_OK);
     assert_string_equal(g_warned, "");
 
@@ -489,9 +489,9 @@ static void test_compat_classes(void **state)
                           "(command line)"))
         fail_msg("warning: %s", g_warned);
 
-    const char *on = "actor_rollout_ref:\n  actor:\n    shuffle: true\n";
+    const char *on = "actor_rollout_ref:\n  rollout:\n    skip_rollout: true\n";
     assert_int_equal(compat_of(on, NULL, 0), DF_EUNSUPPORTED);
-    expect("job.yaml:3: " ACTOR "shuffle=true is not supported by distflow (shuffle samples between ppo_epochs");
+    expect("job.yaml:3: " ROLLOUT "skip_rollout=true is not supported by distflow (replay responses dumped");
     expect("only the default false is accepted");
 
     /* a derived default compares with its source's value in the same config */

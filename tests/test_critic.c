@@ -175,6 +175,52 @@ static void test_compute_values(void **state)
     df_critic_free(c2);
 }
 
+/* b's rows in the order idx (n of them). */
+static df_batch *reordered(const df_batch *b, const int64_t *idx, int64_t n)
+{
+    df_batch *out;
+    assert_int_equal(df_batch_select(b, idx, n, &out), 0);
+    return out;
+}
+
+/* critic.shuffle, as test_losses_train's test_actor_shuffle for the actor: one update of 2
+   epochs x 2 mini-batches of 4 rows with shuffle on leaves the weights bit for bit where two
+   unshuffled 1-epoch updates over the batch in orders p1, p2 (df_rng_key(seed, 0, 0, 0)'s
+   first two permutations) leave them; both regroup the rows, so an ignored shuffle fails. */
+static void test_critic_shuffle(void **state)
+{
+    (void)state;
+    const uint64_t seed = 1;
+    int64_t p1[8], p2[8];
+    for (int i = 0; i < 8; i++)
+        p1[i] = p2[i] = i;
+    df_rng r;
+    df_rng_seed(&r, df_rng_key(seed, 0, 0, 0));
+    df_rng_shuffle_i64(&r, p1, 8);
+    df_rng_shuffle_i64(&r, p2, 8);
+    int low1 = 0, low2 = 0; /* rows of the first half in each first mini-batch */
+    for (int i = 0; i < 4; i++)
+        low1 += p1[i] < 4, low2 += p2[i] < 4;
+    assert_true(low1 % 4 != 0 && low2 % 4 != 0);
+    df_batch *b = df_test_synth_batch(5, 8);
+    add_value_columns(b, 2);
+    df_batch *o1 = reordered(b, p1, 8), *o2 = reordered(b, p2, 8);
+    df_critic_params ps = params("token-mean", 4, 2), pr = ps;
+    ps.loss.ppo_epochs = 2, ps.shuffle = true, ps.shuffle_seed = seed;
+    df_critic *cs, *cr;
+    assert_int_equal(df_critic_create(value_model(5), &ps, &cs), 0);
+    assert_int_equal(df_critic_create(value_model(5), &pr, &cr), 0);
+    df_metrics *m = df_metrics_new();
+    assert_int_equal(df_critic_update(cs, b, m), 0);
+    assert_int_equal(df_critic_update(cr, o1, m), 0);
+    assert_int_equal(df_critic_update(cr, o2, m), 0);
+    const df_model *a = df_critic_model(cs), *z = df_critic_model(cr);
+    assert_true(memcmp(a->params, z->params, (size_t)a->n_params * sizeof(float)) == 0);
+    df_metrics_free(m);
+    df_batch_free(b), df_batch_free(o1), df_batch_free(o2);
+    df_critic_free(cs), df_critic_free(cr);
+}
+
 /* PPO's critic loop on a fixed batch: values from the current critic, then an update.
    The fitted returns pull vf_loss well below its start. */
 static void test_loss_decreases(void **state)
@@ -511,6 +557,7 @@ int main(void)
         cmocka_unit_test(test_missing_columns),
         cmocka_unit_test(test_compute_values),
         cmocka_unit_test(test_loss_decreases),
+        cmocka_unit_test(test_critic_shuffle),
         cmocka_unit_test(test_micro_batch_invariant),
         cmocka_unit_test(test_set_loss),
         cmocka_unit_test(test_dp_equal),

@@ -19,7 +19,9 @@
 
 #include "distflow/algo.h"
 #include "distflow/metrics.h"
+#include "distflow/rng.h"
 #include "engine/actor.h"
+#include "engine/critic.h"
 #include "workers/worker_internal.h"
 
 #define ACTOR_KEY "actor_rollout_ref.actor."
@@ -667,6 +669,68 @@ static void test_actor_geo_mean_is_weights(void **state)
     df_actor_free(a);
 }
 
+/* actor_batch's rows in the order idx. */
+static df_batch *rows_in_order(df_actor *a, const int64_t *idx)
+{
+    df_batch *b = actor_batch(a, false), *out;
+    assert_int_equal(df_batch_select(b, idx, 4, &out), 0);
+    df_batch_free(b);
+    return out;
+}
+
+/*
+ * actor.shuffle (train_core.h): each PPO epoch's mini-batches from the next permutation of a
+ * df_rng seeded with df_rng_key(seed, 0, 0, 0) at every update, drawn by df_rng_shuffle_i64.
+ * Two updates of 2 epochs x 2 mini-batches of 2 rows with shuffle on must leave the weights
+ * bit for bit where four unshuffled 1-epoch updates over the batch in orders p1, p2, p1, p2
+ * leave them (the same mini-batches, rows with their own columns, in the same order: the same
+ * floating-point operations). The seed is chosen so that p1 and p2 regroup the rows (other
+ * mini-batch compositions than the batch order's, and than each other's), so an update that ignored shuffle, reused one permutation for both
+ * epochs, or did not re-seed per update would change the weights.
+ */
+static void test_actor_shuffle(void **state)
+{
+    (void)state;
+    const uint64_t seed = 11;
+    int64_t p1[4] = {0, 1, 2, 3}, p2[4] = {0, 1, 2, 3};
+    df_rng r;
+    df_rng_seed(&r, df_rng_key(seed, 0, 0, 0));
+    df_rng_shuffle_i64(&r, p1, 4);
+    df_rng_shuffle_i64(&r, p2, 4);
+    /* both epochs regroup the rows, each its own way */
+    const bool regrouped = (p1[0] < 2) != (p1[1] < 2) && (p2[0] < 2) != (p2[1] < 2);
+    assert_true(regrouped && (p1[0] + p1[1]) != (p2[0] + p2[1]));
+
+    df_actor_params ps = actor_params("vanilla", "token-mean", 1);
+    ps.mini_batch_size = 2, ps.shuffle = true, ps.shuffle_seed = seed;
+    df_actor_params pr = ps;
+    pr.shuffle = false, pr.loss.ppo_epochs = 1;
+    df_actor *as, *ar;
+    assert_int_equal(df_actor_create(df_test_micro_model(5), &ps, true, &as), 0);
+    assert_int_equal(df_actor_create(df_test_micro_model(5), &pr, true, &ar), 0);
+    df_batch *b = actor_batch(as, false), *o1 = rows_in_order(ar, p1), *o2 = rows_in_order(ar, p2);
+    df_metrics *m = df_metrics_new();
+    for (int u = 0; u < 2; u++) {
+        assert_int_equal(df_actor_update_policy(as, b, m), 0);
+        assert_int_equal(df_actor_update_policy(ar, o1, m), 0);
+        assert_int_equal(df_actor_update_policy(ar, o2, m), 0);
+    }
+    const df_model *ms = df_actor_model(as), *mr = df_actor_model(ar);
+    assert_int_equal(ms->n_params, mr->n_params);
+    assert_true(memcmp(ms->params, mr->params, (size_t)ms->n_params * sizeof(float)) == 0);
+    /* and the unshuffled update over the batch order differs from both */
+    df_actor *an;
+    df_actor_params pn = ps;
+    pn.shuffle = false;
+    assert_int_equal(df_actor_create(df_test_micro_model(5), &pn, true, &an), 0);
+    for (int u = 0; u < 2; u++)
+        assert_int_equal(df_actor_update_policy(an, b, m), 0);
+    assert_true(memcmp(ms->params, df_actor_model(an)->params, (size_t)ms->n_params * sizeof(float)) != 0);
+    df_batch_free(b), df_batch_free(o1), df_batch_free(o2);
+    df_metrics_free(m);
+    df_actor_free(as), df_actor_free(ar), df_actor_free(an);
+}
+
 /* The worker's actor settings: loss_scale_factor else data.max_response_length; CPGD
  * selected by use_cpgd_loss or adv_estimator=cpgd; the policy_loss.* keys; TIS cap; the loss
  * coefficients and clip ratios each from its own key. */
@@ -679,9 +743,10 @@ static void test_worker_actor_params(void **state)
     const char *ov[] = {"data.max_response_length=96", ACTOR_KEY "policy_drift_coeff=0.01",
                         ACTOR_KEY "policy_loss.kl_cov_ratio=0.002", ACTOR_KEY "tis_imp_ratio_cap=2.5",
                         "trainer.seed=9", ACTOR_KEY "entropy_coeff=0.25", ACTOR_KEY "kl_loss_coef=0.125",
-                        ACTOR_KEY "clip_ratio_low=0.15", ACTOR_KEY "clip_ratio_high=0.3"};
+                        ACTOR_KEY "clip_ratio_low=0.15", ACTOR_KEY "clip_ratio_high=0.3",
+                        ACTOR_KEY "shuffle=true"};
     df_config *c = NULL;
-    assert_int_equal(df_config_load(df_config_schema_train(), NULL, ov, 9, &c), DF_OK);
+    assert_int_equal(df_config_load(df_config_schema_train(), NULL, ov, 10, &c), DF_OK);
     df_actor_params p;
     assert_int_equal(df_worker_settings_init(&w.global, c), DF_OK);
     df_worker_actor_params(&w, &p);
@@ -700,13 +765,22 @@ static void test_worker_actor_params(void **state)
     assert_near(p.loss.clip_ratio_low, 0.15, 0);
     assert_near(p.loss.clip_ratio_high, 0.3, 0);
     assert_string_equal(p.loss.kl_loss_type, "low_var_kl"); /* actor.kl_loss_type, not algorithm.kl_penalty (kl) */
+    /* shuffle: the actor's key, verl's default seed 42; the critic follows actor.shuffle */
+    df_critic_params cp;
+    df_worker_critic_params(&w, &cp);
+    assert_true(p.shuffle && p.shuffle_seed == 42 && cp.shuffle && cp.shuffle_seed == 42);
     df_config_free(c);
-    const char *ov2[] = {ACTOR_KEY "loss_scale_factor=4096", ACTOR_KEY "use_cpgd_loss=true"};
-    assert_int_equal(df_config_load(df_config_schema_train(), NULL, ov2, 2, &c), DF_OK);
+    const char *ov2[] = {ACTOR_KEY "loss_scale_factor=4096", ACTOR_KEY "use_cpgd_loss=true",
+                         ACTOR_KEY "data_loader_seed=null", "trainer.seed=11", "critic.shuffle=true",
+                         "critic.data_loader_seed=5"};
+    assert_int_equal(df_config_load(df_config_schema_train(), NULL, ov2, 6, &c), DF_OK);
     assert_int_equal(df_worker_settings_init(&w.global, c), DF_OK);
     df_worker_actor_params(&w, &p);
+    df_worker_critic_params(&w, &cp);
     assert_int_equal(p.loss.loss_agg_norm_length, 4096);
     assert_string_equal(p.loss.policy_loss, "cpgd");
+    /* null: trainer.seed; the critic's keys its own */
+    assert_true(!p.shuffle && p.shuffle_seed == 11 && cp.shuffle && cp.shuffle_seed == 5);
     df_config_free(c);
     const char *ov3[] = {ACTOR_KEY "use_cpgd_loss=true", ACTOR_KEY "policy_loss.loss_mode=gspo"};
     assert_int_equal(df_config_load(df_config_schema_train(), NULL, ov3, 2, &c), DF_OK);
@@ -733,6 +807,7 @@ int main(void)
         cmocka_unit_test(test_actor_set_loss),
         cmocka_unit_test(test_actor_loss_own_aggregation),
         cmocka_unit_test(test_actor_geo_mean_is_weights),
+        cmocka_unit_test(test_actor_shuffle),
         cmocka_unit_test(test_worker_actor_params),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

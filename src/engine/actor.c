@@ -439,7 +439,8 @@ int df_actor_update_policy(df_actor *a, df_batch *b, df_metrics *m)
 {
     int rc = check_ppo_batch(a, b);
     df_core_loss loss = {.n_sums = N_SUMS, .micro_rows = a->p.micro_batch_size,
-                         .micro_tokens = a->p.max_token_len, .micro = ppo_micro, .record = ppo_record,
+                         .micro_tokens = a->p.max_token_len, .shuffle = a->p.shuffle,
+                         .shuffle_seed = a->p.shuffle_seed, .micro = ppo_micro, .record = ppo_record,
                          .user = a, .prefix = "actor", .sum_names = SUM_NAMES};
     a->n_micro = 0;
     a->loss_fn = NULL; /* df_actor_set_loss may have changed the name since the last update */

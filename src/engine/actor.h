@@ -59,6 +59,8 @@ typedef struct df_actor_params {
     int64_t mini_batch_size;    /* samples (responses) per optimizer step; <= 0: whole batch */
     int64_t micro_batch_size;   /* samples per forward / backward; <= 0: token budget only */
     int64_t max_token_len;      /* packed tokens per micro-batch when > 0 (use_dynamic_bsz) */
+    bool shuffle;               /* actor.shuffle: each epoch over a permutation (df_core_loss) */
+    uint64_t shuffle_seed;      /* actor.data_loader_seed (null: trainer.seed) */
     int64_t logprob_micro_batch_size; /* the same two limits for forward-only log-prob passes */
     int64_t logprob_max_token_len;
     df_actor_loss loss;         /* PPO loss settings */

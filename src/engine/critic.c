@@ -192,6 +192,8 @@ int df_critic_update(df_critic *c, df_batch *b, df_metrics *m)
     df_core_loss loss = {.n_sums = N_SUMS,
                          .micro_rows = c->p.micro_batch_size,
                          .micro_tokens = c->p.max_token_len,
+                         .shuffle = c->p.shuffle,
+                         .shuffle_seed = c->p.shuffle_seed,
                          .micro = value_micro,
                          .record = value_record,
                          .user = c,

@@ -38,6 +38,8 @@ typedef struct df_critic_params {
                                          <= 0: token budget only */
     int64_t max_token_len;            /* packed tokens per training micro-batch when > 0
                                          (use_dynamic_bsz: ppo_max_token_len_per_gpu) */
+    bool shuffle;                     /* critic.shuffle (df_core_loss) */
+    uint64_t shuffle_seed;            /* critic.data_loader_seed (null: trainer.seed) */
     int64_t forward_micro_batch_size; /* the same two limits for compute_values */
     int64_t forward_max_token_len;    /* (forward_micro_batch_size_per_gpu, forward_max_token_len_per_gpu) */
     df_critic_loss loss;              /* value-loss settings */

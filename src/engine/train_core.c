@@ -2,6 +2,7 @@
 #include "engine/train_core.h"
 
 #include "distflow/algo.h"
+#include "distflow/rng.h"
 #include "model/acts.h"
 #include "model/ops.h"
 #include "util/killpoint.h"
@@ -576,6 +577,25 @@ static int mini_batch(df_train_core *c, const df_batch *mb, double lr, const df_
     return df_train_core_optimizer_step(c, lr, m, l->prefix, where);
 }
 
+/* *out = b's rows in the order of the next permutation from `order`, or NULL (b as is) when
+ * there is nothing to permute. */
+static int permuted(const df_batch *b, df_rng *order, df_batch **out)
+{
+    int64_t n = df_batch_size(b);
+    *out = NULL;
+    if (n < 2)
+        return DF_OK;
+    int64_t *idx = malloc((size_t)n * sizeof *idx);
+    if (!idx)
+        return df_error(DF_ENOMEM, "update: out of memory for the shuffle of %lld samples", (long long)n);
+    for (int64_t i = 0; i < n; i++)
+        idx[i] = i;
+    df_rng_shuffle_i64(order, idx, n);
+    int rc = df_batch_select(b, idx, n, out);
+    free(idx);
+    return rc;
+}
+
 int df_train_core_update(df_train_core *c, df_batch *b, int64_t mini_batch_size, int epochs,
                          const df_core_loss *loss, df_metrics *m, int rc)
 {
@@ -591,19 +611,28 @@ int df_train_core_update(df_train_core *c, df_batch *b, int64_t mini_batch_size,
         epochs = 1;
     df_progress_begin(&c->bar, c->progress_label, (int64_t)epochs * n);
     c->bar_done = 0;
+    df_rng order; /* seeded at every update, as verl's make_iterator seeds its generator */
+    df_rng_seed(&order, df_rng_key(loss->shuffle_seed, 0, 0, 0));
     for (int ep = 0; ep < epochs && !rc; ep++) {
-        for (int64_t k = 0; k < (int64_t)n_mini && !rc; k++) {
+        df_batch *shuffled = NULL;
+        if (loss->shuffle)
+            rc = permuted(b, &order, &shuffled); /* a failure still joins the collectives below */
+        const df_batch *src = shuffled ? shuffled : b;
+        for (int64_t k = 0; k < (int64_t)n_mini; k++) {
             int64_t s = k * mbs < n ? k * mbs : n, e = s + mbs < n ? s + mbs : n;
             df_batch *sliced = NULL; /* the whole batch is used as is, never copied */
-            const df_batch *mb = e > s && s == 0 && e == n ? b : NULL;
-            if (e > s && !mb && !(rc = df_batch_slice(b, s, e, &sliced)))
+            const df_batch *mb = e > s && s == 0 && e == n ? src : NULL;
+            if (!rc && e > s && !mb && !(rc = df_batch_slice(src, s, e, &sliced)))
                 mb = sliced;
             char where[96];
             snprintf(where, sizeof where, "mini-batch %lld of %lld, epoch %d of %d", (long long)k + 1,
                      (long long)n_mini, ep + 1, epochs);
             rc = mini_batch(c, mb, lr, loss, m, rc, where);
             df_batch_free(sliced);
+            if (rc)
+                break;
         }
+        df_batch_free(shuffled);
     }
     df_progress_end(&c->bar);
     c->steps++;

@@ -263,6 +263,8 @@ int df_train_core_save_lora(const df_train_core *c, const char *dir, const char 
 typedef struct df_core_loss {
     int n_sums;                       /* statistics per mini-batch, < DF_CORE_MAX_SUMS */
     int64_t micro_rows, micro_tokens; /* micro-batch limits (df_train_core_plan) */
+    bool shuffle;                     /* each epoch's mini-batches from a permutation of the rows */
+    uint64_t shuffle_seed;            /* its generator's seed, the same at every update */
     /* Loss and gradient of rows [s, e) of mini-batch mb (this rank's part of a
        mini-batch of `tokens` response tokens / `seqs` non-empty responses over the DP
        group): ACCUMULATE into c->grads, add statistics already normalised by the
@@ -278,7 +280,11 @@ typedef struct df_core_loss {
 
 /**
  * epochs passes over `b` in mini-batches of mini_batch_size rows (<= 0: the
- * whole batch); one optimizer step per mini-batch, all at the lr of this call
+ * whole batch), in batch order or, with loss->shuffle, each pass over a permutation of the rows
+ * drawn from a generator seeded with loss->shuffle_seed at this call (verl's make_iterator: a
+ * DataLoader with shuffle over the batch, its torch.Generator seeded at every update, so every
+ * update's k-th pass uses the same permutation of row positions; each rank permutes its own
+ * rows); one optimizer step per mini-batch, all at the lr of this call
  * (the schedule advances once per call). Collective with DP: every rank takes
  * as many steps as the rank with the most mini-batches, mini-batch k being the
  * union of the ranks' k-th local mini-batches (a rank without rows joins with

@@ -161,6 +161,8 @@ void df_worker_actor_params(const df_dag_worker *w, df_actor_params *p)
     bool dyn = a->use_dynamic_bsz;
     p->micro_batch_size = dyn ? 0 : a->ppo_micro_batch_size_per_gpu.set ? a->ppo_micro_batch_size_per_gpu.v : 0;
     p->max_token_len = dyn ? a->ppo_max_token_len_per_gpu : 0;
+    p->shuffle = a->shuffle;
+    p->shuffle_seed = (uint64_t)(a->data_loader_seed.set ? a->data_loader_seed.v : t->trainer.seed);
     const struct df_train_rollout *r = &t->actor_rollout_ref.rollout; /* the old-log-prob pass: verl's rollout keys */
     logprob_limits(r->log_prob_use_dynamic_bsz, &r->log_prob_micro_batch_size_per_gpu,
                    r->log_prob_max_token_len_per_gpu, p);
@@ -203,6 +205,8 @@ void df_worker_critic_params(const df_dag_worker *w, df_critic_params *p)
     bool dyn = c->use_dynamic_bsz;
     p->micro_batch_size = dyn ? 0 : c->ppo_micro_batch_size_per_gpu.set ? c->ppo_micro_batch_size_per_gpu.v : 0;
     p->max_token_len = dyn ? c->ppo_max_token_len_per_gpu : 0;
+    p->shuffle = c->shuffle;
+    p->shuffle_seed = (uint64_t)(c->data_loader_seed.set ? c->data_loader_seed.v : w->global.cfg.trainer.seed);
     p->forward_micro_batch_size =
         dyn ? 0 : c->forward_micro_batch_size_per_gpu.set ? c->forward_micro_batch_size_per_gpu.v : p->micro_batch_size;
     p->forward_max_token_len = dyn ? c->forward_max_token_len_per_gpu : 0;
