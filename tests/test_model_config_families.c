@@ -218,10 +218,24 @@ static void test_sliding_window(void **state)
         DF_OK);
     assert_int_equal(c.max_window_layers, 1);
     assert_int_equal(df_model_layer_window(&c, 1), 8);
-    expect_error(small(b, sizeof b, "qwen2",
-                       ", \"use_sliding_window\": true, \"layer_types\": [\"sliding_attention\", "
-                       "\"full_attention\", \"full_attention\", \"full_attention\"]"),
-                 DF_EUNSUPPORTED, "a full_attention layer (1) after a sliding_attention one");
+    /* a full layer after a windowed one (per-layer types: df_model_config.full_layers) */
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen2",
+                                                 ", \"use_sliding_window\": true, \"sliding_window\": 8, "
+                                                 "\"layer_types\": [\"sliding_attention\", \"full_attention\", "
+                                                 "\"sliding_attention\", \"full_attention\"]"),
+                                           NULL, &c),
+                     DF_OK);
+    assert_int_equal(c.max_window_layers, 0);
+    assert_true(df_model_layer_window(&c, 0) == 8 && df_model_layer_window(&c, 1) == 0 &&
+                df_model_layer_window(&c, 2) == 8 && df_model_layer_window(&c, 3) == 0);
+    char *out = NULL; /* and written back as they were read */
+    assert_int_equal(df_model_config_to_json(&c, b, &out), DF_OK);
+    json_t *j = json_loads(out, 0, NULL);
+    json_t *lt = json_object_get(j, "layer_types");
+    assert_string_equal(json_string_value(json_array_get(lt, 1)), "full_attention");
+    assert_string_equal(json_string_value(json_array_get(lt, 2)), "sliding_attention");
+    json_decref(j);
+    free(out);
     expect_error(small(b, sizeof b, "qwen2",
                        ", \"layer_types\": [\"full_attention\", \"full_attention\", "
                        "\"full_attention\", \"sliding_attention\"]"),
@@ -628,7 +642,7 @@ static void test_refusals(void **state)
                  DF_EINVAL, "low_freq_factor < high_freq_factor");
     expect_error(small(b, sizeof b, "qwen2", ", \"rope_scaling\": 2"), DF_EINVAL,
                  "key \"rope_scaling\" must be an object or null");
-    expect_error(small(b, sizeof b, "gemma", ""), DF_EUNSUPPORTED, "(qwen2, qwen3, llama, mistral, phi3, olmo2)");
+    expect_error(small(b, sizeof b, "gemma", ""), DF_EUNSUPPORTED, "(qwen2, qwen3, llama, mistral, phi3, olmo2, gemma3_text)");
 }
 
 /* Fresh saves and saves over an original round-trip every new field; an original's layout

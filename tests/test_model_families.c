@@ -663,6 +663,16 @@ static void test_olmo2_file_errors(void **state)
     unload(&g);
 }
 
+/* ---- Gemma 3 ----------------------------------------------------------------------------------- */
+
+static void test_gemma3_golden(void **state)
+{
+    (void)state;
+    golden g = load("tiny_gemma3");
+    check_golden(&g, "gemma3");
+    unload(&g);
+}
+
 /* ---- the rollout decoder ------------------------------------------------------------------- */
 
 /*
@@ -727,6 +737,7 @@ static void test_rollout_decoder(void **state)
     check_rollout("tiny_phi4_mini");
     check_rollout("tiny_olmo2");
     check_rollout("tiny_olmo2_bias");
+    check_rollout("tiny_gemma3");
 }
 
 /* ---- files ------------------------------------------------------------------------------------ */
@@ -900,6 +911,7 @@ int main(void)
         cmocka_unit_test(test_olmo2_golden),
         cmocka_unit_test(test_olmo2_detects),
         cmocka_unit_test_setup_teardown(test_olmo2_file_errors, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test(test_gemma3_golden),
         cmocka_unit_test(test_rollout_decoder),
         cmocka_unit_test_setup_teardown(test_save_load_roundtrip, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test(test_device_refuses_window),

@@ -9,7 +9,7 @@
  * optimizer, clipping, checkpoints and all-reduce are flat loops. Order:
  *   model.embed_tokens.weight                    [vocab, hidden]
  *   for each layer i:
- *     model.layers.i.input_layernorm.weight      [hidden]                  (pre-norm: all but olmo2)
+ *     model.layers.i.input_layernorm.weight      [hidden]                  (all but olmo2)
  *     model.layers.i.self_attn.q_proj.weight     [n_heads * head_dim, hidden]
  *     model.layers.i.self_attn.q_proj.bias       [n_heads * head_dim]      (attention_bias)
  *     model.layers.i.self_attn.k_proj.weight     [n_kv_heads * head_dim, hidden]
@@ -24,10 +24,11 @@
  *                                                 qk_norm_full: [n_kv_heads * head_dim])
  *     model.layers.i.post_attention_layernorm.weight [hidden]  (pre-norm: the MLP's input norm;
  *                                                 post_norm: the attention output's norm)
+ *     model.layers.i.pre_feedforward_layernorm.weight [hidden] (sandwich_norm: gemma3_text)
  *     model.layers.i.mlp.gate_proj.weight        [intermediate, hidden]
  *     model.layers.i.mlp.up_proj.weight          [intermediate, hidden]
  *     model.layers.i.mlp.down_proj.weight        [hidden, intermediate]
- *     model.layers.i.post_feedforward_layernorm.weight [hidden]       (post_norm: olmo2)
+ *     model.layers.i.post_feedforward_layernorm.weight [hidden]       (post_norm: olmo2, gemma3_text)
  *   model.norm.weight                            [hidden]
  *   lm_head.weight                               [vocab, hidden]  (causal LM, absent when tied)
  *   score.weight                                 [num_labels, hidden] (value model only)
@@ -47,6 +48,8 @@ extern "C" {
 typedef enum df_dtype { DF_DTYPE_F32 = 0, DF_DTYPE_BF16 = 1, DF_DTYPE_F16 = 2 } df_dtype;
 
 #define DF_MAX_EOS 8
+#define DF_MAX_TYPED_LAYERS 256 /**< layers whose attention type a config may set one by one
+                                    (df_model_config.full_layers) */
 #define DF_MAX_ROPE_FREQS 128 /**< RoPE frequencies per head at most: rope_dim / 2 (head_dim <= 256) */
 
 /** RoPE frequencies (HF rope_scaling / rope_parameters "rope_type"). */
@@ -63,7 +66,8 @@ typedef enum df_rope_type {
 
 /** The fields of HF config.json that define the architecture. */
 typedef struct df_model_config {
-    char model_type[32];             /**< "qwen2", "qwen3", "llama", "mistral", "phi3" or "olmo2" */
+    char model_type[32];             /**< "qwen2", "qwen3", "llama", "mistral", "phi3", "olmo2" or
+                                          "gemma3_text" */
     int64_t vocab_size;
     int64_t hidden_size;
     int64_t intermediate_size;
@@ -110,6 +114,29 @@ typedef struct df_model_config {
                                           (qwen2 / qwen3 use_sliding_window): layers with index
                                           >= max_window_layers attend to the last W positions */
     int64_t max_window_layers;       /**< first layer with the window (HF Qwen2Config.layer_types) */
+    uint64_t full_layers[DF_MAX_TYPED_LAYERS / 64]; /**< bit l (l < DF_MAX_TYPED_LAYERS): layer l
+                                          attends fully although its index is >= max_window_layers
+                                          (a layer_types list with full layers among windowed ones;
+                                          gemma3_text: every sliding_window_pattern-th layer).
+                                          df_model_layer_sliding reads it */
+    bool norm_plus_one;              /**< gemma3_text (Gemma3RMSNorm): every RMSNorm scales by
+                                          (1 + w), the stored weight w (HF's); the decoders form
+                                          1 + w at run time (df_norm_shift_view) */
+    bool sandwich_norm;              /**< gemma3_text (Gemma3DecoderLayer), with post_norm: each
+                                          sublayer also normalises its INPUT: input_layernorm before
+                                          the attention, pre_feedforward_layernorm before the MLP */
+    bool embed_scale;                /**< gemma3_text (Gemma3TextScaledWordEmbedding): the token
+                                          embeddings times float32(sqrt(hidden_size)) on the way in
+                                          (df_model_embed_scale); a tied LM head reads them unscaled */
+    bool geglu;                      /**< gemma3_text (Gemma3MLP, hidden_activation
+                                          gelu_pytorch_tanh): down(gelu_tanh(gate) * up) instead of
+                                          SwiGLU */
+    double query_pre_attn_scalar;    /**< gemma3_text: attention scores scaled by
+                                          query_pre_attn_scalar^-0.5 (Gemma3Attention.scaling);
+                                          0: head_dim's (the other families). df_model_q_scale */
+    double rope_local_theta;         /**< gemma3_text rope_local_base_freq: the RoPE base of the
+                                          sliding layers (plain RoPE, no scaling; the full layers
+                                          keep rope_theta and rope_scaling). 0: one RoPE for all */
     int64_t bos_token_id;            /**< -1 when absent */
     int64_t eos_token_ids[DF_MAX_EOS]; /**< eos_token_id: an int gives one entry, a list its entries in order */
     int n_eos;                       /**< 0 when eos_token_id is absent or null (qwen2 default) */
@@ -142,6 +169,7 @@ typedef struct df_param_desc {
 typedef struct df_layer_view {
     float *ln1, *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo, *q_norm, *k_norm, *ln2, *w_gate, *w_up,
         *w_down, *ln3;
+    float *ln_ff; /**< pre_feedforward_layernorm [hidden] (sandwich_norm: gemma3_text), else NULL */
 } df_layer_view;
 
 /** Views of a whole blob. lm_head == embed when embeddings are tied, NULL in a value model. */
@@ -295,6 +323,32 @@ DF_API int df_model_config_validate(const df_model_config *cfg);
  * sliding_window_overlay with the causal mask: W keys, itself included).
  */
 DF_API int64_t df_model_layer_window(const df_model_config *cfg, int64_t layer);
+/**
+ * Whether layer `layer` is a sliding-window layer of cfg (HF layer_types "sliding_attention"):
+ * sliding_window > 0, index >= max_window_layers and not marked full (full_layers). True even
+ * when the window masks nothing (df_model_layer_window 0): gemma3_text picks the layer's RoPE
+ * by this type, not by the mask.
+ */
+DF_API bool df_model_layer_sliding(const df_model_config *cfg, int64_t layer);
+/**
+ * Whether layer `layer` rotates q / k with the local RoPE (df_model_local_rope): gemma3_text's
+ * sliding layers when rope_local_theta > 0 (Gemma3RotaryEmbedding: rotary_emb_local). Else the
+ * model's RoPE (df_rope_model_table of cfg).
+ */
+DF_API bool df_model_layer_local_rope(const df_model_config *cfg, int64_t layer);
+/** *local = cfg with the local RoPE as its RoPE: rope_theta = rope_local_theta, plain RoPE (no
+ *  scaling), for df_rope_model_table. cfg->rope_local_theta must be > 0. */
+DF_API void df_model_local_rope(const df_model_config *cfg, df_model_config *local);
+/** The factor the token embeddings are multiplied by on the way in: float32(sqrt(hidden_size))
+ *  with embed_scale (HF casts the scale to the weights' dtype; distflow computes in float32), else
+ *  1. */
+DF_API float df_model_embed_scale(const df_model_config *cfg);
+/**
+ * The factor q is multiplied by after RoPE so that the attention's 1 / sqrt(head_dim) gives
+ * query_pre_attn_scalar^-0.5 (gemma3_text): float32(sqrt(head_dim / query_pre_attn_scalar)),
+ * 1 when query_pre_attn_scalar is 0 or head_dim (Gemma 3 1B / 4B / 12B).
+ */
+DF_API float df_model_q_scale(const df_model_config *cfg);
 /**
  * The positions distflow runs for cfg, 0 .. N - 1: max_position_embeddings; with longrope the
  * short factors' range, min(original_max_position_embeddings, max_position_embeddings) (HF switches
