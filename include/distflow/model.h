@@ -374,7 +374,8 @@ DF_API const char *df_model_rope_name(const df_model_config *cfg, char *buf, siz
 /**
  * Model FLOPs of one forward and backward over sequences of `tokens` tokens in all whose squared
  * lengths sum to `seqlen_sq`, as verl counts them for its MFU (verl/utils/flops_counter.py,
- * _estimate_qwen2_flops, which it uses for qwen2, qwen3, llama and mistral; here for every family):
+ * _estimate_qwen2_flops, which it uses for qwen2, qwen3, llama and mistral; here for every family,
+ * gemma3_text's windows aside: df_model_train_flops_win):
  *   6 N tokens + 6 seqlen_sq head_dim n_heads n_layers,
  *   N = n_layers (3 H I + H (2 q + 2 kv)) + 2 V H,
  * q = n_heads head_dim, kv = n_kv_heads head_dim, I = intermediate_size, V = vocab_size (the
@@ -382,6 +383,14 @@ DF_API const char *df_model_rope_name(const df_model_config *cfg, char *buf, siz
  * not at all). In double; no error.
  */
 DF_API double df_model_train_flops(const df_model_config *c, double tokens, double seqlen_sq);
+/**
+ * df_model_train_flops with `seqlen_win` = sum over the sequences of len * min(len,
+ * sliding_window): for gemma3_text, verl's _estimate_gemma3_flops, which counts a sliding layer's
+ * attention as seqlen_win (its queries see at most W keys) and a full one's as seqlen_sq; the
+ * other families ignore it (verl's qwen2 estimate counts windowed layers whole). In double.
+ */
+DF_API double df_model_train_flops_win(const df_model_config *c, double tokens, double seqlen_sq,
+                                       double seqlen_win);
 
 /* ---- layout ------------------------------------------------------------- */
 
