@@ -1,5 +1,6 @@
 /*
- * distflow/model.h — the Qwen2 / Qwen3 / Llama decoder (and OLMo 2's post-norm variant of it): configuration, parameter
+ * distflow/model.h — the Qwen2 / Qwen3 / Llama decoder (and OLMo 2's post-norm and Gemma 3's sandwich-norm
+ * variants of it): configuration, parameter
  * layout, Hugging Face file I/O, and training forward / backward on packed
  * variable-length sequences.
  *
@@ -111,8 +112,10 @@ typedef struct df_model_config {
                                           sqrt(1 + ln(max_pos / original) / ln(original)) when
                                           max_position_embeddings > original, else 1) */
     int64_t sliding_window;          /**< 0: every layer attends to all earlier positions. W > 0
-                                          (qwen2 / qwen3 use_sliding_window): layers with index
-                                          >= max_window_layers attend to the last W positions */
+                                          (qwen2 / qwen3 use_sliding_window, mistral, phi3,
+                                          gemma3_text): layers with index >= max_window_layers,
+                                          except those in full_layers, attend to the last W
+                                          positions */
     int64_t max_window_layers;       /**< first layer with the window (HF Qwen2Config.layer_types) */
     uint64_t full_layers[DF_MAX_TYPED_LAYERS / 64]; /**< bit l (l < DF_MAX_TYPED_LAYERS): layer l
                                           attends fully although its index is >= max_window_layers
@@ -200,8 +203,8 @@ typedef struct df_model {
 /** Defaults of a Qwen2 config (values of Qwen2Config in transformers; no window, plain RoPE). */
 DF_API void df_model_config_defaults(df_model_config *cfg);
 /**
- * Parse HF config.json. model_type must be "qwen2", "qwen3", "llama", "mistral", "phi3" or
- * "olmo2"; vocab_size, hidden_size, intermediate_size, num_hidden_layers and num_attention_heads
+ * Parse HF config.json. model_type must be "qwen2", "qwen3", "llama", "mistral", "phi3",
+ * "olmo2" or "gemma3_text" ("gemma3", the multimodal model, is refused naming the text type); vocab_size, hidden_size, intermediate_size, num_hidden_layers and num_attention_heads
  * are required; every other key falls back to the default of transformers'
  * Qwen2Config / Qwen3Config / LlamaConfig / MistralConfig / Phi3Config / Olmo2Config (null counts as absent). num_key_value_heads
  * defaults to num_attention_heads, head_dim to hidden_size / num_attention_heads
@@ -211,7 +214,15 @@ DF_API void df_model_config_defaults(df_model_config *cfg);
  * Qwen3Attention); mistral and phi3 have no biases and no such key (an attention_bias there is
  * ignored, as transformers does). qwen3 has q/k norms (qk_norm). olmo2 (Olmo2Config): post_norm and
  * full-width q/k norms (qk_norm, qk_norm_full), attention_bias read as llama's (q/k/v and o_proj), no
- * window (use_sliding_window true refused, as for llama). RoPE: rope_theta, and rope_scaling
+ * window (use_sliding_window true refused, as for llama). gemma3_text (Gemma3TextConfig, defaults
+ * head_dim 256, 4 key/value heads, rope_theta 1e6, tied): post_norm with sandwich_norm,
+ * norm_plus_one, embed_scale, geglu and per-head qk_norm always; attention_bias as llama's;
+ * query_pre_attn_scalar (> 0, default 256), rope_local_base_freq (> 0, default 1e4: the sliding
+ * layers' plain RoPE), sliding_window (> 0, default 4096) on the layers layer_types marks sliding,
+ * else on all but every sliding_window_pattern-th (default 6); transformers 5's per-layer-type
+ * rope_parameters; refused (DF_EUNSUPPORTED, naming key and value): final_logit_softcapping /
+ * attn_logit_softcapping not null, use_bidirectional_attention not false / null,
+ * hidden_activation other than gelu_pytorch_tanh (hidden_act is not read). RoPE: rope_theta, and rope_scaling
  * null or of rope_type (or "type") "default" or "llama3" (factor, low_freq_factor,
  * high_freq_factor, original_max_position_embeddings, all required) or "linear" (factor, a
  * number > 0, required) or, for phi3, "longrope" /
@@ -238,7 +249,7 @@ DF_API void df_model_config_defaults(df_model_config *cfg);
  * (bad JSON, missing required key, wrong type, inconsistent sizes, a llama3 rope_scaling
  * without one of its keys), DF_EUNSUPPORTED (other model_type, a rope type other than
  * default / llama3 / linear / longrope (named; longrope outside phi3), rope_scaling and rope_parameters both given and different,
- * layer_types with a full-attention layer after a windowed one, llama with
+ * layer_types with a full-attention layer after a windowed one past DF_MAX_TYPED_LAYERS, llama with
  * use_sliding_window true, hidden_act other than silu, mlp_bias true, a non-zero dropout,
  * a partial_rotary_factor other than 1 outside phi3, architectures
  * none of *ForCausalLM / *ForTokenClassification / *ForSequenceClassification or
@@ -289,14 +300,16 @@ DF_API int df_model_config_load_ex(const char *path, const df_config_overrides *
  * formatted as transformers does (indent 2, sorted keys). Every key of
  * `original_json` (the text the model was loaded from; NULL for a fresh file)
  * is kept and the known ones are updated: architectures ["<P>ForCausalLM"] with
- * P = Qwen2 / Qwen3 / Llama / Mistral / Phi3 / Olmo2 (a value model, and a *ForSequenceClassification one, which then
+ * P = Qwen2 / Qwen3 / Llama / Mistral / Phi3 / Olmo2 / Gemma3 (a value model, and a *ForSequenceClassification one, which then
  * holds a score.bias: ["<P>ForTokenClassification"], id2label
  * {"0": "LABEL_0"}, label2id {"LABEL_0": 0}, and num_labels when the original has that
  * key), model_type, the sizes, head_dim (qwen2: only when it differs from hidden_size /
  * num_attention_heads), rope_theta and rope_scaling (or, when the original has it,
  * rope_parameters), use_sliding_window / sliding_window / max_window_layers (qwen2,
  * qwen3; layer_types when the original has it; mistral: sliding_window alone, an int or
- * null; llama and olmo2: none), rms_norm_eps, initializer_range, tie_word_embeddings, attention_bias (llama,
+ * null; llama and olmo2: none; gemma3_text: sliding_window, and layer_types for a fresh file or one
+ * that has it, with query_pre_attn_scalar and rope_local_base_freq, or the per-type
+ * rope_parameters when the original has them), rms_norm_eps, initializer_range, tie_word_embeddings, attention_bias (llama,
  * qwen3, olmo2; qwen2 only when false; mistral only when the original has it),
  * bos_token_id, eos_token_id (an int for one id unless the original held a list),
  * torch_dtype. A fresh file also gets hidden_act, use_cache and transformers_version.
@@ -307,16 +320,19 @@ DF_API int df_model_config_save(const df_model_config *cfg, const char *original
 /**
  * Check internal consistency (heads divide, sizes > 0, ...): DF_EINVAL; num_labels
  * must be 0 or 1 (DF_EINVAL below 0, DF_EUNSUPPORTED above 1). The attention features
- * must be those of model_type in HF (DF_EINVAL): qk_norm exactly for qwen3 and olmo2,
- * qk_norm_full and post_norm exactly for olmo2, o_proj_bias
+ * must be those of model_type in HF (DF_EINVAL): qk_norm exactly for qwen3, olmo2 and
+ * gemma3_text, qk_norm_full exactly for olmo2, post_norm for olmo2 and gemma3_text, sandwich_norm
+ * exactly for gemma3_text (norm_plus_one, embed_scale, geglu, query_pre_attn_scalar and
+ * rope_local_theta only there; code may switch the first three off), o_proj_bias
  * never for qwen2 and equal to attention_bias for llama / qwen3 / olmo2, no biases in mistral; llama3 RoPE needs
  * factor > 0, 0 < low_freq_factor < high_freq_factor, original_max_position_embeddings
- * > 0; sliding_window and max_window_layers >= 0, no window for llama and olmo2.
+ * > 0; sliding_window and max_window_layers >= 0, no window for llama and olmo2, one for
+ * gemma3_text.
  */
 DF_API int df_model_config_validate(const df_model_config *cfg);
 /**
- * The attention window of layer `layer`: cfg->sliding_window for a windowed layer (index >=
- * max_window_layers when sliding_window > 0), else 0 (all earlier positions); 0 too when the window
+ * The attention window of layer `layer`: cfg->sliding_window for a windowed layer
+ * (df_model_layer_sliding), else 0 (all earlier positions); 0 too when the window
  * is at least df_model_max_positions (no sequence fills it, so it masks nothing: Phi-3 128k's
  * 262144 over 131072 positions; the CUDA backend runs such a model). A query at
  * position p attends to keys at positions p - W < j <= p (transformers' masking_utils
