@@ -326,35 +326,13 @@ static void family_vs_golden(const char *name)
     df_model_free(m);
 }
 
-/*
- * The newer families through the same seam (no new device operator: llama3 RoPE is a table,
- * the o_proj bias a rank-1 GEMM, the q/k norms the RMSNorm over rows of head_dim or of the
- * whole projection, OLMo 2's post-norms RMSNorms and one-row column sums as the residual adds):
- *   - Llama 3.1 (llama3 RoPE, q/k/v/o biases, tied head) and OLMo 2 (tiny_olmo2, and
- *     tiny_olmo2_bias with its biases and tied head) against their PyTorch references
- *     (family_vs_golden);
- *   - Qwen3 (q/k norms, head_dim != hidden / heads): its sliding window is refused on this
- *     backend; with the window off, log-probs and gradients against the CPU's (each within
- *     the bound of the exact result, so the two within twice it).
- */
-static void test_families_cuda(void **state)
+/* Fixture `name` with its windows masking nothing (config `c`) on the device against the CPU at
+ * temperature 0.7: log-probs and every gradient, each within the bound of the exact result, so
+ * the two within twice it. */
+static void nowindow_vs_cpu(const char *name, const df_model_config *cfg)
 {
-    (void)state;
-    family_vs_golden("tiny_llama31");
-    family_vs_golden("tiny_olmo2");
-    family_vs_golden("tiny_olmo2_bias");
     df_golden_batch g;
-    df_model_config qc;
-    df_model *m = family_model("tiny_qwen3", NULL, &g);
-    df_backend be = df_backend_cuda(dfct_cu);
-    df_acts *a = NULL;
-    assert_int_equal(df_acts_create_on(&be, &m->cfg, g.T, g.n_out, &a), DF_EUNSUPPORTED);
-    assert_non_null(strstr(df_last_error(), "sliding-window attention"));
-    qc = m->cfg;
-    qc.sliding_window = 0;
-    df_model_free(m);
-    df_golden_batch_free(&g);
-    m = family_model("tiny_qwen3", &qc, &g);
+    df_model *m = family_model(name, cfg, &g);
     const int64_t n = g.n_out;
     const double ftol = df_golden_tol(tb_logp_chain(&m->cfg, df_golden_max_len(&g)));
     const double gtol = df_golden_tol(tb_grad_chain(&m->cfg, df_golden_max_len(&g), g.T));
@@ -363,7 +341,7 @@ static void test_families_cuda(void **state)
     float *lc = malloc(sizeof(float) * (size_t)n), *ec = malloc(sizeof(float) * (size_t)n);
     float *grads = malloc(sizeof(float) * (size_t)m->n_params);
     float *gc = calloc((size_t)m->n_params, sizeof(float));
-    a = cuda_acts(m, g.T, n);
+    df_acts *a = cuda_acts(m, g.T, n);
     run_model(m, a, &g.b, 0.7f, c, d, 1, lp, en, grads);
     df_acts *ac;
     DFCT_OK(df_acts_create(&m->cfg, g.T, n, &ac));
@@ -375,14 +353,57 @@ static void test_families_cuda(void **state)
         const df_param_desc *t = &m->tensors[i];
         ge = fmax(ge, df_golden_rel_err(grads + t->offset, gc + t->offset, t->numel));
     }
-    print_message("qwen3 (no window): logp vs cpu %.2e (bound %.2e), worst gradient %.2e (bound %.2e)\n",
-                  fe, 2 * ftol, ge, 2 * gtol);
+    print_message("%s (no window): logp vs cpu %.2e (bound %.2e), worst gradient %.2e (bound %.2e)\n",
+                  name, fe, 2 * ftol, ge, 2 * gtol);
     assert_true(fe <= 2 * ftol && ge <= 2 * gtol);
     df_acts_free(ac);
     df_acts_free(a);
     free(c), free(d), free(lp), free(en), free(lc), free(ec), free(grads), free(gc);
     df_golden_batch_free(&g);
     df_model_free(m);
+}
+
+/* Fixture `name`'s config, refused on the device for its window (*c: the config as loaded). */
+static void window_refused(const char *name, df_model_config *c)
+{
+    df_golden_batch g;
+    df_model *m = family_model(name, NULL, &g);
+    df_backend be = df_backend_cuda(dfct_cu);
+    df_acts *a = NULL;
+    assert_int_equal(df_acts_create_on(&be, &m->cfg, g.T, g.n_out, &a), DF_EUNSUPPORTED);
+    assert_non_null(strstr(df_last_error(), "sliding-window attention"));
+    *c = m->cfg;
+    df_model_free(m);
+    df_golden_batch_free(&g);
+}
+
+/*
+ * The newer families through the same seam (no new device operator: llama3 RoPE is a table,
+ * the o_proj bias a rank-1 GEMM, the q/k norms the RMSNorm over rows of head_dim or of the
+ * whole projection, OLMo 2's post-norms RMSNorms and one-row column sums as the residual adds,
+ * Gemma 3's 1 + w a copy and a one-row column sum, its q and embedding scales `scale`, GeGLU
+ * its operator):
+ *   - Llama 3.1 (llama3 RoPE, q/k/v/o biases, tied head) and OLMo 2 (tiny_olmo2, and
+ *     tiny_olmo2_bias with its biases and tied head) against their PyTorch references
+ *     (family_vs_golden);
+ *   - Qwen3 (q/k norms, head_dim != hidden / heads) and Gemma 3: their sliding windows are
+ *     refused on this backend; with the window off (Gemma 3: as long as its positions, so its
+ *     sliding layers keep their local RoPE), log-probs and gradients against the CPU's
+ *     (nowindow_vs_cpu).
+ */
+static void test_families_cuda(void **state)
+{
+    (void)state;
+    family_vs_golden("tiny_llama31");
+    family_vs_golden("tiny_olmo2");
+    family_vs_golden("tiny_olmo2_bias");
+    df_model_config c;
+    window_refused("tiny_qwen3", &c);
+    c.sliding_window = 0;
+    nowindow_vs_cpu("tiny_qwen3", &c);
+    window_refused("tiny_gemma3", &c);
+    c.sliding_window = c.max_position_embeddings; /* masks nothing: df_model_layer_window 0 */
+    nowindow_vs_cpu("tiny_gemma3", &c);
 }
 
 static void test_cuda_acts_refusals(void **state)
