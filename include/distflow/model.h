@@ -167,8 +167,9 @@ typedef struct df_param_desc {
 
 /** Views of one layer's tensors inside a blob (params or grads). bq / bk / bv are NULL without
  *  attention_bias, bo without o_proj_bias, q_norm / k_norm without qk_norm. The norms by their HF
- *  names: ln1 input_layernorm (NULL with post_norm), ln2 post_attention_layernorm, ln3
- *  post_feedforward_layernorm (post_norm only, else NULL). */
+ *  names: ln1 input_layernorm (NULL with post_norm unless sandwich_norm), ln2
+ *  post_attention_layernorm, ln3 post_feedforward_layernorm (post_norm only, else NULL), ln_ff
+ *  pre_feedforward_layernorm (sandwich_norm only). */
 typedef struct df_layer_view {
     float *ln1, *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo, *q_norm, *k_norm, *ln2, *w_gate, *w_up,
         *w_down, *ln3;

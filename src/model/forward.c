@@ -9,7 +9,10 @@
  *   the model has one, and attention limited to the layer's window (df_model_layer_window);
  *   OLMo 2's post-norm layer (modeling_olmo2.py) instead:
  *     h = x + rmsnorm2(o_proj(attn(rope(qn(q_proj(x))), rope(kn(k_proj(x))), v_proj(x)))),
- *     x = h + rmsnorm3(down(silu(gate(h)) * up(h))),  qn / kn over the whole projection.
+ *     x = h + rmsnorm3(down(silu(gate(h)) * up(h))),  qn / kn over the whole projection;
+ *   Gemma 3's sandwich layer (modeling_gemma3.py) normalises each sublayer's input too, with
+ *   (1 + w) norm weights, GeGLU, x scaled by sqrt(hidden) after the lookup and q by
+ *   df_model_q_scale, and its sliding layers' own RoPE (decoder_layer.h).
  *   final rmsnorm and the head, for the output rows only: the LM head
  *   (df_model_forward) or a value model's score head (df_model_forward_values).
  * The layer itself is decoder_layer.c's, shared with the rollout's prefill and decode; here it
