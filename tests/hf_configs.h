@@ -97,4 +97,21 @@ static const char *const k_olmo2_1b =
     "\"tie_word_embeddings\": false, \"torch_dtype\": \"float32\", \"transformers_version\": \"4.48.3\", "
     "\"use_cache\": true, \"vocab_size\": 100352}";
 
+/* google/gemma-3-1b-it's config.json: its published architecture values (hidden 1152, 26 layers,
+ * 4 heads over 1 key/value head of head_dim 256, intermediate 6912, vocabulary 262144, window 512
+ * with sliding_window_pattern 6, query_pre_attn_scalar 256, rope_local_base_freq 10000 and
+ * rope_theta 1e6 as integers, no rope_scaling, no soft-capping); the bookkeeping keys (eos list,
+ * cache_implementation, transformers_version) as Gemma 3's release writes them. */
+static const char *const k_gemma3_1b =
+    "{\"architectures\": [\"Gemma3ForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0, "
+    "\"attn_logit_softcapping\": null, \"bos_token_id\": 2, \"cache_implementation\": \"hybrid\", "
+    "\"eos_token_id\": [1, 106], \"final_logit_softcapping\": null, \"head_dim\": 256, "
+    "\"hidden_activation\": \"gelu_pytorch_tanh\", \"hidden_size\": 1152, \"initializer_range\": 0.02, "
+    "\"intermediate_size\": 6912, \"max_position_embeddings\": 32768, \"model_type\": \"gemma3_text\", "
+    "\"num_attention_heads\": 4, \"num_hidden_layers\": 26, \"num_key_value_heads\": 1, "
+    "\"pad_token_id\": 0, \"query_pre_attn_scalar\": 256, \"rms_norm_eps\": 1e-06, "
+    "\"rope_local_base_freq\": 10000, \"rope_scaling\": null, \"rope_theta\": 1000000, "
+    "\"sliding_window\": 512, \"sliding_window_pattern\": 6, \"torch_dtype\": \"bfloat16\", "
+    "\"transformers_version\": \"4.50.0.dev0\", \"use_cache\": true, \"vocab_size\": 262144}";
+
 #endif

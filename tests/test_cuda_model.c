@@ -15,8 +15,9 @@
  *     exact result, so the two within twice it;
  *   - the value model (the PPO critic's head) against its golden reference;
  *   - the newer families (test_model_families.c's fixtures): Llama 3.1 and OLMo 2 (post-norm
- *     layers, full-width q/k norms; with and without biases) and the sliding windows of Qwen3
- *     (windowed from layer 1) and Mistral (every layer) against PyTorch, Qwen3 against the CPU;
+ *     layers, full-width q/k norms; with and without biases), the sliding windows of Qwen3
+ *     (windowed from layer 1) and Mistral (every layer), and Gemma 3 (sliding and full layers,
+ *     (1 + w) norms, GeGLU) against PyTorch, Qwen3 and Gemma 3 against the CPU;
  *   - what the device backend refuses (weights not loaded, bf16 matmuls).
  * Exit 77 with a SKIP line where no GPU is present.
  */
@@ -319,28 +320,14 @@ static void family_vs_golden(const char *name)
     df_model_free(m);
 }
 
-/*
- * The newer families through the same seam (no new device operator: llama3 RoPE is a table,
- * the o_proj bias a rank-1 GEMM, the q/k norms the RMSNorm over rows of head_dim or of the
- * whole projection, OLMo 2's post-norms RMSNorms and one-row column sums as the residual adds):
- *   - Llama 3.1 (llama3 RoPE, q/k/v/o biases, tied head), OLMo 2 (tiny_olmo2, and
- *     tiny_olmo2_bias with its biases and tied head), and the windowed attention of Qwen3 and
- *     Mistral (a window of 4 positions under sequences longer than it) against their PyTorch
- *     references (family_vs_golden);
- *   - Qwen3 (q/k norms, head_dim != hidden / heads, its window): log-probs and gradients
- *     against the CPU's (each within the bound of the exact result, so the two within twice it).
- */
-static void test_families_cuda(void **state)
+/* Fixture `name` (with its sliding window) on the device against the CPU at temperature 0.7:
+ * log-probs and every gradient, each within the bound of the exact result, so the two within
+ * twice it. */
+static void family_vs_cpu(const char *name)
 {
-    (void)state;
-    family_vs_golden("tiny_llama31");
-    family_vs_golden("tiny_olmo2");
-    family_vs_golden("tiny_olmo2_bias");
-    family_vs_golden("tiny_qwen3");
-    family_vs_golden("tiny_mistral");
     df_golden_batch g;
-    df_model *m = family_model("tiny_qwen3", &g);
-    assert_true(m->cfg.sliding_window > 0); /* the comparison below runs the window */
+    df_model *m = family_model(name, &g);
+    assert_true(m->cfg.sliding_window > 0); /* the comparison runs the window */
     df_acts *a;
     const int64_t n = g.n_out;
     const double ftol = df_golden_tol(tb_logp_chain(&m->cfg, df_golden_max_len(&g)));
@@ -362,7 +349,7 @@ static void test_families_cuda(void **state)
         const df_param_desc *t = &m->tensors[i];
         ge = fmax(ge, df_golden_rel_err(grads + t->offset, gc + t->offset, t->numel));
     }
-    print_message("qwen3: logp vs cpu %.2e (bound %.2e), worst gradient %.2e (bound %.2e)\n",
+    print_message("%s: logp vs cpu %.2e (bound %.2e), worst gradient %.2e (bound %.2e)\n", name,
                   fe, 2 * ftol, ge, 2 * gtol);
     assert_true(fe <= 2 * ftol && ge <= 2 * gtol);
     df_acts_free(ac);
@@ -370,6 +357,31 @@ static void test_families_cuda(void **state)
     free(c), free(d), free(lp), free(en), free(lc), free(ec), free(grads), free(gc);
     df_golden_batch_free(&g);
     df_model_free(m);
+}
+
+/*
+ * The newer families through the same seam (no new device operator: llama3 RoPE is a table,
+ * the o_proj bias a rank-1 GEMM, the q/k norms the RMSNorm over rows of head_dim or of the
+ * whole projection, OLMo 2's post-norms RMSNorms and one-row column sums as the residual adds,
+ * Gemma 3's 1 + w a copy and an add, its q and embedding scales `scale`, GeGLU its operator):
+ *   - Llama 3.1 (llama3 RoPE, q/k/v/o biases, tied head), OLMo 2 (tiny_olmo2, and
+ *     tiny_olmo2_bias with its biases and tied head), the windowed attention of Qwen3 and
+ *     Mistral (a window of 4 positions under sequences longer than it) and Gemma 3 (sliding and
+ *     full layers, each with its RoPE) against their PyTorch references (family_vs_golden);
+ *   - Qwen3 (q/k norms, head_dim != hidden / heads, its window) and Gemma 3 against the CPU
+ *     (family_vs_cpu).
+ */
+static void test_families_cuda(void **state)
+{
+    (void)state;
+    family_vs_golden("tiny_llama31");
+    family_vs_golden("tiny_olmo2");
+    family_vs_golden("tiny_olmo2_bias");
+    family_vs_golden("tiny_qwen3");
+    family_vs_golden("tiny_mistral");
+    family_vs_golden("tiny_gemma3");
+    family_vs_cpu("tiny_qwen3");
+    family_vs_cpu("tiny_gemma3");
 }
 
 static void test_cuda_acts_refusals(void **state)

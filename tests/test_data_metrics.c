@@ -18,6 +18,7 @@
 #include "workers/common/data_metrics.h"
 
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 /* Two responses of 2 and 1 tokens: returns r = [1, 2, 4], values v = [0.5, 2.5, 3]. */
@@ -210,6 +211,15 @@ static void test_mfu(void **state)
     df_model_config c = {.hidden_size = 4, .intermediate_size = 8, .num_hidden_layers = 2,
                          .num_attention_heads = 2, .num_key_value_heads = 1, .head_dim = 2, .vocab_size = 10};
     assert_near(df_model_train_flops(&c, 5, 13), 11664, 0);
+    /* verl's _estimate_gemma3_flops on the same shapes as gemma3_text with a window of 2 on layer 0
+       (layer 1 full): the sliding layer's attention counts 2 2 + 3 2 = 10 instead of 13, so
+       6 (13 + 10) 2 2 = 552 replaces 624: 11592. The qwen2 estimate ignores the window. */
+    df_model_config g = c;
+    snprintf(g.model_type, sizeof g.model_type, "gemma3_text");
+    g.sliding_window = 2, g.full_layers[0] = 2;
+    assert_near(df_model_train_flops_win(&g, 5, 13, 10), 11592, 0);
+    snprintf(g.model_type, sizeof g.model_type, "qwen2");
+    assert_near(df_model_train_flops_win(&g, 5, 13, 10), 11664, 0);
     assert_near(df_device_peak_flops("NVIDIA H200"), 989e12, 0);
     assert_near(df_device_peak_flops("NVIDIA H20"), 148e12, 0);
     assert_near(df_device_peak_flops("NVIDIA GB200"), 2.5e15, 0);

@@ -139,6 +139,31 @@ static void test_phi3_step(void **state)
     df_model_free(m);
 }
 
+/* One GRPO step of a Gemma 3 text model (sandwich layers, (1 + w) norms, GeGLU, a window on its
+   first layer with the local RoPE), checkpointed as Gemma3ForCausalLM with HF's tensor names. */
+static void test_gemma3_step(void **state)
+{
+    const char *dir = *state;
+    sp_model(dir, "gemma3_text");
+    char path[600], *cfg = NULL;
+    grpo_step(dir, "", "save_freq: 1", "gemma3.yaml");
+    snprintf(path, sizeof path, "%s/out/global_step_1/actor/config.json", dir);
+    assert_int_equal(df_read_file(path, &cfg, NULL), 0);
+    assert_non_null(strstr(cfg, "\"Gemma3ForCausalLM\""));
+    assert_non_null(strstr(cfg, "\"rope_local_base_freq\""));
+    free(cfg);
+    snprintf(path, sizeof path, "%s/out/global_step_1/actor/model.safetensors", dir);
+    char *st = st_header(path);
+    assert_non_null(strstr(st, "model.layers.1.pre_feedforward_layernorm.weight"));
+    assert_non_null(strstr(st, "model.layers.0.post_feedforward_layernorm.weight"));
+    free(st);
+    df_model *m = NULL;
+    snprintf(path, sizeof path, "%s/out/global_step_1/actor", dir);
+    assert_int_equal(df_model_load(path, &m), 0); /* and it loads back, its layer types kept */
+    assert_true(m->cfg.sandwich_norm && df_model_layer_window(&m->cfg, 0) == 8 && df_model_layer_window(&m->cfg, 1) == 0);
+    df_model_free(m);
+}
+
 /* A LoRA GRPO step of a Phi-4-mini-like model (RoPE on half of each head: partial_rotary_factor
    0.5), o_proj excluded by PEFT's pattern over phi3's module names: the checkpoint's adapter holds
    qkv_proj, gate_up_proj and down_proj adapters, PEFT's files, and its actor keeps the factor. */
@@ -176,6 +201,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_grpo_step, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_phi3_step, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_gemma3_step, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_phi4_mini_lora_step, df_test_mkdtemp, df_test_rmtree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -153,6 +153,22 @@ static df_model_config lora_olmo2_config(void)
     return c;
 }
 
+/* lora_model_config as gemma3_text: the sandwich layer (the q/k/v and gate/up adapters read the
+ * input norms' outputs), (1 + w) norms, GeGLU, the scaled embedding, the q scale, a window on
+ * layer 0 with the local RoPE and the last layer full. */
+static df_model_config lora_gemma3_config(void)
+{
+    df_model_config c = lora_model_config();
+    snprintf(c.model_type, sizeof c.model_type, "gemma3_text");
+    c.attention_bias = c.o_proj_bias = false;
+    c.qk_norm = c.post_norm = c.sandwich_norm = c.norm_plus_one = c.embed_scale = c.geglu = true;
+    c.query_pre_attn_scalar = 3 * (double)c.head_dim;
+    c.rope_local_theta = 1e4;
+    c.sliding_window = 3, c.max_window_layers = 0;
+    c.full_layers[0] = (uint64_t)1 << (c.num_hidden_layers - 1);
+    return c;
+}
+
 static void fill(float *x, int64_t n, double scale, uint64_t seed)
 {
     df_rng r;
@@ -595,13 +611,15 @@ static void test_grad_identity_all_linear(void **state)
     identity_case(lora_model_config(), DF_LORA_ALL_LINEAR, 0);
 }
 
-/* OLMo 2's post-norm layer: every target, with and without checkpointing (its recompute runs the
- * whole layer). */
+/* OLMo 2's post-norm layer and Gemma 3's sandwich layer: every target, with and without
+ * checkpointing (their recompute runs the whole layer). */
 static void test_grad_identity_olmo2(void **state)
 {
     (void)state;
     identity_case(lora_olmo2_config(), DF_LORA_ALL_LINEAR, 0);
     identity_case(lora_olmo2_config(), DF_LORA_ALL_LINEAR, DF_ACTS_CHECKPOINT);
+    identity_case(lora_gemma3_config(), DF_LORA_ALL_LINEAR, 0);
+    identity_case(lora_gemma3_config(), DF_LORA_ALL_LINEAR, DF_ACTS_CHECKPOINT);
 }
 
 /* phi3's fused modules: B's row blocks get their parts' gradients, the shared A the sum of all. */
@@ -748,6 +766,7 @@ static void test_on_device(void **state)
     on_device_case(lora_model_config());
     on_device_case(lora_phi3_config());
     on_device_case(lora_olmo2_config());
+    on_device_case(lora_gemma3_config());
 }
 
 /* The reference from a LoRA actor (verl's ref_in_actor): its log-probs are those of a frozen copy

@@ -70,6 +70,23 @@ static df_model_config olmo2_config(void)
     return c;
 }
 
+/* gemma3_text: the sandwich layer with (1 + w) norms, per-head q/k norms, GeGLU, the scaled
+ * embedding, q scaled for query_pre_attn_scalar 24, a window of 5 on layers 0 and 2 with the local
+ * RoPE there and layer 1 full (full_layers), tied embeddings. */
+static df_model_config gemma3_config(void)
+{
+    df_model_config c = base_config("gemma3_text");
+    c.head_dim = 16;
+    c.attention_bias = false;
+    c.qk_norm = c.post_norm = c.sandwich_norm = c.norm_plus_one = c.embed_scale = c.geglu = true;
+    c.query_pre_attn_scalar = 24;
+    c.rope_theta = 1e6, c.rope_local_theta = 1e4;
+    c.sliding_window = 5, c.max_window_layers = 0;
+    c.full_layers[0] = 2; /* layer 1 */
+    c.tie_word_embeddings = true;
+    return c;
+}
+
 static df_model_config llama31_config(void)
 {
     df_model_config c = base_config("llama");
@@ -205,8 +222,8 @@ static void check_chunked(const char *what, const df_model *m, bool bf16)
 static void test_mlp_chunks(void **state)
 {
     (void)state;
-    df_model_config cs[3] = {base_config("qwen2"), qwen3_config(), olmo2_config()};
-    for (int i = 0; i < 3; i++) {
+    df_model_config cs[4] = {base_config("qwen2"), qwen3_config(), olmo2_config(), gemma3_config()};
+    for (int i = 0; i < 4; i++) {
         df_model *m = df_test_signal_model(&cs[i], 21 + i);
         check_chunked(cs[i].model_type, m, false);
         if (df_model_bf16_available() == DF_OK)
@@ -250,6 +267,17 @@ static void test_olmo2(void **state)
     check_identical("olmo2", m, false);
     if (df_model_bf16_available() == DF_OK)
         check_identical("olmo2 bf16 matmuls", m, true);
+    df_model_free(m);
+}
+
+static void test_gemma3(void **state)
+{
+    (void)state;
+    df_model_config c = gemma3_config();
+    df_model *m = df_test_signal_model(&c, 17);
+    check_identical("gemma3", m, false);
+    if (df_model_bf16_available() == DF_OK)
+        check_identical("gemma3 bf16 matmuls", m, true);
     df_model_free(m);
 }
 
@@ -353,7 +381,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_qwen2_gqa_bias), cmocka_unit_test(test_qwen3_and_window),
         cmocka_unit_test(test_llama31),
-        cmocka_unit_test(test_olmo2),        cmocka_unit_test(test_value_head),
+        cmocka_unit_test(test_olmo2),        cmocka_unit_test(test_gemma3),
+        cmocka_unit_test(test_value_head),
         cmocka_unit_test(test_bf16_matmuls),   cmocka_unit_test(test_layout_bytes),
         cmocka_unit_test(test_mlp_chunks),
     };

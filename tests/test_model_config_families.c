@@ -2,7 +2,7 @@
  * config.json of the model families beyond Qwen2 (model.h df_model_config_parse / _save,
  * src/model/config_pos.c): Qwen3, Llama 3.1 / 3.2 rope_scaling, Llama's attention_bias,
  * Qwen2 / Qwen3 sliding windows, Mistral (its window on every layer), OLMo 2 (post-norm layers,
- * q/k norms over the whole projections), transformers 5's
+ * q/k norms over the whole projections), Gemma 3's text model (gemma-3-1b-it), transformers 5's
  * rope_parameters; what stays refused is
  * refused with a message naming the key and the value; saves round-trip.
  */
@@ -218,10 +218,24 @@ static void test_sliding_window(void **state)
         DF_OK);
     assert_int_equal(c.max_window_layers, 1);
     assert_int_equal(df_model_layer_window(&c, 1), 8);
-    expect_error(small(b, sizeof b, "qwen2",
-                       ", \"use_sliding_window\": true, \"layer_types\": [\"sliding_attention\", "
-                       "\"full_attention\", \"full_attention\", \"full_attention\"]"),
-                 DF_EUNSUPPORTED, "a full_attention layer (1) after a sliding_attention one");
+    /* a full layer after a windowed one (per-layer types: df_model_config.full_layers) */
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen2",
+                                                 ", \"use_sliding_window\": true, \"sliding_window\": 8, "
+                                                 "\"layer_types\": [\"sliding_attention\", \"full_attention\", "
+                                                 "\"sliding_attention\", \"full_attention\"]"),
+                                           NULL, &c),
+                     DF_OK);
+    assert_int_equal(c.max_window_layers, 0);
+    assert_true(df_model_layer_window(&c, 0) == 8 && df_model_layer_window(&c, 1) == 0 &&
+                df_model_layer_window(&c, 2) == 8 && df_model_layer_window(&c, 3) == 0);
+    char *out = NULL; /* and written back as they were read */
+    assert_int_equal(df_model_config_to_json(&c, b, &out), DF_OK);
+    json_t *j = json_loads(out, 0, NULL);
+    json_t *lt = json_object_get(j, "layer_types");
+    assert_string_equal(json_string_value(json_array_get(lt, 1)), "full_attention");
+    assert_string_equal(json_string_value(json_array_get(lt, 2)), "sliding_attention");
+    json_decref(j);
+    free(out);
     expect_error(small(b, sizeof b, "qwen2",
                        ", \"layer_types\": [\"full_attention\", \"full_attention\", "
                        "\"full_attention\", \"sliding_attention\"]"),
@@ -567,6 +581,164 @@ static void test_olmo2(void **state)
     assert_true(back.num_labels == 1 && back.post_norm);
 }
 
+/* Gemma 3 (text): gemma-3-1b-it's published config and its 999,885,952 parameters, the sliding
+   layers (every sixth full), Gemma3TextConfig's defaults, the per-type RoPE of transformers 5,
+   every refusal naming its key and value, and save round trips (Gemma3ForCausalLM). */
+static void test_gemma3(void **state)
+{
+    const char *dir = *state;
+    df_model_config c, back;
+    char b[1400], path[512];
+    assert_int_equal(df_model_config_parse(k_gemma3_1b, NULL, &c), DF_OK);
+    assert_string_equal(c.model_type, "gemma3_text");
+    assert_true(c.post_norm && c.sandwich_norm && c.norm_plus_one && c.embed_scale && c.geglu);
+    assert_true(c.qk_norm && !c.qk_norm_full && !c.attention_bias && !c.o_proj_bias && c.tie_word_embeddings);
+    assert_true(c.hidden_size == 1152 && c.num_hidden_layers == 26 && c.intermediate_size == 6912);
+    assert_true(c.num_attention_heads == 4 && c.num_key_value_heads == 1 && c.head_dim == 256);
+    assert_true(c.vocab_size == 262144 && c.max_position_embeddings == 32768 && c.rms_norm_eps == 1e-6);
+    assert_true(c.rope_theta == 1e6 && c.rope_local_theta == 1e4 && c.rope_type == DF_ROPE_DEFAULT);
+    assert_true(c.query_pre_attn_scalar == 256 && df_model_q_scale(&c) == 1.0f);
+    assert_true(df_model_embed_scale(&c) == (float)sqrt(1152.0));
+    assert_true(c.bos_token_id == 2 && c.n_eos == 2 && c.eos_token_ids[1] == 106 && c.torch_dtype == DF_DTYPE_BF16);
+    for (int64_t l = 0; l < 26; l++) { /* layers 5, 11, 17, 23 full; the others windowed, local RoPE */
+        const bool full = (l + 1) % 6 == 0;
+        assert_int_equal(df_model_layer_window(&c, l), full ? 0 : 512);
+        assert_int_equal(df_model_layer_local_rope(&c, l), !full);
+    }
+    /* 13 tensors a layer; 999,885,952 parameters: embedding 262144 x 1152 (tied), per layer q / o
+       2 x 1024 x 1152, k / v 2 x 256 x 1152, q/k norms 2 x 256, four norms 4 x 1152, MLP 3 x 6912 x
+       1152, the final norm 1152 */
+    int64_t floats, tensors;
+    assert_int_equal(df_model_param_count(&c, &floats, &tensors), DF_OK);
+    assert_int_equal(tensors, 1 + 26 * 13 + 1);
+    df_param_desc *d;
+    int n;
+    int64_t total, params = 0;
+    assert_int_equal(df_model_layout(&c, &d, &n, &total), DF_OK);
+    const char *want[13] = {"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                            "self_attn.v_proj.weight", "self_attn.o_proj.weight", "self_attn.q_norm.weight",
+                            "self_attn.k_norm.weight", "post_attention_layernorm.weight",
+                            "pre_feedforward_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
+                            "mlp.down_proj.weight", "post_feedforward_layernorm.weight"};
+    for (int i = 0; i < 13; i++) {
+        char full[96];
+        snprintf(full, sizeof full, "model.layers.0.%s", want[i]);
+        assert_string_equal(d[1 + i].name, full);
+    }
+    assert_true(d[6].shape[0] == 256 && d[7].shape[0] == 256 && d[9].shape[0] == 1152);
+    for (int i = 0; i < n; i++)
+        params += d[i].numel;
+    assert_int_equal(params, 999885952);
+    free(d);
+    /* Gemma3TextConfig's defaults; layer_types wins over the pattern; q scale for qpas != head_dim */
+    assert_int_equal(df_model_config_parse("{\"model_type\": \"gemma3_text\", \"vocab_size\": 100, \"hidden_size\": "
+                                           "64, \"intermediate_size\": 96, \"num_hidden_layers\": 7, "
+                                           "\"num_attention_heads\": 4}", NULL, &c), DF_OK);
+    assert_true(c.num_key_value_heads == 4 && c.head_dim == 256 && c.sliding_window == 4096);
+    assert_true(c.max_position_embeddings == 131072 && c.rope_theta == 1e6 && c.rope_local_theta == 1e4);
+    assert_true(c.query_pre_attn_scalar == 256 && c.tie_word_embeddings && c.bos_token_id == 2);
+    assert_true(df_model_layer_sliding(&c, 4) && !df_model_layer_sliding(&c, 5) && df_model_layer_sliding(&c, 6));
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "gemma3_text",
+                                                 ", \"head_dim\": 16, \"query_pre_attn_scalar\": 24, "
+                                                 "\"sliding_window_pattern\": 2, \"layer_types\": [\"full_attention\", "
+                                                 "\"sliding_attention\", \"sliding_attention\", \"full_attention\"], "
+                                                 "\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 8.0}"),
+                                           NULL, &c), DF_OK);
+    assert_true(!df_model_layer_sliding(&c, 0) && df_model_layer_sliding(&c, 1) && df_model_layer_sliding(&c, 2) &&
+                !df_model_layer_sliding(&c, 3));
+    assert_true(df_model_q_scale(&c) == (float)sqrt(16.0 / 24.0) && c.rope_type == DF_ROPE_LINEAR);
+    /* transformers 5: rope_parameters per layer type */
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "gemma3_text",
+                                                 ", \"rope_parameters\": {\"full_attention\": {\"rope_type\": "
+                                                 "\"linear\", \"factor\": 8.0, \"rope_theta\": 1000000.0}, "
+                                                 "\"sliding_attention\": {\"rope_type\": \"default\", "
+                                                 "\"rope_theta\": 10000.0}}"),
+                                           NULL, &c), DF_OK);
+    assert_true(c.rope_type == DF_ROPE_LINEAR && c.rope_factor == 8 && c.rope_theta == 1e6 && c.rope_local_theta == 1e4);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    assert_int_equal(df_model_config_save(&c, b, path), DF_OK);
+    assert_int_equal(df_model_config_load(path, &back), DF_OK);
+    assert_true(back.rope_type == DF_ROPE_LINEAR && back.rope_theta == 1e6 && back.rope_local_theta == 1e4);
+    json_t *j = json_load_file(path, 0, NULL);
+    json_t *rp = json_object_get(j, "rope_parameters");
+    assert_true(json_number_value(json_object_get(json_object_get(rp, "sliding_attention"), "rope_theta")) == 1e4);
+    assert_null(json_object_get(j, "rope_local_base_freq"));
+    json_decref(j);
+    expect_error(small(b, sizeof b, "gemma3_text", ", \"rope_parameters\": {\"full_attention\": {}, "
+                       "\"sliding_attention\": {\"rope_type\": \"linear\", \"factor\": 2.0}}"),
+                 DF_EUNSUPPORTED, "\"rope_parameters.sliding_attention\": only plain RoPE");
+    expect_error(small(b, sizeof b, "gemma3_text", ", \"rope_parameters\": {\"full_attention\": {}}"),
+                 DF_EINVAL, "must hold exactly the objects");
+    /* refused, naming the key and the value */
+    expect_error(small(b, sizeof b, "gemma3", ""), DF_EUNSUPPORTED, "only the text model, model_type \"gemma3_text\"");
+    expect_error(small(b, sizeof b, "gemma3_text", ", \"final_logit_softcapping\": 30.0"), DF_EUNSUPPORTED,
+                 "key \"final_logit_softcapping\" 30 is not supported");
+    expect_error(small(b, sizeof b, "gemma3_text", ", \"attn_logit_softcapping\": 50.0"), DF_EUNSUPPORTED,
+                 "key \"attn_logit_softcapping\" 50 is not supported");
+    expect_error(small(b, sizeof b, "gemma3_text", ", \"attn_logit_softcapping\": \"x\""), DF_EUNSUPPORTED,
+                 "key \"attn_logit_softcapping\" must be null");
+    expect_error(small(b, sizeof b, "gemma3_text", ", \"use_bidirectional_attention\": true"), DF_EUNSUPPORTED,
+                 "key \"use_bidirectional_attention\" must be false or null (distflow's decoders are causal), got true");
+    expect_error(small(b, sizeof b, "gemma3_text", ", \"hidden_activation\": \"gelu\""), DF_EUNSUPPORTED,
+                 "key \"hidden_activation\": \"gelu\" is not supported (gelu_pytorch_tanh)");
+    expect_error(small(b, sizeof b, "gemma3_text", ", \"hidden_activation\": 1"), DF_EINVAL,
+                 "key \"hidden_activation\" must be a string");
+    expect_error(small(b, sizeof b, "gemma3_text", ", \"attention_dropout\": 0.1"), DF_EUNSUPPORTED,
+                 "key \"attention_dropout\" 0.1 is not supported");
+    expect_error(small(b, sizeof b, "gemma3_text", ", \"query_pre_attn_scalar\": 0"), DF_EINVAL,
+                 "key \"query_pre_attn_scalar\" must be > 0 (got 0)");
+    expect_error(small(b, sizeof b, "gemma3_text", ", \"rope_local_base_freq\": -1"), DF_EINVAL,
+                 "key \"rope_local_base_freq\" must be > 0 (got -1)");
+    expect_error(small(b, sizeof b, "gemma3_text", ", \"rope_local_base_freq\": \"10000\""), DF_EINVAL,
+                 "key \"rope_local_base_freq\" must be a number, got a string");
+    expect_error(small(b, sizeof b, "gemma3_text", ", \"sliding_window\": null"), DF_EUNSUPPORTED,
+                 "key \"sliding_window\" null: gemma3_text needs its window");
+    expect_error(small(b, sizeof b, "gemma3_text", ", \"sliding_window\": 0"), DF_EINVAL,
+                 "key \"sliding_window\" must be > 0 (got 0)");
+    expect_error(small(b, sizeof b, "gemma3_text", ", \"sliding_window_pattern\": 0"), DF_EINVAL,
+                 "key \"sliding_window_pattern\" must be > 0 (got 0)");
+    expect_error(small(b, sizeof b, "gemma3_text", ", \"layer_types\": [\"full_attention\"]"), DF_EINVAL,
+                 "key \"layer_types\" must be a list of num_hidden_layers (4) strings");
+    expect_error(small(b, sizeof b, "gemma3_text", ", \"layer_types\": [\"full_attention\", \"chunked\", "
+                       "\"full_attention\", \"full_attention\"]"), DF_EUNSUPPORTED, "entry 1 is not");
+    expect_error(small(b, sizeof b, "gemma3_text", ", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 8.0}"),
+                 DF_EUNSUPPORTED, "rope_type \"yarn\" is not supported");
+    expect_error(small(b, sizeof b, "gemma3_text", ", \"mlp_bias\": true"), DF_EUNSUPPORTED, "key \"mlp_bias\" true");
+    /* saves: Gemma3ForCausalLM, the file's keys kept, layer_types written for a fresh file */
+    assert_int_equal(df_model_config_parse(k_gemma3_1b, NULL, &c), DF_OK);
+    for (int fresh = 0; fresh < 2; fresh++) {
+        assert_int_equal(df_model_config_save(&c, fresh ? NULL : k_gemma3_1b, path), DF_OK);
+        assert_int_equal(df_model_config_load(path, &back), DF_OK);
+        assert_true(back.sandwich_norm && back.norm_plus_one && back.geglu && back.embed_scale);
+        assert_true(back.rope_local_theta == 1e4 && back.rope_theta == 1e6 && back.query_pre_attn_scalar == 256);
+        assert_true(back.sliding_window == 512 && !memcmp(back.full_layers, c.full_layers, sizeof c.full_layers));
+        assert_true(back.head_dim == 256 && back.num_key_value_heads == 1 && back.tie_word_embeddings);
+        j = json_load_file(path, 0, NULL);
+        assert_string_equal(json_string_value(json_array_get(json_object_get(j, "architectures"), 0)),
+                            "Gemma3ForCausalLM");
+        assert_string_equal(json_string_value(json_object_get(j, "hidden_activation")), "gelu_pytorch_tanh");
+        assert_null(json_object_get(j, "hidden_act"));
+        assert_null(json_object_get(j, "use_sliding_window"));
+        assert_int_equal(json_integer_value(json_object_get(j, "query_pre_attn_scalar")), 256);
+        assert_int_equal(json_integer_value(json_object_get(j, "rope_local_base_freq")), 10000);
+        assert_true(json_is_null(json_object_get(j, "final_logit_softcapping")));
+        assert_true(fresh ? json_array_size(json_object_get(j, "layer_types")) == 26
+                          : json_integer_value(json_object_get(j, "sliding_window_pattern")) == 6);
+        json_decref(j);
+    }
+    /* a config whose features are not gemma3_text's is refused by validation, naming them */
+    df_model_config v = c;
+    v.sandwich_norm = false;
+    assert_error_mentions(df_model_config_validate(&v), DF_EINVAL, "gemma3_text: sandwich norms are not set");
+    v = c;
+    snprintf(v.model_type, sizeof v.model_type, "olmo2");
+    v.qk_norm_full = true, v.sliding_window = 0;
+    assert_error_mentions(df_model_config_validate(&v), DF_EINVAL, "olmo2: sandwich norms are set");
+    v = c;
+    v.sliding_window = 0;
+    assert_error_mentions(df_model_config_validate(&v), DF_EINVAL, "gemma3_text needs a sliding_window > 0");
+}
+
 static void test_rope_parameters(void **state)
 {
     (void)state;
@@ -628,7 +800,7 @@ static void test_refusals(void **state)
                  DF_EINVAL, "low_freq_factor < high_freq_factor");
     expect_error(small(b, sizeof b, "qwen2", ", \"rope_scaling\": 2"), DF_EINVAL,
                  "key \"rope_scaling\" must be an object or null");
-    expect_error(small(b, sizeof b, "gemma", ""), DF_EUNSUPPORTED, "(qwen2, qwen3, llama, mistral, phi3, olmo2)");
+    expect_error(small(b, sizeof b, "gemma", ""), DF_EUNSUPPORTED, "(qwen2, qwen3, llama, mistral, phi3, olmo2, gemma3_text)");
 }
 
 /* Fresh saves and saves over an original round-trip every new field; an original's layout
@@ -710,6 +882,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_phi3, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_phi4_mini, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_olmo2, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_gemma3, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test(test_rope_parameters),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test_setup_teardown(test_save_roundtrip, df_test_mkdtemp, df_test_rmtree),

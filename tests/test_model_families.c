@@ -18,7 +18,12 @@
  *                 attention's output, post_feedforward_layernorm on the MLP's, before the residual
  *                 adds) and q/k norms over the whole projections, GQA, head_dim 16 with hidden 32,
  *                 rope_theta 5e5, untied; tiny_olmo2_bias the same with attention_bias (q/k/v and
- *                 o_proj biases) and tied embeddings.
+ *                 o_proj biases) and tied embeddings;
+ *   tiny_gemma3   Gemma 3's text model: the sandwich layer (input, post-attention, pre-feedforward
+ *                 and post-feedforward norms), every norm scaling by 1 + w, per-head q/k norms,
+ *                 GeGLU, the embedding times sqrt(hidden), query_pre_attn_scalar 24 over head_dim
+ *                 16, layer_types [sliding, sliding, full] with a window of 4, the sliding layers'
+ *                 local RoPE (1e4) and the full layer's rope_theta 1e6 with linear scaling x8.
  * For each: log-probs and entropies at two temperatures, full logits of a few rows and the
  * gradient of sum(c logp) + sum(d entropy) w.r.t. every parameter, within the bounds of
  * test_model_golden.c (tests/testbounds.h chains, which add the q/k norms' and the o_proj
@@ -30,7 +35,9 @@
  * llama3; an o_proj bias moved by 1e-2; Mistral's window on layer 1 only, or rope_theta 1e4;
  * phi3's k and v, or gate and up, read in each other's place; longrope's long factors, no attention
  * factor, or plain RoPE; the whole head or fewer dims rotated instead of 12; an OLMo 2 post-norm
- * or q/k norm weight moved) and the same comparison must then exceed its bound.
+ * or q/k norm weight moved; Gemma 3's (1 + w) read as w, no embedding scale, SwiGLU, head_dim's
+ * attention scale, one RoPE for all layers or the two swapped, the window on its full layer, two
+ * norms swapped) and the same comparison must then exceed its bound.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -663,6 +670,112 @@ static void test_olmo2_file_errors(void **state)
     unload(&g);
 }
 
+/* ---- Gemma 3 ----------------------------------------------------------------------------------- */
+
+static void test_gemma3_config_and_layout(void **state)
+{
+    (void)state;
+    golden g = load("tiny_gemma3");
+    const df_model_config *c = &g.m->cfg;
+    assert_string_equal(c->model_type, "gemma3_text");
+    assert_true(c->post_norm && c->sandwich_norm && c->norm_plus_one && c->embed_scale && c->geglu);
+    assert_true(c->qk_norm && !c->qk_norm_full && c->tie_word_embeddings && !c->attention_bias);
+    assert_true(c->query_pre_attn_scalar == 24 && c->rope_local_theta == 1e4 && c->rope_theta == 1e6);
+    assert_true(c->rope_type == DF_ROPE_LINEAR && c->rope_factor == 8);
+    /* layer_types [sliding, sliding, full]: the window and the local RoPE on layers 0 and 1 */
+    assert_true(df_model_layer_window(c, 0) == 4 && df_model_layer_window(c, 1) == 4 &&
+                df_model_layer_window(c, 2) == 0);
+    assert_true(df_model_layer_local_rope(c, 1) && !df_model_layer_local_rope(c, 2));
+    const df_param_desc *ff = df_model_find_tensor(g.m, "model.layers.1.pre_feedforward_layernorm.weight");
+    const df_param_desc *in = df_model_find_tensor(g.m, "model.layers.1.input_layernorm.weight");
+    const df_param_desc *q = df_model_find_tensor(g.m, "model.layers.1.self_attn.q_norm.weight");
+    assert_true(ff && in && q && q->shape[0] == 16);
+    assert_ptr_equal(g.m->w.layers[1].ln_ff, g.m->params + ff->offset);
+    assert_ptr_equal(g.m->w.layers[1].ln1, g.m->params + in->offset);
+    assert_int_equal(g.m->n_tensors, 1 + 3 * 13 + 1);
+    /* Gemma3's init: its norms scale by 1 + w, so w starts at 0 */
+    df_model *r;
+    assert_int_equal(df_model_create(c, &r), DF_OK);
+    assert_int_equal(df_model_init_random(r, 5), DF_OK);
+    for (int64_t i = 0; i < 16; i++)
+        assert_true(r->w.layers[0].q_norm[i] == 0.0f && r->w.layers[2].ln_ff[i] == 0.0f && r->w.final_norm[i] == 0.0f);
+    df_model_free(r);
+    unload(&g);
+}
+
+static void test_gemma3_golden(void **state)
+{
+    (void)state;
+    golden g = load("tiny_gemma3");
+    check_golden(&g, "gemma3");
+    unload(&g);
+}
+
+/* Each of Gemma 3's features matters where HF applies it: switched off, moved or swapped on the
+ * same weights, the forward (or the gradient) leaves its bound. */
+static void test_gemma3_detects(void **state)
+{
+    (void)state;
+    golden g = load("tiny_gemma3");
+    df_model_config c = g.m->cfg;
+    c.norm_plus_one = false; /* the norms' weights read as w, not 1 + w */
+    df_model *m = variant(&g, &c);
+    expect_forward_moves(m, &g, "norms scaled by w instead of 1 + w");
+    df_model_free(m);
+    c = g.m->cfg;
+    c.embed_scale = false;
+    m = variant(&g, &c);
+    expect_forward_moves(m, &g, "no embedding scale");
+    df_model_free(m);
+    c = g.m->cfg;
+    c.geglu = false;
+    m = variant(&g, &c);
+    expect_forward_moves(m, &g, "SwiGLU instead of GeGLU");
+    df_model_free(m);
+    c = g.m->cfg;
+    c.query_pre_attn_scalar = 0; /* head_dim^-0.5 */
+    m = variant(&g, &c);
+    expect_forward_moves(m, &g, "attention scale head_dim^-0.5");
+    df_model_free(m);
+    c = g.m->cfg;
+    c.rope_local_theta = 0; /* every layer the full layers' RoPE */
+    m = variant(&g, &c);
+    expect_forward_moves(m, &g, "the global RoPE on the sliding layers");
+    df_model_free(m);
+    c = g.m->cfg;
+    const double t = c.rope_theta; /* the two tables swapped (the scaling kept on the global one) */
+    c.rope_theta = c.rope_local_theta, c.rope_local_theta = t;
+    m = variant(&g, &c);
+    expect_forward_moves(m, &g, "RoPE bases swapped");
+    df_model_free(m);
+    c = g.m->cfg;
+    c.full_layers[0] = 0, c.max_window_layers = 1; /* layer 0 full, layers 1 and 2 windowed */
+    m = variant(&g, &c);
+    expect_forward_moves(m, &g, "the window on the full layer");
+    df_model_free(m);
+    /* the norms in each other's places: pre_feedforward <-> post_attention, input <-> post_feedforward */
+    assert_int_equal(df_model_clone(g.m, &m), DF_OK);
+    df_layer_view *l1 = &m->w.layers[1];
+    float tmp[32];
+    float *pairs[2][2] = {{l1->ln_ff, l1->ln2}, {l1->ln1, l1->ln3}};
+    for (int i = 0; i < 2; i++) {
+        memcpy(tmp, pairs[i][0], sizeof tmp);
+        memcpy(pairs[i][0], pairs[i][1], sizeof tmp);
+        memcpy(pairs[i][1], tmp, sizeof tmp);
+        expect_forward_moves(m, &g, i ? "input / post_feedforward norms swapped" : "pre_feedforward / post_attention norms swapped");
+        memcpy(pairs[i][1], pairs[i][0], sizeof tmp);
+        memcpy(pairs[i][0], tmp, sizeof tmp);
+    }
+    m->w.layers[0].k_norm[5] += 1e-3f;
+    float *grads = golden_grads(m, &g, 1);
+    double ge = df_golden_worst_grad(m, g.gb.exp, grads, 1.0f, NULL);
+    print_message("k_norm weight 5 + 1e-3: gradient %.2e (bound %.2e)\n", ge, GRAD_TOL(&g));
+    assert_true(ge > GRAD_TOL(&g));
+    free(grads);
+    df_model_free(m);
+    unload(&g);
+}
+
 /* ---- the rollout decoder ------------------------------------------------------------------- */
 
 /*
@@ -727,6 +840,7 @@ static void test_rollout_decoder(void **state)
     check_rollout("tiny_phi4_mini");
     check_rollout("tiny_olmo2");
     check_rollout("tiny_olmo2_bias");
+    check_rollout("tiny_gemma3");
 }
 
 /* ---- files ------------------------------------------------------------------------------------ */
@@ -779,11 +893,11 @@ static void check_phi3_files(const char *dir)
 static void test_save_load_roundtrip(void **state)
 {
     const char *dir = *state;
-    const char *names[7] = {"tiny_qwen3",         "tiny_llama31",   "tiny_mistral", "tiny_phi3",
-                            "tiny_phi3_longrope", "tiny_phi4_mini", "tiny_olmo2"};
-    const char *archs[7] = {"Qwen3ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM", "Phi3ForCausalLM",
-                            "Phi3ForCausalLM",  "Phi3ForCausalLM",  "Olmo2ForCausalLM"};
-    for (int i = 0; i < 7; i++) {
+    const char *names[8] = {"tiny_qwen3",         "tiny_llama31",   "tiny_mistral", "tiny_phi3",
+                            "tiny_phi3_longrope", "tiny_phi4_mini", "tiny_olmo2",   "tiny_gemma3"};
+    const char *archs[8] = {"Qwen3ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM", "Phi3ForCausalLM",
+                            "Phi3ForCausalLM",  "Phi3ForCausalLM",  "Olmo2ForCausalLM",   "Gemma3ForCausalLM"};
+    for (int i = 0; i < 8; i++) {
         golden g = load(names[i]);
         char sub[512], cfgp[600];
         snprintf(sub, sizeof sub, "%s/%s", dir, names[i]);
@@ -802,6 +916,10 @@ static void test_save_load_roundtrip(void **state)
         assert_true(df_rope_same(a, b));
         assert_int_equal(a->rope_dim, b->rope_dim);
         assert_int_equal(a->max_window_layers, b->max_window_layers);
+        assert_memory_equal(a->full_layers, b->full_layers, sizeof a->full_layers);
+        assert_true(a->sandwich_norm == b->sandwich_norm && a->norm_plus_one == b->norm_plus_one &&
+                    a->embed_scale == b->embed_scale && a->geglu == b->geglu);
+        assert_true(a->query_pre_attn_scalar == b->query_pre_attn_scalar);
         snprintf(cfgp, sizeof cfgp, "%s/config.json", sub);
         json_error_t je;
         json_t *j = json_load_file(cfgp, 0, &je);
@@ -835,6 +953,17 @@ static void test_save_load_roundtrip(void **state)
             assert_true(json_is_false(json_object_get(j, "attention_bias")));
             assert_true(json_number_value(json_object_get(j, "rope_theta")) == 5e5);
             assert_int_equal(json_integer_value(json_object_get(j, "pad_token_id")), 1);
+        } else if (i == 7) { /* Gemma3TextConfig's keys: the file's layer_types, the local base */
+            json_t *lt = json_object_get(j, "layer_types");
+            assert_string_equal(json_string_value(json_array_get(lt, 2)), "full_attention");
+            assert_string_equal(json_string_value(json_array_get(lt, 1)), "sliding_attention");
+            assert_int_equal(json_integer_value(json_object_get(j, "sliding_window")), 4);
+            assert_true(json_number_value(json_object_get(j, "rope_local_base_freq")) == 1e4);
+            assert_true(json_number_value(json_object_get(j, "query_pre_attn_scalar")) == 24);
+            assert_string_equal(json_string_value(json_object_get(json_object_get(j, "rope_scaling"), "rope_type")),
+                                "linear");
+            assert_null(json_object_get(j, "hidden_act"));
+            assert_null(json_object_get(j, "use_sliding_window"));
         } else if (i == 3) {
             assert_true(json_is_null(json_object_get(j, "sliding_window")));
             assert_null(json_object_get(j, "use_sliding_window"));
@@ -879,6 +1008,11 @@ static void test_device_refuses_window(void **state)
     ops.attention_window = true;
     assert_int_equal(df_model_check_backend(&be, &g.m->cfg), DF_OK);
     unload(&g);
+    /* Gemma 3's windowed layers come before its full one: each layer is checked, not the last */
+    ops.attention_window = false;
+    g = load("tiny_gemma3");
+    assert_error_mentions(df_model_check_backend(&be, &g.m->cfg), DF_EUNSUPPORTED, "sliding_window 4 on layer 0");
+    unload(&g);
 }
 
 int main(void)
@@ -900,6 +1034,9 @@ int main(void)
         cmocka_unit_test(test_olmo2_golden),
         cmocka_unit_test(test_olmo2_detects),
         cmocka_unit_test_setup_teardown(test_olmo2_file_errors, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test(test_gemma3_config_and_layout),
+        cmocka_unit_test(test_gemma3_golden),
+        cmocka_unit_test(test_gemma3_detects),
         cmocka_unit_test(test_rollout_decoder),
         cmocka_unit_test_setup_teardown(test_save_load_roundtrip, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test(test_device_refuses_window),

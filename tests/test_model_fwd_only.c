@@ -83,6 +83,23 @@ static df_model_config olmo2_config(void)
     return c;
 }
 
+/* gemma3_text: the sandwich layer with (1 + w) norms, per-head q/k norms, GeGLU, the scaled
+ * embedding, q scaled for query_pre_attn_scalar 24, a window of 5 on layers 0 and 2 with the local
+ * RoPE there and layer 1 full (full_layers), tied embeddings. */
+static df_model_config gemma3_config(void)
+{
+    df_model_config c = base_config("gemma3_text");
+    c.head_dim = 16;
+    c.attention_bias = false;
+    c.qk_norm = c.post_norm = c.sandwich_norm = c.norm_plus_one = c.embed_scale = c.geglu = true;
+    c.query_pre_attn_scalar = 24;
+    c.rope_theta = 1e6, c.rope_local_theta = 1e4;
+    c.sliding_window = 5, c.max_window_layers = 0;
+    c.full_layers[0] = 2; /* layer 1 */
+    c.tie_word_embeddings = true;
+    return c;
+}
+
 /* Per batch: logp and entropy, or values. */
 typedef struct {
     float out[2][2][64];
@@ -179,6 +196,13 @@ static void test_olmo2(void **state)
     (void)state;
     df_model_config c = olmo2_config();
     check_model("olmo2", &c, 15);
+}
+
+static void test_gemma3(void **state)
+{
+    (void)state;
+    df_model_config c = gemma3_config();
+    check_model("gemma3", &c, 17);
 }
 
 static void test_value_head(void **state)
@@ -370,6 +394,7 @@ int main(void)
         cmocka_unit_test(test_qwen2),           cmocka_unit_test(test_qwen3_window),
         cmocka_unit_test(test_llama_tied_even), cmocka_unit_test(test_value_head),
         cmocka_unit_test(test_olmo2),
+        cmocka_unit_test(test_gemma3),
         cmocka_unit_test(test_layout_bytes),    cmocka_unit_test(test_weights16_embed),
         cmocka_unit_test(test_bf16_lookup),     cmocka_unit_test(test_refresh_release),
     };

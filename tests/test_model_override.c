@@ -127,6 +127,7 @@ static void test_refused_keys(void **state)
         {NULL, "{\"output_hidden_states\": true}", DF_EUNSUPPORTED, WHO ".output_hidden_states"},
         {NULL, "{\"classifier_dropout\": 0.1}", DF_EUNSUPPORTED, WHO ".classifier_dropout: only 0 is supported"},
         {NULL, "{\"resid_pdrop\": 0.0}", DF_EUNSUPPORTED, WHO ".resid_pdrop: distflow does not read"}, /* phi3's */
+        {NULL, "{\"query_pre_attn_scalar\": 64}", DF_EUNSUPPORTED, WHO ".query_pre_attn_scalar"}, /* gemma3's */
         {NULL, "{\"classifier_dropout\": \"0\"}", DF_EUNSUPPORTED, "got a string"},
         {NULL, "{\"use_cache\": \"no\"}", DF_EINVAL, WHO ".use_cache: must be a boolean"},
         {"mistral", "{\"attention_bias\": true}", DF_EUNSUPPORTED, WHO ".attention_bias: a mistral model"},
@@ -145,6 +146,21 @@ static void test_refused_keys(void **state)
     /* the file is named too */
     char *out = NULL;
     assert_error_mentions(merge(k_llama32_1b, "{\"pad_token_id\": 0}", &out), DF_EUNSUPPORTED, "m/config.json");
+}
+
+/* gemma3_text's own keys: its attention scale, local RoPE base and layer pattern, checked as the
+   file's (a soft-capping value refused naming the setting). */
+static void test_gemma3_keys(void **state)
+{
+    (void)state;
+    df_model_config c;
+    assert_int_equal(parse_merged(k_gemma3_1b, "{\"query_pre_attn_scalar\": 128, \"rope_local_base_freq\": 20000, "
+                                  "\"sliding_window_pattern\": 2, \"sliding_window\": 64}", &c),
+                     DF_OK);
+    assert_true(c.query_pre_attn_scalar == 128 && c.rope_local_theta == 2e4 && c.sliding_window == 64);
+    assert_true(df_model_layer_sliding(&c, 0) && !df_model_layer_sliding(&c, 1));
+    assert_error_mentions(parse_merged(k_gemma3_1b, "{\"final_logit_softcapping\": 30.0}", &c), DF_EUNSUPPORTED,
+                          "\"final_logit_softcapping\" 30 is not supported");
 }
 
 /* A value the parser refuses names the file and the setting it came from. */
@@ -268,6 +284,7 @@ int main(void)
         cmocka_unit_test(test_values_replace_and_mappings_merge),
         cmocka_unit_test(test_refused_keys),
         cmocka_unit_test(test_bad_value_names_the_setting),
+        cmocka_unit_test(test_gemma3_keys),
         cmocka_unit_test(test_load_computes_with_overrides),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

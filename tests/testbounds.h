@@ -42,7 +42,9 @@ static inline double tb_head_bound(const df_model *m, float temperature)
     for (int64_t j = 0; j < rows; j++) {
         double s = 0;
         for (int64_t k = 0; k < H; k++) {
-            double x = (double)head[j * H + k] * m->w.final_norm[k];
+            /* the norm's scale: its weight, or 1 + w (Gemma3RMSNorm) */
+            double n = (double)m->w.final_norm[k] + (m->cfg.norm_plus_one ? 1.0 : 0.0);
+            double x = (double)head[j * H + k] * n;
             s += x * x;
         }
         z = fmax(z, sqrt(s));
@@ -64,15 +66,30 @@ static inline double tb_qk_norm_width(const df_model_config *c)
    o_proj bias (one add forward; its gradient sums the T tokens, which the chain ends with).
    OLMo 2's post-norm layer has as many RMSNorms and residual adds as the pre-norm one, in
    other places on the path: its chain is the same. */
+/* Gemma 3's layer (sandwich_norm) adds per layer two RMSNorms on the path (the input and
+   pre-feedforward ones: H + 4 each forward, H + 8 backward, and one residual add each backward),
+   the (1 + w) add of each of its six norms' weights (one rounding each), the q scale (one
+   multiply each way) and GeGLU's tanh form in place of SwiGLU (geglu_ref.h: about 13 roundings
+   forward against SwiGLU's 3, 12 a term backward against 6: 10 and 8 more); the model adds the
+   embedding scale (one multiply each way) and the final norm's (1 + w) (one). */
+static inline double tb_gemma3_extra(const df_model_config *c, bool bwd)
+{
+    if (!c->sandwich_norm)
+        return 0;
+    const double H = (double)c->hidden_size;
+    const double layer = bwd ? 2 * (H + 8) + 2 + 1 + 8 : 2 * (H + 4) + 6 + 1 + 10;
+    return (double)c->num_hidden_layers * layer + (bwd ? 1 : 2);
+}
+
 static inline double tb_attn_extra_fwd(const df_model_config *c)
 {
     double per_layer = (c->qk_norm ? tb_qk_norm_width(c) + 4 : 0) + (c->o_proj_bias ? 1 : 0);
-    return (double)c->num_hidden_layers * per_layer;
+    return (double)c->num_hidden_layers * per_layer + tb_gemma3_extra(c, false);
 }
 
 static inline double tb_attn_extra_bwd(const df_model_config *c)
 {
-    return (double)c->num_hidden_layers * (c->qk_norm ? tb_qk_norm_width(c) + 8 : 0);
+    return (double)c->num_hidden_layers * (c->qk_norm ? tb_qk_norm_width(c) + 8 : 0) + tb_gemma3_extra(c, true);
 }
 
 /* To the head's outputs: the decoder (df_tol_decoder_fwd_chain), then the LM head (a GEMM of

@@ -174,6 +174,13 @@ static inline void df_test_random_model(const char *dir, const df_tokenizer *tok
     cfg.max_position_embeddings = max_pos;
     cfg.eos_token_ids[0] = df_tokenizer_eos_id(tok);
     cfg.n_eos = 1;
+    if (!strcmp(model_type, "gemma3_text")) { /* Gemma 3's layer; a window of 8 on all but the last layer */
+        cfg.qk_norm = cfg.post_norm = cfg.sandwich_norm = cfg.norm_plus_one = cfg.embed_scale = cfg.geglu = true;
+        cfg.query_pre_attn_scalar = 16, cfg.rope_theta = 1e6, cfg.rope_local_theta = 1e4;
+        cfg.sliding_window = 8, cfg.max_window_layers = 0;
+        cfg.full_layers[0] = (uint64_t)1 << (layers - 1);
+        cfg.tie_word_embeddings = true;
+    }
     df_model *m;
     assert_int_equal(df_model_create(&cfg, &m), 0);
     assert_int_equal(df_model_init_random(m, seed), 0);

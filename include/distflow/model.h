@@ -1,5 +1,6 @@
 /*
- * distflow/model.h — the Qwen2 / Qwen3 / Llama decoder (and OLMo 2's post-norm variant of it): configuration, parameter
+ * distflow/model.h — the Qwen2 / Qwen3 / Llama decoder (and OLMo 2's post-norm and Gemma 3's sandwich-norm
+ * variants of it): configuration, parameter
  * layout, Hugging Face file I/O, and training forward / backward on packed
  * variable-length sequences.
  *
@@ -9,7 +10,7 @@
  * optimizer, clipping, checkpoints and all-reduce are flat loops. Order:
  *   model.embed_tokens.weight                    [vocab, hidden]
  *   for each layer i:
- *     model.layers.i.input_layernorm.weight      [hidden]                  (pre-norm: all but olmo2)
+ *     model.layers.i.input_layernorm.weight      [hidden]                  (all but olmo2)
  *     model.layers.i.self_attn.q_proj.weight     [n_heads * head_dim, hidden]
  *     model.layers.i.self_attn.q_proj.bias       [n_heads * head_dim]      (attention_bias)
  *     model.layers.i.self_attn.k_proj.weight     [n_kv_heads * head_dim, hidden]
@@ -24,10 +25,11 @@
  *                                                 qk_norm_full: [n_kv_heads * head_dim])
  *     model.layers.i.post_attention_layernorm.weight [hidden]  (pre-norm: the MLP's input norm;
  *                                                 post_norm: the attention output's norm)
+ *     model.layers.i.pre_feedforward_layernorm.weight [hidden] (sandwich_norm: gemma3_text)
  *     model.layers.i.mlp.gate_proj.weight        [intermediate, hidden]
  *     model.layers.i.mlp.up_proj.weight          [intermediate, hidden]
  *     model.layers.i.mlp.down_proj.weight        [hidden, intermediate]
- *     model.layers.i.post_feedforward_layernorm.weight [hidden]       (post_norm: olmo2)
+ *     model.layers.i.post_feedforward_layernorm.weight [hidden]       (post_norm: olmo2, gemma3_text)
  *   model.norm.weight                            [hidden]
  *   lm_head.weight                               [vocab, hidden]  (causal LM, absent when tied)
  *   score.weight                                 [num_labels, hidden] (value model only)
@@ -47,6 +49,8 @@ extern "C" {
 typedef enum df_dtype { DF_DTYPE_F32 = 0, DF_DTYPE_BF16 = 1, DF_DTYPE_F16 = 2 } df_dtype;
 
 #define DF_MAX_EOS 8
+#define DF_MAX_TYPED_LAYERS 256 /**< layers whose attention type a config may set one by one
+                                    (df_model_config.full_layers) */
 #define DF_MAX_ROPE_FREQS 128 /**< RoPE frequencies per head at most: rope_dim / 2 (head_dim <= 256) */
 
 /** RoPE frequencies (HF rope_scaling / rope_parameters "rope_type"). */
@@ -63,7 +67,8 @@ typedef enum df_rope_type {
 
 /** The fields of HF config.json that define the architecture. */
 typedef struct df_model_config {
-    char model_type[32];             /**< "qwen2", "qwen3", "llama", "mistral", "phi3" or "olmo2" */
+    char model_type[32];             /**< "qwen2", "qwen3", "llama", "mistral", "phi3", "olmo2" or
+                                          "gemma3_text" */
     int64_t vocab_size;
     int64_t hidden_size;
     int64_t intermediate_size;
@@ -107,9 +112,34 @@ typedef struct df_model_config {
                                           sqrt(1 + ln(max_pos / original) / ln(original)) when
                                           max_position_embeddings > original, else 1) */
     int64_t sliding_window;          /**< 0: every layer attends to all earlier positions. W > 0
-                                          (qwen2 / qwen3 use_sliding_window): layers with index
-                                          >= max_window_layers attend to the last W positions */
+                                          (qwen2 / qwen3 use_sliding_window, mistral, phi3,
+                                          gemma3_text): layers with index >= max_window_layers,
+                                          except those in full_layers, attend to the last W
+                                          positions */
     int64_t max_window_layers;       /**< first layer with the window (HF Qwen2Config.layer_types) */
+    uint64_t full_layers[DF_MAX_TYPED_LAYERS / 64]; /**< bit l (l < DF_MAX_TYPED_LAYERS): layer l
+                                          attends fully although its index is >= max_window_layers
+                                          (a layer_types list with full layers among windowed ones;
+                                          gemma3_text: every sliding_window_pattern-th layer).
+                                          df_model_layer_sliding reads it */
+    bool norm_plus_one;              /**< gemma3_text (Gemma3RMSNorm): every RMSNorm scales by
+                                          (1 + w), the stored weight w (HF's); the decoders form
+                                          1 + w at run time (df_norm_shift_view) */
+    bool sandwich_norm;              /**< gemma3_text (Gemma3DecoderLayer), with post_norm: each
+                                          sublayer also normalises its INPUT: input_layernorm before
+                                          the attention, pre_feedforward_layernorm before the MLP */
+    bool embed_scale;                /**< gemma3_text (Gemma3TextScaledWordEmbedding): the token
+                                          embeddings times float32(sqrt(hidden_size)) on the way in
+                                          (df_model_embed_scale); a tied LM head reads them unscaled */
+    bool geglu;                      /**< gemma3_text (Gemma3MLP, hidden_activation
+                                          gelu_pytorch_tanh): down(gelu_tanh(gate) * up) instead of
+                                          SwiGLU */
+    double query_pre_attn_scalar;    /**< gemma3_text: attention scores scaled by
+                                          query_pre_attn_scalar^-0.5 (Gemma3Attention.scaling);
+                                          0: head_dim's (the other families). df_model_q_scale */
+    double rope_local_theta;         /**< gemma3_text rope_local_base_freq: the RoPE base of the
+                                          sliding layers (plain RoPE, no scaling; the full layers
+                                          keep rope_theta and rope_scaling). 0: one RoPE for all */
     int64_t bos_token_id;            /**< -1 when absent */
     int64_t eos_token_ids[DF_MAX_EOS]; /**< eos_token_id: an int gives one entry, a list its entries in order */
     int n_eos;                       /**< 0 when eos_token_id is absent or null (qwen2 default) */
@@ -137,11 +167,13 @@ typedef struct df_param_desc {
 
 /** Views of one layer's tensors inside a blob (params or grads). bq / bk / bv are NULL without
  *  attention_bias, bo without o_proj_bias, q_norm / k_norm without qk_norm. The norms by their HF
- *  names: ln1 input_layernorm (NULL with post_norm), ln2 post_attention_layernorm, ln3
- *  post_feedforward_layernorm (post_norm only, else NULL). */
+ *  names: ln1 input_layernorm (NULL with post_norm unless sandwich_norm), ln2
+ *  post_attention_layernorm, ln3 post_feedforward_layernorm (post_norm only, else NULL), ln_ff
+ *  pre_feedforward_layernorm (sandwich_norm only). */
 typedef struct df_layer_view {
     float *ln1, *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo, *q_norm, *k_norm, *ln2, *w_gate, *w_up,
         *w_down, *ln3;
+    float *ln_ff; /**< pre_feedforward_layernorm [hidden] (sandwich_norm: gemma3_text), else NULL */
 } df_layer_view;
 
 /** Views of a whole blob. lm_head == embed when embeddings are tied, NULL in a value model. */
@@ -172,8 +204,8 @@ typedef struct df_model {
 /** Defaults of a Qwen2 config (values of Qwen2Config in transformers; no window, plain RoPE). */
 DF_API void df_model_config_defaults(df_model_config *cfg);
 /**
- * Parse HF config.json. model_type must be "qwen2", "qwen3", "llama", "mistral", "phi3" or
- * "olmo2"; vocab_size, hidden_size, intermediate_size, num_hidden_layers and num_attention_heads
+ * Parse HF config.json. model_type must be "qwen2", "qwen3", "llama", "mistral", "phi3",
+ * "olmo2" or "gemma3_text" ("gemma3", the multimodal model, is refused naming the text type); vocab_size, hidden_size, intermediate_size, num_hidden_layers and num_attention_heads
  * are required; every other key falls back to the default of transformers'
  * Qwen2Config / Qwen3Config / LlamaConfig / MistralConfig / Phi3Config / Olmo2Config (null counts as absent). num_key_value_heads
  * defaults to num_attention_heads, head_dim to hidden_size / num_attention_heads
@@ -183,7 +215,15 @@ DF_API void df_model_config_defaults(df_model_config *cfg);
  * Qwen3Attention); mistral and phi3 have no biases and no such key (an attention_bias there is
  * ignored, as transformers does). qwen3 has q/k norms (qk_norm). olmo2 (Olmo2Config): post_norm and
  * full-width q/k norms (qk_norm, qk_norm_full), attention_bias read as llama's (q/k/v and o_proj), no
- * window (use_sliding_window true refused, as for llama). RoPE: rope_theta, and rope_scaling
+ * window (use_sliding_window true refused, as for llama). gemma3_text (Gemma3TextConfig, defaults
+ * head_dim 256, 4 key/value heads, rope_theta 1e6, tied): post_norm with sandwich_norm,
+ * norm_plus_one, embed_scale, geglu and per-head qk_norm always; attention_bias as llama's;
+ * query_pre_attn_scalar (> 0, default 256), rope_local_base_freq (> 0, default 1e4: the sliding
+ * layers' plain RoPE), sliding_window (> 0, default 4096) on the layers layer_types marks sliding,
+ * else on all but every sliding_window_pattern-th (default 6); transformers 5's per-layer-type
+ * rope_parameters; refused (DF_EUNSUPPORTED, naming key and value): final_logit_softcapping /
+ * attn_logit_softcapping not null, use_bidirectional_attention not false / null,
+ * hidden_activation other than gelu_pytorch_tanh (hidden_act is not read). RoPE: rope_theta, and rope_scaling
  * null or of rope_type (or "type") "default" or "llama3" (factor, low_freq_factor,
  * high_freq_factor, original_max_position_embeddings, all required) or "linear" (factor, a
  * number > 0, required) or, for phi3, "longrope" /
@@ -210,7 +250,7 @@ DF_API void df_model_config_defaults(df_model_config *cfg);
  * (bad JSON, missing required key, wrong type, inconsistent sizes, a llama3 rope_scaling
  * without one of its keys), DF_EUNSUPPORTED (other model_type, a rope type other than
  * default / llama3 / linear / longrope (named; longrope outside phi3), rope_scaling and rope_parameters both given and different,
- * layer_types with a full-attention layer after a windowed one, llama with
+ * layer_types with a full-attention layer after a windowed one past DF_MAX_TYPED_LAYERS, llama with
  * use_sliding_window true, hidden_act other than silu, mlp_bias true, a non-zero dropout,
  * a partial_rotary_factor other than 1 outside phi3, architectures
  * none of *ForCausalLM / *ForTokenClassification / *ForSequenceClassification or
@@ -261,14 +301,16 @@ DF_API int df_model_config_load_ex(const char *path, const df_config_overrides *
  * formatted as transformers does (indent 2, sorted keys). Every key of
  * `original_json` (the text the model was loaded from; NULL for a fresh file)
  * is kept and the known ones are updated: architectures ["<P>ForCausalLM"] with
- * P = Qwen2 / Qwen3 / Llama / Mistral / Phi3 / Olmo2 (a value model, and a *ForSequenceClassification one, which then
+ * P = Qwen2 / Qwen3 / Llama / Mistral / Phi3 / Olmo2 / Gemma3 (a value model, and a *ForSequenceClassification one, which then
  * holds a score.bias: ["<P>ForTokenClassification"], id2label
  * {"0": "LABEL_0"}, label2id {"LABEL_0": 0}, and num_labels when the original has that
  * key), model_type, the sizes, head_dim (qwen2: only when it differs from hidden_size /
  * num_attention_heads), rope_theta and rope_scaling (or, when the original has it,
  * rope_parameters), use_sliding_window / sliding_window / max_window_layers (qwen2,
  * qwen3; layer_types when the original has it; mistral: sliding_window alone, an int or
- * null; llama and olmo2: none), rms_norm_eps, initializer_range, tie_word_embeddings, attention_bias (llama,
+ * null; llama and olmo2: none; gemma3_text: sliding_window, and layer_types for a fresh file or one
+ * that has it, with query_pre_attn_scalar and rope_local_base_freq, or the per-type
+ * rope_parameters when the original has them), rms_norm_eps, initializer_range, tie_word_embeddings, attention_bias (llama,
  * qwen3, olmo2; qwen2 only when false; mistral only when the original has it),
  * bos_token_id, eos_token_id (an int for one id unless the original held a list),
  * torch_dtype. A fresh file also gets hidden_act, use_cache and transformers_version.
@@ -279,22 +321,51 @@ DF_API int df_model_config_save(const df_model_config *cfg, const char *original
 /**
  * Check internal consistency (heads divide, sizes > 0, ...): DF_EINVAL; num_labels
  * must be 0 or 1 (DF_EINVAL below 0, DF_EUNSUPPORTED above 1). The attention features
- * must be those of model_type in HF (DF_EINVAL): qk_norm exactly for qwen3 and olmo2,
- * qk_norm_full and post_norm exactly for olmo2, o_proj_bias
+ * must be those of model_type in HF (DF_EINVAL): qk_norm exactly for qwen3, olmo2 and
+ * gemma3_text, qk_norm_full exactly for olmo2, post_norm for olmo2 and gemma3_text, sandwich_norm
+ * exactly for gemma3_text (norm_plus_one, embed_scale, geglu, query_pre_attn_scalar and
+ * rope_local_theta only there; code may switch the first three off), o_proj_bias
  * never for qwen2 and equal to attention_bias for llama / qwen3 / olmo2, no biases in mistral; llama3 RoPE needs
  * factor > 0, 0 < low_freq_factor < high_freq_factor, original_max_position_embeddings
- * > 0; sliding_window and max_window_layers >= 0, no window for llama and olmo2.
+ * > 0; sliding_window and max_window_layers >= 0, no window for llama and olmo2, one for
+ * gemma3_text.
  */
 DF_API int df_model_config_validate(const df_model_config *cfg);
 /**
- * The attention window of layer `layer`: cfg->sliding_window for a windowed layer (index >=
- * max_window_layers when sliding_window > 0), else 0 (all earlier positions); 0 too when the window
+ * The attention window of layer `layer`: cfg->sliding_window for a windowed layer
+ * (df_model_layer_sliding), else 0 (all earlier positions); 0 too when the window
  * is at least df_model_max_positions (no sequence fills it, so it masks nothing: Phi-3 128k's
  * 262144 over 131072 positions; the CUDA backend runs such a model). A query at
  * position p attends to keys at positions p - W < j <= p (transformers' masking_utils
  * sliding_window_overlay with the causal mask: W keys, itself included).
  */
 DF_API int64_t df_model_layer_window(const df_model_config *cfg, int64_t layer);
+/**
+ * Whether layer `layer` is a sliding-window layer of cfg (HF layer_types "sliding_attention"):
+ * sliding_window > 0, index >= max_window_layers and not marked full (full_layers). True even
+ * when the window masks nothing (df_model_layer_window 0): gemma3_text picks the layer's RoPE
+ * by this type, not by the mask.
+ */
+DF_API bool df_model_layer_sliding(const df_model_config *cfg, int64_t layer);
+/**
+ * Whether layer `layer` rotates q / k with the local RoPE (df_model_local_rope): gemma3_text's
+ * sliding layers when rope_local_theta > 0 (Gemma3RotaryEmbedding: rotary_emb_local). Else the
+ * model's RoPE (df_rope_model_table of cfg).
+ */
+DF_API bool df_model_layer_local_rope(const df_model_config *cfg, int64_t layer);
+/** *local = cfg with the local RoPE as its RoPE: rope_theta = rope_local_theta, plain RoPE (no
+ *  scaling), for df_rope_model_table. cfg->rope_local_theta must be > 0. */
+DF_API void df_model_local_rope(const df_model_config *cfg, df_model_config *local);
+/** The factor the token embeddings are multiplied by on the way in: float32(sqrt(hidden_size))
+ *  with embed_scale (HF casts the scale to the weights' dtype; distflow computes in float32), else
+ *  1. */
+DF_API float df_model_embed_scale(const df_model_config *cfg);
+/**
+ * The factor q is multiplied by after RoPE so that the attention's 1 / sqrt(head_dim) gives
+ * query_pre_attn_scalar^-0.5 (gemma3_text): float32(sqrt(head_dim / query_pre_attn_scalar)),
+ * 1 when query_pre_attn_scalar is 0 or head_dim (Gemma 3 1B / 4B / 12B).
+ */
+DF_API float df_model_q_scale(const df_model_config *cfg);
 /**
  * The positions distflow runs for cfg, 0 .. N - 1: max_position_embeddings; with longrope the
  * short factors' range, min(original_max_position_embeddings, max_position_embeddings) (HF switches
@@ -320,7 +391,8 @@ DF_API const char *df_model_rope_name(const df_model_config *cfg, char *buf, siz
 /**
  * Model FLOPs of one forward and backward over sequences of `tokens` tokens in all whose squared
  * lengths sum to `seqlen_sq`, as verl counts them for its MFU (verl/utils/flops_counter.py,
- * _estimate_qwen2_flops, which it uses for qwen2, qwen3, llama and mistral; here for every family):
+ * _estimate_qwen2_flops, which it uses for qwen2, qwen3, llama and mistral; here for every family,
+ * gemma3_text's windows aside: df_model_train_flops_win):
  *   6 N tokens + 6 seqlen_sq head_dim n_heads n_layers,
  *   N = n_layers (3 H I + H (2 q + 2 kv)) + 2 V H,
  * q = n_heads head_dim, kv = n_kv_heads head_dim, I = intermediate_size, V = vocab_size (the
@@ -328,6 +400,14 @@ DF_API const char *df_model_rope_name(const df_model_config *cfg, char *buf, siz
  * not at all). In double; no error.
  */
 DF_API double df_model_train_flops(const df_model_config *c, double tokens, double seqlen_sq);
+/**
+ * df_model_train_flops with `seqlen_win` = sum over the sequences of len * min(len,
+ * sliding_window): for gemma3_text, verl's _estimate_gemma3_flops, which counts a sliding layer's
+ * attention as seqlen_win (its queries see at most W keys) and a full one's as seqlen_sq; the
+ * other families ignore it (verl's qwen2 estimate counts windowed layers whole). In double.
+ */
+DF_API double df_model_train_flops_win(const df_model_config *c, double tokens, double seqlen_sq,
+                                       double seqlen_win);
 
 /* ---- layout ------------------------------------------------------------- */
 

@@ -298,6 +298,11 @@ static const char *qk_norm_name(const df_model_config *c)
     return !c->qk_norm ? "no" : c->qk_norm_full ? "over the whole projection" : "per head";
 }
 
+static const char *layer_name(const df_model_config *c)
+{
+    return c->sandwich_norm ? "sandwich-norm" : c->post_norm ? "post-norm" : "pre-norm";
+}
+
 int df_rollout_check_model(const df_rollout_engine *e, const df_model *m)
 {
     const df_model_config *a = &e->cfg, *b = &m->cfg;
@@ -320,15 +325,15 @@ int df_rollout_check_model(const df_rollout_engine *e, const df_model *m)
                         (long long)a->num_attention_heads, (long long)a->num_key_value_heads);
     /* The engine's RoPE table, rstd buffer (widths of qk_norm's rows) and layer follow its config. */
     if (!df_rope_same(a, b) || a->qk_norm != b->qk_norm || a->qk_norm_full != b->qk_norm_full ||
-        a->o_proj_bias != b->o_proj_bias || a->post_norm != b->post_norm) {
+        a->o_proj_bias != b->o_proj_bias || a->post_norm != b->post_norm || a->sandwich_norm != b->sandwich_norm) {
         char rb[48], ra[48];
         return df_error(DF_EINVAL,
                         "rollout: the model's RoPE (theta %g, %s), q/k norms (%s), o_proj bias (%s) or "
                         "layer (%s) differ from the engine's (theta %g, %s; %s; %s; %s)",
                         b->rope_theta, df_model_rope_name(b, rb, sizeof rb), qk_norm_name(b),
-                        b->o_proj_bias ? "yes" : "no", b->post_norm ? "post-norm" : "pre-norm", a->rope_theta,
+                        b->o_proj_bias ? "yes" : "no", layer_name(b), a->rope_theta,
                         df_model_rope_name(a, ra, sizeof ra), qk_norm_name(a), a->o_proj_bias ? "yes" : "no",
-                        a->post_norm ? "post-norm" : "pre-norm");
+                        layer_name(a));
     }
     return DF_OK;
 }

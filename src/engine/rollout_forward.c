@@ -147,8 +147,9 @@ int64_t df_infer_scratch_bytes(const df_model_config *cfg, int64_t rows_cap, int
     widths(cfg, w);
     for (int i = 0; i < NBUF; i++)
         per_row += w[i];
+    const int64_t rope = max_len * cfg->head_dim * 4 * (cfg->rope_local_theta > 0 ? 2 : 1);
     return rows_cap * (per_row + (cfg->o_proj_bias ? 1 : 0)) * 4 + out_cap * ((H + qd) * 4 + 8) +
-           df_kv_scratch_floats(cfg->num_attention_heads, max_len) * 4 + max_len * cfg->head_dim * 4;
+           df_kv_scratch_floats(cfg->num_attention_heads, max_len) * 4 + rope + df_norm_shift_floats(cfg) * 4;
 }
 
 /* A buffer of s's backend (the CPU's: 64-byte aligned host memory); *ok cleared on failure. */
@@ -186,6 +187,16 @@ static int fill_tables(df_infer_scratch *s, const df_model_config *cfg, int64_t 
         rc = s->be.ops->upload(s->be.ctx, s->rope_cos, h, (size_t)(max_len * half) * 4);
     if (!rc)
         rc = s->be.ops->upload(s->be.ctx, s->rope_sin, h + n, (size_t)(max_len * half) * 4);
+    if (!rc && s->rope_cos_local) { /* gemma3's sliding layers */
+        df_model_config local;
+        df_model_local_rope(cfg, &local);
+        df_rope_model_table(h, h + n, max_len, &local);
+        rc = s->be.ops->upload(s->be.ctx, s->rope_cos_local, h, (size_t)(max_len * half) * 4);
+        if (!rc)
+            rc = s->be.ops->upload(s->be.ctx, s->rope_sin_local, h + n, (size_t)(max_len * half) * 4);
+    }
+    if (!rc && s->nshift)
+        rc = df_norm_shift_init(&s->be, cfg, s->nshift);
     free(h);
     return rc;
 }
@@ -217,6 +228,15 @@ int df_infer_scratch_init(df_infer_scratch *s, const df_backend *be, const df_mo
     s->scores = sbuf(s, s->scores_floats * 4, &ok);
     s->rope_cos = sbuf(s, max_len * (df_model_rope_dim(cfg) / 2) * 4, &ok);
     s->rope_sin = sbuf(s, max_len * (df_model_rope_dim(cfg) / 2) * 4, &ok);
+    if (cfg->rope_local_theta > 0) {
+        s->rope_cos_local = sbuf(s, max_len * (df_model_rope_dim(cfg) / 2) * 4, &ok);
+        s->rope_sin_local = sbuf(s, max_len * (df_model_rope_dim(cfg) / 2) * 4, &ok);
+    }
+    if (cfg->norm_plus_one) {
+        s->nshift = sbuf(s, df_norm_shift_floats(cfg) * 4, &ok);
+        s->nshift_layers = ok ? calloc((size_t)cfg->num_hidden_layers, sizeof(df_layer_view)) : NULL;
+        ok &= s->nshift_layers != NULL;
+    }
     if (s->dev) { /* the batch's index arrays in device memory, the output rows' staged here */
         s->tok = sbuf(s, rows_cap * 4, &ok);
         s->bslot = sbuf(s, rows_cap * 4, &ok);
@@ -242,10 +262,12 @@ void df_infer_scratch_release(df_infer_scratch *s)
     for (int i = 0; i < NBUF; i++)
         sfree(s, bufs[i]);
     void *more[] = {s->xc, s->qc, s->slot, s->pos, s->ones, s->scores, s->rope_cos,
-                    s->rope_sin, s->tok, s->bslot, s->bpos, s->orows};
+                    s->rope_sin, s->tok, s->bslot, s->bpos, s->orows, s->rope_cos_local,
+                    s->rope_sin_local, s->nshift};
     for (size_t i = 0; i < sizeof more / sizeof more[0]; i++)
         sfree(s, more[i]);
     free(s->h_slot);
+    free(s->nshift_layers);
     memset(s, 0, sizeof *s);
 }
 
@@ -321,7 +343,9 @@ static df_layer_bufs infer_bufs(const df_infer_scratch *s, const df_infer_batch 
                            .qraw = s->q, .kraw = s->k, .qrstd = s->rstd, .krstd = s->rstd,
                            .q = s->q, .k = s->k, .v = s->v, .att = s->att, .h = s->x,
                            .xn2 = s->xn, .rstd2 = s->rstd, .gate = s->gate, .up = s->up,
-                           .act = s->act, .xout = s->x};
+                           .act = s->act, .xout = s->x, .rope_cos_local = s->rope_cos_local,
+                           .rope_sin_local = s->rope_sin_local, .xin = s->xn, .rstdin = s->rstd,
+                           .xff = s->xn, .rstdff = s->rstd};
 }
 
 /* The batch's arrays where the backend reads them: b's own on the host; on a device, copies in
@@ -377,6 +401,14 @@ int df_infer_forward(const df_backend *be, const df_model_config *c, const df_in
     const uint16_t *e16 = wt->w16 ? df_weights16_embed(wt->w16) : NULL;
     int err = e16 ? be->ops->embedding_fwd_w16(be->ctx, s->x, b->tokens, e16, b->n, H)
                   : be->ops->embedding_fwd(be->ctx, s->x, b->tokens, wt->w->embed, b->n, H);
+    if (!err && c->embed_scale) /* Gemma3TextScaledWordEmbedding, as the training forward */
+        err = be->ops->scale(be->ctx, s->x, b->n * H, df_model_embed_scale(c));
+    const df_model_view *w = wt->w;
+    df_model_view shifted;
+    if (s->nshift) { /* Gemma3RMSNorm's 1 + w, from the weights of this call */
+        df_norm_shift_view(be, c, wt->w, s->nshift, s->nshift_layers, &shifted, &err);
+        w = &shifted;
+    }
     const df_layer_bufs bufs = infer_bufs(s, b);
     df_layer_attn at = {.kv = kv, .slot = b->slot, .scratch = s->scores};
     for (int64_t l = 0; l < L && !err; l++) {
@@ -388,11 +420,11 @@ int df_infer_forward(const df_backend *be, const df_model_config *c, const df_in
         const df_layer16 *w16 = wt->p16   ? df_packed16_layer(wt->p16, l)
                                 : wt->w16 ? df_weights16_layer(wt->w16, l)
                                           : NULL;
-        df_decoder_layer(be, c, &wt->w->layers[l], w16, l, b->n, &bufs, &at, &err);
+        df_decoder_layer(be, c, &w->layers[l], w16, l, b->n, &bufs, &at, &err);
     }
     const int64_t n = compact ? b->n_out : b->n;
     if (!err)
         err = be->ops->rmsnorm_fwd(be->ctx, s->xn, s->rstd, compact ? s->xc : s->x,
-                                   wt->w->final_norm, n, H, (float)c->rms_norm_eps);
+                                   w->final_norm, n, H, (float)c->rms_norm_eps);
     return err ? df_error_wrap(err, "rollout forward on the %s backend", be->ops->name) : DF_OK;
 }

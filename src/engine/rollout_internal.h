@@ -55,6 +55,11 @@ typedef struct df_infer_scratch {
     int64_t scores_floats;
     float *rope_cos, *rope_sin; /**< [max_len, rope_dim / 2] rotations of positions 0 .. max_len-1
                                      with the RoPE of the config given at init */
+    float *rope_cos_local, *rope_sin_local; /**< the same of its local RoPE (gemma3's sliding
+                                     layers, df_model_local_rope), else NULL */
+    float *nshift;              /**< norm_plus_one: the (1 + w) norms (df_norm_shift_view), made at
+                                     every forward from the weights it is given; else NULL */
+    df_layer_view *nshift_layers; /**< [num_hidden_layers] host, with nshift */
     /* dev only (else NULL): the batch's arrays copied per call, and the output rows' slots and
      * positions gathered on the host before their upload into slot / pos */
     int32_t *tok, *bslot, *bpos; /**< [rows_cap] */

@@ -73,6 +73,17 @@ struct df_acts {
     /* Positions and RoPE tables. */
     int32_t *pos;        /* [max_tokens] host memory */
     float *rope_cos, *rope_sin; /* [max_tokens, rope_dim / 2] */
+    float *rope_cos_local, *rope_sin_local; /* the local RoPE's (rope_local_theta > 0), else NULL */
+    /* gemma3_text's sandwich norms (sandwich_norm, else NULL): the input norm's and the
+     * pre-feedforward norm's outputs and statistics, and the backward's second [T, H] gradient */
+    float *xin, *xff;    /* [L][T, H] */
+    float *rstdin, *rstdff; /* [L][T] */
+    float *dxn2;         /* [T, H] */
+    /* norm_plus_one: the (1 + w) norm weights (df_norm_shift_view) and the view reading them,
+     * made by df_acts_weights for every pass */
+    float *nshift;       /* df_norm_shift_floats(cfg) */
+    df_layer_view *nshift_layers; /* [L] host */
+    df_model_view nshift_view;
     /* Scratch: mlp_a (forward and backward), the others the backward's (forward-only: NULL). */
     float *mlp_a;        /* [mlp_rows, I] silu(gate) * up, then its gradient */
     float *dres, *dxn;   /* [T, H] */
@@ -130,8 +141,9 @@ enum { DF_ACTS_HEAD_LM = 0, DF_ACTS_HEAD_VALUE = 1 };
 
 /* Stage b's index arrays for the backend (a->bb) and the positions (a->pos). */
 int df_acts_stage(df_acts *a, const df_seq_batch *b);
-/* The weights the backend reads: m's own (CPU), or the copy df_acts_load_weights made. */
-int df_acts_weights(const df_acts *a, const df_model *m, const df_model_view **w);
+/* The weights the backend reads: m's own (CPU), or the copy df_acts_load_weights made; with
+ * norm_plus_one a view whose norms are 1 + w (made here, into a->nshift). */
+int df_acts_weights(df_acts *a, const df_model *m, const df_model_view **w);
 /*
  * A device backend's forwards read `w` (float32, in a's backend memory, m's layout; its owner's,
  * outliving a) instead of a copy of their own: the optimizer's master weights, which the

@@ -44,7 +44,7 @@ static sub_grads post_norm_grads(df_acts *a, const float *y, const float *rstd, 
     return (sub_grads){a->dxn, a->dres, 1.0f, in};
 }
 
-/* MLP: out = act W_down^T, act = silu(gate) * up (recomputed, not saved), in the forward's row
+/* MLP: out = act W_down^T, act = silu(gate) * up or gelu_tanh(gate) * up (recomputed, not saved), in the forward's row
  * chunks (gate / up projected again per chunk when chunked). gemm(ta, tb): (1, 0) accumulates a
  * weight gradient dy^T x (in mixed precision both rounded per call, as autocast does),
  * DF_WMM(tb = 0) is an input gradient dy W. gate / up become their own gradients in place. */
@@ -60,11 +60,14 @@ static void mlp_backward(const df_model_config *c, const df_layer_view *w, df_ac
         float *dinc = sg->din + r0 * H;
         if (C < T)
             df_decoder_mlp_in(&a->be, c, w, w16, n, xc, gate, up, &a->err);
-        DF_BE(a, swiglu_fwd, a->mlp_a, gate, up, n * I);
+        df_decoder_mlp_act(&a->be, c, a->mlp_a, gate, up, n * I, &a->err);
         df_lora_weight_grad(a, l, DF_LORA_DOWN, dyc, a->mlp_a, n, H, I, g->w_down);
         DF_WMM(a, false, n, I, H, 1.0f, dyc, w->w_down, w16 ? w16->w_down : NULL, 0.0f, a->mlp_a);
         float *dgate = gate, *dup = up;
-        DF_BE(a, swiglu_bwd, dgate, dup, a->mlp_a, gate, up, n * I);
+        if (c->geglu)
+            DF_BE(a, geglu_bwd, dgate, dup, a->mlp_a, gate, up, n * I);
+        else
+            DF_BE(a, swiglu_bwd, dgate, dup, a->mlp_a, gate, up, n * I);
         DF_WMM(a, false, n, H, I, 1.0f, dgate, w->w_gate, w16 ? w16->w_gate : NULL, sg->beta, dinc);
         DF_WMM(a, false, n, H, I, 1.0f, dup, w->w_up, w16 ? w16->w_up : NULL, 1.0f, dinc);
         df_lora_weight_grad(a, l, DF_LORA_GATE, dgate, xc, n, I, H, g->w_gate);
@@ -91,8 +94,13 @@ static void attn_backward(const df_model_config *c, const df_layer_view *w, df_a
     DF_WMM(a, false, T, qd, H, 1.0f, sg->dy, w->wo, w16 ? w16->wo : NULL, 0.0f, a->dao);
     DF_BE(a, attention_bwd, a->dq, a->dk, a->dv, a->dao, att, a->att_lse + s * MT * nh, q, k, v,
           &seqs, nh, nkv, hd);
-    DF_BE(a, rope_apply, a->dq, bb->pos, T, nh, hd, df_model_rope_dim(c), a->rope_cos, a->rope_sin, true);
-    DF_BE(a, rope_apply, a->dk, bb->pos, T, nkv, hd, df_model_rope_dim(c), a->rope_cos, a->rope_sin, true);
+    const float qs = df_model_q_scale(c); /* the forward scaled q after RoPE */
+    if (qs != 1.0f)
+        DF_BE(a, scale, a->dq, T * qd, qs);
+    const bool local = df_model_layer_local_rope(c, l);
+    const float *cs = local ? a->rope_cos_local : a->rope_cos, *sn = local ? a->rope_sin_local : a->rope_sin;
+    DF_BE(a, rope_apply, a->dq, bb->pos, T, nh, hd, df_model_rope_dim(c), cs, sn, true);
+    DF_BE(a, rope_apply, a->dk, bb->pos, T, nkv, hd, df_model_rope_dim(c), cs, sn, true);
     /* The projections' outputs: q / k themselves, or the inputs of the q/k norms. */
     const float *dq = a->dq, *dk = a->dk;
     if (c->qk_norm) {
@@ -117,6 +125,24 @@ static void attn_backward(const df_model_config *c, const df_layer_view *w, df_a
     }
 }
 
+/* gemma3's sandwich layer, x' = h + ln3(mlp(ln_ff(h))), h = x + ln2(attn(ln1(x))): each
+ * sublayer's output gradient is its post-norm's backward of dres (in dxn), its input's gradient
+ * is gathered in dxn2 and goes through the input norm's backward onto dres. */
+static void sandwich_backward(const df_model_config *c, const df_layer_view *w, df_acts *a, int64_t l,
+                              const df_layer_view *g, float *gate, float *up)
+{
+    const int64_t T = a->bb.seqs.T, H = c->hidden_size, MT = a->max_tokens, s = df_acts_slot(a, l);
+    const float *x = a->x + l * MT * H, *h = a->hmid + s * MT * H;
+    sub_grads sg = post_norm_grads(a, a->xn2 + s * MT * H, a->rstd2 + s * MT, w->ln3, g->ln3, h, T, H);
+    sg = (sub_grads){sg.dy, a->dxn2, 0.0f, a->xff + s * MT * H};
+    mlp_backward(c, w, a, l, g, &sg, gate, up);
+    DF_BE(a, rmsnorm_bwd, a->dres, g->ln_ff, a->dxn2, h, w->ln_ff, a->rstdff + s * MT, T, H);
+    sg = post_norm_grads(a, a->xn1 + s * MT * H, a->rstd1 + s * MT, w->ln2, g->ln2, x, T, H);
+    sg = (sub_grads){sg.dy, a->dxn2, 0.0f, a->xin + s * MT * H};
+    attn_backward(c, w, a, l, g, &sg);
+    DF_BE(a, rmsnorm_bwd, a->dres, g->ln1, a->dxn2, x, w->ln1, a->rstdin + s * MT, T, H);
+}
+
 /* Layer l's backward from the residual gradient dres of its output, which becomes that of its
  * input x[l]: pre-norm (x' = h + mlp(ln2(h)), h = x + attn(ln1(x))) or post-norm (x' = h +
  * ln3(mlp(h)), h = x + ln2(attn(x))); the residual adds are dres carried through. */
@@ -130,6 +156,10 @@ static void layer_backward(const df_model_config *c, const df_layer_view *w, df_
     const float *rstd1 = a->rstd1 + s * MT, *rstd2 = a->rstd2 + s * MT;
     /* gate / up become their own gradients in place (swiglu_bwd): the slot is spent */
     float *gate = a->gate + s * MT * I, *up = a->up + s * MT * I;
+    if (c->sandwich_norm) {
+        sandwich_backward(c, w, a, l, g, gate, up);
+        return;
+    }
     if (c->post_norm) {
         sub_grads sg = post_norm_grads(a, xn2, rstd2, w->ln3, g->ln3, h, T, H);
         mlp_backward(c, w, a, l, g, &sg, gate, up);
@@ -187,6 +217,8 @@ static int trunk_backward(const df_model *m, const df_model_view *w, df_acts *a,
         a->slot_layer = -1; /* its gate / up now hold their gradients */
     }
     a->fwd_valid = 0; /* the saved activations are spent: another backward needs a new forward */
+    if (c->embed_scale && gv->embed) /* the lookup's rows were scaled: so is their gradient */
+        DF_BE(a, scale, a->dres, T * H, df_model_embed_scale(c));
     if (gv->embed)
         DF_BE(a, embedding_bwd, gv->embed, a->dres, a->bb.tokens, T, H);
     return a->err;

@@ -163,8 +163,54 @@ static int parse_partial_rotary(json_t *root, const char *src, df_model_config *
     return DF_OK;
 }
 
+/* A key that must be absent or null (a Gemma 2 feature Gemma3TextConfig still carries). */
+static int check_null(json_t *root, const char *src, const char *key, const char *why)
+{
+    json_t *v = df_cfg_get(root, key);
+    if (!v)
+        return DF_OK;
+    if (json_is_number(v))
+        return df_error(DF_EUNSUPPORTED, "%s: key \"%s\" %g is not supported (%s; null)", src, key,
+                        json_number_value(v), why);
+    return df_error(DF_EUNSUPPORTED, "%s: key \"%s\" must be null (%s), got %s", src, key, why,
+                    df_cfg_type_name(v));
+}
+
+/* Gemma3TextConfig's keys for features distflow does not have, and its activation
+   (hidden_activation; Gemma3MLP does not read hidden_act, so neither does distflow). */
+static int check_gemma3(json_t *root, const char *src, df_model_config *c)
+{
+    int rc = check_null(root, src, "final_logit_softcapping", "tanh soft-capping of the logits");
+    if (!rc)
+        rc = check_null(root, src, "attn_logit_softcapping", "tanh soft-capping of the attention scores");
+    json_t *bi = df_cfg_get(root, "use_bidirectional_attention");
+    if (!rc && bi && !json_is_false(bi))
+        return df_error(DF_EUNSUPPORTED, "%s: key \"use_bidirectional_attention\" must be false or null "
+                        "(distflow's decoders are causal), got %s", src,
+                        json_is_true(bi) ? "true" : json_is_string(bi) ? json_string_value(bi) : df_cfg_type_name(bi));
+    json_t *act = df_cfg_get(root, "hidden_activation");
+    if (!rc && act && !json_is_string(act))
+        return df_cfg_wrong_type(src, "hidden_activation", "a string", act);
+    if (!rc && act && strcmp(json_string_value(act), "gelu_pytorch_tanh"))
+        return df_error(DF_EUNSUPPORTED, "%s: key \"hidden_activation\": \"%s\" is not supported "
+                        "(gelu_pytorch_tanh)", src, json_string_value(act));
+    c->query_pre_attn_scalar = 256;
+    c->rope_local_theta = 10000.0;
+    if (!rc)
+        rc = df_cfg_get_num(root, src, "query_pre_attn_scalar", &c->query_pre_attn_scalar);
+    if (!rc && !(c->query_pre_attn_scalar > 0 && isfinite(c->query_pre_attn_scalar)))
+        return df_error(DF_EINVAL, "%s: key \"query_pre_attn_scalar\" must be > 0 (got %g)", src,
+                        c->query_pre_attn_scalar);
+    if (!rc)
+        rc = df_cfg_get_num(root, src, "rope_local_base_freq", &c->rope_local_theta);
+    if (!rc && !(c->rope_local_theta > 0 && isfinite(c->rope_local_theta)))
+        return df_error(DF_EINVAL, "%s: key \"rope_local_base_freq\" must be > 0 (got %g)", src,
+                        c->rope_local_theta);
+    return rc;
+}
+
 /* Keys whose non-default values select features this engine does not have. */
-static int check_unsupported(json_t *root, const char *src, bool phi3)
+static int check_unsupported(json_t *root, const char *src, bool phi3, bool gemma3)
 {
     bool b = false;
     int rc = check_dropout(root, src, "attention_dropout");
@@ -178,7 +224,7 @@ static int check_unsupported(json_t *root, const char *src, bool phi3)
         return rc;
     if (b)
         return df_error(DF_EUNSUPPORTED, "%s: key \"mlp_bias\" true is not supported", src);
-    json_t *act = df_cfg_get(root, "hidden_act");
+    json_t *act = gemma3 ? NULL : df_cfg_get(root, "hidden_act");
     if (act && !json_is_string(act))
         return df_cfg_wrong_type(src, "hidden_act", "a string", act);
     if (act && strcmp(json_string_value(act), "silu"))
@@ -256,10 +302,14 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
         return df_cfg_wrong_type(src, "model_type", "a string", mt);
     const char *type = json_string_value(mt);
     bool llama = !strcmp(type, "llama"), qwen3 = !strcmp(type, "qwen3"), mistral = !strcmp(type, "mistral");
-    bool phi3 = !strcmp(type, "phi3"), olmo2 = !strcmp(type, "olmo2");
-    if (!llama && !qwen3 && !mistral && !phi3 && !olmo2 && strcmp(type, "qwen2"))
+    bool phi3 = !strcmp(type, "phi3"), olmo2 = !strcmp(type, "olmo2"), gemma3 = !strcmp(type, "gemma3_text");
+    if (!strcmp(type, "gemma3")) /* Gemma3Config: the multimodal model, its text_config inside */
+        return df_error(DF_EUNSUPPORTED, "%s: key \"model_type\": \"gemma3\" (Gemma3ForConditionalGeneration, "
+                        "text and vision) is not supported; only the text model, model_type \"gemma3_text\" "
+                        "(Gemma3ForCausalLM: gemma-3-1b, or a text-only export), is", src);
+    if (!llama && !qwen3 && !mistral && !phi3 && !olmo2 && !gemma3 && strcmp(type, "qwen2"))
         return df_error(DF_EUNSUPPORTED, "%s: key \"model_type\": \"%s\" is not supported (qwen2, "
-                        "qwen3, llama, mistral, phi3, olmo2)", src, type);
+                        "qwen3, llama, mistral, phi3, olmo2, gemma3_text)", src, type);
     df_model_config_defaults(c);
     snprintf(c->model_type, sizeof c->model_type, "%s", type);
     if (llama) { /* LlamaConfig defaults where they differ from Qwen2Config */
@@ -306,7 +356,23 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
         c->n_eos = 1;
         c->qk_norm = c->qk_norm_full = c->post_norm = true;
     }
-    int rc = check_unsupported(root, src, phi3);
+    if (gemma3) { /* Gemma3TextConfig defaults where they differ from Qwen2Config; its layer */
+        c->vocab_size = 262208;
+        c->intermediate_size = 9216;
+        c->num_key_value_heads = 4;
+        c->max_position_embeddings = 131072;
+        c->rope_theta = 1000000.0;
+        c->attention_bias = false;
+        c->tie_word_embeddings = true;
+        c->bos_token_id = 2;
+        c->eos_token_ids[0] = 1;
+        c->n_eos = 1;
+        c->qk_norm = c->post_norm = c->sandwich_norm = c->norm_plus_one = true;
+        c->embed_scale = c->geglu = true;
+    }
+    int rc = check_unsupported(root, src, phi3, gemma3);
+    if (!rc && gemma3)
+        rc = check_gemma3(root, src, c);
     if (!rc)
         rc = parse_head(root, src, c);
     /* The sizes that define the tensors have no sensible default: require them. */
@@ -316,13 +382,13 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
                           &c->num_hidden_layers, &c->num_attention_heads};
     for (int i = 0; i < 5 && !rc; i++)
         rc = df_cfg_get_int(root, src, required[i], true, req_dst[i]);
-    if (!mistral) /* MistralConfig's default is 8; the others' the number of heads */
+    if (!mistral && !gemma3) /* MistralConfig's default is 8, Gemma3TextConfig's 4; the others' the heads */
         c->num_key_value_heads = c->num_attention_heads;
     if (!rc)
         rc = df_cfg_get_int(root, src, "num_key_value_heads", false, &c->num_key_value_heads);
     if (!rc)
         rc = df_cfg_get_int(root, src, "max_position_embeddings", false, &c->max_position_embeddings);
-    c->head_dim = qwen3 ? 128 : 0; /* Qwen3Config's default; the others derive it */
+    c->head_dim = qwen3 ? 128 : gemma3 ? 256 : 0; /* Qwen3Config's, Gemma3TextConfig's; the others derive it */
     if (!rc)
         rc = df_cfg_get_int(root, src, "head_dim", false, &c->head_dim);
     if (!rc && c->head_dim == 0) {
@@ -350,7 +416,7 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
      * has no biases and no such key (transformers ignores one). */
     if (!rc && !mistral && !phi3)
         rc = df_cfg_get_bool(root, src, "attention_bias", &c->attention_bias);
-    c->o_proj_bias = c->attention_bias && (llama || qwen3 || olmo2);
+    c->o_proj_bias = c->attention_bias && (llama || qwen3 || olmo2 || gemma3);
     if (!rc)
         rc = get_token_ids(root, src, c);
     if (!rc)
@@ -376,6 +442,12 @@ int df_model_config_parse(const char *json_text, const char *source, df_model_co
 
 /* ---- writing ------------------------------------------------------------------ */
 
+/* An integral value as an integer (HF's files write 256, 10000), else a real. */
+json_t *df_json_number(double v)
+{
+    return v == floor(v) && fabs(v) < 9e15 ? json_integer((json_int_t)v) : json_real(v);
+}
+
 const char *df_dtype_torch_name(df_dtype d)
 {
     return d == DF_DTYPE_BF16 ? "bfloat16" : d == DF_DTYPE_F16 ? "float16" : "float32";
@@ -392,8 +464,15 @@ static json_t *eos_json(const df_model_config *c, bool as_list)
 }
 
 /* Defaults a fresh config.json carries, as transformers writes them. */
-static int set_fresh_defaults(json_t *o, bool llama)
+static int set_fresh_defaults(json_t *o, bool llama, bool gemma3)
 {
+    if (gemma3) { /* Gemma3TextConfig: hidden_activation; no soft-capping */
+        int bad = json_object_set_new(o, "hidden_activation", json_string("gelu_pytorch_tanh"));
+        bad |= json_object_set_new(o, "final_logit_softcapping", json_null());
+        bad |= json_object_set_new(o, "attn_logit_softcapping", json_null());
+        bad |= json_object_set_new(o, "use_cache", json_true());
+        return bad | json_object_set_new(o, "attention_dropout", json_real(0.0));
+    }
     int bad = json_object_set_new(o, "hidden_act", json_string("silu"));
     bad |= json_object_set_new(o, "use_cache", json_true());
     bad |= json_object_set_new(o, "attention_dropout", json_real(0.0));
@@ -429,6 +508,7 @@ const char *df_model_class_prefix(const char *model_type)
            : !strcmp(model_type, "mistral") ? "Mistral"
            : !strcmp(model_type, "phi3")    ? "Phi3"
            : !strcmp(model_type, "olmo2")   ? "Olmo2"
+           : !strcmp(model_type, "gemma3_text") ? "Gemma3"
                                             : "Qwen2";
 }
 
@@ -455,8 +535,11 @@ int df_model_config_to_json(const df_model_config *c, const char *original_json,
     bool unbiased = !strcmp(c->model_type, "mistral") || !strcmp(c->model_type, "phi3"); /* no such key */
     char arch[64];
     int bad = 0;
+    const bool gemma3 = !strcmp(c->model_type, "gemma3_text");
     if (!original_json)
-        bad |= set_fresh_defaults(o, llama);
+        bad |= set_fresh_defaults(o, llama, gemma3);
+    if (gemma3)
+        bad |= json_object_set_new(o, "query_pre_attn_scalar", df_json_number(c->query_pre_attn_scalar));
     bad |= df_cfg_write_rope(o, c) | df_cfg_write_window(o, c, !original_json) | write_partial_rotary(o, c);
     if (c->num_labels > 0) {
         /* transformers' form of one label: {"0": "LABEL_0"} and its inverse. */

@@ -23,6 +23,11 @@ static const char *const READ_KEYS[] = {
     "rms_norm_eps", "initializer_range", "tie_word_embeddings", "attention_bias", "bos_token_id",
     "eos_token_id", "torch_dtype", "dtype", "hidden_act", "mlp_bias", "num_labels", "id2label",
     "attention_dropout"};
+/* ... and for gemma3_text only (Gemma3TextConfig's attention scale, local RoPE base, layer pattern,
+   activation, and the features refused unless null / false). */
+static const char *const GEMMA3_KEYS[] = {"query_pre_attn_scalar", "rope_local_base_freq", "sliding_window_pattern",
+                                          "hidden_activation", "final_logit_softcapping", "attn_logit_softcapping",
+                                          "use_bidirectional_attention"};
 /* ... and for phi3 only (Phi3Config's dropouts, partial rotary factor, LongRoPE's context). */
 static const char *const PHI3_KEYS[] = {"resid_pdrop", "embd_pdrop", "partial_rotary_factor",
                                         "original_max_position_embeddings"};
@@ -46,7 +51,8 @@ static int check_key(const char *key, const json_t *v, const char *model_type, c
     if (!strcmp(key, "attention_bias") && (phi3 || !strcmp(model_type, "mistral")))
         return df_error(DF_EUNSUPPORTED, "%s.attention_bias: a %s model has no attention biases "
                         "(transformers does not read the key)", who, model_type);
-    if (LISTED(key, READ_KEYS) || (phi3 && LISTED(key, PHI3_KEYS)))
+    if (LISTED(key, READ_KEYS) || (phi3 && LISTED(key, PHI3_KEYS)) ||
+        (!strcmp(model_type, "gemma3_text") && LISTED(key, GEMMA3_KEYS)))
         return DF_OK;
     /* the critic's head dropout: verl sets it to 0 itself; 0 is what distflow computes */
     if (!strcmp(key, "classifier_dropout")) {

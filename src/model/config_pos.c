@@ -7,6 +7,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The llama3 entries of a rope_scaling / rope_parameters object `o` (named `key` in messages):
@@ -156,6 +157,41 @@ static int parse_rope_obj(json_t *root, json_t *o, const char *src, const char *
                     src, key, type);
 }
 
+/* A theta inside a rope_parameters object `o` (named `key`) into *theta, when it has one. */
+static int get_theta(json_t *o, const char *src, const char *key, double *theta)
+{
+    json_t *th = df_cfg_get(o, "rope_theta");
+    char full[96];
+    snprintf(full, sizeof full, "%s.rope_theta", key);
+    if (th && !json_is_number(th))
+        return df_cfg_wrong_type(src, full, "a number", th);
+    if (th && !(json_number_value(th) > 0))
+        return df_error(DF_EINVAL, "%s: key \"%s\" must be > 0 (got %g)", src, full, json_number_value(th));
+    if (th)
+        *theta = json_number_value(th);
+    return DF_OK;
+}
+
+/* transformers 5's Gemma 3 rope_parameters, one object per layer type: full_attention (the
+   model's RoPE, scaling allowed) and sliding_attention (plain RoPE; its theta is the local one). */
+static int parse_rope_per_type(json_t *root, json_t *rp, const char *src, df_model_config *c)
+{
+    json_t *full = json_object_get(rp, "full_attention"), *sl = json_object_get(rp, "sliding_attention");
+    if (!json_is_object(full) || !json_is_object(sl) || json_object_size(rp) != 2)
+        return df_error(DF_EINVAL, "%s: key \"rope_parameters\" per layer type must hold exactly the objects "
+                        "\"full_attention\" and \"sliding_attention\"", src);
+    int rc = parse_rope_obj(root, full, src, "rope_parameters.full_attention", true, c);
+    if (!rc)
+        rc = get_theta(full, src, "rope_parameters.full_attention", &c->rope_theta);
+    if (!rc)
+        rc = get_theta(sl, src, "rope_parameters.sliding_attention", &c->rope_local_theta);
+    json_t *t = df_cfg_get(sl, "rope_type");
+    if (!rc && t && !(json_is_string(t) && !strcmp(json_string_value(t), "default")))
+        return df_error(DF_EUNSUPPORTED, "%s: key \"rope_parameters.sliding_attention\": only plain RoPE "
+                        "(rope_type \"default\") is supported on the sliding layers", src);
+    return rc;
+}
+
 int df_cfg_parse_rope(json_t *root, const char *src, df_model_config *c)
 {
     int rc = df_cfg_get_num(root, src, "rope_theta", &c->rope_theta);
@@ -168,6 +204,10 @@ int df_cfg_parse_rope(json_t *root, const char *src, df_model_config *c)
                         "%s: keys \"rope_scaling\" and \"rope_parameters\" are both "
                         "given and differ; keep one",
                         src);
+    const bool per_type = json_is_object(rp) &&
+                          (json_object_get(rp, "full_attention") || json_object_get(rp, "sliding_attention"));
+    if (per_type && !strcmp(c->model_type, "gemma3_text"))
+        return parse_rope_per_type(root, rp, src, c);
     if (rp) {
         rc = parse_rope_obj(root, rp, src, "rope_parameters", true, c);
         json_t *th = df_cfg_get(rp, "rope_theta");
@@ -180,33 +220,86 @@ int df_cfg_parse_rope(json_t *root, const char *src, df_model_config *c)
     return parse_rope_obj(root, rs, src, "rope_scaling", false, c);
 }
 
-/* layer_types: "full_attention" for layers [0, m), then "sliding_attention": *first = m. */
-static int parse_layer_types(json_t *lt, const char *src, const df_model_config *c, int64_t *first)
+/* Layers [0, first) full, then windowed except those set in c->full_layers: *first = the first
+   sliding layer (L when none), bits for the full layers after it, from sliding[L]. */
+static int set_layer_types(const bool *sliding, int64_t L, const char *src, const char *key, df_model_config *c,
+                           int64_t *first)
 {
-    if (!json_is_array(lt) || (int64_t)json_array_size(lt) != c->num_hidden_layers)
+    memset(c->full_layers, 0, sizeof c->full_layers);
+    *first = L;
+    for (int64_t i = 0; i < L; i++) {
+        if (sliding[i] && *first == L)
+            *first = i;
+        if (sliding[i] || *first == L)
+            continue;
+        if (i >= DF_MAX_TYPED_LAYERS)
+            return df_error(DF_EUNSUPPORTED, "%s: key \"%s\": full-attention layer %lld after a sliding one: at "
+                            "most %d layers can be typed one by one", src, key, (long long)i, DF_MAX_TYPED_LAYERS);
+        c->full_layers[i / 64] |= (uint64_t)1 << (i % 64);
+    }
+    return DF_OK;
+}
+
+/* layer_types: a list of num_hidden_layers "full_attention" / "sliding_attention" strings. */
+static int parse_layer_types(json_t *lt, const char *src, df_model_config *c, int64_t *first)
+{
+    const int64_t L = c->num_hidden_layers;
+    if (!json_is_array(lt) || (int64_t)json_array_size(lt) != L)
         return df_error(DF_EINVAL,
                         "%s: key \"layer_types\" must be a list of num_hidden_layers "
                         "(%lld) strings",
-                        src, (long long)c->num_hidden_layers);
-    *first = c->num_hidden_layers;
-    for (size_t i = 0; i < json_array_size(lt); i++) {
+                        src, (long long)L);
+    bool *sliding = malloc((size_t)(L > 0 ? L : 1) * sizeof *sliding);
+    if (!sliding)
+        return df_error(DF_ENOMEM, "%s: out of memory reading layer_types", src);
+    int rc = DF_OK;
+    for (size_t i = 0; !rc && i < json_array_size(lt); i++) {
         const char *s = json_string_value(json_array_get(lt, i));
-        bool sliding = s && !strcmp(s, "sliding_attention");
-        if (!sliding && !(s && !strcmp(s, "full_attention")))
-            return df_error(DF_EUNSUPPORTED,
-                            "%s: key \"layer_types\": entry %zu is not "
-                            "\"full_attention\" or \"sliding_attention\"",
-                            src, i);
-        if (sliding && *first == c->num_hidden_layers)
-            *first = (int64_t)i;
-        if (!sliding && *first < c->num_hidden_layers)
-            return df_error(DF_EUNSUPPORTED,
-                            "%s: key \"layer_types\": a full_attention layer (%zu) "
-                            "after a sliding_attention one is not supported (windowed layers must be "
-                            "the last ones, as max_window_layers gives them)",
-                            src, i);
+        sliding[i] = s && !strcmp(s, "sliding_attention");
+        if (!sliding[i] && !(s && !strcmp(s, "full_attention")))
+            rc = df_error(DF_EUNSUPPORTED,
+                          "%s: key \"layer_types\": entry %zu is not "
+                          "\"full_attention\" or \"sliding_attention\"",
+                          src, i);
     }
-    return DF_OK;
+    if (!rc)
+        rc = set_layer_types(sliding, L, src, "layer_types", c, first);
+    free(sliding);
+    return rc;
+}
+
+/* Gemma3TextConfig: sliding_window (default 4096; > 0) on the layers layer_types marks sliding,
+   else on every layer but each sliding_window_pattern-th ((i + 1) % pattern == 0: full; default
+   6, the older configs' key). */
+static int parse_gemma3_window(json_t *root, const char *src, df_model_config *c)
+{
+    int64_t w = 4096, first = 0, pat = 6;
+    json_t *sw = json_object_get(root, "sliding_window");
+    int rc = sw && json_is_null(sw) ? df_error(DF_EUNSUPPORTED, "%s: key \"sliding_window\" null: gemma3_text "
+                                               "needs its window (an integer > 0)", src)
+                                    : df_cfg_get_int(root, src, "sliding_window", false, &w);
+    if (!rc && w <= 0)
+        return df_error(DF_EINVAL, "%s: key \"sliding_window\" must be > 0 (got %lld)", src, (long long)w);
+    if (rc)
+        return rc;
+    c->sliding_window = w;
+    json_t *lt = df_cfg_get(root, "layer_types");
+    if (lt)
+        rc = parse_layer_types(lt, src, c, &first);
+    else if (!(rc = df_cfg_get_int(root, src, "sliding_window_pattern", false, &pat)) && pat <= 0)
+        return df_error(DF_EINVAL, "%s: key \"sliding_window_pattern\" must be > 0 (got %lld)", src, (long long)pat);
+    const int64_t L = c->num_hidden_layers;
+    if (!rc && !lt) {
+        bool *sliding = malloc((size_t)(L > 0 ? L : 1) * sizeof *sliding);
+        if (!sliding)
+            return df_error(DF_ENOMEM, "%s: out of memory reading sliding_window_pattern", src);
+        for (int64_t i = 0; i < L; i++)
+            sliding[i] = (i + 1) % pat != 0;
+        rc = set_layer_types(sliding, L, src, "sliding_window_pattern", c, &first);
+        free(sliding);
+    }
+    c->max_window_layers = first;
+    return rc;
 }
 
 /* MistralConfig.sliding_window: an int (default 4096) or null; windowed attention on every
@@ -239,6 +332,8 @@ int df_cfg_parse_window(json_t *root, const char *src, df_model_config *c)
         return parse_every_layer_window(root, src, 4096, c);
     if (!strcmp(c->model_type, "phi3")) /* Phi3Config: the same, no window by default */
         return parse_every_layer_window(root, src, 0, c);
+    if (!strcmp(c->model_type, "gemma3_text")) /* no use_sliding_window: always windowed layers */
+        return parse_gemma3_window(root, src, c);
     if (!strcmp(c->model_type, "llama") || !strcmp(c->model_type, "olmo2")) {
         if (use)
             return df_error(DF_EUNSUPPORTED,
@@ -269,6 +364,8 @@ int df_cfg_parse_window(json_t *root, const char *src, df_model_config *c)
     int64_t first = 0;
     if ((rc = parse_layer_types(lt, src, c, &first)))
         return rc;
+    if (c->sliding_window == 0) /* no window: every layer attends fully */
+        memset(c->full_layers, 0, sizeof c->full_layers);
     if (first < c->num_hidden_layers && c->sliding_window == 0)
         return df_error(DF_EUNSUPPORTED,
                         "%s: key \"layer_types\" has sliding_attention layers but "
@@ -330,10 +427,35 @@ static int write_rope_obj(json_t *o, const df_model_config *c)
     return bad;
 }
 
+/* gemma3_text: the local RoPE's base, in the per-type rope_parameters when the file has them
+   (then the model's RoPE goes into its full_attention object), else rope_local_base_freq. */
+static int write_local_rope(json_t *o, const df_model_config *c, json_t **rp)
+{
+    json_t *full = json_is_object(*rp) ? json_object_get(*rp, "full_attention") : NULL;
+    json_t *sl = json_is_object(*rp) ? json_object_get(*rp, "sliding_attention") : NULL;
+    if (!json_is_object(full) || !json_is_object(sl))
+        return json_object_set_new(o, "rope_local_base_freq", df_json_number(c->rope_local_theta));
+    int bad = json_object_set_new(sl, "rope_type", json_string("default"));
+    bad |= json_object_set_new(sl, "rope_theta", df_json_number(c->rope_local_theta));
+    if (json_object_get(o, "rope_local_base_freq"))
+        bad |= json_object_set_new(o, "rope_local_base_freq", df_json_number(c->rope_local_theta));
+    bad |= write_rope_obj(full, c);
+    bad |= json_object_set_new(full, "rope_theta", df_json_number(c->rope_theta));
+    if (json_object_get(o, "rope_theta"))
+        bad |= json_object_set_new(o, "rope_theta", df_json_number(c->rope_theta));
+    *rp = NULL; /* written */
+    return bad;
+}
+
 int df_cfg_write_rope(json_t *o, const df_model_config *c)
 {
     json_t *rp = json_object_get(o, "rope_parameters"), *rs = json_object_get(o, "rope_scaling");
     int bad = 0;
+    if (c->rope_local_theta > 0) {
+        bad |= write_local_rope(o, c, &rp);
+        if (!rp && json_is_object(json_object_get(o, "rope_parameters")))
+            return bad;
+    }
     if (c->rope_type == DF_ROPE_LONGROPE) /* Phi3Config keeps the pretraining context at the top */
         bad |= json_object_set_new(o, "original_max_position_embeddings", json_integer(c->rope_original_max_pos));
     if (json_is_object(rp)) { /* transformers 5: the theta lives there */
@@ -355,10 +477,27 @@ int df_cfg_write_rope(json_t *o, const df_model_config *c)
     return bad | json_object_set_new(o, "rope_scaling", n);
 }
 
+/* layer_types as df_model_layer_sliding gives them. */
+static int write_layer_types(json_t *o, const df_model_config *c)
+{
+    json_t *lt = json_array();
+    int bad = !lt;
+    for (int64_t l = 0; lt && l < c->num_hidden_layers; l++)
+        bad |= json_array_append_new(
+            lt, json_string(df_model_layer_sliding(c, l) ? "sliding_attention" : "full_attention"));
+    return bad | json_object_set_new(o, "layer_types", lt);
+}
+
 int df_cfg_write_window(json_t *o, const df_model_config *c, bool fresh)
 {
     if (!strcmp(c->model_type, "llama") || !strcmp(c->model_type, "olmo2"))
         return 0;
+    if (!strcmp(c->model_type, "gemma3_text")) { /* layer_types (4.53+) names each layer's type */
+        int bad = json_object_set_new(o, "sliding_window", json_integer(c->sliding_window));
+        if (fresh || json_object_get(o, "layer_types"))
+            bad |= write_layer_types(o, c);
+        return bad;
+    }
     if (!strcmp(c->model_type, "mistral") || !strcmp(c->model_type, "phi3"))
         return json_object_set_new(o, "sliding_window",
                                    c->sliding_window > 0 ? json_integer(c->sliding_window) : json_null());
@@ -371,9 +510,5 @@ int df_cfg_write_window(json_t *o, const df_model_config *c, bool fresh)
     bad |= json_object_set_new(o, "max_window_layers", json_integer(c->max_window_layers));
     if (!json_object_get(o, "layer_types")) /* transformers < 4.53 writes none */
         return bad;
-    json_t *lt = json_array();
-    for (int64_t l = 0; lt && l < c->num_hidden_layers; l++)
-        bad |= json_array_append_new(
-            lt, json_string(use && l >= c->max_window_layers ? "sliding_attention" : "full_attention"));
-    return bad | !lt | json_object_set_new(o, "layer_types", lt);
+    return bad | write_layer_types(o, c);
 }

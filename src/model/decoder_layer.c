@@ -3,6 +3,7 @@
 #include "model/decoder_layer.h"
 
 #include <assert.h>
+#include <stdlib.h>
 
 /* A call of the layer: where operators run and the first failure. */
 typedef struct {
@@ -47,13 +48,16 @@ static void add(const run *r, float *dst, const float *src, int64_t n)
 /* n1 = rmsnorm1(x) (the post-norm layer projects x itself), then q / k / v with their biases,
  * the q/k norms and RoPE. */
 static void qkv(const run *r, const df_model_config *c, const df_layer_view *w,
-                const df_layer16 *w16, int64_t T, const df_layer_bufs *b)
+                const df_layer16 *w16, int64_t l, int64_t T, const df_layer_bufs *b)
 {
     const int64_t H = c->hidden_size, nh = c->num_attention_heads, nkv = c->num_key_value_heads;
     const int64_t hd = c->head_dim, qd = nh * hd, kvd = nkv * hd;
     const float eps = (float)c->rms_norm_eps;
     const float *in = b->x;
-    if (!c->post_norm) {
+    if (c->sandwich_norm) { /* gemma3: the post-norm layer's inputs normalised too */
+        LB(r, rmsnorm_fwd, b->xin, b->rstdin, b->x, w->ln1, T, H, eps);
+        in = b->xin;
+    } else if (!c->post_norm) {
         LB(r, rmsnorm_fwd, b->xn1, b->rstd1, b->x, w->ln1, T, H, eps);
         in = b->xn1;
     }
@@ -71,8 +75,13 @@ static void qkv(const run *r, const df_model_config *c, const df_layer_view *w,
     }
     linear(r, b->v, in, w->wv, w16 ? w16->wv : NULL, w->bv, T, kvd, H);
     const int64_t rd = df_model_rope_dim(c);
-    LB(r, rope_apply, b->q, b->pos, T, nh, hd, rd, b->rope_cos, b->rope_sin, false);
-    LB(r, rope_apply, b->k, b->pos, T, nkv, hd, rd, b->rope_cos, b->rope_sin, false);
+    const bool local = df_model_layer_local_rope(c, l);
+    const float *cs = local ? b->rope_cos_local : b->rope_cos, *sn = local ? b->rope_sin_local : b->rope_sin;
+    LB(r, rope_apply, b->q, b->pos, T, nh, hd, rd, cs, sn, false);
+    LB(r, rope_apply, b->k, b->pos, T, nkv, hd, rd, cs, sn, false);
+    const float qs = df_model_q_scale(c); /* the attention's 1 / sqrt(hd) then scales by qpas^-0.5 */
+    if (qs != 1.0f)
+        LB(r, scale, b->q, T * qd, qs);
 }
 
 /* The residual stream and queries of the rows that go on past the attention: all of them, or
@@ -133,11 +142,16 @@ static void post_norm_rest(const run *r, const df_model_config *c, const df_laye
     assert(o->xout); /* the checkpointed recompute runs the whole post-norm layer (forward.c) */
     linear(r, b->xn1, b->att, w->wo, w16 ? w16->wo : NULL, w->bo, o->T, H, qd);
     norm_add(r, o->h, o->x, b->xn1, w->ln2, b->rstd1, o->T, H, eps);
+    const float *in = o->h; /* the MLP's input: h, or (sandwich_norm) its pre-feedforward norm */
+    if (c->sandwich_norm) {
+        LB(r, rmsnorm_fwd, b->xff, b->rstdff, o->h, w->ln_ff, o->T, H, eps);
+        in = b->xff;
+    }
     const int64_t C = df_decoder_mlp_chunk(b, o->T);
     for (int64_t r0 = 0; r0 < o->T && !*r->err; r0 += C) {
         const int64_t n = o->T - r0 < C ? o->T - r0 : C;
-        df_decoder_mlp_in(r->be, c, w, w16, n, o->h + r0 * H, b->gate, b->up, r->err);
-        LB(r, swiglu_fwd, b->act, b->gate, b->up, n * I);
+        df_decoder_mlp_in(r->be, c, w, w16, n, in + r0 * H, b->gate, b->up, r->err);
+        df_decoder_mlp_act(r->be, c, b->act, b->gate, b->up, n * I, r->err);
         wmm(r, n, H, I, b->act, w->w_down, w16 ? w16->w_down : NULL, 0.0f, b->xn2 + r0 * H);
     }
     norm_add(r, o->xout, o->h, b->xn2, w->ln3, b->rstd2, o->T, H, eps);
@@ -151,7 +165,7 @@ int df_decoder_layer(const df_backend *be, const df_model_config *c, const df_la
     const int64_t H = c->hidden_size, I = c->intermediate_size;
     const int64_t qd = c->num_attention_heads * c->head_dim;
     const float eps = (float)c->rms_norm_eps;
-    qkv(&r, c, w, w16, T, b);
+    qkv(&r, c, w, w16, l, T, b);
     rows_on o;
     attention(&r, c, l, T, b, at, &o);
     if (c->post_norm) {
@@ -179,7 +193,7 @@ int df_decoder_layer(const df_backend *be, const df_model_config *c, const df_la
     for (int64_t r0 = 0; r0 < o.T && !*err; r0 += C) {
         const int64_t n = o.T - r0 < C ? o.T - r0 : C;
         df_decoder_mlp_in(be, c, w, w16, n, b->xn2 + r0 * H, b->gate, b->up, err);
-        LB(&r, swiglu_fwd, b->act, b->gate, b->up, n * I);
+        df_decoder_mlp_act(be, c, b->act, b->gate, b->up, n * I, err);
         wmm(&r, n, H, I, b->act, w->w_down, w16 ? w16->w_down : NULL, 1.0f, o.xout + r0 * H);
     }
     return *err;
@@ -193,4 +207,79 @@ void df_decoder_mlp_in(const df_backend *be, const df_model_config *c, const df_
     const int64_t H = c->hidden_size, I = c->intermediate_size;
     linear(&r, gate, xn2, w->w_gate, w16 ? w16->w_gate : NULL, NULL, n, I, H);
     linear(&r, up, xn2, w->w_up, w16 ? w16->w_up : NULL, NULL, n, I, H);
+}
+
+void df_decoder_mlp_act(const df_backend *be, const df_model_config *c, float *act, const float *gate,
+                        const float *up, int64_t n, int *err)
+{
+    const run r = {be, err, false};
+    if (c->geglu)
+        LB(&r, geglu_fwd, act, gate, up, n);
+    else
+        LB(&r, swiglu_fwd, act, gate, up, n);
+}
+
+/* ---- (1 + w) norm weights (Gemma3RMSNorm) ---- */
+
+static int64_t ones_len(const df_model_config *c)
+{
+    return c->hidden_size > c->head_dim ? c->hidden_size : c->head_dim;
+}
+
+int64_t df_norm_shift_floats(const df_model_config *c)
+{
+    if (!c->norm_plus_one)
+        return 0;
+    return ones_len(c) + c->hidden_size + c->num_hidden_layers * (4 * c->hidden_size + 2 * c->head_dim);
+}
+
+int df_norm_shift_init(const df_backend *be, const df_model_config *c, float *blob)
+{
+    const int64_t n = ones_len(c);
+    if (be->ops->host_memory) {
+        for (int64_t i = 0; i < n; i++)
+            blob[i] = 1.0f;
+        return DF_OK;
+    }
+    float *h = malloc((size_t)n * sizeof(float));
+    if (!h)
+        return df_error(DF_ENOMEM, "out of memory for the norms' ones");
+    for (int64_t i = 0; i < n; i++)
+        h[i] = 1.0f;
+    int rc = be->ops->upload(be->ctx, blob, h, (size_t)n * sizeof(float));
+    free(h);
+    return rc;
+}
+
+/* *dst = 1 + src over n floats at *next (advanced): the ones row, then src added onto it. */
+static float *shift(const run *r, float **next, const float *ones, const float *src, int64_t n)
+{
+    float *d = *next;
+    *next += n;
+    LB(r, copy, d, ones, (size_t)n * sizeof(float));
+    add(r, d, src, n);
+    return d;
+}
+
+void df_norm_shift_view(const df_backend *be, const df_model_config *c, const df_model_view *w, float *blob,
+                        df_layer_view *layers, df_model_view *out, int *err)
+{
+    const run r = {be, err, false};
+    const int64_t H = c->hidden_size, hd = c->head_dim;
+    const float *ones = blob;
+    float *next = blob + ones_len(c);
+    *out = *w;
+    out->layers = layers;
+    out->final_norm = shift(&r, &next, ones, w->final_norm, H);
+    for (int64_t l = 0; l < c->num_hidden_layers; l++) {
+        const df_layer_view *s = &w->layers[l];
+        df_layer_view *d = &layers[l];
+        *d = *s;
+        d->ln1 = shift(&r, &next, ones, s->ln1, H);
+        d->ln2 = shift(&r, &next, ones, s->ln2, H);
+        d->ln_ff = shift(&r, &next, ones, s->ln_ff, H);
+        d->ln3 = shift(&r, &next, ones, s->ln3, H);
+        d->q_norm = shift(&r, &next, ones, s->q_norm, hd);
+        d->k_norm = shift(&r, &next, ones, s->k_norm, hd);
+    }
 }

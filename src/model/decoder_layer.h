@@ -15,6 +15,14 @@
  *   q, k, v = proj(x) (+ biases);  q, k = qk_norm(q, k);  RoPE;  att = ATTENTION(q, k, v)
  *   h = x + rmsnorm2(o_proj(att) (+ bias));  x' = h + rmsnorm3(down(silu(gate(h)) * up(h)))
  *
+ * and Gemma 3's sandwich layer (HF modeling_gemma3.py Gemma3DecoderLayer, post_norm with
+ * sandwich_norm; every norm weight given as 1 + w, df_norm_shift_view; q / k per-head norms;
+ * GeGLU; q scaled by df_model_q_scale; the sliding layers' RoPE the local one):
+ *
+ *   n1 = rmsnorm1(x);  q, k, v = proj(n1);  q, k = qk_norm(q, k);  RoPE;  att = ATTENTION(q, k, v)
+ *   h = x + rmsnorm2(o_proj(att));  x' = h + rmsnorm3(down(gelu_tanh(gate(nf)) * up(nf))),
+ *   nf = rmsnorm_ff(h)
+ *
  * Only ATTENTION differs between the callers: causal attention over packed sequences saving
  * its log-sum-exp (training), or K / V written into the rollout's cache and the queries
  * attending over it (prefill and decode). The residual adds ride on the GEMMs (beta = 1).
@@ -32,6 +40,8 @@
 typedef struct df_layer_bufs {
     const int32_t *pos;                /**< [T] positions (RoPE and the KV cache) */
     const float *rope_cos, *rope_sin;  /**< df_rope_model_table rows [n_pos, rope_dim / 2] */
+    const float *rope_cos_local, *rope_sin_local; /**< the local RoPE's rows (df_model_local_rope),
+                                            read by the layers df_model_layer_local_rope names */
     const float *ones;                 /**< [T] of 1 when the model has an o_proj bias */
     const float *x;                    /**< [T, H] residual stream in */
     float *xn1, *rstd1;                /**< [T, H], [T]: rmsnorm1's output and statistics;
@@ -45,7 +55,13 @@ typedef struct df_layer_bufs {
     float *h;                          /**< [T, H] residual after attention; may be x */
     float *xn2, *rstd2, *gate, *up;    /**< [T, H], [T], [T, I], [T, I]; post_norm: xn2 the
                                             MLP's output (rmsnorm3's input), rstd2 rmsnorm3's */
-    float *act;                        /**< [T, I] silu(gate) * up */
+    float *act;                        /**< [T, I] silu(gate) * up (geglu: gelu_tanh(gate) * up) */
+    float *xin, *rstdin;               /**< sandwich_norm: [T, H], [T]: input_layernorm's output
+                                            (the projections' input) and statistics */
+    float *xff, *rstdff;               /**< sandwich_norm: [T, H], [T]: pre_feedforward_layernorm's
+                                            output (gate / up's input) and statistics; may be xn2 /
+                                            rstd2 where nothing reads them again (each chunk's rows
+                                            are read before down writes them) */
     int64_t mlp_rows;                  /**< rows gate / up / act hold: the MLP runs in chunks
                                             of that many rows ([mlp_rows, I] each); 0 or >= T:
                                             all T rows at once */
@@ -89,6 +105,29 @@ static inline int64_t df_qk_norm_width(const df_model_config *c, int64_t n)
 {
     return c->qk_norm_full ? n * c->head_dim : c->head_dim;
 }
+
+/** The MLP's activation: act[n] = gelu_tanh(gate) * up (c->geglu) or silu(gate) * up. */
+void df_decoder_mlp_act(const df_backend *be, const df_model_config *c, float *act, const float *gate,
+                        const float *up, int64_t n, int *err);
+
+/**
+ * Floats of the (1 + w) norm weights df_norm_shift_view makes for c (0 without norm_plus_one):
+ * a row of max(hidden, head_dim) ones, the final norm, and per layer ln1, ln2, ln_ff, ln3 [hidden]
+ * and q_norm, k_norm [head_dim].
+ */
+int64_t df_norm_shift_floats(const df_model_config *c);
+/** Fill the first max(hidden, head_dim) floats of a df_norm_shift_floats blob (backend memory of
+ *  be) with 1. Errors: the upload's. */
+int df_norm_shift_init(const df_backend *be, const df_model_config *c, float *blob);
+/**
+ * Gemma3RMSNorm's weights: *out = *w with every norm (each layer's ln1 / ln2 / ln_ff / ln3 /
+ * q_norm / k_norm and final_norm) pointing into `blob` (df_norm_shift_init'ed), which receives
+ * 1 + w, one float32 add per element (HF: 1.0 + weight.float()); `layers` [num_hidden_layers]
+ * receives out's layer views. The matmul weights stay w's. A norm backward given these weights
+ * accumulates d(1 + w) = dw into w's gradient. Failures land in *err.
+ */
+void df_norm_shift_view(const df_backend *be, const df_model_config *c, const df_model_view *w, float *blob,
+                        df_layer_view *layers, df_model_view *out, int *err);
 
 /** Rows per MLP chunk for a call over T rows with buffers b (T when not chunked). */
 static inline int64_t df_decoder_mlp_chunk(const df_layer_bufs *b, int64_t T)

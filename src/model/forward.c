@@ -9,7 +9,10 @@
  *   the model has one, and attention limited to the layer's window (df_model_layer_window);
  *   OLMo 2's post-norm layer (modeling_olmo2.py) instead:
  *     h = x + rmsnorm2(o_proj(attn(rope(qn(q_proj(x))), rope(kn(k_proj(x))), v_proj(x)))),
- *     x = h + rmsnorm3(down(silu(gate(h)) * up(h))),  qn / kn over the whole projection.
+ *     x = h + rmsnorm3(down(silu(gate(h)) * up(h))),  qn / kn over the whole projection;
+ *   Gemma 3's sandwich layer (modeling_gemma3.py) normalises each sublayer's input too, with
+ *   (1 + w) norm weights, GeGLU, x scaled by sqrt(hidden) after the lookup and q by
+ *   df_model_q_scale, and its sliding layers' own RoPE (decoder_layer.h).
  *   final rmsnorm and the head, for the output rows only: the LM head
  *   (df_model_forward) or a value model's score head (df_model_forward_values).
  * The layer itself is decoder_layer.c's, shared with the rollout's prefill and decode; here it
@@ -72,11 +75,13 @@ void df_acts_free(df_acts *a)
                     a->dxn,   a->dq,     a->dk,       a->dv,       a->dao,    a->dxf,
                     a->dxnf,  a->lm_scratch, a->b_tokens, a->b_targets, a->b_pos, a->b_offsets,
                     a->b_rows, a->b_io,  a->qraw,    a->kraw,   a->qrstd,  a->krstd,
-                    a->dqn,   a->dkn,    a->ones};
+                    a->dqn,   a->dkn,    a->ones, a->rope_cos_local, a->rope_sin_local, a->xin,
+                    a->xff,   a->rstdin, a->rstdff, a->dxn2, a->nshift};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         a->be.ops->release(a->be.ctx, bufs[i]);
     free(a->pos);
     free(a->gview_layers);
+    free(a->nshift_layers);
     df_weights_dev_free(&a->wdev);
     df_mm_ctx_free(a->mm);
     drop_w16(a);
@@ -142,31 +147,53 @@ int df_acts_share_weights16(df_acts *a, const df_weights16 *w, const df_model *m
     return DF_OK;
 }
 
-/* The RoPE table for every position the activations hold (the model's: df_rope_model_table), and
- * the o_proj bias's column of ones, in the backend's memory. */
-static int rope_tables(df_acts *a)
+/* One RoPE table pair of `cfg` for every position the activations hold into dc / ds (backend
+ * memory). */
+static int rope_table(df_acts *a, const df_model_config *cfg, float *dc, float *ds)
 {
-    const int64_t n = a->max_tokens * (df_model_rope_dim(&a->cfg) / 2), T = a->max_tokens;
+    const int64_t n = a->max_tokens * (df_model_rope_dim(cfg) / 2);
     const bool host = a->be.ops->host_memory;
-    float *c = host ? a->rope_cos : malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    float *s = host ? a->rope_sin : malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    float *one = host ? a->ones : a->ones ? malloc((size_t)T * sizeof(float)) : NULL;
-    int rc = c && s && (one || !a->ones) ? DF_OK : df_error(DF_ENOMEM, "out of memory for the RoPE table");
-    if (!rc) {
-        df_rope_model_table(c, s, a->max_tokens, &a->cfg);
-        for (int64_t t = 0; one && t < T; t++)
-            one[t] = 1.0f;
-    }
+    float *c = host ? dc : malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    float *s = host ? ds : malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    int rc = c && s ? DF_OK : df_error(DF_ENOMEM, "out of memory for the RoPE table");
+    if (!rc)
+        df_rope_model_table(c, s, a->max_tokens, cfg);
     if (!rc && !host) {
-        rc = a->be.ops->upload(a->be.ctx, a->rope_cos, c, (size_t)n * sizeof(float));
+        rc = a->be.ops->upload(a->be.ctx, dc, c, (size_t)n * sizeof(float));
         if (!rc)
-            rc = a->be.ops->upload(a->be.ctx, a->rope_sin, s, (size_t)n * sizeof(float));
-        if (!rc && one)
-            rc = a->be.ops->upload(a->be.ctx, a->ones, one, (size_t)T * sizeof(float));
+            rc = a->be.ops->upload(a->be.ctx, ds, s, (size_t)n * sizeof(float));
     }
     if (!host) {
         free(c);
         free(s);
+    }
+    return rc;
+}
+
+/* The RoPE tables for every position the activations hold (the model's: df_rope_model_table; the
+ * local one of gemma3's sliding layers), the o_proj bias's column of ones and the (1 + w) norms'
+ * ones, in the backend's memory. */
+static int rope_tables(df_acts *a)
+{
+    const int64_t T = a->max_tokens;
+    int rc = rope_table(a, &a->cfg, a->rope_cos, a->rope_sin);
+    if (!rc && a->rope_cos_local) {
+        df_model_config local;
+        df_model_local_rope(&a->cfg, &local);
+        rc = rope_table(a, &local, a->rope_cos_local, a->rope_sin_local);
+    }
+    if (!rc && a->nshift)
+        rc = df_norm_shift_init(&a->be, &a->cfg, a->nshift);
+    if (rc || !a->ones)
+        return rc;
+    const bool host = a->be.ops->host_memory;
+    float *one = host ? a->ones : malloc((size_t)T * sizeof(float));
+    if (!one)
+        return df_error(DF_ENOMEM, "out of memory for the RoPE table");
+    for (int64_t t = 0; t < T; t++)
+        one[t] = 1.0f;
+    if (!host) {
+        rc = a->be.ops->upload(a->be.ctx, a->ones, one, (size_t)T * sizeof(float));
         free(one);
     }
     return rc;
@@ -196,6 +223,19 @@ static void alloc_attention_extras(df_acts *a, int *fail)
     }
     if (c->o_proj_bias)
         a->ones = falloc(a, T, fail);
+    if (c->rope_local_theta > 0) {
+        a->rope_cos_local = falloc(a, T * (df_model_rope_dim(c) / 2), fail);
+        a->rope_sin_local = falloc(a, T * (df_model_rope_dim(c) / 2), fail);
+    }
+    if (c->sandwich_norm) {
+        a->xin = falloc(a, L * T * c->hidden_size, fail);
+        a->xff = falloc(a, L * T * c->hidden_size, fail);
+        a->rstdin = falloc(a, L * T, fail);
+        a->rstdff = falloc(a, L * T, fail);
+        a->dxn2 = bwd_alloc(a, T * c->hidden_size, fail);
+    }
+    if (c->norm_plus_one)
+        a->nshift = falloc(a, df_norm_shift_floats(c), fail);
 }
 
 /* A device backend's copies of the batch and of the head's per-row inputs / outputs. */
@@ -280,13 +320,17 @@ int df_model_check_backend_ex(const df_backend *be, const df_model_config *cfg, 
 int df_model_check_backend(const df_backend *be, const df_model_config *cfg)
 {
     /* The CPU's attention kernels take a window; the CUDA ones do not yet (docs/cuda.md). */
-    if (be && be->ops && !be->ops->attention_window &&
-        df_model_layer_window(cfg, cfg->num_hidden_layers - 1) > 0)
-        return df_error(DF_EUNSUPPORTED, "sliding-window attention (use_sliding_window, "
-                        "sliding_window %lld from layer %lld) is not implemented on the %s "
-                        "backend; train this model on the cpu backend",
-                        (long long)cfg->sliding_window, (long long)cfg->max_window_layers,
-                        be->ops->name);
+    if (!be || !be->ops || be->ops->attention_window || cfg->sliding_window <= 0)
+        return DF_OK;
+    /* past DF_MAX_TYPED_LAYERS every layer from max_window_layers on is windowed: one more is enough */
+    int64_t end = cfg->max_window_layers > DF_MAX_TYPED_LAYERS ? cfg->max_window_layers : DF_MAX_TYPED_LAYERS;
+    end = end + 1 < cfg->num_hidden_layers ? end + 1 : cfg->num_hidden_layers;
+    for (int64_t l = cfg->max_window_layers; l < end; l++)
+        if (df_model_layer_window(cfg, l) > 0)
+            return df_error(DF_EUNSUPPORTED, "sliding-window attention (use_sliding_window, "
+                            "sliding_window %lld on layer %lld and others) is not implemented on the %s "
+                            "backend; train this model on the cpu backend",
+                            (long long)cfg->sliding_window, (long long)l, be->ops->name);
     return DF_OK;
 }
 
@@ -346,7 +390,8 @@ int df_acts_create_ex(const df_backend *be, const df_model_config *cfg, int64_t 
     alloc_buffers(a, &fail);
     a->pos = malloc((size_t)T * sizeof(int32_t));
     a->gview_layers = calloc((size_t)L, sizeof(df_layer_view));
-    if (fail || !a->pos || !a->gview_layers) {
+    a->nshift_layers = cfg->norm_plus_one ? calloc((size_t)L, sizeof(df_layer_view)) : NULL;
+    if (fail || !a->pos || !a->gview_layers || (cfg->norm_plus_one && !a->nshift_layers)) {
         df_acts_free(a);
         return df_error(DF_ENOMEM, "out of %s memory allocating activations for %lld tokens",
                         be->ops->name, (long long)max_tokens);
@@ -418,7 +463,8 @@ int df_acts_load_weights(df_acts *a, const df_model *m)
     return rc ? df_error_wrap(rc, "df_acts_load_weights") : DF_OK;
 }
 
-int df_acts_weights(const df_acts *a, const df_model *m, const df_model_view **w)
+/* The weights the backend reads, before the norms' shift. */
+static int base_weights(const df_acts *a, const df_model *m, const df_model_view **w)
 {
     if (df_acts_mixed(a) && !df_weights16_is_current(a->w16, m)) /* made from m, at its current version */
         return df_error(DF_EINVAL, "mixed precision: the bf16 copy of this model's weights is not "
@@ -433,6 +479,18 @@ int df_acts_weights(const df_acts *a, const df_model *m, const df_model_view **w
                         "df_acts_load_weights after every change of them)", a->be.ops->name);
     *w = &d->view;
     return DF_OK;
+}
+
+int df_acts_weights(df_acts *a, const df_model *m, const df_model_view **w)
+{
+    int rc = base_weights(a, m, w);
+    if (rc || !a->cfg.norm_plus_one)
+        return rc;
+    /* Gemma3RMSNorm: 1 + w formed for this pass, from the weights as they are now */
+    int err = DF_OK;
+    df_norm_shift_view(&a->be, &a->cfg, *w, a->nshift, a->nshift_layers, &a->nshift_view, &err);
+    *w = &a->nshift_view;
+    return err;
 }
 
 /* Checks shared by both heads; `lm` adds those of the LM head. */
@@ -545,7 +603,14 @@ static df_layer_bufs layer_bufs(const df_acts *a, int64_t l, bool full)
         .att = a->att + s * MT * qd, .h = a->fwd_only ? df_acts_x(a, l + 1) : a->hmid + s * MT * H,
         .xn2 = a->xn2 + s * MT * H, .rstd2 = a->rstd2 + s * MT, .gate = a->gate + s * MT * I,
         .up = a->up + s * MT * I, .act = a->mlp_a, .mlp_rows = a->mlp_rows,
-        .xout = full ? df_acts_x(a, l + 1) : NULL};
+        .xout = full ? df_acts_x(a, l + 1) : NULL, .rope_cos_local = a->rope_cos_local,
+        .rope_sin_local = a->rope_sin_local};
+    if (c->sandwich_norm) { /* the inputs' norms, which the backward reads */
+        b.xin = a->xin + s * MT * H;
+        b.rstdin = a->rstdin + s * MT;
+        b.xff = a->xff + s * MT * H;
+        b.rstdff = a->rstdff + s * MT;
+    }
     if (c->qk_norm) { /* the projections and row statistics the norms' backward reads */
         b.qraw = a->qraw + s * MT * qd;
         b.kraw = a->kraw + s * MT * kvd;
@@ -594,6 +659,8 @@ static int trunk_forward(const df_model *m, const df_model_view *w, df_acts *a,
         DF_BE(a, embedding_fwd_w16, a->x, a->bb.tokens, e16, T, H);
     else
         DF_BE(a, embedding_fwd, a->x, a->bb.tokens, w->embed, T, H);
+    if (c->embed_scale) /* Gemma3TextScaledWordEmbedding: one float32 product per element */
+        DF_BE(a, scale, a->x, T * H, df_model_embed_scale(c));
     for (int64_t l = 0; l < L; l++)
         layer_run(&w->layers[l], a, l, true);
     /* Only output rows reach the final norm and the head. */

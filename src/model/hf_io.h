@@ -93,14 +93,20 @@ int df_cfg_parse_rope(json_t *root, const char *src, df_model_config *c);
  * use_sliding_window, sliding_window, max_window_layers and layer_types (HF Qwen2Config /
  * Qwen3Config: a window applies when use_sliding_window and sliding_window are set, to the
  * layers layer_types marks "sliding_attention", by default those with index >=
- * max_window_layers). layer_types must be full layers then windowed ones (DF_EUNSUPPORTED
- * otherwise); llama with use_sliding_window true: DF_EUNSUPPORTED.
+ * max_window_layers); full layers among windowed ones set c->full_layers (at most
+ * DF_MAX_TYPED_LAYERS layers may be typed one by one). gemma3_text (Gemma3TextConfig):
+ * sliding_window (default 4096, > 0) on the layers layer_types marks sliding, else on all but
+ * every sliding_window_pattern-th (default 6). llama / olmo2 with use_sliding_window true:
+ * DF_EUNSUPPORTED.
  */
 int df_cfg_parse_window(json_t *root, const char *src, df_model_config *c);
 /** Write c's RoPE keys into o (rope_parameters when o has it, else rope_theta / rope_scaling). */
 int df_cfg_write_rope(json_t *o, const df_model_config *c);
 /** Write c's sliding-window keys into o (qwen2 / qwen3); `fresh`: o is a new file. */
 int df_cfg_write_window(json_t *o, const df_model_config *c, bool fresh);
+
+/** v as a JSON integer when it is integral (as HF's files write 256 or 10000), else a real. */
+json_t *df_json_number(double v);
 
 /** Value written as "transformers_version" when the original has none. */
 #define DF_HF_TRANSFORMERS_VERSION "4.46.0"

@@ -43,23 +43,34 @@ static int validate_type(const df_model_config *c)
 {
     bool qwen2 = !strcmp(c->model_type, "qwen2"), qwen3 = !strcmp(c->model_type, "qwen3");
     bool unbiased = !strcmp(c->model_type, "mistral") || !strcmp(c->model_type, "phi3");
-    bool olmo2 = !strcmp(c->model_type, "olmo2");
-    if (!qwen2 && !qwen3 && !unbiased && !olmo2 && strcmp(c->model_type, "llama"))
+    bool olmo2 = !strcmp(c->model_type, "olmo2"), gemma3 = !strcmp(c->model_type, "gemma3_text");
+    if (!qwen2 && !qwen3 && !unbiased && !olmo2 && !gemma3 && strcmp(c->model_type, "llama"))
         return df_error(DF_EUNSUPPORTED, "model_type \"%s\" is not supported (qwen2, qwen3, llama, mistral, phi3, "
-                        "olmo2)", c->model_type);
+                        "olmo2, gemma3_text)", c->model_type);
     if (unbiased && c->attention_bias)
         return df_error(DF_EINVAL, "%s has no attention biases (attention_bias set)", c->model_type);
-    if (c->qk_norm != (qwen3 || olmo2) || c->qk_norm_full != olmo2)
+    /* the parser sets all four for gemma3_text; only sandwich_norm shapes its layout, and code (the
+       tests' variants) may switch the others off on a gemma3_text model */
+    if (c->sandwich_norm != gemma3 || (!gemma3 && (c->norm_plus_one || c->embed_scale || c->geglu)))
+        return df_error(DF_EINVAL, "%s: sandwich norms are %s; (1 + w) norms, the embedding scale and GeGLU "
+                        "are gemma3_text's (set: %d %d %d)", c->model_type, c->sandwich_norm ? "set" : "not set",
+                        c->norm_plus_one, c->embed_scale, c->geglu);
+    if (c->query_pre_attn_scalar < 0 || !isfinite(c->query_pre_attn_scalar) || c->rope_local_theta < 0 ||
+        !isfinite(c->rope_local_theta) || ((c->query_pre_attn_scalar > 0 || c->rope_local_theta > 0) && !gemma3))
+        return df_error(DF_EINVAL, "%s: query_pre_attn_scalar %g and rope_local_theta %g must be >= 0 and "
+                        "finite, and are gemma3_text's", c->model_type, c->query_pre_attn_scalar,
+                        c->rope_local_theta);
+    if (c->qk_norm != (qwen3 || olmo2 || gemma3) || c->qk_norm_full != olmo2)
         return df_error(DF_EINVAL, "%s: q/k norms are %s (qwen3 has them per head, olmo2 over the whole "
                         "projection, the others none)", c->model_type,
                         !c->qk_norm ? "not set" : c->qk_norm_full ? "set over the whole projection" : "set per head");
-    if (c->post_norm != olmo2)
+    if (c->post_norm != (olmo2 || gemma3))
         return df_error(DF_EINVAL, "%s: post-norm layers are %s (olmo2's layers normalise their sublayers' "
-                        "outputs, the others' their inputs)", c->model_type, c->post_norm ? "set" : "not set");
+                        "outputs, gemma3_text's both, the others' their inputs)", c->model_type, c->post_norm ? "set" : "not set");
     if (qwen2 ? c->o_proj_bias : c->o_proj_bias != c->attention_bias)
         return df_error(DF_EINVAL, "%s: an o_proj bias %s", c->model_type,
                         qwen2 ? "does not exist in qwen2"
-                              : "goes with the q/k/v biases (attention_bias) in llama, qwen3 and olmo2");
+                              : "goes with the q/k/v biases (attention_bias) in llama, qwen3, olmo2 and gemma3_text");
     return DF_OK;
 }
 
@@ -94,6 +105,8 @@ static int validate_positions(const df_model_config *c)
                         (long long)c->sliding_window, (long long)c->max_window_layers);
     if (c->sliding_window > 0 && (!strcmp(c->model_type, "llama") || !strcmp(c->model_type, "olmo2")))
         return df_error(DF_EINVAL, "%s has no sliding-window attention", c->model_type);
+    if (c->sliding_window <= 0 && !strcmp(c->model_type, "gemma3_text"))
+        return df_error(DF_EINVAL, "gemma3_text needs a sliding_window > 0 (got %lld)", (long long)c->sliding_window);
     return DF_OK;
 }
 
@@ -126,12 +139,43 @@ const char *df_model_rope_name(const df_model_config *c, char *buf, size_t cap)
     return buf;
 }
 
+bool df_model_layer_sliding(const df_model_config *c, int64_t layer)
+{
+    const bool full = layer >= 0 && layer < DF_MAX_TYPED_LAYERS &&
+                      (c->full_layers[layer / 64] >> (layer % 64) & 1u);
+    return c->sliding_window > 0 && layer >= c->max_window_layers && !full;
+}
+
 int64_t df_model_layer_window(const df_model_config *c, int64_t layer)
 {
     /* a window no sequence can fill masks nothing (Phi-3 128k / 3.5: 262144 over 131072 positions) */
     if (c->sliding_window >= df_model_max_positions(c))
         return 0;
-    return c->sliding_window > 0 && layer >= c->max_window_layers ? c->sliding_window : 0;
+    return df_model_layer_sliding(c, layer) ? c->sliding_window : 0;
+}
+
+bool df_model_layer_local_rope(const df_model_config *c, int64_t layer)
+{
+    return c->rope_local_theta > 0 && df_model_layer_sliding(c, layer);
+}
+
+void df_model_local_rope(const df_model_config *c, df_model_config *local)
+{
+    *local = *c;
+    local->rope_theta = c->rope_local_theta;
+    local->rope_type = DF_ROPE_DEFAULT;
+    local->rope_factor = 0;
+}
+
+float df_model_embed_scale(const df_model_config *c)
+{
+    return c->embed_scale ? (float)sqrt((double)c->hidden_size) : 1.0f;
+}
+
+float df_model_q_scale(const df_model_config *c)
+{
+    const double s = c->query_pre_attn_scalar;
+    return s > 0 && s != (double)c->head_dim ? (float)sqrt((double)c->head_dim / s) : 1.0f;
 }
 
 int df_model_config_validate(const df_model_config *c)
@@ -211,6 +255,8 @@ int df_model_param_count(const df_model_config *c, int64_t *total, int64_t *n_te
         ok = ok && count_add(&layer, 1, q, 1) && count_add(&layer, 2, kv, 1);
     if (c->o_proj_bias)
         ok = ok && count_add(&layer, 1, H, 1);
+    if (c->sandwich_norm) /* input_layernorm and pre_feedforward_layernorm besides the two above */
+        ok = ok && count_add(&layer, 2, H, 1);
     if (c->qk_norm && c->qk_norm_full)
         ok = ok && count_add(&layer, 1, q, 1) && count_add(&layer, 1, kv, 1);
     else if (c->qk_norm)
@@ -221,7 +267,7 @@ int df_model_param_count(const df_model_config *c, int64_t *total, int64_t *n_te
     else if (!c->tie_word_embeddings)
         ok = ok && count_add(&sum, 1, V, H);
     /* two norms per layer: input and post-attention, or (post_norm) post-attention and post-feedforward */
-    const int64_t per_layer = 9 + 3 * c->attention_bias + c->o_proj_bias + 2 * c->qk_norm;
+    const int64_t per_layer = 9 + 3 * c->attention_bias + c->o_proj_bias + 2 * c->qk_norm + 2 * c->sandwich_norm;
     if (!ok || L > (INT_MAX - 4) / per_layer)
         return df_error(DF_EINVAL,
                         "the model's size overflows: %lld layers of hidden_size %lld, intermediate_size %lld, "
@@ -280,7 +326,7 @@ int df_model_layout(const df_model_config *c, df_param_desc **descs, int *n, int
         snprintf(nm, sizeof nm, "model.layers.%lld." suffix, (long long)i);      \
         rc = add(&lb, nm, d0, d1);                                               \
     }
-        if (!c->post_norm) L("input_layernorm.weight", H, 0);
+        if (!c->post_norm || c->sandwich_norm) L("input_layernorm.weight", H, 0);
         L("self_attn.q_proj.weight", q, H);
         if (c->attention_bias) L("self_attn.q_proj.bias", q, 0);
         L("self_attn.k_proj.weight", kv, H);
@@ -292,6 +338,7 @@ int df_model_layout(const df_model_config *c, df_param_desc **descs, int *n, int
         if (c->qk_norm) L("self_attn.q_norm.weight", c->qk_norm_full ? q : c->head_dim, 0);
         if (c->qk_norm) L("self_attn.k_norm.weight", c->qk_norm_full ? kv : c->head_dim, 0);
         L("post_attention_layernorm.weight", H, 0);
+        if (c->sandwich_norm) L("pre_feedforward_layernorm.weight", H, 0);
         L("mlp.gate_proj.weight", I, H);
         L("mlp.up_proj.weight", I, H);
         L("mlp.down_proj.weight", H, I);
@@ -329,7 +376,7 @@ void df_model_view_of(const df_model *m, float *blob, df_model_view *v)
     v->embed = blob + d[k++].offset;
     for (int64_t i = 0; i < c->num_hidden_layers; i++) {
         df_layer_view *l = &v->layers[i];
-        l->ln1 = c->post_norm ? NULL : blob + d[k++].offset;
+        l->ln1 = c->post_norm && !c->sandwich_norm ? NULL : blob + d[k++].offset;
         l->wq = blob + d[k++].offset;
         l->bq = c->attention_bias ? blob + d[k++].offset : NULL;
         l->wk = blob + d[k++].offset;
@@ -341,6 +388,7 @@ void df_model_view_of(const df_model *m, float *blob, df_model_view *v)
         l->q_norm = c->qk_norm ? blob + d[k++].offset : NULL;
         l->k_norm = c->qk_norm ? blob + d[k++].offset : NULL;
         l->ln2 = blob + d[k++].offset;
+        l->ln_ff = c->sandwich_norm ? blob + d[k++].offset : NULL;
         l->w_gate = blob + d[k++].offset;
         l->w_up = blob + d[k++].offset;
         l->w_down = blob + d[k++].offset;
@@ -451,9 +499,9 @@ static void init_tensor(df_model *m, int t, uint64_t seed)
     bool is_norm = strstr(nm, "layernorm") || !strcmp(nm, "model.norm.weight") ||
                    df_ends_with(nm, "_norm.weight"); /* qwen3's q_norm / k_norm */
     bool is_bias = df_ends_with(nm, ".bias");
-    if (is_norm) {
+    if (is_norm) { /* Gemma3RMSNorm scales by 1 + w: its weights start at 0 */
         for (int64_t i = 0; i < d->numel; i++)
-            p[i] = 1.0f;
+            p[i] = m->cfg.norm_plus_one ? 0.0f : 1.0f;
     } else if (is_bias) {
         memset(p, 0, (size_t)d->numel * sizeof(float));
     } else {

@@ -87,7 +87,7 @@ void df_rope_model_table(float *cos_t, float *sin_t, int64_t n_pos, const df_mod
 bool df_rope_same(const df_model_config *a, const df_model_config *b)
 {
     if (a->head_dim != b->head_dim || df_model_rope_dim(a) != df_model_rope_dim(b) ||
-        df_rope_attention_factor(a) != df_rope_attention_factor(b))
+        df_rope_attention_factor(a) != df_rope_attention_factor(b) || a->rope_local_theta != b->rope_local_theta)
         return false;
     float fa[DF_MAX_HEAD_DIM / 2], fb[DF_MAX_HEAD_DIM / 2];
     df_rope_inv_freq(fa, a);

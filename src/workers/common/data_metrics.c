@@ -236,13 +236,15 @@ void df_record_mfu(df_metrics *m, const char *name, const df_model_config *c, co
                    double seconds, double peak)
 {
     const int64_t *po = df_batch_offsets(b, "prompt_ids"), *ro = df_batch_offsets(b, "response_ids");
-    double tokens = 0, sq = 0;
+    double tokens = 0, sq = 0, win = 0;
+    const double W = (double)c->sliding_window;
     for (int64_t i = 0; po && ro && i < df_batch_size(b); i++) {
         double len = (double)(po[i + 1] - po[i] + ro[i + 1] - ro[i]);
-        tokens += len, sq += len * len;
+        tokens += len, sq += len * len, win += len * (W > 0 && W < len ? W : len);
     }
     if (m && seconds > 0 && peak > 0)
-        df_metrics_set(m, name, df_model_train_flops(c, tokens, sq) * (epochs > 0 ? epochs : 1) / (seconds * peak));
+        df_metrics_set(m, name, df_model_train_flops_win(c, tokens, sq, win) * (epochs > 0 ? epochs : 1) /
+                                    (seconds * peak));
 }
 
 void df_record_memory(df_metrics *m, int64_t device_peak, int64_t host_used)

@@ -47,15 +47,26 @@ static void features(const df_model_config *c, char *buf, size_t cap)
     if (k < cap && df_model_rope_dim(c) != c->head_dim)
         k += (size_t)snprintf(buf + k, cap - k, ", RoPE on %lld of %lld dims", (long long)df_model_rope_dim(c),
                               (long long)c->head_dim);
-    if (k < cap && c->sliding_window > 0)
-        snprintf(buf + k, cap - k, ", sliding-window attention");
+    if (k < cap && c->sandwich_norm) /* gemma3_text */
+        k += (size_t)snprintf(buf + k, cap - k, ", input and output norms per sublayer%s%s%s",
+                              c->norm_plus_one ? " scaling by 1 + w" : "", c->geglu ? ", GeGLU" : "",
+                              c->embed_scale ? ", embedding x sqrt(hidden)" : "");
+    if (k < cap && c->rope_local_theta > 0)
+        k += (size_t)snprintf(buf + k, cap - k, ", local RoPE base %g on the sliding layers", c->rope_local_theta);
+    if (k < cap && c->sliding_window > 0) {
+        int64_t n = 0;
+        for (int64_t l = 0; l < c->num_hidden_layers; l++)
+            n += df_model_layer_sliding(c, l);
+        snprintf(buf + k, cap - k, ", sliding-window attention (%lld on %lld of %lld layers)",
+                 (long long)c->sliding_window, (long long)n, (long long)c->num_hidden_layers);
+    }
 }
 
 void df_print_model_info(FILE *f, const char *dir, const df_model *m, bool bf16, const df_lora *lora,
                          const char *tok_dir, const df_tokenizer *tok)
 {
     const df_model_config *c = &m->cfg;
-    char n[32], feat[256];
+    char n[32], feat[384];
     count_text(m->n_params, n, sizeof n);
     features(c, feat, sizeof feat);
     fprintf(f, "model: %s: %s%s, %s parameters (%lld layers, hidden %lld, %lld attention heads, %lld KV heads, "
