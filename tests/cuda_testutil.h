@@ -87,6 +87,14 @@ static inline void *dfct_down(const void *d, size_t bytes)
 
 static inline void dfct_free(void *d) { df_cuda_release(dfct_cu, d); }
 
+/* tests/golden/`leaf` of this checkout; DF_SOURCE_DIR in the environment names another (a GPU
+ * machine that runs binaries built here: scripts/device-cuda.sh) */
+static inline void dfct_golden_path(char *out, size_t cap, const char *leaf)
+{
+    const char *root = getenv("DF_SOURCE_DIR");
+    snprintf(out, cap, "%s/tests/golden/%s", root && *root ? root : DF_SOURCE_DIR, leaf);
+}
+
 /** x[n] uniform in [lo, hi) from a seeded distflow RNG (fresh inputs per case). */
 static inline void dfct_rand(float *x, int64_t n, uint64_t seed, float lo, float hi)
 {

@@ -29,14 +29,6 @@
 #include "testbounds.h"
 #include "testgolden.h"
 
-/* the fixtures of this checkout; DF_SOURCE_DIR in the environment names another (a GPU machine
- * that runs binaries built here: scripts/device-cuda.sh) */
-static void golden_path(char *out, size_t cap, const char *leaf)
-{
-    const char *root = getenv("DF_SOURCE_DIR");
-    snprintf(out, cap, "%s/tests/golden/%s", root && *root ? root : DF_SOURCE_DIR, leaf);
-}
-
 typedef struct {
     df_model *m;
     df_golden_batch gb;
@@ -51,8 +43,8 @@ static int load_golden(void **state)
 {
     (void)state;
     char dir[4096], exp[4096];
-    golden_path(dir, sizeof dir, "tiny_qwen2");
-    golden_path(exp, sizeof exp, "tiny_qwen2_expected.safetensors");
+    dfct_golden_path(dir, sizeof dir, "tiny_qwen2");
+    dfct_golden_path(exp, sizeof exp, "tiny_qwen2_expected.safetensors");
     if (df_model_load(dir, &G.m)) {
         fprintf(stderr, "golden fixtures: %s\n", df_last_error());
         return -1;
@@ -249,8 +241,8 @@ static void test_golden_value_head_cuda(void **state)
 {
     (void)state;
     char dir[4096], exp[4096];
-    golden_path(dir, sizeof dir, "tiny_qwen2_value");
-    golden_path(exp, sizeof exp, "tiny_qwen2_value_expected.safetensors");
+    dfct_golden_path(dir, sizeof dir, "tiny_qwen2_value");
+    dfct_golden_path(exp, sizeof exp, "tiny_qwen2_value_expected.safetensors");
     df_model *m;
     DFCT_OK(df_model_load(dir, &m));
     df_golden_batch g;
@@ -284,9 +276,9 @@ static void test_golden_value_head_cuda(void **state)
 static df_model *family_model(const char *name, df_golden_batch *g)
 {
     char dir[4096], exp[4096], leaf[256];
-    golden_path(dir, sizeof dir, name);
+    dfct_golden_path(dir, sizeof dir, name);
     snprintf(leaf, sizeof leaf, "%s_expected.safetensors", name);
-    golden_path(exp, sizeof exp, leaf);
+    dfct_golden_path(exp, sizeof exp, leaf);
     df_model *m;
     DFCT_OK(df_model_load(dir, &m));
     df_golden_batch_load(g, exp);
@@ -363,7 +355,8 @@ static void family_vs_cpu(const char *name)
  * The newer families through the same seam (no new device operator: llama3 RoPE is a table,
  * the o_proj bias a rank-1 GEMM, the q/k norms the RMSNorm over rows of head_dim or of the
  * whole projection, OLMo 2's post-norms RMSNorms and one-row column sums as the residual adds,
- * Gemma 3's 1 + w a copy and an add, its q and embedding scales `scale`, GeGLU its operator):
+ * Gemma 3's 1 + w a copy and a one-row column sum, its q and embedding scales `scale`, GeGLU
+ * its operator):
  *   - Llama 3.1 (llama3 RoPE, q/k/v/o biases, tied head), OLMo 2 (tiny_olmo2, and
  *     tiny_olmo2_bias with its biases and tied head), the windowed attention of Qwen3 and
  *     Mistral (a window of 4 positions under sequences longer than it) and Gemma 3 (sliding and

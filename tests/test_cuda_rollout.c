@@ -9,7 +9,9 @@
  * tb_teacher_forced, as test_rollout_dtype's float32 x float32 pair). A wrong KV row, slot,
  * position or window, a stale weight or a mis-gathered output row moves log-probs far
  * outside it. Also: the same request twice gives the same bits (free_cache_engine releasing
- * and re-making the device's cache in between), and a new weight version reaches the GPU.
+ * and re-making the device's cache in between), a new weight version reaches the GPU, and the
+ * golden fixtures of the windowed families (Qwen3, Mistral, Gemma 3) decode far past their
+ * windows.
  *
  * Written on a machine without a GPU: it compiles there and prints a SKIP line (exit 77).
  */
@@ -37,16 +39,17 @@ static df_model *gqa_model(void)
 static const int64_t POFF[NP + 1] = {0, 3, 12, 13, 33, 39};
 static int32_t PTOK[39];
 
-static df_rollout_request request(void)
+/* The prompts, token ids below m's vocabulary. */
+static df_rollout_request request(const df_model *m)
 {
     for (int i = 0; i < 39; i++)
-        PTOK[i] = (int32_t)((i * 41 + 7) % 211);
+        PTOK[i] = (int32_t)((i * 41 + 7) % m->cfg.vocab_size);
     return (df_rollout_request){NP, POFF, PTOK, 3, 5, NULL, NULL};
 }
 
 static df_rollout_result generate(df_rollout_engine *e, const df_model *m)
 {
-    df_rollout_request q = request();
+    df_rollout_request q = request(m);
     df_sampling_params sp;
     df_sampling_params_defaults(&sp);
     sp.max_new_tokens = 24;
@@ -59,7 +62,7 @@ static df_rollout_result generate(df_rollout_engine *e, const df_model *m)
 /* Every recorded log-prob against the CPU's teacher-forced float32 one, within twice its bound. */
 static void check_logprobs(const df_model *m, const df_rollout_result *r)
 {
-    df_rollout_request q = request();
+    df_rollout_request q = request(m);
     const int64_t n = r->offsets[r->n_seqs];
     df_acts *a = NULL;
     df_backend cpu = df_backend_cpu();
@@ -103,10 +106,38 @@ static void test_rollout_on_the_gpu(void **state)
     df_model_free(m);
 }
 
+/* The golden fixtures with sliding windows of 4 positions (Qwen3 from layer 1, Mistral on every
+ * layer, Gemma 3's sliding and full layers with their two RoPEs, (1 + w) norms, GeGLU and
+ * scaled embedding): prompts of up to 20 tokens and 24 new ones run the KV cache's window far
+ * past its edge. */
+static void test_rollout_windowed_families(void **state)
+{
+    (void)state;
+    static const char *const names[] = {"tiny_qwen3", "tiny_mistral", "tiny_gemma3"};
+    df_backend be = df_backend_cuda(dfct_cu);
+    for (int i = 0; i < 3; i++) {
+        char dir[4096];
+        dfct_golden_path(dir, sizeof dir, names[i]);
+        df_model *m;
+        DFCT_OK(df_model_load(dir, &m));
+        assert_true(m->cfg.sliding_window == 4);
+        print_message("%s:\n", names[i]);
+        df_rollout_options o = {4, 64, 16, DF_ROLLOUT_F32, &be, true, false};
+        df_rollout_engine *e = NULL;
+        DFCT_OK(df_rollout_engine_create_ex(&m->cfg, &o, &e));
+        df_rollout_result r = generate(e, m);
+        check_logprobs(m, &r);
+        df_rollout_result_free(&r);
+        df_rollout_engine_free(e);
+        df_model_free(m);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rollout_on_the_gpu),
+        cmocka_unit_test(test_rollout_windowed_families),
     };
     return dfct_main("test_cuda_rollout", tests, sizeof tests / sizeof tests[0]);
 }
