@@ -481,7 +481,8 @@ static void expect_refused(df_rollout_engine *e, const df_model_config *c, const
 }
 
 /* The engine's RoPE table and row buffers follow its own config: a model of the same shapes
- * with another RoPE or with q/k norms (a wider rstd) is refused, not run. */
+ * with another RoPE, q/k norms (a wider rstd), another layer, attention window or Gemma 3
+ * switch is refused, not run. */
 static void test_rope_and_qk_norm_must_match(void **state)
 {
     (void)state;
@@ -490,7 +491,7 @@ static void test_rope_and_qk_norm_must_match(void **state)
     assert_int_equal(df_rollout_engine_create(&c, 2, 16, &e), 0);
     df_model_config d = c;
     d.rope_theta = 500000.0;
-    expect_refused(e, &d, "RoPE (theta 500000, default)");
+    expect_refused(e, &d, "RoPE (theta 500000, local 0, default)");
     d = c;
     d.rope_type = DF_ROPE_LLAMA3;
     d.rope_factor = 8;
@@ -508,6 +509,34 @@ static void test_rope_and_qk_norm_must_match(void **state)
     d.attention_bias = false;
     d.qk_norm = d.qk_norm_full = d.post_norm = true;
     expect_refused(e, &d, "layer (post-norm)");
+    d = c; /* qwen2's use_sliding_window from layer 1: the engine's layer 1 attends over all */
+    d.sliding_window = 4;
+    d.max_window_layers = 1;
+    expect_refused(e, &d, "layer 1 of the model attends over a window of 4 with its global RoPE, the engine's "
+                          "over 0 with its global RoPE");
+    df_rollout_engine_free(e);
+    /* Gemma 3 (sliding layer 0 with its local RoPE, full layer 1): each switch and the local base */
+    df_model_config g = c;
+    snprintf(g.model_type, sizeof g.model_type, "gemma3_text");
+    g.qk_norm = g.post_norm = g.sandwich_norm = g.norm_plus_one = g.embed_scale = g.geglu = true;
+    g.attention_bias = false; /* its o_proj bias would go with it */
+    g.query_pre_attn_scalar = 16, g.rope_theta = 1e6, g.rope_local_theta = 1e4;
+    g.sliding_window = 4, g.max_window_layers = 0, g.full_layers[0] = 2;
+    if (df_rollout_engine_create(&g, 2, 16, &e))
+        fail_msg("%s", df_last_error());
+    d = g;
+    d.rope_local_theta = 5e3;
+    expect_refused(e, &d, "RoPE (theta 1e+06, local 5000, default)");
+    d = g;
+    d.full_layers[0] = 3;
+    expect_refused(e, &d, "layer 0 of the model attends over a window of 0 with its global RoPE, the engine's "
+                          "over 4 with its local RoPE");
+    d = g;
+    d.geglu = false;
+    expect_refused(e, &d, "MLP or query scale (Gemma 3's)");
+    d = g;
+    d.query_pre_attn_scalar = 8;
+    expect_refused(e, &d, "MLP or query scale (Gemma 3's)");
     df_rollout_engine_free(e);
     /* llama3 on both sides: its parameters must match too */
     c.rope_type = DF_ROPE_LLAMA3;

@@ -303,6 +303,22 @@ static const char *layer_name(const df_model_config *c)
     return c->sandwich_norm ? "sandwich-norm" : c->post_norm ? "post-norm" : "pre-norm";
 }
 
+/* -1 when every layer of a and b attends over the same window with the same one of its RoPEs
+ * (global or Gemma 3's local; the tables themselves: df_rope_same), and the Gemma 3 switches
+ * (norms, embedding, MLP, q scale) agree; else the first layer that differs, or
+ * num_hidden_layers for a switch. a and b have the same layer count. */
+static int64_t first_layer_kind_diff(const df_model_config *a, const df_model_config *b)
+{
+    for (int64_t l = 0; l < a->num_hidden_layers; l++)
+        if (df_model_layer_window(a, l) != df_model_layer_window(b, l) ||
+            df_model_layer_local_rope(a, l) != df_model_layer_local_rope(b, l))
+            return l;
+    if (a->norm_plus_one != b->norm_plus_one || a->embed_scale != b->embed_scale || a->geglu != b->geglu ||
+        a->query_pre_attn_scalar != b->query_pre_attn_scalar)
+        return a->num_hidden_layers;
+    return -1;
+}
+
 int df_rollout_check_model(const df_rollout_engine *e, const df_model *m)
 {
     const df_model_config *a = &e->cfg, *b = &m->cfg;
@@ -328,13 +344,24 @@ int df_rollout_check_model(const df_rollout_engine *e, const df_model *m)
         a->o_proj_bias != b->o_proj_bias || a->post_norm != b->post_norm || a->sandwich_norm != b->sandwich_norm) {
         char rb[48], ra[48];
         return df_error(DF_EINVAL,
-                        "rollout: the model's RoPE (theta %g, %s), q/k norms (%s), o_proj bias (%s) or "
-                        "layer (%s) differ from the engine's (theta %g, %s; %s; %s; %s)",
-                        b->rope_theta, df_model_rope_name(b, rb, sizeof rb), qk_norm_name(b),
-                        b->o_proj_bias ? "yes" : "no", layer_name(b), a->rope_theta,
+                        "rollout: the model's RoPE (theta %g, local %g, %s), q/k norms (%s), o_proj bias (%s) "
+                        "or layer (%s) differ from the engine's (theta %g, local %g, %s; %s; %s; %s)",
+                        b->rope_theta, b->rope_local_theta, df_model_rope_name(b, rb, sizeof rb), qk_norm_name(b),
+                        b->o_proj_bias ? "yes" : "no", layer_name(b), a->rope_theta, a->rope_local_theta,
                         df_model_rope_name(a, ra, sizeof ra), qk_norm_name(a), a->o_proj_bias ? "yes" : "no",
                         layer_name(a));
     }
+    const int64_t l = first_layer_kind_diff(a, b);
+    if (l >= a->num_hidden_layers)
+        return df_error(DF_EINVAL, "rollout: the model's norms, embedding scale, MLP or query scale (Gemma 3's) "
+                                   "differ from the engine's");
+    if (l >= 0)
+        return df_error(DF_EINVAL,
+                        "rollout: layer %lld of the model attends over a window of %lld with its %s RoPE, the "
+                        "engine's over %lld with its %s RoPE (a window of 0: every earlier position)",
+                        (long long)l, (long long)df_model_layer_window(b, l),
+                        df_model_layer_local_rope(b, l) ? "local" : "global", (long long)df_model_layer_window(a, l),
+                        df_model_layer_local_rope(a, l) ? "local" : "global");
     return DF_OK;
 }
 
