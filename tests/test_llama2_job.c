@@ -116,50 +116,51 @@ static char *st_header(const char *path)
     return st;
 }
 
-/* One GRPO step of a phi3 model, checkpointed: the actor's files are Phi-3's (fused projections). */
-static void test_phi3_step(void **state)
+/* One GRPO step of dir's `type` model, checkpointed; the actor's config.json must hold each of
+ * cfg_has (NULL-ended), its safetensors header each of st_has and not st_lacks (NULL: no check).
+ * Returns the actor loaded back. */
+static df_model *checked_step(const char *dir, const char *type, const char *yaml, const char *const *cfg_has,
+                              const char *const *st_has, const char *st_lacks)
 {
-    const char *dir = *state;
-    sp_model(dir, "phi3");
+    sp_model(dir, type);
     char path[600], *cfg = NULL;
-    grpo_step(dir, "", "save_freq: 1", "phi3.yaml");
+    grpo_step(dir, "", "save_freq: 1", yaml);
     snprintf(path, sizeof path, "%s/out/global_step_1/actor/config.json", dir);
     assert_int_equal(df_read_file(path, &cfg, NULL), 0);
-    assert_non_null(strstr(cfg, "\"Phi3ForCausalLM\""));
+    for (; *cfg_has; cfg_has++)
+        assert_non_null(strstr(cfg, *cfg_has));
     free(cfg);
     snprintf(path, sizeof path, "%s/out/global_step_1/actor/model.safetensors", dir);
     char *st = st_header(path);
-    assert_non_null(strstr(st, "model.layers.1.self_attn.qkv_proj.weight"));
-    assert_non_null(strstr(st, "model.layers.1.mlp.gate_up_proj.weight"));
-    assert_null(strstr(st, "q_proj"));
+    for (; *st_has; st_has++)
+        assert_non_null(strstr(st, *st_has));
+    if (st_lacks)
+        assert_null(strstr(st, st_lacks));
     free(st);
     df_model *m = NULL;
     snprintf(path, sizeof path, "%s/out/global_step_1/actor", dir);
     assert_int_equal(df_model_load(path, &m), 0); /* and it loads back */
-    df_model_free(m);
+    return m;
+}
+
+/* One GRPO step of a phi3 model, checkpointed: the actor's files are Phi-3's (fused projections). */
+static void test_phi3_step(void **state)
+{
+    static const char *const cfg[] = {"\"Phi3ForCausalLM\"", NULL};
+    static const char *const st[] = {"model.layers.1.self_attn.qkv_proj.weight",
+                                     "model.layers.1.mlp.gate_up_proj.weight", NULL};
+    df_model_free(checked_step(*state, "phi3", "phi3.yaml", cfg, st, "q_proj"));
 }
 
 /* One GRPO step of a Gemma 3 text model (sandwich layers, (1 + w) norms, GeGLU, a window on its
-   first layer with the local RoPE), checkpointed as Gemma3ForCausalLM with HF's tensor names. */
+   first layer with the local RoPE), checkpointed as Gemma3ForCausalLM with HF's tensor names; it
+   loads back with its layer types. */
 static void test_gemma3_step(void **state)
 {
-    const char *dir = *state;
-    sp_model(dir, "gemma3_text");
-    char path[600], *cfg = NULL;
-    grpo_step(dir, "", "save_freq: 1", "gemma3.yaml");
-    snprintf(path, sizeof path, "%s/out/global_step_1/actor/config.json", dir);
-    assert_int_equal(df_read_file(path, &cfg, NULL), 0);
-    assert_non_null(strstr(cfg, "\"Gemma3ForCausalLM\""));
-    assert_non_null(strstr(cfg, "\"rope_local_base_freq\""));
-    free(cfg);
-    snprintf(path, sizeof path, "%s/out/global_step_1/actor/model.safetensors", dir);
-    char *st = st_header(path);
-    assert_non_null(strstr(st, "model.layers.1.pre_feedforward_layernorm.weight"));
-    assert_non_null(strstr(st, "model.layers.0.post_feedforward_layernorm.weight"));
-    free(st);
-    df_model *m = NULL;
-    snprintf(path, sizeof path, "%s/out/global_step_1/actor", dir);
-    assert_int_equal(df_model_load(path, &m), 0); /* and it loads back, its layer types kept */
+    static const char *const cfg[] = {"\"Gemma3ForCausalLM\"", "\"rope_local_base_freq\"", NULL};
+    static const char *const st[] = {"model.layers.1.pre_feedforward_layernorm.weight",
+                                     "model.layers.0.post_feedforward_layernorm.weight", NULL};
+    df_model *m = checked_step(*state, "gemma3_text", "gemma3.yaml", cfg, st, NULL);
     assert_true(m->cfg.sandwich_norm && df_model_layer_window(&m->cfg, 0) == 8 && df_model_layer_window(&m->cfg, 1) == 0);
     df_model_free(m);
 }

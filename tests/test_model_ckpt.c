@@ -77,13 +77,7 @@ static df_model_config gemma3_config(void)
 {
     df_model_config c = base_config("gemma3_text");
     c.head_dim = 16;
-    c.attention_bias = false;
-    c.qk_norm = c.post_norm = c.sandwich_norm = c.norm_plus_one = c.embed_scale = c.geglu = true;
-    c.query_pre_attn_scalar = 24;
-    c.rope_theta = 1e6, c.rope_local_theta = 1e4;
-    c.sliding_window = 5, c.max_window_layers = 0;
-    c.full_layers[0] = 2; /* layer 1 */
-    c.tie_word_embeddings = true;
+    df_test_gemma3(&c, 5, 2 /* layer 1 */, 24);
     return c;
 }
 

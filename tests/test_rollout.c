@@ -517,11 +517,7 @@ static void test_rope_and_qk_norm_must_match(void **state)
     df_rollout_engine_free(e);
     /* Gemma 3 (sliding layer 0 with its local RoPE, full layer 1): each switch and the local base */
     df_model_config g = c;
-    snprintf(g.model_type, sizeof g.model_type, "gemma3_text");
-    g.qk_norm = g.post_norm = g.sandwich_norm = g.norm_plus_one = g.embed_scale = g.geglu = true;
-    g.attention_bias = false; /* its o_proj bias would go with it */
-    g.query_pre_attn_scalar = 16, g.rope_theta = 1e6, g.rope_local_theta = 1e4;
-    g.sliding_window = 4, g.max_window_layers = 0, g.full_layers[0] = 2;
+    df_test_gemma3(&g, 4, 2, 16);
     if (df_rollout_engine_create(&g, 2, 16, &e))
         fail_msg("%s", df_last_error());
     d = g;

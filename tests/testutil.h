@@ -150,6 +150,21 @@ static inline bool df_test_error_mentions(const char *text)
         assert_last_error_mentions(text);                                                        \
     } while (0)
 
+/** c as Gemma 3's layer (gemma3_text): sandwich (1 + w) norms, per-head q/k norms, GeGLU, the
+ *  scaled embedding, tied, no biases, q scaled for query_pre_attn_scalar `qpas`, a window of
+ *  `window` on every layer but those whose bit is set in `full` (layers < 64), the local RoPE
+ *  (base 1e4) on those windowed layers and rope_theta 1e6 on the full ones. */
+static inline void df_test_gemma3(df_model_config *c, int64_t window, uint64_t full, double qpas)
+{
+    snprintf(c->model_type, sizeof c->model_type, "gemma3_text");
+    c->qk_norm = c->post_norm = c->sandwich_norm = c->norm_plus_one = c->embed_scale = c->geglu = true;
+    c->attention_bias = false;
+    c->query_pre_attn_scalar = qpas, c->rope_theta = 1e6, c->rope_local_theta = 1e4;
+    c->sliding_window = window, c->max_window_layers = 0;
+    c->full_layers[0] = full;
+    c->tie_word_embeddings = true;
+}
+
 /**
  * dir/model: `tok` and a random model of `model_type` ("qwen2": its q/k/v biases; "llama": none)
  * using it (hidden, layers; head_dim 8, hidden / 8 heads, half as many KV heads, intermediate
@@ -174,13 +189,8 @@ static inline void df_test_random_model(const char *dir, const df_tokenizer *tok
     cfg.max_position_embeddings = max_pos;
     cfg.eos_token_ids[0] = df_tokenizer_eos_id(tok);
     cfg.n_eos = 1;
-    if (!strcmp(model_type, "gemma3_text")) { /* Gemma 3's layer; a window of 8 on all but the last layer */
-        cfg.qk_norm = cfg.post_norm = cfg.sandwich_norm = cfg.norm_plus_one = cfg.embed_scale = cfg.geglu = true;
-        cfg.query_pre_attn_scalar = 16, cfg.rope_theta = 1e6, cfg.rope_local_theta = 1e4;
-        cfg.sliding_window = 8, cfg.max_window_layers = 0;
-        cfg.full_layers[0] = (uint64_t)1 << (layers - 1);
-        cfg.tie_word_embeddings = true;
-    }
+    if (!strcmp(model_type, "gemma3_text")) /* a window of 8 on all but the last layer */
+        df_test_gemma3(&cfg, 8, (uint64_t)1 << (layers - 1), 16);
     df_model *m;
     assert_int_equal(df_model_create(&cfg, &m), 0);
     assert_int_equal(df_model_init_random(m, seed), 0);

@@ -189,7 +189,7 @@ static int rope_tables(df_acts *a)
     const bool host = a->be.ops->host_memory;
     float *one = host ? a->ones : malloc((size_t)T * sizeof(float));
     if (!one)
-        return df_error(DF_ENOMEM, "out of memory for the RoPE table");
+        return df_error(DF_ENOMEM, "out of memory for the o_proj bias's column of ones");
     for (int64_t t = 0; t < T; t++)
         one[t] = 1.0f;
     if (!host) {
@@ -319,13 +319,10 @@ int df_model_check_backend_ex(const df_backend *be, const df_model_config *cfg, 
 
 int df_model_check_backend(const df_backend *be, const df_model_config *cfg)
 {
-    /* The CPU's attention kernels take a window; the CUDA ones do not yet (docs/cuda.md). */
+    /* a backend whose attention takes no window runs no windowed layer (any layer may be one) */
     if (!be || !be->ops || be->ops->attention_window || cfg->sliding_window <= 0)
         return DF_OK;
-    /* past DF_MAX_TYPED_LAYERS every layer from max_window_layers on is windowed: one more is enough */
-    int64_t end = cfg->max_window_layers > DF_MAX_TYPED_LAYERS ? cfg->max_window_layers : DF_MAX_TYPED_LAYERS;
-    end = end + 1 < cfg->num_hidden_layers ? end + 1 : cfg->num_hidden_layers;
-    for (int64_t l = cfg->max_window_layers; l < end; l++)
+    for (int64_t l = 0; l < cfg->num_hidden_layers; l++)
         if (df_model_layer_window(cfg, l) > 0)
             return df_error(DF_EUNSUPPORTED, "sliding-window attention (use_sliding_window, "
                             "sliding_window %lld on layer %lld and others) is not implemented on the %s "
