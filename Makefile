@@ -41,7 +41,7 @@ build: deps
 	@cmake --build $(BUILD) -j $(JOBS)
 
 test: build
-	@cd $(BUILD) && ctest --output-on-failure -j 1
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	@bash scripts/test-variants.sh $(BUILD)
 
 test-variants: deps
