@@ -180,7 +180,7 @@ static void test_yarn_rope(void **state)
     const char *dir = *state;
     df_model_config c, back, d;
     char b[1024], ex[512], path[512], name[48];
-    const char *pre = ", \"rope_theta\": 10000.0, \"max_position_embeddings\": 128";
+    const char *pre = ", \"head_dim\": 16, \"rope_theta\": 10000.0, \"max_position_embeddings\": 128";
     snprintf(ex, sizeof ex, "%s, \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0, "
                             "\"original_max_position_embeddings\": 32}", pre);
     assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen3", ex), NULL, &c), DF_OK);
@@ -210,16 +210,17 @@ static void test_yarn_rope(void **state)
     expect_freqs(&c, want, 8);
     /* no original_max_position_embeddings: max_position_embeddings (HF `or`), here 32 itself;
        beta_fast / beta_slow null or 0 are the defaults (HF `or 32` / `or 1`) */
-    snprintf(ex, sizeof ex, ", \"rope_theta\": 10000.0, \"max_position_embeddings\": 32, \"rope_scaling\": "
+    snprintf(ex, sizeof ex, ", \"head_dim\": 16, \"rope_theta\": 10000.0, \"max_position_embeddings\": 32, \"rope_scaling\": "
                             "{\"type\": \"yarn\", \"factor\": 4, \"beta_fast\": null, \"beta_slow\": 0}");
     assert_int_equal(df_model_config_parse(small(b, sizeof b, "llama", ex), NULL, &c), DF_OK);
     assert_true(c.rope_type == DF_ROPE_YARN && c.rope_original_max_pos == 32);
     assert_true(c.rope_beta_fast == 32 && c.rope_beta_slow == 1);
     want[1] = 0.19764235376052372;
     expect_freqs(&c, want, 8);
-    /* beta_fast / beta_slow swapped: lo = floor(d(1)) = 1, hi = ceil(d(32)) -> 0: another table */
+    /* beta_fast / beta_slow swapped: lo = floor(d(1)) = 1, hi = ceil(d(32)) = -1: another table */
     snprintf(ex, sizeof ex, "%s, \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0, "
-                            "\"original_max_position_embeddings\": 32, \"beta_fast\": 1, \"beta_slow\": 32}", pre);
+                            "\"original_max_position_embeddings\": 32, \"beta_fast\": 1, \"beta_slow\": 32}, "
+                            "\"num_key_value_heads\": 4", pre);
     assert_int_equal(df_model_config_parse(small(b, sizeof b, "mistral", ex), NULL, &c), DF_OK);
     assert_true(c.rope_beta_fast == 1 && c.rope_beta_slow == 32);
     d = c;
