@@ -484,9 +484,12 @@ static int write_longrope_obj(json_t *o, const df_model_config *c)
     return bad;
 }
 
-/* A yarn object: its type (and "type" where the file has one), factor, original context, beta_fast,
-   beta_slow and truncate; mscale / mscale_all_dim when set; attention_factor where the file has one
-   or it is not the one they give (df_rope_yarn_attention), so that loading it back rotates alike. */
+/* A yarn object: its type (and "type" where the file has one), factor, original context (the
+   effective one: HF's default is max_position_embeddings, so writing it changes nothing),
+   beta_fast and beta_slow; truncate where the file has it or it is false; mscale / mscale_all_dim
+   when set; attention_factor where the file has one or it is not the one they give
+   (df_rope_yarn_attention), so that loading it back, here or in transformers, rotates alike.
+   Another type's entries are dropped. */
 static int write_yarn_obj(json_t *o, const df_model_config *c)
 {
     static const char *const stale[] = {"low_freq_factor", "high_freq_factor", "short_factor", "long_factor"};
