@@ -357,7 +357,8 @@ static void family_vs_cpu(const char *name)
  * whole projection, OLMo 2's post-norms RMSNorms and one-row column sums as the residual adds,
  * Gemma 3's 1 + w a copy and a one-row column sum, its q and embedding scales `scale`, GeGLU
  * its operator):
- *   - Llama 3.1 (llama3 RoPE, q/k/v/o biases, tied head), OLMo 2 (tiny_olmo2, and
+ *   - Llama 3.1 (llama3 RoPE, q/k/v/o biases, tied head), Qwen3 with YaRN (tiny_qwen3_yarn: the
+ *     blended frequencies and the attention factor, a table as any RoPE), OLMo 2 (tiny_olmo2, and
  *     tiny_olmo2_bias with its biases and tied head), the windowed attention of Qwen3 and
  *     Mistral (a window of 4 positions under sequences longer than it) and Gemma 3 (sliding and
  *     full layers, each with its RoPE) against their PyTorch references (family_vs_golden);
@@ -371,6 +372,7 @@ static void test_families_cuda(void **state)
     family_vs_golden("tiny_olmo2");
     family_vs_golden("tiny_olmo2_bias");
     family_vs_golden("tiny_qwen3");
+    family_vs_golden("tiny_qwen3_yarn");
     family_vs_golden("tiny_mistral");
     family_vs_golden("tiny_gemma3");
     family_vs_cpu("tiny_qwen3");

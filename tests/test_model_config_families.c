@@ -3,7 +3,8 @@
  * src/model/config_pos.c): Qwen3, Llama 3.1 / 3.2 rope_scaling, Llama's attention_bias,
  * Qwen2 / Qwen3 sliding windows, Mistral (its window on every layer), OLMo 2 (post-norm layers,
  * q/k norms over the whole projections), Gemma 3's text model (gemma-3-1b-it), transformers 5's
- * rope_parameters; what stays refused is
+ * rope_parameters, YaRN rope_scaling (its frequencies and attention factor by hand); what stays
+ * refused is
  * refused with a message naming the key and the value; saves round-trip.
  */
 #include <setjmp.h>
@@ -18,6 +19,7 @@
 
 #include "distflow/model.h"
 #include "model/hf_io.h"
+#include "model/ops.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -145,6 +147,178 @@ static void test_linear_rope(void **state)
                  DF_EINVAL, "\"rope_scaling.factor\" must be > 0");
     c.rope_factor = -1;
     assert_int_equal(df_model_config_validate(&c), DF_EINVAL);
+}
+
+/*
+ * YaRN (HF _compute_yarn_parameters, transformers 4.56) by hand: head_dim 16 (8 frequencies),
+ * theta 1e4, factor 4, original_max_position_embeddings 32, beta_fast 32 / beta_slow 1.
+ * The correction dims d(rot) = 16 ln(32 / (rot 2 pi)) / (2 ln 1e4):
+ *   d(32) = 16 ln(1 / (2 pi)) / 18.4207 = -1.59636 -> floor -2 -> max(., 0) = 0 = lo
+ *   d(1)  = 16 ln(32 / (2 pi)) / 18.4207 = 1.41394 -> ceil 2 -> min(., 15) = 2 = hi
+ * ramp r_i = clamp((i - 0) / 2, 0, 1) = 0, 0.5, 1, 1, ...; e_i = 1 - r_i (extrapolation weight);
+ * p_i = 1e4^(2i / 16) = 10^(i / 2); f_i = (1 / (4 p_i)) (1 - e_i) + (1 / p_i) e_i:
+ *   f_0 = 1 (all extrapolated), f_1 = (10^-0.5 + 10^-0.5 / 4) / 2 = 0.19764235376052372,
+ *   f_i = 10^(-i/2) / 4 for i >= 2 (all interpolated);
+ * attention factor 0.1 ln 4 + 1 = 1.138629436111989.
+ * Without truncate: lo = max(-1.59636, 0) = 0, hi = 1.41394, r_1 = 1 / 1.41394 = 0.70724,
+ *   f_1 = 10^-0.5 (0.70724 / 4 + 0.29276) = 0.14849024701094485, f_i (i >= 2) as above.
+ * The C code runs the chain in float32 as PyTorch does (powf, a reciprocal, a product, the
+ * ramp's subtraction and division, two products and a sum: at most 8 roundings of u = 2^-24
+ * each, relative): |f - f_exact| <= 8u |f| covers it with the double references here.
+ */
+static void expect_freqs(const df_model_config *c, const double *want, int n)
+{
+    float f[DF_MAX_HEAD_DIM / 2];
+    df_rope_inv_freq(f, c);
+    for (int i = 0; i < n; i++)
+        if (!(fabs(f[i] - want[i]) <= 8 * ldexp(1.0, -24) * fabs(want[i])))
+            fail_msg("yarn inv_freq[%d] = %.9g, want %.9g", i, f[i], want[i]);
+}
+
+static void test_yarn_rope(void **state)
+{
+    const char *dir = *state;
+    df_model_config c, back, d;
+    char b[1024], ex[512], path[512], name[48];
+    const char *pre = ", \"head_dim\": 16, \"rope_theta\": 10000.0, \"max_position_embeddings\": 128";
+    snprintf(ex, sizeof ex, "%s, \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0, "
+                            "\"original_max_position_embeddings\": 32}", pre);
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen3", ex), NULL, &c), DF_OK);
+    assert_int_equal(c.rope_type, DF_ROPE_YARN);
+    assert_true(c.rope_factor == 4.0 && c.rope_original_max_pos == 32);
+    assert_true(c.rope_beta_fast == 32 && c.rope_beta_slow == 1 && c.rope_truncate);
+    assert_true(c.rope_mscale == 0 && c.rope_mscale_all_dim == 0);
+    assert_true(fabs(c.rope_attention_factor - 1.138629436111989) < 1e-15);
+    assert_true(df_rope_attention_factor(&c) == (float)c.rope_attention_factor);
+    assert_string_equal(df_model_rope_name(&c, name, sizeof name), "yarn x4");
+    assert_int_equal(df_model_max_positions(&c), 128);
+    double want[8] = {1.0, 0.19764235376052372};
+    for (int i = 2; i < 8; i++)
+        want[i] = 0.25 * pow(10.0, -i / 2.0);
+    expect_freqs(&c, want, 8);
+    /* the tables carry the attention factor: position 0 is (factor, 0), position 1 rotated */
+    float cs[2 * 8], sn[2 * 8];
+    df_rope_model_table(cs, sn, 2, &c);
+    assert_true(cs[3] == (float)c.rope_attention_factor && sn[3] == 0.0f);
+    assert_true(fabs(cs[8] - 1.138629436111989 * cos(1.0)) < 1e-6 && fabs(sn[9] - 1.138629436111989 * sin(0.19764235376052372)) < 1e-6);
+    /* truncate false: the correction range stays fractional */
+    snprintf(ex, sizeof ex, "%s, \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0, "
+                            "\"original_max_position_embeddings\": 32, \"truncate\": false}", pre);
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen3", ex), NULL, &c), DF_OK);
+    assert_false(c.rope_truncate);
+    want[1] = 0.14849024701094485;
+    expect_freqs(&c, want, 8);
+    /* no original_max_position_embeddings: max_position_embeddings (HF `or`), here 32 itself;
+       beta_fast / beta_slow null or 0 are the defaults (HF `or 32` / `or 1`) */
+    snprintf(ex, sizeof ex, ", \"head_dim\": 16, \"rope_theta\": 10000.0, \"max_position_embeddings\": 32, \"rope_scaling\": "
+                            "{\"type\": \"yarn\", \"factor\": 4, \"beta_fast\": null, \"beta_slow\": 0}");
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "llama", ex), NULL, &c), DF_OK);
+    assert_true(c.rope_type == DF_ROPE_YARN && c.rope_original_max_pos == 32);
+    assert_true(c.rope_beta_fast == 32 && c.rope_beta_slow == 1);
+    want[1] = 0.19764235376052372;
+    expect_freqs(&c, want, 8);
+    /* beta_fast / beta_slow swapped: lo = floor(d(1)) = 1, hi = ceil(d(32)) = -1: another table */
+    snprintf(ex, sizeof ex, "%s, \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0, "
+                            "\"original_max_position_embeddings\": 32, \"beta_fast\": 1, \"beta_slow\": 32}, "
+                            "\"num_key_value_heads\": 4", pre);
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "mistral", ex), NULL, &c), DF_OK);
+    assert_true(c.rope_beta_fast == 1 && c.rope_beta_slow == 32);
+    d = c;
+    d.rope_beta_fast = 32, d.rope_beta_slow = 1;
+    assert_false(df_rope_same(&c, &d));
+    /* the attention factor: given; mscale / mscale_all_dim both (DeepSeek-V3's form); mscale alone
+       does not count (HF `if mscale and mscale_all_dim`); a factor <= 1 gives 1 */
+    const char *afs[][2] = {{"\"attention_factor\": 0.8", "0.8"},
+                            {"\"mscale\": 1.0, \"mscale_all_dim\": 0.5", "1.0648216253695715"},
+                            {"\"mscale\": 0.707", "1.138629436111989"},
+                            {"\"mscale\": 0.5, \"mscale_all_dim\": 0", "1.138629436111989"}};
+    for (int i = 0; i < 4; i++) {
+        snprintf(ex, sizeof ex, "%s, \"rope_parameters\": {\"rope_type\": \"yarn\", \"rope_theta\": 10000.0, "
+                                "\"factor\": 4.0, %s}", pre, afs[i][0]);
+        assert_int_equal(df_model_config_parse(small(b, sizeof b, i % 2 ? "olmo2" : "qwen2", ex), NULL, &c), DF_OK);
+        assert_true(fabs(c.rope_attention_factor - atof(afs[i][1])) < 1e-15);
+        assert_true(c.rope_original_max_pos == 128);
+    }
+    snprintf(ex, sizeof ex, "%s, \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 0.5}", pre);
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen3", ex), NULL, &c), DF_OK);
+    assert_true(c.rope_attention_factor == 1.0);
+    /* refused: other families, and malformed values, naming the key */
+    snprintf(ex, sizeof ex, "%s, \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}", pre);
+    expect_error(small(b, sizeof b, "phi3", ex), DF_EUNSUPPORTED,
+                 "key \"rope_scaling\": rope_type \"yarn\" is not supported for phi3 models");
+    expect_error(small(b, sizeof b, "gemma3_text",
+                       ", \"rope_parameters\": {\"full_attention\": {\"rope_type\": \"yarn\", \"factor\": 4.0}, "
+                       "\"sliding_attention\": {\"rope_type\": \"default\"}}"),
+                 DF_EUNSUPPORTED, "key \"rope_parameters.full_attention\": rope_type \"yarn\" is not supported");
+    expect_error(small(b, sizeof b, "gemma3_text",
+                       ", \"rope_parameters\": {\"full_attention\": {\"rope_type\": \"default\"}, "
+                       "\"sliding_attention\": {\"rope_type\": \"yarn\", \"factor\": 4.0}}"),
+                 DF_EUNSUPPORTED, "only plain RoPE");
+    const char *bad[][2] = {
+        {"\"original_max_position_embeddings\": 32", "key \"rope_scaling\" (yarn) has no \"factor\""},
+        {"\"factor\": \"4\"", "key \"rope_scaling.factor\" must be a number, got a string"},
+        {"\"factor\": 0", "key \"rope_scaling.factor\" must be a number > 0"},
+        {"\"factor\": 4, \"beta_fast\": \"32\"", "key \"rope_scaling.beta_fast\" must be a number"},
+        {"\"factor\": 4, \"beta_slow\": -1", "beta_fast and beta_slow must be > 0"},
+        {"\"factor\": 4, \"original_max_position_embeddings\": 32.5",
+         "key \"rope_scaling.original_max_position_embeddings\" must be an integer"},
+        {"\"factor\": 4, \"original_max_position_embeddings\": 0",
+         "key \"rope_scaling.original_max_position_embeddings\" must be > 0"},
+        {"\"factor\": 4, \"attention_factor\": -1", "key \"rope_scaling.attention_factor\" must be a number > 0"},
+        {"\"factor\": 4, \"mscale\": true", "key \"rope_scaling.mscale\" must be a number"},
+        {"\"factor\": 4, \"truncate\": \"no\"", "key \"rope_scaling.truncate\" must be a boolean"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(ex, sizeof ex, "%s, \"rope_scaling\": {\"rope_type\": \"yarn\", %s}", pre, bad[i][0]);
+        expect_error(small(b, sizeof b, "qwen3", ex), DF_EINVAL, bad[i][1]);
+    }
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen3", ", \"rope_theta\": 0, \"rope_scaling\": "
+                                                 "{\"rope_type\": \"yarn\", \"factor\": 4}"), NULL, &d), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "rope_theta"));
+    /* save / load round trips, fresh and over the original (its "type" kept) */
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    const char *rts[] = {"\"rope_type\": \"yarn\", \"factor\": 4.0",
+                         "\"type\": \"yarn\", \"factor\": 8.0, \"original_max_position_embeddings\": 16, "
+                         "\"beta_fast\": 24.0, \"beta_slow\": 2.0, \"mscale\": 1.0, \"mscale_all_dim\": 0.5, "
+                         "\"truncate\": false",
+                         "\"rope_type\": \"yarn\", \"factor\": 2.0, \"attention_factor\": 0.9"};
+    char orig[1024];
+    for (int i = 0; i < 3; i++) {
+        snprintf(ex, sizeof ex, "%s, \"rope_scaling\": {%s}", pre, rts[i]);
+        small(orig, sizeof orig, "qwen3", ex);
+        assert_int_equal(df_model_config_parse(orig, NULL, &c), DF_OK);
+        for (int fresh = 0; fresh < 2; fresh++) {
+            assert_int_equal(df_model_config_save(&c, fresh ? NULL : orig, path), DF_OK);
+            assert_int_equal(df_model_config_load(path, &back), DF_OK);
+            assert_int_equal(back.rope_type, DF_ROPE_YARN);
+            assert_true(back.rope_factor == c.rope_factor && back.rope_original_max_pos == c.rope_original_max_pos);
+            assert_true(back.rope_beta_fast == c.rope_beta_fast && back.rope_beta_slow == c.rope_beta_slow);
+            assert_true(back.rope_mscale == c.rope_mscale && back.rope_mscale_all_dim == c.rope_mscale_all_dim);
+            assert_true(back.rope_truncate == c.rope_truncate);
+            assert_true(back.rope_attention_factor == c.rope_attention_factor);
+            assert_true(df_rope_same(&c, &back));
+            json_t *j = json_load_file(path, 0, NULL);
+            json_t *rs = json_object_get(j, "rope_scaling");
+            assert_string_equal(json_string_value(json_object_get(rs, "rope_type")), "yarn");
+            assert_true(!fresh && i == 1 ? !!json_object_get(rs, "type") : !json_object_get(rs, "type"));
+            /* a derived attention factor and the default truncate are left to HF to derive */
+            assert_true((json_object_get(rs, "attention_factor") != NULL) == (i == 2));
+            assert_true((json_object_get(rs, "truncate") != NULL) == (i == 1));
+            assert_true((json_object_get(rs, "mscale") != NULL) == (i == 1));
+            json_decref(j);
+        }
+    }
+    /* a config built in code is checked too */
+    assert_int_equal(df_model_config_validate(&c), DF_OK);
+    d = c;
+    d.rope_beta_slow = -1;
+    assert_int_equal(df_model_config_validate(&d), DF_EINVAL);
+    d = c;
+    d.rope_attention_factor = 0;
+    assert_int_equal(df_model_config_validate(&d), DF_EINVAL);
+    d = c;
+    snprintf(d.model_type, sizeof d.model_type, "phi3");
+    assert_int_equal(df_model_config_validate(&d), DF_EINVAL);
 }
 
 static void test_llama_attention_bias(void **state)
@@ -775,7 +949,7 @@ static void test_refusals(void **state)
 {
     (void)state;
     char b[1024], ex[256];
-    const char *types[] = {"dynamic", "yarn", "ntk"}; /* longrope: phi3 only (test_phi3) */
+    const char *types[] = {"dynamic", "proportional", "ntk"}; /* longrope: phi3 only (test_phi3); yarn: test_yarn_rope */
     for (int i = 0; i < 3; i++) {
         snprintf(ex, sizeof ex, ", \"rope_scaling\": {\"rope_type\": \"%s\", \"factor\": 4.0}", types[i]);
         char want[96];
@@ -876,6 +1050,7 @@ int main(void)
         cmocka_unit_test(test_qwen3),
         cmocka_unit_test(test_llama3_rope),
         cmocka_unit_test_setup_teardown(test_linear_rope, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_yarn_rope, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test(test_llama_attention_bias),
         cmocka_unit_test(test_sliding_window),
         cmocka_unit_test_setup_teardown(test_mistral, df_test_mkdtemp, df_test_rmtree),

@@ -5,6 +5,9 @@
  *                 (4 positions) on layer 1 only (max_window_layers 1);
  *   tiny_llama31  Llama 3.1's llama3 RoPE scaling (frequencies in all three bands), q/k/v and
  *                 o_proj biases (attention_bias), tied embeddings;
+ *   tiny_qwen3_yarn  tiny_qwen3's layout with YaRN rope_scaling (factor 4 over an original 2048
+ *                 of 8192 positions, beta_fast 24 / beta_slow 2: frequencies 0-2 kept, 3-4 blended,
+ *                 5-7 divided by 4; cos / sin times 0.1 ln 4 + 1);
  *   tiny_mistral  MistralConfig's window (4 positions) on every layer, no biases, head_dim 16
  *                 with hidden 32, rope_theta 1e6, untied;
  *   tiny_phi3     Phi-3's checkpoint layout: each layer's q / k / v weights fused in
@@ -33,6 +36,7 @@
  * Can it fail? Each feature is switched off or moved on the same weights (no q/k norm effect:
  * a norm weight moved by 1e-2; no window; the window on every layer; plain RoPE instead of
  * llama3; an o_proj bias moved by 1e-2; Mistral's window on layer 1 only, or rope_theta 1e4;
+ * YaRN without its attention factor, with beta_fast / beta_slow swapped, or plain RoPE;
  * phi3's k and v, or gate and up, read in each other's place; longrope's long factors, no attention
  * factor, or plain RoPE; the whole head or fewer dims rotated instead of 12; an OLMo 2 post-norm
  * or q/k norm weight moved; Gemma 3's (1 + w) read as w, no embedding scale, SwiGLU, head_dim's
@@ -258,6 +262,37 @@ static void test_qwen3_detects(void **state)
     c.max_window_layers = 0; /* the window on layer 0 too */
     m = variant(&g, &c);
     expect_forward_moves(m, &g, "window on every layer");
+    df_model_free(m);
+    unload(&g);
+}
+
+/* YaRN: the blended frequencies and the attention factor against PyTorch's float32 evaluation. */
+static void test_qwen3_yarn_golden(void **state)
+{
+    (void)state;
+    golden g = load("tiny_qwen3_yarn");
+    const df_model_config *c = &g.m->cfg;
+    assert_int_equal(c->rope_type, DF_ROPE_YARN);
+    assert_true(c->rope_factor == 4.0 && c->rope_beta_fast == 24.0 && c->rope_beta_slow == 2.0 && c->rope_truncate);
+    assert_int_equal(c->rope_original_max_pos, 2048);
+    assert_true(fabs(c->rope_attention_factor - (0.1 * log(4.0) + 1)) < 1e-15);
+    assert_int_equal(df_model_max_positions(c), 8192);
+    check_golden(&g, "qwen3 yarn");
+    df_model_config v = *c;
+    v.rope_attention_factor = 1.0;
+    assert_false(df_rope_same(c, &v));
+    df_model *m = variant(&g, &v);
+    expect_forward_moves(m, &g, "yarn without its attention factor");
+    df_model_free(m);
+    v = *c;
+    v.rope_beta_fast = c->rope_beta_slow, v.rope_beta_slow = c->rope_beta_fast;
+    m = variant(&g, &v);
+    expect_forward_moves(m, &g, "yarn with beta_fast and beta_slow swapped");
+    df_model_free(m);
+    v = *c;
+    v.rope_type = DF_ROPE_DEFAULT;
+    m = variant(&g, &v);
+    expect_forward_moves(m, &g, "plain RoPE instead of yarn");
     df_model_free(m);
     unload(&g);
 }
@@ -893,11 +928,13 @@ static void check_phi3_files(const char *dir)
 static void test_save_load_roundtrip(void **state)
 {
     const char *dir = *state;
-    const char *names[8] = {"tiny_qwen3",         "tiny_llama31",   "tiny_mistral", "tiny_phi3",
-                            "tiny_phi3_longrope", "tiny_phi4_mini", "tiny_olmo2",   "tiny_gemma3"};
-    const char *archs[8] = {"Qwen3ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM", "Phi3ForCausalLM",
-                            "Phi3ForCausalLM",  "Phi3ForCausalLM",  "Olmo2ForCausalLM",   "Gemma3ForCausalLM"};
-    for (int i = 0; i < 8; i++) {
+    const char *names[9] = {"tiny_qwen3",         "tiny_llama31",   "tiny_mistral", "tiny_phi3",
+                            "tiny_phi3_longrope", "tiny_phi4_mini", "tiny_olmo2",   "tiny_gemma3",
+                            "tiny_qwen3_yarn"};
+    const char *archs[9] = {"Qwen3ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM", "Phi3ForCausalLM",
+                            "Phi3ForCausalLM",  "Phi3ForCausalLM",  "Olmo2ForCausalLM",   "Gemma3ForCausalLM",
+                            "Qwen3ForCausalLM"};
+    for (int i = 0; i < 9; i++) {
         golden g = load(names[i]);
         char sub[512], cfgp[600];
         snprintf(sub, sizeof sub, "%s/%s", dir, names[i]);
@@ -964,6 +1001,15 @@ static void test_save_load_roundtrip(void **state)
                                 "linear");
             assert_null(json_object_get(j, "hidden_act"));
             assert_null(json_object_get(j, "use_sliding_window"));
+        } else if (i == 8) { /* the file's yarn keys, written back */
+            json_t *rs = json_object_get(j, "rope_scaling");
+            assert_string_equal(json_string_value(json_object_get(rs, "rope_type")), "yarn");
+            assert_true(json_number_value(json_object_get(rs, "factor")) == 4.0);
+            assert_true(json_number_value(json_object_get(rs, "beta_fast")) == 24.0);
+            assert_true(json_number_value(json_object_get(rs, "beta_slow")) == 2.0);
+            assert_int_equal(json_integer_value(json_object_get(rs, "original_max_position_embeddings")), 2048);
+            assert_null(json_object_get(rs, "attention_factor"));
+            assert_true(a->rope_attention_factor == b->rope_attention_factor && b->rope_truncate);
         } else if (i == 3) {
             assert_true(json_is_null(json_object_get(j, "sliding_window")));
             assert_null(json_object_get(j, "use_sliding_window"));
@@ -1022,6 +1068,7 @@ int main(void)
         cmocka_unit_test(test_qwen3_config_and_layout),
         cmocka_unit_test(test_qwen3_golden),
         cmocka_unit_test(test_qwen3_detects),
+        cmocka_unit_test(test_qwen3_yarn_golden),
         cmocka_unit_test(test_llama31_golden),
         cmocka_unit_test(test_llama31_detects),
         cmocka_unit_test(test_mistral_golden),

@@ -640,8 +640,8 @@ static void test_config_errors(void **state)
                         "num_key_value_heads");
     expect_config_error(CFG(", \"num_attention_heads\": 5"), DF_EINVAL, "not divisible");
     expect_config_error(CFG(", \"num_attention_heads\": 4, \"rope_scaling\": {\"rope_type\": "
-                            "\"yarn\", \"factor\": 4.0}"), DF_EUNSUPPORTED,
-                        "key \"rope_scaling\": rope_type \"yarn\" is not supported");
+                            "\"dynamic\", \"factor\": 4.0}"), DF_EUNSUPPORTED,
+                        "key \"rope_scaling\": rope_type \"dynamic\" is not supported");
     expect_config_error("{\"model_type\": \"llama\", \"vocab_size\": 100, \"hidden_size\": 64, "
                         "\"intermediate_size\": 96, \"num_hidden_layers\": 1, "
                         "\"num_attention_heads\": 4, \"use_sliding_window\": true}", DF_EUNSUPPORTED,

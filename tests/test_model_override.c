@@ -175,9 +175,16 @@ static void test_bad_value_names_the_setting(void **state)
     df_model_config c;
     assert_error_mentions(df_model_config_load_ex(path, &ov, &c), DF_EINVAL,
                           "config.json with " WHO ": key \"max_position_embeddings\" must be an integer");
-    ov.json = "{\"rope_scaling\": {\"rope_type\": \"yarn\"}}";
+    ov.json = "{\"rope_scaling\": {\"rope_type\": \"dynamic\"}}";
     assert_error_mentions(df_model_config_load_ex(path, &ov, &c), DF_EUNSUPPORTED, "with " WHO);
-    assert_last_error_mentions("yarn");
+    assert_last_error_mentions("dynamic");
+    /* merged into llama3's object, rope_type yarn takes its factor (32); a bad yarn key is named */
+    ov.json = "{\"rope_scaling\": {\"rope_type\": \"yarn\"}}";
+    assert_int_equal(df_model_config_load_ex(path, &ov, &c), DF_OK);
+    assert_true(c.rope_type == DF_ROPE_YARN && c.rope_factor == 32 && c.rope_original_max_pos == 8192);
+    ov.json = "{\"rope_scaling\": {\"rope_type\": \"yarn\", \"beta_fast\": \"fast\"}}";
+    assert_error_mentions(df_model_config_load_ex(path, &ov, &c), DF_EINVAL, "with " WHO);
+    assert_last_error_mentions("rope_scaling.beta_fast");
     ov.json = "{\"num_attention_heads\": 3}"; /* 2048 / 3: the sizes disagree */
     assert_error_mentions(df_model_config_load_ex(path, &ov, &c), DF_EINVAL, "with " WHO);
     /* without overrides the file alone is named, as df_model_config_load does */

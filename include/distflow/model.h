@@ -61,8 +61,14 @@ typedef enum df_rope_type {
                               at sequence lengths up to original_max_position_embeddings):
                               inv_freq[i] = 1 / (short_factor[i] theta^(2i / head_dim)), cos and sin
                               multiplied by attention_factor */
-    DF_ROPE_LINEAR = 3    /**< position interpolation: the default frequencies divided by rope_factor
+    DF_ROPE_LINEAR = 3,   /**< position interpolation: the default frequencies divided by rope_factor
                               (HF _compute_linear_scaling_rope_parameters) */
+    DF_ROPE_YARN = 4      /**< YaRN (HF _compute_yarn_parameters, transformers 4.56): each frequency
+                              blends the default one (extrapolation) and it divided by rope_factor
+                              (interpolation) by a linear ramp over the dims between the correction
+                              range of rope_beta_fast / rope_beta_slow rotations within
+                              rope_original_max_pos positions; cos and sin multiplied by
+                              rope_attention_factor (df_rope_yarn_attention when none is given) */
 } df_rope_type;
 
 /** The fields of HF config.json that define the architecture. */
@@ -100,17 +106,39 @@ typedef struct df_model_config {
                                           parser's value then).
                                           df_model_rope_dim reads it */
     df_rope_type rope_type;
-    double rope_factor;              /**< llama3: factor (8 for Llama 3.1); linear: the divisor */
+    double rope_factor;              /**< llama3: factor (8 for Llama 3.1); linear: the divisor;
+                                          yarn: factor (required, > 0), the interpolated frequencies'
+                                          divisor, used as given even where max_position_embeddings /
+                                          original_max_position_embeddings differs (4.56 only warns) */
     double rope_low_freq_factor;     /**< llama3: low_freq_factor (1) */
     double rope_high_freq_factor;    /**< llama3: high_freq_factor (4) */
     int64_t rope_original_max_pos;   /**< llama3: original_max_position_embeddings (8192); longrope:
-                                          the pretraining context, the short factors' range */
+                                          the pretraining context, the short factors' range; yarn:
+                                          rope_scaling's original_max_position_embeddings, else
+                                          max_position_embeddings (HF's `get(...) or
+                                          max_position_embeddings`), the context of the correction
+                                          range */
     double rope_short_factor[DF_MAX_ROPE_FREQS]; /**< longrope: [rope_dim / 2] */
     double rope_long_factor[DF_MAX_ROPE_FREQS];  /**< longrope: [rope_dim / 2], past the short range
                                                       (read and written back; distflow does not run it) */
     double rope_attention_factor;    /**< longrope: the cos / sin multiplier (attention_factor, else
                                           sqrt(1 + ln(max_pos / original) / ln(original)) when
-                                          max_position_embeddings > original, else 1) */
+                                          max_position_embeddings > original, else 1); yarn: the same
+                                          multiplier (attention_factor, else df_rope_yarn_attention:
+                                          get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)
+                                          when both are given and non-zero, else get_mscale(factor) =
+                                          0.1 ln(factor) + 1, 1 for factor <= 1) */
+    double rope_beta_fast;           /**< yarn: beta_fast, the rotations bounding the extrapolated
+                                          (high-frequency) dims (HF `get("beta_fast") or 32`: 32 when
+                                          absent, null or 0) */
+    double rope_beta_slow;           /**< yarn: beta_slow, the rotations bounding the interpolated
+                                          (low-frequency) dims (HF `or 1`: 1 when absent, null or 0) */
+    double rope_mscale;              /**< yarn: mscale (DeepSeek-V3's), 0 when absent; read with
+                                          rope_mscale_all_dim for the default attention factor only */
+    double rope_mscale_all_dim;      /**< yarn: mscale_all_dim, 0 when absent */
+    bool rope_truncate;              /**< yarn: truncate (HF default true): the correction range's ends
+                                          floored / ceiled to whole dims; false (gpt-oss) keeps them
+                                          fractional */
     int64_t sliding_window;          /**< 0: every layer attends to all earlier positions. W > 0
                                           (qwen2 / qwen3 use_sliding_window, mistral, phi3,
                                           gemma3_text): layers with index >= max_window_layers,
@@ -226,7 +254,11 @@ DF_API void df_model_config_defaults(df_model_config *cfg);
  * hidden_activation other than gelu_pytorch_tanh (hidden_act is not read). RoPE: rope_theta, and rope_scaling
  * null or of rope_type (or "type") "default" or "llama3" (factor, low_freq_factor,
  * high_freq_factor, original_max_position_embeddings, all required) or "linear" (factor, a
- * number > 0, required) or, for phi3, "longrope" /
+ * number > 0, required) or "yarn" (qwen2, qwen3, llama, mistral, olmo2: factor, a number > 0,
+ * required; beta_fast / beta_slow numbers (default 32 / 1, null or 0 the default as HF's `or`),
+ * original_max_position_embeddings an integer > 0 (default max_position_embeddings),
+ * attention_factor a number > 0, mscale / mscale_all_dim numbers, truncate a boolean (default
+ * true); DF_ROPE_YARN) or, for phi3, "longrope" /
  * "su" (short_factor and long_factor, rope_dim / 2 numbers > 0 each; original_max_position_embeddings
  * from the object, else the config, else Phi3Config's 4096; attention_factor optional:
  * DF_ROPE_LONGROPE); transformers 5's
@@ -249,7 +281,8 @@ DF_API void df_model_config_defaults(df_model_config *cfg);
  * Errors name the file and the key: DF_ENOTFOUND / DF_EIO (file), DF_EINVAL
  * (bad JSON, missing required key, wrong type, inconsistent sizes, a llama3 rope_scaling
  * without one of its keys), DF_EUNSUPPORTED (other model_type, a rope type other than
- * default / llama3 / linear / longrope (named; longrope outside phi3), rope_scaling and rope_parameters both given and different,
+ * default / llama3 / linear / longrope / yarn (named; longrope outside phi3, yarn for phi3 and
+ * gemma3_text), rope_scaling and rope_parameters both given and different,
  * layer_types with a full-attention layer after a windowed one past DF_MAX_TYPED_LAYERS, llama with
  * use_sliding_window true, hidden_act other than silu, mlp_bias true, a non-zero dropout,
  * a partial_rotary_factor other than 1 outside phi3, architectures
@@ -383,7 +416,7 @@ DF_API const char *df_model_max_positions_name(const df_model_config *cfg);
  */
 DF_API int64_t df_model_rope_dim(const df_model_config *cfg);
 /** cfg's RoPE in messages, written into buf[cap] and returned: "default", "llama3 scaling",
- *  "linear scaling x<factor>" or "longrope". */
+ *  "linear scaling x<factor>", "longrope" or "yarn x<factor>". */
 DF_API const char *df_model_rope_name(const df_model_config *cfg, char *buf, size_t cap);
 
 /* ---- FLOP accounting ---------------------------------------------------- */

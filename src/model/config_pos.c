@@ -4,6 +4,7 @@
  * (use_sliding_window, sliding_window, max_window_layers, layer_types), read and written back.
  */
 #include "model/hf_io.h"
+#include "model/ops.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -118,6 +119,86 @@ static int parse_longrope(json_t *root, json_t *o, const char *src, const char *
     return rc;
 }
 
+/* An optional number of a yarn object into *out (left as is when absent or null); `positive`: it
+   must be > 0 (and finite), else any finite number. */
+static int yarn_num(json_t *o, const char *src, const char *key, const char *name, bool positive, double *out)
+{
+    char full[96];
+    snprintf(full, sizeof full, "%s.%s", key, name);
+    json_t *v = df_cfg_get(o, name);
+    if (!v)
+        return DF_OK;
+    if (!json_is_number(v))
+        return df_cfg_wrong_type(src, full, "a number", v);
+    double x = json_number_value(v);
+    if (!isfinite(x) || (positive && !(x > 0)))
+        return df_error(DF_EINVAL, "%s: key \"%s\" must be %s (got %g)", src, full,
+                        positive ? "a number > 0" : "a finite number", x);
+    *out = x;
+    return DF_OK;
+}
+
+/* YaRN (HF _compute_yarn_parameters, transformers 4.56): factor required (> 0); beta_fast /
+   beta_slow (HF `get(...) or 32` / `or 1`: absent, null or 0 give the default; else > 0, as
+   math.log of a negative one raises); original_max_position_embeddings an integer > 0, else
+   max_position_embeddings (`get(...) or max_position_embeddings`); attention_factor (> 0) or
+   df_rope_yarn_attention of factor, mscale, mscale_all_dim; truncate a boolean (default true).
+   The families whose HF rotary embedding takes it: qwen2, qwen3, llama, mistral, olmo2. */
+static int parse_yarn(json_t *o, const char *src, const char *key, df_model_config *c)
+{
+    static const char *const fams[] = {"qwen2", "qwen3", "llama", "mistral", "olmo2"};
+    bool ok = false;
+    for (size_t i = 0; i < sizeof fams / sizeof fams[0]; i++)
+        ok |= !strcmp(c->model_type, fams[i]);
+    if (!ok)
+        return df_error(DF_EUNSUPPORTED, "%s: key \"%s\": rope_type \"yarn\" is not supported for %s models "
+                        "(qwen2, qwen3, llama, mistral and olmo2 only)", src, key, c->model_type);
+    if (!df_cfg_get(o, "factor"))
+        return df_error(DF_EINVAL, "%s: key \"%s\" (yarn) has no \"factor\"", src, key);
+    c->rope_factor = 0;
+    c->rope_beta_fast = 32, c->rope_beta_slow = 1;
+    c->rope_mscale = 0, c->rope_mscale_all_dim = 0;
+    c->rope_truncate = true;
+    int rc = yarn_num(o, src, key, "factor", true, &c->rope_factor);
+    double bf = 0, bs = 0;
+    if (!rc)
+        rc = yarn_num(o, src, key, "beta_fast", false, &bf);
+    if (!rc)
+        rc = yarn_num(o, src, key, "beta_slow", false, &bs);
+    if (!rc && (bf < 0 || bs < 0))
+        return df_error(DF_EINVAL, "%s: key \"%s\" (yarn): beta_fast and beta_slow must be > 0 (got %g, %g)", src,
+                        key, bf, bs);
+    c->rope_beta_fast = bf != 0 ? bf : 32;
+    c->rope_beta_slow = bs != 0 ? bs : 1;
+    if (!rc)
+        rc = yarn_num(o, src, key, "mscale", false, &c->rope_mscale);
+    if (!rc)
+        rc = yarn_num(o, src, key, "mscale_all_dim", false, &c->rope_mscale_all_dim);
+    const char *omp = "original_max_position_embeddings";
+    char full[96];
+    snprintf(full, sizeof full, "%s.%s", key, omp);
+    json_t *v = df_cfg_get(o, omp);
+    if (!rc && v && !json_is_integer(v))
+        return df_cfg_wrong_type(src, full, "an integer", v);
+    if (!rc && v && json_integer_value(v) <= 0)
+        return df_error(DF_EINVAL, "%s: key \"%s\" must be > 0 (got %lld)", src, full,
+                        (long long)json_integer_value(v));
+    c->rope_original_max_pos = v ? (int64_t)json_integer_value(v) : c->max_position_embeddings;
+    json_t *tr = df_cfg_get(o, "truncate");
+    snprintf(full, sizeof full, "%s.truncate", key);
+    if (!rc && tr && !json_is_boolean(tr))
+        return df_cfg_wrong_type(src, full, "a boolean", tr);
+    if (tr)
+        c->rope_truncate = json_is_true(tr);
+    if (rc)
+        return rc;
+    c->rope_attention_factor = df_rope_yarn_attention(c);
+    if ((rc = yarn_num(o, src, key, "attention_factor", true, &c->rope_attention_factor)))
+        return rc;
+    c->rope_type = DF_ROPE_YARN;
+    return DF_OK;
+}
+
 /* One RoPE object: its type ("rope_type", or the older "type"), then that type's entries.
    `untyped_default`: a missing type means "default" (rope_parameters); else it is refused
    (HF's rotary embedding would look up a None type). */
@@ -140,7 +221,7 @@ static int parse_rope_obj(json_t *root, json_t *o, const char *src, const char *
     if (!type && !untyped_default)
         return df_error(DF_EUNSUPPORTED,
                         "%s: key \"%s\" names no rope_type (supported: "
-                        "\"default\", \"llama3\", \"linear\", \"longrope\")",
+                        "\"default\", \"llama3\", \"linear\", \"longrope\", \"yarn\")",
                         src, key);
     c->rope_type = DF_ROPE_DEFAULT;
     if (!type || !strcmp(type, "default"))
@@ -151,9 +232,11 @@ static int parse_rope_obj(json_t *root, json_t *o, const char *src, const char *
         return parse_linear(o, src, key, c);
     if (!strcmp(type, "longrope") || !strcmp(type, "su")) /* "su": its name in Phi-3's first configs */
         return parse_longrope(root, o, src, key, c);
+    if (!strcmp(type, "yarn"))
+        return parse_yarn(o, src, key, c);
     return df_error(DF_EUNSUPPORTED,
                     "%s: key \"%s\": rope_type \"%s\" is not supported (supported: "
-                    "\"default\", \"llama3\", \"linear\", \"longrope\" (phi3))",
+                    "\"default\", \"llama3\", \"linear\", \"longrope\" (phi3), \"yarn\")",
                     src, key, type);
 }
 
@@ -401,11 +484,46 @@ static int write_longrope_obj(json_t *o, const df_model_config *c)
     return bad;
 }
 
+/* A yarn object: its type (and "type" where the file has one), factor, original context (the
+   effective one: HF's default is max_position_embeddings, so writing it changes nothing),
+   beta_fast and beta_slow; truncate where the file has it or it is false; mscale / mscale_all_dim
+   when set; attention_factor where the file has one or it is not the one they give
+   (df_rope_yarn_attention), so that loading it back, here or in transformers, rotates alike.
+   Another type's entries are dropped. */
+static int write_yarn_obj(json_t *o, const df_model_config *c)
+{
+    static const char *const stale[] = {"low_freq_factor", "high_freq_factor", "short_factor", "long_factor"};
+    for (int i = 0; i < 4; i++)
+        json_object_del(o, stale[i]);
+    int bad = json_object_set_new(o, "rope_type", json_string("yarn"));
+    if (json_object_get(o, "type"))
+        bad |= json_object_set_new(o, "type", json_string("yarn"));
+    bad |= json_object_set_new(o, "factor", json_real(c->rope_factor));
+    bad |= json_object_set_new(o, "original_max_position_embeddings", json_integer(c->rope_original_max_pos));
+    bad |= json_object_set_new(o, "beta_fast", json_real(c->rope_beta_fast));
+    bad |= json_object_set_new(o, "beta_slow", json_real(c->rope_beta_slow));
+    if (json_object_get(o, "truncate") || !c->rope_truncate) /* a 4.55 key: written when it matters */
+        bad |= json_object_set_new(o, "truncate", json_boolean(c->rope_truncate));
+    const double *ms[] = {&c->rope_mscale, &c->rope_mscale_all_dim};
+    const char *mk[] = {"mscale", "mscale_all_dim"};
+    for (int i = 0; i < 2; i++) {
+        if (*ms[i] != 0)
+            bad |= json_object_set_new(o, mk[i], json_real(*ms[i]));
+        else
+            json_object_del(o, mk[i]);
+    }
+    if (json_object_get(o, "attention_factor") || c->rope_attention_factor != df_rope_yarn_attention(c))
+        bad |= json_object_set_new(o, "attention_factor", json_real(c->rope_attention_factor));
+    return bad;
+}
+
 /* The type and (llama3, linear) entries of a RoPE object, as HF writes them. */
 static int write_rope_obj(json_t *o, const df_model_config *c)
 {
     if (c->rope_type == DF_ROPE_LONGROPE)
         return write_longrope_obj(o, c);
+    if (c->rope_type == DF_ROPE_YARN)
+        return write_yarn_obj(o, c);
     static const char *const keys[] = {"factor", "low_freq_factor", "high_freq_factor",
                                        "original_max_position_embeddings"};
     bool llama3 = c->rope_type == DF_ROPE_LLAMA3, linear = c->rope_type == DF_ROPE_LINEAR;
@@ -413,6 +531,10 @@ static int write_rope_obj(json_t *o, const df_model_config *c)
     int bad = json_object_set_new(o, "rope_type", json_string(type));
     if (json_object_get(o, "type"))
         bad |= json_object_set_new(o, "type", json_string(type));
+    static const char *const yarn_keys[] = {"beta_fast", "beta_slow", "mscale", "mscale_all_dim", "truncate",
+                                            "attention_factor"};
+    for (int i = 0; i < 6; i++) /* a yarn object turned into another type */
+        json_object_del(o, yarn_keys[i]);
     if (!llama3) {
         for (int i = 0; i < 4; i++)
             json_object_del(o, keys[i]);

@@ -30,6 +30,7 @@ void df_model_config_defaults(df_model_config *c)
     c->tie_word_embeddings = false;
     c->attention_bias = true;
     c->rope_type = DF_ROPE_DEFAULT;
+    c->rope_beta_fast = 32, c->rope_beta_slow = 1, c->rope_truncate = true; /* yarn's defaults */
     c->max_window_layers = 28;
     c->bos_token_id = -1;
     c->n_eos = 0;
@@ -97,8 +98,23 @@ static int validate_positions(const df_model_config *c)
     }
     if (c->rope_type == DF_ROPE_LINEAR && !(c->rope_factor > 0 && isfinite(c->rope_factor)))
         return df_error(DF_EINVAL, "linear rope scaling needs a factor > 0 (got %g)", c->rope_factor);
+    if (c->rope_type == DF_ROPE_YARN) {
+        bool fam = !strcmp(c->model_type, "qwen2") || !strcmp(c->model_type, "qwen3") ||
+                   !strcmp(c->model_type, "llama") || !strcmp(c->model_type, "mistral") ||
+                   !strcmp(c->model_type, "olmo2");
+        bool ok = c->rope_factor > 0 && isfinite(c->rope_factor) && c->rope_beta_fast > 0 &&
+                  isfinite(c->rope_beta_fast) && c->rope_beta_slow > 0 && isfinite(c->rope_beta_slow) &&
+                  c->rope_original_max_pos > 0 && c->rope_attention_factor > 0 &&
+                  isfinite(c->rope_attention_factor) && isfinite(c->rope_mscale) && isfinite(c->rope_mscale_all_dim);
+        if (!ok || !fam)
+            return df_error(DF_EINVAL, "yarn rope scaling needs a qwen2, qwen3, llama, mistral or olmo2 model "
+                            "(got %s), factor > 0, beta_fast and beta_slow > 0, original_max_position_embeddings "
+                            "> 0 and attention_factor > 0 (got %g, %g, %g, %lld, %g)", c->model_type, c->rope_factor,
+                            c->rope_beta_fast, c->rope_beta_slow, (long long)c->rope_original_max_pos,
+                            c->rope_attention_factor);
+    }
     if (c->rope_type != DF_ROPE_DEFAULT && c->rope_type != DF_ROPE_LLAMA3 && c->rope_type != DF_ROPE_LONGROPE &&
-        c->rope_type != DF_ROPE_LINEAR)
+        c->rope_type != DF_ROPE_LINEAR && c->rope_type != DF_ROPE_YARN)
         return df_error(DF_EINVAL, "rope_type %d is not a df_rope_type", (int)c->rope_type);
     if (c->sliding_window < 0 || c->max_window_layers < 0)
         return df_error(DF_EINVAL, "sliding_window (%lld) and max_window_layers (%lld) must be >= 0",
@@ -132,6 +148,8 @@ const char *df_model_rope_name(const df_model_config *c, char *buf, size_t cap)
 {
     if (c->rope_type == DF_ROPE_LINEAR)
         snprintf(buf, cap, "linear scaling x%g", c->rope_factor);
+    else if (c->rope_type == DF_ROPE_YARN)
+        snprintf(buf, cap, "yarn x%g", c->rope_factor);
     else
         snprintf(buf, cap, "%s", c->rope_type == DF_ROPE_LLAMA3     ? "llama3 scaling"
                                  : c->rope_type == DF_ROPE_LONGROPE ? "longrope"

@@ -293,12 +293,19 @@ void df_rope_table_freq(float *cos_t, float *sin_t, int64_t n_pos, int64_t hd,
  * low_freq_factor: f / factor; below original_max_position_embeddings / high_freq_factor: f;
  * between: (1 - s) f / factor + s f with s = (original / wavelength - low) / (high - low));
  * DF_ROPE_LINEAR the default ones / factor (HF _compute_linear_scaling_rope_parameters);
- * DF_ROPE_LONGROPE 1 / (short_factor[i] theta^(2i / hd)) (HF _compute_longrope_parameters), each
+ * DF_ROPE_LONGROPE 1 / (short_factor[i] theta^(2i / hd)) (HF _compute_longrope_parameters);
+ * DF_ROPE_YARN the default ones blended with them / factor by YaRN's ramp (HF
+ * _compute_yarn_parameters: the correction range in double, the ramp and blend in float32), each
  * operation in float32 as PyTorch evaluates it.
  */
 void df_rope_inv_freq(float *inv_freq, const df_model_config *c);
-/** The multiplier of c's cos / sin tables: LongRoPE's attention factor (in float32), else 1. */
+/** The multiplier of c's cos / sin tables: LongRoPE's and YaRN's attention factor (in float32),
+ *  else 1. */
 float df_rope_attention_factor(const df_model_config *c);
+/** YaRN's attention factor when rope_scaling gives none (HF _compute_yarn_parameters, in double):
+ *  get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim) when both are non-zero, else
+ *  get_mscale(factor), with get_mscale(s, m) = 1 for s <= 1, else 0.1 m ln(s) + 1 (m = 1 default). */
+double df_rope_yarn_attention(const df_model_config *c);
 /**
  * cos_t, sin_t [n_pos, df_model_rope_dim(c) / 2] of c's RoPE: df_rope_table_freq of df_rope_inv_freq, times
  * df_rope_attention_factor (HF multiplies emb.cos() / emb.sin() by attention_scaling). The tables

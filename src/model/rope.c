@@ -1,6 +1,7 @@
 /*
  * RoPE inverse frequencies of a model configuration (ops.h df_rope_inv_freq): the default ones,
- * Llama 3.1's rescaling of them, linear scaling's division and LongRoPE's short factors, over the
+ * Llama 3.1's rescaling of them, linear scaling's division, LongRoPE's short factors and YaRN's
+ * blend of the default and interpolated ones, over the
  * rotated dims (df_model_rope_dim); the only definition of them (the theta-only ops
  * df_rope_table / df_rope_fwd / df_rope_bwd call it too). Not a kernel:
  * computed once per table or call, in float32 operation by operation as transformers
@@ -52,9 +53,62 @@ static float longrope_inv_freq(int64_t i, int64_t hd, const df_model_config *c)
     return 1.0f / ((float)c->rope_short_factor[i] * powf((float)c->rope_theta, e));
 }
 
+/* YaRN's correction dim (HF find_correction_dim): the dim whose frequency turns `rot` times over
+   n0 positions, dim ln(n0 / (rot 2 pi)) / (2 ln theta), in double as Python's math computes it. */
+static double yarn_correction_dim(double rot, int64_t dim, double theta, double n0)
+{
+    return ((double)dim * log(n0 / (rot * 2 * M_PI))) / (2 * log(theta));
+}
+
+/*
+ * YaRN (HF _compute_yarn_parameters, transformers 4.56). The correction range [lo, hi] runs from
+ * the dim of beta_fast rotations over the original context to that of beta_slow ones (floored /
+ * ceiled when truncate, then clipped to [0, dim - 1]); the ramp r_i = clamp((i - lo) / (hi - lo),
+ * 0, 1) over i < dim / 2 (hi += 0.001 when the two meet), and with e_i = 1 - r_i the frequency is
+ * interp_i (1 - e_i) + extrap_i e_i: extrap_i = 1 / p_i the default one, interp_i = 1 / (factor
+ * p_i), p_i = theta^(2i / dim). The range in double (Python floats), the rest in float32 as
+ * PyTorch evaluates the tensors (a Python scalar taken to float32 in each operation).
+ */
+static void yarn_inv_freq(float *inv_freq, int64_t dim, const df_model_config *c)
+{
+    const double n0 = (double)c->rope_original_max_pos;
+    double lo = yarn_correction_dim(c->rope_beta_fast, dim, c->rope_theta, n0);
+    double hi = yarn_correction_dim(c->rope_beta_slow, dim, c->rope_theta, n0);
+    if (c->rope_truncate)
+        lo = floor(lo), hi = ceil(hi);
+    lo = lo > 0 ? lo : 0;
+    hi = hi < (double)(dim - 1) ? hi : (double)(dim - 1);
+    if (lo == hi)
+        hi += 0.001; /* HF: prevent singularity */
+    const float flo = (float)lo, span = (float)(hi - lo), factor = (float)c->rope_factor;
+    for (int64_t i = 0; i < dim / 2; i++) {
+        float p = powf((float)c->rope_theta, (float)(2 * i) / (float)dim);
+        float extrap = 1.0f / p, interp = 1.0f / (factor * p);
+        float r = ((float)i - flo) / span;
+        r = r < 0.0f ? 0.0f : r > 1.0f ? 1.0f : r;
+        float e = 1.0f - r; /* inv_freq_extrapolation_factor */
+        float a = interp * (1.0f - e);
+        float b = extrap * e;
+        inv_freq[i] = a + b;
+    }
+}
+
+double df_rope_yarn_attention(const df_model_config *c)
+{
+    /* HF get_mscale(scale, mscale=1): 1 for scale <= 1, else 0.1 mscale ln(scale) + 1 */
+    const double f = c->rope_factor;
+    if (c->rope_mscale != 0 && c->rope_mscale_all_dim != 0) /* `if mscale and mscale_all_dim` */
+        return f <= 1 ? 1.0 : (0.1 * c->rope_mscale * log(f) + 1.0) / (0.1 * c->rope_mscale_all_dim * log(f) + 1.0);
+    return f <= 1 ? 1.0 : 0.1 * log(f) + 1.0;
+}
+
 void df_rope_inv_freq(float *inv_freq, const df_model_config *c)
 {
     const int64_t rd = df_model_rope_dim(c); /* HF sizes the frequencies by the rotated dims */
+    if (c->rope_type == DF_ROPE_YARN) {
+        yarn_inv_freq(inv_freq, rd, c);
+        return;
+    }
     for (int64_t i = 0; i < rd / 2; i++) {
         inv_freq[i] = c->rope_type == DF_ROPE_LONGROPE ? longrope_inv_freq(i, rd, c)
                                                         : default_inv_freq(i, rd, c->rope_theta);
@@ -67,6 +121,8 @@ void df_rope_inv_freq(float *inv_freq, const df_model_config *c)
 
 float df_rope_attention_factor(const df_model_config *c)
 {
+    if (c->rope_type == DF_ROPE_YARN) /* HF: attention_scaling, as LongRoPE's */
+        return (float)c->rope_attention_factor;
     return c->rope_type == DF_ROPE_LONGROPE ? (float)c->rope_attention_factor : 1.0f;
 }
 

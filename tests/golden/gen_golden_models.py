@@ -11,6 +11,11 @@ float64 reference and file layout, for two tiny models that exercise what Qwen2 
                 sliding_window 4 and max_window_layers 1, so layer 0 attends causally and
                 layer 1 only to its last 4 positions (masking_utils: key j is visible to
                 query i when i - 4 < j <= i).
+  tiny_qwen3_yarn  tiny_qwen3 with rope_scaling "yarn" (transformers 4.56's
+                _compute_yarn_parameters): factor 4, original_max_position_embeddings 2048 of
+                8192, beta_fast 24, beta_slow 2, so the correction range is dims [2, 5] of 8
+                (frequencies 0-2 kept, 3-4 blended, 5-7 divided by 4) and cos / sin carry the
+                attention factor 0.1 ln 4 + 1.
   tiny_mistral  MistralForCausalLM (modeling_mistral.py): the Llama layer without biases and
                 MistralConfig's sliding window on every layer (sliding_window 4, no
                 use_sliding_window / max_window_layers keys), head_dim 16 with hidden 32,
@@ -156,6 +161,13 @@ PHI4_MINI = dict(PHI3_LONGROPE, **{
 })
 
 
+QWEN3_YARN = dict(QWEN3, **{
+    "max_position_embeddings": 8192,
+    "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048,
+                     "beta_fast": 24.0, "beta_slow": 2.0},
+})
+
+
 OLMO2 = dict(COMMON, **{
     "architectures": ["Olmo2ForCausalLM"],
     "model_type": "olmo2",
@@ -295,6 +307,8 @@ def inv_freq(c, i=0):
     rs = c.get("rope_scaling")
     if rs and rs.get("rope_type", rs.get("type")) == "linear":
         return f / rs["factor"]
+    if rs and rs.get("rope_type") == "yarn":
+        return yarn_inv_freq(c, d)
     if rs and rs.get("type") == "longrope":     # the short factors: lengths within the original context
         shape = torch.arange(0, d, 2, dtype=torch.int64).float() / d
         return 1.0 / (torch.tensor(rs["short_factor"], dtype=torch.float32) * c["rope_theta"] ** shape)
@@ -312,9 +326,46 @@ def inv_freq(c, i=0):
     return torch.where(between, blend, slowed)
 
 
+def yarn_inv_freq(c, d):
+    """YaRN as transformers 4.56's _compute_yarn_parameters: the dims between the correction range
+    of beta_fast and beta_slow rotations over the original context (floored / ceiled unless
+    truncate is false, clipped to [0, d - 1]) ramp linearly from the default frequency
+    (extrapolation) to it divided by factor (interpolation); Python floats for the range,
+    float32 tensors for the rest."""
+    rs = c["rope_scaling"]
+    base, factor = c["rope_theta"], rs["factor"]
+    n0 = rs.get("original_max_position_embeddings") or c["max_position_embeddings"]
+    beta_fast, beta_slow = rs.get("beta_fast") or 32, rs.get("beta_slow") or 1
+
+    def correction_dim(rot):                     # the dim that turns `rot` times over n0 positions
+        return (d * math.log(n0 / (rot * 2 * math.pi))) / (2 * math.log(base))
+
+    lo, hi = correction_dim(beta_fast), correction_dim(beta_slow)
+    if rs.get("truncate", True):
+        lo, hi = math.floor(lo), math.ceil(hi)
+    lo, hi = max(lo, 0), min(hi, d - 1)
+    if lo == hi:
+        hi += 0.001
+    ramp = torch.clamp((torch.arange(d // 2, dtype=torch.float32) - lo) / (hi - lo), 0, 1)
+    pos = base ** (torch.arange(0, d, 2).float() / d)
+    extrap, interp = 1.0 / pos, 1.0 / (factor * pos)
+    keep = 1 - ramp                              # inv_freq_extrapolation_factor
+    return interp * (1 - keep) + extrap * keep
+
+
 def attention_factor(c):
-    """LongRoPE's cos / sin multiplier: sqrt(1 + ln s / ln original) for the extension s > 1."""
+    """LongRoPE's cos / sin multiplier: sqrt(1 + ln s / ln original) for the extension s > 1;
+    YaRN's: attention_factor, else get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)
+    when both are set, else 0.1 ln(factor) + 1 (1 for factor <= 1)."""
     rs = c.get("rope_scaling")
+    if rs and rs.get("rope_type") == "yarn":
+        def mscale(s, m=1):
+            return 1.0 if s <= 1 else 0.1 * m * math.log(s) + 1.0
+        if rs.get("attention_factor") is not None:
+            return rs["attention_factor"]
+        if rs.get("mscale") and rs.get("mscale_all_dim"):
+            return mscale(rs["factor"], rs["mscale"]) / mscale(rs["factor"], rs["mscale_all_dim"])
+        return mscale(rs["factor"])
     if not rs or rs.get("type") != "longrope":
         return 1.0
     s = c["max_position_embeddings"] / c["original_max_position_embeddings"]
@@ -476,7 +527,7 @@ FIXTURES = [("tiny_qwen3", QWEN3, 3003), ("tiny_llama31", LLAMA31, 3101),
             ("tiny_mistral", MISTRAL, 3211), ("tiny_phi3", PHI3, 3307),
             ("tiny_phi3_longrope", PHI3_LONGROPE, 3313), ("tiny_phi4_mini", PHI4_MINI, 3319),
             ("tiny_olmo2", OLMO2, 3401), ("tiny_olmo2_bias", OLMO2_BIAS, 3403),
-            ("tiny_gemma3", GEMMA3, 3501)]
+            ("tiny_gemma3", GEMMA3, 3501), ("tiny_qwen3_yarn", QWEN3_YARN, 3009)]
 
 
 def main():
