@@ -67,8 +67,8 @@ typedef enum df_rope_type {
 
 /** The fields of HF config.json that define the architecture. */
 typedef struct df_model_config {
-    char model_type[32];             /**< "qwen2", "qwen3", "llama", "mistral", "phi3", "olmo2" or
-                                          "gemma3_text" */
+    char model_type[32];             /**< "qwen2", "qwen3", "llama", "mistral", "phi3", "olmo2",
+                                          "gemma2" or "gemma3_text" */
     int64_t vocab_size;
     int64_t hidden_size;
     int64_t intermediate_size;
@@ -140,6 +140,17 @@ typedef struct df_model_config {
     double rope_local_theta;         /**< gemma3_text rope_local_base_freq: the RoPE base of the
                                           sliding layers (plain RoPE, no scaling; the full layers
                                           keep rope_theta and rope_scaling). 0: one RoPE for all */
+    /* ---- gemma2 (Gemma2Config, modeling_gemma2.py): tanh soft-capping ---- */
+    double attn_logit_softcap;       /**< gemma2 attn_logit_softcapping C (default 50; null: 0 =
+                                          none): each attention score s, after the scaling and
+                                          before the mask and softmax, becomes C tanh(s / C)
+                                          (Gemma2Attention / eager_attention_forward). Backends
+                                          run it only with df_backend_ops.attention_softcap */
+    double final_logit_softcap;      /**< gemma2 final_logit_softcapping C (default 30; null: 0 =
+                                          none): the LM head's logits z become C tanh(z / C)
+                                          before temperature, log-softmax and sampling
+                                          (Gemma2ForCausalLM.forward); not applied to a value /
+                                          reward head (Gemma2ForTokenClassification has none) */
     int64_t bos_token_id;            /**< -1 when absent */
     int64_t eos_token_ids[DF_MAX_EOS]; /**< eos_token_id: an int gives one entry, a list its entries in order */
     int n_eos;                       /**< 0 when eos_token_id is absent or null (qwen2 default) */
