@@ -280,7 +280,9 @@ void df_norm_shift_view(const df_backend *be, const df_model_config *c, const df
         d->ln2 = shift(&r, &next, ones, s->ln2, H);
         d->ln_ff = shift(&r, &next, ones, s->ln_ff, H);
         d->ln3 = shift(&r, &next, ones, s->ln3, H);
-        d->q_norm = shift(&r, &next, ones, s->q_norm, hd);
-        d->k_norm = shift(&r, &next, ones, s->k_norm, hd);
+        if (c->qk_norm) { /* gemma3_text's; Gemma 2 has none */
+            d->q_norm = shift(&r, &next, ones, s->q_norm, hd);
+            d->k_norm = shift(&r, &next, ones, s->k_norm, hd);
+        }
     }
 }
