@@ -204,13 +204,13 @@ static void fused_sample(int32_t *tok, float *lp, const float *h, const float *W
                          const df_vocab_tiling *t, float *bufs)
 {
     int64_t G = df_vocab_groups(V, t), gcols = df_vocab_tiling_clamp(t).group;
-    df_vocab_stats(st, NULL, NULL, h, W, n, V, H, 1.0f, 0u, t);
+    df_vocab_stats(st, NULL, NULL, h, W, n, V, H, 1.0f, 0.0f, 0u, t);
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) {
         df_vrow r;
         float zt;
         df_vstat_merge(st + i * G, G, &r);
-        tok[i] = df_vocab_draw(st + i * G, G, &r, u[i], h + i * H, W, V, H, 1.0f, t,
+        tok[i] = df_vocab_draw(st + i * G, G, &r, u[i], h + i * H, W, V, H, 1.0f, 0.0f, t,
                                bufs + (int64_t)omp_get_thread_num() * 2 * gcols, &zt);
         lp[i] = (float)((double)zt - r.m - log(r.s0));
     }
@@ -296,21 +296,21 @@ int main(int argc, char **argv)
         gemm_only(h, W, n, V, H, &b.t);
         keep_best(&t_gemm, w0, c0);
         w0 = omp_get_wtime(), c0 = cpu_s();
-        df_lmhead_fwd_tiled(lp, ent, NULL, lse, h, W, tgt, n, V, H, 1.0f, &b.t, scratch);
+        df_lmhead_fwd_tiled(lp, ent, NULL, lse, h, W, tgt, n, V, H, 1.0f, 0.0f, &b.t, scratch);
         keep_best(&t_fwd, w0, c0);
         w0 = omp_get_wtime(), c0 = cpu_s();
-        df_lmhead_fwd_tiled(lp, NULL, NULL, lse, h, W, tgt, n, V, H, 1.0f, &b.t, scratch);
+        df_lmhead_fwd_tiled(lp, NULL, NULL, lse, h, W, tgt, n, V, H, 1.0f, 0.0f, &b.t, scratch);
         keep_best(&t_fwd_ne, w0, c0);
         w0 = omp_get_wtime(), c0 = cpu_s(); /* the old-log-prob pass of the optimal token baseline */
-        df_lmhead_fwd_tiled(lp, ent, spq, lse, h, W, tgt, n, V, H, 1.0f, &b.t, scratch);
+        df_lmhead_fwd_tiled(lp, ent, spq, lse, h, W, tgt, n, V, H, 1.0f, 0.0f, &b.t, scratch);
         keep_best(&t_fwd_sq, w0, c0);
         memset(dW, 0, (size_t)(V * H) * sizeof(float));
         w0 = omp_get_wtime(), c0 = cpu_s();
-        df_lmhead_bwd_tiled(dh, dW, dl, NULL, h, W, tgt, lse, NULL, n, V, H, 1.0f, &b.t,
+        df_lmhead_bwd_tiled(dh, dW, dl, NULL, h, W, tgt, lse, NULL, n, V, H, 1.0f, 0.0f, &b.t,
                             scratch);
         keep_best(&t_bwd, w0, c0);
     }
-    df_lmhead_fwd_tiled(lp, ent, NULL, lse, h, W, tgt, n, V, H, 1.0f, &b.t, scratch);
+    df_lmhead_fwd_tiled(lp, ent, NULL, lse, h, W, tgt, n, V, H, 1.0f, 0.0f, &b.t, scratch);
     {
         double w0 = omp_get_wtime(), c0 = cpu_s();
         naive_fwd(lp0, ent0, h, W, tgt, n, V, H, logits);

@@ -208,18 +208,20 @@ static int emu_embedding_fwd_w16(void *ctx, float *out, const int32_t *ids,
 }
 static int emu_lmhead_fwd_w16(void *ctx, float *logp, float *entropy, float *sum_pi_sq, float *lse,
                               const float *h, const uint16_t *W16, const int32_t *target, int64_t n,
-                              int64_t V, int64_t H, float temperature, float *scratch)
+                              int64_t V, int64_t H, float temperature, float softcap, float *scratch)
 {
     EMU_CALL16(ctx, lmhead_fwd_w16, (logp, entropy, sum_pi_sq, lse, h, W16, target, scratch), logp,
-               entropy, sum_pi_sq, lse, h, W16, target, n, V, H, temperature, scratch);
+               entropy, sum_pi_sq, lse, h, W16, target, n, V, H, temperature, softcap, scratch);
 }
 static int emu_lmhead_bwd_w16(void *ctx, float *dh, float *dW, const float *dlogp,
                               const float *dentropy, const float *h, const uint16_t *W16,
                               const int32_t *target, const float *lse, const float *entropy,
-                              int64_t n, int64_t V, int64_t H, float temperature, float *scratch)
+                              int64_t n, int64_t V, int64_t H, float temperature, float softcap,
+                              float *scratch)
 {
     EMU_CALL16(ctx, lmhead_bwd_w16, (dh, dW, dlogp, dentropy, h, W16, target, lse, entropy, scratch),
-               dh, dW, dlogp, dentropy, h, W16, target, lse, entropy, n, V, H, temperature, scratch);
+               dh, dW, dlogp, dentropy, h, W16, target, lse, entropy, n, V, H, temperature, softcap,
+               scratch);
 }
 static int emu_bf16_from_f32(void *ctx, uint16_t *dst, const float *src, int64_t n)
 {
@@ -300,11 +302,12 @@ static int64_t emu_kv_scratch_floats(void *ctx, int64_t nh, int64_t max_len)
 }
 static int emu_kv_attention(void *ctx, float *out, const float *q, const df_backend_kv *kv,
                             int64_t layer, const int32_t *slot, const int32_t *pos, int64_t n,
-                            int64_t nh, int64_t nkv, int64_t hd, int64_t window, float *scratch)
+                            int64_t nh, int64_t nkv, int64_t hd, int64_t window, float softcap,
+                            float *scratch)
 {
     ((emu_dev *)ctx)->kv_attentions++;
     EMU_CALL(ctx, kv_attention, (out, q, kv->k, kv->v, slot, pos, scratch), out, q, kv, layer,
-             slot, pos, n, nh, nkv, hd, window, scratch);
+             slot, pos, n, nh, nkv, hd, window, softcap, scratch);
 }
 static int emu_swiglu_fwd(void *ctx, float *out, const float *gate, const float *up, int64_t n)
 {
@@ -331,18 +334,19 @@ static int64_t emu_lmhead_scratch_floats(void *ctx, int64_t n, int64_t V, int64_
 }
 static int emu_lmhead_fwd(void *ctx, float *logp, float *entropy, float *sum_pi_sq, float *lse,
                           const float *h, const float *W, const int32_t *target, int64_t n, int64_t V,
-                          int64_t H, float temperature, float *scratch)
+                          int64_t H, float temperature, float softcap, float *scratch)
 {
     EMU_CALL(ctx, lmhead_fwd, (logp, entropy, sum_pi_sq, lse, h, W, target, scratch), logp, entropy,
-             sum_pi_sq, lse, h, W, target, n, V, H, temperature, scratch);
+             sum_pi_sq, lse, h, W, target, n, V, H, temperature, softcap, scratch);
 }
 static int emu_lmhead_bwd(void *ctx, float *dh, float *dW, const float *dlogp,
                           const float *dentropy, const float *h, const float *W,
                           const int32_t *target, const float *lse, const float *entropy,
-                          int64_t n, int64_t V, int64_t H, float temperature, float *scratch)
+                          int64_t n, int64_t V, int64_t H, float temperature, float softcap,
+                          float *scratch)
 {
     EMU_CALL(ctx, lmhead_bwd, (dh, dW, dlogp, dentropy, h, W, target, lse, entropy, scratch), dh,
-             dW, dlogp, dentropy, h, W, target, lse, entropy, n, V, H, temperature, scratch);
+             dW, dlogp, dentropy, h, W, target, lse, entropy, n, V, H, temperature, softcap, scratch);
 }
 
 static int64_t emu_sample_scratch_floats(void *ctx, int64_t n, int64_t V, int64_t H)
@@ -353,8 +357,8 @@ static int64_t emu_sample_scratch_floats(void *ctx, int64_t n, int64_t V, int64_
 
 /* The host path's logits (df_gemm_nt over the n rows) and sampler, on the device's memory. */
 static int emu_sample(void *ctx, int32_t *tok, float *logp, const float *h, const float *W,
-                      int64_t n, int64_t V, int64_t H, float temperature, int64_t top_k,
-                      float top_p, const double *u, float *scratch)
+                      int64_t n, int64_t V, int64_t H, float temperature, float softcap,
+                      int64_t top_k, float top_p, const double *u, float *scratch)
 {
     emu_dev *d = ctx;
     if (!tok || !h || !W || !scratch) {
@@ -369,6 +373,9 @@ static int emu_sample(void *ctx, int32_t *tok, float *logp, const float *h, cons
     sp.temperature = temperature, sp.top_k = (int)top_k, sp.top_p = top_p;
     sp.greedy = temperature == 0.0f;
     df_gemm_nt(n, V, H, 1.0f, h, W, 0.0f, scratch);
+    if (softcap > 0.0f) /* Gemma 2's final-logit cap, as the host path's logits */
+        for (int64_t i = 0; i < n * V; i++)
+            scratch[i] = softcap * tanhf(scratch[i] / softcap);
     void *work = (void *)(((uintptr_t)(scratch + n * V) + 63) / 64 * 64);
     for (int64_t i = 0; i < n; i++) {
         float lp;

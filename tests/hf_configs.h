@@ -114,4 +114,20 @@ static const char *const k_gemma3_1b =
     "\"sliding_window\": 512, \"sliding_window_pattern\": 6, \"torch_dtype\": \"bfloat16\", "
     "\"transformers_version\": \"4.50.0.dev0\", \"use_cache\": true, \"vocab_size\": 262144}";
 
+/* google/gemma-2-2b's config.json: its published architecture values (hidden 2304, 26 layers, 8
+ * heads over 4 key/value heads of head_dim 256, intermediate 9216, vocabulary 256000, window 4096
+ * on the even layers (no layer_types: Gemma2Config alternates), query_pre_attn_scalar 256, soft-caps
+ * 50 / 30, rope_theta 10000) with both activation keys, as its release writes them. */
+static const char *const k_gemma2_2b =
+    "{\"architectures\": [\"Gemma2ForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0, "
+    "\"attn_logit_softcapping\": 50.0, \"bos_token_id\": 2, \"cache_implementation\": \"hybrid\", "
+    "\"eos_token_id\": 1, \"final_logit_softcapping\": 30.0, \"head_dim\": 256, "
+    "\"hidden_act\": \"gelu_pytorch_tanh\", \"hidden_activation\": \"gelu_pytorch_tanh\", "
+    "\"hidden_size\": 2304, \"initializer_range\": 0.02, \"intermediate_size\": 9216, "
+    "\"max_position_embeddings\": 8192, \"model_type\": \"gemma2\", \"num_attention_heads\": 8, "
+    "\"num_hidden_layers\": 26, \"num_key_value_heads\": 4, \"pad_token_id\": 0, "
+    "\"query_pre_attn_scalar\": 256, \"rms_norm_eps\": 1e-06, \"rope_theta\": 10000.0, "
+    "\"sliding_window\": 4096, \"torch_dtype\": \"float32\", \"transformers_version\": \"4.42.4\", "
+    "\"use_cache\": true, \"vocab_size\": 256000}";
+
 #endif

@@ -839,7 +839,7 @@ static void attention_case(const int64_t *off, int64_t n_seqs, int64_t nh, int64
             continue;
         }
         int64_t *doff = bo_up(b, off, sizeof(int64_t) * (size_t)(n_seqs + 1));
-        const df_backend_seqs s = {doff, n_seqs, T, max_len, window};
+        const df_backend_seqs s = {doff, n_seqs, T, max_len, window, 0.0f};
         float *dQ = bo_up(b, q, 4 * (size_t)nq), *dK = bo_up(b, k, 4 * (size_t)nk);
         float *dV = bo_up(b, v, 4 * (size_t)nk), *dO = bo_nan(b, nq), *dL = bo_nan(b, T * nh);
         BO_OK(b->be.ops->attention_fwd(b->be.ctx, dO, dL, dQ, dK, dV, &s, nh, nkv, hd));
@@ -1084,12 +1084,12 @@ static void kv_attn_case(df_kv_dtype dt, int64_t nh, int64_t nkv, int64_t hd, in
         float *sc = bo_nan(b, nsc > 0 ? nsc : 1), *dq = bo_up(b, q, 4 * (size_t)(n * qd));
         float *dO = bo_nan(b, n * qd), *dO1 = bo_nan(b, qd);
         int32_t *ds = bo_up(b, slot, 4 * (size_t)n), *dp = bo_up(b, pos, 4 * (size_t)n);
-        BO_OK(b->be.ops->kv_attention(cx, dO, dq, &d, layer, ds, dp, n, nh, nkv, hd, window, sc));
+        BO_OK(b->be.ops->kv_attention(cx, dO, dq, &d, layer, ds, dp, n, nh, nkv, hd, window, 0.0f, sc));
         float *got = bo_down(b, dO, 4 * (size_t)(n * qd));
         bo_check(b->name, op, got, ref, bd, n * qd);
         for (int64_t r = 0; r < n; r++) {
             BO_OK(b->be.ops->kv_attention(cx, dO1, dq + r * qd, &d, layer, ds + r, dp + r, 1, nh,
-                                          nkv, hd, window, sc));
+                                          nkv, hd, window, 0.0f, sc));
             float *one = bo_down(b, dO1, 4 * (size_t)qd);
             if (memcmp(one, got + r * qd, 4 * (size_t)qd))
                 fail_msg("%s %s: row %lld (slot %d, pos %d) alone differs from the batch", b->name,
@@ -1185,7 +1185,7 @@ static void lmhead_case(int64_t n, int64_t V, int64_t H, double temp, uint64_t s
         float *dWt = bo_up(b, W, 4 * (size_t)(V * H)), *dlp = bo_nan(b, n), *den = bo_nan(b, n);
         float *dls = bo_nan(b, n);
         int32_t *dt = bo_up(b, tgt, 4 * (size_t)n);
-        BO_OK(b->be.ops->lmhead_fwd(cx, dlp, den, NULL, dls, dH, dWt, dt, n, V, H, (float)temp, sc));
+        BO_OK(b->be.ops->lmhead_fwd(cx, dlp, den, NULL, dls, dH, dWt, dt, n, V, H, (float)temp, 0.0f, sc));
         float *got = bo_down(b, dlp, 4 * (size_t)n);
         bo_check(b->name, "lmhead_fwd logp", got, c.logp, blp, n);
         free(got);
@@ -1196,14 +1196,14 @@ static void lmhead_case(int64_t n, int64_t V, int64_t H, double temp, uint64_t s
         bo_check(b->name, "lmhead_fwd lse", got, c.lse, blse, n);
         free(got);
         /* no entropy: the same log-probs; the sum of p^2 with and without the entropy */
-        BO_OK(b->be.ops->lmhead_fwd(cx, dlp, NULL, NULL, dls, dH, dWt, dt, n, V, H, (float)temp, sc));
+        BO_OK(b->be.ops->lmhead_fwd(cx, dlp, NULL, NULL, dls, dH, dWt, dt, n, V, H, (float)temp, 0.0f, sc));
         got = bo_down(b, dlp, 4 * (size_t)n);
         bo_check(b->name, "lmhead_fwd logp", got, c.logp, blp, n);
         free(got);
         float *dsq = bo_nan(b, n);
         for (int withe = 0; withe < 2; withe++) {
             BO_OK(b->be.ops->lmhead_fwd(cx, dlp, withe ? den : NULL, dsq, dls, dH, dWt, dt, n, V, H,
-                                        (float)temp, sc));
+                                        (float)temp, 0.0f, sc));
             got = bo_down(b, dsq, 4 * (size_t)n);
             bo_check(b->name, "lmhead_fwd sum_pi_sq", got, sq, bsq, n);
             free(got);
@@ -1219,7 +1219,7 @@ static void lmhead_case(int64_t n, int64_t V, int64_t H, double temp, uint64_t s
         for (int withe = 1; withe >= 0; withe--) {
             float *ddh = bo_nan(b, n * H), *ddW = bo_up(b, dW0, 4 * (size_t)(V * H));
             BO_OK(b->be.ops->lmhead_bwd(cx, ddh, ddW, da, withe ? db : NULL, dH, dWt, dt, dls,
-                                        den, n, V, H, (float)temp, sc));
+                                        den, n, V, H, (float)temp, 0.0f, sc));
             got = bo_down(b, ddh, 4 * (size_t)(n * H));
             bo_check(b->name, "lmhead_bwd dh", got, withe ? dh : dh1, withe ? bdh : bdh1, n * H);
             free(got);
@@ -1231,7 +1231,7 @@ static void lmhead_case(int64_t n, int64_t V, int64_t H, double temp, uint64_t s
         { /* a frozen head (LoRA): dW NULL skips the weight gradient, dh as with it */
             float *ddh = bo_nan(b, n * H);
             BO_OK(b->be.ops->lmhead_bwd(cx, ddh, NULL, da, db, dH, dWt, dt, dls, den, n, V, H,
-                                        (float)temp, sc));
+                                        (float)temp, 0.0f, sc));
             got = bo_down(b, ddh, 4 * (size_t)(n * H));
             bo_check(b->name, "lmhead_bwd dh, dW NULL", got, dh, bdh, n * H);
             free(got);
@@ -1320,7 +1320,7 @@ static void lmhead_w16_case(const bo_backend *b, int64_t n, int64_t V, int64_t H
     double *sq = br_dvec(n);
     br_lmhead_sumsq_d(hd, Wd, n, V, H, temp, 1, sq, b16[3] = br_dvec(n));
     br_lmhead_sumsq_d(hd, Wd, n, V, H, temp, 0, sq, b32[3] = br_dvec(n));
-    BO_OK(b->be.ops->lmhead_fwd_w16(cx, dlp, den, dsq, dls, dH, dW16, dt, n, V, H, (float)temp, sc));
+    BO_OK(b->be.ops->lmhead_fwd_w16(cx, dlp, den, dsq, dls, dH, dW16, dt, n, V, H, (float)temp, 0.0f, sc));
     float *got[4] = {bo_down(b, dlp, 4 * (size_t)n), bo_down(b, den, 4 * (size_t)n),
                      bo_down(b, dls, 4 * (size_t)n), bo_down(b, dsq, 4 * (size_t)n)};
     const double *ref[4] = {lp, ent, lse, sq};
@@ -1338,7 +1338,7 @@ static void lmhead_w16_case(const bo_backend *b, int64_t n, int64_t V, int64_t H
     BO_OK(b->be.ops->upload(cx, den, entf, 4 * (size_t)n));
     float *ddh = bo_nan(b, n * H), *ddW = bo_up(b, dW0, 4 * (size_t)(V * H));
     BO_OK(b->be.ops->lmhead_bwd_w16(cx, ddh, ddW, da, db, dH, dW16, dt, dls, den, n, V, H,
-                                    (float)temp, sc));
+                                    (float)temp, 0.0f, sc));
     float *gh = bo_down(b, ddh, 4 * (size_t)(n * H)), *gW = bo_down(b, ddW, 4 * (size_t)(V * H));
     bo_check(b->name, "lmhead_bwd_w16 dh", gh, dh, bdh, n * H);
     bo_check(b->name, "lmhead_bwd_w16 dW", gW, dW, bdW, V * H);
@@ -1346,7 +1346,7 @@ static void lmhead_w16_case(const bo_backend *b, int64_t n, int64_t V, int64_t H
     free(gh);
     /* a frozen head (LoRA): dW NULL skips the weight gradient, dh as with it */
     BO_OK(b->be.ops->lmhead_bwd_w16(cx, ddh, NULL, da, db, dH, dW16, dt, dls, den, n, V, H,
-                                    (float)temp, sc));
+                                    (float)temp, 0.0f, sc));
     gh = bo_down(b, ddh, 4 * (size_t)(n * H));
     bo_check(b->name, "lmhead_bwd_w16 dh, dW NULL", gh, dh, bdh, n * H);
     free(gh), free(gW), free(h), free(W), free(a), free(bb), free(dW0), free(W16), free(tgt);

@@ -154,8 +154,8 @@ static void attention_case(const int64_t *lens, int64_t n_seqs, int64_t nh, int6
     dfct_rand(v, nk, seed + 2, -1, 1);
     dfct_rand(dout, nq, seed + 3, -1, 1);
     float *out = fvec(nq), *lse = fvec(T * nh), *dq = fvec(nq), *dk = fvec(nk), *dv = fvec(nk);
-    df_attention_fwd(out, lse, q, k, v, off, n_seqs, nh, nkv, hd, window);
-    df_attention_bwd(dq, dk, dv, dout, out, lse, q, k, v, off, n_seqs, nh, nkv, hd, window);
+    df_attention_fwd(out, lse, q, k, v, off, n_seqs, nh, nkv, hd, window, 0.0f);
+    df_attention_bwd(dq, dk, dv, dout, out, lse, q, k, v, off, n_seqs, nh, nkv, hd, window, 0.0f);
 
     float *d_q = dfct_up(q, 4 * nq), *d_k = dfct_up(k, 4 * nk), *d_v = dfct_up(v, 4 * nk);
     int64_t *d_off = dfct_up(off, 8 * (n_seqs + 1));

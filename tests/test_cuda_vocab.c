@@ -140,7 +140,7 @@ static void lm_fwd_case(int64_t n, int64_t V, int64_t H, float T, bool with_ent,
     /* the sum of p^2 without the entropy (the other flag combination) */
     float *logp = xmalloc(n4), *ent = xmalloc(n4), *lse = xmalloc(n4), *sq = with_ent ? NULL : xmalloc(n4);
     float *cs = xmalloc(4 * (size_t)df_lmhead_scratch_floats(n, V, H));
-    df_lmhead_fwd(logp, with_ent ? ent : NULL, sq, lse, h, W, tg, n, V, H, T, cs);
+    df_lmhead_fwd(logp, with_ent ? ent : NULL, sq, lse, h, W, tg, n, V, H, T, 0.0f, cs);
 
     float *dh = dfct_up(h, 4 * nh), *dW = dfct_up(W, 4 * vh);
     int32_t *dt = dfct_up(tg, n4);
@@ -261,11 +261,11 @@ static void lm_bwd_case(int64_t n, int64_t V, int64_t H, float T, bool with_dent
     /* small initial dW: the gradient of a non-target row (~ n p) stays visible above it */
     dfct_rand(dW0, (int64_t)vh, seed + 5, -1e-3f, 1e-3f);
     float *cs = xmalloc(4 * (size_t)df_lmhead_scratch_floats(n, V, H));
-    df_lmhead_fwd(logp, ent, NULL, lse, h, W, tg, n, V, H, T, cs);
+    df_lmhead_fwd(logp, ent, NULL, lse, h, W, tg, n, V, H, T, 0.0f, cs);
     float *dh_c = xmalloc(4 * nh), *dW_c = xmalloc(4 * vh);
     memcpy(dW_c, dW0, 4 * vh);
     df_lmhead_bwd(dh_c, dW_c, dlogp, with_dent ? dent : NULL, h, W, tg, lse, with_dent ? ent : NULL, n, V, H,
-                  T, cs);
+                  T, 0.0f, cs);
 
     float *d_h = dfct_up(h, 4 * nh), *d_W = dfct_up(W, 4 * vh), *d_dW = dfct_up(dW0, 4 * vh);
     int32_t *d_tg = dfct_up(tg, n4);

@@ -327,7 +327,7 @@ static void check_attention_fwd(const int64_t *off, int64_t n_seqs, int64_t hd)
     for (int v = 0; v < l.n; v++) {
         out[v] = kv_fvec(no), lse[v] = kv_fvec(T * nh);
         kv_use(l.name[v]);
-        df_attention_fwd(out[v], lse[v], a.q, a.k, a.v, off, n_seqs, nh, nkv, hd, 0);
+        df_attention_fwd(out[v], lse[v], a.q, a.k, a.v, off, n_seqs, nh, nkv, hd, 0, 0.0f);
     }
     kv_restore();
     double *bo = kv_dvec(no), *bl = kv_dvec(T * nh), ref[DF_MAX_HEAD_DIM], x;
@@ -424,13 +424,13 @@ static void check_attention_bwd(const int64_t *off, int64_t n_seqs, int64_t hd)
     const int64_t T = a.T, nq = T * nh * hd, nk = T * nkv * hd;
     float *out = kv_fvec(nq), *lse = kv_fvec(T * nh);
     kv_use(l.name[0]); /* the same forward results feed every variant's backward */
-    df_attention_fwd(out, lse, a.q, a.k, a.v, off, n_seqs, nh, nkv, hd, 0);
+    df_attention_fwd(out, lse, a.q, a.k, a.v, off, n_seqs, nh, nkv, hd, 0, 0.0f);
     float *dq[KV_MAX], *dk[KV_MAX], *dv[KV_MAX];
     for (int v = 0; v < l.n; v++) {
         dq[v] = kv_fvec(nq), dk[v] = kv_fvec(nk), dv[v] = kv_fvec(nk);
         kv_use(l.name[v]);
         df_attention_bwd(dq[v], dk[v], dv[v], a.dout, out, lse, a.q, a.k, a.v, off, n_seqs, nh,
-                         nkv, hd, 0);
+                         nkv, hd, 0, 0.0f);
     }
     kv_restore();
     double *bq = kv_dvec(nq), *bk = kv_dvec(nk), *bv = kv_dvec(nk);

@@ -105,7 +105,7 @@ static void test_lmhead_fwd(void **state)
     for (int v = 0; v < l.n; v++) {
         lp[v] = kv_fvec(a.n), en[v] = kv_fvec(a.n), ls[v] = kv_fvec(a.n), sq[v] = kv_fvec(a.n);
         kv_use(l.name[v]);
-        df_lmhead_fwd(lp[v], en[v], sq[v], ls[v], a.h, a.W, a.tgt, a.n, a.V, a.H, a.temp, scratch);
+        df_lmhead_fwd(lp[v], en[v], sq[v], ls[v], a.h, a.W, a.tgt, a.n, a.V, a.H, a.temp, 0.0f, scratch);
     }
     kv_restore();
     double *bl = kv_dvec(a.n), *be = kv_dvec(a.n), *bs = kv_dvec(a.n), *bq = kv_dvec(a.n);
@@ -165,12 +165,12 @@ static void test_lmhead_bwd(void **state)
     kv_fill(dlp, n, 43, -1.0, 1.0);
     kv_fill(den, n, 44, -0.1, 0.1);
     kv_use(l.name[0]); /* the same forward statistics feed every variant's backward */
-    df_lmhead_fwd(lp, ent, NULL, lse, a.h, a.W, a.tgt, n, V, H, a.temp, scratch);
+    df_lmhead_fwd(lp, ent, NULL, lse, a.h, a.W, a.tgt, n, V, H, a.temp, 0.0f, scratch);
     for (int v = 0; v < l.n; v++) {
         dh[v] = kv_fvec(n * H), dW[v] = kv_fvec(V * H);
         memset(dW[v], 0, (size_t)(V * H) * sizeof(float));
         kv_use(l.name[v]);
-        df_lmhead_bwd(dh[v], dW[v], dlp, den, a.h, a.W, a.tgt, lse, ent, n, V, H, a.temp,
+        df_lmhead_bwd(dh[v], dW[v], dlp, den, a.h, a.W, a.tgt, lse, ent, n, V, H, a.temp, 0.0f,
                       scratch);
     }
     kv_restore();
@@ -384,7 +384,7 @@ static void test_kv_attention(void **state)
     for (int v = 0; v < l.n; v++) {
         out[v] = kv_fvec(n * nh * hd);
         kv_use(l.name[v]);
-        df_kv_attention(out[v], q, &kv, 0, slot, pos, n, nh, nkv, hd, 0, scores);
+        df_kv_attention(out[v], q, &kv, 0, slot, pos, n, nh, nkv, hd, 0, 0.0f, scores);
     }
     kv_restore();
     double *bo = kv_dvec(n * nh * hd);

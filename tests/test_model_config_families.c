@@ -913,6 +913,95 @@ static void test_gemma3(void **state)
     assert_error_mentions(df_model_config_validate(&v), DF_EINVAL, "gemma3_text needs a sliding_window > 0");
 }
 
+/* Gemma 2 (google/gemma-2-2b): Gemma 3's sandwich layer without q/k norms, one RoPE, the even
+   layers windowed, the two soft-caps read, defaulted, nulled, refused when bad and written back. */
+static void test_gemma2(void **state)
+{
+    const char *dir = *state;
+    df_model_config c, back;
+    char b[1400], path[512];
+    assert_int_equal(df_model_config_parse(k_gemma2_2b, NULL, &c), DF_OK);
+    assert_string_equal(c.model_type, "gemma2");
+    assert_true(c.post_norm && c.sandwich_norm && c.norm_plus_one && c.embed_scale && c.geglu);
+    assert_true(!c.qk_norm && !c.attention_bias && !c.o_proj_bias && c.tie_word_embeddings);
+    assert_true(c.attn_logit_softcap == 50.0 && c.final_logit_softcap == 30.0);
+    assert_true(c.num_attention_heads == 8 && c.num_key_value_heads == 4 && c.head_dim == 256);
+    assert_true(c.rope_theta == 1e4 && c.rope_local_theta == 0 && c.query_pre_attn_scalar == 256);
+    assert_true(df_model_embed_scale(&c) == (float)sqrt(2304.0));
+    for (int64_t l = 0; l < 26; l++) { /* (l + 1) % 2 != 0: sliding; no local RoPE */
+        assert_int_equal(df_model_layer_window(&c, l), l % 2 == 0 ? 4096 : 0);
+        assert_false(df_model_layer_local_rope(&c, l));
+    }
+    /* 11 tensors a layer; 2,614,341,888 parameters (embedding 256000 x 2304 tied; per layer q / o
+       2 x 2048 x 2304, k / v 2 x 1024 x 2304, four norms, MLP 3 x 9216 x 2304; the final norm) */
+    int64_t floats, tensors;
+    assert_int_equal(df_model_param_count(&c, &floats, &tensors), DF_OK);
+    assert_int_equal(tensors, 1 + 26 * 11 + 1);
+    assert_int_equal(floats, 2614341888LL);
+    /* Gemma2Config's defaults; null soft-caps are none; layer_types wins; qpas 144 (27b) */
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "gemma2", ""), NULL, &c), DF_OK);
+    assert_true(c.num_key_value_heads == 4 && c.head_dim == 256 && c.sliding_window == 4096);
+    assert_true(c.max_position_embeddings == 8192 && c.rope_theta == 1e4 && c.query_pre_attn_scalar == 256);
+    assert_true(c.attn_logit_softcap == 50 && c.final_logit_softcap == 30 && c.bos_token_id == 2);
+    assert_true(df_model_layer_sliding(&c, 0) && !df_model_layer_sliding(&c, 1) && df_model_layer_sliding(&c, 2));
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "gemma2",
+                                                 ", \"head_dim\": 16, \"query_pre_attn_scalar\": 144, "
+                                                 "\"attn_logit_softcapping\": null, \"final_logit_softcapping\": null, "
+                                                 "\"layer_types\": [\"full_attention\", \"sliding_attention\", "
+                                                 "\"sliding_attention\", \"full_attention\"]"), NULL, &c), DF_OK);
+    assert_true(c.attn_logit_softcap == 0 && c.final_logit_softcap == 0);
+    assert_true(!df_model_layer_sliding(&c, 0) && df_model_layer_sliding(&c, 1) && !df_model_layer_sliding(&c, 3));
+    assert_true(df_model_q_scale(&c) == (float)sqrt(16.0 / 144.0));
+    expect_error(small(b, sizeof b, "gemma2", ", \"attn_logit_softcapping\": 0"), DF_EINVAL,
+                 "key \"attn_logit_softcapping\" must be > 0 or null (got 0)");
+    expect_error(small(b, sizeof b, "gemma2", ", \"final_logit_softcapping\": -3"), DF_EINVAL,
+                 "key \"final_logit_softcapping\" must be > 0 or null (got -3)");
+    expect_error(small(b, sizeof b, "gemma2", ", \"final_logit_softcapping\": \"30\""), DF_EINVAL,
+                 "key \"final_logit_softcapping\" must be a number or null");
+    expect_error(small(b, sizeof b, "gemma2", ", \"hidden_activation\": \"gelu\""), DF_EUNSUPPORTED,
+                 "key \"hidden_activation\": \"gelu\" is not supported (gelu_pytorch_tanh)");
+    expect_error(small(b, sizeof b, "gemma2", ", \"use_bidirectional_attention\": true"), DF_EUNSUPPORTED,
+                 "key \"use_bidirectional_attention\" must be false or null");
+    expect_error(small(b, sizeof b, "gemma2", ", \"sliding_window\": null"), DF_EUNSUPPORTED,
+                 "key \"sliding_window\" null: gemma2 needs its window");
+    expect_error(small(b, sizeof b, "gemma2", ", \"query_pre_attn_scalar\": -1"), DF_EINVAL,
+                 "key \"query_pre_attn_scalar\" must be > 0");
+    /* saves: Gemma2ForCausalLM, the soft-caps written back (null for none), for a fresh file and
+       over the original */
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    assert_int_equal(df_model_config_parse(k_gemma2_2b, NULL, &c), DF_OK);
+    c.attn_logit_softcap = 7.5;
+    c.final_logit_softcap = 0;
+    for (int fresh = 0; fresh < 2; fresh++) {
+        assert_int_equal(df_model_config_save(&c, fresh ? NULL : k_gemma2_2b, path), DF_OK);
+        assert_int_equal(df_model_config_load(path, &back), DF_OK);
+        assert_string_equal(back.model_type, "gemma2");
+        assert_true(back.attn_logit_softcap == 7.5 && back.final_logit_softcap == 0);
+        assert_true(back.sandwich_norm && !back.qk_norm && back.query_pre_attn_scalar == 256);
+        assert_true(back.sliding_window == 4096 && !memcmp(back.full_layers, c.full_layers, sizeof c.full_layers) &&
+                    back.max_window_layers == c.max_window_layers);
+        json_t *j = json_load_file(path, 0, NULL);
+        assert_string_equal(json_string_value(json_array_get(json_object_get(j, "architectures"), 0)),
+                            "Gemma2ForCausalLM");
+        assert_true(json_number_value(json_object_get(j, "attn_logit_softcapping")) == 7.5);
+        assert_true(json_is_null(json_object_get(j, "final_logit_softcapping")));
+        assert_string_equal(json_string_value(json_object_get(j, "hidden_activation")), "gelu_pytorch_tanh");
+        assert_null(json_object_get(j, "rope_local_base_freq"));
+        json_decref(j);
+    }
+    /* validation: soft-caps are gemma2's; gemma2 has no q/k norms */
+    df_model_config v;
+    assert_int_equal(df_model_config_parse(k_gemma3_1b, NULL, &v), DF_OK);
+    v.attn_logit_softcap = 50;
+    assert_error_mentions(df_model_config_validate(&v), DF_EINVAL, "are gemma2's");
+    v = c;
+    v.qk_norm = true;
+    assert_error_mentions(df_model_config_validate(&v), DF_EINVAL, "gemma2: its layer is the sandwich-norm one");
+    v = c;
+    v.final_logit_softcap = NAN;
+    assert_error_mentions(df_model_config_validate(&v), DF_EINVAL, "must be >= 0 and finite");
+}
+
 static void test_rope_parameters(void **state)
 {
     (void)state;
@@ -974,7 +1063,7 @@ static void test_refusals(void **state)
                  DF_EINVAL, "low_freq_factor < high_freq_factor");
     expect_error(small(b, sizeof b, "qwen2", ", \"rope_scaling\": 2"), DF_EINVAL,
                  "key \"rope_scaling\" must be an object or null");
-    expect_error(small(b, sizeof b, "gemma", ""), DF_EUNSUPPORTED, "(qwen2, qwen3, llama, mistral, phi3, olmo2, gemma3_text)");
+    expect_error(small(b, sizeof b, "gemma", ""), DF_EUNSUPPORTED, "(qwen2, qwen3, llama, mistral, phi3, olmo2, gemma2, gemma3_text)");
 }
 
 /* Fresh saves and saves over an original round-trip every new field; an original's layout
@@ -1058,6 +1147,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_phi4_mini, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_olmo2, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_gemma3, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test_setup_teardown(test_gemma2, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test(test_rope_parameters),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test_setup_teardown(test_save_roundtrip, df_test_mkdtemp, df_test_rmtree),

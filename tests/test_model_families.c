@@ -1061,6 +1061,109 @@ static void test_device_refuses_window(void **state)
     unload(&g);
 }
 
+/* ---- Gemma 2 ----------------------------------------------------------------------------------- */
+
+/* tiny_gemma2: the config as parsed (no layer_types: Gemma2Config's alternation), the golden
+ * forward, logits and gradients within the bounds the other families use (tanh is 1-Lipschitz, so
+ * a capped score or logit carries no more of the propagated error than the raw one; its own
+ * evaluation adds a few float32 ulps of the cap, below the bounds' per-operation terms), and each
+ * Gemma 2 feature visible: either cap dropped, the window on the other layers' parity. */
+static void test_gemma2_golden(void **state)
+{
+    (void)state;
+    golden g = load("tiny_gemma2");
+    const df_model_config *c = &g.m->cfg;
+    assert_string_equal(c->model_type, "gemma2");
+    assert_true(c->post_norm && c->sandwich_norm && c->norm_plus_one && c->embed_scale && c->geglu);
+    assert_true(!c->qk_norm && c->rope_local_theta == 0 && c->rope_theta == 1e4 && c->query_pre_attn_scalar == 24);
+    assert_true(c->attn_logit_softcap == 2.0 && c->final_logit_softcap == 3.0);
+    assert_true(df_model_layer_window(c, 0) == 4 && df_model_layer_window(c, 1) == 0 &&
+                df_model_layer_window(c, 2) == 4);
+    assert_null(df_model_find_tensor(g.m, "model.layers.0.self_attn.q_norm.weight"));
+    assert_int_equal(g.m->n_tensors, 1 + 3 * 11 + 1);
+    check_golden(&g, "gemma2");
+    df_model_config v = g.m->cfg;
+    v.attn_logit_softcap = 0;
+    df_model *m = variant(&g, &v);
+    expect_forward_moves(m, &g, "no attention soft-cap");
+    df_model_free(m);
+    v = g.m->cfg;
+    v.final_logit_softcap = 0;
+    m = variant(&g, &v);
+    expect_forward_moves(m, &g, "no final-logit soft-cap");
+    df_model_free(m);
+    v = g.m->cfg;
+    v.attn_logit_softcap = 2.5; /* another cap moves the scores too */
+    m = variant(&g, &v);
+    expect_forward_moves(m, &g, "attention soft-cap 2.5 instead of 2");
+    df_model_free(m);
+    v = g.m->cfg;
+    v.full_layers[0] = 0, v.max_window_layers = 1; /* layer 0 full, layers 1 and 2 windowed */
+    m = variant(&g, &v);
+    expect_forward_moves(m, &g, "the window on the odd layers");
+    df_model_free(m);
+    unload(&g);
+}
+
+/* Saved and loaded back: Gemma2ForCausalLM, the soft-caps and the window written to config.json,
+ * the same weights; the KV-cache rollout against the teacher-forced training decoder (both
+ * soft-caps on both paths); a backend without attention_softcap refuses the model. */
+static void test_gemma2_save_rollout_refusal(void **state)
+{
+    const char *dir = *state;
+    golden g = load("tiny_gemma2");
+    char d[600];
+    snprintf(d, sizeof d, "%s/gemma2", dir);
+    assert_int_equal(df_model_save(g.m, d, DF_DTYPE_F32, 0), DF_OK);
+    df_model *back = NULL;
+    assert_int_equal(df_model_load(d, &back), DF_OK);
+    assert_true(back->cfg.attn_logit_softcap == 2.0 && back->cfg.final_logit_softcap == 3.0);
+    assert_true(back->cfg.sliding_window == 4 && !memcmp(back->cfg.full_layers, g.m->cfg.full_layers,
+                                                          sizeof back->cfg.full_layers));
+    assert_int_equal(back->n_params, g.m->n_params);
+    assert_memory_equal(back->params, g.m->params, sizeof(float) * (size_t)g.m->n_params);
+    char path[700];
+    snprintf(path, sizeof path, "%s/config.json", d);
+    json_t *j = json_load_file(path, 0, NULL);
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_array_get(json_object_get(j, "architectures"), 0)),
+                        "Gemma2ForCausalLM");
+    assert_string_equal(json_string_value(json_object_get(j, "model_type")), "gemma2");
+    assert_true(json_number_value(json_object_get(j, "attn_logit_softcapping")) == 2.0);
+    assert_true(json_number_value(json_object_get(j, "final_logit_softcapping")) == 3.0);
+    json_decref(j);
+    df_model_free(back);
+    check_rollout("tiny_gemma2");
+    df_rollout_engine *e = NULL; /* an engine made for other soft-caps refuses the model */
+    df_model_config ec = g.m->cfg;
+    ec.final_logit_softcap = 30;
+    assert_int_equal(df_rollout_engine_create(&ec, 2, 32, &e), DF_OK);
+    const int64_t poff[2] = {0, 3};
+    df_rollout_request q = {1, poff, g.gb.tokens, 1, 7, NULL, NULL};
+    df_sampling_params sp;
+    df_sampling_params_defaults(&sp);
+    sp.greedy = true;
+    sp.max_new_tokens = 2;
+    df_rollout_result rr;
+    assert_error_mentions(df_rollout_generate(e, g.m, &q, &sp, &rr, NULL, NULL), DF_EINVAL, "soft-caps");
+    df_rollout_engine_free(e);
+    df_backend_ops ops = *df_backend_cpu().ops;
+    ops.name = "otherdev";
+    ops.attention_softcap = false;
+    df_backend be = {&ops, NULL};
+    df_acts *a = NULL;
+    assert_error_mentions(df_acts_create_on(&be, &g.m->cfg, 16, 8, &a), DF_EUNSUPPORTED,
+                          "tanh soft-capping");
+    assert_last_error_mentions("otherdev");
+    assert_null(a);
+    df_model_config c = g.m->cfg;
+    c.attn_logit_softcap = 0; /* the final cap alone is refused too */
+    assert_error_mentions(df_model_check_backend(&be, &c), DF_EUNSUPPORTED, "final_logit_softcapping 3");
+    c.final_logit_softcap = 0;
+    assert_int_equal(df_model_check_backend(&be, &c), DF_OK);
+    unload(&g);
+}
+
 int main(void)
 {
     omp_set_num_threads(2); /* tiny models: more threads only wait on each other */
@@ -1087,6 +1190,8 @@ int main(void)
         cmocka_unit_test(test_rollout_decoder),
         cmocka_unit_test_setup_teardown(test_save_load_roundtrip, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test(test_device_refuses_window),
+        cmocka_unit_test(test_gemma2_golden),
+        cmocka_unit_test_setup_teardown(test_gemma2_save_rollout_refusal, df_test_mkdtemp, df_test_rmtree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

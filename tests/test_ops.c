@@ -858,6 +858,7 @@ typedef struct {
     double *q, *k, *v, *R;
     double *out, *lse; /* filled by ref_attention */
     int64_t window;    /* 0: causal; W: keys i - W < j <= i (HF's sliding-window mask) */
+    double softcap;    /* 0: none; C: scores C tanh(s / C) (Gemma 2's attn_logit_softcapping) */
 } att_ctx;
 
 /* The first key row i (of a sequence starting at row j0) attends to. */
@@ -880,6 +881,8 @@ static void ref_attention(att_ctx *c)
                     for (int64_t e = 0; e < hd; e++)
                         d += c->q[(i * nh + h) * hd + e] * c->k[(j * nkv + h / grp) * hd + e];
                     s[j] = d / sqrt((double)hd);
+                    if (c->softcap > 0)
+                        s[j] = c->softcap * tanh(s[j] / c->softcap);
                     m = s[j] > m ? s[j] : m;
                 }
                 for (int64_t j = ja; j <= i; j++)
@@ -930,6 +933,13 @@ static double att_loss(void *p)
  *   the propagated dS / p errors times |k|, |q|, |dO|.
  * The reference's own error (double) is added as gamma_n of double on the same
  * magnitudes.
+ * Soft-cap C (Gemma 2): the capped score C t, t = tanh(s / C), moves by at most the raw
+ * score's error (|d/ds C tanh(s / C)| <= 1) plus C (tau + u): tau bounds the float tanh of the
+ * rounded argument, tau = 2u |s| / C (the argument's two roundings; tanh' <= 1) + 2 e + 8u (the
+ * kernels' 1 - 2 / (e^{2x} + 1): the exp, the add, the division and the subtraction, each on a
+ * quantity <= 2; tanhf's 2 ulp is less), u the product with C. The backward's factor
+ * g = 1 - t^2 is off by 2 tau + 2u (the square, the subtraction) plus the raw score's error
+ * times max |g'| <= 1 / C, and its product adds gamma_2 to dS_raw = g dS_capped.
  */
 typedef struct {
     double *out, *lse;    /* forward bounds [T nh hd], [T nh] */
@@ -944,7 +954,8 @@ static att_bounds attention_bounds(const att_ctx *c)
     att_bounds b = {dvec(T * nh * hd), dvec(T * nh), dvec(T * nh * hd), dvec(T * nkv * hd),
                     dvec(T * nkv * hd), 0};
     double *s = dvec(T), *ds = dvec(T), *P = dvec(T), *dp = dvec(T), *dS = dvec(T), *edS = dvec(T);
-    double *thp = dvec(T), *A = dvec(hd);
+    double *thp = dvec(T), *A = dvec(hd), *G = dvec(T), *eG = dvec(T);
+    const double C = c->softcap;
     for (int64_t sq = 0; sq < c->n_seqs; sq++) {
         const int64_t j0 = c->off[sq], L = c->off[sq + 1] - j0;
         for (int64_t h = 0; h < nh; h++) {
@@ -962,6 +973,15 @@ static att_bounds attention_bounds(const att_ctx *c)
                     const double d = dot_mag(qi, kj, hd, &sm);
                     s[j] = d * isq;
                     ds[j] = g32(hd + 3) * sm * isq;
+                    G[j] = 1, eG[j] = 0;
+                    if (C > 0) { /* the cap (see above) */
+                        const double t = tanh(s[j] / C);
+                        const double tau = 2 * u * fabs(s[j]) / C + 2 * ex + 8 * u;
+                        G[j] = 1 - t * t;
+                        eG[j] = 2 * tau + 2 * u + ds[j] / C;
+                        ds[j] += C * (tau + u);
+                        s[j] = C * t;
+                    }
                     m = fmax(m, s[j]), mn = fmin(mn, s[j]);
                     dsmax = fmax(dsmax, ds[j]), smmax = fmax(smmax, sm * isq);
                 }
@@ -976,7 +996,7 @@ static att_bounds attention_bounds(const att_ctx *c)
                         A[e] += P[j] * fabs(vj[e]);
                 }
                 /* the double reference: scores off by g64(hd + 4) |s|, the same sums */
-                const double th64 = g64(hd + 4) * smmax + g64(4) * span;
+                const double th64 = g64(hd + 4) * smmax + g64(4) * span + g64(4) * C;
                 double *bo = b.out + (i * nh + h) * hd;
                 for (int64_t e = 0; e < hd; e++) {
                     double e64 = (2 * th64 + g64(2 * Li + 4)) * A[e];
@@ -1007,6 +1027,9 @@ static att_bounds attention_bounds(const att_ctx *c)
                     const double diff = fabs(dp[j] - D);
                     dS[j] = P[j] * (dp[j] - D) * isq;
                     edS[j] = P[j] * isq * (thp[j] * diff + g32(hd) * dm + dD + g32(5) * diff);
+                    /* through the cap: dS_raw = g dS_capped */
+                    edS[j] = G[j] * edS[j] + fabs(dS[j]) * (eG[j] + g32(2) * G[j]);
+                    dS[j] *= G[j];
                 }
                 double *bq = b.dq + (i * nh + h) * hd;
                 for (int64_t j = ja; j <= i; j++) {
@@ -1021,12 +1044,12 @@ static att_bounds attention_bounds(const att_ctx *c)
             }
         }
     }
-    free(s), free(ds), free(P), free(dp), free(dS), free(edS), free(thp), free(A);
+    free(s), free(ds), free(P), free(dp), free(dS), free(edS), free(thp), free(A), free(G), free(eG);
     return b;
 }
 
-static void check_attention_w(const int64_t *off, int64_t n_seqs, int64_t nh, int64_t nkv,
-                              int64_t hd, int64_t window, int n_samples, uint64_t seed)
+static void check_attention_wc(const int64_t *off, int64_t n_seqs, int64_t nh, int64_t nkv,
+                               int64_t hd, int64_t window, double softcap, int n_samples, uint64_t seed)
 {
     const int64_t T = off[n_seqs], nq = T * nh * hd, nk = T * nkv * hd;
     float *q = fvec(nq), *k = fvec(nk), *v = fvec(nk), *R = fvec(nq), *out = fvec(nq);
@@ -1036,10 +1059,10 @@ static void check_attention_w(const int64_t *off, int64_t n_seqs, int64_t nh, in
     fill(v, nk, seed + 2, 1.0);
     fill(R, nq, seed + 3, 1.0);
     att_ctx c = {off, n_seqs, nh, nkv, hd, T, to_d(q, nq), to_d(k, nk), to_d(v, nk),
-                 to_d(R, nq), dvec(nq), dvec(T * nh), window};
+                 to_d(R, nq), dvec(nq), dvec(T * nh), window, softcap};
     ref_attention(&c);
     att_bounds bd = attention_bounds(&c);
-    df_attention_fwd(out, lse, q, k, v, off, n_seqs, nh, nkv, hd, window);
+    df_attention_fwd(out, lse, q, k, v, off, n_seqs, nh, nkv, hd, window, (float)softcap);
     check_bound("attention out", out, c.out, bd.out, nq);
     check_bound("attention lse", lse, c.lse, bd.lse, T * nh);
     /* A length-1 sequence attends only to itself: its one weight is e^0 = 1 exactly, so
@@ -1055,7 +1078,7 @@ static void check_attention_w(const int64_t *off, int64_t n_seqs, int64_t nh, in
         dq[i] = NAN;
     for (int64_t i = 0; i < nk; i++)
         dk[i] = dv[i] = NAN;
-    df_attention_bwd(dq, dk, dv, R, out, lse, q, k, v, off, n_seqs, nh, nkv, hd, window);
+    df_attention_bwd(dq, dk, dv, R, out, lse, q, k, v, off, n_seqs, nh, nkv, hd, window, (float)softcap);
     /* the rounded steps move the loss by up to u64 sum |g| |x| */
     double step = 0;
     for (int64_t i = 0; i < nq; i++)
@@ -1112,6 +1135,12 @@ static void check_attention_w(const int64_t *off, int64_t n_seqs, int64_t nh, in
     free(bd.out), free(bd.lse), free(bd.dq), free(bd.dk), free(bd.dv);
 }
 
+static void check_attention_w(const int64_t *off, int64_t n_seqs, int64_t nh, int64_t nkv,
+                              int64_t hd, int64_t window, int n_samples, uint64_t seed)
+{
+    check_attention_wc(off, n_seqs, nh, nkv, hd, window, 0.0, n_samples, seed);
+}
+
 static void check_attention(const int64_t *off, int64_t n_seqs, int64_t nh, int64_t nkv,
                             int64_t hd, int n_samples, uint64_t seed)
 {
@@ -1140,6 +1169,40 @@ static void test_attention_specialised(void **state)
 }
 
 /*
+ * Gemma 2's soft-capped attention scores (C tanh(s / C) before the mask and softmax), forward
+ * and backward against the float64 reference and finite differences, on the generic (hd 8)
+ * and vector (hd 32, 64) kernels, causal and windowed. Caps of 0.5 and 2 bite: the scores of
+ * these inputs reach several units (q, k in [-1, 1], |s| up to sqrt(hd)); a cap the scores
+ * never approach (1e4) is the plain kernel within its bound, and a cap of 0.5 must change
+ * the output.
+ */
+static void test_attention_softcap(void **state)
+{
+    (void)state;
+    const int64_t off[5] = {0, 1, 6, 39, 109}; /* lengths 1, 5, 33, 70 */
+    check_attention_wc(off, 4, 4, 2, 8, 0, 0.5, 90, 210);
+    check_attention_wc(off, 4, 4, 2, 8, 5, 2.0, 90, 220);
+    const int64_t off2[4] = {0, 40, 41, 191}; /* lengths 40, 1, 150 */
+    check_attention_wc(off2, 3, 2, 1, 32, 0, 0.5, 40, 230);
+    check_attention_wc(off2, 3, 2, 2, 64, 33, 2.0, 40, 240);
+    check_attention_wc(off2, 3, 2, 1, 32, 7, 1e4, 40, 250);
+    const int64_t T = off2[3], nh = 2, nkv = 1;
+    for (int64_t hd = 8; hd <= 32; hd += 24) {
+        const int64_t nq = T * nh * hd, nk = T * nkv * hd;
+        float *q = fvec(nq), *k = fvec(nk), *v = fvec(nk), *o1 = fvec(nq), *o2 = fvec(nq);
+        float *l1 = fvec(T * nh), *l2 = fvec(T * nh);
+        fill(q, nq, 260, 1.0), fill(k, nk, 261, 1.0), fill(v, nk, 262, 1.0);
+        df_attention_fwd(o1, l1, q, k, v, off2, 3, nh, nkv, hd, 0, 0.5f);
+        df_attention_fwd(o2, l2, q, k, v, off2, 3, nh, nkv, hd, 0, 0.0f);
+        double diff = 0;
+        for (int64_t i = 0; i < nq; i++)
+            diff = fmax(diff, fabs((double)o1[i] - o2[i]));
+        assert_true(diff > 1e-3);
+        free(q), free(k), free(v), free(o1), free(o2), free(l1), free(l2);
+    }
+}
+
+/*
  * Sliding-window attention (Qwen2 / Qwen3 use_sliding_window): the query at position i sees
  * keys i - W < j <= i. Windows inside one key tile, exactly one (32), across tiles and across
  * the vector kernel's 128-row query blocks, on the generic (hd 8) and vector (hd 32, 64)
@@ -1163,17 +1226,17 @@ static void test_attention_window(void **state)
         float *q = fvec(nq), *k = fvec(nk), *v = fvec(nk), *o1 = fvec(nq), *o2 = fvec(nq);
         float *l1 = fvec(T * nh), *l2 = fvec(T * nh);
         fill(q, nq, 160, 1.0), fill(k, nk, 161, 1.0), fill(v, nk, 162, 1.0);
-        df_attention_fwd(o1, l1, q, k, v, off2, 3, nh, nkv, hd, 1);
+        df_attention_fwd(o1, l1, q, k, v, off2, 3, nh, nkv, hd, 1, 0.0f);
         for (int64_t t = 0; t < T; t++)
             for (int64_t h = 0; h < nh; h++)
                 for (int64_t e = 0; e < hd; e++)
                     assert_true(o1[(t * nh + h) * hd + e] == v[t * nkv * hd + e]);
-        df_attention_fwd(o1, l1, q, k, v, off2, 3, nh, nkv, hd, 150);
-        df_attention_fwd(o2, l2, q, k, v, off2, 3, nh, nkv, hd, 0);
+        df_attention_fwd(o1, l1, q, k, v, off2, 3, nh, nkv, hd, 150, 0.0f);
+        df_attention_fwd(o2, l2, q, k, v, off2, 3, nh, nkv, hd, 0, 0.0f);
         assert_memory_equal(o1, o2, sizeof(float) * (size_t)nq);
         assert_memory_equal(l1, l2, sizeof(float) * (size_t)(T * nh));
         /* and a shorter window does change the long sequences */
-        df_attention_fwd(o1, l1, q, k, v, off2, 3, nh, nkv, hd, 149);
+        df_attention_fwd(o1, l1, q, k, v, off2, 3, nh, nkv, hd, 149, 0.0f);
         assert_true(memcmp(o1, o2, sizeof(float) * (size_t)nq) != 0);
         free(q), free(k), free(v), free(o1), free(o2), free(l1), free(l2);
     }
@@ -1317,6 +1380,7 @@ typedef struct {
     double *h, *W, *cl, *ce;
     double *logp, *ent; /* filled by ref_lmhead */
     double *sq;         /* NULL, or filled by ref_lmhead: sum_v p_v^2 */
+    double cap;         /* 0, or Gemma 2's final-logit soft-cap C: z = C tanh(y / C) / t */
 } lm_ctx;
 
 static void ref_lmhead(lm_ctx *c)
@@ -1328,6 +1392,8 @@ static void ref_lmhead(lm_ctx *c)
             double d = 0;
             for (int64_t e = 0; e < c->H; e++)
                 d += c->h[i * c->H + e] * c->W[v * c->H + e];
+            if (c->cap > 0)
+                d = c->cap * tanh(d / c->cap);
             z[v] = d / c->temp;
             m = z[v] > m ? z[v] : m;
         }
@@ -1374,6 +1440,12 @@ static double lm_loss(void *p)
  *   the 2 removed (n + 2 terms): gamma of the count times the magnitude plus the
  *   propagated g errors.
  * The double reference adds gamma_n of double on its logits, sums and logs.
+ * Soft-cap C (Gemma 2): the tile holds x = y / C (alpha 1 / C: dx = gamma_{H+2} zm t / C), then
+ * z = (C / t) tanh(x): tanh' <= 1 passes dx, the kernels' 1 - 2 / (e^{2x} + 1) adds 2 e + 8u (the
+ * exp, the add, the division and the subtraction, each on a quantity <= 2), and C / t (two
+ * roundings) and the product 3u |z|. The backward's factor 1 - t^2 from that float t: twice its
+ * function error, the square and the subtraction (3u), and dx through |d(1 - t^2)/dx| <= 1; the
+ * factor's product one more rounding of g.
  */
 typedef struct {
     double *logp, *ent, *sq, *dh, *dW, loss_eps;
@@ -1386,7 +1458,8 @@ static lm_bounds lmhead_bounds(const lm_ctx *c, const df_vocab_tiling *tl)
     const double u = DF_U32, ex = DF_TOL_EXPF;
     lm_bounds b = {dvec(n), dvec(n), dvec(n), dvec(n * H), dvec(V * H), 0};
     double *z = dvec(V), *zm = dvec(V), *dz = dvec(V), *gm = dvec(V);
-    double *ge_ = dvec(V), *dWm = dvec(V * H), *dWe = dvec(V * H);
+    double *ge_ = dvec(V), *dWm = dvec(V * H), *dWe = dvec(V * H), *Gc = dvec(V), *eG = dvec(V);
+    const double C = c->cap, capT = C > 0 ? C / c->temp : 0;
     for (int64_t i = 0; i < n; i++) {
         const double *hi = c->h + i * H;
         double zmax = 0;
@@ -1396,13 +1469,22 @@ static lm_bounds lmhead_bounds(const lm_ctx *c, const df_vocab_tiling *tl)
             z[v] = d / c->temp;
             zm[v] = a / c->temp;
             dz[v] = g32(H + 2) * zm[v];
+            Gc[v] = 1;
+            eG[v] = 0;
+            if (C > 0) { /* the cap (see above) */
+                const double t = tanh(d / C), dx = g32(H + 2) * a / C;
+                z[v] = capT * t;
+                dz[v] = capT * (dx + 2 * ex + 8 * u) + 3 * u * fabs(z[v]);
+                Gc[v] = 1 - t * t;
+                eG[v] = 2 * (2 * ex + 8 * u) + 3 * u + dx;
+            }
             zmax = fmax(zmax, zm[v]);
         }
-        /* lse and entropy (tb_row_lse_bound) */
-        const tb_lse_bound r = tb_row_lse_bound(z, zm, g32(H + 2), V, cols);
+        /* lse and entropy (tb_row_lse_bound; its dz_v = 1 * dz[v]) */
+        const tb_lse_bound r = tb_row_lse_bound(z, dz, 1.0, V, cols);
         const double lse = r.lse, ent = lse - r.Ez;
         /* the double reference: its logits off by g64(H + 2) zm, its sums and logs */
-        const double e64 = g64(H + 2) * zmax * 3 + g64(V + 4) * (1 + fabs(lse) + fabs(r.Ez));
+        const double e64 = g64(H + 2) * zmax * 3 + g64(V + 4) * (1 + fabs(lse) + fabs(r.Ez)) + g64(8) * capT * 3;
         const double dlse_d = r.dlse + e64;
         const double logp = z[c->tgt[i]] - lse;
         b.logp[i] = dz[c->tgt[i]] + dlse_d + u * fabs(logp) + e64;
@@ -1424,6 +1506,10 @@ static lm_bounds lmhead_bounds(const lm_ctx *c, const df_vocab_tiling *tl)
                 g += gl;
                 err += g32(3) * (fabs(gl) + fabs(g));
             }
+            if (C > 0) { /* dL/dy = dL/dz (1 - t^2) */
+                err = Gc[v] * err + fabs(g) * (eG[v] + g32(1) * Gc[v]);
+                g *= Gc[v];
+            }
             gm[v] = fabs(g);
             ge_[v] = err;
         }
@@ -1443,12 +1529,12 @@ static lm_bounds lmhead_bounds(const lm_ctx *c, const df_vocab_tiling *tl)
     }
     for (int64_t k = 0; k < V * H; k++)
         b.dW[k] = g32(n + 3) * (2 + dWm[k]) + dWe[k];
-    free(z), free(zm), free(dz), free(gm), free(ge_), free(dWm), free(dWe);
+    free(z), free(zm), free(dz), free(gm), free(ge_), free(dWm), free(dWe), free(Gc), free(eG);
     return b;
 }
 
-static void check_lmhead(int64_t n, int64_t V, int64_t H, float temp, int64_t rt, int64_t ctile,
-                         int64_t group, int with_entropy, uint64_t seed)
+static void check_lmhead_c(int64_t n, int64_t V, int64_t H, float temp, float cap, int64_t rt,
+                           int64_t ctile, int64_t group, int with_entropy, uint64_t seed)
 {
     float *h = fvec(n * H), *W = fvec(V * H), *cl = fvec(n), *ce = fvec(n);
     float *logp = fvec(n), *ent = fvec(n), *lse = fvec(n), *dh = fvec(n * H), *dW = fvec(V * H);
@@ -1464,7 +1550,7 @@ static void check_lmhead(int64_t n, int64_t V, int64_t H, float temp, int64_t rt
         tgt[i] = (int32_t)df_rng_below(&r, (uint64_t)V);
     tgt[0] = (int32_t)(V - 1); /* last column of the last, partial tile */
     lm_ctx c = {n, V, H, temp, tgt, to_d(h, n * H), to_d(W, V * H), to_d(cl, n), to_d(ce, n),
-                dvec(n), dvec(n), dvec(n)};
+                dvec(n), dvec(n), dvec(n), cap};
     ref_lmhead(&c);
     double *ref_sq = c.sq;
     c.sq = NULL; /* the finite differences below need no sum of p^2 */
@@ -1472,9 +1558,9 @@ static void check_lmhead(int64_t n, int64_t V, int64_t H, float temp, int64_t rt
     lm_bounds bd = lmhead_bounds(&c, &tl);
     float *scratch = fvec(df_lmhead_scratch_floats_tiled(n, V, H, &tl));
     /* the sum of p^2 alone, then with the entropy: the same log-probs either way */
-    df_lmhead_fwd_tiled(lp2, NULL, sq, lse2, h, W, tgt, n, V, H, temp, &tl, scratch);
+    df_lmhead_fwd_tiled(lp2, NULL, sq, lse2, h, W, tgt, n, V, H, temp, cap, &tl, scratch);
     check_bound("lmhead sum of p^2", sq, ref_sq, bd.sq, n);
-    df_lmhead_fwd_tiled(logp, ent, sq, lse, h, W, tgt, n, V, H, temp, &tl, scratch);
+    df_lmhead_fwd_tiled(logp, ent, sq, lse, h, W, tgt, n, V, H, temp, cap, &tl, scratch);
     check_bound("lmhead logp", logp, c.logp, bd.logp, n);
     check_bound("lmhead entropy", ent, c.ent, bd.ent, n);
     check_bound("lmhead sum of p^2 with entropy", sq, ref_sq, bd.sq, n);
@@ -1485,7 +1571,7 @@ static void check_lmhead(int64_t n, int64_t V, int64_t H, float temp, int64_t rt
     for (int64_t i = 0; i < n * H; i++)
         dh[i] = NAN; /* overwritten */
     df_lmhead_bwd_tiled(dh, dW, cl, with_entropy ? ce : NULL, h, W, tgt, lse, ent, n, V, H,
-                        temp, &tl, scratch);
+                        temp, cap, &tl, scratch);
     for (int64_t i = 0; i < V * H; i++)
         dW[i] -= 2.0f;
     double step = 0; /* the rounded FD steps: u64 sum |g| |x| */
@@ -1510,6 +1596,37 @@ static void check_lmhead(int64_t n, int64_t V, int64_t H, float temp, int64_t rt
     free(bd.logp), free(bd.ent), free(bd.sq), free(bd.dh), free(bd.dW);
 }
 
+static void check_lmhead(int64_t n, int64_t V, int64_t H, float temp, int64_t rt, int64_t ctile,
+                         int64_t group, int with_entropy, uint64_t seed)
+{
+    check_lmhead_c(n, V, H, temp, 0.0f, rt, ctile, group, with_entropy, seed);
+}
+
+/* Gemma 2's final-logit soft-cap z = C tanh(y / C) / t: log-probs, entropies, sums of p^2 and both
+   gradients against the float64 reference and finite differences, with caps that bite (the
+   logits of these inputs reach a few units; H = 16 reaches more), partial tiles and groups as
+   test_lmhead_tiles; a cap of 1 must change the log-probs. */
+static void test_lmhead_softcap(void **state)
+{
+    (void)state;
+    check_lmhead_c(11, 50, 6, 0.7f, 1.0f, 4, 7, 14, 1, 300);
+    check_lmhead_c(6, 31, 16, 1.3f, 2.5f, 2, 8, 8, 0, 310);
+    check_lmhead_c(7, 53, 3, 1.0f, 0.5f, 3, 16, 10, 1, 320);
+    const int64_t n = 4, V = 40, H = 8;
+    float *h = fvec(n * H), *W = fvec(V * H), *l1 = fvec(n), *l2 = fvec(n), *lse = fvec(n);
+    int32_t tgt[4] = {0, 7, 21, 39};
+    fill(h, n * H, 330, 1.0);
+    fill(W, V * H, 331, 1.0);
+    float *scratch = fvec(df_lmhead_scratch_floats(n, V, H));
+    df_lmhead_fwd(l1, NULL, NULL, lse, h, W, tgt, n, V, H, 1.0f, 1.0f, scratch);
+    df_lmhead_fwd(l2, NULL, NULL, lse, h, W, tgt, n, V, H, 1.0f, 0.0f, scratch);
+    double diff = 0;
+    for (int64_t i = 0; i < n; i++)
+        diff = fmax(diff, fabs((double)l1[i] - l2[i]));
+    assert_true(diff > 1e-2);
+    free(h), free(W), free(l1), free(l2), free(lse), free(scratch);
+}
+
 static void test_lmhead_tiles(void **state)
 {
     (void)state;
@@ -1532,11 +1649,11 @@ static void test_lmhead_default_tiles(void **state)
     fill(h, n * H, 130, 2.0);
     fill(W, V * H, 131, 1.0);
     lm_ctx c = {n, V, H, 0.7, tgt, to_d(h, n * H), to_d(W, V * H), dvec(n), dvec(n), dvec(n),
-                dvec(n), dvec(n)};
+                dvec(n), dvec(n), 0};
     df_vocab_tiling tl = df_vocab_tiling_for(V, H);
     ref_lmhead(&c);
     lm_bounds bd = lmhead_bounds(&c, &tl);
-    df_lmhead_fwd(logp, ent, sq, lse, h, W, tgt, n, V, H, 0.7f, scratch);
+    df_lmhead_fwd(logp, ent, sq, lse, h, W, tgt, n, V, H, 0.7f, 0.0f, scratch);
     check_bound("lmhead default logp", logp, c.logp, bd.logp, n);
     check_bound("lmhead default entropy", ent, c.ent, bd.ent, n);
     check_bound("lmhead default sum of p^2", sq, c.sq, bd.sq, n);
@@ -1547,7 +1664,7 @@ static void test_lmhead_default_tiles(void **state)
         h[i] *= 40.0f, c.h[i] = h[i];
     ref_lmhead(&c);
     bd = lmhead_bounds(&c, &tl);
-    df_lmhead_fwd(logp, ent, sq, lse, h, W, tgt, n, V, H, 0.7f, scratch);
+    df_lmhead_fwd(logp, ent, sq, lse, h, W, tgt, n, V, H, 0.7f, 0.0f, scratch);
     check_bound("lmhead peaked logp", logp, c.logp, bd.logp, n);
     check_bound("lmhead peaked entropy", ent, c.ent, bd.ent, n);
     check_bound("lmhead peaked sum of p^2", sq, c.sq, bd.sq, n);
@@ -1582,6 +1699,8 @@ int main(void)
         cmocka_unit_test(test_attention_small_heads),
         cmocka_unit_test(test_attention_specialised),
         cmocka_unit_test(test_attention_window),
+        cmocka_unit_test(test_attention_softcap),
+        cmocka_unit_test(test_lmhead_softcap),
         cmocka_unit_test(test_swiglu),
         cmocka_unit_test(test_geglu),
         cmocka_unit_test(test_lmhead_tiles),

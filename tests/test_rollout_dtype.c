@@ -399,8 +399,8 @@ static void test_bf16_kv_cache_attention(void **state)
     for (int64_t i = 0; i < n * nh * hd; i++)
         q[i] = (float)sin(0.11 * (double)i + 1.0);
     float *sc = malloc((size_t)df_kv_scratch_floats(nh, max_len) * 4);
-    df_kv_attention(o32, q, &k32, 1, qs, qp, n, nh, nkv, hd, 0, sc);
-    df_kv_attention(o16, q, &k16, 1, qs, qp, n, nh, nkv, hd, 0, sc);
+    df_kv_attention(o32, q, &k32, 1, qs, qp, n, nh, nkv, hd, 0, 0.0f, sc);
+    df_kv_attention(o16, q, &k16, 1, qs, qp, n, nh, nkv, hd, 0, 0.0f, sc);
     const double u = DF_U_BF16, scale = 1.0 / sqrt((double)hd);
     double worst = 0;
     bool differ = false;
@@ -540,12 +540,12 @@ static int w_kvw(void *ctx, const df_backend_kv *kv, int64_t layer, const float 
 }
 static int w_kva(void *ctx, float *out, const float *q, const df_backend_kv *kv, int64_t layer,
                  const int32_t *slot, const int32_t *pos, int64_t n, int64_t nh, int64_t nkv,
-                 int64_t hd, int64_t window, float *scratch)
+                 int64_t hd, int64_t window, float softcap, float *scratch)
 {
     counting *c = ctx;
     c->n[C_KVA]++;
     return c->inner.ops->kv_attention(c->inner.ctx, out, q, kv, layer, slot, pos, n, nh, nkv, hd,
-                                      window, scratch);
+                                      window, softcap, scratch);
 }
 static int w_kvc(void *ctx, const df_backend_kv *kv, int64_t src, int64_t dst, int64_t len)
 {

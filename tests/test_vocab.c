@@ -230,7 +230,7 @@ static void check_stats(const problem *p, float inv_t, const df_vocab_tiling *t,
     const double u = DF_U32;
     df_vstat *st = malloc((size_t)(n * G) * sizeof *st);
     float *zt = fvec(n);
-    df_vocab_stats(st, zt, p->tgt, p->h, p->W, n, V, H, inv_t,
+    df_vocab_stats(st, zt, p->tgt, p->h, p->W, n, V, H, inv_t, 0.0f,
                    DF_VSTAT_ENTROPY | DF_VSTAT_ARGMAX, t);
     double *zm, *z = ref_logits(p->h, p->W, n, V, H, inv_t, &zm), w[6] = {0};
     for (int64_t i = 0; i < n; i++) {
@@ -334,7 +334,7 @@ static void test_stats_do_not_depend_on_threads(void **state)
         zt[k] = fvec(n);
         memset(st[k], 0, (size_t)(n * G) * sizeof(df_vstat)); /* padding bytes too */
         omp_set_num_threads(k + 1);
-        df_vocab_stats(st[k], zt[k], p.tgt, p.h, p.W, n, V, H, 0.9f, DF_VSTAT_ENTROPY, &t);
+        df_vocab_stats(st[k], zt[k], p.tgt, p.h, p.W, n, V, H, 0.9f, 0.0f, DF_VSTAT_ENTROPY, &t);
     }
     omp_set_num_threads(saved);
     for (int k = 1; k < 3; k++) {
@@ -359,7 +359,7 @@ static void test_draw_is_the_sequential_inverse_cdf(void **state)
     df_vstat *st = malloc((size_t)(n * G) * sizeof *st);
     float *buf = fvec(2 * 64), *z = fvec(V);
     double *cum = malloc((size_t)(V + 1) * sizeof(double));
-    df_vocab_stats(st, NULL, NULL, p.h, p.W, n, V, H, inv_t, 0u, &t);
+    df_vocab_stats(st, NULL, NULL, p.h, p.W, n, V, H, inv_t, 0.0f, 0u, &t);
     double *zm, *zx = ref_logits(p.h, p.W, n, V, H, inv_t, &zm);
     const int64_t cols = df_vocab_tiling_clamp(&t).cols;
     for (int64_t i = 0; i < n; i++) {
@@ -390,7 +390,7 @@ static void test_draw_is_the_sequential_inverse_cdf(void **state)
             checked++;
             double u = (cum[v] + 0.5 * (cum[v + 1] - cum[v])) / total;
             float zt;
-            int32_t tok = df_vocab_draw(st + i * G, G, &r, u, p.h + i * H, p.W, V, H, inv_t, &t,
+            int32_t tok = df_vocab_draw(st + i * G, G, &r, u, p.h + i * H, p.W, V, H, inv_t, 0.0f, &t,
                                         buf, &zt);
             assert_int_equal(tok, v);
             /* two float GEMMs of the same logit */
@@ -411,11 +411,11 @@ static void test_draw_is_the_sequential_inverse_cdf(void **state)
                           (cum[V] - cum[c0]);
         assert_true(cum[V] - cum[V - 1] > 2 * eg + 1e-12 * total);
         float zt;
-        assert_int_equal(df_vocab_draw(st + i * G, G, &r, 0.0, p.h + i * H, p.W, V, H, inv_t,
+        assert_int_equal(df_vocab_draw(st + i * G, G, &r, 0.0, p.h + i * H, p.W, V, H, inv_t, 0.0f,
                                        &t, buf, &zt),
                          0);
         assert_int_equal(df_vocab_draw(st + i * G, G, &r, 1.0 - 1e-12, p.h + i * H, p.W, V, H,
-                                       inv_t, &t, buf, &zt),
+                                       inv_t, 0.0f, &t, buf, &zt),
                          V - 1);
     }
     free(st), free(buf), free(z), free(cum), free(zx), free(zm);
@@ -598,8 +598,8 @@ static void test_entropy_is_optional(void **state)
     problem p = make_problem(n, V, H, NULL, 0, 110);
     float *lp1 = fvec(n), *lp2 = fvec(n), *ls1 = fvec(n), *ls2 = fvec(n), *ent = fvec(n);
     float *scratch = fvec(df_lmhead_scratch_floats(n, V, H));
-    df_lmhead_fwd(lp1, ent, NULL, ls1, p.h, p.W, p.tgt, n, V, H, 0.8f, scratch);
-    df_lmhead_fwd(lp2, NULL, NULL, ls2, p.h, p.W, p.tgt, n, V, H, 0.8f, scratch);
+    df_lmhead_fwd(lp1, ent, NULL, ls1, p.h, p.W, p.tgt, n, V, H, 0.8f, 0.0f, scratch);
+    df_lmhead_fwd(lp2, NULL, NULL, ls2, p.h, p.W, p.tgt, n, V, H, 0.8f, 0.0f, scratch);
     assert_memory_equal(lp1, lp2, (size_t)n * sizeof(float));
     assert_memory_equal(ls1, ls2, (size_t)n * sizeof(float));
     free(lp1), free(lp2), free(ls1), free(ls2), free(ent), free(scratch);

@@ -40,6 +40,9 @@ typedef struct df_backend_seqs {
     int64_t max_len;        /**< >= the longest sequence */
     int64_t window;         /**< 0: causal attention; W > 0: the query at position p attends to
                                  positions p - W < j <= p only (df_model_layer_window) */
+    float softcap;          /**< 0: none; C > 0 (Gemma 2's attn_logit_softcapping): each scaled
+                                 score s becomes C tanh(s / C) before the mask and the softmax
+                                 (df_attention_fwd); only for a backend with attention_softcap */
 } df_backend_seqs;
 
 /** Element type of a KV cache. */
@@ -74,6 +77,11 @@ typedef struct df_backend_ops {
     bool attention_window; /**< attention_fwd / attention_bwd take a window (df_backend_seqs
                                 window > 0); without it df_model_check_backend refuses a model
                                 with a sliding window and a window never reaches them */
+    bool attention_softcap; /**< attention_fwd / _bwd take df_backend_seqs softcap > 0 and
+                                 kv_attention its softcap; lmhead_fwd / _bwd (and _w16) and sample
+                                 their final-logit softcap > 0 (Gemma 2). Without it
+                                 df_model_check_backend refuses a model with either soft-cap and
+                                 none reaches them */
 
     /* ---- memory ---- */
     /** *p = `bytes` of backend memory, 64-byte aligned; bytes 0 gives a valid minimal buffer. */
@@ -196,12 +204,14 @@ typedef struct df_backend_ops {
     /**
      * df_kv_attention: out[n, nh*hd] = for each row r and head h, softmax(q_h . K_j / sqrt(hd))
      * . V_j over positions j in [0, pos[r]] of slot[r] in layer (the last `window` of them
-     * when window > 0), GQA by h / (nh / nkv); q [n, nh*hd] float32, scores and sums float32.
+     * when window > 0), GQA by h / (nh / nkv); q [n, nh*hd] float32, scores and sums float32;
+     * softcap C > 0 (attention_softcap backends only: Gemma 2): each scaled score s is C tanh(s / C).
      * Each row's result does not depend on the other rows or on the thread count.
      */
     int (*kv_attention)(void *ctx, float *out, const float *q, const df_backend_kv *kv,
                         int64_t layer, const int32_t *slot, const int32_t *pos, int64_t n,
-                        int64_t nh, int64_t nkv, int64_t hd, int64_t window, float *scratch);
+                        int64_t nh, int64_t nkv, int64_t hd, int64_t window, float softcap,
+                        float *scratch);
 
     /** df_swiglu_fwd: out[n] = silu(gate) up. */
     int (*swiglu_fwd)(void *ctx, float *out, const float *gate, const float *up, int64_t n);
@@ -217,16 +227,19 @@ typedef struct df_backend_ops {
      *  (non-decreasing in n: df_acts sizes it once for max_out). */
     int64_t (*lmhead_scratch_floats)(void *ctx, int64_t n, int64_t V, int64_t H);
     /** df_lmhead_fwd: logp[n], entropy[n] and sum_pi_sq[n] (each NULL: skipped), lse[n];
-     *  vocabulary-tiled. sum_pi_sq[i] = sum_v softmax(z_i)_v^2 (verl's sum_pi_squared). */
+     *  vocabulary-tiled. sum_pi_sq[i] = sum_v softmax(z_i)_v^2 (verl's sum_pi_squared).
+     *  softcap C > 0 (attention_softcap backends only: Gemma 2's final_logit_softcapping; 0:
+     *  none): z = C tanh(h W^T / C) / temperature. The same argument of lmhead_bwd, the _w16
+     *  twins and sample. */
     int (*lmhead_fwd)(void *ctx, float *logp, float *entropy, float *sum_pi_sq, float *lse,
                       const float *h, const float *W, const int32_t *target, int64_t n, int64_t V,
-                      int64_t H, float temperature, float *scratch);
+                      int64_t H, float temperature, float softcap, float *scratch);
     /** df_lmhead_bwd: dh[n,H] OVERWRITTEN, dW[V,H] ACCUMULATED. dW NULL (a frozen head: LoRA,
      *  distflow/lora.h) skips the weight gradient. */
     int (*lmhead_bwd)(void *ctx, float *dh, float *dW, const float *dlogp, const float *dentropy,
                       const float *h, const float *W, const int32_t *target, const float *lse,
                       const float *entropy, int64_t n, int64_t V, int64_t H, float temperature,
-                      float *scratch);
+                      float softcap, float *scratch);
 
     /* ---- sampling from the LM head (NULL where the backend has none: the rollout then
      *      downloads each row's logits and samples on the host) ---- */
@@ -243,7 +256,7 @@ typedef struct df_backend_ops {
      * where rounding puts u at a cumulative-probability boundary.
      */
     int (*sample)(void *ctx, int32_t *tok, float *logp, const float *h, const float *W, int64_t n,
-                  int64_t V, int64_t H, float temperature, int64_t top_k, float top_p,
+                  int64_t V, int64_t H, float temperature, float softcap, int64_t top_k, float top_p,
                   const double *u, float *scratch);
 
     /* ---- mixed precision's LM head (NULL where the backend has none: the head then runs
@@ -256,14 +269,15 @@ typedef struct df_backend_ops {
      */
     int (*lmhead_fwd_w16)(void *ctx, float *logp, float *entropy, float *sum_pi_sq, float *lse,
                           const float *h, const uint16_t *W16, const int32_t *target, int64_t n,
-                          int64_t V, int64_t H, float temperature, float *scratch);
+                          int64_t V, int64_t H, float temperature, float softcap, float *scratch);
     /** lmhead_bwd with W16 as above: dL/dlogits rounded to bfloat16 per tile for
      *  dh = dlogits W16 (OVERWRITTEN) and dW += dlogits^T h (h rounded; float32 dW); dW NULL as
      *  lmhead_bwd's. */
     int (*lmhead_bwd_w16)(void *ctx, float *dh, float *dW, const float *dlogp,
                           const float *dentropy, const float *h, const uint16_t *W16,
                           const int32_t *target, const float *lse, const float *entropy,
-                          int64_t n, int64_t V, int64_t H, float temperature, float *scratch);
+                          int64_t n, int64_t V, int64_t H, float temperature, float softcap,
+                          float *scratch);
 
     /* ---- the optimizer over backend memory (docs/backend.md, "Where things live"). All six
      *      or none: NULL where a backend has none, and training then keeps the master weights,

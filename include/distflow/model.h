@@ -1,6 +1,6 @@
 /*
- * distflow/model.h — the Qwen2 / Qwen3 / Llama decoder (and OLMo 2's post-norm and Gemma 3's sandwich-norm
- * variants of it): configuration, parameter
+ * distflow/model.h — the Qwen2 / Qwen3 / Llama decoder (and OLMo 2's post-norm and Gemma 2 / Gemma 3's
+ * sandwich-norm variants of it): configuration, parameter
  * layout, Hugging Face file I/O, and training forward / backward on packed
  * variable-length sequences.
  *
@@ -73,8 +73,8 @@ typedef enum df_rope_type {
 
 /** The fields of HF config.json that define the architecture. */
 typedef struct df_model_config {
-    char model_type[32];             /**< "qwen2", "qwen3", "llama", "mistral", "phi3", "olmo2" or
-                                          "gemma3_text" */
+    char model_type[32];             /**< "qwen2", "qwen3", "llama", "mistral", "phi3", "olmo2",
+                                          "gemma2" or "gemma3_text" */
     int64_t vocab_size;
     int64_t hidden_size;
     int64_t intermediate_size;
@@ -168,6 +168,17 @@ typedef struct df_model_config {
     double rope_local_theta;         /**< gemma3_text rope_local_base_freq: the RoPE base of the
                                           sliding layers (plain RoPE, no scaling; the full layers
                                           keep rope_theta and rope_scaling). 0: one RoPE for all */
+    /* ---- gemma2 (Gemma2Config, modeling_gemma2.py): tanh soft-capping ---- */
+    double attn_logit_softcap;       /**< gemma2 attn_logit_softcapping C (default 50; null: 0 =
+                                          none): each attention score s, after the scaling and
+                                          before the mask and softmax, becomes C tanh(s / C)
+                                          (Gemma2Attention / eager_attention_forward). Backends
+                                          run it only with df_backend_ops.attention_softcap */
+    double final_logit_softcap;      /**< gemma2 final_logit_softcapping C (default 30; null: 0 =
+                                          none): the LM head's logits z become C tanh(z / C)
+                                          before temperature, log-softmax and sampling
+                                          (Gemma2ForCausalLM.forward); not applied to a value /
+                                          reward head (Gemma2ForTokenClassification has none) */
     int64_t bos_token_id;            /**< -1 when absent */
     int64_t eos_token_ids[DF_MAX_EOS]; /**< eos_token_id: an int gives one entry, a list its entries in order */
     int n_eos;                       /**< 0 when eos_token_id is absent or null (qwen2 default) */
@@ -233,7 +244,7 @@ typedef struct df_model {
 DF_API void df_model_config_defaults(df_model_config *cfg);
 /**
  * Parse HF config.json. model_type must be "qwen2", "qwen3", "llama", "mistral", "phi3",
- * "olmo2" or "gemma3_text" ("gemma3", the multimodal model, is refused naming the text type); vocab_size, hidden_size, intermediate_size, num_hidden_layers and num_attention_heads
+ * "olmo2", "gemma2" or "gemma3_text" ("gemma3", the multimodal model, is refused naming the text type); vocab_size, hidden_size, intermediate_size, num_hidden_layers and num_attention_heads
  * are required; every other key falls back to the default of transformers'
  * Qwen2Config / Qwen3Config / LlamaConfig / MistralConfig / Phi3Config / Olmo2Config (null counts as absent). num_key_value_heads
  * defaults to num_attention_heads, head_dim to hidden_size / num_attention_heads
@@ -251,7 +262,13 @@ DF_API void df_model_config_defaults(df_model_config *cfg);
  * else on all but every sliding_window_pattern-th (default 6); transformers 5's per-layer-type
  * rope_parameters; refused (DF_EUNSUPPORTED, naming key and value): final_logit_softcapping /
  * attn_logit_softcapping not null, use_bidirectional_attention not false / null,
- * hidden_activation other than gelu_pytorch_tanh (hidden_act is not read). RoPE: rope_theta, and rope_scaling
+ * hidden_activation other than gelu_pytorch_tanh (hidden_act is not read). gemma2 (Gemma2Config,
+ * defaults vocabulary 256000, 4 key/value heads, head_dim 256, 8192 positions, rope_theta 1e4,
+ * tied): gemma3_text's layer without qk_norm and without a local RoPE; query_pre_attn_scalar (> 0,
+ * default 256); sliding_window (> 0, default 4096; null refused) on the layers layer_types marks
+ * sliding, else on the even ones ((i + 1) % 2 != 0); attn_logit_softcapping (default 50) and
+ * final_logit_softcapping (default 30): a number > 0, or null for none (0), else DF_EINVAL;
+ * hidden_activation and use_bidirectional_attention as gemma3_text's. RoPE: rope_theta, and rope_scaling
  * null or of rope_type (or "type") "default" or "llama3" (factor, low_freq_factor,
  * high_freq_factor, original_max_position_embeddings, all required) or "linear" (factor, a
  * number > 0, required) or "yarn" (qwen2, qwen3, llama, mistral, olmo2: factor, a number > 0,
@@ -334,7 +351,7 @@ DF_API int df_model_config_load_ex(const char *path, const df_config_overrides *
  * formatted as transformers does (indent 2, sorted keys). Every key of
  * `original_json` (the text the model was loaded from; NULL for a fresh file)
  * is kept and the known ones are updated: architectures ["<P>ForCausalLM"] with
- * P = Qwen2 / Qwen3 / Llama / Mistral / Phi3 / Olmo2 / Gemma3 (a value model, and a *ForSequenceClassification one, which then
+ * P = Qwen2 / Qwen3 / Llama / Mistral / Phi3 / Olmo2 / Gemma2 / Gemma3 (a value model, and a *ForSequenceClassification one, which then
  * holds a score.bias: ["<P>ForTokenClassification"], id2label
  * {"0": "LABEL_0"}, label2id {"LABEL_0": 0}, and num_labels when the original has that
  * key), model_type, the sizes, head_dim (qwen2: only when it differs from hidden_size /
@@ -343,7 +360,8 @@ DF_API int df_model_config_load_ex(const char *path, const df_config_overrides *
  * qwen3; layer_types when the original has it; mistral: sliding_window alone, an int or
  * null; llama and olmo2: none; gemma3_text: sliding_window, and layer_types for a fresh file or one
  * that has it, with query_pre_attn_scalar and rope_local_base_freq, or the per-type
- * rope_parameters when the original has them), rms_norm_eps, initializer_range, tie_word_embeddings, attention_bias (llama,
+ * rope_parameters when the original has them; gemma2: sliding_window, layer_types as gemma3_text's,
+ * query_pre_attn_scalar, attn_logit_softcapping and final_logit_softcapping, null for 0), rms_norm_eps, initializer_range, tie_word_embeddings, attention_bias (llama,
  * qwen3, olmo2; qwen2 only when false; mistral only when the original has it),
  * bos_token_id, eos_token_id (an int for one id unless the original held a list),
  * torch_dtype. A fresh file also gets hidden_act, use_cache and transformers_version.
@@ -356,12 +374,14 @@ DF_API int df_model_config_save(const df_model_config *cfg, const char *original
  * must be 0 or 1 (DF_EINVAL below 0, DF_EUNSUPPORTED above 1). The attention features
  * must be those of model_type in HF (DF_EINVAL): qk_norm exactly for qwen3, olmo2 and
  * gemma3_text, qk_norm_full exactly for olmo2, post_norm for olmo2 and gemma3_text, sandwich_norm
- * exactly for gemma3_text (norm_plus_one, embed_scale, geglu, query_pre_attn_scalar and
- * rope_local_theta only there; code may switch the first three off), o_proj_bias
+ * exactly for gemma3_text and gemma2 (norm_plus_one, embed_scale, geglu and query_pre_attn_scalar
+ * only there, rope_local_theta only in gemma3_text; code may switch the first three off; gemma2:
+ * no q/k norms), attn_logit_softcap and final_logit_softcap >= 0 and finite, non-zero only in
+ * gemma2, o_proj_bias
  * never for qwen2 and equal to attention_bias for llama / qwen3 / olmo2, no biases in mistral; llama3 RoPE needs
  * factor > 0, 0 < low_freq_factor < high_freq_factor, original_max_position_embeddings
  * > 0; sliding_window and max_window_layers >= 0, no window for llama and olmo2, one for
- * gemma3_text.
+ * gemma3_text and gemma2.
  */
 DF_API int df_model_config_validate(const df_model_config *cfg);
 /**
@@ -684,7 +704,9 @@ typedef struct df_acts df_acts;
 
 /**
  * Whether backend `be` runs every feature of cfg: DF_EUNSUPPORTED naming the feature and the
- * backend when not (a sliding window on a backend without ops->attention_window), else DF_OK.
+ * backend when not (a sliding window on a backend without ops->attention_window; Gemma 2's
+ * attention or final-logit soft-cap, the latter on a causal LM, without ops->attention_softcap),
+ * else DF_OK.
  * df_acts_create_on checks it; callers that create activations lazily check it up front.
  */
 DF_API int df_model_check_backend(const df_backend *be, const df_model_config *cfg);

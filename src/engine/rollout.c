@@ -351,6 +351,12 @@ int df_rollout_check_model(const df_rollout_engine *e, const df_model *m)
                         df_model_rope_name(a, ra, sizeof ra), qk_norm_name(a), a->o_proj_bias ? "yes" : "no",
                         layer_name(a));
     }
+    /* Gemma 2: the engine's attention and sampler apply its config's soft-caps */
+    if (a->attn_logit_softcap != b->attn_logit_softcap || a->final_logit_softcap != b->final_logit_softcap)
+        return df_error(DF_EINVAL, "rollout: the model's soft-caps (attn_logit_softcapping %g, "
+                        "final_logit_softcapping %g; 0: none) differ from the engine's (%g, %g)",
+                        b->attn_logit_softcap, b->final_logit_softcap, a->attn_logit_softcap,
+                        a->final_logit_softcap);
     const int64_t l = first_layer_kind_diff(a, b);
     if (l >= a->num_hidden_layers)
         return df_error(DF_EINVAL, "rollout: the model's norms, embedding scale, MLP or query scale (Gemma 3's) "

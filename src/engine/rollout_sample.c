@@ -97,14 +97,15 @@ int df_rollout_sample_fused(gen_ctx *g, const int32_t *list, const int64_t *rows
     const int64_t V = e->cfg.vocab_size, H = e->cfg.hidden_size, G = g->n_groups;
     const bool greedy = g->sp->greedy || g->sp->temperature == 0.0f;
     const float inv_t = greedy ? 1.0f : 1.0f / g->sp->temperature; /* greedy log-probs at T = 1 */
+    const float cap = (float)e->cfg.final_logit_softcap; /* Gemma 2 (0: none) */
     const float *W = g->m->w.lm_head, *xn = e->s.xn;
     df_vocab16 b16;
     int rc = head16_rows(e, n_rows, &g->tiling, &b16);
     if (rc)
         return rc;
     const unsigned flags = greedy ? DF_VSTAT_ARGMAX : 0u;
-    if (b16.W ? df_vocab_stats16(g->vstat, NULL, NULL, &b16, n_rows, V, H, inv_t, flags, &g->tiling)
-              : (df_vocab_stats(g->vstat, NULL, NULL, xn, W, n_rows, V, H, inv_t, flags, &g->tiling), 0))
+    if (b16.W ? df_vocab_stats16(g->vstat, NULL, NULL, &b16, n_rows, V, H, inv_t, cap, flags, &g->tiling)
+              : (df_vocab_stats(g->vstat, NULL, NULL, xn, W, n_rows, V, H, inv_t, cap, flags, &g->tiling), 0))
         return df_error(DF_EINTERNAL, "rollout: oneDNN failed on a bf16 logits tile");
     int failed = 0;
 #pragma omp parallel for schedule(dynamic, 2) if (n > 1 && !greedy)
@@ -118,9 +119,9 @@ int df_rollout_sample_fused(gen_ctx *g, const int32_t *list, const int64_t *rows
         if (!greedy) {
             float *buf = g->draw_buf + (int64_t)omp_get_thread_num() * 2 * g->tiling.group;
             double u = df_rng_uniform(&e->slots[list[k]].rng);
-            tok = b16.W ? df_vocab_draw16(st, G, &r, u, &b16, rows[k], V, H, inv_t, &g->tiling,
+            tok = b16.W ? df_vocab_draw16(st, G, &r, u, &b16, rows[k], V, H, inv_t, cap, &g->tiling,
                                           buf, &z)
-                        : df_vocab_draw(st, G, &r, u, xn + rows[k] * H, W, V, H, inv_t,
+                        : df_vocab_draw(st, G, &r, u, xn + rows[k] * H, W, V, H, inv_t, cap,
                                         &g->tiling, buf, &z);
         }
         if (tok < 0) {
@@ -135,9 +136,33 @@ int df_rollout_sample_fused(gen_ctx *g, const int32_t *list, const int64_t *rows
     return retire_finished(g, list, n);
 }
 
+/* Gemma 2's final-logit soft-cap on the n x V logits of e->logits (C tanh(z / C); 0: none;
+ * libm's tanhf: the fused path's df_softcap_row differs by a few ulps of C). */
+static int cap_logits(df_rollout_engine *e, int64_t n, int rc)
+{
+    const float C = (float)e->cfg.final_logit_softcap;
+    if (rc || !(C > 0.0f))
+        return rc;
+    const int64_t V = e->cfg.vocab_size;
+#pragma omp parallel for schedule(static) if (n * V > 65536)
+    for (int64_t i = 0; i < n; i++) {
+        float *z = e->logits + i * V;
+        for (int64_t v = 0; v < V; v++)
+            z[v] = C * tanhf(z[v] / C);
+    }
+    return rc;
+}
+
+static int rollout_logits_raw(df_rollout_engine *e, const df_infer_weights *w, int64_t r0, int64_t n);
+
 /* LM head for rows [r0, r0 + n) of the final hidden states into e->logits (bf16: the
- * head's copy, packed or row-major, the rows rounded per call). */
+ * head's copy, packed or row-major, the rows rounded per call), soft-capped for Gemma 2. */
 int df_rollout_logits(df_rollout_engine *e, const df_infer_weights *w, int64_t r0, int64_t n)
+{
+    return cap_logits(e, n, rollout_logits_raw(e, w, r0, n));
+}
+
+static int rollout_logits_raw(df_rollout_engine *e, const df_infer_weights *w, int64_t r0, int64_t n)
 {
     int64_t H = e->cfg.hidden_size, V = e->cfg.vocab_size;
     /* a device's bf16 copy is not read by the host's bf16 head: its head stays float32 */
@@ -170,6 +195,7 @@ static int sample_on_device(gen_ctx *g, int64_t r0, const int32_t *list, const i
     const df_backend *be = &e->be;
     const int64_t V = e->cfg.vocab_size, H = e->cfg.hidden_size;
     const bool greedy = g->sp->greedy || g->sp->temperature == 0.0f;
+    const float cap = (float)e->cfg.final_logit_softcap; /* Gemma 2 (0: none) */
     bool in_order = true;
     for (int64_t k = 0; k < n; k++) {
         in_order &= rows[k] == k;
@@ -185,7 +211,7 @@ static int sample_on_device(gen_ctx *g, int64_t r0, const int32_t *list, const i
     }
     if (!rc)
         rc = be->ops->sample(be->ctx, e->d_tok, e->d_logp, h, g->w.w->lm_head, n, V, H,
-                             greedy ? 0.0f : g->sp->temperature, g->sp->top_k, g->sp->top_p,
+                             greedy ? 0.0f : g->sp->temperature, cap, g->sp->top_k, g->sp->top_p,
                              greedy ? NULL : e->h_u, e->d_sscratch);
     if (!rc)
         rc = be->ops->download(be->ctx, e->h_tok, e->d_tok, (size_t)n * sizeof(int32_t));

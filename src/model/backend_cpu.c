@@ -189,7 +189,7 @@ static int cpu_attention_fwd(void *ctx, float *out, float *lse, const float *q, 
                              int64_t hd)
 {
     (void)ctx;
-    df_attention_fwd(out, lse, q, k, v, s->offsets, s->n_seqs, nh, nkv, hd, s->window);
+    df_attention_fwd(out, lse, q, k, v, s->offsets, s->n_seqs, nh, nkv, hd, s->window, s->softcap);
     return DF_OK;
 }
 
@@ -200,7 +200,7 @@ static int cpu_attention_bwd(void *ctx, float *dq, float *dk, float *dv, const f
 {
     (void)ctx;
     df_attention_bwd(dq, dk, dv, dout, out, lse, q, k, v, s->offsets, s->n_seqs, nh, nkv, hd,
-                     s->window);
+                     s->window, s->softcap);
     return DF_OK;
 }
 
@@ -227,10 +227,11 @@ static int64_t cpu_kv_scratch_floats(void *ctx, int64_t nh, int64_t max_len)
 
 static int cpu_kv_attention(void *ctx, float *out, const float *q, const df_backend_kv *kv,
                             int64_t layer, const int32_t *slot, const int32_t *pos, int64_t n,
-                            int64_t nh, int64_t nkv, int64_t hd, int64_t window, float *scratch)
+                            int64_t nh, int64_t nkv, int64_t hd, int64_t window, float softcap,
+                            float *scratch)
 {
     (void)ctx;
-    df_kv_attention(out, q, kv, layer, slot, pos, n, nh, nkv, hd, window, scratch);
+    df_kv_attention(out, q, kv, layer, slot, pos, n, nh, nkv, hd, window, softcap, scratch);
     return DF_OK;
 }
 
@@ -307,13 +308,13 @@ static int head16_operands(void *ctx, const float *h, const uint16_t *W16, int64
 
 static int cpu_lmhead_fwd_w16(void *ctx, float *logp, float *entropy, float *sum_pi_sq, float *lse,
                               const float *h, const uint16_t *W16, const int32_t *target, int64_t n,
-                              int64_t V, int64_t H, float temperature, float *scratch)
+                              int64_t V, int64_t H, float temperature, float softcap, float *scratch)
 {
     df_vocab_tiling t = df_vocab_tiling_for(V, H);
     df_vocab16 b;
     uint16_t *h16 = NULL;
     int rc = head16_operands(ctx, h, W16, n, H, &t, &b, &h16);
-    if (!rc && df_lmhead_fwd16(logp, entropy, sum_pi_sq, lse, &b, target, n, V, H, temperature,
+    if (!rc && df_lmhead_fwd16(logp, entropy, sum_pi_sq, lse, &b, target, n, V, H, temperature, softcap,
                                 &t, scratch))
         rc = df_error(DF_EINTERNAL, "cpu lmhead_fwd_w16: oneDNN failed on a bf16 logits tile");
     free(h16);
@@ -323,14 +324,14 @@ static int cpu_lmhead_fwd_w16(void *ctx, float *logp, float *entropy, float *sum
 static int cpu_lmhead_bwd_w16(void *ctx, float *dh, float *dW, const float *dlogp,
                               const float *dentropy, const float *h, const uint16_t *W16,
                               const int32_t *target, const float *lse, const float *entropy,
-                              int64_t n, int64_t V, int64_t H, float temperature, float *scratch)
+                              int64_t n, int64_t V, int64_t H, float temperature, float softcap, float *scratch)
 {
     df_vocab_tiling t = head16_bwd_tiling(V, H);
     df_vocab16 b;
     uint16_t *h16 = NULL;
     int rc = head16_operands(ctx, h, W16, n, H, &t, &b, &h16);
     if (!rc && df_lmhead_bwd16(dh, dW, dlogp, dentropy, &b, target, lse, entropy, n, V, H,
-                               temperature, &t, scratch))
+                               temperature, softcap, &t, scratch))
         rc = df_error(DF_EINTERNAL, "cpu lmhead_bwd_w16: oneDNN failed on a bf16 tile");
     free(h16);
     return rc;
@@ -338,20 +339,20 @@ static int cpu_lmhead_bwd_w16(void *ctx, float *dh, float *dW, const float *dlog
 
 static int cpu_lmhead_fwd(void *ctx, float *logp, float *entropy, float *sum_pi_sq, float *lse,
                           const float *h, const float *W, const int32_t *target, int64_t n, int64_t V, int64_t H,
-                          float temperature, float *scratch)
+                          float temperature, float softcap, float *scratch)
 {
     (void)ctx;
-    df_lmhead_fwd(logp, entropy, sum_pi_sq, lse, h, W, target, n, V, H, temperature, scratch);
+    df_lmhead_fwd(logp, entropy, sum_pi_sq, lse, h, W, target, n, V, H, temperature, softcap, scratch);
     return DF_OK;
 }
 
 static int cpu_lmhead_bwd(void *ctx, float *dh, float *dW, const float *dlogp,
                           const float *dentropy, const float *h, const float *W,
                           const int32_t *target, const float *lse, const float *entropy,
-                          int64_t n, int64_t V, int64_t H, float temperature, float *scratch)
+                          int64_t n, int64_t V, int64_t H, float temperature, float softcap, float *scratch)
 {
     (void)ctx;
-    df_lmhead_bwd(dh, dW, dlogp, dentropy, h, W, target, lse, entropy, n, V, H, temperature,
+    df_lmhead_bwd(dh, dW, dlogp, dentropy, h, W, target, lse, entropy, n, V, H, temperature, softcap,
                   scratch);
     return DF_OK;
 }
@@ -403,6 +404,7 @@ static const df_backend_ops cpu_ops = {
     .name = "cpu",
     .host_memory = true,
     .attention_window = true,
+    .attention_softcap = true, /* Gemma 2's soft-caps: attention, kv_attention, LM head, sampler */
     .alloc = cpu_alloc,
     .release = cpu_release,
     .upload = cpu_copy,

@@ -88,6 +88,7 @@ static void attn_backward(const df_model_config *c, const df_layer_view *w, df_a
     const df_layer16 *w16 = df_acts_layer16(a, l);
     df_backend_seqs seqs = bb->seqs;
     seqs.window = df_model_layer_window(c, l);
+    seqs.softcap = (float)c->attn_logit_softcap; /* Gemma 2 (0: none) */
     df_lora_weight_grad(a, l, DF_LORA_O, sg->dy, att, T, H, qd, g->wo);
     if (g->bo)
         DF_BE(a, col_sum_add, g->bo, sg->dy, T, H);
@@ -286,11 +287,11 @@ int df_model_backward(const df_model *m, df_acts *a, const df_seq_batch *b, floa
     if (w16)
         DF_BE(a, lmhead_bwd_w16, a->dxnf, gv.lm_head, dlogp, dentropy, a->xnf, w16,
               a->bb.targets, a->lse, a->ent, n, c->vocab_size, c->hidden_size, temperature,
-              a->lm_scratch);
+              (float)c->final_logit_softcap, a->lm_scratch);
     else
         DF_BE(a, lmhead_bwd, a->dxnf, gv.lm_head, dlogp, dentropy, a->xnf, w->lm_head,
               a->bb.targets, a->lse, a->ent, n, c->vocab_size, c->hidden_size, temperature,
-              a->lm_scratch);
+              (float)c->final_logit_softcap, a->lm_scratch);
     rc = trunk_backward(m, w, a, b, &gv);
     return rc ? df_error_wrap(rc, "df_model_backward on the %s backend", a->be.ops->name) : DF_OK;
 }

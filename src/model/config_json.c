@@ -209,6 +209,69 @@ static int check_gemma3(json_t *root, const char *src, df_model_config *c)
     return rc;
 }
 
+/* ---- gemma2 (Gemma2Config) ---- */
+
+/* A Gemma 2 soft-cap: absent: the default; null: none (0); else a number > 0. */
+static int get_softcap(json_t *root, const char *src, const char *key, double dflt, double *out)
+{
+    json_t *v = json_object_get(root, key); /* not df_cfg_get: null here means none, not the default */
+    *out = !v ? dflt : 0.0;
+    if (!v || json_is_null(v))
+        return DF_OK;
+    if (!json_is_number(v))
+        return df_cfg_wrong_type(src, key, "a number or null", v);
+    *out = json_number_value(v);
+    if (!(*out > 0 && isfinite(*out)))
+        return df_error(DF_EINVAL, "%s: key \"%s\" must be > 0 or null (got %g)", src, key, *out);
+    return DF_OK;
+}
+
+/* Gemma2Config's keys beyond Qwen2Config's: the soft-caps (attn 50, final 30), the attention scale
+   (query_pre_attn_scalar 256), the activation (hidden_activation; Gemma2MLP does not read
+   hidden_act) and use_bidirectional_attention (refused unless false / null, as for gemma3_text). */
+static int check_gemma2(json_t *root, const char *src, df_model_config *c)
+{
+    int rc = get_softcap(root, src, "attn_logit_softcapping", 50.0, &c->attn_logit_softcap);
+    if (!rc)
+        rc = get_softcap(root, src, "final_logit_softcapping", 30.0, &c->final_logit_softcap);
+    json_t *bi = df_cfg_get(root, "use_bidirectional_attention");
+    if (!rc && bi && !json_is_false(bi))
+        return df_error(DF_EUNSUPPORTED, "%s: key \"use_bidirectional_attention\" must be false or null "
+                        "(distflow's decoders are causal), got %s", src,
+                        json_is_true(bi) ? "true" : df_cfg_type_name(bi));
+    json_t *act = df_cfg_get(root, "hidden_activation");
+    if (!rc && act && !json_is_string(act))
+        return df_cfg_wrong_type(src, "hidden_activation", "a string", act);
+    if (!rc && act && strcmp(json_string_value(act), "gelu_pytorch_tanh"))
+        return df_error(DF_EUNSUPPORTED, "%s: key \"hidden_activation\": \"%s\" is not supported "
+                        "(gelu_pytorch_tanh)", src, json_string_value(act));
+    c->query_pre_attn_scalar = 256;
+    if (!rc)
+        rc = df_cfg_get_num(root, src, "query_pre_attn_scalar", &c->query_pre_attn_scalar);
+    if (!rc && !(c->query_pre_attn_scalar > 0 && isfinite(c->query_pre_attn_scalar)))
+        return df_error(DF_EINVAL, "%s: key \"query_pre_attn_scalar\" must be > 0 (got %g)", src,
+                        c->query_pre_attn_scalar);
+    return rc;
+}
+
+/* Gemma2Config defaults where they differ from Qwen2Config, and its layer: Gemma 3's sandwich
+   layer without q/k norms, one RoPE (rope_theta 10000) for every layer. */
+static void gemma2_defaults(df_model_config *c)
+{
+    c->vocab_size = 256000;
+    c->intermediate_size = 9216;
+    c->num_key_value_heads = 4;
+    c->max_position_embeddings = 8192;
+    c->rope_theta = 10000.0;
+    c->rms_norm_eps = 1e-6;
+    c->attention_bias = false;
+    c->tie_word_embeddings = true;
+    c->bos_token_id = 2;
+    c->eos_token_ids[0] = 1;
+    c->n_eos = 1;
+    c->post_norm = c->sandwich_norm = c->norm_plus_one = c->embed_scale = c->geglu = true;
+}
+
 /* Keys whose non-default values select features this engine does not have. */
 static int check_unsupported(json_t *root, const char *src, bool phi3, bool gemma3)
 {
@@ -303,13 +366,14 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
     const char *type = json_string_value(mt);
     bool llama = !strcmp(type, "llama"), qwen3 = !strcmp(type, "qwen3"), mistral = !strcmp(type, "mistral");
     bool phi3 = !strcmp(type, "phi3"), olmo2 = !strcmp(type, "olmo2"), gemma3 = !strcmp(type, "gemma3_text");
+    bool gemma2 = !strcmp(type, "gemma2");
     if (!strcmp(type, "gemma3")) /* Gemma3Config: the multimodal model, its text_config inside */
         return df_error(DF_EUNSUPPORTED, "%s: key \"model_type\": \"gemma3\" (Gemma3ForConditionalGeneration, "
                         "text and vision) is not supported; only the text model, model_type \"gemma3_text\" "
                         "(Gemma3ForCausalLM: gemma-3-1b, or a text-only export), is", src);
-    if (!llama && !qwen3 && !mistral && !phi3 && !olmo2 && !gemma3 && strcmp(type, "qwen2"))
+    if (!llama && !qwen3 && !mistral && !phi3 && !olmo2 && !gemma3 && !gemma2 && strcmp(type, "qwen2"))
         return df_error(DF_EUNSUPPORTED, "%s: key \"model_type\": \"%s\" is not supported (qwen2, "
-                        "qwen3, llama, mistral, phi3, olmo2, gemma3_text)", src, type);
+                        "qwen3, llama, mistral, phi3, olmo2, gemma2, gemma3_text)", src, type);
     df_model_config_defaults(c);
     snprintf(c->model_type, sizeof c->model_type, "%s", type);
     if (llama) { /* LlamaConfig defaults where they differ from Qwen2Config */
@@ -370,9 +434,13 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
         c->qk_norm = c->post_norm = c->sandwich_norm = c->norm_plus_one = true;
         c->embed_scale = c->geglu = true;
     }
-    int rc = check_unsupported(root, src, phi3, gemma3);
+    if (gemma2)
+        gemma2_defaults(c);
+    int rc = check_unsupported(root, src, phi3, gemma3 || gemma2);
     if (!rc && gemma3)
         rc = check_gemma3(root, src, c);
+    if (!rc && gemma2)
+        rc = check_gemma2(root, src, c);
     if (!rc)
         rc = parse_head(root, src, c);
     /* The sizes that define the tensors have no sensible default: require them. */
@@ -382,13 +450,13 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
                           &c->num_hidden_layers, &c->num_attention_heads};
     for (int i = 0; i < 5 && !rc; i++)
         rc = df_cfg_get_int(root, src, required[i], true, req_dst[i]);
-    if (!mistral && !gemma3) /* MistralConfig's default is 8, Gemma3TextConfig's 4; the others' the heads */
+    if (!mistral && !gemma3 && !gemma2) /* MistralConfig's 8, Gemma3TextConfig's / Gemma2Config's 4; the others' the heads */
         c->num_key_value_heads = c->num_attention_heads;
     if (!rc)
         rc = df_cfg_get_int(root, src, "num_key_value_heads", false, &c->num_key_value_heads);
     if (!rc)
         rc = df_cfg_get_int(root, src, "max_position_embeddings", false, &c->max_position_embeddings);
-    c->head_dim = qwen3 ? 128 : gemma3 ? 256 : 0; /* Qwen3Config's, Gemma3TextConfig's; the others derive it */
+    c->head_dim = qwen3 ? 128 : gemma3 || gemma2 ? 256 : 0; /* Qwen3Config's, Gemma3TextConfig's / Gemma2Config's; the others derive it */
     if (!rc)
         rc = df_cfg_get_int(root, src, "head_dim", false, &c->head_dim);
     if (!rc && c->head_dim == 0) {
@@ -416,7 +484,7 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
      * has no biases and no such key (transformers ignores one). */
     if (!rc && !mistral && !phi3)
         rc = df_cfg_get_bool(root, src, "attention_bias", &c->attention_bias);
-    c->o_proj_bias = c->attention_bias && (llama || qwen3 || olmo2 || gemma3);
+    c->o_proj_bias = c->attention_bias && (llama || qwen3 || olmo2 || gemma3 || gemma2);
     if (!rc)
         rc = get_token_ids(root, src, c);
     if (!rc)
@@ -464,8 +532,13 @@ static json_t *eos_json(const df_model_config *c, bool as_list)
 }
 
 /* Defaults a fresh config.json carries, as transformers writes them. */
-static int set_fresh_defaults(json_t *o, bool llama, bool gemma3)
+static int set_fresh_defaults(json_t *o, bool llama, bool gemma3, bool gemma2)
 {
+    if (gemma2) { /* Gemma2Config: hidden_activation (the soft-caps: df_model_config_to_json) */
+        int bad = json_object_set_new(o, "hidden_activation", json_string("gelu_pytorch_tanh"));
+        bad |= json_object_set_new(o, "use_cache", json_true());
+        return bad | json_object_set_new(o, "attention_dropout", json_real(0.0));
+    }
     if (gemma3) { /* Gemma3TextConfig: hidden_activation; no soft-capping */
         int bad = json_object_set_new(o, "hidden_activation", json_string("gelu_pytorch_tanh"));
         bad |= json_object_set_new(o, "final_logit_softcapping", json_null());
@@ -509,6 +582,7 @@ const char *df_model_class_prefix(const char *model_type)
            : !strcmp(model_type, "phi3")    ? "Phi3"
            : !strcmp(model_type, "olmo2")   ? "Olmo2"
            : !strcmp(model_type, "gemma3_text") ? "Gemma3"
+           : !strcmp(model_type, "gemma2") ? "Gemma2"
                                             : "Qwen2";
 }
 
@@ -535,10 +609,15 @@ int df_model_config_to_json(const df_model_config *c, const char *original_json,
     bool unbiased = !strcmp(c->model_type, "mistral") || !strcmp(c->model_type, "phi3"); /* no such key */
     char arch[64];
     int bad = 0;
-    const bool gemma3 = !strcmp(c->model_type, "gemma3_text");
+    const bool gemma3 = !strcmp(c->model_type, "gemma3_text"), gemma2 = !strcmp(c->model_type, "gemma2");
     if (!original_json)
-        bad |= set_fresh_defaults(o, llama, gemma3);
-    if (gemma3)
+        bad |= set_fresh_defaults(o, llama, gemma3, gemma2);
+    if (gemma2) /* the soft-caps, 0 as null (none) */
+        bad |= json_object_set_new(o, "attn_logit_softcapping", c->attn_logit_softcap > 0
+                                   ? df_json_number(c->attn_logit_softcap) : json_null()) |
+               json_object_set_new(o, "final_logit_softcapping", c->final_logit_softcap > 0
+                                   ? df_json_number(c->final_logit_softcap) : json_null());
+    if (gemma3 || gemma2)
         bad |= json_object_set_new(o, "query_pre_attn_scalar", df_json_number(c->query_pre_attn_scalar));
     bad |= df_cfg_write_rope(o, c) | df_cfg_write_window(o, c, !original_json) | write_partial_rotary(o, c);
     if (c->num_labels > 0) {

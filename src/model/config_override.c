@@ -28,6 +28,10 @@ static const char *const READ_KEYS[] = {
 static const char *const GEMMA3_KEYS[] = {"query_pre_attn_scalar", "rope_local_base_freq", "sliding_window_pattern",
                                           "hidden_activation", "final_logit_softcapping", "attn_logit_softcapping",
                                           "use_bidirectional_attention"};
+/* ... and for gemma2 only (Gemma2Config's attention scale, soft-caps, activation, and the feature
+   refused unless null / false). */
+static const char *const GEMMA2_KEYS[] = {"query_pre_attn_scalar", "hidden_activation", "final_logit_softcapping",
+                                          "attn_logit_softcapping", "use_bidirectional_attention"};
 /* ... and for phi3 only (Phi3Config's dropouts, partial rotary factor, LongRoPE's context). */
 static const char *const PHI3_KEYS[] = {"resid_pdrop", "embd_pdrop", "partial_rotary_factor",
                                         "original_max_position_embeddings"};
@@ -52,7 +56,8 @@ static int check_key(const char *key, const json_t *v, const char *model_type, c
         return df_error(DF_EUNSUPPORTED, "%s.attention_bias: a %s model has no attention biases "
                         "(transformers does not read the key)", who, model_type);
     if (LISTED(key, READ_KEYS) || (phi3 && LISTED(key, PHI3_KEYS)) ||
-        (!strcmp(model_type, "gemma3_text") && LISTED(key, GEMMA3_KEYS)))
+        (!strcmp(model_type, "gemma3_text") && LISTED(key, GEMMA3_KEYS)) ||
+        (!strcmp(model_type, "gemma2") && LISTED(key, GEMMA2_KEYS)))
         return DF_OK;
     /* the critic's head dropout: verl sets it to 0 itself; 0 is what distflow computes */
     if (!strcmp(key, "classifier_dropout")) {

@@ -357,9 +357,12 @@ static int parse_layer_types(json_t *lt, const char *src, df_model_config *c, in
 static int parse_gemma3_window(json_t *root, const char *src, df_model_config *c)
 {
     int64_t w = 4096, first = 0, pat = 6;
+    /* gemma2 (Gemma2Config): no pattern key; layer i slides when (i + 1) % 2 != 0 (the even ones) */
+    const bool gemma2 = !strcmp(c->model_type, "gemma2");
+    pat = gemma2 ? 2 : pat;
     json_t *sw = json_object_get(root, "sliding_window");
-    int rc = sw && json_is_null(sw) ? df_error(DF_EUNSUPPORTED, "%s: key \"sliding_window\" null: gemma3_text "
-                                               "needs its window (an integer > 0)", src)
+    int rc = sw && json_is_null(sw) ? df_error(DF_EUNSUPPORTED, "%s: key \"sliding_window\" null: %s "
+                                               "needs its window (an integer > 0)", src, c->model_type)
                                     : df_cfg_get_int(root, src, "sliding_window", false, &w);
     if (!rc && w <= 0)
         return df_error(DF_EINVAL, "%s: key \"sliding_window\" must be > 0 (got %lld)", src, (long long)w);
@@ -369,7 +372,7 @@ static int parse_gemma3_window(json_t *root, const char *src, df_model_config *c
     json_t *lt = df_cfg_get(root, "layer_types");
     if (lt)
         rc = parse_layer_types(lt, src, c, &first);
-    else if (!(rc = df_cfg_get_int(root, src, "sliding_window_pattern", false, &pat)) && pat <= 0)
+    else if (!gemma2 && !(rc = df_cfg_get_int(root, src, "sliding_window_pattern", false, &pat)) && pat <= 0)
         return df_error(DF_EINVAL, "%s: key \"sliding_window_pattern\" must be > 0 (got %lld)", src, (long long)pat);
     const int64_t L = c->num_hidden_layers;
     if (!rc && !lt) {
@@ -415,7 +418,7 @@ int df_cfg_parse_window(json_t *root, const char *src, df_model_config *c)
         return parse_every_layer_window(root, src, 4096, c);
     if (!strcmp(c->model_type, "phi3")) /* Phi3Config: the same, no window by default */
         return parse_every_layer_window(root, src, 0, c);
-    if (!strcmp(c->model_type, "gemma3_text")) /* no use_sliding_window: always windowed layers */
+    if (!strcmp(c->model_type, "gemma3_text") || !strcmp(c->model_type, "gemma2")) /* always windowed layers */
         return parse_gemma3_window(root, src, c);
     if (!strcmp(c->model_type, "llama") || !strcmp(c->model_type, "olmo2")) {
         if (use)
@@ -614,7 +617,7 @@ int df_cfg_write_window(json_t *o, const df_model_config *c, bool fresh)
 {
     if (!strcmp(c->model_type, "llama") || !strcmp(c->model_type, "olmo2"))
         return 0;
-    if (!strcmp(c->model_type, "gemma3_text")) { /* layer_types (4.53+) names each layer's type */
+    if (!strcmp(c->model_type, "gemma3_text") || !strcmp(c->model_type, "gemma2")) { /* layer_types (4.53+) */
         int bad = json_object_set_new(o, "sliding_window", json_integer(c->sliding_window));
         if (fresh || json_object_get(o, "layer_types"))
             bad |= write_layer_types(o, c);

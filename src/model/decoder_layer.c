@@ -103,6 +103,7 @@ static void attention(const run *r, const df_model_config *c, int64_t l, int64_t
     if (!at->kv) {
         df_backend_seqs seqs = *at->seqs;
         seqs.window = window;
+        seqs.softcap = (float)c->attn_logit_softcap; /* Gemma 2 (0: none) */
         LB(r, attention_fwd, b->att, at->lse, b->q, b->k, b->v, &seqs, nh, nkv, hd);
         return;
     }
@@ -114,7 +115,7 @@ static void attention(const run *r, const df_model_config *c, int64_t l, int64_t
                        at->out_slot, at->out_pos};
     }
     LB(r, kv_attention, b->att, o->q, at->kv, l, o->slot, o->pos, o->T, nh, nkv, hd, window,
-       at->scratch);
+       (float)c->attn_logit_softcap, at->scratch);
 }
 
 /* dst = res + rmsnorm(y) over n rows of H: the norm into dst, then res added; when dst is res
@@ -279,7 +280,9 @@ void df_norm_shift_view(const df_backend *be, const df_model_config *c, const df
         d->ln2 = shift(&r, &next, ones, s->ln2, H);
         d->ln_ff = shift(&r, &next, ones, s->ln_ff, H);
         d->ln3 = shift(&r, &next, ones, s->ln3, H);
-        d->q_norm = shift(&r, &next, ones, s->q_norm, hd);
-        d->k_norm = shift(&r, &next, ones, s->k_norm, hd);
+        if (c->qk_norm) { /* gemma3_text's; Gemma 2 has none */
+            d->q_norm = shift(&r, &next, ones, s->q_norm, hd);
+            d->k_norm = shift(&r, &next, ones, s->k_norm, hd);
+        }
     }
 }

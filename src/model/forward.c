@@ -319,6 +319,13 @@ int df_model_check_backend_ex(const df_backend *be, const df_model_config *cfg, 
 
 int df_model_check_backend(const df_backend *be, const df_model_config *cfg)
 {
+    /* Gemma 2's soft-caps reach only a backend whose attention and LM head take them */
+    if (be && be->ops && !be->ops->attention_softcap &&
+        (cfg->attn_logit_softcap > 0 || (cfg->final_logit_softcap > 0 && cfg->num_labels == 0)))
+        return df_error(DF_EUNSUPPORTED, "tanh soft-capping (%s: attn_logit_softcapping %g, "
+                        "final_logit_softcapping %g) is not implemented on the %s backend; run this "
+                        "model on the cpu backend", cfg->model_type, cfg->attn_logit_softcap,
+                        cfg->final_logit_softcap, be->ops->name);
     /* a backend whose attention takes no window runs no windowed layer (any layer may be one) */
     if (!be || !be->ops || be->ops->attention_window || cfg->sliding_window <= 0)
         return DF_OK;
@@ -692,10 +699,12 @@ static void lm_head(const df_model *m, const df_model_view *w, df_acts *a, int64
     const uint16_t *w16 = df_acts_lm_head16(a);
     if (w16)
         DF_BE(a, lmhead_fwd_w16, d_logp, d_ent, d_spq, a->lse, a->xnf, w16, a->bb.targets, n,
-              c->vocab_size, c->hidden_size, temperature, a->lm_scratch);
+              c->vocab_size, c->hidden_size, temperature,
+              (float)c->final_logit_softcap, a->lm_scratch);
     else
         DF_BE(a, lmhead_fwd, d_logp, d_ent, d_spq, a->lse, a->xnf, w->lm_head, a->bb.targets, n,
-              c->vocab_size, c->hidden_size, temperature, a->lm_scratch);
+              c->vocab_size, c->hidden_size, temperature,
+              (float)c->final_logit_softcap, a->lm_scratch);
     if (!host)
         DF_BE(a, download, out->logp, d_logp, (size_t)n * sizeof(float));
     if (out->entropy)

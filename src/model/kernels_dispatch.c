@@ -11,14 +11,14 @@
 DF_KDISPATCH_VOID(df_attention_fwd,
                   (float *out, float *lse, const float *q, const float *k, const float *v,
                    const int64_t *seq_offsets, int64_t n_seqs, int64_t nh, int64_t nkv,
-                   int64_t hd, int64_t window),
-                  (out, lse, q, k, v, seq_offsets, n_seqs, nh, nkv, hd, window))
+                   int64_t hd, int64_t window, float softcap),
+                  (out, lse, q, k, v, seq_offsets, n_seqs, nh, nkv, hd, window, softcap))
 DF_KDISPATCH_VOID(df_attention_bwd,
                   (float *dq, float *dk, float *dv, const float *dout, const float *out,
                    const float *lse, const float *q, const float *k, const float *v,
                    const int64_t *seq_offsets, int64_t n_seqs, int64_t nh, int64_t nkv,
-                   int64_t hd, int64_t window),
-                  (dq, dk, dv, dout, out, lse, q, k, v, seq_offsets, n_seqs, nh, nkv, hd, window))
+                   int64_t hd, int64_t window, float softcap),
+                  (dq, dk, dv, dout, out, lse, q, k, v, seq_offsets, n_seqs, nh, nkv, hd, window, softcap))
 
 /* ops_basic.c */
 DF_KDISPATCH_VOID(df_embedding_fwd,
@@ -85,67 +85,67 @@ DF_KDISPATCH(int64_t, df_row_cdf_find, (const float *w, int64_t n, double target
              (w, n, target))
 DF_KDISPATCH_VOID(df_vocab_stats,
                   (df_vstat *st, float *zt, const int32_t *target, const float *h,
-                   const float *W, int64_t n, int64_t V, int64_t H, float inv_t, unsigned flags,
+                   const float *W, int64_t n, int64_t V, int64_t H, float inv_t, float softcap, unsigned flags,
                    const df_vocab_tiling *t),
-                  (st, zt, target, h, W, n, V, H, inv_t, flags, t))
+                  (st, zt, target, h, W, n, V, H, inv_t, softcap, flags, t))
 DF_KDISPATCH_VOID(df_vstat_merge, (const df_vstat *st, int64_t G, df_vrow *out), (st, G, out))
 DF_KDISPATCH(int32_t, df_vocab_draw,
              (const df_vstat *st, int64_t G, const df_vrow *row, double u, const float *h_row,
-              const float *W, int64_t V, int64_t H, float inv_t, const df_vocab_tiling *t,
+              const float *W, int64_t V, int64_t H, float inv_t, float softcap, const df_vocab_tiling *t,
               float *buf, float *z_tok),
-             (st, G, row, u, h_row, W, V, H, inv_t, t, buf, z_tok))
+             (st, G, row, u, h_row, W, V, H, inv_t, softcap, t, buf, z_tok))
 DF_KDISPATCH(int64_t, df_vocab16_rows, (int64_t n, const df_vocab_tiling *t), (n, t))
 DF_KDISPATCH(int, df_vocab_stats16,
              (df_vstat *st, float *zt, const int32_t *target, const df_vocab16 *b, int64_t n,
-              int64_t V, int64_t H, float inv_t, unsigned flags, const df_vocab_tiling *t),
-             (st, zt, target, b, n, V, H, inv_t, flags, t))
+              int64_t V, int64_t H, float inv_t, float softcap, unsigned flags, const df_vocab_tiling *t),
+             (st, zt, target, b, n, V, H, inv_t, softcap, flags, t))
 DF_KDISPATCH(int32_t, df_vocab_draw16,
              (const df_vstat *st, int64_t G, const df_vrow *row, double u, const df_vocab16 *b,
-              int64_t row_index, int64_t V, int64_t H, float inv_t, const df_vocab_tiling *t,
+              int64_t row_index, int64_t V, int64_t H, float inv_t, float softcap, const df_vocab_tiling *t,
               float *buf, float *z_tok),
-             (st, G, row, u, b, row_index, V, H, inv_t, t, buf, z_tok))
+             (st, G, row, u, b, row_index, V, H, inv_t, softcap, t, buf, z_tok))
 
 /* ops_lmhead.c */
 DF_KDISPATCH(int64_t, df_lmhead_scratch_floats16,
              (int64_t n, int64_t V, int64_t H, const df_vocab_tiling *t), (n, V, H, t))
 DF_KDISPATCH(int, df_lmhead_fwd16,
              (float *logp, float *entropy, float *sum_pi_sq, float *lse, const df_vocab16 *b,
-              const int32_t *target, int64_t n, int64_t V, int64_t H, float temperature,
+              const int32_t *target, int64_t n, int64_t V, int64_t H, float temperature, float softcap,
               const df_vocab_tiling *t, float *scratch),
-             (logp, entropy, sum_pi_sq, lse, b, target, n, V, H, temperature, t, scratch))
+             (logp, entropy, sum_pi_sq, lse, b, target, n, V, H, temperature, softcap, t, scratch))
 DF_KDISPATCH(int, df_lmhead_bwd16,
              (float *dh, float *dW, const float *dlogp, const float *dentropy,
               const df_vocab16 *b, const int32_t *target, const float *lse,
-              const float *entropy, int64_t n, int64_t V, int64_t H, float temperature,
+              const float *entropy, int64_t n, int64_t V, int64_t H, float temperature, float softcap,
               const df_vocab_tiling *t, float *scratch),
-             (dh, dW, dlogp, dentropy, b, target, lse, entropy, n, V, H, temperature, t,
+             (dh, dW, dlogp, dentropy, b, target, lse, entropy, n, V, H, temperature, softcap, t,
               scratch))
 DF_KDISPATCH(int64_t, df_lmhead_scratch_floats, (int64_t n, int64_t V, int64_t H), (n, V, H))
 DF_KDISPATCH(int64_t, df_lmhead_scratch_floats_tiled,
              (int64_t n, int64_t V, int64_t H, const df_vocab_tiling *t), (n, V, H, t))
 DF_KDISPATCH_VOID(df_lmhead_fwd,
                   (float *logp, float *entropy, float *sum_pi_sq, float *lse, const float *h, const float *W,
-                   const int32_t *target, int64_t n, int64_t V, int64_t H, float temperature,
+                   const int32_t *target, int64_t n, int64_t V, int64_t H, float temperature, float softcap,
                    float *scratch),
-                  (logp, entropy, sum_pi_sq, lse, h, W, target, n, V, H, temperature, scratch))
+                  (logp, entropy, sum_pi_sq, lse, h, W, target, n, V, H, temperature, softcap, scratch))
 DF_KDISPATCH_VOID(df_lmhead_bwd,
                   (float *dh, float *dW, const float *dlogp, const float *dentropy,
                    const float *h, const float *W, const int32_t *target, const float *lse,
-                   const float *entropy, int64_t n, int64_t V, int64_t H, float temperature,
+                   const float *entropy, int64_t n, int64_t V, int64_t H, float temperature, float softcap,
                    float *scratch),
                   (dh, dW, dlogp, dentropy, h, W, target, lse, entropy, n, V, H, temperature,
-                   scratch))
+                   softcap, scratch))
 DF_KDISPATCH_VOID(df_lmhead_fwd_tiled,
                   (float *logp, float *entropy, float *sum_pi_sq, float *lse, const float *h, const float *W,
-                   const int32_t *target, int64_t n, int64_t V, int64_t H, float temperature,
+                   const int32_t *target, int64_t n, int64_t V, int64_t H, float temperature, float softcap,
                    const df_vocab_tiling *t, float *scratch),
-                  (logp, entropy, sum_pi_sq, lse, h, W, target, n, V, H, temperature, t, scratch))
+                  (logp, entropy, sum_pi_sq, lse, h, W, target, n, V, H, temperature, softcap, t, scratch))
 DF_KDISPATCH_VOID(df_lmhead_bwd_tiled,
                   (float *dh, float *dW, const float *dlogp, const float *dentropy,
                    const float *h, const float *W, const int32_t *target, const float *lse,
-                   const float *entropy, int64_t n, int64_t V, int64_t H, float temperature,
+                   const float *entropy, int64_t n, int64_t V, int64_t H, float temperature, float softcap,
                    const df_vocab_tiling *t, float *scratch),
-                  (dh, dW, dlogp, dentropy, h, W, target, lse, entropy, n, V, H, temperature, t,
+                  (dh, dW, dlogp, dentropy, h, W, target, lse, entropy, n, V, H, temperature, softcap, t,
                    scratch))
 
 /* ops_kv.c */
@@ -159,8 +159,8 @@ DF_KDISPATCH(int64_t, df_kv_scratch_floats, (int64_t nh, int64_t max_len), (nh, 
 DF_KDISPATCH_VOID(df_kv_attention,
                   (float *out, const float *q, const df_backend_kv *kv, int64_t layer,
                    const int32_t *slot, const int32_t *pos, int64_t n, int64_t nh, int64_t nkv,
-                   int64_t hd, int64_t window, float *scores),
-                  (out, q, kv, layer, slot, pos, n, nh, nkv, hd, window, scores))
+                   int64_t hd, int64_t window, float softcap, float *scores),
+                  (out, q, kv, layer, slot, pos, n, nh, nkv, hd, window, softcap, scores))
 
 /* optim_step.c */
 DF_KDISPATCH(int, df_adamw_step, (df_adamw *o, float *p, const float *g, double lr),

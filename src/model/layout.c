@@ -45,9 +45,21 @@ static int validate_type(const df_model_config *c)
     bool qwen2 = !strcmp(c->model_type, "qwen2"), qwen3 = !strcmp(c->model_type, "qwen3");
     bool unbiased = !strcmp(c->model_type, "mistral") || !strcmp(c->model_type, "phi3");
     bool olmo2 = !strcmp(c->model_type, "olmo2"), gemma3 = !strcmp(c->model_type, "gemma3_text");
-    if (!qwen2 && !qwen3 && !unbiased && !olmo2 && !gemma3 && strcmp(c->model_type, "llama"))
+    const bool gemma2 = !strcmp(c->model_type, "gemma2");
+    if (!qwen2 && !qwen3 && !unbiased && !olmo2 && !gemma3 && !gemma2 && strcmp(c->model_type, "llama"))
         return df_error(DF_EUNSUPPORTED, "model_type \"%s\" is not supported (qwen2, qwen3, llama, mistral, phi3, "
-                        "olmo2, gemma3_text)", c->model_type);
+                        "olmo2, gemma2, gemma3_text)", c->model_type);
+    /* Gemma 2's soft-caps (0: none), its own */
+    if (!(c->attn_logit_softcap >= 0 && isfinite(c->attn_logit_softcap)) ||
+        !(c->final_logit_softcap >= 0 && isfinite(c->final_logit_softcap)) ||
+        (!gemma2 && (c->attn_logit_softcap > 0 || c->final_logit_softcap > 0)))
+        return df_error(DF_EINVAL, "%s: attn_logit_softcap %g and final_logit_softcap %g must be >= 0 and finite, "
+                        "and are gemma2's", c->model_type, c->attn_logit_softcap, c->final_logit_softcap);
+    if (gemma2 && (c->qk_norm || c->rope_local_theta > 0 || !c->sandwich_norm || !c->post_norm))
+        return df_error(DF_EINVAL, "gemma2: its layer is the sandwich-norm one (post_norm, sandwich_norm) without "
+                        "q/k norms or a local RoPE (set: %d %d %d %g)", c->post_norm, c->sandwich_norm, c->qk_norm,
+                        c->rope_local_theta);
+    gemma3 = gemma3 || gemma2; /* below, Gemma 2 shares Gemma 3's switches */
     if (unbiased && c->attention_bias)
         return df_error(DF_EINVAL, "%s has no attention biases (attention_bias set)", c->model_type);
     /* the parser sets all four for gemma3_text; only sandwich_norm shapes its layout, and code (the
@@ -57,11 +69,12 @@ static int validate_type(const df_model_config *c)
                         "are gemma3_text's (set: %d %d %d)", c->model_type, c->sandwich_norm ? "set" : "not set",
                         c->norm_plus_one, c->embed_scale, c->geglu);
     if (c->query_pre_attn_scalar < 0 || !isfinite(c->query_pre_attn_scalar) || c->rope_local_theta < 0 ||
-        !isfinite(c->rope_local_theta) || ((c->query_pre_attn_scalar > 0 || c->rope_local_theta > 0) && !gemma3))
+        !isfinite(c->rope_local_theta) || ((c->query_pre_attn_scalar > 0 || c->rope_local_theta > 0) && !gemma3) ||
+        (gemma2 && c->rope_local_theta > 0))
         return df_error(DF_EINVAL, "%s: query_pre_attn_scalar %g and rope_local_theta %g must be >= 0 and "
                         "finite, and are gemma3_text's", c->model_type, c->query_pre_attn_scalar,
                         c->rope_local_theta);
-    if (c->qk_norm != (qwen3 || olmo2 || gemma3) || c->qk_norm_full != olmo2)
+    if (c->qk_norm != (qwen3 || olmo2 || (gemma3 && !gemma2)) || c->qk_norm_full != olmo2)
         return df_error(DF_EINVAL, "%s: q/k norms are %s (qwen3 has them per head, olmo2 over the whole "
                         "projection, the others none)", c->model_type,
                         !c->qk_norm ? "not set" : c->qk_norm_full ? "set over the whole projection" : "set per head");
@@ -121,8 +134,9 @@ static int validate_positions(const df_model_config *c)
                         (long long)c->sliding_window, (long long)c->max_window_layers);
     if (c->sliding_window > 0 && (!strcmp(c->model_type, "llama") || !strcmp(c->model_type, "olmo2")))
         return df_error(DF_EINVAL, "%s has no sliding-window attention", c->model_type);
-    if (c->sliding_window <= 0 && !strcmp(c->model_type, "gemma3_text"))
-        return df_error(DF_EINVAL, "gemma3_text needs a sliding_window > 0 (got %lld)", (long long)c->sliding_window);
+    if (c->sliding_window <= 0 && (!strcmp(c->model_type, "gemma3_text") || !strcmp(c->model_type, "gemma2")))
+        return df_error(DF_EINVAL, "%s needs a sliding_window > 0 (got %lld)", c->model_type,
+                        (long long)c->sliding_window);
     return DF_OK;
 }
 

@@ -345,19 +345,24 @@ void df_rope_bwd(float *dx, const int32_t *pos, int64_t T, int64_t n_heads, int6
  * 1 / sqrt(hd) as HF's eager attention. hd <= DF_MAX_HEAD_DIM. Parallel over
  * (sequence, head). Reference: FlashAttention-2 (Dao 2023), Algorithm 1; key tiles
  * wholly outside a row's window are skipped.
+ * softcap C > 0 (Gemma 2's attn_logit_softcapping; 0: none): each scaled score s becomes
+ * C tanh(s / C) before the mask and the softmax (HF modeling_gemma2.py eager_attention_forward),
+ * and lse is that of the capped scores.
  */
 void df_attention_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
                       const int64_t *seq_offsets, int64_t n_seqs, int64_t nh, int64_t nkv,
-                      int64_t hd, int64_t window);
+                      int64_t hd, int64_t window, float softcap);
 /**
  * dq, dk, dv (same shapes as q, k, v) are OVERWRITTEN, given dout and the
- * forward's out and lse (and its window). Recomputes probabilities tile by tile
- * (FlashAttention-2, Algorithm 2). Parallel over (sequence, kv head).
+ * forward's out and lse (and its window and softcap). Recomputes probabilities tile by tile
+ * (FlashAttention-2, Algorithm 2). With softcap C > 0 the score gradient through the cap is
+ * dS_raw = dS_capped (1 - tanh^2(s / C)), tanh recomputed from the raw scaled score s.
+ * Parallel over (sequence, kv head).
  */
 void df_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out,
                       const float *lse, const float *q, const float *k, const float *v,
                       const int64_t *seq_offsets, int64_t n_seqs, int64_t nh, int64_t nkv,
-                      int64_t hd, int64_t window);
+                      int64_t hd, int64_t window, float softcap);
 
 /* ---- attention over the rollout's KV cache (ops_kv.c, backend.h df_backend_kv) ---- */
 
@@ -381,11 +386,12 @@ int64_t df_kv_scratch_floats(int64_t nh, int64_t max_len);
  * pos_r - window + 1 (df_model_layer_window). q: [n, nh*hd]. bf16 caches are widened to
  * float32 as they are read; scores, softmax and sums are float32 either way. Each row is
  * computed by one thread in a fixed order, so results do not depend on the thread count or
- * on the other rows. scores: df_kv_scratch_floats(nh, kv->max_len) floats.
+ * on the other rows. scores: df_kv_scratch_floats(nh, kv->max_len) floats. softcap C > 0
+ * (Gemma 2): each scaled score s becomes C tanh(s / C) before the softmax, as df_attention_fwd.
  */
 void df_kv_attention(float *out, const float *q, const df_backend_kv *kv, int64_t layer,
                      const int32_t *slot, const int32_t *pos, int64_t n, int64_t nh,
-                     int64_t nkv, int64_t hd, int64_t window, float *scores);
+                     int64_t nkv, int64_t hd, int64_t window, float softcap, float *scores);
 
 /* ---- SwiGLU MLP activation (Shazeer 2020) ---------------------------------- */
 
@@ -457,14 +463,16 @@ enum { DF_VSTAT_ENTROPY = 1, DF_VSTAT_ARGMAX = 2, DF_VSTAT_SUMSQ = 4 };
 
 /**
  * st[n, G] (G = df_vocab_groups) = per-group statistics of z = (h W^T) * inv_t,
- * h [n, H], W [V, H]. zt (NULL = skip) [n] receives z[i, target[i]],
+ * h [n, H], W [V, H]; with softcap C > 0 (Gemma 2's final_logit_softcapping; 0: none)
+ * z = C tanh((h W^T) / C) * inv_t (Gemma2ForCausalLM.forward caps the logits, the sampler or
+ * verl then divides by the temperature). zt (NULL = skip) [n] receives z[i, target[i]],
  * target[i] in [0, V). The max and exp passes are 16-lane vector loops
  * (df_v16_exp_softmax in ops_math.h: ~2 ulp); sums are float within a tile
  * row, double across tiles.
  */
 void df_vocab_stats(df_vstat *st, float *zt, const int32_t *target, const float *h,
-                    const float *W, int64_t n, int64_t V, int64_t H, float inv_t, unsigned flags,
-                    const df_vocab_tiling *t);
+                    const float *W, int64_t n, int64_t V, int64_t H, float inv_t, float softcap,
+                    unsigned flags, const df_vocab_tiling *t);
 
 /** Whole-row statistics (the same fields over all V), merged in group order with
  *  the rescaling of the online softmax (Milakov & Gimelshein 2018). */
@@ -480,14 +488,14 @@ void df_vstat_merge(const df_vstat *st, int64_t G, df_vrow *out);
  * probability exceeds u (u in [0, 1), one uniform draw), as a sequential scan
  * over the vocabulary in id order would give (up to float rounding at the
  * boundary). st: the row's G statistics from df_vocab_stats with the same
- * h_row, W, inv_t and tiling; row: their df_vstat_merge. The group holding the
+ * h_row, W, inv_t, softcap and tiling; row: their df_vstat_merge. The group holding the
  * boundary is recomputed into buf and scanned. buf: 2 * t->group floats
  * (clamped tiling), 64-byte aligned. *z_tok receives z of the drawn token
  * (logp = z_tok - lse).
  */
 int32_t df_vocab_draw(const df_vstat *st, int64_t G, const df_vrow *row, double u,
                       const float *h_row, const float *W, int64_t V, int64_t H, float inv_t,
-                      const df_vocab_tiling *t, float *buf, float *z_tok);
+                      float softcap, const df_vocab_tiling *t, float *buf, float *z_tok);
 
 /**
  * The bf16 operands of a vocabulary-tiled head in mixed precision (autocast's logits
@@ -508,13 +516,14 @@ int64_t df_vocab16_rows(int64_t n, const df_vocab_tiling *t);
 /** df_vocab_stats over b's bf16 operands (b->h read from row 0). Errors: DF_EINTERNAL
  *  (a oneDNN failure; st then undefined). */
 int df_vocab_stats16(df_vstat *st, float *zt, const int32_t *target, const df_vocab16 *b,
-                     int64_t n, int64_t V, int64_t H, float inv_t, unsigned flags,
+                     int64_t n, int64_t V, int64_t H, float inv_t, float softcap, unsigned flags,
                      const df_vocab_tiling *t);
 /** df_vocab_draw for row `row` of b->h, its statistics from df_vocab_stats16. Returns -1
  *  when oneDNN fails. */
 int32_t df_vocab_draw16(const df_vstat *st, int64_t G, const df_vrow *row, double u,
                         const df_vocab16 *b, int64_t row_index, int64_t V, int64_t H,
-                        float inv_t, const df_vocab_tiling *t, float *buf, float *z_tok);
+                        float inv_t, float softcap, const df_vocab_tiling *t, float *buf,
+                        float *z_tok);
 
 /* Row helpers (16-lane loops) for sampling from a materialised row of logits. */
 
@@ -547,18 +556,21 @@ int64_t df_row_cdf_find(const float *w, int64_t n, double target);
  * online log-sum-exp (Milakov & Gimelshein 2018, "Online normalizer
  * calculation for softmax") extended with a running sum of p (z - m) for the
  * entropy. Matches verl's logprobs_from_logits / entropy_from_logits applied
- * to logits.div(temperature). scratch: df_lmhead_scratch_floats(n, V, H)
+ * to logits.div(temperature). softcap C > 0 (Gemma 2's final_logit_softcapping; 0: none):
+ * z = C tanh((h W^T) / C) / temperature (df_vocab_stats). scratch: df_lmhead_scratch_floats(n, V, H)
  * floats, 8-byte aligned. Parallel over (row item, column group).
  */
 void df_lmhead_fwd(float *logp, float *entropy, float *sum_pi_sq, float *lse, const float *h, const float *W,
                    const int32_t *target, int64_t n, int64_t V, int64_t H, float temperature,
-                   float *scratch);
+                   float softcap, float *scratch);
 /**
  * dh[n, H] OVERWRITTEN, dW[V, H] ACCUMULATED, from dlogp[n] and dentropy[n]
  * (NULL = 0). Recomputes logits tile by tile from lse (and entropy, needed
  * only when dentropy is given), with p = softmax(z):
  *   dz_v = dlogp (1[v = target] - p_v) - dentropy p_v (log p_v + entropy),
- *   dlogits = dz / temperature,  dh = dlogits W,  dW += dlogits^T h.
+ *   dlogits = dz / temperature,  dh = dlogits W,  dW += dlogits^T h;
+ * with softcap C > 0, dlogits = dz / temperature (1 - tanh^2(y / C)), y = h W^T the raw logit
+ * (the derivative of C tanh(y / C)), tanh recomputed from y.
  * Per DF_LMHEAD_ITEM_ROWS rows, column groups run in parallel: each owns its
  * rows of dW and a partial dh in scratch, summed in group order afterwards
  * (deterministic).
@@ -566,7 +578,7 @@ void df_lmhead_fwd(float *logp, float *entropy, float *sum_pi_sq, float *lse, co
 void df_lmhead_bwd(float *dh, float *dW, const float *dlogp, const float *dentropy,
                    const float *h, const float *W, const int32_t *target, const float *lse,
                    const float *entropy, int64_t n, int64_t V, int64_t H, float temperature,
-                   float *scratch);
+                   float softcap, float *scratch);
 /**
  * As df_lmhead_fwd / _bwd with an explicit tiling (clamped as
  * df_vocab_tiling_clamp); scratch holds df_lmhead_scratch_floats_tiled(n, V,
@@ -574,11 +586,11 @@ void df_lmhead_bwd(float *dh, float *dW, const float *dlogp, const float *dentro
  */
 void df_lmhead_fwd_tiled(float *logp, float *entropy, float *sum_pi_sq, float *lse, const float *h,
                          const float *W, const int32_t *target, int64_t n, int64_t V, int64_t H,
-                         float temperature, const df_vocab_tiling *t, float *scratch);
+                         float temperature, float softcap, const df_vocab_tiling *t, float *scratch);
 void df_lmhead_bwd_tiled(float *dh, float *dW, const float *dlogp, const float *dentropy,
                          const float *h, const float *W, const int32_t *target, const float *lse,
                          const float *entropy, int64_t n, int64_t V, int64_t H, float temperature,
-                         const df_vocab_tiling *t, float *scratch);
+                         float softcap, const df_vocab_tiling *t, float *scratch);
 /**
  * df_lmhead_fwd_tiled / _bwd_tiled in mixed precision: the logits tiles from b's bf16
  * operands (df_vocab16, rows padded per df_vocab16_rows), and in the backward dL/dlogits
@@ -590,11 +602,11 @@ void df_lmhead_bwd_tiled(float *dh, float *dW, const float *dlogp, const float *
  */
 int df_lmhead_fwd16(float *logp, float *entropy, float *sum_pi_sq, float *lse, const df_vocab16 *b,
                     const int32_t *target, int64_t n, int64_t V, int64_t H, float temperature,
-                    const df_vocab_tiling *t, float *scratch);
+                    float softcap, const df_vocab_tiling *t, float *scratch);
 int df_lmhead_bwd16(float *dh, float *dW, const float *dlogp, const float *dentropy,
                     const df_vocab16 *b, const int32_t *target, const float *lse,
                     const float *entropy, int64_t n, int64_t V, int64_t H, float temperature,
-                    const df_vocab_tiling *t, float *scratch);
+                    float softcap, const df_vocab_tiling *t, float *scratch);
 /** Scratch floats of df_lmhead_fwd16 / _bwd16 (the backward's dh parts have padded rows). */
 int64_t df_lmhead_scratch_floats16(int64_t n, int64_t V, int64_t H, const df_vocab_tiling *t);
 /** Floats of scratch df_lmhead_fwd / _bwd need for n rows (df_vocab_tiling_for). */

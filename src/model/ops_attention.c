@@ -39,6 +39,19 @@ static ALWAYS_INLINE void row_dot_tile(float *restrict s, const float *restrict 
         s[j] = acc[j] * scale;
 }
 
+/* Gemma 2's soft-cap of scores [j0, nv) (cap > 0): s = cap tanh(s / cap); with g (NULL: not
+ * needed) the derivative 1 - tanh^2 of each, for the backward. */
+static ALWAYS_INLINE void softcap_row(float *s, float *g, int64_t j0, int64_t nv, float cap)
+{
+    const float inv = 1.0f / cap;
+    for (int64_t j = j0; j < nv; j++) {
+        float t = tanhf(s[j] * inv);
+        s[j] = cap * t;
+        if (g)
+            g[j] = 1.0f - t * t;
+    }
+}
+
 /* ---- forward ------------------------------------------------------------------ */
 
 #define BQ 64 /* query rows whose running max / sum are kept while keys stream by */
@@ -62,7 +75,7 @@ static ALWAYS_INLINE int64_t first_tile(int64_t q0, int64_t window)
 static ALWAYS_INLINE void attn_fwd_head(float *out, float *lse, const float *q, const float *k,
                                         const float *v, int64_t r0, int64_t L, int64_t h,
                                         int64_t kvh, int64_t nh, int64_t nkv, int64_t hd,
-                                        int64_t window)
+                                        int64_t window, float softcap)
 {
     const int64_t ldq = nh * hd, ldk = nkv * hd;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -89,6 +102,8 @@ static ALWAYS_INLINE void attn_fwd_head(float *out, float *lse, const float *q, 
                 float *oi = oh + i * ldq;
                 float s[BK];
                 row_dot_tile(s, qh + i * ldq, kt, hd, scale);
+                if (softcap > 0.0f)
+                    softcap_row(s, NULL, j0, nv, softcap);
                 float mb = -INFINITY;
                 for (int64_t j = j0; j < nv; j++)
                     mb = s[j] > mb ? s[j] : mb;
@@ -128,7 +143,7 @@ static ALWAYS_INLINE void attn_fwd_head(float *out, float *lse, const float *q, 
 
 void df_attention_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
                       const int64_t *seq_offsets, int64_t n_seqs, int64_t nh, int64_t nkv,
-                      int64_t hd, int64_t window)
+                      int64_t hd, int64_t window, float softcap)
 {
     assert(hd <= DF_MAX_HEAD_DIM && nh % nkv == 0);
     const int64_t grp = nh / nkv;
@@ -137,9 +152,9 @@ void df_attention_fwd(float *out, float *lse, const float *q, const float *k, co
         int64_t s = task / nh, h = task % nh;
         int64_t r0 = seq_offsets[s], L = seq_offsets[s + 1] - r0;
         if (hd % 16 == 0)
-            df_attn_vec_fwd_head(out, lse, q, k, v, r0, L, h, h / grp, nh, nkv, hd, window);
+            df_attn_vec_fwd_head(out, lse, q, k, v, r0, L, h, h / grp, nh, nkv, hd, window, softcap);
         else
-            attn_fwd_head(out, lse, q, k, v, r0, L, h, h / grp, nh, nkv, hd, window);
+            attn_fwd_head(out, lse, q, k, v, r0, L, h, h / grp, nh, nkv, hd, window, softcap);
     }
 }
 
@@ -155,7 +170,7 @@ static ALWAYS_INLINE void attn_bwd_group(float *dq, float *dk, float *dv, const 
                                          const float *out, const float *lse, const float *q,
                                          const float *k, const float *v, int64_t r0,
                                          int64_t L, int64_t kvh, int64_t nh, int64_t nkv,
-                                         int64_t hd, int64_t window)
+                                         int64_t hd, int64_t window, float softcap)
 {
     const int64_t ldq = nh * hd, ldk = nkv * hd, grp = nh / nkv;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -189,14 +204,19 @@ static ALWAYS_INLINE void attn_bwd_group(float *dq, float *dk, float *dv, const 
 #pragma omp simd reduction(+ : Di)
                 for (int64_t d = 0; d < hd; d++)
                     Di += doi[d] * oi[d];
-                float p[BK], dp[BK];
+                float p[BK], dp[BK], g[BK];
                 row_dot_tile(p, qi, kt, hd, scale);
                 row_dot_tile(dp, doi, vt, hd, 1.0f);
                 float li = lse[(r0 + i) * nh + h];
+                if (softcap > 0.0f)
+                    softcap_row(p, g, j0, nv, softcap);
+                else
+                    for (int64_t j = j0; j < nv; j++)
+                        g[j] = 1.0f;
 #pragma omp simd
                 for (int64_t j = j0; j < nv; j++) {
                     p[j] = df_expf(p[j] - li);
-                    dp[j] = p[j] * (dp[j] - Di) * scale; /* scaled dS */
+                    dp[j] = p[j] * (dp[j] - Di) * scale * g[j]; /* scaled dS, through the cap */
                 }
                 for (int64_t j = j0; j < nv; j++) {
                     const float *kj = kh + (k0 + j) * ldk;
@@ -217,7 +237,7 @@ static ALWAYS_INLINE void attn_bwd_group(float *dq, float *dk, float *dv, const 
 void df_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out,
                       const float *lse, const float *q, const float *k, const float *v,
                       const int64_t *seq_offsets, int64_t n_seqs, int64_t nh, int64_t nkv,
-                      int64_t hd, int64_t window)
+                      int64_t hd, int64_t window, float softcap)
 {
     assert(hd <= DF_MAX_HEAD_DIM && nh % nkv == 0);
 #pragma omp parallel for schedule(dynamic, 1)
@@ -226,8 +246,9 @@ void df_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const 
         int64_t r0 = seq_offsets[s], L = seq_offsets[s + 1] - r0;
         if (hd % 16 == 0)
             df_attn_vec_bwd_group(dq, dk, dv, dout, out, lse, q, k, v, r0, L, g, nh, nkv, hd,
-                                  window);
+                                  window, softcap);
         else
-            attn_bwd_group(dq, dk, dv, dout, out, lse, q, k, v, r0, L, g, nh, nkv, hd, window);
+            attn_bwd_group(dq, dk, dv, dout, out, lse, q, k, v, r0, L, g, nh, nkv, hd, window,
+                           softcap);
     }
 }

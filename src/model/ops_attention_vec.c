@@ -97,12 +97,24 @@ static ALWAYS_INLINE void weighted_rows(float *const rows_out[RB], const float w
     }
 }
 
+/* Gemma 2's soft-cap on 16 lanes: s <- cap tanh(s / cap), tanh(x) = 1 - 2 / (e^{2x} + 1) (exact
+ * limits +-1 where e^{2x} overflows / underflows; absolute error a few float32 ulps of 1). *g (NULL:
+ * skipped) = 1 - tanh^2, the cap's derivative. */
+static ALWAYS_INLINE df_v16 softcap_v(df_v16 s, float cap, df_v16 *g)
+{
+    const df_v16 one = df_v16_set1(1.0f);
+    df_v16 t = one - df_v16_set1(2.0f) / (df_v16_exp(s * (2.0f / cap)) + one);
+    if (g)
+        *g = one - t * t;
+    return t * cap;
+}
+
 /* ---- forward ----------------------------------------------------------------------- */
 
 static ALWAYS_INLINE void fwd_head(float *out, float *lse, const float *q, const float *k,
                                    const float *v, int64_t r0, int64_t L, int64_t h,
                                    int64_t kvh, int64_t nh, int64_t nkv, int64_t window,
-                                   int64_t hd)
+                                   float softcap, int64_t hd)
 {
     const int64_t ldq = nh * hd, ldk = nkv * hd;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -145,6 +157,10 @@ static ALWAYS_INLINE void fwd_head(float *out, float *lse, const float *q, const
                 for (int r = 0; r < RB; r++) {
                     s[r][0] *= scale;
                     s[r][1] *= scale;
+                    if (softcap > 0.0f) {
+                        s[r][0] = softcap_v(s[r][0], softcap, NULL);
+                        s[r][1] = softcap_v(s[r][1], softcap, NULL);
+                    }
                     mask_row(s[r], k0, nk, row[r], window, -INFINITY);
                     int64_t si = row[r] - q0;
                     float mb = df_v16_hmax(df_v16_max(s[r][0], s[r][1]));
@@ -214,7 +230,7 @@ static ALWAYS_INLINE void bwd_group(float *dq, float *dk, float *dv, const float
                                     const float *out, const float *lse, const float *q,
                                     const float *k, const float *v, int64_t r0, int64_t L,
                                     int64_t kvh, int64_t nh, int64_t nkv, int64_t window,
-                                    int64_t hd)
+                                    float softcap, int64_t hd)
 {
     const int64_t ldq = nh * hd, ldk = nkv * hd, grp = nh / nkv, last = L - 1;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -263,12 +279,19 @@ static ALWAYS_INLINE void bwd_group(float *dq, float *dk, float *dv, const float
                     df_v16 li = df_v16_set1(lse[(r0 + row[r]) * nh + h]);
                     s[r][0] *= scale;
                     s[r][1] *= scale;
+                    df_v16 g[2] = {df_v16_set1(scale), df_v16_set1(scale)};
+                    if (softcap > 0.0f) { /* dS through the cap: times 1 - tanh^2 */
+                        s[r][0] = softcap_v(s[r][0], softcap, &g[0]);
+                        s[r][1] = softcap_v(s[r][1], softcap, &g[1]);
+                        g[0] *= scale;
+                        g[1] *= scale;
+                    }
                     mask_row(s[r], k0, nk, row[r], window, -INFINITY);
                     #pragma GCC unroll 2
                     for (int c = 0; c < 2; c++) {
                         df_v16 pv = df_v16_exp(s[r][c] - li);
                         df_v16_store(P[r] + 16 * c, pv);
-                        df_v16_store(DS[r] + 16 * c, pv * (dp[r][c] - Di) * scale);
+                        df_v16_store(DS[r] + 16 * c, pv * (dp[r][c] - Di) * g[c]);
                     }
                 }
                 int64_t hi = i0 + RB - 1 < rlast ? i0 + RB - 1 : rlast;
@@ -294,16 +317,16 @@ static ALWAYS_INLINE void bwd_group(float *dq, float *dk, float *dv, const float
 
 void df_attn_vec_fwd_head(float *out, float *lse, const float *q, const float *k,
                           const float *v, int64_t r0, int64_t L, int64_t h, int64_t kvh,
-                          int64_t nh, int64_t nkv, int64_t hd, int64_t window)
+                          int64_t nh, int64_t nkv, int64_t hd, int64_t window, float softcap)
 {
-    DISPATCH_HD16(fwd_head, hd, out, lse, q, k, v, r0, L, h, kvh, nh, nkv, window);
+    DISPATCH_HD16(fwd_head, hd, out, lse, q, k, v, r0, L, h, kvh, nh, nkv, window, softcap);
 }
 
 void df_attn_vec_bwd_group(float *dq, float *dk, float *dv, const float *dout, const float *out,
                            const float *lse, const float *q, const float *k, const float *v,
                            int64_t r0, int64_t L, int64_t kvh, int64_t nh, int64_t nkv,
-                           int64_t hd, int64_t window)
+                           int64_t hd, int64_t window, float softcap)
 {
     DISPATCH_HD16(bwd_group, hd, dq, dk, dv, dout, out, lse, q, k, v, r0, L, kvh, nh, nkv,
-                  window);
+                  window, softcap);
 }

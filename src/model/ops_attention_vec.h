@@ -31,10 +31,10 @@ static inline __attribute__((always_inline)) void df_attn_tile_t(float *restrict
 
 void df_attn_vec_fwd_head(float *out, float *lse, const float *q, const float *k,
                           const float *v, int64_t r0, int64_t L, int64_t h, int64_t kvh,
-                          int64_t nh, int64_t nkv, int64_t hd, int64_t window);
+                          int64_t nh, int64_t nkv, int64_t hd, int64_t window, float softcap);
 void df_attn_vec_bwd_group(float *dq, float *dk, float *dv, const float *dout, const float *out,
                            const float *lse, const float *q, const float *k, const float *v,
                            int64_t r0, int64_t L, int64_t kvh, int64_t nh, int64_t nkv,
-                           int64_t hd, int64_t window);
+                           int64_t hd, int64_t window, float softcap);
 
 #endif /* DF_MODEL_OPS_ATTENTION_VEC_H */

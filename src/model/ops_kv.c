@@ -138,7 +138,8 @@ static inline void axpy_bf(float *restrict o, float p, const uint16_t *restrict 
  * K / V (element offsets into kv's tensors). Positions outer, heads inner: each K / V row is
  * read once, whole. */
 static void attend_row(float *out, const float *q, const df_backend_kv *kv, const void *K,
-                       const void *V, int64_t len, int64_t nh, int64_t g, int64_t hd, float *sc)
+                       const void *V, int64_t len, int64_t nh, int64_t g, int64_t hd, float softcap,
+                       float *sc)
 {
     const int64_t kvd = kv->kv_dim, max_len = kv->max_len;
     const bool bf = kv->dtype == DF_KV_BF16;
@@ -150,6 +151,12 @@ static void attend_row(float *out, const float *q, const df_backend_kv *kv, cons
             sc[h * max_len + j] = (bf ? dot16_bf(q + h * hd, Kb + j * kvd + h / g * hd, hd)
                                       : dot16(q + h * hd, Kf + j * kvd + h / g * hd, hd)) *
                                   scale;
+    if (softcap > 0.0f) { /* Gemma 2: s = C tanh(s / C) before the softmax (df_attention_fwd's) */
+        const float inv = 1.0f / softcap;
+        for (int64_t h = 0; h < nh; h++)
+            for (int64_t j = 0; j < len; j++)
+                sc[h * max_len + j] = softcap * tanhf(sc[h * max_len + j] * inv);
+    }
     for (int64_t h = 0; h < nh; h++) {
         float *s = sc + h * max_len, mx = -INFINITY, sum = 0.0f;
         for (int64_t j = 0; j < len; j++)
@@ -183,7 +190,7 @@ int64_t df_kv_scratch_floats(int64_t nh, int64_t max_len)
 
 void df_kv_attention(float *out, const float *q, const df_backend_kv *kv, int64_t layer,
                      const int32_t *slot, const int32_t *pos, int64_t n, int64_t nh,
-                     int64_t nkv, int64_t hd, int64_t window, float *scores)
+                     int64_t nkv, int64_t hd, int64_t window, float softcap, float *scores)
 {
     int64_t g = nh / nkv, qd = nh * hd, work = 0;
     for (int64_t r = 0; r < n; r++)
@@ -194,7 +201,8 @@ void df_kv_attention(float *out, const float *q, const df_backend_kv *kv, int64_
         const int64_t j0 = window_start(pos[r], window);
         const void *K = df_kv_at(kv, kv->k, layer, slot[r], j0);
         const void *V = df_kv_at(kv, kv->v, layer, slot[r], j0);
-        attend_row(out + r * qd, q + r * qd, kv, K, V, (int64_t)pos[r] + 1 - j0, nh, g, hd, sc);
+        attend_row(out + r * qd, q + r * qd, kv, K, V, (int64_t)pos[r] + 1 - j0, nh, g, hd, softcap,
+                   sc);
     }
 }
 

@@ -71,25 +71,25 @@ static unsigned fwd_flags(const float *entropy, const float *sum_pi_sq)
 
 void df_lmhead_fwd_tiled(float *logp, float *entropy, float *sum_pi_sq, float *lse, const float *h,
                          const float *W, const int32_t *target, int64_t n, int64_t V, int64_t H,
-                         float temperature, const df_vocab_tiling *t, float *scratch)
+                         float temperature, float softcap, const df_vocab_tiling *t, float *scratch)
 {
     df_vocab_tiling c = df_vocab_tiling_clamp(t);
     const int64_t G = df_vocab_groups(V, &c);
     df_vstat *st = (df_vstat *)(void *)scratch;
     /* z[i, target[i]] lands in logp first. */
-    df_vocab_stats(st, logp, target, h, W, n, V, H, 1.0f / temperature,
+    df_vocab_stats(st, logp, target, h, W, n, V, H, 1.0f / temperature, softcap,
                    fwd_flags(entropy, sum_pi_sq), &c);
     fwd_merge(logp, entropy, sum_pi_sq, lse, st, n, G);
 }
 
 int df_lmhead_fwd16(float *logp, float *entropy, float *sum_pi_sq, float *lse, const df_vocab16 *b,
                     const int32_t *target, int64_t n, int64_t V, int64_t H, float temperature,
-                    const df_vocab_tiling *t, float *scratch)
+                    float softcap, const df_vocab_tiling *t, float *scratch)
 {
     df_vocab_tiling c = df_vocab_tiling_clamp(t);
     const int64_t G = df_vocab_groups(V, &c);
     df_vstat *st = (df_vstat *)(void *)scratch;
-    int rc = df_vocab_stats16(st, logp, target, b, n, V, H, 1.0f / temperature,
+    int rc = df_vocab_stats16(st, logp, target, b, n, V, H, 1.0f / temperature, softcap,
                               fwd_flags(entropy, sum_pi_sq), &c);
     if (!rc)
         fwd_merge(logp, entropy, sum_pi_sq, lse, st, n, G);
@@ -97,7 +97,9 @@ int df_lmhead_fwd16(float *logp, float *entropy, float *sum_pi_sq, float *lse, c
 }
 
 /* In place on a tile row: z -> dL/dlogits = dz / temperature (chain rule through
- * z = logits / t); gl, ge are dlogp, dentropy already divided by t. */
+ * z = logits / t); gl, ge are dlogp, dentropy already divided by t. With Gemma 2's soft-cap
+ * (kc = T / C > 0; 0: none) z = (C / T) tanh(y / C) and dL/dy gains the factor
+ * 1 - tanh^2 = 1 - (z kc)^2, done by cap_grad_row. */
 static void dlogits_row(float *z, int64_t nv, float l, float gl, float ge, float ent)
 {
     const df_v16 lv = df_v16_set1(l), glv = df_v16_set1(gl), gev = df_v16_set1(ge);
@@ -120,6 +122,15 @@ static void dlogits_row(float *z, int64_t nv, float l, float gl, float ge, float
     }
 }
 
+/* The soft-cap's factor on a row of dL/dz (d, in place) from its capped logits' tanh values
+ * t[j] = tanh(y_j / C), which the caller saved: d *= 1 - t^2. */
+static void cap_grad_row(float *d, const float *t, int64_t nv)
+{
+#pragma omp simd
+    for (int64_t j = 0; j < nv; j++)
+        d[j] *= 1.0f - t[j] * t[j];
+}
+
 typedef struct {
     float *dW, *part;
     const float *dlogp, *dentropy, *h, *W, *lse, *entropy;
@@ -129,11 +140,28 @@ typedef struct {
     df_vocab_tiling t;
     const df_vocab16 *b; /* mixed precision: bf16 tiles; NULL: float32 */
     int failed;
+    float softcap; /* Gemma 2's final-logit cap C (0: none) */
 } bwd_job;
 
-/* dL/dlogits of tile rows [rb, rb + nr) x columns [cs, cs + ns), in place. */
-static void dlogits_tile(const bwd_job *j, float *tile, int64_t rb, int64_t nr, int64_t cs,
-                         int64_t ns)
+/* A tile's GEMM factor (inv_t; with a cap 1 / C, the tile then capped by cap_tile). */
+static inline float bwd_alpha(const bwd_job *j)
+{
+    return j->softcap > 0.0f ? 1.0f / j->softcap : j->inv_t;
+}
+
+/* With a cap: tile[n] holds y / C; t[n] = tanh(y / C) and tile = (C / T) t, the forward's values
+ * (df_softcap_row's formula). */
+static void cap_tile(const bwd_job *j, float *tile, float *t, int64_t n)
+{
+    memcpy(t, tile, (size_t)n * sizeof(float));
+    df_softcap_row(t, n, 1.0f); /* tanh */
+    df_softcap_row(tile, n, j->softcap * j->inv_t);
+}
+
+/* dL/dlogits of tile rows [rb, rb + nr) x columns [cs, cs + ns), in place; th: the tile's tanh
+ * values with a cap (cap_tile), else NULL. */
+static void dlogits_tile(const bwd_job *j, float *tile, const float *th, int64_t rb, int64_t nr,
+                         int64_t cs, int64_t ns)
 {
     for (int64_t i = 0; i < nr; i++) {
         int64_t r = rb + i;
@@ -145,6 +173,8 @@ static void dlogits_tile(const bwd_job *j, float *tile, int64_t rb, int64_t nr, 
         int64_t tg = j->target[r];
         if (tg >= cs && tg < cs + ns)
             z[tg - cs] += gl;
+        if (th) /* through the cap: dL/dy = dL/dz (1 - tanh^2) */
+            cap_grad_row(z, th + i * ns, ns);
     }
 }
 
@@ -154,6 +184,8 @@ static void dlogits_tile(const bwd_job *j, float *tile, int64_t rb, int64_t nr, 
 static void bwd_item(const bwd_job *j, int64_t g)
 {
     float tile[DF_LMHEAD_TILE_MAX] __attribute__((aligned(64)));
+    float thb[DF_LMHEAD_TILE_MAX] __attribute__((aligned(64))); /* tanh values with a cap */
+    float *th = j->softcap > 0.0f ? thb : NULL;
     const int64_t H = j->H, c0 = g * j->t.group;
     const int64_t c1 = c0 + j->t.group < j->V ? c0 + j->t.group : j->V;
     float *part = j->part + g * j->stride;
@@ -161,8 +193,10 @@ static void bwd_item(const bwd_job *j, int64_t g)
         const int64_t ns = c1 - cs < j->t.cols ? c1 - cs : j->t.cols;
         for (int64_t rb = j->r0; rb < j->r0 + j->nr; rb += j->t.rows) {
             const int64_t nr = j->r0 + j->nr - rb < j->t.rows ? j->r0 + j->nr - rb : j->t.rows;
-            df_gemm_nt(nr, ns, H, j->inv_t, j->h + rb * H, j->W + cs * H, 0.0f, tile);
-            dlogits_tile(j, tile, rb, nr, cs, ns);
+            df_gemm_nt(nr, ns, H, bwd_alpha(j), j->h + rb * H, j->W + cs * H, 0.0f, tile);
+            if (th)
+                cap_tile(j, tile, th, nr * ns);
+            dlogits_tile(j, tile, th, rb, nr, cs, ns);
             if (j->dW) /* NULL: a frozen head (LoRA) */
                 df_gemm_tn(ns, H, nr, 1.0f, tile, j->h + rb * H, 1.0f, j->dW + cs * H);
             df_gemm_nn(nr, H, ns, 1.0f, tile, j->W + cs * H, cs == c0 ? 0.0f : 1.0f,
@@ -189,7 +223,7 @@ static int64_t bwd16_chunk(const df_vocab_tiling *t)
  * Per tile (reductions of t.rows rows or t.cols columns) they ran at half the bf16 peak in
  * place: every call re-read a dW tile, and every row item the whole dW. The two GEMMs have
  * one primitive per item row count (a multiple of t.rows) and chunk width. */
-static int bwd_item16(const bwd_job *j, int64_t g, uint16_t *d16)
+static int bwd_item16_th(const bwd_job *j, int64_t g, uint16_t *d16, float *th)
 {
     float tile[DF_LMHEAD_TILE_MAX] __attribute__((aligned(64)));
     const df_vocab16 *b = j->b;
@@ -204,11 +238,13 @@ static int bwd_item16(const bwd_job *j, int64_t g, uint16_t *d16)
             const int64_t ns = cc + nc - cs < j->t.cols ? cc + nc - cs : j->t.cols;
             for (int64_t rb = 0; rb < rows; rb += R) {
                 const int64_t nr = j->nr - rb < R ? j->nr - rb : R; /* real rows */
-                if (df_mm16_tile(b->mm, false, true, R, ns, H, j->inv_t, h + rb * H,
+                if (df_mm16_tile(b->mm, false, true, R, ns, H, bwd_alpha(j), h + rb * H,
                                  b->W + cs * H, 0.0f, tile))
                     return -1;
+                if (j->softcap > 0.0f) /* the padded rows' zeros stay zero */
+                    cap_tile(j, tile, th, R * ns);
                 if (nr > 0)
-                    dlogits_tile(j, tile, j->r0 + rb, nr, cs, ns);
+                    dlogits_tile(j, tile, j->softcap > 0.0f ? th : NULL, j->r0 + rb, nr, cs, ns);
                 for (int64_t i = 0; i < R; i++)
                     df_bf16_from_f32_serial(d16 + (rb + i) * nc + (cs - cc), tile + i * ns, ns);
             }
@@ -220,6 +256,15 @@ static int bwd_item16(const bwd_job *j, int64_t g, uint16_t *d16)
             return -1;
     }
     return 0;
+}
+
+/* bwd_item16 with a soft-cap's tanh buffer (heap: a second tile does not belong on the stack). */
+static int bwd_item16(const bwd_job *j, int64_t g, uint16_t *d16)
+{
+    float *th = j->softcap > 0.0f ? aligned_alloc(64, DF_LMHEAD_TILE_MAX * sizeof(float)) : NULL;
+    int rc = j->softcap > 0.0f && !th ? -1 : bwd_item16_th(j, g, d16, th);
+    free(th);
+    return rc;
 }
 
 /* Row items of IR rows; per item the groups in parallel, then their dh parts summed in
@@ -266,39 +311,39 @@ static void bwd_run(bwd_job *j, float *dh, float *scratch, int64_t n)
 void df_lmhead_bwd_tiled(float *dh, float *dW, const float *dlogp, const float *dentropy,
                          const float *h, const float *W, const int32_t *target, const float *lse,
                          const float *entropy, int64_t n, int64_t V, int64_t H, float temperature,
-                         const df_vocab_tiling *t, float *scratch)
+                         float softcap, const df_vocab_tiling *t, float *scratch)
 {
     bwd_job j = {dW, scratch, dlogp, dentropy, h, W, lse, entropy, target, V, H, 0, 0, 0,
-                 1.0f / temperature, df_vocab_tiling_clamp(t), NULL, 0};
+                 1.0f / temperature, df_vocab_tiling_clamp(t), NULL, 0, softcap};
     bwd_run(&j, dh, scratch, n);
 }
 
 int df_lmhead_bwd16(float *dh, float *dW, const float *dlogp, const float *dentropy,
                     const df_vocab16 *b, const int32_t *target, const float *lse,
                     const float *entropy, int64_t n, int64_t V, int64_t H, float temperature,
-                    const df_vocab_tiling *t, float *scratch)
+                    float softcap, const df_vocab_tiling *t, float *scratch)
 {
     bwd_job j = {dW, scratch, dlogp, dentropy, NULL, NULL, lse, entropy, target, V, H, 0, 0, 0,
-                 1.0f / temperature, df_vocab_tiling_clamp(t), b, 0};
+                 1.0f / temperature, df_vocab_tiling_clamp(t), b, 0, softcap};
     bwd_run(&j, dh, scratch, n);
     return j.failed ? DF_EINTERNAL : DF_OK;
 }
 
 void df_lmhead_fwd(float *logp, float *entropy, float *sum_pi_sq, float *lse, const float *h, const float *W,
                    const int32_t *target, int64_t n, int64_t V, int64_t H, float temperature,
-                   float *scratch)
+                   float softcap, float *scratch)
 {
     df_vocab_tiling t = df_vocab_tiling_for(V, H);
-    df_lmhead_fwd_tiled(logp, entropy, sum_pi_sq, lse, h, W, target, n, V, H, temperature, &t,
+    df_lmhead_fwd_tiled(logp, entropy, sum_pi_sq, lse, h, W, target, n, V, H, temperature, softcap, &t,
                         scratch);
 }
 
 void df_lmhead_bwd(float *dh, float *dW, const float *dlogp, const float *dentropy,
                    const float *h, const float *W, const int32_t *target, const float *lse,
                    const float *entropy, int64_t n, int64_t V, int64_t H, float temperature,
-                   float *scratch)
+                   float softcap, float *scratch)
 {
     df_vocab_tiling t = df_vocab_tiling_for(V, H);
     df_lmhead_bwd_tiled(dh, dW, dlogp, dentropy, h, W, target, lse, entropy, n, V, H,
-                        temperature, &t, scratch);
+                        temperature, softcap, &t, scratch);
 }

@@ -97,8 +97,9 @@ static inline float df_v16_hmax(df_v16 v)
     return m;
 }
 
-/* df_expf on 16 lanes (same reduction and polynomial). */
-static inline df_v16 df_v16_exp(df_v16 x)
+/* df_expf on 16 lanes (same reduction and polynomial); always inlined (an out-of-line copy would
+   pass 64-byte vectors in memory, which -Wpsabi rejects without AVX-512). */
+static inline __attribute__((always_inline)) df_v16 df_v16_exp(df_v16 x)
 {
     const df_v16 lo = df_v16_set1(-87.33654f), hi = df_v16_set1(88.72283f);
     df_v16 xc = df_v16_select(x < lo, lo, x);
@@ -151,6 +152,35 @@ static inline df_v16 df_v16_exp_softmax(df_v16 x)
 #else
     return df_v16_exp(x);
 #endif
+}
+
+/* ---- Gemma 2's tanh soft-caps ---- */
+
+/* tanh(x) = 1 - 2 / (e^{2x} + 1) on 16 lanes: exactly +-1 where df_v16_exp overflows / flushes
+ * to 0, else an absolute error of a few float32 ulps of 1 (the exp's ~2 ulp relative, the add,
+ * the division and the subtraction, on quantities <= 2). */
+static inline __attribute__((always_inline)) df_v16 df_v16_tanh(df_v16 x)
+{
+    const df_v16 one = df_v16_set1(1.0f);
+    return one - df_v16_set1(2.0f) / (df_v16_exp(x + x) + one);
+}
+
+/* The same formula on one float (df_expf): a tail lane gives what a vector lane gives. */
+static inline float df_tanh_f(float x)
+{
+    return 1.0f - 2.0f / (df_expf(x + x) + 1.0f);
+}
+
+/* z[0 .. n) = a tanh(z) in place: the LM head's final-logit soft-cap C on a tile row that holds
+ * y / C (the logits over the cap), a = C / temperature (HF Gemma2ForCausalLM.forward). */
+static inline __attribute__((always_inline)) void df_softcap_row(float *z, int64_t n, float a)
+{
+    const df_v16 av = df_v16_set1(a);
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        df_v16_store(z + j, df_v16_tanh(df_v16_load(z + j)) * av);
+    for (; j < n; j++)
+        z[j] = df_tanh_f(z[j]) * a;
 }
 
 #endif /* DF_MODEL_OPS_MATH_H */

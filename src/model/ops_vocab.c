@@ -247,10 +247,18 @@ typedef struct {
     const df_vocab16 *b; /* mixed precision: bf16 tiles; NULL: float32 (h, W) */
     int64_t n, V, H, G;
     float inv_t;
+    float softcap; /* Gemma 2's final-logit cap (0: none) */
     unsigned flags;
     df_vocab_tiling t;
     int failed;
 } stats_job;
+
+/* The factor of a logits tile's GEMM: inv_t, or with a soft-cap C 1 / C (the tile then holds
+ * y / C, which df_softcap_row turns into (C / T) tanh(y / C)). */
+static inline float tile_alpha(float inv_t, float softcap)
+{
+    return softcap > 0.0f ? 1.0f / softcap : inv_t;
+}
 
 /* C[M, nc] = alpha A W[c0 .. c0 + nc)^T on b's bf16 head, row-major or packed. */
 static int head16_tile(const df_vocab16 *b, int64_t M, int64_t c0, int64_t nc, int64_t H,
@@ -292,9 +300,11 @@ static int stats_item(const stats_job *j, int64_t r0, int64_t r1, int64_t g)
         const int64_t ns = c1 - cs < j->t.cols ? c1 - cs : j->t.cols;
         for (int64_t rb = r0; rb < r1; rb += j->t.rows) {
             const int64_t nr = r1 - rb < j->t.rows ? r1 - rb : j->t.rows;
-            if (logits_tile(j->b, j->h, j->W, rb, cs, j->b ? j->t.rows : nr, ns, H, j->inv_t,
-                            tile))
+            if (logits_tile(j->b, j->h, j->W, rb, cs, j->b ? j->t.rows : nr, ns, H,
+                            tile_alpha(j->inv_t, j->softcap), tile))
                 return -1;
+            if (j->softcap > 0.0f)
+                df_softcap_row(tile, nr * ns, j->softcap * j->inv_t);
             for (int64_t i = 0; i < nr; i++) {
                 const float *z = tile + i * ns;
                 fold_tile_row(&j->st[(rb + i) * G + g], z, ns, cs, j->flags);
@@ -327,19 +337,19 @@ static int stats_run(stats_job *j)
 }
 
 void df_vocab_stats(df_vstat *st, float *zt, const int32_t *target, const float *h,
-                    const float *W, int64_t n, int64_t V, int64_t H, float inv_t, unsigned flags,
-                    const df_vocab_tiling *t)
+                    const float *W, int64_t n, int64_t V, int64_t H, float inv_t, float softcap,
+                    unsigned flags, const df_vocab_tiling *t)
 {
-    stats_job j = {st, zt, target, h, W, NULL, n, V, H, 0, inv_t, flags,
+    stats_job j = {st, zt, target, h, W, NULL, n, V, H, 0, inv_t, softcap, flags,
                    df_vocab_tiling_clamp(t), 0};
     (void)stats_run(&j); /* float32 sgemm cannot fail */
 }
 
 int df_vocab_stats16(df_vstat *st, float *zt, const int32_t *target, const df_vocab16 *b,
-                     int64_t n, int64_t V, int64_t H, float inv_t, unsigned flags,
+                     int64_t n, int64_t V, int64_t H, float inv_t, float softcap, unsigned flags,
                      const df_vocab_tiling *t)
 {
-    stats_job j = {st, zt, target, NULL, NULL, b, n, V, H, 0, inv_t, flags,
+    stats_job j = {st, zt, target, NULL, NULL, b, n, V, H, 0, inv_t, softcap, flags,
                    df_vocab_tiling_clamp(t), 0};
     return stats_run(&j) ? DF_EINTERNAL : DF_OK;
 }
@@ -390,8 +400,8 @@ int64_t df_row_cdf_find(const float *w, int64_t n, double target)
 /* df_vocab_draw over float32 (b NULL: h_row, W) or bf16 operands (row r of b->h). */
 static int32_t draw(const df_vstat *st, int64_t G, const df_vrow *row, double u,
                     const float *h_row, const float *W, const df_vocab16 *b, int64_t r,
-                    int64_t V, int64_t H, float inv_t, const df_vocab_tiling *t, float *buf,
-                    float *z_tok)
+                    int64_t V, int64_t H, float inv_t, float softcap, const df_vocab_tiling *t,
+                    float *buf, float *z_tok)
 {
     df_vocab_tiling c = df_vocab_tiling_clamp(t);
     /* Group masses as df_vstat_merge sums them, so their prefix sums reach
@@ -414,9 +424,11 @@ static int32_t draw(const df_vstat *st, int64_t G, const df_vrow *row, double u,
     double tg = (target - cum) / scale;
     int64_t c0 = gs * c.group, nc = V - c0 < c.group ? V - c0 : c.group;
     if (!b)
-        df_gemm_nt(1, nc, H, inv_t, h_row, W + c0 * H, 0.0f, buf);
-    else if (head16_tile(b, 1, c0, nc, H, inv_t, b->h + r * H, buf))
+        df_gemm_nt(1, nc, H, tile_alpha(inv_t, softcap), h_row, W + c0 * H, 0.0f, buf);
+    else if (head16_tile(b, 1, c0, nc, H, tile_alpha(inv_t, softcap), b->h + r * H, buf))
         return -1;
+    if (softcap > 0.0f) /* as df_vocab_stats made them */
+        df_softcap_row(buf, nc, softcap * inv_t);
     float *w = buf + c.group; /* weights e^(z - m_g) of the group */
     df_row_exp(w, buf, nc, st[gs].m);
     int64_t j = df_row_cdf_find(w, nc, tg);
@@ -426,14 +438,15 @@ static int32_t draw(const df_vstat *st, int64_t G, const df_vrow *row, double u,
 
 int32_t df_vocab_draw(const df_vstat *st, int64_t G, const df_vrow *row, double u,
                       const float *h_row, const float *W, int64_t V, int64_t H, float inv_t,
-                      const df_vocab_tiling *t, float *buf, float *z_tok)
+                      float softcap, const df_vocab_tiling *t, float *buf, float *z_tok)
 {
-    return draw(st, G, row, u, h_row, W, NULL, 0, V, H, inv_t, t, buf, z_tok);
+    return draw(st, G, row, u, h_row, W, NULL, 0, V, H, inv_t, softcap, t, buf, z_tok);
 }
 
 int32_t df_vocab_draw16(const df_vstat *st, int64_t G, const df_vrow *row, double u,
                         const df_vocab16 *b, int64_t row_index, int64_t V, int64_t H,
-                        float inv_t, const df_vocab_tiling *t, float *buf, float *z_tok)
+                        float inv_t, float softcap, const df_vocab_tiling *t, float *buf,
+                        float *z_tok)
 {
-    return draw(st, G, row, u, NULL, NULL, b, row_index, V, H, inv_t, t, buf, z_tok);
+    return draw(st, G, row, u, NULL, NULL, b, row_index, V, H, inv_t, softcap, t, buf, z_tok);
 }

@@ -61,6 +61,15 @@ float64 reference and file layout, for two tiny models that exercise what Qwen2 
                 rope_local_base_freq 1e4 without scaling, the full layer rope_theta 1e6 with
                 rope_scaling linear factor 8 (inv_freq / 8 in float32); GQA 4 / 2, head_dim 16
                 with hidden 32, tied, no biases.
+  tiny_gemma2   Gemma2ForCausalLM (modeling_gemma2.py, model_type gemma2): tiny_gemma3's sandwich
+                layer, (1 + w) norms, GeGLU and scaled embedding, without q / k norms; one RoPE
+                (rope_theta 1e4) on every layer; no layer_types, so Gemma2Config's alternation:
+                layer i slides when (i + 1) % 2 != 0 (layers 0 and 2 over sliding_window 4,
+                layer 1 full); attn_logit_softcapping 2 (scores = 2 tanh(scores / 2) after the
+                query_pre_attn_scalar^-0.5 scaling, before the mask) and final_logit_softcapping 3
+                (logits = 3 tanh(logits / 3) before the temperature), both small enough to bite.
+                Its "logits" are the LM head's output before the cap (what the test multiplies
+                out); the log-probs, entropies and gradients are of the capped model.
 
 For each <name>: <name>/config.json, <name>/model.safetensors (F32) and
 <name>_expected.safetensors with batch.*, logits.rows / logits (temperature 1), logp.t1,
@@ -207,14 +216,26 @@ GEMMA3.update({
 
 
 def is_gemma3(c):
-    return c["model_type"] == "gemma3_text"
+    """Gemma 3's text layer, which Gemma 2's shares (is_gemma2 marks what differs)."""
+    return c["model_type"] in ("gemma3_text", "gemma2")
+
+
+def is_gemma2(c):
+    """Gemma2: no q / k norms, no local RoPE, the two tanh soft-caps."""
+    return c["model_type"] == "gemma2"
 
 
 def gemma3_full(c, i):
-    """Gemma3TextConfig: layer_types, else layer i is full when (i + 1) % sliding_window_pattern == 0."""
+    """Gemma3TextConfig: layer_types, else layer i is full when (i + 1) % sliding_window_pattern == 0
+    (Gemma2Config: when (i + 1) % 2 == 0, no pattern key)."""
     if c.get("layer_types"):
         return c["layer_types"][i] == "full_attention"
-    return (i + 1) % c.get("sliding_window_pattern", 6) == 0
+    return (i + 1) % (2 if is_gemma2(c) else c.get("sliding_window_pattern", 6)) == 0
+
+
+def softcap(x, cap):
+    """Gemma 2's soft-cap: cap tanh(x / cap); None: x."""
+    return cap * torch.tanh(x / cap) if cap else x
 
 
 def norm(c, x, w, eps):
@@ -256,7 +277,7 @@ def param_shapes(c):
             out += [(p + "q_norm.weight", (d,)), (p + "k_norm.weight", (d,))]
         if olmo2:                                # over the whole projections
             out += [(p + "q_norm.weight", (q,)), (p + "k_norm.weight", (kv,))]
-        if is_gemma3(c):                         # per head over head_dim, as Qwen3's
+        if is_gemma3(c) and not is_gemma2(c):    # per head over head_dim, as Qwen3's
             out += [(p + "q_norm.weight", (d,)), (p + "k_norm.weight", (d,))]
         m = f"model.layers.{i}."
         out.append((m + "post_attention_layernorm.weight", (H,)))
@@ -301,7 +322,7 @@ def inv_freq(c, i=0):
     Gemma 3 (Gemma3RotaryEmbedding): sliding layers rope_local_base_freq without scaling, full
     layers rope_theta with rope_scaling (linear: inv_freq / factor in float32)."""
     d = rot_dim(c)
-    if is_gemma3(c) and not gemma3_full(c, i):
+    if is_gemma3(c) and not is_gemma2(c) and not gemma3_full(c, i):
         return 1.0 / (c["rope_local_base_freq"] ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
     f = 1.0 / (c["rope_theta"] ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
     rs = c.get("rope_scaling")
@@ -441,6 +462,7 @@ def layer(c, p, i, x):
     v = v.repeat_interleave(nh // nkv, dim=0)
     scale = c["query_pre_attn_scalar"] ** -0.5 if is_gemma3(c) else d ** -0.5
     s = (q @ k.transpose(1, 2)) * scale
+    s = softcap(s, c.get("attn_logit_softcapping"))  # Gemma 2: after the scaling, before the mask
     qi, kj = torch.arange(L)[:, None], torch.arange(L)[None, :]
     hidden = kj > qi
     W = window_of(c, i)
@@ -473,7 +495,7 @@ def final_hidden(c, p, tokens, offsets):
 def head(c, p, hid, rows, targets, temperature):
     W = p["model.embed_tokens.weight"] if c["tie_word_embeddings"] else p["lm_head.weight"]
     logits = hid[rows] @ W.T
-    z = logits / temperature
+    z = softcap(logits, c.get("final_logit_softcapping")) / temperature
     lse = torch.logsumexp(z, dim=-1)
     logp = z.gather(-1, targets[:, None])[:, 0] - lse
     ent = lse - (torch.softmax(z, dim=-1) * z).sum(-1)
@@ -523,11 +545,23 @@ def write_fixture(name, c, seed):
     print(f"{name}: n_out={len(rows)} loss={float(loss):.6f} logp.t1[0]={float(logp1[0]):.6f}")
 
 
+GEMMA2 = {k: v for k, v in GEMMA3.items() if k not in ("rope_local_base_freq", "layer_types")}
+GEMMA2.update({
+    "architectures": ["Gemma2ForCausalLM"],
+    "model_type": "gemma2",
+    "rope_theta": 10000.0,
+    "rope_scaling": None,
+    "attn_logit_softcapping": 2.0,
+    "final_logit_softcapping": 3.0,
+})
+
+
 FIXTURES = [("tiny_qwen3", QWEN3, 3003), ("tiny_llama31", LLAMA31, 3101),
             ("tiny_mistral", MISTRAL, 3211), ("tiny_phi3", PHI3, 3307),
             ("tiny_phi3_longrope", PHI3_LONGROPE, 3313), ("tiny_phi4_mini", PHI4_MINI, 3319),
             ("tiny_olmo2", OLMO2, 3401), ("tiny_olmo2_bias", OLMO2_BIAS, 3403),
-            ("tiny_gemma3", GEMMA3, 3501), ("tiny_qwen3_yarn", QWEN3_YARN, 3009)]
+            ("tiny_gemma3", GEMMA3, 3501), ("tiny_qwen3_yarn", QWEN3_YARN, 3009),
+            ("tiny_gemma2", GEMMA2, 3601)]
 
 
 def main():

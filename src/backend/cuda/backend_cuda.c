@@ -287,18 +287,32 @@ static int64_t cu_lmhead_scratch_floats(void *ctx, int64_t n, int64_t V, int64_t
     return df_cuda_vocab_scratch_floats(n, V, H);
 }
 
+/* Gemma 2's final-logit soft-cap is not implemented here (no attention_softcap capability:
+   df_model_check_backend refuses such a model before it reaches these entries). */
+static int cu_no_softcap(const char *op, float softcap)
+{
+    if (softcap > 0.0f)
+        return df_error(DF_EUNSUPPORTED, "%s (CUDA): the final-logit soft-cap (Gemma 2's "
+                        "final_logit_softcapping %g) is not implemented", op, (double)softcap);
+    return DF_OK;
+}
+
 /* Sampling shares the vocabulary operators' scratch (df_cuda_vocab_scratch_floats). */
 static int cu_sample(void *ctx, int32_t *tok, float *logp, const float *h, const float *W, int64_t n,
-                     int64_t V, int64_t H, float temperature, int64_t top_k, float top_p,
-                     const double *u, float *scratch)
+                     int64_t V, int64_t H, float temperature, float softcap, int64_t top_k,
+                     float top_p, const double *u, float *scratch)
 {
+    if (cu_no_softcap("sample", softcap))
+        return DF_EUNSUPPORTED;
     return df_cuda_sample(ctx, tok, logp, h, W, n, V, H, temperature, top_k, top_p, u, scratch);
 }
 
 static int cu_lmhead_fwd(void *ctx, float *logp, float *entropy, float *sum_pi_sq, float *lse,
                          const float *h, const float *W, const int32_t *target, int64_t n, int64_t V,
-                         int64_t H, float temperature, float *scratch)
+                         int64_t H, float temperature, float softcap, float *scratch)
 {
+    if (cu_no_softcap("lmhead_fwd", softcap))
+        return DF_EUNSUPPORTED;
     return df_cuda_lmhead_fwd(ctx, logp, entropy, sum_pi_sq, lse, h, W, target, n, V, H, temperature,
                               scratch);
 }
@@ -306,16 +320,20 @@ static int cu_lmhead_fwd(void *ctx, float *logp, float *entropy, float *sum_pi_s
 static int cu_lmhead_bwd(void *ctx, float *dh, float *dW, const float *dlogp,
                          const float *dentropy, const float *h, const float *W,
                          const int32_t *target, const float *lse, const float *entropy, int64_t n,
-                         int64_t V, int64_t H, float temperature, float *scratch)
+                         int64_t V, int64_t H, float temperature, float softcap, float *scratch)
 {
+    if (cu_no_softcap("lmhead_bwd", softcap))
+        return DF_EUNSUPPORTED;
     return df_cuda_lmhead_bwd(ctx, dh, dW, dlogp, dentropy, h, W, target, lse, entropy, n, V, H,
                               temperature, scratch);
 }
 
 static int cu_lmhead_fwd_w16(void *ctx, float *logp, float *entropy, float *sum_pi_sq, float *lse,
                              const float *h, const uint16_t *W16, const int32_t *target, int64_t n,
-                             int64_t V, int64_t H, float temperature, float *scratch)
+                             int64_t V, int64_t H, float temperature, float softcap, float *scratch)
 {
+    if (cu_no_softcap("lmhead_fwd_w16", softcap))
+        return DF_EUNSUPPORTED;
     return df_cuda_lmhead_fwd_w16(ctx, logp, entropy, sum_pi_sq, lse, h, W16, target, n, V, H,
                                   temperature, scratch);
 }
@@ -323,8 +341,11 @@ static int cu_lmhead_fwd_w16(void *ctx, float *logp, float *entropy, float *sum_
 static int cu_lmhead_bwd_w16(void *ctx, float *dh, float *dW, const float *dlogp,
                              const float *dentropy, const float *h, const uint16_t *W16,
                              const int32_t *target, const float *lse, const float *entropy,
-                             int64_t n, int64_t V, int64_t H, float temperature, float *scratch)
+                             int64_t n, int64_t V, int64_t H, float temperature, float softcap,
+                             float *scratch)
 {
+    if (cu_no_softcap("lmhead_bwd_w16", softcap))
+        return DF_EUNSUPPORTED;
     return df_cuda_lmhead_bwd_w16(ctx, dh, dW, dlogp, dentropy, h, W16, target, lse, entropy, n, V,
                                   H, temperature, scratch);
 }
@@ -370,8 +391,12 @@ static int64_t cu_kv_scratch_floats(void *ctx, int64_t nh, int64_t max_len)
 
 static int cu_kv_attention(void *ctx, float *out, const float *q, const df_backend_kv *kv,
                            int64_t layer, const int32_t *slot, const int32_t *pos, int64_t n,
-                           int64_t nh, int64_t nkv, int64_t hd, int64_t window, float *scratch)
+                           int64_t nh, int64_t nkv, int64_t hd, int64_t window, float softcap,
+                           float *scratch)
 {
+    if (softcap > 0.0f) /* no attention_softcap capability: df_model_check_backend refuses first */
+        return df_error(DF_EUNSUPPORTED, "kv_attention (CUDA): soft-capped scores (Gemma 2's "
+                        "attn_logit_softcapping %g) are not implemented", (double)softcap);
     return df_cuda_kv_slots_attention(ctx, out, q, kv, layer, slot, pos, n, nh, nkv, hd, window,
                                       scratch);
 }
