@@ -176,31 +176,40 @@ static int check_null(json_t *root, const char *src, const char *key, const char
                     df_cfg_type_name(v));
 }
 
-/* Gemma3TextConfig's keys for features distflow does not have, and its activation
-   (hidden_activation; Gemma3MLP does not read hidden_act, so neither does distflow). */
+/* The keys Gemma 2 and Gemma 3 share: use_bidirectional_attention (refused unless false / null),
+   hidden_activation (gelu_pytorch_tanh only; their MLPs do not read hidden_act, so neither does
+   distflow) and query_pre_attn_scalar (default 256, > 0). */
+static int check_gemma_layer(json_t *root, const char *src, df_model_config *c)
+{
+    json_t *bi = df_cfg_get(root, "use_bidirectional_attention");
+    if (bi && !json_is_false(bi))
+        return df_error(DF_EUNSUPPORTED, "%s: key \"use_bidirectional_attention\" must be false or null "
+                        "(distflow's decoders are causal), got %s", src,
+                        json_is_true(bi) ? "true" : json_is_string(bi) ? json_string_value(bi) : df_cfg_type_name(bi));
+    json_t *act = df_cfg_get(root, "hidden_activation");
+    if (act && !json_is_string(act))
+        return df_cfg_wrong_type(src, "hidden_activation", "a string", act);
+    if (act && strcmp(json_string_value(act), "gelu_pytorch_tanh"))
+        return df_error(DF_EUNSUPPORTED, "%s: key \"hidden_activation\": \"%s\" is not supported "
+                        "(gelu_pytorch_tanh)", src, json_string_value(act));
+    c->query_pre_attn_scalar = 256;
+    int rc = df_cfg_get_num(root, src, "query_pre_attn_scalar", &c->query_pre_attn_scalar);
+    if (!rc && !(c->query_pre_attn_scalar > 0 && isfinite(c->query_pre_attn_scalar)))
+        return df_error(DF_EINVAL, "%s: key \"query_pre_attn_scalar\" must be > 0 (got %g)", src,
+                        c->query_pre_attn_scalar);
+    return rc;
+}
+
+/* Gemma3TextConfig's keys: the soft-caps, which Gemma 3 does not use (refused unless null), those
+   shared with Gemma 2 (check_gemma_layer) and rope_local_base_freq (default 10000, > 0). */
 static int check_gemma3(json_t *root, const char *src, df_model_config *c)
 {
     int rc = check_null(root, src, "final_logit_softcapping", "tanh soft-capping of the logits");
     if (!rc)
         rc = check_null(root, src, "attn_logit_softcapping", "tanh soft-capping of the attention scores");
-    json_t *bi = df_cfg_get(root, "use_bidirectional_attention");
-    if (!rc && bi && !json_is_false(bi))
-        return df_error(DF_EUNSUPPORTED, "%s: key \"use_bidirectional_attention\" must be false or null "
-                        "(distflow's decoders are causal), got %s", src,
-                        json_is_true(bi) ? "true" : json_is_string(bi) ? json_string_value(bi) : df_cfg_type_name(bi));
-    json_t *act = df_cfg_get(root, "hidden_activation");
-    if (!rc && act && !json_is_string(act))
-        return df_cfg_wrong_type(src, "hidden_activation", "a string", act);
-    if (!rc && act && strcmp(json_string_value(act), "gelu_pytorch_tanh"))
-        return df_error(DF_EUNSUPPORTED, "%s: key \"hidden_activation\": \"%s\" is not supported "
-                        "(gelu_pytorch_tanh)", src, json_string_value(act));
-    c->query_pre_attn_scalar = 256;
-    c->rope_local_theta = 10000.0;
     if (!rc)
-        rc = df_cfg_get_num(root, src, "query_pre_attn_scalar", &c->query_pre_attn_scalar);
-    if (!rc && !(c->query_pre_attn_scalar > 0 && isfinite(c->query_pre_attn_scalar)))
-        return df_error(DF_EINVAL, "%s: key \"query_pre_attn_scalar\" must be > 0 (got %g)", src,
-                        c->query_pre_attn_scalar);
+        rc = check_gemma_layer(root, src, c);
+    c->rope_local_theta = 10000.0;
     if (!rc)
         rc = df_cfg_get_num(root, src, "rope_local_base_freq", &c->rope_local_theta);
     if (!rc && !(c->rope_local_theta > 0 && isfinite(c->rope_local_theta)))
@@ -226,31 +235,15 @@ static int get_softcap(json_t *root, const char *src, const char *key, double df
     return DF_OK;
 }
 
-/* Gemma2Config's keys beyond Qwen2Config's: the soft-caps (attn 50, final 30), the attention scale
-   (query_pre_attn_scalar 256), the activation (hidden_activation; Gemma2MLP does not read
-   hidden_act) and use_bidirectional_attention (refused unless false / null, as for gemma3_text). */
+/* Gemma2Config's keys beyond Qwen2Config's: the soft-caps (attn 50, final 30) and those shared
+   with Gemma 3 (check_gemma_layer). */
 static int check_gemma2(json_t *root, const char *src, df_model_config *c)
 {
     int rc = get_softcap(root, src, "attn_logit_softcapping", 50.0, &c->attn_logit_softcap);
     if (!rc)
         rc = get_softcap(root, src, "final_logit_softcapping", 30.0, &c->final_logit_softcap);
-    json_t *bi = df_cfg_get(root, "use_bidirectional_attention");
-    if (!rc && bi && !json_is_false(bi))
-        return df_error(DF_EUNSUPPORTED, "%s: key \"use_bidirectional_attention\" must be false or null "
-                        "(distflow's decoders are causal), got %s", src,
-                        json_is_true(bi) ? "true" : df_cfg_type_name(bi));
-    json_t *act = df_cfg_get(root, "hidden_activation");
-    if (!rc && act && !json_is_string(act))
-        return df_cfg_wrong_type(src, "hidden_activation", "a string", act);
-    if (!rc && act && strcmp(json_string_value(act), "gelu_pytorch_tanh"))
-        return df_error(DF_EUNSUPPORTED, "%s: key \"hidden_activation\": \"%s\" is not supported "
-                        "(gelu_pytorch_tanh)", src, json_string_value(act));
-    c->query_pre_attn_scalar = 256;
     if (!rc)
-        rc = df_cfg_get_num(root, src, "query_pre_attn_scalar", &c->query_pre_attn_scalar);
-    if (!rc && !(c->query_pre_attn_scalar > 0 && isfinite(c->query_pre_attn_scalar)))
-        return df_error(DF_EINVAL, "%s: key \"query_pre_attn_scalar\" must be > 0 (got %g)", src,
-                        c->query_pre_attn_scalar);
+        rc = check_gemma_layer(root, src, c);
     return rc;
 }
 
