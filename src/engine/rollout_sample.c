@@ -138,11 +138,11 @@ int df_rollout_sample_fused(gen_ctx *g, const int32_t *list, const int64_t *rows
 
 /* Gemma 2's final-logit soft-cap on the n x V logits of e->logits (C tanh(z / C); 0: none;
  * libm's tanhf: the fused path's df_softcap_row differs by a few ulps of C). */
-static int cap_logits(df_rollout_engine *e, int64_t n, int rc)
+static void cap_logits(df_rollout_engine *e, int64_t n)
 {
     const float C = (float)e->cfg.final_logit_softcap;
-    if (rc || !(C > 0.0f))
-        return rc;
+    if (!(C > 0.0f))
+        return;
     const int64_t V = e->cfg.vocab_size;
 #pragma omp parallel for schedule(static) if (n * V > 65536)
     for (int64_t i = 0; i < n; i++) {
@@ -150,18 +150,9 @@ static int cap_logits(df_rollout_engine *e, int64_t n, int rc)
         for (int64_t v = 0; v < V; v++)
             z[v] = C * tanhf(z[v] / C);
     }
-    return rc;
 }
 
-static int rollout_logits_raw(df_rollout_engine *e, const df_infer_weights *w, int64_t r0, int64_t n);
-
-/* LM head for rows [r0, r0 + n) of the final hidden states into e->logits (bf16: the
- * head's copy, packed or row-major, the rows rounded per call), soft-capped for Gemma 2. */
-int df_rollout_logits(df_rollout_engine *e, const df_infer_weights *w, int64_t r0, int64_t n)
-{
-    return cap_logits(e, n, rollout_logits_raw(e, w, r0, n));
-}
-
+/* rows [r0, r0 + n) of the final hidden states times the LM head into e->logits */
 static int rollout_logits_raw(df_rollout_engine *e, const df_infer_weights *w, int64_t r0, int64_t n)
 {
     int64_t H = e->cfg.hidden_size, V = e->cfg.vocab_size;
@@ -183,6 +174,16 @@ static int rollout_logits_raw(df_rollout_engine *e, const df_infer_weights *w, i
     if (!rc)
         rc = be->ops->download(be->ctx, e->logits, e->d_logits, (size_t)(n * V) * sizeof(float));
     return rc ? df_error_wrap(rc, "rollout: the LM head on the %s backend", be->ops->name) : DF_OK;
+}
+
+/* LM head for rows [r0, r0 + n) of the final hidden states into e->logits (bf16: the
+ * head's copy, packed or row-major, the rows rounded per call), soft-capped for Gemma 2. */
+int df_rollout_logits(df_rollout_engine *e, const df_infer_weights *w, int64_t r0, int64_t n)
+{
+    int rc = rollout_logits_raw(e, w, r0, n);
+    if (!rc)
+        cap_logits(e, n);
+    return rc;
 }
 
 /* On a device with a sampler: the listed slots' hidden rows (rows[k] of the chunk at r0; gathered

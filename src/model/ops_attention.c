@@ -210,14 +210,14 @@ static ALWAYS_INLINE void attn_bwd_group(float *dq, float *dk, float *dv, const 
                 float li = lse[(r0 + i) * nh + h];
                 if (softcap > 0.0f)
                     softcap_row(p, g, j0, nv, softcap);
-                else
-                    for (int64_t j = j0; j < nv; j++)
-                        g[j] = 1.0f;
 #pragma omp simd
                 for (int64_t j = j0; j < nv; j++) {
                     p[j] = df_expf(p[j] - li);
-                    dp[j] = p[j] * (dp[j] - Di) * scale * g[j]; /* scaled dS, through the cap */
+                    dp[j] = p[j] * (dp[j] - Di) * scale; /* scaled dS */
                 }
+                if (softcap > 0.0f) /* through the cap */
+                    for (int64_t j = j0; j < nv; j++)
+                        dp[j] *= g[j];
                 for (int64_t j = j0; j < nv; j++) {
                     const float *kj = kh + (k0 + j) * ldk;
                     float *dkj = dkh + (k0 + j) * ldk, *dvj = dvh + (k0 + j) * ldk;

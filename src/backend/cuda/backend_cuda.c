@@ -287,13 +287,13 @@ static int64_t cu_lmhead_scratch_floats(void *ctx, int64_t n, int64_t V, int64_t
     return df_cuda_vocab_scratch_floats(n, V, H);
 }
 
-/* Gemma 2's final-logit soft-cap is not implemented here (no attention_softcap capability:
+/* Gemma 2's soft-caps are not implemented here (no attention_softcap capability:
    df_model_check_backend refuses such a model before it reaches these entries). */
-static int cu_no_softcap(const char *op, float softcap)
+static int cu_no_softcap(const char *op, float softcap, const char *key)
 {
     if (softcap > 0.0f)
-        return df_error(DF_EUNSUPPORTED, "%s (CUDA): the final-logit soft-cap (Gemma 2's "
-                        "final_logit_softcapping %g) is not implemented", op, (double)softcap);
+        return df_error(DF_EUNSUPPORTED, "%s (CUDA): Gemma 2's soft-cap (%s %g) is not implemented",
+                        op, key, (double)softcap);
     return DF_OK;
 }
 
@@ -302,7 +302,7 @@ static int cu_sample(void *ctx, int32_t *tok, float *logp, const float *h, const
                      int64_t V, int64_t H, float temperature, float softcap, int64_t top_k,
                      float top_p, const double *u, float *scratch)
 {
-    if (cu_no_softcap("sample", softcap))
+    if (cu_no_softcap("sample", softcap, "final_logit_softcapping"))
         return DF_EUNSUPPORTED;
     return df_cuda_sample(ctx, tok, logp, h, W, n, V, H, temperature, top_k, top_p, u, scratch);
 }
@@ -311,7 +311,7 @@ static int cu_lmhead_fwd(void *ctx, float *logp, float *entropy, float *sum_pi_s
                          const float *h, const float *W, const int32_t *target, int64_t n, int64_t V,
                          int64_t H, float temperature, float softcap, float *scratch)
 {
-    if (cu_no_softcap("lmhead_fwd", softcap))
+    if (cu_no_softcap("lmhead_fwd", softcap, "final_logit_softcapping"))
         return DF_EUNSUPPORTED;
     return df_cuda_lmhead_fwd(ctx, logp, entropy, sum_pi_sq, lse, h, W, target, n, V, H, temperature,
                               scratch);
@@ -322,7 +322,7 @@ static int cu_lmhead_bwd(void *ctx, float *dh, float *dW, const float *dlogp,
                          const int32_t *target, const float *lse, const float *entropy, int64_t n,
                          int64_t V, int64_t H, float temperature, float softcap, float *scratch)
 {
-    if (cu_no_softcap("lmhead_bwd", softcap))
+    if (cu_no_softcap("lmhead_bwd", softcap, "final_logit_softcapping"))
         return DF_EUNSUPPORTED;
     return df_cuda_lmhead_bwd(ctx, dh, dW, dlogp, dentropy, h, W, target, lse, entropy, n, V, H,
                               temperature, scratch);
@@ -332,7 +332,7 @@ static int cu_lmhead_fwd_w16(void *ctx, float *logp, float *entropy, float *sum_
                              const float *h, const uint16_t *W16, const int32_t *target, int64_t n,
                              int64_t V, int64_t H, float temperature, float softcap, float *scratch)
 {
-    if (cu_no_softcap("lmhead_fwd_w16", softcap))
+    if (cu_no_softcap("lmhead_fwd_w16", softcap, "final_logit_softcapping"))
         return DF_EUNSUPPORTED;
     return df_cuda_lmhead_fwd_w16(ctx, logp, entropy, sum_pi_sq, lse, h, W16, target, n, V, H,
                                   temperature, scratch);
@@ -344,7 +344,7 @@ static int cu_lmhead_bwd_w16(void *ctx, float *dh, float *dW, const float *dlogp
                              int64_t n, int64_t V, int64_t H, float temperature, float softcap,
                              float *scratch)
 {
-    if (cu_no_softcap("lmhead_bwd_w16", softcap))
+    if (cu_no_softcap("lmhead_bwd_w16", softcap, "final_logit_softcapping"))
         return DF_EUNSUPPORTED;
     return df_cuda_lmhead_bwd_w16(ctx, dh, dW, dlogp, dentropy, h, W16, target, lse, entropy, n, V,
                                   H, temperature, scratch);
@@ -394,9 +394,8 @@ static int cu_kv_attention(void *ctx, float *out, const float *q, const df_backe
                            int64_t nh, int64_t nkv, int64_t hd, int64_t window, float softcap,
                            float *scratch)
 {
-    if (softcap > 0.0f) /* no attention_softcap capability: df_model_check_backend refuses first */
-        return df_error(DF_EUNSUPPORTED, "kv_attention (CUDA): soft-capped scores (Gemma 2's "
-                        "attn_logit_softcapping %g) are not implemented", (double)softcap);
+    if (cu_no_softcap("kv_attention", softcap, "attn_logit_softcapping"))
+        return DF_EUNSUPPORTED;
     return df_cuda_kv_slots_attention(ctx, out, q, kv, layer, slot, pos, n, nh, nkv, hd, window,
                                       scratch);
 }
