@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CUDA backend's GPU checks, for a lent GPU machine that has the CUDA toolkit but none of
 # distflow's Debian libraries (docs/cuda.md):
-#   scripts/device-cuda.sh pack BUILD   here: copy BUILD's test_cuda_*, test_backend_ops and bench_cuda_*
+#   scripts/device-cuda.sh pack BUILD   here: copy BUILD's test_cuda_*, test_backend_ops, bench_cuda_*, the CLI and its CUDA module
 #                                       and the shared libraries they need (not CUDA's own)
 #                                       into .devpack/ (git-ignored, carried to the machine)
 #   scripts/device-cuda.sh run [OUTDIR] there: the conformance tests, then the benchmark and
@@ -26,7 +26,7 @@ pack() {
   rm -rf .devpack && mkdir -p .devpack/bin .devpack/lib
   grep -qx '/.devpack/' .git/info/exclude 2>/dev/null || echo '/.devpack/' >>.git/info/exclude
   cp "$build"/test_cuda_* "$build"/test_backend_ops "$build"/bench_cuda_* "$build"/bench_grpo_step \
-    "$build"/distflow .devpack/bin/
+    "$build"/distflow "$build"/libdistflow_cuda.so .devpack/bin/
   # what `grpo` reads of ../shared (which does not travel): the Qwen2.5 tokenizer, 64 GSM8K rows
   mkdir -p .devpack/data/qwen2.5
   cp ../shared/data/tokenizers/qwen2.5/tokenizer.json ../shared/data/tokenizers/qwen2.5/tokenizer_config.json \

@@ -2,7 +2,7 @@
 #include "cli/cli.h"
 #include "distflow/backend.h"
 #ifdef DF_HAVE_CUDA
-#include "backend/cuda/cuda_backend.h"
+#include "cli/cuda_module.h"
 #endif
 
 #include "distflow/comm.h"
@@ -117,10 +117,15 @@ static void print_devices(void)
 {
     printf("backends: %s\n", df_backend_names());
 #ifdef DF_HAVE_CUDA
+    const df_cuda_module *m = NULL;
+    if (df_cli_cuda_module(&m)) {
+        printf("cuda_module: unavailable (%s)\n", df_last_error());
+        return;
+    }
     int n = 0;
-    df_cuda_device_count(&n);
+    m->device_count(&n);
     printf("cuda_devices: %d\n", n);
-    const int nv = df_cuda_nccl_version();
+    const int nv = m->nccl_version();
     if (nv)
         printf("cuda_nccl: %d.%d.%d (the gradient all-reduce and the data coordinator's payloads "
                "between GPUs)\n", nv / 10000, nv / 100 % 100, nv % 100);
@@ -128,13 +133,13 @@ static void print_devices(void)
         printf("cuda_nccl: not in this build (gradients all-reduced through the host over MPI; "
                "the data coordinator's payloads over MPI)\n");
     df_cuda *c = NULL;
-    if (n > 0 && df_cuda_create(-1, &c) == DF_OK) {
+    if (n > 0 && m->create(-1, &c) == DF_OK) {
         df_cuda_info in;
-        df_cuda_get_info(c, &in);
+        m->get_info(c, &in);
         printf("cuda_device: %d %s (compute capability %d.%d, %d SMs, %.1f GiB; runtime %d, "
                "driver %d)\n", in.device, in.name, in.cc_major, in.cc_minor, in.n_sm,
                (double)in.mem_bytes / (1 << 30), in.runtime_version, in.driver_version);
-        df_cuda_free(c);
+        m->free(c);
     } else if (n > 0) {
         printf("cuda_device: unavailable (%s)\n", df_last_error());
     }

@@ -5,7 +5,7 @@
 #include "distflow/common.h"
 #include "distflow/platform.h"
 #ifdef DF_HAVE_CUDA
-#include "backend/cuda/cuda_backend.h"
+#include "cli/cuda_module.h"
 #endif
 
 #include <malloc.h>
@@ -60,7 +60,7 @@ int main(int argc, char **argv)
         return 0;
     }
 #ifdef DF_HAVE_CUDA
-    df_backend_register("cuda", df_backend_cuda_open); /* trainer.device=cuda */
+    df_backend_register("cuda", df_cli_cuda_backend_open); /* trainer.device=cuda */
 #endif
     for (size_t i = 0; i < N_COMMANDS; i++)
         if (!strcmp(argv[1], commands[i].name)) {

@@ -356,6 +356,32 @@ int df_cuda_nccl_allreduce_sum(df_cuda_nccl *n, float *d, int64_t count);
 int df_cuda_nccl_alltoallv(df_cuda_nccl *n, const void *send, const int64_t *send_counts,
                            void *recv, const int64_t *recv_counts);
 
+/* ---- the module (module.c): libdistflow_cuda.so, which the CLI loads on demand ------------- */
+
+/**
+ * What the CLI calls in libdistflow_cuda.so (docs/cuda.md "The module"): the CLI does not link
+ * the CUDA libraries (cudart, cuBLAS, NCCL: ~800 MB mapped, ~0.5 s cold), so it dlopens the module
+ * beside it only when a command asks for the GPU (trainer.device=cuda, `distflow env`). The
+ * module's own df_error / df_comm_* calls resolve against the CLI's exported API.
+ * The size fields let the loader refuse a module of another build whose layouts differ.
+ */
+typedef struct df_cuda_module {
+    size_t module_bytes;  /**< sizeof(df_cuda_module) */
+    size_t ops_bytes;     /**< sizeof(df_backend_ops) */
+    size_t info_bytes;    /**< sizeof(df_cuda_info) */
+    df_backend_open_fn backend_open;          /**< df_backend_cuda_open */
+    int (*device_count)(int *n);              /**< df_cuda_device_count */
+    int (*nccl_version)(void);                /**< df_cuda_nccl_version */
+    int (*create)(int device, df_cuda **out); /**< df_cuda_create */
+    void (*get_info)(const df_cuda *c, df_cuda_info *out); /**< df_cuda_get_info */
+    void (*free)(df_cuda *c);                 /**< df_cuda_free */
+} df_cuda_module;
+
+/** The module's entry point (its only exported symbol): the table above, static, never NULL. */
+DF_API const df_cuda_module *df_cuda_module_get(void);
+/** The entry point's name, for dlsym. */
+#define DF_CUDA_MODULE_ENTRY "df_cuda_module_get"
+
 #ifdef __cplusplus
 }
 #endif
