@@ -127,6 +127,55 @@ static void test_device_cuda(void **state)
     df_config_free(c);
 }
 
+/* fsdp_config.fsdp_size: -1, 1 or at least the role's data-parallel ranks; a hybrid size between
+ * (shard within groups, replicate across) and 0 are refused, naming the key and the ranks. */
+/* df_train_check on `world` ranks of BASE + overrides; keeps the message. */
+static int check_ov(const char *const *ov, int n, int world)
+{
+    df_config *c = NULL;
+    if (df_config_load_text(df_config_schema_train(), BASE, "base.yaml", ov, n, &c))
+        fail_msg("load failed: %s", df_last_error());
+    int rc = df_train_check(c, world, NULL, NULL, NULL);
+    snprintf(g_msg, sizeof g_msg, "%s", rc ? df_last_error() : "");
+    df_config_free(c);
+    return rc;
+}
+
+#define CHECK(world, ...)                                                                          \
+    check_ov((const char *const[]){__VA_ARGS__},                                                   \
+             (int)(sizeof((const char *const[]){__VA_ARGS__}) / sizeof(const char *)), world)
+
+/* fsdp_config.fsdp_size: -1, 1 or at least the role's data-parallel ranks (df_train_check knows
+ * each role's); a hybrid size between (shard within groups, replicate across) and 0 are refused,
+ * naming the key and the ranks. An accepted size gets as far as the preflight, which does not find
+ * BASE's model. */
+static void passes(int rc)
+{
+    if (rc != DF_ENOTFOUND || !strstr(g_msg, "actor_rollout_ref.model.path"))
+        fail_msg("expected only the preflight's missing model; got %d: %s", rc, g_msg);
+}
+
+static void test_fsdp_size(void **state)
+{
+    (void)state;
+    passes(CHECK(4, ACTOR "fsdp_config.fsdp_size=-1"));
+    passes(CHECK(4, ACTOR "fsdp_config.fsdp_size=1"));
+    passes(CHECK(4, ACTOR "fsdp_config.fsdp_size=4"));
+    passes(CHECK(4, ACTOR "fsdp_config.fsdp_size=8"));
+    assert_int_equal(CHECK(4, ACTOR "fsdp_config.fsdp_size=2"), DF_EINVAL);
+    expect(ACTOR "fsdp_config.fsdp_size=2 (command line): hybrid sharding");
+    expect("over the role's 4 data-parallel ranks");
+    /* the actor's DP ranks, not the world's: sequence parallel 2 halves them */
+    passes(CHECK(4, ACTOR "fsdp_config.fsdp_size=2", ACTOR "ulysses_sequence_parallel_size=2"));
+    assert_int_equal(CHECK(1, ACTOR "fsdp_config.fsdp_size=0"), DF_EINVAL);
+    expect(ACTOR "fsdp_config.fsdp_size=0 (command line): 0 is no group size");
+    const char *gae[] = {"algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=4",
+                         "critic.ppo_mini_batch_size=4", "critic.model.fsdp_config.fsdp_size=3"};
+    passes(check_ov(gae, 3, 4));
+    assert_int_equal(check_ov(gae, 4, 4), DF_EINVAL);
+    expect("critic.model.fsdp_config.fsdp_size=3 (command line): hybrid sharding");
+}
+
 static void test_mini_exceeds_train_batch(void **state)
 {
     (void)state;
@@ -628,6 +677,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_base_passes),
         cmocka_unit_test(test_train_batch_divisible),
+        cmocka_unit_test(test_fsdp_size),
         cmocka_unit_test(test_mini_exceeds_train_batch),
         cmocka_unit_test(test_mini_divisible_by_world),
         cmocka_unit_test(test_micro_divides_mini),

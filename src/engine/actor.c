@@ -77,6 +77,8 @@ int df_actor_save_lora(const df_actor *a, const char *dir, const char *base_mode
     return df_train_core_save_lora(&a->c, dir, base_model);
 }
 int df_actor_load_state(df_actor *a, const char *path) { return df_train_core_load_state(&a->c, path); }
+int df_actor_gather_state(df_actor *a, bool saver) { return df_train_core_gather_state(&a->c, saver); }
+void df_actor_drop_gathered(df_actor *a) { df_train_core_drop_gathered(&a->c); }
 
 static int plan(df_actor *a, const df_batch *b, bool forward_only, int64_t **bounds, int64_t *n_mb)
 {

@@ -110,6 +110,16 @@ int df_critic_load_state(df_critic *c, const char *path)
     return df_train_core_load_state(&c->c, path);
 }
 
+int df_critic_gather_state(df_critic *c, bool saver)
+{
+    return df_train_core_gather_state(&c->c, saver);
+}
+
+void df_critic_drop_gathered(df_critic *c)
+{
+    df_train_core_drop_gathered(&c->c);
+}
+
 int df_critic_compute_values(df_critic *c, df_batch *b)
 {
     static const char *const cols[] = {"prompt_ids", "response_ids"};

@@ -80,6 +80,9 @@ int df_critic_save_state(const df_critic *c, const char *path);
  *  whole) into `dir`/lora_adapter (df_train_core_save_lora); a no-op without. */
 int df_critic_save_lora(const df_critic *c, const char *dir, const char *base_model);
 int df_critic_load_state(df_critic *c, const char *path);
+/** As df_actor_gather_state / df_actor_drop_gathered, for the critic's AdamW state. */
+int df_critic_gather_state(df_critic *c, bool saver);
+void df_critic_drop_gathered(df_critic *c);
 
 /**
  * Forward only (verl compute_values): fill TOK_F32 column `values` (laid out

@@ -61,6 +61,7 @@ void df_train_core_release(df_train_core *c)
         c->be.ops->release(c->be.ctx, c->bgrads);
     free(c->grads);
     df_adamw_free(c->opt);
+    df_train_core_drop_gathered(c);
     df_acts_free(c->acts);
     df_weights16_free(c->w16);
     df_packed_free(&c->pk);
@@ -102,7 +103,7 @@ static int device_moments(df_train_core *c)
 
 int df_train_core_set_backend(df_train_core *c, const df_backend *be)
 {
-    if (c->acts || c->bgrads != c->grads)
+    if (c->acts || c->bgrads != c->grads || c->shard)
         return df_error(DF_EINVAL, "%s: the backend is chosen before the first micro-batch", c->who);
     /* now, not after the first rollout */
     int rc = df_model_check_backend_ex(be, &c->model->cfg, c->bf16 ? DF_ACTS_BF16 : 0);
@@ -441,6 +442,19 @@ static int device_weights_out(df_train_core *c)
     return c->w16 ? refresh_w16(c) : DF_OK;
 }
 
+/* df_adamw_step on the host over the trained blob, or (ZeRO-1) over this rank's slice of it, whose
+   new values every rank then receives from its owner. */
+static int host_adamw(df_train_core *c, double lr)
+{
+    float *p = c->lora ? c->lora->params : c->model->params;
+    int rc = df_train_core_shard(c);
+    if (!rc && c->shard && c->shard != c->dp)
+        rc = df_error(DF_EINVAL, "%s: the data-parallel group changed after AdamW's state was sharded", c->who);
+    if (!rc)
+        rc = df_adamw_step(c->opt, p + c->shard_lo, c->grads + c->shard_lo, lr);
+    return !rc && c->shard ? df_train_core_share_slices(c, p) : rc;
+}
+
 int df_train_core_optimizer_step(df_train_core *c, double lr, df_metrics *m, const char *prefix, const char *where)
 {
     char key[64], lr_key[64], what[96];
@@ -459,9 +473,7 @@ int df_train_core_optimizer_step(df_train_core *c, double lr, df_metrics *m, con
         snprintf(what, sizeof what, "%s = %g", key, norm);
         return df_train_core_nonfinite(c, m, prefix, what, where);
     }
-    int rc = c->dev_optim ? device_adamw(c, lr)
-                          : df_adamw_step(c->opt, c->lora ? c->lora->params : c->model->params,
-                                          c->grads, lr);
+    int rc = c->dev_optim ? device_adamw(c, lr) : host_adamw(c, lr);
     if (!rc && c->lora) /* the model's targeted weights: W0 + s B A of the new adapter */
         rc = df_lora_merge(c->lora, c->model);
     df_model_weights_changed(c->model); /* copies of the old values are stale from here on */

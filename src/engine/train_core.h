@@ -38,6 +38,8 @@ typedef struct df_core_optim {
     bool skip_nonfinite; /* trainer.skip_nonfinite_steps: skip a non-finite update (verl), else fail */
     df_lora_config lora; /* rank > 0: train LoRA adapters of these targets instead of the model
                             (a trainable core on the CPU backend; see df_train_core_init) */
+    bool shard_optim;    /* fsdp_config.fsdp_size != 1: AdamW's moments sharded over the DP group
+                            (ZeRO-1; df_train_core_optimizer_step) */
     uint64_t lora_seed;  /* draws the adapters' A */
     const char *lora_adapter; /* non-NULL: A and B from this PEFT adapter directory instead
                                  (lora_adapter_path; its config must be `lora`'s) */
@@ -80,6 +82,13 @@ typedef struct df_train_core {
     df_lora *lora;              /* LoRA (o.lora, df_train_core_init): the optimizer trains the
                                    adapter's blob, model->params holds the merged weights; owned */
     df_comm *dp;                /* data-parallel group (borrowed); NULL: this rank alone */
+    /* ZeRO-1 (o.shard_optim; decided at the first step, state load or gather: df_train_core_shard):
+       opt holds the moments of this rank's slice [shard_lo, shard_lo + opt->n) of the trained
+       blob only; shard is the group they are spread over (dp then), NULL while whole. */
+    bool shard_decided;
+    df_comm *shard;
+    int64_t shard_lo;
+    float *gm, *gv; /* df_train_core_gather_state: the whole moments on the saving rank */
     const char *progress_label; /* non-NULL: updates draw a TTY bar over samples */
     df_progress bar;
     int64_t bar_done;
@@ -232,13 +241,42 @@ int df_train_core_nonfinite(df_train_core *c, df_metrics *m, const char *prefix,
                             const char *where);
 
 /**
+ * The slice [*lo, *hi) of n trained floats that rank r of k owns under ZeRO-1: boundaries at
+ * multiples of 16 floats (64 bytes, the kernels' vector width), ascending, [0, n) in all.
+ */
+void df_train_core_shard_range(int64_t n, int r, int k, int64_t *lo, int64_t *hi);
+/**
+ * Decide once (idempotent) whether AdamW's moments are sharded: with o.shard_optim, a DP group
+ * of k > 1 ranks, the optimizer on the host (not dev_optim) and at least 16 k trained floats,
+ * opt shrinks to this rank's slice (df_train_core_shard_range; moments and step kept). Then each
+ * optimizer step updates only that slice, from the whole all-reduced gradient (so the norm, the
+ * clip and each element's update are the replicated run's, bit for bit), and every slice's
+ * owner broadcasts its new weights: all ranks hold all the weights. Called by the step, the state
+ * load and the gather, which every rank of the group reaches together. Errors: DF_ENOMEM.
+ */
+int df_train_core_shard(df_train_core *c);
+/**
+ * Before a save by one rank (collective over the DP group): with sharded moments and `saver`
+ * true on the group's rank 0 (its value there decides for the group), every rank sends its
+ * slices there, which holds the whole moments in c->gm / c->gv until df_train_core_drop_gathered;
+ * otherwise nothing. The saving rank's memory grows by the unsharded moments for the save.
+ * Errors: DF_ENOMEM on the root (every rank returns it), the communicator's.
+ */
+int df_train_core_gather_state(df_train_core *c, bool saver);
+/** After a sharded step: every slice's owner broadcasts its new values of p (the trained blob). */
+int df_train_core_share_slices(df_train_core *c, float *p);
+/** Free what df_train_core_gather_state gathered (a no-op without). */
+void df_train_core_drop_gathered(df_train_core *c);
+
+/**
  * Save what resuming this role needs (train_state.c) to `path` as a safetensors file, atomically
  * (temporary, fsync, rename): F32 tensors params (the float32 master weights; the HF directory beside
  * may round them), exp_avg and exp_avg_sq (AdamW's m and v), each [n_params] in the model's blob
  * layout (docs/checkpoints.md), and metadata format "distflow-train-state/1", role, optim_step
  * (AdamW's step) and lr_scheduler_step (c->steps). With LoRA the three tensors are the adapter's
- * ([its n_params], its layout) and the metadata adds lora_rank, lora_alpha and lora_targets. Errors: DF_EINVAL for a frozen core, DF_EIO naming
- * the file, DF_ENOMEM.
+ * ([its n_params], its layout) and the metadata adds lora_rank, lora_alpha and lora_targets.
+ * Sharded moments must have been gathered here first (df_train_core_gather_state). Errors:
+ * DF_EINVAL for a frozen core or sharded moments not gathered, DF_EIO naming the file, DF_ENOMEM.
  */
 int df_train_core_save_state(const df_train_core *c, const char *path);
 /**
@@ -247,8 +285,10 @@ int df_train_core_save_state(const df_train_core *c, const char *path);
  * DF_ENOTFOUND, DF_EIO, DF_EINVAL for a malformed or truncated file, another format, a missing
  * tensor or metadata key, or a tensor that is not F32 [n_params]. With LoRA the adapter is read and merged
  * into the model; a state whose LoRA metadata differs from the core's (or a LoRA state on a core
- * without, and the reverse) is DF_EINVAL naming both. On error the core's state is
- * undefined (the caller gives up the run).
+ * without, and the reverse) is DF_EINVAL naming both. Sharded moments (df_train_core_shard,
+ * which this calls: every rank of the group loads) read only this rank's slice, so a state saved
+ * on any number of ranks resumes on any other. On error the core's state is undefined (the
+ * caller gives up the run).
  */
 int df_train_core_load_state(df_train_core *c, const char *path);
 

@@ -51,9 +51,13 @@ int df_train_core_save_state(const df_train_core *c, const char *path)
 {
     if (!c->trainable || !c->opt)
         return df_error(DF_EINVAL, "%s: only a trainable %s has a training state", path, c->who);
+    if (c->shard && !c->gm)
+        return df_error(DF_EINVAL, "%s: the %s's AdamW state is sharded and was not gathered here "
+                        "(df_train_core_gather_state)", path, c->who);
     df_st_writer *w = NULL;
     int64_t shape[1] = {df_train_core_n_train(c)};
     float *params = c->lora ? c->lora->params : c->model->params;
+    const float *m = c->shard ? c->gm : c->opt->m, *v = c->shard ? c->gv : c->opt->v;
     /* a device's moments to the host's copy first (model->params is current after every step) */
     int rc = df_train_core_moments_to_host(c);
     if (!rc)
@@ -62,9 +66,9 @@ int df_train_core_save_state(const df_train_core *c, const char *path)
     if (!rc)
         rc = df_st_writer_add_borrowed(w, "params", DF_DTYPE_F32, 1, shape, params);
     if (!rc)
-        rc = df_st_writer_add_borrowed(w, "exp_avg", DF_DTYPE_F32, 1, shape, c->opt->m);
+        rc = df_st_writer_add_borrowed(w, "exp_avg", DF_DTYPE_F32, 1, shape, m);
     if (!rc)
-        rc = df_st_writer_add_borrowed(w, "exp_avg_sq", DF_DTYPE_F32, 1, shape, c->opt->v);
+        rc = df_st_writer_add_borrowed(w, "exp_avg_sq", DF_DTYPE_F32, 1, shape, v);
     if (!rc)
         rc = df_st_writer_set_metadata(w, "format", STATE_FORMAT);
     if (!rc)
@@ -113,8 +117,8 @@ static int check_lora_meta(const df_st_file *f, const df_lora *l)
     return DF_OK;
 }
 
-/* Tensor `name` of f: F32 [n] copied into dst. */
-static int read_blob(const df_st_file *f, const char *name, int64_t n, float *dst)
+/* Elements [lo, lo + count) of tensor `name` of f, which must be F32 [n], copied into dst. */
+static int read_slice(const df_st_file *f, const char *name, int64_t n, int64_t lo, int64_t count, float *dst)
 {
     df_st_tensor t;
     int rc = df_st_find(f, name, &t);
@@ -123,12 +127,17 @@ static int read_blob(const df_st_file *f, const char *name, int64_t n, float *ds
     if (t.dtype != DF_DTYPE_F32 || t.ndim != 1 || t.shape[0] != n)
         return df_error(DF_EINVAL, "%s: tensor %s must be F32 [%" PRId64 "] (this model's parameter count)",
                         df_st_path(f), name, n);
-    memcpy(dst, t.data, (size_t)n * sizeof(float));
-    int64_t bad = df_first_nonfinite(dst, n); /* resuming from it would train on NaN */
+    memcpy(dst, (const float *)t.data + lo, (size_t)count * sizeof(float));
+    int64_t bad = df_first_nonfinite(dst, count); /* resuming from it would train on NaN */
     if (bad >= 0)
         return df_error(DF_EINVAL, "%s: tensor %s holds a non-finite value (%g) at element %" PRId64 " of %" PRId64,
-                        df_st_path(f), name, (double)dst[bad], bad, n);
+                        df_st_path(f), name, (double)dst[bad], lo + bad, n);
     return DF_OK;
+}
+
+static int read_blob(const df_st_file *f, const char *name, int64_t n, float *dst)
+{
+    return read_slice(f, name, n, 0, n, dst);
 }
 
 int df_train_core_load_state(df_train_core *c, const char *path)
@@ -152,10 +161,12 @@ int df_train_core_load_state(df_train_core *c, const char *path)
         rc = get_i64(f, "lr_scheduler_step", &sched_step);
     /* read everything into the optimizer before touching the weights: a bad file changes nothing
        the caller would keep using (it fails the run anyway) */
+    if (!rc) /* sharded: this rank's slice of the moments only */
+        rc = df_train_core_shard(c);
     if (!rc)
-        rc = read_blob(f, "exp_avg", n, c->opt->m);
+        rc = read_slice(f, "exp_avg", n, c->shard_lo, c->opt->n, c->opt->m);
     if (!rc)
-        rc = read_blob(f, "exp_avg_sq", n, c->opt->v);
+        rc = read_slice(f, "exp_avg_sq", n, c->shard_lo, c->opt->n, c->opt->v);
     if (!rc && c->lora) { /* the adapter, then the model's merged weights */
         rc = read_blob(f, "params", n, c->lora->params);
         if (!rc)

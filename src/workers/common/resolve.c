@@ -153,6 +153,7 @@ void df_worker_actor_params(const df_dag_worker *w, df_actor_params *p)
     memset(p, 0, sizeof *p);
     df_worker_optim(&a->optim, a->grad_clip, w->total_steps, &p->optim);
     p->optim.skip_nonfinite = t->trainer.skip_nonfinite_steps;
+    p->optim.shard_optim = a->fsdp_config.fsdp_size != 1; /* checked by df_train_check */
     df_worker_lora_config(w->cfg, t, &p->optim.lora); /* checked by df_train_check */
     p->optim.lora_seed = df_worker_seed(w);
     p->optim.lora_adapter = t->actor_rollout_ref.model.lora_adapter_path;
@@ -196,6 +197,7 @@ void df_worker_critic_params(const df_dag_worker *w, df_critic_params *p)
     memset(p, 0, sizeof *p);
     df_worker_optim(&c->optim, c->grad_clip, w->total_steps, &p->optim);
     p->optim.skip_nonfinite = w->global.cfg.trainer.skip_nonfinite_steps;
+    p->optim.shard_optim = c->model.fsdp_config.fsdp_size != 1; /* checked by df_train_check */
     df_worker_critic_lora_config(w->cfg, &w->global.cfg, &p->optim.lora); /* checked by df_train_check */
     p->optim.lora_seed = df_worker_seed(w) + 1; /* other A than the actor's */
     p->optim.lora_adapter = c->model.lora_adapter_path;

@@ -168,6 +168,27 @@ static int save_shared(df_dag_worker *w, const char *tmp)
     return rc;
 }
 
+/* gather: every trained model's sharded AdamW state to rank 0, which saves it (collective over each
+   model's data-parallel group, in one order on every rank); else: those copies freed. */
+static int gather_states(df_dag_worker *w, bool gather)
+{
+    int rc = DF_OK;
+    for (int g = 0; g < (w->n_agents > 1 ? w->n_agents : 1); g++) {
+        const df_agent_slot *s = g ? &w->agents[g] : NULL;
+        df_actor *a = !s ? w->actor.model : df_agent_slot_owns_actor(s) ? s->actor->model : NULL;
+        df_critic *c = !s ? w->critic.model : df_agent_slot_owns_critic(s) ? s->critic->model : NULL;
+        if (a && !gather)
+            df_actor_drop_gathered(a);
+        else if (a && !rc)
+            rc = df_actor_gather_state(a, w->rank == 0);
+        if (c && !gather)
+            df_critic_drop_gathered(c);
+        else if (c && !rc)
+            rc = df_critic_gather_state(c, w->rank == 0);
+    }
+    return rc;
+}
+
 int df_worker_checkpoint_save(df_dag_worker *w)
 {
     df_ckpt_save s;
@@ -193,8 +214,10 @@ int df_worker_checkpoint_save(df_dag_worker *w)
         df_kill_point_save_scope(false);
         return df_error_wrap(rc, "saving checkpoint global_step_%lld", n);
     }
-    if (w->rank == 0)
+    rc = gather_states(w, true); /* AdamW's sharded moments (ZeRO-1) whole on rank 0 */
+    if (!rc && w->rank == 0)
         rc = save_shared(w, s.tmp);
+    gather_states(w, false);
     rc = sync_rc(w, rc, "checkpoint: writing");
     if (!rc && w->rank == 0)
         rc = df_ckpt_save_publish(&s);

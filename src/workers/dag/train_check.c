@@ -367,6 +367,18 @@ static const df_node *role_node(df_task_graph *g, df_node_role role, bool forwar
     return found;
 }
 
+/* fsdp_config.fsdp_size over a role's dp data-parallel ranks (train_core.h df_train_core_shard):
+   -1 or >= dp shards AdamW's state over them, 1 keeps it whole; hybrid sharding between is not built. */
+static int check_fsdp_size(const df_config *c, const char *key, int64_t v, int dp)
+{
+    if (v != 0 && (v <= 1 || v >= dp))
+        return DF_OK;
+    return df_error(DF_EINVAL, "%s=%lld (%s): %s; -1 spreads AdamW's state over the role's %d data-parallel "
+                    "ranks, 1 keeps it whole on each (docs/scaling.md)", key, (long long)v, df_config_where(c, key),
+                    v == 0 ? "0 is no group size" : "hybrid sharding (shard within groups of this size, "
+                    "replicate across them) is not supported", dp);
+}
+
 /*
  * The worker's layouts without communicators (parallel.c, critic_setup.c), for
  * the ranks of every subgraph: every model node's model-parallel size divides
@@ -396,14 +408,18 @@ static int layouts(const df_config *c, const df_train_config *t, const df_plan *
         int64_t warmup = t->trainer.critic_warmup, critic_mp = 1, actor_mp = 1;
         df_worker_mp_key(DF_ROLE_CRITIC, t, &critic_mp);
         df_worker_mp_key(DF_ROLE_ACTOR, t, &actor_mp);
-        if (critic)
-            rc = check_critic(c, &t->critic, size / (int)critic_mp);
+        if (critic && !(rc = check_critic(c, &t->critic, size / (int)critic_mp)))
+            rc = check_fsdp_size(c, "critic.model.fsdp_config.fsdp_size", t->critic.model.fsdp_config.fsdp_size,
+                                 size / (int)critic_mp);
         else if (!rc && warmup > 0)
             rc = df_error(DF_EINVAL,
                           "%s: trainer.critic_warmup=%lld needs a critic (algorithm.adv_estimator=gae, "
                           "or a workflow with CRITIC nodes); this graph has none",
                           df_config_where(c, "trainer.critic_warmup"), (long long)warmup);
         const df_node *actor = role_node(g, DF_ROLE_ACTOR, false);
+        if (!rc && actor)
+            rc = check_fsdp_size(c, "actor_rollout_ref.actor.fsdp_config.fsdp_size",
+                                 t->actor_rollout_ref.actor.fsdp_config.fsdp_size, size / (int)actor_mp);
         if (p->schedule->rank_graph[0] == gi) /* no actor update here: every group rank its own DP rank */
             *actor_dp = actor ? size / (int)actor_mp : size;
     }

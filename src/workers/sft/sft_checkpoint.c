@@ -67,8 +67,12 @@ int df_sft_checkpoint_save(const df_sft_ckpt *c, int64_t step)
     rc = df_ckpt_save_paths(&s, c->out_dir, step);
     if (!rc && writer)
         rc = df_ckpt_save_begin(&s);
+    rc = agree(c, rc, "checkpoint: creating the temporary directory");
+    if (!rc) /* AdamW's sharded moments (ZeRO-1) whole on the writer */
+        rc = df_actor_gather_state(c->actor, writer);
     if (!rc && writer)
         rc = save_files(c, step, s.tmp);
+    df_actor_drop_gathered(c->actor);
     rc = agree(c, rc, "checkpoint: writing");
     if (!rc && writer)
         rc = df_ckpt_save_publish(&s);

@@ -267,6 +267,7 @@ static void actor_params(const sft_run *s, df_actor_params *p)
     p->optim.min_lr_ratio = o->min_lr_ratio;
     p->optim.num_cycles = o->num_cycles;
     p->optim.grad_clip = o->clip_grad;
+    p->optim.shard_optim = true; /* as verl's FSDP SFT trainer, which shards over every rank */
     df_role_lora_config(NULL, "model", s->t.model.lora_rank, s->t.model.lora_alpha,
                         &s->t.model.target_modules, s->t.model.lora_adapter_path, NULL, NULL,
                         &p->optim.lora); /* checked */
