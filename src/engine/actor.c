@@ -71,14 +71,14 @@ int64_t df_actor_step_count(const df_actor *a) { return a->c.steps; }
 bool df_actor_bf16(const df_actor *a) { return a->c.bf16; }
 int df_actor_weights16(df_actor *a, const df_weights16 **out) { return df_train_core_weights16(&a->c, out); }
 const df_weights_dev *df_actor_device_weights(const df_actor *a) { return df_train_core_device_weights(&a->c); }
-int df_actor_save_state(const df_actor *a, const char *path) { return df_train_core_save_state(&a->c, path); }
+int df_actor_save_state(df_actor *a, const char *path) { return df_train_core_save_state(&a->c, path); }
 int df_actor_save_lora(const df_actor *a, const char *dir, const char *base_model)
 {
     return df_train_core_save_lora(&a->c, dir, base_model);
 }
 int df_actor_load_state(df_actor *a, const char *path) { return df_train_core_load_state(&a->c, path); }
-int df_actor_gather_state(df_actor *a, bool saver) { return df_train_core_gather_state(&a->c, saver); }
-void df_actor_drop_gathered(df_actor *a) { df_train_core_drop_gathered(&a->c); }
+int df_actor_gather_begin(df_actor *a, bool saver) { return df_train_core_gather_begin(&a->c, saver); }
+int df_actor_gather_end(df_actor *a) { return df_train_core_gather_end(&a->c); }
 
 static int plan(df_actor *a, const df_batch *b, bool forward_only, int64_t **bounds, int64_t *n_mb)
 {

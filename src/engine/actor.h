@@ -161,12 +161,12 @@ const df_weights_dev *df_actor_device_weights(const df_actor *a);
 int df_actor_save_lora(const df_actor *a, const char *dir, const char *base_model);
 /** Save / restore a trainable actor's training state: weights, AdamW moments and step, lr schedule
  *  position (df_train_core_save_state / _load_state at `path`, errors as those). */
-int df_actor_save_state(const df_actor *a, const char *path);
+int df_actor_save_state(df_actor *a, const char *path);
 int df_actor_load_state(df_actor *a, const char *path);
-/** Around a save by one rank: AdamW's sharded moments to the DP group's rank 0 when `saver` there
- *  (collective; df_train_core_gather_state), and freed after (df_train_core_drop_gathered). */
-int df_actor_gather_state(df_actor *a, bool saver);
-void df_actor_drop_gathered(df_actor *a);
+/** Around a save by one rank, on every rank of the DP group: AdamW's sharded moments stream to
+ *  its rank 0 as that rank saves (df_train_core_gather_begin / _end, errors as those). */
+int df_actor_gather_begin(df_actor *a, bool saver);
+int df_actor_gather_end(df_actor *a);
 
 /**
  * Forward only: fill TOK_F32 column `out_col` (like response_ids) with each

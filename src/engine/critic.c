@@ -96,7 +96,7 @@ int64_t df_critic_step_count(const df_critic *c)
 {
     return c->c.steps;
 }
-int df_critic_save_state(const df_critic *c, const char *path)
+int df_critic_save_state(df_critic *c, const char *path)
 {
     return df_train_core_save_state(&c->c, path);
 }
@@ -110,14 +110,14 @@ int df_critic_load_state(df_critic *c, const char *path)
     return df_train_core_load_state(&c->c, path);
 }
 
-int df_critic_gather_state(df_critic *c, bool saver)
+int df_critic_gather_begin(df_critic *c, bool saver)
 {
-    return df_train_core_gather_state(&c->c, saver);
+    return df_train_core_gather_begin(&c->c, saver);
 }
 
-void df_critic_drop_gathered(df_critic *c)
+int df_critic_gather_end(df_critic *c)
 {
-    df_train_core_drop_gathered(&c->c);
+    return df_train_core_gather_end(&c->c);
 }
 
 int df_critic_compute_values(df_critic *c, df_batch *b)

@@ -75,14 +75,14 @@ df_model *df_critic_model(df_critic *c);
 /** Updates taken so far (the lr schedule's step: one per df_critic_update). */
 int64_t df_critic_step_count(const df_critic *c);
 /** Save / restore the critic's training state (df_train_core_save_state / _load_state at `path`). */
-int df_critic_save_state(const df_critic *c, const char *path);
+int df_critic_save_state(df_critic *c, const char *path);
 /** With LoRA (df_critic_params.optim.lora), the adapter's PEFT files (TOKEN_CLS, its score head
  *  whole) into `dir`/lora_adapter (df_train_core_save_lora); a no-op without. */
 int df_critic_save_lora(const df_critic *c, const char *dir, const char *base_model);
 int df_critic_load_state(df_critic *c, const char *path);
-/** As df_actor_gather_state / df_actor_drop_gathered, for the critic's AdamW state. */
-int df_critic_gather_state(df_critic *c, bool saver);
-void df_critic_drop_gathered(df_critic *c);
+/** As df_actor_gather_begin / _end, for the critic's AdamW state. */
+int df_critic_gather_begin(df_critic *c, bool saver);
+int df_critic_gather_end(df_critic *c);
 
 /**
  * Forward only (verl compute_values): fill TOK_F32 column `values` (laid out

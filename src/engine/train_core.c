@@ -35,11 +35,10 @@ int df_train_core_init(df_train_core *c, df_model *model, const df_core_optim *o
         rc = df_lora_merge(c->lora, model);
     const int64_t n = rc ? 0 : df_train_core_n_train(c);
     c->grads = c->bgrads = rc ? NULL : calloc((size_t)(n > 0 ? n : 1), sizeof(float));
-    df_adamw_config oc = {
-        .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->adam_eps, .weight_decay = o->weight_decay};
-    if (!rc)
-        rc = c->grads ? df_adamw_create(&oc, n, &c->opt)
-                      : df_error(DF_ENOMEM, "out of memory allocating the %s's gradients", who);
+    if (!rc && !c->grads)
+        rc = df_error(DF_ENOMEM, "out of memory allocating the %s's gradients", who);
+    if (!rc && !o->shard_optim) /* else made whole or as a slice once the group is known */
+        rc = df_train_core_shard(c);
     if (rc) {
         c->model = NULL; /* the caller keeps it */
         df_train_core_release(c);
@@ -61,7 +60,7 @@ void df_train_core_release(df_train_core *c)
         c->be.ops->release(c->be.ctx, c->bgrads);
     free(c->grads);
     df_adamw_free(c->opt);
-    df_train_core_drop_gathered(c);
+    df_train_core_gather_free(c);
     df_acts_free(c->acts);
     df_weights16_free(c->w16);
     df_packed_free(&c->pk);
@@ -116,8 +115,8 @@ int df_train_core_set_backend(df_train_core *c, const df_backend *be)
     /* LoRA: the adapters' optimizer stays on the host (a few MiB a step each way); the merge
      * then writes the model there and the device's copy follows (df_train_core_weights_changed) */
     if (!rc && has_optim(be->ops) && !c->lora) {
-        c->dev_optim = true;
-        if ((rc = device_moments(c))) {
+        c->dev_optim = true; /* whole moments, host staging included */
+        if ((rc = df_train_core_shard(c)) || (rc = device_moments(c))) {
             be->ops->release(be->ctx, c->dm);
             be->ops->release(be->ctx, c->dv);
             c->dm = c->dv = NULL;

@@ -55,7 +55,8 @@ typedef struct df_train_core {
                       and steps (unused with dev_optim) */
     float *bgrads; /* [n_params] the backward's accumulator in the backend's memory (grads on the CPU) */
     df_adamw *opt; /* config and step; m / v: the host's moments (with dev_optim a staging copy,
-                      current only around df_train_core_save_state / load_state) */
+                      current only around df_train_core_save_state / load_state); NULL until
+                      df_train_core_shard with o.shard_optim */
     /* The optimizer on the device (a backend that is not host memory and has the optimizer's
        entries of df_backend_ops: df_train_core_set_backend): the gradient is all-reduced,
        clipped and stepped where it was accumulated, and model->params is the download of
@@ -88,7 +89,8 @@ typedef struct df_train_core {
     bool shard_decided;
     df_comm *shard;
     int64_t shard_lo;
-    float *gm, *gv; /* df_train_core_gather_state: the whole moments on the saving rank */
+    struct df_core_gather *gather; /* df_train_core_gather_begin .. _end: a save's streaming */
+    int64_t stream_piece;          /* floats a message of that stream (0: 4 Mi); tests make it small */
     const char *progress_label; /* non-NULL: updates draw a TTY bar over samples */
     df_progress bar;
     int64_t bar_done;
@@ -246,27 +248,39 @@ int df_train_core_nonfinite(df_train_core *c, df_metrics *m, const char *prefix,
  */
 void df_train_core_shard_range(int64_t n, int r, int k, int64_t *lo, int64_t *hi);
 /**
- * Decide once (idempotent) whether AdamW's moments are sharded: with o.shard_optim, a DP group
- * of k > 1 ranks, the optimizer on the host (not dev_optim) and at least 16 k trained floats,
- * opt shrinks to this rank's slice (df_train_core_shard_range; moments and step kept). Then each
+ * Make AdamW's state (c->opt, zero moments) once (idempotent; a frozen core has none): whole, or
+ * with o.shard_optim, a DP group of k > 1 ranks, the optimizer on the host (not dev_optim) and at
+ * least 32 k trained floats, only this rank's slice (df_train_core_shard_range), so that the whole
+ * moments are never allocated. df_train_core_init makes it at once without o.shard_optim. Then each
  * optimizer step updates only that slice, from the whole all-reduced gradient (so the norm, the
  * clip and each element's update are the replicated run's, bit for bit), and every slice's
  * owner broadcasts its new weights: all ranks hold all the weights. Called by the step, the state
  * load and the gather, which every rank of the group reaches together. Errors: DF_ENOMEM.
  */
 int df_train_core_shard(df_train_core *c);
-/**
- * Before a save by one rank (collective over the DP group): with sharded moments and `saver`
- * true on the group's rank 0 (its value there decides for the group), every rank sends its
- * slices there, which holds the whole moments in c->gm / c->gv until df_train_core_drop_gathered;
- * otherwise nothing. The saving rank's memory grows by the unsharded moments for the save.
- * Errors: DF_ENOMEM on the root (every rank returns it), the communicator's.
- */
-int df_train_core_gather_state(df_train_core *c, bool saver);
 /** After a sharded step: every slice's owner broadcasts its new values of p (the trained blob). */
 int df_train_core_share_slices(df_train_core *c, float *p);
-/** Free what df_train_core_gather_state gathered (a no-op without). */
-void df_train_core_drop_gathered(df_train_core *c);
+/**
+ * Around a save by one rank, collective over the DP group (every rank calls begin, then end).
+ * With sharded moments and `saver` true on the group's rank 0 (its value there decides for the
+ * group), begin readies the stream: the other ranks post their slices (non-blocking sends);
+ * df_train_core_save_state on rank 0 then writes its own slice and receives the others' piece by
+ * piece (4 Mi floats) as the file is written, so no rank holds the whole moments; end waits for
+ * the sends (others) or receives whatever the save did not take (rank 0: a save that failed or
+ * was skipped), then frees the stream. Otherwise both do nothing. Errors: DF_ENOMEM (on rank 0:
+ * every rank returns it), the communicator's.
+ */
+int df_train_core_gather_begin(df_train_core *c, bool saver);
+int df_train_core_gather_end(df_train_core *c);
+/** Free a stream without communicating (df_train_core_release's; NULL-safe). */
+void df_train_core_gather_free(df_train_core *c);
+/**
+ * AdamW's moments as the tensors exp_avg and exp_avg_sq of w (shape [n_train]): borrowed when
+ * whole, streamed from the group (df_train_core_gather_begin) when sharded. Errors: DF_EINVAL for
+ * sharded moments on a rank the stream does not end at; df_st_writer_add's.
+ */
+struct df_st_writer;
+int df_train_core_add_moments(df_train_core *c, struct df_st_writer *w, const int64_t shape[1]);
 
 /**
  * Save what resuming this role needs (train_state.c) to `path` as a safetensors file, atomically
@@ -275,10 +289,11 @@ void df_train_core_drop_gathered(df_train_core *c);
  * layout (docs/checkpoints.md), and metadata format "distflow-train-state/1", role, optim_step
  * (AdamW's step) and lr_scheduler_step (c->steps). With LoRA the three tensors are the adapter's
  * ([its n_params], its layout) and the metadata adds lora_rank, lora_alpha and lora_targets.
- * Sharded moments must have been gathered here first (df_train_core_gather_state). Errors:
- * DF_EINVAL for a frozen core or sharded moments not gathered, DF_EIO naming the file, DF_ENOMEM.
+ * Sharded moments stream to the group's rank 0 (df_train_core_gather_begin), the one rank that
+ * may save them. Errors: DF_EINVAL for a frozen core or sharded moments elsewhere, DF_EIO naming
+ * the file, DF_ENOMEM, the stream's.
  */
-int df_train_core_save_state(const df_train_core *c, const char *path);
+int df_train_core_save_state(df_train_core *c, const char *path);
 /**
  * Restore weights, AdamW moments and step and the lr schedule's step from a file written by
  * df_train_core_save_state for a model of the same parameter count. Errors (naming the file):

@@ -47,17 +47,14 @@ static int set_lora_meta(df_st_writer *w, const df_lora *l)
     return rc;
 }
 
-int df_train_core_save_state(const df_train_core *c, const char *path)
+int df_train_core_save_state(df_train_core *c, const char *path)
 {
     if (!c->trainable || !c->opt)
-        return df_error(DF_EINVAL, "%s: only a trainable %s has a training state", path, c->who);
-    if (c->shard && !c->gm)
-        return df_error(DF_EINVAL, "%s: the %s's AdamW state is sharded and was not gathered here "
-                        "(df_train_core_gather_state)", path, c->who);
+        return df_error(DF_EINVAL, "%s: only a trainable %s has a training state%s", path, c->who,
+                        c->trainable ? " (made by df_train_core_gather_state or the first step)" : "");
     df_st_writer *w = NULL;
     int64_t shape[1] = {df_train_core_n_train(c)};
     float *params = c->lora ? c->lora->params : c->model->params;
-    const float *m = c->shard ? c->gm : c->opt->m, *v = c->shard ? c->gv : c->opt->v;
     /* a device's moments to the host's copy first (model->params is current after every step) */
     int rc = df_train_core_moments_to_host(c);
     if (!rc)
@@ -66,9 +63,7 @@ int df_train_core_save_state(const df_train_core *c, const char *path)
     if (!rc)
         rc = df_st_writer_add_borrowed(w, "params", DF_DTYPE_F32, 1, shape, params);
     if (!rc)
-        rc = df_st_writer_add_borrowed(w, "exp_avg", DF_DTYPE_F32, 1, shape, m);
-    if (!rc)
-        rc = df_st_writer_add_borrowed(w, "exp_avg_sq", DF_DTYPE_F32, 1, shape, v);
+        rc = df_train_core_add_moments(c, w, shape);
     if (!rc)
         rc = df_st_writer_set_metadata(w, "format", STATE_FORMAT);
     if (!rc)
@@ -142,10 +137,12 @@ static int read_blob(const df_st_file *f, const char *name, int64_t n, float *ds
 
 int df_train_core_load_state(df_train_core *c, const char *path)
 {
-    if (!c->trainable || !c->opt)
+    if (!c->trainable)
         return df_error(DF_EINVAL, "%s: only a trainable %s has a training state", path, c->who);
     df_st_file *f = NULL;
-    int rc = df_st_open(path, &f);
+    int rc = df_train_core_shard(c); /* ZeRO-1: this rank's slice of the moments only */
+    if (!rc)
+        rc = df_st_open(path, &f);
     if (rc)
         return df_error_wrap(rc, "loading the %s's training state", c->who);
     const char *fmt = df_st_metadata(f, "format");
@@ -161,8 +158,6 @@ int df_train_core_load_state(df_train_core *c, const char *path)
         rc = get_i64(f, "lr_scheduler_step", &sched_step);
     /* read everything into the optimizer before touching the weights: a bad file changes nothing
        the caller would keep using (it fails the run anyway) */
-    if (!rc) /* sharded: this rank's slice of the moments only */
-        rc = df_train_core_shard(c);
     if (!rc)
         rc = read_slice(f, "exp_avg", n, c->shard_lo, c->opt->n, c->opt->m);
     if (!rc)

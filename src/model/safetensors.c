@@ -464,6 +464,8 @@ typedef struct {
     const float *part[DF_ST_MAX_PARTS]; /* borrowed: the data is these pieces in order */
     int64_t part_numel[DF_ST_MAX_PARTS];
     int n_parts;
+    df_st_source_fn source; /* streamed (df_st_writer_add_stream): pulled while writing */
+    void *source_user;
     size_t nbytes;
 } w_entry;
 
@@ -591,6 +593,20 @@ int df_st_writer_add_gathered(df_st_writer *w, const char *name, df_dtype dtype,
     return DF_OK;
 }
 
+int df_st_writer_add_stream(df_st_writer *w, const char *name, int64_t numel, df_st_source_fn fn, void *user)
+{
+    static const float none; /* the data comes from fn */
+    int rc = fn ? writer_add(w, name, DF_DTYPE_F32, 1, &numel, &none, false)
+                : df_error(DF_EINVAL, "safetensors writer: tensor \"%s\": no source", name ? name : "(null)");
+    if (rc)
+        return rc;
+    w_entry *e = &w->e[w->n - 1];
+    e->n_parts = 0;
+    e->source = fn;
+    e->source_user = user;
+    return DF_OK;
+}
+
 int df_st_writer_set_metadata(df_st_writer *w, const char *key, const char *value)
 {
     if (!key || !value)
@@ -653,6 +669,23 @@ static int write_piece(struct df_tmpfile *t, df_dtype dtype, const float *src, i
     return rc;
 }
 
+/* A streamed tensor: its source's floats, WRITE_CHUNK at a time. */
+static int write_stream(struct df_tmpfile *t, const w_entry *e)
+{
+    float *buf = malloc(WRITE_CHUNK * sizeof *buf);
+    int rc = buf ? DF_OK : df_error(DF_ENOMEM, "%s: out of memory", t->path);
+    for (int64_t s = 0; s < e->numel && !rc; s += WRITE_CHUNK) {
+        int64_t m = e->numel - s < WRITE_CHUNK ? e->numel - s : WRITE_CHUNK;
+        rc = e->source(e->source_user, buf, m);
+        if (rc)
+            rc = df_error_wrap(rc, "%s: tensor %s", t->path, e->name);
+        else
+            rc = df_tmpfile_write(t, buf, (size_t)m * sizeof *buf);
+    }
+    free(buf);
+    return rc;
+}
+
 int df_st_writer_write_to(df_st_writer *w, struct df_tmpfile *t)
 {
     size_t hlen;
@@ -671,6 +704,10 @@ int df_st_writer_write_to(df_st_writer *w, struct df_tmpfile *t)
         const w_entry *e = &w->e[i];
         if (e->bytes) {
             rc = df_tmpfile_write(t, e->bytes, e->nbytes);
+            continue;
+        }
+        if (e->source) {
+            rc = write_stream(t, e);
             continue;
         }
         if (e->dtype != DF_DTYPE_F32 && !chunk && !(chunk = malloc(WRITE_CHUNK * sizeof *chunk))) {

@@ -144,6 +144,16 @@ int df_st_writer_add_borrowed(df_st_writer *w, const char *name, df_dtype dtype,
 int df_st_writer_add_gathered(df_st_writer *w, const char *name, df_dtype dtype, int ndim,
                               const int64_t *shape, const float *const *parts,
                               const int64_t *part_numel, int n_parts);
+/** The next n floats of a streamed tensor into buf; DF_OK, or an error (with df_error's message),
+ *  which stops the write. */
+typedef int (*df_st_source_fn)(void *user, float *buf, int64_t n);
+/**
+ * A 1-D F32 tensor [numel] whose data the writer pulls from fn while it writes the file, in
+ * order, in pieces of at most 65536 floats, so that none of it is held whole (ZeRO-1's moments,
+ * received slice by slice from their ranks: engine/train_shard.c). fn must give exactly numel
+ * floats over its calls; a write that fails stops calling it. Errors as df_st_writer_add.
+ */
+int df_st_writer_add_stream(df_st_writer *w, const char *name, int64_t numel, df_st_source_fn fn, void *user);
 /** Set a "__metadata__" entry (replaces an existing key), e.g. ("format", "pt"). */
 int df_st_writer_set_metadata(df_st_writer *w, const char *key, const char *value);
 /** Bytes of tensor data added so far (excluding the header). */

@@ -168,23 +168,21 @@ static int save_shared(df_dag_worker *w, const char *tmp)
     return rc;
 }
 
-/* gather: every trained model's sharded AdamW state to rank 0, which saves it (collective over each
-   model's data-parallel group, in one order on every rank); else: those copies freed. */
-static int gather_states(df_dag_worker *w, bool gather)
+/* begin: every trained model's sharded AdamW state (ZeRO-1) streams to rank 0 as it saves; else:
+   the streams end (df_actor_gather_begin / _end, in one order on every rank). */
+static int stream_states(df_dag_worker *w, bool begin)
 {
     int rc = DF_OK;
     for (int g = 0; g < (w->n_agents > 1 ? w->n_agents : 1); g++) {
         const df_agent_slot *s = g ? &w->agents[g] : NULL;
         df_actor *a = !s ? w->actor.model : df_agent_slot_owns_actor(s) ? s->actor->model : NULL;
         df_critic *c = !s ? w->critic.model : df_agent_slot_owns_critic(s) ? s->critic->model : NULL;
-        if (a && !gather)
-            df_actor_drop_gathered(a);
-        else if (a && !rc)
-            rc = df_actor_gather_state(a, w->rank == 0);
-        if (c && !gather)
-            df_critic_drop_gathered(c);
-        else if (c && !rc)
-            rc = df_critic_gather_state(c, w->rank == 0);
+        int e[2] = {DF_OK, DF_OK};
+        if (a)
+            e[0] = begin ? (rc ? DF_OK : df_actor_gather_begin(a, w->rank == 0)) : df_actor_gather_end(a);
+        if (c)
+            e[1] = begin ? (rc || e[0] ? DF_OK : df_critic_gather_begin(c, w->rank == 0)) : df_critic_gather_end(c);
+        rc = rc ? rc : e[0] ? e[0] : e[1];
     }
     return rc;
 }
@@ -214,11 +212,11 @@ int df_worker_checkpoint_save(df_dag_worker *w)
         df_kill_point_save_scope(false);
         return df_error_wrap(rc, "saving checkpoint global_step_%lld", n);
     }
-    rc = gather_states(w, true); /* AdamW's sharded moments (ZeRO-1) whole on rank 0 */
+    rc = stream_states(w, true);
     if (!rc && w->rank == 0)
         rc = save_shared(w, s.tmp);
-    gather_states(w, false);
-    rc = sync_rc(w, rc, "checkpoint: writing");
+    int end = stream_states(w, false); /* after a failed begin too: what began must end */
+    rc = sync_rc(w, rc ? rc : end, "checkpoint: writing");
     if (!rc && w->rank == 0)
         rc = df_ckpt_save_publish(&s);
     rc = sync_rc(w, rc, "checkpoint: renaming into place");

@@ -68,11 +68,11 @@ int df_sft_checkpoint_save(const df_sft_ckpt *c, int64_t step)
     if (!rc && writer)
         rc = df_ckpt_save_begin(&s);
     rc = agree(c, rc, "checkpoint: creating the temporary directory");
-    if (!rc) /* AdamW's sharded moments (ZeRO-1) whole on the writer */
-        rc = df_actor_gather_state(c->actor, writer);
+    const bool streaming = !rc && !(rc = df_actor_gather_begin(c->actor, writer)); /* ZeRO-1's moments */
     if (!rc && writer)
         rc = save_files(c, step, s.tmp);
-    df_actor_drop_gathered(c->actor);
+    int end = streaming ? df_actor_gather_end(c->actor) : DF_OK;
+    rc = rc ? rc : end;
     rc = agree(c, rc, "checkpoint: writing");
     if (!rc && writer)
         rc = df_ckpt_save_publish(&s);
