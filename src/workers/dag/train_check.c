@@ -374,7 +374,7 @@ static int check_fsdp_size(const df_config *c, const char *key, int64_t v, int d
     if (v != 0 && (v <= 1 || v >= dp))
         return DF_OK;
     return df_error(DF_EINVAL, "%s=%lld (%s): %s; -1 spreads AdamW's state over the role's %d data-parallel "
-                    "ranks, 1 keeps it whole on each (docs/scaling.md)", key, (long long)v, df_config_where(c, key),
+                    "ranks, 1 keeps it whole on each (docs/sharding.md)", key, (long long)v, df_config_where(c, key),
                     v == 0 ? "0 is no group size" : "hybrid sharding (shard within groups of this size, "
                     "replicate across them) is not supported", dp);
 }
