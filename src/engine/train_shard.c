@@ -12,8 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { GATHER_TAG = 7301 };
-
 /* Slice boundary r of k: n r / k rounded up to 16 floats, at most n. */
 static int64_t bound(int64_t n, int r, int k)
 {

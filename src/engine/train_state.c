@@ -49,14 +49,15 @@ static int set_lora_meta(df_st_writer *w, const df_lora *l)
 
 int df_train_core_save_state(df_train_core *c, const char *path)
 {
-    if (!c->trainable || !c->opt)
-        return df_error(DF_EINVAL, "%s: only a trainable %s has a training state%s", path, c->who,
-                        c->trainable ? " (made by df_train_core_gather_state or the first step)" : "");
+    if (!c->trainable)
+        return df_error(DF_EINVAL, "%s: only a trainable %s has a training state", path, c->who);
     df_st_writer *w = NULL;
     int64_t shape[1] = {df_train_core_n_train(c)};
     float *params = c->lora ? c->lora->params : c->model->params;
+    int rc = df_train_core_shard(c); /* AdamW's state, if no step made it yet */
     /* a device's moments to the host's copy first (model->params is current after every step) */
-    int rc = df_train_core_moments_to_host(c);
+    if (!rc)
+        rc = df_train_core_moments_to_host(c);
     if (!rc)
         rc = df_st_writer_new(&w);
     /* the master weights too: the HF directory beside may hold them rounded to bf16 / f16 */
