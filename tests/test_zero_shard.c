@@ -4,9 +4,9 @@
  * batch, one with sharded moments and one with whole ones. Each element's update is the same IEEE
  * operations on the same all-reduced gradient in both, so the weights and the moments must agree
  * bit for bit: a slice stepped at the wrong offset, a slice's new weights not broadcast or taken
- * from the wrong owner all change bits. Then the sharded state is gathered, saved by rank 0 and
- * loaded by a sharded actor and by a lone one (a resume on another number of ranks): bit for bit
- * again, and one more step of each matches the replicated run's.
+ * from the wrong owner all change bits. Then the sharded state streams to rank 0, which saves it
+ * (one message a slice, and 1000-float pieces), and a lone actor (a resume on another number of
+ * ranks) and a sharded one load it: bit for bit again, and one more step still matches.
  * mpi-test: np 2 3
  */
 #include <setjmp.h>
@@ -170,6 +170,20 @@ static void shared_dir(char dir[64])
     assert_int_equal(df_comm_broadcast(W, dir, 64, 0), 0);
 }
 
+/* Stream sh's state to rank 0, which saves it at path; `piece` floats a message (0: the default,
+   one message a slice here). */
+static void stream_save(df_actor *sh, const char *path, int64_t piece)
+{
+    df_train_core *s = df_actor_core(sh);
+    s->stream_piece = piece;
+    assert_int_equal(df_actor_gather_begin(sh, R == 0), DF_OK);
+    assert_true(N > 1 ? s->gather != NULL : s->gather == NULL);
+    int rc = R == 0 ? df_actor_save_state(sh, path) : DF_OK;
+    assert_int_equal(df_actor_gather_end(sh), DF_OK);
+    assert_null(s->gather);
+    assert_int_equal(df_test_all_max(rc), 0);
+}
+
 static void test_gather_save_load(void **state)
 {
     (void)state;
@@ -177,38 +191,37 @@ static void test_gather_save_load(void **state)
     df_actor *sh = make(true, true), *rep = make(false, true);
     steps(sh, b, 2);
     steps(rep, b, 2);
-    char dir[64], path[96];
+    char dir[64], path[2][96];
     shared_dir(dir);
-    snprintf(path, sizeof path, "%s/train_state.safetensors", dir);
+    snprintf(path[0], sizeof path[0], "%s/whole.safetensors", dir);
+    snprintf(path[1], sizeof path[1], "%s/pieces.safetensors", dir);
     if (N > 1 && R == 0) /* sharded moments are saved only as the group streams them */
-        assert_int_equal(df_actor_save_state(sh, path), DF_EINVAL);
-    df_train_core *s = df_actor_core(sh);
-    /* several messages a slice, across the writer's 65536-float pieces and the 16-float bounds */
-    s->stream_piece = 1000;
+        assert_int_equal(df_actor_save_state(sh, path[0]), DF_EINVAL);
     /* saver false on rank 0: no stream */
     assert_int_equal(df_actor_gather_begin(sh, false), DF_OK);
-    assert_null(s->gather);
+    assert_null(df_actor_core(sh)->gather);
     assert_int_equal(df_actor_gather_end(sh), DF_OK);
-    assert_int_equal(df_actor_gather_begin(sh, R == 0), DF_OK);
-    assert_true(N > 1 ? s->gather != NULL : s->gather == NULL);
-    int rc = R == 0 ? df_actor_save_state(sh, path) : DF_OK;
-    assert_int_equal(df_actor_gather_end(sh), DF_OK);
-    assert_null(s->gather);
-    assert_int_equal(df_test_all_max(rc), 0);
+    stream_save(sh, path[0], 0);
+    /* several messages a slice, across the 16-float bounds */
+    stream_save(sh, path[1], 1000);
 
     /* a lone actor (another number of ranks) loads the whole moments: the replicated run's */
-    df_actor *lone = make(true, false);
-    assert_int_equal(df_test_all_max(df_actor_load_state(lone, path)), 0);
-    const df_train_core *l = df_actor_core(lone), *r = df_actor_core(rep);
-    const int64_t n = l->model->n_params;
-    assert_int_equal(l->opt->n, n);
-    assert_true(same_everywhere(l->opt->m, r->opt->m, n));
-    assert_true(same_everywhere(l->opt->v, r->opt->v, n));
-    assert_true(same_everywhere(l->model->params, r->model->params, n));
+    const df_train_core *r = df_actor_core(rep);
+    for (int f = 0; f < 2; f++) {
+        df_actor *lone = make(true, false);
+        assert_int_equal(df_test_all_max(df_actor_load_state(lone, path[f])), 0);
+        const df_train_core *l = df_actor_core(lone);
+        const int64_t n = l->model->n_params;
+        assert_int_equal(l->opt->n, n);
+        assert_true(same_everywhere(l->opt->m, r->opt->m, n));
+        assert_true(same_everywhere(l->opt->v, r->opt->v, n));
+        assert_true(same_everywhere(l->model->params, r->model->params, n));
+        df_actor_free(lone);
+    }
 
     /* a sharded DP actor loads its slices, and goes on as the replicated run does */
     df_actor *again = make(true, true);
-    assert_int_equal(df_test_all_max(df_actor_load_state(again, path)), 0);
+    assert_int_equal(df_test_all_max(df_actor_load_state(again, path[1])), 0);
     assert_matches(again, rep);
     steps(again, b, 1);
     steps(rep, b, 1);
@@ -218,7 +231,6 @@ static void test_gather_save_load(void **state)
     if (R == 0)
         df_test_remove_tree(dir);
     df_actor_free(again);
-    df_actor_free(lone);
     df_actor_free(sh);
     df_actor_free(rep);
     df_batch_free(b);
