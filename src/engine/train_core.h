@@ -258,6 +258,8 @@ void df_train_core_shard_range(int64_t n, int r, int k, int64_t *lo, int64_t *hi
  * load and the gather, which every rank of the group reaches together. Errors: DF_ENOMEM.
  */
 int df_train_core_shard(df_train_core *c);
+/** Whether df_train_core_shard shards (or did): the conditions above, from the core's settings now. */
+bool df_train_core_sharded(const df_train_core *c);
 /** After a sharded step: every slice's owner broadcasts its new values of p (the trained blob). */
 int df_train_core_share_slices(df_train_core *c, float *p);
 /**

@@ -27,6 +27,15 @@ void df_train_core_shard_range(int64_t n, int r, int k, int64_t *lo, int64_t *hi
     *hi = bound(n, r + 1, k);
 }
 
+bool df_train_core_sharded(const df_train_core *c)
+{
+    if (c->shard_decided)
+        return c->shard != NULL;
+    const int k = c->dp ? df_comm_size(c->dp) : 1;
+    /* at least 32 floats a rank: every slice is then non-empty */
+    return c->trainable && c->o.shard_optim && !c->dev_optim && k > 1 && df_train_core_n_train(c) >= 32 * (int64_t)k;
+}
+
 int df_train_core_shard(df_train_core *c)
 {
     if (c->shard_decided || !c->trainable)
@@ -34,8 +43,7 @@ int df_train_core_shard(df_train_core *c)
     const int k = c->dp ? df_comm_size(c->dp) : 1;
     const int64_t n = df_train_core_n_train(c);
     int64_t lo = 0, hi = n;
-    /* at least 32 floats a rank: every slice is then non-empty */
-    const bool shard = c->o.shard_optim && !c->dev_optim && k > 1 && n >= 32 * (int64_t)k;
+    const bool shard = df_train_core_sharded(c);
     if (shard)
         df_train_core_shard_range(n, df_comm_rank(c->dp), k, &lo, &hi);
     df_adamw_config cfg = {.beta1 = c->o.beta1, .beta2 = c->o.beta2, .eps = c->o.adam_eps,

@@ -75,6 +75,11 @@ static void banner_world(const df_dag_worker *w)
     else
         printf("; cpu");
     printf("\n");
+    const df_train_core *ac = df_actor_core(w->actor.model);
+    if (ac->dp) /* fsdp_config.fsdp_size (docs/sharding.md) */
+        printf("optimizer: AdamW's state %s %d data-parallel ranks\n",
+               df_train_core_sharded(ac) ? "sharded (ZeRO-1) over the actor's" : "whole on each of the actor's",
+               df_comm_size(ac->dp));
     df_node **order = NULL;
     int n = 0;
     if (df_task_graph_topo_order(w->graph, &order, &n)) {
