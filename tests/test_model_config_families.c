@@ -275,6 +275,9 @@ static void test_yarn_rope(void **state)
     assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen3", ", \"rope_theta\": 0, \"rope_scaling\": "
                                                  "{\"rope_type\": \"yarn\", \"factor\": 4}"), NULL, &d), DF_EINVAL);
     assert_non_null(strstr(df_last_error(), "rope_theta"));
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen3", ", \"rope_theta\": 1, \"rope_scaling\": "
+                                                 "{\"rope_type\": \"yarn\", \"factor\": 4}"), NULL, &d), DF_EINVAL);
+    assert_non_null(strstr(df_last_error(), "yarn rope scaling needs rope_theta > 1 (got 1)"));
     /* save / load round trips, fresh and over the original (its "type" kept) */
     snprintf(path, sizeof path, "%s/config.json", dir);
     const char *rts[] = {"\"rope_type\": \"yarn\", \"factor\": 4.0",

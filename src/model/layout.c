@@ -125,6 +125,8 @@ static int validate_positions(const df_model_config *c)
                             "> 0 and attention_factor > 0 (got %g, %g, %g, %lld, %g)", c->model_type, c->rope_factor,
                             c->rope_beta_fast, c->rope_beta_slow, (long long)c->rope_original_max_pos,
                             c->rope_attention_factor);
+        if (!(c->rope_theta > 1)) /* its correction range divides by ln rope_theta (HF: inf / NaN) */
+            return df_error(DF_EINVAL, "yarn rope scaling needs rope_theta > 1 (got %g)", c->rope_theta);
     }
     if (c->rope_type != DF_ROPE_DEFAULT && c->rope_type != DF_ROPE_LLAMA3 && c->rope_type != DF_ROPE_LONGROPE &&
         c->rope_type != DF_ROPE_LINEAR && c->rope_type != DF_ROPE_YARN)
