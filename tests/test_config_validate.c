@@ -24,22 +24,24 @@ static const char *const BASE = DF_TEST_GRPO_YAML;
 
 static char g_msg[4096];
 
-/* Load BASE + overrides (must succeed), validate on `world` ranks, keep the message. */
-static int validate_ov(const char *const *ov, int n, int world)
+/* Load BASE + overrides (must succeed), validate on `world` ranks (full: all of df_train_check,
+   which knows each role's data-parallel ranks), keep the message. */
+static int check_ov(const char *const *ov, int n, int world, bool full)
 {
     df_config *c = NULL;
     int rc = df_config_load_text(df_config_schema_train(), BASE, "base.yaml", ov, n, &c);
     if (rc)
         fail_msg("load failed: %s", df_last_error());
-    rc = df_config_validate_train(c, world);
+    rc = full ? df_train_check(c, world, NULL, NULL, NULL) : df_config_validate_train(c, world);
     snprintf(g_msg, sizeof g_msg, "%s", rc ? df_last_error() : "");
     df_config_free(c);
     return rc;
 }
 
-#define VALIDATE(world, ...)                                                                       \
-    validate_ov((const char *const[]){__VA_ARGS__},                                                \
-                (int)(sizeof((const char *const[]){__VA_ARGS__}) / sizeof(const char *)), world)
+#define OVERRIDES(...) (const char *const[]){__VA_ARGS__}, \
+    (int)(sizeof((const char *const[]){__VA_ARGS__}) / sizeof(const char *))
+#define VALIDATE(world, ...) check_ov(OVERRIDES(__VA_ARGS__), world, false)
+#define CHECK(world, ...) check_ov(OVERRIDES(__VA_ARGS__), world, true)
 
 static void expect(const char *fragment)
 {
@@ -51,16 +53,16 @@ static void test_base_passes(void **state)
 {
     (void)state;
     const char *none[] = {NULL};
-    assert_int_equal(validate_ov(none, 0, 1), DF_OK);
-    assert_int_equal(validate_ov(none, 0, 2), DF_OK);
-    assert_int_equal(validate_ov(none, 0, 4), DF_OK);
+    assert_int_equal(check_ov(none, 0, 1, false), DF_OK);
+    assert_int_equal(check_ov(none, 0, 2, false), DF_OK);
+    assert_int_equal(check_ov(none, 0, 4, false), DF_OK);
 }
 
 static void test_train_batch_divisible(void **state)
 {
     (void)state;
     const char *none[] = {NULL};
-    assert_int_equal(validate_ov(none, 0, 3), DF_EINVAL);
+    assert_int_equal(check_ov(none, 0, 3, false), DF_EINVAL);
     expect("data.train_batch_size=8 (base.yaml:2) is not divisible by the 3 data-parallel ranks");
 }
 
@@ -127,24 +129,6 @@ static void test_device_cuda(void **state)
     df_config_free(c);
 }
 
-/* fsdp_config.fsdp_size: -1, 1 or at least the role's data-parallel ranks; a hybrid size between
- * (shard within groups, replicate across) and 0 are refused, naming the key and the ranks. */
-/* df_train_check on `world` ranks of BASE + overrides; keeps the message. */
-static int check_ov(const char *const *ov, int n, int world)
-{
-    df_config *c = NULL;
-    if (df_config_load_text(df_config_schema_train(), BASE, "base.yaml", ov, n, &c))
-        fail_msg("load failed: %s", df_last_error());
-    int rc = df_train_check(c, world, NULL, NULL, NULL);
-    snprintf(g_msg, sizeof g_msg, "%s", rc ? df_last_error() : "");
-    df_config_free(c);
-    return rc;
-}
-
-#define CHECK(world, ...)                                                                          \
-    check_ov((const char *const[]){__VA_ARGS__},                                                   \
-             (int)(sizeof((const char *const[]){__VA_ARGS__}) / sizeof(const char *)), world)
-
 /* fsdp_config.fsdp_size: -1, 1 or at least the role's data-parallel ranks (df_train_check knows
  * each role's); a hybrid size between (shard within groups, replicate across) and 0 are refused,
  * naming the key and the ranks. An accepted size gets as far as the preflight, which does not find
@@ -171,8 +155,8 @@ static void test_fsdp_size(void **state)
     expect(ACTOR "fsdp_config.fsdp_size=0 (command line): 0 is no group size");
     const char *gae[] = {"algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=4",
                          "critic.ppo_mini_batch_size=4", "critic.model.fsdp_config.fsdp_size=3"};
-    passes(check_ov(gae, 3, 4));
-    assert_int_equal(check_ov(gae, 4, 4), DF_EINVAL);
+    passes(check_ov(gae, 3, 4, true));
+    assert_int_equal(check_ov(gae, 4, 4, true), DF_EINVAL);
     expect("critic.model.fsdp_config.fsdp_size=3 (command line): hybrid sharding");
 }
 
@@ -419,7 +403,7 @@ static void test_bad_arguments(void **state)
     df_config_free(c);
     assert_int_equal(df_config_validate_train(NULL, 1), DF_EINVAL);
     const char *none[] = {NULL};
-    assert_int_equal(validate_ov(none, 0, 0), DF_EINVAL);
+    assert_int_equal(check_ov(none, 0, 0, false), DF_EINVAL);
     expect("world size must be >= 1, got 0");
 }
 

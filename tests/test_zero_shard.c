@@ -117,6 +117,15 @@ static void steps(df_actor *a, df_batch *b, int n)
     }
 }
 
+/* A sharded and a replicated DP actor from the same weights, n steps each on this rank's shard *b. */
+static void train_pair(int n, df_batch **b, df_actor **sh, df_actor **rep)
+{
+    *b = shard_batch();
+    *sh = make(true, true), *rep = make(false, true);
+    steps(*sh, *b, n);
+    steps(*rep, *b, n);
+}
+
 /* Whether n floats agree bit for bit, on every rank. */
 static bool same_everywhere(const float *x, const float *y, int64_t n)
 {
@@ -144,10 +153,9 @@ static void assert_matches(df_actor *sh, df_actor *rep)
 static void test_equals_replicated(void **state)
 {
     (void)state;
-    df_batch *b = shard_batch();
-    df_actor *sh = make(true, true), *rep = make(false, true);
-    steps(sh, b, 3);
-    steps(rep, b, 3);
+    df_batch *b;
+    df_actor *sh, *rep;
+    train_pair(3, &b, &sh, &rep);
     assert_matches(sh, rep);
     /* and the weights moved: a no-op step would match too */
     df_model *init = df_test_micro_model(11);
@@ -187,10 +195,9 @@ static void stream_save(df_actor *sh, const char *path, int64_t piece)
 static void test_gather_save_load(void **state)
 {
     (void)state;
-    df_batch *b = shard_batch();
-    df_actor *sh = make(true, true), *rep = make(false, true);
-    steps(sh, b, 2);
-    steps(rep, b, 2);
+    df_batch *b;
+    df_actor *sh, *rep;
+    train_pair(2, &b, &sh, &rep);
     char dir[64], path[2][96];
     shared_dir(dir);
     snprintf(path[0], sizeof path[0], "%s/whole.safetensors", dir);

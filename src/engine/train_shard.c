@@ -182,28 +182,29 @@ int df_train_core_gather_begin(df_train_core *c, bool saver)
     int rc = df_train_core_shard(c);
     if (rc || !c->shard)
         return rc;
-    struct df_core_gather *g = calloc(1, sizeof *g);
     const int me = df_comm_rank(c->shard);
     const int64_t piece = c->stream_piece > 0 ? c->stream_piece : PIECE;
+    float *stage = NULL; /* the root's */
     unsigned char what = 0; /* the root's: 0 no save there, 1 stream, 2 out of memory */
     if (me == 0 && saver)
-        what = g && (g->stage = malloc((size_t)piece * sizeof(float))) ? 1 : 2;
+        what = (stage = malloc((size_t)piece * sizeof *stage)) ? 1 : 2;
     rc = df_comm_broadcast(c->shard, &what, 1, 0);
+    struct df_core_gather *g = !rc && what == 1 ? malloc(sizeof *g) : NULL;
     if (!rc && what == 2)
         rc = df_error(DF_ENOMEM, "out of memory on data-parallel rank 0");
-    if (!rc && what == 1 && !g)
+    else if (!rc && what == 1 && !g)
         rc = df_error(DF_ENOMEM, "out of memory");
     if (rc || what != 1) {
-        free(g ? g->stage : NULL);
+        free(stage);
         free(g);
         return rc ? df_error_wrap(rc, "%s: streaming AdamW's sharded moments to the checkpoint", c->who) : DF_OK;
     }
-    c->gather = g;
     *g = (struct df_core_gather){.comm = c->shard, .k = df_comm_size(c->shard), .n = df_train_core_n_train(c),
-                                 .lo = c->shard_lo, .hi = c->shard_lo + c->opt->n, .piece = piece, .root = me == 0,
-                                 .stage = g->stage};
+                                 .lo = c->shard_lo, .hi = c->shard_lo + c->opt->n, .piece = piece,
+                                 .root = me == 0, .stage = stage};
     g->src[0] = (gather_src){.g = g, .mine = c->opt->m, .tag = TAG_M};
     g->src[1] = (gather_src){.g = g, .mine = c->opt->v, .tag = TAG_V};
+    c->gather = g;
     rc = g->root ? DF_OK : post_sends(g, c->opt);
     return rc ? df_error_wrap(rc, "%s: streaming AdamW's sharded moments to the checkpoint", c->who) : DF_OK;
 }

@@ -168,21 +168,40 @@ static int save_shared(df_dag_worker *w, const char *tmp)
     return rc;
 }
 
-/* begin: every trained model's sharded AdamW state (ZeRO-1) streams to rank 0 as it saves; else:
-   the streams end (df_actor_gather_begin / _end, in one order on every rank). */
-static int stream_states(df_dag_worker *w, bool begin)
+/* Agent group g's trained models on this rank (NULL: none of its own; group 0: the worker's). */
+static void group_models(const df_dag_worker *w, int g, df_actor **a, df_critic **c)
+{
+    const df_agent_slot *s = g ? &w->agents[g] : NULL;
+    *a = !s ? w->actor.model : df_agent_slot_owns_actor(s) ? s->actor->model : NULL;
+    *c = !s ? w->critic.model : df_agent_slot_owns_critic(s) ? s->critic->model : NULL;
+}
+
+/* Every trained model's sharded AdamW state (ZeRO-1) streams to rank 0 as it saves (collective, in
+   one order on every rank); end: the streams finish (a model without one: nothing). */
+static int stream_begin(const df_dag_worker *w)
+{
+    int rc = DF_OK;
+    for (int g = 0; !rc && g < (w->n_agents > 1 ? w->n_agents : 1); g++) {
+        df_actor *a;
+        df_critic *c;
+        group_models(w, g, &a, &c);
+        if (a)
+            rc = df_actor_gather_begin(a, w->rank == 0);
+        if (!rc && c)
+            rc = df_critic_gather_begin(c, w->rank == 0);
+    }
+    return rc;
+}
+
+static int stream_end(const df_dag_worker *w)
 {
     int rc = DF_OK;
     for (int g = 0; g < (w->n_agents > 1 ? w->n_agents : 1); g++) {
-        const df_agent_slot *s = g ? &w->agents[g] : NULL;
-        df_actor *a = !s ? w->actor.model : df_agent_slot_owns_actor(s) ? s->actor->model : NULL;
-        df_critic *c = !s ? w->critic.model : df_agent_slot_owns_critic(s) ? s->critic->model : NULL;
-        int e[2] = {DF_OK, DF_OK};
-        if (a)
-            e[0] = begin ? (rc ? DF_OK : df_actor_gather_begin(a, w->rank == 0)) : df_actor_gather_end(a);
-        if (c)
-            e[1] = begin ? (rc || e[0] ? DF_OK : df_critic_gather_begin(c, w->rank == 0)) : df_critic_gather_end(c);
-        rc = rc ? rc : e[0] ? e[0] : e[1];
+        df_actor *a;
+        df_critic *c;
+        group_models(w, g, &a, &c);
+        int ea = a ? df_actor_gather_end(a) : DF_OK, ec = c ? df_critic_gather_end(c) : DF_OK;
+        rc = rc ? rc : ea ? ea : ec;
     }
     return rc;
 }
@@ -212,10 +231,10 @@ int df_worker_checkpoint_save(df_dag_worker *w)
         df_kill_point_save_scope(false);
         return df_error_wrap(rc, "saving checkpoint global_step_%lld", n);
     }
-    rc = stream_states(w, true);
+    rc = stream_begin(w);
     if (!rc && w->rank == 0)
         rc = save_shared(w, s.tmp);
-    int end = stream_states(w, false); /* after a failed begin too: what began must end */
+    int end = stream_end(w); /* after a failed begin too: what began must end */
     rc = sync_rc(w, rc ? rc : end, "checkpoint: writing");
     if (!rc && w->rank == 0)
         rc = df_ckpt_save_publish(&s);

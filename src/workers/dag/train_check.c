@@ -408,10 +408,12 @@ static int layouts(const df_config *c, const df_train_config *t, const df_plan *
         int64_t warmup = t->trainer.critic_warmup, critic_mp = 1, actor_mp = 1;
         df_worker_mp_key(DF_ROLE_CRITIC, t, &critic_mp);
         df_worker_mp_key(DF_ROLE_ACTOR, t, &actor_mp);
-        if (critic && !(rc = check_critic(c, &t->critic, size / (int)critic_mp)))
-            rc = check_fsdp_size(c, "critic.model.fsdp_config.fsdp_size", t->critic.model.fsdp_config.fsdp_size,
-                                 size / (int)critic_mp);
-        else if (!rc && warmup > 0)
+        if (critic) {
+            rc = check_critic(c, &t->critic, size / (int)critic_mp);
+            if (!rc)
+                rc = check_fsdp_size(c, "critic.model.fsdp_config.fsdp_size",
+                                     t->critic.model.fsdp_config.fsdp_size, size / (int)critic_mp);
+        } else if (!rc && warmup > 0)
             rc = df_error(DF_EINVAL,
                           "%s: trainer.critic_warmup=%lld needs a critic (algorithm.adv_estimator=gae, "
                           "or a workflow with CRITIC nodes); this graph has none",

@@ -68,10 +68,11 @@ int df_sft_checkpoint_save(const df_sft_ckpt *c, int64_t step)
     if (!rc && writer)
         rc = df_ckpt_save_begin(&s);
     rc = agree(c, rc, "checkpoint: creating the temporary directory");
-    const bool streaming = !rc && !(rc = df_actor_gather_begin(c->actor, writer)); /* ZeRO-1's moments */
+    if (!rc) /* ZeRO-1's sharded moments stream to the writer as it saves */
+        rc = df_actor_gather_begin(c->actor, writer);
     if (!rc && writer)
         rc = save_files(c, step, s.tmp);
-    int end = streaming ? df_actor_gather_end(c->actor) : DF_OK;
+    int end = df_actor_gather_end(c->actor); /* nothing without a stream */
     rc = rc ? rc : end;
     rc = agree(c, rc, "checkpoint: writing");
     if (!rc && writer)
