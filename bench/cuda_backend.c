@@ -142,19 +142,19 @@ static void run_attn_fwd(void *p)
 {
     layer_arg *a = p;
     OK(df_cuda_attention_fwd(cu, a->o, a->lse, a->q, a->k, a->v, a->offs, a->n_seqs, a->T,
-                             a->max_len, a->nh, a->nkv, a->hd, 0));
+                             a->max_len, a->nh, a->nkv, a->hd, 0, 0.0f));
 }
 static void run_attn_bwd(void *p)
 {
     layer_arg *a = p; /* dout = out: any tensor of the right shape times the same */
     OK(df_cuda_attention_bwd(cu, a->dq, a->dk, a->dv, a->o, a->o, a->lse, a->q, a->k, a->v,
-                             a->offs, a->n_seqs, a->T, a->max_len, a->nh, a->nkv, a->hd, 0));
+                             a->offs, a->n_seqs, a->T, a->max_len, a->nh, a->nkv, a->hd, 0, 0.0f));
 }
 static void run_lmhead(void *p)
 {
     layer_arg *a = p;
     OK(df_cuda_lmhead_fwd(cu, a->logp, a->ent, NULL, a->lse_v, a->x, a->W, a->target, a->T, a->V,
-                          a->H, 1.0f, a->scratch));
+                          a->H, 1.0f, 0.0f, a->scratch));
 }
 
 typedef struct {

@@ -1,7 +1,8 @@
 /*
  * test_cuda_attention.c — the CUDA attention operators against the CPU references
  * (docs/cuda.md): df_cuda_attention_fwd / _bwd vs df_attention_fwd / _bwd on packed
- * sequences of unequal lengths with GQA, causal and over sliding windows. (The rollout's
+ * sequences of unequal lengths with GQA, causal, over sliding windows and with Gemma 2's
+ * attention-logit soft-cap. (The rollout's
  * KV-cache operators are the seam's, checked by test_backend_ops.)
  * Without a GPU: a SKIP line and exit 77 (ctest: skipped).
  *
@@ -26,6 +27,24 @@ static double g32(double n) { return df_tol_gamma(n, DF_U32); }
  * row of L keys sees at most ceil(L / 32) online-softmax rescales, one more under a window
  * (its L keys need not start on a tile boundary) */
 #define MIN_TILE 32
+/* tanh's absolute error (units of 1): CUDA's tanhf is within 2 ulp of |tanh| <= 1 (4 u); the
+ * CPU's 1 - 2 / (e^{2x} + 1) has its exp (3 u relative), the add and the division, about 6 u on
+ * a quotient <= 2, and the final subtraction, u: 13 u */
+#define TANH_ERR (16 * DF_U32)
+
+/*
+ * Gemma 2's soft-cap C > 0 on an exact score r with error bound *ds (in place: the capped score
+ * C tanh(r / C) and its bound): the argument r / C carries (dr + u |r|) / C, tanh passes it on
+ * scaled by 1 - t^2 and adds TANH_ERR, the product by C one rounding. *dc = 1 - t^2 (the
+ * backward's factor) and *edc bounds its error: 2 |t| times t's error, plus u (t t and 1 - t t).
+ */
+static double cap_score(double r, double *ds, double C, double *dc, double *edc)
+{
+    const double u = DF_U32, t = tanh(r / C), et = (1 - t * t) * (*ds + u * fabs(r)) / C + TANH_ERR;
+    *ds = C * et + u * fabs(C * t);
+    *dc = 1 - t * t, *edc = 2 * fabs(t) * et + 2 * u;
+    return C * t;
+}
 
 static float *fvec(int64_t n)
 {
@@ -77,7 +96,7 @@ static void check_b(const char *what, const float *got, const float *ref, const 
  * One query row q against keys K + j ld and values V + j ld, j < L (head dim hd). Fills the
  * exact scaled scores s[j] and their error bounds ds[j], and bout[hd]; returns the bound on lse.
  *   score: hd products summed, the scale (sqrtf, the division) and its product:
- *     ds_j = gamma_{hd+3} sum_e |q_e k_je| / sqrt(hd);
+ *     ds_j = gamma_{hd+3} sum_e |q_e k_je| / sqrt(hd); with a soft-cap, cap_score's;
  *   weight e^(s_j - m) against a common factor: the rounded subtraction (u span), exp
  *     (EXP_ERR) and, per tile, the rescale factor (the same two plus its product):
  *     th1 = (nt + 1)(u span + EXP_ERR + u), nt = ceil(L / 32) (a tile whose keys are all
@@ -89,8 +108,8 @@ static void check_b(const char *what, const float *got, const float *ref, const 
  *     (gamma_{L + 2nt + 5}), logf's error on |log l| and the final add.
  */
 static double row_fwd_bounds(const float *q, const float *K, const float *V, int64_t ld,
-                             int64_t L, int64_t hd, bool windowed, double *s, double *ds,
-                             double *bout)
+                             int64_t L, int64_t hd, bool windowed, double cap, double *s,
+                             double *ds, double *dc, double *edc, double *bout)
 {
     const double isq = 1.0 / sqrt((double)hd), u = DF_U32;
     const int64_t nt = (L + MIN_TILE - 1) / MIN_TILE + windowed;
@@ -101,7 +120,9 @@ static double row_fwd_bounds(const float *q, const float *K, const float *V, int
             d += (double)q[e] * K[j * ld + e];
             a += fabs((double)q[e] * K[j * ld + e]);
         }
-        s[j] = d * isq, ds[j] = g32((double)hd + 3) * a * isq;
+        s[j] = d * isq, ds[j] = g32((double)hd + 3) * a * isq, dc[j] = 1, edc[j] = 0;
+        if (cap > 0)
+            s[j] = cap_score(s[j], &ds[j], cap, &dc[j], &edc[j]);
         m = fmax(m, s[j]), mn = fmin(mn, s[j]), dsmax = fmax(dsmax, ds[j]);
     }
     const double th1 = (double)(nt + 1) * (u * (m - mn) + EXP_ERR + u), th = dsmax + th1;
@@ -126,15 +147,18 @@ static double row_fwd_bounds(const float *q, const float *K, const float *V, int
  *   D = dO . O: gamma_{hd+5} sum |dO O| (the device's lane sums and 5-step warp sum);
  *   dp_j = dO . v_j: gamma_hd sum |dO v_j|;
  *   dS_j = P_j (dp_j - D) scale: P_j / sqrt(hd) (th_p |dp_j - D| + d dp_j + dD
- *     + gamma_5 |dp_j - D|) (subtraction, two products, the scale's two roundings);
+ *     + gamma_5 |dp_j - D|) (subtraction, two products, the scale's two roundings); with a
+ *   soft-cap, dS_j gains the factor c_j = 1 - t_j^2: every term above times c_j, plus
+ *     |dS_j| edc_j / c_j (c_j's own error) and one more product (gamma_6);
  *   dq_i = sum_j dS_ij k_j (L_i terms), dk_j = sum over the group's rows i >= j of
  *   dS_ij q_i and dv_j = sum P_ij dO_i (at most grp L terms): gamma of the count times
  *   sum |terms|, plus the propagated dS / P errors times |k|, |q|, |dO| (first order).
  * With a window W each row i sees the L_i = min(i + 1, W) keys from j_lo = i + 1 - L_i: the
  * same bounds over those keys only (a key outside the window has weight 0 on both sides).
  */
-static void attention_case(const int64_t *lens, int64_t n_seqs, int64_t nh, int64_t nkv,
-                           int64_t hd, int64_t extra_len, int64_t window, uint64_t seed)
+static void attention_case_cap(const int64_t *lens, int64_t n_seqs, int64_t nh, int64_t nkv,
+                               int64_t hd, int64_t extra_len, int64_t window, float cap,
+                               uint64_t seed)
 {
     int64_t off[17], maxL = 0;
     assert_true(n_seqs <= 16);
@@ -145,36 +169,38 @@ static void attention_case(const int64_t *lens, int64_t n_seqs, int64_t nh, int6
     }
     const int64_t T = off[n_seqs], ldq = nh * hd, ldk = nkv * hd, nq = T * ldq, nk = T * ldk;
     const int64_t grp = nh / nkv;
-    printf(" attention: %lld sequences, T = %lld, nh = %lld, nkv = %lld, hd = %lld, window %lld\n",
+    printf(" attention: %lld sequences, T = %lld, nh = %lld, nkv = %lld, hd = %lld, window %lld, "
+           "softcap %g\n",
            (long long)n_seqs, (long long)T, (long long)nh, (long long)nkv, (long long)hd,
-           (long long)window);
+           (long long)window, (double)cap);
     float *q = fvec(nq), *k = fvec(nk), *v = fvec(nk), *dout = fvec(nq);
     dfct_rand(q, nq, seed, -1, 1);
     dfct_rand(k, nk, seed + 1, -1, 1);
     dfct_rand(v, nk, seed + 2, -1, 1);
     dfct_rand(dout, nq, seed + 3, -1, 1);
     float *out = fvec(nq), *lse = fvec(T * nh), *dq = fvec(nq), *dk = fvec(nk), *dv = fvec(nk);
-    df_attention_fwd(out, lse, q, k, v, off, n_seqs, nh, nkv, hd, window, 0.0f);
-    df_attention_bwd(dq, dk, dv, dout, out, lse, q, k, v, off, n_seqs, nh, nkv, hd, window, 0.0f);
+    df_attention_fwd(out, lse, q, k, v, off, n_seqs, nh, nkv, hd, window, cap);
+    df_attention_bwd(dq, dk, dv, dout, out, lse, q, k, v, off, n_seqs, nh, nkv, hd, window, cap);
 
     float *d_q = dfct_up(q, 4 * nq), *d_k = dfct_up(k, 4 * nk), *d_v = dfct_up(v, 4 * nk);
     int64_t *d_off = dfct_up(off, 8 * (n_seqs + 1));
     float *d_out = dfct_alloc(4 * nq), *d_lse = dfct_alloc(4 * T * nh); /* NaN: unwritten shows */
     DFCT_OK(df_cuda_attention_fwd(dfct_cu, d_out, d_lse, d_q, d_k, d_v, d_off, n_seqs, T,
-                                  maxL + extra_len, nh, nkv, hd, window));
+                                  maxL + extra_len, nh, nkv, hd, window, cap));
     float *g_out = dfct_down(d_out, 4 * nq), *g_lse = dfct_down(d_lse, 4 * T * nh);
     /* the backward on the CPU forward's out and lse, so both sides see the same inputs */
     float *d_cout = dfct_up(out, 4 * nq), *d_clse = dfct_up(lse, 4 * T * nh);
     float *d_dout = dfct_up(dout, 4 * nq);
     float *d_dq = dfct_alloc(4 * nq), *d_dk = dfct_alloc(4 * nk), *d_dv = dfct_alloc(4 * nk);
     DFCT_OK(df_cuda_attention_bwd(dfct_cu, d_dq, d_dk, d_dv, d_dout, d_cout, d_clse, d_q, d_k,
-                                  d_v, d_off, n_seqs, T, maxL + extra_len, nh, nkv, hd, window));
+                                  d_v, d_off, n_seqs, T, maxL + extra_len, nh, nkv, hd, window,
+                                  cap));
     float *g_dq = dfct_down(d_dq, 4 * nq), *g_dk = dfct_down(d_dk, 4 * nk);
     float *g_dv = dfct_down(d_dv, 4 * nk);
 
     double *bo = dvec(nq), *bl = dvec(T * nh), *bq = dvec(nq), *bk = dvec(nk), *bv = dvec(nk);
     double *s = dvec(maxL), *ds = dvec(maxL), *P = dvec(maxL), *thp = dvec(maxL);
-    double *dS = dvec(maxL), *edS = dvec(maxL);
+    double *dS = dvec(maxL), *edS = dvec(maxL), *dc = dvec(maxL), *edc = dvec(maxL);
     const double isq = 1.0 / sqrt((double)hd), u = DF_U32;
     for (int64_t sq = 0; sq < n_seqs; sq++) {
         const int64_t j0 = off[sq], L = lens[sq];
@@ -187,8 +213,8 @@ static void attention_case(const int64_t *lens, int64_t n_seqs, int64_t nh, int6
                 const float *qi = q + row * ldq + h * hd, *oi = out + row * ldq + h * hd;
                 const float *gi = dout + row * ldq + h * hd;
                 const float *Kw = K + jl * ldk, *Vw = V + jl * ldk; /* the row's visible keys */
-                bl[row * nh + h] = row_fwd_bounds(qi, Kw, Vw, ldk, Li, hd, window > 0, s, ds,
-                                                  bo + row * ldq + h * hd);
+                bl[row * nh + h] = row_fwd_bounds(qi, Kw, Vw, ldk, Li, hd, window > 0, cap, s, ds,
+                                                  dc, edc, bo + row * ldq + h * hd);
                 const double lf = lse[row * nh + h];
                 double D = 0, Dm = 0;
                 for (int64_t e = 0; e < hd; e++)
@@ -201,8 +227,10 @@ static void attention_case(const int64_t *lens, int64_t n_seqs, int64_t nh, int6
                     const double diff = fabs(dp - D);
                     P[j] = exp(s[j] - lf);
                     thp[j] = ds[j] + u * fabs(s[j] - lf) + EXP_ERR;
-                    dS[j] = P[j] * (dp - D) * isq;
-                    edS[j] = P[j] * isq * (thp[j] * diff + g32((double)hd) * dm + eD + g32(5) * diff);
+                    dS[j] = P[j] * (dp - D) * isq * dc[j];
+                    edS[j] = P[j] * isq * dc[j] *
+                                 (thp[j] * diff + g32((double)hd) * dm + eD + g32(6) * diff) +
+                             P[j] * isq * diff * edc[j];
                 }
                 double *bqi = bq + row * ldq + h * hd;
                 for (int64_t j = 0; j < Li; j++) {
@@ -238,10 +266,16 @@ static void attention_case(const int64_t *lens, int64_t n_seqs, int64_t nh, int6
     free(q), free(k), free(v), free(dout), free(out), free(lse), free(dq), free(dk), free(dv);
     free(g_out), free(g_lse), free(g_dq), free(g_dk), free(g_dv);
     free(bo), free(bl), free(bq), free(bk), free(bv);
-    free(s), free(ds), free(P), free(thp), free(dS), free(edS);
+    free(s), free(ds), free(P), free(thp), free(dS), free(edS), free(dc), free(edc);
     dfct_free(d_q), dfct_free(d_k), dfct_free(d_v), dfct_free(d_off), dfct_free(d_out);
     dfct_free(d_lse), dfct_free(d_cout), dfct_free(d_clse), dfct_free(d_dout);
     dfct_free(d_dq), dfct_free(d_dk), dfct_free(d_dv);
+}
+
+static void attention_case(const int64_t *lens, int64_t n_seqs, int64_t nh, int64_t nkv,
+                           int64_t hd, int64_t extra_len, int64_t window, uint64_t seed)
+{
+    attention_case_cap(lens, n_seqs, nh, nkv, hd, extra_len, window, 0.0f, seed);
 }
 
 /* Qwen2.5-0.5B's heads (14 query, 2 kv, hd 64): lengths 1, 17, 64, 130 in one pack. */
@@ -298,6 +332,20 @@ static void test_attention_window(void **state)
     attention_case(lens, 5, 6, 3, 50, 0, 257, 507);
 }
 
+/* Gemma 2's attention-logit soft-cap: C = 0.25 against scores of about 0.3 (uniform q, k in
+ * [-1, 1]: a std of sqrt(hd / 9) / sqrt(hd)), so tanh saturates on many and the cap changes
+ * the softmax; C = 2 (nearly linear); GQA, windows, each head-dim bucket. */
+static void test_attention_softcap(void **state)
+{
+    (void)state;
+    const int64_t lens[4] = {1, 17, 64, 130};
+    attention_case_cap(lens, 4, 14, 2, 64, 0, 0, 0.25f, 601);
+    attention_case_cap(lens, 4, 14, 2, 64, 0, 0, 2.0f, 602);
+    attention_case_cap(lens, 4, 4, 4, 128, 5, 33, 0.25f, 603);
+    const int64_t l256[3] = {70, 1, 129};
+    attention_case_cap(l256, 3, 2, 1, 256, 0, 0, 0.25f, 604);
+}
+
 /* ---- argument checks ------------------------------------------------------------------------ */
 
 static void test_attention_errors(void **state)
@@ -306,19 +354,26 @@ static void test_attention_errors(void **state)
     float x[4] = {0};
     const int64_t off[2] = {0, 1};
     /* host pointers: the sizes are refused before anything is launched */
-    assert_int_equal(df_cuda_attention_fwd(dfct_cu, x, x, x, x, x, off, 1, 1, 1, 2, 2, 257, 0), DF_EINVAL);
-    assert_int_equal(df_cuda_attention_fwd(dfct_cu, x, x, x, x, x, off, 1, 1, 1, 5, 2, 64, 0), DF_EINVAL);
-    assert_int_equal(df_cuda_attention_fwd(dfct_cu, x, x, x, x, x, off, 1, -1, 1, 2, 2, 64, 0), DF_EINVAL);
-    assert_int_equal(df_cuda_attention_fwd(dfct_cu, x, x, x, x, x, off, 1, 1, 1, 2, 2, 0, 0), DF_EINVAL);
-    assert_int_equal(df_cuda_attention_fwd(dfct_cu, x, x, x, x, x, off, 1, 1, 1, 2, 2, 64, -1), DF_EINVAL);
+    assert_int_equal(df_cuda_attention_fwd(dfct_cu, x, x, x, x, x, off, 1, 1, 1, 2, 2, 257, 0, 0.0f), DF_EINVAL);
+    assert_int_equal(df_cuda_attention_fwd(dfct_cu, x, x, x, x, x, off, 1, 1, 1, 5, 2, 64, 0, 0.0f), DF_EINVAL);
+    assert_int_equal(df_cuda_attention_fwd(dfct_cu, x, x, x, x, x, off, 1, -1, 1, 2, 2, 64, 0, 0.0f), DF_EINVAL);
+    assert_int_equal(df_cuda_attention_fwd(dfct_cu, x, x, x, x, x, off, 1, 1, 1, 2, 2, 0, 0, 0.0f), DF_EINVAL);
+    assert_int_equal(df_cuda_attention_fwd(dfct_cu, x, x, x, x, x, off, 1, 1, 1, 2, 2, 64, -1, 0.0f), DF_EINVAL);
     assert_int_equal(df_cuda_attention_bwd(dfct_cu, x, x, x, x, x, x, x, x, x, off, 1, 1, 1, 2, 2,
-                                           300, 0), DF_EINVAL);
+                                           300, 0, 0.0f), DF_EINVAL);
     assert_int_equal(df_cuda_attention_bwd(dfct_cu, x, x, x, x, x, x, x, x, x, off, 1, 1, 1, 6, 4,
-                                           64, 0), DF_EINVAL);
+                                           64, 0, 0.0f), DF_EINVAL);
     assert_int_equal(df_cuda_attention_bwd(dfct_cu, x, x, x, x, x, x, x, x, x, off, 1, 1, 1, 2, 2,
-                                           64, -3), DF_EINVAL);
+                                           64, -3, 0.0f), DF_EINVAL);
     /* nothing to do: no launch */
-    DFCT_OK(df_cuda_attention_fwd(dfct_cu, x, x, x, x, x, off, 0, 0, 0, 2, 2, 64, 0));
+    DFCT_OK(df_cuda_attention_fwd(dfct_cu, x, x, x, x, x, off, 0, 0, 0, 2, 2, 64, 0, 0.0f));
+    /* a soft-cap must be 0 or finite and > 0 */
+    assert_int_equal(df_cuda_attention_fwd(dfct_cu, x, x, x, x, x, off, 1, 1, 1, 2, 2, 64, 0, -1.0f),
+                     DF_EINVAL);
+    assert_int_equal(df_cuda_attention_bwd(dfct_cu, x, x, x, x, x, x, x, x, x, off, 1, 1, 1, 2, 2,
+                                           64, 0, INFINITY), DF_EINVAL);
+    assert_int_equal(df_cuda_attention_fwd(dfct_cu, x, x, x, x, x, off, 1, 1, 1, 2, 2, 64, 0, NAN),
+                     DF_EINVAL);
     DFCT_OK(df_cuda_sync(dfct_cu)); /* the context still works after the errors */
 }
 
@@ -330,6 +385,7 @@ int main(void)
         cmocka_unit_test(test_attention_window),
         cmocka_unit_test(test_attention_other_head_dims),
         cmocka_unit_test(test_attention_single_tokens),
+        cmocka_unit_test(test_attention_softcap),
         cmocka_unit_test(test_attention_errors),
     };
     return dfct_main("test_cuda_attention", tests, sizeof tests / sizeof tests[0]);

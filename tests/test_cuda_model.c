@@ -361,9 +361,11 @@ static void family_vs_cpu(const char *name)
  *     blended frequencies and the attention factor, a table as any RoPE), OLMo 2 (tiny_olmo2, and
  *     tiny_olmo2_bias with its biases and tied head), the windowed attention of Qwen3 and
  *     Mistral (a window of 4 positions under sequences longer than it) and Gemma 3 (sliding and
- *     full layers, each with its RoPE) against their PyTorch references (family_vs_golden);
- *   - Qwen3 (q/k norms, head_dim != hidden / heads, its window) and Gemma 3 against the CPU
- *     (family_vs_cpu).
+ *     full layers, each with its RoPE) and Gemma 2 (Gemma 3's layer with tanh soft-caps on the
+ *     attention scores and the final logits: the attention and LM-head kernels' caps) against
+ *     their PyTorch references (family_vs_golden);
+ *   - Qwen3 (q/k norms, head_dim != hidden / heads, its window), Gemma 3 and Gemma 2 against the
+ *     CPU (family_vs_cpu).
  */
 static void test_families_cuda(void **state)
 {
@@ -375,8 +377,10 @@ static void test_families_cuda(void **state)
     family_vs_golden("tiny_qwen3_yarn");
     family_vs_golden("tiny_mistral");
     family_vs_golden("tiny_gemma3");
+    family_vs_golden("tiny_gemma2");
     family_vs_cpu("tiny_qwen3");
     family_vs_cpu("tiny_gemma3");
+    family_vs_cpu("tiny_gemma2");
 }
 
 static void test_cuda_acts_refusals(void **state)

@@ -10,8 +10,8 @@
  * position or window, a stale weight or a mis-gathered output row moves log-probs far
  * outside it. Also: the same request twice gives the same bits (free_cache_engine releasing
  * and re-making the device's cache in between), a new weight version reaches the GPU, and the
- * golden fixtures of the windowed families (Qwen3, Mistral, Gemma 3) decode far past their
- * windows.
+ * golden fixtures of the windowed families (Qwen3, Mistral, Gemma 3, Gemma 2 with its
+ * soft-capped scores and logits) decode far past their windows.
  *
  * Written on a machine without a GPU: it compiles there and prints a SKIP line (exit 77).
  */
@@ -108,14 +108,15 @@ static void test_rollout_on_the_gpu(void **state)
 
 /* The golden fixtures with sliding windows of 4 positions (Qwen3 from layer 1, Mistral on every
  * layer, Gemma 3's sliding and full layers with their two RoPEs, (1 + w) norms, GeGLU and
- * scaled embedding): prompts of up to 20 tokens and 24 new ones run the KV cache's window far
- * past its edge. */
+ * scaled embedding, Gemma 2's alternating layers with both tanh soft-caps: the decode
+ * attention's and the sampler's): prompts of up to 20 tokens and 24 new ones run the KV cache's
+ * window far past its edge. */
 static void test_rollout_windowed_families(void **state)
 {
     (void)state;
-    static const char *const names[] = {"tiny_qwen3", "tiny_mistral", "tiny_gemma3"};
+    static const char *const names[] = {"tiny_qwen3", "tiny_mistral", "tiny_gemma3", "tiny_gemma2"};
     df_backend be = df_backend_cuda(dfct_cu);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         char dir[4096];
         dfct_golden_path(dir, sizeof dir, names[i]);
         df_model *m;

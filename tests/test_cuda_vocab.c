@@ -13,6 +13,8 @@
 #include "model/ops.h"
 
 #define SECOND_ORDER 1.02
+/* CUDA's tanhf: 2 ulp of |tanh| <= 1, an absolute 4 u */
+#define TANHF_ERR (4 * DF_U32)
 
 static void *xmalloc(size_t bytes)
 {
@@ -147,7 +149,7 @@ static void lm_fwd_case(int64_t n, int64_t V, int64_t H, float T, bool with_ent,
     float *dlogp = dfct_alloc(n4), *dlse = dfct_alloc(n4), *dent = with_ent ? dfct_alloc(n4) : NULL;
     float *dsq = with_ent ? NULL : dfct_alloc(n4);
     float *ds = dfct_alloc(4 * (size_t)df_cuda_vocab_scratch_floats(n, V, H));
-    DFCT_OK(df_cuda_lmhead_fwd(dfct_cu, dlogp, dent, dsq, dlse, dh, dW, dt, n, V, H, T, ds));
+    DFCT_OK(df_cuda_lmhead_fwd(dfct_cu, dlogp, dent, dsq, dlse, dh, dW, dt, n, V, H, T, 0.0f, ds));
     float *g_logp = dfct_down(dlogp, n4), *g_lse = dfct_down(dlse, n4);
     float *g_ent = with_ent ? dfct_down(dent, n4) : NULL, *g_sq = with_ent ? NULL : dfct_down(dsq, n4);
 
@@ -274,7 +276,7 @@ static void lm_bwd_case(int64_t n, int64_t V, int64_t H, float T, bool with_dent
     float *d_dh = dfct_alloc(4 * nh); /* NaN: must be overwritten */
     float *ds = dfct_alloc(4 * (size_t)df_cuda_vocab_scratch_floats(n, V, H));
     DFCT_OK(df_cuda_lmhead_bwd(dfct_cu, d_dh, d_dW, d_dlogp, with_dent ? d_dent : NULL, d_h, d_W, d_tg, d_lse,
-                               with_dent ? d_ent : NULL, n, V, H, T, ds));
+                               with_dent ? d_ent : NULL, n, V, H, T, 0.0f, ds));
     float *g_dh = dfct_down(d_dh, 4 * nh), *g_dW = dfct_down(d_dW, 4 * vh);
 
     double *b_dh = xmalloc(8 * nh), *b_dW = xmalloc(8 * vh);
@@ -359,17 +361,26 @@ static int cmp_xid_desc(const void *pa, const void *pb)
 }
 
 /* Row x[V] (float) of logits and Delta = max_v |device logit - x_v| <= gamma_H A_v (the
- * device's dot product, alpha = 1) + u |x_v| (x is the exact value rounded): 0 when exact. */
-static double sample_row(const float *h, const float *W, int64_t V, int64_t H, bool exact, float *x)
+ * device's dot product, alpha = 1) + u |x_v| (x is the exact value rounded): 0 when exact.
+ * With Gemma 2's final-logit cap C > 0, x_v = C tanh(z_v / C) rounded and the device's error
+ * passes through the cap: (1 - t^2) (gamma_H A_v + u |z_v|) (the dot product and the division by
+ * C), C TANHF_ERR and the product by C, u |x_v|. */
+static double sample_row(const float *h, const float *W, int64_t V, int64_t H, bool exact, float cap,
+                         float *x)
 {
     double *z = xmalloc(8 * (size_t)V), *A = xmalloc(8 * (size_t)V), delta = 0;
     row_logits(h, W, V, H, 1.0, z, A);
+    assert_false(exact && cap > 0); /* capped logits are never exact */
     for (int64_t v = 0; v < V; v++) {
-        x[v] = (float)z[v];
+        const double t = cap > 0 ? tanh(z[v] / cap) : 0, dz = df_tol_gamma((double)H, DF_U32) * A[v];
+        x[v] = (float)(cap > 0 ? cap * t : z[v]);
         if (exact)
             assert_true((double)x[v] == z[v]);
+        else if (cap > 0)
+            delta = fmax(delta, (1 - t * t) * (dz + DF_U32 * fabs(z[v])) + cap * TANHF_ERR +
+                                    2 * DF_U32 * fabs(x[v]));
         else
-            delta = fmax(delta, df_tol_gamma((double)H, DF_U32) * A[v] + DF_U32 * fabs(x[v]));
+            delta = fmax(delta, dz + DF_U32 * fabs(x[v]));
     }
     free(z), free(A);
     return delta;
@@ -427,12 +438,12 @@ static int64_t choose_filters(const xid *s, int64_t V, double Te, double delta, 
  * so the CDF by e^(+-2 Delta/T). logp: both sides' float roundings, 2 Delta / T (the logit and
  * lse, 1-Lipschitz), 3 e64 per side.
  */
-static void sample_case(int64_t V, int64_t H, int64_t n, float T, int64_t top_k, double q, bool exact,
-                        uint64_t seed)
+static void sample_case_cap(int64_t V, int64_t H, int64_t n, float T, int64_t top_k, double q,
+                            bool exact, float cap, uint64_t seed)
 {
     float *h = xmalloc(4 * (size_t)H), *W = xmalloc(4 * (size_t)(V * H)), *x = xmalloc(4 * (size_t)V);
     sample_inputs(h, H, W, V * H, exact, seed);
-    const double delta = sample_row(h, W, V, H, exact, x), Te = T > 0 ? T : 1.0;
+    const double delta = sample_row(h, W, V, H, exact, cap, x), Te = T > 0 ? T : 1.0;
     xid *s = xmalloc(sizeof(xid) * (size_t)V);
     for (int64_t v = 0; v < V; v++)
         s[v] = (xid){x[v], (int32_t)v};
@@ -441,9 +452,10 @@ static void sample_case(int64_t V, int64_t H, int64_t n, float T, int64_t top_k,
     const double e64 = err64(V, zabs), margin = expm1(2 * delta / Te) + 4 * e64;
     float top_p;
     const int64_t n_kept = choose_filters(s, V, Te, delta, margin, exact, &top_k, q, &top_p);
-    printf(" sample V=%lld H=%lld n=%lld T=%g top_k=%lld top_p=%.7g %s: %lld kept, margin %.2e\n",
+    printf(" sample V=%lld H=%lld n=%lld T=%g top_k=%lld top_p=%.7g softcap %g %s: %lld kept, "
+           "margin %.2e\n",
            (long long)V, (long long)H, (long long)n, (double)T, (long long)top_k, (double)top_p,
-           exact ? "exact logits" : "float logits", (long long)n_kept, margin);
+           (double)cap, exact ? "exact logits" : "float logits", (long long)n_kept, margin);
 
     df_sampling_params sp;
     df_sampling_params_defaults(&sp);
@@ -484,7 +496,7 @@ static void sample_case(int64_t V, int64_t H, int64_t n, float T, int64_t top_k,
     int32_t *d_tok = dfct_alloc(4 * (size_t)n);
     float *d_lp = dfct_alloc(4 * (size_t)n);
     float *ds = dfct_alloc(4 * (size_t)df_cuda_vocab_scratch_floats(n, V, H));
-    DFCT_OK(df_cuda_sample(dfct_cu, d_tok, d_lp, d_h, d_W, n, V, H, T, top_k, top_p, u, ds));
+    DFCT_OK(df_cuda_sample(dfct_cu, d_tok, d_lp, d_h, d_W, n, V, H, T, cap, top_k, top_p, u, ds));
     int32_t *tok = dfct_down(d_tok, 4 * (size_t)n);
     float *lp = dfct_down(d_lp, 4 * (size_t)n);
 
@@ -526,6 +538,12 @@ static void sample_case(int64_t V, int64_t H, int64_t n, float T, int64_t top_k,
     dfct_free(d_h), dfct_free(d_W), dfct_free(d_tok), dfct_free(d_lp), dfct_free(ds);
 }
 
+static void sample_case(int64_t V, int64_t H, int64_t n, float T, int64_t top_k, double q, bool exact,
+                        uint64_t seed)
+{
+    sample_case_cap(V, H, n, T, top_k, q, exact, 0.0f, seed);
+}
+
 /*
  * Greedy (temperature 0): the lowest argmax, bit-exact on exact logits; row 0 gets a tie at
  * its maximum (W row of the argmax copied to a lower id). logp at temperature 1: both sides'
@@ -537,14 +555,14 @@ static void greedy_case(int64_t V, int64_t H, int64_t n, bool null_u, uint64_t s
     float *h = xmalloc(4 * (size_t)(n * H)), *W = xmalloc(4 * (size_t)(V * H));
     float *x = xmalloc(4 * (size_t)(n * V));
     sample_inputs(h, n * H, W, V * H, true, seed);
-    sample_row(h, W, V, H, true, x);
+    sample_row(h, W, V, H, true, 0.0f, x);
     int64_t a = 0;
     for (int64_t v = 1; v < V; v++)
         a = x[v] > x[a] ? v : a;
     const int64_t b = a > 0 ? a / 2 : 1, tie = a < b ? a : b;
     memcpy(W + b * H, W + a * H, 4 * (size_t)H);
     for (int64_t i = 0; i < n; i++)
-        sample_row(h + i * H, W, V, H, true, x + i * V);
+        sample_row(h + i * H, W, V, H, true, 0.0f, x + i * V);
 
     df_sampling_params sp;
     df_sampling_params_defaults(&sp);
@@ -567,7 +585,8 @@ static void greedy_case(int64_t V, int64_t H, int64_t n, bool null_u, uint64_t s
     int32_t *d_tok = dfct_alloc(4 * (size_t)n);
     float *d_lp = dfct_alloc(4 * (size_t)n);
     float *ds = dfct_alloc(4 * (size_t)df_cuda_vocab_scratch_floats(n, V, H));
-    DFCT_OK(df_cuda_sample(dfct_cu, d_tok, d_lp, d_h, d_W, n, V, H, 0.0f, 0, 1.0f, null_u ? NULL : u, ds));
+    DFCT_OK(df_cuda_sample(dfct_cu, d_tok, d_lp, d_h, d_W, n, V, H, 0.0f, 0.0f, 0, 1.0f,
+                           null_u ? NULL : u, ds));
     int32_t *tok = dfct_down(d_tok, 4 * (size_t)n);
     float *lp = dfct_down(d_lp, 4 * (size_t)n);
     const double e64 = err64(V, zabs);
@@ -620,6 +639,17 @@ static void test_sample_top_p(void **state)
     sample_case(5003, 64, 64, 2.0f, 0, 0.3, true, 334);
 }
 
+/* Gemma 2's final-logit soft-cap: logits h W^T of std ~ sqrt(H / 9) = 2.7 (H = 64) capped at C =
+ * 2 (most saturate: the CPU's kept set and CDF then differ from the uncapped one's) and C = 30
+ * (gemma-2's value; nearly linear), with top-k and top-p. */
+static void test_sample_softcap(void **state)
+{
+    (void)state;
+    sample_case_cap(5003, 64, 128, 1.0f, 0, 1.0, false, 2.0f, 341);
+    sample_case_cap(5003, 64, 128, 0.7f, 50, 0.9, false, 2.0f, 342);
+    sample_case_cap(151936, 64, 64, 1.0f, 0, 0.8, false, 30.0f, 343);
+}
+
 /* Bad sizes and parameters are DF_EINVAL before any launch; n = 0 is a no-op. */
 static void test_vocab_errors(void **state)
 {
@@ -627,16 +657,22 @@ static void test_vocab_errors(void **state)
     float *d = dfct_alloc(4096);
     int32_t *ti = (int32_t *)(void *)d;
     double u[4] = {0};
-    assert_int_equal(df_cuda_lmhead_fwd(dfct_cu, d, NULL, NULL, d, d, d, ti, 4, 0, 8, 1.0f, d), DF_EINVAL);
-    assert_int_equal(df_cuda_lmhead_fwd(dfct_cu, d, NULL, NULL, d, d, d, ti, 4, 16, 8, 0.0f, d), DF_EINVAL);
-    assert_int_equal(df_cuda_lmhead_fwd(dfct_cu, d, NULL, NULL, d, d, d, ti, 4, 16, 0, 1.0f, d), DF_EINVAL);
-    DFCT_OK(df_cuda_lmhead_fwd(dfct_cu, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, 16, 8, 1.0f, NULL));
-    assert_int_equal(df_cuda_lmhead_bwd(dfct_cu, d, d, d, d, d, d, ti, d, NULL, 4, 16, 8, 1.0f, d),
+    assert_int_equal(df_cuda_lmhead_fwd(dfct_cu, d, NULL, NULL, d, d, d, ti, 4, 0, 8, 1.0f, 0.0f, d), DF_EINVAL);
+    assert_int_equal(df_cuda_lmhead_fwd(dfct_cu, d, NULL, NULL, d, d, d, ti, 4, 16, 8, 0.0f, 0.0f, d), DF_EINVAL);
+    assert_int_equal(df_cuda_lmhead_fwd(dfct_cu, d, NULL, NULL, d, d, d, ti, 4, 16, 0, 1.0f, 0.0f, d), DF_EINVAL);
+    DFCT_OK(df_cuda_lmhead_fwd(dfct_cu, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, 16, 8, 1.0f, 0.0f, NULL));
+    assert_int_equal(df_cuda_lmhead_bwd(dfct_cu, d, d, d, d, d, d, ti, d, NULL, 4, 16, 8, 1.0f, 0.0f, d),
                      DF_EINVAL); /* dentropy without entropy */
-    assert_int_equal(df_cuda_sample(dfct_cu, ti, d, d, d, 4, 16, 8, 1.0f, 0, 0.0f, u, d), DF_EINVAL);
-    assert_int_equal(df_cuda_sample(dfct_cu, ti, d, d, d, 4, 16, 8, -1.0f, 0, 1.0f, u, d), DF_EINVAL);
-    assert_int_equal(df_cuda_sample(dfct_cu, ti, d, d, d, 4, 16, 8, 1.0f, 0, 1.0f, NULL, d), DF_EINVAL);
-    DFCT_OK(df_cuda_sample(dfct_cu, NULL, NULL, NULL, NULL, 0, 16, 8, 1.0f, 0, 1.0f, NULL, NULL));
+    assert_int_equal(df_cuda_sample(dfct_cu, ti, d, d, d, 4, 16, 8, 1.0f, 0.0f, 0, 0.0f, u, d), DF_EINVAL);
+    assert_int_equal(df_cuda_sample(dfct_cu, ti, d, d, d, 4, 16, 8, -1.0f, 0.0f, 0, 1.0f, u, d), DF_EINVAL);
+    assert_int_equal(df_cuda_sample(dfct_cu, ti, d, d, d, 4, 16, 8, 1.0f, 0.0f, 0, 1.0f, NULL, d), DF_EINVAL);
+    DFCT_OK(df_cuda_sample(dfct_cu, NULL, NULL, NULL, NULL, 0, 16, 8, 1.0f, 0.0f, 0, 1.0f, NULL, NULL));
+    /* a soft-cap must be 0 or finite and > 0 */
+    assert_int_equal(df_cuda_sample(dfct_cu, ti, d, d, d, 4, 16, 8, 1.0f, -2.0f, 0, 1.0f, u, d), DF_EINVAL);
+    assert_int_equal(df_cuda_lmhead_fwd(dfct_cu, d, NULL, NULL, d, d, d, ti, 4, 16, 8, 1.0f, NAN, d),
+                     DF_EINVAL);
+    assert_int_equal(df_cuda_lmhead_bwd(dfct_cu, d, d, d, NULL, d, d, ti, d, NULL, 4, 16, 8, 1.0f,
+                                        INFINITY, d), DF_EINVAL);
     assert_int_equal(df_cuda_vocab_scratch_floats(0, 100, 8), 0);
     assert_true(df_cuda_vocab_scratch_floats(64, 151936, 64) >= 64 * 151936);
     assert_true(df_cuda_vocab_scratch_floats(37, 151936, 64) < ((int64_t)1 << 24) + 4096);
@@ -684,11 +720,11 @@ static void test_lmhead_scratch_guard(void **state)
     DFCT_OK(df_cuda_fill(dfct_cu, gW, (int64_t)vh, 0.0f));
     float *ds = dfct_alloc(4 * (size_t)(sf + G));
     DFCT_OK(df_cuda_fill(dfct_cu, ds + sf, G, 12345.0f));
-    DFCT_OK(df_cuda_lmhead_fwd(dfct_cu, dlogp, dent, NULL, dlse, dh, dW, dt, n, V, H, 1.0f, ds));
-    DFCT_OK(df_cuda_lmhead_bwd(dfct_cu, gh, gW, ones, ones, dh, dW, dt, dlse, dent, n, V, H, 1.0f, ds));
-    DFCT_OK(df_cuda_lmhead_fwd_w16(dfct_cu, dlogp, dent, NULL, dlse, dh, dW16, dt, n, V, H, 1.0f, ds));
+    DFCT_OK(df_cuda_lmhead_fwd(dfct_cu, dlogp, dent, NULL, dlse, dh, dW, dt, n, V, H, 1.0f, 0.0f, ds));
+    DFCT_OK(df_cuda_lmhead_bwd(dfct_cu, gh, gW, ones, ones, dh, dW, dt, dlse, dent, n, V, H, 1.0f, 0.0f, ds));
+    DFCT_OK(df_cuda_lmhead_fwd_w16(dfct_cu, dlogp, dent, NULL, dlse, dh, dW16, dt, n, V, H, 1.0f, 0.0f, ds));
     DFCT_OK(df_cuda_lmhead_bwd_w16(dfct_cu, gh, gW, ones, ones, dh, dW16, dt, dlse, dent, n, V, H,
-                                   1.0f, ds));
+                                   1.0f, 0.0f, ds));
     float *guard = dfct_down(ds + sf, 4 * (size_t)G), *lse = dfct_down(dlse, n4);
     for (int64_t i = 0; i < G; i++)
         if (guard[i] != 12345.0f)
@@ -709,6 +745,7 @@ int main(void)
         cmocka_unit_test(test_lmhead_bwd),    cmocka_unit_test(test_lmhead_bwd_tiles),
         cmocka_unit_test(test_sample_greedy), cmocka_unit_test(test_sample_temperature),
         cmocka_unit_test(test_sample_top_k),  cmocka_unit_test(test_sample_top_p),
+        cmocka_unit_test(test_sample_softcap),
         cmocka_unit_test(test_vocab_errors),  cmocka_unit_test(test_lmhead_scratch_guard),
     };
     return dfct_main("test_cuda_vocab", tests, sizeof tests / sizeof tests[0]);

@@ -17,7 +17,9 @@
  * at or after the tile, dQ per (query tile, head, sequence) over the keys up to the tile.
  * Both recompute P = exp(S - lse) and D_i = dO_i . O_i (the latter read from out, so no
  * scratch buffer is needed). A window only narrows the tile loops (tiles no row of the block
- * can see are skipped) and the mask; `w` is 0 for plain causal attention.
+ * can see are skipped) and the mask; `w` is 0 for plain causal attention. Gemma 2's soft-cap
+ * `cap` (0: none) turns each visible scaled score s into cap tanh(s / cap) (df_soft_cap); the
+ * backward recomputes tanh from s and multiplies the capped score's gradient by 1 - tanh^2.
  */
 #include "backend/cuda/cuda_internal.h"
 
@@ -143,7 +145,8 @@ struct fwd_cfg {
 template <int HD, int R, int NK>
 __global__ void __launch_bounds__(kThreads)
 attn_fwd_kernel(float *out, float *lse, const float *q, const float *k, const float *v,
-                const int64_t *offs, int64_t nh, int64_t nkv, int hd, float scale, int w)
+                const int64_t *offs, int64_t nh, int64_t nkv, int hd, float scale, int w,
+                float cap)
 {
     using C = fwd_cfg<HD, R, NK>;
     constexpr int BR = C::BR, BC = C::BC, LD = C::LD;
@@ -187,7 +190,9 @@ attn_fwd_kernel(float *out, float *lse, const float *q, const float *k, const fl
 #pragma unroll
             for (int t = 0; t < NK; t++) {
                 const int kj = k0 + lane + 32 * t;
-                sc[r][t] = visible(kj, qi, w) && kj < L ? sc[r][t] * scale : -INFINITY;
+                float dcap;
+                sc[r][t] = visible(kj, qi, w) && kj < L ? df_soft_cap(sc[r][t] * scale, cap, &dcap)
+                                                        : -INFINITY;
                 mt = fmaxf(mt, sc[r][t]);
             }
             const float mn = fmaxf(m[r], df_warp_max(mt));
@@ -245,7 +250,8 @@ template <int HD, int R, int NQ>
 __global__ void __launch_bounds__(kThreads, 1)
 attn_bwd_dkdv_kernel(float *dk, float *dv, const float *dout, const float *out,
                      const float *lse, const float *q, const float *k, const float *v,
-                     const int64_t *offs, int64_t nh, int64_t nkv, int hd, float scale, int w)
+                     const int64_t *offs, int64_t nh, int64_t nkv, int hd, float scale, int w,
+                     float cap)
 {
     using C = dkdv_cfg<HD, R, NQ>;
     constexpr int BR = C::BR, BC = C::BC, LD = C::LD;
@@ -294,9 +300,11 @@ attn_bwd_dkdv_kernel(float *dk, float *dv, const float *dout, const float *out,
                 for (int t = 0; t < NQ; t++) {
                     const int i = lane + 32 * t, qi = q0 + i;
                     const bool ok = visible(kj, qi, w) && qi < L;
-                    const float p = ok ? expf(st[r][t] * scale - Ls[i]) : 0.0f;
+                    float dcap = 0.0f;
+                    const float p =
+                        ok ? expf(df_soft_cap(st[r][t] * scale, cap, &dcap) - Ls[i]) : 0.0f;
                     Pw[r * BR + i] = p;
-                    dSw[r * BR + i] = ok ? p * (dpt[r][t] - Ds[i]) * scale : 0.0f;
+                    dSw[r * BR + i] = ok ? p * (dpt[r][t] - Ds[i]) * dcap * scale : 0.0f;
                 }
             }
             __syncwarp();
@@ -332,7 +340,7 @@ template <int HD, int R, int NK>
 __global__ void __launch_bounds__(kThreads)
 attn_bwd_dq_kernel(float *dq, const float *dout, const float *out, const float *lse,
                    const float *q, const float *k, const float *v, const int64_t *offs,
-                   int64_t nh, int64_t nkv, int hd, float scale, int w)
+                   int64_t nh, int64_t nkv, int hd, float scale, int w, float cap)
 {
     using C = dq_cfg<HD, R, NK>;
     constexpr int BR = C::BR, BC = C::BC, LD = C::LD;
@@ -378,8 +386,10 @@ attn_bwd_dq_kernel(float *dq, const float *dout, const float *out, const float *
             for (int t = 0; t < NK; t++) {
                 const int kj = k0 + lane + 32 * t;
                 const bool ok = visible(kj, qi, w) && qi < L;
-                const float p = ok ? expf(sc[r][t] * scale - Ls[i]) : 0.0f;
-                dSw[r * BC + lane + 32 * t] = ok ? p * (dp[r][t] - Ds[i]) * scale : 0.0f;
+                float dcap = 0.0f;
+                const float p =
+                    ok ? expf(df_soft_cap(sc[r][t] * scale, cap, &dcap) - Ls[i]) : 0.0f;
+                dSw[r * BC + lane + 32 * t] = ok ? p * (dp[r][t] - Ds[i]) * dcap * scale : 0.0f;
             }
         }
         __syncwarp();
@@ -402,8 +412,10 @@ attn_bwd_dq_kernel(float *dq, const float *dout, const float *out, const float *
 /* ---- host side ----------------------------------------------------------------------------- */
 
 int check_sizes(const char *fn, int64_t n_seqs, int64_t T, int64_t max_len, int64_t nh,
-                int64_t nkv, int64_t hd, int64_t window)
+                int64_t nkv, int64_t hd, int64_t window, float cap)
 {
+    if (!(cap >= 0.0f) || isinf(cap))
+        return df_error(DF_EINVAL, "%s: softcap %g (need 0 or a finite C > 0)", fn, (double)cap);
     if (n_seqs < 0 || T < 0 || max_len < 0 || nh <= 0 || nkv <= 0 || hd <= 0 || window < 0)
         return df_error(DF_EINVAL,
                         "%s: bad sizes n_seqs=%lld T=%lld max_len=%lld nh=%lld nkv=%lld hd=%lld "
@@ -448,7 +460,7 @@ int tile_grid(dim3 *grid, int64_t n_seqs, int64_t T, int64_t max_len, int rows, 
 template <int HD, int R, int NK>
 int launch_fwd(df_cuda *c, float *out, float *lse, const float *q, const float *k, const float *v,
                const int64_t *offs, int64_t n_seqs, int64_t T, int64_t max_len, int64_t nh,
-               int64_t nkv, int hd, float scale, int w)
+               int64_t nkv, int hd, float scale, int w, float cap)
 {
     using C = fwd_cfg<HD, R, NK>;
     auto kern = attn_fwd_kernel<HD, R, NK>;
@@ -458,7 +470,8 @@ int launch_fwd(df_cuda *c, float *out, float *lse, const float *q, const float *
         rc = prepare(c, kern, C::smem, "df_cuda_attention_fwd");
     if (rc)
         return rc;
-    kern<<<grid, kThreads, C::smem, c->stream>>>(out, lse, q, k, v, offs, nh, nkv, hd, scale, w);
+    kern<<<grid, kThreads, C::smem, c->stream>>>(out, lse, q, k, v, offs, nh, nkv, hd, scale, w,
+                                                 cap);
     DFC_LAUNCHED();
     return DF_OK;
 }
@@ -467,7 +480,7 @@ template <int HD, int R1, int NQ, int R2, int NK>
 int launch_bwd(df_cuda *c, float *dq, float *dk, float *dv, const float *dout, const float *out,
                const float *lse, const float *q, const float *k, const float *v,
                const int64_t *offs, int64_t n_seqs, int64_t T, int64_t max_len, int64_t nh,
-               int64_t nkv, int hd, float scale, int w)
+               int64_t nkv, int hd, float scale, int w, float cap)
 {
     using C1 = dkdv_cfg<HD, R1, NQ>;
     using C2 = dq_cfg<HD, R2, NK>;
@@ -484,10 +497,10 @@ int launch_bwd(df_cuda *c, float *dq, float *dk, float *dv, const float *dout, c
     if (rc)
         return rc;
     k1<<<g1, kThreads, C1::smem, c->stream>>>(dk, dv, dout, out, lse, q, k, v, offs, nh, nkv,
-                                               hd, scale, w);
+                                               hd, scale, w, cap);
     DFC_LAUNCHED();
     k2<<<g2, kThreads, C2::smem, c->stream>>>(dq, dout, out, lse, q, k, v, offs, nh, nkv, hd,
-                                               scale, w);
+                                               scale, w, cap);
     DFC_LAUNCHED();
     return DF_OK;
 }
@@ -514,9 +527,9 @@ int kernel_window(int64_t window, int64_t max_len)
 int df_cuda_attention_fwd(df_cuda *c, float *d_out, float *d_lse, const float *d_q,
                           const float *d_k, const float *d_v, const int64_t *d_seq_offsets,
                           int64_t n_seqs, int64_t T, int64_t max_len, int64_t nh, int64_t nkv,
-                          int64_t hd, int64_t window)
+                          int64_t hd, int64_t window, float softcap)
 {
-    int rc = check_sizes("df_cuda_attention_fwd", n_seqs, T, max_len, nh, nkv, hd, window);
+    int rc = check_sizes("df_cuda_attention_fwd", n_seqs, T, max_len, nh, nkv, hd, window, softcap);
     if (rc)
         return rc;
     if (n_seqs == 0 || T == 0)
@@ -525,21 +538,21 @@ int df_cuda_attention_fwd(df_cuda *c, float *d_out, float *d_lse, const float *d
     const int h = (int)hd, w = kernel_window(window, max_len);
     if (hd <= 64)
         return launch_fwd<64, 8, 2>(c, d_out, d_lse, d_q, d_k, d_v, d_seq_offsets, n_seqs, T,
-                                    max_len, nh, nkv, h, sc, w);
+                                    max_len, nh, nkv, h, sc, w, softcap);
     if (hd <= 128)
         return launch_fwd<128, 8, 1>(c, d_out, d_lse, d_q, d_k, d_v, d_seq_offsets, n_seqs, T,
-                                     max_len, nh, nkv, h, sc, w);
+                                     max_len, nh, nkv, h, sc, w, softcap);
     return launch_fwd<256, 4, 1>(c, d_out, d_lse, d_q, d_k, d_v, d_seq_offsets, n_seqs, T,
-                                 max_len, nh, nkv, h, sc, w);
+                                 max_len, nh, nkv, h, sc, w, softcap);
 }
 
 int df_cuda_attention_bwd(df_cuda *c, float *d_dq, float *d_dk, float *d_dv, const float *d_dout,
                           const float *d_out, const float *d_lse, const float *d_q,
                           const float *d_k, const float *d_v, const int64_t *d_seq_offsets,
                           int64_t n_seqs, int64_t T, int64_t max_len, int64_t nh, int64_t nkv,
-                          int64_t hd, int64_t window)
+                          int64_t hd, int64_t window, float softcap)
 {
-    int rc = check_sizes("df_cuda_attention_bwd", n_seqs, T, max_len, nh, nkv, hd, window);
+    int rc = check_sizes("df_cuda_attention_bwd", n_seqs, T, max_len, nh, nkv, hd, window, softcap);
     if (rc)
         return rc;
     if (n_seqs == 0 || T == 0)
@@ -549,11 +562,12 @@ int df_cuda_attention_bwd(df_cuda *c, float *d_dq, float *d_dk, float *d_dv, con
     if (hd <= 64)
         return launch_bwd<64, 8, 2, 8, 2>(c, d_dq, d_dk, d_dv, d_dout, d_out, d_lse, d_q, d_k,
                                           d_v, d_seq_offsets, n_seqs, T, max_len, nh, nkv, h, sc,
-                                          w);
+                                          w, softcap);
     if (hd <= 128)
         return launch_bwd<128, 4, 1, 8, 1>(c, d_dq, d_dk, d_dv, d_dout, d_out, d_lse, d_q, d_k,
                                            d_v, d_seq_offsets, n_seqs, T, max_len, nh, nkv, h, sc,
-                                           w);
+                                           w, softcap);
     return launch_bwd<256, 4, 1, 4, 1>(c, d_dq, d_dk, d_dv, d_dout, d_out, d_lse, d_q, d_k, d_v,
-                                       d_seq_offsets, n_seqs, T, max_len, nh, nkv, h, sc, w);
+                                       d_seq_offsets, n_seqs, T, max_len, nh, nkv, h, sc, w,
+                                       softcap);
 }

@@ -247,7 +247,7 @@ static int cu_attention_fwd(void *ctx, float *out, float *lse, const float *q, c
                             int64_t hd)
 {
     return df_cuda_attention_fwd(ctx, out, lse, q, k, v, s->offsets, s->n_seqs, s->T, s->max_len,
-                                 nh, nkv, hd, s->window);
+                                 nh, nkv, hd, s->window, s->softcap);
 }
 
 static int cu_attention_bwd(void *ctx, float *dq, float *dk, float *dv, const float *dout,
@@ -256,7 +256,7 @@ static int cu_attention_bwd(void *ctx, float *dq, float *dk, float *dv, const fl
                             int64_t hd)
 {
     return df_cuda_attention_bwd(ctx, dq, dk, dv, dout, out, lse, q, k, v, s->offsets, s->n_seqs,
-                                 s->T, s->max_len, nh, nkv, hd, s->window);
+                                 s->T, s->max_len, nh, nkv, hd, s->window, s->softcap);
 }
 
 static int cu_swiglu_fwd(void *ctx, float *out, const float *gate, const float *up, int64_t n)
@@ -287,34 +287,21 @@ static int64_t cu_lmhead_scratch_floats(void *ctx, int64_t n, int64_t V, int64_t
     return df_cuda_vocab_scratch_floats(n, V, H);
 }
 
-/* Gemma 2's soft-caps are not implemented here (no attention_softcap capability:
-   df_model_check_backend refuses such a model before it reaches these entries). */
-static int cu_no_softcap(const char *op, float softcap, const char *key)
-{
-    if (softcap > 0.0f)
-        return df_error(DF_EUNSUPPORTED, "%s (CUDA): Gemma 2's soft-cap (%s %g) is not implemented",
-                        op, key, (double)softcap);
-    return DF_OK;
-}
-
 /* Sampling shares the vocabulary operators' scratch (df_cuda_vocab_scratch_floats). */
 static int cu_sample(void *ctx, int32_t *tok, float *logp, const float *h, const float *W, int64_t n,
                      int64_t V, int64_t H, float temperature, float softcap, int64_t top_k,
                      float top_p, const double *u, float *scratch)
 {
-    if (cu_no_softcap("sample", softcap, "final_logit_softcapping"))
-        return DF_EUNSUPPORTED;
-    return df_cuda_sample(ctx, tok, logp, h, W, n, V, H, temperature, top_k, top_p, u, scratch);
+    return df_cuda_sample(ctx, tok, logp, h, W, n, V, H, temperature, softcap, top_k, top_p, u,
+                          scratch);
 }
 
 static int cu_lmhead_fwd(void *ctx, float *logp, float *entropy, float *sum_pi_sq, float *lse,
                          const float *h, const float *W, const int32_t *target, int64_t n, int64_t V,
                          int64_t H, float temperature, float softcap, float *scratch)
 {
-    if (cu_no_softcap("lmhead_fwd", softcap, "final_logit_softcapping"))
-        return DF_EUNSUPPORTED;
     return df_cuda_lmhead_fwd(ctx, logp, entropy, sum_pi_sq, lse, h, W, target, n, V, H, temperature,
-                              scratch);
+                              softcap, scratch);
 }
 
 static int cu_lmhead_bwd(void *ctx, float *dh, float *dW, const float *dlogp,
@@ -322,20 +309,16 @@ static int cu_lmhead_bwd(void *ctx, float *dh, float *dW, const float *dlogp,
                          const int32_t *target, const float *lse, const float *entropy, int64_t n,
                          int64_t V, int64_t H, float temperature, float softcap, float *scratch)
 {
-    if (cu_no_softcap("lmhead_bwd", softcap, "final_logit_softcapping"))
-        return DF_EUNSUPPORTED;
     return df_cuda_lmhead_bwd(ctx, dh, dW, dlogp, dentropy, h, W, target, lse, entropy, n, V, H,
-                              temperature, scratch);
+                              temperature, softcap, scratch);
 }
 
 static int cu_lmhead_fwd_w16(void *ctx, float *logp, float *entropy, float *sum_pi_sq, float *lse,
                              const float *h, const uint16_t *W16, const int32_t *target, int64_t n,
                              int64_t V, int64_t H, float temperature, float softcap, float *scratch)
 {
-    if (cu_no_softcap("lmhead_fwd_w16", softcap, "final_logit_softcapping"))
-        return DF_EUNSUPPORTED;
     return df_cuda_lmhead_fwd_w16(ctx, logp, entropy, sum_pi_sq, lse, h, W16, target, n, V, H,
-                                  temperature, scratch);
+                                  temperature, softcap, scratch);
 }
 
 static int cu_lmhead_bwd_w16(void *ctx, float *dh, float *dW, const float *dlogp,
@@ -344,10 +327,8 @@ static int cu_lmhead_bwd_w16(void *ctx, float *dh, float *dW, const float *dlogp
                              int64_t n, int64_t V, int64_t H, float temperature, float softcap,
                              float *scratch)
 {
-    if (cu_no_softcap("lmhead_bwd_w16", softcap, "final_logit_softcapping"))
-        return DF_EUNSUPPORTED;
     return df_cuda_lmhead_bwd_w16(ctx, dh, dW, dlogp, dentropy, h, W16, target, lse, entropy, n, V,
-                                  H, temperature, scratch);
+                                  H, temperature, softcap, scratch);
 }
 
 static int cu_rows_fill(void *ctx, float *y, const float *b, int64_t M, int64_t N)
@@ -394,10 +375,8 @@ static int cu_kv_attention(void *ctx, float *out, const float *q, const df_backe
                            int64_t nh, int64_t nkv, int64_t hd, int64_t window, float softcap,
                            float *scratch)
 {
-    if (cu_no_softcap("kv_attention", softcap, "attn_logit_softcapping"))
-        return DF_EUNSUPPORTED;
     return df_cuda_kv_slots_attention(ctx, out, q, kv, layer, slot, pos, n, nh, nkv, hd, window,
-                                      scratch);
+                                      softcap, scratch);
 }
 
 static const char *cu_device_name(void *ctx) { return df_cuda_device_name(ctx); }
@@ -407,6 +386,7 @@ static const df_backend_ops cuda_ops = {
     .name = "cuda",
     .host_memory = false,
     .attention_window = true,
+    .attention_softcap = true,
     .alloc = cu_alloc,
     .release = cu_release,
     .upload = cu_upload,

@@ -215,21 +215,25 @@ int df_cuda_scale(df_cuda *c, float *d_x, int64_t n, float s);
  * [seq_offsets[s], seq_offsets[s+1]) (device int64, n_seqs + 1 entries, seq_offsets[n_seqs] = T),
  * max_len >= the longest sequence; GQA h → h / (nh / nkv); scale 1 / sqrt(hd); hd <= 256.
  * window 0: every earlier position; W > 0: the query at position i sees keys i - W < j <= i
- * (df_model_layer_window). FlashAttention-2 tiling (Dao 2023, Algorithm 1): the [L, L] scores
- * never reach device memory; with a window only the key tiles a query tile can see are read.
- * DF_EINVAL for negative sizes or window, hd > 256, nh not a multiple of nkv.
+ * (df_model_layer_window). softcap 0: none; C > 0 (Gemma 2's attn_logit_softcapping): each
+ * scaled score s becomes C tanh(s / C) before the mask and the softmax, and lse is that of the
+ * capped scores (df_attention_fwd). FlashAttention-2 tiling (Dao 2023, Algorithm 1): the
+ * [L, L] scores never reach device memory; with a window only the key tiles a query tile can
+ * see are read. DF_EINVAL for negative sizes or window, hd > 256, nh not a multiple of nkv, a
+ * softcap < 0 or not finite.
  */
 int df_cuda_attention_fwd(df_cuda *c, float *d_out, float *d_lse, const float *d_q,
                           const float *d_k, const float *d_v, const int64_t *d_seq_offsets,
                           int64_t n_seqs, int64_t T, int64_t max_len, int64_t nh, int64_t nkv,
-                          int64_t hd, int64_t window);
+                          int64_t hd, int64_t window, float softcap);
 /** dq, dk, dv OVERWRITTEN from dout and the forward's out, lse (Algorithm 2), under the same
- * window. df_attention_bwd. */
+ * window and softcap (the capped score's gradient times 1 - tanh^2(s / C), tanh recomputed
+ * from the raw scaled score s). df_attention_bwd. */
 int df_cuda_attention_bwd(df_cuda *c, float *d_dq, float *d_dk, float *d_dv, const float *d_dout,
                           const float *d_out, const float *d_lse, const float *d_q,
                           const float *d_k, const float *d_v, const int64_t *d_seq_offsets,
                           int64_t n_seqs, int64_t T, int64_t max_len, int64_t nh, int64_t nkv,
-                          int64_t hd, int64_t window);
+                          int64_t hd, int64_t window, float softcap);
 
 /* ---- KV cache in slots (kv.cu): the seam's df_backend_kv, the rollout's layout ------------ */
 
@@ -261,12 +265,13 @@ int64_t df_cuda_kv_slots_scratch_floats(int64_t nh, int64_t max_len);
  * softmax and sums float32; hd <= 256, nkv * hd <= kv_dim. Segments of 256 positions, each an
  * online softmax, merged in order; split over blocks (partials in d_scratch, of
  * df_cuda_kv_slots_scratch_floats(nh, kv->max_len) floats; may be NULL: no split) when rows
- * are few, with the same bits as unsplit: a row's result depends on no other row.
+ * are few, with the same bits as unsplit: a row's result depends on no other row. softcap C > 0
+ * (Gemma 2): each scaled score s becomes C tanh(s / C) before the softmax (0: none).
  */
 int df_cuda_kv_slots_attention(df_cuda *c, float *d_out, const float *d_q, const df_backend_kv *kv,
                                int64_t layer, const int32_t *d_slot, const int32_t *d_pos,
                                int64_t n, int64_t nh, int64_t nkv, int64_t hd, int64_t window,
-                               float *d_scratch);
+                               float softcap, float *d_scratch);
 
 /* ---- vocabulary: log-probs, entropy, sampling (vocab.cu) -------------------------------- */
 
@@ -274,7 +279,9 @@ int df_cuda_kv_slots_attention(df_cuda *c, float *d_out, const float *d_q, const
  *  fewer (non-decreasing in n: the callers size it once for their largest n). */
 int64_t df_cuda_vocab_scratch_floats(int64_t n, int64_t V, int64_t H);
 /**
- * With z = (h W^T) / temperature, h [n,H], W [V,H], target [n] (device int32 in [0, V)):
+ * With z = (h W^T) / temperature, h [n,H], W [V,H], target [n] (device int32 in [0, V)), or
+ * with softcap C > 0 (Gemma 2's final_logit_softcapping; 0: none) z = C tanh((h W^T) / C) /
+ * temperature (Gemma2ForCausalLM.forward caps the logits, verl divides by the temperature):
  * logp[i] = z[i,target[i]] - lse[i], lse[i] = logsumexp(z[i]), entropy[i] (NULL = skip) =
  * lse[i] - sum_v softmax(z[i])_v z[i,v], sum_pi_sq[i] (NULL = skip) = sum_v softmax(z[i])_v^2.
  * Logits are computed in vocabulary tiles (cuBLAS) and reduced with an online log-sum-exp; the
@@ -282,15 +289,17 @@ int64_t df_cuda_vocab_scratch_floats(int64_t n, int64_t V, int64_t H);
  */
 int df_cuda_lmhead_fwd(df_cuda *c, float *d_logp, float *d_entropy, float *d_sum_pi_sq, float *d_lse,
                        const float *d_h, const float *d_W, const int32_t *d_target, int64_t n,
-                       int64_t V, int64_t H, float temperature, float *d_scratch);
+                       int64_t V, int64_t H, float temperature, float softcap, float *d_scratch);
 /**
  * dh[n,H] OVERWRITTEN, dW[V,H] ACCUMULATED, from dlogp[n] and dentropy[n] (NULL = 0), with
- * the formulas of df_lmhead_bwd (entropy needed only when dentropy is given).
+ * the formulas of df_lmhead_bwd (entropy needed only when dentropy is given; with softcap C > 0
+ * dL/dlogits gains the factor 1 - tanh^2(y / C), tanh recomputed from the raw logit y).
  */
 int df_cuda_lmhead_bwd(df_cuda *c, float *d_dh, float *d_dW, const float *d_dlogp,
                        const float *d_dentropy, const float *d_h, const float *d_W,
                        const int32_t *d_target, const float *d_lse, const float *d_entropy,
-                       int64_t n, int64_t V, int64_t H, float temperature, float *d_scratch);
+                       int64_t n, int64_t V, int64_t H, float temperature, float softcap,
+                       float *d_scratch);
 /**
  * Mixed precision's head (the seam's lmhead_fwd_w16 / _bwd_w16; df_lmhead_fwd16 / _bwd16):
  * as df_cuda_lmhead_fwd / _bwd with W16 [V,H] bfloat16 (a df_weights16 LM head) and each row
@@ -301,11 +310,13 @@ int df_cuda_lmhead_bwd(df_cuda *c, float *d_dh, float *d_dW, const float *d_dlog
  */
 int df_cuda_lmhead_fwd_w16(df_cuda *c, float *d_logp, float *d_entropy, float *d_sum_pi_sq,
                            float *d_lse, const float *d_h, const uint16_t *d_W16, const int32_t *d_target,
-                           int64_t n, int64_t V, int64_t H, float temperature, float *d_scratch);
+                           int64_t n, int64_t V, int64_t H, float temperature, float softcap,
+                           float *d_scratch);
 int df_cuda_lmhead_bwd_w16(df_cuda *c, float *d_dh, float *d_dW, const float *d_dlogp,
                            const float *d_dentropy, const float *d_h, const uint16_t *d_W16,
                            const int32_t *d_target, const float *d_lse, const float *d_entropy,
-                           int64_t n, int64_t V, int64_t H, float temperature, float *d_scratch);
+                           int64_t n, int64_t V, int64_t H, float temperature, float softcap,
+                           float *d_scratch);
 /**
  * Draw tok[i] from softmax(z[i]) with z = (h W^T) / temperature restricted as verl / vLLM do:
  * top_k > 0 keeps the k largest logits, 0 < top_p < 1 the smallest set of the highest
@@ -314,11 +325,12 @@ int df_cuda_lmhead_bwd_w16(df_cuda *c, float *d_dh, float *d_dW, const float *d_
  * token is the CPU's up to float rounding at a CDF boundary. temperature = 0: greedy
  * (lowest argmax). logp[i] (may be NULL) = log-prob of tok[i] under the unrestricted
  * softmax(z[i]), as the rollout records old log-probs. tok, logp device; u may be NULL when
- * greedy (nothing is drawn).
+ * greedy (nothing is drawn). softcap C > 0 (Gemma 2): the raw logits y become C tanh(y / C)
+ * first, as the CPU rollout's capped logits (0: none).
  */
 int df_cuda_sample(df_cuda *c, int32_t *d_tok, float *d_logp, const float *d_h,
                    const float *d_W, int64_t n, int64_t V, int64_t H, float temperature,
-                   int64_t top_k, float top_p, const double *u, float *d_scratch);
+                   float softcap, int64_t top_k, float top_p, const double *u, float *d_scratch);
 
 /* ---- collectives on the GPU (nccl.cu) ---------------------------------------------------- */
 

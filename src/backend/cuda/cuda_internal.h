@@ -72,6 +72,20 @@ __device__ __forceinline__ float df_warp_sum(float x)
     return x;
 }
 
+/* Gemma 2's tanh soft-cap of a score or logit s (cap 0: none, s returned as it is): cap tanh(s /
+ * cap), with *dcap = 1 - tanh^2(s / cap), its derivative (1 without a cap). The CUDA math
+ * library's tanhf (2 ulp); the CPU's df_tanh_f differs by a few ulps of 1, so of cap. */
+__device__ __forceinline__ float df_soft_cap(float s, float cap, float *dcap)
+{
+    if (cap == 0.0f) {
+        *dcap = 1.0f;
+        return s;
+    }
+    const float t = tanhf(s / cap);
+    *dcap = 1.0f - t * t;
+    return cap * t;
+}
+
 /* float32 -> bfloat16 bits, the CPU's exactly (df_bf16_from_f32): nearest even, and a NaN keeps
  * its sign and top payload, made quiet (__float2bfloat16_rn would give the canonical 0x7fff). */
 __device__ __forceinline__ uint16_t df_cuda_bf16_rne(float x)

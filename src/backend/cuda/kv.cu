@@ -12,7 +12,8 @@
  * the scratch, merged by a second kernel); otherwise one block merges them as it goes. The
  * partials and the merge are the same floats in both cases (products and sums written as
  * __fmul_rn / __fadd_rn so no contraction differs), so a row's result never depends on how many
- * other rows share the call: as the CPU's, each row is independent.
+ * other rows share the call: as the CPU's, each row is independent. Gemma 2's soft-cap `cap`
+ * (0: none) turns each scaled score s into cap tanh(s / cap) (df_soft_cap).
  */
 #include "backend/cuda/cuda_internal.h"
 
@@ -63,8 +64,8 @@ __device__ __forceinline__ void merge(float &M, float &L, float &O0, float &O1, 
  */
 template <typename T>
 __device__ void attend_segment(const T *K, const T *V, int64_t kvd, int64_t s0, int64_t s1,
-                               int hd, float scale, float *sm, float &m_out, float &l_out,
-                               float &o0, float &o1)
+                               int hd, float scale, float cap, float *sm, float &m_out,
+                               float &l_out, float &o0, float &o1)
 {
     constexpr int CH = kChunk;
     const int ld = hd + 1, tid = threadIdx.x;
@@ -98,8 +99,8 @@ __device__ void attend_segment(const T *K, const T *V, int64_t kvd, int64_t s0, 
         if (tid < 32) {
             const int j = tid;
             float sj = ((part[j] + part[CH + j]) + (part[2 * CH + j] + part[3 * CH + j])) * scale;
-            if (j >= nc)
-                sj = -INFINITY;
+            float dcap;
+            sj = j < nc ? df_soft_cap(sj, cap, &dcap) : -INFINITY;
             const float mn = fmaxf(m, df_warp_max(sj)); /* finite: the chunk holds a position */
             const float alpha = expf(m - mn);
             const float p = expf(sj - mn);
@@ -140,7 +141,7 @@ __global__ void __launch_bounds__(kThreads)
 kv_attention_kernel(float *out, float *part, int64_t n_seg, const float *q, const T *kc,
                     const T *vc, int64_t layer, int64_t n_slots, int64_t max_len, int64_t kvd,
                     const int32_t *slot, const int32_t *pos, int64_t nh, int64_t nkv, int hd,
-                    int64_t window, float scale)
+                    int64_t window, float scale, float cap)
 {
     extern __shared__ float4 smem4[];
     float *sm = reinterpret_cast<float *>(smem4);
@@ -159,7 +160,7 @@ kv_attention_kernel(float *out, float *part, int64_t n_seg, const float *q, cons
     float m, l, o0, o1;
     if (part) {
         const int64_t s0 = (int64_t)blockIdx.z * kSeg;
-        attend_segment<T>(K, V, kvd, s0, min(len, s0 + kSeg), hd, scale, sm, m, l, o0, o1);
+        attend_segment<T>(K, V, kvd, s0, min(len, s0 + kSeg), hd, scale, cap, sm, m, l, o0, o1);
         float *pp = part + ((r * nh + h) * n_seg + blockIdx.z) * (hd + 2);
         if (tid == 0)
             pp[0] = m, pp[1] = l;
@@ -171,7 +172,7 @@ kv_attention_kernel(float *out, float *part, int64_t n_seg, const float *q, cons
     }
     float M = -INFINITY, L = 0.0f, O0 = 0.0f, O1 = 0.0f;
     for (int64_t s0 = 0; s0 < len; s0 += kSeg) {
-        attend_segment<T>(K, V, kvd, s0, min(len, s0 + kSeg), hd, scale, sm, m, l, o0, o1);
+        attend_segment<T>(K, V, kvd, s0, min(len, s0 + kSeg), hd, scale, cap, sm, m, l, o0, o1);
         merge(M, L, O0, O1, m, l, o0, o1);
     }
     float *orow = out + (r * nh + h) * hd;
@@ -269,7 +270,8 @@ int64_t max_segments(int64_t max_len, int64_t window)
 template <typename T>
 int launch_attention(df_cuda *c, float *out, const float *q, const df_backend_kv *kv,
                      int64_t layer, const int32_t *slot, const int32_t *pos, int64_t n,
-                     int64_t nh, int64_t nkv, int64_t hd, int64_t window, float *scratch)
+                     int64_t nh, int64_t nkv, int64_t hd, int64_t window, float cap,
+                     float *scratch)
 {
     const char *fn = "kv_attention (CUDA)";
     const size_t smem = attn_smem((int)hd);
@@ -288,7 +290,7 @@ int launch_attention(df_cuda *c, float *out, const float *q, const df_backend_kv
     if (split) {
         kern<<<dim3((unsigned)n, (unsigned)nh, (unsigned)n_seg), kThreads, smem, c->stream>>>(
             out, scratch, n_seg, q, kc, vc, layer, kv->n_slots, kv->max_len, kv->kv_dim, slot, pos,
-            nh, nkv, (int)hd, window, sc);
+            nh, nkv, (int)hd, window, sc, cap);
         DFC_LAUNCHED();
         kv_merge_kernel<<<dim3((unsigned)n, (unsigned)nh), kThreads, 0, c->stream>>>(
             out, scratch, n_seg, pos, nh, (int)hd, window);
@@ -297,7 +299,7 @@ int launch_attention(df_cuda *c, float *out, const float *q, const df_backend_kv
     }
     kern<<<dim3((unsigned)n, (unsigned)nh), kThreads, smem, c->stream>>>(
         out, nullptr, 1, q, kc, vc, layer, kv->n_slots, kv->max_len, kv->kv_dim, slot, pos, nh,
-        nkv, (int)hd, window, sc);
+        nkv, (int)hd, window, sc, cap);
     DFC_LAUNCHED();
     return DF_OK;
 }
@@ -375,7 +377,7 @@ int64_t df_cuda_kv_slots_scratch_floats(int64_t nh, int64_t max_len)
 int df_cuda_kv_slots_attention(df_cuda *c, float *d_out, const float *d_q, const df_backend_kv *kv,
                                int64_t layer, const int32_t *d_slot, const int32_t *d_pos,
                                int64_t n, int64_t nh, int64_t nkv, int64_t hd, int64_t window,
-                               float *d_scratch)
+                               float softcap, float *d_scratch)
 {
     const char *fn = "kv_attention (CUDA)";
     int rc = check_layer(fn, kv, layer, n);
@@ -388,6 +390,9 @@ int df_cuda_kv_slots_attention(df_cuda *c, float *d_out, const float *d_q, const
                         "kv_dim %lld",
                         fn, (long long)nh, (long long)nkv, (long long)hd, kMaxHd, (long long)window,
                         (long long)kv->kv_dim);
+    if (!(softcap >= 0.0f) || isinf(softcap))
+        return df_error(DF_EINVAL, "%s: softcap %g (need 0 or a finite C > 0)", fn,
+                        (double)softcap);
     if (n > INT32_MAX || nh > 65535)
         return df_error(DF_EINVAL, "%s: n = %lld rows or nh = %lld beyond the grid", fn,
                         (long long)n, (long long)nh);
@@ -395,7 +400,7 @@ int df_cuda_kv_slots_attention(df_cuda *c, float *d_out, const float *d_q, const
         return DF_OK;
     if (kv->dtype == DF_KV_BF16)
         return launch_attention<uint16_t>(c, d_out, d_q, kv, layer, d_slot, d_pos, n, nh, nkv, hd,
-                                          window, d_scratch);
+                                          window, softcap, d_scratch);
     return launch_attention<float>(c, d_out, d_q, kv, layer, d_slot, d_pos, n, nh, nkv, hd,
-                                   window, d_scratch);
+                                   window, softcap, d_scratch);
 }

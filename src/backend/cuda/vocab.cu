@@ -14,6 +14,9 @@
  * Mixed precision's head (df_cuda_lmhead_*_w16) is the same with each row block of h rounded
  * to bf16 and the bf16 head: bf16 x bf16 tiles with float32 accumulation, and in the
  * backward the tile's dL/dlogits rounded to bf16 for both GEMMs (df_lmhead_bwd16).
+ * Gemma 2's final-logit soft-cap C: as the CPU's tiles, cuBLAS writes y / C, which cap_logits
+ * turns into (C / T) tanh(y / C); the backward recomputes tanh and multiplies dL/dlogits by
+ * 1 - tanh^2. Sampling caps its raw logits as C tanh(y / C) (the CPU rollout's cap_logits).
  *
  * Sampling. The logits of a row block (rows x V, float, alpha = 1) are materialised and one
  * 1024-thread block per row filters and draws in double, with the formulas of sampling.c:
@@ -221,9 +224,20 @@ __global__ void stats_finish(float *logp, float *entropy, float *sum_pi_sq, floa
     }
 }
 
-/* In place, tile row blockIdx.y: z -> dz / T (ops_lmhead.c dlogits_row). */
+/* x[i] = tanh(x[i] / div) mul: Gemma 2's final-logit cap on n logits (a tile of y / C: div 1,
+ * mul C / T; raw logits: div = mul = C). */
+__global__ void cap_logits(float *x, int64_t n, float div, float mul)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        x[i] = tanhf(x[i] / div) * mul;
+}
+
+/* In place, tile row blockIdx.y: z -> dz / T (ops_lmhead.c dlogits_row). cap_a = C / T > 0: the
+ * tile holds y / C, z = tanh(y / C) cap_a, and dz / T gains the factor 1 - tanh^2 (0: no cap). */
 __global__ void dlogits_tile(float *tile, int64_t nv, int64_t v0, const float *dlogp, const float *dentropy,
-                             const float *lse, const float *entropy, const int32_t *target, float inv_t)
+                             const float *lse, const float *entropy, const int32_t *target, float inv_t,
+                             float cap_a)
 {
     const int64_t i = blockIdx.y;
     const float gl = dlogp ? dlogp[i] * inv_t : 0.0f;
@@ -233,16 +247,28 @@ __global__ void dlogits_tile(float *tile, int64_t nv, int64_t v0, const float *d
     float *z = tile + i * nv;
     for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < nv;
          j += (int64_t)gridDim.x * blockDim.x) {
-        const float lp = z[j] - l, p = expf(lp);
+        const float th = cap_a > 0.0f ? tanhf(z[j]) : 0.0f;
+        const float lp = (cap_a > 0.0f ? th * cap_a : z[j]) - l, p = expf(lp);
         float g = ge != 0.0f ? -gl * p - ge * p * (lp + ent) : -gl * p;
         if (j == t)
             g += gl;
-        z[j] = g;
+        z[j] = cap_a > 0.0f ? g * (1.0f - th * th) : g;
     }
 }
 
-int lm_check(const char *fn, int64_t n, int64_t V, int64_t H, float temperature, const void *scratch)
+/* Gemma 2's final-logit cap: 0 or finite and > 0. */
+int cap_check(const char *fn, float softcap)
 {
+    if (!(softcap >= 0.0f) || isinf(softcap))
+        return df_error(DF_EINVAL, "%s: softcap %g (need 0 or a finite C > 0)", fn, (double)softcap);
+    return DF_OK;
+}
+
+int lm_check(const char *fn, int64_t n, int64_t V, int64_t H, float temperature, float softcap,
+             const void *scratch)
+{
+    if (cap_check(fn, softcap))
+        return DF_EINVAL;
     if (n < 0 || V <= 0 || V > INT32_MAX || H <= 0)
         return df_error(DF_EINVAL, "%s: n = %lld, V = %lld, H = %lld (need n >= 0, 0 < V <= 2^31 - 1, H > 0)",
                         fn, (long long)n, (long long)V, (long long)H);
@@ -279,12 +305,14 @@ struct LmOps {
     df_cuda_dtype dt;
 };
 
-/* tile [nr, nv] = (h W[v0 : v0 + nv]^T) * inv_t */
+/* tile [nr, nv] = (h W[v0 : v0 + nv]^T) * inv_t, or with a cap C > 0 (h W^T) / C (ops_vocab.c
+ * tile_alpha: cap_logits or dlogits_tile finish it) */
 int lm_tile(df_cuda *c, const LmOps &o, int64_t nr, int64_t v0, int64_t nv, int64_t H, float inv_t,
-            float *tile)
+            float cap, float *tile)
 {
     const size_t es = o.dt == DF_CUDA_BF16 ? sizeof(uint16_t) : sizeof(float);
-    return df_cuda_gemm(c, false, true, nr, nv, H, inv_t, o.h, (const char *)o.W + (size_t)(v0 * H) * es,
+    const float alpha = cap > 0.0f ? 1.0f / cap : inv_t;
+    return df_cuda_gemm(c, false, true, nr, nv, H, alpha, o.h, (const char *)o.W + (size_t)(v0 * H) * es,
                         o.dt, 0.0f, tile);
 }
 
@@ -299,16 +327,21 @@ void lm_fold(df_cuda *c, bool ent, bool sq, const float *tile, int64_t nr, int64
 
 /* Rows [r0, r0 + nr) of the forward. */
 int lm_fwd_rows(df_cuda *c, float *logp, float *entropy, float *sum_pi_sq, float *lse, const LmOps &o,
-                const int32_t *target, int64_t nr, int64_t V, int64_t H, float inv_t, int64_t Vt,
-                const LmStats &s)
+                const int32_t *target, int64_t nr, int64_t V, int64_t H, float inv_t, float cap,
+                int64_t Vt, const LmStats &s)
 {
     stats_init<<<df_cuda_blocks(nr, 256), 256, 0, c->stream>>>(s.s0, s.s1, s.s2, s.m, s.zt, nr);
     DFC_LAUNCHED();
     for (int64_t v0 = 0; v0 < V; v0 += Vt) {
         const int64_t nv = min64(Vt, V - v0);
-        int rc = lm_tile(c, o, nr, v0, nv, H, inv_t, s.tile);
+        int rc = lm_tile(c, o, nr, v0, nv, H, inv_t, cap, s.tile);
         if (rc)
             return rc;
+        if (cap > 0.0f) {
+            cap_logits<<<df_cuda_blocks(nr * nv, 256), 256, 0, c->stream>>>(s.tile, nr * nv, 1.0f,
+                                                                             cap * inv_t);
+            DFC_LAUNCHED();
+        }
         lm_fold(c, entropy != nullptr, sum_pi_sq != nullptr, s.tile, nr, nv, v0, target, s);
         DFC_LAUNCHED();
     }
@@ -586,9 +619,9 @@ namespace
 /* The forward over row blocks; W16 non-NULL: mixed precision (h rounded per block). */
 int lm_fwd(df_cuda *c, const char *fn, float *d_logp, float *d_entropy, float *d_sum_pi_sq, float *d_lse,
            const float *d_h, const float *d_W, const uint16_t *d_W16, const int32_t *d_target, int64_t n,
-           int64_t V, int64_t H, float temperature, float *d_scratch)
+           int64_t V, int64_t H, float temperature, float softcap, float *d_scratch)
 {
-    int rc = lm_check(fn, n, V, H, temperature, d_scratch);
+    int rc = lm_check(fn, n, V, H, temperature, softcap, d_scratch);
     if (rc || n == 0)
         return rc;
     if (!d_logp || !d_lse || !d_h || !(d_W || d_W16) || !d_target)
@@ -608,7 +641,7 @@ int lm_fwd(df_cuda *c, const char *fn, float *d_logp, float *d_entropy, float *d
         }
         rc = lm_fwd_rows(c, d_logp + r0, d_entropy ? d_entropy + r0 : nullptr,
                          d_sum_pi_sq ? d_sum_pi_sq + r0 : nullptr, d_lse + r0, o, d_target + r0, nr, V, H,
-                         inv_t, Vt, s);
+                         inv_t, softcap, Vt, s);
         if (rc)
             return rc;
     }
@@ -638,9 +671,9 @@ int lm_bwd_gemms(df_cuda *c, const LmOps &o, float *tile, int64_t nr, int64_t v0
 int lm_bwd(df_cuda *c, const char *fn, float *d_dh, float *d_dW, const float *d_dlogp, const float *d_dentropy,
            const float *d_h, const float *d_W, const uint16_t *d_W16, const int32_t *d_target,
            const float *d_lse, const float *d_entropy, int64_t n, int64_t V, int64_t H, float temperature,
-           float *d_scratch)
+           float softcap, float *d_scratch)
 {
-    int rc = lm_check(fn, n, V, H, temperature, d_scratch);
+    int rc = lm_check(fn, n, V, H, temperature, softcap, d_scratch);
     if (rc || n == 0)
         return rc;
     if (!d_dh || !d_h || !(d_W || d_W16) || !d_target || !d_lse || (d_dentropy && !d_entropy))
@@ -661,12 +694,12 @@ int lm_bwd(df_cuda *c, const char *fn, float *d_dh, float *d_dW, const float *d_
         }
         for (int64_t v0 = 0; v0 < V; v0 += Vt) {
             const int64_t nv = min64(Vt, V - v0);
-            if ((rc = lm_tile(c, o, nr, v0, nv, H, inv_t, tile)))
+            if ((rc = lm_tile(c, o, nr, v0, nv, H, inv_t, softcap, tile)))
                 return rc;
             const dim3 grid((unsigned)min64((nv + 255) / 256, 4096), (unsigned)nr);
             dlogits_tile<<<grid, 256, 0, c->stream>>>(
                 tile, nv, v0, d_dlogp ? d_dlogp + r0 : nullptr, d_dentropy ? d_dentropy + r0 : nullptr,
-                d_lse + r0, d_entropy ? d_entropy + r0 : nullptr, d_target + r0, inv_t);
+                d_lse + r0, d_entropy ? d_entropy + r0 : nullptr, d_target + r0, inv_t, softcap * inv_t);
             DFC_LAUNCHED();
             if ((rc = lm_bwd_gemms(c, o, tile, nr, v0, nv, H, d_dh + r0 * H, d_dW)))
                 return rc;
@@ -679,45 +712,45 @@ int lm_bwd(df_cuda *c, const char *fn, float *d_dh, float *d_dW, const float *d_
 
 int df_cuda_lmhead_fwd(df_cuda *c, float *d_logp, float *d_entropy, float *d_sum_pi_sq, float *d_lse,
                        const float *d_h, const float *d_W, const int32_t *d_target, int64_t n, int64_t V,
-                       int64_t H, float temperature, float *d_scratch)
+                       int64_t H, float temperature, float softcap, float *d_scratch)
 {
     return lm_fwd(c, "df_cuda_lmhead_fwd", d_logp, d_entropy, d_sum_pi_sq, d_lse, d_h, d_W, nullptr, d_target,
-                  n, V, H, temperature, d_scratch);
+                  n, V, H, temperature, softcap, d_scratch);
 }
 
 int df_cuda_lmhead_bwd(df_cuda *c, float *d_dh, float *d_dW, const float *d_dlogp, const float *d_dentropy,
                        const float *d_h, const float *d_W, const int32_t *d_target, const float *d_lse,
                        const float *d_entropy, int64_t n, int64_t V, int64_t H, float temperature,
-                       float *d_scratch)
+                       float softcap, float *d_scratch)
 {
     return lm_bwd(c, "df_cuda_lmhead_bwd", d_dh, d_dW, d_dlogp, d_dentropy, d_h, d_W, nullptr, d_target,
-                  d_lse, d_entropy, n, V, H, temperature, d_scratch);
+                  d_lse, d_entropy, n, V, H, temperature, softcap, d_scratch);
 }
 
 int df_cuda_lmhead_fwd_w16(df_cuda *c, float *d_logp, float *d_entropy, float *d_sum_pi_sq, float *d_lse,
                            const float *d_h, const uint16_t *d_W16, const int32_t *d_target, int64_t n,
-                           int64_t V, int64_t H, float temperature, float *d_scratch)
+                           int64_t V, int64_t H, float temperature, float softcap, float *d_scratch)
 {
     if (n > 0 && !d_W16)
         return df_error(DF_EINVAL, "df_cuda_lmhead_fwd_w16: NULL W16");
     return lm_fwd(c, "df_cuda_lmhead_fwd_w16", d_logp, d_entropy, d_sum_pi_sq, d_lse, d_h, nullptr, d_W16,
-                  d_target, n, V, H, temperature, d_scratch);
+                  d_target, n, V, H, temperature, softcap, d_scratch);
 }
 
 int df_cuda_lmhead_bwd_w16(df_cuda *c, float *d_dh, float *d_dW, const float *d_dlogp,
                            const float *d_dentropy, const float *d_h, const uint16_t *d_W16,
                            const int32_t *d_target, const float *d_lse, const float *d_entropy, int64_t n,
-                           int64_t V, int64_t H, float temperature, float *d_scratch)
+                           int64_t V, int64_t H, float temperature, float softcap, float *d_scratch)
 {
     if (n > 0 && !d_W16)
         return df_error(DF_EINVAL, "df_cuda_lmhead_bwd_w16: NULL W16");
     return lm_bwd(c, "df_cuda_lmhead_bwd_w16", d_dh, d_dW, d_dlogp, d_dentropy, d_h, nullptr, d_W16, d_target,
-                  d_lse, d_entropy, n, V, H, temperature, d_scratch);
+                  d_lse, d_entropy, n, V, H, temperature, softcap, d_scratch);
 }
 
 int df_cuda_sample(df_cuda *c, int32_t *d_tok, float *d_logp, const float *d_h, const float *d_W, int64_t n,
-                   int64_t V, int64_t H, float temperature, int64_t top_k, float top_p, const double *u,
-                   float *d_scratch)
+                   int64_t V, int64_t H, float temperature, float softcap, int64_t top_k, float top_p,
+                   const double *u, float *d_scratch)
 {
     if (n < 0 || V <= 0 || V > INT32_MAX || H <= 0)
         return df_error(
@@ -728,6 +761,8 @@ int df_cuda_sample(df_cuda *c, int32_t *d_tok, float *d_logp, const float *d_h, 
                         (double)temperature);
     if (!(top_p > 0.0f && top_p <= 1.0f))
         return df_error(DF_EINVAL, "df_cuda_sample: top_p must be in (0, 1] (got %g)", (double)top_p);
+    if (cap_check("df_cuda_sample", softcap))
+        return DF_EINVAL;
     if (n == 0)
         return DF_OK;
     const bool greedy = temperature == 0.0f; /* u unused: may be NULL */
@@ -746,6 +781,11 @@ int df_cuda_sample(df_cuda *c, int32_t *d_tok, float *d_logp, const float *d_h, 
         rc = df_cuda_gemm(c, false, true, nr, V, H, 1.0f, d_h + r0 * H, d_W, DF_CUDA_F32, 0.0f, logits);
         if (rc)
             return rc;
+        if (softcap > 0.0f) {
+            cap_logits<<<df_cuda_blocks(nr * V, 256), 256, 0, c->stream>>>(logits, nr * V, softcap,
+                                                                           softcap);
+            DFC_LAUNCHED();
+        }
         SampleArgs a;
         a.x = logits, a.u = du + r0, a.tok = d_tok + r0, a.logp = d_logp ? d_logp + r0 : nullptr;
         a.V = V, a.top_k = top_k;
