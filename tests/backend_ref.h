@@ -42,6 +42,15 @@
 #define BR_RSQRT_ERR (4 * DF_U32)
 /* The float64 reference's own error, relative to a bound (header comment). */
 #define BR_REF (1.0 + 0x1p-26)
+/*
+ * tanh within 6 u absolutely (|tanh| < 1, so in units of 1). The CPU's df_tanh_f = 1 - r,
+ * r = 2 / (E + 1), E = e^2x (2x exact) within BR_EXP_ERR = e: E's error moves r by
+ * e 2E / (E + 1)^2 = e (1 - t^2) / 2, the add and the division by 2 u r (r = 1 - t <= 2), the
+ * final difference by u |t|: max over t of 2u (1 - t^2) + 2u (1 - t) + u |t| is 5.13 u (at
+ * t = -3/4), second-order terms far below the rest. CUDA's tanhf: 2 ulp, and an ulp below 1 is
+ * at most u: 2 u. libm's tanhf (the CPU's scalar attention, kv_attention): under 1 ulp.
+ */
+#define BR_TANH_ERR (6 * DF_U32)
 
 static inline double br_g(double n) { return df_tol_gamma(n, DF_U32); }
 
@@ -224,12 +233,51 @@ static inline void br_swiglu(double *out, double *dgate, double *dup, double *bo
     }
 }
 
+/* ---- Gemma 2's soft-caps -------------------------------------------------------------------- */
+
+/* A value v (a score or a logit) within dv of a backend's, its derivative f and f's error df. */
+typedef struct br_capped {
+    double v, dv, f, df;
+} br_capped;
+
+/*
+ * v = C tanh(y / C), t = tanh(y / C), f = dv/dy = 1 - t^2, from a raw value y whose float
+ * computation is within dy (C <= 0: no cap, v = y, f = 1 exactly). A backend's:
+ *   x = y / C (a division, or a product by 1/C rounded): dx = (dy + gamma_2 (|y| + dy)) / C;
+ *   t' = tanh(x'): tanh's slope over [|x| - dx, |x| + dx] is at most 1 - tanh^2 of its
+ *     smallest |x|, so dt = that dx + BR_TANH_ERR;
+ *   v' = C t' with k roundings (1: fl(C t); the LM head's C / T: 3): C (dt + gamma_k (|t| + dt));
+ *   f' = 1 - t''^2 with t'' = t' or recomputed from v' (t' + k + 2 roundings):
+ *     d2 = dt + gamma_{k+2} (|t| + dt), |t''^2 - t^2| <= (2 |t| + d2) d2, the square and the
+ *     difference 2 u (t^2 + f = 1).
+ * f in double as 1 / cosh^2: no cancellation where the cap saturates.
+ */
+static inline br_capped br_softcap(double y, double dy, double C, int k)
+{
+    if (!(C > 0))
+        return (br_capped){y, dy, 1, 0};
+    const double x = y / C, t = tanh(x), ch = cosh(x), dx = (dy + br_g(2) * (fabs(y) + dy)) / C;
+    const double tl = tanh(fmax(fabs(x) - dx, 0)), dt = (1 - tl * tl) * dx + BR_TANH_ERR;
+    const double d2 = dt + br_g(k + 2) * (fabs(t) + dt);
+    return (br_capped){C * t, C * (dt + br_g(k) * (fabs(t) + dt)), 1 / (ch * ch),
+                       (2 * fabs(t) + d2) * d2 + 2 * DF_U32};
+}
+
+static inline br_capped *br_cvec(int64_t n)
+{
+    br_capped *p = calloc((size_t)(n > 0 ? n : 1), sizeof(br_capped));
+    if (!p)
+        abort();
+    return p;
+}
+
 /* ---- attention over packed sequences -------------------------------------------------------- */
 
 typedef struct br_attn {
     const int64_t *off; /* host offsets [n_seqs + 1] */
     int64_t n_seqs, nh, nkv, hd, window, T;
     const float *q, *k, *v; /* [T, nh hd], [T, nkv hd] */
+    double softcap;         /* Gemma 2's C (0: none) */
 } br_attn;
 
 /* The first key of row i of the sequence starting at j0 (window W: i - W < j). */
@@ -238,9 +286,14 @@ static inline int64_t br_first_key(const br_attn *a, int64_t j0, int64_t i)
     return a->window > 0 && i - a->window + 1 > j0 ? i - a->window + 1 : j0;
 }
 
-/* s[j] = q_i . k_j / sqrt(hd) and sm[j] = sum |q_i k_j| / sqrt(hd) for the keys of row i, head h. */
+/*
+ * The scores of row i, head h over keys ja .. i: s[j].v = q_i . k_j / sqrt(hd), soft-capped
+ * (a->softcap, br_softcap with k = 1), within s[j].dv of a backend's: the raw score's hd
+ * products and sums, the scale 1 / sqrt(hd) (two roundings) and its product, gamma_{hd+3} of
+ * sum |q_i k_j| / sqrt(hd), then the cap's; s[j].f its derivative (1 without a cap).
+ */
 static inline void br_scores(const br_attn *a, const double *q, const double *k, int64_t i,
-                             int64_t h, int64_t ja, double *s, double *sm)
+                             int64_t h, int64_t ja, br_capped *s)
 {
     const int64_t hd = a->hd, kh = h / (a->nh / a->nkv);
     const double isq = 1.0 / sqrt((double)hd);
@@ -251,9 +304,7 @@ static inline void br_scores(const br_attn *a, const double *q, const double *k,
             d += p;
             m += fabs(p);
         }
-        s[j] = d * isq;
-        if (sm)
-            sm[j] = m * isq;
+        s[j] = br_softcap(d * isq, br_g((double)hd + 3) * m * isq, a->softcap, 1);
     }
 }
 
@@ -265,22 +316,22 @@ static inline void br_attn_fwd_d(const br_attn *a, const double *q, const double
                                  const double *v, double *out, double *lse)
 {
     const int64_t nh = a->nh, hd = a->hd, kh_div = a->nh / a->nkv;
-    double *s = br_dvec(a->T);
+    br_capped *s = br_cvec(a->T);
     for (int64_t sq = 0; sq < a->n_seqs; sq++)
         for (int64_t h = 0; h < nh; h++)
             for (int64_t i = a->off[sq]; i < a->off[sq + 1]; i++) {
                 const int64_t ja = br_first_key(a, a->off[sq], i);
-                br_scores(a, q, k, i, h, ja, s, NULL);
+                br_scores(a, q, k, i, h, ja, s);
                 double m = -INFINITY, l = 0;
                 for (int64_t j = ja; j <= i; j++)
-                    m = fmax(m, s[j]);
+                    m = fmax(m, s[j].v);
                 for (int64_t j = ja; j <= i; j++)
-                    l += exp(s[j] - m);
+                    l += exp(s[j].v - m);
                 double *o = out + (i * nh + h) * hd;
                 for (int64_t e = 0; e < hd; e++)
                     o[e] = 0;
                 for (int64_t j = ja; j <= i; j++) {
-                    const double p = exp(s[j] - m) / l, *vj = v + (j * a->nkv + h / kh_div) * hd;
+                    const double p = exp(s[j].v - m) / l, *vj = v + (j * a->nkv + h / kh_div) * hd;
                     for (int64_t e = 0; e < hd; e++)
                         o[e] += p * vj[e];
                 }
@@ -292,8 +343,7 @@ static inline void br_attn_fwd_d(const br_attn *a, const double *q, const double
 /*
  * Forward bounds for row i of head h with L keys, any key tiling (worst case: one tile per key,
  * so L rescales of the online softmax):
- *   score s_j: hd products and sums, the scale 1 / sqrt(hd) (two roundings) and its product:
- *     ds_j = gamma_{hd+3} sm_j;
+ *   score s_j (capped or not): ds_j of br_scores;
  *   weight e^(s_j - m) relative to a common factor: the rounded argument (u |s_j - m| <= u span),
  *     the exp, and per rescale its factor (the same three and its product):
  *     th = max ds + (L + 1)(u span + BR_EXP_ERR + u);
@@ -307,24 +357,25 @@ static inline void br_attn_fwd_bounds(const br_attn *a, const double *q, const d
 {
     const int64_t nh = a->nh, hd = a->hd, grp = a->nh / a->nkv;
     const double u = DF_U32;
-    double *s = br_dvec(a->T), *sm = br_dvec(a->T), *A = br_dvec(hd);
+    br_capped *s = br_cvec(a->T);
+    double *A = br_dvec(hd);
     for (int64_t sq = 0; sq < a->n_seqs; sq++)
         for (int64_t h = 0; h < nh; h++)
             for (int64_t i = a->off[sq]; i < a->off[sq + 1]; i++) {
                 const int64_t ja = br_first_key(a, a->off[sq], i), L = i - ja + 1;
-                br_scores(a, q, k, i, h, ja, s, sm);
+                br_scores(a, q, k, i, h, ja, s);
                 double m = -INFINITY, mn = INFINITY, dsmax = 0, l = 0;
                 for (int64_t j = ja; j <= i; j++) {
-                    m = fmax(m, s[j]), mn = fmin(mn, s[j]);
-                    dsmax = fmax(dsmax, br_g((double)hd + 3) * sm[j]);
+                    m = fmax(m, s[j].v), mn = fmin(mn, s[j].v);
+                    dsmax = fmax(dsmax, s[j].dv);
                 }
                 const double th = dsmax + (double)(L + 1) * (u * (m - mn) + BR_EXP_ERR + u);
                 const double li = lse[i * nh + h];
                 for (int64_t e = 0; e < hd; e++)
                     A[e] = 0;
                 for (int64_t j = ja; j <= i; j++) {
-                    const double p = exp(s[j] - li), *vj = v + (j * a->nkv + h / grp) * hd;
-                    l += exp(s[j] - m);
+                    const double p = exp(s[j].v - li), *vj = v + (j * a->nkv + h / grp) * hd;
+                    l += exp(s[j].v - m);
                     for (int64_t e = 0; e < hd; e++)
                         A[e] += p * fabs(vj[e]);
                 }
@@ -333,18 +384,21 @@ static inline void br_attn_fwd_bounds(const br_attn *a, const double *q, const d
                 blse[i * nh + h] = BR_REF * (th + br_g(3.0 * L) + BR_LOG_ERR * fabs(log(l)) +
                                              u * fabs(li));
             }
-    free(s), free(sm), free(A);
+    free(s), free(A);
 }
 
 /*
  * Backward in double from the given out O and lse (the floats the backend gets, or the exact
- * double forward's for finite differences): P_ij = e^(s_ij - lse_i), D_i = dO_i . O_i,
- * dS_ij = P_ij (dO_i . v_j - D_i) / sqrt(hd); dq_i = sum_j dS_ij k_j, dk_j = sum_i dS_ij q_i,
+ * double forward's for finite differences): P_ij = e^(s_ij - lse_i) (s capped), D_i = dO_i . O_i,
+ * dS_ij = P_ij (dO_i . v_j - D_i) f_ij / sqrt(hd) (f the cap's 1 - t^2, 1 without);
+ * dq_i = sum_j dS_ij k_j, dk_j = sum_i dS_ij q_i,
  * dv_j = sum_i P_ij dO_i (over the rows of every query head of kv head j's group). Overwrites.
  * With bounds (bdq non-NULL), per row:
- *   P_j relative th_p = ds_j + u |s_j - lse| + BR_EXP_ERR + u;
+ *   P_j relative th_p = ds_j + u |s_j - lse| + BR_EXP_ERR + u (ds_j of br_scores);
  *   D: gamma_hd sum |dO O|; dp_j = dO . v_j: gamma_hd sum |dO v_j|;
- *   dS_j: P_j / sqrt(hd) (th_p |dp_j - D| + dp_j's and D's errors + gamma_5 |dp_j - D|);
+ *   X_j = P_j (dp_j - D) / sqrt(hd) within e_j = P_j / sqrt(hd) (th_p |dp_j - D| + dp_j's and
+ *     D's errors + gamma_5 |dp_j - D|) (gamma_6 with a cap: the product by f one more);
+ *   dS_j = X_j f_j: e_j (f_j + df_j) + |X_j| df_j;
  *   dq: L terms and the scale (gamma_{L+2}), dk and dv: the group's grp L rows (gamma_{grp L+2}),
  *   each of its magnitude plus dS's (P's for dv) errors times |k|, |q| (|dO|).
  */
@@ -355,7 +409,8 @@ static inline void br_attn_bwd_d(const br_attn *a, const double *q, const double
 {
     const int64_t nh = a->nh, nkv = a->nkv, hd = a->hd, grp = nh / nkv, T = a->T;
     const double isq = 1.0 / sqrt((double)hd), u = DF_U32;
-    double *s = br_dvec(T), *sm = br_dvec(T);
+    const double gr = br_g(a->softcap > 0 ? 6 : 5);
+    br_capped *s = br_cvec(T);
     memset(dq, 0, sizeof(double) * (size_t)(T * nh * hd));
     memset(dk, 0, sizeof(double) * (size_t)(T * nkv * hd));
     memset(dv, 0, sizeof(double) * (size_t)(T * nkv * hd));
@@ -372,7 +427,7 @@ static inline void br_attn_bwd_d(const br_attn *a, const double *q, const double
                 const int64_t ja = br_first_key(a, j0, i), L = i - ja + 1;
                 const double *qi = q + (i * nh + h) * hd, *dOi = dO + (i * nh + h) * hd;
                 const double *Oi = O + (i * nh + h) * hd, li = lse[i * nh + h];
-                br_scores(a, q, k, i, h, ja, s, sm);
+                br_scores(a, q, k, i, h, ja, s);
                 double D = 0, Dm = 0;
                 for (int64_t e = 0; e < hd; e++)
                     D += dOi[e] * Oi[e], Dm += fabs(dOi[e] * Oi[e]);
@@ -381,7 +436,7 @@ static inline void br_attn_bwd_d(const br_attn *a, const double *q, const double
                     double dp = 0, dm = 0;
                     for (int64_t e = 0; e < hd; e++)
                         dp += dOi[e] * vj[e], dm += fabs(dOi[e] * vj[e]);
-                    const double P = exp(s[j] - li), dS = P * (dp - D) * isq;
+                    const double P = exp(s[j].v - li), X = P * (dp - D) * isq, dS = X * s[j].f;
                     double *dkj = dk + (j * nkv + kh) * hd, *dvj = dv + (j * nkv + kh) * hd;
                     for (int64_t e = 0; e < hd; e++) {
                         dq[(i * nh + h) * hd + e] += dS * kj[e];
@@ -391,10 +446,10 @@ static inline void br_attn_bwd_d(const br_attn *a, const double *q, const double
                     if (!bdq)
                         continue;
                     const double diff = fabs(dp - D);
-                    const double thp = br_g((double)hd + 3) * sm[j] + u * fabs(s[j] - li) +
-                                       BR_EXP_ERR + u;
-                    const double edS = P * isq * (thp * diff + br_g((double)hd) * (dm + Dm) +
-                                                  br_g(5) * diff);
+                    const double thp = s[j].dv + u * fabs(s[j].v - li) + BR_EXP_ERR + u;
+                    const double eX = P * isq * (thp * diff + br_g((double)hd) * (dm + Dm) +
+                                                 gr * diff);
+                    const double edS = eX * (s[j].f + s[j].df) + fabs(X) * s[j].df;
                     const double gk = br_g((double)(grp * Ls) + 2);
                     double *bk = bdk + (j * nkv + kh) * hd, *bv = bdv + (j * nkv + kh) * hd;
                     for (int64_t e = 0; e < hd; e++) {
@@ -407,7 +462,7 @@ static inline void br_attn_bwd_d(const br_attn *a, const double *q, const double
             }
         }
     }
-    free(s), free(sm);
+    free(s);
 }
 
 /* ---- the rollout's KV cache ------------------------------------------------------------------ */
@@ -443,14 +498,15 @@ static inline uint16_t br_bf16_bits(float x)
  * into chunks of an online softmax and partials merged by segment (the CUDA kernel: chunks of
  * 32 in segments of 256, a partial's merge being one more factor) has at most chunks + segments
  * <= L + 1 of them, th = max ds + (L + 1)(u span + BR_EXP_ERR + u); out = sum w v / sum w:
- * 2 th sum p |v| plus gamma_{5L+3} for the two sums, the rescales and the division.
+ * 2 th sum p |v| plus gamma_{5L+3} for the two sums, the rescales and the division. A soft-cap
+ * C > 0 (Gemma 2) caps each score as br_scores does, its error with it.
  */
 static inline void br_kv_attn_row(const float *q, const float *K, const float *V, int64_t kvd,
-                                  int64_t L, int64_t nh, int64_t nkv, int64_t hd, double *out,
-                                  double *bout)
+                                  int64_t L, int64_t nh, int64_t nkv, int64_t hd, double softcap,
+                                  double *out, double *bout)
 {
     const double u = DF_U32, isq = 1.0 / sqrt((double)hd);
-    double *s = br_dvec(L), *sm = br_dvec(L), *A = br_dvec(hd);
+    double *s = br_dvec(L), *A = br_dvec(hd);
     for (int64_t h = 0; h < nh; h++) {
         const int64_t c0 = h / (nh / nkv) * hd;
         const float *qh = q + h * hd;
@@ -461,9 +517,10 @@ static inline void br_kv_attn_row(const float *q, const float *K, const float *V
                 const double p = (double)qh[e] * (double)K[j * kvd + c0 + e];
                 d += p, a += fabs(p);
             }
-            s[j] = d * isq, sm[j] = a * isq;
+            const br_capped c = br_softcap(d * isq, br_g((double)hd + 3) * a * isq, softcap, 1);
+            s[j] = c.v;
             m = fmax(m, s[j]), mn = fmin(mn, s[j]);
-            dsmax = fmax(dsmax, br_g((double)hd + 3) * sm[j]);
+            dsmax = fmax(dsmax, c.dv);
         }
         for (int64_t j = 0; j < L; j++)
             l += exp(s[j] - m);
@@ -481,14 +538,20 @@ static inline void br_kv_attn_row(const float *q, const float *K, const float *V
         for (int64_t e = 0; e < hd; e++)
             bout[h * hd + e] = BR_REF * (2 * th + br_g(5.0 * (double)L + 3)) * A[e];
     }
-    free(s), free(sm), free(A);
+    free(s), free(A);
 }
 
 /* ---- LM head ------------------------------------------------------------------------------ */
 
-/* z[v] = h . W_v / temp and zm[v] = sum_e |h_e W_ve| / temp for one row h [H] (doubles). */
+/*
+ * One row h [H] of logits (doubles): y_v = h . W_v, z_v = y_v / temp, or with Gemma 2's
+ * final-logit cap C > 0 z_v = C tanh(y_v / C) / temp. dz (NULL: skipped) bounds a backend's
+ * float z_v for a GEMM within c ym_v (br_gemm_rel; ym_v = sum_e |h_e W_ve|): c ym_v / temp (the
+ * 1 / temp its alpha), or capped br_softcap(y_v, c ym_v, C, 3) / temp (C / T: two roundings
+ * and the product); f, df (NULL: skipped) the cap's 1 - t^2 and its error.
+ */
 static inline void br_logits(const double *h, const double *W, int64_t V, int64_t H, double temp,
-                             double *z, double *zm)
+                             double cap, double c, double *z, double *dz, double *f, double *df)
 {
     for (int64_t v = 0; v < V; v++) {
         double d = 0, m = 0;
@@ -497,20 +560,23 @@ static inline void br_logits(const double *h, const double *W, int64_t V, int64_
             d += p;
             m += fabs(p);
         }
-        z[v] = d / temp;
-        if (zm)
-            zm[v] = m / temp;
+        const br_capped r = br_softcap(d, c * m, cap, 3);
+        z[v] = r.v / temp;
+        if (dz)
+            dz[v] = r.dv / temp;
+        if (f)
+            f[v] = r.f, df[v] = r.df;
     }
 }
 
-/* logp, entropy and lse of n rows in double (h [n, H], W [V, H] as doubles). */
+/* logp, entropy and lse of n rows in double (h [n, H], W [V, H] as doubles; cap C or 0). */
 static inline void br_lmhead_fwd_d(const double *h, const double *W, const int32_t *tgt, int64_t n,
-                                   int64_t V, int64_t H, double temp, double *logp, double *ent,
-                                   double *lse)
+                                   int64_t V, int64_t H, double temp, double cap, double *logp,
+                                   double *ent, double *lse)
 {
     double *z = br_dvec(V);
     for (int64_t i = 0; i < n; i++) {
-        br_logits(h + i * H, W, V, H, temp, z, NULL);
+        br_logits(h + i * H, W, V, H, temp, cap, 0, z, NULL, NULL, NULL);
         double m = -INFINITY, s = 0, pz = 0;
         for (int64_t v = 0; v < V; v++)
             m = fmax(m, z[v]);
@@ -529,37 +595,41 @@ static inline void br_lmhead_fwd_d(const double *h, const double *W, const int32
 /*
  * Backward in double from the given lse and entropy (the floats the backend gets, or the exact
  * forward's), with p_v = e^(z_v - lse) and lp_v = z_v - lse:
- *   g_v = (dlogp (1[v = target] - p_v) - dent p_v (lp_v + entropy)) / temp,
+ *   g_v = (dlogp (1[v = target] - p_v) - dent p_v (lp_v + entropy)) / temp, times the cap's
+ *     f_v = 1 - t_v^2 (dz_v / dy_v = f_v / temp),
  *   dh = sum_v g_v W_v (overwritten), dW_v = dW0_v + sum_i g_iv h_i.
- * With bounds (bdh non-NULL): z_v off by dz_v = gamma_{H+2} zm_v (a dot product and the 1 / temp);
- * p_v relative th_v = dz_v + u |lp_v| + BR_EXP_ERR + u; lp_v + entropy off by dz_v + two
- * roundings; g_v six roundings of its magnitude more; dh: V terms (gamma_{V+1}) plus g's errors
- * times |W|; dW: n terms onto dW0 (gamma_{n+2}) plus g's errors times |h|.
+ * With bounds (bdh non-NULL): z_v off by dz_v of br_logits (a dot product and the 1 / temp, or
+ * the cap's); p_v relative th_v = dz_v + u |lp_v| + BR_EXP_ERR + u; lp_v + entropy off by dz_v +
+ * two roundings; g_v six roundings of its magnitude more (seven with the product by f_v, whose
+ * own error df_v adds e (f + df) + |g| df); dh: V terms (gamma_{V+1}) plus g's errors times |W|;
+ * dW: n terms onto dW0 (gamma_{n+2}) plus g's errors times |h|.
  */
 static inline void br_lmhead_bwd_d_ex(const double *h, const double *W, const int32_t *tgt,
                                       const double *lse, const double *ent, const double *dlogp,
                                       const double *dent, int64_t n, int64_t V, int64_t H,
-                                      double temp, const float *dW0, double *dh, double *dW,
-                                      double *bdh, double *bdW, int bf16)
+                                      double temp, double cap, const float *dW0, double *dh,
+                                      double *dW, double *bdh, double *bdW, int bf16)
 {
-    const double u = DF_U32, ub = bf16 ? DF_U_BF16 : 0;
-    double *z = br_dvec(V), *zm = br_dvec(V), *g = br_dvec(V), *eg = br_dvec(V);
+    const double u = DF_U32, ub = bf16 ? DF_U_BF16 : 0, gr = br_g(cap > 0 ? 7 : 6);
+    double *z = br_dvec(V), *dz = br_dvec(V), *g = br_dvec(V), *eg = br_dvec(V);
+    double *f = br_dvec(V), *df = br_dvec(V);
     double *Wm = bdW ? br_dvec(V * H) : NULL, *We = bdW ? br_dvec(V * H) : NULL;
     for (int64_t k = 0; k < V * H; k++)
         dW[k] = dW0[k];
     for (int64_t i = 0; i < n; i++) {
         const double *hi = h + i * H, a = dlogp[i], b = dent ? dent[i] : 0;
-        br_logits(hi, W, V, H, temp, z, zm);
+        br_logits(hi, W, V, H, temp, cap, br_gemm_rel(H, bf16 ? 1 : 0), z, dz, f, df);
         for (int64_t v = 0; v < V; v++) {
             const double lp = z[v] - lse[i], p = exp(lp), lpe = lp + ent[i];
             const double one = v == tgt[i] ? 1.0 : 0.0;
-            g[v] = (a * (one - p) - b * p * lpe) / temp;
-            const double dz = br_gemm_rel(H, bf16 ? 1 : 0) * zm[v];
-            const double th = dz + u * fabs(lp) + BR_EXP_ERR + u;
+            const double gz = (a * (one - p) - b * p * lpe) / temp;
+            const double th = dz[v] + u * fabs(lp) + BR_EXP_ERR + u;
             const double mag = fabs(a) * (one + p) + fabs(b) * p * (fabs(lp) + fabs(ent[i]));
-            const double dlpe = dz + u * fabs(lp) + u * fabs(lpe);
-            eg[v] = (fabs(a) * p * th + fabs(b) * p * (th * fabs(lpe) + dlpe) +
-                     (br_g(6) + ub) * (1 + ub) * mag) / temp;
+            const double dlpe = dz[v] + u * fabs(lp) + u * fabs(lpe);
+            const double ez = (fabs(a) * p * th + fabs(b) * p * (th * fabs(lpe) + dlpe) +
+                               (gr + ub) * (1 + ub) * mag) / temp;
+            g[v] = gz * f[v];
+            eg[v] = ez * (f[v] + df[v]) + fabs(gz) * df[v];
         }
         for (int64_t e = 0; e < H; e++) {
             double s = 0, m = 0, pe = 0;
@@ -585,66 +655,67 @@ static inline void br_lmhead_bwd_d_ex(const double *h, const double *W, const in
         for (int64_t k = 0; k < V * H; k++)
             bdW[k] = BR_REF * (br_g((double)n + 2) * (fabs(dW0[k]) + Wm[k] * (1 + 2 * ub)) +
                                ub * Wm[k] + We[k] * (1 + ub));
-    free(z), free(zm), free(g), free(eg), free(Wm), free(We);
+    free(z), free(dz), free(g), free(eg), free(f), free(df), free(Wm), free(We);
 }
 
 static inline void br_lmhead_bwd_d(const double *h, const double *W, const int32_t *tgt,
                                    const double *lse, const double *ent, const double *dlogp,
                                    const double *dent, int64_t n, int64_t V, int64_t H,
-                                   double temp, const float *dW0, double *dh, double *dW,
-                                   double *bdh, double *bdW)
+                                   double temp, double cap, const float *dW0, double *dh,
+                                   double *dW, double *bdh, double *bdW)
 {
-    br_lmhead_bwd_d_ex(h, W, tgt, lse, ent, dlogp, dent, n, V, H, temp, dW0, dh, dW, bdh, bdW, 0);
+    br_lmhead_bwd_d_ex(h, W, tgt, lse, ent, dlogp, dent, n, V, H, temp, cap, dW0, dh, dW, bdh,
+                       bdW, 0);
 }
 
 /*
  * Forward bounds of n rows (logp, entropy, lse the exact values of br_lmhead_fwd_d): logits off by
- * gamma_{H+2} zm (a dot product and the 1 / temp); lse and entropy from them as
- * tb_row_lse_bound_e (tests/testbounds.h) with every sum float over the whole vocabulary (any
- * tiling); plus the log of s0 <= V (BR_LOG_ERR log V), the final add and the float stores.
+ * dz of br_logits (gamma_{H+2} zm: a dot product and the 1 / temp; or the cap's); lse and entropy
+ * from them as tb_row_lse_bound_e (tests/testbounds.h, with c = 1 on dz) with every sum float
+ * over the whole vocabulary (any tiling); plus the log of s0 <= V (BR_LOG_ERR log V), the final
+ * add and the float stores.
  */
 static inline void br_lmhead_fwd_bounds_ex(const double *h, const double *W, const int32_t *tgt,
                                            int64_t n, int64_t V, int64_t H, double temp,
-                                           const double *logp, const double *ent,
+                                           double cap, const double *logp, const double *ent,
                                            const double *lse, double *blp, double *bent,
                                            double *blse, int bf16)
 {
-    double *z = br_dvec(V), *zm = br_dvec(V);
+    double *z = br_dvec(V), *dz = br_dvec(V);
     for (int64_t i = 0; i < n; i++) {
-        br_logits(h + i * H, W, V, H, temp, z, zm);
-        const double c = br_gemm_rel(H, bf16 ? 1 : 0);
-        const tb_lse_bound r = tb_row_lse_bound_e(z, zm, c, V, V, BR_EXP_ERR);
+        br_logits(h + i * H, W, V, H, temp, cap, br_gemm_rel(H, bf16 ? 1 : 0), z, dz, NULL, NULL);
+        const tb_lse_bound r = tb_row_lse_bound_e(z, dz, 1.0, V, V, BR_EXP_ERR);
         /* log(s0) <= log V: s0 sums V weights of at most 1 */
         const double dlse = r.dlse + BR_LOG_ERR * log((double)V) + DF_U32 * fabs(lse[i]);
         blse[i] = BR_REF * dlse;
-        blp[i] = BR_REF * (c * zm[tgt[i]] + dlse + DF_U32 * fabs(logp[i]));
+        blp[i] = BR_REF * (dz[tgt[i]] + dlse + DF_U32 * fabs(logp[i]));
         bent[i] = BR_REF * (r.dent + BR_LOG_ERR * log((double)V) + DF_U32 * fabs(ent[i]));
     }
-    free(z), free(zm);
+    free(z), free(dz);
 }
 
 static inline void br_lmhead_fwd_bounds(const double *h, const double *W, const int32_t *tgt,
-                                        int64_t n, int64_t V, int64_t H, double temp,
+                                        int64_t n, int64_t V, int64_t H, double temp, double cap,
                                         const double *logp, const double *ent, const double *lse,
                                         double *blp, double *bent, double *blse)
 {
-    br_lmhead_fwd_bounds_ex(h, W, tgt, n, V, H, temp, logp, ent, lse, blp, bent, blse, 0);
+    br_lmhead_fwd_bounds_ex(h, W, tgt, n, V, H, temp, cap, logp, ent, lse, blp, bent, blse, 0);
 }
 
 /* sum_v p_v^2 of n rows in double (sq) and the bound on a backend's float value (bsq): the logits
- * as br_lmhead_fwd_bounds_ex's (bf16: one operand rounded), tb_row_lse_bound_e's dsq with every sum
- * float over the whole vocabulary, and the float store. */
+ * as br_lmhead_fwd_bounds_ex's (bf16: one operand rounded; cap C or 0), tb_row_lse_bound_e's dsq
+ * with every sum float over the whole vocabulary, and the float store. */
 static inline void br_lmhead_sumsq_d(const double *h, const double *W, int64_t n, int64_t V, int64_t H,
-                                     double temp, int bf16, double *sq, double *bsq)
+                                     double temp, double cap, int bf16, double *sq, double *bsq)
 {
-    double *z = br_dvec(V), *zm = br_dvec(V);
+    double *z = br_dvec(V), *dz = br_dvec(V);
     for (int64_t i = 0; i < n; i++) {
-        br_logits(h + i * H, W, V, H, temp, z, zm);
-        const tb_lse_bound r = tb_row_lse_bound_e(z, zm, br_gemm_rel(H, bf16 ? 1 : 0), V, V, BR_EXP_ERR);
+        br_logits(h + i * H, W, V, H, temp, cap, br_gemm_rel(H, bf16 ? 1 : 0), z, dz, NULL, NULL);
+        const tb_lse_bound r = tb_row_lse_bound_e(z, dz, 1.0, V, V, BR_EXP_ERR);
         sq[i] = r.sq;
         bsq[i] = BR_REF * (r.dsq + DF_U32 * r.sq);
     }
-    free(z), free(zm);
+    free(z), free(dz);
 }
 
 /* ---- finite differences of a float64 loss ------------------------------------------------- */

@@ -108,12 +108,12 @@ static float *to_f(const double *x, int64_t n)
 /* ---- the summary: worst error / bound per backend and operator --------------------------------- */
 
 typedef struct {
-    char be[16], op[32];
+    char be[16], op[48];
     double worst;
     int64_t n;
 } bo_rec;
 
-static bo_rec bo_recs[96];
+static bo_rec bo_recs[160];
 static int bo_nrec;
 
 static void bo_note(const char *be, const char *op, double ratio, int64_t n)
@@ -174,7 +174,7 @@ static int print_summary(void **state)
     (void)state;
     printf("\nbackend conformance: worst |error| / bound per operator (elements checked)\n");
     for (int i = 0; i < bo_nrec; i++)
-        printf("  %-8s %-26s %8.3e  (%lld)\n", bo_recs[i].be, bo_recs[i].op, bo_recs[i].worst,
+        printf("  %-8s %-34s %8.3e  (%lld)\n", bo_recs[i].be, bo_recs[i].op, bo_recs[i].worst,
                (long long)bo_recs[i].n);
     return 0;
 }

@@ -13,7 +13,7 @@
  *
  * Shapes: odd sizes, MHA and GQA groups of 2 and 4, packed sequences of unequal length (1 token to
  * 257), sliding windows, qwen3's head_dim 128, vocabularies that are not a multiple of the LM
- * head's tile.
+ * head's tile; Gemma 2's soft-caps (attention, kv_attention, the LM head) saturated and not.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -755,6 +755,27 @@ static void test_geglu(void **state)
     free(g), free(u), free(R), free(out), free(dg), free(du), free(bo), free(bg), free(bu);
 }
 
+/* op with " softcap" after its first word when cap > 0: the summary's name of a capped case. */
+static const char *capname(char *buf, size_t n, const char *op, double cap)
+{
+    const char *sp = strchr(op, ' ');
+    if (!(cap > 0))
+        snprintf(buf, n, "%s", op);
+    else
+        snprintf(buf, n, "%.*s softcap%s", (int)(sp ? sp - op : (ptrdiff_t)strlen(op)), op,
+                 sp ? sp : "");
+    return buf;
+}
+
+/* Whether some |x - y| exceeds 2 bd: a case the soft-cap visibly moves (dropping it fails). */
+static bool moved(const double *x, const double *y, const double *bd, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (fabs(x[i] - y[i]) > 2 * bd[i])
+            return true;
+    return false;
+}
+
 /* ---- attention over packed sequences ------------------------------------------------------------ */
 
 typedef struct {
@@ -774,9 +795,9 @@ static double att_loss(void *p)
 
 /*
  * The reference backward from the exact forward (double out and lse) against finite differences
- * of att_loss along three random directions over (q, k, v). The double loss: an output is a
- * chain of hd + 2 L + 10 roundings of at most max |v| per unit of |R|, and T nh hd of them are
- * summed.
+ * of att_loss along three random directions over (q, k, v), soft-capped as c->a says. The double
+ * loss: an output is a chain of hd + 2 L + 10 roundings (6 more for the cap's tanh) of at most
+ * max |v| per unit of |R|, and T nh hd of them are summed.
  */
 static void attention_fd(att_fd *c, uint64_t seed)
 {
@@ -791,7 +812,9 @@ static void attention_fd(att_fd *c, uint64_t seed)
         vmax = fmax(vmax, fabs(c->v[i]));
     for (int64_t i = 0; i < nq; i++)
         rs += fabs(c->R[i]);
-    const double eps_l = df_tol_gamma((double)a->hd + 2 * Lmax + 10 + (double)nq, DF_U64) * rs * vmax;
+    const double eps_l = df_tol_gamma((double)a->hd + 2 * Lmax + 16 + (double)nq, DF_U64) * rs * vmax;
+    char op[40];
+    capname(op, sizeof op, a->window ? "attention_bwd window" : "attention_bwd", a->softcap);
     for (int d = 0; d < 3; d++) {
         float *f[3] = {bo_rand(nq, seed + d, 1), bo_rand(nk, seed + 10 + d, 1), bo_rand(nk, seed + 20 + d, 1)};
         double *us[3] = {to_d(f[0], nq), to_d(f[1], nk), to_d(f[2], nk)}, *xs[3] = {c->q, c->k, c->v};
@@ -800,25 +823,43 @@ static void attention_fd(att_fd *c, uint64_t seed)
         const double fd = br_fd_slope(att_loss, c, xs, us, ns, 3, 1e-3, eps_l, &fe);
         const double an = dot_b(dq, us[0], nq, &bound) + dot_b(dk, us[1], nk, &bound) +
                           dot_b(dv, us[2], nk, &bound);
-        bo_fd(a->window ? "attention_bwd window" : "attention_bwd", an, fd, fe + bound);
+        bo_fd(op, an, fd, fe + bound);
         for (int i = 0; i < 3; i++)
             free(f[i]), free(us[i]);
     }
     free(dq), free(dk), free(dv);
 }
 
-/* One batch of packed sequences (off[n_seqs + 1]) through every backend with the window cap. */
+/* Without a cap: the forward's out must move by more than its bound somewhere (att_case). */
+static void att_cap_moves(att_fd *c, const double *bout)
+{
+    att_fd u = *c;
+    const int64_t nq = c->a.T * c->a.nh * c->a.hd;
+    u.a.softcap = 0, u.out = br_dvec(nq), u.lse = br_dvec(c->a.T * c->a.nh);
+    br_attn_fwd_d(&u.a, u.q, u.k, u.v, u.out, u.lse);
+    if (!moved(c->out, u.out, bout, nq))
+        fail_msg("attention softcap %g: the cap does not move the output", c->a.softcap);
+    free(u.out), free(u.lse);
+}
+
+/*
+ * One batch of packed sequences (off[n_seqs + 1]) through every backend with the window cap
+ * (window > 0) and the soft-cap one (cap > 0: Gemma 2's C; q then ~ N(0, 9), scores of a few
+ * units, saturating a small C).
+ */
 static void attention_case(const int64_t *off, int64_t n_seqs, int64_t nh, int64_t nkv, int64_t hd,
-                           int64_t window, uint64_t seed)
+                           int64_t window, float cap, uint64_t seed)
 {
     const int64_t T = off[n_seqs], nq = T * nh * hd, nk = T * nkv * hd;
-    float *q = bo_rand(nq, seed, 1), *k = bo_rand(nk, seed + 1, 1), *v = bo_rand(nk, seed + 2, 1);
-    float *R = bo_rand(nq, seed + 3, 1);
-    att_fd c = {{off, n_seqs, nh, nkv, hd, window, T, q, k, v}, to_d(q, nq), to_d(k, nk),
+    float *q = bo_rand(nq, seed, cap > 0 ? 3 : 1), *k = bo_rand(nk, seed + 1, 1);
+    float *v = bo_rand(nk, seed + 2, 1), *R = bo_rand(nq, seed + 3, 1);
+    att_fd c = {{off, n_seqs, nh, nkv, hd, window, T, q, k, v, cap}, to_d(q, nq), to_d(k, nk),
                 to_d(v, nk), to_d(R, nq), br_dvec(nq), br_dvec(T * nh)};
     double *bout = br_dvec(nq), *blse = br_dvec(T * nh);
     br_attn_fwd_d(&c.a, c.q, c.k, c.v, c.out, c.lse);
     br_attn_fwd_bounds(&c.a, c.q, c.k, c.v, c.lse, bout, blse);
+    if (cap > 0)
+        att_cap_moves(&c, bout);
     /* the backward's inputs: the forward's outputs rounded to float, as a backend stores them */
     float *Of = to_f(c.out, nq), *lf = to_f(c.lse, T * nh);
     double *Od = to_d(Of, nq), *ld = to_d(lf, T * nh);
@@ -828,9 +869,10 @@ static void attention_case(const int64_t *off, int64_t n_seqs, int64_t nh, int64
     int64_t max_len = 0;
     for (int64_t s = 0; s < n_seqs; s++)
         max_len = off[s + 1] - off[s] > max_len ? off[s + 1] - off[s] : max_len;
-    char fwd[32], bwd[32];
-    snprintf(fwd, sizeof fwd, "attention_fwd%s", window ? " window" : "");
-    snprintf(bwd, sizeof bwd, "attention_bwd%s", window ? " window" : "");
+    char fwd[40], lsen[40], bwd[40];
+    capname(fwd, sizeof fwd, window ? "attention_fwd window" : "attention_fwd", cap);
+    capname(lsen, sizeof lsen, window ? "attention_fwd lse window" : "attention_fwd lse", cap);
+    capname(bwd, sizeof bwd, window ? "attention_bwd window" : "attention_bwd", cap);
     for (int bi = 0; bi < bo_n; bi++) {
         const bo_backend *b = &bo_list[bi];
         if (window && !b->be.ops->attention_window) {
@@ -838,8 +880,13 @@ static void attention_case(const int64_t *off, int64_t n_seqs, int64_t nh, int64
                           (long long)window);
             continue;
         }
+        if (cap > 0 && !b->be.ops->attention_softcap) {
+            print_message("%s: no attention_softcap capability: softcap %g not run\n", b->name,
+                          (double)cap);
+            continue;
+        }
         int64_t *doff = bo_up(b, off, sizeof(int64_t) * (size_t)(n_seqs + 1));
-        const df_backend_seqs s = {doff, n_seqs, T, max_len, window, 0.0f};
+        const df_backend_seqs s = {doff, n_seqs, T, max_len, window, cap};
         float *dQ = bo_up(b, q, 4 * (size_t)nq), *dK = bo_up(b, k, 4 * (size_t)nk);
         float *dV = bo_up(b, v, 4 * (size_t)nk), *dO = bo_nan(b, nq), *dL = bo_nan(b, T * nh);
         BO_OK(b->be.ops->attention_fwd(b->be.ctx, dO, dL, dQ, dK, dV, &s, nh, nkv, hd));
@@ -847,8 +894,7 @@ static void attention_case(const int64_t *off, int64_t n_seqs, int64_t nh, int64
         bo_check(b->name, fwd, got, c.out, bout, nq);
         free(got);
         got = bo_down(b, dL, 4 * (size_t)(T * nh));
-        bo_check(b->name, window ? "attention_fwd lse window" : "attention_fwd lse", got, c.lse,
-                 blse, T * nh);
+        bo_check(b->name, lsen, got, c.lse, blse, T * nh);
         free(got);
         BO_OK(b->be.ops->upload(b->be.ctx, dO, Of, 4 * (size_t)nq));
         BO_OK(b->be.ops->upload(b->be.ctx, dL, lf, 4 * (size_t)(T * nh)));
@@ -860,7 +906,7 @@ static void attention_case(const int64_t *off, int64_t n_seqs, int64_t nh, int64
         const double *refs[3] = {dq, dk, dv}, *bds[3] = {bq, bk, bv};
         for (int i = 0; i < 3; i++) {
             got = bo_down(b, gs[i], 4 * (size_t)(i ? nk : nq));
-            char op[40];
+            char op[48];
             snprintf(op, sizeof op, "%s d%c", bwd, "qkv"[i]);
             bo_check(b->name, op, got, refs[i], bds[i], i ? nk : nq);
             free(got);
@@ -878,16 +924,29 @@ static void test_attention(void **state)
 {
     (void)state;
     const int64_t off1[5] = {0, 1, 6, 39, 109}; /* lengths 1, 5, 33, 70 */
-    attention_case(off1, 4, 4, 2, 8, 0, 200);   /* GQA 2, a small head */
+    attention_case(off1, 4, 4, 2, 8, 0, 0, 200);   /* GQA 2, a small head */
     const int64_t off2[4] = {0, 40, 41, 191};   /* lengths 40, 1, 150 */
-    attention_case(off2, 3, 2, 1, 64, 32, 210); /* a window of one key tile */
-    attention_case(off2, 3, 2, 2, 64, 0, 220);  /* MHA */
+    attention_case(off2, 3, 2, 1, 64, 32, 0, 210); /* a window of one key tile */
+    attention_case(off2, 3, 2, 2, 64, 0, 0, 220);  /* MHA */
     const int64_t off3[4] = {0, 20, 23, 68};    /* qwen3-like: head_dim 128, GQA 2 */
-    attention_case(off3, 3, 4, 2, 128, 0, 230);
-    attention_case(off3, 3, 4, 2, 128, 7, 240);
+    attention_case(off3, 3, 4, 2, 128, 0, 0, 230);
+    attention_case(off3, 3, 4, 2, 128, 7, 0, 240);
     const int64_t off4[4] = {0, 257, 259, 390}; /* GQA 4, crossing 128-row query blocks */
-    attention_case(off4, 3, 8, 2, 64, 0, 250);
-    attention_case(off4, 3, 8, 2, 64, 100, 260);
+    attention_case(off4, 3, 8, 2, 64, 0, 0, 250);
+    attention_case(off4, 3, 8, 2, 64, 100, 0, 260);
+}
+
+/* Gemma 2's soft-cap: C 1 and 2 against scores of a few units (most saturate), and C 50 (the
+ * cap a small correction). */
+static void test_attention_softcap(void **state)
+{
+    (void)state;
+    const int64_t off1[5] = {0, 1, 6, 39, 109}, off2[4] = {0, 40, 41, 191};
+    const int64_t off3[4] = {0, 20, 23, 68};
+    attention_case(off1, 4, 4, 2, 8, 0, 1.0f, 270);    /* GQA 2 */
+    attention_case(off2, 3, 2, 1, 64, 32, 2.0f, 280);  /* a window, GQA 2 */
+    attention_case(off3, 3, 4, 4, 128, 7, 1.0f, 290);  /* MHA, head_dim 128, a window */
+    attention_case(off2, 3, 8, 2, 64, 0, 50.0f, 295);  /* GQA 4, C large */
 }
 
 /* ---- the rollout's KV cache ---------------------------------------------------------------------- */
@@ -1052,17 +1111,19 @@ static void kv_copy_case(df_kv_dtype dt, int64_t S, int64_t M, int64_t kvd, int6
  * kv_attention over layer 1 of a random cache (2 layers, 4 slots of M positions) for n rows
  * (slot[r], pos[r]) against br_kv_attn_row's float64 result and bound, outputs poisoned with NaN
  * first; then each row alone (n = 1, the same scratch) must give the batch's bits: a row's
- * result depends on no other row (backend.h).
+ * result depends on no other row (backend.h). cap > 0: Gemma 2's soft-cap (q ~ N(0, 9), as
+ * attention_case's), on backends with attention_softcap, the uncapped output beyond the bound.
  */
 static void kv_attn_case(df_kv_dtype dt, int64_t nh, int64_t nkv, int64_t hd, int64_t window,
                          int64_t M, const int32_t *slot, const int32_t *pos, int64_t n,
-                         uint64_t seed)
+                         float cap, uint64_t seed)
 {
     const int64_t S = 4, kvd = nkv * hd, layer = 1, qd = nh * hd;
     df_backend_kv c = kv_host(2, S, M, kvd, dt, seed);
-    float *q = bo_rand(n * qd, seed + 5, 1), *Kr = xmalloc(4 * (size_t)(M * kvd));
+    float *q = bo_rand(n * qd, seed + 5, cap > 0 ? 3 : 1), *Kr = xmalloc(4 * (size_t)(M * kvd));
     float *Vr = xmalloc(4 * (size_t)(M * kvd));
-    double *ref = br_dvec(n * qd), *bd = br_dvec(n * qd);
+    double *ref = br_dvec(n * qd), *bd = br_dvec(n * qd), *ref0 = br_dvec(qd), *bd0 = br_dvec(qd);
+    bool any = cap <= 0;
     for (int64_t r = 0; r < n; r++) {
         const int64_t j0 = window > 0 && pos[r] + 1 > window ? pos[r] + 1 - window : 0;
         const int64_t Lr = pos[r] + 1 - j0;
@@ -1071,25 +1132,36 @@ static void kv_attn_case(df_kv_dtype dt, int64_t nh, int64_t nkv, int64_t hd, in
                 const int64_t i = ((layer * S + slot[r]) * M + j0 + j) * kvd + e;
                 Kr[j * kvd + e] = kv_val(&c, c.k, i), Vr[j * kvd + e] = kv_val(&c, c.v, i);
             }
-        br_kv_attn_row(q + r * qd, Kr, Vr, kvd, Lr, nh, nkv, hd, ref + r * qd, bd + r * qd);
+        br_kv_attn_row(q + r * qd, Kr, Vr, kvd, Lr, nh, nkv, hd, cap, ref + r * qd, bd + r * qd);
+        if (!any) {
+            br_kv_attn_row(q + r * qd, Kr, Vr, kvd, Lr, nh, nkv, hd, 0, ref0, bd0);
+            any = moved(ref + r * qd, ref0, bd + r * qd, qd);
+        }
     }
-    char op[48];
-    snprintf(op, sizeof op, "kv_attention %s%s", dt == DF_KV_BF16 ? "bf16" : "f32",
+    if (!any)
+        fail_msg("kv_attention softcap %g: the cap does not move the output", (double)cap);
+    char op[48], opn[48];
+    snprintf(opn, sizeof opn, "kv_attention %s%s", dt == DF_KV_BF16 ? "bf16" : "f32",
              window ? " window" : "");
+    capname(op, sizeof op, opn, cap);
     for (int bi = 0; bi < bo_n; bi++) {
         const bo_backend *b = &bo_list[bi];
         void *cx = b->be.ctx;
+        if (cap > 0 && !b->be.ops->attention_softcap) {
+            print_message("%s: no attention_softcap capability: %s not run\n", b->name, op);
+            continue;
+        }
         df_backend_kv d = kv_up(b, &c);
         const int64_t nsc = b->be.ops->kv_scratch_floats(cx, nh, M);
         float *sc = bo_nan(b, nsc > 0 ? nsc : 1), *dq = bo_up(b, q, 4 * (size_t)(n * qd));
         float *dO = bo_nan(b, n * qd), *dO1 = bo_nan(b, qd);
         int32_t *ds = bo_up(b, slot, 4 * (size_t)n), *dp = bo_up(b, pos, 4 * (size_t)n);
-        BO_OK(b->be.ops->kv_attention(cx, dO, dq, &d, layer, ds, dp, n, nh, nkv, hd, window, 0.0f, sc));
+        BO_OK(b->be.ops->kv_attention(cx, dO, dq, &d, layer, ds, dp, n, nh, nkv, hd, window, cap, sc));
         float *got = bo_down(b, dO, 4 * (size_t)(n * qd));
         bo_check(b->name, op, got, ref, bd, n * qd);
         for (int64_t r = 0; r < n; r++) {
             BO_OK(b->be.ops->kv_attention(cx, dO1, dq + r * qd, &d, layer, ds + r, dp + r, 1, nh,
-                                          nkv, hd, window, 0.0f, sc));
+                                          nkv, hd, window, cap, sc));
             float *one = bo_down(b, dO1, 4 * (size_t)qd);
             if (memcmp(one, got + r * qd, 4 * (size_t)qd))
                 fail_msg("%s %s: row %lld (slot %d, pos %d) alone differs from the batch", b->name,
@@ -1103,7 +1175,7 @@ static void kv_attn_case(df_kv_dtype dt, int64_t nh, int64_t nkv, int64_t hd, in
         bo_free(b, dp);
     }
     kv_free(NULL, &c);
-    free(q), free(Kr), free(Vr), free(ref), free(bd);
+    free(q), free(Kr), free(Vr), free(ref), free(bd), free(ref0), free(bd0);
 }
 
 static void test_kv(void **state)
@@ -1126,15 +1198,20 @@ static void test_kv(void **state)
     const int32_t pl[12] = {0, 1099, 300, 255, 256, 17, 513, 31, 32, 1, 767, 1024};
     for (int r = 0; r < 48; r++)
         s1[r] = (int32_t)(r * 3 % 4), p1[r] = pl[r % 12] - (int32_t)(r / 12) * (pl[r % 12] > 40);
-    kv_attn_case(DF_KV_F32, 8, 2, 64, 0, 1100, s1, p1, 48, 430);     /* GQA 4 */
-    kv_attn_case(DF_KV_BF16, 8, 2, 64, 0, 1100, s1, p1, 48, 440);
-    kv_attn_case(DF_KV_BF16, 8, 2, 64, 1, 1100, s1, p1, 12, 445);    /* a window of itself */
+    kv_attn_case(DF_KV_F32, 8, 2, 64, 0, 1100, s1, p1, 48, 0, 430);     /* GQA 4 */
+    kv_attn_case(DF_KV_BF16, 8, 2, 64, 0, 1100, s1, p1, 48, 0, 440);
+    kv_attn_case(DF_KV_BF16, 8, 2, 64, 1, 1100, s1, p1, 12, 0, 445);    /* a window of itself */
     const int32_t s2[5] = {3, 3, 0, 1, 2}, p2[5] = {0, 612, 99, 100, 450}; /* slot 3 twice */
-    kv_attn_case(DF_KV_F32, 4, 4, 128, 100, 640, s2, p2, 5, 450);    /* MHA, qwen3's hd */
-    kv_attn_case(DF_KV_BF16, 4, 2, 128, 300, 640, s2, p2, 5, 460);   /* a window past a segment */
-    kv_attn_case(DF_KV_F32, 4, 2, 128, 0, 640, s2, p2, 5, 465);
+    kv_attn_case(DF_KV_F32, 4, 4, 128, 100, 640, s2, p2, 5, 0, 450);    /* MHA, qwen3's hd */
+    kv_attn_case(DF_KV_BF16, 4, 2, 128, 300, 640, s2, p2, 5, 0, 460);   /* a window past a segment */
+    kv_attn_case(DF_KV_F32, 4, 2, 128, 0, 640, s2, p2, 5, 0, 465);
     const int32_t s3[2] = {0, 2}, p3[2] = {599, 3};
-    kv_attn_case(DF_KV_BF16, 2, 1, 256, 0, 600, s3, p3, 2, 470);     /* hd 256 */
+    kv_attn_case(DF_KV_BF16, 2, 1, 256, 0, 600, s3, p3, 2, 0, 470);     /* hd 256 */
+    /* Gemma 2's soft-cap: C 1 and 2 saturating scores of a few units, C 50 barely */
+    kv_attn_case(DF_KV_F32, 8, 2, 64, 0, 1100, s1, p1, 24, 1.0f, 480);  /* GQA 4 */
+    kv_attn_case(DF_KV_BF16, 8, 2, 64, 0, 1100, s1, p1, 24, 2.0f, 485);
+    kv_attn_case(DF_KV_BF16, 4, 2, 128, 300, 640, s2, p2, 5, 1.0f, 490); /* a window */
+    kv_attn_case(DF_KV_F32, 4, 4, 128, 100, 640, s2, p2, 5, 50.0f, 495); /* MHA, C large */
 }
 
 /* ---- LM head -------------------------------------------------------------------------------------- */
@@ -1143,19 +1220,37 @@ typedef struct {
     int64_t n, V, H;
     double temp, *h, *W, *a, *b, *logp, *ent, *lse;
     const int32_t *tgt;
+    double cap; /* Gemma 2's final-logit soft-cap (0: none) */
 } lm_fd;
 
 static double lm_loss(void *p)
 {
     lm_fd *c = p;
-    br_lmhead_fwd_d(c->h, c->W, c->tgt, c->n, c->V, c->H, c->temp, c->logp, c->ent, c->lse);
+    br_lmhead_fwd_d(c->h, c->W, c->tgt, c->n, c->V, c->H, c->temp, c->cap, c->logp, c->ent,
+                    c->lse);
     double l = 0;
     for (int64_t i = 0; i < c->n; i++)
         l += c->a[i] * c->logp[i] + c->b[i] * c->ent[i];
     return l;
 }
 
-static void lmhead_case(int64_t n, int64_t V, int64_t H, double temp, uint64_t seed)
+/* Without the cap some log-prob moves beyond its bound (lmhead_case, lmhead_w16_case). */
+static void lm_cap_moves(const double *h, const double *W, const int32_t *tgt, int64_t n, int64_t V,
+                         int64_t H, double temp, double cap, const double *logp, const double *blp)
+{
+    double *lp = br_dvec(n), *ent = br_dvec(n), *lse = br_dvec(n);
+    br_lmhead_fwd_d(h, W, tgt, n, V, H, temp, 0, lp, ent, lse);
+    if (!moved(logp, lp, blp, n))
+        fail_msg("lmhead softcap %g: the cap does not move the log-probs", cap);
+    free(lp), free(ent), free(lse);
+}
+
+/*
+ * The LM head (lmhead_fwd / _bwd) through every backend: n rows of a [V, H] head (logits of a
+ * few units) at temperature temp; cap > 0: Gemma 2's final-logit soft-cap, on backends with
+ * attention_softcap.
+ */
+static void lmhead_case(int64_t n, int64_t V, int64_t H, double temp, double cap, uint64_t seed)
 {
     float *h = bo_rand(n * H, seed, 1), *W = bo_rand(V * H, seed + 1, 3.0 / sqrt((double)H));
     float *a = bo_rand(n, seed + 2, 1), *bb = bo_rand(n, seed + 3, 1), *dW0 = bo_rand(V * H, seed + 4, 0.1);
@@ -1166,50 +1261,60 @@ static void lmhead_case(int64_t n, int64_t V, int64_t H, double temp, uint64_t s
         tgt[i] = (int32_t)df_rng_below(&r, (uint64_t)V);
     tgt[0] = (int32_t)(V - 1); /* the last, partial tile */
     lm_fd c = {n, V, H, temp, to_d(h, n * H), to_d(W, V * H), to_d(a, n), to_d(bb, n),
-               br_dvec(n), br_dvec(n), br_dvec(n), tgt};
+               br_dvec(n), br_dvec(n), br_dvec(n), tgt, cap};
     lm_loss(&c);
     double *blp = br_dvec(n), *bent = br_dvec(n), *blse = br_dvec(n), *sq = br_dvec(n), *bsq = br_dvec(n);
-    br_lmhead_fwd_bounds(c.h, c.W, tgt, n, V, H, temp, c.logp, c.ent, c.lse, blp, bent, blse);
-    br_lmhead_sumsq_d(c.h, c.W, n, V, H, temp, 0, sq, bsq);
+    br_lmhead_fwd_bounds(c.h, c.W, tgt, n, V, H, temp, cap, c.logp, c.ent, c.lse, blp, bent, blse);
+    br_lmhead_sumsq_d(c.h, c.W, n, V, H, temp, cap, 0, sq, bsq);
+    if (cap > 0)
+        lm_cap_moves(c.h, c.W, tgt, n, V, H, temp, cap, c.logp, blp);
     float *lsef = to_f(c.lse, n), *entf = to_f(c.ent, n);
     double *lsed = to_d(lsef, n), *entd = to_d(entf, n);
     double *dh = br_dvec(n * H), *dW = br_dvec(V * H), *bdh = br_dvec(n * H), *bdW = br_dvec(V * H);
     double *dh1 = br_dvec(n * H), *dW1 = br_dvec(V * H), *bdh1 = br_dvec(n * H), *bdW1 = br_dvec(V * H);
-    br_lmhead_bwd_d(c.h, c.W, tgt, lsed, entd, c.a, c.b, n, V, H, temp, dW0, dh, dW, bdh, bdW);
-    br_lmhead_bwd_d(c.h, c.W, tgt, lsed, entd, c.a, NULL, n, V, H, temp, dW0, dh1, dW1, bdh1, bdW1);
+    br_lmhead_bwd_d(c.h, c.W, tgt, lsed, entd, c.a, c.b, n, V, H, temp, cap, dW0, dh, dW, bdh, bdW);
+    br_lmhead_bwd_d(c.h, c.W, tgt, lsed, entd, c.a, NULL, n, V, H, temp, cap, dW0, dh1, dW1, bdh1,
+                    bdW1);
+    const float fc = (float)cap;
+    char nm[48];
     for (int bi = 0; bi < bo_n; bi++) {
         const bo_backend *b = &bo_list[bi];
         void *cx = b->be.ctx;
+        if (cap > 0 && !b->be.ops->attention_softcap) {
+            print_message("%s: no attention_softcap capability: lmhead softcap %g not run\n",
+                          b->name, cap);
+            continue;
+        }
         const int64_t nsc = b->be.ops->lmhead_scratch_floats(cx, n, V, H);
         float *sc = bo_nan(b, nsc > 0 ? nsc : 1), *dH = bo_up(b, h, 4 * (size_t)(n * H));
         float *dWt = bo_up(b, W, 4 * (size_t)(V * H)), *dlp = bo_nan(b, n), *den = bo_nan(b, n);
         float *dls = bo_nan(b, n);
         int32_t *dt = bo_up(b, tgt, 4 * (size_t)n);
-        BO_OK(b->be.ops->lmhead_fwd(cx, dlp, den, NULL, dls, dH, dWt, dt, n, V, H, (float)temp, 0.0f, sc));
+        BO_OK(b->be.ops->lmhead_fwd(cx, dlp, den, NULL, dls, dH, dWt, dt, n, V, H, (float)temp, fc, sc));
         float *got = bo_down(b, dlp, 4 * (size_t)n);
-        bo_check(b->name, "lmhead_fwd logp", got, c.logp, blp, n);
+        bo_check(b->name, capname(nm, sizeof nm, "lmhead_fwd logp", cap), got, c.logp, blp, n);
         free(got);
         got = bo_down(b, den, 4 * (size_t)n);
-        bo_check(b->name, "lmhead_fwd entropy", got, c.ent, bent, n);
+        bo_check(b->name, capname(nm, sizeof nm, "lmhead_fwd entropy", cap), got, c.ent, bent, n);
         free(got);
         got = bo_down(b, dls, 4 * (size_t)n);
-        bo_check(b->name, "lmhead_fwd lse", got, c.lse, blse, n);
+        bo_check(b->name, capname(nm, sizeof nm, "lmhead_fwd lse", cap), got, c.lse, blse, n);
         free(got);
         /* no entropy: the same log-probs; the sum of p^2 with and without the entropy */
-        BO_OK(b->be.ops->lmhead_fwd(cx, dlp, NULL, NULL, dls, dH, dWt, dt, n, V, H, (float)temp, 0.0f, sc));
+        BO_OK(b->be.ops->lmhead_fwd(cx, dlp, NULL, NULL, dls, dH, dWt, dt, n, V, H, (float)temp, fc, sc));
         got = bo_down(b, dlp, 4 * (size_t)n);
-        bo_check(b->name, "lmhead_fwd logp", got, c.logp, blp, n);
+        bo_check(b->name, capname(nm, sizeof nm, "lmhead_fwd logp", cap), got, c.logp, blp, n);
         free(got);
         float *dsq = bo_nan(b, n);
         for (int withe = 0; withe < 2; withe++) {
             BO_OK(b->be.ops->lmhead_fwd(cx, dlp, withe ? den : NULL, dsq, dls, dH, dWt, dt, n, V, H,
-                                        (float)temp, 0.0f, sc));
+                                        (float)temp, fc, sc));
             got = bo_down(b, dsq, 4 * (size_t)n);
-            bo_check(b->name, "lmhead_fwd sum_pi_sq", got, sq, bsq, n);
+            bo_check(b->name, capname(nm, sizeof nm, "lmhead_fwd sum_pi_sq", cap), got, sq, bsq, n);
             free(got);
             got = bo_down(b, withe ? den : dlp, 4 * (size_t)n);
-            bo_check(b->name, withe ? "lmhead_fwd entropy" : "lmhead_fwd logp", got,
-                     withe ? c.ent : c.logp, withe ? bent : blp, n);
+            capname(nm, sizeof nm, withe ? "lmhead_fwd entropy" : "lmhead_fwd logp", cap);
+            bo_check(b->name, nm, got, withe ? c.ent : c.logp, withe ? bent : blp, n);
             free(got);
         }
         /* backward from the float lse and entropy, with and without an entropy gradient */
@@ -1219,21 +1324,24 @@ static void lmhead_case(int64_t n, int64_t V, int64_t H, double temp, uint64_t s
         for (int withe = 1; withe >= 0; withe--) {
             float *ddh = bo_nan(b, n * H), *ddW = bo_up(b, dW0, 4 * (size_t)(V * H));
             BO_OK(b->be.ops->lmhead_bwd(cx, ddh, ddW, da, withe ? db : NULL, dH, dWt, dt, dls,
-                                        den, n, V, H, (float)temp, 0.0f, sc));
+                                        den, n, V, H, (float)temp, fc, sc));
             got = bo_down(b, ddh, 4 * (size_t)(n * H));
-            bo_check(b->name, "lmhead_bwd dh", got, withe ? dh : dh1, withe ? bdh : bdh1, n * H);
+            bo_check(b->name, capname(nm, sizeof nm, "lmhead_bwd dh", cap), got,
+                     withe ? dh : dh1, withe ? bdh : bdh1, n * H);
             free(got);
             got = bo_down(b, ddW, 4 * (size_t)(V * H));
-            bo_check(b->name, "lmhead_bwd dW", got, withe ? dW : dW1, withe ? bdW : bdW1, V * H);
+            bo_check(b->name, capname(nm, sizeof nm, "lmhead_bwd dW", cap), got,
+                     withe ? dW : dW1, withe ? bdW : bdW1, V * H);
             free(got);
             bo_free(b, ddh), bo_free(b, ddW);
         }
         { /* a frozen head (LoRA): dW NULL skips the weight gradient, dh as with it */
             float *ddh = bo_nan(b, n * H);
             BO_OK(b->be.ops->lmhead_bwd(cx, ddh, NULL, da, db, dH, dWt, dt, dls, den, n, V, H,
-                                        (float)temp, 0.0f, sc));
+                                        (float)temp, fc, sc));
             got = bo_down(b, ddh, 4 * (size_t)(n * H));
-            bo_check(b->name, "lmhead_bwd dh, dW NULL", got, dh, bdh, n * H);
+            bo_check(b->name, capname(nm, sizeof nm, "lmhead_bwd dh, dW NULL", cap), got, dh, bdh,
+                     n * H);
             free(got);
             bo_free(b, ddh);
         }
@@ -1241,13 +1349,14 @@ static void lmhead_case(int64_t n, int64_t V, int64_t H, double temp, uint64_t s
         bo_free(b, dls), bo_free(b, dt), bo_free(b, da), bo_free(b, db), bo_free(b, dsq);
     }
     /* the reference backward (exact lse and entropy, dW0 = 0) against finite differences over
-     * (h, W); the double loss: H + V + 10 roundings per row */
+     * (h, W); the double loss: H + V + 10 roundings per row (6 more for the cap's tanh) */
     float *zero = calloc((size_t)(V * H), sizeof(float));
-    br_lmhead_bwd_d(c.h, c.W, tgt, c.lse, c.ent, c.a, c.b, n, V, H, temp, zero, dh, dW, NULL, NULL);
+    br_lmhead_bwd_d(c.h, c.W, tgt, c.lse, c.ent, c.a, c.b, n, V, H, temp, cap, zero, dh, dW, NULL,
+                    NULL);
     double mag = 0;
     for (int64_t i = 0; i < n; i++)
         mag += (fabs(c.a[i]) + fabs(c.b[i])) * (fabs(c.lse[i]) + fabs(c.logp[i]) + fabs(c.ent[i]));
-    const double eps_l = df_tol_gamma((double)(H + V + 10 + n), DF_U64) * mag;
+    const double eps_l = df_tol_gamma((double)(H + V + 16 + n), DF_U64) * mag;
     for (int d = 0; d < 2; d++) {
         float *vh = bo_rand(n * H, seed + 10 + d, 1), *vW = bo_rand(V * H, seed + 20 + d, 1);
         double *uh = to_d(vh, n * H), *uW = to_d(vW, V * H), *xs[2] = {c.h, c.W}, *us[2] = {uh, uW};
@@ -1255,7 +1364,7 @@ static void lmhead_case(int64_t n, int64_t V, int64_t H, double temp, uint64_t s
         double fe, bound = 0;
         const double fd = br_fd_slope(lm_loss, &c, xs, us, ns, 2, 1e-3, eps_l, &fe);
         const double an = dot_b(dh, uh, n * H, &bound) + dot_b(dW, uW, V * H, &bound);
-        bo_fd("lmhead_bwd", an, fd, fe + bound);
+        bo_fd(capname(nm, sizeof nm, "lmhead_bwd", cap), an, fd, fe + bound);
         free(vh), free(vW), free(uh), free(uW);
     }
     free(zero), free(h), free(W), free(a), free(bb), free(dW0), free(tgt);
@@ -1279,10 +1388,10 @@ static bool beyond(const float *got, const double *ref, const double *b32, int64
  * exactly), h rounded to bf16, dL/dlogits rounded per tile: against the float64 head of the
  * float h and that W within the bf16 bounds (backend_ref.h, bf16 1: one operand of each
  * product rounded for the logits, dlogits' rounding on the gradients), and beyond the float32
- * bounds somewhere (the head is not silently float32).
+ * bounds somewhere (the head is not silently float32). cap > 0: Gemma 2's final-logit soft-cap.
  */
 static void lmhead_w16_case(const bo_backend *b, int64_t n, int64_t V, int64_t H, double temp,
-                            uint64_t seed)
+                            double cap, uint64_t seed)
 {
     float *h = bo_rand(n * H, seed, 1), *W = bo_rand(V * H, seed + 1, 3.0 / sqrt((double)H));
     float *a = bo_rand(n, seed + 2, 1), *bb = bo_rand(n, seed + 3, 1), *dW0 = bo_rand(V * H, seed + 4, 0.1);
@@ -1298,19 +1407,24 @@ static void lmhead_w16_case(const bo_backend *b, int64_t n, int64_t V, int64_t H
     tgt[0] = (int32_t)(V - 1);
     double *hd = to_d(h, n * H), *Wd = to_d(W, V * H), *ad = to_d(a, n), *bd = to_d(bb, n);
     double *lp = br_dvec(n), *ent = br_dvec(n), *lse = br_dvec(n);
-    br_lmhead_fwd_d(hd, Wd, tgt, n, V, H, temp, lp, ent, lse);
+    br_lmhead_fwd_d(hd, Wd, tgt, n, V, H, temp, cap, lp, ent, lse);
     double *b16[4], *b32[4];
     for (int k = 0; k < 3; k++)
         b16[k] = br_dvec(n), b32[k] = br_dvec(n);
-    br_lmhead_fwd_bounds_ex(hd, Wd, tgt, n, V, H, temp, lp, ent, lse, b16[0], b16[1], b16[2], 1);
-    br_lmhead_fwd_bounds(hd, Wd, tgt, n, V, H, temp, lp, ent, lse, b32[0], b32[1], b32[2]);
+    br_lmhead_fwd_bounds_ex(hd, Wd, tgt, n, V, H, temp, cap, lp, ent, lse, b16[0], b16[1], b16[2],
+                            1);
+    br_lmhead_fwd_bounds(hd, Wd, tgt, n, V, H, temp, cap, lp, ent, lse, b32[0], b32[1], b32[2]);
+    if (cap > 0)
+        lm_cap_moves(hd, Wd, tgt, n, V, H, temp, cap, lp, b16[0]);
     float *lsef = to_f(lse, n), *entf = to_f(ent, n);
     double *lsed = to_d(lsef, n), *entd = to_d(entf, n);
     double *dh = br_dvec(n * H), *dW = br_dvec(V * H), *bdh = br_dvec(n * H), *bdW = br_dvec(V * H);
     double *dh32 = br_dvec(n * H), *dW32 = br_dvec(V * H), *bdh32 = br_dvec(n * H);
     double *bdW32 = br_dvec(V * H);
-    br_lmhead_bwd_d_ex(hd, Wd, tgt, lsed, entd, ad, bd, n, V, H, temp, dW0, dh, dW, bdh, bdW, 1);
-    br_lmhead_bwd_d(hd, Wd, tgt, lsed, entd, ad, bd, n, V, H, temp, dW0, dh32, dW32, bdh32, bdW32);
+    br_lmhead_bwd_d_ex(hd, Wd, tgt, lsed, entd, ad, bd, n, V, H, temp, cap, dW0, dh, dW, bdh, bdW,
+                       1);
+    br_lmhead_bwd_d(hd, Wd, tgt, lsed, entd, ad, bd, n, V, H, temp, cap, dW0, dh32, dW32, bdh32,
+                    bdW32);
     void *cx = b->be.ctx;
     const int64_t nsc = b->be.ops->lmhead_scratch_floats(cx, n, V, H);
     float *sc = bo_nan(b, nsc), *dH = bo_up(b, h, 4 * (size_t)(n * H)), *dlp = bo_nan(b, n);
@@ -1318,9 +1432,11 @@ static void lmhead_w16_case(const bo_backend *b, int64_t n, int64_t V, int64_t H
     uint16_t *dW16 = bo_up(b, W16, 2 * (size_t)(V * H));
     int32_t *dt = bo_up(b, tgt, 4 * (size_t)n);
     double *sq = br_dvec(n);
-    br_lmhead_sumsq_d(hd, Wd, n, V, H, temp, 1, sq, b16[3] = br_dvec(n));
-    br_lmhead_sumsq_d(hd, Wd, n, V, H, temp, 0, sq, b32[3] = br_dvec(n));
-    BO_OK(b->be.ops->lmhead_fwd_w16(cx, dlp, den, dsq, dls, dH, dW16, dt, n, V, H, (float)temp, 0.0f, sc));
+    br_lmhead_sumsq_d(hd, Wd, n, V, H, temp, cap, 1, sq, b16[3] = br_dvec(n));
+    br_lmhead_sumsq_d(hd, Wd, n, V, H, temp, cap, 0, sq, b32[3] = br_dvec(n));
+    const float fc = (float)cap;
+    char nm[48];
+    BO_OK(b->be.ops->lmhead_fwd_w16(cx, dlp, den, dsq, dls, dH, dW16, dt, n, V, H, (float)temp, fc, sc));
     float *got[4] = {bo_down(b, dlp, 4 * (size_t)n), bo_down(b, den, 4 * (size_t)n),
                      bo_down(b, dls, 4 * (size_t)n), bo_down(b, dsq, 4 * (size_t)n)};
     const double *ref[4] = {lp, ent, lse, sq};
@@ -1328,7 +1444,7 @@ static void lmhead_w16_case(const bo_backend *b, int64_t n, int64_t V, int64_t H
                             "lmhead_fwd_w16 sum_pi_sq"};
     bool any32 = false;
     for (int k = 0; k < 4; k++) {
-        bo_check(b->name, names[k], got[k], ref[k], b16[k], n);
+        bo_check(b->name, capname(nm, sizeof nm, names[k], cap), got[k], ref[k], b16[k], n);
         any32 |= beyond(got[k], ref[k], b32[k], n);
         free(got[k]);
     }
@@ -1338,17 +1454,18 @@ static void lmhead_w16_case(const bo_backend *b, int64_t n, int64_t V, int64_t H
     BO_OK(b->be.ops->upload(cx, den, entf, 4 * (size_t)n));
     float *ddh = bo_nan(b, n * H), *ddW = bo_up(b, dW0, 4 * (size_t)(V * H));
     BO_OK(b->be.ops->lmhead_bwd_w16(cx, ddh, ddW, da, db, dH, dW16, dt, dls, den, n, V, H,
-                                    (float)temp, 0.0f, sc));
+                                    (float)temp, fc, sc));
     float *gh = bo_down(b, ddh, 4 * (size_t)(n * H)), *gW = bo_down(b, ddW, 4 * (size_t)(V * H));
-    bo_check(b->name, "lmhead_bwd_w16 dh", gh, dh, bdh, n * H);
-    bo_check(b->name, "lmhead_bwd_w16 dW", gW, dW, bdW, V * H);
+    bo_check(b->name, capname(nm, sizeof nm, "lmhead_bwd_w16 dh", cap), gh, dh, bdh, n * H);
+    bo_check(b->name, capname(nm, sizeof nm, "lmhead_bwd_w16 dW", cap), gW, dW, bdW, V * H);
     assert_true(beyond(gh, dh32, bdh32, n * H) && beyond(gW, dW32, bdW32, V * H));
     free(gh);
     /* a frozen head (LoRA): dW NULL skips the weight gradient, dh as with it */
     BO_OK(b->be.ops->lmhead_bwd_w16(cx, ddh, NULL, da, db, dH, dW16, dt, dls, den, n, V, H,
-                                    (float)temp, 0.0f, sc));
+                                    (float)temp, fc, sc));
     gh = bo_down(b, ddh, 4 * (size_t)(n * H));
-    bo_check(b->name, "lmhead_bwd_w16 dh, dW NULL", gh, dh, bdh, n * H);
+    bo_check(b->name, capname(nm, sizeof nm, "lmhead_bwd_w16 dh, dW NULL", cap), gh, dh, bdh,
+             n * H);
     free(gh), free(gW), free(h), free(W), free(a), free(bb), free(dW0), free(W16), free(tgt);
     free(hd), free(Wd), free(ad), free(bd), free(lp), free(ent), free(lse), free(lsef), free(entf);
     free(lsed), free(entd), free(dh), free(dW), free(bdh), free(bdW), free(dh32), free(dW32);
@@ -1362,12 +1479,19 @@ static void lmhead_w16_case(const bo_backend *b, int64_t n, int64_t V, int64_t H
 
 static void lmhead_w16_cases(const bo_backend *b)
 {
-    lmhead_w16_case(b, 7, 37, 16, 1.0, 330);          /* a vocabulary inside one tile */
-    lmhead_w16_case(b, 5, 8192 + 1031, 64, 0.7, 340); /* past a column group, a partial tile */
-    lmhead_w16_case(b, 70, 1500, 200, 1.3, 350);      /* rows past a row tile (padded), odd H */
+    lmhead_w16_case(b, 7, 37, 16, 1.0, 0, 330);          /* a vocabulary inside one tile */
+    lmhead_w16_case(b, 5, 8192 + 1031, 64, 0.7, 0, 340); /* past a column group, a partial tile */
+    lmhead_w16_case(b, 70, 1500, 200, 1.3, 0, 350);      /* rows past a row tile (padded), odd H */
     /* rows past a work item of the CPU's backward (512 rows): a second, padded item; the
      * group's columns in chunks of 1024 and a partial one (df_lmhead_bwd16) */
-    lmhead_w16_case(b, 600, 2100, 16, 1.0, 360);
+    lmhead_w16_case(b, 600, 2100, 16, 1.0, 0, 360);
+    if (!b->be.ops->attention_softcap) {
+        print_message("%s: no attention_softcap capability: lmhead_*_w16 softcap not run\n",
+                      b->name);
+        return;
+    }
+    lmhead_w16_case(b, 70, 1500, 200, 1.3, 2.0, 365); /* Gemma 2's cap, most logits saturated */
+    lmhead_w16_case(b, 7, 300, 48, 0.7, 30.0, 366);   /* C large against the logits */
 }
 
 /* Every backend with the bf16 head; the CPU's through df_backend_cpu_bf16. */
@@ -1402,9 +1526,20 @@ static void test_lmhead_w16(void **state)
 static void test_lmhead(void **state)
 {
     (void)state;
-    lmhead_case(7, 37, 16, 1.0, 300);        /* a vocabulary inside one tile */
-    lmhead_case(5, 8192 + 1031, 64, 0.7, 310); /* past a column group, a partial tile */
-    lmhead_case(70, 1500, 200, 1.3, 320);      /* rows past a row tile, odd H */
+    lmhead_case(7, 37, 16, 1.0, 0, 300);        /* a vocabulary inside one tile */
+    lmhead_case(5, 8192 + 1031, 64, 0.7, 0, 310); /* past a column group, a partial tile */
+    lmhead_case(70, 1500, 200, 1.3, 0, 320);      /* rows past a row tile, odd H */
+}
+
+/* Gemma 2's final-logit soft-cap: C 1 and 2 against logits of a few units (most saturate),
+ * C 30 (Gemma 2's own, the cap a small correction here). */
+static void test_lmhead_softcap(void **state)
+{
+    (void)state;
+    lmhead_case(7, 37, 16, 1.3, 2.0, 370);
+    lmhead_case(5, 8192 + 1031, 64, 0.7, 1.0, 380);
+    lmhead_case(70, 1500, 200, 1.3, 2.0, 390);
+    lmhead_case(9, 300, 48, 0.7, 30.0, 395);
 }
 
 /* ---- main ---------------------------------------------------------------------------------------- */
@@ -1419,9 +1554,10 @@ int main(void)
         cmocka_unit_test(test_rows),      cmocka_unit_test(test_embedding), cmocka_unit_test(test_embedding_w16),
         cmocka_unit_test(test_rmsnorm),   cmocka_unit_test(test_rope),
         cmocka_unit_test(test_swiglu),    cmocka_unit_test(test_geglu),
-        cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_attention), cmocka_unit_test(test_attention_softcap),
         cmocka_unit_test(test_kv),
-        cmocka_unit_test(test_lmhead),   cmocka_unit_test(test_lmhead_w16),
+        cmocka_unit_test(test_lmhead),   cmocka_unit_test(test_lmhead_softcap),
+        cmocka_unit_test(test_lmhead_w16),
     };
     return cmocka_run_group_tests(tests, NULL, print_summary);
 }
