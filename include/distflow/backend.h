@@ -298,7 +298,8 @@ typedef struct df_backend_ops {
      * the square root's rounding). Waits for the earlier calls. The CPU's: df_grad_norm.
      */
     int (*grad_norm)(void *ctx, const float *x, int64_t n, double *norm);
-    /** x[n] *= s in float32 (the clip's scaling, as df_clip_grad_norm's). */
+    /** x[n] *= s in float32 (the clip's scaling, as df_clip_grad_norm's). The model calls it too
+     *  (Gemma's scaled embedding and queries): df_model_check_backend refuses those without it. */
     int (*scale)(void *ctx, float *x, int64_t n, float s);
     /**
      * *h = the backend's handle for all-reducing over `group` (a df_comm of this process,

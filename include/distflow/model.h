@@ -705,8 +705,9 @@ typedef struct df_acts df_acts;
 /**
  * Whether backend `be` runs every feature of cfg: DF_EUNSUPPORTED naming the feature and the
  * backend when not (a sliding window on a backend without ops->attention_window; Gemma 2's
- * attention or final-logit soft-cap, the latter on a causal LM, without ops->attention_softcap),
- * else DF_OK.
+ * attention or final-logit soft-cap, the latter on a causal LM, without ops->attention_softcap;
+ * Gemma's scaled embedding or queries without ops->scale), else DF_OK. The rollout engine checks
+ * it too.
  * df_acts_create_on checks it; callers that create activations lazily check it up front.
  */
 DF_API int df_model_check_backend(const df_backend *be, const df_model_config *cfg);

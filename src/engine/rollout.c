@@ -131,6 +131,11 @@ static int engine_backend(df_rollout_engine *e, int64_t R)
     if (!ops->kv_write || !ops->kv_copy || !ops->kv_attention || !ops->kv_scratch_floats)
         return df_error(DF_EUNSUPPORTED, "rollout engine: the %s backend has no KV-cache "
                         "operators", ops->name);
+    /* what the model needs of the backend (Gemma 2's soft-caps in kv_attention and sample, the
+     * scalings' `scale`), as training's df_acts_create_on checks it */
+    int rc = df_model_check_backend(&e->be, &e->cfg);
+    if (rc)
+        return rc; /* create_ex names the engine */
     if (!ops->host_memory) {
         if (e->opt.dtype == DF_ROLLOUT_BF16 && (!ops->gemm_w16 || !ops->embedding_fwd_w16))
             return df_error(DF_EUNSUPPORTED, "rollout engine: bfloat16 on the %s backend needs its "
@@ -143,7 +148,7 @@ static int engine_backend(df_rollout_engine *e, int64_t R)
         return df_error(DF_EUNSUPPORTED, "rollout engine: bfloat16 runs on the cpu backend only "
                         "(not %s)", ops->name);
     /* the weight copy comes with the first weight sync, unless one is shared before */
-    int rc = df_mm_ctx_create(df_mm_elems_for(&e->cfg, R), &e->mm);
+    rc = df_mm_ctx_create(df_mm_elems_for(&e->cfg, R), &e->mm);
     const size_t hb = (size_t)(df_rollout_h16_rows(R) * e->cfg.hidden_size) * sizeof(uint16_t);
     if (!rc && !(e->h16 = aligned_alloc(64, (hb + 63) / 64 * 64)))
         rc = df_error(DF_ENOMEM, "out of memory for the bf16 LM head's rows");

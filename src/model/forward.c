@@ -326,6 +326,12 @@ int df_model_check_backend(const df_backend *be, const df_model_config *cfg)
                         "final_logit_softcapping %g) is not implemented on the %s backend; run this "
                         "model on the cpu backend", cfg->model_type, cfg->attn_logit_softcap,
                         cfg->final_logit_softcap, be->ops->name);
+    /* Gemma's scalings (the embedding times sqrt(hidden), the queries by query_pre_attn_scalar)
+     * call `scale`, one of the optimizer's entries, which a backend may lack (backend.h) */
+    if (be && be->ops && !be->ops->scale && (cfg->embed_scale || df_model_q_scale(cfg) != 1.0f))
+        return df_error(DF_EUNSUPPORTED, "%s's scaled embedding and queries need the %s backend's "
+                        "`scale` entry, which it has not (nor the optimizer's other entries); run "
+                        "this model on the cpu backend", cfg->model_type, be->ops->name);
     /* a backend whose attention takes no window runs no windowed layer (any layer may be one) */
     if (!be || !be->ops || be->ops->attention_window || cfg->sliding_window <= 0)
         return DF_OK;
