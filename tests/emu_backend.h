@@ -15,8 +15,12 @@
  * the CPU has native bf16 kernels), over a df_weights16 in the device's memory; emu_close frees
  * that context. bf16_from_f32 is always there (df_bf16_from_f32 over the device's memory).
  * `sample`, which the CPU backend has not (its rollout samples
- * from host logits), is the CPU's logits GEMM and df_sample_token_u row by row, so a rollout
- * sampling on the device draws the host path's tokens. The optimizer's entries (adamw_step,
+ * from host logits), is the CPU's logits GEMM, Gemma 2's final-logit cap C tanhf(z / C) as the
+ * host path's cap_logits, and df_sample_token_u row by row, so a rollout sampling on the device
+ * draws the host path's tokens. Like the CPU it has attention_softcap (every entry hands Gemma 2's
+ * soft-caps to the CPU's: attention_fwd / _bwd in df_backend_seqs, kv_attention, the LM head's
+ * and sample's argument), so Gemma 2 runs here (tests/test_device_gemma2.c); a test clears
+ * d->ops.attention_softcap for a device without it. The optimizer's entries (adamw_step,
  * grad_norm, scale, group_open / _close, allreduce_sum) are the CPU's over the device's memory,
  * so training keeps its master weights, moments and all-reduce on the device; emu_no_optim
  * takes them away (the host optimizer of a backend without them). `alltoallv` (the data
@@ -393,21 +397,29 @@ static int emu_sample(void *ctx, int32_t *tok, float *logp, const float *h, cons
  * rows, the host its chunk's rows, and oneDNN may sum each H-term logit in another order):
  * every logit z_v = h . W_v within
  * gamma_H sum_i |h_i W_vi| <= gamma_H ||h|| ||W_v||, with ||h|| <= sqrt(H) max |g| after the
- * final RMSNorm (gain g), and log p = z_t / T - lse(z / T) moving by at most twice the largest.
+ * final RMSNorm (gain g: w, or 1 + w where the norms scale by 1 + w as Gemma's), and
+ * log p = z_t / T - lse(z / T) moving by at most twice the largest. Gemma 2's final-logit cap
+ * C tanhf(z / C), evaluated alike on both sides, is 1-Lipschitz in z, but each evaluation
+ * rounds: z / C and the product by C once each (u), tanhf within 2 ulps (glibc's documented
+ * bound; 4u relative), the rounded argument moving the result by at most C u max x sech^2 x
+ * < C u / 2: within 6 u C of C tanh(z / C), so two evaluations add 12 u C to each logit's
+ * difference (gamma_12 C here).
  */
 static inline double emu_head_logp_bound(const df_model *m, float T)
 {
     const int64_t H = m->cfg.hidden_size, V = m->cfg.vocab_size;
+    const double one = m->cfg.norm_plus_one ? 1.0 : 0.0;
     double g = 0, w = 0;
     for (int64_t i = 0; i < H; i++)
-        g = fmax(g, fabs(m->w.final_norm[i]));
+        g = fmax(g, fabs(one + m->w.final_norm[i]));
     for (int64_t v = 0; v < V; v++) {
         double s = 0;
         for (int64_t i = 0; i < H; i++)
             s += (double)m->w.lm_head[v * H + i] * m->w.lm_head[v * H + i];
         w = fmax(w, sqrt(s));
     }
-    return 2 * df_tol_gamma((double)H, DF_U32) * sqrt((double)H) * g * w / T;
+    const double C = m->cfg.final_logit_softcap > 0 ? (float)m->cfg.final_logit_softcap : 0.0;
+    return 2 * (df_tol_gamma((double)H, DF_U32) * sqrt((double)H) * g * w + df_tol_gamma(12, DF_U32) * C) / T;
 }
 
 static int emu_adamw_step(void *ctx, float *p, const float *g, float *m, float *v, int64_t n,
@@ -475,7 +487,7 @@ static df_backend emu_open(emu_dev *d)
     memset(d, 0, sizeof *d);
     d->cpu = df_backend_cpu();
     d->ops = (df_backend_ops){
-        .name = "emu", .host_memory = false, .attention_window = true,
+        .name = "emu", .host_memory = false, .attention_window = true, .attention_softcap = true,
         .alloc = emu_alloc, .release = emu_release, .upload = emu_upload,
         .download = emu_download, .copy = emu_copy, .zero = emu_zero, .sync = emu_sync,
         .gemm = emu_gemm, .rows_fill = emu_rows_fill, .col_sum_add = emu_col_sum_add,
