@@ -18,6 +18,10 @@
  *   - a colocated rollout on the same device reads the actor's master weights after a step (no
  *     weight transfer, its own copy freed), drawing what an engine with its own copy draws, and
  *     its own copy again once the model's weights change outside a step (the master is stale);
+ *   - ZeRO-1 on the device (fsdp_size -1, under mpiexec): each rank's device holds the moments of
+ *     its slice only, steps it and shares it (the others' slices -0.0, summed): the weights, the
+ *     grad_norm and the streamed checkpoint are the replicated CPU actor's bit for bit, and a
+ *     sharded device actor resumed from that file continues as the CPU's;
  *   - the CPU's entries are the host functions (df_adamw_step, df_grad_norm, the clip's
  *     scaling, df_comm_allreduce), bit for bit; a device's norm may add in another order:
  *     within the bound derived below of df_grad_norm's, which a float32 sum exceeds.
@@ -90,16 +94,23 @@ static df_batch *shard(void)
     return s;
 }
 
-/* A trainable actor of the test model on `be` (NULL: the CPU), over the world when N > 1. */
-static df_actor *actor_on(const df_backend *be, uint64_t seed)
+/* A trainable actor of the test model on `be` (NULL: the CPU), over the world when N > 1, its
+   AdamW state sharded over it (ZeRO-1) or whole. */
+static df_actor *actor_on_ex(const df_backend *be, uint64_t seed, bool shard)
 {
     df_actor *a;
     df_actor_params p = params(1);
+    p.optim.shard_optim = shard;
     assert_int_equal(df_actor_create(df_test_micro_model(seed), &p, true, &a), 0);
     if (be)
         assert_int_equal(df_actor_set_backend(a, be), 0);
     df_actor_set_comm(a, N > 1 ? W : NULL);
     return a;
+}
+
+static df_actor *actor_on(const df_backend *be, uint64_t seed)
+{
+    return actor_on_ex(be, seed, false);
 }
 
 /* One update over b (one mini-batch) of `epochs` passes, an optimizer step each; its metrics. */
@@ -301,6 +312,107 @@ static void test_state_save_and_resume(void **state)
     assert_int_equal(df_actor_step_count(cpu), df_actor_step_count(r));
     df_metrics_free(mc), df_metrics_free(mr);
     unlink(pa), unlink(pb), rmdir(dir);
+    df_actor_free(r), df_actor_free(d), df_actor_free(cpu);
+    assert_int_equal(emu_buffers(dev), 0);
+    assert_int_equal(emu_buffers(dev2), 0);
+    free(dev), free(dev2);
+    df_batch_free(b);
+}
+
+/* Rank 0 saves a's training state to path, streamed from every rank when a's state is sharded. */
+static void save_from_all(df_actor *a, const char *path)
+{
+    df_train_core *c = df_actor_core(a);
+    assert_int_equal(df_train_core_gather_begin(c, R == 0), 0);
+    if (R == 0)
+        assert_int_equal(df_actor_save_state(a, path), 0);
+    assert_int_equal(df_train_core_gather_end(c), 0);
+}
+
+/* The index of a weight no rank's gradient touches: column 0 of the embedding row of a token the
+   batch never holds (the LM head is untied). */
+static int64_t untouched_weight(const df_model *m)
+{
+    df_batch *b = df_test_synth_batch(5, ROWS);
+    bool used[64] = {false};
+    const char *f[2] = {"prompt_ids", "response_ids"};
+    assert_true(m->cfg.vocab_size <= 64 && !m->cfg.tie_word_embeddings);
+    for (int i = 0; i < 2; i++)
+        for (int64_t r = 0, len = 0; r < ROWS; r++) {
+            const int32_t *t = df_batch_tok_i32(b, f[i], r, &len);
+            for (int64_t k = 0; k < len; k++)
+                used[t[k]] = true;
+        }
+    df_batch_free(b);
+    int64_t row = 0;
+    while (row < m->cfg.vocab_size && used[row])
+        row++;
+    assert_true(row < m->cfg.vocab_size);
+    return df_model_find_tensor(m, "model.embed_tokens.weight")->offset + row * m->cfg.hidden_size;
+}
+
+/* Weight i set to -0.0 in a's model: AdamW keeps it there while its gradient is 0, and the sharded
+   device's share must too (a sum with +0.0 would make it +0.0). */
+static void negative_zero(df_actor *a, int64_t i)
+{
+    df_model *m = df_actor_model(a);
+    m->params[i] = -0.0f;
+    df_model_weights_changed(m);
+}
+
+static void test_sharded_on_the_device(void **state)
+{
+    (void)state;
+    df_batch *b = shard();
+    df_backend be, be2;
+    emu_dev *dev = new_dev(&be), *dev2 = new_dev(&be2);
+    df_actor *cpu = actor_on(NULL, 3), *d = actor_on_ex(&be, 3, true);
+    const int64_t z = untouched_weight(df_actor_model(cpu));
+    negative_zero(cpu, z), negative_zero(d, z);
+    for (int k = 0; k < 3; k++) {
+        df_metrics *mc = update(cpu, b, k < 2 ? 1 : 2), *md = update(d, b, k < 2 ? 1 : 2);
+        if (!df_test_same_params(df_actor_model(cpu), df_actor_model(d)))
+            fail_msg("update %d: the sharded device actor's weights are not the CPU's", k + 1);
+        assert_true(same_metric(mc, md, "actor/grad_norm"));
+        df_metrics_free(mc), df_metrics_free(md);
+    }
+    const float wz = df_actor_model(cpu)->params[z];
+    assert_true(wz == 0.0f && signbit(wz)); /* still -0.0: the comparison above covered it */
+    const df_train_core *cd = df_actor_core(d);
+    const int64_t n = cd->model->n_params;
+    int64_t lo = 0, hi = n;
+    if (N > 1)
+        df_train_core_shard_range(n, R, N, &lo, &hi);
+    assert_true(cd->dev_optim && (N > 1) == (cd->shard != NULL));
+    assert_true(cd->shard_lo == lo && cd->opt->n == hi - lo); /* dm, dv: that many floats */
+    print_message("rank %d: moments of [%lld, %lld) of %lld weights on the device\n", R, (long long)lo,
+                  (long long)hi, (long long)n);
+    char dir[] = "/tmp/df_test_devzero_XXXXXX", pa[64], pb[64];
+    if (R == 0)
+        assert_non_null(mkdtemp(dir));
+    assert_int_equal(df_comm_broadcast(W, dir, sizeof dir, 0), 0);
+    snprintf(pa, sizeof pa, "%s/cpu.safetensors", dir);
+    snprintf(pb, sizeof pb, "%s/dev.safetensors", dir);
+    save_from_all(cpu, pa);
+    save_from_all(d, pb);
+    if (R == 0) {
+        char *ta = NULL, *tb = NULL;
+        size_t la = 0, lb = 0;
+        assert_int_equal(df_read_file(pa, &ta, &la), 0);
+        assert_int_equal(df_read_file(pb, &tb, &lb), 0);
+        assert_true(la == lb && !memcmp(ta, tb, la));
+        free(ta), free(tb);
+    }
+    assert_int_equal(df_comm_barrier(W), 0);
+    df_actor *r = actor_on_ex(&be2, 9, true); /* each rank reads its slice, uploaded at the step */
+    assert_int_equal(df_actor_load_state(r, pb), 0);
+    df_metrics *mc = update(cpu, b, 2), *mr = update(r, b, 2);
+    assert_true(df_test_same_params(df_actor_model(cpu), df_actor_model(r)));
+    assert_true(same_metric(mc, mr, "actor/grad_norm"));
+    df_metrics_free(mc), df_metrics_free(mr);
+    assert_int_equal(df_comm_barrier(W), 0);
+    if (R == 0)
+        unlink(pa), unlink(pb), rmdir(dir);
     df_actor_free(r), df_actor_free(d), df_actor_free(cpu);
     assert_int_equal(emu_buffers(dev), 0);
     assert_int_equal(emu_buffers(dev2), 0);
@@ -514,6 +626,7 @@ int main(void)
         cmocka_unit_test(test_norm_order_bound),
         cmocka_unit_test(test_updates_are_the_cpus),
         cmocka_unit_test(test_state_save_and_resume),
+        cmocka_unit_test(test_sharded_on_the_device),
         cmocka_unit_test(test_bf16_master_outlives_the_acts),
         cmocka_unit_test(test_mutations_are_caught),
         cmocka_unit_test(test_rollout_reads_the_actors_weights),

@@ -87,17 +87,28 @@ static bool has_optim(const df_backend_ops *o)
            o->allreduce_sum;
 }
 
-/* dev_optim: AdamW's moments in be's memory, from the host's (zeros, or a state loaded before). */
+/* dev_optim: AdamW's moments in be's memory (once, at the first step: whole or, sharded, this
+   rank's slice, which needs the DP group), from the host's (zeros, or a state loaded before). */
 static int device_moments(df_train_core *c)
 {
+    if (c->dm)
+        return DF_OK;
     const df_backend_ops *o = c->be.ops;
-    const size_t bytes = (size_t)c->model->n_params * sizeof(float);
-    int rc = o->alloc(c->be.ctx, bytes, (void **)&c->dm);
+    int rc = df_train_core_shard(c);
+    const size_t bytes = rc ? 0 : (size_t)c->opt->n * sizeof(float);
+    if (!rc)
+        rc = o->alloc(c->be.ctx, bytes, (void **)&c->dm);
     if (!rc)
         rc = o->alloc(c->be.ctx, bytes, (void **)&c->dv);
     if (!rc)
         rc = df_train_core_moments_to_device(c);
-    return rc;
+    if (rc) {
+        o->release(c->be.ctx, c->dm);
+        o->release(c->be.ctx, c->dv);
+        c->dm = c->dv = NULL;
+        return df_error_wrap(rc, "%s: AdamW's moments on the %s backend", c->who, o->name);
+    }
+    return DF_OK;
 }
 
 int df_train_core_set_backend(df_train_core *c, const df_backend *be)
@@ -114,16 +125,8 @@ int df_train_core_set_backend(df_train_core *c, const df_backend *be)
     rc = be->ops->alloc(be->ctx, (size_t)df_train_core_n_train(c) * sizeof(float), (void **)&c->bgrads);
     /* LoRA: the adapters' optimizer stays on the host (a few MiB a step each way); the merge
      * then writes the model there and the device's copy follows (df_train_core_weights_changed) */
-    if (!rc && has_optim(be->ops) && !c->lora) {
-        c->dev_optim = true; /* whole moments, host staging included */
-        if ((rc = df_train_core_shard(c)) || (rc = device_moments(c))) {
-            be->ops->release(be->ctx, c->dm);
-            be->ops->release(be->ctx, c->dv);
-            c->dm = c->dv = NULL;
-            c->dev_optim = false;
-            be->ops->release(be->ctx, c->bgrads);
-        }
-    }
+    if (!rc && has_optim(be->ops) && !c->lora)
+        c->dev_optim = true; /* the moments follow at the first step (device_moments) */
     if (rc) {
         c->bgrads = c->grads;
         c->be = df_backend_cpu();
@@ -253,9 +256,9 @@ int df_train_core_no_grads(df_train_core *c)
 
 int df_train_core_moments_to_host(const df_train_core *c)
 {
-    if (!c->dev_optim)
+    if (!c->dm) /* none on the device yet: the host's are current */
         return DF_OK;
-    const size_t bytes = (size_t)c->model->n_params * sizeof(float);
+    const size_t bytes = (size_t)c->opt->n * sizeof(float);
     int rc = c->be.ops->download(c->be.ctx, c->opt->m, c->dm, bytes);
     if (!rc)
         rc = c->be.ops->download(c->be.ctx, c->opt->v, c->dv, bytes);
@@ -265,9 +268,9 @@ int df_train_core_moments_to_host(const df_train_core *c)
 
 int df_train_core_moments_to_device(df_train_core *c)
 {
-    if (!c->dev_optim)
+    if (!c->dm) /* device_moments uploads them when it makes the device's */
         return DF_OK;
-    const size_t bytes = (size_t)c->model->n_params * sizeof(float);
+    const size_t bytes = (size_t)c->opt->n * sizeof(float);
     int rc = c->be.ops->upload(c->be.ctx, c->dm, c->opt->m, bytes);
     if (!rc)
         rc = c->be.ops->upload(c->be.ctx, c->dv, c->opt->v, bytes);
@@ -416,7 +419,31 @@ static int device_clip(df_train_core *c, double *norm)
     return rc ? df_error_wrap(rc, "%s: clipping the gradient on the %s backend", c->who, o->name) : DF_OK;
 }
 
-/* dev_optim: df_adamw_step on the device's master weights, then their download to the model. */
+/*
+ * dev_optim, sharded: every rank's master weights whole again after each stepped its slice. The
+ * others' slices are set to -0.0 and the blob summed over the group by the seam's allreduce_sum
+ * (NCCL on a GPU; the seam has no broadcast): x + (-0.0) is x for every float x, +0.0 and NaN
+ * included, in any order of the sum, so each weight keeps its owner's bits.
+ */
+static int device_share(df_train_core *c)
+{
+    const df_backend_ops *o = c->be.ops;
+    float *w = c->wmaster.blob;
+    const int64_t n = c->model->n_params, lo = c->shard_lo, hi = lo + c->opt->n;
+    const int64_t at[2] = {0, hi}, len[2] = {lo, n - hi};
+    int rc = DF_OK;
+    for (int i = 0; i < 2 && !rc; i++)
+        if (len[i] > 0 && !(rc = o->zero(c->be.ctx, w + at[i], len[i])))
+            rc = o->scale(c->be.ctx, w + at[i], len[i], -1.0f);
+    for (int64_t off = 0; !rc && off < n; off += GRAD_BUCKET)
+        rc = o->allreduce_sum(c->be.ctx, c->dp_group, w + off, n - off < GRAD_BUCKET ? n - off : GRAD_BUCKET);
+    return rc ? df_error_wrap(rc, "%s: the new weights of every optimizer shard on the %s backend", c->who,
+                              o->name)
+              : DF_OK;
+}
+
+/* dev_optim: df_adamw_step on the device's master weights (this rank's slice when sharded, then
+   device_share), then their download to the model. */
 static int device_adamw(df_train_core *c, double lr)
 {
     const df_backend_ops *o = c->be.ops;
@@ -424,11 +451,17 @@ static int device_adamw(df_train_core *c, double lr)
     /* the host's weights when they moved there (the first step, a loaded state): one upload */
     int rc = df_weights_dev_sync(&c->wmaster, &c->be, m, false);
     if (!rc)
-        rc = o->adamw_step(c->be.ctx, c->wmaster.blob, c->bgrads, c->dm, c->dv, m->n_params, &c->opt->cfg,
-                           c->opt->step + 1, lr);
+        rc = device_moments(c);
+    if (!rc && c->shard && c->shard != c->dp)
+        rc = df_error(DF_EINVAL, "%s: the data-parallel group changed after AdamW's state was sharded", c->who);
+    if (!rc)
+        rc = o->adamw_step(c->be.ctx, c->wmaster.blob + c->shard_lo, c->bgrads + c->shard_lo, c->dm, c->dv,
+                           c->opt->n, &c->opt->cfg, c->opt->step + 1, lr);
     if (rc)
         return rc; /* lr or the backend: df_adamw_step's errors */
     c->opt->step++;
+    if (c->shard && (rc = device_share(c)))
+        return rc;
     rc = o->download(c->be.ctx, m->params, c->wmaster.blob, (size_t)m->n_params * sizeof(float));
     return rc ? df_error_wrap(rc, "%s: the new weights from the %s backend", c->who, o->name) : DF_OK;
 }

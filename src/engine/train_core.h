@@ -64,7 +64,8 @@ typedef struct df_train_core {
     bool dev_optim;
     df_weights_dev wmaster; /* the master weights in the backend's memory, synced from
                                model->params whenever model->version moved (first step, a load) */
-    float *dm, *dv;         /* [n_params] AdamW's moments in the backend's memory */
+    float *dm, *dv;         /* [opt->n] AdamW's moments in the backend's memory (this rank's slice
+                               when sharded), made at the first step */
     void *dp_group;         /* group_open's handle for dp (made at the first all-reduce) */
     df_acts *acts;
     int64_t acts_tokens, acts_out;
@@ -197,8 +198,10 @@ int df_train_core_no_grads(df_train_core *c);
  *  dev_optim: the gradient stays on the device). */
 int df_train_core_grads_to_host(df_train_core *c);
 /**
- * dev_optim: AdamW's moments between the device (dm, dv) and the host's opt->m / opt->v, for
- * the training state's file (train_state.c); no-ops otherwise. Errors: the backend's.
+ * dev_optim: AdamW's moments (the whole or this rank's slice) between the device (dm, dv) and
+ * the host's opt->m / opt->v, for the training state's file (train_state.c, and the sharded
+ * save's stream); no-ops otherwise and before the first step made the device's. Errors: the
+ * backend's.
  */
 int df_train_core_moments_to_host(const df_train_core *c);
 int df_train_core_moments_to_device(df_train_core *c);
@@ -249,13 +252,15 @@ int df_train_core_nonfinite(df_train_core *c, df_metrics *m, const char *prefix,
 void df_train_core_shard_range(int64_t n, int r, int k, int64_t *lo, int64_t *hi);
 /**
  * Make AdamW's state (c->opt, zero moments) once (idempotent; a frozen core has none): whole, or
- * with o.shard_optim, a DP group of k > 1 ranks, the optimizer on the host (not dev_optim) and at
- * least 32 k trained floats, only this rank's slice (df_train_core_shard_range), so that the whole
- * moments are never allocated. df_train_core_init makes it at once without o.shard_optim. Then each
- * optimizer step updates only that slice, from the whole all-reduced gradient (so the norm, the
- * clip and each element's update are the replicated run's, bit for bit), and every slice's
- * owner broadcasts its new weights: all ranks hold all the weights. Called by the step, the state
- * load and the gather, which every rank of the group reaches together. Errors: DF_ENOMEM.
+ * with o.shard_optim, a DP group of k > 1 ranks and at least 32 k trained floats, only this
+ * rank's slice (df_train_core_shard_range), so that the whole moments are never allocated (with
+ * dev_optim neither on the device: dm / dv hold the slice). df_train_core_init makes it at once
+ * without o.shard_optim. Then each optimizer step updates only that slice, from the whole
+ * all-reduced gradient (so the norm, the clip and each element's update are the replicated
+ * run's, bit for bit), and every slice's owner broadcasts its new weights (on a device: the
+ * others' slices set to -0.0 and summed, which is exact): all ranks hold all the weights. Called
+ * by the step, the state load and the gather, which every rank of the group reaches together.
+ * Errors: DF_ENOMEM.
  */
 int df_train_core_shard(df_train_core *c);
 /** Whether df_train_core_shard shards (or did): the conditions above, from the core's settings now. */

@@ -1,6 +1,7 @@
 /*
- * ZeRO-1 for the host optimizer (train_core.h, df_train_core_shard): AdamW's moments spread over
- * the data-parallel group, each rank stepping its slice of the weights and broadcasting it.
+ * ZeRO-1 (train_core.h, df_train_core_shard): AdamW's moments spread over the data-parallel
+ * group, each rank stepping its slice of the weights and broadcasting it (the optimizer on a
+ * device shares its slices in train_core.c, device_share).
  * Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion Parameter
  * Models" (arXiv 1910.02054), stage 1 (P_os); FSDP's sharded optimizer state, as verl's
  * fsdp_config.fsdp_size asks for.
@@ -33,7 +34,7 @@ bool df_train_core_sharded(const df_train_core *c)
         return c->shard != NULL;
     const int k = c->dp ? df_comm_size(c->dp) : 1;
     /* at least 32 floats a rank: every slice is then non-empty */
-    return c->trainable && c->o.shard_optim && !c->dev_optim && k > 1 && df_train_core_n_train(c) >= 32 * (int64_t)k;
+    return c->trainable && c->o.shard_optim && k > 1 && df_train_core_n_train(c) >= 32 * (int64_t)k;
 }
 
 int df_train_core_shard(df_train_core *c)
@@ -205,7 +206,9 @@ int df_train_core_gather_begin(df_train_core *c, bool saver)
     g->src[0] = (gather_src){.g = g, .mine = c->opt->m, .tag = TAG_M};
     g->src[1] = (gather_src){.g = g, .mine = c->opt->v, .tag = TAG_V};
     c->gather = g;
-    rc = g->root ? DF_OK : post_sends(g, c->opt);
+    rc = g->root ? DF_OK : df_train_core_moments_to_host(c); /* a device's, before they are sent */
+    if (!rc && !g->root)
+        rc = post_sends(g, c->opt);
     return rc ? df_error_wrap(rc, "%s: streaming AdamW's sharded moments to the checkpoint", c->who) : DF_OK;
 }
 
