@@ -18,6 +18,12 @@
 #                                       side, then 2 steps of the Qwen2.5-0.5B shape on
 #                                       GSM8K with the Qwen2.5 tokenizer (packed from ../shared),
 #                                       then bench_grpo_step --device cuda (NO_STEP=1: not)
+#   scripts/device-cuda.sh all [OUTDIR] there: what issue 18 still needs, in one call of at most
+#                                       BUDGET seconds (default 540; a lease has 15 minutes of
+#                                       device time, its start included): the conformance and
+#                                       golden tests, 2 GRPO steps of the demo on the GPU, 2 of the
+#                                       Qwen2.5-0.5B shape, then the model benchmark beside PyTorch,
+#                                       each stage cut to what is left of the budget
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -211,9 +217,40 @@ grpo() {
   return $rc
 }
 
+# Seconds left of the budget for a stage, at most $1 (at least 1: a spent budget still logs).
+left() {
+  local l=$((${BUDGET:-540} - SECONDS))
+  [ "$l" -gt "$1" ] && l=$1
+  [ "$l" -lt 1 ] && l=1
+  echo "$l"
+}
+
+all() {
+  local out=${1:-${OUT:-/tmp/cuda-out}} rc=0
+  mkdir -p "$out"
+  SECONDS=0
+  NO_BENCH=1 timeout "$(left 240)" bash "$0" run "$out" || rc=1
+  echo "== tests done at ${SECONDS}s"
+  DEMO_ALGOS=grpo DEVICES=cuda NO_STEP=1 DEMO_TIMEOUT="$(left 100)" Q05_TIMEOUT="$(left 200)" \
+    timeout "$(left 300)" bash "$0" grpo "$out" || rc=1
+  echo "== grpo done at ${SECONDS}s"
+  local t
+  t=$(left 200)
+  if [ "$t" -gt 60 ]; then
+    unpack
+    LD_LIBRARY_PATH=$libs timeout $((t / 2)) .devpack/bin/bench_cuda_model ${MODEL_ARGS:-} >"$out/model.txt" 2>&1 || rc=1
+    timeout $((t / 2)) python3 bench/torch_cuda_model.py ${MODEL_ARGS:-} >>"$out/model.txt" 2>&1 ||
+      echo "torch model baseline failed" >>"$out/model.txt"
+    cat "$out/model.txt"
+  fi
+  echo "== all done at ${SECONDS}s of ${BUDGET:-540}"
+  return $rc
+}
+
 case "${1:-}" in
   pack) shift; pack "$@" ;;
   run) shift; run "$@" ;;
   grpo) shift; grpo "$@" ;;
-  *) echo "usage: $0 pack BUILD | run [OUTDIR] | grpo [OUTDIR]" >&2; exit 2 ;;
+  all) shift; all "$@" ;;
+  *) echo "usage: $0 pack BUILD | run [OUTDIR] | grpo [OUTDIR] | all [OUTDIR]" >&2; exit 2 ;;
 esac

@@ -92,6 +92,10 @@ df_model *df_critic_model(df_critic *c)
 {
     return c->c.model;
 }
+const df_train_core *df_critic_core(const df_critic *c)
+{
+    return &c->c;
+}
 int64_t df_critic_step_count(const df_critic *c)
 {
     return c->c.steps;

@@ -72,6 +72,8 @@ void df_critic_set_comm(df_critic *c, df_comm *dp);
 /** Values and updates on backend `be` (trainer.device; df_train_core_set_backend), before the first. */
 int df_critic_set_backend(df_critic *c, const df_backend *be);
 df_model *df_critic_model(df_critic *c);
+/** The training core (its optimizer's sharding, its DP group), for reporting. */
+const df_train_core *df_critic_core(const df_critic *c);
 /** Updates taken so far (the lr schedule's step: one per df_critic_update). */
 int64_t df_critic_step_count(const df_critic *c);
 /** Save / restore the critic's training state (df_train_core_save_state / _load_state at `path`). */

@@ -75,11 +75,13 @@ static void banner_world(const df_dag_worker *w)
     else
         printf("; cpu");
     printf("\n");
-    const df_train_core *ac = df_actor_core(w->actor.model);
-    if (ac->dp) /* fsdp_config.fsdp_size (docs/sharding.md) */
-        printf("optimizer: AdamW's state %s %d data-parallel ranks\n",
-               df_train_core_sharded(ac) ? "sharded (ZeRO-1) over the actor's" : "whole on each of the actor's",
-               df_comm_size(ac->dp));
+    const df_train_core *core[2] = {df_actor_core(w->actor.model),
+                                    w->critic.model ? df_critic_core(w->critic.model) : NULL};
+    for (int i = 0; i < 2; i++) /* fsdp_config.fsdp_size (docs/sharding.md) */
+        if (core[i] && core[i]->dp)
+            printf("optimizer: the %s's AdamW state %s %d data-parallel ranks%s\n", core[i]->who,
+                   df_train_core_sharded(core[i]) ? "sharded (ZeRO-1) over its" : "whole on each of its",
+                   df_comm_size(core[i]->dp), core[i]->dev_optim ? ", on the device" : "");
     df_node **order = NULL;
     int n = 0;
     if (df_task_graph_topo_order(w->graph, &order, &n)) {
