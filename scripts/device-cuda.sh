@@ -44,7 +44,7 @@ pack() {
   ldd .devpack/bin/* | awk '$3 ~ /^\// {print $3}' | sort -u |
     grep -v -E '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|ld-linux[^/]*|libcuda[^/]*|libcublas[^/]*|libcudart[^/]*|libnccl[^/]*)\.so' |
     while read -r lib; do cp -L "$lib" .devpack/lib/; done
-  xz -T2 -6 .devpack/lib/*.so*
+  xz -T2 -6 .devpack/lib/*.so* .devpack/bin/* # the tree that travels is at most 64 MiB
   du -sh .devpack
 }
 
@@ -52,7 +52,8 @@ pack() {
 # PyTorch keeps its own). cuBLAS 13 from the toolkit, or else wherever the image has it.
 unpack() {
   mkdir -p .devpack/lib
-  for f in .devpack/lib/*.xz .devpack/data/*/*.xz; do [ -e "$f" ] && xz -d -f "$f"; done
+  for f in .devpack/lib/*.xz .devpack/bin/*.xz .devpack/data/*/*.xz; do [ -e "$f" ] && xz -d -f "$f"; done
+  chmod +x .devpack/bin/*
   local cublas nccl
   cublas=$(find /usr/local/cuda/lib64 /usr/local /opt /usr/lib -name 'libcublas.so.13' 2>/dev/null | head -1)
   nccl=$(find /usr/local/cuda/lib64 /usr/local /opt /usr/lib -name 'libnccl.so.2' 2>/dev/null | head -1)
