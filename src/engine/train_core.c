@@ -419,6 +419,14 @@ static int device_clip(df_train_core *c, double *norm)
     return rc ? df_error_wrap(rc, "%s: clipping the gradient on the %s backend", c->who, o->name) : DF_OK;
 }
 
+/* A sharded state steps over the group it was sliced for (df_train_core_set_comm may move dp). */
+static int shard_group_kept(const df_train_core *c)
+{
+    if (c->shard && c->shard != c->dp)
+        return df_error(DF_EINVAL, "%s: the data-parallel group changed after AdamW's state was sharded", c->who);
+    return DF_OK;
+}
+
 /*
  * dev_optim, sharded: every rank's master weights whole again after each stepped its slice. The
  * others' slices are set to -0.0 and the blob summed over the group by the seam's allreduce_sum
@@ -452,8 +460,8 @@ static int device_adamw(df_train_core *c, double lr)
     int rc = df_weights_dev_sync(&c->wmaster, &c->be, m, false);
     if (!rc)
         rc = device_moments(c);
-    if (!rc && c->shard && c->shard != c->dp)
-        rc = df_error(DF_EINVAL, "%s: the data-parallel group changed after AdamW's state was sharded", c->who);
+    if (!rc)
+        rc = shard_group_kept(c);
     if (!rc)
         rc = o->adamw_step(c->be.ctx, c->wmaster.blob + c->shard_lo, c->bgrads + c->shard_lo, c->dm, c->dv,
                            c->opt->n, &c->opt->cfg, c->opt->step + 1, lr);
@@ -480,8 +488,8 @@ static int host_adamw(df_train_core *c, double lr)
 {
     float *p = c->lora ? c->lora->params : c->model->params;
     int rc = df_train_core_shard(c);
-    if (!rc && c->shard && c->shard != c->dp)
-        rc = df_error(DF_EINVAL, "%s: the data-parallel group changed after AdamW's state was sharded", c->who);
+    if (!rc)
+        rc = shard_group_kept(c);
     if (!rc)
         rc = df_adamw_step(c->opt, p + c->shard_lo, c->grads + c->shard_lo, lr);
     return !rc && c->shard ? df_train_core_share_slices(c, p) : rc;
