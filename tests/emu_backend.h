@@ -4,9 +4,10 @@
  *
  * emu_open(&dev) gives a backend with host_memory = false whose operators are the CPU
  * backend's (so results are the CPU's bits) over buffers of its own: each alloc is a mapping
- * of its own that is PROT_NONE except while one of the backend's calls runs. So
+ * of its own that is PROT_NONE except while a call of the backend that names it (a pointer
+ * into it among the call's arguments) runs. So
  *   - host code that reads or writes backend memory directly crashes (SIGSEGV), as it would
- *     fault or read garbage on a GPU;
+ *     fault or read garbage on a GPU, and so does an operator reaching a buffer it was not handed;
  *   - an operator handed a host pointer where backend memory is due aborts naming the
  *     operator (emu_need), as a CUDA kernel would fault on it;
  *   - everything crossing the seam goes through upload / download / copy, which it counts.
@@ -62,34 +63,51 @@ typedef struct emu_dev {
     int64_t w16_calls, conversions;            /* gemm_w16 + gemm_bf16 calls; bf16_from_f32's */
     df_mm_ctx *mm;                             /* emu_bf16: the CPU's bf16 context */
     df_backend cpu16;                          /* the CPU backend under mm */
+    int open[16], n_open; /* the buffers the next call names (emu_need), opened for it alone */
 } emu_dev;
 
 static void emu_protect(emu_dev *d, int prot)
 {
-    for (int i = 0; i < d->n; i++)
-        if (mprotect(d->buf[i].p, d->buf[i].bytes, prot)) {
+    for (int k = 0; k < d->n_open; k++)
+        if (mprotect(d->buf[d->open[k]].p, d->buf[d->open[k]].bytes, prot)) {
             perror("emu_backend: mprotect");
             abort();
         }
 }
 
-/* Inside a call: the device's memory readable by the CPU operator. */
+/* Inside a call: the buffers it named readable by the CPU operator (every other one stays
+   PROT_NONE, so an operator reaching past what it was handed faults too; opening only those keeps
+   a call to a few mprotects however many buffers the device holds). */
 static void emu_enter(emu_dev *d)
 {
     d->calls++;
     emu_protect(d, PROT_READ | PROT_WRITE);
 }
 
-static void emu_leave(emu_dev *d) { emu_protect(d, PROT_NONE); }
+static void emu_leave(emu_dev *d)
+{
+    emu_protect(d, PROT_NONE);
+    d->n_open = 0;
+}
 
-/* p must be NULL or inside one of the device's buffers. */
-static void emu_need(const emu_dev *d, const void *p, const char *op)
+/* p must be NULL or inside one of the device's buffers, which the next call then opens. */
+static void emu_need(emu_dev *d, const void *p, const char *op)
 {
     if (!p)
         return;
     for (int i = 0; i < d->n; i++)
-        if ((const char *)p >= d->buf[i].p && (const char *)p < d->buf[i].p + d->buf[i].bytes)
+        if ((const char *)p >= d->buf[i].p && (const char *)p < d->buf[i].p + d->buf[i].bytes) {
+            int k = 0;
+            while (k < d->n_open && d->open[k] != i)
+                k++;
+            if (k == d->n_open && d->n_open == 16) {
+                fprintf(stderr, "emu_backend: %s names more than 16 buffers\n", op);
+                abort();
+            }
+            if (k == d->n_open)
+                d->open[d->n_open++] = i;
             return;
+        }
     fprintf(stderr, "emu_backend: %s was handed %p, which is not device memory\n", op, p);
     abort();
 }
