@@ -175,7 +175,7 @@ static void assert_same_runs(const char *a, const char *b, int last, bool critic
         snprintf(rel, sizeof rel, "global_step_%d/%s", last, files[i]);
         path_of(pa, sizeof pa, a, rel);
         path_of(pb, sizeof pb, b, rel);
-        df_cli_same_file(pa, pb);
+        df_test_same_file(pa, pb);
     }
     path_of(pa, sizeof pa, a, "");
     path_of(pb, sizeof pb, b, "");
@@ -333,7 +333,7 @@ static void test_resume_on_other_ranks(void **state)
     path_of(pa, sizeof pa, "ranks_np1", rel);
     for (int k = 0; k < 2; k++) {
         path_of(pb, sizeof pb, k ? "ranks_1to2" : "ranks_2to1", rel);
-        df_cli_same_file(pa, pb);
+        df_test_same_file(pa, pb);
     }
 }
 

@@ -422,15 +422,7 @@ static df_batch *ppo_batch(const df_model *m)
     assert_int_equal(df_actor_create(df_test_model_copy(m), &p, false, &a), 0);
     assert_int_equal(df_actor_compute_log_prob(a, b, "old_log_probs", NULL), 0);
     df_actor_free(a);
-    float *old = df_batch_data_mut(b, "old_log_probs"), *ref, *adv;
-    assert_int_equal(df_batch_alloc_tok_f32_like(b, "ref_log_prob", "response_ids", &ref), 0);
-    assert_int_equal(df_batch_alloc_tok_f32_like(b, "advantages", "response_ids", &adv), 0);
-    const int64_t T = df_batch_offsets(b, "response_ids")[ROWS];
-    for (int64_t t = 0; t < T; t++) {
-        old[t] += 0.05f * (float)(t % 3 - 1);
-        ref[t] = old[t] + 0.03f * (float)(t % 5 - 2);
-        adv[t] = (float)(t % 4) - 1.3f;
-    }
+    df_test_ppo_columns(b);
     return b;
 }
 
@@ -454,12 +446,6 @@ static df_metrics *update(df_actor *a, const df_batch *b)
     return mt;
 }
 
-static bool same_metric(const df_metrics *a, const df_metrics *b, const char *key)
-{
-    double x = df_metrics_get(a, key, NAN), y = df_metrics_get(b, key, NAN);
-    return isfinite(x) && memcmp(&x, &y, sizeof x) == 0;
-}
-
 /* One update of a CPU actor and of device actors (the optimizer there, or on the host) with
  * `mutate` applied to both devices; whether both reached the CPU's weights and metrics. */
 static bool update_matches(const df_model *m, const df_batch *b, void (*mutate)(emu_dev *), bool verbose)
@@ -479,7 +465,7 @@ static bool update_matches(const df_model *m, const df_batch *b, void (*mutate)(
     const char *keys[] = {"actor/grad_norm", "actor/pg_loss", "actor/kl_loss", "actor/entropy_loss",
                           "actor/ppo_kl"};
     for (int i = 0; i < 5; i++) {
-        const bool k_same = same_metric(mc, md, keys[i]) && same_metric(mc, mh, keys[i]);
+        const bool k_same = df_test_same_metric(mc, md, keys[i]) && df_test_same_metric(mc, mh, keys[i]);
         if (verbose && !k_same)
             print_message("%s: %.9g on the CPU, %.9g / %.9g on the device\n", keys[i],
                           df_metrics_get(mc, keys[i], NAN), df_metrics_get(md, keys[i], NAN),

@@ -80,15 +80,7 @@ static df_batch *shard(void)
     assert_int_equal(df_actor_create(df_test_micro_model(3), &p, false, &a), 0);
     assert_int_equal(df_actor_compute_log_prob(a, b, "old_log_probs", NULL), 0);
     df_actor_free(a);
-    float *old = df_batch_data_mut(b, "old_log_probs"), *ref, *adv;
-    assert_int_equal(df_batch_alloc_tok_f32_like(b, "ref_log_prob", "response_ids", &ref), 0);
-    assert_int_equal(df_batch_alloc_tok_f32_like(b, "advantages", "response_ids", &adv), 0);
-    const int64_t T = df_batch_offsets(b, "response_ids")[ROWS];
-    for (int64_t t = 0; t < T; t++) {
-        old[t] += 0.05f * (float)(t % 3 - 1);
-        ref[t] = old[t] + 0.03f * (float)(t % 5 - 2);
-        adv[t] = (float)(t % 4) - 1.3f;
-    }
+    df_test_ppo_columns(b);
     assert_int_equal(df_batch_slice(b, (int64_t)R * ROWS / N, (int64_t)(R + 1) * ROWS / N, &s), 0);
     df_batch_free(b);
     return s;
@@ -126,12 +118,6 @@ static df_metrics *update(df_actor *a, const df_batch *b, int epochs)
     return m;
 }
 
-static bool same_metric(const df_metrics *a, const df_metrics *b, const char *key)
-{
-    double x = df_metrics_get(a, key, NAN), y = df_metrics_get(b, key, NAN);
-    return isfinite(x) && memcmp(&x, &y, sizeof x) == 0;
-}
-
 static emu_dev *new_dev(df_backend *be)
 {
     emu_dev *d = calloc(1, sizeof *d);
@@ -167,7 +153,7 @@ static void test_updates_are_the_cpus(void **state)
                      df_test_same_params(mc, md) ? "on the host" : "on the device");
         const char *keys[] = {"actor/grad_norm", "actor/pg_loss", "actor/kl_loss", "actor/lr"};
         for (int i = 0; i < 4; i++)
-            if (!same_metric(mcpu, mdev, keys[i]) || !same_metric(mcpu, mhost, keys[i]))
+            if (!df_test_same_metric(mcpu, mdev, keys[i]) || !df_test_same_metric(mcpu, mhost, keys[i]))
                 fail_msg("update %d: %s %.9g on the CPU, %.9g / %.9g on the device", k + 1, keys[i],
                          df_metrics_get(mcpu, keys[i], NAN), df_metrics_get(mdev, keys[i], NAN),
                          df_metrics_get(mhost, keys[i], NAN));
@@ -296,19 +282,14 @@ static void test_state_save_and_resume(void **state)
     assert_memory_equal(cc->opt->m, cd->opt->m, bytes);
     assert_memory_equal(cc->opt->v, cd->opt->v, bytes);
     assert_int_equal(cc->opt->step, cd->opt->step);
-    char *ta = NULL, *tb = NULL;
-    size_t la = 0, lb = 0;
-    assert_int_equal(df_read_file(pa, &ta, &la), 0);
-    assert_int_equal(df_read_file(pb, &tb, &lb), 0);
-    assert_true(la == lb && !memcmp(ta, tb, la));
-    free(ta), free(tb);
+    df_test_same_file(pa, pb);
     /* resumed on the device from other weights: the moments go up, the weights at the next step */
     df_actor *r = actor_on(&be2, 9);
     assert_int_equal(df_actor_load_state(r, pb), 0);
     df_metrics *mc = update(cpu, b, 2), *mr = update(r, b, 2);
     assert_true(df_test_same_params(df_actor_model(cpu), df_actor_model(r)));
-    assert_true(same_metric(mc, mr, "actor/grad_norm"));
-    assert_true(same_metric(mc, mr, "actor/lr"));
+    assert_true(df_test_same_metric(mc, mr, "actor/grad_norm"));
+    assert_true(df_test_same_metric(mc, mr, "actor/lr"));
     assert_int_equal(df_actor_step_count(cpu), df_actor_step_count(r));
     df_metrics_free(mc), df_metrics_free(mr);
     unlink(pa), unlink(pb), rmdir(dir);
@@ -373,7 +354,7 @@ static void test_sharded_on_the_device(void **state)
         df_metrics *mc = update(cpu, b, k < 2 ? 1 : 2), *md = update(d, b, k < 2 ? 1 : 2);
         if (!df_test_same_params(df_actor_model(cpu), df_actor_model(d)))
             fail_msg("update %d: the sharded device actor's weights are not the CPU's", k + 1);
-        assert_true(same_metric(mc, md, "actor/grad_norm"));
+        assert_true(df_test_same_metric(mc, md, "actor/grad_norm"));
         df_metrics_free(mc), df_metrics_free(md);
     }
     const float wz = df_actor_model(cpu)->params[z];
@@ -395,20 +376,14 @@ static void test_sharded_on_the_device(void **state)
     snprintf(pb, sizeof pb, "%s/dev.safetensors", dir);
     save_from_all(cpu, pa);
     save_from_all(d, pb);
-    if (R == 0) {
-        char *ta = NULL, *tb = NULL;
-        size_t la = 0, lb = 0;
-        assert_int_equal(df_read_file(pa, &ta, &la), 0);
-        assert_int_equal(df_read_file(pb, &tb, &lb), 0);
-        assert_true(la == lb && !memcmp(ta, tb, la));
-        free(ta), free(tb);
-    }
+    if (R == 0)
+        df_test_same_file(pa, pb);
     assert_int_equal(df_comm_barrier(W), 0);
     df_actor *r = actor_on_ex(&be2, 9, true); /* each rank reads its slice, uploaded at the step */
     assert_int_equal(df_actor_load_state(r, pb), 0);
     df_metrics *mc = update(cpu, b, 2), *mr = update(r, b, 2);
     assert_true(df_test_same_params(df_actor_model(cpu), df_actor_model(r)));
-    assert_true(same_metric(mc, mr, "actor/grad_norm"));
+    assert_true(df_test_same_metric(mc, mr, "actor/grad_norm"));
     df_metrics_free(mc), df_metrics_free(mr);
     assert_int_equal(df_comm_barrier(W), 0);
     if (R == 0)

@@ -183,7 +183,7 @@ static void test_disk_full(void **state)
     for (int i = 0; i < 3; i++) { /* checkpoint 2 as the reference run wrote it */
         snprintf(a, sizeof a, "%s/full/global_step_2/%s", dir, same[i]);
         snprintf(b, sizeof b, "%s/out/global_step_2/%s", mnt, same[i]);
-        df_cli_same_file(a, b);
+        df_test_same_file(a, b);
     }
 
     /* space again: the same command resumes from 2 and ends as the reference */
@@ -194,7 +194,7 @@ static void test_disk_full(void **state)
     for (int i = 0; i < 4; i++) {
         snprintf(a, sizeof a, "%s/full/global_step_4/%s", dir, final[i]);
         snprintf(b, sizeof b, "%s/out/global_step_4/%s", mnt, final[i]);
-        df_cli_same_file(a, b);
+        df_test_same_file(a, b);
     }
     snprintf(a, sizeof a, "%s/full", dir);
     df_cli_same_metrics(a, p, 1, 4);

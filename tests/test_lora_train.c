@@ -293,7 +293,7 @@ static void test_eval_adapter(void **state)
     df_cli_run r1 = {.log = l1}, r2 = {.log = l2};
     assert_int_equal(df_cli_exec(&r1, a1), 0);
     assert_int_equal(df_cli_exec(&r2, a2), 0);
-    df_cli_same_file(o1, o2);
+    df_test_same_file(o1, o2);
     /* not an adapter directory: refused naming the option */
     const char *a3[] = {"eval", "--model", m1, "--lora-adapter", m1, "--data", data, NULL};
     assert_int_not_equal(df_cli_exec(&r1, a3), 0);

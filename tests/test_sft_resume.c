@@ -81,7 +81,7 @@ static void assert_same(const char *a, const char *b, int step, bool all)
         snprintf(rel, sizeof rel, "global_step_%d/%s", step, files[i]);
         at(pa, sizeof pa, a, rel);
         at(pb, sizeof pb, b, rel);
-        df_cli_same_file(pa, pb);
+        df_test_same_file(pa, pb);
     }
     at(pa, sizeof pa, a, "");
     at(pb, sizeof pb, b, "");

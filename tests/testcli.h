@@ -186,19 +186,6 @@ static inline int df_cli_latest(const char *out)
     return n;
 }
 
-/** Files a and b have the same bytes (the test fails naming them otherwise). */
-static inline void df_cli_same_file(const char *a, const char *b)
-{
-    char *x = NULL, *y = NULL;
-    size_t na = 0, nb = 0;
-    if (df_read_file(a, &x, &na) || df_read_file(b, &y, &nb))
-        fail_msg("%s", df_last_error());
-    if (na != nb || memcmp(x, y, na))
-        fail_msg("%s and %s differ (%zu and %zu bytes)", a, b, na, nb);
-    free(x);
-    free(y);
-}
-
 /**
  * <out>/metrics.jsonl as canonical lines of steps first..last (each line must parse; a line
  * without its newline fails the test), wall-clock metrics (timing_s/..., perf/..., "timestamp",

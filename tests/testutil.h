@@ -17,6 +17,7 @@
 #include "distflow/batch.h"
 #include "distflow/common.h"
 #include "distflow/config.h"
+#include "distflow/metrics.h"
 #include "distflow/model.h"
 #include "distflow/rng.h"
 #include "distflow/tokenizer.h"
@@ -450,6 +451,42 @@ static inline df_model *df_test_model_copy(const df_model *m)
 static inline bool df_test_same_params(const df_model *a, const df_model *b)
 {
     return a->n_params == b->n_params && !memcmp(a->params, b->params, (size_t)a->n_params * sizeof *a->params);
+}
+
+/** Files a and b have the same bytes (the test fails naming them otherwise). */
+static inline void df_test_same_file(const char *a, const char *b)
+{
+    char *x = NULL, *y = NULL;
+    size_t na = 0, nb = 0;
+    if (df_read_file(a, &x, &na) || df_read_file(b, &y, &nb))
+        fail_msg("%s", df_last_error());
+    if (na != nb || memcmp(x, y, na))
+        fail_msg("%s and %s differ (%zu and %zu bytes)", a, b, na, nb);
+    free(x);
+    free(y);
+}
+
+/** PPO inputs on batch b, whose old_log_probs are a model's: the old log-probs moved off it, a
+ *  reference beside them and advantages of both signs, per response token (ratios, clips and the
+ *  KL all take part). */
+static inline void df_test_ppo_columns(df_batch *b)
+{
+    float *old = df_batch_data_mut(b, "old_log_probs"), *ref, *adv;
+    assert_int_equal(df_batch_alloc_tok_f32_like(b, "ref_log_prob", "response_ids", &ref), 0);
+    assert_int_equal(df_batch_alloc_tok_f32_like(b, "advantages", "response_ids", &adv), 0);
+    const int64_t T = df_batch_offsets(b, "response_ids")[df_batch_size(b)];
+    for (int64_t t = 0; t < T; t++) {
+        old[t] += 0.05f * (float)(t % 3 - 1);
+        ref[t] = old[t] + 0.03f * (float)(t % 5 - 2);
+        adv[t] = (float)(t % 4) - 1.3f;
+    }
+}
+
+/** Whether metric `key` is finite in a and the same bits in b (updates that must agree to the bit). */
+static inline bool df_test_same_metric(const df_metrics *a, const df_metrics *b, const char *key)
+{
+    double x = df_metrics_get(a, key, NAN), y = df_metrics_get(b, key, NAN);
+    return isfinite(x) && memcmp(&x, &y, sizeof x) == 0;
 }
 
 /** Whether a metrics line's `key` depends on the clock (timestamp, timing_s/..., timing_per_token_ms/...,

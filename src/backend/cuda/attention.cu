@@ -414,8 +414,8 @@ attn_bwd_dq_kernel(float *dq, const float *dout, const float *out, const float *
 int check_sizes(const char *fn, int64_t n_seqs, int64_t T, int64_t max_len, int64_t nh,
                 int64_t nkv, int64_t hd, int64_t window, float cap)
 {
-    if (!(cap >= 0.0f) || isinf(cap))
-        return df_error(DF_EINVAL, "%s: softcap %g (need 0 or a finite C > 0)", fn, (double)cap);
+    if (df_cuda_check_softcap(fn, cap))
+        return DF_EINVAL;
     if (n_seqs < 0 || T < 0 || max_len < 0 || nh <= 0 || nkv <= 0 || hd <= 0 || window < 0)
         return df_error(DF_EINVAL,
                         "%s: bad sizes n_seqs=%lld T=%lld max_len=%lld nh=%lld nkv=%lld hd=%lld "

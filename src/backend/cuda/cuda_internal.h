@@ -7,6 +7,7 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <math.h>
 
 #include "backend/cuda/cuda_backend.h"
 #include "util/memtrack.h"
@@ -46,6 +47,14 @@ int df_cublas_fail(cublasStatus_t s, const char *what, const char *file, int lin
             return df_cublas_fail(dfc_s_, #call, __FILE__, __LINE__);   \
     } while (0)
 #define DFC_LAUNCHED() DFC_TRY(cudaGetLastError())
+
+/** Gemma 2's soft-cap argument: 0 (none) or a finite C > 0, else DF_EINVAL naming fn. */
+static inline int df_cuda_check_softcap(const char *fn, float softcap)
+{
+    if (!(softcap >= 0.0f) || isinf(softcap))
+        return df_error(DF_EINVAL, "%s: softcap %g (need 0 or a finite C > 0)", fn, (double)softcap);
+    return DF_OK;
+}
 
 /** Blocks of `threads` covering n items, capped (grid-stride loops do the rest). */
 static inline unsigned df_cuda_blocks(int64_t n, int threads)

@@ -390,9 +390,8 @@ int df_cuda_kv_slots_attention(df_cuda *c, float *d_out, const float *d_q, const
                         "kv_dim %lld",
                         fn, (long long)nh, (long long)nkv, (long long)hd, kMaxHd, (long long)window,
                         (long long)kv->kv_dim);
-    if (!(softcap >= 0.0f) || isinf(softcap))
-        return df_error(DF_EINVAL, "%s: softcap %g (need 0 or a finite C > 0)", fn,
-                        (double)softcap);
+    if (df_cuda_check_softcap(fn, softcap))
+        return DF_EINVAL;
     if (n > INT32_MAX || nh > 65535)
         return df_error(DF_EINVAL, "%s: n = %lld rows or nh = %lld beyond the grid", fn,
                         (long long)n, (long long)nh);

@@ -256,18 +256,10 @@ __global__ void dlogits_tile(float *tile, int64_t nv, int64_t v0, const float *d
     }
 }
 
-/* Gemma 2's final-logit cap: 0 or finite and > 0. */
-int cap_check(const char *fn, float softcap)
-{
-    if (!(softcap >= 0.0f) || isinf(softcap))
-        return df_error(DF_EINVAL, "%s: softcap %g (need 0 or a finite C > 0)", fn, (double)softcap);
-    return DF_OK;
-}
-
 int lm_check(const char *fn, int64_t n, int64_t V, int64_t H, float temperature, float softcap,
              const void *scratch)
 {
-    if (cap_check(fn, softcap))
+    if (df_cuda_check_softcap(fn, softcap))
         return DF_EINVAL;
     if (n < 0 || V <= 0 || V > INT32_MAX || H <= 0)
         return df_error(DF_EINVAL, "%s: n = %lld, V = %lld, H = %lld (need n >= 0, 0 < V <= 2^31 - 1, H > 0)",
@@ -761,7 +753,7 @@ int df_cuda_sample(df_cuda *c, int32_t *d_tok, float *d_logp, const float *d_h, 
                         (double)temperature);
     if (!(top_p > 0.0f && top_p <= 1.0f))
         return df_error(DF_EINVAL, "df_cuda_sample: top_p must be in (0, 1] (got %g)", (double)top_p);
-    if (cap_check("df_cuda_sample", softcap))
+    if (df_cuda_check_softcap("df_cuda_sample", softcap))
         return DF_EINVAL;
     if (n == 0)
         return DF_OK;
